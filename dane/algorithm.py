@@ -1,0 +1,46 @@
+"""The worker-side interface every distributed method implements, DANE and the baselines alike.
+
+An `Algorithm` holds one worker's state and runs one round per `step`.  The same object
+runs under horovodrun, torchrun, or as one thread of the in-process simulator; only the
+`Communicator` differs.  Every round evaluates the iterate it starts from inside its
+first grouped allreduce (the local metrics ride along with the gradient or iterate), so
+logging costs no extra communication round.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+
+from .comm import Communicator
+from .problems import Problem
+
+
+class Algorithm(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, problem: Problem, comm: Communicator, w0: torch.Tensor | None = None):
+        self.problem = problem
+        self.comm = comm
+        self.w = problem.initial_point() if w0 is None else w0.clone()
+
+    @abstractmethod
+    def step(self) -> dict[str, float]:
+        """One round: returns the global metrics of the iterate the round started from, then moves on."""
+
+    def evaluate(self) -> dict[str, float]:
+        """Global metrics of the current iterate, in one grouped allreduce."""
+        local_grad, local_metrics = self.problem.evaluate(self.w)
+        global_grad, metrics = self.comm.allreduce_mean([local_grad, local_metrics])
+        return self.metrics(global_grad, metrics)
+
+    def metrics(self, global_grad: torch.Tensor | None, metrics: torch.Tensor) -> dict[str, float]:
+        out = dict(zip(self.problem.metric_names, metrics.tolist()))
+        if global_grad is not None:
+            out["grad_norm"] = float(torch.linalg.vector_norm(global_grad))
+        return out
+
+    @property
+    def iterate(self) -> torch.Tensor:
+        return self.w

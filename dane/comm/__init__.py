@@ -1,0 +1,56 @@
+"""Communicator backends behind one interface; `make_communicator` picks one from the launcher."""
+from __future__ import annotations
+
+import os
+
+from ..errors import ConfigError
+from .base import Communicator, ring_allreduce_bytes
+from .cost import AlphaBeta
+from .local import LocalCommunicator
+from .threads import Stragglers, ThreadCommunicator, ThreadGroup
+
+BACKENDS = ("auto", "horovod", "torch", "local")
+
+
+def detect_launcher() -> tuple[str, int]:
+    """(backend, world size) implied by the environment: horovodrun, torchrun, or plain python."""
+    if "HOROVOD_RANK" in os.environ:
+        return "horovod", int(os.environ.get("HOROVOD_SIZE", 1))
+    if "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        return "torch", int(os.environ.get("WORLD_SIZE", 1))
+    return "local", 1
+
+
+def launcher_rank() -> int:
+    """This process's rank as the launcher set it, before any process group exists."""
+    for key in ("HOROVOD_RANK", "RANK"):
+        if key in os.environ:
+            return int(os.environ[key])
+    return 0
+
+
+def resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ConfigError(f"comm={backend} is not a backend; choose one of {', '.join(BACKENDS)}")
+    return detect_launcher()[0] if backend == "auto" else backend
+
+
+def make_communicator(backend: str = "auto", *, torch_backend: str | None = None) -> Communicator:
+    """Start the process group of ``backend`` (after `resolve_backend`) and return its communicator."""
+    backend = resolve_backend(backend)
+    if backend == "horovod":
+        from .horovod import HorovodCommunicator
+
+        return HorovodCommunicator()
+    if backend == "torch":
+        from .torch_dist import TorchDistCommunicator
+
+        return TorchDistCommunicator(torch_backend)
+    return LocalCommunicator()
+
+
+__all__ = [
+    "AlphaBeta", "BACKENDS", "Communicator", "LocalCommunicator", "Stragglers", "ThreadCommunicator",
+    "ThreadGroup", "detect_launcher", "launcher_rank", "make_communicator", "resolve_backend",
+    "ring_allreduce_bytes",
+]

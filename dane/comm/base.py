@@ -1,0 +1,86 @@
+"""The one communication interface every algorithm talks to.
+
+Algorithms never import horovod or torch.distributed; they receive a `Communicator`.
+Each backend implements `_allreduce_mean`, `_broadcast` and `barrier`; this base class
+counts what the worker sends and keeps the clock, so the accounting is identical on
+every backend.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+
+import torch
+
+
+def ring_allreduce_bytes(nbytes: int, size: int) -> int:
+    """Bytes one worker sends in a ring allreduce of an ``nbytes`` message: 2(m-1)/m * nbytes."""
+    return 0 if size == 1 else (2 * (size - 1) * nbytes) // size
+
+
+class Communicator(ABC):
+    """rank, size, a grouped `allreduce_mean`, `broadcast`, `barrier` and a byte counter.
+
+    ``bytes_sent`` follows the ring-allreduce model (each worker sends 2(m-1)/m of the
+    message) and counts the root's payload times (m-1) for a broadcast; ``calls`` counts
+    communication rounds (one grouped allreduce is one round).
+    """
+
+    rank: int = 0
+    size: int = 1
+
+    def __init__(self) -> None:
+        self.bytes_sent = 0
+        self.calls = 0
+        self._t0 = time.perf_counter()
+
+    def allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Average every tensor over the workers, as one grouped call; returns new tensors."""
+        if not isinstance(tensors, (list, tuple)) or not tensors:
+            raise TypeError("allreduce_mean takes a non-empty list of tensors")
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
+        self.calls += 1
+        if self.size == 1:
+            return [t.clone() for t in tensors]
+        return self._allreduce_mean(list(tensors))
+
+    def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
+        """Every worker receives ``root``'s tensors; returns new tensors."""
+        if self.rank == root:
+            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+            self.bytes_sent += nbytes * (self.size - 1)
+        if self.size == 1:
+            return [t.clone() for t in tensors]
+        return self._broadcast(list(tensors), root)
+
+    def broadcast_object(self, text: str, root: int = 0) -> str:
+        """Broadcast a short string (a run directory, say); not counted as algorithm traffic."""
+        if self.size == 1:
+            return text
+        data = torch.tensor(list(text.encode()), dtype=torch.uint8)
+        (length,) = self._broadcast([torch.tensor([data.numel()], dtype=torch.int64)], root)
+        buf = data if self.rank == root else torch.zeros(int(length.item()), dtype=torch.uint8)
+        return bytes(self._broadcast([buf], root)[0].tolist()).decode()
+
+    def elapsed(self) -> float:
+        """Seconds since this communicator started: wall time, or simulated time in the simulator."""
+        return time.perf_counter() - self._t0
+
+    def reset_clock(self) -> None:
+        self._t0 = time.perf_counter()
+
+    @abstractmethod
+    def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]: ...
+
+    @abstractmethod
+    def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]: ...
+
+    @abstractmethod
+    def barrier(self) -> None: ...
+
+    def shutdown(self) -> None:
+        """Release the process group, if the backend has one."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(rank={self.rank}, size={self.size})"

@@ -1,0 +1,43 @@
+"""The alpha-beta cost model of a ring allreduce, used by the in-process simulator."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    r"""Time of a ring allreduce of ``nbytes`` over ``m`` workers:
+
+    .. math:: T(n, m) = \frac{2(m-1)}{m}\frac{n}{\beta} + 2(m-1)\alpha
+
+    ``alpha`` is the per-message latency in seconds, ``beta`` the bandwidth in bytes/s.
+    The defaults are Horovod over loopback on a 2-core machine (DESIGN.md section 5);
+    ``python -m synthetic.calibrate`` measures them.
+    """
+
+    alpha: float = 5.5e-4
+    beta: float = 4.0e8
+
+    def __post_init__(self) -> None:
+        if not self.alpha >= 0:
+            raise ConfigError(f"comm cost alpha must be >= 0 seconds, got {self.alpha}")
+        if not self.beta > 0:
+            raise ConfigError(f"comm cost beta must be > 0 bytes/s, got {self.beta}")
+
+    def allreduce_time(self, nbytes: int, size: int) -> float:
+        if size == 1:
+            return 0.0
+        return 2 * (size - 1) / size * nbytes / self.beta + 2 * (size - 1) * self.alpha
+
+    def save(self, path: str | Path, **extra) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({**asdict(self), **extra}, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AlphaBeta":
+        data = json.loads(Path(path).read_text())
+        return cls(alpha=float(data["alpha"]), beta=float(data["beta"]))

@@ -1,0 +1,145 @@
+"""m simulated workers in one process, one thread each.
+
+Every simulated worker runs the ordinary algorithm code in its own thread with its own
+`ThreadCommunicator`; `allreduce_mean` is a barrier plus a mean taken in rank order.
+Between two collectives each thread's compute is read with ``time.thread_time()``
+(torch is held to one intra-op thread), so the simulated clock of a collective phase is
+
+    max_i(slowdown_i * compute_i + delay_i) + AlphaBeta.allreduce_time(bytes, m)
+
+which is the parallel wall time the m workers would have taken on m machines.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .base import Communicator
+from .cost import AlphaBeta
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Per-worker compute slowdown factors and seeded random delays per collective phase.
+
+    ``slowdown`` is a list of factors (recycled over the workers) that multiply each
+    worker's measured compute; ``delay_mean`` (seconds) adds an exponential delay drawn
+    per worker and phase from a generator seeded with ``seed``.
+    """
+
+    slowdown: Sequence[float] = (1.0,)
+    delay_mean: float = 0.0
+    seed: int = 0
+
+    def factor(self, rank: int) -> float:
+        return float(self.slowdown[rank % len(self.slowdown)]) if self.slowdown else 1.0
+
+
+class ThreadGroup:
+    """Shared state of m simulated workers: the barrier, the mailbox and the simulated clock."""
+
+    def __init__(self, size: int, cost: AlphaBeta | None = None, stragglers: Stragglers | None = None):
+        self.size = size
+        self.cost = cost or AlphaBeta()
+        self.stragglers = stragglers or Stragglers()
+        self._rng = np.random.default_rng(self.stragglers.seed)
+        self._barrier = threading.Barrier(size, action=self._reduce)
+        self._release = threading.Barrier(size)
+        self._inbox: list = [None] * size
+        self._compute = [0.0] * size
+        self._result = None
+        self._op = None
+        self.clock = 0.0
+        self.compute_time = 0.0  # sum over phases of the slowest worker's compute
+        self.comm_time = 0.0
+
+    def communicators(self) -> list["ThreadCommunicator"]:
+        return [ThreadCommunicator(self, rank) for rank in range(self.size)]
+
+    def _reduce(self) -> None:
+        """Runs once, in the last thread to arrive, while the others wait at the barrier."""
+        op, nbytes, root = self._op
+        delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
+        phase_compute = max(self.stragglers.factor(r) * c + d for r, (c, d) in enumerate(zip(self._compute, delays)))
+        phase_comm = self.cost.allreduce_time(nbytes, self.size) if op == "allreduce" else 0.0
+        self.compute_time += phase_compute
+        self.comm_time += phase_comm
+        self.clock += phase_compute + phase_comm
+        if op == "allreduce":
+            columns = zip(*self._inbox)
+            self._result = [torch.stack(list(column)).sum(0) / self.size for column in columns]
+        elif op == "broadcast":
+            self._result = self._inbox[root]
+        else:
+            self._result = None
+
+    def run(self, fn: Callable[["ThreadCommunicator"], object]) -> list[object]:
+        """Run ``fn(comm)`` in m threads; return the m results, re-raising the first failure."""
+        torch.set_num_threads(1)
+        comms = self.communicators()
+        results: list[object] = [None] * self.size
+        errors: list[BaseException | None] = [None] * self.size
+
+        def target(comm: ThreadCommunicator) -> None:
+            try:
+                comm._mark = time.thread_time()
+                results[comm.rank] = fn(comm)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors[comm.rank] = exc
+                self._barrier.abort()
+                self._release.abort()
+
+        threads = [threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}") for c in comms]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        first = next((e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)), None)
+        if first is None:
+            first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return results
+
+
+class ThreadCommunicator(Communicator):
+    """One simulated worker's view of a `ThreadGroup`."""
+
+    def __init__(self, group: ThreadGroup, rank: int):
+        self.group = group
+        self.rank = rank
+        self.size = group.size
+        self._mark = time.thread_time()
+        super().__init__()
+
+    def _collective(self, op: str, tensors: list[torch.Tensor] | None, nbytes: int = 0, root: int = 0):
+        g = self.group
+        g._compute[self.rank] = time.thread_time() - self._mark
+        g._inbox[self.rank] = tensors
+        if self.rank == 0:
+            g._op = (op, nbytes, root)
+        g._barrier.wait()  # the last arrival runs ThreadGroup._reduce
+        result = g._result
+        g._release.wait()  # nobody refills the mailbox before everyone has read it
+        self._mark = time.thread_time()
+        return result
+
+    def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        return [t.clone() for t in self._collective("allreduce", tensors, nbytes)]
+
+    def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
+        return [t.clone() for t in self._collective("broadcast", tensors, root=root)]
+
+    def barrier(self) -> None:
+        self._collective("barrier", None)
+
+    def elapsed(self) -> float:
+        """Simulated parallel time: the group's clock plus this worker's compute since the last collective."""
+        pending = self.group.stragglers.factor(self.rank) * (time.thread_time() - self._mark)
+        return self.group.clock + pending

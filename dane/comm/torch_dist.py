@@ -1,0 +1,47 @@
+"""torch.distributed backend (gloo on CPU, nccl on CUDA), the default under ``torchrun``."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .base import Communicator
+
+
+class TorchDistCommunicator(Communicator):
+    def __init__(self, backend: str | None = None) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+            dist.init_process_group(backend=backend)
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.size = dist.get_world_size()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        super().__init__()
+
+    def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        # One flat buffer per dtype is one collective; ReduceOp.AVG is NCCL-only, so SUM then divide.
+        out: list[torch.Tensor | None] = [None] * len(tensors)
+        for dtype in dict.fromkeys(t.dtype for t in tensors):
+            idx = [i for i, t in enumerate(tensors) if t.dtype == dtype]
+            flat = torch.cat([tensors[i].reshape(-1) for i in idx])
+            self._dist.all_reduce(flat, op=self._dist.ReduceOp.SUM)
+            flat /= self.size
+            for i, piece in zip(idx, flat.split([tensors[i].numel() for i in idx])):
+                out[i] = piece.view_as(tensors[i])
+        return out  # type: ignore[return-value]
+
+    def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
+        out = [t.clone() for t in tensors]
+        for t in out:
+            self._dist.broadcast(t, src=root)
+        return out
+
+    def barrier(self) -> None:
+        self._dist.barrier()
+
+    def shutdown(self) -> None:
+        if self._dist.is_initialized():
+            self._dist.destroy_process_group()

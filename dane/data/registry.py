@@ -1,0 +1,51 @@
+"""``load_dataset``: one entry point from a dataset name to a ``Dataset``.
+
+Configs name a dataset; this module checks the name and the shared arguments before
+any file is opened, so a typo fails at once with the list of valid names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dane.data.cifar import load_cifar10
+from dane.data.dataset import Dataset
+from dane.data.mnist import load_mnist
+from dane.data.tabular import SKLEARN_LOADERS, load_admissions, load_sklearn
+from dane.errors import ConfigError
+
+FILE_DATASETS = ("mnist", "cifar10", "admissions")  # read from data_dir
+DATASET_NAMES = FILE_DATASETS + tuple(SKLEARN_LOADERS)  # the sklearn ones need no files
+
+
+def load_dataset(
+    name: str,
+    *,
+    data_dir: str | Path | None,
+    seed: int,
+    test_fraction: float = 0.2,
+    pad_to_32: bool = True,
+) -> Dataset:
+    """Load ``name`` from ``data_dir`` (unused by the scikit-learn datasets).
+
+    ``seed`` fixes every train/test split that is not given by the files (all but
+    full MNIST and CIFAR-10). ``test_fraction`` is the share held out in those splits.
+    ``pad_to_32`` applies to MNIST only: it zero-pads 28 x 28 to the 32 x 32 LeNet input.
+    """
+    if name not in DATASET_NAMES:
+        raise ConfigError(f"unknown dataset '{name}'; use one of: {', '.join(sorted(DATASET_NAMES))}")
+    if not 0.0 < test_fraction < 1.0:
+        raise ConfigError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
+    if name in SKLEARN_LOADERS:
+        return load_sklearn(name, seed=seed, test_fraction=test_fraction)
+    if data_dir is None:
+        raise ConfigError(
+            f"dataset {name} is read from files; set data_dir=/path/to/data "
+            "(the folder holding the files or their mnist/, cifar-10-batches-py/ subfolder)"
+        )
+    data_dir = Path(data_dir).expanduser()
+    if name == "mnist":
+        return load_mnist(data_dir, seed=seed, test_fraction=test_fraction, pad_to_32=pad_to_32)
+    if name == "cifar10":
+        return load_cifar10(data_dir)
+    return load_admissions(data_dir, seed=seed, test_fraction=test_fraction)

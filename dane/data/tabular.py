@@ -1,0 +1,84 @@
+"""Small tabular datasets: scikit-learn's bundled ones and the graduate admissions CSV.
+
+These need no download (the scikit-learn sets ship inside its wheel), which makes them
+the offline defaults for convex experiments such as multinomial logistic regression.
+Each gets a stratified, seeded train/test split and features standardized with the
+training statistics.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+from sklearn import datasets as sklearn_datasets
+
+from dane.data.dataset import Dataset, standardize, stratified_split, to_dataset
+from dane.errors import DataError
+
+SKLEARN_LOADERS = {
+    "digits": sklearn_datasets.load_digits,  # 1,797 8x8 images, given as 64 flat features
+    "iris": sklearn_datasets.load_iris,  # 150 rows, 4 features, 3 classes
+    "breast_cancer": sklearn_datasets.load_breast_cancer,  # 569 rows, 30 features, 2 classes
+}
+ADMISSIONS_FILE = "admissions.csv"
+ADMISSIONS_HEADER = ["admit", "gre", "gpa", "rank"]
+
+
+def _split_and_scale(
+    x: np.ndarray, y: np.ndarray, *, name: str, seed: int, test_fraction: float
+) -> Dataset:
+    train_x, train_y, test_x, test_y = stratified_split(x, y, test_fraction=test_fraction, seed=seed)
+    train_x, test_x = standardize(train_x, test_x)
+    return to_dataset(
+        train_x, train_y, test_x, test_y, num_classes=int(y.max()) + 1, name=name
+    )
+
+
+def load_sklearn(name: str, *, seed: int, test_fraction: float) -> Dataset:
+    """One of scikit-learn's bundled datasets (``digits``, ``iris``, ``breast_cancer``)."""
+    bunch = SKLEARN_LOADERS[name]()
+    return _split_and_scale(
+        bunch.data, bunch.target, name=name, seed=seed, test_fraction=test_fraction
+    )
+
+
+def read_admissions(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Parse ``admit,gre,gpa,rank`` rows into (features gre, gpa, rank; labels admit)."""
+    if not path.is_file():
+        raise DataError(
+            f"{path} does not exist; the admissions dataset expects {ADMISSIONS_FILE} "
+            f"(header {','.join(ADMISSIONS_HEADER)}) in data_dir"
+        )
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header = [cell.strip() for cell in rows[0]] if rows else []
+    if header != ADMISSIONS_HEADER:
+        raise DataError(
+            f"{path} has header {header}, expected {','.join(ADMISSIONS_HEADER)}; is it the admissions CSV?"
+        )
+    values = []
+    for line, row in enumerate(rows[1:], start=2):
+        if not row:  # a trailing blank line
+            continue
+        try:
+            values.append([float(cell) for cell in row])
+        except ValueError:
+            raise DataError(f"{path} line {line} has a non-numeric value: {row}; fix or remove the row") from None
+        if len(row) != len(ADMISSIONS_HEADER) or values[-1][0] not in (0.0, 1.0):
+            raise DataError(f"{path} line {line} is not admit(0/1),gre,gpa,rank: {row}; fix or remove the row")
+    if not values:
+        raise DataError(f"{path} has a header but no rows; re-download it")
+    table = np.asarray(values)
+    return table[:, 1:], table[:, 0].astype(np.int64)
+
+
+def load_admissions(data_dir: Path, *, seed: int, test_fraction: float) -> Dataset:
+    """The admissions CSV in ``data_dir``: binary admit label from gre, gpa and rank.
+
+    ``rank`` (1-4, the undergraduate institution's tier) is kept as one numeric feature,
+    as in the usual logistic regression of this dataset, not one-hot encoded.
+    """
+    x, y = read_admissions(Path(data_dir) / ADMISSIONS_FILE)
+    return _split_and_scale(x, y, name="admissions", seed=seed, test_fraction=test_fraction)

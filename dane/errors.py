@@ -1,0 +1,21 @@
+"""Errors that the entry points turn into one line on stderr and a non-zero exit.
+
+Raise these for anything a user can fix (a config value, a missing file, a worker
+count); let genuine bugs raise ordinary exceptions with a traceback.
+"""
+
+
+class UserError(Exception):
+    """A problem with what the user asked for.  The message names the problem and the fix."""
+
+
+class ConfigError(UserError, ValueError):
+    """An invalid configuration value: ``algorithm.mu must be >= 0, got -1``."""
+
+
+class DataError(UserError, FileNotFoundError):
+    """Missing or malformed data files; the message lists the files expected."""
+
+
+class DivergenceError(UserError, ArithmeticError):
+    """A run whose objective became non-finite; results written so far are kept."""

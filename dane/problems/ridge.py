@@ -1,0 +1,92 @@
+r"""Ridge regression, synthetic (DESIGN.md section 4) or from given data.
+
+.. math:: O(w) = \frac1N \sum_{j=1}^N (\langle x_j, w\rangle - y_j)^2 + \lambda\|w\|^2
+
+Worker i's shard S_i enters its local objective with weight m/N,
+:math:`O_i(w) = \frac{m}{N}\sum_{j\in S_i}(\langle x_j, w\rangle - y_j)^2 + \lambda\|w\|^2`,
+so that the mean of the O_i is exactly O even when N is not a multiple of m.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from .. import checks
+from ..errors import ConfigError
+from .quadratic import QuadraticProblem
+
+COVARIANCES = ("iso", "decay")
+
+
+@dataclass(frozen=True)
+class RidgeSyntheticConfig:
+    """y = <x, w*> + noise, x ~ N(0, Σ), w* = all ones; Σ = I (iso) or diag(j^-1.2) (decay: feature j scaled by j^-0.6)."""
+
+    n_samples: int = 18000
+    dim: int = 500
+    lam: float = 0.005
+    covariance: str = "iso"
+    noise_std: float = 1.0
+    seed: int = 0
+    name: str = "ridge_synthetic"
+
+    def __post_init__(self) -> None:
+        checks.positive_int("problem.n_samples", self.n_samples)
+        checks.positive_int("problem.dim", self.dim)
+        checks.nonnegative("problem.lam", self.lam)
+        checks.one_of("problem.covariance", self.covariance, COVARIANCES)
+        checks.nonnegative("problem.noise_std", self.noise_std)
+
+    def check_workers(self, workers: int) -> None:
+        if self.n_samples < workers:
+            raise ConfigError(
+                f"problem.n_samples={self.n_samples} is fewer than workers={workers}; "
+                f"every worker needs at least one sample: raise n_samples or use fewer workers"
+            )
+
+    def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> QuadraticProblem:
+        self.check_workers(size)
+        X, y = generate(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed)
+        w_star = _optimum_cached(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed, self.lam)
+        idx = shard(self.n_samples, size, self.seed)[rank]
+        X, y, w_star = X[idx].to(dtype), y[idx].to(dtype), w_star.to(dtype)
+        return quadratic_shard(X, y, self.lam, scale=size / self.n_samples, w_star=w_star)
+
+
+@lru_cache(maxsize=4)
+def generate(n_samples: int, dim: int, covariance: str, noise_std: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The full data set, identical in every process for the same arguments (float64)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_samples, dim))
+    if covariance == "decay":
+        X *= np.arange(1, dim + 1) ** -0.6
+    y = X @ np.ones(dim) + noise_std * rng.standard_normal(n_samples)
+    return torch.from_numpy(X), torch.from_numpy(y)
+
+
+@lru_cache(maxsize=16)
+def shard(n_samples: int, size: int, seed: int) -> list[torch.Tensor]:
+    """Equal random shards (sizes differ by at most one), the same on every backend."""
+    perm = np.random.default_rng([seed, 1]).permutation(n_samples)
+    return [torch.from_numpy(np.sort(p)) for p in np.array_split(perm, size)]
+
+
+@lru_cache(maxsize=4)
+def _optimum_cached(n_samples, dim, covariance, noise_std, seed, lam):
+    return ridge_optimum(*generate(n_samples, dim, covariance, noise_std, seed), lam)
+
+
+def ridge_optimum(X: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
+    n = X.shape[0]
+    H = (2.0 / n) * (X.T @ X) + 2 * lam * torch.eye(X.shape[1], dtype=X.dtype)
+    return torch.linalg.solve(H, (2.0 / n) * (X.T @ y))
+
+
+def quadratic_shard(X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None) -> QuadraticProblem:
+    """O_i(w) = scale * ||X w - y||^2 + lam ||w||^2 as a `QuadraticProblem`."""
+    A = 2 * scale * (X.T @ X)
+    b = 2 * scale * (X.T @ y)
+    return QuadraticProblem(A, b, scale * float(y @ y), lam, w_star=w_star)

@@ -1,0 +1,104 @@
+"""Hydra config -> validated `RunSpec`, before any process group starts."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from dane import checks
+from dane.comm import AlphaBeta, Stragglers, detect_launcher, resolve_backend
+from dane.errors import ConfigError, UserError
+from dane.launch import HorovodOptions, RunSpec
+from dane.runner import StopRule
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def build(cfg: DictConfig, group_name: str):
+    """Instantiate a config group's dataclass; its __post_init__ validates the values."""
+    try:
+        return instantiate(cfg[group_name])
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        while cause is not None and not isinstance(cause, UserError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from None
+        raise ConfigError(f"{group_name}: {str(exc).splitlines()[-1]}") from None
+
+
+def workers_for(backend: str, workers) -> int:
+    launched, size = detect_launcher()
+    if backend in ("horovod", "torch"):
+        if launched == "local":
+            size = 1
+        if workers is not None and workers != size:
+            raise ConfigError(
+                f"workers={workers} but the launcher started {size} process(es); "
+                f"drop workers= under horovodrun/torchrun or launch {workers} processes"
+            )
+        return size
+    if launched != "local":
+        raise ConfigError(f"comm=local inside a {launched} launch; drop comm=local or run with plain python")
+    return 1 if workers is None else checks.positive_int("workers", workers)
+
+
+def cost_model(sim: DictConfig) -> AlphaBeta:
+    base = AlphaBeta()
+    path = Path(sim.calibration) if sim.calibration else None
+    if path is not None and path.exists():
+        base = AlphaBeta.load(path)
+    alpha = base.alpha if sim.alpha is None else sim.alpha
+    beta = base.beta if sim.beta is None else sim.beta
+    return AlphaBeta(alpha=checks.nonnegative("sim.alpha", alpha), beta=checks.positive("sim.beta", beta))
+
+
+def run_spec(cfg: DictConfig) -> RunSpec:
+    backend = resolve_backend(cfg.comm.backend)
+    workers = workers_for(backend, cfg.workers)
+    algorithm = build(cfg, "algorithm")
+    problem = build(cfg, "problem")
+    problem.check_workers(workers)
+    checks.one_of("dtype", cfg.dtype, tuple(DTYPES))
+    tol = None if cfg.tol is None else checks.positive("tol", cfg.tol)
+    slowdown = tuple(checks.positive("sim.slowdown", s) for s in cfg.sim.slowdown)
+    return RunSpec(
+        algorithm=algorithm,
+        problem=problem,
+        backend=backend,
+        workers=workers,
+        stop=StopRule(rounds=checks.positive_int("rounds", cfg.rounds), tol=tol),
+        dtype=DTYPES[cfg.dtype],
+        seed=cfg.seed,
+        cost=cost_model(cfg.sim),
+        stragglers=Stragglers(slowdown=slowdown, delay_mean=checks.nonnegative("sim.delay_mean", cfg.sim.delay_mean),
+                              seed=cfg.sim.seed),
+        horovod=HorovodOptions(cycle_time_ms=checks.positive("comm.horovod_cycle_time_ms", cfg.comm.horovod_cycle_time_ms)),
+        torch_backend=cfg.comm.torch_backend,
+        config_text=OmegaConf.to_yaml(cfg, resolve=True),
+        print_every=checks.positive_int("print_every", cfg.print_every),
+        quiet=bool(cfg.quiet),
+    )
+
+
+def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
+    """Reject ``algorithm=foo`` with one line before Hydra prints a page about it."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+~")
+        group = conf_dir / key
+        if not sep or "." in key or not group.is_dir():
+            continue
+        known = sorted(p.stem for p in group.glob("*.yaml"))
+        for choice in value.split(","):
+            if choice and choice not in known and choice != "null":
+                raise ConfigError(f"{key}={choice} is unknown; choose one of: {', '.join(known)}")
+
+
+def rank_zero() -> bool:
+    return int(os.environ.get("HOROVOD_RANK", os.environ.get("RANK", 0))) == 0
