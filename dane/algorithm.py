@@ -44,3 +44,21 @@ class Algorithm(ABC):
     @property
     def iterate(self) -> torch.Tensor:
         return self.w
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to continue exactly as if never stopped.
+
+        The base keeps the iterate and the problem's own state (its minibatch
+        generators); subclasses with more state (a safeguard, dual variables, an
+        optimizer) extend both methods.
+        """
+        state = {"w": self.w.detach().clone()}
+        if hasattr(self.problem, "state_dict"):
+            state["problem"] = self.problem.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self.w.copy_(state["w"])  # in place: an optimizer may hold self.w as its parameter
+        if "problem" in state:
+            self.problem.load_state_dict(state["problem"])

@@ -34,3 +34,15 @@ def one_of(key: str, value, choices) -> str:
     if value not in choices:
         raise ConfigError(f"{key} must be one of {'|'.join(map(str, choices))}, got {value!r}")
     return value
+
+
+def boolean(key: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def integer(key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    return value

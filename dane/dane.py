@@ -64,6 +64,18 @@ class DANE(Algorithm):
         (self.w,) = self.comm.allreduce_mean([w_local])                              # 3. w_{t+1} = mean w_i
         return {**self.metrics(g, metrics), "mu": self.mu, **extra}
 
+    def state_dict(self) -> dict:
+        state = {**super().state_dict(), "mu": self.mu}
+        if self.guard is not None:
+            state["guard"] = self.guard.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.mu = state["mu"]
+        if self.guard is not None:
+            self.guard.load_state_dict(state["guard"])
+
 
 class MuSafeguard:
     """Accept an averaged iterate only if the global objective did not increase.
@@ -98,6 +110,13 @@ class MuSafeguard:
             self.mu = max(self.mu / self.shrink, self.mu_floor)
             self.streak = 0
         return w, local_grad, g, metrics, {"accepted": True}
+
+    def state_dict(self) -> dict:
+        return {"mu": self.mu, "streak": self.streak, "accepted": self.accepted}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mu, self.streak = state["mu"], state["streak"]
+        self.accepted = None if state["accepted"] is None else tuple(state["accepted"])
 
     def _raise_mu(self, dw: torch.Tensor, dg: torch.Tensor) -> None:
         self.streak = 0

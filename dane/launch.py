@@ -7,6 +7,7 @@ function on each, and lets rank 0 write the results.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -14,11 +15,15 @@ from typing import Any, Protocol
 import torch
 
 from .algorithm import Algorithm
+from .checkpoint import load_checkpoint, save_checkpoint, truncate_rounds
 from .comm import AlphaBeta, Communicator, Stragglers, ThreadGroup, make_communicator
-from .errors import DivergenceError
+from .confusion import write_confusion
+from .errors import ConfigError, DivergenceError
 from .problems import Problem
 from .results import RunWriter
-from .runner import RoundTable, StopRule, run
+from .runner import ProgressBar, RoundTable, StopRule, run
+
+PROGRESS = ("table", "bar", "auto", "none")
 
 
 class AlgorithmConfig(Protocol):
@@ -65,6 +70,10 @@ class RunSpec:
     config_text: str = ""
     print_every: int = 1
     quiet: bool = False
+    save_iterate: bool = False  # rank 0 writes the final iterate to <out_dir>/iterate.pt
+    checkpoint_every: int = 0        # 0: never; else every K rounds, into <run dir>/checkpoint/
+    resume: str | None = None        # a run directory to continue in place from its checkpoint
+    progress: str = "table"          # rank 0's display: table | bar | auto (bar on a terminal) | none
 
     @property
     def simulated(self) -> bool:
@@ -74,11 +83,16 @@ class RunSpec:
 def execute(spec: RunSpec, out_dir: str | None) -> dict:
     """Run ``spec``; rank 0 writes ``out_dir``.  Returns the summary (on every rank)."""
     torch.manual_seed(spec.seed)
+    if spec.resume is not None:
+        out_dir = spec.resume  # a resumed run continues in its own directory
+    if spec.checkpoint_every and not out_dir and spec.simulated:
+        raise ConfigError(f"checkpoint_every={spec.checkpoint_every} needs a run directory; set out_dir")
     if spec.simulated:
-        problems = [spec.problem.build(rank, spec.workers, spec.dtype) for rank in range(spec.workers)]
+        torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
+        problems, setups = zip(*(_build(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
         group = ThreadGroup(spec.workers, spec.cost, spec.stragglers)
         start = time.perf_counter()
-        summaries = group.run(lambda comm: _worker(spec, comm, problems[comm.rank], out_dir, start))
+        summaries = group.run(lambda comm: _worker(spec, comm, problems[comm.rank], out_dir, start, max(setups)))
         summary = summaries[0]
     else:
         if spec.backend == "horovod":
@@ -86,10 +100,10 @@ def execute(spec: RunSpec, out_dir: str | None) -> dict:
         comm = make_communicator(spec.backend, torch_backend=spec.torch_backend)
         try:
             out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's directory
-            problem = spec.problem.build(comm.rank, comm.size, spec.dtype)
+            problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
             comm.barrier()
             comm.reset_clock()
-            summary = _worker(spec, comm, problem, out_dir, time.perf_counter())
+            summary = _worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s)
         finally:
             comm.shutdown()
     if summary["status"] == "diverged":
@@ -100,24 +114,57 @@ def execute(spec: RunSpec, out_dir: str | None) -> dict:
     return summary
 
 
-def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | None, start: float) -> dict:
+def _build(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, float]:
+    """Worker ``rank``'s problem and the seconds of its own setup (its shard's local Hessian, say).
+
+    The shared data set and reference optimum are made first by the config's optional
+    ``prepare()``, untimed, so ``setup_s`` is the work that parallelizes over workers.
+    """
+    prepare = getattr(spec.problem, "prepare", None)
+    if prepare is not None:
+        prepare()
+    t0 = clock()
+    problem = spec.problem.build(rank, size, spec.dtype)
+    return problem, clock() - t0
+
+
+def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | None, start: float,
+            setup_s: float = 0.0) -> dict:
     algo = spec.algorithm.build(problem, comm)
+    meta = {"algorithm": spec.algorithm.name, "problem": spec.problem.name, "workers": comm.size, "rank": comm.rank}
+    resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
+    if resume is not None and resume["round"] > spec.stop.rounds:
+        raise ConfigError(f"resume={spec.resume} is at round {resume['round']} but rounds={spec.stop.rounds}; "
+                          f"set rounds >= {resume['round']}")
+    if resume is not None and comm.rank == 0:
+        truncate_rounds(spec.resume, resume["round"])
     writer = RunWriter(out_dir) if comm.rank == 0 and out_dir else None
-    table = RoundTable(spec.print_every) if comm.rank == 0 and not spec.quiet else None
+    show = _display(spec) if comm.rank == 0 else None
+    notes = list(getattr(problem, "notes", ()))
+    if show is not None:
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr, flush=True)
 
     def on_round(record: dict) -> None:
         if writer is not None:
             writer.write_round(record)
-        if table is not None:
-            table(record)
+        if show is not None:
+            show(record)
+
+    def on_checkpoint(state: dict) -> None:
+        if out_dir:
+            save_checkpoint(out_dir, comm.rank, state, meta)
 
     if writer is not None and spec.config_text:
         writer.write_text("config.yaml", spec.config_text)
     try:
-        records, status = run(algo, spec.stop, on_round)
+        records, status = run(algo, spec.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
+                              checkpoint_every=spec.checkpoint_every)
     finally:
         if writer is not None:
             writer.close()
+        if isinstance(show, ProgressBar):
+            show.close()
     last = records[-1]
     summary: dict[str, Any] = {
         "algorithm": spec.algorithm.name,
@@ -133,17 +180,42 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
         "comm_rounds": last["comm_rounds"],
         "time_s": last["time_s"],
         "wall_time_s": time.perf_counter() - start,
+        "setup_s": setup_s,
     }
+    summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
+    if notes:
+        summary["notes"] = notes
+    if resume is not None:
+        summary["resumed_from_round"] = resume["round"]
     if spec.simulated:
         group = comm.group  # type: ignore[attr-defined]
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
                        simulated_comm_s=group.comm_time, alpha=group.cost.alpha, beta=group.cost.beta)
+    if hasattr(problem, "confusion_matrix") and status != "diverged":
+        # One extra allreduce after the last record, so no logged cost includes it.
+        (counts,) = comm.allreduce_mean([problem.confusion_matrix(algo.reported_iterate)])
+        if writer is not None:
+            write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
+                                                     f"{comm.size} worker(s), round {last['round']}")
+    if writer is not None and spec.save_iterate:
+        torch.save(algo.iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))
     if writer is not None:
         writer.write_summary(summary)
-    if table is not None:
+    if show is not None:
         final = summary["final_suboptimality"]
         tail = f"final suboptimality {final:.3e}" if final is not None else f"final objective {summary['final_objective']:.8e}"
+        if "final_test_accuracy" in summary:
+            tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
         print(f"{summary['algorithm']} on {summary['problem']}, {comm.size} worker(s), {summary['backend']}: "
               f"{status} after {summary['rounds']} rounds, {tail}, {summary['total_bytes']} bytes sent, "
               f"{summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""), flush=True)
     return summary
+
+
+def _display(spec: RunSpec):
+    """Rank 0's per-round display: the table, a progress bar, or nothing."""
+    if spec.quiet or spec.progress == "none":
+        return None
+    if spec.progress == "bar" or (spec.progress == "auto" and sys.stderr.isatty()):
+        return ProgressBar(spec.stop.rounds)
+    return RoundTable(spec.print_every)

@@ -15,12 +15,18 @@ class StopRule:
     """Stop after ``rounds`` rounds, or once suboptimality (else grad_norm) is at most ``tol``.
 
     A run whose objective becomes non-finite or grows past ``blowup`` times its start is
-    stopped and marked diverged.
+    stopped and marked diverged.  Optionally (`EarlyStopping`) a run also stops once
+    ``monitor`` (higher is better, e.g. test_accuracy) reaches ``target``, or after
+    ``patience`` rounds without improving it by more than ``min_delta``.
     """
 
     rounds: int = 30
     tol: float | None = None
     blowup: float = 1e8
+    patience: int | None = None
+    monitor: str = "test_accuracy"
+    min_delta: float = 0.0
+    target: float | None = None
 
     def status(self, record: dict, first: dict) -> str | None:
         objective = record["objective"]
@@ -33,27 +39,93 @@ class StopRule:
         return None
 
 
-def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None = None) -> tuple[list[dict], str]:
+class EarlyStopping:
+    """The state behind `StopRule.patience` and `StopRule.target`: the best ``monitor`` value so far and its round."""
+
+    def __init__(self, stop: StopRule):
+        self.stop = stop
+        self.best = -math.inf
+        self.best_round: int | None = None
+
+    def update(self, record: dict) -> str | None:
+        value = record.get(self.stop.monitor)
+        if value is None or not math.isfinite(value):
+            return None
+        if self.stop.target is not None and value >= self.stop.target:
+            return "target_reached"
+        if value > self.best + self.stop.min_delta or self.best_round is None:
+            self.best, self.best_round = max(value, self.best), record["round"]
+        elif self.stop.patience is not None and record["round"] - self.best_round >= self.stop.patience:
+            return "early_stopped"
+        return None
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "best_round": self.best_round}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.best_round = state["best"], state["best_round"]
+
+
+def _cost(comm) -> dict:
+    return {"time_s": comm.elapsed(), "bytes_sent": comm.bytes_sent, "comm_rounds": comm.calls}
+
+
+def restore_cost(comm, cost: dict) -> None:
+    """Continue a communicator's counters and clock from a checkpoint's ``cost``."""
+    comm.bytes_sent, comm.calls = int(cost["bytes_sent"]), int(cost["comm_rounds"])
+    group = getattr(comm, "group", None)
+    if group is not None:  # the simulator: its clock is the simulated parallel time
+        group.clock = float(cost["time_s"])
+    else:
+        comm.reset_clock()
+        comm._t0 -= float(cost["time_s"])
+
+
+def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
+        resume: dict | None = None, on_checkpoint: Callable[[dict], None] | None = None,
+        checkpoint_every: int = 0) -> tuple[list[dict], str]:
     """Run rounds until ``stop`` says so; every record describes iterate w_t and what it cost to reach.
 
     Round t's metrics are measured inside round t's first allreduce, and its time and
     bytes are the totals when w_t was produced.  The last iterate gets one evaluation.
+
+    Every ``checkpoint_every`` rounds, ``on_checkpoint`` receives the state from which
+    ``run(..., resume=state)`` continues exactly as the uninterrupted run would: the next
+    round, the cost counters, the first record, the early-stopping state and
+    ``algo.state_dict()``.  Only the records of this call are returned.  Afterwards
+    ``algo.reported_iterate`` is the iterate the last record describes (w_t when a stop
+    rule fired on round t's own metrics; on a round DANE's safeguard rejected, the
+    records describe the last accepted iterate instead).
     """
     comm = algo.comm
-    cost = {"time_s": comm.elapsed(), "bytes_sent": comm.bytes_sent, "comm_rounds": comm.calls}
+    watch = EarlyStopping(stop)
+    start, cost, first = 0, _cost(comm), None
+    if resume is not None:
+        algo.load_state_dict(resume["algorithm"])
+        watch.load_state_dict(resume["early_stop"])
+        restore_cost(comm, resume["cost"])
+        start, cost, first = resume["round"], resume["cost"], resume["first"]
     records: list[dict] = []
     status = "max_rounds"
-    for t in range(stop.rounds + 1):
+    for t in range(start, stop.rounds + 1):
+        w_t = algo.iterate.detach().clone() if t < stop.rounds else None
         metrics = algo.step() if t < stop.rounds else algo.evaluate()
         record = {"round": t, **cost, **metrics}
         records.append(record)
+        first = first if first is not None else record
         if on_round is not None:
             on_round(record)
-        verdict = stop.status(record, records[0])
+        verdict = stop.status(record, first) or watch.update(record)
         if verdict is not None:
             status = verdict
             break
-        cost = {"time_s": comm.elapsed(), "bytes_sent": comm.bytes_sent, "comm_rounds": comm.calls}
+        w_t = None
+        cost = _cost(comm)
+        if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0:
+            on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
+                           "algorithm": algo.state_dict()})
+    # A run stopped by a round's metrics has already moved past the iterate they describe.
+    algo.reported_iterate = w_t if w_t is not None else algo.iterate
     return records, status
 
 
@@ -61,7 +133,8 @@ class RoundTable:
     """A compact per-round table on stdout, for rank 0."""
 
     COLUMNS = (("round", "{:>5d}"), ("time_s", "{:>9.4f}"), ("bytes_sent", "{:>10}"), ("objective", "{:>14.8e}"),
-               ("suboptimality", "{:>12.3e}"), ("grad_norm", "{:>10.3e}"), ("mu", "{:>8.3g}"))
+               ("suboptimality", "{:>12.3e}"), ("grad_norm", "{:>10.3e}"), ("mu", "{:>8.3g}"),
+               ("test_loss", "{:>9.4f}"), ("test_accuracy", "{:>13.4f}"))
 
     def __init__(self, every: int = 1, stream=sys.stdout):
         self.every, self.stream = every, stream
@@ -70,15 +143,38 @@ class RoundTable:
     def __call__(self, record: dict) -> None:
         if record["round"] % self.every:
             return
-        cols = [(k, f) for k, f in self.COLUMNS if k in record]
-        if not self._header_done:
-            print("  ".join(f"{k:>{len(f.format(record[k]))}}" for k, f in cols), file=self.stream)
+        if not self._header_done:  # the first record fixes the columns; later ones may lack some (mu at the end)
+            self._cols = [(k, f, len(f.format(record[k]))) for k, f in self.COLUMNS if k in record]
+            print("  ".join(f"{k:>{width}}" for k, _, width in self._cols), file=self.stream)
             self._header_done = True
         cells = []
-        for k, f in cols:
+        for k, f, width in self._cols:
+            if k not in record:
+                cells.append(" " * width)
+                continue
             v = record[k]
             cells.append(f.format(_human_bytes(v) if k == "bytes_sent" else v) if math.isfinite(float(v)) or k == "bytes_sent" else f"{v!s:>12}")
         print("  ".join(cells), file=self.stream, flush=True)
+
+
+class ProgressBar:
+    """One self-overwriting line for rank 0: rounds done, a bar, the objective, test accuracy and time."""
+
+    def __init__(self, total: int, stream=sys.stderr, width: int = 24):
+        self.total, self.stream, self.width = max(total, 1), stream, width
+
+    def __call__(self, record: dict) -> None:
+        done = min(record["round"], self.total)
+        filled = round(self.width * done / self.total)
+        line = f"\r{done:>5d}/{self.total} [{'#' * filled}{'.' * (self.width - filled)}] objective {record['objective']:.4e}"
+        if "test_accuracy" in record:
+            line += f"  test_accuracy {record['test_accuracy']:.4f}"
+        self.stream.write(f"{line}  {record['time_s']:.1f}s ")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\n")
+        self.stream.flush()
 
 
 def _human_bytes(n: int) -> str:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from dane import checks
 from dane.comm import AlphaBeta, Stragglers, detect_launcher, resolve_backend
 from dane.errors import ConfigError, UserError
-from dane.launch import HorovodOptions, RunSpec
+from dane.launch import PROGRESS, HorovodOptions, RunSpec
 from dane.runner import StopRule
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -72,7 +72,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         problem=problem,
         backend=backend,
         workers=workers,
-        stop=StopRule(rounds=checks.positive_int("rounds", cfg.rounds), tol=tol),
+        stop=stop_rule(cfg, tol),
         dtype=DTYPES[cfg.dtype],
         seed=cfg.seed,
         cost=cost_model(cfg.sim),
@@ -83,7 +83,43 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         config_text=OmegaConf.to_yaml(cfg, resolve=True),
         print_every=checks.positive_int("print_every", cfg.print_every),
         quiet=bool(cfg.quiet),
+        save_iterate=bool(cfg.get("save_iterate", False)),
+        checkpoint_every=checkpoint_every(cfg),
+        resume=resume_dir(cfg),
+        progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
     )
+
+
+def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:
+    early = cfg.get("early_stop") or {}
+    patience, target = early.get("patience"), early.get("target")
+    return StopRule(
+        rounds=checks.positive_int("rounds", cfg.rounds),
+        tol=tol,
+        patience=None if patience is None else checks.positive_int("early_stop.patience", patience),
+        monitor=str(early.get("monitor", "test_accuracy")),
+        min_delta=checks.nonnegative("early_stop.min_delta", early.get("min_delta", 0.0)),
+        target=None if target is None else float(checks.nonnegative("early_stop.target", target)),
+    )
+
+
+def checkpoint_every(cfg: DictConfig) -> int:
+    every = cfg.get("checkpoint_every", 0)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ConfigError(f"checkpoint_every must be an integer >= 0 (0: never), got {every!r}")
+    return every
+
+
+def resume_dir(cfg: DictConfig) -> str | None:
+    """The run directory to continue; it must hold a checkpoint (checked again per rank)."""
+    resume = cfg.get("resume")
+    if resume is None:
+        return None
+    path = Path(str(resume)).expanduser()
+    if not (path / "checkpoint").is_dir():
+        raise ConfigError(f"resume={resume} has no checkpoint/ folder; "
+                          "point it at the run directory of a run made with checkpoint_every > 0")
+    return str(path)
 
 
 def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:

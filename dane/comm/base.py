@@ -23,7 +23,7 @@ class Communicator(ABC):
 
     ``bytes_sent`` follows the ring-allreduce model (each worker sends 2(m-1)/m of the
     message) and counts the root's payload times (m-1) for a broadcast; ``calls`` counts
-    communication rounds (one grouped allreduce is one round).
+    communication rounds (one grouped allreduce or one broadcast is one round).
     """
 
     rank: int = 0
@@ -50,6 +50,7 @@ class Communicator(ABC):
         if self.rank == root:
             nbytes = sum(t.numel() * t.element_size() for t in tensors)
             self.bytes_sent += nbytes * (self.size - 1)
+        self.calls += 1
         if self.size == 1:
             return [t.clone() for t in tensors]
         return self._broadcast(list(tensors), root)

@@ -67,6 +67,10 @@ class QuadraticProblem:
             self._factors[key] = L
         return self._factors[key]
 
+    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
+        r"""argmin_z λ||z||^2 + (ρ/2)||z - v||^2 = ρ v / (ρ + 2λ): the prox of the shared regulariser (ADMM's z-step)."""
+        return (rho / (rho + 2 * self.lam)) * v
+
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True) -> torch.Tensor:
         # Stationarity: (H_i + μI)(w - anchor) = linear - ∇O_i(anchor); solving for the step
         # rather than for w keeps the result accurate when the step is tiny.

@@ -47,6 +47,11 @@ class RidgeSyntheticConfig:
                 f"every worker needs at least one sample: raise n_samples or use fewer workers"
             )
 
+    def prepare(self) -> None:
+        """Make (and cache) the full data set and its optimum, so that `build` does only a worker's own work."""
+        generate(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed)
+        _optimum_cached(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed, self.lam)
+
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> QuadraticProblem:
         self.check_workers(size)
         X, y = generate(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed)
@@ -85,8 +90,29 @@ def ridge_optimum(X: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
     return torch.linalg.solve(H, (2.0 / n) * (X.T @ y))
 
 
-def quadratic_shard(X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None) -> QuadraticProblem:
-    """O_i(w) = scale * ||X w - y||^2 + lam ||w||^2 as a `QuadraticProblem`."""
-    A = 2 * scale * (X.T @ X)
-    b = 2 * scale * (X.T @ y)
-    return QuadraticProblem(A, b, scale * float(y @ y), lam, w_star=w_star)
+def quadratic_shard(X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None) -> "RidgeShard":
+    """O_i(w) = scale * ||X w - y||^2 + lam ||w||^2 as a `QuadraticProblem` that keeps its rows."""
+    return RidgeShard(X, y, lam, scale=scale, w_star=w_star)
+
+
+class RidgeShard(QuadraticProblem):
+    r"""A ridge shard that keeps its rows X_i, y_i, for minibatch gradients (local SGD).
+
+    A minibatch B of the n_i local rows gives the unbiased estimate
+
+    .. math:: \widehat{\nabla O_i}(w) = 2\,\text{scale}\,\frac{n_i}{|B|} X_B^\top (X_B w - y_B) + 2\lambda w,
+
+    which equals ∇O_i(w) when B is the whole shard.
+    """
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None):
+        super().__init__(2 * scale * (X.T @ X), 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star)
+        self.X, self.y, self.scale = X, y, float(scale)
+
+    @property
+    def n_local(self) -> int:
+        return self.X.shape[0]
+
+    def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        X, y = self.X[idx], self.y[idx]
+        return (2 * self.scale * self.n_local / idx.numel()) * (X.T @ (X @ w - y)) + 2 * self.lam * w

@@ -1,0 +1,37 @@
+# dane: the two commands are `make run` (the main job) and `make test` (the tests).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+NP     ?= 2
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: setup run test test-slow bench figures clean
+
+setup: $(VENV)/.setup-done
+
+$(VENV)/.setup-done: scripts/setup.sh pyproject.toml
+	bash scripts/setup.sh
+	touch $@
+
+## The main job: DANE on the synthetic ridge under horovodrun -np 2, its table, results/ and a figure.
+run: setup
+	$(VENV)/bin/horovodrun -np $(NP) --gloo $(PY) -m experiments.train algorithm=dane problem=ridge_synthetic \
+		rounds=15 tol=1e-12 out_dir=results/main
+	$(PY) -m paper_figs.run_convergence results/main
+
+## The default tests: fast, no `slow` marker (about 15 minutes on 2 cores).
+test: setup
+	$(PY) -m pytest -m "not slow" -q
+
+test-slow: setup
+	$(PY) -m pytest -m slow -q
+
+## Benchmarks: JSON into results/bench.json (never timed tests).
+bench: setup
+	$(PY) scripts/bench.py --out results/bench.json
+
+## Every figure and table in paper_figs/ from results/ (runs the default sweep first if it is missing).
+figures: setup
+	$(PY) -m paper_figs.make_all
+
+clean:
+	rm -rf results outputs multirun .pytest_cache

@@ -1,0 +1,151 @@
+r"""Local SGD / periodic model averaging: K local steps, then one aggregation.
+
+.. math::
+    w_i &\leftarrow w_i - \text{lr}\cdot \widehat{\nabla O_i}(w_i) \quad (K \text{ times, from } w_i = w_t) \\
+    w_{t+1} &= \mathrm{aggregate}(w_1, \dots, w_m)
+
+where :math:`\widehat{\nabla O_i}` is the full local gradient (``batch_size=None``) or a
+minibatch estimate on ``batch_size`` rows, epoch-shuffled by a per-worker
+`dane.inner.MinibatchSampler` (its generator seeded from ``seed`` and the rank).  The aggregations:
+
+- ``mean``: :math:`\frac1m\sum_i w_i`, one allreduce;
+- ``weighted``: :math:`\sum_i n_i w_i / \sum_i n_i` by shard size, one allreduce of
+  :math:`(n_i w_i, n_i)`;
+- ``best`` ("best election"): each worker scores its own w_i (the problem's
+  ``validation_objective`` if it has one, else its local objective O_i(w_i)); an allreduce
+  of the one-hot-scaled scores tells every worker the argmin, whose model is broadcast
+  from that rank.  Two collectives per round; records carry ``elected``.
+
+With K=1, full batches and ``mean`` this is distributed gradient descent, iterate by
+iterate.  ``lr=None`` takes 1/max_i L_i, the largest local smoothness constant, so that
+full-batch local steps cannot diverge (local Lanczos estimates, no communication except
+one allreduce of an m-vector, counted in round 0); minibatches may need a smaller lr.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from dane import checks
+from dane.algorithm import Algorithm
+from dane.comm import Communicator
+from dane.errors import ConfigError
+from dane.inner import MinibatchSampler, worker_seed
+from dane.problems import Problem
+
+from .metrics import global_metrics, local_payload, logs_gradient
+from .spectral import largest_local_smoothness, one_hot
+
+AGGREGATES = ("mean", "weighted", "best")
+SAMPLER_STREAM = 3  # worker_seed stream of this algorithm's minibatch generator
+
+
+@dataclass(frozen=True)
+class LocalSGDConfig:
+    local_steps: int = 10
+    batch_size: int | None = None
+    lr: float | None = None
+    aggregate: str = "mean"
+    power_iters: int = 20
+    seed: int = 0
+    name: str = "local_sgd"
+
+    def __post_init__(self) -> None:
+        checks.positive_int("algorithm.local_steps", self.local_steps)
+        if self.batch_size is not None:
+            checks.positive_int("algorithm.batch_size", self.batch_size)
+        if self.lr is not None:
+            checks.positive("algorithm.lr", self.lr)
+        checks.one_of("algorithm.aggregate", self.aggregate, AGGREGATES)
+        checks.positive_int("algorithm.power_iters", self.power_iters)
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "LocalSGD":
+        return LocalSGD(problem, comm, local_steps=self.local_steps, batch_size=self.batch_size, lr=self.lr,
+                        aggregate=self.aggregate, power_iters=self.power_iters, seed=self.seed)
+
+
+def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor], *, lr: float,
+                steps: int) -> torch.Tensor:
+    """``steps`` iterations of w <- w - lr * gradient(w)."""
+    for _ in range(steps):
+        w = w - lr * gradient(w)
+    return w
+
+
+class LocalSGD(Algorithm):
+    name = "local_sgd"
+
+    def __init__(self, problem: Problem, comm: Communicator, *, local_steps: int = 10, batch_size: int | None = None,
+                 lr: float | None = None, aggregate: str = "mean", power_iters: int = 20, seed: int = 0,
+                 w0: torch.Tensor | None = None):
+        super().__init__(problem, comm, w0)
+        check_problem(problem, batch_size, aggregate)
+        self.local_steps, self.batch_size, self.aggregate = local_steps, batch_size, aggregate
+        self.with_grad = logs_gradient(problem)
+        self.sampler = (MinibatchSampler(problem.n_local, batch_size, worker_seed(seed, comm.rank, SAMPLER_STREAM))
+                        if batch_size is not None else None)
+        self.L_est = None if lr is not None else largest_local_smoothness(problem, comm, iters=power_iters, seed=seed)
+        self.lr = lr if lr is not None else 1.0 / self.L_est
+
+    def gradient(self, w: torch.Tensor) -> torch.Tensor:
+        if self.sampler is None:
+            return self.problem.evaluate(w)[0]  # the exact local gradient, as distributed GD computes it
+        return self.problem.batch_grad(w, self.sampler.next())
+
+    def step(self) -> dict[str, float]:
+        payload = local_payload(self.problem, self.w, with_grad=self.with_grad)  # w_t's metrics ride along
+        w_local = local_steps(self.w, self.gradient, lr=self.lr, steps=self.local_steps)
+        if self.aggregate == "mean":
+            self.w, *reduced = self.comm.allreduce_mean([w_local, *payload])
+            extra = {}
+        elif self.aggregate == "weighted":
+            n_i = torch.tensor([float(self.problem.n_local)], dtype=self.w.dtype)
+            nw, n, *reduced = self.comm.allreduce_mean([n_i * w_local, n_i, *payload])
+            self.w = nw / n  # Σ n_i w_i / Σ n_i
+            extra = {}
+        else:
+            score = self.score(w_local)
+            votes = one_hot(score, self.comm.rank, self.comm.size, self.w.dtype)
+            scores, *reduced = self.comm.allreduce_mean([votes, *payload])
+            elected = int(torch.nan_to_num(scores, nan=torch.inf).argmin())
+            (self.w,) = self.comm.broadcast([w_local], root=elected)
+            extra = {"elected": elected}
+        return {**global_metrics(self, reduced), **extra, **self.extra()}
+
+    def score(self, w: torch.Tensor) -> float:
+        """The election score of this worker's model: validation objective if the problem has one, else O_i(w)."""
+        if hasattr(self.problem, "validation_objective"):
+            return float(self.problem.validation_objective(w))
+        return float(self.problem.evaluate(w)[1][0])
+
+    def evaluate(self) -> dict[str, float]:
+        reduced = self.comm.allreduce_mean(local_payload(self.problem, self.w, with_grad=self.with_grad))
+        return {**global_metrics(self, reduced), **self.extra()}
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        return state | ({"sampler": self.sampler.state_dict()} if self.sampler is not None else {})
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state["sampler"])
+
+    def extra(self) -> dict[str, float]:
+        return {"lr": self.lr} | ({"L_est": self.L_est} if self.L_est is not None else {})
+
+
+def check_problem(problem: Problem, batch_size: int | None, aggregate: str) -> None:
+    name = type(problem).__name__
+    if batch_size is not None:
+        if not hasattr(problem, "batch_grad"):
+            raise ConfigError(f"algorithm.batch_size={batch_size} needs minibatch gradients, which {name} lacks; "
+                              f"set algorithm.batch_size=null")
+        if batch_size > problem.n_local:
+            raise ConfigError(f"algorithm.batch_size={batch_size} exceeds this worker's {problem.n_local} samples; "
+                              f"use a smaller batch or null for the full shard")
+    if aggregate == "weighted" and not hasattr(problem, "n_local"):
+        raise ConfigError(f"algorithm.aggregate=weighted needs shard sizes, which {name} lacks; use mean or best")

@@ -1,0 +1,30 @@
+"""The local contributions to a round's logged metrics, to ride in the round's allreduce.
+
+The global gradient is sent only where the stop rule needs it: when the problem knows
+its optimum, records carry ``suboptimality`` and the baselines that do not otherwise
+communicate a gradient (ADMM, one-shot averaging, local SGD) leave ``grad_norm`` out, so
+their ``bytes_sent`` counts only what the method itself needs (plus a few scalars).
+"""
+from __future__ import annotations
+
+import torch
+
+from dane.algorithm import Algorithm
+from dane.problems import Problem
+
+
+def logs_gradient(problem: Problem) -> bool:
+    """Whether records need ``grad_norm``: the stop rule uses it when suboptimality is unknown."""
+    return "suboptimality" not in problem.metric_names
+
+
+def local_payload(problem: Problem, w: torch.Tensor, *, with_grad: bool) -> list[torch.Tensor]:
+    """[local metric vector] or [local metric vector, ∇O_i(w)]."""
+    grad, metrics = problem.evaluate(w)
+    return [metrics, grad] if with_grad else [metrics]
+
+
+def global_metrics(algo: Algorithm, reduced: list[torch.Tensor]) -> dict[str, float]:
+    """The record entries from the allreduced `local_payload`."""
+    metrics, *grad = reduced
+    return algo.metrics(grad[0] if grad else None, metrics)

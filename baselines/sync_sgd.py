@@ -1,0 +1,109 @@
+r"""Synchronous minibatch SGD: the data-parallel baseline of Horovod's ``DistributedOptimizer``.
+
+Every step, worker i draws a minibatch B_i of its shard and
+
+.. math::
+    g &= \frac1m \sum_i \widehat{\nabla O_i}(w; B_i)   &&\text{(allreduce, every step)} \\
+    w &\leftarrow \mathrm{opt.step}(w, g)               &&\text{(torch SGD or Adam, same on every worker)}
+
+which is what ``hvd.DistributedOptimizer`` does around a torch optimizer, written against
+the `Communicator` instead of importing horovod: one allreduce per minibatch step.  All
+workers start from the same w and apply the same averaged gradient with the same
+deterministic optimizer, so their iterates stay identical without a broadcast.
+
+A logged *round* is ``steps_per_round`` steps (so ``comm_rounds`` grows by
+``steps_per_round`` per round); the metrics of the round's starting iterate ride in its
+first allreduce.  The learning rate is used as given (Horovod's recipe of scaling it by
+m is left to the config); the global batch is m × ``batch_size``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dane import checks
+from dane.algorithm import Algorithm
+from dane.comm import Communicator
+from dane.errors import ConfigError
+from dane.inner import MinibatchSampler, worker_seed
+from dane.problems import Problem
+
+OPTIMIZERS = ("sgd", "adam")
+SAMPLER_STREAM = 2  # worker_seed stream of this algorithm's minibatch generator
+
+
+@dataclass(frozen=True)
+class SyncSGDConfig:
+    lr: float = 0.05
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    batch_size: int = 100
+    steps_per_round: int = 10
+    seed: int = 0
+    name: str = "sync_sgd"
+
+    def __post_init__(self) -> None:
+        checks.positive("algorithm.lr", self.lr)
+        checks.one_of("algorithm.optimizer", self.optimizer, OPTIMIZERS)
+        if not 0 <= checks.nonnegative("algorithm.momentum", self.momentum) < 1:
+            raise ConfigError(f"algorithm.momentum must be in [0, 1), got {self.momentum}")
+        checks.positive_int("algorithm.batch_size", self.batch_size)
+        checks.positive_int("algorithm.steps_per_round", self.steps_per_round)
+
+    def build(self, problem: Problem, comm: Communicator) -> "SyncSGD":
+        return SyncSGD(problem, comm, lr=self.lr, optimizer=self.optimizer, momentum=self.momentum,
+                       batch_size=self.batch_size, steps_per_round=self.steps_per_round, seed=self.seed)
+
+
+def make_optimizer(name: str, w: torch.Tensor, *, lr: float, momentum: float) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam([w], lr=lr)
+    return torch.optim.SGD([w], lr=lr, momentum=momentum)
+
+
+class SyncSGD(Algorithm):
+    name = "sync_sgd"
+
+    def __init__(self, problem: Problem, comm: Communicator, *, lr: float = 0.05, optimizer: str = "sgd",
+                 momentum: float = 0.0, batch_size: int = 100, steps_per_round: int = 10, seed: int = 0,
+                 w0: torch.Tensor | None = None):
+        super().__init__(problem, comm, w0)
+        for needed in ("batch_grad", "n_local"):
+            if not hasattr(problem, needed):
+                raise ConfigError(f"algorithm=sync_sgd needs minibatch gradients ({type(problem).__name__}.{needed}); "
+                                  "use algorithm=gd on this problem")
+        self.steps_per_round = steps_per_round
+        self.sampler = MinibatchSampler(problem.n_local, batch_size, worker_seed(seed, comm.rank, SAMPLER_STREAM))
+        self.w.requires_grad_(True)  # the optimizer's one parameter is the flat vector itself
+        self.optimizer = make_optimizer(optimizer, self.w, lr=lr, momentum=momentum)
+
+    def local_metrics(self) -> torch.Tensor:
+        w = self.w.detach()
+        if hasattr(self.problem, "local_metrics"):
+            return self.problem.local_metrics(w)  # forward passes only; no gradient is needed
+        return self.problem.evaluate(w)[1]
+
+    def step(self) -> dict[str, float]:
+        metrics = self.local_metrics()
+        for s in range(self.steps_per_round):
+            grad = self.problem.batch_grad(self.w.detach(), self.sampler.next())
+            if s == 0:
+                g, metrics = self.comm.allreduce_mean([grad, metrics])  # w_t's metrics ride along
+            else:
+                (g,) = self.comm.allreduce_mean([grad])                  # g = mean_i minibatch gradient
+            self.w.grad = g
+            self.optimizer.step()                                        # w <- opt.step(w, g)
+        return self.metrics(None, metrics)
+
+    def evaluate(self) -> dict[str, float]:
+        (metrics,) = self.comm.allreduce_mean([self.local_metrics()])
+        return self.metrics(None, metrics)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "sampler": self.sampler.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.sampler.load_state_dict(state["sampler"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,158 @@
+r"""The inexact local solve of DANE (and ADMM) on problems without a closed form.
+
+Worker i minimises the proximal subproblem
+
+.. math:: \phi_i(w) = O_i(w) - \langle \ell, w\rangle + \frac{\mu}{2}\|w - a\|^2,
+          \qquad
+          \nabla\phi_i(w) = \nabla O_i(w) - \ell + \mu (w - a),
+
+with ``inner_steps`` steps of a torch optimizer (SGD, Adam or L-BFGS) started at the
+anchor a.  For DANE, :math:`a = w_t` and :math:`\ell = \nabla O_i(w_t) - \eta g_t`, so the
+step direction is exactly DESIGN.md's
+:math:`\nabla\mathrm{loss}_{batch}(w) - (\nabla O_i(w_t) - \eta g) + \mu (w - w_t)`.
+The data term :math:`\nabla O_i` is a minibatch estimate (the whole shard when the batch
+size is null); the linear and proximal terms are exact and are added to the parameter
+gradients after the backward pass.
+
+`MinibatchSampler` gives every component its own seeded `torch.Generator`, so minibatch
+order is reproducible and can be checkpointed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import torch._dynamo  # noqa: F401  (the first optimizer step imports it, ~2 s, which would be billed to round 1)
+
+from . import checks
+from .errors import ConfigError
+
+INNER_OPTIMIZERS = ("sgd", "adam", "lbfgs")
+
+
+@dataclass(frozen=True)
+class InnerSolver:
+    """How the local subproblem is solved: ``steps`` steps of ``optimizer`` at ``lr``.
+
+    For sgd and adam one step is one minibatch of ``batch_size`` rows (null: the whole
+    shard).  For lbfgs, ``steps`` is the iteration budget of one L-BFGS run with a
+    strong-Wolfe line search on one fixed batch (by default the whole shard, so the
+    subproblem is solved to near optimality: the convex reference path).
+    """
+
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    steps: int = 50
+    batch_size: int | None = 100
+    momentum: float = 0.0
+
+    def __post_init__(self) -> None:
+        checks.one_of("problem.inner_optimizer", self.optimizer, INNER_OPTIMIZERS)
+        checks.positive("problem.inner_lr", self.lr)
+        checks.positive_int("problem.inner_steps", self.steps)
+        if self.batch_size is not None:
+            checks.positive_int("problem.inner_batch_size", self.batch_size)
+        checks.nonnegative("problem.inner_momentum", self.momentum)
+        if self.momentum >= 1:
+            raise ConfigError(f"problem.inner_momentum must be < 1, got {self.momentum}")
+
+
+def make_optimizer(solver: InnerSolver, params: Sequence[torch.Tensor], mu: float = 0.0) -> torch.optim.Optimizer:
+    if solver.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=proximal_step(solver.lr, mu), momentum=solver.momentum)
+    if solver.optimizer == "adam":
+        return torch.optim.Adam(params, lr=solver.lr)
+    return torch.optim.LBFGS(params, lr=solver.lr, max_iter=solver.steps, history_size=20,
+                             line_search_fn="strong_wolfe", tolerance_grad=1e-12, tolerance_change=1e-16)
+
+
+def proximal_step(lr: float, mu: float) -> float:
+    r"""The SGD step that treats the μ term implicitly: lr / (1 + lr μ).
+
+    .. math:: \arg\min_w \langle \nabla f(w_k), w\rangle + \frac{1}{2\,lr}\|w - w_k\|^2
+              + \frac{\mu}{2}\|w - a\|^2 = w_k - \frac{lr}{1 + lr\,\mu}\,(\nabla f(w_k) + \mu (w_k - a)),
+
+    so one step on the whole subproblem gradient with this step length is a proximal
+    gradient step.  Departure from a plain inner SGD: without it a step with lr μ > 2
+    diverges, and the safeguard, which raises μ after a bad round, would make the next
+    local solve blow up instead of staying closer to w_t.
+    """
+    return lr / (1.0 + lr * mu)
+
+
+def add_proximal_terms(params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor], linear: Sequence[torch.Tensor],
+                       mu: float, l2: float) -> torch.Tensor:
+    r"""Add :math:`l_2 w - \ell + \mu (w - a)` to every ``p.grad``; return
+    :math:`\frac{l_2}{2}\|w\|^2 - \langle \ell, w\rangle + \frac{\mu}{2}\|w - a\|^2`."""
+    value = torch.zeros((), dtype=params[0].dtype, device=params[0].device)
+    with torch.no_grad():
+        for p, a, lin in zip(params, anchor, linear):
+            diff = p - a
+            p.grad.add_(l2 * p - lin + mu * diff)
+            value += 0.5 * l2 * (p * p).sum() - (lin * p).sum() + 0.5 * mu * (diff * diff).sum()
+    return value
+
+
+def solve(solver: InnerSolver, params: Sequence[torch.Tensor], data_loss: Callable[[torch.Tensor], torch.Tensor],
+          next_batch: Callable[[], torch.Tensor], anchor: Sequence[torch.Tensor], linear: Sequence[torch.Tensor],
+          mu: float, l2: float) -> None:
+    """Run the inner optimizer on φ_i in place on ``params`` (which start at the anchor).
+
+    ``data_loss(idx)`` zeroes the gradients, runs forward and backward on rows ``idx``
+    and returns the data term's value; ``next_batch()`` draws the next rows.
+    """
+    optimizer = make_optimizer(solver, params, mu)
+
+    def closure(idx: torch.Tensor) -> torch.Tensor:
+        loss = data_loss(idx)
+        return loss.detach() + add_proximal_terms(params, anchor, linear, mu, l2)
+
+    if solver.optimizer == "lbfgs":
+        idx = next_batch()
+        optimizer.step(lambda: closure(idx))
+        return
+    for _ in range(solver.steps):
+        idx = next_batch()
+        closure(idx)
+        optimizer.step()
+
+
+class MinibatchSampler:
+    """Epoch-shuffled minibatches of ``range(n)`` from a private seeded `torch.Generator`.
+
+    Each epoch is a fresh permutation cut into full batches (the ragged tail is
+    dropped, so every step sees ``batch_size`` rows).  ``batch_size=None`` (or >= n)
+    means the whole range every time.
+    """
+
+    def __init__(self, n: int, batch_size: int | None, seed: int):
+        self.n = n
+        self.batch_size = n if batch_size is None else min(batch_size, n)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.perm = torch.randperm(n, generator=self.generator)
+        self.pos = 0
+
+    def next(self) -> torch.Tensor:
+        if self.batch_size == self.n:
+            return torch.arange(self.n)
+        if self.pos + self.batch_size > self.n:
+            self.perm = torch.randperm(self.n, generator=self.generator)
+            self.pos = 0
+        idx = self.perm[self.pos:self.pos + self.batch_size]
+        self.pos += self.batch_size
+        return idx
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state(), "perm": self.perm.clone(), "pos": self.pos}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self.perm = state["perm"].clone()
+        self.pos = int(state["pos"])
+
+
+def worker_seed(seed: int, rank: int, stream: int) -> int:
+    """A 63-bit seed for (run seed, worker, component), independent across the three."""
+    return int(np.random.SeedSequence([seed, rank, stream]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))

@@ -1,0 +1,325 @@
+r"""Worker i's shard of a classification data set and a torch model, as a `Problem` on a flat vector.
+
+The model's parameters are one flat vector w (``parameters_to_vector``); algorithms see
+only w, the communicator averages it, and the model is loaded from it once per call.
+Worker i holds the n_i training rows S_i of N and
+
+.. math:: O_i(w) = \frac{m\,n_i}{N}\,\frac1{n_i}\sum_{j\in S_i} \mathrm{CE}(f_w(x_j), y_j)
+                  + \frac{l_2}{2}\|w\|^2,
+
+so that the mean of the O_i is exactly the global training loss
+:math:`\frac1N\sum_j \mathrm{CE}_j + \frac{l_2}{2}\|w\|^2` even for unequal (Dirichlet)
+shards; for equal shards the weight m n_i / N is 1.
+
+`evaluate(w)` returns ∇O_i(w) (over the whole shard, or estimated on ``grad_batches``
+minibatches) and the metric vector ``(objective, test_loss, test_accuracy)``.  The test
+set is cut into m contiguous slices; worker i evaluates only slice i and contributes
+``m/N_test`` times its sums, so the allreduced means are exactly the global test loss and
+accuracy (no test row is counted twice, and the evaluation work is split m ways).
+
+`prox_solve(anchor, linear, mu)` is inexact: ``inner_steps`` steps of an inner torch
+optimizer on the subproblem gradient ∇loss_batch(w) − linear + μ(w − anchor) (see
+`dane.inner`).  Model and data live on ``device`` (CUDA, pinned by local rank, when
+available); the flat vectors exchanged with the algorithm stay on the CPU.
+
+DANE's safeguard on a non-convex problem: it compares the exact global training loss of
+successive averaged iterates (the full-shard objective rides in the gradient allreduce)
+and rejects an iterate whose loss went up, returning to the last accepted one and redoing
+the local solve with a larger μ.  Here that acts as a trust region on the averaged step:
+it guarantees monotone training loss, not convergence to a global minimum, and with a
+stochastic inner solver a rejected round may simply have drawn unlucky minibatches (the
+redo draws new ones).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
+
+from .. import checks
+from ..data import Dataset, load_dataset, shard_indices
+from ..data.sharding import SCHEMES
+from ..errors import ConfigError
+from ..inner import InnerSolver, MinibatchSampler, solve, worker_seed
+from ..models import MODEL_NAMES, build_model
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+SAMPLER_STREAM = 1  # worker_seed stream of the problem's minibatch generator
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which data set, where it is, and how its training rows are divided (conf/data/)."""
+
+    dataset: str = "digits"
+    data_dir: str | None = None
+    test_fraction: float = 0.2
+    pad_to_32: bool = True
+    image_size: int | None = None  # flat square features -> 1 x S x S images (see `as_images`)
+    sharding: str = "iid"   # iid | dirichlet
+    alpha: float = 1.0      # Dirichlet concentration (dirichlet sharding only)
+
+    def __post_init__(self) -> None:
+        checks.one_of("problem.data.sharding", self.sharding, SCHEMES)
+        checks.positive("problem.data.alpha", self.alpha)
+        if self.image_size is not None:
+            checks.positive_int("problem.data.image_size", self.image_size)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which network (conf/model/); ``hidden`` is used by the MLP only."""
+
+    name: str = "mlp"
+    hidden: tuple[int, ...] = (100,)
+
+    def __post_init__(self) -> None:
+        checks.one_of("problem.model.name", self.name, MODEL_NAMES)
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+
+
+@dataclass(frozen=True)
+class NeuralProblemConfig:
+    """A classification problem: data + model + loss weight decay + the inner solver."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    l2: float = 0.0
+    inner_optimizer: str = "sgd"
+    inner_lr: float = 0.05
+    inner_steps: int = 50
+    inner_batch_size: int | None = 100
+    inner_momentum: float = 0.0
+    grad_batches: int | None = None   # null: exact full-shard gradient
+    eval_batch_size: int = 1000
+    device: str = "auto"
+    dtype: str | None = "float32"    # null: the run's top-level dtype
+    seed: int = 0
+    name: str = "neural"
+
+    def __post_init__(self) -> None:
+        checks.nonnegative("problem.l2", self.l2)
+        if self.grad_batches is not None:
+            checks.positive_int("problem.grad_batches", self.grad_batches)
+        checks.positive_int("problem.eval_batch_size", self.eval_batch_size)
+        checks.one_of("problem.device", self.device, DEVICES)
+        if self.dtype is not None:
+            checks.one_of("problem.dtype", self.dtype, tuple(DTYPES))
+        self.inner  # validates the inner-solver keys now, before any process group starts
+
+    @property
+    def inner(self) -> InnerSolver:
+        return InnerSolver(optimizer=self.inner_optimizer, lr=self.inner_lr, steps=self.inner_steps,
+                           batch_size=self.inner_batch_size, momentum=self.inner_momentum)
+
+    def dataset(self) -> Dataset:
+        d = self.data
+        return _load(d.dataset, d.data_dir, self.seed, d.test_fraction, d.pad_to_32, d.image_size)
+
+    def check_workers(self, workers: int) -> None:
+        """Loads the data (cached) so that a missing file or too many workers fail before any process group."""
+        data = self.dataset()
+        if workers > len(data.test_y):
+            raise ConfigError(f"workers={workers} exceeds the {len(data.test_y)} test rows of {data.name}; use fewer workers")
+        shard_indices(data.train_y, workers, scheme=self.data.sharding, alpha=self.data.alpha, seed=self.seed)
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("problem.device=cuda but torch sees no CUDA device; use problem.device=auto or cpu")
+
+    def build(self, rank: int, size: int, dtype: torch.dtype = torch.float32) -> "NeuralProblem":
+        data = self.dataset()
+        dtype = DTYPES[self.dtype] if self.dtype is not None else dtype
+        shard = shard_indices(data.train_y, size, scheme=self.data.sharding, alpha=self.data.alpha, seed=self.seed)[rank]
+        test_rows = torch.tensor_split(torch.arange(len(data.test_y)), size)[rank]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)  # every worker builds the same initial model
+            model = build_model(self.model.name, in_shape=data.in_shape, num_classes=data.num_classes,
+                                hidden=self.model.hidden)
+        return NeuralProblem(
+            model, data.train_x[shard], data.train_y[shard], data.test_x[test_rows], data.test_y[test_rows],
+            weight=size * len(shard) / len(data.train_y), test_weight=size / len(data.test_y),
+            num_classes=data.num_classes, workers=size, l2=self.l2, inner=self.inner, grad_batches=self.grad_batches,
+            eval_batch_size=self.eval_batch_size, device=pick_device(self.device, rank), dtype=dtype,
+            sampler_seed=worker_seed(self.seed, rank, SAMPLER_STREAM), notes=data.notes,
+        )
+
+
+@lru_cache(maxsize=4)
+def _load(dataset: str, data_dir: str | None, seed: int, test_fraction: float, pad_to_32: bool,
+          image_size: int | None) -> Dataset:
+    data = load_dataset(dataset, data_dir=data_dir, seed=seed, test_fraction=test_fraction, pad_to_32=pad_to_32)
+    return data if image_size is None else as_images(data, image_size)
+
+
+def as_images(data: Dataset, size: int) -> Dataset:
+    """Flat k*k features as 1 x size x size images, each pixel repeated size/k times per axis (nearest).
+
+    This is how scikit-learn's 8 x 8 digits feed LeNet's 32 x 32 input: 4 x 4 blocks keep
+    the digit filling the frame, as an MNIST digit does, where zero-padding would leave
+    the 5 x 5 filters of the first layer looking mostly at the border.
+    """
+    side = math.isqrt(data.in_shape[-1]) if len(data.in_shape) == 1 else 0
+    if side * side != math.prod(data.in_shape) or size % side:
+        raise ConfigError(f"problem.data.image_size={size} needs flat square features whose side divides it; "
+                          f"{data.name} has shape {data.in_shape}; set problem.data.image_size=null")
+
+    def grow(x: torch.Tensor) -> torch.Tensor:
+        return x.view(-1, 1, side, side).repeat_interleave(size // side, 2).repeat_interleave(size // side, 3).contiguous()
+
+    return Dataset(grow(data.train_x), data.train_y, grow(data.test_x), data.test_y, data.num_classes, data.name,
+                   [*data.notes, f"{data.name}: {side}x{side} features upsampled (nearest) to 1x{size}x{size} images"])
+
+
+def pick_device(device: str, rank: int) -> torch.device:
+    """``cuda:<local rank mod GPUs>`` when CUDA is wanted and present, else the CPU."""
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    local = int(os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get("LOCAL_RANK", rank)))
+    return torch.device("cuda", local % torch.cuda.device_count())
+
+
+class NeuralProblem:
+    """Worker i's shard and model; see the module docstring for O_i and the metrics."""
+
+    metric_names = ("objective", "test_loss", "test_accuracy")
+
+    def __init__(self, model: torch.nn.Module, train_x, train_y, test_x, test_y, *, weight: float, test_weight: float,
+                 num_classes: int, workers: int, l2: float, inner: InnerSolver, grad_batches: int | None, eval_batch_size: int,
+                 device: torch.device, dtype: torch.dtype, sampler_seed: int, notes=()):
+        self.device, self.dtype = device, dtype
+        self.model = model.to(device=device, dtype=dtype)
+        self.params = list(self.model.parameters())
+        self._sizes = [p.numel() for p in self.params]
+        self.dim = sum(self._sizes)
+        self.train_x, self.train_y = train_x.to(device, dtype), train_y.to(device)
+        self.test_x, self.test_y = test_x.to(device, dtype), test_y.to(device)
+        self.weight, self.test_weight, self.l2 = weight, test_weight, l2
+        self.num_classes, self.workers = num_classes, workers
+        self.inner, self.grad_batches, self.eval_batch_size = inner, grad_batches, eval_batch_size
+        self.sampler = MinibatchSampler(self.n_local, inner.batch_size, sampler_seed)
+        self.notes = list(notes)
+        self._w0 = self._flat_params()
+
+    # ------------------------------------------------------------------ the Problem protocol
+    @property
+    def n_local(self) -> int:
+        return len(self.train_y)
+
+    def initial_point(self) -> torch.Tensor:
+        return self._w0.clone()
+
+    def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(∇O_i(w), [O_i(w), test-loss and test-accuracy contributions])."""
+        self._load(w)
+        if self.grad_batches is None:
+            data_loss = self._data_loss_backward(torch.arange(self.n_local, device=self.device))
+        else:
+            self._zero_grad()
+            for _ in range(self.grad_batches):  # gradient estimated on minibatches, objective still exact
+                self._data_loss_backward(self.sampler.next(), scale=1 / self.grad_batches, zero=False)
+            data_loss = self._train_loss()
+        grad = self._flat_grads() + self.l2 * w.to(self.dtype)
+        return grad, self._metrics(data_loss, w)
+
+    def local_metrics(self, w: torch.Tensor) -> torch.Tensor:
+        """The metric vector of `evaluate` without the gradient (forward passes only)."""
+        self._load(w)
+        return self._metrics(self._train_loss(), w)
+
+    def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Unbiased estimate of ∇O_i(w) from the local rows ``idx``."""
+        self._load(w)
+        self._data_loss_backward(idx.to(self.device))
+        return self._flat_grads() + self.l2 * w.to(self.dtype)
+
+    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True) -> torch.Tensor:
+        r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||², by the inner solver started at the anchor."""
+        self._load(anchor)
+        anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]
+        linear_parts = [g.view_as(p) for g, p in zip(linear.to(self.device, self.dtype).split(self._sizes), self.params)]
+        solve(self.inner, self.params, self._data_loss_backward, lambda: self.sampler.next().to(self.device),
+              anchor_parts, linear_parts, mu, self.l2 if with_reg else 0.0)
+        return self._flat_params().to(anchor.dtype)
+
+    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
+        r"""argmin_z (l2/2)||z||² + (ρ/2)||z − v||² = ρ v / (ρ + l2): the shared regulariser's prox (ADMM's z-step)."""
+        return (rho / (rho + self.l2)) * v
+
+    def confusion_matrix(self, w: torch.Tensor) -> torch.Tensor:
+        """This worker's share of the global test confusion matrix [true, predicted], as float64.
+
+        It is m times the counts on this worker's test slice, so the allreduced mean is
+        the matrix of the whole test set.
+        """
+        self._load(w)
+        counts = torch.zeros(self.num_classes ** 2, dtype=torch.float64)
+        with torch.no_grad():
+            for x, y in self._chunks(self.test_x, self.test_y):
+                cell = y * self.num_classes + self.model(x).argmax(1)
+                counts += torch.bincount(cell.cpu(), minlength=self.num_classes ** 2).double()
+        return self.workers * counts.view(self.num_classes, self.num_classes)
+
+    # ------------------------------------------------------------------ checkpointing
+    def state_dict(self) -> dict:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+
+    # ------------------------------------------------------------------ plumbing
+    def _load(self, w: torch.Tensor) -> None:
+        # Copy, never alias: vector_to_parameters would make the parameters views of w, and
+        # the inner optimizer would then overwrite the caller's iterate in place.
+        with torch.no_grad():
+            for p, chunk in zip(self.params, w.detach().split(self._sizes)):
+                p.copy_(chunk.view_as(p))
+
+    def _flat_params(self) -> torch.Tensor:
+        return parameters_to_vector(self.params).detach().cpu().clone()
+
+    def _flat_grads(self) -> torch.Tensor:
+        return parameters_to_vector([p.grad for p in self.params]).cpu()
+
+    def _zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = torch.zeros_like(p)
+
+    def _chunks(self, x: torch.Tensor, y: torch.Tensor):
+        for start in range(0, len(y), self.eval_batch_size):
+            yield x[start:start + self.eval_batch_size], y[start:start + self.eval_batch_size]
+
+    def _data_loss_backward(self, idx: torch.Tensor, *, scale: float = 1.0, zero: bool = True) -> torch.Tensor:
+        """weight × mean CE over rows ``idx`` (chunked), its gradient accumulated into ``p.grad``."""
+        if zero:
+            self._zero_grad()
+        total = torch.zeros((), dtype=self.dtype, device=self.device)
+        factor = scale * self.weight / len(idx)
+        for start in range(0, len(idx), self.eval_batch_size):
+            rows = idx[start:start + self.eval_batch_size]
+            loss = factor * F.cross_entropy(self.model(self.train_x[rows]), self.train_y[rows], reduction="sum")
+            loss.backward()
+            total += loss.detach()
+        return total
+
+    def _train_loss(self) -> torch.Tensor:
+        total = torch.zeros((), dtype=torch.float64)
+        with torch.no_grad():
+            for x, y in self._chunks(self.train_x, self.train_y):
+                total += F.cross_entropy(self.model(x), y, reduction="sum").double().cpu()
+        return total * (self.weight / self.n_local)
+
+    def _metrics(self, data_loss: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        test_loss = torch.zeros((), dtype=torch.float64)
+        correct = torch.zeros((), dtype=torch.float64)
+        with torch.no_grad():
+            for x, y in self._chunks(self.test_x, self.test_y):
+                logits = self.model(x)
+                test_loss += F.cross_entropy(logits, y, reduction="sum").double().cpu()
+                correct += (logits.argmax(1) == y).sum().double().cpu()
+        objective = data_loss.double().cpu() + 0.5 * self.l2 * float(w.double() @ w.double())
+        return torch.stack([objective, self.test_weight * test_loss, self.test_weight * correct]).to(w.dtype)

@@ -1,0 +1,83 @@
+"""Figure (b): suboptimality against communication rounds and against simulated time.
+
+DANE with a fixed μ (plain, μ=0 as in the paper), safeguarded DANE, consensus ADMM,
+distributed GD and one-shot averaging on the synthetic ridge at N=18000, m=8; top row
+isotropic x, bottom row the ill-conditioned covariance (feature j scaled by j^-0.6).
+The rounds axis counts allreduces (``comm_rounds``): a DANE round is two of them.
+
+    python -m paper_figs.convergence [--results results] [--out paper_figs]
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from dane.results import read_rounds
+from paper_figs.common import FIG_DIR, locate, positive, save
+from synthetic.sweep import Job, RunIndex
+
+N, M = 18000, 8
+COVARIANCES = ("iso", "decay")
+#: label -> overrides; plain DANE keeps μ fixed, the safeguard adapts it
+METHODS: dict[str, tuple[str, ...]] = {
+    "DANE (μ=0, fixed)": ("algorithm=dane", "algorithm.safeguard=false", "algorithm.mu=0.0"),
+    "DANE (safeguarded)": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
+    "ADMM (ρ=1)": ("algorithm=admm",),
+    "GD (1/L)": ("algorithm=gd",),
+    "one-shot averaging": ("algorithm=osa", "rounds=5"),
+}
+STYLE = {"DANE (μ=0, fixed)": "o-", "DANE (safeguarded)": "s-", "ADMM (ρ=1)": "^-", "GD (1/L)": "v-",
+         "one-shot averaging": "x--"}
+
+
+def job(label: str, covariance: str) -> Job:
+    return (*METHODS[label], f"problem.covariance={covariance}", f"problem.n_samples={N}", f"workers={M}")
+
+
+def jobs() -> list[Job]:
+    return [job(label, cov) for cov in COVARIANCES for label in METHODS]
+
+
+def curves(index: RunIndex) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """{(covariance, label): {"comm_rounds": [...], "time_s": [...], "suboptimality": [...]}}."""
+    runs = locate(index, jobs())
+    out = {}
+    for cov in COVARIANCES:
+        for label in METHODS:
+            records = read_rounds(runs[job(label, cov)])
+            out[cov, label] = {key: [r.get(key) for r in records] for key in ("comm_rounds", "time_s", "suboptimality")}
+    return out
+
+
+def draw(data: dict[tuple[str, str], dict[str, list[float]]]):
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharey="row")
+    for row, cov in enumerate(COVARIANCES):
+        for col, (xkey, xlabel) in enumerate((("comm_rounds", "communication rounds (allreduces)"),
+                                               ("time_s", "simulated time (s)"))):
+            ax = axes[row, col]
+            for label in METHODS:
+                if (cov, label) not in data:
+                    continue
+                curve = data[cov, label]
+                ax.plot(curve[xkey], positive(curve["suboptimality"]), STYLE[label], markersize=3, label=label)
+            ax.set_yscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("suboptimality O(w) - O(w*)")
+            ax.set_title(f"{'isotropic' if cov == 'iso' else 'decaying (j^-0.6)'} covariance, N={N}, m={M}")
+            ax.grid(True, which="both", alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    return fig
+
+
+def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
+    return save(draw(curves(RunIndex(results))), out, "convergence")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--out", default=str(FIG_DIR))
+    args = parser.parse_args()
+    print("\n".join(map(str, main(args.results, args.out))))

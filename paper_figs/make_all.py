@@ -1,0 +1,54 @@
+"""Rebuild every figure and table of paper_figs/ from results/ (`make figures`).
+
+Each figure module names the runs it needs (``jobs()``) and draws from results/ only
+(``main(results, out)``).  Runs that no stored result answers are made first, in this
+process, with the in-process simulator (see `synthetic.sweep.ensure`); with the default
+grid a cold start takes a few minutes on 2 cores, a warm one seconds.
+
+    python -m paper_figs.make_all [--results results] [--out paper_figs] [--no-run]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+from paper_figs.common import FIG_DIR
+from synthetic.sweep import ensure
+
+#: figure modules of paper_figs/, each with jobs() and main(results, out)
+FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table")
+
+
+def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_missing: bool = True,
+             figures=FIGURES) -> list[Path]:
+    modules = [importlib.import_module(name) for name in figures]
+    if run_missing:
+        ensure([job for module in modules for job in module.jobs()], root=results)
+    written: list[Path] = []
+    for module in modules:
+        written += module.main(results, out)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default="results", help="results root to read (and to add missing runs to)")
+    parser.add_argument("--out", default=str(FIG_DIR), help="where the PNG, PDF and markdown files go")
+    parser.add_argument("--no-run", action="store_true", help="draw from what is there; fail if runs are missing")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        written = make_all(args.results, args.out, run_missing=not args.no_run)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    for path in written:
+        print(path)
+    print(f"make_all: {len(written)} files in {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Benchmarks of the Horovod path and the simulator; JSON into results/bench.json (`make bench`).
+
+    PYTHONPATH=. python scripts/bench.py --out results/bench.json [--only SECTION ...]
+
+Sections (each a key of the JSON, merged into an existing file so other benchmarks can
+add their own):
+
+- ``dane_round_overhead``: DANE's round time under ``horovodrun -np 2`` (median, tuned
+  defaults) over the bare cost measured in the same processes (local compute + two raw
+  Horovod allreduces of the same tensors); goal <= 1.25.
+- ``allreduce_latency_ratio``: a 4 KB allreduce through the package under horovodrun
+  (default launch settings) over the same under torchrun (gloo), launches interleaved;
+  goal <= 1.2.
+- ``simulator_error``: |simulated - measured| / measured DANE round time at m=2 on the
+  same problem, the simulator using α-β calibrated in this run; goal <= 0.25.
+- ``rounds_to_1e-10``: rounds to suboptimality 1e-10 per (algorithm, N, m) on the
+  synthetic grid, from results/ (missing runs are made first, as `make figures` does).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from dane.comm import AlphaBeta
+from dane.launch import HorovodOptions, execute
+from dane.results import read_rounds
+from synthetic.calibrate import calibrate
+from synthetic.launchers import have_horovod, horovodrun, torchrun
+from synthetic.sweep import compose_job, ensure, grid
+from experiments.config import run_spec
+
+SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "rounds_to_1e-10")
+N_GRID, M_GRID = (6000, 10000, 14000, 18000), (1, 2, 4, 8, 16, 64)
+ALGORITHMS = {  # name in the table -> overrides
+    "dane_safeguarded": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
+    "dane_mu0": ("algorithm=dane", "algorithm.safeguard=false", "algorithm.mu=0.0", "rounds=100"),
+    "admm": ("algorithm=admm",),
+    "gd": ("algorithm=gd",),
+    "osa": ("algorithm=osa", "rounds=5"),
+}
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu,
+            "cpus": os.cpu_count(), "torch": torch.__version__, "load_avg_at_start": list(os.getloadavg())}
+    try:
+        from importlib.metadata import version
+
+        info["horovod"] = version("horovod")
+    except Exception:  # noqa: BLE001
+        info["horovod"] = None
+    return info
+
+
+def round_overhead(tmp: Path, blocks: int, rounds: int) -> dict:
+    out = tmp / "round_timing.json"
+    horovodrun("synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
+    data = json.loads(out.read_text())
+    med = data["medians"]
+    return {"ratio": med["round_s"] / med["bare_s"], "goal": 1.25, **{k: v for k, v in med.items()},
+            "rounds_timed": len(data["round_s"]), "problem": "ridge_synthetic N=18000 d=500 iso, m=2",
+            "algorithm": "dane (defaults: safeguard=true, mu=0, eta=1)",
+            "horovod_cycle_time_ms": HorovodOptions().cycle_time_ms, "_round_s": data["round_s"]}
+
+
+def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
+    """Median 4 KB allreduce latency, horovodrun vs torchrun, over ``pairs`` interleaved launches of each."""
+    horovod, torch_gloo = [], []
+    for k in range(pairs):
+        for launcher, store in ((horovodrun, horovod), (torchrun, torch_gloo)):
+            out = tmp / f"latency_{launcher.__name__}_{k}.json"
+            launcher("synthetic.allreduce_timing", ["--sizes", "4096", "--reps", str(reps), "--out", str(out)])
+            store.append(json.loads(out.read_text())["sizes"]["4096"]["median_s"])
+    h, t = statistics.median(horovod), statistics.median(torch_gloo)
+    return {"ratio": h / t, "goal": 1.2, "horovod_4KB_s": h, "torch_gloo_4KB_s": t,
+            "horovod_per_launch_s": horovod, "torch_gloo_per_launch_s": torch_gloo,
+            "horovod_settings": f"package defaults (HOROVOD_CYCLE_TIME={HorovodOptions().cycle_time_ms})",
+            "torch_launch": "torchrun --standalone --nproc_per_node 2 (gloo)", "reps_per_launch": reps}
+
+
+def simulated_round(cost: AlphaBeta, n_rounds: int, tmp: Path) -> float:
+    """Median simulated DANE round time at m=2 on the default problem, with cost model ``cost``."""
+    cfg = compose_job(("workers=2", f"rounds={n_rounds}", "tol=null"))
+    cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
+    out = tmp / f"sim_{cost.alpha:.3g}"
+    execute(run_spec(cfg), str(out))
+    times = [r["time_s"] for r in read_rounds(out)]
+    return statistics.median(b - a for a, b in zip(times, times[1:]))
+
+
+def simulator_error(measured_round_s: float, calibration: dict, n_rounds: int, tmp: Path,
+                    saved: Path = Path("results/calibration.json")) -> dict:
+    cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
+    sim = simulated_round(cost, n_rounds, tmp)
+    out = {"error": abs(sim - measured_round_s) / measured_round_s, "goal": 0.25, "simulated_round_s": sim,
+           "measured_round_s": measured_round_s, "alpha": cost.alpha, "beta": cost.beta,
+           "calibration": {k: calibration[k] for k in ("sizes_bytes", "median_s", "relative_error", "measured_at")}}
+    if saved.exists():
+        saved_cost = AlphaBeta.load(saved)
+        sim_saved = simulated_round(saved_cost, n_rounds, tmp)
+        out["with_saved_calibration"] = {"path": str(saved), "alpha": saved_cost.alpha, "beta": saved_cost.beta,
+                                         "simulated_round_s": sim_saved,
+                                         "error": abs(sim_saved - measured_round_s) / measured_round_s}
+    return out
+
+
+def rounds_table(results: str, tol: float = 1e-10) -> dict:
+    jobs = {(name, n, m): (*overrides, "problem.covariance=iso", f"problem.n_samples={n}", f"workers={m}")
+            for name, overrides in ALGORITHMS.items() for n in N_GRID for m in M_GRID}
+    runs = ensure(jobs.values(), root=results, sweep="sweeps/figures")
+    table = {}
+    for (name, n, m), job in jobs.items():
+        records = read_rounds(runs[job])
+        hit = next((r for r in records if r.get("suboptimality", math.inf) <= tol), None)
+        if hit is not None:
+            table[f"{name}/N={n}/m={m}"] = {"rounds": hit["round"], "comm_rounds": hit["comm_rounds"]}
+        else:
+            status = json.loads((runs[job] / "summary.json").read_text())["status"]
+            table[f"{name}/N={n}/m={m}"] = {"rounds": None, "status": "diverged" if status == "diverged" else
+                                            f"not reached in {records[-1]['round']} rounds"}
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/bench.json")
+    parser.add_argument("--results", default="results", help="results root for rounds_to_1e-10")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")
+    args = parser.parse_args(argv)
+    report: dict = {"started_at": now(), "machine": machine()}
+    needs_horovod = set(args.only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"}
+    if needs_horovod and not have_horovod():
+        print("error: horovod.torch is not importable; run `make setup` first", file=sys.stderr)
+        sys.exit(2)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if "dane_round_overhead" in args.only or "simulator_error" in args.only:
+            report["dane_round_overhead"] = round_overhead(tmp, args.blocks, args.rounds)
+            print(f"dane_round_overhead: {report['dane_round_overhead']['ratio']:.3f}", flush=True)
+        if "allreduce_latency_ratio" in args.only:
+            report["allreduce_latency_ratio"] = latency_ratio(tmp, args.pairs, reps=300)
+            print(f"allreduce_latency_ratio: {report['allreduce_latency_ratio']['ratio']:.3f}", flush=True)
+        if "simulator_error" in args.only:
+            calibration = calibrate(2)
+            measured = report["dane_round_overhead"]["round_s"]
+            report["simulator_error"] = simulator_error(measured, calibration, args.blocks * args.rounds, tmp)
+            print(f"simulator_error: {report['simulator_error']['error']:.3f}", flush=True)
+    if "rounds_to_1e-10" in args.only:
+        report["rounds_to_1e-10"] = rounds_table(args.results)
+    report["machine"]["load_avg_at_end"] = list(os.getloadavg())
+    report["finished_at"] = now()
+    if "dane_round_overhead" in report and "dane_round_overhead" not in args.only:
+        report["dane_round_overhead"]["note"] = "run for simulator_error's measured round time"
+    for section in report.values():
+        if isinstance(section, dict):
+            section.pop("_round_s", None)
+    path = Path(args.out)
+    merged = json.loads(path.read_text()) if path.exists() else {}
+    merged.update({k: v for k, v in report.items() if k not in ("started_at", "finished_at", "machine")})
+    merged["synthetic_bench"] = {"started_at": report["started_at"], "finished_at": report["finished_at"],
+                                 "machine": report["machine"], "sections": [s for s in SECTIONS if s in report]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=2) + "\n")
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Time the package's allreduce at several message sizes; run it under a launcher.
+
+    HOROVOD_CYCLE_TIME=0.1 horovodrun -np 2 --gloo python -m synthetic.allreduce_timing --out t.json
+    torchrun --standalone --nproc_per_node 2 -m synthetic.allreduce_timing --sizes 4096 --out t.json
+
+Every rank calls ``comm.allreduce_mean([x])`` (one grouped allreduce, as the algorithms
+do) on a float64 tensor of each size, ``--warmup`` times untimed and ``--reps`` times
+timed one call at a time.  Rank 0 writes {backend, size, sizes: {bytes: {median_s, ...}}}.
+The backend comes from the launcher (`dane.comm.make_communicator`), and Horovod gets
+the package's launch settings (`dane.launch.HorovodOptions`) unless the environment
+already sets them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from dane.comm import make_communicator, resolve_backend
+from dane.launch import HorovodOptions
+
+DEFAULT_SIZES = (8, 64, 512, 4096, 32768, 262144, 1048576, 4194304)
+
+
+def time_calls(call, reps: int, warmup: int) -> list[float]:
+    """Seconds of each of ``reps`` calls of ``call()``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def stats(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+    return {"median_s": statistics.median(ordered), "min_s": ordered[0], "p90_s": ordered[int(0.9 * (len(ordered) - 1))],
+            "mean_s": statistics.fmean(ordered), "reps": len(ordered)}
+
+
+def measure(comm, sizes, reps: int, warmup: int) -> dict[int, dict[str, float]]:
+    out = {}
+    for nbytes in sizes:
+        x = torch.full((max(1, nbytes // 8),), float(comm.rank), dtype=torch.float64)
+        comm.barrier()
+        out[nbytes] = stats(time_calls(lambda: comm.allreduce_mean([x]), reps, warmup))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="message sizes in bytes")
+    parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    backend = resolve_backend("auto")
+    if backend == "horovod":
+        HorovodOptions().apply()
+    torch.set_num_threads(1)
+    comm = make_communicator(backend)
+    try:
+        result = measure(comm, args.sizes, args.reps, args.warmup)
+        if comm.rank == 0:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps({
+                "backend": backend, "size": comm.size, "horovod_cycle_time": os.environ.get("HOROVOD_CYCLE_TIME"),
+                "sizes": {str(k): v for k, v in result.items()}}, indent=2) + "\n")
+    finally:
+        comm.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Time DANE's round against its bare cost, in one horovodrun process pair.
+
+    horovodrun -np 2 --gloo python -m synthetic.round_timing --out t.json [overrides ...]
+
+Builds the run exactly as ``python -m experiments.train`` does (conf/config.yaml plus the
+given Hydra overrides, the package's Horovod settings), then alternates blocks of
+
+- DANE rounds through the package's runner, rank 0 logging each round to a
+  rounds.jsonl as a real run does (each round's time from its record's ``time_s``), and
+- the bare cost of a round, in the same process: the local compute (the gradient and
+  the Cholesky solve with the cached factor) and two raw ``hvd.grouped_allreduce`` calls
+  of the same tensors as DANE's two allreduces,
+
+so both see the same load.  Rank 0 writes the per-round times and the medians.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from dane.comm import make_communicator
+from dane.results import RunWriter
+from dane.runner import StopRule, run
+from experiments.config import CONF_DIR, run_spec
+
+
+def bare_round(problem, algo, hvd) -> tuple[float, float, float]:
+    """Seconds of (local compute, allreduce of [grad, metrics], allreduce of [w]) at the current iterate."""
+    w = algo.w
+    t0 = time.perf_counter()
+    local_grad, local_metrics = problem.evaluate(w)
+    w_local = problem.prox_solve(w, local_grad - algo.eta * local_grad, algo.mu)
+    t1 = time.perf_counter()
+    hvd.grouped_allreduce([local_grad, local_metrics], op=hvd.Average)
+    t2 = time.perf_counter()
+    hvd.grouped_allreduce([w_local], op=hvd.Average)
+    t3 = time.perf_counter()
+    return t1 - t0, t2 - t1, t3 - t2
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=40, help="DANE rounds (and bare repetitions) per block")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/config.yaml")
+    args = parser.parse_args(argv)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["comm=horovod", "quiet=true", *args.overrides])
+    spec = run_spec(cfg)
+    spec.horovod.apply()
+    comm = make_communicator("horovod")
+    import horovod.torch as hvd
+
+    try:
+        problem = spec.problem.build(comm.rank, comm.size, spec.dtype)
+        algo = spec.algorithm.build(problem, comm)
+        writer = RunWriter(Path(args.out).with_suffix(".run")) if comm.rank == 0 else None  # as a real run logs
+        comm.barrier()
+        rounds: list[float] = []
+        compute, reduce1, reduce2 = [], [], []
+        for _ in range(args.blocks):
+            records, _ = run(algo, StopRule(rounds=args.rounds), writer.write_round if writer else None)
+            times = [r["time_s"] for r in records]
+            rounds += [b - a for a, b in zip(times, times[1:])]
+            for _ in range(args.rounds):
+                c, r1, r2 = bare_round(problem, algo, hvd)
+                compute.append(c), reduce1.append(r1), reduce2.append(r2)
+        if comm.rank == 0:
+            med = {name: statistics.median(v) for name, v in
+                   (("round_s", rounds), ("compute_s", compute), ("allreduce1_s", reduce1), ("allreduce2_s", reduce2))}
+            med["bare_s"] = med["compute_s"] + med["allreduce1_s"] + med["allreduce2_s"]
+            Path(args.out).write_text(json.dumps({
+                "medians": med, "round_s": rounds, "compute_s": compute, "allreduce1_s": reduce1,
+                "allreduce2_s": reduce2, "workers": comm.size, "overrides": args.overrides,
+                "torch_threads": torch.get_num_threads()}, indent=2) + "\n")
+    finally:
+        comm.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""In-process sweeps of `experiments.simulate`: run the jobs whose results are missing, then find them.
+
+A job is a tuple of Hydra overrides of conf/simulate.yaml, for example
+``("algorithm=dane", "workers=8", "problem.n_samples=18000")``.  A finished run answers
+a job when its saved config (``config.yaml`` in the run directory) agrees with the
+job's composed config on everything that changes the iterates (algorithm, problem,
+workers, seed, dtype, straggler model) and it ran far enough: it converged to the job's
+``tol``, ran the job's ``rounds``, or diverged.  So results from any earlier sweep,
+made by hand with ``python -m experiments.simulate -m ...`` or by `ensure`, are reused,
+whatever their directory names.
+
+`ensure` runs the missing jobs one after another in this process with the in-process
+simulator, each into ``<root>/<sweep>/<job name>``; figure scripts then look the runs up
+with `RunIndex`.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from dane.errors import DivergenceError
+from dane.launch import execute
+from dane.results import find_runs, read_summary
+from experiments.config import CONF_DIR, cost_model, run_spec
+
+Job = tuple[str, ...]
+
+#: config keys that change what a run computes; a stored run must agree on all of them
+IDENTITY_KEYS = ("algorithm", "problem", "workers", "seed", "dtype", "sim.slowdown", "sim.delay_mean", "sim.seed")
+
+
+def job_name(job: Job) -> str:
+    """Hydra's ``override_dirname`` of the job: its overrides sorted and joined with commas."""
+    return ",".join(sorted(job)).replace("/", "_")
+
+
+def compose_job(job: Job) -> DictConfig:
+    """The config `python -m experiments.simulate <job>` would run."""
+    return OmegaConf.create(_composed(tuple(job)))
+
+
+@lru_cache(maxsize=1024)
+def _composed(job: Job) -> dict:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="simulate", overrides=list(job)), resolve=True)
+
+
+def _get(tree: dict, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def identity(cfg: dict) -> dict:
+    """The part of a resolved config that decides the iterates (workers=None means 1)."""
+    out = {key: _get(cfg, key) for key in IDENTITY_KEYS}
+    out["workers"] = out["workers"] or 1
+    out["sim.slowdown"] = [float(s) for s in out["sim.slowdown"] or [1.0]]
+    return out
+
+
+def answers(summary: dict, cfg: dict) -> bool:
+    """Did a run with this summary go as far as a job with config ``cfg`` asks, under today's cost model?"""
+    if "alpha" in summary:  # a simulated run: its times hold only for the α-β it was run with
+        cost = cost_model(OmegaConf.create(cfg["sim"]))
+        if not (math.isclose(summary["alpha"], cost.alpha) and math.isclose(summary["beta"], cost.beta)):
+            return False
+    tol, rounds = cfg.get("tol"), cfg.get("rounds")
+    final = summary.get("final_suboptimality")
+    return (summary.get("status") == "diverged"
+            or (tol is not None and final is not None and final <= tol)
+            or (rounds is not None and summary.get("rounds", 0) >= rounds))
+
+
+@dataclass
+class StoredRun:
+    path: Path
+    identity: dict
+    summary: dict
+    mtime: float
+
+
+class RunIndex:
+    """Every finished run under ``root`` with a saved config, searchable by config."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.runs: list[StoredRun] = []
+        if self.root.exists():
+            for path in find_runs(self.root):
+                self.add(path)
+
+    def add(self, path: Path) -> None:
+        config_file = Path(path) / "config.yaml"
+        if not config_file.exists():
+            return
+        cfg = yaml.safe_load(config_file.read_text()) or {}
+        mtime = (Path(path) / "summary.json").stat().st_mtime
+        self.runs.append(StoredRun(Path(path), identity(cfg), read_summary(path), mtime))
+
+    def find(self, job: Job) -> Path | None:
+        """The newest stored run that answers ``job``, or None."""
+        cfg = _composed(tuple(job))
+        wanted = identity(cfg)
+        hits = [r for r in self.runs if r.identity == wanted and answers(r.summary, cfg)]
+        return max(hits, key=lambda r: r.mtime).path if hits else None
+
+
+def run_job(job: Job, out_dir: Path) -> dict:
+    """Run one job in this process; a diverged run is a result, not an error."""
+    cfg = compose_job(job)
+    cfg.out_dir, cfg.quiet = str(out_dir), True
+    spec = run_spec(cfg)
+    try:
+        return execute(spec, str(out_dir))
+    except DivergenceError:
+        return read_summary(out_dir)
+
+
+def ensure(jobs: Iterable[Job], root: str | Path = "results", sweep: str = "sweeps/figures",
+           log=sys.stdout) -> dict[Job, Path]:
+    """Run every job that no stored run under ``root`` answers; return each job's run directory."""
+    torch.set_num_threads(1)  # one core per simulated worker, also at workers=1 (see experiments/simulate.py)
+    index = RunIndex(root)
+    jobs = list(dict.fromkeys(tuple(j) for j in jobs))
+    found = {job: index.find(job) for job in jobs}
+    missing = [job for job in jobs if found[job] is None]
+    if missing and log is not None:
+        print(f"running {len(missing)} of {len(jobs)} jobs into {Path(root) / sweep}", file=log, flush=True)
+    start = time.perf_counter()
+    for k, job in enumerate(missing, 1):
+        out_dir = Path(root) / sweep / job_name(job)
+        if out_dir.exists():  # a stale or partial run of an older config: start it afresh
+            for name in ("rounds.jsonl", "summary.json"):
+                (out_dir / name).unlink(missing_ok=True)
+        summary = run_job(job, out_dir)
+        found[job] = out_dir
+        if log is not None:
+            print(f"[{k}/{len(missing)} {time.perf_counter() - start:6.1f}s] {job_name(job)}: {summary['status']} "
+                  f"after {summary['rounds']} rounds", file=log, flush=True)
+    return found  # type: ignore[return-value]
+
+
+def grid(base: Sequence[str], **axes: Sequence) -> list[Job]:
+    """The cross product of ``key=values`` axes on top of ``base``: grid(["algorithm=gd"], workers=[1, 2])."""
+    jobs: list[Job] = [tuple(base)]
+    for key, values in axes.items():
+        key = key.replace("__", ".")
+        jobs = [(*job, f"{key}={value}") for job in jobs for value in values]
+    return jobs

@@ -1,0 +1,290 @@
+"""The convex baselines against closed forms, run by the in-process simulator and the Hydra entry point.
+
+Small ridge problems (N=2000, d=50, λ=0.005) keep every test well under a second.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from baselines import (ADMMConfig, GDConfig, LocalSGDConfig, OSAConfig, lanczos_max_eig, local_steps,
+                       residual_balance)
+from dane.comm import ThreadGroup
+from dane.errors import ConfigError
+from dane.launch import execute
+from dane.problems import QuadraticProblem, RidgeSyntheticConfig
+from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
+from dane.results import read_rounds, read_summary
+from dane.runner import StopRule, run
+from experiments.config import CONF_DIR, run_spec
+
+RIDGE = RidgeSyntheticConfig(n_samples=2000, dim=50)
+M = 4
+
+
+def ridge_shards(m: int = M, config: RidgeSyntheticConfig = RIDGE):
+    return [config.build(rank, m) for rank in range(m)]
+
+
+def simulate(config, problems, rounds: int, tol: float | None = None):
+    """Run ``config`` on one thread per problem; returns per worker (algorithm, records, iterates w_0..w_T)."""
+
+    def worker(comm):
+        algo = config.build(problems[comm.rank], comm)
+        iterates = [algo.iterate.clone()]  # on_round(record t) sees w_{t+1}: step t has already moved on
+        records, _ = run(algo, StopRule(rounds=rounds, tol=tol), lambda record: iterates.append(algo.iterate.clone()))
+        return algo, records, iterates[: len(records)]
+
+    return ThreadGroup(len(problems)).run(worker)
+
+
+def global_hessian(problems) -> torch.Tensor:
+    return sum(p.A + 2 * p.lam * torch.eye(p.dim, dtype=p.dtype) for p in problems) / len(problems)
+
+
+def local_optimum(p: QuadraticProblem) -> torch.Tensor:
+    return torch.linalg.solve(p.A + 2 * p.lam * torch.eye(p.dim, dtype=p.dtype), p.b)
+
+
+# --- ADMM -------------------------------------------------------------------------------------------
+
+def test_admm_converges_to_the_ridge_optimum_and_its_primal_residual_vanishes():
+    problems = ridge_shards()
+    (algo, records, _), *_ = simulate(ADMMConfig(rho=1.0), problems, rounds=60)
+    w_star = problems[0].w_star
+    assert records[-1]["suboptimality"] <= 1e-8
+    assert torch.allclose(algo.iterate, w_star, rtol=0, atol=1e-7)
+    primal = [r["primal_residual"] for r in records[1:]]
+    assert primal[-1] < 1e-6 and primal[-1] < 1e-6 * primal[0]
+    assert records[-1]["dual_residual"] < 1e-6
+    assert "primal_residual" not in records[0]  # no x before the first round
+    # one allreduce per round: the residual scalar rides in the next round's call
+    assert [r["comm_rounds"] for r in records] == list(range(len(records)))
+
+
+def test_admm_fixed_point_is_the_regularised_optimum_on_one_worker():
+    # m=1: x = argmin f + ρ/2||x - z + u||², z = ρ v/(ρ+2λ); at convergence z solves the full ridge problem.
+    (problem,) = ridge_shards(1)
+    (algo, records, _), = simulate(ADMMConfig(rho=2.0), [problem], rounds=80)
+    assert records[-1]["suboptimality"] <= 1e-10
+    assert torch.allclose(algo.iterate, problem.w_star, rtol=0, atol=1e-8)
+
+
+def test_admm_primal_residual_matches_its_definition():
+    problems = ridge_shards()
+    results = simulate(ADMMConfig(rho=0.5), problems, rounds=3)
+    # the record of z_1 carries sqrt(Σ_i ||x_i^1 - z_1||²); recompute x_i^1 = argmin f_i + ρ/2||x - z_0||²
+    z0, z1 = results[0][2][0], results[0][2][1]
+    x1 = [torch.linalg.solve(p.A + 0.5 * torch.eye(p.dim, dtype=p.dtype), p.b + 0.5 * z0) for p in problems]
+    expected = math.sqrt(sum(float((x - z1).square().sum()) for x in x1))
+    assert results[0][1][1]["primal_residual"] == pytest.approx(expected, rel=1e-10)
+    assert results[0][1][1]["dual_residual"] == pytest.approx(0.5 * 2 * float((z1 - z0).norm()), rel=1e-12)
+
+
+@pytest.mark.parametrize("rho", [0.01, 100.0])
+def test_admm_adaptive_rho_rescues_a_bad_penalty(rho):
+    problems = ridge_shards()
+    fixed = simulate(ADMMConfig(rho=rho), problems, rounds=60)[0][1]
+    adaptive = simulate(ADMMConfig(rho=rho, adaptive_rho=True), problems, rounds=60, tol=1e-8)[0][1]
+    assert fixed[-1]["suboptimality"] > 1e-5
+    assert adaptive[-1]["suboptimality"] <= 1e-8 and len(adaptive) <= 40
+    assert adaptive[-1]["rho"] != rho
+
+
+def test_residual_balance_is_boyds_rule():
+    assert residual_balance(1.0, primal=11.0, dual=1.0) == 2.0
+    assert residual_balance(1.0, primal=1.0, dual=11.0) == 0.5
+    assert residual_balance(1.0, primal=9.0, dual=1.0) == 1.0
+    assert residual_balance(3.0, primal=100.0, dual=1.0, mu=50, tau=3) == 9.0
+
+
+# --- GD ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("covariance", ["iso", "decay"])
+def test_gd_estimates_L_and_converges_at_step_one_over_L(covariance):
+    config = RidgeSyntheticConfig(n_samples=2000, dim=50, covariance=covariance)
+    problems = ridge_shards(M, config)
+    L = float(torch.linalg.eigvalsh(global_hessian(problems))[-1])
+    results = simulate(GDConfig(power_iters=20), problems, rounds=400, tol=1e-8)
+    algo, records, _ = results[0]
+    assert algo.L_est == pytest.approx(L, rel=1e-6)
+    assert all(a.L_est == algo.L_est for a, _, _ in results)  # every worker agrees
+    assert records[0]["comm_rounds"] == 20 and records[0]["bytes_sent"] > 0  # the estimate's traffic is counted
+    assert records[0]["L_est"] == algo.L_est and algo.lr == 1 / algo.L_est
+    if covariance == "iso":
+        assert records[-1]["suboptimality"] <= 1e-8
+    # at step 1/L the objective never increases (descent lemma)
+    objectives = [r["objective"] for r in records]
+    assert all(b <= a + 1e-12 for a, b in zip(objectives, objectives[1:]))
+
+
+def test_lanczos_is_exact_after_dim_products_and_beats_power_iteration():
+    g = torch.Generator().manual_seed(0)
+    Q, _ = torch.linalg.qr(torch.randn(30, 30, generator=g, dtype=torch.float64))
+    eig = torch.linspace(1.0, 2.0, 30, dtype=torch.float64)
+    H = Q @ torch.diag(eig) @ Q.T
+    v0 = torch.randn(30, generator=g, dtype=torch.float64)
+    assert lanczos_max_eig(lambda v: H @ v, v0, 30) == pytest.approx(2.0, rel=1e-12)
+    w = v0 / v0.norm()
+    for _ in range(10):
+        w = H @ w
+        w = w / w.norm()
+    assert lanczos_max_eig(lambda v: H @ v, v0, 11) >= float(w @ H @ w)
+
+
+# --- one-shot averaging -----------------------------------------------------------------------------
+
+def test_osa_is_the_mean_of_the_local_optima_and_communicates_twice():
+    problems = ridge_shards()
+    results = simulate(OSAConfig(), problems, rounds=10)
+    expected = sum(local_optimum(p) for p in problems) / len(problems)
+    for algo, records, iterates in results:
+        assert torch.allclose(algo.iterate, expected, rtol=0, atol=1e-12)
+        assert all(torch.equal(w, iterates[1]) for w in iterates[1:])
+    records = results[0][1]
+    assert records[-1]["comm_rounds"] == 2  # the average, then one evaluation of the fixed iterate
+    assert all(r["suboptimality"] == records[1]["suboptimality"] for r in records[1:])
+    assert 0 < records[1]["suboptimality"] < records[0]["suboptimality"]
+
+
+# --- local SGD --------------------------------------------------------------------------------------
+
+def test_local_sgd_one_full_batch_step_is_gradient_descent():
+    problems = ridge_shards()
+    lr = 0.3
+    gd = simulate(GDConfig(lr=lr), problems, rounds=15)[0][2]
+    local = simulate(LocalSGDConfig(local_steps=1, lr=lr), problems, rounds=15)[0][2]
+    assert len(gd) == len(local) == 16
+    for w_gd, w_local in zip(gd, local):
+        assert torch.allclose(w_gd, w_local, rtol=0, atol=1e-12)
+
+
+def unequal_shards(sizes=(200, 500, 900, 400)):
+    X, y = generate(sum(sizes), 50, "iso", 1.0, 0)
+    bounds = torch.tensor((0, *sizes)).cumsum(0).tolist()
+    scale = len(sizes) / sum(sizes)
+    return [quadratic_shard(X[a:b], y[a:b], 0.005, scale=scale) for a, b in zip(bounds, bounds[1:])]
+
+
+def full_batch_steps(p: QuadraticProblem, w: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
+    H = p.A + 2 * p.lam * torch.eye(p.dim, dtype=p.dtype)
+    for _ in range(steps):
+        w = w - lr * (H @ w - p.b)
+    return w
+
+
+def test_weighted_aggregation_is_the_shard_size_weighted_mean():
+    problems = unequal_shards()
+    results = simulate(LocalSGDConfig(local_steps=3, lr=0.1, aggregate="weighted"), problems, rounds=1)
+    w0 = torch.zeros(50, dtype=torch.float64)
+    local = [full_batch_steps(p, w0, 0.1, 3) for p in problems]
+    n = [p.n_local for p in problems]
+    expected = sum(n_i * w_i for n_i, w_i in zip(n, local)) / sum(n)
+    plain_mean = sum(local) / len(local)
+    assert not torch.allclose(expected, plain_mean, atol=1e-6)  # the weights matter here
+    for _, _, iterates in results:
+        assert torch.allclose(iterates[1], expected, rtol=0, atol=1e-12)
+
+
+def test_best_election_keeps_the_model_of_the_worker_with_the_lowest_score():
+    shards = unequal_shards((300, 300, 300, 300))
+    offsets = [5.0, 3.0, -50.0, 1.0]  # worker 2's local objective is lowest by construction
+    problems = [QuadraticProblem(p.A, p.b, p.c + c, p.lam) for p, c in zip(shards, offsets)]
+    results = simulate(LocalSGDConfig(local_steps=2, lr=0.1, aggregate="best"), problems, rounds=1)
+    w0 = torch.zeros(50, dtype=torch.float64)
+    local = [full_batch_steps(p, w0, 0.1, 2) for p in problems]
+    scores = [float(p.evaluate(w)[1][0]) for p, w in zip(problems, local)]
+    assert min(range(4), key=scores.__getitem__) == 2
+    for _, records, iterates in results:
+        assert records[0]["elected"] == 2
+        assert torch.allclose(iterates[1], local[2], rtol=0, atol=1e-14)
+        assert torch.equal(iterates[1], results[2][2][1])  # bitwise worker 2's own model, on every worker
+    assert results[0][1][1]["comm_rounds"] == 2  # reaching w_1 took the scores allreduce and the broadcast
+
+
+def test_minibatch_gradients_are_unbiased_and_seeded():
+    (problem,) = [RIDGE.build(0, 2)]
+    w = torch.linspace(-1, 1, 50, dtype=torch.float64)
+    batches = torch.arange(problem.n_local).reshape(4, -1)  # 1000 rows in 4 disjoint batches
+    mean_batch_grad = sum(problem.batch_grad(w, idx) for idx in batches) / 4
+    assert torch.allclose(mean_batch_grad, problem.grad(w), rtol=0, atol=1e-12)
+    config = LocalSGDConfig(local_steps=5, batch_size=50, lr=0.05, seed=3)
+    first = simulate(config, ridge_shards(2), rounds=4)
+    again = simulate(config, ridge_shards(2), rounds=4)
+    assert all(torch.equal(a, b) for a, b in zip(first[0][2], again[0][2]))
+    assert first[0][1][-1]["objective"] < first[0][1][0]["objective"]
+
+
+def test_local_steps_is_plain_gradient_descent():
+    assert torch.equal(local_steps(torch.tensor([4.0]), lambda w: 2 * w, lr=0.25, steps=3), torch.tensor([0.5]))
+
+
+# --- configuration ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("factory, key, value", [
+    (ADMMConfig, "rho", 0.0),
+    (ADMMConfig, "rho", -1.0),
+    (ADMMConfig, "adaptive_rho", "yes"),
+    (ADMMConfig, "balance_mu", 1.0),
+    (ADMMConfig, "balance_tau", 0.5),
+    (GDConfig, "lr", -0.1),
+    (GDConfig, "power_iters", 0),
+    (GDConfig, "seed", 1.5),
+    (LocalSGDConfig, "local_steps", 0),
+    (LocalSGDConfig, "batch_size", 0),
+    (LocalSGDConfig, "lr", 0.0),
+    (LocalSGDConfig, "aggregate", "median"),
+])
+def test_bad_hyperparameters_name_the_key_and_value(factory, key, value):
+    with pytest.raises(ConfigError, match=rf"algorithm\.{key}.*{value}"):
+        factory(**{key: value})
+
+
+def test_a_batch_larger_than_the_shard_is_rejected():
+    (problem,) = ridge_shards(1)
+    with pytest.raises(ConfigError, match="batch_size=5000 exceeds"):
+        simulate(LocalSGDConfig(batch_size=5000), [problem], rounds=1)
+
+
+@pytest.mark.parametrize("algorithm, overrides, check", [
+    ("admm", [], lambda s: s["status"] == "converged" and s["comm_rounds"] == s["rounds"]),
+    ("gd", [], lambda s: s["status"] == "converged" and s["comm_rounds"] == s["rounds"] + 20),
+    ("osa", [], lambda s: s["status"] == "max_rounds" and s["comm_rounds"] == 2),
+    ("local_sgd", ["algorithm.local_steps=1", "algorithm.aggregate=weighted"], lambda s: s["status"] == "converged"),
+])
+def test_hydra_entry_point_runs_each_baseline(tmp_path, algorithm, overrides, check):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"algorithm={algorithm}", "workers=4", "rounds=60", "tol=1e-8",
+                                           "problem.n_samples=2000", "problem.dim=50", "quiet=true", *overrides])
+    summary = execute(run_spec(cfg), str(tmp_path))
+    assert read_summary(tmp_path) == summary and summary["algorithm"] == algorithm
+    assert check(summary), summary
+    rounds = read_rounds(tmp_path)
+    assert [r["round"] for r in rounds] == list(range(summary["rounds"] + 1))
+    assert {"round", "time_s", "bytes_sent", "comm_rounds", "objective", "suboptimality"} <= set(rounds[-1])
+
+
+@pytest.mark.parametrize("config", [
+    ADMMConfig(rho=100.0, adaptive_rho=True),
+    OSAConfig(),
+    LocalSGDConfig(local_steps=3, batch_size=40, lr=0.05, aggregate="best"),
+], ids=["admm", "osa", "local_sgd"])
+def test_a_resumed_run_continues_exactly(config):
+    problems = ridge_shards()
+
+    def worker(comm, resume_from=None):
+        algo = config.build(problems[comm.rank], comm)
+        saved = {}
+        resume = resume_from[comm.rank] if resume_from else None
+        records, _ = run(algo, StopRule(rounds=8), resume=resume, checkpoint_every=4,
+                         on_checkpoint=lambda state: saved.setdefault(state["round"], state))
+        return records, saved
+
+    whole = ThreadGroup(M).run(worker)
+    checkpoints = [saved[4] for _, saved in whole]
+    resumed = ThreadGroup(M).run(lambda comm: worker(comm, checkpoints))
+    strip = lambda records: [{k: v for k, v in r.items() if k != "time_s"} for r in records]  # noqa: E731
+    assert strip(resumed[0][0]) == strip(whole[0][0][4:])

@@ -1,0 +1,118 @@
+"""Figure scripts draw non-empty PNG + PDF from a small fake results tree whose numbers are known,
+and the numbers they extract (time to 1e-8, rounds to 1e-10, the best μ) are the right ones."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from dane.results import RunWriter
+from experiments.config import cost_model
+from paper_figs import convergence, make_all, rounds_table, run_convergence, speedup
+from paper_figs.common import M_GRID, N_GRID, MissingRuns
+from synthetic.sweep import RunIndex, _composed, job_name
+
+
+def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0):
+    """A run directory as `experiments.simulate` would write it for ``job``, with the given curve."""
+    cfg = _composed(tuple(job))
+    out = root / job_name(job)
+    writer = RunWriter(out)
+    writer.write_text("config.yaml", yaml.safe_dump(cfg))
+    times = times or [0.01 * k for k in range(len(subopts))]
+    for k, (s, t) in enumerate(zip(subopts, times)):
+        writer.write_round({"round": k, "time_s": t, "bytes_sent": 0, "comm_rounds": 2 * k, "objective": 1 + s,
+                            "suboptimality": s})
+    status = status or ("converged" if subopts[-1] <= cfg["tol"] else "max_rounds")
+    summary = {"algorithm": cfg["algorithm"]["name"], "workers": cfg["workers"], "status": status,
+               "rounds": len(subopts) - 1, "final_suboptimality": subopts[-1], "setup_s": setup_s,
+               "backend": "simulator" if cfg["workers"] > 1 else "local"}
+    if cfg["workers"] > 1:
+        cost = cost_model(OmegaConf.create(cfg["sim"]))
+        summary.update(alpha=cost.alpha, beta=cost.beta)
+    writer.write_summary(summary)
+    writer.close()
+    return out
+
+
+def reaching_at(rounds: int) -> list[float]:
+    """Suboptimality above 1e-10 until round ``rounds``, 1e-11 there."""
+    return [1.0 / (k + 1) for k in range(rounds)] + [1e-11]
+
+
+def plain_rounds(mu: float) -> int:
+    return 5 + round(10 * abs(math.log10(mu) + 1))  # best at μ=0.1: 5 rounds
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    for n in N_GRID:
+        for m in M_GRID:
+            # time_s k n/(1e6 m); first <= 1e-8 at round 3; setup 0.5/m
+            fake_run(root, speedup.job(n, m), [1, 1e-3, 1e-6, 1e-9, 1e-12],
+                     times=[k * n / (1e6 * m) for k in range(5)], setup_s=0.5 / m)
+            if m >= 16:
+                fake_run(root, rounds_table.plain_job(n, m, 0.0), [1, 10, 1e3, math.inf], status="diverged")
+            else:
+                fake_run(root, rounds_table.plain_job(n, m, 0.0), reaching_at(3))
+            for mu in rounds_table.MUS:
+                curve = [1e-3] * 101 if m == 64 else reaching_at(plain_rounds(mu))
+                fake_run(root, rounds_table.plain_job(n, m, mu), curve)
+    for job in convergence.jobs():
+        fake_run(root, job, [10.0 ** -k for k in range(12)])
+    return root
+
+
+def test_speedup_extracts_time_to_1e8(results, tmp_path):
+    times = speedup.table(RunIndex(results))
+    for n in N_GRID:
+        for m, t in zip(M_GRID, times[n]):
+            assert t == pytest.approx(0.5 / m + 3 * n / (1e6 * m), rel=1e-12)
+    paths = speedup.main(results, tmp_path)
+    assert all(p.stat().st_size > 1000 for p in paths) and {p.suffix for p in paths} == {".png", ".pdf"}
+    assert "| 18000 | 0.5540 |" in (tmp_path / "speedup.md").read_text()
+
+
+def test_rounds_table_marks_divergence_and_best_mu(results, tmp_path):
+    data = rounds_table.table(RunIndex(results))
+    assert data["μ=0"][6000, 8] == ("reached", 3.0, 0.0)
+    assert data["μ=0"][6000, 16][0] == "diverged"
+    assert data["best fixed μ"][18000, 4] == ("reached", 5.0, 0.1)
+    assert data["best fixed μ"][18000, 64][0] == "not reached"
+    assert data["safeguarded"][10000, 64] == ("reached", 4.0, None)
+    text = rounds_table.markdown(data)
+    assert "| 6000 | 3 | 3 | 3 | 3 | div | div |" in text
+    assert "5 (μ=0.1)" in text and "—" in text
+    paths = rounds_table.main(results, tmp_path)
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_convergence_reads_all_panels(results, tmp_path):
+    data = convergence.curves(RunIndex(results))
+    assert len(data) == 10
+    assert data["decay", "GD (1/L)"]["suboptimality"][3] == pytest.approx(1e-3)
+    assert data["iso", "ADMM (ρ=1)"]["comm_rounds"][:3] == [0, 2, 4]
+    paths = convergence.main(results, tmp_path)
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_make_all_draws_every_figure_without_running(results, tmp_path):
+    written = make_all.make_all(results, tmp_path, run_missing=False)
+    assert sorted(p.name for p in written) == sorted(
+        f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table") for ext in ("png", "pdf"))
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_missing_runs_are_named(tmp_path):
+    with pytest.raises(MissingRuns, match="24 run"):
+        speedup.table(RunIndex(tmp_path))
+
+
+def test_run_convergence_draws_into_the_run_dir(results):
+    run = results / job_name(speedup.job(6000, 2))
+    paths = run_convergence.main([str(run)])
+    assert [p.name for p in paths] == ["convergence.png", "convergence.pdf"]
+    assert all(p.stat().st_size > 1000 for p in paths)

@@ -1,0 +1,268 @@
+"""Neural and logistic problems: exact invariants of the flat-vector Problem, DANE against an
+L-BFGS optimum on a convex multinomial logistic regression, accuracy on digits, sync SGD
+as gradient descent, confusion matrices, early stopping, the entry point's errors, and
+horovodrun against the simulator.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from scipy.optimize import minimize
+from scipy.special import logsumexp
+
+from dane.errors import ConfigError
+from dane.launch import execute
+from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig, as_images
+from dane.results import read_rounds, read_summary
+from dane.runner import EarlyStopping, StopRule
+from experiments.config import CONF_DIR, build, run_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data"))
+PYTHON = sys.executable
+SMALL_MLP = ("problem=digits_mlp", "problem.model.hidden=[32]", "problem.inner_steps=10", "quiet=true")
+
+
+def config(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def run(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
+    summary = execute(run_spec(config(*overrides)), str(tmp_path))
+    return summary, read_rounds(tmp_path)
+
+
+def mlp_problem(**kwargs) -> NeuralProblemConfig:
+    base = dict(data=DataConfig(dataset="digits"), model=ModelConfig("mlp", (16,)), dtype="float64", inner_steps=5,
+                inner_batch_size=32)
+    return NeuralProblemConfig(**{**base, **kwargs})
+
+
+# ---------------------------------------------------------------- the Problem on a flat vector
+@pytest.mark.parametrize("sharding", ["iid", "dirichlet"])
+def test_worker_means_are_the_global_gradient_and_metrics(sharding):
+    cfg = mlp_problem(data=DataConfig(dataset="digits", sharding=sharding, alpha=0.3), l2=0.01)
+    whole = cfg.build(0, 1)
+    w = whole.initial_point() + 0.1 * torch.randn(whole.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    grad, metrics = whole.evaluate(w)
+    parts = [cfg.build(rank, 3) for rank in range(3)]
+    if sharding == "dirichlet":
+        assert len({p.n_local for p in parts}) == 3  # unequal shards: the m n_i / N weights matter
+    local = [p.evaluate(w) for p in parts]
+    torch.testing.assert_close(sum(g for g, _ in local) / 3, grad, rtol=0, atol=1e-13)
+    torch.testing.assert_close(sum(m for _, m in local) / 3, metrics, rtol=0, atol=1e-13)
+    # The metrics are the plain definitions on the whole sets.
+    data = cfg.dataset()
+    with torch.no_grad():
+        whole._load(w)
+        logits = whole.model(data.test_x.double())
+        train_loss = torch.nn.functional.cross_entropy(whole.model(data.train_x.double()), data.train_y)
+    expected = [train_loss + 0.005 * (w @ w), torch.nn.functional.cross_entropy(logits, data.test_y),
+                (logits.argmax(1) == data.test_y).double().mean()]
+    torch.testing.assert_close(metrics, torch.stack(expected), rtol=1e-12, atol=1e-12)
+
+
+def test_batch_grad_over_the_whole_shard_is_the_local_gradient():
+    problem = mlp_problem(l2=0.1).build(1, 2)
+    w = problem.initial_point()
+    torch.testing.assert_close(problem.batch_grad(w, torch.arange(problem.n_local)), problem.evaluate(w)[0],
+                               rtol=0, atol=1e-14)
+
+
+def test_all_workers_start_from_the_same_model_and_draw_different_batches():
+    cfg = mlp_problem()
+    a, b = cfg.build(0, 2), cfg.build(1, 2)
+    assert torch.equal(a.initial_point(), b.initial_point())
+    assert not torch.equal(a.sampler.next(), b.sampler.next())
+    assert torch.equal(cfg.build(0, 2).sampler.next(), cfg.build(0, 2).sampler.next())
+
+
+def test_lbfgs_local_solve_is_stationary_and_leaves_its_inputs_alone():
+    # Convex logistic regression: the full-batch L-BFGS solve must satisfy the optimality
+    # condition ∇O_i(w) - linear + mu (w - anchor) = 0 of the DANE subproblem.
+    cfg = NeuralProblemConfig(data=DataConfig(dataset="iris"), model=ModelConfig("logreg"), l2=0.01, dtype="float64",
+                              inner_optimizer="lbfgs", inner_lr=1.0, inner_steps=200, inner_batch_size=None)
+    problem = cfg.build(0, 2)
+    gen = torch.Generator().manual_seed(1)
+    anchor, linear = torch.randn(problem.dim, dtype=torch.float64, generator=gen), 0.3 * torch.randn(problem.dim, dtype=torch.float64, generator=gen)
+    anchor_copy, linear_copy = anchor.clone(), linear.clone()
+    w = problem.prox_solve(anchor, linear, 0.5)
+    assert torch.equal(anchor, anchor_copy) and torch.equal(linear, linear_copy)
+    start = torch.linalg.vector_norm(problem.evaluate(anchor)[0] - linear)
+    residual = torch.linalg.vector_norm(problem.evaluate(w)[0] - linear + 0.5 * (w - anchor))
+    assert residual < 1e-8 * start
+
+
+def test_sgd_local_solve_with_a_huge_mu_stays_at_the_anchor():
+    problem = mlp_problem().build(0, 2)
+    anchor = problem.initial_point()
+    w = problem.prox_solve(anchor, torch.zeros_like(anchor), 1e6)
+    assert torch.linalg.vector_norm(w - anchor) < 1e-4 * torch.linalg.vector_norm(anchor)
+
+
+def test_digits_as_images_repeats_each_pixel_in_a_4x4_block():
+    flat = NeuralProblemConfig(data=DataConfig(dataset="digits")).dataset()
+    images = as_images(flat, 32)
+    assert images.train_x.shape == (len(flat.train_y), 1, 32, 32)
+    x = images.train_x[5, 0]
+    for i, j, a, b in [(0, 0, 0, 0), (3, 5, 2, 1), (7, 7, 3, 3)]:
+        assert x[4 * i + a, 4 * j + b] == flat.train_x[5, 8 * i + j]
+    assert any("upsampled" in note for note in images.notes)
+    with pytest.raises(ConfigError, match="image_size=30"):
+        as_images(flat, 30)
+
+
+# ---------------------------------------------------------------- DANE on a convex problem
+def logreg_optimum(X: np.ndarray, y: np.ndarray, classes: int, l2: float) -> float:
+    """min (1/N) Σ CE(W x_j + b, y_j) + (l2/2)(||W||² + ||b||²) by scipy's L-BFGS, float64, in its own code."""
+    n, d = X.shape
+
+    def f(theta):
+        W, b = theta[: classes * d].reshape(classes, d), theta[classes * d:]
+        Z = X @ W.T + b
+        lse = logsumexp(Z, axis=1)
+        P = np.exp(Z - lse[:, None])
+        P[np.arange(n), y] -= 1
+        grad = np.concatenate([(P.T @ X / n).ravel(), P.mean(0)]) + l2 * theta
+        return np.mean(lse - Z[np.arange(n), y]) + 0.5 * l2 * theta @ theta, grad
+
+    res = minimize(f, np.zeros(classes * (d + 1)), jac=True, method="L-BFGS-B",
+                   options=dict(maxiter=5000, gtol=1e-12, ftol=1e-16, maxcor=30))
+    assert np.abs(res.jac).max() < 1e-8
+    return float(res.fun)
+
+
+def test_inexact_dane_reaches_the_lbfgs_optimum_of_multinomial_logistic_regression(tmp_path):
+    summary, rounds = run(tmp_path, "problem=logreg_digits", "workers=2", "rounds=14", "algorithm.mu=0.01", "quiet=true")
+    data = build(config("problem=logreg_digits"), "problem").dataset()
+    best = logreg_optimum(data.train_x.double().numpy(), data.train_y.numpy(), data.num_classes, 0.01)
+    gaps = [r["objective"] - best for r in rounds]
+    assert min(gaps) > -1e-9  # nobody beats the optimum
+    assert gaps[-1] < 1e-5, gaps
+    assert gaps[0] > 1.0  # it really had to travel
+    assert summary["final_test_accuracy"] > 0.9
+
+
+# ---------------------------------------------------------------- DANE on a network
+def test_dane_mlp_on_digits_reaches_90_percent_with_a_monotone_objective(tmp_path):
+    summary, rounds = run(tmp_path, *SMALL_MLP, "workers=2", "rounds=20", "early_stop.target=0.9")
+    assert summary["status"] == "target_reached" and summary["rounds"] <= 20
+    assert rounds[-1]["test_accuracy"] >= 0.9
+    accepted = [r["objective"] for r in rounds if r.get("accepted", True)]
+    assert all(b <= a for a, b in zip(accepted, accepted[1:]))  # the safeguard's guarantee
+    assert rounds[-1]["comm_rounds"] == 2 * rounds[-1]["round"]  # two allreduces per DANE round
+    confusion = json.loads((tmp_path / "confusion.json").read_text())
+    counts = np.array(confusion["matrix"])
+    assert counts.sum() == 360 and np.trace(counts) / 360 == pytest.approx(summary["final_test_accuracy"], abs=1e-6)
+    assert (tmp_path / "confusion.png").stat().st_size > 1000
+
+
+def test_sync_sgd_with_whole_shard_batches_is_gradient_descent(tmp_path):
+    lr, steps = 0.3, 4
+    summary, rounds = run(tmp_path, *SMALL_MLP, "algorithm=sync_sgd", "workers=2", "rounds=2", "problem.dtype=float64",
+                          f"algorithm.lr={lr}", "algorithm.momentum=0", "algorithm.batch_size=100000",
+                          f"algorithm.steps_per_round={steps}", "save_iterate=true")
+    problem = build(config(*SMALL_MLP, "problem.dtype=float64"), "problem").build(0, 1)
+    w = problem.initial_point()
+    objectives = []
+    for t in range(2 * steps):
+        grad, metrics = problem.evaluate(w)
+        if t % steps == 0:
+            objectives.append(float(metrics[0]))
+        w = w - lr * grad
+    objectives.append(float(problem.evaluate(w)[1][0]))
+    assert [r["objective"] for r in rounds] == pytest.approx(objectives, rel=1e-12)
+    assert [r["comm_rounds"] for r in rounds] == [0, steps, 2 * steps]  # one allreduce per minibatch step
+    torch.testing.assert_close(torch.load(tmp_path / "iterate.pt"), w, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------- stopping rules
+def test_early_stopping_patience_and_target():
+    watch = EarlyStopping(StopRule(patience=2, min_delta=0.01))
+    # 0.705 and 0.71 do not beat 0.7 by more than 0.01: the second of them ends the run.
+    verdicts = [watch.update({"round": t, "test_accuracy": a}) for t, a in enumerate([0.5, 0.7, 0.705, 0.71])]
+    assert verdicts == [None, None, None, "early_stopped"]
+    target = EarlyStopping(StopRule(target=0.8))
+    assert [target.update({"round": t, "test_accuracy": a}) for t, a in enumerate([0.5, 0.79, 0.8])] == \
+        [None, None, "target_reached"]
+    assert EarlyStopping(StopRule(patience=1)).update({"round": 0, "objective": 1.0}) is None  # no monitor: no stop
+
+
+# ---------------------------------------------------------------- configs and errors
+PROBLEMS = sorted(p.stem for p in (CONF_DIR / "problem").glob("*.yaml") if p.stem != "ridge_synthetic")
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_every_problem_config_builds_and_validates(name):
+    problem = build(config(f"problem={name}", f"problem.data.data_dir={SHARED_DATA}"), "problem")
+    assert isinstance(problem, NeuralProblemConfig) and problem.name == name
+    try:
+        problem.check_workers(2)
+    except Exception as err:  # CIFAR-10 (and MNIST/admissions without the shared data) are not on these machines
+        assert type(err).__name__ == "DataError"
+        return
+    p = problem.build(0, 2)
+    assert p.initial_point().shape == (p.dim,)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("problem.inner_optimizer=rmsprop", "problem.inner_optimizer must be one of sgd|adam|lbfgs, got 'rmsprop'"),
+    ("problem.inner_steps=0", "problem.inner_steps must be a positive integer, got 0"),
+    ("problem.data.sharding=pathological", "problem.data.sharding must be one of iid|dirichlet"),
+    ("problem.device=tpu", "problem.device must be one of auto|cpu|cuda"),
+    ("problem.model.name=resnet", "problem.model.name must be one of lenet3|lenet5|mlp|logreg"),
+])
+def test_bad_problem_values_are_one_line_config_errors(override, message):
+    with pytest.raises(ConfigError, match=message.replace("|", r"\|")):
+        build(config("problem=digits_mlp", override), "problem")
+
+
+def test_bad_data_dir_exits_2_with_one_line(tmp_path):
+    missing = tmp_path / "no_such_dir"
+    proc = subprocess.run([PYTHON, "-m", "experiments.train", "problem=mnist_lenet5", f"problem.data.data_dir={missing}",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert lines[0].startswith(f"error: data_dir {missing} does not exist; expected train-images-idx3-ubyte.gz")
+
+
+# ---------------------------------------------------------------- horovodrun
+def horovodrun() -> str | None:
+    try:
+        import horovod.torch  # noqa: F401
+    except ImportError:
+        return None
+    path = Path(sys.executable).parent / "horovodrun"
+    return str(path) if path.exists() else shutil.which("horovodrun")
+
+
+def test_horovodrun_two_ranks_match_the_simulator(tmp_path):
+    launcher = horovodrun()
+    if launcher is None:
+        pytest.skip("horovod is not importable")
+    overrides = [*SMALL_MLP, "problem.dtype=float64", "rounds=2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([launcher, "-np", "2", "--gloo", sys.executable, "-m", "experiments.train", *overrides,
+                           f"out_dir={tmp_path / 'hvd'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    execute(run_spec(config(*overrides, "workers=2")), str(tmp_path / "sim"))
+    real, sim = read_rounds(tmp_path / "hvd"), read_rounds(tmp_path / "sim")
+    assert read_summary(tmp_path / "hvd")["backend"] == "horovod"
+    assert len(real) == len(sim) == 3
+    for a, b in zip(real, sim):
+        for key in ("objective", "test_loss", "test_accuracy", "grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-12, abs=1e-14), key
+        assert a["bytes_sent"] == b["bytes_sent"] and a["comm_rounds"] == b["comm_rounds"]

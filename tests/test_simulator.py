@@ -1,0 +1,135 @@
+"""The in-process simulator (dane.comm.ThreadGroup) against a real horovodrun run and its cost model.
+
+- a real ``horovodrun -np 2 --gloo`` run and the simulator at m=2 produce the same
+  iterates (float64, 1e-10), round by round and at the end;
+- the simulated clock is the sum over collective phases of max_i(slowdown_i * compute_i)
+  plus the α-β cost of each allreduce (fake compute of known CPU seconds);
+- stragglers slow the simulated time by the expected factor, and seeded delays add
+  exactly the drawn maxima;
+- the calibration fit recovers α and β from exact model times.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from dane.comm import AlphaBeta, Stragglers, ThreadGroup
+from dane.launch import execute
+from dane.results import read_rounds, read_summary
+from experiments.config import run_spec
+from synthetic.calibrate import fit_alpha_beta, relative_errors
+from synthetic.launchers import have_horovod, horovodrun
+from synthetic.sweep import compose_job
+
+SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=8", "tol=null"]
+
+
+def burn(seconds: float) -> None:
+    """Spend ``seconds`` of this thread's CPU time."""
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < seconds:
+        pass
+
+
+def run_phases(group: ThreadGroup, compute: list[list[float]], nbytes: int) -> None:
+    """Worker r burns compute[k][r] CPU seconds, then joins allreduce k (a float64 tensor of ``nbytes``)."""
+    def worker(comm):
+        for phase in compute:
+            burn(phase[comm.rank])
+            comm.allreduce_mean([torch.zeros(nbytes // 8, dtype=torch.float64)])
+    group.run(worker)
+
+
+def test_clock_is_max_compute_plus_alpha_beta_cost():
+    cost = AlphaBeta(alpha=0.01, beta=1e6)
+    slowdown = (1.0, 3.0, 1.0)
+    compute = [[0.02, 0.01, 0.005], [0.004, 0.002, 0.03], [0.01, 0.01, 0.01]]
+    group = ThreadGroup(3, cost, Stragglers(slowdown=slowdown))
+    run_phases(group, compute, nbytes=8000)
+    comm_per_call = 2 * 2 / 3 * 8000 / 1e6 + 2 * 2 * 0.01  # 2(m-1)/m n/β + 2(m-1)α
+    assert cost.allreduce_time(8000, 3) == pytest.approx(comm_per_call, rel=1e-12)
+    assert group.comm_time == pytest.approx(3 * comm_per_call, rel=1e-12)
+    expected_compute = sum(max(f * c for f, c in zip(slowdown, phase)) for phase in compute)  # 0.03 + 0.03 + 0.03
+    assert expected_compute == pytest.approx(0.09)
+    assert group.compute_time == pytest.approx(expected_compute, abs=3 * 3e-3)
+    assert group.clock == pytest.approx(group.compute_time + group.comm_time, rel=1e-12)
+
+
+def test_stragglers_slow_time_by_their_factor():
+    compute = [[0.01, 0.01]] * 4
+    plain = ThreadGroup(2, AlphaBeta(alpha=0.0, beta=1e30))
+    slow = ThreadGroup(2, AlphaBeta(alpha=0.0, beta=1e30), Stragglers(slowdown=(1.0, 4.0)))
+    run_phases(plain, compute, nbytes=8)
+    run_phases(slow, compute, nbytes=8)
+    assert plain.clock == pytest.approx(0.04, abs=4e-3)
+    assert slow.clock / plain.clock == pytest.approx(4.0, rel=0.1)
+
+
+def test_seeded_delays_add_the_drawn_maxima():
+    m, phases, mean = 4, 200, 1e-3
+    group = ThreadGroup(m, AlphaBeta(alpha=0.0, beta=1e30), Stragglers(delay_mean=mean, seed=7))
+    run_phases(group, [[0.0] * m] * phases, nbytes=8)
+    rng = np.random.default_rng(7)
+    drawn = sum(rng.exponential(mean, m).max() for _ in range(phases))
+    assert group.clock >= drawn
+    assert group.clock == pytest.approx(drawn, abs=phases * 2e-4)  # plus each phase's tiny real compute
+    harmonic = sum(1 / k for k in range(1, m + 1))  # E[max of m exponentials] = mean * H_m
+    assert drawn == pytest.approx(phases * mean * harmonic, rel=0.15)
+
+
+def test_straggler_config_reaches_the_simulator():
+    spec = run_spec(compose_job(("workers=2", "sim.slowdown=[1.0,4.0]", "sim.delay_mean=0.001", "sim.alpha=0.002")))
+    assert spec.simulated and spec.workers == 2
+    assert [spec.stragglers.factor(r) for r in range(3)] == [1.0, 4.0, 1.0]
+    assert spec.stragglers.delay_mean == 0.001 and spec.cost.alpha == 0.002
+
+
+def test_simulated_run_time_is_the_group_clock(tmp_path):
+    spec = run_spec(compose_job(("workers=2", *SMALL, "sim.alpha=0.001", "sim.beta=1e8")))
+    summary = execute(spec, str(tmp_path))
+    records = read_rounds(tmp_path)
+    # 8 DANE rounds of 2 allreduces ([grad, metrics], [w]) and the final evaluation: 17 calls
+    nbytes = [8 * (20 + 2), 8 * 20] * 8 + [8 * (20 + 2)]
+    assert summary["comm_rounds"] == 16  # what it took to produce the last iterate
+    assert summary["simulated_comm_s"] == pytest.approx(sum(spec.cost.allreduce_time(n, 2) for n in nbytes), rel=1e-12)
+    assert records[-1]["time_s"] <= summary["simulated_time_s"] <= records[-1]["time_s"] + 0.05
+    assert summary["setup_s"] > 0
+
+
+def test_calibration_fit_recovers_alpha_beta():
+    truth = AlphaBeta(alpha=1.5e-4, beta=2.5e8)
+    sizes = [8, 64, 512, 4096, 32768, 262144, 1048576, 4194304]
+    times = [truth.allreduce_time(n, 2) for n in sizes]
+    fitted = fit_alpha_beta(sizes, times, 2)
+    assert fitted.alpha == pytest.approx(truth.alpha, rel=1e-9)
+    assert fitted.beta == pytest.approx(truth.beta, rel=1e-9)
+    assert max(map(abs, relative_errors(fitted, sizes, times, 2))) < 1e-9
+    noisy = [t * (1 + 0.05 * (-1) ** k) for k, t in enumerate(times)]
+    rough = fit_alpha_beta(sizes, noisy, 2)  # ±5% noise moves the fit by about as much
+    assert rough.alpha == pytest.approx(truth.alpha, rel=0.1) and rough.beta == pytest.approx(truth.beta, rel=0.1)
+
+
+@pytest.mark.skipif(not have_horovod(), reason="horovod.torch is not importable (make setup builds it)")
+def test_horovodrun_iterates_equal_simulator(tmp_path):
+    overrides = [*SMALL, "algorithm=dane", "save_iterate=true"]
+    real = tmp_path / "real"
+    horovodrun("experiments.train", [*overrides, f"out_dir={real}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+               timeout=300)
+    sim = tmp_path / "sim"
+    execute(run_spec(compose_job(("workers=2", *overrides))), str(sim))
+    assert read_summary(real)["backend"] == "horovod" and read_summary(sim)["backend"] == "simulator"
+    real_rounds, sim_rounds = read_rounds(real), read_rounds(sim)
+    assert len(real_rounds) == len(sim_rounds) == 9
+    for a, b in zip(real_rounds, sim_rounds):
+        assert a["round"] == b["round"] and a["comm_rounds"] == b["comm_rounds"] and a["bytes_sent"] == b["bytes_sent"]
+        assert a.keys() == b.keys()
+        for key in ("objective", "suboptimality", "grad_norm", "mu")[: 4 if "mu" in a else 3]:
+            assert math.isclose(a[key], b[key], rel_tol=1e-10, abs_tol=1e-14), (key, a, b)
+    assert sim_rounds[-1]["suboptimality"] < 1e-8 * sim_rounds[0]["suboptimality"]  # it did optimize
+    w_real, w_sim = torch.load(real / "iterate.pt"), torch.load(sim / "iterate.pt")
+    assert w_real.dtype == w_sim.dtype == torch.float64
+    assert torch.allclose(w_real, w_sim, rtol=1e-10, atol=1e-12)
