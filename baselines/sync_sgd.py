@@ -11,8 +11,9 @@ the `Communicator` instead of importing horovod: one allreduce per minibatch ste
 workers start from the same w and apply the same averaged gradient with the same
 deterministic optimizer, so their iterates stay identical without a broadcast.
 
-A logged *round* is ``steps_per_round`` steps (so ``comm_rounds`` grows by
-``steps_per_round`` per round); the metrics of the round's starting iterate ride in its
+A logged *round* is ``steps_per_round`` steps (null: one pass over the local shard, as
+DANE's inner solve with ``inner_steps=null``), so ``comm_rounds`` grows by
+``steps_per_round`` per round; the metrics of the round's starting iterate ride in its
 first allreduce.  The learning rate is used as given (Horovod's recipe of scaling it by
 m is left to the config); the global batch is m × ``batch_size``.
 """
@@ -39,7 +40,7 @@ class SyncSGDConfig:
     optimizer: str = "sgd"
     momentum: float = 0.0
     batch_size: int = 100
-    steps_per_round: int = 10
+    steps_per_round: int | None = 10  # None: one pass over the local shard, n_i // batch_size steps
     seed: int = 0
     name: str = "sync_sgd"
 
@@ -49,7 +50,8 @@ class SyncSGDConfig:
         if not 0 <= checks.nonnegative("algorithm.momentum", self.momentum) < 1:
             raise ConfigError(f"algorithm.momentum must be in [0, 1), got {self.momentum}")
         checks.positive_int("algorithm.batch_size", self.batch_size)
-        checks.positive_int("algorithm.steps_per_round", self.steps_per_round)
+        if self.steps_per_round is not None:
+            checks.positive_int("algorithm.steps_per_round", self.steps_per_round)
 
     def build(self, problem: Problem, comm: Communicator) -> "SyncSGD":
         return SyncSGD(problem, comm, lr=self.lr, optimizer=self.optimizer, momentum=self.momentum,
@@ -66,14 +68,14 @@ class SyncSGD(Algorithm):
     name = "sync_sgd"
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float = 0.05, optimizer: str = "sgd",
-                 momentum: float = 0.0, batch_size: int = 100, steps_per_round: int = 10, seed: int = 0,
+                 momentum: float = 0.0, batch_size: int = 100, steps_per_round: int | None = 10, seed: int = 0,
                  w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
         for needed in ("batch_grad", "n_local"):
             if not hasattr(problem, needed):
                 raise ConfigError(f"algorithm=sync_sgd needs minibatch gradients ({type(problem).__name__}.{needed}); "
                                   "use algorithm=gd on this problem")
-        self.steps_per_round = steps_per_round
+        self.steps_per_round = steps_per_round or max(1, problem.n_local // batch_size)
         self.sampler = MinibatchSampler(problem.n_local, batch_size, worker_seed(seed, comm.rank, SAMPLER_STREAM))
         self.w.requires_grad_(True)  # the optimizer's one parameter is the flat vector itself
         self.optimizer = make_optimizer(optimizer, self.w, lr=lr, momentum=momentum)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .errors import ConfigError
@@ -30,8 +31,19 @@ def save_checkpoint(run_dir: str | Path, rank: int, state: dict, meta: dict) -> 
     path = checkpoint_path(run_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({**state, "meta": meta}, tmp)
+    torch.save(_plain({**state, "meta": meta}), tmp)
     tmp.replace(path)
+
+
+def _plain(value):
+    """numpy scalars (the simulator's clock, say) as Python numbers, so that ``weights_only`` loading accepts them."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def load_checkpoint(run_dir: str | Path, rank: int, meta: dict) -> dict:

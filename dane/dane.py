@@ -17,6 +17,7 @@ no extra communication; a rejected one costs the round it undoes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -55,10 +56,12 @@ class DANE(Algorithm):
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
-        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])          # 1. g = mean ∇O_i(w_t)
+        stats = self.guard.local_stats(w, local_grad) if self.guard else local_grad.new_zeros(0)
+        g, fused = self.comm.allreduce_mean([local_grad, torch.cat([local_metrics, stats])])  # 1. g = mean ∇O_i(w_t)
+        metrics, stats = fused[: local_metrics.numel()], fused[local_metrics.numel():]
         extra = {}
         if self.guard is not None:
-            w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics)
+            w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics, stats)
             self.mu = self.guard.mu
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g, self.mu)    # 2. local solve
         (self.w,) = self.comm.allreduce_mean([w_local])                              # 3. w_{t+1} = mean w_i
@@ -78,51 +81,70 @@ class DANE(Algorithm):
 
 
 class MuSafeguard:
-    """Accept an averaged iterate only if the global objective did not increase.
+    r"""Choose μ from the measured spread of the local Hessians, and never accept an ascent.
 
-    On a rejection the worker returns to the last accepted iterate, whose gradients it
-    kept, and redoes the local solve with a larger μ.  The first nonzero μ is a fraction
-    of the secant curvature ‖g_{t+1} - g_t‖ / ‖w_{t+1} - w_t‖ along the rejected step, so
-    the rule needs no problem-specific scale; later rejections multiply μ by ``grow``.
-    After ``patience`` accepted rounds in a row μ is divided by ``shrink``, down to the
-    configured μ, so an early scare does not slow the whole run.
+    *Choice.* Along the step s = w_{t+1} - w_t each worker knows
+    y_i = ∇O_i(w_{t+1}) - ∇O_i(w_t) ≈ H_i s, and the mean of the y_i is the global
+    y = g_{t+1} - g_t.  The root-mean-square deviation of the local curvatures along s,
+
+    .. math:: \delta^2 = \frac{\tfrac1m\sum_i \|y_i\|^2 - \|y\|^2}{\|s\|^2}
+              = \frac{\tfrac1m \sum_i \|(H_i - H)s\|^2}{\|s\|^2},
+
+    costs one scalar that rides in the round's first allreduce.  DANE needs μ of the order
+    of the deviation ‖H_i - H‖ (smaller diverges, larger is slow); the rule is
+    μ = max(μ_floor, boost * scale * max_t δ_t).
+
+    *Guard.* An averaged iterate is accepted only if the global objective did not
+    increase (up to ``rtol``; nan and inf are rejected).  On a rejection the worker
+    returns to the last accepted iterate, whose gradients it kept, and redoes the local
+    solve with the μ of the rule; if the rejected step had already used that μ, ``boost``
+    is first multiplied by ``grow``.  With a convex objective and exact local
+    solves, a large enough μ makes the step a descent step, so the run cannot diverge.
     """
 
-    def __init__(self, mu: float, *, grow: float = 4.0, shrink: float = 2.0, patience: int = 3,
-                 initial_fraction: float = 0.1, rtol: float = 1e-12):
+    def __init__(self, mu: float, *, scale: float = 0.5, grow: float = 4.0, rtol: float = 1e-12):
         self.mu_floor = self.mu = mu
-        self.grow, self.shrink, self.patience = grow, shrink, patience
-        self.initial_fraction, self.rtol = initial_fraction, rtol
-        self.accepted: tuple | None = None
-        self.streak = 0
+        self.scale, self.grow, self.rtol = scale, grow, rtol
+        self.boost = 1.0
+        self.spread = 0.0  # max_t δ_t
+        self.accepted: tuple | None = None  # (w, ∇O_i(w), g, metrics) of the last accepted iterate
 
-    def review(self, w, local_grad, g, metrics):
-        objective = float(metrics[0])
-        if self.accepted is not None:
-            w0, _, g0, metrics0 = self.accepted
-            best = float(metrics0[0])
-            if not objective <= best + self.rtol * abs(best):  # also rejects nan and inf
-                self._raise_mu(w - w0, g - g0)
-                return (*self.accepted, {"accepted": False})
-        self.accepted = (w, local_grad, g, metrics)
-        self.streak += 1
-        if self.streak >= self.patience and self.mu > self.mu_floor:
-            self.mu = max(self.mu / self.shrink, self.mu_floor)
-            self.streak = 0
-        return w, local_grad, g, metrics, {"accepted": True}
+    def local_stats(self, w: torch.Tensor, local_grad: torch.Tensor) -> torch.Tensor:
+        """‖∇O_i(w) - ∇O_i(w_accepted)‖², this worker's share of δ²; fused into allreduce 1."""
+        if self.accepted is None:
+            return local_grad.new_zeros(1)
+        return torch.linalg.vector_norm(local_grad - self.accepted[1]).square().reshape(1)
+
+    def review(self, w, local_grad, g, metrics, stats):
+        """Returns the point to solve from (the new iterate, or the last accepted one) and log extras."""
+        if self.accepted is None:
+            self.accepted = (w, local_grad, g, metrics)
+            return w, local_grad, g, metrics, {"accepted": True}
+        w0, _, g0, metrics0 = self.accepted
+        step_sq = float(torch.linalg.vector_norm(w - w0).square())
+        if step_sq > 0:
+            spread_sq = float(stats[0]) - float(torch.linalg.vector_norm(g - g0).square())
+            curvature = float((w - w0) @ (g - g0)) / step_sq
+            if math.isfinite(spread_sq):
+                delta = math.sqrt(max(spread_sq, 0.0) / step_sq)
+                if curvature > 0:  # a deviation small against the curvature needs only δ²/κ
+                    delta *= min(1.0, delta / curvature)
+                self.spread = max(self.spread, delta)
+        objective, best = float(metrics[0]), float(metrics0[0])
+        accepted = objective <= best + self.rtol * abs(best)  # False for nan and inf too
+        mu_used = self.mu
+        if accepted:
+            self.accepted = (w, local_grad, g, metrics)
+        elif mu_used >= self.boost * self.scale * self.spread:
+            self.boost *= self.grow  # the rule's own μ failed; a rejected μ below it is explained by δ
+        self.mu = max(self.mu_floor, self.boost * self.scale * self.spread)
+        if not accepted and self.mu == 0.0:  # no spread measured yet: start from the curvature scale
+            self.mu = self.scale * float(torch.linalg.vector_norm(g - g0)) / math.sqrt(step_sq)
+        return (*self.accepted, {"accepted": accepted, "spread": self.spread})
 
     def state_dict(self) -> dict:
-        return {"mu": self.mu, "streak": self.streak, "accepted": self.accepted}
+        return {"mu": self.mu, "boost": self.boost, "spread": self.spread, "accepted": self.accepted}
 
     def load_state_dict(self, state: dict) -> None:
-        self.mu, self.streak = state["mu"], state["streak"]
+        self.mu, self.boost, self.spread = state["mu"], state["boost"], state["spread"]
         self.accepted = None if state["accepted"] is None else tuple(state["accepted"])
-
-    def _raise_mu(self, dw: torch.Tensor, dg: torch.Tensor) -> None:
-        self.streak = 0
-        if self.mu > 0:
-            self.mu *= self.grow
-            return
-        dw_norm = float(torch.linalg.vector_norm(dw))
-        curvature = float(torch.linalg.vector_norm(dg)) / dw_norm if dw_norm > 0 else 1.0
-        self.mu = self.initial_fraction * curvature if torch.isfinite(torch.tensor(curvature)) and curvature > 0 else 1.0

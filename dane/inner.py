@@ -37,26 +37,36 @@ class InnerSolver:
     """How the local subproblem is solved: ``steps`` steps of ``optimizer`` at ``lr``.
 
     For sgd and adam one step is one minibatch of ``batch_size`` rows (null: the whole
-    shard).  For lbfgs, ``steps`` is the iteration budget of one L-BFGS run with a
+    shard), and ``steps=None`` means one pass over the shard (n_i // batch_size steps, at
+    least one), so that a round costs every worker one epoch of its data whatever m is.
+    For lbfgs, ``steps`` is the iteration budget of one L-BFGS run with a
     strong-Wolfe line search on one fixed batch (by default the whole shard, so the
     subproblem is solved to near optimality: the convex reference path).
     """
 
     optimizer: str = "sgd"
     lr: float = 0.05
-    steps: int = 50
+    steps: int | None = 50  # None (sgd, adam): one pass over the shard, n_i // batch_size steps
     batch_size: int | None = 100
     momentum: float = 0.0
 
     def __post_init__(self) -> None:
         checks.one_of("problem.inner_optimizer", self.optimizer, INNER_OPTIMIZERS)
         checks.positive("problem.inner_lr", self.lr)
-        checks.positive_int("problem.inner_steps", self.steps)
+        if self.steps is not None or self.optimizer == "lbfgs":
+            checks.positive_int("problem.inner_steps", self.steps)
         if self.batch_size is not None:
             checks.positive_int("problem.inner_batch_size", self.batch_size)
         checks.nonnegative("problem.inner_momentum", self.momentum)
         if self.momentum >= 1:
             raise ConfigError(f"problem.inner_momentum must be < 1, got {self.momentum}")
+
+
+def steps_for(solver: InnerSolver, n_local: int) -> int:
+    """Inner steps on a shard of ``n_local`` rows: ``solver.steps``, or one pass when it is None."""
+    if solver.steps is not None:
+        return solver.steps
+    return max(1, n_local // (solver.batch_size or n_local))
 
 
 def make_optimizer(solver: InnerSolver, params: Sequence[torch.Tensor], mu: float = 0.0) -> torch.optim.Optimizer:
@@ -97,11 +107,12 @@ def add_proximal_terms(params: Sequence[torch.Tensor], anchor: Sequence[torch.Te
 
 def solve(solver: InnerSolver, params: Sequence[torch.Tensor], data_loss: Callable[[torch.Tensor], torch.Tensor],
           next_batch: Callable[[], torch.Tensor], anchor: Sequence[torch.Tensor], linear: Sequence[torch.Tensor],
-          mu: float, l2: float) -> None:
+          mu: float, l2: float, steps: int) -> None:
     """Run the inner optimizer on φ_i in place on ``params`` (which start at the anchor).
 
     ``data_loss(idx)`` zeroes the gradients, runs forward and backward on rows ``idx``
-    and returns the data term's value; ``next_batch()`` draws the next rows.
+    and returns the data term's value; ``next_batch()`` draws the next rows; ``steps`` is
+    the number of sgd/adam steps (see `steps_for`).
     """
     optimizer = make_optimizer(solver, params, mu)
 
@@ -113,7 +124,7 @@ def solve(solver: InnerSolver, params: Sequence[torch.Tensor], data_loss: Callab
         idx = next_batch()
         optimizer.step(lambda: closure(idx))
         return
-    for _ in range(solver.steps):
+    for _ in range(steps):
         idx = next_batch()
         closure(idx)
         optimizer.step()

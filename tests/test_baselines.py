@@ -20,25 +20,15 @@ from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
 from dane.results import read_rounds, read_summary
 from dane.runner import StopRule, run
 from experiments.config import CONF_DIR, run_spec
+import helpers
+from helpers import simulate
 
 RIDGE = RidgeSyntheticConfig(n_samples=2000, dim=50)
 M = 4
 
 
 def ridge_shards(m: int = M, config: RidgeSyntheticConfig = RIDGE):
-    return [config.build(rank, m) for rank in range(m)]
-
-
-def simulate(config, problems, rounds: int, tol: float | None = None):
-    """Run ``config`` on one thread per problem; returns per worker (algorithm, records, iterates w_0..w_T)."""
-
-    def worker(comm):
-        algo = config.build(problems[comm.rank], comm)
-        iterates = [algo.iterate.clone()]  # on_round(record t) sees w_{t+1}: step t has already moved on
-        records, _ = run(algo, StopRule(rounds=rounds, tol=tol), lambda record: iterates.append(algo.iterate.clone()))
-        return algo, records, iterates[: len(records)]
-
-    return ThreadGroup(len(problems)).run(worker)
+    return helpers.ridge_shards(m, config)
 
 
 def global_hessian(problems) -> torch.Tensor:

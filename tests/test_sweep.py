@@ -13,21 +13,28 @@ from hydra import compose, initialize_config_dir
 from dane.results import find_runs, read_rounds, read_summary
 from experiments.config import CONF_DIR, run_spec
 from synthetic.launchers import REPO, _env
-from synthetic.sweep import RunIndex, answers, ensure, grid, identity, job_name
+from dane.launch import execute
+from synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name
 
 TINY = ("problem.n_samples=600", "problem.dim=20")
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
 def test_multirun_writes_one_dir_per_job(tmp_path):
-    cmd = [sys.executable, "-m", "experiments.simulate", "-m", "workers=1,2", *TINY, f"hydra.sweep.dir={tmp_path}"]
+    # the first job (plain DANE, 16 workers of 37 samples in R^20) diverges; the sweep goes on
+    cmd = [sys.executable, "-m", "experiments.simulate", "-m", "algorithm.safeguard=false,true", "workers=16,1,2",
+           *TINY, f"hydra.sweep.dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=REPO, env=_env(None), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    runs = find_runs(tmp_path)
-    assert [p.name for p in runs] == ["0_problem.dim=20,problem.n_samples=600,workers=1",
-                                      "1_problem.dim=20,problem.n_samples=600,workers=2"]
-    one, two = (read_summary(p) for p in runs)
-    assert (one["workers"], two["workers"]) == (1, 2)
+    runs = sorted(find_runs(tmp_path), key=lambda p: int(p.name.split("_")[0]))
+    assert [p.name for p in runs] == [f"{k}_algorithm.safeguard={g},problem.dim=20,problem.n_samples=600,workers={m}"
+                                      for k, (g, m) in enumerate((g, m) for g in ("false", "true") for m in (16, 1, 2))]
+    summaries = [read_summary(p) for p in runs]
+    assert [s["workers"] for s in summaries] == [16, 1, 2] * 2
+    # the safeguard turns the divergence at m=16 into convergence
+    assert summaries[0]["status"] == "diverged" and summaries[3]["status"] == "converged"
+    one, two = summaries[4], summaries[5]
+    runs = runs[4:]
     # one worker: DANE with η=1, μ=0 is one exact Newton step on the quadratic
     assert one["status"] == "converged" and one["rounds"] == 1 and one["final_suboptimality"] < 1e-12
     # two workers: the simulator defaults stop at 1e-10, with a simulated time and the calibrated cost model
@@ -37,27 +44,26 @@ def test_multirun_writes_one_dir_per_job(tmp_path):
     assert saved["tol"] == 1e-10 and saved["comm"]["backend"] == "local" and saved["problem"]["dim"] == 20
 
 
-def experiment_config(name: str, *overrides: str):
+def sweeper_params(name: str) -> dict[str, list[str]]:
+    """What ``python -m experiments.simulate -m experiment=NAME`` sweeps over."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="simulate", overrides=[f"experiment={name}", *overrides], return_hydra_config=True)
+        cfg = compose(config_name="simulate", overrides=[f"experiment={name}"], return_hydra_config=True)
+    return {key: str(values).split(",") for key, values in (cfg.hydra.sweeper.params or {}).items()}
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_file_runs_shrunk(name, tmp_path):
-    cfg = experiment_config(name)
-    if cfg.problem.name != "ridge_synthetic":
+    if compose_job((f"experiment={name}",)).problem.name != "ridge_synthetic":
         pytest.skip(f"experiment={name} is not a synthetic-ridge experiment; its own tests shrink it")
-    swept = {key: str(values).split(",") for key, values in (cfg.hydra.sweeper.params or {}).items()}
+    swept = sweeper_params(name)
     # every value the experiment sweeps over passes validation with the tiny problem
     for key, values in swept.items():
         for value in values:
-            spec = run_spec(experiment_config(name, *TINY, f"{key}={value}"))
-            assert spec.problem.dim == 20
+            spec = run_spec(compose_job((f"experiment={name}", *TINY, f"{key}={value}")))
+            assert spec.problem.dim == 20 and spec.simulated == (spec.workers > 1)
     # the first point of its sweep runs, shrunk, and makes progress
     first = [f"{key}={values[0]}" for key, values in swept.items() if key != "workers"]
-    cfg = experiment_config(name, *TINY, *first, "workers=2", "rounds=10", f"out_dir={tmp_path}")
-    from dane.launch import execute
-
+    cfg = compose_job((f"experiment={name}", *TINY, *first, "workers=2", "rounds=10"))
     try:
         execute(run_spec(cfg), str(tmp_path))
     except ArithmeticError:
@@ -82,12 +88,12 @@ def test_ensure_runs_missing_jobs_once_and_matches_by_config(tmp_path):
     assert index.find(("workers=2", *TINY, "seed=1")) is None
     # a stored run that stopped early does not answer a job that asks for more
     summary = read_summary(first[jobs[1]])
-    assert answers(summary, {"tol": 1e-10, "rounds": 200, "sim": {"alpha": summary["alpha"], "beta": summary["beta"],
-                                                                       "calibration": None}})
-    assert not answers({**summary, "status": "max_rounds", "final_suboptimality": 1e-3, "rounds": 5},
-                       {"tol": 1e-10, "rounds": 200, "sim": {"alpha": summary["alpha"], "beta": summary["beta"],
-                                                             "calibration": None}})
-    assert not answers(summary, {"tol": 1e-10, "rounds": 200, "sim": {"alpha": 1.0, "beta": 1.0, "calibration": None}})
+    job = {"tol": 1e-10, "rounds": 200, "comm": {"backend": "local"},
+           "sim": {"alpha": summary["alpha"], "beta": summary["beta"], "calibration": None}}
+    assert answers(summary, job)
+    assert not answers({**summary, "status": "max_rounds", "final_suboptimality": 1e-3, "rounds": 5}, job)
+    assert not answers(summary, {**job, "sim": {"alpha": 1.0, "beta": 1.0, "calibration": None}})  # recalibrated
+    assert not answers({**summary, "backend": "horovod"}, job)  # wall-clock times are not simulated ones
 
 
 def test_identity_ignores_output_settings():

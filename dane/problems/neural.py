@@ -45,7 +45,7 @@ from .. import checks
 from ..data import Dataset, load_dataset, shard_indices
 from ..data.sharding import SCHEMES
 from ..errors import ConfigError
-from ..inner import InnerSolver, MinibatchSampler, solve, worker_seed
+from ..inner import InnerSolver, MinibatchSampler, solve, steps_for, worker_seed
 from ..models import MODEL_NAMES, build_model
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -93,7 +93,7 @@ class NeuralProblemConfig:
     l2: float = 0.0
     inner_optimizer: str = "sgd"
     inner_lr: float = 0.05
-    inner_steps: int = 50
+    inner_steps: int | None = 50      # null: one pass over the local shard per solve
     inner_batch_size: int | None = 100
     inner_momentum: float = 0.0
     grad_batches: int | None = None   # null: exact full-shard gradient
@@ -243,7 +243,7 @@ class NeuralProblem:
         anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]
         linear_parts = [g.view_as(p) for g, p in zip(linear.to(self.device, self.dtype).split(self._sizes), self.params)]
         solve(self.inner, self.params, self._data_loss_backward, lambda: self.sampler.next().to(self.device),
-              anchor_parts, linear_parts, mu, self.l2 if with_reg else 0.0)
+              anchor_parts, linear_parts, mu, self.l2 if with_reg else 0.0, steps_for(self.inner, self.n_local))
         return self._flat_params().to(anchor.dtype)
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:

@@ -1,0 +1,60 @@
+"""Shared by the tests: run algorithms in the in-process simulator and launch real multi-process jobs."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dane.comm import ThreadGroup
+from dane.problems import RidgeSyntheticConfig
+from dane.runner import StopRule, run
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def ridge_shards(m: int, config: RidgeSyntheticConfig):
+    return [config.build(rank, m) for rank in range(m)]
+
+
+def simulate(config, problems, rounds: int, tol: float | None = None):
+    """Run ``config`` on one thread per problem; returns per worker (algorithm, records, iterates w_0..w_T)."""
+
+    def worker(comm):
+        algo = config.build(problems[comm.rank], comm)
+        iterates = [algo.iterate.clone()]  # on_round(record t) sees w_{t+1}: step t has already moved on
+        records, _ = run(algo, StopRule(rounds=rounds, tol=tol), lambda record: iterates.append(algo.iterate.clone()))
+        return algo, records, iterates[: len(records)]
+
+    return ThreadGroup(len(problems)).run(worker)
+
+
+def env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+def train(*overrides: str, launcher: list[str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``[launcher] python -m experiments.train overrides...`` from the repository root."""
+    cmd = [*(launcher or []), sys.executable, "-m", "experiments.train", *overrides]
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
+
+
+def horovodrun(np: int = 2) -> list[str]:
+    pytest.importorskip("horovod.torch", reason="Horovod is not built; run `make setup`")
+    exe = BIN / "horovodrun"
+    if not exe.exists():
+        pytest.skip("horovodrun is not installed next to this python")
+    return [str(exe), "-np", str(np), "--gloo"]
+
+
+def torchrun(np: int = 2) -> list[str]:
+    exe = BIN / "torchrun"
+    if not exe.exists():
+        exe = shutil.which("torchrun")
+    if not exe:
+        pytest.skip("torchrun is not installed")
+    return [str(exe), "--standalone", "--nproc_per_node", str(np), "--no-python"]  # the command names the python

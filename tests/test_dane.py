@@ -1,0 +1,110 @@
+"""DANE on quadratics against closed forms: one Newton step, the paper's rates, the exact local solve."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg
+import torch
+
+from dane.dane import DANEConfig
+from dane.problems import RidgeSyntheticConfig
+from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
+from helpers import ridge_shards, simulate
+
+
+def test_identical_shards_eta1_mu0_reach_the_optimum_in_one_round():
+    # With H_i = H for all i, the local solve is w_t - H^{-1} g: one exact Newton step.
+    X, y = generate(800, 40, "decay", 1.0, 3)
+    lam = 0.005
+    w_star = ridge_optimum(X, y, lam)
+    problems = [quadratic_shard(X, y, lam, scale=1 / 800, w_star=w_star) for _ in range(4)]
+    for safeguard in (False, True):
+        (algo, records, _), *_ = simulate(DANEConfig(eta=1.0, mu=0.0, safeguard=safeguard), problems, rounds=1)
+        assert records[0]["suboptimality"] > 1.0
+        assert records[1]["suboptimality"] <= 1e-10
+        torch.testing.assert_close(algo.iterate, w_star, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("safeguard", [False, True])
+def test_synthetic_ridge_n18000_m2_reaches_1e10_within_10_rounds(safeguard):
+    problems = ridge_shards(2, RidgeSyntheticConfig(n_samples=18000, dim=500, covariance="iso"))
+    (_, records, _), _ = simulate(DANEConfig(safeguard=safeguard), problems, rounds=10, tol=1e-10)
+    assert records[-1]["suboptimality"] <= 1e-10
+    assert records[-1]["round"] <= 10
+    # Two grouped allreduces per round, the metrics riding in the first: nothing extra.
+    assert records[-1]["comm_rounds"] == 2 * records[-1]["round"]
+
+
+def test_suboptimality_identity_matches_objective_difference():
+    problems = ridge_shards(3, RidgeSyntheticConfig(n_samples=900, dim=30, seed=5))
+    (_, records, _), *_ = simulate(DANEConfig(mu=0.1), problems, rounds=3)
+    X, y = generate(900, 30, "iso", 1.0, 5)
+    w_star = problems[0].w_star
+    optimum = float(((X @ w_star - y) ** 2).mean() + 0.005 * w_star @ w_star)
+    for record in records:
+        assert math.isclose(record["objective"] - optimum, record["suboptimality"], rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_closed_form_local_solve_equals_conjugate_gradient_on_the_subproblem():
+    config = RidgeSyntheticConfig(n_samples=600, dim=40, covariance="decay", seed=2)
+    problem = config.build(1, 3)
+    gen = torch.Generator().manual_seed(0)
+    anchor, linear = torch.randn(40, generator=gen, dtype=torch.float64), torch.randn(40, generator=gen, dtype=torch.float64)
+    mu = 0.3
+    w = problem.prox_solve(anchor, linear, mu)
+    # CG on the stationarity condition (H_i + mu I) w = b_i + linear + mu * anchor, built from the raw rows.
+    X, y = generate(600, 40, "decay", 1.0, 2)
+    from dane.problems.ridge import shard
+    idx = shard(600, 3, 2)[1]
+    Xi, yi = X[idx].numpy(), y[idx].numpy()
+    H = 2 * 3 / 600 * Xi.T @ Xi + (2 * 0.005 + mu) * np.eye(40)
+    rhs = 2 * 3 / 600 * Xi.T @ yi + linear.numpy() + mu * anchor.numpy()
+    w_cg, info = scipy.sparse.linalg.cg(H, rhs, rtol=1e-14, atol=0, maxiter=10_000)
+    assert info == 0
+    np.testing.assert_allclose(w.numpy(), w_cg, rtol=0, atol=1e-9)
+    # and DANE's form of the same solve: w_t - eta (H_i + mu I)^{-1} g
+    g = torch.randn(40, generator=gen, dtype=torch.float64)
+    w_t = torch.randn(40, generator=gen, dtype=torch.float64)
+    w_dane = problem.prox_solve(w_t, problem.grad(w_t) - 0.7 * g, mu)
+    np.testing.assert_allclose(w_dane.numpy(), w_t.numpy() - 0.7 * np.linalg.solve(H, g.numpy()), rtol=0, atol=1e-10)
+
+
+def test_safeguard_converges_where_plain_dane_diverges():
+    # DESIGN.md section 2: mu=0 diverges once n_i <= ~3d; N=6000, m=8 gives n_i=750 = 1.5 d.
+    problems = ridge_shards(8, RidgeSyntheticConfig(n_samples=6000, dim=500, covariance="iso"))
+    (_, plain, _), *_ = simulate(DANEConfig(mu=0.0, safeguard=False), problems, rounds=30)
+    assert plain[-1]["suboptimality"] > 1e3 * plain[0]["suboptimality"] or not math.isfinite(plain[-1]["objective"])
+    (_, guarded, _), *_ = simulate(DANEConfig(mu=0.0, safeguard=True), problems, rounds=40, tol=1e-10)
+    assert guarded[-1]["suboptimality"] <= 1e-10
+    objectives = [r["objective"] for r in guarded]
+    assert all(b <= a + 1e-12 * abs(a) for a, b in zip(objectives, objectives[1:]))  # never an ascent
+    assert any(r.get("accepted") is False for r in guarded)  # the guard did act
+    assert guarded[-1]["mu"] > 0
+
+
+@pytest.mark.parametrize("n_samples,m,cov", [(10000, 16, "iso"), (8000, 32, "decay"), (3000, 12, "iso")])
+def test_safeguard_objective_is_monotone_and_converges(n_samples, m, cov):
+    problems = ridge_shards(m, RidgeSyntheticConfig(n_samples=n_samples, dim=200, covariance=cov, seed=7))
+    (_, records, _), *_ = simulate(DANEConfig(), problems, rounds=80, tol=1e-9)
+    assert records[-1]["suboptimality"] <= 1e-9
+    objectives = [r["objective"] for r in records]
+    assert all(b <= a + 1e-12 * abs(a) for a, b in zip(objectives, objectives[1:]))
+
+
+def test_spread_estimate_is_the_rms_hessian_deviation_along_the_step():
+    # delta^2 = mean_i ||(H_i - H) s||^2 / ||s||^2, measured from gradients alone.
+    problems = ridge_shards(4, RidgeSyntheticConfig(n_samples=400, dim=20, seed=1))
+    (algo, records, iterates), *_ = simulate(DANEConfig(mu=0.5), problems, rounds=2)
+    s = iterates[1] - iterates[0]
+    H = sum(p.A for p in problems) / 4
+    expected = math.sqrt(sum(float(((p.A - H) @ s).square().sum()) for p in problems) / 4 / float(s @ s))
+    assert math.isclose(algo.guard.spread, expected, rel_tol=1e-8)
+
+
+@pytest.mark.parametrize("key,value", [("eta", 0), ("eta", -1.0), ("mu", -1), ("eta", "abc")])
+def test_invalid_hyperparameters_name_key_and_value(key, value):
+    from dane.errors import ConfigError
+    with pytest.raises(ConfigError, match=rf"algorithm\.{key} must be"):
+        DANEConfig(**{key: value})
