@@ -108,3 +108,17 @@ def test_invalid_hyperparameters_name_key_and_value(key, value):
     from dane.errors import ConfigError
     with pytest.raises(ConfigError, match=rf"algorithm\.{key} must be"):
         DANEConfig(**{key: value})
+
+
+@pytest.mark.parametrize("n_samples,m,cov", [(2400, 8, "iso"), (2400, 32, "decay")])
+def test_safeguard_is_within_1_5x_of_the_best_fixed_mu(n_samples, m, cov):
+    problems = ridge_shards(m, RidgeSyntheticConfig(n_samples=n_samples, dim=200, covariance=cov, seed=11))
+
+    def rounds_to_1e10(config):
+        (_, records, _), *_ = simulate(config, problems, rounds=150, tol=1e-10)
+        return records[-1]["round"] if records[-1]["suboptimality"] <= 1e-10 else math.inf
+
+    fixed = {mu: rounds_to_1e10(DANEConfig(mu=mu, safeguard=False)) for mu in (0.01, 0.03, 0.1, 0.3, 1, 3)}
+    auto = rounds_to_1e10(DANEConfig())
+    assert min(fixed.values()) < math.inf
+    assert auto <= 1.5 * min(fixed.values()), (auto, fixed)

@@ -28,7 +28,7 @@ def test_multirun_writes_one_dir_per_job(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = sorted(find_runs(tmp_path), key=lambda p: int(p.name.split("_")[0]))
     assert [p.name for p in runs] == [f"{k}_algorithm.safeguard={g},problem.dim=20,problem.n_samples=600,workers={m}"
-                                      for k, (g, m) in enumerate((g, m) for g in ("false", "true") for m in (16, 1, 2))]
+                                      for k, (g, m) in enumerate((g, m) for g in ("False", "True") for m in (16, 1, 2))]
     summaries = [read_summary(p) for p in runs]
     assert [s["workers"] for s in summaries] == [16, 1, 2] * 2
     # the safeguard turns the divergence at m=16 into convergence

@@ -1,0 +1,124 @@
+"""Rounds, allreduces, bytes and time to a target test accuracy, for DANE and each baseline.
+
+One table per target (``conf/experiment/target_<problem>.yaml``: the problem, 4 simulated
+workers, a fixed round budget).  Every algorithm spends about one pass over its shard
+per round on local work (DANE's inner solve and ADMM's x-update with
+``inner_steps=null``, ``steps_per_round=null`` for sync SGD, ``local_steps`` = shard /
+batch for local SGD); DANE also computes one full local gradient per round.  A cell is
+read from the first record whose test accuracy reaches the target: its round, the
+allreduces and bytes one worker had sent by then, and the simulated parallel time
+(per-worker compute + the α-β allreduce model).  "—" means not reached within the budget.
+Reads only results/; writes ``target_table.md``.
+
+    python -m experiments.simulate experiment=target_mnist_lenet5 algorithm=sync_sgd   # one run
+    python -m paper_figs.target_table [--results results] [--out paper_figs]
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dane.results import read_rounds, read_summary
+from paper_figs.accuracy_table import Row, has_data
+from paper_figs.common import FIG_DIR
+from synthetic.sweep import Job, RunIndex
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: the table keys on it
+class Target:
+    problem: str
+    accuracy: float
+    #: the algorithms and their settings on this problem (tuned briefly, by hand, on the same runs' budget)
+    algorithms: dict[str, Job] = field(default_factory=dict)
+
+    @property
+    def experiment(self) -> str:
+        return f"experiment=target_{self.problem}"
+
+
+TARGETS = (
+    Target("mnist_lenet5", 0.97, {
+        "dane": ("algorithm=dane", "algorithm.safeguard=false"),
+        "sync_sgd": ("algorithm=sync_sgd", "algorithm.lr=0.05", "algorithm.momentum=0.9", "algorithm.batch_size=100"),
+        "local_sgd": ("algorithm=local_sgd", "algorithm.lr=0.1", "algorithm.batch_size=100", "algorithm.local_steps=20"),
+        "admm": ("algorithm=admm", "algorithm.rho=0.1"),
+    }),
+    Target("digits_mlp", 0.95, {
+        "dane": ("algorithm=dane", "algorithm.safeguard=false"),
+        "sync_sgd": ("algorithm=sync_sgd", "algorithm.lr=0.05", "algorithm.momentum=0.9", "algorithm.batch_size=32"),
+        "local_sgd": ("algorithm=local_sgd", "algorithm.lr=0.1", "algorithm.batch_size=32", "algorithm.local_steps=11"),
+        "admm": ("algorithm=admm", "algorithm.rho=0.1"),
+    }),
+)
+
+
+def job(target: Target, algorithm: str) -> Job:
+    return (target.experiment, *target.algorithms[algorithm])
+
+
+def jobs(targets=TARGETS) -> list[Job]:
+    return [job(t, a) for t in targets if has_data(Row(t.problem, t.problem, None)) for a in t.algorithms]
+
+
+def reach(run_dir: Path, accuracy: float) -> dict:
+    """The first record at or above ``accuracy`` (None if none), and the run's final and best accuracy."""
+    records = read_rounds(run_dir)
+    hit = next((r for r in records if r.get("test_accuracy", 0.0) >= accuracy), None)
+    return {"hit": hit, "final": records[-1].get("test_accuracy"), "best": max(r.get("test_accuracy", 0.0) for r in records),
+            "budget": records[-1]["round"], "setup_s": read_summary(run_dir).get("setup_s", 0.0)}
+
+
+def collect(index: RunIndex, targets=TARGETS) -> dict[Target, dict[str, dict | None]]:
+    out = {}
+    for target in targets:
+        out[target] = {}
+        for algorithm in target.algorithms:
+            path = index.find(job(target, algorithm))
+            out[target][algorithm] = reach(path, target.accuracy) if path is not None else None
+    return out
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def markdown(data: dict[Target, dict[str, dict | None]]) -> str:
+    parts = []
+    for target, rows in data.items():
+        parts += [f"### {target.problem}: to {target.accuracy:.0%} test accuracy, 4 simulated workers", "",
+                  "| algorithm | rounds | allreduces | bytes sent per worker | simulated time (s) | final / best accuracy |",
+                  "|---|---|---|---|---|---|"]
+        for algorithm, cell in rows.items():
+            if cell is None:
+                parts.append(f"| {algorithm} | no run in results/ | | | | |")
+                continue
+            hit = cell["hit"]
+            acc = f"{cell['final']:.4f} / {cell['best']:.4f} after {cell['budget']} rounds"
+            if hit is None:
+                parts.append(f"| {algorithm} | — | — | — | — | {acc} |")
+            else:
+                parts.append(f"| {algorithm} | {hit['round']} | {hit['comm_rounds']} | {_bytes(hit['bytes_sent'])} | "
+                             f"{cell['setup_s'] + hit['time_s']:.1f} | {acc} |")
+        parts.append("")
+    parts.append("— : not reached within the round budget.  Time is simulated parallel time: each worker's "
+                 "measured compute (one core) plus the α-β ring-allreduce model, from the start of round 0.")
+    return "\n".join(parts) + "\n"
+
+
+def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
+    data = collect(RunIndex(results))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "target_table.md"
+    path.write_text(markdown(data))
+    return [path]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--out", default=str(FIG_DIR))
+    args = parser.parse_args()
+    for path in main(args.results, args.out):
+        print(path)

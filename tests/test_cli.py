@@ -1,0 +1,55 @@
+"""The entry point as a user meets it: bad input gets one line and a non-zero exit, before any process group."""
+from __future__ import annotations
+
+import pytest
+
+from dane.results import read_rounds, read_summary
+from helpers import train
+
+SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("algorithm.eta=0", "algorithm.eta must be > 0, got 0"),
+    ("algorithm.eta=-2.5", "algorithm.eta must be > 0, got -2.5"),
+    ("algorithm.mu=-1", "algorithm.mu must be >= 0, got -1"),
+    ("problem.n_samples=3", "problem.n_samples=3 is fewer than workers=4"),
+    ("algorithm=newton", "algorithm=newton is unknown; choose one of: admm, dane"),
+    ("problem=imagenet", "problem=imagenet is unknown; choose one of:"),
+    ("comm=mpi", "comm=mpi is unknown; choose one of: auto, horovod, local, torch"),
+    ("rounds=0", "rounds must be a positive integer, got 0"),
+    ("problem.covariance=wishart", "problem.covariance must be one of iso|decay, got 'wishart'"),
+])
+def test_bad_input_is_one_line_and_exit_2(override, expected, tmp_path):
+    proc = train(*SMALL, "workers=4", override, f"out_dir={tmp_path}")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0]
+    assert not (tmp_path / "rounds.jsonl").exists()  # rejected before anything ran
+
+
+def test_plain_python_runs_one_worker_and_writes_the_schema(tmp_path):
+    proc = train(*SMALL, "tol=1e-12", f"out_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    summary = read_summary(tmp_path)
+    assert summary["workers"] == 1 and summary["backend"] == "local"
+    assert summary["status"] == "converged" and summary["rounds"] == 1  # one worker: DANE is Newton's method
+    assert summary["final_suboptimality"] <= 1e-12
+    assert summary["total_bytes"] == 0
+    for key in ("algorithm", "problem", "workers", "rounds", "final_objective", "final_suboptimality",
+                "total_bytes", "wall_time_s"):
+        assert key in summary
+    records = read_rounds(tmp_path)
+    for key in ("round", "time_s", "bytes_sent", "objective", "suboptimality", "grad_norm"):
+        assert key in records[0]
+    assert (tmp_path / "config.yaml").exists()
+
+
+def test_diverging_run_keeps_its_results_and_exits_3(tmp_path):
+    proc = train("problem.n_samples=6000", "workers=8", "algorithm.safeguard=false", "rounds=40", "quiet=true",
+                 f"out_dir={tmp_path}", timeout=600)
+    assert proc.returncode == 3
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: dane diverged at round")
+    assert read_summary(tmp_path)["status"] == "diverged"
+    assert len(read_rounds(tmp_path)) >= 2
