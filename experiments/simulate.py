@@ -13,17 +13,13 @@ that times are comparable across m.
 """
 from __future__ import annotations
 
-import sys
-
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from dane.errors import UserError
 from experiments import train
-from experiments.config import check_group_choices
 
 DIVERGED = 3  # experiments.train's exit status for a diverged run
 
@@ -39,14 +35,5 @@ def main(cfg: DictConfig) -> None:
             raise
 
 
-def cli() -> None:
-    try:
-        check_group_choices(sys.argv[1:])
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    main()
-
-
 if __name__ == "__main__":
-    cli()
+    train.cli(main)

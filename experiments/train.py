@@ -45,14 +45,15 @@ def hydra_argv(argv: list[str]) -> list[str]:
                    "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 
 
-def cli() -> None:
+def cli(entry=None) -> None:
+    """Check group choices with one-line errors, then hand the command line to Hydra's ``entry``."""
     try:
         check_group_choices(sys.argv[1:])
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     sys.argv = [sys.argv[0], *hydra_argv(sys.argv[1:])]
-    main()
+    (entry or main)()
 
 
 if __name__ == "__main__":

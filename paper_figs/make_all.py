@@ -19,7 +19,8 @@ from paper_figs.common import FIG_DIR
 from synthetic.sweep import ensure
 
 #: figure modules of paper_figs/, each with jobs() and main(results, out)
-FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table")
+FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table",
+           "paper_figs.accuracy_table", "paper_figs.target_table")  # the last two: neural networks, slow when cold
 
 
 def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_missing: bool = True,

@@ -22,13 +22,19 @@ optimizer on the subproblem gradient ∇loss_batch(w) − linear + μ(w − anch
 `dane.inner`).  Model and data live on ``device`` (CUDA, pinned by local rank, when
 available); the flat vectors exchanged with the algorithm stay on the CPU.
 
-DANE's safeguard on a non-convex problem: it compares the exact global training loss of
-successive averaged iterates (the full-shard objective rides in the gradient allreduce)
-and rejects an iterate whose loss went up, returning to the last accepted one and redoing
-the local solve with a larger μ.  Here that acts as a trust region on the averaged step:
-it guarantees monotone training loss, not convergence to a global minimum, and with a
-stochastic inner solver a rejected round may simply have drawn unlucky minibatches (the
-redo draws new ones).
+DANE's safeguard (`dane.dane.MuSafeguard`) on a non-convex problem: it compares the
+exact global training loss of successive averaged iterates (the full-shard objective
+rides in the gradient allreduce), rejects an iterate whose loss went up, returns to the
+last accepted one and redoes the local solve with a larger μ; μ also tracks the measured
+spread of the local curvatures along the step.  Here that is a trust region on the
+averaged step: it keeps the training loss monotone, it does not make the problem convex,
+and with a stochastic inner solver a rejected round may just have drawn unlucky
+minibatches.  Since μ never comes back down, a few early rejections slow every later
+round (measured on MNIST-LeNet5, 4 workers: 69.9% test accuracy after 12 rounds against
+96.7% after 10 rounds without it), so the neural-network experiments run plain DANE
+(``algorithm.safeguard=false``, μ=0).  The inner SGD takes the μ term implicitly
+(`dane.inner.proximal_step`), so a large μ keeps the local solve near w_t instead of
+making it diverge.
 """
 from __future__ import annotations
 
