@@ -27,7 +27,7 @@ from dane import checks
 from dane.algorithm import Algorithm
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.inner import MinibatchSampler, worker_seed
+from dane.inner import MinibatchSampler, preload_optimizers, worker_seed
 from dane.problems import Problem
 
 OPTIMIZERS = ("sgd", "adam")
@@ -77,6 +77,7 @@ class SyncSGD(Algorithm):
                                   "use algorithm=gd on this problem")
         self.steps_per_round = steps_per_round or max(1, problem.n_local // batch_size)
         self.sampler = MinibatchSampler(problem.n_local, batch_size, worker_seed(seed, comm.rank, SAMPLER_STREAM))
+        preload_optimizers()
         self.w.requires_grad_(True)  # the optimizer's one parameter is the flat vector itself
         self.optimizer = make_optimizer(optimizer, self.w, lr=lr, momentum=momentum)
 

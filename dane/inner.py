@@ -24,7 +24,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch._dynamo  # noqa: F401  (the first optimizer step imports it, ~2 s, which would be billed to round 1)
 
 from . import checks
 from .errors import ConfigError
@@ -60,6 +59,14 @@ class InnerSolver:
         checks.nonnegative("problem.inner_momentum", self.momentum)
         if self.momentum >= 1:
             raise ConfigError(f"problem.inner_momentum must be < 1, got {self.momentum}")
+
+
+def preload_optimizers() -> None:
+    """Import what a torch optimizer's first ``step()`` imports lazily (torch._dynamo, seconds).
+
+    Called while a worker sets up, so that the import is not billed to round 1's compute.
+    """
+    import torch._dynamo  # noqa: F401
 
 
 def steps_for(solver: InnerSolver, n_local: int) -> int:

@@ -76,7 +76,7 @@ def round_overhead(tmp: Path, blocks: int, rounds: int) -> dict:
     return {"ratio": med["round_s"] / med["bare_s"], "goal": 1.25, **{k: v for k, v in med.items()},
             "rounds_timed": len(data["round_s"]), "problem": "ridge_synthetic N=18000 d=500 iso, m=2",
             "algorithm": "dane (defaults: safeguard=true, mu=0, eta=1)",
-            "horovod_cycle_time_ms": HorovodOptions().cycle_time_ms, "_round_s": data["round_s"]}
+            "horovod_cycle_time_ms": HorovodOptions().cycle_time_ms}
 
 
 def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
@@ -146,7 +146,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")
     args = parser.parse_args(argv)
+    path = Path(args.out)
     report: dict = {"started_at": now(), "machine": machine()}
+
+    def record(section: str, value: dict) -> None:
+        """Merge one finished section into the JSON at once, so a later failure loses nothing."""
+        report[section] = value
+        merged = json.loads(path.read_text()) if path.exists() else {}
+        merged[section] = {k: v for k, v in value.items() if not k.startswith("_")}
+        merged["synthetic_bench"] = {"started_at": report["started_at"], "updated_at": now(),
+                                     "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())},
+                                     "sections": [s for s in SECTIONS if s in report]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(merged, indent=2) + "\n")
+        print(f"{section}: {value.get('ratio', value.get('error', ''))} -> {path}", flush=True)
+
     needs_horovod = set(args.only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"}
     if needs_horovod and not have_horovod():
         print("error: horovod.torch is not importable; run `make setup` first", file=sys.stderr)
@@ -155,33 +169,15 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "dane_round_overhead" in args.only or "simulator_error" in args.only:
-            report["dane_round_overhead"] = round_overhead(tmp, args.blocks, args.rounds)
-            print(f"dane_round_overhead: {report['dane_round_overhead']['ratio']:.3f}", flush=True)
-        if "allreduce_latency_ratio" in args.only:
-            report["allreduce_latency_ratio"] = latency_ratio(tmp, args.pairs, reps=300)
-            print(f"allreduce_latency_ratio: {report['allreduce_latency_ratio']['ratio']:.3f}", flush=True)
+            record("dane_round_overhead", round_overhead(tmp, args.blocks, args.rounds))
         if "simulator_error" in args.only:
             calibration = calibrate(2)
             measured = report["dane_round_overhead"]["round_s"]
-            report["simulator_error"] = simulator_error(measured, calibration, args.blocks * args.rounds, tmp)
-            print(f"simulator_error: {report['simulator_error']['error']:.3f}", flush=True)
+            record("simulator_error", simulator_error(measured, calibration, args.blocks * args.rounds, tmp))
+        if "allreduce_latency_ratio" in args.only:
+            record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, reps=300))
     if "rounds_to_1e-10" in args.only:
-        report["rounds_to_1e-10"] = rounds_table(args.results)
-    report["machine"]["load_avg_at_end"] = list(os.getloadavg())
-    report["finished_at"] = now()
-    if "dane_round_overhead" in report and "dane_round_overhead" not in args.only:
-        report["dane_round_overhead"]["note"] = "run for simulator_error's measured round time"
-    for section in report.values():
-        if isinstance(section, dict):
-            section.pop("_round_s", None)
-    path = Path(args.out)
-    merged = json.loads(path.read_text()) if path.exists() else {}
-    merged.update({k: v for k, v in report.items() if k not in ("started_at", "finished_at", "machine")})
-    merged["synthetic_bench"] = {"started_at": report["started_at"], "finished_at": report["finished_at"],
-                                 "machine": report["machine"], "sections": [s for s in SECTIONS if s in report]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=2) + "\n")
-    print(f"-> {path}")
+        record("rounds_to_1e-10", rounds_table(args.results))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 
 Every rank calls ``comm.allreduce_mean([x])`` (one grouped allreduce, as the algorithms
 do) on a float64 tensor of each size, ``--warmup`` times untimed and ``--reps`` times
-timed one call at a time.  Rank 0 writes {backend, size, sizes: {bytes: {median_s, ...}}}.
+timed one call at a time, the sizes taking turns.  Rank 0 writes {backend, size, sizes: {bytes: {median_s, ...}}}.
 The backend comes from the launcher (`dane.comm.make_communicator`), and Horovod gets
 the package's launch settings (`dane.launch.HorovodOptions`) unless the environment
 already sets them.
@@ -27,15 +27,21 @@ from dane.launch import HorovodOptions
 DEFAULT_SIZES = (8, 64, 512, 4096, 32768, 262144, 1048576, 4194304)
 
 
-def time_calls(call, reps: int, warmup: int) -> list[float]:
-    """Seconds of each of ``reps`` calls of ``call()``, after ``warmup`` untimed ones."""
+def time_calls(calls: dict, reps: int, warmup: int) -> dict[object, list[float]]:
+    """Seconds of each of ``reps`` calls of every ``calls[key]()``, after ``warmup`` untimed rounds.
+
+    The calls take turns (one of each per repetition), so a change in the machine's load
+    during the measurement falls on every key alike.
+    """
     for _ in range(warmup):
-        call()
-    times = []
+        for call in calls.values():
+            call()
+    times: dict[object, list[float]] = {key: [] for key in calls}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
+        for key, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            times[key].append(time.perf_counter() - t0)
     return times
 
 
@@ -46,12 +52,10 @@ def stats(times: list[float]) -> dict[str, float]:
 
 
 def measure(comm, sizes, reps: int, warmup: int) -> dict[int, dict[str, float]]:
-    out = {}
-    for nbytes in sizes:
-        x = torch.full((max(1, nbytes // 8),), float(comm.rank), dtype=torch.float64)
-        comm.barrier()
-        out[nbytes] = stats(time_calls(lambda: comm.allreduce_mean([x]), reps, warmup))
-    return out
+    tensors = {n: torch.full((max(1, n // 8),), float(comm.rank), dtype=torch.float64) for n in sizes}
+    calls = {n: (lambda x=x: comm.allreduce_mean([x])) for n, x in tensors.items()}
+    comm.barrier()
+    return {n: stats(times) for n, times in time_calls(calls, reps, warmup).items()}
 
 
 def main(argv: list[str] | None = None) -> None:

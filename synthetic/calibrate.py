@@ -48,7 +48,7 @@ def fit_alpha_beta(sizes, times, m: int) -> AlphaBeta:
         b, a = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
     if a <= 0:  # no bandwidth term visible (all sizes latency-bound): refit the intercept alone
         a, b = 1e-15, float(np.sum(1 / t) / np.sum((1 / t) ** 2))
-    return AlphaBeta(alpha=b / (2 * (m - 1)), beta=2 * (m - 1) / (m * a))
+    return AlphaBeta(alpha=float(b) / (2 * (m - 1)), beta=2 * (m - 1) / (m * float(a)))
 
 
 def relative_errors(cost: AlphaBeta, sizes, times, m: int) -> list[float]:

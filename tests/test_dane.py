@@ -93,14 +93,18 @@ def test_safeguard_objective_is_monotone_and_converges(n_samples, m, cov):
     assert all(b <= a + 1e-12 * abs(a) for a, b in zip(objectives, objectives[1:]))
 
 
-def test_spread_estimate_is_the_rms_hessian_deviation_along_the_step():
-    # delta^2 = mean_i ||(H_i - H) s||^2 / ||s||^2, measured from gradients alone.
-    problems = ridge_shards(4, RidgeSyntheticConfig(n_samples=400, dim=20, seed=1))
+@pytest.mark.parametrize("cov", ["iso", "decay"])
+def test_spread_estimate_is_the_rms_hessian_deviation_along_the_step(cov):
+    # delta^2 = mean_i ||(H_i - H) s||^2 / ||s||^2 and kappa = s^T H s / ||s||^2, measured from
+    # gradients alone; the guard keeps delta * min(1, delta / kappa).
+    problems = ridge_shards(4, RidgeSyntheticConfig(n_samples=400, dim=20, seed=1, covariance=cov))
     (algo, records, iterates), *_ = simulate(DANEConfig(mu=0.5), problems, rounds=2)
     s = iterates[1] - iterates[0]
-    H = sum(p.A for p in problems) / 4
-    expected = math.sqrt(sum(float(((p.A - H) @ s).square().sum()) for p in problems) / 4 / float(s @ s))
-    assert math.isclose(algo.guard.spread, expected, rel_tol=1e-8)
+    H = sum(p.A for p in problems) / 4 + 2 * 0.005 * torch.eye(20, dtype=torch.float64)
+    delta = math.sqrt(sum(float(((p.A + 2 * 0.005 * torch.eye(20, dtype=torch.float64) - H) @ s).square().sum())
+                          for p in problems) / 4 / float(s @ s))
+    kappa = float(s @ H @ s) / float(s @ s)
+    assert math.isclose(algo.guard.spread, delta * min(1.0, delta / kappa), rel_tol=1e-8)
 
 
 @pytest.mark.parametrize("key,value", [("eta", 0), ("eta", -1.0), ("mu", -1), ("eta", "abc")])

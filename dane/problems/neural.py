@@ -51,7 +51,7 @@ from .. import checks
 from ..data import Dataset, load_dataset, shard_indices
 from ..data.sharding import SCHEMES
 from ..errors import ConfigError
-from ..inner import InnerSolver, MinibatchSampler, solve, steps_for, worker_seed
+from ..inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for, worker_seed
 from ..models import MODEL_NAMES, build_model
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -128,6 +128,10 @@ class NeuralProblemConfig:
         d = self.data
         return _load(d.dataset, d.data_dir, self.seed, d.test_fraction, d.pad_to_32, d.image_size)
 
+    def prepare(self) -> None:
+        """Load the shared data set (cached), so that a worker's timed setup is only its own shard and model."""
+        self.dataset()
+
     def check_workers(self, workers: int) -> None:
         """Loads the data (cached) so that a missing file or too many workers fail before any process group."""
         data = self.dataset()
@@ -197,6 +201,7 @@ class NeuralProblem:
     def __init__(self, model: torch.nn.Module, train_x, train_y, test_x, test_y, *, weight: float, test_weight: float,
                  num_classes: int, workers: int, l2: float, inner: InnerSolver, grad_batches: int | None, eval_batch_size: int,
                  device: torch.device, dtype: torch.dtype, sampler_seed: int, notes=()):
+        preload_optimizers()
         self.device, self.dtype = device, dtype
         self.model = model.to(device=device, dtype=dtype)
         self.params = list(self.model.parameters())
@@ -227,7 +232,7 @@ class NeuralProblem:
         else:
             self._zero_grad()
             for _ in range(self.grad_batches):  # gradient estimated on minibatches, objective still exact
-                self._data_loss_backward(self.sampler.next(), scale=1 / self.grad_batches, zero=False)
+                self._data_loss_backward(self.sampler.next().to(self.device), scale=1 / self.grad_batches, zero=False)
             data_loss = self._train_loss()
         grad = self._flat_grads() + self.l2 * w.to(self.dtype)
         return grad, self._metrics(data_loss, w)
