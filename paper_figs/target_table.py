@@ -19,10 +19,14 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from dane.comm import AlphaBeta
 from dane.results import read_rounds, read_summary
-from paper_figs.accuracy_table import Row, has_data
+from experiments.config import cost_model
+from paper_figs.accuracy_table import Row, find_run, has_data, retime
 from paper_figs.common import FIG_DIR
-from synthetic.sweep import Job, RunIndex
+from synthetic.sweep import Job, RunIndex, _composed
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the table keys on it
@@ -42,7 +46,7 @@ TARGETS = (
         "dane": ("algorithm=dane", "algorithm.safeguard=false"),
         "sync_sgd": ("algorithm=sync_sgd", "algorithm.lr=0.05", "algorithm.momentum=0.9", "algorithm.batch_size=100"),
         "local_sgd": ("algorithm=local_sgd", "algorithm.lr=0.1", "algorithm.batch_size=100", "algorithm.local_steps=20"),
-        "admm": ("algorithm=admm", "algorithm.rho=0.1"),
+        "admm": ("algorithm=admm", "algorithm.rho=0.3"),  # rho=0.1 diverged at round 8, rho=1 collapsed at round 9
     }),
     Target("digits_mlp", 0.95, {
         "dane": ("algorithm=dane", "algorithm.safeguard=false"),
@@ -61,12 +65,18 @@ def jobs(targets=TARGETS) -> list[Job]:
     return [job(t, a) for t in targets if has_data(Row(t.problem, t.problem, None)) for a in t.algorithms]
 
 
-def reach(run_dir: Path, accuracy: float) -> dict:
-    """The first record at or above ``accuracy`` (None if none), and the run's final and best accuracy."""
-    records = read_rounds(run_dir)
+def reach(run_dir: Path, accuracy: float, cost: AlphaBeta) -> dict:
+    """The first record at or above ``accuracy`` (None if none), timed under ``cost``, and the final and best accuracy."""
+    summary = read_summary(run_dir)
+    records = retime(read_rounds(run_dir), summary, cost)
     hit = next((r for r in records if r.get("test_accuracy", 0.0) >= accuracy), None)
     return {"hit": hit, "final": records[-1].get("test_accuracy"), "best": max(r.get("test_accuracy", 0.0) for r in records),
-            "budget": records[-1]["round"], "setup_s": read_summary(run_dir).get("setup_s", 0.0)}
+            "budget": records[-1]["round"], "status": summary["status"], "setup_s": summary.get("setup_s", 0.0),
+            "run_dir": str(run_dir)}
+
+
+def job_cost(j: Job) -> AlphaBeta:
+    return cost_model(OmegaConf.create(_composed(tuple(j))["sim"]))
 
 
 def collect(index: RunIndex, targets=TARGETS) -> dict[Target, dict[str, dict | None]]:
@@ -74,8 +84,8 @@ def collect(index: RunIndex, targets=TARGETS) -> dict[Target, dict[str, dict | N
     for target in targets:
         out[target] = {}
         for algorithm in target.algorithms:
-            path = index.find(job(target, algorithm))
-            out[target][algorithm] = reach(path, target.accuracy) if path is not None else None
+            path = find_run(index, job(target, algorithm))
+            out[target][algorithm] = reach(path, target.accuracy, job_cost(job(target, algorithm))) if path else None
     return out
 
 
@@ -96,13 +106,16 @@ def markdown(data: dict[Target, dict[str, dict | None]]) -> str:
             hit = cell["hit"]
             acc = f"{cell['final']:.4f} / {cell['best']:.4f} after {cell['budget']} rounds"
             if hit is None:
-                parts.append(f"| {algorithm} | — | — | — | — | {acc} |")
+                what = f"diverged at round {cell['budget']}" if cell["status"] == "diverged" else "—"
+                parts.append(f"| {algorithm} | {what} | — | — | — | {acc} |")
             else:
                 parts.append(f"| {algorithm} | {hit['round']} | {hit['comm_rounds']} | {_bytes(hit['bytes_sent'])} | "
                              f"{cell['setup_s'] + hit['time_s']:.1f} | {acc} |")
         parts.append("")
+    cost = job_cost(job(next(iter(data)), next(iter(next(iter(data)).algorithms)))) if data else AlphaBeta()
     parts.append("— : not reached within the round budget.  Time is simulated parallel time: each worker's "
-                 "measured compute (one core) plus the α-β ring-allreduce model, from the start of round 0.")
+                 "measured compute (one core) plus the α-β ring-allreduce model "
+                 f"(α = {cost.alpha:g} s, β = {cost.beta:g} B/s), from the start of round 0.")
     return "\n".join(parts) + "\n"
 
 

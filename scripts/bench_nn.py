@@ -7,7 +7,8 @@ on a 2-core machine 4 ranks would time-share the cores and the wall time would m
 that, not the algorithm.  The algorithms and their settings are those of
 ``paper_figs/target_table.py`` (each spends about one pass over its shard per round).
 Each run stops at the target (``early_stop.target``) or after ``--rounds``.  The result
-is merged into ``--out`` under ``mnist_lenet5_to_97``, whichever algorithm wins.
+is merged into ``--out`` under ``mnist_lenet5_to_97``, whichever algorithm wins
+(``--only`` reruns some algorithms and keeps the others' earlier rows).
 
     PYTHONPATH=. python scripts/bench_nn.py [--out results/bench.json] [--rounds 40] [--only dane sync_sgd]
 """
@@ -26,8 +27,9 @@ from hydra import compose, initialize_config_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dane.errors import DivergenceError  # noqa: E402
 from dane.launch import execute  # noqa: E402
-from dane.results import read_rounds  # noqa: E402
+from dane.results import read_rounds, read_summary  # noqa: E402
 from experiments.config import CONF_DIR, run_spec  # noqa: E402
 from paper_figs.target_table import TARGETS  # noqa: E402
 
@@ -45,7 +47,10 @@ def run_one(overrides: list[str], out_dir: Path) -> dict:
     for name in ("rounds.jsonl", "summary.json"):
         (out_dir / name).unlink(missing_ok=True)
     start = time.perf_counter()
-    summary = execute(run_spec(cfg), str(out_dir))
+    try:
+        summary = execute(run_spec(cfg), str(out_dir))
+    except DivergenceError:  # a result like any other: the rounds so far are in out_dir
+        summary = read_summary(out_dir)
     wall = time.perf_counter() - start
     records = read_rounds(out_dir)
     target = cfg.early_stop.target
@@ -95,10 +100,13 @@ def main(argv: list[str] | None = None) -> None:
         shown = (f"{row['rounds']} rounds, {row['comm_rounds']} allreduces, {row['bytes_sent_per_worker']} B, "
                  f"{row['simulated_time_s']:.1f} s simulated") if row["reached"] else f"not reached in {args.rounds} rounds"
         print(f"{name}: {shown} (wall {row['wall_time_s']:.0f} s)", flush=True)
-    report["fewest"] = winners(report["algorithms"])
-    report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     path = Path(args.out)
     merged = json.loads(path.read_text()) if path.exists() else {}
+    earlier = merged.get(KEY, {})
+    if set(args.only) != set(target.algorithms) and earlier.get("target_test_accuracy") == args.target:
+        report["algorithms"] = {**earlier.get("algorithms", {}), **report["algorithms"]}  # --only updates its rows
+    report["fewest"] = winners(report["algorithms"])
+    report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     merged[KEY] = report
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=2) + "\n")

@@ -103,9 +103,9 @@ def test_convergence_reads_all_panels(results, tmp_path):
 
 def test_make_all_draws_every_figure_without_running(results, tmp_path):
     written = make_all.make_all(results, tmp_path, run_missing=False)
-    assert sorted(p.name for p in written) == sorted(
-        f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table") for ext in ("png", "pdf"))
-    assert all(p.stat().st_size > 1000 for p in written)
+    figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table") for ext in ("png", "pdf")}
+    assert figures <= {p.name for p in written}  # the NN tables are drawn too when their runs exist
+    assert all(p.stat().st_size > 1000 for p in written if p.name in figures)
 
 
 def test_missing_runs_are_named(tmp_path):
