@@ -78,7 +78,7 @@ def retime(records: list[dict], summary: dict, cost: AlphaBeta) -> list[dict]:
     bytes are 2(m-1)/m of each message; so swapping α-β is exact (broadcasts cost no
     simulated time and none of these algorithms broadcast).
     """
-    if "alpha" not in summary:
+    if "alpha" not in summary or (summary["alpha"], summary["beta"]) == (cost.alpha, cost.beta):
         return records
     m = summary["workers"]
 

@@ -3,7 +3,10 @@
 Safeguarded DANE on the isotropic synthetic ridge (d=500, λ=0.005), one curve per N,
 each with its ideal T(1)/m line (log-log).  Time is the simulator's parallel time,
 counting each worker's setup (its local Hessian X_iᵀX_i, which is the work that
-parallelizes over m) plus the rounds' compute and the α-β allreduce cost.
+parallelizes over m) plus the rounds' compute and the α-β allreduce cost.  Left: the
+cost model calibrated on this machine (results/calibration.json); right: the same runs'
+compute with a fast interconnect (α=10 µs, β=10 GB/s), where the ring allreduce's
+2(m-1)α latency no longer swamps the parallelized setup.
 
     python -m paper_figs.speedup [--results results] [--out paper_figs]
 """
@@ -20,46 +23,58 @@ from synthetic.sweep import Job, RunIndex, grid
 
 TOL = 1e-8
 BASE = ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0", "problem.covariance=iso")
+#: panel title -> cost-model overrides
+NETWORKS: dict[str, tuple[str, ...]] = {
+    "α-β calibrated on this machine": (),
+    "fast interconnect: α=10 µs, β=10 GB/s": ("sim.alpha=1e-05", "sim.beta=1e10"),
+}
+Times = dict[str, dict[int, list[float]]]
 
 
-def job(n: int, m: int) -> Job:
-    return (*BASE, f"problem.n_samples={n}", f"workers={m}")
+def job(n: int, m: int, network: tuple[str, ...] = ()) -> Job:
+    return (*BASE, f"problem.n_samples={n}", f"workers={m}", *network)
 
 
 def jobs(ns=N_GRID, ms=M_GRID) -> list[Job]:
-    return [job(n, m) for n in ns for m in ms]
+    return [job(n, m, network) for network in NETWORKS.values() for n in ns for m in ms]
 
 
-def table(index: RunIndex, ns=N_GRID, ms=M_GRID) -> dict[int, list[float]]:
-    """{N: [time to 1e-8 at each m]} in seconds (nan where 1e-8 was not reached)."""
+def table(index: RunIndex, ns=N_GRID, ms=M_GRID) -> Times:
+    """{panel: {N: [time to 1e-8 at each m]}} in seconds (nan where 1e-8 was not reached)."""
     runs = locate(index, jobs(ns, ms))
-    return {n: [time_to(runs[job(n, m)], TOL) for m in ms] for n in ns}
+    return {title: {n: [time_to(runs[job(n, m, network)], TOL) for m in ms] for n in ns}
+            for title, network in NETWORKS.items()}
 
 
-def draw(times: dict[int, list[float]], ms=M_GRID):
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    for k, (n, row) in enumerate(sorted(times.items())):
-        color = f"C{k}"
-        ax.plot(ms, positive(row), "o-", color=color, label=f"N = {n}")
-        if math.isfinite(row[0]):
-            ax.plot(ms, [row[0] / m for m in ms], ":", color=color, linewidth=1)
-    ax.plot([], [], "k:", linewidth=1, label="ideal T(1)/m")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xticks(ms, [str(m) for m in ms])
-    ax.set_xlabel("workers m")
-    ax.set_ylabel(f"simulated time to suboptimality {TOL:g} (s)")
-    ax.set_title("Safeguarded DANE, synthetic ridge (d=500)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+def draw(times: Times, ms=M_GRID):
+    fig, axes = plt.subplots(1, len(times), figsize=(5.2 * len(times), 4.2), sharey=True, squeeze=False)
+    for ax, (title, panel) in zip(axes[0], times.items()):
+        for k, (n, row) in enumerate(sorted(panel.items())):
+            color = f"C{k}"
+            ax.plot(ms, positive(row), "o-", color=color, label=f"N = {n}")
+            if math.isfinite(row[0]):
+                ax.plot(ms, [row[0] / m for m in ms], ":", color=color, linewidth=1)
+        ax.plot([], [], "k:", linewidth=1, label="ideal T(1)/m")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(ms, [str(m) for m in ms])
+        ax.set_xlabel("workers m")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0, 0].set_ylabel(f"simulated time to suboptimality {TOL:g} (s)")
+    fig.suptitle("Safeguarded DANE, synthetic ridge (d=500)")
     return fig
 
 
-def markdown(times: dict[int, list[float]], ms=M_GRID) -> str:
-    head = "| N \\ m | " + " | ".join(str(m) for m in ms) + " |\n" + "|---" * (len(ms) + 1) + "|\n"
-    rows = "".join(f"| {n} | " + " | ".join("not reached" if math.isnan(t) else f"{t:.4f}" for t in row) + " |\n"
-                   for n, row in sorted(times.items()))
-    return (f"Simulated time (s) to suboptimality {TOL:g}, safeguarded DANE, incl. setup\n\n" + head + rows)
+def markdown(times: Times, ms=M_GRID) -> str:
+    parts = [f"Simulated time (s) to suboptimality {TOL:g}, safeguarded DANE, counting the workers' setup\n"]
+    for title, panel in times.items():
+        head = f"| {title}: N \\ m | " + " | ".join(str(m) for m in ms) + " |\n" + "|---" * (len(ms) + 1) + "|\n"
+        rows = "".join(f"| {n} | " + " | ".join("not reached" if math.isnan(t) else f"{t:.4f}" for t in row)
+                       + " |\n" for n, row in sorted(panel.items()))
+        parts.append(head + rows)
+    return "\n".join(parts)
 
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:

@@ -115,7 +115,9 @@ def markdown(data: dict[Target, dict[str, dict | None]]) -> str:
     cost = job_cost(job(next(iter(data)), next(iter(next(iter(data)).algorithms)))) if data else AlphaBeta()
     parts.append("— : not reached within the round budget.  Time is simulated parallel time: each worker's "
                  "measured compute (one core) plus the α-β ring-allreduce model "
-                 f"(α = {cost.alpha:g} s, β = {cost.beta:g} B/s), from the start of round 0.")
+                 f"(α = {cost.alpha:g} s, β = {cost.beta:g} B/s), from the start of round 0.  local_sgd's and "
+                 "admm's bytes include the full gradient they add to each round's allreduce only to log grad_norm "
+                 "(baselines/metrics.py).")
     return "\n".join(parts) + "\n"
 
 

@@ -6,11 +6,15 @@ each worker's measured compute plus the α-β ring-allreduce model.  Not horovod
 on a 2-core machine 4 ranks would time-share the cores and the wall time would measure
 that, not the algorithm.  The algorithms and their settings are those of
 ``paper_figs/target_table.py`` (each spends about one pass over its shard per round).
-Each run stops at the target (``early_stop.target``) or after ``--rounds``.  The result
-is merged into ``--out`` under ``mnist_lenet5_to_97``, whichever algorithm wins
+Each run stops at the target (``early_stop.target``) or after ``--rounds``; without the
+MNIST files it exits with status 2, unless ``--from-runs RESULTS`` reads the fixed-budget
+runs of the target table instead of running anything.  Times are simulated under the
+experiment's pinned α-β and, where results/calibration.json exists, re-timed exactly to
+the calibrated α-β too (``simulated_time_s_at_calibration``).  The result is merged into ``--out`` under ``mnist_lenet5_to_97``, whichever algorithm wins
 (``--only`` reruns some algorithms and keeps the others' earlier rows).
 
     PYTHONPATH=. python scripts/bench_nn.py [--out results/bench.json] [--rounds 40] [--only dane sync_sgd]
+    PYTHONPATH=. python scripts/bench_nn.py --from-runs results
 """
 from __future__ import annotations
 
@@ -30,8 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dane.errors import DivergenceError  # noqa: E402
 from dane.launch import execute  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
+from dane.comm import AlphaBeta  # noqa: E402
 from experiments.config import CONF_DIR, run_spec  # noqa: E402
-from paper_figs.target_table import TARGETS  # noqa: E402
+from paper_figs.accuracy_table import Row, find_run, has_data, retime  # noqa: E402
+from paper_figs.target_table import TARGETS, job, job_cost  # noqa: E402
+from synthetic.sweep import RunIndex  # noqa: E402
 
 KEY = "mnist_lenet5_to_97"
 
@@ -41,41 +48,49 @@ def machine() -> dict:
             "torch": torch.__version__, "load_avg": list(os.getloadavg())}
 
 
-def run_one(overrides: list[str], out_dir: Path) -> dict:
+def row_from(run_dir: Path, accuracy: float, costs: dict[str, AlphaBeta]) -> dict:
+    """Rounds, allreduces and bytes one worker sent until the first record at ``accuracy``, and its simulated time
+    under each α-β of ``costs`` (exact re-timing, `paper_figs.accuracy_table.retime`)."""
+    summary, records = read_summary(run_dir), read_rounds(run_dir)
+    hit = next((r for r in records if r.get("test_accuracy", 0.0) >= accuracy), None)
+    row = {
+        "reached": hit is not None,
+        "rounds": hit["round"] if hit else None,
+        "comm_rounds": hit["comm_rounds"] if hit else None,
+        "bytes_sent_per_worker": hit["bytes_sent"] if hit else None,
+        "final_test_accuracy": records[-1]["test_accuracy"],
+        "rounds_run": records[-1]["round"],
+        "status": summary["status"],
+        "run_dir": str(run_dir),
+        "run_wall_time_s": summary.get("wall_time_s"),
+    }
+    for label, cost in costs.items():
+        timed = retime(records, summary, cost)[hit["round"]] if hit else None
+        row[f"simulated_time_s{label}"] = summary.get("setup_s", 0.0) + timed["time_s"] if hit else None
+    return row
+
+
+def run_one(overrides: list[str], out_dir: Path) -> float:
+    """Run in this process (a divergence is a result); returns the wall seconds it took."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("simulate", overrides=overrides)
     for name in ("rounds.jsonl", "summary.json"):
         (out_dir / name).unlink(missing_ok=True)
     start = time.perf_counter()
     try:
-        summary = execute(run_spec(cfg), str(out_dir))
-    except DivergenceError:  # a result like any other: the rounds so far are in out_dir
-        summary = read_summary(out_dir)
-    wall = time.perf_counter() - start
-    records = read_rounds(out_dir)
-    target = cfg.early_stop.target
-    hit = next((r for r in records if r.get("test_accuracy", 0.0) >= target), None)
-    return {
-        "reached": hit is not None,
-        "rounds": hit["round"] if hit else None,
-        "comm_rounds": hit["comm_rounds"] if hit else None,
-        "bytes_sent_per_worker": hit["bytes_sent"] if hit else None,
-        "simulated_time_s": (summary.get("setup_s", 0.0) + hit["time_s"]) if hit else None,
-        "wall_time_s": wall,
-        "final_test_accuracy": records[-1]["test_accuracy"],
-        "rounds_run": records[-1]["round"],
-        "status": summary["status"],
-        "overrides": overrides,
-        "run_dir": str(out_dir),
-    }
+        execute(run_spec(cfg), str(out_dir))
+    except DivergenceError:
+        pass
+    return time.perf_counter() - start
 
 
 def winners(rows: dict[str, dict]) -> dict:
     reached = {name: row for name, row in rows.items() if row["reached"]}
     if not reached:
         return {}
-    return {key: min(reached, key=lambda name: reached[name][key])
-            for key in ("rounds", "comm_rounds", "bytes_sent_per_worker", "simulated_time_s")}
+    keys = ["rounds", "comm_rounds", "bytes_sent_per_worker"] + [k for k in next(iter(reached.values()))
+                                                                 if k.startswith("simulated_time_s")]
+    return {key: min(reached, key=lambda name: reached[name][key]) for key in keys}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,20 +101,45 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=40, help="round budget per algorithm")
     parser.add_argument("--target", type=float, default=target.accuracy)
     parser.add_argument("--only", nargs="+", choices=list(target.algorithms), default=list(target.algorithms))
+    parser.add_argument("--from-runs", metavar="RESULTS", default=None,
+                        help="measure nothing: read the 30-round runs of paper_figs/target_table.py under RESULTS")
     args = parser.parse_args(argv)
+    if args.from_runs is None and not has_data(Row(target.problem, target.problem, None)):
+        print("error: MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data); point DANE_DATA_DIR at the "
+              "IDX files, or use --from-runs results to read earlier runs", file=sys.stderr)
+        sys.exit(2)
     torch.set_num_threads(1)
+    costs = {"": job_cost((target.experiment, *target.algorithms["dane"]))}
+    calibration = Path("results/calibration.json")
+    if calibration.exists():
+        costs["_at_calibration"] = AlphaBeta.load(calibration)
     report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-              "setup": f"{target.problem}, 4 workers in the in-process simulator (one core each), "
-                       "MNIST t10k split 8000/2000; time = simulated parallel time to the first record at the target",
-              "target_test_accuracy": args.target, "round_budget": args.rounds, "algorithms": {}}
+              "setup": f"{target.problem}, 4 workers in the in-process simulator (one core each), MNIST t10k split "
+                       "8000/2000; simulated_time_s = simulated parallel time (compute + alpha-beta allreduce model) "
+                       "to the first record at the target",
+              "cost_models": {label or "default": {"alpha": c.alpha, "beta": c.beta} for label, c in costs.items()},
+              "target_test_accuracy": args.target, "algorithms": {}}
+    index = RunIndex(args.from_runs) if args.from_runs is not None else None
+    report["source"] = (f"the fixed-budget runs of paper_figs/target_table.py under {args.from_runs} (nothing rerun)"
+                        if index is not None else f"fresh runs, stopped at the target or after {args.rounds} rounds")
     for name in args.only:
-        overrides = [target.experiment, *target.algorithms[name], f"rounds={args.rounds}",
-                     f"early_stop.target={args.target}"]
-        row = run_one(overrides, Path(args.runs) / name)
+        if index is not None:
+            run_dir = find_run(index, job(target, name))
+            if run_dir is None:
+                report["algorithms"][name] = {"reached": False, "status": "no run", "rounds": None}
+                print(f"{name}: no run under {args.from_runs}", flush=True)
+                continue
+            row = row_from(run_dir, args.target, costs)
+        else:
+            overrides = [target.experiment, *target.algorithms[name], f"rounds={args.rounds}",
+                         f"early_stop.target={args.target}"]
+            wall = run_one(overrides, Path(args.runs) / name)
+            row = {**row_from(Path(args.runs) / name, args.target, costs), "wall_time_s": wall}
+        row["settings"] = list(target.algorithms[name])
         report["algorithms"][name] = row
         shown = (f"{row['rounds']} rounds, {row['comm_rounds']} allreduces, {row['bytes_sent_per_worker']} B, "
-                 f"{row['simulated_time_s']:.1f} s simulated") if row["reached"] else f"not reached in {args.rounds} rounds"
-        print(f"{name}: {shown} (wall {row['wall_time_s']:.0f} s)", flush=True)
+                 f"{row['simulated_time_s']:.1f} s simulated") if row["reached"] else f"not reached ({row['status']})"
+        print(f"{name}: {shown}", flush=True)
     path = Path(args.out)
     merged = json.loads(path.read_text()) if path.exists() else {}
     earlier = merged.get(KEY, {})

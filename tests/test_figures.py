@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from dane.results import RunWriter
 from experiments.config import cost_model
 from paper_figs import convergence, make_all, rounds_table, run_convergence, speedup
-from paper_figs.common import M_GRID, N_GRID, MissingRuns
+from paper_figs.common import M_GRID, N_GRID, MissingRuns, save
 from synthetic.sweep import RunIndex, _composed, job_name
 
 
@@ -52,8 +52,9 @@ def results(tmp_path_factory):
     for n in N_GRID:
         for m in M_GRID:
             # time_s k n/(1e6 m); first <= 1e-8 at round 3; setup 0.5/m
-            fake_run(root, speedup.job(n, m), [1, 1e-3, 1e-6, 1e-9, 1e-12],
-                     times=[k * n / (1e6 * m) for k in range(5)], setup_s=0.5 / m)
+            for scale, network in zip((1, 0.1 if m > 1 else 1), speedup.NETWORKS.values()):  # m=1: no network
+                fake_run(root, speedup.job(n, m, network), [1, 1e-3, 1e-6, 1e-9, 1e-12],
+                         times=[scale * k * n / (1e6 * m) for k in range(5)], setup_s=0.5 / m)
             if m >= 16:
                 fake_run(root, rounds_table.plain_job(n, m, 0.0), [1, 10, 1e3, math.inf], status="diverged")
             else:
@@ -67,18 +68,25 @@ def results(tmp_path_factory):
     return root
 
 
-def test_speedup_extracts_time_to_1e8(results, tmp_path):
-    times = speedup.table(RunIndex(results))
+@pytest.fixture(scope="module")
+def index(results):
+    return RunIndex(results)
+
+
+def test_speedup_extracts_time_to_1e8(index, tmp_path):
+    times = speedup.table(index)
+    calibrated, fast = times.values()
     for n in N_GRID:
-        for m, t in zip(M_GRID, times[n]):
+        for m, t, t_fast in zip(M_GRID, calibrated[n], fast[n]):
             assert t == pytest.approx(0.5 / m + 3 * n / (1e6 * m), rel=1e-12)
-    paths = speedup.main(results, tmp_path)
+            assert t_fast == pytest.approx(0.5 / m + (0.3 if m > 1 else 3) * n / (1e6 * m), rel=1e-12)
+    assert "| 18000 | 0.5540 |" in speedup.markdown(times)
+    paths = save(speedup.draw(times), tmp_path, "speedup")
     assert all(p.stat().st_size > 1000 for p in paths) and {p.suffix for p in paths} == {".png", ".pdf"}
-    assert "| 18000 | 0.5540 |" in (tmp_path / "speedup.md").read_text()
 
 
-def test_rounds_table_marks_divergence_and_best_mu(results, tmp_path):
-    data = rounds_table.table(RunIndex(results))
+def test_rounds_table_marks_divergence_and_best_mu(index, tmp_path):
+    data = rounds_table.table(index)
     assert data["μ=0"][6000, 8] == ("reached", 3.0, 0.0)
     assert data["μ=0"][6000, 16][0] == "diverged"
     assert data["best fixed μ"][18000, 4] == ("reached", 5.0, 0.1)
@@ -87,17 +95,17 @@ def test_rounds_table_marks_divergence_and_best_mu(results, tmp_path):
     text = rounds_table.markdown(data)
     assert "| 6000 | 3 | 3 | 3 | 3 | div | div |" in text
     assert "5 (μ=0.1)" in text and "—" in text
-    paths = rounds_table.main(results, tmp_path)
+    paths = save(rounds_table.draw(data), tmp_path, "rounds_table")
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
-def test_convergence_reads_all_panels(results, tmp_path):
-    data = convergence.curves(RunIndex(results))
+def test_convergence_reads_all_panels(index, tmp_path):
+    data = convergence.curves(index)
     assert len(data) == 10
     assert data["iso", "DANE (safeguarded)"]["suboptimality"] == [1, 1e-3, 1e-6, 1e-9, 1e-12]
     assert data["decay", "GD (1/L)"]["suboptimality"][3] == pytest.approx(1e-3)
     assert data["iso", "ADMM (ρ=1)"]["comm_rounds"][:3] == [0, 2, 4]
-    paths = convergence.main(results, tmp_path)
+    paths = save(convergence.draw(data), tmp_path, "convergence")
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
@@ -109,7 +117,7 @@ def test_make_all_draws_every_figure_without_running(results, tmp_path):
 
 
 def test_missing_runs_are_named(tmp_path):
-    with pytest.raises(MissingRuns, match="24 run"):
+    with pytest.raises(MissingRuns, match="48 run"):
         speedup.table(RunIndex(tmp_path))
 
 
