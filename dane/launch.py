@@ -45,13 +45,19 @@ class HorovodOptions:
     """Horovod settings applied (unless already set in the environment) before ``hvd.init()``.
 
     Small allreduces are latency-bound on these machines; a short cycle time roughly
-    halves the latency of a 4 KB allreduce (DESIGN.md section 5).
+    halves the latency of a 4 KB allreduce (DESIGN.md section 5).  Each of the local
+    ranks also gets its share of the cores for torch's intra-op threads (as torchrun
+    does with OMP_NUM_THREADS=1): two ranks with two threads each on 2 cores made a
+    DANE round on the synthetic ridge about 8x slower (scripts/bench.py).
     """
 
     cycle_time_ms: float = 0.1
 
     def apply(self) -> None:
         os.environ.setdefault("HOROVOD_CYCLE_TIME", str(self.cycle_time_ms))
+        if "OMP_NUM_THREADS" not in os.environ:
+            local_size = int(os.environ.get("HOROVOD_LOCAL_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1)))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_size)))
 
 
 @dataclass(frozen=True)

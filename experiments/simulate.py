@@ -8,8 +8,9 @@
 The config is conf/simulate.yaml: conf/config.yaml with comm=local and the simulator
 defaults of conf/experiment/simulator.yaml (tol=1e-10, rounds=200, quiet).  A multirun
 writes one run directory per job under one sweep directory (conf/config.yaml, hydra.sweep).
-A diverged job ends a single run with status 3 but not a sweep.  Each simulated worker gets one core: torch runs single-threaded, also at workers=1, so
-that times are comparable across m.
+A diverged job ends a single run with status 3 but not a sweep.  Each simulated worker
+gets one core: torch runs single-threaded, also at workers=1, so that times are
+comparable across m.
 """
 from __future__ import annotations
 

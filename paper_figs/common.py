@@ -33,9 +33,12 @@ class MissingRuns(FileNotFoundError):
                          f"run `make figures` (python -m paper_figs.make_all) to produce them")
 
 
-def locate(index: RunIndex, jobs: Sequence[Job]) -> dict[Job, Path]:
-    """Each job's run directory; raises `MissingRuns` naming every missing one."""
-    found = {job: index.find(job) for job in jobs}
+def locate(index: RunIndex, jobs: Sequence[Job], timed: bool = True) -> dict[Job, Path]:
+    """Each job's run directory; raises `MissingRuns` naming every missing one.
+
+    ``timed=False`` for a figure that reads only iterates (rounds, suboptimality), not times.
+    """
+    found = {job: index.find(job, timed) for job in jobs}
     missing = [job for job, path in found.items() if path is None]
     if missing:
         raise MissingRuns(missing, index.root)

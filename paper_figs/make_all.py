@@ -1,7 +1,7 @@
 """Rebuild every figure and table of paper_figs/ from results/ (`make figures`).
 
 Each figure module names the runs it needs (``jobs()``) and draws from results/ only
-(``main(results, out)``).  Runs that no stored result answers are made first, in this
+(``main(results, out)``); ``TIMED = False`` marks one that reads rounds, not times.  Runs that no stored result answers are made first, in this
 process, with the in-process simulator (see `synthetic.sweep.ensure`); with the default
 grid a cold start takes a few minutes on 2 cores, a warm one seconds.
 
@@ -26,8 +26,10 @@ FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_ta
 def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_missing: bool = True,
              figures=FIGURES) -> list[Path]:
     modules = [importlib.import_module(name) for name in figures]
-    if run_missing:
-        ensure([job for module in modules for job in module.jobs()], root=results)
+    if run_missing:  # figures that read times first, so that rounds-only figures reuse their runs
+        for timed in (True, False):
+            ensure([job for module in modules if getattr(module, "TIMED", True) == timed for job in module.jobs()],
+                   root=results, timed=timed)
     written: list[Path] = []
     for module in modules:
         written += module.main(results, out)

@@ -123,7 +123,7 @@ def simulator_error(measured_round_s: float, calibration: dict, n_rounds: int, t
 def rounds_table(results: str, tol: float = 1e-10) -> dict:
     jobs = {(name, n, m): (*overrides, "problem.covariance=iso", f"problem.n_samples={n}", f"workers={m}")
             for name, overrides in ALGORITHMS.items() for n in N_GRID for m in M_GRID}
-    runs = ensure(jobs.values(), root=results, sweep="sweeps/figures")
+    runs = ensure(jobs.values(), root=results, sweep="sweeps/figures", timed=False)
     table = {}
     for (name, n, m), job in jobs.items():
         records = read_rounds(runs[job])
@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="results/bench.json")
     parser.add_argument("--results", default="results", help="results root for rounds_to_1e-10")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--blocks", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--blocks", type=int, default=24)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")
     args = parser.parse_args(argv)
     path = Path(args.out)

@@ -108,11 +108,15 @@ def identity(cfg: dict) -> dict:
     return out
 
 
-def answers(summary: dict, cfg: dict) -> bool:
-    """Did a run with this summary go as far as a job with config ``cfg`` asks, under today's cost model?"""
-    if cfg["comm"]["backend"] == "local" and summary.get("backend") not in ("local", "simulator"):
+def answers(summary: dict, cfg: dict, timed: bool = True) -> bool:
+    """Did a run with this summary go as far as a job with config ``cfg`` asks?
+
+    With ``timed`` (the job's times matter, not only its iterates) the run must also have
+    been simulated with today's cost model.
+    """
+    if timed and cfg["comm"]["backend"] == "local" and summary.get("backend") not in ("local", "simulator"):
         return False  # a launched run has the same iterates but wall-clock, not simulated, times
-    if "alpha" in summary:  # a simulated run: its times hold only for the α-β it was run with
+    if timed and "alpha" in summary:  # a simulated run: its times hold only for the α-β it was run with
         cost = cost_model(OmegaConf.create(cfg["sim"]))
         if not (math.isclose(summary["alpha"], cost.alpha) and math.isclose(summary["beta"], cost.beta)):
             return False
@@ -151,11 +155,11 @@ class RunIndex:
         mtime = (Path(path) / "summary.json").stat().st_mtime
         self.runs.append(StoredRun(Path(path), identity(cfg), summary, mtime))
 
-    def find(self, job: Job) -> Path | None:
-        """The newest stored run that answers ``job``, or None."""
+    def find(self, job: Job, timed: bool = True) -> Path | None:
+        """The newest stored run that answers ``job`` (see `answers`), or None."""
         cfg = _composed(tuple(job))
         wanted = identity(cfg)
-        hits = [r for r in self.runs if r.identity == wanted and answers(r.summary, cfg)]
+        hits = [r for r in self.runs if r.identity == wanted and answers(r.summary, cfg, timed)]
         return max(hits, key=lambda r: r.mtime).path if hits else None
 
 
@@ -171,12 +175,16 @@ def run_job(job: Job, out_dir: Path) -> dict:
 
 
 def ensure(jobs: Iterable[Job], root: str | Path = "results", sweep: str = "sweeps/figures",
-           log=sys.stdout) -> dict[Job, Path]:
-    """Run every job that no stored run under ``root`` answers; return each job's run directory."""
+           log=sys.stdout, timed: bool = True) -> dict[Job, Path]:
+    """Run every job that no stored run under ``root`` answers; return each job's run directory.
+
+    ``timed=False`` when only the iterates matter (rounds, suboptimality): runs simulated
+    with another cost model then still count.
+    """
     torch.set_num_threads(1)  # one core per simulated worker, also at workers=1 (see experiments/simulate.py)
     index = RunIndex(root)
     jobs = list(dict.fromkeys(tuple(j) for j in jobs))
-    found = {job: index.find(job) for job in jobs}
+    found = {job: index.find(job, timed) for job in jobs}
     missing = [job for job in jobs if found[job] is None]
     if missing and log is not None:
         print(f"running {len(missing)} of {len(jobs)} jobs into {Path(root) / sweep}", file=log, flush=True)

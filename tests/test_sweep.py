@@ -92,7 +92,8 @@ def test_ensure_runs_missing_jobs_once_and_matches_by_config(tmp_path):
            "sim": {"alpha": summary["alpha"], "beta": summary["beta"], "calibration": None}}
     assert answers(summary, job)
     assert not answers({**summary, "status": "max_rounds", "final_suboptimality": 1e-3, "rounds": 5}, job)
-    assert not answers(summary, {**job, "sim": {"alpha": 1.0, "beta": 1.0, "calibration": None}})  # recalibrated
+    recalibrated = {**job, "sim": {"alpha": 1.0, "beta": 1.0, "calibration": None}}
+    assert not answers(summary, recalibrated) and answers(summary, recalibrated, timed=False)  # same iterates
     assert not answers({**summary, "backend": "horovod"}, job)  # wall-clock times are not simulated ones
 
 
