@@ -11,14 +11,13 @@ results/ (runs are found by config, `find_run`); writes
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
 from dane.comm import AlphaBeta
 from dane.errors import UserError
 from dane.results import read_rounds, read_summary
-from paper_figs.common import FIG_DIR
+from paper_figs.common import FIG_DIR, cli
 from synthetic.sweep import Job, RunIndex, _composed, compose_job, identity
 
 WORKERS = (2, 4, 6, 8)
@@ -157,9 +156,4 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="results")
-    parser.add_argument("--out", default=str(FIG_DIR))
-    args = parser.parse_args()
-    for path in main(args.results, args.out):
-        print(path)
+    cli(main, __doc__)

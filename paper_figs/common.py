@@ -82,3 +82,15 @@ def save(fig, out_dir: str | Path, name: str) -> list[Path]:
 def positive(values: Sequence[float], floor: float = 1e-16) -> list[float]:
     """Values for a log axis: non-finite ones become nan (a gap), tiny ones the floor."""
     return [max(float(v), floor) if v is not None and math.isfinite(float(v)) else math.nan for v in values]
+
+
+def cli(main, doc: str) -> None:
+    """The command line every figure script shares: ``--results`` in, ``--out`` for the files; prints their paths."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--out", default=str(FIG_DIR))
+    args = parser.parse_args()
+    for path in main(args.results, args.out):
+        print(path)

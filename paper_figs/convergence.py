@@ -9,13 +9,12 @@ The rounds axis counts allreduces (``comm_rounds``): a DANE round is two of them
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 from dane.results import read_rounds
-from paper_figs.common import FIG_DIR, locate, positive, save
+from paper_figs.common import FIG_DIR, locate, positive, cli, save
 from synthetic.sweep import Job, RunIndex
 
 N, M = 18000, 8
@@ -76,8 +75,4 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="results")
-    parser.add_argument("--out", default=str(FIG_DIR))
-    args = parser.parse_args()
-    print("\n".join(map(str, main(args.results, args.out))))
+    cli(main, __doc__)

@@ -9,14 +9,13 @@ run diverged and "—" where it had not reached 1e-10 within its round budget.
 """
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from paper_figs.common import FIG_DIR, M_GRID, N_GRID, locate, outcome, save
+from paper_figs.common import FIG_DIR, M_GRID, N_GRID, locate, outcome, cli, save
 from synthetic.sweep import Job, RunIndex
 
 TOL = 1e-10
@@ -117,8 +116,4 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="results")
-    parser.add_argument("--out", default=str(FIG_DIR))
-    args = parser.parse_args()
-    print("\n".join(map(str, main(args.results, args.out))))
+    cli(main, __doc__)

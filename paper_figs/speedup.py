@@ -12,13 +12,12 @@ compute with a fast interconnect (α=10 µs, β=10 GB/s), where the ring allredu
 """
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from paper_figs.common import FIG_DIR, M_GRID, N_GRID, locate, positive, save, time_to
+from paper_figs.common import FIG_DIR, M_GRID, N_GRID, cli, locate, positive, save, time_to
 from synthetic.sweep import Job, RunIndex, grid
 
 TOL = 1e-8
@@ -85,8 +84,4 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="results")
-    parser.add_argument("--out", default=str(FIG_DIR))
-    args = parser.parse_args()
-    print("\n".join(map(str, main(args.results, args.out))))
+    cli(main, __doc__)

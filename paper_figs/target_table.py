@@ -15,7 +15,6 @@ Reads only results/; writes ``target_table.md``.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from dane.comm import AlphaBeta
 from dane.results import read_rounds, read_summary
 from experiments.config import cost_model
 from paper_figs.accuracy_table import Row, find_run, has_data, retime
-from paper_figs.common import FIG_DIR
+from paper_figs.common import FIG_DIR, cli
 from synthetic.sweep import Job, RunIndex, _composed
 
 
@@ -131,9 +130,4 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="results")
-    parser.add_argument("--out", default=str(FIG_DIR))
-    args = parser.parse_args()
-    for path in main(args.results, args.out):
-        print(path)
+    cli(main, __doc__)
