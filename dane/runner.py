@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -183,7 +182,3 @@ def _human_bytes(n: int) -> str:
             return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
         n /= 1024
     return str(n)
-
-
-def wall_clock() -> float:
-    return time.perf_counter()
