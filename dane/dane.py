@@ -80,6 +80,19 @@ class DANE(Algorithm):
             self.guard.load_state_dict(state["guard"])
 
 
+def snap_up(mu: float, steps_per_octave: int = 4) -> float:
+    """The smallest 2^(k/steps_per_octave) >= μ (0 stays 0).
+
+    The rule's μ creeps up a little every round; snapped to this grid (at most 19% above
+    the rule, which only adds safety) the local solver can reuse its factorization for
+    most rounds instead of refactorizing each one.
+    """
+    if mu <= 0 or not math.isfinite(mu):
+        return mu
+    snapped = 2.0 ** (math.ceil(steps_per_octave * math.log2(mu) - 1e-9) / steps_per_octave)
+    return snapped if snapped >= mu else snapped * 2.0 ** (1 / steps_per_octave)
+
+
 class MuSafeguard:
     r"""Choose μ from the measured spread of the local Hessians, and never accept an ascent.
 
@@ -92,7 +105,8 @@ class MuSafeguard:
 
     costs one scalar that rides in the round's first allreduce.  DANE needs μ of the order
     of the deviation ‖H_i - H‖ (smaller diverges, larger is slow); the rule is
-    μ = max(μ_floor, boost * scale * max_t δ_t).
+    μ = max(μ_floor, snap_up(boost * scale * max_t δ_t)), rounded up to a grid of four
+    values per octave so that factorizations are reused.
 
     *Guard.* An averaged iterate is accepted only if the global objective did not
     increase (up to ``rtol``; nan and inf are rejected).  On a rejection the worker
@@ -137,9 +151,9 @@ class MuSafeguard:
             self.accepted = (w, local_grad, g, metrics)
         elif mu_used >= self.boost * self.scale * self.spread:
             self.boost *= self.grow  # the rule's own μ failed; a rejected μ below it is explained by δ
-        self.mu = max(self.mu_floor, self.boost * self.scale * self.spread)
+        self.mu = max(self.mu_floor, snap_up(self.boost * self.scale * self.spread))
         if not accepted and self.mu == 0.0:  # no spread measured yet: start from the curvature scale
-            self.mu = self.scale * float(torch.linalg.vector_norm(g - g0)) / math.sqrt(step_sq)
+            self.mu = snap_up(self.scale * float(torch.linalg.vector_norm(g - g0)) / math.sqrt(step_sq))
         return (*self.accepted, {"accepted": accepted, "spread": self.spread})
 
     def state_dict(self) -> dict:

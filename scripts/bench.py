@@ -10,7 +10,7 @@ add their own):
   Horovod allreduces of the same tensors); goal <= 1.25.
 - ``allreduce_latency_ratio``: a 4 KB allreduce through the package under horovodrun
   (default launch settings) over the same under torchrun (gloo), launches interleaved;
-  goal <= 1.2.
+  goal <= 1.2.  Also reported against gloo with the same core binding.
 - ``simulator_error``: |simulated - measured| / measured DANE round time at m=2 on the
   same problem, the simulator using α-β calibrated in this run; goal <= 0.25.
 - ``rounds_to_1e-10``: rounds to suboptimality 1e-10 per (algorithm, N, m) on the
@@ -68,29 +68,47 @@ def machine() -> dict:
     return info
 
 
-def round_overhead(tmp: Path, blocks: int, rounds: int) -> dict:
-    out = tmp / "round_timing.json"
-    horovodrun("synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
-    data = json.loads(out.read_text())
-    med = data["medians"]
-    return {"ratio": med["round_s"] / med["bare_s"], "goal": 1.25, **{k: v for k, v in med.items()},
-            "rounds_timed": len(data["round_s"]), "problem": "ridge_synthetic N=18000 d=500 iso, m=2",
+def round_overhead(tmp: Path, blocks: int, rounds: int, launches: int) -> dict:
+    """DANE round over bare round, each launch's medians; the median launch is reported.
+
+    One launch can land on a slow placement of its threads for its whole life, so the
+    ratio and the round time are taken over ``launches`` separate horovodrun launches.
+    """
+    per_launch = []
+    for k in range(launches):
+        out = tmp / f"round_timing_{k}.json"
+        horovodrun("synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
+        med = json.loads(out.read_text())["medians"]
+        per_launch.append({**med, "ratio": med["round_s"] / med["bare_s"]})
+    median = {key: statistics.median(launch[key] for launch in per_launch) for key in per_launch[0]}
+    return {"ratio": median["ratio"], "goal": 1.25, **{k: v for k, v in median.items() if k != "ratio"},
+            "per_launch": per_launch, "rounds_timed_per_launch": blocks * (rounds - 1),
+            "problem": "ridge_synthetic N=18000 d=500 iso, m=2",
             "algorithm": "dane (defaults: safeguard=true, mu=0, eta=1)",
             "horovod_cycle_time_ms": HorovodOptions().cycle_time_ms}
 
 
 def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
-    """Median 4 KB allreduce latency, horovodrun vs torchrun, over ``pairs`` interleaved launches of each."""
-    horovod, torch_gloo = [], []
+    """Median 4 KB allreduce latency, horovodrun vs torchrun, over ``pairs`` interleaved launches of each.
+
+    torchrun runs twice per pair: as torch.distributed comes (no core binding; the
+    headline ratio), and with each rank bound to its own core as the package binds
+    Horovod's ranks, so the gain from binding is not credited to Horovod alone.
+    """
+    variants = {"horovod": (horovodrun, []), "torch_gloo": (torchrun, []), "torch_gloo_pinned": (torchrun, ["--pin"])}
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for k in range(pairs):
-        for launcher, store in ((horovodrun, horovod), (torchrun, torch_gloo)):
-            out = tmp / f"latency_{launcher.__name__}_{k}.json"
-            launcher("synthetic.allreduce_timing", ["--sizes", "4096", "--reps", str(reps), "--out", str(out)])
-            store.append(json.loads(out.read_text())["sizes"]["4096"]["median_s"])
-    h, t = statistics.median(horovod), statistics.median(torch_gloo)
-    return {"ratio": h / t, "goal": 1.2, "horovod_4KB_s": h, "torch_gloo_4KB_s": t,
-            "horovod_per_launch_s": horovod, "torch_gloo_per_launch_s": torch_gloo,
-            "horovod_settings": f"package defaults (HOROVOD_CYCLE_TIME={HorovodOptions().cycle_time_ms})",
+        for name, (launcher, extra) in variants.items():
+            out = tmp / f"latency_{name}_{k}.json"
+            launcher("synthetic.allreduce_timing", ["--sizes", "4096", "--reps", str(reps), "--out", str(out), *extra])
+            times[name].append(json.loads(out.read_text())["sizes"]["4096"]["median_s"])
+    h, t, tp = (statistics.median(times[name]) for name in variants)
+    options = HorovodOptions()
+    return {"ratio": h / t, "goal": 1.2, "ratio_vs_pinned_gloo": h / tp,
+            "horovod_4KB_s": h, "torch_gloo_4KB_s": t, "torch_gloo_pinned_4KB_s": tp,
+            **{f"{name}_per_launch_s": v for name, v in times.items()},
+            "horovod_settings": f"package defaults (HOROVOD_CYCLE_TIME={options.cycle_time_ms}, "
+                                f"pin_cores={options.pin_cores}, response cache on, names stable per shape)",
             "torch_launch": "torchrun --standalone --nproc_per_node 2 (gloo)", "reps_per_launch": reps}
 
 
@@ -142,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="results/bench.json")
     parser.add_argument("--results", default="results", help="results root for rounds_to_1e-10")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--blocks", type=int, default=24)
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--launches", type=int, default=3, help="horovodrun launches for the round overhead")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")
     args = parser.parse_args(argv)
@@ -169,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "dane_round_overhead" in args.only or "simulator_error" in args.only:
-            record("dane_round_overhead", round_overhead(tmp, args.blocks, args.rounds))
+            record("dane_round_overhead", round_overhead(tmp, args.blocks, args.rounds, args.launches))
         if "simulator_error" in args.only:
             calibration = calibrate(2)
             measured = report["dane_round_overhead"]["round_s"]

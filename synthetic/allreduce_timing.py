@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from dane.comm import make_communicator, resolve_backend
-from dane.launch import HorovodOptions
+from dane.launch import HorovodOptions, pin_local_rank
 
 DEFAULT_SIZES = (8, 64, 512, 4096, 32768, 262144, 1048576, 4194304)
 
@@ -64,10 +64,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--pin", action="store_true",
+                        help="under torchrun: bind each local rank to its own cores, as the package does under horovodrun")
     args = parser.parse_args(argv)
     backend = resolve_backend("auto")
     if backend == "horovod":
         HorovodOptions().apply()
+    elif args.pin:
+        pin_local_rank(int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
     torch.set_num_threads(1)
     comm = make_communicator(backend)
     try:
@@ -76,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps({
                 "backend": backend, "size": comm.size, "horovod_cycle_time": os.environ.get("HOROVOD_CYCLE_TIME"),
+                "cores": sorted(os.sched_getaffinity(0)),
                 "sizes": {str(k): v for k, v in result.items()}}, indent=2) + "\n")
     finally:
         comm.shutdown()

@@ -39,11 +39,11 @@ def bare_round(problem, algo, hvd) -> tuple[float, float, float]:
     t0 = time.perf_counter()
     local_grad, local_metrics = problem.evaluate(w)
     t1 = time.perf_counter()
-    (g, _) = hvd.grouped_allreduce([local_grad, local_metrics], op=hvd.Average)
+    (g, _) = hvd.grouped_allreduce([local_grad, local_metrics], op=hvd.Average, name="bare.1")
     t2 = time.perf_counter()
     w_local = problem.prox_solve(w, local_grad - algo.eta * g, algo.mu)
     t3 = time.perf_counter()
-    hvd.grouped_allreduce([w_local], op=hvd.Average)
+    hvd.grouped_allreduce([w_local], op=hvd.Average, name="bare.2")
     t4 = time.perf_counter()
     return (t1 - t0) + (t3 - t2), t2 - t1, t4 - t3
 

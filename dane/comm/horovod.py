@@ -15,19 +15,22 @@ class HorovodCommunicator(Communicator):
         self.rank = hvd.rank()
         self.size = hvd.size()
         self.local_rank = hvd.local_rank()
-        self._seq = 0
         super().__init__()
 
-    def _name(self, kind: str) -> str:
-        # Horovod matches collectives across ranks by name; every rank calls in the same order.
-        self._seq += 1
-        return f"dane.{kind}.{self._seq}"
+    @staticmethod
+    def _name(kind: str, tensors: list[torch.Tensor]) -> str:
+        # Horovod matches collectives across ranks by name.  A name that repeats for the
+        # same shapes lets its response cache skip the full negotiation on later calls
+        # (a fresh name per call measured ~1.4x slower at 4 KB and overflows the cache).
+        # The calls are blocking, so two with one name are never in flight together.
+        shapes = ";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors)
+        return f"dane.{kind}.{shapes}"
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        return self._hvd.grouped_allreduce(tensors, op=self._hvd.Average, name=self._name("allreduce"))
+        return self._hvd.grouped_allreduce(tensors, op=self._hvd.Average, name=self._name("allreduce", tensors))
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
-        return [self._hvd.broadcast(t, root_rank=root, name=self._name("broadcast")) for t in tensors]
+        return [self._hvd.broadcast(t, root_rank=root, name=self._name(f"broadcast{root}", [t])) for t in tensors]
 
     def barrier(self) -> None:
         self._hvd.join()
