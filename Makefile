@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 NP     ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-slow bench figures clean
+.PHONY: setup run test test-slow bench figures tables clean
 
 setup: $(VENV)/.setup-done
 
@@ -25,13 +25,18 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -m slow -q
 
-## Benchmarks: JSON into results/bench.json (never timed tests).
+## Benchmarks: JSON into results/bench.json (never timed tests); the MNIST one is skipped without the data.
 bench: setup
 	$(PY) scripts/bench.py --out results/bench.json
+	$(PY) scripts/bench_nn.py --out results/bench.json --skip-without-data
 
-## Every figure and table in paper_figs/ from results/ (runs the default sweep first if it is missing).
+## Every figure in paper_figs/ from results/ (runs the default synthetic sweep first if it is missing; <10 min cold).
 figures: setup
 	$(PY) -m paper_figs.make_all
+
+## The neural-network tables too, making their missing runs (MNIST/digits; about 30-45 min cold on 2 cores).
+tables: setup
+	$(PY) -m paper_figs.make_all --nn
 
 clean:
 	rm -rf results outputs multirun .pytest_cache

@@ -1,11 +1,17 @@
 """Rebuild every figure and table of paper_figs/ from results/ (`make figures`).
 
 Each figure module names the runs it needs (``jobs()``) and draws from results/ only
-(``main(results, out)``); ``TIMED = False`` marks one that reads rounds, not times.  Runs that no stored result answers are made first, in this
-process, with the in-process simulator (see `synthetic.sweep.ensure`); with the default
-grid a cold start takes a few minutes on 2 cores, a warm one seconds.
+(``main(results, out)``); ``TIMED = False`` marks one that reads rounds, not times.
+Runs that no stored result answers are made first, in this process, with the in-process
+simulator (see `synthetic.sweep.ensure`).
 
-    python -m paper_figs.make_all [--results results] [--out paper_figs] [--no-run]
+- ``make figures``: the synthetic figures; their missing runs are made (a cold start
+  takes a few minutes on 2 cores, a warm one seconds).  The neural-network tables are
+  drawn from whatever runs results/ has, and the command says how many are missing.
+- ``make tables`` (``--nn``): also makes the neural-network tables' missing runs
+  (about 30-45 minutes cold on 2 cores, MNIST and digits).
+
+    python -m paper_figs.make_all [--results results] [--out paper_figs] [--no-run] [--nn]
 """
 from __future__ import annotations
 
@@ -16,22 +22,32 @@ import time
 from pathlib import Path
 
 from paper_figs.common import FIG_DIR
-from synthetic.sweep import ensure
+from synthetic.sweep import RunIndex, ensure
 
 #: figure modules of paper_figs/, each with jobs() and main(results, out)
-FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table",
-           "paper_figs.accuracy_table", "paper_figs.target_table")  # the last two: neural networks, slow when cold
+FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table")
+#: the neural-network tables: their runs take tens of minutes, so only `--nn` makes them
+NN_TABLES = ("paper_figs.accuracy_table", "paper_figs.target_table")
 
 
 def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_missing: bool = True,
-             figures=FIGURES) -> list[Path]:
-    modules = [importlib.import_module(name) for name in figures]
+             nn: bool = False) -> list[Path]:
+    """Draw every figure and table; make the missing runs of the figures (and of the NN tables if ``nn``)."""
+    figures = [importlib.import_module(name) for name in FIGURES]
+    tables = [importlib.import_module(name) for name in NN_TABLES]
+    to_run = figures + tables if nn else figures
     if run_missing:  # figures that read times first, so that rounds-only figures reuse their runs
         for timed in (True, False):
-            ensure([job for module in modules if getattr(module, "TIMED", True) == timed for job in module.jobs()],
+            ensure([job for module in to_run if getattr(module, "TIMED", True) == timed for job in module.jobs()],
                    root=results, timed=timed)
+    if not nn:
+        index = RunIndex(results)
+        missing = sum(module.find_run(index, job) is None for module in tables for job in module.jobs())
+        if missing:
+            print(f"make_all: {missing} neural-network table runs are missing; their cells show '—'. "
+                  "`make tables` makes them (about 30-45 min on 2 cores).", file=sys.stderr)
     written: list[Path] = []
-    for module in modules:
+    for module in figures + tables:
         written += module.main(results, out)
     return written
 
@@ -41,10 +57,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", default="results", help="results root to read (and to add missing runs to)")
     parser.add_argument("--out", default=str(FIG_DIR), help="where the PNG, PDF and markdown files go")
     parser.add_argument("--no-run", action="store_true", help="draw from what is there; fail if runs are missing")
+    parser.add_argument("--nn", action="store_true", help="also make the neural-network tables' missing runs (slow)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        written = make_all(args.results, args.out, run_missing=not args.no_run)
+        written = make_all(args.results, args.out, run_missing=not args.no_run, nn=args.nn)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
