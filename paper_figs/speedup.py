@@ -4,8 +4,9 @@ Safeguarded DANE on the isotropic synthetic ridge (d=500, λ=0.005), one curve p
 each with its ideal T(1)/m line (log-log).  Time is the simulator's parallel time,
 counting each worker's setup (its local Hessian X_iᵀX_i, which is the work that
 parallelizes over m) plus the rounds' compute and the α-β allreduce cost.  Left: the
-cost model calibrated on this machine (results/calibration.json); right: the same runs'
-compute with a fast interconnect (α=10 µs, β=10 GB/s), where the ring allreduce's
+cost model calibrated on this machine (results/calibration.json; the package defaults,
+measured once on a machine like this one, when it is absent; the panel says which);
+right: the same runs' compute with a fast interconnect (α=10 µs, β=10 GB/s), where the ring allreduce's
 2(m-1)α latency no longer swamps the parallelized setup.
 
     python -m paper_figs.speedup [--results results] [--out paper_figs]
@@ -18,14 +19,16 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from paper_figs.common import FIG_DIR, M_GRID, N_GRID, cli, locate, positive, save, time_to
+from dane.comm import AlphaBeta
+from dane.results import read_summary
 from synthetic.sweep import Job, RunIndex, grid
 
 TOL = 1e-8
 BASE = ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0", "problem.covariance=iso")
-#: panel title -> cost-model overrides
+#: panel -> cost-model overrides ("measured": results/calibration.json, or the defaults without it)
 NETWORKS: dict[str, tuple[str, ...]] = {
-    "α-β calibrated on this machine": (),
-    "fast interconnect: α=10 µs, β=10 GB/s": ("sim.alpha=1e-05", "sim.beta=1e10"),
+    "measured": (),
+    "fast interconnect": ("sim.alpha=1e-05", "sim.beta=1e10"),
 }
 Times = dict[str, dict[int, list[float]]]
 
@@ -41,8 +44,21 @@ def jobs(ns=N_GRID, ms=M_GRID) -> list[Job]:
 def table(index: RunIndex, ns=N_GRID, ms=M_GRID) -> Times:
     """{panel: {N: [time to 1e-8 at each m]}} in seconds (nan where 1e-8 was not reached)."""
     runs = locate(index, jobs(ns, ms))
-    return {title: {n: [time_to(runs[job(n, m, network)], TOL) for m in ms] for n in ns}
-            for title, network in NETWORKS.items()}
+    return {title(name, read_summary(runs[job(ns[0], ms[-1], network)])):
+            {n: [time_to(runs[job(n, m, network)], TOL) for m in ms] for n in ns}
+            for name, network in NETWORKS.items()}
+
+
+def title(name: str, summary: dict) -> str:
+    """The panel's title, with the α-β its runs were simulated under (and where it came from)."""
+    alpha, beta = summary.get("alpha"), summary.get("beta")
+    if alpha is None or beta is None:  # a single-worker run has no network
+        return name
+    if name == "measured":
+        default = AlphaBeta()
+        name = ("package default α-β (no results/calibration.json)" if (alpha, beta) == (default.alpha, default.beta)
+                else "α-β calibrated on this machine")
+    return f"{name}\nα={alpha * 1e6:.3g} µs, β={beta / 1e9:.3g} GB/s"
 
 
 def draw(times: Times, ms=M_GRID):
