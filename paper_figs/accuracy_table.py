@@ -46,13 +46,18 @@ def job(row: Row, workers: int) -> Job:
 
 def has_data(row: Row) -> bool:
     """Whether this machine has the row's data set (CIFAR-10 and full MNIST may be absent)."""
+    return data_problem(row) is None
+
+
+def data_problem(row: Row) -> str | None:
+    """Why the row's data set cannot be read here (the loader's one-line error), or None if it can."""
     from hydra.utils import instantiate
 
     try:
         instantiate(compose_job(job(row, WORKERS[0])).problem).dataset()
-    except UserError:
-        return False
-    return True
+    except UserError as exc:
+        return str(exc).splitlines()[0]
+    return None
 
 
 def find_run(index: RunIndex, job: Job) -> Path | None:

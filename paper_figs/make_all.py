@@ -36,6 +36,13 @@ def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_mis
     figures = [importlib.import_module(name) for name in FIGURES]
     tables = [importlib.import_module(name) for name in NN_TABLES]
     to_run = figures + tables if nn else figures
+    if nn or not run_missing:
+        from paper_figs.accuracy_table import ROWS, data_problem
+
+        for row in ROWS:
+            problem = data_problem(row)
+            if problem is not None:
+                print(f"make_all: no {row.label} row: {problem}; set DANE_DATA_DIR to the data folder", file=sys.stderr)
     if run_missing:  # figures that read times first, so that rounds-only figures reuse their runs
         for timed in (True, False):
             ensure([job for module in to_run if getattr(module, "TIMED", True) == timed for job in module.jobs()],
