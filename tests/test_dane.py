@@ -126,3 +126,14 @@ def test_safeguard_is_within_1_5x_of_the_best_fixed_mu(n_samples, m, cov):
     auto = rounds_to_1e10(DANEConfig())
     assert min(fixed.values()) < math.inf
     assert auto <= 1.5 * min(fixed.values()), (auto, fixed)
+
+
+def test_safeguard_mu_sequence_on_ridge_is_unchanged():
+    # A quadratic is convex: the safeguard keeps its monotone rule (no slack on the objective,
+    # spread and boost never decrease).  Recorded before the non-convex rule existed; mu is on
+    # the grid 2^(k/4), so the comparison is exact.
+    problems = ridge_shards(8, RidgeSyntheticConfig(n_samples=1200, dim=100, covariance="iso"))
+    assert all(p.convex for p in problems)
+    (_, records, _), *_ = simulate(DANEConfig(mu=0.0), problems, rounds=25)
+    assert [r["mu"] for r in records[:-1]] == [0.0, 2 ** -0.5, 2 ** -0.5] + [2 ** -0.25] * 22
+    assert [r["accepted"] for r in records[:-1]] == [True, False] + [True] * 23

@@ -154,17 +154,63 @@ def test_inexact_dane_reaches_the_lbfgs_optimum_of_multinomial_logistic_regressi
 
 
 # ---------------------------------------------------------------- DANE on a network
-def test_dane_mlp_on_digits_reaches_90_percent_with_a_monotone_objective(tmp_path):
+def bounded(objectives: list[float], slack: float = 0.25) -> bool:
+    """Each accepted objective is at most (1 + slack) times the lowest before it: the non-convex safeguard's guarantee."""
+    return all(b <= (1 + slack) * min(objectives[:i]) + 1e-12 for i, b in enumerate(objectives) if i)
+
+
+def test_dane_mlp_on_digits_reaches_90_percent_with_a_bounded_objective(tmp_path):
     summary, rounds = run(tmp_path, *SMALL_MLP, "workers=2", "rounds=20", "early_stop.target=0.9")
     assert summary["status"] == "target_reached" and summary["rounds"] <= 20
     assert rounds[-1]["test_accuracy"] >= 0.9
-    accepted = [r["objective"] for r in rounds if r.get("accepted", True)]
-    assert all(b <= a for a, b in zip(accepted, accepted[1:]))  # the safeguard's guarantee
+    assert bounded([r["objective"] for r in rounds if r.get("accepted", True)])
     assert rounds[-1]["comm_rounds"] == 2 * rounds[-1]["round"]  # two allreduces per DANE round
     confusion = json.loads((tmp_path / "confusion.json").read_text())
     counts = np.array(confusion["matrix"])
     assert counts.sum() == 360 and np.trace(counts) / 360 == pytest.approx(summary["final_test_accuracy"], abs=1e-6)
     assert (tmp_path / "confusion.png").stat().st_size > 1000
+
+
+def test_problems_say_whether_they_are_convex():
+    assert mlp_problem().build(0, 1).convex is False
+    assert mlp_problem(model=ModelConfig("logreg")).build(0, 1).convex is True
+    lenet = NeuralProblemConfig(data=DataConfig(dataset="digits", image_size=32), model=ModelConfig("lenet5"))
+    assert lenet.build(0, 2).convex is False
+
+
+def test_safeguard_on_a_network_keeps_plain_dane_accuracy_and_lets_mu_come_back_down(tmp_path):
+    # Benign setting (plain DANE converges): no rejection, and the safeguard costs at most
+    # 1.5 points of test accuracy at the same round budget (measured: 94.7% vs 95.3%).
+    common = (*SMALL_MLP, "workers=4", "rounds=15")
+    _, guarded = run(tmp_path / "guarded", *common)
+    _, plain = run(tmp_path / "plain", *common, "algorithm.safeguard=false")
+    assert not any(r.get("accepted") is False for r in guarded)
+    assert guarded[-1]["test_accuracy"] >= plain[-1]["test_accuracy"] - 0.015
+    # eta=3: plain DANE blows up (objective 118 after 15 rounds, 42% accuracy); the guard
+    # rejects rounds, raises mu to 1.68 and, since mu is no longer monotone on a non-convex
+    # problem, brings it back down to 0.09 (the monotone rule ended at mu=8).
+    _, wild = run(tmp_path / "wild", *common, "algorithm.safeguard=false", "algorithm.eta=3")
+    assert wild[-1]["objective"] > 10 * wild[0]["objective"]
+    _, tamed = run(tmp_path / "tamed", *common, "algorithm.eta=3")
+    mus = [r["mu"] for r in tamed[:-1]]
+    peak = mus.index(max(mus))
+    assert any(r.get("accepted") is False for r in tamed[:peak + 1])
+    assert min(mus[peak:]) <= max(mus) / 8
+    assert bounded([r["objective"] for r in tamed if r.get("accepted", True)])
+    assert tamed[-1]["objective"] < 0.1 * tamed[0]["objective"] and tamed[-1]["test_accuracy"] >= 0.9
+
+
+def test_safeguard_mu_sequence_on_convex_logistic_regression_is_unchanged(tmp_path):
+    # Multinomial logistic regression is convex: the safeguard keeps its monotone rule
+    # (spread and boost never decrease), even with an inexact minibatch inner solver.
+    # The sequence below was recorded before the non-convex rule existed; mu is on the
+    # grid 2^(k/4), so it is exact.
+    _, rounds = run(tmp_path, "problem=logreg_digits", "workers=4", "rounds=12", "algorithm.mu=0", "quiet=true",
+                    "problem.inner_optimizer=sgd", "problem.inner_lr=0.5", "problem.inner_steps=10",
+                    "problem.inner_batch_size=32", "problem.inner_momentum=0.9")
+    exponents = [-31, -23, -23, -23, -21, -21, -19, -19, -11, -3, -1]
+    assert [r["mu"] for r in rounds[:-1]] == [0.0] + [2.0 ** (k / 4) for k in exponents]
+    assert [r["accepted"] for r in rounds[:-1]] == [True] * 7 + [False, True, False, False, False]
 
 
 def test_sync_sgd_with_whole_shard_batches_is_gradient_descent(tmp_path):

@@ -17,6 +17,9 @@ class Problem(Protocol):
     dtype: torch.dtype
     #: names of the entries of the metric vector returned by `evaluate`; "objective" first
     metric_names: tuple[str, ...]
+    #: whether O is convex in w; DANE's safeguard relaxes its rule when it is not (a problem
+    #: without the attribute is taken as convex)
+    convex: bool
 
     def initial_point(self) -> torch.Tensor: ...
 

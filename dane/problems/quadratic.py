@@ -23,6 +23,8 @@ from ..errors import ConfigError
 class QuadraticProblem:
     """Worker i's quadratic shard; Cholesky factors of A_i (+2λI) + μI are computed once per μ."""
 
+    convex = True
+
     def __init__(self, A: torch.Tensor, b: torch.Tensor, c: float, lam: float, w_star: torch.Tensor | None = None):
         self.A, self.b, self.c, self.lam = A, b, float(c), float(lam)
         self.dim = b.numel()
