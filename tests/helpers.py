@@ -1,6 +1,6 @@
 """Shared by the tests: run algorithms in the in-process simulator and launch real multi-process jobs."""
 from __future__ import annotations
-
+import math
 import os
 import shutil
 import subprocess
@@ -58,3 +58,12 @@ def torchrun(np: int = 2) -> list[str]:
     if not exe:
         pytest.skip("torchrun is not installed")
     return [str(exe), "--standalone", "--nproc_per_node", str(np), "--no-python"]  # the command names the python
+
+
+def convex_rule_holds(records: list[dict]) -> bool:
+    """The convex safeguard's invariants: μ never decreases and is on the grid 2^(k/4);
+    accepted objectives never increase (beyond the guard's rtol of 1e-12: round-off once converged)."""
+    mus = [r["mu"] for r in records[:-1]]
+    on_grid = all(mu == 0 or abs(4 * math.log2(mu) - round(4 * math.log2(mu))) < 1e-9 for mu in mus)
+    accepted = [r["objective"] for r in records[:-1] if r["accepted"]] + [records[-1]["objective"]]
+    return on_grid and all(b >= a for a, b in zip(mus, mus[1:])) and all(b <= a + 1e-12 * abs(a) for a, b in zip(accepted, accepted[1:]))

@@ -11,7 +11,7 @@ import torch
 from dane.dane import DANEConfig
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
-from helpers import ridge_shards, simulate
+from helpers import convex_rule_holds, ridge_shards, simulate
 
 
 def test_identical_shards_eta1_mu0_reach_the_optimum_in_one_round():
@@ -128,12 +128,12 @@ def test_safeguard_is_within_1_5x_of_the_best_fixed_mu(n_samples, m, cov):
     assert auto <= 1.5 * min(fixed.values()), (auto, fixed)
 
 
-def test_safeguard_mu_sequence_on_ridge_is_unchanged():
-    # A quadratic is convex: the safeguard keeps its monotone rule (no slack on the objective,
-    # spread and boost never decrease).  Recorded before the non-convex rule existed; mu is on
-    # the grid 2^(k/4), so the comparison is exact.
+def test_safeguard_on_ridge_keeps_the_convex_rule():
+    # A quadratic is convex: no slack on the objective, spread and boost never decrease, so
+    # μ is monotone even across the rejection this setting provokes (n_i = 150 < d = 100 x 1.5).
     problems = ridge_shards(8, RidgeSyntheticConfig(n_samples=1200, dim=100, covariance="iso"))
     assert all(p.convex for p in problems)
     (_, records, _), *_ = simulate(DANEConfig(mu=0.0), problems, rounds=25)
-    assert [r["mu"] for r in records[:-1]] == [0.0, 2 ** -0.5, 2 ** -0.5] + [2 ** -0.25] * 22
-    assert [r["accepted"] for r in records[:-1]] == [True, False] + [True] * 23
+    assert not all(r["accepted"] for r in records[:-1])  # the rejection path ran
+    assert convex_rule_holds(records)
+    assert records[-1]["suboptimality"] < 1e-10
