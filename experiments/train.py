@@ -5,7 +5,7 @@
     python -m experiments.train algorithm=dane problem=ridge_synthetic workers=2   # simulated
 
 Bad input exits with status 2 and one line on stderr; a diverged run exits with status 3
-after writing its results.
+after writing its results (in a ``-m`` sweep it is reported and the sweep goes on).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dane.errors import DivergenceError, UserError
@@ -31,6 +32,8 @@ def main(cfg: DictConfig) -> None:
         execute(spec, run_dir(cfg) if rank_zero() else None)
     except DivergenceError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            return  # in a sweep a diverged job is a result (written, status: diverged): go on to the next
         sys.exit(3)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
