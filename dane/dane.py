@@ -64,7 +64,8 @@ class DANE(Algorithm):
         if self.guard is not None:
             w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics, stats)
             self.mu = self.guard.mu
-        w_local = self.problem.prox_solve(w, local_grad - self.eta * g, self.mu)    # 2. local solve
+        w_local = self.problem.prox_solve(w, local_grad - self.eta * g, self.mu,    # 2. local solve
+                                          anchor_grad=local_grad)
         (self.w,) = self.comm.allreduce_mean([w_local])                              # 3. w_{t+1} = mean w_i
         return {**self.metrics(g, metrics), "mu": self.mu, **extra}
 

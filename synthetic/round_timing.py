@@ -41,7 +41,7 @@ def bare_round(problem, algo, hvd) -> tuple[float, float, float]:
     t1 = time.perf_counter()
     (g, _) = hvd.grouped_allreduce([local_grad, local_metrics], op=hvd.Average, name="bare.1")
     t2 = time.perf_counter()
-    w_local = problem.prox_solve(w, local_grad - algo.eta * g, algo.mu)
+    w_local = problem.prox_solve(w, local_grad - algo.eta * g, algo.mu, anchor_grad=local_grad)
     t3 = time.perf_counter()
     hvd.grouped_allreduce([w_local], op=hvd.Average, name="bare.2")
     t4 = time.perf_counter()

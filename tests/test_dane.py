@@ -69,6 +69,9 @@ def test_closed_form_local_solve_equals_conjugate_gradient_on_the_subproblem():
     w_t = torch.randn(40, generator=gen, dtype=torch.float64)
     w_dane = problem.prox_solve(w_t, problem.grad(w_t) - 0.7 * g, mu)
     np.testing.assert_allclose(w_dane.numpy(), w_t.numpy() - 0.7 * np.linalg.solve(H, g.numpy()), rtol=0, atol=1e-10)
+    # as DANE calls it, with the anchor's gradient it already has
+    w_given = problem.prox_solve(w_t, problem.grad(w_t) - 0.7 * g, mu, anchor_grad=problem.grad(w_t))
+    np.testing.assert_allclose(w_given.numpy(), w_dane.numpy(), rtol=0, atol=1e-13)
 
 
 def test_safeguard_converges_where_plain_dane_diverges():

@@ -26,9 +26,11 @@ class Problem(Protocol):
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(∇O_i(w), local metric contributions); their allreduced means are the global ones."""
 
-    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True) -> torch.Tensor:
+    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
+                   anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
         r"""argmin_w O_i(w) - <linear, w> + (mu/2) ||w - anchor||^2.
 
         With ``with_reg=False`` the shared regulariser is left out of O_i (ADMM puts it
-        into its z-step instead).
+        into its z-step instead).  ``anchor_grad``, if given, is ∇O_i(anchor), which the
+        caller may already have (DANE does); a solver that needs it need not recompute it.
         """

@@ -257,7 +257,8 @@ class NeuralProblem:
         self._data_loss_backward(idx.to(self.device))
         return self._flat_grads() + self.l2 * w.to(self.dtype)
 
-    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True) -> torch.Tensor:
+    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
+                   anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
         r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||², by the inner solver started at the anchor."""
         self._load(anchor)
         anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]

@@ -73,9 +73,12 @@ class QuadraticProblem:
         r"""argmin_z λ||z||^2 + (ρ/2)||z - v||^2 = ρ v / (ρ + 2λ): the prox of the shared regulariser (ADMM's z-step)."""
         return (rho / (rho + 2 * self.lam)) * v
 
-    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True) -> torch.Tensor:
+    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
+                   anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
         # Stationarity: (H_i + μI)(w - anchor) = linear - ∇O_i(anchor); solving for the step
         # rather than for w keeps the result accurate when the step is tiny.
-        rhs = linear - self.grad(anchor, with_reg=with_reg)
+        if anchor_grad is None:
+            anchor_grad = self.grad(anchor, with_reg=with_reg)
+        rhs = linear - anchor_grad
         step = torch.cholesky_solve(rhs.unsqueeze(1), self.factor(mu, with_reg=with_reg)).squeeze(1)
         return anchor + step
