@@ -132,8 +132,12 @@ class RoundTable:
     """A compact per-round table on stdout, for rank 0."""
 
     COLUMNS = (("round", "{:>5d}"), ("time_s", "{:>9.4f}"), ("bytes_sent", "{:>10}"), ("objective", "{:>14.8e}"),
-               ("suboptimality", "{:>12.3e}"), ("grad_norm", "{:>10.3e}"), ("mu", "{:>8.3g}"),
+               ("suboptimality", "{:>12.3e}"), ("grad_norm", "{:>10.3e}"), ("mu", "{:>8.3g}"), ("L_est", "{:>8.4g}"),
+               ("rho", "{:>8.3g}"), ("primal_residual", "{:>15.3e}"), ("dual_residual", "{:>13.3e}"),
                ("test_loss", "{:>9.4f}"), ("test_accuracy", "{:>13.4f}"))
+    #: columns shown from the first round when another key is there, though their values come later
+    #: (ADMM's residuals of round t ride in round t+1's allreduce)
+    LATER = {"primal_residual": "rho", "dual_residual": "rho"}
 
     def __init__(self, every: int = 1, stream=sys.stdout):
         self.every, self.stream = every, stream
@@ -143,7 +147,8 @@ class RoundTable:
         if record["round"] % self.every:
             return
         if not self._header_done:  # the first record fixes the columns; later ones may lack some (mu at the end)
-            self._cols = [(k, f, len(f.format(record[k]))) for k, f in self.COLUMNS if k in record]
+            self._cols = [(k, f, max(len(k), len(f.format(record.get(k, 0.0))))) for k, f in self.COLUMNS
+                          if k in record or self.LATER.get(k) in record]
             print("  ".join(f"{k:>{width}}" for k, _, width in self._cols), file=self.stream)
             self._header_done = True
         cells = []

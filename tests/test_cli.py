@@ -53,3 +53,18 @@ def test_diverging_run_keeps_its_results_and_exits_3(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: dane diverged at round")
     assert read_summary(tmp_path)["status"] == "diverged"
     assert len(read_rounds(tmp_path)) >= 2
+
+
+def test_round_table_shows_admm_residuals_from_the_first_round():
+    import io
+
+    from dane.runner import RoundTable
+
+    out = io.StringIO()
+    table = RoundTable(stream=out)
+    table({"round": 0, "time_s": 0.0, "bytes_sent": 0, "objective": 2.0, "rho": 1.0})
+    table({"round": 1, "time_s": 0.1, "bytes_sent": 4096, "objective": 1.5, "rho": 1.0,
+           "primal_residual": 0.25, "dual_residual": 3.0})
+    header, first, second = out.getvalue().splitlines()
+    assert header.split() == ["round", "time_s", "bytes_sent", "objective", "rho", "primal_residual", "dual_residual"]
+    assert len(first.split()) == 5 and second.split()[-2:] == ["2.500e-01", "3.000e+00"]
