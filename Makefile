@@ -18,7 +18,7 @@ run: setup
 		rounds=15 tol=1e-12 out_dir=results/main
 	$(PY) -m paper_figs.run_convergence results/main
 
-## The default tests: fast, no `slow` marker (about 15 minutes on 2 cores).
+## The default tests: fast, no `slow` marker (about 4 minutes on 2 cores; budget 15).
 test: setup
 	$(PY) -m pytest -m "not slow" -q
 
