@@ -195,14 +195,18 @@ class MuSafeguard:
             self.accepted = (w, local_grad, g, metrics)
             if not self.convex:
                 self.boost = max(1.0, self.boost / self.shrink)
-        elif mu_used >= snap(self.boost * self.scale * self.spread):
+        elif mu_used >= self._rule():
             # the rule's own μ failed (compared on the grid: a μ rounded down is still the rule's);
             # a rejected μ below it is explained by δ.  Either way the next μ is larger.
             self.boost *= self.grow
-        self.mu = max(self.mu_floor, snap(self.boost * self.scale * self.spread))
+        self.mu = max(self.mu_floor, self._rule())
         if not accepted and self.mu == 0.0:  # no spread measured yet: start from the curvature scale
             self.mu = snap(self.scale * float(torch.linalg.vector_norm(g - g0)) / math.sqrt(step_sq))
         return (*self.accepted, {"accepted": accepted, "spread": self.spread})
+
+    def _rule(self) -> float:
+        """The rule's μ, on the grid: snap(boost * scale * spread)."""
+        return snap(self.boost * self.scale * self.spread)
 
     def state_dict(self) -> dict:
         return {"mu": self.mu, "boost": self.boost, "spread": self.spread, "best": self.best, "accepted": self.accepted}

@@ -69,7 +69,8 @@ class HorovodOptions:
         if blocks:
             os.environ.setdefault("HOROVOD_THREAD_AFFINITY", ",".join(str(b[0]) for b in blocks))
         if "OMP_NUM_THREADS" not in os.environ:
-            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // (1 if blocks else max(1, local_size))))
+            share = len(blocks[local_rank]) if blocks else len(os.sched_getaffinity(0)) // max(1, local_size)
+            torch.set_num_threads(max(1, share))
 
 
 def pin_local_rank(local_rank: int, local_size: int) -> list[list[int]]:

@@ -66,10 +66,13 @@ def time_to(run_dir: Path, tol: float) -> float:
     return read_summary(run_dir).get("setup_s", 0.0) + hit["time_s"]
 
 
-def save(fig, out_dir: str | Path, name: str) -> list[Path]:
-    """Write ``name``.png and ``name``.pdf into ``out_dir``; returns both paths."""
+def save(fig, out_dir: str | Path, name: str, markdown: str | None = None) -> list[Path]:
+    """Write ``name``.png and ``name``.pdf into ``out_dir`` (and ``name``.md, if given the
+    figure's numbers as a markdown table); returns the PNG and PDF paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if markdown is not None:
+        (out_dir / f"{name}.md").write_text(markdown)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     if not fig.get_constrained_layout():
         fig.tight_layout()

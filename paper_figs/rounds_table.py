@@ -110,9 +110,7 @@ def draw(data: dict[str, dict[tuple[int, int], Cell]], ns=N_GRID, ms=M_GRID):
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     data = table(RunIndex(results))
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "rounds_table.md").write_text(markdown(data))
-    return save(draw(data), out, "rounds_table")
+    return save(draw(data), out, "rounds_table", markdown(data))
 
 
 if __name__ == "__main__":

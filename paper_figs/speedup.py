@@ -94,9 +94,7 @@ def markdown(times: Times, ms=M_GRID) -> str:
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     times = table(RunIndex(results))
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "speedup.md").write_text(markdown(times))
-    return save(draw(times), out, "speedup")
+    return save(draw(times), out, "speedup", markdown(times))
 
 
 if __name__ == "__main__":

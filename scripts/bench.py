@@ -125,7 +125,8 @@ def simulated_round(cost: AlphaBeta, n_rounds: int, tmp: Path) -> float:
 
 def median_calibration(calibrations: list[dict]) -> dict:
     """α and β as the medians over separate calibration launches (one launch can land on a
-    slow or fast placement of its threads for its whole life, as the round timing can)."""
+    slow or fast placement of its threads for its whole life, as the round timing can);
+    the measured sizes and times reported beside them are the middle launch's."""
     return {**calibrations[len(calibrations) // 2],
             "alpha": statistics.median(c["alpha"] for c in calibrations),
             "beta": statistics.median(c["beta"] for c in calibrations),
@@ -172,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", default="results", help="results root for rounds_to_1e-10")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--blocks", type=int, default=12)
-    parser.add_argument("--launches", type=int, default=3, help="horovodrun launches for the round overhead")
+    parser.add_argument("--launches", type=int, default=3,
+                        help="horovodrun launches for the round overhead, and calibration launches for simulator_error")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")
     args = parser.parse_args(argv)
