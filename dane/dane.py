@@ -48,10 +48,11 @@ class DANE(Algorithm):
     name = "dane"
 
     def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float = 0.0,
-                 safeguard: bool = True, w0: torch.Tensor | None = None):
+                 safeguard: bool = True, local_solver=None, w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
         self.eta = eta
         self.mu = mu
+        self.local_solver = local_solver  # a dane.local_solvers.LocalSolver, or None: the problem's own
         self.guard = MuSafeguard(mu, convex=getattr(problem, "convex", True)) if safeguard else None
 
     def step(self) -> dict[str, float]:
@@ -65,9 +66,12 @@ class DANE(Algorithm):
             w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics, stats)
             self.mu = self.guard.mu
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g, self.mu,    # 2. local solve
-                                          anchor_grad=local_grad)
+                                          anchor_grad=local_grad, **self._solver_arg())
         (self.w,) = self.comm.allreduce_mean([w_local])                              # 3. w_{t+1} = mean w_i
         return {**self.metrics(g, metrics), "mu": self.mu, **extra}
+
+    def _solver_arg(self) -> dict:
+        return {} if self.local_solver is None else {"solver": self.local_solver}
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "mu": self.mu}

@@ -18,17 +18,27 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
+from ..linalg import cg
+from ..local_solvers import LocalSolver
 
 
 class QuadraticProblem:
-    """Worker i's quadratic shard; Cholesky factors of A_i (+2λI) + μI are computed once per μ."""
+    """Worker i's quadratic shard; Cholesky factors of A_i (+2λI) + μI are computed once per μ.
+
+    Local solves use those factors (``cholesky``) or conjugate gradient on
+    Hessian-vector products (``cg``, `dane.linalg.cg`); `RidgeShard`, which keeps its
+    rows, also offers ``svrg`` and ``lbfgs`` and does not form A_i unless Cholesky needs it.
+    """
 
     convex = True
+    quadratic = True
 
     def __init__(self, A: torch.Tensor, b: torch.Tensor, c: float, lam: float, w_star: torch.Tensor | None = None):
         self.A, self.b, self.c, self.lam = A, b, float(c), float(lam)
         self.dim = b.numel()
         self.dtype = b.dtype
+        self.strong_convexity = 2 * self.lam
+        self.solver = LocalSolver("cholesky")
         self.w_star = w_star
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
         self._H_w_star = self.hessian_vector(w_star) if w_star is not None else None
@@ -37,9 +47,14 @@ class QuadraticProblem:
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
 
-    def hessian_vector(self, v: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
+    def hessian_vector(self, v: torch.Tensor, *, with_reg: bool = True, at: torch.Tensor | None = None) -> torch.Tensor:
+        """H_i v (A_i v without the regularizer); a quadratic's Hessian is the same at every point ``at``."""
         Av = self.A @ v
         return Av + 2 * self.lam * v if with_reg else Av
+
+    def objective(self, w: torch.Tensor) -> torch.Tensor:
+        """O_i(w) alone: line searches evaluate several of these."""
+        return 0.5 * (w @ self.hessian_vector(w, with_reg=False)) - self.b @ w + self.c + self.lam * (w @ w)
 
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
         return self.hessian_vector(w, with_reg=with_reg) - self.b
@@ -73,12 +88,22 @@ class QuadraticProblem:
         r"""argmin_z λ||z||^2 + (ρ/2)||z - v||^2 = ρ v / (ρ + 2λ): the prox of the shared regulariser (ADMM's z-step)."""
         return (rho / (rho + 2 * self.lam)) * v
 
+    def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool = False,
+                      solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
+        """(A_i [+ 2λI] + shift I)⁻¹ r, by the cached Cholesky factor or by CG on Hessian-vector products."""
+        solver = self.solver if solver is None else solver.resolve(self.dim, sparse=False)
+        if solver.method == "cholesky":
+            return torch.cholesky_solve(r.unsqueeze(1), self.factor(shift, with_reg=with_reg)).squeeze(1)
+        if solver.method != "cg":
+            raise ConfigError(f"problem.local_solver={solver.method} needs the shard's rows; "
+                              f"{type(self).__name__} has only its Hessian: use cholesky or cg")
+        return cg(lambda v: self.hessian_vector(v, with_reg=with_reg) + shift * v, r,
+                  rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or self.dim).x
+
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
-                   anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
+                   anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
         # Stationarity: (H_i + μI)(w - anchor) = linear - ∇O_i(anchor); solving for the step
         # rather than for w keeps the result accurate when the step is tiny.
         if anchor_grad is None:
             anchor_grad = self.grad(anchor, with_reg=with_reg)
-        rhs = linear - anchor_grad
-        step = torch.cholesky_solve(rhs.unsqueeze(1), self.factor(mu, with_reg=with_reg)).squeeze(1)
-        return anchor + step
+        return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg, solver=solver)

@@ -16,13 +16,17 @@ import torch
 
 from .. import checks
 from ..errors import ConfigError
+from ..local_solvers import LocalSolver
+from ..losses import SQUARED
+from ..inner import worker_seed
+from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
 from .quadratic import QuadraticProblem
 
 COVARIANCES = ("iso", "decay")
 
 
 @dataclass(frozen=True)
-class RidgeSyntheticConfig:
+class RidgeSyntheticConfig(SolverOptions):
     """y = <x, w*> + noise, x ~ N(0, Σ), w* = all ones; Σ = I (iso) or diag(j^-1.2) (decay: feature j scaled by j^-0.6)."""
 
     n_samples: int = 18000
@@ -39,6 +43,7 @@ class RidgeSyntheticConfig:
         checks.nonnegative("problem.lam", self.lam)
         checks.one_of("problem.covariance", self.covariance, COVARIANCES)
         checks.nonnegative("problem.noise_std", self.noise_std)
+        self.solver  # validates the local-solver keys now
 
     def check_workers(self, workers: int) -> None:
         if self.n_samples < workers:
@@ -58,7 +63,8 @@ class RidgeSyntheticConfig:
         w_star = _optimum_cached(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed, self.lam)
         idx = shard(self.n_samples, size, self.seed)[rank]
         X, y, w_star = X[idx].to(dtype), y[idx].to(dtype), w_star.to(dtype)
-        return quadratic_shard(X, y, self.lam, scale=size / self.n_samples, w_star=w_star)
+        return RidgeShard(X, y, self.lam, scale=size / self.n_samples, w_star=w_star, solver=self.solver,
+                          seed=worker_seed(self.seed, rank, SOLVER_STREAM))
 
 
 @lru_cache(maxsize=4)
@@ -96,22 +102,60 @@ def quadratic_shard(X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: floa
 
 
 class RidgeShard(QuadraticProblem):
-    r"""A ridge shard that keeps its rows X_i, y_i, for minibatch gradients (local SGD).
+    r"""A ridge shard that keeps its rows X_i, y_i, for minibatch gradients and row-based local solvers.
 
     A minibatch B of the n_i local rows gives the unbiased estimate
 
     .. math:: \widehat{\nabla O_i}(w) = 2\,\text{scale}\,\frac{n_i}{|B|} X_B^\top (X_B w - y_B) + 2\lambda w,
 
-    which equals ∇O_i(w) when B is the whole shard.
+    which equals ∇O_i(w) when B is the whole shard.  A_i = 2 scale X_iᵀX_i is formed only
+    when the local solver is Cholesky (or something asks for ``A``); otherwise every
+    product goes through X_i, and the cg, svrg and lbfgs local solvers run on the
+    squared-loss view of the same rows (`dane.problems.glm.LinearModelShard` with row
+    weight 2 scale and ℓ2 weight 2λ, the same O_i).
     """
 
-    def __init__(self, X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None):
-        super().__init__(2 * scale * (X.T @ X), 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star)
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None,
+                 solver: LocalSolver = LocalSolver("cholesky"), seed: int = 0):
         self.X, self.y, self.scale = X, y, float(scale)
+        self._A = None
+        self.rows = LinearModelShard(X, y, SQUARED, l2=2 * lam, weight=2 * scale, solver=solver, seed=seed)
+        if self.rows.solver.method == "cholesky":
+            self._A = 2 * scale * (X.T @ X)
+        super().__init__(self._A, 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star)
+        self.solver = self.rows.solver
+
+    @property
+    def A(self) -> torch.Tensor:
+        if self._A is None:
+            self._A = 2 * self.scale * (self.X.T @ self.X)
+        return self._A
+
+    @A.setter
+    def A(self, value) -> None:
+        self._A = value
+
+    def hessian_vector(self, v: torch.Tensor, *, with_reg: bool = True, at: torch.Tensor | None = None) -> torch.Tensor:
+        if self._A is not None:
+            return super().hessian_vector(v, with_reg=with_reg)
+        return self.rows.hessian_vector(v, at=v, with_reg=False) + (2 * self.lam * v if with_reg else 0.0)
+
+    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
+                   anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
+        method = (solver or self.solver).resolve(self.dim, sparse=False).method
+        if method in ("cholesky", "cg"):
+            return super().prox_solve(anchor, linear, mu, with_reg=with_reg, anchor_grad=anchor_grad, solver=solver)
+        return self.rows.prox_solve(anchor, linear, mu, with_reg=with_reg, anchor_grad=anchor_grad, solver=solver)
 
     @property
     def n_local(self) -> int:
         return self.X.shape[0]
+
+    def state_dict(self) -> dict:
+        return self.rows.state_dict()  # the SVRG solver's generator
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rows.load_state_dict(state)
 
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         X, y = self.X[idx], self.y[idx]

@@ -1,0 +1,51 @@
+r"""Per-row losses of linear models, as functions of the margins z = X w (or Z = X W).
+
+Each loss gives, for rows with margins z and targets y:
+
+- ``value(z, y)``: :math:`\sum_j f(z_j, y_j)`;
+- ``dz(z, y)``: :math:`\partial f / \partial z_j`, row by row;
+- ``hess(z, y, dz)``: the second derivative applied to a margin direction, row by row;
+- ``curvature``: an upper bound on :math:`f''` (per unit :math:`\|x_j\|^2`), so that
+  :math:`c\,X^\top X` majorizes the data Hessian (step sizes, SVRG's step).
+
+=========  ===========================================  =================  =======
+loss       f(z, y)                                      targets            bound
+=========  ===========================================  =================  =======
+squared    ½ (z − y)²                                   real               1
+logistic   log(1 + exp(−y z))                           ±1                 1/4
+softmax    logsumexp(z) − z_y  (z in R^K)               class 0..K−1       1/2
+=========  ===========================================  =================  =======
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Loss:
+    name: str
+    value: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    dz: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    hess: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    curvature: float
+    quadratic: bool = False
+
+
+def _softmax_hess(z: torch.Tensor, y: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
+    p = torch.softmax(z, dim=1)
+    pdz = p * dz
+    return pdz - p * pdz.sum(1, keepdim=True)  # (diag(p) − p pᵀ) dz, row by row
+
+
+SQUARED = Loss("squared", value=lambda z, y: 0.5 * (z - y).square().sum(), dz=lambda z, y: z - y,
+               hess=lambda z, y, dz: dz, curvature=1.0, quadratic=True)
+LOGISTIC = Loss("logistic", value=lambda z, y: F.softplus(-y * z).sum(), dz=lambda z, y: -y * torch.sigmoid(-y * z),
+                hess=lambda z, y, dz: torch.sigmoid(z) * torch.sigmoid(-z) * dz, curvature=0.25)
+SOFTMAX = Loss("softmax", value=lambda z, y: (torch.logsumexp(z, 1) - z.gather(1, y.unsqueeze(1)).squeeze(1)).sum(),
+               dz=lambda z, y: torch.softmax(z, 1) - F.one_hot(y, z.shape[1]).to(z.dtype),
+               hess=_softmax_hess, curvature=0.5)
+LOSSES = {loss.name: loss for loss in (SQUARED, LOGISTIC, SOFTMAX)}

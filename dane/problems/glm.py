@@ -1,0 +1,253 @@
+r"""Convex linear models on a user's data: ridge, binary logistic and multinomial (softmax) regression.
+
+Worker i holds the rows S_i of the N rows of X (dense, or sparse and kept sparse as torch
+CSR) and
+
+.. math:: O_i(w) = D_i(w) + \frac{\lambda}{2}\|w\|^2,\qquad
+          D_i(w) = \frac{m}{N}\sum_{j\in S_i} f(x_j^\top W, y_j),
+
+so the mean of the O_i is exactly :math:`O(w) = \frac1N\sum_j f(x_j^\top W, y_j) +
+\frac{\lambda}{2}\|w\|^2` for any shard sizes.  f is a `dane.losses.Loss`; W is w for one
+output and w viewed as d x K for softmax (w has d·K entries, feature-major).
+Note the ℓ2 convention: (λ/2)‖w‖², as in the GIANT, DiSCO and AIDE papers; the
+paper-reproduction problem ``ridge_synthetic`` keeps the source paper's λ‖w‖².
+
+Curvature: :math:`\nabla^2 D_i(w)\,v = \frac mN X_i^\top (f''(z) \odot X_i v)` with z the
+margins at w, computed from products with X_i and X_iᵀ only (no d x d matrix unless the
+Cholesky solver asks for one).  ``hessian_vector(v)`` without a point applies the
+majorant :math:`\frac mN c_f X_i^\top X_i + \lambda I` (c_f the loss's curvature bound),
+so that step sizes 1/L built from it are safe everywhere.
+
+Suboptimality is :math:`O_i(w) - O^*` per worker (mean O(w) − O*), with O* from the
+reference optimum computed once on the full data (`reference_optimum`); for the squared
+loss it is the exact quadratic identity :math:`\tfrac12 e^\top H_i e`, e = w − w*.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import scipy.optimize
+import scipy.sparse
+import torch
+
+from .. import checks
+from ..errors import ConfigError
+from ..inner import worker_seed
+from ..linalg import cg
+from ..local_solvers import LocalSolver, prox_solve
+from ..losses import LOSSES, Loss
+
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+SOLVER_STREAM = 5  # worker_seed stream of the SVRG local solver's generator
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    """The ``problem.local_solver`` keys shared by every convex problem (see `dane.local_solvers`)."""
+
+    local_solver: str = "auto"
+    local_tol: float = 1e-10
+    local_max_iter: int | None = None
+    newton_steps: int = 50
+    svrg_passes: int = 3
+    svrg_batch_size: int = 1
+    svrg_lr: float | None = None
+
+    @property
+    def solver(self) -> LocalSolver:
+        return LocalSolver(self.local_solver, self.local_tol, self.local_max_iter, self.newton_steps,
+                           self.svrg_passes, self.svrg_batch_size, self.svrg_lr)
+
+
+def to_torch(X, dtype: torch.dtype = torch.float64):
+    """A numpy array as a dense tensor, a scipy sparse matrix as a torch CSR tensor (never densified)."""
+    if scipy.sparse.issparse(X):
+        X = scipy.sparse.csr_matrix(X)
+        return torch.sparse_csr_tensor(torch.from_numpy(X.indptr.astype(np.int64)),
+                                       torch.from_numpy(X.indices.astype(np.int64)),
+                                       torch.from_numpy(X.data).to(dtype), size=X.shape)
+    return torch.as_tensor(np.ascontiguousarray(X)).to(dtype)
+
+
+def add_intercept(X):
+    """X with a trailing column of ones (sparse stays sparse)."""
+    if scipy.sparse.issparse(X):
+        return scipy.sparse.hstack([X, np.ones((X.shape[0], 1))], format="csr")
+    return np.hstack([X, np.ones((X.shape[0], 1))])
+
+
+def select_rows(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Rows ``idx`` of a dense or CSR tensor (torch CSR has no index_select)."""
+    if X.layout != torch.sparse_csr:
+        return X[idx]
+    crow, col, val = X.crow_indices(), X.col_indices(), X.values()
+    starts, lengths = crow[idx], crow[idx + 1] - crow[idx]
+    new_crow = torch.zeros(len(idx) + 1, dtype=crow.dtype)
+    new_crow[1:] = torch.cumsum(lengths, 0)
+    offsets = torch.repeat_interleave(starts - new_crow[:-1], lengths)
+    pos = torch.arange(int(new_crow[-1]), dtype=crow.dtype) + offsets
+    return torch.sparse_csr_tensor(new_crow, col[pos], val[pos], size=(len(idx), X.shape[1]))
+
+
+class LinearModelShard:
+    """Worker i's rows of a linear model; see the module docstring for O_i and its derivatives."""
+
+    convex = True
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, loss: Loss, *, l2: float, weight: float, classes: int = 1,
+                 solver: LocalSolver = LocalSolver(), w_star: torch.Tensor | None = None,
+                 f_star: float | None = None, seed: int = 0, notes=()):
+        self.X, self.y, self.loss = X, y, loss
+        self.XT = X.t().to_sparse_csr() if X.layout == torch.sparse_csr else X.T
+        self.sparse = X.layout == torch.sparse_csr
+        self.features, self.classes = X.shape[1], classes
+        self.dim = self.features * classes
+        self.dtype = X.dtype
+        self.l2, self.weight = float(l2), float(weight)
+        self.quadratic = loss.quadratic
+        self.strong_convexity = self.l2
+        self.solver = solver.resolve(self.dim, self.sparse)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.w_star, self.f_star = w_star, f_star
+        self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
+        self.notes = list(notes)
+        self._factors: dict[tuple[float, bool], torch.Tensor] = {}
+        self._row_smoothness: float | None = None
+
+    # ------------------------------------------------------------------ the Problem protocol
+    @property
+    def n_local(self) -> int:
+        return self.X.shape[0]
+
+    def initial_point(self) -> torch.Tensor:
+        return torch.zeros(self.dim, dtype=self.dtype)
+
+    def margins(self, w: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
+        X = self.X if X is None else X
+        return X @ (w.view(self.features, self.classes) if self.classes > 1 else w)
+
+    def data_value_grad(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(D_i(w), ∇D_i(w))."""
+        z = self.margins(w)
+        value = self.weight * self.loss.value(z, self.y)
+        return value, self.weight * (self.XT @ self.loss.dz(z, self.y)).reshape(-1)
+
+    def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        value, grad = self.data_value_grad(w)
+        objective = value + 0.5 * self.l2 * (w @ w)
+        metrics = [objective]
+        if self.w_star is not None:
+            metrics.append(self._suboptimality(w, objective))
+        return grad + self.l2 * w, torch.stack(metrics)
+
+    def objective(self, w: torch.Tensor) -> torch.Tensor:
+        """O_i(w) alone (forward pass only): line searches evaluate several of these."""
+        return self.weight * self.loss.value(self.margins(w), self.y) + 0.5 * self.l2 * (w @ w)
+
+    def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
+        """∇²O_i(at) v; without ``at``, the majorant (m/N) c_f X_iᵀX_i v + λ v (see the module docstring)."""
+        xv = self.margins(v)
+        if at is None:
+            curv = self.loss.curvature * xv
+        else:
+            curv = self.loss.hess(self.margins(at), self.y, xv)
+        Hv = self.weight * (self.XT @ curv).reshape(-1)
+        return Hv + self.l2 * v if with_reg else Hv
+
+    def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
+        _, grad = self.data_value_grad(w)
+        return grad + self.l2 * w if with_reg else grad
+
+    def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Unbiased estimate of ∇O_i(w) from the local rows ``idx`` (local SGD)."""
+        return (self.n_local / len(idx)) * self.rows_grad(w, idx) + self.l2 * w
+
+    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
+                   anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
+        r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||² by the local solver (or ``solver``)."""
+        solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
+        return prox_solve(self, anchor, linear, mu, with_reg=with_reg, solver=solver, generator=self.generator,
+                          anchor_grad=anchor_grad)
+
+    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
+        r"""argmin_z (λ/2)||z||² + (ρ/2)||z − v||² = ρ v / (ρ + λ): the shared regularizer's prox (ADMM's z-step)."""
+        return (rho / (rho + self.l2)) * v
+
+    # ------------------------------------------------------------------ what the local solvers use
+    def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor, shift: float, with_reg: bool = False,
+                      solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
+        """(∇²D_i(at) [+ λI] + shift I)⁻¹ r, by Cholesky (dense Hessian) or CG on Hessian-vector products."""
+        solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
+        shift = shift + (self.l2 if with_reg else 0.0)
+        if solver.method == "cholesky":
+            L = self._factor(at, shift)
+            return torch.cholesky_solve(r.unsqueeze(1), L).squeeze(1)
+        result = cg(lambda v: self.hessian_vector(v, at=at, with_reg=False) + shift * v, r,
+                    rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or self.dim)
+        return result.x
+
+    def rows_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Σ_{j ∈ idx} (m/N) ∇f_j(w): the data term of rows ``idx`` (SVRG)."""
+        X = select_rows(self.X, idx)
+        dz = self.loss.dz(self.margins(w, X), self.y[idx])
+        return self.weight * (X.t() @ dz).reshape(-1)
+
+    def row_smoothness(self) -> float:
+        """max_j (m/N) c_f ||x_j||²: the smoothness of one row's term (SVRG's step is 1/(n_i · this + λ + μ))."""
+        if self._row_smoothness is None:
+            sq = (self.X * self.X).sum(1).to_dense() if self.sparse else (self.X * self.X).sum(1)
+            self._row_smoothness = self.weight * self.loss.curvature * float(sq.max()) if self.n_local else 0.0
+        return self._row_smoothness
+
+    def dense_hessian(self, at: torch.Tensor) -> torch.Tensor:
+        """∇²D_i(at) as a dense matrix (the Cholesky path; d·K x d·K)."""
+        X = self.X.to_dense() if self.sparse else self.X
+        if self.classes == 1:
+            d2 = self.loss.hess(self.margins(at), self.y, torch.ones(self.n_local, dtype=self.dtype))
+            return self.weight * (X.T * d2) @ X
+        # softmax: blocks (k, l) = Xᵀ diag(p_k δ_kl − p_k p_l) X, assembled feature-major like w
+        p = torch.softmax(self.margins(at), 1)
+        K, d = self.classes, self.features
+        H = torch.empty(d, K, d, K, dtype=self.dtype)
+        for k in range(K):
+            for l in range(k, K):
+                coeff = p[:, k] * ((k == l) - p[:, l])
+                block = self.weight * (X.T * coeff) @ X
+                H[:, k, :, l] = block
+                H[:, l, :, k] = block.T
+        return H.reshape(d * K, d * K)
+
+    def _factor(self, at: torch.Tensor, shift: float) -> torch.Tensor:
+        key = (float(shift), True)
+        if self.quadratic and key in self._factors:  # a quadratic's Hessian does not depend on the point
+            return self._factors[key]
+        H = self.dense_hessian(at)
+        H.diagonal().add_(shift)
+        L, info = torch.linalg.cholesky_ex(H)
+        if info.item() != 0:
+            raise ConfigError(f"the local Hessian plus {shift} I is not positive definite on this shard; "
+                              "use problem.lam > 0 or algorithm.mu > 0")
+        if self.quadratic:
+            if len(self._factors) >= 8:
+                self._factors.pop(next(iter(self._factors)))
+            self._factors[key] = L
+        return L
+
+    def _suboptimality(self, w: torch.Tensor, objective: torch.Tensor) -> torch.Tensor:
+        if self.quadratic:
+            e = w - self.w_star
+            return 0.5 * (e @ self.hessian_vector(e, at=e))
+        return objective - self.f_star
+
+    # ------------------------------------------------------------------ checkpointing
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
