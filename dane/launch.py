@@ -114,8 +114,11 @@ class RunSpec:
         return self.backend == "local" and self.workers > 1
 
 
-def execute(spec: RunSpec, out_dir: str | None) -> dict:
-    """Run ``spec``; rank 0 writes ``out_dir``.  Returns the summary (on every rank)."""
+def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) -> dict:
+    """Run ``spec``; rank 0 writes ``out_dir``.  Returns the summary (on every rank).
+
+    ``collect``, when given, receives rank 0's ``records`` and final iterate ``w`` (the Python API).
+    """
     torch.manual_seed(spec.seed)
     if spec.resume is not None:
         out_dir = spec.resume  # a resumed run continues in its own directory
@@ -126,7 +129,8 @@ def execute(spec: RunSpec, out_dir: str | None) -> dict:
         problems, setups = zip(*(_build(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
         group = ThreadGroup(spec.workers, spec.cost, spec.stragglers)
         start = time.perf_counter()
-        summaries = group.run(lambda comm: _worker(spec, comm, problems[comm.rank], out_dir, start, max(setups)))
+        summaries = group.run(lambda comm: _worker(spec, comm, problems[comm.rank], out_dir, start, max(setups),
+                                                   collect))
         summary = summaries[0]
     else:
         if spec.backend == "horovod":
@@ -137,7 +141,7 @@ def execute(spec: RunSpec, out_dir: str | None) -> dict:
             problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
             comm.barrier()
             comm.reset_clock()
-            summary = _worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s)
+            summary = _worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
         finally:
             comm.shutdown()
     if summary["status"] == "diverged":
@@ -163,7 +167,7 @@ def _build(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, float]:
 
 
 def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | None, start: float,
-            setup_s: float = 0.0) -> dict:
+            setup_s: float = 0.0, collect: dict | None = None) -> dict:
     algo = spec.algorithm.build(problem, comm)
     meta = {"algorithm": spec.algorithm.name, "problem": spec.problem.name, "workers": comm.size, "rank": comm.rank}
     resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
@@ -219,6 +223,8 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
     if notes:
         summary["notes"] = notes
+    if collect is not None and comm.rank == 0:
+        collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
     if resume is not None:
         summary["resumed_from_round"] = resume["round"]
     if spec.simulated:
@@ -232,7 +238,7 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
             write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
                                                      f"{comm.size} worker(s), round {last['round']}")
     if writer is not None and spec.save_iterate:
-        torch.save(algo.iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))
+        torch.save(algo.reported_iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))  # the last record's
     if writer is not None:
         writer.write_summary(summary)
     if show is not None:

@@ -61,6 +61,7 @@ def cost_model(sim: DictConfig) -> AlphaBeta:
 def run_spec(cfg: DictConfig) -> RunSpec:
     backend = resolve_backend(cfg.comm.backend)
     workers = workers_for(backend, cfg.workers)
+    check_data_used(cfg)
     algorithm = build(cfg, "algorithm")
     problem = build(cfg, "problem")
     problem.check_workers(workers)
@@ -123,18 +124,56 @@ def resume_dir(cfg: DictConfig) -> str | None:
     return str(path)
 
 
+def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None:
+    """Every folder Hydra searches for config groups: the package's, ``--config-dir``/``-cd``, and
+    ``hydra.searchpath`` entries (``file://``); None when a ``pkg://`` entry makes the set unknowable here."""
+    dirs = [conf_dir]
+    for i, arg in enumerate(argv):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
+            dirs.append(Path(argv[i + 1]))
+        elif arg.startswith("--config-dir="):
+            dirs.append(Path(arg.partition("=")[2]))
+        elif arg.startswith("hydra.searchpath="):
+            for entry in arg.partition("=")[2].strip("[]").split(","):
+                entry = entry.strip().strip("'\"")
+                if entry.startswith("pkg://"):
+                    return None
+                if entry:
+                    dirs.append(Path(entry.removeprefix("file://")))
+    return [d.expanduser().resolve() for d in dirs]
+
+
 def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Reject ``algorithm=foo`` with one line before Hydra prints a page about it."""
+    """Reject ``algorithm=foo`` with one line before Hydra prints a page about it.
+
+    A choice is known if any config folder Hydra searches (`config_dirs`) has it, so a
+    user's own ``--config-dir my_conf`` with ``problem/mine.yaml`` is accepted.
+    """
+    dirs = config_dirs(argv, conf_dir)
+    if dirs is None:
+        return  # a pkg:// search path: leave the check to Hydra
     for arg in argv:
         key, sep, value = arg.partition("=")
         key = key.lstrip("+~")
-        group = conf_dir / key
-        if not sep or "." in key or not group.is_dir():
+        if not sep or "." in key or "/" in key or key.startswith("-"):
             continue
-        known = sorted(p.stem for p in group.glob("*.yaml"))
+        groups = [d / key for d in dirs if (d / key).is_dir()]
+        if not groups:
+            continue
+        known = sorted({p.stem for group in groups for p in group.glob("*.yaml")})
         for choice in value.split(","):
             if choice and choice not in known and choice != "null":
-                raise ConfigError(f"{key}={choice} is unknown; choose one of: {', '.join(known)}")
+                where = " or ".join(str(g) for g in groups)
+                raise ConfigError(f"{key}={choice} is unknown; choose one of: {', '.join(known)} "
+                                  f"(or add {key}/{choice}.yaml to a --config-dir; searched {where})")
+
+
+def check_data_used(cfg: DictConfig) -> None:
+    """``data=...`` feeds the convex problems (their ``data: ${data}``); elsewhere it would be silently ignored."""
+    if cfg.get("data") is not None and not OmegaConf.is_interpolation(cfg.problem, "data"):
+        raise ConfigError(f"data= is not used by problem={cfg.problem.get('name')}; the convex problems "
+                          "(ridge, logreg, softmax) take data=csv|libsvm|npz|<built-in>; a network problem takes "
+                          "data@problem.data=<set>")
 
 
 def rank_zero() -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from dane.data.cifar import load_cifar10
 from dane.data.dataset import Dataset
 from dane.data.mnist import load_mnist
+from dane.data.table import resolve_dir
 from dane.data.tabular import SKLEARN_LOADERS, load_admissions, load_sklearn
 from dane.errors import ConfigError
 
@@ -43,7 +44,7 @@ def load_dataset(
             f"dataset {name} is read from files; set data_dir=/path/to/data "
             "(the folder holding the files or their mnist/, cifar-10-batches-py/ subfolder)"
         )
-    data_dir = Path(data_dir).expanduser()
+    data_dir = resolve_dir(data_dir)  # relative: from the repository root, not the working folder
     if name == "mnist":
         return load_mnist(data_dir, seed=seed, test_fraction=test_fraction, pad_to_32=pad_to_32)
     if name == "cifar10":

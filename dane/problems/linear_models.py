@@ -24,7 +24,6 @@ import torch
 from .. import checks
 from ..errors import ConfigError
 from ..inner import worker_seed
-from ..linalg import cg
 from ..local_solvers import LocalSolver
 from ..losses import LOSSES
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch
@@ -64,17 +63,18 @@ class LinearModelConfig(SolverOptions):
 
     @property
     def source(self):
-        from ..data.files import BuiltinSource
         from .neural import DataConfig
 
         if isinstance(self.data, DataConfig):  # a built-in set named by the neural problems' data group
+            from ..data.files import BuiltinSource
+
             return BuiltinSource(dataset=self.data.dataset, data_dir=self.data.data_dir)
         return self.data
 
     # ------------------------------------------------------------------ full data, labels, optimum
     def table(self):
         """The whole data set, labels checked for the loss (cached per process)."""
-        from ..data.files import check_labels
+        from ..data.labels import check_labels
 
         key = repr(self.source)
         if key not in _TABLES:
@@ -118,7 +118,7 @@ class LinearModelConfig(SolverOptions):
 
     # ------------------------------------------------------------------ one worker
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> LinearModelShard:
-        from ..data.files import check_labels
+        from ..data.labels import check_labels
         from .ridge import shard
 
         notes = []

@@ -1,0 +1,150 @@
+"""The Python API: problems from arrays and ``fit``, for notebooks and scripts.
+
+    import dane
+    problem = dane.problems.LogReg(X, y, lam=1e-3)          # X: numpy array or scipy sparse matrix
+    result = dane.fit(problem, "giant", workers=4, rounds=30, tol=1e-10)
+    result.records[-1]["suboptimality"], result.w, result.table["objective"]
+
+``fit`` builds the same objects as the command line: the algorithm from its
+``conf/algorithm/<name>.yaml`` with the keyword arguments as overrides (so the same
+defaults and the same one-line validation), the problem as a `LinearModelConfig` whose
+data source holds the arrays, and it runs through `dane.launch.execute`: m simulated
+workers in this process, on the same shards a ``horovodrun -np m`` run would use.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from .comm import AlphaBeta
+from .data.table import Table
+from .errors import ConfigError, DivergenceError
+from .launch import RunSpec, execute
+from .problems.linear_models import LinearModelConfig
+from .runner import StopRule
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+@dataclass(frozen=True, repr=False)
+class ArraySource:
+    """A data source over in-memory arrays (X dense or scipy sparse, y a vector)."""
+
+    X: object
+    y: object
+    name: str = "arrays"
+    fingerprint: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        X = self.X if scipy.sparse.issparse(self.X) else np.asarray(self.X, dtype=np.float64)
+        y = np.asarray(self.y, dtype=np.float64).reshape(-1)
+        if X.ndim != 2:
+            raise ConfigError(f"X must be a 2-D array (rows x features), got shape {X.shape}")
+        if X.shape[0] != y.shape[0]:
+            raise ConfigError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries; give one label per row")
+        data = X.data if scipy.sparse.issparse(X) else X
+        if not (np.isfinite(data).all() and np.isfinite(y).all()):
+            raise ConfigError("X or y holds nan or inf; drop or impute those rows first")
+        X = scipy.sparse.csr_matrix(X, dtype=np.float64) if scipy.sparse.issparse(X) else X
+        digest = hashlib.sha1()
+        for part in ((X.data, X.indices, X.indptr) if scipy.sparse.issparse(X) else (X,)) + (y,):
+            digest.update(np.ascontiguousarray(part).tobytes())
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "y", y)
+        object.__setattr__(self, "fingerprint", f"{X.shape}:{digest.hexdigest()}")
+
+    presharded = False
+
+    def load(self) -> Table:
+        return Table(self.X.copy(), self.y.copy(), self.name, [])
+
+    def __repr__(self) -> str:  # the cache key of the loaded table and the optimum: content, not address
+        return f"ArraySource({self.name}, {self.fingerprint})"
+
+
+def _linear(loss: str, name: str):
+    def make(X, y, *, lam: float = 1e-3, fit_intercept: bool = False, local_solver: str = "auto",
+             seed: int = 0, **solver_keys) -> LinearModelConfig:
+        return LinearModelConfig(data=ArraySource(X, y), loss=loss, lam=lam, fit_intercept=fit_intercept,
+                                 local_solver=local_solver, seed=seed, name=name, **solver_keys)
+
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = (f"problem={name} on arrays X (n x d, dense or scipy sparse) and y; keywords as in "
+                    f"conf/problem/{name}.yaml (lam is the weight of (lam/2)||w||^2).")
+    return make
+
+
+Ridge = _linear("squared", "ridge")
+LogReg = _linear("logistic", "logreg")
+Softmax = _linear("softmax", "softmax")
+
+
+def algorithm_config(name: str, *, seed: int = 0, **overrides):
+    """The algorithm of ``conf/algorithm/<name>.yaml`` with ``overrides``, built and validated."""
+    path = CONF_DIR / "algorithm" / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        raise ConfigError(f"algorithm {name!r} is unknown; choose one of: {known}")
+    node = OmegaConf.load(path)
+    unknown = sorted(set(overrides) - set(node.keys()))
+    if unknown:
+        raise ConfigError(f"algorithm {name} has no key(s) {', '.join(unknown)}; its keys: "
+                          f"{', '.join(k for k in node.keys() if k not in ('_target_', 'name'))}")
+    root = OmegaConf.create({"seed": seed, "algorithm": node})
+    root.algorithm = OmegaConf.merge(root.algorithm, overrides)
+    return instantiate(root.algorithm)
+
+
+@dataclass
+class Result:
+    """What ``fit`` returns: one record per round (the rounds.jsonl schema), the summary and the final iterate."""
+
+    records: list[dict]
+    summary: dict
+    w: torch.Tensor
+
+    @property
+    def table(self) -> dict[str, list]:
+        """The records as columns (``result.table["suboptimality"]``); a key missing in a round is None."""
+        keys = list(dict.fromkeys(k for r in self.records for k in r))
+        return {k: [r.get(k) for r in self.records] for k in keys}
+
+    @property
+    def status(self) -> str:
+        return self.summary["status"]
+
+
+def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: float | None = None,
+        seed: int = 0, dtype: torch.dtype = torch.float64, out_dir: str | None = None,
+        alpha: float | None = None, beta: float | None = None, quiet: bool = True, **algorithm_keys) -> Result:
+    """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
+
+    ``algorithm_keys`` override the algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
+    also writes the usual rounds.jsonl, summary.json and iterate.pt there.  ``alpha``,
+    ``beta`` set the simulator's allreduce cost model (default: the package's).
+    """
+    if isinstance(algorithm, str):
+        algorithm = algorithm_config(algorithm, seed=seed, **algorithm_keys)
+    elif algorithm_keys:
+        raise ConfigError("keyword overrides apply to an algorithm given by name; set them on the config instead")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ConfigError(f"workers must be a positive integer, got {workers!r}")
+    problem.check_workers(workers)
+    base = AlphaBeta()
+    spec = RunSpec(algorithm=algorithm, problem=problem, backend="local", workers=workers,
+                   stop=StopRule(rounds=rounds, tol=tol), dtype=dtype, seed=seed,
+                   cost=AlphaBeta(alpha=base.alpha if alpha is None else alpha, beta=base.beta if beta is None else beta),
+                   quiet=quiet, save_iterate=out_dir is not None)
+    collected: dict = {}
+    try:
+        summary = execute(spec, out_dir, collect=collected)
+    except DivergenceError:  # the records say so; a notebook wants them, not a traceback
+        summary = collected["summary"]
+    return Result(collected.get("records", []), summary, collected.get("w"))
