@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from .comm import AlphaBeta
 from .data.table import Table
-from .errors import ConfigError, DivergenceError
+from .errors import ConfigError, DivergenceError, UserError
 from .launch import RunSpec, execute
 from .problems.linear_models import LinearModelConfig
 from .runner import StopRule
@@ -99,7 +100,23 @@ def algorithm_config(name: str, *, seed: int = 0, **overrides):
                           f"{', '.join(k for k in node.keys() if k not in ('_target_', 'name'))}")
     root = OmegaConf.create({"seed": seed, "algorithm": node})
     root.algorithm = OmegaConf.merge(root.algorithm, overrides)
-    return instantiate(root.algorithm)
+    return build(root, "algorithm")
+
+
+def build(cfg, group_name: str):
+    """Instantiate a config group's dataclass; its __post_init__ validates the values.
+
+    A `UserError` raised inside is re-raised as itself (one line), not as Hydra's wrapper.
+    """
+    try:
+        return instantiate(cfg[group_name])
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        while cause is not None and not isinstance(cause, UserError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from None
+        raise ConfigError(f"{group_name}: {str(exc).splitlines()[-1]}") from None
 
 
 @dataclass

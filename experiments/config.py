@@ -5,11 +5,10 @@ import os
 from pathlib import Path
 
 import torch
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from dane import checks
+from dane.api import build
 from dane.comm import AlphaBeta, Stragglers, detect_launcher, resolve_backend
 from dane.errors import ConfigError, UserError
 from dane.launch import PROGRESS, HorovodOptions, RunSpec
@@ -17,19 +16,6 @@ from dane.runner import StopRule
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
-
-
-def build(cfg: DictConfig, group_name: str):
-    """Instantiate a config group's dataclass; its __post_init__ validates the values."""
-    try:
-        return instantiate(cfg[group_name])
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        while cause is not None and not isinstance(cause, UserError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is not None:
-            raise cause from None
-        raise ConfigError(f"{group_name}: {str(exc).splitlines()[-1]}") from None
 
 
 def workers_for(backend: str, workers) -> int:

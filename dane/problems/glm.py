@@ -217,7 +217,7 @@ class LinearModelShard:
         H = torch.empty(d, K, d, K, dtype=self.dtype)
         for k in range(K):
             for l in range(k, K):
-                coeff = p[:, k] * ((k == l) - p[:, l])
+                coeff = p[:, k] * (float(k == l) - p[:, l])
                 block = self.weight * (X.T * coeff) @ X
                 H[:, k, :, l] = block
                 H[:, l, :, k] = block.T

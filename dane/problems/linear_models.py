@@ -152,9 +152,8 @@ class LinearModelConfig(SolverOptions):
         problem = LinearModelShard(to_torch(X, dtype), y_t, LOSSES[self.loss], l2=self.lam, weight=size / n_total,
                                    classes=classes, solver=self.solver,
                                    seed=worker_seed(self.seed, rank, SOLVER_STREAM), notes=notes)
-        if self.local_solver == "auto":
-            problem.notes.append(f"local solver: auto -> {problem.solver.method} (d={problem.dim}, "
-                                 f"{'sparse' if problem.sparse else 'dense'} X)")
+        problem.notes.append(f"local solver: {self.local_solver} -> {problem.solver.method} (d={problem.dim}, "
+                             f"{'sparse' if problem.sparse else 'dense'} X, {len(y)} rows on this worker)")
         return problem
 
 

@@ -1,0 +1,260 @@
+"""``CSVSource``: a delimited text file with a header row, one column of which is the label.
+
+Columns named in ``categorical`` are one-hot encoded, one column per distinct value in
+sorted order (numerically when every value is a number); every other column must be
+numeric. A cell that is empty, ``NA``, ``NaN`` or ``?`` (any case), or a number that is
+not finite (``inf``), is missing: numeric features are imputed with the column mean or
+median, or refused (``impute="error"``); a missing categorical value becomes an all-zero
+one-hot row; a missing label is always an error. Then, by default, every numeric
+feature column is standardized over all rows. Each of these steps is stated in
+``Table.notes``.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dane import checks
+from dane.data.parts import FileSource, count_lines
+from dane.data.table import Table, standardize_columns
+from dane.errors import ConfigError, DataError
+
+MISSING = frozenset({"", "na", "nan", "?"})  # compared stripped and lower-cased
+IMPUTE = ("mean", "median", "error")
+
+
+@dataclass(frozen=True)
+class CSVSource(FileSource):
+    """A CSV file (``conf/data/csv.yaml``); ``path`` with ``{rank}`` names one file per worker.
+
+    ``target``: the label column. ``categorical``: columns to one-hot encode.
+    ``standardize``: scale numeric features to mean 0, std 1 (not allowed with parts,
+    whose statistics would differ). ``impute``: mean | median | error.
+    ``delimiter``: one character. ``data_dir``: where relative paths are looked up first.
+    """
+
+    path: str
+    target: str
+    categorical: tuple[str, ...] = ()
+    standardize: bool = True
+    impute: str = "mean"
+    delimiter: str = ","
+    data_dir: str | None = None
+    name: str = "csv"
+
+    def __post_init__(self) -> None:
+        self._check_path()
+        if not isinstance(self.target, str) or not self.target:
+            raise ConfigError(f"data.target must name the label column, got {self.target!r}")
+        columns = (self.categorical,) if isinstance(self.categorical, str) else self.categorical
+        object.__setattr__(self, "categorical", tuple(str(c) for c in columns))
+        if self.target in self.categorical:
+            raise ConfigError(
+                f"data.target={self.target} is also in data.categorical; the label is not a feature, "
+                "remove it from data.categorical"
+            )
+        checks.boolean("data.standardize", self.standardize)
+        checks.one_of("data.impute", self.impute, IMPUTE)
+        if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
+            raise ConfigError(f"data.delimiter must be one character (e.g. ';'), got {self.delimiter!r}")
+        if self.presharded and self.standardize:
+            raise ConfigError(
+                f"data.standardize=true with per-worker parts (data.path={self.path}) would scale each "
+                "part by its own statistics; standardize when you write the parts and set data.standardize=false"
+            )
+        if self.presharded and self.categorical:
+            raise ConfigError(
+                f"data.categorical with per-worker parts (data.path={self.path}) would one-hot encode "
+                "each part by its own values; one-hot encode when you write the parts"
+            )
+
+    def _read(self, file: Path) -> Table:
+        header, rows, lines = _read_cells(file, self.delimiter)
+        for column in (self.target, *self.categorical):
+            if column not in header:
+                raise DataError(_no_column(file, column, header, self.delimiter))
+        cells = dict(zip(header, zip(*rows)))
+        y = _numbers(cells[self.target], file, self.target, lines, label=True)
+        missing_label = np.flatnonzero(np.isnan(y))
+        if missing_label.size:
+            row = missing_label[0]
+            raise DataError(
+                f"{file} line {lines[row]}: the label (column '{self.target}') is missing "
+                f"({cells[self.target][row]!r}); every row needs a label, fill it in or remove the row"
+            )
+        blocks, names, numeric, notes = [], [], [], []
+        for column in header:
+            if column == self.target:
+                continue
+            if column in self.categorical:
+                block, values, note = _one_hot(cells[column], file, column, lines, self.impute)
+                names += [f"{column}={v}" for v in values]
+            else:
+                block, note = _numeric_feature(cells[column], file, column, lines, self.impute)
+                numeric.append(len(names))
+                names.append(column)
+            blocks.append(block)
+            notes += [note] if note else []
+        if not blocks:
+            raise DataError(f"{file} has only the label column '{self.target}'; add at least one feature column")
+        X = np.column_stack(blocks)
+        notes.insert(0, f"read {X.shape[0]} rows x {X.shape[1]} features from {file}")
+        if self.standardize and numeric:
+            notes.append(_standardized(X, numeric, names))
+        return Table(X=X, y=y, name=f"csv:{Path(self.path).name}", notes=notes, feature_names=names)
+
+    def _count_rows(self, file: Path) -> int:
+        return max(count_lines(file) - 1, 0)  # less the header
+
+    def _width(self, file: Path) -> int | None:
+        return len(self._header(file)) - 1  # less the label; parts have no categorical columns
+
+    def _header(self, file: Path) -> list[str]:
+        return _read_cells(file, self.delimiter, header_only=True)[0]
+
+
+def _read_cells(
+    file: Path, delimiter: str, *, header_only: bool = False
+) -> tuple[list[str], list[list[str]], list[int]]:
+    """(header, rows of cells, the 1-based line number of each row); blank lines are skipped."""
+    header, rows, lines = None, [], []
+    try:
+        with open(file, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f, delimiter=delimiter)
+            for row in reader:
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                if header is None:
+                    header = [cell.strip() for cell in row]
+                    if header_only:
+                        break
+                    continue
+                if len(row) != len(header):
+                    raise DataError(
+                        f"{file} line {reader.line_num} has {len(row)} cells but the header has "
+                        f"{len(header)} columns; fix the row (or set data.delimiter if it is not {delimiter!r})"
+                    )
+                rows.append(row)
+                lines.append(reader.line_num)
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{file} is not UTF-8 text (byte 0x{err.object[err.start]:02x} cannot be decoded); "
+            "is it a CSV file? save it as UTF-8 CSV, or use data=libsvm or data=npz"
+        ) from None
+    except csv.Error as err:
+        raise DataError(f"{file} line {reader.line_num} is not CSV ({err}); fix the line or check data.path") from None
+    _check_header(file, header, rows, header_only)
+    return header, rows, lines
+
+
+def _check_header(file: Path, header: list[str] | None, rows: list, header_only: bool) -> None:
+    if header is None:
+        raise DataError(f"{file} is empty; a CSV needs a header row naming the columns, then one row per example")
+    if not header_only and not rows:
+        raise DataError(f"{file} has a header ({', '.join(header)}) but no data rows; add rows or check data.path")
+    if all(_is_number(cell) for cell in header):
+        raise DataError(
+            f"{file}: the first line ({', '.join(header)}) looks like data, not a header; "
+            "add a header row naming the columns"
+        )
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        raise DataError(f"{file}: the header names column(s) {', '.join(repeated)} twice; give every column its own name")
+
+
+def _no_column(file: Path, column: str, header: list[str], delimiter: str) -> str:
+    hint = f" (one column: is data.delimiter={delimiter!r} right?)" if len(header) == 1 else ""
+    return (
+        f"{file} has no column '{column}'; its columns are: {', '.join(header)}{hint}; "
+        "set data.target / data.categorical to one of them"
+    )
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _numbers(cells: tuple[str, ...], file: Path, column: str, lines: list[int], *, label: bool = False) -> np.ndarray:
+    """A column as float64, nan where missing; a cell that is neither is one line naming it."""
+    try:
+        values = np.array(cells, dtype=np.float64)
+    except ValueError:  # missing markers or text: go cell by cell to find out which
+        values = np.empty(len(cells))
+        for i, cell in enumerate(cells):
+            token = cell.strip()
+            if token.lower() in MISSING:
+                values[i] = np.nan
+            elif _is_number(token):
+                values[i] = float(token)
+            else:
+                fix = (
+                    "write the labels as numbers (0/1 for logreg, 0..K-1 for softmax) or clean the file"
+                    if label else f"list it under data.categorical=[{column}] to one-hot encode it, or clean the file"
+                )
+                kind = "the label column" if label else "column"
+                raise DataError(f"{file} line {lines[i]}, {kind} '{column}': {token[:40]!r} is not a number; {fix}")
+    values[~np.isfinite(values)] = np.nan
+    return values
+
+
+def _numeric_feature(
+    cells: tuple[str, ...], file: Path, column: str, lines: list[int], impute: str
+) -> tuple[np.ndarray, str | None]:
+    """A numeric feature column with its missing values imputed, and the note saying how many."""
+    values = _numbers(cells, file, column, lines)
+    missing = np.isnan(values)
+    if not missing.any():
+        return values, None
+    first = np.flatnonzero(missing)[0]
+    if impute == "error":
+        raise DataError(
+            f"{file} line {lines[first]}, column '{column}': value missing ({cells[first]!r}) and "
+            "data.impute=error; fill it in, or set data.impute=mean or data.impute=median"
+        )
+    if missing.all():
+        raise DataError(f"{file}: column '{column}' has no values at all; remove it from the file")
+    fill = np.mean(values[~missing]) if impute == "mean" else np.median(values[~missing])
+    values[missing] = fill
+    return values, f"imputed {missing.sum()} missing value(s) in '{column}' with the column {impute} {fill:.6g}"
+
+
+def _one_hot(
+    cells: tuple[str, ...], file: Path, column: str, lines: list[int], impute: str
+) -> tuple[np.ndarray, list[str], str]:
+    """One 0/1 column per distinct value (sorted), the values, and the note."""
+    tokens = [cell.strip() for cell in cells]
+    missing = [i for i, t in enumerate(tokens) if t.lower() in MISSING]
+    if missing and impute == "error":
+        raise DataError(
+            f"{file} line {lines[missing[0]]}, column '{column}': value missing ({cells[missing[0]]!r}) "
+            "and data.impute=error; fill it in, or set data.impute=mean to leave it all-zero"
+        )
+    values = sorted({t for t in tokens if t.lower() not in MISSING})
+    if all(_is_number(v) for v in values):
+        values.sort(key=float)
+    index = {v: k for k, v in enumerate(values)}
+    block = np.zeros((len(tokens), len(values)))
+    rows = [i for i, t in enumerate(tokens) if t in index]
+    block[rows, [index[tokens[i]] for i in rows]] = 1.0
+    shown = ", ".join(values[:8]) + (", ..." if len(values) > 8 else "")
+    note = f"one-hot: '{column}' -> {len(values)} columns ({shown})"
+    if missing:
+        note += f"; {len(missing)} missing value(s) left as all-zero rows"
+    return block, values, note
+
+
+def _standardized(X: np.ndarray, numeric: list[int], names: list[str]) -> str:
+    """Standardize the numeric columns of ``X`` in place; the note that says so."""
+    constant = standardize_columns(X, numeric)
+    note = f"standardized {len(numeric)} numeric column(s) to mean 0, std 1 over {X.shape[0]} rows"
+    if constant:
+        note += f"; constant column(s) centred to 0, not scaled: {', '.join(names[j] for j in constant)}"
+    return note

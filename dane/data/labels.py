@@ -1,0 +1,78 @@
+"""Fit the labels a source read to the loss a problem minimizes, or say in one line why not.
+
+Sources return labels exactly as in the file (float64). A loss needs a particular
+coding: real values (squared), ±1 (logistic), class indices 0..K-1 (softmax).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dane import checks
+from dane.errors import DataError
+
+LOSSES = ("squared", "logistic", "softmax")
+SHOWN = 5  # label values quoted in an error message
+
+
+def check_labels(
+    y: np.ndarray, loss: str, source_name: str, *, classes: np.ndarray | None = None
+) -> np.ndarray:
+    """``y`` coded for ``loss``; ``source_name`` (e.g. ``csv:admissions.csv``) starts every error.
+
+    - ``squared``: ``y`` unchanged (float64).
+    - ``logistic``: float64 labels in {-1, +1}; accepts labels in {0, 1} (0 -> -1) or in
+      {-1, +1}. A subset (one class only) is accepted, since one worker's part may hold
+      a single class.
+    - ``softmax``: int64 class indices: the k-th smallest label value becomes k. The
+      labels must be integer-valued. ``classes`` (sorted label values) fixes the map;
+      give it when ``y`` is one worker's part, because a part missing a class would
+      otherwise number the remaining classes differently from the other parts.
+
+    Every loss requires finite labels; a nan/inf label is an error naming its row (0-based).
+    """
+    checks.one_of("loss", loss, LOSSES)
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1:
+        raise DataError(f"{source_name}: labels must be one value per row, got shape {y.shape}")
+    bad = np.flatnonzero(~np.isfinite(y))
+    if bad.size:
+        raise DataError(
+            f"{source_name}: label at row {bad[0]} is {y[bad[0]]} ({bad.size} non-finite labels); "
+            "every row needs a finite label, remove or fix those rows"
+        )
+    if loss == "squared":
+        return y
+    values = np.unique(y)
+    if loss == "logistic":
+        if set(values) <= {0.0, 1.0}:
+            return np.where(y == 0.0, -1.0, 1.0)
+        if set(values) <= {-1.0, 1.0}:
+            return y.copy()
+        raise DataError(
+            f"{source_name}: problem=logreg needs two classes labelled 0/1 or -1/+1, found labels "
+            f"{_show(values)}; use problem=softmax for more classes or map the labels"
+        )
+    not_integer = np.flatnonzero(y != np.round(y))
+    if not_integer.size:
+        row = not_integer[0]
+        raise DataError(
+            f"{source_name}: problem=softmax needs integer class labels, row {row} has {y[row]:g}; "
+            "map the labels to integers 0..K-1"
+        )
+    classes = values if classes is None else np.unique(np.asarray(classes, dtype=np.float64))
+    unknown = np.setdiff1d(values, classes)
+    if unknown.size:
+        raise DataError(
+            f"{source_name}: labels {_show(unknown)} are not among the classes {_show(classes)}; "
+            "pass every class value in classes"
+        )
+    return np.searchsorted(classes, y).astype(np.int64)
+
+
+def _show(values: np.ndarray) -> str:
+    """``{0, 1, 2, 3, 4, ...} (12 distinct)``: the first few sorted values of a label set."""
+    shown = ", ".join(f"{v:g}" for v in values[:SHOWN])
+    if values.size > SHOWN:
+        return f"{{{shown}, ...}} ({values.size} distinct)"
+    return f"{{{shown}}}"

@@ -1,0 +1,130 @@
+"""``LibSVMSource``: a LIBSVM / SVMlight text file, kept sparse.
+
+Each line is ``<label> <index>:<value> <index>:<value> ...`` with increasing indices
+(``#`` starts a comment; ``qid:`` entries are ignored). The file is read by
+scikit-learn's ``load_svmlight_file``; ``X`` stays a ``scipy.sparse.csr_matrix``.
+Per-worker parts (``{rank}`` in ``path``) need ``n_features``, because one part alone
+cannot know d: its largest index may be smaller than another part's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.datasets import load_svmlight_file
+
+from dane import checks
+from dane.data.parts import FileSource, count_lines
+from dane.data.table import Table
+from dane.errors import ConfigError, DataError
+
+FORMAT = "each line is '<label> <index>:<value> ...' with increasing indices"
+
+
+@dataclass(frozen=True)
+class LibSVMSource(FileSource):
+    """A LIBSVM file (``conf/data/libsvm.yaml``).
+
+    ``n_features``: d; ``None`` takes the largest index in the file (required for parts).
+    ``zero_based``: whether index 0 is the first feature; ``"auto"`` (scikit-learn's
+    rule) treats the file as 0-based if any index is 0, else 1-based. ``auto`` is not
+    allowed with parts, which could each guess differently.
+    """
+
+    path: str
+    n_features: int | None = None
+    zero_based: bool | str = "auto"
+    data_dir: str | None = None
+    name: str = "libsvm"
+
+    def __post_init__(self) -> None:
+        self._check_path()
+        if self.n_features is not None:
+            checks.positive_int("data.n_features", self.n_features)
+        if not (self.zero_based == "auto" or isinstance(self.zero_based, bool)):
+            raise ConfigError(f"data.zero_based must be true, false or auto, got {self.zero_based!r}")
+        if self.presharded and self.n_features is None:
+            raise ConfigError(
+                f"data.n_features is required with per-worker parts (data.path={self.path}): each part "
+                "alone cannot know d, since its largest index may be below another part's; set data.n_features=d"
+            )
+        if self.presharded and self.zero_based == "auto":
+            raise ConfigError(
+                f"data.zero_based=auto with per-worker parts (data.path={self.path}) lets each part guess "
+                "its own index base; set data.zero_based=true (indices from 0) or false (from 1)"
+            )
+
+    def _read(self, file: Path) -> Table:
+        try:
+            X, y = load_svmlight_file(str(file), dtype=np.float64, zero_based=self.zero_based)
+        except (ValueError, TypeError, OverflowError) as err:
+            raise DataError(_explain(file, err, self.zero_based)) from None
+        X = sp.csr_matrix(X)
+        if X.shape[0] == 0:
+            raise DataError(f"{file} holds no rows; {FORMAT}; check data.path")
+        d = X.shape[1] if self.n_features is None else self.n_features
+        if X.shape[1] > d:
+            raise DataError(
+                f"{file} has a feature index that needs {X.shape[1]} features but data.n_features={d}; "
+                f"raise data.n_features to at least {X.shape[1]} (or check data.zero_based)"
+            )
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
+        bad = np.count_nonzero(~np.isfinite(X.data)) + np.count_nonzero(~np.isfinite(y))
+        if bad:
+            raise DataError(f"{file} holds {bad} non-finite values (nan/inf); clean the file")
+        notes = [f"read {X.shape[0]} rows x {d} features ({X.nnz} non-zeros, sparse) from {file}"]
+        return Table(X=X, y=np.asarray(y, dtype=np.float64), name=f"libsvm:{Path(self.path).name}", notes=notes)
+
+    def _count_rows(self, file: Path) -> int:
+        return count_lines(file, skip_comments=True)
+
+    def _width(self, file: Path) -> int | None:
+        return None  # every part is read with n_features columns
+
+
+def _explain(file: Path, err: Exception, zero_based: bool | str) -> str:
+    """One line for a file scikit-learn could not parse: the first bad line, when we can find it."""
+    found = _first_bad_line(file)
+    if found is not None:
+        line, text, why = found
+        return f"{file} line {line} is not LIBSVM ({why}: {text[:60]!r}); {FORMAT}; fix the line"
+    reason = " ".join(str(err).split())[:120]
+    if "Invalid index 0" in reason and zero_based is False:
+        return f"{file} has feature index 0 but data.zero_based=false; set data.zero_based=true"
+    return f"{file} is not a LIBSVM file ({reason}); {FORMAT}; fix the file or check data.path"
+
+
+def _first_bad_line(file: Path) -> tuple[int, str, str] | None:
+    """(line number, its text, why) of the first line that breaks the format, or None."""
+    with open(file, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            text = raw.decode("utf-8", "replace").split("#", 1)[0].strip()
+            if not text:
+                continue
+            label, *pairs = text.split()
+            why = None if _is_float(label) else "the label is not a number"
+            last = -1
+            for pair in pairs:
+                index, _, value = pair.partition(":")
+                if index == "qid":
+                    continue
+                if not (index.isdigit() and _is_float(value)):
+                    why = why or f"{pair[:20]!r} is not index:value"
+                elif int(index) <= last:
+                    why = why or "indices do not increase"
+                else:
+                    last = int(index)
+            if why:
+                return number, raw.decode("utf-8", "replace").strip(), why
+    return None
+
+
+def _is_float(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True

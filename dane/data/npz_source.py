@@ -1,0 +1,169 @@
+"""``NPZSource``: X and y in one NumPy ``.npz`` archive, dense or sparse; ``save_npz`` writes one.
+
+Layout (keys shown for the defaults ``x_key="X"``, ``y_key="y"``):
+
+- dense: ``X`` (n x d) and ``y`` (n, or n x 1);
+- sparse CSR: ``X_data``, ``X_indices``, ``X_indptr``, ``X_shape`` (the arrays of a
+  ``scipy.sparse.csr_matrix`` and its shape) and ``y``. A matrix written by
+  ``scipy.sparse.save_npz`` to a separate file is not read; re-save it with `save_npz`.
+
+The archive is opened with ``allow_pickle=False``, so object arrays are refused.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from dane.data.parts import FileSource
+from dane.data.table import Table
+from dane.errors import ConfigError, DataError
+
+SPARSE_SUFFIXES = ("_data", "_indices", "_indptr", "_shape")
+FIX = "write it with dane.data.files.save_npz(path, X, y)"
+
+
+@dataclass(frozen=True)
+class NPZSource(FileSource):
+    """A ``.npz`` archive (``conf/data/npz.yaml``); ``x_key`` and ``y_key`` name its arrays."""
+
+    path: str
+    x_key: str = "X"
+    y_key: str = "y"
+    data_dir: str | None = None
+    name: str = "npz"
+
+    def __post_init__(self) -> None:
+        self._check_path()
+        for key in ("x_key", "y_key"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+                raise ConfigError(f"data.{key} must name an array in the archive, got {getattr(self, key)!r}")
+
+    def _read(self, file: Path) -> Table:
+        try:
+            with np.load(file, allow_pickle=False) as archive:
+                sparse = self._layout(file, archive.files)
+                X = _sparse(file, archive, self.x_key) if sparse else archive[self.x_key]
+                y = archive[self.y_key]
+        except DataError:  # ours, already one line (a DataError is also an OSError)
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, AttributeError) as err:
+            # AttributeError: np.load returned a plain array (an .npy file), with no ``files``.
+            raise DataError(f"{file} is not a readable .npz archive ({_short(err)}); {FIX}") from None
+        X, y = _checked(file, X, y, self.x_key, self.y_key)
+        kind = f"sparse, {X.nnz} non-zeros" if sparse else "dense"
+        notes = [f"read {X.shape[0]} rows x {X.shape[1]} features ({kind}) from {file}"]
+        return Table(X=X, y=y, name=f"npz:{Path(self.path).name}", notes=notes)
+
+    def _layout(self, file: Path, keys: list[str]) -> bool:
+        """True for the sparse layout; one line naming the keys found when a key is missing."""
+        sparse_keys = [self.x_key + suffix for suffix in SPARSE_SUFFIXES]
+        sparse = self.x_key not in keys and all(k in keys for k in sparse_keys)
+        for key, setting in ((self.x_key, "x_key"), (self.y_key, "y_key")):
+            if key not in keys and not (sparse and key == self.x_key):
+                raise DataError(
+                    f"{file} has no array '{key}' (data.{setting}); its keys are: {', '.join(keys) or 'none'}; "
+                    f"set data.{setting} to one of them, or {FIX}"
+                )
+        return sparse
+
+    def _count_rows(self, file: Path) -> int:
+        return _member_shape(file, self.y_key)[0]
+
+    def _width(self, file: Path) -> int | None:
+        try:
+            with zipfile.ZipFile(file) as archive:
+                sparse = f"{self.x_key}.npy" not in archive.namelist()
+        except (OSError, zipfile.BadZipFile) as err:
+            raise DataError(f"{file} is not a readable .npz archive ({_short(err)}); {FIX}") from None
+        if sparse:
+            with np.load(file, allow_pickle=False) as archive:
+                self._layout(file, archive.files)
+                return int(archive[self.x_key + "_shape"][1])
+        shape = _member_shape(file, self.x_key)
+        return shape[1] if len(shape) == 2 else None  # _read names the bad shape
+
+
+def _sparse(file: Path, archive, x_key: str) -> sp.csr_matrix:
+    data, indices, indptr, shape = (archive[x_key + suffix] for suffix in SPARSE_SUFFIXES)
+    try:
+        X = sp.csr_matrix((data, indices, indptr), shape=tuple(int(s) for s in shape))
+        X.check_format(full_check=True)
+    except (ValueError, TypeError) as err:
+        raise DataError(
+            f"{file}: {x_key}_data/_indices/_indptr/_shape do not form a CSR matrix ({_short(err)}); {FIX}"
+        ) from None
+    return X
+
+
+def _checked(file: Path, X, y: np.ndarray, x_key: str, y_key: str) -> tuple:
+    """X as float64 (dense 2-D or CSR) and y as float64 (n,), or one line saying what is wrong."""
+    if not sp.issparse(X) and X.ndim != 2:
+        raise DataError(f"{file}: '{x_key}' has shape {X.shape}; it must be 2-D, n rows x d features")
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise DataError(f"{file}: '{y_key}' has shape {y.shape}; it must hold one label per row")
+    for key, array in ((x_key, X), (y_key, y)):
+        if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.iscomplexobj(array):
+            raise DataError(f"{file}: '{key}' has dtype {array.dtype}; it must be real numbers")
+    if X.shape[0] != y.shape[0]:
+        raise DataError(f"{file}: '{x_key}' has {X.shape[0]} rows but '{y_key}' has {y.shape[0]} labels; they must match")
+    X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    values = X.data if sp.issparse(X) else X
+    bad = np.count_nonzero(~np.isfinite(values))
+    if bad:
+        where = "" if sp.issparse(X) else " (first at row {}, column {})".format(*np.argwhere(~np.isfinite(X))[0])
+        raise DataError(f"{file}: '{x_key}' holds {bad} non-finite values{where}; clean the data before saving")
+    if not np.all(np.isfinite(y)):
+        row = np.flatnonzero(~np.isfinite(y))[0]
+        raise DataError(f"{file}: '{y_key}' is {y[row]} at row {row}; every label must be finite")
+    if X.shape[0] == 0:
+        raise DataError(f"{file}: '{x_key}' has no rows; check data.path")
+    return X, y
+
+
+def _member_shape(file: Path, key: str) -> tuple[int, ...]:
+    """The shape of array ``key`` in the archive, read from its header alone (no data)."""
+    try:
+        with zipfile.ZipFile(file) as archive, archive.open(f"{key}.npy") as member:
+            version = np.lib.format.read_magic(member)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, _ = read_header(member)
+    except KeyError:
+        with zipfile.ZipFile(file) as archive:
+            keys = ", ".join(name.removesuffix(".npy") for name in archive.namelist())
+        raise DataError(f"{file} has no array '{key}'; its keys are: {keys}; {FIX}") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise DataError(f"{file} is not a readable .npz archive ({_short(err)}); {FIX}") from None
+    return shape
+
+
+def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y") -> Path:
+    """Write ``X`` (a dense array, or any scipy sparse matrix, stored as CSR) and ``y`` for `NPZSource`.
+
+    Both are stored as float64, uncompressed (so a part's row count can be read from its
+    header). Returns the path written; NumPy adds ``.npz`` when ``path`` lacks it.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, dtype=np.float64)
+        arrays = dict(zip((x_key + s for s in SPARSE_SUFFIXES), (X.data, X.indices, X.indptr, np.array(X.shape))))
+    else:
+        X = np.asarray(X, dtype=np.float64)
+        arrays = {x_key: X}
+    if X.ndim != 2 or y.shape != (X.shape[0],):
+        raise DataError(f"save_npz needs X of n x d and y of n, got X {X.shape} and y {y.shape}")
+    path = Path(path)
+    np.savez(path, **arrays, **{y_key: y})
+    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
+def _short(err: Exception) -> str:
+    """An exception's message on one line, cut to a readable length."""
+    return " ".join(str(err).split())[:120] or type(err).__name__

@@ -1,0 +1,108 @@
+"""The ``Table`` every data source returns, where its files are found, and how columns are scaled.
+
+A ``Table`` is the whole design matrix of a convex problem (or one worker's part of
+it): no train/test split, labels exactly as the file gives them. ``resolve`` turns a
+config's ``path`` and ``data_dir`` into one existing file, or one line that lists
+every place it looked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+import dane
+from dane.errors import ConfigError, DataError
+
+REPO_ROOT = Path(dane.__file__).resolve().parents[1]
+
+
+@dataclass
+class Table:
+    """Rows of a data set: ``X`` (n x d, float64; a ``csr_matrix`` stays sparse) and labels ``y``.
+
+    ``y`` is float64 exactly as read; `dane.data.labels.check_labels` fits it to a loss.
+    ``notes`` holds facts a run's log must state (rows imputed, columns one-hot
+    encoded, standardization, which part of which file); the entry point prints them.
+    """
+
+    X: np.ndarray | sp.csr_matrix
+    y: np.ndarray
+    name: str
+    notes: list[str]
+    feature_names: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        # A bug in a source, not a user error: fail loudly with a traceback.
+        assert self.X.dtype == np.float64 and self.X.ndim == 2, f"{self.name}: X must be 2-D float64"
+        assert isinstance(self.X, (np.ndarray, sp.csr_matrix)), f"{self.name}: X is {type(self.X)}"
+        assert self.y.dtype == np.float64 and self.y.shape == (self.X.shape[0],), f"{self.name}: y"
+        assert self.feature_names is None or len(self.feature_names) == self.X.shape[1]
+
+    @property
+    def n(self) -> int:
+        """Number of rows."""
+        return self.X.shape[0]
+
+    @property
+    def d(self) -> int:
+        """Number of features (columns of ``X``)."""
+        return self.X.shape[1]
+
+
+def resolve_dir(data_dir: str | Path | None) -> Path | None:
+    """``data_dir`` as an absolute folder: a relative one is taken from the repository root.
+
+    The repository root (not the working folder) so that the default ``../shared/data``
+    means the same folder whether a run starts in the repository or in a Hydra run dir.
+    """
+    if data_dir is None or str(data_dir) == "":
+        return None
+    folder = Path(data_dir).expanduser()
+    return (folder if folder.is_absolute() else REPO_ROOT / folder).resolve()
+
+
+def resolve(
+    path: str | Path,
+    data_dir: str | Path | None,
+    *,
+    fix: str = "set data.path=/absolute/path or data_dir=/folder/holding/it",
+) -> Path:
+    """The existing file ``path`` names: absolute as given; relative under ``data_dir``, then the cwd.
+
+    Raises one ``DataError`` line listing every place tried, then ``fix``.
+    """
+    if str(path) == "":
+        raise ConfigError("data.path is empty; set data.path=/absolute/path/to/file")
+    given = Path(path).expanduser()
+    if given.is_absolute():
+        tried = [given]
+    else:
+        folder = resolve_dir(data_dir)
+        tried = ([folder / given] if folder is not None else []) + [Path.cwd() / given]
+    for candidate in tried:
+        if candidate.is_file():
+            return candidate
+    where = ", ".join(f"{p} (a folder)" if p.is_dir() else str(p) for p in tried)
+    raise DataError(f"data file {path} not found; tried {where}; {fix}")
+
+
+def standardize_columns(X: np.ndarray, columns: list[int]) -> list[int]:
+    """Scale ``X[:, columns]`` in place to mean 0, std 1 (population std); return the constant ones.
+
+    A constant column (all values equal, tested exactly, not by a tiny std, which
+    rounding makes non-zero: 1000 copies of 0.1 have std 1.4e-17) is centred to
+    exactly 0, not divided.
+    """
+    constant = []
+    for j in columns:
+        column = X[:, j]
+        if column.size == 0 or np.all(column == column[0]):
+            constant.append(j)
+            X[:, j] = 0.0
+        else:
+            X[:, j] = (column - column.mean()) / column.std()
+    return constant
