@@ -163,7 +163,9 @@ def _check_header(file: Path, header: list[str] | None, rows: list, header_only:
         )
     repeated = sorted({c for c in header if header.count(c) > 1})
     if repeated:
-        raise DataError(f"{file}: the header names column(s) {', '.join(repeated)} twice; give every column its own name")
+        raise DataError(
+            f"{file}: the header names column(s) {', '.join(repeated)} twice; give every column its own name"
+        )
 
 
 def _no_column(file: Path, column: str, header: list[str], delimiter: str) -> str:

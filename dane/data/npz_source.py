@@ -112,7 +112,9 @@ def _checked(file: Path, X, y: np.ndarray, x_key: str, y_key: str) -> tuple:
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.iscomplexobj(array):
             raise DataError(f"{file}: '{key}' has dtype {array.dtype}; it must be real numbers")
     if X.shape[0] != y.shape[0]:
-        raise DataError(f"{file}: '{x_key}' has {X.shape[0]} rows but '{y_key}' has {y.shape[0]} labels; they must match")
+        raise DataError(
+            f"{file}: '{x_key}' has {X.shape[0]} rows but '{y_key}' has {y.shape[0]} labels; they must match"
+        )
     X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     values = X.data if sp.issparse(X) else X
@@ -133,8 +135,13 @@ def _member_shape(file: Path, key: str) -> tuple[int, ...]:
     try:
         with zipfile.ZipFile(file) as archive, archive.open(f"{key}.npy") as member:
             version = np.lib.format.read_magic(member)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, _, _ = read_header(member)
+            if version == (1, 0):
+                shape, _, _ = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, _, _ = np.lib.format.read_array_header_2_0(member)
+            else:  # a newer header version: read the array (rare; NumPy writes 1.0 when it can)
+                with np.load(file, allow_pickle=False) as whole:
+                    shape = whole[key].shape
     except KeyError:
         with zipfile.ZipFile(file) as archive:
             keys = ", ".join(name.removesuffix(".npy") for name in archive.namelist())

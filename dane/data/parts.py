@@ -29,24 +29,22 @@ def is_presharded(path: str) -> bool:
 
 def part_files(path: str, data_dir: str | None, size: int) -> list[Path]:
     """The ``size`` part files ``path.format(rank=r)``, checked to be exactly ``size`` of them."""
-    files = []
-    for rank in range(size):
-        try:
-            files.append(resolve(path.format(rank=rank), data_dir))
-        except DataError as err:
-            raise DataError(
-                f"{err} (part {rank} of the {size} workers); launch as many workers as "
-                f"there are part files, or write the missing part"
-            ) from None
-    found = size
+    found = 0  # parts 0, 1, ... that exist, up to the first gap
     while _exists(path.format(rank=found), data_dir):
         found += 1
+    if found < size:
+        resolve(
+            path.format(rank=found),
+            data_dir,
+            fix=f"the {size} workers need parts 0..{size - 1} of {path} but {found} exist; launch as many "
+            "workers as parts, or write the missing part (or check data.path and data_dir)",
+        )
     if found > size:
         raise DataError(
             f"{path.format(rank=size)} exists but only {size} workers were launched; there are "
             f"{found} parts of {path}, so launch {found} workers (as many workers as parts)"
         )
-    return files
+    return [resolve(path.format(rank=rank), data_dir) for rank in range(size)]
 
 
 def _exists(path: str, data_dir: str | None) -> bool:
@@ -114,6 +112,13 @@ class FileSource:
             raise ConfigError(f"data.path must be a file name, got {self.path!r}")
         if self.data_dir is not None and not isinstance(self.data_dir, str):
             raise ConfigError(f"data.data_dir must be a folder name or null, got {self.data_dir!r}")
+        try:
+            self.path.format(rank=0)
+        except (KeyError, IndexError, ValueError):
+            raise ConfigError(
+                f"data.path={self.path} has braces other than {{rank}}; the only placeholder is {{rank}}, "
+                "write literal braces as {{ and }}"
+            ) from None
 
     def load(self) -> Table:
         """Read the whole data set from ``path`` (not presharded)."""

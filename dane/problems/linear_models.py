@@ -123,12 +123,14 @@ class LinearModelConfig(SolverOptions):
 
         notes = []
         if self.source.presharded:
-            part, n_total = self.source.load_part(rank, size)
-            X, y = part.X, check_labels(part.y, self.loss, part.name)
-            if self.fit_intercept:
-                X = add_intercept(X)
             if self.loss == "softmax" and self.classes is None:
                 raise ConfigError("problem=softmax on presharded data needs problem.classes (a part may lack a class)")
+            part, n_total = self.source.load_part(rank, size)
+            # every part codes the labels against the same class list, even one that lacks a class
+            classes = np.arange(self.classes) if self.loss == "softmax" else None
+            X, y = part.X, check_labels(part.y, self.loss, part.name, classes=classes)
+            if self.fit_intercept:
+                X = add_intercept(X)
             notes += part.notes
         else:
             table = self.table()
