@@ -156,7 +156,7 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
 
 def check_data_used(cfg: DictConfig) -> None:
     """``data=...`` feeds the convex problems (their ``data: ${data}``); elsewhere it would be silently ignored."""
-    if cfg.get("data") is not None and not OmegaConf.is_interpolation(cfg.problem, "data"):
+    if cfg.get("data") is not None and not ("data" in cfg.problem and OmegaConf.is_interpolation(cfg.problem, "data")):
         raise ConfigError(f"data= is not used by problem={cfg.problem.get('name')}; the convex problems "
                           "(ridge, logreg, softmax) take data=csv|libsvm|npz|<built-in>; a network problem takes "
                           "data@problem.data=<set>")

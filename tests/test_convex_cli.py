@@ -1,0 +1,118 @@
+"""The command line on a user's own data: real launches on a sparse LIBSVM file, CSV, --config-dir, bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse
+import torch
+from sklearn.datasets import dump_svmlight_file
+
+from dane.results import read_rounds, read_summary
+from helpers import horovodrun, torchrun, train
+
+
+def write_sparse_logistic(path, n=400, d=3000, density=0.01, seed=0):
+    rng = np.random.default_rng(seed)
+    X = scipy.sparse.random(n, d, density=density, format="csr", random_state=seed)
+    X.data = np.round(rng.standard_normal(X.nnz), 6)  # dump_svmlight_file writes %.16g: keep values exact
+    w = rng.standard_normal(d)
+    y = np.where(X @ w + 0.3 * rng.standard_normal(n) > 0, 1, 0)
+    dump_svmlight_file(X, y, str(path), zero_based=False)
+    return X, y
+
+
+def sparse_run(path, out, *launcher):
+    return train("problem=logreg", "data=libsvm", f"data.path={path}", "data.zero_based=false", "problem.lam=0.01",
+                 "algorithm=dane", "rounds=4", "quiet=true", "save_iterate=true", f"out_dir={out}",
+                 *(["workers=2"] if not launcher else []), launcher=list(launcher[0]) if launcher else None)
+
+
+@pytest.fixture(scope="module")
+def sparse_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "sparse.svm"
+    write_sparse_logistic(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def simulated(sparse_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim")
+    proc = sparse_run(sparse_file, out)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_sparse_run_keeps_x_sparse_and_converges(simulated):
+    summary = read_summary(simulated)
+    assert any("cg (d=3001, sparse X" in note for note in summary["notes"])  # auto picked CG: no d x d matrix
+    records = read_rounds(simulated)
+    assert records[-1]["suboptimality"] < 1e-3 * records[0]["suboptimality"]
+
+
+@pytest.mark.parametrize("launch", [horovodrun, torchrun], ids=["horovodrun", "torchrun"])
+def test_sparse_problem_under_a_launcher_equals_the_simulator(launch, sparse_file, simulated, tmp_path):
+    proc = sparse_run(sparse_file, tmp_path, launch(2))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    real, sim = read_rounds(tmp_path), read_rounds(simulated)
+    assert len(real) == len(sim) == 5
+    for a, b in zip(real, sim):
+        assert a["comm_rounds"] == b["comm_rounds"] and a["bytes_sent"] == b["bytes_sent"]
+        assert abs(a["suboptimality"] - b["suboptimality"]) <= 1e-10 * max(1.0, b["suboptimality"])
+    torch.testing.assert_close(torch.load(tmp_path / "iterate.pt"), torch.load(simulated / "iterate.pt"),
+                               rtol=0, atol=1e-10)
+
+
+def test_csv_with_a_categorical_column_runs_to_the_optimum(tmp_path):
+    rng = np.random.default_rng(1)
+    n = 300
+    x1, x2 = rng.standard_normal(n), rng.standard_normal(n)
+    group = rng.choice(["a", "b", "c"], n)
+    y = 2 * x1 - x2 + (group == "b") + 0.1 * rng.standard_normal(n)
+    lines = ["x1,x2,group,y"] + [f"{a:.6f},{'' if i == 7 else f'{b:.6f}'},{g},{t:.6f}"
+                                  for i, (a, b, g, t) in enumerate(zip(x1, x2, group, y))]
+    (tmp_path / "mine.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    proc = train("problem=ridge", "data=csv", f"data.path={tmp_path / 'mine.csv'}", "data.target=y",
+                 "data.categorical=[group]", "workers=3", "tol=1e-10", "rounds=30", "quiet=true", f"out_dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    summary = read_summary(out)
+    assert summary["status"] == "converged" and summary["final_suboptimality"] <= 1e-10
+    notes = " ".join(summary["notes"])
+    assert "imputed" in notes and "group" in notes  # the one missing x2 and the one-hot column are in the log
+
+
+def test_a_users_own_config_dir_adds_a_problem_and_a_data_set(tmp_path):
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((120, 4))
+    np.savez(tmp_path / "arrays.npz", X=X, y=X @ np.arange(1, 5) + 0.01 * rng.standard_normal(120))
+    (tmp_path / "conf" / "problem").mkdir(parents=True)
+    (tmp_path / "conf" / "data").mkdir()
+    (tmp_path / "conf" / "data" / "mine.yaml").write_text(
+        f"_target_: dane.data.files.NPZSource\npath: {tmp_path / 'arrays.npz'}\nname: mine\n")
+    (tmp_path / "conf" / "problem" / "my_ridge.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /data: mine\nproblem:\n"
+        "  _target_: dane.problems.linear_models.LinearModelConfig\n  name: my_ridge\n  loss: squared\n"
+        "  data: ${data}\n  lam: 0.1\n")
+    out = tmp_path / "run"
+    proc = train("--config-dir", str(tmp_path / "conf"), "problem=my_ridge", "workers=2", "tol=1e-10",
+                 "quiet=true", f"out_dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    summary = read_summary(out)
+    assert summary["problem"] == "my_ridge" and summary["final_suboptimality"] <= 1e-10
+    # an unknown choice is still one line, naming the folders searched
+    proc = train("--config-dir", str(tmp_path / "conf"), "problem=nope", "quiet=true")
+    assert proc.returncode == 2 and "problem=nope is unknown" in proc.stderr and "my_ridge" in proc.stderr
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["problem=ridge", "data=csv", "data.path=/nonexistent/x.csv", "data.target=y"], "x.csv"),
+    (["problem=ridge_synthetic", "data=digits"], "data= is not used by problem=ridge_synthetic"),
+    (["problem=logreg", "data=digits"], "problem=logreg needs two classes"),
+    (["problem=ridge", "problem.local_solver=qr"], "problem.local_solver must be one of"),
+])
+def test_bad_input_is_one_line_and_exit_2(overrides, message, tmp_path):
+    proc = train(*overrides, "quiet=true", f"out_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not (tmp_path / "run").exists()
