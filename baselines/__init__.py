@@ -19,3 +19,11 @@ __all__ = [
     "ADMM", "ADMMConfig", "AGGREGATES", "GD", "GDConfig", "LocalSGD", "LocalSGDConfig", "OSAConfig",
     "OneShotAveraging", "lanczos_max_eig", "local_steps", "residual_balance",
 ]
+from .disco import DiSCO, DiSCOConfig, distributed_pcg  # noqa: E402  (Newton-type: distributed PCG, damped step)
+from .giant import GIANT, GIANTConfig  # noqa: E402  (Newton-type: averaged local Newton directions, line search)
+
+__all__ += ["DiSCO", "DiSCOConfig", "GIANT", "GIANTConfig", "distributed_pcg"]
+from .aide import AIDE, AIDEConfig  # noqa: E402  (Catalyst acceleration around InexactDANE)
+from .inexact_dane import InexactDANE, InexactDANEConfig  # noqa: E402  (DANE with an SVRG or CG local solve)
+
+__all__ += ["AIDE", "AIDEConfig", "InexactDANE", "InexactDANEConfig"]

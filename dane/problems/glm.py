@@ -118,6 +118,7 @@ class LinearModelShard:
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
         self.notes = list(notes)
         self._factors: dict[tuple[float, bool], torch.Tensor] = {}
+        self._last_factor: tuple[float, torch.Tensor, torch.Tensor] | None = None  # (shift, point, factor)
         self._row_smoothness: float | None = None
 
     # ------------------------------------------------------------------ the Problem protocol
@@ -180,7 +181,7 @@ class LinearModelShard:
         return (rho / (rho + self.l2)) * v
 
     # ------------------------------------------------------------------ what the local solvers use
-    def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor, shift: float, with_reg: bool = False,
+    def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor, shift: float, with_reg: bool,
                       solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
         """(∇²D_i(at) [+ λI] + shift I)⁻¹ r, by Cholesky (dense Hessian) or CG on Hessian-vector products."""
         solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
@@ -227,6 +228,9 @@ class LinearModelShard:
         key = (float(shift), True)
         if self.quadratic and key in self._factors:  # a quadratic's Hessian does not depend on the point
             return self._factors[key]
+        last = self._last_factor
+        if last is not None and last[0] == float(shift) and torch.equal(last[1], at):
+            return last[2]  # the same point again (DiSCO's preconditioner, once per PCG iteration)
         H = self.dense_hessian(at)
         H.diagonal().add_(shift)
         L, info = torch.linalg.cholesky_ex(H)
@@ -237,6 +241,8 @@ class LinearModelShard:
             if len(self._factors) >= 8:
                 self._factors.pop(next(iter(self._factors)))
             self._factors[key] = L
+        else:
+            self._last_factor = (float(shift), at.clone(), L)
         return L
 
     def _suboptimality(self, w: torch.Tensor, objective: torch.Tensor) -> torch.Tensor:

@@ -88,7 +88,7 @@ class QuadraticProblem:
         r"""argmin_z λ||z||^2 + (ρ/2)||z - v||^2 = ρ v / (ρ + 2λ): the prox of the shared regulariser (ADMM's z-step)."""
         return (rho / (rho + 2 * self.lam)) * v
 
-    def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool = False,
+    def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
                       solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
         """(A_i [+ 2λI] + shift I)⁻¹ r, by the cached Cholesky factor or by CG on Hessian-vector products."""
         solver = self.solver if solver is None else solver.resolve(self.dim, sparse=False)

@@ -1,0 +1,311 @@
+"""GIANT and DiSCO against independent references: numpy closed forms, exact Newton steps and scipy.
+
+Linear models are built directly from numpy data (N=600, d=20, 3 workers, feature j scaled
+by j^-0.5, λ=1e-3), so every reference here is computed without the package's own
+solvers: the ridge optimum by a dense numpy solve, the logistic one by scipy's L-BFGS-B,
+and Newton directions from the exact numpy Hessian.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.special
+import scipy.sparse
+import torch
+from hydra import compose, initialize_config_dir
+
+from baselines import DiSCOConfig, GIANTConfig, distributed_pcg
+from baselines.giant import armijo_step
+from dane.comm import LocalCommunicator, ThreadGroup
+from dane.dane import DANEConfig
+from dane.errors import ConfigError
+from dane.launch import execute
+from dane.local_solvers import LocalSolver
+from dane.losses import LOGISTIC, SQUARED
+from dane.problems import RidgeSyntheticConfig
+from dane.problems.glm import LinearModelShard, to_torch
+from dane.problems.linear_models import solve_optimum
+from dane.results import read_rounds, read_summary
+from dane.runner import StopRule, run
+from experiments.config import CONF_DIR, run_spec
+import helpers
+from helpers import simulate
+
+N, D, M, LAM = 600, 20, 3, 1e-3
+LOSSES = {"ridge": SQUARED, "logistic": LOGISTIC}
+
+
+# --- references in numpy ----------------------------------------------------------------------------
+
+def make_data(loss: str, seed: int = 0, sparse: bool = False):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, D)) * np.arange(1, D + 1) ** -0.5
+    if sparse:
+        X = X * (rng.random((N, D)) < 0.3)  # about 30% nonzeros
+    z = X @ rng.standard_normal(D)
+    if loss == "logistic":
+        y = np.where(z + 0.3 * rng.standard_normal(N) > 0, 1.0, -1.0)
+    else:
+        y = z + 0.5 * rng.standard_normal(N)
+    return X, y
+
+
+def objective(loss: str, X, y, w):
+    z = X @ w
+    data = 0.5 * np.square(z - y) if loss == "ridge" else np.logaddexp(0.0, -y * z)
+    return data.mean() + 0.5 * LAM * w @ w
+
+
+def gradient(loss: str, X, y, w):
+    z = X @ w
+    dz = z - y if loss == "ridge" else -y * scipy.special.expit(-y * z)
+    return X.T @ dz / len(y) + LAM * w
+
+
+def hessian(loss: str, X, y, w):
+    z = X @ w
+    curv = np.ones_like(z) if loss == "ridge" else scipy.special.expit(z) * scipy.special.expit(-z)
+    return (X.T * curv) @ X / len(y) + LAM * np.eye(X.shape[1])
+
+
+def reference_optimum(loss: str, X, y) -> float:
+    """O* by the closed form (ridge) or scipy's L-BFGS-B to gtol 1e-12 (logistic)."""
+    if loss == "ridge":
+        w = np.linalg.solve(X.T @ X / len(y) + LAM * np.eye(X.shape[1]), X.T @ y / len(y))
+        return objective(loss, X, y, w)
+    fun = lambda w: (objective(loss, X, y, w), gradient(loss, X, y, w))  # noqa: E731
+    result = scipy.optimize.minimize(fun, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B",
+                                     options={"gtol": 1e-12, "ftol": 0.0, "maxiter": 10000, "maxcor": 30})
+    assert np.abs(result.jac).max() < 1e-10
+    return float(result.fun)
+
+
+def shards(loss: str, X, y, m: int = M, solver: LocalSolver | None = None) -> list[LinearModelShard]:
+    """Worker i holds rows i::m (dense, or CSR when X is scipy sparse), with the package's own optimum for records."""
+    extra = {} if solver is None else {"solver": solver}
+    full = LinearModelShard(to_torch(X), torch.from_numpy(y), LOSSES[loss], l2=LAM, weight=1 / len(y), **extra)
+    w_star = solve_optimum(full)
+    f_star = float(full.objective(w_star))
+    X = scipy.sparse.csr_matrix(X) if scipy.sparse.issparse(X) else X
+    return [LinearModelShard(to_torch(X[i::m]), torch.from_numpy(y[i::m]), LOSSES[loss], l2=LAM, weight=m / len(y),
+                             w_star=w_star, f_star=f_star, **extra) for i in range(m)]
+
+
+def simulate_from(config, problems, w0: torch.Tensor, rounds: int):
+    """`simulate`, started at ``w0``: per worker (records, iterates w_0..w_T)."""
+
+    def worker(comm):
+        algo = config.build(problems[comm.rank], comm)
+        algo.w = w0.clone()
+        iterates = [algo.iterate.clone()]
+        records, _ = run(algo, StopRule(rounds=rounds), lambda record: iterates.append(algo.iterate.clone()))
+        return records, iterates[: len(records)]
+
+    return ThreadGroup(len(problems)).run(worker)
+
+
+# --- convergence to independent optima --------------------------------------------------------------
+
+# (algorithm, loss): rounds to 1e-8 relative suboptimality measured on this problem, the test's bound
+ROUNDS_TO_1E8 = {("giant", "ridge"): 7, ("giant", "logistic"): 6, ("disco", "ridge"): 6, ("disco", "logistic"): 7}
+CONFIGS = {"giant": GIANTConfig(), "disco": DiSCOConfig()}
+
+
+@pytest.mark.parametrize("algorithm, loss", list(ROUNDS_TO_1E8))
+def test_reaches_the_reference_optimum(algorithm, loss):
+    X, y = make_data(loss)
+    f_ref = reference_optimum(loss, X, y)
+    limit = ROUNDS_TO_1E8[algorithm, loss]
+    (_, records, iterates), *_ = simulate(CONFIGS[algorithm], shards(loss, X, y), rounds=limit, tol=1e-8 * f_ref)
+    w = iterates[-1].numpy()
+    assert len(records) - 1 <= limit and records[-1]["suboptimality"] <= 1e-8 * f_ref
+    assert 0 <= (objective(loss, X, y, w) - f_ref) / f_ref <= 1e-8
+    assert records[-1]["objective"] == pytest.approx(objective(loss, X, y, w), rel=1e-12)
+    steps = np.diff([r["comm_rounds"] for r in records])
+    if algorithm == "giant":
+        assert (steps == 3).all()  # gradient, mean direction, line search
+    else:
+        assert (steps == [2 * r["pcg_iters"] + 1 for r in records[:-1]]).all()
+
+
+# --- GIANT ------------------------------------------------------------------------------------------
+
+def test_giant_on_one_worker_is_newton_with_a_backtracking_line_search():
+    X, y = make_data("logistic")
+    w0 = np.full(D, 3.0)  # far from the optimum: the first steps backtrack
+    records, iterates = simulate_from(GIANTConfig(cg_tol=1e-14), shards("logistic", X, y, m=1),
+                                      torch.from_numpy(w0), rounds=8)[0]
+    w = w0
+    candidates = 0.5 ** np.arange(10)
+    for t, record in enumerate(records[:-1]):
+        g, f = gradient("logistic", X, y, w), objective("logistic", X, y, w)
+        p = np.linalg.solve(hessian("logistic", X, y, w), g)
+        ok = [objective("logistic", X, y, w - a * p) <= f - 1e-4 * a * (g @ p) for a in candidates]
+        alpha = candidates[ok.index(True)]
+        assert record["step_size"] == alpha and record["armijo_met"]
+        w = w - alpha * p
+        np.testing.assert_allclose(iterates[t + 1].numpy(), w, rtol=0, atol=1e-10)
+    assert records[0]["step_size"] < 1 and records[-2]["step_size"] == 1  # damped far away, full steps close by
+    assert records[-1]["suboptimality"] <= 1e-15  # quadratic convergence: 2e-7, 3e-13, 6e-17
+
+
+def test_giant_on_a_quadratic_is_dane_with_eta_1_and_mu_0():
+    problems = helpers.ridge_shards(4, RidgeSyntheticConfig(n_samples=2000, dim=50))
+    _, dane_records, dane_iterates = simulate(DANEConfig(eta=1.0, mu=0.0, safeguard=False), problems, rounds=8)[0]
+    _, giant_records, giant_iterates = simulate(GIANTConfig(cg_tol=1e-14), problems, rounds=8)[0]
+    assert all(r["step_size"] == 1.0 for r in giant_records[:-1])
+    for w_dane, w_giant in zip(dane_iterates, giant_iterates, strict=True):
+        assert torch.allclose(w_giant, w_dane, rtol=0, atol=1e-10)
+    assert giant_records[-1]["suboptimality"] <= 1e-10
+    assert [r["comm_rounds"] for r in giant_records] == [3 * t for t in range(9)]  # DANE: 2 per round
+    assert [r["comm_rounds"] for r in dane_records] == [2 * t for t in range(9)]
+
+
+def test_armijo_takes_the_largest_qualifying_step_else_the_smallest():
+    steps = torch.tensor([1.0, 0.5, 0.25])
+    # O(w) = 1, slope 1, armijo 0.1: thresholds 0.9, 0.95, 0.975
+    assert armijo_step(1.0, 1.0, steps, torch.tensor([0.95, 0.94, 0.5]), armijo=0.1) == (1, True)
+    assert armijo_step(1.0, 1.0, steps, torch.tensor([0.9, 2.0, 2.0]), armijo=0.1) == (0, True)
+    assert armijo_step(1.0, 1.0, steps, torch.tensor([math.nan, math.inf, 0.99]), armijo=0.1) == (2, False)
+
+
+# --- DiSCO ------------------------------------------------------------------------------------------
+
+def test_distributed_pcg_solves_the_system_and_skips_the_unused_last_preconditioning():
+    rng = np.random.default_rng(1)
+    Q = np.linalg.qr(rng.standard_normal((30, 30)))[0]
+    H = Q @ np.diag(np.logspace(-3, 0, 30)) @ Q.T
+    P = H + 1e-3 * np.diag(rng.random(30))  # a nearby matrix (λ_min(H) = 1e-3): a good preconditioner
+    g = rng.standard_normal(30)
+    calls = {"H": 0, "P": 0}
+
+    def hv(u):
+        calls["H"] += 1
+        return torch.from_numpy(H @ u.numpy())
+
+    def precondition(r):
+        calls["P"] += 1
+        return torch.from_numpy(np.linalg.solve(P, r.numpy()))
+
+    result = distributed_pcg(hv, precondition, torch.from_numpy(g), eps=1e-12 * np.linalg.norm(g), max_iter=30)
+    np.testing.assert_allclose(result.v.numpy(), np.linalg.solve(H, g), rtol=1e-9)
+    np.testing.assert_allclose(result.Hv.numpy(), H @ result.v.numpy(), rtol=0, atol=1e-12)
+    assert result.residual <= 1e-12 * np.linalg.norm(g)
+    assert calls == {"H": result.iters, "P": result.iters}  # one before the loop, none after the last product
+    plain = distributed_pcg(hv, torch.clone, torch.from_numpy(g), eps=1e-12 * np.linalg.norm(g), max_iter=30)
+    assert result.iters < 20 and plain.iters == 30  # CG without it (condition 1e3) is not done after d products
+    exact = distributed_pcg(hv, lambda r: torch.from_numpy(np.linalg.solve(H, r.numpy())), torch.from_numpy(g),
+                            eps=1e-12 * np.linalg.norm(g), max_iter=30)
+    assert exact.iters == 1
+    zero = distributed_pcg(hv, precondition, torch.zeros(30, dtype=torch.float64), eps=0.0, max_iter=30)
+    assert zero.iters == 0 and not zero.v.any()
+
+
+@pytest.mark.parametrize("loss", ["ridge", "logistic"])
+def test_disco_step_is_the_damped_newton_step_with_the_exact_direction(loss):
+    X, y = make_data(loss)
+    rounds = 4
+    _, records, iterates = simulate(DiSCOConfig(pcg_tol=1e-13), shards(loss, X, y), rounds=rounds)[0]
+    w = np.zeros(D)
+    for t in range(rounds):
+        H = hessian(loss, X, y, w)
+        v = np.linalg.solve(H, gradient(loss, X, y, w))   # H⁻¹ g, the exact Newton direction
+        delta = math.sqrt(v @ H @ v)
+        w = w - v / (1 + delta)
+        assert records[t]["delta"] == pytest.approx(delta, rel=1e-10)
+        assert records[t]["pcg_residual"] <= 1e-13
+        np.testing.assert_allclose(iterates[t + 1].numpy(), w, rtol=0, atol=1e-10)
+    assert records[0]["step_size"] < 0.6  # the damping is active
+
+
+def test_disco_on_one_worker_needs_one_pcg_iteration():
+    # m=1 and μ=0: the preconditioner is the Hessian itself, so PCG is exact after one product
+    X, y = make_data("logistic")
+    _, records, _ = simulate(DiSCOConfig(mu=0.0), shards("logistic", X, y, m=1), rounds=5)[0]
+    assert [r["pcg_iters"] for r in records[:-1]] == [1] * 5
+    assert [r["comm_rounds"] for r in records] == [3 * t for t in range(6)]
+    assert all(r["pcg_residual"] < 1e-10 for r in records[:-1])
+
+
+# --- sparse data ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ["giant", "disco"])
+def test_sparse_shards_give_the_dense_iterates(algorithm):
+    X, y = make_data("logistic", seed=2, sparse=True)
+    solver = LocalSolver("cg", tol=1e-14, max_iter=200)  # worker 0's preconditioner solve, the same on both
+    dense = simulate(CONFIGS[algorithm], shards("logistic", X, y, solver=solver), rounds=6)[0]
+    sparse_problems = shards("logistic", scipy.sparse.csr_matrix(X), y, solver=solver)
+    assert all(p.sparse for p in sparse_problems)
+    sparse = simulate(CONFIGS[algorithm], sparse_problems, rounds=6)[0]
+    for w_dense, w_sparse in zip(dense[2], sparse[2], strict=True):
+        assert torch.allclose(w_sparse, w_dense, rtol=0, atol=1e-10)
+    assert [r["comm_rounds"] for r in sparse[1]] == [r["comm_rounds"] for r in dense[1]]
+    assert sparse[1][-1]["suboptimality"] <= 1e-8 * sparse[1][-1]["objective"]
+
+
+# --- configuration, entry point, resume -------------------------------------------------------------
+
+@pytest.mark.parametrize("factory, key, value", [
+    (GIANTConfig, "cg_tol", 0.0),
+    (GIANTConfig, "cg_max_iter", 0),
+    (GIANTConfig, "line_search_steps", 0),
+    (GIANTConfig, "backtrack", 1.0),
+    (GIANTConfig, "backtrack", -0.5),
+    (GIANTConfig, "armijo", 1.0),
+    (DiSCOConfig, "mu", -1.0),
+    (DiSCOConfig, "pcg_tol", 0.0),
+    (DiSCOConfig, "pcg_tol", 1.5),
+    (DiSCOConfig, "pcg_max_iter", 2.5),
+])
+def test_bad_hyperparameters_name_the_key_and_value(factory, key, value):
+    with pytest.raises(ConfigError, match=rf"algorithm\.{key}.*{value}"):
+        factory(**{key: value})
+
+
+class GradientOnly:
+    """A problem without Hessian-vector products (as the neural problems are)."""
+
+    dim, dtype, metric_names = 3, torch.float64, ("objective",)
+
+    def initial_point(self) -> torch.Tensor:
+        return torch.zeros(3, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("algorithm", ["giant", "disco"])
+def test_a_problem_without_hessian_products_is_rejected_at_build(algorithm):
+    with pytest.raises(ConfigError, match=f"algorithm={algorithm} needs GradientOnly.hessian_vector"):
+        CONFIGS[algorithm].build(GradientOnly(), LocalCommunicator())
+
+
+@pytest.mark.parametrize("algorithm", ["giant", "disco"])
+def test_hydra_entry_point_runs_each_method(tmp_path, algorithm):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"algorithm={algorithm}", "workers=4", "rounds=30", "tol=1e-8",
+                                           "problem.n_samples=2000", "problem.dim=50", "quiet=true"])
+    summary = execute(run_spec(cfg), str(tmp_path))
+    assert read_summary(tmp_path) == summary and summary["algorithm"] == algorithm
+    assert summary["status"] == "converged"
+    rounds = read_rounds(tmp_path)
+    key = "step_size" if algorithm == "giant" else "pcg_iters"
+    assert key in rounds[0] and rounds[-1]["suboptimality"] <= 1e-8
+
+
+@pytest.mark.parametrize("config", [GIANTConfig(), DiSCOConfig()], ids=["giant", "disco"])
+def test_a_resumed_run_continues_exactly(config):
+    problems = helpers.ridge_shards(4, RidgeSyntheticConfig(n_samples=2000, dim=50, covariance="decay"))
+
+    def worker(comm, resume_from=None):
+        algo = config.build(problems[comm.rank], comm)
+        saved = {}
+        resume = resume_from[comm.rank] if resume_from else None
+        records, _ = run(algo, StopRule(rounds=6), resume=resume, checkpoint_every=3,
+                         on_checkpoint=lambda state: saved.setdefault(state["round"], state))
+        return records, saved
+
+    whole = ThreadGroup(4).run(worker)
+    resumed = ThreadGroup(4).run(lambda comm: worker(comm, [saved[3] for _, saved in whole]))
+    strip = lambda records: [{k: v for k, v in r.items() if k != "time_s"} for r in records]  # noqa: E731
+    assert strip(resumed[0][0]) == strip(whole[0][0][3:])
