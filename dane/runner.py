@@ -134,6 +134,8 @@ class RoundTable:
     COLUMNS = (("round", "{:>5d}"), ("time_s", "{:>9.4f}"), ("bytes_sent", "{:>10}"), ("objective", "{:>14.8e}"),
                ("suboptimality", "{:>12.3e}"), ("grad_norm", "{:>10.3e}"), ("mu", "{:>8.3g}"), ("L_est", "{:>8.4g}"),
                ("rho", "{:>8.3g}"), ("primal_residual", "{:>15.3e}"), ("dual_residual", "{:>13.3e}"),
+               ("step_size", "{:>9.3g}"), ("cg_iters", "{:>8.1f}"), ("pcg_iters", "{:>9.0f}"), ("delta", "{:>9.3g}"),
+               ("tau", "{:>8.3g}"), ("zeta", "{:>8.3g}"),
                ("test_loss", "{:>9.4f}"), ("test_accuracy", "{:>13.4f}"))
     #: columns shown from the first round when another key is there, though their values come later
     #: (ADMM's residuals of round t ride in round t+1's allreduce)
