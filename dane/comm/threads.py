@@ -87,6 +87,7 @@ class ThreadGroup:
 
         def target(comm: ThreadCommunicator) -> None:
             try:
+                torch.set_num_threads(1)  # per thread: a fresh thread's first BLAS call may otherwise use more, in another order
                 comm._mark = time.thread_time()
                 results[comm.rank] = fn(comm)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
