@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from dane import checks
 from dane.api import build
 from dane.comm import AlphaBeta, Stragglers, detect_launcher, resolve_backend
-from dane.errors import ConfigError, UserError
+from dane.errors import ConfigError
 from dane.launch import PROGRESS, HorovodOptions, RunSpec
 from dane.runner import StopRule
 

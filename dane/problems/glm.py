@@ -24,23 +24,17 @@ loss it is the exact quadratic identity :math:`\tfrac12 e^\top H_i e`, e = w −
 """
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
-import scipy.optimize
 import scipy.sparse
 import torch
 
-from .. import checks
 from ..errors import ConfigError
-from ..inner import worker_seed
 from ..linalg import cg
 from ..local_solvers import LocalSolver, prox_solve
-from ..losses import LOSSES, Loss
+from ..losses import Loss
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
