@@ -16,7 +16,8 @@ import torch
 
 from .. import checks
 from ..errors import ConfigError
-from ..local_solvers import LocalSolver
+from ..linalg import cg
+from ..local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
 from ..inner import worker_seed
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
@@ -91,9 +92,13 @@ def _optimum_cached(n_samples, dim, covariance, noise_std, seed, lam):
 
 
 def ridge_optimum(X: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
-    n = X.shape[0]
-    H = (2.0 / n) * (X.T @ X) + 2 * lam * torch.eye(X.shape[1], dtype=X.dtype)
-    return torch.linalg.solve(H, (2.0 / n) * (X.T @ y))
+    """argmin (1/n)||Xw - y||² + λ||w||²: a dense solve up to d = AUTO_MAX_DIM, else CG to 1e-14 (no d x d matrix)."""
+    n, d = X.shape
+    rhs = (2.0 / n) * (X.T @ y)
+    if d > AUTO_MAX_DIM:
+        return cg(lambda v: (2.0 / n) * (X.T @ (X @ v)) + 2 * lam * v, rhs, rtol=1e-14, max_iter=20 * d).x
+    H = (2.0 / n) * (X.T @ X) + 2 * lam * torch.eye(d, dtype=X.dtype)
+    return torch.linalg.solve(H, rhs)
 
 
 def quadratic_shard(X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None) -> "RidgeShard":
