@@ -162,3 +162,25 @@ def test_fit_rejects_bad_input_with_one_line():
         dane.fit(dane.problems.Ridge(X, y), "dane", eta=-1.0)
     with pytest.raises(ConfigError, match="problem.local_solver must be one of"):
         dane.problems.Ridge(X, y, local_solver="qr")
+
+
+@pytest.mark.parametrize("name, data, dim", [("ridge", "diabetes", 11), ("logreg", "breast_cancer", 31),
+                                             ("softmax", "digits", 650)])
+def test_every_linear_model_config_builds_with_its_default_data(name, data, dim):
+    from hydra import compose, initialize_config_dir
+
+    from dane.api import build
+    from dane.problems.linear_models import LinearModelConfig
+
+    with initialize_config_dir(str(dane.api.CONF_DIR), version_base="1.3"):
+        cfg = compose("config", [f"problem={name}"])
+    assert cfg.data.get("name") == data or cfg.data.get("dataset") == data
+    problem = build(cfg, "problem")
+    assert isinstance(problem, LinearModelConfig) and problem.name == name
+    problem.check_workers(3)
+    shards = [problem.build(rank, 3) for rank in range(3)]
+    assert shards[0].dim == dim and shards[0].metric_names == ("objective", "suboptimality")
+    w_star = problem.reference_optimum()[0]
+    grads, metrics = zip(*(s.evaluate(w_star) for s in shards))
+    assert float(sum(m[1] for m in metrics)) / 3 == pytest.approx(0.0, abs=1e-12)  # O(w*) - O* = 0
+    assert float(torch.linalg.vector_norm(sum(grads) / 3)) <= 1e-10
