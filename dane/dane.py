@@ -53,7 +53,9 @@ class DANE(Algorithm):
         self.eta = eta
         self.mu = mu
         self.local_solver = local_solver  # a dane.local_solvers.LocalSolver, or None: the problem's own
-        self.guard = MuSafeguard(mu, convex=getattr(problem, "convex", True)) if safeguard else None
+        convex = getattr(problem, "convex", True)
+        self.guard = MuSafeguard(mu, convex=convex, forget=not (convex and getattr(problem, "quadratic", False))
+                                 ) if safeguard else None
 
     def step(self) -> dict[str, float]:
         w = self.w
@@ -123,7 +125,15 @@ class MuSafeguard:
     solve with the μ of the rule; if the rejected step had already used that μ, ``boost``
     is first multiplied by ``grow``.  With a convex objective and exact local
     solves, a large enough μ makes the step a descent step, so the run cannot diverge.
-    On a convex problem ``spread`` (max_t δ_t) and ``boost`` never decrease.
+    On a convex quadratic ``spread`` (max_t δ_t) and ``boost`` never decrease.
+
+    *Convex but not quadratic* (logistic and softmax regression: ``forget=True``, the
+    default unless the problem says ``quadratic``): the local Hessians move with w, so the
+    spread seen far from the optimum overstates the one near it.  The spread forgets and
+    ``boost`` shrinks after accepted rounds, exactly as for a non-convex problem below,
+    while acceptance stays strict (the objective never increases).  A quadratic keeps the
+    never-decreasing rule.  tests/test_dane.py checks that forgetting needs fewer rounds on
+    logistic regression of breast_cancer.
 
     *Non-convex problems* (``convex=False``, from the problem's ``convex`` attribute:
     networks other than the logistic model) change three things, so that μ follows the
@@ -158,10 +168,12 @@ class MuSafeguard:
     """
 
     def __init__(self, mu: float, *, scale: float = 0.4, grow: float = 4.0, rtol: float = 1e-12,
-                 convex: bool = True, slack: float = 0.25, shrink: float = 2.0, decay: float = 0.5):
+                 convex: bool = True, forget: bool | None = None, slack: float = 0.25, shrink: float = 2.0,
+                 decay: float = 0.5):
         self.mu_floor = self.mu = mu
         self.scale, self.grow, self.rtol = scale, grow, rtol
         self.convex, self.slack, self.shrink, self.decay = convex, slack, shrink, decay
+        self.forget = (not convex) if forget is None else forget
         self.boost = 1.0
         self.spread = 0.0  # max_t δ_t (convex); a decaying max (non-convex)
         self.best = math.inf  # lowest accepted objective (non-convex only)
@@ -187,7 +199,7 @@ class MuSafeguard:
                 delta = math.sqrt(max(spread_sq, 0.0) / step_sq)
                 if curvature > 0:  # a deviation small against the curvature needs only δ²/κ
                     delta *= min(1.0, delta / curvature)
-                self.spread = max(self.spread if self.convex else self.decay * self.spread, delta)
+                self.spread = max(self.decay * self.spread if self.forget else self.spread, delta)
         objective, best = float(metrics[0]), float(metrics0[0])
         if self.convex:
             accepted = objective <= best + self.rtol * abs(best)  # False for nan and inf too
@@ -197,7 +209,7 @@ class MuSafeguard:
         mu_used = self.mu
         if accepted:
             self.accepted = (w, local_grad, g, metrics)
-            if not self.convex:
+            if self.forget:
                 self.boost = max(1.0, self.boost / self.shrink)
         elif mu_used >= self._rule():
             # the rule's own μ failed (compared on the grid: a μ rounded down is still the rule's);
