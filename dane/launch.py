@@ -139,6 +139,9 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
         try:
             out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's directory
             problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
+            release = getattr(spec.problem, "release", None)
+            if release is not None:
+                release()  # one process, one worker: keep only this worker's shard in memory
             comm.barrier()
             comm.reset_clock()
             summary = _worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)

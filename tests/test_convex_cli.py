@@ -116,3 +116,20 @@ def test_bad_input_is_one_line_and_exit_2(overrides, message, tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_presharded_parts_reach_the_optimum_of_the_whole_file(tmp_path):
+    X, y = write_sparse_logistic(tmp_path / "whole.svm", n=300, d=2000, seed=4)
+    for rank, rows in enumerate(np.array_split(np.arange(300), 2)):
+        dump_svmlight_file(X[rows], y[rows], str(tmp_path / f"part-{rank}.svm"), zero_based=False)
+    common = ["problem=logreg", "data=libsvm", "data.zero_based=false", "data.n_features=2000",
+              "problem.lam=0.01", "workers=2", "rounds=40", "quiet=true"]
+    whole = train(*common, f"data.path={tmp_path / 'whole.svm'}", "tol=1e-12", f"out_dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr
+    parts = train(*common, f"data.path='{tmp_path}/part-{{rank}}.svm'", "tol=1e-9", f"out_dir={tmp_path / 'parts'}")
+    assert parts.returncode == 0, parts.stderr
+    optimum = read_summary(tmp_path / "whole")["final_objective"]
+    summary = read_summary(tmp_path / "parts")
+    assert summary["status"] == "converged" and "final_suboptimality" not in summary or summary["final_suboptimality"] is None
+    assert summary["final_grad_norm"] <= 1e-9
+    assert summary["final_objective"] == pytest.approx(optimum, rel=1e-12)  # the same objective, sharded by file

@@ -109,6 +109,10 @@ class LinearModelConfig(SolverOptions):
             _OPTIMA[key] = (w, float(metrics[0]), float(torch.linalg.vector_norm(grad)))
         return _OPTIMA[key]
 
+    def release(self) -> None:
+        """Drop the cached full table: a process that runs one worker keeps only that worker's rows."""
+        _TABLES.clear()
+
     def check_workers(self, workers: int) -> None:
         if self.source.presharded:
             return  # each part is checked by the process that reads it
