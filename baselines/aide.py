@@ -59,11 +59,12 @@ import torch
 
 from dane import checks
 from dane.algorithm import Algorithm
+from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 
-from .inexact_dane import inexact_local_solver, require_convex_shard
+from .inexact_dane import InexactSolverKeys, require_convex_shard
 
 
 def catalyst_q(strong_convexity: float, tau: float) -> float:
@@ -83,16 +84,10 @@ def catalyst_zeta(alpha: float, alpha_next: float) -> float:
 
 
 @dataclass(frozen=True)
-class AIDEConfig:
+class AIDEConfig(InexactSolverKeys):
     tau: float = 0.1
     eta: float = 1.0
     mu: float = 0.0
-    local_solver: str = "svrg"
-    passes: int = 3
-    batch_size: int = 1
-    lr: float | None = None
-    cg_tol: float = 1e-2
-    cg_max_iter: int | None = None
     name: str = "aide"
 
     def __post_init__(self) -> None:
@@ -100,10 +95,6 @@ class AIDEConfig:
         checks.positive("algorithm.eta", self.eta)
         checks.nonnegative("algorithm.mu", self.mu)
         self.solver()  # validates the local-solver keys now
-
-    def solver(self) -> LocalSolver:
-        return inexact_local_solver(self.local_solver, passes=self.passes, batch_size=self.batch_size, lr=self.lr,
-                                    cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter)
 
     def build(self, problem: Problem, comm: Communicator) -> "AIDE":
         return AIDE(problem, comm, tau=self.tau, eta=self.eta, mu=self.mu, local_solver=self.solver())
@@ -128,16 +119,13 @@ class AIDE(Algorithm):
         g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])       # 1. g = mean ∇O_i(w_t)
         g_aug = g + self.tau * (w - self.y)                                       # g̃ = ∇Õ(w_t)
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g_aug, self.mu + self.tau,  # 2. local solve
-                                          anchor_grad=local_grad, **self._solver_arg())
+                                          anchor_grad=local_grad, **solver_arg(self.local_solver))
         (w_next,) = self.comm.allreduce_mean([w_local])                          # 3. w_{t+1} = mean w_i
         alpha_next = catalyst_alpha(self.alpha, self.q)
         zeta = catalyst_zeta(self.alpha, alpha_next)
         self.y = w_next + zeta * (w_next - w)                                     # Catalyst extrapolation
         self.w, self.alpha = w_next, alpha_next
         return {**self.metrics(g, metrics), "tau": self.tau, "zeta": zeta}
-
-    def _solver_arg(self) -> dict:
-        return {} if self.local_solver is None else {"solver": self.local_solver}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "y": self.y.detach().clone(), "alpha": self.alpha}

@@ -61,15 +61,25 @@ def inexact_local_solver(method: str, *, passes: int, batch_size: int, lr: float
 
 
 @dataclass(frozen=True)
-class InexactDANEConfig:
-    eta: float = 1.0
-    mu: float = 0.0
+class InexactSolverKeys:
+    """The ``algorithm.*`` keys of an InexactDANE-type local solve (shared with AIDE)."""
+
     local_solver: str = "svrg"
     passes: int = 3
     batch_size: int = 1
     lr: float | None = None
     cg_tol: float = 1e-2
     cg_max_iter: int | None = None
+
+    def solver(self) -> LocalSolver:
+        return inexact_local_solver(self.local_solver, passes=self.passes, batch_size=self.batch_size, lr=self.lr,
+                                    cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter)
+
+
+@dataclass(frozen=True)
+class InexactDANEConfig(InexactSolverKeys):
+    eta: float = 1.0
+    mu: float = 0.0
     safeguard: bool = False
     name: str = "inexact_dane"
 
@@ -78,10 +88,6 @@ class InexactDANEConfig:
         checks.nonnegative("algorithm.mu", self.mu)
         checks.boolean("algorithm.safeguard", self.safeguard)
         self.solver()  # validates the local-solver keys now
-
-    def solver(self) -> LocalSolver:
-        return inexact_local_solver(self.local_solver, passes=self.passes, batch_size=self.batch_size, lr=self.lr,
-                                    cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter)
 
     def build(self, problem: Problem, comm: Communicator) -> "InexactDANE":
         return InexactDANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard,

@@ -68,12 +68,9 @@ class DANE(Algorithm):
             w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics, stats)
             self.mu = self.guard.mu
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g, self.mu,    # 2. local solve
-                                          anchor_grad=local_grad, **self._solver_arg())
+                                          anchor_grad=local_grad, **solver_arg(self.local_solver))
         (self.w,) = self.comm.allreduce_mean([w_local])                              # 3. w_{t+1} = mean w_i
         return {**self.metrics(g, metrics), "mu": self.mu, **extra}
-
-    def _solver_arg(self) -> dict:
-        return {} if self.local_solver is None else {"solver": self.local_solver}
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "mu": self.mu}
@@ -86,6 +83,11 @@ class DANE(Algorithm):
         self.mu = state["mu"]
         if self.guard is not None:
             self.guard.load_state_dict(state["guard"])
+
+
+def solver_arg(local_solver) -> dict:
+    """``prox_solve``'s keyword for a chosen local solver; none for the problem's own (networks take none)."""
+    return {} if local_solver is None else {"solver": local_solver}
 
 
 def snap(mu: float, steps_per_octave: int = 4) -> float:
