@@ -204,14 +204,14 @@ def test_safeguard_on_a_network_keeps_plain_dane_accuracy_and_lets_mu_come_back_
 
 
 def test_safeguard_on_convex_logistic_regression_keeps_the_convex_rule(tmp_path):
-    # Multinomial logistic regression is convex: the safeguard keeps its monotone rule
-    # (no slack, spread and boost never decrease), even with an inexact minibatch inner
-    # solver that provokes rejections; the non-convex rule would let μ fall after them.
+    # Multinomial logistic regression is convex: the safeguard keeps strict acceptance (no slack:
+    # accepted objectives never rise), even with an inexact minibatch inner solver that provokes
+    # rejections.  It is not quadratic, so μ may come back down after accepted rounds.
     _, rounds = run(tmp_path, "problem=logreg_digits", "workers=4", "rounds=12", "algorithm.mu=0", "quiet=true",
                     "problem.inner_optimizer=sgd", "problem.inner_lr=0.5", "problem.inner_steps=10",
                     "problem.inner_batch_size=32", "problem.inner_momentum=0.9")
     assert not all(r["accepted"] for r in rounds[:-1])  # the rejection path ran
-    assert convex_rule_holds(rounds)
+    assert convex_rule_holds(rounds, monotone_mu=False)
 
 
 def test_sync_sgd_with_whole_shard_batches_is_gradient_descent(tmp_path):
