@@ -70,6 +70,18 @@ class ArraySource:
         return f"ArraySource({self.name}, {self.fingerprint})"
 
 
+def shards(n_rows: int, workers: int, seed: int = 0) -> list[np.ndarray]:
+    """The rows each worker holds (sorted indices into X), as every backend deals them for ``seed``.
+
+    For running another implementation side by side on the same shards: worker r of a
+    ``workers``-worker run of ridge, logreg or softmax (single file or arrays) holds
+    ``X[shards(N, workers, seed)[r]]``.
+    """
+    from .problems.ridge import shard
+
+    return [rows.numpy() for rows in shard(n_rows, workers, seed)]
+
+
 def _linear(loss: str, name: str):
     def make(X, y, *, lam: float = 1e-3, fit_intercept: bool = False, local_solver: str = "auto",
              seed: int = 0, **solver_keys) -> LinearModelConfig:

@@ -184,3 +184,12 @@ def test_every_linear_model_config_builds_with_its_default_data(name, data, dim)
     grads, metrics = zip(*(s.evaluate(w_star) for s in shards))
     assert float(sum(m[1] for m in metrics)) / 3 == pytest.approx(0.0, abs=1e-12)  # O(w*) - O* = 0
     assert float(torch.linalg.vector_norm(sum(grads) / 3)) <= 1e-10
+
+
+def test_shards_are_the_rows_each_worker_holds():
+    X, y = data(n=101, d=5)
+    cfg = dane.problems.Ridge(X, y, lam=0.1, seed=7)
+    rows = dane.shards(101, 3, seed=7)
+    assert sorted(np.concatenate(rows).tolist()) == list(range(101)) and [len(r) for r in rows] == [34, 34, 33]
+    for rank in range(3):
+        torch.testing.assert_close(cfg.build(rank, 3).X, torch.from_numpy(X[rows[rank]]), rtol=0, atol=0)
