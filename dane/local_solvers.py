@@ -84,7 +84,7 @@ class Shard(Protocol):
     def data_value_grad(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor, shift: float, with_reg: bool,
                       solver: LocalSolver, rtol: float) -> torch.Tensor: ...
-    def rows_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor: ...
+    def rows_grad_diff(self, w: torch.Tensor, snapshot: torch.Tensor, idx: torch.Tensor) -> torch.Tensor: ...
     def row_smoothness(self) -> float: ...
 
 
@@ -103,10 +103,6 @@ class Subproblem:
         diff = w - self.anchor
         value = float(value) + 0.5 * self.l2 * float(w @ w) - float(self.linear @ w) + 0.5 * self.mu * float(diff @ diff)
         return value, grad + self.l2 * w - self.linear + self.mu * diff
-
-    def regular_grad(self, w: torch.Tensor) -> torch.Tensor:
-        """Gradient of the deterministic part: (l2 + μ) w − linear − μ anchor."""
-        return self.l2 * w - self.linear + self.mu * (w - self.anchor)
 
 
 def prox_solve(shard: Shard, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool,
@@ -165,17 +161,18 @@ def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None
     """
     shard = sub.shard
     n, b = shard.n_local, min(solver.batch_size, shard.n_local)
-    lr = solver.lr if solver.lr is not None else 1.0 / (n * shard.row_smoothness() + sub.l2 + sub.mu)
+    shrink = sub.l2 + sub.mu  # the deterministic part's curvature: ∇R(w) = shrink·w − linear − μ·anchor
+    lr = solver.lr if solver.lr is not None else 1.0 / (n * shard.row_smoothness() + shrink)
     w = sub.anchor.clone()
     scale = n / b
     for _ in range(solver.passes):
         snapshot = w.clone()
         _, full = shard.data_value_grad(snapshot)
+        constant = full - sub.linear - sub.mu * sub.anchor  # ∇D_i(w̃) + ∇R(w) − shrink·w, fixed for the epoch
         order = torch.randperm(n, generator=generator)
         for start in range(0, n - b + 1, b):
-            idx = order[start:start + b]
-            correction = shard.rows_grad(w, idx) - shard.rows_grad(snapshot, idx)
-            w = w - lr * (scale * correction + full + sub.regular_grad(w))
+            correction = shard.rows_grad_diff(w, snapshot, order[start:start + b])
+            w = (1 - lr * shrink) * w - lr * (scale * correction + constant)
     return w
 
 

@@ -193,6 +193,16 @@ class LinearModelShard:
         dz = self.loss.dz(self.margins(w, X), self.y[idx])
         return self.weight * (X.t() @ dz).reshape(-1)
 
+    def rows_grad_diff(self, w: torch.Tensor, snapshot: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """rows_grad(w, idx) − rows_grad(snapshot, idx), with one row selection and one product each way (SVRG)."""
+        X = select_rows(self.X, idx)
+        y = self.y[idx]
+        both = X @ torch.cat([w.view(self.features, -1), snapshot.view(self.features, -1)], 1)  # [X W | X W̃]
+        z, z_snap = both.split(self.classes, dim=1)
+        if self.classes == 1:
+            z, z_snap = z.squeeze(1), z_snap.squeeze(1)
+        return self.weight * (X.t() @ (self.loss.dz(z, y) - self.loss.dz(z_snap, y))).reshape(-1)
+
     def row_smoothness(self) -> float:
         """max_j (m/N) c_f ||x_j||²: the smoothness of one row's term (SVRG's step is 1/(n_i · this + λ + μ))."""
         if self._row_smoothness is None:
