@@ -67,7 +67,8 @@ def standardize(train_x: np.ndarray, test_x: np.ndarray) -> tuple[np.ndarray, np
     """
     mean = train_x.mean(axis=0, dtype=np.float64)
     std = train_x.std(axis=0, dtype=np.float64)
-    std[std == 0.0] = 1.0
+    # constant on the training set, tested exactly: round-off makes std of seven 0.1s 1.4e-17, not 0
+    std[(train_x == train_x[:1]).all(axis=0) | (std == 0.0)] = 1.0
     return (train_x - mean) / std, (test_x - mean) / std
 
 
