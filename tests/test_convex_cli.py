@@ -21,10 +21,10 @@ def write_sparse_logistic(path, n=400, d=3000, density=0.01, seed=0):
     return X, y
 
 
-def sparse_run(path, out, *launcher):
+def sparse_run(path, out, algorithm="dane", launcher=None):
     return train("problem=logreg", "data=libsvm", f"data.path={path}", "data.zero_based=false", "problem.lam=0.01",
-                 "algorithm=dane", "rounds=4", "quiet=true", "save_iterate=true", f"out_dir={out}",
-                 *(["workers=2"] if not launcher else []), launcher=list(launcher[0]) if launcher else None)
+                 f"algorithm={algorithm}", "rounds=4", "quiet=true", "save_iterate=true", f"out_dir={out}",
+                 *(["workers=2"] if launcher is None else []), launcher=launcher)
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +34,17 @@ def sparse_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def simulated(sparse_file, tmp_path_factory):
+@pytest.fixture(scope="module", params=["dane", "disco"])
+def simulated(request, sparse_file, tmp_path_factory):
+    """The simulator's run of DANE, and of DiSCO (whose preconditioner is a broadcast from worker 0)."""
     out = tmp_path_factory.mktemp("sim")
-    proc = sparse_run(sparse_file, out)
+    proc = sparse_run(sparse_file, out, request.param)
     assert proc.returncode == 0, proc.stderr
-    return out
+    return request.param, out
 
 
 def test_sparse_run_keeps_x_sparse_and_converges(simulated):
+    _, simulated = simulated
     summary = read_summary(simulated)
     assert any("cg (d=3001, sparse X" in note for note in summary["notes"])  # auto picked CG: no d x d matrix
     records = read_rounds(simulated)
@@ -51,7 +53,8 @@ def test_sparse_run_keeps_x_sparse_and_converges(simulated):
 
 @pytest.mark.parametrize("launch", [horovodrun, torchrun], ids=["horovodrun", "torchrun"])
 def test_sparse_problem_under_a_launcher_equals_the_simulator(launch, sparse_file, simulated, tmp_path):
-    proc = sparse_run(sparse_file, tmp_path, launch(2))
+    algorithm, simulated = simulated
+    proc = sparse_run(sparse_file, tmp_path, algorithm, launch(2))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     real, sim = read_rounds(tmp_path), read_rounds(simulated)
     assert len(real) == len(sim) == 5
