@@ -26,7 +26,7 @@ Newton steps on a non-quadratic φ take a backtracking (Armijo) line search and 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -69,8 +69,7 @@ class LocalSolver:
         """``auto`` made concrete for this problem."""
         if self.method != "auto":
             return self
-        method = "cholesky" if dim <= AUTO_MAX_DIM and not sparse else "cg"
-        return LocalSolver(method, self.tol, self.max_iter, self.newton_steps, self.passes, self.batch_size, self.lr)
+        return replace(self, method="cholesky" if dim <= AUTO_MAX_DIM and not sparse else "cg")
 
 
 class Shard(Protocol):
