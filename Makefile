@@ -29,6 +29,7 @@ test-slow: setup
 bench: setup
 	$(PY) scripts/bench.py --out results/bench.json
 	$(PY) scripts/bench_nn.py --out results/bench.json --skip-without-data
+	$(PY) scripts/bench_convex.py --out results/bench.json
 
 ## Every figure in paper_figs/ from results/ (runs the default synthetic sweep first if it is missing; <10 min cold).
 figures: setup
