@@ -193,3 +193,12 @@ def test_shards_are_the_rows_each_worker_holds():
     assert sorted(np.concatenate(rows).tolist()) == list(range(101)) and [len(r) for r in rows] == [34, 34, 33]
     for rank in range(3):
         torch.testing.assert_close(cfg.build(rank, 3).X, torch.from_numpy(X[rows[rank]]), rtol=0, atol=0)
+
+
+def test_svrg_runs_on_a_sparse_shard_and_matches_the_dense_one():
+    X, y = data(sparse=True, classes=2)
+    sparse, dense = (shard(M[:60], y[:60], LOGISTIC, weight=4 / 240, seed=5) for M in (X, X.toarray()))
+    assert sparse.row_smoothness() == pytest.approx(dense.row_smoothness(), rel=1e-14)
+    anchor, linear = torch.zeros(sparse.dim, dtype=torch.float64), torch.full((sparse.dim,), 0.05, dtype=torch.float64)
+    w_sparse, w_dense = (p.prox_solve(anchor, linear, 0.5, solver=LocalSolver("svrg", passes=2)) for p in (sparse, dense))
+    torch.testing.assert_close(w_sparse, w_dense, rtol=0, atol=1e-12)  # same seeded row order, same steps

@@ -206,7 +206,12 @@ class LinearModelShard:
     def row_smoothness(self) -> float:
         """max_j (m/N) c_f ||x_j||²: the smoothness of one row's term (SVRG's step is 1/(n_i · this + λ + μ))."""
         if self._row_smoothness is None:
-            sq = (self.X * self.X).sum(1).to_dense() if self.sparse else (self.X * self.X).sum(1)
+            if self.sparse:  # torch has no row reduction on CSR: sum the squared values row by row
+                crow = self.X.crow_indices()
+                rows = torch.repeat_interleave(torch.arange(self.n_local), crow[1:] - crow[:-1])
+                sq = torch.zeros(self.n_local, dtype=self.dtype).index_add_(0, rows, self.X.values().square())
+            else:
+                sq = (self.X * self.X).sum(1)
             self._row_smoothness = self.weight * self.loss.curvature * float(sq.max()) if self.n_local else 0.0
         return self._row_smoothness
 
