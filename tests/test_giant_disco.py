@@ -208,7 +208,7 @@ def test_distributed_pcg_solves_the_system_and_skips_the_unused_last_preconditio
 def test_disco_step_is_the_damped_newton_step_with_the_exact_direction(loss):
     X, y = make_data(loss)
     rounds = 4
-    _, records, iterates = simulate(DiSCOConfig(pcg_tol=1e-13), shards(loss, X, y), rounds=rounds)[0]
+    _, records, iterates = simulate(DiSCOConfig(pcg_tol=1e-13, self_concordance=1.0), shards(loss, X, y), rounds=rounds)[0]
     w = np.zeros(D)
     for t in range(rounds):
         H = hessian(loss, X, y, w)
@@ -309,3 +309,12 @@ def test_a_resumed_run_continues_exactly(config):
     resumed = ThreadGroup(4).run(lambda comm: worker(comm, [saved[3] for _, saved in whole]))
     strip = lambda records: [{k: v for k, v in r.items() if k != "time_s"} for r in records]  # noqa: E731
     assert strip(resumed[0][0]) == strip(whole[0][0][3:])
+
+
+def test_disco_takes_the_full_newton_step_on_a_quadratic():
+    # A quadratic is self-concordant with constant 0: DiSCO's default step is the plain Newton step,
+    # so with an exact PCG solve it lands on the ridge optimum in one round.
+    problems = helpers.ridge_shards(3, RidgeSyntheticConfig(n_samples=600, dim=20, covariance="decay", seed=1))
+    _, records, _ = simulate(DiSCOConfig(pcg_tol=1e-13), problems, rounds=1)[0]
+    assert records[0]["step_size"] == 1.0
+    assert records[1]["suboptimality"] <= 1e-12 * records[0]["suboptimality"]
