@@ -67,6 +67,8 @@ SETTINGS["admm"] = {"adaptive_rho": True}
 #: round caps; a problem may lower some (its ``caps``), --quick lowers all
 CAPS = {"dane": 100, "inexact_dane": 60, "aide": 60, "giant": 60, "disco": 40, "admm": 500, "gd": 3000}
 QUICK_CAP = 8
+#: what the JSON keeps of the last run over every problem when --problems reruns some of them
+FULL_RUN = ("started_at", "wall_s", "load_avg_before", "load_avg_after")
 
 
 @dataclass(frozen=True)
@@ -542,12 +544,23 @@ def main(argv: list[str] | None = None) -> None:
                         "bytes one worker sent; time_s = simulated time of the rounds (setup_s apart)",
               "algorithms": {a: {"settings": SETTINGS[a], "round_cap": CAPS[a]} for a in args.algorithms},
               "problems": {}}
+    earlier = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}
+    if args.problems is not None and earlier.get("quick") == args.quick:  # --problems reruns some, keeps the rest
+        report["problems"] = dict(earlier.get("problems", {}))
+        report["full_run"] = earlier.get("full_run") or {k: earlier.get(k) for k in FULL_RUN}
+        report["rerun_of"] = args.problems
     for bench in chosen:
-        report["problems"][bench.name] = run_bench(bench, args, log)
+        begun = (time.strftime("%Y-%m-%dT%H:%M:%S%z"), list(os.getloadavg()), time.perf_counter())
+        result = run_bench(bench, args, log)
+        report["problems"][bench.name] = {**result, "started_at": begun[0], "load_avg_before": begun[1],
+                                          "load_avg_after": list(os.getloadavg()),
+                                          "wall_s": time.perf_counter() - begun[2]}
         report["wall_s"] = time.perf_counter() - start
         merge(path, KEY, finite(report))  # after each problem, so a later failure loses nothing
     report["load_avg_after"] = list(os.getloadavg())
     report["wall_s"] = time.perf_counter() - start
+    if args.problems is None:
+        report["full_run"] = {k: report[k] for k in FULL_RUN}
     merge(path, KEY, finite(report))
     if not args.no_cost:
         log("local solve cost against d")
