@@ -111,7 +111,7 @@ class LinearModelShard:
         self.w_star, self.f_star = w_star, f_star
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
         self.notes = list(notes)
-        self._factors: dict[tuple[float, bool], torch.Tensor] = {}
+        self._factors: dict[float, torch.Tensor] = {}  # quadratic: the factor per shift (the Hessian is constant)
         self._last_factor: tuple[float, torch.Tensor, torch.Tensor] | None = None  # (shift, point, factor)
         self._row_smoothness: float | None = None
 
@@ -234,7 +234,7 @@ class LinearModelShard:
         return H.reshape(d * K, d * K)
 
     def _factor(self, at: torch.Tensor, shift: float) -> torch.Tensor:
-        key = (float(shift), True)
+        key = float(shift)
         if self.quadratic and key in self._factors:  # a quadratic's Hessian does not depend on the point
             return self._factors[key]
         last = self._last_factor
