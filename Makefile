@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 NP     ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-slow bench figures tables clean
+.PHONY: setup run test test-slow bench figures tables publish-figures clean
 
 setup: $(VENV)/.setup-done
 
@@ -31,13 +31,21 @@ bench: setup
 	$(PY) scripts/bench_nn.py --out results/bench.json --skip-without-data
 	$(PY) scripts/bench_convex.py --out results/bench.json
 
-## Every figure in paper_figs/ from results/ (runs the default synthetic sweep first if it is missing; <10 min cold).
+## Every figure and table from results/ into results/figures/ (untracked), each with a .json provenance sidecar;
+## the runs the figures need that results/ lacks are made first with the simulator.
 figures: setup
-	$(PY) -m paper_figs.make_all
+	$(PY) -m paper_figs.make_all --out results/figures
 
-## The neural-network tables too, making their missing runs (MNIST/digits; 15 min cold on 2 cores, measured).
+## The neural-network tables too, making their missing runs (3 seeds each; the slow part).
 tables: setup
-	$(PY) -m paper_figs.make_all --nn
+	$(PY) -m paper_figs.make_all --nn --out results/figures
+
+## Deliberately copy the generated figures and tables into paper_figs/ (tracked), to be committed by hand.
+publish-figures:
+	@test -d results/figures || { echo "error: results/figures/ does not exist; run make figures (or make tables) first" >&2; exit 2; }
+	cp results/figures/*.png results/figures/*.pdf results/figures/*.md results/figures/*.json paper_figs/ 2>/dev/null || true
+	-cp results/figures/*.tex paper_figs/ 2>/dev/null
+	@echo "copied results/figures/ into paper_figs/; review with git status and commit deliberately"
 
 clean:
 	rm -rf results outputs multirun .pytest_cache

@@ -41,8 +41,8 @@ from .metrics import global_metrics, local_payload, logs_gradient
 
 @dataclass(frozen=True)
 class ADMMConfig:
-    rho: float = 1.0
-    adaptive_rho: bool = False
+    rho: float = 1.0           # the starting penalty when adaptive_rho
+    adaptive_rho: bool = True  # residual balancing by default: a fixed untuned ρ can be many times slower
     balance_mu: float = 10.0   # Boyd's μ: rebalance when one residual exceeds μ times the other
     balance_tau: float = 2.0   # Boyd's τ: the factor ρ changes by
     name: str = "admm"

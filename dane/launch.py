@@ -226,6 +226,8 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
     if notes:
         summary["notes"] = notes
+    if getattr(problem, "data_info", None) is not None:
+        summary["data"] = problem.data_info
     if collect is not None and comm.rank == 0:
         collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
     if resume is not None:

@@ -12,6 +12,8 @@ import json
 import math
 from pathlib import Path
 
+from .provenance import run_provenance
+
 ROUNDS_FILE = "rounds.jsonl"
 SUMMARY_FILE = "summary.json"
 
@@ -24,11 +26,16 @@ def _clean(value):
 
 
 class RunWriter:
-    """Appends round records and writes the summary; flushes every line so a crash loses nothing."""
+    """Appends round records and writes the summary; flushes every line so a crash loses nothing.
+
+    The summary also gets ``provenance`` (`dane.provenance.run_provenance`, taken when the
+    writer opens: commit, command, start time, host, load average).
+    """
 
     def __init__(self, out_dir: str | Path):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.provenance = run_provenance()
         self._rounds = open(self.out_dir / ROUNDS_FILE, "a", buffering=1)
 
     def write_round(self, record: dict) -> None:
@@ -36,6 +43,7 @@ class RunWriter:
 
     def write_summary(self, summary: dict) -> None:
         tmp = self.out_dir / (SUMMARY_FILE + ".tmp")
+        summary = {**summary, "provenance": summary.get("provenance", self.provenance)}
         tmp.write_text(json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2) + "\n")
         tmp.replace(self.out_dir / SUMMARY_FILE)
 

@@ -1,26 +1,32 @@
 """Tables 1-2 of the source paper: DANE's test accuracy for 2, 4, 6, 8 workers, ours beside the paper's.
 
 Each row is one ``conf/experiment/table_<problem>.yaml`` sweep (DANE, fixed round budget,
-simulated workers); a cell is the test accuracy after the experiment's round budget.  The paper's numbers
-(DESIGN.md section 4; 60k/10k MNIST, GPUs) sit in the row below ours.  Reads only
-results/ (runs are found by config, `find_run`); writes
-``accuracy_table.md`` and ``accuracy_table.tex``.
+simulated workers), run for each of ``SEEDS``; a cell is the mean test accuracy after the
+experiment's round budget over the seeds, ± half their range (the spread).  The paper's
+numbers (DESIGN.md section 4; 60k/10k MNIST, GPUs) sit in the row below ours, and the
+caption states what data ours come from (train/test sizes from the runs' summaries): on
+a machine with only MNIST's t10k files, ours are on a split of those 10,000 images and
+the caption says so.  Reads only results/ (runs are found by config, `find_run`);
+writes ``accuracy_table.{md,tex,json}`` (the JSON: every cell, every run, provenance).
 
-    python -m experiments.simulate -m experiment=table_mnist_lenet5     # the runs (also: make figures)
-    python -m paper_figs.accuracy_table [--results results] [--out paper_figs]
+    python -m experiments.simulate -m experiment=table_mnist_lenet5 seed=0,1,2   # the runs (also: make tables)
+    python -m paper_figs.accuracy_table [--results results] [--out results/figures]
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from dane.comm import AlphaBeta
 from dane.errors import UserError
 from dane.results import read_rounds, read_summary
-from paper_figs.common import FIG_DIR, cli
+from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save  # noqa: F401 (retime: re-exported)
 from synthetic.sweep import Job, RunIndex, _composed, compose_job, identity
 
 WORKERS = (2, 4, 6, 8)
+SEEDS = (0, 1, 2)
+#: the source paper's setting, for the caption
+PAPER_SETTING = "paper: 60,000/10,000 MNIST, 50,000/10,000 CIFAR-10, GPUs, batch 100"
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,8 @@ ROWS = (
 )
 
 
-def job(row: Row, workers: int) -> Job:
-    return (f"experiment=table_{row.problem}", f"workers={workers}")
+def job(row: Row, workers: int, seed: int = SEEDS[0]) -> Job:
+    return (f"experiment=table_{row.problem}", f"workers={workers}", f"seed={seed}")
 
 
 def has_data(row: Row) -> bool:
@@ -74,41 +80,40 @@ def find_run(index: RunIndex, job: Job) -> Path | None:
     return max(hits, key=lambda r: r.mtime).path if hits else None
 
 
-def retime(records: list[dict], summary: dict, cost: AlphaBeta) -> list[dict]:
-    r"""The records with ``time_s`` as if simulated under ``cost`` instead of the run's own α-β.
-
-    The simulator's clock is Σ_phases (slowest compute + allreduce time), and the
-    allreduce times add up to bytes_sent/β + (allreduces)·2(m-1)α, since one worker's ring
-    bytes are 2(m-1)/m of each message; so swapping α-β is exact (broadcasts cost no
-    simulated time and none of these algorithms broadcast).
-    """
-    if "alpha" not in summary or (summary["alpha"], summary["beta"]) == (cost.alpha, cost.beta):
-        return records
-    m = summary["workers"]
-
-    def comm(record: dict, alpha: float, beta: float) -> float:
-        return record["bytes_sent"] / beta + record["comm_rounds"] * 2 * (m - 1) * alpha
-
-    return [{**r, "time_s": r["time_s"] - comm(r, summary["alpha"], summary["beta"]) + comm(r, cost.alpha, cost.beta)}
-            for r in records]
-
-
-def jobs(rows=ROWS) -> list[Job]:
+def jobs(rows=ROWS, seeds=SEEDS) -> list[Job]:
     """The runs this table needs, for the rows whose data is present here."""
-    return [job(row, m) for row in rows if has_data(row) for m in WORKERS]
+    return [job(row, m, seed) for row in rows if has_data(row) for seed in seeds for m in WORKERS]
 
 
-def collect(index: RunIndex, rows=ROWS) -> dict[str, dict]:
-    """{row label: {"ours": [accuracy or None per m], "rounds": budget, "notes": [...]}}."""
+def collect(index: RunIndex, rows=ROWS, seeds=SEEDS) -> dict[str, dict]:
+    """{row label: {"cells": [{"mean", "spread", "values", "runs"} per m], "rounds": budget, "data": [...], ...}}.
+
+    A cell's ``values`` are the seeds' accuracies that have a run; ``mean`` and
+    ``spread`` (half the range) are None without any.
+    """
     out = {}
     for row in rows:
-        ours, notes, rounds = [], [], compose_job(job(row, WORKERS[0]))["rounds"]
+        cells, notes, data, runs, rounds = [], [], [], [], compose_job(job(row, WORKERS[0]))["rounds"]
         for m in WORKERS:
-            path = find_run(index, job(row, m))
-            ours.append(accuracy_at(path, rounds) if path is not None else None)
-            summary = read_summary(path) if path is not None else {}
-            notes += [n for n in summary.get("notes", []) if n not in notes]
-        out[row.label] = {"ours": ours, "rounds": rounds, "notes": notes, "paper": row.paper}
+            values, cell_runs = [], []
+            for seed in seeds:
+                path = find_run(index, job(row, m, seed))
+                if path is None:
+                    continue
+                value = accuracy_at(path, rounds)
+                summary = read_summary(path)
+                notes += [n for n in summary.get("notes", []) if n not in notes]
+                if summary.get("data") and summary["data"] not in data:
+                    data.append(summary["data"])
+                if value is not None:
+                    values.append(value)
+                    cell_runs.append(str(path))
+            runs += cell_runs
+            cells.append({"values": values, "runs": cell_runs,
+                          "mean": statistics.fmean(values) if values else None,
+                          "spread": (max(values) - min(values)) / 2 if values else None})
+        out[row.label] = {"cells": cells, "ours": [c["mean"] for c in cells], "rounds": rounds, "notes": notes,
+                          "paper": row.paper, "data": data, "runs": runs, "seeds": list(seeds)}
     return out
 
 
@@ -117,32 +122,64 @@ def accuracy_at(run_dir: Path, rounds: int) -> float | None:
     return next((r.get("test_accuracy") for r in read_rounds(run_dir) if r["round"] == rounds), None)
 
 
+def data_caption(data: dict[str, dict]) -> str:
+    """Which data our rows were measured on, in words, from the runs' summaries."""
+    parts = []
+    for label, row in data.items():
+        for info in row["data"]:
+            what = f"{label}: {info['train_size']:,} train / {info['test_size']:,} test"
+            if info.get("split", "standard") != "standard":
+                what += f" ({info['split']})"
+            parts.append(what)
+    return "; ".join(parts)
+
+
 def fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}".lstrip("0")
 
 
+def fmt_cell(cell: dict) -> str:
+    if cell["mean"] is None:
+        return "—"
+    n = len(cell["values"])
+    return fmt(cell["mean"]) + (f" ± {cell['spread']:.4f}".replace("0.", ".", 1) if n > 1 else "") + \
+        (f" (n={n})" if n != len(SEEDS) else "")
+
+
+def what(data: dict[str, dict]) -> str:
+    """The table's caption, before its provenance."""
+    rounds = sorted({row["rounds"] for row in data.values()})
+    sizes = data_caption(data) or "no runs yet"
+    return (f"Test accuracy of DANE (η=1, μ=0, simulated workers) after {'/'.join(map(str, rounds))} rounds, "
+            f"mean ± half-range over seeds {','.join(map(str, SEEDS))}; ours on {sizes}; {PAPER_SETTING}. "
+            "Rows on fewer training images than the paper's are not comparable with its numbers")
+
+
 def markdown(data: dict[str, dict]) -> str:
     head = "| model | source | " + " | ".join(f"{m} workers" for m in WORKERS) + " |"
-    lines = ["Test accuracy of DANE (η=1, μ=0, simulated workers) against the number of workers; "
-             "ours after the stated round budget, the paper's (Tables 1-2; 60k/10k MNIST) below.", "",
-             head, "|" + "---|" * (len(WORKERS) + 2)]
+    lines = [head, "|" + "---|" * (len(WORKERS) + 2)]
     notes: list[str] = []
     for label, row in data.items():
-        lines.append(f"| {label} | ours, {row['rounds']} rounds | " + " | ".join(fmt(v) for v in row["ours"]) + " |")
+        sizes = "; ".join(f"{d['train_size']:,}/{d['test_size']:,}" for d in row["data"])
+        source = f"ours, {row['rounds']} rounds" + (f", {sizes} train/test" if sizes else "")
+        lines.append(f"| {label} | {source} | " + " | ".join(fmt_cell(c) for c in row["cells"]) + " |")
         if row["paper"] is not None:
-            lines.append(f"|  | paper | " + " | ".join(fmt(v) for v in row["paper"]) + " |")
+            lines.append("|  | paper | " + " | ".join(fmt(v) for v in row["paper"]) + " |")
         notes += [n for n in row["notes"] if n not in notes]
     lines += ["", "— : no run in results/ (or no data set on this machine)."]
     lines += [f"Note: {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
-def latex(data: dict[str, dict]) -> str:
+def latex(data: dict[str, dict], caption: str = "") -> str:
     cols = "ll" + "r" * len(WORKERS)
-    lines = [r"\begin{tabular}{" + cols + "}", r"\toprule",
-             "model & source & " + " & ".join(f"$m={m}$" for m in WORKERS) + r" \\", r"\midrule"]
+    lines = [f"% {caption}"] if caption else []
+    lines += [r"\begin{tabular}{" + cols + "}", r"\toprule",
+              "model & source & " + " & ".join(f"$m={m}$" for m in WORKERS) + r" \\", r"\midrule"]
     for label, row in data.items():
-        ours = " & ".join("--" if v is None else f"{v:.4f}" for v in row["ours"])
+        ours = " & ".join("--" if c["mean"] is None else
+                          f"{c['mean']:.4f}" + (f" $\\pm$ {c['spread']:.4f}" if len(c["values"]) > 1 else "")
+                          for c in row["cells"])
         lines.append(f"{label} & ours ({row['rounds']} rounds) & {ours}" + r" \\")
         if row["paper"] is not None:
             lines.append(" & paper & " + " & ".join(f"{v:.4f}" for v in row["paper"]) + r" \\")
@@ -152,12 +189,15 @@ def latex(data: dict[str, dict]) -> str:
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     data = collect(RunIndex(results))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "accuracy_table.md", out / "accuracy_table.tex"]
-    paths[0].write_text(markdown(data))
-    paths[1].write_text(latex(data))
-    return paths
+    provenance = figure_provenance([r for row in data.values() for r in row["runs"]], root=results,
+                                   data={label: row["data"] for label, row in data.items()},
+                                   cells={label: row["cells"] for label, row in data.items()},
+                                   paper={label: row["paper"] for label, row in data.items()})
+    caption = caption_line(what(data), provenance)
+    paths = save(None, out, "accuracy_table", markdown(data), caption=caption, provenance=provenance)
+    tex = Path(out) / "accuracy_table.tex"
+    tex.write_text(latex(data, caption))
+    return [*paths, tex]
 
 
 if __name__ == "__main__":

@@ -1,24 +1,45 @@
-"""What every figure script shares: finding its runs in results/, reading curves, saving PNG + PDF.
+"""What every figure script shares: finding its runs in results/, reading curves, saving a figure
+with its provenance.
 
 Figures read only results/ (run directories written by `dane.results`); a figure names
 the runs it needs as jobs (Hydra overrides of `experiments.simulate`), and
-`paper_figs.make_all` runs the missing ones before drawing.
+`paper_figs.make_all` runs the missing ones before drawing.  Figures are written into
+``results/figures/`` (untracked); ``make publish-figures`` copies them into paper_figs/,
+a deliberate step.  Every figure or table ``NAME`` comes with ``NAME.json``, its
+provenance: the runs it was drawn from, each with its code commit, overrides, seed,
+α-β, start time and load average (`figure_provenance`), and a one-line caption.
+Nothing in a figure or its sidecar depends on when it was drawn, so drawing twice from
+the same logs gives identical files.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import yaml  # noqa: E402
+
+from dane.comm import AlphaBeta  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
 from synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
 
-FIG_DIR = Path(__file__).resolve().parent
+#: where figures and tables are written (untracked); `make publish-figures` copies them to PUBLISHED_DIR
+FIG_DIR = Path("results") / "figures"
+PUBLISHED_DIR = Path(__file__).resolve().parent
+#: the α-β every figure's simulated times are put on (`retime`), whatever the runs were simulated with:
+#: Horovod over loopback on a 2-core machine (DESIGN.md section 5), fixed so that a figure does not
+#: move with the last calibration; the caption and sidecar state it
+FIGURE_COST = AlphaBeta()
+FIGURE_COST_SOURCE = "package default α-β (Horovod, loopback, 2 cores; DESIGN.md section 5)"
+#: file metadata without a creation date, so the same figure is the same bytes
+_METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "ModDate": None, "Producer": None,
+                                                 "Creator": None}}
 
 #: the synthetic grid of the source paper (N) and ours (m, up to 64)
 N_GRID = (6000, 10000, 14000, 18000)
@@ -66,19 +87,123 @@ def time_to(run_dir: Path, tol: float) -> float:
     return read_summary(run_dir).get("setup_s", 0.0) + hit["time_s"]
 
 
-def save(fig, out_dir: str | Path, name: str, markdown: str | None = None) -> list[Path]:
-    """Write ``name``.png and ``name``.pdf into ``out_dir`` (and ``name``.md, if given the
-    figure's numbers as a markdown table); returns the PNG and PDF paths."""
+def retime(records: list[dict], summary: dict, cost: AlphaBeta = FIGURE_COST) -> list[dict]:
+    r"""The records with ``time_s`` as if simulated under ``cost`` instead of the run's own α-β.
+
+    The simulator's clock is Σ_phases (slowest compute + allreduce time), and the
+    allreduce times add up to bytes_sent/β + (allreduces)·2(m-1)α, since one worker's ring
+    bytes are 2(m-1)/m of each message; so swapping α-β is exact (broadcasts cost no
+    simulated time).  Records of a run without a simulated network (m=1, or a launched
+    run) are returned as they are.
+    """
+    if "alpha" not in summary or (summary["alpha"], summary["beta"]) == (cost.alpha, cost.beta):
+        return records
+    m = summary["workers"]
+
+    def comm(record: dict, alpha: float, beta: float) -> float:
+        return record["bytes_sent"] / beta + record["comm_rounds"] * 2 * (m - 1) * alpha
+
+    return [{**r, "time_s": r["time_s"] - comm(r, summary["alpha"], summary["beta"]) + comm(r, cost.alpha, cost.beta)}
+            for r in records]
+
+
+def cost_caption(cost: AlphaBeta = FIGURE_COST, source: str = FIGURE_COST_SOURCE) -> str:
+    return f"α={cost.alpha * 1e6:.3g} µs, β={cost.beta / 1e9:.3g} GB/s ({source})"
+
+
+def _run_entry(run_dir: Path, root: Path | None) -> dict:
+    summary = read_summary(run_dir)
+    config_file = run_dir / "config.yaml"
+    cfg = yaml.safe_load(config_file.read_text()) if config_file.exists() else {}
+    provenance = summary.get("provenance", {})
+    try:
+        shown = str(run_dir.resolve().relative_to(root.resolve())) if root is not None else str(run_dir)
+    except ValueError:
+        shown = str(run_dir)
+    return {
+        "run": shown,
+        "command": provenance.get("command"),
+        "git_commit": provenance.get("git_commit"),
+        "git_dirty": provenance.get("git_dirty"),
+        "started_at": provenance.get("started_at"),
+        "load_avg": provenance.get("load_avg"),
+        "seed": cfg.get("seed"),
+        "workers": summary.get("workers"),
+        "backend": summary.get("backend"),
+        "alpha": summary.get("alpha"),
+        "beta": summary.get("beta"),
+        "status": summary.get("status"),
+    }
+
+
+def figure_provenance(runs: Iterable[str | Path], root: str | Path | None = None, **extra) -> dict:
+    """The sidecar of a figure drawn from ``runs``: one entry per run, and their ranges.
+
+    ``extra`` holds what the figure itself adds (the α-β its times are put on, the data
+    sizes, notes).  Runs are listed in sorted order, so the sidecar is the same however
+    the script found them.
+    """
+    root = Path(root) if root is not None else None
+    entries = [_run_entry(Path(p), root) for p in sorted({str(p) for p in runs})]
+    dates = sorted(e["started_at"] for e in entries if e["started_at"])
+    loads = [e["load_avg"][0] for e in entries if e["load_avg"]]
+    return {
+        "runs": entries,
+        "commits": sorted({e["git_commit"] for e in entries if e["git_commit"]}),
+        "seeds": sorted({e["seed"] for e in entries if e["seed"] is not None}),
+        "dates": [dates[0], dates[-1]] if dates else None,
+        "load_avg_1min": [min(loads), max(loads)] if loads else None,
+        **extra,
+    }
+
+
+def caption_line(what: str, provenance: dict) -> str:
+    """One line: what the figure shows, then where its numbers came from."""
+    commits = provenance.get("commits") or ["unknown commit"]
+    dates = provenance.get("dates")
+    loads = provenance.get("load_avg_1min")
+    parts = [what.rstrip("."),
+             f"{len(provenance.get('runs', []))} runs",
+             "code " + ", ".join(c[:10] for c in commits),
+             f"seeds {','.join(map(str, provenance.get('seeds') or ['?']))}"]
+    if dates:
+        parts.append(f"run {dates[0][:10]}" + (f" to {dates[1][:10]}" if dates[1][:10] != dates[0][:10] else ""))
+    if loads:
+        parts.append(f"load avg {loads[0]:.2f}-{loads[1]:.2f}")
+    if provenance.get("cost"):
+        parts.append(provenance["cost"])
+    return "; ".join(parts) + "."
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def save(fig, out_dir: str | Path, name: str, markdown: str | None = None, *, caption: str | None = None,
+         provenance: dict | None = None) -> list[Path]:
+    """Write ``name``.png and ``name``.pdf into ``out_dir``, with ``name``.md (the figure's
+    numbers, if given, under the caption line) and ``name``.json (``provenance`` and the
+    caption); ``fig`` None writes only the text files (a table).  Returns the paths written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    if fig is not None:
+        if not fig.get_constrained_layout():
+            fig.tight_layout()
+        for ext in ("png", "pdf"):
+            path = out_dir / f"{name}.{ext}"
+            fig.savefig(path, dpi=150, metadata=_METADATA[ext])
+            paths.append(path)
+        plt.close(fig)
     if markdown is not None:
-        (out_dir / f"{name}.md").write_text(markdown)
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
-    if not fig.get_constrained_layout():
-        fig.tight_layout()
-    for path in paths:
-        fig.savefig(path, dpi=150)
-    plt.close(fig)
+        paths.append(out_dir / f"{name}.md")
+        write_atomic(paths[-1], (f"{caption}\n\n" if caption else "") + markdown)
+    if provenance is not None or caption is not None:
+        paths.append(out_dir / f"{name}.json")
+        sidecar = {"figure": name, "caption": caption, **(provenance or {})}
+        write_atomic(paths[-1], json.dumps(sidecar, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
     return paths
 
 
@@ -93,7 +218,7 @@ def cli(main, doc: str) -> None:
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--results", default="results")
-    parser.add_argument("--out", default=str(FIG_DIR))
+    parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     args = parser.parse_args()
     for path in main(args.results, args.out):
         print(path)

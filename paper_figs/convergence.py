@@ -1,11 +1,12 @@
 """Figure (b): suboptimality against communication rounds and against simulated time.
 
-DANE with a fixed μ (plain, μ=0 as in the paper), safeguarded DANE, consensus ADMM,
-distributed GD and one-shot averaging on the synthetic ridge at N=18000, m=8; top row
+DANE with a fixed μ (plain, μ=0 as in the paper), safeguarded DANE, consensus ADMM
+(adaptive ρ, its default), distributed GD and one-shot averaging on the synthetic ridge at N=18000, m=8; top row
 isotropic x, bottom row the ill-conditioned covariance (feature j scaled by j^-0.6).
-The rounds axis counts allreduces (``comm_rounds``): a DANE round is two of them.
+The rounds axis counts allreduces (``comm_rounds``): a DANE round is two of them.  Times
+are put on the figures' fixed α-β (`paper_figs.common.FIGURE_COST`).
 
-    python -m paper_figs.convergence [--results results] [--out paper_figs]
+    python -m paper_figs.convergence [--results results] [--out results/figures]
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.results import read_rounds
-from paper_figs.common import FIG_DIR, locate, positive, cli, save
+from dane.results import read_rounds, read_summary
+from paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, figure_provenance, locate, positive, retime,
+                               save)
 from synthetic.sweep import Job, RunIndex
 
 N, M = 18000, 8
@@ -23,16 +25,17 @@ COVARIANCES = ("iso", "decay")
 METHODS: dict[str, tuple[str, ...]] = {
     "DANE (μ=0, fixed)": ("algorithm=dane", "algorithm.safeguard=false", "algorithm.mu=0.0"),
     "DANE (safeguarded)": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
-    "ADMM (ρ=1)": ("algorithm=admm",),
+    "ADMM (adaptive ρ)": ("algorithm=admm",),
     "GD (1/L)": ("algorithm=gd",),
     "one-shot averaging": ("algorithm=osa", "rounds=5"),
 }
-STYLE = {"DANE (μ=0, fixed)": "o-", "DANE (safeguarded)": "s-", "ADMM (ρ=1)": "^-", "GD (1/L)": "v-",
+STYLE = {"DANE (μ=0, fixed)": "o-", "DANE (safeguarded)": "s-", "ADMM (adaptive ρ)": "^-", "GD (1/L)": "v-",
          "one-shot averaging": "x--"}
 
 
 def job(label: str, covariance: str) -> Job:
-    return (*METHODS[label], f"problem.covariance={covariance}", f"problem.n_samples={N}", f"workers={M}")
+    return (*METHODS[label], f"problem.covariance={covariance}", f"problem.n_samples={N}", f"workers={M}",
+            "sim.calibration=null")
 
 
 def jobs() -> list[Job]:
@@ -40,13 +43,15 @@ def jobs() -> list[Job]:
 
 
 def curves(index: RunIndex) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """{(covariance, label): {"comm_rounds": [...], "time_s": [...], "suboptimality": [...]}}."""
+    """{(covariance, label): {"comm_rounds": [...], "time_s": [...], "suboptimality": [...], "run": path}}."""
     runs = locate(index, jobs())
     out = {}
     for cov in COVARIANCES:
         for label in METHODS:
-            records = read_rounds(runs[job(label, cov)])
+            run = runs[job(label, cov)]
+            records = retime(read_rounds(run), read_summary(run))
             out[cov, label] = {key: [r.get(key) for r in records] for key in ("comm_rounds", "time_s", "suboptimality")}
+            out[cov, label]["run"] = str(run)
     return out
 
 
@@ -77,7 +82,11 @@ def draw(data: dict[tuple[str, str], dict[str, list[float]]]):
 
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
-    return save(draw(curves(RunIndex(results))), out, "convergence")
+    data = curves(RunIndex(results))
+    provenance = figure_provenance([c["run"] for c in data.values()], root=results, cost=cost_caption())
+    caption = caption_line(f"Suboptimality against allreduces and simulated time on the synthetic ridge, N={N}, m={M}, "
+                           "isotropic and decaying covariance", provenance)
+    return save(draw(data), out, "convergence", caption=caption, provenance=provenance)
 
 
 if __name__ == "__main__":

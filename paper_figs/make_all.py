@@ -1,4 +1,4 @@
-"""Rebuild every figure and table of paper_figs/ from results/ (`make figures`).
+"""Rebuild every figure and table from results/ into results/figures/ (`make figures`).
 
 Each figure module names the runs it needs (``jobs()``) and draws from results/ only
 (``main(results, out)``); ``TIMED = False`` marks one that reads rounds, not times.
@@ -11,7 +11,10 @@ simulator (see `synthetic.sweep.ensure`).
 - ``make tables`` (``--nn``): also makes the neural-network tables' missing runs
   (15 minutes cold on 2 cores for MNIST and digits, measured from a fresh clone).
 
-    python -m paper_figs.make_all [--results results] [--out paper_figs] [--no-run] [--nn]
+Nothing under paper_figs/ is written: ``make publish-figures`` copies results/figures/
+there, a deliberate step before a commit.
+
+    python -m paper_figs.make_all [--results results] [--out results/figures] [--no-run] [--nn]
 """
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_mis
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="results", help="results root to read (and to add missing runs to)")
-    parser.add_argument("--out", default=str(FIG_DIR), help="where the PNG, PDF and markdown files go")
+    parser.add_argument("--out", default=str(FIG_DIR), help="where the figures, tables and their .json sidecars go")
     parser.add_argument("--no-run", action="store_true", help="draw from what is there; fail if runs are missing")
     parser.add_argument("--nn", action="store_true", help="also make the neural-network tables' missing runs (slow)")
     args = parser.parse_args(argv)

@@ -1,92 +1,144 @@
-"""Figure (a), the source paper's layout: time to suboptimality 1e-8 against the number of workers.
+"""Figure (a), the source paper's layout: time to suboptimality 1e-8 against the number of workers,
+and where that time goes.
 
-Safeguarded DANE on the isotropic synthetic ridge (d=500, λ=0.005), one curve per N,
-each with its ideal T(1)/m line (log-log).  Time is the simulator's parallel time,
-counting each worker's setup (its local Hessian X_iᵀX_i, which is the work that
-parallelizes over m) plus the rounds' compute and the α-β allreduce cost.  Left: the
-cost model calibrated on this machine (results/calibration.json; the package defaults,
-measured once on a machine like this one, when it is absent; the panel says which);
-right: the same runs' compute with a fast interconnect (α=10 µs, β=10 GB/s), where the ring allreduce's
-2(m-1)α latency no longer swamps the parallelized setup.
+Safeguarded DANE on the isotropic synthetic ridge (λ=0.005) in two regimes:
 
-    python -m paper_figs.speedup [--results results] [--out paper_figs]
+- *latency-dominated*, the paper's grid (d=500, N from 6,000 to 18,000): a worker's setup
+  (its local Hessian X_iᵀX_i, O(n_i d²)) and a round's compute are small next to the
+  ring allreduce's 2(m-1)α latency, so adding workers soon adds more network time than
+  it saves in compute;
+- *compute-dominated* (d=2,000, N=64,000: 14x the paper's largest N·d), where forming
+  the local Hessian dominates, as in the paper's Matlab timing, and the time falls
+  nearly as 1/m until the latency catches up.
+
+Top: time to 1e-8 (setup included) against m, with the ideal T(1)/m line.  Bottom: the
+same times split into compute (setup plus each phase's slowest worker) and
+communication (the α-β model: bytes/β + 2(m-1)α per allreduce, exactly what the
+simulator charged).  Every time is put on one fixed α-β (`paper_figs.common.FIGURE_COST`,
+stated on the figure) by `retime`, so the figure does not move with the last
+calibration; its compute part is each simulated worker's measured CPU time.
+
+    python -m paper_figs.speedup [--results results] [--out results/figures]
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from paper_figs.common import FIG_DIR, M_GRID, N_GRID, cli, locate, positive, save, time_to
-from dane.comm import AlphaBeta
-from dane.results import read_summary
-from synthetic.sweep import Job, RunIndex, grid
+from dane.results import read_rounds, read_summary
+from paper_figs.common import (FIG_DIR, FIGURE_COST, M_GRID, N_GRID, caption_line, cli, cost_caption, first_reaching,
+                               figure_provenance, locate, positive, retime, save)
+from synthetic.sweep import Job, RunIndex
 
 TOL = 1e-8
-BASE = ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0", "problem.covariance=iso")
-#: panel -> cost-model overrides ("measured": results/calibration.json, or the defaults without it)
-NETWORKS: dict[str, tuple[str, ...]] = {
-    "measured": (),
-    "fast interconnect": ("sim.alpha=1e-05", "sim.beta=1e10"),
-}
-Times = dict[str, dict[int, list[float]]]
+BASE = ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0", "problem.covariance=iso",
+        "sim.calibration=null")  # the package's α-β; the figure re-times every run to FIGURE_COST anyway
 
 
-def job(n: int, m: int, network: tuple[str, ...] = ()) -> Job:
-    return (*BASE, f"problem.n_samples={n}", f"workers={m}", *network)
+@dataclass(frozen=True)
+class Regime:
+    title: str
+    dim: int
+    ns: tuple[int, ...]
+    ms: tuple[int, ...]
 
 
-def jobs(ns=N_GRID, ms=M_GRID) -> list[Job]:
-    return [job(n, m, network) for network in NETWORKS.values() for n in ns for m in ms]
+REGIMES = (
+    Regime("latency-dominated: d=500 (the paper's grid)", 500, N_GRID, M_GRID),
+    Regime("compute-dominated: d=2000, N=64000", 2000, (64000,), (1, 2, 4, 8, 16, 32)),
+)
 
 
-def table(index: RunIndex, ns=N_GRID, ms=M_GRID) -> Times:
-    """{panel: {N: [time to 1e-8 at each m]}} in seconds (nan where 1e-8 was not reached)."""
-    runs = locate(index, jobs(ns, ms))
-    return {title(name, read_summary(runs[job(ns[0], ms[-1], network)])):
-            {n: [time_to(runs[job(n, m, network)], TOL) for m in ms] for n in ns}
-            for name, network in NETWORKS.items()}
+def job(n: int, m: int, dim: int = 500) -> Job:
+    return (*BASE, f"problem.n_samples={n}", f"workers={m}", *((f"problem.dim={dim}",) if dim != 500 else ()))
 
 
-def title(name: str, summary: dict) -> str:
-    """The panel's title, with the α-β its runs were simulated under (and where it came from)."""
-    alpha, beta = summary.get("alpha"), summary.get("beta")
-    if alpha is None or beta is None:  # a single-worker run has no network
-        return name
-    if name == "measured":
-        default = AlphaBeta()
-        name = ("package default α-β (no results/calibration.json)" if (alpha, beta) == (default.alpha, default.beta)
-                else "α-β calibrated on this machine")
-    return f"{name}\nα={alpha * 1e6:.3g} µs, β={beta / 1e9:.3g} GB/s"
+def jobs(regimes=REGIMES) -> list[Job]:
+    return [job(n, m, r.dim) for r in regimes for n in r.ns for m in r.ms]
 
 
-def draw(times: Times, ms=M_GRID):
-    fig, axes = plt.subplots(1, len(times), figsize=(5.2 * len(times), 4.2), sharey=True, squeeze=False)
-    for ax, (title, panel) in zip(axes[0], times.items()):
+@dataclass(frozen=True)
+class Point:
+    """Time to TOL (setup included) and its compute and communication parts; nan where TOL was not reached."""
+
+    total: float
+    compute: float
+    comm: float
+    run: str
+
+
+def point(run_dir: Path) -> Point:
+    summary = read_summary(run_dir)
+    hit = first_reaching(retime(read_rounds(run_dir), summary), TOL)
+    if hit is None:
+        return Point(math.nan, math.nan, math.nan, str(run_dir))
+    m = summary["workers"]
+    comm = (hit["bytes_sent"] / FIGURE_COST.beta + hit["comm_rounds"] * 2 * (m - 1) * FIGURE_COST.alpha) if m > 1 else 0.0
+    total = summary.get("setup_s", 0.0) + hit["time_s"]
+    return Point(total, total - comm, comm, str(run_dir))
+
+
+Table = dict[Regime, dict[int, list[Point]]]
+
+
+def table(index: RunIndex, regimes=REGIMES) -> Table:
+    """{regime: {N: [Point at each m]}}."""
+    runs = locate(index, jobs(regimes))
+    return {r: {n: [point(runs[job(n, m, r.dim)]) for m in r.ms] for n in r.ns} for r in regimes}
+
+
+def draw(times: Table):
+    regimes = list(times)
+    fig, axes = plt.subplots(2, len(regimes), figsize=(5.6 * len(regimes), 8), squeeze=False)
+    for col, regime in enumerate(regimes):
+        ms, panel = regime.ms, times[regime]
+        ax = axes[0, col]
         for k, (n, row) in enumerate(sorted(panel.items())):
-            color = f"C{k}"
-            ax.plot(ms, positive(row), "o-", color=color, label=f"N = {n}")
-            if math.isfinite(row[0]):
-                ax.plot(ms, [row[0] / m for m in ms], ":", color=color, linewidth=1)
+            totals = [p.total for p in row]
+            ax.plot(ms, positive(totals), "o-", color=f"C{k}", label=f"N = {n}")
+            if math.isfinite(totals[0]):
+                ax.plot(ms, [totals[0] / m for m in ms], ":", color=f"C{k}", linewidth=1)
         ax.plot([], [], "k:", linewidth=1, label="ideal T(1)/m")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(ms, [str(m) for m in ms])
         ax.set_xlabel("workers m")
-        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(f"simulated time to suboptimality {TOL:g} (s)")
+        ax.set_title(regime.title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0, 0].set_ylabel(f"simulated time to suboptimality {TOL:g} (s)")
-    fig.suptitle("Safeguarded DANE, synthetic ridge (d=500)")
+        n = max(panel)
+        row = panel[n]
+        ax = axes[1, col]
+        x = range(len(ms))
+        compute = [p.compute if math.isfinite(p.compute) else 0.0 for p in row]
+        comm = [p.comm if math.isfinite(p.comm) else 0.0 for p in row]
+        ax.bar(x, compute, color="C0", label="compute (setup + slowest worker per phase)")
+        ax.bar(x, comm, bottom=compute, color="C3", label="communication (α-β allreduce model)")
+        for i, p in enumerate(row):
+            if not math.isfinite(p.total):
+                ax.text(i, 0, "not\nreached", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(list(x), [str(m) for m in ms])
+        ax.set_xlabel("workers m")
+        ax.set_ylabel(f"time to {TOL:g} (s)")
+        ax.set_title(f"where the time goes, N = {n}", fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Safeguarded DANE, synthetic ridge: simulated time under {cost_caption()}", fontsize=10)
     return fig
 
 
-def markdown(times: Times, ms=M_GRID) -> str:
-    parts = [f"Simulated time (s) to suboptimality {TOL:g}, safeguarded DANE, counting the workers' setup\n"]
-    for title, panel in times.items():
-        head = f"| {title}: N \\ m | " + " | ".join(str(m) for m in ms) + " |\n" + "|---" * (len(ms) + 1) + "|\n"
-        rows = "".join(f"| {n} | " + " | ".join("not reached" if math.isnan(t) else f"{t:.4f}" for t in row)
+def markdown(times: Table) -> str:
+    parts = [f"Simulated time (s) to suboptimality {TOL:g}, safeguarded DANE, setup included: "
+             "total = compute + communication\n"]
+    for regime, panel in times.items():
+        head = f"| {regime.title}: N \\ m | " + " | ".join(str(m) for m in regime.ms) + " |\n" + \
+            "|---" * (len(regime.ms) + 1) + "|\n"
+        rows = "".join(f"| {n} | " + " | ".join("not reached" if math.isnan(p.total) else
+                                                  f"{p.total:.3f} = {p.compute:.3f} + {p.comm:.3f}" for p in row)
                        + " |\n" for n, row in sorted(panel.items()))
         parts.append(head + rows)
     return "\n".join(parts)
@@ -94,7 +146,11 @@ def markdown(times: Times, ms=M_GRID) -> str:
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     times = table(RunIndex(results))
-    return save(draw(times), out, "speedup", markdown(times))
+    provenance = figure_provenance([p.run for panel in times.values() for row in panel.values() for p in row],
+                                   root=results, cost=cost_caption(), tolerance=TOL)
+    caption = caption_line("Safeguarded DANE on the synthetic ridge: simulated time to 1e-8 against workers, "
+                           "split into compute and communication, latency- and compute-dominated regimes", provenance)
+    return save(draw(times), out, "speedup", markdown(times), caption=caption, provenance=provenance)
 
 
 if __name__ == "__main__":

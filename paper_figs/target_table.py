@@ -11,7 +11,7 @@ allreduces and bytes one worker had sent by then, and the simulated parallel tim
 Reads only results/; writes ``target_table.md``.
 
     python -m experiments.simulate experiment=target_mnist_lenet5 algorithm=sync_sgd   # one run
-    python -m paper_figs.target_table [--results results] [--out paper_figs]
+    python -m paper_figs.target_table [--results results] [--out results/figures]
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from omegaconf import OmegaConf
 from dane.comm import AlphaBeta
 from dane.results import read_rounds, read_summary
 from experiments.config import cost_model
-from paper_figs.accuracy_table import Row, find_run, has_data, retime
-from paper_figs.common import FIG_DIR, cli
+from paper_figs.accuracy_table import Row, data_caption, find_run, has_data
+from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save
 from synthetic.sweep import Job, RunIndex, _composed
 
 
@@ -71,7 +71,7 @@ def reach(run_dir: Path, accuracy: float, cost: AlphaBeta) -> dict:
     hit = next((r for r in records if r.get("test_accuracy", 0.0) >= accuracy), None)
     return {"hit": hit, "final": records[-1].get("test_accuracy"), "best": max(r.get("test_accuracy", 0.0) for r in records),
             "budget": records[-1]["round"], "status": summary["status"], "setup_s": summary.get("setup_s", 0.0),
-            "run_dir": str(run_dir)}
+            "run_dir": str(run_dir), "data": summary.get("data")}
 
 
 def job_cost(j: Job) -> AlphaBeta:
@@ -122,11 +122,13 @@ def markdown(data: dict[Target, dict[str, dict | None]]) -> str:
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     data = collect(RunIndex(results))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "target_table.md"
-    path.write_text(markdown(data))
-    return [path]
+    cells = [c for rows in data.values() for c in rows.values() if c is not None]
+    sizes = {t.problem: {"data": [c["data"] for c in rows.values() if c is not None and c["data"]][:1]}
+             for t, rows in data.items()}
+    provenance = figure_provenance([c["run_dir"] for c in cells], root=results, data=sizes)
+    caption = caption_line("Rounds, allreduces, bytes and simulated time to a target test accuracy, 4 simulated "
+                           f"workers; data: {data_caption(sizes) or 'no runs yet'}", provenance)
+    return save(None, out, "target_table", markdown(data), caption=caption, provenance=provenance)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ def local_optimum(p: QuadraticProblem) -> torch.Tensor:
 
 def test_admm_converges_to_the_ridge_optimum_and_its_primal_residual_vanishes():
     problems = ridge_shards()
-    (algo, records, _), *_ = simulate(ADMMConfig(rho=1.0), problems, rounds=60)
+    (algo, records, _), *_ = simulate(ADMMConfig(rho=1.0, adaptive_rho=False), problems, rounds=60)
     w_star = problems[0].w_star
     assert records[-1]["suboptimality"] <= 1e-8
     assert torch.allclose(algo.iterate, w_star, rtol=0, atol=1e-7)
@@ -58,14 +58,14 @@ def test_admm_converges_to_the_ridge_optimum_and_its_primal_residual_vanishes():
 def test_admm_fixed_point_is_the_regularised_optimum_on_one_worker():
     # m=1: x = argmin f + ρ/2||x - z + u||², z = ρ v/(ρ+2λ); at convergence z solves the full ridge problem.
     (problem,) = ridge_shards(1)
-    (algo, records, _), = simulate(ADMMConfig(rho=2.0), [problem], rounds=80)
+    (algo, records, _), = simulate(ADMMConfig(rho=2.0, adaptive_rho=False), [problem], rounds=80)
     assert records[-1]["suboptimality"] <= 1e-10
     assert torch.allclose(algo.iterate, problem.w_star, rtol=0, atol=1e-8)
 
 
 def test_admm_primal_residual_matches_its_definition():
     problems = ridge_shards()
-    results = simulate(ADMMConfig(rho=0.5), problems, rounds=3)
+    results = simulate(ADMMConfig(rho=0.5, adaptive_rho=False), problems, rounds=3)
     # the record of z_1 carries sqrt(Σ_i ||x_i^1 - z_1||²); recompute x_i^1 = argmin f_i + ρ/2||x - z_0||²
     z0, z1 = results[0][2][0], results[0][2][1]
     x1 = [torch.linalg.solve(p.A + 0.5 * torch.eye(p.dim, dtype=p.dtype), p.b + 0.5 * z0) for p in problems]
@@ -77,7 +77,7 @@ def test_admm_primal_residual_matches_its_definition():
 @pytest.mark.parametrize("rho", [0.01, 100.0])
 def test_admm_adaptive_rho_rescues_a_bad_penalty(rho):
     problems = ridge_shards()
-    fixed = simulate(ADMMConfig(rho=rho), problems, rounds=60)[0][1]
+    fixed = simulate(ADMMConfig(rho=rho, adaptive_rho=False), problems, rounds=60)[0][1]
     adaptive = simulate(ADMMConfig(rho=rho, adaptive_rho=True), problems, rounds=60, tol=1e-8)[0][1]
     assert fixed[-1]["suboptimality"] > 1e-5
     assert adaptive[-1]["suboptimality"] <= 1e-8 and len(adaptive) <= 40

@@ -2,6 +2,7 @@
 and the numbers they extract (time to 1e-8, rounds to 1e-10, the best μ) are the right ones."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -11,7 +12,8 @@ from omegaconf import OmegaConf
 from dane.results import RunWriter
 from experiments.config import cost_model
 from paper_figs import convergence, make_all, rounds_table, run_convergence, speedup
-from paper_figs.common import M_GRID, N_GRID, MissingRuns, save
+from dane.provenance import code_version
+from paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
 from synthetic.sweep import RunIndex, _composed, job_name
 
 
@@ -49,12 +51,14 @@ def plain_rounds(mu: float) -> int:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
+    for regime in speedup.REGIMES:
+        for n in regime.ns:
+            for m in regime.ms:
+                # time_s k n/(1e6 m); first <= 1e-8 at round 3; setup 0.5/m
+                fake_run(root, speedup.job(n, m, regime.dim), [1, 1e-3, 1e-6, 1e-9, 1e-12],
+                         times=[k * n / (1e6 * m) for k in range(5)], setup_s=0.5 / m)
     for n in N_GRID:
         for m in M_GRID:
-            # time_s k n/(1e6 m); first <= 1e-8 at round 3; setup 0.5/m
-            for scale, network in zip((1, 0.1 if m > 1 else 1), speedup.NETWORKS.values()):  # m=1: no network
-                fake_run(root, speedup.job(n, m, network), [1, 1e-3, 1e-6, 1e-9, 1e-12],
-                         times=[scale * k * n / (1e6 * m) for k in range(5)], setup_s=0.5 / m)
             if m >= 16:
                 fake_run(root, rounds_table.plain_job(n, m, 0.0), [1, 10, 1e3, math.inf], status="diverged")
             else:
@@ -73,16 +77,30 @@ def index(results):
     return RunIndex(results)
 
 
-def test_speedup_extracts_time_to_1e8(index, tmp_path):
+def test_speedup_extracts_time_to_1e8_and_splits_it(index, tmp_path):
     times = speedup.table(index)
-    calibrated, fast = times.values()
+    latency, compute = times.values()
     for n in N_GRID:
-        for m, t, t_fast in zip(M_GRID, calibrated[n], fast[n]):
-            assert t == pytest.approx(0.5 / m + 3 * n / (1e6 * m), rel=1e-12)
-            assert t_fast == pytest.approx(0.5 / m + (0.3 if m > 1 else 3) * n / (1e6 * m), rel=1e-12)
-    assert "| 18000 | 0.5540 |" in speedup.markdown(times)
+        for m, p in zip(M_GRID, latency[n]):
+            assert p.total == pytest.approx(0.5 / m + 3 * n / (1e6 * m), rel=1e-12)
+            # the fake records send no bytes: communication is 2(m-1)α per allreduce, 2 allreduces a round
+            assert p.comm == pytest.approx(6 * 2 * (m - 1) * FIGURE_COST.alpha, rel=1e-12)
+            assert p.compute + p.comm == pytest.approx(p.total, rel=1e-12)
+    assert [p.total for p in compute[64000]] == pytest.approx([0.5 / m + 3 * 0.064 / m for m in (1, 2, 4, 8, 16, 32)])
+    assert "| 18000 | 0.554 = 0.554 + 0.000 |" in speedup.markdown(times)
     paths = save(speedup.draw(times), tmp_path, "speedup")
     assert all(p.stat().st_size > 1000 for p in paths) and {p.suffix for p in paths} == {".png", ".pdf"}
+
+
+def test_figures_are_the_same_bytes_when_drawn_twice_and_carry_provenance(results, tmp_path):
+    first = {p.name: p.read_bytes() for p in speedup.main(results, tmp_path / "a")}
+    second = {p.name: p.read_bytes() for p in speedup.main(results, tmp_path / "b")}
+    assert first == second and set(first) == {"speedup.png", "speedup.pdf", "speedup.md", "speedup.json"}
+    sidecar = json.loads(first["speedup.json"])
+    assert len(sidecar["runs"]) == len(speedup.jobs()) and sidecar["seeds"] == [0]
+    assert sidecar["commits"] == [code_version()["git_commit"]]  # the fake runs' writer recorded it
+    assert sidecar["cost"] == cost_caption() and "α=550 µs" in sidecar["caption"]
+    assert first["speedup.md"].decode().splitlines()[0] == sidecar["caption"]
 
 
 def test_rounds_table_marks_divergence_and_best_mu(index, tmp_path):
@@ -104,7 +122,7 @@ def test_convergence_reads_all_panels(index, tmp_path):
     assert len(data) == 10
     assert data["iso", "DANE (safeguarded)"]["suboptimality"] == [1, 1e-3, 1e-6, 1e-9, 1e-12]
     assert data["decay", "GD (1/L)"]["suboptimality"][3] == pytest.approx(1e-3)
-    assert data["iso", "ADMM (ρ=1)"]["comm_rounds"][:3] == [0, 2, 4]
+    assert data["iso", "ADMM (adaptive ρ)"]["comm_rounds"][:3] == [0, 2, 4]
     paths = save(convergence.draw(data), tmp_path, "convergence")
     assert all(p.stat().st_size > 1000 for p in paths)
 
@@ -117,7 +135,7 @@ def test_make_all_draws_every_figure_without_running(results, tmp_path):
 
 
 def test_missing_runs_are_named(tmp_path):
-    with pytest.raises(MissingRuns, match="48 run"):
+    with pytest.raises(MissingRuns, match=f"{len(speedup.jobs())} run"):
         speedup.table(RunIndex(tmp_path))
 
 

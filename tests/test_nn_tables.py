@@ -3,6 +3,8 @@ report exactly what the runs in results/ say (the paper's numbers beside ours).
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -35,18 +37,35 @@ def test_every_table_experiment_composes_and_validates(name):
     assert spec.workers == 8 and spec.simulated
 
 
-def test_accuracy_table_reports_the_runs_final_accuracy_beside_the_paper(tmp_path):
+def test_accuracy_table_reports_mean_and_spread_over_seeds_beside_the_paper(tmp_path):
     row = next(r for r in accuracy_table.ROWS if r.problem == "digits_mlp")
-    (run_dir,) = ensure([accuracy_table.job(row, 2)], root=tmp_path, log=None).values()
+    found = ensure([accuracy_table.job(row, 2, seed) for seed in (0, 1)], root=tmp_path, log=None)
+    accs = [read_summary(run)["final_test_accuracy"] for run in found.values()]
     data = accuracy_table.collect(RunIndex(tmp_path))
-    assert data["digits-MLP"]["ours"] == [read_summary(run_dir)["final_test_accuracy"], None, None, None]
-    assert read_summary(run_dir)["rounds"] == 20
-    assert data["digits-MLP"]["rounds"] == 20
+    cell = data["digits-MLP"]["cells"][0]
+    assert cell["values"] == accs and len(set(accs)) == 2  # seeds give different runs
+    assert cell["mean"] == pytest.approx(sum(accs) / 2, rel=1e-15)
+    assert cell["spread"] == pytest.approx(abs(accs[0] - accs[1]) / 2, rel=1e-15)
+    assert data["digits-MLP"]["ours"][1:] == [None, None, None]
+    summary = read_summary(next(iter(found.values())))
+    assert summary["rounds"] == 20 and data["digits-MLP"]["rounds"] == 20
+    # the data the numbers come from, as the runs recorded it (scikit-learn digits: 1,797 rows, 20% held out)
+    assert summary["data"] == {"name": "digits", "train_size": 1437, "test_size": 360,
+                               "split": "360 of 1797 rows held out (stratified, by the run's seed)"}
     assert data["MNIST-LeNet5"]["paper"] == (0.9914, 0.9897, 0.9891, 0.9887)
     text = accuracy_table.markdown(data)
-    assert f"| digits-MLP | ours, 20 rounds | {accuracy_table.fmt(data['digits-MLP']['ours'][0])} | — | — | — |" in text
+    assert (f"| digits-MLP | ours, 20 rounds, 1,437/360 train/test | {accuracy_table.fmt_cell(cell)} | — | — | — |"
+            in text)
+    assert accuracy_table.fmt_cell(cell) == f"{accuracy_table.fmt(cell['mean'])} ± {cell['spread']:.4f}"[:-6] + \
+        f"{cell['spread']:.4f}".replace("0.", ".", 1) + " (n=2)"
     assert "|  | paper | .9831 | .9816 | .9813 | .9810 |" in text
+    assert "digits-MLP: 1,437 train / 360 test (360 of 1797 rows held out" in accuracy_table.what(data)
     assert r"MNIST-LeNet5 & ours (20 rounds) & -- & -- & -- & -- \\" in accuracy_table.latex(data)
+    written = accuracy_table.main(tmp_path, tmp_path / "figures")
+    sidecar = json.loads((tmp_path / "figures" / "accuracy_table.json").read_text())
+    assert sorted(sidecar["seeds"]) == [0, 1] and len(sidecar["runs"]) == 2
+    assert (tmp_path / "figures" / "accuracy_table.md").read_text().startswith(sidecar["caption"] + "\n")
+    assert {p.name for p in written} == {"accuracy_table.md", "accuracy_table.json", "accuracy_table.tex"}
 
 
 def test_target_table_reads_the_first_record_at_the_target(tmp_path):
@@ -80,3 +99,21 @@ def test_retiming_swaps_the_allreduce_model_exactly(tmp_path):
     for r, s in zip(records, slow):
         extra = r["bytes_sent"] * (1 / 1e6 - 1 / 4.0e8) + r["comm_rounds"] * 6 * (1e-2 - 5.5e-4)
         assert s["time_s"] == pytest.approx(r["time_s"] + extra, rel=1e-12)
+
+
+def test_mnist_table_on_the_four_standard_files_says_standard_split(tmp_path):
+    """With train-* and t10k-* present the runs use the files' own split, and the table says so: no split
+    caption; the sizes are the files' (small generated IDX files here, 60,000/10,000 on real MNIST)."""
+    from tests.test_data import write_mnist_pair
+
+    data_dir = tmp_path / "data"
+    write_mnist_pair(data_dir, "train", 40, seed=1)
+    write_mnist_pair(data_dir, "t10k", 20, seed=2)
+    row = next(r for r in accuracy_table.ROWS if r.problem == "mnist_lenet5")
+    job = (*accuracy_table.job(row, 2), f"data_dir={data_dir}")
+    (run_dir,) = ensure([job], root=tmp_path / "results", log=None).values()
+    assert read_summary(run_dir)["data"] == {"name": "mnist", "train_size": 40, "test_size": 20, "split": "standard"}
+    data = accuracy_table.collect(RunIndex(tmp_path / "results"), [row])
+    assert data["MNIST-LeNet5"]["cells"][0]["values"] == [read_summary(run_dir)["final_test_accuracy"]]
+    assert "MNIST-LeNet5: 40 train / 20 test;" in accuracy_table.what(data) + ";"
+    assert "split" not in accuracy_table.data_caption(data)

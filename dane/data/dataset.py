@@ -18,7 +18,9 @@ class Dataset:
     """A train/test pair of tensors: ``x`` float32, ``y`` int64 class indices.
 
     ``notes`` holds facts a run's log must state, such as a non-standard split; the
-    entry point prints them, so a reader of the results cannot miss them.
+    entry point prints them, so a reader of the results cannot miss them.  ``split``
+    says where the test rows come from: ``"standard"`` (the files' own train/test
+    split, e.g. MNIST's 60k/10k) or a description of a seeded hold-out.
     """
 
     train_x: torch.Tensor
@@ -28,6 +30,11 @@ class Dataset:
     num_classes: int
     name: str
     notes: list[str] = field(default_factory=list)
+    split: str = "standard"
+
+    def info(self) -> dict:
+        """What a run's summary records about its data: name, train/test sizes, split."""
+        return {"name": self.name, "train_size": len(self.train_y), "test_size": len(self.test_y), "split": self.split}
 
     def __post_init__(self) -> None:
         # A bug in a loader, not a user error: fail loudly with a traceback.
@@ -81,6 +88,7 @@ def to_dataset(
     num_classes: int,
     name: str,
     notes: list[str] | None = None,
+    split: str = "standard",
 ) -> Dataset:
     """Wrap numpy arrays as a ``Dataset`` with the dtypes the models expect."""
     return Dataset(
@@ -91,4 +99,5 @@ def to_dataset(
         num_classes=num_classes,
         name=name,
         notes=list(notes or []),
+        split=split,
     )

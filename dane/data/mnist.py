@@ -112,6 +112,7 @@ def load_mnist(data_dir: Path, *, seed: int, test_fraction: float, pad_to_32: bo
     folder, found = _locate(Path(data_dir))
     has_train, has_test = all(n in found for n in TRAIN_FILES), all(n in found for n in TEST_FILES)
     notes: list[str] = []
+    split = "standard"
     if has_train and has_test:
         train_x, train_y = _read_pair(folder, found, TRAIN_FILES)
         test_x, test_y = _read_pair(folder, found, TEST_FILES)
@@ -127,6 +128,7 @@ def load_mnist(data_dir: Path, *, seed: int, test_fraction: float, pad_to_32: bo
         )
         notes.append(note)
         log.warning(note)
+        split = f"t10k split: {len(images)} t10k images split {len(train_x)}/{len(test_x)} (stratified, by the run's seed)"
     else:
         missing = [n for n in TRAIN_FILES + TEST_FILES if n not in found]
         raise DataError(
@@ -135,7 +137,7 @@ def load_mnist(data_dir: Path, *, seed: int, test_fraction: float, pad_to_32: bo
         )
     train_x, test_x = _scale(train_x, pad_to_32), _scale(test_x, pad_to_32)
     return to_dataset(
-        train_x, train_y, test_x, test_y, num_classes=NUM_CLASSES, name="mnist", notes=notes
+        train_x, train_y, test_x, test_y, num_classes=NUM_CLASSES, name="mnist", notes=notes, split=split
     )
 
 

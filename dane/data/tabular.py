@@ -32,7 +32,8 @@ def _split_and_scale(
     train_x, train_y, test_x, test_y = stratified_split(x, y, test_fraction=test_fraction, seed=seed)
     train_x, test_x = standardize(train_x, test_x)
     return to_dataset(
-        train_x, train_y, test_x, test_y, num_classes=int(y.max()) + 1, name=name
+        train_x, train_y, test_x, test_y, num_classes=int(y.max()) + 1, name=name,
+        split=f"{len(test_y)} of {len(y)} rows held out (stratified, by the run's seed)",
     )
 
 

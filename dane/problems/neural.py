@@ -158,13 +158,15 @@ class NeuralProblemConfig:
             torch.manual_seed(self.seed)  # every worker builds the same initial model
             model = build_model(self.model.name, in_shape=data.in_shape, num_classes=data.num_classes,
                                 hidden=self.model.hidden)
-        return NeuralProblem(
+        problem = NeuralProblem(
             model, data.train_x[shard], data.train_y[shard], data.test_x[test_rows], data.test_y[test_rows],
             weight=size * len(shard) / len(data.train_y), test_weight=size / len(data.test_y),
             num_classes=data.num_classes, workers=size, l2=self.l2, inner=self.inner, grad_batches=self.grad_batches,
             eval_batch_size=self.eval_batch_size, device=pick_device(self.device, rank), dtype=dtype,
             sampler_seed=worker_seed(self.seed, rank, SAMPLER_STREAM), notes=data.notes,
         )
+        problem.data_info = data.info()  # into the run's summary: what the numbers were measured on
+        return problem
 
 
 @lru_cache(maxsize=4)
@@ -190,7 +192,8 @@ def as_images(data: Dataset, size: int) -> Dataset:
         return x.view(-1, 1, side, side).repeat_interleave(size // side, 2).repeat_interleave(size // side, 3).contiguous()
 
     return Dataset(grow(data.train_x), data.train_y, grow(data.test_x), data.test_y, data.num_classes, data.name,
-                   [*data.notes, f"{data.name}: {side}x{side} features upsampled (nearest) to 1x{size}x{size} images"])
+                   [*data.notes, f"{data.name}: {side}x{side} features upsampled (nearest) to 1x{size}x{size} images"],
+                   data.split)
 
 
 def pick_device(device: str, rank: int) -> torch.device:

@@ -1,0 +1,44 @@
+"""Where a run or a figure came from: code commit, command, date, machine load.
+
+A run records `run_provenance()` in its ``summary.json`` (taken when its writer opens,
+so the load average is the machine's state as the run started).  A figure's sidecar
+collects its runs' records (`paper_figs.common.save`), so a figure drawn twice from
+the same logs carries the same provenance: nothing in it depends on when it was drawn.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@lru_cache(maxsize=1)
+def code_version() -> dict:
+    """``{"git_commit": sha or None, "git_dirty": bool or None}`` of the package's checkout."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+def run_provenance() -> dict:
+    """What a run's summary records about its origin: code, command line, start time, host and load."""
+    return {
+        **code_version(),
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+    }
