@@ -30,7 +30,7 @@ from synthetic.sweep import RunIndex, ensure
 #: figure modules of paper_figs/, each with jobs() and main(results, out)
 FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table")
 #: the neural-network tables: their runs take tens of minutes, so only `--nn` makes them
-NN_TABLES = ("paper_figs.accuracy_table", "paper_figs.target_table")
+NN_TABLES = ("paper_figs.accuracy_table", "paper_figs.target_table", "paper_figs.dane_vs_admm")
 
 
 def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_missing: bool = True,

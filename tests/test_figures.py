@@ -144,3 +144,38 @@ def test_run_convergence_draws_into_the_run_dir(results):
     paths = run_convergence.main([str(run)])
     assert [p.name for p in paths] == ["convergence.png", "convergence.pdf"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_dane_vs_admm_picks_the_best_admm_start_and_draws_the_central_reference(tmp_path, monkeypatch):
+    from dane.results import read_rounds
+    from paper_figs import dane_vs_admm
+
+    monkeypatch.setattr(dane_vs_admm, "has_data", lambda row: True)
+    losses = {0.1: [2.3, 0.9, 0.5], 0.3: [2.3, 0.6, 0.2], 1.0: [2.3, 1.5, float("nan")]}
+    for job in dane_vs_admm.jobs():
+        out = tmp_path / job_name(job)
+        cfg = _composed(tuple(job))
+        rho = cfg["algorithm"].get("rho") if cfg["algorithm"]["name"] == "admm" else None
+        curve = losses[rho] if rho is not None else ([2.3, 0.4, 0.1] if cfg["workers"] == 4 else [2.3, 0.2, 0.05])
+        writer = RunWriter(out)
+        writer.write_text("config.yaml", yaml.safe_dump({**cfg, "rounds": 2}))
+        for k, loss in enumerate(curve):
+            writer.write_round({"round": k, "time_s": k, "bytes_sent": 0, "comm_rounds": k, "objective": loss,
+                                "test_loss": loss, "test_accuracy": 1 - loss / 3})
+        writer.write_summary({"algorithm": cfg["algorithm"]["name"], "workers": cfg["workers"], "rounds": 30,
+                              "status": "max_rounds", "data": {"name": "mnist", "train_size": 8000, "test_size": 2000,
+                                                               "split": "t10k split"}})
+        writer.close()
+    data = dane_vs_admm.collect(RunIndex(tmp_path))
+    assert data["best_rho"] == 0.3  # lowest final test loss; the nan run is never chosen
+    assert data["central"]["test_loss"][-1] == 0.05 and data["dane"]["test_loss"] == [2.3, 0.4, 0.1]
+    fig = dane_vs_admm.draw(data)
+    loss_ax = fig.axes[0]
+    reference = [line for line in loss_ax.lines if line.get_linestyle() == ":"]
+    assert [list(line.get_ydata()) for line in reference] == [[0.05, 0.05]]
+    paths = dane_vs_admm.main(tmp_path, tmp_path / "figures")
+    sidecar = json.loads((tmp_path / "figures" / "dane_vs_admm.json").read_text())
+    assert sidecar["best_admm_rho"] == 0.3 and len(sidecar["runs"]) == 5
+    assert "8,000 train / 2,000 test (t10k split)" in sidecar["caption"] and "paper: 60,000/10,000" in sidecar["caption"]
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".md", ".json"}
+    assert read_rounds(tmp_path / job_name(dane_vs_admm.admm_job(0.3)))[-1]["test_loss"] == 0.2
