@@ -18,6 +18,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from dane.errors import UserError
 from dane.results import read_rounds, read_summary
 from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save  # noqa: F401 (retime: re-exported)
@@ -94,6 +96,7 @@ def collect(index: RunIndex, rows=ROWS, seeds=SEEDS) -> dict[str, dict]:
     out = {}
     for row in rows:
         cells, notes, data, runs, rounds = [], [], [], [], compose_job(job(row, WORKERS[0]))["rounds"]
+        batch = None
         for m in WORKERS:
             values, cell_runs = [], []
             for seed in seeds:
@@ -102,6 +105,7 @@ def collect(index: RunIndex, rows=ROWS, seeds=SEEDS) -> dict[str, dict]:
                     continue
                 value = accuracy_at(path, rounds)
                 summary = read_summary(path)
+                batch = batch or run_config(path).get("problem", {}).get("inner_batch_size")
                 notes += [n for n in summary.get("notes", []) if n not in notes]
                 if summary.get("data") and summary["data"] not in data:
                     data.append(summary["data"])
@@ -113,8 +117,13 @@ def collect(index: RunIndex, rows=ROWS, seeds=SEEDS) -> dict[str, dict]:
                           "mean": statistics.fmean(values) if values else None,
                           "spread": (max(values) - min(values)) / 2 if values else None})
         out[row.label] = {"cells": cells, "ours": [c["mean"] for c in cells], "rounds": rounds, "notes": notes,
-                          "paper": row.paper, "data": data, "runs": runs, "seeds": list(seeds)}
+                          "paper": row.paper, "data": data, "runs": runs, "seeds": list(seeds), "batch": batch}
     return out
+
+
+def run_config(run_dir: Path) -> dict:
+    path = Path(run_dir) / "config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 def accuracy_at(run_dir: Path, rounds: int) -> float | None:
@@ -150,7 +159,8 @@ def what(data: dict[str, dict]) -> str:
     """The table's caption, before its provenance."""
     rounds = sorted({row["rounds"] for row in data.values()})
     sizes = data_caption(data) or "no runs yet"
-    return (f"Test accuracy of DANE (η=1, μ=0, simulated workers) after {'/'.join(map(str, rounds))} rounds, "
+    return (f"Test accuracy of DANE (η=1, μ=0, simulated workers) after {'/'.join(map(str, rounds))} rounds "
+            "(each round one pass of inner SGD over every worker's shard, so as many epochs; batch per row), "
             f"mean ± half-range over seeds {','.join(map(str, SEEDS))}; ours on {sizes}; {PAPER_SETTING}. "
             "Rows on fewer training images than the paper's are not comparable with its numbers")
 
@@ -161,7 +171,8 @@ def markdown(data: dict[str, dict]) -> str:
     notes: list[str] = []
     for label, row in data.items():
         sizes = "; ".join(f"{d['train_size']:,}/{d['test_size']:,}" for d in row["data"])
-        source = f"ours, {row['rounds']} rounds" + (f", {sizes} train/test" if sizes else "")
+        source = f"ours, {row['rounds']} rounds" + (f", batch {row['batch']}" if row.get("batch") else "") + \
+            (f", {sizes} train/test" if sizes else "")
         lines.append(f"| {label} | {source} | " + " | ".join(fmt_cell(c) for c in row["cells"]) + " |")
         if row["paper"] is not None:
             lines.append("|  | paper | " + " | ".join(fmt(v) for v in row["paper"]) + " |")

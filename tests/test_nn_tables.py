@@ -54,7 +54,7 @@ def test_accuracy_table_reports_mean_and_spread_over_seeds_beside_the_paper(tmp_
                                "split": "360 of 1797 rows held out (stratified, by the run's seed)"}
     assert data["MNIST-LeNet5"]["paper"] == (0.9914, 0.9897, 0.9891, 0.9887)
     text = accuracy_table.markdown(data)
-    assert (f"| digits-MLP | ours, 20 rounds, 1,437/360 train/test | {accuracy_table.fmt_cell(cell)} | — | — | — |"
+    assert (f"| digits-MLP | ours, 20 rounds, batch 32, 1,437/360 train/test | {accuracy_table.fmt_cell(cell)} | — | — | — |"
             in text)
     assert accuracy_table.fmt_cell(cell) == f"{accuracy_table.fmt(cell['mean'])} ± {cell['spread']:.4f}"[:-6] + \
         f"{cell['spread']:.4f}".replace("0.", ".", 1) + " (n=2)"
