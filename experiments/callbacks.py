@@ -1,0 +1,40 @@
+"""Hydra callbacks of the entry points (registered in conf/config.yaml under ``hydra.callbacks``).
+
+`SweepSummary` ends a ``-m`` multirun of `experiments.train` or `experiments.simulate`
+with one line saying where the jobs went and the command that tabulates them:
+
+    sweep: 12 jobs in results/sweeps/2024-05-01_12-00-00; summary: python -m paper_figs.summary results/sweeps/...
+
+It only prints the command (experiments do not import paper_figs).  A job that raises
+stops Hydra's sweep with its traceback before ``on_multirun_end``, so no line then;
+a diverged job is a result, not a failure (experiments/train.py), and is counted.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from experiments.config import rank_zero
+
+
+class SweepSummary(Callback):
+    """Counts the jobs of a multirun and prints where they are and how to summarize them."""
+
+    def __init__(self) -> None:
+        self.jobs = 0
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        self.jobs += 1
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if not rank_zero():  # under a launcher every rank runs Hydra; one line is enough
+            return
+        sweep_dir = str(config.hydra.sweep.dir)
+        # a launcher that runs jobs in other processes calls on_job_end there: count the job directories instead
+        jobs = self.jobs or sum(1 for p in Path(sweep_dir).glob("*/.hydra"))
+        print(f"sweep: {jobs} job{'s' * (jobs != 1)} in {sweep_dir}; "
+              f"summary: python -m paper_figs.summary {shlex.quote(sweep_dir)}", flush=True)

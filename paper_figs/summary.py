@@ -1,0 +1,175 @@
+"""One row per job of a sweep (or any folder of runs): how it ended, and how soon it reached a tolerance.
+
+    python -m paper_figs.summary results/sweeps/2024-05-01_12-00-00 [--tol 1e-8] [--key suboptimality] [--json]
+
+A job is a directory under the folder that holds ``rounds.jsonl`` or ``summary.json``
+(as `dane.results` writes them), an error file, or Hydra's ``.hydra/`` (a job that
+stopped before its first record).  Its status is the summary's; with records but no
+summary it is ``running or crashed``, with an error file or nothing at all ``failed``.
+"To tol" is the round and the allreduce count (``comm_rounds``) of the first record whose
+``--key`` is at most ``--tol``, ``-`` if none is.  Final values come from ``summary.json``
+when there is one, else from the last complete record.  Prints a markdown table, or
+with ``--json`` a list of objects (non-finite numbers as the strings "inf", "nan").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from fnmatch import fnmatch
+from pathlib import Path
+
+import yaml
+
+from dane.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
+from paper_figs.common import first_reaching
+
+CONFIG_FILE = "config.yaml"
+#: a file a launcher or wrapper leaves when a job fails
+ERROR_FILES = ("error", "error.txt", "error.log", "*.err")
+RUNNING = "running or crashed"
+FAILED = "failed"
+
+
+def natural_key(path: Path) -> list:
+    """Sort ``2_...`` before ``10_...`` (Hydra numbers the jobs of a sweep)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def has_error_file(files) -> bool:
+    return any(fnmatch(name, pattern) for name in files for pattern in ERROR_FILES)
+
+
+def job_dirs(root: str | Path) -> list[Path]:
+    """Every job directory under ``root`` (``root`` itself when it is one), in job order."""
+    found = []
+    for here, subdirs, files in os.walk(root):
+        if ROUNDS_FILE in files or SUMMARY_FILE in files or ".hydra" in subdirs or has_error_file(files):
+            found.append(Path(here))
+        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+    return sorted(found, key=natural_key)
+
+
+def read_records(run_dir: str | Path) -> tuple[list[dict], str | None]:
+    """The complete records of ``rounds.jsonl`` and what is wrong with the file (None if nothing).
+
+    A run still writing, or killed mid-line, leaves a torn last line: the records before it
+    are returned with the problem named, so a caller can use them or skip the run.
+    """
+    path = Path(run_dir) / ROUNDS_FILE
+    if not path.exists():
+        return [], f"no {ROUNDS_FILE}"
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for k, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            where = "torn last line" if k == len(lines) else "unreadable line"
+            return records, f"{ROUNDS_FILE} has a {where} (line {k} of {len(lines)})"
+        records.append({key: float(v) if v in ("inf", "-inf", "nan") else v for key, v in record.items()})
+    return records, None if records else f"{ROUNDS_FILE} is empty"
+
+
+def read_config(run_dir: str | Path) -> dict:
+    """The run's saved config (``config.yaml``), or {} when there is none or it does not parse."""
+    path = Path(run_dir) / CONFIG_FILE
+    try:
+        loaded = yaml.safe_load(path.read_text()) if path.exists() else {}
+    except yaml.YAMLError:
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def status_of(run_dir: Path) -> str:
+    if (run_dir / SUMMARY_FILE).exists():
+        return str(read_summary(run_dir).get("status", "-"))
+    if has_error_file(os.listdir(run_dir)):
+        return FAILED
+    return RUNNING if (run_dir / ROUNDS_FILE).exists() else FAILED
+
+
+def row(run_dir: Path, root: Path, tol: float, key: str) -> dict:
+    """One job's line of the table, as plain values (None where unknown)."""
+    records, _ = read_records(run_dir)
+    summary = read_summary(run_dir) if (run_dir / SUMMARY_FILE).exists() else {}
+    config = read_config(run_dir)
+    last = records[-1] if records else {}
+    hit = first_reaching(records, tol, key)
+    algorithm = config.get("algorithm")
+    name = run_dir.relative_to(root).as_posix()
+    return {
+        "job": run_dir.name if name == "." else name,
+        "status": status_of(run_dir),
+        "algorithm": summary.get("algorithm") or (algorithm.get("name") if isinstance(algorithm, dict) else None),
+        "workers": summary.get("workers") or config.get("workers"),
+        "rounds": last.get("round", summary.get("rounds")),
+        "rounds_to_tol": hit["round"] if hit else None,
+        "comm_rounds_to_tol": hit.get("comm_rounds") if hit else None,
+        "final_objective": summary.get("final_objective", last.get("objective")),
+        "final_suboptimality": summary.get("final_suboptimality", last.get("suboptimality")),
+        "final_test_accuracy": summary.get("final_test_accuracy", last.get("test_accuracy")),
+        "time_s": summary.get("time_s", last.get("time_s")),
+    }
+
+
+def summarize(root: str | Path, tol: float = 1e-8, key: str = "suboptimality") -> list[dict]:
+    root = Path(root)
+    return [row(run_dir, root, tol, key) for run_dir in job_dirs(root)]
+
+
+def _cell(value, fmt: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format(value, fmt or ".6g")
+    return str(value)
+
+
+def markdown(rows: list[dict], tol: float, key: str) -> str:
+    accuracy = any(r["final_test_accuracy"] is not None for r in rows)
+    head = ["job", "status", "algorithm", "workers", "rounds", f"rounds/comm to {key} <= {tol:g}",
+            "final objective", "final suboptimality", *(["final test accuracy"] if accuracy else []), "time_s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        to_tol = "-" if r["rounds_to_tol"] is None else f"{r['rounds_to_tol']}/{_cell(r['comm_rounds_to_tol'])}"
+        cells = [r["job"], r["status"], _cell(r["algorithm"]), _cell(r["workers"]), _cell(r["rounds"]), to_tol,
+                 _cell(r["final_objective"], ".10g"), _cell(r["final_suboptimality"], ".3e"),
+                 *([_cell(r["final_test_accuracy"], ".4f")] if accuracy else []), _cell(r["time_s"], ".4g")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _finite(value):
+    """JSON has no inf or nan: write them as strings, as `dane.results` does."""
+    return str(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", help="a sweep directory, or any folder holding run directories")
+    parser.add_argument("--tol", type=float, default=1e-8, help="the tolerance of the 'to tol' column (default 1e-8)")
+    parser.add_argument("--key", default="suboptimality", help="the record key compared with --tol "
+                                                                "(grad_norm for a run without a reference optimum)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of the markdown table")
+    args = parser.parse_args(argv)
+    if not Path(args.sweep_dir).is_dir():
+        print(f"error: {args.sweep_dir} is not a directory", file=sys.stderr)
+        return 2
+    rows = summarize(args.sweep_dir, args.tol, args.key)
+    if not rows:
+        print(f"error: no runs under {args.sweep_dir} (no {ROUNDS_FILE}, {SUMMARY_FILE} or .hydra/ in it)",
+              file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{k: _finite(v) for k, v in r.items()} for r in rows], indent=2))
+    else:
+        print(markdown(rows, args.tol, args.key))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

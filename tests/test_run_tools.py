@@ -1,0 +1,151 @@
+"""`paper_figs.summary` and `paper_figs.plot_runs` on small real runs: the numbers they report are
+the logs' own, broken runs are named and skipped, and a Hydra sweep ends with the summary command."""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from dane.errors import DivergenceError
+from dane.launch import execute
+from dane.results import read_rounds, read_summary
+from experiments.config import run_spec
+from paper_figs import plot_runs, summary
+from synthetic.launchers import REPO, _env
+from synthetic.sweep import compose_job
+
+TINY = ("problem.n_samples=600", "problem.dim=20", "workers=2")
+TOL = 1e-6
+
+
+def real_run(out_dir, *overrides: str):
+    try:
+        execute(run_spec(compose_job((*TINY, *overrides))), str(out_dir))
+    except DivergenceError:
+        pass
+    return out_dir
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A folder of jobs as a sweep leaves them: two finished runs, one killed mid-line, two failed."""
+    root = tmp_path_factory.mktemp("sweep")
+    dane_run = real_run(root / "0_dane", "algorithm=dane", "rounds=30")
+    real_run(root / "1_admm", "algorithm=admm", "rounds=6")
+    killed = root / "2_killed"
+    killed.mkdir()
+    shutil.copy(dane_run / "config.yaml", killed)
+    lines = (dane_run / "rounds.jsonl").read_text().splitlines(keepends=True)
+    (killed / "rounds.jsonl").write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2])  # torn last line
+    (root / "3_no_records" / ".hydra").mkdir(parents=True)  # Hydra made the job directory, the job never logged
+    (root / "10_error").mkdir()
+    (root / "10_error" / "error.txt").write_text("Traceback ...\n")
+    return root
+
+
+def first_below(records: list[dict], tol: float) -> int | None:
+    return next((k for k, r in enumerate(records) if r["suboptimality"] <= tol), None)
+
+
+def test_summary_rows_are_the_logs_numbers(sweep):
+    rows = {row["job"]: row for row in summary.summarize(sweep, tol=TOL)}
+    assert list(rows) == ["0_dane", "1_admm", "2_killed", "3_no_records", "10_error"]  # job order, not string order
+    for name in ("0_dane", "1_admm"):
+        records, saved = read_rounds(sweep / name), read_summary(sweep / name)
+        row = rows[name]
+        k = first_below(records, TOL)
+        assert row["rounds_to_tol"] == (None if k is None else records[k]["round"])
+        assert row["comm_rounds_to_tol"] == (None if k is None else records[k]["comm_rounds"])
+        assert (row["status"], row["algorithm"], row["workers"], row["rounds"]) == \
+               (saved["status"], saved["algorithm"], 2, records[-1]["round"])
+        assert (row["final_objective"], row["final_suboptimality"], row["time_s"]) == \
+               (saved["final_objective"], saved["final_suboptimality"], saved["time_s"])
+        assert row["final_test_accuracy"] is None
+    dane_records = read_rounds(sweep / "0_dane")
+    dane_row, admm_row = rows["0_dane"], rows["1_admm"]
+    assert dane_row["status"] == "converged" and 0 < dane_row["rounds_to_tol"] == first_below(dane_records, TOL)
+    assert dane_row["comm_rounds_to_tol"] == 2 * dane_row["rounds_to_tol"]  # two allreduces a DANE round
+    assert admm_row["status"] == "max_rounds" and admm_row["rounds_to_tol"] is None  # 6 ADMM rounds: not there
+    # killed mid-line: the complete records count, and the config says what it was
+    killed = rows["2_killed"]
+    assert (killed["status"], killed["algorithm"], killed["rounds"]) == ("running or crashed", "dane", 2)
+    assert killed["final_suboptimality"] == dane_records[2]["suboptimality"]
+    assert rows["3_no_records"]["status"] == rows["10_error"]["status"] == "failed"
+
+
+def test_summary_cli_markdown_and_json(sweep, capsys):
+    assert summary.main([str(sweep), "--tol", str(TOL)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 2 + 5 and "rounds/comm to suboptimality <= 1e-06" in table[0]
+    k = first_below(read_rounds(sweep / "0_dane"), TOL)
+    assert table[2].startswith(f"| 0_dane | converged | dane | 2 | ") and f"| {k}/{2 * k} |" in table[2]
+    assert "| 1_admm | max_rounds | admm | 2 | 6 | - |" in table[3]
+    assert summary.main([str(sweep), "--tol", str(TOL), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == summary.summarize(sweep, tol=TOL)
+
+
+def test_plot_lines_are_the_records(sweep, capsys):
+    curves = plot_runs.curves(plot_runs.find([sweep]), "comm_rounds", "suboptimality", log=sys.stderr)
+    skipped = capsys.readouterr().err.splitlines()
+    assert skipped == [f"skipped {sweep / '2_killed'}: rounds.jsonl has a torn last line (line 4 of 4)",
+                       f"skipped {sweep / '3_no_records'}: no rounds.jsonl",
+                       f"skipped {sweep / '10_error'}: no rounds.jsonl"]
+    assert [c.label for c in curves] == ["algorithm=dane, rounds=30", "algorithm=admm, rounds=6"]  # what differs
+    named = plot_runs.curves(plot_runs.find([sweep]), "round", "objective", labels="ABCDE")
+    assert [(c.label, c.run.name) for c in named] == [("A", "0_dane"), ("B", "1_admm")]  # a label stays with its run
+    fig = plot_runs.draw(curves, "comm_rounds", "suboptimality")
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    for line, name in zip(ax.lines, ("0_dane", "1_admm")):
+        records = read_rounds(sweep / name)
+        assert list(line.get_xdata()) == [r["comm_rounds"] for r in records]
+        assert list(line.get_ydata()) == [r["suboptimality"] for r in records]
+    assert len(ax.lines) == 2
+
+
+def test_labels_fall_back_to_directory_names(sweep):
+    runs = [sweep / "0_dane", sweep / "1_admm"]
+    assert plot_runs.labels_for(runs, [{}, {}]) == ["0_dane", "1_admm"]
+    same = summary.read_config(runs[0])
+    assert plot_runs.labels_for(runs, [same, same]) == ["0_dane", "1_admm"]  # nothing differs
+
+
+def test_plot_cli_writes_png_and_pdf_under_results(sweep, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert plot_runs.main([str(sweep / "0_dane"), str(sweep / "1_admm"), "--y", "objective", "--x", "time_s",
+                           "--labels", "DANE", "ADMM"]) == 0
+    written = capsys.readouterr().out.split()
+    assert written == ["results/figures/plot_runs.png", "results/figures/plot_runs.pdf"]
+    png = (tmp_path / written[0]).read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000 and (tmp_path / written[1]).stat().st_size > 1000
+
+
+def test_no_runs_is_one_line_and_status_2(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "paper_figs.plot_runs", str(tmp_path / "empty")], cwd=tmp_path,
+                          env=_env(None), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith("error: no runs in ") and not (tmp_path / "results").exists()
+
+
+def test_summary_of_no_runs_is_status_2(tmp_path, capsys):
+    assert summary.main([str(tmp_path)]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
+
+
+def test_sweep_prints_the_summary_command(tmp_path):
+    cmd = [sys.executable, "-m", "experiments.simulate", "-m", "workers=1,2", "problem.n_samples=600",
+           "problem.dim=20", "rounds=3", f"hydra.sweep.dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(None), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = proc.stdout.splitlines()[-1]
+    assert line == f"sweep: 2 jobs in {tmp_path}; summary: python -m paper_figs.summary {tmp_path}"
+    command = shlex.split(line.split("summary: ", 1)[1])
+    proc = subprocess.run([sys.executable, *command[1:], "--json"], cwd=REPO, env=_env(None), capture_output=True,
+                          text=True, timeout=120)
+    rows = json.loads(proc.stdout)
+    assert [(r["workers"], r["status"]) for r in rows] == [(1, "converged"), (2, "max_rounds")]
