@@ -13,6 +13,7 @@ workers in this process, on the same shards a ``horovodrun -np m`` run would use
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,7 +122,7 @@ def build(cfg, group_name: str):
     A `UserError` raised inside is re-raised as itself (one line), not as Hydra's wrapper.
     """
     try:
-        return instantiate(cfg[group_name])
+        built = instantiate(cfg[group_name])
     except InstantiationException as exc:
         cause = exc.__cause__
         while cause is not None and not isinstance(cause, UserError):
@@ -129,6 +130,23 @@ def build(cfg, group_name: str):
         if cause is not None:
             raise cause from None
         raise ConfigError(f"{group_name}: {str(exc).splitlines()[-1]}") from None
+    check_booleans(built, group_name)
+    return built
+
+
+def check_booleans(config, prefix: str) -> None:
+    """Every field declared ``bool`` of a config dataclass (and of the dataclasses it holds) is a bool.
+
+    Hydra passes ``safeguard=off`` or ``safeguard='false'`` on as a string, which Python
+    would read as true; this turns that into one line naming the key.
+    """
+    if not dataclasses.is_dataclass(config):
+        return
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name, None)
+        if f.type in ("bool", bool) and not isinstance(value, bool):
+            raise ConfigError(f"{prefix}.{f.name} must be true or false, got {value!r}")
+        check_booleans(value, f"{prefix}.{f.name}")
 
 
 @dataclass

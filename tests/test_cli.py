@@ -19,6 +19,13 @@ SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
     ("comm=mpi", "comm=mpi is unknown; choose one of: auto, horovod, local, torch"),
     ("rounds=0", "rounds must be a positive integer, got 0"),
     ("problem.covariance=wishart", "problem.covariance must be one of iso|decay, got 'wishart'"),
+    # booleans take only true/false: Python would read any of these strings as true
+    ("algorithm.safeguard=off", "algorithm.safeguard must be true or false, got 'off'"),
+    ("algorithm.safeguard=no", "algorithm.safeguard must be true or false, got 'no'"),
+    ("algorithm.safeguard='false'", "algorithm.safeguard must be true or false, got 'false'"),
+    ("quiet=no", "quiet must be true or false, got 'no'"),
+    ("save_iterate=1", "save_iterate must be true or false, got 1"),
+    ("comm.pin_cores=no", "comm.pin_cores must be true or false, got 'no'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(override, expected, tmp_path):
     proc = train(*SMALL, "workers=4", override, f"out_dir={tmp_path}")
