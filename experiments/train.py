@@ -5,11 +5,20 @@
     python -m experiments.train algorithm=dane problem=ridge_synthetic workers=2   # simulated
 
 Bad input exits with status 2 and one line on stderr; a diverged run exits with status 3
-after writing its results (in a ``-m`` sweep it is reported and the sweep goes on).
+after writing its results.  In a ``-m`` sweep neither stops the sweep: a diverged job is
+a result (status: diverged), an invalid one leaves its line in ``<job dir>/error.txt``.
+
+A single run writes only its own run directory: ``out_dir``, or by default
+``results/runs/<date>_<time>-<microseconds>_<algorithm>_<problem>_<pid>`` (unique even for
+runs started in the same second), made when the run starts, so rejected input leaves no
+folder behind.  A sweep's jobs write under Hydra's sweep directory.
 """
 from __future__ import annotations
 
+import os
 import sys
+from datetime import datetime
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -21,8 +30,17 @@ from dane.launch import execute
 from experiments.config import check_group_choices, rank_zero, run_spec
 
 
+def multirun() -> bool:
+    return HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def run_dir(cfg: DictConfig) -> str:
-    return cfg.out_dir or HydraConfig.get().runtime.output_dir
+    if cfg.out_dir:
+        return cfg.out_dir
+    if multirun():
+        return HydraConfig.get().runtime.output_dir
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+    return str(Path("results") / "runs" / f"{stamp}_{cfg.algorithm.name}_{cfg.problem.name}_{os.getpid()}")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -32,18 +50,33 @@ def main(cfg: DictConfig) -> None:
         execute(spec, run_dir(cfg) if rank_zero() else None)
     except DivergenceError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        if multirun():
             return  # in a sweep a diverged job is a result (written, status: diverged): go on to the next
         sys.exit(3)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if multirun():  # an invalid job is recorded in its own directory and the sweep goes on
+            job_dir = Path(HydraConfig.get().runtime.output_dir)
+            job_dir.mkdir(parents=True, exist_ok=True)
+            (job_dir / "error.txt").write_text(f"error: {exc}\n")
+            return
         sys.exit(2)
 
 
+def is_multirun(argv: list[str]) -> bool:
+    return any(arg in ("-m", "--multirun") or arg.startswith("hydra.mode=MULTIRUN") for arg in argv)
+
+
 def hydra_argv(argv: list[str]) -> list[str]:
-    """Non-zero ranks run Hydra too; keep them from making run directories of their own (hydra #2070)."""
+    """Keep Hydra from making directories of its own for a single run: the run makes its own (`run_dir`).
+
+    Non-zero ranks run Hydra too and must never make one (hydra #2070); a single run's
+    rank 0 makes only its run directory, when the run starts.  Hydra's own log then
+    goes to the console only.
+    """
+    quiet_hydra = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
     if rank_zero():
-        return argv
+        return argv if is_multirun(argv) else argv + quiet_hydra
     return argv + ["hydra.run.dir=.", "hydra.output_subdir=null",
                    "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 

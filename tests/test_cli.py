@@ -1,10 +1,13 @@
 """The entry point as a user meets it: bad input gets one line and a non-zero exit, before any process group."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from dane.results import read_rounds, read_summary
-from helpers import train
+from helpers import env, train
 
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
 
@@ -75,3 +78,33 @@ def test_round_table_shows_admm_residuals_from_the_first_round():
     header, first, second = out.getvalue().splitlines()
     assert header.split() == ["round", "time_s", "bytes_sent", "objective", "rho", "primal_residual", "dual_residual"]
     assert len(first.split()) == 5 and second.split()[-2:] == ["2.500e-01", "3.000e+00"]
+
+
+def run_in(folder, *overrides: str) -> subprocess.CompletedProcess:
+    """``python -m experiments.train`` started in ``folder`` (the package found through PYTHONPATH)."""
+    return subprocess.run([sys.executable, "-m", "experiments.train", *overrides], cwd=folder, env=env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_rejected_input_and_out_dir_leave_no_other_folder(tmp_path):
+    assert run_in(tmp_path, "algorithm.mu=-1").returncode == 2
+    assert list(tmp_path.iterdir()) == []  # no Hydra folder for a rejected run
+    assert run_in(tmp_path, *SMALL, "out_dir=mine").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["config.yaml", "rounds.jsonl", "summary.json"]
+
+
+def test_default_run_directories_are_unique_for_runs_started_together(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-m", "experiments.train", *SMALL], cwd=tmp_path, env=env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    runs = sorted((tmp_path / "results" / "runs").iterdir())
+    assert len(runs) == 2 and all(len(read_rounds(run)) == 4 for run in runs)  # rounds 0..3, nothing mixed
+
+
+def test_an_invalid_job_is_recorded_and_the_sweep_goes_on(tmp_path):
+    proc = run_in(tmp_path, "-m", "algorithm.mu=-1,0.0", *SMALL, "hydra.sweep.dir=sweep")
+    assert proc.returncode == 0, proc.stderr
+    bad, good = sorted((tmp_path / "sweep").glob("[01]_*"))
+    assert (bad / "error.txt").read_text() == "error: algorithm.mu must be >= 0, got -1\n"
+    assert read_summary(good)["rounds"] == 3
