@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 from pathlib import Path
 
+from .errors import ConfigError
 from .provenance import run_provenance
+
+LOCK_FILE = ".lock"
 
 ROUNDS_FILE = "rounds.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -30,13 +35,36 @@ class RunWriter:
 
     The summary also gets ``provenance`` (`dane.provenance.run_provenance`, taken when the
     writer opens: commit, command, start time, host, load average).
+
+    A run owns its directory: the writer takes ``<out_dir>/.lock`` (created exclusively,
+    holding host and pid; released by `close`), so a second run into the same directory
+    stops with one line.  A directory that already holds a run's records is refused
+    unless ``resume`` (the run continues there: its records were cut back to the
+    checkpoint) or ``overwrite`` (the old records are removed first).
     """
 
-    def __init__(self, out_dir: str | Path):
+    def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
         self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.provenance = run_provenance()
-        self._rounds = open(self.out_dir / ROUNDS_FILE, "a", buffering=1)
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ConfigError(f"out_dir={out_dir} is a file, not a directory; choose another out_dir") from None
+        except PermissionError:
+            raise ConfigError(f"out_dir={out_dir} cannot be created (permission denied); choose another out_dir") from None
+        self._lock = take_lock(self.out_dir)
+        try:
+            old = [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (self.out_dir / name).exists()]
+            if old and not resume:
+                if not overwrite:
+                    raise ConfigError(f"out_dir={out_dir} already holds a run ({', '.join(old)}); choose a new "
+                                      "out_dir, continue it with resume=, or replace it with overwrite=true")
+                for name in old:
+                    (self.out_dir / name).unlink()
+            self.provenance = run_provenance()
+            self._rounds = open(self.out_dir / ROUNDS_FILE, "a", buffering=1)
+        except BaseException:
+            self._lock.unlink(missing_ok=True)
+            raise
 
     def write_round(self, record: dict) -> None:
         self._rounds.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
@@ -52,6 +80,39 @@ class RunWriter:
 
     def close(self) -> None:
         self._rounds.close()
+        self._lock.unlink(missing_ok=True)
+
+
+def take_lock(run_dir: Path) -> Path:
+    """Create ``run_dir/.lock`` exclusively; a lock left by a dead process on this host is taken over."""
+    path = run_dir / LOCK_FILE
+    me = f"{socket.gethostname()} {os.getpid()}"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = path.read_text().split() if path.exists() else []
+            if len(owner) == 2 and owner[0] == socket.gethostname() and not _alive(int(owner[1])):
+                path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            raise ConfigError(f"out_dir={run_dir} is in use by another run ({' pid '.join(owner) or 'unknown'}); "
+                              "choose another out_dir, or wait for that run to end") from None
+        except PermissionError:
+            raise ConfigError(f"out_dir={run_dir} is not writable; choose another out_dir") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
+        return path
+    raise ConfigError(f"out_dir={run_dir}: could not take {path}; remove it if no run uses the directory")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _number(value):

@@ -74,6 +74,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
         checkpoint_every=checkpoint_every(cfg),
         resume=resume_dir(cfg),
+        overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
         progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
     )
 

@@ -108,3 +108,36 @@ def test_an_invalid_job_is_recorded_and_the_sweep_goes_on(tmp_path):
     bad, good = sorted((tmp_path / "sweep").glob("[01]_*"))
     assert (bad / "error.txt").read_text() == "error: algorithm.mu must be >= 0, got -1\n"
     assert read_summary(good)["rounds"] == 3
+
+
+def test_a_second_run_into_a_finished_run_directory_is_refused_unless_overwrite(tmp_path):
+    assert train(*SMALL, f"out_dir={tmp_path}").returncode == 0
+    before = (tmp_path / "rounds.jsonl").read_bytes(), (tmp_path / "summary.json").read_bytes()
+    proc = train(*SMALL, "rounds=2", f"out_dir={tmp_path}")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: out_dir={tmp_path} already holds a run (rounds.jsonl, summary.json); choose a new out_dir, "
+        "continue it with resume=, or replace it with overwrite=true"]
+    assert ((tmp_path / "rounds.jsonl").read_bytes(), (tmp_path / "summary.json").read_bytes()) == before
+    assert train(*SMALL, "rounds=2", "overwrite=true", f"out_dir={tmp_path}").returncode == 0
+    assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1, 2]  # replaced, not appended
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_a_run_directory_in_use_is_refused_and_a_dead_runs_lock_is_taken_over(tmp_path):
+    import os
+    import socket
+
+    from dane.errors import ConfigError
+    from dane.results import RunWriter
+
+    writer = RunWriter(tmp_path / "run")
+    with pytest.raises(ConfigError, match=f"is in use by another run \\({socket.gethostname()} pid {os.getpid()}\\)"):
+        RunWriter(tmp_path / "run", overwrite=True)
+    writer.close()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / ".lock").write_text(f"{socket.gethostname()} {int(dead.stdout)}")
+    RunWriter(tmp_path / "other").close()  # its owner has exited: the lock is stale
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="is a file, not a directory"):
+        RunWriter(tmp_path / "file")
