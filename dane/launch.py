@@ -107,6 +107,7 @@ class RunSpec:
     save_iterate: bool = False  # rank 0 writes the final iterate to <out_dir>/iterate.pt
     checkpoint_every: int = 0        # 0: never; else every K rounds, into <run dir>/checkpoint/
     resume: str | None = None        # a run directory to continue in place from its checkpoint
+    overwrite: bool = False          # replace the records of a finished run in out_dir (else refused)
     progress: str = "table"          # rank 0's display: table | bar | auto (bar on a terminal) | none
 
     @property
@@ -179,7 +180,7 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
                           f"set rounds >= {resume['round']}")
     if resume is not None and comm.rank == 0:
         truncate_rounds(spec.resume, resume["round"])
-    writer = RunWriter(out_dir) if comm.rank == 0 and out_dir else None
+    writer = RunWriter(out_dir, resume=resume is not None, overwrite=spec.overwrite) if comm.rank == 0 and out_dir else None
     show = _display(spec) if comm.rank == 0 else None
     notes = list(getattr(problem, "notes", ()))
     if show is not None:
