@@ -12,18 +12,35 @@ suboptimality is computed as the exact quadratic identity
 
 each worker contributing :math:`\tfrac12 e^\top H_i e`, so it stays accurate to
 round-off far below the objective's own cancellation error.
+
+*Exact local solves for every μ.*  DANE and its safeguard ask for
+:math:`(A_i + s I)^{-1} r` at a handful of shifts s = μ (+ 2λ).  Two factorizations serve
+them (``factorization``):
+
+- ``cholesky``: :math:`A_i + sI = LL^\top` for each new s (d³/3 flops per shift), cached;
+- ``eigh``: :math:`A_i = Q\,\mathrm{diag}(\ell)\,Q^\top` once, after which every shift
+  costs two matrix-vector products, :math:`(A_i + sI)^{-1} r = Q\,\mathrm{diag}(1/(\ell + s))\,Q^\top r`;
+- ``auto`` (ski rental): Cholesky for the first `EIGH_BREAK_EVEN` distinct shifts, then
+  one eigendecomposition for all later ones, so the total never exceeds twice the
+  cheaper of the two choices made in hindsight.
 """
 from __future__ import annotations
 
 import torch
 
+from .. import checks
 from ..errors import ConfigError
 from ..linalg import cg
 from ..local_solvers import LocalSolver
 
+FACTORIZATIONS = ("auto", "cholesky", "eigh")
+#: An eigendecomposition of a d x d matrix costs about this many Cholesky factorizations
+#: (torch/LAPACK, d=2000, one core; scripts/bench_scaling.py records both times).
+EIGH_BREAK_EVEN = 16
+
 
 class QuadraticProblem:
-    """Worker i's quadratic shard; Cholesky factors of A_i (+2λI) + μI are computed once per μ.
+    """Worker i's quadratic shard; the exact local solve factors A_i once per μ or once for all μ (module docstring).
 
     Local solves use those factors (``cholesky``) or conjugate gradient on
     Hessian-vector products (``cg``, `dane.linalg.cg`); `RidgeShard`, which keeps its
@@ -33,7 +50,8 @@ class QuadraticProblem:
     convex = True
     quadratic = True
 
-    def __init__(self, A: torch.Tensor, b: torch.Tensor, c: float, lam: float, w_star: torch.Tensor | None = None):
+    def __init__(self, A: torch.Tensor, b: torch.Tensor, c: float, lam: float, w_star: torch.Tensor | None = None,
+                 *, factorization: str = "auto"):
         self.A, self.b, self.c, self.lam = A, b, float(c), float(lam)
         self.dim = b.numel()
         self.dtype = b.dtype
@@ -42,7 +60,10 @@ class QuadraticProblem:
         self.w_star = w_star
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
         self._H_w_star = self.hessian_vector(w_star) if w_star is not None else None
-        self._factors: dict[tuple[float, bool], torch.Tensor] = {}
+        self.factorization = checks.one_of("problem.factorization", factorization, FACTORIZATIONS)
+        self._factors: dict[float, torch.Tensor] = {}  # Cholesky factor of A_i + sI, by total shift s
+        self._choleskys = 0  # distinct shifts factored so far (the ski-rental count of ``auto``)
+        self._eigen: tuple[torch.Tensor, torch.Tensor] | None = None  # (ℓ, Q) of A_i
 
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
@@ -69,20 +90,44 @@ class QuadraticProblem:
         return grad, torch.stack(metrics)
 
     def factor(self, mu: float, *, with_reg: bool = True) -> torch.Tensor:
-        """Lower Cholesky factor of A_i (+ 2λI) + μI, cached per (μ, with_reg)."""
-        key = (float(mu), with_reg)
+        """Lower Cholesky factor of A_i (+ 2λI) + μI, cached per total shift."""
+        return self._cholesky(mu + (2 * self.lam if with_reg else 0.0))
+
+    def _cholesky(self, shift: float) -> torch.Tensor:
+        key = float(shift)
         if key not in self._factors:
-            shift = mu + (2 * self.lam if with_reg else 0.0)
-            M = self.A + shift * torch.eye(self.dim, dtype=self.dtype, device=self.A.device)
+            M = self.A.clone()
+            M.diagonal().add_(shift)  # A_i + sI without a d x d identity
             L, info = torch.linalg.cholesky_ex(M)
             if info.item() != 0:
-                raise ConfigError(
-                    f"the local Hessian plus mu={mu} is not positive definite on this shard; use mu > 0"
-                )
+                raise _not_positive_definite(shift)
             if len(self._factors) >= 8:  # the safeguard visits a handful of μ values; keep memory bounded
                 self._factors.pop(next(iter(self._factors)))
             self._factors[key] = L
+            self._choleskys += 1
         return self._factors[key]
+
+    def eigen(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ℓ, Q) with A_i = Q diag(ℓ) Qᵀ, computed once."""
+        if self._eigen is None:
+            self._eigen = torch.linalg.eigh(self.A)
+        return self._eigen
+
+    def _uses_eigh(self, shift: float) -> bool:
+        if self.factorization == "auto":
+            return float(shift) not in self._factors and (
+                self._eigen is not None or self._choleskys >= EIGH_BREAK_EVEN)
+        return self.factorization == "eigh"
+
+    def shifted_solve(self, r: torch.Tensor, shift: float) -> torch.Tensor:
+        """(A_i + shift I)⁻¹ r, exactly: by a Cholesky factor of this shift or by the eigendecomposition."""
+        if not self._uses_eigh(shift):
+            return torch.cholesky_solve(r.unsqueeze(1), self._cholesky(shift)).squeeze(1)
+        values, Q = self.eigen()
+        shifted = values + shift
+        if not float(shifted.min()) > 0:
+            raise _not_positive_definite(shift)
+        return Q @ ((Q.T @ r) / shifted)
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         r"""argmin_z λ||z||^2 + (ρ/2)||z - v||^2 = ρ v / (ρ + 2λ): the prox of the shared regulariser (ADMM's z-step)."""
@@ -90,10 +135,10 @@ class QuadraticProblem:
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
                       solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
-        """(A_i [+ 2λI] + shift I)⁻¹ r, by the cached Cholesky factor or by CG on Hessian-vector products."""
+        """(A_i [+ 2λI] + shift I)⁻¹ r, exactly (``cholesky``: `shifted_solve`) or by CG on Hessian-vector products."""
         solver = self.solver if solver is None else solver.resolve(self.dim, sparse=False)
         if solver.method == "cholesky":
-            return torch.cholesky_solve(r.unsqueeze(1), self.factor(shift, with_reg=with_reg)).squeeze(1)
+            return self.shifted_solve(r, shift + (2 * self.lam if with_reg else 0.0))
         if solver.method != "cg":
             raise ConfigError(f"problem.local_solver={solver.method} needs the shard's rows; "
                               f"{type(self).__name__} has only its Hessian: use cholesky or cg")
@@ -107,3 +152,7 @@ class QuadraticProblem:
         if anchor_grad is None:
             anchor_grad = self.grad(anchor, with_reg=with_reg)
         return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg, solver=solver)
+
+
+def _not_positive_definite(shift: float) -> ConfigError:
+    return ConfigError(f"the local Hessian plus {shift} I is not positive definite on this shard; use mu > 0")

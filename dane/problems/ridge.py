@@ -5,11 +5,31 @@ r"""Ridge regression, synthetic (DESIGN.md section 4) or from given data.
 Worker i's shard S_i enters its local objective with weight m/N,
 :math:`O_i(w) = \frac{m}{N}\sum_{j\in S_i}(\langle x_j, w\rangle - y_j)^2 + \lambda\|w\|^2`,
 so that the mean of the O_i is exactly O even when N is not a multiple of m.
+
+*Synthetic rows, made by the worker that holds them.*  `shard` deals the rows by a
+seeded permutation π: worker r of m holds π[k] for the positions k of the r-th of m
+contiguous parts of 0..N-1.  Row π[k] of the data set is position k of a stream cut into
+blocks of `ROW_BLOCK` positions; block b draws the x's of its positions (d standard
+normals each, then scaled for ``decay``) and their noises from two generators of its own,
+seeded (seed, `X_STREAM`, b) and (seed, `NOISE_STREAM`, b).  So the data set is a function of (N, d, covariance,
+noise_std, seed) alone, the same for every number of workers, and a worker draws only
+its own positions (plus fewer than `ROW_BLOCK` skipped at the start of its first block).
+
+*Reference optimum.*  w* = argmin O is computed once from the stream in chunks (the Gram
+matrix XᵀX accumulated chunk by chunk, then one Cholesky solve; CG on the full X when
+d > `AUTO_MAX_DIM`), kept per process, and kept on disk under
+``$DANE_CACHE_DIR/ridge_optimum`` (default ``~/.cache/dane``) when computing it costs at
+least `DISK_CACHE_MIN_WORK` multiply-adds.  ``problem.optimum=false`` skips it: the
+records then carry no suboptimality and ``tol`` applies to the gradient norm.
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,14 +41,24 @@ from ..local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
 from ..inner import worker_seed
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
-from .quadratic import QuadraticProblem
+from .quadratic import FACTORIZATIONS, QuadraticProblem
 
 COVARIANCES = ("iso", "decay")
+ROW_BLOCK = 256                       # stream positions per seeded block
+PERMUTATION_STREAM, X_STREAM, NOISE_STREAM = 1, 2, 3
+OPTIMUM_CHUNK = 16 * ROW_BLOCK        # rows per chunk when the optimum's Gram matrix is accumulated
+DISK_CACHE_MIN_WORK = 1e9             # N d^2 below this: recomputing the optimum is cheap, no file is written
+GRAM_BLOCK = 256                      # columns per panel of `gram`
 
 
 @dataclass(frozen=True)
 class RidgeSyntheticConfig(SolverOptions):
-    """y = <x, w*> + noise, x ~ N(0, Σ), w* = all ones; Σ = I (iso) or diag(j^-1.2) (decay: feature j scaled by j^-0.6)."""
+    """y = <x, w*> + noise, x ~ N(0, Σ), w* = all ones; Σ = I (iso) or diag(j^-1.2) (decay: feature j scaled by j^-0.6).
+
+    ``optimum``: compute the reference optimum (records carry suboptimality).
+    ``factorization``: how the exact (Cholesky-path) local solve factors A_i + μI:
+    ``cholesky`` per μ, ``eigh`` once for every μ, or ``auto`` (`dane.problems.quadratic`).
+    """
 
     n_samples: int = 18000
     dim: int = 500
@@ -36,6 +66,8 @@ class RidgeSyntheticConfig(SolverOptions):
     covariance: str = "iso"
     noise_std: float = 1.0
     seed: int = 0
+    optimum: bool = True
+    factorization: str = "auto"
     name: str = "ridge_synthetic"
 
     def __post_init__(self) -> None:
@@ -44,7 +76,13 @@ class RidgeSyntheticConfig(SolverOptions):
         checks.nonnegative("problem.lam", self.lam)
         checks.one_of("problem.covariance", self.covariance, COVARIANCES)
         checks.nonnegative("problem.noise_std", self.noise_std)
+        checks.boolean("problem.optimum", self.optimum)
+        checks.one_of("problem.factorization", self.factorization, FACTORIZATIONS)
         self.solver  # validates the local-solver keys now
+
+    @property
+    def data_key(self) -> tuple:
+        return (self.n_samples, self.dim, self.covariance, float(self.noise_std), self.seed)
 
     def check_workers(self, workers: int) -> None:
         if self.n_samples < workers:
@@ -54,51 +92,160 @@ class RidgeSyntheticConfig(SolverOptions):
             )
 
     def prepare(self) -> None:
-        """Make (and cache) the full data set and its optimum, so that `build` does only a worker's own work."""
-        generate(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed)
-        _optimum_cached(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed, self.lam)
+        """Compute (or load) the reference optimum, so that `build` does only a worker's own work."""
+        if self.optimum:
+            reference_optimum(*self.data_key, float(self.lam))
 
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> QuadraticProblem:
         self.check_workers(size)
-        X, y = generate(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed)
-        w_star = _optimum_cached(self.n_samples, self.dim, self.covariance, self.noise_std, self.seed, self.lam)
-        idx = shard(self.n_samples, size, self.seed)[rank]
-        X, y, w_star = X[idx].to(dtype), y[idx].to(dtype), w_star.to(dtype)
-        return RidgeShard(X, y, self.lam, scale=size / self.n_samples, w_star=w_star, solver=self.solver,
-                          seed=worker_seed(self.seed, rank, SOLVER_STREAM))
+        X, y = synthesize(*self.data_key, *shard_positions(self.n_samples, size, rank))
+        w_star = reference_optimum(*self.data_key, float(self.lam)).to(dtype) if self.optimum else None
+        return RidgeShard(X.to(dtype), y.to(dtype), self.lam, scale=size / self.n_samples, w_star=w_star,
+                          solver=self.solver, seed=worker_seed(self.seed, rank, SOLVER_STREAM),
+                          factorization=self.factorization)
 
 
-@lru_cache(maxsize=4)
-def generate(n_samples: int, dim: int, covariance: str, noise_std: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The full data set, identical in every process for the same arguments (float64)."""
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n_samples, dim))
-    if covariance == "decay":
-        X *= np.arange(1, dim + 1) ** -0.6
-    y = X @ np.ones(dim) + noise_std * rng.standard_normal(n_samples)
-    return torch.from_numpy(X), torch.from_numpy(y)
+# ---------------------------------------------------------------------- shards and synthetic rows
+@lru_cache(maxsize=16)
+def _permutation(n_samples: int, seed: int) -> np.ndarray:
+    return np.random.default_rng([seed, PERMUTATION_STREAM]).permutation(n_samples)
 
 
 @lru_cache(maxsize=16)
 def shard(n_samples: int, size: int, seed: int) -> list[torch.Tensor]:
     """Equal random shards (sizes differ by at most one), the same on every backend."""
-    perm = np.random.default_rng([seed, 1]).permutation(n_samples)
-    return [torch.from_numpy(np.sort(p)) for p in np.array_split(perm, size)]
+    return [torch.from_numpy(np.sort(p)) for p in np.array_split(_permutation(n_samples, seed), size)]
 
 
+def shard_positions(n_samples: int, size: int, rank: int) -> tuple[int, int]:
+    """The positions [start, stop) of the permutation that worker ``rank`` of ``size`` holds (as np.array_split)."""
+    base, extra = divmod(n_samples, size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + int(rank < extra)
+
+
+def synthesize(n_samples: int, dim: int, covariance: str, noise_std: float, seed: int,
+               start: int = 0, stop: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows π[start:stop] of the synthetic data set, in increasing row order (float64; module docstring).
+
+    With the default range, the whole data set; with a shard's `shard_positions`, exactly
+    the rows ``shard(...)[rank]`` of it.
+    """
+    stop = n_samples if stop is None else stop
+    rows = _permutation(n_samples, seed)[start:stop]
+    dest = np.empty(len(rows), dtype=np.int64)
+    dest[np.argsort(rows)] = np.arange(len(rows))  # position k goes to the rank of its row among `rows`
+    X, noise = np.empty((len(rows), dim)), np.empty(len(rows))
+    for block in range(start // ROW_BLOCK, -(-stop // ROW_BLOCK)):
+        lo, hi = max(start, block * ROW_BLOCK), min(stop, (block + 1) * ROW_BLOCK)
+        x_rng = np.random.default_rng([seed, X_STREAM, block])
+        noise_rng = np.random.default_rng([seed, NOISE_STREAM, block])
+        skip = lo - block * ROW_BLOCK
+        if skip:  # another worker's positions: drawn and dropped, so that ours are the stream's
+            x_rng.standard_normal((skip, dim))
+            noise_rng.standard_normal(skip)
+        target = dest[lo - start:hi - start]
+        X[target] = x_rng.standard_normal((hi - lo, dim))
+        noise[target] = noise_rng.standard_normal(hi - lo)
+    if covariance == "decay":
+        X *= np.arange(1, dim + 1) ** -0.6
+    y = X.sum(axis=1) + noise_std * noise  # a per-row sum: the same bits whichever rows share the array
+    return torch.from_numpy(X), torch.from_numpy(y)
+
+
+@lru_cache(maxsize=2)
+def generate(n_samples: int, dim: int, covariance: str, noise_std: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The full data set, identical in every process for the same arguments (float64)."""
+    return synthesize(n_samples, dim, covariance, noise_std, seed)
+
+
+def gram(X: torch.Tensor) -> torch.Tensor:
+    """XᵀX, exactly symmetric, from the panels of its lower triangle (about half the flops of X.T @ X)."""
+    d = X.shape[1]
+    G = torch.empty(d, d, dtype=X.dtype, device=X.device)
+    for lo in range(0, d, GRAM_BLOCK):
+        hi = min(d, lo + GRAM_BLOCK)
+        G[lo:hi, :hi] = X[:, lo:hi].T @ X[:, :hi]
+        diagonal = G[lo:hi, lo:hi]
+        diagonal.copy_(torch.tril(diagonal) + torch.tril(diagonal, -1).T)
+        G[:lo, lo:hi] = G[lo:hi, :lo].T
+    return G
+
+
+# ---------------------------------------------------------------------- the reference optimum
 @lru_cache(maxsize=4)
-def _optimum_cached(n_samples, dim, covariance, noise_std, seed, lam):
-    return ridge_optimum(*generate(n_samples, dim, covariance, noise_std, seed), lam)
+def reference_optimum(n_samples: int, dim: int, covariance: str, noise_std: float, seed: int,
+                      lam: float) -> torch.Tensor:
+    """argmin O of the synthetic data set (float64), from the disk cache when it is worth one (module docstring)."""
+    key = (n_samples, dim, covariance, float(noise_std), seed, float(lam))
+    path = None
+    if n_samples * dim ** 2 >= DISK_CACHE_MIN_WORK:
+        path = optimum_cache_dir() / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.pt"
+        cached = _load_optimum(path, key)
+        if cached is not None:
+            return cached
+    w_star = synthetic_optimum(*key)
+    if path is not None:
+        _save_optimum(path, key, w_star)
+    return w_star
+
+
+def optimum_cache_dir() -> Path:
+    base = os.environ.get("DANE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dane")
+    return Path(base) / "ridge_optimum"
+
+
+def _load_optimum(path: Path, key: tuple) -> torch.Tensor | None:
+    try:
+        stored = torch.load(path, weights_only=True)
+    except Exception:  # noqa: BLE001 - absent, truncated or damaged (torch.load fails in many ways): recompute
+        return None
+    if not isinstance(stored, dict) or tuple(stored.get("key", ())) != key + (ROW_BLOCK,):  # ROW_BLOCK: the scheme
+        return None
+    return stored["w_star"]
+
+
+def _save_optimum(path: Path, key: tuple, w_star: torch.Tensor) -> None:
+    """Atomic: a temporary file in the same folder, then os.replace (concurrent writers leave one whole file)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"key": list(key + (ROW_BLOCK,)), "w_star": w_star}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache folder costs a recomputation next time, nothing else
+
+
+def synthetic_optimum(n_samples: int, dim: int, covariance: str, noise_std: float, seed: int,
+                      lam: float) -> torch.Tensor:
+    """argmin O from the stream in chunks of `OPTIMUM_CHUNK` rows: no N x d array unless d > AUTO_MAX_DIM."""
+    if dim > AUTO_MAX_DIM:
+        return ridge_optimum(*synthesize(n_samples, dim, covariance, noise_std, seed), lam)
+    G = torch.zeros(dim, dim, dtype=torch.float64)
+    Xty = torch.zeros(dim, dtype=torch.float64)
+    for start in range(0, n_samples, OPTIMUM_CHUNK):
+        X, y = synthesize(n_samples, dim, covariance, noise_std, seed, start, min(n_samples, start + OPTIMUM_CHUNK))
+        G += gram(X)
+        Xty += X.T @ y
+    return _normal_solve(G, Xty, n_samples, lam)
 
 
 def ridge_optimum(X: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
     """argmin (1/n)||Xw - y||² + λ||w||²: a dense solve up to d = AUTO_MAX_DIM, else CG to 1e-14 (no d x d matrix)."""
     n, d = X.shape
-    rhs = (2.0 / n) * (X.T @ y)
     if d > AUTO_MAX_DIM:
+        rhs = (2.0 / n) * (X.T @ y)
         return cg(lambda v: (2.0 / n) * (X.T @ (X @ v)) + 2 * lam * v, rhs, rtol=1e-14, max_iter=20 * d).x
-    H = (2.0 / n) * (X.T @ X) + 2 * lam * torch.eye(d, dtype=X.dtype)
-    return torch.linalg.solve(H, rhs)
+    return _normal_solve(gram(X), X.T @ y, n, lam)
+
+
+def _normal_solve(G: torch.Tensor, Xty: torch.Tensor, n: int, lam: float) -> torch.Tensor:
+    """((2/n) G + 2λI)⁻¹ (2/n) Xᵀy, G = XᵀX."""
+    H = (2.0 / n) * G
+    H.diagonal().add_(2 * lam)
+    return torch.linalg.solve(H, (2.0 / n) * Xty)
 
 
 def quadratic_shard(X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None) -> "RidgeShard":
@@ -121,19 +268,20 @@ class RidgeShard(QuadraticProblem):
     """
 
     def __init__(self, X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None,
-                 solver: LocalSolver = LocalSolver("cholesky"), seed: int = 0):
+                 solver: LocalSolver = LocalSolver("cholesky"), seed: int = 0, factorization: str = "auto"):
         self.X, self.y, self.scale = X, y, float(scale)
         self._A = None
         self.rows = LinearModelShard(X, y, SQUARED, l2=2 * lam, weight=2 * scale, solver=solver, seed=seed)
         if self.rows.solver.method == "cholesky":
-            self._A = 2 * scale * (X.T @ X)
-        super().__init__(self._A, 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star)
+            self._A = gram(X).mul_(2 * scale)
+        super().__init__(self._A, 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star,
+                         factorization=factorization)
         self.solver = self.rows.solver
 
     @property
     def A(self) -> torch.Tensor:
         if self._A is None:
-            self._A = 2 * self.scale * (self.X.T @ self.X)
+            self._A = gram(self.X).mul_(2 * self.scale)
         return self._A
 
     @A.setter

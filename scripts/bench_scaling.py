@@ -1,0 +1,232 @@
+"""Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json.
+
+    PYTHONPATH=. python scripts/bench_scaling.py [--out results/bench.json] [--repeats 3] [--only ridge mnist]
+
+- ``ridge``: time to suboptimality 1e-8 on ``ridge_synthetic`` (N=18000, d=2000), DANE with
+  its defaults, setup included: ``setup_s + time_s`` of the run's summary.json (a worker's
+  own setup, its rows and its Gram matrix, then its rounds), and the launcher's wall time
+  (Python start, imports, Horovod start, reading the cached reference optimum).  The
+  optimum is made once before the launches (``reference_optimum_cold_s``), as it is by the
+  first run of a problem.  np=1 and np=2 alternate, ``--repeats`` times each; medians,
+  min and max, the load average before and after every launch.  Two thread settings:
+  ``default`` (the package's launch: one rank gets every core's intra-op thread, two ranks
+  one core each) and ``one_thread`` (OMP_NUM_THREADS=1: one core per worker in both).
+  Goal: np1 / np2 >= 1.6 on ``default``.
+- ``factorization``: one core's time for a Cholesky factorization and an eigendecomposition
+  of a d=2000 local Hessian, and their ratio, the break-even count that
+  `dane.problems.quadratic.EIGH_BREAK_EVEN` stands for.
+- ``mnist_lenet5``: time per round (``inner_steps=null``: one pass over each worker's shard)
+  under horovodrun -np 1 and -np 2, median of rounds 2..R of each launch; goal np1 / np2 >= 1.8.
+  Skipped, with the reason in the JSON, when ``<data_dir>/mnist`` is absent.
+
+Timings on a shared machine are noisy: every number sits beside the load average it was
+taken under.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dane.problems import RidgeSyntheticConfig  # noqa: E402
+from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
+from dane.problems.ridge import gram, shard_positions, synthesize  # noqa: E402
+from dane.results import read_rounds, read_summary  # noqa: E402
+from synthetic.launchers import REPO, have_horovod, horovodrun  # noqa: E402
+
+KEY = "strong_scaling"
+RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
+         "rounds=100", "quiet=true")
+RIDGE_GOAL, MNIST_GOAL = 1.6, 1.8
+THREADS = {"default": {}, "one_thread": {"OMP_NUM_THREADS": "1"}}
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def launch(np: int, overrides: tuple[str, ...], out: Path, env: dict[str, str]) -> dict:
+    """One horovodrun launch; its summary, its wall time and the load average around it."""
+    before = load()
+    start = time.perf_counter()
+    horovodrun("experiments.train", [*overrides, f"out_dir={out}"], np=np, env=env, timeout=900)
+    wall = time.perf_counter() - start
+    return {"summary": read_summary(out), "rounds": read_rounds(out), "launcher_wall_s": wall,
+            "load_before": before, "load_after": load()}
+
+
+# ---------------------------------------------------------------------- the synthetic ridge
+def ridge(tmp: Path, repeats: int) -> dict:
+    config = RidgeSyntheticConfig(n_samples=18000, dim=2000)
+    start = time.perf_counter()
+    config.prepare()  # the reference optimum, computed once (or read from the cache) as a first run would
+    cold = time.perf_counter() - start
+    result: dict = {"problem": " ".join(RIDGE), "reference_optimum_cold_s": cold, "variants": {}}
+    for variant, extra in THREADS.items():
+        runs = []
+        for repeat in range(repeats):
+            for np in (1, 2):
+                out = tmp / f"ridge_{variant}_{repeat}_{np}"
+                run = launch(np, RIDGE, out, extra)
+                s = run["summary"]
+                runs.append({"np": np, "repeat": repeat, "status": s["status"], "rounds": s["rounds"],
+                             "final_suboptimality": s["final_suboptimality"], "setup_s": s["setup_s"],
+                             "time_s": s["time_s"], "time_to_tol_s": s["setup_s"] + s["time_s"],
+                             "launcher_wall_s": run["launcher_wall_s"], "load_before": run["load_before"],
+                             "load_after": run["load_after"]})
+                print(f"ridge {variant} np={np} repeat {repeat}: {runs[-1]['time_to_tol_s']:.3f} s to 1e-8 "
+                      f"({s['rounds']} rounds), launcher {run['launcher_wall_s']:.1f} s, load {run['load_before']}",
+                      flush=True)
+        result["variants"][variant] = summarize(runs, repeats, goal=RIDGE_GOAL if variant == "default" else None)
+    default = result["variants"]["default"]
+    result.update(ratio=default["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=default["goal_met"])
+    return result
+
+
+def summarize(runs: list[dict], repeats: int, goal: float | None) -> dict:
+    by_np = {np: [r for r in runs if r["np"] == np] for np in (1, 2)}
+    out: dict = {"runs": runs}
+    for np, rs in by_np.items():
+        out[f"np{np}"] = {key: spread([r[key] for r in rs])
+                          for key in ("time_to_tol_s", "setup_s", "time_s", "launcher_wall_s", "rounds")}
+        out[f"np{np}"]["all_converged"] = all(r["status"] == "converged" for r in rs)
+    for key in ("time_to_tol_s", "launcher_wall_s"):
+        out[f"ratio_{key[:-2]}"] = out["np1"][key]["median"] / out["np2"][key]["median"]
+        pairs = [a[key] / b[key] for a, b in zip(by_np[1], by_np[2])]  # launches of the same repeat, side by side
+        out[f"ratio_{key[:-2]}_per_repeat"] = spread(pairs)
+    if goal is not None:
+        out.update(goal=goal, goal_met=out["ratio_time_to_tol"] >= goal)
+    return out
+
+
+def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
+    """One core: Cholesky of a local Hessian plus a shift, against its eigendecomposition."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        X, _ = synthesize(18000, dim, "iso", 1.0, 0, *shard_positions(18000, 2, 0))
+        A = gram(X[:rows]).mul_(2 / rows)
+        A.diagonal().add_(0.01)
+
+        def best(fn) -> float:
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            return min(times)
+
+        def shifted_cholesky() -> None:  # as QuadraticProblem factors A_i + sI
+            M = A.clone()
+            M.diagonal().add_(0.3)
+            torch.linalg.cholesky_ex(M)
+
+        before = load()
+        chol = best(shifted_cholesky)
+        eigh = best(lambda: torch.linalg.eigh(A))
+        gram_s = best(lambda: gram(X[:rows]))
+        matmul_s = best(lambda: X[:rows].T @ X[:rows])
+    finally:
+        torch.set_num_threads(threads)
+    return {"dim": dim, "threads": 1, "cholesky_s": chol, "eigh_s": eigh, "break_even_measured": eigh / chol,
+            "EIGH_BREAK_EVEN": EIGH_BREAK_EVEN, "gram_rows": rows, "gram_s": gram_s, "xt_x_matmul_s": matmul_s,
+            "load_before": before, "load_after": load()}
+
+
+# ---------------------------------------------------------------------- MNIST LeNet-5
+def mnist_dir() -> Path:
+    data_dir = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
+    return (data_dir if data_dir.is_absolute() else REPO / data_dir) / "mnist"
+
+
+def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
+    where = mnist_dir()
+    if not where.is_dir():
+        message = f"skipped: no MNIST files in {where} (set DANE_DATA_DIR or data_dir to a folder holding mnist/)"
+        print(f"mnist_lenet5: {message}", flush=True)
+        return {"skipped": message}
+    overrides = ("algorithm=dane", "problem=mnist_lenet5", "problem.inner_steps=null", f"rounds={rounds}",
+                 "quiet=true")
+    runs = []
+    for repeat in range(repeats):
+        for np in (1, 2):
+            run = launch(np, overrides, tmp / f"mnist_{repeat}_{np}", {})
+            times = [r["time_s"] for r in run["rounds"]]
+            per_round = [b - a for a, b in zip(times[1:], times[2:])]  # round 1 onward; round 0 is the first evaluation
+            runs.append({"np": np, "repeat": repeat, "round_s": statistics.median(per_round), "rounds": len(per_round),
+                         "launcher_wall_s": run["launcher_wall_s"], "load_before": run["load_before"],
+                         "load_after": run["load_after"]})
+            print(f"mnist np={np} repeat {repeat}: {runs[-1]['round_s']:.2f} s per round, load {run['load_before']}",
+                  flush=True)
+    by_np = {np: [r for r in runs if r["np"] == np] for np in (1, 2)}
+    ratio = statistics.median(r["round_s"] for r in by_np[1]) / statistics.median(r["round_s"] for r in by_np[2])
+    return {"problem": " ".join(overrides), "runs": runs,
+            "np1_round_s": spread([r["round_s"] for r in by_np[1]]), "np2_round_s": spread([r["round_s"] for r in by_np[2]]),
+            "ratio": ratio, "ratio_per_repeat": spread([a["round_s"] / b["round_s"] for a, b in zip(by_np[1], by_np[2])]),
+            "goal": MNIST_GOAL, "goal_met": ratio >= MNIST_GOAL}
+
+
+# ---------------------------------------------------------------------- main
+def write(path: Path, value: dict) -> None:
+    """Merge ``value`` under KEY into the JSON at ``path`` (other benchmarks' keys stay), atomically."""
+    merged = json.loads(path.read_text()) if path.exists() else {}
+    merged[KEY] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(merged, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="results/bench.json")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--mnist-rounds", type=int, default=3)
+    parser.add_argument("--only", nargs="+", choices=("ridge", "factorization", "mnist"),
+                        default=["ridge", "factorization", "mnist"])
+    args = parser.parse_args()
+    if not have_horovod():
+        print("error: horovod.torch is not importable; run `make setup` first", file=sys.stderr)
+        sys.exit(2)
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the caller's thread settings must not leak into launches
+        os.environ.pop(key, None)
+    path = Path(args.out)
+    previous = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}
+    report = {**previous, "started_at": now(), "machine": {
+        "platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+        "torch": torch.__version__, "load_avg_at_start": load()}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for section in args.only:
+            if section == "ridge":
+                report["ridge"] = ridge(Path(tmp), args.repeats)
+            elif section == "factorization":
+                report["factorization"] = factorization()
+            else:
+                report["mnist_lenet5"] = mnist(Path(tmp), args.repeats, args.mnist_rounds)
+            report.update(updated_at=now(), load_avg_now=load())
+            write(path, report)  # after each section, so a later failure loses nothing
+            print(f"{KEY}.{section} -> {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
