@@ -27,7 +27,7 @@ from synthetic.sweep import Job, RunIndex
 
 PROBLEM = "mnist_lenet5"
 BASE = ("experiment=target_mnist_lenet5",)
-ADMM_RHOS = (0.1, 0.3, 1.0)
+ADMM_RHOS = (0.1, 0.3, 1.0, 3.0, 10.0)  # the tuning grid: every start is drawn, the best solid
 DANE = ("algorithm=dane", "algorithm.safeguard=false")
 CENTRAL = (*DANE, "workers=1")  # one worker, all rows: the local solve is plain minibatch SGD over the data
 
@@ -93,14 +93,14 @@ def draw(data: dict):
 
 
 def markdown(data: dict) -> str:
-    lines = ["| method | final test loss | final test accuracy | rounds |", "|---|---|---|---|"]
+    lines = ["| method | final test loss | final test accuracy | rounds | status |", "|---|---|---|---|---|"]
     rows = [("DANE", data["dane"]), ("central (1 worker)", data["central"])]
     rows += [(f"ADMM, adaptive ρ from {rho:g}" + (" (best)" if rho == data["best_rho"] else ""), c)
              for rho, c in data["admm"].items()]
     for label, c in rows:
         loss, acc = c["test_loss"][-1], c["test_accuracy"][-1]
-        lines.append(f"| {label} | {loss:.4f} | {acc:.4f} | {c['round'][-1]} |" if loss is not None
-                     else f"| {label} | — | — | {c['round'][-1]} |")
+        lines.append(f"| {label} | {loss:.4f} | {acc:.4f} | {c['round'][-1]} | {c['status']} |" if loss is not None
+                     else f"| {label} | — | — | {c['round'][-1]} | {c['status']} |")
     return "\n".join(lines) + "\n"
 
 

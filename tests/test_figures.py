@@ -151,7 +151,8 @@ def test_dane_vs_admm_picks_the_best_admm_start_and_draws_the_central_reference(
     from paper_figs import dane_vs_admm
 
     monkeypatch.setattr(dane_vs_admm, "has_data", lambda row: True)
-    losses = {0.1: [2.3, 0.9, 0.5], 0.3: [2.3, 0.6, 0.2], 1.0: [2.3, 1.5, float("nan")]}
+    losses = {0.1: [2.3, 0.9, 0.5], 0.3: [2.3, 0.6, 0.2], 1.0: [2.3, 1.5, float("nan")], 3.0: [2.3, 2.2, 2.1],
+              10.0: [2.3, 2.3, 2.25]}
     for job in dane_vs_admm.jobs():
         out = tmp_path / job_name(job)
         cfg = _composed(tuple(job))
@@ -175,7 +176,7 @@ def test_dane_vs_admm_picks_the_best_admm_start_and_draws_the_central_reference(
     assert [list(line.get_ydata()) for line in reference] == [[0.05, 0.05]]
     paths = dane_vs_admm.main(tmp_path, tmp_path / "figures")
     sidecar = json.loads((tmp_path / "figures" / "dane_vs_admm.json").read_text())
-    assert sidecar["best_admm_rho"] == 0.3 and len(sidecar["runs"]) == 5
+    assert sidecar["best_admm_rho"] == 0.3 and len(sidecar["runs"]) == 2 + len(dane_vs_admm.ADMM_RHOS)
     assert "8,000 train / 2,000 test (t10k split)" in sidecar["caption"] and "paper: 60,000/10,000" in sidecar["caption"]
     assert {p.suffix for p in paths} == {".png", ".pdf", ".md", ".json"}
     assert read_rounds(tmp_path / job_name(dane_vs_admm.admm_job(0.3)))[-1]["test_loss"] == 0.2
