@@ -6,8 +6,8 @@
   its defaults, setup included: ``setup_s + time_s`` of the run's summary.json (a worker's
   own setup, its rows and its Gram matrix, then its rounds), and the launcher's wall time
   (Python start, imports, Horovod start, reading the cached reference optimum).  The
-  optimum is made once before the launches (``reference_optimum_cold_s``), as it is by the
-  first run of a problem.  np=1 and np=2 alternate, ``--repeats`` times each; medians,
+  optimum is made once before the launches (``reference_optimum_s``; ``..._was_cached``
+  says whether an earlier run had already made it), as the first run of a problem does.  np=1 and np=2 alternate, ``--repeats`` times each; medians,
   min and max, the load average before and after every launch.  Two thread settings:
   ``default`` (the package's launch: one rank gets every core's intra-op thread, two ranks
   one core each) and ``one_thread`` (OMP_NUM_THREADS=1: one core per worker in both).
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dane.problems import RidgeSyntheticConfig  # noqa: E402
 from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
-from dane.problems.ridge import gram, shard_positions, synthesize  # noqa: E402
+from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
 from synthetic.launchers import REPO, have_horovod, horovodrun  # noqa: E402
 
@@ -64,11 +64,16 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def launch(np: int, overrides: tuple[str, ...], out: Path, env: dict[str, str]) -> dict:
-    """One horovodrun launch; its summary, its wall time and the load average around it."""
+def launch(np: int, overrides: tuple[str, ...], out: Path, env: dict[str, str]) -> dict | None:
+    """One horovodrun launch: its summary, its wall time and the load average around it; None if it failed
+    (the error is printed and the other launches go on)."""
     before = load()
     start = time.perf_counter()
-    horovodrun("experiments.train", [*overrides, f"out_dir={out}"], np=np, env=env, timeout=900)
+    try:
+        horovodrun("experiments.train", [*overrides, f"out_dir={out}"], np=np, env=env, timeout=900)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        print(f"launch failed (np={np}, load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
+        return None
     wall = time.perf_counter() - start
     return {"summary": read_summary(out), "rounds": read_rounds(out), "launcher_wall_s": wall,
             "load_before": before, "load_after": load()}
@@ -77,16 +82,20 @@ def launch(np: int, overrides: tuple[str, ...], out: Path, env: dict[str, str]) 
 # ---------------------------------------------------------------------- the synthetic ridge
 def ridge(tmp: Path, repeats: int) -> dict:
     config = RidgeSyntheticConfig(n_samples=18000, dim=2000)
+    cached = optimum_cache_path(*config.data_key, config.lam).exists()
     start = time.perf_counter()
-    config.prepare()  # the reference optimum, computed once (or read from the cache) as a first run would
-    cold = time.perf_counter() - start
-    result: dict = {"problem": " ".join(RIDGE), "reference_optimum_cold_s": cold, "variants": {}}
+    config.prepare()  # the reference optimum: computed once (or read from the cache) as a first run would
+    result: dict = {"problem": " ".join(RIDGE), "reference_optimum_s": time.perf_counter() - start,
+                    "reference_optimum_was_cached": cached, "variants": {}}
     for variant, extra in THREADS.items():
         runs = []
         for repeat in range(repeats):
             for np in (1, 2):
                 out = tmp / f"ridge_{variant}_{repeat}_{np}"
                 run = launch(np, RIDGE, out, extra)
+                if run is None:
+                    runs.append({"np": np, "repeat": repeat, "status": "launch_failed"})
+                    continue
                 s = run["summary"]
                 runs.append({"np": np, "repeat": repeat, "status": s["status"], "rounds": s["rounds"],
                              "final_suboptimality": s["final_suboptimality"], "setup_s": s["setup_s"],
@@ -103,15 +112,17 @@ def ridge(tmp: Path, repeats: int) -> dict:
 
 
 def summarize(runs: list[dict], repeats: int, goal: float | None) -> dict:
-    by_np = {np: [r for r in runs if r["np"] == np] for np in (1, 2)}
-    out: dict = {"runs": runs}
+    by_np = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
+    out: dict = {"runs": runs, "launches_failed": sum(r["status"] == "launch_failed" for r in runs)}
+    if not (by_np[1] and by_np[2]):
+        return {**out, "ratio_time_to_tol": None, "goal": goal, "goal_met": None}
     for np, rs in by_np.items():
         out[f"np{np}"] = {key: spread([r[key] for r in rs])
                           for key in ("time_to_tol_s", "setup_s", "time_s", "launcher_wall_s", "rounds")}
         out[f"np{np}"]["all_converged"] = all(r["status"] == "converged" for r in rs)
     for key in ("time_to_tol_s", "launcher_wall_s"):
         out[f"ratio_{key[:-2]}"] = out["np1"][key]["median"] / out["np2"][key]["median"]
-        pairs = [a[key] / b[key] for a, b in zip(by_np[1], by_np[2])]  # launches of the same repeat, side by side
+        pairs = [a[key] / b[key] for a in by_np[1] for b in by_np[2] if a["repeat"] == b["repeat"]]  # side by side
         out[f"ratio_{key[:-2]}_per_repeat"] = spread(pairs)
     if goal is not None:
         out.update(goal=goal, goal_met=out["ratio_time_to_tol"] >= goal)
@@ -170,18 +181,25 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
     for repeat in range(repeats):
         for np in (1, 2):
             run = launch(np, overrides, tmp / f"mnist_{repeat}_{np}", {})
+            if run is None:
+                runs.append({"np": np, "repeat": repeat, "status": "launch_failed"})
+                continue
             times = [r["time_s"] for r in run["rounds"]]
             per_round = [b - a for a, b in zip(times[1:], times[2:])]  # round 1 onward; round 0 is the first evaluation
-            runs.append({"np": np, "repeat": repeat, "round_s": statistics.median(per_round), "rounds": len(per_round),
+            runs.append({"np": np, "repeat": repeat, "status": run["summary"]["status"],
+                         "round_s": statistics.median(per_round), "rounds": len(per_round),
                          "launcher_wall_s": run["launcher_wall_s"], "load_before": run["load_before"],
                          "load_after": run["load_after"]})
             print(f"mnist np={np} repeat {repeat}: {runs[-1]['round_s']:.2f} s per round, load {run['load_before']}",
                   flush=True)
-    by_np = {np: [r for r in runs if r["np"] == np] for np in (1, 2)}
+    by_np = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
+    if not (by_np[1] and by_np[2]):
+        return {"problem": " ".join(overrides), "runs": runs, "ratio": None, "goal": MNIST_GOAL, "goal_met": None}
     ratio = statistics.median(r["round_s"] for r in by_np[1]) / statistics.median(r["round_s"] for r in by_np[2])
     return {"problem": " ".join(overrides), "runs": runs,
             "np1_round_s": spread([r["round_s"] for r in by_np[1]]), "np2_round_s": spread([r["round_s"] for r in by_np[2]]),
-            "ratio": ratio, "ratio_per_repeat": spread([a["round_s"] / b["round_s"] for a, b in zip(by_np[1], by_np[2])]),
+            "ratio": ratio, "ratio_per_repeat": spread([a["round_s"] / b["round_s"] for a in by_np[1] for b in by_np[2]
+                                       if a["repeat"] == b["repeat"]]),
             "goal": MNIST_GOAL, "goal_met": ratio >= MNIST_GOAL}
 
 

@@ -178,9 +178,8 @@ def reference_optimum(n_samples: int, dim: int, covariance: str, noise_std: floa
                       lam: float) -> torch.Tensor:
     """argmin O of the synthetic data set (float64), from the disk cache when it is worth one (module docstring)."""
     key = (n_samples, dim, covariance, float(noise_std), seed, float(lam))
-    path = None
-    if n_samples * dim ** 2 >= DISK_CACHE_MIN_WORK:
-        path = optimum_cache_dir() / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.pt"
+    path = optimum_cache_path(*key) if n_samples * dim ** 2 >= DISK_CACHE_MIN_WORK else None
+    if path is not None:
         cached = _load_optimum(path, key)
         if cached is not None:
             return cached
@@ -190,10 +189,12 @@ def reference_optimum(n_samples: int, dim: int, covariance: str, noise_std: floa
     return w_star
 
 
-def optimum_cache_dir() -> Path:
+def optimum_cache_path(n_samples: int, dim: int, covariance: str, noise_std: float, seed: int, lam: float) -> Path:
+    """Where `reference_optimum` keeps this optimum: $DANE_CACHE_DIR (else $XDG_CACHE_HOME/dane, ~/.cache/dane)."""
     base = os.environ.get("DANE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dane")
-    return Path(base) / "ridge_optimum"
+    key = (n_samples, dim, covariance, float(noise_std), seed, float(lam))
+    return Path(base) / "ridge_optimum" / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.pt"
 
 
 def _load_optimum(path: Path, key: tuple) -> torch.Tensor | None:
