@@ -128,7 +128,7 @@ def load_mnist(data_dir: Path, *, seed: int, test_fraction: float, pad_to_32: bo
         )
         notes.append(note)
         log.warning(note)
-        split = f"t10k split: {len(images)} t10k images split {len(train_x)}/{len(test_x)} (stratified, by the run's seed)"
+        split = f"a split of the {len(images):,} t10k images, stratified, by the run's seed"
     else:
         missing = [n for n in TRAIN_FILES + TEST_FILES if n not in found]
         raise DataError(
