@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 NP     ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-slow bench figures tables publish-figures clean
+.PHONY: setup run test test-slow bench figures tables publish-figures clean time-vs-workers
 
 setup: $(VENV)/.setup-done
 
@@ -40,6 +40,12 @@ figures: setup
 ## The neural-network tables too, making their missing runs (3 seeds each; the slow part).
 tables: setup
 	$(PY) -m paper_figs.make_all --nn --out results/figures
+
+## Time against workers, MNIST LeNet-3/5 (the paper's Figures 3-4): α-β calibration, the simulator at m=1..8 and
+## horovodrun -np 1/2, 3 seeds, into results/time_vs_workers/ (slow; a rerun makes only missing runs), then the figure.
+time-vs-workers: setup
+	$(PY) scripts/time_vs_workers.py
+	$(PY) -m paper_figs.time_vs_workers --out results/figures
 
 ## Deliberately copy the generated figures and tables into paper_figs/ (tracked), to be committed by hand.
 publish-figures:

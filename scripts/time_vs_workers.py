@@ -1,0 +1,278 @@
+"""Time against the number of workers for MNIST LeNet-3 and LeNet-5 (the source paper's Figures 3-4): the runs.
+
+    PYTHONPATH=. python scripts/time_vs_workers.py [--problems mnist_lenet5 mnist_lenet3] [--seeds 0 1 2]
+        [--workers 1 2 4 6 8] [--real 1 2] [--rounds 30] [--target 0.95] [--quick] [--out DIR]
+    python -m paper_figs.time_vs_workers           # the figure, from these runs (or: make time-vs-workers)
+
+Plain DANE (η=1, μ=0, ``algorithm.safeguard=false``, as in the paper's tables;
+conf/experiment/table_mnist_lenet5.yaml) with ``problem.inner_steps=null``: every round
+each worker makes one pass over its shard, so a round is an epoch of the training set
+whatever the number of workers.  Each run stops at ``--target`` test accuracy
+(``early_stop.target``) or after ``--rounds`` rounds.  For each problem and seed:
+
+- the simulator (``workers=m`` in this process, m in ``--workers``): each worker's
+  compute is timed on its own thread's CPU clock, each allreduce is charged the α-β ring
+  cost measured at the start of this script (`synthetic.calibrate.calibrate`, saved as
+  ``calibration.json`` in the output folder).  m=1 also runs on that clock, through a
+  one-worker simulation (`OneWorkerSimulation`), so that all simulated points are
+  timed alike and the machine's other load does not enter them;
+- real Horovod runs, ``horovodrun -np N --gloo python -m experiments.train ...`` for N
+  in ``--real``, timed by the wall clock, with ``OMP_NUM_THREADS=1`` (one core per
+  worker, as in the simulator; the package binds each rank to its own cores).
+
+Each run goes to ``<out>/<problem>/<backend>_m<m>_seed<s>/`` (backend ``simulator`` or
+``horovod``), a normal run directory (``rounds.jsonl``, ``summary.json``,
+``config.yaml``).  A directory whose summary and saved config match the job (same
+algorithm, problem, seed, workers, backend, round budget and target; the α-β aside) is
+kept, so a rerun only makes what is missing.  Simulated runs kept from an earlier
+calibration are put on the current one by the figure (`paper_figs.common.retime`, exact).
+``--keep-calibration`` reuses the folder's calibration.json instead of measuring anew.
+
+Exit status 2, with one line, when MNIST or Horovod is missing; 1 when a run failed
+(the others are still made).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `python scripts/time_vs_workers.py` without PYTHONPATH
+
+from dane.errors import DivergenceError, UserError  # noqa: E402
+from dane.launch import RunSpec, execute  # noqa: E402
+from dane.results import read_rounds, read_summary  # noqa: E402
+from experiments.config import run_spec  # noqa: E402
+from synthetic.calibrate import calibrate  # noqa: E402
+from synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin  # noqa: E402
+from synthetic.sweep import compose_job, identity  # noqa: E402
+
+OUT = Path("results") / "time_vs_workers"
+QUICK_OUT = Path("results") / "time_vs_workers_quick"
+PROBLEMS = ("mnist_lenet5", "mnist_lenet3")
+WORKERS = (1, 2, 4, 6, 8)
+REAL = (1, 2)
+SEEDS = (0, 1, 2)
+#: the budget and target: with one pass per round, plain DANE at m workers makes m times fewer sequential
+#: inner steps per round, so it gains accuracy per round far more slowly at m=8 than at m=1; the target is
+#: one that m=8 reaches within the budget on both networks (a 20-round probe of each, seed 1, before
+#: choosing: 0.97 was out of reach for m >= 4 there)
+ROUNDS = 30
+TARGET = 0.95
+ALGORITHM = ("algorithm=dane", "algorithm.safeguard=false", "algorithm.mu=0.0", "algorithm.eta=1.0")
+#: a real run's time limit (s): a slow round on a loaded machine is a result, a hung launch is not
+REAL_TIMEOUT = 3600
+
+
+@dataclass(frozen=True)
+class Job:
+    problem: str
+    backend: str  # simulator | horovod
+    workers: int
+    seed: int
+    rounds: int
+    target: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}_m{self.workers}_seed{self.seed}"
+
+    def overrides(self) -> tuple[str, ...]:
+        """The Hydra overrides of the run (the simulator adds ``workers=m``; horovodrun gives the size)."""
+        return (*ALGORITHM, f"problem={self.problem}", f"seed={self.seed}", f"rounds={self.rounds}", "tol=null",
+                f"early_stop.target={self.target}", "problem.inner_steps=null")
+
+    def config(self) -> DictConfig:
+        """The config of the run (the simulator's composition; the keys `finished` compares are the
+        same under experiments.train)."""
+        return compose_job((*self.overrides(), f"workers={self.workers}"))
+
+
+@dataclass(frozen=True)
+class OneWorkerSimulation(RunSpec):
+    """A `RunSpec` that runs on the simulator's clock at m=1 too: one worker thread in a
+    `ThreadGroup`, its compute read from its thread's CPU clock, as each of m>1 simulated
+    workers is.  (`RunSpec.simulated` holds only for m>1, where plain ``workers=1`` is timed
+    by the wall clock.)  At size 1 no collective reaches the group, so the summary's
+    ``simulated_*_s`` stay 0; the records' ``time_s`` carry the worker's CPU clock."""
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend == "local"
+
+
+def jobs(problems, seeds, workers, real, rounds: int, target: float) -> list[Job]:
+    return [Job(p, backend, m, s, rounds, target) for p in problems for s in seeds
+            for backend, ms in (("simulator", workers), ("horovod", real)) for m in ms]
+
+
+def finished(job: Job, run_dir: Path) -> bool:
+    """Does ``run_dir`` hold a finished run of ``job`` (its α-β aside)?"""
+    summary_file, config_file = run_dir / "summary.json", run_dir / "config.yaml"
+    if not (summary_file.exists() and config_file.exists()):
+        return False
+    summary = read_summary(run_dir)
+    cfg = yaml.safe_load(config_file.read_text()) or {}
+    cfg["workers"] = summary.get("workers")  # under horovodrun the saved config says null
+    expected = OmegaConf.to_container(job.config(), resolve=True)
+    return (summary.get("backend") == job.backend and summary.get("workers") == job.workers
+            and identity(cfg) == identity(expected) and cfg.get("rounds") == job.rounds
+            and (cfg.get("early_stop") or {}).get("target") == job.target)
+
+
+def run_simulated(job: Job, out_dir: Path, cost: dict) -> dict:
+    cfg = job.config()
+    cfg.sim.alpha, cfg.sim.beta = cost["alpha"], cost["beta"]
+    cfg.out_dir, cfg.quiet = str(out_dir), True
+    spec = run_spec(cfg)
+    if spec.workers == 1:
+        spec = OneWorkerSimulation(**{f.name: getattr(spec, f.name) for f in fields(RunSpec)})
+    try:
+        return execute(spec, str(out_dir))
+    except DivergenceError:  # plain DANE may diverge: a result, written with status diverged
+        return read_summary(out_dir)
+
+
+def run_horovod(job: Job, out_dir: Path) -> dict:
+    """``horovodrun -np N --gloo python -m experiments.train ...``; its output goes to ``launch.log`` in the run."""
+    out = str(out_dir.resolve())
+    cmd = [venv_bin("horovodrun"), "-np", str(job.workers), "--gloo", sys.executable, "-m", "experiments.train",
+           *job.overrides(), "quiet=true", f"out_dir={out}", f"hydra.run.dir={out}"]
+    env = {k: v for k, v in os.environ.items() if k not in HOROVOD_KEYS}  # the package's own Horovod settings
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])), OMP_NUM_THREADS="1")
+    with open(out_dir / "launch.log", "w") as log:
+        code = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=REAL_TIMEOUT).returncode
+    summary = read_summary(out_dir) if (out_dir / "summary.json").exists() else None
+    if code != 0 and (summary is None or summary.get("status") != "diverged"):
+        lines = (out_dir / "launch.log").read_text(errors="replace").splitlines()
+        cause = next((line.strip() for line in lines if re.search(r"(\w+Error|error): ", line)
+                      and "Horovod detected" not in line), "see the log")  # the first worker error
+        raise RuntimeError(f"horovodrun -np {job.workers} exited with {code}: {cause} (full output: "
+                           f"{out_dir / 'launch.log'})")
+    return summary
+
+
+def describe(summary: dict, run_dir: Path, target: float) -> str:
+    hit = next((r for r in read_rounds(run_dir) if r.get("test_accuracy", 0.0) >= target), None)
+    reached = f"{target:g} at round {hit['round']}, {hit['time_s']:.2f} s" if hit else f"{target:g} not reached"
+    return f"{summary['status']} after {summary['rounds']} rounds ({reached})"
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def check_data(problems) -> None:
+    """Raise `UserError` (one line naming the files) when a problem's data set cannot be read here."""
+    from hydra.utils import instantiate
+
+    for problem in problems:
+        if not (REPO / "conf" / "problem" / f"{problem}.yaml").exists():
+            raise UserError(f"--problems: no conf/problem/{problem}.yaml; choose from {', '.join(PROBLEMS)}")
+        instantiate(Job(problem, "simulator", 1, 0, 1, TARGET).config().problem).dataset()
+
+
+def get_calibration(out: Path, keep: bool, reps: int) -> dict:
+    path = out / "calibration.json"
+    if keep and path.exists():
+        print(f"calibration: kept {path}", flush=True)
+        return json.loads(path.read_text())
+    print(f"calibration: horovodrun -np 2 --gloo allreduce timing ({reps} reps per size), load {load()}", flush=True)
+    result = {**calibrate(2, reps=reps), "source": "synthetic.calibrate.calibrate, at the start of "
+                                                     "scripts/time_vs_workers.py"}
+    write_json_atomic(path, result)
+    print(f"calibration: alpha = {result['alpha'] * 1e6:.1f} us, beta = {result['beta'] / 1e6:.1f} MB/s -> {path}",
+          flush=True)
+    return result
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--workers", nargs="*", type=int, default=list(WORKERS),
+                        help="simulated worker counts (none: horovodrun only)")
+    parser.add_argument("--real", nargs="*", type=int, default=list(REAL),
+                        help="horovodrun -np values (none: simulator only)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="round budget of every run")
+    parser.add_argument("--target", type=float, default=TARGET, help="test accuracy at which a run stops")
+    parser.add_argument("--out", default=None, help=f"output folder (default {OUT}; with --quick {QUICK_OUT})")
+    parser.add_argument("--keep-calibration", action="store_true",
+                        help="reuse the output folder's calibration.json instead of measuring")
+    parser.add_argument("--calibration-reps", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="tiny, for tests: seed 0, m in 1 2, 2 rounds")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.rounds = args.seeds[:1], min(args.rounds, 2)
+        args.workers = [m for m in args.workers if m <= 2]
+        args.real = [n for n in args.real if n <= 2]
+        args.calibration_reps = min(args.calibration_reps, 50)
+    args.out = Path(args.out or (QUICK_OUT if args.quick else OUT))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        bad = [m for m in [*args.workers, *args.real] if m < 1]
+        if bad or args.rounds < 1 or not 0 < args.target <= 1:
+            raise UserError(f"need workers >= 1, rounds >= 1 and 0 < target <= 1; got workers {bad or 'ok'}, "
+                            f"rounds {args.rounds}, target {args.target}")
+        check_data(args.problems)
+        if not have_horovod():
+            raise UserError("horovod.torch is not importable (needed to calibrate α-β and for --real); "
+                            "run `make setup` first")
+    except UserError as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)  # one core per simulated worker
+    cost = get_calibration(args.out, args.keep_calibration, args.calibration_reps)
+    todo = jobs(args.problems, args.seeds, args.workers, args.real, args.rounds, args.target)
+    start, failed = time.perf_counter(), []
+    for k, job in enumerate(todo, 1):
+        run_dir = args.out / job.problem / job.name
+        head = f"[{k}/{len(todo)} {time.perf_counter() - start:7.1f}s] {job.problem} {job.name}"
+        if finished(job, run_dir):
+            print(f"{head}: kept ({describe(read_summary(run_dir), run_dir, job.target)})", flush=True)
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)  # a partial or stale run: start afresh (results append)
+        run_dir.mkdir(parents=True)
+        before, t0 = load(), time.perf_counter()
+        try:
+            summary = run_simulated(job, run_dir, cost) if job.backend == "simulator" else run_horovod(job, run_dir)
+        except (RuntimeError, UserError, OSError, subprocess.TimeoutExpired) as exc:
+            failed.append(job.name)
+            print(f"{head}: FAILED: {exc}", flush=True)
+            continue
+        print(f"{head}: {describe(summary, run_dir, job.target)}; {time.perf_counter() - t0:.1f} s wall, "
+              f"load {before} -> {load()}", flush=True)
+    print(f"done: {len(todo) - len(failed)} of {len(todo)} runs in {args.out}; "
+          f"figure: python -m paper_figs.time_vs_workers", flush=True)
+    if failed:
+        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
