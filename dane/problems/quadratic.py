@@ -21,7 +21,7 @@ them (``factorization``):
 - ``eigh``: :math:`A_i = Q\,\mathrm{diag}(\ell)\,Q^\top` once, after which every shift
   costs two matrix-vector products, :math:`(A_i + sI)^{-1} r = Q\,\mathrm{diag}(1/(\ell + s))\,Q^\top r`;
 - ``auto`` (ski rental): Cholesky for the first `EIGH_BREAK_EVEN` distinct shifts, then
-  one eigendecomposition for all later ones, so the total never exceeds twice the
+  one eigendecomposition for all later ones, so the total is at most about twice the
   cheaper of the two choices made in hindsight.
 """
 from __future__ import annotations
