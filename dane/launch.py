@@ -6,6 +6,7 @@ function on each, and lets rank 0 write the results.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -54,7 +55,8 @@ class HorovodOptions:
       as threads stop migrating between cores;
     - torch gets one intra-op thread per core of the block, as torchrun does with
       OMP_NUM_THREADS=1: two ranks with two threads each on 2 cores made a DANE round
-      on the synthetic ridge about 8x slower (scripts/bench.py).
+      on the synthetic ridge about 8x slower (scripts/bench.py).  A network run then
+      holds one thread whatever the block (`dane.problems.neural.reproducible_numerics`).
     Pinning is skipped when there are more local ranks than usable cores.
     """
 
@@ -119,7 +121,17 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
     """Run ``spec``; rank 0 writes ``out_dir``.  Returns the summary (on every rank).
 
     ``collect``, when given, receives rank 0's ``records`` and final iterate ``w`` (the Python API).
+    A problem config with ``numerics()`` (a network: `dane.problems.neural.reproducible_numerics`)
+    fixes torch's thread count and algorithms for the whole run, on every rank and in the simulator.
     """
+    if spec.backend == "horovod":
+        spec.horovod.apply()  # before hvd.init(), and before numerics() so that its thread count wins
+    numerics = getattr(spec.problem, "numerics", None)
+    with numerics() if numerics is not None else contextlib.nullcontext():
+        return _execute(spec, out_dir, collect)
+
+
+def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     torch.manual_seed(spec.seed)
     if spec.resume is not None:
         out_dir = spec.resume  # a resumed run continues in its own directory
@@ -134,8 +146,6 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
                                                    collect))
         summary = summaries[0]
     else:
-        if spec.backend == "horovod":
-            spec.horovod.apply()
         comm = make_communicator(spec.backend, torch_backend=spec.torch_backend)
         try:
             out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's directory

@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +67,46 @@ from ..models import MODEL_NAMES, LogisticRegression, build_model
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 SAMPLER_STREAM = 1  # worker_seed stream of the problem's minibatch generator
+#: torch intra-op threads of every worker of a network run: every rank of a launched run, and
+#: each simulated worker (`dane.comm.ThreadGroup` holds each of its threads to one as well)
+INTRA_OP_THREADS = 1
+
+
+@contextmanager
+def reproducible_numerics(threads: int = INTRA_OP_THREADS) -> Iterator[None]:
+    """Fix the process-wide torch settings that the bits of a network run depend on; restore them on exit.
+
+    - ``threads`` intra-op threads.  oneDNN's convolution backward and MKL's sgemm split
+      their reductions (over the batch, over the inner dimension) among the threads, so
+      the rounding of a float32 gradient depends on the thread count.  Left alone, that
+      count comes from the environment: OMP_NUM_THREADS, which torchrun sets to 1 and
+      horovodrun leaves unset, and otherwise the number of usable cores (HorovodOptions
+      gives each rank its share).  One thread is the count every machine has and the one
+      the simulator gives each worker (one core each), so a run's records depend on its
+      config and seed only, and a launched run equals the simulated one.
+    - ``torch.use_deterministic_algorithms(True, warn_only=True)`` and no cuDNN
+      benchmarking: on CUDA, cuDNN and cuBLAS then use deterministic kernels
+      (cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG``, set here unless the environment has it).
+      ``warn_only``: an op with no deterministic kernel on the run's device (on CUDA,
+      e.g. some pooling and loss backward passes) warns instead of stopping the run;
+      such a run is reproducible only up to that op.  On the CPU every op these models
+      use is deterministic at a fixed thread count.
+
+    Bit-for-bit equality holds for the same torch build on the same kind of CPU: oneDNN
+    and MKL pick their kernels by instruction set.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS makes its first handle
+    saved = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled(), torch.backends.cudnn.benchmark)
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved[0])
+        torch.use_deterministic_algorithms(saved[1], warn_only=saved[2])
+        torch.backends.cudnn.benchmark = saved[3]
 
 
 @dataclass(frozen=True)
@@ -139,6 +181,10 @@ class NeuralProblemConfig:
     def prepare(self) -> None:
         """Load the shared data set (cached), so that a worker's timed setup is only its own shard and model."""
         self.dataset()
+
+    def numerics(self):
+        """The torch settings a run of this problem holds for its whole length (`reproducible_numerics`)."""
+        return reproducible_numerics()
 
     def check_workers(self, workers: int) -> None:
         """Loads the data (cached) so that a missing file or too many workers fail before any process group."""
