@@ -33,12 +33,25 @@ def code_version() -> dict:
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 
 
+@lru_cache(maxsize=1)
+def numerics_platform() -> dict:
+    """What decides a run's floating-point bits besides its config and seed: the torch build and
+    the CPU instruction set its kernels use (runs agree bit for bit only where these agree)."""
+    import platform
+
+    import torch
+
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine()}
+
+
 def run_provenance() -> dict:
-    """What a run's summary records about its origin: code, command line, start time, host and load."""
+    """What a run's summary records about its origin: code, command line, start time, host, load, numerics."""
     return {
         **code_version(),
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": socket.gethostname(),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
+        **numerics_platform(),
     }

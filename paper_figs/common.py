@@ -127,6 +127,8 @@ def _run_entry(run_dir: Path, root: Path | None) -> dict:
         "git_dirty": provenance.get("git_dirty"),
         "started_at": provenance.get("started_at"),
         "load_avg": provenance.get("load_avg"),
+        "torch": provenance.get("torch"),
+        "cpu_capability": provenance.get("cpu_capability"),
         "seed": cfg.get("seed"),
         "workers": summary.get("workers"),
         "backend": summary.get("backend"),
