@@ -4,9 +4,9 @@ Plain DANE (η=1, μ=0) with one pass over each worker's shard per round, so a r
 epoch.  Two panels per problem:
 
 (a) time to the target test accuracy against the number of workers: the simulator at each
-    m (mean over seeds, error bars ± half the range), real ``horovodrun --gloo`` runs at
-    their process counts as separate markers, and the ideal line T(1)/m from the
-    simulator's mean at m=1;
+    m (mean over seeds, error bars ± half the range; each point labelled with its mean
+    rounds to the target), real ``horovodrun --gloo`` runs at their process counts as
+    separate markers, and the ideal line T(1)/m from the simulator's mean at m=1;
 (b) time per epoch against the number of workers, with the same markers and ideal line.
 
 How the numbers are taken, per run (``<results>/time_vs_workers/<problem>/<backend>_m<m>_seed<s>/``):
@@ -45,7 +45,7 @@ import yaml
 
 from dane.comm import AlphaBeta
 from dane.results import find_runs, read_rounds, read_summary
-from paper_figs.common import FIG_DIR, caption_line, cli, cost_caption, figure_provenance, retime, save
+from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save
 
 FOLDER = "time_vs_workers"
 MAKE_RUNS = "python scripts/time_vs_workers.py (or: make time-vs-workers)"
@@ -151,13 +151,23 @@ def data_sizes(points: list[RunPoint]) -> list[dict]:
 
 
 def data_caption(sizes: dict[str, list[dict]]) -> str:
-    parts = []
-    for info in {json.dumps(d, sort_keys=True): d for ds in sizes.values() for d in ds}.values():
-        what = f"{info['train_size']:,} train / {info['test_size']:,} test"
-        if info.get("split", "standard") != "standard":
-            what += f" ({info['split']})"
-        parts.append(what)
-    return "ours on " + ("; ".join(parts) or "unknown data") + f"; {PAPER_DATA}"
+    """The data our runs trained and tested on, once per (train, test) size, beside the paper's.
+
+    A split is described in the words of the first run that gives it (the loader's wording
+    may differ between code versions; the sizes and the split are the same)."""
+    seen: dict[tuple[int, int], str] = {}
+    for info in (d for ds in sizes.values() for d in ds):
+        key = (info["train_size"], info["test_size"])
+        if key not in seen:
+            split = info.get("split", "standard")
+            seen[key] = f"{key[0]:,} train / {key[1]:,} test" + (f" ({split})" if split != "standard" else "")
+    return "ours on " + ("; ".join(seen.values()) or "unknown data") + f"; {PAPER_DATA}"
+
+
+def cost_text(cost: AlphaBeta, source: str) -> str:
+    """α (in µs, or ms from 1 ms on) and β, and where they came from."""
+    alpha = f"{cost.alpha * 1e3:.3g} ms" if cost.alpha >= 1e-3 else f"{cost.alpha * 1e6:.3g} µs"
+    return f"α={alpha}, β={cost.beta / 1e9:.3g} GB/s ({source})"
 
 
 def calibration_caption(data: dict, root: Path) -> str:
@@ -176,14 +186,15 @@ def _errorbar(ax, stats, backend: str, shift: float = 1.0, **style):
                 label=BACKENDS.get(backend, backend), **style)
 
 
-def draw(table: dict[str, list[RunPoint]], cost_text: str, sizes_text: str, seeds: list[int]):
+def draw(table: dict[str, list[RunPoint]], cost_line: str, sizes_text: str, seeds: list[int]):
     fig, axes = plt.subplots(len(table), 2, figsize=(11, 4.3 * len(table)), squeeze=False)
     for row, (problem, points) in enumerate(table.items()):
         all_ms = sorted({p.workers for p in points})
         sim_ms = sorted({p.workers for p in points if p.backend == "simulator"}) or all_ms
         target = points[0].target
         for col, (key, ylabel, title) in enumerate((
-                ("time_to_target", f"time to {target:.0%} test accuracy (s)", f"(a) time to {target:.0%} test accuracy"),
+                ("time_to_target", f"time to {target:.0%} test accuracy (s)",
+                 f"(a) time to {target:.0%} test accuracy (rnd: mean rounds)"),
                 ("per_epoch", "time per epoch = one round (s)", "(b) time per epoch"))):
             ax = axes[row, col]
             stats = aggregate(points, key)
@@ -191,6 +202,12 @@ def draw(table: dict[str, list[RunPoint]], cost_text: str, sizes_text: str, seed
             _errorbar(ax, stats, "horovod", shift=1.04, fmt="s", color="C3", markersize=8, markerfacecolor="none",
                       markeredgewidth=1.5)
             ax.plot(sim_ms, ideal(stats, sim_ms), "k:", linewidth=1, label="ideal T(1)/m (simulator)")
+            if key == "time_to_target":  # time to target = rounds x time per round: show the rounds
+                rounds = aggregate(points, "rounds_to_target")
+                for (backend, m), r in rounds.items():
+                    if backend == "simulator" and r.n and stats[(backend, m)].n:
+                        ax.annotate(f"{r.mean:.2g} rnd", (m, stats[(backend, m)].mean), textcoords="offset points",
+                                    xytext=(5, -12), ha="left", fontsize=7, color="C0")
             missing = []
             for (backend, m), s in stats.items():
                 total = sum(1 for p in points if p.backend == backend and p.workers == m)
@@ -212,8 +229,9 @@ def draw(table: dict[str, list[RunPoint]], cost_text: str, sizes_text: str, seed
             ax.set_title(f"{LABELS.get(problem, problem)}: {title}", fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8)
-    fig.suptitle(f"Plain DANE (η=1, μ=0), one pass per round; mean ± half-range over seeds {','.join(map(str, seeds))}\n"
-                 f"simulator: {cost_text}\n{sizes_text}", fontsize=9)
+    seed_list = ",".join(map(str, seeds))
+    fig.suptitle(f"Plain DANE (η=1, μ=0), one pass per round; mean ± half-range over seeds {seed_list}\n"
+                 f"simulator: {cost_line}\n{sizes_text}", fontsize=9)
     return fig
 
 
@@ -236,7 +254,8 @@ def markdown(table: dict[str, list[RunPoint]]) -> str:
                      "time per epoch (s) |\n|---|---|---|---|---|---|")
         for key in t:
             total = sum(1 for p in points if (p.backend, p.workers) == key)
-            ideal_text = f"{sim_ideal[key[1]]:.3g}" if key[0] == "simulator" and math.isfinite(sim_ideal[key[1]]) else ""
+            base = sim_ideal.get(key[1], math.nan) if key[0] == "simulator" else math.nan
+            ideal_text = f"{base:.3g}" if math.isfinite(base) else ""
             parts.append(f"| {key[0]} | {key[1]} | {fmt(t[key], total)} | {ideal_text} | {fmt(r[key], total)} | "
                          f"{fmt(e[key], total)} |")
         parts.append("")
@@ -256,20 +275,23 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
     cost, calibration = load_cost(root)
     table = collect(root, cost)
     sizes = {problem: data_sizes(points) for problem, points in table.items()}
-    cost_text = cost_caption(cost, calibration_caption(calibration, root))
+    cost_line = cost_text(cost, calibration_caption(calibration, root))
     sizes_text = data_caption(sizes)
     runs = [p.run for points in table.values() for p in points]
     provenance = figure_provenance(
-        runs, root=results, cost=cost_text, data=sizes,
+        runs, root=results, cost=cost_line, data=sizes,
         calibration={k: calibration.get(k) for k in ("alpha", "beta", "measured_at", "machine", "source")},
         targets={problem: points[0].target for problem, points in table.items()},
         points={problem: [_entry(p, root) for p in points] for problem, points in table.items()})
     seeds = provenance["seeds"]
-    what = (f"Plain DANE on {', '.join(LABELS.get(p, p) for p in table)}: time to the target test accuracy and time "
-            f"per epoch against workers, simulator (mean ± half-range over seeds) and horovodrun --gloo on this "
-            f"machine, ideal T(1)/m; {sizes_text}")
+    targets = sorted({points[0].target for points in table.values()})
+    what = (f"Plain DANE (η=1, μ=0, one pass over each shard per round) on "
+            f"{', '.join(LABELS.get(p, p) for p in table)}: time to {'/'.join(f'{t:g}' for t in targets)} test "
+            "accuracy and time per epoch against workers, mean ± half-range over seeds; simulator (each worker's "
+            "CPU time, slowest per phase, plus α-β allreduce cost) and horovodrun --gloo on this machine (wall "
+            f"clock, one thread per process), ideal T(1)/m; {sizes_text}")
     caption = caption_line(what, provenance)
-    return save(draw(table, cost_text, sizes_text, seeds), out, "time_vs_workers", markdown(table),
+    return save(draw(table, cost_line, sizes_text, seeds), out, "time_vs_workers", markdown(table),
                 caption=caption, provenance=provenance)
 
 

@@ -28,7 +28,8 @@ DATA = {"name": "mnist", "train_size": 8000, "test_size": 2000,
 
 
 def write_run(root: Path, name: str, *, backend: str, workers: int, seed: int, times, accuracies,
-              target: float = 0.95, alpha: float | None = None, comm_rounds=None, problem: str = "mnist_lenet5") -> Path:
+              target: float = 0.95, alpha: float | None = None, comm_rounds=None,
+              problem: str = "mnist_lenet5") -> Path:
     run = root / problem / name
     run.mkdir(parents=True)
     comm_rounds = comm_rounds or [2 * t for t in range(len(times))]
