@@ -82,9 +82,11 @@ class CSVSource(FileSource):
         missing_label = np.flatnonzero(np.isnan(y))
         if missing_label.size:
             row = missing_label[0]
+            cell = cells[self.target][row]
+            what = "is not a finite number" if _not_finite(cell) else "is missing"
             raise DataError(
-                f"{file} line {lines[row]}: the label (column '{self.target}') is missing "
-                f"({cells[self.target][row]!r}); every row needs a label, fill it in or remove the row"
+                f"{file} line {lines[row]}: the label (column '{self.target}') {what} "
+                f"({cell!r}); every row needs a label, fill it in or remove the row"
             )
         blocks, names, numeric, notes = [], [], [], []
         for column in header:
@@ -184,6 +186,12 @@ def _is_number(cell: str) -> bool:
     return True
 
 
+def _not_finite(cell: str) -> bool:
+    """inf, or a number beyond float64 (1e999): a value, not a missing marker such as NaN."""
+    token = cell.strip()
+    return token.lower() not in MISSING and _is_number(token)
+
+
 def _numbers(cells: tuple[str, ...], file: Path, column: str, lines: list[int], *, label: bool = False) -> np.ndarray:
     """A column as float64, nan where missing; a cell that is neither is one line naming it."""
     try:
@@ -216,6 +224,11 @@ def _numeric_feature(
     if not missing.any():
         return values, None
     first = np.flatnonzero(missing)[0]
+    if impute == "error" and _not_finite(cells[first]):
+        raise DataError(
+            f"{file} line {lines[first]}, column '{column}': {cells[first].strip()!r} is not a finite number and "
+            "data.impute=error; clean the file, or set data.impute=mean or data.impute=median to treat it as missing"
+        )
     if impute == "error":
         raise DataError(
             f"{file} line {lines[first]}, column '{column}': value missing ({cells[first]!r}) and "

@@ -9,6 +9,10 @@ cannot know d: its largest index may be smaller than another part's.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import itertools
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +66,9 @@ class LibSVMSource(FileSource):
             X, y = load_svmlight_file(str(file), dtype=np.float64, zero_based=self.zero_based)
         except (ValueError, TypeError, OverflowError) as err:
             raise DataError(_explain(file, err, self.zero_based)) from None
+        except (OSError, EOFError, zlib.error) as err:  # a damaged .gz/.bz2 stream (BadGzipFile is an OSError)
+            raise DataError(f"{file} cannot be read ({' '.join(str(err).split())[:80] or type(err).__name__}); "
+                            "is the compressed file complete? re-download it or give the uncompressed file") from None
         X = sp.csr_matrix(X)
         if X.shape[0] == 0:
             raise DataError(f"{file} holds no rows; {FORMAT}; check data.path")
@@ -74,7 +81,7 @@ class LibSVMSource(FileSource):
         X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
         bad = np.count_nonzero(~np.isfinite(X.data)) + np.count_nonzero(~np.isfinite(y))
         if bad:
-            raise DataError(f"{file} holds {bad} non-finite values (nan/inf); clean the file")
+            raise DataError(_non_finite(file, X, y, bad))
         notes = [f"read {X.shape[0]} rows x {d} features ({X.nnz} non-zeros, sparse) from {file}"]
         return Table(X=X, y=np.asarray(y, dtype=np.float64), name=f"libsvm:{Path(self.path).name}", notes=notes)
 
@@ -87,7 +94,10 @@ class LibSVMSource(FileSource):
 
 def _explain(file: Path, err: Exception, zero_based: bool | str) -> str:
     """One line for a file scikit-learn could not parse: the first bad line, when we can find it."""
-    found = _first_bad_line(file)
+    try:
+        found = _first_bad_line(file)
+    except (OSError, EOFError, zlib.error):  # a damaged compressed stream: say what the parser said
+        found = None
     if found is not None:
         line, text, why = found
         return f"{file} line {line} is not LIBSVM ({why}: {text[:60]!r}); {FORMAT}; fix the line"
@@ -97,9 +107,48 @@ def _explain(file: Path, err: Exception, zero_based: bool | str) -> str:
     return f"{file} is not a LIBSVM file ({reason}); {FORMAT}; fix the file or check data.path"
 
 
+def _non_finite(file: Path, X: sp.csr_matrix, y: np.ndarray, count: int) -> str:
+    """One line naming the first nan or inf: its line, its entry, and the fix."""
+    rows = np.flatnonzero(~np.isfinite(y)).tolist()
+    positions = np.flatnonzero(~np.isfinite(X.data))
+    if positions.size:
+        rows.append(int(np.searchsorted(X.indptr, positions[0], side="right")) - 1)
+    number, text = next(itertools.islice(_data_lines(file), min(rows), None))
+    label, *pairs = text.split()
+    entry = "the label" if not _finite(label) else "feature " + next(
+        (index for index, _, value in (p.partition(":") for p in pairs) if not _finite(value)), "?")
+    return (f"{file} holds {count} non-finite values (nan/inf), the first at line {number}, {entry}; clean the "
+            "file (a zero feature is left out of its line, not written as nan)")
+
+
+def _finite(token: str) -> bool:
+    try:
+        return np.isfinite(float(token))
+    except ValueError:
+        return True  # not a number at all: the parser has already refused such a line
+
+
+def _open(file: Path):
+    """The file as bytes, decompressed as scikit-learn's reader does (by its .gz or .bz2 suffix)."""
+    if file.suffix == ".gz":
+        return gzip.open(file, "rb")
+    if file.suffix == ".bz2":
+        return bz2.open(file, "rb")
+    return open(file, "rb")
+
+
+def _data_lines(file: Path):
+    """(line number, text without its comment) of every line that holds a row."""
+    with _open(file) as f:
+        for number, raw in enumerate(f, start=1):
+            text = raw.decode("utf-8", "replace").split("#", 1)[0].strip()
+            if text:
+                yield number, text
+
+
 def _first_bad_line(file: Path) -> tuple[int, str, str] | None:
     """(line number, its text, why) of the first line that breaks the format, or None."""
-    with open(file, "rb") as f:
+    with _open(file) as f:
         for number, raw in enumerate(f, start=1):
             text = raw.decode("utf-8", "replace").split("#", 1)[0].strip()
             if not text:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import logging
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,7 @@ def read_idx(path: Path, *, magic: int) -> np.ndarray:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as f:
             raw = f.read()
-    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError; a damaged stream, zlib.error
         raise DataError(f"{path} is not a readable IDX file ({err}); re-download it") from None
     if len(raw) < 4:
         raise DataError(f"{path} is too short to be an IDX file; re-download it")

@@ -120,8 +120,13 @@ def _checked(file: Path, X, y: np.ndarray, x_key: str, y_key: str) -> tuple:
     values = X.data if sp.issparse(X) else X
     bad = np.count_nonzero(~np.isfinite(values))
     if bad:
-        where = "" if sp.issparse(X) else " (first at row {}, column {})".format(*np.argwhere(~np.isfinite(X))[0])
-        raise DataError(f"{file}: '{x_key}' holds {bad} non-finite values{where}; clean the data before saving")
+        if sp.issparse(X):
+            first = np.flatnonzero(~np.isfinite(X.data))[0]
+            row, column = int(np.searchsorted(X.indptr, first, side="right")) - 1, int(X.indices[first])
+        else:
+            row, column = np.argwhere(~np.isfinite(X))[0]
+        raise DataError(f"{file}: '{x_key}' holds {bad} non-finite values (first at row {row}, column {column}); "
+                        "clean the data (drop or impute those rows) and save it again")
     if not np.all(np.isfinite(y)):
         row = np.flatnonzero(~np.isfinite(y))[0]
         raise DataError(f"{file}: '{y_key}' is {y[row]} at row {row}; every label must be finite")
