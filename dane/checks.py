@@ -1,7 +1,11 @@
 """One-line validation of config values, raised before any process group starts."""
 from __future__ import annotations
 
+import dataclasses
+import math
+import os
 from numbers import Real
+from pathlib import Path
 
 from .errors import ConfigError
 
@@ -9,6 +13,8 @@ from .errors import ConfigError
 def _number(key: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ConfigError(f"{key} must be a number, got {value!r}")
+    if not math.isfinite(value):  # inf and nan compare as valid or invalid by accident, and break the math later
+        raise ConfigError(f"{key} must be a finite number, got {value}")
     return float(value)
 
 
@@ -46,3 +52,54 @@ def integer(key: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{key} must be an integer, got {value!r}")
     return value
+
+
+def integer_fields(config, prefix: str) -> None:
+    """Every field declared ``int`` of a config dataclass (and of the dataclasses it holds) is an integer.
+
+    A value Hydra passes on as text (``problem.seed=abc``) would otherwise fail deep inside
+    a random generator; this names the key instead.
+    """
+    if not dataclasses.is_dataclass(config):
+        return
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name, None)
+        if f.type in ("int", int):
+            integer(f"{prefix}.{f.name}", value)
+        integer_fields(value, f"{prefix}.{f.name}")
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: the machine's MemAvailable (reclaimable page cache counts
+    as free; else free pages), within a container's cgroup v2 limit; None where neither can be read."""
+    have = None
+    try:
+        with open("/proc/meminfo") as f:
+            have = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        try:
+            have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            pass
+    cgroup = Path("/sys/fs/cgroup")
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            stat = dict(line.split() for line in (cgroup / "memory.stat").read_text().splitlines())
+            left = int(limit) - int((cgroup / "memory.current").read_text()) + int(stat.get("inactive_file", 0))
+            have = left if have is None else min(have, left)
+    except (OSError, ValueError):
+        pass
+    return have
+
+
+def fits_in_memory(what: str, need: int, parts: str, fix: str) -> None:
+    """Refuse, with the numbers, before allocating: ``what`` needs about ``need`` bytes (``parts`` says of what)."""
+    have = available_memory()
+    if have is not None and need > have:
+        raise ConfigError(f"{what} needs about {gigabytes(need)} of memory ({parts}) but {gigabytes(have)} "
+                          f"is available; {fix}")
+
+
+def gigabytes(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"

@@ -12,10 +12,13 @@ from dane.api import build
 from dane.comm import AlphaBeta, Stragglers, detect_launcher, resolve_backend
 from dane.errors import ConfigError
 from dane.launch import PROGRESS, HorovodOptions, RunSpec
+from dane.local_solvers import AUTO_MAX_DIM
+from dane.problems import RidgeSyntheticConfig
 from dane.runner import StopRule
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
+TORCH_BACKENDS = ("gloo", "nccl")
 
 
 def workers_for(backend: str, workers) -> int:
@@ -38,7 +41,10 @@ def cost_model(sim: DictConfig) -> AlphaBeta:
     base = AlphaBeta()
     path = Path(sim.calibration) if sim.calibration else None
     if path is not None and path.exists():
-        base = AlphaBeta.load(path)
+        try:
+            base = AlphaBeta.load(path)
+        except ConfigError as exc:
+            raise ConfigError(f"sim.calibration: {exc}, or set sim.calibration=null for the defaults") from None
     alpha = base.alpha if sim.alpha is None else sim.alpha
     beta = base.beta if sim.beta is None else sim.beta
     return AlphaBeta(alpha=checks.nonnegative("sim.alpha", alpha), beta=checks.positive("sim.beta", beta))
@@ -48,12 +54,15 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     backend = resolve_backend(cfg.comm.backend)
     workers = workers_for(backend, cfg.workers)
     check_data_used(cfg)
+    seed = checks.integer("seed", cfg.seed)  # before the groups, whose seeds are ${seed}
     algorithm = build(cfg, "algorithm")
+    checks.integer_fields(algorithm, "algorithm")
     problem = build(cfg, "problem")
+    checks.integer_fields(problem, "problem")
     problem.check_workers(workers)
     checks.one_of("dtype", cfg.dtype, tuple(DTYPES))
     tol = None if cfg.tol is None else checks.positive("tol", cfg.tol)
-    slowdown = tuple(checks.positive("sim.slowdown", s) for s in cfg.sim.slowdown)
+    check_memory(problem, workers, simulated=backend == "local")
     return RunSpec(
         algorithm=algorithm,
         problem=problem,
@@ -61,13 +70,12 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         workers=workers,
         stop=stop_rule(cfg, tol),
         dtype=DTYPES[cfg.dtype],
-        seed=cfg.seed,
+        seed=seed,
         cost=cost_model(cfg.sim),
-        stragglers=Stragglers(slowdown=slowdown, delay_mean=checks.nonnegative("sim.delay_mean", cfg.sim.delay_mean),
-                              seed=cfg.sim.seed),
+        stragglers=stragglers(cfg.sim),
         horovod=HorovodOptions(cycle_time_ms=checks.positive("comm.horovod_cycle_time_ms", cfg.comm.horovod_cycle_time_ms),
                                pin_cores=checks.boolean("comm.pin_cores", cfg.comm.get("pin_cores", True))),
-        torch_backend=cfg.comm.torch_backend,
+        torch_backend=torch_backend(cfg.comm.torch_backend),
         config_text=OmegaConf.to_yaml(cfg, resolve=True),
         print_every=checks.positive_int("print_every", cfg.print_every),
         quiet=checks.boolean("quiet", cfg.quiet),
@@ -77,6 +85,51 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
         progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
     )
+
+
+def stragglers(sim: DictConfig) -> Stragglers:
+    if not OmegaConf.is_list(sim.slowdown) or len(sim.slowdown) == 0:
+        raise ConfigError(f"sim.slowdown must be a list of per-worker compute factors like [1,1,3] "
+                          f"(recycled over the workers), got {sim.slowdown!r}")
+    return Stragglers(slowdown=tuple(checks.positive("sim.slowdown", s) for s in sim.slowdown),
+                      delay_mean=checks.nonnegative("sim.delay_mean", sim.delay_mean),
+                      seed=checks.integer("sim.seed", sim.seed))
+
+
+def torch_backend(value) -> str | None:
+    if value is not None and value not in TORCH_BACKENDS:
+        raise ConfigError(f"comm.torch_backend must be {' or '.join(TORCH_BACKENDS)}, or null (nccl on CUDA, "
+                          f"gloo otherwise), got {value!r}")
+    return value
+
+
+def check_memory(problem, workers: int, simulated: bool) -> None:
+    """Refuse, with the numbers, a synthetic ridge problem whose arrays cannot fit in this machine's memory.
+
+    Counted (float64): the rows this process holds (all N in the simulator, N/m under a
+    launcher), each of its workers' d x d Hessian and one factor when the local solve is
+    Cholesky, and the reference optimum's transient (the whole N x d data set, or the
+    d x d Gram matrix), whichever peak is larger.
+    """
+    if not isinstance(problem, RidgeSyntheticConfig):
+        return
+    n, d = problem.n_samples, problem.dim
+    here = workers if simulated else 1
+    rows = n if simulated else -(-n // workers)
+    data = 8 * rows * d
+    cholesky = problem.solver.resolve(d, sparse=False).method == "cholesky"
+    hessians = 8 * 2 * d * d * here if cholesky else 0
+    optimum = 0 if not problem.optimum else 8 * n * d if d > AUTO_MAX_DIM else 8 * 2 * d * d
+    parts = f"the {rows} x {d} data {checks.gigabytes(data)}"
+    if cholesky:
+        parts += f", {here} local {d} x {d} Hessian(s) with a factor each {checks.gigabytes(hessians)}"
+    if optimum > data + hessians:
+        parts = f"the reference optimum's {f'{n} x {d} data' if d > AUTO_MAX_DIM else f'{d} x {d} Gram matrix'} " \
+                f"{checks.gigabytes(optimum)}"
+    fix = ("use problem.local_solver=cg (no d x d matrix), " if cholesky else "") + \
+        "lower problem.dim or problem.n_samples" + (", or fewer workers" if cholesky and here > 1 else "")
+    checks.fits_in_memory(f"problem.dim={d} with problem.n_samples={n}" + (f" and {here} workers" if here > 1 else ""),
+                          max(data + hessians, optimum), parts, fix)
 
 
 def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:

@@ -39,5 +39,22 @@ class AlphaBeta:
 
     @classmethod
     def load(cls, path: str | Path) -> "AlphaBeta":
-        data = json.loads(Path(path).read_text())
-        return cls(alpha=float(data["alpha"]), beta=float(data["beta"]))
+        """The model `save` wrote to ``path``; a file that is not one is a one-line `ConfigError` naming it."""
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(alpha=float(data["alpha"]), beta=float(data["beta"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: not JSON or text, a bad number
+            raise ConfigError(f"{path} is not a calibration file ({_why(err)}); "
+                              "re-run `python -m synthetic.calibrate` to remake it") from None
+
+
+def _why(err: Exception) -> str:
+    if isinstance(err, UnicodeDecodeError):
+        return "not text"
+    if isinstance(err, json.JSONDecodeError):
+        return f"not JSON: {err.msg} at line {err.lineno} column {err.colno}"
+    if isinstance(err, KeyError):
+        return f"no {err} entry"
+    if isinstance(err, TypeError):
+        return "not a JSON object with alpha and beta"
+    return " ".join(str(err).split())[:120]
