@@ -28,4 +28,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    train.cli(main)
+    train.cli(main, "simulate")

@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from dane.errors import DivergenceError, UserError
 from dane.launch import execute
-from experiments.config import check_group_choices, rank_zero, run_spec
+from experiments.config import check_group_choices, check_keys, rank_zero, run_spec
 
 
 def multirun() -> bool:
@@ -81,10 +81,14 @@ def hydra_argv(argv: list[str]) -> list[str]:
                    "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 
 
-def cli(entry=None) -> None:
-    """Check group choices with one-line errors, then hand the command line to Hydra's ``entry``."""
+def cli(entry=None, config_name: str = "config") -> None:
+    """Check group choices and keys with one-line errors, then hand the command line to Hydra's ``entry``.
+
+    ``config_name`` is the one ``entry`` composes (``config`` here, ``simulate`` for experiments.simulate).
+    """
     try:
         check_group_choices(sys.argv[1:])
+        check_keys(sys.argv[1:], config_name)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
