@@ -1,12 +1,14 @@
 """The round loop shared by every algorithm and backend, with rank-0 logging."""
 from __future__ import annotations
 
+import difflib
 import math
 import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from .algorithm import Algorithm
+from .errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,10 @@ class StopRule:
         return None
 
 
+class MonitorError(ConfigError):
+    """``early_stop.monitor`` names a key the run's records lack; raised at the first record, before it is written."""
+
+
 class EarlyStopping:
     """The state behind `StopRule.patience` and `StopRule.target`: the best ``monitor`` value so far and its round."""
 
@@ -45,8 +51,11 @@ class EarlyStopping:
         self.stop = stop
         self.best = -math.inf
         self.best_round: int | None = None
+        self._checked = False
 
     def update(self, record: dict) -> str | None:
+        if not self._checked:
+            self._check_monitor(record)
         value = record.get(self.stop.monitor)
         if value is None or not math.isfinite(value):
             return None
@@ -57,6 +66,17 @@ class EarlyStopping:
         elif self.stop.patience is not None and record["round"] - self.best_round >= self.stop.patience:
             return "early_stopped"
         return None
+
+    def _check_monitor(self, record: dict) -> None:
+        """A misspelt monitor would never fire; the first record shows which keys there are."""
+        self._checked = True
+        if (self.stop.patience is None and self.stop.target is None) or self.stop.monitor in record:
+            return
+        keys = [k for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "round"]
+        close = difflib.get_close_matches(self.stop.monitor, keys, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise MonitorError(f"early_stop.monitor={self.stop.monitor} is not a key of this run's records; {hint}"
+                           f"set it to one of: {', '.join(keys)}")
 
     def state_dict(self) -> dict:
         return {"best": self.best, "best_round": self.best_round}
@@ -112,9 +132,9 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
         record = {"round": t, **cost, **metrics}
         records.append(record)
         first = first if first is not None else record
+        verdict = stop.status(record, first) or watch.update(record)  # before on_round: a bad monitor writes nothing
         if on_round is not None:
             on_round(record)
-        verdict = stop.status(record, first) or watch.update(record)
         if verdict is not None:
             status = verdict
             break

@@ -27,6 +27,8 @@ from omegaconf import DictConfig
 
 from dane.errors import DivergenceError, UserError
 from dane.launch import execute
+from dane.results import ROUNDS_FILE
+from dane.runner import MonitorError
 from experiments.config import check_group_choices, check_keys, rank_zero, run_spec
 
 
@@ -47,20 +49,59 @@ def run_dir(cfg: DictConfig) -> str:
 def main(cfg: DictConfig) -> None:
     try:
         spec = run_spec(cfg)
-        execute(spec, run_dir(cfg) if rank_zero() else None)
+    except UserError as exc:
+        return reject(exc, every_rank=False)  # the config is the same on every rank: rank 0 speaks for all
+    out_dir = run_dir(cfg) if rank_zero() else None
+    before = listing(out_dir)
+    try:
+        execute(spec, out_dir)
     except DivergenceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if multirun():
             return  # in a sweep a diverged job is a result (written, status: diverged): go on to the next
         sys.exit(3)
-    except UserError as exc:
+    except UserError as exc:  # a data file, the run directory, a monitor no record has: per rank
+        if isinstance(exc, MonitorError):
+            take_back(out_dir, before)  # raised at the first record, in the run directory this run holds
+        reject(exc)
+
+
+def reject(exc: UserError, *, every_rank: bool = True) -> None:
+    """Bad input: one line and exit 2; in a sweep the job's ``error.txt`` holds the line and the sweep goes on."""
+    if multirun():
         print(f"error: {exc}", file=sys.stderr)
-        if multirun():  # an invalid job is recorded in its own directory and the sweep goes on
-            job_dir = Path(HydraConfig.get().runtime.output_dir)
-            job_dir.mkdir(parents=True, exist_ok=True)
-            (job_dir / "error.txt").write_text(f"error: {exc}\n")
-            return
-        sys.exit(2)
+        job_dir = Path(HydraConfig.get().runtime.output_dir)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "error.txt").write_text(f"error: {exc}\n")
+        return
+    fail(exc, speak=every_rank or rank_zero())
+
+
+def fail(exc: UserError, *, speak: bool = True) -> None:
+    if speak:
+        print(f"error: {exc}", file=sys.stderr)
+    sys.exit(2)
+
+
+def listing(out_dir: str | None) -> set[str] | None:
+    """The names in ``out_dir`` now; None where it is not a folder yet."""
+    return {p.name for p in Path(out_dir).iterdir()} if out_dir and Path(out_dir).is_dir() else None
+
+
+def take_back(out_dir: str | None, before: set[str] | None) -> None:
+    """A run stopped on bad input at its first record removes what it made in ``out_dir`` (config.yaml,
+    an empty rounds.jsonl, the folder itself), so the corrected command can use the same out_dir."""
+    path = Path(out_dir) if out_dir else None
+    if path is None or not path.is_dir():
+        return
+    made = {p.name for p in path.iterdir()} - (before or set())
+    rounds = path / ROUNDS_FILE
+    if rounds.exists() and (ROUNDS_FILE not in made or rounds.stat().st_size > 0):
+        return  # records are there: keep everything
+    for name in made & {ROUNDS_FILE, "config.yaml"}:
+        (path / name).unlink(missing_ok=True)
+    if before is None and not any(path.iterdir()):
+        path.rmdir()
 
 
 def is_multirun(argv: list[str]) -> bool:
@@ -90,8 +131,7 @@ def cli(entry=None, config_name: str = "config") -> None:
         check_group_choices(sys.argv[1:])
         check_keys(sys.argv[1:], config_name)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        fail(exc, speak=rank_zero())  # every rank parses the same command line: rank 0 speaks for all
     sys.argv = [sys.argv[0], *hydra_argv(sys.argv[1:])]
     (entry or main)()
 
