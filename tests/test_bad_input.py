@@ -1,0 +1,301 @@
+"""Bad input, the whole probe list (issue 10): one line on stderr, ``error: ...``, naming the key or file
+and the fix; exit status 2; nothing written into the run directory, nothing overwritten.
+
+Each row of `CASES` is a command line (its files made first by `probe_files`) and a piece of
+the line it must get.  All rows run in one batch process (`run_batch`), each through the entry
+point in-process as ``python -m`` runs it (`runpy`), with file descriptor 2 captured, so that
+a row costs a config composition rather than a torch import.  The rows named in
+`OWN_PROCESS` also run as their own ``python -m experiments.train``, one per way a process
+ends on bad input: before Hydra (`cli`), in `run_spec`, inside a run; `test_horovodrun_*`
+runs a real launch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse
+
+from dane.data.files import save_npz
+from helpers import REPO, env, horovodrun, train
+
+SMALL = ("problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true")
+LOGREG = ("problem=logreg", "rounds=3", "quiet=true")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    args: tuple[str, ...]
+    expected: str                      # a piece of the one stderr line; {tmp}: the folder of probe_files
+    module: str = "experiments.train"
+    env: dict = field(default_factory=dict)
+    lines: int = 1                     # stderr lines: 0 on a rank other than 0, which leaves the line to rank 0
+    out_dir: str = "{tmp}/runs/{name}"  # the run directory the command names (made by nobody, unless given)
+
+
+def case(name: str, *args: str, expected: str, **kwargs) -> Case:
+    return Case(name, args, expected, **kwargs)
+
+
+CASES = [
+    # keys and group choices: cli(), before Hydra
+    case("key_typo", "algorithm.etta=1", *SMALL,
+         expected="algorithm.etta is not a config key; did you mean algorithm.eta? (--cfg job prints every key)"),
+    case("top_key_typo", "rounds_=3", *SMALL, expected="rounds_ is not a config key; did you mean rounds?"),
+    case("group_typo_in_key", "algoritm.eta=1", *SMALL, expected="did you mean algorithm.eta?"),
+    case("delete_missing_key", "~algorithm.etta", *SMALL, expected="algorithm.etta is not a config key"),
+    case("sweep_key_typo", "-m", "algorithm.etta=1,2", *SMALL, "hydra.sweep.dir={tmp}/sweep",
+         expected="algorithm.etta is not a config key; did you mean algorithm.eta?"),
+    case("sweep_key_missing_in_a_later_choice", "-m", "algorithm=dane,admm", "algorithm.eta=1", *SMALL,
+         "hydra.sweep.dir={tmp}/sweep", expected="algorithm.eta is not a config key with algorithm=admm"),
+    case("simulate_key_typo", "problem.dimm=3", "rounds=3", module="experiments.simulate",
+         expected="problem.dimm is not a config key; did you mean problem.dim?"),
+    case("own_config_dir_key_typo", "--config-dir", "{tmp}/my_conf", "problem=mine", "problem.n_sampless=600",
+         expected="problem.n_sampless is not a config key; did you mean problem.n_samples?"),
+    case("unknown_algorithm", "algorithm=newton", *SMALL,
+         expected="algorithm=newton is unknown; choose one of: admm, aide, dane"),
+    case("unknown_comm", "comm=mpi", *SMALL, expected="comm=mpi is unknown; choose one of: auto, horovod, local, torch"),
+    # values: run_spec(), before any process group
+    case("seed_text", "seed=abc", *SMALL, expected="seed must be an integer, got 'abc'"),
+    case("problem_seed_text", "problem.seed=abc", *SMALL, expected="problem.seed must be an integer, got 'abc'"),
+    case("sim_seed_text", "sim.seed=abc", "workers=2", *SMALL, expected="sim.seed must be an integer, got 'abc'"),
+    case("slowdown_scalar", "sim.slowdown=3", *SMALL,
+         expected="sim.slowdown must be a list of per-worker compute factors like [1,1,3] (recycled over the workers), got 3"),
+    case("eta_inf", "algorithm.eta=inf", *SMALL, expected="algorithm.eta must be a finite number, got inf"),
+    case("eta_nan", "algorithm.eta=nan", *SMALL, expected="algorithm.eta must be a finite number, got nan"),
+    case("mu_negative", "algorithm.mu=-1", *SMALL, expected="algorithm.mu must be >= 0, got -1"),
+    case("safeguard_off", "algorithm.safeguard=off", *SMALL, expected="algorithm.safeguard must be true or false, got 'off'"),
+    case("quiet_no", *SMALL, "quiet=no", expected="quiet must be true or false, got 'no'"),
+    case("torch_backend_mpi", "comm.torch_backend=mpi", *SMALL,
+         expected="comm.torch_backend must be gloo or nccl, or null (nccl on CUDA, gloo otherwise), got 'mpi'"),
+    case("calibration_not_json", "sim.calibration={tmp}/not_json.json", *SMALL,
+         expected="sim.calibration: {tmp}/not_json.json is not a calibration file (not JSON: Expecting value at line 1 "
+                  "column 1); re-run `python -m synthetic.calibrate` to remake it, or set sim.calibration=null"),
+    case("calibration_binary", "sim.calibration={tmp}/binary.json", *SMALL,
+         expected="{tmp}/binary.json is not a calibration file (not text)"),
+    case("calibration_no_beta", "sim.calibration={tmp}/no_beta.json", *SMALL,
+         expected="{tmp}/no_beta.json is not a calibration file (no 'beta' entry)"),
+    case("memory_cholesky", *SMALL, "problem.dim=100000", "problem.local_solver=cholesky", "workers=8",
+         expected="problem.dim=100000 with problem.n_samples=600 and 8 workers needs about 1280.5 GB of memory"),
+    case("workers_mismatch_rank0", "workers=3", *SMALL, env={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"},
+         expected="workers=3 but the launcher started 2 process(es); drop workers= under horovodrun/torchrun"),
+    case("workers_mismatch_rank1", "workers=3", *SMALL, env={"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"},
+         expected="", lines=0),
+    # inside the run: data files, the run directory, the records
+    case("monitor_typo", "early_stop.monitor=test_acc", "early_stop.patience=2", "workers=2", *SMALL,
+         expected="early_stop.monitor=test_acc is not a key of this run's records; set it to one of: "),
+    case("rerun_finished_out_dir", *SMALL, out_dir="{tmp}/finished",
+         expected="out_dir={tmp}/finished already holds a run (rounds.jsonl, summary.json); choose a new out_dir"),
+    case("out_dir_is_a_file", *SMALL, out_dir="{tmp}/a_file",
+         expected="out_dir={tmp}/a_file is a file, not a directory; choose another out_dir"),
+    case("libsvm_nan", *LOGREG, "data=libsvm", "data.path={tmp}/nan.svm",
+         expected="{tmp}/nan.svm holds 1 non-finite values (nan/inf), the first at line 3, feature 2; clean the file"),
+    case("libsvm_inf_label", *LOGREG, "data=libsvm", "data.path={tmp}/inf_label.svm",
+         expected="{tmp}/inf_label.svm holds 1 non-finite values (nan/inf), the first at line 2, the label"),
+    case("libsvm_garbled_gzip", *LOGREG, "data=libsvm", "data.path={tmp}/garbled.svm.gz",
+         expected="{tmp}/garbled.svm.gz cannot be read (Error -3 while decompressing data"),
+    case("npz_nan", *LOGREG, "data=npz", "data.path={tmp}/nan.npz",
+         expected="{tmp}/nan.npz: 'X' holds 1 non-finite values (first at row 1, column 0); clean the data"),
+    case("npz_sparse_inf", *LOGREG, "data=npz", "data.path={tmp}/sparse_inf.npz",
+         expected="{tmp}/sparse_inf.npz: 'X' holds 1 non-finite values (first at row 2, column 1)"),
+    case("csv_inf_impute_error", *LOGREG, "data=csv", "data.path={tmp}/inf.csv", "data.target=y", "data.impute=error",
+         expected="{tmp}/inf.csv line 3, column 'a': 'inf' is not a finite number and data.impute=error; clean the file"),
+    case("csv_nan_impute_error", *LOGREG, "data=csv", "data.path={tmp}/nan.csv", "data.target=y", "data.impute=error",
+         expected="{tmp}/nan.csv line 3, column 'a': value missing ('NaN') and data.impute=error; fill it in, "
+                  "or set data.impute=mean"),
+    case("csv_inf_label", *LOGREG, "data=csv", "data.path={tmp}/inf_label.csv", "data.target=y",
+         expected="{tmp}/inf_label.csv line 4: the label (column 'y') is not a finite number ('inf')"),
+    case("csv_binary", *LOGREG, "data=csv", "data.path={tmp}/binary.csv", "data.target=y",
+         expected="{tmp}/binary.csv is not UTF-8 text"),
+    case("mnist_garbled_gzip", "problem=mnist_lenet5", "data_dir={tmp}/mnist", "rounds=1", "quiet=true",
+         expected="{tmp}/mnist/t10k-images-idx3-ubyte.gz is not a readable IDX file"),
+]
+OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
+
+
+def probe_files(tmp: Path) -> None:
+    """The files the rows name."""
+    rows = "\n".join(f"{i % 2} 1:{i}.5 2:{i % 3}" for i in range(12))
+    (tmp / "nan.svm").write_text("# a comment line\n" + rows.replace("1 1:1.5 2:1", "1 1:1.5 2:nan") + "\n")
+    (tmp / "inf_label.svm").write_text(rows.replace("1 1:1.5", "inf 1:1.5") + "\n")
+    (tmp / "garbled.svm.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(7, 250)) * 3)
+    X = np.arange(24, dtype=float).reshape(8, 3)
+    y = np.arange(8) % 2
+    np.savez(tmp / "nan.npz", X=np.where(np.arange(24).reshape(8, 3) == 3, np.nan, X), y=y)
+    Xs = np.zeros((8, 3))
+    Xs[2, 1], Xs[5, 0] = np.inf, 1.0
+    save_npz(tmp / "sparse_inf.npz", scipy.sparse.csr_matrix(Xs), y)
+    table = "y,a,b\n" + "".join(f"{i % 2},{i}.5,{i % 3}\n" for i in range(12))
+    (tmp / "inf.csv").write_text(table.replace("1,1.5,", "1,inf,"))
+    (tmp / "nan.csv").write_text(table.replace("1,1.5,", "1,NaN,"))
+    (tmp / "inf_label.csv").write_text(table.replace("0,2.5,", "inf,2.5,"))
+    (tmp / "binary.csv").write_bytes(bytes(range(256)) * 8)
+    (tmp / "mnist").mkdir()
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (tmp / "mnist" / name).write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(7, 250)) * 3)
+    (tmp / "not_json.json").write_text("alpha = 1e-4\n")
+    (tmp / "binary.json").write_bytes(b"\xff\xfe\x00\x81" * 8)
+    (tmp / "no_beta.json").write_text('{"alpha": 1e-4}\n')
+    (tmp / "finished").mkdir()
+    (tmp / "finished" / "rounds.jsonl").write_text('{"round": 0, "objective": 1.0}\n')
+    (tmp / "finished" / "summary.json").write_text('{"status": "converged"}\n')
+    (tmp / "a_file").write_text("not a folder\n")
+    (tmp / "my_conf" / "problem").mkdir(parents=True)
+    (tmp / "my_conf" / "problem" / "mine.yaml").write_text((REPO / "conf/problem/ridge_synthetic.yaml").read_text())
+
+
+def out_dir(row: Case, tmp: Path) -> Path:
+    return Path(row.out_dir.format(tmp=tmp, name=row.name))
+
+
+def argv(row: Case, tmp: Path) -> list[str]:
+    return [a.format(tmp=tmp) for a in row.args] + [f"out_dir={out_dir(row, tmp)}"]
+
+
+def run_batch(rows_file: str) -> None:
+    """In the batch process: run each row in-process; write [{rc, stderr}] to ``<rows_file>.out``."""
+    import runpy
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*found in sys.modules.*")  # runpy re-running an imported module
+    results = []
+    for row in json.loads(Path(rows_file).read_text()):
+        saved_env = {k: os.environ.get(k) for k in row["env"]}
+        os.environ.update(row["env"])
+        sys.argv = [row["module"], *row["argv"]]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        fd2 = os.dup(2)
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 2)
+            try:
+                runpy.run_module(row["module"], run_name="__main__")
+                rc = 0
+            except SystemExit as exc:
+                rc = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            except BaseException:  # noqa: BLE001 - a traceback is what a row must not get: record it
+                traceback.print_exc()
+                rc = 1
+            finally:
+                sys.stderr.flush()
+                os.dup2(fd2, 2)
+                os.close(fd2)
+                for k, v in saved_env.items():
+                    if v is None:
+                        del os.environ[k]
+                    else:
+                        os.environ[k] = v
+            captured.seek(0)
+            results.append({"rc": rc, "stderr": captured.read().decode(errors="replace")})
+    Path(rows_file + ".out").write_text(json.dumps(results))
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """(folder of the probe files, what was there before, {row name: (rc, stderr)}) from one batch process."""
+    tmp = tmp_path_factory.mktemp("probe")
+    probe_files(tmp)
+    before = {name: snapshot(tmp / name) for name in ("finished", "a_file")}
+    rows_file = tmp / "rows.json"
+    rows_file.write_text(json.dumps([{"module": r.module, "argv": argv(r, tmp), "env": r.env} for r in CASES]))
+    batch = subprocess.run([sys.executable, "-c", f"import test_bad_input as t; t.run_batch({str(rows_file)!r})"],
+                           cwd=tmp, env={**env(), "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"},
+                           capture_output=True, text=True, timeout=600)
+    assert batch.returncode == 0, batch.stderr
+    results = json.loads(Path(f"{rows_file}.out").read_text())
+    return tmp, before, {row.name: (r["rc"], r["stderr"]) for row, r in zip(CASES, results)}
+
+
+def snapshot(path: Path) -> dict[str, bytes] | bytes:
+    """A file's bytes, or a folder's {name: bytes}: what must be unchanged after a refused run."""
+    return path.read_bytes() if path.is_file() else {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+def assert_refused(row: Case, tmp: Path, rc: int, stderr: str, before: dict) -> None:
+    lines = stderr.splitlines()
+    assert rc == 2, stderr
+    assert len(lines) == row.lines, stderr
+    if row.lines:
+        assert lines[0].startswith("error: ") and row.expected.format(tmp=tmp) in lines[0], lines[0]
+    target = out_dir(row, tmp)
+    if target.name in before:  # the refused run's directory was there before it: left byte for byte
+        assert snapshot(target) == before[target.name]
+    else:
+        assert not target.exists()  # not even an empty folder: the corrected command can use the same out_dir
+    assert not any((tmp / name).exists() for name in ("sweep", "results", "outputs", "multirun"))
+
+
+@pytest.mark.parametrize("row", CASES, ids=[row.name for row in CASES])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(row, probed):
+    tmp, before, results = probed
+    assert_refused(row, tmp, *results[row.name], before)
+
+
+@pytest.mark.parametrize("name", OWN_PROCESS)
+def test_as_its_own_process(name, probed, tmp_path):
+    """The same line from ``python -m experiments.train``: one row per way a process ends on bad input."""
+    tmp, before, _ = probed
+    row = replace(next(r for r in CASES if r.name == name), out_dir=str(tmp_path / "run"))
+    proc = train(*argv(row, tmp))
+    assert_refused(row, tmp, proc.returncode, proc.stderr, before)
+
+
+def test_horovodrun_prints_the_workers_line_once():
+    """Under a launcher every rank finds the same bad config; rank 0 says so, the others exit 2 silently."""
+    proc = train("workers=3", *SMALL, launcher=horovodrun(2))
+    said = [line for line in proc.stderr.splitlines() if "error: " in line]
+    assert said == ["[0]<stderr>:error: workers=3 but the launcher started 2 process(es); drop workers= under "
+                    "horovodrun/torchrun or launch 3 processes"], proc.stderr
+    assert "exit with status code 2." in proc.stdout  # the first rank to end; horovodrun then stops the other
+
+
+def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
+    """problem.dim=30000 (7.2 GB per d x d Hessian) is refused with the numbers, against the memory available."""
+    from hydra import compose, initialize_config_dir
+
+    from dane import checks
+    from dane.errors import ConfigError
+    from experiments.config import CONF_DIR, run_spec
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        default = compose("config", ["problem.dim=30000", "workers=8"])
+        cholesky = compose("config", ["problem.dim=30000", "workers=8", "problem.local_solver=cholesky"])
+    monkeypatch.setattr(checks, "available_memory", lambda: 2_000_000_000)
+    with pytest.raises(ConfigError) as err:
+        run_spec(default)  # cg (d > 2000): no d x d matrix, but the 18000 x 30000 data
+    assert str(err.value) == ("problem.dim=30000 with problem.n_samples=18000 and 8 workers needs about 4.3 GB of "
+                              "memory (the 18000 x 30000 data 4.3 GB) but 2.0 GB is available; lower problem.dim or "
+                              "problem.n_samples")
+    monkeypatch.setattr(checks, "available_memory", lambda: 64_000_000_000)
+    assert run_spec(default).problem.dim == 30000  # fits: refused nothing, allocated nothing yet
+    with pytest.raises(ConfigError, match=r"needs about 119\.5 GB of memory \(the 18000 x 30000 data 4\.3 GB, 8 local "
+                                          r"30000 x 30000 Hessian\(s\) with a factor each 115\.2 GB\) but 64\.0 GB is "
+                                          r"available; use problem\.local_solver=cg \(no d x d matrix\)"):
+        run_spec(cholesky)
+    monkeypatch.setattr(checks, "available_memory", lambda: None)  # unknown: no refusal on a guess
+    assert run_spec(cholesky).workers == 8
+
+
+@pytest.mark.parametrize("line", [
+    ["+algorithm.extra=1"],                                     # + adds a key: Hydra's to allow
+    ["~early_stop"],
+    ["-m", "algorithm.eta=1,2", "rounds=1,2"],                  # a sweep of values
+    ["-m", "algorithm=dane,inexact_dane,aide", "algorithm.mu=0.1"],  # a key every swept choice has
+    ["hydra.run.dir=somewhere", "hydra/job_logging=disabled"],
+    ["problem=digits_mlp", "model@problem.model=mlp", "problem.model.hidden=[32]"],
+    ["problem=logreg", "data=csv", "data.path=x.csv", "data.target=y"],
+    ["experiment=speedup"],
+])
+def test_valid_overrides_pass_the_key_check(line):
+    from experiments.config import check_keys
+
+    check_keys(line, "config")
