@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import numpy as np
 import scipy.sparse
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from .comm import AlphaBeta
@@ -129,7 +130,13 @@ def build(cfg, group_name: str):
             cause = cause.__cause__ or cause.__context__
         if cause is not None:
             raise cause from None
-        raise ConfigError(f"{group_name}: {str(exc).splitlines()[-1]}") from None
+        unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if unexpected:
+            known = [f.name for f in dataclasses.fields(get_class(cfg[group_name]._target_))]
+            raise ConfigError(f"{group_name}.{unexpected.group(1)} is not a key of {group_name}="
+                              f"{cfg[group_name].get('name', '?')}; its keys: {', '.join(known)}") from None
+        lines = [line for line in str(exc).splitlines() if line and not line.startswith("full_key")]
+        raise ConfigError(f"{group_name}: {lines[-1] if lines else exc}") from None
     check_booleans(built, group_name)
     return built
 

@@ -53,6 +53,8 @@ CASES = [
     case("top_key_typo", "rounds_=3", *SMALL, expected="rounds_ is not a config key; did you mean rounds?"),
     case("group_typo_in_key", "algoritm.eta=1", *SMALL, expected="did you mean algorithm.eta?"),
     case("delete_missing_key", "~algorithm.etta", *SMALL, expected="algorithm.etta is not a config key"),
+    case("added_key_the_config_does_not_take", "+algorithm.foo=1", *SMALL,
+         expected="algorithm.foo is not a key of algorithm=dane; its keys: eta, mu, safeguard, name"),
     case("sweep_key_typo", "-m", "algorithm.etta=1,2", *SMALL, "hydra.sweep.dir={tmp}/sweep",
          expected="algorithm.etta is not a config key; did you mean algorithm.eta?"),
     case("sweep_key_missing_in_a_later_choice", "-m", "algorithm=dane,admm", "algorithm.eta=1", *SMALL,
