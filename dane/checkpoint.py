@@ -1,38 +1,162 @@
-"""Per-worker checkpoints in a run directory, and resuming a run in place.
+"""Checkpoints that are one consistent unit across ranks, and resuming a run in place.
 
-Every ``checkpoint_every`` rounds each worker writes ``<run dir>/checkpoint/rank<r>.pt``
-(atomically: a temporary file, then a rename): the state `dane.runner.run` hands out
-(next round, cost counters, first record, early-stopping state, ``algo.state_dict()``)
-plus what the run was (algorithm, problem, workers).  Resuming loads the file of the
-worker's own rank, checks it belongs to the same kind of run, and rank 0 cuts
-``rounds.jsonl`` back to the rounds before the checkpoint, so that the finished run
-directory reads exactly like one uninterrupted run.  All ranks must see the run
-directory (one machine, or a shared file system).
+Every ``checkpoint_every`` rounds each worker writes its part,
+``<run dir>/checkpoint/round<k>/rank<r>.pt``: the state `dane.runner.run` hands out (next
+round, cost counters, first record, early-stopping state, ``algo.state_dict()``) plus
+what the run was (algorithm, problem, workers).  After a barrier (every part is on
+disk), rank 0 commits round k with one atomic marker, ``checkpoint/COMMITTED`` (JSON:
+the round, the world size and the run's resolved config), then deletes every other
+round.  A kill at any moment therefore leaves one committed round whose parts all
+exist; the parts of a round that was never committed are ignored.
+
+Resuming first checks the committed round against this run (`check_resume`: world
+size, every part present and not truncated, the same config up to `MAY_CHANGE`), before
+anything in the run directory changes; then each rank loads its own part and rank 0
+cuts ``rounds.jsonl`` back to the rounds before the checkpoint (dropping a line torn by
+a crash), so that the finished run directory reads exactly like one uninterrupted run.
+All ranks must see the run directory (one machine, or a shared file system).
+
+Every file here is written to a temporary name, flushed to disk and renamed over the
+old one (``os.replace``), so a crash leaves the old file or the new one, never half of one.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from .errors import ConfigError
 from .results import ROUNDS_FILE
 
 CHECKPOINT_DIR = "checkpoint"
+COMMITTED = "COMMITTED"
+
+#: config keys a resumed run may change: how long it runs and what it shows or writes, not what it computes.
+#: ``save_iterate`` only adds an output file; ``sim.fail_at`` injects the faults that the resume recovers from.
+MAY_CHANGE = ("rounds", "resume", "out_dir", "quiet", "print_every", "progress", "checkpoint_every",
+              "early_stop", "overwrite", "save_iterate", "sim.fail_at")
 
 
-def checkpoint_path(run_dir: str | Path, rank: int) -> Path:
-    return Path(run_dir) / CHECKPOINT_DIR / f"rank{rank}.pt"
+def round_dir(run_dir: str | Path, round_: int) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / f"round{round_}"
+
+
+def checkpoint_path(run_dir: str | Path, rank: int, round_: int) -> Path:
+    return round_dir(run_dir, round_) / f"rank{rank}.pt"
+
+
+def atomic_write(path: str | Path, write) -> None:
+    """``write(file)`` into a temporary file next to ``path``, flushed to disk, then renamed over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save_checkpoint(run_dir: str | Path, rank: int, state: dict, meta: dict) -> None:
-    path = checkpoint_path(run_dir, rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(_plain({**state, "meta": meta}), tmp)
-    tmp.replace(path)
+    """This rank's part of the checkpoint of round ``state["round"]`` (not yet committed: see `commit_checkpoint`)."""
+    atomic_write(checkpoint_path(run_dir, rank, state["round"]), lambda f: torch.save(_plain({**state, "meta": meta}), f))
+
+
+def commit_checkpoint(run_dir: str | Path, round_: int, workers: int, config_text: str) -> None:
+    """Rank 0, once every rank's part of ``round_`` is on disk: mark it committed, then delete every other round."""
+    marker = {"round": round_, "workers": workers, "config": config_text}
+    atomic_write(Path(run_dir) / CHECKPOINT_DIR / COMMITTED, lambda f: f.write(json.dumps(marker).encode()))
+    for old in (Path(run_dir) / CHECKPOINT_DIR).glob("round*"):
+        if old.is_dir() and old.name != f"round{round_}":
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def committed(run_dir: str | Path) -> dict | None:
+    """The commit marker of ``run_dir`` (round, workers, config), or None where no round was ever committed."""
+    path = Path(run_dir) / CHECKPOINT_DIR / COMMITTED
+    if not path.is_file():
+        return None
+    try:
+        marker = json.loads(path.read_text())
+        int(marker["round"]), int(marker["workers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"{path} is not a checkpoint commit marker (damaged); "
+                          "remove the checkpoint/ folder and start the run again") from None
+    return marker
+
+
+def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: str = "") -> int:
+    """The committed round of ``run_dir`` if this run (``workers``, ``rounds``, config) can continue it.
+
+    Refused, with one line, before anything changes: no committed round, another world
+    size, a missing, empty or truncated part, fewer ``rounds`` than done, or a config
+    that differs in anything but `MAY_CHANGE` (skipped when ``config_text`` is empty).
+    """
+    marker = committed(run_dir)
+    if marker is None:
+        raise ConfigError(f"resume={run_dir} has no committed checkpoint ({CHECKPOINT_DIR}/{COMMITTED}); "
+                          "was it run with checkpoint_every > 0 and past its first checkpoint?")
+    k, size = int(marker["round"]), int(marker["workers"])
+    if size != workers:
+        raise ConfigError(f"resume={run_dir} was a run with workers={size}, this one has workers={workers}; "
+                          "resume with the same workers")
+    parts = round_dir(run_dir, k)
+    names = {p.name for p in parts.glob("rank*.pt")} if parts.is_dir() else set()
+    expected = {f"rank{r}.pt" for r in range(size)}
+    if names != expected:
+        missing, extra = sorted(expected - names), sorted(names - expected)
+        what = f"lacks {', '.join(missing)}" if missing else f"has parts of other ranks ({', '.join(extra)})"
+        raise ConfigError(f"resume={run_dir}: the committed checkpoint {parts} {what} for workers={size}; "
+                          "the checkpoint is inconsistent, remove the checkpoint/ folder and start again")
+    for r in range(size):
+        _check_file(checkpoint_path(run_dir, r, k))
+    if k > rounds:
+        raise ConfigError(f"resume={run_dir} is at round {k} but rounds={rounds}; set rounds >= {k}")
+    if config_text and marker.get("config"):
+        changed = config_differences(marker["config"], config_text)
+        if changed:
+            raise ConfigError(f"resume={run_dir} was run with another config: {'; '.join(changed)}; resume with "
+                              f"its config (only rounds, checkpoint_every, early_stop and display or output "
+                              f"settings may change), or use a new out_dir")
+    return k
+
+
+def _check_file(path: Path) -> None:
+    """An empty or truncated part (torch.save writes a zip archive, whose directory is at its end)."""
+    try:
+        ok = path.stat().st_size > 0 and zipfile.is_zipfile(path)
+    except OSError as err:
+        raise ConfigError(f"checkpoint file {path} cannot be read ({err.strerror}); remove the checkpoint/ folder "
+                          "and start again") from None
+    if not ok:
+        raise ConfigError(f"checkpoint file {path} is {'empty' if path.stat().st_size == 0 else 'truncated or corrupt'}; "
+                          "remove the checkpoint/ folder and start again")
+
+
+def config_differences(old_text: str, new_text: str, limit: int = 4) -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs between two YAML configs (outside `MAY_CHANGE`)."""
+    old, new = _flat(yaml.safe_load(old_text) or {}), _flat(yaml.safe_load(new_text) or {})
+    keys = sorted((k for k in old.keys() | new.keys() if old.get(k, "<absent>") != new.get(k, "<absent>")
+                   and not any(k == m or k.startswith(m + ".") for m in MAY_CHANGE)),
+                  key=lambda k: (not k.endswith(".name"), k.endswith("_target_"), k))  # algorithm.name says most
+    shown = [f"{k}: {old.get(k, '<absent>')} -> {new.get(k, '<absent>')}" for k in keys[:limit]]
+    return shown + ([f"and {len(keys) - limit} more"] if len(keys) > limit else [])
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if isinstance(tree, dict) and tree:
+        return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): tree}
 
 
 def _plain(value):
@@ -47,12 +171,22 @@ def _plain(value):
 
 
 def load_checkpoint(run_dir: str | Path, rank: int, meta: dict) -> dict:
-    """The checkpoint of ``rank`` in ``run_dir``; a `ConfigError` naming the mismatch if it is not this run's kind."""
-    path = checkpoint_path(run_dir, rank)
-    if not path.is_file():
-        raise ConfigError(f"resume={run_dir} has no {CHECKPOINT_DIR}/{path.name}; "
-                          f"was it run with checkpoint_every > 0 and as many workers ({meta['workers']})?")
-    state = torch.load(path, weights_only=True)
+    """``rank``'s part of the committed checkpoint; a `ConfigError` naming the file or the mismatch otherwise."""
+    marker = committed(run_dir)
+    if marker is None:
+        raise ConfigError(f"resume={run_dir} has no committed checkpoint ({CHECKPOINT_DIR}/{COMMITTED})")
+    path = checkpoint_path(run_dir, rank, int(marker["round"]))
+    try:
+        state = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise ConfigError(f"checkpoint file {path} is missing; was the run made with as many workers "
+                          f"({meta['workers']})?") from None
+    except Exception as err:  # noqa: BLE001 - torch.load raises many kinds on a damaged file
+        raise ConfigError(f"checkpoint file {path} cannot be loaded ({type(err).__name__}: "
+                          f"{' '.join(str(err).split())[:100]}); remove the checkpoint/ folder and start again") from None
+    if not isinstance(state, dict) or state.get("round") != marker["round"] or "meta" not in state:
+        raise ConfigError(f"checkpoint file {path} is not round {marker['round']}'s part; "
+                          "the checkpoint is inconsistent, remove the checkpoint/ folder and start again")
     for key, value in meta.items():
         if state["meta"].get(key) != value:
             raise ConfigError(f"resume={run_dir} was a run with {key}={state['meta'].get(key)}, "
@@ -61,12 +195,27 @@ def load_checkpoint(run_dir: str | Path, rank: int, meta: dict) -> dict:
 
 
 def truncate_rounds(run_dir: str | Path, next_round: int) -> None:
-    """Keep only the records of rounds before ``next_round`` in ``rounds.jsonl`` (the checkpoint's past)."""
+    """Keep only the records of rounds before ``next_round`` in ``rounds.jsonl`` (the checkpoint's past).
+
+    A last line without its newline, or one that is not JSON, is what a crash in the
+    middle of a write leaves: it is dropped.  A damaged line before the last is refused.
+    """
     path = Path(run_dir) / ROUNDS_FILE
     if not path.is_file():
         return
-    kept = [line for line in path.read_text().splitlines(keepends=True)
-            if line.strip() and json.loads(line)["round"] < next_round]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(kept))
-    tmp.replace(path)
+    lines = path.read_text(errors="replace").splitlines(keepends=True)
+    kept = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line) if line.endswith("\n") else None
+        except ValueError:
+            record = None
+        if record is None or not isinstance(record, dict) or "round" not in record:
+            if i == len(lines) - 1:
+                break  # torn by a crash mid-write
+            raise ConfigError(f"{path} line {i + 1} is not a round record; repair or remove it to resume")
+        if record["round"] < next_round:
+            kept.append(line)
+    atomic_write(path, lambda f: f.write("".join(kept).encode()))

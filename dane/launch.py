@@ -3,11 +3,20 @@
 `RunSpec` is everything a run needs, checked before any process group starts.
 `execute` starts the backend (or m simulated worker threads), runs the same worker
 function on each, and lets rank 0 write the results.
+
+A run with ``checkpoint_every`` survives a lost process: every rank writes its part of a
+checkpoint, rank 0 commits the round once all parts are on disk (`dane.checkpoint`), and
+``resume=auto`` (or ``resume=<run dir>``) continues from the newest committed round, so
+a job restarted by its launcher (``torchrun --max-restarts``) finishes as if never
+stopped.  In the simulator ``sim.fail_at`` loses a worker on purpose (`SimulatedFault`),
+and a Ctrl-C stops every worker at its next collective, writes the summary with
+``status: interrupted`` and exits with status 130 (`RunInterrupted`).
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,15 +25,39 @@ from typing import Any, Protocol
 import torch
 
 from .algorithm import Algorithm
-from .checkpoint import load_checkpoint, save_checkpoint, truncate_rounds
+from .checkpoint import (CHECKPOINT_DIR, check_resume, commit_checkpoint, load_checkpoint, save_checkpoint,
+                         truncate_rounds)
 from .comm import AlphaBeta, Communicator, Stragglers, ThreadGroup, make_communicator
+from .comm.threads import Interrupted
 from .confusion import write_confusion
 from .errors import ConfigError, DivergenceError
 from .problems import Problem
-from .results import RunWriter
+from .results import SUMMARY_FILE, RunWriter
 from .runner import ProgressBar, RoundTable, StopRule, run
 
 PROGRESS = ("table", "bar", "auto", "none")
+
+#: test-only fault hook: rank 1 kills itself (SIGKILL) when it reaches this round, once per run directory
+TEST_KILL_ENV = "DANE_TEST_KILL_AT_ROUND"
+
+
+class RunInterrupted(SystemExit, KeyboardInterrupt):
+    """A simulated run stopped by Ctrl-C after writing its summary (``status: interrupted``).
+
+    A `KeyboardInterrupt` to a caller that catches one, and a `SystemExit` with status 130
+    (the shell's code for Ctrl-C) when nothing does, so the program ends without a traceback.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(130)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SimulatedFault(RuntimeError):
+    """A simulated worker lost on purpose (``sim.fail_at``): the run ends as a crashed job would."""
 
 
 class AlgorithmConfig(Protocol):
@@ -111,6 +144,8 @@ class RunSpec:
     resume: str | None = None        # a run directory to continue in place from its checkpoint
     overwrite: bool = False          # replace the records of a finished run in out_dir (else refused)
     progress: str = "table"          # rank 0's display: table | bar | auto (bar on a terminal) | none
+    restart_unfinished: bool = False  # resume=auto found no committed checkpoint: an unfinished run's records are replaced
+    faults: tuple[tuple[int, int], ...] = ()  # (round, worker): that simulated worker is lost there (once per run dir)
 
     @property
     def simulated(self) -> bool:
@@ -135,6 +170,7 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     torch.manual_seed(spec.seed)
     if spec.resume is not None:
         out_dir = spec.resume  # a resumed run continues in its own directory
+        check_resume(spec.resume, spec.workers, spec.stop.rounds, spec.config_text)  # before anything there changes
     if spec.checkpoint_every and not out_dir and spec.simulated:
         raise ConfigError(f"checkpoint_every={spec.checkpoint_every} needs a run directory; set out_dir")
     if spec.simulated:
@@ -145,6 +181,12 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
         summaries = group.run(lambda comm: _worker(spec, comm, problems[comm.rank], out_dir, start, max(setups),
                                                    collect))
         summary = summaries[0]
+        if group.interrupted:
+            where = f"; records so far are in {out_dir}" if out_dir else ""
+            at = f" after round {summary['rounds']}" if summary is not None else ""
+            interrupted = RunInterrupted(f"interrupted{at}{where}")
+            print(interrupted, file=sys.stderr, flush=True)
+            raise interrupted
     else:
         comm = make_communicator(spec.backend, torch_backend=spec.torch_backend)
         try:
@@ -185,19 +227,22 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     algo = spec.algorithm.build(problem, comm)
     meta = {"algorithm": spec.algorithm.name, "problem": spec.problem.name, "workers": comm.size, "rank": comm.rank}
     resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
-    if resume is not None and resume["round"] > spec.stop.rounds:
-        raise ConfigError(f"resume={spec.resume} is at round {resume['round']} but rounds={spec.stop.rounds}; "
-                          f"set rounds >= {resume['round']}")
     if resume is not None and comm.rank == 0:
         truncate_rounds(spec.resume, resume["round"])
-    writer = RunWriter(out_dir, resume=resume is not None, overwrite=spec.overwrite) if comm.rank == 0 and out_dir else None
+    overwrite = spec.overwrite or (spec.restart_unfinished and out_dir is not None
+                                   and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
+    writer = RunWriter(out_dir, resume=resume is not None, overwrite=overwrite) if comm.rank == 0 and out_dir else None
     show = _display(spec) if comm.rank == 0 else None
     notes = list(getattr(problem, "notes", ()))
     if show is not None:
         for note in notes:
             print(f"note: {note}", file=sys.stderr, flush=True)
 
+    seen: list[dict] = []  # this call's records, for the summary of an interrupted run
+
     def on_round(record: dict) -> None:
+        _inject_faults(spec, comm.rank, record["round"], out_dir)
+        seen.append(record)
         if writer is not None:
             writer.write_round(record)
         if show is not None:
@@ -206,12 +251,19 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     def on_checkpoint(state: dict) -> None:
         if out_dir:
             save_checkpoint(out_dir, comm.rank, state, meta)
+            comm.barrier()  # every rank's part is on disk before the round is committed
+            if comm.rank == 0:
+                commit_checkpoint(out_dir, state["round"], comm.size, spec.config_text)
 
     if writer is not None and spec.config_text:
         writer.write_text("config.yaml", spec.config_text)
     try:
         records, status = run(algo, spec.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
                               checkpoint_every=spec.checkpoint_every)
+    except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
+        if not seen:
+            raise
+        records, status = seen, "interrupted"
     finally:
         if writer is not None:
             writer.close()
@@ -239,7 +291,7 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
         summary["notes"] = notes
     if getattr(problem, "data_info", None) is not None:
         summary["data"] = problem.data_info
-    if collect is not None and comm.rank == 0:
+    if collect is not None and comm.rank == 0 and status != "interrupted":
         collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
     if resume is not None:
         summary["resumed_from_round"] = resume["round"]
@@ -247,13 +299,13 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
         group = comm.group  # type: ignore[attr-defined]
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
                        simulated_comm_s=group.comm_time, alpha=group.cost.alpha, beta=group.cost.beta)
-    if hasattr(problem, "confusion_matrix") and status != "diverged":
+    if hasattr(problem, "confusion_matrix") and status not in ("diverged", "interrupted"):
         # One extra allreduce after the last record, so no logged cost includes it.
         (counts,) = comm.allreduce_mean([problem.confusion_matrix(algo.reported_iterate)])
         if writer is not None:
             write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
                                                      f"{comm.size} worker(s), round {last['round']}")
-    if writer is not None and spec.save_iterate:
+    if writer is not None and spec.save_iterate and status != "interrupted":
         torch.save(algo.reported_iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))  # the last record's
     if writer is not None:
         writer.write_summary(summary)
@@ -266,6 +318,29 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
               f"{status} after {summary['rounds']} rounds, {tail}, {summary['total_bytes']} bytes sent, "
               f"{summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""), flush=True)
     return summary
+
+
+def _inject_faults(spec: RunSpec, rank: int, round_: int, out_dir: str | None) -> None:
+    """``sim.fail_at`` (and the test-only `TEST_KILL_ENV`): lose this worker at ``round_``, once per run directory.
+
+    A marker in the run's checkpoint folder remembers a fault that fired, so the restarted
+    run (``resume=auto``, same command) gets past it, as a restarted job on healthy machines would.
+    """
+    kill_at = os.environ.get(TEST_KILL_ENV)
+    faults = [(r, w, "fault") for r, w in spec.faults] + ([(int(kill_at), 1, "kill")] if kill_at else [])
+    for r, w, kind in faults:
+        if (r, w) != (round_, rank):
+            continue
+        marker = os.path.join(out_dir, CHECKPOINT_DIR, f"{kind}_round{r}_worker{w}") if out_dir else None
+        if marker is not None:
+            if os.path.exists(marker):
+                continue
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            open(marker, "w").close()
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise SimulatedFault(f"simulated worker {rank} was lost at round {round_} (sim.fail_at); "
+                             "the last committed checkpoint stays: rerun with resume=auto to continue")
 
 
 def _display(spec: RunSpec):

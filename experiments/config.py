@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from dane import checks
 from dane.api import build
 from dane.comm import AlphaBeta, Stragglers, detect_launcher, resolve_backend
+from dane.checkpoint import CHECKPOINT_DIR, check_resume, committed
 from dane.errors import ConfigError
 from dane.launch import PROGRESS, HorovodOptions, RunSpec
 from dane.local_solvers import AUTO_MAX_DIM
@@ -89,7 +90,9 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         quiet=checks.boolean("quiet", cfg.quiet),
         save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
         checkpoint_every=checkpoint_every(cfg),
-        resume=resume_dir(cfg),
+        resume=resume_dir(cfg, workers),
+        restart_unfinished=cfg.get("resume") == "auto",
+        faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
         overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
         progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
     )
@@ -160,16 +163,47 @@ def checkpoint_every(cfg: DictConfig) -> int:
     return every
 
 
-def resume_dir(cfg: DictConfig) -> str | None:
-    """The run directory to continue; it must hold a checkpoint (checked again per rank)."""
+def resume_dir(cfg: DictConfig, workers: int) -> str | None:
+    """The run directory to continue, its committed checkpoint checked against this config (`check_resume`).
+
+    ``resume=auto`` continues ``out_dir`` from its newest committed checkpoint if it has
+    one and otherwise starts there, so the same command line serves the first start and
+    every restart (torchrun --max-restarts, a rerun after a crash).
+    """
     resume = cfg.get("resume")
     if resume is None:
         return None
-    path = Path(str(resume)).expanduser()
-    if not (path / "checkpoint").is_dir():
-        raise ConfigError(f"resume={resume} has no checkpoint/ folder; "
-                          "point it at the run directory of a run made with checkpoint_every > 0")
+    if resume == "auto":
+        if not cfg.out_dir:
+            raise ConfigError("resume=auto continues the run in out_dir; set out_dir")
+        path = Path(str(cfg.out_dir)).expanduser()
+        if committed(path) is None:
+            return None
+    else:
+        path = Path(str(resume)).expanduser()
+        if not (path / CHECKPOINT_DIR).is_dir():
+            raise ConfigError(f"resume={resume} has no checkpoint/ folder; "
+                              "point it at the run directory of a run made with checkpoint_every > 0")
+    check_resume(path, workers, checks.positive_int("rounds", cfg.rounds), OmegaConf.to_yaml(cfg, resolve=True))
     return str(path)
+
+
+def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, int], ...]:
+    """``sim.fail_at=[[round, worker], ...]``: simulated workers to lose on purpose (`dane.launch.SimulatedFault`)."""
+    faults = sim.get("fail_at")
+    if faults is None:
+        return ()
+    if not OmegaConf.is_list(faults) or not all(
+            OmegaConf.is_list(f) and len(f) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in f)
+            for f in faults):
+        raise ConfigError(f"sim.fail_at must be a list of [round, worker] pairs of integers like [[3,1]], got {faults!r}")
+    if faults and not (simulated and workers > 1):
+        raise ConfigError("sim.fail_at loses a simulated worker; it needs workers > 1 under plain python "
+                          "(under a launcher, kill a process instead)")
+    for r, w in faults:
+        if r < 0 or not 0 <= w < workers:
+            raise ConfigError(f"sim.fail_at entry [{r},{w}] needs round >= 0 and 0 <= worker < {workers}")
+    return tuple((int(r), int(w)) for r, w in faults)
 
 
 def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None:

@@ -50,12 +50,13 @@ def test_resumed_run_equals_the_uninterrupted_run(tmp_path, overrides):
     assert all(b["time_s"] >= a["time_s"] for a, b in zip(got, got[1:]))  # the clock continues
     assert summary["resumed_from_round"] == 3
     assert read_summary(cut)["final_objective"] == read_summary(whole)["final_objective"]
-    assert checkpoint_path(cut, 1).is_file()
+    assert checkpoint_path(cut, 1, 6).is_file()
+    assert sorted(p.name for p in (cut / "checkpoint").iterdir()) == ["COMMITTED", "round6"]  # older rounds deleted
 
 
 def test_resume_refuses_another_algorithm(tmp_path):
     execute_with(tmp_path, *SMALL_RIDGE, "rounds=2", "checkpoint_every=2")
-    with pytest.raises(ConfigError, match="was a run with algorithm=dane, this one has algorithm=gd"):
+    with pytest.raises(ConfigError, match="was run with another config: algorithm.name: dane -> gd; "):
         execute_with(tmp_path, *SMALL_RIDGE, "algorithm=gd", "algorithm.lr=0.1", "rounds=4", f"resume={tmp_path}")
 
 

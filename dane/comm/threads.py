@@ -8,6 +8,9 @@ Between two collectives each thread's compute is read with ``time.thread_time()`
     max_i(slowdown_i * compute_i + delay_i) + AlphaBeta.allreduce_time(bytes, m)
 
 which is the parallel wall time the m workers would have taken on m machines.
+
+A Ctrl-C while `ThreadGroup.run` waits for its workers stops them at their next
+collective (`Interrupted`), so the run ends within a round and its workers can report.
 """
 from __future__ import annotations
 
@@ -40,6 +43,14 @@ class Stragglers:
         return float(self.slowdown[rank % len(self.slowdown)]) if self.slowdown else 1.0
 
 
+class Interrupted(BaseException):
+    """Raised in a simulated worker at its next collective once the group is stopped (a Ctrl-C).
+
+    A `BaseException`, like `KeyboardInterrupt`, so that no ``except Exception`` in
+    algorithm code swallows it.
+    """
+
+
 class ThreadGroup:
     """Shared state of m simulated workers: the barrier, the mailbox and the simulated clock."""
 
@@ -55,6 +66,7 @@ class ThreadGroup:
         self._result = None
         self._op = None
         self.clock = 0.0
+        self.interrupted = False  # set by a Ctrl-C in `run`: every worker stops at its next collective
         self.compute_time = 0.0  # sum over phases of the slowest worker's compute
         self.comm_time = 0.0
 
@@ -78,8 +90,19 @@ class ThreadGroup:
         else:
             self._result = None
 
+    def stop(self) -> None:
+        """Make every worker raise `Interrupted` at its next collective (or in the one it waits in)."""
+        self.interrupted = True
+        self._barrier.abort()
+        self._release.abort()
+
     def run(self, fn: Callable[["ThreadCommunicator"], object]) -> list[object]:
-        """Run ``fn(comm)`` in m threads; return the m results, re-raising the first failure."""
+        """Run ``fn(comm)`` in m threads; return the m results, re-raising the first failure.
+
+        A `KeyboardInterrupt` while waiting stops the workers (`stop`) and waits for them:
+        a worker that handles `Interrupted` returns its result, one that does not
+        returns None; ``interrupted`` is then set for the caller to act on.
+        """
         torch.set_num_threads(1)
         comms = self.communicators()
         results: list[object] = [None] * self.size
@@ -90,17 +113,25 @@ class ThreadGroup:
                 torch.set_num_threads(1)  # per thread: a fresh thread's first BLAS call may otherwise use more, in another order
                 comm._mark = time.thread_time()
                 results[comm.rank] = fn(comm)
+            except Interrupted:
+                pass  # the group was stopped; the caller sees ``interrupted``
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors[comm.rank] = exc
                 self._barrier.abort()
                 self._release.abort()
 
-        threads = [threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}") for c in comms]
+        threads = [threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True) for c in comms]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
-        first = next((e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)), None)
+        try:
+            for t in threads:
+                t.join()
+        except KeyboardInterrupt:
+            self.stop()
+            for t in threads:  # a second Ctrl-C here leaves the (daemon) workers behind
+                t.join()
+        broken = (threading.BrokenBarrierError, Interrupted)
+        first = next((e for e in errors if e is not None and not isinstance(e, broken)), None)
         if first is None:
             first = next((e for e in errors if e is not None), None)
         if first is not None:
@@ -120,13 +151,20 @@ class ThreadCommunicator(Communicator):
 
     def _collective(self, op: str, tensors: list[torch.Tensor] | None, nbytes: int = 0, root: int = 0):
         g = self.group
+        if g.interrupted:
+            raise Interrupted
         g._compute[self.rank] = time.thread_time() - self._mark
         g._inbox[self.rank] = tensors
         if self.rank == 0:
             g._op = (op, nbytes, root)
-        g._barrier.wait()  # the last arrival runs ThreadGroup._reduce
-        result = g._result
-        g._release.wait()  # nobody refills the mailbox before everyone has read it
+        try:
+            g._barrier.wait()  # the last arrival runs ThreadGroup._reduce
+            result = g._result
+            g._release.wait()  # nobody refills the mailbox before everyone has read it
+        except threading.BrokenBarrierError:
+            if g.interrupted:
+                raise Interrupted from None
+            raise
         self._mark = time.thread_time()
         return result
 
