@@ -3,10 +3,16 @@ deterministic data order), record for record, and bad resumes are one-line confi
 """
 from __future__ import annotations
 
+import shutil
+import zipfile
+from dataclasses import replace
+
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
-from dane.checkpoint import checkpoint_path
+from dane.checkpoint import checkpoint_path, committed, load_checkpoint, truncate_rounds
+from dane.comm import AlphaBeta
 from dane.errors import ConfigError
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
@@ -76,3 +82,109 @@ def test_resume_needs_enough_rounds_and_a_checkpoint(tmp_path):
         run_spec(config(*SMALL_RIDGE, f"resume={empty}"))
     with pytest.raises(ConfigError, match="checkpoint_every must be an integer >= 0"):
         run_spec(config(*SMALL_RIDGE, "checkpoint_every=-1"))
+
+
+# --- a checkpoint is one consistent unit across ranks ---------------------------------------------------------
+
+def cut_run(tmp_path):
+    """A run "crashed" after round 4, its last committed checkpoint at round 3."""
+    execute_with(tmp_path, *SMALL_RIDGE, "rounds=4", "checkpoint_every=3")
+    return tmp_path
+
+
+def test_a_round_is_committed_once_every_part_is_written(tmp_path):
+    run_dir = cut_run(tmp_path)
+    marker = committed(run_dir)
+    assert (marker["round"], marker["workers"]) == (3, 4)
+    assert "dim: 20" in marker["config"]  # the run's resolved config, for the resume check
+    assert sorted(p.name for p in (run_dir / "checkpoint" / "round3").iterdir()) == [f"rank{r}.pt" for r in range(4)]
+
+
+def test_the_parts_of_an_uncommitted_round_are_ignored(tmp_path):
+    whole = tmp_path / "whole"
+    execute_with(whole, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3")
+    run_dir = cut_run(tmp_path / "cut")
+    # a crash while round 6 was being written: two of four parts, one of them half written, no commit
+    (run_dir / "checkpoint" / "round6").mkdir()
+    shutil.copy(checkpoint_path(run_dir, 0, 3), checkpoint_path(run_dir, 0, 6))
+    checkpoint_path(run_dir, 1, 6).write_bytes(b"PK\x03\x04 half")
+    summary = execute_with(run_dir, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3", f"resume={run_dir}")
+    assert summary["resumed_from_round"] == 3
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("missing", r"checkpoint/round3 lacks rank2.pt for workers=4"),
+    ("extra", r"has parts of other ranks \(rank4.pt\)"),
+    ("empty", r"checkpoint file \S+/round3/rank2.pt is empty"),
+    ("truncated", r"checkpoint file \S+/round3/rank2.pt is truncated or corrupt"),
+])
+def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_changes(tmp_path, damage, message):
+    run_dir = cut_run(tmp_path)
+    part = checkpoint_path(run_dir, 2, 3)
+    if damage == "missing":
+        part.unlink()
+    elif damage == "extra":
+        shutil.copy(part, checkpoint_path(run_dir, 4, 3))
+    elif damage == "empty":
+        part.write_bytes(b"")
+    else:
+        part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    rounds_before = (run_dir / "rounds.jsonl").read_bytes()
+    with pytest.raises(ConfigError, match=message):
+        run_spec(config(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
+    with pytest.raises(ConfigError, match=message):  # the Python API path checks too
+        execute(replace(run_spec(config(*SMALL_RIDGE, "rounds=6")), resume=str(run_dir)), None)
+    assert (run_dir / "rounds.jsonl").read_bytes() == rounds_before
+
+
+def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path):
+    run_dir = cut_run(tmp_path)
+    part = checkpoint_path(run_dir, 1, 3)
+    meta = {"algorithm": "dane", "problem": "ridge_synthetic", "workers": 4, "rank": 1}
+    with zipfile.ZipFile(part, "w") as f:  # a zip archive, but not one torch wrote
+        f.writestr("junk.txt", "not a checkpoint")
+    with pytest.raises(ConfigError, match=r"checkpoint file \S+/round3/rank1.pt cannot be loaded"):
+        load_checkpoint(run_dir, 1, meta)
+    state = torch.load(checkpoint_path(run_dir, 0, 3), weights_only=True)
+    torch.save({**state, "round": 2}, part)
+    with pytest.raises(ConfigError, match=r"rank1.pt is not round 3's part"):
+        load_checkpoint(run_dir, 1, meta)
+    (run_dir / "checkpoint" / "COMMITTED").write_text("{\"round\": 3")
+    with pytest.raises(ConfigError, match=r"COMMITTED is not a checkpoint commit marker"):
+        run_spec(config(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
+
+
+def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path):
+    whole = tmp_path / "whole"
+    execute_with(whole, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3")
+    run_dir = cut_run(tmp_path / "cut")
+    with open(run_dir / "rounds.jsonl", "a") as f:
+        f.write('{"round": 5, "time_s": 0.1, "obj')  # a crash in the middle of a write
+    execute_with(run_dir, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3", f"resume={run_dir}")
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+    lines = (run_dir / "rounds.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "rounds.jsonl").write_text("".join(lines[:2] + ["garbage\n"] + lines[2:]))
+    with pytest.raises(ConfigError, match=r"rounds.jsonl line 3 is not a round record"):
+        truncate_rounds(run_dir, 3)
+
+
+@pytest.mark.parametrize("change, key", [("problem.dim=21", "problem.dim: 20 -> 21"), ("seed=1", "problem.seed: 0 -> 1; seed: 0 -> 1"),
+                                         ("dtype=float32", "dtype: float64 -> float32")])
+def test_resume_with_another_config_is_refused_before_records_are_cut(tmp_path, change, key):
+    run_dir = cut_run(tmp_path)
+    before = {name: (run_dir / name).read_bytes() for name in ("rounds.jsonl", "config.yaml", "summary.json")}
+    with pytest.raises(ConfigError, match=f"was run with another config: {key}"):
+        run_spec(config(*SMALL_RIDGE, change, "rounds=6", f"resume={run_dir}"))
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    # what may change: rounds, checkpoint_every, display and output settings
+    run_spec(config(*SMALL_RIDGE, "rounds=9", "checkpoint_every=1", "print_every=2", "progress=none",
+                    "save_iterate=true", "quiet=false", f"resume={run_dir}"))
+
+
+def test_calibration_is_written_atomically(tmp_path):
+    path = tmp_path / "calibration.json"
+    AlphaBeta(alpha=1e-4, beta=1e9).save(path, note="measured")
+    AlphaBeta(alpha=2e-4, beta=1e9).save(path)
+    assert AlphaBeta.load(path) == AlphaBeta(alpha=2e-4, beta=1e9)
+    assert [p.name for p in tmp_path.iterdir()] == ["calibration.json"]  # no temporary file left

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,8 +35,12 @@ class AlphaBeta:
         return 2 * (size - 1) / size * nbytes / self.beta + 2 * (size - 1) * self.alpha
 
     def save(self, path: str | Path, **extra) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps({**asdict(self), **extra}, indent=2) + "\n")
+        """Write the model (and ``extra``) as JSON: a temporary file renamed over ``path``, never half a file."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**asdict(self), **extra}, indent=2) + "\n")
+        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "AlphaBeta":
