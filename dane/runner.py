@@ -140,7 +140,7 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
             break
         w_t = None
         cost = _cost(comm)
-        if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0:
+        if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t < stop.rounds:
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                            "algorithm": algo.state_dict()})
     # A run stopped by a round's metrics has already moved past the iterate they describe.

@@ -1,0 +1,133 @@
+"""Restarts: a lost worker (sim.fail_at, or a process killed under torchrun --max-restarts) and a
+rerun with resume=auto finish exactly as the uninterrupted run; Ctrl-C stops a simulated run
+within a round and keeps its records.
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from dane.checkpoint import committed
+from dane.errors import ConfigError
+from dane.launch import SimulatedFault
+from dane.results import read_rounds, read_summary
+from experiments.config import run_spec
+from helpers import REPO, env, torchrun, train
+from test_checkpoint import config, execute_with, without_time
+
+RIDGE = ("problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "quiet=true", "save_iterate=true")
+
+
+def assert_same_iterate(a, b) -> None:
+    torch.testing.assert_close(torch.load(a / "iterate.pt"), torch.load(b / "iterate.pt"), rtol=0, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """The uninterrupted simulated run: 2 workers, 8 rounds."""
+    out = tmp_path_factory.mktemp("whole")
+    execute_with(out, *RIDGE, "workers=2", "rounds=8")
+    return out
+
+
+def test_resume_auto_starts_then_continues(tmp_path, whole):
+    run_dir = tmp_path / "run"
+    first = execute_with(run_dir, *RIDGE, "workers=2", "rounds=5", "checkpoint_every=2", f"out_dir={run_dir}",
+                         "resume=auto")
+    assert "resumed_from_round" not in first and committed(run_dir)["round"] == 4
+    second = execute_with(run_dir, *RIDGE, "workers=2", "rounds=8", "checkpoint_every=2", f"out_dir={run_dir}",
+                          "resume=auto")
+    assert second["resumed_from_round"] == 4
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+    assert_same_iterate(run_dir, whole)
+    with pytest.raises(ConfigError, match="resume=auto continues the run in out_dir; set out_dir"):
+        run_spec(config(*RIDGE, "workers=2", "resume=auto"))
+
+
+def test_resume_auto_restarts_a_run_that_crashed_before_its_first_checkpoint(tmp_path, whole):
+    run_dir = tmp_path / "run"
+    with pytest.raises(SimulatedFault):
+        execute_with(run_dir, *RIDGE, "workers=2", "rounds=8", "checkpoint_every=5", "sim.fail_at=[[3,1]]",
+                     f"out_dir={run_dir}", "resume=auto")
+    assert committed(run_dir) is None and len(read_rounds(run_dir)) >= 3  # records of a run that never committed
+    execute_with(run_dir, *RIDGE, "workers=2", "rounds=8", "checkpoint_every=5", "sim.fail_at=[[3,1]]",
+                 f"out_dir={run_dir}", "resume=auto")
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+    # a finished run without checkpoints is not started over by resume=auto
+    finished = shutil.copytree(whole, tmp_path / "finished")
+    with pytest.raises(ConfigError, match="already holds a run"):
+        execute_with(finished, *RIDGE, "workers=2", "rounds=8", f"out_dir={finished}", "resume=auto")
+
+
+def test_a_lost_simulated_worker_and_the_same_command_rerun_finish_like_the_uninterrupted_run(tmp_path, whole):
+    """The command line a restart script would repeat: the first attempt crashes, the second finishes."""
+    run_dir = tmp_path / "run"
+    command = (*RIDGE, "workers=2", "rounds=8", "checkpoint_every=2", "sim.fail_at=[[5,1]]", f"out_dir={run_dir}",
+               "resume=auto")
+    crashed = train(*command)
+    assert crashed.returncode != 0 and "simulated worker 1 was lost at round 5" in crashed.stderr
+    assert committed(run_dir)["round"] == 4 and not (run_dir / "summary.json").exists()
+    finished = train(*command)
+    assert finished.returncode == 0, finished.stderr
+    assert read_summary(run_dir)["resumed_from_round"] == 4
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+    assert_same_iterate(run_dir, whole)
+
+
+def test_fail_at_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match=r"sim.fail_at must be a list of \[round, worker\] pairs"):
+        run_spec(config(*RIDGE, "workers=2", "sim.fail_at=[3,1]"))
+    with pytest.raises(ConfigError, match=r"sim.fail_at entry \[3,2\] needs round >= 0 and 0 <= worker < 2"):
+        run_spec(config(*RIDGE, "workers=2", "sim.fail_at=[[3,2]]"))
+    with pytest.raises(ConfigError, match="sim.fail_at loses a simulated worker; it needs workers > 1"):
+        run_spec(config(*RIDGE, "sim.fail_at=[[3,0]]"))
+
+
+def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "experiments.train", *RIDGE, "workers=2", "rounds=100000000", f"out_dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rounds = run_dir / "rounds.jsonl"
+        deadline = time.monotonic() + 120
+        while not (rounds.exists() and rounds.read_text().count("\n") >= 5):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        stopped_s = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted after round" in err
+    summary, records = read_summary(run_dir), read_rounds(run_dir)
+    assert summary["status"] == "interrupted"
+    assert summary["rounds"] == records[-1]["round"] >= 5
+    assert [r["round"] for r in records] == list(range(len(records)))
+    assert stopped_s < 30  # within a round (about a millisecond here), not at the end of 10^8 rounds
+    assert not (run_dir / ".lock").exists()
+
+
+@pytest.mark.slow
+def test_torchrun_restarts_a_killed_worker_and_finishes_like_the_uninterrupted_run(tmp_path, whole):
+    """SIGKILL of rank 1 at round 3 (once: a marker in the run directory); torchrun restarts both workers."""
+    run_dir = tmp_path / "run"
+    launcher = torchrun(2)
+    launcher.insert(-1, "--max-restarts=2")
+    environment = {**env(), "DANE_TEST_KILL_AT_ROUND": "3"}
+    cmd = [*launcher, sys.executable, "-m", "experiments.train", *RIDGE, "rounds=8", "checkpoint_every=1",
+           "resume=auto", f"out_dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=environment, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (run_dir / "checkpoint" / "kill_round3_worker1").exists()  # the kill happened
+    summary = read_summary(run_dir)
+    assert summary["resumed_from_round"] == 3 and summary["backend"] == "torch"
+    assert [r["round"] for r in read_rounds(run_dir)] == list(range(9))
+    assert_same_iterate(run_dir, whole)
