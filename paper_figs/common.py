@@ -108,7 +108,8 @@ def retime(records: list[dict], summary: dict, cost: AlphaBeta = FIGURE_COST) ->
 
 
 def cost_caption(cost: AlphaBeta = FIGURE_COST, source: str = FIGURE_COST_SOURCE) -> str:
-    return f"α={cost.alpha * 1e6:.3g} µs, β={cost.beta / 1e9:.3g} GB/s ({source})"
+    alpha = f"{cost.alpha * 1e3:.3g} ms" if cost.alpha >= 1e-3 else f"{cost.alpha * 1e6:.3g} µs"
+    return f"α={alpha}, β={cost.beta / 1e9:.3g} GB/s ({source})"
 
 
 def _run_entry(run_dir: Path, root: Path | None) -> dict:
