@@ -94,6 +94,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         restart_unfinished=cfg.get("resume") == "auto",
         faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
         overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
+        simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
         progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
     )
 

@@ -167,7 +167,7 @@ def caption_line(what: str, provenance: dict) -> str:
     loads = provenance.get("load_avg_1min")
     parts = [what.rstrip("."),
              f"{len(provenance.get('runs', []))} runs",
-             "code " + ", ".join(c[:10] for c in commits),
+             "code " + ", ".join(c[:10] if c != "unknown commit" else c for c in commits),
              f"seeds {','.join(map(str, provenance.get('seeds') or ['?']))}"]
     if dates:
         parts.append(f"run {dates[0][:10]}" + (f" to {dates[1][:10]}" if dates[1][:10] != dates[0][:10] else ""))

@@ -14,7 +14,7 @@ whatever the number of workers.  Each run stops at ``--target`` test accuracy
   compute is timed on its own thread's CPU clock, each allreduce is charged the α-β ring
   cost measured at the start of this script (`synthetic.calibrate.calibrate`, saved as
   ``calibration.json`` in the output folder).  m=1 also runs on that clock, through a
-  one-worker simulation (`OneWorkerSimulation`), so that all simulated points are
+  one-worker simulation (``sim.single_worker=true``), so that all simulated points are
   timed alike and the machine's other load does not enter them;
 - real Horovod runs, ``horovodrun -np N --gloo python -m experiments.train ...`` for N
   in ``--real``, timed by the wall clock, with ``OMP_NUM_THREADS=1`` (one core per
@@ -41,7 +41,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `python scripts/time_vs_workers.py` without PYTHONPATH
 
 from dane.errors import DivergenceError, UserError  # noqa: E402
-from dane.launch import RunSpec, execute  # noqa: E402
+from dane.launch import execute  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
 from experiments.config import run_spec  # noqa: E402
 from synthetic.calibrate import calibrate  # noqa: E402
@@ -100,19 +100,6 @@ class Job:
         return compose_job((*self.overrides(), f"workers={self.workers}"))
 
 
-@dataclass(frozen=True)
-class OneWorkerSimulation(RunSpec):
-    """A `RunSpec` that runs on the simulator's clock at m=1 too: one worker thread in a
-    `ThreadGroup`, its compute read from its thread's CPU clock, as each of m>1 simulated
-    workers is.  (`RunSpec.simulated` holds only for m>1, where plain ``workers=1`` is timed
-    by the wall clock.)  At size 1 no collective reaches the group, so the summary's
-    ``simulated_*_s`` stay 0; the records' ``time_s`` carry the worker's CPU clock."""
-
-    @property
-    def simulated(self) -> bool:
-        return self.backend == "local"
-
-
 def jobs(problems, seeds, workers, real, rounds: int, target: float) -> list[Job]:
     return [Job(p, backend, m, s, rounds, target) for p in problems for s in seeds
             for backend, ms in (("simulator", workers), ("horovod", real)) for m in ms]
@@ -136,9 +123,8 @@ def run_simulated(job: Job, out_dir: Path, cost: dict) -> dict:
     cfg = job.config()
     cfg.sim.alpha, cfg.sim.beta = cost["alpha"], cost["beta"]
     cfg.out_dir, cfg.quiet = str(out_dir), True
+    cfg.sim.single_worker = True  # m=1 on the simulator's clock too
     spec = run_spec(cfg)
-    if spec.workers == 1:
-        spec = OneWorkerSimulation(**{f.name: getattr(spec, f.name) for f in fields(RunSpec)})
     try:
         return execute(spec, str(out_dir))
     except DivergenceError:  # plain DANE may diverge: a result, written with status diverged

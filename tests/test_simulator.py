@@ -137,3 +137,14 @@ def test_horovodrun_iterates_equal_simulator(tmp_path):
     w_real, w_sim = torch.load(real / "iterate.pt"), torch.load(sim / "iterate.pt")
     assert w_real.dtype == w_sim.dtype == torch.float64
     assert torch.allclose(w_real, w_sim, rtol=1e-10, atol=1e-12)
+
+
+def test_one_worker_runs_in_the_simulator_when_asked_and_computes_the_same(tmp_path):
+    """experiments.simulate times m=1 on its thread's CPU clock (sim.single_worker) like every m > 1; the
+    iterates are the plain single-process run's."""
+    cpu = execute(run_spec(compose_job(("workers=1", *SMALL))), str(tmp_path / "cpu"))
+    wall = execute(run_spec(compose_job(("workers=1", *SMALL, "sim.single_worker=false"))), str(tmp_path / "wall"))
+    assert cpu["backend"] == "simulator" and wall["backend"] == "local"
+    strip = lambda records: [{k: v for k, v in r.items() if k != "time_s"} for r in records]  # noqa: E731
+    assert strip(read_rounds(tmp_path / "cpu")) == strip(read_rounds(tmp_path / "wall"))
+    assert cpu["simulated_comm_s"] == 0.0 and cpu["total_bytes"] == 0
