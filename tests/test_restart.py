@@ -106,7 +106,7 @@ def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_p
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert "Traceback" not in err and "interrupted after round" in err
+    assert "Traceback" not in err and "interrupted after round" in err, err
     summary, records = read_summary(run_dir), read_rounds(run_dir)
     assert summary["status"] == "interrupted"
     assert summary["rounds"] == records[-1]["round"] >= 5

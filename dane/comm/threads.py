@@ -107,6 +107,7 @@ class ThreadGroup:
         comms = self.communicators()
         results: list[object] = [None] * self.size
         errors: list[BaseException | None] = [None] * self.size
+        finished = [threading.Event() for _ in comms]
 
         def target(comm: ThreadCommunicator) -> None:
             try:
@@ -119,6 +120,8 @@ class ThreadGroup:
                 errors[comm.rank] = exc
                 self._barrier.abort()
                 self._release.abort()
+            finally:
+                finished[comm.rank].set()
 
         threads = [threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True) for c in comms]
         for t in threads:
@@ -128,8 +131,8 @@ class ThreadGroup:
                 t.join()
         except KeyboardInterrupt:
             self.stop()
-            for t in threads:  # a second Ctrl-C here leaves the (daemon) workers behind
-                t.join()
+            for done in finished:  # not join(): after an interrupted join it may return early (Python 3.11)
+                done.wait()  # a second Ctrl-C here leaves the (daemon) workers behind
         broken = (threading.BrokenBarrierError, Interrupted)
         first = next((e for e in errors if e is not None and not isinstance(e, broken)), None)
         if first is None:
