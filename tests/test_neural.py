@@ -23,7 +23,7 @@ from dane.errors import ConfigError
 from dane.launch import execute
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig, as_images
 from dane.results import read_rounds, read_summary
-from dane.runner import EarlyStopping, StopRule
+from dane.runner import EarlyStopping, MonitorError, StopRule
 from experiments.config import CONF_DIR, build, run_spec
 from helpers import convex_rule_holds
 
@@ -242,7 +242,11 @@ def test_early_stopping_patience_and_target():
     target = EarlyStopping(StopRule(target=0.8))
     assert [target.update({"round": t, "test_accuracy": a}) for t, a in enumerate([0.5, 0.79, 0.8])] == \
         [None, None, "target_reached"]
-    assert EarlyStopping(StopRule(patience=1)).update({"round": 0, "objective": 1.0}) is None  # no monitor: no stop
+    # a monitor the records do not have would never fire: the first record refuses it, naming the keys there are
+    with pytest.raises(MonitorError, match="early_stop.monitor=test_accuracy is not a key of this run's records; "
+                                           "set it to one of: objective"):
+        EarlyStopping(StopRule(patience=1)).update({"round": 0, "objective": 1.0})
+    assert EarlyStopping(StopRule(patience=1)).update({"round": 0, "test_accuracy": float("nan")}) is None
 
 
 # ---------------------------------------------------------------- configs and errors
