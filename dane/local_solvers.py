@@ -139,11 +139,17 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
         if value is None:
             value, _ = sub.value_grad(w)
         slope = float(grad @ direction)
+        # Near the solution the predicted decrease falls below the round-off of φ's value and Armijo
+        # cannot tell a good step from a bad one: there a step that lowers the gradient norm is taken
+        # (else the search halved t to 1e-10 and Newton stalled at ||∇φ|| ~ 1e-9)
+        flat = abs(slope) <= 1e-12 * max(1.0, abs(float(value)))
+        gnorm = float(torch.linalg.vector_norm(grad))
         t = 1.0
         while True:
             candidate = w + t * direction
             cand_value, cand_grad = sub.value_grad(candidate)
-            if cand_value <= value + 1e-4 * t * slope or t < 1e-10:
+            if (cand_value <= value + 1e-4 * t * slope or t < 1e-10
+                    or (flat and float(torch.linalg.vector_norm(cand_grad)) < gnorm)):
                 break
             t *= 0.5
         w, value, grad = candidate, cand_value, cand_grad
