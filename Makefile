@@ -15,7 +15,7 @@ $(VENV)/.setup-done: scripts/setup.sh pyproject.toml
 ## The main job: DANE on the synthetic ridge under horovodrun -np 2, its table, results/ and a figure.
 run: setup
 	$(VENV)/bin/horovodrun -np $(NP) --gloo $(PY) -m experiments.train algorithm=dane problem=ridge_synthetic \
-		rounds=15 tol=1e-12 out_dir=results/main
+		rounds=15 tol=1e-12 out_dir=results/main overwrite=true
 	$(PY) -m paper_figs.run_convergence results/main
 
 ## The default tests: fast, no `slow` marker (about 4 minutes on 2 cores; budget 15).
