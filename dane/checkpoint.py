@@ -22,7 +22,6 @@ old one (``os.replace``), so a crash leaves the old file or the new one, never h
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -32,7 +31,7 @@ import torch
 import yaml
 
 from .errors import ConfigError
-from .results import ROUNDS_FILE
+from .results import ROUNDS_FILE, atomic_write
 
 CHECKPOINT_DIR = "checkpoint"
 COMMITTED = "COMMITTED"
@@ -49,22 +48,6 @@ def round_dir(run_dir: str | Path, round_: int) -> Path:
 
 def checkpoint_path(run_dir: str | Path, rank: int, round_: int) -> Path:
     return round_dir(run_dir, round_) / f"rank{rank}.pt"
-
-
-def atomic_write(path: str | Path, write) -> None:
-    """``write(file)`` into a temporary file next to ``path``, flushed to disk, then renamed over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def save_checkpoint(run_dir: str | Path, rank: int, state: dict, meta: dict) -> None:

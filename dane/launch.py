@@ -190,8 +190,6 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             print(interrupted, file=sys.stderr, flush=True)
             raise interrupted
     else:
-        if spec.backend == "torch":
-            _torchrun_process_group(spec.torch_backend)
         comm = make_communicator(spec.backend, torch_backend=spec.torch_backend)
         try:
             out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's directory
@@ -210,27 +208,6 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             f"results so far are in {out_dir}; try algorithm.safeguard=true or a larger algorithm.mu"
         )
     return summary
-
-
-def _torchrun_process_group(backend: str | None) -> None:
-    """Start torch.distributed under torchrun in a key space of its own for this restart attempt.
-
-    Since torch 2.5 torchrun's agent hosts one TCPStore for the whole job
-    (``TORCHELASTIC_USE_AGENT_STORE``) and ``init_process_group`` uses it without a
-    per-attempt prefix, so workers restarted by ``--max-restarts`` could read the dead
-    workers' gloo addresses and hang in process-group setup (pytorch issue 135712).  The
-    keys of attempt k go under ``dane/attempt_k`` instead.  One node only: each agent
-    counts its own restarts.
-    """
-    import torch.distributed as dist
-
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or dist.is_initialized():
-        return
-    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size, is_master=False)
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"),
-                            store=dist.PrefixStore(f"dane/attempt_{attempt}", store), rank=rank, world_size=size)
 
 
 def _build(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, float]:

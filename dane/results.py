@@ -23,6 +23,26 @@ ROUNDS_FILE = "rounds.jsonl"
 SUMMARY_FILE = "summary.json"
 
 
+def atomic_write(path: str | Path, write) -> None:
+    """``write(file)`` into a temporary file next to ``path``, flushed to disk, then renamed over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
 def _clean(value):
     """JSON has no inf or nan; write them as strings so a diverged run is still readable."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -70,10 +90,8 @@ class RunWriter:
         self._rounds.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
 
     def write_summary(self, summary: dict) -> None:
-        tmp = self.out_dir / (SUMMARY_FILE + ".tmp")
         summary = {**summary, "provenance": summary.get("provenance", self.provenance)}
-        tmp.write_text(json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2) + "\n")
-        tmp.replace(self.out_dir / SUMMARY_FILE)
+        atomic_write_text(self.out_dir / SUMMARY_FILE, json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2) + "\n")
 
     def write_text(self, name: str, text: str) -> None:
         (self.out_dir / name).write_text(text)

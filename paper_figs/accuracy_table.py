@@ -18,11 +18,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from dane.errors import UserError
 from dane.results import read_rounds, read_summary
-from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save  # noqa: F401 (retime: re-exported)
+from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, run_config, save
 from synthetic.sweep import Job, RunIndex, _composed, compose_job, identity
 
 WORKERS = (2, 4, 6, 8)
@@ -119,11 +117,6 @@ def collect(index: RunIndex, rows=ROWS, seeds=SEEDS) -> dict[str, dict]:
         out[row.label] = {"cells": cells, "ours": [c["mean"] for c in cells], "rounds": rounds, "notes": notes,
                           "paper": row.paper, "data": data, "runs": runs, "seeds": list(seeds), "batch": batch}
     return out
-
-
-def run_config(run_dir: Path) -> dict:
-    path = Path(run_dir) / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 def accuracy_at(run_dir: Path, rounds: int) -> float | None:

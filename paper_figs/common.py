@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
 from dane.comm import AlphaBeta  # noqa: E402
-from dane.results import read_rounds, read_summary  # noqa: E402
+from dane.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
 from synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
 
 #: where figures and tables are written (untracked); `make publish-figures` copies them to PUBLISHED_DIR
@@ -112,10 +112,15 @@ def cost_caption(cost: AlphaBeta = FIGURE_COST, source: str = FIGURE_COST_SOURCE
     return f"α={alpha}, β={cost.beta / 1e9:.3g} GB/s ({source})"
 
 
+def run_config(run_dir: str | Path) -> dict:
+    """A run's saved config (``config.yaml``), or {} where it has none."""
+    path = Path(run_dir) / "config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
 def _run_entry(run_dir: Path, root: Path | None) -> dict:
     summary = read_summary(run_dir)
-    config_file = run_dir / "config.yaml"
-    cfg = yaml.safe_load(config_file.read_text()) if config_file.exists() else {}
+    cfg = run_config(run_dir)
     provenance = summary.get("provenance", {})
     try:
         shown = str(run_dir.resolve().relative_to(root.resolve())) if root is not None else str(run_dir)
@@ -178,12 +183,6 @@ def caption_line(what: str, provenance: dict) -> str:
     return "; ".join(parts) + "."
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def save(fig, out_dir: str | Path, name: str, markdown: str | None = None, *, caption: str | None = None,
          provenance: dict | None = None) -> list[Path]:
     """Write ``name``.png and ``name``.pdf into ``out_dir``, with ``name``.md (the figure's
@@ -202,11 +201,11 @@ def save(fig, out_dir: str | Path, name: str, markdown: str | None = None, *, ca
         plt.close(fig)
     if markdown is not None:
         paths.append(out_dir / f"{name}.md")
-        write_atomic(paths[-1], (f"{caption}\n\n" if caption else "") + markdown)
+        atomic_write_text(paths[-1], (f"{caption}\n\n" if caption else "") + markdown)
     if provenance is not None or caption is not None:
         paths.append(out_dir / f"{name}.json")
         sidecar = {"figure": name, "caption": caption, **(provenance or {})}
-        write_atomic(paths[-1], json.dumps(sidecar, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+        atomic_write_text(paths[-1], json.dumps(sidecar, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
     return paths
 
 

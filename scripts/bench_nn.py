@@ -36,7 +36,8 @@ from dane.launch import execute  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
 from dane.comm import AlphaBeta  # noqa: E402
 from experiments.config import CONF_DIR, run_spec  # noqa: E402
-from paper_figs.accuracy_table import Row, find_run, has_data, retime  # noqa: E402
+from paper_figs.accuracy_table import Row, find_run, has_data  # noqa: E402
+from paper_figs.common import retime  # noqa: E402
 from paper_figs.target_table import TARGETS, job, job_cost  # noqa: E402
 from synthetic.sweep import RunIndex  # noqa: E402
 
@@ -50,7 +51,7 @@ def machine() -> dict:
 
 def row_from(run_dir: Path, accuracy: float, costs: dict[str, AlphaBeta]) -> dict:
     """Rounds, allreduces and bytes one worker sent until the first record at ``accuracy``, and its simulated time
-    under each α-β of ``costs`` (exact re-timing, `paper_figs.accuracy_table.retime`)."""
+    under each α-β of ``costs`` (exact re-timing, `paper_figs.common.retime`)."""
     summary, records = read_summary(run_dir), read_rounds(run_dir)
     hit = next((r for r in records if r.get("test_accuracy", 0.0) >= accuracy), None)
     row = {

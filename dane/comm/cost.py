@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..results import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,7 @@ class AlphaBeta:
 
     def save(self, path: str | Path, **extra) -> None:
         """Write the model (and ``extra``) as JSON: a temporary file renamed over ``path``, never half a file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**asdict(self), **extra}, indent=2) + "\n")
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps({**asdict(self), **extra}, indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "AlphaBeta":

@@ -8,13 +8,35 @@ import torch
 from .base import Communicator
 
 
+def init_process_group(backend: str) -> None:
+    """``init_process_group`` from the launcher's environment; under torchrun, in a key space of its own
+    for this restart attempt.
+
+    Since torch 2.5 torchrun's agent hosts one TCPStore for the whole job
+    (``TORCHELASTIC_USE_AGENT_STORE``) and ``init_process_group`` uses it without a
+    per-attempt prefix, so workers restarted by ``--max-restarts`` could read the dead
+    workers' gloo addresses and hang in process-group setup (pytorch issue 135712).  The
+    keys of attempt k go under ``dane/attempt_k`` instead.  One node only: each agent
+    counts its own restarts.
+    """
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group(backend=backend)
+        return
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size, is_master=False)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"dane/attempt_{attempt}", store), rank=rank,
+                            world_size=size)
+
+
 class TorchDistCommunicator(Communicator):
     def __init__(self, backend: str | None = None) -> None:
         import torch.distributed as dist
 
         if not dist.is_initialized():
-            backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-            dist.init_process_group(backend=backend)
+            init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
         self._dist = dist
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
