@@ -12,8 +12,9 @@ add their own):
   (default launch settings) over the same under torchrun (gloo), launches interleaved;
   goal <= 1.2.  Also reported against gloo with the same core binding.
 - ``simulator_error``: |simulated - measured| / measured DANE round time at m=2 on the
-  same problem, the simulator using α-β calibrated in this run (medians over
-  ``--launches`` calibration launches); goal <= 0.25.
+  same problem, from ``--launches`` interleaved pairs of launches (a round timing, then an
+  α-β calibration), the simulator predicting each timing from its own pair's calibration;
+  the median pair, every pair with its compute/communication split; goal <= 0.25.
 - ``rounds_to_1e-10``: rounds to suboptimality 1e-10 per (algorithm, N, m) on the
   synthetic grid, from results/ (missing runs are made first, as `make figures` does).
 """
@@ -37,7 +38,7 @@ from dane.launch import HorovodOptions, execute
 from dane.results import read_rounds
 from synthetic.calibrate import calibrate
 from synthetic.launchers import have_horovod, horovodrun, torchrun
-from synthetic.sweep import compose_job, ensure, grid
+from synthetic.sweep import compose_job, ensure
 from experiments.config import run_spec
 
 SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "rounds_to_1e-10")
@@ -69,19 +70,23 @@ def machine() -> dict:
     return info
 
 
-def round_overhead(tmp: Path, blocks: int, rounds: int, launches: int) -> dict:
+def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
+    """One horovodrun launch of `synthetic.round_timing`: its medians, and the load average around it."""
+    out = tmp / f"round_timing_{k}.json"
+    before = list(os.getloadavg())
+    horovodrun("synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
+    med = json.loads(out.read_text())["medians"]
+    return {**med, "ratio": med["round_s"] / med["bare_s"], "load_before": before}
+
+
+def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
     """DANE round over bare round, each launch's medians; the median launch is reported.
 
     One launch can land on a slow placement of its threads for its whole life, so the
-    ratio and the round time are taken over ``launches`` separate horovodrun launches.
+    ratio and the round time are taken over several separate horovodrun launches.
     """
-    per_launch = []
-    for k in range(launches):
-        out = tmp / f"round_timing_{k}.json"
-        horovodrun("synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
-        med = json.loads(out.read_text())["medians"]
-        per_launch.append({**med, "ratio": med["round_s"] / med["bare_s"]})
-    median = {key: statistics.median(launch[key] for launch in per_launch) for key in per_launch[0]}
+    keys = [k for k in per_launch[0] if k != "load_before"]
+    median = {key: statistics.median(launch[key] for launch in per_launch) for key in keys}
     return {"ratio": median["ratio"], "goal": 1.25, **{k: v for k, v in median.items() if k != "ratio"},
             "per_launch": per_launch, "rounds_timed_per_launch": blocks * (rounds - 1),
             "problem": "ridge_synthetic N=18000 d=500 iso, m=2",
@@ -113,40 +118,62 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
             "torch_launch": "torchrun --standalone --nproc_per_node 2 (gloo)", "reps_per_launch": reps}
 
 
-def simulated_round(cost: AlphaBeta, n_rounds: int, tmp: Path) -> float:
-    """Median simulated DANE round time at m=2 on the default problem, with cost model ``cost``."""
+def simulated_round(cost: AlphaBeta, n_rounds: int, tmp: Path) -> dict:
+    """The simulated DANE round at m=2 on the default problem with cost model ``cost``: the median round
+    time, and the mean compute and communication per round (the simulator's own split)."""
     cfg = compose_job(("workers=2", f"rounds={n_rounds}", "tol=null"))
     cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
-    out = tmp / f"sim_{cost.alpha:.3g}"
-    execute(run_spec(cfg), str(out))
+    out = tmp / f"sim_{cost.alpha:.6g}_{cost.beta:.6g}"
+    summary = execute(run_spec(cfg), str(out))
     times = [r["time_s"] for r in read_rounds(out)]
-    return statistics.median(b - a for a, b in zip(times, times[1:]))
+    return {"round_s": statistics.median(b - a for a, b in zip(times, times[1:])),
+            "compute_s": summary["simulated_compute_s"] / n_rounds, "comm_s": summary["simulated_comm_s"] / n_rounds}
 
 
 def median_calibration(calibrations: list[dict]) -> dict:
-    """α and β as the medians over separate calibration launches (one launch can land on a
-    slow or fast placement of its threads for its whole life, as the round timing can);
-    the measured sizes and times reported beside them are the middle launch's."""
+    """α and β as the medians over separate calibration launches; the measured sizes and
+    times reported beside them are the middle launch's."""
     return {**calibrations[len(calibrations) // 2],
             "alpha": statistics.median(c["alpha"] for c in calibrations),
             "beta": statistics.median(c["beta"] for c in calibrations),
             "per_launch": [{"alpha": c["alpha"], "beta": c["beta"]} for c in calibrations]}
 
 
-def simulator_error(measured_round_s: float, calibration: dict, n_rounds: int, tmp: Path,
+def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path,
                     saved: Path = Path("results/calibration.json")) -> dict:
-    cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
-    sim = simulated_round(cost, n_rounds, tmp)
-    out = {"error": abs(sim - measured_round_s) / measured_round_s, "goal": 0.25, "simulated_round_s": sim,
-           "measured_round_s": measured_round_s, "alpha": cost.alpha, "beta": cost.beta,
-           "calibration": {k: calibration[k] for k in ("sizes_bytes", "median_s", "relative_error", "measured_at", "per_launch")
-                           if k in calibration}}
+    """|simulated - measured| / measured round time, per interleaved (round timing, calibration) pair.
+
+    Launch k times DANE's round under horovodrun and launch k' (right after it) calibrates
+    α-β, so each pair sees the same load; the simulator then predicts launch k's round
+    from calibration k.  The headline is the median pair; every pair is reported with the
+    split of the error into compute (the simulator's per-thread CPU clock against the
+    launch's measured local compute) and communication (the α-β model against the
+    launch's two raw allreduces), which is where a bad pair shows why it moved.
+    """
+    pairs = []
+    for timing, calibration in zip(timings, calibrations):
+        sim = simulated_round(AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"]), n_rounds, tmp)
+        measured_comm = timing["allreduce1_s"] + timing["allreduce2_s"]
+        pairs.append({"error": abs(sim["round_s"] - timing["round_s"]) / timing["round_s"],
+                      "measured_round_s": timing["round_s"], "simulated_round_s": sim["round_s"],
+                      "measured_compute_s": timing["compute_s"], "simulated_compute_s": sim["compute_s"],
+                      "measured_comm_s": measured_comm, "simulated_comm_s": sim["comm_s"],
+                      "alpha": calibration["alpha"], "beta": calibration["beta"],
+                      "load_before": timing["load_before"]})
+    errors = [pair["error"] for pair in pairs]
+    calibration = median_calibration(calibrations)
+    out = {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
+           "how": "interleaved launches: round timing k, then calibration k; the simulator predicts launch k "
+                  "from calibration k; error is the median pair",
+           "calibration": {k: calibration[k] for k in ("alpha", "beta", "sizes_bytes", "median_s", "relative_error",
+                                                        "measured_at", "per_launch") if k in calibration}}
     if saved.exists():
         saved_cost = AlphaBeta.load(saved)
-        sim_saved = simulated_round(saved_cost, n_rounds, tmp)
+        sim_saved = simulated_round(saved_cost, n_rounds, tmp)["round_s"]
+        measured = statistics.median(t["round_s"] for t in timings)
         out["with_saved_calibration"] = {"path": str(saved), "alpha": saved_cost.alpha, "beta": saved_cost.beta,
-                                         "simulated_round_s": sim_saved,
-                                         "error": abs(sim_saved - measured_round_s) / measured_round_s}
+                                         "simulated_round_s": sim_saved, "measured_round_s": measured,
+                                         "error": abs(sim_saved - measured) / measured}
     return out
 
 
@@ -201,11 +228,14 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "dane_round_overhead" in args.only or "simulator_error" in args.only:
-            record("dane_round_overhead", round_overhead(tmp, args.blocks, args.rounds, args.launches))
-        if "simulator_error" in args.only:
-            calibration = median_calibration([calibrate(2) for _ in range(args.launches)])
-            measured = report["dane_round_overhead"]["round_s"]
-            record("simulator_error", simulator_error(measured, calibration, args.blocks * args.rounds, tmp))
+            timings, calibrations = [], []
+            for k in range(args.launches):  # interleaved, so a pair sees one load
+                timings.append(round_timing(tmp, k, args.blocks, args.rounds))
+                if "simulator_error" in args.only:
+                    calibrations.append(calibrate(2))
+            record("dane_round_overhead", round_overhead(timings, args.blocks, args.rounds))
+            if calibrations:
+                record("simulator_error", simulator_error(timings, calibrations, args.blocks * args.rounds, tmp))
         if "allreduce_latency_ratio" in args.only:
             record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, reps=300))
     if "rounds_to_1e-10" in args.only:
