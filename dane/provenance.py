@@ -7,6 +7,7 @@ the same logs carries the same provenance: nothing in it depends on when it was 
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -16,6 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: set by a launcher that starts the run's processes itself (experiments.launchers): its command line, as JSON
+LAUNCH_COMMAND_ENV = "DANE_LAUNCH_COMMAND"
 
 
 @lru_cache(maxsize=1)
@@ -45,9 +48,36 @@ def numerics_platform() -> dict:
             "machine": platform.machine()}
 
 
+def launch_layout(env=os.environ) -> dict | None:
+    """How the launcher laid the processes out, as it told this process; None under plain python.
+
+    horovodrun: world ``size``, ``local_size`` (processes on this host), ``cross_size``
+    (hosts; 2 for ``-H a:1,b:1``) and this rank's ``hostname`` from ``-H``/``--hostfile``.
+    torchrun: ``size``, ``local_size`` and ``nodes`` (its agents, one per ``--nnodes``).
+    ``command`` is the launch command line when a dane launcher started the processes
+    (`LAUNCH_COMMAND_ENV`); a launcher started by hand is not visible from inside.
+    """
+    if "HOROVOD_RANK" in env:
+        layout = {"launcher": "horovodrun", "size": int(env.get("HOROVOD_SIZE", 1)),
+                  "local_size": int(env.get("HOROVOD_LOCAL_SIZE", 1)), "cross_size": int(env.get("HOROVOD_CROSS_SIZE", 1)),
+                  "hostname": env.get("HOROVOD_HOSTNAME")}
+    elif "TORCHELASTIC_RUN_ID" in env:
+        layout = {"launcher": "torchrun", "size": int(env.get("WORLD_SIZE", 1)),
+                  "local_size": int(env.get("LOCAL_WORLD_SIZE", 1)), "nodes": int(env.get("GROUP_WORLD_SIZE", 1))}
+    else:
+        return None
+    if LAUNCH_COMMAND_ENV in env:
+        try:
+            layout["command"] = json.loads(env[LAUNCH_COMMAND_ENV])
+        except json.JSONDecodeError:
+            layout["command"] = env[LAUNCH_COMMAND_ENV]
+    return layout
+
+
 def run_provenance() -> dict:
-    """What a run's summary records about its origin: code, command line, start time, host, load, numerics."""
-    return {
+    """What a run's summary records about its origin: code, command line, start time, host, load, numerics,
+    and the launcher's process layout (`launch_layout`) when one started it."""
+    provenance = {
         **code_version(),
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -55,3 +85,7 @@ def run_provenance() -> dict:
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         **numerics_platform(),
     }
+    layout = launch_layout()
+    if layout is not None:
+        provenance["launch"] = layout
+    return provenance
