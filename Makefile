@@ -31,6 +31,7 @@ bench: setup
 	$(PY) scripts/bench_nn.py --out results/bench.json --skip-without-data
 	$(PY) scripts/bench_convex.py --out results/bench.json
 	$(PY) scripts/bench_scaling.py --out results/bench.json
+	$(PY) scripts/bench_load.py --out results/bench.json
 
 ## Every figure and table from results/ into results/figures/ (untracked), each with a .json provenance sidecar;
 ## the runs the figures need that results/ lacks are made first with the simulator.

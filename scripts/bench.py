@@ -36,6 +36,7 @@ import torch
 from dane.comm import AlphaBeta
 from dane.launch import HorovodOptions, execute
 from dane.results import read_rounds
+from synthetic.bench_file import merge_section
 from synthetic.calibrate import calibrate
 from synthetic.launchers import have_horovod, horovodrun, torchrun
 from synthetic.sweep import compose_job, ensure
@@ -211,13 +212,10 @@ def main(argv: list[str] | None = None) -> None:
     def record(section: str, value: dict) -> None:
         """Merge one finished section into the JSON at once, so a later failure loses nothing."""
         report[section] = value
-        merged = json.loads(path.read_text()) if path.exists() else {}
-        merged[section] = {k: v for k, v in value.items() if not k.startswith("_")}
-        merged["synthetic_bench"] = {"started_at": report["started_at"], "updated_at": now(),
-                                     "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())},
-                                     "sections": [s for s in SECTIONS if s in report]}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(merged, indent=2) + "\n")
+        merge_section(path, section, {k: v for k, v in value.items() if not k.startswith("_")})
+        merge_section(path, "synthetic_bench", {"started_at": report["started_at"], "updated_at": now(),
+                                                "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())},
+                                                "sections": [s for s in SECTIONS if s in report]})
         print(f"{section}: {value.get('ratio', value.get('error', ''))} -> {path}", flush=True)
 
     needs_horovod = set(args.only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"}

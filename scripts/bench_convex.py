@@ -55,6 +55,7 @@ from dane.comm import AlphaBeta  # noqa: E402
 from dane.data.files import BuiltinSource, LibSVMSource  # noqa: E402
 from dane.errors import UserError  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
+from synthetic.bench_file import merge_section as merge  # noqa: E402
 from synthetic.sparse_data import rcv1_like, write_sparse_libsvm  # noqa: E402
 
 KEY, COST_KEY = "convex_newton_family", "local_solve_cost"
@@ -488,15 +489,6 @@ def measure_one(case: dict, folder: Path, out: dict, args, log) -> None:
 def machine() -> dict:
     return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
             "torch": torch.__version__}
-
-
-def merge(path: Path, key: str, value: dict) -> None:
-    merged = json.loads(path.read_text()) if path.exists() else {}
-    merged[key] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(merged, indent=2, allow_nan=False, default=str) + "\n")
-    tmp.replace(path)
 
 
 def finite(value):

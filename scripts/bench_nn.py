@@ -39,6 +39,7 @@ from experiments.config import CONF_DIR, run_spec  # noqa: E402
 from paper_figs.accuracy_table import Row, find_run, has_data  # noqa: E402
 from paper_figs.common import retime  # noqa: E402
 from paper_figs.target_table import TARGETS, job, job_cost  # noqa: E402
+from synthetic.bench_file import merge_section  # noqa: E402
 from synthetic.sweep import RunIndex  # noqa: E402
 
 KEY = "mnist_lenet5_to_97"
@@ -153,9 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         report["algorithms"] = {**earlier.get("algorithms", {}), **report["algorithms"]}  # --only updates its rows
     report["fewest"] = winners(report["algorithms"])
     report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    merged[KEY] = report
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=2) + "\n")
+    merge_section(path, KEY, report)
     print(f"fewest: {report['fewest']} -> {path}")
 
 

@@ -43,6 +43,7 @@ from dane.problems import RidgeSyntheticConfig  # noqa: E402
 from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
+from synthetic.bench_file import merge_section  # noqa: E402
 from synthetic.launchers import REPO, have_horovod, horovodrun  # noqa: E402
 
 KEY = "strong_scaling"
@@ -205,14 +206,7 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
 
 # ---------------------------------------------------------------------- main
 def write(path: Path, value: dict) -> None:
-    """Merge ``value`` under KEY into the JSON at ``path`` (other benchmarks' keys stay), atomically."""
-    merged = json.loads(path.read_text()) if path.exists() else {}
-    merged[KEY] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(merged, indent=2) + "\n")
-    os.replace(tmp, path)
+    merge_section(path, KEY, value)
 
 
 def main() -> None:

@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))  # `python scripts/time_vs_workers.py` without PYT
 
 from dane.errors import DivergenceError, UserError  # noqa: E402
 from dane.launch import execute  # noqa: E402
-from dane.results import read_rounds, read_summary  # noqa: E402
+from dane.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
 from experiments.config import run_spec  # noqa: E402
 from synthetic.calibrate import calibrate  # noqa: E402
 from synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin  # noqa: E402
@@ -162,10 +162,7 @@ def load() -> str:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def check_data(problems) -> None:
