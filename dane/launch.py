@@ -136,6 +136,7 @@ class RunSpec:
     stragglers: Stragglers = field(default_factory=Stragglers)
     horovod: HorovodOptions = field(default_factory=HorovodOptions)
     torch_backend: str | None = None
+    servers: int = 1                 # comm=ps: the last `servers` launched ranks are parameter servers
     config_text: str = ""
     print_every: int = 1
     quiet: bool = False
@@ -190,8 +191,10 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             print(interrupted, file=sys.stderr, flush=True)
             raise interrupted
     else:
-        comm = make_communicator(spec.backend, torch_backend=spec.torch_backend)
+        comm = make_communicator(spec.backend, torch_backend=spec.torch_backend, servers=spec.servers)
         try:
+            if getattr(comm, "is_server", False):
+                return comm.serve()  # comm=ps: a server rank answers the workers until they shut it down
             out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's directory
             problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
             release = getattr(spec.problem, "release", None)
@@ -309,6 +312,7 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
                                                      f"{comm.size} worker(s), round {last['round']}")
     if writer is not None and spec.save_iterate and status != "interrupted":
         torch.save(algo.reported_iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))  # the last record's
+    summary.update(getattr(comm, "summary_entries", dict)())  # comm=ps: the servers' busy time and per-link traffic
     if writer is not None:
         writer.write_summary(summary)
     if show is not None:

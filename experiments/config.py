@@ -30,8 +30,13 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 TORCH_BACKENDS = ("gloo", "nccl")
 
 
-def workers_for(backend: str, workers) -> int:
+DANE_FAMILY = ("dane", "inexact_dane", "aide")  # their local solve takes the global gradient at the same iterate
+
+
+def workers_for(backend: str, workers, servers: int = 1) -> int:
     launched, size = detect_launcher()
+    if backend == "ps":
+        return ps_workers(launched, size, workers, servers)
     if backend in ("horovod", "torch"):
         if launched == "local":
             size = 1
@@ -44,6 +49,42 @@ def workers_for(backend: str, workers) -> int:
     if launched != "local":
         raise ConfigError(f"comm=local inside a {launched} launch; drop comm=local or run with plain python")
     return 1 if workers is None else checks.positive_int("workers", workers)
+
+
+def ps_servers(comm: DictConfig, algorithm: str) -> int:
+    """comm=ps: the number of server ranks, with ``comm.staleness`` checked (only the synchronous mode exists)."""
+    servers = comm.get("servers", 1)
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        raise ConfigError(f"comm.servers must be an integer >= 1 (the parameter-server ranks), got {servers!r}")
+    staleness = comm.get("staleness", 0)
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+        raise ConfigError(f"comm.staleness must be an integer >= 0, got {staleness!r}")
+    if staleness > 0 and algorithm in DANE_FAMILY:
+        raise ConfigError(f"comm.staleness={staleness} with algorithm={algorithm}: DANE's local solve needs the global "
+                          "gradient of the same iterate; set comm.staleness=0")
+    if staleness > 0:
+        raise ConfigError(f"comm.staleness={staleness}: asynchronous modes are not implemented yet; set comm.staleness=0")
+    if comm.get("torch_backend") not in (None, "gloo"):
+        raise ConfigError(f"comm=ps runs on gloo point-to-point messages, got comm.torch_backend={comm.torch_backend}; "
+                          "drop comm.torch_backend")
+    return servers
+
+
+def ps_workers(launched: str, size: int, workers, servers: int) -> int:
+    """comm=ps under torchrun: the processes that are not servers are the workers."""
+    if launched != "torch":
+        where = "without a launcher; use workers=<m> for the in-process simulator" if launched == "local" else \
+            f"under {launched}"
+        raise ConfigError(f"comm=ps needs torchrun (its servers are processes of their own: torchrun --nproc_per_node "
+                          f"<workers + comm.servers> -m experiments.train comm=ps ...), not {where}")
+    if servers >= size:
+        raise ConfigError(f"comm.servers={servers} but torchrun started {size} process(es); at least one must be a "
+                          f"worker: launch {servers + 1} or more, or lower comm.servers")
+    if workers is not None and workers != size - servers:
+        raise ConfigError(f"workers={workers} but torchrun started {size} process(es), {servers} of them server(s) "
+                          f"(comm.servers={servers}): {size - servers} worker(s); drop workers= or launch "
+                          f"{workers + servers} processes")
+    return size - servers
 
 
 def cost_model(sim: DictConfig) -> AlphaBeta:
@@ -61,7 +102,8 @@ def cost_model(sim: DictConfig) -> AlphaBeta:
 
 def run_spec(cfg: DictConfig) -> RunSpec:
     backend = resolve_backend(cfg.comm.backend)
-    workers = workers_for(backend, cfg.workers)
+    servers = ps_servers(cfg.comm, cfg.algorithm.get("name")) if backend == "ps" else 1
+    workers = workers_for(backend, cfg.workers, servers)
     check_data_used(cfg)
     seed = checks.integer("seed", cfg.seed)  # before the groups, whose seeds are ${seed}
     algorithm = build(cfg, "algorithm")
@@ -85,6 +127,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         horovod=HorovodOptions(cycle_time_ms=checks.positive("comm.horovod_cycle_time_ms", cfg.comm.horovod_cycle_time_ms),
                                pin_cores=checks.boolean("comm.pin_cores", cfg.comm.get("pin_cores", True))),
         torch_backend=torch_backend(cfg.comm.torch_backend),
+        servers=servers,
         config_text=OmegaConf.to_yaml(cfg, resolve=True),
         print_every=checks.positive_int("print_every", cfg.print_every),
         quiet=checks.boolean("quiet", cfg.quiet),

@@ -29,6 +29,7 @@ from helpers import REPO, env, horovodrun, train
 
 SMALL = ("problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true")
 LOGREG = ("problem=logreg", "rounds=3", "quiet=true")
+TORCHRUN_3 = {"RANK": "0", "WORLD_SIZE": "3"}  # what torchrun --nproc_per_node 3 sets, as rank 0 sees it
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ CASES = [
          expected="problem.n_sampless is not a config key; did you mean problem.n_samples?"),
     case("unknown_algorithm", "algorithm=newton", *SMALL,
          expected="algorithm=newton is unknown; choose one of: admm, aide, dane"),
-    case("unknown_comm", "comm=mpi", *SMALL, expected="comm=mpi is unknown; choose one of: auto, horovod, local, torch"),
+    case("unknown_comm", "comm=mpi", *SMALL, expected="comm=mpi is unknown; choose one of: auto, horovod, local, ps, torch"),
     # values: run_spec(), before any process group
     case("seed_text", "seed=abc", *SMALL, expected="seed must be an integer, got 'abc'"),
     case("problem_seed_text", "problem.seed=abc", *SMALL, expected="problem.seed must be an integer, got 'abc'"),
@@ -92,6 +93,31 @@ CASES = [
          expected="workers=3 but the launcher started 2 process(es); drop workers= under horovodrun/torchrun"),
     case("workers_mismatch_rank1", "workers=3", *SMALL, env={"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"},
          expected="", lines=0),
+    # comm=ps (a parameter server): servers, staleness, the launcher
+    case("ps_without_launcher", "comm=ps", *SMALL,
+         expected="comm=ps needs torchrun (its servers are processes of their own: torchrun --nproc_per_node "
+                  "<workers + comm.servers> -m experiments.train comm=ps ...), not without a launcher; use workers=<m>"),
+    case("ps_under_horovodrun", "comm=ps", *SMALL, env={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"},
+         expected="comm=ps needs torchrun (its servers are processes of their own"),
+    case("ps_servers_zero", "comm=ps", "comm.servers=0", *SMALL, env=TORCHRUN_3,
+         expected="comm.servers must be an integer >= 1 (the parameter-server ranks), got 0"),
+    case("ps_servers_all_processes", "comm=ps", "comm.servers=3", *SMALL, env=TORCHRUN_3,
+         expected="comm.servers=3 but torchrun started 3 process(es); at least one must be a worker: launch 4 or more, "
+                  "or lower comm.servers"),
+    case("ps_workers_mismatch", "comm=ps", "workers=3", *SMALL, env=TORCHRUN_3,
+         expected="workers=3 but torchrun started 3 process(es), 1 of them server(s) (comm.servers=1): 2 worker(s); "
+                  "drop workers= or launch 4 processes"),
+    case("ps_workers_mismatch_server_rank", "comm=ps", "workers=3", *SMALL, env={**TORCHRUN_3, "RANK": "2"},
+         expected="", lines=0),
+    case("ps_staleness", "comm=ps", "comm.staleness=2", "algorithm=gd", *SMALL,
+         expected="comm.staleness=2: asynchronous modes are not implemented yet; set comm.staleness=0"),
+    case("ps_staleness_dane", "comm=ps", "comm.staleness=1", *SMALL,
+         expected="comm.staleness=1 with algorithm=dane: DANE's local solve needs the global gradient of the same "
+                  "iterate; set comm.staleness=0"),
+    case("ps_staleness_negative", "comm=ps", "comm.staleness=-1", "algorithm=gd", *SMALL,
+         expected="comm.staleness must be an integer >= 0, got -1"),
+    case("ps_nccl", "comm=ps", "comm.torch_backend=nccl", *SMALL, env=TORCHRUN_3,
+         expected="comm=ps runs on gloo point-to-point messages, got comm.torch_backend=nccl; drop comm.torch_backend"),
     # inside the run: data files, the run directory, the records
     case("monitor_typo", "early_stop.monitor=test_acc", "early_stop.patience=2", "workers=2", *SMALL,
          expected="early_stop.monitor=test_acc is not a key of this run's records; set it to one of: "),

@@ -9,7 +9,7 @@ from .cost import AlphaBeta
 from .local import LocalCommunicator
 from .threads import Stragglers, ThreadCommunicator, ThreadGroup
 
-BACKENDS = ("auto", "horovod", "torch", "local")
+BACKENDS = ("auto", "horovod", "torch", "local", "ps")
 
 
 def detect_launcher() -> tuple[str, int]:
@@ -35,9 +35,17 @@ def resolve_backend(backend: str) -> str:
     return detect_launcher()[0] if backend == "auto" else backend
 
 
-def make_communicator(backend: str = "auto", *, torch_backend: str | None = None) -> Communicator:
-    """Start the process group of ``backend`` (after `resolve_backend`) and return its communicator."""
+def make_communicator(backend: str = "auto", *, torch_backend: str | None = None, servers: int = 1) -> Communicator:
+    """Start the process group of ``backend`` (after `resolve_backend`) and return its communicator.
+
+    ``ps`` (a parameter server on torch.distributed, `dane.comm.ps`): the last ``servers`` ranks get a
+    `ParameterServer` (``is_server``), whose ``serve()`` the driver runs instead of the algorithm.
+    """
     backend = resolve_backend(backend)
+    if backend == "ps":
+        from .ps import connect
+
+        return connect(servers)  # type: ignore[return-value]
     if backend == "horovod":
         from .horovod import HorovodCommunicator
 

@@ -1,0 +1,413 @@
+"""A parameter server on torch.distributed point-to-point messages (gloo ``isend``/``irecv``).
+
+Ranks.  Under ``torchrun --nproc_per_node P`` with ``comm=ps comm.servers=k`` the last k
+ranks (m .. P-1, m = P - k) are servers and ranks 0 .. m-1 are workers.  A worker keeps
+its launcher rank, so the workers' `PSCommunicator` has rank/size = worker rank / m:
+every algorithm runs unchanged, the shards are those of an m-worker run and rank 0
+writes the results.  A server rank runs `ParameterServer.serve` instead of the algorithm.
+
+Slices.  Each call groups its tensors into one flat buffer per dtype (as the torch
+backend does); server j holds slice j of every buffer (`slice_bounds`: k contiguous
+slices, the first ``n % k`` one element longer), so each worker sends each server 1/k
+of the message.
+
+Protocol (synchronous: the workers issue the same sequence of operations, as any
+data-parallel program does).  For each operation a worker sends every server a header,
+``HEADER`` int64 values ``[op, root, groups, dtype_0, numel_0, ...]`` (so a server learns
+the shapes and dtypes of what follows), then the payload slices.  A server reads one
+header from every worker, checks that they agree, and then:
+
+- ``PUSH``: receives the m slices and keeps their mean (summed in worker order, then
+  divided by m: the simulator's arithmetic, so the iterates agree to the last bits);
+- ``PULL``: sends the kept mean to each worker;
+- ``BROADCAST``: receives the root's slices and sends them to the other workers;
+- ``BARRIER``: once all m headers are in, sends each worker a one-byte ack;
+- ``STATS``: sends its counters (`PSCommunicator.summary_entries`);
+- ``SHUTDOWN``: leaves the serve loop (every worker's `PSCommunicator.shutdown` sends one).
+
+``allreduce_mean`` is `PSCommunicator.push` then `PSCommunicator.pull`: one
+communication round, and ``bytes_sent`` grows by the message's bytes (what a worker
+sends; for m = 2 this equals the ring model's 2(m-1)/m share).  A broadcast adds the
+payload to the root's ``bytes_sent``.  Per link (worker -> server, server -> worker) the
+payload bytes and the messages (headers and acks included; their bytes are counted
+apart as control bytes) are counted on both ends, and each server times how long it
+waited for the workers' headers and how long it was busy (receiving, averaging,
+sending).  ``broadcast_object`` (the run directory) and ``STATS`` are not counted.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+
+import torch
+
+from ..errors import ConfigError
+from .base import Communicator
+
+PUSH, PULL, BROADCAST, OBJECT, BARRIER, STATS, SHUTDOWN = range(1, 8)
+OP_NAMES = {PUSH: "push", PULL: "pull", BROADCAST: "broadcast", OBJECT: "broadcast_object", BARRIER: "barrier",
+            STATS: "stats", SHUTDOWN: "shutdown"}
+UNCOUNTED = (OBJECT, STATS, SHUTDOWN)  # bookkeeping, not the algorithm's traffic
+DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+          torch.int8, torch.uint8, torch.bool)
+HEADER = 3 + 2 * len(DTYPES)  # one (dtype, numel) pair per group, one group per dtype
+TAG_HEADER, TAG_DATA, TAG_REPLY = 1, 2, 3
+SERVER_FIELDS = ("busy_s", "wait_s", "reduce_s", "uptime_s", "pushes", "pulls", "broadcasts", "barriers")
+
+Groups = tuple[tuple[torch.dtype, int], ...]  # (dtype, numel) of each flat buffer of one call
+
+
+def slice_bounds(numel: int, servers: int) -> list[tuple[int, int]]:
+    """[start, stop) of each server's contiguous slice of a ``numel``-element buffer (as ``torch.tensor_split``)."""
+    base, extra = divmod(numel, servers)
+    starts = [j * base + min(j, extra) for j in range(servers + 1)]
+    return list(zip(starts[:-1], starts[1:]))
+
+
+@dataclass
+class Link:
+    """Traffic on one worker-server link, as one end counts it: payload bytes and messages each way."""
+
+    to_server_bytes: int = 0
+    to_server_messages: int = 0
+    to_worker_bytes: int = 0
+    to_worker_messages: int = 0
+    control_bytes: int = 0  # headers and acks, both ways
+
+    def values(self) -> list[int]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+def _encode(op: int, groups: Groups, root: int = 0) -> torch.Tensor:
+    header = torch.zeros(HEADER, dtype=torch.int64)
+    header[:3] = torch.tensor([op, root, len(groups)])
+    for g, (dtype, numel) in enumerate(groups):
+        header[3 + 2 * g:5 + 2 * g] = torch.tensor([DTYPES.index(dtype), numel])
+    return header
+
+
+def _decode(header: torch.Tensor) -> tuple[int, int, Groups]:
+    op, root, count, *pairs = header.tolist()
+    return op, root, tuple((DTYPES[pairs[2 * g]], pairs[2 * g + 1]) for g in range(count))
+
+
+def _flatten(tensors: list[torch.Tensor]) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Indices of the tensors of each dtype (in order of first appearance) and one flat CPU buffer per dtype."""
+    order = list(dict.fromkeys(t.dtype for t in tensors))
+    idx = [[i for i, t in enumerate(tensors) if t.dtype == dtype] for dtype in order]
+    return idx, [torch.cat([tensors[i].detach().reshape(-1).cpu() for i in group]) for group in idx]
+
+
+def _unflatten(tensors: list[torch.Tensor], idx: list[list[int]], flats: list[torch.Tensor]) -> list[torch.Tensor]:
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    for group, flat in zip(idx, flats):
+        for i, piece in zip(group, flat.split([tensors[i].numel() for i in group])):
+            out[i] = piece.view_as(tensors[i]).to(tensors[i].device)
+    return out  # type: ignore[return-value]
+
+
+def _wait(works: list) -> None:
+    for work in works:
+        work.wait()
+
+
+class PSCommunicator(Communicator):
+    """A worker's view of the parameter servers: rank/size are the worker rank and the number of workers."""
+
+    is_server = False
+
+    def __init__(self, dist, workers: int) -> None:
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.size = workers
+        self.server_ranks = list(range(workers, dist.get_world_size()))
+        self.links = {s: Link() for s in self.server_ranks}  # this worker's end of its link to each server
+        self.comm_s = 0.0  # time spent inside this worker's communication calls
+        self._pending: list = []
+        self._keep: list[torch.Tensor] = []  # buffers of sends still in flight
+        super().__init__()
+
+    # -- the counted collectives -------------------------------------------------------------------
+    def allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Average every tensor over the workers, through the servers (push, then pull): one round."""
+        if not isinstance(tensors, (list, tuple)) or not tensors:
+            raise TypeError("allreduce_mean takes a non-empty list of tensors")
+        bad = [t.dtype for t in tensors if not t.is_floating_point()]
+        if bad:
+            raise TypeError(f"comm=ps averages floating-point tensors, got {bad[0]}")
+        self.bytes_sent += sum(t.numel() * t.element_size() for t in tensors)
+        self.calls += 1
+        start = time.perf_counter()
+        result = self._allreduce_mean(list(tensors))
+        self.comm_s += time.perf_counter() - start
+        return result
+
+    def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
+        """Every worker receives ``root``'s tensors, relayed by the servers: the root sends each payload once."""
+        if self.rank == root:
+            self.bytes_sent += sum(t.numel() * t.element_size() for t in tensors)
+        self.calls += 1
+        start = time.perf_counter()
+        result = self._broadcast(list(tensors), root)
+        self.comm_s += time.perf_counter() - start
+        return result
+
+    def broadcast_object(self, text: str, root: int = 0) -> str:
+        """A short string through the servers; not counted, neither here nor on the links."""
+        data = torch.tensor(list(text.encode()), dtype=torch.uint8)
+        (length,) = self._broadcast([torch.tensor([data.numel()], dtype=torch.int64)], root, op=OBJECT)
+        buf = data if self.rank == root else torch.zeros(int(length.item()), dtype=torch.uint8)
+        return bytes(self._broadcast([buf], root, op=OBJECT)[0].tolist()).decode()
+
+    # -- push and pull -----------------------------------------------------------------------------
+    def push(self, tensors: list[torch.Tensor]) -> None:
+        """Send slice j of this worker's tensors to server j; a server averages once all m workers have pushed.
+
+        The sends are posted, not awaited: the next `pull` (or any other call) completes them.
+        """
+        idx, flats = _flatten(tensors)
+        self._header(PUSH, tuple((f.dtype, f.numel()) for f in flats))
+        for flat in flats:
+            for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
+                self._send(flat[a:b], server, counted=True)
+
+    def pull(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The servers' mean of the last push, as new tensors shaped (and typed, and placed) like ``like``."""
+        idx, flats = _flatten(like)
+        self._header(PULL, tuple((f.dtype, f.numel()) for f in flats))
+        out = [torch.empty_like(f) for f in flats]
+        for flat in out:
+            for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
+                self._receive(flat[a:b], server, counted=True)
+        self._complete()
+        return _unflatten(like, idx, out)
+
+    def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        self.push(tensors)
+        return self.pull(tensors)
+
+    def _broadcast(self, tensors: list[torch.Tensor], root: int, op: int = BROADCAST) -> list[torch.Tensor]:
+        idx, flats = _flatten(tensors)
+        self._header(op, tuple((f.dtype, f.numel()) for f in flats), root)
+        counted = op not in UNCOUNTED
+        out = flats if self.rank == root else [torch.empty_like(f) for f in flats]
+        for flat in out:
+            for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
+                if self.rank == root:
+                    self._send(flat[a:b], server, counted)
+                else:
+                    self._receive(flat[a:b], server, counted)
+        self._complete()
+        return _unflatten(tensors, idx, out)  # new tensors on the root too: its flat buffers are copies
+
+    def barrier(self) -> None:
+        start = time.perf_counter()
+        self._header(BARRIER, ())
+        acks = [torch.zeros(1, dtype=torch.uint8) for _ in self.server_ranks]
+        for server, ack in zip(self.server_ranks, acks):
+            self._pending.append(self._dist.irecv(ack, src=server, tag=TAG_REPLY))
+            self.links[server].to_worker_messages += 1
+            self.links[server].control_bytes += 1
+        self._complete()
+        self.comm_s += time.perf_counter() - start
+
+    # -- what the run's summary gets ---------------------------------------------------------------
+    def summary_entries(self) -> dict:
+        """``{"parameter_server": ...}``: each server's busy and waiting time and every link's traffic, as the
+        servers counted them (a collective: every worker calls it), and this worker's time in communication."""
+        self._header(STATS, ())
+        per_worker = len(fields(Link))
+        replies = [torch.zeros(len(SERVER_FIELDS) + per_worker * self.size, dtype=torch.float64)
+                   for _ in self.server_ranks]
+        for server, reply in zip(self.server_ranks, replies):
+            self._pending.append(self._dist.irecv(reply, src=server, tag=TAG_REPLY))
+        self._complete()
+        servers, links = [], []
+        for server, reply in zip(self.server_ranks, replies):
+            values = reply.tolist()
+            head = dict(zip(SERVER_FIELDS, values))
+            servers.append({"rank": server, **{k: (int(v) if k in SERVER_FIELDS[4:] else v) for k, v in head.items()}})
+            for worker in range(self.size):
+                counts = values[len(SERVER_FIELDS) + per_worker * worker:][:per_worker]
+                links.append({"worker": worker, "server": server,
+                              **{f.name: int(v) for f, v in zip(fields(Link), counts)}})
+        return {"parameter_server": {
+            "workers": self.size, "servers": len(self.server_ranks), "server_ranks": self.server_ranks,
+            "server": servers, "links": links, "worker_comm_s": self.comm_s,
+            "worker_links": [{"worker": self.rank, "server": s, **vars(link)} for s, link in self.links.items()],
+        }}
+
+    def shutdown(self) -> None:
+        """Tell every server to stop, then release the process group."""
+        if not self._dist.is_initialized():
+            return
+        try:
+            self._header(SHUTDOWN, ())
+            _wait(self._pending)
+        finally:
+            self._pending, self._keep = [], []
+            self._dist.destroy_process_group()
+
+    # -- messages ----------------------------------------------------------------------------------
+    def _header(self, op: int, groups: Groups, root: int = 0) -> None:
+        header = _encode(op, groups, root)
+        self._keep.append(header)
+        for server in self.server_ranks:
+            self._pending.append(self._dist.isend(header, dst=server, tag=TAG_HEADER))
+            if op not in UNCOUNTED:
+                self.links[server].to_server_messages += 1
+                self.links[server].control_bytes += header.numel() * header.element_size()
+
+    def _send(self, piece: torch.Tensor, server: int, counted: bool) -> None:
+        if piece.numel() == 0:
+            return  # fewer elements than servers: this server's slice is empty, and no message goes
+        self._keep.append(piece)
+        self._pending.append(self._dist.isend(piece, dst=server, tag=TAG_DATA))
+        if counted:
+            self.links[server].to_server_messages += 1
+            self.links[server].to_server_bytes += piece.numel() * piece.element_size()
+
+    def _receive(self, piece: torch.Tensor, server: int, counted: bool) -> None:
+        if piece.numel() == 0:
+            return
+        self._pending.append(self._dist.irecv(piece, src=server, tag=TAG_REPLY))
+        if counted:
+            self.links[server].to_worker_messages += 1
+            self.links[server].to_worker_bytes += piece.numel() * piece.element_size()
+
+    def _complete(self) -> None:
+        """Wait for every message posted since the last call; their buffers may then go."""
+        _wait(self._pending)
+        self._pending, self._keep = [], []
+
+
+class ParameterServer:
+    """A server rank: holds slice j of every message and answers the workers until they shut it down."""
+
+    is_server = True
+
+    def __init__(self, dist, workers: int) -> None:
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.workers = workers
+        self.servers = dist.get_world_size() - workers
+        self.index = self.rank - workers  # which slice of each buffer this server holds
+        self.links = [Link() for _ in range(workers)]  # this server's end of its link to each worker
+        self.times = dict.fromkeys(SERVER_FIELDS[:4], 0.0)
+        self.ops = dict.fromkeys(SERVER_FIELDS[4:], 0)
+        self._kept: list[torch.Tensor] = []  # the mean of the last push, one slice per group
+        self._kept_groups: Groups = ()
+        self._started = time.perf_counter()
+
+    def serve(self) -> dict:
+        """Answer headers until every worker has sent SHUTDOWN; returns this server's counters."""
+        self._started = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            op, root, groups = self._headers()
+            t1 = time.perf_counter()
+            self.times["wait_s"] += t1 - t0
+            if op == SHUTDOWN:
+                break
+            {PUSH: self._push, PULL: self._pull, BARRIER: self._barrier, STATS: self._stats}.get(
+                op, self._relay)(op, root, groups)
+            if op not in UNCOUNTED:
+                self.times["busy_s"] += time.perf_counter() - t1
+        self.times["uptime_s"] = time.perf_counter() - self._started
+        return {"status": "served", "backend": "ps", "server_rank": self.rank, **self.times, **self.ops,
+                "links": [{"worker": w, "server": self.rank, **vars(link)} for w, link in enumerate(self.links)]}
+
+    def shutdown(self) -> None:
+        if self._dist.is_initialized():
+            self._dist.destroy_process_group()
+
+    def _headers(self) -> tuple[int, int, Groups]:
+        """The next operation: one header from every worker, which must all agree."""
+        headers = [torch.zeros(HEADER, dtype=torch.int64) for _ in range(self.workers)]
+        _wait([self._dist.irecv(h, src=w, tag=TAG_HEADER) for w, h in enumerate(headers)])
+        decoded = [_decode(h) for h in headers]
+        for w, d in enumerate(decoded):
+            if d != decoded[0]:
+                raise RuntimeError(
+                    f"parameter server rank {self.rank}: worker {w} asked for {OP_NAMES.get(d[0], d[0])} {d[2]} while "
+                    f"worker 0 asked for {OP_NAMES.get(decoded[0][0], decoded[0][0])} {decoded[0][2]}: the workers "
+                    "left their common sequence of operations (did one of them fail?)")
+        op = decoded[0][0]
+        if op not in UNCOUNTED:
+            for link in self.links:
+                link.to_server_messages += 1
+                link.control_bytes += HEADER * 8
+        return decoded[0]
+
+    def _slices(self, groups: Groups) -> list[int]:
+        return [b - a for a, b in (slice_bounds(numel, self.servers)[self.index] for _, numel in groups)]
+
+    def _push(self, op: int, root: int, groups: Groups) -> None:
+        received = [[torch.empty(n, dtype=dtype) for _ in range(self.workers)]
+                    for (dtype, _), n in zip(groups, self._slices(groups))]
+        _wait([self._receive(buf, w) for bufs in received for w, buf in enumerate(bufs) if buf.numel()])
+        t0 = time.perf_counter()
+        self._kept = [torch.stack(bufs).sum(0) / self.workers for bufs in received]  # the simulator's arithmetic
+        self._kept_groups = groups
+        self.times["reduce_s"] += time.perf_counter() - t0
+        self.ops["pushes"] += 1
+
+    def _pull(self, op: int, root: int, groups: Groups) -> None:
+        if groups != self._kept_groups:
+            raise RuntimeError(f"parameter server rank {self.rank}: pull of {groups} after a push of {self._kept_groups}")
+        _wait([self._send(piece, w, True) for piece in self._kept if piece.numel() for w in range(self.workers)])
+        self.ops["pulls"] += 1
+
+    def _relay(self, op: int, root: int, groups: Groups) -> None:
+        """BROADCAST and OBJECT: the root's slices, sent on to every other worker."""
+        if op not in (BROADCAST, OBJECT):
+            raise RuntimeError(f"parameter server rank {self.rank}: unknown operation {op}")
+        counted = op == BROADCAST
+        pieces = [torch.empty(n, dtype=dtype) for (dtype, _), n in zip(groups, self._slices(groups))]
+        _wait([self._receive(p, root, counted) for p in pieces if p.numel()])
+        _wait([self._send(p, w, counted) for p in pieces if p.numel() for w in range(self.workers) if w != root])
+        if counted:
+            self.ops["broadcasts"] += 1
+
+    def _barrier(self, op: int, root: int, groups: Groups) -> None:
+        ack = torch.ones(1, dtype=torch.uint8)
+        _wait([self._dist.isend(ack, dst=w, tag=TAG_REPLY) for w in range(self.workers)])
+        for link in self.links:
+            link.to_worker_messages += 1
+            link.control_bytes += 1
+        self.ops["barriers"] += 1
+
+    def _stats(self, op: int, root: int, groups: Groups) -> None:
+        self.times["uptime_s"] = time.perf_counter() - self._started
+        values = [*self.times.values(), *self.ops.values()] + [v for link in self.links for v in link.values()]
+        reply = torch.tensor(values, dtype=torch.float64)
+        _wait([self._dist.isend(reply, dst=w, tag=TAG_REPLY) for w in range(self.workers)])
+
+    def _receive(self, buf: torch.Tensor, worker: int, counted: bool = True):
+        if counted:
+            self.links[worker].to_server_messages += 1
+            self.links[worker].to_server_bytes += buf.numel() * buf.element_size()
+        return self._dist.irecv(buf, src=worker, tag=TAG_DATA)
+
+    def _send(self, piece: torch.Tensor, worker: int, counted: bool):
+        if counted:
+            self.links[worker].to_worker_messages += 1
+            self.links[worker].to_worker_bytes += piece.numel() * piece.element_size()
+        return self._dist.isend(piece, dst=worker, tag=TAG_REPLY)
+
+
+def connect(servers: int = 1) -> PSCommunicator | ParameterServer:
+    """Start the gloo process group; the last ``servers`` ranks get a `ParameterServer`, the others a
+    `PSCommunicator`."""
+    import torch.distributed as dist
+
+    from .torch_dist import init_process_group
+
+    if not dist.is_initialized():
+        init_process_group("gloo")
+    size = dist.get_world_size()
+    if not 1 <= servers < size:
+        raise ConfigError(f"comm.servers={servers} but the launcher started {size} process(es); "
+                          "comm=ps needs 1 <= comm.servers < the number of processes")
+    workers = size - servers
+    return ParameterServer(dist, workers) if dist.get_rank() >= workers else PSCommunicator(dist, workers)
