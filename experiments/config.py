@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dane import checks
 from dane.api import build
-from dane.comm import AlphaBeta, Stragglers, detect_launcher, resolve_backend
+from dane.comm import AlphaBeta, Stragglers, detect_launcher, launcher_rank, resolve_backend
 from dane.checkpoint import CHECKPOINT_DIR, check_resume, committed
 from dane.errors import ConfigError
 from dane.launch import PROGRESS, HorovodOptions, RunSpec
@@ -403,4 +403,5 @@ def check_data_used(cfg: DictConfig) -> None:
 
 
 def rank_zero() -> bool:
-    return int(os.environ.get("HOROVOD_RANK", os.environ.get("RANK", 0))) == 0
+    """Rank 0 of horovodrun, torchrun or an srun step (`dane.comm.launcher_rank`), or a plain run."""
+    return launcher_rank() == 0

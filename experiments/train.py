@@ -68,11 +68,13 @@ def main(cfg: DictConfig) -> None:
 
 def reject(exc: UserError, *, every_rank: bool = True) -> None:
     """Bad input: one line and exit 2; in a sweep the job's ``error.txt`` holds the line and the sweep goes on."""
-    if multirun():
-        print(f"error: {exc}", file=sys.stderr)
-        job_dir = Path(HydraConfig.get().runtime.output_dir)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / "error.txt").write_text(f"error: {exc}\n")
+    if multirun():  # under hydra/launcher=slurm every task of a job runs this: rank 0 speaks and writes
+        if every_rank or rank_zero():
+            print(f"error: {exc}", file=sys.stderr)
+        if rank_zero():
+            job_dir = Path(HydraConfig.get().runtime.output_dir)
+            job_dir.mkdir(parents=True, exist_ok=True)
+            (job_dir / "error.txt").write_text(f"error: {exc}\n")
         return
     fail(exc, speak=every_rank or rank_zero())
 

@@ -7,17 +7,25 @@ from ..errors import ConfigError
 from .base import Communicator, ring_allreduce_bytes
 from .cost import AlphaBeta
 from .local import LocalCommunicator
+from .slurm import slurm_task
 from .threads import Stragglers, ThreadCommunicator, ThreadGroup
 
 BACKENDS = ("auto", "horovod", "torch", "local", "ps")
 
 
 def detect_launcher() -> tuple[str, int]:
-    """(backend, world size) implied by the environment: horovodrun, torchrun, or plain python."""
+    """(backend, world size) implied by the environment: horovodrun, torchrun, srun (torch), or plain python.
+
+    An ``srun`` step of more than one task starts the torch backend (`slurm.slurm_task`);
+    a single-task step, or a batch script itself, is a plain run.
+    """
     if "HOROVOD_RANK" in os.environ:
         return "horovod", int(os.environ.get("HOROVOD_SIZE", 1))
     if "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
         return "torch", int(os.environ.get("WORLD_SIZE", 1))
+    task = slurm_task()
+    if task is not None:
+        return "torch", task.size
     return "local", 1
 
 
@@ -26,12 +34,17 @@ def launcher_rank() -> int:
     for key in ("HOROVOD_RANK", "RANK"):
         if key in os.environ:
             return int(os.environ[key])
+    if "SLURM_STEP_ID" in os.environ:  # an srun task (a batch script's own step sets no SLURM_STEP_ID)
+        return int(os.environ.get("SLURM_PROCID", 0))
     return 0
 
 
 def resolve_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ConfigError(f"comm={backend} is not a backend; choose one of {', '.join(BACKENDS)}")
+    if backend == "horovod" and "HOROVOD_RANK" not in os.environ and slurm_task() is not None:
+        raise ConfigError("comm=horovod cannot start under srun: Horovod's gloo rendezvous needs horovodrun; "
+                          "use comm=auto or comm=torch under Slurm (or run horovodrun inside the allocation)")
     return detect_launcher()[0] if backend == "auto" else backend
 
 

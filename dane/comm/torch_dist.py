@@ -6,11 +6,12 @@ import os
 import torch
 
 from .base import Communicator
+from .slurm import slurm_task
 
 
 def init_process_group(backend: str) -> None:
-    """``init_process_group`` from the launcher's environment; under torchrun, in a key space of its own
-    for this restart attempt.
+    """``init_process_group`` from the launcher's environment: under srun, from Slurm's (`slurm.slurm_task`);
+    under torchrun, in a key space of its own for this restart attempt.
 
     Since torch 2.5 torchrun's agent hosts one TCPStore for the whole job
     (``TORCHELASTIC_USE_AGENT_STORE``) and ``init_process_group`` uses it without a
@@ -21,6 +22,11 @@ def init_process_group(backend: str) -> None:
     """
     import torch.distributed as dist
 
+    task = slurm_task() if "RANK" not in os.environ else None  # torchrun inside an srun step sets RANK
+    if task is not None:
+        dist.init_process_group(backend, init_method=f"tcp://{task.master_addr}:{task.master_port}",
+                                rank=task.rank, world_size=task.size)
+        return
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         dist.init_process_group(backend=backend)
         return
@@ -40,7 +46,7 @@ class TorchDistCommunicator(Communicator):
         self._dist = dist
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", 0)))
         super().__init__()
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:

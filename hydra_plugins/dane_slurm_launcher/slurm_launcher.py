@@ -1,0 +1,118 @@
+"""``hydra/launcher=slurm`` (conf/hydra/launcher/slurm.yaml): each job of a ``-m`` sweep is one Slurm job of ``workers`` tasks, one worker a task.
+
+    python -m experiments.train -m hydra/launcher=slurm workers=1,2 algorithm.mu=0,0.1
+
+hydra-submitit-launcher's Slurm launcher (sbatch through submitit; its ``srun`` runs the
+job once per task), with two changes:
+
+- A job's task count is its own ``workers`` (split evenly over ``hydra.launcher.nodes``),
+  so one sweep can hold 1- and 2-worker jobs; a job without ``workers=`` gets
+  ``hydra.launcher.tasks_per_node`` x ``nodes`` tasks.  Inside, the tasks start
+  torch.distributed from Slurm's environment (`dane.comm.slurm`); a 1-task job is a plain run.
+- Only task 0 (rank 0) runs Hydra's job set-up, which writes the job directory
+  (``.hydra/``, the job's log); the other tasks run the same job with the same config
+  and write nothing there (submitit keeps every task's stdout/stderr under ``.submitit/``).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, env_override, filter_overrides, setup_globals
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
+from omegaconf import OmegaConf, open_dict, read_write
+
+log = logging.getLogger(__name__)
+
+
+class SlurmLauncher(SubmititSlurmLauncher):
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import submitit
+
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info(f"Slurm sweep output dir: {sweep_dir}")
+        groups: dict[int, list[int]] = {}  # task count -> the jobs with it (one executor, one job array each)
+        for i, overrides in enumerate(job_overrides):
+            groups.setdefault(self.tasks_for(overrides), []).append(i)
+        jobs: list[Any] = [None] * len(job_overrides)
+        for tasks, members in groups.items():
+            executor = submitit.AutoExecutor(cluster="slurm", **self.folder_params())
+            executor.update_parameters(**self.queue_params(tasks))
+            params = []
+            for i in members:
+                idx = initial_job_idx + i
+                log.info(f"\t#{idx} ({tasks} task{'s' * (tasks != 1)}): {' '.join(filter_overrides(job_overrides[i]))}")
+                params.append((list(job_overrides[i]), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
+            for i, job in zip(members, executor.map_array(self, *zip(*params))):
+                jobs[i] = job
+        return [job.results()[0] for job in jobs]  # task 0's JobReturn: the one that ran Hydra's job set-up
+
+    def tasks_for(self, overrides: Sequence[str]) -> int:
+        """The job's ``workers`` (as its config composes it), else ``tasks_per_node`` x ``nodes``."""
+        assert self.hydra_context is not None and self.config is not None
+        nodes = int(self.params["nodes"])
+        job_cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        workers = job_cfg.get("workers")
+        if workers is None:
+            return int(self.params["tasks_per_node"]) * nodes
+        from dane.errors import ConfigError  # here, not at the top: Hydra imports every plugin at start-up
+
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"workers must be a positive integer (the job's Slurm task count), got {workers!r}")
+        if workers % nodes:
+            raise ConfigError(f"workers={workers} does not split evenly over hydra.launcher.nodes={nodes}; "
+                              "make workers a multiple of nodes")
+        return workers
+
+    def folder_params(self) -> dict[str, Any]:
+        init = {"folder": self.params["submitit_folder"]}
+        if "max_num_timeout" in self.params:
+            init["slurm_max_num_timeout"] = self.params["max_num_timeout"]
+        return init
+
+    def queue_params(self, tasks: int) -> dict[str, Any]:
+        """The launcher's settings as submitit names them, with ``tasks`` tasks spread over ``nodes``."""
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())
+        params = {k if k in shared else f"slurm_{k}": v for k, v in self.params.items()
+                  if k not in ("submitit_folder", "max_num_timeout")}
+        params["tasks_per_node"] = tasks // int(self.params["nodes"])
+        return params
+
+    def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
+                 singleton_state: dict[type, Singleton]) -> JobReturn:
+        """One task of a job: rank 0 through Hydra's `run_job` (which writes the job directory); the others
+        with the same Hydra config and task config, writing nothing."""
+        from dane.comm import launcher_rank
+
+        if launcher_rank() == 0:
+            return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        import submitit
+
+        assert self.hydra_context is not None and self.config is not None and self.task_function is not None
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, sweep_overrides)
+        with open_dict(config.hydra.job):
+            config.hydra.job.id = submitit.JobEnvironment().job_id
+            config.hydra.job.num = job_num
+        output_dir = os.path.join(str(OmegaConf.select(config, job_dir_key)), str(config.hydra.sweep.subdir))
+        with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+            config.hydra.runtime.output_dir = os.path.abspath(output_dir)
+        HydraConfig.instance().set_config(config)
+        task_cfg = copy.deepcopy(config)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        with env_override(config.hydra.job.env_set):
+            # an exception propagates: the task exits non-zero and srun (SLURM_KILL_BAD_EXIT) ends the step
+            value = self.task_function(task_cfg)
+        return JobReturn(overrides=list(sweep_overrides), cfg=task_cfg, hydra_cfg=config, _return_value=value,
+                         working_dir=os.getcwd(), task_name=str(config.hydra.job.name), status=JobStatus.COMPLETED)
