@@ -62,3 +62,15 @@ class Algorithm(ABC):
             self.w.copy_(state["w"])  # in place: an optimizer may hold self.w as its parameter
         if "problem" in state:
             self.problem.load_state_dict(state["problem"])
+
+    def load_elastic_state(self, state: dict) -> None:
+        """Continue from rank 0's committed state after a Horovod elastic reset (`dane.elastic`).
+
+        Only rank 0's state survives a reset (it is broadcast to every worker), and the
+        shards are dealt anew for the new world size, so this worker may hold other rows
+        than the worker that wrote ``state``.  The default keeps everything but the
+        problem's own state (minibatch generators of the old shard: this worker's start
+        as in a fresh run of the new size); a subclass with state that depends on the
+        shard derives it again from its new shard (`dane.dane.DANE`).
+        """
+        self.load_state_dict({key: value for key, value in state.items() if key != "problem"})

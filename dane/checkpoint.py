@@ -177,17 +177,18 @@ def load_checkpoint(run_dir: str | Path, rank: int, meta: dict) -> dict:
     return state
 
 
-def truncate_rounds(run_dir: str | Path, next_round: int) -> None:
+def truncate_rounds(run_dir: str | Path, next_round: int) -> int:
     """Keep only the records of rounds before ``next_round`` in ``rounds.jsonl`` (the checkpoint's past).
 
     A last line without its newline, or one that is not JSON, is what a crash in the
     middle of a write leaves: it is dropped.  A damaged line before the last is refused.
+    Returns how many whole records were dropped (rounds that the run will do again).
     """
     path = Path(run_dir) / ROUNDS_FILE
     if not path.is_file():
-        return
+        return 0
     lines = path.read_text(errors="replace").splitlines(keepends=True)
-    kept = []
+    kept, dropped = [], 0
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -201,4 +202,7 @@ def truncate_rounds(run_dir: str | Path, next_round: int) -> None:
             raise ConfigError(f"{path} line {i + 1} is not a round record; repair or remove it to resume")
         if record["round"] < next_round:
             kept.append(line)
+        else:
+            dropped += 1
     atomic_write(path, lambda f: f.write("".join(kept).encode()))
+    return dropped

@@ -84,6 +84,12 @@ class DANE(Algorithm):
         if self.guard is not None:
             self.guard.load_state_dict(state["guard"])
 
+    def load_elastic_state(self, state: dict) -> None:
+        """μ and the safeguard's memory carry over a change of world size; see `MuSafeguard.rebase`."""
+        super().load_elastic_state(state)
+        if self.guard is not None:
+            self.guard.rebase(self.problem)
+
 
 def solver_arg(local_solver) -> dict:
     """``prox_solve``'s keyword for a chosen local solver; none for the problem's own (networks take none)."""
@@ -225,6 +231,24 @@ class MuSafeguard:
     def _rule(self) -> float:
         """The rule's μ, on the grid: snap(boost * scale * spread)."""
         return snap(self.boost * self.scale * self.spread)
+
+    def rebase(self, problem) -> None:
+        """After the shards were dealt anew for another world size m (Horovod elastic, `dane.elastic`).
+
+        The last accepted point w, its global gradient g and its global objective are
+        properties of O, which is the same whatever m (every row is still in exactly one
+        shard), so the acceptance test goes on unchanged.  Only this worker's local
+        gradient at w belonged to the old shard: it is recomputed on the new one (local
+        work, no communication), so the next δ measures the new shards' spread.  μ, the
+        spread and ``boost`` are kept: the spread is a maximum over the old shards, which
+        with fewer workers (larger shards) overstates the new one, so μ errs on the safe,
+        slower side and never below what was needed; with more workers the next rounds
+        measure the larger spread and raise μ, and an ascent is still rejected.
+        """
+        if self.accepted is not None:
+            w, _, g, metrics = self.accepted
+            local_grad, _ = problem.evaluate(w)
+            self.accepted = (w, local_grad, g, metrics)
 
     def state_dict(self) -> dict:
         return {"mu": self.mu, "boost": self.boost, "spread": self.spread, "best": self.best, "accepted": self.accepted}

@@ -8,7 +8,9 @@ A run with ``checkpoint_every`` survives a lost process: every rank writes its p
 checkpoint, rank 0 commits the round once all parts are on disk (`dane.checkpoint`), and
 ``resume=auto`` (or ``resume=<run dir>``) continues from the newest committed round, so
 a job restarted by its launcher (``torchrun --max-restarts``) finishes as if never
-stopped.  In the simulator ``sim.fail_at`` loses a worker on purpose (`SimulatedFault`),
+stopped.  Under Horovod elastic (``comm.elastic=true``, `dane.elastic`) the job is not
+restarted: the surviving workers reset to the new world size and continue from the
+last round committed in memory, in the same run loop and run directory.  In the simulator ``sim.fail_at`` loses a worker on purpose (`SimulatedFault`),
 and a Ctrl-C stops every worker at its next collective, writes the summary with
 ``status: interrupted`` and exits with status 130 (`RunInterrupted`).
 """
@@ -37,8 +39,10 @@ from .runner import ProgressBar, RoundTable, StopRule, run
 
 PROGRESS = ("table", "bar", "auto", "none")
 
-#: test-only fault hook: rank 1 kills itself (SIGKILL) when it reaches this round, once per run directory
+#: test-only fault hook: rank 1 (or rank `TEST_KILL_RANK_ENV`) kills itself (SIGKILL) when it reaches this round,
+#: once per run directory
 TEST_KILL_ENV = "DANE_TEST_KILL_AT_ROUND"
+TEST_KILL_RANK_ENV = "DANE_TEST_KILL_RANK"
 
 
 class RunInterrupted(SystemExit, KeyboardInterrupt):
@@ -147,6 +151,7 @@ class RunSpec:
     progress: str = "table"          # rank 0's display: table | bar | auto (bar on a terminal) | none
     restart_unfinished: bool = False  # resume=auto found no committed checkpoint: an unfinished run's records are replaced
     faults: tuple[tuple[int, int], ...] = ()  # (round, worker): that simulated worker is lost there (once per run dir)
+    elastic: bool = False            # Horovod elastic: lost or added workers change the world size (dane.elastic)
 
     simulate_single: bool = False    # also one worker in the simulator (timed on its thread's CPU clock, as m > 1)
 
@@ -190,6 +195,10 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             interrupted = RunInterrupted(f"interrupted{at}{where}")
             print(interrupted, file=sys.stderr, flush=True)
             raise interrupted
+    elif spec.elastic:
+        from .elastic import run_elastic
+
+        summary = run_elastic(spec, out_dir, collect)
     else:
         comm = make_communicator(spec.backend, torch_backend=spec.torch_backend, servers=spec.servers)
         try:
@@ -227,16 +236,32 @@ def _build(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, float]:
     return problem, clock() - t0
 
 
+def worker_meta(spec: RunSpec, rank: int, size: int) -> dict:
+    """What a checkpoint part records about its run, checked when it is loaded."""
+    return {"algorithm": spec.algorithm.name, "problem": spec.problem.name, "workers": size, "rank": rank}
+
+
 def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | None, start: float,
-            setup_s: float = 0.0, collect: dict | None = None) -> dict:
+            setup_s: float = 0.0, collect: dict | None = None, elastic=None) -> dict:
+    """One worker's run: the algorithm on ``problem``, rank 0 writing ``out_dir``.
+
+    ``elastic`` (a `dane.elastic.ElasticSession`) is one attempt of a Horovod elastic run:
+    it continues from the state committed in memory instead of a checkpoint on disk.
+    """
     algo = spec.algorithm.build(problem, comm)
-    meta = {"algorithm": spec.algorithm.name, "problem": spec.problem.name, "workers": comm.size, "rank": comm.rank}
-    resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
-    if resume is not None and comm.rank == 0:
-        truncate_rounds(spec.resume, resume["round"])
+    meta = worker_meta(spec, comm.rank, comm.size)
+    if elastic is None:
+        resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
+        if resume is not None and comm.rank == 0:
+            truncate_rounds(spec.resume, resume["round"])
+        continuing = resume is not None
+    else:
+        continuing = elastic.prepare(comm)  # rank 0 cuts the records back to the committed round
     overwrite = spec.overwrite or (spec.restart_unfinished and out_dir is not None
                                    and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
-    writer = RunWriter(out_dir, resume=resume is not None, overwrite=overwrite) if comm.rank == 0 and out_dir else None
+    writer = RunWriter(out_dir, resume=continuing, overwrite=overwrite) if comm.rank == 0 and out_dir else None
+    if elastic is not None:
+        resume = elastic.resume(algo, spec.stop, comm)
     show = _display(spec) if comm.rank == 0 else None
     notes = list(getattr(problem, "notes", ()))
     if show is not None:
@@ -247,6 +272,8 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
 
     def on_round(record: dict) -> None:
         _inject_faults(spec, comm.rank, record["round"], out_dir)
+        if elastic is not None:
+            elastic.annotate(record, comm)
         seen.append(record)
         if writer is not None:
             writer.write_round(record)
@@ -254,17 +281,19 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
             show(record)
 
     def on_checkpoint(state: dict) -> None:
-        if out_dir:
+        if out_dir and spec.checkpoint_every:
             save_checkpoint(out_dir, comm.rank, state, meta)
             comm.barrier()  # every rank's part is on disk before the round is committed
             if comm.rank == 0:
                 commit_checkpoint(out_dir, state["round"], comm.size, spec.config_text)
+        if elastic is not None:
+            elastic.commit({**state, "workers": comm.size})  # in memory; raises Horovod's reset signals
 
     if writer is not None and spec.config_text:
         writer.write_text("config.yaml", spec.config_text)
     try:
         records, status = run(algo, spec.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
-                              checkpoint_every=spec.checkpoint_every)
+                              checkpoint_every=spec.checkpoint_every or (1 if elastic is not None else 0))
     except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
         if not seen:
             raise
@@ -298,8 +327,10 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
         summary["data"] = problem.data_info
     if collect is not None and comm.rank == 0 and status != "interrupted":
         collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
-    if resume is not None:
+    if resume is not None and elastic is None:
         summary["resumed_from_round"] = resume["round"]
+    if elastic is not None:
+        summary.update(elastic.summary())
     if spec.simulated:
         group = comm.group  # type: ignore[attr-defined]
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
@@ -332,8 +363,8 @@ def _inject_faults(spec: RunSpec, rank: int, round_: int, out_dir: str | None) -
     A marker in the run's checkpoint folder remembers a fault that fired, so the restarted
     run (``resume=auto``, same command) gets past it, as a restarted job on healthy machines would.
     """
-    kill_at = os.environ.get(TEST_KILL_ENV)
-    faults = [(r, w, "fault") for r, w in spec.faults] + ([(int(kill_at), 1, "kill")] if kill_at else [])
+    kill_at, kill_rank = os.environ.get(TEST_KILL_ENV), int(os.environ.get(TEST_KILL_RANK_ENV, 1))
+    faults = [(r, w, "fault") for r, w in spec.faults] + ([(int(kill_at), kill_rank, "kill")] if kill_at else [])
     for r, w, kind in faults:
         if (r, w) != (round_, rank):
             continue

@@ -100,6 +100,13 @@ def restore_cost(comm, cost: dict) -> None:
         comm._t0 -= float(cost["time_s"])
 
 
+def start_state(algo: Algorithm, stop: StopRule) -> dict:
+    """Round 0's state in the form ``on_checkpoint`` receives: ``run(algo, stop, resume=start_state(algo, stop))``
+    is a fresh run (Horovod elastic commits it before the first round, `dane.elastic`)."""
+    return {"round": 0, "cost": _cost(algo.comm), "first": None, "early_stop": EarlyStopping(stop).state_dict(),
+            "algorithm": algo.state_dict()}
+
+
 def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
         resume: dict | None = None, on_checkpoint: Callable[[dict], None] | None = None,
         checkpoint_every: int = 0) -> tuple[list[dict], str]:

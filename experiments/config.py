@@ -19,6 +19,7 @@ from dane import checks
 from dane.api import build
 from dane.comm import AlphaBeta, Stragglers, detect_launcher, launcher_rank, resolve_backend
 from dane.checkpoint import CHECKPOINT_DIR, check_resume, committed
+from dane.elastic import check_elastic
 from dane.errors import ConfigError
 from dane.launch import PROGRESS, HorovodOptions, RunSpec
 from dane.local_solvers import AUTO_MAX_DIM
@@ -136,6 +137,8 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         resume=resume_dir(cfg, workers),
         restart_unfinished=cfg.get("resume") == "auto",
         faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
+        elastic=check_elastic(checks.boolean("comm.elastic", cfg.comm.get("elastic", False)), backend,
+                              cfg.algorithm.get("name")),
         overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
         simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
         progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),

@@ -7,11 +7,21 @@ from .base import Communicator
 
 
 class HorovodCommunicator(Communicator):
-    def __init__(self) -> None:
+    """Horovod's collectives behind the `Communicator` interface.
+
+    ``init=False`` takes Horovod as already started: under Horovod elastic (`dane.elastic`)
+    the elastic loop owns ``hvd.init``/``hvd.shutdown`` and re-initializes Horovod after
+    every reset, so each attempt makes a communicator for the current (rank, size) and
+    leaves the shutdown to that loop.
+    """
+
+    def __init__(self, *, init: bool = True) -> None:
         import horovod.torch as hvd
 
-        hvd.init()
+        if init:
+            hvd.init()
         self._hvd = hvd
+        self._owns = init
         self.rank = hvd.rank()
         self.size = hvd.size()
         self.local_rank = hvd.local_rank()
@@ -36,4 +46,5 @@ class HorovodCommunicator(Communicator):
         self._hvd.join()
 
     def shutdown(self) -> None:
-        self._hvd.shutdown()
+        if self._owns:
+            self._hvd.shutdown()
