@@ -1,4 +1,4 @@
-"""``hydra/launcher=slurm`` (conf/hydra/launcher/slurm.yaml): each job of a ``-m`` sweep is one Slurm job of ``workers`` tasks, one worker a task.
+"""``hydra/launcher=slurm``: each job of a ``-m`` sweep is one Slurm job of ``workers`` tasks, one worker a task.
 
     python -m experiments.train -m hydra/launcher=slurm workers=1,2 algorithm.mu=0,0.1
 
@@ -12,12 +12,18 @@ job once per task), with two changes:
 - Only task 0 (rank 0) runs Hydra's job set-up, which writes the job directory
   (``.hydra/``, the job's log); the other tasks run the same job with the same config
   and write nothing there (submitit keeps every task's stdout/stderr under ``.submitit/``).
+
+submitit follows jobs with ``sacct``.  On a cluster without accounting (the test cluster of
+scripts/slurm_cluster.sh) the jobs are followed by their result files and ``squeue``
+instead, so a job that leaves the queue without a result fails the sweep, not hangs it.
 """
 from __future__ import annotations
 
 import copy
 import logging
 import os
+import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,10 +35,19 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 from omegaconf import OmegaConf, open_dict, read_write
 
+from dane.comm import launcher_rank
+from dane.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
+    """hydra-submitit-launcher's Slurm launcher with one Slurm task per worker and one writer per job.
+
+    Found by Hydra as ``hydra_plugins.dane_slurm_launcher.SlurmLauncher``; takes the keys of
+    ``hydra/launcher=submitit_slurm`` (conf/hydra/launcher/slurm.yaml sets dane's defaults).
+    """
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit
 
@@ -54,6 +69,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 params.append((list(job_overrides[i]), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
             for i, job in zip(members, executor.map_array(self, *zip(*params))):
                 jobs[i] = job
+        if not accounting():
+            wait_without_accounting(jobs)
         return [job.results()[0] for job in jobs]  # task 0's JobReturn: the one that ran Hydra's job set-up
 
     def tasks_for(self, overrides: Sequence[str]) -> int:
@@ -64,8 +81,6 @@ class SlurmLauncher(SubmititSlurmLauncher):
         workers = job_cfg.get("workers")
         if workers is None:
             return int(self.params["tasks_per_node"]) * nodes
-        from dane.errors import ConfigError  # here, not at the top: Hydra imports every plugin at start-up
-
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"workers must be a positive integer (the job's Slurm task count), got {workers!r}")
         if workers % nodes:
@@ -91,8 +106,6 @@ class SlurmLauncher(SubmititSlurmLauncher):
                  singleton_state: dict[type, Singleton]) -> JobReturn:
         """One task of a job: rank 0 through Hydra's `run_job` (which writes the job directory); the others
         with the same Hydra config and task config, writing nothing."""
-        from dane.comm import launcher_rank
-
         if launcher_rank() == 0:
             return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
         import submitit
@@ -116,3 +129,32 @@ class SlurmLauncher(SubmititSlurmLauncher):
             value = self.task_function(task_cfg)
         return JobReturn(overrides=list(sweep_overrides), cfg=task_cfg, hydra_cfg=config, _return_value=value,
                          working_dir=os.getcwd(), task_name=str(config.hydra.job.name), status=JobStatus.COMPLETED)
+
+
+def accounting() -> bool:
+    """Whether ``sacct`` answers here (it is how submitit tells a job that died from one still running)."""
+    try:
+        return subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def wait_without_accounting(jobs: Sequence[Any], *, poll_s: float = 1.0, grace_s: float = 30.0) -> None:
+    """Wait until every task of every job has its result file; a job out of ``squeue`` for ``grace_s``
+    without one (killed, out of memory, a node lost) raises with the place of its log."""
+    left_queue: dict[str, float] = {}
+    while True:
+        waiting = [job for job in jobs
+                   if not all(job.task(t).paths.result_pickle.exists() for t in range(job.num_tasks))]
+        if not waiting:
+            return
+        queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+        now = time.monotonic()
+        for job in waiting:
+            array_id = job.job_id.split("_")[0]
+            if job.job_id in queued or any(q.startswith(f"{array_id}_[") for q in queued):
+                left_queue.pop(job.job_id, None)
+            elif now - left_queue.setdefault(job.job_id, now) > grace_s:
+                raise ConfigError(f"Slurm job {job.job_id} left the queue without a result; "
+                                  f"see {job.paths.stderr} and {job.paths.stdout}")
+        time.sleep(poll_s)

@@ -1,0 +1,184 @@
+"""Slurm: srun tasks start torch.distributed from Slurm's environment; hydra/launcher=slurm runs sweeps there.
+
+The fast tests read fake ``SLURM_*`` environments.  The slow ones start a real single-node
+cluster (scripts/slurm_cluster.sh: slurmctld, slurmd, munge), submit through Hydra and
+compare every job with the in-process simulator on the same shards.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from dane.comm import detect_launcher, launcher_rank, resolve_backend
+from dane.comm.slurm import PORT_BASE, first_host, slurm_task
+from dane.errors import ConfigError
+from dane.results import read_rounds, read_summary
+from experiments.config import CONF_DIR, rank_zero, workers_for
+from helpers import REPO, env, train
+
+SRUN_TASK_1_OF_4 = {  # what srun -N 2 -n 4 sets for the second task (as printed by `srun env` on the test cluster)
+    "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+    "SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4", "SLURM_STEP_NODELIST": "node[07-08]",
+    "SLURM_JOB_NODELIST": "node[07-08]",
+}
+LAUNCHER_KEYS = ("HOROVOD_RANK", "HOROVOD_SIZE", "RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "MASTER_ADDR",
+                 "MASTER_PORT", "LOCAL_RANK")
+
+
+@pytest.fixture
+def srun_env(monkeypatch):
+    """Replace this process's launcher and Slurm variables with ``fake``."""
+    def apply(fake: dict[str, str]) -> None:
+        for key in [k for k in os.environ if k.startswith("SLURM_")] + list(LAUNCHER_KEYS):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in fake.items():
+            monkeypatch.setenv(key, value)
+    return apply
+
+
+def test_srun_task_is_read_from_slurm_variables():
+    task = slurm_task(SRUN_TASK_1_OF_4)
+    assert (task.rank, task.size, task.local_rank) == (1, 4, 1)
+    assert task.master_addr == "node07"  # the first host of the step, the same for every task
+    assert task.master_port == PORT_BASE + 4242 % 10000
+    assert slurm_task({**SRUN_TASK_1_OF_4, "SLURM_JOB_ID": "4243"}).master_port == task.master_port + 1
+    assert slurm_task({**SRUN_TASK_1_OF_4, "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400"}).master_addr == "10.0.0.5"
+    assert slurm_task({**SRUN_TASK_1_OF_4, "MASTER_PORT": "29400"}).master_port == 29400
+
+
+def test_single_task_and_batch_script_are_plain_runs():
+    assert slurm_task({**SRUN_TASK_1_OF_4, "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"}) is None
+    batch = {k: v for k, v in SRUN_TASK_1_OF_4.items() if not k.startswith("SLURM_STEP")}  # sbatch's own step
+    assert slurm_task(batch) is None
+    assert slurm_task({}) is None
+
+
+@pytest.mark.parametrize("nodelist, first", [
+    ("vm", "vm"), ("node[07-09,12],gpu1", "node07"), ("gpu1,node[1-2]", "gpu1"), ("rack[2-3]-n[01-04]", "rack2-n01"),
+    ("a[5,1-3]", "a5"),
+])
+def test_first_host_of_a_slurm_host_list(nodelist, first):
+    assert first_host(nodelist) == first
+
+
+def test_bad_slurm_variables_are_named():
+    with pytest.raises(ConfigError, match="SLURM_STEP_NUM_TASKS='x' is not an integer"):
+        slurm_task({**SRUN_TASK_1_OF_4, "SLURM_STEP_NUM_TASKS": "x"})
+
+
+def test_launcher_detection_under_srun(srun_env):
+    srun_env({**SRUN_TASK_1_OF_4, "SLURM_PROCID": "3"})
+    assert detect_launcher() == ("torch", 4)
+    assert launcher_rank() == 3 and not rank_zero()  # a non-zero task never writes the run directory
+    assert resolve_backend("auto") == "torch"
+    assert workers_for("torch", 4) == 4 and workers_for("torch", None) == 4
+    with pytest.raises(ConfigError, match="workers=2 but the launcher started 4 process"):
+        workers_for("torch", 2)
+    with pytest.raises(ConfigError, match="^comm=horovod cannot start under srun: Horovod's gloo rendezvous needs "
+                                          "horovodrun"):
+        resolve_backend("horovod")
+
+
+def test_single_task_slurm_job_and_torchrun_inside_srun(srun_env):
+    srun_env({**SRUN_TASK_1_OF_4, "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"})
+    assert detect_launcher() == ("local", 1) and launcher_rank() == 0
+    assert workers_for("local", 2) == 2  # simulated workers inside a one-task job
+    # torchrun started by a one-task srun step: torchrun's variables win
+    srun_env({**SRUN_TASK_1_OF_4, "TORCHELASTIC_RUN_ID": "x", "RANK": "2", "WORLD_SIZE": "3"})
+    assert detect_launcher() == ("torch", 3) and launcher_rank() == 2
+
+
+def test_slurm_launcher_config_composes():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm", "workers=2"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == "hydra_plugins.dane_slurm_launcher.SlurmLauncher"
+    assert (launcher.nodes, launcher.cpus_per_task, launcher.partition) == (1, 1, None)
+    assert "export SLURM_KILL_BAD_EXIT=1" in launcher.setup
+
+
+# --- a real cluster --------------------------------------------------------------------------------------------
+
+SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "rounds=10",
+         "dtype=float64", "quiet=true"]
+CLUSTER = REPO / "scripts" / "slurm_cluster.sh"
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """The environment of a client of the test cluster (started here if it is not running; stopped after if so)."""
+    state = subprocess.run(["bash", str(CLUSTER), "env"], capture_output=True, text=True, check=True).stdout
+    conf = state.strip().removeprefix("export SLURM_CONF=")
+    was_running = subprocess.run(["bash", str(CLUSTER), "status"], capture_output=True).returncode == 0
+    proc = subprocess.run(["bash", str(CLUSTER), "start"], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        installed = all(shutil.which(tool) for tool in ("slurmctld", "slurmd", "munged", "sbatch"))
+        if not installed:  # apt could not install it (no root, no apt, no network): nothing to test against
+            pytest.skip(f"no Slurm here and it could not be installed: {proc.stderr.strip()}")
+        pytest.fail(f"Slurm is installed but the test cluster did not start: {proc.stdout}{proc.stderr}")
+    yield {**env(), "SLURM_CONF": conf}
+    if not was_running:
+        subprocess.run(["bash", str(CLUSTER), "stop"], capture_output=True, timeout=120)
+
+
+def sweep(*overrides: str, sweep_dir: Path, client_env: dict, slurm: bool) -> list[Path]:
+    """A ``-m`` sweep of experiments.train (through Slurm, or in this machine's processes); its job directories."""
+    launcher = ["hydra/launcher=slurm"] if slurm else []
+    proc = subprocess.run([sys.executable, "-m", "experiments.train", "-m", *launcher, *overrides,
+                           f"hydra.sweep.dir={sweep_dir}"], cwd=REPO, env=client_env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return sorted(p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir())
+
+
+def assert_same_run(real: Path, simulated: Path) -> None:
+    a_rounds, b_rounds = read_rounds(real), read_rounds(simulated)
+    assert len(a_rounds) == len(b_rounds) == 11
+    for a, b in zip(a_rounds, b_rounds):
+        assert a["round"] == b["round"]
+        assert a["bytes_sent"] == b["bytes_sent"] and a["comm_rounds"] == b["comm_rounds"]
+        assert a["objective"] == pytest.approx(b["objective"], rel=1e-10, abs=0)
+        assert abs(a["suboptimality"] - b["suboptimality"]) <= 1e-10 * max(1.0, b["suboptimality"])
+
+
+@pytest.mark.slow
+def test_two_task_slurm_job_equals_the_simulator(slurm_env, tmp_path):
+    jobs = sweep(*SMALL, "workers=2", "save_iterate=true", sweep_dir=tmp_path / "slurm", client_env=slurm_env,
+                 slurm=True)
+    assert len(jobs) == 1
+    job = jobs[0]
+    summary = read_summary(job)
+    assert (summary["backend"], summary["workers"]) == ("torch", 2)  # two srun tasks, one process group
+    proc = train(*SMALL, "workers=2", "save_iterate=true", f"out_dir={tmp_path / 'sim'}")
+    assert proc.returncode == 0, proc.stderr
+    assert read_summary(tmp_path / "sim")["backend"] == "local"
+    assert_same_run(job, tmp_path / "sim")
+    torch.testing.assert_close(torch.load(job / "iterate.pt"), torch.load(tmp_path / "sim" / "iterate.pt"),
+                               rtol=0, atol=1e-10)
+    # rank 0 alone wrote the job directory: the run's files and Hydra's, each once
+    assert sorted(p.name for p in job.iterdir()) == [".hydra", "config.yaml", "iterate.pt", "rounds.jsonl",
+                                                     "summary.json", "train.log"]
+    task_logs = sorted((tmp_path / "slurm" / ".submitit").glob("*/*_1_log.out"))
+    assert task_logs and "global_rank=1(2)" in task_logs[0].read_text()  # the second task did run
+
+
+@pytest.mark.slow
+def test_slurm_sweep_over_workers_and_mu_equals_the_simulator(slurm_env, tmp_path):
+    grid = ["workers=1,2", "algorithm.mu=0,0.1"]
+    real = sweep(*SMALL, *grid, sweep_dir=tmp_path / "slurm", client_env=slurm_env, slurm=True)
+    simulated = sweep(*SMALL, *grid, sweep_dir=tmp_path / "sim", client_env=env(), slurm=False)
+    assert [p.name for p in real] == [p.name for p in simulated] and len(real) == 4
+    for job, sim in zip(real, simulated):
+        workers = read_summary(sim)["workers"]
+        assert read_summary(job)["backend"] == ("torch" if workers == 2 else "local")  # 1 task: a plain run
+        assert read_summary(job)["workers"] == workers
+        assert_same_run(job, sim)
+    mus = {p.name.split("algorithm.mu=")[1].split(",")[0] for p in real}
+    assert mus == {"0", "0.1"}
