@@ -135,8 +135,6 @@ class PSCommunicator(Communicator):
         bad = [t.dtype for t in tensors if not t.is_floating_point()]
         if bad:
             raise TypeError(f"comm=ps averages floating-point tensors, got {bad[0]}")
-        self.bytes_sent += sum(t.numel() * t.element_size() for t in tensors)
-        self.calls += 1
         start = time.perf_counter()
         result = self._allreduce_mean(list(tensors))
         self.comm_s += time.perf_counter() - start
@@ -163,16 +161,22 @@ class PSCommunicator(Communicator):
     def push(self, tensors: list[torch.Tensor]) -> None:
         """Send slice j of this worker's tensors to server j; a server averages once all m workers have pushed.
 
-        The sends are posted, not awaited: the next `pull` (or any other call) completes them.
+        Adds the tensors' bytes to ``bytes_sent``.  The sends are posted, not awaited: the
+        next `pull` (or any other call) completes them.
         """
         idx, flats = _flatten(tensors)
+        self.bytes_sent += sum(f.numel() * f.element_size() for f in flats)
         self._header(PUSH, tuple((f.dtype, f.numel()) for f in flats))
         for flat in flats:
             for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
                 self._send(flat[a:b], server, counted=True)
 
     def pull(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The servers' mean of the last push, as new tensors shaped (and typed, and placed) like ``like``."""
+        """The servers' mean of the last push, as new tensors shaped (and typed, and placed) like ``like``.
+
+        A push and its pull are one communication round: the pull adds one to ``calls``.
+        """
+        self.calls += 1
         idx, flats = _flatten(like)
         self._header(PULL, tuple((f.dtype, f.numel()) for f in flats))
         out = [torch.empty_like(f) for f in flats]

@@ -1,0 +1,199 @@
+"""The parameter-server communicator (comm=ps) under real torchrun launches.
+
+- the collectives through the servers are exact (the same arithmetic as the simulator's
+  mean, so bit for bit), and every link's bytes and messages equal the model: each
+  worker pushes and pulls exactly its slice of the message to and from each server
+  (`slice_bounds`), headers, acks and broadcasts counted as the protocol sends them;
+- ``torchrun --nproc_per_node 3 comm=ps`` (2 workers, 1 server) and 4 processes with
+  ``comm.servers=2`` give the same rounds as the in-process simulator with workers=2
+  (float64, 1e-10) for DANE, GD, ADMM and DiSCO (which broadcasts);
+- bad input (servers, staleness, the launcher) is in tests/test_bad_input.py.
+
+Run as a script under torchrun (``python tests/test_ps.py <out.jsonl> <servers>``), this file is the probe.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from dane.comm.ps import HEADER, slice_bounds
+
+ROOT_OF_BROADCAST = -1  # the last worker: a root other than rank 0
+
+
+def probe_inputs(m: int) -> list[list[torch.Tensor]]:
+    """Every worker's tensors of the probe's allreduce: three dtypes, an odd length, a one-element group."""
+    gen = torch.Generator().manual_seed(7)
+    return [[torch.randn(500, generator=gen, dtype=torch.float64), torch.randn(3, 4, generator=gen, dtype=torch.float64),
+             torch.randn(1, generator=gen, dtype=torch.float64), torch.randn(7, generator=gen).float(),
+             torch.randn(1, generator=gen).half()] for _ in range(m)]
+
+
+def probe(out: str, servers: int) -> None:
+    from dane.comm import make_communicator
+
+    comm = make_communicator("ps", servers=servers)
+    if comm.is_server:
+        comm.serve()
+        comm.shutdown()
+        return
+    m, r = comm.size, comm.rank
+    inputs = probe_inputs(m)
+    exact = [torch.stack([x[i] for x in inputs]).sum(0) / m for i in range(len(inputs[0]))]  # the simulator's mean
+    reduced = comm.allreduce_mean(inputs[r])
+    comm.push([2 * t for t in inputs[r]])  # the primitives themselves: one more round
+    pulled = comm.pull(inputs[r])
+    root = m - 1
+    (bcast,) = comm.broadcast([inputs[r][0]], root=root)
+    text = comm.broadcast_object("run-dir-of-rank-0" if r == 0 else "", root=0)
+    comm.barrier()
+    record = {
+        "rank": r, "size": m, "bytes_sent": comm.bytes_sent, "calls": comm.calls, "text": text,
+        "allreduce_exact": all(torch.equal(a, b) and a.dtype == b.dtype and a.shape == b.shape
+                               for a, b in zip(reduced, exact)),
+        "pull_exact": all(torch.equal(a, 2 * b) for a, b in zip(pulled, exact)),
+        "broadcast_exact": torch.equal(bcast, inputs[root][0]),
+        **comm.summary_entries(),
+    }
+    comm.shutdown()
+    with open(out, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def slice_sizes(numels: list[tuple[int, int]], servers: int, j: int) -> tuple[int, int]:
+    """(bytes, non-empty pieces) of server j's slices of flat buffers given as (numel, element size)."""
+    pieces = [(b - a) * size for numel, size in numels for a, b in [slice_bounds(numel, servers)[j]]]
+    return sum(pieces), sum(p > 0 for p in pieces)
+
+
+def expected_link(worker: int, m: int, servers: int, j: int) -> dict:
+    """The probe's traffic on the link between ``worker`` and server j: the protocol, message by message."""
+    message, message_pieces = slice_sizes([(513, 8), (7, 4), (1, 2)], servers, j)  # f64, f32, f16 buffers
+    bcast, bcast_pieces = slice_sizes([(500, 8)], servers, j)
+    root = worker == m - 1
+    headers = 2 * 2 + 1 + 1  # two push-pull rounds (a push and a pull header each), a broadcast, a barrier
+    return {
+        "to_server_bytes": 2 * message + root * bcast,
+        "to_server_messages": headers + 2 * message_pieces + root * bcast_pieces,
+        "to_worker_bytes": 2 * message + (not root) * bcast,
+        "to_worker_messages": 2 * message_pieces + (not root) * bcast_pieces + 1,  # + the barrier's ack
+        "control_bytes": headers * HEADER * 8 + 1,
+    }
+
+
+def test_slices_cover_the_buffer_in_order():
+    for numel in (0, 1, 7, 513):
+        for servers in (1, 2, 3, 5):
+            bounds = slice_bounds(numel, servers)
+            assert bounds[0][0] == 0 and bounds[-1][1] == numel
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+            assert [b - a for a, b in bounds] == [t.numel() for t in torch.arange(numel).tensor_split(servers)]
+
+
+@pytest.mark.parametrize("servers,processes", [(1, 3), (2, 4)], ids=["1server_2workers", "2servers_2workers"])
+def test_collectives_are_exact_and_every_link_is_counted(servers, processes, tmp_path):
+    from helpers import REPO, env, torchrun
+    import subprocess
+
+    out = tmp_path / "probe.jsonl"
+    proc = subprocess.run([*torchrun(processes), sys.executable, str(REPO / "tests" / "test_ps.py"), str(out),
+                           str(servers)], cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["rank"])
+    m = processes - servers
+    assert [r["rank"] for r in records] == list(range(m))  # only the workers run the program; the servers serve
+    nbytes = 513 * 8 + 7 * 4 + 2
+    for r in records:
+        assert r["size"] == m and r["allreduce_exact"] and r["pull_exact"] and r["broadcast_exact"]
+        assert r["text"] == "run-dir-of-rank-0"
+        assert r["calls"] == 3  # two push-pull rounds and a broadcast; the barrier and the object are not rounds
+        assert r["bytes_sent"] == 2 * nbytes + (r["rank"] == m - 1) * 500 * 8
+        ps = r["parameter_server"]
+        assert ps["server_ranks"] == list(range(m, processes)) and ps["workers"] == m and ps["servers"] == servers
+        for link in ps["links"]:  # as the servers counted them
+            expected = expected_link(link["worker"], m, servers, link["server"] - m)
+            assert {k: link[k] for k in expected} == expected, link
+        mine = [link for link in ps["links"] if link["worker"] == r["rank"]]
+        assert ps["worker_links"] == mine  # the worker's end counted the same
+        assert sum(link["to_server_bytes"] for link in mine) == r["bytes_sent"]
+        for server in ps["server"]:
+            assert (server["pushes"], server["pulls"], server["broadcasts"], server["barriers"]) == (2, 2, 1, 1)
+            assert 0 <= server["reduce_s"] <= server["busy_s"] <= server["uptime_s"]
+            assert server["busy_s"] + server["wait_s"] <= server["uptime_s"]
+
+
+SMALL = ["problem=ridge_synthetic", "problem.n_samples=4000", "problem.dim=100", "problem.covariance=decay", "rounds=6",
+         "quiet=true", "save_iterate=true"]
+RUNS = {  # id: (algorithm overrides, servers, processes)
+    "dane": (["algorithm=dane"], 1, 3),
+    "dane_2servers": (["algorithm=dane"], 2, 4),
+    "gd": (["algorithm=gd"], 1, 3),
+    "admm": (["algorithm=admm"], 1, 3),
+    "disco": (["algorithm=disco"], 1, 3),  # a broadcast from worker 0 every PCG step
+}
+SLOW = ("gd", "admm", "disco")  # the same path as DANE's; about 30 s each here
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    """The in-process simulator's run with workers=2, once per algorithm."""
+    from helpers import train
+
+    runs = {}
+
+    def get(algorithm: list[str]):
+        key = tuple(algorithm)
+        if key not in runs:
+            out = tmp_path_factory.mktemp("sim")
+            proc = train(*algorithm, *SMALL, "workers=2", f"out_dir={out}")
+            assert proc.returncode == 0, proc.stderr
+            runs[key] = out
+        return runs[key]
+
+    return get
+
+
+@pytest.mark.parametrize("run", [pytest.param(k, marks=[pytest.mark.slow] if k in SLOW else []) for k in RUNS])
+def test_torchrun_ps_iterates_equal_the_simulator(run, simulated, tmp_path):
+    """2 workers through 1 or 2 servers: round for round the simulator's objective, suboptimality and cost."""
+    from dane.results import read_rounds, read_summary
+    from helpers import REPO, torchrun, train
+
+    algorithm, servers, processes = RUNS[run]
+    proc = train(*algorithm, *SMALL, "comm=ps", f"comm.servers={servers}", f"out_dir={tmp_path}",
+                 launcher=torchrun(processes))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sim_dir = simulated(algorithm)
+    real, sim = read_rounds(tmp_path), read_rounds(sim_dir)
+    assert len(real) == len(sim) == 7
+    for a, b in zip(real, sim):
+        assert a["round"] == b["round"] and a["comm_rounds"] == b["comm_rounds"]
+        assert a["bytes_sent"] == b["bytes_sent"]  # what a worker sends: the message, = the ring's 2(m-1)/m at m=2
+        assert abs(a["objective"] - b["objective"]) <= 1e-10 * abs(b["objective"])
+        assert abs(a["suboptimality"] - b["suboptimality"]) <= 1e-10 * max(1e-300, abs(b["suboptimality"])) + 1e-16
+    torch.testing.assert_close(torch.load(tmp_path / "iterate.pt"), torch.load(sim_dir / "iterate.pt"), rtol=0, atol=1e-10)
+    summary = read_summary(tmp_path)
+    assert summary["backend"] == "ps" and summary["workers"] == 2
+    ps = summary["parameter_server"]
+    assert ps["server_ranks"] == list(range(2, processes))
+    assert ps["worker_links"] == [link for link in ps["links"] if link["worker"] == 0]  # both ends counted alike
+    for server in ps["server"]:
+        assert server["pulls"] == server["pushes"] >= summary["comm_rounds"] - server["broadcasts"]
+        assert 0 < server["busy_s"] <= server["uptime_s"]
+    per_worker = [sum(link["to_server_bytes"] for link in ps["links"] if link["worker"] == w) for w in (0, 1)]
+    assert per_worker[0] >= summary["total_bytes"]  # and what follows the last record: the final evaluation
+    if ps["server"][0]["broadcasts"] == 0:
+        assert per_worker[0] == per_worker[1]
+        for link in ps["links"]:
+            assert link["to_worker_bytes"] == link["to_server_bytes"]  # each worker pulls what it pushed
+    if servers == 2:  # each server holds half of every buffer: at most one element (8 bytes) more per push
+        halves = [link["to_server_bytes"] for link in ps["links"] if link["worker"] == 0]
+        assert 0 <= halves[0] - halves[1] <= 8 * ps["server"][0]["pushes"] and halves[1] > 0
+    assert not (REPO / "outputs").exists()
+
+
+if __name__ == "__main__":
+    probe(sys.argv[1], int(sys.argv[2]))
