@@ -1,4 +1,5 @@
-"""Start a module under horovodrun or torchrun from this virtualenv, for calibration, benchmarks and tests."""
+"""Start a module under horovodrun or torchrun from this virtualenv, for calibration, benchmarks, tests and
+the sweep launchers (`experiments.launchers`)."""
 from __future__ import annotations
 
 import importlib.util
@@ -30,24 +31,33 @@ def have_horovod() -> bool:
 
 
 def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    """This environment for a launch: the repository on PYTHONPATH, `HOROVOD_KEYS` dropped, ``extra`` added."""
     env = {k: v for k, v in os.environ.items() if k not in HOROVOD_KEYS}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(extra or {})
     return env
 
 
+def horovodrun_command(module: str, args: list[str], *, np: int = 2, extra: list[str] = ()) -> list[str]:
+    """``horovodrun -np NP [EXTRA] --gloo python -m MODULE ARGS``, this virtualenv's horovodrun and python."""
+    return [venv_bin("horovodrun"), "-np", str(np), *extra, "--gloo", sys.executable, "-m", module, *args]
+
+
+def torchrun_command(module: str, args: list[str], *, np: int = 2, extra: list[str] = ()) -> list[str]:
+    """``torchrun --standalone --nproc_per_node NP [EXTRA] -m MODULE ARGS``, this virtualenv's torchrun."""
+    return [venv_bin("torchrun"), "--standalone", "--nproc_per_node", str(np), *extra, "-m", module, *args]
+
+
 def horovodrun(module: str, args: list[str], *, np: int = 2, env: dict[str, str] | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
-    """``horovodrun -np NP --gloo python -m MODULE ARGS`` in the repository root; raises on failure."""
-    cmd = [venv_bin("horovodrun"), "-np", str(np), "--gloo", sys.executable, "-m", module, *args]
-    return _run(cmd, env, timeout)
+    """`horovodrun_command` in the repository root; raises on failure."""
+    return _run(horovodrun_command(module, args, np=np), env, timeout)
 
 
 def torchrun(module: str, args: list[str], *, np: int = 2, env: dict[str, str] | None = None,
              timeout: float = 600) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc_per_node NP -m MODULE ARGS`` in the repository root; raises on failure."""
-    cmd = [venv_bin("torchrun"), "--standalone", "--nproc_per_node", str(np), "-m", module, *args]
-    return _run(cmd, env, timeout)
+    """`torchrun_command` in the repository root; raises on failure."""
+    return _run(torchrun_command(module, args, np=np), env, timeout)
 
 
 def _run(cmd: list[str], env, timeout: float) -> subprocess.CompletedProcess:

@@ -1,0 +1,211 @@
+"""Hydra launchers that run each job of a ``-m`` sweep as its own multi-process launch on this machine.
+
+    python -m experiments.train -m hydra/launcher=horovod workers=1,2 algorithm=dane problem=ridge_synthetic
+    python -m experiments.train -m hydra/launcher=torchrun workers=1,2,4 ...
+
+Job k is ``horovodrun -np <workers> --gloo python -m experiments.train <its overrides>
+out_dir=<its job directory>`` (or ``torchrun --standalone --nproc_per_node <workers>``),
+the jobs one after another; ``workers`` unset is one process.  The commands come from
+`synthetic.launchers`, and each launched rank applies the job's ``comm.*`` Horovod settings
+itself (`dane.launch.HorovodOptions`), as any horovodrun run does.  The job directory gets
+Hydra's ``.hydra/`` (config, overrides) from this process, the run's records from rank 0,
+``launch.log`` (the launch's whole output), and ``error.txt`` when the job failed without a
+result: a non-zero exit is that job's failure, and the sweep goes on, as with the basic
+launcher.  A run that diverged wrote its summary (status: diverged): that is a result.
+The launch command is in the run's ``summary.json`` (``provenance.launch.command``).
+
+Hydra instantiates launchers only from the ``hydra_plugins`` package: these classes are
+found as ``hydra_plugins.dane_launchers`` (a shim in hydra_plugins/, which ``pip install -e .``
+installs too), configured by conf/hydra/launcher/{horovod,torchrun}.yaml.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+from dane import checks
+from dane.errors import ConfigError
+from dane.provenance import LAUNCH_COMMAND_ENV
+from dane.results import SUMMARY_FILE
+from synthetic.launchers import _env, horovodrun_command, torchrun_command
+
+log = logging.getLogger(__name__)
+
+LOG_FILE = "launch.log"
+TIMED_OUT = 124
+ERROR_FILE = "error.txt"  # what experiments/train.py writes for a rejected job, and paper_figs.summary reads
+#: a program's one-line error, as the launchers pass it on (horovodrun prefixes ``[rank]<stderr>:``)
+ERROR_LINE = re.compile(r"^(?:\[\d+\]<std(?:err|out)>:)?(error: .*)$")
+
+
+class ProcessLauncher(Launcher):
+    """Runs each job of a sweep as ``command(module, overrides, np=workers)``, one job after another."""
+
+    name = "process"
+
+    def __init__(self, extra_args: Sequence[str] = (), timeout_s: float | None = None) -> None:
+        self.extra_args = [str(a) for a in extra_args]
+        self.timeout_s = None if timeout_s is None else checks.positive("hydra.launcher.timeout_s", timeout_s)
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def command(self, module: str, args: list[str], np: int) -> list[str]:
+        raise NotImplementedError
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        main_module()  # before any job: the launched processes run the program as a module
+        self.config = config
+        self.hydra_context = hydra_context
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """As Hydra's basic launcher, except that a job is `launch_job` in new processes, not the task function."""
+        setup_globals()
+        assert self.config is not None and self.hydra_context is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        log.info(f"Launching {len(job_overrides)} jobs with {self.name}, one after another")
+        returns = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = idx
+                sweep_config.hydra.job.num = idx
+            returns.append(run_job(hydra_context=self.hydra_context, task_function=self.launch_job, config=sweep_config,
+                                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir"))
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return returns
+
+    def launch_job(self, cfg: DictConfig) -> int:
+        """Run one job (``cfg``, Hydra's job config is current) in ``workers`` new processes; returns the exit status.
+
+        A failure is written to the job's ``error.txt``, never raised: Hydra would stop the sweep.
+        """
+        job_dir = Path(HydraConfig.get().runtime.output_dir)
+        overrides = list(HydraConfig.get().overrides.task)
+        try:
+            np = 1 if cfg.workers is None else checks.positive_int("workers", cfg.workers)
+            if not cfg.get("out_dir"):
+                overrides.append(f"out_dir={quote(str(job_dir))}")
+        except ConfigError as exc:
+            return self._failed(job_dir, f"error: {exc}", 2)
+        run_dir = Path(cfg.out_dir) if cfg.get("out_dir") else job_dir
+        cmd = self.command(main_module(), overrides, np)
+        returncode, tail = self._run(cmd, job_dir)
+        if returncode == 0:
+            return 0
+        if returncode == TIMED_OUT:
+            return self._failed(job_dir, f"error: the job ran past hydra.launcher.timeout_s={self.timeout_s} and was "
+                                         f"stopped; its output is in {job_dir / LOG_FILE}", returncode)
+        if (run_dir / SUMMARY_FILE).exists():  # a diverged run wrote its result before exiting with status 3
+            status = json.loads((run_dir / SUMMARY_FILE).read_text()).get("status")
+            log.info(f"job {job_dir.name}: {status} (exit status {returncode})")
+            return returncode
+        errors = [m.group(1) for line in tail if (m := ERROR_LINE.match(line))]
+        message = errors[-1] if errors else (f"error: {cmd[0]} exited with status {returncode}; "
+                                             f"its output is in {job_dir / LOG_FILE}")
+        return self._failed(job_dir, message, returncode)
+
+    def _run(self, cmd: list[str], job_dir: Path) -> tuple[int, list[str]]:
+        """Run ``cmd`` in its own process group, its output shown and kept in ``launch.log``; (status, last lines).
+
+        The launch command reaches the run's provenance through `LAUNCH_COMMAND_ENV`.  On a
+        timeout or an interrupt the whole group goes (horovodrun leaves its workers otherwise).
+        """
+        tail: collections.deque[str] = collections.deque(maxlen=200)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        with open(job_dir / LOG_FILE, "w") as logfile:
+            logfile.write(" ".join(cmd) + "\n")
+            try:
+                proc = subprocess.Popen(cmd, env=_env({LAUNCH_COMMAND_ENV: json.dumps(cmd)}), stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            except OSError as exc:
+                logfile.write(f"error: could not start {cmd[0]}: {exc}\n")
+                return 127, [f"error: could not start {cmd[0]}: {exc}"]
+            timed_out = threading.Event()
+
+            def stop() -> None:
+                timed_out.set()
+                _kill_group(proc)
+
+            timer = threading.Timer(self.timeout_s, stop) if self.timeout_s is not None else None
+            try:
+                if timer is not None:
+                    timer.start()
+                for line in proc.stdout:  # shown as it comes
+                    sys.stdout.write(line)
+                    logfile.write(line)
+                    tail.append(line.rstrip("\n"))
+                returncode = proc.wait()
+            except BaseException:  # Ctrl-C: stop the launch too
+                _kill_group(proc)
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        return (TIMED_OUT if timed_out.is_set() else returncode), list(tail)
+
+    @staticmethod
+    def _failed(job_dir: Path, message: str, returncode: int) -> int:
+        print(message, file=sys.stderr, flush=True)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / ERROR_FILE).write_text(message + "\n")
+        return returncode
+
+
+class HorovodLauncher(ProcessLauncher):
+    """``horovodrun -np <workers> [extra_args] --gloo`` per job (``hydra/launcher=horovod``)."""
+
+    name = "horovodrun"
+
+    def command(self, module: str, args: list[str], np: int) -> list[str]:
+        return horovodrun_command(module, args, np=np, extra=self.extra_args)
+
+
+class TorchrunLauncher(ProcessLauncher):
+    """``torchrun --standalone --nproc_per_node <workers> [extra_args]`` per job (``hydra/launcher=torchrun``)."""
+
+    name = "torchrun"
+
+    def command(self, module: str, args: list[str], np: int) -> list[str]:
+        return torchrun_command(module, args, np=np, extra=self.extra_args)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def main_module() -> str:
+    """The module the sweep was started as (``experiments.train`` for ``python -m experiments.train``)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None or not spec.name:
+        raise ConfigError("the horovod and torchrun sweep launchers start the program as a module: "
+                          "run it as python -m experiments.train (or experiments.simulate)")
+    return spec.name
+
+
+def quote(value: str) -> str:
+    """``value`` as one quoted Hydra override value (a job directory's name holds ``=`` and ``,``)."""
+    for mark in ("'", '"'):
+        if mark not in value and not value.endswith("\\"):
+            return mark + value + mark
+    raise ConfigError(f"the job directory {value} holds both kinds of quotes; choose a plainer hydra.sweep.dir")

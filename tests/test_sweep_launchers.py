@@ -1,0 +1,127 @@
+"""``hydra/launcher=horovod|torchrun``: each job of a ``-m`` sweep is a real ``-np <workers>`` launch.
+
+The launched sweeps (slow: two or more launches each, about 20 s apiece on 2 cores) check
+that each job ran with its own number of processes on the right backend, gave the
+in-process simulator's iterates, recorded its launch command, and that a failed job is
+recorded as failed while the sweep goes on.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.plugins.launcher import Launcher
+
+from dane.results import find_runs, read_rounds, read_summary
+from experiments.config import CONF_DIR
+from experiments.launchers import ERROR_LINE, quote
+from helpers import REPO, env, horovodrun, torchrun, train
+
+SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "rounds=5"]
+LAUNCHERS = {"horovod": ("horovodrun", "horovod", horovodrun), "torchrun": ("torchrun", "torch", torchrun)}
+
+
+def test_the_launchers_are_hydra_plugins_and_compose():
+    found = {f"{c.__module__}.{c.__name__}" for c in Plugins.instance().discover(Launcher)}
+    assert {"hydra_plugins.dane_launchers.HorovodLauncher", "hydra_plugins.dane_launchers.TorchrunLauncher"} <= found
+    for name, cls in (("horovod", "HorovodLauncher"), ("torchrun", "TorchrunLauncher")):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
+        assert cfg.hydra.launcher._target_ == f"hydra_plugins.dane_launchers.{cls}"
+        assert list(cfg.hydra.launcher.extra_args) == [] and cfg.hydra.launcher.timeout_s is None
+
+
+def test_a_job_directory_passes_as_one_override_value():
+    job_dir = "/tmp/sweep/3_algorithm.mu=0.1,problem.dim=50,workers=2"
+    parsed = OverridesParser.create().parse_override(f"out_dir={quote(job_dir)}")
+    assert parsed.key_or_group == "out_dir" and parsed.value() == job_dir
+    quoted = quote("/tmp/it's")
+    assert OverridesParser.create().parse_override(f"out_dir={quoted}").value() == "/tmp/it's"
+
+
+def test_the_programs_error_line_is_found_under_either_launcher():
+    lines = ["[1]<stderr>:error: algorithm.mu must be >= 0, got -1", "error: workers=3 but the launcher started 2",
+             "RuntimeError: Horovod detected that one or more processes exited", "[0]<stdout>:round  time_s"]
+    assert [m.group(1) for line in lines if (m := ERROR_LINE.match(line))] == [
+        "error: algorithm.mu must be >= 0, got -1", "error: workers=3 but the launcher started 2"]
+
+
+def sweep(launcher: str, overrides: list[str], sweep_dir) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "experiments.train", "-m", f"hydra/launcher={launcher}", *overrides,
+           f"hydra.sweep.dir={sweep_dir}"]
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    """The in-process runs with 1 and 2 workers: what each launched job must reproduce."""
+    runs = {}
+    for workers in (1, 2):
+        out = tmp_path_factory.mktemp(f"sim{workers}")
+        proc = train(*SMALL, f"workers={workers}", "quiet=true", f"out_dir={out}")
+        assert proc.returncode == 0, proc.stderr
+        runs[workers] = read_rounds(out)
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["horovod", "torchrun"])
+def test_a_sweep_launches_each_job_with_its_workers(launcher, simulated, tmp_path):
+    program, backend, available = LAUNCHERS[launcher]
+    available()  # skips when the launcher is not installed
+    proc = sweep(launcher, ["workers=1,2", *SMALL, "quiet=true"], tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    runs = sorted(find_runs(tmp_path))
+    assert [p.name.split("_")[0] for p in runs] == ["0", "1"]
+    for workers, run in zip((1, 2), runs):
+        summary = read_summary(run)
+        # the backend's own world size, and the launcher's layout as it told rank 0
+        assert (summary["workers"], summary["backend"], summary["rounds"]) == (workers, backend, 5)
+        launch = summary["provenance"]["launch"]
+        assert launch["launcher"] == program and launch["size"] == launch["local_size"] == workers
+        command = launch["command"]
+        assert command[0].endswith(program) and str(workers) in command[1:4]
+        assert f"out_dir={quote(str(run))}" in command and f"workers={workers}" in command
+        assert (run / "launch.log").read_text().splitlines()[0] == " ".join(command)
+        assert (run / ".hydra" / "overrides.yaml").exists() and not (run / "error.txt").exists()
+        real, sim = read_rounds(run), simulated[workers]
+        assert len(real) == len(sim) == 6
+        for a, b in zip(real, sim):
+            assert a["bytes_sent"] == b["bytes_sent"]
+            assert a["objective"] == pytest.approx(b["objective"], rel=1e-10, abs=0)
+            assert a["suboptimality"] == pytest.approx(b["suboptimality"], rel=1e-10, abs=1e-14)
+    assert simulated[2][-1]["suboptimality"] < 1e-8 < simulated[2][1]["suboptimality"]  # rounds that differ
+
+    # the sweep's last line, and the command it prints, which tabulates both jobs
+    last = re.search(r"^sweep: 2 jobs in (.+); summary: (.+)$", proc.stdout, re.M)
+    assert last and last.group(1) == str(tmp_path), proc.stdout[-2000:]
+    table = subprocess.run([sys.executable, *shlex.split(last.group(2))[1:]], cwd=REPO, env=env(),
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    rows = [line.split("|") for line in table.stdout.splitlines()[2:]]
+    assert [(r[2].strip(), r[4].strip(), r[5].strip()) for r in rows] == [("max_rounds", "1", "5"), ("max_rounds", "2", "5")]
+
+
+@pytest.mark.slow
+def test_a_failed_job_is_recorded_and_the_sweep_goes_on(tmp_path):
+    torchrun()
+    # job 0 is refused before any launch; job 1 is launched and its program rejects mu=-1 (exit 2)
+    proc = sweep("torchrun", ["workers=0,1", "algorithm.mu=-1", *SMALL[2:]], tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert [(p / "error.txt").read_text() for p in jobs] == [
+        "error: workers must be a positive integer, got 0\n", "error: algorithm.mu must be >= 0, got -1\n"]
+    assert not any((p / "summary.json").exists() for p in jobs)
+    assert not (jobs[0] / "launch.log").exists()  # nothing was launched for it
+    assert "torchrun" in (jobs[1] / "launch.log").read_text().splitlines()[0]
+    assert "sweep: 2 jobs in" in proc.stdout
+    table = subprocess.run([sys.executable, "-m", "paper_figs.summary", str(tmp_path), "--json"], cwd=REPO, env=env(),
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert '"failed"' in table.stdout and table.stdout.count('"failed"') == 2
