@@ -334,7 +334,7 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     if spec.simulated:
         group = comm.group  # type: ignore[attr-defined]
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
-                       simulated_comm_s=group.comm_time, alpha=group.cost.alpha, beta=group.cost.beta)
+                       simulated_comm_s=group.comm_time, **group.cost.describe())
     if hasattr(problem, "confusion_matrix") and status not in ("diverged", "interrupted"):
         # One extra allreduce after the last record, so no logged cost includes it.
         (counts,) = comm.allreduce_mean([problem.confusion_matrix(algo.reported_iterate)])

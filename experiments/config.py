@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dane import checks
 from dane.api import build
-from dane.comm import AlphaBeta, Stragglers, detect_launcher, launcher_rank, resolve_backend
+from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, launcher_rank, resolve_backend
 from dane.checkpoint import CHECKPOINT_DIR, check_resume, committed
 from dane.elastic import check_elastic
 from dane.errors import ConfigError
@@ -88,17 +88,29 @@ def ps_workers(launched: str, size: int, workers, servers: int) -> int:
     return size - servers
 
 
-def cost_model(sim: DictConfig) -> AlphaBeta:
-    base = AlphaBeta()
-    path = Path(sim.calibration) if sim.calibration else None
+TOPOLOGIES = ("allreduce", "ps")
+
+
+def cost_model(sim: DictConfig) -> AlphaBeta | ParameterServerCost:
+    """The simulator's cost of one allreduce: a ring (``sim.topology=allreduce``) or ``sim.servers`` parameter
+    servers (``ps``), from its calibration file when that exists, each of ``sim.alpha/beta/gamma`` overriding it."""
+    topology = checks.one_of("sim.topology", sim.get("topology", "allreduce"), TOPOLOGIES)
+    ps = topology == "ps"
+    model, key = (ParameterServerCost, "ps_calibration") if ps else (AlphaBeta, "calibration")
+    base = model()
+    path = Path(sim[key]) if sim.get(key) else None
     if path is not None and path.exists():
         try:
-            base = AlphaBeta.load(path)
+            base = model.load(path)
         except ConfigError as exc:
-            raise ConfigError(f"sim.calibration: {exc}, or set sim.calibration=null for the defaults") from None
-    alpha = base.alpha if sim.alpha is None else sim.alpha
-    beta = base.beta if sim.beta is None else sim.beta
-    return AlphaBeta(alpha=checks.nonnegative("sim.alpha", alpha), beta=checks.positive("sim.beta", beta))
+            raise ConfigError(f"sim.{key}: {exc}, or set sim.{key}=null for the defaults") from None
+    alpha = checks.nonnegative("sim.alpha", base.alpha if sim.alpha is None else sim.alpha)
+    beta = checks.positive("sim.beta", base.beta if sim.beta is None else sim.beta)
+    if not ps:
+        return AlphaBeta(alpha=alpha, beta=beta)
+    gamma = checks.positive("sim.gamma", base.gamma if sim.get("gamma") is None else sim.gamma)
+    return ParameterServerCost(alpha=alpha, beta=beta, gamma=gamma,
+                               servers=checks.positive_int("sim.servers", sim.get("servers", 1)))
 
 
 def run_spec(cfg: DictConfig) -> RunSpec:

@@ -94,10 +94,14 @@ def retime(records: list[dict], summary: dict, cost: AlphaBeta = FIGURE_COST) ->
     allreduce times add up to bytes_sent/β + (allreduces)·2(m-1)α, since one worker's ring
     bytes are 2(m-1)/m of each message; so swapping α-β is exact (broadcasts cost no
     simulated time).  Records of a run without a simulated network (m=1, or a launched
-    run) are returned as they are.
+    run) are returned as they are.  A run simulated with parameter servers
+    (``topology: ps``) has another cost formula: asking to re-time one is an error.
     """
     if "alpha" not in summary or (summary["alpha"], summary["beta"]) == (cost.alpha, cost.beta):
         return records
+    if summary.get("topology", "allreduce") != "allreduce":
+        raise ValueError(f"retime swaps a ring allreduce's α-β; this run was simulated with topology "
+                         f"{summary['topology']}")
     m = summary["workers"]
 
     def comm(record: dict, alpha: float, beta: float) -> float:

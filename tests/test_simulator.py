@@ -6,7 +6,9 @@
   plus the α-β cost of each allreduce (fake compute of known CPU seconds);
 - stragglers slow the simulated time by the expected factor, and seeded delays add
   exactly the drawn maxima;
-- the calibration fit recovers α and β from exact model times.
+- the calibration fit recovers α and β from exact model times;
+- with ``sim.topology=ps`` the clock adds the parameter-server cost instead, whose serial
+  part makes a round grow linearly with m where the ring's stays flat.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from dane.comm import AlphaBeta, Stragglers, ThreadGroup
+from dane.errors import ConfigError
+from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, ThreadGroup
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
@@ -99,6 +102,35 @@ def test_simulated_run_time_is_the_group_clock(tmp_path):
     assert summary["simulated_comm_s"] == pytest.approx(sum(spec.cost.allreduce_time(n, 2) for n in nbytes), rel=1e-12)
     assert records[-1]["time_s"] <= summary["simulated_time_s"] <= records[-1]["time_s"] + 0.05
     assert summary["setup_s"] > 0
+
+
+def test_parameter_server_cost_is_push_sum_pull_per_server_slice():
+    cost = ParameterServerCost(alpha=1e-4, beta=1e9, gamma=4e9, servers=4)
+    n, m = 8_000_000, 8
+    # each server's slice is 2 MB: 8 pushes and 8 pulls of it at 1 GB/s, 8 sums of it at 4 GB/s, 16 latencies
+    assert cost.allreduce_time(n, m) == pytest.approx(16 * (1e-4 + 2e6 / 1e9) + 8 * 2e6 / 4e9, rel=1e-12)
+    one_server = ParameterServerCost(alpha=1e-4, beta=1e9, gamma=4e9, servers=1)
+    ring_bandwidth = AlphaBeta(alpha=0.0, beta=1e9)
+    # the server's serial part: from m=8 to m=64 every PS term grows 8x; the ring's bandwidth
+    # term only goes from 2(7/8) to 2(63/64) of n/β (its latency term, 2(m-1)α, grows too)
+    assert one_server.allreduce_time(n, 64) / one_server.allreduce_time(n, 8) == pytest.approx(8.0, rel=1e-12)
+    assert ring_bandwidth.allreduce_time(n, 64) / ring_bandwidth.allreduce_time(n, 8) == pytest.approx(63 / 56)
+    with pytest.raises(ConfigError, match="sim.servers"):
+        ParameterServerCost(servers=0)
+
+
+def test_simulated_parameter_server_run_is_charged_the_ps_cost(tmp_path):
+    spec = run_spec(compose_job(("workers=4", *SMALL, "sim.topology=ps", "sim.servers=2", "sim.alpha=0.001",
+                                 "sim.beta=1e8", "sim.gamma=1e9")))
+    assert spec.cost == ParameterServerCost(alpha=0.001, beta=1e8, gamma=1e9, servers=2)
+    summary = execute(spec, str(tmp_path))
+    nbytes = [8 * (20 + 3), 8 * 20] * 8 + [8 * (20 + 2)]  # as in the ring test above
+    assert summary["simulated_comm_s"] == pytest.approx(sum(spec.cost.allreduce_time(n, 4) for n in nbytes), rel=1e-12)
+    assert (summary["topology"], summary["servers"], summary["gamma"]) == ("ps", 2, 1e9)
+    ring = execute(run_spec(compose_job(("workers=4", *SMALL, "sim.alpha=0.001", "sim.beta=1e8"))),
+                   str(tmp_path / "ring"))
+    assert [r["objective"] for r in read_rounds(tmp_path)] == [r["objective"] for r in read_rounds(tmp_path / "ring")]
+    assert "topology" not in ring  # the ring's summary is as before: alpha and beta
 
 
 def test_calibration_fit_recovers_alpha_beta():

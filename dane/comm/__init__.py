@@ -5,7 +5,7 @@ import os
 
 from ..errors import ConfigError
 from .base import Communicator, ring_allreduce_bytes
-from .cost import AlphaBeta
+from .cost import AlphaBeta, ParameterServerCost
 from .local import LocalCommunicator
 from .slurm import slurm_task
 from .threads import Stragglers, ThreadCommunicator, ThreadGroup
@@ -71,7 +71,7 @@ def make_communicator(backend: str = "auto", *, torch_backend: str | None = None
 
 
 __all__ = [
-    "AlphaBeta", "BACKENDS", "Communicator", "LocalCommunicator", "Stragglers", "ThreadCommunicator",
+    "AlphaBeta", "BACKENDS", "Communicator", "LocalCommunicator", "ParameterServerCost", "Stragglers", "ThreadCommunicator",
     "ThreadGroup", "detect_launcher", "launcher_rank", "make_communicator", "resolve_backend",
     "ring_allreduce_bytes",
 ]

@@ -1,8 +1,9 @@
-"""The alpha-beta cost model of a ring allreduce, used by the in-process simulator."""
+"""Cost models of one allreduce for the in-process simulator: a ring (`AlphaBeta`) or parameter servers
+(`ParameterServerCost`); ``sim.topology`` picks one."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -34,6 +35,10 @@ class AlphaBeta:
             return 0.0
         return 2 * (size - 1) / size * nbytes / self.beta + 2 * (size - 1) * self.alpha
 
+    def describe(self) -> dict:
+        """What a run's summary records of its cost model."""
+        return {"alpha": self.alpha, "beta": self.beta}
+
     def save(self, path: str | Path, **extra) -> None:
         """Write the model (and ``extra``) as JSON: a temporary file renamed over ``path``, never half a file."""
         atomic_write_text(path, json.dumps({**asdict(self), **extra}, indent=2) + "\n")
@@ -41,12 +46,67 @@ class AlphaBeta:
     @classmethod
     def load(cls, path: str | Path) -> "AlphaBeta":
         """The model `save` wrote to ``path``; a file that is not one is a one-line `ConfigError` naming it."""
-        try:
-            data = json.loads(Path(path).read_text())
-            return cls(alpha=float(data["alpha"]), beta=float(data["beta"]))
-        except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: not JSON or text, a bad number
-            raise ConfigError(f"{path} is not a calibration file ({_why(err)}); "
-                              "re-run `python -m synthetic.calibrate` to remake it") from None
+        return _load(cls, path, "python -m synthetic.calibrate")
+
+
+@dataclass(frozen=True)
+class ParameterServerCost:
+    r"""Time of one allreduce through ``servers`` = k parameter servers over m workers (push, average, pull):
+
+    .. math:: T(n, m) = 2m\left(\alpha + \frac{n}{k\beta}\right) + \frac{m\,n}{k\,\gamma}
+
+    Server j holds a contiguous slice of n/k bytes.  Its link takes the m workers' pushes
+    of that slice one after another, then their m pulls (α per message, β bytes/s), and
+    between the two it sums the m slices at ``gamma`` bytes/s.  Both terms grow with m:
+    the server's serial part, which the source paper names as the reason its speedup
+    falls short of linear.  A ring allreduce (`AlphaBeta`) sends 2(m-1)/m of the message
+    per worker instead, on every link at once.  ``python -m synthetic.calibrate --topology
+    ps`` measures α, β and γ on real ``comm=ps`` runs.
+    """
+
+    alpha: float = 5.5e-4
+    beta: float = 4.0e8
+    gamma: float = 2.0e9
+    servers: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.alpha >= 0:
+            raise ConfigError(f"comm cost alpha must be >= 0 seconds, got {self.alpha}")
+        if not self.beta > 0:
+            raise ConfigError(f"comm cost beta must be > 0 bytes/s, got {self.beta}")
+        if not self.gamma > 0:
+            raise ConfigError(f"parameter-server gamma must be > 0 bytes/s, got {self.gamma}")
+        if isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 1:
+            raise ConfigError(f"sim.servers must be an integer >= 1, got {self.servers!r}")
+
+    def allreduce_time(self, nbytes: int, size: int) -> float:
+        slice_bytes = nbytes / self.servers
+        return 2 * size * (self.alpha + slice_bytes / self.beta) + size * slice_bytes / self.gamma
+
+    def describe(self) -> dict:
+        return {"topology": "ps", **asdict(self)}
+
+    def save(self, path: str | Path, **extra) -> None:
+        """As `AlphaBeta.save` (the server count is the run's choice, not the machine's: not saved)."""
+        data = {k: v for k, v in asdict(self).items() if k != "servers"}
+        atomic_write_text(path, json.dumps({**data, "topology": "ps", **extra}, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path, servers: int = 1) -> "ParameterServerCost":
+        return replace(_load(cls, path, "python -m synthetic.calibrate --topology ps"), servers=servers)
+
+
+def _load(cls, path: str | Path, remake: str):
+    """``cls`` from the JSON `save` wrote (its float fields; a missing optional one keeps its default);
+    a file that is not one is a one-line `ConfigError` naming it and the command that remakes it."""
+    try:
+        data = json.loads(Path(path).read_text())
+        required = {"alpha", "beta"}
+        values = {f.name: float(data[f.name]) for f in fields(cls)
+                  if f.name in required or (f.type in ("float", float) and f.name in data)}
+        return cls(**values)
+    except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: not JSON or text, a bad number
+        raise ConfigError(f"{path} is not a calibration file ({_why(err)}); re-run `{remake}` to remake it") from None
 
 
 def _why(err: Exception) -> str:

@@ -5,9 +5,10 @@ Every simulated worker runs the ordinary algorithm code in its own thread with i
 Between two collectives each thread's compute is read with ``time.thread_time()``
 (torch is held to one intra-op thread), so the simulated clock of a collective phase is
 
-    max_i(slowdown_i * compute_i + delay_i) + AlphaBeta.allreduce_time(bytes, m)
+    max_i(slowdown_i * compute_i + delay_i) + cost.allreduce_time(bytes, m)
 
-which is the parallel wall time the m workers would have taken on m machines.
+with the cost of a ring (`AlphaBeta`) or of parameter servers (`ParameterServerCost`):
+the parallel wall time the m workers would have taken on m machines.
 
 A Ctrl-C while `ThreadGroup.run` waits for its workers stops them at their next
 collective (`Interrupted`), so the run ends within a round and its workers can report.
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from .base import Communicator
-from .cost import AlphaBeta
+from .cost import AlphaBeta, ParameterServerCost
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class Interrupted(BaseException):
 class ThreadGroup:
     """Shared state of m simulated workers: the barrier, the mailbox and the simulated clock."""
 
-    def __init__(self, size: int, cost: AlphaBeta | None = None, stragglers: Stragglers | None = None):
+    def __init__(self, size: int, cost: AlphaBeta | ParameterServerCost | None = None,
+                 stragglers: Stragglers | None = None):
         self.size = size
         self.cost = cost or AlphaBeta()
         self.stragglers = stragglers or Stragglers()
