@@ -158,7 +158,7 @@ def test_two_task_slurm_job_equals_the_simulator(slurm_env, tmp_path):
     assert (summary["backend"], summary["workers"]) == ("torch", 2)  # two srun tasks, one process group
     proc = train(*SMALL, "workers=2", "save_iterate=true", f"out_dir={tmp_path / 'sim'}")
     assert proc.returncode == 0, proc.stderr
-    assert read_summary(tmp_path / "sim")["backend"] == "local"
+    assert read_summary(tmp_path / "sim")["backend"] == "simulator"
     assert_same_run(job, tmp_path / "sim")
     torch.testing.assert_close(torch.load(job / "iterate.pt"), torch.load(tmp_path / "sim" / "iterate.pt"),
                                rtol=0, atol=1e-10)
@@ -176,7 +176,8 @@ def test_slurm_sweep_over_workers_and_mu_equals_the_simulator(slurm_env, tmp_pat
     simulated = sweep(*SMALL, *grid, sweep_dir=tmp_path / "sim", client_env=env(), slurm=False)
     assert [p.name for p in real] == [p.name for p in simulated] and len(real) == 4
     for job, sim in zip(real, simulated):
-        workers = read_summary(sim)["workers"]
+        workers, backend = read_summary(sim)["workers"], read_summary(sim)["backend"]
+        assert (workers, backend) in ((1, "local"), (2, "simulator"))
         assert read_summary(job)["backend"] == ("torch" if workers == 2 else "local")  # 1 task: a plain run
         assert read_summary(job)["workers"] == workers
         assert_same_run(job, sim)
