@@ -215,6 +215,11 @@ class PSCommunicator(Communicator):
         self._complete()
         self.comm_s += time.perf_counter() - start
 
+    def reset_clock(self) -> None:
+        """Restart the clock and ``comm_s`` (the driver calls this once every worker is set up)."""
+        super().reset_clock()
+        self.comm_s = 0.0
+
     # -- what the run's summary gets ---------------------------------------------------------------
     def summary_entries(self) -> dict:
         """``{"parameter_server": ...}``: each server's busy and waiting time and every link's traffic, as the
