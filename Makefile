@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 NP     ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-slow bench figures tables publish-figures clean time-vs-workers
+.PHONY: setup run test test-slow bench figures tables publish-figures clean time-vs-workers ps-scaling
 
 setup: $(VENV)/.setup-done
 
@@ -47,6 +47,12 @@ tables: setup
 time-vs-workers: setup
 	$(PY) scripts/time_vs_workers.py
 	$(PY) -m paper_figs.time_vs_workers --out results/figures
+
+## The parameter-server figure's real points at m=2 (horovodrun -np 2; torchrun comm=ps, 1 server + 2 workers),
+## into results/ps_scaling/real/ (kept once made), then the figure.
+ps-scaling: setup
+	$(PY) scripts/ps_scaling_real.py
+	$(PY) -m paper_figs.ps_scaling --out results/figures
 
 ## Deliberately copy the generated figures and tables into paper_figs/ (tracked), to be committed by hand.
 publish-figures:

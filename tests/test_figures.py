@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from dane.results import RunWriter
 from experiments.config import cost_model
-from paper_figs import convergence, make_all, rounds_table, run_convergence, speedup
+from paper_figs import convergence, make_all, ps_scaling, rounds_table, run_convergence, speedup
 from dane.provenance import code_version
 from paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
 from synthetic.sweep import RunIndex, _composed, job_name
@@ -33,7 +33,7 @@ def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0):
                "backend": "simulator" if cfg["workers"] > 1 else "local"}
     if cfg["workers"] > 1:
         cost = cost_model(OmegaConf.create(cfg["sim"]))
-        summary.update(alpha=cost.alpha, beta=cost.beta)
+        summary.update(cost.describe(), simulated_comm_s=0.001 * (len(subopts) - 1))
     writer.write_summary(summary)
     writer.close()
     return out
@@ -66,6 +66,10 @@ def results(tmp_path_factory):
             for mu in rounds_table.MUS:
                 curve = [1e-3] * 101 if m == 64 else reaching_at(plain_rounds(mu))
                 fake_run(root, rounds_table.plain_job(n, m, mu), curve)
+    for k, topology in enumerate(ps_scaling.TOPOLOGIES):
+        for m in ps_scaling.WORKERS:  # round time (k+1) m ms
+            fake_run(root, ps_scaling.job(topology, m), [1.0] * 11, times=[t * (k + 1) * m * 1e-3 for t in range(11)],
+                     status="max_rounds")
     for job in convergence.jobs():
         if not (root / job_name(job)).exists():  # safeguarded DANE, iso, is the speedup grid's (18000, 8)
             fake_run(root, job, [10.0 ** -k for k in range(12)])
@@ -103,6 +107,22 @@ def test_figures_are_the_same_bytes_when_drawn_twice_and_carry_provenance(result
     assert first["speedup.md"].decode().splitlines()[0] == sidecar["caption"]
 
 
+def test_ps_scaling_reads_time_per_round_and_the_communication_part(results, tmp_path):
+    per_round, comm, real, runs = ps_scaling.table(results)
+    assert real == {} and len(runs) == len(ps_scaling.jobs())
+    for k, topology in enumerate(ps_scaling.TOPOLOGIES):
+        assert per_round[topology] == pytest.approx([(k + 1) * m * 1e-3 for m in ps_scaling.WORKERS], rel=1e-9)
+        assert comm[topology] == pytest.approx([1e-3] * len(ps_scaling.WORKERS), rel=1e-9)
+    assert "| 1 parameter server | 4.00 (1.00) | 8.00 (1.00) |" in ps_scaling.markdown(per_round, comm, real)
+    # the model panel: one server's 4 MB allreduce grows exactly as m, four servers' is a quarter of its bandwidth part
+    one, four = ps_scaling.MODELS["1 parameter server"], ps_scaling.MODELS["4 parameter servers"]
+    n = ps_scaling.MESSAGES["4 MB"]
+    assert one.allreduce_time(n, 64) == pytest.approx(32 * one.allreduce_time(n, 2), rel=1e-12)
+    assert four.allreduce_time(n, 8) - 16 * four.alpha == pytest.approx((one.allreduce_time(n, 8) - 16 * one.alpha) / 4)
+    paths = ps_scaling.main(results, tmp_path)
+    assert {p.name for p in paths} == {f"ps_scaling.{ext}" for ext in ("png", "pdf", "md", "json")}
+
+
 def test_rounds_table_marks_divergence_and_best_mu(index, tmp_path):
     data = rounds_table.table(index)
     assert data["μ=0"][6000, 8] == ("reached", 3.0, 0.0)
@@ -129,7 +149,8 @@ def test_convergence_reads_all_panels(index, tmp_path):
 
 def test_make_all_draws_every_figure_without_running(results, tmp_path):
     written = make_all.make_all(results, tmp_path, run_missing=False)
-    figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table") for ext in ("png", "pdf")}
+    figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table", "ps_scaling")
+               for ext in ("png", "pdf")}
     assert figures <= {p.name for p in written}  # the NN tables are drawn too when their runs exist
     assert all(p.stat().st_size > 1000 for p in written if p.name in figures)
 
