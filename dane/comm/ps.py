@@ -91,10 +91,16 @@ def _decode(header: torch.Tensor) -> tuple[int, int, Groups]:
     return op, root, tuple((DTYPES[pairs[2 * g]], pairs[2 * g + 1]) for g in range(count))
 
 
-def _flatten(tensors: list[torch.Tensor]) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """Indices of the tensors of each dtype (in order of first appearance) and one flat CPU buffer per dtype."""
+def _layout(tensors: list[torch.Tensor]) -> tuple[list[list[int]], Groups]:
+    """Indices of the tensors of each dtype (in order of first appearance) and each dtype's (dtype, numel)."""
     order = list(dict.fromkeys(t.dtype for t in tensors))
     idx = [[i for i, t in enumerate(tensors) if t.dtype == dtype] for dtype in order]
+    return idx, tuple((dtype, sum(tensors[i].numel() for i in group)) for dtype, group in zip(order, idx))
+
+
+def _flatten(tensors: list[torch.Tensor]) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """`_layout`'s indices and one flat CPU buffer per dtype."""
+    idx, _ = _layout(tensors)
     return idx, [torch.cat([tensors[i].detach().reshape(-1).cpu() for i in group]) for group in idx]
 
 
@@ -177,9 +183,9 @@ class PSCommunicator(Communicator):
         A push and its pull are one communication round: the pull adds one to ``calls``.
         """
         self.calls += 1
-        idx, flats = _flatten(like)
-        self._header(PULL, tuple((f.dtype, f.numel()) for f in flats))
-        out = [torch.empty_like(f) for f in flats]
+        idx, groups = _layout(like)
+        self._header(PULL, groups)
+        out = [torch.empty(numel, dtype=dtype) for dtype, numel in groups]
         for flat in out:
             for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
                 self._receive(flat[a:b], server, counted=True)
@@ -191,10 +197,14 @@ class PSCommunicator(Communicator):
         return self.pull(tensors)
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int, op: int = BROADCAST) -> list[torch.Tensor]:
-        idx, flats = _flatten(tensors)
-        self._header(op, tuple((f.dtype, f.numel()) for f in flats), root)
+        if self.rank == root:
+            idx, out = _flatten(tensors)
+            groups = tuple((f.dtype, f.numel()) for f in out)
+        else:
+            idx, groups = _layout(tensors)
+            out = [torch.empty(numel, dtype=dtype) for dtype, numel in groups]
+        self._header(op, groups, root)
         counted = op not in UNCOUNTED
-        out = flats if self.rank == root else [torch.empty_like(f) for f in flats]
         for flat in out:
             for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
                 if self.rank == root:
