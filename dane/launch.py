@@ -260,8 +260,6 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     overwrite = spec.overwrite or (spec.restart_unfinished and out_dir is not None
                                    and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
     writer = RunWriter(out_dir, resume=continuing, overwrite=overwrite) if comm.rank == 0 and out_dir else None
-    if elastic is not None:
-        resume = elastic.resume(algo, spec.stop, comm)
     show = _display(spec) if comm.rank == 0 else None
     notes = list(getattr(problem, "notes", ()))
     if show is not None:
@@ -292,6 +290,8 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     if writer is not None and spec.config_text:
         writer.write_text("config.yaml", spec.config_text)
     try:
+        if elastic is not None:
+            resume = elastic.resume(algo, spec.stop, comm)  # the first attempt commits round 0: may reset
         records, status = run(algo, spec.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
                               checkpoint_every=spec.checkpoint_every or (1 if elastic is not None else 0))
     except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
