@@ -15,6 +15,8 @@ add their own):
   same problem, from ``--launches`` interleaved pairs of launches (a round timing, then an
   α-β calibration), the simulator predicting each timing from its own pair's calibration;
   the median pair, every pair with its compute/communication split; goal <= 0.25.
+- ``ps_simulator_error``: the same with one parameter server and two workers (``comm=ps``
+  under torchrun against ``sim.topology=ps``, `synthetic.calibrate` ``--topology ps``).
 - ``rounds_to_1e-10``: rounds to suboptimality 1e-10 per (algorithm, N, m) on the
   synthetic grid, from results/ (missing runs are made first, as `make figures` does).
 """
@@ -33,16 +35,17 @@ from pathlib import Path
 
 import torch
 
-from dane.comm import AlphaBeta
+from dane.comm import AlphaBeta, ParameterServerCost
 from dane.launch import HorovodOptions, execute
 from dane.results import read_rounds
 from synthetic.bench_file import merge_section
-from synthetic.calibrate import calibrate
+from synthetic.calibrate import calibrate, calibrate_ps
 from synthetic.launchers import have_horovod, horovodrun, torchrun
 from synthetic.sweep import compose_job, ensure
 from experiments.config import run_spec
 
-SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "rounds_to_1e-10")
+SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error",
+            "rounds_to_1e-10")
 N_GRID, M_GRID = (6000, 10000, 14000, 18000), (1, 2, 4, 8, 16, 64)
 ALGORITHMS = {  # name in the table -> overrides
     "dane_safeguarded": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
@@ -119,12 +122,14 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
             "torch_launch": "torchrun --standalone --nproc_per_node 2 (gloo)", "reps_per_launch": reps}
 
 
-def simulated_round(cost: AlphaBeta, n_rounds: int, tmp: Path) -> dict:
-    """The simulated DANE round at m=2 on the default problem with cost model ``cost``: the median round
-    time, and the mean compute and communication per round (the simulator's own split)."""
+def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: Path) -> dict:
+    """The simulated DANE round at m=2 on the default problem with cost model ``cost`` (a ring or parameter
+    servers): the median round time, and the mean compute and communication per round (the simulator's split)."""
     cfg = compose_job(("workers=2", f"rounds={n_rounds}", "tol=null"))
     cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
-    out = tmp / f"sim_{cost.alpha:.6g}_{cost.beta:.6g}"
+    if isinstance(cost, ParameterServerCost):
+        cfg.sim.topology, cfg.sim.gamma, cfg.sim.servers = "ps", cost.gamma, cost.servers
+    out = tmp / f"sim_{len(list(tmp.glob('sim_*')))}"
     summary = execute(run_spec(cfg), str(out))
     times = [r["time_s"] for r in read_rounds(out)]
     return {"round_s": statistics.median(b - a for a, b in zip(times, times[1:])),
@@ -176,6 +181,33 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
                                          "simulated_round_s": sim_saved, "measured_round_s": measured,
                                          "error": abs(sim_saved - measured) / measured}
     return out
+
+
+def ps_simulator_error(tmp: Path, launches: int, n_rounds: int) -> dict:
+    """|simulated - measured| / measured DANE round time with one parameter server and two workers.
+
+    Interleaved pairs as for ``simulator_error``: launch k runs DANE for real (``torchrun
+    --nproc_per_node 3 ... comm=ps``, the median of its logged round times), launch k'
+    calibrates `ParameterServerCost` (``synthetic.calibrate --topology ps``), and the
+    simulator (``sim.topology=ps``) predicts launch k from calibration k'.
+    """
+    pairs = []
+    for k in range(launches):
+        out = tmp / f"ps_real_{k}"
+        torchrun("experiments.train", ["algorithm=dane", "problem=ridge_synthetic", f"rounds={n_rounds}", "tol=null",
+                                       "comm=ps", "comm.servers=1", "quiet=true", f"out_dir={out}"], np=3)
+        times = [r["time_s"] for r in read_rounds(out)]
+        measured = statistics.median(b - a for a, b in zip(times, times[1:]))
+        calibration = calibrate_ps(2, 1)
+        cost = ParameterServerCost(alpha=calibration["alpha"], beta=calibration["beta"], gamma=calibration["gamma"])
+        sim = simulated_round(cost, n_rounds, tmp)
+        pairs.append({"error": abs(sim["round_s"] - measured) / measured, "measured_round_s": measured,
+                      "simulated_round_s": sim["round_s"], "simulated_compute_s": sim["compute_s"],
+                      "simulated_comm_s": sim["comm_s"], "alpha": cost.alpha, "beta": cost.beta,
+                      "gamma": cost.gamma, "load": list(os.getloadavg())})
+    errors = [pair["error"] for pair in pairs]
+    return {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
+            "problem": "dane on ridge_synthetic N=18000 d=500, 2 workers + 1 parameter server (torchrun, comm=ps)"}
 
 
 def rounds_table(results: str, tol: float = 1e-10) -> dict:
@@ -234,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
             record("dane_round_overhead", round_overhead(timings, args.blocks, args.rounds))
             if calibrations:
                 record("simulator_error", simulator_error(timings, calibrations, args.blocks * args.rounds, tmp))
+        if "ps_simulator_error" in args.only:
+            record("ps_simulator_error", ps_simulator_error(tmp, args.launches, n_rounds=60))
         if "allreduce_latency_ratio" in args.only:
             record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, reps=300))
     if "rounds_to_1e-10" in args.only:

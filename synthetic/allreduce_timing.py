@@ -2,13 +2,16 @@
 
     HOROVOD_CYCLE_TIME=0.1 horovodrun -np 2 --gloo python -m synthetic.allreduce_timing --out t.json
     torchrun --standalone --nproc_per_node 2 -m synthetic.allreduce_timing --sizes 4096 --out t.json
+    torchrun --standalone --nproc_per_node 3 -m synthetic.allreduce_timing --ps-servers 1 --out t.json
 
 Every rank calls ``comm.allreduce_mean([x])`` (one grouped allreduce, as the algorithms
 do) on a float64 tensor of each size, ``--warmup`` times untimed and ``--reps`` times
 timed one call at a time, the sizes taking turns.  Rank 0 writes {backend, size, sizes: {bytes: {median_s, ...}}}.
 The backend comes from the launcher (`dane.comm.make_communicator`), and Horovod gets
 the package's launch settings (`dane.launch.HorovodOptions`) unless the environment
-already sets them.
+already sets them.  With ``--ps-servers k`` (under torchrun) the last k ranks are
+parameter servers (`dane.comm.ps`): the workers' allreduce is a push and a pull, and
+rank 0 adds the servers' own counters (their time spent averaging, their pushes).
 """
 from __future__ import annotations
 
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--ps-servers", type=int, default=0, help="under torchrun: this many parameter servers")
     parser.add_argument("--pin", action="store_true",
                         help="under torchrun: bind each local rank to its own cores, as the package does under horovodrun")
     args = parser.parse_args(argv)
@@ -73,15 +77,26 @@ def main(argv: list[str] | None = None) -> None:
     elif args.pin:
         pin_local_rank(int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
     torch.set_num_threads(1)
-    comm = make_communicator(backend)
+    if args.ps_servers:
+        from dane.comm.ps import connect
+
+        comm = connect(args.ps_servers)
+        if getattr(comm, "is_server", False):
+            comm.serve()
+            comm.shutdown()
+            return
+    else:
+        comm = make_communicator(backend)
     try:
         result = measure(comm, args.sizes, args.reps, args.warmup)
+        extra = comm.summary_entries() if args.ps_servers else {}  # a collective: every worker asks
         if comm.rank == 0:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps({
                 "backend": backend, "size": comm.size, "horovod_cycle_time": os.environ.get("HOROVOD_CYCLE_TIME"),
                 "cores": sorted(os.sched_getaffinity(0)),
-                "sizes": {str(k): v for k, v in result.items()}}, indent=2) + "\n")
+                "sizes": {str(k): v for k, v in result.items()}, "calls_per_size": args.reps + args.warmup,
+                **extra}, indent=2) + "\n")
     finally:
         comm.shutdown()
 

@@ -1,6 +1,7 @@
 r"""Measure the simulator's α-β allreduce cost model on real Horovod allreduces of this machine.
 
     python -m synthetic.calibrate [--np 2] [--out results/calibration.json]
+    python -m synthetic.calibrate --topology ps [--np 2] [--servers 1]   # -> results/calibration_ps.json
 
 Launches ``horovodrun -np NP --gloo`` on `synthetic.allreduce_timing` with
 ``HOROVOD_CYCLE_TIME=0.1`` (the package's default, `dane.launch.HorovodOptions`), which
@@ -12,6 +13,11 @@ to the median times by least squares on relative errors (each size weighs the sa
 so the 8 B latency counts as much as the 4 MB bandwidth).  The result is saved with
 `dane.comm.AlphaBeta.save`, with the measurements beside it; conf/config.yaml's
 ``sim.calibration`` points the simulator at it.
+
+``--topology ps`` measures `dane.comm.ParameterServerCost` instead, on real ``comm=ps``
+allreduces (``torchrun``, NP workers plus ``--servers`` servers): γ, the servers' summing
+rate, from their own averaging time; α and β from the push-and-pull times (conf's
+``sim.ps_calibration``).
 """
 from __future__ import annotations
 
@@ -26,20 +32,16 @@ from pathlib import Path
 
 import numpy as np
 
-from dane.comm import AlphaBeta
+from dane.comm import AlphaBeta, ParameterServerCost
 from synthetic.allreduce_timing import DEFAULT_SIZES
-from synthetic.launchers import have_horovod, horovodrun
+from synthetic.launchers import have_horovod, horovodrun, torchrun
 
 CYCLE_TIME_MS = "0.1"
 
 
-def fit_alpha_beta(sizes, times, m: int) -> AlphaBeta:
-    r"""Least squares of T(n) = a n + b on relative residuals, a = 2(m-1)/(m β), b = 2(m-1) α.
-
-    Minimizes :math:`\sum_k ((a n_k + b) / T_k - 1)^2` over a > 0, b >= 0.
-    """
-    if m < 2:
-        raise ValueError(f"an allreduce cost needs m >= 2 workers, got {m}")
+def fit_line(sizes, times) -> tuple[float, float]:
+    r"""Least squares of T(n) = a n + b on relative residuals: minimizes
+    :math:`\sum_k ((a n_k + b) / T_k - 1)^2` over a > 0, b >= 0."""
     n = np.asarray(sizes, dtype=float)
     t = np.asarray(times, dtype=float)
     rows = np.stack([n / t, 1 / t], axis=1)
@@ -48,7 +50,24 @@ def fit_alpha_beta(sizes, times, m: int) -> AlphaBeta:
         b, a = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
     if a <= 0:  # no bandwidth term visible (all sizes latency-bound): refit the intercept alone
         a, b = 1e-15, float(np.sum(1 / t) / np.sum((1 / t) ** 2))
-    return AlphaBeta(alpha=float(b) / (2 * (m - 1)), beta=2 * (m - 1) / (m * float(a)))
+    return float(a), float(b)
+
+
+def fit_alpha_beta(sizes, times, m: int) -> AlphaBeta:
+    """The ring's α-β from `fit_line`: a = 2(m-1)/(m β), b = 2(m-1) α."""
+    if m < 2:
+        raise ValueError(f"an allreduce cost needs m >= 2 workers, got {m}")
+    a, b = fit_line(sizes, times)
+    return AlphaBeta(alpha=b / (2 * (m - 1)), beta=2 * (m - 1) / (m * a))
+
+
+def fit_parameter_server(sizes, times, m: int, servers: int, gamma: float) -> ParameterServerCost:
+    """α and β of `ParameterServerCost` from `fit_line`, with the servers' summing rate γ measured apart:
+    a = 2m/(kβ) + m/(kγ), b = 2mα.  Where the summing explains the whole slope, β is left unbounded (1e15)."""
+    a, b = fit_line(sizes, times)
+    per_byte_links = a - m / (servers * gamma)
+    beta = 2 * m / (servers * per_byte_links) if per_byte_links > 0 else 1e15
+    return ParameterServerCost(alpha=b / (2 * m), beta=beta, gamma=gamma, servers=servers)
 
 
 def relative_errors(cost: AlphaBeta, sizes, times, m: int) -> list[float]:
@@ -81,12 +100,49 @@ def calibrate(np_: int = 2, sizes=DEFAULT_SIZES, reps: int = 200, warmup: int = 
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def calibrate_ps(workers: int = 2, servers: int = 1, sizes=DEFAULT_SIZES, reps: int = 200, warmup: int = 20) -> dict:
+    """``torchrun`` the timing worker with ``comm=ps`` (``workers`` + ``servers`` processes) and fit
+    `ParameterServerCost`: γ from the servers' own averaging time over the bytes they averaged, then α and β
+    from the workers' allreduce (push + pull) times; returns {alpha, beta, gamma, measurements...}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "timing.json"
+        torchrun("synthetic.allreduce_timing", ["--out", str(out), "--reps", str(reps), "--warmup", str(warmup),
+                                                "--ps-servers", str(servers), "--sizes", *map(str, sizes)],
+                 np=workers + servers)
+        timing = json.loads(out.read_text())
+    sizes = [int(s) for s in timing["sizes"]]
+    medians = [timing["sizes"][str(s)]["median_s"] for s in sizes]
+    averaged = workers * timing["calls_per_size"] * sum(sizes) / servers  # bytes each server summed
+    reduce_s = max(server["reduce_s"] for server in timing["parameter_server"]["server"])
+    cost = fit_parameter_server(sizes, medians, workers, servers, gamma=averaged / reduce_s)
+    model = [cost.allreduce_time(n, workers) for n in sizes]
+    return {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma, "workers": workers, "servers": servers,
+            "fit": "T(n) = 2m(alpha + n/(k beta)) + m n/(k gamma); gamma = bytes averaged / the servers' averaging "
+                   "time; alpha, beta by least squares on relative error of median times",
+            "sizes_bytes": sizes, "median_s": medians, "relative_error": [mo / t - 1 for mo, t in zip(model, medians)],
+            "raw": timing["sizes"], "server": timing["parameter_server"]["server"], "machine": machine(),
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--np", type=int, default=2, dest="np_", help="Horovod processes (default 2)")
-    parser.add_argument("--out", default="results/calibration.json")
+    parser.add_argument("--out", default=None,
+                        help="default results/calibration.json (allreduce) or results/calibration_ps.json (ps)")
     parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--topology", choices=("allreduce", "ps"), default="allreduce",
+                        help="ps: torchrun --np workers plus --servers parameter servers (comm=ps)")
+    parser.add_argument("--servers", type=int, default=1, help="ps: parameter servers")
     args = parser.parse_args(argv)
+    if args.topology == "ps":
+        out = args.out or "results/calibration_ps.json"
+        result = calibrate_ps(args.np_, args.servers, reps=args.reps)
+        cost = ParameterServerCost(alpha=result.pop("alpha"), beta=result.pop("beta"), gamma=result.pop("gamma"))
+        cost.save(out, **result)
+        print(f"alpha = {cost.alpha * 1e6:.1f} us, beta = {cost.beta / 1e6:.1f} MB/s, gamma = {cost.gamma / 1e6:.1f} "
+              f"MB/s (m={args.np_} workers, {args.servers} server(s)) -> {out}")
+        return
+    args.out = args.out or "results/calibration.json"
     result = calibrate(args.np_, reps=args.reps)
     cost = AlphaBeta(alpha=result.pop("alpha"), beta=result.pop("beta"))
     cost.save(args.out, **result)

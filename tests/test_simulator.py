@@ -24,7 +24,7 @@ from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, ThreadGroup
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
-from synthetic.calibrate import fit_alpha_beta, relative_errors
+from synthetic.calibrate import fit_alpha_beta, fit_parameter_server, relative_errors
 from synthetic.launchers import have_horovod, horovodrun
 from synthetic.sweep import compose_job
 
@@ -144,6 +144,17 @@ def test_calibration_fit_recovers_alpha_beta():
     noisy = [t * (1 + 0.05 * (-1) ** k) for k, t in enumerate(times)]
     rough = fit_alpha_beta(sizes, noisy, 2)  # ±5% noise moves the fit by about as much
     assert rough.alpha == pytest.approx(truth.alpha, rel=0.1) and rough.beta == pytest.approx(truth.beta, rel=0.1)
+
+
+def test_parameter_server_fit_recovers_alpha_beta_given_gamma():
+    truth = ParameterServerCost(alpha=2e-4, beta=5e8, gamma=1e9, servers=2)
+    sizes = [8, 64, 512, 4096, 32768, 262144, 1048576, 4194304]
+    times = [truth.allreduce_time(n, 3) for n in sizes]
+    fitted = fit_parameter_server(sizes, times, 3, 2, gamma=truth.gamma)
+    assert fitted.alpha == pytest.approx(truth.alpha, rel=1e-9) and fitted.beta == pytest.approx(truth.beta, rel=1e-9)
+    assert fitted.servers == 2 and fitted.gamma == truth.gamma
+    # a summing rate that explains the whole slope leaves no finite link bandwidth to fit
+    assert fit_parameter_server(sizes, times, 3, 2, gamma=truth.gamma / 100).beta == 1e15
 
 
 @pytest.mark.skipif(not have_horovod(), reason="horovod.torch is not importable (make setup builds it)")
