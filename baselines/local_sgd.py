@@ -89,6 +89,7 @@ class LocalSGD(Algorithm):
                         if batch_size is not None else None)
         self.L_est = None if lr is not None else largest_local_smoothness(problem, comm, iters=power_iters, seed=seed)
         self.lr = lr if lr is not None else 1.0 / self.L_est
+        self.updates_per_round = 1  # per worker, when asynchronous (dane.asynchronous)
 
     def gradient(self, w: torch.Tensor) -> torch.Tensor:
         if self.sampler is None:
@@ -114,6 +115,18 @@ class LocalSGD(Algorithm):
             (self.w,) = self.comm.broadcast([w_local], root=elected)
             extra = {"elected": elected}
         return {**global_metrics(self, reduced), **extra, **self.extra()}
+
+    # Asynchronous and stale-synchronous local SGD (comm.staleness > 0, dane.asynchronous).
+    def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
+        """K local steps from the parameters the worker pulled; it pushes the change w_i - w."""
+        return [local_steps(w, self.gradient, lr=self.lr, steps=self.local_steps) - w]
+
+    def async_server(self, workers) -> "AveragingServer":
+        if self.aggregate == "best":
+            raise ConfigError("algorithm.aggregate=best elects among all m models of one round, which an asynchronous "
+                              "run never has; use mean or weighted with comm.staleness > 0")
+        sizes = [float(algo.problem.n_local) if self.aggregate == "weighted" else 1.0 for algo in workers]
+        return AveragingServer(self.w.detach().clone(), [n / sum(sizes) for n in sizes])
 
     def score(self, w: torch.Tensor) -> float:
         """The election score of this worker's model: validation objective if the problem has one, else O_i(w)."""
@@ -149,3 +162,20 @@ def check_problem(problem: Problem, batch_size: int | None, aggregate: str) -> N
                               f"use a smaller batch or null for the full shard")
     if aggregate == "weighted" and not hasattr(problem, "n_local"):
         raise ConfigError(f"algorithm.aggregate=weighted needs shard sizes, which {name} lacks; use mean or best")
+
+
+class AveragingServer:
+    r"""The parameter server of asynchronous local SGD: each worker's change counts with its share,
+
+    .. math:: w \leftarrow w + s_i (w_i - w^{(i)}) \qquad \text{on arrival},
+
+    with w^{(i)} the parameters worker i pulled and s_i = 1/m (``mean``) or n_i / Σ n_j
+    (``weighted``).  When every worker pulled the same w_t, one update from each gives the
+    synchronous round's w_{t+1}.
+    """
+
+    def __init__(self, w: torch.Tensor, shares: list[float]):
+        self.w, self.shares = w, shares
+
+    def apply(self, update: list[torch.Tensor], rank: int) -> None:
+        self.w = self.w + self.shares[rank] * update[0]

@@ -80,6 +80,8 @@ class SyncSGD(Algorithm):
         preload_optimizers()
         self.w.requires_grad_(True)  # the optimizer's one parameter is the flat vector itself
         self.optimizer = make_optimizer(optimizer, self.w, lr=lr, momentum=momentum)
+        self.optimizer_settings = {"name": optimizer, "lr": lr, "momentum": momentum}
+        self.updates_per_round = self.steps_per_round  # per worker, when asynchronous (dane.asynchronous)
 
     def local_metrics(self) -> torch.Tensor:
         w = self.w.detach()
@@ -99,6 +101,14 @@ class SyncSGD(Algorithm):
             self.optimizer.step()                                        # w <- opt.step(w, g)
         return self.metrics(None, metrics)
 
+    # Asynchronous and stale-synchronous SGD (comm.staleness > 0, dane.asynchronous): the same two halves, apart.
+    def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
+        """One worker step at the parameters it pulled: its minibatch gradient, pushed to the server."""
+        return [self.problem.batch_grad(w, self.sampler.next())]
+
+    def async_server(self, workers) -> "GradientServer":
+        return GradientServer(self.w.detach().clone(), **self.optimizer_settings)
+
     def evaluate(self) -> dict[str, float]:
         (metrics,) = self.comm.allreduce_mean([self.local_metrics()])
         return self.metrics(None, metrics)
@@ -110,3 +120,22 @@ class SyncSGD(Algorithm):
         super().load_state_dict(state)
         self.sampler.load_state_dict(state["sampler"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+class GradientServer:
+    r"""The parameter server of asynchronous SGD: each pushed gradient is one step of the synchronous optimizer,
+
+    .. math:: w \leftarrow \mathrm{opt.step}(w, g_i) \qquad \text{on arrival of } g_i,
+
+    where a synchronous step takes the mean of m gradients instead.  So a pass over the data
+    takes m times as many steps at the same ``lr``: lower it (or raise ``batch_size``) to
+    compare the two per step size.
+    """
+
+    def __init__(self, w: torch.Tensor, *, name: str, lr: float, momentum: float):
+        self.w = w.requires_grad_(True)
+        self.optimizer = make_optimizer(name, self.w, lr=lr, momentum=momentum)
+
+    def apply(self, update: list[torch.Tensor], rank: int) -> None:
+        self.w.grad = update[0]
+        self.optimizer.step()  # w <- opt.step(w, g_i), as SyncSGD.step does with the mean gradient

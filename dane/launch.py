@@ -154,6 +154,8 @@ class RunSpec:
     elastic: bool = False            # Horovod elastic: lost or added workers change the world size (dane.elastic)
 
     simulate_single: bool = False    # also one worker in the simulator (timed on its thread's CPU clock, as m > 1)
+    staleness: float = 0             # comm.staleness: 0 synchronous; > 0 (inf: asynchronous) dane.asynchronous
+    step_time: float = 1e-3          # sim.step_time: the asynchronous simulator's modelled seconds per worker step
 
     @property
     def simulated(self) -> bool:
@@ -181,7 +183,11 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
         check_resume(spec.resume, spec.workers, spec.stop.rounds, spec.config_text)  # before anything there changes
     if spec.checkpoint_every and not out_dir and spec.simulated:
         raise ConfigError(f"checkpoint_every={spec.checkpoint_every} needs a run directory; set out_dir")
-    if spec.simulated:
+    if spec.staleness > 0:  # asynchronous or stale-synchronous: simulated event by event
+        from .asynchronous import run_async
+
+        summary = run_async(spec, out_dir, collect, _build, _worker)
+    elif spec.simulated:
         torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
         problems, setups = zip(*(_build(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
         group = ThreadGroup(spec.workers, spec.cost, spec.stragglers)
@@ -242,13 +248,14 @@ def worker_meta(spec: RunSpec, rank: int, size: int) -> dict:
 
 
 def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | None, start: float,
-            setup_s: float = 0.0, collect: dict | None = None, elastic=None) -> dict:
+            setup_s: float = 0.0, collect: dict | None = None, elastic=None, algo=None) -> dict:
     """One worker's run: the algorithm on ``problem``, rank 0 writing ``out_dir``.
 
     ``elastic`` (a `dane.elastic.ElasticSession`) is one attempt of a Horovod elastic run:
     it continues from the state committed in memory instead of a checkpoint on disk.
+    ``algo``, when given, runs instead of a newly built algorithm (`dane.asynchronous.AsyncRun`).
     """
-    algo = spec.algorithm.build(problem, comm)
+    algo = spec.algorithm.build(problem, comm) if algo is None else algo
     meta = worker_meta(spec, comm.rank, comm.size)
     if elastic is None:
         resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None

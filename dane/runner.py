@@ -163,6 +163,7 @@ class RoundTable:
                ("rho", "{:>8.3g}"), ("primal_residual", "{:>15.3e}"), ("dual_residual", "{:>13.3e}"),
                ("step_size", "{:>9.3g}"), ("cg_iters", "{:>8.1f}"), ("pcg_iters", "{:>9.0f}"), ("delta", "{:>9.3g}"),
                ("tau", "{:>8.3g}"), ("zeta", "{:>8.3g}"),
+               ("staleness_max", "{:>13.0f}"), ("staleness_mean", "{:>14.2f}"),
                ("test_loss", "{:>9.4f}"), ("test_accuracy", "{:>13.4f}"))
     #: columns shown from the first round when another key is there, though their values come later
     #: (ADMM's residuals of round t ride in round t+1's allreduce)

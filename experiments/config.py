@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from pathlib import Path
@@ -52,19 +53,51 @@ def workers_for(backend: str, workers, servers: int = 1) -> int:
     return 1 if workers is None else checks.positive_int("workers", workers)
 
 
-def ps_servers(comm: DictConfig, algorithm: str) -> int:
-    """comm=ps: the number of server ranks, with ``comm.staleness`` checked (only the synchronous mode exists)."""
+ASYNC_ALGORITHMS = ("sync_sgd", "local_sgd")
+SYNCHRONOUS_ONLY = {  # why the others need every worker at the same iterate
+    **{name: "DANE's local solve needs the global gradient of the same iterate" for name in DANE_FAMILY},
+    "giant": "GIANT averages Newton directions and line-searches at the same iterate",
+    "disco": "DiSCO's distributed CG needs Hessian-vector products at the same iterate",
+    "admm": "ADMM's consensus step needs every worker's x_i + u_i of the same round",
+    "gd": "distributed GD averages exact gradients of the same iterate (its asynchronous form is algorithm=sync_sgd)",
+    "osa": "one-shot averaging communicates once; there is nothing to make asynchronous",
+}
+
+
+def staleness(cfg: DictConfig, backend: str) -> float:
+    """``comm.staleness``: 0 (synchronous), a bound s > 0 (SSP) or inf (asynchronous), which only sync_sgd and
+    local_sgd take, and only in the simulator for now (`dane.asynchronous`)."""
+    value = cfg.comm.get("staleness", 0)
+    if isinstance(value, bool) or not (isinstance(value, int) or value == math.inf) or value < 0:
+        raise ConfigError(f"comm.staleness must be an integer >= 0 or inf (fully asynchronous), got {value!r}")
+    if value == 0:
+        return 0
+    shown = "inf" if value == math.inf else value
+    algorithm = cfg.algorithm.get("name")
+    if algorithm not in ASYNC_ALGORITHMS:
+        why = SYNCHRONOUS_ONLY.get(algorithm, f"{algorithm} has no asynchronous form")
+        raise ConfigError(f"comm.staleness={shown} with algorithm={algorithm}: {why}; set comm.staleness=0 "
+                          f"(only {' and '.join(ASYNC_ALGORITHMS)} run asynchronously)")
+    if algorithm == "local_sgd" and cfg.algorithm.get("aggregate") == "best":
+        raise ConfigError(f"comm.staleness={shown} with algorithm.aggregate=best: the election needs all m models of "
+                          "one round; use algorithm.aggregate=mean or weighted")
+    if backend != "local":
+        raise ConfigError(f"comm.staleness={shown}: asynchronous and stale-synchronous training is simulated only for "
+                          f"now, not under comm={backend}; run plain python with workers=<m> sim.topology=ps, or set "
+                          "comm.staleness=0")
+    if cfg.sim.get("topology") != "ps":
+        raise ConfigError(f"comm.staleness={shown} simulates workers pushing to a parameter server; add sim.topology=ps")
+    if cfg.get("checkpoint_every", 0) or cfg.get("resume") is not None or cfg.sim.get("fail_at"):
+        raise ConfigError(f"comm.staleness={shown}: the asynchronous simulator does not checkpoint, resume or lose "
+                          "workers yet; drop checkpoint_every, resume and sim.fail_at")
+    return value
+
+
+def ps_servers(comm: DictConfig) -> int:
+    """comm=ps: the number of server ranks."""
     servers = comm.get("servers", 1)
     if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
         raise ConfigError(f"comm.servers must be an integer >= 1 (the parameter-server ranks), got {servers!r}")
-    staleness = comm.get("staleness", 0)
-    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
-        raise ConfigError(f"comm.staleness must be an integer >= 0, got {staleness!r}")
-    if staleness > 0 and algorithm in DANE_FAMILY:
-        raise ConfigError(f"comm.staleness={staleness} with algorithm={algorithm}: DANE's local solve needs the global "
-                          "gradient of the same iterate; set comm.staleness=0")
-    if staleness > 0:
-        raise ConfigError(f"comm.staleness={staleness}: asynchronous modes are not implemented yet; set comm.staleness=0")
     if comm.get("torch_backend") not in (None, "gloo"):
         raise ConfigError(f"comm=ps runs on gloo point-to-point messages, got comm.torch_backend={comm.torch_backend}; "
                           "drop comm.torch_backend")
@@ -115,7 +148,8 @@ def cost_model(sim: DictConfig) -> AlphaBeta | ParameterServerCost:
 
 def run_spec(cfg: DictConfig) -> RunSpec:
     backend = resolve_backend(cfg.comm.backend)
-    servers = ps_servers(cfg.comm, cfg.algorithm.get("name")) if backend == "ps" else 1
+    stale = staleness(cfg, backend)
+    servers = ps_servers(cfg.comm) if backend == "ps" else 1
     workers = workers_for(backend, cfg.workers, servers)
     check_data_used(cfg)
     seed = checks.integer("seed", cfg.seed)  # before the groups, whose seeds are ${seed}
@@ -154,6 +188,8 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
         simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
         progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
+        staleness=stale,
+        step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
     )
 
 

@@ -109,13 +109,48 @@ CASES = [
                   "drop workers= or launch 4 processes"),
     case("ps_workers_mismatch_server_rank", "comm=ps", "workers=3", *SMALL, env={**TORCHRUN_3, "RANK": "2"},
          expected="", lines=0),
-    case("ps_staleness", "comm=ps", "comm.staleness=2", "algorithm=gd", *SMALL,
-         expected="comm.staleness=2: asynchronous modes are not implemented yet; set comm.staleness=0"),
+    case("ps_staleness", "comm=ps", "comm.staleness=2", "algorithm=sync_sgd", *SMALL, env=TORCHRUN_3,
+         expected="comm.staleness=2: asynchronous and stale-synchronous training is simulated only for now, not under "
+                  "comm=ps; run plain python with workers=<m> sim.topology=ps, or set comm.staleness=0"),
     case("ps_staleness_dane", "comm=ps", "comm.staleness=1", *SMALL,
          expected="comm.staleness=1 with algorithm=dane: DANE's local solve needs the global gradient of the same "
                   "iterate; set comm.staleness=0"),
     case("ps_staleness_negative", "comm=ps", "comm.staleness=-1", "algorithm=gd", *SMALL,
-         expected="comm.staleness must be an integer >= 0, got -1"),
+         expected="comm.staleness must be an integer >= 0 or inf (fully asynchronous), got -1"),
+    # comm.staleness > 0: sync_sgd and local_sgd only, in the simulator only (dane.asynchronous)
+    case("staleness_text", "comm.staleness=fast", "workers=2", *SMALL,
+         expected="comm.staleness must be an integer >= 0 or inf (fully asynchronous), got 'fast'"),
+    case("staleness_dane_simulated", "comm.staleness=inf", "workers=2", "sim.topology=ps", *SMALL,
+         expected="comm.staleness=inf with algorithm=dane: DANE's local solve needs the global gradient of the same "
+                  "iterate; set comm.staleness=0 (only sync_sgd and local_sgd run asynchronously)"),
+    case("staleness_inexact_dane", "algorithm=inexact_dane", "comm.staleness=1", "workers=2", *SMALL,
+         expected="comm.staleness=1 with algorithm=inexact_dane: DANE's local solve needs the global gradient"),
+    case("staleness_giant", "algorithm=giant", "comm.staleness=1", "workers=2", *SMALL,
+         expected="comm.staleness=1 with algorithm=giant: GIANT averages Newton directions and line-searches at the "
+                  "same iterate; set comm.staleness=0"),
+    case("staleness_disco", "algorithm=disco", "comm.staleness=1", "workers=2", *SMALL,
+         expected="comm.staleness=1 with algorithm=disco: DiSCO's distributed CG needs Hessian-vector products"),
+    case("staleness_admm", "algorithm=admm", "comm.staleness=4", "workers=2", *SMALL,
+         expected="comm.staleness=4 with algorithm=admm: ADMM's consensus step needs every worker's x_i + u_i of the "
+                  "same round; set comm.staleness=0"),
+    case("staleness_gd", "algorithm=gd", "comm.staleness=2", "workers=2", *SMALL,
+         expected="comm.staleness=2 with algorithm=gd: distributed GD averages exact gradients of the same iterate "
+                  "(its asynchronous form is algorithm=sync_sgd); set comm.staleness=0"),
+    case("staleness_under_torchrun", "algorithm=sync_sgd", "comm.staleness=inf", *SMALL, env=TORCHRUN_3,
+         expected="comm.staleness=inf: asynchronous and stale-synchronous training is simulated only for now, not "
+                  "under comm=torch"),
+    case("staleness_without_ps_topology", "algorithm=sync_sgd", "comm.staleness=1", "workers=2", *SMALL,
+         expected="comm.staleness=1 simulates workers pushing to a parameter server; add sim.topology=ps"),
+    case("staleness_best_election", "algorithm=local_sgd", "algorithm.aggregate=best", "comm.staleness=1",
+         "workers=2", "sim.topology=ps", *SMALL,
+         expected="comm.staleness=1 with algorithm.aggregate=best: the election needs all m models of one round; "
+                  "use algorithm.aggregate=mean or weighted"),
+    case("staleness_checkpoint", "algorithm=sync_sgd", "comm.staleness=1", "workers=2", "sim.topology=ps",
+         "checkpoint_every=2", *SMALL,
+         expected="comm.staleness=1: the asynchronous simulator does not checkpoint, resume or lose workers yet; "
+                  "drop checkpoint_every, resume and sim.fail_at"),
+    case("step_time_zero", "algorithm=sync_sgd", "comm.staleness=1", "workers=2", "sim.topology=ps",
+         "sim.step_time=0", *SMALL, expected="sim.step_time must be > 0, got 0"),
     case("ps_nccl", "comm=ps", "comm.torch_backend=nccl", *SMALL, env=TORCHRUN_3,
          expected="comm=ps runs on gloo point-to-point messages, got comm.torch_backend=nccl; drop comm.torch_backend"),
     # inside the run: data files, the run directory, the records

@@ -1,0 +1,343 @@
+r"""Asynchronous and stale-synchronous (SSP) training through a parameter server, simulated event by event.
+
+``comm.staleness = s`` with ``workers=m`` under plain python and ``sim.topology=ps``:
+
+- ``s = inf``: fully asynchronous.  Each worker loops pull -> step -> push and never waits
+  for the others;
+- ``0 < s < inf``: stale-synchronous parallel (Ho et al., NIPS 2013).  A worker's *clock*
+  counts its pushes; it may start its next step only while its clock is at most ``s``
+  ahead of the slowest worker's.  Otherwise the server holds its pull reply until the
+  slowest worker has caught up;
+- ``s = 0`` is the synchronous algorithm, which never comes here (`dane.launch.execute`).
+
+The math is the algorithm's own: on every worker ``worker_update(w)`` is one step at the
+parameters it pulled (sync_sgd: a minibatch gradient; local_sgd: K local steps, pushed
+as the change), and the server (``async_server``) applies each push as it arrives
+(sync_sgd: ``w <- opt.step(w, g_i)`` with the synchronous run's optimizer; local_sgd:
+``w <- w + share_i * delta_i``).
+
+Time is modelled, so that the update order depends only on the seed and the straggler
+model.  Step k of worker i takes
+
+.. math:: c_{i,k} = \mathrm{step\_time} \cdot \mathrm{slowdown}_i + \mathrm{Exp}(\mathrm{delay\_mean}),
+
+its delays drawn from a generator seeded by (``sim.seed``, i).  The thread CPU time of
+every step is measured as well, but only reported (``measured_compute_s``).  The server
+handles one message at a time, as in the serial part of `ParameterServerCost`:
+
+- a push of n bytes takes α + n/(kβ) to receive and n/(kγ) to apply;
+- a pull reply takes α + n/(kβ) to send.
+
+So m pushes and pulls that arrive together take exactly
+``ParameterServerCost.allreduce_time(n, m)``.  Pushes are served in order of arrival,
+ties broken by rank.  After a push, the pushing worker's reply is sent first, then the
+replies that push released, by rank.
+
+Two measures are logged per update (`Update`):
+
+- ``staleness``: the server's version (updates applied so far) when the update is
+  applied, minus the version its worker pulled;
+- ``clock_lead``: how many clocks its worker was ahead of the slowest worker when it
+  started the step.  This is what SSP bounds (``clock_lead <= s``).
+
+With m workers, ``staleness`` is at most (m-1)(2s+1) under SSP, and it is unbounded when
+asynchronous.
+
+A logged round is ``m * updates_per_round`` server updates: as many gradients as one
+synchronous round uses.  Record t describes the server's iterate after t such rounds,
+timed at the simulated moment it was applied.  ``bytes_sent`` and ``comm_rounds`` are
+per worker (the workers' mean).  ``staleness_max``, ``staleness_mean`` and
+``clock_lead_max`` describe round t's own updates, which lead from w_t to w_{t+1}.  The
+metrics of an iterate are those its synchronous evaluation would log: each worker's
+``evaluate`` runs at the server's parameters in lockstep, and this costs no simulated time.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+import torch
+
+from .comm import ParameterServerCost, Stragglers, ThreadGroup
+from .errors import ConfigError
+from .results import atomic_write_text
+
+UPDATES_FILE = "updates.jsonl"
+
+
+class AsyncServer(Protocol):
+    w: torch.Tensor
+
+    def apply(self, update: list[torch.Tensor], rank: int) -> None: ...
+
+
+class AsyncAlgorithm(Protocol):
+    """What an algorithm offers the asynchronous simulator (sync_sgd and local_sgd do)."""
+
+    updates_per_round: int
+
+    def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]: ...
+
+    def async_server(self, workers: Sequence["AsyncAlgorithm"]) -> AsyncServer: ...
+
+    def evaluate(self) -> dict[str, float]: ...
+
+
+@dataclass(frozen=True)
+class Update:
+    """One server update: it made ``version`` from ``version - 1``."""
+
+    version: int
+    rank: int
+    clock: int        # the worker's clock of this update (its pushes so far, this one included)
+    pulled: int       # the server version the worker computed on
+    staleness: int    # version - 1 - pulled: updates by others between the worker's pull and this push
+    clock_lead: int   # the worker's clocks ahead of the slowest worker when it started (SSP: <= s)
+    time: float       # simulated time at which the server applied it
+
+
+class EventSimulator:
+    """The event loop: m workers, one server, a simulated clock; `advance` applies the next update."""
+
+    def __init__(self, workers: Sequence[AsyncAlgorithm], server: AsyncServer, *, staleness: float,
+                 cost: ParameterServerCost, stragglers: Stragglers, step_time: float):
+        if not staleness > 0:
+            raise ConfigError(f"comm.staleness must be > 0 in the asynchronous simulator, got {staleness}")
+        self.workers, self.server, self.staleness = list(workers), server, staleness
+        self.cost, self.stragglers, self.step_time = cost, stragglers, step_time
+        m = self.size = len(self.workers)
+        self.param_bytes = server.w.numel() * server.w.element_size()
+        self.version = 0
+        self.time = 0.0           # when the current version was applied
+        self.server_free = 0.0    # when the server's link is next free
+        self.server_busy = 0.0
+        self.clocks = [0] * m
+        self.pulled = [0] * m
+        self.lead = [0] * m
+        self.pending: list[list[torch.Tensor] | None] = [None] * m
+        self.blocked_since: dict[int, float] = {}
+        self.ssp_wait = [0.0] * m
+        self.measured = [0.0] * m
+        self.modelled = [0.0] * m
+        self.bytes = [0] * m
+        self.rngs = [np.random.default_rng([stragglers.seed, i]) for i in range(m)]
+        self.log: list[Update] = []
+        self._arrivals: list[tuple[float, int]] = []
+        for i in range(m):
+            self._start(i, 0.0)  # every worker holds w_0 already, as in a synchronous run
+
+    def _start(self, i: int, t: float) -> None:
+        """Worker i has pulled the current version at time t: it computes its step on it."""
+        self.pulled[i], self.lead[i] = self.version, self.clocks[i] - min(self.clocks)
+        w = self.server.w.detach().clone()
+        t0 = time.thread_time()
+        self.pending[i] = self.workers[i].worker_update(w)
+        self.measured[i] += time.thread_time() - t0
+        delay = self.rngs[i].exponential(self.stragglers.delay_mean) if self.stragglers.delay_mean > 0 else 0.0
+        compute = self.step_time * self.stragglers.factor(i) + float(delay)
+        self.modelled[i] += compute
+        heapq.heappush(self._arrivals, (t + compute, i))
+
+    def _link(self, nbytes: int) -> float:
+        """One message of ``nbytes`` on the server's link: α + n/(kβ) (each of k servers holds 1/k)."""
+        return self.cost.alpha + nbytes / (self.cost.servers * self.cost.beta)
+
+    def advance(self) -> Update:
+        arrival, i = heapq.heappop(self._arrivals)
+        update, self.pending[i] = self.pending[i], None
+        nbytes = sum(t.numel() * t.element_size() for t in update)
+        start = max(arrival, self.server_free)
+        applied = start + self._link(nbytes) + nbytes / (self.cost.servers * self.cost.gamma)
+        self.server.apply(update, i)
+        self.clocks[i] += 1
+        record = Update(version=self.version + 1, rank=i, clock=self.clocks[i], pulled=self.pulled[i],
+                        staleness=self.version - self.pulled[i], clock_lead=self.lead[i], time=applied)
+        self.version, self.time = self.version + 1, applied
+        self.server_busy += applied - start
+        self.server_free = applied
+        self.bytes[i] += nbytes
+        self.log.append(record)
+        self.blocked_since[i] = applied
+        self._release(first=i)
+        return record
+
+    def _release(self, first: int) -> None:
+        """Send the pull replies SSP allows now: the pushing worker's first, then the others by rank."""
+        slowest = min(self.clocks)
+        for j in [first] + sorted(set(self.blocked_since) - {first}):
+            if j in self.blocked_since and self.clocks[j] - slowest <= self.staleness:
+                since = self.blocked_since.pop(j)
+                start = max(self.server_free, since)
+                if j != first:
+                    self.ssp_wait[j] += start - since
+                done = start + self._link(self.param_bytes)
+                self.server_busy += done - start
+                self.server_free = done
+                self._start(j, done)
+
+    def stats(self) -> dict:
+        """What summary.json records: staleness histograms and per-worker counts and times."""
+        per_worker = [[u for u in self.log if u.rank == i] for i in range(self.size)]
+        return {
+            "staleness": "inf" if math.isinf(self.staleness) else int(self.staleness),
+            "updates": len(self.log),
+            "staleness_histogram": histogram(u.staleness for u in self.log),
+            "clock_lead_histogram": histogram(u.clock_lead for u in self.log),
+            "staleness_max": max((u.staleness for u in self.log), default=0),
+            "staleness_mean": float(np.mean([u.staleness for u in self.log])) if self.log else 0.0,
+            "clock_lead_max": max((u.clock_lead for u in self.log), default=0),
+            "updates_per_worker": [len(us) for us in per_worker],
+            "staleness_mean_per_worker": [float(np.mean([u.staleness for u in us])) if us else 0.0
+                                          for us in per_worker],
+            "ssp_wait_s": self.ssp_wait,
+            "modelled_compute_s": self.modelled,
+            "measured_compute_s": self.measured,
+            "server_busy_s": self.server_busy,
+            "step_time": self.step_time,
+        }
+
+
+def histogram(values) -> dict[str, int]:
+    """{value: count}, keys as strings in increasing order (JSON object keys)."""
+    counts = Counter(values)
+    return {str(k): counts[k] for k in sorted(counts)}
+
+
+class ServerView:
+    """The simulated run as the round loop (`dane.runner.run`) and `dane.launch._worker` see one worker's communicator.
+
+    ``bytes_sent`` and ``calls`` are the workers' means; ``elapsed`` is the simulated time of
+    the server's current version; ``allreduce_mean`` returns its input, because the
+    simulator already hands over global values (see `AllWorkers`).
+    """
+
+    rank = 0
+
+    def __init__(self, sim: EventSimulator):
+        self.sim, self.size = sim, sim.size
+        self.group = _GroupTimes(sim)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(self.sim.bytes) // self.size
+
+    @property
+    def calls(self) -> int:
+        return len(self.sim.log) // self.size
+
+    def elapsed(self) -> float:
+        return self.sim.time
+
+    def allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [t.clone() for t in tensors]
+
+    def summary_entries(self) -> dict:
+        return {"asynchronous": self.sim.stats()}
+
+
+class _GroupTimes:
+    """The simulated totals that `dane.launch._worker` reads from a `ThreadGroup` for the summary."""
+
+    def __init__(self, sim: EventSimulator):
+        self.sim, self.cost = sim, sim.cost
+
+    @property
+    def clock(self) -> float:
+        return self.sim.time
+
+    @property
+    def compute_time(self) -> float:
+        return max(self.sim.modelled)
+
+    @property
+    def comm_time(self) -> float:
+        return self.sim.server_busy
+
+
+class AllWorkers:
+    """Worker 0's problem as the driver sees it, except that ``confusion_matrix`` is already the global one."""
+
+    def __init__(self, problems: Sequence):
+        self._problems = list(problems)
+
+    def __getattr__(self, name: str):
+        value = getattr(self._problems[0], name)  # AttributeError when absent: hasattr() stays truthful
+        if name == "confusion_matrix":
+            return lambda w: torch.stack([p.confusion_matrix(w) for p in self._problems]).sum(0) / len(self._problems)
+        return value
+
+
+class AsyncRun:
+    """The asynchronous run behind the `Algorithm` interface that `dane.runner.run` drives.
+
+    ``step`` evaluates the server's iterate and then applies one round of updates.
+    """
+
+    def __init__(self, workers: Sequence[AsyncAlgorithm], group: ThreadGroup, sim: EventSimulator):
+        self.workers, self.group, self.sim = list(workers), group, sim
+        self.comm = ServerView(sim)
+        self.updates_per_round = sim.size * workers[0].updates_per_round
+
+    @property
+    def iterate(self) -> torch.Tensor:
+        return self.sim.server.w.detach()
+
+    def evaluate(self) -> dict[str, float]:
+        """Every worker's synchronous ``evaluate`` at the server's parameters, in lockstep; untimed."""
+        w = self.iterate.clone()
+        for algo in self.workers:
+            with torch.no_grad():
+                algo.w.copy_(w)
+        return self.group.run(lambda comm: self.workers[comm.rank].evaluate())[0]
+
+    def step(self) -> dict[str, float]:
+        metrics = self.evaluate()
+        updates = [self.sim.advance() for _ in range(self.updates_per_round)]
+        staleness = [u.staleness for u in updates]
+        return {**metrics, "staleness_max": max(staleness), "staleness_mean": float(np.mean(staleness)),
+                "clock_lead_max": max(u.clock_lead for u in updates)}
+
+    def state_dict(self) -> dict:
+        raise ConfigError("the asynchronous simulator does not checkpoint yet; set checkpoint_every=0")
+
+
+def build_workers(spec, problems: Sequence) -> tuple[list, ThreadGroup]:
+    """Each worker's algorithm object, built in lockstep (local_sgd's lr=null takes one allreduce)."""
+    group = ThreadGroup(len(problems), spec.cost, spec.stragglers)
+    workers = group.run(lambda comm: spec.algorithm.build(problems[comm.rank], comm))
+    for algo in workers:
+        if not hasattr(algo, "worker_update"):
+            raise ConfigError(f"algorithm={spec.algorithm.name} has no asynchronous form; set comm.staleness=0")
+    return workers, group
+
+
+def run_async(spec, out_dir: str | None, collect: dict | None, build, worker) -> dict:
+    """Simulate ``spec`` asynchronously; rank 0's driver (``worker``, `dane.launch._worker`) writes ``out_dir``.
+
+    ``build(spec, rank, size, clock)`` makes one worker's problem (`dane.launch._build`).
+    Besides the usual records and summary, ``out_dir`` gets ``updates.jsonl``, one line per server update.
+    """
+    if not isinstance(spec.cost, ParameterServerCost):
+        raise ConfigError(f"comm.staleness={spec.staleness} simulates a parameter server; add sim.topology=ps")
+    torch.set_num_threads(1)  # one core per simulated worker, and one order of floating-point sums
+    problems, setups = zip(*(build(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
+    workers, group = build_workers(spec, problems)
+    server = workers[0].async_server(workers)
+    sim = EventSimulator(workers, server, staleness=spec.staleness, cost=spec.cost, stragglers=spec.stragglers,
+                         step_time=spec.step_time)
+    run = AsyncRun(workers, group, sim)
+    summary = worker(spec, run.comm, AllWorkers(problems), out_dir, time.perf_counter(), max(setups), collect,
+                     algo=run)
+    if out_dir:
+        lines = "".join(json.dumps(asdict(u)) + "\n" for u in sim.log)
+        atomic_write_text(os.path.join(out_dir, UPDATES_FILE), lines)
+    if collect is not None:
+        collect["updates"] = list(sim.log)
+    return summary
