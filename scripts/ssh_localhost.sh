@@ -60,16 +60,11 @@ for host in $HOSTS; do
 done
 
 # 4. ssh to the aliases without prompts: their host keys are this machine's, accepted once
-if ! grep -q "^# dane-localhost" "$SSH_DIR/config" 2>/dev/null; then
-    {
-        echo "# dane-localhost (scripts/ssh_localhost.sh)"
-        echo "Host $HOSTS"
-        echo "    StrictHostKeyChecking accept-new"
-        echo "    IdentityFile $KEY"
-        echo "    BatchMode yes"
-    } >> "$SSH_DIR/config"
-    chmod 600 "$SSH_DIR/config"
-fi
+touch "$SSH_DIR/config" && chmod 600 "$SSH_DIR/config"
+for host in $HOSTS; do
+    grep -qxF "# dane-localhost: $host" "$SSH_DIR/config" || printf '%s\n' "# dane-localhost: $host" "Host $host" \
+        "    StrictHostKeyChecking accept-new" "    IdentityFile $KEY" "    BatchMode yes" >> "$SSH_DIR/config"
+done
 
 # 5. start sshd unless one answers on port 22
 listening() { (exec 3<>/dev/tcp/127.0.0.1/22) 2>/dev/null; }
@@ -83,7 +78,7 @@ fi
 
 # 6. check every alias, as horovodrun will (password logins off)
 for host in $HOSTS; do
-    ssh -o PasswordAuthentication=no -o ConnectTimeout=10 "$host" true 2>/dev/null \
+    ssh -o PasswordAuthentication=no -o BatchMode=yes -o ConnectTimeout=10 "$host" true 2>/dev/null \
         || die "ssh $host true failed; try ssh -v $host true"
 done
 echo "ssh_localhost: ssh to $HOSTS works; try: horovodrun -np 2 -H localhost:1,${HOSTS%% *}:1 --gloo --network-interface lo ..."
