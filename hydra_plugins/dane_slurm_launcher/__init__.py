@@ -4,8 +4,14 @@ Hydra accepts only launcher classes whose module is under the ``hydra_plugins`` 
 package; this one is found from the repository root (on ``sys.path`` under ``python -m``).
 Configured by conf/hydra/launcher/slurm.yaml (``hydra/launcher=slurm``).
 """
-from experiments import slurm_launcher
+try:
+    import hydra_plugins.hydra_submitit_launcher  # noqa: F401
+except ModuleNotFoundError:
+    # Not installed (make setup installs it): Hydra imports every plugin at start-up and would warn on every
+    # run; hydra/launcher=slurm itself then stops on its missing `submitit_slurm` default.
+    pass
+else:
+    from experiments import slurm_launcher
 
-
-class SlurmLauncher(slurm_launcher.SlurmLauncher):
-    __doc__ = slurm_launcher.SlurmLauncher.__doc__
+    class SlurmLauncher(slurm_launcher.SlurmLauncher):
+        __doc__ = slurm_launcher.SlurmLauncher.__doc__
