@@ -7,6 +7,7 @@ recorded as failed while the sweep goes on.
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -111,17 +112,23 @@ def test_a_sweep_launches_each_job_with_its_workers(launcher, simulated, tmp_pat
 @pytest.mark.slow
 def test_a_failed_job_is_recorded_and_the_sweep_goes_on(tmp_path):
     torchrun()
-    # job 0 is refused before any launch; job 1 is launched and its program rejects mu=-1 (exit 2)
-    proc = sweep("torchrun", ["workers=0,1", "algorithm.mu=-1", *SMALL[2:]], tmp_path)
+    # workers=0: refused before any launch; mu=-1: launched, the program rejects it (exit 2);
+    # plain DANE on 15 samples a worker in R^20: launched, diverges (exit 3) -- a result, not a failure
+    proc = sweep("torchrun", ["workers=0,2", "algorithm.mu=-1,0", "algorithm.safeguard=false", "problem.n_samples=30",
+                              "problem.dim=20", "rounds=30", "quiet=true"], tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
-    assert [(p / "error.txt").read_text() for p in jobs] == [
-        "error: workers must be a positive integer, got 0\n", "error: algorithm.mu must be >= 0, got -1\n"]
-    assert not any((p / "summary.json").exists() for p in jobs)
-    assert not (jobs[0] / "launch.log").exists()  # nothing was launched for it
-    assert "torchrun" in (jobs[1] / "launch.log").read_text().splitlines()[0]
-    assert "sweep: 2 jobs in" in proc.stdout
+    jobs = sorted((p for p in tmp_path.iterdir() if p.is_dir()), key=lambda p: int(p.name.split("_")[0]))
+    errors = [(p / "error.txt").read_text() if (p / "error.txt").exists() else None for p in jobs]
+    assert errors == ["error: workers must be a positive integer, got 0\n"] * 2 + [
+        "error: algorithm.mu must be >= 0, got -1\n", None]
+    assert [(p / "launch.log").exists() for p in jobs] == [False, False, True, True]  # nothing launched for workers=0
+    assert "torchrun" in (jobs[2] / "launch.log").read_text().splitlines()[0]
+    diverged = read_summary(jobs[3])
+    assert (diverged["status"], diverged["workers"], diverged["backend"]) == ("diverged", 2, "torch")
+    assert diverged["final_objective"] > 1e6
+    assert not any((p / "summary.json").exists() for p in jobs[:3])
+    assert "sweep: 4 jobs in" in proc.stdout
     table = subprocess.run([sys.executable, "-m", "paper_figs.summary", str(tmp_path), "--json"], cwd=REPO, env=env(),
                            capture_output=True, text=True, timeout=120)
     assert table.returncode == 0, table.stderr
-    assert '"failed"' in table.stdout and table.stdout.count('"failed"') == 2
+    assert [row["status"] for row in json.loads(table.stdout)] == ["failed", "failed", "failed", "diverged"]
