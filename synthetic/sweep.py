@@ -36,7 +36,8 @@ from experiments.config import CONF_DIR, cost_model, run_spec
 Job = tuple[str, ...]
 
 #: config keys that change what a run computes; a stored run must agree on all of them
-IDENTITY_KEYS = ("algorithm", "problem", "workers", "seed", "dtype", "sim.slowdown", "sim.delay_mean", "sim.seed")
+IDENTITY_KEYS = ("algorithm", "problem", "workers", "seed", "dtype", "sim.slowdown", "sim.delay_mean", "sim.seed",
+                 "comm.staleness", "sim.step_time")
 
 
 def job_name(job: Job) -> str:
@@ -105,6 +106,9 @@ def identity(cfg: dict) -> dict:
     out = {key: _get(cfg, key) for key in IDENTITY_KEYS}
     out["workers"] = out["workers"] or 1
     out["sim.slowdown"] = [float(s) for s in out["sim.slowdown"] or [1.0]]
+    out["comm.staleness"] = out["comm.staleness"] or 0  # absent from runs made before it: synchronous
+    if not out["comm.staleness"]:
+        del out["sim.step_time"]  # it orders only the asynchronous simulator's updates
     data = out["problem"].get("data") if isinstance(out["problem"], dict) else None
     if isinstance(data, dict) and "data_dir" in data:  # where the files are is not what they hold
         out["problem"] = {**out["problem"], "data": {k: v for k, v in data.items() if k != "data_dir"}}

@@ -154,3 +154,19 @@ def test_asynchronous_sgd_trains_the_digits_mlp_to_90_percent(tmp_path):
     confusion = json.loads((tmp_path / JSON_FILE).read_text())  # the whole test set's, from every worker's slice
     assert confusion["test_rows"] == 360
     assert confusion["accuracy"] == pytest.approx(summary["final_test_accuracy"])
+
+
+def test_stored_runs_are_told_apart_by_staleness():
+    """A sweep reuses a stored run only for the same job: comm.staleness (and, when > 0, sim.step_time) count;
+    a run stored before comm.staleness existed was synchronous."""
+    from synthetic.sweep import identity
+
+    sim = {"slowdown": [1, 1, 3], "delay_mean": 0.0, "seed": 0}
+    base = {"algorithm": {"name": "sync_sgd"}, "problem": {"name": "logreg"}, "workers": 3, "seed": 0,
+            "dtype": "float64", "comm": {"backend": "local"}, "sim": sim}
+    sync = {**base, "comm": {"backend": "local", "staleness": 0}, "sim": {**sim, "step_time": 1e-3}}
+    ssp = {**sync, "comm": {"backend": "local", "staleness": 2}}
+    assert identity(base) == identity(sync) == identity({**sync, "sim": {**sim, "step_time": 5e-3}})
+    assert identity(ssp) != identity(sync)
+    assert identity(ssp) != identity({**ssp, "comm": {"backend": "local", "staleness": float("inf")}})
+    assert identity(ssp) != identity({**ssp, "sim": {**sim, "step_time": 5e-3}})
