@@ -155,6 +155,6 @@ def wait_without_accounting(jobs: Sequence[Any], *, poll_s: float = 1.0, grace_s
             if job.job_id in queued or any(q.startswith(f"{array_id}_[") for q in queued):
                 left_queue.pop(job.job_id, None)
             elif now - left_queue.setdefault(job.job_id, now) > grace_s:
-                raise ConfigError(f"Slurm job {job.job_id} left the queue without a result; "
+                raise RuntimeError(f"Slurm job {job.job_id} left the queue without a result; "
                                   f"see {job.paths.stderr} and {job.paths.stdout}")
         time.sleep(poll_s)
