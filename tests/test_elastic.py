@@ -56,10 +56,10 @@ def attempt(spec, sessions, out_dir, size: int) -> dict:
                                                       time.perf_counter(), elastic=sessions[comm.rank]))[0]
 
 
-def lose_worker_1(out_dir, fail_at: int, checkpoint_every: int) -> list[ElasticSession]:
+def lose_worker_1(out_dir, fail_at: int, checkpoint_every: int, *overrides: str) -> list[ElasticSession]:
     """Two workers until worker 1 is lost at ``fail_at``; then, as Horovod does, every session restores its commit."""
     spec = run_spec(config(*RIDGE, "workers=2", f"rounds={ROUNDS}", f"checkpoint_every={checkpoint_every}",
-                           f"sim.fail_at=[[{fail_at},1]]"))
+                           f"sim.fail_at=[[{fail_at},1]]", *overrides))
     sessions = [ElasticSession(FakeHorovod(rank), None) for rank in range(2)]
     for session in sessions:
         session.state.out_dir = str(out_dir)
@@ -84,14 +84,6 @@ def optimum(spec) -> torch.Tensor:
     return spec.problem.build(0, 1, spec.dtype).w_star
 
 
-@pytest.fixture(scope="module")
-def whole(tmp_path_factory):
-    """The uninterrupted simulated run: 2 workers, 12 rounds."""
-    out = tmp_path_factory.mktemp("whole")
-    execute_with(out, *RIDGE, "workers=2", f"rounds={ROUNDS}")
-    return out
-
-
 def test_every_row_is_in_one_shard_whatever_the_world_size_and_a_rebuilt_shard_is_the_fresh_one():
     """What a reset relies on: O is the same function for every m, and shard (r, m) is a function of (r, m)."""
     problem = run_spec(config(*RIDGE)).problem
@@ -108,13 +100,16 @@ def test_every_row_is_in_one_shard_whatever_the_world_size_and_a_rebuilt_shard_i
     assert objectives[3] == pytest.approx(objectives[1], rel=1e-13)
 
 
-def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_run(tmp_path, whole):
-    """Commit, restore and `load_elastic_state` round-trip: rank 0's state on every worker, the safeguard's
-    local gradient recomputed on each shard, gives the uninterrupted records and iterate."""
-    run_dir = tmp_path / "run"
-    sessions = lose_worker_1(run_dir, fail_at=7, checkpoint_every=3)
+@pytest.mark.parametrize("algorithm", ELASTIC_ALGORITHMS)
+def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_run(tmp_path, algorithm):
+    """Commit, restore and `load_elastic_state` round-trip: rank 0's state on every worker (for DANE, with the
+    safeguard's local gradient recomputed on each shard) gives the uninterrupted records and iterate."""
+    whole, run_dir = tmp_path / "whole", tmp_path / "run"
+    execute_with(whole, *RIDGE, f"algorithm={algorithm}", "workers=2", f"rounds={ROUNDS}")
+    sessions = lose_worker_1(run_dir, 7, 3, f"algorithm={algorithm}")
     assert sessions[0].state.progress["round"] == 6 and sessions[0].state.progress["workers"] == 2
-    spec = run_spec(config(*RIDGE, "workers=2", f"rounds={ROUNDS}", "checkpoint_every=3", "sim.fail_at=[[7,1]]"))
+    spec = run_spec(config(*RIDGE, f"algorithm={algorithm}", "workers=2", f"rounds={ROUNDS}", "checkpoint_every=3",
+                           "sim.fail_at=[[7,1]]"))
     summary = attempt(spec, sessions, run_dir, 2)
     records = read_rounds(run_dir)
     assert [r["round"] for r in records] == list(range(ROUNDS + 1))
