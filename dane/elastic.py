@@ -173,8 +173,9 @@ class ElasticSession:
         from .runner import start_state
 
         st = self.state
+        if st.started is None:  # the first attempt: the clock goes on from the committed time (a resume=) or 0
+            st.started = time.time() - (float(st.progress["cost"]["time_s"]) if st.progress is not None else 0.0)
         if st.progress is None:
-            st.started = time.time()
             self.commit({**start_state(algo, stop), "workers": comm.size})
         progress = st.progress
         algo.load_elastic_state(progress["algorithm"])
@@ -207,18 +208,25 @@ class ElasticSession:
             print(line, file=sys.stderr, flush=True)
 
 
+def disk_progress(spec, size: int) -> dict | None:
+    """With ``resume=``: rank 0's part of the committed checkpoint on disk, the elastic run's first committed state."""
+    from .checkpoint import load_checkpoint
+    from .launch import worker_meta
+
+    if spec.resume is None:
+        return None
+    return {**load_checkpoint(spec.resume, 0, worker_meta(spec, 0, size)), "workers": size}
+
+
 def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
     """`dane.launch.execute` under ``comm.elastic=true``: the run loop inside ``hvd.elastic.run``."""
     import horovod.torch as hvd
 
-    from .checkpoint import load_checkpoint
     from .comm.horovod import HorovodCommunicator
-    from .launch import _build, _worker, worker_meta
+    from .launch import _build, _worker
 
     hvd.init()
-    progress = None
-    if spec.resume is not None and hvd.rank() == 0:  # only rank 0's state counts: it is broadcast to all
-        progress = {**load_checkpoint(spec.resume, 0, worker_meta(spec, 0, hvd.size())), "workers": hvd.size()}
+    progress = disk_progress(spec, hvd.size()) if hvd.rank() == 0 else None  # rank 0's is broadcast to all
     session = ElasticSession(hvd, out_dir, progress)
 
     @hvd.elastic.run

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from dane.comm import LocalCommunicator, ThreadGroup
-from dane.elastic import ELASTIC_ALGORITHMS, ElasticSession
+from dane.elastic import ELASTIC_ALGORITHMS, ElasticSession, disk_progress
 from dane.errors import ConfigError
 from dane.launch import SimulatedFault, _worker
 from dane.results import read_rounds, read_summary
@@ -75,7 +75,7 @@ def reset(sessions: list[ElasticSession]) -> None:
     for session in sessions:
         session.state.restore()
     rank0 = sessions[0].state._saved_state
-    for session in sessions:
+    for session in sessions[1:]:
         session.state._saved_state = copy.deepcopy(rank0)
         session.state.restore()
 
@@ -115,6 +115,24 @@ def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_r
     assert [r["round"] for r in records] == list(range(ROUNDS + 1))
     assert {r["workers"] for r in records} == {2}
     assert summary["world_size_changes"] == [] and summary["elastic"] is True
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "workers"} for r in without_time(rs)]  # noqa: E731
+    assert strip(records) == without_time(read_rounds(whole))
+    torch.testing.assert_close(torch.load(run_dir / "iterate.pt"), torch.load(whole / "iterate.pt"), rtol=0, atol=1e-12)
+
+
+def test_an_elastic_run_continues_a_checkpoint_on_disk(tmp_path):
+    """resume= with comm.elastic: rank 0's committed part on disk is the first committed state, broadcast to all."""
+    whole, run_dir = tmp_path / "whole", tmp_path / "run"
+    execute_with(whole, *RIDGE, "workers=2", f"rounds={ROUNDS}")
+    execute_with(run_dir, *RIDGE, "workers=2", "rounds=5", "checkpoint_every=2", f"out_dir={run_dir}")
+    spec = run_spec(config(*RIDGE, "workers=2", f"rounds={ROUNDS}", "checkpoint_every=2", f"resume={run_dir}"))
+    sessions = [ElasticSession(FakeHorovod(rank), str(run_dir), disk_progress(spec, 2) if rank == 0 else None)
+                for rank in range(2)]
+    reset(sessions)
+    summary = attempt(spec, sessions, run_dir, 2)
+    assert summary["resumed_from_round"] == 4 and summary["world_size_changes"] == []
+    records = read_rounds(run_dir)
+    assert [r["workers"] for r in records[4:]] == [2] * (ROUNDS + 1 - 4) and "workers" not in records[3]
     strip = lambda rs: [{k: v for k, v in r.items() if k != "workers"} for r in without_time(rs)]  # noqa: E731
     assert strip(records) == without_time(read_rounds(whole))
     torch.testing.assert_close(torch.load(run_dir / "iterate.pt"), torch.load(whole / "iterate.pt"), rtol=0, atol=1e-12)
