@@ -59,6 +59,7 @@ belong to one worker's rows and would be lost with it.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import socket
@@ -147,7 +148,7 @@ class ElasticSession:
         if comm.rank == 0 and progress is not None and self.out_dir:
             lock = Path(self.out_dir) / LOCK_FILE
             if st.writer and st.writer != me and lock.is_file() and lock.read_text().strip() == st.writer:
-                lock.unlink(missing_ok=True)  # held by the rank 0 this job lost (or a former rank 0 that closed it)
+                lock.unlink(missing_ok=True)  # left by the rank 0 this job lost
             dropped = truncate_rounds(self.out_dir, progress["round"])
         told = json.loads(comm.broadcast_object(json.dumps([me, dropped]) if comm.rank == 0 else "", root=0))
         st.writer, dropped = told
@@ -186,8 +187,6 @@ class ElasticSession:
 
     def commit(self, progress: dict) -> None:
         """Commit ``progress`` (this round's state, global on every worker); may raise Horovod's reset signals."""
-        import copy
-
         self.state.progress = copy.deepcopy(progress)
         self.state.commit()
 
@@ -230,7 +229,7 @@ def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
     session = ElasticSession(hvd, out_dir, progress)
 
     @hvd.elastic.run
-    def attempt(state) -> dict:
+    def attempt(state) -> dict:  # state is session.state, synced from rank 0 by hvd.elastic.run
         comm = HorovodCommunicator(init=False)
         problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
         release = getattr(spec.problem, "release", None)
