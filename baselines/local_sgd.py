@@ -66,6 +66,10 @@ class LocalSGDConfig:
         return LocalSGD(problem, comm, local_steps=self.local_steps, batch_size=self.batch_size, lr=self.lr,
                         aggregate=self.aggregate, power_iters=self.power_iters, seed=self.seed)
 
+    def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "AveragingServer":
+        """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""
+        return AveragingServer(w0, shares(sizes, self.aggregate))
+
 
 def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor], *, lr: float,
                 steps: int) -> torch.Tensor:
@@ -116,17 +120,11 @@ class LocalSGD(Algorithm):
             extra = {"elected": elected}
         return {**global_metrics(self, reduced), **extra, **self.extra()}
 
-    # Asynchronous and stale-synchronous local SGD (comm.staleness > 0, dane.asynchronous).
+    # Asynchronous and stale-synchronous local SGD (comm.staleness > 0, dane.asynchronous): the worker's half;
+    # the server's is AveragingServer (LocalSGDConfig.async_server).
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
         """K local steps from the parameters the worker pulled; it pushes the change w_i - w."""
         return [local_steps(w, self.gradient, lr=self.lr, steps=self.local_steps) - w]
-
-    def async_server(self, workers) -> "AveragingServer":
-        if self.aggregate == "best":
-            raise ConfigError("algorithm.aggregate=best elects among all m models of one round, which an asynchronous "
-                              "run never has; use mean or weighted with comm.staleness > 0")
-        sizes = [float(algo.problem.n_local) if self.aggregate == "weighted" else 1.0 for algo in workers]
-        return AveragingServer(self.w.detach().clone(), [n / sum(sizes) for n in sizes])
 
     def score(self, w: torch.Tensor) -> float:
         """The election score of this worker's model: validation objective if the problem has one, else O_i(w)."""
@@ -162,6 +160,15 @@ def check_problem(problem: Problem, batch_size: int | None, aggregate: str) -> N
                               f"use a smaller batch or null for the full shard")
     if aggregate == "weighted" and not hasattr(problem, "n_local"):
         raise ConfigError(f"algorithm.aggregate=weighted needs shard sizes, which {name} lacks; use mean or best")
+
+
+def shares(sizes: list[float], aggregate: str) -> list[float]:
+    """Each worker's weight in the mean: 1/m (``mean``) or n_i / sum_j n_j (``weighted``)."""
+    if aggregate == "best":
+        raise ConfigError("algorithm.aggregate=best elects among all m models of one round, which an asynchronous "
+                          "run never has; use mean or weighted with comm.staleness > 0")
+    weights = sizes if aggregate == "weighted" else [1.0] * len(sizes)
+    return [n / sum(weights) for n in weights]
 
 
 class AveragingServer:

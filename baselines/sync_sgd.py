@@ -57,6 +57,10 @@ class SyncSGDConfig:
         return SyncSGD(problem, comm, lr=self.lr, optimizer=self.optimizer, momentum=self.momentum,
                        batch_size=self.batch_size, steps_per_round=self.steps_per_round, seed=self.seed)
 
+    def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "GradientServer":
+        """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""
+        return GradientServer(w0, name=self.optimizer, lr=self.lr, momentum=self.momentum)
+
 
 def make_optimizer(name: str, w: torch.Tensor, *, lr: float, momentum: float) -> torch.optim.Optimizer:
     if name == "adam":
@@ -80,7 +84,6 @@ class SyncSGD(Algorithm):
         preload_optimizers()
         self.w.requires_grad_(True)  # the optimizer's one parameter is the flat vector itself
         self.optimizer = make_optimizer(optimizer, self.w, lr=lr, momentum=momentum)
-        self.optimizer_settings = {"name": optimizer, "lr": lr, "momentum": momentum}
         self.updates_per_round = self.steps_per_round  # per worker, when asynchronous (dane.asynchronous)
 
     def local_metrics(self) -> torch.Tensor:
@@ -101,13 +104,11 @@ class SyncSGD(Algorithm):
             self.optimizer.step()                                        # w <- opt.step(w, g)
         return self.metrics(None, metrics)
 
-    # Asynchronous and stale-synchronous SGD (comm.staleness > 0, dane.asynchronous): the same two halves, apart.
+    # Asynchronous and stale-synchronous SGD (comm.staleness > 0, dane.asynchronous): the worker's half of a step;
+    # the server's half is GradientServer (SyncSGDConfig.async_server).
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
         """One worker step at the parameters it pulled: its minibatch gradient, pushed to the server."""
         return [self.problem.batch_grad(w, self.sampler.next())]
-
-    def async_server(self, workers) -> "GradientServer":
-        return GradientServer(self.w.detach().clone(), **self.optimizer_settings)
 
     def evaluate(self) -> dict[str, float]:
         (metrics,) = self.comm.allreduce_mean([self.local_metrics()])

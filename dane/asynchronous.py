@@ -1,6 +1,7 @@
-r"""Asynchronous and stale-synchronous (SSP) training through a parameter server, simulated event by event.
+r"""Asynchronous and stale-synchronous (SSP) training through a parameter server: simulated event by event
+(``workers=m`` under plain python with ``sim.topology=ps``), or real (``torchrun ... comm=ps``, `Replay`).
 
-``comm.staleness = s`` with ``workers=m`` under plain python and ``sim.topology=ps``:
+``comm.staleness = s``:
 
 - ``s = inf``: fully asynchronous.  Each worker loops pull -> step -> push and never waits
   for the others;
@@ -50,6 +51,12 @@ per worker (the workers' mean).  ``staleness_max``, ``staleness_mean`` and
 ``clock_lead_max`` describe round t's own updates, which lead from w_t to w_{t+1}.  The
 metrics of an iterate are those its synchronous evaluation would log: each worker's
 ``evaluate`` runs at the server's parameters in lockstep, and this costs no simulated time.
+
+A real run (`dane.comm.ps_async`, one server) applies the same rule to real processes.
+Its update order is whatever the machines produce; ``time`` is the server's wall clock,
+counted from the start of the asynchronous phase.  The server keeps the iterate at every
+round boundary.  Once the phase is over, the workers evaluate those iterates in lockstep
+through the servers (`Replay`), so the records have the simulator's form.
 """
 from __future__ import annotations
 
@@ -79,13 +86,12 @@ class AsyncServer(Protocol):
 
 
 class AsyncAlgorithm(Protocol):
-    """What an algorithm offers the asynchronous simulator (sync_sgd and local_sgd do)."""
+    """What an algorithm offers an asynchronous run (sync_sgd and local_sgd do); its config adds
+    ``async_server(w0, sizes)``, the server's half."""
 
     updates_per_round: int
 
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]: ...
-
-    def async_server(self, workers: Sequence["AsyncAlgorithm"]) -> AsyncServer: ...
 
     def evaluate(self) -> dict[str, float]: ...
 
@@ -184,24 +190,32 @@ class EventSimulator:
 
     def stats(self) -> dict:
         """What summary.json records: staleness histograms and per-worker counts and times."""
-        per_worker = [[u for u in self.log if u.rank == i] for i in range(self.size)]
-        return {
-            "staleness": "inf" if math.isinf(self.staleness) else int(self.staleness),
-            "updates": len(self.log),
-            "staleness_histogram": histogram(u.staleness for u in self.log),
-            "clock_lead_histogram": histogram(u.clock_lead for u in self.log),
-            "staleness_max": max((u.staleness for u in self.log), default=0),
-            "staleness_mean": float(np.mean([u.staleness for u in self.log])) if self.log else 0.0,
-            "clock_lead_max": max((u.clock_lead for u in self.log), default=0),
-            "updates_per_worker": [len(us) for us in per_worker],
-            "staleness_mean_per_worker": [float(np.mean([u.staleness for u in us])) if us else 0.0
-                                          for us in per_worker],
-            "ssp_wait_s": self.ssp_wait,
-            "modelled_compute_s": self.modelled,
-            "measured_compute_s": self.measured,
-            "server_busy_s": self.server_busy,
-            "step_time": self.step_time,
-        }
+        return {**log_stats(self.log, self.staleness, self.size), "ssp_wait_s": self.ssp_wait,
+                "modelled_compute_s": self.modelled, "measured_compute_s": self.measured,
+                "server_busy_s": self.server_busy, "step_time": self.step_time}
+
+
+def log_stats(log: Sequence[Update], staleness: float, workers: int) -> dict:
+    """The staleness distribution of a run's updates, overall and per worker."""
+    per_worker = [[u for u in log if u.rank == i] for i in range(workers)]
+    return {
+        "staleness": "inf" if math.isinf(staleness) else int(staleness),
+        "updates": len(log),
+        "staleness_histogram": histogram(u.staleness for u in log),
+        "clock_lead_histogram": histogram(u.clock_lead for u in log),
+        "staleness_max": max((u.staleness for u in log), default=0),
+        "staleness_mean": float(np.mean([u.staleness for u in log])) if log else 0.0,
+        "clock_lead_max": max((u.clock_lead for u in log), default=0),
+        "updates_per_worker": [len(us) for us in per_worker],
+        "staleness_mean_per_worker": [float(np.mean([u.staleness for u in us])) if us else 0.0 for us in per_worker],
+    }
+
+
+def round_stats(updates: Sequence[Update]) -> dict:
+    """A record's summary of its round's updates."""
+    staleness = [u.staleness for u in updates]
+    return {"staleness_max": max(staleness), "staleness_mean": float(np.mean(staleness)),
+            "clock_lead_max": max(u.clock_lead for u in updates)}
 
 
 def histogram(values) -> dict[str, int]:
@@ -299,10 +313,7 @@ class AsyncRun:
 
     def step(self) -> dict[str, float]:
         metrics = self.evaluate()
-        updates = [self.sim.advance() for _ in range(self.updates_per_round)]
-        staleness = [u.staleness for u in updates]
-        return {**metrics, "staleness_max": max(staleness), "staleness_mean": float(np.mean(staleness)),
-                "clock_lead_max": max(u.clock_lead for u in updates)}
+        return {**metrics, **round_stats([self.sim.advance() for _ in range(self.updates_per_round)])}
 
     def state_dict(self) -> dict:
         raise ConfigError("the asynchronous simulator does not checkpoint yet; set checkpoint_every=0")
@@ -329,15 +340,95 @@ def run_async(spec, out_dir: str | None, collect: dict | None, build, worker) ->
     torch.set_num_threads(1)  # one core per simulated worker, and one order of floating-point sums
     problems, setups = zip(*(build(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
     workers, group = build_workers(spec, problems)
-    server = workers[0].async_server(workers)
+    server = spec.algorithm.async_server(workers[0].iterate.detach().clone(),
+                                         [float(algo.problem.n_local) for algo in workers])
     sim = EventSimulator(workers, server, staleness=spec.staleness, cost=spec.cost, stragglers=spec.stragglers,
                          step_time=spec.step_time)
     run = AsyncRun(workers, group, sim)
     summary = worker(spec, run.comm, AllWorkers(problems), out_dir, time.perf_counter(), max(setups), collect,
                      algo=run)
+    _keep_updates(sim.log, out_dir, collect)
+    return summary
+
+
+def _keep_updates(log: Sequence[Update], out_dir: str | None, collect: dict | None) -> None:
     if out_dir:
-        lines = "".join(json.dumps(asdict(u)) + "\n" for u in sim.log)
-        atomic_write_text(os.path.join(out_dir, UPDATES_FILE), lines)
+        atomic_write_text(os.path.join(out_dir, UPDATES_FILE), "".join(json.dumps(asdict(u)) + "\n" for u in log))
     if collect is not None:
-        collect["updates"] = list(sim.log)
+        collect["updates"] = list(log)
+
+
+# ---------------------------------------------------------------- real runs: torchrun ... comm=ps comm.staleness=s
+class Replay:
+    """A finished asynchronous ``comm=ps`` run behind the `Algorithm` interface: its kept iterates, one per round,
+    each evaluated by every worker in lockstep (the algorithm's own ``evaluate``, through the servers)."""
+
+    def __init__(self, algo, comm, results: dict, log: list[Update], updates_per_round: int, staleness: float):
+        self.algo, self.results, self.log, self.staleness, self.t = algo, results, log, staleness, 0
+        self.updates_per_round = comm.size * updates_per_round
+        self.comm = ReplayView(comm, self)
+
+    @property
+    def iterate(self) -> torch.Tensor:
+        return self.results["iterates"][self.t].view_as(self.algo.iterate)
+
+    def evaluate(self) -> dict[str, float]:
+        with torch.no_grad():
+            self.algo.w.copy_(self.iterate)
+        return self.algo.evaluate()
+
+    def step(self) -> dict[str, float]:
+        metrics = self.evaluate()
+        self.t += 1
+        per = self.updates_per_round
+        return {**metrics, **round_stats(self.log[(self.t - 1) * per:self.t * per])}
+
+
+class ReplayView:
+    """The worker's `PSCommunicator`, except for the costs of the asynchronous phase at the replayed iterate."""
+
+    def __init__(self, comm, replay: Replay):
+        self._comm, self._replay = comm, replay
+
+    def __getattr__(self, name: str):
+        return getattr(self._comm, name)
+
+    @property
+    def bytes_sent(self) -> int:  # the workers' mean: every push carries the same number of bytes
+        replay = self._replay
+        per_push = replay.algo.iterate.numel() * replay.algo.iterate.element_size()
+        return replay.t * replay.updates_per_round * per_push // self._comm.size
+
+    @property
+    def calls(self) -> int:
+        return self._replay.t * self._replay.updates_per_round // self._comm.size
+
+    def elapsed(self) -> float:
+        return self._replay.results["times"][self._replay.t]
+
+    def summary_entries(self) -> dict:
+        replay = self._replay
+        return {**self._comm.summary_entries(),
+                "asynchronous": log_stats(replay.log, replay.staleness, self._comm.size)}
+
+
+def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s: float, collect: dict | None,
+                 worker) -> dict:
+    """A worker of a real asynchronous run (`dane.comm.ps_async`), then its records (``worker``: `dane.launch._worker`).
+
+    The algorithm is built while the servers still answer the synchronous protocol (local_sgd's
+    lr=null takes one allreduce); the workers then end that loop, run the asynchronous phase,
+    and evaluate the kept iterates through the servers' synchronous loop again.
+    """
+    from .comm.ps import SHUTDOWN
+    from .comm.ps_async import LOG_FIELDS, work
+
+    algo = spec.algorithm.build(problem, comm)
+    comm._header(SHUTDOWN, ())  # the server's synchronous loop returns; it starts its asynchronous one
+    comm._complete()
+    results = work(comm, algo, algo.updates_per_round)
+    log = [Update(**{k: (v if k == "time" else int(v)) for k, v in zip(LOG_FIELDS, row)}) for row in results["log"]]
+    replay = Replay(algo, comm, results, log, algo.updates_per_round, spec.staleness)
+    summary = worker(spec, replay.comm, problem, out_dir, start, setup_s, collect, algo=replay)
+    _keep_updates(log, out_dir if comm.rank == 0 else None, collect)
     return summary

@@ -183,7 +183,7 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
         check_resume(spec.resume, spec.workers, spec.stop.rounds, spec.config_text)  # before anything there changes
     if spec.checkpoint_every and not out_dir and spec.simulated:
         raise ConfigError(f"checkpoint_every={spec.checkpoint_every} needs a run directory; set out_dir")
-    if spec.staleness > 0:  # asynchronous or stale-synchronous: simulated event by event
+    if spec.staleness > 0 and spec.backend == "local":  # asynchronous or stale-synchronous: simulated event by event
         from .asynchronous import run_async
 
         summary = run_async(spec, out_dir, collect, _build, _worker)
@@ -209,6 +209,11 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
         comm = make_communicator(spec.backend, torch_backend=spec.torch_backend, servers=spec.servers)
         try:
             if getattr(comm, "is_server", False):
+                if spec.staleness > 0:  # comm=ps asynchronous: set-up, the workers' pushes, then their evaluations
+                    from .comm.ps_async import AsyncServer
+
+                    comm.serve()
+                    AsyncServer(comm, spec).serve()
                 return comm.serve()  # comm=ps: a server rank answers the workers until they shut it down
             out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's directory
             problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
@@ -217,7 +222,12 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
                 release()  # one process, one worker: keep only this worker's shard in memory
             comm.barrier()
             comm.reset_clock()
-            summary = _worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
+            if spec.staleness > 0:
+                from .asynchronous import run_async_ps
+
+                summary = run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect, _worker)
+            else:
+                summary = _worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
         finally:
             comm.shutdown()
     if summary["status"] == "diverged":

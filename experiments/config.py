@@ -66,7 +66,7 @@ SYNCHRONOUS_ONLY = {  # why the others need every worker at the same iterate
 
 def staleness(cfg: DictConfig, backend: str) -> float:
     """``comm.staleness``: 0 (synchronous), a bound s > 0 (SSP) or inf (asynchronous), which only sync_sgd and
-    local_sgd take, and only in the simulator for now (`dane.asynchronous`)."""
+    local_sgd take, in the simulator or under torchrun with comm=ps and one server (`dane.asynchronous`)."""
     value = cfg.comm.get("staleness", 0)
     if isinstance(value, bool) or not (isinstance(value, int) or value == math.inf) or value < 0:
         raise ConfigError(f"comm.staleness must be an integer >= 0 or inf (fully asynchronous), got {value!r}")
@@ -81,11 +81,13 @@ def staleness(cfg: DictConfig, backend: str) -> float:
     if algorithm == "local_sgd" and cfg.algorithm.get("aggregate") == "best":
         raise ConfigError(f"comm.staleness={shown} with algorithm.aggregate=best: the election needs all m models of "
                           "one round; use algorithm.aggregate=mean or weighted")
-    if backend != "local":
-        raise ConfigError(f"comm.staleness={shown}: asynchronous and stale-synchronous training is simulated only for "
-                          f"now, not under comm={backend}; run plain python with workers=<m> sim.topology=ps, or set "
-                          "comm.staleness=0")
-    if cfg.sim.get("topology") != "ps":
+    if backend not in ("local", "ps"):
+        raise ConfigError(f"comm.staleness={shown} runs through a parameter server, not under comm={backend}: under "
+                          "torchrun with comm=ps, or in the simulator (plain python, workers=<m> sim.topology=ps)")
+    if backend == "ps" and cfg.comm.get("servers", 1) != 1:
+        raise ConfigError(f"comm.staleness={shown} under comm=ps runs with one server for now, got "
+                          f"comm.servers={cfg.comm.get('servers')}; set comm.servers=1")
+    if backend == "local" and cfg.sim.get("topology") != "ps":
         raise ConfigError(f"comm.staleness={shown} simulates workers pushing to a parameter server; add sim.topology=ps")
     if cfg.get("checkpoint_every", 0) or cfg.get("resume") is not None or cfg.sim.get("fail_at"):
         raise ConfigError(f"comm.staleness={shown}: the asynchronous simulator does not checkpoint, resume or lose "

@@ -1,10 +1,12 @@
-"""Asynchronous and stale-synchronous SGD (comm.staleness, dane.asynchronous), in the event-driven simulator.
+"""Asynchronous and stale-synchronous SGD (comm.staleness, dane.asynchronous): the event-driven simulator first,
+then real torchrun runs through the parameter server (dane.comm.ps_async).
 
 - s=0 is today's synchronous sync_sgd, bit for bit; one asynchronous worker is sync_sgd with one worker;
 - SSP never lets a worker start more than s clocks ahead of the slowest (the bound is reached);
 - the fully asynchronous staleness pattern of two workers, one 3x slower, is the one derived by hand;
 - the update order and the iterates are identical on a rerun with the same seed;
-- asynchronous SGD trains the digits MLP to >= 90% test accuracy.
+- asynchronous SGD trains the digits MLP to >= 90% test accuracy;
+- under torchrun, one asynchronous worker follows sync_sgd, and SSP keeps its bound.
 """
 from __future__ import annotations
 
@@ -170,3 +172,36 @@ def test_stored_runs_are_told_apart_by_staleness():
     assert identity(ssp) != identity(sync)
     assert identity(ssp) != identity({**ssp, "comm": {"backend": "local", "staleness": float("inf")}})
     assert identity(ssp) != identity({**ssp, "sim": {**sim, "step_time": 5e-3}})
+
+
+# ---------------------------------------------------------------- real runs: torchrun, comm=ps (dane.comm.ps_async)
+def torchrun_train(tmp_path: Path, processes: int, *overrides: str) -> tuple[dict, list[dict], list[dict]]:
+    from helpers import torchrun, train
+
+    proc = train(*overrides, "comm=ps", f"out_dir={tmp_path}", "quiet=true", launcher=torchrun(processes))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    updates = [json.loads(line) for line in (tmp_path / "updates.jsonl").read_text().splitlines()]
+    return read_summary(tmp_path), read_rounds(tmp_path), updates
+
+
+def test_torchrun_one_asynchronous_worker_follows_sync_sgd(tmp_path):
+    """With one worker nothing is stale, and the server's optimizer step is sync_sgd's: the same objectives."""
+    summary, rounds, updates = torchrun_train(tmp_path, 2, *LOGREG, "rounds=5", "comm.staleness=inf")
+    _, sync = run(*LOGREG, "workers=1", "rounds=5")
+    assert [r["objective"] for r in rounds] == pytest.approx(objectives(sync), rel=1e-12, abs=0)
+    assert summary["backend"] == "ps" and summary["asynchronous"]["staleness_histogram"] == {"0": 20}
+    assert [u["version"] for u in updates] == list(range(1, 21))
+
+
+@pytest.mark.parametrize("s", [1, pytest.param("inf", marks=pytest.mark.slow)])
+def test_torchrun_stale_synchronous_and_asynchronous_sgd(s, tmp_path):
+    summary, rounds, updates = torchrun_train(tmp_path, 4, *LOGREG, "rounds=6", f"comm.staleness={s}")
+    m = 3
+    assert len(updates) == 6 * m * 4 == summary["asynchronous"]["updates"]
+    assert [u["version"] for u in updates] == list(range(1, len(updates) + 1))
+    assert all(u["staleness"] == u["version"] - 1 - u["pulled"] >= 0 for u in updates)
+    if s == 1:
+        assert max(u["clock_lead"] for u in updates) <= 1
+    assert len(rounds) == 7 and rounds[-1]["suboptimality"] < 0.2 * rounds[0]["suboptimality"]
+    assert [r["comm_rounds"] for r in rounds] == [4 * t for t in range(7)]
+    assert sum(summary["asynchronous"]["staleness_histogram"].values()) == len(updates)

@@ -109,15 +109,15 @@ CASES = [
                   "drop workers= or launch 4 processes"),
     case("ps_workers_mismatch_server_rank", "comm=ps", "workers=3", *SMALL, env={**TORCHRUN_3, "RANK": "2"},
          expected="", lines=0),
-    case("ps_staleness", "comm=ps", "comm.staleness=2", "algorithm=sync_sgd", *SMALL, env=TORCHRUN_3,
-         expected="comm.staleness=2: asynchronous and stale-synchronous training is simulated only for now, not under "
-                  "comm=ps; run plain python with workers=<m> sim.topology=ps, or set comm.staleness=0"),
+    case("ps_staleness_two_servers", "comm=ps", "comm.servers=2", "comm.staleness=2", "algorithm=sync_sgd", *SMALL,
+         env=TORCHRUN_3, expected="comm.staleness=2 under comm=ps runs with one server for now, got comm.servers=2; "
+                                  "set comm.servers=1"),
     case("ps_staleness_dane", "comm=ps", "comm.staleness=1", *SMALL,
          expected="comm.staleness=1 with algorithm=dane: DANE's local solve needs the global gradient of the same "
                   "iterate; set comm.staleness=0"),
     case("ps_staleness_negative", "comm=ps", "comm.staleness=-1", "algorithm=gd", *SMALL,
          expected="comm.staleness must be an integer >= 0 or inf (fully asynchronous), got -1"),
-    # comm.staleness > 0: sync_sgd and local_sgd only, in the simulator only (dane.asynchronous)
+    # comm.staleness > 0: sync_sgd and local_sgd only, through a parameter server (dane.asynchronous)
     case("staleness_text", "comm.staleness=fast", "workers=2", *SMALL,
          expected="comm.staleness must be an integer >= 0 or inf (fully asynchronous), got 'fast'"),
     case("staleness_dane_simulated", "comm.staleness=inf", "workers=2", "sim.topology=ps", *SMALL,
@@ -137,8 +137,8 @@ CASES = [
          expected="comm.staleness=2 with algorithm=gd: distributed GD averages exact gradients of the same iterate "
                   "(its asynchronous form is algorithm=sync_sgd); set comm.staleness=0"),
     case("staleness_under_torchrun", "algorithm=sync_sgd", "comm.staleness=inf", *SMALL, env=TORCHRUN_3,
-         expected="comm.staleness=inf: asynchronous and stale-synchronous training is simulated only for now, not "
-                  "under comm=torch"),
+         expected="comm.staleness=inf runs through a parameter server, not under comm=torch: under torchrun with "
+                  "comm=ps, or in the simulator (plain python, workers=<m> sim.topology=ps)"),
     case("staleness_without_ps_topology", "algorithm=sync_sgd", "comm.staleness=1", "workers=2", *SMALL,
          expected="comm.staleness=1 simulates workers pushing to a parameter server; add sim.topology=ps"),
     case("staleness_best_election", "algorithm=local_sgd", "algorithm.aggregate=best", "comm.staleness=1",

@@ -1,0 +1,137 @@
+"""Asynchronous and stale-synchronous SGD on the real parameter server (``torchrun ... comm=ps comm.staleness=s``).
+
+The event loop of `dane.asynchronous.EventSimulator`, but with real processes and
+`torch.distributed` point-to-point messages.  It runs between the synchronous parts of a
+``comm=ps`` run (set-up before it; the evaluation of the recorded iterates after it, with
+`dane.comm.ps`'s own protocol), on tags of its own, and with one server only.
+
+Start.  Each worker sends the server ``[n_local, numel, dtype, updates_per_round]`` and
+worker 0 sends w_0.  The server builds the algorithm's server object from the config
+(``spec.algorithm.async_server(w0, sizes)``).  Every worker starts from w_0 (version 0).
+
+Loop.  A worker sends a one-value header and then its update, and waits for a reply.  The
+reply is a header ``[version, stop]`` and, unless stop is set, the parameters.  The server
+takes pushes from any worker in the order they arrive.  It applies each push, logs its
+staleness, and keeps the iterate at every round boundary.  SSP holds a reply while that
+worker is more than s clocks ahead of the slowest; the pushing worker is answered first,
+then the released ones by rank.  Once ``rounds * m * updates_per_round`` updates are in,
+the server answers every worker with stop and discards the pushes that were still in
+flight.
+
+End.  The server sends every worker the kept iterates, their times and the update log.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .ps import DTYPES
+
+TAG_START, TAG_PUSH, TAG_DATA, TAG_REPLY, TAG_RESULT = 11, 12, 13, 14, 15
+LOG_FIELDS = ("version", "rank", "clock", "pulled", "staleness", "clock_lead", "time")
+
+
+def work(comm, algo, updates_per_round: int) -> dict:
+    """A worker's asynchronous phase: step at the pulled parameters, push, wait for the reply, until stopped.
+
+    Returns what the server recorded (`serve` ``results``) and this worker's push count and bytes.
+    """
+    dist, server = comm._dist, comm.server_ranks[0]
+    w = algo.iterate.detach().clone().reshape(-1)
+    start = torch.tensor([algo.problem.n_local, w.numel(), DTYPES.index(w.dtype), updates_per_round])
+    dist.send(start, dst=server, tag=TAG_START)
+    if comm.rank == 0:
+        dist.send(w, dst=server, tag=TAG_START)
+    pushes = nbytes = 0
+    reply = torch.zeros(2, dtype=torch.int64)
+    while True:
+        (update,) = algo.worker_update(w.clone())
+        flat = update.detach().reshape(-1).to(w.dtype)
+        dist.send(torch.tensor([pushes], dtype=torch.int64), dst=server, tag=TAG_PUSH)
+        dist.send(flat, dst=server, tag=TAG_DATA)
+        pushes, nbytes = pushes + 1, nbytes + flat.numel() * flat.element_size()
+        dist.recv(reply, src=server, tag=TAG_REPLY)
+        if reply[1]:
+            break
+        dist.recv(w, src=server, tag=TAG_REPLY)
+    return {**receive_results(dist, server, w), "pushes": pushes, "bytes": nbytes}
+
+
+def receive_results(dist, server: int, like: torch.Tensor) -> dict:
+    sizes = torch.zeros(2, dtype=torch.int64)
+    dist.recv(sizes, src=server, tag=TAG_RESULT)
+    kept, updates = int(sizes[0]), int(sizes[1])
+    iterates = torch.empty(kept, like.numel(), dtype=like.dtype)
+    times = torch.empty(kept, dtype=torch.float64)
+    log = torch.empty(updates, len(LOG_FIELDS), dtype=torch.float64)
+    for buf in (iterates, times, log):
+        dist.recv(buf, src=server, tag=TAG_RESULT)
+    return {"iterates": list(iterates), "times": times.tolist(), "log": log.tolist()}
+
+
+class AsyncServer:
+    """The server's side: the push loop of the module docstring."""
+
+    def __init__(self, comm, spec):
+        self.dist, self.m, self.spec = comm._dist, comm.workers, spec
+        self.staleness = spec.staleness
+
+    def serve(self) -> None:
+        dist, m = self.dist, self.m
+        starts = [torch.zeros(4, dtype=torch.int64) for _ in range(m)]
+        for rank, start in enumerate(starts):
+            dist.recv(start, src=rank, tag=TAG_START)
+        numel, dtype, per_round = int(starts[0][1]), DTYPES[int(starts[0][2])], int(starts[0][3])
+        w0 = torch.empty(numel, dtype=dtype)
+        dist.recv(w0, src=0, tag=TAG_START)
+        server = self.spec.algorithm.async_server(w0.clone(), [float(s[0]) for s in starts])
+        target, every = self.spec.stop.rounds * m * per_round, m * per_round
+        iterates, times, log = [w0.clone()], [0.0], []
+        clocks, pulled, lead = [0] * m, [0] * m, [0] * m
+        waiting: set[int] = set()
+        version, stopped, t0 = 0, 0, time.perf_counter()
+        header, update = torch.zeros(1, dtype=torch.int64), torch.empty(numel, dtype=dtype)
+        while stopped < m:
+            src = dist.recv(header, tag=TAG_PUSH)  # from whichever worker pushes first
+            dist.recv(update, src=src, tag=TAG_DATA)
+            if version >= target:  # a push still in flight when the run ended: answered, not applied
+                self._reply(src, version, None)
+                stopped += 1
+                continue
+            server.apply([update.clone()], src)
+            clocks[src] += 1
+            version += 1
+            now = time.perf_counter() - t0
+            log.append([version, src, clocks[src], pulled[src], version - 1 - pulled[src], lead[src], now])
+            if version % every == 0:
+                iterates.append(server.w.detach().clone())
+                times.append(now)
+            waiting.add(src)
+            if version >= target:
+                for j in sorted(waiting):
+                    self._reply(j, version, None)
+                stopped += len(waiting)
+                waiting.clear()
+                continue
+            slowest = min(clocks)
+            for j in [src] + sorted(waiting - {src}):
+                if j in waiting and clocks[j] - slowest <= self.staleness:
+                    waiting.discard(j)
+                    pulled[j], lead[j] = version, clocks[j] - slowest
+                    self._reply(j, version, server.w.detach())
+        self._send_results(iterates, times, log)
+
+    def _reply(self, worker: int, version: int, w: torch.Tensor | None) -> None:
+        self.dist.send(torch.tensor([version, int(w is None)], dtype=torch.int64), dst=worker, tag=TAG_REPLY)
+        if w is not None:
+            self.dist.send(w.contiguous(), dst=worker, tag=TAG_REPLY)
+
+    def _send_results(self, iterates: list[torch.Tensor], times: list[float], log: list[list[float]]) -> None:
+        stacked = torch.stack(iterates)
+        bufs = [torch.tensor(times, dtype=torch.float64),
+                torch.tensor(log, dtype=torch.float64).reshape(len(log), len(LOG_FIELDS))]
+        for worker in range(self.m):
+            self.dist.send(torch.tensor([len(iterates), len(log)], dtype=torch.int64), dst=worker, tag=TAG_RESULT)
+            for buf in (stacked, *bufs):
+                self.dist.send(buf, dst=worker, tag=TAG_RESULT)
