@@ -420,12 +420,10 @@ def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s
     lr=null takes one allreduce); the workers then end that loop, run the asynchronous phase,
     and evaluate the kept iterates through the servers' synchronous loop again.
     """
-    from .comm.ps import SHUTDOWN
-    from .comm.ps_async import LOG_FIELDS, work
+    from .comm.ps_async import LOG_FIELDS, pause_server, work
 
     algo = spec.algorithm.build(problem, comm)
-    comm._header(SHUTDOWN, ())  # the server's synchronous loop returns; it starts its asynchronous one
-    comm._complete()
+    pause_server(comm)
     results = work(comm, algo, algo.updates_per_round)
     log = [Update(**{k: (v if k == "time" else int(v)) for k, v in zip(LOG_FIELDS, row)}) for row in results["log"]]
     replay = Replay(algo, comm, results, log, algo.updates_per_round, spec.staleness)

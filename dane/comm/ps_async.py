@@ -26,10 +26,16 @@ import time
 
 import torch
 
-from .ps import DTYPES
+from .ps import DTYPES, SHUTDOWN
 
 TAG_START, TAG_PUSH, TAG_DATA, TAG_REPLY, TAG_RESULT = 11, 12, 13, 14, 15
 LOG_FIELDS = ("version", "rank", "clock", "pulled", "staleness", "clock_lead", "time")
+
+
+def pause_server(comm) -> None:
+    """End the servers' synchronous loop (`ParameterServer.serve` returns), so that they start their asynchronous one."""
+    comm._header(SHUTDOWN, ())
+    comm._complete()
 
 
 def work(comm, algo, updates_per_round: int) -> dict:
