@@ -223,7 +223,7 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             comm.barrier()
             comm.reset_clock()
             if spec.staleness > 0:
-                from .asynchronous import run_async_ps
+                from .async_ps import run_async_ps
 
                 summary = run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect, _worker)
             else:

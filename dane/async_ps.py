@@ -1,0 +1,86 @@
+"""Real asynchronous and stale-synchronous runs (``torchrun ... comm=ps comm.staleness=s``), one worker's side.
+
+The messages are `dane.comm.ps_async`'s.  This module turns their result, the iterate kept
+at every round boundary and the server's update log, into the records of an ordinary run.
+Each kept iterate is evaluated by every worker in lockstep through the servers (`Replay`),
+so rounds.jsonl, updates.jsonl and summary.json have the simulator's form
+(`dane.asynchronous`).
+"""
+from __future__ import annotations
+
+import torch
+
+from .asynchronous import Update, keep_updates, log_stats, round_stats
+
+
+class Replay:
+    """A finished asynchronous ``comm=ps`` run behind the `Algorithm` interface: its kept iterates, one per round,
+    each evaluated by every worker in lockstep (the algorithm's own ``evaluate``, through the servers)."""
+
+    def __init__(self, algo, comm, results: dict, log: list[Update], updates_per_round: int, staleness: float):
+        self.algo, self.results, self.log, self.staleness, self.t = algo, results, log, staleness, 0
+        self.updates_per_round = comm.size * updates_per_round
+        self.comm = ReplayView(comm, self)
+
+    @property
+    def iterate(self) -> torch.Tensor:
+        return self.results["iterates"][self.t].view_as(self.algo.iterate)
+
+    def evaluate(self) -> dict[str, float]:
+        with torch.no_grad():
+            self.algo.w.copy_(self.iterate)
+        return self.algo.evaluate()
+
+    def step(self) -> dict[str, float]:
+        metrics = self.evaluate()
+        self.t += 1
+        per = self.updates_per_round
+        return {**metrics, **round_stats(self.log[(self.t - 1) * per:self.t * per])}
+
+
+class ReplayView:
+    """The worker's `PSCommunicator`, except for the costs of the asynchronous phase at the replayed iterate."""
+
+    def __init__(self, comm, replay: Replay):
+        self._comm, self._replay = comm, replay
+
+    def __getattr__(self, name: str):
+        return getattr(self._comm, name)
+
+    @property
+    def bytes_sent(self) -> int:  # the workers' mean: every push carries the same number of bytes
+        replay = self._replay
+        per_push = replay.algo.iterate.numel() * replay.algo.iterate.element_size()
+        return replay.t * replay.updates_per_round * per_push // self._comm.size
+
+    @property
+    def calls(self) -> int:
+        return self._replay.t * self._replay.updates_per_round // self._comm.size
+
+    def elapsed(self) -> float:
+        return self._replay.results["times"][self._replay.t]
+
+    def summary_entries(self) -> dict:
+        replay = self._replay
+        return {**self._comm.summary_entries(),
+                "asynchronous": log_stats(replay.log, replay.staleness, self._comm.size)}
+
+
+def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s: float, collect: dict | None,
+                 worker) -> dict:
+    """A worker of a real asynchronous run (`dane.comm.ps_async`), then its records (``worker``: `dane.launch._worker`).
+
+    The algorithm is built while the servers still answer the synchronous protocol (local_sgd's
+    lr=null takes one allreduce); the workers then end that loop, run the asynchronous phase,
+    and evaluate the kept iterates through the servers' synchronous loop again.
+    """
+    from .comm.ps_async import LOG_FIELDS, pause_server, work
+
+    algo = spec.algorithm.build(problem, comm)
+    pause_server(comm)
+    results = work(comm, algo, algo.updates_per_round)
+    log = [Update(**{k: (v if k == "time" else int(v)) for k, v in zip(LOG_FIELDS, row)}) for row in results["log"]]
+    replay = Replay(algo, comm, results, log, algo.updates_per_round, spec.staleness)
+    summary = worker(spec, replay.comm, problem, out_dir, start, setup_s, collect, algo=replay)
+    keep_updates(log, out_dir if comm.rank == 0 else None, collect)
+    return summary
