@@ -19,7 +19,7 @@ SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
     ("problem.n_samples=3", "problem.n_samples=3 is fewer than workers=4"),
     ("algorithm=newton", "algorithm=newton is unknown; choose one of: admm, aide, dane, disco, gd, giant, inexact_dane"),
     ("problem=imagenet", "problem=imagenet is unknown; choose one of:"),
-    ("comm=mpi", "comm=mpi is unknown; choose one of: auto, horovod, local, torch"),
+    ("comm=mpi", "comm=mpi is unknown; choose one of: auto, horovod, local, ps, torch"),
     ("rounds=0", "rounds must be a positive integer, got 0"),
     ("problem.covariance=wishart", "problem.covariance must be one of iso|decay, got 'wishart'"),
     # booleans take only true/false: Python would read any of these strings as true
