@@ -134,3 +134,29 @@ def test_torchrun_restarts_a_killed_worker_and_finishes_like_the_uninterrupted_r
     assert summary["resumed_from_round"] == 3 and summary["backend"] == "torch"
     assert [r["round"] for r in read_rounds(run_dir)] == list(range(9))
     assert_same_iterate(run_dir, whole)
+
+
+@pytest.mark.slow
+def test_torchrun_restart_of_a_network_run_is_bitwise_the_uninterrupted_run(tmp_path):
+    """The same for a float32 network (DANE on digits-MLP): rank 1 is SIGKILLed at round 2 and torchrun
+    restarts both workers from the round-2 checkpoint.  Two gloo ranks sum in a fixed order and the run
+    fixes torch's threads and algorithms (`dane.problems.neural.reproducible_numerics`), so every logged
+    metric but the clock and the final iterate must be bitwise the uninterrupted run's (about 60 s)."""
+    job = ("algorithm=dane", "problem=digits_mlp", "rounds=4", "quiet=true", "save_iterate=true", "checkpoint_every=1",
+           "resume=auto")
+
+    def launch(out, extra_env):
+        launcher = torchrun(2)
+        launcher.insert(-1, "--max-restarts=2")
+        proc = subprocess.run([*launcher, sys.executable, "-m", "experiments.train", *job, f"out_dir={out}"],
+                              cwd=REPO, env={**env(), **extra_env}, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+    launch(tmp_path / "whole", {})
+    launch(tmp_path / "killed", {"DANE_TEST_KILL_AT_ROUND": "2"})
+    assert (tmp_path / "killed" / "checkpoint" / "kill_round2_worker1").exists()
+    assert read_summary(tmp_path / "killed")["resumed_from_round"] == 2
+    whole, killed = read_rounds(tmp_path / "whole"), read_rounds(tmp_path / "killed")
+    assert [r["round"] for r in killed] == list(range(5))
+    assert without_time(killed) == without_time(whole)
+    assert torch.equal(torch.load(tmp_path / "killed" / "iterate.pt"), torch.load(tmp_path / "whole" / "iterate.pt"))
