@@ -156,6 +156,7 @@ class RunSpec:
     simulate_single: bool = False    # also one worker in the simulator (timed on its thread's CPU clock, as m > 1)
     staleness: float = 0             # comm.staleness: 0 synchronous; > 0 (inf: asynchronous) dane.asynchronous
     step_time: float = 1e-3          # sim.step_time: the asynchronous simulator's modelled seconds per worker step
+    worker_slowdown: tuple[float, ...] = (1.0,)  # comm.slowdown: real asynchronous workers slowed on purpose
 
     @property
     def simulated(self) -> bool:

@@ -95,6 +95,22 @@ def staleness(cfg: DictConfig, backend: str) -> float:
     return value
 
 
+def worker_slowdown(cfg: DictConfig, stale: float) -> tuple[float, ...]:
+    """``comm.slowdown`` (comm=ps): real worker i sleeps so each asynchronous step (compute, push, reply) takes
+    slowdown[i] (recycled over the workers) times as long, a deliberate straggler; the simulator's counterpart
+    is ``sim.slowdown`` (which scales the modelled step)."""
+    value = cfg.comm.get("slowdown", [1.0])
+    if not OmegaConf.is_list(value) or len(value) == 0:
+        raise ConfigError(f"comm.slowdown must be a list of per-worker factors like [1,3], got {value!r}")
+    factors = tuple(float(checks.positive("comm.slowdown", f)) for f in value)
+    if any(f < 1 for f in factors):
+        raise ConfigError(f"comm.slowdown factors must be >= 1 (a worker can be slowed, not sped up), got {list(value)}")
+    if any(f != 1 for f in factors) and not stale:
+        raise ConfigError("comm.slowdown slows the workers of a real asynchronous run (comm.staleness > 0); "
+                          "for a synchronous run simulate stragglers with workers=<m> sim.slowdown=[...]")
+    return factors
+
+
 def ps_servers(comm: DictConfig) -> int:
     """comm=ps: the number of server ranks."""
     servers = comm.get("servers", 1)
@@ -191,6 +207,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
         progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
         staleness=stale,
+        worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
         step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
     )
 

@@ -205,3 +205,19 @@ def test_torchrun_stale_synchronous_and_asynchronous_sgd(s, tmp_path):
     assert len(rounds) == 7 and rounds[-1]["suboptimality"] < 0.2 * rounds[0]["suboptimality"]
     assert [r["comm_rounds"] for r in rounds] == [4 * t for t in range(7)]
     assert sum(summary["asynchronous"]["staleness_histogram"].values()) == len(updates)
+
+
+@pytest.mark.slow
+def test_torchrun_a_worker_slowed_three_times_pushes_a_third_as_often_unless_ssp_holds_the_others(tmp_path):
+    """comm.slowdown=[1,3] under real torchrun (2 workers, 1 server): asynchronous, the slowed worker's steps take
+    3x as long, so it makes about a third of the fast one's pushes (asserted >= 1.8x, for a loaded machine); under
+    SSP with s=1 the fast worker is held back instead: at most one clock ahead, so the counts stay within 2."""
+    from collections import Counter
+
+    _, _, updates = torchrun_train(tmp_path / "async", 3, *LOGREG, "rounds=6", "comm.staleness=inf",
+                                   "comm.slowdown=[1,3]")
+    pushes = Counter(u["rank"] for u in updates)
+    assert pushes[0] >= 1.8 * pushes[1], pushes
+    _, _, updates = torchrun_train(tmp_path / "ssp", 3, *LOGREG, "rounds=6", "comm.staleness=1", "comm.slowdown=[1,3]")
+    pushes = Counter(u["rank"] for u in updates)
+    assert max(u["clock_lead"] for u in updates) <= 1 and abs(pushes[0] - pushes[1]) <= 2, pushes

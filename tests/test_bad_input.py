@@ -109,6 +109,11 @@ CASES = [
                   "drop workers= or launch 4 processes"),
     case("ps_workers_mismatch_server_rank", "comm=ps", "workers=3", *SMALL, env={**TORCHRUN_3, "RANK": "2"},
          expected="", lines=0),
+    case("ps_slowdown_below_one", "comm=ps", "comm.staleness=inf", "comm.slowdown=[1,0.5]", "algorithm=sync_sgd", *SMALL,
+         env=TORCHRUN_3, expected="comm.slowdown factors must be >= 1 (a worker can be slowed, not sped up), got [1, 0.5]"),
+    case("ps_slowdown_synchronous", "comm=ps", "comm.slowdown=[1,3]", *SMALL, env=TORCHRUN_3,
+         expected="comm.slowdown slows the workers of a real asynchronous run (comm.staleness > 0); for a synchronous "
+                  "run simulate stragglers with workers=<m> sim.slowdown=[...]"),
     case("ps_staleness_two_servers", "comm=ps", "comm.servers=2", "comm.staleness=2", "algorithm=sync_sgd", *SMALL,
          env=TORCHRUN_3, expected="comm.staleness=2 under comm=ps runs with one server for now, got comm.servers=2; "
                                   "set comm.servers=1"),

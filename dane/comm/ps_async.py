@@ -38,8 +38,12 @@ def pause_server(comm) -> None:
     comm._complete()
 
 
-def work(comm, algo, updates_per_round: int) -> dict:
+def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
     """A worker's asynchronous phase: step at the pulled parameters, push, wait for the reply, until stopped.
+
+    ``slowdown`` > 1 makes this worker a straggler on purpose (``comm.slowdown``): after each
+    step it sleeps (slowdown - 1) times that step's time (compute, push and reply), so its
+    steps take ``slowdown`` times as long as they would.
 
     Returns what the server recorded (`serve` ``results``) and this worker's push count and bytes.
     """
@@ -52,6 +56,7 @@ def work(comm, algo, updates_per_round: int) -> dict:
     pushes = nbytes = 0
     reply = torch.zeros(2, dtype=torch.int64)
     while True:
+        started = time.perf_counter()
         (update,) = algo.worker_update(w.clone())
         flat = update.detach().reshape(-1).to(w.dtype)
         dist.send(torch.tensor([pushes], dtype=torch.int64), dst=server, tag=TAG_PUSH)
@@ -61,6 +66,8 @@ def work(comm, algo, updates_per_round: int) -> dict:
         if reply[1]:
             break
         dist.recv(w, src=server, tag=TAG_REPLY)
+        if slowdown > 1:
+            time.sleep((slowdown - 1) * (time.perf_counter() - started))
     return {**receive_results(dist, server, w), "pushes": pushes, "bytes": nbytes}
 
 
