@@ -28,7 +28,8 @@ from paper_figs.common import FIG_DIR
 from synthetic.sweep import RunIndex, ensure
 
 #: figure modules of paper_figs/, each with jobs() and main(results, out)
-FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table", "paper_figs.ps_scaling")
+FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table", "paper_figs.ps_scaling",
+           "paper_figs.staleness")
 #: the neural-network tables: their runs take tens of minutes, so only `--nn` makes them
 NN_TABLES = ("paper_figs.accuracy_table", "paper_figs.target_table", "paper_figs.dane_vs_admm")
 

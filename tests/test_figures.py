@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from dane.results import RunWriter
 from experiments.config import cost_model
-from paper_figs import convergence, make_all, ps_scaling, rounds_table, run_convergence, speedup
+from paper_figs import convergence, make_all, ps_scaling, rounds_table, run_convergence, speedup, staleness
 from dane.provenance import code_version
 from paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
 from synthetic.sweep import RunIndex, _composed, job_name
@@ -73,6 +73,8 @@ def results(tmp_path_factory):
     for job in convergence.jobs():
         if not (root / job_name(job)).exists():  # safeguarded DANE, iso, is the speedup grid's (18000, 8)
             fake_run(root, job, [10.0 ** -k for k in range(12)])
+    for job in staleness.jobs():  # its numbers are checked in test_staleness_figure.py
+        fake_run(root, job, [1.0] * (_composed(job)["rounds"] + 1), status="max_rounds")
     return root
 
 
@@ -149,7 +151,7 @@ def test_convergence_reads_all_panels(index, tmp_path):
 
 def test_make_all_draws_every_figure_without_running(results, tmp_path):
     written = make_all.make_all(results, tmp_path, run_missing=False)
-    figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table", "ps_scaling")
+    figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table", "ps_scaling", "staleness")
                for ext in ("png", "pdf")}
     assert figures <= {p.name for p in written}  # the NN tables are drawn too when their runs exist
     assert all(p.stat().st_size > 1000 for p in written if p.name in figures)
