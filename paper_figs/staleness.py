@@ -198,6 +198,21 @@ def markdown(curves: dict[str, Curve], model: str) -> str:
     return f"{model}\n\n{head}{rows}"
 
 
+def data_line(runs) -> str:
+    """The train/test sizes (and split, when not the files' own) the runs recorded, each distinct one once."""
+    seen = []
+    for run in runs:
+        info = read_summary(run).get("data") or {}
+        if "train_size" not in info:
+            continue
+        what = f"{info['train_size']:,} train / {info['test_size']:,} test"
+        if info.get("split", "standard") != "standard":
+            what += f" ({info['split']})"
+        if what not in seen:
+            seen.append(what)
+    return "; ".join(seen) or "not recorded"
+
+
 def main(results: str | Path = "results", out: str | Path = FIG_DIR, where: Setting | None = None) -> list[Path]:
     where = where or setting()
     curves = table(results, where)
@@ -206,7 +221,8 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR, where: Sett
                                    workers=WORKERS, slowdown=list(SLOWDOWN), step_time_s=STEP_TIME,
                                    lr={"synchronous": LR, "SSP and asynchronous": ASYNC_LR})
     what = (f"{where.label}, {WORKERS} workers (one 3x slower), one parameter server: test accuracy of sync SGD, "
-            "SSP s=1, s=4 and asynchronous SGD against simulated time and against gradients computed")
+            "SSP s=1, s=4 and asynchronous SGD against simulated time and against gradients computed; "
+            f"data: {data_line(c.run for c in curves.values())}")
     caption = caption_line(what, provenance)
     title = f"{where.label}: sync SGD, SSP and asynchronous SGD, {WORKERS} workers, slowdown {list(SLOWDOWN)}"
     return save(draw(curves, title), out, "staleness", markdown(curves, model), caption=caption,
