@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", default="results", help="results root for rounds_to_1e-10")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--blocks", type=int, default=12)
-    parser.add_argument("--launches", type=int, default=3,
+    parser.add_argument("--launches", type=int, default=5,
                         help="horovodrun launches for the round overhead, and calibration launches for simulator_error")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")
