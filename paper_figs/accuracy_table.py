@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dane.errors import UserError
 from dane.results import read_rounds, read_summary
-from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, run_config, save
+from paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, run_config, save
 from synthetic.sweep import Job, RunIndex, _composed, compose_job, identity
 
 WORKERS = (2, 4, 6, 8)
@@ -128,11 +128,7 @@ def data_caption(data: dict[str, dict]) -> str:
     """Which data our rows were measured on, in words, from the runs' summaries."""
     parts = []
     for label, row in data.items():
-        for info in row["data"]:
-            what = f"{label}: {info['train_size']:,} train / {info['test_size']:,} test"
-            if info.get("split", "standard") != "standard":
-                what += f" ({info['split']})"
-            parts.append(what)
+        parts += [f"{label}: {data_text(info)}" for info in row["data"]]
     return "; ".join(parts)
 
 

@@ -116,6 +116,12 @@ def cost_caption(cost: AlphaBeta = FIGURE_COST, source: str = FIGURE_COST_SOURCE
     return f"α={alpha}, β={cost.beta / 1e9:.3g} GB/s ({source})"
 
 
+def data_text(info: dict) -> str:
+    """A run's recorded ``data`` in words: "8,000 train / 2,000 test", and the split when not the files' own."""
+    split = info.get("split", "standard")
+    return f"{info['train_size']:,} train / {info['test_size']:,} test" + (f" ({split})" if split != "standard" else "")
+
+
 def run_config(run_dir: str | Path) -> dict:
     """A run's saved config (``config.yaml``), or {} where it has none."""
     path = Path(run_dir) / "config.yaml"

@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 
 from dane.comm import ParameterServerCost
 from dane.results import read_rounds, read_summary
-from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, locate, run_config, save
+from paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, locate, run_config, save
 from synthetic.sweep import Job, RunIndex, compose_job
 
 WORKERS = 3
@@ -205,9 +205,7 @@ def data_line(runs) -> str:
         info = read_summary(run).get("data") or {}
         if "train_size" not in info:
             continue
-        what = f"{info['train_size']:,} train / {info['test_size']:,} test"
-        if info.get("split", "standard") != "standard":
-            what += f" ({info['split']})"
+        what = data_text(info)
         if what not in seen:
             seen.append(what)
     return "; ".join(seen) or "not recorded"

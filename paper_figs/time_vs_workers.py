@@ -45,7 +45,8 @@ import yaml
 
 from dane.comm import AlphaBeta
 from dane.results import find_runs, read_rounds, read_summary
-from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save
+from paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, data_text, figure_provenance, retime,
+                               save)
 
 FOLDER = "time_vs_workers"
 MAKE_RUNS = "python scripts/time_vs_workers.py (or: make time-vs-workers)"
@@ -159,15 +160,8 @@ def data_caption(sizes: dict[str, list[dict]]) -> str:
     for info in (d for ds in sizes.values() for d in ds):
         key = (info["train_size"], info["test_size"])
         if key not in seen:
-            split = info.get("split", "standard")
-            seen[key] = f"{key[0]:,} train / {key[1]:,} test" + (f" ({split})" if split != "standard" else "")
+            seen[key] = data_text(info)
     return "ours on " + ("; ".join(seen.values()) or "unknown data") + f"; {PAPER_DATA}"
-
-
-def cost_text(cost: AlphaBeta, source: str) -> str:
-    """α (in µs, or ms from 1 ms on) and β, and where they came from."""
-    alpha = f"{cost.alpha * 1e3:.3g} ms" if cost.alpha >= 1e-3 else f"{cost.alpha * 1e6:.3g} µs"
-    return f"α={alpha}, β={cost.beta / 1e9:.3g} GB/s ({source})"
 
 
 def calibration_caption(data: dict, root: Path) -> str:
@@ -275,7 +269,7 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
     cost, calibration = load_cost(root)
     table = collect(root, cost)
     sizes = {problem: data_sizes(points) for problem, points in table.items()}
-    cost_line = cost_text(cost, calibration_caption(calibration, root))
+    cost_line = cost_caption(cost, calibration_caption(calibration, root))
     sizes_text = data_caption(sizes)
     runs = [p.run for points in table.values() for p in points]
     provenance = figure_provenance(
