@@ -129,7 +129,7 @@ def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: P
     cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
     if isinstance(cost, ParameterServerCost):
         cfg.sim.topology, cfg.sim.gamma, cfg.sim.servers = "ps", cost.gamma, cost.servers
-    out = tmp / f"sim_{len(list(tmp.glob('sim_*')))}"
+    out = Path(tempfile.mkdtemp(prefix="sim_", dir=tmp))
     summary = execute(run_spec(cfg), str(out))
     times = [r["time_s"] for r in read_rounds(out)]
     return {"round_s": statistics.median(b - a for a, b in zip(times, times[1:])),

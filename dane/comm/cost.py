@@ -25,10 +25,7 @@ class AlphaBeta:
     beta: float = 4.0e8
 
     def __post_init__(self) -> None:
-        if not self.alpha >= 0:
-            raise ConfigError(f"comm cost alpha must be >= 0 seconds, got {self.alpha}")
-        if not self.beta > 0:
-            raise ConfigError(f"comm cost beta must be > 0 bytes/s, got {self.beta}")
+        _check_link(self.alpha, self.beta)
 
     def allreduce_time(self, nbytes: int, size: int) -> float:
         if size == 1:
@@ -64,16 +61,13 @@ class ParameterServerCost:
     ps`` measures α, β and γ on real ``comm=ps`` runs.
     """
 
-    alpha: float = 5.5e-4
-    beta: float = 4.0e8
+    alpha: float = AlphaBeta.alpha  # the same links as the ring's by default
+    beta: float = AlphaBeta.beta
     gamma: float = 2.0e9
     servers: int = 1
 
     def __post_init__(self) -> None:
-        if not self.alpha >= 0:
-            raise ConfigError(f"comm cost alpha must be >= 0 seconds, got {self.alpha}")
-        if not self.beta > 0:
-            raise ConfigError(f"comm cost beta must be > 0 bytes/s, got {self.beta}")
+        _check_link(self.alpha, self.beta)
         if not self.gamma > 0:
             raise ConfigError(f"parameter-server gamma must be > 0 bytes/s, got {self.gamma}")
         if isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 1:
@@ -94,6 +88,13 @@ class ParameterServerCost:
     @classmethod
     def load(cls, path: str | Path, servers: int = 1) -> "ParameterServerCost":
         return replace(_load(cls, path, "python -m synthetic.calibrate --topology ps"), servers=servers)
+
+
+def _check_link(alpha: float, beta: float) -> None:
+    if not alpha >= 0:
+        raise ConfigError(f"comm cost alpha must be >= 0 seconds, got {alpha}")
+    if not beta > 0:
+        raise ConfigError(f"comm cost beta must be > 0 bytes/s, got {beta}")
 
 
 def _load(cls, path: str | Path, remake: str):
