@@ -43,6 +43,14 @@ def train(*overrides: str, launcher: list[str] | None = None, timeout: float = 3
     return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
 
 
+def simulated_run(out: Path, *overrides: str, workers: int = 2) -> Path:
+    """The in-process simulator's run of ``overrides`` with ``workers`` into ``out``: the reference a launched
+    run's records are compared with."""
+    proc = train(*overrides, f"workers={workers}", f"out_dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
 def horovodrun(np: int = 2) -> list[str]:
     pytest.importorskip("horovod.torch", reason="Horovod is not built; run `make setup`")
     exe = BIN / "horovodrun"

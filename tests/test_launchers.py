@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dane.results import read_rounds, read_summary
+import helpers
 from helpers import REPO, env, horovodrun, torchrun, train
 
 DANE_SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=4000", "problem.dim=100",
@@ -42,10 +43,7 @@ def test_allreduce_mean_is_exact_and_counted(launch, tmp_path):
 
 @pytest.fixture(scope="module")
 def simulated_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sim")
-    proc = train(*DANE_SMALL, "workers=2", f"out_dir={out}")
-    assert proc.returncode == 0, proc.stderr
-    return out
+    return helpers.simulated_run(tmp_path_factory.mktemp("sim"), *DANE_SMALL)
 
 
 @pytest.mark.parametrize("launch", [horovodrun, torchrun], ids=["horovodrun", "torchrun"])

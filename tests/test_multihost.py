@@ -13,7 +13,8 @@ import subprocess
 import pytest
 
 from dane.results import read_rounds, read_summary
-from helpers import BIN, REPO, env, horovodrun, train
+import helpers
+from helpers import BIN, REPO, env, horovodrun
 
 pytestmark = pytest.mark.slow
 
@@ -35,10 +36,7 @@ def ssh_alias():
 
 @pytest.fixture(scope="module")
 def simulated_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sim")
-    proc = train(*SMALL, "workers=2", f"out_dir={out}")
-    assert proc.returncode == 0, proc.stderr
-    return out
+    return helpers.simulated_run(tmp_path_factory.mktemp("sim"), *SMALL)
 
 
 def multihost_run(hosts: list[str], out_dir) -> subprocess.CompletedProcess:

@@ -140,17 +140,14 @@ SLOW = ("gd", "admm", "disco")  # the same path as DANE's; about 30 s each here
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
     """The in-process simulator's run with workers=2, once per algorithm."""
-    from helpers import train
+    from helpers import simulated_run
 
     runs = {}
 
     def get(algorithm: list[str]):
         key = tuple(algorithm)
         if key not in runs:
-            out = tmp_path_factory.mktemp("sim")
-            proc = train(*algorithm, *SMALL, "workers=2", f"out_dir={out}")
-            assert proc.returncode == 0, proc.stderr
-            runs[key] = out
+            runs[key] = simulated_run(tmp_path_factory.mktemp("sim"), *algorithm, *SMALL)
         return runs[key]
 
     return get
