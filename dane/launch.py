@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,42 +26,18 @@ from typing import Any, Protocol
 import torch
 
 from .algorithm import Algorithm
-from .checkpoint import (CHECKPOINT_DIR, check_resume, commit_checkpoint, load_checkpoint, save_checkpoint,
-                         truncate_rounds)
+from .checkpoint import check_resume, commit_checkpoint, load_checkpoint, save_checkpoint, truncate_rounds
 from .comm import AlphaBeta, Communicator, Stragglers, ThreadGroup, make_communicator
+from .comm.horovod import HorovodOptions
 from .comm.threads import Interrupted
 from .confusion import write_confusion
 from .errors import ConfigError, DivergenceError
+from .faults import RunInterrupted, inject_faults
 from .problems import Problem
 from .results import SUMMARY_FILE, RunWriter
 from .runner import ProgressBar, RoundTable, StopRule, run
 
 PROGRESS = ("table", "bar", "auto", "none")
-
-#: test-only fault hook: rank 1 (or rank `TEST_KILL_RANK_ENV`) kills itself (SIGKILL) when it reaches this round,
-#: once per run directory
-TEST_KILL_ENV = "DANE_TEST_KILL_AT_ROUND"
-TEST_KILL_RANK_ENV = "DANE_TEST_KILL_RANK"
-
-
-class RunInterrupted(SystemExit, KeyboardInterrupt):
-    """A simulated run stopped by Ctrl-C after writing its summary (``status: interrupted``).
-
-    A `KeyboardInterrupt` to a caller that catches one, and a `SystemExit` with status 130
-    (the shell's code for Ctrl-C) when nothing does, so the program ends without a traceback.
-    """
-
-    def __init__(self, message: str):
-        super().__init__(130)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-
-class SimulatedFault(RuntimeError):
-    """A simulated worker lost on purpose (``sim.fail_at``): the run ends as a crashed job would."""
-
 
 class AlgorithmConfig(Protocol):
     name: str
@@ -76,55 +51,6 @@ class ProblemConfig(Protocol):
     def check_workers(self, workers: int) -> None: ...
 
     def build(self, rank: int, size: int, dtype: torch.dtype) -> Problem: ...
-
-
-@dataclass(frozen=True)
-class HorovodOptions:
-    """Horovod settings applied (unless already set in the environment) before ``hvd.init()``.
-
-    Small allreduces are latency-bound on these machines (DESIGN.md section 5):
-    - a short cycle time (``HOROVOD_CYCLE_TIME``) lets the background thread pick a
-      request up sooner;
-    - ``pin_cores`` gives each local rank its own block of cores: the process (and so
-      gloo's threads and torch's intra-op threads) is bound to it, and Horovod's
-      background thread to its first core (``HOROVOD_THREAD_AFFINITY``).  With two ranks
-      on 2 cores this took the median 4 KB allreduce from about 0.7-0.9 ms to 0.35-0.55 ms,
-      as threads stop migrating between cores;
-    - torch gets one intra-op thread per core of the block, as torchrun does with
-      OMP_NUM_THREADS=1: two ranks with two threads each on 2 cores made a DANE round
-      on the synthetic ridge about 8x slower (scripts/bench.py).  A network run then
-      holds one thread whatever the block (`dane.problems.neural.reproducible_numerics`).
-    Pinning is skipped when there are more local ranks than usable cores.
-    """
-
-    cycle_time_ms: float = 0.1
-    pin_cores: bool = True
-
-    def apply(self) -> None:
-        os.environ.setdefault("HOROVOD_CYCLE_TIME", str(self.cycle_time_ms))
-        local_size = int(os.environ.get("HOROVOD_LOCAL_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1)))
-        local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", 0)))
-        blocks = pin_local_rank(local_rank, local_size) if self.pin_cores else []
-        if blocks:
-            os.environ.setdefault("HOROVOD_THREAD_AFFINITY", ",".join(str(b[0]) for b in blocks))
-        if "OMP_NUM_THREADS" not in os.environ:
-            share = len(blocks[local_rank]) if blocks else len(os.sched_getaffinity(0)) // max(1, local_size)
-            torch.set_num_threads(max(1, share))
-
-
-def pin_local_rank(local_rank: int, local_size: int) -> list[list[int]]:
-    """Bind this process to the ``local_rank``-th of ``local_size`` equal blocks of its usable cores.
-
-    Returns every local rank's block (empty, and nothing bound, when there are more
-    local ranks than cores).
-    """
-    cores = sorted(os.sched_getaffinity(0))
-    width = len(cores) // max(1, local_size)
-    if width < 1:
-        return []
-    blocks = [cores[r * width:(r + 1) * width] for r in range(local_size)]
-    os.sched_setaffinity(0, blocks[local_rank])
-    return blocks
 
 
 @dataclass(frozen=True)
@@ -287,7 +213,7 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     seen: list[dict] = []  # this call's records, for the summary of an interrupted run
 
     def on_round(record: dict) -> None:
-        _inject_faults(spec, comm.rank, record["round"], out_dir)
+        inject_faults(spec.faults, comm.rank, record["round"], out_dir)
         if elastic is not None:
             elastic.annotate(record, comm)
         seen.append(record)
@@ -321,6 +247,23 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
             writer.close()
         if isinstance(show, ProgressBar):
             show.close()
+    summary = _summary(spec, comm, problem, records, status, start, setup_s,
+                       resumed_from=resume["round"] if resume is not None and elastic is None else None,
+                       elastic=elastic)
+    if collect is not None and comm.rank == 0 and status != "interrupted":
+        collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
+    _write_final_state(spec, comm, problem, algo, out_dir if writer is not None else None, records[-1]["round"], status)
+    summary.update(getattr(comm, "summary_entries", dict)())  # comm=ps: the servers' busy time and per-link traffic
+    if writer is not None:
+        writer.write_summary(summary)
+    if show is not None:
+        _report(summary, comm.size, out_dir)
+    return summary
+
+
+def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[dict], status: str, start: float,
+             setup_s: float, *, resumed_from: int | None, elastic) -> dict[str, Any]:
+    """summary.json's entries from the run's last record, its clocks, its data and (simulated) its cost split."""
     last = records[-1]
     summary: dict[str, Any] = {
         "algorithm": spec.algorithm.name,
@@ -339,63 +282,45 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
         "setup_s": setup_s,
     }
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
+    notes = list(getattr(problem, "notes", ()))
     if notes:
         summary["notes"] = notes
     if getattr(problem, "data_info", None) is not None:
         summary["data"] = problem.data_info
-    if collect is not None and comm.rank == 0 and status != "interrupted":
-        collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
-    if resume is not None and elastic is None:
-        summary["resumed_from_round"] = resume["round"]
+    if resumed_from is not None:
+        summary["resumed_from_round"] = resumed_from
     if elastic is not None:
         summary.update(elastic.summary())
     if spec.simulated:
         group = comm.group  # type: ignore[attr-defined]
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
                        simulated_comm_s=group.comm_time, **group.cost.describe())
-    if hasattr(problem, "confusion_matrix") and status not in ("diverged", "interrupted"):
-        # One extra allreduce after the last record, so no logged cost includes it.
-        (counts,) = comm.allreduce_mean([problem.confusion_matrix(algo.reported_iterate)])
-        if writer is not None:
-            write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
-                                                     f"{comm.size} worker(s), round {last['round']}")
-    if writer is not None and spec.save_iterate and status != "interrupted":
-        torch.save(algo.reported_iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))  # the last record's
-    summary.update(getattr(comm, "summary_entries", dict)())  # comm=ps: the servers' busy time and per-link traffic
-    if writer is not None:
-        writer.write_summary(summary)
-    if show is not None:
-        final = summary["final_suboptimality"]
-        tail = f"final suboptimality {final:.3e}" if final is not None else f"final objective {summary['final_objective']:.8e}"
-        if "final_test_accuracy" in summary:
-            tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
-        print(f"{summary['algorithm']} on {summary['problem']}, {comm.size} worker(s), {summary['backend']}: "
-              f"{status} after {summary['rounds']} rounds, {tail}, {summary['total_bytes']} bytes sent, "
-              f"{summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""), flush=True)
     return summary
 
 
-def _inject_faults(spec: RunSpec, rank: int, round_: int, out_dir: str | None) -> None:
-    """``sim.fail_at`` (and the test-only `TEST_KILL_ENV`): lose this worker at ``round_``, once per run directory.
+def _write_final_state(spec: RunSpec, comm: Communicator, problem: Problem, algo: Algorithm, out_dir: str | None,
+                       last_round: int, status: str) -> None:
+    """The test confusion matrix (networks) and, with ``save_iterate``, the final iterate; rank 0 writes
+    them into ``out_dir`` (None on the other ranks, which still join the confusion matrix's allreduce)."""
+    if hasattr(problem, "confusion_matrix") and status not in ("diverged", "interrupted"):
+        # One extra allreduce after the last record, so no logged cost includes it.
+        (counts,) = comm.allreduce_mean([problem.confusion_matrix(algo.reported_iterate)])
+        if out_dir is not None:
+            write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
+                                                     f"{comm.size} worker(s), round {last_round}")
+    if out_dir is not None and spec.save_iterate and status != "interrupted":
+        torch.save(algo.reported_iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))  # the last record's
 
-    A marker in the run's checkpoint folder remembers a fault that fired, so the restarted
-    run (``resume=auto``, same command) gets past it, as a restarted job on healthy machines would.
-    """
-    kill_at, kill_rank = os.environ.get(TEST_KILL_ENV), int(os.environ.get(TEST_KILL_RANK_ENV, 1))
-    faults = [(r, w, "fault") for r, w in spec.faults] + ([(int(kill_at), kill_rank, "kill")] if kill_at else [])
-    for r, w, kind in faults:
-        if (r, w) != (round_, rank):
-            continue
-        marker = os.path.join(out_dir, CHECKPOINT_DIR, f"{kind}_round{r}_worker{w}") if out_dir else None
-        if marker is not None:
-            if os.path.exists(marker):
-                continue
-            os.makedirs(os.path.dirname(marker), exist_ok=True)
-            open(marker, "w").close()
-        if kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise SimulatedFault(f"simulated worker {rank} was lost at round {round_} (sim.fail_at); "
-                             "the last committed checkpoint stays: rerun with resume=auto to continue")
+
+def _report(summary: dict, size: int, out_dir: str | None) -> None:
+    """Rank 0's closing line: how the run ended, its final metrics, its traffic and time."""
+    final = summary["final_suboptimality"]
+    tail = f"final suboptimality {final:.3e}" if final is not None else f"final objective {summary['final_objective']:.8e}"
+    if "final_test_accuracy" in summary:
+        tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
+    print(f"{summary['algorithm']} on {summary['problem']}, {size} worker(s), {summary['backend']}: "
+          f"{summary['status']} after {summary['rounds']} rounds, {tail}, {summary['total_bytes']} bytes sent, "
+          f"{summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""), flush=True)
 
 
 def _display(spec: RunSpec):

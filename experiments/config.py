@@ -1,19 +1,10 @@
 """Hydra config -> validated `RunSpec`, before any process group starts."""
 from __future__ import annotations
 
-import difflib
 import math
-import os
-import re
 from pathlib import Path
 
 import torch
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.utils import create_config_search_path, get_args_parser
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.config_search_path import SearchPathQuery
-from hydra.core.override_parser.types import ValueType
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from dane import checks
@@ -22,7 +13,8 @@ from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launche
 from dane.checkpoint import CHECKPOINT_DIR, check_resume, committed
 from dane.elastic import check_elastic
 from dane.errors import ConfigError
-from dane.launch import PROGRESS, HorovodOptions, RunSpec
+from dane.comm.horovod import HorovodOptions
+from dane.launch import PROGRESS, RunSpec
 from dane.local_solvers import AUTO_MAX_DIM
 from dane.problems import RidgeSyntheticConfig
 from dane.runner import StopRule
@@ -303,7 +295,7 @@ def resume_dir(cfg: DictConfig, workers: int) -> str | None:
 
 
 def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, int], ...]:
-    """``sim.fail_at=[[round, worker], ...]``: simulated workers to lose on purpose (`dane.launch.SimulatedFault`)."""
+    """``sim.fail_at=[[round, worker], ...]``: simulated workers to lose on purpose (`dane.faults.SimulatedFault`)."""
     faults = sim.get("fail_at")
     if faults is None:
         return ()
@@ -318,150 +310,6 @@ def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, 
         if r < 0 or not 0 <= w < workers:
             raise ConfigError(f"sim.fail_at entry [{r},{w}] needs round >= 0 and 0 <= worker < {workers}")
     return tuple((int(r), int(w)) for r, w in faults)
-
-
-def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None:
-    """Every folder Hydra searches for config groups: the package's, ``--config-dir``/``-cd``, and
-    ``hydra.searchpath`` entries (``file://``); None when a ``pkg://`` entry makes the set unknowable here."""
-    dirs = [conf_dir]
-    for i, arg in enumerate(argv):
-        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
-            dirs.append(Path(argv[i + 1]))
-        elif arg.startswith("--config-dir="):
-            dirs.append(Path(arg.partition("=")[2]))
-        elif arg.startswith("hydra.searchpath="):
-            for entry in arg.partition("=")[2].strip("[]").split(","):
-                entry = entry.strip().strip("'\"")
-                if entry.startswith("pkg://"):
-                    return None
-                if entry:
-                    dirs.append(Path(entry.removeprefix("file://")))
-    return [d.expanduser().resolve() for d in dirs]
-
-
-def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Reject ``algorithm=foo`` with one line before Hydra prints a page about it.
-
-    A choice is known if any config folder Hydra searches (`config_dirs`) has it, so a
-    user's own ``--config-dir my_conf`` with ``problem/mine.yaml`` is accepted.
-    """
-    dirs = config_dirs(argv, conf_dir)
-    if dirs is None:
-        return  # a pkg:// search path: leave the check to Hydra
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        key = key.lstrip("+~")
-        if not sep or "." in key or "/" in key or key.startswith("-"):
-            continue
-        groups = [d / key for d in dirs if (d / key).is_dir()]
-        if not groups:
-            continue
-        known = sorted({p.stem for group in groups for p in group.glob("*.yaml")})
-        for choice in value.split(","):
-            if choice and choice not in known and choice != "null":
-                where = " or ".join(str(g) for g in groups)
-                raise ConfigError(f"{key}={choice} is unknown; choose one of: {', '.join(known)} "
-                                  f"(or add {key}/{choice}.yaml to a --config-dir; searched {where})")
-
-
-def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> None:
-    """Reject an override of a key the config lacks (``algorithm.etta=1``) with one line naming the closest key.
-
-    The config is composed as Hydra will compose it: the same search path (``--config-dir``,
-    ``hydra.searchpath``), config name (``--config-name``) and overrides, ``+key=``, ``~key``
-    and ``hydra.*`` included, each sweep ``a=1,2`` at its first value; once for a run, and
-    for a sweep once more per further choice of a swept group (``algorithm=dane,admm``),
-    whose keys differ.  Any other composition problem is left for Hydra to report.
-    """
-    args = _hydra_args(argv)
-    variants = None if args is None else _sweep_variants(args.overrides, config_dirs(argv, conf_dir))
-    if variants is None or args.config_path is not None:
-        return  # not ours to parse (Hydra explains), or a --config-path relative to a module
-    search_path = create_config_search_path(str(conf_dir))
-    if args.config_dir is not None:  # where Hydra puts it: before the schema source, which must stay last
-        search_path.prepend("command-line", f"file://{os.path.abspath(args.config_dir)}",
-                            anchor=SearchPathQuery(provider="schema"))
-    loader = ConfigLoaderImpl(config_search_path=search_path)
-    name = args.config_name or config_name
-    for overrides, choice in variants:
-        try:
-            loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
-        except Exception as exc:  # noqa: BLE001 - whatever else fails here, Hydra reports in its own words
-            key = _unknown_key(exc)
-            if key is None:
-                return
-            raise ConfigError(f"{key} is not a config key{choice}{_closest(loader, name, overrides, key)} "
-                              "(--cfg job prints every key)") from None
-
-
-def _hydra_args(argv: list[str]):
-    """Hydra's reading of the command line, or None where Hydra itself would stop on it."""
-    if any(arg in ("--version", "--shell-completion", "-sc") for arg in argv):
-        return None
-    try:
-        args, unknown = get_args_parser().parse_known_args(argv)
-    except SystemExit:  # argparse's own message: Hydra prints it
-        return None
-    return None if unknown else args
-
-
-def _sweep_variants(overrides: list[str], dirs: list[Path] | None) -> list[tuple[list[str], str]] | None:
-    """Override lists to compose, each with the group choice it tries (``" with algorithm=admm"``, or "").
-
-    The first has every sweep at its first value; then one per further choice of each
-    swept group, the rest as in the first.  None where a sweep cannot be listed here
-    (an interval or glob sweep: its values come from the sweeper) or the overrides do not parse.
-    """
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except Exception:  # noqa: BLE001 - Hydra reports a malformed override itself
-        return None
-    first, more, swept = [], [], []
-    for i, override in enumerate(parsed):
-        if not override.is_sweep_override():
-            first.append(override.input_line)
-            continue
-        if not override.is_discrete_sweep() or override.value_type == ValueType.GLOB_CHOICE_SWEEP:
-            return None
-        values = list(override.sweep_string_iterator())
-        element = override.get_key_element()
-        first.append(f"{element}={values[0] if values else ''}")
-        if dirs and any((d / override.key_or_group).is_dir() for d in dirs):
-            swept.append(first[-1].lstrip("+~"))
-            more += [(i, element, value) for value in values[1:]]
-    return [(first, f" with {', '.join(swept)}" if swept else "")] + [
-        (first[:i] + [f"{element}={value}"] + first[i + 1:], f" with {element.lstrip('+~')}={value}")
-        for i, element, value in more]
-
-
-def _unknown_key(exc: Exception) -> str | None:
-    """The key of Hydra's "Could not override 'k'" or "Could not delete ... 'k' does not exist"."""
-    found = re.match(r"Could not override '([^']+)'|Could not delete from config\. '([^']+)' does not exist", str(exc))
-    return None if found is None else found.group(1) or found.group(2)
-
-
-def _closest(loader: ConfigLoaderImpl, name: str, overrides: list[str], key: str) -> str:
-    """``; did you mean k?``: the nearest key of the config composed without ``key`` (the error path composes twice)."""
-    rest = [o for o in overrides if o.lstrip("~+").partition("=")[0] != key]
-    try:
-        cfg = loader.load_configuration(name, rest, run_mode=RunMode.RUN)
-    except Exception:  # noqa: BLE001 - another problem: no suggestion, Hydra will report it
-        return ""
-    known = [k for k in _dotted_keys(cfg) if key.startswith("hydra") or not k.startswith("hydra")]
-    parent = key.rpartition(".")[0]
-    siblings = [k for k in known if k.rpartition(".")[0] == parent]
-    match = difflib.get_close_matches(key, siblings, n=1) or difflib.get_close_matches(key, known, n=1)
-    return f"; did you mean {match[0]}?" if match else ""
-
-
-def _dotted_keys(node: DictConfig, prefix: str = "") -> list[str]:
-    """Every key of ``node`` and of the nodes under it, dotted (``algorithm.eta``); interpolations are not followed."""
-    keys = []
-    for k in node:
-        keys.append(f"{prefix}{k}")
-        if not (OmegaConf.is_interpolation(node, k) or OmegaConf.is_missing(node, k)) and isinstance(node[k], DictConfig):
-            keys += _dotted_keys(node[k], f"{prefix}{k}.")
-    return keys
 
 
 def check_data_used(cfg: DictConfig) -> None:

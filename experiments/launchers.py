@@ -7,7 +7,7 @@ Job k is ``horovodrun -np <workers> --gloo python -m experiments.train <its over
 out_dir=<its job directory>`` (or ``torchrun --standalone --nproc_per_node <workers>``),
 the jobs one after another; ``workers`` unset is one process.  The commands come from
 `synthetic.launchers`, and each launched rank applies the job's ``comm.*`` Horovod settings
-itself (`dane.launch.HorovodOptions`), as any horovodrun run does; Horovod tuning variables
+itself (`dane.comm.horovod.HorovodOptions`), as any horovodrun run does; Horovod tuning variables
 of this shell (`synthetic.launchers.HOROVOD_KEYS`) are not passed on.  The job directory gets
 Hydra's ``.hydra/`` (config, overrides) from this process, the run's records from rank 0,
 ``launch.log`` (the launch's whole output), and ``error.txt`` when the job failed without a

@@ -29,7 +29,8 @@ from dane.errors import DivergenceError, UserError
 from dane.launch import execute
 from dane.results import ROUNDS_FILE
 from dane.runner import MonitorError
-from experiments.config import check_group_choices, check_keys, rank_zero, run_spec
+from experiments.config import rank_zero, run_spec
+from experiments.overrides import check_group_choices, check_keys
 
 
 def multirun() -> bool:

@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 
 from dane.comm import AlphaBeta, ParameterServerCost
-from dane.launch import HorovodOptions, execute
+from dane.comm.horovod import HorovodOptions
+from dane.launch import execute
 from dane.results import read_rounds
 from synthetic.bench_file import merge_section
 from synthetic.calibrate import calibrate, calibrate_ps

@@ -8,7 +8,7 @@ Every rank calls ``comm.allreduce_mean([x])`` (one grouped allreduce, as the alg
 do) on a float64 tensor of each size, ``--warmup`` times untimed and ``--reps`` times
 timed one call at a time, the sizes taking turns.  Rank 0 writes {backend, size, sizes: {bytes: {median_s, ...}}}.
 The backend comes from the launcher (`dane.comm.make_communicator`), and Horovod gets
-the package's launch settings (`dane.launch.HorovodOptions`) unless the environment
+the package's launch settings (`dane.comm.horovod.HorovodOptions`) unless the environment
 already sets them.  With ``--ps-servers k`` (under torchrun) the last k ranks are
 parameter servers (`dane.comm.ps`): the workers' allreduce is a push and a pull, and
 rank 0 adds the servers' own counters (their time spent averaging, their pushes).
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from dane.comm import make_communicator, resolve_backend
-from dane.launch import HorovodOptions, pin_local_rank
+from dane.comm.horovod import HorovodOptions, pin_local_rank
 
 DEFAULT_SIZES = (8, 64, 512, 4096, 32768, 262144, 1048576, 4194304)
 

@@ -4,7 +4,7 @@ r"""Measure the simulator's α-β allreduce cost model on real Horovod allreduce
     python -m synthetic.calibrate --topology ps [--np 2] [--servers 1]   # -> results/calibration_ps.json
 
 Launches ``horovodrun -np NP --gloo`` on `synthetic.allreduce_timing` with
-``HOROVOD_CYCLE_TIME=0.1`` (the package's default, `dane.launch.HorovodOptions`), which
+``HOROVOD_CYCLE_TIME=0.1`` (the package's default, `dane.comm.horovod.HorovodOptions`), which
 times grouped allreduces of 8 B to 4 MB, and fits the ring-allreduce model
 
 .. math:: T(n) = \frac{2(m-1)}{m}\frac{n}{\beta} + 2(m-1)\,\alpha

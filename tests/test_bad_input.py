@@ -364,6 +364,6 @@ def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
     ["experiment=speedup"],
 ])
 def test_valid_overrides_pass_the_key_check(line):
-    from experiments.config import check_keys
+    from experiments.overrides import check_keys
 
     check_keys(line, "config")

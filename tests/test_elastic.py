@@ -11,7 +11,6 @@ import copy
 import json
 import math
 import subprocess
-import sys
 import time
 
 import pytest
@@ -20,7 +19,8 @@ import torch
 from dane.comm import LocalCommunicator, ThreadGroup
 from dane.elastic import ELASTIC_ALGORITHMS, ElasticSession, disk_progress
 from dane.errors import ConfigError
-from dane.launch import SimulatedFault, _worker
+from dane.faults import SimulatedFault
+from dane.launch import _worker
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
 from helpers import BIN, REPO, env, train

@@ -15,7 +15,7 @@ import torch
 
 from dane.checkpoint import committed
 from dane.errors import ConfigError
-from dane.launch import SimulatedFault
+from dane.faults import SimulatedFault
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
 from helpers import REPO, env, torchrun, train
