@@ -19,3 +19,9 @@ class DataError(UserError, FileNotFoundError):
 
 class DivergenceError(UserError, ArithmeticError):
     """A run whose objective became non-finite; results written so far are kept."""
+
+
+class WorkerLost(UserError, RuntimeError):
+    """A launched worker lost a peer mid-run (it crashed, was killed or its machine went away); the
+    message says where the records are and how to continue.  Not raised under Horovod elastic,
+    which handles a lost worker itself."""

@@ -1,9 +1,11 @@
-"""Losing a worker on purpose, and stopping a simulated run by Ctrl-C.
+"""Losing a worker, on purpose or not, and stopping a simulated run by Ctrl-C.
 
 ``sim.fail_at`` loses a simulated worker at a given round (`SimulatedFault`); the
 test-only `TEST_KILL_ENV` makes a real worker SIGKILL itself there; a Ctrl-C stops every
 simulated worker at its next collective (`RunInterrupted`).  Each planned fault fires
-once per run directory, so a run restarted from its checkpoint gets past it.
+once per run directory, so a run restarted from its checkpoint gets past it.  A worker
+that really is lost leaves its peers a one-line `WorkerLost` (`worker_lost`) instead of
+a backend's traceback.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import signal
 
 from .checkpoint import CHECKPOINT_DIR
+from .errors import WorkerLost
 
 #: test-only fault hook: rank 1 (or rank `TEST_KILL_RANK_ENV`) kills itself (SIGKILL) when it reaches this round,
 #: once per run directory
@@ -58,3 +61,18 @@ def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, o
             os.kill(os.getpid(), signal.SIGKILL)
         raise SimulatedFault(f"simulated worker {rank} was lost at round {round_} (sim.fail_at); "
                              "the last committed checkpoint stays: rerun with resume=auto to continue")
+
+
+#: what the backends say when a peer's connection goes: gloo (torch.distributed, comm=ps) and Horovod
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Horovod has been shut down")
+
+
+def worker_lost(exc: BaseException, who: str, out_dir: str | None, checkpoint_every: int) -> WorkerLost | None:
+    """The one-line `WorkerLost` for ``exc`` if it says that a peer of ``who`` ("worker 1") went away, else None."""
+    if not isinstance(exc, RuntimeError) or not any(text in str(exc) for text in PEER_LOST):
+        return None
+    kept = f"the rounds logged so far are in {out_dir}" if out_dir else "rank 0's run directory keeps the rounds logged so far"
+    again = ("rerun the same command with resume=auto to continue from the last checkpoint" if checkpoint_every
+             else "set checkpoint_every=K (and resume=auto) so that a rerun continues instead of starting over")
+    return WorkerLost(f"{who} lost a peer mid-run (a worker crashed or was killed: the launcher's log "
+                      f"names it); {kept}; {again}")

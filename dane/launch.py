@@ -32,7 +32,7 @@ from .comm.horovod import HorovodOptions
 from .comm.threads import Interrupted
 from .confusion import write_confusion
 from .errors import ConfigError, DivergenceError
-from .faults import RunInterrupted, inject_faults
+from .faults import RunInterrupted, inject_faults, worker_lost
 from .problems import Problem
 from .results import SUMMARY_FILE, RunWriter
 from .runner import ProgressBar, RoundTable, StopRule, run
@@ -134,35 +134,51 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
         summary = run_elastic(spec, out_dir, collect)
     else:
         comm = make_communicator(spec.backend, torch_backend=spec.torch_backend, servers=spec.servers)
+        server, lost = getattr(comm, "is_server", False), None
         try:
-            if getattr(comm, "is_server", False):
-                if spec.staleness > 0:  # comm=ps asynchronous: set-up, the workers' pushes, then their evaluations
-                    from .comm.ps_async import AsyncServer
-
-                    comm.serve()
-                    AsyncServer(comm, spec).serve()
-                return comm.serve()  # comm=ps: a server rank answers the workers until they shut it down
-            out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's directory
-            problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
-            release = getattr(spec.problem, "release", None)
-            if release is not None:
-                release()  # one process, one worker: keep only this worker's shard in memory
-            comm.barrier()
-            comm.reset_clock()
-            if spec.staleness > 0:
-                from .async_ps import run_async_ps
-
-                summary = run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect, _worker)
-            else:
-                summary = _worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
+            if not server:
+                out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's
+            summary = _launched(spec, comm, out_dir, collect)
+        except RuntimeError as exc:
+            lost = worker_lost(exc, "a parameter server" if server else f"worker {comm.rank}", out_dir,
+                               spec.checkpoint_every)
+            if lost is None:
+                raise
         finally:
-            comm.shutdown()
+            with contextlib.suppress(RuntimeError) if lost is not None else contextlib.nullcontext():
+                comm.shutdown()  # after a lost peer, a shutdown that talks to it fails too
+        if lost is not None:
+            raise lost from None
+        if server:
+            return summary  # a parameter server's counters: it has no records of its own
     if summary["status"] == "diverged":
         raise DivergenceError(
             f"{summary['algorithm']} diverged at round {summary['rounds']} (objective {summary['final_objective']:.3g}); "
             f"results so far are in {out_dir}; try algorithm.safeguard=true or a larger algorithm.mu"
         )
     return summary
+
+
+def _launched(spec: RunSpec, comm: Communicator, out_dir: str | None, collect: dict | None) -> dict | None:
+    """One launched process's part: a worker's run (its summary), or a parameter server's service (its counters)."""
+    if getattr(comm, "is_server", False):
+        if spec.staleness > 0:  # comm=ps asynchronous: set-up, the workers' pushes, then their evaluations
+            from .comm.ps_async import AsyncServer
+
+            comm.serve()
+            AsyncServer(comm, spec).serve()
+        return comm.serve()  # comm=ps: a server rank answers the workers until they shut it down
+    problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
+    release = getattr(spec.problem, "release", None)
+    if release is not None:
+        release()  # one process, one worker: keep only this worker's shard in memory
+    comm.barrier()
+    comm.reset_clock()
+    if spec.staleness > 0:
+        from .async_ps import run_async_ps
+
+        return run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect, _worker)
+    return _worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
 
 
 def _build(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, float]:

@@ -5,8 +5,10 @@
     python -m experiments.train algorithm=dane problem=ridge_synthetic workers=2   # simulated
 
 Bad input exits with status 2 and one line on stderr; a diverged run exits with status 3
-after writing its results.  In a ``-m`` sweep neither stops the sweep: a diverged job is
-a result (status: diverged), an invalid one leaves its line in ``<job dir>/error.txt``.
+after writing its results; a launched worker whose peer crashed or was killed exits with
+status 4 and one line (`dane.errors.WorkerLost`), its records kept.  In a ``-m`` sweep
+none stops the sweep: a diverged job is a result (status: diverged), an invalid or
+broken one leaves its line in ``<job dir>/error.txt``.
 
 A single run writes only its own run directory: ``out_dir``, or by default
 ``results/runs/<date>_<time>-<microseconds>_<algorithm>_<problem>_<pid>`` (unique even for
@@ -25,7 +27,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from dane.errors import DivergenceError, UserError
+from dane.errors import DivergenceError, UserError, WorkerLost
 from dane.launch import execute
 from dane.results import ROUNDS_FILE
 from dane.runner import MonitorError
@@ -61,6 +63,11 @@ def main(cfg: DictConfig) -> None:
         if multirun():
             return  # in a sweep a diverged job is a result (written, status: diverged): go on to the next
         sys.exit(3)
+    except WorkerLost as exc:  # a peer crashed or was killed: each survivor says so in one line
+        if multirun():
+            return reject(exc)  # the job's error.txt, and the sweep goes on
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(4)
     except UserError as exc:  # a data file, the run directory, a monitor no record has: per rank
         if isinstance(exc, MonitorError):
             take_back(out_dir, before)  # raised at the first record, in the run directory this run holds

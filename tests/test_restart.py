@@ -18,7 +18,7 @@ from dane.errors import ConfigError
 from dane.faults import SimulatedFault
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
-from helpers import REPO, env, torchrun, train
+from helpers import REPO, env, horovodrun, torchrun, train
 from test_checkpoint import config, execute_with, without_time
 
 RIDGE = ("problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "quiet=true", "save_iterate=true")
@@ -160,3 +160,28 @@ def test_torchrun_restart_of_a_network_run_is_bitwise_the_uninterrupted_run(tmp_
     assert [r["round"] for r in killed] == list(range(5))
     assert without_time(killed) == without_time(whole)
     assert torch.equal(torch.load(tmp_path / "killed" / "iterate.pt"), torch.load(tmp_path / "whole" / "iterate.pt"))
+
+
+@pytest.mark.parametrize("backend", ["torch", "horovod", "ps"])
+def test_a_worker_killed_without_restarts_leaves_its_peers_one_line_and_its_records(tmp_path, backend):
+    """SIGKILL of rank 1 at round 2 with no restart: every survivor (worker 0; under comm=ps also the
+    server) says in one line that it lost a peer, where the records are and how to resume, and exits
+    non-zero without a traceback of ours; rank 0's rounds.jsonl keeps rounds 0..2 (about 10 s each)."""
+    if backend == "horovod":
+        launcher, extra = horovodrun(2), []
+    else:  # torchrun SIGTERMs the survivors once it sees the dead worker: give them a moment to report first
+        launcher, extra = torchrun(3 if backend == "ps" else 2), (["comm=ps"] if backend == "ps" else [])
+        launcher.insert(-1, "--monitor-interval=3")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([*launcher, sys.executable, "-m", "experiments.train", *RIDGE, "rounds=8", *extra,
+                           f"out_dir={run_dir}"], cwd=REPO, env={**env(), "DANE_TEST_KILL_AT_ROUND": "2"},
+                          capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    lines = [line for line in output.splitlines() if "lost a peer mid-run" in line]
+    expected = {"worker 0"} | ({"a parameter server"} if backend == "ps" else set())
+    assert {line.split("error: ")[1].split(" lost")[0] for line in lines} == expected, output[-3000:]
+    assert all("set checkpoint_every=K (and resume=auto)" in line for line in lines)
+    assert f"the rounds logged so far are in {run_dir}" in next(line for line in lines if "worker 0" in line)
+    assert "experiments/train.py" not in output and "dane/launch.py" not in output, output[-3000:]  # no traceback of ours
+    assert [r["round"] for r in read_rounds(run_dir)] == [0, 1, 2]
