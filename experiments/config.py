@@ -181,7 +181,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         seed=seed,
         cost=cost_model(cfg.sim),
         stragglers=stragglers(cfg.sim),
-        horovod=HorovodOptions(cycle_time_ms=checks.positive("comm.horovod_cycle_time_ms", cfg.comm.horovod_cycle_time_ms),
+        horovod=HorovodOptions(cycle_time_ms=cycle_time(cfg.comm, problem),
                                pin_cores=checks.boolean("comm.pin_cores", cfg.comm.get("pin_cores", True))),
         torch_backend=torch_backend(cfg.comm.torch_backend),
         servers=servers,
@@ -202,6 +202,17 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
         step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
     )
+
+
+def cycle_time(comm: DictConfig, problem) -> float:
+    """``comm.horovod_cycle_time_ms``: a number of milliseconds, or ``auto`` (the default): by the problem
+    (`dane.comm.horovod.HorovodOptions.cycle_time_for`)."""
+    value = comm.get("horovod_cycle_time_ms", "auto")
+    if value == "auto":
+        return HorovodOptions.cycle_time_for(problem)
+    if isinstance(value, str):
+        raise ConfigError(f"comm.horovod_cycle_time_ms must be a number of milliseconds > 0 or auto, got {value!r}")
+    return checks.positive("comm.horovod_cycle_time_ms", value)
 
 
 def stragglers(sim: DictConfig) -> Stragglers:

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
 from dane.results import read_rounds, read_summary
 from helpers import env, train
 
@@ -29,6 +30,9 @@ SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
     ("quiet=no", "quiet must be true or false, got 'no'"),
     ("save_iterate=1", "save_iterate must be true or false, got 1"),
     ("comm.pin_cores=no", "comm.pin_cores must be true or false, got 'no'"),
+    ("comm.horovod_cycle_time_ms=fast", "comm.horovod_cycle_time_ms must be a number of milliseconds > 0 or auto, "
+                                        "got 'fast'"),
+    ("comm.horovod_cycle_time_ms=0", "comm.horovod_cycle_time_ms must be > 0, got 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(override, expected, tmp_path):
     proc = train(*SMALL, "workers=4", override, f"out_dir={tmp_path}")
@@ -141,3 +145,15 @@ def test_a_run_directory_in_use_is_refused_and_a_dead_runs_lock_is_taken_over(tm
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="is a file, not a directory"):
         RunWriter(tmp_path / "file")
+
+
+@pytest.mark.parametrize("overrides, cycle_ms", [
+    (("problem=ridge_synthetic",), LATENCY_BOUND_CYCLE_MS),                         # auto, convex
+    (("problem=digits_mlp",), COMPUTE_BOUND_CYCLE_MS),                             # auto, a network
+    (("problem=digits_mlp", "comm.horovod_cycle_time_ms=0.5"), 0.5),               # a number is kept
+])
+def test_horovod_cycle_time_auto_is_short_for_convex_problems_and_long_for_networks(overrides, cycle_ms):
+    from experiments.config import run_spec
+    from test_checkpoint import config
+
+    assert run_spec(config(*overrides)).horovod.cycle_time_ms == cycle_ms

@@ -53,13 +53,23 @@ class HorovodCommunicator(Communicator):
             self._hvd.shutdown()
 
 
+LATENCY_BOUND_CYCLE_MS = 0.1  # convex problems: millisecond rounds, small allreduces
+COMPUTE_BOUND_CYCLE_MS = 5.0  # networks: rounds of seconds of compute between allreduces
+
+
 @dataclass(frozen=True)
 class HorovodOptions:
     """Horovod settings applied (unless already set in the environment) before ``hvd.init()``.
 
     Small allreduces are latency-bound on these machines (DESIGN.md section 5):
     - a short cycle time (``HOROVOD_CYCLE_TIME``) lets the background thread pick a
-      request up sooner;
+      request up sooner.  It is not free: the background loop wakes once per cycle, on
+      the core of the rank's compute, also while the rank computes.  So the cycle is
+      chosen by the problem (`cycle_time_for`): `LATENCY_BOUND_CYCLE_MS` where a round
+      is a few milliseconds of compute between small allreduces (the convex problems),
+      `COMPUTE_BOUND_CYCLE_MS` where it is seconds of compute (networks), at the cost of
+      at most one cycle per allreduce (``make bench``: ``strong_scaling.mnist_lenet5``
+      times a network round under both);
     - ``pin_cores`` gives each local rank its own block of cores: the process (and so
       gloo's threads and torch's intra-op threads) is bound to it, and Horovod's
       background thread to its first core (``HOROVOD_THREAD_AFFINITY``).  With two ranks
@@ -74,6 +84,12 @@ class HorovodOptions:
 
     cycle_time_ms: float = 0.1
     pin_cores: bool = True
+
+    @staticmethod
+    def cycle_time_for(problem) -> float:
+        """The cycle for ``problem``'s config: `COMPUTE_BOUND_CYCLE_MS` if it says ``compute_bound`` (networks),
+        else `LATENCY_BOUND_CYCLE_MS`."""
+        return COMPUTE_BOUND_CYCLE_MS if getattr(problem, "compute_bound", False) else LATENCY_BOUND_CYCLE_MS
 
     def apply(self) -> None:
         os.environ.setdefault("HOROVOD_CYCLE_TIME", str(self.cycle_time_ms))

@@ -144,6 +144,8 @@ class ModelConfig:
 class NeuralProblemConfig:
     """A classification problem: data + model + loss weight decay + the inner solver."""
 
+    compute_bound = True  # rounds of seconds of compute: Horovod's background loop may wake less often (HorovodOptions)
+
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     l2: float = 0.0
