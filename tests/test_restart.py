@@ -8,12 +8,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 import torch
 
 from dane.checkpoint import committed
+from dane.comm import ThreadGroup
 from dane.errors import ConfigError
 from dane.faults import SimulatedFault
 from dane.results import read_rounds, read_summary
@@ -87,6 +89,27 @@ def test_fail_at_is_checked(tmp_path):
         run_spec(config(*RIDGE, "workers=2", "sim.fail_at=[[3,2]]"))
     with pytest.raises(ConfigError, match="sim.fail_at loses a simulated worker; it needs workers > 1"):
         run_spec(config(*RIDGE, "sim.fail_at=[[3,0]]"))
+
+
+def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulator():
+    """A process-directed SIGINT may land on any thread.  Worker 1 sends one to itself after 50
+    collectives; the main thread must notice it within its 0.2 s wait slices and stop both workers,
+    long before they would have finished 20,000 collectives.  (A plain join() never woke up: the
+    run went on until the workers ended by themselves, which a real run of 10^8 rounds never does.)"""
+    group = ThreadGroup(2)
+    done = [0, 0]
+
+    def worker(comm):
+        for n in range(20000):
+            comm.allreduce_mean([torch.ones(3)])
+            done[comm.rank] = n + 1
+            if n == 49 and comm.rank == 1:
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    start = time.monotonic()
+    group.run(worker)
+    assert group.interrupted
+    assert max(done) < 20000 and time.monotonic() - start < 10, (done, time.monotonic() - start)
 
 
 def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_path):

@@ -129,8 +129,11 @@ class ThreadGroup:
         for t in threads:
             t.start()
         try:
-            for t in threads:
-                t.join()
+            for done in finished:
+                # In slices: the kernel may hand a Ctrl-C to a worker thread, and CPython runs the
+                # handler only when the main thread wakes; an endless wait would never see it.
+                while not done.wait(0.2):
+                    pass
         except KeyboardInterrupt:
             self.stop()
             for done in finished:  # not join(): after an interrupted join it may return early (Python 3.11)
