@@ -91,6 +91,14 @@ def test_fail_at_is_checked(tmp_path):
         run_spec(config(*RIDGE, "sim.fail_at=[[3,0]]"))
 
 
+def default_sigint() -> None:
+    """In a child before exec: SIGINT unblocked and at its default, as a terminal starts a program, whatever
+    this test process inherited or was left with (an ignored or blocked signal stays so across exec, and
+    python installs its Ctrl-C handler only over the default)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulator():
     """A process-directed SIGINT may land on any thread.  Worker 1 sends one to itself after 50
     collectives; the main thread must notice it within its 0.2 s wait slices and stop both workers,
@@ -98,6 +106,8 @@ def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulat
     run went on until the workers ended by themselves, which a real run of 10^8 rounds never does.)"""
     group = ThreadGroup(2)
     done = [0, 0]
+    previous = (signal.signal(signal.SIGINT, signal.default_int_handler),  # as a fresh python has them, whatever
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}))  # earlier tests left in this process
 
     def worker(comm):
         for n in range(20000):
@@ -107,7 +117,11 @@ def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulat
                 signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
     start = time.monotonic()
-    group.run(worker)
+    try:
+        group.run(worker)
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous[1])
     assert group.interrupted
     assert max(done) < 20000 and time.monotonic() - start < 10, (done, time.monotonic() - start)
 
@@ -115,7 +129,8 @@ def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulat
 def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "experiments.train", *RIDGE, "workers=2", "rounds=100000000", f"out_dir={run_dir}"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     try:
         rounds = run_dir / "rounds.jsonl"
         deadline = time.monotonic() + 120
