@@ -138,7 +138,7 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
         try:
             if not server:
                 out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's
-            summary = _launched(spec, comm, out_dir, collect)
+            summary = _serve(spec, comm) if server else _launched(spec, comm, out_dir, collect)
         except RuntimeError as exc:
             lost = worker_lost(exc, "a parameter server" if server else f"worker {comm.rank}", out_dir,
                                spec.checkpoint_every)
@@ -159,15 +159,18 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     return summary
 
 
-def _launched(spec: RunSpec, comm: Communicator, out_dir: str | None, collect: dict | None) -> dict | None:
-    """One launched process's part: a worker's run (its summary), or a parameter server's service (its counters)."""
-    if getattr(comm, "is_server", False):
-        if spec.staleness > 0:  # comm=ps asynchronous: set-up, the workers' pushes, then their evaluations
-            from .comm.ps_async import AsyncServer
+def _serve(spec: RunSpec, comm: Communicator) -> dict:
+    """A parameter server's part (comm=ps): it answers the workers until they shut it down; its counters."""
+    if spec.staleness > 0:  # asynchronous: set-up, the workers' pushes, then their evaluations
+        from .comm.ps_async import AsyncServer
 
-            comm.serve()
-            AsyncServer(comm, spec).serve()
-        return comm.serve()  # comm=ps: a server rank answers the workers until they shut it down
+        comm.serve()
+        AsyncServer(comm, spec).serve()
+    return comm.serve()
+
+
+def _launched(spec: RunSpec, comm: Communicator, out_dir: str | None, collect: dict | None) -> dict:
+    """One launched worker's run: its summary."""
     problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
     release = getattr(spec.problem, "release", None)
     if release is not None:
