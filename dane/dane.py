@@ -96,6 +96,9 @@ def solver_arg(local_solver) -> dict:
     return {} if local_solver is None else {"solver": local_solver}
 
 
+ROUND_OFF_STEP = 1e4  # ulps of the iterate: a quadratic's step at most this long does not measure δ (MuSafeguard)
+
+
 def snap(mu: float, steps_per_octave: int = 4) -> float:
     """The nearest 2^(k/steps_per_octave) to μ, in log scale (0 stays 0).
 
@@ -134,6 +137,14 @@ class MuSafeguard:
     is first multiplied by ``grow``.  With a convex objective and exact local
     solves, a large enough μ makes the step a descent step, so the run cannot diverge.
     On a convex quadratic ``spread`` (max_t δ_t) and ``boost`` never decrease.
+
+    *Round-off.*  On a quadratic a step of at most `ROUND_OFF_STEP` ulps of the iterate
+    (‖s‖ ≤ 1e4·ε·‖w_t‖) leaves δ unmeasured: the y_i are then as small as the round-off
+    of the local gradients, the difference of squares in δ² amplifies it, and the spread,
+    a maximum, would keep the noise.  A run that goes on past the optimum (``tol=null``)
+    raised μ from such noise round after round, each new μ a refactorization for nothing.
+    Such a step only happens once the suboptimality is about (1e4·ε)², far below any
+    tolerance, so the rule changes no run up to its tolerance.
 
     *Convex but not quadratic* (logistic and softmax regression: ``forget=True``, the
     default unless the problem says ``quadratic``): the local Hessians move with w, so the
@@ -200,7 +211,7 @@ class MuSafeguard:
             return w, local_grad, g, metrics, {"accepted": True}
         w0, _, g0, metrics0 = self.accepted
         step_sq = float(torch.linalg.vector_norm(w - w0).square())
-        if step_sq > 0:
+        if step_sq > self._round_off_sq(w0):
             spread_sq = float(stats[0]) - float(torch.linalg.vector_norm(g - g0).square())
             curvature = float((w - w0) @ (g - g0)) / step_sq
             if math.isfinite(spread_sq):
@@ -227,6 +238,12 @@ class MuSafeguard:
         if not accepted and self.mu == 0.0:  # no spread measured yet: start from the curvature scale
             self.mu = snap(self.scale * float(torch.linalg.vector_norm(g - g0)) / math.sqrt(step_sq))
         return (*self.accepted, {"accepted": accepted, "spread": self.spread})
+
+    def _round_off_sq(self, w0: torch.Tensor) -> float:
+        """‖s‖² at or below which a step teaches the never-decreasing spread nothing (0 where the spread forgets)."""
+        if self.forget:
+            return 0.0
+        return (ROUND_OFF_STEP * torch.finfo(w0.dtype).eps) ** 2 * float(torch.linalg.vector_norm(w0).square())
 
     def _rule(self) -> float:
         """The rule's μ, on the grid: snap(boost * scale * spread)."""

@@ -213,20 +213,10 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     """
     algo = spec.algorithm.build(problem, comm) if algo is None else algo
     meta = worker_meta(spec, comm.rank, comm.size)
-    if elastic is None:
-        resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
-        if resume is not None and comm.rank == 0:
-            truncate_rounds(spec.resume, resume["round"])
-        continuing = resume is not None
-    else:
-        continuing = elastic.prepare(comm)  # rank 0 cuts the records back to the committed round
-    overwrite = spec.overwrite or (spec.restart_unfinished and out_dir is not None
-                                   and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
-    writer = RunWriter(out_dir, resume=continuing, overwrite=overwrite) if comm.rank == 0 and out_dir else None
+    resume, writer = _open(spec, comm, out_dir, meta, elastic)
     show = _display(spec) if comm.rank == 0 else None
-    notes = list(getattr(problem, "notes", ()))
     if show is not None:
-        for note in notes:
+        for note in getattr(problem, "notes", ()):
             print(f"note: {note}", file=sys.stderr, flush=True)
 
     seen: list[dict] = []  # this call's records, for the summary of an interrupted run
@@ -250,8 +240,6 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
         if elastic is not None:
             elastic.commit({**state, "workers": comm.size})  # in memory; raises Horovod's reset signals
 
-    if writer is not None and spec.config_text:
-        writer.write_text("config.yaml", spec.config_text)
     try:
         if elastic is not None:
             resume = elastic.resume(algo, spec.stop, comm)  # the first attempt commits round 0: may reset
@@ -278,6 +266,31 @@ def _worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | 
     if show is not None:
         _report(summary, comm.size, out_dir)
     return summary
+
+
+def _open(spec: RunSpec, comm: Communicator, out_dir: str | None, meta: dict,
+          elastic) -> tuple[dict | None, RunWriter | None]:
+    """Where this worker starts, and rank 0's writer of ``out_dir`` (with the run's config.yaml).
+
+    The start is a committed checkpoint on disk (``resume``; rank 0 cuts the records back
+    to its round), None for round 0, or, under Horovod elastic, the state in memory
+    (`dane.elastic.ElasticSession.resume` loads it later; None here).
+    """
+    resume = None
+    if elastic is None:
+        resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
+        if resume is not None and comm.rank == 0:
+            truncate_rounds(spec.resume, resume["round"])
+        continuing = resume is not None
+    else:
+        continuing = elastic.prepare(comm)  # rank 0 cuts the records back to the committed round
+    if comm.rank != 0 or not out_dir:
+        return resume, None
+    overwrite = spec.overwrite or (spec.restart_unfinished and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
+    writer = RunWriter(out_dir, resume=continuing, overwrite=overwrite)
+    if spec.config_text:
+        writer.write_text("config.yaml", spec.config_text)
+    return resume, writer
 
 
 def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[dict], status: str, start: float,

@@ -11,7 +11,7 @@ given Hydra overrides, the package's Horovod settings), then alternates blocks o
   the Cholesky solve with the cached factor) and two raw ``hvd.grouped_allreduce`` calls
   of the same tensors as DANE's two allreduces,
 
-so both see the same load.  Rank 0 writes the per-round times and the medians.
+so both see the same load.  Rank 0 writes the per-round times, their medians and their means.
 """
 from __future__ import annotations
 
@@ -77,12 +77,13 @@ def main(argv: list[str] | None = None) -> None:
                 c, r1, r2 = bare_round(problem, algo, hvd)
                 compute.append(c), reduce1.append(r1), reduce2.append(r2)
         if comm.rank == 0:
-            med = {name: statistics.median(v) for name, v in
-                   (("round_s", rounds), ("compute_s", compute), ("allreduce1_s", reduce1), ("allreduce2_s", reduce2))}
-            # the median of whole bare rounds, like the median of whole DANE rounds (not a sum of medians)
-            med["bare_s"] = statistics.median(c + r1 + r2 for c, r1, r2 in zip(compute, reduce1, reduce2))
+            series = {"round_s": rounds, "compute_s": compute, "allreduce1_s": reduce1, "allreduce2_s": reduce2,
+                      # whole bare rounds, like whole DANE rounds (a median of sums, not a sum of medians)
+                      "bare_s": [c + r1 + r2 for c, r1, r2 in zip(compute, reduce1, reduce2)]}
+            med = {name: statistics.median(v) for name, v in series.items()}
+            means = {name: statistics.fmean(v) for name, v in series.items()}
             Path(args.out).write_text(json.dumps({
-                "medians": med, "round_s": rounds, "compute_s": compute, "allreduce1_s": reduce1,
+                "medians": med, "means": means, "round_s": rounds, "compute_s": compute, "allreduce1_s": reduce1,
                 "allreduce2_s": reduce2, "workers": comm.size, "overrides": args.overrides,
                 "torch_threads": torch.get_num_threads()}, indent=2) + "\n")
     finally:

@@ -181,3 +181,15 @@ def test_safeguard_forgets_on_a_convex_non_quadratic_problem():
     assert forgetting.records[-1]["round"] <= 0.5 * keeping.records[-1]["round"]
     accepted = [r["objective"] for r in forgetting.records[:-1] if r["accepted"]] + [forgetting.records[-1]["objective"]]
     assert all(b <= a + 1e-12 * abs(a) for a, b in zip(accepted, accepted[1:]))
+
+
+def test_safeguard_learns_nothing_from_steps_at_round_off():
+    # Run on past the optimum (tol=None): once the steps are round-off, the y_i are noise, and
+    # a spread learnt from them raised mu (and refactorized) round after round.  mu must stay put.
+    problems = ridge_shards(2, RidgeSyntheticConfig(n_samples=18000, dim=500, covariance="iso"))
+    (algo, records, iterates), _ = simulate(DANEConfig(), problems, rounds=60)
+    converged = next(r["round"] for r in records if r["suboptimality"] <= 1e-20)
+    steps = [float(torch.linalg.vector_norm(b - a) / torch.linalg.vector_norm(a)) for a, b in zip(iterates, iterates[1:])]
+    assert max(steps[converged + 2:]) < 1e-13  # the run is at round-off from here on
+    mus = [r["mu"] for r in records[converged:-1]]  # the last record is the final evaluation: no step, no mu
+    assert len(set(mus)) == 1, mus

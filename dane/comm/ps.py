@@ -4,7 +4,8 @@ Ranks.  Under ``torchrun --nproc_per_node P`` with ``comm=ps comm.servers=k`` th
 ranks (m .. P-1, m = P - k) are servers and ranks 0 .. m-1 are workers.  A worker keeps
 its launcher rank, so the workers' `PSCommunicator` has rank/size = worker rank / m:
 every algorithm runs unchanged, the shards are those of an m-worker run and rank 0
-writes the results.  A server rank runs `ParameterServer.serve` instead of the algorithm.
+writes the results.  A server rank runs `dane.comm.ps_server.ParameterServer.serve` instead of
+the algorithm.
 
 Slices.  Each call groups its tensors into one flat buffer per dtype (as the torch
 backend does); server j holds slice j of every buffer (`slice_bounds`: k contiguous
@@ -38,11 +39,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import ConfigError
 from .base import Communicator
+
+if TYPE_CHECKING:
+    from .ps_server import ParameterServer
 
 PUSH, PULL, BROADCAST, OBJECT, BARRIER, STATS, SHUTDOWN = range(1, 8)
 OP_NAMES = {PUSH: "push", PULL: "pull", BROADCAST: "broadcast", OBJECT: "broadcast_object", BARRIER: "barrier",
@@ -300,126 +305,12 @@ class PSCommunicator(Communicator):
         self._pending, self._keep = [], []
 
 
-class ParameterServer:
-    """A server rank: holds slice j of every message and answers the workers until they shut it down."""
-
-    is_server = True
-
-    def __init__(self, dist, workers: int) -> None:
-        self._dist = dist
-        self.rank = dist.get_rank()
-        self.workers = workers
-        self.servers = dist.get_world_size() - workers
-        self.index = self.rank - workers  # which slice of each buffer this server holds
-        self.links = [Link() for _ in range(workers)]  # this server's end of its link to each worker
-        self.times = dict.fromkeys(SERVER_FIELDS[:4], 0.0)
-        self.ops = dict.fromkeys(SERVER_FIELDS[4:], 0)
-        self._kept: list[torch.Tensor] = []  # the mean of the last push, one slice per group
-        self._kept_groups: Groups = ()
-        self._started = time.perf_counter()
-
-    def serve(self) -> dict:
-        """Answer headers until every worker has sent SHUTDOWN; returns this server's counters."""
-        self._started = time.perf_counter()
-        while True:
-            t0 = time.perf_counter()
-            op, root, groups = self._headers()
-            t1 = time.perf_counter()
-            self.times["wait_s"] += t1 - t0
-            if op == SHUTDOWN:
-                break
-            {PUSH: self._push, PULL: self._pull, BARRIER: self._barrier, STATS: self._stats}.get(
-                op, self._relay)(op, root, groups)
-            if op not in UNCOUNTED:
-                self.times["busy_s"] += time.perf_counter() - t1
-        self.times["uptime_s"] = time.perf_counter() - self._started
-        return {"status": "served", "backend": "ps", "server_rank": self.rank, **self.times, **self.ops,
-                "links": [{"worker": w, "server": self.rank, **vars(link)} for w, link in enumerate(self.links)]}
-
-    def shutdown(self) -> None:
-        if self._dist.is_initialized():
-            self._dist.destroy_process_group()
-
-    def _headers(self) -> tuple[int, int, Groups]:
-        """The next operation: one header from every worker, which must all agree."""
-        headers = [torch.zeros(HEADER, dtype=torch.int64) for _ in range(self.workers)]
-        _wait([self._dist.irecv(h, src=w, tag=TAG_HEADER) for w, h in enumerate(headers)])
-        decoded = [_decode(h) for h in headers]
-        for w, d in enumerate(decoded):
-            if d != decoded[0]:
-                raise RuntimeError(
-                    f"parameter server rank {self.rank}: worker {w} asked for {OP_NAMES.get(d[0], d[0])} {d[2]} while "
-                    f"worker 0 asked for {OP_NAMES.get(decoded[0][0], decoded[0][0])} {decoded[0][2]}: the workers "
-                    "left their common sequence of operations (did one of them fail?)")
-        op = decoded[0][0]
-        if op not in UNCOUNTED:
-            for link in self.links:
-                link.to_server_messages += 1
-                link.control_bytes += HEADER * 8
-        return decoded[0]
-
-    def _slices(self, groups: Groups) -> list[int]:
-        return [b - a for a, b in (slice_bounds(numel, self.servers)[self.index] for _, numel in groups)]
-
-    def _push(self, op: int, root: int, groups: Groups) -> None:
-        received = [[torch.empty(n, dtype=dtype) for _ in range(self.workers)]
-                    for (dtype, _), n in zip(groups, self._slices(groups))]
-        _wait([self._receive(buf, w) for bufs in received for w, buf in enumerate(bufs) if buf.numel()])
-        t0 = time.perf_counter()
-        self._kept = [torch.stack(bufs).sum(0) / self.workers for bufs in received]  # the simulator's arithmetic
-        self._kept_groups = groups
-        self.times["reduce_s"] += time.perf_counter() - t0
-        self.ops["pushes"] += 1
-
-    def _pull(self, op: int, root: int, groups: Groups) -> None:
-        if groups != self._kept_groups:
-            raise RuntimeError(f"parameter server rank {self.rank}: pull of {groups} after a push of {self._kept_groups}")
-        _wait([self._send(piece, w, True) for piece in self._kept if piece.numel() for w in range(self.workers)])
-        self.ops["pulls"] += 1
-
-    def _relay(self, op: int, root: int, groups: Groups) -> None:
-        """BROADCAST and OBJECT: the root's slices, sent on to every other worker."""
-        if op not in (BROADCAST, OBJECT):
-            raise RuntimeError(f"parameter server rank {self.rank}: unknown operation {op}")
-        counted = op == BROADCAST
-        pieces = [torch.empty(n, dtype=dtype) for (dtype, _), n in zip(groups, self._slices(groups))]
-        _wait([self._receive(p, root, counted) for p in pieces if p.numel()])
-        _wait([self._send(p, w, counted) for p in pieces if p.numel() for w in range(self.workers) if w != root])
-        if counted:
-            self.ops["broadcasts"] += 1
-
-    def _barrier(self, op: int, root: int, groups: Groups) -> None:
-        ack = torch.ones(1, dtype=torch.uint8)
-        _wait([self._dist.isend(ack, dst=w, tag=TAG_REPLY) for w in range(self.workers)])
-        for link in self.links:
-            link.to_worker_messages += 1
-            link.control_bytes += 1
-        self.ops["barriers"] += 1
-
-    def _stats(self, op: int, root: int, groups: Groups) -> None:
-        self.times["uptime_s"] = time.perf_counter() - self._started
-        values = [*self.times.values(), *self.ops.values()] + [v for link in self.links for v in link.values()]
-        reply = torch.tensor(values, dtype=torch.float64)
-        _wait([self._dist.isend(reply, dst=w, tag=TAG_REPLY) for w in range(self.workers)])
-
-    def _receive(self, buf: torch.Tensor, worker: int, counted: bool = True):
-        if counted:
-            self.links[worker].to_server_messages += 1
-            self.links[worker].to_server_bytes += buf.numel() * buf.element_size()
-        return self._dist.irecv(buf, src=worker, tag=TAG_DATA)
-
-    def _send(self, piece: torch.Tensor, worker: int, counted: bool):
-        if counted:
-            self.links[worker].to_worker_messages += 1
-            self.links[worker].to_worker_bytes += piece.numel() * piece.element_size()
-        return self._dist.isend(piece, dst=worker, tag=TAG_REPLY)
-
-
 def connect(servers: int = 1) -> PSCommunicator | ParameterServer:
     """Start the gloo process group; the last ``servers`` ranks get a `ParameterServer`, the others a
     `PSCommunicator`."""
     import torch.distributed as dist
 
+    from .ps_server import ParameterServer
     from .torch_dist import init_process_group
 
     if not dist.is_initialized():
