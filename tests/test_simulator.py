@@ -6,14 +6,16 @@
   plus the α-β cost of each allreduce (fake compute of known CPU seconds);
 - stragglers slow the simulated time by the expected factor, and seeded delays add
   exactly the drawn maxima;
-- the calibration fit recovers α and β from exact model times;
+- the calibration fit recovers α and β from exact model times, and fits the mean time per call;
 - with ``sim.topology=ps`` the clock adds the parameter-server cost instead, whose serial
   part makes a round grow linearly with m where the ring's stays flat.
 """
 from __future__ import annotations
 
+import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +26,7 @@ from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, ThreadGroup
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
+import synthetic.calibrate as calibrate_module
 from synthetic.calibrate import fit_alpha_beta, fit_parameter_server, relative_errors
 from synthetic.launchers import have_horovod, horovodrun
 from synthetic.sweep import compose_job
@@ -144,6 +147,25 @@ def test_calibration_fit_recovers_alpha_beta():
     noisy = [t * (1 + 0.05 * (-1) ** k) for k, t in enumerate(times)]
     rough = fit_alpha_beta(sizes, noisy, 2)  # ±5% noise moves the fit by about as much
     assert rough.alpha == pytest.approx(truth.alpha, rel=0.1) and rough.beta == pytest.approx(truth.beta, rel=0.1)
+
+
+def test_calibration_fits_the_mean_time_per_call(monkeypatch, tmp_path):
+    # gloo's calls are heavy-tailed here and a run pays the mean (synthetic/calibrate.py): the timing
+    # worker's means must give alpha-beta, its medians (half the means here) only ride along.
+    truth = AlphaBeta(alpha=6e-4, beta=1e9)
+    sizes = [8, 4096, 1048576]
+
+    def timing_worker(module, args, np, env):  # what synthetic.allreduce_timing writes, from the exact model
+        times = {str(n): truth.allreduce_time(n, np) for n in sizes}
+        Path(args[args.index("--out") + 1]).write_text(json.dumps(
+            {"sizes": {n: {"mean_s": t, "median_s": t / 2} for n, t in times.items()}}))
+
+    monkeypatch.setattr(calibrate_module, "have_horovod", lambda: True)
+    monkeypatch.setattr(calibrate_module, "horovodrun", timing_worker)
+    result = calibrate_module.calibrate(2, sizes=sizes)
+    assert result["alpha"] == pytest.approx(truth.alpha, rel=1e-9)
+    assert result["beta"] == pytest.approx(truth.beta, rel=1e-9)
+    assert result["median_s"] == pytest.approx([m / 2 for m in result["mean_s"]], rel=1e-12)
 
 
 def test_parameter_server_fit_recovers_alpha_beta_given_gamma():
