@@ -240,7 +240,7 @@ class MuSafeguard:
         return (*self.accepted, {"accepted": accepted, "spread": self.spread})
 
     def _round_off_sq(self, w0: torch.Tensor) -> float:
-        """‖s‖² at or below which a step teaches the never-decreasing spread nothing (0 where the spread forgets)."""
+        """‖s‖² at or below which a step teaches the never-decreasing spread nothing (0 where it forgets)."""
         if self.forget:
             return 0.0
         return (ROUND_OFF_STEP * torch.finfo(w0.dtype).eps) ** 2 * float(torch.linalg.vector_norm(w0).square())

@@ -210,9 +210,9 @@ def ps_simulator_error(tmp: Path, launches: int, n_rounds: int) -> dict:
         cost = ParameterServerCost(alpha=calibration["alpha"], beta=calibration["beta"], gamma=calibration["gamma"])
         sim = simulated_round(cost, n_rounds, tmp)
         pairs.append({"error": abs(sim["round_s"] - measured) / measured, "measured_round_s": measured,
-                      "measured_median_round_s": statistics.median(rounds), "simulated_round_s": sim["round_s"], "simulated_compute_s": sim["compute_s"],
-                      "simulated_comm_s": sim["comm_s"], "alpha": cost.alpha, "beta": cost.beta,
-                      "gamma": cost.gamma, "load": list(os.getloadavg())})
+                      "measured_median_round_s": statistics.median(rounds), "simulated_round_s": sim["round_s"],
+                      "simulated_compute_s": sim["compute_s"], "simulated_comm_s": sim["comm_s"],
+                      "alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma, "load": list(os.getloadavg())})
     errors = [pair["error"] for pair in pairs]
     return {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
             "problem": "dane on ridge_synthetic N=18000 d=500, 2 workers + 1 parameter server (torchrun, comm=ps)"}

@@ -80,7 +80,7 @@ def fit_parameter_server(sizes, times, m: int, servers: int, gamma: float) -> Pa
     return ParameterServerCost(alpha=b / (2 * m), beta=beta, gamma=gamma, servers=servers)
 
 
-def relative_errors(cost: AlphaBeta, sizes, times, m: int) -> list[float]:
+def relative_errors(cost: AlphaBeta | ParameterServerCost, sizes, times, m: int) -> list[float]:
     return [cost.allreduce_time(int(n), m) / t - 1 for n, t in zip(sizes, times)]
 
 
@@ -130,12 +130,11 @@ def calibrate_ps(workers: int = 2, servers: int = 1, sizes=DEFAULT_SIZES, reps: 
     averaged = workers * timing["calls_per_size"] * sum(sizes) / servers  # bytes each server summed
     reduce_s = max(server["reduce_s"] for server in timing["parameter_server"]["server"])
     cost = fit_parameter_server(sizes, means, workers, servers, gamma=averaged / reduce_s)
-    model = [cost.allreduce_time(n, workers) for n in sizes]
     return {"alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma, "workers": workers, "servers": servers,
             "fit": "T(n) = 2m(alpha + n/(k beta)) + m n/(k gamma); gamma = bytes averaged / the servers' averaging "
                    "time; alpha, beta by least squares on relative error of mean times",
             "sizes_bytes": sizes, "mean_s": means, "median_s": medians,
-            "relative_error": [mo / t - 1 for mo, t in zip(model, means)],
+            "relative_error": relative_errors(cost, sizes, means, workers),
             "raw": timing["sizes"], "server": timing["parameter_server"]["server"], "machine": machine(),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
@@ -165,7 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"alpha = {cost.alpha * 1e6:.1f} us, beta = {cost.beta / 1e6:.1f} MB/s "
           f"(m={args.np_}, HOROVOD_CYCLE_TIME={CYCLE_TIME_MS}) -> {args.out}")
     for n, t, med, e in zip(result["sizes_bytes"], result["mean_s"], result["median_s"], result["relative_error"]):
-        print(f"  {n:>8d} B  mean {t * 1e3:8.3f} ms (median {med * 1e3:.3f})  model {t * (1 + e) * 1e3:8.3f} ms  ({e:+.0%})")
+        print(f"  {n:>8d} B  mean {t * 1e3:8.3f} ms (median {med * 1e3:.3f})  "
+              f"model {t * (1 + e) * 1e3:8.3f} ms  ({e:+.0%})")
 
 
 if __name__ == "__main__":

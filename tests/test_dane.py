@@ -189,7 +189,8 @@ def test_safeguard_learns_nothing_from_steps_at_round_off():
     problems = ridge_shards(2, RidgeSyntheticConfig(n_samples=18000, dim=500, covariance="iso"))
     (algo, records, iterates), _ = simulate(DANEConfig(), problems, rounds=60)
     converged = next(r["round"] for r in records if r["suboptimality"] <= 1e-20)
-    steps = [float(torch.linalg.vector_norm(b - a) / torch.linalg.vector_norm(a)) for a, b in zip(iterates, iterates[1:])]
+    norm = torch.linalg.vector_norm
+    steps = [float(norm(b - a) / norm(a)) for a, b in zip(iterates, iterates[1:])]
     assert max(steps[converged + 2:]) < 1e-13  # the run is at round-off from here on
     mus = [r["mu"] for r in records[converged:-1]]  # the last record is the final evaluation: no step, no mu
     assert len(set(mus)) == 1, mus
