@@ -25,13 +25,14 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -m slow -q
 
-## Benchmarks: JSON into results/bench.json (never timed tests); the MNIST one is skipped without the data.
+## Benchmarks: JSON into results/bench.json (never timed tests); the MNIST ones are skipped without the data, the CUDA one without a GPU.
 bench: setup
 	$(PY) scripts/bench.py --out results/bench.json
 	$(PY) scripts/bench_nn.py --out results/bench.json --skip-without-data
 	$(PY) scripts/bench_convex.py --out results/bench.json
 	$(PY) scripts/bench_scaling.py --out results/bench.json
 	$(PY) scripts/bench_load.py --out results/bench.json
+	$(PY) scripts/bench_cuda.py --out results/bench.json
 
 ## Every figure and table from results/ into results/figures/ (untracked), each with a .json provenance sidecar;
 ## the runs the figures need that results/ lacks are made first with the simulator.

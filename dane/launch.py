@@ -29,7 +29,7 @@ from .algorithm import Algorithm
 from .checkpoint import check_resume, commit_checkpoint, load_checkpoint, save_checkpoint, truncate_rounds
 from .comm import AlphaBeta, Communicator, Stragglers, ThreadGroup, make_communicator
 from .comm.horovod import HorovodOptions
-from .comm.threads import Interrupted
+from .comm.threads import Interrupted, meter_for
 from .confusion import write_confusion
 from .errors import ConfigError, DivergenceError
 from .faults import RunInterrupted, inject_faults, worker_lost
@@ -79,7 +79,7 @@ class RunSpec:
     faults: tuple[tuple[int, int], ...] = ()  # (round, worker): that simulated worker is lost there (once per run dir)
     elastic: bool = False            # Horovod elastic: lost or added workers change the world size (dane.elastic)
 
-    simulate_single: bool = False    # also one worker in the simulator (timed on its thread's CPU clock, as m > 1)
+    simulate_single: bool = False    # also one worker in the simulator (timed as m > 1 is: `comm.threads.Meter`)
     staleness: float = 0             # comm.staleness: 0 synchronous; > 0 (inf: asynchronous) dane.asynchronous
     step_time: float = 1e-3          # sim.step_time: the asynchronous simulator's modelled seconds per worker step
     worker_slowdown: tuple[float, ...] = (1.0,)  # comm.slowdown: real asynchronous workers slowed on purpose
@@ -117,7 +117,8 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     elif spec.simulated:
         torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
         problems, setups = zip(*(_build(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
-        group = ThreadGroup(spec.workers, spec.cost, spec.stragglers)
+        group = ThreadGroup(spec.workers, spec.cost, spec.stragglers,
+                            meter_for(getattr(problem, "device", "cpu") for problem in problems))
         start = time.perf_counter()
         summaries = group.run(lambda comm: _worker(spec, comm, problems[comm.rank], out_dir, start, max(setups),
                                                    collect))
@@ -326,7 +327,8 @@ def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[
     if spec.simulated:
         group = comm.group  # type: ignore[attr-defined]
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
-                       simulated_comm_s=group.comm_time, **group.cost.describe())
+                       simulated_comm_s=group.comm_time, simulated_compute_clock=group.meter.name,
+                       **group.cost.describe())
     return summary
 
 

@@ -21,7 +21,7 @@ from dane.runner import StopRule
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
-TORCH_BACKENDS = ("gloo", "nccl")
+TORCH_BACKENDS = ("gloo",)
 
 
 DANE_FAMILY = ("dane", "inexact_dane", "aide")  # their local solve takes the global gradient at the same iterate
@@ -225,9 +225,11 @@ def stragglers(sim: DictConfig) -> Stragglers:
 
 
 def torch_backend(value) -> str | None:
+    if value == "nccl":
+        raise ConfigError("comm.torch_backend=nccl cannot reduce the vectors DANE communicates: they live in host "
+                          "memory, also for a network on CUDA; drop comm.torch_backend (gloo)")
     if value is not None and value not in TORCH_BACKENDS:
-        raise ConfigError(f"comm.torch_backend must be {' or '.join(TORCH_BACKENDS)}, or null (nccl on CUDA, "
-                          f"gloo otherwise), got {value!r}")
+        raise ConfigError(f"comm.torch_backend must be {' or '.join(TORCH_BACKENDS)}, or null (gloo), got {value!r}")
     return value
 
 

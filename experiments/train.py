@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -87,9 +88,16 @@ def reject(exc: UserError, *, every_rank: bool = True) -> None:
     fail(exc, speak=every_rank or rank_zero())
 
 
+#: how long a silent rank waits before its exit: a launcher ends the whole job at the first non-zero exit, and
+#: rank 0 must have printed the line by then (seen: horovodrun killed rank 0 before it spoke)
+SILENT_EXIT_DELAY_S = 2.0
+
+
 def fail(exc: UserError, *, speak: bool = True) -> None:
     if speak:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(SILENT_EXIT_DELAY_S)  # rank 0's exit ends this rank sooner
     sys.exit(2)
 
 

@@ -79,7 +79,10 @@ CASES = [
     case("safeguard_off", "algorithm.safeguard=off", *SMALL, expected="algorithm.safeguard must be true or false, got 'off'"),
     case("quiet_no", *SMALL, "quiet=no", expected="quiet must be true or false, got 'no'"),
     case("torch_backend_mpi", "comm.torch_backend=mpi", *SMALL,
-         expected="comm.torch_backend must be gloo or nccl, or null (nccl on CUDA, gloo otherwise), got 'mpi'"),
+         expected="comm.torch_backend must be gloo, or null (gloo), got 'mpi'"),
+    case("torch_backend_nccl", "comm.torch_backend=nccl", *SMALL,
+         expected="comm.torch_backend=nccl cannot reduce the vectors DANE communicates: they live in host memory, "
+                  "also for a network on CUDA; drop comm.torch_backend (gloo)"),
     case("calibration_not_json", "sim.calibration={tmp}/not_json.json", *SMALL,
          expected="sim.calibration: {tmp}/not_json.json is not a calibration file (not JSON: Expecting value at line 1 "
                   "column 1); re-run `python -m synthetic.calibrate` to remake it, or set sim.calibration=null"),

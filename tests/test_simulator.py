@@ -23,6 +23,7 @@ import torch
 
 from dane.errors import ConfigError
 from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, ThreadGroup
+from dane.comm.threads import DeviceTurns, meter_for
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
@@ -63,6 +64,44 @@ def test_clock_is_max_compute_plus_alpha_beta_cost():
     assert expected_compute == pytest.approx(0.09)
     assert group.compute_time == pytest.approx(expected_compute, abs=3 * 3e-3)
     assert group.clock == pytest.approx(group.compute_time + group.comm_time, rel=1e-12)
+
+
+class FakeDevice:
+    """A GPU's queue for `DeviceTurns`: counts drains and checks that no two workers compute at once."""
+
+    def __init__(self):
+        self.drains, self.inside, self.most_inside = 0, 0, 0
+
+    def synchronize(self) -> None:
+        self.drains += 1
+
+
+def test_workers_on_a_gpu_take_turns_timed_by_the_wall_clock():
+    """`DeviceTurns`: each worker's compute is the wall time of its own turn, however the turns are ordered.
+
+    Sleeping stands for waiting on GPU kernels: no CPU time, so the CPU meter reads ~0.
+    """
+    device = FakeDevice()
+    naps = [[0.03, 0.06, 0.01], [0.05, 0.02, 0.04]]  # phase k, worker r: seconds of "GPU work"
+
+    def worker(comm):
+        for phase in naps:
+            device.inside += 1
+            device.most_inside = max(device.most_inside, device.inside)
+            time.sleep(phase[comm.rank])
+            device.inside -= 1
+            comm.allreduce_mean([torch.zeros(1, dtype=torch.float64)])
+
+    gpu = ThreadGroup(3, AlphaBeta(alpha=0.0, beta=1e30), meter=DeviceTurns(device.synchronize))
+    gpu.run(worker)
+    assert device.most_inside == 1  # the turns never overlap
+    assert device.drains == 2 * 3 * (len(naps) + 1)  # at both ends of every turn, the last (after the final collective) too
+    # A turn's wall time is its sleep plus scheduling; 20 ms of slack per phase for a loaded 2-core machine.
+    assert 0.11 <= gpu.compute_time <= 0.11 + 2 * 0.02  # max(0.03, 0.06, 0.01) + max(0.05, 0.02, 0.04)
+    cpu = ThreadGroup(3, AlphaBeta(alpha=0.0, beta=1e30))
+    cpu.run(worker)
+    assert cpu.compute_time < 0.01  # why a GPU needs its own meter: waiting costs no CPU time
+    assert meter_for(["cpu", torch.device("cpu")]).name == "thread_cpu_time"
 
 
 def test_stragglers_slow_time_by_their_factor():

@@ -2,8 +2,10 @@
 
 Every simulated worker runs the ordinary algorithm code in its own thread with its own
 `ThreadCommunicator`; `allreduce_mean` is a barrier plus a mean taken in rank order.
-Between two collectives each thread's compute is read with ``time.thread_time()``
-(torch is held to one intra-op thread), so the simulated clock of a collective phase is
+Between two collectives each worker's compute is read by the group's `Meter`: on the CPU
+its thread's CPU time (`ThreadCPUTime`; torch is held to one intra-op thread), on a GPU
+the wall time of its turn on the device (`DeviceTurns`).  The simulated clock of a
+collective phase is
 
     max_i(slowdown_i * compute_i + delay_i) + cost.allreduce_time(bytes, m)
 
@@ -44,6 +46,59 @@ class Stragglers:
         return float(self.slowdown[rank % len(self.slowdown)]) if self.slowdown else 1.0
 
 
+class ThreadCPUTime:
+    """A CPU worker's compute: its thread's CPU time, so m threads on fewer cores are timed as m machines."""
+
+    name = "thread_cpu_time"
+
+    def start(self) -> float:
+        return time.thread_time()
+
+    def read(self, mark: float) -> float:
+        return time.thread_time() - mark
+
+    def stop(self) -> None:
+        pass
+
+
+class DeviceTurns:
+    """Workers on one GPU take turns: a worker holds the device from a collective to its next.
+
+    A thread's CPU time misses a GPU's work (kernels run asynchronously, and a wait for
+    them may sleep or spin), and m workers sharing the device slow each other.  So a worker
+    holds a lock over its whole compute phase, and that phase's compute is its wall time
+    with the device's queue drained at both ends (``torch.cuda.synchronize``): the time
+    the worker would take with a GPU of its own.  The turns serialize the m workers' compute,
+    so a simulated run takes about m times its simulated compute in wall time.
+    """
+
+    name = "gpu_turns"
+
+    def __init__(self, synchronize: Callable[[], None] | None = None):
+        self._turn = threading.Lock()
+        self._synchronize = synchronize or torch.cuda.synchronize
+
+    def start(self) -> float:
+        self._turn.acquire()
+        self._synchronize()
+        return time.perf_counter()
+
+    def read(self, mark: float) -> float:
+        self._synchronize()
+        return time.perf_counter() - mark
+
+    def stop(self) -> None:
+        self._turn.release()
+
+
+Meter = ThreadCPUTime | DeviceTurns
+
+
+def meter_for(devices) -> Meter:
+    """`DeviceTurns` when any of the workers' devices is a GPU, else `ThreadCPUTime`."""
+    return DeviceTurns() if any(torch.device(d).type == "cuda" for d in devices) else ThreadCPUTime()
+
+
 class Interrupted(BaseException):
     """Raised in a simulated worker at its next collective once the group is stopped (a Ctrl-C).
 
@@ -56,10 +111,11 @@ class ThreadGroup:
     """Shared state of m simulated workers: the barrier, the mailbox and the simulated clock."""
 
     def __init__(self, size: int, cost: AlphaBeta | ParameterServerCost | None = None,
-                 stragglers: Stragglers | None = None):
+                 stragglers: Stragglers | None = None, meter: Meter | None = None):
         self.size = size
         self.cost = cost or AlphaBeta()
         self.stragglers = stragglers or Stragglers()
+        self.meter = meter or ThreadCPUTime()
         self._rng = np.random.default_rng(self.stragglers.seed)
         self._barrier = threading.Barrier(size, action=self._reduce)
         self._release = threading.Barrier(size)
@@ -114,7 +170,7 @@ class ThreadGroup:
         def target(comm: ThreadCommunicator) -> None:
             try:
                 torch.set_num_threads(1)  # per thread: a fresh thread's first BLAS call may otherwise use more, in another order
-                comm._mark = time.thread_time()
+                comm._begin()
                 results[comm.rank] = fn(comm)
             except Interrupted:
                 pass  # the group was stopped; the caller sees ``interrupted``
@@ -123,7 +179,10 @@ class ThreadGroup:
                 self._barrier.abort()
                 self._release.abort()
             finally:
-                finished[comm.rank].set()
+                try:
+                    comm._end()  # the last compute phase: on a GPU, its turn is given back
+                finally:
+                    finished[comm.rank].set()  # even if the device failed there: the caller must not wait forever
 
         threads = [threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True) for c in comms]
         for t in threads:
@@ -154,14 +213,30 @@ class ThreadCommunicator(Communicator):
         self.group = group
         self.rank = rank
         self.size = group.size
-        self._mark = time.thread_time()
+        self._mark = 0.0
+        self._computing = False  # whether this worker is in a compute phase (holds its `DeviceTurns` turn)
         super().__init__()
+
+    def _begin(self) -> None:
+        """A compute phase starts (the run's, or the one after a collective)."""
+        self._mark = self.group.meter.start()
+        self._computing = True
+
+    def _end(self) -> float:
+        """The compute phase ends (at a collective, or the run's end): its compute time."""
+        if not self._computing:
+            return 0.0
+        try:
+            return self.group.meter.read(self._mark)
+        finally:  # the turn is given back even when the device reports an error
+            self._computing = False
+            self.group.meter.stop()
 
     def _collective(self, op: str, tensors: list[torch.Tensor] | None, nbytes: int = 0, root: int = 0):
         g = self.group
+        g._compute[self.rank] = self._end()
         if g.interrupted:
             raise Interrupted
-        g._compute[self.rank] = time.thread_time() - self._mark
         g._inbox[self.rank] = tensors
         if self.rank == 0:
             g._op = (op, nbytes, root)
@@ -173,7 +248,7 @@ class ThreadCommunicator(Communicator):
             if g.interrupted:
                 raise Interrupted from None
             raise
-        self._mark = time.thread_time()
+        self._begin()
         return result
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -188,5 +263,5 @@ class ThreadCommunicator(Communicator):
 
     def elapsed(self) -> float:
         """Simulated parallel time: the group's clock plus this worker's compute since the last collective."""
-        pending = self.group.stragglers.factor(self.rank) * (time.thread_time() - self._mark)
-        return self.group.clock + pending
+        pending = self.group.meter.read(self._mark) if self._computing else 0.0
+        return self.group.clock + self.group.stragglers.factor(self.rank) * pending

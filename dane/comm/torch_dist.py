@@ -1,4 +1,10 @@
-"""torch.distributed backend (gloo on CPU, nccl on CUDA), the default under ``torchrun``."""
+"""torch.distributed backend, the default under ``torchrun``: gloo, also when the problem is on a GPU.
+
+Every vector the algorithms communicate (iterates, gradients, Newton-type directions)
+lives in host memory, also for a network trained on CUDA (`dane.problems.neural` hands
+them over on the CPU), and NCCL reduces only device memory: a process group of NCCL
+alone fails on the first allreduce of a CPU tensor.  So gloo it is, on every machine.
+"""
 from __future__ import annotations
 
 import os
@@ -42,7 +48,7 @@ class TorchDistCommunicator(Communicator):
         import torch.distributed as dist
 
         if not dist.is_initialized():
-            init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
+            init_process_group(backend or "gloo")
         self._dist = dist
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()

@@ -1,0 +1,44 @@
+"""scripts/bench_cuda.py without a GPU: its ratios from hand-made runs, and the skip it writes here (never timed)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import REPO, env
+
+SCRIPT = REPO / "scripts" / "bench_cuda.py"
+sys.path.insert(0, str(SCRIPT.parent))  # it imports bench_scaling from beside it
+spec = importlib.util.spec_from_file_location("bench_cuda", SCRIPT)
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def test_ratios_are_cpu_over_cuda_medians_and_the_simulators_m1_over_the_launched_np1():
+    launched = [{"device": "cuda", "np": 1, "round_s": t} for t in (0.5, 0.4, 0.6)]
+    launched += [{"device": "cpu", "np": 1, "round_s": t} for t in (2.0, 3.0)]
+    launched += [{"device": "cuda", "np": 2, "round_s": 0.25}, {"device": "cpu", "np": 2, "status": "launch_failed"}]
+    simulated = [{"device": "cuda", "workers": 1, "wall_round_s": 0.6, "simulated_round_s": 0.55},
+                 {"device": "cpu", "workers": 1, "wall_round_s": 3.0, "simulated_round_s": 2.75}]
+    out = bench.ratios({"launched": {"runs": launched}, "simulated": {"runs": simulated}})
+    assert out["launched_np1_cpu_over_cuda"] == pytest.approx(2.5 / 0.5)  # medians: 2.5 over 0.5
+    assert out["launched_np2_cpu_over_cuda"] is None  # the CPU launch failed: no ratio, not a made-up one
+    assert out["simulated_m1_wall_cpu_over_cuda"] == pytest.approx(3.0 / 0.6)
+    assert out["sim_vs_launched_np1_cuda"] == pytest.approx(0.55 / 0.5)
+    assert out["sim_vs_launched_np1_cpu"] == pytest.approx(2.75 / 2.5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would measure")
+def test_without_a_gpu_it_records_why_and_keeps_the_other_sections(tmp_path):
+    out = tmp_path / "bench.json"
+    out.write_text(json.dumps({"strong_scaling": {"ratio": 1.9}}))
+    subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], cwd=REPO, env=env(), check=True,
+                   capture_output=True, text=True, timeout=120)
+    written = json.loads(out.read_text())
+    assert written["strong_scaling"] == {"ratio": 1.9}
+    assert written["cuda"]["skipped"] == "torch sees no CUDA device"
+    assert "launched" not in written["cuda"]
