@@ -260,6 +260,8 @@ class ServerView:
 class _GroupTimes:
     """The simulated totals that `dane.launch._worker` reads from a `ThreadGroup` for the summary."""
 
+    compute_clock = "sim_step_time"  # a step's compute is modelled (``sim.step_time``), not measured
+
     def __init__(self, sim: EventSimulator):
         self.sim, self.cost = sim, sim.cost
 

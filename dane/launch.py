@@ -327,7 +327,7 @@ def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[
     if spec.simulated:
         group = comm.group  # type: ignore[attr-defined]
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
-                       simulated_comm_s=group.comm_time, simulated_compute_clock=group.meter.name,
+                       simulated_comm_s=group.comm_time, simulated_compute_clock=group.compute_clock,
                        **group.cost.describe())
     return summary
 

@@ -118,6 +118,7 @@ def test_asynchronous_staleness_of_two_workers_one_three_times_slower():
     assert [u.staleness for u in slow] == [2] + [3] * (len(slow) - 1)
     assert len(fast) == 36 and len(slow) == 12
     assert summary["asynchronous"]["staleness_histogram"] == {"0": 24, "1": 12, "2": 1, "3": 11}
+    assert summary["simulated_compute_clock"] == "sim_step_time"  # modelled steps, not measured ones
 
 
 def test_same_seed_same_update_order_and_iterates():

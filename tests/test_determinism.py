@@ -106,6 +106,22 @@ def test_launched_run_equals_the_simulator_bitwise(reference, launch, threads, t
     assert_bitwise(run(tmp_path / "run", *job, launcher=launch(2), threads=threads), reference)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_cuda_run_is_bitwise_identical_on_rerun_and_under_torchrun(tmp_path):
+    """On a GPU: the simulated run twice, and torchrun's two ranks (sharing the GPU, gloo) against it.
+
+    Deterministic cuDNN and cuBLAS kernels (`reproducible_numerics`) make reruns equal; the
+    vectors are averaged in host memory as on the CPU, so the 2-rank argument above holds.
+    CUDA's bits differ from the CPU's (other kernels), so nothing here is compared with them.
+    """
+    cuda = (*JOB, "problem.device=cuda")
+    first = run(tmp_path / "first", *cuda)
+    assert_bitwise(run(tmp_path / "second", *cuda), first)
+    job = [o for o in cuda if not o.startswith("workers=")]
+    assert_bitwise(run(tmp_path / "launched", *job, launcher=torchrun(2)), first)
+    assert json.loads((first / "summary.json").read_text())["simulated_compute_clock"] == "gpu_turns"
+
+
 @pytest.mark.parametrize("arrival", [(0, 1, 2, 3, 4), (4, 3, 2, 1, 0), (2, 0, 4, 1, 3)])
 def test_thread_group_averages_in_rank_order_whatever_the_arrival(arrival):
     """The mean is torch.stack(rank order).sum(0) / m, whichever thread arrives last and reduces.

@@ -64,10 +64,11 @@ def test_worker_means_are_the_global_gradient_and_metrics(sharding):
     torch.testing.assert_close(sum(m for _, m in local) / 3, metrics, rtol=0, atol=1e-13)
     # The metrics are the plain definitions on the whole sets.
     data = cfg.dataset()
-    with torch.no_grad():
+    with torch.no_grad():  # on the model's device (CUDA where there is one: device=auto), compared on the CPU
         whole._load(w)
-        logits = whole.model(data.test_x.double())
-        train_loss = torch.nn.functional.cross_entropy(whole.model(data.train_x.double()), data.train_y)
+        logits = whole.model(data.test_x.double().to(whole.device)).cpu()
+        train_loss = torch.nn.functional.cross_entropy(whole.model(data.train_x.double().to(whole.device)).cpu(),
+                                                       data.train_y)
     expected = [train_loss + 0.005 * (w @ w), torch.nn.functional.cross_entropy(logits, data.test_y),
                 (logits.argmax(1) == data.test_y).double().mean()]
     torch.testing.assert_close(metrics, torch.stack(expected), rtol=1e-12, atol=1e-12)

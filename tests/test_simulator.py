@@ -144,6 +144,7 @@ def test_simulated_run_time_is_the_group_clock(tmp_path):
     assert summary["simulated_comm_s"] == pytest.approx(sum(spec.cost.allreduce_time(n, 2) for n in nbytes), rel=1e-12)
     assert records[-1]["time_s"] <= summary["simulated_time_s"] <= records[-1]["time_s"] + 0.05
     assert summary["setup_s"] > 0
+    assert summary["simulated_compute_clock"] == "thread_cpu_time"  # a convex problem is on the CPU
 
 
 def test_parameter_server_cost_is_push_sum_pull_per_server_slice():

@@ -128,6 +128,11 @@ class ThreadGroup:
         self.compute_time = 0.0  # sum over phases of the slowest worker's compute
         self.comm_time = 0.0
 
+    @property
+    def compute_clock(self) -> str:
+        """What a worker's compute is read with (the summary's ``simulated_compute_clock``)."""
+        return self.meter.name
+
     def communicators(self) -> list["ThreadCommunicator"]:
         return [ThreadCommunicator(self, rank) for rank in range(self.size)]
 
