@@ -62,13 +62,14 @@ class ThreadCPUTime:
 
 
 class DeviceTurns:
-    """Workers on one GPU take turns: a worker holds the device from a collective to its next.
+    """Workers on GPUs take turns: a worker holds the GPUs from a collective to its next.
 
     A thread's CPU time misses a GPU's work (kernels run asynchronously, and a wait for
-    them may sleep or spin), and m workers sharing the device slow each other.  So a worker
+    them may sleep or spin), and m workers sharing a device slow each other.  So a worker
     holds a lock over its whole compute phase, and that phase's compute is its wall time
-    with the device's queue drained at both ends (``torch.cuda.synchronize``): the time
-    the worker would take with a GPU of its own.  The turns serialize the m workers' compute,
+    with the GPUs' queues drained at both ends (``torch.cuda.synchronize``): the time
+    the worker would take with a GPU of its own.  The turns serialize the m workers' compute
+    (also when the workers are spread over several GPUs: each turn is then timed alone),
     so a simulated run takes about m times its simulated compute in wall time.
     """
 
@@ -76,7 +77,7 @@ class DeviceTurns:
 
     def __init__(self, synchronize: Callable[[], None] | None = None):
         self._turn = threading.Lock()
-        self._synchronize = synchronize or torch.cuda.synchronize
+        self._synchronize = synchronize or _drain_every_gpu
 
     def start(self) -> float:
         self._turn.acquire()
@@ -89,6 +90,13 @@ class DeviceTurns:
 
     def stop(self) -> None:
         self._turn.release()
+
+
+def _drain_every_gpu() -> None:
+    """Wait for every GPU's queue: simulated workers are spread over the GPUs by rank, and a bare
+    ``torch.cuda.synchronize()`` waits for the current device only."""
+    for device in range(torch.cuda.device_count()):
+        torch.cuda.synchronize(device)
 
 
 Meter = ThreadCPUTime | DeviceTurns
