@@ -9,7 +9,7 @@ one pass of SGD over each worker's shard per round) for ``--rounds`` rounds, onc
 - ``launched``: ``torchrun --nproc_per_node 1`` and ``2`` (two ranks share one GPU;
   gloo carries the vectors, which live in host memory).  Time per round: the median
   of the rounds' ``time_s`` differences from round 1 on (round 0 is the first
-  evaluation, and on CUDA the first kernels' start-up), as `bench_scaling.mnist`.
+  evaluation, and on CUDA the first kernels' start-up): `bench_scaling.median_round_s`.
   Each rank has one CPU thread (torchrun's OMP_NUM_THREADS=1, and
   `dane.problems.neural.reproducible_numerics`), so the CPU column is one core per worker.
 - ``simulated``: ``experiments.simulate`` at ``--workers``: the wall seconds per round
@@ -26,7 +26,6 @@ Timings on a shared machine are noisy: each run carries the load average it ran 
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_scaling import load, mnist_dir, now, spread  # noqa: E402
+from bench_scaling import load, median_round_s, mnist_dir, now, spread  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
 from synthetic.bench_file import merge_section  # noqa: E402
 from synthetic.launchers import REPO, torchrun  # noqa: E402
@@ -46,12 +45,6 @@ KEY = "cuda"
 TABLE = ("algorithm=dane", "problem=mnist_lenet5", "algorithm.eta=1.0", "algorithm.mu=0.0", "algorithm.safeguard=false",
          "problem.inner_steps=null", "tol=null", "quiet=true")
 DEVICES = ("cuda", "cpu")
-
-
-def per_round(out: Path) -> float:
-    """Median time_s difference from round 1 on."""
-    times = [r["time_s"] for r in read_rounds(out)]
-    return statistics.median(b - a for a, b in zip(times[1:], times[2:]))
 
 
 def launched(tmp: Path, rounds: int, repeats: int) -> dict:
@@ -67,7 +60,7 @@ def launched(tmp: Path, rounds: int, repeats: int) -> dict:
                     print(f"launch failed ({device}, np={np}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
                     runs.append({"device": device, "np": np, "repeat": repeat, "status": "launch_failed"})
                     continue
-                runs.append({"device": device, "np": np, "repeat": repeat, "round_s": per_round(out),
+                runs.append({"device": device, "np": np, "repeat": repeat, "round_s": median_round_s(read_rounds(out)),
                              "final_test_accuracy": read_summary(out).get("final_test_accuracy"),
                              "load_before": before, "load_after": load()})
                 print(f"launched {device} np={np} repeat {repeat}: {runs[-1]['round_s']:.3f} s per round", flush=True)
@@ -89,7 +82,7 @@ def simulated(tmp: Path, rounds: int, workers: list[int]) -> dict:
                 continue
             s = read_summary(out)
             runs.append({"device": device, "workers": m, "wall_round_s": s["wall_time_s"] / s["rounds"],
-                         "simulated_round_s": per_round(out), "clock": s.get("simulated_compute_clock"),
+                         "simulated_round_s": median_round_s(read_rounds(out)), "clock": s.get("simulated_compute_clock"),
                          "final_test_accuracy": s.get("final_test_accuracy"), "load_before": before,
                          "load_after": load()})
             print(f"simulated {device} m={m}: wall {runs[-1]['wall_round_s']:.3f} s, simulated "
@@ -107,10 +100,10 @@ def ratios(result: dict) -> dict:
     out: dict = {}
     launched_runs, simulated_runs = result["launched"]["runs"], result["simulated"]["runs"]
     for np in (1, 2):
-        cuda, cpu = (_spread(launched_runs, "round_s", device=d, np=np) for d in ("cuda", "cpu"))
+        cuda, cpu = (_spread(launched_runs, "round_s", device=d, np=np) for d in DEVICES)
         out[f"launched_np{np}_cpu_over_cuda"] = cpu["median"] / cuda["median"] if cuda and cpu else None
     for m in sorted({r["workers"] for r in simulated_runs}):
-        cuda, cpu = (_spread(simulated_runs, "wall_round_s", device=d, workers=m) for d in ("cuda", "cpu"))
+        cuda, cpu = (_spread(simulated_runs, "wall_round_s", device=d, workers=m) for d in DEVICES)
         out[f"simulated_m{m}_wall_cpu_over_cuda"] = cpu["median"] / cuda["median"] if cuda and cpu else None
     for device in DEVICES:
         sim = _spread(simulated_runs, "simulated_round_s", device=device, workers=1)

@@ -215,10 +215,8 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
                 if run is None:
                     runs.append({"np": np, "repeat": repeat, "status": "launch_failed"})
                     continue
-                times = [r["time_s"] for r in run["rounds"]]
-                per_round = [b - a for a, b in zip(times[1:], times[2:])]  # round 1 onward; round 0 is the first evaluation
                 runs.append({"np": np, "repeat": repeat, "status": run["summary"]["status"],
-                             "round_s": statistics.median(per_round), "rounds": len(per_round),
+                             "round_s": median_round_s(run["rounds"]), "rounds": len(run["rounds"]) - 2,
                              "launcher_wall_s": run["launcher_wall_s"], "load_before": run["load_before"],
                              "load_after": run["load_after"]})
                 print(f"mnist {variant} np={np} repeat {repeat}: {runs[-1]['round_s']:.2f} s per round, "
@@ -228,6 +226,12 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
     result.update(ratio=default["ratio"], goal=MNIST_GOAL,
                   goal_met=None if default["ratio"] is None else default["ratio"] >= MNIST_GOAL)
     return result
+
+
+def median_round_s(records: list[dict]) -> float:
+    """The median of the rounds' ``time_s`` differences from round 1 on (round 0 is the first evaluation)."""
+    times = [r["time_s"] for r in records]
+    return statistics.median(b - a for a, b in zip(times[1:], times[2:]))
 
 
 def mnist_ratio(runs: list[dict]) -> dict:
