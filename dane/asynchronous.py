@@ -23,8 +23,10 @@ model.  Step k of worker i takes
 
 .. math:: c_{i,k} = \mathrm{step\_time} \cdot \mathrm{slowdown}_i + \mathrm{Exp}(\mathrm{delay\_mean}),
 
-its delays drawn from a generator seeded by (``sim.seed``, i).  The thread CPU time of
-every step is measured as well, but only reported (``measured_compute_s``).  The server
+its delays drawn from a generator seeded by (``sim.seed``, i).  Every step is measured as
+well, by the synchronous simulator's meter (`dane.comm.threads.meter_for`: the thread's CPU
+time, or on a GPU the wall time with its queues drained), but only reported
+(``measured_compute_s``).  The server
 handles one message at a time, as in the serial part of `ParameterServerCost`:
 
 - a push of n bytes takes α + n/(kβ) to receive and n/(kγ) to apply;
@@ -74,6 +76,7 @@ import numpy as np
 import torch
 
 from .comm import ParameterServerCost, Stragglers, ThreadGroup
+from .comm.threads import Meter, ThreadCPUTime, meter_for
 from .errors import ConfigError
 from .results import atomic_write_text
 
@@ -114,11 +117,12 @@ class EventSimulator:
     """The event loop: m workers, one server, a simulated clock; `advance` applies the next update."""
 
     def __init__(self, workers: Sequence[AsyncAlgorithm], server: AsyncServer, *, staleness: float,
-                 cost: ParameterServerCost, stragglers: Stragglers, step_time: float):
+                 cost: ParameterServerCost, stragglers: Stragglers, step_time: float, meter: Meter | None = None):
         if not staleness > 0:
             raise ConfigError(f"comm.staleness must be > 0 in the asynchronous simulator, got {staleness}")
         self.workers, self.server, self.staleness = list(workers), server, staleness
         self.cost, self.stragglers, self.step_time = cost, stragglers, step_time
+        self.meter = meter or ThreadCPUTime()
         m = self.size = len(self.workers)
         self.param_bytes = server.w.numel() * server.w.element_size()
         self.version = 0
@@ -144,9 +148,12 @@ class EventSimulator:
         """Worker i has pulled the current version at time t: it computes its step on it."""
         self.pulled[i], self.lead[i] = self.version, self.clocks[i] - min(self.clocks)
         w = self.server.w.detach().clone()
-        t0 = time.thread_time()
-        self.pending[i] = self.workers[i].worker_update(w)
-        self.measured[i] += time.thread_time() - t0
+        mark = self.meter.start()
+        try:
+            self.pending[i] = self.workers[i].worker_update(w)
+            self.measured[i] += self.meter.read(mark)
+        finally:  # a GPU turn is given back even when the step fails
+            self.meter.stop()
         delay = self.rngs[i].exponential(self.stragglers.delay_mean) if self.stragglers.delay_mean > 0 else 0.0
         compute = self.step_time * self.stragglers.factor(i) + float(delay)
         self.modelled[i] += compute
@@ -346,7 +353,7 @@ def run_async(spec, out_dir: str | None, collect: dict | None, build, worker) ->
     server = spec.algorithm.async_server(workers[0].iterate.detach().clone(),
                                          [float(algo.problem.n_local) for algo in workers])
     sim = EventSimulator(workers, server, staleness=spec.staleness, cost=spec.cost, stragglers=spec.stragglers,
-                         step_time=spec.step_time)
+                         step_time=spec.step_time, meter=meter_for(getattr(p, "device", "cpu") for p in problems))
     run = AsyncRun(workers, group, sim)
     summary = worker(spec, run.comm, AllWorkers(problems), out_dir, time.perf_counter(), max(setups), collect,
                      algo=run)

@@ -2,7 +2,7 @@
 
 Time per round (median of the repeats, bars from the fastest to the slowest) and peak
 memory, from the ``local_solve_cost`` key of results/bench.json that
-``scripts/bench_convex.py`` writes (ridge on one worker, n_i = 2d rows; dense Gaussian rows
+``scripts/bench_local_solve.py`` writes (ridge on one worker, n_i = 2d rows; dense Gaussian rows
 up to d = 5,000, rcv1-like sparse rows beyond).  Cholesky's first round forms and factors
 H_i + μI; later rounds at the same μ reuse the factor.  A case the benchmark skipped
 (Cholesky where the dense Hessian cannot fit in memory) is marked with its reason.
@@ -28,7 +28,7 @@ SERIES = {  # label -> (solver, time field, style)
 
 class MissingCost(FileNotFoundError):
     def __init__(self, path: Path):
-        super().__init__(f"{path} has no '{KEY}' key; run `make bench` (scripts/bench_convex.py) first")
+        super().__init__(f"{path} has no '{KEY}' key; run `make bench` (scripts/bench_local_solve.py) first")
 
 
 def load(results: str | Path) -> dict:

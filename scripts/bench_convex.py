@@ -1,25 +1,20 @@
-"""Benchmark of the Newton-type family against ADMM and GD on convex problems, and the local solve's cost against d.
+"""Benchmark of the Newton-type family against ADMM and GD on convex problems.
 
     PYTHONPATH=. python scripts/bench_convex.py [--out results/bench.json] [--quick] [--problems NAME ...]
 
-Two keys are merged into ``--out`` (other benchmarks keep theirs):
-
-- ``convex_newton_family``: for each problem and worker count, each algorithm (DANE with
-  its safeguard, InexactDANE, AIDE, GIANT, DiSCO, ADMM with adaptive ρ, GD; every one at
-  its conf/algorithm/*.yaml defaults, the same λ for all) runs in the in-process simulator
-  through `dane.fit` under the package's default α-β (`dane.comm.AlphaBeta()`) until the
-  relative suboptimality (O(w) - O*) / |O*| is at most 1e-8, or until its round cap.  Its
-  rounds, allreduces (``comm_rounds``), bytes one worker sent and simulated time
-  (``time_s`` of that record; the workers' setup is ``setup_s``, apart) are recorded, or
-  null with the best relative suboptimality reached.  Every run's rounds.jsonl is kept
-  under ``--runs``/<problem>/m<workers>/<algorithm>/ (paper_figs/newton_family.py draws
-  them).  Then two goals per (problem, workers) are evaluated from those numbers, see
-  `goal_allreduces` and `goal_time`.
-- ``local_solve_cost``: one DANE round's local solve on one worker (ridge, n_i = 2d rows)
-  for d = 500 and 5,000 dense and 50,000 sparse (`synthetic.sparse_data`), by Cholesky and
-  by CG: time (median of 3 repeats, with min and max) and peak memory, each case in its
-  own subprocess (its peak resident set minus its own baseline after its imports, `peak_rss_kb`).
-  The load average before and after is recorded.
+``convex_newton_family`` is merged into ``--out`` (other benchmarks keep theirs).  For each
+problem and worker count, each algorithm (DANE with its safeguard, InexactDANE, AIDE,
+GIANT, DiSCO, ADMM with adaptive ρ, GD; every one at its conf/algorithm/*.yaml defaults,
+the same λ for all) runs in the in-process simulator
+through `dane.fit` under the package's default α-β (`dane.comm.AlphaBeta()`) until the
+relative suboptimality (O(w) - O*) / |O*| is at most 1e-8, or until its round cap.  Its
+rounds, allreduces (``comm_rounds``), bytes one worker sent and simulated time
+(``time_s`` of that record; the workers' setup is ``setup_s``, apart) are recorded, or
+null with the best relative suboptimality reached.  Every run's rounds.jsonl is kept
+under ``--runs``/<problem>/m<workers>/<algorithm>/ (paper_figs/newton_family.py draws
+them).  Then two goals per (problem, workers) are evaluated from those numbers, see
+`goal_allreduces` and `goal_time`.  (The local solve's cost against d is
+scripts/bench_local_solve.py.)
 
 Problems: softmax regression on MNIST from data_dir (skipped with a message when the
 files are absent), logistic regression on breast_cancer, ridge on diabetes (both
@@ -32,13 +27,8 @@ import argparse
 import json
 import math
 import os
-import platform
-import resource
 import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -55,10 +45,10 @@ from dane.comm import AlphaBeta  # noqa: E402
 from dane.data.files import BuiltinSource, LibSVMSource  # noqa: E402
 from dane.errors import UserError  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from synthetic.bench_file import merge_section as merge  # noqa: E402
-from synthetic.sparse_data import rcv1_like, write_sparse_libsvm  # noqa: E402
+from synthetic.bench_file import machine, merge_section as merge  # noqa: E402
+from synthetic.sparse_data import write_sparse_libsvm  # noqa: E402
 
-KEY, COST_KEY = "convex_newton_family", "local_solve_cost"
+KEY = "convex_newton_family"
 REL_TOL = 1e-8
 NEWTON = ("dane", "inexact_dane", "aide", "giant", "disco")
 BASELINES = ("admm", "gd")
@@ -330,178 +320,7 @@ def run_bench(bench: Bench, args, log) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------------------------- local solve cost
-def cost_cases(quick: bool) -> list[dict]:
-    if quick:
-        return [{"d": 100, "layout": "dense", "n_rows": 200, "solver": "cholesky"},
-                {"d": 1000, "layout": "sparse", "n_rows": 2000, "solver": "cg"}]
-    return [{"d": d, "layout": layout, "n_rows": 2 * d, "solver": solver}
-            for d, layout in ((500, "dense"), (5000, "dense"), (50000, "sparse")) for solver in ("cholesky", "cg")]
-
-
-def skip_reason(case: dict, memory_bytes: int) -> str | None:
-    """Why the Cholesky path cannot run this case here (it would need over half the memory), or None."""
-    if case["solver"] != "cholesky":
-        return None
-    d, n = case["d"], case["n_rows"]
-    need = 8 * (2 * d * d + (n * d if case["layout"] == "sparse" else 0))
-    if need <= memory_bytes // 2:
-        return None
-    gb = 8 * d * d / 1e9
-    return (f"cannot fit: the Cholesky path forms the dense {d} x {d} Hessian ({gb:.0f} GB in float64) and its "
-            f"factor ({gb:.0f} GB)" + (f", and densifies X ({8 * n * d / 1e9:.0f} GB)" if case["layout"] == "sparse"
-                                       else "") + f", against {memory_bytes / 2**30:.0f} GiB of memory here")
-
-
-def memory_total() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def write_case_data(case: dict, folder: Path) -> Path:
-    """Generate a case's rows (dense x ~ N(0, I), or `rcv1_like`) and y = <x, 1> + noise into ``folder``."""
-    import numpy as np
-    import scipy.sparse as sp
-
-    d, n = case["d"], case["n_rows"]
-    rng = np.random.default_rng(0)
-    path = folder / f"case_{d}_{case['layout']}.npz"
-    if path.exists():
-        return path
-    if case["layout"] == "dense":
-        X = rng.standard_normal((n, d))
-        np.savez(path, X=X, y=X.sum(1) + rng.standard_normal(n))
-    else:
-        X, _ = rcv1_like(n, d, seed=0)
-        sp.save_npz(folder / f"X_{d}.npz", X, compressed=False)
-        np.savez(path, y=np.asarray(X.sum(1)).ravel() + rng.standard_normal(n), sparse=str(folder / f"X_{d}.npz"))
-    return path
-
-
-def peak_rss_kb() -> int:
-    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one.
-
-    Not ru_maxrss: Linux carries the parent's peak into a child across fork + exec (a case
-    launched from this benchmark, MNIST in memory, read 0 MB for a 400 MB matrix); VmHWM
-    belongs to the address space that exec made fresh.
-    """
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def measure_case(case: dict, data: Path, repeats: int, lam: float = 1e-3) -> dict:
-    """In a fresh process: one DANE local solve (ridge, w_t = 0, g = this worker's gradient) timed ``repeats`` times."""
-    import numpy as np
-    import scipy.sparse as sp
-    from dane.local_solvers import LocalSolver
-    from dane.losses import LOSSES
-    from dane.problems.glm import LinearModelShard, to_torch
-
-    torch.set_num_threads(1)  # one core per worker, as in the simulator
-    baseline_kb = peak_rss_kb()
-    arrays = np.load(data)
-    if case["layout"] == "dense":
-        X = torch.from_numpy(arrays["X"])
-        data_bytes = X.numel() * 8
-    else:
-        Xs = sp.load_npz(str(arrays["sparse"]))
-        X, data_bytes = to_torch(Xs), Xs.nnz * 16 + (Xs.shape[0] + 1) * 8  # float64 values, int64 indices
-        del Xs
-    y = torch.from_numpy(arrays["y"])
-    solver = LocalSolver(case["solver"])
-
-    def fresh_shard():  # no cached factor: the round in which μ changed
-        return LinearModelShard(X, y, LOSSES["squared"], l2=lam, weight=1.0 / case["n_rows"], solver=solver)
-
-    shard = fresh_shard()
-    w = torch.zeros(case["d"], dtype=torch.float64)
-    grad = shard.grad(w)
-    linear = grad - grad  # ∇O_i(w_t) − η g with g = ∇O_i(w_t), η = 1
-    data_kb = peak_rss_kb()
-    first, again = [], []
-    for _ in range(repeats):
-        del shard
-        shard = fresh_shard()
-        t0 = time.perf_counter()
-        shard.prox_solve(w, linear, 0.0, anchor_grad=grad)
-        t1 = time.perf_counter()
-        w_new = shard.prox_solve(w, linear, 0.0, anchor_grad=grad)
-        again.append(time.perf_counter() - t1)
-        first.append(t1 - t0)
-    peak_kb = peak_rss_kb()
-    residual = float(torch.linalg.vector_norm(shard.grad(w_new) - linear))  # ∇φ at the local solution
-    return {"round_s": statistics.median(again), "round_s_min": min(again), "round_s_max": max(again),
-            "first_round_s": statistics.median(first), "first_round_s_min": min(first),
-            "first_round_s_max": max(first), "repeats": repeats,
-            "peak_mb": (peak_kb - baseline_kb) / 1024, "peak_with_data_only_mb": (data_kb - baseline_kb) / 1024,
-            "baseline_mb": baseline_kb / 1024, "data_mb": data_bytes / 2**20,
-            "relative_gradient_after": residual / float(torch.linalg.vector_norm(grad))}
-
-
-def local_solve_cost(args, log) -> dict:
-    out = {"what": "one DANE round's local solve w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w> on one worker: "
-                   "ridge (squared loss, lam=1e-3), n_i = 2d rows, w_t = 0 and g = the worker's own gradient "
-                   "(eta=1, mu=0); dense rows x ~ N(0, I), sparse rows from synthetic/sparse_data.rcv1_like; "
-                   "one torch thread (a simulated worker's core)",
-           "time": f"median of {args.repeats} repeats in one process (min, max beside it): first_round_s includes "
-                   "forming H_i and its Cholesky factor (a round whose mu changed); round_s is the next round at the "
-                   "same mu (Cholesky reuses the factor; CG solves again)",
-           "memory": "peak resident set (VmHWM of /proc/self/status) of a fresh subprocess per case minus its "
-                     "own value right after importing torch, numpy, scipy and dane (the idle baseline, baseline_mb); "
-                     "peak_with_data_only_mb is the same after loading X and building the shard, before any solve. "
-                     "Not ru_maxrss: Linux carries the parent's peak into the child across fork + exec, so every "
-                     "case read 0 MB under it",
-           "cases": [], "load_avg_before": list(os.getloadavg())}
-    with tempfile.TemporaryDirectory() as tmp:
-        for case in cost_cases(args.quick):
-            measure_one(case, Path(tmp), out, args, log)
-    out["load_avg_after"] = list(os.getloadavg())
-    return out
-
-
-def measure_one(case: dict, folder: Path, out: dict, args, log) -> None:
-    """One case into ``out["cases"]``: skipped where the Cholesky path cannot fit, else measured in a subprocess."""
-    label = f"d={case['d']} {case['layout']} {case['solver']}"
-    why = skip_reason(case, memory_total())
-    if why is not None:
-        out["cases"].append({**case, "skipped": why})
-        log(f"  local solve {label}: skipped, {why}")
-        return
-    log(f"  local solve {label} ...")
-    data = write_case_data(case, folder)
-    cmd = [sys.executable, __file__, "--measure-case", json.dumps(case), "--case-data", str(data),
-           "--repeats", str(args.repeats)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if proc.returncode != 0:
-        out["cases"].append({**case, "failed": proc.stderr.strip().splitlines()[-1:]})
-        log(f"    failed: {proc.stderr.strip()[-300:]}")
-        return
-    result = {**case, **json.loads(proc.stdout.strip().splitlines()[-1])}
-    out["cases"].append(result)
-    log(f"    {result['round_s'] * 1e3:.3g} ms a round ({result['first_round_s'] * 1e3:.3g} ms the first), "
-        f"peak {result['peak_mb']:.0f} MB (data alone {result['peak_with_data_only_mb']:.0f} MB)")
-
-
 # ---------------------------------------------------------------------------------------------- main
-def machine() -> dict:
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-            "torch": torch.__version__}
-
-
-def finite(value):
-    """inf/nan as strings: the JSON stays strict."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    return value
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/bench.json")
@@ -513,14 +332,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="MNIST's folder (relative: from the repository root)")
     parser.add_argument("--svm-rows", type=int, default=5000)
     parser.add_argument("--svm-features", type=int, default=20000)
-    parser.add_argument("--no-cost", action="store_true", help="skip the local solve's cost against d")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--measure-case", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--case-data", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.measure_case is not None:  # the subprocess of one local-solve case
-        print(json.dumps(measure_case(json.loads(args.measure_case), Path(args.case_data), args.repeats)))
-        return
     torch.set_num_threads(1)
     start = time.perf_counter()
 
@@ -553,16 +365,12 @@ def main(argv: list[str] | None = None) -> None:
                                           "load_avg_after": list(os.getloadavg()),
                                           "wall_s": time.perf_counter() - begun[2]}
         report["wall_s"] = time.perf_counter() - start
-        merge(path, KEY, finite(report))  # after each problem, so a later failure loses nothing
+        merge(path, KEY, report)  # after each problem, so a later failure loses nothing
     report["load_avg_after"] = list(os.getloadavg())
     report["wall_s"] = time.perf_counter() - start
     if args.problems is None:
         report["full_run"] = {k: report[k] for k in FULL_RUN}
-    merge(path, KEY, finite(report))
-    if not args.no_cost:
-        log("local solve cost against d")
-        merge(path, COST_KEY, finite({"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-                                      "quick": args.quick, **local_solve_cost(args, log)}))
+    merge(path, KEY, report)
     log(f"done in {time.perf_counter() - start:.0f} s -> {path}")
 
 

@@ -7,8 +7,9 @@
   own setup, its rows and its Gram matrix, then its rounds), and the launcher's wall time
   (Python start, imports, Horovod start, reading the cached reference optimum).  The
   optimum is made once before the launches (``reference_optimum_s``; ``..._was_cached``
-  says whether an earlier run had already made it), as the first run of a problem does.  np=1 and np=2 alternate, ``--repeats`` times each; medians,
-  min and max, the load average before and after every launch.  Two thread settings:
+  says whether an earlier run had already made it), as the first run of a problem does.
+  np=1 and np=2 alternate, ``--repeats`` times each; medians, min and max, the load
+  average before and after every launch.  Two thread settings:
   ``default`` (the package's launch: one rank gets every core's intra-op thread, two ranks
   one core each) and ``one_thread`` (OMP_NUM_THREADS=1: one core per worker in both).
   Goal: np1 / np2 >= 1.6 on ``default``.
@@ -24,6 +25,10 @@
   Two variants, each np=1/np=2 pair launched side by side: ``default`` (the package's
   Horovod cycle for a network) and ``cycle_0.1ms`` (the convex problems' short cycle, whose
   background loop shares each rank's core during its seconds of compute).
+  ``ceiling``: after each default pair, two np=1 runs at once, one per core
+  (`synthetic.launchers.horovodrun_side_by_side`); 2 x alone / beside is the ratio a
+  perfect np=2 would reach on this machine, and ``ratio_over_ceiling`` how near the
+  package comes to it.
   Skipped, with the reason in the JSON, when ``<data_dir>/mnist`` is absent.
 
 Timings on a shared machine are noisy: every number sits beside the load average it was
@@ -52,7 +57,7 @@ from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synth
 from dane.results import read_rounds, read_summary  # noqa: E402
 from synthetic.bench_file import merge_section  # noqa: E402
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS  # noqa: E402
-from synthetic.launchers import REPO, have_horovod, horovodrun  # noqa: E402
+from synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side  # noqa: E402
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -221,11 +226,55 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
                              "load_after": run["load_after"]})
                 print(f"mnist {variant} np={np} repeat {repeat}: {runs[-1]['round_s']:.2f} s per round, "
                       f"load {run['load_before']}", flush=True)
+            if variant == "default":
+                runs += twins((*overrides, *extra), tmp / f"mnist_twins_{repeat}", repeat)
         result["variants"][variant] = mnist_ratio(runs)
     default = result["variants"]["default"]
     result.update(ratio=default["ratio"], goal=MNIST_GOAL,
-                  goal_met=None if default["ratio"] is None else default["ratio"] >= MNIST_GOAL)
+                  goal_met=None if default["ratio"] is None else default["ratio"] >= MNIST_GOAL,
+                  ceiling=ceiling(default["runs"]))
+    if default["ratio"] is not None and result["ceiling"]["ceiling"] is not None:
+        result["ratio_over_ceiling"] = default["ratio"] / result["ceiling"]["ceiling"]
     return result
+
+
+def twins(overrides: tuple[str, ...], out: Path, repeat: int) -> list[dict]:
+    """Two np=1 runs at once, one per core: each rank's speed when the other core is busy too."""
+    before = load()
+    dirs = [out / f"core{k}" for k in range(2)]
+    try:
+        horovodrun_side_by_side("experiments.train", [[*overrides, f"out_dir={d}"] for d in dirs], timeout=900)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        print(f"twin launch failed (load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
+        return [{"np": "twin", "repeat": repeat, "status": "launch_failed"}]
+    runs = [{"np": "twin", "repeat": repeat, "core": k, "status": read_summary(d)["status"],
+             "round_s": median_round_s(read_rounds(d)), "load_before": before, "load_after": load()}
+            for k, d in enumerate(dirs)]
+    rounds = ", ".join(f"{r['round_s']:.2f}" for r in runs)
+    print(f"mnist twins repeat {repeat}: {rounds} s per round, "
+          f"load {before}", flush=True)
+    return runs
+
+
+def ceiling(runs: list[dict]) -> dict:
+    """The np1 / np2 ratio of a perfect np=2 here: 2 x (np=1 alone) / (np=1 beside its twin), per repeat.
+
+    A perfect rank of np=2 does half of np=1's work at the speed a rank has while the
+    other core works too, and never waits.  It is an upper bound: a real round also waits
+    for the slower rank and for its allreduces.  Medians over the repeats that have both.
+    """
+    alone = {r["repeat"]: r["round_s"] for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
+    beside: dict[int, list[float]] = {}
+    for r in runs:
+        if r["np"] == "twin" and r["status"] != "launch_failed":
+            beside.setdefault(r["repeat"], []).append(r["round_s"])
+    pairs = [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+    if not pairs:
+        return {"ceiling": None}
+    per_repeat = spread([2 * a / b for a, b in pairs])
+    return {"ceiling": per_repeat["median"], "ceiling_per_repeat": per_repeat,
+            "twin_round_s": spread([b for _, b in pairs]),
+            "slowdown_beside_twin": statistics.median(b / a for a, b in pairs)}
 
 
 def median_round_s(records: list[dict]) -> float:

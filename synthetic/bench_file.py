@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import platform
 from pathlib import Path
+
+import torch
 
 from dane.results import atomic_write_text
 
@@ -12,8 +17,27 @@ def read_bench(path: Path) -> dict:
 
 
 def merge_section(path: Path, key: str, value: dict) -> dict:
-    """Put ``value`` under ``key`` in the JSON at ``path``, other keys kept, atomically; returns the whole file."""
+    """Put ``value`` under ``key`` in the JSON at ``path``, other keys kept, atomically; returns the whole file.
+
+    inf and nan are written as strings (`finite`), so the JSON stays strict."""
     merged = read_bench(path)
-    merged[key] = value
+    merged[key] = finite(value)
     atomic_write_text(path, json.dumps(merged, indent=2, allow_nan=False, default=str) + "\n")
     return merged
+
+
+def finite(value):
+    """``value`` with every inf or nan float as its string, in dicts and lists too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def machine() -> dict:
+    """What a benchmark ran on."""
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+            "torch": torch.__version__}

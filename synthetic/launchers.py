@@ -2,10 +2,12 @@
 the sweep launchers (`experiments.launchers`)."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +60,39 @@ def torchrun(module: str, args: list[str], *, np: int = 2, env: dict[str, str] |
              timeout: float = 600) -> subprocess.CompletedProcess:
     """`torchrun_command` in the repository root; raises on failure."""
     return _run(torchrun_command(module, args, np=np), env, timeout)
+
+
+def horovodrun_side_by_side(module: str, runs: list[list[str]], *, env: dict[str, str] | None = None,
+                            timeout: float = 600) -> None:
+    """One ``horovodrun -np 1 ... MODULE ARGS`` per entry of ``runs``, all at once, the k-th bound to core k.
+
+    Independent runs that share the machine as the ranks of one launch do, without
+    communicating: a run alone against its twin beside it is what a second busy core costs
+    a rank here (memory, caches, the hypervisor).  Raises if any of them fails.
+    """
+    if len(runs) > len(os.sched_getaffinity(0)):
+        raise RuntimeError(f"{len(runs)} side-by-side runs need as many usable cores; this process has "
+                           f"{len(os.sched_getaffinity(0))}")
+    cores = sorted(os.sched_getaffinity(0))
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in runs]
+    procs = [subprocess.Popen(horovodrun_command(module, args, np=1), cwd=REPO, env=_env(env), stdout=log,
+                              stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=functools.partial(os.sched_setaffinity, 0, {core}))
+             for args, core, log in zip(runs, cores, logs)]
+    failed = []
+    for proc, log in zip(procs, logs):
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.returncode != 0:
+            log.seek(0)
+            tail = "\n".join(log.read().strip().splitlines()[-15:])
+            failed.append(f"{' '.join(proc.args)} exited with {proc.returncode}:\n{tail}")
+        log.close()
+    if failed:
+        raise RuntimeError("\n".join(failed))
 
 
 def _run(cmd: list[str], env, timeout: float) -> subprocess.CompletedProcess:

@@ -1,11 +1,13 @@
 """Run under a launcher: checks the Communicator's collectives against their exact results.
 
 Writes one JSON line per rank to the file named by argv[1] (appended), with the largest
-error seen and the byte counter.  Launched by tests/test_launchers.py.
+error seen, the byte counter, and the cores and torch threads the rank was given.  Launched by
+tests/test_launchers.py and tests/test_bench_scaling.py.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -30,7 +32,8 @@ def main(out: str) -> None:
     text = comm.broadcast_object("run-dir-of-rank-0" if r == 0 else "", root=0)
     comm.barrier()
     record = {"rank": r, "size": m, "backend": type(comm).__name__, "allreduce_err": err, "shapes_ok": shapes_ok,
-              "bytes_after_allreduce": ring_allreduce_bytes(nbytes, m), "broadcast_err": bcast_err, "text": text}
+              "bytes_after_allreduce": ring_allreduce_bytes(nbytes, m), "broadcast_err": bcast_err, "text": text,
+              "cores": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads()}
     with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")
     comm.shutdown()

@@ -11,12 +11,17 @@ then real torchrun runs through the parameter server (dane.comm.ps_async).
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from dane.asynchronous import EventSimulator
+from dane.comm import ParameterServerCost, Stragglers
+from dane.comm.threads import DeviceTurns
 from dane.confusion import JSON_FILE
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
@@ -222,3 +227,44 @@ def test_torchrun_a_worker_slowed_three_times_pushes_a_third_as_often_unless_ssp
     _, _, updates = torchrun_train(tmp_path / "ssp", 3, *LOGREG, "rounds=6", "comm.staleness=1", "comm.slowdown=[1,3]")
     pushes = Counter(u["rank"] for u in updates)
     assert max(u["clock_lead"] for u in updates) <= 1 and abs(pushes[0] - pushes[1]) <= 2, pushes
+
+
+class Napper:
+    """A worker whose step waits 20 ms without using the CPU, as a step waiting on GPU kernels does."""
+
+    updates_per_round = 1
+
+    def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
+        time.sleep(0.02)
+        return [torch.zeros_like(w)]
+
+
+class Server:
+    def __init__(self):
+        self.w = torch.zeros(3, dtype=torch.float64)
+
+    def apply(self, update: list[torch.Tensor], rank: int) -> None:
+        self.w += update[0]
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_measured_step_times_use_the_devices_meter(gpu):
+    """``measured_compute_s`` is read by the synchronous simulator's meter: wall time in GPU turns, CPU time else.
+
+    The modelled clock (``step_time``) is what drives the run either way.
+    """
+    drains = []
+    meter = DeviceTurns(lambda: drains.append(1)) if gpu else None
+    sim = EventSimulator([Napper(), Napper()], Server(), staleness=math.inf, cost=ParameterServerCost(),
+                         stragglers=Stragglers(), step_time=1.0, meter=meter)
+    for _ in range(4):
+        sim.advance()
+    steps = [3, 3]  # both start at once, and each of the 4 pushes (alternating, ties by rank) starts the next step
+    measured = sim.stats()["measured_compute_s"]
+    assert sim.stats()["modelled_compute_s"] == [n * 1.0 for n in steps]
+    if gpu:
+        assert len(drains) == 2 * sum(steps)  # at both ends of every step
+        for seconds, n in zip(measured, steps):  # 20 ms of sleep per step, plus 10 ms of slack for a loaded machine
+            assert n * 0.02 <= seconds <= n * 0.03
+    else:
+        assert max(measured) < 0.01  # a sleeping step costs no CPU time: why a GPU needs the other meter
