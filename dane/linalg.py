@@ -8,6 +8,9 @@ whose every product is one allreduce (DiSCO).  ``precond(r)`` applies :math:`P^{
 Stopping: :math:`\|b - A x_k\| \le \text{rtol}\,\|b\|` or ``max_iter`` products.  The
 residual is updated by the recurrence, as in every textbook CG; in float64 on the
 systems here it tracks the true residual to well below the tolerances used.
+
+`cholesky_solve` is the exact path's other half: :math:`(LL^\top)^{-1} r` by two triangular
+solves.
 """
 from __future__ import annotations
 
@@ -55,3 +58,14 @@ def cg(matvec: MatVec, b: torch.Tensor, *, x0: torch.Tensor | None = None, rtol:
         p = z + (rz_next / rz) * p
         rz = rz_next
     return CGResult(x, iters, res / b_norm)
+
+
+def cholesky_solve(L: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """(L Lᵀ)⁻¹ r for a lower Cholesky factor L and a vector r: a forward then a backward triangular solve.
+
+    The same two solves as ``torch.cholesky_solve``, which copies a row-major L into
+    column-major order on every call; for one right-hand side that copy costs more than the
+    solves (``factorization`` in scripts/bench_scaling.py times both).
+    """
+    y = torch.linalg.solve_triangular(L, r.unsqueeze(1), upper=False)
+    return torch.linalg.solve_triangular(L.mT, y, upper=True).squeeze(1)

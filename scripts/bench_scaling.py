@@ -15,7 +15,9 @@
   Goal: np1 / np2 >= 1.6 on ``default``.
 - ``factorization``: one core's time for a Cholesky factorization and an eigendecomposition
   of a d=2000 local Hessian, and their ratio, the break-even count that
-  `dane.problems.quadratic.EIGH_BREAK_EVEN` stands for.
+  `dane.problems.quadratic.EIGH_BREAK_EVEN` stands for; and ``one_rhs_solve``, one
+  right-hand side through that factor by ``torch.cholesky_solve`` (LAPACK potrs) against
+  `dane.linalg.cholesky_solve` (two triangular solves, what every exact local solve uses).
 - ``background_loop``: the share of a computing rank's core that Horovod's background loop
   takes (other threads' CPU seconds per wall second, `synthetic.background_cpu`), under
   horovodrun -np 2 at the convex problems' cycle, 1 ms and the networks' cycle, taking
@@ -51,6 +53,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dane.linalg import cholesky_solve  # noqa: E402
 from dane.problems import RidgeSyntheticConfig  # noqa: E402
 from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize  # noqa: E402
@@ -168,15 +171,18 @@ def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
             M.diagonal().add_(0.3)
             torch.linalg.cholesky_ex(M)
 
+        L, r = torch.linalg.cholesky(A), torch.ones(dim, dtype=A.dtype)
         before = load()
         chol = best(shifted_cholesky)
+        solves = {"lapack_potrs_s": best(lambda: torch.cholesky_solve(r.unsqueeze(1), L)),
+                  "two_triangular_s": best(lambda: cholesky_solve(L, r))}
         eigh = best(lambda: torch.linalg.eigh(A))
         gram_s = best(lambda: gram(X[:rows]))
         matmul_s = best(lambda: X[:rows].T @ X[:rows])
     finally:
         torch.set_num_threads(threads)
     return {"dim": dim, "threads": 1, "cholesky_s": chol, "eigh_s": eigh, "break_even_measured": eigh / chol,
-            "EIGH_BREAK_EVEN": EIGH_BREAK_EVEN, "gram_rows": rows, "gram_s": gram_s, "xt_x_matmul_s": matmul_s,
+            "EIGH_BREAK_EVEN": EIGH_BREAK_EVEN, "one_rhs_solve": solves, "gram_rows": rows, "gram_s": gram_s, "xt_x_matmul_s": matmul_s,
             "load_before": before, "load_after": load()}
 
 

@@ -32,7 +32,7 @@ import scipy.sparse
 import torch
 
 from ..errors import ConfigError
-from ..linalg import cg
+from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver, prox_solve
 from ..losses import Loss
 
@@ -181,8 +181,7 @@ class LinearModelShard:
         solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
         shift = shift + (self.l2 if with_reg else 0.0)
         if solver.method == "cholesky":
-            L = self._factor(at, shift)
-            return torch.cholesky_solve(r.unsqueeze(1), L).squeeze(1)
+            return cholesky_solve(self._factor(at, shift), r)
         result = cg(lambda v: self.hessian_vector(v, at=at, with_reg=False) + shift * v, r,
                     rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or self.dim)
         return result.x

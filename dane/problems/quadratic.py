@@ -30,7 +30,7 @@ import torch
 
 from .. import checks
 from ..errors import ConfigError
-from ..linalg import cg
+from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver
 
 FACTORIZATIONS = ("auto", "cholesky", "eigh")
@@ -122,7 +122,7 @@ class QuadraticProblem:
     def shifted_solve(self, r: torch.Tensor, shift: float) -> torch.Tensor:
         """(A_i + shift I)⁻¹ r, exactly: by a Cholesky factor of this shift or by the eigendecomposition."""
         if not self._uses_eigh(shift):
-            return torch.cholesky_solve(r.unsqueeze(1), self._cholesky(shift)).squeeze(1)
+            return cholesky_solve(self._cholesky(shift), r)
         values, Q = self.eigen()
         shifted = values + shift
         if not float(shifted.min()) > 0:
