@@ -182,7 +182,8 @@ def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
     finally:
         torch.set_num_threads(threads)
     return {"dim": dim, "threads": 1, "cholesky_s": chol, "eigh_s": eigh, "break_even_measured": eigh / chol,
-            "EIGH_BREAK_EVEN": EIGH_BREAK_EVEN, "one_rhs_solve": solves, "gram_rows": rows, "gram_s": gram_s, "xt_x_matmul_s": matmul_s,
+            "EIGH_BREAK_EVEN": EIGH_BREAK_EVEN, "one_rhs_solve": solves,
+            "gram_rows": rows, "gram_s": gram_s, "xt_x_matmul_s": matmul_s,
             "load_before": before, "load_after": load()}
 
 
