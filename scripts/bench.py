@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
 from dane.launch import execute
 from dane.results import read_rounds
-from synthetic.bench_file import merge_section
+from synthetic.bench_file import machine, merge_section
 from synthetic.calibrate import calibrate, calibrate_ps
 from synthetic.launchers import have_horovod, horovodrun, torchrun
 from synthetic.sweep import compose_job, ensure
@@ -61,20 +60,6 @@ ALGORITHMS = {  # name in the table -> overrides
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    info = {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu,
-            "cpus": os.cpu_count(), "torch": torch.__version__, "load_avg_at_start": list(os.getloadavg())}
-    try:
-        from importlib.metadata import version
-
-        info["horovod"] = version("horovod")
-    except Exception:  # noqa: BLE001
-        info["horovod"] = None
-    return info
 
 
 def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:

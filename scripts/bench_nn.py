@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -39,15 +37,10 @@ from experiments.config import CONF_DIR, run_spec  # noqa: E402
 from paper_figs.accuracy_table import Row, find_run, has_data  # noqa: E402
 from paper_figs.common import retime  # noqa: E402
 from paper_figs.target_table import TARGETS, job, job_cost  # noqa: E402
-from synthetic.bench_file import merge_section  # noqa: E402
+from synthetic.bench_file import machine, merge_section  # noqa: E402
 from synthetic.sweep import RunIndex  # noqa: E402
 
 KEY = "mnist_lenet5_to_97"
-
-
-def machine() -> dict:
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-            "torch": torch.__version__, "load_avg": list(os.getloadavg())}
 
 
 def row_from(run_dir: Path, accuracy: float, costs: dict[str, AlphaBeta]) -> dict:

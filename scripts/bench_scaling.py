@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -58,7 +57,7 @@ from dane.problems import RidgeSyntheticConfig  # noqa: E402
 from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
-from synthetic.bench_file import merge_section  # noqa: E402
+from synthetic.bench_file import machine, merge_section  # noqa: E402
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS  # noqa: E402
 from synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side  # noqa: E402
 
@@ -321,9 +320,7 @@ def main() -> None:
         os.environ.pop(key, None)
     path = Path(args.out)
     previous = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}
-    report = {**previous, "started_at": now(), "machine": {
-        "platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-        "torch": torch.__version__, "load_avg_at_start": load()}}
+    report = {**previous, "started_at": now(), "machine": machine()}
     with tempfile.TemporaryDirectory() as tmp:
         for section in args.only:
             if section == "ridge":

@@ -5,6 +5,8 @@ import json
 import math
 import os
 import platform
+import socket
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
@@ -38,6 +40,14 @@ def finite(value):
 
 
 def machine() -> dict:
-    """What a benchmark ran on."""
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-            "torch": torch.__version__}
+    """What a benchmark or a calibration ran on, and the load average when it started."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    try:
+        horovod = version("horovod")
+    except PackageNotFoundError:
+        horovod = None
+    return {"host": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
+            "cpu": cpu, "cpus": os.cpu_count(), "torch": torch.__version__, "horovod": horovod,
+            "load_avg": [round(x, 2) for x in os.getloadavg()]}

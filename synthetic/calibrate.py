@@ -33,9 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -44,6 +41,7 @@ import numpy as np
 
 from dane.comm import AlphaBeta, ParameterServerCost
 from synthetic.allreduce_timing import DEFAULT_SIZES
+from synthetic.bench_file import machine
 from synthetic.launchers import have_horovod, horovodrun, torchrun
 
 CYCLE_TIME_MS = "0.1"
@@ -89,11 +87,6 @@ def per_size(timing: dict) -> tuple[list[int], list[float], list[float]]:
     sizes = [int(s) for s in timing["sizes"]]
     return (sizes, [timing["sizes"][str(s)]["mean_s"] for s in sizes],
             [timing["sizes"][str(s)]["median_s"] for s in sizes])
-
-
-def machine() -> dict:
-    return {"host": socket.gethostname(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "load_avg": list(os.getloadavg())}
 
 
 def calibrate(np_: int = 2, sizes=DEFAULT_SIZES, reps: int = 200, warmup: int = 20) -> dict:
