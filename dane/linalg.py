@@ -10,7 +10,13 @@ residual is updated by the recurrence, as in every textbook CG; in float64 on th
 systems here it tracks the true residual to well below the tolerances used.
 
 `cholesky_solve` is the exact path's other half: :math:`(LL^\top)^{-1} r` by two triangular
-solves.
+solves.  `capacitance_factor` and `woodbury_solve` are the exact path for a low-rank
+Hessian :math:`cX^\top X + sI` with fewer rows than columns (a worker with n_i < d rows):
+by the Woodbury identity
+
+.. math:: (cX^\top X + sI)^{-1} r = \tfrac1s\big(r - c\,X^\top (sI + cXX^\top)^{-1} X r\big),
+
+which factors the n_i x n_i capacitance matrix :math:`sI + cXX^\top` instead of a d x d one.
 """
 from __future__ import annotations
 
@@ -69,3 +75,21 @@ def cholesky_solve(L: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """
     y = torch.linalg.solve_triangular(L, r.unsqueeze(1), upper=False)
     return torch.linalg.solve_triangular(L.mT, y, upper=True).squeeze(1)
+
+
+def capacitance_factor(row_gram: torch.Tensor, weight: float, shift: float) -> tuple[torch.Tensor, bool]:
+    """Lower Cholesky factor of shift·I + weight·XXᵀ from the row Gram matrix XXᵀ (n x n), and whether it exists."""
+    M = row_gram * weight
+    M.diagonal().add_(shift)
+    L, info = torch.linalg.cholesky_ex(M)
+    return L, info.item() == 0 and shift > 0
+
+
+def woodbury_solve(X: torch.Tensor, weight: float, shift: float, L: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    r"""(weight·XᵀX + shift·I)⁻¹ r by the Woodbury identity (module docstring), ``L`` from `capacitance_factor`.
+
+    Two products with X (n x d) and two triangular solves of order n: O(n d) per right-hand
+    side, and no d x d matrix anywhere.
+    """
+    u = cholesky_solve(L, X @ r)
+    return (r - weight * (X.T @ u)) / shift

@@ -165,5 +165,5 @@ def test_dane_with_eigh_follows_dane_with_cholesky():
 
 
 def test_invalid_factorization_names_the_key():
-    with pytest.raises(ConfigError, match=re.escape("problem.factorization must be one of auto|cholesky|eigh, got 'lu'")):
+    with pytest.raises(ConfigError, match=re.escape("problem.factorization must be one of auto|cholesky|eigh|woodbury, got 'lu'")):
         RidgeSyntheticConfig(factorization="lu")

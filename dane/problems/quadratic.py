@@ -23,6 +23,14 @@ them (``factorization``):
 - ``auto`` (ski rental): Cholesky for the first `EIGH_BREAK_EVEN` distinct shifts, then
   one eigendecomposition for all later ones, so the total is at most about twice the
   cheaper of the two choices made in hindsight.
+
+*Low rank.*  A shard that keeps its n_i rows (`dane.problems.ridge.RidgeShard`,
+:math:`A_i = cX_i^\top X_i`) has a fourth choice, ``woodbury``: the Woodbury identity
+(`dane.linalg.woodbury_solve`) factors the n_i x n_i matrix :math:`sI + cX_iX_i^\top`
+instead of the d x d one, O(n_i² d + n_i³/3) per shift and O(n_i d) per solve, and no
+d x d matrix is ever formed.  ``auto`` takes it when n_i < d (a worker of a federated-scale
+run holds a handful of rows); the d x d Cholesky path stays the reference and the default
+when n_i ≥ d.  A bare `QuadraticProblem` has only A_i, so ``woodbury`` is an error there.
 """
 from __future__ import annotations
 
@@ -33,7 +41,7 @@ from ..errors import ConfigError
 from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver
 
-FACTORIZATIONS = ("auto", "cholesky", "eigh")
+FACTORIZATIONS = ("auto", "cholesky", "eigh", "woodbury")
 #: An eigendecomposition of a d x d matrix costs about this many Cholesky factorizations
 #: (torch/LAPACK, d=2000, one core; scripts/bench_scaling.py records both times).
 EIGH_BREAK_EVEN = 16
@@ -49,6 +57,7 @@ class QuadraticProblem:
 
     convex = True
     quadratic = True
+    keeps_rows = False  # the low-rank (``woodbury``) path needs the shard's rows, not only A_i
 
     def __init__(self, A: torch.Tensor, b: torch.Tensor, c: float, lam: float, w_star: torch.Tensor | None = None,
                  *, factorization: str = "auto"):
@@ -61,6 +70,9 @@ class QuadraticProblem:
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
         self._H_w_star = self.hessian_vector(w_star) if w_star is not None else None
         self.factorization = checks.one_of("problem.factorization", factorization, FACTORIZATIONS)
+        if self.factorization == "woodbury" and not self.keeps_rows:
+            raise ConfigError(f"problem.factorization=woodbury needs the shard's rows; {type(self).__name__} has "
+                              f"only its Hessian: use auto, cholesky or eigh")
         self._factors: dict[float, torch.Tensor] = {}  # Cholesky factor of A_i + sI, by total shift s
         self._choleskys = 0  # distinct shifts factored so far (the ski-rental count of ``auto``)
         self._eigen: tuple[torch.Tensor, torch.Tensor] | None = None  # (ℓ, Q) of A_i

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,12 +37,12 @@ import torch
 
 from .. import checks
 from ..errors import ConfigError
-from ..linalg import cg
+from ..linalg import capacitance_factor, cg, woodbury_solve
 from ..local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
 from ..inner import worker_seed
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
-from .quadratic import FACTORIZATIONS, QuadraticProblem
+from .quadratic import FACTORIZATIONS, QuadraticProblem, _not_positive_definite
 
 COVARIANCES = ("iso", "decay")
 ROW_BLOCK = 256                       # stream positions per seeded block
@@ -49,6 +50,7 @@ PERMUTATION_STREAM, X_STREAM, NOISE_STREAM = 1, 2, 3
 OPTIMUM_CHUNK = 16 * ROW_BLOCK        # rows per chunk when the optimum's Gram matrix is accumulated
 DISK_CACHE_MIN_WORK = 1e9             # N d^2 below this: recomputing the optimum is cheap, no file is written
 GRAM_BLOCK = 256                      # columns per panel of `gram`
+WOODBURY_FACTORS = 2                  # low-rank capacitance factors kept: DANE's safeguard moves μ up, rarely back
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class RidgeSyntheticConfig(SolverOptions):
 
     ``optimum``: compute the reference optimum (records carry suboptimality).
     ``factorization``: how the exact (Cholesky-path) local solve factors A_i + μI:
-    ``cholesky`` per μ, ``eigh`` once for every μ, or ``auto`` (`dane.problems.quadratic`).
+    ``cholesky`` per μ, ``eigh`` once for every μ, ``woodbury`` (the n_i x n_i matrix of the
+    Woodbury identity, per μ), or ``auto``: woodbury when a worker has fewer rows than d,
+    else cholesky then eigh (`dane.problems.quadratic`).
     """
 
     n_samples: int = 18000
@@ -262,22 +266,34 @@ class RidgeShard(QuadraticProblem):
     .. math:: \widehat{\nabla O_i}(w) = 2\,\text{scale}\,\frac{n_i}{|B|} X_B^\top (X_B w - y_B) + 2\lambda w,
 
     which equals ∇O_i(w) when B is the whole shard.  A_i = 2 scale X_iᵀX_i is formed only
-    when the local solver is Cholesky (or something asks for ``A``); otherwise every
-    product goes through X_i, and the cg, svrg and lbfgs local solvers run on the
-    squared-loss view of the same rows (`dane.problems.glm.LinearModelShard` with row
-    weight 2 scale and ℓ2 weight 2λ, the same O_i).
+    when the local solver is Cholesky on the d x d path (or something asks for ``A``);
+    otherwise every product goes through X_i, and the cg, svrg and lbfgs local solvers run
+    on the squared-loss view of the same rows (`dane.problems.glm.LinearModelShard` with
+    row weight 2 scale and ℓ2 weight 2λ, the same O_i).
+
+    ``low_rank`` (``factorization=woodbury``, or ``auto`` with n_i < d): the exact solve of
+    (A_i + sI) goes through the Woodbury identity (`dane.linalg.woodbury_solve`), with
+    the row Gram matrix X_iX_iᵀ and the Cholesky factors of sI + 2 scale X_iX_iᵀ
+    (n_i x n_i, the last `WOODBURY_FACTORS` shifts) as the only matrices besides X_i.
+    The gradient and the suboptimality are products with X_i, so such a shard holds
+    O(n_i d) numbers, not O(d²).
     """
+
+    keeps_rows = True
 
     def __init__(self, X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None,
                  solver: LocalSolver = LocalSolver("cholesky"), seed: int = 0, factorization: str = "auto"):
         self.X, self.y, self.scale = X, y, float(scale)
         self._A = None
         self.rows = LinearModelShard(X, y, SQUARED, l2=2 * lam, weight=2 * scale, solver=solver, seed=seed)
-        if self.rows.solver.method == "cholesky":
+        self.low_rank = factorization == "woodbury" or (factorization == "auto" and X.shape[0] < X.shape[1])
+        if self.rows.solver.method == "cholesky" and not self.low_rank:
             self._A = gram(X).mul_(2 * scale)
         super().__init__(self._A, 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star,
                          factorization=factorization)
         self.solver = self.rows.solver
+        self._row_gram: torch.Tensor | None = None  # X_i X_iᵀ (low rank), made at the first solve
+        self._capacitance: OrderedDict[float, torch.Tensor] = OrderedDict()  # shift -> factor, least recent first
 
     @property
     def A(self) -> torch.Tensor:
@@ -293,6 +309,27 @@ class RidgeShard(QuadraticProblem):
         if self._A is not None:
             return super().hessian_vector(v, with_reg=with_reg)
         return self.rows.hessian_vector(v, at=v, with_reg=False) + (2 * self.lam * v if with_reg else 0.0)
+
+    def shifted_solve(self, r: torch.Tensor, shift: float) -> torch.Tensor:
+        """(A_i + shift I)⁻¹ r, exactly: by the Woodbury identity when ``low_rank``, else the d x d path."""
+        if not self.low_rank:
+            return super().shifted_solve(r, shift)
+        return woodbury_solve(self.X, 2 * self.scale, float(shift), self._capacitance_factor(shift), r)
+
+    def _capacitance_factor(self, shift: float) -> torch.Tensor:
+        """Cholesky factor of shift I + 2 scale X_iX_iᵀ, kept for the last `WOODBURY_FACTORS` shifts."""
+        key = float(shift)
+        L = self._capacitance.pop(key, None)
+        if L is None:
+            if self._row_gram is None:
+                self._row_gram = gram(self.X.T)
+            L, ok = capacitance_factor(self._row_gram, 2 * self.scale, key)
+            if not ok:
+                raise _not_positive_definite(key)
+            while len(self._capacitance) >= WOODBURY_FACTORS:
+                self._capacitance.popitem(last=False)
+        self._capacitance[key] = L
+        return L
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
