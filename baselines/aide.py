@@ -34,16 +34,29 @@ same minimizer as the form around c, but anchored at w_t, so that SVRG starts at
 the method prescribes, the Newton path reuses ∇O_i(w_t), and τ = 0 makes the very same
 call as InexactDANE (the iterates agree to the last bit).
 
-*Choosing τ.*  Catalyst trades the inner method's rate on the augmented problem, which
-improves as τ grows, against the outer loop's factor √((λ + τ)/λ).  InexactDANE's rate
-depends on the spread δ ≈ ‖H_i − H‖ of the local Hessians relative to λ + τ + μ; for
-n_i random rows and curvature at most L, δ ~ L/√n_i, which gives the Catalyst-type choice
-τ ≈ L/√n_i − λ (no acceleration when the shards agree to within λ).  Take it as the upper
-end of the useful range: a τ much larger makes each round a short proximal-point step
-and slows down; τ = 0 is InexactDANE.  The default τ = 0.1 is a default, not tuned: it
-is of the order of L/√n_i on ``ridge_synthetic`` (L ≈ 2-5, n_i in the thousands); for a
-logistic loss (curvature at most 1/4) or larger shards scale it down.  The rounds it
-takes against τ = 0 are measured in tests/test_inexact_aide.py.
+*Choosing τ* (``tau="auto"``, the default).  Catalyst (Lin, Mairal & Harchaoui, NIPS 2015;
+JMLR 2018, "Catalyst acceleration for first-order convex optimization: from theory to
+practice") picks the extra proximal weight κ for an incremental inner method (SVRG, SAG,
+SAGA, MISO) on n terms, each L-smooth, whose sum is μ-strongly convex, as
+
+.. math:: \kappa = \frac{L}{n + 1} - \mu \quad(\kappa = 0,\ \text{no acceleration, when } L/(n+1) \le \mu),
+
+the weight past which the inner method's cost per subproblem, of order
+n + (L + κ)/(μ + κ), stops falling while the outer loop's factor √((μ + κ)/μ) keeps
+growing.  AIDE (Reddi et al. 2016) is Catalyst with InexactDANE inside, whose local solve
+is SVRG on the worker's n_i rows; the paper's MATLAB reference takes τ (``kappa``) as an
+input.  Here worker i proposes Catalyst's choice for its SVRG,
+
+.. math:: \tau_i = \max\Big(0,\ \frac{L_i}{n_i + 1} - \lambda\Big),\qquad
+          L_i = n_i \max_{j \in S_i} \text{weight}\; c_f \|x_j\|^2
+
+(L_i the smoothness of one row's term of D_i = (1/n_i) Σ_j n_i·weight·f_j, the same L_max
+that sets SVRG's step; λ = ``problem.strong_convexity``), and the workers use the
+mean of the τ_i, which rides in round 0's first allreduce (one more scalar in that round,
+no extra communication round).  Resumed runs keep the agreed τ (it is in the state).  The
+rule is SVRG's: with ``local_solver="cg"`` set τ by hand.  A number (``tau=0.1``) is used
+as given; τ = 0 is InexactDANE.  How many rounds each choice takes on the benchmark
+problems is in ``results/bench.json`` (``svrg_local_solver``, scripts/bench_svrg.py).
 
 Departure from the MATLAB reference: it starts the recursion from α_{-1} = 1; here
 α_0 = √q, the Catalyst choice for a strongly convex objective, which keeps α_t = √q and
@@ -61,10 +74,26 @@ from dane import checks
 from dane.algorithm import Algorithm
 from dane.dane import solver_arg
 from dane.comm import Communicator
+from dane.errors import ConfigError
 from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 
 from .inexact_dane import InexactSolverKeys, require_convex_shard
+
+
+TAU_AUTO = "auto"
+
+
+def catalyst_tau(row_smoothness: float, n_local: int, strong_convexity: float) -> float:
+    """Catalyst's τ_i = max(0, L_i/(n_i + 1) − λ), L_i = n_i · (one row's smoothness); see the module docstring."""
+    if n_local == 0:
+        return 0.0
+    return max(0.0, n_local * row_smoothness / (n_local + 1) - strong_convexity)
+
+
+def local_row_smoothness(problem: Problem) -> float:
+    """max_j weight c_f ||x_j||² of the worker's rows (ridge_synthetic keeps its rows' linear-model view in ``rows``)."""
+    return getattr(problem, "rows", problem).row_smoothness()
 
 
 def catalyst_q(strong_convexity: float, tau: float) -> float:
@@ -85,13 +114,16 @@ def catalyst_zeta(alpha: float, alpha_next: float) -> float:
 
 @dataclass(frozen=True)
 class AIDEConfig(InexactSolverKeys):
-    tau: float = 0.1
+    tau: float | str = TAU_AUTO
     eta: float = 1.0
     mu: float = 0.0
     name: str = "aide"
 
     def __post_init__(self) -> None:
-        checks.nonnegative("algorithm.tau", self.tau)
+        if self.tau != TAU_AUTO:
+            if isinstance(self.tau, str):
+                raise ConfigError(f"algorithm.tau must be a number >= 0 or auto, got {self.tau!r}")
+            checks.nonnegative("algorithm.tau", self.tau)
         checks.positive("algorithm.eta", self.eta)
         checks.nonnegative("algorithm.mu", self.mu)
         self.solver()  # validates the local-solver keys now
@@ -103,20 +135,33 @@ class AIDEConfig(InexactSolverKeys):
 class AIDE(Algorithm):
     name = "aide"
 
-    def __init__(self, problem: Problem, comm: Communicator, *, tau: float, eta: float = 1.0, mu: float = 0.0,
-                 local_solver: LocalSolver | None = None, w0: torch.Tensor | None = None):
+    def __init__(self, problem: Problem, comm: Communicator, *, tau: float | str = TAU_AUTO, eta: float = 1.0,
+                 mu: float = 0.0, local_solver: LocalSolver | None = None, w0: torch.Tensor | None = None):
         require_convex_shard(problem, self.name)
         super().__init__(problem, comm, w0)
-        self.tau, self.eta, self.mu = tau, eta, mu
+        self.eta, self.mu = eta, mu
         self.local_solver = local_solver  # None: the problem's own
-        self.q = catalyst_q(problem.strong_convexity, tau)
-        self.alpha = math.sqrt(self.q) if self.q > 0 else 1.0
+        self.tau: float | None = None  # auto: agreed in round 0's first allreduce
+        if tau != TAU_AUTO:
+            self._set_tau(float(tau))
         self.y = self.w.clone()
+
+    def _set_tau(self, tau: float) -> None:
+        self.tau = tau
+        self.q = catalyst_q(self.problem.strong_convexity, tau)
+        self.alpha = math.sqrt(self.q) if self.q > 0 else 1.0
 
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
-        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])       # 1. g = mean ∇O_i(w_t)
+        if self.tau is None:  # tau=auto: each worker's Catalyst τ_i, averaged in the same allreduce
+            local_tau = catalyst_tau(local_row_smoothness(self.problem), self.problem.n_local,
+                                     self.problem.strong_convexity)
+            g, metrics, tau = self.comm.allreduce_mean([local_grad, local_metrics,  # 1. g (and τ = mean τ_i)
+                                                        torch.tensor([local_tau], dtype=local_grad.dtype)])
+            self._set_tau(float(tau))
+        else:
+            g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])   # 1. g = mean ∇O_i(w_t)
         g_aug = g + self.tau * (w - self.y)                                       # g̃ = ∇Õ(w_t)
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g_aug, self.mu + self.tau,  # 2. local solve
                                           anchor_grad=local_grad, **solver_arg(self.local_solver))
@@ -128,9 +173,14 @@ class AIDE(Algorithm):
         return {**self.metrics(g, metrics), "tau": self.tau, "zeta": zeta}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "y": self.y.detach().clone(), "alpha": self.alpha}
+        state = {**super().state_dict(), "y": self.y.detach().clone()}
+        if self.tau is not None:
+            state.update(tau=self.tau, alpha=self.alpha)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.y = state["y"].clone()
-        self.alpha = state["alpha"]
+        if "tau" in state:
+            self._set_tau(state["tau"])
+            self.alpha = state["alpha"]

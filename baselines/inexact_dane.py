@@ -28,7 +28,7 @@ from dane import checks
 from dane.comm import Communicator
 from dane.dane import DANE
 from dane.errors import ConfigError
-from dane.local_solvers import LocalSolver
+from dane.local_solvers import SVRG_VARIANTS, LocalSolver
 from dane.problems import Problem
 
 INEXACT_SOLVERS = ("svrg", "cg")
@@ -42,11 +42,12 @@ def require_convex_shard(problem: Problem, algorithm: str) -> None:
 
 
 def inexact_local_solver(method: str, *, passes: int, batch_size: int, lr: float | None, cg_tol: float,
-                         cg_max_iter: int | None) -> LocalSolver:
+                         cg_max_iter: int | None, svrg_variant: str = "epochs") -> LocalSolver:
     """The `LocalSolver` of an InexactDANE-type round, its keys checked under ``algorithm.*``."""
     checks.one_of("algorithm.local_solver", method, INEXACT_SOLVERS)
     checks.positive_int("algorithm.passes", passes)
     checks.positive_int("algorithm.batch_size", batch_size)
+    checks.one_of("algorithm.svrg_variant", svrg_variant, SVRG_VARIANTS)
     if lr is not None:
         checks.positive("algorithm.lr", lr)
     checks.nonnegative("algorithm.cg_tol", cg_tol)
@@ -56,7 +57,7 @@ def inexact_local_solver(method: str, *, passes: int, batch_size: int, lr: float
         raise ConfigError("algorithm.local_solver=cg with algorithm.cg_tol=0 needs algorithm.cg_max_iter "
                           "(a fixed number of Hessian-vector products), got None")
     if method == "svrg":
-        return LocalSolver("svrg", passes=passes, batch_size=batch_size, lr=lr)
+        return LocalSolver("svrg", passes=passes, batch_size=batch_size, lr=lr, variant=svrg_variant)
     return LocalSolver("cg", tol=cg_tol, max_iter=cg_max_iter)
 
 
@@ -68,12 +69,13 @@ class InexactSolverKeys:
     passes: int = 3
     batch_size: int = 1
     lr: float | None = None
+    svrg_variant: str = "epochs"
     cg_tol: float = 1e-2
     cg_max_iter: int | None = None
 
     def solver(self) -> LocalSolver:
         return inexact_local_solver(self.local_solver, passes=self.passes, batch_size=self.batch_size, lr=self.lr,
-                                    cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter)
+                                    cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter, svrg_variant=self.svrg_variant)
 
 
 @dataclass(frozen=True)

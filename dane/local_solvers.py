@@ -13,10 +13,12 @@ subproblem without the shared regularizer).  The methods (``problem.local_solver
   (or a fixed ``max_iter`` products with ``tol=0``); no d x d matrix is formed, so sparse
   X stays sparse.  On a quadratic: one CG solve.
 - ``svrg``: the local solver of InexactDANE (Reddi et al. 2016): ``passes`` epochs of
-  SVRG on the worker's rows, started at the anchor, each epoch a full-gradient
-  snapshot followed by n_i / batch_size variance-reduced steps.  The ℓ2, linear and
-  proximal terms are deterministic and enter exactly; only the data term is sampled.
-  The step is 1 / L_max of the per-row components unless ``lr`` is given.
+  SVRG on the worker's rows, started at the anchor.  The ℓ2, linear and proximal terms
+  are deterministic and enter exactly; only the data term is sampled.  The step is
+  1 / L_max of the per-row components unless ``lr`` is given.  ``variant`` (see
+  `SVRG_VARIANTS`) says when the snapshot is taken and how rows are drawn.  Compiled
+  (`dane.svrg_kernels`) on the rows of a linear model; `svrg_reference` is the same
+  method in torch, one call per step, and the fast path is tested against it.
 - ``lbfgs``: scipy's L-BFGS-B on φ, to ``tol`` times the anchor's gradient (max norm).
 - ``auto``: ``cholesky`` when the dimension is at most `AUTO_MAX_DIM` and X is dense,
   else ``cg``; the problem says which in its notes.
@@ -26,6 +28,7 @@ Newton steps on a non-quadratic φ take a backtracking (Armijo) line search and 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -37,6 +40,11 @@ from . import checks
 from .errors import ConfigError
 
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
+#: ``epochs``: a full-gradient snapshot at the start of every pass, then n_i / b steps on a fresh
+#: permutation of the rows (SVRG as published, Johnson & Zhang 2013, option I; every row once per pass).
+#: ``matlab``: the public MATLAB/Octave reference's: one snapshot (at the anchor) per solve, then
+#: passes * n_i / b steps on rows drawn uniformly with replacement.
+SVRG_VARIANTS = ("epochs", "matlab")
 AUTO_MAX_DIM = 2000  # a dense d x d Cholesky costs d^3/3 flops: ~3 Gflop at 2000, once per mu
 
 
@@ -51,6 +59,7 @@ class LocalSolver:
     passes: int = 3                 # svrg: epochs per solve
     batch_size: int = 1             # svrg: rows per step
     lr: float | None = None         # svrg: step (None: 1 / L_max)
+    variant: str = "epochs"         # svrg: SVRG_VARIANTS
 
     def __post_init__(self) -> None:
         checks.one_of("problem.local_solver", self.method, LOCAL_SOLVERS)
@@ -62,6 +71,7 @@ class LocalSolver:
         checks.positive_int("problem.svrg_batch_size", self.batch_size)
         if self.lr is not None:
             checks.positive("problem.svrg_lr", self.lr)
+        checks.one_of("problem.svrg_variant", self.variant, SVRG_VARIANTS)
         if self.method == "cg" and self.tol == 0 and self.max_iter is None:
             raise ConfigError("problem.local_solver=cg with local_tol=0 needs problem.local_max_iter (a fixed count)")
 
@@ -157,28 +167,79 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
 
 
 def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None) -> torch.Tensor:
-    r"""SVRG on φ = Σ_j weight f_j + R: ``passes`` epochs of n_i / b steps of
+    """`svrg_reference`'s iterate, compiled (`dane.svrg_kernels`) where the shard gives its rows.
 
-    .. math:: w \leftarrow w - \gamma\Big(\tfrac{n_i}{b}\sum_{j\in B}(\nabla f_j(w) - \nabla f_j(\tilde w))
-              + \nabla D_i(\tilde w) + \nabla R(w)\Big)
-
-    with the snapshot :math:`\tilde w` refreshed every epoch (option I, the last iterate).
+    The same draws from ``generator`` as the reference; without numba installed, the
+    reference itself (with a warning, once).
     """
+    rows = sub.shard.svrg_rows() if hasattr(sub.shard, "svrg_rows") else None
+    if rows is None:
+        return svrg_reference(sub, solver, generator)
+    try:
+        from . import svrg_kernels  # numba: imported on the first SVRG solve, never at ``import dane``
+    except ImportError as exc:
+        _warn_once(f"numba is not importable ({exc}); SVRG runs its torch reference, one call per step "
+                   "(slow): pip install numba")
+        return svrg_reference(sub, solver, generator)
+    lr, shrink, steps, b = svrg_constants(sub, solver)
+    order = torch.cat(svrg_schedule(sub.shard.n_local, b, steps, solver, generator))
+    if steps == 0:  # no rows
+        return sub.anchor.clone()
+    w = sub.anchor.to(rows.dtype).numpy().copy()
+    c0 = (-sub.linear - sub.mu * sub.anchor).to(rows.dtype).numpy()
+    w = svrg_kernels.run(rows, lr=lr, shrink=shrink, scale=sub.shard.n_local / b, w=w, c0=c0,
+                         order=order.numpy(), steps=steps, b=b)
+    return torch.from_numpy(w).to(sub.anchor.dtype)
+
+
+def svrg_constants(sub: Subproblem, solver: LocalSolver) -> tuple[float, float, int, int]:
+    """(step γ, deterministic curvature λ + μ, steps per snapshot, rows per step) of an SVRG solve."""
     shard = sub.shard
     n, b = shard.n_local, min(solver.batch_size, shard.n_local)
     shrink = sub.l2 + sub.mu  # the deterministic part's curvature: ∇R(w) = shrink·w − linear − μ·anchor
     lr = solver.lr if solver.lr is not None else 1.0 / (n * shard.row_smoothness() + shrink)
+    steps = n // b if solver.variant == "epochs" else solver.passes * n // b
+    return lr, shrink, steps, b
+
+
+def svrg_schedule(n: int, b: int, steps: int, solver: LocalSolver,
+                  generator: torch.Generator | None) -> list[torch.Tensor]:
+    """The rows of every step, one tensor per snapshot (``steps`` x b rows each); see `SVRG_VARIANTS`."""
+    if solver.variant == "epochs":
+        return [torch.randperm(n, generator=generator)[:steps * b] for _ in range(solver.passes)]
+    return [torch.randint(0, n, (steps * b,), generator=generator)]
+
+
+def svrg_reference(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None) -> torch.Tensor:
+    r"""SVRG on φ = Σ_j weight f_j + R, in torch, one call per step (the reference of `svrg`):
+
+    .. math:: w \leftarrow w - \gamma\Big(\tfrac{n_i}{b}\sum_{j\in B}(\nabla f_j(w) - \nabla f_j(\tilde w))
+              + \nabla D_i(\tilde w) + \nabla R(w)\Big)
+
+    with the snapshot :math:`\tilde w` the last iterate, taken once per pass (``epochs``) or
+    once at the anchor (``matlab``), the rows B by `svrg_schedule`.
+    """
+    shard = sub.shard
+    lr, shrink, steps, b = svrg_constants(sub, solver)
+    scale = shard.n_local / b
     w = sub.anchor.clone()
-    scale = n / b
-    for _ in range(solver.passes):
+    for order in svrg_schedule(shard.n_local, b, steps, solver, generator):
         snapshot = w.clone()
         _, full = shard.data_value_grad(snapshot)
-        constant = full - sub.linear - sub.mu * sub.anchor  # ∇D_i(w̃) + ∇R(w) − shrink·w, fixed for the epoch
-        order = torch.randperm(n, generator=generator)
-        for start in range(0, n - b + 1, b):
+        constant = full - sub.linear - sub.mu * sub.anchor  # ∇D_i(w̃) + ∇R(w) − shrink·w, fixed per snapshot
+        for start in range(0, steps * b, b):
             correction = shard.rows_grad_diff(w, snapshot, order[start:start + b])
             w = (1 - lr * shrink) * w - lr * (scale * correction + constant)
     return w
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """InexactDANE and AIDE (Reddi et al. 2016) against exact DANE, closed-form and scipy optima.
 
-SVRG runs in Python at ~100 µs a step, so the problems are small: ridge N=800, d=30,
-m=8 (n_i = 100, about 3.3 d: exact DANE with μ=0 is slow there) and logistic N=800,
-d=20, m=4.  Each run's local solver draws from the problem's own seeded generator, so
-every comparison builds fresh shards.
+The problems are small: ridge N=800, d=30, m=8 (n_i = 100, about 3.3 d: exact DANE with
+μ=0 is slow there) and logistic N=800, d=20, m=4.  Each run's local solver draws from the
+problem's own seeded generator, so every comparison builds fresh shards.  The compiled
+SVRG against its torch reference is tests/test_svrg.py.
 """
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from baselines import AIDEConfig, InexactDANEConfig
-from baselines.aide import catalyst_alpha, catalyst_q, catalyst_zeta
+from baselines.aide import catalyst_alpha, catalyst_q, catalyst_tau, catalyst_zeta
 from dane.comm import ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.launch import execute
 from dane.local_solvers import LocalSolver
-from dane.losses import LOGISTIC
+from dane.losses import LOGISTIC, SQUARED
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard
 from dane.problems.ridge import generate, ridge_optimum
@@ -156,7 +156,7 @@ def test_aide_with_tau_zero_is_inexact_dane_iterate_for_iterate():
 
 def test_aide_reaches_the_ridge_optimum_faster_than_inexact_dane():
     optimum = ridge_optimal_value()
-    (_, records, _), *_ = simulate(AIDEConfig(), ridge_problems(), rounds=12, tol=1e-8 * optimum)
+    (_, records, _), *_ = simulate(AIDEConfig(tau=0.1), ridge_problems(), rounds=12, tol=1e-8 * optimum)
     assert rounds_to(records, optimum) <= 12  # 8 when measured, against 16 for InexactDANE (tau = 0)
     assert_two_allreduces_per_round(records)
 
@@ -166,6 +166,41 @@ def test_aide_reaches_the_scipy_logistic_optimum():
     (_, records, _), *_ = simulate(AIDEConfig(tau=0.01), logistic_problems(), rounds=10)
     assert rounds_to(records, optimum) <= 8  # 6 when measured
     assert_two_allreduces_per_round(records)
+
+
+@pytest.mark.parametrize("config", [InexactDANEConfig(), AIDEConfig()], ids=["inexact_dane", "aide"])
+def test_the_defaults_reach_1e_8_on_the_small_problems(config):
+    for problems, optimum, cap in ((ridge_problems(), ridge_optimal_value(), 40),
+                                   (logistic_problems(), logistic_optimal_value(), 20)):
+        (_, records, _), *_ = simulate(config, problems, rounds=cap, tol=1e-8 * optimum)
+        assert rounds_to(records, optimum) <= cap  # ridge 14 and 19, logistic 4 and 7 rounds when measured
+
+
+def tau_problems(lam: float = 0.1):
+    """Two squared-loss workers whose τ_i can be read off: rows of squared norms (1, 4) and (2, 9, 1), N = 5."""
+    rows = [np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([[1.0, 1.0], [3.0, 0.0], [0.0, 1.0]])]
+    return [LinearModelShard(torch.from_numpy(X), torch.from_numpy(X.sum(1)), SQUARED, l2=lam, weight=2 / 5)
+            for X in rows]
+
+
+def test_tau_auto_is_the_mean_of_catalyst_choices():
+    # worker i: L_i = n_i * weight * max ||x_j||^2; tau_i = L_i / (n_i + 1) - lam
+    lam = 0.1
+    tau_0 = 2 * (2 / 5) * 4 / 3 - lam   # 0.96667
+    tau_1 = 3 * (2 / 5) * 9 / 4 - lam   # 2.6
+    expected = (tau_0 + tau_1) / 2
+    assert catalyst_tau((2 / 5) * 4, 2, lam) == pytest.approx(tau_0, rel=1e-15)
+    assert catalyst_tau(0.01, 3, lam) == 0.0 and catalyst_tau(1.0, 0, lam) == 0.0  # no acceleration to do; no rows
+    (algo, records, _), (other, other_records, _) = simulate(AIDEConfig(), tau_problems(lam), rounds=3)
+    assert algo.tau == other.tau == pytest.approx(expected, rel=1e-14)
+    assert all(r["tau"] == algo.tau for r in records[:-1] + other_records[:-1])
+    q = lam / (lam + expected)
+    assert records[0]["zeta"] == pytest.approx((1 - math.sqrt(q)) / (1 + math.sqrt(q)), rel=1e-12)
+    # the agreement rides in round 0's first allreduce: no extra communication round, one more scalar once
+    (_, by_hand, _), *_ = simulate(AIDEConfig(tau=expected), tau_problems(lam), rounds=3)
+    assert [r["comm_rounds"] for r in records] == [r["comm_rounds"] for r in by_hand] == [0, 2, 4, 6]
+    extra = [r["bytes_sent"] - h["bytes_sent"] for r, h in zip(records, by_hand)]  # cumulative
+    assert extra[0] == 0 and 0 < extra[1] <= 8 and extra[1:] == [extra[1]] * 3
 
 
 def test_catalyst_momentum_and_extrapolation():
@@ -200,15 +235,17 @@ def test_same_seed_same_iterates_other_seed_other_iterates(config):
 
 def test_communication_per_round_is_dane_s():
     # Two grouped allreduces per round, gradient (+ metrics) and iterate: the same bytes as DANE's.
+    # (AIDE's tau=auto adds one scalar to round 0's first allreduce: test_tau_auto_is_the_mean_of_catalyst_choices)
     (_, dane, _), *_ = simulate(DANEConfig(safeguard=False), ridge_problems(4), rounds=3)
-    for config in (InexactDANEConfig(), AIDEConfig(), InexactDANEConfig(local_solver="cg")):
+    for config in (InexactDANEConfig(), AIDEConfig(tau=0.1), InexactDANEConfig(local_solver="cg")):
         (_, records, _), *_ = simulate(config, ridge_problems(4), rounds=3)
         assert [(r["comm_rounds"], r["bytes_sent"]) for r in records] == \
                [(r["comm_rounds"], r["bytes_sent"]) for r in dane] == [(2 * t, records[1]["bytes_sent"] * t)
                                                                       for t in range(4)]
 
 
-@pytest.mark.parametrize("config", [AIDEConfig(tau=0.1), InexactDANEConfig()], ids=["aide", "inexact_dane"])
+@pytest.mark.parametrize("config", [AIDEConfig(tau=0.1), AIDEConfig(), InexactDANEConfig()],
+                         ids=["aide", "aide_tau_auto", "inexact_dane"])
 def test_a_resumed_run_continues_exactly(config):
     problems = ridge_problems(4)
 
@@ -235,7 +272,8 @@ def test_a_resumed_run_continues_exactly(config):
     (InexactDANEConfig, "eta", 0), (InexactDANEConfig, "mu", -1.0), (InexactDANEConfig, "local_solver", "sgd"),
     (InexactDANEConfig, "passes", 0), (InexactDANEConfig, "batch_size", 1.5), (InexactDANEConfig, "lr", -0.1),
     (InexactDANEConfig, "cg_tol", -1e-3), (AIDEConfig, "tau", -0.1), (AIDEConfig, "passes", 0),
-    (AIDEConfig, "local_solver", "cholesky"),
+    (AIDEConfig, "local_solver", "cholesky"), (AIDEConfig, "tau", "fast"), (InexactDANEConfig, "svrg_variant", "jakub"),
+    (AIDEConfig, "svrg_variant", "reference"),
 ])
 def test_bad_hyperparameters_name_the_key_and_value(factory, key, value):
     with pytest.raises(ConfigError, match=rf"algorithm\.{key} must .*{value}"):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse
@@ -52,11 +53,26 @@ class SolverOptions:
     svrg_passes: int = 3
     svrg_batch_size: int = 1
     svrg_lr: float | None = None
+    svrg_variant: str = "epochs"
 
     @property
     def solver(self) -> LocalSolver:
         return LocalSolver(self.local_solver, self.local_tol, self.local_max_iter, self.newton_steps,
-                           self.svrg_passes, self.svrg_batch_size, self.svrg_lr)
+                           self.svrg_passes, self.svrg_batch_size, self.svrg_lr, self.svrg_variant)
+
+
+class SVRGRows(NamedTuple):
+    """A shard's rows for the compiled SVRG: dense ``X`` (n x F), or CSR ``indptr``, ``indices``, ``data``."""
+
+    X: np.ndarray | None
+    indptr: np.ndarray | None
+    indices: np.ndarray | None
+    data: np.ndarray | None
+    y: np.ndarray
+    loss: str
+    classes: int
+    weight: float
+    dtype: torch.dtype
 
 
 def to_torch(X, dtype: torch.dtype = torch.float64):
@@ -114,6 +130,7 @@ class LinearModelShard:
         self._factors: dict[float, torch.Tensor] = {}  # quadratic: the factor per shift (the Hessian is constant)
         self._last_factor: tuple[float, torch.Tensor, torch.Tensor] | None = None  # (shift, point, factor)
         self._row_smoothness: float | None = None
+        self._svrg_rows: SVRGRows | None = None
 
     # ------------------------------------------------------------------ the Problem protocol
     @property
@@ -201,6 +218,19 @@ class LinearModelShard:
         if self.classes == 1:
             z, z_snap = z.squeeze(1), z_snap.squeeze(1)
         return self.weight * (X.t() @ (self.loss.dz(z, y) - self.loss.dz(z_snap, y))).reshape(-1)
+
+    def svrg_rows(self) -> "SVRGRows":
+        """This shard's rows as numpy views for the compiled SVRG (`dane.svrg_kernels`), made once."""
+        if self._svrg_rows is None:
+            y = self.y.detach().to(self.dtype).numpy()  # softmax: the class index as a float
+            if self.sparse:
+                self._svrg_rows = SVRGRows(None, self.X.crow_indices().numpy(), self.X.col_indices().numpy(),
+                                           self.X.values().detach().numpy(), y, self.loss.name, self.classes,
+                                           self.weight, self.dtype)
+            else:
+                self._svrg_rows = SVRGRows(np.ascontiguousarray(self.X.detach().numpy()), None, None, None, y,
+                                           self.loss.name, self.classes, self.weight, self.dtype)
+        return self._svrg_rows
 
     def row_smoothness(self) -> float:
         """max_j (m/N) c_f ||x_j||²: the smoothness of one row's term (SVRG's step is 1/(n_i · this + λ + μ))."""

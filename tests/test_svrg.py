@@ -1,0 +1,114 @@
+"""The compiled SVRG (dane.svrg_kernels) against its torch reference, and the two sampling variants.
+
+Both paths draw the rows from the same seeded generator, so their iterates agree to
+round-off; the ``matlab`` variant is checked against a loop written out here in numpy.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse
+import torch
+
+from dane.errors import ConfigError
+from dane.local_solvers import LocalSolver, Subproblem, svrg, svrg_reference
+from dane.losses import LOGISTIC, SOFTMAX, SQUARED
+from dane.problems.glm import LinearModelShard, to_torch
+from helpers import REPO, env
+
+LOSSES = {"squared": (SQUARED, 1), "logistic": (LOGISTIC, 1), "softmax": (SOFTMAX, 3)}
+
+
+def shard(loss: str, *, sparse: bool, n: int = 150, d: int = 9, seed: int = 0) -> LinearModelShard:
+    rng = np.random.default_rng(seed)
+    f, classes = LOSSES[loss]
+    X = rng.standard_normal((n, d)) * np.linspace(1.5, 0.3, d)
+    if sparse:
+        X = scipy.sparse.random(n, d, density=0.3, format="csr", random_state=seed, data_rvs=rng.standard_normal)
+    z = X @ rng.standard_normal(d)
+    if loss == "squared":
+        y = torch.from_numpy(z + 0.3 * rng.standard_normal(n))
+    elif loss == "logistic":
+        y = torch.from_numpy(np.where(z + 0.5 * rng.standard_normal(n) > 0, 1.0, -1.0))
+    else:
+        y = torch.from_numpy(rng.integers(0, classes, n))
+    return LinearModelShard(to_torch(X), y, f, l2=0.02, weight=2.0 / n, classes=classes)
+
+
+def subproblem(problem: LinearModelShard, mu: float = 0.3) -> Subproblem:
+    gen = torch.Generator().manual_seed(5)
+    anchor = 0.3 * torch.randn(problem.dim, generator=gen, dtype=torch.float64)
+    linear = 0.1 * torch.randn(problem.dim, generator=gen, dtype=torch.float64)
+    return Subproblem(problem, anchor, linear, mu, problem.l2)
+
+
+@pytest.mark.parametrize("variant", ["epochs", "matlab"])
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+@pytest.mark.parametrize("loss", list(LOSSES))
+def test_compiled_svrg_equals_the_torch_reference(loss, layout, variant):
+    problem = shard(loss, sparse=layout == "sparse")
+    for batch_size, mu in ((1, 0.3), (4, 0.0)):
+        sub = subproblem(problem, mu)
+        solver = LocalSolver("svrg", passes=3, batch_size=batch_size, variant=variant)
+        fast = svrg(sub, solver, torch.Generator().manual_seed(11))
+        reference = svrg_reference(sub, solver, torch.Generator().manual_seed(11))
+        moved = float(torch.linalg.vector_norm(reference - sub.anchor))
+        assert moved > 0.1  # the solve went somewhere
+        assert float(torch.linalg.vector_norm(fast - reference)) <= 1e-12 * float(torch.linalg.vector_norm(reference))
+
+
+def test_sparse_rescaling_keeps_the_iterates_when_the_prox_weight_dominates():
+    # mu = 50 against row smoothness ~1: 1 - lr (l2 + mu) ~ 0.02, so the kernel folds alpha into u every step or two
+    problem = shard("logistic", sparse=True)
+    sub = subproblem(problem, mu=50.0)
+    solver = LocalSolver("svrg", passes=2)
+    fast = svrg(sub, solver, torch.Generator().manual_seed(3))
+    reference = svrg_reference(sub, solver, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-14)
+
+
+def test_matlab_variant_is_one_snapshot_and_rows_drawn_with_replacement():
+    # A tiny ridge shard: 6 rows, d = 2, squared loss, written out by hand in numpy.
+    rng = np.random.default_rng(2)
+    X, y = rng.standard_normal((6, 2)), rng.standard_normal(6)
+    n, weight, l2, mu, passes = 6, 1 / 6, 0.1, 0.2, 2
+    problem = LinearModelShard(torch.from_numpy(X), torch.from_numpy(y), SQUARED, l2=l2, weight=weight)
+    anchor, linear = np.array([0.5, -0.2]), np.array([0.1, 0.3])
+    sub = Subproblem(problem, torch.from_numpy(anchor), torch.from_numpy(linear), mu, l2)
+
+    draws = torch.randint(0, n, (passes * n,), generator=torch.Generator().manual_seed(4)).numpy()
+    assert len(set(draws.tolist())) < len(draws)  # with replacement: this seed repeats a row
+    lr = 1.0 / (n * weight * float((X * X).sum(1).max()) + l2 + mu)
+    snapshot = anchor.copy()  # the only snapshot
+    full = weight * X.T @ (X @ snapshot - y)
+    w = anchor.copy()
+    for j in draws:
+        correction = weight * X[j] * (X[j] @ w - X[j] @ snapshot)
+        w = w - lr * (n * correction + full + l2 * w - linear + mu * (w - anchor))
+
+    solver = LocalSolver("svrg", passes=passes, variant="matlab")
+    for solve in (svrg, svrg_reference):
+        got = solve(sub, solver, torch.Generator().manual_seed(4)).numpy()
+        np.testing.assert_allclose(got, w, rtol=1e-13, atol=1e-15)
+    epochs = svrg(sub, LocalSolver("svrg", passes=passes), torch.Generator().manual_seed(4)).numpy()
+    assert np.abs(epochs - w).max() > 1e-6  # the default variant is a different method
+
+
+def test_bad_variant_names_the_key_and_value():
+    with pytest.raises(ConfigError, match=r"problem\.svrg_variant must be one of epochs\|matlab, got 'jakub'"):
+        LocalSolver("svrg", variant="jakub")
+
+
+def test_numba_is_imported_by_the_first_svrg_solve_not_by_import_dane():
+    code = ("import sys, torch, dane, dane.problems.glm, dane.local_solvers as ls; "
+            "assert 'numba' not in sys.modules, 'import dane imported numba'; "
+            "from test_svrg import shard, subproblem; p = shard('squared', sparse=False); "
+            "ls.svrg(subproblem(p), ls.LocalSolver('svrg'), torch.Generator()); "
+            "assert 'numba' in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**env(), "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"
