@@ -238,8 +238,9 @@ def check_memory(problem, workers: int, simulated: bool) -> None:
 
     Counted (float64): the rows this process holds (all N in the simulator, N/m under a
     launcher), each of its workers' d x d Hessian and one factor when the local solve is
-    Cholesky, and the reference optimum's transient (the whole N x d data set, or the
-    d x d Gram matrix), whichever peak is larger.
+    Cholesky on the d x d path (a shard with n_i < d rows has none: Woodbury's), and the
+    reference optimum's transient (the whole N x d data set, or the d x d Gram matrix),
+    whichever peak is larger.
     """
     if not isinstance(problem, RidgeSyntheticConfig):
         return
@@ -247,7 +248,7 @@ def check_memory(problem, workers: int, simulated: bool) -> None:
     here = workers if simulated else 1
     rows = n if simulated else -(-n // workers)
     data = 8 * rows * d
-    cholesky = problem.solver.resolve(d, sparse=False).method == "cholesky"
+    cholesky = problem.solver.resolve(d, sparse=False).method == "cholesky" and not problem.low_rank(workers)
     hessians = 8 * 2 * d * d * here if cholesky else 0
     optimum = 0 if not problem.optimum else 8 * n * d if d > AUTO_MAX_DIM else 8 * 2 * d * d
     parts = f"the {rows} x {d} data {checks.gigabytes(data)}"

@@ -90,7 +90,8 @@ CASES = [
          expected="{tmp}/binary.json is not a calibration file (not text)"),
     case("calibration_no_beta", "sim.calibration={tmp}/no_beta.json", *SMALL,
          expected="{tmp}/no_beta.json is not a calibration file (no 'beta' entry)"),
-    case("memory_cholesky", *SMALL, "problem.dim=100000", "problem.local_solver=cholesky", "workers=8",
+    case("memory_cholesky", *SMALL, "problem.dim=100000", "problem.local_solver=cholesky",
+         "problem.factorization=cholesky", "workers=8",
          expected="problem.dim=100000 with problem.n_samples=600 and 8 workers needs about 1280.5 GB of memory"),
     case("workers_mismatch_rank0", "workers=3", *SMALL, env={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"},
          expected="workers=3 but the launcher started 2 process(es); drop workers= under horovodrun/torchrun"),
@@ -339,7 +340,8 @@ def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         default = compose("config", ["problem.dim=30000", "workers=8"])
-        cholesky = compose("config", ["problem.dim=30000", "workers=8", "problem.local_solver=cholesky"])
+        cholesky = compose("config", ["problem.dim=30000", "workers=8", "problem.local_solver=cholesky",
+                                      "problem.factorization=cholesky"])  # d x d, not Woodbury's n_i x n_i
     monkeypatch.setattr(checks, "available_memory", lambda: 2_000_000_000)
     with pytest.raises(ConfigError) as err:
         run_spec(default)  # cg (d > 2000): no d x d matrix, but the 18000 x 30000 data

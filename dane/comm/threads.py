@@ -14,6 +14,14 @@ the parallel wall time the m workers would have taken on m machines.
 
 A Ctrl-C while `ThreadGroup.run` waits for its workers stops them at their next
 collective (`Interrupted`), so the run ends within a round and its workers can report.
+
+*Thousands of workers.*  A collective is one pass through a `Rendezvous` (a barrier whose
+waiters are released one by one, each handing the gate to the next, so a collective
+costs O(m) wake-ups; `threading.Barrier` wakes all m at once on one condition, and they
+then fight over its lock and the GIL, which grows faster than m), and the reduction
+itself is O(m d).  Worker threads get `WORKER_STACK_BYTES` of stack address space instead
+of the system's default.  ``make bench`` (scripts/bench_load.py, ``federated_scale``)
+measures time per round and peak memory up to m = 10,000.
 """
 from __future__ import annotations
 
@@ -107,6 +115,74 @@ def meter_for(devices) -> Meter:
     return DeviceTurns() if any(torch.device(d).type == "cuda" for d in devices) else ThreadCPUTime()
 
 
+#: stack address space per simulated worker thread (touched pages only count as memory); the default is
+#: the process's stack limit (8 MiB here), 80 GB of address space at 10,000 workers
+WORKER_STACK_BYTES = 4 * 2 ** 20
+
+
+class Rendezvous:
+    """A reusable barrier for many threads; the last to arrive runs ``action`` before anyone leaves.
+
+    The waiters of a generation block on that generation's gate, a lock held closed; the
+    last arrival runs the action and releases the gate, and each waiter, once through,
+    releases it for the next: one wake-up per waiter.  `abort` breaks the rendezvous for
+    good: the current gate opens and every wait, now or later, raises
+    `threading.BrokenBarrierError`, as `threading.Barrier.abort` does.  Waiting threads
+    must call `wait` in the same order of generations (the m workers of a collective).
+    """
+
+    def __init__(self, parties: int, action: Callable[[], None] | None = None):
+        self.parties = parties
+        self._action = action
+        self._mutex = threading.Lock()
+        self._arrived = 0
+        self._gate = _closed_gate()
+        self.broken = False
+
+    def wait(self) -> None:
+        with self._mutex:
+            if self.broken:
+                raise threading.BrokenBarrierError
+            gate = self._gate
+            self._arrived += 1
+            last = self._arrived == self.parties
+            if last:
+                self._arrived = 0
+        if last:
+            try:
+                if self._action is not None:
+                    self._action()
+            except BaseException:
+                self.abort()
+                raise
+            with self._mutex:
+                self._gate = _closed_gate()  # the next generation's; nobody can arrive there before `gate` opens
+        else:
+            gate.acquire()  # blocks until the previous thread through hands the gate on
+        _open(gate)
+        if self.broken:
+            raise threading.BrokenBarrierError
+
+    def abort(self) -> None:
+        with self._mutex:
+            self.broken = True
+            _open(self._gate)
+
+
+def _closed_gate() -> threading.Lock:
+    gate = threading.Lock()
+    gate.acquire()
+    return gate
+
+
+def _open(gate: threading.Lock) -> None:
+    """Release ``gate``; an `abort` may have released it first, which is just as open."""
+    try:
+        gate.release()
+    except RuntimeError:
+        pass
+
+
 class Interrupted(BaseException):
     """Raised in a simulated worker at its next collective once the group is stopped (a Ctrl-C).
 
@@ -125,8 +201,7 @@ class ThreadGroup:
         self.stragglers = stragglers or Stragglers()
         self.meter = meter or ThreadCPUTime()
         self._rng = np.random.default_rng(self.stragglers.seed)
-        self._barrier = threading.Barrier(size, action=self._reduce)
-        self._release = threading.Barrier(size)
+        self._barrier = Rendezvous(size, action=self._reduce)
         self._inbox: list = [None] * size
         self._compute = [0.0] * size
         self._result = None
@@ -157,7 +232,7 @@ class ThreadGroup:
             columns = zip(*self._inbox)
             self._result = [torch.stack(list(column)).sum(0) / self.size for column in columns]
         elif op == "broadcast":
-            self._result = self._inbox[root]
+            self._result = [t.clone() for t in self._inbox[root]]  # the root may change its own in place once through
         else:
             self._result = None
 
@@ -165,7 +240,6 @@ class ThreadGroup:
         """Make every worker raise `Interrupted` at its next collective (or in the one it waits in)."""
         self.interrupted = True
         self._barrier.abort()
-        self._release.abort()
 
     def run(self, fn: Callable[["ThreadCommunicator"], object]) -> list[object]:
         """Run ``fn(comm)`` in m threads; return the m results, re-raising the first failure.
@@ -190,16 +264,19 @@ class ThreadGroup:
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors[comm.rank] = exc
                 self._barrier.abort()
-                self._release.abort()
             finally:
                 try:
                     comm._end()  # the last compute phase: on a GPU, its turn is given back
                 finally:
                     finished[comm.rank].set()  # even if the device failed there: the caller must not wait forever
 
-        threads = [threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True) for c in comms]
-        for t in threads:
-            t.start()
+        previous = threading.stack_size(WORKER_STACK_BYTES)
+        try:
+            threads = [threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True) for c in comms]
+            for t in threads:
+                t.start()
+        finally:
+            threading.stack_size(previous)
         try:
             for done in finished:
                 # In slices: the kernel may hand a Ctrl-C to a worker thread, and CPython runs the
@@ -254,9 +331,11 @@ class ThreadCommunicator(Communicator):
         if self.rank == 0:
             g._op = (op, nbytes, root)
         try:
-            g._barrier.wait()  # the last arrival runs ThreadGroup._reduce
+            # The last arrival runs ThreadGroup._reduce.  The result is read before this worker can
+            # arrive again, and the next reduction needs every worker's arrival: nobody overwrites
+            # it unread, so one rendezvous per collective is enough.
+            g._barrier.wait()
             result = g._result
-            g._release.wait()  # nobody refills the mailbox before everyone has read it
         except threading.BrokenBarrierError:
             if g.interrupted:
                 raise Interrupted from None

@@ -95,6 +95,10 @@ class RidgeSyntheticConfig(SolverOptions):
                 f"every worker needs at least one sample: raise n_samples or use fewer workers"
             )
 
+    def low_rank(self, workers: int) -> bool:
+        """Whether every one of ``workers`` shards solves exactly by Woodbury's n_i x n_i matrices, no d x d one."""
+        return uses_woodbury(self.factorization, -(-self.n_samples // workers), self.dim)
+
     def prepare(self) -> None:
         """Compute (or load) the reference optimum, so that `build` does only a worker's own work."""
         if self.optimum:
@@ -253,6 +257,11 @@ def _normal_solve(G: torch.Tensor, Xty: torch.Tensor, n: int, lam: float) -> tor
     return torch.linalg.solve(H, (2.0 / n) * Xty)
 
 
+def uses_woodbury(factorization: str, rows: int, dim: int) -> bool:
+    """The low-rank exact solve: asked for, or ``auto`` with fewer rows than columns (`RidgeShard`)."""
+    return factorization == "woodbury" or (factorization == "auto" and rows < dim)
+
+
 def quadratic_shard(X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None) -> "RidgeShard":
     """O_i(w) = scale * ||X w - y||^2 + lam ||w||^2 as a `QuadraticProblem` that keeps its rows."""
     return RidgeShard(X, y, lam, scale=scale, w_star=w_star)
@@ -286,7 +295,7 @@ class RidgeShard(QuadraticProblem):
         self.X, self.y, self.scale = X, y, float(scale)
         self._A = None
         self.rows = LinearModelShard(X, y, SQUARED, l2=2 * lam, weight=2 * scale, solver=solver, seed=seed)
-        self.low_rank = factorization == "woodbury" or (factorization == "auto" and X.shape[0] < X.shape[1])
+        self.low_rank = uses_woodbury(factorization, *X.shape)
         if self.rows.solver.method == "cholesky" and not self.low_rank:
             self._A = gram(X).mul_(2 * scale)
         super().__init__(self._A, 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star,
