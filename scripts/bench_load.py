@@ -1,6 +1,7 @@
 """Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json.
 
     PYTHONPATH=. python scripts/bench_load.py [--out results/bench.json] [--workers 64 256 1024] [--np 4 8]
+        [--federated-workers 64 256 1024 4096 10000] [--repeats 3] [--federated-repeat-below 1024]
 
 - ``simulator``: ``python -m experiments.train workers=m`` (DANE, ``ridge_synthetic`` with
   its defaults, N=18000 and d=500, ``--rounds`` rounds, no tolerance) for each m: the
@@ -13,6 +14,17 @@
 - ``oversubscribed``: ``horovodrun -np k --gloo`` of the same run for each k, on however
   many cores this machine has (2 here): whether it finished, its exit status, the median
   wall time per round (``round_s``, rounds 2..R of rounds.jsonl), the launch's wall time.
+
+- ``federated_scale``: the simulator at federated scale, ``problem.n_samples=100000`` (d=500)
+  for m in ``--federated-workers`` (default 64 .. 10,000: 10 rows per worker at the end,
+  where the exact local solve is Woodbury's, `dane.problems.ridge.RidgeShard`), each
+  launch a fresh process: peak resident memory (``peak_rss_gib``), the rounds' wall time
+  per round (``wall_round_s``, the run's ``wall_time_s`` over its rounds: workers' compute
+  and the threads' collectives, no setup), the launch's wall time (imports, the m shards
+  built serially, the rounds), the simulated time per round and the local-solve path.
+  Points up to ``--federated-repeat-below`` workers are repeated ``--repeats`` times
+  (median, min and max); the reference optimum is computed (or read from its disk cache)
+  once before the first point.  ``python -m paper_figs.federated_scale`` draws it.
 
 Each point sits beside the load average it was taken under.
 """
@@ -30,8 +42,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dane.results import read_rounds, read_summary  # noqa: E402
-from synthetic.bench_file import merge_section  # noqa: E402
-from synthetic.launchers import REPO, _env, venv_bin  # noqa: E402
+from dane.problems import RidgeSyntheticConfig  # noqa: E402
+from synthetic.bench_file import machine, merge_section  # noqa: E402
+from synthetic.launchers import REPO, launch_env, venv_bin  # noqa: E402
 
 KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
@@ -46,7 +59,7 @@ def launch(cmd: list[str], out: Path, timeout: float) -> dict:
     """Run ``cmd``; its exit status, wall time and peak memory (ru_maxrss of the child, or of the launcher's
     largest descendant under horovodrun: the kernel keeps the largest of the waited-for tree)."""
     before, start = load(), time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env({}), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=launch_env({}), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = start + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -88,6 +101,49 @@ def simulator(tmp: Path, workers: list[int], rounds: int, timeout: float) -> dic
     return {"problem": " ".join(RUN) + f" rounds={rounds}", "points": points}
 
 
+FEDERATED_N, FEDERATED_DIM = 100_000, 500
+
+
+def federated_scale(tmp: Path, workers: list[int], rounds: int, timeout: float, repeats: int,
+                    repeat_below: int) -> dict:
+    """Time per round and peak memory of the simulator against m on one problem of N = 100,000 rows (module docstring)."""
+    config = RidgeSyntheticConfig(n_samples=FEDERATED_N, dim=FEDERATED_DIM)
+    config.prepare()  # the reference optimum, once, off the clock (then from its disk cache)
+    problem = (f"problem.n_samples={FEDERATED_N}", f"problem.dim={FEDERATED_DIM}")
+    points = {}
+    for m in workers:
+        runs = []
+        for k in range(repeats if m <= repeat_below else 1):
+            out = tmp / f"federated_m{m}_{k}"
+            cmd = [sys.executable, "-m", "experiments.train", *RUN, *problem, f"workers={m}", f"rounds={rounds}",
+                   f"out_dir={out}"]
+            run = launch(cmd, out, timeout)
+            if "wall_time_s" in run and run.get("rounds"):
+                run["wall_round_s"] = run["wall_time_s"] / run["rounds"]
+                run["before_rounds_s"] = run["wall_s"] - run["wall_time_s"]  # imports, shards, threads
+            runs.append(run)
+            print(f"federated_scale m={m} #{k}: {run}", flush=True)
+        points[str(m)] = {"rows_per_worker": FEDERATED_N // m,
+                          "local_solve": "woodbury" if config.low_rank(m) else "cholesky",
+                          **spread(runs), "runs": runs}
+    return {"problem": " ".join((*RUN, *problem)) + f" rounds={rounds}", "n_samples": FEDERATED_N,
+            "dim": FEDERATED_DIM, "rounds": rounds, "points": points}
+
+
+def spread(runs: list[dict]) -> dict:
+    """Median, min and max over the finished repeats of each timing, the largest peak memory, and the load averages."""
+    done = [r for r in runs if r.get("finished")]
+    out: dict = {"finished": len(done) == len(runs), "repeats": len(runs),
+                 "load_1min": [r["load_before"][0] for r in runs]}
+    if done:
+        out["peak_rss_gib"] = max(r["peak_rss_gib"] for r in done)
+    for key in ("wall_round_s", "wall_s", "before_rounds_s", "round_s", "setup_s"):
+        values = [r[key] for r in done if r.get(key) is not None]
+        if values:
+            out.update({key: statistics.median(values), f"{key}_min": min(values), f"{key}_max": max(values)})
+    return out
+
+
 def largest_m(points: dict, memory_gib: float) -> dict:
     """Least squares of peak memory = a + b m over the finished points; the m where it reaches ``memory_gib``."""
     pairs = [(int(m), p["peak_rss_gib"]) for m, p in points.items() if p.get("finished")]
@@ -117,18 +173,28 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/bench.json")
     parser.add_argument("--workers", type=int, nargs="+", default=[64, 256, 1024])
-    parser.add_argument("--np", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--np", type=int, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--memory-gib", type=float, default=24.0)
     parser.add_argument("--timeout", type=float, default=900, help="seconds per launch")
+    parser.add_argument("--federated-workers", type=int, nargs="*", default=[64, 256, 1024, 4096, 10000],
+                        help="federated_scale's m (none: skip it)")
+    parser.add_argument("--repeats", type=int, default=3, help="federated_scale: launches per point up to ...")
+    parser.add_argument("--federated-repeat-below", type=int, default=1024, help="... this many workers (then one)")
     args = parser.parse_args(argv)
     path = Path(args.out)
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(), "load_at_start": load()}
+    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(), "load_at_start": load(),
+              "machine": machine()}
     with tempfile.TemporaryDirectory() as tmp:
         report["simulator"] = simulator(Path(tmp), args.workers, args.rounds, args.timeout)
         report["simulator"]["largest_m_within"] = largest_m(report["simulator"]["points"], args.memory_gib)
         merge_section(path, KEY, report)  # now, so a later failure loses nothing
-        report["oversubscribed"] = oversubscribed(Path(tmp), args.np, args.rounds, args.timeout)
+        if args.federated_workers:
+            report["federated_scale"] = federated_scale(Path(tmp), args.federated_workers, args.rounds, args.timeout,
+                                                        args.repeats, args.federated_repeat_below)
+            merge_section(path, KEY, report)
+        if args.np:
+            report["oversubscribed"] = oversubscribed(Path(tmp), args.np, args.rounds, args.timeout)
     report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     merge_section(path, KEY, report)
     print(f"load -> {path}")
