@@ -31,6 +31,7 @@ bench: setup
 	$(PY) scripts/bench_nn.py --out results/bench.json --skip-without-data
 	$(PY) scripts/bench_convex.py --out results/bench.json
 	$(PY) scripts/bench_local_solve.py --out results/bench.json
+	$(PY) scripts/bench_svrg.py --out results/bench.json
 	$(PY) scripts/bench_scaling.py --out results/bench.json
 	$(PY) scripts/bench_load.py --out results/bench.json
 	$(PY) scripts/bench_cuda.py --out results/bench.json

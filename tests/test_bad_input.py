@@ -190,6 +190,12 @@ CASES = [
          expected="{tmp}/binary.csv is not UTF-8 text"),
     case("mnist_garbled_gzip", "problem=mnist_lenet5", "data_dir={tmp}/mnist", "rounds=1", "quiet=true",
          expected="{tmp}/mnist/t10k-images-idx3-ubyte.gz is not a readable IDX file"),
+    case("aide_tau_text", "algorithm=aide", "algorithm.tau=fast", *SMALL,
+         expected="algorithm.tau must be a number >= 0 or auto, got 'fast'"),
+    case("svrg_variant_algorithm", "algorithm=inexact_dane", "algorithm.svrg_variant=jakub", *SMALL,
+         expected="algorithm.svrg_variant must be one of epochs|matlab, got 'jakub'"),
+    case("svrg_variant_problem", "problem.svrg_variant=jakub", *SMALL,
+         expected="problem.svrg_variant must be one of epochs|matlab, got 'jakub'"),
 ]
 OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
 
