@@ -10,15 +10,20 @@ two allreduces:
     w_{t+1} &= \frac1m \sum_i w_i                                          &&\text{(allreduce 2)}
 
 The local solve is the paper's: ``passes`` epochs of SVRG on the worker's rows, started
-at w_t, step 1/L_max of the row terms unless ``lr`` is given (`dane.local_solvers.svrg`).
+at w_t, step 1/L_max of the row terms unless ``lr`` is given (`dane.local_solvers.svrg`,
+compiled by numba).
 ``local_solver="cg"`` instead runs Newton-CG to the loose relative residual ``cg_tol``,
 or a fixed ``cg_max_iter`` Hessian-vector products per Newton system with ``cg_tol=0``.
 
 Defaults are the paper's method: η = 1, μ = 0, three passes (as in the public MATLAB
 reference) and no safeguard.  ``safeguard=True`` adds DANE's μ safeguard (`MuSafeguard`).
 
-Departure from the MATLAB reference: its SVRG runs ``passes * n_i`` steps after a single
-full-gradient snapshot; here the snapshot is refreshed every pass (SVRG as published).
+Departure from the MATLAB reference: its SVRG takes one full-gradient snapshot per round
+and then ``passes * n_i`` steps on rows drawn with replacement; here, by default
+(``svrg_variant="epochs"``), the snapshot is refreshed at the start of every pass and each
+pass visits the rows in a fresh random order (SVRG's outer loop, Johnson & Zhang 2013,
+with its rows reshuffled instead of drawn with replacement).
+``svrg_variant="matlab"`` is the reference's sampling (`dane.local_solvers.SVRG_VARIANTS`).
 """
 from __future__ import annotations
 

@@ -40,8 +40,8 @@ from . import checks
 from .errors import ConfigError
 
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
-#: ``epochs``: a full-gradient snapshot at the start of every pass, then n_i / b steps on a fresh
-#: permutation of the rows (SVRG as published, Johnson & Zhang 2013, option I; every row once per pass).
+#: ``epochs``: a full-gradient snapshot at the start of every pass (SVRG's outer loop, Johnson & Zhang
+#: 2013, option I), then n_i / b steps on a fresh random permutation of the rows (every row once per pass).
 #: ``matlab``: the public MATLAB/Octave reference's: one snapshot (at the anchor) per solve, then
 #: passes * n_i / b steps on rows drawn uniformly with replacement.
 SVRG_VARIANTS = ("epochs", "matlab")
