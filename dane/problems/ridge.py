@@ -145,20 +145,33 @@ def synthesize(n_samples: int, dim: int, covariance: str, noise_std: float, seed
     dest[np.argsort(rows)] = np.arange(len(rows))  # position k goes to the rank of its row among `rows`
     X, noise = np.empty((len(rows), dim)), np.empty(len(rows))
     for block in range(start // ROW_BLOCK, -(-stop // ROW_BLOCK)):
-        lo, hi = max(start, block * ROW_BLOCK), min(stop, (block + 1) * ROW_BLOCK)
-        x_rng = np.random.default_rng([seed, X_STREAM, block])
-        noise_rng = np.random.default_rng([seed, NOISE_STREAM, block])
-        skip = lo - block * ROW_BLOCK
-        if skip:  # another worker's positions: drawn and dropped, so that ours are the stream's
-            x_rng.standard_normal((skip, dim))
-            noise_rng.standard_normal(skip)
+        first, end = block * ROW_BLOCK, min(n_samples, (block + 1) * ROW_BLOCK)
+        lo, hi = max(start, first), min(stop, end)
         target = dest[lo - start:hi - start]
-        X[target] = x_rng.standard_normal((hi - lo, dim))
-        noise[target] = noise_rng.standard_normal(hi - lo)
+        if (lo, hi) == (first, end):  # the whole block is ours
+            X[target], noise[target] = _draw_block(seed, dim, block, end - first)
+        else:  # shared with the neighbouring shard, which is usually built next: drawn once for both
+            x_block, noise_block = _shared_block(seed, dim, block, end - first)
+            X[target], noise[target] = x_block[lo - first:hi - first], noise_block[lo - first:hi - first]
     if covariance == "decay":
         X *= np.arange(1, dim + 1) ** -0.6
     y = X.sum(axis=1) + noise_std * noise  # a per-row sum: the same bits whichever rows share the array
     return torch.from_numpy(X), torch.from_numpy(y)
+
+
+def _draw_block(seed: int, dim: int, block: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``rows`` positions of stream block ``block``: their x's (rows x dim) and noises."""
+    x = np.random.default_rng([seed, X_STREAM, block]).standard_normal((rows, dim))
+    return x, np.random.default_rng([seed, NOISE_STREAM, block]).standard_normal(rows)
+
+
+@lru_cache(maxsize=1)
+def _shared_block(seed: int, dim: int, block: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_draw_block`, kept for the next shard: m shards of a few rows each would otherwise draw each block up
+    to ROW_BLOCK / n_i times (the simulator builds shard r + 1 right after shard r).  Read-only."""
+    x, noise = _draw_block(seed, dim, block, rows)
+    x.flags.writeable = noise.flags.writeable = False
+    return x, noise
 
 
 @lru_cache(maxsize=2)
