@@ -93,7 +93,11 @@ def catalyst_tau(row_smoothness: float, n_local: int, strong_convexity: float) -
 
 def local_row_smoothness(problem: Problem) -> float:
     """max_j weight c_f ||x_j||² of the worker's rows (ridge_synthetic keeps its rows' linear-model view in ``rows``)."""
-    return getattr(problem, "rows", problem).row_smoothness()
+    rows = getattr(problem, "rows", problem)
+    if not hasattr(rows, "row_smoothness"):
+        raise ConfigError(f"algorithm.tau=auto needs the worker's rows (Catalyst's choice uses their smoothness), and "
+                          f"{type(problem).__name__} keeps none; set algorithm.tau to a number >= 0")
+    return rows.row_smoothness()
 
 
 def catalyst_q(strong_convexity: float, tau: float) -> float:
@@ -144,6 +148,8 @@ class AIDE(Algorithm):
         self.tau: float | None = None  # auto: agreed in round 0's first allreduce
         if tau != TAU_AUTO:
             self._set_tau(float(tau))
+        else:  # this worker's proposal, from its own rows (no communication)
+            self.local_tau = catalyst_tau(local_row_smoothness(problem), problem.n_local, problem.strong_convexity)
         self.y = self.w.clone()
 
     def _set_tau(self, tau: float) -> None:
@@ -154,11 +160,9 @@ class AIDE(Algorithm):
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
-        if self.tau is None:  # tau=auto: each worker's Catalyst τ_i, averaged in the same allreduce
-            local_tau = catalyst_tau(local_row_smoothness(self.problem), self.problem.n_local,
-                                     self.problem.strong_convexity)
+        if self.tau is None:  # tau=auto: the workers' Catalyst τ_i, averaged in the same allreduce
             g, metrics, tau = self.comm.allreduce_mean([local_grad, local_metrics,  # 1. g (and τ = mean τ_i)
-                                                        torch.tensor([local_tau], dtype=local_grad.dtype)])
+                                                        torch.tensor([self.local_tau], dtype=local_grad.dtype)])
             self._set_tau(float(tau))
         else:
             g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])   # 1. g = mean ∇O_i(w_t)

@@ -8,6 +8,7 @@ SVRG against its torch reference is tests/test_svrg.py.
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -201,6 +202,13 @@ def test_tau_auto_is_the_mean_of_catalyst_choices():
     assert [r["comm_rounds"] for r in records] == [r["comm_rounds"] for r in by_hand] == [0, 2, 4, 6]
     extra = [r["bytes_sent"] - h["bytes_sent"] for r, h in zip(records, by_hand)]  # cumulative
     assert extra[0] == 0 and 0 < extra[1] <= 8 and extra[1:] == [extra[1]] * 3
+
+
+def test_tau_auto_without_rows_asks_for_a_number():
+    rowless = types.SimpleNamespace(strong_convexity=0.1, n_local=3, initial_point=lambda: torch.zeros(2))
+    with pytest.raises(ConfigError, match="algorithm.tau=auto needs the worker's rows .* set algorithm.tau to a number"):
+        AIDEConfig().build(rowless, comm=None)
+    assert AIDEConfig(tau=0.1).build(rowless, comm=None).tau == 0.1
 
 
 def test_catalyst_momentum_and_extrapolation():
