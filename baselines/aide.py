@@ -92,7 +92,7 @@ def catalyst_tau(row_smoothness: float, n_local: int, strong_convexity: float) -
 
 
 def local_row_smoothness(problem: Problem) -> float:
-    """max_j weight c_f ||x_j||² of the worker's rows (ridge_synthetic keeps its rows' linear-model view in ``rows``)."""
+    """max_j weight c_f ||x_j||² over the worker's rows (ridge_synthetic keeps their linear-model view in ``rows``)."""
     rows = getattr(problem, "rows", problem)
     if not hasattr(rows, "row_smoothness"):
         raise ConfigError(f"algorithm.tau=auto needs the worker's rows (Catalyst's choice uses their smoothness), and "

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -90,7 +89,8 @@ def pass_cases(quick: bool) -> list[tuple[str, object]]:
     return [(f"dense {n_dense} x 14 logistic", shard_of(X, y, "logistic")),
             (f"sparse rcv1-like {n_sparse} x {Xs.shape[1]} logistic",
              shard_of(Xs, np.sign(rng.standard_normal(n_sparse)), "logistic")),
-            (f"dense {n_soft} x 785 softmax, 10 classes", shard_of(Xm, rng.integers(0, 10, n_soft), "softmax", classes=10))]
+            (f"dense {n_soft} x 785 softmax, 10 classes",
+             shard_of(Xm, rng.integers(0, 10, n_soft), "softmax", classes=10))]
 
 
 # ---------------------------------------------------------------------------------------------- sections
@@ -145,7 +145,9 @@ for name, shard in cases:
     w = torch.zeros(shard.dim, dtype=torch.float64)
     sub = Subproblem(shard, w, torch.zeros_like(w), 0.0, shard.l2)
     for key in ("first_solve_s", "second_solve_s"):
-        t = time.perf_counter(); svrg(sub, LocalSolver("svrg", passes=1), torch.Generator()); out[key][name] = time.perf_counter() - t
+        t = time.perf_counter()
+        svrg(sub, LocalSolver("svrg", passes=1), torch.Generator())
+        out[key][name] = time.perf_counter() - t
 print(json.dumps(out))
 """
 
