@@ -6,8 +6,8 @@ m simulated workers as m threads of one process, each point a fresh process.
 
 - left: the rounds' wall time per round (the m workers' compute and the threads'
   collectives, all on this machine's cores; median over the repeats, bars from the
-  fastest to the slowest), and the time before round 0 (imports, the m shards built one
-  after another, the threads started);
+  fastest to the slowest), and the rest of the launch (imports, the m shards built one
+  after another, the process's exit);
 - right: the process's peak resident memory, with this machine's memory as a line.
 
 Each point is marked with its local-solve path: the d x d Cholesky factor while a worker
@@ -53,7 +53,7 @@ def draw(scale: dict):
     ms = [m for m, _ in points]
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.6))
     for key, color, label in (("wall_round_s", "C0", "the rounds: wall time per round"),
-                              ("before_rounds_s", "C2", "before round 0: imports, m shards, threads")):
+                              ("outside_rounds_s", "C2", "the rest of the launch: imports, m shards built, exit")):
         mid = [p[key] for _, p in points]
         err = [[p[key] - p[f"{key}_min"] for _, p in points], [p[f"{key}_max"] - p[key] for _, p in points]]
         ax_t.errorbar(ms, mid, yerr=err, fmt="-", color=color, capsize=3, label=label)
@@ -96,7 +96,7 @@ def mark(ax, points: list[tuple[int, dict]], key: str, color: str) -> None:
 
 def markdown(scale: dict) -> str:
     lines = [f"`{scale['problem']}` (results/bench.json `{KEY}.{SECTION}`)", "",
-             "| m | rows per worker | local solve | wall per round (s) [min, max] | before round 0 (s) | "
+             "| m | rows per worker | local solve | wall per round (s) [min, max] | rest of the launch (s) | "
              "simulated per round (s) | peak RSS (GiB) | repeats | load (1 min) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for m, p in sorted((int(m), p) for m, p in scale["points"].items()):
@@ -105,7 +105,7 @@ def markdown(scale: dict) -> str:
                          f"{p['repeats']} | {p['load_1min']} |")
             continue
         lines.append(f"| {m:,} | {p['rows_per_worker']} | {p['local_solve']} | {p['wall_round_s']:.3g} "
-                     f"[{p['wall_round_s_min']:.3g}, {p['wall_round_s_max']:.3g}] | {p['before_rounds_s']:.3g} | "
+                     f"[{p['wall_round_s_min']:.3g}, {p['wall_round_s_max']:.3g}] | {p['outside_rounds_s']:.3g} | "
                      f"{p.get('round_s', float('nan')):.3g} | {p['peak_rss_gib']:.2f} | {p['repeats']} | "
                      f"{p['load_1min']} |")
     return "\n".join(lines) + "\n"

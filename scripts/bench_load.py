@@ -20,8 +20,9 @@
   where the exact local solve is Woodbury's, `dane.problems.ridge.RidgeShard`), each
   launch a fresh process: peak resident memory (``peak_rss_gib``), the rounds' wall time
   per round (``wall_round_s``, the run's ``wall_time_s`` over its rounds: workers' compute
-  and the threads' collectives, no setup), the launch's wall time (imports, the m shards
-  built serially, the rounds), the simulated time per round and the local-solve path.
+  and the threads' collectives), the rest of the launch's wall time (``outside_rounds_s``:
+  imports, the m shards built one after another, the process's exit), the simulated time
+  per round and the local-solve path.
   Points up to ``--federated-repeat-below`` workers are repeated ``--repeats`` times
   (median, min and max); the reference optimum is computed (or read from its disk cache)
   once before the first point.  ``python -m paper_figs.federated_scale`` draws it.
@@ -120,7 +121,7 @@ def federated_scale(tmp: Path, workers: list[int], rounds: int, timeout: float, 
             run = launch(cmd, out, timeout)
             if "wall_time_s" in run and run.get("rounds"):
                 run["wall_round_s"] = run["wall_time_s"] / run["rounds"]
-                run["before_rounds_s"] = run["wall_s"] - run["wall_time_s"]  # imports, shards, threads
+                run["outside_rounds_s"] = run["wall_s"] - run["wall_time_s"]  # imports, shards, exit
             runs.append(run)
             print(f"federated_scale m={m} #{k}: {run}", flush=True)
         points[str(m)] = {"rows_per_worker": FEDERATED_N // m,
@@ -137,7 +138,7 @@ def spread(runs: list[dict]) -> dict:
                  "load_1min": [r["load_before"][0] for r in runs]}
     if done:
         out["peak_rss_gib"] = max(r["peak_rss_gib"] for r in done)
-    for key in ("wall_round_s", "wall_s", "before_rounds_s", "round_s", "setup_s"):
+    for key in ("wall_round_s", "wall_s", "outside_rounds_s", "round_s", "setup_s"):
         values = [r[key] for r in done if r.get(key) is not None]
         if values:
             out.update({key: statistics.median(values), f"{key}_min": min(values), f"{key}_max": max(values)})
