@@ -13,7 +13,8 @@ blocks of `ROW_BLOCK` positions; block b draws the x's of its positions (d stand
 normals each, then scaled for ``decay``) and their noises from two generators of its own,
 seeded (seed, `X_STREAM`, b) and (seed, `NOISE_STREAM`, b).  So the data set is a function of (N, d, covariance,
 noise_std, seed) alone, the same for every number of workers, and a worker draws only
-its own positions (plus fewer than `ROW_BLOCK` skipped at the start of its first block).
+the blocks its positions fall in; the last block drawn is kept (`_shared_block`), so that
+m shards built in rank order draw each block once even when a shard has a few rows.
 
 *Reference optimum.*  w* = argmin O is computed once from the stream in chunks (the Gram
 matrix XᵀX accumulated chunk by chunk, then one Cholesky solve; CG on the full X when
