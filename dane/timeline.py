@@ -1,0 +1,64 @@
+"""Where a process's time went before and during its run: marks on one clock, from the process's start.
+
+`mark(name)` notes the wall-clock time of a phase's end; `phases()` gives each mark in
+seconds since the process started (the kernel's start time of this process, so the
+interpreter's start and the imports before the first mark are counted too).  Rank 0's
+summary carries them as ``timeline`` (`dane.worker`): ``config`` (the entry point has
+its configuration: imports and Hydra done), ``data`` (the data read and the worker's
+shard built), ``reference`` (the reference optimum, when asked for), ``round0`` (the
+first round starts) and ``end`` (the last record written).  A mark made twice keeps
+the first.  The launcher's own start-up is what lies before this process's start: a
+caller that timed the launch from outside subtracts (``scripts/bench_wallclock.py``).
+
+Two fields let such a caller put the marks on its own clock: ``clock_origin``, the
+``time.time()`` value the marks count from (so mark + clock_origin is the mark's wall
+time), and ``process_start``, the process's start read from the kernel's boot clock
+(`boot_clock_start`: Linux, 10 ms ticks) on the marks' axis.  psutil's start, the origin,
+adds the kernel's boot time in whole seconds, so it can sit up to a second away from
+the true start; ``process_start`` is then the better split between the launcher and the
+imports.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+_MARKS: dict[str, float] = {}
+
+
+def process_start() -> float | None:
+    """This process's start, as a ``time.time()`` value; None where the platform does not say."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return psutil.Process().create_time()
+
+
+def boot_clock_start() -> float | None:
+    """This process's start as a ``time.time()`` value: its start tick (/proc/self/stat) against CLOCK_BOOTTIME.
+
+    Exact to the kernel's tick (10 ms); None where there is no /proc or no boot clock."""
+    try:
+        after_name = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        start_s = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime; the list starts at field 3
+        now, since_boot = time.time(), time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return now - (since_boot - start_s)
+
+
+def mark(name: str) -> None:
+    _MARKS.setdefault(name, time.time())
+
+
+def phases() -> dict[str, float]:
+    """Every mark in seconds since the process started (since the first mark where the start is unknown),
+    then the fields ``clock_origin`` and ``process_start`` (see the module docstring)."""
+    if not _MARKS:
+        return {}
+    origin = process_start() or min(_MARKS.values())
+    marks = {name: round(t - origin, 4) for name, t in sorted(_MARKS.items(), key=lambda item: item[1])}
+    start = boot_clock_start()
+    fields = {"clock_origin": origin, "process_start": None if start is None else round(start - origin, 4)}
+    return {**marks, **fields}
