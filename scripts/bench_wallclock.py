@@ -475,6 +475,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="bench_wallclock_") as tmp:
         for problem in problems(Path(tmp), args.data_dir.resolve(), args.quick):
             result["problems"][problem["name"]] = bench_problem(problem, Path(tmp), repeats, args.quick)
+            merge_section(args.out, KEY, result)  # each problem as it is done: a long run is not lost to a crash
     result["load_avg_end"] = load()
     merge_section(args.out, KEY, result)
     print(f"bench_wallclock: wrote {KEY} into {args.out}", flush=True)
