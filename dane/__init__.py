@@ -4,11 +4,31 @@ The public names, for notebooks and scripts (see the README's "Python API"):
 
     import dane
     result = dane.fit(dane.problems.Ridge(X, y, lam=1e-3), "dane", workers=4, rounds=30)
-"""
-from . import problems
-from .api import ArraySource, Result, algorithm_config, fit, shards
-from .dane import DANE, DANEConfig
-from .local_solvers import LOCAL_SOLVERS, LocalSolver
 
-__all__ = ["ArraySource", "DANE", "DANEConfig", "LOCAL_SOLVERS", "LocalSolver", "Result", "algorithm_config", "fit",
-           "problems", "shards"]
+They are imported on first use (PEP 562), so that ``import dane`` costs nothing a run
+does not need: a launched worker imports the modules its run uses and no others.
+"""
+from __future__ import annotations
+
+import importlib
+
+_PUBLIC = {
+    "ArraySource": "problems.arrays", "Result": "api", "algorithm_config": "api", "fit": "api", "shards": "api",
+    "DANE": "dane", "DANEConfig": "dane",
+    "LOCAL_SOLVERS": "local_solvers", "LocalSolver": "local_solvers",
+}
+__all__ = sorted([*_PUBLIC, "problems"])
+
+
+def __getattr__(name: str):
+    if name == "problems":
+        return importlib.import_module(".problems", __name__)
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dane' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

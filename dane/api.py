@@ -1,7 +1,7 @@
 """The Python API: problems from arrays and ``fit``, for notebooks and scripts.
 
     import dane
-    problem = dane.problems.LogReg(X, y, lam=1e-3)          # X: numpy array or scipy sparse matrix
+    problem = dane.problems.LogReg(X, y, lam=1e-3, optimum="auto")  # X: numpy or scipy sparse; auto: O* too
     result = dane.fit(problem, "giant", workers=4, rounds=30, tol=1e-10)
     result.records[-1]["suboptimality"], result.w, result.table["objective"]
 
@@ -14,62 +14,22 @@ workers in this process, on the same shards a ``horovodrun -np m`` run would use
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from .comm import AlphaBeta
-from .data.table import Table
 from .errors import ConfigError, DivergenceError, UserError
 from .launch import RunSpec, execute
-from .problems.linear_models import LinearModelConfig
 from .runner import StopRule
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-
-
-@dataclass(frozen=True, repr=False)
-class ArraySource:
-    """A data source over in-memory arrays (X dense or scipy sparse, y a vector)."""
-
-    X: object
-    y: object
-    name: str = "arrays"
-    fingerprint: str = field(default="", compare=False)
-
-    def __post_init__(self) -> None:
-        X = self.X if scipy.sparse.issparse(self.X) else np.asarray(self.X, dtype=np.float64)
-        y = np.asarray(self.y, dtype=np.float64).reshape(-1)
-        if X.ndim != 2:
-            raise ConfigError(f"X must be a 2-D array (rows x features), got shape {X.shape}")
-        if X.shape[0] != y.shape[0]:
-            raise ConfigError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries; give one label per row")
-        data = X.data if scipy.sparse.issparse(X) else X
-        if not (np.isfinite(data).all() and np.isfinite(y).all()):
-            raise ConfigError("X or y holds nan or inf; drop or impute those rows first")
-        X = scipy.sparse.csr_matrix(X, dtype=np.float64) if scipy.sparse.issparse(X) else X
-        digest = hashlib.sha1()
-        for part in ((X.data, X.indices, X.indptr) if scipy.sparse.issparse(X) else (X,)) + (y,):
-            digest.update(np.ascontiguousarray(part).tobytes())
-        object.__setattr__(self, "X", X)
-        object.__setattr__(self, "y", y)
-        object.__setattr__(self, "fingerprint", f"{X.shape}:{digest.hexdigest()}")
-
-    presharded = False
-
-    def load(self) -> Table:
-        return Table(self.X.copy(), self.y.copy(), self.name, [])
-
-    def __repr__(self) -> str:  # the cache key of the loaded table and the optimum: content, not address
-        return f"ArraySource({self.name}, {self.fingerprint})"
 
 
 def shards(n_rows: int, workers: int, seed: int = 0) -> list[np.ndarray]:
@@ -82,23 +42,6 @@ def shards(n_rows: int, workers: int, seed: int = 0) -> list[np.ndarray]:
     from .problems.ridge import shard
 
     return [rows.numpy() for rows in shard(n_rows, workers, seed)]
-
-
-def _linear(loss: str, name: str):
-    def make(X, y, *, lam: float = 1e-3, fit_intercept: bool = False, local_solver: str = "auto",
-             seed: int = 0, **solver_keys) -> LinearModelConfig:
-        return LinearModelConfig(data=ArraySource(X, y), loss=loss, lam=lam, fit_intercept=fit_intercept,
-                                 local_solver=local_solver, seed=seed, name=name, **solver_keys)
-
-    make.__name__ = make.__qualname__ = name
-    make.__doc__ = (f"problem={name} on arrays X (n x d, dense or scipy sparse) and y; keywords as in "
-                    f"conf/problem/{name}.yaml (lam is the weight of (lam/2)||w||^2).")
-    return make
-
-
-Ridge = _linear("squared", "ridge")
-LogReg = _linear("logistic", "logreg")
-Softmax = _linear("softmax", "softmax")
 
 
 def algorithm_config(name: str, *, seed: int = 0, **overrides):

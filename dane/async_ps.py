@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .asynchronous import Update, keep_updates, log_stats, round_stats
+from .worker import run_worker
 
 
 class Replay:
@@ -66,9 +67,8 @@ class ReplayView:
                 "asynchronous": log_stats(replay.log, replay.staleness, self._comm.size)}
 
 
-def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s: float, collect: dict | None,
-                 worker) -> dict:
-    """A worker of a real asynchronous run (`dane.comm.ps_async`), then its records (``worker``: `dane.launch._worker`).
+def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s: float, collect: dict | None) -> dict:
+    """A worker of a real asynchronous run (`dane.comm.ps_async`), then its records (`dane.worker.run_worker`).
 
     The algorithm is built while the servers still answer the synchronous protocol (local_sgd's
     lr=null takes one allreduce); the workers then end that loop, run the asynchronous phase,
@@ -82,6 +82,6 @@ def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s
     results = work(comm, algo, algo.updates_per_round, slowdown)
     log = [Update(**{k: (v if k == "time" else int(v)) for k, v in zip(LOG_FIELDS, row)}) for row in results["log"]]
     replay = Replay(algo, comm, results, log, algo.updates_per_round, spec.staleness)
-    summary = worker(spec, replay.comm, problem, out_dir, start, setup_s, collect, algo=replay)
+    summary = run_worker(spec, replay.comm, problem, out_dir, start, setup_s, collect, algo=replay)
     keep_updates(log, out_dir if comm.rank == 0 else None, collect)
     return summary

@@ -78,7 +78,9 @@ import torch
 from .comm import ParameterServerCost, Stragglers, ThreadGroup
 from .comm.threads import Meter, ThreadCPUTime, meter_for
 from .errors import ConfigError
+from .reference import attach_all
 from .results import atomic_write_text
+from .worker import build_problem, run_worker
 
 UPDATES_FILE = "updates.jsonl"
 
@@ -233,7 +235,7 @@ def histogram(values) -> dict[str, int]:
 
 
 class ServerView:
-    """The simulated run as the round loop (`dane.runner.run`) and `dane.launch._worker` see one worker's communicator.
+    """The simulated run as the round loop (`dane.runner.run`) and `dane.worker.run_worker` see one worker's communicator.
 
     ``bytes_sent`` and ``calls`` are the workers' means; ``elapsed`` is the simulated time of
     the server's current version; ``allreduce_mean`` returns its input, because the
@@ -265,7 +267,7 @@ class ServerView:
 
 
 class _GroupTimes:
-    """The simulated totals that `dane.launch._worker` reads from a `ThreadGroup` for the summary."""
+    """The simulated totals that `dane.worker.run_worker` reads from a `ThreadGroup` for the summary."""
 
     compute_clock = "sim_step_time"  # a step's compute is modelled (``sim.step_time``), not measured
 
@@ -339,23 +341,23 @@ def build_workers(spec, problems: Sequence) -> tuple[list, ThreadGroup]:
     return workers, group
 
 
-def run_async(spec, out_dir: str | None, collect: dict | None, build, worker) -> dict:
-    """Simulate ``spec`` asynchronously; rank 0's driver (``worker``, `dane.launch._worker`) writes ``out_dir``.
+def run_async(spec, out_dir: str | None, collect: dict | None) -> dict:
+    """Simulate ``spec`` asynchronously; rank 0's driver (`dane.worker.run_worker`) writes ``out_dir``.
 
-    ``build(spec, rank, size, clock)`` makes one worker's problem (`dane.launch._build`).
     Besides the usual records and summary, ``out_dir`` gets ``updates.jsonl``, one line per server update.
     """
     if not isinstance(spec.cost, ParameterServerCost):
         raise ConfigError(f"comm.staleness={spec.staleness} simulates a parameter server; add sim.topology=ps")
     torch.set_num_threads(1)  # one core per simulated worker, and one order of floating-point sums
-    problems, setups = zip(*(build(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
+    problems, setups = zip(*(build_problem(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
+    attach_all(spec.problem, problems)
     workers, group = build_workers(spec, problems)
     server = spec.algorithm.async_server(workers[0].iterate.detach().clone(),
                                          [float(algo.problem.n_local) for algo in workers])
     sim = EventSimulator(workers, server, staleness=spec.staleness, cost=spec.cost, stragglers=spec.stragglers,
                          step_time=spec.step_time, meter=meter_for(getattr(p, "device", "cpu") for p in problems))
     run = AsyncRun(workers, group, sim)
-    summary = worker(spec, run.comm, AllWorkers(problems), out_dir, time.perf_counter(), max(setups), collect,
+    summary = run_worker(spec, run.comm, AllWorkers(problems), out_dir, time.perf_counter(), max(setups), collect,
                      algo=run)
     keep_updates(sim.log, out_dir, collect)
     return summary

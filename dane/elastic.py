@@ -1,7 +1,7 @@
 r"""Horovod elastic: a run that goes on when workers are lost or added (``comm.elastic=true``).
 
 Started by ``horovodrun --min-np A --max-np B --host-discovery-script S`` (which sets
-``HOROVOD_ELASTIC=1``), `run_elastic` wraps the one run loop (`dane.launch._worker` around
+``HOROVOD_ELASTIC=1``), `run_elastic` wraps the one run loop (`dane.worker.run_worker` around
 `dane.runner.run`) in ``hvd.elastic.run``.  Every ``checkpoint_every`` rounds (every
 round when it is 0) each worker commits, in memory, the state from which `dane.runner.run`
 continues exactly (next round, cost counters, first record, early-stopping state, the
@@ -70,6 +70,7 @@ from pathlib import Path
 from .checkpoint import truncate_rounds
 from .comm import Communicator
 from .errors import ConfigError
+from .reference import attach_one
 from .results import LOCK_FILE
 
 #: algorithms whose committed state carries over a change of world size (see the module docstring)
@@ -210,7 +211,7 @@ class ElasticSession:
 def disk_progress(spec, size: int) -> dict | None:
     """With ``resume=``: rank 0's part of the committed checkpoint on disk, the elastic run's first committed state."""
     from .checkpoint import load_checkpoint
-    from .launch import worker_meta
+    from .worker import worker_meta
 
     if spec.resume is None:
         return None
@@ -222,7 +223,7 @@ def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
     import horovod.torch as hvd
 
     from .comm.horovod import HorovodCommunicator
-    from .launch import _build, _worker
+    from .worker import build_problem, run_worker
 
     hvd.init()
     progress = disk_progress(spec, hvd.size()) if hvd.rank() == 0 else None  # rank 0's is broadcast to all
@@ -231,12 +232,13 @@ def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
     @hvd.elastic.run
     def attempt(state) -> dict:  # state is session.state, synced from rank 0 by hvd.elastic.run
         comm = HorovodCommunicator(init=False)
-        problem, setup_s = _build(spec, comm.rank, comm.size, time.perf_counter)
+        problem, setup_s = build_problem(spec, comm.rank, comm.size, time.perf_counter)
         release = getattr(spec.problem, "release", None)
         if release is not None:
             release()
+        attach_one(spec.problem, problem, comm)
         comm.reset_clock()
-        return _worker(spec, comm, problem, session.out_dir, time.perf_counter(), setup_s, collect, elastic=session)
+        return run_worker(spec, comm, problem, session.out_dir, time.perf_counter(), setup_s, collect, elastic=session)
 
     try:
         return attempt(session.state)

@@ -33,7 +33,6 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
-import scipy.optimize
 import torch
 
 from . import checks
@@ -244,6 +243,8 @@ def _warn_once(message: str) -> None:
 
 def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:
     """scipy L-BFGS-B on φ, from the anchor, to tol x the anchor's gradient (max norm)."""
+    import scipy.optimize  # here, not at import: a run that never asks for L-BFGS does not pay for it
+
     dtype = sub.anchor.dtype
 
     def fun(x: np.ndarray):

@@ -13,7 +13,12 @@ from .errors import ConfigError
 
 @dataclass(frozen=True)
 class StopRule:
-    """Stop after ``rounds`` rounds, or once suboptimality (else grad_norm) is at most ``tol``.
+    """Stop after ``rounds`` rounds, or once the run is within ``tol`` of the optimum.
+
+    Within ``tol``: suboptimality at most ``tol`` when the run has a reference optimum
+    (``problem.optimum``, `dane.reference`); without one, the gradient norm at most
+    ``tol`` times its value at round 0 (a relative rule: it does not change when the
+    objective is scaled).  `rule` names the test in use, for the log and the summary.
 
     A run whose objective becomes non-finite or grows past ``blowup`` times its start is
     stopped and marked diverged.  Optionally (`EarlyStopping`) a run also stops once
@@ -34,10 +39,20 @@ class StopRule:
         if not math.isfinite(objective) or abs(objective) > self.blowup * max(1.0, abs(first["objective"])):
             return "diverged"
         if self.tol is not None:
-            key = "suboptimality" if "suboptimality" in record else "grad_norm"
-            if record.get(key, math.inf) <= self.tol:
+            if "suboptimality" in record:
+                if record["suboptimality"] <= self.tol:
+                    return "converged"
+            elif "grad_norm" in record and record["grad_norm"] <= self.tol * first["grad_norm"]:
                 return "converged"
         return None
+
+    def rule(self, record: dict) -> str | None:
+        """The stopping test ``tol`` applies to runs whose records look like ``record``; None without ``tol``."""
+        if self.tol is None:
+            return None
+        if "suboptimality" in record:
+            return f"suboptimality <= {self.tol:g}"
+        return f"grad_norm <= {self.tol:g} x grad_norm at round 0"
 
 
 class MonitorError(ConfigError):

@@ -13,10 +13,9 @@ caller that timed the launch from outside subtracts (``scripts/bench_wallclock.p
 Two fields let such a caller put the marks on its own clock: ``clock_origin``, the
 ``time.time()`` value the marks count from (so mark + clock_origin is the mark's wall
 time), and ``process_start``, the process's start read from the kernel's boot clock
-(`boot_clock_start`: Linux, 10 ms ticks) on the marks' axis.  psutil's start, the origin,
-adds the kernel's boot time in whole seconds, so it can sit up to a second away from
-the true start; ``process_start`` is then the better split between the launcher and the
-imports.
+(`boot_clock_start`: Linux, 10 ms ticks) on the marks' axis: 0 where that clock is the
+origin, as on Linux; elsewhere the origin is psutil's start, which adds the kernel's boot
+time in whole seconds and so can sit up to a second away from the true start.
 """
 from __future__ import annotations
 
@@ -57,7 +56,7 @@ def phases() -> dict[str, float]:
     then the fields ``clock_origin`` and ``process_start`` (see the module docstring)."""
     if not _MARKS:
         return {}
-    origin = process_start() or min(_MARKS.values())
+    origin = boot_clock_start() or process_start() or min(_MARKS.values())
     marks = {name: round(t - origin, 4) for name, t in sorted(_MARKS.items(), key=lambda item: item[1])}
     start = boot_clock_start()
     fields = {"clock_origin": origin, "process_start": None if start is None else round(start - origin, 4)}

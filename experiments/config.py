@@ -250,7 +250,7 @@ def check_memory(problem, workers: int, simulated: bool) -> None:
     data = 8 * rows * d
     cholesky = problem.solver.resolve(d, sparse=False).method == "cholesky" and not problem.low_rank(workers)
     hessians = 8 * 2 * d * d * here if cholesky else 0
-    optimum = 0 if not problem.optimum else 8 * n * d if d > AUTO_MAX_DIM else 8 * 2 * d * d
+    optimum = 0 if problem.optimum == "none" else 8 * n * d if d > AUTO_MAX_DIM else 8 * 2 * d * d
     parts = f"the {rows} x {d} data {checks.gigabytes(data)}"
     if cholesky:
         parts += f", {here} local {d} x {d} Hessian(s) with a factor each {checks.gigabytes(hessians)}"

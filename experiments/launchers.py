@@ -43,7 +43,7 @@ from dane import checks
 from dane.errors import ConfigError
 from dane.provenance import LAUNCH_COMMAND_ENV
 from dane.results import SUMMARY_FILE
-from synthetic.launchers import _env, horovodrun_command, torchrun_command
+from synthetic.launchers import launch_env, horovodrun_command, torchrun_command
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class ProcessLauncher(Launcher):
         with open(job_dir / LOG_FILE, "w") as logfile:
             logfile.write(" ".join(cmd) + "\n")
             try:
-                proc = subprocess.Popen(cmd, env=_env({LAUNCH_COMMAND_ENV: json.dumps(cmd)}), stdout=subprocess.PIPE,
+                proc = subprocess.Popen(cmd, env=launch_env({LAUNCH_COMMAND_ENV: json.dumps(cmd)}), stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
             except OSError as exc:
                 logfile.write(f"error: could not start {cmd[0]}: {exc}\n")

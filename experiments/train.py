@@ -28,6 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from dane import timeline
 from dane.errors import DivergenceError, UserError, WorkerLost
 from dane.launch import execute
 from dane.results import ROUNDS_FILE
@@ -51,6 +52,7 @@ def run_dir(cfg: DictConfig) -> str:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    timeline.mark("config")
     try:
         spec = run_spec(cfg)
     except UserError as exc:

@@ -21,7 +21,7 @@ from pathlib import Path
 from dane.errors import UserError
 from dane.results import read_rounds, read_summary
 from paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, run_config, save
-from synthetic.sweep import Job, RunIndex, _composed, compose_job, identity
+from synthetic.sweep import Job, RunIndex, composed_job, compose_job, identity
 
 WORKERS = (2, 4, 6, 8)
 SEEDS = (0, 1, 2)
@@ -73,7 +73,7 @@ def find_run(index: RunIndex, job: Job) -> Path | None:
     times depend on it; accuracies do not, and `retime` puts any run's times on the job's
     α-β exactly, so these slow runs are never redone for a re-measured calibration.
     """
-    cfg = _composed(tuple(job))
+    cfg = composed_job(tuple(job))
     wanted = identity(cfg)
     hits = [r for r in index.runs if r.identity == wanted and (
         r.summary.get("status") == "diverged" or r.summary.get("rounds", 0) >= cfg["rounds"])]

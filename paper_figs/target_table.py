@@ -25,7 +25,7 @@ from dane.results import read_rounds, read_summary
 from experiments.config import cost_model
 from paper_figs.accuracy_table import Row, data_caption, find_run, has_data
 from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save
-from synthetic.sweep import Job, RunIndex, _composed
+from synthetic.sweep import Job, RunIndex, composed_job
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the table keys on it
@@ -76,7 +76,7 @@ def reach(run_dir: Path, accuracy: float, cost: AlphaBeta) -> dict:
 
 
 def job_cost(j: Job) -> AlphaBeta:
-    return cost_model(OmegaConf.create(_composed(tuple(j))["sim"]))
+    return cost_model(OmegaConf.create(composed_job(tuple(j))["sim"]))
 
 
 def collect(index: RunIndex, targets=TARGETS) -> dict[Target, dict[str, dict | None]]:

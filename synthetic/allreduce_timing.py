@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         pin_local_rank(int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
     torch.set_num_threads(1)
     if args.ps_servers:
-        from dane.comm.ps import connect
+        from dane.comm.ps_server import connect
 
         comm = connect(args.ps_servers)
         if getattr(comm, "is_server", False):

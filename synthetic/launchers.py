@@ -32,7 +32,7 @@ def have_horovod() -> bool:
     return True
 
 
-def _env(extra: dict[str, str] | None) -> dict[str, str]:
+def launch_env(extra: dict[str, str] | None) -> dict[str, str]:
     """This environment for a launch: the repository on PYTHONPATH, `HOROVOD_KEYS` dropped, ``extra`` added."""
     env = {k: v for k, v in os.environ.items() if k not in HOROVOD_KEYS}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -75,7 +75,7 @@ def horovodrun_side_by_side(module: str, runs: list[list[str]], *, env: dict[str
                            f"{len(os.sched_getaffinity(0))}")
     cores = sorted(os.sched_getaffinity(0))
     logs = [tempfile.TemporaryFile(mode="w+") for _ in runs]
-    procs = [subprocess.Popen(horovodrun_command(module, args, np=1), cwd=REPO, env=_env(env), stdout=log,
+    procs = [subprocess.Popen(horovodrun_command(module, args, np=1), cwd=REPO, env=launch_env(env), stdout=log,
                               stderr=subprocess.STDOUT, text=True,
                               preexec_fn=functools.partial(os.sched_setaffinity, 0, {core}))
              for args, core, log in zip(runs, cores, logs)]
@@ -96,7 +96,7 @@ def horovodrun_side_by_side(module: str, runs: list[list[str]], *, env: dict[str
 
 
 def _run(cmd: list[str], env, timeout: float) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(env), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=REPO, env=launch_env(env), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{tail}")

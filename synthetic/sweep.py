@@ -47,11 +47,11 @@ def job_name(job: Job) -> str:
 
 def compose_job(job: Job) -> DictConfig:
     """The config `python -m experiments.simulate <job>` would run."""
-    return OmegaConf.create(_composed(tuple(job)))
+    return OmegaConf.create(composed_job(tuple(job)))
 
 
 @lru_cache(maxsize=4096)
-def _composed(job: Job) -> dict:
+def composed_job(job: Job) -> dict:
     """Compose ``job`` as Hydra would, resolved; fast for plain ``key=value`` overrides.
 
     Hydra's compose takes a good fraction of a second, too slow for a few hundred jobs,
@@ -170,7 +170,7 @@ class RunIndex:
 
     def find(self, job: Job, timed: bool = True) -> Path | None:
         """The newest stored run that answers ``job`` (see `answers`), or None."""
-        cfg = _composed(tuple(job))
+        cfg = composed_job(tuple(job))
         wanted = identity(cfg)
         hits = [r for r in self.runs if r.identity == wanted and answers(r.summary, cfg, timed)]
         return max(hits, key=lambda r: r.mtime).path if hits else None

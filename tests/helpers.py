@@ -37,10 +37,12 @@ def env() -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
-def train(*overrides: str, launcher: list[str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``[launcher] python -m experiments.train overrides...`` from the repository root."""
+def train(*overrides: str, launcher: list[str] | None = None, timeout: float = 300,
+          extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    """``[launcher] python -m experiments.train overrides...`` from the repository root (``extra_env``: more variables)."""
     cmd = [*(launcher or []), sys.executable, "-m", "experiments.train", *overrides]
-    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=REPO, env={**env(), **(extra_env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def simulated_run(out: Path, *overrides: str, workers: int = 2) -> Path:

@@ -27,7 +27,7 @@ from dane.launch import execute
 from dane.results import read_rounds, read_summary
 from experiments.config import CONF_DIR, run_spec
 
-LOGREG = ("problem=logreg", "algorithm=sync_sgd", "algorithm.batch_size=20", "algorithm.lr=0.05",
+LOGREG = ("problem=logreg", "problem.optimum=auto", "algorithm=sync_sgd", "algorithm.batch_size=20", "algorithm.lr=0.05",
           "algorithm.steps_per_round=4", "quiet=true")
 PS = ("sim.topology=ps",)
 FAST_LINK = ("sim.alpha=0", "sim.beta=1e12", "sim.gamma=1e12")  # messages take ~1e-9 s against 1e-3 s per step
@@ -142,7 +142,8 @@ def test_asynchronous_local_sgd_under_ssp_keeps_pace_with_synchronous_local_sgd(
     """Local gradient descent (lr = 1/max L_i, estimated in lockstep before the asynchronous run) on logistic
     regression: with SSP (s=2) and one worker 3x slower, the same number of updates gets as far as the
     synchronous rounds (0.0166 after 30 rounds from 0.633, here)."""
-    common = ("problem=logreg", "algorithm=local_sgd", "algorithm.local_steps=5", "algorithm.aggregate=weighted",
+    common = ("problem=logreg", "problem.optimum=auto", "algorithm=local_sgd", "algorithm.local_steps=5",
+              "algorithm.aggregate=weighted",
               "workers=3", "sim.slowdown=[1,1,3]", "rounds=30", "quiet=true")
     sync, _ = run(*common)
     summary, collect = run(*common, *PS, "comm.staleness=2")

@@ -24,6 +24,7 @@ def write_sparse_logistic(path, n=400, d=3000, density=0.01, seed=0):
 def sparse_run(path, out, algorithm="dane", launcher=None):
     return train("problem=logreg", "data=libsvm", f"data.path={path}", "data.zero_based=false", "problem.lam=0.01",
                  f"algorithm={algorithm}", "rounds=4", "quiet=true", "save_iterate=true", f"out_dir={out}",
+                 "problem.optimum=auto",
                  *(["workers=2"] if launcher is None else []), launcher=launcher)
 
 
@@ -76,7 +77,8 @@ def test_csv_with_a_categorical_column_runs_to_the_optimum(tmp_path):
     (tmp_path / "mine.csv").write_text("\n".join(lines) + "\n")
     out = tmp_path / "run"
     proc = train("problem=ridge", "data=csv", f"data.path={tmp_path / 'mine.csv'}", "data.target=y",
-                 "data.categorical=[group]", "workers=3", "tol=1e-10", "rounds=30", "quiet=true", f"out_dir={out}")
+                 "data.categorical=[group]", "workers=3", "tol=1e-10", "rounds=30", "quiet=true", f"out_dir={out}",
+                 "problem.optimum=auto")
     assert proc.returncode == 0, proc.stderr
     summary = read_summary(out)
     assert summary["status"] == "converged" and summary["final_suboptimality"] <= 1e-10
@@ -95,7 +97,7 @@ def test_a_users_own_config_dir_adds_a_problem_and_a_data_set(tmp_path):
     (tmp_path / "conf" / "problem" / "my_ridge.yaml").write_text(
         "# @package _global_\ndefaults:\n  - override /data: mine\nproblem:\n"
         "  _target_: dane.problems.linear_models.LinearModelConfig\n  name: my_ridge\n  loss: squared\n"
-        "  data: ${data}\n  lam: 0.1\n")
+        "  data: ${data}\n  lam: 0.1\n  optimum: auto\n")
     out = tmp_path / "run"
     proc = train("--config-dir", str(tmp_path / "conf"), "problem=my_ridge", "workers=2", "tol=1e-10",
                  "quiet=true", f"out_dir={out}")
@@ -133,6 +135,16 @@ def test_presharded_parts_reach_the_optimum_of_the_whole_file(tmp_path):
     assert parts.returncode == 0, parts.stderr
     optimum = read_summary(tmp_path / "whole")["final_objective"]
     summary = read_summary(tmp_path / "parts")
-    assert summary["status"] == "converged" and "final_suboptimality" not in summary or summary["final_suboptimality"] is None
-    assert summary["final_grad_norm"] <= 1e-9
+    assert summary["status"] == "converged" and summary["final_suboptimality"] is None
+    assert summary["stop_rule"] == "grad_norm <= 1e-09 x grad_norm at round 0"
+    first = read_rounds(tmp_path / "parts")[0]
+    assert summary["final_grad_norm"] <= 1e-9 * first["grad_norm"]
     assert summary["final_objective"] == pytest.approx(optimum, rel=1e-12)  # the same objective, sharded by file
+    # A reference optimum made by the two workers, each holding only its own file, is the whole file's optimum.
+    ref = train(*common, f"data.path='{tmp_path}/part-{{rank}}.svm'", "rounds=1", "problem.optimum=auto",
+                f"out_dir={tmp_path / 'ref'}", extra_env={"DANE_CACHE_DIR": str(tmp_path / "cache")})
+    assert ref.returncode == 0, ref.stderr
+    notes = " ".join(read_summary(tmp_path / "ref")["notes"])
+    assert "reference optimum from distributed Newton-CG" in notes
+    o_star = float(notes.split("O* = ")[1].split(",")[0])
+    assert o_star == pytest.approx(optimum, rel=1e-13)

@@ -20,7 +20,7 @@ from dane.comm import LocalCommunicator, ThreadGroup
 from dane.elastic import ELASTIC_ALGORITHMS, ElasticSession, disk_progress
 from dane.errors import ConfigError
 from dane.faults import SimulatedFault
-from dane.launch import _worker
+from dane.worker import run_worker
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
 from helpers import BIN, REPO, env, train
@@ -51,8 +51,8 @@ def attempt(spec, sessions, out_dir, size: int) -> dict:
     """One pass of the elastic run loop on ``size`` workers (threads; one plain worker when size is 1)."""
     problems = [spec.problem.build(rank, size, spec.dtype) for rank in range(size)]
     if size == 1:
-        return _worker(spec, LocalCommunicator(), problems[0], str(out_dir), time.perf_counter(), elastic=sessions[0])
-    return ThreadGroup(size).run(lambda comm: _worker(spec, comm, problems[comm.rank], str(out_dir),
+        return run_worker(spec, LocalCommunicator(), problems[0], str(out_dir), time.perf_counter(), elastic=sessions[0])
+    return ThreadGroup(size).run(lambda comm: run_worker(spec, comm, problems[comm.rank], str(out_dir),
                                                       time.perf_counter(), elastic=sessions[comm.rank]))[0]
 
 

@@ -14,12 +14,12 @@ from experiments.config import cost_model
 from paper_figs import convergence, make_all, ps_scaling, rounds_table, run_convergence, speedup, staleness
 from dane.provenance import code_version
 from paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
-from synthetic.sweep import RunIndex, _composed, job_name
+from synthetic.sweep import RunIndex, composed_job, job_name
 
 
 def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0):
     """A run directory as `experiments.simulate` would write it for ``job``, with the given curve."""
-    cfg = _composed(tuple(job))
+    cfg = composed_job(tuple(job))
     out = root / job_name(job)
     writer = RunWriter(out)
     writer.write_text("config.yaml", yaml.safe_dump(cfg))
@@ -74,7 +74,7 @@ def results(tmp_path_factory):
         if not (root / job_name(job)).exists():  # safeguarded DANE, iso, is the speedup grid's (18000, 8)
             fake_run(root, job, [10.0 ** -k for k in range(12)])
     for job in staleness.jobs():  # its numbers are checked in test_staleness_figure.py
-        fake_run(root, job, [1.0] * (_composed(job)["rounds"] + 1), status="max_rounds")
+        fake_run(root, job, [1.0] * (composed_job(job)["rounds"] + 1), status="max_rounds")
     return root
 
 
@@ -178,7 +178,7 @@ def test_dane_vs_admm_picks_the_best_admm_start_and_draws_the_central_reference(
               10.0: [2.3, 2.3, 2.25]}
     for job in dane_vs_admm.jobs():
         out = tmp_path / job_name(job)
-        cfg = _composed(tuple(job))
+        cfg = composed_job(tuple(job))
         rho = cfg["algorithm"].get("rho") if cfg["algorithm"]["name"] == "admm" else None
         curve = losses[rho] if rho is not None else ([2.3, 0.4, 0.1] if cfg["workers"] == 4 else [2.3, 0.2, 0.05])
         writer = RunWriter(out)

@@ -27,7 +27,7 @@ from dane.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard, to_torch
-from dane.problems.linear_models import solve_optimum
+from dane.reference import solve as solve_reference
 from dane.results import read_rounds, read_summary
 from dane.runner import StopRule, run
 from experiments.config import CONF_DIR, run_spec
@@ -87,7 +87,7 @@ def shards(loss: str, X, y, m: int = M, solver: LocalSolver | None = None) -> li
     """Worker i holds rows i::m (dense, or CSR when X is scipy sparse), with the package's own optimum for records."""
     extra = {} if solver is None else {"solver": solver}
     full = LinearModelShard(to_torch(X), torch.from_numpy(y), LOSSES[loss], l2=LAM, weight=1 / len(y), **extra)
-    w_star = solve_optimum(full)
+    w_star = solve_reference([full]).w
     f_star = float(full.objective(w_star))
     X = scipy.sparse.csr_matrix(X) if scipy.sparse.issparse(X) else X
     return [LinearModelShard(to_torch(X[i::m]), torch.from_numpy(y[i::m]), LOSSES[loss], l2=LAM, weight=m / len(y),

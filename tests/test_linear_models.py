@@ -13,7 +13,7 @@ from dane.errors import ConfigError
 from dane.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SOFTMAX, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
-from dane.problems.linear_models import solve_optimum
+from dane.reference import attach_all, solve as solve_reference
 
 
 def data(n=240, d=12, *, classes=None, sparse=False, seed=0):
@@ -98,7 +98,7 @@ def test_sparse_design_matrix_gives_the_dense_iterates(loss, labels, classes):
     cfg_sparse = dane.problems.Ridge if loss is SQUARED else dane.problems.LogReg if loss is LOGISTIC else dane.problems.Softmax
     runs = {}
     for name, matrix in (("sparse", X), ("dense", X.toarray())):
-        result = dane.fit(cfg_sparse(matrix, y, lam=0.05, local_solver="cg"), "dane", workers=3, rounds=4)
+        result = dane.fit(cfg_sparse(matrix, y, lam=0.05, local_solver="cg", optimum="auto"), "dane", workers=3, rounds=4)
         runs[name] = result
     assert "sparse X" in " ".join(runs["sparse"].summary["notes"]) and "dense X" in " ".join(runs["dense"].summary["notes"])
     # The sparse and dense kernels sum in different orders, and Newton-CG stops at a relative
@@ -119,7 +119,7 @@ def test_sparse_shard_stays_sparse():
 def test_reference_optimum_matches_scipy(loss, labels, classes):
     X, y = data(classes=labels)
     full = shard(X, y, loss, classes=classes)
-    w = solve_optimum(full)
+    w = solve_reference([full]).w
 
     def fun(x):
         wt = torch.from_numpy(x)
@@ -134,7 +134,7 @@ def test_reference_optimum_matches_scipy(loss, labels, classes):
 def test_ridge_optimum_is_the_closed_form():
     X, y = data()
     cfg = dane.problems.Ridge(X, y, lam=0.02)
-    w_star, f_star, _ = cfg.reference_optimum()
+    w_star = solve_reference([cfg.build(rank, 2) for rank in range(2)]).w
     n, d = X.shape
     closed = np.linalg.solve(X.T @ X / n + 0.02 * np.eye(d), X.T @ y / n)
     np.testing.assert_allclose(w_star.numpy(), closed, rtol=0, atol=1e-12)
@@ -142,7 +142,7 @@ def test_ridge_optimum_is_the_closed_form():
 
 def test_fit_runs_dane_to_the_optimum_and_returns_records():
     X, y = data(n=400, d=10, classes=2)
-    result = dane.fit(dane.problems.LogReg(X, y, lam=0.01), "dane", workers=4, rounds=30, tol=1e-10)
+    result = dane.fit(dane.problems.LogReg(X, y, lam=0.01, optimum="auto"), "dane", workers=4, rounds=30, tol=1e-10)
     assert result.status == "converged"
     assert result.records[-1]["suboptimality"] <= 1e-10
     assert result.table["round"] == list(range(len(result.records)))
@@ -173,14 +173,16 @@ def test_every_linear_model_config_builds_with_its_default_data(name, data, dim)
     from dane.problems.linear_models import LinearModelConfig
 
     with initialize_config_dir(str(dane.api.CONF_DIR), version_base="1.3"):
-        cfg = compose("config", [f"problem={name}"])
+        cfg = compose("config", [f"problem={name}", "problem.optimum=auto"])
     assert cfg.data.get("name") == data or cfg.data.get("dataset") == data
     problem = build(cfg, "problem")
     assert isinstance(problem, LinearModelConfig) and problem.name == name
     problem.check_workers(3)
     shards = [problem.build(rank, 3) for rank in range(3)]
+    assert shards[0].metric_names == ("objective",)  # no reference unless asked for
+    attach_all(problem, shards)
     assert shards[0].dim == dim and shards[0].metric_names == ("objective", "suboptimality")
-    w_star = problem.reference_optimum()[0]
+    w_star = shards[0].w_star
     grads, metrics = zip(*(s.evaluate(w_star) for s in shards))
     assert float(sum(m[1] for m in metrics)) / 3 == pytest.approx(0.0, abs=1e-12)  # O(w*) - O* = 0
     assert float(torch.linalg.vector_norm(sum(grads) / 3)) <= 1e-10

@@ -19,7 +19,7 @@ import sys
 import pytest
 import torch
 
-from dane.comm.ps import HEADER, slice_bounds
+from dane.comm.ps_protocol import HEADER, slice_bounds
 
 ROOT_OF_BROADCAST = -1  # the last worker: a root other than rank 0
 

@@ -15,7 +15,7 @@ from dane.launch import execute
 from dane.results import read_rounds, read_summary
 from experiments.config import run_spec
 from paper_figs import plot_runs, summary
-from synthetic.launchers import REPO, _env
+from synthetic.launchers import REPO, launch_env
 from synthetic.sweep import compose_job
 
 TINY = ("problem.n_samples=600", "problem.dim=20", "workers=2")
@@ -127,7 +127,7 @@ def test_plot_cli_writes_png_and_pdf_under_results(sweep, tmp_path, monkeypatch,
 def test_no_runs_is_one_line_and_status_2(tmp_path):
     (tmp_path / "empty").mkdir()
     proc = subprocess.run([sys.executable, "-m", "paper_figs.plot_runs", str(tmp_path / "empty")], cwd=tmp_path,
-                          env=_env(None), capture_output=True, text=True, timeout=120)
+                          env=launch_env(None), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
     assert proc.stderr.startswith("error: no runs in ") and not (tmp_path / "results").exists()
 
@@ -140,12 +140,12 @@ def test_summary_of_no_runs_is_status_2(tmp_path, capsys):
 def test_sweep_prints_the_summary_command(tmp_path):
     cmd = [sys.executable, "-m", "experiments.simulate", "-m", "workers=1,2", "problem.n_samples=600",
            "problem.dim=20", "rounds=3", f"hydra.sweep.dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(None), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=REPO, env=launch_env(None), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = proc.stdout.splitlines()[-1]
     assert line == f"sweep: 2 jobs in {tmp_path}; summary: python -m paper_figs.summary {tmp_path}"
     command = shlex.split(line.split("summary: ", 1)[1])
-    proc = subprocess.run([sys.executable, *command[1:], "--json"], cwd=REPO, env=_env(None), capture_output=True,
+    proc = subprocess.run([sys.executable, *command[1:], "--json"], cwd=REPO, env=launch_env(None), capture_output=True,
                           text=True, timeout=120)
     rows = json.loads(proc.stdout)
     assert [(r["workers"], r["status"]) for r in rows] == [(1, "converged"), (2, "max_rounds")]

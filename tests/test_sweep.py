@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from dane.results import find_runs, read_rounds, read_summary
 from experiments.config import CONF_DIR, run_spec
-from synthetic.launchers import REPO, _env
+from synthetic.launchers import REPO, launch_env
 from dane.launch import execute
 from synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name
 
@@ -26,7 +26,7 @@ def test_multirun_writes_one_dir_per_job(tmp_path):
     # the first job (plain DANE, 16 workers of 37 samples in R^20) diverges; the sweep goes on
     cmd = [sys.executable, "-m", "experiments.simulate", "-m", "algorithm.safeguard=false,true", "workers=16,1,2",
            *TINY, f"hydra.sweep.dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(None), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=REPO, env=launch_env(None), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = sorted(find_runs(tmp_path), key=lambda p: int(p.name.split("_")[0]))
     assert [p.name for p in runs] == [f"{k}_algorithm.safeguard={g},problem.dim=20,problem.n_samples=600,workers={m}"
@@ -56,7 +56,7 @@ def sweeper_params(name: str) -> dict[str, list[str]]:
 def test_train_multirun_goes_on_past_a_diverged_job(tmp_path):
     cmd = [sys.executable, "-m", "experiments.train", "-m", "algorithm.safeguard=false", "workers=16,2", "rounds=30",
            "quiet=true", *TINY, f"hydra.sweep.dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(None), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=REPO, env=launch_env(None), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "error: dane diverged" in proc.stderr
     statuses = [read_summary(p)["status"] for p in sorted(find_runs(tmp_path), key=lambda p: int(p.name.split("_")[0]))]

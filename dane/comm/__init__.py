@@ -56,7 +56,7 @@ def make_communicator(backend: str = "auto", *, torch_backend: str | None = None
     """
     backend = resolve_backend(backend)
     if backend == "ps":
-        from .ps import connect
+        from .ps_server import connect
 
         return connect(servers)  # type: ignore[return-value]
     if backend == "horovod":

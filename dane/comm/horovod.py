@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +31,8 @@ class HorovodCommunicator(Communicator):
         self.rank = hvd.rank()
         self.size = hvd.size()
         self.local_rank = hvd.local_rank()
+        if init and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminated)
         super().__init__()
 
     @staticmethod
@@ -40,10 +45,27 @@ class HorovodCommunicator(Communicator):
         return f"dane.{kind}.{shapes}"
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        return self._hvd.grouped_allreduce(tensors, op=self._hvd.Average, name=self._name("allreduce", tensors))
+        handle = self._hvd.grouped_allreduce_async(tensors, op=self._hvd.Average,
+                                                   name=self._name("allreduce", tensors))
+        return list(self._wait(handle))
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
-        return [self._hvd.broadcast(t, root_rank=root, name=self._name(f"broadcast{root}", [t])) for t in tensors]
+        handles = [self._hvd.broadcast_async(t, root_rank=root, name=self._name(f"broadcast{root}", [t]))
+                   for t in tensors]
+        return [self._wait(handle) for handle in handles]
+
+    def _wait(self, handle):
+        """Horovod's ``synchronize``, waited for in Python.
+
+        A collective posted just after a peer died is never completed by Horovod (its
+        background loop is gone), and a wait inside Horovod's C++ would then hold this
+        process until the launcher kills it, so the worker could not say why it stops.
+        Polling here (yielding the core to Horovod's loop between polls) lets the launcher's
+        SIGTERM reach `_terminated`, which turns it into the one-line lost-peer error.
+        """
+        while not self._hvd.poll(handle):
+            time.sleep(0)
+        return self._hvd.synchronize(handle)
 
     def barrier(self) -> None:
         self._hvd.join()
@@ -51,6 +73,11 @@ class HorovodCommunicator(Communicator):
     def shutdown(self) -> None:
         if self._owns:
             self._hvd.shutdown()
+
+
+def _terminated(signum, frame) -> None:
+    """horovodrun terminates the survivors once one process exits: say so through the lost-peer path."""
+    raise RuntimeError("Horovod has been shut down: horovodrun terminated this worker (SIGTERM) after a peer exited")
 
 
 LATENCY_BOUND_CYCLE_MS = 0.1  # convex problems: millisecond rounds, small allreduces

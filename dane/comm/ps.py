@@ -38,89 +38,13 @@ sending).  ``broadcast_object`` (the run directory) and ``STATS`` are not counte
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from dataclasses import fields
 
 import torch
 
-from ..errors import ConfigError
 from .base import Communicator
-
-if TYPE_CHECKING:
-    from .ps_server import ParameterServer
-
-PUSH, PULL, BROADCAST, OBJECT, BARRIER, STATS, SHUTDOWN = range(1, 8)
-OP_NAMES = {PUSH: "push", PULL: "pull", BROADCAST: "broadcast", OBJECT: "broadcast_object", BARRIER: "barrier",
-            STATS: "stats", SHUTDOWN: "shutdown"}
-UNCOUNTED = (OBJECT, STATS, SHUTDOWN)  # bookkeeping, not the algorithm's traffic
-DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-          torch.int8, torch.uint8, torch.bool)
-HEADER = 3 + 2 * len(DTYPES)  # one (dtype, numel) pair per group, one group per dtype
-TAG_HEADER, TAG_DATA, TAG_REPLY = 1, 2, 3
-SERVER_FIELDS = ("busy_s", "wait_s", "reduce_s", "uptime_s", "pushes", "pulls", "broadcasts", "barriers")
-
-Groups = tuple[tuple[torch.dtype, int], ...]  # (dtype, numel) of each flat buffer of one call
-
-
-def slice_bounds(numel: int, servers: int) -> list[tuple[int, int]]:
-    """[start, stop) of each server's contiguous slice of a ``numel``-element buffer (as ``torch.tensor_split``)."""
-    base, extra = divmod(numel, servers)
-    starts = [j * base + min(j, extra) for j in range(servers + 1)]
-    return list(zip(starts[:-1], starts[1:]))
-
-
-@dataclass
-class Link:
-    """Traffic on one worker-server link, as one end counts it: payload bytes and messages each way."""
-
-    to_server_bytes: int = 0
-    to_server_messages: int = 0
-    to_worker_bytes: int = 0
-    to_worker_messages: int = 0
-    control_bytes: int = 0  # headers and acks, both ways
-
-    def values(self) -> list[int]:
-        return [getattr(self, f.name) for f in fields(self)]
-
-
-def _encode(op: int, groups: Groups, root: int = 0) -> torch.Tensor:
-    header = torch.zeros(HEADER, dtype=torch.int64)
-    header[:3] = torch.tensor([op, root, len(groups)])
-    for g, (dtype, numel) in enumerate(groups):
-        header[3 + 2 * g:5 + 2 * g] = torch.tensor([DTYPES.index(dtype), numel])
-    return header
-
-
-def _decode(header: torch.Tensor) -> tuple[int, int, Groups]:
-    op, root, count, *pairs = header.tolist()
-    return op, root, tuple((DTYPES[pairs[2 * g]], pairs[2 * g + 1]) for g in range(count))
-
-
-def _layout(tensors: list[torch.Tensor]) -> tuple[list[list[int]], Groups]:
-    """Indices of the tensors of each dtype (in order of first appearance) and each dtype's (dtype, numel)."""
-    order = list(dict.fromkeys(t.dtype for t in tensors))
-    idx = [[i for i, t in enumerate(tensors) if t.dtype == dtype] for dtype in order]
-    return idx, tuple((dtype, sum(tensors[i].numel() for i in group)) for dtype, group in zip(order, idx))
-
-
-def _flatten(tensors: list[torch.Tensor]) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """`_layout`'s indices and one flat CPU buffer per dtype."""
-    idx, _ = _layout(tensors)
-    return idx, [torch.cat([tensors[i].detach().reshape(-1).cpu() for i in group]) for group in idx]
-
-
-def _unflatten(tensors: list[torch.Tensor], idx: list[list[int]], flats: list[torch.Tensor]) -> list[torch.Tensor]:
-    out: list[torch.Tensor | None] = [None] * len(tensors)
-    for group, flat in zip(idx, flats):
-        for i, piece in zip(group, flat.split([tensors[i].numel() for i in group])):
-            out[i] = piece.view_as(tensors[i]).to(tensors[i].device)
-    return out  # type: ignore[return-value]
-
-
-def _wait(works: list) -> None:
-    for work in works:
-        work.wait()
-
+from .ps_protocol import (BARRIER, BROADCAST, OBJECT, PULL, PUSH, SERVER_FIELDS, SHUTDOWN, STATS, TAG_DATA, TAG_HEADER,
+                          TAG_REPLY, UNCOUNTED, Groups, Link, encode, flatten, layout, slice_bounds, unflatten, wait_all)
 
 class PSCommunicator(Communicator):
     """A worker's view of the parameter servers: rank/size are the worker rank and the number of workers."""
@@ -175,7 +99,7 @@ class PSCommunicator(Communicator):
         Adds the tensors' bytes to ``bytes_sent``.  The sends are posted, not awaited: the
         next `pull` (or any other call) completes them.
         """
-        idx, flats = _flatten(tensors)
+        idx, flats = flatten(tensors)
         self.bytes_sent += sum(f.numel() * f.element_size() for f in flats)
         self._header(PUSH, tuple((f.dtype, f.numel()) for f in flats))
         for flat in flats:
@@ -188,14 +112,14 @@ class PSCommunicator(Communicator):
         A push and its pull are one communication round: the pull adds one to ``calls``.
         """
         self.calls += 1
-        idx, groups = _layout(like)
+        idx, groups = layout(like)
         self._header(PULL, groups)
         out = [torch.empty(numel, dtype=dtype) for dtype, numel in groups]
         for flat in out:
             for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
                 self._receive(flat[a:b], server, counted=True)
         self._complete()
-        return _unflatten(like, idx, out)
+        return unflatten(like, idx, out)
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         self.push(tensors)
@@ -203,10 +127,10 @@ class PSCommunicator(Communicator):
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int, op: int = BROADCAST) -> list[torch.Tensor]:
         if self.rank == root:
-            idx, out = _flatten(tensors)
+            idx, out = flatten(tensors)
             groups = tuple((f.dtype, f.numel()) for f in out)
         else:
-            idx, groups = _layout(tensors)
+            idx, groups = layout(tensors)
             out = [torch.empty(numel, dtype=dtype) for dtype, numel in groups]
         self._header(op, groups, root)
         counted = op not in UNCOUNTED
@@ -217,7 +141,7 @@ class PSCommunicator(Communicator):
                 else:
                     self._receive(flat[a:b], server, counted)
         self._complete()
-        return _unflatten(tensors, idx, out)  # new tensors on the root too: its flat buffers are copies
+        return unflatten(tensors, idx, out)  # new tensors on the root too: its flat buffers are copies
 
     def barrier(self) -> None:
         start = time.perf_counter()
@@ -267,14 +191,14 @@ class PSCommunicator(Communicator):
             return
         try:
             self._header(SHUTDOWN, ())
-            _wait(self._pending)
+            wait_all(self._pending)
         finally:
             self._pending, self._keep = [], []
             self._dist.destroy_process_group()
 
     # -- messages ----------------------------------------------------------------------------------
     def _header(self, op: int, groups: Groups, root: int = 0) -> None:
-        header = _encode(op, groups, root)
+        header = encode(op, groups, root)
         self._keep.append(header)
         for server in self.server_ranks:
             self._pending.append(self._dist.isend(header, dst=server, tag=TAG_HEADER))
@@ -301,23 +225,5 @@ class PSCommunicator(Communicator):
 
     def _complete(self) -> None:
         """Wait for every message posted since the last call; their buffers may then go."""
-        _wait(self._pending)
+        wait_all(self._pending)
         self._pending, self._keep = [], []
-
-
-def connect(servers: int = 1) -> PSCommunicator | ParameterServer:
-    """Start the gloo process group; the last ``servers`` ranks get a `ParameterServer`, the others a
-    `PSCommunicator`."""
-    import torch.distributed as dist
-
-    from .ps_server import ParameterServer
-    from .torch_dist import init_process_group
-
-    if not dist.is_initialized():
-        init_process_group("gloo")
-    size = dist.get_world_size()
-    if not 1 <= servers < size:
-        raise ConfigError(f"comm.servers={servers} but the launcher started {size} process(es); "
-                          "comm=ps needs 1 <= comm.servers < the number of processes")
-    workers = size - servers
-    return ParameterServer(dist, workers) if dist.get_rank() >= workers else PSCommunicator(dist, workers)

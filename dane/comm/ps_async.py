@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from .ps import DTYPES, SHUTDOWN
+from .ps_protocol import DTYPES, SHUTDOWN
 
 TAG_START, TAG_PUSH, TAG_DATA, TAG_REPLY, TAG_RESULT = 11, 12, 13, 14, 15
 LOG_FIELDS = ("version", "rank", "clock", "pulled", "staleness", "clock_lead", "time")

@@ -8,8 +8,10 @@ import time
 
 import torch
 
-from .ps import (BARRIER, BROADCAST, HEADER, OBJECT, OP_NAMES, PULL, PUSH, SERVER_FIELDS, SHUTDOWN, STATS, TAG_DATA,
-                 TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, _decode, _wait, slice_bounds)
+from ..errors import ConfigError
+from .ps import PSCommunicator
+from .ps_protocol import (BARRIER, BROADCAST, HEADER, OBJECT, OP_NAMES, PULL, PUSH, SERVER_FIELDS, SHUTDOWN, STATS,
+                          TAG_DATA, TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, decode, slice_bounds, wait_all)
 
 
 class ParameterServer:
@@ -55,8 +57,8 @@ class ParameterServer:
     def _headers(self) -> tuple[int, int, Groups]:
         """The next operation: one header from every worker, which must all agree."""
         headers = [torch.zeros(HEADER, dtype=torch.int64) for _ in range(self.workers)]
-        _wait([self._dist.irecv(h, src=w, tag=TAG_HEADER) for w, h in enumerate(headers)])
-        decoded = [_decode(h) for h in headers]
+        wait_all([self._dist.irecv(h, src=w, tag=TAG_HEADER) for w, h in enumerate(headers)])
+        decoded = [decode(h) for h in headers]
         for w, d in enumerate(decoded):
             if d != decoded[0]:
                 raise RuntimeError(
@@ -76,7 +78,7 @@ class ParameterServer:
     def _push(self, op: int, root: int, groups: Groups) -> None:
         received = [[torch.empty(n, dtype=dtype) for _ in range(self.workers)]
                     for (dtype, _), n in zip(groups, self._slices(groups))]
-        _wait([self._receive(buf, w) for bufs in received for w, buf in enumerate(bufs) if buf.numel()])
+        wait_all([self._receive(buf, w) for bufs in received for w, buf in enumerate(bufs) if buf.numel()])
         t0 = time.perf_counter()
         self._kept = [torch.stack(bufs).sum(0) / self.workers for bufs in received]  # the simulator's arithmetic
         self._kept_groups = groups
@@ -86,7 +88,7 @@ class ParameterServer:
     def _pull(self, op: int, root: int, groups: Groups) -> None:
         if groups != self._kept_groups:
             raise RuntimeError(f"parameter server rank {self.rank}: pull of {groups} after a push of {self._kept_groups}")
-        _wait([self._send(piece, w, True) for piece in self._kept if piece.numel() for w in range(self.workers)])
+        wait_all([self._send(piece, w, True) for piece in self._kept if piece.numel() for w in range(self.workers)])
         self.ops["pulls"] += 1
 
     def _relay(self, op: int, root: int, groups: Groups) -> None:
@@ -95,14 +97,14 @@ class ParameterServer:
             raise RuntimeError(f"parameter server rank {self.rank}: unknown operation {op}")
         counted = op == BROADCAST
         pieces = [torch.empty(n, dtype=dtype) for (dtype, _), n in zip(groups, self._slices(groups))]
-        _wait([self._receive(p, root, counted) for p in pieces if p.numel()])
-        _wait([self._send(p, w, counted) for p in pieces if p.numel() for w in range(self.workers) if w != root])
+        wait_all([self._receive(p, root, counted) for p in pieces if p.numel()])
+        wait_all([self._send(p, w, counted) for p in pieces if p.numel() for w in range(self.workers) if w != root])
         if counted:
             self.ops["broadcasts"] += 1
 
     def _barrier(self, op: int, root: int, groups: Groups) -> None:
         ack = torch.ones(1, dtype=torch.uint8)
-        _wait([self._dist.isend(ack, dst=w, tag=TAG_REPLY) for w in range(self.workers)])
+        wait_all([self._dist.isend(ack, dst=w, tag=TAG_REPLY) for w in range(self.workers)])
         for link in self.links:
             link.to_worker_messages += 1
             link.control_bytes += 1
@@ -112,7 +114,7 @@ class ParameterServer:
         self.times["uptime_s"] = time.perf_counter() - self._started
         values = [*self.times.values(), *self.ops.values()] + [v for link in self.links for v in link.values()]
         reply = torch.tensor(values, dtype=torch.float64)
-        _wait([self._dist.isend(reply, dst=w, tag=TAG_REPLY) for w in range(self.workers)])
+        wait_all([self._dist.isend(reply, dst=w, tag=TAG_REPLY) for w in range(self.workers)])
 
     def _receive(self, buf: torch.Tensor, worker: int, counted: bool = True):
         if counted:
@@ -125,3 +127,20 @@ class ParameterServer:
             self.links[worker].to_worker_messages += 1
             self.links[worker].to_worker_bytes += piece.numel() * piece.element_size()
         return self._dist.isend(piece, dst=worker, tag=TAG_REPLY)
+
+
+def connect(servers: int = 1) -> PSCommunicator | ParameterServer:
+    """Start the gloo process group; the last ``servers`` ranks get a `ParameterServer`, the others a
+    `PSCommunicator`."""
+    import torch.distributed as dist
+
+    from .torch_dist import init_process_group
+
+    if not dist.is_initialized():
+        init_process_group("gloo")
+    size = dist.get_world_size()
+    if not 1 <= servers < size:
+        raise ConfigError(f"comm.servers={servers} but the launcher started {size} process(es); "
+                          "comm=ps needs 1 <= comm.servers < the number of processes")
+    workers = size - servers
+    return ParameterServer(dist, workers) if dist.get_rank() >= workers else PSCommunicator(dist, workers)

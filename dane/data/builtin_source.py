@@ -14,15 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn import datasets as sklearn_datasets
 
 from dane import checks
 from dane.data.mnist import load_mnist
 from dane.data.table import Table, resolve, resolve_dir, standardize_columns
-from dane.data.tabular import ADMISSIONS_FILE, SKLEARN_LOADERS, read_admissions
+from dane.data.tabular import ADMISSIONS_FILE, SKLEARN_LOADERS, load_bundled, read_admissions
 from dane.errors import ConfigError
 
-SKLEARN_SETS = {**SKLEARN_LOADERS, "diabetes": lambda: sklearn_datasets.load_diabetes(scaled=False)}
+SKLEARN_SETS = {**SKLEARN_LOADERS, "diabetes": load_bundled("load_diabetes", scaled=False)}
 BUILTIN_DATASETS = (*SKLEARN_SETS, "admissions", "mnist")
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 
 
 @dataclass
@@ -59,6 +58,8 @@ def stratified_split(
     ``ceil(test_fraction * n)`` rows (scikit-learn's rule), so 10,000 rows at 0.2 give
     exactly 8,000/2,000.
     """
+    from sklearn.model_selection import train_test_split  # here: scikit-learn costs a second to import
+
     train_x, test_x, train_y, test_y = train_test_split(
         x, y, test_size=test_fraction, random_state=seed, stratify=y
     )

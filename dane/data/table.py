@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-import dane
 from dane.errors import ConfigError, DataError
 
-REPO_ROOT = Path(dane.__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass

@@ -12,15 +12,23 @@ import csv
 from pathlib import Path
 
 import numpy as np
-from sklearn import datasets as sklearn_datasets
-
 from dane.data.dataset import Dataset, standardize, stratified_split, to_dataset
 from dane.errors import DataError
 
+def load_bundled(loader: str, **kwargs):
+    """scikit-learn's bundled-data loader ``loader``, imported when a run asks for it (not at import time)."""
+    def load():
+        from sklearn import datasets
+
+        return getattr(datasets, loader)(**kwargs)
+
+    return load
+
+
 SKLEARN_LOADERS = {
-    "digits": sklearn_datasets.load_digits,  # 1,797 8x8 images, given as 64 flat features
-    "iris": sklearn_datasets.load_iris,  # 150 rows, 4 features, 3 classes
-    "breast_cancer": sklearn_datasets.load_breast_cancer,  # 569 rows, 30 features, 2 classes
+    "digits": load_bundled("load_digits"),  # 1,797 8x8 images, given as 64 flat features
+    "iris": load_bundled("load_iris"),  # 150 rows, 4 features, 3 classes
+    "breast_cancer": load_bundled("load_breast_cancer"),  # 569 rows, 30 features, 2 classes
 }
 ADMISSIONS_FILE = "admissions.csv"
 ADMISSIONS_HEADER = ["admit", "gre", "gpa", "rank"]

@@ -18,9 +18,9 @@ Cholesky solver asks for one).  ``hessian_vector(v)`` without a point applies th
 majorant :math:`\frac mN c_f X_i^\top X_i + \lambda I` (c_f the loss's curvature bound),
 so that step sizes 1/L built from it are safe everywhere.
 
-Suboptimality is :math:`O_i(w) - O^*` per worker (mean O(w) − O*), with O* from the
-reference optimum computed once on the full data (`reference_optimum`); for the squared
-loss it is the exact quadratic identity :math:`\tfrac12 e^\top H_i e`, e = w − w*.
+Suboptimality, when the run asks for a reference optimum (`dane.reference`), is
+:math:`O_i(w) - O^*` per worker (mean O(w) − O*); for the squared loss it is the exact
+quadratic identity :math:`\tfrac12 e^\top H_i e`, e = w − w*.
 """
 from __future__ import annotations
 
@@ -130,6 +130,7 @@ class LinearModelShard:
         self._factors: dict[float, torch.Tensor] = {}  # quadratic: the factor per shift (the Hessian is constant)
         self._last_factor: tuple[float, torch.Tensor, torch.Tensor] | None = None  # (shift, point, factor)
         self._row_smoothness: float | None = None
+        self._last_margins: tuple[torch.Tensor, torch.Tensor] | None = None  # (point, X_i point): `_margins_at`
         self._svrg_rows: SVRGRows | None = None
 
     # ------------------------------------------------------------------ the Problem protocol
@@ -168,9 +169,16 @@ class LinearModelShard:
         if at is None:
             curv = self.loss.curvature * xv
         else:
-            curv = self.loss.hess(self.margins(at), self.y, xv)
+            curv = self.loss.hess(self._margins_at(at), self.y, xv)
         Hv = self.weight * (self.XT @ curv).reshape(-1)
         return Hv + self.l2 * v if with_reg else Hv
+
+    def _margins_at(self, at: torch.Tensor) -> torch.Tensor:
+        """X_i at, kept for the point of the last call: CG makes many Hessian products at one point."""
+        cached = self._last_margins
+        if cached is None or cached[0].shape != at.shape or not torch.equal(cached[0], at):
+            cached = self._last_margins = (at.detach().clone(), self.margins(at))
+        return cached[1]
 
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
         _, grad = self.data_value_grad(w)
@@ -282,6 +290,11 @@ class LinearModelShard:
         else:
             self._last_factor = (float(shift), at.clone(), L)
         return L
+
+    def set_reference(self, w_star: torch.Tensor, f_star: float) -> None:
+        """From now on, records carry suboptimality against (w*, O*) (`dane.reference.attach`)."""
+        self.w_star, self.f_star = w_star.to(self.dtype), float(f_star)
+        self.metric_names = ("objective", "suboptimality")
 
     def _suboptimality(self, w: torch.Tensor, objective: torch.Tensor) -> torch.Tensor:
         if self.quadratic:

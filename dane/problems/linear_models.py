@@ -1,16 +1,15 @@
-r"""``problem=ridge | logreg | softmax``: a linear model on any data source, and its reference optimum.
+r"""``problem=ridge | logreg | softmax``: a linear model on any data source.
 
 The data comes from a source in ``conf/data/`` (CSV, LIBSVM, NPZ, or a built-in set,
 `dane.data.files`).  Rows are dealt to workers by a seeded permutation, identical on
 every backend; a presharded source (``data.path`` with ``{rank}``) gives each process
 only its own file, so no process holds more than its shard.
 
-The reference optimum is computed once per process on the full data, before any round:
-the closed form for the squared loss (a dense solve, or CG to 1e-14 when X is sparse or
-d is large), and for logistic and softmax scipy's L-BFGS followed by Newton-CG steps
-until the gradient norm stops falling (its final value is in the run's notes).  With a
-presharded source no process sees all rows, so no optimum is computed and ``tol``
-applies to the gradient norm.
+No process solves the whole problem before round 0.  ``problem.optimum`` (`dane.reference`)
+asks for a reference optimum when suboptimality is wanted: ``auto`` reads it from the
+cache or has the run's own workers compute it (distributed Newton-CG, each on its
+shard), a path reads a saved one, and ``none`` (the default) computes nothing: records
+then carry the gradient norm, and ``tol`` is relative to its value at round 0.
 """
 from __future__ import annotations
 
@@ -18,19 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 import torch
 
-from .. import checks
+from .. import checks, reference
 from ..errors import ConfigError
 from ..inner import worker_seed
-from ..local_solvers import LocalSolver
 from ..losses import LOSSES
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch
 
 PROBLEM_LOSSES = {"ridge": "squared", "logreg": "logistic", "softmax": "softmax"}
 _TABLES: dict[str, Any] = {}
-_OPTIMA: dict[tuple, tuple[torch.Tensor, float, float]] = {}
 
 
 @dataclass(frozen=True)
@@ -42,7 +38,7 @@ class LinearModelConfig(SolverOptions):
     lam: float = 1e-3
     fit_intercept: bool = False
     classes: int | None = None   # softmax with presharded data: the number of classes (a part may lack some)
-    optimum: bool = True         # compute the reference optimum once (records then carry suboptimality)
+    optimum: Any = "none"        # none | auto | a saved w* (dane.reference): records then carry suboptimality
     seed: int = 0
     name: str = "ridge"
 
@@ -50,7 +46,7 @@ class LinearModelConfig(SolverOptions):
         checks.one_of("problem.loss", self.loss, tuple(LOSSES))
         checks.nonnegative("problem.lam", self.lam)
         checks.boolean("problem.fit_intercept", self.fit_intercept)
-        checks.boolean("problem.optimum", self.optimum)
+        object.__setattr__(self, "optimum", reference.check_mode("problem.optimum", self.optimum))
         if self.classes is not None:
             checks.positive_int("problem.classes", self.classes)
         if self.data is None:
@@ -92,22 +88,17 @@ class LinearModelConfig(SolverOptions):
         return self.classes if self.classes is not None else int(y.max()) + 1
 
     def prepare(self) -> None:
-        """Load the data and compute the reference optimum (cached), so that `build` does only a worker's own work."""
+        """Load the data once per process, so that `build` does only a worker's own work."""
         if not self.source.presharded:
             self.table()
-            if self.optimum:
-                self.reference_optimum()
 
-    def reference_optimum(self) -> tuple[torch.Tensor, float, float]:
-        """(w*, O(w*), ||∇O(w*)||) on the full data, float64."""
-        key = (repr(self.source), self.loss, self.lam, self.fit_intercept)
-        if key not in _OPTIMA:
-            table = self.table()
-            full = self._shard(table.X, table.y, size=1, n_total=len(table.y), rank=0, dtype=torch.float64)
-            w = solve_optimum(full)
-            grad, metrics = full.evaluate(w)
-            _OPTIMA[key] = (w, float(metrics[0]), float(torch.linalg.vector_norm(grad)))
-        return _OPTIMA[key]
+    def attach_reference(self, problem: LinearModelShard, comm) -> None:
+        """Collective: give the built worker ``problem`` its reference optimum (``problem.optimum``)."""
+        key = (f"{self.loss}|lam={self.lam!r}|intercept={self.fit_intercept}|classes={problem.classes}|"
+               f"d={problem.dim}")
+        note = reference.attach(problem, comm, self.optimum, key)
+        if note is not None:
+            problem.notes.append(note)
 
     def release(self) -> None:
         """Drop the cached full table: a process that runs one worker keeps only that worker's rows."""
@@ -142,13 +133,7 @@ class LinearModelConfig(SolverOptions):
             idx = shard(n_total, size, self.seed)[rank].numpy()
             X, y = table.X[idx], table.y[idx]
             notes += table.notes
-        problem = self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes)
-        if self.optimum and not self.source.presharded:
-            w_star, f_star, grad_norm = self.reference_optimum()
-            problem.w_star, problem.f_star = w_star.to(dtype), f_star
-            problem.metric_names = ("objective", "suboptimality")
-            problem.notes.append(f"reference optimum: O* = {f_star:.17g}, ||grad O(w*)|| = {grad_norm:.2e}")
-        return problem
+        return self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes)
 
     def _shard(self, X, y, *, size: int, n_total: int, rank: int, dtype: torch.dtype, notes=()) -> LinearModelShard:
         classes = self.num_classes(y)
@@ -161,30 +146,3 @@ class LinearModelConfig(SolverOptions):
         problem.notes.append(f"local solver: {self.local_solver} -> {problem.solver.method} (d={problem.dim}, "
                              f"{'sparse' if problem.sparse else 'dense'} X, {len(y)} rows on this worker)")
         return problem
-
-
-def solve_optimum(full: LinearModelShard) -> torch.Tensor:
-    """argmin O on the full data (``full`` is the one-worker shard holding every row)."""
-    exact = LocalSolver("cholesky" if full.dim <= 5000 and not full.sparse else "cg", tol=1e-14,
-                        max_iter=20 * full.dim, newton_steps=100)
-    w0 = full.initial_point()
-    if full.quadratic:  # one Newton step from 0 is the minimizer
-        return w0 + full.solve_hessian(-full.grad(w0), at=w0, shift=0.0, with_reg=True, solver=exact, rtol=1e-14)
-
-    def fun(x: np.ndarray):
-        grad, metrics = full.evaluate(torch.from_numpy(x))
-        return float(metrics[0]), grad.numpy()
-
-    result = scipy.optimize.minimize(fun, w0.numpy(), jac=True, method="L-BFGS-B",
-                                     options={"maxiter": 20000, "gtol": 1e-12, "ftol": 0.0, "maxcor": 30})
-    w = torch.from_numpy(result.x)
-    best = float(torch.linalg.vector_norm(full.evaluate(w)[0]))
-    for _ in range(20):  # Newton-CG polish: quadratic convergence from where L-BFGS stopped
-        grad = full.evaluate(w)[0]
-        step = full.solve_hessian(-grad, at=w, shift=0.0, with_reg=True, solver=exact, rtol=1e-14)
-        candidate = w + step
-        norm = float(torch.linalg.vector_norm(full.evaluate(candidate)[0]))
-        if not norm < best:
-            break
-        w, best = candidate, norm
-    return w

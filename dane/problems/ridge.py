@@ -20,8 +20,9 @@ m shards built in rank order draw each block once even when a shard has a few ro
 matrix XᵀX accumulated chunk by chunk, then one Cholesky solve; CG on the full X when
 d > `AUTO_MAX_DIM`), kept per process, and kept on disk under
 ``$DANE_CACHE_DIR/ridge_optimum`` (default ``~/.cache/dane``) when computing it costs at
-least `DISK_CACHE_MIN_WORK` multiply-adds.  ``problem.optimum=false`` skips it: the
-records then carry no suboptimality and ``tol`` applies to the gradient norm.
+least `DISK_CACHE_MIN_WORK` multiply-adds: a synthetic problem's closed form, which is
+``problem.optimum=auto`` here (`dane.reference`).  ``problem.optimum=none`` skips it: the
+records then carry no suboptimality and ``tol`` applies to the relative gradient norm.
 """
 from __future__ import annotations
 
@@ -32,12 +33,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from .. import checks
 from ..errors import ConfigError
+from ..reference import OPTIMUM_MODES, check_mode
 from ..linalg import capacitance_factor, cg, woodbury_solve
 from ..local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
@@ -71,7 +74,7 @@ class RidgeSyntheticConfig(SolverOptions):
     covariance: str = "iso"
     noise_std: float = 1.0
     seed: int = 0
-    optimum: bool = True
+    optimum: Any = "auto"
     factorization: str = "auto"
     name: str = "ridge_synthetic"
 
@@ -81,7 +84,10 @@ class RidgeSyntheticConfig(SolverOptions):
         checks.nonnegative("problem.lam", self.lam)
         checks.one_of("problem.covariance", self.covariance, COVARIANCES)
         checks.nonnegative("problem.noise_std", self.noise_std)
-        checks.boolean("problem.optimum", self.optimum)
+        object.__setattr__(self, "optimum", check_mode("problem.optimum", self.optimum))
+        if self.optimum not in OPTIMUM_MODES:
+            raise ConfigError(f"problem.optimum={self.optimum}: ridge_synthetic has a closed-form optimum; "
+                              "use problem.optimum=auto (it) or none")
         checks.one_of("problem.factorization", self.factorization, FACTORIZATIONS)
         self.solver  # validates the local-solver keys now
 
@@ -102,13 +108,13 @@ class RidgeSyntheticConfig(SolverOptions):
 
     def prepare(self) -> None:
         """Compute (or load) the reference optimum, so that `build` does only a worker's own work."""
-        if self.optimum:
+        if self.optimum == "auto":
             reference_optimum(*self.data_key, float(self.lam))
 
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> QuadraticProblem:
         self.check_workers(size)
         X, y = synthesize(*self.data_key, *shard_positions(self.n_samples, size, rank))
-        w_star = reference_optimum(*self.data_key, float(self.lam)).to(dtype) if self.optimum else None
+        w_star = reference_optimum(*self.data_key, float(self.lam)).to(dtype) if self.optimum == "auto" else None
         return RidgeShard(X.to(dtype), y.to(dtype), self.lam, scale=size / self.n_samples, w_star=w_star,
                           solver=self.solver, seed=worker_seed(self.seed, rank, SOLVER_STREAM),
                           factorization=self.factorization)

@@ -1,0 +1,213 @@
+"""One worker's run, the same on every backend: build its problem, run the round loop, write what rank 0 writes.
+
+`build_problem` makes worker ``rank``'s shard; `run_worker` runs the algorithm on it
+through `dane.runner.run`, with rank 0 writing the records, checkpoints, the summary and
+the closing line.  `dane.launch` calls them once per launched process or once per
+simulated thread; `dane.elastic` calls them once per elastic attempt; the asynchronous
+simulator and the asynchronous parameter-server run call `run_worker` with their own driver.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+from .algorithm import Algorithm
+from .checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint, truncate_rounds
+from .comm import Communicator
+from .comm.threads import Interrupted
+from .confusion import write_confusion
+from .faults import inject_faults
+from .problems import Problem
+from .results import SUMMARY_FILE, RunWriter
+from .runner import ProgressBar, RoundTable, run
+from .spec import RunSpec
+from . import timeline
+
+def build_problem(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, float]:
+    """Worker ``rank``'s problem and the seconds of its own setup (its shard's local Hessian, say).
+
+    The shared data set and reference optimum are made first by the config's optional
+    ``prepare()``, untimed, so ``setup_s`` is the work that parallelizes over workers.
+    """
+    prepare = getattr(spec.problem, "prepare", None)
+    if prepare is not None:
+        prepare()
+    t0 = clock()
+    problem = spec.problem.build(rank, size, spec.dtype)
+    timeline.mark("data")
+    return problem, clock() - t0
+
+
+def worker_meta(spec: RunSpec, rank: int, size: int) -> dict:
+    """What a checkpoint part records about its run, checked when it is loaded."""
+    return {"algorithm": spec.algorithm.name, "problem": spec.problem.name, "workers": size, "rank": rank}
+
+
+def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | None, start: float,
+            setup_s: float = 0.0, collect: dict | None = None, elastic=None, algo=None) -> dict:
+    """One worker's run: the algorithm on ``problem``, rank 0 writing ``out_dir``.
+
+    ``elastic`` (a `dane.elastic.ElasticSession`) is one attempt of a Horovod elastic run:
+    it continues from the state committed in memory instead of a checkpoint on disk.
+    ``algo``, when given, runs instead of a newly built algorithm (`dane.asynchronous.AsyncRun`).
+    """
+    algo = spec.algorithm.build(problem, comm) if algo is None else algo
+    meta = worker_meta(spec, comm.rank, comm.size)
+    resume, writer = _open(spec, comm, out_dir, meta, elastic)
+    show = display(spec) if comm.rank == 0 else None
+    if show is not None:
+        for note in getattr(problem, "notes", ()):
+            print(f"note: {note}", file=sys.stderr, flush=True)
+
+    seen: list[dict] = []  # this call's records, for the summary of an interrupted run
+
+    def on_round(record: dict) -> None:
+        inject_faults(spec.faults, comm.rank, record["round"], out_dir)
+        if elastic is not None:
+            elastic.annotate(record, comm)
+        seen.append(record)
+        if writer is not None:
+            writer.write_round(record)
+        if show is not None:
+            show(record)
+
+    def on_checkpoint(state: dict) -> None:
+        if out_dir and spec.checkpoint_every:
+            save_checkpoint(out_dir, comm.rank, state, meta)
+            comm.barrier()  # every rank's part is on disk before the round is committed
+            if comm.rank == 0:
+                commit_checkpoint(out_dir, state["round"], comm.size, spec.config_text)
+        if elastic is not None:
+            elastic.commit({**state, "workers": comm.size})  # in memory; raises Horovod's reset signals
+
+    try:
+        if elastic is not None:
+            resume = elastic.resume(algo, spec.stop, comm)  # the first attempt commits round 0: may reset
+        timeline.mark("round0")
+        records, status = run(algo, spec.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
+                              checkpoint_every=spec.checkpoint_every or (1 if elastic is not None else 0))
+    except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
+        if not seen:
+            raise
+        records, status = seen, "interrupted"
+    finally:
+        if writer is not None:
+            writer.close()
+        if isinstance(show, ProgressBar):
+            show.close()
+    timeline.mark("end")
+    summary = _summary(spec, comm, problem, records, status, start, setup_s,
+                       resumed_from=resume["round"] if resume is not None and elastic is None else None,
+                       elastic=elastic)
+    if collect is not None and comm.rank == 0 and status != "interrupted":
+        collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
+    _write_final_state(spec, comm, problem, algo, out_dir if writer is not None else None, records[-1]["round"], status)
+    summary.update(getattr(comm, "summary_entries", dict)())  # comm=ps: the servers' busy time and per-link traffic
+    if writer is not None:
+        writer.write_summary(summary)
+    if show is not None:
+        _report(summary, comm.size, out_dir)
+    return summary
+
+
+def _open(spec: RunSpec, comm: Communicator, out_dir: str | None, meta: dict,
+          elastic) -> tuple[dict | None, RunWriter | None]:
+    """Where this worker starts, and rank 0's writer of ``out_dir`` (with the run's config.yaml).
+
+    The start is a committed checkpoint on disk (``resume``; rank 0 cuts the records back
+    to its round), None for round 0, or, under Horovod elastic, the state in memory
+    (`dane.elastic.ElasticSession.resume` loads it later; None here).
+    """
+    resume = None
+    if elastic is None:
+        resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
+        if resume is not None and comm.rank == 0:
+            truncate_rounds(spec.resume, resume["round"])
+        continuing = resume is not None
+    else:
+        continuing = elastic.prepare(comm)  # rank 0 cuts the records back to the committed round
+    if comm.rank != 0 or not out_dir:
+        return resume, None
+    overwrite = spec.overwrite or (spec.restart_unfinished and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
+    writer = RunWriter(out_dir, resume=continuing, overwrite=overwrite)
+    if spec.config_text:
+        writer.write_text("config.yaml", spec.config_text)
+    return resume, writer
+
+
+def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[dict], status: str, start: float,
+             setup_s: float, *, resumed_from: int | None, elastic) -> dict[str, Any]:
+    """summary.json's entries from the run's last record, its clocks, its data and (simulated) its cost split."""
+    last = records[-1]
+    summary: dict[str, Any] = {
+        "algorithm": spec.algorithm.name,
+        "problem": spec.problem.name,
+        "workers": comm.size,
+        "backend": "simulator" if spec.simulated else spec.backend,
+        "status": status,
+        "rounds": last["round"],
+        "final_objective": last["objective"],
+        "final_suboptimality": last.get("suboptimality"),
+        "final_grad_norm": last.get("grad_norm"),
+        "total_bytes": last["bytes_sent"],
+        "comm_rounds": last["comm_rounds"],
+        "time_s": last["time_s"],
+        "wall_time_s": time.perf_counter() - start,
+        "setup_s": setup_s,
+        "stop_rule": spec.stop.rule(last),
+        "timeline": timeline.phases(),
+    }
+    summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
+    notes = list(getattr(problem, "notes", ()))
+    if notes:
+        summary["notes"] = notes
+    if getattr(problem, "data_info", None) is not None:
+        summary["data"] = problem.data_info
+    if resumed_from is not None:
+        summary["resumed_from_round"] = resumed_from
+    if elastic is not None:
+        summary.update(elastic.summary())
+    if spec.simulated:
+        group = comm.group  # type: ignore[attr-defined]
+        summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
+                       simulated_comm_s=group.comm_time, simulated_compute_clock=group.compute_clock,
+                       **group.cost.describe())
+    return summary
+
+
+def _write_final_state(spec: RunSpec, comm: Communicator, problem: Problem, algo: Algorithm, out_dir: str | None,
+                       last_round: int, status: str) -> None:
+    """The test confusion matrix (networks) and, with ``save_iterate``, the final iterate; rank 0 writes
+    them into ``out_dir`` (None on the other ranks, which still join the confusion matrix's allreduce)."""
+    if hasattr(problem, "confusion_matrix") and status not in ("diverged", "interrupted"):
+        # One extra allreduce after the last record, so no logged cost includes it.
+        (counts,) = comm.allreduce_mean([problem.confusion_matrix(algo.reported_iterate)])
+        if out_dir is not None:
+            write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
+                                                     f"{comm.size} worker(s), round {last_round}")
+    if out_dir is not None and spec.save_iterate and status != "interrupted":
+        torch.save(algo.reported_iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))  # the last record's
+
+
+def _report(summary: dict, size: int, out_dir: str | None) -> None:
+    """Rank 0's closing line: how the run ended, its final metrics, its traffic and time."""
+    final = summary["final_suboptimality"]
+    tail = f"final suboptimality {final:.3e}" if final is not None else f"final objective {summary['final_objective']:.8e}"
+    if "final_test_accuracy" in summary:
+        tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
+    print(f"{summary['algorithm']} on {summary['problem']}, {size} worker(s), {summary['backend']}: "
+          f"{summary['status']} after {summary['rounds']} rounds, {tail}, {summary['total_bytes']} bytes sent, "
+          f"{summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""), flush=True)
+
+
+def display(spec: RunSpec):
+    """Rank 0's per-round display: the table, a progress bar, or nothing."""
+    if spec.quiet or spec.progress == "none":
+        return None
+    if spec.progress == "bar" or (spec.progress == "auto" and sys.stderr.isatty()):
+        return ProgressBar(spec.stop.rounds)
+    return RoundTable(spec.print_every)

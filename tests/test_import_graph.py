@@ -1,0 +1,125 @@
+"""The package's import graph: no cycles, no private names across modules, layers that only look down, lazy imports."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, env
+
+PACKAGES = ("dane", "baselines", "experiments", "synthetic", "paper_figs")
+ABOVE_DANE = ("baselines", "experiments", "synthetic", "paper_figs", "scripts")
+
+
+def modules(root: Path = REPO) -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (root / package).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, list[str]]]:
+    """(module imported, names taken from it) for every import statement in the file, function-level ones included."""
+    out = []
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names = [alias.name for alias in node.names]
+            # "from . import x" names a submodule: an edge to it
+            out += [(f"{module}.{n}", []) for n in names if f"{module}.{n}" in known]
+            out.append((module, [n for n in names if f"{module}.{n}" not in known]))
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    edges: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        for target, _ in imports(name, path, known):
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges[name].add(target)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_finds_a_cycle_when_there_is_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_dane_imports_nothing_from_the_layers_above_it():
+    upward = sorted((src, dst) for src, dsts in graph().items() if src.split(".")[0] == "dane"
+                    for dst in dsts if dst.split(".")[0] in ABOVE_DANE)
+    assert upward == []
+
+
+def test_no_private_name_is_imported_from_another_module():
+    known = modules()
+    scripts = {f"scripts.{p.stem}": p for p in (REPO / "scripts").glob("*.py")}
+    taken = sorted((name, target, n) for name, path in {**known, **scripts}.items()
+                   for target, names in imports(name, path, known) for n in names
+                   if n.startswith("_") and not n.startswith("__") and target.split(".")[0] in PACKAGES)
+    assert taken == []
+
+
+@pytest.mark.parametrize("statement, absent", [
+    ("import dane", ("sklearn", "scipy.optimize", "matplotlib", "hydra", "omegaconf")),
+    ("import dane.launch", ("sklearn", "scipy.optimize", "matplotlib", "hydra")),
+])
+def test_imports_are_lazy(statement, absent):
+    """A run imports what it uses: scikit-learn, scipy.optimize, matplotlib and Hydra are not paid for at import."""
+    code = f"{statement}; import json, sys; print(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(json.loads(proc.stdout))
+    assert sorted(m for m in absent if m in loaded) == []
