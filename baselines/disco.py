@@ -24,14 +24,15 @@ The paper's master-worker implementation counts a broadcast of u and the reduce 
 :math:`H_i u` as one round; here each collective is one round, as DESIGN.md section 6
 asks, so DiSCO's rounds are about twice the paper's.
 
-PCG stops once :math:`\|r\| \le \varepsilon_t = \text{pcg\_tol}\cdot\|g_t\|\cdot\min(1, \|g_t\|)`
+PCG stops once :math:`\|r\| \le \varepsilon_t = \text{pcg\_tol}\cdot\|g_t\|\cdot\min(1, \|g_t\|/\|g_0\|)`
 or after ``pcg_max_iter`` iterations.  The rule of the paper's analysis is
 :math:`\varepsilon_t = \beta\sqrt{\lambda/L}\,\|g_t\|`, β = 1/20: a fixed relative residual,
 which leaves the method linearly convergent near the optimum.  ``pcg_tol`` plays
 β√(λ/L) (L is not known here), and the factor min(1, ‖g_t‖) makes the forcing term vanish
 with the gradient, the condition for quadratic local convergence of an inexact Newton
 method (Dembo, Eisenstat & Steihaug 1982; Nocedal & Wright, Theorem 7.2).  The factor is
-in absolute units of ‖g_t‖, so it only starts to act once ‖g_t‖ < 1.
+relative to the first round's gradient g_0, so the rounds do not change when the
+objective is scaled (targets in other units, say).
 
 Records carry ``pcg_iters``, ``pcg_residual`` (‖r‖/‖g_t‖ at exit), ``delta`` (δ_t) and
 ``step_size`` (1/(1 + M δ_t)).
@@ -137,9 +138,9 @@ def distributed_pcg(hessian_vector: MatVec, precondition: MatVec, g: torch.Tenso
     return PCGResult(v, Hv, iters, res)
 
 
-def forcing_tolerance(grad_norm: float, pcg_tol: float) -> float:
-    """ε_t = pcg_tol · ‖g_t‖ · min(1, ‖g_t‖) (see the module docstring)."""
-    return pcg_tol * grad_norm * min(1.0, grad_norm)
+def forcing_tolerance(grad_norm: float, pcg_tol: float, first_grad_norm: float) -> float:
+    """ε_t = pcg_tol · ‖g_t‖ · min(1, ‖g_t‖ / ‖g_0‖) (see the module docstring)."""
+    return pcg_tol * grad_norm * (min(1.0, grad_norm / first_grad_norm) if first_grad_norm > 0 else 1.0)
 
 
 class DiSCO(Algorithm):
@@ -153,14 +154,18 @@ class DiSCO(Algorithm):
                 raise ConfigError(f"algorithm=disco needs {type(problem).__name__}.{method}; use another algorithm")
         self.mu, self.pcg_tol, self.self_concordance = mu, pcg_tol, self_concordance
         self.pcg_max_iter = problem.dim if pcg_max_iter is None else pcg_max_iter
+        self.first_grad_norm: float | None = None  # ‖g_0‖, the forcing term's unit
 
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
         g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])  # g = mean ∇O_i(w_t)
         grad_norm = float(torch.linalg.vector_norm(g))
+        if self.first_grad_norm is None:
+            self.first_grad_norm = grad_norm
         pcg = distributed_pcg(lambda u: self.global_hessian_vector(u, w), lambda r: self.precondition(r, w), g,
-                              eps=forcing_tolerance(grad_norm, self.pcg_tol), max_iter=self.pcg_max_iter)
+                              eps=forcing_tolerance(grad_norm, self.pcg_tol, self.first_grad_norm),
+                              max_iter=self.pcg_max_iter)
         delta = math.sqrt(max(float(pcg.v @ pcg.Hv), 0.0))                  # δ = sqrt(vᵀHv), no round
         step_size = 1.0 / (1.0 + self.self_concordance * delta)
         self.w = w - step_size * pcg.v                                      # damped Newton step
@@ -179,3 +184,10 @@ class DiSCO(Algorithm):
             s = torch.zeros_like(r)  # the buffer the broadcast fills
         (s,) = self.comm.broadcast([s], root=0)
         return s
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "first_grad_norm": self.first_grad_norm}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.first_grad_norm = state.get("first_grad_norm")

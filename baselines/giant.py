@@ -21,15 +21,29 @@ On a quadratic, with α = 1 accepted, :math:`w_{t+1} = w_t - \frac1m\sum_i H_i^{
 which is DANE's closed-form round with η = 1 and μ = 0 (DESIGN.md section 6): the same
 iterates, at three allreduces per round instead of two.
 
-Records carry ``step_size`` (α_{k*}), ``armijo_met`` (False when no candidate met the
-Armijo condition and the smallest, α_{K-1}, was taken), ``cg_iters`` (the mean over
-workers of the local CG products; it rides in allreduce 2) and ``p_norm``.
+*Monotone globalization* (a departure from the paper, whose method takes some step
+whatever happens).  When no candidate meets the Armijo condition, the round is rejected:
+w_{t+1} = w_t, and the next rounds solve the Levenberg-Marquardt system
+:math:`(H_i + \mu I) p_i = g_t` with μ raised to max(4μ, g_tᵀp_t / ‖p_t‖²), the
+curvature of the rejected direction.  An accepted step that needed backtracking to
+``backtrack^3`` or shorter raises μ the same way (the step is kept: the local models
+misjudge the global one, as a trust region shrinks on a poor ratio); a full step lowers μ
+by 4 (to 0 once below 1e-6 of the first μ raised), so GIANT is itself wherever its full
+steps are safe.  A
+larger μ bends p_i towards g_t / μ, so some step of the list eventually meets Armijo
+and the objective never rises.  This is the case of a shard whose Hessian misjudges
+the global one in some direction (a rare feature absent from the shard): the averaged
+Newton direction is then far too long there, and the paper's method diverges.  Near
+the optimum, where the predicted decrease gᵀp is below the round-off of O, the full
+step is taken if it does not raise O beyond that round-off.
 
-Departures from the paper: the global objective O(w_t) the Armijo test compares with is
-the logged metric that rides in allreduce 1 (no extra round); CG stops at a relative
-residual rather than after a fixed number of iterations; if no candidate meets the
-Armijo condition (round-off once converged, or a too-short list) the smallest step is
-taken, not a step of 0, and the record says so.
+Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu``,
+``armijo_met``, ``cg_iters`` (the mean over workers of the local CG products; it rides
+in allreduce 2) and ``p_norm``.
+
+Other departures: the global objective O(w_t) the Armijo test compares with is the
+logged metric that rides in allreduce 1 (no extra round); CG stops at a relative
+residual rather than after a fixed number of iterations.
 """
 from __future__ import annotations
 
@@ -69,6 +83,9 @@ class GIANTConfig:
                      line_search_steps=self.line_search_steps, backtrack=self.backtrack, armijo=self.armijo)
 
 
+SHORT_STEP = 3  # an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does
+
+
 def armijo_step(objective: float, slope: float, steps: torch.Tensor, values: torch.Tensor,
                 *, armijo: float) -> tuple[int, bool]:
     """Index of the first (largest) step with values[k] <= objective - armijo * steps[k] * slope.
@@ -94,18 +111,38 @@ class GIANT(Algorithm):
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.armijo = armijo
         self.steps = backtrack ** torch.arange(line_search_steps, dtype=torch.float64)  # α_k = backtrack^k
+        self.mu = 0.0             # Levenberg-Marquardt shift of the local systems (module docstring)
+        self.mu_floor = 0.0       # below it, μ returns to 0: 1e-6 of the first μ raised
 
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
         g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])              # 1. g = mean ∇O_i(w_t)
-        local = cg(lambda v: self.problem.hessian_vector(v, at=w), g,                   # local Newton: H_i p_i = g
+        mu = self.mu
+        local = cg(lambda v: self.problem.hessian_vector(v, at=w) + mu * v, g,         # local: (H_i + μI) p_i = g
                    rtol=self.cg_tol, max_iter=self.cg_max_iter)
         p, cg_iters = self.comm.allreduce_mean([local.x, g.new_tensor([local.iters])])  # 2. p = mean p_i
         steps = self.steps.to(w.dtype)
         local_values = torch.stack([self.problem.objective(w - alpha * p) for alpha in steps])
         (values,) = self.comm.allreduce_mean([local_values])                           # 3. O(w - α_k p), every k
-        k, met = armijo_step(float(metrics[0]), float(g @ p), steps, values, armijo=self.armijo)
-        self.w = w - steps[k] * p
-        return {**self.metrics(g, metrics), "step_size": float(steps[k]), "armijo_met": met,
-                "cg_iters": float(cg_iters), "p_norm": float(torch.linalg.vector_norm(p))}
+        objective, slope = float(metrics[0]), float(g @ p)
+        k, met = armijo_step(objective, slope, steps, values, armijo=self.armijo)
+        flat = abs(slope) <= 1e-12 * max(1.0, abs(objective))  # gᵀp below O's round-off: Armijo cannot tell
+        accepted = met or (flat and float(values[0]) <= objective + 1e-12 * max(1.0, abs(objective)))
+        if accepted:
+            k = k if met else 0
+            self.w = w - steps[k] * p
+        if accepted and k == 0:  # the full step: the local models were right, regularize less
+            self.mu = 0.0 if mu / 4 < self.mu_floor else mu / 4
+        elif not accepted or k >= SHORT_STEP:  # rejected, or cut back hard: regularize more
+            self.mu = max(4 * mu, slope / float(p @ p)) if float(p @ p) > 0 else 4 * mu
+            self.mu_floor = self.mu_floor or 1e-6 * self.mu
+        return {**self.metrics(g, metrics), "step_size": float(steps[k]) if accepted else 0.0, "accepted": accepted,
+                "mu": mu, "armijo_met": met, "cg_iters": float(cg_iters), "p_norm": float(torch.linalg.vector_norm(p))}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "mu": self.mu, "mu_floor": self.mu_floor}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.mu, self.mu_floor = state.get("mu", 0.0), state.get("mu_floor", 0.0)

@@ -17,6 +17,7 @@ and a Ctrl-C stops every worker at its next collective, writes the summary with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 
@@ -101,9 +102,27 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     if summary["status"] == "diverged":
         raise DivergenceError(
             f"{summary['algorithm']} diverged at round {summary['rounds']} (objective {summary['final_objective']:.3g}); "
-            f"results so far are in {out_dir}; try algorithm.safeguard=true or a larger algorithm.mu"
+            f"results so far are in {out_dir}; try {' or '.join(recovery_overrides(spec.algorithm))}"
         )
     return summary
+
+
+def recovery_overrides(algorithm) -> list[str]:
+    """Overrides that make a diverging ``algorithm`` safer, each a key its config has (`DivergenceError`'s hint)."""
+    keys = {f.name: getattr(algorithm, f.name) for f in dataclasses.fields(algorithm)} \
+        if dataclasses.is_dataclass(algorithm) else {}
+    out = []
+    if keys.get("safeguard") is False:
+        out.append("algorithm.safeguard=true")
+    if isinstance(keys.get("mu"), (int, float)):
+        out.append(f"algorithm.mu={max(1e-3, 10 * float(keys['mu'])):g}")
+    if keys.get("adaptive_rho") is False:
+        out.append("algorithm.adaptive_rho=true")
+    if isinstance(keys.get("lr"), (int, float)):
+        out.append(f"algorithm.lr={float(keys['lr']) / 10:g}")
+    if getattr(algorithm, "name", None) != "dane":
+        out.append("algorithm=dane (safeguarded)")
+    return out
 
 
 def _serve(spec: RunSpec, comm: Communicator) -> dict:

@@ -12,7 +12,7 @@ from dane.comm import ParameterServerCost
 from dane.results import RunWriter
 from experiments.config import cost_model
 from paper_figs import make_all, staleness
-from synthetic.sweep import _composed, job_name
+from synthetic.sweep import composed_job, job_name
 
 WHERE = staleness.Setting("digits MLP", "digits_mlp", rounds=3, steps_per_round=2)
 PAYLOAD = 3000  # bytes of one synchronous allreduce; a worker's ring share is 2(m-1)/m of it: 4000 at m=3
@@ -30,7 +30,7 @@ def accuracy(variant: int, k: int) -> float:
 
 def fake_run(root, job, variant: int, staleness: str):
     """A run as `experiments.simulate` writes it: round k logs accuracy(variant, k), time 0.1 (variant + 1) k."""
-    cfg = _composed(tuple(job))
+    cfg = composed_job(tuple(job))
     writer = RunWriter(root / job_name(job))
     writer.write_text("config.yaml", yaml.safe_dump(cfg))
     for k in range(WHERE.rounds + 1):
@@ -95,7 +95,7 @@ def test_main_writes_the_figure_with_its_model_and_provenance(results, tmp_path)
 def test_jobs_are_four_distinct_runs_with_one_seed():
     jobs = staleness.jobs(WHERE)
     assert len({job_name(j) for j in jobs}) == 4
-    assert {_composed(j)["seed"] for j in jobs} == {0}
-    assert [_composed(j)["comm"]["staleness"] for j in jobs] == [0, 1, 4, float("inf")]
+    assert {composed_job(j)["seed"] for j in jobs} == {0}
+    assert [composed_job(j)["comm"]["staleness"] for j in jobs] == [0, 1, 4, float("inf")]
     # an asynchronous server steps once per gradient: lr/m, so a pass over the data moves as far as sync SGD's
-    assert [_composed(j)["algorithm"]["lr"] for j in jobs] == pytest.approx([0.05] + [0.05 / 3] * 3, rel=1e-4)
+    assert [composed_job(j)["algorithm"]["lr"] for j in jobs] == pytest.approx([0.05] + [0.05 / 3] * 3, rel=1e-4)

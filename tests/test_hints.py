@@ -1,0 +1,29 @@
+"""Every hint a divergence message gives names an override the algorithm's config accepts."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from dane.api import CONF_DIR, algorithm_config
+from dane.launch import recovery_overrides
+
+ALGORITHMS = sorted(p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+@pytest.mark.parametrize("overrides", [{}, {"safeguard": False}, {"adaptive_rho": False}])
+def test_each_suggested_override_is_accepted(name, overrides):
+    keys = yaml.safe_load((CONF_DIR / "algorithm" / f"{name}.yaml").read_text())
+    overrides = {k: v for k, v in overrides.items() if k in keys}
+    hints = recovery_overrides(algorithm_config(name, **overrides))
+    assert hints, name
+    for hint in hints:
+        key, _, value = hint.split(" ")[0].partition("=")
+        if key == "algorithm":
+            assert (CONF_DIR / "algorithm" / f"{value}.yaml").is_file()
+            continue
+        field = key.removeprefix("algorithm.")
+        built = algorithm_config(name, **{**overrides, field: yaml.safe_load(value)})
+        assert getattr(built, field) == yaml.safe_load(value)
+    if name == "giant":  # GIANT has no mu and no safeguard: it must not be told to set them
+        assert not any(h.startswith(("algorithm.mu", "algorithm.safeguard")) for h in hints)
