@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,9 +118,21 @@ def cache_dir() -> Path:
     return Path(base) / "optimum"
 
 
+_READ_LOCK = threading.Lock()
+
+
 def read_saved(path: str | Path, dim: int, dtype: torch.dtype) -> torch.Tensor:
-    """w* from a saved optimum, or one line saying what is wrong with the file."""
+    """w* from a saved optimum, or one line saying what is wrong with the file.
+
+    One reader at a time: numpy parses an .npy header with `ast`, which CPython 3.11 does not
+    allow in several threads at once (the simulator's workers all read the file).
+    """
     path = str(path)
+    with _READ_LOCK:
+        return _read_saved(path, dim, dtype)
+
+
+def _read_saved(path: str, dim: int, dtype: torch.dtype) -> torch.Tensor:
     try:
         if path.endswith(".pt"):
             saved = torch.load(path, map_location="cpu", weights_only=True)

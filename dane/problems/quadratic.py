@@ -112,7 +112,7 @@ class QuadraticProblem:
             M.diagonal().add_(shift)  # A_i + sI without a d x d identity
             L, info = torch.linalg.cholesky_ex(M)
             if info.item() != 0:
-                raise _not_positive_definite(shift)
+                raise not_positive_definite(shift)
             if len(self._factors) >= 8:  # the safeguard visits a handful of μ values; keep memory bounded
                 self._factors.pop(next(iter(self._factors)))
             self._factors[key] = L
@@ -138,7 +138,7 @@ class QuadraticProblem:
         values, Q = self.eigen()
         shifted = values + shift
         if not float(shifted.min()) > 0:
-            raise _not_positive_definite(shift)
+            raise not_positive_definite(shift)
         return Q @ ((Q.T @ r) / shifted)
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
@@ -166,5 +166,5 @@ class QuadraticProblem:
         return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg, solver=solver)
 
 
-def _not_positive_definite(shift: float) -> ConfigError:
+def not_positive_definite(shift: float) -> ConfigError:
     return ConfigError(f"the local Hessian plus {shift} I is not positive definite on this shard; use mu > 0")

@@ -46,7 +46,7 @@ from ..local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
 from ..inner import worker_seed
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
-from .quadratic import FACTORIZATIONS, QuadraticProblem, _not_positive_definite
+from .quadratic import FACTORIZATIONS, QuadraticProblem, not_positive_definite
 
 COVARIANCES = ("iso", "decay")
 ROW_BLOCK = 256                       # stream positions per seeded block
@@ -354,7 +354,7 @@ class RidgeShard(QuadraticProblem):
                 self._row_gram = gram(self.X.T)
             L, ok = capacitance_factor(self._row_gram, 2 * self.scale, key)
             if not ok:
-                raise _not_positive_definite(key)
+                raise not_positive_definite(key)
             while len(self._capacitance) >= WOODBURY_FACTORS:
                 self._capacitance.popitem(last=False)
         self._capacitance[key] = L
