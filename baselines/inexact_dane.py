@@ -15,8 +15,11 @@ compiled by numba).
 ``local_solver="cg"`` instead runs Newton-CG to the loose relative residual ``cg_tol``,
 or a fixed ``cg_max_iter`` Hessian-vector products per Newton system with ``cg_tol=0``.
 
-Defaults are the paper's method: η = 1, μ = 0, three passes (as in the public MATLAB
-reference) and no safeguard.  ``safeguard=True`` adds DANE's μ safeguard (`MuSafeguard`).
+Defaults are the paper's method (η = 1, μ = 0, three passes, as in the public MATLAB
+reference) inside DANE's μ safeguard (`MuSafeguard`), a departure from the paper: on a
+shard that misjudges the global Hessian (a rare feature it lacks) the paper's method
+diverges, and the safeguard never accepts an ascent.  ``safeguard=False`` is the paper's
+method exactly.
 
 Departure from the MATLAB reference: its SVRG takes one full-gradient snapshot per round
 and then ``passes * n_i`` steps on rows drawn with replacement; here, by default
@@ -87,7 +90,7 @@ class InexactSolverKeys:
 class InexactDANEConfig(InexactSolverKeys):
     eta: float = 1.0
     mu: float = 0.0
-    safeguard: bool = False
+    safeguard: bool = True
     name: str = "inexact_dane"
 
     def __post_init__(self) -> None:
