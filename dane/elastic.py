@@ -63,13 +63,12 @@ import copy
 import json
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 
 from .checkpoint import truncate_rounds
 from .comm import Communicator
-from .errors import ConfigError
+from .errors import ConfigError, say
 from .reference import attach_one
 from .results import LOCK_FILE
 
@@ -205,7 +204,7 @@ class ElasticSession:
     @staticmethod
     def _note(comm: Communicator, line: str) -> None:
         if comm.rank == 0:
-            print(line, file=sys.stderr, flush=True)
+            say(line)
 
 
 def disk_progress(spec, size: int) -> dict | None:

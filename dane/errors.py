@@ -25,3 +25,12 @@ class WorkerLost(UserError, RuntimeError):
     """A launched worker lost a peer mid-run (it crashed, was killed or its machine went away); the
     message says where the records are and how to continue.  Not raised under Horovod elastic,
     which handles a lost worker itself."""
+
+
+def say(line: str) -> None:
+    """One line on stderr in a single write: with ``PYTHONUNBUFFERED=1`` a ``print`` writes the text and its
+    newline apart, and two processes' lines on one pipe (the survivors of a lost peer) can merge."""
+    import sys
+
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import time
 
 import torch
@@ -26,7 +25,7 @@ import torch
 from .checkpoint import check_resume
 from .comm import Communicator, ThreadGroup, make_communicator
 from .comm.threads import meter_for
-from .errors import ConfigError, DivergenceError
+from .errors import ConfigError, DivergenceError, say
 from .faults import RunInterrupted, worker_lost
 from .reference import attach_all, attach_one
 from .spec import PROGRESS, RunSpec
@@ -74,7 +73,7 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             where = f"; records so far are in {out_dir}" if out_dir else ""
             at = f" after round {summary['rounds']}" if summary is not None else ""
             interrupted = RunInterrupted(f"interrupted{at}{where}")
-            print(interrupted, file=sys.stderr, flush=True)
+            say(interrupted)
             raise interrupted
     elif spec.elastic:
         from .elastic import run_elastic

@@ -20,6 +20,7 @@ from .checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint, tru
 from .comm import Communicator
 from .comm.threads import Interrupted
 from .confusion import write_confusion
+from .errors import say
 from .faults import inject_faults
 from .problems import Problem
 from .results import SUMMARY_FILE, RunWriter
@@ -61,7 +62,7 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     show = display(spec) if comm.rank == 0 else None
     if show is not None:
         for note in getattr(problem, "notes", ()):
-            print(f"note: {note}", file=sys.stderr, flush=True)
+            say(f"note: {note}")
 
     seen: list[dict] = []  # this call's records, for the summary of an interrupted run
 

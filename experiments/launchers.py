@@ -40,7 +40,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from dane import checks
-from dane.errors import ConfigError
+from dane.errors import ConfigError, say
 from dane.provenance import LAUNCH_COMMAND_ENV
 from dane.results import SUMMARY_FILE
 from synthetic.launchers import launch_env, horovodrun_command, torchrun_command
@@ -163,7 +163,7 @@ class ProcessLauncher(Launcher):
 
     @staticmethod
     def _failed(job_dir: Path, message: str, returncode: int) -> int:
-        print(message, file=sys.stderr, flush=True)
+        say(message)
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / ERROR_FILE).write_text(message + "\n")
         return returncode

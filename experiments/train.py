@@ -29,7 +29,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dane import timeline
-from dane.errors import DivergenceError, UserError, WorkerLost
+from dane.errors import DivergenceError, UserError, WorkerLost, say
 from dane.launch import execute
 from dane.results import ROUNDS_FILE
 from dane.runner import MonitorError
@@ -62,14 +62,14 @@ def main(cfg: DictConfig) -> None:
     try:
         execute(spec, out_dir)
     except DivergenceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         if multirun():
             return  # in a sweep a diverged job is a result (written, status: diverged): go on to the next
         sys.exit(3)
     except WorkerLost as exc:  # a peer crashed or was killed: each survivor says so in one line
         if multirun():
             return reject(exc)  # the job's error.txt, and the sweep goes on
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         sys.exit(4)
     except UserError as exc:  # a data file, the run directory, a monitor no record has: per rank
         if isinstance(exc, MonitorError):
@@ -81,7 +81,7 @@ def reject(exc: UserError, *, every_rank: bool = True) -> None:
     """Bad input: one line and exit 2; in a sweep the job's ``error.txt`` holds the line and the sweep goes on."""
     if multirun():  # under hydra/launcher=slurm every task of a job runs this: rank 0 speaks and writes
         if every_rank or rank_zero():
-            print(f"error: {exc}", file=sys.stderr)
+            say(f"error: {exc}")
         if rank_zero():
             job_dir = Path(HydraConfig.get().runtime.output_dir)
             job_dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +97,7 @@ SILENT_EXIT_DELAY_S = 2.0
 
 def fail(exc: UserError, *, speak: bool = True) -> None:
     if speak:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        say(f"error: {exc}")
     else:
         time.sleep(SILENT_EXIT_DELAY_S)  # rank 0's exit ends this rank sooner
     sys.exit(2)
