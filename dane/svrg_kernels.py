@@ -66,6 +66,13 @@ def _dz_softmax(z, y, out):
 
 
 # ------------------------------------------------------------------------------------- one output (K = 1)
+@numba.njit(cache=True, nogil=True)
+def _fold(alpha, u, beta, c, out):
+    """out = α u − β c: the sparse path's iterate w from its scaled form (out may be u itself)."""
+    for i in range(u.shape[0]):
+        out[i] = alpha * u[i] - beta * c[i]
+
+
 @numba.njit(cache=True, nogil=True, fastmath=FASTMATH)
 def svrg_dense(X, y, loss, weight, lr, shrink, scale, w, c0, order, steps, b):
     """SVRG from w (overwritten and returned) on dense rows X (n x d), squared or logistic loss:
@@ -151,12 +158,10 @@ def svrg_csr(indptr, indices, data, y, loss, weight, lr, shrink, scale, w, c0, o
                 for p in range(indptr[j], indptr[j + 1]):
                     u[indices[p]] -= step * data[p]
             if alpha < RESCALE_BELOW:
-                for i in range(d):
-                    u[i] = alpha * u[i] - beta * c[i]
+                _fold(alpha, u, beta, c, u)
                 alpha, beta = 1.0, 0.0
             pos += b
-        for i in range(d):
-            w[i] = alpha * u[i] - beta * c[i]
+        _fold(alpha, u, beta, c, w)
     return w
 
 
@@ -263,12 +268,10 @@ def svrg_csr_softmax(indptr, indices, data, y, K, weight, lr, shrink, scale, w, 
                     for k in range(K):
                         u[f * K + k] -= x * deltas[r, k]
             if alpha < RESCALE_BELOW:
-                for i in range(D):
-                    u[i] = alpha * u[i] - beta * c[i]
+                _fold(alpha, u, beta, c, u)
                 alpha, beta = 1.0, 0.0
             pos += b
-        for i in range(D):
-            w[i] = alpha * u[i] - beta * c[i]
+        _fold(alpha, u, beta, c, w)
     return w
 
 

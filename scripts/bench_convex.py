@@ -46,7 +46,7 @@ from dane.data.files import BuiltinSource, LibSVMSource  # noqa: E402
 from dane.errors import UserError  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.reference import attach_all  # noqa: E402
-from synthetic.bench_file import machine, merge_section as merge  # noqa: E402
+from synthetic.bench_file import elapsed_logger, machine, merge_section as merge  # noqa: E402
 from synthetic.sparse_data import write_sparse_libsvm  # noqa: E402
 
 KEY = "convex_newton_family"
@@ -342,9 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
-
-    def log(line: str) -> None:
-        print(f"[{time.perf_counter() - start:6.0f} s] {line}", flush=True)
+    log = elapsed_logger(start)
 
     path = Path(args.out)
     cost = AlphaBeta()

@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from synthetic.bench_file import machine, merge_section  # noqa: E402
+from synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
 from synthetic.sparse_data import rcv1_like  # noqa: E402
 
 KEY = "local_solve_cost"
@@ -201,9 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(measure_case(json.loads(args.measure_case), Path(args.case_data), args.repeats)))
         return
     start = time.perf_counter()
-
-    def log(line: str) -> None:
-        print(f"[{time.perf_counter() - start:6.0f} s] {line}", flush=True)
+    log = elapsed_logger(start)
 
     log("local solve cost against d")
     merge_section(Path(args.out), KEY, {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),

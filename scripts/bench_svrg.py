@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from synthetic.bench_file import machine, merge_section  # noqa: E402
+from synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
 
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes (DESIGN §9)
@@ -350,9 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
-
-    def log(line: str) -> None:
-        print(f"[{time.perf_counter() - start:6.0f} s] {line}", flush=True)
+    log = elapsed_logger(start)
 
     path = Path(args.out)
     earlier = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}

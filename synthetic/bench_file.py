@@ -6,12 +6,21 @@ import math
 import os
 import platform
 import socket
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
 
 from dane.results import atomic_write_text
+
+
+def elapsed_logger(start: float):
+    """``log(line)``: print ``line`` after the seconds since ``start`` (a ``time.perf_counter()`` value), flushed."""
+    def log(line: str) -> None:
+        print(f"[{time.perf_counter() - start:6.0f} s] {line}", flush=True)
+
+    return log
 
 
 def read_bench(path: Path) -> dict:
