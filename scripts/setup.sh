@@ -28,7 +28,7 @@ PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1
 echo "setup: installing torch==$TORCH_VERSION and the scientific stack"
 "${PIP[@]}" install "torch==$TORCH_VERSION"
 "${PIP[@]}" install numpy scipy matplotlib "hydra-core>=1.3,<1.4" "omegaconf<2.4" hydra-submitit-launcher==1.2.0 scikit-learn "numba>=0.64" pytest \
-    cloudpickle psutil pyyaml packaging setuptools wheel
+    cloudpickle psutil pyyaml packaging setuptools wheel tqdm "tensorboard>=2.14" "mlflow-skinny>=2.10"
 
 if "$PY" -c "import horovod.torch" 2>/dev/null; then
     echo "setup: horovod already installed in $VENV"
