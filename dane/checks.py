@@ -93,9 +93,38 @@ def available_memory() -> int | None:
     return have
 
 
+def address_space_left() -> int | None:
+    """Bytes this process may still map under its address-space limit (``ulimit -v``, RLIMIT_AS): the
+    limit less the process's current virtual size (VmSize); None where there is no limit or it cannot be read.
+
+    The kernel refuses an allocation past this limit whatever the free memory, so a run that fits
+    the machine can still fail here (torch's allocator says ``can't allocate memory``).
+    """
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/status") as f:
+            used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (ImportError, OSError, StopIteration, ValueError, IndexError):
+        return None
+    return max(limit - used, 0)
+
+
 def fits_in_memory(what: str, need: int, parts: str, fix: str) -> None:
-    """Refuse, with the numbers, before allocating: ``what`` needs about ``need`` bytes (``parts`` says of what)."""
-    have = available_memory()
+    """Refuse, with the numbers, before allocating: ``what`` needs about ``need`` bytes (``parts`` says of what).
+
+    Compared with the memory available (`available_memory`) and with what the process limit
+    (`address_space_left`) leaves, whichever is smaller; no refusal where neither is known.
+    """
+    have, left = available_memory(), address_space_left()
+    if left is not None and (have is None or left < have):
+        if need > left:
+            raise ConfigError(f"{what} needs about {gigabytes(need)} of memory ({parts}) but the process limit "
+                              f"(ulimit -v) leaves {gigabytes(left)}; {fix}, or raise the limit (ulimit -v unlimited)")
+        return
     if have is not None and need > have:
         raise ConfigError(f"{what} needs about {gigabytes(need)} of memory ({parts}) but {gigabytes(have)} "
                           f"is available; {fix}")

@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from dane import checks
 from dane.data.parts import FileSource
 from dane.data.table import Table
-from dane.errors import ConfigError, DataError
+from dane.errors import ConfigError, DataError, UserError
 
 SPARSE_SUFFIXES = ("_data", "_indices", "_indptr", "_shape")
 FIX = "write it with dane.data.files.save_npz(path, X, y)"
@@ -44,12 +45,14 @@ class NPZSource(FileSource):
                 raise ConfigError(f"data.{key} must name an array in the archive, got {getattr(self, key)!r}")
 
     def _read(self, file: Path) -> Table:
+        _check_is_archive(file)
         try:
             with np.load(file, allow_pickle=False) as archive:
+                _check_declared_sizes(file, archive.files)
                 sparse = self._layout(file, archive.files)
                 X = _sparse(file, archive, self.x_key) if sparse else archive[self.x_key]
                 y = archive[self.y_key]
-        except DataError:  # ours, already one line (a DataError is also an OSError)
+        except UserError:  # ours, already one line (a DataError is also an OSError, a ConfigError a ValueError)
             raise
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, AttributeError) as err:
             # AttributeError: np.load returned a plain array (an .npy file), with no ``files``.
@@ -86,6 +89,46 @@ class NPZSource(FileSource):
                 return int(archive[self.x_key + "_shape"][1])
         shape = _member_shape(file, self.x_key)
         return shape[1] if len(shape) == 2 else None  # _read names the bad shape
+
+
+def _check_is_archive(file: Path) -> None:
+    """An ``.npy`` file (one array, from ``np.save``) under an ``.npz`` name: say so rather than fail inside numpy."""
+    with open(file, "rb") as f:  # readable: `resolve` opened it
+        magic = f.read(6)
+    if magic == b"\x93NUMPY":
+        raise DataError(f"{file} is a .npy file (one array, from np.save), not an .npz archive of X and y; {FIX}")
+
+
+def _check_declared_sizes(file: Path, members: list[str]) -> None:
+    """Every array's size as its header declares it, checked before it is read: against the bytes the
+    archive holds for it (a damaged header) and against the memory this process can allocate."""
+    with zipfile.ZipFile(file) as archive:
+        for key in members:
+            info, header = archive.getinfo(f"{key}.npy"), _member_header(archive, f"{key}.npy")
+            if header is None:
+                continue
+            shape, dtype = header
+            declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if declared > info.file_size:
+                raise DataError(f"{file}: '{key}' declares {' x '.join(map(str, shape))} {dtype} "
+                                f"({checks.gigabytes(declared)}) but the archive holds {info.file_size} bytes of it; "
+                                f"the file is damaged or truncated, {FIX}")
+            checks.fits_in_memory(f"{file}: '{key}' ({' x '.join(map(str, shape))} {dtype})", declared,
+                                  "as its header declares", "use a smaller data set, or a machine with more memory")
+
+
+def _member_header(archive: zipfile.ZipFile, name: str) -> tuple[tuple[int, ...], np.dtype] | None:
+    """(shape, dtype) from an ``.npy`` member's header, reading no data; None for a header version
+    this does not know (rare; NumPy writes 1.0 when it can), which only ``np.load`` reads."""
+    with archive.open(name) as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+        else:
+            return None
+    return shape, dtype
 
 
 def _sparse(file: Path, archive, x_key: str) -> sp.csr_matrix:
@@ -138,22 +181,18 @@ def _checked(file: Path, X, y: np.ndarray, x_key: str, y_key: str) -> tuple:
 def _member_shape(file: Path, key: str) -> tuple[int, ...]:
     """The shape of array ``key`` in the archive, read from its header alone (no data)."""
     try:
-        with zipfile.ZipFile(file) as archive, archive.open(f"{key}.npy") as member:
-            version = np.lib.format.read_magic(member)
-            if version == (1, 0):
-                shape, _, _ = np.lib.format.read_array_header_1_0(member)
-            elif version == (2, 0):
-                shape, _, _ = np.lib.format.read_array_header_2_0(member)
-            else:  # a newer header version: read the array (rare; NumPy writes 1.0 when it can)
-                with np.load(file, allow_pickle=False) as whole:
-                    shape = whole[key].shape
+        with zipfile.ZipFile(file) as archive:
+            header = _member_header(archive, f"{key}.npy")
+        if header is not None:
+            return header[0]
+        with np.load(file, allow_pickle=False) as whole:  # a newer header version: read the array
+            return whole[key].shape
     except KeyError:
         with zipfile.ZipFile(file) as archive:
             keys = ", ".join(name.removesuffix(".npy") for name in archive.namelist())
         raise DataError(f"{file} has no array '{key}'; its keys are: {keys}; {FIX}") from None
     except (OSError, ValueError, zipfile.BadZipFile) as err:
         raise DataError(f"{file} is not a readable .npz archive ({_short(err)}); {FIX}") from None
-    return shape
 
 
 def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y") -> Path:

@@ -84,9 +84,19 @@ def resolve(
         tried = ([folder / given] if folder is not None else []) + [Path.cwd() / given]
     for candidate in tried:
         if candidate.is_file():
-            return candidate
+            return readable(candidate)
     where = ", ".join(f"{p} (a folder)" if p.is_dir() else str(p) for p in tried)
     raise DataError(f"data file {path} not found; tried {where}; {fix}")
+
+
+def readable(file: Path) -> Path:
+    """``file``, once opened for reading: a file without read permission is one line here, not a reader's traceback."""
+    try:
+        open(file, "rb").close()
+    except OSError as err:
+        raise DataError(f"data file {file} cannot be read ({err.strerror}); give read permission "
+                        f"(chmod a+r {file}) or copy it somewhere readable") from None
+    return file
 
 
 def standardize_columns(X: np.ndarray, columns: list[int]) -> list[int]:

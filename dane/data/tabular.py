@@ -9,6 +9,7 @@ training statistics.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,10 @@ def read_admissions(path: Path) -> tuple[np.ndarray, np.ndarray]:
             values.append([float(cell) for cell in row])
         except ValueError:
             raise DataError(f"{path} line {line} has a non-numeric value: {row}; fix or remove the row") from None
+        bad = next((i for i, value in enumerate(values[-1]) if not math.isfinite(value)), None)
+        if bad is not None:
+            raise DataError(f"{path} line {line}, column '{ADMISSIONS_HEADER[bad]}': {row[bad].strip()!r} is not a "
+                            "finite number; fix or remove the row")
         if len(row) != len(ADMISSIONS_HEADER) or values[-1][0] not in (0.0, 1.0):
             raise DataError(f"{path} line {line} is not admit(0/1),gre,gpa,rank: {row}; fix or remove the row")
     if not values:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse
 import torch
 
 from .. import checks, reference
@@ -27,6 +28,24 @@ from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, 
 
 PROBLEM_LOSSES = {"ridge": "squared", "logreg": "logistic", "softmax": "softmax"}
 _TABLES: dict[str, Any] = {}
+#: d-vectors (per class) a worker holds besides its data: the iterate, gradients, the local solver's and the
+#: algorithm's state; a generous count, since the check is there to refuse a d that cannot fit at all
+VECTORS_PER_WORKER = 16
+
+
+def check_memory(X, classes: int, method: str, source: str) -> None:
+    """Refuse, before the tensors are made, a worker whose d (from the data: a LIBSVM file's largest index,
+    ``data.n_features``, an .npz's ``X_shape``) cannot fit: its rows as tensors, `VECTORS_PER_WORKER`
+    vectors of d per class, and a d x d Hessian with its factor for a Cholesky local solve."""
+    n, d = X.shape
+    rows = 16 * X.nnz + 8 * n if scipy.sparse.issparse(X) else 8 * n * d
+    vectors = 8 * VECTORS_PER_WORKER * d * classes
+    hessian = 8 * 2 * (d * classes) ** 2 if method == "cholesky" else 0
+    parts = f"{n} rows {checks.gigabytes(rows)}, {VECTORS_PER_WORKER} vectors of d {checks.gigabytes(vectors)}"
+    parts += f", a d x d Hessian and its factor {checks.gigabytes(hessian)}" if hessian else ""
+    fix = "use problem.local_solver=cg (no d x d matrix)" if hessian > rows + vectors else \
+        "check the data's feature count (data.n_features, a LIBSVM file's largest index, an .npz's X_shape)"
+    checks.fits_in_memory(f"data {source} with d={d} features", rows + vectors + hessian, parts, fix)
 
 
 @dataclass(frozen=True)
@@ -140,6 +159,8 @@ class LinearModelConfig(SolverOptions):
         y_t = torch.as_tensor(y, dtype=torch.int64 if self.loss == "softmax" else dtype)
         if self.loss == "softmax" and len(y) and int(y.max()) >= classes:
             raise ConfigError(f"problem.classes={classes} but the labels go up to {int(y.max())}; raise problem.classes")
+        check_memory(X, classes, self.solver.resolve(X.shape[1], scipy.sparse.issparse(X)).method,
+                     getattr(self.source, "path", self.source.name))
         problem = LinearModelShard(to_torch(X, dtype), y_t, LOSSES[self.loss], l2=self.lam, weight=size / n_total,
                                    classes=classes, solver=self.solver,
                                    seed=worker_seed(self.seed, rank, SOLVER_STREAM), notes=notes)
