@@ -61,10 +61,14 @@ class RunWriter:
     stops with one line.  A directory that already holds a run's records is refused
     unless ``resume`` (the run continues there: its records were cut back to the
     checkpoint) or ``overwrite`` (the old records are removed first).
+
+    ``trackers`` (`dane.trackers.Trackers`, set by `attach`) get each record and the summary after they are
+    on disk, so a tracker that fails loses none of them.
     """
 
     def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
         self.out_dir = Path(out_dir)
+        self.trackers = None
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -86,12 +90,20 @@ class RunWriter:
             self._lock.unlink(missing_ok=True)
             raise
 
+    def attach(self, trackers) -> None:
+        """Send every later record and the summary also to ``trackers`` (`dane.trackers.Trackers`)."""
+        self.trackers = trackers
+
     def write_round(self, record: dict) -> None:
         self._rounds.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        if self.trackers is not None:
+            self.trackers.log_round(record)
 
     def write_summary(self, summary: dict) -> None:
         summary = {**summary, "provenance": summary.get("provenance", self.provenance)}
         atomic_write_text(self.out_dir / SUMMARY_FILE, json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2) + "\n")
+        if self.trackers is not None:
+            self.trackers.finish(summary)
 
     def write_text(self, name: str, text: str) -> None:
         (self.out_dir / name).write_text(text)

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
@@ -233,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     path = Path(args.out)
     report: dict = {"started_at": now(), "machine": machine()}
+    sections = set(args.only) | ({"dane_round_overhead"} if "simulator_error" in args.only else set())  # timed together
+    bar = tqdm(total=len(sections), unit="section", file=sys.stdout, disable=None)  # a bar on a terminal only
 
     def record(section: str, value: dict) -> None:
         """Merge one finished section into the JSON at once, so a later failure loses nothing."""
@@ -241,7 +244,9 @@ def main(argv: list[str] | None = None) -> None:
         merge_section(path, "synthetic_bench", {"started_at": report["started_at"], "updated_at": now(),
                                                 "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())},
                                                 "sections": [s for s in SECTIONS if s in report]})
-        print(f"{section}: {value.get('ratio', value.get('error', ''))} -> {path}", flush=True)
+        bar.update()
+        bar.write(f"{section}: {value.get('ratio', value.get('error', ''))} -> {path}", file=sys.stdout)
+        sys.stdout.flush()
 
     needs_horovod = set(args.only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"}
     if needs_horovod and not have_horovod():
@@ -265,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
             record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, reps=300))
     if "rounds_to_1e-10" in args.only:
         record("rounds_to_1e-10", rounds_table(args.results))
+    bar.close()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 
 import torch
 import yaml
+from tqdm import tqdm
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
@@ -202,6 +203,8 @@ def ensure(jobs: Iterable[Job], root: str | Path = "results", sweep: str = "swee
     if missing and log is not None:
         print(f"running {len(missing)} of {len(jobs)} jobs into {Path(root) / sweep}", file=log, flush=True)
     start = time.perf_counter()
+    # a bar on a terminal (tqdm's disable=None), the per-job lines below in any case
+    bar = tqdm(total=len(missing), file=log, unit="job", disable=True if log is None else None)
     for k, job in enumerate(missing, 1):
         out_dir = Path(root) / sweep / job_name(job)
         if out_dir.exists():  # a stale or partial run of an older config: start it afresh
@@ -209,9 +212,12 @@ def ensure(jobs: Iterable[Job], root: str | Path = "results", sweep: str = "swee
                 (out_dir / name).unlink(missing_ok=True)
         summary = run_job(job, out_dir)
         found[job] = out_dir
+        bar.update()
         if log is not None:
-            print(f"[{k}/{len(missing)} {time.perf_counter() - start:6.1f}s] {job_name(job)}: {summary['status']} "
-                  f"after {summary['rounds']} rounds", file=log, flush=True)
+            bar.write(f"[{k}/{len(missing)} {time.perf_counter() - start:6.1f}s] {job_name(job)}: {summary['status']} "
+                      f"after {summary['rounds']} rounds", file=log)
+            log.flush()
+    bar.close()
     return found  # type: ignore[return-value]
 
 
