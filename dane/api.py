@@ -29,7 +29,7 @@ from .errors import ConfigError, DivergenceError, UserError
 from .launch import RunSpec, execute
 from .runner import StopRule
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
 
 
 def shards(n_rows: int, workers: int, seed: int = 0) -> list[np.ndarray]:

@@ -105,6 +105,8 @@ def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: st
         _check_file(checkpoint_path(run_dir, r, k))
     if k > rounds:
         raise ConfigError(f"resume={run_dir} is at round {k} but rounds={rounds}; set rounds >= {k}")
+    if (Path(run_dir) / ROUNDS_FILE).is_file():
+        kept_rounds(Path(run_dir) / ROUNDS_FILE, k)  # the log holds every round before the checkpoint
     if config_text and marker.get("config"):
         changed = config_differences(marker["config"], config_text)
         if changed:
@@ -181,14 +183,28 @@ def truncate_rounds(run_dir: str | Path, next_round: int) -> int:
     """Keep only the records of rounds before ``next_round`` in ``rounds.jsonl`` (the checkpoint's past).
 
     A last line without its newline, or one that is not JSON, is what a crash in the
-    middle of a write leaves: it is dropped.  A damaged line before the last is refused.
-    Returns how many whole records were dropped (rounds that the run will do again).
+    middle of a write leaves: it is dropped, as long as the records of rounds 0 ..
+    ``next_round - 1`` are all there (`kept_rounds` refuses otherwise).  Returns how many
+    whole records were dropped (rounds that the run will do again).
     """
     path = Path(run_dir) / ROUNDS_FILE
     if not path.is_file():
         return 0
-    lines = path.read_text(errors="replace").splitlines(keepends=True)
-    kept, dropped = [], 0
+    kept, dropped = kept_rounds(path, next_round)
+    atomic_write(path, lambda f: f.write("".join(kept).encode()))
+    return dropped
+
+
+def kept_rounds(path: Path, next_round: int) -> tuple[list[str], int]:
+    """The lines of ``path`` that hold rounds 0 .. ``next_round - 1``, and how many later records there are.
+
+    Refused, in one line naming the line and the fix, where a line before the last is damaged,
+    or where those rounds are not all there (a damaged last line, say of the NUL bytes a crash
+    of the machine can leave in place of a whole file, or a gap): resuming would drop them
+    from the finished log for good.
+    """
+    lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True)
+    kept, dropped, damaged = [], 0, None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -196,13 +212,35 @@ def truncate_rounds(run_dir: str | Path, next_round: int) -> int:
             record = json.loads(line) if line.endswith("\n") else None
         except ValueError:
             record = None
-        if record is None or not isinstance(record, dict) or "round" not in record:
+        if not isinstance(record, dict) or not isinstance(record.get("round"), int):
+            damaged = (i + 1, line)
             if i == len(lines) - 1:
-                break  # torn by a crash mid-write
-            raise ConfigError(f"{path} line {i + 1} is not a round record; repair or remove it to resume")
+                break  # torn by a crash mid-write: dropped if the rounds before the checkpoint are all there
+            raise ConfigError(f"{path} line {i + 1} is not a round record ({_describe(line)}); repair or remove "
+                              "the line to resume, or start again (no resume=) with overwrite=true or a new out_dir")
         if record["round"] < next_round:
             kept.append(line)
         else:
             dropped += 1
-    atomic_write(path, lambda f: f.write("".join(kept).encode()))
-    return dropped
+    rounds = [json.loads(line)["round"] for line in kept]
+    if rounds != list(range(next_round)):
+        missing = sorted(set(range(next_round)) - set(rounds))
+        where = (f"line {damaged[0]} is not a round record ({_describe(damaged[1])})" if damaged
+                 else f"lacks round{'s' if len(missing) > 1 else ''} {_span(missing)}" if missing
+                 else "holds rounds repeated or out of order")
+        raise ConfigError(f"{path} {where}, and the checkpoint at round {next_round} needs the records of rounds "
+                          f"0-{next_round - 1}; restore the file to resume, or start again (no resume=) with "
+                          "overwrite=true or a new out_dir")
+    return kept, dropped
+
+
+def _describe(line: str) -> str:
+    text = line.rstrip("\n")
+    if text and not text.strip("\x00"):
+        return f"{len(text)} NUL bytes"
+    return f"{text[:40]!r}" + ("..." if len(text) > 40 else "")
+
+
+def _span(rounds: list[int]) -> str:
+    return str(rounds[0]) if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}" + (
+        "" if rounds[-1] - rounds[0] + 1 == len(rounds) else f" ({len(rounds)} of them)")

@@ -16,17 +16,19 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from .layout import CHECKOUT  # noqa: E402
 #: set by a launcher that starts the run's processes itself (experiments.launchers): its command line, as JSON
 LAUNCH_COMMAND_ENV = "DANE_LAUNCH_COMMAND"
 
 
 @lru_cache(maxsize=1)
 def code_version() -> dict:
-    """``{"git_commit": sha or None, "git_dirty": bool or None}`` of the package's checkout."""
+    """``{"git_commit": sha or None, "git_dirty": bool or None}`` of the package's checkout (None installed)."""
+    if CHECKOUT is None:  # an installed wheel: a git repository around site-packages is not its source
+        return {"git_commit": None, "git_dirty": None}
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
+            done = subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None

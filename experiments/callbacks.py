@@ -18,7 +18,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from experiments.config import rank_zero
+from dane.experiments.config import rank_zero
 
 
 class SweepSummary(Callback):

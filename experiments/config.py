@@ -19,7 +19,7 @@ from dane.local_solvers import AUTO_MAX_DIM
 from dane.problems import RidgeSyntheticConfig
 from dane.runner import StopRule
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from dane.layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 TORCH_BACKENDS = ("gloo",)
 

@@ -43,7 +43,7 @@ from dane import checks
 from dane.errors import ConfigError, say
 from dane.provenance import LAUNCH_COMMAND_ENV
 from dane.results import SUMMARY_FILE
-from synthetic.launchers import launch_env, horovodrun_command, torchrun_command
+from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
 
 log = logging.getLogger(__name__)
 

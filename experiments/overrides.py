@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from dane.errors import ConfigError
-from experiments.config import CONF_DIR
+from dane.experiments.config import CONF_DIR
 
 
 def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None:

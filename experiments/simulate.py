@@ -18,7 +18,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from experiments import train
+from dane.experiments import train
 
 
 @hydra.main(config_path="../conf", config_name="simulate", version_base="1.3")

@@ -33,8 +33,8 @@ from dane.errors import DivergenceError, UserError, WorkerLost, say
 from dane.launch import execute
 from dane.results import ROUNDS_FILE
 from dane.runner import MonitorError
-from experiments.config import rank_zero, run_spec
-from experiments.overrides import check_group_choices, check_keys
+from dane.experiments.config import rank_zero, run_spec
+from dane.experiments.overrides import check_group_choices, check_keys
 
 
 def multirun() -> bool:

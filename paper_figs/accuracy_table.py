@@ -20,8 +20,8 @@ from pathlib import Path
 
 from dane.errors import UserError
 from dane.results import read_rounds, read_summary
-from paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, run_config, save
-from synthetic.sweep import Job, RunIndex, composed_job, compose_job, identity
+from dane.paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, run_config, save
+from dane.synthetic.sweep import Job, RunIndex, composed_job, compose_job, identity
 
 WORKERS = (2, 4, 6, 8)
 SEEDS = (0, 1, 2)

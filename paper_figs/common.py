@@ -27,7 +27,7 @@ import yaml  # noqa: E402
 
 from dane.comm import AlphaBeta  # noqa: E402
 from dane.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
-from synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
+from dane.synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
 
 #: where figures and tables are written (untracked); `make publish-figures` copies them to PUBLISHED_DIR
 FIG_DIR = Path("results") / "figures"

@@ -15,9 +15,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.results import read_rounds, read_summary
-from paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, figure_provenance, locate, positive, retime,
+from dane.paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, figure_provenance, locate, positive, retime,
                                save)
-from synthetic.sweep import Job, RunIndex
+from dane.synthetic.sweep import Job, RunIndex
 
 N, M = 18000, 8
 COVARIANCES = ("iso", "decay")

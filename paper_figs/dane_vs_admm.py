@@ -21,9 +21,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.results import read_rounds, read_summary
-from paper_figs.accuracy_table import Row, data_caption, find_run, has_data
-from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, save
-from synthetic.sweep import Job, RunIndex
+from dane.paper_figs.accuracy_table import Row, data_caption, find_run, has_data
+from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, save
+from dane.synthetic.sweep import Job, RunIndex
 
 PROBLEM = "mnist_lenet5"
 BASE = ("experiment=target_mnist_lenet5",)

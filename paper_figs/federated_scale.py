@@ -22,7 +22,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from paper_figs.common import FIG_DIR, cli, save
+from dane.paper_figs.common import FIG_DIR, cli, save
 
 KEY, SECTION = "load", "federated_scale"
 MACHINE_GIB = 24  # DESIGN.md section 5: these machines' memory

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from paper_figs.common import FIG_DIR, cli, save
+from dane.paper_figs.common import FIG_DIR, cli, save
 
 KEY = "local_solve_cost"
 SERIES = {  # label -> (solver, time field, style)

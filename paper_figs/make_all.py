@@ -24,14 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-from paper_figs.common import FIG_DIR
-from synthetic.sweep import RunIndex, ensure
+from dane.paper_figs.common import FIG_DIR
+from dane.synthetic.sweep import RunIndex, ensure
 
 #: figure modules of paper_figs/, each with jobs() and main(results, out)
-FIGURES = ("paper_figs.speedup", "paper_figs.convergence", "paper_figs.rounds_table", "paper_figs.ps_scaling",
-           "paper_figs.staleness")
+FIGURES = ("dane.paper_figs.speedup", "dane.paper_figs.convergence", "dane.paper_figs.rounds_table", "dane.paper_figs.ps_scaling",
+           "dane.paper_figs.staleness")
 #: the neural-network tables: their runs take tens of minutes, so only `--nn` makes them
-NN_TABLES = ("paper_figs.accuracy_table", "paper_figs.target_table", "paper_figs.dane_vs_admm")
+NN_TABLES = ("dane.paper_figs.accuracy_table", "dane.paper_figs.target_table", "dane.paper_figs.dane_vs_admm")
 
 
 def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_missing: bool = True,
@@ -41,7 +41,7 @@ def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_mis
     tables = [importlib.import_module(name) for name in NN_TABLES]
     to_run = figures + tables if nn else figures
     if nn or not run_missing:
-        from paper_figs.accuracy_table import ROWS, data_problem
+        from dane.paper_figs.accuracy_table import ROWS, data_problem
 
         for row in ROWS:
             problem = data_problem(row)

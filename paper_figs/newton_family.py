@@ -17,7 +17,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.results import read_rounds
-from paper_figs.common import FIG_DIR, cli, first_reaching, positive, save
+from dane.paper_figs.common import FIG_DIR, cli, first_reaching, positive, save
 
 TARGET = 1e-8
 ALGORITHMS = {  # algorithm directory -> (label, style, colour): the same colour in every panel

@@ -22,8 +22,8 @@ from typing import NamedTuple, Sequence
 
 import matplotlib.pyplot as plt
 
-from paper_figs.common import positive, save
-from paper_figs.summary import job_dirs, read_config, read_records
+from dane.paper_figs.common import positive, save
+from dane.paper_figs.summary import job_dirs, read_config, read_records
 
 Y_AXES = {  # record key -> (axis label, log scale)
     "objective": ("objective O(w)", False),

@@ -30,8 +30,8 @@ import matplotlib.pyplot as plt
 
 from dane.comm import AlphaBeta, ParameterServerCost
 from dane.results import read_rounds, read_summary
-from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, locate, save
-from synthetic.sweep import Job, RunIndex
+from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, locate, save
+from dane.synthetic.sweep import Job, RunIndex
 
 WORKERS = (2, 4, 8, 16, 32, 64)
 ROUNDS = 10

@@ -15,8 +15,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from paper_figs.common import FIG_DIR, M_GRID, N_GRID, caption_line, cli, figure_provenance, locate, outcome, save
-from synthetic.sweep import Job, RunIndex
+from dane.paper_figs.common import FIG_DIR, M_GRID, N_GRID, caption_line, cli, figure_provenance, locate, outcome, save
+from dane.synthetic.sweep import Job, RunIndex
 
 TOL = 1e-10
 MUS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)

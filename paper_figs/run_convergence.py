@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.results import read_rounds, read_summary
-from paper_figs.common import positive, save
+from dane.paper_figs.common import positive, save
 
 METRICS = ("suboptimality", "grad_norm", "objective")
 

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from dane.errors import ConfigError, DataError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from dane.layout import CHECKOUT  # noqa: E402
 
 
 @dataclass
@@ -53,7 +53,8 @@ class Table:
 
 
 def resolve_dir(data_dir: str | Path | None) -> Path | None:
-    """``data_dir`` as an absolute folder: a relative one is taken from the repository root.
+    """``data_dir`` as an absolute folder: a relative one is taken from the repository root
+    (from the working folder where the package is installed, not a checkout).
 
     The repository root (not the working folder) so that the default ``../shared/data``
     means the same folder whether a run starts in the repository or in a Hydra run dir.
@@ -61,7 +62,7 @@ def resolve_dir(data_dir: str | Path | None) -> Path | None:
     if data_dir is None or str(data_dir) == "":
         return None
     folder = Path(data_dir).expanduser()
-    return (folder if folder.is_absolute() else REPO_ROOT / folder).resolve()
+    return (folder if folder.is_absolute() else (CHECKOUT or Path.cwd()) / folder).resolve()
 
 
 def resolve(

@@ -5,7 +5,7 @@ only classes whose module is under it: these subclasses are the launchers, by th
 It is found from the repository root (on ``sys.path`` under ``python -m``) and, after
 ``pip install -e .``, from anywhere (pyproject.toml, packages.find).
 """
-from experiments import launchers
+from dane.experiments import launchers
 
 
 class HorovodLauncher(launchers.HorovodLauncher):

@@ -11,7 +11,7 @@ except ModuleNotFoundError:
     # run; hydra/launcher=slurm itself then stops on its missing `submitit_slurm` default.
     pass
 else:
-    from experiments import slurm_launcher
+    from dane.experiments import slurm_launcher
 
     class SlurmLauncher(slurm_launcher.SlurmLauncher):
         __doc__ = slurm_launcher.SlurmLauncher.__doc__
