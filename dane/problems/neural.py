@@ -137,7 +137,16 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         checks.one_of("problem.model.name", self.name, MODEL_NAMES)
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        object.__setattr__(self, "hidden", layer_widths(self.hidden))
+
+
+def layer_widths(hidden) -> tuple[int, ...]:
+    """``problem.model.hidden`` as a tuple of positive integers, or one line naming the key and the fix."""
+    widths = None if isinstance(hidden, (str, bytes)) or not hasattr(hidden, "__iter__") else list(hidden)
+    if widths is None or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in widths):
+        raise ConfigError(f"problem.model.hidden must be a list of layer widths (positive integers) like [100] or "
+                          f"[256,128], or [] for none, got {hidden if widths is None else widths!r}")
+    return tuple(widths)
 
 
 @dataclass(frozen=True)
