@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import importlib
 
+from .layout import CHECKOUT
+
+if CHECKOUT is not None:  # a checkout: dane.baselines, dane.experiments, ... are its root folders (dane/layout.py)
+    __path__.append(str(CHECKOUT))
+
 _PUBLIC = {
     "ArraySource": "problems.arrays", "Result": "api", "algorithm_config": "api", "fit": "api", "shards": "api",
     "DANE": "dane", "DANEConfig": "dane",

@@ -29,9 +29,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.results import read_rounds, read_summary
-from paper_figs.common import (FIG_DIR, FIGURE_COST, M_GRID, N_GRID, caption_line, cli, cost_caption, first_reaching,
+from dane.paper_figs.common import (FIG_DIR, FIGURE_COST, M_GRID, N_GRID, caption_line, cli, cost_caption, first_reaching,
                                figure_provenance, locate, positive, retime, save)
-from synthetic.sweep import Job, RunIndex
+from dane.synthetic.sweep import Job, RunIndex
 
 TOL = 1e-8
 BASE = ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0", "problem.covariance=iso",

@@ -46,8 +46,8 @@ import matplotlib.pyplot as plt
 
 from dane.comm import ParameterServerCost
 from dane.results import read_rounds, read_summary
-from paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, locate, run_config, save
-from synthetic.sweep import Job, RunIndex, compose_job
+from dane.paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, locate, run_config, save
+from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 WORKERS = 3
 SLOWDOWN = (1, 1, 3)
@@ -79,7 +79,7 @@ SETTINGS = {
 @lru_cache(maxsize=1)
 def setting() -> Setting:
     """MNIST LeNet-5 where its files are present, else the digits MLP (always present); read once (it loads MNIST)."""
-    from paper_figs.accuracy_table import ROWS, has_data
+    from dane.paper_figs.accuracy_table import ROWS, has_data
 
     mnist = next(row for row in ROWS if row.problem == "mnist_lenet5")
     return SETTINGS["MNIST-LeNet5" if has_data(mnist) else "digits-MLP"]

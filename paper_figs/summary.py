@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from dane.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
-from paper_figs.common import first_reaching
+from dane.paper_figs.common import first_reaching
 
 CONFIG_FILE = "config.yaml"
 #: a file a launcher or wrapper leaves when a job fails

@@ -22,10 +22,10 @@ from omegaconf import OmegaConf
 
 from dane.comm import AlphaBeta
 from dane.results import read_rounds, read_summary
-from experiments.config import cost_model
-from paper_figs.accuracy_table import Row, data_caption, find_run, has_data
-from paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save
-from synthetic.sweep import Job, RunIndex, composed_job
+from dane.experiments.config import cost_model
+from dane.paper_figs.accuracy_table import Row, data_caption, find_run, has_data
+from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save
+from dane.synthetic.sweep import Job, RunIndex, composed_job
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the table keys on it

@@ -45,7 +45,7 @@ import yaml
 
 from dane.comm import AlphaBeta
 from dane.results import find_runs, read_rounds, read_summary
-from paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, data_text, figure_provenance, retime,
+from dane.paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, data_text, figure_provenance, retime,
                                save)
 
 FOLDER = "time_vs_workers"

@@ -41,11 +41,11 @@ from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
 from dane.launch import execute
 from dane.results import read_rounds
-from synthetic.bench_file import machine, merge_section
-from synthetic.calibrate import calibrate, calibrate_ps
-from synthetic.launchers import have_horovod, horovodrun, torchrun
-from synthetic.sweep import compose_job, ensure
-from experiments.config import run_spec
+from dane.synthetic.bench_file import machine, merge_section
+from dane.synthetic.calibrate import calibrate, calibrate_ps
+from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
+from dane.synthetic.sweep import compose_job, ensure
+from dane.experiments.config import run_spec
 
 SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error",
             "rounds_to_1e-10")
@@ -67,7 +67,7 @@ def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
     """One horovodrun launch of `synthetic.round_timing`: its medians, and the load average around it."""
     out = tmp / f"round_timing_{k}.json"
     before = list(os.getloadavg())
-    horovodrun("synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
+    horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
     timing = json.loads(out.read_text())
     med = timing["medians"]
     return {**med, "ratio": med["round_s"] / med["bare_s"], "means": timing["means"], "load_before": before}
@@ -100,7 +100,7 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
     for k in range(pairs):
         for name, (launcher, extra) in variants.items():
             out = tmp / f"latency_{name}_{k}.json"
-            launcher("synthetic.allreduce_timing", ["--sizes", "4096", "--reps", str(reps), "--out", str(out), *extra])
+            launcher("dane.synthetic.allreduce_timing", ["--sizes", "4096", "--reps", str(reps), "--out", str(out), *extra])
             times[name].append(json.loads(out.read_text())["sizes"]["4096"]["median_s"])
     h, t, tp = (statistics.median(times[name]) for name in variants)
     options = HorovodOptions()
@@ -187,7 +187,7 @@ def ps_simulator_error(tmp: Path, launches: int, n_rounds: int) -> dict:
     pairs = []
     for k in range(launches):
         out = tmp / f"ps_real_{k}"
-        torchrun("experiments.train", ["algorithm=dane", "problem=ridge_synthetic", f"rounds={n_rounds}", "tol=null",
+        torchrun("dane.experiments.train", ["algorithm=dane", "problem=ridge_synthetic", f"rounds={n_rounds}", "tol=null",
                                        "comm=ps", "comm.servers=1", "quiet=true", f"out_dir={out}"], np=3)
         times = [r["time_s"] for r in read_rounds(out)]
         rounds = [b - a for a, b in zip(times, times[1:])]

@@ -46,8 +46,8 @@ from dane.data.files import BuiltinSource, LibSVMSource  # noqa: E402
 from dane.errors import UserError  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.reference import attach_all  # noqa: E402
-from synthetic.bench_file import elapsed_logger, machine, merge_section as merge  # noqa: E402
-from synthetic.sparse_data import write_sparse_libsvm  # noqa: E402
+from dane.synthetic.bench_file import elapsed_logger, machine, merge_section as merge  # noqa: E402
+from dane.synthetic.sparse_data import write_sparse_libsvm  # noqa: E402
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8

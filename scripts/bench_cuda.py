@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scaling import load, median_round_s, mnist_dir, now, spread  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
-from synthetic.bench_file import merge_section  # noqa: E402
-from synthetic.launchers import REPO, torchrun  # noqa: E402
+from dane.synthetic.bench_file import merge_section  # noqa: E402
+from dane.synthetic.launchers import REPO, torchrun  # noqa: E402
 
 KEY = "cuda"
 TABLE = ("algorithm=dane", "problem=mnist_lenet5", "algorithm.eta=1.0", "algorithm.mu=0.0", "algorithm.safeguard=false",
@@ -54,7 +54,7 @@ def launched(tmp: Path, rounds: int, repeats: int) -> dict:
             for np in (1, 2):
                 out, before = tmp / f"launched_{device}_{np}_{repeat}", load()
                 try:
-                    torchrun("experiments.train", [*TABLE, f"rounds={rounds}", f"problem.device={device}",
+                    torchrun("dane.experiments.train", [*TABLE, f"rounds={rounds}", f"problem.device={device}",
                                                    f"out_dir={out}"], np=np, timeout=1200)
                 except (RuntimeError, subprocess.TimeoutExpired) as err:
                     print(f"launch failed ({device}, np={np}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
@@ -73,7 +73,7 @@ def simulated(tmp: Path, rounds: int, workers: list[int]) -> dict:
     for device in DEVICES:
         for m in workers:
             out, before = tmp / f"simulated_{device}_{m}", load()
-            cmd = [sys.executable, "-m", "experiments.simulate", "experiment=table_mnist_lenet5", f"workers={m}",
+            cmd = [sys.executable, "-m", "dane.experiments.simulate", "experiment=table_mnist_lenet5", f"workers={m}",
                    f"rounds={rounds}", f"problem.device={device}", f"out_dir={out}", "quiet=true"]
             proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
             if proc.returncode != 0:

@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dane.results import read_rounds, read_summary  # noqa: E402
 from dane.problems import RidgeSyntheticConfig  # noqa: E402
-from synthetic.bench_file import machine, merge_section  # noqa: E402
-from synthetic.launchers import REPO, launch_env, venv_bin  # noqa: E402
+from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
+from dane.synthetic.launchers import REPO, launch_env, venv_bin  # noqa: E402
 
 KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
@@ -94,7 +94,7 @@ def simulator(tmp: Path, workers: list[int], rounds: int, timeout: float) -> dic
     points = {}
     for m in workers:
         out = tmp / f"sim_m{m}"
-        cmd = [sys.executable, "-m", "experiments.train", *RUN, f"workers={m}", f"rounds={rounds}", f"out_dir={out}"]
+        cmd = [sys.executable, "-m", "dane.experiments.train", *RUN, f"workers={m}", f"rounds={rounds}", f"out_dir={out}"]
         points[str(m)] = launch(cmd, out, timeout)
         if "simulated_time_s" in points[str(m)]:
             points[str(m)]["simulated_round_s"] = points[str(m)]["simulated_time_s"] / rounds
@@ -116,7 +116,7 @@ def federated_scale(tmp: Path, workers: list[int], rounds: int, timeout: float, 
         runs = []
         for k in range(repeats if m <= repeat_below else 1):
             out = tmp / f"federated_m{m}_{k}"
-            cmd = [sys.executable, "-m", "experiments.train", *RUN, *problem, f"workers={m}", f"rounds={rounds}",
+            cmd = [sys.executable, "-m", "dane.experiments.train", *RUN, *problem, f"workers={m}", f"rounds={rounds}",
                    f"out_dir={out}"]
             run = launch(cmd, out, timeout)
             if "wall_time_s" in run and run.get("rounds"):
@@ -163,7 +163,7 @@ def oversubscribed(tmp: Path, nps: list[int], rounds: int, timeout: float) -> di
     points = {}
     for k in nps:
         out = tmp / f"hvd_np{k}"
-        cmd = [venv_bin("horovodrun"), "-np", str(k), "--gloo", sys.executable, "-m", "experiments.train", *RUN,
+        cmd = [venv_bin("horovodrun"), "-np", str(k), "--gloo", sys.executable, "-m", "dane.experiments.train", *RUN,
                f"workers={k}", f"rounds={rounds}", f"out_dir={out}"]
         points[str(k)] = launch(cmd, out, timeout)
         print(f"horovodrun -np {k}: {points[str(k)]}", flush=True)

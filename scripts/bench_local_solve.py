@@ -28,8 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
-from synthetic.sparse_data import rcv1_like  # noqa: E402
+from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
+from dane.synthetic.sparse_data import rcv1_like  # noqa: E402
 
 KEY = "local_solve_cost"
 

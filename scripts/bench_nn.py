@@ -33,12 +33,12 @@ from dane.errors import DivergenceError  # noqa: E402
 from dane.launch import execute  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
 from dane.comm import AlphaBeta  # noqa: E402
-from experiments.config import CONF_DIR, run_spec  # noqa: E402
-from paper_figs.accuracy_table import Row, find_run, has_data  # noqa: E402
-from paper_figs.common import retime  # noqa: E402
-from paper_figs.target_table import TARGETS, job, job_cost  # noqa: E402
-from synthetic.bench_file import machine, merge_section  # noqa: E402
-from synthetic.sweep import RunIndex  # noqa: E402
+from dane.experiments.config import CONF_DIR, run_spec  # noqa: E402
+from dane.paper_figs.accuracy_table import Row, find_run, has_data  # noqa: E402
+from dane.paper_figs.common import retime  # noqa: E402
+from dane.paper_figs.target_table import TARGETS, job, job_cost  # noqa: E402
+from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
+from dane.synthetic.sweep import RunIndex  # noqa: E402
 
 KEY = "mnist_lenet5_to_97"
 

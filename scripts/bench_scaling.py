@@ -57,9 +57,9 @@ from dane.problems import RidgeSyntheticConfig  # noqa: E402
 from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
-from synthetic.bench_file import machine, merge_section  # noqa: E402
+from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS  # noqa: E402
-from synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side  # noqa: E402
+from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side  # noqa: E402
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -89,7 +89,7 @@ def launch(np: int, overrides: tuple[str, ...], out: Path, env: dict[str, str]) 
     before = load()
     start = time.perf_counter()
     try:
-        horovodrun("experiments.train", [*overrides, f"out_dir={out}"], np=np, env=env, timeout=900)
+        horovodrun("dane.experiments.train", [*overrides, f"out_dir={out}"], np=np, env=env, timeout=900)
     except (RuntimeError, subprocess.TimeoutExpired) as err:
         print(f"launch failed (np={np}, load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
         return None
@@ -193,7 +193,7 @@ def background_loop(tmp: Path, repeats: int) -> dict:
     for repeat in range(repeats):
         for cycle in cycles:
             out = tmp / f"background_{cycle}_{repeat}.json"
-            horovodrun("synthetic.background_cpu", ["--out", str(out)], np=2, env={"HOROVOD_CYCLE_TIME": str(cycle)})
+            horovodrun("dane.synthetic.background_cpu", ["--out", str(out)], np=2, env={"HOROVOD_CYCLE_TIME": str(cycle)})
             shares[cycle].append(json.loads(out.read_text())["other_threads_cpu_per_s"])
             print(f"background loop at {cycle} ms: {shares[cycle][-1]:.3f} of a core", flush=True)
     return {"what": "CPU seconds per wall second of a rank's threads other than its computing main thread "
@@ -249,7 +249,7 @@ def twins(overrides: tuple[str, ...], out: Path, repeat: int) -> list[dict]:
     before = load()
     dirs = [out / f"core{k}" for k in range(2)]
     try:
-        horovodrun_side_by_side("experiments.train", [[*overrides, f"out_dir={d}"] for d in dirs], timeout=900)
+        horovodrun_side_by_side("dane.experiments.train", [[*overrides, f"out_dir={d}"] for d in dirs], timeout=900)
     except RuntimeError as err:  # a run that failed or timed out (killed), named
         print(f"twin launch failed (load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
         return [{"np": "twin", "repeat": repeat, "status": "launch_failed"}]

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
+from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
 
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes (DESIGN §9)
@@ -79,7 +79,7 @@ def shard_of(X, y, loss: str, classes: int = 1, lam: float = 1e-4, weight: float
 
 
 def pass_cases(quick: bool) -> list[tuple[str, object]]:
-    from synthetic.sparse_data import rcv1_like
+    from dane.synthetic.sparse_data import rcv1_like
 
     rng = np.random.default_rng(1)
     n_dense, n_sparse, n_soft = (600, 500, 200) if quick else (5160, 5000, 2000)
@@ -188,7 +188,7 @@ def simulate_rounds(config, problems, rounds: int, tol: float | None = None) -> 
 
 
 def inexact_dane_round(args, log) -> dict:
-    from baselines import InexactDANEConfig
+    from dane.baselines import InexactDANEConfig
 
     m, n_i = 4, (600 if args.quick else 5160)
     X, y = dense_logistic(m * n_i)
@@ -228,7 +228,7 @@ def inexact_dane_round(args, log) -> dict:
 
 
 def sparse_launch(args, log) -> dict:
-    from synthetic.sparse_data import write_sparse_libsvm
+    from dane.synthetic.sparse_data import write_sparse_libsvm
 
     rows, features = (1000, 2000) if args.quick else (10_000, 20_000)
     rounds = 3 if args.quick else 10
@@ -240,7 +240,7 @@ def sparse_launch(args, log) -> dict:
         path = Path(tmp) / "sparse.svm"
         write_sparse_libsvm(path, rows, features, seed=0)
         run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "experiments.train", "problem=logreg", "data=libsvm", f"data.path={path}",
+        cmd = [sys.executable, "-m", "dane.experiments.train", "problem=logreg", "data=libsvm", f"data.path={path}",
                "problem.lam=1e-4", "problem.fit_intercept=false", "algorithm=inexact_dane", "workers=2",
                f"rounds={rounds}", f"out_dir={run_dir}", "quiet=true"]
         start = time.perf_counter()
@@ -277,7 +277,7 @@ def full_optimum(cfg) -> tuple[torch.Tensor, float, float]:
 
 
 def convergence_configs(bench_name: str, quick: bool) -> list[tuple[str, object, int]]:
-    from baselines import AIDEConfig, InexactDANEConfig
+    from dane.baselines import AIDEConfig, InexactDANEConfig
 
     if quick:
         return [("inexact_dane", InexactDANEConfig(), 3), ("aide", AIDEConfig(), 3)]

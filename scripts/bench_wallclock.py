@@ -218,7 +218,7 @@ def problems(tmp: Path, data_dir: Path, quick: bool) -> list[dict]:
     """Each problem: its overrides, how a baseline reads it, or why it is skipped."""
     import numpy as np
     from dane.data.npz_source import save_npz
-    from synthetic.sparse_data import write_sparse_libsvm
+    from dane.synthetic.sparse_data import write_sparse_libsvm
 
     folder = data_dir / "mnist"
     if not all((folder / f).exists() for f in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")):
@@ -288,12 +288,12 @@ def pick_method(problem: dict, tmp: Path, rounds: int) -> dict:
     """GIANT and DiSCO at their defaults in the simulator (m=2) with O*; the one with fewer allreduces to
     TARGET, and the gradient-norm tol that stops it there."""
     from dane.results import read_rounds, read_summary
-    from synthetic.launchers import launch_env
+    from dane.synthetic.launchers import launch_env
 
     tried, env = {}, launch_env({"DANE_CACHE_DIR": str(tmp / f"cache_{problem['name']}")})
     for method in ("giant", "disco"):
         out = tmp / f"pick_{problem['name']}_{method}"
-        cmd = [sys.executable, "-m", "experiments.train", *problem["overrides"], f"algorithm={method}", "workers=2",
+        cmd = [sys.executable, "-m", "dane.experiments.train", *problem["overrides"], f"algorithm={method}", "workers=2",
                "problem.optimum=auto", "tol=1e-12", f"rounds={rounds}", f"out_dir={out}", "quiet=true"]
         subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
         if not (out / "summary.json").exists():
@@ -369,7 +369,7 @@ def timed(cmd: list[str], env: dict, answer: Path | None) -> tuple[float, float,
 
 
 def launch(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> dict:
-    from synthetic.launchers import horovodrun_command, launch_env, venv_bin
+    from dane.synthetic.launchers import horovodrun_command, launch_env, venv_bin
 
     env = launch_env(None)
     if variant in BARE:
@@ -395,8 +395,8 @@ def launch(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) ->
     args = [*problem["overrides"], f"algorithm={chosen['method']}", f"tol={chosen['tol']:.6g}", "rounds=200",
             f"out_dir={out}", "quiet=true"]
     np_ = {"horovodrun_np1": 1, "horovodrun_np2": 2}.get(variant)
-    cmd = (horovodrun_command("experiments.train", args, np=np_) if np_ else
-           [sys.executable, "-m", "experiments.train", *args, "workers=2"])
+    cmd = (horovodrun_command("dane.experiments.train", args, np=np_) if np_ else
+           [sys.executable, "-m", "dane.experiments.train", *args, "workers=2"])
     t_cmd, t_exit, t_answer, err = timed(cmd, env, out / "summary.json")
     if err:
         return {"status": "launch_failed", "error": err}
@@ -407,7 +407,7 @@ def launch(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) ->
 
 
 def bench_problem(problem: dict, tmp: Path, repeats: int, quick: bool) -> dict:
-    from synthetic.launchers import have_horovod
+    from dane.synthetic.launchers import have_horovod
 
     if "skipped" in problem:
         print(f"bench_wallclock: {problem['name']} skipped: {problem['skipped']}", flush=True)
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = parser.parse_args(argv)
     if args.baseline:
         return baseline_child(args.baseline)
-    from synthetic.bench_file import machine, merge_section
+    from dane.synthetic.bench_file import machine, merge_section
 
     repeats = 1 if args.quick else args.repeats
     result = {"machine": machine(), "repeats": repeats, "quick": args.quick, "target_rel_suboptimality": TARGET,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paper_figs.ps_scaling import BASE, REAL  # noqa: E402
-from synthetic.launchers import horovodrun, torchrun  # noqa: E402
+from dane.paper_figs.ps_scaling import BASE, REAL  # noqa: E402
+from dane.synthetic.launchers import horovodrun, torchrun  # noqa: E402
 
 LAUNCHES = {  # folder under results/ -> (launcher, processes, extra overrides)
     "ps_scaling/real/horovod_np2": (horovodrun, 2, ()),
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{out}: kept (finished earlier)")
             continue
         overrides = [o for o in BASE if not o.startswith("sim.")]
-        launcher("experiments.train", [*overrides, *extra, "quiet=true", f"out_dir={out}", "overwrite=true"],
+        launcher("dane.experiments.train", [*overrides, *extra, "quiet=true", f"out_dir={out}", "overwrite=true"],
                  np=processes)
         print(f"{out}: done")
 

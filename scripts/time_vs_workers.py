@@ -54,10 +54,10 @@ sys.path.insert(0, str(REPO))  # `python scripts/time_vs_workers.py` without PYT
 from dane.errors import DivergenceError, UserError  # noqa: E402
 from dane.launch import execute  # noqa: E402
 from dane.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
-from experiments.config import run_spec  # noqa: E402
-from synthetic.calibrate import calibrate  # noqa: E402
-from synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin  # noqa: E402
-from synthetic.sweep import compose_job, identity  # noqa: E402
+from dane.experiments.config import run_spec  # noqa: E402
+from dane.synthetic.calibrate import calibrate  # noqa: E402
+from dane.synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin  # noqa: E402
+from dane.synthetic.sweep import compose_job, identity  # noqa: E402
 
 OUT = Path("results") / "time_vs_workers"
 QUICK_OUT = Path("results") / "time_vs_workers_quick"
@@ -134,7 +134,7 @@ def run_simulated(job: Job, out_dir: Path, cost: dict) -> dict:
 def run_horovod(job: Job, out_dir: Path) -> dict:
     """``horovodrun -np N --gloo python -m experiments.train ...``; its output goes to ``launch.log`` in the run."""
     out = str(out_dir.resolve())
-    cmd = [venv_bin("horovodrun"), "-np", str(job.workers), "--gloo", sys.executable, "-m", "experiments.train",
+    cmd = [venv_bin("horovodrun"), "-np", str(job.workers), "--gloo", sys.executable, "-m", "dane.experiments.train",
            *job.overrides(), "quiet=true", f"out_dir={out}", f"hydra.run.dir={out}"]
     env = {k: v for k, v in os.environ.items() if k not in HOROVOD_KEYS}  # the package's own Horovod settings
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])), OMP_NUM_THREADS="1")

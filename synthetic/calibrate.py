@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from dane.comm import AlphaBeta, ParameterServerCost
-from synthetic.allreduce_timing import DEFAULT_SIZES
-from synthetic.bench_file import machine
-from synthetic.launchers import have_horovod, horovodrun, torchrun
+from dane.synthetic.allreduce_timing import DEFAULT_SIZES
+from dane.synthetic.bench_file import machine
+from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
 
 CYCLE_TIME_MS = "0.1"
 
@@ -95,7 +95,7 @@ def calibrate(np_: int = 2, sizes=DEFAULT_SIZES, reps: int = 200, warmup: int = 
         raise RuntimeError("horovod.torch is not importable here; run `make setup` (it builds Horovod) first")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "timing.json"
-        horovodrun("synthetic.allreduce_timing",
+        horovodrun("dane.synthetic.allreduce_timing",
                    ["--out", str(out), "--reps", str(reps), "--warmup", str(warmup), "--sizes", *map(str, sizes)],
                    np=np_, env={"HOROVOD_CYCLE_TIME": CYCLE_TIME_MS})
         timing = json.loads(out.read_text())
@@ -115,7 +115,7 @@ def calibrate_ps(workers: int = 2, servers: int = 1, sizes=DEFAULT_SIZES, reps: 
     from the workers' allreduce (push + pull) times; returns {alpha, beta, gamma, measurements...}."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "timing.json"
-        torchrun("synthetic.allreduce_timing", ["--out", str(out), "--reps", str(reps), "--warmup", str(warmup),
+        torchrun("dane.synthetic.allreduce_timing", ["--out", str(out), "--reps", str(reps), "--warmup", str(warmup),
                                                 "--ps-servers", str(servers), "--sizes", *map(str, sizes)],
                  np=workers + servers)
         timing = json.loads(out.read_text())

@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from dane.errors import DivergenceError
 from dane.launch import execute
 from dane.results import find_runs, read_summary
-from experiments.config import CONF_DIR, cost_model, run_spec
+from dane.experiments.config import CONF_DIR, cost_model, run_spec
 
 Job = tuple[str, ...]
 

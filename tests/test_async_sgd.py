@@ -25,7 +25,7 @@ from dane.comm.threads import DeviceTurns
 from dane.confusion import JSON_FILE
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
-from experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import CONF_DIR, run_spec
 
 LOGREG = ("problem=logreg", "problem.optimum=auto", "algorithm=sync_sgd", "algorithm.batch_size=20", "algorithm.lr=0.05",
           "algorithm.steps_per_round=4", "quiet=true")
@@ -168,7 +168,7 @@ def test_asynchronous_sgd_trains_the_digits_mlp_to_90_percent(tmp_path):
 def test_stored_runs_are_told_apart_by_staleness():
     """A sweep reuses a stored run only for the same job: comm.staleness (and, when > 0, sim.step_time) count;
     a run stored before comm.staleness existed was synchronous."""
-    from synthetic.sweep import identity
+    from dane.synthetic.sweep import identity
 
     sim = {"slowdown": [1, 1, 3], "delay_mean": 0.0, "seed": 0}
     base = {"algorithm": {"name": "sync_sgd"}, "problem": {"name": "logreg"}, "workers": 3, "seed": 0,

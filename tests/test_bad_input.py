@@ -342,7 +342,7 @@ def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
 
     from dane import checks
     from dane.errors import ConfigError
-    from experiments.config import CONF_DIR, run_spec
+    from dane.experiments.config import CONF_DIR, run_spec
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         default = compose("config", ["problem.dim=30000", "workers=8"])
@@ -375,6 +375,6 @@ def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
     ["experiment=speedup"],
 ])
 def test_valid_overrides_pass_the_key_check(line):
-    from experiments.overrides import check_keys
+    from dane.experiments.overrides import check_keys
 
     check_keys(line, "config")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from baselines import (ADMMConfig, GDConfig, LocalSGDConfig, OSAConfig, lanczos_max_eig, local_steps,
+from dane.baselines import (ADMMConfig, GDConfig, LocalSGDConfig, OSAConfig, lanczos_max_eig, local_steps,
                        residual_balance)
 from dane.comm import ThreadGroup
 from dane.errors import ConfigError
@@ -19,7 +19,7 @@ from dane.problems import QuadraticProblem, RidgeSyntheticConfig
 from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
 from dane.results import read_rounds, read_summary
 from dane.runner import StopRule, run
-from experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import CONF_DIR, run_spec
 import helpers
 from helpers import simulate
 

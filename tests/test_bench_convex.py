@@ -12,7 +12,7 @@ import pytest
 
 from dane.data.files import LibSVMSource
 from dane.results import read_rounds
-from synthetic.sparse_data import rcv1_like, write_sparse_libsvm
+from dane.synthetic.sparse_data import rcv1_like, write_sparse_libsvm
 from tests.helpers import REPO, env
 
 SCRIPT = REPO / "scripts" / "bench_convex.py"

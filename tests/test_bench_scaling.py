@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from synthetic.launchers import horovodrun_side_by_side
+from dane.synthetic.launchers import horovodrun_side_by_side
 from tests.helpers import REPO
 
 SCRIPT = REPO / "scripts" / "bench_scaling.py"

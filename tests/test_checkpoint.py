@@ -16,7 +16,7 @@ from dane.comm import AlphaBeta
 from dane.errors import ConfigError
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
-from experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import CONF_DIR, run_spec
 
 SMALL_MLP = ("problem=digits_mlp", "problem.model.hidden=[16]", "problem.inner_steps=5", "workers=2", "quiet=true")
 SMALL_RIDGE = ("problem=ridge_synthetic", "problem.n_samples=400", "problem.dim=20", "workers=4", "quiet=true")

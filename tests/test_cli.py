@@ -153,7 +153,7 @@ def test_a_run_directory_in_use_is_refused_and_a_dead_runs_lock_is_taken_over(tm
     (("problem=digits_mlp", "comm.horovod_cycle_time_ms=0.5"), 0.5),               # a number is kept
 ])
 def test_horovod_cycle_time_auto_is_short_for_convex_problems_and_long_for_networks(overrides, cycle_ms):
-    from experiments.config import run_spec
+    from dane.experiments.config import run_spec
     from test_checkpoint import config
 
     assert run_spec(config(*overrides)).horovod.cycle_time_ms == cycle_ms

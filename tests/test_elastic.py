@@ -22,7 +22,7 @@ from dane.errors import ConfigError
 from dane.faults import SimulatedFault
 from dane.worker import run_worker
 from dane.results import read_rounds, read_summary
-from experiments.config import run_spec
+from dane.experiments.config import run_spec
 from helpers import BIN, REPO, env, train
 from test_checkpoint import config, execute_with, without_time
 

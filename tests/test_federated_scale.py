@@ -193,7 +193,7 @@ def test_dane_with_two_thousand_workers_of_two_rows_takes_its_first_step_exactly
 
 
 def test_the_figure_is_drawn_from_the_benchmark_json_alone(tmp_path):
-    from paper_figs import federated_scale
+    from dane.paper_figs import federated_scale
 
     def point(m, path, wall, peak, finished=True):
         run = {"finished": finished, "repeats": 1, "load_1min": [1.5], "rows_per_worker": 100_000 // m,

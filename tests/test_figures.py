@@ -10,11 +10,11 @@ import yaml
 from omegaconf import OmegaConf
 
 from dane.results import RunWriter
-from experiments.config import cost_model
-from paper_figs import convergence, make_all, ps_scaling, rounds_table, run_convergence, speedup, staleness
+from dane.experiments.config import cost_model
+from dane.paper_figs import convergence, make_all, ps_scaling, rounds_table, run_convergence, speedup, staleness
 from dane.provenance import code_version
-from paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
-from synthetic.sweep import RunIndex, composed_job, job_name
+from dane.paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
+from dane.synthetic.sweep import RunIndex, composed_job, job_name
 
 
 def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0):
@@ -171,7 +171,7 @@ def test_run_convergence_draws_into_the_run_dir(results):
 
 def test_dane_vs_admm_picks_the_best_admm_start_and_draws_the_central_reference(tmp_path, monkeypatch):
     from dane.results import read_rounds
-    from paper_figs import dane_vs_admm
+    from dane.paper_figs import dane_vs_admm
 
     monkeypatch.setattr(dane_vs_admm, "has_data", lambda row: True)
     losses = {0.1: [2.3, 0.9, 0.5], 0.3: [2.3, 0.6, 0.2], 1.0: [2.3, 1.5, float("nan")], 3.0: [2.3, 2.2, 2.1],

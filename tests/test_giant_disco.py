@@ -17,8 +17,8 @@ import scipy.sparse
 import torch
 from hydra import compose, initialize_config_dir
 
-from baselines import DiSCOConfig, GIANTConfig, distributed_pcg
-from baselines.giant import armijo_step
+from dane.baselines import DiSCOConfig, GIANTConfig, distributed_pcg
+from dane.baselines.giant import armijo_step
 import dane
 from dane.comm import LocalCommunicator, ThreadGroup
 from dane.dane import DANEConfig
@@ -31,7 +31,7 @@ from dane.problems.glm import LinearModelShard, to_torch
 from dane.reference import solve as solve_reference
 from dane.results import read_rounds, read_summary
 from dane.runner import StopRule, run
-from experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import CONF_DIR, run_spec
 import helpers
 from helpers import simulate
 

@@ -26,16 +26,22 @@ def modules(root: Path = REPO) -> dict[str, Path]:
     return found
 
 
+def repo_name(module: str) -> str:
+    """``dane.baselines.x`` as the checkout names its file, ``baselines.x`` (the mapped parts: dane/layout.py)."""
+    head, _, rest = module.partition(".")
+    return rest if head == "dane" and rest.split(".")[0] in PACKAGES[1:] else module
+
+
 def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, list[str]]]:
     """(module imported, names taken from it) for every import statement in the file, function-level ones included."""
     out = []
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            out += [(alias.name, []) for alias in node.names]
+            out += [(repo_name(alias.name), []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
             base = package[:len(package) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
+            module = repo_name(".".join(base + ([node.module] if node.module else [])))
             names = [alias.name for alias in node.names]
             # "from . import x" names a submodule: an edge to it
             out += [(f"{module}.{n}", []) for n in names if f"{module}.{n}" in known]

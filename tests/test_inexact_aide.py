@@ -16,8 +16,8 @@ import scipy.optimize
 import torch
 from hydra import compose, initialize_config_dir
 
-from baselines import AIDEConfig, InexactDANEConfig
-from baselines.aide import catalyst_alpha, catalyst_q, catalyst_tau, catalyst_zeta
+from dane.baselines import AIDEConfig, InexactDANEConfig
+from dane.baselines.aide import catalyst_alpha, catalyst_q, catalyst_tau, catalyst_zeta
 from dane.comm import ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
@@ -28,7 +28,7 @@ from dane.problems import RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard
 from dane.problems.ridge import generate, ridge_optimum
 from dane.runner import StopRule, run
-from experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import CONF_DIR, run_spec
 from helpers import ridge_shards, simulate
 
 RIDGE = RidgeSyntheticConfig(n_samples=800, dim=30, covariance="iso", lam=0.005, seed=1)

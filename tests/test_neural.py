@@ -24,7 +24,7 @@ from dane.launch import execute
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig, as_images
 from dane.results import read_rounds, read_summary
 from dane.runner import EarlyStopping, MonitorError, StopRule
-from experiments.config import CONF_DIR, build, run_spec
+from dane.experiments.config import CONF_DIR, build, run_spec
 from helpers import convex_rule_holds
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,9 +11,9 @@ from hydra import compose, initialize_config_dir
 from dane.comm import AlphaBeta
 from dane.errors import DataError
 from dane.results import read_rounds, read_summary
-from experiments.config import CONF_DIR, build, run_spec
-from paper_figs import accuracy_table, common, target_table
-from synthetic.sweep import RunIndex, ensure
+from dane.experiments.config import CONF_DIR, build, run_spec
+from dane.paper_figs import accuracy_table, common, target_table
+from dane.synthetic.sweep import RunIndex, ensure
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("t*_*.yaml")
                      if p.stem.startswith(("table_", "target_")))

@@ -19,7 +19,7 @@ from dane.comm import ThreadGroup
 from dane.errors import ConfigError
 from dane.faults import SimulatedFault
 from dane.results import read_rounds, read_summary
-from experiments.config import run_spec
+from dane.experiments.config import run_spec
 from helpers import REPO, env, horovodrun, torchrun, train
 from test_checkpoint import config, execute_with, without_time
 

@@ -13,10 +13,10 @@ import pytest
 from dane.errors import DivergenceError
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
-from experiments.config import run_spec
-from paper_figs import plot_runs, summary
-from synthetic.launchers import REPO, launch_env
-from synthetic.sweep import compose_job
+from dane.experiments.config import run_spec
+from dane.paper_figs import plot_runs, summary
+from dane.synthetic.launchers import REPO, launch_env
+from dane.synthetic.sweep import compose_job
 
 TINY = ("problem.n_samples=600", "problem.dim=20", "workers=2")
 TOL = 1e-6

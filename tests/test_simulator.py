@@ -26,11 +26,11 @@ from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, ThreadGroup
 from dane.comm.threads import DeviceTurns, meter_for
 from dane.launch import execute
 from dane.results import read_rounds, read_summary
-from experiments.config import run_spec
-import synthetic.calibrate as calibrate_module
-from synthetic.calibrate import fit_alpha_beta, fit_parameter_server, relative_errors
-from synthetic.launchers import have_horovod, horovodrun
-from synthetic.sweep import compose_job
+from dane.experiments.config import run_spec
+import dane.synthetic.calibrate as calibrate_module
+from dane.synthetic.calibrate import fit_alpha_beta, fit_parameter_server, relative_errors
+from dane.synthetic.launchers import have_horovod, horovodrun
+from dane.synthetic.sweep import compose_job
 
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=8", "tol=null"]
 

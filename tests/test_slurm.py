@@ -20,7 +20,7 @@ from dane.comm import detect_launcher, launcher_rank, resolve_backend
 from dane.comm.slurm import PORT_BASE, first_host, slurm_task
 from dane.errors import ConfigError
 from dane.results import read_rounds, read_summary
-from experiments.config import CONF_DIR, rank_zero, workers_for
+from dane.experiments.config import CONF_DIR, rank_zero, workers_for
 from helpers import REPO, env, train
 
 SRUN_TASK_1_OF_4 = {  # what srun -N 2 -n 4 sets for the second task (as printed by `srun env` on the test cluster)

@@ -10,9 +10,9 @@ from omegaconf import OmegaConf
 
 from dane.comm import ParameterServerCost
 from dane.results import RunWriter
-from experiments.config import cost_model
-from paper_figs import make_all, staleness
-from synthetic.sweep import composed_job, job_name
+from dane.experiments.config import cost_model
+from dane.paper_figs import make_all, staleness
+from dane.synthetic.sweep import composed_job, job_name
 
 WHERE = staleness.Setting("digits MLP", "digits_mlp", rounds=3, steps_per_round=2)
 PAYLOAD = 3000  # bytes of one synchronous allreduce; a worker's ring share is 2(m-1)/m of it: 4000 at m=3
@@ -89,7 +89,7 @@ def test_main_writes_the_figure_with_its_model_and_provenance(results, tmp_path)
     sidecar = json.loads((tmp_path / "staleness.json").read_text())
     assert len(sidecar["runs"]) == 4 and sidecar["seeds"] == [0] and sidecar["problem"] == "digits_mlp"
     assert "step_time=10 ms" in sidecar["cost"] and "α=550 µs" in sidecar["caption"]
-    assert "paper_figs.staleness" in make_all.FIGURES
+    assert "dane.paper_figs.staleness" in make_all.FIGURES
 
 
 def test_jobs_are_four_distinct_runs_with_one_seed():

@@ -11,10 +11,10 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from dane.results import find_runs, read_rounds, read_summary
-from experiments.config import CONF_DIR, run_spec
-from synthetic.launchers import REPO, launch_env
+from dane.experiments.config import CONF_DIR, run_spec
+from dane.synthetic.launchers import REPO, launch_env
 from dane.launch import execute
-from synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name
+from dane.synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name
 
 TINY = ("problem.n_samples=600", "problem.dim=20")
 # the synthetic-ridge experiments; the neural-network ones (table_*, target_*) are shrunk in test_nn_tables.py

@@ -20,8 +20,8 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
 
 from dane.results import find_runs, read_rounds, read_summary
-from experiments.config import CONF_DIR
-from experiments.launchers import ERROR_LINE, quote
+from dane.experiments.config import CONF_DIR
+from dane.experiments.launchers import ERROR_LINE, quote
 from helpers import REPO, env, horovodrun, torchrun, train
 
 SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "rounds=5"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paper_figs import time_vs_workers as fig
+from dane.paper_figs import time_vs_workers as fig
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "time_vs_workers.py"

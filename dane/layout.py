@@ -1,0 +1,31 @@
+"""Where the package's parts lie: in a checkout beside ``dane/``, in an installed wheel inside it.
+
+The repository keeps ``baselines/``, ``experiments/``, ``synthetic/``, ``paper_figs/`` and
+``conf/`` at its root; a wheel maps them to ``dane/baselines`` ... ``dane/conf``
+(pyproject.toml, ``[tool.setuptools.package-dir]``), so that ``dane`` and Hydra's
+``hydra_plugins`` are its only top-level names.  Code imports them as ``dane.baselines``
+etc. in both layouts: in a checkout the package root adds the checkout to its
+``__path__`` (`dane/__init__.py`), so the same names resolve with only the repository on
+``sys.path``, as the Makefile, the tests and the launchers run it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+#: the parts a wheel holds inside dane/ and a checkout beside it
+MAPPED = ("baselines", "experiments", "synthetic", "paper_figs", "conf")
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def checkout() -> Path | None:
+    """The repository root when this ``dane/`` is a checkout's (its parts beside it), else None."""
+    root = PACKAGE.parent
+    if (PACKAGE / "conf").is_dir() or not (root / "pyproject.toml").is_file():
+        return None
+    return root if all((root / part).is_dir() for part in MAPPED) else None
+
+
+CHECKOUT = checkout()
+#: Hydra's config groups (conf/config.yaml, conf/simulate.yaml and their groups)
+CONF_DIR = (CHECKOUT or PACKAGE) / "conf"
