@@ -73,8 +73,9 @@ class RunWriter:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise ConfigError(f"out_dir={out_dir} is a file, not a directory; choose another out_dir") from None
-        except PermissionError:
-            raise ConfigError(f"out_dir={out_dir} cannot be created (permission denied); choose another out_dir") from None
+        except OSError as err:  # permission denied, a read-only file system, a path under /proc
+            raise ConfigError(f"out_dir={out_dir} cannot be created ({err.strerror.lower()}); "
+                              "choose another out_dir") from None
         self._lock = take_lock(self.out_dir)
         try:
             old = [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (self.out_dir / name).exists()]
@@ -109,8 +110,10 @@ class RunWriter:
         (self.out_dir / name).write_text(text)
 
     def close(self) -> None:
-        self._rounds.close()
-        self._lock.unlink(missing_ok=True)
+        try:
+            self._rounds.close()  # flushes: may fail like a write on a full file system
+        finally:
+            self._lock.unlink(missing_ok=True)
 
 
 def take_lock(run_dir: Path) -> Path:
@@ -127,8 +130,9 @@ def take_lock(run_dir: Path) -> Path:
                 continue
             raise ConfigError(f"out_dir={run_dir} is in use by another run ({' pid '.join(owner) or 'unknown'}); "
                               "choose another out_dir, or wait for that run to end") from None
-        except PermissionError:
-            raise ConfigError(f"out_dir={run_dir} is not writable; choose another out_dir") from None
+        except OSError as err:  # permission denied, a read-only or a full file system
+            raise ConfigError(f"out_dir={run_dir} is not writable ({err.strerror.lower()}); "
+                              "choose another out_dir") from None
         with os.fdopen(fd, "w") as f:
             f.write(me)
         return path
