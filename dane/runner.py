@@ -13,46 +13,106 @@ from .errors import ConfigError
 
 @dataclass(frozen=True)
 class StopRule:
-    """Stop after ``rounds`` rounds, or once the run is within ``tol`` of the optimum.
+    """Stop after ``rounds`` rounds, once the run is within ``tol`` of the optimum, or once it diverges.
 
-    Within ``tol``: suboptimality at most ``tol`` when the run has a reference optimum
-    (``problem.optimum``, `dane.reference`); without one, the gradient norm at most
-    ``tol`` times its value at round 0 (a relative rule: it does not change when the
-    objective is scaled).  `rule` names the test in use, for the log and the summary.
+    Within ``tol`` (relative, so it does not change when the objective is scaled):
+    with a reference optimum (``problem.optimum``, `dane.reference`) the suboptimality
+    O(w_t) − O* at most ``tol`` · |O*|; without one, the gradient norm at most ``tol``
+    times its value at round 0.  ``tol_abs`` is an absolute floor on the suboptimality
+    test (the run stops once O(w_t) − O* ≤ max(tol · |O*|, tol_abs)); with ``tol`` None
+    it is the whole test.  It is there for objectives whose O* is zero or near it,
+    where a relative test asks for the impossible.  `rule` names the test in use, for
+    the log and the summary, and `stopped_by` the test that ended a run.
 
-    A run whose objective becomes non-finite or grows past ``blowup`` times its start is
-    stopped and marked diverged.  Optionally (`EarlyStopping`) a run also stops once
-    ``monitor`` (higher is better, e.g. test_accuracy) reaches ``target``, or after
-    ``patience`` rounds without improving it by more than ``min_delta``.
+    Diverged (`DivergenceWatch`): the objective became non-finite, rose past ``blowup``
+    times max(1, |O(w_0)|), or stayed above its round-0 value for ``diverge_after``
+    consecutive rounds (None: never on that count).  A method that converges may rise
+    above its start for a round or two (ADMM's consensus point, AIDE's extrapolation,
+    plain DANE's first step); one that is above it five rounds running has not been
+    seen to come back (the defaults benchmark, `scripts/bench_defaults.py`, records each
+    converged run's largest rise, ``peak_rise``, which is how ``blowup`` was chosen).
+    Optionally (`EarlyStopping`) a run also stops once ``monitor`` (higher is better,
+    e.g. test_accuracy) reaches ``target``, or after ``patience`` rounds without
+    improving it by more than ``min_delta``.
     """
 
     rounds: int = 30
     tol: float | None = None
-    blowup: float = 1e8
+    tol_abs: float | None = None
+    blowup: float = 1e4
+    diverge_after: int | None = 5
     patience: int | None = None
     monitor: str = "test_accuracy"
     min_delta: float = 0.0
     target: float | None = None
 
     def status(self, record: dict, first: dict) -> str | None:
-        objective = record["objective"]
-        if not math.isfinite(objective) or abs(objective) > self.blowup * max(1.0, abs(first["objective"])):
+        """"diverged" on the stateless tests (non-finite, past ``blowup``), "converged" within tolerance, else None."""
+        if self.blown_up(record, first):
             return "diverged"
-        if self.tol is not None:
-            if "suboptimality" in record:
-                if record["suboptimality"] <= self.tol:
-                    return "converged"
-            elif "grad_norm" in record and record["grad_norm"] <= self.tol * first["grad_norm"]:
+        if "suboptimality" in record and (self.tol is not None or self.tol_abs is not None):
+            if record["suboptimality"] <= self.threshold(record):
                 return "converged"
+        elif self.tol is not None and "grad_norm" in record and record["grad_norm"] <= self.tol * first["grad_norm"]:
+            return "converged"
         return None
 
+    def blown_up(self, record: dict, first: dict) -> bool:
+        objective = record["objective"]
+        return not math.isfinite(objective) or abs(objective) > self.blowup * max(1.0, abs(first["objective"]))
+
+    def threshold(self, record: dict) -> float:
+        """The suboptimality at which a record with a reference counts as converged: max(tol · |O*|, tol_abs)."""
+        optimum = record["objective"] - record["suboptimality"]  # O*, exact to round-off near convergence
+        relative = -math.inf if self.tol is None else self.tol * abs(optimum)
+        return max(relative, -math.inf if self.tol_abs is None else self.tol_abs)
+
     def rule(self, record: dict) -> str | None:
-        """The stopping test ``tol`` applies to runs whose records look like ``record``; None without ``tol``."""
+        """The stopping test ``tol``/``tol_abs`` apply to runs whose records look like ``record``; None without one."""
+        if "suboptimality" in record and (self.tol is not None or self.tol_abs is not None):
+            parts = ([f"{self.tol:g} x |O*|"] if self.tol is not None else []) + \
+                ([f"{self.tol_abs:g}"] if self.tol_abs is not None else [])
+            return f"suboptimality <= {parts[0]}" if len(parts) == 1 else f"suboptimality <= max({', '.join(parts)})"
         if self.tol is None:
             return None
-        if "suboptimality" in record:
-            return f"suboptimality <= {self.tol:g}"
         return f"grad_norm <= {self.tol:g} x grad_norm at round 0"
+
+    def stopped_by(self, status: str, record: dict, first: dict) -> str:
+        """The test that ended a run with ``status`` on ``record`` (``first``: round 0's record), for the log and summary."""
+        if status == "converged":
+            return self.rule(record) or "converged"
+        if status == "diverged":
+            if not math.isfinite(record["objective"]):
+                return "objective not finite"
+            if self.blown_up(record, first):
+                return f"|objective| > {self.blowup:g} x max(1, |objective at round 0|)"
+            return f"objective above its round-0 value for {self.diverge_after} rounds"
+        if status == "max_rounds":
+            return f"rounds = {self.rounds}"
+        if status == "target_reached":
+            return f"{self.monitor} >= {self.target:g}"
+        if status == "early_stopped":
+            return f"{self.monitor} not better by {self.min_delta:g} for {self.patience} rounds"
+        return status
+
+
+class DivergenceWatch:
+    """`StopRule.diverge_after`'s state: how many rounds running the objective has been above its round-0 value."""
+
+    def __init__(self, stop: StopRule):
+        self.stop = stop
+        self.above = 0
+
+    def update(self, record: dict, first: dict) -> str | None:
+        self.above = self.above + 1 if record["objective"] > first["objective"] else 0
+        after = self.stop.diverge_after
+        return "diverged" if after is not None and self.above >= after else None
+
+    def state_dict(self) -> dict:
+        return {"above": self.above}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.above = state["above"]
 
 
 class MonitorError(ConfigError):
@@ -119,7 +179,7 @@ def start_state(algo: Algorithm, stop: StopRule) -> dict:
     """Round 0's state in the form ``on_checkpoint`` receives: ``run(algo, stop, resume=start_state(algo, stop))``
     is a fresh run (Horovod elastic commits it before the first round, `dane.elastic`)."""
     return {"round": 0, "cost": _cost(algo.comm), "first": None, "early_stop": EarlyStopping(stop).state_dict(),
-            "algorithm": algo.state_dict()}
+            "divergence": DivergenceWatch(stop).state_dict(), "algorithm": algo.state_dict()}
 
 
 def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
@@ -136,14 +196,16 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
     ``algo.state_dict()``.  Only the records of this call are returned.  Afterwards
     ``algo.reported_iterate`` is the iterate the last record describes (w_t when a stop
     rule fired on round t's own metrics; on a round DANE's safeguard rejected, the
-    records describe the last accepted iterate instead).
+    records describe the last accepted iterate instead), and ``algo.stopped_by`` names
+    the test that ended the run (`StopRule.stopped_by`).
     """
     comm = algo.comm
-    watch = EarlyStopping(stop)
+    watch, rising = EarlyStopping(stop), DivergenceWatch(stop)
     start, cost, first = 0, _cost(comm), None
     if resume is not None:
         algo.load_state_dict(resume["algorithm"])
         watch.load_state_dict(resume["early_stop"])
+        rising.load_state_dict(resume.get("divergence", {"above": 0}))  # checkpoints from before the rule: 0
         restore_cost(comm, resume["cost"])
         start, cost, first = resume["round"], resume["cost"], resume["first"]
     records: list[dict] = []
@@ -154,7 +216,8 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
         record = {"round": t, **cost, **metrics}
         records.append(record)
         first = first if first is not None else record
-        verdict = stop.status(record, first) or watch.update(record)  # before on_round: a bad monitor writes nothing
+        verdict = stop.status(record, first) or rising.update(record, first) \
+            or watch.update(record)  # before on_round: a bad monitor writes nothing
         if on_round is not None:
             on_round(record)
         if verdict is not None:
@@ -164,9 +227,10 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
         cost = _cost(comm)
         if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t < stop.rounds:
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
-                           "algorithm": algo.state_dict()})
+                           "divergence": rising.state_dict(), "algorithm": algo.state_dict()})
     # A run stopped by a round's metrics has already moved past the iterate they describe.
     algo.reported_iterate = w_t if w_t is not None else algo.iterate
+    algo.stopped_by = stop.stopped_by(status, records[-1], first) if records else status
     return records, status
 
 

@@ -229,7 +229,7 @@ def run_one(problem: LinearModelConfig, algorithm: str, workers: int, cap: int, 
     start = time.perf_counter()
     try:
         with Progress(run_dir, f_star):
-            result = dane.fit(problem, algorithm, workers=workers, rounds=cap, tol=REL_TOL * abs(f_star),
+            result = dane.fit(problem, algorithm, workers=workers, rounds=cap, tol=REL_TOL,  # relative (StopRule)
                               out_dir=str(run_dir), **SETTINGS[algorithm])
     except Exception as exc:  # noqa: BLE001 -- a method that crashes on a problem is reported, the others still run
         return {"reached": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "round_cap": cap,

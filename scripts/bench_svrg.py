@@ -317,7 +317,7 @@ def convergence(args, log) -> dict:
                 for p in problems:  # records carry suboptimality, and the run stops at the target
                     p.w_star, p.f_star, p.metric_names = w_star, f_star, ("objective", "suboptimality")
                 start = time.perf_counter()
-                records, walls = simulate_rounds(config, problems, cap, tol=REL_TOL * abs(f_star))
+                records, walls = simulate_rounds(config, problems, cap, tol=REL_TOL)  # relative (StopRule)
                 rel = [r["suboptimality"] / abs(f_star) for r in records]
                 hit = next((i for i, value in enumerate(rel) if value <= REL_TOL), None)
                 rows[label] = {"reached": hit is not None, "rounds": records[hit]["round"] if hit is not None else None,

@@ -22,12 +22,19 @@ def ridge_shards(m: int, config: RidgeSyntheticConfig):
 
 
 def simulate(config, problems, rounds: int, tol: float | None = None):
-    """Run ``config`` on one thread per problem; returns per worker (algorithm, records, iterates w_0..w_T)."""
+    """Run ``config`` on one thread per problem; returns per worker (algorithm, records, iterates w_0..w_T).
+
+    ``tol`` is an absolute suboptimality when the problems have a reference optimum (the tests
+    assert ``suboptimality <= tol`` against closed forms, as the stop rule read before issue 23
+    made ``tol`` relative: `StopRule.tol_abs`), else the relative gradient-norm rule.
+    """
+    reference = "suboptimality" in getattr(problems[0], "metric_names", ())
+    stop = StopRule(rounds=rounds, tol_abs=tol) if reference else StopRule(rounds=rounds, tol=tol)
 
     def worker(comm):
         algo = config.build(problems[comm.rank], comm)
         iterates = [algo.iterate.clone()]  # on_round(record t) sees w_{t+1}: step t has already moved on
-        records, _ = run(algo, StopRule(rounds=rounds, tol=tol), lambda record: iterates.append(algo.iterate.clone()))
+        records, _ = run(algo, stop, lambda record: iterates.append(algo.iterate.clone()))
         return algo, records, iterates[: len(records)]
 
     return ThreadGroup(len(problems)).run(worker)

@@ -154,7 +154,7 @@ def test_without_a_reference_tol_is_relative_to_the_first_gradient():
         else:
             assert stop == first
     assert StopRule(tol=1e-9).rule({"grad_norm": 1.0}) == "grad_norm <= 1e-09 x grad_norm at round 0"
-    assert StopRule(tol=1e-9).rule({"suboptimality": 1.0}) == "suboptimality <= 1e-09"
+    assert StopRule(tol=1e-9).rule({"suboptimality": 1.0}) == "suboptimality <= 1e-09 x |O*|"  # relative (issue 23)
 
 
 def test_a_record_without_grad_norm_never_stops_on_tol():
