@@ -6,8 +6,8 @@ numeric. A cell that is empty, ``NA``, ``NaN`` or ``?`` (any case), or a number 
 not finite (``inf``), is missing: numeric features are imputed with the column mean or
 median, or refused (``impute="error"``); a missing categorical value becomes an all-zero
 one-hot row; a missing label is always an error. Then, by default, every numeric
-feature column is standardized over all rows. Each of these steps is stated in
-``Table.notes``.
+feature column is standardized over all rows (``standardize=numeric``; ``all`` also the
+one-hot columns, ``none`` nothing). Each of these steps is stated in ``Table.notes``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from dane.errors import ConfigError, DataError
 
 MISSING = frozenset({"", "na", "nan", "?"})  # compared stripped and lower-cased
 IMPUTE = ("mean", "median", "error")
+STANDARDIZE = ("numeric", "all", "none")
+STANDARDIZE_ALIASES = {True: "numeric", False: "none"}  # the boolean the option was before issue 23
 
 
 @dataclass(frozen=True)
@@ -32,15 +34,18 @@ class CSVSource(FileSource):
     """A CSV file (``conf/data/csv.yaml``); ``path`` with ``{rank}`` names one file per worker.
 
     ``target``: the label column. ``categorical``: columns to one-hot encode.
-    ``standardize``: scale numeric features to mean 0, std 1 (not allowed with parts,
-    whose statistics would differ). ``impute``: mean | median | error.
+    ``standardize``: scale feature columns to mean 0, std 1 over all rows: ``numeric``
+    (true), the numeric columns; ``all``, the one-hot columns too (a rare value's column
+    then has entries of size sqrt(N / count), which is what makes a shard without it
+    misjudge the global Hessian: DESIGN.md section 9); ``none`` (false). Only ``none``
+    is allowed with parts, whose statistics would differ. ``impute``: mean | median | error.
     ``delimiter``: one character. ``data_dir``: where relative paths are looked up first.
     """
 
     path: str
     target: str
     categorical: tuple[str, ...] = ()
-    standardize: bool = True
+    standardize: str = "numeric"
     impute: str = "mean"
     delimiter: str = ","
     data_dir: str | None = None
@@ -57,14 +62,16 @@ class CSVSource(FileSource):
                 f"data.target={self.target} is also in data.categorical; the label is not a feature, "
                 "remove it from data.categorical"
             )
-        checks.boolean("data.standardize", self.standardize)
+        object.__setattr__(self, "standardize", STANDARDIZE_ALIASES.get(self.standardize, self.standardize)
+                           if isinstance(self.standardize, bool) else self.standardize)
+        checks.one_of("data.standardize", self.standardize, STANDARDIZE)
         checks.one_of("data.impute", self.impute, IMPUTE)
         if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
             raise ConfigError(f"data.delimiter must be one character (e.g. ';'), got {self.delimiter!r}")
-        if self.presharded and self.standardize:
+        if self.presharded and self.standardize != "none":
             raise ConfigError(
-                f"data.standardize=true with per-worker parts (data.path={self.path}) would scale each "
-                "part by its own statistics; standardize when you write the parts and set data.standardize=false"
+                f"data.standardize={self.standardize} with per-worker parts (data.path={self.path}) would scale "
+                "each part by its own statistics; standardize when you write the parts and set data.standardize=none"
             )
         if self.presharded and self.categorical:
             raise ConfigError(
@@ -105,8 +112,9 @@ class CSVSource(FileSource):
             raise DataError(f"{file} has only the label column '{self.target}'; add at least one feature column")
         X = np.column_stack(blocks)
         notes.insert(0, f"read {X.shape[0]} rows x {X.shape[1]} features from {file}")
-        if self.standardize and numeric:
-            notes.append(_standardized(X, numeric, names))
+        columns = list(range(X.shape[1])) if self.standardize == "all" else numeric if self.standardize == "numeric" else []
+        if columns:
+            notes.append(_standardized(X, columns, names, "" if self.standardize == "all" else "numeric "))
         return Table(X=X, y=y, name=f"csv:{Path(self.path).name}", notes=notes, feature_names=names)
 
     def _count_rows(self, file: Path) -> int:
@@ -266,10 +274,10 @@ def _one_hot(
     return block, values, note
 
 
-def _standardized(X: np.ndarray, numeric: list[int], names: list[str]) -> str:
-    """Standardize the numeric columns of ``X`` in place; the note that says so."""
-    constant = standardize_columns(X, numeric)
-    note = f"standardized {len(numeric)} numeric column(s) to mean 0, std 1 over {X.shape[0]} rows"
+def _standardized(X: np.ndarray, columns: list[int], names: list[str], kind: str) -> str:
+    """Standardize ``columns`` of ``X`` in place; the note that says so (``kind``: "numeric " or "")."""
+    constant = standardize_columns(X, columns)
+    note = f"standardized {len(columns)} {kind}column(s) to mean 0, std 1 over {X.shape[0]} rows"
     if constant:
         note += f"; constant column(s) centred to 0, not scaled: {', '.join(names[j] for j in constant)}"
     return note

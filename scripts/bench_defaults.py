@@ -1,0 +1,214 @@
+"""The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting.
+
+    PYTHONPATH=. python scripts/bench_defaults.py [--out results/bench.json] [--quick] [--only METHOD ...]
+        [--families NAME ...]
+
+``defaults`` is merged into ``--out`` (other benchmarks keep theirs).  Cells: the three
+families of `synthetic.defaults_data` (a rare one-hot value, targets of scale 1e5,
+features of condition number 1e6) × ridge and logistic (large_targets: ridge only) ×
+λ ∈ {1e-3, 1e-5} × m ∈ {4, 8}.  In each cell every method runs in the in-process simulator
+(`dane.fit`) at its conf/algorithm defaults and at each setting of its own small grid
+(`METHODS`) until the relative suboptimality (O(w) − O*)/|O*| is at most 1e-8 (the stop
+rule's ``tol``, relative since issue 23) or its round cap.  Per run: rounds and
+allreduces to the target, the status, the best relative suboptimality, and for a run that
+reached it the largest rise of its objective over the start, ``peak_rise`` =
+max_t (O(w_t) − O*)/(O(w_0) − O*) (what `dane.runner.StopRule.blowup` is judged by).
+
+Per method and cell: ``best`` is the grid setting with the fewest allreduces to the
+target; ``ratio`` = default allreduces / best allreduces.  Goals (issue 23): no default
+diverges; every default within 2× of its best (safeguarded DANE: within 1.5× of the best
+fixed μ).  ``misses`` lists every cell and method that misses one.  ``--only dane``
+reruns one method and keeps the others' numbers from ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import dane  # noqa: E402
+from synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench  # noqa: E402
+from synthetic.defaults_data import FAMILIES, make  # noqa: E402
+
+KEY = "defaults"
+REL_TOL = 1e-8
+MU_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0)
+LAMS = (1e-3, 1e-5)
+WORKERS = (4, 8)
+#: method -> (algorithm, its default overrides (none: the yaml), its grid of settings, the grid's goal factor)
+METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
+    "dane": ("dane", {}, [{"safeguard": False, "mu": mu} for mu in MU_GRID], 1.5),
+    "dane_mu0": ("dane", {"safeguard": False, "mu": 0.0},
+                 [{"safeguard": False, "mu": 0.0, "eta": eta} for eta in (0.25, 0.5, 1.0)], 2.0),
+    "inexact_dane": ("inexact_dane", {}, [{"safeguard": False, "mu": mu} for mu in (0.0, 1e-3, 0.1, 1.0)], 2.0),
+    "aide": ("aide", {}, [{"tau": tau} for tau in (0.0, 1e-3, 1e-2, 0.1)], 2.0),
+    "giant": ("giant", {}, [{"backtrack": b} for b in (0.25, 0.5, 0.8)], 2.0),
+    "disco": ("disco", {}, [{"mu": mu} for mu in (0.0, 1e-4, 1e-3, 1e-2)], 2.0),
+    "admm": ("admm", {}, [{"adaptive_rho": False, "rho": rho} for rho in (1e-3, 1e-2, 0.1, 1.0, 10.0)], 2.0),
+    "gd": ("gd", {}, [{"lr_times_L": c} for c in (1.0, 1.5, 1.9)], 2.0),  # lr = c / L, L from numpy
+}
+CAPS = {"admm": 1000, "gd": 2000}
+CAP = 300
+QUICK_CAP = 200
+
+
+def smoothness(X: np.ndarray, loss: str, lam: float, fit_intercept: bool) -> float:
+    """L of O(w) = (1/N) Σ loss + (λ/2)‖w‖²: c_f λ_max(XᵀX/N) + λ, c_f = 1 (squared), 1/4 (logistic)."""
+    Z = np.hstack([X, np.ones((X.shape[0], 1))]) if fit_intercept else X
+    return (1.0 if loss == "squared" else 0.25) * float(np.linalg.eigvalsh(Z.T @ Z / Z.shape[0])[-1]) + lam
+
+
+def to_target(records: list[dict]) -> dict:
+    """Rounds and allreduces to the first record with (O − O*)/|O*| <= REL_TOL; the best reached; peak_rise."""
+    subs = [r.get("suboptimality") for r in records]
+    f_star = next((r["objective"] - s for r, s in zip(records, subs) if s is not None and math.isfinite(s)), None)
+    if f_star is None:
+        return {"reached": False, "rounds": None, "comm_rounds": None, "best_rel_suboptimality": None}
+    rel = [s / abs(f_star) if s is not None and math.isfinite(s) else math.inf for s in subs]
+    hit = next((i for i, value in enumerate(rel) if value <= REL_TOL), None)
+    row = {"reached": hit is not None, "rounds": None if hit is None else records[hit]["round"],
+           "comm_rounds": None if hit is None else records[hit]["comm_rounds"],
+           "best_rel_suboptimality": min(rel)}
+    if hit is not None and rel[0] > 0:
+        row["peak_rise"] = max(rel[: hit + 1]) / rel[0]
+    return row
+
+
+def run_setting(problem, method: str, settings: dict, workers: int, L: float, cap: int) -> dict:
+    """One `dane.fit` run of ``method`` with ``settings`` (on its yaml); its cost to the target."""
+    algorithm = METHODS[method][0]
+    keys = dict(settings)
+    if "lr_times_L" in keys:
+        keys["lr"] = keys.pop("lr_times_L") / L
+    start = time.perf_counter()
+    try:
+        result = dane.fit(problem, algorithm, workers=workers, rounds=cap, tol=REL_TOL, **keys)
+    except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result; the grid goes on
+        return {"settings": settings, "reached": False, "status": "error",
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "wall_s": time.perf_counter() - start}
+    return {"settings": settings, "status": result.status, "stopped_by": result.summary.get("stopped_by"),
+            **to_target(result.records), "wall_s": round(time.perf_counter() - start, 3)}
+
+
+def judge(method: str, default: dict, grid: list[dict]) -> dict:
+    """``best`` (fewest allreduces on the grid), ``ratio`` = default / best, and the goals' verdicts."""
+    factor = METHODS[method][3]
+    reached = [g for g in grid if g["reached"]]
+    best = min(reached, key=lambda g: (g["comm_rounds"], g["rounds"])) if reached else None
+    out = {"best": best and {k: best[k] for k in ("settings", "rounds", "comm_rounds")}, "factor": factor,
+           "ratio": None, "rounds_ratio": None}
+    out["no_divergence"] = default["status"] not in ("diverged", "error")
+    if best is None:
+        out["within_factor"] = None  # no setting of the grid reached the target: nothing to be within
+    elif default["reached"]:
+        out["ratio"] = default["comm_rounds"] / best["comm_rounds"]
+        out["rounds_ratio"] = default["rounds"] / max(best["rounds"], 1)
+        out["within_factor"] = out["ratio"] <= factor
+    else:
+        out["within_factor"] = False
+    return out
+
+
+def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str], quick: bool, log) -> dict:
+    X, y, fit_intercept = make(family, loss, **({"n": 400} if quick else {}))
+    make_problem = dane.problems.Ridge if loss == "squared" else dane.problems.LogReg
+    problem = make_problem(X, y, lam=lam, fit_intercept=fit_intercept, optimum="auto")
+    L = smoothness(X, loss, lam, fit_intercept)
+    cell = {"family": family, "loss": loss, "lam": lam, "workers": workers, "rows": int(X.shape[0]),
+            "dim": int(X.shape[1]) + int(fit_intercept), "L": L, "methods": {}}
+    for method in methods:
+        algorithm, default_keys, grid, _ = METHODS[method]
+        cap = QUICK_CAP if quick else CAPS.get(algorithm, CAP)
+        default = run_setting(problem, method, default_keys, workers, L, cap)
+        runs = [run_setting(problem, method, g, workers, L, cap) for g in grid]
+        verdict = judge(method, default, runs)
+        cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs, **verdict}
+        shown = f"{default['comm_rounds']} allreduces" if default["reached"] else default["status"]
+        best = verdict["best"]
+        log(f"  {method:12s} default {shown}; best {best['comm_rounds'] if best else '-'} "
+            f"{best['settings'] if best else ''}; ratio {verdict['ratio'] if verdict['ratio'] is None else round(verdict['ratio'], 2)}")
+    return cell
+
+
+def cells(args) -> list[tuple[str, str, float, int]]:
+    if args.quick:
+        return [("large_targets", "squared", 1e-3, 4)]  # well conditioned: every method reaches the target
+    out = []
+    for family in args.families:
+        for loss in ("squared",) if family == "large_targets" else ("squared", "logistic"):
+            out += [(family, loss, lam, m) for lam in LAMS for m in WORKERS]
+    return out
+
+
+def cell_key(family: str, loss: str, lam: float, workers: int) -> str:
+    return f"{family}/{'ridge' if loss == 'squared' else 'logistic'}/lam={lam:g}/m={workers}"
+
+
+def misses(report: dict) -> list[str]:
+    """Every (cell, method) that misses a goal, in words."""
+    out = []
+    for key, cell in report["cells"].items():
+        for method, row in cell["methods"].items():
+            if not row["no_divergence"]:
+                out.append(f"{key} {method}: default {row['default']['status']}")
+            elif row["within_factor"] is False:
+                have = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "not reached"
+                out.append(f"{key} {method}: default {have} of best {row['best']['comm_rounds']} allreduces "
+                           f"{row['best']['settings']} (goal {row['factor']}x)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/bench.json")
+    parser.add_argument("--quick", action="store_true", help="one tiny cell (the test)")
+    parser.add_argument("--only", nargs="+", choices=list(METHODS), default=None,
+                        help="rerun these methods; the others' numbers are kept from --out")
+    parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
+    import torch
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    log = elapsed_logger(start)
+    path = Path(args.out)
+    methods = args.only or list(METHODS)
+    earlier = read_bench(path).get(KEY, {})
+    keep = args.only is not None and earlier.get("quick") == args.quick
+    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick,
+              "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g} (dane.fit tol)",
+              "goals": "no default diverges; each default within 2x of its best grid setting in allreduces "
+                       "(safeguarded DANE: 1.5x of the best fixed mu)",
+              "methods": {m: {"algorithm": a, "default": d, "grid": g, "goal_factor": f}
+                          for m, (a, d, g, f) in METHODS.items()},
+              "cells": dict(earlier.get("cells", {})) if keep else {}}
+    if keep:
+        report["rerun_of"] = methods
+    for family, loss, lam, m in cells(args):
+        key = cell_key(family, loss, lam, m)
+        log(f"{key}")
+        cell = run_cell(family, loss, lam, m, methods, args.quick, log)
+        if keep and key in report["cells"]:
+            cell["methods"] = {**report["cells"][key]["methods"], **cell["methods"]}
+        report["cells"][key] = cell
+        report["misses"] = misses(report)
+        merge_section(path, KEY, report)  # after each cell, so an interrupted run keeps what it measured
+    report["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+    report["wall_s"] = round(time.perf_counter() - start, 1)
+    report["misses"] = misses(report)
+    merge_section(path, KEY, report)
+    log(f"done: {len(report['misses'])} miss(es) -> {path}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
