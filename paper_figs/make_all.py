@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from dane.errors import say
 from dane.paper_figs.common import FIG_DIR
 from dane.synthetic.sweep import RunIndex, ensure
 
@@ -46,7 +47,7 @@ def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_mis
         for row in ROWS:
             problem = data_problem(row)
             if problem is not None:
-                print(f"make_all: no {row.label} row: {problem}; set DANE_DATA_DIR to the data folder", file=sys.stderr)
+                say(f"make_all: no {row.label} row: {problem}; set DANE_DATA_DIR to the data folder")
     if run_missing:  # figures that read times first, so that rounds-only figures reuse their runs
         for timed in (True, False):
             ensure([job for module in to_run if getattr(module, "TIMED", True) == timed for job in module.jobs()],
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         written = make_all(args.results, args.out, run_missing=not args.no_run, nn=args.nn)
     except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         sys.exit(2)
     for path in written:
         print(path)

@@ -22,6 +22,7 @@ from typing import NamedTuple, Sequence
 
 import matplotlib.pyplot as plt
 
+from dane.errors import say
 from dane.paper_figs.common import positive, save
 from dane.paper_figs.summary import job_dirs, read_config, read_records
 
@@ -103,7 +104,7 @@ def find(dirs: Sequence[str | Path]) -> list[Path]:
         if Path(d).is_dir():
             runs.extend(job_dirs(d))
         else:
-            print(f"skipped {d}: not a directory", file=sys.stderr)
+            say(f"skipped {d}: not a directory")
     return list(dict.fromkeys(runs))
 
 
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     data = curves(runs, args.x, args.y, args.labels)
     if not data:
-        print(f"error: none of the {len(runs)} run(s) found could be plotted", file=sys.stderr)
+        say(f"error: none of the {len(runs)} run(s) found could be plotted")
         return 2
     title = title_for([read_config(c.run) for c in data], args.x, args.y, len(data))
     out = Path(args.out)

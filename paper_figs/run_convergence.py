@@ -13,6 +13,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from dane.errors import say
 from dane.results import read_rounds, read_summary
 from dane.paper_figs.common import positive, save
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     try:
         paths = save(draw(args.run_dir), args.run_dir, "convergence")
     except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         sys.exit(2)
     for path in paths:
         print(path)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from dane.errors import say
 from dane.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
 from dane.paper_figs.common import first_reaching
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of the markdown table")
     args = parser.parse_args(argv)
     if not Path(args.sweep_dir).is_dir():
-        print(f"error: {args.sweep_dir} is not a directory", file=sys.stderr)
+        say(f"error: {args.sweep_dir} is not a directory")
         return 2
     rows = summarize(args.sweep_dir, args.tol, args.key)
     if not rows:

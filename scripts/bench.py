@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from dane.errors import say
 from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
 from dane.launch import execute
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
 
     needs_horovod = set(args.only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"}
     if needs_horovod and not have_horovod():
-        print("error: horovod.torch is not importable; run `make setup` first", file=sys.stderr)
+        say("error: horovod.torch is not importable; run `make setup` first")
         sys.exit(2)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:

@@ -52,6 +52,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dane.errors import say  # noqa: E402
 from dane.linalg import cholesky_solve  # noqa: E402
 from dane.problems import RidgeSyntheticConfig  # noqa: E402
 from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
@@ -314,7 +315,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     args = parser.parse_args()
     if not have_horovod():
-        print("error: horovod.torch is not importable; run `make setup` first", file=sys.stderr)
+        say("error: horovod.torch is not importable; run `make setup` first")
         sys.exit(2)
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the caller's thread settings must not leak into launches
         os.environ.pop(key, None)

@@ -51,7 +51,7 @@ from omegaconf import DictConfig, OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `python scripts/time_vs_workers.py` without PYTHONPATH
 
-from dane.errors import DivergenceError, UserError  # noqa: E402
+from dane.errors import DivergenceError, UserError, say  # noqa: E402
 from dane.launch import execute  # noqa: E402
 from dane.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
 from dane.experiments.config import run_spec  # noqa: E402
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("horovod.torch is not importable (needed to calibrate α-β and for --real); "
                             "run `make setup` first")
     except UserError as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        say(f"error: {str(exc).splitlines()[0]}")
         return 2
     torch.set_num_threads(1)  # one core per simulated worker
     cost = get_calibration(args.out, args.keep_calibration, args.calibration_reps)
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"done: {len(todo) - len(failed)} of {len(todo)} runs in {args.out}; "
           f"figure: python -m paper_figs.time_vs_workers", flush=True)
     if failed:
-        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
+        say(f"error: {len(failed)} run(s) failed: {', '.join(failed)}")
         return 1
     return 0
 
