@@ -45,7 +45,11 @@ def resolve_backend(backend: str) -> str:
     if backend == "horovod" and "HOROVOD_RANK" not in os.environ and slurm_task() is not None:
         raise ConfigError("comm=horovod cannot start under srun: Horovod's gloo rendezvous needs horovodrun; "
                           "use comm=auto or comm=torch under Slurm (or run horovodrun inside the allocation)")
-    return detect_launcher()[0] if backend == "auto" else backend
+    resolved = detect_launcher()[0] if backend == "auto" else backend
+    if resolved == "horovod":  # an extra (dane[horovod]): refused in one line before anything starts
+        from .horovod import check_installed
+        check_installed()
+    return resolved
 
 
 def make_communicator(backend: str = "auto", *, torch_backend: str | None = None, servers: int = 1) -> Communicator:

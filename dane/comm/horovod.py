@@ -1,15 +1,35 @@
 """Horovod backend, the default under ``horovodrun``, and the settings it is launched with."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
 import torch
 
+from ..errors import ConfigError
 from .base import Communicator
+
+
+def not_installed() -> str:
+    """The one line for comm=horovod (or a launch under horovodrun) where Horovod is not installed.
+
+    Horovod is the extra ``dane[horovod]``; its last release (0.28.1) needs a C++17 patch to build
+    against torch >= 2.1, which scripts/setup.sh applies (a plain pip build of it fails).
+    """
+    return (f"comm=horovod (or a launch under horovodrun) needs Horovod, which is not installed in {sys.prefix}: "
+            f"add dane[horovod] from a checkout with VENV={sys.prefix} bash scripts/setup.sh (it builds Horovod "
+            f"0.28.1 with the C++17 patch torch needs), or run under torchrun, comm=torch or the simulator")
+
+
+def check_installed() -> None:
+    """Refuse comm=horovod in one line, before any process group starts, when Horovod cannot be imported."""
+    if importlib.util.find_spec("horovod") is None:
+        raise ConfigError(not_installed())
 
 
 class HorovodCommunicator(Communicator):
@@ -22,7 +42,10 @@ class HorovodCommunicator(Communicator):
     """
 
     def __init__(self, *, init: bool = True) -> None:
-        import horovod.torch as hvd
+        try:
+            import horovod.torch as hvd
+        except ImportError as exc:  # installed but broken (a half-built extension): the same fix
+            raise ConfigError(f"{not_installed()} ({exc})") from None
 
         if init:
             hvd.init()

@@ -1,0 +1,104 @@
+"""The ``dane`` command: one entry point for runs, the simulator, calibration, figures and benchmarks.
+
+    dane train algorithm=dane problem=ridge_synthetic workers=2      # = python -m experiments.train ...
+    horovodrun -np 2 --gloo dane train algorithm=dane problem=ridge_synthetic
+    torchrun --standalone --nproc_per_node 2 --no-python dane train algorithm=dane problem=ridge_synthetic
+    dane simulate -m workers=1,2,4                                  # = python -m experiments.simulate ...
+    dane figures run_convergence results/main                       # = python -m paper_figs.run_convergence ...
+
+``dane COMMAND ARGS`` runs the command's module exactly as ``python -m dane.<module> ARGS``
+would (`runpy`, as ``__main__``): Hydra reads the same overrides and finds ``conf/`` beside
+the module, in a checkout or inside the installed package, and a ``-m`` sweep under
+``hydra/launcher=horovod|torchrun`` relaunches the same module.  torchrun runs a console
+script with ``--no-python``; horovodrun runs any command, so ``dane`` must be on ``PATH``
+there (the virtual environment's ``bin/`` first).  The benchmarks are scripts of a
+checkout (``scripts/bench*.py``), not part of the installed package.
+"""
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+from dane.errors import say
+from dane.layout import CHECKOUT
+
+#: command -> (module run as __main__, what it does)
+MODULES = {
+    "train": ("dane.experiments.train", "one run, or a -m sweep: Hydra overrides of conf/config.yaml"),
+    "simulate": ("dane.experiments.simulate", "m simulated workers in one process: overrides of conf/simulate.yaml"),
+    "calibrate": ("dane.synthetic.calibrate", "measure the simulator's alpha-beta network model (--help)"),
+}
+FIGURES_HELP = "every figure and table from results/ (--help), or one: dane figures NAME ARGS"
+BENCH_HELP = "a benchmark of a checkout, JSON into --out: dane bench NAME ARGS (dane bench lists them)"
+
+
+def usage() -> str:
+    rows = [(name, text) for name, (_, text) in MODULES.items()]
+    rows += [("figures", FIGURES_HELP), ("bench", BENCH_HELP)]
+    width = max(len(name) for name, _ in rows)
+    lines = ["usage: dane COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in rows]
+    lines += ["", "dane COMMAND --help shows a command's own options (Hydra's for train and simulate)."]
+    return "\n".join(lines)
+
+
+def run_module(module: str, prog: str, args: list[str]) -> None:
+    """``python -m module args``, in this process (sys.argv as the module would see it)."""
+    sys.argv = [prog, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def figure_names() -> list[str]:
+    from dane import paper_figs  # a folder of the checkout, or of the installed package (dane/layout.py)
+
+    folder = Path(paper_figs.__file__).parent
+    return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "common", "make_all"))
+
+
+def figures(args: list[str]) -> None:
+    if not args or args[0].startswith("-"):
+        return run_module("dane.paper_figs.make_all", "dane figures", args)
+    names = figure_names()
+    if args[0] not in names:
+        say(f"error: dane figures: no figure or table {args[0]!r}; choose one of {', '.join(names)}")
+        sys.exit(2)
+    run_module(f"dane.paper_figs.{args[0]}", f"dane figures {args[0]}", args[1:])
+
+
+def bench_scripts() -> dict[str, Path]:
+    """name -> script: scripts/bench.py is ``horovod`` (its sections time the Horovod path), bench_X.py is ``X``."""
+    if CHECKOUT is None:
+        return {}
+    found = {p.stem.removeprefix("bench_"): p for p in (CHECKOUT / "scripts").glob("bench_*.py")}
+    return {"horovod": CHECKOUT / "scripts" / "bench.py", **found}
+
+
+def bench(args: list[str]) -> None:
+    scripts = bench_scripts()
+    if not scripts:
+        say("error: dane bench runs the benchmarks of a checkout (scripts/bench*.py), which this installed "
+            "package does not hold: git clone the repository, make setup, then dane bench there")
+        sys.exit(2)
+    if not args or args[0] not in scripts:
+        wrong = f"no benchmark {args[0]!r}; " if args and args[0] not in ("-h", "--help") else ""
+        say(f"error: dane bench: {wrong}choose one of {', '.join(sorted(scripts))} (dane bench NAME --help)")
+        sys.exit(2)
+    sys.argv = [f"dane bench {args[0]}", *args[1:]]
+    runpy.run_path(str(scripts[args[0]]), run_name="__main__")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        (sys.stdout if argv else sys.stderr).write(usage() + "\n")
+        sys.exit(0 if argv else 2)
+    command, args = argv[0], argv[1:]
+    if command in MODULES:
+        return run_module(MODULES[command][0], f"dane {command}", args)
+    if command == "figures":
+        return figures(args)
+    if command == "bench":
+        return bench(args)
+    say(f"error: dane: no command {command!r}; choose one of {', '.join([*MODULES, 'figures', 'bench'])} (dane --help)")
+    sys.exit(2)
