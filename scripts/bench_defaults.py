@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import dane  # noqa: E402
-from synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench  # noqa: E402
-from synthetic.defaults_data import FAMILIES, make  # noqa: E402
+from dane.synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench  # noqa: E402
+from dane.synthetic.defaults_data import FAMILIES, make  # noqa: E402
 
 KEY = "defaults"
 REL_TOL = 1e-8

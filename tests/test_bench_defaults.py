@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from synthetic.defaults_data import ill_conditioned, large_targets, rare_onehot
+from dane.synthetic.defaults_data import ill_conditioned, large_targets, rare_onehot
 from tests.helpers import REPO
 
 
@@ -78,3 +78,20 @@ def test_the_families_have_the_property_they_are_named_for(family):
     else:
         eig = np.linalg.eigvalsh(X.T @ X / len(X))
         assert 3e5 < eig[-1] / eig[0] < 3e6  # condition number ~1e6 (a sample of 2000 rows of d = 20)
+
+
+def test_the_readme_table_is_generated_from_the_json(quick, tmp_path):
+    from dane.paper_figs.defaults_table import BEGIN, END, main, render
+
+    _, whole = quick
+    report = whole["defaults"]
+    row = report["cells"]["large_targets/ridge/lam=0.001/m=4"]["methods"]["gd"]
+    text = render(report)
+    assert f"| {row['default']['comm_rounds']} ({row['best']['comm_rounds']}) |" in text
+    assert f"| GD | 1/1 | 0 | {int(row['within_factor'])}/1 | 2x | {row['ratio']:.2f} |" in text
+    assert "| DANE (safeguarded) | 1/1 | 0 |" in text
+    readme, bench = tmp_path / "README.md", tmp_path / "bench.json"
+    bench.write_text(json.dumps(whole))
+    readme.write_text(f"before\n{BEGIN}\nold numbers\n{END}\nafter\n")
+    main(["--json", str(bench), "--readme", str(readme)])
+    assert readme.read_text() == f"before\n{BEGIN}\n{text}\n{END}\nafter\n"
