@@ -19,6 +19,9 @@ from pathlib import Path
 from .layout import CHECKOUT  # noqa: E402
 #: set by a launcher that starts the run's processes itself (experiments.launchers): its command line, as JSON
 LAUNCH_COMMAND_ENV = "DANE_LAUNCH_COMMAND"
+#: set where the process's own command line is a launcher's, not the run's (submitit's ``_submit.py`` in a
+#: Slurm job, `experiments.slurm_launcher`): the run's command line as a user would type it, as JSON
+RUN_COMMAND_ENV = "DANE_RUN_COMMAND"
 
 
 @lru_cache(maxsize=1)
@@ -56,6 +59,7 @@ def launch_layout(env=os.environ) -> dict | None:
     horovodrun: world ``size``, ``local_size`` (processes on this host), ``cross_size``
     (hosts; 2 for ``-H a:1,b:1``) and this rank's ``hostname`` from ``-H``/``--hostfile``.
     torchrun: ``size``, ``local_size`` and ``nodes`` (its agents, one per ``--nnodes``).
+    srun (a Slurm job step, `slurm_layout`): ``size``, ``nodes``, ``hosts`` and the Slurm ``job_id``.
     ``command`` is the launch command line when a dane launcher started the processes
     (`LAUNCH_COMMAND_ENV`); a launcher started by hand is not visible from inside.
     """
@@ -66,6 +70,8 @@ def launch_layout(env=os.environ) -> dict | None:
     elif "TORCHELASTIC_RUN_ID" in env:
         layout = {"launcher": "torchrun", "size": int(env.get("WORLD_SIZE", 1)),
                   "local_size": int(env.get("LOCAL_WORLD_SIZE", 1)), "nodes": int(env.get("GROUP_WORLD_SIZE", 1))}
+    elif "SLURM_JOB_ID" in env and "SLURM_STEP_ID" in env:
+        layout = slurm_layout(env)
     else:
         return None
     if LAUNCH_COMMAND_ENV in env:
@@ -76,12 +82,34 @@ def launch_layout(env=os.environ) -> dict | None:
     return layout
 
 
+def slurm_layout(env) -> dict:
+    """An srun step as Slurm describes it to each task: its task count (``size``), node count and host list, the job."""
+    def number(*keys: str) -> int | None:
+        value = next((env[k] for k in keys if k in env), None)
+        return int(value) if value is not None and value.isdigit() else None
+
+    job = env["SLURM_JOB_ID"] + (f"_{env['SLURM_ARRAY_TASK_ID']}" if "SLURM_ARRAY_TASK_ID" in env else "")
+    return {"launcher": "srun", "size": number("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") or 1,
+            "nodes": number("SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES") or 1,
+            "hosts": env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"), "job_id": job}
+
+
+def run_command() -> list[str]:
+    """The run's command line: `RUN_COMMAND_ENV` where a launcher's script is this process's argv, else argv."""
+    if RUN_COMMAND_ENV in os.environ:
+        try:
+            return list(json.loads(os.environ[RUN_COMMAND_ENV]))
+        except (json.JSONDecodeError, TypeError):
+            pass
+    return [Path(sys.argv[0]).name, *sys.argv[1:]]
+
+
 def run_provenance() -> dict:
     """What a run's summary records about its origin: code, command line, start time, host, load, numerics,
     and the launcher's process layout (`launch_layout`) when one started it."""
     provenance = {
         **code_version(),
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "command": run_command(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": socket.gethostname(),
         "load_avg": [round(x, 2) for x in os.getloadavg()],

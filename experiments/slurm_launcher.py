@@ -20,9 +20,11 @@ instead, so a job that leaves the queue without a result fails the sweep, not ha
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +39,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from dane.comm import launcher_rank
 from dane.errors import ConfigError
+from dane.provenance import RUN_COMMAND_ENV
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info(f"Slurm sweep output dir: {sweep_dir}")
+        self.entry = Path(sys.argv[0]).name  # the program that submitted: each job's command starts with it
         groups: dict[int, list[int]] = {}  # task count -> the jobs with it (one executor, one job array each)
         for i, overrides in enumerate(job_overrides):
             groups.setdefault(self.tasks_for(overrides), []).append(i)
@@ -105,7 +109,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
     def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
                  singleton_state: dict[type, Singleton]) -> JobReturn:
         """One task of a job: rank 0 through Hydra's `run_job` (which writes the job directory); the others
-        with the same Hydra config and task config, writing nothing."""
+        with the same Hydra config and task config, writing nothing.  The run's provenance records the job's
+        command line (`RUN_COMMAND_ENV`), not submitit's ``_submit.py``."""
+        os.environ[RUN_COMMAND_ENV] = json.dumps([getattr(self, "entry", "train.py"), *sweep_overrides])
         if launcher_rank() == 0:
             return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
         import submitit

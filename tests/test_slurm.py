@@ -6,6 +6,7 @@ compare every job with the in-process simulator on the same shards.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -93,6 +94,24 @@ def test_single_task_slurm_job_and_torchrun_inside_srun(srun_env):
     # torchrun started by a one-task srun step: torchrun's variables win
     srun_env({**SRUN_TASK_1_OF_4, "TORCHELASTIC_RUN_ID": "x", "RANK": "2", "WORLD_SIZE": "3"})
     assert detect_launcher() == ("torch", 3) and launcher_rank() == 2
+
+
+def test_provenance_under_srun_records_the_step_and_the_jobs_command(srun_env, monkeypatch):
+    """summary.json's provenance of a Slurm job: the srun step's layout, and the job's overrides as its command
+    (the process's own argv is submitit's _submit.py)."""
+    from dane.provenance import RUN_COMMAND_ENV, launch_layout, run_provenance
+
+    srun_env({**SRUN_TASK_1_OF_4, "SLURM_STEP_NUM_NODES": "2", "SLURM_ARRAY_TASK_ID": "3"})
+    monkeypatch.setattr(sys, "argv", ["/spool/_submit.py", "/sweep/.submitit/%j"])
+    monkeypatch.setenv(RUN_COMMAND_ENV, json.dumps(["train.py", "workers=4", "algorithm.mu=0.1"]))
+    provenance = run_provenance()
+    assert provenance["launch"] == launch_layout() == {"launcher": "srun", "size": 4, "nodes": 2,
+                                                       "hosts": "node[07-08]", "job_id": "4242_3"}
+    assert provenance["command"] == ["train.py", "workers=4", "algorithm.mu=0.1"]
+    monkeypatch.delenv(RUN_COMMAND_ENV)
+    assert run_provenance()["command"] == ["_submit.py", "/sweep/.submitit/%j"]
+    srun_env({**SRUN_TASK_1_OF_4, "TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "3"})  # torchrun inside srun: its layout
+    assert launch_layout()["launcher"] == "torchrun"
 
 
 def test_slurm_launcher_config_composes():
