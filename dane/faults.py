@@ -74,5 +74,19 @@ def worker_lost(exc: BaseException, who: str, out_dir: str | None, checkpoint_ev
     kept = f"the rounds logged so far are in {out_dir}" if out_dir else "rank 0's run directory keeps the rounds logged so far"
     again = ("rerun the same command with resume=auto to continue from the last checkpoint" if checkpoint_every
              else "set checkpoint_every=K (and resume=auto) so that a rerun continues instead of starting over")
+    left = torchrun_restarts_left()
+    if left:  # torchrun stops the survivors and starts every worker again by itself
+        again = (f"torchrun restarts the workers ({left} of --max-restarts left), which continue from the last "
+                 "checkpoint where the command has resume=auto" if checkpoint_every else
+                 f"torchrun restarts the workers ({left} of --max-restarts left), which start over: add "
+                 "checkpoint_every=K resume=auto to the command to continue instead")
     return WorkerLost(f"{who} lost a peer mid-run (a worker crashed or was killed: the launcher's log "
                       f"names it); {kept}; {again}")
+
+
+def torchrun_restarts_left(env=os.environ) -> int:
+    """How often torchrun (``--max-restarts``) will still restart this job's workers; 0 elsewhere."""
+    try:
+        return max(int(env.get("TORCHELASTIC_MAX_RESTARTS", 0)) - int(env.get("TORCHELASTIC_RESTART_COUNT", 0)), 0)
+    except ValueError:
+        return 0

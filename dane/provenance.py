@@ -58,7 +58,8 @@ def launch_layout(env=os.environ) -> dict | None:
 
     horovodrun: world ``size``, ``local_size`` (processes on this host), ``cross_size``
     (hosts; 2 for ``-H a:1,b:1``) and this rank's ``hostname`` from ``-H``/``--hostfile``.
-    torchrun: ``size``, ``local_size`` and ``nodes`` (its agents, one per ``--nnodes``).
+    torchrun: ``size``, ``local_size``, ``nodes`` (its agents, one per ``--nnodes``), and ``restarts``, how
+    often torchrun had restarted the workers when this attempt began (of ``max_restarts``, ``--max-restarts``).
     srun (a Slurm job step, `slurm_layout`): ``size``, ``nodes``, ``hosts`` and the Slurm ``job_id``.
     ``command`` is the launch command line when a dane launcher started the processes
     (`LAUNCH_COMMAND_ENV`); a launcher started by hand is not visible from inside.
@@ -69,7 +70,9 @@ def launch_layout(env=os.environ) -> dict | None:
                   "hostname": env.get("HOROVOD_HOSTNAME")}
     elif "TORCHELASTIC_RUN_ID" in env:
         layout = {"launcher": "torchrun", "size": int(env.get("WORLD_SIZE", 1)),
-                  "local_size": int(env.get("LOCAL_WORLD_SIZE", 1)), "nodes": int(env.get("GROUP_WORLD_SIZE", 1))}
+                  "local_size": int(env.get("LOCAL_WORLD_SIZE", 1)), "nodes": int(env.get("GROUP_WORLD_SIZE", 1)),
+                  "restarts": int(env.get("TORCHELASTIC_RESTART_COUNT", 0)),
+                  "max_restarts": int(env.get("TORCHELASTIC_MAX_RESTARTS", 0))}
     elif "SLURM_JOB_ID" in env and "SLURM_STEP_ID" in env:
         layout = slurm_layout(env)
     else:

@@ -170,8 +170,31 @@ def test_torchrun_restarts_a_killed_worker_and_finishes_like_the_uninterrupted_r
     assert (run_dir / "checkpoint" / "kill_round3_worker1").exists()  # the kill happened
     summary = read_summary(run_dir)
     assert summary["resumed_from_round"] == 3 and summary["backend"] == "torch"
+    assert summary["provenance"]["launch"]["restarts"] == 1 and summary["provenance"]["launch"]["max_restarts"] == 2
+    said = [line for line in proc.stderr.splitlines() if "lost a peer" in line]  # if torchrun let the survivor speak
+    assert all("torchrun restarts the workers (2 of --max-restarts left)" in line for line in said), said
     assert [r["round"] for r in read_rounds(run_dir)] == list(range(9))
     assert_same_iterate(run_dir, whole)
+
+
+def test_a_survivors_line_says_what_torchrun_does_next():
+    """Under torchrun --max-restarts the survivor's line says torchrun restarts the workers (not: rerun the
+    command); once the restarts are spent, or with none, it says how to rerun."""
+    from dane.faults import worker_lost
+
+    lost = RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5005")
+    cases = {("2", "0", 1): "torchrun restarts the workers (2 of --max-restarts left), which continue from the last "
+                            "checkpoint where the command has resume=auto",
+             ("2", "0", 0): "torchrun restarts the workers (2 of --max-restarts left), which start over: add "
+                            "checkpoint_every=K resume=auto to the command to continue instead",
+             ("2", "2", 1): "rerun the same command with resume=auto to continue from the last checkpoint",
+             ("0", "0", 1): "rerun the same command with resume=auto to continue from the last checkpoint"}
+    for (most, done, every), tail in cases.items():
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TORCHELASTIC_MAX_RESTARTS", most)
+            patch.setenv("TORCHELASTIC_RESTART_COUNT", done)
+            line = str(worker_lost(lost, "worker 0", "/runs/r", every))
+        assert line.startswith("worker 0 lost a peer mid-run") and line.endswith(tail), line
 
 
 @pytest.mark.slow
