@@ -26,7 +26,8 @@ from omegaconf import OmegaConf
 
 from .comm import AlphaBeta
 from .errors import ConfigError, DivergenceError, UserError
-from .launch import RunSpec, execute
+from .launch import execute
+from .spec import Communication, RunControl, RunSpec
 from .runner import StopRule
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
@@ -135,10 +136,10 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
     problem.check_workers(workers)
     base = AlphaBeta()
-    spec = RunSpec(algorithm=algorithm, problem=problem, backend="local", workers=workers,
-                   stop=StopRule(rounds=rounds, tol=tol), dtype=dtype, seed=seed,
-                   cost=AlphaBeta(alpha=base.alpha if alpha is None else alpha, beta=base.beta if beta is None else beta),
-                   quiet=quiet, save_iterate=out_dir is not None)
+    cost = AlphaBeta(alpha=base.alpha if alpha is None else alpha, beta=base.beta if beta is None else beta)
+    spec = RunSpec(problem=problem, algorithm=algorithm, comm=Communication(backend="local", workers=workers, cost=cost),
+                   control=RunControl(stop=StopRule(rounds=rounds, tol=tol), dtype=dtype, seed=seed, quiet=quiet,
+                                      save_iterate=out_dir is not None))
     collected: dict = {}
     try:
         summary = execute(spec, out_dir, collect=collected)

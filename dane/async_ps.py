@@ -78,10 +78,10 @@ def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s
 
     algo = spec.algorithm.build(problem, comm)
     pause_server(comm)
-    slowdown = spec.worker_slowdown[comm.rank % len(spec.worker_slowdown)]
+    slowdown = spec.comm.worker_slowdown[comm.rank % len(spec.comm.worker_slowdown)]
     results = work(comm, algo, algo.updates_per_round, slowdown)
     log = [Update(**{k: (v if k == "time" else int(v)) for k, v in zip(LOG_FIELDS, row)}) for row in results["log"]]
-    replay = Replay(algo, comm, results, log, algo.updates_per_round, spec.staleness)
+    replay = Replay(algo, comm, results, log, algo.updates_per_round, spec.comm.staleness)
     summary = run_worker(spec, replay.comm, problem, out_dir, start, setup_s, collect, algo=replay)
     keep_updates(log, out_dir if comm.rank == 0 else None, collect)
     return summary

@@ -333,7 +333,7 @@ class AsyncRun:
 
 def build_workers(spec, problems: Sequence) -> tuple[list, ThreadGroup]:
     """Each worker's algorithm object, built in lockstep (local_sgd's lr=null takes one allreduce)."""
-    group = ThreadGroup(len(problems), spec.cost, spec.stragglers)
+    group = ThreadGroup(len(problems), spec.comm.cost, spec.comm.stragglers)
     workers = group.run(lambda comm: spec.algorithm.build(problems[comm.rank], comm))
     for algo in workers:
         if not hasattr(algo, "worker_update"):
@@ -346,16 +346,17 @@ def run_async(spec, out_dir: str | None, collect: dict | None) -> dict:
 
     Besides the usual records and summary, ``out_dir`` gets ``updates.jsonl``, one line per server update.
     """
-    if not isinstance(spec.cost, ParameterServerCost):
-        raise ConfigError(f"comm.staleness={spec.staleness} simulates a parameter server; add sim.topology=ps")
+    net = spec.comm
+    if not isinstance(net.cost, ParameterServerCost):
+        raise ConfigError(f"comm.staleness={net.staleness} simulates a parameter server; add sim.topology=ps")
     torch.set_num_threads(1)  # one core per simulated worker, and one order of floating-point sums
-    problems, setups = zip(*(build_problem(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
+    problems, setups = zip(*(build_problem(spec, rank, net.workers, time.thread_time) for rank in range(net.workers)))
     attach_all(spec.problem, problems)
     workers, group = build_workers(spec, problems)
     server = spec.algorithm.async_server(workers[0].iterate.detach().clone(),
                                          [float(algo.problem.n_local) for algo in workers])
-    sim = EventSimulator(workers, server, staleness=spec.staleness, cost=spec.cost, stragglers=spec.stragglers,
-                         step_time=spec.step_time, meter=meter_for(getattr(p, "device", "cpu") for p in problems))
+    sim = EventSimulator(workers, server, staleness=net.staleness, cost=net.cost, stragglers=net.stragglers,
+                         step_time=net.step_time, meter=meter_for(getattr(p, "device", "cpu") for p in problems))
     run = AsyncRun(workers, group, sim)
     summary = run_worker(spec, run.comm, AllWorkers(problems), out_dir, time.perf_counter(), max(setups), collect,
                      algo=run)

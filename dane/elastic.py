@@ -212,9 +212,9 @@ def disk_progress(spec, size: int) -> dict | None:
     from .checkpoint import load_checkpoint
     from .worker import worker_meta
 
-    if spec.resume is None:
+    if spec.control.resume is None:
         return None
-    return {**load_checkpoint(spec.resume, 0, worker_meta(spec, 0, size)), "workers": size}
+    return {**load_checkpoint(spec.control.resume, 0, worker_meta(spec, 0, size)), "workers": size}
 
 
 def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:

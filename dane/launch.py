@@ -28,10 +28,10 @@ from .comm.threads import meter_for
 from .errors import ConfigError, DivergenceError, say
 from .faults import RunInterrupted, worker_lost
 from .reference import attach_all, attach_one
-from .spec import PROGRESS, RunSpec
+from .spec import RunSpec
 from .worker import build_problem, run_worker
 
-__all__ = ["PROGRESS", "RunSpec", "execute"]
+__all__ = ["execute"]
 
 
 def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) -> dict:
@@ -41,29 +41,30 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
     A problem config with ``numerics()`` (a network: `dane.problems.neural.reproducible_numerics`)
     fixes torch's thread count and algorithms for the whole run, on every rank and in the simulator.
     """
-    if spec.backend == "horovod":
-        spec.horovod.apply()  # before hvd.init(), and before numerics() so that its thread count wins
+    if spec.comm.backend == "horovod":
+        spec.comm.horovod.apply()  # before hvd.init(), and before numerics() so that its thread count wins
     numerics = getattr(spec.problem, "numerics", None)
     with numerics() if numerics is not None else contextlib.nullcontext():
         return _execute(spec, out_dir, collect)
 
 
 def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
-    torch.manual_seed(spec.seed)
-    if spec.resume is not None:
-        out_dir = spec.resume  # a resumed run continues in its own directory
-        check_resume(spec.resume, spec.workers, spec.stop.rounds, spec.config_text)  # before anything there changes
-    if spec.checkpoint_every and not out_dir and spec.simulated:
-        raise ConfigError(f"checkpoint_every={spec.checkpoint_every} needs a run directory; set out_dir")
-    if spec.staleness > 0 and spec.backend == "local":  # asynchronous or stale-synchronous: simulated event by event
+    control, m = spec.control, spec.comm.workers
+    torch.manual_seed(control.seed)
+    if control.resume is not None:
+        out_dir = control.resume  # a resumed run continues in its own directory
+        check_resume(control.resume, m, control.stop.rounds, control.config_text)  # before anything there changes
+    if control.checkpoint_every and not out_dir and spec.comm.simulated:
+        raise ConfigError(f"checkpoint_every={control.checkpoint_every} needs a run directory; set out_dir")
+    if spec.comm.asynchronous and spec.comm.backend == "local":  # asynchronous or stale-synchronous: event by event
         from .asynchronous import run_async
 
         summary = run_async(spec, out_dir, collect)
-    elif spec.simulated:
+    elif spec.comm.simulated:
         torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
-        problems, setups = zip(*(build_problem(spec, rank, spec.workers, time.thread_time) for rank in range(spec.workers)))
+        problems, setups = zip(*(build_problem(spec, rank, m, time.thread_time) for rank in range(m)))
         attach_all(spec.problem, problems)
-        group = ThreadGroup(spec.workers, spec.cost, spec.stragglers,
+        group = ThreadGroup(m, spec.comm.cost, spec.comm.stragglers,
                             meter_for(getattr(problem, "device", "cpu") for problem in problems))
         start = time.perf_counter()
         summaries = group.run(lambda comm: run_worker(spec, comm, problems[comm.rank], out_dir, start, max(setups),
@@ -75,12 +76,12 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             interrupted = RunInterrupted(f"interrupted{at}{where}")
             say(interrupted)
             raise interrupted
-    elif spec.elastic:
+    elif spec.comm.elastic:
         from .elastic import run_elastic
 
         summary = run_elastic(spec, out_dir, collect)
     else:
-        comm = make_communicator(spec.backend, torch_backend=spec.torch_backend, servers=spec.servers)
+        comm = make_communicator(spec.comm.backend, torch_backend=spec.comm.torch_backend, servers=spec.comm.servers)
         server, lost = getattr(comm, "is_server", False), None
         try:
             if not server:
@@ -88,7 +89,7 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             summary = _serve(spec, comm) if server else _launched(spec, comm, out_dir, collect)
         except RuntimeError as exc:
             lost = worker_lost(exc, "a parameter server" if server else f"worker {comm.rank}", out_dir,
-                               spec.checkpoint_every)
+                               spec.control.checkpoint_every)
             if lost is None:
                 raise
         finally:
@@ -126,7 +127,7 @@ def recovery_overrides(algorithm) -> list[str]:
 
 def _serve(spec: RunSpec, comm: Communicator) -> dict:
     """A parameter server's part (comm=ps): it answers the workers until they shut it down; its counters."""
-    if spec.staleness > 0:  # asynchronous: set-up, the workers' pushes, then their evaluations
+    if spec.comm.asynchronous:  # asynchronous: set-up, the workers' pushes, then their evaluations
         from .comm.ps_async import AsyncServer
 
         comm.serve()
@@ -143,7 +144,7 @@ def _launched(spec: RunSpec, comm: Communicator, out_dir: str | None, collect: d
     attach_one(spec.problem, problem, comm)
     comm.barrier()
     comm.reset_clock()
-    if spec.staleness > 0:
+    if spec.comm.asynchronous:
         from .async_ps import run_async_ps
 
         return run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)

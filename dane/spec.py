@@ -1,23 +1,42 @@
 """`RunSpec`: everything a run needs, checked before any process group starts.
 
+A run is four groups, the way a reader thinks of it (as Lightning separates the
+`Trainer`'s arguments from the model's hyperparameters):
+
+- ``problem``: the objective and its data (a `ProblemConfig`, ``conf/problem/``);
+- ``algorithm``: the method and its hyperparameters (an `AlgorithmConfig`, ``conf/algorithm/``);
+- ``comm``: `Communication`, who talks to whom and at what modelled cost: the backend,
+  the number of workers, the simulator's cost and straggler models, staleness, elasticity
+  (Hydra's ``workers``, ``comm.*`` and ``sim.*`` keys);
+- ``control``: `RunControl`, how the run is driven and kept: the stop rule, seed, dtype,
+  display, checkpoints, resume, injected faults and what rank 0 writes (the top-level keys).
+
 The experiments' config code (`experiments.config.run_spec`) and the Python API
 (`dane.api.fit`) build one; `dane.launch.execute` runs it; `dane.worker` reads it in
-every worker.  It lives below both so that neither imports the other.
+every worker.  It lives below both so that neither imports the other.  Each group checks
+its own fields in ``__post_init__`` (a message names the Hydra key); the config code
+checks first what needs the launcher, the files or the whole config.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 
+from . import checks
 from .algorithm import Algorithm
 from .comm import AlphaBeta, Communicator, Stragglers
 from .comm.horovod import HorovodOptions
+from .errors import ConfigError
 from .problems import Problem
 from .runner import StopRule
 
 PROGRESS = ("table", "bar", "auto", "none")
+BACKENDS = ("horovod", "torch", "ps", "local")
+DTYPES = (torch.float64, torch.float32)
+
 
 class AlgorithmConfig(Protocol):
     name: str
@@ -34,36 +53,98 @@ class ProblemConfig(Protocol):
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    algorithm: AlgorithmConfig
-    problem: ProblemConfig
-    backend: str  # horovod | torch | local (workers > 1 means the in-process simulator)
-    workers: int
-    stop: StopRule
-    dtype: torch.dtype = torch.float64
-    seed: int = 0
-    cost: AlphaBeta = field(default_factory=AlphaBeta)
+class Communication:
+    """Who talks to whom, and the modelled cost of it.
+
+    ``backend`` is horovod, torch, ps or local; local with ``workers`` > 1 (or
+    ``simulate_single``) is the in-process simulator, timed with ``cost`` and
+    ``stragglers``.  ``staleness`` > 0 (inf: fully asynchronous) runs workers against a
+    parameter server (`dane.asynchronous`), simulated with ``step_time`` seconds per step
+    or real under comm=ps, where ``worker_slowdown`` slows real workers on purpose.
+    """
+
+    backend: str = "local"
+    workers: int = 1
+    cost: AlphaBeta = field(default_factory=AlphaBeta)  # or a ParameterServerCost (sim.topology=ps)
     stragglers: Stragglers = field(default_factory=Stragglers)
+    simulate_single: bool = False    # also one worker in the simulator (timed as m > 1 is: `comm.threads.Meter`)
     horovod: HorovodOptions = field(default_factory=HorovodOptions)
     torch_backend: str | None = None
     servers: int = 1                 # comm=ps: the last `servers` launched ranks are parameter servers
-    config_text: str = ""
-    print_every: int = 1
-    quiet: bool = False
-    save_iterate: bool = False  # rank 0 writes the final iterate to <out_dir>/iterate.pt
-    checkpoint_every: int = 0        # 0: never; else every K rounds, into <run dir>/checkpoint/
-    resume: str | None = None        # a run directory to continue in place from its checkpoint
-    overwrite: bool = False          # replace the records of a finished run in out_dir (else refused)
-    progress: str = "table"          # rank 0's display: table | bar | auto (bar on a terminal) | none
-    restart_unfinished: bool = False  # resume=auto found no committed checkpoint: an unfinished run's records are replaced
-    faults: tuple[tuple[int, int], ...] = ()  # (round, worker): that simulated worker is lost there (once per run dir)
     elastic: bool = False            # Horovod elastic: lost or added workers change the world size (dane.elastic)
-
-    simulate_single: bool = False    # also one worker in the simulator (timed as m > 1 is: `comm.threads.Meter`)
     staleness: float = 0             # comm.staleness: 0 synchronous; > 0 (inf: asynchronous) dane.asynchronous
     step_time: float = 1e-3          # sim.step_time: the asynchronous simulator's modelled seconds per worker step
     worker_slowdown: tuple[float, ...] = (1.0,)  # comm.slowdown: real asynchronous workers slowed on purpose
 
+    def __post_init__(self):
+        checks.one_of("comm.backend", self.backend, BACKENDS)
+        checks.positive_int("workers", self.workers)
+        checks.positive_int("comm.servers", self.servers)
+        checks.boolean("sim.single_worker", self.simulate_single)
+        checks.boolean("comm.elastic", self.elastic)
+        if isinstance(self.staleness, bool) or not (isinstance(self.staleness, int) or self.staleness == math.inf) \
+                or self.staleness < 0:
+            raise ConfigError(f"comm.staleness must be an integer >= 0 or inf (fully asynchronous), "
+                              f"got {self.staleness!r}")
+        checks.positive("sim.step_time", self.step_time)
+        if not self.worker_slowdown or any(checks.positive("comm.slowdown", f) < 1 for f in self.worker_slowdown):
+            raise ConfigError(f"comm.slowdown factors must be >= 1 (a worker can be slowed, not sped up), "
+                              f"got {list(self.worker_slowdown)}")
+
     @property
     def simulated(self) -> bool:
+        """The in-process simulator: m threads in this process, timed by the cost model."""
         return self.backend == "local" and (self.workers > 1 or self.simulate_single)
+
+    @property
+    def asynchronous(self) -> bool:
+        """Workers push to a parameter server without waiting for each other (``staleness`` > 0)."""
+        return self.staleness > 0
+
+
+@dataclass(frozen=True)
+class RunControl:
+    """How the run is driven and kept: when it stops, its numerics, what rank 0 shows and writes.
+
+    New settings of this kind (a tracker, a logger) are one more field here with its
+    default and its check in ``__post_init__``.
+    """
+
+    stop: StopRule = field(default_factory=StopRule)
+    seed: int = 0
+    dtype: torch.dtype = torch.float64
+    print_every: int = 1
+    quiet: bool = False
+    progress: str = "table"          # rank 0's display: table | bar | auto (bar on a terminal) | none
+    checkpoint_every: int = 0        # 0: never; else every K rounds, into <run dir>/checkpoint/
+    resume: str | None = None        # a run directory to continue in place from its checkpoint
+    restart_unfinished: bool = False  # resume=auto found no committed checkpoint: an unfinished run's records are replaced
+    overwrite: bool = False          # replace the records of a finished run in out_dir (else refused)
+    faults: tuple[tuple[int, int], ...] = ()  # (round, worker): that simulated worker is lost there (once per run dir)
+    save_iterate: bool = False       # rank 0 writes the final iterate to <out_dir>/iterate.pt
+    config_text: str = ""            # the resolved config, written beside the records and checked on resume
+
+    def __post_init__(self):
+        checks.integer("seed", self.seed)
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be float64 or float32, got {self.dtype}")
+        checks.positive_int("print_every", self.print_every)
+        checks.one_of("progress", self.progress, PROGRESS)
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
+                or self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every must be an integer >= 0 (0: never), got {self.checkpoint_every!r}")
+        for key in ("quiet", "restart_unfinished", "overwrite", "save_iterate"):
+            checks.boolean(key, getattr(self, key))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    problem: ProblemConfig
+    algorithm: AlgorithmConfig
+    comm: Communication = field(default_factory=Communication)
+    control: RunControl = field(default_factory=RunControl)
+
+    def __post_init__(self):
+        for r, w in self.control.faults:  # lost workers must exist
+            if r < 0 or not 0 <= w < self.comm.workers:
+                raise ConfigError(f"sim.fail_at entry [{r},{w}] needs round >= 0 and 0 <= worker < {self.comm.workers}")

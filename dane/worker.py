@@ -25,7 +25,7 @@ from .faults import inject_faults
 from .problems import Problem
 from .results import SUMMARY_FILE, RunWriter
 from .runner import ProgressBar, RoundTable, run
-from .spec import RunSpec
+from .spec import RunControl, RunSpec
 from . import timeline
 
 def build_problem(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, float]:
@@ -38,7 +38,7 @@ def build_problem(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, 
     if prepare is not None:
         prepare()
     t0 = clock()
-    problem = spec.problem.build(rank, size, spec.dtype)
+    problem = spec.problem.build(rank, size, spec.control.dtype)
     timeline.mark("data")
     return problem, clock() - t0
 
@@ -58,8 +58,8 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     """
     algo = spec.algorithm.build(problem, comm) if algo is None else algo
     meta = worker_meta(spec, comm.rank, comm.size)
-    resume, writer = _open(spec, comm, out_dir, meta, elastic)
-    show = display(spec) if comm.rank == 0 else None
+    resume, writer = _open(spec.control, comm, out_dir, meta, elastic)
+    show = display(spec.control) if comm.rank == 0 else None
     if show is not None:
         for note in getattr(problem, "notes", ()):
             say(f"note: {note}")
@@ -67,7 +67,7 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     seen: list[dict] = []  # this call's records, for the summary of an interrupted run
 
     def on_round(record: dict) -> None:
-        inject_faults(spec.faults, comm.rank, record["round"], out_dir)
+        inject_faults(spec.control.faults, comm.rank, record["round"], out_dir)
         if elastic is not None:
             elastic.annotate(record, comm)
         seen.append(record)
@@ -77,20 +77,20 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
             show(record)
 
     def on_checkpoint(state: dict) -> None:
-        if out_dir and spec.checkpoint_every:
+        if out_dir and spec.control.checkpoint_every:
             save_checkpoint(out_dir, comm.rank, state, meta)
             comm.barrier()  # every rank's part is on disk before the round is committed
             if comm.rank == 0:
-                commit_checkpoint(out_dir, state["round"], comm.size, spec.config_text)
+                commit_checkpoint(out_dir, state["round"], comm.size, spec.control.config_text)
         if elastic is not None:
             elastic.commit({**state, "workers": comm.size})  # in memory; raises Horovod's reset signals
 
     try:
         if elastic is not None:
-            resume = elastic.resume(algo, spec.stop, comm)  # the first attempt commits round 0: may reset
+            resume = elastic.resume(algo, spec.control.stop, comm)  # the first attempt commits round 0: may reset
         timeline.mark("round0")
-        records, status = run(algo, spec.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
-                              checkpoint_every=spec.checkpoint_every or (1 if elastic is not None else 0))
+        records, status = run(algo, spec.control.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
+                              checkpoint_every=spec.control.checkpoint_every or (1 if elastic is not None else 0))
     except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
         if not seen:
             raise
@@ -115,7 +115,7 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     return summary
 
 
-def _open(spec: RunSpec, comm: Communicator, out_dir: str | None, meta: dict,
+def _open(control: RunControl, comm: Communicator, out_dir: str | None, meta: dict,
           elastic) -> tuple[dict | None, RunWriter | None]:
     """Where this worker starts, and rank 0's writer of ``out_dir`` (with the run's config.yaml).
 
@@ -125,18 +125,18 @@ def _open(spec: RunSpec, comm: Communicator, out_dir: str | None, meta: dict,
     """
     resume = None
     if elastic is None:
-        resume = load_checkpoint(spec.resume, comm.rank, meta) if spec.resume is not None else None
+        resume = load_checkpoint(control.resume, comm.rank, meta) if control.resume is not None else None
         if resume is not None and comm.rank == 0:
-            truncate_rounds(spec.resume, resume["round"])
+            truncate_rounds(control.resume, resume["round"])
         continuing = resume is not None
     else:
         continuing = elastic.prepare(comm)  # rank 0 cuts the records back to the committed round
     if comm.rank != 0 or not out_dir:
         return resume, None
-    overwrite = spec.overwrite or (spec.restart_unfinished and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
+    overwrite = control.overwrite or (control.restart_unfinished and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
     writer = RunWriter(out_dir, resume=continuing, overwrite=overwrite)
-    if spec.config_text:
-        writer.write_text("config.yaml", spec.config_text)
+    if control.config_text:
+        writer.write_text("config.yaml", control.config_text)
     return resume, writer
 
 
@@ -148,7 +148,7 @@ def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[
         "algorithm": spec.algorithm.name,
         "problem": spec.problem.name,
         "workers": comm.size,
-        "backend": "simulator" if spec.simulated else spec.backend,
+        "backend": "simulator" if spec.comm.simulated else spec.comm.backend,
         "status": status,
         "rounds": last["round"],
         "final_objective": last["objective"],
@@ -159,7 +159,7 @@ def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[
         "time_s": last["time_s"],
         "wall_time_s": time.perf_counter() - start,
         "setup_s": setup_s,
-        "stop_rule": spec.stop.rule(last),
+        "stop_rule": spec.control.stop.rule(last),
         "timeline": timeline.phases(),
     }
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
@@ -172,7 +172,7 @@ def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[
         summary["resumed_from_round"] = resumed_from
     if elastic is not None:
         summary.update(elastic.summary())
-    if spec.simulated:
+    if spec.comm.simulated:
         group = comm.group  # type: ignore[attr-defined]
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
                        simulated_comm_s=group.comm_time, simulated_compute_clock=group.compute_clock,
@@ -190,7 +190,7 @@ def _write_final_state(spec: RunSpec, comm: Communicator, problem: Problem, algo
         if out_dir is not None:
             write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
                                                      f"{comm.size} worker(s), round {last_round}")
-    if out_dir is not None and spec.save_iterate and status != "interrupted":
+    if out_dir is not None and spec.control.save_iterate and status != "interrupted":
         torch.save(algo.reported_iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))  # the last record's
 
 
@@ -205,10 +205,10 @@ def _report(summary: dict, size: int, out_dir: str | None) -> None:
           f"{summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""), flush=True)
 
 
-def display(spec: RunSpec):
+def display(control: RunControl):
     """Rank 0's per-round display: the table, a progress bar, or nothing."""
-    if spec.quiet or spec.progress == "none":
+    if control.quiet or control.progress == "none":
         return None
-    if spec.progress == "bar" or (spec.progress == "auto" and sys.stderr.isatty()):
-        return ProgressBar(spec.stop.rounds)
-    return RoundTable(spec.print_every)
+    if control.progress == "bar" or (control.progress == "auto" and sys.stderr.isatty()):
+        return ProgressBar(control.stop.rounds)
+    return RoundTable(control.print_every)

@@ -14,7 +14,7 @@ from dane.checkpoint import CHECKPOINT_DIR, check_resume, committed
 from dane.elastic import check_elastic
 from dane.errors import ConfigError
 from dane.comm.horovod import HorovodOptions
-from dane.launch import PROGRESS, RunSpec
+from dane.spec import PROGRESS, Communication, RunControl, RunSpec
 from dane.local_solvers import AUTO_MAX_DIM
 from dane.problems import RidgeSyntheticConfig
 from dane.runner import StopRule
@@ -172,35 +172,39 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     tol = None if cfg.tol is None else checks.positive("tol", cfg.tol)
     check_memory(problem, workers, simulated=backend == "local")
     return RunSpec(
-        algorithm=algorithm,
         problem=problem,
-        backend=backend,
-        workers=workers,
-        stop=stop_rule(cfg, tol),
-        dtype=DTYPES[cfg.dtype],
-        seed=seed,
-        cost=cost_model(cfg.sim),
-        stragglers=stragglers(cfg.sim),
-        horovod=HorovodOptions(cycle_time_ms=cycle_time(cfg.comm, problem),
-                               pin_cores=checks.boolean("comm.pin_cores", cfg.comm.get("pin_cores", True))),
-        torch_backend=torch_backend(cfg.comm.torch_backend),
-        servers=servers,
-        config_text=OmegaConf.to_yaml(cfg, resolve=True),
-        print_every=checks.positive_int("print_every", cfg.print_every),
-        quiet=checks.boolean("quiet", cfg.quiet),
-        save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
-        checkpoint_every=checkpoint_every(cfg),
-        resume=resume_dir(cfg, workers),
-        restart_unfinished=cfg.get("resume") == "auto",
-        faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
-        elastic=check_elastic(checks.boolean("comm.elastic", cfg.comm.get("elastic", False)), backend,
-                              cfg.algorithm.get("name")),
-        overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
-        simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
-        progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
-        staleness=stale,
-        worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
-        step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
+        algorithm=algorithm,
+        comm=Communication(
+            backend=backend,
+            workers=workers,
+            cost=cost_model(cfg.sim),
+            stragglers=stragglers(cfg.sim),
+            simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
+            horovod=HorovodOptions(cycle_time_ms=cycle_time(cfg.comm, problem),
+                                   pin_cores=checks.boolean("comm.pin_cores", cfg.comm.get("pin_cores", True))),
+            torch_backend=torch_backend(cfg.comm.torch_backend),
+            servers=servers,
+            elastic=check_elastic(checks.boolean("comm.elastic", cfg.comm.get("elastic", False)), backend,
+                                  cfg.algorithm.get("name")),
+            staleness=stale,
+            step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
+            worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
+        ),
+        control=RunControl(
+            stop=stop_rule(cfg, tol),
+            seed=seed,
+            dtype=DTYPES[cfg.dtype],
+            print_every=checks.positive_int("print_every", cfg.print_every),
+            quiet=checks.boolean("quiet", cfg.quiet),
+            progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
+            checkpoint_every=checkpoint_every(cfg),
+            resume=resume_dir(cfg, workers),
+            restart_unfinished=cfg.get("resume") == "auto",
+            overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
+            faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
+            save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
+            config_text=OmegaConf.to_yaml(cfg, resolve=True),
+        ),
     )
 
 

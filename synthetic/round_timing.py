@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["comm=horovod", "quiet=true", *args.overrides])
     spec = run_spec(cfg)
-    spec.horovod.apply()
+    spec.comm.horovod.apply()
     comm = make_communicator("horovod")
     import horovod.torch as hvd
 
     try:
-        problem = spec.problem.build(comm.rank, comm.size, spec.dtype)
+        problem = spec.problem.build(comm.rank, comm.size, spec.control.dtype)
         algo = spec.algorithm.build(problem, comm)
         writer = RunWriter(Path(args.out).with_suffix(".run")) if comm.rank == 0 else None  # as a real run logs
         comm.barrier()

@@ -361,7 +361,7 @@ def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
                                           r"available; use problem\.local_solver=cg \(no d x d matrix\)"):
         run_spec(cholesky)
     monkeypatch.setattr(checks, "available_memory", lambda: None)  # unknown: no refusal on a guess
-    assert run_spec(cholesky).workers == 8
+    assert run_spec(cholesky).comm.workers == 8
 
 
 @pytest.mark.parametrize("line", [

@@ -134,7 +134,8 @@ def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_chang
     with pytest.raises(ConfigError, match=message):
         run_spec(config(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
     with pytest.raises(ConfigError, match=message):  # the Python API path checks too
-        execute(replace(run_spec(config(*SMALL_RIDGE, "rounds=6")), resume=str(run_dir)), None)
+        spec = run_spec(config(*SMALL_RIDGE, "rounds=6"))
+        execute(replace(spec, control=replace(spec.control, resume=str(run_dir))), None)
     assert (run_dir / "rounds.jsonl").read_bytes() == rounds_before
 
 

@@ -156,4 +156,4 @@ def test_horovod_cycle_time_auto_is_short_for_convex_problems_and_long_for_netwo
     from dane.experiments.config import run_spec
     from test_checkpoint import config
 
-    assert run_spec(config(*overrides)).horovod.cycle_time_ms == cycle_ms
+    assert run_spec(config(*overrides)).comm.horovod.cycle_time_ms == cycle_ms

@@ -49,7 +49,7 @@ class FakeHorovod:
 
 def attempt(spec, sessions, out_dir, size: int) -> dict:
     """One pass of the elastic run loop on ``size`` workers (threads; one plain worker when size is 1)."""
-    problems = [spec.problem.build(rank, size, spec.dtype) for rank in range(size)]
+    problems = [spec.problem.build(rank, size, spec.control.dtype) for rank in range(size)]
     if size == 1:
         return run_worker(spec, LocalCommunicator(), problems[0], str(out_dir), time.perf_counter(), elastic=sessions[0])
     return ThreadGroup(size).run(lambda comm: run_worker(spec, comm, problems[comm.rank], str(out_dir),
@@ -81,7 +81,7 @@ def reset(sessions: list[ElasticSession]) -> None:
 
 
 def optimum(spec) -> torch.Tensor:
-    return spec.problem.build(0, 1, spec.dtype).w_star
+    return spec.problem.build(0, 1, spec.control.dtype).w_star
 
 
 def test_every_row_is_in_one_shard_whatever_the_world_size_and_a_rebuilt_shard_is_the_fresh_one():
@@ -173,7 +173,7 @@ def test_elastic_is_checked_before_any_process_group(monkeypatch):
     monkeypatch.setenv("HOROVOD_ELASTIC", "1")
     with pytest.raises(ConfigError, match=f"supports algorithm={'[|]'.join(ELASTIC_ALGORITHMS)}, got admm"):
         run_spec(config(*RIDGE, "algorithm=admm", "comm.elastic=true"))
-    assert run_spec(config(*RIDGE, "comm.elastic=true")).elastic
+    assert run_spec(config(*RIDGE, "comm.elastic=true")).comm.elastic
 
 
 def test_elastic_without_horovodrun_is_one_line_and_exit_2(tmp_path):

@@ -34,7 +34,7 @@ def test_every_table_experiment_composes_and_validates(name):
     except DataError as err:  # CIFAR-10 is not on these machines; MNIST only where ../shared/data is
         assert "cifar" in name or "does not exist" in str(err), err
         return
-    assert spec.workers == 8 and spec.simulated
+    assert spec.comm.workers == 8 and spec.comm.simulated
 
 
 def test_accuracy_table_reports_mean_and_spread_over_seeds_beside_the_paper(tmp_path):

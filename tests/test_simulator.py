@@ -128,9 +128,9 @@ def test_seeded_delays_add_the_drawn_maxima():
 
 def test_straggler_config_reaches_the_simulator():
     spec = run_spec(compose_job(("workers=2", "sim.slowdown=[1.0,4.0]", "sim.delay_mean=0.001", "sim.alpha=0.002")))
-    assert spec.simulated and spec.workers == 2
-    assert [spec.stragglers.factor(r) for r in range(3)] == [1.0, 4.0, 1.0]
-    assert spec.stragglers.delay_mean == 0.001 and spec.cost.alpha == 0.002
+    assert spec.comm.simulated and spec.comm.workers == 2
+    assert [spec.comm.stragglers.factor(r) for r in range(3)] == [1.0, 4.0, 1.0]
+    assert spec.comm.stragglers.delay_mean == 0.001 and spec.comm.cost.alpha == 0.002
 
 
 def test_simulated_run_time_is_the_group_clock(tmp_path):
@@ -141,7 +141,7 @@ def test_simulated_run_time_is_the_group_clock(tmp_path):
     # DANE's first allreduce carries the gradient, 2 metrics and the safeguard's spread scalar
     nbytes = [8 * (20 + 3), 8 * 20] * 8 + [8 * (20 + 2)]
     assert summary["comm_rounds"] == 16  # what it took to produce the last iterate
-    assert summary["simulated_comm_s"] == pytest.approx(sum(spec.cost.allreduce_time(n, 2) for n in nbytes), rel=1e-12)
+    assert summary["simulated_comm_s"] == pytest.approx(sum(spec.comm.cost.allreduce_time(n, 2) for n in nbytes), rel=1e-12)
     assert records[-1]["time_s"] <= summary["simulated_time_s"] <= records[-1]["time_s"] + 0.05
     assert summary["setup_s"] > 0
     assert summary["simulated_compute_clock"] == "thread_cpu_time"  # a convex problem is on the CPU
@@ -165,10 +165,10 @@ def test_parameter_server_cost_is_push_sum_pull_per_server_slice():
 def test_simulated_parameter_server_run_is_charged_the_ps_cost(tmp_path):
     spec = run_spec(compose_job(("workers=4", *SMALL, "sim.topology=ps", "sim.servers=2", "sim.alpha=0.001",
                                  "sim.beta=1e8", "sim.gamma=1e9")))
-    assert spec.cost == ParameterServerCost(alpha=0.001, beta=1e8, gamma=1e9, servers=2)
+    assert spec.comm.cost == ParameterServerCost(alpha=0.001, beta=1e8, gamma=1e9, servers=2)
     summary = execute(spec, str(tmp_path))
     nbytes = [8 * (20 + 3), 8 * 20] * 8 + [8 * (20 + 2)]  # as in the ring test above
-    assert summary["simulated_comm_s"] == pytest.approx(sum(spec.cost.allreduce_time(n, 4) for n in nbytes), rel=1e-12)
+    assert summary["simulated_comm_s"] == pytest.approx(sum(spec.comm.cost.allreduce_time(n, 4) for n in nbytes), rel=1e-12)
     assert (summary["topology"], summary["servers"], summary["gamma"]) == ("ps", 2, 1e9)
     ring = execute(run_spec(compose_job(("workers=4", *SMALL, "sim.alpha=0.001", "sim.beta=1e8"))),
                    str(tmp_path / "ring"))

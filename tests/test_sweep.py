@@ -71,7 +71,7 @@ def test_experiment_file_runs_shrunk(name, tmp_path):
     for key, values in swept.items():
         for value in values:
             spec = run_spec(compose_job((f"experiment={name}", *TINY, f"{key}={value}")))
-            assert spec.problem.dim == 20 and spec.simulated  # one worker too: every m on the CPU clock
+            assert spec.problem.dim == 20 and spec.comm.simulated  # one worker too: every m on the CPU clock
     # the first point of its sweep runs, shrunk, and makes progress
     first = [f"{key}={values[0]}" for key, values in swept.items() if key != "workers"]
     cfg = compose_job((f"experiment={name}", *TINY, *first, "workers=2", "rounds=10"))

@@ -88,7 +88,7 @@ class AsyncServer:
 
     def __init__(self, comm, spec):
         self.dist, self.m, self.spec = comm._dist, comm.workers, spec
-        self.staleness = spec.staleness
+        self.staleness = spec.comm.staleness
 
     def serve(self) -> None:
         dist, m = self.dist, self.m
@@ -99,7 +99,7 @@ class AsyncServer:
         w0 = torch.empty(numel, dtype=dtype)
         dist.recv(w0, src=0, tag=TAG_START)
         server = self.spec.algorithm.async_server(w0.clone(), [float(s[0]) for s in starts])
-        target, every = self.spec.stop.rounds * m * per_round, m * per_round
+        target, every = self.spec.control.stop.rounds * m * per_round, m * per_round
         iterates, times, log = [w0.clone()], [0.0], []
         clocks, pulled, lead = [0] * m, [0] * m, [0] * m
         waiting: set[int] = set()
