@@ -32,6 +32,7 @@ from .comm.horovod import HorovodOptions
 from .errors import ConfigError
 from .problems import Problem
 from .runner import StopRule
+from .trackers import check_loggers
 
 PROGRESS = ("table", "bar", "auto", "none")
 BACKENDS = ("horovod", "torch", "ps", "local")
@@ -123,8 +124,11 @@ class RunControl:
     faults: tuple[tuple[int, int], ...] = ()  # (round, worker): that simulated worker is lost there (once per run dir)
     save_iterate: bool = False       # rank 0 writes the final iterate to <out_dir>/iterate.pt
     config_text: str = ""            # the resolved config, written beside the records and checked on resume
+    logger: tuple[str, ...] = ("jsonl",)  # rank 0's trackers: jsonl (always written), tensorboard, mlflow (dane.trackers)
+    mlflow_uri: str | None = None    # logger=mlflow: a tracking URI; None: a file store in <run dir>/mlruns
 
     def __post_init__(self):
+        object.__setattr__(self, "logger", check_loggers(self.logger))  # a missing extra: one line, pip install ...
         checks.integer("seed", self.seed)
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be float64 or float32, got {self.dtype}")
