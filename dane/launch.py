@@ -57,7 +57,7 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     if control.checkpoint_every and not out_dir and spec.comm.simulated:
         raise ConfigError(f"checkpoint_every={control.checkpoint_every} needs a run directory; set out_dir")
     if spec.comm.asynchronous and spec.comm.backend == "local":  # asynchronous or stale-synchronous: event by event
-        from .asynchronous import run_async
+        from .asynchronous.simulator import run_async
 
         summary = run_async(spec, out_dir, collect)
     elif spec.comm.simulated:
@@ -128,7 +128,7 @@ def recovery_overrides(algorithm) -> list[str]:
 def _serve(spec: RunSpec, comm: Communicator) -> dict:
     """A parameter server's part (comm=ps): it answers the workers until they shut it down; its counters."""
     if spec.comm.asynchronous:  # asynchronous: set-up, the workers' pushes, then their evaluations
-        from .comm.ps_async import AsyncServer
+        from .asynchronous.protocol import AsyncServer
 
         comm.serve()
         AsyncServer(comm, spec).serve()
@@ -145,7 +145,7 @@ def _launched(spec: RunSpec, comm: Communicator, out_dir: str | None, collect: d
     comm.barrier()
     comm.reset_clock()
     if spec.comm.asynchronous:
-        from .async_ps import run_async_ps
+        from .asynchronous.replay import run_async_ps
 
         return run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
     return run_worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)

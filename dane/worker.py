@@ -54,7 +54,7 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
 
     ``elastic`` (a `dane.elastic.ElasticSession`) is one attempt of a Horovod elastic run:
     it continues from the state committed in memory instead of a checkpoint on disk.
-    ``algo``, when given, runs instead of a newly built algorithm (`dane.asynchronous.AsyncRun`).
+    ``algo``, when given, runs instead of a newly built algorithm (`dane.asynchronous.simulator.AsyncRun`).
     """
     algo = spec.algorithm.build(problem, comm) if algo is None else algo
     meta = worker_meta(spec, comm.rank, comm.size)

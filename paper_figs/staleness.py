@@ -10,7 +10,7 @@ round takes m times as many steps as a synchronous one: the SSP and asynchronous
 lr/m (`ASYNC_LR`), so that without staleness a pass over the data would move the iterate as far.
 
 **One time base.**  The asynchronous and SSP runs are timed by the event simulator's model
-(`dane.asynchronous`): a push costs ``sim.step_time`` × slowdown_i of compute, and the server
+(`dane.asynchronous.simulator`): a push costs ``sim.step_time`` × slowdown_i of compute, and the server
 handles one message at a time (α + n/β to receive or send, n/γ to apply).  A synchronous run
 (``comm.staleness=0``) logs measured CPU compute instead, so the figure re-times it on the same
 model (`sync_time`): each synchronous step costs
@@ -30,8 +30,8 @@ work, though not the same number of server steps: asynchronous SGD steps once pe
 table adds each variant's final accuracy, simulated time to the last round, and the staleness
 and clock lead (max and mean) of its updates from summary.json.
 
-The four runs (`jobs`) take about 5 s on the digits MLP and about 2 minutes on MNIST LeNet-5
-(10 rounds of 3 x 20 gradients; measured on 2 busy cores with the 8,000-image split of the t10k files).
+The four runs (`jobs`) are 10 rounds of 3 x 20 gradients each: seconds on the digits MLP,
+minutes on MNIST LeNet-5.
 
     python -m paper_figs.staleness [--results results] [--out results/figures]
 """

@@ -1,9 +1,12 @@
 """Asynchronous and stale-synchronous SGD on the real parameter server (``torchrun ... comm=ps comm.staleness=s``).
 
-The event loop of `dane.asynchronous.EventSimulator`, but with real processes and
+The event loop of `dane.asynchronous.simulator.EventSimulator`, but with real processes and
 `torch.distributed` point-to-point messages.  It runs between the synchronous parts of a
 ``comm=ps`` run (set-up before it; the evaluation of the recorded iterates after it, with
-`dane.comm.ps`'s own protocol), on tags of its own, and with one server only.
+`dane.comm.ps`'s own protocol), on tags of its own, and with one server only.  It is a
+run, not a collective (the server builds the algorithm's server half and counts the
+run's rounds), so it lives with the run above `dane.comm` and uses only the public
+parts of `dane.comm.ps` (`PSCommunicator.pause_servers`, ``server_ranks``).
 
 Start.  Each worker sends the server ``[n_local, numel, dtype, updates_per_round]`` and
 worker 0 sends w_0.  The server builds the algorithm's server object from the config
@@ -25,17 +28,12 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.distributed as dist
 
-from .ps_protocol import DTYPES, SHUTDOWN
+from ..comm.ps_protocol import DTYPES
+from .updates import LOG_FIELDS
 
 TAG_START, TAG_PUSH, TAG_DATA, TAG_REPLY, TAG_RESULT = 11, 12, 13, 14, 15
-LOG_FIELDS = ("version", "rank", "clock", "pulled", "staleness", "clock_lead", "time")
-
-
-def pause_server(comm) -> None:
-    """End the servers' synchronous loop (`ParameterServer.serve` returns), so that they start their asynchronous one."""
-    comm._header(SHUTDOWN, ())
-    comm._complete()
 
 
 def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
@@ -47,7 +45,7 @@ def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
 
     Returns what the server recorded (`serve` ``results``) and this worker's push count and bytes.
     """
-    dist, server = comm._dist, comm.server_ranks[0]
+    server = comm.server_ranks[0]
     w = algo.iterate.detach().clone().reshape(-1)
     start = torch.tensor([algo.problem.n_local, w.numel(), DTYPES.index(w.dtype), updates_per_round])
     dist.send(start, dst=server, tag=TAG_START)
@@ -68,10 +66,10 @@ def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
         dist.recv(w, src=server, tag=TAG_REPLY)
         if slowdown > 1:
             time.sleep((slowdown - 1) * (time.perf_counter() - started))
-    return {**receive_results(dist, server, w), "pushes": pushes, "bytes": nbytes}
+    return {**receive_results(server, w), "pushes": pushes, "bytes": nbytes}
 
 
-def receive_results(dist, server: int, like: torch.Tensor) -> dict:
+def receive_results(server: int, like: torch.Tensor) -> dict:
     sizes = torch.zeros(2, dtype=torch.int64)
     dist.recv(sizes, src=server, tag=TAG_RESULT)
     kept, updates = int(sizes[0]), int(sizes[1])
@@ -87,11 +85,11 @@ class AsyncServer:
     """The server's side: the push loop of the module docstring."""
 
     def __init__(self, comm, spec):
-        self.dist, self.m, self.spec = comm._dist, comm.workers, spec
+        self.m, self.spec = comm.workers, spec
         self.staleness = spec.comm.staleness
 
     def serve(self) -> None:
-        dist, m = self.dist, self.m
+        m = self.m
         starts = [torch.zeros(4, dtype=torch.int64) for _ in range(m)]
         for rank, start in enumerate(starts):
             dist.recv(start, src=rank, tag=TAG_START)
@@ -136,15 +134,15 @@ class AsyncServer:
         self._send_results(iterates, times, log)
 
     def _reply(self, worker: int, version: int, w: torch.Tensor | None) -> None:
-        self.dist.send(torch.tensor([version, int(w is None)], dtype=torch.int64), dst=worker, tag=TAG_REPLY)
+        dist.send(torch.tensor([version, int(w is None)], dtype=torch.int64), dst=worker, tag=TAG_REPLY)
         if w is not None:
-            self.dist.send(w.contiguous(), dst=worker, tag=TAG_REPLY)
+            dist.send(w.contiguous(), dst=worker, tag=TAG_REPLY)
 
     def _send_results(self, iterates: list[torch.Tensor], times: list[float], log: list[list[float]]) -> None:
         stacked = torch.stack(iterates)
         bufs = [torch.tensor(times, dtype=torch.float64),
                 torch.tensor(log, dtype=torch.float64).reshape(len(log), len(LOG_FIELDS))]
         for worker in range(self.m):
-            self.dist.send(torch.tensor([len(iterates), len(log)], dtype=torch.int64), dst=worker, tag=TAG_RESULT)
+            dist.send(torch.tensor([len(iterates), len(log)], dtype=torch.int64), dst=worker, tag=TAG_RESULT)
             for buf in (stacked, *bufs):
-                self.dist.send(buf, dst=worker, tag=TAG_RESULT)
+                dist.send(buf, dst=worker, tag=TAG_RESULT)

@@ -1,17 +1,19 @@
 """Real asynchronous and stale-synchronous runs (``torchrun ... comm=ps comm.staleness=s``), one worker's side.
 
-The messages are `dane.comm.ps_async`'s.  This module turns their result, the iterate kept
-at every round boundary and the server's update log, into the records of an ordinary run.
-Each kept iterate is evaluated by every worker in lockstep through the servers (`Replay`),
-so rounds.jsonl, updates.jsonl and summary.json have the simulator's form
-(`dane.asynchronous`).
+The messages are `dane.asynchronous.protocol`'s.  This module turns their result, the
+iterate kept at every round boundary and the server's update log, into the records of an
+ordinary run.  Each kept iterate is evaluated by every worker in lockstep through the
+servers (`Replay`), so rounds.jsonl, updates.jsonl and summary.json have the simulator's
+form (`dane.asynchronous.simulator`).  ``time`` is the server's wall clock, counted from
+the start of the asynchronous phase; the update order is whatever the machines produce.
 """
 from __future__ import annotations
 
 import torch
 
-from .asynchronous import Update, keep_updates, log_stats, round_stats
-from .worker import run_worker
+from ..worker import run_worker
+from .protocol import work
+from .updates import LOG_FIELDS, Update, keep_updates, log_stats, round_stats
 
 
 class Replay:
@@ -68,16 +70,14 @@ class ReplayView:
 
 
 def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s: float, collect: dict | None) -> dict:
-    """A worker of a real asynchronous run (`dane.comm.ps_async`), then its records (`dane.worker.run_worker`).
+    """A worker of a real asynchronous run (`dane.asynchronous.protocol`), then its records (`dane.worker.run_worker`).
 
     The algorithm is built while the servers still answer the synchronous protocol (local_sgd's
     lr=null takes one allreduce); the workers then end that loop, run the asynchronous phase,
     and evaluate the kept iterates through the servers' synchronous loop again.
     """
-    from .comm.ps_async import LOG_FIELDS, pause_server, work
-
     algo = spec.algorithm.build(problem, comm)
-    pause_server(comm)
+    comm.pause_servers()  # the asynchronous phase runs on the protocol's own tags
     slowdown = spec.comm.worker_slowdown[comm.rank % len(spec.comm.worker_slowdown)]
     results = work(comm, algo, algo.updates_per_round, slowdown)
     log = [Update(**{k: (v if k == "time" else int(v)) for k, v in zip(LOG_FIELDS, row)}) for row in results["log"]]

@@ -1,22 +1,7 @@
-r"""Asynchronous and stale-synchronous (SSP) training through a parameter server: simulated event by event
-(``workers=m`` under plain python with ``sim.topology=ps``), or real (``torchrun ... comm=ps``,
-`dane.async_ps`).
+r"""The asynchronous simulator: m workers and one server in this process, on a modelled clock.
 
-``comm.staleness = s``:
-
-- ``s = inf``: fully asynchronous.  Each worker loops pull -> step -> push and never waits
-  for the others;
-- ``0 < s < inf``: stale-synchronous parallel (Ho et al., NIPS 2013).  A worker's *clock*
-  counts its pushes; it may start its next step only while its clock is at most ``s``
-  ahead of the slowest worker's.  Otherwise the server holds its pull reply until the
-  slowest worker has caught up;
-- ``s = 0`` is the synchronous algorithm, which never comes here (`dane.launch.execute`).
-
-The math is the algorithm's own: on every worker ``worker_update(w)`` is one step at the
-parameters it pulled (sync_sgd: a minibatch gradient; local_sgd: K local steps, pushed
-as the change), and the server (``async_server``) applies each push as it arrives
-(sync_sgd: ``w <- opt.step(w, g_i)`` with the synchronous run's optimizer; local_sgd:
-``w <- w + share_i * delta_i``).
+``workers=m`` under plain python with ``sim.topology=ps`` and ``comm.staleness=s > 0``
+(the rule for s, the algorithm's two halves and the records: `dane.asynchronous`).
 
 Time is modelled, so that the update order depends only on the seed and the straggler
 model.  Step k of worker i takes
@@ -26,8 +11,8 @@ model.  Step k of worker i takes
 its delays drawn from a generator seeded by (``sim.seed``, i).  Every step is measured as
 well, by the synchronous simulator's meter (`dane.comm.threads.meter_for`: the thread's CPU
 time, or on a GPU the wall time with its queues drained), but only reported
-(``measured_compute_s``).  The server
-handles one message at a time, as in the serial part of `ParameterServerCost`:
+(``measured_compute_s``).  The server handles one message at a time, as in the serial
+part of `ParameterServerCost`:
 
 - a push of n bytes takes α + n/(kβ) to receive and n/(kγ) to apply;
 - a pull reply takes α + n/(kβ) to send.
@@ -37,53 +22,25 @@ So m pushes and pulls that arrive together take exactly
 ties broken by rank.  After a push, the pushing worker's reply is sent first, then the
 replies that push released, by rank.
 
-Two measures are logged per update (`Update`):
-
-- ``staleness``: the server's version (updates applied so far) when the update is
-  applied, minus the version its worker pulled;
-- ``clock_lead``: how many clocks its worker was ahead of the slowest worker when it
-  started the step.  This is what SSP bounds (``clock_lead <= s``).
-
-With m workers, ``staleness`` is at most (m-1)(2s+1) under SSP, and it is unbounded when
-asynchronous.
-
-A logged round is ``m * updates_per_round`` server updates: as many gradients as one
-synchronous round uses.  Record t describes the server's iterate after t such rounds,
-timed at the simulated moment it was applied.  ``bytes_sent`` and ``comm_rounds`` are
-per worker (the workers' mean).  ``staleness_max``, ``staleness_mean`` and
-``clock_lead_max`` describe round t's own updates, which lead from w_t to w_{t+1}.  The
-metrics of an iterate are those its synchronous evaluation would log: each worker's
+Record t is timed at the simulated moment the server applied round t's last update.
+The metrics of an iterate are those its synchronous evaluation would log: each worker's
 ``evaluate`` runs at the server's parameters in lockstep, and this costs no simulated time.
-
-A real run (`dane.comm.ps_async`, one server) applies the same rule to real processes.
-Its update order is whatever the machines produce; ``time`` is the server's wall clock,
-counted from the start of the asynchronous phase.  The server keeps the iterate at every
-round boundary.  Once the phase is over, the workers evaluate those iterates in lockstep
-through the servers (`dane.async_ps.Replay`), so the records have the simulator's form.
 """
 from __future__ import annotations
 
 import heapq
-import json
-import math
-import os
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
 import torch
 
-from .comm import ParameterServerCost, Stragglers, ThreadGroup
-from .comm.threads import Meter, ThreadCPUTime, meter_for
-from .errors import ConfigError
-from .reference import attach_all
-from .results import atomic_write_text
-from .worker import build_problem, run_worker
-
-UPDATES_FILE = "updates.jsonl"
-
+from ..comm import ParameterServerCost, Stragglers, ThreadGroup
+from ..comm.threads import Meter, ThreadCPUTime, meter_for
+from ..errors import ConfigError
+from ..reference import attach_all
+from ..worker import build_problem, run_worker
+from .updates import Update, keep_updates, log_stats, round_stats
 
 class AsyncServer(Protocol):
     w: torch.Tensor
@@ -100,19 +57,6 @@ class AsyncAlgorithm(Protocol):
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]: ...
 
     def evaluate(self) -> dict[str, float]: ...
-
-
-@dataclass(frozen=True)
-class Update:
-    """One server update: it made ``version`` from ``version - 1``."""
-
-    version: int
-    rank: int
-    clock: int        # the worker's clock of this update (its pushes so far, this one included)
-    pulled: int       # the server version the worker computed on
-    staleness: int    # version - 1 - pulled: updates by others between the worker's pull and this push
-    clock_lead: int   # the worker's clocks ahead of the slowest worker when it started (SSP: <= s)
-    time: float       # simulated time at which the server applied it
 
 
 class EventSimulator:
@@ -203,35 +147,6 @@ class EventSimulator:
         return {**log_stats(self.log, self.staleness, self.size), "ssp_wait_s": self.ssp_wait,
                 "modelled_compute_s": self.modelled, "measured_compute_s": self.measured,
                 "server_busy_s": self.server_busy, "step_time": self.step_time}
-
-
-def log_stats(log: Sequence[Update], staleness: float, workers: int) -> dict:
-    """The staleness distribution of a run's updates, overall and per worker."""
-    per_worker = [[u for u in log if u.rank == i] for i in range(workers)]
-    return {
-        "staleness": "inf" if math.isinf(staleness) else int(staleness),
-        "updates": len(log),
-        "staleness_histogram": histogram(u.staleness for u in log),
-        "clock_lead_histogram": histogram(u.clock_lead for u in log),
-        "staleness_max": max((u.staleness for u in log), default=0),
-        "staleness_mean": float(np.mean([u.staleness for u in log])) if log else 0.0,
-        "clock_lead_max": max((u.clock_lead for u in log), default=0),
-        "updates_per_worker": [len(us) for us in per_worker],
-        "staleness_mean_per_worker": [float(np.mean([u.staleness for u in us])) if us else 0.0 for us in per_worker],
-    }
-
-
-def round_stats(updates: Sequence[Update]) -> dict:
-    """A record's summary of its round's updates."""
-    staleness = [u.staleness for u in updates]
-    return {"staleness_max": max(staleness), "staleness_mean": float(np.mean(staleness)),
-            "clock_lead_max": max(u.clock_lead for u in updates)}
-
-
-def histogram(values) -> dict[str, int]:
-    """{value: count}, keys as strings in increasing order (JSON object keys)."""
-    counts = Counter(values)
-    return {str(k): counts[k] for k in sorted(counts)}
 
 
 class ServerView:
@@ -362,11 +277,3 @@ def run_async(spec, out_dir: str | None, collect: dict | None) -> dict:
                      algo=run)
     keep_updates(sim.log, out_dir, collect)
     return summary
-
-
-def keep_updates(log: Sequence[Update], out_dir: str | None, collect: dict | None) -> None:
-    if out_dir:
-        atomic_write_text(os.path.join(out_dir, UPDATES_FILE), "".join(json.dumps(asdict(u)) + "\n" for u in log))
-    if collect is not None:
-        collect["updates"] = list(log)
-

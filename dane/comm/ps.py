@@ -185,6 +185,13 @@ class PSCommunicator(Communicator):
             "worker_links": [{"worker": self.rank, "server": s, **vars(link)} for s, link in self.links.items()],
         }}
 
+    def pause_servers(self) -> None:
+        """End the servers' synchronous loop (`ParameterServer.serve` returns) and keep the process group, so
+        that another protocol on tags of its own can run (`dane.asynchronous.protocol`); the servers' next
+        ``serve()`` answers this protocol again.  Every worker calls it."""
+        self._header(SHUTDOWN, ())
+        self._complete()
+
     def shutdown(self) -> None:
         """Tell every server to stop, then release the process group."""
         if not self._dist.is_initialized():
