@@ -42,8 +42,8 @@ self-concordant objective; a function self-concordant with constant M takes
 1/(1 + M δ / 2) up to the paper's scaling.  The default (null) takes M = 1, the paper's
 step, on a non-quadratic problem and M = 0 on a quadratic (``problem.quadratic``), which
 is self-concordant with constant 0: the plain Newton step.  Departure from the paper: with
-the damped step on ridge regression of unscaled targets δ_0 is large (≈ 70 on diabetes)
-and the damped phase took more than 40 rounds.
+the damped step on ridge regression of unscaled targets δ_0 is large (it grows with the
+targets' scale) and the damped phase lasts many rounds.
 
 μ: the paper takes μ of the order of ‖∇²O_0 − H‖ (about L·sqrt(d/n_0)), so that P⁻¹H is
 well conditioned; μ = 0 preconditions with worker 0's Hessian itself, which needs O_0

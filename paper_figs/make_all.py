@@ -9,7 +9,7 @@ simulator (see `synthetic.sweep.ensure`).
   takes a few minutes on 2 cores, a warm one seconds).  The neural-network tables are
   drawn from whatever runs results/ has, and the command says how many are missing.
 - ``make tables`` (``--nn``): also makes the neural-network tables' missing runs
-  (15 minutes cold on 2 cores for MNIST and digits, measured from a fresh clone).
+  (the slowest step of a cold start: every network run the tables need, on MNIST and digits).
 
 Nothing under paper_figs/ is written: ``make publish-figures`` copies results/figures/
 there, a deliberate step before a commit.

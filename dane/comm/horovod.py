@@ -62,7 +62,7 @@ class HorovodCommunicator(Communicator):
     def _name(kind: str, tensors: list[torch.Tensor]) -> str:
         # Horovod matches collectives across ranks by name.  A name that repeats for the
         # same shapes lets its response cache skip the full negotiation on later calls
-        # (a fresh name per call measured ~1.4x slower at 4 KB and overflows the cache).
+        # (a fresh name per call pays the full negotiation every time, and overflows the cache).
         # The calls are blocking, so two with one name are never in flight together.
         shapes = ";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors)
         return f"dane.{kind}.{shapes}"
@@ -122,12 +122,12 @@ class HorovodOptions:
       times a network round under both);
     - ``pin_cores`` gives each local rank its own block of cores: the process (and so
       gloo's threads and torch's intra-op threads) is bound to it, and Horovod's
-      background thread to its first core (``HOROVOD_THREAD_AFFINITY``).  With two ranks
-      on 2 cores this took the median 4 KB allreduce from about 0.7-0.9 ms to 0.35-0.55 ms,
-      as threads stop migrating between cores;
+      background thread to its first core (``HOROVOD_THREAD_AFFINITY``), so that threads
+      stop migrating between cores (``make bench``: ``allreduce_latency_ratio`` times a
+      4 KB gloo allreduce under torchrun with and without pinning);
     - torch gets one intra-op thread per core of the block, as torchrun does with
-      OMP_NUM_THREADS=1: two ranks with two threads each on 2 cores made a DANE round
-      on the synthetic ridge about 8x slower (scripts/bench.py).  A network run then
+      OMP_NUM_THREADS=1: more threads than cores makes ranks wait on each other's
+      threads, and a small DANE round slows many times over.  A network run then
       holds one thread whatever the block (`dane.problems.neural.reproducible_numerics`).
     Pinning is skipped when there are more local ranks than usable cores.
     """

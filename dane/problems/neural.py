@@ -34,11 +34,9 @@ before each new measurement is folded in, and the rejection boost halves after e
 accepted round.  That is a trust region on
 the averaged step that keeps the training loss within 1.25 times its best; it does not
 make the problem convex.  The convex rule (reject any rise, μ never decreasing)
-stalled here: on MNIST-LeNet5 with 4 workers one early rejection pushed μ to ~70 and
-test accuracy stalled at 69.9% after 12 rounds, against 96.7% after 10 rounds of plain
-DANE.  With the non-convex rule the same run reaches 98.0% after 20 rounds against
-98.2% for plain DANE (97.1% vs 97.4% after 12; one rejection, μ <= 0.09); the numbers
-for the digits problems are in `MuSafeguard`.  The table
+stalls on a network: one early rejection raises μ for good, and the local solves then
+barely move.  ``tests/test_neural.py`` measures the non-convex rule: where plain DANE
+converges it keeps plain DANE's accuracy, and after rejections μ comes back down.  The table
 experiments (conf/experiment/table_*.yaml) still run plain DANE
 (``algorithm.safeguard=false``, μ=0), the paper's setting.  The inner SGD takes the μ
 term implicitly (`dane.inner.proximal_step`), so a large μ keeps the local solve near
