@@ -7,23 +7,26 @@ import sys
 class RoundBar:
     """Rounds done out of ``total`` on ``stream`` (stderr), with the last record's objective, test accuracy and time.
 
-    Called with each record, as `dane.runner.RoundTable` is; a resumed run's first record moves
-    the bar to its round.  `close` ends the bar's line.
+    Called with each record, as `dane.runner.RoundTable` is.  The bar starts at the first
+    record (a resumed run's round; lines said before it stay above it); `close` ends its line.
     """
 
     def __init__(self, total: int, stream=sys.stderr):
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=max(total, 1), file=stream, unit="round", dynamic_ncols=True, leave=True)
+        self.total, self.stream, self.bar = max(total, 1), stream, None
 
     def __call__(self, record: dict) -> None:
-        done = min(record["round"], self.bar.total)
+        done = min(record["round"], self.total)
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, initial=done, file=self.stream, unit="round", dynamic_ncols=True)
         post = {"objective": f"{record['objective']:.4e}"}
         if "test_accuracy" in record:
             post["test_accuracy"] = f"{record['test_accuracy']:.4f}"
         post["time"] = f"{record['time_s']:.1f}s"
         self.bar.set_postfix(post, refresh=False)
-        self.bar.update(done - self.bar.n)  # refreshes the line as often as tqdm's mininterval allows
+        self.bar.update(done - self.bar.n)  # redraws as often as tqdm's mininterval allows, and at close
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
