@@ -53,7 +53,7 @@ def figure_names() -> list[str]:
     from dane import paper_figs  # a folder of the checkout, or of the installed package (dane/layout.py)
 
     folder = Path(paper_figs.__file__).parent
-    return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "common", "make_all"))
+    return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "common"))
 
 
 def figures(args: list[str]) -> None:

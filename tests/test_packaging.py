@@ -1,0 +1,182 @@
+"""The package as a user installs it: one namespace (dane, plus Hydra's hydra_plugins), the dane command, Horovod as an extra.
+
+The slow test builds the wheel, installs it without the extra into a fresh virtual environment and
+runs ``dane`` from an empty folder outside the checkout.  ``DANE_WHEEL_PYTHON`` names the interpreter
+of that environment (default: this one); .ci/run's smoke step runs it on Python 3.12 as well.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dane.experiments import cli
+from dane.layout import MAPPED
+from helpers import REPO
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+TOP_LEVEL = {"dane", "hydra_plugins"}
+CODE = ("dane", "baselines", "experiments", "synthetic", "paper_figs", "scripts", "hydra_plugins", "tests")
+RUN = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "workers=2", "rounds=4"]
+
+
+def top_level_imports(path: Path) -> list[str]:
+    """Modules ``path`` imports by a mapped part's top-level name (``baselines.x``), which a wheel does not have."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+        found += [name for name in names if name.split(".")[0] in MAPPED]
+    return found
+
+
+def test_code_imports_the_mapped_parts_through_dane():
+    """``from baselines.admm import`` works in a checkout only (and makes a second copy of the module there)."""
+    bad = sorted((str(p.relative_to(REPO)), name) for part in CODE for p in (REPO / part).rglob("*.py")
+                 for name in top_level_imports(p))
+    assert bad == []
+    targets = [line.split(":", 1)[1].strip() for p in (REPO / "conf").rglob("*.yaml")
+               for line in p.read_text().splitlines() if line.strip().startswith("_target_:")]
+    assert targets and [t for t in targets if t.split(".")[0] in MAPPED] == []
+
+
+def checkout_packages() -> set[str]:
+    """Every package of the checkout under the name the wheel gives it (dane/layout.py's mapping)."""
+    found = {"dane.conf"}  # conf/ holds Hydra's groups: a package so that Hydra finds pkg://dane.conf
+    for init in (REPO / "dane").rglob("__init__.py"):
+        found.add(".".join(init.parent.relative_to(REPO).parts))
+    for part in MAPPED:
+        for init in (REPO / part).rglob("__init__.py"):
+            found.add(".".join(["dane", *init.parent.relative_to(REPO).parts]))
+    found |= {f"hydra_plugins.{p.parent.name}" for p in (REPO / "hydra_plugins").glob("*/__init__.py")}
+    return found
+
+
+def test_the_wheel_lists_every_package_of_the_checkout():
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    assert set(setuptools["packages"]) == checkout_packages()
+    assert setuptools["package-dir"] == {f"dane.{part}": part for part in MAPPED}
+    assert PYPROJECT["project"]["scripts"] == {"dane": "dane.experiments.cli:main"}
+
+
+def test_horovod_is_an_extra_only():
+    project = PYPROJECT["project"]
+    assert [d for d in project["dependencies"] if d.startswith("horovod")] == []
+    assert project["optional-dependencies"]["horovod"] == ["horovod==0.28.1"]
+
+
+def test_dane_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    listed = re.findall(r"^  (\w+)  ", capsys.readouterr().out, flags=re.M)
+    assert listed == ["train", "simulate", "calibrate", "figures", "bench"]
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["trian"], "no command 'trian'; choose one of train, simulate, calibrate, figures, bench"),
+    (["figures", "nope"], "no figure or table 'nope'; choose one of"),
+    (["bench", "nope"], "no benchmark 'nope'; choose one of"),
+])
+def test_a_wrong_command_is_one_line_and_exit_2(argv, expect, capfd):
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    err = capfd.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and expect in err
+
+
+def run(cmd: list[str], cwd: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def build_wheel(out: Path) -> Path:
+    """The wheel of this checkout, built as pip builds it (setuptools, no network: this environment's)."""
+    done = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                str(REPO)], REPO, os.environ)
+    assert done.returncode == 0, done.stderr
+    [wheel] = out.glob("dane-*.whl")
+    return wheel
+
+
+def wheel_top_level(wheel: Path) -> tuple[set[str], str, str]:
+    """(top-level names in RECORD, top_level.txt, METADATA)."""
+    with zipfile.ZipFile(wheel) as z:
+        info = next(n.split("/")[0] for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+        record = z.read(f"{info}/RECORD").decode()
+        names = {line.split(",")[0].split("/")[0] for line in record.splitlines() if line}
+        return names - {info}, z.read(f"{info}/top_level.txt").decode(), z.read(f"{info}/METADATA").decode()
+
+
+def fresh_venv(where: Path, wheel: Path) -> Path:
+    """A new virtual environment with torch 2.13.0 and the wheel (its dependencies from the index), no extra."""
+    python = os.environ.get("DANE_WHEEL_PYTHON", sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = run([python, "-m", "venv", str(where)], where.parent, env)
+    assert done.returncode == 0, done.stderr
+    pip = [str(where / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install"]
+    for args in (["torch==2.13.0"], [str(wheel)]):  # torch first: 2.13.0 is the CPU wheel on this machine (3.11)
+        done = run([*pip, *args], where.parent, env, timeout=1800)
+        assert done.returncode == 0, done.stderr[-3000:]
+    return where / "bin"
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_runs_dane_from_an_empty_folder(tmp_path):
+    wheel = build_wheel(tmp_path / "dist")
+    names, top_level, metadata = wheel_top_level(wheel)
+    assert names == TOP_LEVEL and set(top_level.split()) == TOP_LEVEL
+    assert "Requires-Dist: horovod==0.28.1; extra == \"horovod\"" in metadata
+    assert [line for line in metadata.splitlines() if line.startswith("Requires-Dist: horovod") and "extra" not in line] == []
+
+    bin_dir = fresh_venv(tmp_path / "venv", wheel)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+
+    # only dane and hydra_plugins are importable; the checkout is nowhere on the path
+    probe = ("import importlib.util, json, dane.layout as l; "
+             "print(json.dumps([l.CHECKOUT is None, str(l.CONF_DIR), "
+             "[importlib.util.find_spec(n) is not None for n in ('baselines', 'experiments', 'synthetic', 'paper_figs', "
+             "'horovod')]]))")
+    done = run([str(bin_dir / "python"), "-c", probe], empty, env)
+    no_checkout, conf_dir, found = json.loads(done.stdout)
+    assert no_checkout and Path(conf_dir).is_relative_to(tmp_path / "venv") and found == [False] * 5
+
+    done = run([str(bin_dir / "dane"), "train", *RUN, "out_dir=run"], empty, env)
+    assert done.returncode == 0, done.stderr
+    assert "dane on ridge_synthetic, 2 worker(s), simulator: max_rounds" in done.stdout
+    summary = json.loads((empty / "run" / "summary.json").read_text())
+    assert summary["rounds"] == 4 and summary["workers"] == 2
+    assert sorted(p.name for p in empty.iterdir()) == ["run"]  # Hydra wrote nothing else into the folder
+
+    # the same run from the checkout gives the same numbers (the simulator is deterministic)
+    here = run([sys.executable, "-m", "dane.experiments.train", *RUN, f"out_dir={tmp_path / 'here'}"], REPO,
+               {**os.environ, "PYTHONPATH": str(REPO)})
+    assert here.returncode == 0, here.stderr
+    mine = json.loads((tmp_path / "here" / "summary.json").read_text())
+    assert summary["final_suboptimality"] == mine["final_suboptimality"]
+
+    # figures from the installed package read the run
+    done = run([str(bin_dir / "dane"), "figures", "summary", ".", "--json"], empty, env)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)
+    assert row["rounds"] == 4 and row["status"] == summary["status"]
+
+    # without the extra: comm=horovod, and a launch under horovodrun, say in one line how to add it
+    for extra_env, args in (({}, ["comm=horovod"]), ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "1"}, [])):
+        done = run([str(bin_dir / "dane"), "train", *RUN, *args, "out_dir=hvd"], empty, {**env, **extra_env})
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "needs Horovod, which is not installed" in done.stderr and "bash scripts/setup.sh" in done.stderr
+        assert not (empty / "hvd").exists()
+
+    done = run([str(bin_dir / "dane"), "bench"], empty, env)
+    assert done.returncode == 2 and "runs the benchmarks of a checkout" in done.stderr
