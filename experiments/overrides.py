@@ -17,7 +17,7 @@ from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ValueType
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dane.errors import ConfigError
 from dane.experiments.config import CONF_DIR
@@ -88,13 +88,30 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
     name = args.config_name or config_name
     for overrides, choice in variants:
         try:
-            loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
+            cfg = loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
         except Exception as exc:  # noqa: BLE001 - whatever else fails here, Hydra reports in its own words
             key = _unknown_key(exc)
             if key is None:
                 return
             raise ConfigError(f"{key} is not a config key{choice}{_closest(loader, name, overrides, key)} "
                               "(--cfg job prints every key)") from None
+        check_required(cfg, choice)
+
+
+def check_required(cfg: DictConfig, choice: str = "") -> None:
+    """Reject a config that leaves a required value (``???``, e.g. ``data.path`` of ``data=csv``) unset, naming it."""
+    job = cfg.copy()
+    with open_dict(job):
+        job.pop("hydra", None)  # its interpolations (${now:...}) resolve only inside a Hydra run
+    missing = sorted(OmegaConf.missing_keys(job))
+    if not missing:
+        return
+    groups = OmegaConf.select(cfg, "hydra.runtime.choices", default={}) or {}
+    chosen = sorted({f"{key.split('.')[0]}={groups[key.split('.')[0]]}" for key in missing
+                     if groups.get(key.split(".")[0]) is not None})
+    raise ConfigError(f"{' and '.join(missing)} {'has' if len(missing) == 1 else 'have'} no default"
+                      f"{' with ' + ', '.join(chosen) if chosen else choice}; add "
+                      f"{' '.join(f'{key}=...' for key in missing)}")
 
 
 def _hydra_args(argv: list[str]):

@@ -8,15 +8,26 @@ a row costs a config composition rather than a torch import.  The rows named in
 `OWN_PROCESS` also run as their own ``python -m experiments.train``, one per way a process
 ends on bad input: before Hydra (`cli`), in `run_spec`, inside a run; `test_horovodrun_*`
 runs a real launch.
+
+A row's ``around`` names a context (below) that the batch enters around it: a process limit
+(``ulimit -f``: a file system that fills up mid-run; ``ulimit -v``) or a run made first.  Rows
+with ``permissions`` need file permissions to bind: the batch of a root user runs with
+CAP_DAC_OVERRIDE dropped (`setpriv`), as root otherwise reads and writes any file.  Rows with
+``kept`` fail mid-run: instead of "nothing written" they must keep every whole record and the
+last committed checkpoint, as their line says.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import traceback
+import zipfile
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -41,6 +52,9 @@ class Case:
     env: dict = field(default_factory=dict)
     lines: int = 1                     # stderr lines: 0 on a rank other than 0, which leaves the line to rank 0
     out_dir: str = "{tmp}/runs/{name}"  # the run directory the command names (made by nobody, unless given)
+    around: str = ""                   # a context of this module entered around the row in the batch
+    permissions: bool = False          # needs file permissions to bind (a non-root user, or root without DAC override)
+    kept: bool = False                 # fails mid-run: keeps its whole records and last checkpoint, as its line says
 
 
 def case(name: str, *args: str, expected: str, **kwargs) -> Case:
@@ -196,6 +210,43 @@ CASES = [
          expected="algorithm.svrg_variant must be one of epochs|matlab, got 'jakub'"),
     case("svrg_variant_problem", "problem.svrg_variant=jakub", *SMALL,
          expected="problem.svrg_variant must be one of epochs|matlab, got 'jakub'"),
+    # issue 26: the last bad inputs
+    case("data_unreadable", *LOGREG, "data=libsvm", "data.path={tmp}/unreadable.svm", permissions=True,
+         expected="data file {tmp}/unreadable.svm cannot be read (Permission denied); give read permission "
+                  "(chmod a+r {tmp}/unreadable.svm) or copy it somewhere readable"),
+    case("npy_named_npz", *LOGREG, "data=npz", "data.path={tmp}/array.npz",
+         expected="{tmp}/array.npz is a .npy file (one array, from np.save), not an .npz archive of X and y; "
+                  "write it with dane.data.files.save_npz(path, X, y)"),
+    case("npz_header_beyond_its_bytes", *LOGREG, "data=npz", "data.path={tmp}/huge_header.npz",
+         expected="{tmp}/huge_header.npz: 'X' declares 1000000 x 100000 float64 (800.0 GB) but the archive holds "),
+    case("npz_sparse_shape_1e10", *LOGREG, "data=npz", "data.path={tmp}/sparse_1e10.npz",
+         expected="data {tmp}/sparse_1e10.npz with d=10000000001 features needs about 1280.0 GB of memory (2 rows "),
+    case("libsvm_index_2e9", *LOGREG, "data=libsvm", "data.path={tmp}/index_2e9.svm",
+         expected="data {tmp}/index_2e9.svm with d=2000000001 features needs about 256.0 GB of memory"),
+    case("libsvm_n_features_under_ulimit_v", *LOGREG, "data=libsvm", "data.path={tmp}/small.svm",
+         "data.n_features=1000000000", around="address_space_limit",
+         expected="data {tmp}/small.svm with d=1000000001 features needs about 128.0 GB of memory (12 rows 0.0 GB, "
+                  "16 vectors of d 128.0 GB) but the process limit (ulimit -v) leaves "),
+    case("cholesky_under_ulimit_v", *SMALL, "problem.dim=30000", "problem.local_solver=cholesky",
+         "problem.factorization=cholesky", around="address_space_limit",
+         expected="problem.dim=30000 with problem.n_samples=600 needs about 14.5 GB of memory (the 600 x 30000 data "
+                  "0.1 GB, 1 local 30000 x 30000 Hessian(s) with a factor each 14.4 GB) but the process limit "
+                  "(ulimit -v) leaves "),
+    case("csv_without_path", "problem=logreg", "data=csv", "rounds=3", "quiet=true",
+         expected="data.path and data.target have no default with data=csv; add data.path=... data.target=..."),
+    case("hidden_text", "problem=digits_mlp", "model@problem.model=mlp", "problem.model.hidden=[abc]", "rounds=1",
+         "quiet=true", expected="problem.model.hidden must be a list of layer widths (positive integers) like [100] "
+                                "or [256,128], or [] for none, got ['abc']"),
+    case("admissions_inf", "problem=logreg", "data=builtin", "data.dataset=admissions", "data_dir={tmp}/admissions",
+         "rounds=3", "quiet=true", expected="{tmp}/admissions/admissions.csv line 3, column 'gre': 'inf' is not a "
+                                            "finite number; fix or remove the row"),
+    case("out_dir_under_proc", *SMALL, out_dir="/proc/self/dane_probe/run",
+         expected="out_dir=/proc/self/dane_probe/run cannot be created (no such file or directory); "
+                  "choose another out_dir"),
+    case("out_dir_read_only", *SMALL, out_dir="{tmp}/read_only/run", permissions=True,
+         expected="out_dir={tmp}/read_only/run cannot be created (permission denied); choose another out_dir"),
+    case("resume_nul_filled_log", *SMALL, "rounds=9", "checkpoint_every=3", "resume=auto", out_dir="{tmp}/nul_log",
+         around="nul_filled_log", expected="{tmp}/nul_log/rounds.jsonl line 1 is not a round record ("),
 ]
 OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
 
@@ -227,8 +278,66 @@ def probe_files(tmp: Path) -> None:
     (tmp / "finished" / "rounds.jsonl").write_text('{"round": 0, "objective": 1.0}\n')
     (tmp / "finished" / "summary.json").write_text('{"status": "converged"}\n')
     (tmp / "a_file").write_text("not a folder\n")
+    (tmp / "unreadable.svm").write_text(rows + "\n")
+    (tmp / "unreadable.svm").chmod(0)
+    (tmp / "small.svm").write_text(rows + "\n")
+    (tmp / "index_2e9.svm").write_text("1 2000000000:1\n0 1:1\n")
+    np.save(tmp / "array.npy", X)
+    (tmp / "array.npy").rename(tmp / "array.npz")
+    header = io.BytesIO()  # an .npz whose X declares 1e6 x 1e5 float64 (800 GB) and holds 64 bytes
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**5)})
+    with zipfile.ZipFile(tmp / "huge_header.npz", "w") as archive:
+        archive.writestr("X.npy", header.getvalue() + bytes(64))
+        archive.writestr("y.npy", npy_bytes(np.zeros(10**6)))
+    np.savez(tmp / "sparse_1e10.npz", X_data=np.ones(1), X_indices=np.array([5]), X_indptr=np.array([0, 1, 1]),
+             X_shape=np.array([2, 10**10]), y=np.array([0.0, 1.0]))
+    (tmp / "admissions").mkdir()
+    (tmp / "admissions" / "admissions.csv").write_text("admit,gre,gpa,rank\n0,380,3.61,3\n1,inf,3.67,3\n")
+    (tmp / "read_only").mkdir()
+    (tmp / "read_only").chmod(0o555)
     (tmp / "my_conf" / "problem").mkdir(parents=True)
     (tmp / "my_conf" / "problem" / "mine.yaml").write_text((REPO / "conf/problem/ridge_synthetic.yaml").read_text())
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+@contextmanager
+def address_space_limit(tmp: Path):
+    """``ulimit -v``: 1.5 GB of address space beyond what the batch process maps now."""
+    import resource
+
+    with open("/proc/self/status") as f:
+        mapped = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + 1_500_000_000, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@contextmanager
+def nul_filled_log(tmp: Path):
+    """A run with a committed checkpoint (round 6) whose rounds.jsonl a machine crash left as NUL bytes."""
+    run_in_batch("experiments.train", *SMALL, "rounds=6", "checkpoint_every=3", f"out_dir={tmp / 'nul_log'}")
+    log = tmp / "nul_log" / "rounds.jsonl"
+    log.write_bytes(b"\0" * log.stat().st_size)
+    yield
+
+
+def run_in_batch(module: str, *args: str) -> None:
+    """``python -m module args`` in the batch process, which must succeed."""
+    import runpy
+
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__")
+    except SystemExit as exc:
+        assert not exc.code, f"{module} {' '.join(args)} exited {exc.code}"
 
 
 def out_dir(row: Case, tmp: Path) -> Path:
@@ -240,73 +349,103 @@ def argv(row: Case, tmp: Path) -> list[str]:
 
 
 def run_batch(rows_file: str) -> None:
-    """In the batch process: run each row in-process; write [{rc, stderr}] to ``<rows_file>.out``."""
-    import runpy
+    """In the batch process: run each row in-process (inside its ``around``); write [{rc, stderr, existed,
+    unchanged}] to ``<rows_file>.out`` (existed: its out_dir was there before it; unchanged: and is still, byte
+    for byte)."""
     import warnings
 
     warnings.filterwarnings("ignore", message=".*found in sys.modules.*")  # runpy re-running an imported module
     results = []
     for row in json.loads(Path(rows_file).read_text()):
-        saved_env = {k: os.environ.get(k) for k in row["env"]}
-        os.environ.update(row["env"])
-        sys.argv = [row["module"], *row["argv"]]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        fd2 = os.dup(2)
-        with tempfile.TemporaryFile() as captured:
-            os.dup2(captured.fileno(), 2)
-            try:
-                runpy.run_module(row["module"], run_name="__main__")
-                rc = 0
-            except SystemExit as exc:
-                rc = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-            except BaseException:  # noqa: BLE001 - a traceback is what a row must not get: record it
-                traceback.print_exc()
-                rc = 1
-            finally:
-                sys.stderr.flush()
-                os.dup2(fd2, 2)
-                os.close(fd2)
-                for k, v in saved_env.items():
-                    if v is None:
-                        del os.environ[k]
-                    else:
-                        os.environ[k] = v
-            captured.seek(0)
-            results.append({"rc": rc, "stderr": captured.read().decode(errors="replace")})
+        with globals()[row["around"]](Path(rows_file).parent) if row["around"] else nullcontext():
+            target = Path(row["out_dir"])
+            before = snapshot(target) if target.exists() else None
+            results.append(run_row(row))
+            results[-1].update(existed=before is not None,
+                               unchanged=before is not None and target.exists() and snapshot(target) == before)
     Path(rows_file + ".out").write_text(json.dumps(results))
+
+
+def run_row(row: dict) -> dict:
+    """One row in-process, as ``python -m`` runs it: {rc, stderr}."""
+    import runpy
+
+    saved_env = {k: os.environ.get(k) for k in row["env"]}
+    os.environ.update(row["env"])
+    sys.argv = [row["module"], *row["argv"]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd2 = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            runpy.run_module(row["module"], run_name="__main__")
+            rc = 0
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        except BaseException:  # noqa: BLE001 - a traceback is what a row must not get: record it
+            traceback.print_exc()
+            rc = 1
+        finally:
+            sys.stderr.flush()
+            os.dup2(fd2, 2)
+            os.close(fd2)
+            for k, v in saved_env.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+        captured.seek(0)
+        return {"rc": rc, "stderr": captured.read().decode(errors="replace")}
+
+
+def without_dac_override() -> list[str] | None:
+    """A command prefix under which root obeys file permissions (setpriv drops CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH from the bounding set); [] for another user; None where root cannot drop them."""
+    if os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+    if shutil.which("setpriv") and subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
+        return prefix
+    return None
+
+
+PERMISSIONS = without_dac_override()
 
 
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory):
-    """(folder of the probe files, what was there before, {row name: (rc, stderr)}) from one batch process."""
+    """(folder of the probe files, {row name: {rc, stderr, existed, unchanged}}) from one batch process."""
     tmp = tmp_path_factory.mktemp("probe")
     probe_files(tmp)
-    before = {name: snapshot(tmp / name) for name in ("finished", "a_file")}
     rows_file = tmp / "rows.json"
-    rows_file.write_text(json.dumps([{"module": r.module, "argv": argv(r, tmp), "env": r.env} for r in CASES]))
-    batch = subprocess.run([sys.executable, "-c", f"import test_bad_input as t; t.run_batch({str(rows_file)!r})"],
+    rows_file.write_text(json.dumps([{"module": r.module, "argv": argv(r, tmp), "env": r.env, "around": r.around,
+                                      "out_dir": str(out_dir(r, tmp))} for r in CASES]))
+    batch = subprocess.run([*(PERMISSIONS or []), sys.executable, "-c",
+                            f"import test_bad_input as t; t.run_batch({str(rows_file)!r})"],
                            cwd=tmp, env={**env(), "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"},
                            capture_output=True, text=True, timeout=600)
     assert batch.returncode == 0, batch.stderr
     results = json.loads(Path(f"{rows_file}.out").read_text())
-    return tmp, before, {row.name: (r["rc"], r["stderr"]) for row, r in zip(CASES, results)}
+    return tmp, {row.name: result for row, result in zip(CASES, results)}
 
 
 def snapshot(path: Path) -> dict[str, bytes] | bytes:
-    """A file's bytes, or a folder's {name: bytes}: what must be unchanged after a refused run."""
-    return path.read_bytes() if path.is_file() else {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+    """A file's bytes, or a folder's {relative path: bytes}: what must be unchanged after a refused run."""
+    if path.is_file():
+        return path.read_bytes()
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def assert_refused(row: Case, tmp: Path, rc: int, stderr: str, before: dict) -> None:
+def assert_refused(row: Case, tmp: Path, rc: int, stderr: str, existed: bool, unchanged: bool) -> None:
     lines = stderr.splitlines()
     assert rc == 2, stderr
     assert len(lines) == row.lines, stderr
     if row.lines:
         assert lines[0].startswith("error: ") and row.expected.format(tmp=tmp) in lines[0], lines[0]
     target = out_dir(row, tmp)
-    if target.name in before:  # the refused run's directory was there before it: left byte for byte
-        assert snapshot(target) == before[target.name]
+    if existed:  # the refused run's directory was there before it: left byte for byte
+        assert unchanged
     else:
         assert not target.exists()  # not even an empty folder: the corrected command can use the same out_dir
     assert not any((tmp / name).exists() for name in ("sweep", "results", "outputs", "multirun"))
@@ -314,17 +453,20 @@ def assert_refused(row: Case, tmp: Path, rc: int, stderr: str, before: dict) -> 
 
 @pytest.mark.parametrize("row", CASES, ids=[row.name for row in CASES])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(row, probed):
-    tmp, before, results = probed
-    assert_refused(row, tmp, *results[row.name], before)
+    if row.permissions and PERMISSIONS is None:
+        pytest.skip("root, and setpriv cannot drop CAP_DAC_OVERRIDE here: file permissions do not bind")
+    tmp, results = probed
+    result = results[row.name]
+    assert_refused(row, tmp, result["rc"], result["stderr"], result["existed"], result["unchanged"])
 
 
 @pytest.mark.parametrize("name", OWN_PROCESS)
 def test_as_its_own_process(name, probed, tmp_path):
     """The same line from ``python -m experiments.train``: one row per way a process ends on bad input."""
-    tmp, before, _ = probed
+    tmp, _ = probed
     row = replace(next(r for r in CASES if r.name == name), out_dir=str(tmp_path / "run"))
     proc = train(*argv(row, tmp))
-    assert_refused(row, tmp, proc.returncode, proc.stderr, before)
+    assert_refused(row, tmp, proc.returncode, proc.stderr, existed=False, unchanged=False)
 
 
 def test_horovodrun_prints_the_workers_line_once():
