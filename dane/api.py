@@ -120,11 +120,14 @@ class Result:
 
 
 def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: float | None = None,
-        seed: int = 0, dtype: torch.dtype = torch.float64, out_dir: str | None = None,
+        tol_abs: float | None = None, seed: int = 0, dtype: torch.dtype = torch.float64, out_dir: str | None = None,
         alpha: float | None = None, beta: float | None = None, quiet: bool = True, **algorithm_keys) -> Result:
     """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
 
-    ``algorithm_keys`` override the algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
+    ``tol`` and ``tol_abs`` are the stop rule's (`dane.runner.StopRule`): with a reference
+    optimum, stop once O(w) − O* ≤ max(tol·|O*|, tol_abs); without, once the gradient norm
+    is at most ``tol`` times its value at round 0.  ``algorithm_keys`` override the
+    algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
     also writes the usual rounds.jsonl, summary.json and iterate.pt there.  ``alpha``,
     ``beta`` set the simulator's allreduce cost model (default: the package's).
     """
@@ -138,7 +141,7 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     base = AlphaBeta()
     cost = AlphaBeta(alpha=base.alpha if alpha is None else alpha, beta=base.beta if beta is None else beta)
     spec = RunSpec(problem=problem, algorithm=algorithm, comm=Communication(backend="local", workers=workers, cost=cost),
-                   control=RunControl(stop=StopRule(rounds=rounds, tol=tol), dtype=dtype, seed=seed, quiet=quiet,
+                   control=RunControl(stop=StopRule(rounds=rounds, tol=tol, tol_abs=tol_abs), dtype=dtype, seed=seed, quiet=quiet,
                                       save_iterate=out_dir is not None))
     collected: dict = {}
     try:

@@ -273,6 +273,9 @@ def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:
     return StopRule(
         rounds=checks.positive_int("rounds", cfg.rounds),
         tol=tol,
+        tol_abs=None if cfg.get("tol_abs") is None else checks.positive("tol_abs", cfg.tol_abs),
+        diverge_after=None if cfg.get("diverge_after", 5) is None else
+        checks.positive_int("diverge_after", cfg.get("diverge_after", 5)),
         patience=None if patience is None else checks.positive_int("early_stop.patience", patience),
         monitor=str(early.get("monitor", "test_accuracy")),
         min_delta=checks.nonnegative("early_stop.min_delta", early.get("min_delta", 0.0)),

@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from dane.errors import DivergenceError
 from dane.launch import execute
 from dane.results import find_runs, read_summary
+from dane.runner import StopRule
 from dane.experiments.config import CONF_DIR, cost_model, run_spec
 
 Job = tuple[str, ...]
@@ -129,10 +130,12 @@ def answers(summary: dict, cfg: dict, timed: bool = True) -> bool:
         recorded = {"topology": "allreduce", **summary}
         if any(not _same(recorded.get(key), value) for key, value in wanted.items()):
             return False
-    tol, rounds = cfg.get("tol"), cfg.get("rounds")
+    tol, tol_abs, rounds = cfg.get("tol"), cfg.get("tol_abs"), cfg.get("rounds")
     final = summary.get("final_suboptimality")
+    threshold = None if final is None else StopRule(tol=tol, tol_abs=tol_abs).threshold(
+        {"objective": summary["final_objective"], "suboptimality": final})
     return (summary.get("status") == "diverged"
-            or (tol is not None and final is not None and final <= tol)
+            or (threshold is not None and final <= threshold)
             or (rounds is not None and summary.get("rounds", 0) >= rounds))
 
 

@@ -343,7 +343,9 @@ def test_giant_never_raises_the_objective_and_converges_where_plain_dane_diverge
     problem = dane.problems.Ridge(X, y, lam=1e-5, optimum="auto")
     plain = dane.fit(problem, "dane", workers=workers, rounds=10, safeguard=False)
     assert plain.status == "diverged"  # the instance is the hard case
-    result = dane.fit(problem, "giant", workers=workers, rounds=60, tol=1e-8)
+    # tol_abs: the absolute 1e-8 the counts below were measured with (|O*| ~ 5e-3 here, so tol=1e-8, relative
+    # since issue 23, asks for 200x less suboptimality: 46 rounds at m=4)
+    result = dane.fit(problem, "giant", workers=workers, rounds=60, tol_abs=1e-8)
     objectives = [r["objective"] for r in result.records]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(objectives, objectives[1:]))
     assert result.status == "converged" and result.records[-1]["round"] <= 45  # measured: 19 (m=4), 37 (m=8)
