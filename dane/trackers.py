@@ -47,6 +47,9 @@ _OPEN: dict[Path, "Trackers"] = {}  # run directory -> its open trackers in this
 def check_loggers(value) -> tuple[str, ...]:
     """``logger``'s value (a name or a list of names) as a tuple that starts with ``jsonl``; a name that is
     not a tracker, or a tracker whose package is not installed, is a `ConfigError` naming the fix."""
+    if not isinstance(value, (str, list, tuple)) and value is not None:
+        raise ConfigError(f"logger must be a list of {', '.join(TRACKERS)} (e.g. logger=[jsonl,tensorboard]), "
+                          f"got {value!r}")
     names = [value] if isinstance(value, str) else list(value or ())
     for name in names:
         if name not in TRACKERS:

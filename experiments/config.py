@@ -204,6 +204,8 @@ def run_spec(cfg: DictConfig) -> RunSpec:
             faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
             save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
             config_text=OmegaConf.to_yaml(cfg, resolve=True),
+            logger=tuple(cfg.logger) if OmegaConf.is_list(cfg.get("logger")) else cfg.get("logger", "jsonl"),
+            mlflow_uri=cfg.get("mlflow_uri"),
         ),
     )
 
