@@ -3,7 +3,7 @@
 `SweepSummary` ends a ``-m`` multirun of `experiments.train` or `experiments.simulate`
 with one line saying where the jobs went and the command that tabulates them:
 
-    sweep: 12 jobs in results/sweeps/2024-05-01_12-00-00; summary: python -m paper_figs.summary results/sweeps/...
+    sweep: 12 jobs in results/sweeps/2024-05-01_12-00-00; summary: dane figures summary results/sweeps/...
 
 It only prints the command (experiments do not import paper_figs).  A job that raises
 stops Hydra's sweep with its traceback before ``on_multirun_end``, so no line then;
@@ -37,4 +37,4 @@ class SweepSummary(Callback):
         # a launcher that runs jobs in other processes calls on_job_end there: count the job directories instead
         jobs = self.jobs or sum(1 for p in Path(sweep_dir).glob("*/.hydra"))
         print(f"sweep: {jobs} job{'s' * (jobs != 1)} in {sweep_dir}; "
-              f"summary: python -m paper_figs.summary {shlex.quote(sweep_dir)}", flush=True)
+              f"summary: dane figures summary {shlex.quote(sweep_dir)}", flush=True)

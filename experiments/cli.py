@@ -45,6 +45,10 @@ def usage() -> str:
 
 def run_module(module: str, prog: str, args: list[str]) -> None:
     """``python -m module args``, in this process (sys.argv as the module would see it)."""
+    if CHECKOUT is not None and str(CHECKOUT) not in sys.path:
+        # as python -m from the checkout's root: Hydra lists the launchers in hydra_plugins/ only through
+        # sys.path (an editable install's import hook does not list a namespace package's modules)
+        sys.path.insert(0, str(CHECKOUT))
     sys.argv = [prog, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -200,7 +200,7 @@ def main_module() -> str:
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if spec is None or not spec.name:
         raise ConfigError("the horovod and torchrun sweep launchers start the program as a module: "
-                          "run it as python -m experiments.train (or experiments.simulate)")
+                          "run it as dane train (or dane simulate, python -m experiments.train)")
     return spec.name
 
 

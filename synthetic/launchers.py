@@ -10,7 +10,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from dane.layout import CHECKOUT
+
+#: the checkout the launched processes import dane from, their working folder; None where dane is installed
+#: (then they import the environment's own dane and start in the current folder: the package folder on
+#: sys.path would shadow the package dane with its module dane/dane.py)
+REPO = CHECKOUT
 #: Horovod settings that a caller's environment must not leak into a measurement
 HOROVOD_KEYS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CACHE_CAPACITY")
 
@@ -33,9 +38,10 @@ def have_horovod() -> bool:
 
 
 def launch_env(extra: dict[str, str] | None) -> dict[str, str]:
-    """This environment for a launch: the repository on PYTHONPATH, `HOROVOD_KEYS` dropped, ``extra`` added."""
+    """This environment for a launch: the checkout on PYTHONPATH, `HOROVOD_KEYS` dropped, ``extra`` added."""
     env = {k: v for k, v in os.environ.items() if k not in HOROVOD_KEYS}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    if REPO is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(extra or {})
     return env
 

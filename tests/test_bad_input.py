@@ -99,7 +99,7 @@ CASES = [
                   "also for a network on CUDA; drop comm.torch_backend (gloo)"),
     case("calibration_not_json", "sim.calibration={tmp}/not_json.json", *SMALL,
          expected="sim.calibration: {tmp}/not_json.json is not a calibration file (not JSON: Expecting value at line 1 "
-                  "column 1); re-run `python -m synthetic.calibrate` to remake it, or set sim.calibration=null"),
+                  "column 1); re-run `dane calibrate` to remake it, or set sim.calibration=null"),
     case("calibration_binary", "sim.calibration={tmp}/binary.json", *SMALL,
          expected="{tmp}/binary.json is not a calibration file (not text)"),
     case("calibration_no_beta", "sim.calibration={tmp}/no_beta.json", *SMALL,

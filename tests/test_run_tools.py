@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -143,9 +144,9 @@ def test_sweep_prints_the_summary_command(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, env=launch_env(None), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = proc.stdout.splitlines()[-1]
-    assert line == f"sweep: 2 jobs in {tmp_path}; summary: python -m paper_figs.summary {tmp_path}"
+    assert line == f"sweep: 2 jobs in {tmp_path}; summary: dane figures summary {tmp_path}"
     command = shlex.split(line.split("summary: ", 1)[1])
-    proc = subprocess.run([sys.executable, *command[1:], "--json"], cwd=REPO, env=launch_env(None), capture_output=True,
+    proc = subprocess.run([str(Path(sys.executable).with_name(command[0])), *command[1:], "--json"], cwd=REPO, env=launch_env(None), capture_output=True,
                           text=True, timeout=120)
     rows = json.loads(proc.stdout)
     assert [(r["workers"], r["status"]) for r in rows] == [(1, "converged"), (2, "max_rounds")]

@@ -43,7 +43,7 @@ class AlphaBeta:
     @classmethod
     def load(cls, path: str | Path) -> "AlphaBeta":
         """The model `save` wrote to ``path``; a file that is not one is a one-line `ConfigError` naming it."""
-        return _load(cls, path, "python -m synthetic.calibrate")
+        return _load(cls, path, "dane calibrate")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class ParameterServerCost:
 
     @classmethod
     def load(cls, path: str | Path, servers: int = 1) -> "ParameterServerCost":
-        return replace(_load(cls, path, "python -m synthetic.calibrate --topology ps"), servers=servers)
+        return replace(_load(cls, path, "dane calibrate --topology ps"), servers=servers)
 
 
 def _check_link(alpha: float, beta: float) -> None:
