@@ -1,9 +1,9 @@
 """The synthetic-ridge simulator: `experiments.train` with m simulated workers in one process.
 
-    python -m experiments.simulate workers=8 problem.n_samples=18000
-    python -m experiments.simulate -m workers=1,2,4,8,16,64 problem.n_samples=6000,10000,14000,18000 \
+    dane simulate workers=8 problem.n_samples=18000
+    dane simulate -m workers=1,2,4,8,16,64 problem.n_samples=6000,10000,14000,18000 \
         algorithm=dane,admm,gd,osa
-    python -m experiments.simulate -m experiment=speedup      # a sweep defined in conf/experiment/
+    dane simulate -m experiment=speedup      # a sweep defined in conf/experiment/
 
 The config is conf/simulate.yaml: conf/config.yaml with comm=local and the simulator
 defaults of conf/experiment/simulator.yaml (tol_abs=1e-10, rounds=200, quiet).  A multirun

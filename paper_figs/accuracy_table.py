@@ -9,8 +9,8 @@ a machine with only MNIST's t10k files, ours are on a split of those 10,000 imag
 the caption says so.  Reads only results/ (runs are found by config, `find_run`);
 writes ``accuracy_table.{md,tex,json}`` (the JSON: every cell, every run, provenance).
 
-    python -m experiments.simulate -m experiment=table_mnist_lenet5 seed=0,1,2   # the runs (also: make tables)
-    python -m paper_figs.accuracy_table [--results results] [--out results/figures]
+    dane simulate -m experiment=table_mnist_lenet5 seed=0,1,2   # the runs (also: make tables)
+    dane figures accuracy_table [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

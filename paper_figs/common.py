@@ -51,7 +51,7 @@ class MissingRuns(FileNotFoundError):
         shown = "\n  ".join(job_name(j) for j in jobs[:5])
         more = f"\n  ... and {len(jobs) - 5} more" if len(jobs) > 5 else ""
         super().__init__(f"{len(jobs)} run(s) missing under {root}:\n  {shown}{more}\n"
-                         f"run `make figures` (python -m paper_figs.make_all) to produce them")
+                         f"run `make figures` (dane figures make_all) to produce them")
 
 
 def locate(index: RunIndex, jobs: Sequence[Job], timed: bool = True) -> dict[Job, Path]:

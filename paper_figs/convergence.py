@@ -6,7 +6,7 @@ isotropic x, bottom row the ill-conditioned covariance (feature j scaled by j^-0
 The rounds axis counts allreduces (``comm_rounds``): a DANE round is two of them.  Times
 are put on the figures' fixed α-β (`paper_figs.common.FIGURE_COST`).
 
-    python -m paper_figs.convergence [--results results] [--out results/figures]
+    dane figures convergence [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

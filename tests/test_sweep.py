@@ -43,7 +43,8 @@ def test_multirun_writes_one_dir_per_job(tmp_path):
     assert two["status"] == "converged" and two["final_suboptimality"] <= 1e-10 < read_rounds(runs[1])[-2]["suboptimality"]
     assert two["backend"] == "simulator" and two["simulated_time_s"] > 0
     saved = yaml.safe_load((runs[1] / "config.yaml").read_text())
-    assert saved["tol"] == 1e-10 and saved["comm"]["backend"] == "local" and saved["problem"]["dim"] == 20
+    assert saved["tol_abs"] == 1e-10 and saved["tol"] is None  # absolute: conf/experiment/simulator.yaml
+    assert saved["comm"]["backend"] == "local" and saved["problem"]["dim"] == 20
 
 
 def sweeper_params(name: str) -> dict[str, list[str]]:
@@ -99,7 +100,7 @@ def test_ensure_runs_missing_jobs_once_and_matches_by_config(tmp_path):
     assert index.find(("workers=2", *TINY, "seed=1")) is None
     # a stored run that stopped early does not answer a job that asks for more
     summary = read_summary(first[jobs[1]])
-    job = {"tol": 1e-10, "rounds": 200, "comm": {"backend": "local"},
+    job = {"tol": None, "tol_abs": 1e-10, "rounds": 200, "comm": {"backend": "local"},  # the simulator's absolute stop
            "sim": {"alpha": summary["alpha"], "beta": summary["beta"], "calibration": None}}
     assert answers(summary, job)
     assert not answers({**summary, "status": "max_rounds", "final_suboptimality": 1e-3, "rounds": 5}, job)
