@@ -10,8 +10,8 @@ trained model: the same local solver on one worker holding every training row, f
 same number of epochs.  The caption names the data the runs used (on a machine with
 only MNIST's t10k files, a seeded split of those 10,000 images, not the paper's 60k/10k).
 
-    python -m experiments.simulate experiment=target_mnist_lenet5 algorithm=admm algorithm.rho=0.1   # one run
-    python -m paper_figs.dane_vs_admm [--results results] [--out results/figures]
+    dane simulate experiment=target_mnist_lenet5 algorithm=admm algorithm.rho=0.1   # one run
+    dane figures dane_vs_admm [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

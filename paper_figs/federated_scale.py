@@ -13,7 +13,7 @@ m simulated workers as m threads of one process, each point a fresh process.
 Each point is marked with its local-solve path: the d x d Cholesky factor while a worker
 holds n_i ≥ d rows, the Woodbury identity's n_i x n_i one below (`dane.problems.ridge`).
 
-    python -m paper_figs.federated_scale [--results results] [--out results/figures]
+    dane figures federated_scale [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

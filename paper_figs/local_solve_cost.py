@@ -7,7 +7,7 @@ up to d = 5,000, rcv1-like sparse rows beyond).  Cholesky's first round forms an
 H_i + μI; later rounds at the same μ reuse the factor.  A case the benchmark skipped
 (Cholesky where the dense Hessian cannot fit in memory) is marked with its reason.
 
-    python -m paper_figs.local_solve_cost [--results results] [--out results/figures]
+    dane figures local_solve_cost [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ simulator (see `synthetic.sweep.ensure`).
 Nothing under paper_figs/ is written: ``make publish-figures`` copies results/figures/
 there, a deliberate step before a commit.
 
-    python -m paper_figs.make_all [--results results] [--out results/figures] [--no-run] [--nn]
+    dane figures make_all [--results results] [--out results/figures] [--no-run] [--nn]
 """
 from __future__ import annotations
 

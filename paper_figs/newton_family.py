@@ -6,7 +6,7 @@ line per algorithm, the 1e-8 target dashed.  Reads only what the benchmark logge
 ``results/bench_convex/<problem>/m<workers>/problem.json`` and ``<algorithm>/rounds.jsonl``;
 it never trains.  ``make bench`` makes those runs.
 
-    python -m paper_figs.newton_family [--results results] [--out results/figures]
+    dane figures newton_family [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ grows linearly in m, and four servers divide it by four.  Real runs on this mach
 (ring) and ``torchrun --nproc_per_node 3 ... comm=ps`` (one server, two workers), at
 their wall-clock time per round.
 
-    python -m paper_figs.ps_scaling [--results results] [--out results/figures]
+    dane figures ps_scaling [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ fixed μ from {0.01, 0.03, 0.1, 0.3, 1, 3} for that cell (chosen after the fact,
 favours it), and safeguarded DANE, which needs no tuning.  Cells say "div" where the
 run diverged and "—" where it had not reached 1e-10 within its round budget.
 
-    python -m paper_figs.rounds_table [--results results] [--out results/figures]
+    dane figures rounds_table [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

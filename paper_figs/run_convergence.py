@@ -1,6 +1,6 @@
 """Convergence of one run: suboptimality (log scale) against round, into the run directory.
 
-    python -m paper_figs.run_convergence results/main      # writes convergence.png and .pdf there
+    dane figures run_convergence results/main      # writes convergence.png and .pdf there
 
 Plots the suboptimality when the problem knows its optimum, otherwise the gradient
 norm (or, failing that, the objective), against the round and against the run's time.

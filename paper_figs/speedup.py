@@ -18,7 +18,7 @@ simulator charged).  Every time is put on one fixed α-β (`paper_figs.common.FI
 stated on the figure) by `retime`, so the figure does not move with the last
 calibration; its compute part is each simulated worker's measured CPU time.
 
-    python -m paper_figs.speedup [--results results] [--out results/figures]
+    dane figures speedup [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

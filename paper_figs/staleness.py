@@ -33,7 +33,7 @@ and clock lead (max and mean) of its updates from summary.json.
 The four runs (`jobs`) are 10 rounds of 3 x 20 gradients each: seconds on the digits MLP,
 minutes on MNIST LeNet-5.
 
-    python -m paper_figs.staleness [--results results] [--out results/figures]
+    dane figures staleness [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

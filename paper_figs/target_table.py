@@ -10,8 +10,8 @@ allreduces and bytes one worker had sent by then, and the simulated parallel tim
 (per-worker compute + the α-β allreduce model).  "—" means not reached within the budget.
 Reads only results/; writes ``target_table.md``.
 
-    python -m experiments.simulate experiment=target_mnist_lenet5 algorithm=sync_sgd   # one run
-    python -m paper_figs.target_table [--results results] [--out results/figures]
+    dane simulate experiment=target_mnist_lenet5 algorithm=sync_sgd   # one run
+    dane figures target_table [--results results] [--out results/figures]
 """
 from __future__ import annotations
 

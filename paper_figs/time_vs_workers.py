@@ -29,7 +29,7 @@ How the numbers are taken, per run (``<results>/time_vs_workers/<problem>/<backe
 Reads only ``results/time_vs_workers/``; the runs come from the script, never from here:
 
     python scripts/time_vs_workers.py                       # the runs (slow; or: make time-vs-workers)
-    python -m paper_figs.time_vs_workers [--results results] [--out results/figures]
+    dane figures time_vs_workers [--results results] [--out results/figures]
 """
 from __future__ import annotations
 
