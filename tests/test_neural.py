@@ -193,7 +193,8 @@ def test_safeguard_on_a_network_keeps_plain_dane_accuracy_and_lets_mu_come_back_
     # eta=3: plain DANE blows up (objective 118 after 15 rounds, 42% accuracy); the guard
     # rejects rounds, raises mu to 2.4 and, since mu is no longer monotone on a non-convex
     # problem, brings it back down to 0.074 (the monotone rule ended at mu=8).
-    _, wild = run(tmp_path / "wild", *common, "algorithm.safeguard=false", "algorithm.eta=3")
+    # diverge_after=null: the whole 15 rounds (by default the run is caught as diverged, 5 rounds above its start)
+    _, wild = run(tmp_path / "wild", *common, "algorithm.safeguard=false", "algorithm.eta=3", "diverge_after=null")
     assert wild[-1]["objective"] > 10 * wild[0]["objective"]
     _, tamed = run(tmp_path / "tamed", *common, "algorithm.eta=3")
     mus = [r["mu"] for r in tamed[:-1]]
