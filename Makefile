@@ -1,5 +1,8 @@
 # dane: the two commands are `make run` (the main job) and `make test` (the tests).
 VENV   ?= .venv
+# the interpreter setup builds VENV with: 3.11 or 3.12 (default: python3.11, else python3.12), e.g.
+# make setup PYTHON=python3.12 VENV=.venv-3.12
+PYTHON ?=
 PY     := $(VENV)/bin/python
 NP     ?= 2
 export PYTHONPATH := $(CURDIR)
@@ -9,14 +12,14 @@ export PYTHONPATH := $(CURDIR)
 setup: $(VENV)/.setup-done
 
 $(VENV)/.setup-done: scripts/setup.sh pyproject.toml
-	bash scripts/setup.sh
+	PYTHON="$(PYTHON)" VENV="$(VENV)" bash scripts/setup.sh
 	touch $@
 
 ## The main job: DANE on the synthetic ridge under horovodrun -np 2, its table, results/ and a figure.
 run: setup
-	$(VENV)/bin/horovodrun -np $(NP) --gloo $(PY) -m experiments.train algorithm=dane problem=ridge_synthetic \
+	$(VENV)/bin/horovodrun -np $(NP) --gloo $(VENV)/bin/dane train algorithm=dane problem=ridge_synthetic \
 		rounds=15 tol=1e-12 out_dir=results/main overwrite=true
-	$(PY) -m paper_figs.run_convergence results/main
+	$(VENV)/bin/dane figures run_convergence results/main
 
 ## The default tests: fast, no `slow` marker (about 4 minutes on 2 cores; budget 15).
 test: setup
@@ -41,23 +44,23 @@ bench: setup
 ## Every figure and table from results/ into results/figures/ (untracked), each with a .json provenance sidecar;
 ## the runs the figures need that results/ lacks are made first with the simulator.
 figures: setup
-	$(PY) -m paper_figs.make_all --out results/figures
+	$(VENV)/bin/dane figures --out results/figures
 
 ## The neural-network tables too, making their missing runs (3 seeds each; the slow part).
 tables: setup
-	$(PY) -m paper_figs.make_all --nn --out results/figures
+	$(VENV)/bin/dane figures --nn --out results/figures
 
 ## Time against workers, MNIST LeNet-3/5 (the paper's Figures 3-4): α-β calibration, the simulator at m=1..8 and
 ## horovodrun -np 1/2, 3 seeds, into results/time_vs_workers/ (slow; a rerun makes only missing runs), then the figure.
 time-vs-workers: setup
 	$(PY) scripts/time_vs_workers.py
-	$(PY) -m paper_figs.time_vs_workers --out results/figures
+	$(VENV)/bin/dane figures time_vs_workers --out results/figures
 
 ## The parameter-server figure's real points at m=2 (horovodrun -np 2; torchrun comm=ps, 1 server + 2 workers),
 ## into results/ps_scaling/real/ (kept once made), then the figure.
 ps-scaling: setup
 	$(PY) scripts/ps_scaling_real.py
-	$(PY) -m paper_figs.ps_scaling --out results/figures
+	$(VENV)/bin/dane figures ps_scaling --out results/figures
 
 ## Deliberately copy the generated figures and tables into paper_figs/ (tracked), to be committed by hand.
 publish-figures:

@@ -1,50 +1,75 @@
 #!/usr/bin/env bash
-# One-command setup: .venv with torch 2.13.0 (CPU wheel), the scientific stack, and
-# Horovod 0.28.1 built with PyTorch + Gloo.  Horovod's last release predates torch 2.1,
-# so its sdist is patched to C++17 (upstream PR #3998).  The built wheel is cached
-# outside the repository, keyed by Horovod, torch and Python versions.
+# One-command setup: a virtual environment with torch 2.13.0, dane (editable, with its dev and
+# horovod extras) and Horovod 0.28.1 built with PyTorch + Gloo.  Horovod's last release predates
+# torch 2.1, so its sdist is patched to C++17 (upstream PR #3998), and it is built for the CPU
+# (Pytorch_CUDA forced off) unless HOROVOD_GPU_OPERATIONS asks for GPU operations: pip takes the
+# CUDA torch wheel where no CPU wheel is in reach (Python 3.12 here), and with an nvcc on PATH
+# Horovod's CMake then looks for a CUDA toolkit it does not need.  The built wheel is cached
+# outside the repository, keyed by Horovod, torch and Python versions (and -gpu).
+#
+#   PYTHON=python3.12 VENV=.venv-3.12 bash scripts/setup.sh     # make setup PYTHON=python3.12 VENV=.venv-3.12
+#
+# PYTHON: 3.11 or 3.12, a command or a path (default: python3.11, else python3.12); a bare
+# python3.X that is not on PATH is also looked for among pyenv's versions.
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
 TORCH_VERSION=2.13.0
-PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-.venv}
 CACHE_DIR=${DANE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dane}
+SUPPORTED="3.11 3.12"
 
 die() { echo "setup: $*" >&2; exit 1; }
 
-command -v "$PYTHON" >/dev/null || die "$PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11"
+# The interpreter named (a command or a path), or the first of python3.11, python3.12 that runs.
+find_python() {
+    local name=$1 candidate
+    for candidate in "$name" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/"$name"; do
+        if "$candidate" -c 'import sys' >/dev/null 2>&1; then echo "$candidate"; return 0; fi
+    done
+    return 1
+}
+
+if [ -n "${PYTHON:-}" ]; then
+    PYTHON_BIN=$(find_python "$PYTHON") || die "$PYTHON not found; name Python 3.11 or 3.12: make setup PYTHON=python3.12 (or a path)"
+else
+    PYTHON_BIN=$(find_python python3.11 || find_python python3.12) \
+        || die "neither python3.11 nor python3.12 found; install one, or name it: make setup PYTHON=/path/to/python3.12"
+fi
+PYVER=$("$PYTHON_BIN" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+case " $SUPPORTED " in *" $PYVER "*) ;; *) die "$PYTHON_BIN is Python $PYVER; dane supports $SUPPORTED: make setup PYTHON=python3.12";; esac
 command -v g++ >/dev/null || die "no C++ compiler (g++) found; Horovod is built from source: apt-get install g++"
 command -v make >/dev/null || die "make not found: apt-get install make"
 
 if [ ! -x "$VENV/bin/python" ]; then
-    echo "setup: creating $VENV"
-    "$PYTHON" -m venv "$VENV"
+    echo "setup: creating $VENV with Python $PYVER ($PYTHON_BIN)"
+    "$PYTHON_BIN" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+HAVE=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+[ "$HAVE" = "$PYVER" ] || die "$VENV is Python $HAVE, not $PYVER; choose another folder: make setup PYTHON=$PYTHON_BIN VENV=.venv-$PYVER"
 PIP=("$PY" -m pip --disable-pip-version-check -q)
-PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+PYTAG="cp${PYVER/./}"
 
-echo "setup: installing torch==$TORCH_VERSION and the scientific stack"
+echo "setup: installing torch==$TORCH_VERSION and Horovod's build requirements"
 "${PIP[@]}" install "torch==$TORCH_VERSION"
-"${PIP[@]}" install numpy scipy matplotlib "hydra-core>=1.3,<1.4" "omegaconf<2.4" hydra-submitit-launcher==1.2.0 scikit-learn "numba>=0.64" pytest \
-    cloudpickle psutil pyyaml packaging setuptools wheel tqdm "tensorboard>=2.14" "mlflow-skinny>=2.10"
+"${PIP[@]}" install cloudpickle psutil pyyaml packaging setuptools wheel
 
 if "$PY" -c "import horovod.torch" 2>/dev/null; then
     echo "setup: horovod already installed in $VENV"
 else
-    WHEEL_DIR="$CACHE_DIR/horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-$PYTAG"
+    GPU=${HOROVOD_GPU_OPERATIONS:+-gpu}
+    WHEEL_DIR="$CACHE_DIR/horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-$PYTAG$GPU"
     if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
         # A CMake >= 4 rejects the bundled gloo; the system CMake 3.x is what was verified.
-        CMAKE_BIN=$(command -v cmake || true)
-        [ -n "$CMAKE_BIN" ] || die "cmake not found; Horovod needs CMake 3.13+: apt-get install cmake"
+        command -v cmake >/dev/null || die "cmake not found; Horovod needs CMake 3.13+: apt-get install cmake"
         CMAKE_MAJOR=$(cmake --version | head -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')
         if [ "$CMAKE_MAJOR" -ge 4 ]; then export CMAKE_POLICY_VERSION_MINIMUM=3.5; fi
 
         BUILD=$(mktemp -d)
-        LOG="$CACHE_DIR/horovod-build.log"
+        LOG="$CACHE_DIR/horovod-build-$PYTAG.log"
         mkdir -p "$CACHE_DIR"
-        echo "setup: building Horovod $HOROVOD_VERSION from source (about 7 minutes on 2 cores; log: $LOG)"
+        echo "setup: building Horovod $HOROVOD_VERSION from source for Python $PYVER (2-7 minutes; log: $LOG)"
         "${PIP[@]}" download "horovod==$HOROVOD_VERSION" --no-deps --no-binary :all: -d "$BUILD" >"$LOG" 2>&1 \
             || die "could not download the horovod==$HOROVOD_VERSION sdist from PyPI; see $LOG"
         tar -xzf "$BUILD/horovod-$HOROVOD_VERSION.tar.gz" -C "$BUILD"
@@ -53,6 +78,11 @@ else
             "$SRC/CMakeLists.txt" "$SRC/horovod/torch/CMakeLists.txt"
         grep -q 'CMAKE_CXX_STANDARD 17' "$SRC/horovod/torch/CMakeLists.txt" \
             || die "the C++17 patch did not apply to $SRC; has the sdist layout changed?"
+        if [ -z "$GPU" ]; then  # a CPU build whatever torch wheel pip took (FindPytorch sets Pytorch_CUDA from torch)
+            FIND="$SRC/cmake/Modules/FindPytorch.cmake"
+            sed -i 's/^string(TOUPPER "${Pytorch_CUDA}" Pytorch_CUDA)$/&\nset(Pytorch_CUDA FALSE)  # dane: CPU operations/' "$FIND"
+            grep -q '^set(Pytorch_CUDA FALSE)' "$FIND" || die "the CPU patch did not apply to $FIND; has the sdist layout changed?"
+        fi
         mkdir -p "$WHEEL_DIR"
         if ! HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
              HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
@@ -68,9 +98,10 @@ else
     "${PIP[@]}" install --no-deps "$WHEEL_DIR"/horovod-*.whl
 fi
 
-echo "setup: installing dane (editable)"
-"${PIP[@]}" install --no-build-isolation --no-deps -e .
+# Everything else from pyproject.toml (torch and Horovod are already there, so pip keeps them).
+echo "setup: installing dane (editable) with its dev and horovod extras"
+"${PIP[@]}" install --no-build-isolation -e ".[dev,horovod]"
 
 "$VENV/bin/horovodrun" --check-build | grep -E '\[X\] (PyTorch|Gloo)' | tr '\n' ' ' | grep -q 'PyTorch.*Gloo' \
-    || die "horovodrun --check-build does not list PyTorch and Gloo; rebuild with: rm -rf $CACHE_DIR && make setup"
-echo "setup: done; horovodrun --check-build lists PyTorch and Gloo"
+    || die "horovodrun --check-build does not list PyTorch and Gloo; rebuild with: rm -rf $CACHE_DIR/horovod-* $VENV && make setup"
+echo "setup: done (Python $PYVER, $VENV); horovodrun --check-build lists PyTorch and Gloo"
