@@ -18,10 +18,16 @@ All ranks must see the run directory (one machine, or a shared file system).
 
 Every file here is written to a temporary name, flushed to disk and renamed over the
 old one (``os.replace``), so a crash leaves the old file or the new one, never half of one.
+A write into the run directory that fails mid-run (a full or read-only file system) ends
+the run with one line (`keeps_what_was_written`, `unwritable`) naming what stays: the whole
+records, the last committed checkpoint, and the command that continues from it.
 """
 from __future__ import annotations
 
+import errno
+import functools
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -30,7 +36,7 @@ import numpy as np
 import torch
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, OutputError, UserError
 from .results import ROUNDS_FILE, atomic_write
 
 CHECKPOINT_DIR = "checkpoint"
@@ -76,6 +82,75 @@ def committed(run_dir: str | Path) -> dict | None:
         raise ConfigError(f"{path} is not a checkpoint commit marker (damaged); "
                           "remove the checkpoint/ folder and start the run again") from None
     return marker
+
+
+#: what a write into a full, over-quota, too-large or read-only file system fails with, whatever the file
+DISK_FULL_OR_READ_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def keeps_what_was_written(run_worker):
+    """Decorator of a worker's run ``run_worker(spec, comm, problem, out_dir, ...)``: a write into ``out_dir``
+    that fails (a full or read-only file system; a permission taken away) ends the run with `unwritable`'s one
+    line instead of a traceback.  Records and checkpoints are written whole or not at all (line-buffered
+    appends, `atomic_write`), so everything written before the failure stays readable and resumable."""
+    @functools.wraps(run_worker)
+    def run(spec, comm, problem, out_dir, *args, **kwargs):
+        try:
+            return run_worker(spec, comm, problem, out_dir, *args, **kwargs)
+        except OSError as err:
+            if not out_dir or isinstance(err, (UserError, ConnectionError)) or not _a_write_into(out_dir, err):
+                raise  # a lost peer (ConnectionError), a data file, one of our own lines
+            raise unwritable(out_dir, err, spec.control.checkpoint_every) from None
+
+    return run
+
+
+def _a_write_into(run_dir: str | Path, err: OSError) -> bool:
+    if err.errno in DISK_FULL_OR_READ_ONLY:
+        return True
+    return bool(err.filename) and Path(err.filename).resolve().is_relative_to(Path(run_dir).resolve())
+
+
+def unwritable(run_dir: str | Path, err: OSError, checkpoint_every: int) -> OutputError:
+    """The one line for a run directory that failed a write (``err``): why, what it keeps, read back
+    from the disk (whole records, the committed checkpoint), and how to continue from there."""
+    run_dir = Path(run_dir)
+    name = ""
+    if err.filename:
+        path = Path(err.filename)
+        path = path.relative_to(run_dir) if path.is_relative_to(run_dir) else path
+        temporary = re.fullmatch(r"\.(.+)\.\d+\.tmp", path.name)  # `atomic_write`'s name for the file it writes
+        name = f": {path.with_name(temporary.group(1)) if temporary else path}"
+    rounds = _whole_records(run_dir / ROUNDS_FILE)
+    try:
+        marker = committed(run_dir)
+    except ConfigError:
+        marker = None
+    kept = f"rounds 0-{rounds - 1} in {ROUNDS_FILE}" if rounds else "no round record"
+    if marker is not None:
+        kept += f" and the checkpoint of round {marker['round']}"
+        again = f"rerun with resume=auto out_dir={run_dir} to continue from round {marker['round']}"
+    else:
+        kept += " (no checkpoint" + (" yet)" if checkpoint_every else ": checkpoint_every=0)")
+        again = "run again with overwrite=true" + ("" if checkpoint_every else " (with checkpoint_every=K a rerun "
+                                                                               "continues instead)")
+    return OutputError(f"out_dir={run_dir} cannot be written ({err.strerror or err}{name}); "
+                       f"kept: {kept}; free space or make it writable, then {again}")
+
+
+def _whole_records(path: Path) -> int:
+    """How many lines of ``path`` are whole round records (a write that failed can leave a torn last one)."""
+    try:
+        lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True)
+    except OSError:
+        return 0
+    count = 0
+    for line in lines:
+        try:
+            count += line.endswith("\n") and isinstance(json.loads(line), dict)
+        except ValueError:
+            break
+    return count
 
 
 def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: str = "") -> int:

@@ -17,6 +17,11 @@ class DataError(UserError, FileNotFoundError):
     """Missing or malformed data files; the message lists the files expected."""
 
 
+class OutputError(UserError, OSError):
+    """The run directory failed a write mid-run (a full or read-only file system); what was written
+    before stays, and the message says what that is and how to continue."""
+
+
 class DivergenceError(UserError, ArithmeticError):
     """A run whose objective became non-finite; results written so far are kept."""
 

@@ -34,8 +34,10 @@ def atomic_write(path: str | Path, write) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not err.filename:  # a write names no file: say which
+            raise OSError(err.errno, err.strerror, str(path)) from None
         raise
 
 
@@ -96,7 +98,10 @@ class RunWriter:
         self.trackers = trackers
 
     def write_round(self, record: dict) -> None:
-        self._rounds.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        try:
+            self._rounds.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        except OSError as err:  # a write names no file: say which (a full or read-only file system)
+            raise OSError(err.errno, err.strerror, str(self.out_dir / ROUNDS_FILE)) from None
         if self.trackers is not None:
             self.trackers.log_round(record)
 
@@ -112,6 +117,8 @@ class RunWriter:
     def close(self) -> None:
         try:
             self._rounds.close()  # flushes: may fail like a write on a full file system
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(self.out_dir / ROUNDS_FILE)) from None
         finally:
             self._lock.unlink(missing_ok=True)
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .algorithm import Algorithm
-from .checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint, truncate_rounds
+from .checkpoint import commit_checkpoint, keeps_what_was_written, load_checkpoint, save_checkpoint, truncate_rounds
 from .comm import Communicator
 from .comm.threads import Interrupted
 from .confusion import write_confusion
@@ -48,6 +48,7 @@ def worker_meta(spec: RunSpec, rank: int, size: int) -> dict:
     return {"algorithm": spec.algorithm.name, "problem": spec.problem.name, "workers": size, "rank": rank}
 
 
+@keeps_what_was_written  # a full or read-only out_dir: one line saying what it keeps and how to go on
 def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | None, start: float,
             setup_s: float = 0.0, collect: dict | None = None, elastic=None, algo=None) -> dict:
     """One worker's run: the algorithm on ``problem``, rank 0 writing ``out_dir``.

@@ -245,6 +245,14 @@ CASES = [
                   "choose another out_dir"),
     case("out_dir_read_only", *SMALL, out_dir="{tmp}/read_only/run", permissions=True,
          expected="out_dir={tmp}/read_only/run cannot be created (permission denied); choose another out_dir"),
+    case("out_dir_fills_up", *SMALL, "rounds=80", "checkpoint_every=4", "tol=null", out_dir="{tmp}/fills_up",
+         around="file_size_limit", kept=True,
+         expected="out_dir={tmp}/fills_up cannot be written (File too large: rounds.jsonl); kept: rounds 0-"),
+    case("out_dir_checkpoint_read_only", *SMALL, "rounds=6", "checkpoint_every=2", out_dir="{tmp}/checkpoint_read_only",
+         permissions=True, kept=True,
+         expected="out_dir={tmp}/checkpoint_read_only cannot be written (Permission denied: checkpoint/round2); kept: "
+                  "rounds 0-1 in rounds.jsonl (no checkpoint yet); free space or make it writable, then run again "
+                  "with overwrite=true"),
     case("resume_nul_filled_log", *SMALL, "rounds=9", "checkpoint_every=3", "resume=auto", out_dir="{tmp}/nul_log",
          around="nul_filled_log", expected="{tmp}/nul_log/rounds.jsonl line 1 is not a round record ("),
 ]
@@ -295,6 +303,8 @@ def probe_files(tmp: Path) -> None:
     (tmp / "admissions" / "admissions.csv").write_text("admit,gre,gpa,rank\n0,380,3.61,3\n1,inf,3.67,3\n")
     (tmp / "read_only").mkdir()
     (tmp / "read_only").chmod(0o555)
+    (tmp / "checkpoint_read_only" / "checkpoint").mkdir(parents=True)
+    (tmp / "checkpoint_read_only" / "checkpoint").chmod(0o555)
     (tmp / "my_conf" / "problem").mkdir(parents=True)
     (tmp / "my_conf" / "problem" / "mine.yaml").write_text((REPO / "conf/problem/ridge_synthetic.yaml").read_text())
 
@@ -318,6 +328,25 @@ def address_space_limit(tmp: Path):
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+#: ``ulimit -f`` of `file_size_limit`: above config.yaml and a checkpoint part of `SMALL` (about 9 kB), below
+#: its rounds.jsonl after about 40 of 80 rounds, so that the log is the file that fills up past a checkpoint
+FULL_AT_BYTES = 10_000
+
+
+@contextmanager
+def file_size_limit(tmp: Path):
+    """A file system that fills up mid-run, as a process meets it past ``ulimit -f``: a write fails (EFBIG;
+    Python ignores SIGXFSZ), and the files written before stay whole."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FULL_AT_BYTES, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 @contextmanager
@@ -444,11 +473,30 @@ def assert_refused(row: Case, tmp: Path, rc: int, stderr: str, existed: bool, un
     if row.lines:
         assert lines[0].startswith("error: ") and row.expected.format(tmp=tmp) in lines[0], lines[0]
     target = out_dir(row, tmp)
-    if existed:  # the refused run's directory was there before it: left byte for byte
+    if row.kept:
+        assert_kept(target, lines[0])
+    elif existed:  # the refused run's directory was there before it: left byte for byte
         assert unchanged
     else:
         assert not target.exists()  # not even an empty folder: the corrected command can use the same out_dir
     assert not any((tmp / name).exists() for name in ("sweep", "results", "outputs", "multirun"))
+
+
+def assert_kept(run_dir: Path, line: str) -> None:
+    """A run stopped mid-run by its out_dir keeps what its line says: rounds 0..n-1 as whole records (a last
+    line torn by the failed write aside) and the committed checkpoint, whose parts are there."""
+    lines = (run_dir / "rounds.jsonl").read_bytes().decode().splitlines(keepends=True)
+    whole = [json.loads(text) for text in lines if text.endswith("\n")]
+    assert len(lines) - len(whole) <= 1 and [r["round"] for r in whole] == list(range(len(whole)))
+    assert f"kept: rounds 0-{len(whole) - 1} in rounds.jsonl" in line
+    marker = run_dir / "checkpoint" / "COMMITTED"
+    if "no checkpoint" in line:
+        assert not marker.exists()
+        return
+    k = json.loads(marker.read_text())["round"]
+    assert 0 < k <= len(whole) and (run_dir / "checkpoint" / f"round{k}" / "rank0.pt").stat().st_size > 0
+    assert f"and the checkpoint of round {k}; free space or make it writable, then rerun with resume=auto " \
+           f"out_dir={run_dir} to continue from round {k}" in line
 
 
 @pytest.mark.parametrize("row", CASES, ids=[row.name for row in CASES])
