@@ -29,6 +29,7 @@ from .errors import ConfigError, DivergenceError, UserError
 from .launch import execute
 from .spec import Communication, RunControl, RunSpec
 from .runner import StopRule
+from .trackers import check_loggers
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
 
@@ -121,14 +122,16 @@ class Result:
 
 def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: float | None = None,
         tol_abs: float | None = None, seed: int = 0, dtype: torch.dtype = torch.float64, out_dir: str | None = None,
-        alpha: float | None = None, beta: float | None = None, quiet: bool = True, **algorithm_keys) -> Result:
+        alpha: float | None = None, beta: float | None = None, quiet: bool = True, logger=("jsonl",),
+        **algorithm_keys) -> Result:
     """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
 
     ``tol`` and ``tol_abs`` are the stop rule's (`dane.runner.StopRule`): with a reference
     optimum, stop once O(w) − O* ≤ max(tol·|O*|, tol_abs); without, once the gradient norm
     is at most ``tol`` times its value at round 0.  ``algorithm_keys`` override the
     algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
-    also writes the usual rounds.jsonl, summary.json and iterate.pt there.  ``alpha``,
+    also writes the usual rounds.jsonl, summary.json and iterate.pt there, and ``logger``
+    (``["tensorboard", "mlflow"]``, `dane.trackers`) sends the records to those trackers too.  ``alpha``,
     ``beta`` set the simulator's allreduce cost model (default: the package's).
     """
     if isinstance(algorithm, str):
@@ -138,11 +141,13 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
     problem.check_workers(workers)
+    if out_dir is None and check_loggers(logger) != ("jsonl",):
+        raise ConfigError(f"logger={list(check_loggers(logger))} writes into the run directory; give out_dir")
     base = AlphaBeta()
     cost = AlphaBeta(alpha=base.alpha if alpha is None else alpha, beta=base.beta if beta is None else beta)
     spec = RunSpec(problem=problem, algorithm=algorithm, comm=Communication(backend="local", workers=workers, cost=cost),
                    control=RunControl(stop=StopRule(rounds=rounds, tol=tol, tol_abs=tol_abs), dtype=dtype, seed=seed, quiet=quiet,
-                                      save_iterate=out_dir is not None))
+                                      save_iterate=out_dir is not None, logger=logger))
     collected: dict = {}
     try:
         summary = execute(spec, out_dir, collect=collected)

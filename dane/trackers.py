@@ -17,7 +17,8 @@ keys but ``round``, under their record names.
   unless ``mlflow_uri`` names another tracking URI; the config's leaves are its params
   (dotted keys), records its metrics, summary.json an artifact and its numbers metrics
   ``summary.<key>``.  A resumed run continues the MLflow run of the same run directory
-  (tag ``dane.run_dir``).  MLflow >= 3.7 keeps file stores in maintenance mode and
+  (tag ``dane.run_dir``); MLflow cannot delete metric points, so rounds from the checkpoint
+  on that the first attempt had logged appear twice (the later ones are rounds.jsonl's).  MLflow >= 3.7 keeps file stores in maintenance mode and
   refuses them unless ``MLFLOW_ALLOW_FILE_STORE=true``: set for the writer's own store
   here, and needed to read it (``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri <run dir>/mlruns``).
 

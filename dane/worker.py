@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import torch
+import yaml
 
 from .algorithm import Algorithm
 from .checkpoint import commit_checkpoint, keeps_what_was_written, load_checkpoint, save_checkpoint, truncate_rounds
@@ -24,8 +25,10 @@ from .errors import say
 from .faults import inject_faults
 from .problems import Problem
 from .results import SUMMARY_FILE, RunWriter
-from .runner import ProgressBar, RoundTable, run
+from .progress import RoundBar
+from .runner import RoundTable, run
 from .spec import RunControl, RunSpec
+from .trackers import open_trackers
 from . import timeline
 
 def build_problem(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, float]:
@@ -99,7 +102,7 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     finally:
         if writer is not None:
             writer.close()
-        if isinstance(show, ProgressBar):
+        if isinstance(show, RoundBar):
             show.close()
     timeline.mark("end")
     summary = _summary(spec, comm, problem, records, status, start, setup_s,
@@ -138,6 +141,9 @@ def _open(control: RunControl, comm: Communicator, out_dir: str | None, meta: di
     writer = RunWriter(out_dir, resume=continuing, overwrite=overwrite)
     if control.config_text:
         writer.write_text("config.yaml", control.config_text)
+    if len(control.logger) > 1:  # trackers beside rounds.jsonl: each record goes to them once it is on disk
+        writer.attach(open_trackers(control.logger, out_dir, config=yaml.safe_load(control.config_text) or {},
+                                    continuing=continuing, mlflow_uri=control.mlflow_uri))
     return resume, writer
 
 
@@ -211,5 +217,5 @@ def display(control: RunControl):
     if control.quiet or control.progress == "none":
         return None
     if control.progress == "bar" or (control.progress == "auto" and sys.stderr.isatty()):
-        return ProgressBar(control.stop.rounds)
+        return RoundBar(control.stop.rounds)
     return RoundTable(control.print_every)
