@@ -270,26 +270,6 @@ class RoundTable:
         print("  ".join(cells), file=self.stream, flush=True)
 
 
-class ProgressBar:
-    """One self-overwriting line for rank 0: rounds done, a bar, the objective, test accuracy and time."""
-
-    def __init__(self, total: int, stream=sys.stderr, width: int = 24):
-        self.total, self.stream, self.width = max(total, 1), stream, width
-
-    def __call__(self, record: dict) -> None:
-        done = min(record["round"], self.total)
-        filled = round(self.width * done / self.total)
-        line = f"\r{done:>5d}/{self.total} [{'#' * filled}{'.' * (self.width - filled)}] objective {record['objective']:.4e}"
-        if "test_accuracy" in record:
-            line += f"  test_accuracy {record['test_accuracy']:.4f}"
-        self.stream.write(f"{line}  {record['time_s']:.1f}s ")
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\n")
-        self.stream.flush()
-
-
 def _human_bytes(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
