@@ -56,6 +56,10 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
         check_resume(control.resume, m, control.stop.rounds, control.config_text)  # before anything there changes
     if control.checkpoint_every and not out_dir and spec.comm.simulated:
         raise ConfigError(f"checkpoint_every={control.checkpoint_every} needs a run directory; set out_dir")
+    if spec.algorithm.name == "split":  # one network cut between agents and a server (dane.split)
+        from .split.run import run_split
+
+        return run_split(spec, out_dir, collect)
     if spec.comm.asynchronous and spec.comm.backend == "local":  # asynchronous or stale-synchronous: event by event
         from .asynchronous.simulator import run_async
 

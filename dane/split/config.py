@@ -1,0 +1,62 @@
+"""``algorithm=split``: the cut, the schedule, where the labels are, and each side's optimizer (conf/algorithm/split.yaml)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import checks
+from ..errors import ConfigError
+from ..inner import InnerSolver
+
+SCHEDULES = ("sequential", "splitfed")
+LABELS = ("server", "agent")
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """Split training of a network problem: m agents hold bottoms, one server the top (DESIGN.md section 8).
+
+    ``cut`` names the model's module after which it is cut (null: the smallest valid
+    bottom); ``schedule`` sequential (turns and hand-overs) or splitfed (parallel bottoms,
+    averaged by rows at each epoch's end); ``labels`` server, or agent (U-shaped: the
+    agent keeps the last layer and the loss).  A round is one epoch.
+    """
+
+    cut: str | None = None
+    schedule: str = "sequential"
+    labels: str = "server"
+    batch_size: int = 32
+    agent_optimizer: str = "sgd"
+    agent_lr: float = 0.05
+    agent_momentum: float = 0.0
+    server_optimizer: str = "sgd"
+    server_lr: float = 0.05
+    server_momentum: float = 0.0
+    seed: int = 0
+    name: str = "split"
+
+    def __post_init__(self) -> None:
+        if self.cut is not None and not isinstance(self.cut, str):
+            raise ConfigError(f"algorithm.cut must be a module name like net.2 (or null), got {self.cut!r}")
+        checks.one_of("algorithm.schedule", self.schedule, SCHEDULES)
+        checks.one_of("algorithm.labels", self.labels, LABELS)
+        checks.positive_int("algorithm.batch_size", self.batch_size)
+        for side in ("agent", "server"):
+            checks.one_of(f"algorithm.{side}_optimizer", getattr(self, f"{side}_optimizer"), OPTIMIZERS)
+            checks.positive(f"algorithm.{side}_lr", getattr(self, f"{side}_lr"))
+            momentum = checks.nonnegative(f"algorithm.{side}_momentum", getattr(self, f"{side}_momentum"))
+            if momentum >= 1:
+                raise ConfigError(f"algorithm.{side}_momentum must be < 1, got {momentum}")
+
+    @property
+    def u_shaped(self) -> bool:
+        return self.labels == "agent"
+
+    def solver(self, side: str) -> InnerSolver:
+        """The side's optimizer as the package's inner optimizer (`dane.inner.make_optimizer`)."""
+        return InnerSolver(optimizer=getattr(self, f"{side}_optimizer"), lr=getattr(self, f"{side}_lr"),
+                           momentum=getattr(self, f"{side}_momentum"), steps=1, batch_size=self.batch_size)
+
+    def build(self, problem, comm):
+        raise ConfigError("algorithm=split runs through dane.launch (dane train algorithm=split ...), "
+                          "not as a per-worker algorithm")

@@ -1,0 +1,165 @@
+"""Split learning (dane.split): the invariants of DESIGN.md section 8, in float64 on digits.
+
+Sequential split training is plain minibatch SGD on the uncut network over the agents'
+minibatches in turn order (the hand-over carries the optimizer state, so momentum and
+Adam continue across agents); U-shaped equals labels at the server; SplitFed with one
+agent equals sequential; the logged bytes per link equal the protocol's formula.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
+
+from dane.comm import AlphaBeta
+from dane.data import shard_indices
+from dane.errors import ConfigError
+from dane.inner import worker_seed
+from dane.launch import execute
+from dane.models import build_model
+from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
+from dane.runner import StopRule
+from dane.spec import Communication, RunControl, RunSpec
+from dane.split.config import SplitConfig
+from dane.split.training import SAMPLER_STREAM
+
+HIDDEN = (32, 16)
+
+
+def problem(model: str = "mlp", **data) -> NeuralProblemConfig:
+    return NeuralProblemConfig(data=DataConfig(dataset="digits", **data), model=ModelConfig(name=model, hidden=HIDDEN),
+                               dtype="float64", device="cpu", seed=0)
+
+
+def split_run(m: int, epochs: int = 2, out_dir=None, model: str = "mlp", data: dict | None = None, **algorithm):
+    algorithm = {"cut": "net.2", "batch_size": 64, **algorithm}
+    spec = RunSpec(problem=problem(model, **(data or {})), algorithm=SplitConfig(**algorithm),
+                   comm=Communication(workers=m, cost=AlphaBeta(alpha=1e-4, beta=1e8)),
+                   control=RunControl(stop=StopRule(rounds=epochs, diverge_after=None), quiet=True))
+    collect: dict = {}
+    summary = execute(spec, out_dir, collect=collect)
+    return collect["records"], collect["w"], summary
+
+
+def plain_sgd(m: int, epochs: int, *, optimizer: str = "sgd", lr: float = 0.05, momentum: float = 0.0,
+              batch_size: int = 64, model_name: str = "mlp", data: dict | None = None):
+    """The uncut model, one torch optimizer, agent 0's minibatches then agent 1's ... each epoch; the full
+    training loss at the start of every epoch and at the end, and the final weights."""
+    pc = problem(model_name, **(data or {}))
+    dataset = pc.dataset()
+    torch.manual_seed(0)
+    model = build_model(model_name, in_shape=dataset.in_shape, num_classes=dataset.num_classes, hidden=HIDDEN).double()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum) if optimizer == "sgd" else \
+        torch.optim.Adam(model.parameters(), lr=lr)
+    shards = shard_indices(dataset.train_y, m, seed=0)
+    generators = [torch.Generator().manual_seed(worker_seed(0, a, SAMPLER_STREAM)) for a in range(m)]
+    x, y = dataset.train_x.double(), dataset.train_y
+
+    def train_loss() -> float:
+        with torch.no_grad():
+            return float(F.cross_entropy(model(x), y, reduction="sum")) / len(y)
+
+    losses = []
+    for _ in range(epochs):
+        losses.append(train_loss())
+        for a in range(m):
+            for batch in torch.randperm(len(shards[a]), generator=generators[a]).split(batch_size):
+                rows = shards[a][batch]
+                opt.zero_grad()
+                F.cross_entropy(model(x[rows]), y[rows]).backward()
+                opt.step()
+    losses.append(train_loss())
+    return losses, parameters_to_vector(model.parameters()).detach()
+
+
+def assert_same(records, w, losses, w_ref, tol=1e-12):
+    assert len(records) == len(losses)
+    for record, loss in zip(records, losses):
+        assert abs(record["objective"] - loss) <= tol, (record["round"], record["objective"], loss)
+    assert float((w - w_ref).abs().max()) <= tol
+
+
+def test_one_agent_sequential_is_plain_sgd():
+    records, w, _ = split_run(1, epochs=3, agent_momentum=0.9, server_momentum=0.9)
+    losses, w_ref = plain_sgd(1, 3, momentum=0.9)
+    assert_same(records, w, losses, w_ref)
+    assert records[-1]["objective"] < records[0]["objective"] / 2  # and it trains
+
+
+@pytest.mark.parametrize("optimizer,lr,momentum", [("sgd", 0.05, 0.9), ("adam", 0.01, 0.0)])
+def test_m_agents_sequential_is_plain_sgd_in_turn_order(optimizer, lr, momentum):
+    """The hand-over carries the optimizer state: momentum buffers and Adam's moments and step continue."""
+    records, w, _ = split_run(3, epochs=2, agent_optimizer=optimizer, server_optimizer=optimizer, agent_lr=lr,
+                              server_lr=lr, agent_momentum=momentum, server_momentum=momentum)
+    losses, w_ref = plain_sgd(3, 2, optimizer=optimizer, lr=lr, momentum=momentum)
+    assert_same(records, w, losses, w_ref)
+
+
+def test_u_shaped_equals_labels_at_the_server():
+    server_records, w_server, _ = split_run(2, agent_momentum=0.5, server_momentum=0.5)
+    u_records, w_u, summary = split_run(2, labels="agent", agent_momentum=0.5, server_momentum=0.5)
+    assert summary["head_params"] == 16 * 10 + 10
+    assert float((w_u - w_server).abs().max()) <= 1e-12
+    for a, b in zip(server_records, u_records):
+        assert abs(a["objective"] - b["objective"]) <= 1e-12 and a["test_accuracy"] == b["test_accuracy"]
+        if "epoch_loss" in a:
+            assert abs(a["epoch_loss"] - b["epoch_loss"]) <= 1e-12
+
+
+def test_splitfed_with_one_agent_equals_sequential():
+    seq, w_seq, _ = split_run(1, agent_momentum=0.9, server_momentum=0.9)
+    fed, w_fed, _ = split_run(1, schedule="splitfed", agent_momentum=0.9, server_momentum=0.9)
+    assert [r["objective"] for r in seq] == [r["objective"] for r in fed]
+    assert torch.equal(w_seq, w_fed)
+
+
+def formula(m: int, n: int, width: int, bottom: int, state: int, schedule: str, z: int = 0, u_shaped: bool = False,
+            batches: int = 0) -> dict:
+    """DESIGN.md section 8's bytes per epoch (float64: 8 bytes an element; labels int64)."""
+    out = {"activations": 8 * (width + z) * n, "cut_gradients": 8 * (width + z) * n,
+           "labels": 0 if u_shaped else 8 * n, "handover": 0, "averaging": 0}
+    if schedule == "sequential" and m > 1:
+        out["handover"] = m * 8 * (bottom + state)
+    if schedule == "splitfed":
+        out["averaging"] = 2 * m * 8 * bottom
+    return out
+
+
+@pytest.mark.parametrize("schedule,labels", [("sequential", "server"), ("splitfed", "server"), ("sequential", "agent")])
+def test_logged_bytes_per_link_are_the_formula(schedule, labels):
+    records, _, summary = split_run(3, epochs=2, schedule=schedule, labels=labels, agent_momentum=0.9,
+                                    server_momentum=0.9)
+    n, width, bottom = 1437, 32, 64 * 32 + 32
+    u = labels == "agent"
+    head = 16 * 10 + 10 if u else 0
+    expected = formula(3, n, width, bottom + head, bottom + head, schedule, z=16 if u else 0, u_shaped=u)
+    for record in records[1:]:
+        assert {k: record[f"{k}_bytes"] for k in expected} == expected
+        steps = sum(math.ceil(len(s) / 64) for s in shard_indices(problem().dataset().train_y, 3, seed=0))
+        assert record["activations_messages"] == steps * (2 if u else 1)
+    assert records[-1]["bytes_sent"] == 2 * sum(expected.values())
+    assert summary["cut_width"] == width and summary["bottom_params"] == bottom
+
+
+def test_a_bad_cut_lists_the_valid_cuts_with_their_shares():
+    with pytest.raises(ConfigError) as err:
+        split_run(2, epochs=1, cut="net.9")
+    message = str(err.value)
+    assert "algorithm.cut=net.9" in message and "\n" not in message
+    assert "net.1 (" in message and "net.4 (" in message and "net.5" not in message  # net.5 leaves the server nothing
+    with pytest.raises(ConfigError, match="net.2"):  # U-shaped: the middle needs parameters too
+        split_run(2, epochs=1, cut="net.4", labels="agent")
+
+
+def test_simulated_time_is_the_sum_of_the_parts_when_sequential():
+    records, _, _ = split_run(2, epochs=1)
+    r = records[1]
+    parts = r["agent_compute_s"] + r["server_compute_s"] + r["activations_s"] + r["gradients_s"] + r["handover_s"]
+    assert r["time_s"] == pytest.approx(parts, rel=1e-9)
+    messages = r["activations_messages"] + r["labels_messages"] + r["cut_gradients_messages"] + r["handover_messages"]
+    comm = 1e-4 * messages + (r["activations_bytes"] + r["labels_bytes"] + r["cut_gradients_bytes"]
+                              + r["handover_bytes"]) / 1e8
+    assert r["activations_s"] + r["gradients_s"] + r["handover_s"] == pytest.approx(comm, rel=1e-9)
