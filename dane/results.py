@@ -112,7 +112,7 @@ class RunWriter:
             self.trackers.finish(summary)
 
     def write_text(self, name: str, text: str) -> None:
-        (self.out_dir / name).write_text(text)
+        atomic_write_text(self.out_dir / name, text)
 
     def close(self) -> None:
         try:

@@ -139,8 +139,12 @@ def _open(control: RunControl, comm: Communicator, out_dir: str | None, meta: di
         return resume, None
     overwrite = control.overwrite or (control.restart_unfinished and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
     writer = RunWriter(out_dir, resume=continuing, overwrite=overwrite)
-    if control.config_text:
-        writer.write_text("config.yaml", control.config_text)
+    try:
+        if control.config_text:
+            writer.write_text("config.yaml", control.config_text)
+    except OSError:  # a full or read-only out_dir (`keeps_what_was_written` says so): release the lock first
+        writer.close()
+        raise
     if len(control.logger) > 1:  # trackers beside rounds.jsonl: each record goes to them once it is on disk
         writer.attach(open_trackers(control.logger, out_dir, config=yaml.safe_load(control.config_text) or {},
                                     continuing=continuing, mlflow_uri=control.mlflow_uri))
