@@ -126,7 +126,8 @@ def unwritable(run_dir: str | Path, err: OSError, checkpoint_every: int) -> Outp
         marker = committed(run_dir)
     except ConfigError:
         marker = None
-    kept = f"rounds 0-{rounds - 1} in {ROUNDS_FILE}" if rounds else "no round record"
+    kept = (f"rounds 0-{rounds - 1}" if rounds > 1 else "round 0" if rounds else "no round record") + \
+        (f" in {ROUNDS_FILE}" if rounds else "")
     if marker is not None:
         kept += f" and the checkpoint of round {marker['round']}"
         again = f"rerun with resume=auto out_dir={run_dir} to continue from round {marker['round']}"

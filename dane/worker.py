@@ -24,7 +24,7 @@ from .confusion import write_confusion
 from .errors import say
 from .faults import inject_faults
 from .problems import Problem
-from .results import SUMMARY_FILE, RunWriter
+from .results import SUMMARY_FILE, RunWriter, atomic_write
 from .progress import RoundBar
 from .runner import RoundTable, run
 from .spec import RunControl, RunSpec
@@ -202,7 +202,8 @@ def _write_final_state(spec: RunSpec, comm: Communicator, problem: Problem, algo
             write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
                                                      f"{comm.size} worker(s), round {last_round}")
     if out_dir is not None and spec.control.save_iterate and status != "interrupted":
-        torch.save(algo.reported_iterate.detach().clone(), os.path.join(out_dir, "iterate.pt"))  # the last record's
+        iterate = algo.reported_iterate.detach().clone()  # the last record's
+        atomic_write(os.path.join(out_dir, "iterate.pt"), lambda f: torch.save(iterate, f))  # an OSError when full
 
 
 def _report(summary: dict, size: int, out_dir: str | None) -> None:
