@@ -24,6 +24,7 @@ from .confusion import write_confusion
 from .errors import say
 from .faults import inject_faults
 from .problems import Problem
+from .problems.linear_models import in_target_units
 from .results import SUMMARY_FILE, RunWriter, atomic_write
 from .progress import RoundBar
 from .runner import RoundTable, run
@@ -69,15 +70,19 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
             say(f"note: {note}")
 
     seen: list[dict] = []  # this call's records, for the summary of an interrupted run
+    units = getattr(problem, "target_units", None)  # a standardized target: reported in its own units
 
     def on_round(record: dict) -> None:
         inject_faults(spec.control.faults, comm.rank, record["round"], out_dir)
         if elastic is not None:
             elastic.annotate(record, comm)
         seen.append(record)
+        record = in_target_units(record, units)  # a copy: the stop rule keeps the records it compares
         if writer is not None:
             writer.write_round(record)
         if show is not None:
+            if len(seen) == 1:  # the header: the records' keys now say which test tol applies to
+                say(f"stop: {' or '.join(filter(None, (spec.control.stop.rule(record), f'{spec.control.stop.rounds} rounds')))}")
             show(record)
 
     def on_checkpoint(state: dict) -> None:
@@ -105,9 +110,13 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
         if isinstance(show, RoundBar):
             show.close()
     timeline.mark("end")
+    if units is not None:
+        records = [in_target_units(r, units) for r in records]
+        algo.reported_iterate = algo.reported_iterate * units[1]
     summary = _summary(spec, comm, problem, records, status, start, setup_s,
                        resumed_from=resume["round"] if resume is not None and elastic is None else None,
                        elastic=elastic)
+    summary["stopped_by"] = status if status == "interrupted" else getattr(algo, "stopped_by", status)
     if collect is not None and comm.rank == 0 and status != "interrupted":
         collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
     _write_final_state(spec, comm, problem, algo, out_dir if writer is not None else None, records[-1]["round"], status)
@@ -213,7 +222,7 @@ def _report(summary: dict, size: int, out_dir: str | None) -> None:
     if "final_test_accuracy" in summary:
         tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
     print(f"{summary['algorithm']} on {summary['problem']}, {size} worker(s), {summary['backend']}: "
-          f"{summary['status']} after {summary['rounds']} rounds, {tail}, {summary['total_bytes']} bytes sent, "
+          f"{summary['status']} ({summary['stopped_by']}) after {summary['rounds']} rounds, {tail}, {summary['total_bytes']} bytes sent, "
           f"{summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""), flush=True)
 
 

@@ -46,3 +46,36 @@ def test_a_bad_standardize_value_is_one_line():
         CSVSource("t.csv", target="y", standardize="yes")
     with pytest.raises(ConfigError, match="set data.standardize=none"):
         CSVSource("p-{rank}.csv", target="y", standardize="all")
+
+
+def test_a_standardized_target_reports_in_the_targets_units(tmp_path):
+    """GIANT is equivariant under y -> y/s (w_t -> w_t/s: its Newton directions, Armijo test and Hessian shift
+    gᵀp/‖p‖² all are), so a run on the standardized target and one on the centred raw target describe the same
+    iterates: O(w) = s² O'(w/s) record by record.  (Plain DANE diverges here: the rare value.)"""
+    write_table(tmp_path / "t.csv")
+    source = CSVSource(str(tmp_path / "t.csv"), target="y", categorical=("color",))
+    table = source.load()
+    X, y = table.X, table.y
+    centred = dane.problems.Ridge(X, y - y.mean(), lam=1e-3, optimum="auto")
+    scaled = dane.problems.Ridge(X, y, lam=1e-3, optimum="auto", standardize_target=True)
+    runs = [dane.fit(p, "giant", workers=2, rounds=40, tol=1e-10) for p in (centred, scaled)]
+    raw, std = runs
+    assert std.status == raw.status == "converged"
+    assert std.summary["rounds"] == raw.summary["rounds"] >= 2
+    np.testing.assert_allclose(std.table["objective"], raw.table["objective"], rtol=1e-9)
+    np.testing.assert_allclose(std.table["grad_norm"], raw.table["grad_norm"], rtol=1e-7)
+    np.testing.assert_allclose(std.table["suboptimality"][:3], raw.table["suboptimality"][:3], rtol=1e-7)
+    np.testing.assert_allclose(std.w.numpy(), raw.w.numpy(), rtol=1e-8)
+    # against numpy: the centred ridge optimum, in y's units (objective 1e10-scale: an absolute 1e-8 means nothing)
+    n = len(y)
+    w_star = np.linalg.solve(X.T @ X / n + 1e-3 * np.eye(X.shape[1]), X.T @ (y - y.mean()) / n)
+    objective = lambda w: 0.5 * np.mean((X @ w - (y - y.mean())) ** 2) + 0.5e-3 * w @ w  # noqa: E731
+    assert objective(std.w.numpy()) == pytest.approx(std.summary["final_objective"], rel=1e-12)
+    assert 0 <= objective(std.w.numpy()) - objective(w_star) <= 1e-10 * objective(w_star)  # tol=1e-10 relative
+    assert any(f"prediction is {y.mean():.10g} + x.w" in note for note in std.summary["notes"])
+
+
+def test_standardize_target_is_for_regression_only():
+    X, y = np.eye(4), np.array([0.0, 1.0, 0.0, 1.0])
+    with pytest.raises(ConfigError, match="problem.standardize_target=true scales a regression target"):
+        dane.problems.LogReg(X, y, standardize_target=True)

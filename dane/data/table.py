@@ -33,6 +33,7 @@ class Table:
     name: str
     notes: list[str]
     feature_names: list[str] | None = None
+    target_units: tuple[float, float] | None = None  # (ȳ, s) when y was standardized: y = ȳ + s y'
 
     def __post_init__(self) -> None:
         # A bug in a source, not a user error: fail loudly with a traceback.

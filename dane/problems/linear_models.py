@@ -10,6 +10,17 @@ asks for a reference optimum when suboptimality is wanted: ``auto`` reads it fro
 cache or has the run's own workers compute it (distributed Newton-CG, each on its
 shard), a path reads a saved one, and ``none`` (the default) computes nothing: records
 then carry the gradient norm, and ``tol`` is relative to its value at round 0.
+
+``problem.standardize_target`` (ridge): the workers fit y' = (y − ȳ)/s (s the population
+std of y over all rows) and everything a run reports is in y's units.  With w = s·w',
+
+    O(w) = (1/2N) Σ (ȳ + x·w − y)² + (λ/2)‖w‖² = s² O'(w'),   ∇O(w) = s ∇O'(w'),
+
+so records' objective and suboptimality are O'·s², grad_norm ‖∇O'‖·s, the iterate s·w',
+and a prediction is ȳ + x·w (ȳ is in the notes).  This is ridge on the centred target;
+with ``fit_intercept`` the intercept is penalized in both, so it differs from ridge on
+the raw target by the penalty on the offset ȳ only.  Algorithm parameters (μ, ρ, lr)
+act on the standardized problem.
 """
 from __future__ import annotations
 
@@ -58,6 +69,7 @@ class LinearModelConfig(SolverOptions):
     fit_intercept: bool = False
     classes: int | None = None   # softmax with presharded data: the number of classes (a part may lack some)
     optimum: Any = "none"        # none | auto | a saved w* (dane.reference): records then carry suboptimality
+    standardize_target: bool = False  # ridge: fit (y - mean)/std, report in y's units (the module docstring)
     seed: int = 0
     name: str = "ridge"
 
@@ -75,6 +87,14 @@ class LinearModelConfig(SolverOptions):
         if self.loss != "squared" and self.lam == 0:
             raise ConfigError(f"problem.lam must be > 0 for problem={self.name} (the {self.loss} loss alone may "
                               "have no minimizer, e.g. on separable data), got 0")
+        checks.boolean("problem.standardize_target", self.standardize_target)
+        if self.standardize_target and self.loss != "squared":
+            raise ConfigError(f"problem.standardize_target=true scales a regression target; problem={self.name}'s "
+                              f"labels are classes: drop it")
+        if self.standardize_target and self.source.presharded:
+            raise ConfigError(f"problem.standardize_target=true with per-worker parts (data.path={self.source.path}) "
+                              "would scale each part's target by its own statistics; standardize y when you write "
+                              "the parts")
 
     @property
     def source(self):
@@ -97,6 +117,9 @@ class LinearModelConfig(SolverOptions):
             table.y = check_labels(table.y, self.loss, table.name)
             if self.fit_intercept:
                 table.X = add_intercept(table.X)
+            if self.standardize_target:
+                table.y, table.target_units, note = standardized_target(table.y)
+                table.notes.append(note)
             _TABLES.clear()  # one data set at a time: a sweep over problems must not pile them up
             _TABLES[key] = table
         return _TABLES[key]
@@ -152,7 +175,10 @@ class LinearModelConfig(SolverOptions):
             idx = shard(n_total, size, self.seed)[rank].numpy()
             X, y = table.X[idx], table.y[idx]
             notes += table.notes
-        return self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes)
+        problem = self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes)
+        if self.standardize_target:
+            problem.target_units = self.table().target_units
+        return problem
 
     def _shard(self, X, y, *, size: int, n_total: int, rank: int, dtype: torch.dtype, notes=()) -> LinearModelShard:
         classes = self.num_classes(y)
@@ -167,3 +193,23 @@ class LinearModelConfig(SolverOptions):
         problem.notes.append(f"local solver: {self.local_solver} -> {problem.solver.method} (d={problem.dim}, "
                              f"{'sparse' if problem.sparse else 'dense'} X, {len(y)} rows on this worker)")
         return problem
+
+
+def standardized_target(y: np.ndarray) -> tuple[np.ndarray, tuple[float, float], str]:
+    """(y − ȳ)/s with s the population std, the units (ȳ, s) that map results back, and the note saying so."""
+    shift, scale = float(y.mean()), float(y.std())
+    if not scale > 0:
+        raise ConfigError(f"problem.standardize_target=true but the target is constant ({shift:g}); drop it")
+    return (y - shift) / scale, (shift, scale), \
+        (f"standardized the target: y' = (y - {shift:.10g}) / {scale:.10g}; objective, suboptimality, grad_norm "
+         f"and the iterate are reported in y's units, and a prediction is {shift:.10g} + x.w")
+
+
+def in_target_units(record: dict, units: tuple[float, float] | None) -> dict:
+    """A record of the standardized problem in the target's units (module docstring): objective and
+    suboptimality times s², grad_norm times s; ``units`` None: the record itself."""
+    if units is None:
+        return record
+    scale = units[1]
+    factors = {"objective": scale ** 2, "suboptimality": scale ** 2, "grad_norm": scale}
+    return {k: v * factors[k] if k in factors else v for k, v in record.items()}
