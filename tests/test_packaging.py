@@ -177,3 +177,25 @@ def test_the_installed_wheel_runs_dane_from_an_empty_folder(tmp_path):
 
     done = run([str(bin_dir / "dane"), "bench"], empty, env)
     assert done.returncode == 2 and "runs the benchmarks of a checkout" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["horovodrun", "torchrun"])
+def test_the_dane_command_runs_under_each_launcher(tmp_path, launcher):
+    """horovodrun runs the console script as its command; torchrun runs it with --no-python.  Same numbers as the simulator."""
+    bin_dir = Path(sys.executable).parent
+    if launcher == "horovodrun" and not (bin_dir / "horovodrun").exists():
+        pytest.skip("Horovod is not installed (the extra dane[horovod])")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    env.pop("PYTHONPATH", None)
+    prefix = (["horovodrun", "-np", "2", "--gloo"] if launcher == "horovodrun" else
+              ["torchrun", "--standalone", "--nproc_per_node", "2", "--no-python"])
+    run_args = [a for a in RUN if a != "workers=2"]
+    done = run([*prefix, "dane", "train", *run_args, "out_dir=launched"], tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = run([str(bin_dir / "dane"), "train", *RUN, "out_dir=simulated"], tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    launched, simulated = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("launched", "simulated"))
+    assert launched["backend"] == {"horovodrun": "horovod", "torchrun": "torch"}[launcher]
+    assert launched["rounds"] == simulated["rounds"] == 4
+    assert launched["final_objective"] == pytest.approx(simulated["final_objective"], rel=1e-9)
