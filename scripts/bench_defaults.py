@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import dane  # noqa: E402
+from dane.provenance import code_version  # noqa: E402
 from dane.synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench  # noqa: E402
 from dane.synthetic.defaults_data import FAMILIES, make  # noqa: E402
 
@@ -117,7 +118,8 @@ def judge(method: str, default: dict, grid: list[dict]) -> dict:
     return out
 
 
-def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str], quick: bool, log) -> dict:
+def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str], quick: bool, log,
+             code: dict) -> dict:
     X, y, fit_intercept = make(family, loss, **({"n": 400} if quick else {}))
     make_problem = dane.problems.Ridge if loss == "squared" else dane.problems.LogReg
     problem = make_problem(X, y, lam=lam, fit_intercept=fit_intercept, optimum="auto")
@@ -130,7 +132,7 @@ def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str
         default = run_setting(problem, method, default_keys, workers, L, cap)
         runs = [run_setting(problem, method, g, workers, L, cap) for g in grid]
         verdict = judge(method, default, runs)
-        cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs, **verdict}
+        cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs, **verdict, "code": code}
         shown = f"{default['comm_rounds']} allreduces" if default["reached"] else default["status"]
         best = verdict["best"]
         log(f"  {method:12s} default {shown}; best {best['comm_rounds'] if best else '-'} "
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> dict:
     methods = args.only or list(METHODS)
     earlier = read_bench(path).get(KEY, {})
     keep = args.only is not None and earlier.get("quick") == args.quick
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick,
+    code = code_version()  # per method row too: --only reruns one method on newer code
+    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick, "code": code,
               "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g} (dane.fit tol)",
               "goals": "no default diverges; each default within 2x of its best grid setting in allreduces "
                        "(safeguarded DANE: 1.5x of the best fixed mu)",
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
     for family, loss, lam, m in cells(args):
         key = cell_key(family, loss, lam, m)
         log(f"{key}")
-        cell = run_cell(family, loss, lam, m, methods, args.quick, log)
+        cell = run_cell(family, loss, lam, m, methods, args.quick, log, code)
         if keep and key in report["cells"]:
             cell["methods"] = {**report["cells"][key]["methods"], **cell["methods"]}
         report["cells"][key] = cell

@@ -95,3 +95,10 @@ def test_the_readme_table_is_generated_from_the_json(quick, tmp_path):
     readme.write_text(f"before\n{BEGIN}\nold numbers\n{END}\nafter\n")
     main(["--json", str(bench), "--readme", str(readme)])
     assert readme.read_text() == f"before\n{BEGIN}\n{text}\n{END}\nafter\n"
+
+
+def test_each_method_row_records_the_code_it_ran(quick):
+    _, whole = quick
+    report = whole["defaults"]
+    rows = [row for cell in report["cells"].values() for row in cell["methods"].values()]
+    assert all(row["code"] == report["code"] and set(row["code"]) == {"git_commit", "git_dirty"} for row in rows)
