@@ -78,7 +78,7 @@ class StopRule:
         return f"grad_norm <= {self.tol:g} x grad_norm at round 0"
 
     def stopped_by(self, status: str, record: dict, first: dict) -> str:
-        """The test that ended a run with ``status`` on ``record`` (``first``: round 0's record), for the log and summary."""
+        """The test that ended a run with ``status`` on ``record`` (``first``: round 0's record): log and summary."""
         if status == "converged":
             return self.rule(record) or "converged"
         if status == "diverged":

@@ -134,9 +134,9 @@ def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str
         verdict = judge(method, default, runs)
         cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs, **verdict, "code": code}
         shown = f"{default['comm_rounds']} allreduces" if default["reached"] else default["status"]
-        best = verdict["best"]
+        best, ratio = verdict["best"], verdict["ratio"]
         log(f"  {method:12s} default {shown}; best {best['comm_rounds'] if best else '-'} "
-            f"{best['settings'] if best else ''}; ratio {verdict['ratio'] if verdict['ratio'] is None else round(verdict['ratio'], 2)}")
+            f"{best['settings'] if best else ''}; ratio {ratio if ratio is None else round(ratio, 2)}")
     return cell
 
 
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict:
     earlier = read_bench(path).get(KEY, {})
     keep = args.only is not None and earlier.get("quick") == args.quick
     code = code_version()  # per method row too: --only reruns one method on newer code
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick, "code": code,
+    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick,
+              "code": code,
               "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g} (dane.fit tol)",
               "goals": "no default diverges; each default within 2x of its best grid setting in allreduces "
                        "(safeguarded DANE: 1.5x of the best fixed mu)",
