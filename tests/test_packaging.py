@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -95,9 +96,16 @@ def run(cmd: list[str], cwd: Path, env: dict, timeout: float = 900) -> subproces
 
 
 def build_wheel(out: Path) -> Path:
-    """The wheel of this checkout, built as pip builds it (setuptools, no network: this environment's)."""
+    """The wheel of this checkout, built as pip builds it (setuptools, no network: this environment's).
+
+    From a copy: setuptools builds in the source tree's build/, which would leave a folder in the
+    checkout and carry files a later build no longer has.
+    """
+    source = out.parent / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "results", "outputs", "multirun", "*.egg-info", "__pycache__", ".pytest_cache"))
     done = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                str(REPO)], REPO, os.environ)
+                str(source)], source, os.environ)
     assert done.returncode == 0, done.stderr
     [wheel] = out.glob("dane-*.whl")
     return wheel
