@@ -163,3 +163,143 @@ def test_simulated_time_is_the_sum_of_the_parts_when_sequential():
     comm = 1e-4 * messages + (r["activations_bytes"] + r["labels_bytes"] + r["cut_gradients_bytes"]
                               + r["handover_bytes"]) / 1e8
     assert r["activations_s"] + r["gradients_s"] + r["handover_s"] == pytest.approx(comm, rel=1e-9)
+
+
+# -- real processes: m agents + 1 server on gloo point-to-point messages ---------------------------------------------
+
+def launched_spec(m: int, epochs: int, backend: str, **algorithm) -> RunSpec:
+    algorithm = {"cut": "net.2", "batch_size": 64, "agent_momentum": 0.9, "server_momentum": 0.9, **algorithm}
+    return RunSpec(problem=problem(), algorithm=SplitConfig(**algorithm),
+                   comm=Communication(backend=backend, workers=m, cost=AlphaBeta(alpha=1e-4, beta=1e8)),
+                   control=RunControl(stop=StopRule(rounds=epochs, diverge_after=None), quiet=True))
+
+
+def launched_rank(rank: int, size: int, port: int, algorithm: dict, results) -> None:
+    """One process of a launched run (what torchrun starts), its records sent back by rank 0."""
+    import os
+
+    from dane.problems.neural import reproducible_numerics
+    from dane.split.run import run_split
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    collect: dict = {}
+    with reproducible_numerics():
+        run_split(launched_spec(size - 1, 2, "ps", **algorithm), None, collect)
+    if rank == 0:
+        results.put((collect["records"], collect["w"].tolist()))  # plain data: no shared memory
+
+
+@pytest.mark.slow  # 17 s: three processes import torch on a loaded 2-core machine
+@pytest.mark.parametrize("schedule", ["sequential", "splitfed"])
+def test_two_agents_and_a_server_as_processes_equal_the_simulator(schedule):
+    """Real gloo messages between 3 processes (2 agents + the server, the last rank) make the simulator's run:
+    every record's losses and accuracies to 1e-10, its bytes and messages per link exactly, the final weights."""
+    import multiprocessing
+    import socket
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [context.Process(target=launched_rank, args=(r, 3, port, {"schedule": schedule}, results))
+             for r in range(3)]
+    for p in procs:
+        p.start()
+    records, w = results.get(timeout=120)
+    w = torch.tensor(w, dtype=torch.float64)
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    sim_records, sim_w, _ = split_run(2, schedule=schedule, agent_momentum=0.9, server_momentum=0.9)
+    assert len(records) == len(sim_records) == 3
+    for real, sim in zip(records, sim_records):
+        for key in ("objective", "train_accuracy", "test_loss", "test_accuracy", "epoch_loss"):
+            if key in sim:
+                assert abs(real[key] - sim[key]) <= 1e-10, (real["round"], key)
+        counts = [k for k in sim if k.endswith("_bytes") or k.endswith("_messages")] + ["bytes_sent", "comm_rounds"]
+        assert {k: real[k] for k in counts} == {k: sim[k] for k in counts}
+    assert float((w - sim_w).abs().max()) <= 1e-10
+
+
+class ThreadDist:
+    """torch.distributed's blocking send/recv between threads of this process (one queue per sender, receiver, tag)."""
+
+    def __init__(self):
+        import collections
+        import queue
+        import threading
+
+        self._lock = threading.Lock()
+        self._queues = collections.defaultdict(queue.Queue)
+        self.rank_of = {}
+
+    def _queue(self, src, dst, tag):
+        with self._lock:
+            return self._queues[(src, dst, tag)]
+
+    def send(self, tensor, dst, tag):
+        import threading
+
+        self._queue(self.rank_of[threading.get_ident()], dst, tag).put(tensor.clone())
+
+    def recv(self, buf, src, tag):
+        import threading
+
+        buf.copy_(self._queue(src, self.rank_of[threading.get_ident()], tag).get(timeout=60))
+
+
+@pytest.mark.parametrize("schedule,labels", [("sequential", "server"), ("splitfed", "agent")])
+def test_the_launched_protocol_in_threads_equals_the_simulator(schedule, labels, tmp_path):
+    """Rank 0's commands, the followers' loop, the epoch-end sync and the checkpoint parts, each rank a thread
+    with its own `DistLink` over blocking queues: the simulator's records and weights, bit for bit."""
+    import threading
+
+    from dane.split.links import DistLink
+    from dane.split.run import drive, meta
+    from dane.split.training import SplitClock, SplitRun, build_parties, follow
+    from dane.checkpoint import save_checkpoint
+
+    fake, m, out = ThreadDist(), 2, {}
+    spec = launched_spec(m, 2, "ps", schedule=schedule, labels=labels)
+    spec = RunSpec(problem=spec.problem, algorithm=spec.algorithm, comm=spec.comm,
+                   control=RunControl(stop=spec.control.stop, quiet=True, checkpoint_every=1))
+
+    def rank_main(rank):
+        fake.rank_of[threading.get_ident()] = rank
+        torch.set_num_threads(1)  # OpenMP's thread count is each thread's own: a new thread starts at the default
+        link = DistLink(rank, fake)
+        proto, info = build_parties(spec, {rank}, link)
+        if rank == 0:
+            collect = {}
+            drive(spec, SplitRun(proto, info, SplitClock(m, simulated=False), link, launched=True), str(tmp_path),
+                  collect)
+            out.update(collect)
+            return
+
+        def save_part(round_, agents):
+            save_checkpoint(str(tmp_path), rank, {"round": round_, "algorithm": {"agents": agents}}, meta(spec, rank))
+            link.send_control(torch.tensor([1]), 0)
+
+        follow(proto, link, save_part)
+
+    from dane.problems.neural import reproducible_numerics
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(m + 1)]
+    with reproducible_numerics():  # one intra-op thread, as the simulator and every launched rank have
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    sim_records, sim_w, _ = split_run(m, schedule=schedule, labels=labels, agent_momentum=0.9, server_momentum=0.9)
+    # Counts exactly; values to 1e-12, not bit for bit: epoch_loss is summed per process, then across processes
+    # (another order of the sum), and threads of one process may reduce in another order than the simulator's.
+    for real, sim in zip(out["records"], sim_records):
+        assert real.keys() == sim.keys()
+        counts = [k for k in sim if k.endswith("_bytes") or k.endswith("_messages")] + ["bytes_sent", "comm_rounds"]
+        assert {k: real[k] for k in counts} == {k: sim[k] for k in counts}
+        for key in ("objective", "train_accuracy", "test_loss", "test_accuracy", "epoch_loss"):
+            assert abs(real.get(key, 0) - sim.get(key, 0)) <= 1e-12, (real["round"], key)
+    assert float((out["w"] - sim_w).abs().max()) <= 1e-12
+    assert sorted(p.name for p in (tmp_path / "checkpoint" / "round2").glob("*.pt")) == ["rank0.pt", "rank1.pt"]

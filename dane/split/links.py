@@ -80,10 +80,11 @@ class SimLink:
 class DistLink:
     """This process's end: rank ``rank`` of m agents (0 .. m-1) and the server (rank m)."""
 
-    def __init__(self, rank: int):
-        import torch.distributed as dist
+    def __init__(self, rank: int, dist=None):
+        if dist is None:
+            import torch.distributed as dist
 
-        self.dist, self.rank = dist, rank
+        self.dist, self.rank = dist, rank  # ``dist``: torch.distributed, or a stand-in with its send/recv (tests)
         self.counters = Counters()
 
     def local(self, rank: int) -> bool:

@@ -125,6 +125,8 @@ def drive(spec, algo: SplitRun, out_dir: str | None, collect: dict | None) -> di
     finally:
         if writer is not None:
             writer.close()
+        if hasattr(show, "close"):
+            show.close()
     algo.command(STOP)
     summary = make_summary(spec, algo, records, status, start, resume)
     if collect is not None:

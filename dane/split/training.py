@@ -218,7 +218,7 @@ def follow(proto: EpochProtocol, link, on_checkpoint) -> None:
             proto.counters.take()
             if proto.server is not None:
                 link.send_control(proto.server.pack(), 0)
-        elif op == CHECKPOINT:
+        elif op == CHECKPOINT and rank in proto.agents:  # the server's state is in rank 0's part already
             on_checkpoint(round_, {str(rank): agent_state(proto.agents[rank])})
         elif op == STATE:
             proto.server.unpack(link.recv_control((proto.server.numel(),), proto.dtype, 0))
