@@ -11,7 +11,7 @@ import torch
 from dane.dane import DANEConfig
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
-from helpers import convex_rule_holds, ridge_shards, simulate
+from helpers import ridge_shards, simulate
 
 
 def test_identical_shards_eta1_mu0_reach_the_optimum_in_one_round():
@@ -146,40 +146,61 @@ def test_safeguard_is_within_1_5x_of_the_best_fixed_mu_on_the_full_grid(n_sample
     assert_within_1_5x_of_the_best_fixed_mu(ridge_shards(m, RidgeSyntheticConfig(n_samples=n_samples, covariance=cov)))
 
 
-def test_safeguard_on_ridge_keeps_the_convex_rule():
-    # A quadratic is convex: no slack on the objective, spread and boost never decrease, so
-    # μ is monotone even across the rejection this setting provokes (n_i = 150 < d = 100 x 1.5).
-    problems = ridge_shards(8, RidgeSyntheticConfig(n_samples=1200, dim=100, covariance="iso"))
-    assert all(p.convex for p in problems)
-    (_, records, _), *_ = simulate(DANEConfig(mu=0.0), problems, rounds=25)
-    assert not all(r["accepted"] for r in records[:-1])  # the rejection path ran
-    assert convex_rule_holds(records)
-    assert records[-1]["suboptimality"] < 1e-10
+MU_GRID = (0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1, 3)  # issue 23's grid of fixed μ
 
-def test_safeguard_forgets_on_a_convex_non_quadratic_problem():
-    # Logistic Hessians move with w: the spread far from the optimum overstates the one near it.
-    # Forgetting (the default for a non-quadratic) must not give up strict descent, and on this
-    # problem it needs well under the rounds of the never-decreasing rule (measured 64 vs 196).
+
+def rounds_to_relative(problem, workers: int, config, *, tol: float = 1e-8, rounds: int = 150):
+    """Rounds of ``config`` until suboptimality <= tol |O*| (inf if never), and the records."""
+    import dane
+
+    records = dane.fit(problem, config, workers=workers, rounds=rounds).records
+    optimum = records[0]["objective"] - records[0]["suboptimality"]
+    hit = [r["round"] for r in records if r["suboptimality"] <= tol * abs(optimum)]
+    return (hit[0] if hit else math.inf), records
+
+
+def rare_value_ridge(lam: float):
+    import dane
+    from dane.synthetic.defaults_data import rare_onehot
+
+    X, y, intercept = rare_onehot("squared", n=2000, rare=3, seed=0)
+    return dane.problems.Ridge(X, y, lam=lam, fit_intercept=intercept, optimum="auto")
+
+
+@pytest.mark.parametrize("lam", [1e-3, 1e-5])
+def test_safeguard_is_near_the_best_fixed_mu_on_a_rare_value_and_moves_mu_both_ways(lam):
+    # A one-hot value in 3 of 2000 rows: some of 8 shards hold none of it.  At lam=1e-3 plain
+    # DANE is safe and the old never-decreasing rule took 3-10x its rounds; at 1e-5 mu=0 diverges.
+    problem = rare_value_ridge(lam)
+    fixed = {mu: rounds_to_relative(problem, 8, DANEConfig(mu=mu, safeguard=False))[0] for mu in MU_GRID}
+    auto, records = rounds_to_relative(problem, 8, DANEConfig())
+    best = min(fixed.values())
+    # The best fixed mu is a sharp minimum here (at 1e-3: 4 rounds, against 18 at 1e-4 and 35 at 1e-2) that no
+    # rule finds without trying; the evidence rule measured 9 rounds at both lam (1.8x and 2.25x), the
+    # never-decreasing rule it replaced 26-49.  The issue's 1.5x holds on the synthetic grids above.
+    assert best < math.inf and auto <= 2.5 * best, (auto, fixed)
+    objectives = [r["objective"] for r in records]
+    assert all(b <= a + 1e-12 * abs(a) for a, b in zip(objectives, objectives[1:]))  # never an ascent
+    mus = [r["mu"] for r in records[:auto]]
+    assert len(set(mus)) <= 3  # few distinct mu: an exact local solver refactorizes at most this often
+    if fixed[0] == math.inf:  # mu=0 diverges: the rule went up, and came back down towards the best mu
+        assert any(b < a for a, b in zip(mus, mus[1:])) and any(b > a for a, b in zip(mus, mus[1:]))
+
+
+def test_safeguard_beats_every_fixed_mu_on_logistic_breast_cancer():
+    # Logistic Hessians move with w, so no single mu suits the whole run: none on the grid reaches
+    # relative 1e-8 in 150 rounds here, while the evidence rule does (measured 51 rounds).
     from sklearn.datasets import load_breast_cancer
 
     import dane
-    from dane.dane import DANE, DANEConfig
 
     X, y = load_breast_cancer(return_X_y=True)
     problem = dane.problems.LogReg((X - X.mean(0)) / X.std(0), y, lam=1e-3, fit_intercept=True, optimum="auto")
-    tol = 1e-8  # relative: suboptimality <= 1e-8 x O* (StopRule), as this test asked before tol became relative
-
-    class NeverForget(DANEConfig):
-        def build(self, problem, comm):
-            algo = DANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=True)
-            algo.guard.forget = False
-            return algo
-
-    forgetting = dane.fit(problem, "dane", workers=4, rounds=300, tol=tol)
-    keeping = dane.fit(problem, NeverForget(), workers=4, rounds=300, tol=tol)
-    assert forgetting.status == keeping.status == "converged"
-    assert forgetting.records[-1]["round"] <= 0.5 * keeping.records[-1]["round"]
-    accepted = [r["objective"] for r in forgetting.records[:-1] if r["accepted"]] + [forgetting.records[-1]["objective"]]
+    auto, records = rounds_to_relative(problem, 4, DANEConfig())
+    assert auto <= 80
+    for mu in (1e-3, 1e-2, 0.1):
+        assert rounds_to_relative(problem, 4, DANEConfig(mu=mu, safeguard=False), rounds=auto)[0] == math.inf
+    accepted = [r["objective"] for r in records[:auto] if r["accepted"]]
     assert all(b <= a + 1e-12 * abs(a) for a, b in zip(accepted, accepted[1:]))
 
 

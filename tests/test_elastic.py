@@ -157,8 +157,9 @@ def test_a_lost_worker_leaves_one_that_redoes_the_uncommitted_rounds_once_and_re
     assert summary["final_suboptimality"] <= 1e-12
     w = torch.load(run_dir / "iterate.pt")
     assert float(torch.linalg.vector_norm(w - optimum(spec))) <= 1e-10
-    # the safeguard kept its memory: μ where the committed state left it, never below
-    assert records[6]["mu"] >= records[5]["mu"] > 0
+    # n_i = 40 d: plain DANE is safe, so the safeguard's evidence rule keeps μ at 0 throughout; the change of
+    # world size (new shards, a rebased guard) must not read as an overshoot or a rejection and raise it
+    assert [r["mu"] for r in records[:-1]] == [0.0] * ROUNDS
 
 
 def test_elastic_is_checked_before_any_process_group(monkeypatch):
