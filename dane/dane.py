@@ -144,7 +144,8 @@ class MuSafeguard:
       cosine c of consecutive steps.  On a quadratic the error obeys e_{t+1} = (I - M)e_t
       with M = (1/m)Σ_i η(H_i + μI)⁻¹H, and the slowest mode dominates the steps: c < 0
       means an eigenvalue of M above 1 (overshoot, μ too small), c > 0 one below 1
-      (undershoot, μ too large).  c < -0.3: μ ← max(2μ, snap(ratio · κ)); c > 0.3:
+      (undershoot, μ too large).  c < -0.3: μ up (from 0: to r κ/(1 + r), r = ‖s_t‖/‖s_{t-1}‖,
+      which brings an eigenvalue 1 + r of M at μ = 0 back to 1 along s); c > 0.3:
       μ ← μ/4 (to the floor once below 1e-3 κ).  Slow with no dominant mode (ratio > 0.5,
       |c| ≤ 0.3): μ moves halfway (in log scale) to the δ rule;
     - a step that contracts fast, or a step at round-off (‖s‖ ≤ `ROUND_OFF_STEP` ulps of
@@ -258,7 +259,7 @@ class MuSafeguard:
         cosine = float(step @ previous) / (math.sqrt(step_sq) * float(norm(previous)))
         curvature = float(step @ grad_change) / step_sq
         if cosine < -self.turn:  # overshoot along the slowest direction: more damping
-            return self._move(mu_used, +1, start=snap(ratio * max(curvature, 0.0)))
+            return self._move(mu_used, +1, start=snap(ratio / (1 + ratio) * max(curvature, 0.0)))
         if cosine > self.turn and mu_used > self.mu_floor:  # undershoot: less damping, not down to a rejected μ
             lower = self._move(mu_used, -1)
             if lower <= self.rejected_mu:

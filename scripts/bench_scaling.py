@@ -12,7 +12,8 @@
   average before and after every launch.  Two thread settings:
   ``default`` (the package's launch: one rank gets every core's intra-op thread, two ranks
   one core each) and ``one_thread`` (OMP_NUM_THREADS=1: one core per worker in both).
-  Goal: np1 / np2 >= 1.6 on ``default``.
+  Goal (issue 22, item 6): np1 / np2 >= 1.5 on ``one_thread``, one core per worker on both
+  sides; ``default`` is reported beside it.  ``tol`` is relative (suboptimality / |O*|).
 - ``factorization``: one core's time for a Cholesky factorization and an eigendecomposition
   of a d=2000 local Hessian, and their ratio, the break-even count that
   `dane.problems.quadratic.EIGH_BREAK_EVEN` stands for; and ``one_rhs_solve``, one
@@ -65,7 +66,7 @@ from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
          "rounds=100", "quiet=true")
-RIDGE_GOAL, MNIST_GOAL = 1.6, 1.8
+RIDGE_GOAL, MNIST_GOAL = 1.5, 1.8  # issue 22 item 6: one core per worker on both sides (one_thread)
 SECTIONS = ("ridge", "factorization", "background_loop", "mnist")
 THREADS = {"default": {}, "one_thread": {"OMP_NUM_THREADS": "1"}}
 #: the package's Horovod cycle for a network (auto: HorovodOptions.COMPUTE_BOUND_CYCLE_MS) against the convex problems'
@@ -125,9 +126,10 @@ def ridge(tmp: Path, repeats: int) -> dict:
                 print(f"ridge {variant} np={np} repeat {repeat}: {runs[-1]['time_to_tol_s']:.3f} s to 1e-8 "
                       f"({s['rounds']} rounds), launcher {run['launcher_wall_s']:.1f} s, load {run['load_before']}",
                       flush=True)
-        result["variants"][variant] = summarize(runs, repeats, goal=RIDGE_GOAL if variant == "default" else None)
-    default = result["variants"]["default"]
-    result.update(ratio=default["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=default["goal_met"])
+        result["variants"][variant] = summarize(runs, repeats, goal=RIDGE_GOAL if variant == "one_thread" else None)
+    judged = result["variants"]["one_thread"]
+    result.update(ratio=judged["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=judged["goal_met"],
+                  goal_variant="one_thread")
     return result
 
 

@@ -27,9 +27,10 @@ def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0):
     for k, (s, t) in enumerate(zip(subopts, times)):
         writer.write_round({"round": k, "time_s": t, "bytes_sent": 0, "comm_rounds": 2 * k, "objective": 1 + s,
                             "suboptimality": s})
-    status = status or ("converged" if subopts[-1] <= cfg["tol"] else "max_rounds")
+    status = status or ("converged" if subopts[-1] <= cfg["tol_abs"] else "max_rounds")  # the figures' absolute tol
     summary = {"algorithm": cfg["algorithm"]["name"], "workers": cfg["workers"], "status": status,
-               "rounds": len(subopts) - 1, "final_suboptimality": subopts[-1], "setup_s": setup_s,
+               "rounds": len(subopts) - 1, "final_suboptimality": subopts[-1], "final_objective": 1 + subopts[-1],
+               "setup_s": setup_s,
                "backend": "simulator" if cfg["workers"] > 1 else "local"}
     if cfg["workers"] > 1:
         cost = cost_model(OmegaConf.create(cfg["sim"]))
