@@ -18,7 +18,7 @@ from dane.launch import execute
 from dane.progress import RoundBar
 from dane.results import RunWriter, read_rounds, read_summary
 from dane.trackers import Trackers, check_loggers, metrics
-from helpers import REPO, env
+from helpers import env
 
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=4", "quiet=true", "workers=2"]
 
@@ -78,14 +78,17 @@ def test_a_missing_extra_is_one_line_and_exit_2(tmp_path):
     # sys.modules[name] = None makes importlib.util.find_spec(name) None: the package looks uninstalled
     code = ("import sys; sys.modules['tensorboard'] = None; sys.argv[0] = 'train'; "
             "from dane.experiments.train import main; main()")
-    proc = subprocess.run([sys.executable, "-c", code, *SMALL, "logger=[jsonl,tensorboard]", f"out_dir={tmp_path}"],
-                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+    cwd = tmp_path / "cwd"  # main() called directly leaves Hydra's .hydra/ and train.log in the working folder
+    cwd.mkdir()
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", code, *SMALL, "logger=[jsonl,tensorboard]", f"out_dir={out}"],
+                          cwd=cwd, env=env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: logger=tensorboard needs the tensorboard package")
     assert "pip install 'dane[tensorboard]'" in lines[0]
-    assert not (tmp_path / "rounds.jsonl").exists()  # refused before anything ran
+    assert not (out / "rounds.jsonl").exists()  # refused before anything ran
 
 
 def test_logger_names_are_checked():
