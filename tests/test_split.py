@@ -303,3 +303,66 @@ def test_the_launched_protocol_in_threads_equals_the_simulator(schedule, labels,
             assert abs(real.get(key, 0) - sim.get(key, 0)) <= 1e-12, (real["round"], key)
     assert float((out["w"] - sim_w).abs().max()) <= 1e-12
     assert sorted(p.name for p in (tmp_path / "checkpoint" / "round2").glob("*.pt")) == ["rank0.pt", "rank1.pt"]
+
+
+def test_a_lost_agent_and_resume_auto_finish_as_the_uninterrupted_run(tmp_path):
+    """sim.fail_at loses agent 1 at epoch 2 of 3; the checkpoint (one part per agent, rank 0's with the server's
+    state) lets the same run continue: its records and weights are the uninterrupted run's."""
+    import dataclasses
+
+    from dane.faults import SimulatedFault
+    from dane.results import read_rounds
+
+    algorithm = SplitConfig(cut="net.2", batch_size=64, agent_optimizer="adam", server_optimizer="adam", agent_lr=0.01,
+                            server_lr=0.01)
+    control = RunControl(stop=StopRule(rounds=3, diverge_after=None), quiet=True, checkpoint_every=1,
+                         faults=((2, 1),))
+    spec = RunSpec(problem=problem(), algorithm=algorithm, comm=Communication(workers=2), control=control)
+    with pytest.raises(SimulatedFault):
+        execute(spec, str(tmp_path))
+    assert sorted(p.name for p in (tmp_path / "checkpoint" / "round2").glob("*.pt")) == ["rank0.pt", "rank1.pt"]
+    resumed = dataclasses.replace(spec, control=dataclasses.replace(control, resume=str(tmp_path)))
+    collect: dict = {}
+    execute(resumed, None, collect=collect)
+    whole: dict = {}
+    execute(dataclasses.replace(spec, control=dataclasses.replace(control, faults=())), str(tmp_path / "whole"),
+            collect=whole)
+    assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1, 2, 3]
+    assert read_rounds(tmp_path)[-1]["objective"] == whole["records"][-1]["objective"]
+    assert torch.equal(collect["w"], whole["w"])
+
+
+@pytest.mark.slow  # about 35 s: two torchrun launches of 3 processes
+@pytest.mark.parametrize("killed,survivors", [(1, {"agent 0", "the split server"}), (2, {"agent 0", "agent 1"})])
+def test_torchrun_a_killed_agent_or_server_is_one_line_and_resume_auto_finishes_the_run(tmp_path, killed, survivors):
+    """SIGKILL of agent 1 (or the server, rank 2) at epoch 2: each survivor says in one line that it lost a peer
+    and how to continue; the same command with resume=auto finishes with the simulator's records."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dane.results import read_rounds
+
+    repo = Path(__file__).resolve().parents[1]
+    environment = {**os.environ, "PYTHONPATH": str(repo), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    command = ["torchrun", "--standalone", "--monitor-interval=3", "--nproc_per_node", "3", "-m", "experiments.train",
+               "comm=ps", "algorithm=split", "problem=digits_mlp", "problem.dtype=float64", "algorithm.cut=net.2",
+               "algorithm.batch_size=64", "problem.model.hidden=[32,16]", "rounds=3", "checkpoint_every=1", f"out_dir={tmp_path / 'run'}"]
+    proc = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=300,
+                          env={**environment, "DANE_TEST_KILL_AT_ROUND": "2", "DANE_TEST_KILL_RANK": str(killed)})
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "lost a peer mid-run" in line]
+    assert proc.returncode != 0
+    assert {line.split("error: ")[1].split(" lost")[0] for line in lines} == survivors, proc.stderr[-3000:]
+    assert all("resume=auto" in line for line in lines)
+    proc = subprocess.run([*command, "resume=auto"], cwd=repo, capture_output=True, text=True, timeout=300,
+                          env=environment)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = read_rounds(tmp_path / "run")
+    sim, _, _ = split_run(2, epochs=3)
+    assert [r["round"] for r in records] == [0, 1, 2, 3]
+    for real, simulated in zip(records, sim):
+        assert abs(real["objective"] - simulated["objective"]) <= 1e-10
+        assert real["bytes_sent"] == simulated["bytes_sent"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["resumed_from_round"] == 2

@@ -17,7 +17,7 @@ import torch
 from ..checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint, truncate_rounds
 from ..confusion import write_confusion
 from ..errors import ConfigError
-from ..faults import worker_lost
+from ..faults import inject_faults, worker_lost
 from ..results import SUMMARY_FILE, RunWriter
 from ..runner import run
 from .links import KINDS, DistLink, SimLink
@@ -29,6 +29,8 @@ def run_split(spec, out_dir: str | None, collect: dict | None = None) -> dict:
     if backend == "local":
         proto, info = build_parties(spec, set(range(m + 1)), SimLink(spec.comm.cost))
         algo = SplitRun(proto, info, SplitClock(m, simulated=True), proto.link, launched=False)
+        algo.on_epoch = lambda _, epoch: [inject_faults(spec.control.faults, a, epoch, out_dir)  # sim.fail_at
+                                          for a in range(m)]
         return drive(spec, algo, out_dir, collect)
     if backend != "ps" or spec.comm.servers != 1:
         raise ConfigError(f"algorithm=split runs in the simulator (workers=<m>, plain python) or under torchrun with "
@@ -53,9 +55,11 @@ def launched(spec, out_dir: str | None, collect: dict | None) -> dict:
         out_dir = shared[0] or None
         link = DistLink(rank)
         proto, info = build_parties(spec, {rank}, link)
+        faults = lambda r, epoch: inject_faults(spec.control.faults, r, epoch, out_dir)  # noqa: E731 - test hook
         if rank == 0:
-            return drive(spec, SplitRun(proto, info, SplitClock(m, simulated=False), link, launched=True), out_dir,
-                         collect)
+            algo = SplitRun(proto, info, SplitClock(m, simulated=False), link, launched=True)
+            algo.on_epoch = faults
+            return drive(spec, algo, out_dir, collect)
         if rank < m and spec.control.resume is not None:
             load_agents(proto, load_checkpoint(spec.control.resume, rank, meta(spec, rank))["algorithm"])
 
@@ -63,7 +67,7 @@ def launched(spec, out_dir: str | None, collect: dict | None) -> dict:
             save_checkpoint(out_dir, rank, {"round": round_, "algorithm": {"agents": agents}}, meta(spec, rank))
             link.send_control(torch.tensor([1]), 0)
 
-        follow(proto, link, save_part)
+        follow(proto, link, save_part, faults)
         return {"status": "served" if rank == m else "followed", "rank": rank}
     except RuntimeError as exc:
         lost = worker_lost(exc, who, out_dir, spec.control.checkpoint_every)

@@ -123,6 +123,8 @@ class SplitRun:
         self.top = proto.server if proto.server is not None else \
             Server(copy.deepcopy(info["parts"].top), proto.server_solver)  # rank 0's mirror of the server's top
         self.last = epoch_fields(Counters().values)
+        self.epoch = 0  # epochs done: the round of the next record
+        self.on_epoch = None  # called with (rank, epoch) before each epoch (`dane.faults.inject_faults`)
 
     # -- the model rank 0 evaluates ---------------------------------------------------------------
     def model(self) -> nn.Module:
@@ -156,14 +158,18 @@ class SplitRun:
     # -- one round ---------------------------------------------------------------------------------
     def step(self) -> dict:
         metrics = self.evaluate()
-        self.command(EPOCH)
+        self.command(EPOCH, self.epoch)
+        if self.on_epoch is not None:
+            self.on_epoch(0, self.epoch)
         self.proto.run_epoch()
         self.collect()
+        self.epoch += 1
         return metrics
 
-    def command(self, op: int, round_: int = 0) -> None:
+    def command(self, op: int, round_: int = 0, ranks=None) -> None:
+        """Send ``op`` to ``ranks`` (default: every other process), under torchrun."""
         if self.launched:
-            for rank in range(1, self.proto.m + 1):
+            for rank in range(1, self.proto.m + 1) if ranks is None else ranks:
                 self.link.send_control(torch.tensor([op, round_]), rank)
 
     def collect(self) -> None:
@@ -182,14 +188,14 @@ class SplitRun:
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"agents": {str(a): agent_state(agent) for a, agent in self.proto.agents.items()},
-                "server": self.top.pack(), "last": self.last, "clock": list(self.proto.clock)}
+                "server": self.top.pack(), "last": self.last, "clock": list(self.proto.clock), "epoch": self.epoch}
 
     def load_state_dict(self, state: dict) -> None:
         load_agents(self.proto, state)
         self.top.unpack(state["server"])
-        self.last, self.proto.clock = dict(state["last"]), list(state["clock"])
+        self.last, self.proto.clock, self.epoch = dict(state["last"]), list(state["clock"]), int(state["epoch"])
         if self.launched:  # the server continues from the state rank 0 kept
-            self.command(STATE)
+            self.command(STATE, ranks=[self.proto.m])
             self.link.send_control(state["server"], self.proto.m)
 
 
@@ -205,14 +211,17 @@ def load_agents(proto: EpochProtocol, state: dict) -> None:
             agent.generator.set_state(saved["generator"])
 
 
-def follow(proto: EpochProtocol, link, on_checkpoint) -> None:
-    """A follower (an agent other than 0, or the server) under torchrun: rank 0's commands until STOP."""
+def follow(proto: EpochProtocol, link, on_checkpoint, on_epoch=None) -> None:
+    """A follower (an agent other than 0, or the server) under torchrun: rank 0's commands until STOP;
+    ``on_epoch(rank, epoch)`` before each epoch (`dane.faults.inject_faults`)."""
     rank = link.rank
     while True:
         op, round_ = link.recv_control((2,), torch.int64, 0).tolist()
         if op == STOP:
             return
         if op == EPOCH:
+            if on_epoch is not None:
+                on_epoch(rank, round_)
             proto.run_epoch()
             link.send_control(proto.counters.vector(), 0)
             proto.counters.take()
