@@ -44,6 +44,7 @@ def launched(spec, out_dir: str | None, collect: dict | None) -> dict:
 
     from ..comm.torch_dist import init_process_group
 
+    build_parties(spec, set(), None)  # a bad cut or problem: one line before any process group starts
     if not dist.is_initialized():
         init_process_group("gloo")
     rank, m = dist.get_rank(), spec.comm.workers
