@@ -6,8 +6,9 @@ missing ones in the simulator first, as ``dane figures make_all`` does for the o
 - ``split_learning_curves``: test accuracy and training loss per epoch, "centralized"
   (one agent: by the invariant this is plain minibatch SGD on the uncut network, tested
   to 1e-12) against 2, 3 and 4 agents taking turns (sequential), for the digits MLP
-  (64-128-64-32-10, cut after its second layer, ``net.4``) and LeNet-5 on digits
-  upsampled to 32x32 (cut after the two conv stages, ``features.6``);
+  (64-128-64-32-10, cut after its second layer, ``net.4``), and LeNet-5 cut after the
+  two conv stages (``features.6``) on digits upsampled to 32x32 and on MNIST (the t10k
+  files in ``data_dir``, split 8,000 train / 2,000 test; each panel's title says its data);
 - ``split_learning_time``: the time of one epoch split into agent compute, server
   compute, activations, cut gradients and hand-over, stacked bars at 2, 3 and 4 agents
   for LeNet-5 cut small (``features.6``) and large (``classifier.1``): simulated with
@@ -38,6 +39,7 @@ AGENTS = (1, 2, 3, 4)
 NETWORKS = {  # label -> (overrides, epochs)
     "digits MLP, cut net.4": (("problem=digits_mlp", "problem.model.hidden=[128,64,32]", "algorithm.cut=net.4"), 20),
     "digits LeNet-5, cut features.6": (("problem=digits_lenet5", "algorithm.cut=features.6"), 10),
+    "MNIST LeNet-5, cut features.6": (("problem=mnist_lenet5", "algorithm.cut=features.6"), 10),
 }
 TIME_CUTS = ("features.6", "classifier.1")
 TABLE_CUTS = ("features.0", "features.3", "features.6", "classifier.0", "classifier.2")
@@ -71,14 +73,16 @@ def agents_label(m: int) -> str:
 
 
 def draw_curves(runs: dict):
-    fig, axes = plt.subplots(2, len(NETWORKS), figsize=(5.2 * len(NETWORKS), 7), squeeze=False)
+    fig, axes = plt.subplots(2, len(NETWORKS), figsize=(4.6 * len(NETWORKS), 7), squeeze=False)
     for col, network in enumerate(NETWORKS):
         for m in AGENTS:
             records = read_rounds(runs[curve_job(network, m)])
             epochs = [r["round"] for r in records]
             axes[0][col].plot(epochs, [r["test_accuracy"] for r in records], "o-", ms=3, label=agents_label(m))
             axes[1][col].plot(epochs, [r["objective"] for r in records], "o-", ms=3, label=agents_label(m))
-        axes[0][col].set_title(network, fontsize=10)
+        data = read_summary(runs[curve_job(network, 1)]).get("data")
+        rows = f"{data['train_size']:,} train / {data['test_size']:,} test rows" if data else ""
+        axes[0][col].set_title(f"{network}\n{rows}", fontsize=9)
         axes[0][col].set_ylabel("test accuracy")
         axes[1][col].set_ylabel("training loss (all rows)")
         axes[1][col].set_yscale("log")
@@ -87,6 +91,17 @@ def draw_curves(runs: dict):
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
     return fig
+
+
+def curves_table(runs: dict) -> str:
+    """Final test accuracy and training loss per network and number of agents, with each network's data."""
+    lines = ["| network | data | " + " | ".join(agents_label(m) for m in AGENTS) + " |", "|---" * (2 + len(AGENTS)) + "|"]
+    for network in NETWORKS:
+        last = [read_rounds(runs[curve_job(network, m)])[-1] for m in AGENTS]
+        data = read_summary(runs[curve_job(network, 1)]).get("data")
+        lines.append(f"| {network} | {data_text(data) if data else '?'} | "
+                     + " | ".join(f"{r['test_accuracy']:.4f} ({r['objective']:.3g})" for r in last) + " |")
+    return "final test accuracy (final training loss) after the last epoch\n\n" + "\n".join(lines) + "\n"
 
 
 def epoch_split(run_dir: Path) -> list[float]:
@@ -130,12 +145,11 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
     results = Path(results)
     runs = locate(RunIndex(results), jobs())
     written = []
-    some = read_summary(runs[curve_job(next(iter(NETWORKS)), 1)])
     provenance = figure_provenance(runs.values(), root=results)
     what = (f"Split learning, sequential: test accuracy and training loss per epoch, centralized (1 agent = plain "
-            f"SGD on the uncut network) against 2-4 agents; data {data_text(some.get('data', {}))}")
-    written += save(draw_curves(runs), out, "split_learning_curves", caption=caption_line(what, provenance),
-                    provenance=provenance)
+            f"SGD on the uncut network) against 2-4 agents; digits MLP, digits LeNet-5, MNIST LeNet-5")
+    written += save(draw_curves(runs), out, "split_learning_curves", curves_table(runs),
+                    caption=caption_line(what, provenance), provenance=provenance)
     fig, real = draw_time(runs, results)
     provenance = figure_provenance([*runs.values(), *real], root=results)
     what = ("Split learning: one epoch's time split, LeNet-5 on digits, small and large bottom, 2-4 agents simulated "
