@@ -146,8 +146,8 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
     runs = locate(RunIndex(results), jobs())
     written = []
     provenance = figure_provenance(runs.values(), root=results)
-    what = (f"Split learning, sequential: test accuracy and training loss per epoch, centralized (1 agent = plain "
-            f"SGD on the uncut network) against 2-4 agents; digits MLP, digits LeNet-5, MNIST LeNet-5")
+    what = ("Split learning, sequential: test accuracy and training loss per epoch, centralized (1 agent = plain "
+            "SGD on the uncut network) against 2-4 agents; digits MLP, digits LeNet-5, MNIST LeNet-5")
     written += save(draw_curves(runs), out, "split_learning_curves", curves_table(runs),
                     caption=caption_line(what, provenance), provenance=provenance)
     fig, real = draw_time(runs, results)
