@@ -26,7 +26,7 @@ from dane.data.files import (
     resolve_dir,
     save_npz,
 )
-from dane.data.table import REPO_ROOT
+from dane.layout import CHECKOUT as REPO_ROOT  # tests run in a checkout
 from dane.errors import ConfigError, DataError
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
