@@ -261,7 +261,7 @@ def test_the_launched_protocol_in_threads_equals_the_simulator(schedule, labels,
     from dane.split.training import SplitClock, SplitRun, build_parties, follow
     from dane.checkpoint import save_checkpoint
 
-    fake, m, out = ThreadDist(), 2, {}
+    fake, m, out, building = ThreadDist(), 2, {}, threading.Lock()
     spec = launched_spec(m, 2, "ps", schedule=schedule, labels=labels)
     spec = RunSpec(problem=spec.problem, algorithm=spec.algorithm, comm=spec.comm,
                    control=RunControl(stop=spec.control.stop, quiet=True, checkpoint_every=1))
@@ -270,7 +270,8 @@ def test_the_launched_protocol_in_threads_equals_the_simulator(schedule, labels,
         fake.rank_of[threading.get_ident()] = rank
         torch.set_num_threads(1)  # OpenMP's thread count is each thread's own: a new thread starts at the default
         link = DistLink(rank, fake)
-        proto, info = build_parties(spec, {rank}, link)
+        with building:  # the model is drawn from torch's global generator: one thread at a time (processes have their own)
+            proto, info = build_parties(spec, {rank}, link)
         if rank == 0:
             collect = {}
             drive(spec, SplitRun(proto, info, SplitClock(m, simulated=False), link, launched=True), str(tmp_path),
@@ -330,6 +331,7 @@ def test_a_lost_agent_and_resume_auto_finish_as_the_uninterrupted_run(tmp_path):
     assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1, 2, 3]
     assert read_rounds(tmp_path)[-1]["objective"] == whole["records"][-1]["objective"]
     assert torch.equal(collect["w"], whole["w"])
+    assert collect["summary"]["bytes_by_link"] == whole["summary"]["bytes_by_link"]  # the epochs before the loss too
 
 
 @pytest.mark.slow  # about 35 s: two torchrun launches of 3 processes

@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..faults import inject_faults, worker_lost
 from ..results import SUMMARY_FILE, RunWriter
 from ..runner import run
-from .links import KINDS, DistLink, SimLink
+from .links import DistLink, SimLink
 from .training import CHECKPOINT, STOP, SplitClock, SplitRun, build_parties, follow, load_agents
 
 
@@ -163,7 +163,7 @@ def make_summary(spec, algo: SplitRun, records: list[dict], status: str, start: 
         "schedule": config.schedule, "labels": config.labels, "cut": info["cut"], "cut_share": info["cut_share"],
         "cut_width": info["cut_width"], "bottom_params": count(parts.bottom), "top_params": count(parts.top),
         "head_params": count(parts.head), "data": info["data"].info(),
-        "bytes_by_link": {k: sum(r[f"{k}_bytes"] for r in records) for k in KINDS},
+        "bytes_by_link": dict(algo.bytes_by_link),  # the whole run's, a resumed one's included
     }
     if resume is not None:
         summary["resumed_from_round"] = resume["round"]

@@ -124,6 +124,7 @@ class SplitRun:
             Server(copy.deepcopy(info["parts"].top), proto.server_solver)  # rank 0's mirror of the server's top
         self.last = epoch_fields(Counters().values)
         self.epoch = 0  # epochs done: the round of the next record
+        self.bytes_by_link = dict.fromkeys(KINDS, 0)  # the whole run's, across a resume
         self.on_epoch = None  # called with (rank, epoch) before each epoch (`dane.faults.inject_faults`)
 
     # -- the model rank 0 evaluates ---------------------------------------------------------------
@@ -181,6 +182,8 @@ class SplitRun:
             stats = dict(zip(Counters.FIELDS, total.tolist()))
             self.top.unpack(self.link.recv_control((self.top.numel(),), self.proto.dtype, self.proto.m))
         self.last = epoch_fields(stats)
+        for k in KINDS:
+            self.bytes_by_link[k] += self.last[f"{k}_bytes"]
         self.comm.bytes_sent += sum(self.last[f"{k}_bytes"] for k in KINDS)
         self.comm.calls += sum(self.last[f"{k}_messages"] for k in KINDS)
         self.comm.clock = self.proto.elapsed()
@@ -188,12 +191,14 @@ class SplitRun:
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"agents": {str(a): agent_state(agent) for a, agent in self.proto.agents.items()},
-                "server": self.top.pack(), "last": self.last, "clock": list(self.proto.clock), "epoch": self.epoch}
+                "server": self.top.pack(), "last": self.last, "clock": list(self.proto.clock), "epoch": self.epoch,
+                "bytes_by_link": dict(self.bytes_by_link)}
 
     def load_state_dict(self, state: dict) -> None:
         load_agents(self.proto, state)
         self.top.unpack(state["server"])
         self.last, self.proto.clock, self.epoch = dict(state["last"]), list(state["clock"]), int(state["epoch"])
+        self.bytes_by_link = dict(state["bytes_by_link"])
         if self.launched:  # the server continues from the state rank 0 kept
             self.command(STATE, ranks=[self.proto.m])
             self.link.send_control(state["server"], self.proto.m)
