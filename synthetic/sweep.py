@@ -114,6 +114,10 @@ def identity(cfg: dict) -> dict:
     data = out["problem"].get("data") if isinstance(out["problem"], dict) else None
     if isinstance(data, dict) and "data_dir" in data:  # where the files are is not what they hold
         out["problem"] = {**out["problem"], "data": {k: v for k, v in data.items() if k != "data_dir"}}
+    data = out["problem"].get("data") if isinstance(out["problem"], dict) else None
+    if isinstance(data, dict) and not data.get("overlap"):  # no overlap (the runs made before the keys): its factors unused
+        unused = ("overlap", "load_factor", "absolute_factor")
+        out["problem"] = {**out["problem"], "data": {k: v for k, v in data.items() if k not in unused}}
     return out
 
 

@@ -57,6 +57,7 @@ from torch.nn.utils import parameters_to_vector
 
 from .. import checks
 from ..data import Dataset, load_dataset, shard_indices
+from ..data.overlap import check_factors, describe, overlap_shards
 from ..data.sharding import SCHEMES
 from ..errors import ConfigError
 from ..inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for, worker_seed
@@ -118,10 +119,15 @@ class DataConfig:
     image_size: int | None = None  # flat square features -> 1 x S x S images (see `as_images`)
     sharding: str = "iid"   # iid | dirichlet
     alpha: float = 1.0      # Dirichlet concentration (dirichlet sharding only)
+    overlap: bool = False   # grow each shard by random blocks of load_factor x N rows to absolute_factor x N
+    load_factor: float = 0.1
+    absolute_factor: float = 0.5
 
     def __post_init__(self) -> None:
         checks.one_of("problem.data.sharding", self.sharding, SCHEMES)
         checks.positive("problem.data.alpha", self.alpha)
+        checks.boolean("problem.data.overlap", self.overlap)
+        check_factors(self.load_factor, self.absolute_factor)
         if self.image_size is not None:
             checks.positive_int("problem.data.image_size", self.image_size)
 
@@ -204,10 +210,21 @@ class NeuralProblemConfig:
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("problem.device=cuda but torch sees no CUDA device; use problem.device=auto or cpu")
 
+    def shards(self, data: Dataset, size: int) -> tuple[list[torch.Tensor], list[str]]:
+        """Every worker's training rows, and the note that ``data.overlap`` logs."""
+        d = self.data
+        shards = shard_indices(data.train_y, size, scheme=d.sharding, alpha=d.alpha, seed=self.seed)
+        if not d.overlap:
+            return shards, []
+        n = len(data.train_y)
+        shards = overlap_shards(shards, n, load_factor=d.load_factor, absolute_factor=d.absolute_factor, seed=self.seed)
+        return shards, [describe(shards, n, d.load_factor, d.absolute_factor)]
+
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float32) -> "NeuralProblem":
         data = self.dataset()
         dtype = DTYPES[self.dtype] if self.dtype is not None else dtype
-        shard = shard_indices(data.train_y, size, scheme=self.data.sharding, alpha=self.data.alpha, seed=self.seed)[rank]
+        shards, overlap_notes = self.shards(data, size)
+        shard = shards[rank]
         test_rows = torch.tensor_split(torch.arange(len(data.test_y)), size)[rank]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)  # every worker builds the same initial model
@@ -215,10 +232,11 @@ class NeuralProblemConfig:
                                 hidden=self.model.hidden)
         problem = NeuralProblem(
             model, data.train_x[shard], data.train_y[shard], data.test_x[test_rows], data.test_y[test_rows],
-            weight=size * len(shard) / len(data.train_y), test_weight=size / len(data.test_y),
+            # m n_i / Σ_j n_j (Σ_j n_j = N without overlap): the mean of the O_i is the mean loss over the rows held
+            weight=size * len(shard) / sum(len(s) for s in shards), test_weight=size / len(data.test_y),
             num_classes=data.num_classes, workers=size, l2=self.l2, inner=self.inner, grad_batches=self.grad_batches,
             eval_batch_size=self.eval_batch_size, device=pick_device(self.device, rank), dtype=dtype,
-            sampler_seed=worker_seed(self.seed, rank, SAMPLER_STREAM), notes=data.notes,
+            sampler_seed=worker_seed(self.seed, rank, SAMPLER_STREAM), notes=[*data.notes, *overlap_notes],
         )
         problem.data_info = data.info()  # into the run's summary: what the numbers were measured on
         return problem

@@ -43,6 +43,9 @@ def check_problem(problem_config) -> None:
     if not all(hasattr(problem_config, key) for key in ("dataset", "model", "data")):
         raise ConfigError(f"algorithm=split cuts a network: use a network problem (problem=digits_mlp, "
                           f"mnist_lenet5, ...), got problem={getattr(problem_config, 'name', '?')}")
+    if problem_config.data.overlap:
+        raise ConfigError("algorithm=split: the agents hold disjoint rows (a hand-over carries the model, not data); "
+                          "set problem.data.overlap=false")
     if problem_config.l2:
         raise ConfigError(f"algorithm=split trains the plain cross-entropy; set problem.l2=0 (got {problem_config.l2})")
 
