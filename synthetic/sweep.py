@@ -118,6 +118,8 @@ def identity(cfg: dict) -> dict:
     if isinstance(data, dict) and not data.get("overlap"):  # no overlap (the runs made before the keys): its factors unused
         unused = ("overlap", "load_factor", "absolute_factor")
         out["problem"] = {**out["problem"], "data": {k: v for k, v in data.items() if k not in unused}}
+    if isinstance(out["problem"], dict) and "augment" in out["problem"] and not out["problem"]["augment"]:
+        out["problem"] = {k: v for k, v in out["problem"].items() if k != "augment"}  # off: as runs made before it
     return out
 
 

@@ -57,6 +57,7 @@ from torch.nn.utils import parameters_to_vector
 
 from .. import checks
 from ..data import Dataset, load_dataset, shard_indices
+from ..data.augment import augment
 from ..data.overlap import check_factors, describe, overlap_shards
 from ..data.sharding import SCHEMES
 from ..errors import ConfigError
@@ -66,6 +67,7 @@ from ..models import MODEL_NAMES, LogisticRegression, build_model
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 SAMPLER_STREAM = 1  # worker_seed stream of the problem's minibatch generator
+AUGMENT_STREAM = 4  # worker_seed stream of the problem's augmentation generator (problem.augment)
 #: torch intra-op threads of every worker of a network run: every rank of a launched run, and
 #: each simulated worker (`dane.comm.ThreadGroup` holds each of its threads to one as well)
 INTRA_OP_THREADS = 1
@@ -169,6 +171,7 @@ class NeuralProblemConfig:
     inner_momentum: float = 0.0
     grad_batches: int | None = None   # null: exact full-shard gradient
     eval_batch_size: int = 1000
+    augment: bool = False             # random shifts and small rotations of training minibatches (images only)
     device: str = "auto"
     dtype: str | None = "float32"    # null: the run's top-level dtype
     seed: int = 0
@@ -179,6 +182,7 @@ class NeuralProblemConfig:
         if self.grad_batches is not None:
             checks.positive_int("problem.grad_batches", self.grad_batches)
         checks.positive_int("problem.eval_batch_size", self.eval_batch_size)
+        checks.boolean("problem.augment", self.augment)
         checks.one_of("problem.device", self.device, DEVICES)
         if self.dtype is not None:
             checks.one_of("problem.dtype", self.dtype, tuple(DTYPES))
@@ -225,6 +229,10 @@ class NeuralProblemConfig:
         dtype = DTYPES[self.dtype] if self.dtype is not None else dtype
         shards, overlap_notes = self.shards(data, size)
         shard = shards[rank]
+        if self.augment and len(data.in_shape) != 3:
+            raise ConfigError(f"problem.augment=true shifts and rotates images, but {data.name} has flat features "
+                              f"{tuple(data.in_shape)}; set problem.data.image_size, use an image data set, or "
+                              "problem.augment=false")
         test_rows = torch.tensor_split(torch.arange(len(data.test_y)), size)[rank]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)  # every worker builds the same initial model
@@ -237,6 +245,7 @@ class NeuralProblemConfig:
             num_classes=data.num_classes, workers=size, l2=self.l2, inner=self.inner, grad_batches=self.grad_batches,
             eval_batch_size=self.eval_batch_size, device=pick_device(self.device, rank), dtype=dtype,
             sampler_seed=worker_seed(self.seed, rank, SAMPLER_STREAM), notes=[*data.notes, *overlap_notes],
+            augment_seed=worker_seed(self.seed, rank, AUGMENT_STREAM) if self.augment else None,
         )
         problem.data_info = data.info()  # into the run's summary: what the numbers were measured on
         return problem
@@ -284,7 +293,7 @@ class NeuralProblem:
 
     def __init__(self, model: torch.nn.Module, train_x, train_y, test_x, test_y, *, weight: float, test_weight: float,
                  num_classes: int, workers: int, l2: float, inner: InnerSolver, grad_batches: int | None, eval_batch_size: int,
-                 device: torch.device, dtype: torch.dtype, sampler_seed: int, notes=()):
+                 device: torch.device, dtype: torch.dtype, sampler_seed: int, notes=(), augment_seed: int | None = None):
         preload_optimizers()
         self.device, self.dtype = device, dtype
         self.convex = isinstance(model, LogisticRegression)  # cross-entropy of a linear model; a network is not
@@ -298,6 +307,8 @@ class NeuralProblem:
         self.num_classes, self.workers = num_classes, workers
         self.inner, self.grad_batches, self.eval_batch_size = inner, grad_batches, eval_batch_size
         self.sampler = MinibatchSampler(self.n_local, inner.batch_size, sampler_seed)
+        # problem.augment: training minibatches (batch_grad, the inner solve) shifted and rotated (dane.data.augment)
+        self.augmenter = None if augment_seed is None else torch.Generator().manual_seed(augment_seed)
         self.notes = list(notes)
         self._w0 = self._flat_params()
 
@@ -330,7 +341,7 @@ class NeuralProblem:
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Unbiased estimate of ∇O_i(w) from the local rows ``idx``."""
         self._load(w)
-        self._data_loss_backward(idx.to(self.device))
+        self._data_loss_backward(idx.to(self.device), augmented=True)
         return self._flat_grads() + self.l2 * w.to(self.dtype)
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
@@ -339,7 +350,8 @@ class NeuralProblem:
         self._load(anchor)
         anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]
         linear_parts = [g.view_as(p) for g, p in zip(linear.to(self.device, self.dtype).split(self._sizes), self.params)]
-        solve(self.inner, self.params, self._data_loss_backward, lambda: self.sampler.next().to(self.device),
+        solve(self.inner, self.params, lambda idx: self._data_loss_backward(idx, augmented=True),
+              lambda: self.sampler.next().to(self.device),
               anchor_parts, linear_parts, mu, self.l2 if with_reg else 0.0, steps_for(self.inner, self.n_local))
         return self._flat_params().to(anchor.dtype)
 
@@ -363,10 +375,15 @@ class NeuralProblem:
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict:
-        return {"sampler": self.sampler.state_dict()}
+        state = {"sampler": self.sampler.state_dict()}
+        if self.augmenter is not None:
+            state["augment"] = self.augmenter.get_state()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        if self.augmenter is not None and "augment" in state:
+            self.augmenter.set_state(state["augment"])
 
     # ------------------------------------------------------------------ plumbing
     def _load(self, w: torch.Tensor) -> None:
@@ -390,15 +407,20 @@ class NeuralProblem:
         for start in range(0, len(y), self.eval_batch_size):
             yield x[start:start + self.eval_batch_size], y[start:start + self.eval_batch_size]
 
-    def _data_loss_backward(self, idx: torch.Tensor, *, scale: float = 1.0, zero: bool = True) -> torch.Tensor:
-        """weight × mean CE over rows ``idx`` (chunked), its gradient accumulated into ``p.grad``."""
+    def _data_loss_backward(self, idx: torch.Tensor, *, scale: float = 1.0, zero: bool = True,
+                            augmented: bool = False) -> torch.Tensor:
+        """weight × mean CE over rows ``idx`` (chunked), its gradient accumulated into ``p.grad``; ``augmented``
+        (a training step) shifts and rotates the images when ``problem.augment`` is on."""
         if zero:
             self._zero_grad()
         total = torch.zeros((), dtype=self.dtype, device=self.device)
         factor = scale * self.weight / len(idx)
         for start in range(0, len(idx), self.eval_batch_size):
             rows = idx[start:start + self.eval_batch_size]
-            loss = factor * F.cross_entropy(self.model(self.train_x[rows]), self.train_y[rows], reduction="sum")
+            x = self.train_x[rows]
+            if augmented and self.augmenter is not None:
+                x = augment(x, self.augmenter)
+            loss = factor * F.cross_entropy(self.model(x), self.train_y[rows], reduction="sum")
             loss.backward()
             total += loss.detach()
         return total

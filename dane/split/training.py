@@ -46,6 +46,8 @@ def check_problem(problem_config) -> None:
     if problem_config.data.overlap:
         raise ConfigError("algorithm=split: the agents hold disjoint rows (a hand-over carries the model, not data); "
                           "set problem.data.overlap=false")
+    if getattr(problem_config, "augment", False):
+        raise ConfigError("algorithm=split does not augment its agents' minibatches; set problem.augment=false")
     if problem_config.l2:
         raise ConfigError(f"algorithm=split trains the plain cross-entropy; set problem.l2=0 (got {problem_config.l2})")
 
