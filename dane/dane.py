@@ -102,10 +102,9 @@ ROUND_OFF_STEP = 1e4  # ulps of the iterate: a quadratic's step at most this lon
 def snap(mu: float, steps_per_octave: int = 4) -> float:
     """The nearest 2^(k/steps_per_octave) to μ, in log scale (0 stays 0).
 
-    The rule's μ creeps a little every round; on this grid (within 9% of the rule) the
-    local solver reuses its factorization for most rounds instead of refactorizing each
-    one.  Nearest rather than upward rounding: on the synthetic grid, rounding up cost up
-    to 3 extra rounds (6000 x 64 iso: 32 vs 26), rounding to the nearest none.
+    On this grid (within 9% of any μ) the local solver reuses its factorization whenever
+    μ returns to a value it had.  Nearest rather than upward rounding: rounding up cost
+    extra rounds on the synthetic grid (tests/test_dane.py's full-grid test).
     """
     if mu <= 0 or not math.isfinite(mu):
         return mu

@@ -44,8 +44,9 @@ the local solve :math:`w_i = \arg\min O_i(w) - \langle\nabla O_i(w_t) - \eta g, 
 \frac\mu2\|w - w_t\|^2` uses the new shard's Hessian (with fewer workers a larger shard,
 closer to the global Hessian, so a round gains more; at m = 1 and μ = 0 it is Newton's
 step), and allreduce 2 averages the m new local solutions.  The safeguard keeps its
-memory: μ, the measured spread of the local Hessians and its boost, and the last
-accepted point with its global gradient and objective (properties of O, not of the
+memory: μ, the measured spread of the local Hessians and its boost, the evidence rule's
+last step and move, and the last accepted point with its global gradient and objective
+(properties of O, not of the
 shards); only this worker's local gradient at that point is recomputed on its new shard
 (`dane.dane.MuSafeguard.rebase`).  Keeping the spread errs on the safe side: measured
 on the old, smaller shards it overstates the new spread when workers are lost (μ is then
