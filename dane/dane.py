@@ -99,6 +99,11 @@ def solver_arg(local_solver) -> dict:
 ROUND_OFF_STEP = 1e4  # ulps of the iterate: a quadratic's step at most this long does not measure δ (MuSafeguard)
 
 
+def round_off_sq(w: torch.Tensor) -> float:
+    """‖s‖² at or below which a step s from w is round-off (`ROUND_OFF_STEP` ulps of w): its y_i are noise."""
+    return (ROUND_OFF_STEP * torch.finfo(w.dtype).eps) ** 2 * float(torch.linalg.vector_norm(w).square())
+
+
 def snap(mu: float, steps_per_octave: int = 4) -> float:
     """The nearest 2^(k/steps_per_octave) to μ, in log scale (0 stays 0).
 
@@ -207,7 +212,8 @@ class MuSafeguard:
             return w, local_grad, g, metrics, {"accepted": True}
         w0, _, g0, metrics0 = self.accepted
         step_sq = float(torch.linalg.vector_norm(w - w0).square())
-        if step_sq > self._round_off_sq(w0):
+        round_off = round_off_sq(w0)
+        if step_sq > (0.0 if self.forget else round_off):  # a forgetting spread keeps no noise for long
             spread_sq = float(stats[0]) - float(torch.linalg.vector_norm(g - g0).square())
             curvature = float((w - w0) @ (g - g0)) / step_sq
             if math.isfinite(spread_sq):
@@ -231,8 +237,7 @@ class MuSafeguard:
             # a rejected μ below it is explained by δ.  Either way the next μ is larger.
             self.boost *= self.grow
         if self.convex:
-            round_off_sq = (ROUND_OFF_STEP * torch.finfo(w0.dtype).eps) ** 2 * float(torch.linalg.vector_norm(w0).square())
-            self.mu = self._convex_mu(accepted, mu_used, w - w0, g - g0, step_sq, round_off_sq)
+            self.mu = self._convex_mu(accepted, mu_used, w - w0, g - g0, step_sq, round_off)
         else:
             self.mu = max(self.mu_floor, self._rule())
         if not accepted and self.mu == 0.0:  # no spread measured yet: start from the curvature scale
@@ -283,12 +288,6 @@ class MuSafeguard:
         if mu <= 0:  # from μ = 0 (plain DANE) up: the first scale measured
             return max(self.mu_floor, start if start > 0 else self._rule())
         return max(self.mu_floor, snap(mu * 2.0 ** (direction * self.octaves)))
-
-    def _round_off_sq(self, w0: torch.Tensor) -> float:
-        """‖s‖² at or below which a step teaches the never-decreasing spread nothing (0 where it forgets)."""
-        if self.forget:
-            return 0.0
-        return (ROUND_OFF_STEP * torch.finfo(w0.dtype).eps) ** 2 * float(torch.linalg.vector_norm(w0).square())
 
     def _rule(self) -> float:
         """The rule's μ, on the grid: snap(boost * scale * spread)."""
