@@ -74,6 +74,12 @@ class EpochProtocol:
         self.counters.add(f"{who}_compute_s", seconds)
         return out, seconds
 
+    def _server_reply(self, t: float, dt: float, kind: str, out: torch.Tensor, a: int) -> float:
+        """The server computes for dt once it is free and the message (sent at t) is in; its reply to agent a
+        arrives at the returned time."""
+        self.clock[self.SERVER] = max(self.clock[self.SERVER], t) + dt
+        return self.clock[self.SERVER] + self.link.send(kind, out, a)
+
     def step(self, a: int, k: int) -> None:
         if self.u_shaped:
             return self._step_u(a, k)
@@ -88,8 +94,7 @@ class EpochProtocol:
             (loss, grad_h), dt = self._timed("server", self.server.step, h, y)
             self.counters.add("loss_sum", float(loss) * b)
             self.counters.add("rows", b)
-            self.clock[S] = max(self.clock[S], t) + dt
-            t = self.clock[S] + self.link.send("cut_gradients", grad_h, a)
+            t = self._server_reply(t, dt, "cut_gradients", grad_h, a)
         if agent is not None:  # agent: backprop the bottom from dloss/dh, step
             grad_h = self.link.recv("cut_gradients", (b, *self.h_shape), self.dtype, S, a)
             _, dt = self._timed("agent", agent.backward, grad_h)
@@ -105,8 +110,7 @@ class EpochProtocol:
         if self.server is not None:
             h = self.link.recv("activations", (b, *self.h_shape), self.dtype, a, S)
             z, dt = self._timed("server", self.server.forward, h)
-            self.clock[S] = max(self.clock[S], t) + dt
-            t = self.clock[S] + self.link.send("activations", z, a)
+            t = self._server_reply(t, dt, "activations", z, a)
         if agent is not None:
             z = self.link.recv("activations", (b, *self.z_shape), self.dtype, S, a)
             (loss, grad_z), dt = self._timed("agent", agent.head_loss, k, z)
@@ -116,8 +120,7 @@ class EpochProtocol:
         if self.server is not None:
             grad_z = self.link.recv("cut_gradients", (b, *self.z_shape), self.dtype, a, S)
             grad_h, dt = self._timed("server", self.server.backward, grad_z)
-            self.clock[S] = max(self.clock[S], t) + dt
-            t = self.clock[S] + self.link.send("cut_gradients", grad_h, a)
+            t = self._server_reply(t, dt, "cut_gradients", grad_h, a)
         if agent is not None:
             grad_h = self.link.recv("cut_gradients", (b, *self.h_shape), self.dtype, S, a)
             _, dt = self._timed("agent", agent.backward, grad_h)
