@@ -68,10 +68,15 @@ def global_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed:
     return lanczos_max_eig(global_hessian_vector, start_vector(problem.dim, problem.dtype, seed), iters)
 
 
+def local_smoothness(problem: Problem, *, iters: int, seed: int) -> float:
+    """λ_max(H_i) of this worker's own Hessian from ``iters`` local products: no communication."""
+    require_hessian_vector(problem, "algorithm.lr")
+    return lanczos_max_eig(problem.hessian_vector, start_vector(problem.dim, problem.dtype, seed), iters)
+
+
 def largest_local_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
     """max_i λ_max(H_i): local products cost nothing; one allreduce of an m-vector shares the m estimates."""
-    require_hessian_vector(problem, "algorithm.lr")
-    L_local = lanczos_max_eig(problem.hessian_vector, start_vector(problem.dim, problem.dtype, seed), iters)
+    L_local = local_smoothness(problem, iters=iters, seed=seed)
     (L_all,) = comm.allreduce_mean([one_hot(L_local, comm.rank, comm.size, problem.dtype)])
     return float(L_all.max()) * comm.size
 
