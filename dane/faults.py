@@ -13,6 +13,7 @@ import os
 import signal
 
 from .checkpoint import CHECKPOINT_DIR
+from .comm.launcher_signals import LauncherTerminated, exited_peers, stand_down
 from .errors import WorkerLost
 
 #: test-only fault hook: rank 1 (or rank `TEST_KILL_RANK_ENV`) kills itself (SIGKILL) when it reaches this round,
@@ -67,10 +68,26 @@ def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, o
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Horovod has been shut down")
 
 
-def worker_lost(exc: BaseException, who: str, out_dir: str | None, checkpoint_every: int) -> WorkerLost | None:
-    """The one-line `WorkerLost` for ``exc`` if it says that a peer of ``who`` ("worker 1") went away, else None."""
-    if not isinstance(exc, RuntimeError) or not any(text in str(exc) for text in PEER_LOST):
+def worker_lost(exc: BaseException, who: str, out_dir: str | None, checkpoint_every: int,
+                name=lambda rank: f"rank {rank}") -> WorkerLost | None:
+    """The one-line `WorkerLost` for ``exc`` if it says that a peer of ``who`` ("worker 1") went away, else None.
+
+    ``exc`` is a backend's broken connection or the launcher's SIGTERM after a peer exited
+    (`dane.comm.launcher_signals.LauncherTerminated`).  From here on this process only
+    reports: a launcher's SIGTERM no longer interrupts it (`stand_down`).  The lost process
+    is named (``name(rank)``) where this node's torchrun peers show which one exited.
+    """
+    terminated = isinstance(exc, LauncherTerminated)
+    if not terminated and (not isinstance(exc, RuntimeError) or not any(text in str(exc) for text in PEER_LOST)):
         return None
+    stand_down()
+    lost = exc.lost if terminated else exited_peers()
+    gone = " and ".join(name(rank) for rank in lost)
+    if terminated:
+        why = f"{exc.launcher} terminated it with SIGTERM after " + (f"{gone} exited" if lost else
+                                                                  "another process exited: the launcher's log names it")
+    else:
+        why = f"{gone} exited" if lost else "a worker crashed or was killed: the launcher's log names it"
     kept = f"the rounds logged so far are in {out_dir}" if out_dir else "rank 0's run directory keeps the rounds logged so far"
     again = ("rerun the same command with resume=auto to continue from the last checkpoint" if checkpoint_every
              else "set checkpoint_every=K (and resume=auto) so that a rerun continues instead of starting over")
@@ -80,8 +97,7 @@ def worker_lost(exc: BaseException, who: str, out_dir: str | None, checkpoint_ev
                  "checkpoint where the command has resume=auto" if checkpoint_every else
                  f"torchrun restarts the workers ({left} of --max-restarts left), which start over: add "
                  "checkpoint_every=K resume=auto to the command to continue instead")
-    return WorkerLost(f"{who} lost a peer mid-run (a worker crashed or was killed: the launcher's log "
-                      f"names it); {kept}; {again}")
+    return WorkerLost(f"{who} lost a peer mid-run ({why}); {kept}; {again}")
 
 
 def torchrun_restarts_left(env=os.environ) -> int:

@@ -197,6 +197,56 @@ def test_a_survivors_line_says_what_torchrun_does_next():
         assert line.startswith("worker 0 lost a peer mid-run") and line.endswith(tail), line
 
 
+def test_a_launchers_sigterm_becomes_the_lost_peer_line_naming_the_peer_that_exited(monkeypatch):
+    """torchrun SIGTERMs the survivors once a worker exits: `launcher_signals.install`'s handler raises instead of
+    ending the process silently, `worker_lost` makes the one line of it naming the exited peer (a reaped pid; a
+    live one is not named), and a second SIGTERM is then ignored so that it cannot cut the report short."""
+    import os
+
+    from dane.comm import launcher_signals
+    from dane.faults import worker_lost
+
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()  # reaped, as torchrun's agent reaps the failed worker before it SIGTERMs the others
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        monkeypatch.setattr(launcher_signals, "local_peers", lambda: {exited.pid: 1, alive.pid: 2})
+        launcher_signals.install("torchrun")
+        with pytest.raises(launcher_signals.LauncherTerminated) as caught:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at the next bytecode
+        assert caught.value.lost == [1]
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: the report goes on
+        line = str(worker_lost(caught.value, "worker 0", "/runs/r", 0))
+        assert line == ("worker 0 lost a peer mid-run (torchrun terminated it with SIGTERM after rank 1 exited); the "
+                        "rounds logged so far are in /runs/r; set checkpoint_every=K (and resume=auto) so that a rerun "
+                        "continues instead of starting over")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        alive.kill()
+        alive.wait()
+
+
+def test_a_torchrun_worker_finds_its_local_peers_and_their_ranks():
+    """`local_peers`: the other children of this process's parent (torchrun's agent), each with the RANK of its
+    environment; the module is loaded from its file alone, so the child starts in well under a second."""
+    path = REPO / "dane" / "comm" / "launcher_signals.py"
+    probe = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('ls', sys.argv[1]); "
+             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(sorted(m.local_peers().values()))")
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**env(), "RANK": str(r)})
+                for r in (0, 2)]
+    try:
+        out = subprocess.run([sys.executable, "-c", probe, str(path)], env={**env(), "RANK": "1"}, capture_output=True,
+                             text=True, timeout=60)
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+    assert out.stdout.strip() == "[0, 2]", out.stderr
+
+
 @pytest.mark.slow
 def test_torchrun_restart_of_a_network_run_is_bitwise_the_uninterrupted_run(tmp_path):
     """The same for a float32 network (DANE on digits-MLP): rank 1 is SIGKILLed at round 2 and torchrun
@@ -230,9 +280,8 @@ def test_a_worker_killed_without_restarts_leaves_its_peers_one_line_and_its_reco
     non-zero without a traceback of ours; rank 0's rounds.jsonl keeps rounds 0..2 (about 10 s each)."""
     if backend == "horovod":
         launcher, extra = horovodrun(2), []
-    else:  # torchrun SIGTERMs the survivors once it sees the dead worker: give them a moment to report first
+    else:  # torchrun's default --monitor-interval (0.1 s): it SIGTERMs the survivors at once, and each reports
         launcher, extra = torchrun(3 if backend == "ps" else 2), (["comm=ps"] if backend == "ps" else [])
-        launcher.insert(-1, "--monitor-interval=3")
     run_dir = tmp_path / "run"
     proc = subprocess.run([*launcher, sys.executable, "-m", "experiments.train", *RIDGE, "rounds=8", *extra,
                            f"out_dir={run_dir}"], cwd=REPO, env={**env(), "DANE_TEST_KILL_AT_ROUND": "2"},

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
@@ -13,6 +11,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import Communicator
+from .launcher_signals import install
 
 
 def not_installed() -> str:
@@ -54,8 +53,8 @@ class HorovodCommunicator(Communicator):
         self.rank = hvd.rank()
         self.size = hvd.size()
         self.local_rank = hvd.local_rank()
-        if init and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _terminated)
+        if init:  # horovodrun SIGTERMs the survivors once a process exits: the one lost-peer line instead
+            install("horovodrun")
         super().__init__()
 
     @staticmethod
@@ -84,7 +83,7 @@ class HorovodCommunicator(Communicator):
         background loop is gone), and a wait inside Horovod's C++ would then hold this
         process until the launcher kills it, so the worker could not say why it stops.
         Polling here (yielding the core to Horovod's loop between polls) lets the launcher's
-        SIGTERM reach `_terminated`, which turns it into the one-line lost-peer error.
+        SIGTERM reach the handler of `launcher_signals.install`, which turns it into the one-line lost-peer error.
         """
         while not self._hvd.poll(handle):
             time.sleep(0)
@@ -96,11 +95,6 @@ class HorovodCommunicator(Communicator):
     def shutdown(self) -> None:
         if self._owns:
             self._hvd.shutdown()
-
-
-def _terminated(signum, frame) -> None:
-    """horovodrun terminates the survivors once one process exits: say so through the lost-peer path."""
-    raise RuntimeError("Horovod has been shut down: horovodrun terminated this worker (SIGTERM) after a peer exited")
 
 
 LATENCY_BOUND_CYCLE_MS = 0.1  # convex problems: millisecond rounds, small allreduces

@@ -12,6 +12,7 @@ import os
 import torch
 
 from .base import Communicator
+from .launcher_signals import install, under_torchrun
 from .slurm import slurm_task
 
 
@@ -25,7 +26,17 @@ def init_process_group(backend: str) -> None:
     workers' gloo addresses and hang in process-group setup (pytorch issue 135712).  The
     keys of attempt k go under ``dane/attempt_k`` instead.  One node only: each agent
     counts its own restarts.
+
+    Under torchrun, once the group is up, a SIGTERM (torchrun's stop of the survivors after a
+    process exited) becomes the one-line lost-peer error (`launcher_signals.install`): every
+    torchrun backend (comm=torch, comm=ps, algorithm=split) starts its group here.
     """
+    _start_group(backend)
+    if under_torchrun():
+        install("torchrun")
+
+
+def _start_group(backend: str) -> None:
     import torch.distributed as dist
 
     task = slurm_task() if "RANK" not in os.environ else None  # torchrun inside an srun step sets RANK

@@ -71,7 +71,8 @@ def launched(spec, out_dir: str | None, collect: dict | None) -> dict:
         follow(proto, link, save_part, faults)
         return {"status": "served" if rank == m else "followed", "rank": rank}
     except RuntimeError as exc:
-        lost = worker_lost(exc, who, out_dir, spec.control.checkpoint_every)
+        lost = worker_lost(exc, who, out_dir, spec.control.checkpoint_every,
+                           name=lambda r: "the split server" if r == m else f"agent {r}")
         if lost is None:
             raise
     finally:
