@@ -11,12 +11,17 @@ two allreduces:
 
 The local solve is the paper's: ``passes`` epochs of SVRG on the worker's rows, started
 at w_t, step 1/L_max of the row terms unless ``lr`` is given (`dane.local_solvers.svrg`,
-compiled by numba).
+compiled by numba).  ``passes="auto"`` (the default) takes enough passes that one solve
+contracts its error by a fixed factor whatever the conditioning,
+ceil(c L_max / ((λ + μ) n_i)) with c = 2, at least the paper's 3 and at most 1000
+(`dane.local_solvers.svrg_passes`); ``passes=3`` is the paper's setting, which leaves the
+solve rough where L_max/λ is far above 3 n_i, so that the rounds run into the hundreds.
+Local passes are cheap (compiled); rounds are what the method is there to save.
 ``local_solver="cg"`` instead runs Newton-CG to the loose relative residual ``cg_tol``,
 or a fixed ``cg_max_iter`` Hessian-vector products per Newton system with ``cg_tol=0``.
 
-Defaults are the paper's method (η = 1, μ = 0, three passes, as in the public MATLAB
-reference) inside DANE's μ safeguard (`MuSafeguard`), a departure from the paper: on a
+Defaults are the paper's method (η = 1, μ = 0) with the passes above (the paper and its
+public MATLAB reference take three) inside DANE's μ safeguard (`MuSafeguard`), a departure from the paper: on a
 shard that misjudges the global Hessian (a rare feature it lacks) the paper's method
 diverges, and the safeguard never accepts an ascent.  ``safeguard=False`` is the paper's
 method exactly.
@@ -36,7 +41,7 @@ from dane import checks
 from dane.comm import Communicator
 from dane.dane import DANE
 from dane.errors import ConfigError
-from dane.local_solvers import SVRG_VARIANTS, LocalSolver
+from dane.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, check_passes
 from dane.problems import Problem
 
 INEXACT_SOLVERS = ("svrg", "cg")
@@ -49,11 +54,11 @@ def require_convex_shard(problem: Problem, algorithm: str) -> None:
                           f"got {type(problem).__name__}; use algorithm=dane for networks")
 
 
-def inexact_local_solver(method: str, *, passes: int, batch_size: int, lr: float | None, cg_tol: float,
+def inexact_local_solver(method: str, *, passes: int | str, batch_size: int, lr: float | None, cg_tol: float,
                          cg_max_iter: int | None, svrg_variant: str = "epochs") -> LocalSolver:
     """The `LocalSolver` of an InexactDANE-type round, its keys checked under ``algorithm.*``."""
     checks.one_of("algorithm.local_solver", method, INEXACT_SOLVERS)
-    checks.positive_int("algorithm.passes", passes)
+    check_passes("algorithm.passes", passes)
     checks.positive_int("algorithm.batch_size", batch_size)
     checks.one_of("algorithm.svrg_variant", svrg_variant, SVRG_VARIANTS)
     if lr is not None:
@@ -74,7 +79,7 @@ class InexactSolverKeys:
     """The ``algorithm.*`` keys of an InexactDANE-type local solve (shared with AIDE)."""
 
     local_solver: str = "svrg"
-    passes: int = 3
+    passes: int | str = PASSES_AUTO
     batch_size: int = 1
     lr: float | None = None
     svrg_variant: str = "epochs"

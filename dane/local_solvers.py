@@ -13,7 +13,7 @@ subproblem without the shared regularizer).  The methods (``problem.local_solver
   (or a fixed ``max_iter`` products with ``tol=0``); no d x d matrix is formed, so sparse
   X stays sparse.  On a quadratic: one CG solve.
 - ``svrg``: the local solver of InexactDANE (Reddi et al. 2016): ``passes`` epochs of
-  SVRG on the worker's rows, started at the anchor.  The ℓ2, linear and proximal terms
+  SVRG on the worker's rows, started at the anchor (``passes="auto"``: `svrg_passes`).  The ℓ2, linear and proximal terms
   are deterministic and enter exactly; only the data term is sampled.  The step is
   1 / L_max of the per-row components unless ``lr`` is given.  ``variant`` (see
   `SVRG_VARIANTS`) says when the snapshot is taken and how rows are drawn.  Compiled
@@ -28,6 +28,7 @@ Newton steps on a non-quadratic φ take a backtracking (Armijo) line search and 
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -44,6 +45,11 @@ LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
 #: ``matlab``: the public MATLAB/Octave reference's: one snapshot (at the anchor) per solve, then
 #: passes * n_i / b steps on rows drawn uniformly with replacement.
 SVRG_VARIANTS = ("epochs", "matlab")
+PASSES_AUTO = "auto"
+#: passes=auto (`svrg_passes`): SVRG steps per solve = AUTO_PASSES_CONTRACTION x κ, κ = 1 / (γ (λ + μ))
+AUTO_PASSES_CONTRACTION = 2.0
+AUTO_PASSES_MIN = 3      # the paper's (and the public MATLAB reference's) passes: auto never takes fewer
+AUTO_PASSES_MAX = 1000   # a cap on one solve's cost where κ is far above n_i (ill-conditioned data, tiny λ + μ)
 AUTO_MAX_DIM = 2000  # a dense d x d Cholesky costs d^3/3 flops: ~3 Gflop at 2000, once per mu
 
 
@@ -55,7 +61,7 @@ class LocalSolver:
     tol: float = 1e-10
     max_iter: int | None = None     # cg: products per linear solve (None: d); lbfgs: iterations (None: 1000)
     newton_steps: int = 50          # Newton iterations at most (non-quadratic losses)
-    passes: int = 3                 # svrg: epochs per solve
+    passes: int | str = 3           # svrg: epochs per solve, or "auto" (`svrg_passes`)
     batch_size: int = 1             # svrg: rows per step
     lr: float | None = None         # svrg: step (None: 1 / L_max)
     variant: str = "epochs"         # svrg: SVRG_VARIANTS
@@ -66,7 +72,7 @@ class LocalSolver:
         if self.max_iter is not None:
             checks.positive_int("problem.local_max_iter", self.max_iter)
         checks.positive_int("problem.newton_steps", self.newton_steps)
-        checks.positive_int("problem.svrg_passes", self.passes)
+        check_passes("problem.svrg_passes", self.passes)
         checks.positive_int("problem.svrg_batch_size", self.batch_size)
         if self.lr is not None:
             checks.positive("problem.svrg_lr", self.lr)
@@ -79,6 +85,15 @@ class LocalSolver:
         if self.method != "auto":
             return self
         return replace(self, method="cholesky" if dim <= AUTO_MAX_DIM and not sparse else "cg")
+
+
+def check_passes(key: str, passes) -> int | str:
+    """SVRG's passes: a positive integer or ``auto``; else one line naming the key and the value."""
+    if passes == PASSES_AUTO:
+        return passes
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+        raise ConfigError(f"{key} must be a positive integer or {PASSES_AUTO}, got {passes!r}")
+    return passes
 
 
 class Shard(Protocol):
@@ -180,8 +195,8 @@ def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None
         _warn_once(f"numba is not importable ({exc}); SVRG runs its torch reference, one call per step "
                    "(slow): pip install numba")
         return svrg_reference(sub, solver, generator)
-    lr, shrink, steps, b = svrg_constants(sub, solver)
-    order = torch.cat(svrg_schedule(sub.shard.n_local, b, steps, solver, generator))
+    lr, shrink, steps, b, passes = svrg_constants(sub, solver)
+    order = torch.cat(svrg_schedule(sub.shard.n_local, b, steps, passes, solver.variant, generator))
     if steps == 0:  # no rows
         return sub.anchor.clone()
     w = sub.anchor.to(rows.dtype).numpy().copy()
@@ -191,21 +206,44 @@ def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None
     return torch.from_numpy(w).to(sub.anchor.dtype)
 
 
-def svrg_constants(sub: Subproblem, solver: LocalSolver) -> tuple[float, float, int, int]:
-    """(step γ, deterministic curvature λ + μ, steps per snapshot, rows per step) of an SVRG solve."""
+def svrg_constants(sub: Subproblem, solver: LocalSolver) -> tuple[float, float, int, int, int]:
+    """(step γ, deterministic curvature λ + μ, steps per snapshot, rows per step, passes) of an SVRG solve."""
     shard = sub.shard
     n, b = shard.n_local, min(solver.batch_size, shard.n_local)
     shrink = sub.l2 + sub.mu  # the deterministic part's curvature: ∇R(w) = shrink·w − linear − μ·anchor
     lr = solver.lr if solver.lr is not None else 1.0 / (n * shard.row_smoothness() + shrink)
-    steps = n // b if solver.variant == "epochs" else solver.passes * n // b
-    return lr, shrink, steps, b
+    passes = svrg_passes(solver.passes, lr=lr, shrink=shrink, n=n, b=b)
+    steps = n // b if solver.variant == "epochs" else passes * n // b
+    return lr, shrink, steps, b, passes
 
 
-def svrg_schedule(n: int, b: int, steps: int, solver: LocalSolver,
+def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int) -> int:
+    r"""The passes of one SVRG solve: ``passes`` as given, or for ``auto``
+
+    .. math:: \text{passes} = \operatorname{clip}\Big(\Big\lceil c\,\kappa\,\frac{b}{n}\Big\rceil,
+              P_{\min}, P_{\max}\Big),\qquad \kappa = \frac{1}{\gamma(\lambda + \mu)}
+
+    (c = `AUTO_PASSES_CONTRACTION`, P_min = `AUTO_PASSES_MIN`, the paper's 3, P_max = `AUTO_PASSES_MAX`).
+    With γ = 1/L_max (the default step), κ = L_max/(λ + μ) is the subproblem's condition number as
+    SVRG sees it: a step shrinks the error along the flattest direction (curvature λ + μ) by
+    1 − γ(λ + μ) at best, so c κ steps contract it by about e^{-c}, and a solve is equally accurate
+    whatever κ/n_i.  SVRG's theory sets its inner loop in proportion to κ (Johnson & Zhang 2013,
+    Theorem 1: m ∝ L/μ for a fixed rate); the paper's fixed 3 passes (Reddi et al. 2016, and their
+    MATLAB reference) is this rule where κ ≤ n_i.  With λ + μ = 0 there is no such bound: P_max.
+    """
+    if passes != PASSES_AUTO:
+        return int(passes)
+    if shrink <= 0 or n == 0:
+        return AUTO_PASSES_MAX if n else AUTO_PASSES_MIN
+    wanted = math.ceil(AUTO_PASSES_CONTRACTION * b / (lr * shrink * n))
+    return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
+
+
+def svrg_schedule(n: int, b: int, steps: int, passes: int, variant: str,
                   generator: torch.Generator | None) -> list[torch.Tensor]:
     """The rows of every step, one tensor per snapshot (``steps`` x b rows each); see `SVRG_VARIANTS`."""
-    if solver.variant == "epochs":
-        return [torch.randperm(n, generator=generator)[:steps * b] for _ in range(solver.passes)]
+    if variant == "epochs":
+        return [torch.randperm(n, generator=generator)[:steps * b] for _ in range(passes)]
     return [torch.randint(0, n, (steps * b,), generator=generator)]
 
 
@@ -219,10 +257,10 @@ def svrg_reference(sub: Subproblem, solver: LocalSolver, generator: torch.Genera
     once at the anchor (``matlab``), the rows B by `svrg_schedule`.
     """
     shard = sub.shard
-    lr, shrink, steps, b = svrg_constants(sub, solver)
+    lr, shrink, steps, b, passes = svrg_constants(sub, solver)
     scale = shard.n_local / b
     w = sub.anchor.clone()
-    for order in svrg_schedule(shard.n_local, b, steps, solver, generator):
+    for order in svrg_schedule(shard.n_local, b, steps, passes, solver.variant, generator):
         snapshot = w.clone()
         _, full = shard.data_value_grad(snapshot)
         constant = full - sub.linear - sub.mu * sub.anchor  # ∇D_i(w̃) + ∇R(w) − shrink·w, fixed per snapshot
