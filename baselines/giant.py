@@ -25,11 +25,19 @@ iterates, at three allreduces per round instead of two.
 whatever happens).  When no candidate meets the Armijo condition, the round is rejected:
 w_{t+1} = w_t, and the next rounds solve the Levenberg-Marquardt system
 :math:`(H_i + \mu I) p_i = g_t` with μ raised to max(4μ, g_tᵀp_t / ‖p_t‖²), the
-curvature of the rejected direction.  An accepted step that needed backtracking to
-``backtrack^3`` or shorter raises μ the same way (the step is kept: the local models
-misjudge the global one, as a trust region shrinks on a poor ratio); a full step lowers μ
-by 4 (to 0 once below 1e-6 of the first μ raised), so GIANT is itself wherever its full
-steps are safe.  A
+curvature of the rejected direction.  With m > 1 workers an accepted step shorter than
+the full one raises μ the same way (the step is kept: the averaged local models misjudge
+the global one, as a trust region shrinks on a poor ratio), and a full step halves μ (to
+0 once below 1e-6 of the first μ raised), so GIANT is itself wherever its full steps are
+safe.  Up by 4 and down by 2 are the trust-region radius updates of Nocedal & Wright
+(*Numerical Optimization*, 2nd ed., Algorithm 4.1), μ playing the inverse radius: a
+slower way down keeps μ from oscillating between a value that cuts the step and one a
+quarter of it, and keeping μ where a middle cut (backtrack or backtrack²) left it would
+stall at steps of 1/2 along a direction that stays too long.  ``make bench`` (section
+``defaults``) measures the rule against the grid of ``backtrack``.  On one worker the
+local model is the global one and a cut is the objective's own nonlinearity (damped
+Newton's first phase), so there only rejected rounds and steps of ``backtrack^3`` or
+shorter raise μ: GIANT on one worker is Newton with a backtracking line search.  A
 larger μ bends p_i towards g_t / μ, so some step of the list eventually meets Armijo
 and the objective never rises.  This is the case of a shard whose Hessian misjudges
 the global one in some direction (a rare feature absent from the shard): the averaged
@@ -83,7 +91,7 @@ class GIANTConfig:
                      line_search_steps=self.line_search_steps, backtrack=self.backtrack, armijo=self.armijo)
 
 
-SHORT_STEP = 3  # an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does
+SHORT_STEP = 3  # on one worker, an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does
 
 
 def armijo_step(objective: float, slope: float, steps: torch.Tensor, values: torch.Tensor,
@@ -132,9 +140,10 @@ class GIANT(Algorithm):
         if accepted:
             k = k if met else 0
             self.w = w - steps[k] * p
+        short = 1 if self.comm.size > 1 else SHORT_STEP  # m > 1: any cut says the local models misjudge O
         if accepted and k == 0:  # the full step: the local models were right, regularize less
-            self.mu = 0.0 if mu / 4 < self.mu_floor else mu / 4
-        elif not accepted or k >= SHORT_STEP:  # rejected, or cut back hard: regularize more
+            self.mu = 0.0 if mu / 2 < self.mu_floor else mu / 2
+        elif not accepted or k >= short:  # rejected, or cut back: regularize more
             self.mu = max(4 * mu, slope / float(p @ p)) if float(p @ p) > 0 else 4 * mu
             self.mu_floor = self.mu_floor or 1e-6 * self.mu
         return {**self.metrics(g, metrics), "step_size": float(steps[k]) if accepted else 0.0, "accepted": accepted,
