@@ -21,7 +21,7 @@ run: setup
 		rounds=15 tol=1e-12 out_dir=results/main overwrite=true
 	$(VENV)/bin/dane figures run_convergence results/main
 
-## The default tests: fast, no `slow` marker (about 4 minutes on 2 cores; budget 15).
+## The default tests: fast, no `slow` marker (budget: 10 minutes on 2 cores; `--durations` names the slowest).
 test: setup
 	$(PY) -m pytest -m "not slow" -q
 

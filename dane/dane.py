@@ -116,6 +116,25 @@ def snap(mu: float, steps_per_octave: int = 4) -> float:
     return 2.0 ** (round(steps_per_octave * math.log2(mu)) / steps_per_octave)
 
 
+def balanced_damping(r: float) -> float:
+    r"""μ/κ that balances the slowest overshooting and undershooting modes after plain DANE overshot by r.
+
+    At μ = 0, M = (1/m)Σ_i (H_i + μI)⁻¹H = I + (1/m)Σ_i (H⁻¹E_i)² + O(E³) with
+    E_i = H_i - H (their mean is 0), and each (H⁻¹E_i)² is similar to a positive
+    semidefinite matrix, so to second order every mode overshoots, by amounts from about 0
+    to the measured r.  In a one-dimensional model of a mode with global curvature κ and
+    local curvature κ_i ∈ [κ/(1 + r), κ], μ = uκ turns its eigenvalue κ/(κ_i + μ) of M
+    into an error 1 - κ/(κ_i + μ); the extremes are equal and opposite when
+
+    .. math:: u^2 + a u - \tfrac{1 - a}{2} = 0, \qquad a = \frac{1}{1 + r},
+
+    and both then contract by u/(1 + u) per round.  Removing the worst mode exactly,
+    u = r/(1 + r), would leave the least overshooting mode at r/(1 + 2r), more than that.
+    """
+    a = 1.0 / (1.0 + r)
+    return 0.5 * (math.sqrt(a * a + 2.0 * (1.0 - a)) - a)
+
+
 class MuSafeguard:
     r"""Choose μ from evidence about the steps, and never accept an ascent.
 
@@ -148,8 +167,9 @@ class MuSafeguard:
       cosine c of consecutive steps.  On a quadratic the error obeys e_{t+1} = (I - M)e_t
       with M = (1/m)Σ_i η(H_i + μI)⁻¹H, and the slowest mode dominates the steps: c < 0
       means an eigenvalue of M above 1 (overshoot, μ too small), c > 0 one below 1
-      (undershoot, μ too large).  c < -0.3: μ up (from 0: to r κ/(1 + r), r = ‖s_t‖/‖s_{t-1}‖,
-      which brings an eigenvalue 1 + r of M at μ = 0 back to 1 along s); c > 0.3:
+      (undershoot, μ too large).  c < -0.3: μ up (from 0: to `balanced_damping`(r)·κ,
+      r = ‖s_t‖/‖s_{t-1}‖, which balances the modes that overshoot by r and by 0 at
+      μ = 0); c > 0.3:
       μ ← μ/4 (to the floor once below 1e-3 κ).  Slow with no dominant mode (ratio > 0.5,
       |c| ≤ 0.3): μ moves halfway (in log scale) to the δ rule;
     - a step that contracts fast, or a step at round-off (‖s‖ ≤ `ROUND_OFF_STEP` ulps of
@@ -263,7 +283,7 @@ class MuSafeguard:
         cosine = float(step @ previous) / (math.sqrt(step_sq) * float(norm(previous)))
         curvature = float(step @ grad_change) / step_sq
         if cosine < -self.turn:  # overshoot along the slowest direction: more damping
-            return self._move(mu_used, +1, start=snap(ratio / (1 + ratio) * max(curvature, 0.0)))
+            return self._move(mu_used, +1, start=snap(balanced_damping(ratio) * max(curvature, 0.0)))
         if cosine > self.turn and mu_used > self.mu_floor:  # undershoot: less damping, not down to a rejected μ
             lower = self._move(mu_used, -1)
             if lower <= self.rejected_mu:

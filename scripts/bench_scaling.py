@@ -14,6 +14,8 @@
   one core each) and ``one_thread`` (OMP_NUM_THREADS=1: one core per worker in both).
   Goal (issue 22, item 6): np1 / np2 >= 1.5 on ``one_thread``, one core per worker on both
   sides; ``default`` is reported beside it.  ``tol`` is relative (suboptimality / |O*|).
+  ``ceiling``: after each one_thread pair, two np=1 runs at once, one per core; the ratio
+  a perfect np=2 would reach here (`ridge_ceiling`).
 - ``factorization``: one core's time for a Cholesky factorization and an eigendecomposition
   of a d=2000 local Hessian, and their ratio, the break-even count that
   `dane.problems.quadratic.EIGH_BREAK_EVEN` stands for; and ``one_rhs_solve``, one
@@ -126,11 +128,51 @@ def ridge(tmp: Path, repeats: int) -> dict:
                 print(f"ridge {variant} np={np} repeat {repeat}: {runs[-1]['time_to_tol_s']:.3f} s to 1e-8 "
                       f"({s['rounds']} rounds), launcher {run['launcher_wall_s']:.1f} s, load {run['load_before']}",
                       flush=True)
+            if variant == "one_thread":
+                runs += ridge_twins(tmp / f"ridge_twins_{repeat}", repeat, extra)
         result["variants"][variant] = summarize(runs, repeats, goal=RIDGE_GOAL if variant == "one_thread" else None)
     judged = result["variants"]["one_thread"]
     result.update(ratio=judged["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=judged["goal_met"],
-                  goal_variant="one_thread")
+                  goal_variant="one_thread", ceiling=ridge_ceiling(judged["runs"]))
     return result
+
+
+def ridge_twins(out: Path, repeat: int, env: dict[str, str]) -> list[dict]:
+    """`twins` of the np=1 ridge run, each reduced to its setup and rounds' seconds."""
+    runs = []
+    for run in twins(RIDGE, out, repeat, env):
+        if "summary" in run:
+            summary = run.pop("summary")
+            run.pop("rounds")
+            run.update(status=summary["status"], setup_s=summary["setup_s"], time_s=summary["time_s"])
+        runs.append(run)
+    if all("setup_s" in r for r in runs):
+        setups = ", ".join(f"{r['setup_s']:.3f}" for r in runs)
+        print(f"ridge twins repeat {repeat}: setup {setups} s", flush=True)
+    return runs
+
+
+def ridge_ceiling(runs: list[dict]) -> dict:
+    """The np1 / np2 ratio of a perfect np=2 on the ridge: T1 / (S_beside / 2 + R1), per repeat.
+
+    T1 = S1 + R1 is np=1's time to the target alone (setup S1, the Gram matrix of all
+    rows, then rounds R1: one Newton step), and S_beside the same setup while a twin
+    keeps the other core busy.  A perfect np=2 builds half the Gram matrix at the speed a
+    rank has beside a busy core and then needs no more round time than np=1's single
+    step: an upper bound on what any μ rule reaches here.  Medians over the repeats.
+    """
+    alone = {r["repeat"]: r for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
+    beside: dict[int, list[float]] = {}
+    for r in runs:
+        if r["np"] == "twin" and r["status"] != "launch_failed":
+            beside.setdefault(r["repeat"], []).append(r["setup_s"])
+    pairs = [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+    if not pairs:
+        return {"ceiling": None}
+    per_repeat = spread([(a["setup_s"] + a["time_s"]) / (b / 2 + a["time_s"]) for a, b in pairs])
+    return {"ceiling": per_repeat["median"], "ceiling_per_repeat": per_repeat,
+            "twin_setup_s": spread([b for _, b in pairs]),
+            "setup_slowdown_beside_twin": statistics.median(b / a["setup_s"] for a, b in pairs)}
 
 
 def summarize(runs: list[dict], repeats: int, goal: float | None) -> dict:
@@ -236,7 +278,7 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
                 print(f"mnist {variant} np={np} repeat {repeat}: {runs[-1]['round_s']:.2f} s per round, "
                       f"load {run['load_before']}", flush=True)
             if variant == "default":
-                runs += twins((*overrides, *extra), tmp / f"mnist_twins_{repeat}", repeat)
+                runs += mnist_twins((*overrides, *extra), tmp / f"mnist_twins_{repeat}", repeat)
         result["variants"][variant] = mnist_ratio(runs)
     default = result["variants"]["default"]
     result.update(ratio=default["ratio"], goal=MNIST_GOAL,
@@ -247,21 +289,34 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
     return result
 
 
-def twins(overrides: tuple[str, ...], out: Path, repeat: int) -> list[dict]:
-    """Two np=1 runs at once, one per core: each rank's speed when the other core is busy too."""
+def twins(overrides: tuple[str, ...], out: Path, repeat: int, env: dict[str, str] | None = None) -> list[dict]:
+    """Two np=1 runs at once, one per core: each rank's speed when the other core is busy too.
+
+    Per core: its ``summary`` and ``rounds``; one ``launch_failed`` entry if either failed.
+    """
     before = load()
     dirs = [out / f"core{k}" for k in range(2)]
     try:
-        horovodrun_side_by_side("dane.experiments.train", [[*overrides, f"out_dir={d}"] for d in dirs], timeout=900)
+        horovodrun_side_by_side("dane.experiments.train", [[*overrides, f"out_dir={d}"] for d in dirs], env=env,
+                                timeout=900)
     except RuntimeError as err:  # a run that failed or timed out (killed), named
         print(f"twin launch failed (load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
         return [{"np": "twin", "repeat": repeat, "status": "launch_failed"}]
-    runs = [{"np": "twin", "repeat": repeat, "core": k, "status": read_summary(d)["status"],
-             "round_s": median_round_s(read_rounds(d)), "load_before": before, "load_after": load()}
-            for k, d in enumerate(dirs)]
-    rounds = ", ".join(f"{r['round_s']:.2f}" for r in runs)
-    print(f"mnist twins repeat {repeat}: {rounds} s per round, "
-          f"load {before}", flush=True)
+    return [{"np": "twin", "repeat": repeat, "core": k, "summary": read_summary(d), "rounds": read_rounds(d),
+             "load_before": before, "load_after": load()} for k, d in enumerate(dirs)]
+
+
+def mnist_twins(overrides: tuple[str, ...], out: Path, repeat: int) -> list[dict]:
+    """`twins` of a network run, each reduced to its median time per round."""
+    runs = []
+    for run in twins(overrides, out, repeat):
+        if "summary" in run:
+            summary, rounds = run.pop("summary"), run.pop("rounds")
+            run.update(status=summary["status"], round_s=median_round_s(rounds))
+        runs.append(run)
+    if all("round_s" in r for r in runs):
+        per_core = ", ".join(f"{r['round_s']:.2f}" for r in runs)
+        print(f"mnist twins repeat {repeat}: {per_core} s per round, load {runs[0]['load_before']}", flush=True)
     return runs
 
 

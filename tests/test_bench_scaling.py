@@ -33,6 +33,22 @@ def test_ceiling_is_twice_the_lone_round_over_the_round_beside_a_twin():
     assert bench.ceiling([{"np": 1, "repeat": 0, "round_s": 3.0, **done}]) == {"ceiling": None}
 
 
+def test_ridge_ceiling_is_the_lone_time_over_half_the_setup_beside_a_twin_plus_the_lone_rounds():
+    done = {"status": "converged"}
+    runs = [{"np": 1, "repeat": 0, "setup_s": 2.0, "time_s": 0.1, **done}, {"np": 2, "repeat": 0, "setup_s": 1.2,
+                                                                            "time_s": 0.3, **done},
+            {"np": "twin", "repeat": 0, "setup_s": 2.4, "time_s": 0.1, **done},
+            {"np": "twin", "repeat": 0, "setup_s": 2.6, "time_s": 0.1, **done},
+            {"np": 1, "repeat": 1, "setup_s": 2.2, "time_s": 0.1, **done},
+            {"np": "twin", "repeat": 1, "status": "launch_failed"}]
+    out = bench.ridge_ceiling(runs)
+    # only repeat 0 has twins (mean setup 2.5): (2.0 + 0.1) / (2.5 / 2 + 0.1)
+    assert out["ceiling"] == pytest.approx(2.1 / 1.35, rel=1e-15)
+    assert out["ceiling_per_repeat"]["n"] == 1
+    assert out["setup_slowdown_beside_twin"] == pytest.approx(2.5 / 2.0, rel=1e-15)
+    assert bench.ridge_ceiling(runs[:2]) == {"ceiling": None}
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
 def test_side_by_side_runs_each_hold_one_core_of_their_own(tmp_path):
     files = [tmp_path / f"probe{k}.jsonl" for k in range(2)]

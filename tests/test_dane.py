@@ -219,3 +219,51 @@ def test_safeguard_learns_nothing_from_steps_at_round_off():
     assert max(steps[converged + 2:]) < 1e-13  # the run is at round-off from here on
     mus = [r["mu"] for r in records[converged:-1]]  # the last record is the final evaluation: no step, no mu
     assert len(set(mus)) == 1, mus
+
+
+@pytest.mark.parametrize("r", [1e-3, 0.16, 0.4, 1.0, 30.0])
+def test_balanced_damping_makes_the_extreme_modes_contract_equally_and_faster_than_removing_the_worst(r):
+    # The one-dimensional model of MuSafeguard's jump from mu = 0: local curvatures between kappa/(1 + r)
+    # (the mode that overshot by r) and kappa (no overshoot); with mu = u kappa the errors are 1 - 1/(a + u)
+    # and 1 - 1/(1 + u), a = 1/(1 + r).  balanced_damping makes them equal and opposite.
+    from dane.dane import balanced_damping
+
+    u, a = balanced_damping(r), 1 / (1 + r)
+    worst, least = 1 - 1 / (a + u), 1 - 1 / (1 + u)
+    assert worst == pytest.approx(-least, rel=1e-12)
+    assert 0 < least < r / (1 + 2 * r)  # removing the worst mode exactly (u = r/(1+r)) leaves r/(1+2r)
+    # neither extreme can do better: any other u makes one of the two errors larger
+    for other in (0.9 * u, 1.1 * u):
+        assert max(abs(1 - 1 / (a + other)), abs(1 - 1 / (1 + other))) > abs(least)
+
+
+def test_safeguard_lands_near_the_best_fixed_mu_in_one_jump_on_two_iid_shards():
+    # Two i.i.d. shards of 4.5 d rows: plain DANE overshoots in every mode; the balanced jump from mu = 0
+    # lands within a factor 2 of the best fixed mu of the grid (0.3 here), so the run is within 1.5x of it.
+    problems = ridge_shards(2, RidgeSyntheticConfig(n_samples=1800, dim=200, covariance="iso"))
+    rounds = {mu: rounds_to_1e8(DANEConfig(mu=mu, safeguard=False), problems) for mu in (0.1, 0.2, 0.3, 0.5, 1.0)}
+    best = min(rounds, key=rounds.get)
+    (_, records, _), _ = simulate(DANEConfig(), problems, rounds=40, tol=1e-8)
+    jumped = next(r["mu"] for r in records if r["mu"] > 0)
+    assert best / 2 <= jumped <= 2 * best, (jumped, rounds)
+    assert records[-1]["round"] <= 1.5 * rounds[best], (records[-1]["round"], rounds)
+
+
+def rounds_to_1e8(config: DANEConfig, problems) -> int:
+    (_, records, _), _ = simulate(config, problems, rounds=40, tol=1e-8)
+    return records[-1]["round"]
+
+
+@pytest.mark.slow
+def test_safeguard_factors_twice_on_the_strong_scaling_ridge():
+    # The instance of make bench's strong scaling (N=18000, d=2000, m=2): plain DANE overshoots, and the
+    # balanced jump lands on the best fixed mu of a fine grid (removing the worst mode exactly landed on twice
+    # it, and a third mu followed), so the run factors H_i + mu I for two mu only: 0 and the jump.
+    problems = ridge_shards(2, RidgeSyntheticConfig(n_samples=18000, dim=2000, covariance="iso"))
+    grid = (0.15, 0.21, 0.3, 0.42, 0.6)
+    rounds = {mu: rounds_to_1e8(DANEConfig(mu=mu, safeguard=False), problems) for mu in grid}
+    best = min(rounds, key=rounds.get)
+    (_, records, _), _ = simulate(DANEConfig(), problems, rounds=40, tol=1e-8)
+    mus = sorted({r["mu"] for r in records})
+    assert len(mus) == 2 and mus[0] == 0.0, mus
+    assert best / 1.2 <= mus[1] <= best * 1.2, (mus, rounds)
