@@ -18,6 +18,22 @@ Worker i knows :math:`\|x_i^t - z_t\|^2` only after round t-1's allreduce, so th
 rides in round t's allreduce, beside z_t's metrics: the record of z_t carries both
 residuals at no extra communication round (round 0, with no x yet, carries neither).
 
+*The default penalty* (``rho=None``) is :math:`\rho = \sqrt{\underline\mu\,\bar L}`, the
+penalty that minimises the linear rate bound of Douglas-Rachford splitting and ADMM for
+a μ-strongly convex, L-smooth objective (Giselsson & Boyd, "Linear convergence and metric
+selection for Douglas-Rachford splitting and ADMM", IEEE TAC 2017; Ghadimi et al. 2015 for
+quadratics), here with the local Hessians' bounds
+:math:`\bar L = \frac1m\sum_i \lambda_{\max}(H_i) \ge \lambda_{\max}(H)` and
+:math:`\underline\mu = \frac1m\sum_i \lambda_{\min}(H_i) \le \lambda_{\min}(H)` in
+place of L and μ (a heuristic transfer to the consensus splitting: ``make bench``,
+section ``defaults``, measures it against a grid of fixed ρ).  Each worker takes its two
+extreme Ritz values from ``power_iters`` local Hessian-vector products at the start
+(Lanczos, `baselines.spectral`; for the logistic loss the curvature majorant), and one
+allreduce of the two scalars, counted in round 0's ``comm_rounds``, gives the means.  μ̲
+is floored at 1e-6 L̄ (an objective that is not strongly convex has no rate to balance;
+the floor keeps ρ > 0).  A problem without Hessian-vector products (a network) starts
+from ρ = 1 with residual balancing instead.
+
 ``adaptive_rho`` is residual balancing (Boyd's eq. 3.13): ρ ← τρ when r > μ s, ρ ← ρ/τ
 when s > μ r, and the scaled duals u_i ← u_i ρ_old/ρ_new.  Departure from Boyd: the
 residuals of z_t arrive in round t's allreduce, after x^{t+1} was solved with the old
@@ -37,26 +53,44 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 
 from .metrics import global_metrics, local_payload, logs_gradient
+from .spectral import local_spectrum
 
 
 @dataclass(frozen=True)
 class ADMMConfig:
-    rho: float = 1.0           # the starting penalty when adaptive_rho
-    adaptive_rho: bool = True  # residual balancing by default: a fixed untuned ρ can be many times slower
+    rho: float | None = None   # None: sqrt(μ̲ L̄) from the local Hessians' spectra (module docstring)
+    adaptive_rho: bool | None = None  # None: residual balancing of a given ρ only (an estimated one stays fixed)
     balance_mu: float = 10.0   # Boyd's μ: rebalance when one residual exceeds μ times the other
     balance_tau: float = 2.0   # Boyd's τ: the factor ρ changes by
+    power_iters: int = 20      # local Hessian-vector products per worker for rho=None
+    seed: int = 0              # start vector of those products
     name: str = "admm"
 
     def __post_init__(self) -> None:
-        checks.positive("algorithm.rho", self.rho)
-        checks.boolean("algorithm.adaptive_rho", self.adaptive_rho)
+        if self.rho is not None:
+            checks.positive("algorithm.rho", self.rho)
+        if self.adaptive_rho is not None:
+            checks.boolean("algorithm.adaptive_rho", self.adaptive_rho)
+        checks.positive_int("algorithm.power_iters", self.power_iters)
+        checks.integer("algorithm.seed", self.seed)
         for key in ("balance_mu", "balance_tau"):
             if not checks.positive(f"algorithm.{key}", getattr(self, key)) > 1:
                 raise ConfigError(f"algorithm.{key} must be > 1, got {getattr(self, key)}")
 
     def build(self, problem: Problem, comm: Communicator) -> "ADMM":
-        return ADMM(problem, comm, rho=self.rho, adaptive_rho=self.adaptive_rho,
-                    balance_mu=self.balance_mu, balance_tau=self.balance_tau)
+        given = self.rho is not None or not hasattr(problem, "hessian_vector")  # a network: ρ = 1, balanced
+        rho = (self.rho or 1.0) if given else spectral_penalty(problem, comm, iters=self.power_iters, seed=self.seed)
+        adaptive = self.adaptive_rho if self.adaptive_rho is not None else given
+        return ADMM(problem, comm, rho=rho, adaptive_rho=adaptive, balance_mu=self.balance_mu,
+                    balance_tau=self.balance_tau)
+
+
+def spectral_penalty(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
+    """ρ = sqrt(μ̲ L̄) from each worker's extreme local Ritz values: one allreduce of two scalars."""
+    lo, hi = local_spectrum(problem, iters=iters, seed=seed, key="algorithm.rho")
+    (means,) = comm.allreduce_mean([problem.initial_point().new_tensor([lo, hi])])  # (μ̲, L̄)
+    mu_low, L_bar = float(means[0]), float(means[1])
+    return math.sqrt(max(mu_low, 1e-6 * L_bar) * L_bar)
 
 
 def residual_balance(rho: float, primal: float, dual: float, *, mu: float = 10.0, tau: float = 2.0) -> float:

@@ -1,4 +1,4 @@
-r"""The smoothness constant L = λ_max(H) from Hessian-vector products, for step sizes 1/L.
+r"""Extreme eigenvalues of Hessians from Hessian-vector products, for step sizes (1/L) and penalties.
 
 `lanczos_max_eig` spends ``iters`` products on the Krylov space of a random start vector
 (the space a power iteration of the same length explores) and returns its largest Ritz
@@ -6,10 +6,14 @@ value.  That is never below the power iteration's Rayleigh quotient, usually far
 accurate (Lanczos converges with the square root of the eigenvalue gap where the power
 iteration converges with the gap itself), and exact after d products
 (``tests/test_baselines.py::test_lanczos_is_exact_after_dim_products_and_beats_power_iteration``).
-Ritz values never exceed λ_max, so 1/L_est errs on the long side, by that relative error.
+Ritz values lie within [λ_min, λ_max] (`lanczos_extremes` gives both ends), so a step
+1/L_est errs on the long side, by that relative error.
 
-Under a communicator every product is one allreduce (`global_hessian_vector`), so the
-estimate's cost shows up in ``bytes_sent`` and ``comm_rounds`` like any other traffic.
+The estimates here are of each worker's own Hessian H_i, whose products cost no
+communication; the baselines combine them with one scalar in an allreduce they make
+anyway (GD) or one allreduce at the start (ADMM), through the bounds
+λ_max(H) ≤ mean_i λ_max(H_i) and λ_min(H) ≥ mean_i λ_min(H_i) for H = mean_i H_i
+(λ_max is convex and λ_min concave on symmetric matrices).
 """
 from __future__ import annotations
 
@@ -24,6 +28,12 @@ from dane.problems import Problem
 
 def lanczos_max_eig(matvec: Callable[[torch.Tensor], torch.Tensor], v0: torch.Tensor, iters: int) -> float:
     """Largest Ritz value of a symmetric operator after ``iters`` products (full reorthogonalisation)."""
+    return lanczos_extremes(matvec, v0, iters)[1]
+
+
+def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], v0: torch.Tensor,
+                     iters: int) -> tuple[float, float]:
+    """Smallest and largest Ritz values after ``iters`` products: within [λ_min, λ_max], exact after dim products."""
     Q = [v0 / torch.linalg.vector_norm(v0)]
     alphas: list[float] = []
     betas: list[float] = []
@@ -41,7 +51,8 @@ def lanczos_max_eig(matvec: Callable[[torch.Tensor], torch.Tensor], v0: torch.Te
     T = torch.diag(torch.tensor(alphas, dtype=torch.float64))
     off = torch.tensor(betas, dtype=torch.float64)
     T = T + torch.diag(off, 1) + torch.diag(off, -1)
-    return float(torch.linalg.eigvalsh(T)[-1])
+    ritz = torch.linalg.eigvalsh(T)
+    return float(ritz[0]), float(ritz[-1])
 
 
 def start_vector(dim: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -52,26 +63,20 @@ def start_vector(dim: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 def require_hessian_vector(problem: Problem, key: str) -> None:
     if not hasattr(problem, "hessian_vector"):
         raise ConfigError(
-            f"{key}=null estimates L from Hessian-vector products, which {type(problem).__name__} does not provide; "
+            f"{key}=null is estimated from Hessian-vector products, which {type(problem).__name__} does not provide; "
             f"set {key} to a number"
         )
 
 
-def global_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """λ_max of the global Hessian H = (1/m) Σ H_i: one allreduce per Hessian-vector product."""
-    require_hessian_vector(problem, "algorithm.lr")
-
-    def global_hessian_vector(v: torch.Tensor) -> torch.Tensor:
-        (Hv,) = comm.allreduce_mean([problem.hessian_vector(v)])  # H v = mean_i H_i v
-        return Hv
-
-    return lanczos_max_eig(global_hessian_vector, start_vector(problem.dim, problem.dtype, seed), iters)
-
-
 def local_smoothness(problem: Problem, *, iters: int, seed: int) -> float:
     """λ_max(H_i) of this worker's own Hessian from ``iters`` local products: no communication."""
-    require_hessian_vector(problem, "algorithm.lr")
-    return lanczos_max_eig(problem.hessian_vector, start_vector(problem.dim, problem.dtype, seed), iters)
+    return local_spectrum(problem, iters=iters, seed=seed, key="algorithm.lr")[1]
+
+
+def local_spectrum(problem: Problem, *, iters: int, seed: int, key: str) -> tuple[float, float]:
+    """(smallest, largest) Ritz values of this worker's own Hessian from ``iters`` local products: no communication."""
+    require_hessian_vector(problem, key)
+    return lanczos_extremes(problem.hessian_vector, start_vector(problem.dim, problem.dtype, seed), iters)
 
 
 def largest_local_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
