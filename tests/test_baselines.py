@@ -311,9 +311,11 @@ def test_hydra_entry_point_runs_each_baseline(tmp_path, algorithm, overrides, ch
 
 @pytest.mark.parametrize("config", [
     ADMMConfig(rho=100.0, adaptive_rho=True),
+    ADMMConfig(),  # ρ estimated at the start
+    GDConfig(),  # lr fixed in round 0 from the workers' L_i
     OSAConfig(),
     LocalSGDConfig(local_steps=3, batch_size=40, lr=0.05, aggregate="best"),
-], ids=["admm", "osa", "local_sgd"])
+], ids=["admm", "admm_default", "gd_default", "osa", "local_sgd"])
 def test_a_resumed_run_continues_exactly(config):
     problems = ridge_shards()
 
