@@ -59,7 +59,7 @@ class RunWriter:
     writer opens: commit, command, start time, host, load average).
 
     A run owns its directory: the writer takes ``<out_dir>/.lock`` (created exclusively,
-    holding host and pid; released by `close`), so a second run into the same directory
+    holding host and pid; released by `close`, after the summary), so a second run into the same directory
     stops with one line.  A directory that already holds a run's records is refused
     unless ``resume`` (the run continues there: its records were cut back to the
     checkpoint) or ``overwrite`` (the old records are removed first).
@@ -114,11 +114,17 @@ class RunWriter:
     def write_text(self, name: str, text: str) -> None:
         atomic_write_text(self.out_dir / name, text)
 
-    def close(self) -> None:
+    def finish_rounds(self) -> None:
+        """Close rounds.jsonl (the run's rounds are over); the directory stays locked for the summary."""
         try:
-            self._rounds.close()  # flushes: may fail like a write on a full file system
+            self._rounds.close()  # flushes: may fail like a write on a full file system; a second call is a no-op
         except OSError as err:
             raise OSError(err.errno, err.strerror, str(self.out_dir / ROUNDS_FILE)) from None
+
+    def close(self) -> None:
+        """Close rounds.jsonl and release the directory, last: no other run writes there before the summary is in."""
+        try:
+            self.finish_rounds()
         finally:
             self._lock.unlink(missing_ok=True)
 

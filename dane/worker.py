@@ -64,68 +64,72 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     algo = spec.algorithm.build(problem, comm) if algo is None else algo
     meta = worker_meta(spec, comm.rank, comm.size)
     resume, writer = _open(spec.control, comm, out_dir, meta, elastic)
-    show = display(spec.control) if comm.rank == 0 else None
-    if show is not None:
-        for note in getattr(problem, "notes", ()):
-            say(f"note: {note}")
-
-    seen: list[dict] = []  # this call's records, for the summary of an interrupted run
-    units = getattr(problem, "target_units", None)  # a standardized target: reported in its own units
-
-    def on_round(record: dict) -> None:
-        inject_faults(spec.control.faults, comm.rank, record["round"], out_dir)
-        if elastic is not None:
-            elastic.annotate(record, comm)
-        seen.append(record)
-        record = in_target_units(record, units)  # a copy: the stop rule keeps the records it compares
-        if writer is not None:
-            writer.write_round(record)
+    try:  # the directory stays this run's until its summary is written
+        show = display(spec.control) if comm.rank == 0 else None
         if show is not None:
-            if len(seen) == 1:  # the header: the records' keys now say which test tol applies to
-                say(f"stop: {' or '.join(filter(None, (spec.control.stop.rule(record), f'{spec.control.stop.rounds} rounds')))}")
-            show(record)
+            for note in getattr(problem, "notes", ()):
+                say(f"note: {note}")
 
-    def on_checkpoint(state: dict) -> None:
-        if out_dir and spec.control.checkpoint_every:
-            save_checkpoint(out_dir, comm.rank, state, meta)
-            comm.barrier()  # every rank's part is on disk before the round is committed
-            if comm.rank == 0:
-                commit_checkpoint(out_dir, state["round"], comm.size, spec.control.config_text)
-        if elastic is not None:
-            elastic.commit({**state, "workers": comm.size})  # in memory; raises Horovod's reset signals
+        seen: list[dict] = []  # this call's records, for the summary of an interrupted run
+        units = getattr(problem, "target_units", None)  # a standardized target: reported in its own units
 
-    try:
-        if elastic is not None:
-            resume = elastic.resume(algo, spec.control.stop, comm)  # the first attempt commits round 0: may reset
-        timeline.mark("round0")
-        records, status = run(algo, spec.control.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
-                              checkpoint_every=spec.control.checkpoint_every or (1 if elastic is not None else 0))
-    except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
-        if not seen:
-            raise
-        records, status = seen, "interrupted"
+        def on_round(record: dict) -> None:
+            inject_faults(spec.control.faults, comm.rank, record["round"], out_dir)
+            if elastic is not None:
+                elastic.annotate(record, comm)
+            seen.append(record)
+            record = in_target_units(record, units)  # a copy: the stop rule keeps the records it compares
+            if writer is not None:
+                writer.write_round(record)
+            if show is not None:
+                if len(seen) == 1:  # the header: the records' keys now say which test tol applies to
+                    say(f"stop: {' or '.join(filter(None, (spec.control.stop.rule(record), f'{spec.control.stop.rounds} rounds')))}")
+                show(record)
+
+        def on_checkpoint(state: dict) -> None:
+            if out_dir and spec.control.checkpoint_every:
+                save_checkpoint(out_dir, comm.rank, state, meta)
+                comm.barrier()  # every rank's part is on disk before the round is committed
+                if comm.rank == 0:
+                    commit_checkpoint(out_dir, state["round"], comm.size, spec.control.config_text)
+            if elastic is not None:
+                elastic.commit({**state, "workers": comm.size})  # in memory; raises Horovod's reset signals
+
+        try:
+            if elastic is not None:
+                resume = elastic.resume(algo, spec.control.stop, comm)  # the first attempt commits round 0: may reset
+            timeline.mark("round0")
+            records, status = run(algo, spec.control.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
+                                  checkpoint_every=spec.control.checkpoint_every or (1 if elastic is not None else 0))
+        except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
+            if not seen:
+                raise
+            records, status = seen, "interrupted"
+        finally:
+            if writer is not None:
+                writer.finish_rounds()
+            if isinstance(show, RoundBar):
+                show.close()
+        timeline.mark("end")
+        if units is not None:
+            records = [in_target_units(r, units) for r in records]
+            algo.reported_iterate = algo.reported_iterate * units[1]
+        summary = _summary(spec, comm, problem, records, status, start, setup_s,
+                           resumed_from=resume["round"] if resume is not None and elastic is None else None,
+                           elastic=elastic)
+        summary["stopped_by"] = status if status == "interrupted" else getattr(algo, "stopped_by", status)
+        if collect is not None and comm.rank == 0 and status != "interrupted":
+            collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
+        _write_final_state(spec, comm, problem, algo, out_dir if writer is not None else None, records[-1]["round"], status)
+        summary.update(getattr(comm, "summary_entries", dict)())  # comm=ps: the servers' busy time and per-link traffic
+        if writer is not None:
+            writer.write_summary(summary)
+        if show is not None:
+            _report(summary, comm.size, out_dir)
+        return summary
     finally:
         if writer is not None:
             writer.close()
-        if isinstance(show, RoundBar):
-            show.close()
-    timeline.mark("end")
-    if units is not None:
-        records = [in_target_units(r, units) for r in records]
-        algo.reported_iterate = algo.reported_iterate * units[1]
-    summary = _summary(spec, comm, problem, records, status, start, setup_s,
-                       resumed_from=resume["round"] if resume is not None and elastic is None else None,
-                       elastic=elastic)
-    summary["stopped_by"] = status if status == "interrupted" else getattr(algo, "stopped_by", status)
-    if collect is not None and comm.rank == 0 and status != "interrupted":
-        collect.update(records=records, w=algo.reported_iterate.detach().clone(), summary=summary)
-    _write_final_state(spec, comm, problem, algo, out_dir if writer is not None else None, records[-1]["round"], status)
-    summary.update(getattr(comm, "summary_entries", dict)())  # comm=ps: the servers' busy time and per-link traffic
-    if writer is not None:
-        writer.write_summary(summary)
-    if show is not None:
-        _report(summary, comm.size, out_dir)
-    return summary
 
 
 def _open(control: RunControl, comm: Communicator, out_dir: str | None, meta: dict,

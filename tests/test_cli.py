@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
@@ -157,3 +158,23 @@ def test_horovod_cycle_time_auto_is_short_for_convex_problems_and_long_for_netwo
     from test_checkpoint import config
 
     assert run_spec(config(*overrides)).comm.horovod.cycle_time_ms == cycle_ms
+
+
+def test_a_run_holds_its_directory_until_its_summary_is_written(tmp_path, monkeypatch):
+    # Between closing rounds.jsonl and writing summary.json the lock must stay: a second run with
+    # overwrite=true taking the directory in that gap would delete these rounds and get this run's summary.
+    import dane
+    from dane.results import RunWriter
+
+    held = []
+    write_summary = RunWriter.write_summary
+
+    def spy(self, summary):
+        held.append((self.out_dir / ".lock").exists())
+        write_summary(self, summary)
+
+    monkeypatch.setattr(RunWriter, "write_summary", spy)
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    dane.fit(dane.problems.Ridge(X, X @ np.ones(3), lam=0.1), "gd", workers=2, rounds=2, out_dir=str(tmp_path / "r"))
+    assert held == [True]
+    assert not (tmp_path / "r" / ".lock").exists()
