@@ -31,7 +31,7 @@ from dane.problems.ridge import generate, ridge_optimum
 from dane.runner import StopRule, run
 from dane.experiments.config import CONF_DIR, run_spec
 from helpers import ridge_shards, simulate
-from synthetic.defaults_data import make as make_defaults
+from dane.synthetic.defaults_data import make as make_defaults
 
 RIDGE = RidgeSyntheticConfig(n_samples=800, dim=30, covariance="iso", lam=0.005, seed=1)
 RIDGE_M = 8
