@@ -97,13 +97,30 @@ def slurm_layout(env) -> dict:
             "hosts": env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"), "job_id": job}
 
 
+_entry_command: list[str] | None = None  # set once by the dane command, for this process only
+
+
+def set_entry_command(argv: list[str]) -> None:
+    """Record this process's command line as typed (``dane train ...``).
+
+    The ``dane`` command runs a module with `runpy`, which puts the module's file in
+    ``sys.argv[0]``; a module attribute, unlike an environment variable, is not inherited
+    by the runs a sweep launches in processes of their own.
+    """
+    global _entry_command
+    _entry_command = list(argv)
+
+
 def run_command() -> list[str]:
-    """The run's command line: `RUN_COMMAND_ENV` where a launcher's script is this process's argv, else argv."""
+    """The run's command line: `RUN_COMMAND_ENV` where a launcher's script is this process's argv, else the
+    command typed (`set_entry_command`), else argv."""
     if RUN_COMMAND_ENV in os.environ:
         try:
             return list(json.loads(os.environ[RUN_COMMAND_ENV]))
         except (json.JSONDecodeError, TypeError):
             pass
+    if _entry_command is not None:
+        return list(_entry_command)
     return [Path(sys.argv[0]).name, *sys.argv[1:]]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from dane.errors import say
 from dane.layout import CHECKOUT
+from dane.provenance import set_entry_command
 
 #: command -> (module run as __main__, what it does)
 MODULES = {
@@ -50,6 +51,7 @@ def run_module(module: str, prog: str, args: list[str]) -> None:
         # sys.path (an editable install's import hook does not list a namespace package's modules)
         sys.path.insert(0, str(CHECKOUT))
     sys.argv = [prog, *args]
+    set_entry_command([*prog.split(), *args])  # runpy replaces argv[0] with the module's file
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
