@@ -152,6 +152,12 @@ def test_a_bad_cut_lists_the_valid_cuts_with_their_shares():
     assert "net.1 (" in message and "net.4 (" in message and "net.5" not in message  # net.5 leaves the server nothing
     with pytest.raises(ConfigError, match="net.2"):  # U-shaped: the middle needs parameters too
         split_run(2, epochs=1, cut="net.4", labels="agent")
+    from dane.split.cut import describe_choices  # a one-hidden-layer MLP (the digits_mlp default) has no U-shaped cut
+
+    one_hidden = build_model("mlp", in_shape=(64,), num_classes=10, hidden=(100,))
+    assert describe_choices(one_hidden) == "net.1 (86.6%), net.2 (86.6%)"
+    assert describe_choices(one_hidden, u_shaped=True).startswith("none: the model has 2 learned layer(s) and a U-shaped "
+                                                                  "cut needs three")
 
 
 def test_simulated_time_is_the_sum_of_the_parts_when_sequential():
@@ -326,8 +332,9 @@ def test_a_lost_agent_and_resume_auto_finish_as_the_uninterrupted_run(tmp_path):
     collect: dict = {}
     execute(resumed, None, collect=collect)
     whole: dict = {}
-    execute(dataclasses.replace(spec, control=dataclasses.replace(control, faults=())), str(tmp_path / "whole"),
-            collect=whole)
+    execute(dataclasses.replace(spec, control=dataclasses.replace(control, faults=(), save_iterate=True)),
+            str(tmp_path / "whole"), collect=whole)
+    assert torch.equal(torch.load(tmp_path / "whole" / "iterate.pt"), whole["w"])  # save_iterate: the uncut weights
     assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1, 2, 3]
     assert read_rounds(tmp_path)[-1]["objective"] == whole["records"][-1]["objective"]
     assert torch.equal(collect["w"], whole["w"])

@@ -55,7 +55,12 @@ def cut_choices(model: nn.Module, u_shaped: bool = False) -> list[tuple[str, flo
 
 def describe_choices(model: nn.Module, u_shaped: bool = False) -> str:
     choices = cut_choices(model, u_shaped)
-    return ", ".join(f"{name} ({share:.1%})" for name, share in choices) or "none (the model has one learned layer)"
+    if choices:
+        return ", ".join(f"{name} ({share:.1%})" for name, share in choices)
+    learned = sum(1 for _, m in leaves(model) if _count([(None, m)]))
+    need = "three (the agent's bottom, the server's middle, the agent's head)" if u_shaped else "two"
+    return (f"none: the model has {learned} learned layer(s) and a{' U-shaped' if u_shaped else ''} cut needs {need} "
+            "(an MLP gets more with problem.model.hidden, e.g. [100,100])")
 
 
 def cut_model(model: nn.Module, cut: str | None, u_shaped: bool = False) -> Parts:

@@ -2,9 +2,10 @@
 
 `run_split` is what `dane.launch.execute` calls for ``algorithm=split``.  Rank 0 drives
 the package's round loop (`dane.runner.run`) and writes the package's records
-(``rounds.jsonl``, one record per epoch; ``summary.json``; ``confusion.json``), the
-checkpoints (``checkpoint_every``: one part per agent, rank 0's with the run's state
-and the server's; the same layout in both kinds of run) and the closing line.
+(``rounds.jsonl``, one record per epoch; ``summary.json``; ``confusion.json``;
+``iterate.pt`` with ``save_iterate``), the checkpoints (``checkpoint_every``: one part per
+agent, rank 0's with the run's state and the server's; the same layout in both kinds of
+run) and the closing line.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint, tr
 from ..confusion import write_confusion
 from ..errors import ConfigError
 from ..faults import inject_faults, worker_lost
-from ..results import SUMMARY_FILE, RunWriter
+from ..results import SUMMARY_FILE, RunWriter, atomic_write
 from ..runner import run
 from .links import DistLink, SimLink
 from .training import CHECKPOINT, STOP, SplitClock, SplitRun, build_parties, follow, load_agents
@@ -140,6 +141,9 @@ def drive(spec, algo: SplitRun, out_dir: str | None, collect: dict | None) -> di
     if writer is not None:
         write_confusion(out_dir, algo.confusion(), f"split ({spec.algorithm.schedule}) on {spec.problem.name}, "
                                                    f"{m} agent(s), epoch {records[-1]['round']}")
+        if control.save_iterate:  # the uncut model's weights at the last record, as every other algorithm writes them
+            iterate = algo.iterate.clone()
+            atomic_write(os.path.join(out_dir, "iterate.pt"), lambda f: torch.save(iterate, f))
         writer.write_summary(summary)
     if show is not None:
         last = records[-1]
