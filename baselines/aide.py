@@ -102,10 +102,17 @@ def column_curvature(problem: Problem) -> torch.Tensor:
     return torch.from_numpy(r.weight * rows.loss.curvature * sq).to(torch.float64)
 
 
+#: τ=auto asks one DANE round on the augmented problem to shrink each column's error by this factor
+COLUMN_CONTRACTION = 0.5
+
+
 def spread_tau(local: torch.Tensor, mean: torch.Tensor, strong_convexity: float) -> float:
-    """τ_i = max(0, max_k (2 |D_k − D_ik| − D_ik) − λ): the least τ with |D_k − D_ik| ≤ (D_ik + λ + τ)/2 on every
-    column, i.e. a DANE round on O + (τ/2)‖w − y‖² contracting each coordinate by 1/2 (module docstring)."""
-    need = (2 * (mean - local).abs() - local).max() if local.numel() else torch.tensor(0.0)
+    """τ_i = max(0, max_k (|D_k − D_ik| / ρ − D_ik) − λ), ρ = `COLUMN_CONTRACTION`: the least τ with
+    |D_k − D_ik| ≤ ρ (D_ik + λ + τ) on every column, i.e. a DANE round on O + (τ/2)‖w − y‖² shrinking each
+    coordinate's error by ρ (module docstring)."""
+    if not local.numel():
+        return 0.0
+    need = ((mean - local).abs() / COLUMN_CONTRACTION - local).max()
     return max(0.0, float(need) - strong_convexity)
 
 
