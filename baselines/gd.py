@@ -2,25 +2,30 @@ r"""Distributed gradient descent: one allreduce per round.
 
 .. math:: w_{t+1} = w_t - \text{lr}\cdot\frac1m\sum_i \nabla O_i(w_t)
 
-With ``lr=None`` the step is ``lr_factor`` / L̄ (default 1.5 / L̄), where
-L̄ = (1/m) Σ_i L_i and L_i ≈ λ_max(H_i) is each worker's own largest Hessian eigenvalue,
-from ``power_iters`` local Hessian-vector products (Lanczos, `baselines.spectral`; no
-communication).  Since H = (1/m) Σ_i H_i and λ_max is convex on symmetric matrices,
+With ``lr=None`` the step is
 
-.. math:: L = \lambda_{\max}(H) \le \frac1m \sum_i \lambda_{\max}(H_i) = \bar L,
+.. math:: \text{lr} = \min\Big(\frac{2}{\bar L + \underline\mu},\ \frac{\text{lr\_factor}}{\bar L}\Big),
+    \qquad \bar L = \frac1m\sum_i \lambda_{\max}(H_i) \ge L,
+    \quad \underline\mu = \frac1m\sum_i \max(\lambda_{\min}(H_i), 0) \le \mu,
 
-L_i rides in round 0's gradient allreduce, so the estimate costs no communication round
-(the global λ_max by distributed Lanczos costs one allreduce per product: 20 rounds before
-the first step).  Any step in (0, 2/L) decreases O every round and converges (the descent
-lemma; Nesterov, *Introductory Lectures on Convex Optimization*, 2004, Theorem 2.1.14);
-lr_factor ∈ (0, 2) with L̄ ≥ L keeps the step there, with room for a Lanczos L_i that
-falls short of λ_max(H_i).  Why 1.5 and not the textbook 1/L: 1/L̄ pays the bound's
-looseness L̄/L ≥ 1 in full, and on the logistic loss the curvature along the path falls
-below the start's, where longer steps pay.  The factor was chosen on the defaults
-benchmark (``make bench``, section ``defaults``), which measures it against the grid
+L and μ the extreme eigenvalues of H = (1/m) Σ_i H_i (λ_max is convex and λ_min concave
+on symmetric matrices).  Each worker takes its two extreme Ritz values from
+``power_iters`` local Hessian-vector products (Lanczos, `baselines.spectral`; no
+communication), and the pair rides in round 0's gradient allreduce: the estimate costs no
+communication round (the global λ_max by distributed Lanczos costs one allreduce per
+product, 20 rounds before the first step).  2/(L + μ) is the fixed step with the best
+linear rate, (L − μ)/(L + μ), on a μ-strongly convex L-smooth function, and bounds
+μ̲ ≤ μ, L̄ ≥ L keep that guarantee with them in its place (Nesterov, *Introductory
+Lectures on Convex Optimization*, 2004, Theorem 2.1.15).  Where μ̲ ≪ L̄ that step nears
+2/L̄, so ``lr_factor`` / L̄ (``lr_factor`` ∈ (0, 2), 1.9 by default) caps it with room
+for a Lanczos L_i that falls short of λ_max(H_i): any step below 2/L decreases O every
+round (Theorem 2.1.14).  The textbook 1/L would pay the looseness L̄/L ≥ 1 in full, and
+on the logistic loss, whose curvature along the path falls below the start's, longer
+steps pay; ``make bench`` (section ``defaults``) measures the rule against the grid
 lr = c / L, c ∈ {1, 1.5, 1.9}, with the exact L.  Records carry ``lr`` and, when
-estimated, ``L_est`` = L̄.  Hessians are taken at the start (for the logistic loss, the
-problem's curvature majorant, `dane.problems.glm`).
+estimated, ``L_est`` = L̄ and ``mu_est`` = μ̲.  Hessians are taken at the start (for the
+logistic loss, the problem's curvature majorant, `dane.problems.glm`, whose μ̲ only
+shortens the step).
 """
 from __future__ import annotations
 
@@ -34,13 +39,13 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 
-from .spectral import local_smoothness
+from .spectral import local_spectrum
 
 
 @dataclass(frozen=True)
 class GDConfig:
     lr: float | None = None
-    lr_factor: float = 1.5  # lr=None: lr = lr_factor / L̄, in (0, 2)
+    lr_factor: float = 1.9  # lr=None: lr = min(2 / (L̄ + μ̲), lr_factor / L̄), lr_factor in (0, 2)
     power_iters: int = 20
     seed: int = 0
     name: str = "gd"
@@ -61,21 +66,23 @@ class GDConfig:
 class GD(Algorithm):
     name = "gd"
 
-    def __init__(self, problem: Problem, comm: Communicator, *, lr: float | None = None, lr_factor: float = 1.5,
+    def __init__(self, problem: Problem, comm: Communicator, *, lr: float | None = None, lr_factor: float = 1.9,
                  power_iters: int = 20, seed: int = 0, w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
         self.lr, self.lr_factor = lr, lr_factor
         self.L_est: float | None = None  # L̄, known after round 0's allreduce when lr is None
-        self.L_local = None if lr is not None else local_smoothness(problem, iters=power_iters, seed=seed)
+        self.mu_est: float | None = None  # μ̲, likewise
+        self.spectrum = None if lr is not None else local_spectrum(problem, iters=power_iters, seed=seed,
+                                                                   key="algorithm.lr")  # (μ_i, L_i)
 
     def step(self) -> dict[str, float]:
         local_grad, local_metrics = self.problem.evaluate(self.w)
-        pending = self.lr is None  # round 0 of lr=None: L_i rides along with the gradient
-        payload = [local_grad, local_metrics] + ([self.w.new_tensor([self.L_local])] if pending else [])
-        g, metrics, *L_mean = self.comm.allreduce_mean(payload)  # g = mean ∇O_i(w_t) (and L̄ = mean L_i)
+        pending = self.lr is None  # round 0 of lr=None: (μ_i, L_i) ride along with the gradient
+        payload = [local_grad, local_metrics] + ([self.w.new_tensor(self.spectrum)] if pending else [])
+        g, metrics, *spectrum = self.comm.allreduce_mean(payload)  # g = mean ∇O_i(w_t) (and (μ̲, L̄))
         if pending:
-            self.L_est = float(L_mean[0])
-            self.lr = self.lr_factor / self.L_est
+            self.mu_est, self.L_est = max(float(spectrum[0][0]), 0.0), float(spectrum[0][1])
+            self.lr = min(2.0 / (self.L_est + self.mu_est), self.lr_factor / self.L_est)
         self.w = self.w - self.lr * g
         return {**self.metrics(g, metrics), **self.extra()}
 
@@ -83,11 +90,12 @@ class GD(Algorithm):
         return {**super().evaluate(), **self.extra()}
 
     def extra(self) -> dict[str, float]:
-        return ({"lr": self.lr} if self.lr is not None else {}) | ({"L_est": self.L_est} if self.L_est is not None else {})
+        estimates = {"L_est": self.L_est, "mu_est": self.mu_est} if self.L_est is not None else {}
+        return ({"lr": self.lr} if self.lr is not None else {}) | estimates
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "lr": self.lr, "L_est": self.L_est}
+        return {**super().state_dict(), "lr": self.lr, "L_est": self.L_est, "mu_est": self.mu_est}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.lr, self.L_est = state.get("lr", self.lr), state.get("L_est", self.L_est)
+        self.lr, self.L_est, self.mu_est = (state.get(k, getattr(self, k)) for k in ("lr", "L_est", "mu_est"))

@@ -125,21 +125,25 @@ def test_residual_balance_is_boyds_rule():
 # --- GD ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("covariance", ["iso", "decay"])
-def test_gd_step_is_lr_factor_over_the_mean_local_L_an_upper_bound_sent_with_round_0(covariance):
+def test_gd_step_comes_from_bounds_on_the_global_spectrum_sent_with_round_0(covariance):
     config = RidgeSyntheticConfig(n_samples=2000, dim=50, covariance=covariance)
     problems = ridge_shards(M, config)
-    L = float(torch.linalg.eigvalsh(global_hessian(problems))[-1])
-    L_bar = sum(float(torch.linalg.eigvalsh(p.A + 2 * p.lam * torch.eye(p.dim, dtype=p.dtype))[-1])
-                for p in problems) / M
+    global_eig = torch.linalg.eigvalsh(global_hessian(problems))
+    local_eig = [torch.linalg.eigvalsh(p.A + 2 * p.lam * torch.eye(p.dim, dtype=p.dtype)) for p in problems]
+    L_bar, mu_low = (sum(float(e[k]) for e in local_eig) / M for k in (-1, 0))
+    assert L_bar >= float(global_eig[-1]) and mu_low <= float(global_eig[0])  # λ_max convex, λ_min concave
     results = simulate(GDConfig(power_iters=50), problems, rounds=400, tol=1e-8)  # 50 >= dim: Lanczos is exact
     algo, records, _ = results[0]
-    assert algo.L_est == pytest.approx(L_bar, rel=1e-10) and algo.L_est >= L  # λ_max(mean H_i) <= mean λ_max(H_i)
+    assert algo.L_est == pytest.approx(L_bar, rel=1e-10) and algo.mu_est == pytest.approx(mu_low, rel=1e-8)
+    assert algo.lr == pytest.approx(min(2 / (L_bar + mu_low), 1.9 / L_bar), rel=1e-10)
+    # iso is well conditioned: Nesterov's 2/(L+μ); decay is not: the cap 1.9/L̄
+    assert (algo.lr * (L_bar + mu_low) == pytest.approx(2)) == (covariance == "iso")
     assert all(a.lr == algo.lr for a, _, _ in results)  # every worker agrees
-    assert records[0]["comm_rounds"] == 0 and records[1]["comm_rounds"] == 1  # L_i rode in round 0's allreduce
-    assert records[0]["L_est"] == algo.L_est and algo.lr == 1.5 / algo.L_est
+    assert records[0]["comm_rounds"] == 0 and records[1]["comm_rounds"] == 1  # (μ_i, L_i) rode in round 0's allreduce
+    assert records[0]["L_est"] == algo.L_est and records[0]["lr"] == algo.lr
     if covariance == "iso":
         assert records[-1]["suboptimality"] <= 1e-8
-    # 1.5 / L_bar < 2 / L: the objective never increases (descent lemma)
+    # lr < 2 / L: the objective never increases (descent lemma)
     objectives = [r["objective"] for r in records]
     assert all(b <= a + 1e-12 for a, b in zip(objectives, objectives[1:]))
 
