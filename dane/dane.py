@@ -135,6 +135,27 @@ def balanced_damping(r: float) -> float:
     return 0.5 * (math.sqrt(a * a + 2.0 * (1.0 - a)) - a)
 
 
+def shortening_mu(mu: float, slope: float, step_sq: float, before: float, after: float) -> float:
+    r"""The μ that shortens a rejected step s to the best length of a quadratic model along it.
+
+    The quadratic through φ(0) = O(w), φ'(0) = gᵀs and φ(1) = O(w + s) has its minimum at
+    α* = -φ'(0) / (2(φ(1) - φ(0) - φ'(0))) (the interpolation step of a line search,
+    Nocedal & Wright, Numerical Optimization, section 3.5).  The step came from a local
+    system s = -A⁻¹g with A ≈ H_i + μI; along s its curvature is κ = -gᵀs/‖s‖², and μ'
+    scales the step along s by κ/(κ + μ' - μ), so the step of length α*‖s‖ needs
+
+    .. math:: μ' = μ + κ (1/α^* - 1).
+
+    0 when the model says nothing (no descent slope, an objective that did not rise, nan or
+    inf): the ×4 rule then acts alone.
+    """
+    rise = after - before - slope
+    if not (slope < 0 and after > before and step_sq > 0 and math.isfinite(after)):
+        return 0.0
+    alpha = -slope / (2.0 * rise)  # below 1/2: the objective rose
+    return snap(mu + (-slope / step_sq) * (1.0 / alpha - 1.0))
+
+
 class MuSafeguard:
     r"""Choose μ from evidence about the steps, and never accept an ascent.
 
@@ -161,8 +182,11 @@ class MuSafeguard:
     the steps say so, by a factor of 2 or 4, so it revisits few values and an exact local
     solver reuses its factorizations:
 
-    - a rejected step: μ ← 4μ (from 0: the δ rule).  μ never again comes down to a
-      rejected value (on a non-quadratic that memory fades, ÷4 per accepted round);
+    - a rejected step: μ ← 4μ (from 0: the δ rule), or `shortening_mu` when that is
+      larger (the μ that shortens the step to the best length of a quadratic through the
+      two objectives and the slope: on a problem whose first steps overshoot far, one
+      rejection instead of several).  μ never again comes down to a rejected value (on a
+      non-quadratic that memory fades, ÷4 per accepted round);
     - an accepted step that contracts slowly, ‖s_t‖ > 0.25‖s_{t-1}‖, is read by the
       cosine c of consecutive steps.  On a quadratic the error obeys e_{t+1} = (I - M)e_t
       with M = (1/m)Σ_i η(H_i + μI)⁻¹H, and the slowest mode dominates the steps: c < 0
@@ -258,6 +282,8 @@ class MuSafeguard:
             self.boost *= self.grow
         if self.convex:
             self.mu = self._convex_mu(accepted, mu_used, w - w0, g - g0, step_sq, round_off)
+            if not accepted:  # the step was too long: at least the μ that shortens it to the model's best length
+                self.mu = max(self.mu, shortening_mu(mu_used, float(g0 @ (w - w0)), step_sq, best, objective))
         else:
             self.mu = max(self.mu_floor, self._rule())
         if not accepted and self.mu == 0.0:  # no spread measured yet: start from the curvature scale

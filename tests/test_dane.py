@@ -267,3 +267,20 @@ def test_safeguard_factors_twice_on_the_strong_scaling_ridge():
     mus = sorted({r["mu"] for r in records})
     assert len(mus) == 2 and mus[0] == 0.0, mus
     assert best / 1.2 <= mus[1] <= best * 1.2, (mus, rounds)
+
+
+@pytest.mark.parametrize("k, mu, h", [(0.1, 0.0, 1.0), (0.02, 0.01, 3.0), (1e-4, 0.0, 5.0)])
+def test_shortening_mu_gives_a_one_dimensional_quadratic_its_newton_step(k, mu, h):
+    # One dimension: the local curvature k + mu made the step s = -g/(k + mu) too long for the global
+    # curvature h (the objective rose).  The quadratic model along s is exact here, so the mu it asks for
+    # makes the local curvature equal h: the next step is the exact minimizer, -g/h.
+    from dane.dane import shortening_mu, snap
+
+    g, before = 2.0, 1.0
+    s = -g / (k + mu)
+    after = before + g * s + 0.5 * h * s * s
+    assert after > before  # rejected
+    assert shortening_mu(mu, g * s, s * s, before, after) == snap(mu + (h - k - mu))
+    assert shortening_mu(mu, g * s, s * s, before, before - 1e-3) == 0.0  # no rise: nothing to shorten
+    assert shortening_mu(mu, g * s, s * s, before, math.inf) == 0.0  # no model from inf or nan
+    assert shortening_mu(mu, g * s, s * s, before, math.nan) == 0.0
