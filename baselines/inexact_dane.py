@@ -13,7 +13,7 @@ The local solve is the paper's: ``passes`` epochs of SVRG on the worker's rows, 
 at w_t, step 1/L_max of the row terms unless ``lr`` is given (`dane.local_solvers.svrg`,
 compiled by numba).  ``passes="auto"`` (the default) takes enough passes that one solve
 contracts its error by a fixed factor whatever the conditioning,
-ceil(c L_max / ((λ + μ) n_i)) with c = 2, at least the paper's 3 and at most 1000
+ceil(c L_max / ((λ + μ) n_i)) with c = 1, at least the paper's 3 and at most 1000
 (`dane.local_solvers.svrg_passes`); ``passes=3`` is the paper's setting, which leaves the
 solve rough where L_max/λ is far above 3 n_i, so that the rounds run into the hundreds.
 Local passes are cheap (compiled); rounds are what the method is there to save.

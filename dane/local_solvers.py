@@ -47,7 +47,7 @@ LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
 SVRG_VARIANTS = ("epochs", "matlab")
 PASSES_AUTO = "auto"
 #: passes=auto (`svrg_passes`): SVRG steps per solve = AUTO_PASSES_CONTRACTION x κ, κ = 1 / (γ (λ + μ))
-AUTO_PASSES_CONTRACTION = 2.0
+AUTO_PASSES_CONTRACTION = 1.0
 AUTO_PASSES_MIN = 3      # the paper's (and the public MATLAB reference's) passes: auto never takes fewer
 AUTO_PASSES_MAX = 1000   # a cap on one solve's cost where κ is far above n_i (ill-conditioned data, tiny λ + μ)
 AUTO_MAX_DIM = 2000  # a dense d x d Cholesky costs d^3/3 flops: ~3 Gflop at 2000, once per mu
@@ -229,7 +229,7 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int) 
     1 − γ(λ + μ) at best, so c κ steps contract it by about e^{-c}, and a solve is equally accurate
     whatever κ/n_i.  SVRG's theory sets its inner loop in proportion to κ (Johnson & Zhang 2013,
     Theorem 1: m ∝ L/μ for a fixed rate); the paper's fixed 3 passes (Reddi et al. 2016, and their
-    MATLAB reference) is this rule where κ ≤ n_i.  With λ + μ = 0 there is no such bound: P_max.
+    MATLAB reference) is this rule where κ ≤ 3 n_i/c.  With λ + μ = 0 there is no such bound: P_max.
     """
     if passes != PASSES_AUTO:
         return int(passes)

@@ -107,8 +107,8 @@ def test_bad_variant_names_the_key_and_value():
 def test_auto_passes_are_c_kappa_steps_between_the_papers_three_and_the_cap():
     # passes = ceil(c * b / (lr * (lam + mu) * n)), clipped to [3, 1000]: c kappa steps of b rows
     c = AUTO_PASSES_CONTRACTION
-    assert svrg_passes("auto", lr=1e-2, shrink=1e-2, n=100, b=1) == math.ceil(c * 1e4 / 100) == 200  # kappa = 1e4
-    assert svrg_passes("auto", lr=1e-2, shrink=1e-2, n=100, b=4) == math.ceil(4 * c * 1e4 / 100) == 800
+    assert svrg_passes("auto", lr=1e-2, shrink=1e-2, n=100, b=1) == math.ceil(c * 1e4 / 100) == round(100 * c)  # kappa = 1e4
+    assert svrg_passes("auto", lr=1e-2, shrink=1e-2, n=100, b=4) == math.ceil(4 * c * 1e4 / 100) == round(400 * c)
     assert svrg_passes("auto", lr=0.5, shrink=0.5, n=100, b=1) == AUTO_PASSES_MIN == 3  # kappa = 4 < n: the paper's
     assert svrg_passes("auto", lr=1e-6, shrink=1e-6, n=10, b=1) == AUTO_PASSES_MAX  # kappa = 1e12: the cap
     assert svrg_passes("auto", lr=1.0, shrink=0.0, n=10, b=1) == AUTO_PASSES_MAX  # no strong convexity: the cap
@@ -123,18 +123,21 @@ def test_auto_passes_are_c_kappa_steps_between_the_papers_three_and_the_cap():
 
 
 def test_auto_passes_solve_the_subproblem_to_a_fixed_accuracy_where_three_do_not():
-    # kappa / n_i ~ 8 here: three passes leave the solve rough, auto's ~16 bring it close (contraction ~ e^-c)
+    # From w = 0, the error relative to the start is ||w - w*|| / ||w*||; auto promises about e^-c whatever
+    # kappa / n_i (~5 and ~50 here, 6 and 53 passes), three passes do not where kappa >> n_i.
+    # Measured (c = 1): auto 0.10 and 0.30, three passes 0.26 and 0.87
     problem = shard("logistic", sparse=False, n=150)
-    sub = Subproblem(problem, torch.zeros(problem.dim, dtype=torch.float64),
-                     0.1 * torch.ones(problem.dim, dtype=torch.float64), 0.0, problem.l2)
-    exact = svrg(sub, LocalSolver("svrg", passes=400), torch.Generator().manual_seed(1))
+    for l2, three_misses in ((0.02, False), (0.002, True)):
+        sub = Subproblem(problem, torch.zeros(problem.dim, dtype=torch.float64),
+                         0.1 * torch.ones(problem.dim, dtype=torch.float64), 0.0, l2)
+        exact = svrg(sub, LocalSolver("svrg", passes=1000), torch.Generator().manual_seed(1))
 
-    def error(passes) -> float:
-        w = svrg(sub, LocalSolver("svrg", passes=passes), torch.Generator().manual_seed(2))
-        return float(torch.linalg.vector_norm(w - exact) / torch.linalg.vector_norm(exact))
+        def error(passes) -> float:
+            w = svrg(sub, LocalSolver("svrg", passes=passes), torch.Generator().manual_seed(2))
+            return float(torch.linalg.vector_norm(w - exact) / torch.linalg.vector_norm(exact))
 
-    three, auto = error(3), error("auto")
-    assert auto <= 0.2 * three, (three, auto)  # 0.024 against 0.26 when measured (11 passes)
+        assert error("auto") <= math.exp(-AUTO_PASSES_CONTRACTION), l2
+        assert (error(3) > math.exp(-AUTO_PASSES_CONTRACTION)) == three_misses, l2
 
 
 def test_bad_passes_name_the_key_and_value():
