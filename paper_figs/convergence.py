@@ -1,7 +1,7 @@
 """Figure (b): suboptimality against communication rounds and against simulated time.
 
 DANE with a fixed μ (plain, μ=0 as in the paper), safeguarded DANE, consensus ADMM
-(adaptive ρ, its default), distributed GD and one-shot averaging on the synthetic ridge at N=18000, m=8; top row
+(its default ρ = √(μ̲ L̄)), distributed GD (its default step) and one-shot averaging on the synthetic ridge at N=18000, m=8; top row
 isotropic x, bottom row the ill-conditioned covariance (feature j scaled by j^-0.6).
 The rounds axis counts allreduces (``comm_rounds``): a DANE round is two of them.  Times
 are put on the figures' fixed α-β (`paper_figs.common.FIGURE_COST`).
@@ -25,11 +25,11 @@ COVARIANCES = ("iso", "decay")
 METHODS: dict[str, tuple[str, ...]] = {
     "DANE (μ=0, fixed)": ("algorithm=dane", "algorithm.safeguard=false", "algorithm.mu=0.0"),
     "DANE (safeguarded)": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
-    "ADMM (adaptive ρ)": ("algorithm=admm",),
-    "GD (1/L)": ("algorithm=gd",),
+    "ADMM (default ρ)": ("algorithm=admm",),
+    "GD (default step)": ("algorithm=gd",),
     "one-shot averaging": ("algorithm=osa", "rounds=5"),
 }
-STYLE = {"DANE (μ=0, fixed)": "o-", "DANE (safeguarded)": "s-", "ADMM (adaptive ρ)": "^-", "GD (1/L)": "v-",
+STYLE = {"DANE (μ=0, fixed)": "o-", "DANE (safeguarded)": "s-", "ADMM (default ρ)": "^-", "GD (default step)": "v-",
          "one-shot averaging": "x--"}
 
 

@@ -26,8 +26,8 @@ ALGORITHMS = {  # algorithm directory -> (label, style, colour): the same colour
     "aide": ("AIDE", "p-", "tab:olive"),
     "giant": ("GIANT", "o-", "tab:orange"),
     "disco": ("DiSCO", "*-", "tab:green"),
-    "admm": ("ADMM (adaptive ρ)", "^--", "tab:red"),
-    "gd": ("GD (1/L)", "v--", "tab:purple"),
+    "admm": ("ADMM (default ρ)", "^--", "tab:red"),
+    "gd": ("GD (default step)", "v--", "tab:purple"),
 }
 ORDER = ("mnist_softmax", "rcv1_like_logreg", "breast_cancer_logreg", "diabetes_ridge")
 

@@ -4,7 +4,7 @@
 
 ``convex_newton_family`` is merged into ``--out`` (other benchmarks keep theirs).  For each
 problem and worker count, each algorithm (DANE with its safeguard, InexactDANE, AIDE,
-GIANT, DiSCO, ADMM with adaptive ρ, GD; every one at its conf/algorithm/*.yaml defaults,
+GIANT, DiSCO, ADMM, GD; every one at its conf/algorithm/*.yaml defaults,
 the same λ for all) runs in the in-process simulator
 through `dane.fit` under the package's default α-β (`dane.comm.AlphaBeta()`) until the
 relative suboptimality (O(w) - O*) / |O*| is at most 1e-8, or until its round cap.  Its
@@ -55,7 +55,6 @@ NEWTON = ("dane", "inexact_dane", "aide", "giant", "disco")
 BASELINES = ("admm", "gd")
 #: algorithm -> overrides of its conf/algorithm yaml (everything else at its defaults)
 SETTINGS: dict[str, dict] = {name: {} for name in NEWTON + BASELINES}
-SETTINGS["admm"] = {"adaptive_rho": True}
 #: round caps; a problem may lower some (its ``caps``), --quick lowers all
 CAPS = {"dane": 100, "inexact_dane": 60, "aide": 60, "giant": 60, "disco": 40, "admm": 500, "gd": 3000}
 QUICK_CAP = 8
@@ -153,7 +152,7 @@ def goal_allreduces(rows: dict[str, dict]) -> dict:
     newton = {a: rows[a]["comm_rounds"] for a in NEWTON if a in rows and rows[a]["reached"]}
     base = {a: (rows[a]["comm_rounds"], True) if rows[a]["reached"] else (rows[a]["at_end"]["comm_rounds"], False)
             for a in BASELINES if a in rows and "error" not in rows[a]}
-    text = "best Newton-type method <= 1/3 of the allreduces of the better of ADMM (adaptive rho) and GD"
+    text = "best Newton-type method <= 1/3 of the allreduces of the better of ADMM and GD"
     if not base:
         return {"goal": text, "status": "not evaluated", "detail": "no ADMM or GD run"}
     better = min(base, key=lambda a: base[a][0])
@@ -174,8 +173,8 @@ def goal_allreduces(rows: dict[str, dict]) -> dict:
 
 
 def goal_time(rows: dict[str, dict]) -> dict:
-    """(b): safeguarded DANE's simulated time to the target is at most ADMM's (adaptive ρ)."""
-    text = "safeguarded DANE's simulated time <= ADMM (adaptive rho)'s"
+    """(b): safeguarded DANE's simulated time to the target is at most ADMM's."""
+    text = "safeguarded DANE's simulated time <= ADMM's"
     if any(a not in rows or "error" in rows[a] for a in ("dane", "admm")):
         return {"goal": text, "status": "not evaluated", "detail": "DANE or ADMM did not run, or failed"}
     d, a = rows["dane"], rows["admm"]

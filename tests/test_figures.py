@@ -144,8 +144,8 @@ def test_convergence_reads_all_panels(index, tmp_path):
     data = convergence.curves(index)
     assert len(data) == 10
     assert data["iso", "DANE (safeguarded)"]["suboptimality"] == [1, 1e-3, 1e-6, 1e-9, 1e-12]
-    assert data["decay", "GD (1/L)"]["suboptimality"][3] == pytest.approx(1e-3)
-    assert data["iso", "ADMM (adaptive ρ)"]["comm_rounds"][:3] == [0, 2, 4]
+    assert data["decay", "GD (default step)"]["suboptimality"][3] == pytest.approx(1e-3)
+    assert data["iso", "ADMM (default ρ)"]["comm_rounds"][:3] == [0, 2, 4]
     paths = save(convergence.draw(data), tmp_path, "convergence")
     assert all(p.stat().st_size > 1000 for p in paths)
 
