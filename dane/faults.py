@@ -83,9 +83,10 @@ def worker_lost(exc: BaseException, who: str, out_dir: str | None, checkpoint_ev
     stand_down()
     lost = exc.lost if terminated else exited_peers()
     gone = " and ".join(name(rank) for rank in lost)
-    if terminated:
-        why = f"{exc.launcher} terminated it with SIGTERM after " + (f"{gone} exited" if lost else
-                                                                  "another process exited: the launcher's log names it")
+    if terminated:  # no peer known to have exited: the job itself may have been stopped (Ctrl-C, scancel)
+        why = f"{exc.launcher} terminated it with SIGTERM " + (f"after {gone} exited" if lost else
+                                                            "as another process exited or the job was stopped: "
+                                                            "the launcher's log says which")
     else:
         why = f"{gone} exited" if lost else "a worker crashed or was killed: the launcher's log names it"
     kept = f"the rounds logged so far are in {out_dir}" if out_dir else "rank 0's run directory keeps the rounds logged so far"

@@ -223,6 +223,8 @@ def test_a_launchers_sigterm_becomes_the_lost_peer_line_naming_the_peer_that_exi
         assert line == ("worker 0 lost a peer mid-run (torchrun terminated it with SIGTERM after rank 1 exited); the "
                         "rounds logged so far are in /runs/r; set checkpoint_every=K (and resume=auto) so that a rerun "
                         "continues instead of starting over")
+        unknown = str(worker_lost(launcher_signals.LauncherTerminated("torchrun", []), "worker 0", "/runs/r", 0))
+        assert "(torchrun terminated it with SIGTERM as another process exited or the job was stopped: " in unknown
     finally:
         signal.signal(signal.SIGTERM, previous)
         alive.kill()

@@ -35,7 +35,7 @@ class LauncherTerminated(RuntimeError):
         self.launcher, self.lost = launcher, lost
         after = (f"after rank {lost[0]} exited" if len(lost) == 1 else
                  f"after ranks {', '.join(map(str, lost))} exited" if lost else
-                 "after a peer exited (the launcher's log names it)")
+                 "as another process exited or the job was stopped (the launcher's log says which)")
         super().__init__(f"{launcher} terminated this worker (SIGTERM) {after}")
 
 
