@@ -60,8 +60,8 @@ A number (``tau=0.1``) is used as given; τ = 0 is InexactDANE.  The defaults be
 Departure from the paper: Reddi et al. take τ as an input.  A limit of the rule: it reads
 the diagonal only, and on heavy-tailed columns with few rows per shard (breast_cancer at
 m = 4, 8) the largest of many noisy column ratios makes τ larger than the best by hand;
-a larger ρ trades that against the rare-feature cells (the commit that named
-`COLUMN_CONTRACTION` gives the numbers).
+a larger ρ trades that against the rare-feature cells (scripts/bench_convex.py and
+scripts/bench_defaults.py measure both).
 
 Departure from the MATLAB reference: it starts the recursion from α_{-1} = 1; here
 α_0 = √q, the Catalyst choice for a strongly convex objective, which keeps α_t = √q and
