@@ -90,9 +90,7 @@ def meta(spec, rank: int) -> dict:
 
 def drive(spec, algo: SplitRun, out_dir: str | None, collect: dict | None) -> dict:
     """Rank 0: the round loop, the records, the checkpoints, the summary and the closing line."""
-    from ..worker import display
-
-    control, m, start = spec.control, spec.comm.workers, time.perf_counter()
+    control, start = spec.control, time.perf_counter()
     resume = load_checkpoint(control.resume, 0, meta(spec, 0)) if control.resume is not None else None
     writer = None
     if out_dir:
@@ -101,8 +99,21 @@ def drive(spec, algo: SplitRun, out_dir: str | None, collect: dict | None) -> di
         overwrite = control.overwrite or (control.restart_unfinished and
                                           not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
         writer = RunWriter(out_dir, resume=resume is not None, overwrite=overwrite)
-        if control.config_text:
-            writer.write_text("config.yaml", control.config_text)
+    try:  # the directory stays this run's until its summary is written
+        return run_rounds(spec, algo, out_dir, collect, resume, writer, start)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def run_rounds(spec, algo: SplitRun, out_dir: str | None, collect: dict | None, resume: dict | None,
+               writer: RunWriter | None, start: float) -> dict:
+    """`drive`'s rounds, checkpoints, summary and closing line, with ``writer`` holding ``out_dir``."""
+    from ..worker import display
+
+    control, m = spec.control, spec.comm.workers
+    if writer is not None and control.config_text:
+        writer.write_text("config.yaml", control.config_text)
     show = display(control)
 
     def on_round(record: dict) -> None:
@@ -131,7 +142,7 @@ def drive(spec, algo: SplitRun, out_dir: str | None, collect: dict | None) -> di
                               checkpoint_every=control.checkpoint_every)
     finally:
         if writer is not None:
-            writer.close()
+            writer.finish_rounds()
         if hasattr(show, "close"):
             show.close()
     algo.command(STOP)
