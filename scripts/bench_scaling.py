@@ -139,13 +139,8 @@ def ridge(tmp: Path, repeats: int) -> dict:
 
 def ridge_twins(out: Path, repeat: int, env: dict[str, str]) -> list[dict]:
     """`twins` of the np=1 ridge run, each reduced to its setup and rounds' seconds."""
-    runs = []
-    for run in twins(RIDGE, out, repeat, env):
-        if "summary" in run:
-            summary = run.pop("summary")
-            run.pop("rounds")
-            run.update(status=summary["status"], setup_s=summary["setup_s"], time_s=summary["time_s"])
-        runs.append(run)
+    runs = twins(RIDGE, out, repeat, lambda summary, rounds: {"setup_s": summary["setup_s"],
+                                                            "time_s": summary["time_s"]}, env)
     if all("setup_s" in r for r in runs):
         setups = ", ".join(f"{r['setup_s']:.3f}" for r in runs)
         print(f"ridge twins repeat {repeat}: setup {setups} s", flush=True)
@@ -289,10 +284,10 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
     return result
 
 
-def twins(overrides: tuple[str, ...], out: Path, repeat: int, env: dict[str, str] | None = None) -> list[dict]:
+def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, env: dict[str, str] | None = None) -> list[dict]:
     """Two np=1 runs at once, one per core: each rank's speed when the other core is busy too.
 
-    Per core: its ``summary`` and ``rounds``; one ``launch_failed`` entry if either failed.
+    Per core: its status and ``measure(summary, rounds)``; one ``launch_failed`` entry if either failed.
     """
     before = load()
     dirs = [out / f"core{k}" for k in range(2)]
@@ -302,18 +297,17 @@ def twins(overrides: tuple[str, ...], out: Path, repeat: int, env: dict[str, str
     except RuntimeError as err:  # a run that failed or timed out (killed), named
         print(f"twin launch failed (load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
         return [{"np": "twin", "repeat": repeat, "status": "launch_failed"}]
-    return [{"np": "twin", "repeat": repeat, "core": k, "summary": read_summary(d), "rounds": read_rounds(d),
-             "load_before": before, "load_after": load()} for k, d in enumerate(dirs)]
+    runs = []
+    for k, d in enumerate(dirs):
+        summary = read_summary(d)
+        runs.append({"np": "twin", "repeat": repeat, "core": k, "status": summary["status"],
+                     **measure(summary, read_rounds(d)), "load_before": before, "load_after": load()})
+    return runs
 
 
 def mnist_twins(overrides: tuple[str, ...], out: Path, repeat: int) -> list[dict]:
     """`twins` of a network run, each reduced to its median time per round."""
-    runs = []
-    for run in twins(overrides, out, repeat):
-        if "summary" in run:
-            summary, rounds = run.pop("summary"), run.pop("rounds")
-            run.update(status=summary["status"], round_s=median_round_s(rounds))
-        runs.append(run)
+    runs = twins(overrides, out, repeat, lambda summary, rounds: {"round_s": median_round_s(rounds)})
     if all("round_s" in r for r in runs):
         per_core = ", ".join(f"{r['round_s']:.2f}" for r in runs)
         print(f"mnist twins repeat {repeat}: {per_core} s per round, load {runs[0]['load_before']}", flush=True)
