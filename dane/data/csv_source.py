@@ -25,8 +25,6 @@ from dane.errors import ConfigError, DataError
 
 MISSING = frozenset({"", "na", "nan", "?"})  # compared stripped and lower-cased
 IMPUTE = ("mean", "median", "error")
-STANDARDIZE = ("numeric", "all", "none")
-STANDARDIZE_ALIASES = {True: "numeric", False: "none"}  # the boolean the option was before issue 23
 
 
 @dataclass(frozen=True)
@@ -62,17 +60,10 @@ class CSVSource(FileSource):
                 f"data.target={self.target} is also in data.categorical; the label is not a feature, "
                 "remove it from data.categorical"
             )
-        object.__setattr__(self, "standardize", STANDARDIZE_ALIASES.get(self.standardize, self.standardize)
-                           if isinstance(self.standardize, bool) else self.standardize)
-        checks.one_of("data.standardize", self.standardize, STANDARDIZE)
+        self._check_standardize()
         checks.one_of("data.impute", self.impute, IMPUTE)
         if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
             raise ConfigError(f"data.delimiter must be one character (e.g. ';'), got {self.delimiter!r}")
-        if self.presharded and self.standardize != "none":
-            raise ConfigError(
-                f"data.standardize={self.standardize} with per-worker parts (data.path={self.path}) would scale "
-                "each part by its own statistics; standardize when you write the parts and set data.standardize=none"
-            )
         if self.presharded and self.categorical:
             raise ConfigError(
                 f"data.categorical with per-worker parts (data.path={self.path}) would one-hot encode "

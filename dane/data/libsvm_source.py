@@ -22,6 +22,7 @@ from sklearn.datasets import load_svmlight_file
 
 from dane import checks
 from dane.data.parts import FileSource, count_lines
+from dane.data.scaling import standardize_matrix
 from dane.data.table import Table
 from dane.errors import ConfigError, DataError
 
@@ -36,6 +37,10 @@ class LibSVMSource(FileSource):
     ``zero_based``: whether index 0 is the first feature; ``"auto"`` (scikit-learn's
     rule) treats the file as 0-based if any index is 0, else 1-based. ``auto`` is not
     allowed with parts, which could each guess differently.
+    ``standardize``: ``none`` (the default: X as read), ``numeric`` (true: the columns with a
+    value other than 0/1) or ``all``: each column divided by its std over all rows, not centred,
+    so X stays sparse (`dane.data.scaling` says when that is the same fit as centring too).
+    ``none`` with parts.
     """
 
     path: str
@@ -43,9 +48,11 @@ class LibSVMSource(FileSource):
     zero_based: bool | str = "auto"
     data_dir: str | None = None
     name: str = "libsvm"
+    standardize: str = "none"
 
     def __post_init__(self) -> None:
         self._check_path()
+        self._check_standardize()
         if self.n_features is not None:
             checks.positive_int("data.n_features", self.n_features)
         if not (self.zero_based == "auto" or isinstance(self.zero_based, bool)):
@@ -83,6 +90,7 @@ class LibSVMSource(FileSource):
         if bad:
             raise DataError(_non_finite(file, X, y, bad))
         notes = [f"read {X.shape[0]} rows x {d} features ({X.nnz} non-zeros, sparse) from {file}"]
+        notes += filter(None, [standardize_matrix(X, self.standardize)])
         return Table(X=X, y=np.asarray(y, dtype=np.float64), name=f"libsvm:{Path(self.path).name}", notes=notes)
 
     def _count_rows(self, file: Path) -> int:

@@ -21,6 +21,7 @@ import scipy.sparse as sp
 
 from dane import checks
 from dane.data.parts import FileSource
+from dane.data.scaling import standardize_matrix
 from dane.data.table import Table
 from dane.errors import ConfigError, DataError, UserError
 
@@ -30,16 +31,24 @@ FIX = "write it with dane.data.files.save_npz(path, X, y)"
 
 @dataclass(frozen=True)
 class NPZSource(FileSource):
-    """A ``.npz`` archive (``conf/data/npz.yaml``); ``x_key`` and ``y_key`` name its arrays."""
+    """A ``.npz`` archive (``conf/data/npz.yaml``); ``x_key`` and ``y_key`` name its arrays.
+
+    ``standardize``: ``none`` (the default: X as saved), ``numeric`` (true: the columns with a
+    value other than 0/1) or ``all``, over all rows: dense X to mean 0, std 1 as the CSV path
+    does; sparse X scaled to std 1, not centred (`dane.data.scaling` says when that is the
+    same fit). ``none`` with parts.
+    """
 
     path: str
     x_key: str = "X"
     y_key: str = "y"
     data_dir: str | None = None
     name: str = "npz"
+    standardize: str = "none"
 
     def __post_init__(self) -> None:
         self._check_path()
+        self._check_standardize()
         for key in ("x_key", "y_key"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ConfigError(f"data.{key} must name an array in the archive, got {getattr(self, key)!r}")
@@ -60,6 +69,7 @@ class NPZSource(FileSource):
         X, y = _checked(file, X, y, self.x_key, self.y_key)
         kind = f"sparse, {X.nnz} non-zeros" if sparse else "dense"
         notes = [f"read {X.shape[0]} rows x {X.shape[1]} features ({kind}) from {file}"]
+        notes += filter(None, [standardize_matrix(X, self.standardize)])
         return Table(X=X, y=y, name=f"npz:{Path(self.path).name}", notes=notes)
 
     def _layout(self, file: Path, keys: list[str]) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dane import checks
+from dane.data.scaling import STANDARDIZE, standardize_mode
 from dane.data.table import Table, resolve
 from dane.errors import ConfigError, DataError
 
@@ -100,6 +101,7 @@ class FileSource:
     path: str
     data_dir: str | None
     name: str
+    standardize: str  # numeric | all | none: `_check_standardize`
 
     @property
     def presharded(self) -> bool:
@@ -119,6 +121,17 @@ class FileSource:
                 f"data.path={self.path} has braces other than {{rank}}; the only placeholder is {{rank}}, "
                 "write literal braces as {{ and }}"
             ) from None
+
+    def _check_standardize(self) -> None:
+        """``data.standardize``: the boolean aliases resolved, one of numeric|all|none, and none with parts
+        (each part's own statistics would scale each worker's rows differently)."""
+        object.__setattr__(self, "standardize", standardize_mode(self.standardize))
+        checks.one_of("data.standardize", self.standardize, STANDARDIZE)
+        if self.presharded and self.standardize != "none":
+            raise ConfigError(
+                f"data.standardize={self.standardize} with per-worker parts (data.path={self.path}) would scale "
+                "each part by its own statistics; standardize when you write the parts and set data.standardize=none"
+            )
 
     def load(self) -> Table:
         """Read the whole data set from ``path`` (not presharded)."""
