@@ -24,6 +24,7 @@ import torch
 
 from .checkpoint import check_resume
 from .comm import Communicator, ThreadGroup, make_communicator
+from .comm.launcher_signals import LauncherTerminated
 from .comm.threads import meter_for
 from .errors import ConfigError, DivergenceError, say
 from .faults import RunInterrupted, worker_lost
@@ -91,7 +92,7 @@ def _execute(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
             if not server:
                 out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's
             summary = _serve(spec, comm) if server else _launched(spec, comm, out_dir, collect)
-        except RuntimeError as exc:
+        except (RuntimeError, LauncherTerminated) as exc:  # the latter a BaseException: no except Exception takes it
             lost = worker_lost(exc, "a parameter server" if server else f"worker {comm.rank}", out_dir,
                                spec.control.checkpoint_every)
             if lost is None:

@@ -231,6 +231,38 @@ def test_a_launchers_sigterm_becomes_the_lost_peer_line_naming_the_peer_that_exi
         alive.wait()
 
 
+def test_a_launchers_sigterm_is_not_swallowed_by_an_except_exception_on_the_way(monkeypatch, tmp_path):
+    """The SIGTERM lands wherever the main thread is: here inside `dane.reference.read_saved`, whose
+    ``except Exception`` turns a damaged file into a ConfigError.  `LauncherTerminated` is a BaseException, so it
+    passes through (as a RuntimeError it became "cannot read the saved optimum", and torchrun's SIGKILL 30 s later
+    ended the process with no line)."""
+    import os
+
+    import numpy as np
+
+    from dane.comm import launcher_signals
+    from dane.reference import read_saved
+
+    def terminated_while_reading(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at the next bytecode
+
+    saved = tmp_path / "w.npy"
+    np.save(saved, np.zeros(3))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        monkeypatch.setattr(launcher_signals, "local_peers", dict)
+        launcher_signals.install("torchrun")
+        monkeypatch.setattr(np, "load", terminated_while_reading)
+        start = time.perf_counter()
+        with pytest.raises(launcher_signals.LauncherTerminated, match="^torchrun terminated this worker"):
+            read_saved(saved, 3, torch.float64)
+        assert time.perf_counter() - start < 4  # raised by the handler, not after the sleep
+        assert not isinstance(launcher_signals.LauncherTerminated("torchrun", []), Exception)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_a_torchrun_worker_finds_its_local_peers_and_their_ranks():
     """`local_peers`: the other children of this process's parent (torchrun's agent), each with the RANK of its
     environment; the module is loaded from its file alone, so the child starts in well under a second."""

@@ -4,9 +4,14 @@ When one process of a job exits, horovodrun and torchrun stop the others with SI
 (torchrun within its ``--monitor-interval``, 0.1 s by default, and SIGKILL 30 s later).
 Python's default for SIGTERM ends a process at once and silently: a survivor never says
 why it stops, and the user reads only the launcher's report.  `install` makes a SIGTERM
-raise `LauncherTerminated` (a ``RuntimeError``) in the main thread instead; the run's
-lost-peer path (`dane.faults.worker_lost`) turns it into the one line and a non-zero exit,
-and what the run wrote stays (a record is one write, a file an ``os.replace``).  Once a
+raise `LauncherTerminated` in the main thread instead; the run's lost-peer path
+(`dane.faults.worker_lost`) turns it into the one line and a non-zero exit, and what the
+run wrote stays (a record is one write, a file an ``os.replace``).  It is a
+`BaseException`, as `KeyboardInterrupt` is (and `dane.comm.threads.Interrupted` for the
+same reason): the signal lands wherever the main thread is, and an ``except Exception``
+there (a damaged cache file read as "recompute", a tracker's failure read as "drop the
+tracker") would swallow it, and the launcher's SIGKILL 30 s later would end the process
+with no line at all.  Once a
 process is reporting a lost peer, `stand_down` makes it ignore SIGTERM, so that a later
 one cannot cut the report short (nor end the process in Python's own shutdown, which puts
 back the default action of a signal with a Python handler, but not of an ignored one).
@@ -28,8 +33,11 @@ import threading
 TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
 
 
-class LauncherTerminated(RuntimeError):
-    """The launcher stopped this worker (SIGTERM) because another process of the job exited."""
+class LauncherTerminated(BaseException):
+    """The launcher stopped this worker (SIGTERM) because another process of the job exited.
+
+    Not an `Exception`: no ``except Exception`` on the way may swallow it (the module's docstring).
+    """
 
     def __init__(self, launcher: str, lost: list[int]):
         self.launcher, self.lost = launcher, lost
