@@ -29,8 +29,12 @@ so the scaled problem has the same fitted w, the same predictions and the same o
 as the fully standardized one. In this package the intercept (``problem.fit_intercept``,
 a column of ones) is penalized by λ like every weight, and without it there is no offset
 to absorb w·m: then the scaled fit is *not* the centred one (they agree only at λ = 0
-with an intercept). For exact standardization, save X dense (``data=npz``) or centre it
-yourself. The fitted w, like CSV's, is in the units of the scaled columns.
+with an intercept). The gap grows with the columns' m_j/s_j, which is at most about
+sqrt(density) for a column whose non-zeros are a fraction "density" of its rows, so it
+is small on typical sparse data and large for a dense column with a large mean stored
+sparse. For exact standardization, save X dense (``data=npz``) or centre it yourself.
+``tests/test_scaling_options.py`` checks both statements against a linear solve.
+The fitted w, like CSV's, is in the units of the scaled columns.
 """
 
 from __future__ import annotations
