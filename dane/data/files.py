@@ -12,6 +12,8 @@ float64, dense or ``csr_matrix``; ``y``: float64 labels exactly as in the file):
 Sources: `CSVSource` (header row, one-hot categorical columns, imputation,
 standardization), `LibSVMSource` (sparse), `NPZSource` (dense or CSR arrays; `save_npz`
 writes one), `BuiltinSource` (digits, iris, breast_cancer, diabetes, admissions, mnist).
+The file sources take ``standardize``: numeric | all | none over all rows
+(`dane.data.scaling`: a sparse X is scaled, not centred).
 
 Every source has ``name``, ``presharded``, ``load()`` and ``load_part(rank, size)``.
 Relative paths are looked up under ``data_dir``, then the working folder (`resolve`);
