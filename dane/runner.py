@@ -1,6 +1,7 @@
 """The round loop shared by every algorithm and backend, with rank-0 logging."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import sys
@@ -9,6 +10,7 @@ from typing import Callable
 
 from .algorithm import Algorithm
 from .errors import ConfigError
+from .projection import Trend, fit
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,13 @@ class StopRule:
             return None
         return f"grad_norm <= {self.tol:g} x grad_norm at round 0"
 
-    def stopped_by(self, status: str, record: dict, first: dict) -> str:
-        """The test that ended a run with ``status`` on ``record`` (``first``: round 0's record): log and summary."""
+    def stopped_by(self, status: str, record: dict, first: dict, records: list[dict] | None = None) -> str:
+        """The test that ended a run with ``status`` on ``record`` (``first``: round 0's record): log and summary.
+
+        At the round cap, with ``records`` (the run's, ``record`` last), it adds where the run was heading
+        (`trend`): "rounds = 3700; suboptimality 2.1e-06 x |O*|, shrinking 0.9960x per round over the last 20
+        rounds: about 1,300 more rounds to tol 1e-08 (try rounds=5100)", or "stalled", or "not contracting".
+        """
         if status == "converged":
             return self.rule(record) or "converged"
         if status == "diverged":
@@ -88,12 +95,59 @@ class StopRule:
                 return f"|objective| > {self.blowup:g} x max(1, |objective at round 0|)"
             return f"objective above its round-0 value for {self.diverge_after} rounds"
         if status == "max_rounds":
-            return f"rounds = {self.rounds}"
+            trend = self.trend(records, first) if records else None
+            return f"rounds = {self.rounds}" + (f"; {trend.describe(self.rounds)}" if trend is not None else "")
         if status == "target_reached":
             return f"{self.monitor} >= {self.target:g}"
         if status == "early_stopped":
             return f"{self.monitor} not better by {self.min_delta:g} for {self.patience} rounds"
         return status
+
+    def measure(self, record: dict, first: dict) -> Measure | None:
+        """What the tolerance tests in ``record``: the suboptimality (in units of |O*| where ``tol`` is relative)
+        or the gradient norm (in units of round 0's), with the absolute value the run would stop at; None
+        for records with neither."""
+        if "suboptimality" in record:
+            optimum = abs(record["objective"] - record["suboptimality"])
+            relative = optimum > 0 and (self.tol is not None or self.tol_abs is None)
+            target = self.threshold(record) if self.tol is not None or self.tol_abs is not None else None
+            binding = "tol_abs" if self.tol_abs is not None and target == self.tol_abs else "tol"
+            label = "" if target is None else f"{binding} {self.tol_abs if binding == 'tol_abs' else self.tol:g}"
+            return Measure("suboptimality", record["suboptimality"], optimum if relative else 1.0,
+                           " x |O*|" if relative else "", target, label)
+        if "grad_norm" in record:
+            start = first.get("grad_norm") or 0.0
+            target = self.tol * start if self.tol is not None and start > 0 else None
+            return Measure("grad_norm", record["grad_norm"], start if start > 0 else 1.0,
+                           " x its round-0 value" if start > 0 else "", target,
+                           "" if target is None else f"tol {self.tol:g}")
+        return None
+
+    def trend(self, records: list[dict], first: dict) -> Trend | None:
+        """`dane.projection`'s geometric fit to the last rounds of what `measure` reads; None when too few
+        rounds have a positive finite value of it."""
+        measure = self.measure(records[-1], first)
+        fitted = None if measure is None else fit(records, measure.key)
+        if fitted is None:
+            return None
+        rate, span, value = fitted
+        return Trend(str(dataclasses.replace(measure, value=value)), value, rate, span, measure.target,
+                     measure.target_label)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """`StopRule.measure`: ``key``'s ``value``, shown as ``value / scale`` with ``unit``; ``target`` absolute."""
+
+    key: str
+    value: float
+    scale: float
+    unit: str
+    target: float | None
+    target_label: str
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.value / self.scale:.1e}{self.unit}"
 
 
 class DivergenceWatch:
@@ -198,6 +252,11 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
     rule fired on round t's own metrics; on a round DANE's safeguard rejected, the
     records describe the last accepted iterate instead), and ``algo.stopped_by`` names
     the test that ended the run (`StopRule.stopped_by`).
+
+    An algorithm whose answer is final before the cap (one-shot averaging) says so with a
+    ``finished`` attribute, None until then and afterwards (status, why): the run ends on
+    the record that describes that answer, with that status unless a stop test fired first,
+    and ``stopped_by`` is ``why`` and what the tolerance measures there.
     """
     comm = algo.comm
     watch, rising = EarlyStopping(stop), DivergenceWatch(stop)
@@ -217,7 +276,7 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
         records.append(record)
         first = first if first is not None else record
         verdict = stop.status(record, first) or rising.update(record, first) \
-            or watch.update(record)  # before on_round: a bad monitor writes nothing
+            or watch.update(record) or finished(algo)  # before on_round: a bad monitor writes nothing
         if on_round is not None:
             on_round(record)
         if verdict is not None:
@@ -230,8 +289,20 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
                            "divergence": rising.state_dict(), "algorithm": algo.state_dict()})
     # A run stopped by a round's metrics has already moved past the iterate they describe.
     algo.reported_iterate = w_t if w_t is not None else algo.iterate
-    algo.stopped_by = stop.stopped_by(status, records[-1], first) if records else status
+    done = getattr(algo, "finished", None)
+    if records and done is not None and status == done[0]:
+        measure = stop.measure(records[-1], first)
+        algo.stopped_by = done[1] + ("" if measure is None else f"; {measure}" +
+                                     (f", above {measure.target_label}" if measure.target_label else ""))
+    else:
+        algo.stopped_by = stop.stopped_by(status, records[-1], first, records) if records else status
     return records, status
+
+
+def finished(algo: Algorithm) -> str | None:
+    """The status an algorithm whose answer is final ends the run with (its ``finished``: (status, why)), else None."""
+    done = getattr(algo, "finished", None)
+    return None if done is None else done[0]
 
 
 class RoundTable:

@@ -159,3 +159,80 @@ def test_tol_abs_and_diverge_after_are_read_from_the_config_and_checked_in_one_l
                                 ("diverge_after", 0, "diverge_after must be a positive integer, got 0")):
         with pytest.raises(ConfigError, match=f"^{message}$"):
             stop_rule(OmegaConf.create({"rounds": 30, key: value}), None)
+
+
+class ScriptedGradient(Scripted):
+    """`Scripted` without a reference optimum but with a gradient norm ``grads[t]`` at round t."""
+
+    def __init__(self, values, grads):
+        super().__init__(values)
+        self.grads = list(grads)
+
+    def _metrics(self):
+        return {"objective": self.values[min(self.t, len(self.values) - 1)],
+                "grad_norm": self.grads[min(self.t, len(self.grads) - 1)]}
+
+    evaluate = _metrics
+
+
+def test_a_run_at_its_cap_says_how_many_more_rounds_its_rate_needs():
+    """Suboptimality 1e-2 x 0.9^t with O* = 2: the fit over the last 20 rounds is the rate itself, and the rounds
+    still needed are the closed form ceil(log(tol |O*| / v_30) / log 0.9), rounded to two digits in the line."""
+    optimum, rate = 2.0, 0.9
+    subopts = [1e-2 * rate ** t for t in range(31)]
+    stop = StopRule(rounds=30, tol=1e-8)
+    records, status = run(algo := Scripted([optimum + v for v in subopts], optimum=optimum), stop)
+    trend = stop.trend(records, records[0])
+    assert status == "max_rounds" and trend.rate == pytest.approx(rate, rel=1e-9) and trend.span == 20
+    assert trend.value == records[-1]["suboptimality"] == pytest.approx(subopts[30], rel=1e-9)  # (2 + v) - 2: round-off
+    assert trend.target == pytest.approx(1e-8 * optimum, rel=1e-12)
+    more = math.ceil(math.log(1e-8 * optimum / subopts[30]) / math.log(rate))
+    assert trend.more_rounds() == more == 95
+    assert algo.stopped_by == (f"rounds = 30; suboptimality {subopts[30] / optimum:.1e} x |O*|, shrinking 0.90x per "
+                               "round over the last 20 rounds: about 95 more rounds to tol 1e-08 (try rounds=130)")
+    # tol_abs binding: the absolute target, shown in absolute units
+    records, _ = run(algo := Scripted([optimum + v for v in subopts], optimum=optimum),
+                     StopRule(rounds=30, tol_abs=1e-6))
+    assert algo.stopped_by.endswith(f"about {math.ceil(math.log(1e-6 / subopts[30]) / math.log(rate))} more rounds "
+                                    "to tol_abs 1e-06 (try rounds=88)")
+    assert f"suboptimality {subopts[30]:.1e}," in algo.stopped_by
+
+
+def test_a_stalled_or_growing_run_at_its_cap_says_so_and_projects_nothing():
+    flat = [2.0 + 1e-3 * (1 + 1e-5 * (-1) ** t) for t in range(31)]  # moves log v by far less than 1 % over 20 rounds
+    records, _ = run(algo := Scripted(flat, optimum=2.0), StopRule(rounds=30, tol=1e-8))
+    assert algo.stopped_by == "rounds = 30; suboptimality 5.0e-04 x |O*|, stalled (no progress over the last 20 rounds)"
+    growing = [2.0 + 1e-3 * 1.05 ** t for t in range(31)]
+    records, _ = run(algo := Scripted(growing, optimum=2.0), StopRule(rounds=30, tol=1e-8, diverge_after=None))
+    assert algo.stopped_by == (f"rounds = 30; suboptimality {1e-3 * 1.05 ** 30 / 2:.1e} x |O*|, not contracting "
+                               "(growing 1.050x per round over the last 20 rounds)")
+    assert StopRule(rounds=30, tol=1e-8).trend(records, records[0]).more_rounds() is None
+    records, _ = run(algo := Scripted(growing[:2], optimum=2.0), StopRule(rounds=1, tol=1e-8))
+    assert algo.stopped_by == "rounds = 1"  # two records, one round: too few to fit
+
+
+def test_without_a_reference_the_projection_reads_the_gradient_norm():
+    """grad_norm 5 x 0.8^t, tol 1e-12 of round 0's: ceil(log(1e-12 / 0.8^25) / log 0.8) more rounds."""
+    grads = [5.0 * 0.8 ** t for t in range(26)]
+    records, status = run(algo := ScriptedGradient([1.0 / (t + 1) for t in range(26)], grads),
+                          StopRule(rounds=25, tol=1e-12))
+    more = math.ceil(math.log(1e-12 / 0.8 ** 25) / math.log(0.8))
+    assert status == "max_rounds" and more == 99
+    assert algo.stopped_by == (f"rounds = 25; grad_norm {0.8 ** 25:.1e} x its round-0 value, shrinking 0.80x per "
+                               "round over the last 20 rounds: about 99 more rounds to tol 1e-12 (try rounds=130)")
+    records, _ = run(algo := ScriptedGradient([1.0] * 26, grads), StopRule(rounds=25))  # no tol: the rate alone
+    assert algo.stopped_by == (f"rounds = 25; grad_norm {0.8 ** 25:.1e} x its round-0 value, shrinking 0.80x per "
+                               "round over the last 20 rounds")
+
+
+def test_gd_stopped_at_its_cap_converges_where_the_projection_said():
+    """Gradient descent on a ridge contracts at a fixed rate once its fast modes are gone: the projection from a
+    run capped at 40 rounds names the round at which the uncapped run converges, within two rounds."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 5)) * np.array([1.0, 1.0, 1.0, 1.0, 3.0])
+    y = X @ rng.standard_normal(5) + rng.standard_normal(200)
+    capped = dane.fit(dane.problems.Ridge(X, y, lam=1e-3, optimum="auto"), "gd", workers=2, rounds=40, tol=1e-10)
+    more = int(capped.summary["stopped_by"].split("about ")[1].split(" more rounds")[0].replace(",", ""))
+    assert capped.status == "max_rounds" and "shrinking" in capped.summary["stopped_by"] and more > 20
+    whole = dane.fit(dane.problems.Ridge(X, y, lam=1e-3, optimum="auto"), "gd", workers=2, rounds=400, tol=1e-10)
+    assert whole.status == "converged" and abs(whole.summary["rounds"] - (40 + more)) <= 2

@@ -1,0 +1,103 @@
+r"""Where a run that hit its round cap was heading: a geometric fit to its last rounds.
+
+A method that converges linearly has :math:`v_t \approx c\,r^t` for its suboptimality (or
+gradient norm) :math:`v_t`.  The rate is the least-squares slope of :math:`\log v_t` on
+:math:`t` over the last `WINDOW` rounds, :math:`\hat r = \exp(\hat s)`, and the rounds still
+needed to reach a target :math:`\tau < v_T` are
+
+.. math:: n = \left\lceil \frac{\log(\tau / v_T)}{\log \hat r} \right\rceil .
+
+A fit is read as progress only where it moves :math:`\log v` by at least `STALL` over the
+window (about 1 %); less, either way, is "stalled", and a rise as large is "not contracting".
+The least-squares slope (not the ratio of the window's ends) keeps one noisy round (a
+rejected DANE step, ADMM's oscillation) from deciding the verdict.  `dane.runner.StopRule`
+puts `Trend.describe`'s phrase after ``rounds = N`` in ``stopped_by``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: rounds the fit spans (fewer when the run or the positive tail of its records is shorter)
+WINDOW = 20
+#: |fitted change of log v over the window| below which the run is "stalled"
+STALL = 0.01
+
+
+def geometric_rate(rounds: list[int], values: list[float]) -> float:
+    """exp of the least-squares slope of log(values) on rounds: r with values ≈ c · r^round (all values > 0)."""
+    mean_t = sum(rounds) / len(rounds)
+    logs = [math.log(v) for v in values]
+    mean_y = sum(logs) / len(logs)
+    spread = sum((t - mean_t) ** 2 for t in rounds)
+    return math.exp(sum((t - mean_t) * (y - mean_y) for t, y in zip(rounds, logs)) / spread)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """The fit over ``span`` rounds ending at ``value`` (``shown``: that value as the line gives it, "suboptimality
+    2.0e-08 x |O*|"); ``target`` (absolute, or None) is where the run would stop, ``target_label`` its setting."""
+
+    shown: str
+    value: float
+    rate: float
+    span: int
+    target: float | None = None
+    target_label: str = ""
+
+    @property
+    def moved(self) -> float:
+        """The fitted change of log(value) over the window."""
+        return self.span * math.log(self.rate)
+
+    def more_rounds(self) -> int | None:
+        """Rounds still needed to reach ``target`` at ``rate``; None without a target or without progress."""
+        if self.target is None or self.target <= 0 or self.moved > -STALL:
+            return None
+        return max(1, math.ceil(math.log(self.target / self.value) / math.log(self.rate)))
+
+    def describe(self, rounds: int) -> str:
+        """One phrase: the value, the rate over the window and, when contracting, the rounds to the target
+        (``rounds``: the cap the run hit, for the suggested override)."""
+        over = f"over the last {self.span} rounds"
+        if abs(self.moved) < STALL:
+            return f"{self.shown}, stalled (no progress {over})"
+        if self.moved > 0:
+            return f"{self.shown}, not contracting (growing {rate_text(self.rate)}x per round {over})"
+        shrinking = f"{self.shown}, shrinking {rate_text(self.rate)}x per round {over}"
+        more = self.more_rounds()
+        if more is None:
+            return shrinking
+        return (f"{shrinking}: about {two_digits(more):,} more rounds to {self.target_label} "
+                f"(try rounds={two_digits(rounds + more, up=True)})")
+
+
+def fit(records: list[dict], key: str) -> tuple[float, int, float] | None:
+    """(rate, span, last value) of ``key`` over the last `WINDOW` rounds of ``records`` in which it is positive and
+    finite; None with fewer than three such records (two rounds) at the end."""
+    tail = []
+    for record in reversed(records):
+        value = record.get(key)
+        if value is None or not math.isfinite(value) or value <= 0 or len(tail) > WINDOW:
+            break
+        tail.append(record)
+    if len(tail) < 3:
+        return None
+    tail.reverse()
+    rounds = [r["round"] for r in tail]
+    return geometric_rate(rounds, [r[key] for r in tail]), rounds[-1] - rounds[0], tail[-1][key]
+
+
+def rate_text(rate: float) -> str:
+    """``rate`` with two significant digits of its distance from 1 (0.9960, 0.988, 1.02), so it never reads 1."""
+    gap = float(f"{abs(1.0 - rate):.2g}")  # rounded first: 0.0999999 is 0.1, and reads 0.90, not 0.900
+    digits = 2 if gap == 0 else max(2, 1 - math.floor(math.log10(gap)))
+    return f"{rate:.{digits}f}"
+
+
+def two_digits(n: int, up: bool = False) -> int:
+    """``n`` to two significant digits (1336 -> 1300; ``up``: 1336 -> 1400); below 100 unchanged."""
+    if n < 100:
+        return n
+    step = 10 ** (len(str(n)) - 2)
+    return (-(-n // step) if up else round(n / step)) * step
