@@ -2,12 +2,13 @@ r"""One-shot parameter averaging: every worker solves its own problem exactly, t
 
 .. math:: w_1 = \frac1m \sum_i \arg\min_w O_i(w)
 
-Round 0 does the local solve and the one averaging allreduce (w_0's metrics ride in it).
-The iterate is then fixed: round 1 evaluates w_1 in one allreduce, and every later round
-(and the runner's final evaluation) re-reports those metrics without communicating, so a
-run of any length costs two communication rounds and its convergence curve is flat after
-round 1.  The runner is not asked to stop early, so OSA's records line up with the other
-methods' on a rounds axis; ``tol`` still stops it when w_1 is good enough.
+Round 0 does the local solve and the one averaging allreduce (w_0's metrics ride in it);
+round 1 evaluates w_1 in one allreduce, and the run ends there: more rounds could not move
+w_1.  It ends ``converged`` when w_1 meets ``tol``, else with status ``one_shot`` and
+``stopped_by`` "the one-shot average is final" with w_1's suboptimality (`finished`, read
+by `dane.runner.run`), so that a table does not read OSA's answer as a run out of budget.
+Its last record, round 1, cost one allreduce (the average).  A cap of ``rounds=1`` ends at
+the same record; ``rounds=0`` only evaluates w_0.
 """
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ class OneShotAveraging(Algorithm):
             [w_local, *local_payload(self.problem, self.w, with_grad=self.with_grad)])
         self.averaged = True
         return global_metrics(self, reduced)
+
+    @property
+    def finished(self) -> tuple[str, str] | None:
+        """Once w_1's metrics are reported: the run's status and why it ends (`dane.runner.run`)."""
+        return ("one_shot", "the one-shot average is final") if self._final is not None else None
 
     def evaluate(self) -> dict[str, float]:
         if self._final is not None:

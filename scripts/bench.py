@@ -217,7 +217,8 @@ def rounds_table(results: str, tol: float = 1e-10) -> dict:
             table[f"{name}/N={n}/m={m}"] = {"rounds": hit["round"], "comm_rounds": hit["comm_rounds"]}
         else:
             status = json.loads((runs[job] / "summary.json").read_text())["status"]
-            table[f"{name}/N={n}/m={m}"] = {"rounds": None, "status": "diverged" if status == "diverged" else
+            final = status in ("diverged", "one_shot")  # one_shot: OSA's one average, not a budget run out
+            table[f"{name}/N={n}/m={m}"] = {"rounds": None, "status": status if final else
                                             f"not reached in {records[-1]['round']} rounds"}
     return table
 

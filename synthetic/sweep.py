@@ -140,7 +140,7 @@ def answers(summary: dict, cfg: dict, timed: bool = True) -> bool:
     final = summary.get("final_suboptimality")
     threshold = None if final is None else StopRule(tol=tol, tol_abs=tol_abs).threshold(
         {"objective": summary["final_objective"], "suboptimality": final})
-    return (summary.get("status") == "diverged"
+    return (summary.get("status") in ("diverged", "one_shot")  # one_shot: a larger budget ends at the same round
             or (threshold is not None and final <= threshold)
             or (rounds is not None and summary.get("rounds", 0) >= rounds))
 

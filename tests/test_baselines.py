@@ -181,17 +181,31 @@ def test_lanczos_is_exact_after_dim_products_and_beats_power_iteration():
 
 # --- one-shot averaging -----------------------------------------------------------------------------
 
-def test_osa_is_the_mean_of_the_local_optima_and_communicates_twice():
+def test_osa_is_the_mean_of_the_local_optima_and_stops_after_its_one_round():
+    """w_1 is the mean of the local optima; the run ends on w_1's record (round 1, one allreduce) with status
+    one_shot, not max_rounds, and says why, whatever the cap; with tol met by w_1 it ends converged."""
     problems = ridge_shards()
     results = simulate(OSAConfig(), problems, rounds=10)
     expected = sum(local_optimum(p) for p in problems) / len(problems)
     for algo, records, iterates in results:
         assert torch.allclose(algo.iterate, expected, rtol=0, atol=1e-12)
-        assert all(torch.equal(w, iterates[1]) for w in iterates[1:])
-    records = results[0][1]
-    assert records[-1]["comm_rounds"] == 2  # the average, then one evaluation of the fixed iterate
-    assert all(r["suboptimality"] == records[1]["suboptimality"] for r in records[1:])
+        assert torch.equal(algo.reported_iterate, algo.iterate) and torch.equal(iterates[1], algo.iterate)
+        assert [r["round"] for r in records] == [0, 1]
+    algo, records, _ = results[0]
+    assert records[-1]["comm_rounds"] == 1  # w_1 cost the one average
     assert 0 < records[1]["suboptimality"] < records[0]["suboptimality"]
+    optimum = records[1]["objective"] - records[1]["suboptimality"]
+    relative = records[1]["suboptimality"] / abs(optimum)
+    assert algo.stopped_by == f"the one-shot average is final; suboptimality {relative:.1e} x |O*|"
+
+    def worker(comm, stop):
+        algo = OSAConfig().build(problems[comm.rank], comm)
+        return run(algo, stop)[1], algo.stopped_by
+    loose = relative * 1.01  # w_1 within tol: converged, at the same round
+    assert ThreadGroup(M).run(lambda comm: worker(comm, StopRule(rounds=10, tol=1e-12)))[0] == \
+        ("one_shot", f"the one-shot average is final; suboptimality {relative:.1e} x |O*|, above tol 1e-12")
+    assert ThreadGroup(M).run(lambda comm: worker(comm, StopRule(rounds=10, tol=loose)))[0] == \
+        ("converged", f"suboptimality <= {loose:g} x |O*|")
 
 
 # --- local SGD --------------------------------------------------------------------------------------
@@ -296,7 +310,7 @@ def test_a_batch_larger_than_the_shard_is_rejected():
 @pytest.mark.parametrize("algorithm, overrides, check", [
     ("admm", [], lambda s: s["status"] == "converged" and s["comm_rounds"] == s["rounds"] + 1),  # + ρ's allreduce
     ("gd", [], lambda s: s["status"] == "converged" and s["comm_rounds"] == s["rounds"]),
-    ("osa", [], lambda s: s["status"] == "max_rounds" and s["comm_rounds"] == 2),
+    ("osa", [], lambda s: s["status"] == "one_shot" and s["rounds"] == s["comm_rounds"] == 1),
     ("local_sgd", ["algorithm.local_steps=1", "algorithm.aggregate=weighted"], lambda s: s["status"] == "converged"),
 ])
 def test_hydra_entry_point_runs_each_baseline(tmp_path, algorithm, overrides, check):
@@ -313,26 +327,26 @@ def test_hydra_entry_point_runs_each_baseline(tmp_path, algorithm, overrides, ch
     assert {"round", "time_s", "bytes_sent", "comm_rounds", "objective", "suboptimality"} <= set(rounds[-1])
 
 
-@pytest.mark.parametrize("config", [
-    ADMMConfig(rho=100.0, adaptive_rho=True),
-    ADMMConfig(),  # ρ estimated at the start
-    GDConfig(),  # lr fixed in round 0 from the workers' L_i
-    OSAConfig(),
-    LocalSGDConfig(local_steps=3, batch_size=40, lr=0.05, aggregate="best"),
+@pytest.mark.parametrize("config, every", [
+    (ADMMConfig(rho=100.0, adaptive_rho=True), 4),
+    (ADMMConfig(), 4),  # ρ estimated at the start
+    (GDConfig(), 4),  # lr fixed in round 0 from the workers' L_i
+    (OSAConfig(), 1),  # it ends at round 1: the checkpoint between its average and w_1's record
+    (LocalSGDConfig(local_steps=3, batch_size=40, lr=0.05, aggregate="best"), 4),
 ], ids=["admm", "admm_default", "gd_default", "osa", "local_sgd"])
-def test_a_resumed_run_continues_exactly(config):
+def test_a_resumed_run_continues_exactly(config, every):
     problems = ridge_shards()
 
     def worker(comm, resume_from=None):
         algo = config.build(problems[comm.rank], comm)
         saved = {}
         resume = resume_from[comm.rank] if resume_from else None
-        records, _ = run(algo, StopRule(rounds=8), resume=resume, checkpoint_every=4,
+        records, _ = run(algo, StopRule(rounds=8), resume=resume, checkpoint_every=every,
                          on_checkpoint=lambda state: saved.setdefault(state["round"], state))
         return records, saved
 
     whole = ThreadGroup(M).run(worker)
-    checkpoints = [saved[4] for _, saved in whole]
+    checkpoints = [saved[every] for _, saved in whole]
     resumed = ThreadGroup(M).run(lambda comm: worker(comm, checkpoints))
     strip = lambda records: [{k: v for k, v in r.items() if k != "time_s"} for r in records]  # noqa: E731
-    assert strip(resumed[0][0]) == strip(whole[0][0][4:])
+    assert strip(resumed[0][0]) == strip(whole[0][0][every:])

@@ -104,6 +104,7 @@ def test_ensure_runs_missing_jobs_once_and_matches_by_config(tmp_path):
            "sim": {"alpha": summary["alpha"], "beta": summary["beta"], "calibration": None}}
     assert answers(summary, job)
     assert not answers({**summary, "status": "max_rounds", "final_suboptimality": 1e-3, "rounds": 5}, job)
+    assert answers({**summary, "status": "one_shot", "final_suboptimality": 1e-3, "rounds": 1}, job)  # OSA's end
     recalibrated = {**job, "sim": {"alpha": 1.0, "beta": 1.0, "calibration": None}}
     assert not answers(summary, recalibrated) and answers(summary, recalibrated, timed=False)  # same iterates
     assert not answers({**summary, "backend": "horovod"}, job)  # wall-clock times are not simulated ones
