@@ -194,7 +194,11 @@ class MuSafeguard:
       (undershoot, μ too large).  c < -0.3: μ up (from 0: to `balanced_damping`(r)·κ,
       r = ‖s_t‖/‖s_{t-1}‖, which balances the modes that overshoot by r and by 0 at
       μ = 0); c > 0.3:
-      μ ← μ/4 (to the floor once below 1e-3 κ).  Slow with no dominant mode (ratio > 0.5,
+      μ ← μ/4 (to the floor once below 1e-3 κ).  At μ = 0 a ratio above 0.1 already
+      counts as slow once it has settled (two ratios in a row within 10%): the ratio rises
+      while the slowest mode emerges from the others, so an unsettled one understates r
+      and a jump on it lands low and needs another μ (another factorization), while a
+      settled one is that mode's own rate.  Slow with no dominant mode (ratio > 0.5,
       |c| ≤ 0.3): μ moves halfway (in log scale) to the δ rule;
     - a step that contracts fast, or a step at round-off (‖s‖ ≤ `ROUND_OFF_STEP` ulps of
       the iterate, where the y_i are noise), leaves μ alone.
@@ -227,9 +231,10 @@ class MuSafeguard:
 
     def __init__(self, mu: float, *, scale: float = 0.4, grow: float = 4.0, rtol: float = 1e-12,
                  convex: bool = True, forget: bool | None = None, slack: float = 0.25, shrink: float = 2.0,
-                 decay: float = 0.5, contraction: float = 0.25,
-                 turn: float = 0.3, negligible: float = 1e-3):
+                 decay: float = 0.5, contraction: float = 0.25, settled_contraction: float = 0.1,
+                 settle: float = 0.1, turn: float = 0.3, negligible: float = 1e-3):
         self.contraction, self.turn, self.negligible = contraction, turn, negligible
+        self.settled_contraction, self.settle = settled_contraction, settle
         self.mu_floor = self.mu = mu
         self.scale, self.grow, self.rtol = scale, grow, rtol
         self.convex, self.slack, self.shrink, self.decay = convex, slack, shrink, decay
@@ -242,6 +247,7 @@ class MuSafeguard:
         self.last_step_mu = math.nan  # the μ that step was taken with
         self.rejected_mu = -1.0  # the largest μ whose step was rejected (convex rule: μ stays above it)
         self.octaves, self.last_move = 2.0, 0  # the convex rule's next move of log2 μ, and the last one's sign
+        self.last_ratio: float | None = None  # ‖s_{t-1}‖/‖s_{t-2}‖ at μ = 0 (convex rule: has plain DANE's rate settled?)
 
     def local_stats(self, w: torch.Tensor, local_grad: torch.Tensor) -> torch.Tensor:
         """‖∇O_i(w) - ∇O_i(w_accepted)‖², this worker's share of δ²; fused into allreduce 1."""
@@ -295,16 +301,19 @@ class MuSafeguard:
         """The convex rule: μ moves only on evidence, up on a rejection or an overshoot, down on an undershoot."""
         if not accepted:
             self.rejected_mu = max(self.rejected_mu, mu_used)
+            self.last_ratio = None
             return self._move(mu_used, +1, start=self._rule())
         previous, previous_mu = self.last_step, self.last_step_mu
         self.last_step, self.last_step_mu = step, mu_used
         if self.forget:  # the Hessians move with w: a rejection far from here says less and less
             self.rejected_mu /= self.grow
+        if mu_used > 0:  # a settled rate is plain DANE's (μ = 0) only
+            self.last_ratio = None
         if previous is None or previous_mu != mu_used or step_sq <= round_off_sq:
             return mu_used  # evidence needs two steps with this μ (a change of μ leaves a transient); none at round-off
         norm = torch.linalg.vector_norm
         ratio = math.sqrt(step_sq) / float(norm(previous))
-        if not ratio > self.contraction:  # contracting fast enough (nan too: keep what works)
+        if not ratio > self._slow(ratio, mu_used):  # contracting fast enough (nan too: keep what works)
             return mu_used
         cosine = float(step @ previous) / (math.sqrt(step_sq) * float(norm(previous)))
         curvature = float(step @ grad_change) / step_sq
@@ -321,6 +330,13 @@ class MuSafeguard:
                 return max(self.mu_floor, snap(math.sqrt(mu_used * rule)))
             return max(self.mu_floor, rule)
         return mu_used
+
+    def _slow(self, ratio: float, mu_used: float) -> float:
+        """The step ratio above which a step at ``mu_used`` counts as slow: ``settled_contraction`` at μ = 0 once
+        two ratios in a row agree within ``settle`` (relative), else ``contraction``."""
+        previous, self.last_ratio = self.last_ratio, (ratio if mu_used <= 0 else None)
+        settled = mu_used <= 0 and previous is not None and abs(ratio / previous - 1.0) <= self.settle
+        return self.settled_contraction if settled else self.contraction
 
     def _move(self, mu: float, direction: int, start: float = 0.0) -> float:
         """μ up (+1) or down (-1) by 2^octaves; a reversal halves the octaves (down to the grid's quarter octave),
@@ -360,7 +376,7 @@ class MuSafeguard:
     def state_dict(self) -> dict:
         return {"mu": self.mu, "boost": self.boost, "spread": self.spread, "best": self.best, "accepted": self.accepted,
                 "last_step": self.last_step, "last_step_mu": self.last_step_mu, "rejected_mu": self.rejected_mu, "octaves": self.octaves,
-                "last_move": self.last_move}
+                "last_move": self.last_move, "last_ratio": self.last_ratio}
 
     def load_state_dict(self, state: dict) -> None:
         self.mu, self.boost, self.spread = state["mu"], state["boost"], state["spread"]
@@ -368,4 +384,5 @@ class MuSafeguard:
         self.last_step, self.rejected_mu = state.get("last_step"), state.get("rejected_mu", -1.0)
         self.last_step_mu = state.get("last_step_mu", math.nan)
         self.octaves, self.last_move = state.get("octaves", 2.0), state.get("last_move", 0)
+        self.last_ratio = state.get("last_ratio")
         self.accepted = None if state["accepted"] is None else tuple(state["accepted"])
