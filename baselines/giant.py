@@ -24,26 +24,47 @@ iterates, at three allreduces per round instead of two.
 *Monotone globalization* (a departure from the paper, whose method takes some step
 whatever happens).  When no candidate meets the Armijo condition, the round is rejected:
 w_{t+1} = w_t, and the next rounds solve the Levenberg-Marquardt system
-:math:`(H_i + \mu I) p_i = g_t` with μ raised to max(4μ, g_tᵀp_t / ‖p_t‖²), the
-curvature of the rejected direction.  With m > 1 workers an accepted step shorter than
-the full one raises μ the same way (the step is kept: the averaged local models misjudge
-the global one, as a trust region shrinks on a poor ratio), and a full step halves μ (to
-0 once below 1e-6 of the first μ raised), so GIANT is itself wherever its full steps are
-safe.  Up by 4 and down by 2 are the trust-region radius updates of Nocedal & Wright
-(*Numerical Optimization*, 2nd ed., Algorithm 4.1), μ playing the inverse radius: a
-slower way down keeps μ from oscillating between a value that cuts the step and one a
-quarter of it, and keeping μ where a middle cut (backtrack or backtrack²) left it would
-stall at steps of 1/2 along a direction that stays too long.  ``make bench`` (section
-``defaults``) measures the rule against the grid of ``backtrack``.  On one worker the
-local model is the global one and a cut is the objective's own nonlinearity (damped
-Newton's first phase), so there only rejected rounds and steps of ``backtrack^3`` or
-shorter raise μ: GIANT on one worker is Newton with a backtracking line search.  A
-larger μ bends p_i towards g_t / μ, so some step of the list eventually meets Armijo
-and the objective never rises.  This is the case of a shard whose Hessian misjudges
-the global one in some direction (a rare feature absent from the shard): the averaged
-Newton direction is then far too long there, and the paper's method diverges.  Near
-the optimum, where the predicted decrease gᵀp is below the round-off of O, the full
-step is taken if it does not raise O beyond that round-off.
+:math:`(H_i + \mu I) p_i = g_t` with μ raised to
+
+.. math::
+    \mu \leftarrow \max\Big(4\mu,\ \frac{g_t^\top p_t}{\|p_t\|^2},\ u^\top \nabla^2 O(w_t)\, u,\
+                            \frac{\|g_t\|}{\text{backtrack}^K \|p_t\|}\Big),\qquad u = p_t / \|p_t\|.
+
+A rejection is the case of a shard whose Hessian misjudges the global one in some
+direction (a rare feature absent from the shard): the averaged Newton direction is then far
+too long there, and the paper's method diverges.  The second term is the curvature the
+local models give the rejected direction; alone (times 4 per round) it took dozens of
+rejected rounds where a shard's H_i is nearly singular along a rare feature, since it is
+then about λ.  The third is the objective's own curvature along p_t (one Hessian-vector
+product per worker, riding in allreduce 3): the shard without the feature has H_i ≈ λI
+along it, and with μ at least the global curvature there,
+:math:`(H_i + \mu I)^{-1} \preceq \mu^{-1} I` holds that shard's part of p_t to about the
+Newton step.  The fourth is a trust-region bound (Nocedal & Wright, *Numerical
+Optimization*, 2nd ed., Theorem 4.1: the trust-region step solves (B + μI)p = -g, a larger
+μ for a smaller radius).  Every step down to α_min‖p_t‖ = backtrack^(K-1)‖p_t‖ failed, so
+the trust radius is below that; as :math:`\|(H_i + \mu I)^{-1} g\| \le \|g\|/\mu` for
+:math:`H_i \succeq 0` (and CG's iterates from 0 grow in norm towards the solution's), the
+next direction is no longer than backtrack·α_min‖p_t‖, the next rung of the ladder.
+Repeated rejections so shrink p by backtrack^K per round at least, towards a short
+gradient step, which Armijo accepts.  Terms that are not finite are left out: at λ = 0 the
+local CG on a shard's singular, inconsistent system returns nan or overflows, u is then
+the limit of p/‖p‖ (the signs of the infinite entries), or g/‖g‖ when p is nan throughout,
+and the next round runs with μ at least the curvature along it.
+
+With m > 1 workers an accepted step shorter than the full one raises μ to
+max(4μ, g_tᵀp_t/‖p_t‖²) (the step is kept: the averaged local models misjudge the global
+one, as a trust region shrinks on a poor ratio), and a full step halves μ (to 0 once below
+1e-6 of the first μ raised), so GIANT is itself wherever its full steps are safe.  Up by 4
+and down by 2 are the trust-region radius updates of Nocedal & Wright (Algorithm 4.1), μ
+playing the inverse radius: a slower way down keeps μ from oscillating between a value that
+cuts the step and one a quarter of it, and keeping μ where a middle cut (backtrack or
+backtrack²) left it would stall at steps of 1/2 along a direction that stays too long.
+``make bench`` (section ``defaults``) measures the rule against the grid of ``backtrack``.
+On one worker the local model is the global one and a cut is the objective's own
+nonlinearity (damped Newton's first phase), so there only rejected rounds and steps of
+``backtrack^3`` or shorter raise μ: GIANT on one worker is Newton with a backtracking line
+search.  Near the optimum, where the predicted decrease gᵀp is below the round-off of O,
+the full step is taken if it does not raise O beyond that round-off.
 
 Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu``,
 ``armijo_met``, ``cg_iters`` (the mean over workers of the local CG products; it rides
@@ -55,6 +76,7 @@ residual rather than after a fixed number of iterations.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -106,6 +128,31 @@ def armijo_step(objective: float, slope: float, steps: torch.Tensor, values: tor
     return len(steps) - 1, False
 
 
+def unit(v: torch.Tensor) -> torch.Tensor:
+    """v / ‖v‖, computed so that a v whose norm overflows still has one: its limit when v has infinite entries
+    (their signs, the rest 0; nan counts as 0), else v scaled by max |v_j| first.  0 for v = 0."""
+    v = torch.where(v.isinf(), v.sign(), 0.0) if bool(v.isinf().any()) else v.nan_to_num(nan=0.0)
+    scale = v.abs().max()
+    if not scale > 0:
+        return torch.zeros_like(v)
+    v = v / scale
+    return v / torch.linalg.vector_norm(v)
+
+
+def rejected_mu(mu: float, *, slope: float, g_norm: float, p_norm: float, curvature: float, shortest: float) -> float:
+    """The Levenberg-Marquardt shift after a round whose every step failed Armijo (module docstring).
+
+    The largest of 4μ; gᵀp/‖p‖², the local models' curvature along p; ``curvature`` = uᵀ∇²O u, the
+    objective's along u = p/‖p‖; and ‖g‖ / (``shortest`` ‖p‖), which holds the next direction
+    (‖(H_i + μI)⁻¹ g‖ ≤ ‖g‖/μ for H_i ⪰ 0) to ``shortest`` ‖p‖, a step shorter than every one that failed.
+    A term that is not finite (p overflowed) is left out.
+    """
+    terms = [4 * mu, curvature]
+    if p_norm > 0:
+        terms += [slope / p_norm ** 2, g_norm / (shortest * p_norm)]
+    return max((t for t in terms if math.isfinite(t)), default=4 * mu)
+
+
 class GIANT(Algorithm):
     name = "giant"
 
@@ -117,7 +164,7 @@ class GIANT(Algorithm):
             if not hasattr(problem, method):
                 raise ConfigError(f"algorithm=giant needs {type(problem).__name__}.{method}; use another algorithm")
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
-        self.armijo = armijo
+        self.armijo, self.backtrack = armijo, backtrack
         self.steps = backtrack ** torch.arange(line_search_steps, dtype=torch.float64)  # α_k = backtrack^k
         self.mu = 0.0             # Levenberg-Marquardt shift of the local systems (module docstring)
         self.mu_floor = 0.0       # below it, μ returns to 0: 1e-6 of the first μ raised
@@ -131,8 +178,13 @@ class GIANT(Algorithm):
                    rtol=self.cg_tol, max_iter=self.cg_max_iter)
         p, cg_iters = self.comm.allreduce_mean([local.x, g.new_tensor([local.iters])])  # 2. p = mean p_i
         steps = self.steps.to(w.dtype)
-        local_values = torch.stack([self.problem.objective(w - alpha * p) for alpha in steps])
-        (values,) = self.comm.allreduce_mean([local_values])                           # 3. O(w - α_k p), every k
+        u = unit(p)  # p/‖p‖, even when p overflowed
+        if not bool(u.any()):  # p is nan throughout (CG on a singular system at μ = 0): the curvature along g
+            u = unit(g)
+        local_values = torch.stack([*(self.problem.objective(w - alpha * p) for alpha in steps),
+                                    u @ self.problem.hessian_vector(u, at=w)])
+        (values,) = self.comm.allreduce_mean([local_values])          # 3. O(w - α_k p), every k, and uᵀ∇²O(w_t)u
+        values, curvature = values[:-1], float(values[-1])
         objective, slope = float(metrics[0]), float(g @ p)
         k, met = armijo_step(objective, slope, steps, values, armijo=self.armijo)
         flat = abs(slope) <= 1e-12 * max(1.0, abs(objective))  # gᵀp below O's round-off: Armijo cannot tell
@@ -141,13 +193,18 @@ class GIANT(Algorithm):
             k = k if met else 0
             self.w = w - steps[k] * p
         short = 1 if self.comm.size > 1 else SHORT_STEP  # m > 1: any cut says the local models misjudge O
+        p_norm, g_norm = float(torch.linalg.vector_norm(p)), float(torch.linalg.vector_norm(g))
         if accepted and k == 0:  # the full step: the local models were right, regularize less
             self.mu = 0.0 if mu / 2 < self.mu_floor else mu / 2
-        elif not accepted or k >= short:  # rejected, or cut back: regularize more
+        elif accepted and k >= short:  # cut back: regularize more
             self.mu = max(4 * mu, slope / float(p @ p)) if float(p @ p) > 0 else 4 * mu
+        elif not accepted:  # no step met Armijo: regularize enough that the next one is shorter than all of these
+            self.mu = rejected_mu(mu, slope=slope, g_norm=g_norm, p_norm=p_norm, curvature=curvature,
+                                  shortest=float(steps[-1]) * self.backtrack)
+        if self.mu > 0:
             self.mu_floor = self.mu_floor or 1e-6 * self.mu
         return {**self.metrics(g, metrics), "step_size": float(steps[k]) if accepted else 0.0, "accepted": accepted,
-                "mu": mu, "armijo_met": met, "cg_iters": float(cg_iters), "p_norm": float(torch.linalg.vector_norm(p))}
+                "mu": mu, "armijo_met": met, "cg_iters": float(cg_iters), "p_norm": p_norm}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "mu": self.mu, "mu_floor": self.mu_floor}

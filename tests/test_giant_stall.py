@@ -1,0 +1,95 @@
+"""GIANT when every step of its line search fails: one rejected round, then progress (issue 23, item 2).
+
+The hard case: one of two shards holds no row of a rare column, and λ is 0 or tiny, so that
+shard's Hessian is (nearly) singular along the column.  At μ = 0 its local Newton direction
+is enormous or not finite there, no step of the line search meets Armijo, and the round is
+rejected.  Raising μ only by 4 from gᵀp/‖p‖² (≈ λ) stalled: at λ = 0 every round was
+rejected and the objective never left its round-0 value; at λ = 1e-8 five rounds were
+rejected.  The references here are numpy's: the ridge optimum by a dense solve.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import dane
+from dane.baselines.giant import rejected_mu, unit
+
+N, D = 200, 6
+
+
+def rare_column_on_one_shard(seed: int = 0):
+    """Gaussian columns and a 0/1 column set in two rows, both held by worker 0 of 2."""
+    rng = np.random.default_rng(seed)
+    X = np.hstack([rng.standard_normal((N, D)), np.zeros((N, 1))])
+    X[dane.shards(N, 2, seed=0)[0][:2], D] = 1.0
+    y = X @ rng.standard_normal(D + 1) + 0.1 * rng.standard_normal(N)
+    return X, y
+
+
+def ridge_optimum(X, y, lam):
+    w = np.linalg.solve(X.T @ X / len(y) + lam * np.eye(X.shape[1]), X.T @ y / len(y))
+    return 0.5 * np.mean(np.square(X @ w - y)) + 0.5 * lam * w @ w
+
+
+@pytest.mark.parametrize("lam", [0.0, 1e-8])
+def test_one_rejected_round_then_the_optimum(lam):
+    X, y = rare_column_on_one_shard()
+    rows = dane.shards(N, 2, seed=0)
+    assert (X[rows[0], D] != 0).sum() == 2 and not X[rows[1], D].any()  # the hard case: worker 1 lacks the column
+    f_star = ridge_optimum(X, y, lam)
+    result = dane.fit(dane.problems.Ridge(X, y, lam=lam, optimum="auto"), "giant", workers=2, rounds=20, tol=1e-8)
+    records = result.records
+    objectives = [r["objective"] for r in records]
+    assert all(b <= a for a, b in zip(objectives, objectives[1:]))  # monotone
+    assert [r["accepted"] for r in records[:-1]] == [False] + [True] * (len(records) - 2)  # only round 0 rejected
+    assert records[0]["step_size"] == 0.0 and records[1]["mu"] > 0
+    # measured: 15 rounds (λ = 0), 8 (λ = 1e-8); the old rule stalled (λ = 0) or was rejected 5 times (λ = 1e-8)
+    assert result.status == "converged" and len(records) - 1 <= 18
+    w = result.w.numpy()
+    assert 0 <= (0.5 * np.mean(np.square(X @ w - y)) + 0.5 * lam * w @ w - f_star) / f_star <= 1e-8
+
+
+def psd_shards(seed: int = 1, d: int = 8):
+    """Two local Hessians, one singular along e_0 (the shard without the rare column), and a gradient."""
+    rng = np.random.default_rng(seed)
+    A = [rng.standard_normal((30, d)) for _ in range(2)]
+    A[1][:, 0] = 0.0
+    return [a.T @ a / 30 for a in A], rng.standard_normal(d)
+
+
+def test_the_raised_mu_holds_the_next_direction_below_every_failed_step():
+    """‖(1/m) Σ (H_i + μI)⁻¹ g‖ ≤ backtrack^K ‖p‖ for μ = rejected_mu: the trust-region bound of the docstring."""
+    H, g = psd_shards()
+    H[1] = H[1] + 1e-8 * np.eye(len(g))
+    p = np.mean([np.linalg.solve(h, g) for h in H], axis=0)  # the μ = 0 direction: ~1e8 long along e_0
+    shortest = 0.5 ** 10
+    u = p / np.linalg.norm(p)
+    curvature = u @ np.mean(H, axis=0) @ u
+    mu = rejected_mu(0.0, slope=g @ p, g_norm=np.linalg.norm(g), p_norm=np.linalg.norm(p), curvature=curvature,
+                     shortest=shortest)
+    assert mu == pytest.approx(max(g @ p / (p @ p), curvature, np.linalg.norm(g) / (shortest * np.linalg.norm(p))),
+                               rel=1e-15)
+    assert mu > 1e3 * (g @ p) / (p @ p)  # the old rule's term is ~λ
+    nxt = np.mean([np.linalg.solve(h + mu * np.eye(len(g)), g) for h in H], axis=0)
+    assert np.linalg.norm(nxt) <= shortest * np.linalg.norm(p)
+    assert rejected_mu(2.0, slope=1.0, g_norm=1.0, p_norm=1.0, curvature=0.1, shortest=1.0) == 8.0  # 4μ at least
+
+
+def test_terms_that_are_not_finite_are_left_out():
+    # an overflowed p: gᵀp/‖p‖² is nan or 0 and ‖g‖/‖p‖ is 0; the curvature along p/‖p‖ is what is left
+    assert rejected_mu(0.0, slope=math.inf, g_norm=1.0, p_norm=math.inf, curvature=0.25, shortest=1e-3) == 0.25
+    assert rejected_mu(0.0, slope=math.nan, g_norm=1.0, p_norm=math.nan, curvature=0.25, shortest=1e-3) == 0.25
+    assert rejected_mu(1.0, slope=math.nan, g_norm=1.0, p_norm=math.nan, curvature=math.nan, shortest=1e-3) == 4.0
+
+
+def test_unit_survives_overflow():
+    big = torch.tensor([3e200, -4e200, 0.0], dtype=torch.float64)
+    assert not math.isfinite(float(torch.linalg.vector_norm(big)))  # the naive p / ‖p‖ is 0
+    torch.testing.assert_close(unit(big), torch.tensor([0.6, -0.8, 0.0], dtype=torch.float64))
+    inf = torch.tensor([math.inf, 1.0, -math.inf, math.nan], dtype=torch.float64)
+    torch.testing.assert_close(unit(inf), torch.tensor([1.0, 0.0, -1.0, 0.0], dtype=torch.float64) / math.sqrt(2))
+    assert not unit(torch.zeros(3, dtype=torch.float64)).any()
