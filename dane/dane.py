@@ -194,11 +194,14 @@ class MuSafeguard:
       (undershoot, μ too large).  c < -0.3: μ up (from 0: to `balanced_damping`(r)·κ,
       r = ‖s_t‖/‖s_{t-1}‖, which balances the modes that overshoot by r and by 0 at
       μ = 0); c > 0.3:
-      μ ← μ/4 (to the floor once below 1e-3 κ).  At μ = 0 a ratio above 0.1 already
-      counts as slow once it has settled (two ratios in a row within 10%): the ratio rises
-      while the slowest mode emerges from the others, so an unsettled one understates r
-      and a jump on it lands low and needs another μ (another factorization), while a
-      settled one is that mode's own rate.  Slow with no dominant mode (ratio > 0.5,
+      μ ← μ/4 (to the floor once below 1e-3 κ).  A ratio above 0.1 already counts as
+      slow once it has settled (two ratios in a row at one μ within 10%), at μ = 0 or on an
+      undershoot: the ratio rises while the slowest mode emerges from the others, so an
+      unsettled one understates r and a jump on it lands low and needs another μ (another
+      factorization), while a settled one is that mode's own rate.  A settled undershoot ρ
+      is the mode's eigenvalue κ/(κ_i + μ) = 1 - ρ of M, so μ goes straight to
+      μ - κρ/(1 - ρ) (`_undamp`), where it is 1.  A settled overshoot at μ > 0 is left
+      alone: after the balanced jump both extreme modes are meant to contract at that rate.  Slow with no dominant mode (ratio > 0.5,
       |c| ≤ 0.3): μ moves halfway (in log scale) to the δ rule;
     - a step that contracts fast, or a step at round-off (‖s‖ ≤ `ROUND_OFF_STEP` ulps of
       the iterate, where the y_i are noise), leaves μ alone.
@@ -307,20 +310,21 @@ class MuSafeguard:
         self.last_step, self.last_step_mu = step, mu_used
         if self.forget:  # the Hessians move with w: a rejection far from here says less and less
             self.rejected_mu /= self.grow
-        if mu_used > 0:  # a settled rate is plain DANE's (μ = 0) only
-            self.last_ratio = None
         if previous is None or previous_mu != mu_used or step_sq <= round_off_sq:
+            self.last_ratio = None
             return mu_used  # evidence needs two steps with this μ (a change of μ leaves a transient); none at round-off
         norm = torch.linalg.vector_norm
         ratio = math.sqrt(step_sq) / float(norm(previous))
-        if not ratio > self._slow(ratio, mu_used):  # contracting fast enough (nan too: keep what works)
-            return mu_used
         cosine = float(step @ previous) / (math.sqrt(step_sq) * float(norm(previous)))
+        settled = self._settled(ratio)
+        slow = self.settled_contraction if settled and (mu_used <= 0 or cosine > self.turn) else self.contraction
+        if not ratio > slow:  # contracting fast enough (nan too: keep what works)
+            return mu_used
         curvature = float(step @ grad_change) / step_sq
         if cosine < -self.turn:  # overshoot along the slowest direction: more damping
             return self._move(mu_used, +1, start=snap(balanced_damping(ratio) * max(curvature, 0.0)))
         if cosine > self.turn and mu_used > self.mu_floor:  # undershoot: less damping, not down to a rejected μ
-            lower = self._move(mu_used, -1)
+            lower = self._undamp(mu_used, ratio, curvature) if settled else self._move(mu_used, -1)
             if lower <= self.rejected_mu:
                 return mu_used
             return self.mu_floor if lower < self.negligible * curvature else lower
@@ -331,12 +335,16 @@ class MuSafeguard:
             return max(self.mu_floor, rule)
         return mu_used
 
-    def _slow(self, ratio: float, mu_used: float) -> float:
-        """The step ratio above which a step at ``mu_used`` counts as slow: ``settled_contraction`` at μ = 0 once
-        two ratios in a row agree within ``settle`` (relative), else ``contraction``."""
-        previous, self.last_ratio = self.last_ratio, (ratio if mu_used <= 0 else None)
-        settled = mu_used <= 0 and previous is not None and abs(ratio / previous - 1.0) <= self.settle
-        return self.settled_contraction if settled else self.contraction
+    def _settled(self, ratio: float) -> bool:
+        """Whether this step ratio and the last one at the same μ agree within ``settle`` (relative)."""
+        previous, self.last_ratio = self.last_ratio, ratio
+        return previous is not None and ratio < 1.0 and abs(ratio / previous - 1.0) <= self.settle
+
+    def _undamp(self, mu: float, ratio: float, curvature: float) -> float:
+        """μ that ends a settled undershoot: the slowest mode's eigenvalue κ/(κ_i + μ) of M is 1 - ρ (ρ = ``ratio``,
+        κ = ``curvature`` along the step), so μ' = μ - κρ/(1 - ρ) makes it 1; on the grid, and a move down."""
+        self.last_move = -1
+        return max(self.mu_floor, snap(mu - max(curvature, 0.0) * ratio / (1.0 - ratio)))
 
     def _move(self, mu: float, direction: int, start: float = 0.0) -> float:
         """μ up (+1) or down (-1) by 2^octaves; a reversal halves the octaves (down to the grid's quarter octave),
