@@ -22,6 +22,8 @@ from dataclasses import dataclass
 WINDOW = 20
 #: |fitted change of log v over the window| below which the run is "stalled"
 STALL = 0.01
+#: a suboptimality at most this times |O| is the objective's round-off (64 ulps of float64)
+ROUND_OFF = 64 * 2.0 ** -52
 
 
 def geometric_rate(rounds: list[int], values: list[float]) -> float:
@@ -44,6 +46,7 @@ class Trend:
     span: int
     target: float | None = None
     target_label: str = ""
+    round_off: bool = False  # the value is within the round-off of the objective: no stop test can ask for less
 
     @property
     def moved(self) -> float:
@@ -60,6 +63,8 @@ class Trend:
         """One phrase: the value, the rate over the window and, when contracting, the rounds to the target
         (``rounds``: the cap the run hit, for the suggested override)."""
         over = f"over the last {self.span} rounds"
+        if self.round_off:
+            return f"{self.shown}, at the objective's round-off (set tol to stop sooner)"
         if abs(self.moved) < STALL:
             return f"{self.shown}, stalled (no progress {over})"
         if self.moved > 0:

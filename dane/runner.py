@@ -10,7 +10,7 @@ from typing import Callable
 
 from .algorithm import Algorithm
 from .errors import ConfigError
-from .projection import Trend, fit
+from .projection import ROUND_OFF, Trend, fit
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,9 @@ class StopRule:
         if fitted is None:
             return None
         rate, span, value = fitted
+        round_off = measure.key == "suboptimality" and value <= ROUND_OFF * abs(records[-1]["objective"])
         return Trend(str(dataclasses.replace(measure, value=value)), value, rate, span, measure.target,
-                     measure.target_label)
+                     measure.target_label, round_off)
 
 
 @dataclass(frozen=True)

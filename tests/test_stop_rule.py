@@ -209,6 +209,11 @@ def test_a_stalled_or_growing_run_at_its_cap_says_so_and_projects_nothing():
     assert StopRule(rounds=30, tol=1e-8).trend(records, records[0]).more_rounds() is None
     records, _ = run(algo := Scripted(growing[:2], optimum=2.0), StopRule(rounds=1, tol=1e-8))
     assert algo.stopped_by == "rounds = 1"  # two records, one round: too few to fit
+    # converged as far as float64 goes (no tol set): 20 ulps of O* = 2 is the objective's round-off, not a stall
+    at_floor = [2.0 + 2.0 ** -52 * 40 * (1 + 0.5 * (-1) ** t) for t in range(31)]
+    records, _ = run(algo := Scripted(at_floor, optimum=2.0), StopRule(rounds=30))
+    assert algo.stopped_by.startswith("rounds = 30; suboptimality ") and \
+        algo.stopped_by.endswith(" x |O*|, at the objective's round-off (set tol to stop sooner)"), algo.stopped_by
 
 
 def test_without_a_reference_the_projection_reads_the_gradient_norm():
