@@ -23,52 +23,66 @@ iterates, at three allreduces per round instead of two.
 
 *Monotone globalization* (a departure from the paper, whose method takes some step
 whatever happens).  When no candidate meets the Armijo condition, the round is rejected:
-w_{t+1} = w_t, and the next rounds solve the Levenberg-Marquardt system
-:math:`(H_i + \mu I) p_i = g_t` with μ raised to
+w_{t+1} = w_t, and the next rounds solve the Levenberg-Marquardt systems
+:math:`(H_i + \mu_i I) p_i = g_t`, one shift per worker.  A rejection is the case of a shard
+whose Hessian misjudges the global one in some direction (a rare feature absent from the
+shard): the averaged Newton direction is then far too long there, and the paper's method
+diverges.  Which shard it is shows in allreduce 3, which carries beside the objective values
+every worker's curvature :math:`c_i = u^\top H_i u` along u = p_t/‖p_t‖ (one Hessian-vector
+product per worker), and so their mean :math:`\kappa = u^\top \nabla^2 O(w_t)\, u`, the
+objective's.  The worker whose local model is flatter than O along p_t is the one that
+made p_t too long there, and only it is shifted:
 
 .. math::
-    \mu \leftarrow \max\Big(4\mu,\ \frac{g_t^\top p_t}{\|p_t\|^2},\ u^\top \nabla^2 O(w_t)\, u,\
-                            \frac{\|g_t\|}{\text{backtrack}^K \|p_t\|}\Big),\qquad u = p_t / \|p_t\|.
+    \mu_i \leftarrow \max(4\mu_i,\ \kappa - c_i) \quad\text{for every } i \text{ with } c_i < \kappa,
 
-A rejection is the case of a shard whose Hessian misjudges the global one in some
-direction (a rare feature absent from the shard): the averaged Newton direction is then far
-too long there, and the paper's method diverges.  The second term is the curvature the
-local models give the rejected direction; alone (times 4 per round) it took dozens of
-rejected rounds where a shard's H_i is nearly singular along a rare feature, since it is
-then about λ.  The third is the objective's own curvature along p_t (one Hessian-vector
-product per worker, riding in allreduce 3): the shard without the feature has H_i ≈ λI
-along it, and with μ at least the global curvature there,
-:math:`(H_i + \mu I)^{-1} \preceq \mu^{-1} I` holds that shard's part of p_t to about the
-Newton step.  The fourth is a trust-region bound (Nocedal & Wright, *Numerical
-Optimization*, 2nd ed., Theorem 4.1: the trust-region step solves (B + μI)p = -g, a larger
-μ for a smaller radius).  Every step down to α_min‖p_t‖ = backtrack^(K-1)‖p_t‖ failed, so
-the trust radius is below that; as :math:`\|(H_i + \mu I)^{-1} g\| \le \|g\|/\mu` for
-:math:`H_i \succeq 0` (and CG's iterates from 0 grow in norm towards the solution's), the
-next direction is no longer than backtrack·α_min‖p_t‖, the next rung of the ladder.
-Repeated rejections so shrink p by backtrack^K per round at least, towards a short
-gradient step, which Armijo accepts.  Terms that are not finite are left out: at λ = 0 the
-local CG on a shard's singular, inconsistent system returns nan or overflows, u is then
-the limit of p/‖p‖ (the signs of the infinite entries), or g/‖g‖ when p is nan throughout,
-and the next round runs with μ at least the curvature along it.
+so that :math:`u^\top (H_i + \mu_i I) u \ge \kappa`: that local model is no longer
+flatter than O along u (this per-worker rule is the package's, not the paper's).  The
+others keep their μ_i, so where one shard lacks a feature the rest still take their own
+Newton steps: on an ill-conditioned ridge (cond(H) ≈ 1e7, two shards, one without a rare
+column) one shared shift, large enough for that shard, damped every worker along the
+near-null direction of H and GIANT needed 92-118 rounds to 1e-8; per-worker shifts, 20
+(tests/test_giant_stall.py).  A second rejection in a row (or one where every
+c_i is alike) raises every μ_i to
 
-With m > 1 workers an accepted step shorter than the full one raises μ to
-max(4μ, g_tᵀp_t/‖p_t‖²) (the step is kept: the averaged local models misjudge the global
-one, as a trust region shrinks on a poor ratio), and a full step halves μ (to 0 once below
-1e-6 of the first μ raised), so GIANT is itself wherever its full steps are safe.  Up by 4
-and down by 2 are the trust-region radius updates of Nocedal & Wright (Algorithm 4.1), μ
-playing the inverse radius: a slower way down keeps μ from oscillating between a value that
-cuts the step and one a quarter of it, and keeping μ where a middle cut (backtrack or
-backtrack²) left it would stall at steps of 1/2 along a direction that stays too long.
-``make bench`` (section ``defaults``) measures the rule against the grid of ``backtrack``.
-On one worker the local model is the global one and a cut is the objective's own
-nonlinearity (damped Newton's first phase), so there only rejected rounds and steps of
-``backtrack^3`` or shorter raise μ: GIANT on one worker is Newton with a backtracking line
-search.  Near the optimum, where the predicted decrease gᵀp is below the round-off of O,
-the full step is taken if it does not raise O beyond that round-off.
+.. math::
+    \max\Big(4\mu_i,\ \frac{g_t^\top p_t}{\|p_t\|^2},\ \kappa,\
+             \frac{\|g_t\|}{\text{backtrack}^K \|p_t\|}\Big),
 
-Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu``,
-``armijo_met``, ``cg_iters`` (the mean over workers of the local CG products; it rides
-in allreduce 2) and ``p_norm``.
+the last a trust-region bound (Nocedal & Wright, *Numerical Optimization*, 2nd ed.,
+Theorem 4.1: the trust-region step solves (B + μI)p = -g, a larger μ for a smaller radius).
+Every step down to α_min‖p_t‖ = backtrack^(K-1)‖p_t‖ failed, so the trust radius is below
+that; as :math:`\|(H_i + \mu I)^{-1} g\| \le \|g\|/\mu` for :math:`H_i \succeq 0` (and CG's
+iterates from 0 grow in norm towards the solution's), the next direction is no longer than
+backtrack·α_min‖p_t‖, the next rung of the ladder: repeated rejections shrink p by
+backtrack^K per round at least, towards a short gradient step, which Armijo accepts.  (The
+old rule, max(4μ, gᵀp/‖p‖²), took dozens of rejected rounds where a shard's H_i is nearly
+singular along a rare feature, gᵀp/‖p‖² being then about λ, and never moved at λ = 0.)
+Terms that are not finite are left out: at λ = 0 the local CG on a shard's singular,
+inconsistent system returns nan or overflows; u is then the limit of p/‖p‖ (the signs of
+the infinite entries), or g/‖g‖ when p is nan throughout.
+
+With m > 1 workers an accepted step shorter than the full one also raises μ (the step is
+kept: the averaged local models misjudge the global one, as a trust region shrinks on a
+poor ratio): the workers with c_i < κ as above, or, when every c_i is alike, all of them to
+max(4μ_i, g_tᵀp_t/‖p_t‖²).  A full step halves every μ_i (to 0 once below 1e-6 of the
+first μ raised), so GIANT is itself wherever its full steps are safe.  Up by 4 and down by
+2 are the trust-region radius updates of Nocedal & Wright (Algorithm 4.1), μ playing the
+inverse radius: a slower way down keeps μ from oscillating between a value that cuts the
+step and one a quarter of it, and keeping μ where a middle cut (backtrack or backtrack²)
+left it would stall at steps of 1/2 along a direction that stays too long.  ``make bench``
+(section ``defaults``) measures the rule against the grid of ``backtrack``.  On one worker
+the local model is the global one (c_0 = κ) and a cut is the objective's own nonlinearity
+(damped Newton's first phase), so there only rejected rounds and steps of ``backtrack^3``
+or shorter raise μ: GIANT on one worker is Newton with a backtracking line search.  Every
+worker holds the whole list μ_1..μ_m (the same everywhere, as elastic training needs); a new
+world size starts every worker from the largest.  Near the optimum, where the predicted
+decrease gᵀp is below the round-off of O, the full step is taken if it does not raise O
+beyond that round-off.
+
+Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu`` (the
+largest μ_i of the round), ``armijo_met``, ``cg_iters`` (the mean over workers of the local
+CG products; it rides in allreduce 2) and ``p_norm``.
 
 Other departures: the global objective O(w_t) the Armijo test compares with is the
 logged metric that rides in allreduce 1 (no extra round); CG stops at a relative
@@ -140,7 +154,7 @@ def unit(v: torch.Tensor) -> torch.Tensor:
 
 
 def rejected_mu(mu: float, *, slope: float, g_norm: float, p_norm: float, curvature: float, shortest: float) -> float:
-    """The Levenberg-Marquardt shift after a round whose every step failed Armijo (module docstring).
+    """A worker's shift after a second rejected round in a row (or one where every local model is alike).
 
     The largest of 4μ; gᵀp/‖p‖², the local models' curvature along p; ``curvature`` = uᵀ∇²O u, the
     objective's along u = p/‖p‖; and ‖g‖ / (``shortest`` ‖p‖), which holds the next direction
@@ -166,25 +180,29 @@ class GIANT(Algorithm):
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.armijo, self.backtrack = armijo, backtrack
         self.steps = backtrack ** torch.arange(line_search_steps, dtype=torch.float64)  # α_k = backtrack^k
-        self.mu = 0.0             # Levenberg-Marquardt shift of the local systems (module docstring)
-        self.mu_floor = 0.0       # below it, μ returns to 0: 1e-6 of the first μ raised
+        self.mus = [0.0] * comm.size  # every worker's Levenberg-Marquardt shift μ_i (module docstring), on every worker
+        self.mu_floor = 0.0           # below it, μ_i returns to 0: 1e-6 of the first μ raised
+        self.rejected = False         # whether the last round was rejected
 
     def step(self) -> dict[str, float]:
-        w = self.w
+        w, m = self.w, self.comm.size
+        if len(self.mus) != m:  # a new world size (elastic reset): every worker starts from the largest shift
+            self.mus = [max(self.mus)] * m
         local_grad, local_metrics = self.problem.evaluate(w)
         g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])              # 1. g = mean ∇O_i(w_t)
-        mu = self.mu
-        local = cg(lambda v: self.problem.hessian_vector(v, at=w) + mu * v, g,         # local: (H_i + μI) p_i = g
+        mu = self.mus[self.comm.rank]
+        local = cg(lambda v: self.problem.hessian_vector(v, at=w) + mu * v, g,         # local: (H_i + μ_i I) p_i = g
                    rtol=self.cg_tol, max_iter=self.cg_max_iter)
         p, cg_iters = self.comm.allreduce_mean([local.x, g.new_tensor([local.iters])])  # 2. p = mean p_i
         steps = self.steps.to(w.dtype)
         u = unit(p)  # p/‖p‖, even when p overflowed
         if not bool(u.any()):  # p is nan throughout (CG on a singular system at μ = 0): the curvature along g
             u = unit(g)
-        local_values = torch.stack([*(self.problem.objective(w - alpha * p) for alpha in steps),
-                                    u @ self.problem.hessian_vector(u, at=w)])
-        (values,) = self.comm.allreduce_mean([local_values])          # 3. O(w - α_k p), every k, and uᵀ∇²O(w_t)u
-        values, curvature = values[:-1], float(values[-1])
+        own = torch.zeros(m, dtype=w.dtype)
+        own[self.comm.rank] = u @ self.problem.hessian_vector(u, at=w)  # uᵀH_i u, in this worker's slot
+        local_values = torch.cat([torch.stack([self.problem.objective(w - alpha * p) for alpha in steps]), own])
+        (values,) = self.comm.allreduce_mean([local_values])          # 3. O(w - α_k p), every k; every uᵀH_i u
+        values, curvatures = values[:len(steps)], (values[len(steps):] * m).tolist()
         objective, slope = float(metrics[0]), float(g @ p)
         k, met = armijo_step(objective, slope, steps, values, armijo=self.armijo)
         flat = abs(slope) <= 1e-12 * max(1.0, abs(objective))  # gᵀp below O's round-off: Armijo cannot tell
@@ -192,23 +210,41 @@ class GIANT(Algorithm):
         if accepted:
             k = k if met else 0
             self.w = w - steps[k] * p
-        short = 1 if self.comm.size > 1 else SHORT_STEP  # m > 1: any cut says the local models misjudge O
-        p_norm, g_norm = float(torch.linalg.vector_norm(p)), float(torch.linalg.vector_norm(g))
-        if accepted and k == 0:  # the full step: the local models were right, regularize less
-            self.mu = 0.0 if mu / 2 < self.mu_floor else mu / 2
-        elif accepted and k >= short:  # cut back: regularize more
-            self.mu = max(4 * mu, slope / float(p @ p)) if float(p @ p) > 0 else 4 * mu
-        elif not accepted:  # no step met Armijo: regularize enough that the next one is shorter than all of these
-            self.mu = rejected_mu(mu, slope=slope, g_norm=g_norm, p_norm=p_norm, curvature=curvature,
-                                  shortest=float(steps[-1]) * self.backtrack)
-        if self.mu > 0:
-            self.mu_floor = self.mu_floor or 1e-6 * self.mu
+        used = max(self.mus)
+        self.update_mus(accepted, k, curvatures, slope=slope, p=p, g=g)
         return {**self.metrics(g, metrics), "step_size": float(steps[k]) if accepted else 0.0, "accepted": accepted,
-                "mu": mu, "armijo_met": met, "cg_iters": float(cg_iters), "p_norm": p_norm}
+                "mu": used, "armijo_met": met, "cg_iters": float(cg_iters),
+                "p_norm": float(torch.linalg.vector_norm(p))}
+
+    def update_mus(self, accepted: bool, k: int, curvatures: list[float], *, slope: float, p: torch.Tensor,
+                   g: torch.Tensor) -> None:
+        """Every worker's next μ_i from the round's outcome (module docstring, *Monotone globalization*)."""
+        kappa = sum(curvatures) / len(curvatures)               # uᵀ∇²O(w_t)u, the objective's curvature along p
+        deficits = [kappa - c for c in curvatures]              # how much flatter than O each local model is along p
+        lacking = any(d > 1e-12 * abs(kappa) for d in deficits)
+        short = 1 if len(self.mus) > 1 else SHORT_STEP  # m > 1: any cut says the local models misjudge O
+        if accepted and k == 0:  # the full step: the local models were right, regularize less
+            self.mus = [0.0 if mu / 2 < self.mu_floor else mu / 2 for mu in self.mus]
+        elif accepted and k < short:  # a middle cut on one worker: the objective's own nonlinearity
+            pass
+        elif lacking and not (self.rejected and not accepted):  # shift the local models flatter than O along p
+            self.mus = [max(4 * mu, d) if d > 1e-12 * abs(kappa) else mu for mu, d in zip(self.mus, deficits)]
+        elif accepted:  # cut back, every local model alike: regularize more
+            p_sq = float(p @ p)
+            self.mus = [max(4 * mu, slope / p_sq) if p_sq > 0 else 4 * mu for mu in self.mus]
+        else:  # a second rejection in a row, or alike models: shorter than every step that failed
+            p_norm, g_norm = float(torch.linalg.vector_norm(p)), float(torch.linalg.vector_norm(g))
+            shortest = float(self.steps[-1]) * self.backtrack
+            self.mus = [rejected_mu(mu, slope=slope, g_norm=g_norm, p_norm=p_norm, curvature=kappa, shortest=shortest)
+                        for mu in self.mus]
+        if max(self.mus) > 0:
+            self.mu_floor = self.mu_floor or 1e-6 * max(self.mus)
+        self.rejected = not accepted
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "mu": self.mu, "mu_floor": self.mu_floor}
+        return {**super().state_dict(), "mus": list(self.mus), "mu_floor": self.mu_floor, "rejected": self.rejected}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.mu, self.mu_floor = state.get("mu", 0.0), state.get("mu_floor", 0.0)
+        self.mus = list(state.get("mus", [state.get("mu", 0.0)] * self.comm.size))  # "mu": a checkpoint before μ_i
+        self.mu_floor, self.rejected = state.get("mu_floor", 0.0), state.get("rejected", False)
