@@ -65,6 +65,7 @@ class LocalSolver:
     batch_size: int = 1             # svrg: rows per step
     lr: float | None = None         # svrg: step (None: 1 / L_max)
     variant: str = "epochs"         # svrg: SVRG_VARIANTS
+    contraction: float = AUTO_PASSES_CONTRACTION  # svrg, passes=auto: c of `svrg_passes` (the solve contracts by e^-c)
 
     def __post_init__(self) -> None:
         checks.one_of("problem.local_solver", self.method, LOCAL_SOLVERS)
@@ -77,6 +78,7 @@ class LocalSolver:
         if self.lr is not None:
             checks.positive("problem.svrg_lr", self.lr)
         checks.one_of("problem.svrg_variant", self.variant, SVRG_VARIANTS)
+        checks.positive("problem.svrg_contraction", self.contraction)
         if self.method == "cg" and self.tol == 0 and self.max_iter is None:
             raise ConfigError("problem.local_solver=cg with local_tol=0 needs problem.local_max_iter (a fixed count)")
 
@@ -212,12 +214,13 @@ def svrg_constants(sub: Subproblem, solver: LocalSolver) -> tuple[float, float, 
     n, b = shard.n_local, min(solver.batch_size, shard.n_local)
     shrink = sub.l2 + sub.mu  # the deterministic part's curvature: ∇R(w) = shrink·w − linear − μ·anchor
     lr = solver.lr if solver.lr is not None else 1.0 / (n * shard.row_smoothness() + shrink)
-    passes = svrg_passes(solver.passes, lr=lr, shrink=shrink, n=n, b=b)
+    passes = svrg_passes(solver.passes, lr=lr, shrink=shrink, n=n, b=b, contraction=solver.contraction)
     steps = n // b if solver.variant == "epochs" else passes * n // b
     return lr, shrink, steps, b, passes
 
 
-def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int) -> int:
+def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
+                contraction: float = AUTO_PASSES_CONTRACTION) -> int:
     r"""The passes of one SVRG solve: ``passes`` as given, or for ``auto``
 
     .. math:: \text{passes} = \operatorname{clip}\Big(\Big\lceil c\,\kappa\,\frac{b}{n}\Big\rceil,
@@ -230,12 +233,13 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int) 
     whatever κ/n_i.  SVRG's theory sets its inner loop in proportion to κ (Johnson & Zhang 2013,
     Theorem 1: m ∝ L/μ for a fixed rate); the paper's fixed 3 passes (Reddi et al. 2016, and their
     MATLAB reference) is this rule where κ ≤ 3 n_i/c.  With λ + μ = 0 there is no such bound: P_max.
+    ``contraction`` is c (a caller that needs a more accurate solve, AIDE's Catalyst loop, raises it).
     """
     if passes != PASSES_AUTO:
         return int(passes)
     if shrink <= 0 or n == 0:
         return AUTO_PASSES_MAX if n else AUTO_PASSES_MIN
-    wanted = math.ceil(AUTO_PASSES_CONTRACTION * b / (lr * shrink * n))
+    wanted = math.ceil(contraction * b / (lr * shrink * n))
     return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
 
 
