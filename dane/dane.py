@@ -201,8 +201,9 @@ class MuSafeguard:
       factorization), while a settled one is that mode's own rate.  A settled undershoot ρ
       is the mode's eigenvalue κ/(κ_i + μ) = 1 - ρ of M, so μ goes straight to
       μ - κρ/(1 - ρ) (`_undamp`), where it is 1.  A settled overshoot at μ > 0 is left
-      alone: after the balanced jump both extreme modes are meant to contract at that rate.  Slow with no dominant mode (ratio > 0.5,
-      |c| ≤ 0.3): μ moves halfway (in log scale) to the δ rule;
+      alone: after the balanced jump both extreme modes are meant to contract at that rate.
+      Slow with no dominant mode (ratio > 0.5, |c| ≤ 0.3): μ moves halfway (in log scale)
+      to the δ rule;
     - a step that contracts fast, or a step at round-off (‖s‖ ≤ `ROUND_OFF_STEP` ulps of
       the iterate, where the y_i are noise), leaves μ alone.
 
@@ -250,7 +251,7 @@ class MuSafeguard:
         self.last_step_mu = math.nan  # the μ that step was taken with
         self.rejected_mu = -1.0  # the largest μ whose step was rejected (convex rule: μ stays above it)
         self.octaves, self.last_move = 2.0, 0  # the convex rule's next move of log2 μ, and the last one's sign
-        self.last_ratio: float | None = None  # ‖s_{t-1}‖/‖s_{t-2}‖ at μ = 0 (convex rule: has plain DANE's rate settled?)
+        self.last_ratio: float | None = None  # ‖s_{t-1}‖/‖s_{t-2}‖, both at the last μ (convex rule: has the rate settled?)
 
     def local_stats(self, w: torch.Tensor, local_grad: torch.Tensor) -> torch.Tensor:
         """‖∇O_i(w) - ∇O_i(w_accepted)‖², this worker's share of δ²; fused into allreduce 1."""
@@ -304,7 +305,6 @@ class MuSafeguard:
         """The convex rule: μ moves only on evidence, up on a rejection or an overshoot, down on an undershoot."""
         if not accepted:
             self.rejected_mu = max(self.rejected_mu, mu_used)
-            self.last_ratio = None
             return self._move(mu_used, +1, start=self._rule())
         previous, previous_mu = self.last_step, self.last_step_mu
         self.last_step, self.last_step_mu = step, mu_used

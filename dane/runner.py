@@ -1,7 +1,6 @@
 """The round loop shared by every algorithm and backend, with rank-0 logging."""
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import sys
@@ -130,10 +129,9 @@ class StopRule:
         fitted = None if measure is None else fit(records, measure.key)
         if fitted is None:
             return None
-        rate, span, value = fitted
+        rate, span, value = fitted  # value is records[-1]'s, the one measure shows (fit ends at the last record)
         round_off = measure.key == "suboptimality" and value <= ROUND_OFF * abs(records[-1]["objective"])
-        return Trend(str(dataclasses.replace(measure, value=value)), value, rate, span, measure.target,
-                     measure.target_label, round_off)
+        return Trend(str(measure), value, rate, span, measure.target, measure.target_label, round_off)
 
 
 @dataclass(frozen=True)
