@@ -41,9 +41,9 @@ loop's factor √((λ + κ)/λ).  AIDE counts communication rounds instead, and 
 is one InexactDANE round: what τ must buy is that this one round solves the τ-augmented
 problem well, and anything more only slows the outer loop.  With Catalyst's rule the outer
 loop was far slower than needed (κ/λ in the thousands at λ = 1e-5) and missed the target on
-the defaults benchmark's rare one-hot logistic cell where τ = 0 reached it.  A DANE round on a quadratic
-contracts the error by I − (H_i + τI)⁻¹(H + τI) (Shamir et al. 2014); on the diagonal, by
-|D_k − D_ik| / (D_ik + λ + τ) per column k.  Here worker i measures its column curvature
+the defaults benchmark's rare one-hot logistic cell where τ = 0 reached it.  A DANE round
+on a quadratic contracts the error by I − (H_i + τI)⁻¹(H + τI) (Shamir et al. 2014); on
+the diagonal, by |D_k − D_ik| / (D_ik + λ + τ) per column k.  Here worker i measures its column curvature
 D_ik = weight · c_f · Σ_j x_jk² (the diagonal of its curvature bound, `column_curvature`),
 the mean D rides in round 0's first allreduce, and the worker proposes the least τ that
 shrinks every column's error by ρ = `COLUMN_CONTRACTION` = 0.7,
@@ -166,6 +166,11 @@ def failed_subproblem(objective: float, previous: float, at_restart: float, rest
     return objective > previous and (restarted or objective >= at_restart)
 
 
+def catalyst_alpha0(q: float) -> float:
+    """α_0 = √q, Catalyst's start (and restart) for a strongly convex objective; 1 when q = 0."""
+    return math.sqrt(q) if q > 0 else 1.0
+
+
 def catalyst_alpha(alpha: float, q: float) -> float:
     """The root in (0, 1] of a² = (1 − a) α² + q a (Catalyst's step 4)."""
     b = alpha * alpha - q
@@ -220,7 +225,7 @@ class AIDE(Algorithm):
         """τ, q, α anew (α_0 = √q: the momentum starts over) and the local solver for this τ."""
         self.tau = tau
         self.q = catalyst_q(self.problem.strong_convexity, tau)
-        self.alpha = math.sqrt(self.q) if self.q > 0 else 1.0
+        self.alpha = catalyst_alpha0(self.q)
         self.solver = self.local_solver
         if isinstance(self.local_solver, LocalSolver) and self.local_solver.method == "svrg":
             self.solver = replace(self.local_solver, contraction=inner_contraction(self.q))
@@ -233,7 +238,7 @@ class AIDE(Algorithm):
             scale = max(self.tau, self.problem.strong_convexity) or float(self.mean_curvature.max())
             self._set_tau(TAU_GROWTH * scale)
         elif restart:
-            self.alpha = math.sqrt(self.q) if self.q > 0 else 1.0
+            self.alpha = catalyst_alpha0(self.q)
         if restart:
             self.y = w.clone()
             self.at_restart = objective

@@ -39,11 +39,10 @@ made p_t too long there, and only it is shifted:
 so that :math:`u^\top (H_i + \mu_i I) u \ge \kappa`: that local model is no longer
 flatter than O along u (this per-worker rule is the package's, not the paper's).  The
 others keep their μ_i, so where one shard lacks a feature the rest still take their own
-Newton steps: on an ill-conditioned ridge (cond(H) ≈ 1e7, two shards, one without a rare
-column) one shared shift, large enough for that shard, damped every worker along the
-near-null direction of H and GIANT needed 92-118 rounds to 1e-8; per-worker shifts, 20
-(tests/test_giant_stall.py).  A second rejection in a row (or one where every
-c_i is alike) raises every μ_i to
+Newton steps, where one shared shift large enough for that shard would damp every worker
+along the near-null directions of an ill-conditioned H (tests/test_giant_stall.py measures
+both on such a ridge).  A second rejection in a row (or one where every c_i is alike)
+raises every μ_i to
 
 .. math::
     \max\Big(4\mu_i,\ \frac{g_t^\top p_t}{\|p_t\|^2},\ \kappa,\
