@@ -62,20 +62,6 @@ def indicator_columns(X: np.ndarray | sp.csr_matrix) -> np.ndarray:
     return ~np.any((X != 0) & (X != 1), axis=0)
 
 
-def sparse_column_std(X: sp.csr_matrix) -> np.ndarray:
-    """The population std of every column of ``X`` (n rows, implicit zeros included), without densifying.
-
-    Two passes, as ``np.std`` does: m_j = Σ x_ij / n, then
-    s_j² = (Σ_stored (x_ij − m_j)² + (n − stored_j) m_j²) / n, the second term for the
-    implicit zeros; no cancellation of E[x²] − m².
-    """
-    n, d = X.shape
-    mean = np.bincount(X.indices, weights=X.data, minlength=d) / n
-    stored = np.bincount(X.indices, minlength=d)
-    squares = np.bincount(X.indices, weights=(X.data - mean[X.indices]) ** 2, minlength=d)
-    return np.sqrt((squares + (n - stored) * mean ** 2) / n)
-
-
 def constant_sparse_columns(X: sp.csr_matrix) -> np.ndarray:
     """A boolean per column: True when all n values (implicit zeros included) are equal, tested exactly."""
     return X.max(axis=0).toarray().ravel() == X.min(axis=0).toarray().ravel()
@@ -83,12 +69,14 @@ def constant_sparse_columns(X: sp.csr_matrix) -> np.ndarray:
 
 def scale_sparse_columns(X: sp.csr_matrix, columns: np.ndarray) -> list[int]:
     """Divide ``X[:, columns]`` in place by each column's std (no centring); return the constant ones, left as is."""
+    from sklearn.utils.sparsefuncs import mean_variance_axis  # sklearn at use, not at import dane
+
     chosen = np.zeros(X.shape[1], dtype=bool)
     chosen[columns] = True
     constant = chosen & constant_sparse_columns(X)
     scale = np.ones(X.shape[1])
     divide = chosen & ~constant
-    scale[divide] = sparse_column_std(X)[divide]
+    scale[divide] = np.sqrt(mean_variance_axis(X, axis=0)[1])[divide]  # population std, implicit zeros included
     X.data /= scale[X.indices]  # the pattern of non-zeros is unchanged
     return np.flatnonzero(constant).tolist()
 
