@@ -1,8 +1,8 @@
 """The package as a user installs it: one namespace (dane, plus Hydra's hydra_plugins), the dane command, Horovod as an extra.
 
 The slow test builds the wheel, installs it without the extra into a fresh virtual environment and
-runs ``dane`` from an empty folder outside the checkout.  ``DANE_WHEEL_PYTHON`` names the interpreter
-of that environment (default: this one); .ci/run's smoke step runs it on Python 3.12 as well.
+runs ``dane`` from an empty folder outside the checkout, on this interpreter; .ci/run's smoke step
+runs it on Python 3.12 as well.
 """
 from __future__ import annotations
 
@@ -134,16 +134,56 @@ def wheel_top_level(wheel: Path) -> tuple[set[str], str, str]:
         return names - {info}, z.read(f"{info}/top_level.txt").decode(), z.read(f"{info}/METADATA").decode()
 
 
+def linked_torch(site: Path) -> None:
+    """This environment's torch and the distributions it needs, hard-linked into ``site``.
+
+    Not from the index: on Python 3.12 pip takes the CUDA build there (several GB with its nvidia
+    packages, a second copy beside .venv-3.12's, which filled CI's disk), and torch is not what this
+    test tests.  Hard links, not symlinks: should pip replace one of these distributions, it removes
+    the link and leaves this environment's files alone (a symlink where the two folders are on different
+    file systems).  Scripts outside site-packages are not linked.
+    """
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    todo = ["torch"]
+    seen = {canonicalize_name(d.metadata["Name"]) for d in metadata.distributions(path=[str(site)])}  # venv's pip, setuptools
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue  # pip upgrades the venv's own setuptools if torch needs a newer one
+        seen.add(name)
+        dist = metadata.distribution(name)
+        todo += [r.name for r in map(Requirement, dist.requires or []) if r.marker is None or r.marker.evaluate({"extra": ""})]
+        for top in {f.parts[0] for f in dist.files or []} - {"..", "__pycache__"}:
+            source, target = Path(dist.locate_file(top)), site / top
+            if target.exists() or not source.exists():
+                continue  # a folder two distributions share (nvidia/) is linked whole with the first
+            if source.is_dir():
+                shutil.copytree(source, target, symlinks=True, copy_function=link)
+            else:
+                link(source, target)
+
+
+def link(source: str | Path, target: str | Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        os.symlink(source, target)
+
+
 def fresh_venv(where: Path, wheel: Path) -> Path:
-    """A new virtual environment with torch 2.13.0 and the wheel (its dependencies from the index), no extra."""
-    python = os.environ.get("DANE_WHEEL_PYTHON", sys.executable)
+    """A new virtual environment with this one's torch (linked) and the wheel (its other dependencies from the index), no extra."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = run([python, "-m", "venv", str(where)], where.parent, env)
+    done = run([sys.executable, "-m", "venv", str(where)], where.parent, env)
     assert done.returncode == 0, done.stderr
-    pip = [str(where / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install"]
-    for args in (["torch==2.13.0"], [str(wheel)]):  # torch first: 2.13.0 is the CPU wheel on this machine (3.11)
-        done = run([*pip, *args], where.parent, env, timeout=1800)
-        assert done.returncode == 0, done.stderr[-3000:]
+    [site] = where.glob("lib/python*/site-packages")
+    linked_torch(site)
+    done = run([str(where / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install", str(wheel)],
+               where.parent, env, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
     return where / "bin"
 
 
