@@ -182,11 +182,13 @@ class MuSafeguard:
     the steps say so, by a factor of 2 or 4, so it revisits few values and an exact local
     solver reuses its factorizations:
 
-    - a rejected step: μ ← 4μ (from 0: the δ rule), or `shortening_mu` when that is
-      larger (the μ that shortens the step to the best length of a quadratic through the
-      two objectives and the slope: on a problem whose first steps overshoot far, one
-      rejection instead of several).  μ never again comes down to a rejected value (on a
-      non-quadratic that memory fades, ÷4 per accepted round);
+    - a rejected step: μ ← 4μ, or `shortening_mu` when that is larger (the μ that
+      shortens the step to the best length of a quadratic through the two objectives and
+      the slope: on a problem whose first steps overshoot far, one rejection instead of
+      several).  From μ = 0 (plain DANE rejected) the shortening μ alone, read off the step
+      that failed, where the δ rule only scales the shards' spread by a constant; the δ
+      rule when the model says nothing.  μ never again comes down to a rejected value (on
+      a non-quadratic that memory fades, ÷4 per accepted round);
     - an accepted step that contracts slowly, ‖s_t‖ > 0.25‖s_{t-1}‖, is read by the
       cosine c of consecutive steps.  On a quadratic the error obeys e_{t+1} = (I - M)e_t
       with M = (1/m)Σ_i η(H_i + μI)⁻¹H, and the slowest mode dominates the steps: c < 0
@@ -293,7 +295,8 @@ class MuSafeguard:
         if self.convex:
             self.mu = self._convex_mu(accepted, mu_used, w - w0, g - g0, step_sq, round_off)
             if not accepted:  # the step was too long: at least the μ that shortens it to the model's best length
-                self.mu = max(self.mu, shortening_mu(mu_used, float(g0 @ (w - w0)), step_sq, best, objective))
+                short = shortening_mu(mu_used, float(g0 @ (w - w0)), step_sq, best, objective)
+                self.mu = short if mu_used <= 0 < short else max(self.mu, short)
         else:
             self.mu = max(self.mu_floor, self._rule())
         if not accepted and self.mu == 0.0:  # no spread measured yet: start from the curvature scale
