@@ -9,6 +9,9 @@ needed to reach a target :math:`\tau < v_T` are
 
 A fit is read as progress only where it moves :math:`\log v` by at least `STALL` over the
 window (about 1 %); less, either way, is "stalled", and a rise as large is "not contracting".
+Where the last `WINDOW` rounds move less than that, the fit is taken again over the later
+half of the run: a run contracting by 0.9997 a round (GD on an ill-conditioned ridge) moves
+0.6 % in 20 rounds and would read "stalled", but 45 % in 1,500.
 The least-squares slope (not the ratio of the window's ends) keeps one noisy round (a
 rejected DANE step, ADMM's oscillation) from deciding the verdict.  `dane.runner.StopRule`
 puts `Trend.describe`'s phrase after ``rounds = N`` in ``stopped_by``.
@@ -79,18 +82,27 @@ class Trend:
 
 def fit(records: list[dict], key: str) -> tuple[float, int, float] | None:
     """(rate, span, last value) of ``key`` over the last `WINDOW` rounds of ``records`` in which it is positive and
-    finite; None with fewer than three such records (two rounds) at the end."""
+    finite, or over the later half of those rounds where the window moves less than `STALL`; None with fewer than
+    three such records (two rounds) at the end."""
     tail = []
     for record in reversed(records):
         value = record.get(key)
-        if value is None or not math.isfinite(value) or value <= 0 or len(tail) > WINDOW:
+        if value is None or not math.isfinite(value) or value <= 0:
             break
         tail.append(record)
     if len(tail) < 3:
         return None
     tail.reverse()
+    rate, span = tail_rate(tail[-(WINDOW + 1):], key)
+    if abs(span * math.log(rate)) < STALL and len(tail) > 2 * (WINDOW + 1):
+        rate, span = tail_rate(tail[len(tail) // 2:], key)
+    return rate, span, tail[-1][key]
+
+
+def tail_rate(tail: list[dict], key: str) -> tuple[float, int]:
+    """`geometric_rate` of ``key`` over ``tail`` and the rounds it spans."""
     rounds = [r["round"] for r in tail]
-    return geometric_rate(rounds, [r[key] for r in tail]), rounds[-1] - rounds[0], tail[-1][key]
+    return geometric_rate(rounds, [r[key] for r in tail]), rounds[-1] - rounds[0]
 
 
 def rate_text(rate: float) -> str:

@@ -177,6 +177,7 @@ def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[
         "rounds": last["round"],
         "final_objective": last["objective"],
         "final_suboptimality": last.get("suboptimality"),
+        "final_relative_suboptimality": relative_suboptimality(last),
         "final_grad_norm": last.get("grad_norm"),
         "total_bytes": last["bytes_sent"],
         "comm_rounds": last["comm_rounds"],
@@ -204,6 +205,14 @@ def _summary(spec: RunSpec, comm: Communicator, problem: Problem, records: list[
     return summary
 
 
+def relative_suboptimality(record: dict) -> float | None:
+    """(O(w) − O*)/|O*| of a record with a suboptimality (O* = objective − suboptimality); None without one or at O* = 0."""
+    if record.get("suboptimality") is None:
+        return None
+    optimum = abs(record["objective"] - record["suboptimality"])
+    return record["suboptimality"] / optimum if optimum > 0 else None
+
+
 def _write_final_state(spec: RunSpec, comm: Communicator, problem: Problem, algo: Algorithm, out_dir: str | None,
                        last_round: int, status: str) -> None:
     """The test confusion matrix (networks) and, with ``save_iterate``, the final iterate; rank 0 writes
@@ -221,8 +230,10 @@ def _write_final_state(spec: RunSpec, comm: Communicator, problem: Problem, algo
 
 def _report(summary: dict, size: int, out_dir: str | None) -> None:
     """Rank 0's closing line: how the run ended, its final metrics, its traffic and time."""
-    final = summary["final_suboptimality"]
+    final, relative = summary["final_suboptimality"], summary["final_relative_suboptimality"]
     tail = f"final suboptimality {final:.3e}" if final is not None else f"final objective {summary['final_objective']:.8e}"
+    if relative is not None:
+        tail += f" ({relative:.1e} x |O*|)"
     if "final_test_accuracy" in summary:
         tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
     print(f"{summary['algorithm']} on {summary['problem']}, {size} worker(s), {summary['backend']}: "

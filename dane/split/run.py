@@ -173,6 +173,7 @@ def make_summary(spec, algo: SplitRun, records: list[dict], status: str, start: 
         "algorithm": "split", "problem": spec.problem.name, "workers": spec.comm.workers,
         "backend": "simulator" if spec.comm.backend == "local" else spec.comm.backend, "status": status,
         "rounds": last["round"], "final_objective": last["objective"], "final_suboptimality": None,
+        "final_relative_suboptimality": None,
         "final_test_loss": last["test_loss"], "final_test_accuracy": last["test_accuracy"],
         "total_bytes": last["bytes_sent"], "comm_rounds": last["comm_rounds"], "time_s": last["time_s"],
         "wall_time_s": time.perf_counter() - start, "stop_rule": control_rule(spec, last),
