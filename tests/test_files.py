@@ -444,3 +444,26 @@ def test_shared_admissions_csv_matches_the_builtin_reader(monkeypatch, tmp_path)
     np.testing.assert_array_equal(table.X[:, 2:].sum(axis=1), np.ones(400))
     np.testing.assert_array_equal(table.y, builtin.y)
     np.testing.assert_array_equal(check_labels(table.y, "logistic", table.name), 2 * builtin.y - 1)
+
+
+# ---------------------------------------------------------------- the Python API on a file
+def test_a_file_source_passed_to_the_api_is_the_arrays_it_reads_with_an_intercept(tmp_path):
+    """dane.problems.Ridge(data=CSVSource(...)) fits what the source reads (one-hot, standardized) plus the
+    column of ones that conf/problem/ridge.yaml adds; on arrays the default is no intercept."""
+    import dane
+
+    rng = np.random.default_rng(0)
+    rows = [f"{rng.normal() * 100:.6f},{rng.normal():.6f},{'abc'[i % 3]},{rng.normal() * 1e4:.6f}" for i in range(90)]
+    path = write(tmp_path, "t.csv", "a,b,g,y\n" + "\n".join(rows) + "\n")
+    source = CSVSource(str(path), target="y", categorical=("g",))
+    from_file = dane.problems.Ridge(data=source, lam=1e-3, optimum="auto")
+    table = source.load()
+    ones = np.ones((table.n, 1))
+    from_arrays = dane.problems.Ridge(np.hstack([table.X, ones]), table.y, lam=1e-3, optimum="auto")
+    assert from_file.fit_intercept and not from_arrays.fit_intercept
+    runs = [dane.fit(p, "dane", workers=3, rounds=5) for p in (from_file, from_arrays)]
+    assert runs[0].table["objective"] == runs[1].table["objective"]
+    assert runs[0].records[0]["objective"] - runs[0].records[0]["suboptimality"] == pytest.approx(
+        runs[1].records[0]["objective"] - runs[1].records[0]["suboptimality"], rel=1e-12)  # the same O*
+    with pytest.raises(ConfigError, match="takes arrays X and y, or data= a file source"):
+        dane.problems.Ridge(table.X, table.y, data=source)

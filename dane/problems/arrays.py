@@ -1,9 +1,16 @@
-"""Convex problems on in-memory arrays: ``dane.problems.Ridge | LogReg | Softmax(X, y, ...)``.
+"""Convex problems on in-memory arrays or a data file: ``dane.problems.Ridge | LogReg | Softmax``.
 
 Each builds the same `LinearModelConfig` as the command line's ``problem=ridge|logreg|softmax``,
-with an `ArraySource` holding X (numpy, or scipy sparse kept sparse) and y::
+with an `ArraySource` holding X (numpy, or scipy sparse kept sparse) and y, or with a file
+source from `dane.data.files` (the command line's ``data=csv|npz|libsvm``)::
 
     problem = dane.problems.LogReg(X, y, lam=1e-3, optimum="auto")   # optimum: records carry suboptimality
+    problem = dane.problems.Ridge(data=CSVSource("housing.csv", target="price", categorical=("region",)),
+                                  lam=1e-5, optimum="auto")
+
+``fit_intercept`` defaults to what each input expects: false on arrays (the design matrix is
+yours as given), true on a file source (as ``conf/problem/*.yaml``: the source standardizes
+the columns and the intercept carries the mean).
 """
 from __future__ import annotations
 
@@ -54,18 +61,25 @@ class ArraySource:
         return f"ArraySource({self.name}, {self.fingerprint})"
 
 
-def _linear(loss: str, name: str):
-    def make(X, y, *, lam: float = 1e-3, fit_intercept: bool = False, local_solver: str = "auto",
-             seed: int = 0, **solver_keys) -> LinearModelConfig:
-        return LinearModelConfig(data=ArraySource(X, y), loss=loss, lam=lam, fit_intercept=fit_intercept,
+def _linear(loss: str, name: str, public: str):
+    def make(X=None, y=None, *, data=None, lam: float = 1e-3, fit_intercept: bool | None = None,
+             local_solver: str = "auto", seed: int = 0, **solver_keys) -> LinearModelConfig:
+        arrays = X is not None and y is not None
+        if not (arrays and data is None or data is not None and X is None and y is None):
+            raise ConfigError(f"dane.problems.{public} takes arrays X and y, or data= a file source "
+                              "(dane.data.files.CSVSource, NPZSource, LibSVMSource), not both or neither")
+        source = ArraySource(X, y) if data is None else data
+        intercept = data is not None if fit_intercept is None else fit_intercept
+        return LinearModelConfig(data=source, loss=loss, lam=lam, fit_intercept=intercept,
                                  local_solver=local_solver, seed=seed, name=name, **solver_keys)
 
     make.__name__ = make.__qualname__ = name
-    make.__doc__ = (f"problem={name} on arrays X (n x d, dense or scipy sparse) and y; keywords as in "
-                    f"conf/problem/{name}.yaml (lam is the weight of (lam/2)||w||^2; optimum='auto' for suboptimality).")
+    make.__doc__ = (f"problem={name} on arrays X (n x d, dense or scipy sparse) and y, or on data= a file source; "
+                    f"keywords as in conf/problem/{name}.yaml (lam is the weight of (lam/2)||w||^2; optimum='auto' "
+                    "for suboptimality; fit_intercept: false on arrays, true on a source, unless given).")
     return make
 
 
-Ridge = _linear("squared", "ridge")
-LogReg = _linear("logistic", "logreg")
-Softmax = _linear("softmax", "softmax")
+Ridge = _linear("squared", "ridge", "Ridge")
+LogReg = _linear("logistic", "logreg", "LogReg")
+Softmax = _linear("softmax", "softmax", "Softmax")
