@@ -24,15 +24,34 @@ a μ-strongly convex, L-smooth objective (Giselsson & Boyd, "Linear convergence 
 selection for Douglas-Rachford splitting and ADMM", IEEE TAC 2017; Ghadimi et al. 2015 for
 quadratics), here with the local Hessians' bounds
 :math:`\bar L = \frac1m\sum_i \lambda_{\max}(H_i) \ge \lambda_{\max}(H)` and
-:math:`\underline\mu = \frac1m\sum_i \lambda_{\min}(H_i) \le \lambda_{\min}(H)` in
-place of L and μ (a heuristic transfer to the consensus splitting: ``make bench``,
-section ``defaults``, measures it against a grid of fixed ρ).  Each worker takes its two
-extreme Ritz values from ``power_iters`` local Hessian-vector products at the start
-(Lanczos, `baselines.spectral`; for the logistic loss the curvature majorant), and one
-allreduce of the two scalars, counted in round 0's ``comm_rounds``, gives the means.  μ̲
-is floored at 1e-6 L̄ (an objective that is not strongly convex has no rate to balance;
-the floor keeps ρ > 0).  A problem without Hessian-vector products (a network) starts
-from ρ = 1 with residual balancing instead.
+:math:`\underline\mu = \frac1m\sum_i \lambda_{\min}(H_i|_{\mathcal R}) \le \lambda_{\min}(H|_{\mathcal R})`
+in place of L and μ (a heuristic transfer to the consensus splitting: ``make bench``,
+section ``defaults``, measures it against a grid of fixed ρ).  For the logistic loss H_i is
+the curvature majorant c_f X_iᵀX_i/n_i + λI.
+
+*Over the range* :math:`\mathcal R = \mathrm{range}(A)` of the data Hessian A = mean_i A_i
+(H_i = A_i + cI, c the regulariser's curvature).  Started at 0, ADMM never leaves it: the
+local solve moves x_i from z − u_i by −∇f_i(x_i)/ρ ∈ range(X_iᵀ) ⊆ 𝓡, and the z- and
+u-steps combine such vectors, so a direction every shard's data ignores (null(A) =
+∩_i null(A_i)) is never visited and its curvature c sets no rate.  Such directions are
+common: a categorical column one-hot encoded with every value beside an intercept (the CSV
+path's encoding) makes A singular on every shard alike, and the whole-space λ_min(H_i) = c
+= λ gave ρ ≈ 50× too small (issue 23: 15-25× the allreduces of the best fixed ρ on public
+tables).  A direction only some shards ignore (a rare value absent from a shard) is in 𝓡
+and stays: on such a shard λ_min(H_i|𝓡) = c.  For d ≤ ``EXACT_DIM`` each worker forms A_i
+from d local Hessian-vector products, and one allreduce of A_i (d² numbers), of
+λ⁺_min(A_i) in slot rank(A_i) of a (d+1)-vector, and of λ_max(H_i) gives A, hence rank(A),
+and μ̲ = c + (1/m) Σ_{rank A_i = rank A} λ⁺_min(A_i) (equal ranks: range(A_i) = 𝓡) and L̄
+(`range_bounds`).  Ranks count eigenvalues above sqrt(eps) λ_max (eps of the problem's
+dtype: rounding in X_iᵀ(X_i v) leaves a null eigenvalue near eps λ_max).  For larger d
+each worker takes its two extreme Ritz values over the whole space from ``power_iters``
+products (Lanczos, `baselines.spectral`), one allreduce of the two scalars: there μ̲ is
+c again wherever A is singular (a bound, as before, but a loose one).  Either way the
+allreduce is counted in round 0's ``comm_rounds``, and μ̲ is floored at 1e-6 L̄ (an
+objective that is not strongly convex has no rate to balance; the floor keeps ρ > 0).  A
+problem without Hessian-vector products (a network) starts from ρ = 1 with residual
+balancing instead.  The majorant overstates the logistic curvature where the data are
+nearly separable; there ρ comes out too large, and ``adaptive_rho=true`` corrects it.
 
 ``adaptive_rho`` is residual balancing (Boyd's eq. 3.13): ρ ← τρ when r > μ s, ρ ← ρ/τ
 when s > μ r, and the scaled duals u_i ← u_i ρ_old/ρ_new.  Departure from Boyd: the
@@ -53,7 +72,11 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 
 from .metrics import global_metrics, local_payload, logs_gradient
-from .spectral import local_spectrum
+from .spectral import local_spectrum, require_hessian_vector
+
+#: Largest dimension whose local data Hessians are formed (d products) and averaged (d² numbers) for ρ;
+#: beyond it, the extreme Ritz values of ``power_iters`` products
+EXACT_DIM = 256
 
 
 @dataclass(frozen=True)
@@ -62,7 +85,7 @@ class ADMMConfig:
     adaptive_rho: bool | None = None  # None: residual balancing of a given ρ only (an estimated one stays fixed)
     balance_mu: float = 10.0   # Boyd's μ: rebalance when one residual exceeds μ times the other
     balance_tau: float = 2.0   # Boyd's τ: the factor ρ changes by
-    power_iters: int = 20      # local Hessian-vector products per worker for rho=None
+    power_iters: int = 20      # rho=None and dim > EXACT_DIM: Lanczos products per worker
     seed: int = 0              # start vector of those products
     name: str = "admm"
 
@@ -86,11 +109,44 @@ class ADMMConfig:
 
 
 def spectral_penalty(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """ρ = sqrt(μ̲ L̄) from each worker's extreme local Ritz values: one allreduce of two scalars."""
-    lo, hi = local_spectrum(problem, iters=iters, seed=seed, key="algorithm.rho")
-    (means,) = comm.allreduce_mean([problem.initial_point().new_tensor([lo, hi])])  # (μ̲, L̄)
-    mu_low, L_bar = float(means[0]), float(means[1])
+    """ρ = sqrt(μ̲ L̄) from each worker's local spectrum: one allreduce (module docstring)."""
+    if problem.dim > EXACT_DIM:
+        lo, hi = local_spectrum(problem, iters=iters, seed=seed, key="algorithm.rho")
+        (means,) = comm.allreduce_mean([problem.initial_point().new_tensor([lo, hi])])  # (μ̲, L̄)
+        mu_low, L_bar = float(means[0]), float(means[1])
+    else:
+        mu_low, L_bar = range_bounds(problem, comm)
     return math.sqrt(max(mu_low, 1e-6 * L_bar) * L_bar)
+
+
+def range_bounds(problem: Problem, comm: Communicator) -> tuple[float, float]:
+    """(μ̲, L̄) over range(A), A = mean_i A_i the data Hessians: one allreduce of A_i, a rank slot and λ_max(H_i).
+
+    H_i = A_i + cI (c: the regulariser's curvature).  range(A_i) ⊆ range(A), so over
+    range(A) the smallest eigenvalue of H_i is c + λ⁺_min(A_i) when rank A_i = rank A
+    (the two ranges coincide) and c otherwise (a direction of range(A) this shard does
+    not see).  Worker i sends λ⁺_min(A_i) in slot rank(A_i) of a (d+1)-vector; after the
+    mean, slot rank(A) holds (1/m) Σ over the shards whose range is range(A).
+    """
+    require_hessian_vector(problem, "algorithm.rho")
+    d = problem.dim
+    eye = torch.eye(d, dtype=problem.dtype)
+    A_i = torch.stack([problem.hessian_vector(e, with_reg=False) for e in eye], 1).double()
+    c = float(problem.hessian_vector(eye[0], with_reg=True)[0]) - float(A_i[0, 0])  # H_i e_0 - A_i e_0 = c e_0
+    A_i = (A_i + A_i.T) / 2
+    eig = torch.linalg.eigvalsh(A_i)
+    rank = numerical_rank(eig, problem.dtype)
+    slots = A_i.new_zeros(d + 1)
+    slots[rank] = float(eig[-rank]) if rank else 0.0  # λ⁺_min(A_i): the smallest of the rank nonzero eigenvalues
+    A, slots, L_bar = comm.allreduce_mean([A_i, slots, A_i.new_tensor([float(eig[-1]) + c])])
+    rank_A = numerical_rank(torch.linalg.eigvalsh((A + A.T) / 2), problem.dtype)
+    return c + float(slots[rank_A]), float(L_bar)
+
+
+def numerical_rank(eig: torch.Tensor, dtype: torch.dtype) -> int:
+    """Eigenvalues above sqrt(eps) of the largest (eps of the problem's dtype): the rounding of X^T(Xv) is far below."""
+    top = float(eig[-1])
+    return int((eig > math.sqrt(torch.finfo(dtype).eps) * top).sum()) if top > 0 else 0
 
 
 def residual_balance(rho: float, primal: float, dual: float, *, mu: float = 10.0, tau: float = 2.0) -> float:
