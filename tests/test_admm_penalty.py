@@ -44,7 +44,8 @@ def test_default_rho_is_within_2x_of_the_best_fixed_rho_when_every_shard_shares_
     X, y = collinear_table(loss)
     make = dane.problems.Ridge if loss == "squared" else dane.problems.LogReg
     problem = make(X, y, lam=1e-5, fit_intercept=True, optimum="auto")
-    best = min(allreduces(problem, 300, rho=rho, adaptive_rho=False) for rho in RHO_GRID)
+    # the grid's best takes 42-46 allreduces here; its far ends, which cannot be best, stop at 120 (seconds saved)
+    best = min(allreduces(problem, 120, rho=rho, adaptive_rho=False) for rho in RHO_GRID)
     default = allreduces(problem, int(2 * best) + 1)  # the cap is the goal: a default past 2x the best fails
     assert best < math.inf and default <= 2 * best, (default, best)
 
