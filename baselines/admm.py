@@ -36,9 +36,9 @@ u-steps combine such vectors, so a direction every shard's data ignores (null(A)
 ∩_i null(A_i)) is never visited and its curvature c sets no rate.  Such directions are
 common: a categorical column one-hot encoded with every value beside an intercept (the CSV
 path's encoding) makes A singular on every shard alike, and the whole-space λ_min(H_i) = c
-= λ gave ρ ≈ 50× too small (issue 23: 15-25× the allreduces of the best fixed ρ on public
-tables).  A direction only some shards ignore (a rare value absent from a shard) is in 𝓡
-and stays: on such a shard λ_min(H_i|𝓡) = c.  For d ≤ ``EXACT_DIM`` each worker forms A_i
+= λ gave ρ ≈ 50× too small (issue 23's public tables).  A direction only some shards
+ignore (a rare value absent from a shard) is in 𝓡 and stays: on such a shard
+λ_min(H_i|𝓡) = c.  For d ≤ ``EXACT_DIM`` each worker forms A_i
 from d local Hessian-vector products, and one allreduce of A_i (d² numbers), of
 λ⁺_min(A_i) in slot rank(A_i) of a (d+1)-vector, and of λ_max(H_i) gives A, hence rank(A),
 and μ̲ = c + (1/m) Σ_{rank A_i = rank A} λ⁺_min(A_i) (equal ranks: range(A_i) = 𝓡) and L̄
@@ -51,7 +51,9 @@ allreduce is counted in round 0's ``comm_rounds``, and μ̲ is floored at 1e-6 L
 objective that is not strongly convex has no rate to balance; the floor keeps ρ > 0).  A
 problem without Hessian-vector products (a network) starts from ρ = 1 with residual
 balancing instead.  The majorant overstates the logistic curvature where the data are
-nearly separable; there ρ comes out too large, and ``adaptive_rho=true`` corrects it.
+nearly separable, and ρ comes out too large there (by ~40× on the collinear table of
+`tests/test_admm_penalty.py` with labels y > median); ``adaptive_rho=true`` lowers it,
+slowly.
 
 ``adaptive_rho`` is residual balancing (Boyd's eq. 3.13): ρ ← τρ when r > μ s, ρ ← ρ/τ
 when s > μ r, and the scaled duals u_i ← u_i ρ_old/ρ_new.  Departure from Boyd: the
