@@ -255,11 +255,11 @@ class AIDE(Algorithm):
             (tau,) = self.comm.allreduce_mean([torch.tensor([local_tau], dtype=local_grad.dtype)])  # round 0 only
             self._set_tau(float(tau))  # every worker's subproblem takes the same τ = mean τ_i
             self.mean_curvature = mean_curvature
-            self.previous = self.at_restart = self._objective(metrics)
+            self.previous = self.at_restart = float(metrics[0])  # "objective" first (Problem)
             restart = True  # y_0 = w_0
         else:
             g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])   # 1. g = mean ∇O_i(w_t)
-            restart = self.adaptive and self._adapt(self._objective(metrics), w)
+            restart = self.adaptive and self._adapt(float(metrics[0]), w)
         g_aug = g + self.tau * (w - self.y)                                       # g̃ = ∇Õ(w_t)
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g_aug, self.mu + self.tau,  # 2. local solve
                                           anchor_grad=local_grad, **solver_arg(self.solver))
@@ -269,9 +269,6 @@ class AIDE(Algorithm):
         self.y = w_next + zeta * (w_next - w)                                     # Catalyst extrapolation
         self.w, self.alpha = w_next, alpha_next
         return {**self.metrics(g, metrics), "tau": self.tau, "zeta": zeta, "restart": float(restart)}
-
-    def _objective(self, metrics: torch.Tensor) -> float:
-        return float(metrics[self.problem.metric_names.index("objective")])
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "y": self.y.detach().clone()}
