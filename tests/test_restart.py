@@ -99,11 +99,15 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulator():
-    """A process-directed SIGINT may land on any thread.  Worker 1 sends one to itself after 50
-    collectives; the main thread must notice it within its 0.2 s wait slices and stop both workers,
-    long before they would have finished 20,000 collectives.  (A plain join() never woke up: the
-    run went on until the workers ended by themselves, which a real run of 10^8 rounds never does.)"""
+@pytest.mark.parametrize("after", [50, 0])
+def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulator(after):
+    """A process-directed SIGINT may land on any thread.  Worker 1 sends one to itself after
+    ``after`` collectives; the main thread must notice it within its 0.2 s wait slices and stop both
+    workers, long before they would have finished 20,000 collectives.  (A plain join() never woke up:
+    the run went on until the workers ended by themselves, which a real run of 10^8 rounds never does.)
+    With ``after=0`` the signal comes while the main thread may still be starting the threads: the
+    KeyboardInterrupt then escaped from ``Thread.start`` with the workers left running (a CI run
+    ended there)."""
     group = ThreadGroup(2)
     done = [0, 0]
     previous = (signal.signal(signal.SIGINT, signal.default_int_handler),  # as a fresh python has them, whatever
@@ -111,10 +115,10 @@ def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulat
 
     def worker(comm):
         for n in range(20000):
+            if n == after and comm.rank == 1:
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
             comm.allreduce_mean([torch.ones(3)])
             done[comm.rank] = n + 1
-            if n == 49 and comm.rank == 1:
-                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
     start = time.monotonic()
     try:

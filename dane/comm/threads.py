@@ -25,8 +25,10 @@ measures time per round and peak memory up to m = 10,000.
 """
 from __future__ import annotations
 
+import signal
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -183,6 +185,28 @@ def _open(gate: threading.Lock) -> None:
         pass
 
 
+@contextmanager
+def ctrl_c_held():
+    """Hold a Ctrl-C (SIGINT) back until the block ends, then deliver it to the main thread.
+
+    A `KeyboardInterrupt` raised inside ``Thread.start`` (which waits for the new thread to
+    come up) leaves the caller not knowing which workers run.  Held back, it is raised just
+    after the block, where every worker has started and can be stopped and waited for.
+    Only the main thread can set a signal handler; elsewhere the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # None: a handler set outside Python, which could not be put back
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)  # to the handler that was there before
+
+
 class Interrupted(BaseException):
     """Raised in a simulated worker at its next collective once the group is stopped (a Ctrl-C).
 
@@ -244,7 +268,8 @@ class ThreadGroup:
     def run(self, fn: Callable[["ThreadCommunicator"], object]) -> list[object]:
         """Run ``fn(comm)`` in m threads; return the m results, re-raising the first failure.
 
-        A `KeyboardInterrupt` while waiting stops the workers (`stop`) and waits for them:
+        A `KeyboardInterrupt` while waiting (or while the threads start: `ctrl_c_held`)
+        stops the workers (`stop`) and waits for them:
         a worker that handles `Interrupted` returns its result, one that does not
         returns None; ``interrupted`` is then set for the caller to act on.
         """
@@ -270,14 +295,14 @@ class ThreadGroup:
                 finally:
                     finished[comm.rank].set()  # even if the device failed there: the caller must not wait forever
 
-        previous = threading.stack_size(WORKER_STACK_BYTES)
         try:
-            threads = [threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True) for c in comms]
-            for t in threads:
-                t.start()
-        finally:
-            threading.stack_size(previous)
-        try:
+            with ctrl_c_held():  # a Ctrl-C while a thread starts would leave the others running, unwaited
+                previous = threading.stack_size(WORKER_STACK_BYTES)
+                try:
+                    for c in comms:
+                        threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True).start()
+                finally:
+                    threading.stack_size(previous)
             for done in finished:
                 # In slices: the kernel may hand a Ctrl-C to a worker thread, and CPython runs the
                 # handler only when the main thread wakes; an endless wait would never see it.
