@@ -61,6 +61,8 @@ def test_goals_are_differences_and_ratios_of_medians():
 
 
 # ------------------------------------------------------------------------------------------ a --quick run
+# `slow`: the --quick run launches horovodrun, torchrun, the simulator and the scipy baselines one after
+# another (30 s of the fast suite's 600 s budget on 2 cores); `make test-slow` runs it, `make bench` uses the script.
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wallclock")
@@ -73,6 +75,7 @@ def quick(tmp_path_factory):
     return json.loads(out.read_text()), proc.stdout
 
 
+@pytest.mark.slow
 def test_quick_run_writes_its_key_keeps_others_and_skips_mnist_without_its_files(quick):
     report, stdout = quick
     assert report["other"] == {"kept": True}
@@ -83,6 +86,7 @@ def test_quick_run_writes_its_key_keeps_others_and_skips_mnist_without_its_files
     assert "mnist_softmax skipped" in stdout
 
 
+@pytest.mark.slow
 def test_quick_parts_add_up_and_every_run_reached_the_target(quick):
     problem = quick[0][bench.KEY]["problems"]["tiny_dense_logreg"]
     assert problem["method"]["method"] in ("giant", "disco")
@@ -102,6 +106,7 @@ def test_quick_parts_add_up_and_every_run_reached_the_target(quick):
         assert summary["answer_s"]["median"] == summary["runs"][0]["answer_s"]  # one repeat: the median is it
 
 
+@pytest.mark.slow
 def test_quick_goals_follow_from_the_medians(quick):
     problem = quick[0][bench.KEY]["problems"]["tiny_dense_logreg"]
     variants, goals = problem["variants"], problem["goals"]
