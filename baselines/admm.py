@@ -200,6 +200,20 @@ class ADMM(Algorithm):
             [self._pending_primal_sq(), *local_payload(self.problem, self.w, with_grad=self.with_grad)])
         return {**global_metrics(self, reduced), "rho": self.rho, **self._residuals(primal_sq)}
 
+    def diagnosis(self, records: list[dict]) -> str | None:
+        """A fixed ρ whose last residuals are out of balance by more than ``balance_mu`` (the test of
+        residual balancing): the side it errs on, and ρ·sqrt(r/s), the ρ that would equalise r and s if
+        they scaled as 1/ρ and ρ (Boyd section 3.4.1's reasoning)."""
+        last = records[-1]
+        primal, dual = last.get("primal_residual"), last.get("dual_residual")
+        if self.adaptive_rho or not primal or not dual or max(primal / dual, dual / primal) <= self.balance_mu:
+            return None
+        side, ratio = ("dual", dual / primal) if dual > primal else ("primal", primal / dual)
+        suggested = float(f"{self.rho * math.sqrt(primal / dual):.1g}")
+        return (f"the {side} residual is {ratio:.3g}x the other: rho = {self.rho:.3g} looks too "
+                f"{'large' if side == 'dual' else 'small'} (try algorithm.adaptive_rho=true, "
+                f"or algorithm.rho={suggested:g})")
+
     def state_dict(self) -> dict:
         return {**super().state_dict(), "u": self.u.clone(), "rho": self.rho,
                 "primal_sq": self._primal_sq, "dual": self._dual}

@@ -45,6 +45,11 @@ class Algorithm(ABC):
     def iterate(self) -> torch.Tensor:
         return self.w
 
+    def diagnosis(self, records: list[dict]) -> str | None:
+        """At the round cap, what this method's own state says about why it is slow, naming the override
+        to try (appended to ``stopped_by``); None: nothing to add.  ``records``: the run's, last one last."""
+        return None
+
     def state_dict(self) -> dict:
         """What a resumed run needs to continue exactly as if never stopped.
 

@@ -300,6 +300,10 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
                                      (f", above {measure.target_label}" if measure.target_label else ""))
     else:
         algo.stopped_by = stop.stopped_by(status, records[-1], first, records) if records else status
+        diagnosis = getattr(algo, "diagnosis", None)  # duck-typed runs (a split-learning run) may lack it
+        said = diagnosis(records) if status == "max_rounds" and records and diagnosis is not None else None
+        if said:
+            algo.stopped_by += f"; {said}"
     return records, status
 
 
