@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -102,7 +103,8 @@ def test_a_sweep_launches_each_job_with_its_workers(launcher, simulated, tmp_pat
     # the sweep's last line, and the command it prints, which tabulates both jobs
     last = re.search(r"^sweep: 2 jobs in (.+); summary: (.+)$", proc.stdout, re.M)
     assert last and last.group(1) == str(tmp_path), proc.stdout[-2000:]
-    table = subprocess.run([sys.executable, *shlex.split(last.group(2))[1:]], cwd=REPO, env=env(),
+    command = shlex.split(last.group(2))  # `dane figures summary DIR`: the venv's dane command
+    table = subprocess.run([str(Path(sys.executable).with_name(command[0])), *command[1:]], cwd=REPO, env=env(),
                            capture_output=True, text=True, timeout=120)
     assert table.returncode == 0, table.stderr
     rows = [line.split("|") for line in table.stdout.splitlines()[2:]]
