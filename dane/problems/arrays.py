@@ -73,7 +73,7 @@ def _linear(loss: str, name: str, public: str):
         return LinearModelConfig(data=source, loss=loss, lam=lam, fit_intercept=intercept,
                                  local_solver=local_solver, seed=seed, name=name, **solver_keys)
 
-    make.__name__ = make.__qualname__ = name
+    make.__name__ = make.__qualname__ = public
     make.__doc__ = (f"problem={name} on arrays X (n x d, dense or scipy sparse) and y, or on data= a file source; "
                     f"keywords as in conf/problem/{name}.yaml (lam is the weight of (lam/2)||w||^2; optimum='auto' "
                     "for suboptimality; fit_intercept: false on arrays, true on a source, unless given).")
