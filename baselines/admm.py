@@ -50,10 +50,19 @@ c again wherever A is singular (a bound, as before, but a loose one).  Either wa
 allreduce is counted in round 0's ``comm_rounds``, and μ̲ is floored at 1e-6 L̄ (an
 objective that is not strongly convex has no rate to balance; the floor keeps ρ > 0).  A
 problem without Hessian-vector products (a network) starts from ρ = 1 with residual
-balancing instead.  The majorant overstates the logistic curvature where the data are
-nearly separable, and ρ comes out too large there (by ~40× on the collinear table of
-`tests/test_admm_penalty.py` with labels y > median); ``adaptive_rho=true`` lowers it,
-slowly.
+balancing instead.
+
+*Refreshed* (a non-quadratic loss, ρ estimated).  The logistic majorant c_f X_iᵀX_i/n_i is
+the Hessian at w = 0 and overstates the curvature near the optimum where the data are
+nearly separable: ρ came out an order of magnitude too large, and the run stalled at its
+cap (breast_cancer λ = 1e-5; the collinear table of `tests/test_admm_penalty.py` with
+labels y > median).  At rounds 8, 16, 32, … (``REFRESH_FIRST``, doubling: re-estimates
+logarithmic in the run's length, so ρ changes ever more rarely, as ADMM's convergence
+proof wants it fixed) ρ is estimated again as above from the local Hessians at z_t
+(`hessian_vector` at z), one more allreduce each, counted, and the scaled duals are
+rescaled u_i ← u_i ρ_old/ρ_new as in residual balancing.  A heuristic, like the estimate
+itself: ``make bench``, section ``defaults``, measures it.  A quadratic (ridge) has one
+Hessian and is never refreshed.
 
 ``adaptive_rho`` is residual balancing (Boyd's eq. 3.13): ρ ← τρ when r > μ s, ρ ← ρ/τ
 when s > μ r, and the scaled duals u_i ← u_i ρ_old/ρ_new.  Departure from Boyd: the
@@ -64,6 +73,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import torch
 
@@ -79,6 +90,8 @@ from .spectral import local_spectrum, require_hessian_vector
 #: Largest dimension whose local data Hessians are formed (d products) and averaged (d² numbers) for ρ;
 #: beyond it, the extreme Ritz values of ``power_iters`` products
 EXACT_DIM = 256
+#: First round at which an estimated ρ is refreshed from the Hessians at z (then 16, 32, ...; a non-quadratic loss)
+REFRESH_FIRST = 8
 
 
 @dataclass(frozen=True)
@@ -104,24 +117,27 @@ class ADMMConfig:
 
     def build(self, problem: Problem, comm: Communicator) -> "ADMM":
         given = self.rho is not None or not hasattr(problem, "hessian_vector")  # a network: ρ = 1, balanced
-        rho = (self.rho or 1.0) if given else spectral_penalty(problem, comm, iters=self.power_iters, seed=self.seed)
+        estimate = partial(spectral_penalty, problem, comm, iters=self.power_iters, seed=self.seed)
+        rho = (self.rho or 1.0) if given else estimate()
         adaptive = self.adaptive_rho if self.adaptive_rho is not None else given
         return ADMM(problem, comm, rho=rho, adaptive_rho=adaptive, balance_mu=self.balance_mu,
-                    balance_tau=self.balance_tau)
+                    balance_tau=self.balance_tau,
+                    refresh=None if given or getattr(problem, "quadratic", False) else estimate)
 
 
-def spectral_penalty(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """ρ = sqrt(μ̲ L̄) from each worker's local spectrum: one allreduce (module docstring)."""
+def spectral_penalty(problem: Problem, comm: Communicator, *, iters: int, seed: int,
+                     at: torch.Tensor | None = None) -> float:
+    """ρ = sqrt(μ̲ L̄) from each worker's local spectrum (its Hessian at ``at``; None: the majorant): one allreduce."""
     if problem.dim > EXACT_DIM:
-        lo, hi = local_spectrum(problem, iters=iters, seed=seed, key="algorithm.rho")
+        lo, hi = local_spectrum(problem, iters=iters, seed=seed, key="algorithm.rho", at=at)
         (means,) = comm.allreduce_mean([problem.initial_point().new_tensor([lo, hi])])  # (μ̲, L̄)
         mu_low, L_bar = float(means[0]), float(means[1])
     else:
-        mu_low, L_bar = range_bounds(problem, comm)
+        mu_low, L_bar = range_bounds(problem, comm, at=at)
     return math.sqrt(max(mu_low, 1e-6 * L_bar) * L_bar)
 
 
-def range_bounds(problem: Problem, comm: Communicator) -> tuple[float, float]:
+def range_bounds(problem: Problem, comm: Communicator, at: torch.Tensor | None = None) -> tuple[float, float]:
     """(μ̲, L̄) over range(A), A = mean_i A_i the data Hessians: one allreduce of A_i, a rank slot and λ_max(H_i).
 
     H_i = A_i + cI (c: the regulariser's curvature).  range(A_i) ⊆ range(A), so over
@@ -133,8 +149,9 @@ def range_bounds(problem: Problem, comm: Communicator) -> tuple[float, float]:
     require_hessian_vector(problem, "algorithm.rho")
     d = problem.dim
     eye = torch.eye(d, dtype=problem.dtype)
-    A_i = torch.stack([problem.hessian_vector(e, with_reg=False) for e in eye], 1).double()
-    c = float(problem.hessian_vector(eye[0], with_reg=True)[0]) - float(A_i[0, 0])  # H_i e_0 - A_i e_0 = c e_0
+    hv = problem.hessian_vector if at is None else partial(problem.hessian_vector, at=at)
+    A_i = torch.stack([hv(e, with_reg=False) for e in eye], 1).double()
+    c = float(hv(eye[0], with_reg=True)[0]) - float(A_i[0, 0])  # H_i e_0 - A_i e_0 = c e_0
     A_i = (A_i + A_i.T) / 2
     eig = torch.linalg.eigvalsh(A_i)
     rank = numerical_rank(eig, problem.dtype)
@@ -164,13 +181,15 @@ class ADMM(Algorithm):
     name = "admm"
 
     def __init__(self, problem: Problem, comm: Communicator, *, rho: float = 1.0, adaptive_rho: bool = False,
-                 balance_mu: float = 10.0, balance_tau: float = 2.0, w0: torch.Tensor | None = None):
+                 balance_mu: float = 10.0, balance_tau: float = 2.0, refresh: Callable[..., float] | None = None,
+                 w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)  # self.w is z, the consensus iterate
         for method in ("prox_solve", "prox_regularizer"):
             if not hasattr(problem, method):
                 raise ConfigError(f"algorithm=admm needs {type(problem).__name__}.{method}; use another algorithm")
         self.rho, self.adaptive_rho = rho, adaptive_rho
         self.balance_mu, self.balance_tau = balance_mu, balance_tau
+        self.refresh, self.t = refresh, 0
         self.u = torch.zeros_like(self.w)
         self.with_grad = logs_gradient(problem)
         self._zero = torch.zeros_like(self.w)
@@ -179,6 +198,10 @@ class ADMM(Algorithm):
         self._dual: float | None = None
 
     def step(self) -> dict[str, float]:
+        if self.refresh is not None and self.t >= REFRESH_FIRST and self.t & (self.t - 1) == 0:  # 8, 16, 32, ...
+            rho = self.refresh(at=self.w)  # one allreduce: ρ from the local Hessians at z
+            self.u, self.rho = self.u * (self.rho / rho), rho
+        self.t += 1
         z, u, rho = self.w, self.u, self.rho
         x = self.problem.prox_solve(z - u, self._zero, rho, with_reg=False)                  # x-update (local solve)
         payload = [self._pending_primal_sq(), *local_payload(self.problem, z, with_grad=self.with_grad)]
@@ -215,12 +238,12 @@ class ADMM(Algorithm):
                 f"or algorithm.rho={suggested:g})")
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "u": self.u.clone(), "rho": self.rho,
+        return {**super().state_dict(), "u": self.u.clone(), "rho": self.rho, "t": self.t,
                 "primal_sq": self._primal_sq, "dual": self._dual}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.u, self.rho = state["u"].clone(), state["rho"]
+        self.u, self.rho, self.t = state["u"].clone(), state["rho"], state.get("t", 0)  # "t": since ρ refreshes
         self._primal_sq, self._dual = state["primal_sq"], state["dual"]
 
     def _pending_primal_sq(self) -> torch.Tensor:

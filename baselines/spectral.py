@@ -17,6 +17,8 @@ anyway (GD) or one allreduce at the start (ADMM), through the bounds
 """
 from __future__ import annotations
 
+from functools import partial
+
 from typing import Callable
 
 import torch
@@ -73,10 +75,13 @@ def local_smoothness(problem: Problem, *, iters: int, seed: int) -> float:
     return local_spectrum(problem, iters=iters, seed=seed, key="algorithm.lr")[1]
 
 
-def local_spectrum(problem: Problem, *, iters: int, seed: int, key: str) -> tuple[float, float]:
-    """(smallest, largest) Ritz values of this worker's own Hessian from ``iters`` local products: no communication."""
+def local_spectrum(problem: Problem, *, iters: int, seed: int, key: str,
+                   at: torch.Tensor | None = None) -> tuple[float, float]:
+    """(smallest, largest) Ritz values of this worker's own Hessian (at ``at``; None: the problem's default, a
+    majorant for a GLM) from ``iters`` local products: no communication."""
     require_hessian_vector(problem, key)
-    return lanczos_extremes(problem.hessian_vector, start_vector(problem.dim, problem.dtype, seed), iters)
+    hv = problem.hessian_vector if at is None else partial(problem.hessian_vector, at=at)
+    return lanczos_extremes(hv, start_vector(problem.dim, problem.dtype, seed), iters)
 
 
 def largest_local_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
