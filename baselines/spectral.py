@@ -18,7 +18,6 @@ anyway (GD) or one allreduce at the start (ADMM), through the bounds
 from __future__ import annotations
 
 from functools import partial
-
 from typing import Callable
 
 import torch
