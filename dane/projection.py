@@ -54,7 +54,7 @@ class Trend:
     @property
     def moved(self) -> float:
         """The fitted change of log(value) over the window."""
-        return self.span * math.log(self.rate)
+        return log_change(self.rate, self.span)
 
     def more_rounds(self) -> int | None:
         """Rounds still needed to reach ``target`` at ``rate``; None without a target or without progress."""
@@ -94,9 +94,14 @@ def fit(records: list[dict], key: str) -> tuple[float, int, float] | None:
         return None
     tail.reverse()
     rate, span = tail_rate(tail[-(WINDOW + 1):], key)
-    if abs(span * math.log(rate)) < STALL and len(tail) > 2 * (WINDOW + 1):
+    if abs(log_change(rate, span)) < STALL and len(tail) > 2 * (WINDOW + 1):
         rate, span = tail_rate(tail[len(tail) // 2:], key)
     return rate, span, tail[-1][key]
+
+
+def log_change(rate: float, span: int) -> float:
+    """The change of log(value) a geometric ``rate`` per round makes over ``span`` rounds (`Trend.moved`)."""
+    return span * math.log(rate)
 
 
 def tail_rate(tail: list[dict], key: str) -> tuple[float, int]:
