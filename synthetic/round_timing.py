@@ -27,7 +27,7 @@ from hydra import compose, initialize_config_dir
 from dane.comm import make_communicator
 from dane.results import RunWriter
 from dane.runner import StopRule, run
-from dane.experiments.config import CONF_DIR, run_spec
+from dane.run_config import CONF_DIR, run_spec
 
 
 def bare_round(problem, algo, hvd) -> tuple[float, float, float]:

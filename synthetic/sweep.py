@@ -33,7 +33,7 @@ from dane.errors import DivergenceError
 from dane.launch import execute
 from dane.results import find_runs, read_summary
 from dane.runner import StopRule
-from dane.experiments.config import CONF_DIR, cost_model, run_spec
+from dane.run_config import CONF_DIR, cost_model, run_spec
 
 Job = tuple[str, ...]
 

@@ -1,0 +1,349 @@
+"""A run's Hydra config -> validated `RunSpec`, before any process group starts.
+
+The entry points (``experiments/``, through `experiments.config`, which re-exports these names)
+and ``synthetic/``'s sweeps and round timing both build their runs here: ``experiments/``
+imports ``synthetic/``'s launch commands, so ``synthetic/`` must not import ``experiments/``
+(`tests/test_import_graph.py` checks the edges between folders as well as between modules).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from . import checks
+from .api import build
+from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
+from .checkpoint import CHECKPOINT_DIR, check_resume, committed
+from .elastic import check_elastic
+from .errors import ConfigError
+from .comm.horovod import HorovodOptions
+from .spec import PROGRESS, Communication, RunControl, RunSpec
+from .local_solvers import AUTO_MAX_DIM
+from .problems import RidgeSyntheticConfig
+from .runner import StopRule
+
+from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+TORCH_BACKENDS = ("gloo",)
+
+
+DANE_FAMILY = ("dane", "inexact_dane", "aide")  # their local solve takes the global gradient at the same iterate
+
+
+def workers_for(backend: str, workers, servers: int = 1) -> int:
+    launched, size = detect_launcher()
+    if backend == "ps":
+        return ps_workers(launched, size, workers, servers)
+    if backend in ("horovod", "torch"):
+        if launched == "local":
+            size = 1
+        if workers is not None and workers != size:
+            raise ConfigError(
+                f"workers={workers} but the launcher started {size} process(es); "
+                f"drop workers= under horovodrun/torchrun or launch {workers} processes"
+            )
+        return size
+    if launched != "local":
+        raise ConfigError(f"comm=local inside a {launched} launch; drop comm=local or run with plain python")
+    return 1 if workers is None else checks.positive_int("workers", workers)
+
+
+ASYNC_ALGORITHMS = ("sync_sgd", "local_sgd")
+SYNCHRONOUS_ONLY = {  # why the others need every worker at the same iterate
+    **{name: "DANE's local solve needs the global gradient of the same iterate" for name in DANE_FAMILY},
+    "giant": "GIANT averages Newton directions and line-searches at the same iterate",
+    "disco": "DiSCO's distributed CG needs Hessian-vector products at the same iterate",
+    "admm": "ADMM's consensus step needs every worker's x_i + u_i of the same round",
+    "gd": "distributed GD averages exact gradients of the same iterate (its asynchronous form is algorithm=sync_sgd)",
+    "osa": "one-shot averaging communicates once; there is nothing to make asynchronous",
+}
+
+
+def staleness(cfg: DictConfig, backend: str) -> float:
+    """``comm.staleness``: 0 (synchronous), a bound s > 0 (SSP) or inf (asynchronous), which only sync_sgd and
+    local_sgd take, in the simulator or under torchrun with comm=ps and one server (`dane.asynchronous`)."""
+    value = cfg.comm.get("staleness", 0)
+    if isinstance(value, bool) or not (isinstance(value, int) or value == math.inf) or value < 0:
+        raise ConfigError(f"comm.staleness must be an integer >= 0 or inf (fully asynchronous), got {value!r}")
+    if value == 0:
+        return 0
+    shown = "inf" if value == math.inf else value
+    algorithm = cfg.algorithm.get("name")
+    if algorithm not in ASYNC_ALGORITHMS:
+        why = SYNCHRONOUS_ONLY.get(algorithm, f"{algorithm} has no asynchronous form")
+        raise ConfigError(f"comm.staleness={shown} with algorithm={algorithm}: {why}; set comm.staleness=0 "
+                          f"(only {' and '.join(ASYNC_ALGORITHMS)} run asynchronously)")
+    if algorithm == "local_sgd" and cfg.algorithm.get("aggregate") == "best":
+        raise ConfigError(f"comm.staleness={shown} with algorithm.aggregate=best: the election needs all m models of "
+                          "one round; use algorithm.aggregate=mean or weighted")
+    if backend not in ("local", "ps"):
+        raise ConfigError(f"comm.staleness={shown} runs through a parameter server, not under comm={backend}: under "
+                          "torchrun with comm=ps, or in the simulator (plain python, workers=<m> sim.topology=ps)")
+    if backend == "ps" and cfg.comm.get("servers", 1) != 1:
+        raise ConfigError(f"comm.staleness={shown} under comm=ps runs with one server for now, got "
+                          f"comm.servers={cfg.comm.get('servers')}; set comm.servers=1")
+    if backend == "local" and cfg.sim.get("topology") != "ps":
+        raise ConfigError(f"comm.staleness={shown} simulates workers pushing to a parameter server; add sim.topology=ps")
+    if cfg.get("checkpoint_every", 0) or cfg.get("resume") is not None or cfg.sim.get("fail_at"):
+        raise ConfigError(f"comm.staleness={shown}: the asynchronous simulator does not checkpoint, resume or lose "
+                          "workers yet; drop checkpoint_every, resume and sim.fail_at")
+    return value
+
+
+def worker_slowdown(cfg: DictConfig, stale: float) -> tuple[float, ...]:
+    """``comm.slowdown`` (comm=ps): real worker i sleeps so each asynchronous step (compute, push, reply) takes
+    slowdown[i] (recycled over the workers) times as long, a deliberate straggler; the simulator's counterpart
+    is ``sim.slowdown`` (which scales the modelled step)."""
+    value = cfg.comm.get("slowdown", [1.0])
+    if not OmegaConf.is_list(value) or len(value) == 0:
+        raise ConfigError(f"comm.slowdown must be a list of per-worker factors like [1,3], got {value!r}")
+    factors = tuple(float(checks.positive("comm.slowdown", f)) for f in value)
+    if any(f < 1 for f in factors):
+        raise ConfigError(f"comm.slowdown factors must be >= 1 (a worker can be slowed, not sped up), got {list(value)}")
+    if any(f != 1 for f in factors) and not stale:
+        raise ConfigError("comm.slowdown slows the workers of a real asynchronous run (comm.staleness > 0); "
+                          "for a synchronous run simulate stragglers with workers=<m> sim.slowdown=[...]")
+    return factors
+
+
+def ps_servers(comm: DictConfig) -> int:
+    """comm=ps: the number of server ranks."""
+    servers = comm.get("servers", 1)
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        raise ConfigError(f"comm.servers must be an integer >= 1 (the parameter-server ranks), got {servers!r}")
+    if comm.get("torch_backend") not in (None, "gloo"):
+        raise ConfigError(f"comm=ps runs on gloo point-to-point messages, got comm.torch_backend={comm.torch_backend}; "
+                          "drop comm.torch_backend")
+    return servers
+
+
+def ps_workers(launched: str, size: int, workers, servers: int) -> int:
+    """comm=ps under torchrun: the processes that are not servers are the workers."""
+    if launched != "torch":
+        where = "without a launcher; use workers=<m> for the in-process simulator" if launched == "local" else \
+            f"under {launched}"
+        raise ConfigError(f"comm=ps needs torchrun (its servers are processes of their own: torchrun --nproc_per_node "
+                          f"<workers + comm.servers> -m experiments.train comm=ps ...), not {where}")
+    if servers >= size:
+        raise ConfigError(f"comm.servers={servers} but torchrun started {size} process(es); at least one must be a "
+                          f"worker: launch {servers + 1} or more, or lower comm.servers")
+    if workers is not None and workers != size - servers:
+        raise ConfigError(f"workers={workers} but torchrun started {size} process(es), {servers} of them server(s) "
+                          f"(comm.servers={servers}): {size - servers} worker(s); drop workers= or launch "
+                          f"{workers + servers} processes")
+    return size - servers
+
+
+TOPOLOGIES = ("allreduce", "ps")
+
+
+def cost_model(sim: DictConfig) -> AlphaBeta | ParameterServerCost:
+    """The simulator's cost of one allreduce: a ring (``sim.topology=allreduce``) or ``sim.servers`` parameter
+    servers (``ps``), from its calibration file when that exists, each of ``sim.alpha/beta/gamma`` overriding it."""
+    topology = checks.one_of("sim.topology", sim.get("topology", "allreduce"), TOPOLOGIES)
+    ps = topology == "ps"
+    model, key = (ParameterServerCost, "ps_calibration") if ps else (AlphaBeta, "calibration")
+    base = model()
+    path = Path(sim[key]) if sim.get(key) else None
+    if path is not None and path.exists():
+        try:
+            base = model.load(path)
+        except ConfigError as exc:
+            raise ConfigError(f"sim.{key}: {exc}, or set sim.{key}=null for the defaults") from None
+    alpha = checks.nonnegative("sim.alpha", base.alpha if sim.alpha is None else sim.alpha)
+    beta = checks.positive("sim.beta", base.beta if sim.beta is None else sim.beta)
+    if not ps:
+        return AlphaBeta(alpha=alpha, beta=beta)
+    gamma = checks.positive("sim.gamma", base.gamma if sim.get("gamma") is None else sim.gamma)
+    return ParameterServerCost(alpha=alpha, beta=beta, gamma=gamma,
+                               servers=checks.positive_int("sim.servers", sim.get("servers", 1)))
+
+
+def run_spec(cfg: DictConfig) -> RunSpec:
+    backend = resolve_backend(cfg.comm.backend)
+    stale = staleness(cfg, backend)
+    servers = ps_servers(cfg.comm) if backend == "ps" else 1
+    workers = workers_for(backend, cfg.workers, servers)
+    check_data_used(cfg)
+    seed = checks.integer("seed", cfg.seed)  # before the groups, whose seeds are ${seed}
+    algorithm = build(cfg, "algorithm")
+    checks.integer_fields(algorithm, "algorithm")
+    problem = build(cfg, "problem")
+    checks.integer_fields(problem, "problem")
+    problem.check_workers(workers)
+    checks.one_of("dtype", cfg.dtype, tuple(DTYPES))
+    tol = None if cfg.tol is None else checks.positive("tol", cfg.tol)
+    check_memory(problem, workers, simulated=backend == "local")
+    return RunSpec(
+        problem=problem,
+        algorithm=algorithm,
+        comm=Communication(
+            backend=backend,
+            workers=workers,
+            cost=cost_model(cfg.sim),
+            stragglers=stragglers(cfg.sim),
+            simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
+            horovod=HorovodOptions(cycle_time_ms=cycle_time(cfg.comm, problem),
+                                   pin_cores=checks.boolean("comm.pin_cores", cfg.comm.get("pin_cores", True))),
+            torch_backend=torch_backend(cfg.comm.torch_backend),
+            servers=servers,
+            elastic=check_elastic(checks.boolean("comm.elastic", cfg.comm.get("elastic", False)), backend,
+                                  cfg.algorithm.get("name")),
+            staleness=stale,
+            step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
+            worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
+        ),
+        control=RunControl(
+            stop=stop_rule(cfg, tol),
+            seed=seed,
+            dtype=DTYPES[cfg.dtype],
+            print_every=checks.positive_int("print_every", cfg.print_every),
+            quiet=checks.boolean("quiet", cfg.quiet),
+            progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
+            checkpoint_every=checkpoint_every(cfg),
+            resume=resume_dir(cfg, workers),
+            restart_unfinished=cfg.get("resume") == "auto",
+            overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
+            faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
+            save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
+            config_text=OmegaConf.to_yaml(cfg, resolve=True),
+            logger=tuple(cfg.logger) if OmegaConf.is_list(cfg.get("logger")) else cfg.get("logger", "jsonl"),
+            mlflow_uri=cfg.get("mlflow_uri"),
+        ),
+    )
+
+
+def cycle_time(comm: DictConfig, problem) -> float:
+    """``comm.horovod_cycle_time_ms``: a number of milliseconds, or ``auto`` (the default): by the problem
+    (`dane.comm.horovod.HorovodOptions.cycle_time_for`)."""
+    value = comm.get("horovod_cycle_time_ms", "auto")
+    if value == "auto":
+        return HorovodOptions.cycle_time_for(problem)
+    if isinstance(value, str):
+        raise ConfigError(f"comm.horovod_cycle_time_ms must be a number of milliseconds > 0 or auto, got {value!r}")
+    return checks.positive("comm.horovod_cycle_time_ms", value)
+
+
+def stragglers(sim: DictConfig) -> Stragglers:
+    if not OmegaConf.is_list(sim.slowdown) or len(sim.slowdown) == 0:
+        raise ConfigError(f"sim.slowdown must be a list of per-worker compute factors like [1,1,3] "
+                          f"(recycled over the workers), got {sim.slowdown!r}")
+    return Stragglers(slowdown=tuple(checks.positive("sim.slowdown", s) for s in sim.slowdown),
+                      delay_mean=checks.nonnegative("sim.delay_mean", sim.delay_mean),
+                      seed=checks.integer("sim.seed", sim.seed))
+
+
+def torch_backend(value) -> str | None:
+    if value == "nccl":
+        raise ConfigError("comm.torch_backend=nccl cannot reduce the vectors DANE communicates: they live in host "
+                          "memory, also for a network on CUDA; drop comm.torch_backend (gloo)")
+    if value is not None and value not in TORCH_BACKENDS:
+        raise ConfigError(f"comm.torch_backend must be {' or '.join(TORCH_BACKENDS)}, or null (gloo), got {value!r}")
+    return value
+
+
+def check_memory(problem, workers: int, simulated: bool) -> None:
+    """Refuse, with the numbers, a synthetic ridge problem whose arrays cannot fit in this machine's memory.
+
+    Counted (float64): the rows this process holds (all N in the simulator, N/m under a
+    launcher), each of its workers' d x d Hessian and one factor when the local solve is
+    Cholesky on the d x d path (a shard with n_i < d rows has none: Woodbury's), and the
+    reference optimum's transient (the whole N x d data set, or the d x d Gram matrix),
+    whichever peak is larger.
+    """
+    if not isinstance(problem, RidgeSyntheticConfig):
+        return
+    n, d = problem.n_samples, problem.dim
+    here = workers if simulated else 1
+    rows = n if simulated else -(-n // workers)
+    data = 8 * rows * d
+    cholesky = problem.solver.resolve(d, sparse=False).method == "cholesky" and not problem.low_rank(workers)
+    hessians = 8 * 2 * d * d * here if cholesky else 0
+    optimum = 0 if problem.optimum == "none" else 8 * n * d if d > AUTO_MAX_DIM else 8 * 2 * d * d
+    parts = f"the {rows} x {d} data {checks.gigabytes(data)}"
+    if cholesky:
+        parts += f", {here} local {d} x {d} Hessian(s) with a factor each {checks.gigabytes(hessians)}"
+    if optimum > data + hessians:
+        parts = f"the reference optimum's {f'{n} x {d} data' if d > AUTO_MAX_DIM else f'{d} x {d} Gram matrix'} " \
+                f"{checks.gigabytes(optimum)}"
+    fix = ("use problem.local_solver=cg (no d x d matrix), " if cholesky else "") + \
+        "lower problem.dim or problem.n_samples" + (", or fewer workers" if cholesky and here > 1 else "")
+    checks.fits_in_memory(f"problem.dim={d} with problem.n_samples={n}" + (f" and {here} workers" if here > 1 else ""),
+                          max(data + hessians, optimum), parts, fix)
+
+
+def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:
+    early = cfg.get("early_stop") or {}
+    patience, target = early.get("patience"), early.get("target")
+    return StopRule(
+        rounds=checks.positive_int("rounds", cfg.rounds),
+        tol=tol,
+        tol_abs=None if cfg.get("tol_abs") is None else checks.positive("tol_abs", cfg.tol_abs),
+        diverge_after=None if cfg.get("diverge_after", 5) is None else
+        checks.positive_int("diverge_after", cfg.get("diverge_after", 5)),
+        patience=None if patience is None else checks.positive_int("early_stop.patience", patience),
+        monitor=str(early.get("monitor", "test_accuracy")),
+        min_delta=checks.nonnegative("early_stop.min_delta", early.get("min_delta", 0.0)),
+        target=None if target is None else float(checks.nonnegative("early_stop.target", target)),
+    )
+
+
+def checkpoint_every(cfg: DictConfig) -> int:
+    every = cfg.get("checkpoint_every", 0)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ConfigError(f"checkpoint_every must be an integer >= 0 (0: never), got {every!r}")
+    return every
+
+
+def resume_dir(cfg: DictConfig, workers: int) -> str | None:
+    """The run directory to continue, its committed checkpoint checked against this config (`check_resume`).
+
+    ``resume=auto`` continues ``out_dir`` from its newest committed checkpoint if it has
+    one and otherwise starts there, so the same command line serves the first start and
+    every restart (torchrun --max-restarts, a rerun after a crash).
+    """
+    resume = cfg.get("resume")
+    if resume is None:
+        return None
+    if resume == "auto":
+        if not cfg.out_dir:
+            raise ConfigError("resume=auto continues the run in out_dir; set out_dir")
+        path = Path(str(cfg.out_dir)).expanduser()
+        if committed(path) is None:
+            return None
+    else:
+        path = Path(str(resume)).expanduser()
+        if not (path / CHECKPOINT_DIR).is_dir():
+            raise ConfigError(f"resume={resume} has no checkpoint/ folder; "
+                              "point it at the run directory of a run made with checkpoint_every > 0")
+    check_resume(path, workers, checks.positive_int("rounds", cfg.rounds), OmegaConf.to_yaml(cfg, resolve=True))
+    return str(path)
+
+
+def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, int], ...]:
+    """``sim.fail_at=[[round, worker], ...]``: simulated workers to lose on purpose (`dane.faults.SimulatedFault`)."""
+    faults = sim.get("fail_at")
+    if faults is None:
+        return ()
+    if not OmegaConf.is_list(faults) or not all(
+            OmegaConf.is_list(f) and len(f) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in f)
+            for f in faults):
+        raise ConfigError(f"sim.fail_at must be a list of [round, worker] pairs of integers like [[3,1]], got {faults!r}")
+    if faults and not (simulated and workers > 1):
+        raise ConfigError("sim.fail_at loses a simulated worker; it needs workers > 1 under plain python "
+                          "(under a launcher, kill a process instead)")
+    for r, w in faults:
+        if r < 0 or not 0 <= w < workers:
+            raise ConfigError(f"sim.fail_at entry [{r},{w}] needs round >= 0 and 0 <= worker < {workers}")
+    return tuple((int(r), int(w)) for r, w in faults)
+
+
+def check_data_used(cfg: DictConfig) -> None:
+    """``data=...`` feeds the convex problems (their ``data: ${data}``); elsewhere it would be silently ignored."""
+    if cfg.get("data") is not None and not ("data" in cfg.problem and OmegaConf.is_interpolation(cfg.problem, "data")):
+        raise ConfigError(f"data= is not used by problem={cfg.problem.get('name')}; the convex problems "
+                          "(ridge, logreg, softmax) take data=csv|libsvm|npz|<built-in>; a network problem takes "
+                          "data@problem.data=<set>")
