@@ -1,0 +1,189 @@
+r"""Hessian dissimilarity δ: how far each worker's local Hessian is from the global one.
+
+With O(w) = (1/m) Σ_i O_i(w), H_i = ∇²O_i(w) and H = ∇²O(w) = (1/m) Σ_i H_i, the DANE
+line's rates (DANE, S-DANE, FedRed; DESIGN.md section 10) are stated in
+
+    δ    = max_i ‖H_i − H‖₂                        (``delta``)
+    δ_A  = ( (1/m) Σ_i ‖H_i − H‖₂² )^{1/2}         (``delta_mean_square``)
+    δ_F  = ( (1/m) Σ_i ‖H_i − H‖_F² )^{1/2}        (``delta_frobenius``)
+
+measured here on the problem's own O_i, the ones the algorithm runs on (a worker with
+more rows has a larger O_i: its weight is m/N per row), at a point w. The regularizer,
+shared by every O_i, cancels. Identical shards give δ = 0.
+
+`hessian_dissimilarity` is collective: every worker calls it at the same w and all get
+the same numbers. Two methods, from Hessian-vector products only:
+
+- ``exact`` (d ≤ ``exact_dim``): each worker forms H_i from d products, one allreduce
+  of H_i (d x d) gives H, and the eigenvalues of H_i − H (``torch.linalg.eigvalsh``) give
+  ‖·‖₂ and ‖·‖_F exactly; one more allreduce of an m-vector gathers them. 2 allreduces.
+- ``lanczos`` (no d x d matrix): m + 1 Lanczos processes in lockstep, one per operator
+  D_j = H_j − H and one for H, each started from its own seeded vector, with full
+  reorthogonalisation (as `baselines.spectral.lanczos_extremes`). Every worker runs all
+  m + 1 processes (the same arithmetic on the same numbers, so the same result), so
+  an iteration needs one allreduce: worker i sends H_i q_p for every process p and, in
+  its own row of an m x d block, H_i q_i; the mean gives H q_p and (times m) every
+  H_j q_j, hence D_j q_j = H_j q_j − H q_j. ‖D_j‖₂ is the largest |Ritz value| of
+  process j; it never exceeds the true norm and is exact once the Krylov space is
+  invariant (at the latest after d iterations). δ_F is Hutchinson's estimate
+  ‖D‖_F² ≈ (1/s) Σ_k ‖D z_k‖² over ``probes`` shared Rademacher vectors z_k (unbiased),
+  whose products ride in the first allreduce. ``iters`` + 1 allreduces of (2m + 1 + s)
+  d-vectors; each worker does m + 1 products per iteration and holds m·iters d-vectors.
+
+The collectives are kept off the run's accounting: ``comm.bytes_sent`` and ``comm.calls``
+are restored on return, and the dict says what the measurement cost (``allreduces``,
+``bytes_sent``). A simulator's clock is its own: run the measurement in a thread group
+of its own (`measure`), as `dane.reference.attach_all` does.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+
+from dane.comm import Communicator
+from dane.errors import ConfigError
+
+METHODS = ("auto", "exact", "lanczos")
+EXACT_DIM = 512  # auto: exact up to this d (d products and a d x d allreduce), Lanczos above
+
+
+def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, method: str = "auto",
+                          iters: int = 30, probes: int = 8, exact_dim: int = EXACT_DIM, seed: int = 0) -> dict:
+    """Collective: δ, δ_A and δ_F of the workers' Hessians at ``w`` (module docstring), the same on every worker.
+
+    ``problem`` is this worker's shard, with ``hessian_vector(v, at=w, with_reg=False)`` (∇²O_i(w) v).
+    ``method``: exact | lanczos | auto (exact when d ≤ ``exact_dim``). ``iters`` (lanczos): products per
+    operator, capped at d. ``probes`` (lanczos): Hutchinson vectors for δ_F. ``seed``: the start and probe
+    vectors. Returns a dict of floats: ``delta``, ``delta_mean_square``, ``delta_frobenius``,
+    ``hessian_norm`` (‖H‖₂ without the regularizer), ``per_worker`` (‖H_i − H‖₂ for i < m), ``method``,
+    ``allreduces`` and ``bytes_sent`` (what the measurement cost; the counters are restored).
+    """
+    if method not in METHODS:
+        raise ConfigError(f"similarity method must be one of {'|'.join(METHODS)}, got {method!r}")
+    for key, value in (("iters", iters), ("probes", probes), ("exact_dim", exact_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"similarity {key} must be a positive integer, got {value!r}")
+    if not callable(getattr(problem, "hessian_vector", None)):
+        raise ConfigError(f"Hessian dissimilarity needs Hessian-vector products, which {type(problem).__name__} "
+                          "does not provide; measure it on a convex problem (ridge, logreg, softmax)")
+    dim = int(problem.dim)
+    use_exact = method == "exact" or (method == "auto" and dim <= exact_dim)
+    hv = _hessian_product(problem, w)
+    counters = (comm.bytes_sent, comm.calls)
+    try:
+        if use_exact:
+            result = _exact(hv, dim, problem.dtype, comm)
+        else:
+            result = _lanczos(hv, dim, problem.dtype, comm, iters=min(iters, dim), probes=probes, seed=seed)
+        result["allreduces"] = comm.calls - counters[1]
+        result["bytes_sent"] = comm.bytes_sent - counters[0]
+    finally:
+        comm.bytes_sent, comm.calls = counters
+    return result
+
+
+def measure(problems: Sequence, w: torch.Tensor, **options) -> dict:
+    """`hessian_dissimilarity` of m built shards (simulated workers) in a thread group of its own."""
+    from dane.comm.threads import ThreadGroup
+
+    return ThreadGroup(len(problems)).run(
+        lambda comm: hessian_dissimilarity(problems[comm.rank], comm, w, **options))[0]
+
+
+def _hessian_product(problem, w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    at = w.detach().to(problem.dtype)
+    return lambda v: problem.hessian_vector(v, at=at, with_reg=False)
+
+
+def _summary(per_worker: torch.Tensor, frobenius_sq: torch.Tensor, hessian_norm: float, method: str) -> dict:
+    norms = [float(x) for x in per_worker]
+    return {
+        "delta": max(norms),
+        "delta_mean_square": math.sqrt(sum(x * x for x in norms) / len(norms)),
+        "delta_frobenius": math.sqrt(max(float(frobenius_sq.mean()), 0.0)),
+        "hessian_norm": hessian_norm,
+        "per_worker": norms,
+        "method": method,
+    }
+
+
+def _gather(values: Sequence[float], rank: int, size: int, dtype: torch.dtype, comm: Communicator) -> torch.Tensor:
+    """Every worker's ``values`` (a size x len(values) tensor): one allreduce of a one-hot block."""
+    block = torch.zeros(size, len(values), dtype=dtype)
+    block[rank] = torch.tensor(values, dtype=dtype)
+    (mean,) = comm.allreduce_mean([block])
+    return mean * size
+
+
+def _exact(hv, dim: int, dtype: torch.dtype, comm: Communicator) -> dict:
+    eye = torch.eye(dim, dtype=dtype)
+    H_local = torch.stack([hv(eye[:, j]) for j in range(dim)], 1)
+    H_local = 0.5 * (H_local + H_local.T)  # symmetric to round-off: symmetrize so the mean is too
+    (H,) = comm.allreduce_mean([H_local])
+    eig = torch.linalg.eigvalsh(H_local - H)
+    spectral, frobenius_sq = float(eig.abs().max()), float((eig * eig).sum())
+    every = _gather([spectral, frobenius_sq], comm.rank, comm.size, dtype, comm)
+    return _summary(every[:, 0], every[:, 1], float(torch.linalg.eigvalsh(H).abs().max()), "exact")
+
+
+def _lanczos(hv, dim: int, dtype: torch.dtype, comm: Communicator, *, iters: int, probes: int, seed: int) -> dict:
+    m, rank = comm.size, comm.rank
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(m + 1, dim, generator=generator, dtype=torch.float64).to(dtype)  # process p < m: D_p; m: H
+    q = q / torch.linalg.vector_norm(q, dim=1, keepdim=True)
+    z = (torch.randint(0, 2, (probes, dim), generator=generator) * 2 - 1).to(dtype)  # Rademacher probes
+    basis, alphas, betas = [q], [], []
+    active = torch.ones(m + 1, dtype=torch.bool)  # a process whose Krylov space became invariant stops
+    frobenius_local, scale = None, 0.0
+    for k in range(iters):
+        products = torch.stack([hv(v) for v in q])  # H_rank q_p for every process p
+        own = torch.zeros(m, dim, dtype=dtype)
+        own[rank] = products[rank]
+        payload = [products, own]
+        if k == 0:
+            local_probes = torch.stack([hv(v) for v in z])
+            payload.append(local_probes)
+        reduced = comm.allreduce_mean(payload)
+        Hq, own_all = reduced[0], reduced[1] * m
+        if k == 0:
+            diff = local_probes - reduced[2]  # (H_rank − H) z_k
+            frobenius_local = float((diff * diff).sum()) / probes
+        Aq = Hq.clone()
+        Aq[:m] = own_all - Hq[:m]  # D_j q_j = H_j q_j − H q_j
+        alpha = (q * Aq).sum(1)
+        stacked = torch.stack(basis, 1)  # (m + 1) x k x d
+        r = Aq
+        for _ in range(2):  # Gram-Schmidt twice keeps each basis orthogonal to round-off
+            r = r - torch.einsum("pkd,pk->pd", stacked, torch.einsum("pkd,pd->pk", stacked, r))
+        beta = torch.linalg.vector_norm(r, dim=1)
+        alphas.append(torch.where(active, alpha, torch.zeros_like(alpha)))
+        scale = max(scale, float(alpha.abs().max()))  # about ‖H‖ (process m), the scale of every D_j's round-off
+        if k == iters - 1:
+            break
+        active = active & (beta > 1e-12 * scale)
+        if not bool(active.any()):
+            break
+        betas.append(torch.where(active, beta, torch.zeros_like(beta)))
+        q = torch.where(active[:, None], r / torch.where(active, beta, torch.ones_like(beta))[:, None],
+                        torch.zeros_like(r))
+        basis.append(q)
+    extremes = [_ritz_extremes([float(a[p]) for a in alphas], [float(b[p]) for b in betas]) for p in range(m + 1)]
+    spectral = torch.tensor([max(abs(lo), abs(hi)) for lo, hi in extremes[:m]], dtype=torch.float64)
+    every = _gather([frobenius_local], rank, m, dtype, comm)
+    return _summary(spectral, every[:, 0], max(abs(v) for v in extremes[m]), "lanczos")
+
+
+def _ritz_extremes(alphas: list[float], betas: list[float]) -> tuple[float, float]:
+    """Smallest and largest eigenvalues of the tridiagonal matrix, cut where a process stopped (β = 0)."""
+    size = len(alphas)
+    for j, b in enumerate(betas):
+        if b == 0.0:
+            size = j + 1
+            break
+    T = torch.diag(torch.tensor(alphas[:size], dtype=torch.float64))
+    off = torch.tensor(betas[:size - 1], dtype=torch.float64)
+    T = T + torch.diag(off, 1) + torch.diag(off, -1)
+    ritz = torch.linalg.eigvalsh(T)
+    return float(ritz[0]), float(ritz[-1])
