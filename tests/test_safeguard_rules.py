@@ -1,0 +1,230 @@
+"""DANE's μ safeguard one rule at a time (dane/safeguard.py), each against a closed form."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dane import safeguard as sg
+from dane.safeguard import MuSafeguard, snap
+
+
+def test_snap_is_the_nearest_quarter_octave_in_log_scale():
+    for k in range(-12, 13):
+        assert snap(2.0 ** (k / 4)) == 2.0 ** (k / 4)
+    assert snap(1.1) == 2.0 ** 0.25  # log2(1.1) = 0.1375: nearer 1/4 octave than 0
+    assert snap(1.0) == 1.0 and snap(3.0) == 2.0 ** 1.5  # log2(3) = 1.585: nearest 1.5
+    for mu in (0.0, -1.0, math.inf):
+        assert snap(mu) == mu  # 0 stays 0; what is not on a log scale is left alone
+    assert math.isnan(snap(math.nan))
+
+
+def test_round_off_is_round_off_step_ulps_of_the_iterate():
+    w = torch.tensor([3.0, 4.0], dtype=torch.float64)  # ‖w‖ = 5
+    assert sg.round_off_sq(w) == (sg.ROUND_OFF_STEP * 2.0 ** -52) ** 2 * 25.0
+    assert sg.round_off_sq(w.float()) == (sg.ROUND_OFF_STEP * 2.0 ** -23) ** 2 * 25.0
+
+
+def test_model_curvature_is_the_rayleigh_quotient_of_the_model_that_gave_the_step():
+    A = torch.diag(torch.tensor([1.0, 4.0, 9.0], dtype=torch.float64))
+    g = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    s = -torch.linalg.solve(A, g)
+    assert sg.model_curvature(float(g @ s), float(s @ s)) == pytest.approx(float(s @ A @ s / (s @ s)), rel=1e-14)
+    # GIANT's form: its direction p = -s, and gᵀp/‖p‖² is the same number
+    p = -s
+    assert sg.model_curvature(-float(g @ p), float(p @ p)) == float(g @ p) / float(p @ p)
+
+
+def test_to_floor_returns_a_negligible_mu_to_the_floor():
+    assert sg.to_floor(1e-4, 1e-3) == 0.0
+    assert sg.to_floor(1e-3, 1e-3) == 1e-3  # at the threshold it is kept
+    assert sg.to_floor(1e-4, 1e-3, floor=0.05) == 0.05
+
+
+def test_accepts_no_ascent_beyond_tol_and_never_nan_or_inf():
+    assert sg.accepts(1.0, 1.0, 0.0)  # no change is not an ascent
+    assert sg.accepts(2.0 * (1 + 1e-13), 2.0, 1e-12) and not sg.accepts(2.0 * (1 + 1e-11), 2.0, 1e-12)
+    assert sg.accepts(-2.0 * (1 - 1e-13), -2.0, 1e-12)  # |reference|: a negative objective too
+    assert sg.accepts(1.25, 1.0, 0.25) and not sg.accepts(1.2501, 1.0, 0.25)  # non-convex: (1 + slack) × lowest
+    for bad in (math.nan, math.inf):
+        assert not sg.accepts(bad, 1.0, 0.25)
+
+
+def test_spread_is_the_rms_deviation_of_local_curvatures_along_the_step():
+    # Two one-dimensional shards with curvatures h1, h2 and a step s: y_i = h_i s, y = (h1 + h2)/2 s, so
+    # δ = |h1 - h2|/2 and κ = (h1 + h2)/2; the rule keeps δ·min(1, δ/κ).
+    s = 0.3
+    for h1, h2 in ((1.0, 3.0), (1.0, 1.1), (0.5, 8.0)):
+        local_sq = (h1 ** 2 + h2 ** 2) / 2 * s * s
+        global_sq = ((h1 + h2) / 2 * s) ** 2
+        delta, kappa = abs(h1 - h2) / 2, (h1 + h2) / 2
+        got = sg.spread_along_step(local_sq, global_sq, s * s, kappa)
+        assert got == pytest.approx(delta * min(1.0, delta / kappa), rel=1e-12)
+    # d dimensions, four shards: mean_i ‖(H_i - H)s‖² / ‖s‖² from the gradients' squares alone
+    gen = torch.Generator().manual_seed(0)
+    H = [torch.diag(torch.rand(5, generator=gen, dtype=torch.float64) + 0.5) for _ in range(4)]
+    step = torch.randn(5, generator=gen, dtype=torch.float64)
+    Hbar, ys = sum(H) / 4, [h @ step for h in H]
+    local_sq, global_sq, step_sq = sum(float(y @ y) for y in ys) / 4, float((Hbar @ step).square().sum()), float(step @ step)
+    delta = math.sqrt(sum(float(((h - Hbar) @ step).square().sum()) for h in H) / 4 / step_sq)
+    assert sg.spread_along_step(local_sq, global_sq, step_sq, 0.0) == pytest.approx(delta, rel=1e-10)  # κ ≤ 0: δ itself
+    assert sg.spread_along_step(1.0, 1.0 + 2.0 ** -52, 1.0, 1.0) == 0.0  # round-off below 0 is no spread
+    assert sg.spread_along_step(math.inf, 1.0, 1.0, 1.0) is None
+    assert sg.spread_along_step(math.nan, 1.0, 1.0, 1.0) is None
+
+
+def test_remembered_spread_keeps_the_maximum_or_a_decaying_one():
+    assert sg.remembered_spread(2.0, 1.0) == 2.0 and sg.remembered_spread(2.0, 3.0) == 3.0
+    assert sg.remembered_spread(2.0, 0.9, decay=0.5) == 1.0 and sg.remembered_spread(2.0, 1.5, decay=0.5) == 1.5
+
+
+def test_delta_rule_is_boost_scale_spread_on_the_grid():
+    assert sg.delta_rule(5.0, boost=4.0, scale=0.4) == 8.0
+    assert sg.delta_rule(1.0, boost=1.0, scale=0.4) == snap(0.4) == 2.0 ** -1.25
+    assert sg.delta_rule(0.0, boost=16.0, scale=0.4) == 0.0
+
+
+def test_boost_grows_on_a_failed_rule_and_two_acceptances_undo_one_rejection():
+    boost = sg.next_boost(1.0, accepted=False, rule_failed=True, grow=4.0, shrink=2.0)
+    assert boost == 4.0
+    assert sg.next_boost(boost, accepted=False, rule_failed=False, grow=4.0, shrink=2.0) == 4.0  # δ explains it
+    for _ in range(2):
+        boost = sg.next_boost(boost, accepted=True, rule_failed=False, grow=4.0, shrink=2.0)
+    assert boost == 1.0
+    assert sg.next_boost(1.0, accepted=True, rule_failed=False, grow=4.0, shrink=2.0) == 1.0  # not below 1
+    assert sg.next_boost(4.0, accepted=True, rule_failed=False, grow=4.0, shrink=None) == 4.0  # convex: kept
+
+
+def linear_iteration_steps(contraction: torch.Tensor, e0: torch.Tensor, rounds: int) -> list[torch.Tensor]:
+    """Steps s_t = e_{t+1} - e_t of e_{t+1} = (I - M) e_t with I - M = diag(contraction)."""
+    errors = [e0]
+    for _ in range(rounds):
+        errors.append(contraction * errors[-1])
+    return [b - a for a, b in zip(errors, errors[1:])]
+
+
+@pytest.mark.parametrize("rho", [-0.6, 0.6])
+def test_ratio_and_cosine_of_one_mode_are_its_eigenvalue_and_its_sign(rho):
+    # One mode of I - M with eigenvalue rho: each step is rho times the last (an overshoot when rho < 0).
+    s = linear_iteration_steps(torch.tensor([rho], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64), 3)
+    ratio, cosine = sg.step_ratio_and_cosine(s[2], s[1], float(s[2] @ s[2]))
+    assert ratio == pytest.approx(abs(rho), rel=1e-14) and cosine == pytest.approx(math.copysign(1.0, rho), rel=1e-14)
+
+
+def test_mode_reads_over_and_undershoot_from_the_dominant_mode_and_none_from_two_equal_ones():
+    def read(contraction, e0, rounds=30):
+        s = linear_iteration_steps(torch.tensor(contraction, dtype=torch.float64),
+                                   torch.tensor(e0, dtype=torch.float64), rounds)
+        ratio, cosine = sg.step_ratio_and_cosine(s[-1], s[-2], float(s[-1] @ s[-1]))
+        return sg.mode(ratio, cosine, slow=0.25, turn=0.3)
+
+    assert read([-0.8, 0.3], [1.0, 1.0]) == sg.OVERSHOOT   # eigenvalue of M above 1 dominates
+    assert read([0.8, -0.3], [1.0, 1.0]) == sg.UNDERSHOOT  # below 1 dominates
+    assert read([0.2, -0.1], [1.0, 1.0]) == sg.FAST
+    # modes 0.8 and -0.8 with equal steps (M e0 = (1, 1)): cos(s_t, s_{t-1}) = 0, ratio 0.8
+    assert read([0.8, -0.8], [1 / 0.2, 1 / 1.8]) == sg.UNRESOLVED
+    assert sg.mode(0.4, 0.0, slow=0.25, turn=0.3) == sg.FAST  # slow-ish but no mode and not slow enough to move
+    assert sg.mode(math.nan, -1.0, slow=0.25, turn=0.3) == sg.FAST
+    assert sg.mode(0.9, math.nan, slow=0.25, turn=0.3) == sg.FAST
+
+
+def test_settled_and_slow_ratio():
+    assert sg.settled(0.5, 0.52, 0.1) and not sg.settled(0.5, 0.6, 0.1)
+    assert not sg.settled(0.5, None, 0.1) and not sg.settled(1.0, 1.0, 0.1)  # no history; not contracting
+    kw = dict(contraction=0.25, settled_contraction=0.1, turn=0.3)
+    assert sg.slow_ratio(True, 0.0, -1.0, **kw) == 0.1  # settled at μ = 0
+    assert sg.slow_ratio(True, 1.0, 0.9, **kw) == 0.1  # settled undershoot
+    assert sg.slow_ratio(True, 1.0, -0.9, **kw) == 0.25  # a settled overshoot at μ > 0 is left alone
+    assert sg.slow_ratio(False, 0.0, 0.9, **kw) == 0.25
+
+
+def test_balanced_damping_solves_its_quadratic():
+    assert sg.balanced_damping(1.0) == pytest.approx((math.sqrt(5) - 1) / 4, rel=1e-15)  # u² + u/2 - 1/4 = 0
+    for r in (1e-3, 0.5, 30.0):
+        u, a = sg.balanced_damping(r), 1 / (1 + r)
+        assert u * u + a * u - (1 - a) / 2 == pytest.approx(0.0, abs=1e-15)
+
+
+def test_undamp_makes_a_settled_undershooting_mode_exact():
+    kappa, kappa_i, mu = 1.0, 0.7, 0.6
+    rho = 1 - kappa / (kappa_i + mu)  # the mode contracts by rho per round
+    assert sg.undamp(mu, rho, kappa, 0.0) == snap(kappa - kappa_i)
+    assert sg.undamp(mu, rho, kappa, 0.5) == 0.5  # not below the floor
+    assert sg.undamp(mu, rho, -1.0, 0.0) == snap(mu)  # no curvature measured: no move
+
+
+def test_halfway_mu_is_the_geometric_mean_on_the_grid():
+    assert sg.halfway_mu(1.0, 4.0, 0.0) == 2.0 and sg.halfway_mu(4.0, 1.0, 0.0) == 2.0
+    assert sg.halfway_mu(0.0, 4.0, 0.0) == 4.0 and sg.halfway_mu(1.0, 0.0, 0.0) == 0.0
+    assert sg.halfway_mu(1.0, 4.0, 3.0) == 3.0
+
+
+def test_rprop_halves_on_a_reversal_and_doubles_on_a_repeat():
+    octaves, last, seen = 2.0, 0, []
+    for direction in (+1, +1, -1, +1, -1, -1, -1, -1, -1):
+        octaves, last = sg.rprop_octaves(octaves, direction, last), direction
+        seen.append(octaves)
+    assert seen == [2.0, 2.0, 1.0, 0.5, 0.25, 0.5, 1.0, 2.0, 2.0]
+
+
+def test_moved_mu_scales_by_two_to_the_octaves_on_the_grid():
+    assert sg.moved_mu(1.0, +1, 2.0, start=0.0, floor=0.0) == 4.0
+    assert sg.moved_mu(1.0, -1, 0.25, start=0.0, floor=0.0) == 2.0 ** -0.25
+    assert sg.moved_mu(0.0, +1, 2.0, start=0.3, floor=0.0) == 0.3  # from plain DANE: the first scale measured
+    assert sg.moved_mu(1.0, -1, 2.0, start=0.0, floor=0.5) == 0.5
+
+
+@pytest.mark.parametrize("k, mu, h", [(0.1, 0.0, 1.0), (0.5, 0.25, 2.0)])
+def test_shortening_mu_makes_a_one_dimensional_model_exact(k, mu, h):
+    # Local curvature k + mu gave s = -g/(k + mu), too long for the global curvature h: the quadratic through
+    # the two objectives and the slope is exact here, and the μ it asks for gives k + μ' = h.
+    g, before = 2.0, 1.0
+    s = -g / (k + mu)
+    after = before + g * s + 0.5 * h * s * s
+    assert sg.shortening_mu(mu, g * s, s * s, before, after) == snap(mu + (h - k - mu))
+    assert sg.shortening_mu(mu, -g * s, s * s, before, after) == 0.0  # an ascent slope: no model
+
+
+def test_after_rejection_takes_the_shortening_mu_alone_from_plain_dane():
+    assert sg.after_rejection(0.5, 0.0, 0.01) == 0.01  # from μ = 0: the step's own model
+    assert sg.after_rejection(0.5, 0.0, 0.0) == 0.5  # the model says nothing: the rule's
+    assert sg.after_rejection(0.5, 0.1, 0.01) == 0.5 and sg.after_rejection(0.5, 0.1, 2.0) == 2.0
+
+
+def test_curvature_scale_is_the_secant_curvature_times_scale():
+    h, s = 3.0, 0.01  # one dimension: g_{t+1} - g_t = h s
+    assert sg.curvature_scale_mu(0.4, h * s, s * s) == snap(0.4 * h)
+
+
+def test_review_applies_the_rules_in_order_on_a_rejected_plain_dane_step():
+    # One dimension, O(w) = h w²/2 - b w seen through a local model of curvature k < h/2: the step from w0 = 0 is
+    # -g/k, the objective rises, the step is rejected, and μ jumps to the shortening μ h - k alone (step 4).
+    h, k, b = 2.0, 0.5, 1.0
+    guard = MuSafeguard(0.0)
+
+    def at(w):
+        x = torch.tensor([w], dtype=torch.float64)
+        grad = torch.tensor([h * w - b], dtype=torch.float64)
+        return x, grad, grad.clone(), torch.tensor([h * w * w / 2 - b * w], dtype=torch.float64)
+
+    w0, grad0, g0, metrics0 = at(0.0)
+    assert guard.review(w0, grad0, g0, metrics0, guard.local_stats(w0, grad0))[-1] == {"accepted": True}
+    w1, grad1, g1, metrics1 = at(-float(g0[0]) / k)
+    *back, extras = guard.review(w1, grad1, g1, metrics1, guard.local_stats(w1, grad1))
+    assert extras == {"accepted": False, "spread": 0.0}  # one worker: no spread
+    assert back[0] is w0  # the worker solves again from the last accepted point
+    assert guard.mu == snap(h - k) and guard.rejected_mu == 0.0
+    # the next step, at μ = h - k, is the exact minimizer and accepted
+    w2, grad2, g2, metrics2 = at(-float(g0[0]) / (k + guard.mu))
+    assert guard.review(w2, grad2, g2, metrics2, guard.local_stats(w2, grad2))[-1]["accepted"]
+
+
+def test_state_dict_keeps_the_checkpoint_keys():
+    # checkpoints written before dane.safeguard existed load: the same keys, the same meaning
+    assert set(MuSafeguard(0.0).state_dict()) == {"mu", "boost", "spread", "best", "accepted", "last_step",
+                                                  "last_step_mu", "rejected_mu", "octaves", "last_move", "last_ratio"}
+    old = {"mu": 0.5, "boost": 4.0, "spread": 1.0, "accepted": None}  # the oldest keys only
+    guard = MuSafeguard(0.0)
+    guard.load_state_dict(old)
+    assert (guard.mu, guard.boost, guard.best, guard.rejected_mu, guard.octaves) == (0.5, 4.0, math.inf, -1.0, 2.0)
