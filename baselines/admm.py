@@ -79,7 +79,7 @@ from typing import Callable
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
@@ -92,37 +92,6 @@ from .spectral import local_spectrum, require_hessian_vector
 EXACT_DIM = 256
 #: First round at which an estimated ρ is refreshed from the Hessians at z (then 16, 32, ...; a non-quadratic loss)
 REFRESH_FIRST = 8
-
-
-@dataclass(frozen=True)
-class ADMMConfig:
-    rho: float | None = None   # None: sqrt(μ̲ L̄) from the local Hessians' spectra (module docstring)
-    adaptive_rho: bool | None = None  # None: residual balancing of a given ρ only (an estimated one stays fixed)
-    balance_mu: float = 10.0   # Boyd's μ: rebalance when one residual exceeds μ times the other
-    balance_tau: float = 2.0   # Boyd's τ: the factor ρ changes by
-    power_iters: int = 20      # rho=None and dim > EXACT_DIM: Lanczos products per worker
-    seed: int = 0              # start vector of those products
-    name: str = "admm"
-
-    def __post_init__(self) -> None:
-        if self.rho is not None:
-            checks.positive("algorithm.rho", self.rho)
-        if self.adaptive_rho is not None:
-            checks.boolean("algorithm.adaptive_rho", self.adaptive_rho)
-        checks.positive_int("algorithm.power_iters", self.power_iters)
-        checks.integer("algorithm.seed", self.seed)
-        for key in ("balance_mu", "balance_tau"):
-            if not checks.positive(f"algorithm.{key}", getattr(self, key)) > 1:
-                raise ConfigError(f"algorithm.{key} must be > 1, got {getattr(self, key)}")
-
-    def build(self, problem: Problem, comm: Communicator) -> "ADMM":
-        given = self.rho is not None or not hasattr(problem, "hessian_vector")  # a network: ρ = 1, balanced
-        estimate = partial(spectral_penalty, problem, comm, iters=self.power_iters, seed=self.seed)
-        rho = (self.rho or 1.0) if given else estimate()
-        adaptive = self.adaptive_rho if self.adaptive_rho is not None else given
-        return ADMM(problem, comm, rho=rho, adaptive_rho=adaptive, balance_mu=self.balance_mu,
-                    balance_tau=self.balance_tau,
-                    refresh=None if given or getattr(problem, "quadratic", False) else estimate)
 
 
 def spectral_penalty(problem: Problem, comm: Communicator, *, iters: int, seed: int,
@@ -179,14 +148,16 @@ def residual_balance(rho: float, primal: float, dual: float, *, mu: float = 10.0
 
 class ADMM(Algorithm):
     name = "admm"
+    synchronous_because = "ADMM's consensus step needs every worker's x_i + u_i of the same round"
+    columns = (Column("rho", "{:>8.3g}"), Column("primal_residual", "{:>15.3e}", shown_with="rho"),
+               Column("dual_residual", "{:>13.3e}", shown_with="rho"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, rho: float = 1.0, adaptive_rho: bool = False,
                  balance_mu: float = 10.0, balance_tau: float = 2.0, refresh: Callable[..., float] | None = None,
                  w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)  # self.w is z, the consensus iterate
-        for method in ("prox_solve", "prox_regularizer"):
-            if not hasattr(problem, method):
-                raise ConfigError(f"algorithm=admm needs {type(problem).__name__}.{method}; use another algorithm")
+        if problem.prox_regularizer is None:
+            raise ConfigError(f"algorithm=admm needs {type(problem).__name__}.prox_regularizer; use another algorithm")
         self.rho, self.adaptive_rho = rho, adaptive_rho
         self.balance_mu, self.balance_tau = balance_mu, balance_tau
         self.refresh, self.t = refresh, 0
@@ -254,3 +225,35 @@ class ADMM(Algorithm):
             return {}
         primal = math.sqrt(max(float(primal_sq_mean) * self.comm.size, 0.0))  # sqrt(Σ_i ||x_i - z||^2)
         return {"primal_residual": primal, "dual_residual": self._dual}
+
+
+@dataclass(frozen=True)
+class ADMMConfig(AlgorithmConfig):
+    rho: float | None = None   # None: sqrt(μ̲ L̄) from the local Hessians' spectra (module docstring)
+    adaptive_rho: bool | None = None  # None: residual balancing of a given ρ only (an estimated one stays fixed)
+    balance_mu: float = 10.0   # Boyd's μ: rebalance when one residual exceeds μ times the other
+    balance_tau: float = 2.0   # Boyd's τ: the factor ρ changes by
+    power_iters: int = 20      # rho=None and dim > EXACT_DIM: Lanczos products per worker
+    seed: int = 0              # start vector of those products
+    name: str = "admm"
+    algorithm = ADMM
+
+    def __post_init__(self) -> None:
+        if self.rho is not None:
+            checks.positive("algorithm.rho", self.rho)
+        if self.adaptive_rho is not None:
+            checks.boolean("algorithm.adaptive_rho", self.adaptive_rho)
+        checks.positive_int("algorithm.power_iters", self.power_iters)
+        checks.integer("algorithm.seed", self.seed)
+        for key in ("balance_mu", "balance_tau"):
+            if not checks.positive(f"algorithm.{key}", getattr(self, key)) > 1:
+                raise ConfigError(f"algorithm.{key} must be > 1, got {getattr(self, key)}")
+
+    def build(self, problem: Problem, comm: Communicator) -> "ADMM":
+        given = self.rho is not None or problem.hessian_vector is None  # a network: ρ = 1, balanced
+        estimate = partial(spectral_penalty, problem, comm, iters=self.power_iters, seed=self.seed)
+        rho = (self.rho or 1.0) if given else estimate()
+        adaptive = self.adaptive_rho if self.adaptive_rho is not None else given
+        return ADMM(problem, comm, rho=rho, adaptive_rho=adaptive, balance_mu=self.balance_mu,
+                    balance_tau=self.balance_tau,
+                    refresh=None if given or problem.quadratic else estimate)

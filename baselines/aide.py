@@ -104,7 +104,7 @@ import numpy as np
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
@@ -120,8 +120,8 @@ TAU_AUTO = "auto"
 def column_curvature(problem: Problem) -> torch.Tensor:
     """D_i = weight · c_f · Σ_j x_jk² per column k: the diagonal of the curvature bound c_f · weight · X_iᵀX_i
     (the Hessian's diagonal for squared loss; logistic and softmax at margin 0, where their curvature peaks)."""
-    rows = getattr(problem, "rows", problem)
-    if not hasattr(rows, "svrg_rows"):
+    rows = problem.rows if problem.rows is not None else problem
+    if rows.svrg_rows is None:
         raise ConfigError(f"algorithm.tau=auto needs the worker's rows (the rule compares their column curvature), "
                           f"and {type(problem).__name__} keeps none; set algorithm.tau to a number >= 0")
     r = rows.svrg_rows()
@@ -182,28 +182,10 @@ def catalyst_zeta(alpha: float, alpha_next: float) -> float:
     return alpha * (1 - alpha) / (alpha * alpha + alpha_next)
 
 
-@dataclass(frozen=True)
-class AIDEConfig(InexactSolverKeys):
-    tau: float | str = TAU_AUTO
-    eta: float = 1.0
-    mu: float = 0.0
-    name: str = "aide"
-
-    def __post_init__(self) -> None:
-        if self.tau != TAU_AUTO:
-            if isinstance(self.tau, str):
-                raise ConfigError(f"algorithm.tau must be a number >= 0 or auto, got {self.tau!r}")
-            checks.nonnegative("algorithm.tau", self.tau)
-        checks.positive("algorithm.eta", self.eta)
-        checks.nonnegative("algorithm.mu", self.mu)
-        self.solver()  # validates the local-solver keys now
-
-    def build(self, problem: Problem, comm: Communicator) -> "AIDE":
-        return AIDE(problem, comm, tau=self.tau, eta=self.eta, mu=self.mu, local_solver=self.solver())
-
-
 class AIDE(Algorithm):
     name = "aide"
+    synchronous_because = "DANE's local solve needs the global gradient of the same iterate"
+    columns = (Column("tau", "{:>8.3g}"), Column("zeta", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, tau: float | str = TAU_AUTO, eta: float = 1.0,
                  mu: float = 0.0, local_solver: LocalSolver | None = None, w0: torch.Tensor | None = None):
@@ -288,3 +270,24 @@ class AIDE(Algorithm):
             self.previous, self.at_restart, self.restarted = state["previous"], state["at_restart"], state["restarted"]
             if "mean_curvature" in state:
                 self.mean_curvature = state["mean_curvature"]
+
+
+@dataclass(frozen=True)
+class AIDEConfig(InexactSolverKeys, AlgorithmConfig):
+    tau: float | str = TAU_AUTO
+    eta: float = 1.0
+    mu: float = 0.0
+    name: str = "aide"
+    algorithm = AIDE
+
+    def __post_init__(self) -> None:
+        if self.tau != TAU_AUTO:
+            if isinstance(self.tau, str):
+                raise ConfigError(f"algorithm.tau must be a number >= 0 or auto, got {self.tau!r}")
+            checks.nonnegative("algorithm.tau", self.tau)
+        checks.positive("algorithm.eta", self.eta)
+        checks.nonnegative("algorithm.mu", self.mu)
+        self.solver()  # validates the local-solver keys now
+
+    def build(self, problem: Problem, comm: Communicator) -> "AIDE":
+        return AIDE(problem, comm, tau=self.tau, eta=self.eta, mu=self.mu, local_solver=self.solver())

@@ -62,37 +62,12 @@ from typing import Callable
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 
 MatVec = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class DiSCOConfig:
-    mu: float = 0.0
-    pcg_tol: float = 0.05
-    pcg_max_iter: int | None = None
-    self_concordance: float | None = None  # M of the damped step 1/(1 + M δ); null: 0 on a quadratic, else 1
-    name: str = "disco"
-
-    def __post_init__(self) -> None:
-        checks.nonnegative("algorithm.mu", self.mu)
-        if not 0 < checks.positive("algorithm.pcg_tol", self.pcg_tol) < 1:
-            raise ConfigError(f"algorithm.pcg_tol must be in (0, 1), got {self.pcg_tol}")
-        if self.pcg_max_iter is not None:
-            checks.positive_int("algorithm.pcg_max_iter", self.pcg_max_iter)
-        if self.self_concordance is not None:
-            checks.nonnegative("algorithm.self_concordance", self.self_concordance)
-
-    def build(self, problem: Problem, comm: Communicator) -> "DiSCO":
-        M = self.self_concordance
-        if M is None:
-            M = 0.0 if getattr(problem, "quadratic", False) else 1.0
-        return DiSCO(problem, comm, mu=self.mu, pcg_tol=self.pcg_tol, pcg_max_iter=self.pcg_max_iter,
-                     self_concordance=M)
 
 
 @dataclass(frozen=True)
@@ -145,12 +120,15 @@ def forcing_tolerance(grad_norm: float, pcg_tol: float, first_grad_norm: float) 
 
 class DiSCO(Algorithm):
     name = "disco"
+    elastic = True  # its state is the iterate and ‖g_0‖
+    synchronous_because = "DiSCO's distributed CG needs Hessian-vector products at the same iterate"
+    columns = (Column("step_size", "{:>9.3g}"), Column("pcg_iters", "{:>9.0f}"), Column("delta", "{:>9.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.0, pcg_tol: float = 0.05,
                  pcg_max_iter: int | None = None, self_concordance: float = 1.0, w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
-        for method in ("hessian_vector", "solve_hessian"):
-            if not hasattr(problem, method):
+        for method, offered in (("hessian_vector", problem.hessian_vector), ("solve_hessian", problem.solve_hessian)):
+            if offered is None:
                 raise ConfigError(f"algorithm=disco needs {type(problem).__name__}.{method}; use another algorithm")
         self.mu, self.pcg_tol, self.self_concordance = mu, pcg_tol, self_concordance
         self.pcg_max_iter = problem.dim if pcg_max_iter is None else pcg_max_iter
@@ -191,3 +169,29 @@ class DiSCO(Algorithm):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.first_grad_norm = state.get("first_grad_norm")
+
+
+@dataclass(frozen=True)
+class DiSCOConfig(AlgorithmConfig):
+    mu: float = 0.0
+    pcg_tol: float = 0.05
+    pcg_max_iter: int | None = None
+    self_concordance: float | None = None  # M of the damped step 1/(1 + M δ); null: 0 on a quadratic, else 1
+    name: str = "disco"
+    algorithm = DiSCO
+
+    def __post_init__(self) -> None:
+        checks.nonnegative("algorithm.mu", self.mu)
+        if not 0 < checks.positive("algorithm.pcg_tol", self.pcg_tol) < 1:
+            raise ConfigError(f"algorithm.pcg_tol must be in (0, 1), got {self.pcg_tol}")
+        if self.pcg_max_iter is not None:
+            checks.positive_int("algorithm.pcg_max_iter", self.pcg_max_iter)
+        if self.self_concordance is not None:
+            checks.nonnegative("algorithm.self_concordance", self.self_concordance)
+
+    def build(self, problem: Problem, comm: Communicator) -> "DiSCO":
+        M = self.self_concordance
+        if M is None:
+            M = 0.0 if problem.quadratic else 1.0
+        return DiSCO(problem, comm, mu=self.mu, pcg_tol=self.pcg_tol, pcg_max_iter=self.pcg_max_iter,
+                     self_concordance=M)

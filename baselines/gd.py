@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
@@ -42,29 +42,12 @@ from dane.problems import Problem
 from .spectral import local_spectrum
 
 
-@dataclass(frozen=True)
-class GDConfig:
-    lr: float | None = None
-    lr_factor: float = 1.9  # lr=None: lr = min(2 / (L̄ + μ̲), lr_factor / L̄), lr_factor in (0, 2)
-    power_iters: int = 20
-    seed: int = 0
-    name: str = "gd"
-
-    def __post_init__(self) -> None:
-        if self.lr is not None:
-            checks.positive("algorithm.lr", self.lr)
-        if not 0 < checks.positive("algorithm.lr_factor", self.lr_factor) < 2:
-            raise ConfigError(f"algorithm.lr_factor must be in (0, 2) (a step of 2/L or more can diverge), "
-                              f"got {self.lr_factor}")
-        checks.positive_int("algorithm.power_iters", self.power_iters)
-        checks.integer("algorithm.seed", self.seed)
-
-    def build(self, problem: Problem, comm: Communicator) -> "GD":
-        return GD(problem, comm, lr=self.lr, lr_factor=self.lr_factor, power_iters=self.power_iters, seed=self.seed)
-
-
 class GD(Algorithm):
     name = "gd"
+    elastic = True  # its state is the iterate and the step size
+    synchronous_because = ("distributed GD averages exact gradients of the same iterate (its asynchronous form is "
+                           "algorithm=sync_sgd)")
+    columns = (Column("L_est", "{:>8.4g}"),)
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float | None = None, lr_factor: float = 1.9,
                  power_iters: int = 20, seed: int = 0, w0: torch.Tensor | None = None):
@@ -99,3 +82,25 @@ class GD(Algorithm):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.lr, self.L_est, self.mu_est = (state.get(k, getattr(self, k)) for k in ("lr", "L_est", "mu_est"))
+
+
+@dataclass(frozen=True)
+class GDConfig(AlgorithmConfig):
+    lr: float | None = None
+    lr_factor: float = 1.9  # lr=None: lr = min(2 / (L̄ + μ̲), lr_factor / L̄), lr_factor in (0, 2)
+    power_iters: int = 20
+    seed: int = 0
+    name: str = "gd"
+    algorithm = GD
+
+    def __post_init__(self) -> None:
+        if self.lr is not None:
+            checks.positive("algorithm.lr", self.lr)
+        if not 0 < checks.positive("algorithm.lr_factor", self.lr_factor) < 2:
+            raise ConfigError(f"algorithm.lr_factor must be in (0, 2) (a step of 2/L or more can diverge), "
+                              f"got {self.lr_factor}")
+        checks.positive_int("algorithm.power_iters", self.power_iters)
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "GD":
+        return GD(problem, comm, lr=self.lr, lr_factor=self.lr_factor, power_iters=self.power_iters, seed=self.seed)

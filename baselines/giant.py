@@ -83,6 +83,10 @@ Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu
 largest μ_i of the round), ``armijo_met``, ``cg_iters`` (the mean over workers of the local
 CG products; it rides in allreduce 2) and ``p_norm``.
 
+The curvature gᵀp/‖p‖² and the return to μ = 0 are DANE's safeguard's rules
+(`dane.safeguard.model_curvature`, `dane.safeguard.to_floor`), GIANT's direction p being
+DANE's step -s.
+
 Other departures: the global objective O(w_t) the Armijo test compares with is the
 logged metric that rides in allreduce 1 (no extra round); CG stops at a relative
 residual rather than after a fixed number of iterations.
@@ -95,35 +99,12 @@ from dataclasses import dataclass
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.linalg import cg
 from dane.problems import Problem
-
-
-@dataclass(frozen=True)
-class GIANTConfig:
-    cg_tol: float = 1e-10
-    cg_max_iter: int | None = None
-    line_search_steps: int = 10
-    backtrack: float = 0.5
-    armijo: float = 1e-4
-    name: str = "giant"
-
-    def __post_init__(self) -> None:
-        checks.positive("algorithm.cg_tol", self.cg_tol)
-        if self.cg_max_iter is not None:
-            checks.positive_int("algorithm.cg_max_iter", self.cg_max_iter)
-        checks.positive_int("algorithm.line_search_steps", self.line_search_steps)
-        if not 0 < checks.positive("algorithm.backtrack", self.backtrack) < 1:
-            raise ConfigError(f"algorithm.backtrack must be in (0, 1), got {self.backtrack}")
-        if not 0 < checks.positive("algorithm.armijo", self.armijo) < 1:
-            raise ConfigError(f"algorithm.armijo must be in (0, 1), got {self.armijo}")
-
-    def build(self, problem: Problem, comm: Communicator) -> "GIANT":
-        return GIANT(problem, comm, cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter,
-                     line_search_steps=self.line_search_steps, backtrack=self.backtrack, armijo=self.armijo)
+from dane.safeguard import model_curvature, to_floor
 
 
 SHORT_STEP = 3  # on one worker, an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does
@@ -162,19 +143,22 @@ def rejected_mu(mu: float, *, slope: float, g_norm: float, p_norm: float, curvat
     """
     terms = [4 * mu, curvature]
     if p_norm > 0:
-        terms += [slope / p_norm ** 2, g_norm / (shortest * p_norm)]
+        terms += [model_curvature(-slope, p_norm ** 2), g_norm / (shortest * p_norm)]
     return max((t for t in terms if math.isfinite(t)), default=4 * mu)
 
 
 class GIANT(Algorithm):
     name = "giant"
+    elastic = True  # μ_i are rescaled to the new world size (`load_elastic_state`)
+    synchronous_because = "GIANT averages Newton directions and line-searches at the same iterate"
+    columns = (Column("mu", "{:>8.3g}"), Column("step_size", "{:>9.3g}"), Column("cg_iters", "{:>8.1f}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, cg_tol: float = 1e-10, cg_max_iter: int | None = None,
                  line_search_steps: int = 10, backtrack: float = 0.5, armijo: float = 1e-4,
                  w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
-        for method in ("hessian_vector", "objective"):
-            if not hasattr(problem, method):
+        for method, offered in (("hessian_vector", problem.hessian_vector), ("objective", problem.objective)):
+            if offered is None:
                 raise ConfigError(f"algorithm=giant needs {type(problem).__name__}.{method}; use another algorithm")
         self.cg_tol, self.cg_max_iter = cg_tol, cg_max_iter
         self.armijo, self.backtrack = armijo, backtrack
@@ -223,14 +207,14 @@ class GIANT(Algorithm):
         lacking = any(d > 1e-12 * abs(kappa) for d in deficits)
         short = 1 if len(self.mus) > 1 else SHORT_STEP  # m > 1: any cut says the local models misjudge O
         if accepted and k == 0:  # the full step: the local models were right, regularize less
-            self.mus = [0.0 if mu / 2 < self.mu_floor else mu / 2 for mu in self.mus]
+            self.mus = [to_floor(mu / 2, self.mu_floor) for mu in self.mus]
         elif accepted and k < short:  # a middle cut on one worker: the objective's own nonlinearity
             pass
         elif lacking and not (self.rejected and not accepted):  # shift the local models flatter than O along p
             self.mus = [max(4 * mu, d) if d > 1e-12 * abs(kappa) else mu for mu, d in zip(self.mus, deficits)]
         elif accepted:  # cut back, every local model alike: regularize more
             p_sq = float(p @ p)
-            self.mus = [max(4 * mu, slope / p_sq) if p_sq > 0 else 4 * mu for mu in self.mus]
+            self.mus = [max(4 * mu, model_curvature(-slope, p_sq)) if p_sq > 0 else 4 * mu for mu in self.mus]
         else:  # a second rejection in a row, or alike models: shorter than every step that failed
             p_norm, g_norm = float(torch.linalg.vector_norm(p)), float(torch.linalg.vector_norm(g))
             shortest = float(self.steps[-1]) * self.backtrack
@@ -247,3 +231,28 @@ class GIANT(Algorithm):
         super().load_state_dict(state)
         self.mus = list(state.get("mus", [state.get("mu", 0.0)] * self.comm.size))  # "mu": a checkpoint before μ_i
         self.mu_floor, self.rejected = state.get("mu_floor", 0.0), state.get("rejected", False)
+
+
+@dataclass(frozen=True)
+class GIANTConfig(AlgorithmConfig):
+    cg_tol: float = 1e-10
+    cg_max_iter: int | None = None
+    line_search_steps: int = 10
+    backtrack: float = 0.5
+    armijo: float = 1e-4
+    name: str = "giant"
+    algorithm = GIANT
+
+    def __post_init__(self) -> None:
+        checks.positive("algorithm.cg_tol", self.cg_tol)
+        if self.cg_max_iter is not None:
+            checks.positive_int("algorithm.cg_max_iter", self.cg_max_iter)
+        checks.positive_int("algorithm.line_search_steps", self.line_search_steps)
+        if not 0 < checks.positive("algorithm.backtrack", self.backtrack) < 1:
+            raise ConfigError(f"algorithm.backtrack must be in (0, 1), got {self.backtrack}")
+        if not 0 < checks.positive("algorithm.armijo", self.armijo) < 1:
+            raise ConfigError(f"algorithm.armijo must be in (0, 1), got {self.armijo}")
+
+    def build(self, problem: Problem, comm: Communicator) -> "GIANT":
+        return GIANT(problem, comm, cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter,
+                     line_search_steps=self.line_search_steps, backtrack=self.backtrack, armijo=self.armijo)

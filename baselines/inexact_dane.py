@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from dane import checks
 from dane.comm import Communicator
+from dane.algorithm import AlgorithmConfig
 from dane.dane import DANE
 from dane.errors import ConfigError
 from dane.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, check_passes
@@ -49,7 +50,7 @@ INEXACT_SOLVERS = ("svrg", "cg")
 
 def require_convex_shard(problem: Problem, algorithm: str) -> None:
     """The SVRG and CG local solvers exist on the convex shards only (ridge, logreg, softmax, ridge_synthetic)."""
-    if not hasattr(problem, "strong_convexity"):
+    if problem.strong_convexity is None:
         raise ConfigError(f"algorithm={algorithm} needs a convex problem (ridge, logreg, softmax, ridge_synthetic), "
                           f"got {type(problem).__name__}; use algorithm=dane for networks")
 
@@ -91,12 +92,27 @@ class InexactSolverKeys:
                                     cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter, svrg_variant=self.svrg_variant)
 
 
+class InexactDANE(DANE):
+    """`DANE` with a given inexact local solver; its records also name that solver."""
+
+    name = "inexact_dane"
+    elastic = False  # DANE's is; with an inexact local solve a change of workers is untested
+
+    def __init__(self, problem: Problem, comm: Communicator, **kwargs):
+        require_convex_shard(problem, self.name)
+        super().__init__(problem, comm, **kwargs)
+
+    def step(self) -> dict[str, float]:
+        return {**super().step(), "local_solver": self.local_solver.method}
+
+
 @dataclass(frozen=True)
-class InexactDANEConfig(InexactSolverKeys):
+class InexactDANEConfig(InexactSolverKeys, AlgorithmConfig):
     eta: float = 1.0
     mu: float = 0.0
     safeguard: bool = True
     name: str = "inexact_dane"
+    algorithm = InexactDANE
 
     def __post_init__(self) -> None:
         checks.positive("algorithm.eta", self.eta)
@@ -107,16 +123,3 @@ class InexactDANEConfig(InexactSolverKeys):
     def build(self, problem: Problem, comm: Communicator) -> "InexactDANE":
         return InexactDANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard,
                            local_solver=self.solver())
-
-
-class InexactDANE(DANE):
-    """`DANE` with a given inexact local solver; its records also name that solver."""
-
-    name = "inexact_dane"
-
-    def __init__(self, problem: Problem, comm: Communicator, **kwargs):
-        require_convex_shard(problem, self.name)
-        super().__init__(problem, comm, **kwargs)
-
-    def step(self) -> dict[str, float]:
-        return {**super().step(), "local_solver": self.local_solver.method}

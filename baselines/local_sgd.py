@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.inner import MinibatchSampler, worker_seed
@@ -42,35 +42,6 @@ AGGREGATES = ("mean", "weighted", "best")
 SAMPLER_STREAM = 3  # worker_seed stream of this algorithm's minibatch generator
 
 
-@dataclass(frozen=True)
-class LocalSGDConfig:
-    local_steps: int = 10
-    batch_size: int | None = None
-    lr: float | None = None
-    aggregate: str = "mean"
-    power_iters: int = 20
-    seed: int = 0
-    name: str = "local_sgd"
-
-    def __post_init__(self) -> None:
-        checks.positive_int("algorithm.local_steps", self.local_steps)
-        if self.batch_size is not None:
-            checks.positive_int("algorithm.batch_size", self.batch_size)
-        if self.lr is not None:
-            checks.positive("algorithm.lr", self.lr)
-        checks.one_of("algorithm.aggregate", self.aggregate, AGGREGATES)
-        checks.positive_int("algorithm.power_iters", self.power_iters)
-        checks.integer("algorithm.seed", self.seed)
-
-    def build(self, problem: Problem, comm: Communicator) -> "LocalSGD":
-        return LocalSGD(problem, comm, local_steps=self.local_steps, batch_size=self.batch_size, lr=self.lr,
-                        aggregate=self.aggregate, power_iters=self.power_iters, seed=self.seed)
-
-    def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "AveragingServer":
-        """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""
-        return AveragingServer(w0, shares(sizes, self.aggregate))
-
-
 def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor], *, lr: float,
                 steps: int) -> torch.Tensor:
     """``steps`` iterations of w <- w - lr * gradient(w)."""
@@ -81,6 +52,8 @@ def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor
 
 class LocalSGD(Algorithm):
     name = "local_sgd"
+    asynchronous = True  # worker_update: K local steps; AveragingServer applies the change
+    columns = (Column("L_est", "{:>8.4g}"),)
 
     def __init__(self, problem: Problem, comm: Communicator, *, local_steps: int = 10, batch_size: int | None = None,
                  lr: float | None = None, aggregate: str = "mean", power_iters: int = 20, seed: int = 0,
@@ -128,9 +101,7 @@ class LocalSGD(Algorithm):
 
     def score(self, w: torch.Tensor) -> float:
         """The election score of this worker's model: validation objective if the problem has one, else O_i(w)."""
-        if hasattr(self.problem, "validation_objective"):
-            return float(self.problem.validation_objective(w))
-        return float(self.problem.evaluate(w)[1][0])
+        return float(self.problem.validation_objective(w))
 
     def evaluate(self) -> dict[str, float]:
         reduced = self.comm.allreduce_mean(local_payload(self.problem, self.w, with_grad=self.with_grad))
@@ -149,16 +120,46 @@ class LocalSGD(Algorithm):
         return {"lr": self.lr} | ({"L_est": self.L_est} if self.L_est is not None else {})
 
 
+@dataclass(frozen=True)
+class LocalSGDConfig(AlgorithmConfig):
+    local_steps: int = 10
+    batch_size: int | None = None
+    lr: float | None = None
+    aggregate: str = "mean"
+    power_iters: int = 20
+    seed: int = 0
+    name: str = "local_sgd"
+    algorithm = LocalSGD
+
+    def __post_init__(self) -> None:
+        checks.positive_int("algorithm.local_steps", self.local_steps)
+        if self.batch_size is not None:
+            checks.positive_int("algorithm.batch_size", self.batch_size)
+        if self.lr is not None:
+            checks.positive("algorithm.lr", self.lr)
+        checks.one_of("algorithm.aggregate", self.aggregate, AGGREGATES)
+        checks.positive_int("algorithm.power_iters", self.power_iters)
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "LocalSGD":
+        return LocalSGD(problem, comm, local_steps=self.local_steps, batch_size=self.batch_size, lr=self.lr,
+                        aggregate=self.aggregate, power_iters=self.power_iters, seed=self.seed)
+
+    def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "AveragingServer":
+        """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""
+        return AveragingServer(w0, shares(sizes, self.aggregate))
+
+
 def check_problem(problem: Problem, batch_size: int | None, aggregate: str) -> None:
     name = type(problem).__name__
     if batch_size is not None:
-        if not hasattr(problem, "batch_grad"):
+        if problem.batch_grad is None:
             raise ConfigError(f"algorithm.batch_size={batch_size} needs minibatch gradients, which {name} lacks; "
                               f"set algorithm.batch_size=null")
         if batch_size > problem.n_local:
             raise ConfigError(f"algorithm.batch_size={batch_size} exceeds this worker's {problem.n_local} samples; "
                               f"use a smaller batch or null for the full shard")
-    if aggregate == "weighted" and not hasattr(problem, "n_local"):
+    if aggregate == "weighted" and problem.n_local is None:
         raise ConfigError(f"algorithm.aggregate=weighted needs shard sizes, which {name} lacks; use mean or best")
 
 

@@ -16,23 +16,16 @@ from dataclasses import dataclass
 
 import torch
 
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.problems import Problem
 
 from .metrics import global_metrics, local_payload, logs_gradient
 
 
-@dataclass(frozen=True)
-class OSAConfig:
-    name: str = "osa"
-
-    def build(self, problem: Problem, comm: Communicator) -> "OneShotAveraging":
-        return OneShotAveraging(problem, comm)
-
-
 class OneShotAveraging(Algorithm):
     name = "osa"
+    synchronous_because = "one-shot averaging communicates once; there is nothing to make asynchronous"
 
     def __init__(self, problem: Problem, comm: Communicator, *, w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
@@ -69,3 +62,12 @@ class OneShotAveraging(Algorithm):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.averaged, self._final = state["averaged"], state["final"]
+
+
+@dataclass(frozen=True)
+class OSAConfig(AlgorithmConfig):
+    name: str = "osa"
+    algorithm = OneShotAveraging
+
+    def build(self, problem: Problem, comm: Communicator) -> "OneShotAveraging":
+        return OneShotAveraging(problem, comm)

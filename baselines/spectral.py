@@ -62,7 +62,7 @@ def start_vector(dim: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 
 
 def require_hessian_vector(problem: Problem, key: str) -> None:
-    if not hasattr(problem, "hessian_vector"):
+    if problem.hessian_vector is None:
         raise ConfigError(
             f"{key}=null is estimated from Hessian-vector products, which {type(problem).__name__} does not provide; "
             f"set {key} to a number"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.inner import MinibatchSampler, preload_optimizers, worker_seed
@@ -32,34 +32,6 @@ from dane.problems import Problem
 
 OPTIMIZERS = ("sgd", "adam")
 SAMPLER_STREAM = 2  # worker_seed stream of this algorithm's minibatch generator
-
-
-@dataclass(frozen=True)
-class SyncSGDConfig:
-    lr: float = 0.05
-    optimizer: str = "sgd"
-    momentum: float = 0.0
-    batch_size: int = 100
-    steps_per_round: int | None = 10  # None: one pass over the local shard, n_i // batch_size steps
-    seed: int = 0
-    name: str = "sync_sgd"
-
-    def __post_init__(self) -> None:
-        checks.positive("algorithm.lr", self.lr)
-        checks.one_of("algorithm.optimizer", self.optimizer, OPTIMIZERS)
-        if not 0 <= checks.nonnegative("algorithm.momentum", self.momentum) < 1:
-            raise ConfigError(f"algorithm.momentum must be in [0, 1), got {self.momentum}")
-        checks.positive_int("algorithm.batch_size", self.batch_size)
-        if self.steps_per_round is not None:
-            checks.positive_int("algorithm.steps_per_round", self.steps_per_round)
-
-    def build(self, problem: Problem, comm: Communicator) -> "SyncSGD":
-        return SyncSGD(problem, comm, lr=self.lr, optimizer=self.optimizer, momentum=self.momentum,
-                       batch_size=self.batch_size, steps_per_round=self.steps_per_round, seed=self.seed)
-
-    def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "GradientServer":
-        """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""
-        return GradientServer(w0, name=self.optimizer, lr=self.lr, momentum=self.momentum)
 
 
 def make_optimizer(name: str, w: torch.Tensor, *, lr: float, momentum: float) -> torch.optim.Optimizer:
@@ -70,13 +42,14 @@ def make_optimizer(name: str, w: torch.Tensor, *, lr: float, momentum: float) ->
 
 class SyncSGD(Algorithm):
     name = "sync_sgd"
+    asynchronous = True  # worker_update: a minibatch gradient; GradientServer takes one optimizer step with it
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float = 0.05, optimizer: str = "sgd",
                  momentum: float = 0.0, batch_size: int = 100, steps_per_round: int | None = 10, seed: int = 0,
                  w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
-        for needed in ("batch_grad", "n_local"):
-            if not hasattr(problem, needed):
+        for needed, offered in (("batch_grad", problem.batch_grad), ("n_local", problem.n_local)):
+            if offered is None:
                 raise ConfigError(f"algorithm=sync_sgd needs minibatch gradients ({type(problem).__name__}.{needed}); "
                                   "use algorithm=gd on this problem")
         self.steps_per_round = steps_per_round or max(1, problem.n_local // batch_size)
@@ -87,10 +60,7 @@ class SyncSGD(Algorithm):
         self.updates_per_round = self.steps_per_round  # per worker, when asynchronous (dane.asynchronous)
 
     def local_metrics(self) -> torch.Tensor:
-        w = self.w.detach()
-        if hasattr(self.problem, "local_metrics"):
-            return self.problem.local_metrics(w)  # forward passes only; no gradient is needed
-        return self.problem.evaluate(w)[1]
+        return self.problem.local_metrics(self.w.detach())  # a network: forward passes only, no gradient
 
     def step(self) -> dict[str, float]:
         metrics = self.local_metrics()
@@ -121,6 +91,35 @@ class SyncSGD(Algorithm):
         super().load_state_dict(state)
         self.sampler.load_state_dict(state["sampler"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+@dataclass(frozen=True)
+class SyncSGDConfig(AlgorithmConfig):
+    lr: float = 0.05
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    batch_size: int = 100
+    steps_per_round: int | None = 10  # None: one pass over the local shard, n_i // batch_size steps
+    seed: int = 0
+    name: str = "sync_sgd"
+    algorithm = SyncSGD
+
+    def __post_init__(self) -> None:
+        checks.positive("algorithm.lr", self.lr)
+        checks.one_of("algorithm.optimizer", self.optimizer, OPTIMIZERS)
+        if not 0 <= checks.nonnegative("algorithm.momentum", self.momentum) < 1:
+            raise ConfigError(f"algorithm.momentum must be in [0, 1), got {self.momentum}")
+        checks.positive_int("algorithm.batch_size", self.batch_size)
+        if self.steps_per_round is not None:
+            checks.positive_int("algorithm.steps_per_round", self.steps_per_round)
+
+    def build(self, problem: Problem, comm: Communicator) -> "SyncSGD":
+        return SyncSGD(problem, comm, lr=self.lr, optimizer=self.optimizer, momentum=self.momentum,
+                       batch_size=self.batch_size, steps_per_round=self.steps_per_round, seed=self.seed)
+
+    def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "GradientServer":
+        """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""
+        return GradientServer(w0, name=self.optimizer, lr=self.lr, momentum=self.momentum)
 
 
 class GradientServer:

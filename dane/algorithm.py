@@ -5,20 +5,68 @@ runs under horovodrun, torchrun, or as one thread of the in-process simulator; o
 `Communicator` differs.  Every round evaluates the iterate it starts from inside its
 first grouped allreduce (the local metrics ride along with the gradient or iterate), so
 logging costs no extra communication round.
+
+What a method supports (elastic resets, asynchronous updates, client sampling,
+compressed messages) and the metrics it adds to the records are declared on its class,
+with the defaults below; the drivers ask the class (through its config's ``algorithm``
+before anything is built) and never keep lists of names.  A new method is one file with
+an `Algorithm` and its `AlgorithmConfig`, and one yaml whose ``_target_`` names the
+config, in the package or beside it (``--config-dir``).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 
 from .comm import Communicator
+from .errors import ConfigError
 from .problems import Problem
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class Column(NamedTuple):
+    """A record key rank 0's per-round table shows (`dane.progress.RoundTable`), and how."""
+
+    key: str
+    #: a format spec such as ``"{:>8.3g}"``; its width sets the column's
+    fmt: str
+    #: show the column from the first round whenever this other key is there, though its own values come later
+    #: (ADMM's residuals of round t ride in round t+1's allreduce)
+    shown_with: str | None = None
 
 
 class Algorithm(ABC):
+    """One worker's state and round.  The class declares what the method supports; every default is "no"."""
+
     name: ClassVar[str]
+
+    # -------------------------------------------------------------- capabilities, asked of the class
+    #: the committed state carries over a change of world size: Horovod elastic (``comm.elastic=true``,
+    #: `dane.elastic`) restores rank 0's state on every worker through `load_elastic_state`
+    elastic: ClassVar[bool] = False
+    #: an asynchronous or stale-synchronous form (``comm.staleness > 0``, `dane.asynchronous`): the worker's half
+    #: is `worker_update`, the server's is its config's `AlgorithmConfig.async_server`
+    asynchronous: ClassVar[bool] = False
+    #: why the method needs every worker at the same iterate: the refusal of ``comm.staleness > 0`` says it
+    #: ("": "<name> has no asynchronous form")
+    synchronous_because: ClassVar[str] = ""
+    #: draws the clients S_t of each round (``algorithm.clients_per_round``, `dane.sampling`)
+    client_sampling: ClassVar[bool] = False
+    #: sends compressed messages (the communicator's byte counts are then the compressed ones)
+    compressed_messages: ClassVar[bool] = False
+    #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
+    columns: ClassVar[tuple[Column, ...]] = ()
+
+    # -------------------------------------------------------------- optional state the drivers read
+    #: None until the method's answer is final before the round cap (one-shot averaging), then (status, why):
+    #: the run ends on the record that describes that answer (`dane.runner.run`)
+    finished: tuple[str, str] | None = None
+    #: worker steps per logged round of an asynchronous run (`worker_update` calls)
+    updates_per_round: int = 1
 
     def __init__(self, problem: Problem, comm: Communicator, w0: torch.Tensor | None = None):
         self.problem = problem
@@ -45,6 +93,11 @@ class Algorithm(ABC):
     def iterate(self) -> torch.Tensor:
         return self.w
 
+    def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
+        """Asynchronous runs (``asynchronous = True``): one worker step at the parameters ``w`` it pulled, as
+        the tensors it pushes to the server (its config's `AlgorithmConfig.async_server` applies them)."""
+        raise ConfigError(f"algorithm={self.name} has no asynchronous form; set comm.staleness=0")
+
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, what this method's own state says about why it is slow, naming the override
         to try (appended to ``stopped_by``); None: nothing to add.  ``records``: the run's, last one last."""
@@ -58,8 +111,9 @@ class Algorithm(ABC):
         optimizer) extend both methods.
         """
         state = {"w": self.w.detach().clone()}
-        if hasattr(self.problem, "state_dict"):
-            state["problem"] = self.problem.state_dict()
+        problem_state = self.problem.state_dict()
+        if problem_state:  # a problem without state of its own writes none (`Problem.state_dict`)
+            state["problem"] = problem_state
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -79,3 +133,29 @@ class Algorithm(ABC):
         shard derives it again from its new shard (`dane.dane.DANE`).
         """
         self.load_state_dict({key: value for key, value in state.items() if key != "problem"})
+
+
+class AlgorithmConfig:
+    """A method's hyperparameters (``conf/algorithm/<name>.yaml``, a frozen dataclass subclassing this).
+
+    ``algorithm`` is the `Algorithm` class `build` returns, so that the config answers
+    capability questions (``config.algorithm.elastic``) before anything is built; a config
+    subclass sets it to its own class.  Required: ``name`` and `build`.
+    """
+
+    name: str
+    #: the class `build` returns; the base's capabilities (all "no") until a subclass names its own
+    algorithm: ClassVar[type[Algorithm]] = Algorithm
+
+    def build(self, problem: Problem, comm: Communicator) -> Algorithm:
+        """This worker's algorithm on ``problem``."""
+        raise NotImplementedError(f"{type(self).__name__} must define build(problem, comm)")
+
+    def async_server(self, w0: torch.Tensor, sizes: Sequence[float]) -> Any:
+        """The server's half of an asynchronous run (``algorithm.asynchronous``), from w_0 and the workers' shard
+        sizes: an object with the parameters ``w`` and ``apply(update, rank)``."""
+        raise ConfigError(f"algorithm={self.name} has no asynchronous form; set comm.staleness=0")
+
+    #: a method with a driver of its own (split learning, `dane.split`): ``run_job(spec, out_dir, collect)`` runs
+    #: the whole job and returns its summary; None: the round loop drives `build`'s algorithm
+    run_job: Any = None

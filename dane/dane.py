@@ -23,29 +23,17 @@ from dataclasses import dataclass
 
 import torch
 
-from .algorithm import Algorithm
+from .algorithm import Algorithm, AlgorithmConfig, Column
 from .comm import Communicator
 from . import checks
 from .problems import Problem
 
 
-@dataclass(frozen=True)
-class DANEConfig:
-    eta: float = 1.0
-    mu: float = 0.0
-    safeguard: bool = True
-    name: str = "dane"
-
-    def __post_init__(self) -> None:
-        checks.positive("algorithm.eta", self.eta)
-        checks.nonnegative("algorithm.mu", self.mu)
-
-    def build(self, problem: Problem, comm: Communicator) -> "DANE":
-        return DANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard)
-
-
 class DANE(Algorithm):
     name = "dane"
+    elastic = True  # μ and the safeguard's memory follow a change of workers (`load_elastic_state`)
+    synchronous_because = "DANE's local solve needs the global gradient of the same iterate"
+    columns = (Column("mu", "{:>8.3g}"),)
 
     def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float = 0.0,
                  safeguard: bool = True, local_solver=None, w0: torch.Tensor | None = None):
@@ -53,9 +41,8 @@ class DANE(Algorithm):
         self.eta = eta
         self.mu = mu
         self.local_solver = local_solver  # a dane.local_solvers.LocalSolver, or None: the problem's own
-        convex = getattr(problem, "convex", True)
-        self.guard = MuSafeguard(mu, convex=convex, forget=not (convex and getattr(problem, "quadratic", False))
-                                 ) if safeguard else None
+        convex = problem.convex
+        self.guard = MuSafeguard(mu, convex=convex, forget=not (convex and problem.quadratic)) if safeguard else None
 
     def step(self) -> dict[str, float]:
         w = self.w
@@ -89,6 +76,22 @@ class DANE(Algorithm):
         super().load_elastic_state(state)
         if self.guard is not None:
             self.guard.rebase(self.problem)
+
+
+@dataclass(frozen=True)
+class DANEConfig(AlgorithmConfig):
+    eta: float = 1.0
+    mu: float = 0.0
+    safeguard: bool = True
+    name: str = "dane"
+    algorithm = DANE
+
+    def __post_init__(self) -> None:
+        checks.positive("algorithm.eta", self.eta)
+        checks.nonnegative("algorithm.mu", self.mu)
+
+    def build(self, problem: Problem, comm: Communicator) -> "DANE":
+        return DANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard)
 
 
 def solver_arg(local_solver) -> dict:

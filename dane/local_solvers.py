@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -112,6 +112,10 @@ class Shard(Protocol):
     def rows_grad_diff(self, w: torch.Tensor, snapshot: torch.Tensor, idx: torch.Tensor) -> torch.Tensor: ...
     def row_smoothness(self) -> float: ...
 
+    #: ``svrg_rows()``: the rows in the compiled kernels' layout; None (`dane.problems.Problem`'s default): the
+    #: torch reference loop
+    svrg_rows: Callable[[], Any] | None
+
 
 @dataclass(frozen=True)
 class Subproblem:
@@ -188,7 +192,7 @@ def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None
     The same draws from ``generator`` as the reference; without numba installed, the
     reference itself (with a warning, once).
     """
-    rows = sub.shard.svrg_rows() if hasattr(sub.shard, "svrg_rows") else None
+    rows = sub.shard.svrg_rows() if sub.shard.svrg_rows is not None else None
     if rows is None:
         return svrg_reference(sub, solver, generator)
     try:

@@ -215,8 +215,7 @@ def distributed_newton(problem, comm, *, max_steps: int = 100) -> tuple[Referenc
 
 def _worker0_preconditioner(problem, comm):
     """P⁻¹ r with P = ∇²O_0(w), solved on worker 0 and broadcast; None unless worker 0 factors a dense Hessian."""
-    method = getattr(getattr(problem, "solver", None), "method", None)
-    cholesky = (method == "cholesky") and problem.strong_convexity > 0
+    cholesky = problem.solver is not None and problem.solver.method == "cholesky" and problem.strong_convexity > 0
     (flag,) = comm.broadcast([torch.tensor([float(cholesky)], dtype=torch.float64)], root=0)
     if not bool(flag.item()):
         return None
@@ -304,19 +303,18 @@ def _evaluated(problem, comm, w: torch.Tensor, source: str) -> Reference:
 def attach_one(config, problem, comm) -> None:
     """The reference a problem config asks for (its ``attach_reference``), made by the workers before the
     run's clock and counters start: its collectives are not the run's."""
-    attach_reference = getattr(config, "attach_reference", None)
-    if attach_reference is not None:
-        attach_reference(problem, comm)
+    if config.attach_reference is not None:
+        config.attach_reference(problem, comm)
         comm.bytes_sent = comm.calls = 0
-        if getattr(config, "optimum", "none") != "none":
+        if config.optimum != "none":
             timeline.mark("reference")
 
 
 def attach_all(config, problems) -> None:
     """`attach_one` for m simulated workers, in a thread group of its own (its clock is not the run's)."""
-    if getattr(config, "attach_reference", None) is not None:
+    if config.attach_reference is not None:
         ThreadGroup(len(problems)).run(lambda comm: config.attach_reference(problems[comm.rank], comm))
-        if getattr(config, "optimum", "none") != "none":
+        if config.optimum != "none":
             timeline.mark("reference")
 
 

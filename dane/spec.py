@@ -3,8 +3,8 @@
 A run is four groups, the way a reader thinks of it (as Lightning separates the
 `Trainer`'s arguments from the model's hyperparameters):
 
-- ``problem``: the objective and its data (a `ProblemConfig`, ``conf/problem/``);
-- ``algorithm``: the method and its hyperparameters (an `AlgorithmConfig`, ``conf/algorithm/``);
+- ``problem``: the objective and its data (a `dane.problems.ProblemConfig`, ``conf/problem/``);
+- ``algorithm``: the method and its hyperparameters (a `dane.algorithm.AlgorithmConfig`, ``conf/algorithm/``);
 - ``comm``: `Communication`, who talks to whom and at what modelled cost: the backend,
   the number of workers, the simulator's cost and straggler models, staleness, elasticity
   (Hydra's ``workers``, ``comm.*`` and ``sim.*`` keys);
@@ -21,36 +21,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
 from . import checks
-from .algorithm import Algorithm
-from .comm import AlphaBeta, Communicator, Stragglers
+from .algorithm import AlgorithmConfig
+from .comm import AlphaBeta, Stragglers
 from .comm.horovod import HorovodOptions
 from .errors import ConfigError
-from .problems import Problem
+from .problems import ProblemConfig
 from .runner import StopRule
 from .trackers import check_loggers
+
+__all__ = ["AlgorithmConfig", "Communication", "ProblemConfig", "RunControl", "RunSpec"]
 
 PROGRESS = ("table", "bar", "auto", "none")
 BACKENDS = ("horovod", "torch", "ps", "local")
 DTYPES = (torch.float64, torch.float32)
-
-
-class AlgorithmConfig(Protocol):
-    name: str
-
-    def build(self, problem: Problem, comm: Communicator) -> Algorithm: ...
-
-
-class ProblemConfig(Protocol):
-    name: str
-
-    def check_workers(self, workers: int) -> None: ...
-
-    def build(self, rank: int, size: int, dtype: torch.dtype) -> Problem: ...
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def _write_final_state(spec: RunSpec, comm: Communicator, problem: Problem, algo
                        last_round: int, status: str) -> None:
     """The test confusion matrix (networks) and, with ``save_iterate``, the final iterate; rank 0 writes
     them into ``out_dir`` (None on the other ranks, which still join the confusion matrix's allreduce)."""
-    if hasattr(problem, "confusion_matrix") and status not in ("diverged", "interrupted"):
+    if problem.confusion_matrix is not None and status not in ("diverged", "interrupted"):
         # One extra allreduce after the last record, so no logged cost includes it.
         (counts,) = comm.allreduce_mean([problem.confusion_matrix(algo.reported_iterate)])
         if out_dir is not None:

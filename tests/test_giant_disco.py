@@ -26,7 +26,7 @@ from dane.errors import ConfigError
 from dane.launch import execute
 from dane.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SQUARED
-from dane.problems import RidgeSyntheticConfig
+from dane.problems import Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.reference import solve as solve_reference
 from dane.results import read_rounds, read_summary
@@ -266,7 +266,7 @@ def test_bad_hyperparameters_name_the_key_and_value(factory, key, value):
         factory(**{key: value})
 
 
-class GradientOnly:
+class GradientOnly(Problem):
     """A problem without Hessian-vector products (as the neural problems are)."""
 
     dim, dtype, metric_names = 3, torch.float64, ("objective",)

@@ -251,7 +251,7 @@ def build_workers(spec, problems: Sequence) -> tuple[list, ThreadGroup]:
     group = ThreadGroup(len(problems), spec.comm.cost, spec.comm.stragglers)
     workers = group.run(lambda comm: spec.algorithm.build(problems[comm.rank], comm))
     for algo in workers:
-        if not hasattr(algo, "worker_update"):
+        if not algo.asynchronous:
             raise ConfigError(f"algorithm={spec.algorithm.name} has no asynchronous form; set comm.staleness=0")
     return workers, group
 

@@ -1,30 +1,90 @@
-"""What an algorithm needs to know about worker i's local objective O_i.
+"""What an algorithm and a driver may know about worker i's local objective O_i, and about the config that builds it.
 
 The global objective is O(w) = (1/m) * sum_i O_i(w), so a plain ``allreduce_mean`` of
 local values, gradients or metric contributions gives the global ones.
+
+`Problem` is the base class of every shard (ridge, the linear models, the networks): it
+declares each member an algorithm or a driver reads, with its default, so that a new
+problem subclasses it and overrides what it offers; nobody asks a problem for a member
+by name.  `ProblemConfig` does the same for the config that builds the shards
+(``conf/problem/<name>.yaml``).
 """
 from __future__ import annotations
 
-from typing import Protocol
+import contextlib
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, ContextManager, Sequence
 
 import torch
 
+if TYPE_CHECKING:
+    from ..comm import Communicator
+    from ..local_solvers import LocalSolver
 
-class Problem(Protocol):
-    """Worker i's shard of a distributed objective."""
+
+class Problem:
+    """Worker i's shard of a distributed objective.
+
+    Required (every algorithm uses them): ``dim``, ``dtype``, ``metric_names``,
+    `initial_point`, `evaluate` and `prox_solve`.  The rest is optional and declared here
+    with its default.  An optional *method* whose default is None is one the problem
+    does not offer: a caller tests ``problem.hessian_vector is None`` and refuses with
+    one line naming the algorithm to use instead; a subclass offers it by defining it.
+    """
 
     dim: int
     dtype: torch.dtype
     #: names of the entries of the metric vector returned by `evaluate`; "objective" first
     metric_names: tuple[str, ...]
-    #: whether O is convex in w; DANE's safeguard relaxes its rule when it is not (a problem
-    #: without the attribute is taken as convex)
-    convex: bool
 
-    def initial_point(self) -> torch.Tensor: ...
+    # -------------------------------------------------------------- optional facts, with their defaults
+    #: whether O is convex in w; DANE's safeguard relaxes its rule when it is not
+    convex: bool = True
+    #: whether O is quadratic in w (constant Hessian): DANE's safeguard keeps its memory, DiSCO takes no damping
+    #: margin, ADMM never refreshes an estimated ρ
+    quadratic: bool = False
+    #: σ > 0 with O_i σ-strongly convex (the ℓ2 weight of a linear-model shard); None: not such a shard, and the
+    #: SVRG and CG local solvers of InexactDANE and AIDE do not apply
+    strong_convexity: float | None = None
+    #: the number of rows this worker holds; None: the problem has no rows (shard-weighted means and minibatches
+    #: need them)
+    n_local: int | None = None
+    #: the local solver the problem resolved for its exact `prox_solve` (``.method``: cholesky, cg, ...); None: its own
+    solver: LocalSolver | None = None
+    #: the same rows as a linear-model shard (a ridge shard keeps one for its row-based solvers); None: the problem
+    #: itself, or no rows
+    rows: Problem | None = None
+    #: where its tensors live; the simulator meters a GPU worker by wall time instead of thread time
+    device: str | torch.device = "cpu"
+    #: one-line remarks rank 0 prints before the first round and writes into the summary
+    notes: Sequence[str] = ()
+    #: (ȳ, s) when the target was standardized (y = ȳ + s y'): records are reported in y's own units
+    target_units: tuple[float, float] | None = None
+    #: what the data set is (its name, sizes, split), written into the summary; None: nothing to say
+    data_info: dict | None = None
+
+    # -------------------------------------------------------------- optional methods: None where not offered
+    #: O_i(w) alone (GIANT's line search)
+    objective: Callable[[torch.Tensor], torch.Tensor] | None = None
+    #: ``hessian_vector(v, *, at=None, with_reg=True)``: ∇²O_i(at) v (GIANT, DiSCO, spectral estimates, ADMM's ρ)
+    hessian_vector: Callable[..., torch.Tensor] | None = None
+    #: ``solve_hessian(r, *, at, shift, with_reg, ...)``: (∇²O_i(at) + shift I)⁻¹ r (DiSCO's preconditioner)
+    solve_hessian: Callable[..., torch.Tensor] | None = None
+    #: ``prox_regularizer(v, rho)``: the prox of the shared regularizer (ADMM's z-step)
+    prox_regularizer: Callable[[torch.Tensor, float], torch.Tensor] | None = None
+    #: ``batch_grad(w, idx)``: an unbiased gradient of O_i from the rows ``idx`` (SGD-type methods)
+    batch_grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    #: ``svrg_rows()``: the shard's rows in the compiled SVRG kernels' layout (`dane.problems.glm.SVRGRows`)
+    svrg_rows: Callable[[], Any] | None = None
+    #: ``confusion_matrix(w)``: test-set counts (classes x classes), allreduced once after the last round
+    confusion_matrix: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    # -------------------------------------------------------------- required
+    def initial_point(self) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must define initial_point()")
 
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(∇O_i(w), local metric contributions); their allreduced means are the global ones."""
+        raise NotImplementedError(f"{type(self).__name__} must define evaluate(w)")
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
@@ -34,3 +94,56 @@ class Problem(Protocol):
         into its z-step instead).  ``anchor_grad``, if given, is ∇O_i(anchor), which the
         caller may already have (DANE does); a solver that needs it need not recompute it.
         """
+        raise NotImplementedError(f"{type(self).__name__} must define prox_solve(anchor, linear, mu)")
+
+    # -------------------------------------------------------------- optional methods with a default
+    def local_metrics(self, w: torch.Tensor) -> torch.Tensor:
+        """The local metric contributions of `evaluate` alone; a problem overrides it where that is cheaper
+        (a network's forward passes without a gradient)."""
+        return self.evaluate(w)[1]
+
+    def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
+        """The score local SGD's best election compares (lower is better); by default O_i(w)."""
+        return self.evaluate(w)[1][0]
+
+    def state_dict(self) -> dict:
+        """The problem's own state a resumed run needs (its minibatch generators); empty: none."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned."""
+
+
+class ProblemConfig:
+    """What builds the shards (``conf/problem/<name>.yaml``, a frozen dataclass subclassing this).
+
+    Required: ``name`` and `build`.  The rest is optional, declared here with its default.
+    """
+
+    name: str
+    #: none | auto | a saved w*: whether the workers compute a reference optimum (records then carry
+    #: suboptimality, `dane.reference`)
+    optimum: Any = "none"
+    #: rounds take seconds of compute, so Horovod's background loop may wake less often (`HorovodOptions`)
+    compute_bound: ClassVar[bool] = False
+    #: ``attach_reference(problem, comm)``: the workers agree on the reference optimum before the run's clock and
+    #: counters start (`dane.reference.attach_one`); None: this problem has none
+    attach_reference: Callable[[Problem, Communicator], None] | None = None
+
+    def build(self, rank: int, size: int, dtype: torch.dtype) -> Problem:
+        """Worker ``rank``'s shard of ``size``."""
+        raise NotImplementedError(f"{type(self).__name__} must define build(rank, size, dtype)")
+
+    def check_workers(self, workers: int) -> None:
+        """Refuse, in one line, a number of workers the data cannot be dealt to; by default any number."""
+
+    def prepare(self) -> None:
+        """Make what every worker shares (the data set, the reference optimum) once, before the timed build."""
+
+    def release(self) -> None:
+        """A launched process holds one worker: drop what `prepare` made for the others."""
+
+    def numerics(self) -> ContextManager:
+        """A context fixing torch's threads and algorithms for the whole run (a network's reproducible numerics);
+        by default nothing changes."""
+        return contextlib.nullcontext()

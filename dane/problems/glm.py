@@ -36,6 +36,7 @@ from ..errors import ConfigError
 from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver, prox_solve
 from ..losses import Loss
+from .base import Problem
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
@@ -105,7 +106,7 @@ def select_rows(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.sparse_csr_tensor(new_crow, col[pos], val[pos], size=(len(idx), X.shape[1]))
 
 
-class LinearModelShard:
+class LinearModelShard(Problem):
     """Worker i's rows of a linear model; see the module docstring for O_i and its derivatives."""
 
     convex = True

@@ -35,6 +35,7 @@ from .. import checks, reference
 from ..errors import ConfigError
 from ..inner import worker_seed
 from ..losses import LOSSES
+from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch
 
 PROBLEM_LOSSES = {"ridge": "squared", "logreg": "logistic", "softmax": "softmax"}
@@ -60,7 +61,7 @@ def check_memory(X, classes: int, method: str, source: str) -> None:
 
 
 @dataclass(frozen=True)
-class LinearModelConfig(SolverOptions):
+class LinearModelConfig(SolverOptions, ProblemConfig):
     """A linear model (``loss``: squared | logistic | softmax) with (λ/2)||w||² on ``data``."""
 
     data: Any = None

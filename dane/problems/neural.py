@@ -63,6 +63,7 @@ from ..data.sharding import SCHEMES
 from ..errors import ConfigError
 from ..inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for, worker_seed
 from ..models import MODEL_NAMES, LogisticRegression, build_model
+from .base import Problem, ProblemConfig
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -156,7 +157,7 @@ def layer_widths(hidden) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class NeuralProblemConfig:
+class NeuralProblemConfig(ProblemConfig):
     """A classification problem: data + model + loss weight decay + the inner solver."""
 
     compute_bound = True  # rounds of seconds of compute: Horovod's background loop may wake less often (HorovodOptions)
@@ -286,7 +287,7 @@ def pick_device(device: str, rank: int) -> torch.device:
     return torch.device("cuda", local % torch.cuda.device_count())
 
 
-class NeuralProblem:
+class NeuralProblem(Problem):
     """Worker i's shard and model; see the module docstring for O_i and the metrics."""
 
     metric_names = ("objective", "test_loss", "test_accuracy")

@@ -40,6 +40,7 @@ from .. import checks
 from ..errors import ConfigError
 from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver
+from .base import Problem
 
 FACTORIZATIONS = ("auto", "cholesky", "eigh", "woodbury")
 #: An eigendecomposition of a d x d matrix costs about this many Cholesky factorizations
@@ -47,7 +48,7 @@ FACTORIZATIONS = ("auto", "cholesky", "eigh", "woodbury")
 EIGH_BREAK_EVEN = 16
 
 
-class QuadraticProblem:
+class QuadraticProblem(Problem):
     """Worker i's quadratic shard; the exact local solve factors A_i once per μ or once for all μ (module docstring).
 
     Local solves use those factors (``cholesky``) or conjugate gradient on

@@ -45,6 +45,7 @@ from ..linalg import capacitance_factor, cg, woodbury_solve
 from ..local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
 from ..inner import worker_seed
+from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
 from .quadratic import FACTORIZATIONS, QuadraticProblem, not_positive_definite
 
@@ -58,7 +59,7 @@ WOODBURY_FACTORS = 2                  # low-rank capacitance factors kept: DANE'
 
 
 @dataclass(frozen=True)
-class RidgeSyntheticConfig(SolverOptions):
+class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
     """y = <x, w*> + noise, x ~ N(0, Σ), w* = all ones; Σ = I (iso) or diag(j^-1.2) (decay: feature j scaled by j^-0.6).
 
     ``optimum``: compute the reference optimum (records carry suboptimality).
