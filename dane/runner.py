@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -312,46 +311,3 @@ def finished(algo: Algorithm) -> str | None:
     done = getattr(algo, "finished", None)
     return None if done is None else done[0]
 
-
-class RoundTable:
-    """A compact per-round table on stdout, for rank 0."""
-
-    COLUMNS = (("round", "{:>5d}"), ("time_s", "{:>9.4f}"), ("bytes_sent", "{:>10}"), ("objective", "{:>14.8e}"),
-               ("suboptimality", "{:>12.3e}"), ("grad_norm", "{:>10.3e}"), ("mu", "{:>8.3g}"), ("L_est", "{:>8.4g}"),
-               ("rho", "{:>8.3g}"), ("primal_residual", "{:>15.3e}"), ("dual_residual", "{:>13.3e}"),
-               ("step_size", "{:>9.3g}"), ("cg_iters", "{:>8.1f}"), ("pcg_iters", "{:>9.0f}"), ("delta", "{:>9.3g}"),
-               ("tau", "{:>8.3g}"), ("zeta", "{:>8.3g}"),
-               ("staleness_max", "{:>13.0f}"), ("staleness_mean", "{:>14.2f}"),
-               ("test_loss", "{:>9.4f}"), ("test_accuracy", "{:>13.4f}"))
-    #: columns shown from the first round when another key is there, though their values come later
-    #: (ADMM's residuals of round t ride in round t+1's allreduce)
-    LATER = {"primal_residual": "rho", "dual_residual": "rho"}
-
-    def __init__(self, every: int = 1, stream=sys.stdout):
-        self.every, self.stream = every, stream
-        self._header_done = False
-
-    def __call__(self, record: dict) -> None:
-        if record["round"] % self.every:
-            return
-        if not self._header_done:  # the first record fixes the columns; later ones may lack some (mu at the end)
-            self._cols = [(k, f, max(len(k), len(f.format(record.get(k, 0.0))))) for k, f in self.COLUMNS
-                          if k in record or self.LATER.get(k) in record]
-            print("  ".join(f"{k:>{width}}" for k, _, width in self._cols), file=self.stream)
-            self._header_done = True
-        cells = []
-        for k, f, width in self._cols:
-            if k not in record:
-                cells.append(" " * width)
-                continue
-            v = record[k]
-            cells.append(f.format(_human_bytes(v) if k == "bytes_sent" else v) if math.isfinite(float(v)) or k == "bytes_sent" else f"{v!s:>12}")
-        print("  ".join(cells), file=self.stream, flush=True)
-
-
-def _human_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return str(n)

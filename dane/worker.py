@@ -26,8 +26,8 @@ from .faults import inject_faults
 from .problems import Problem
 from .problems.linear_models import in_target_units
 from .results import SUMMARY_FILE, RunWriter, atomic_write
-from .progress import RoundBar
-from .runner import RoundTable, run
+from .progress import RoundBar, RoundTable
+from .runner import run
 from .spec import RunControl, RunSpec
 from .trackers import open_trackers
 from . import timeline
@@ -65,7 +65,7 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     meta = worker_meta(spec, comm.rank, comm.size)
     resume, writer = _open(spec.control, comm, out_dir, meta, elastic)
     try:  # the directory stays this run's until its summary is written
-        show = display(spec.control) if comm.rank == 0 else None
+        show = display(spec.control, spec.algorithm.algorithm) if comm.rank == 0 else None
         if show is not None:
             for note in getattr(problem, "notes", ()):
                 say(f"note: {note}")
@@ -241,10 +241,10 @@ def _report(summary: dict, size: int, out_dir: str | None) -> None:
           f"{summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""), flush=True)
 
 
-def display(control: RunControl):
-    """Rank 0's per-round display: the table, a progress bar, or nothing."""
+def display(control: RunControl, algorithm: type[Algorithm] = Algorithm):
+    """Rank 0's per-round display: the table (with ``algorithm``'s columns), a progress bar, or nothing."""
     if control.quiet or control.progress == "none":
         return None
     if control.progress == "bar" or (control.progress == "auto" and sys.stderr.isatty()):
         return RoundBar(control.stop.rounds)
-    return RoundTable(control.print_every)
+    return RoundTable(control.print_every, algorithm=algorithm)

@@ -73,16 +73,32 @@ def test_diverging_run_keeps_its_results_and_exits_3(tmp_path):
 def test_round_table_shows_admm_residuals_from_the_first_round():
     import io
 
-    from dane.runner import RoundTable
+    from dane.baselines import ADMM
+    from dane.progress import RoundTable
 
     out = io.StringIO()
-    table = RoundTable(stream=out)
+    table = RoundTable(stream=out, algorithm=ADMM)  # the columns ADMM declares, residuals shown with rho
     table({"round": 0, "time_s": 0.0, "bytes_sent": 0, "objective": 2.0, "rho": 1.0})
     table({"round": 1, "time_s": 0.1, "bytes_sent": 4096, "objective": 1.5, "rho": 1.0,
            "primal_residual": 0.25, "dual_residual": 3.0})
     header, first, second = out.getvalue().splitlines()
     assert header.split() == ["round", "time_s", "bytes_sent", "objective", "rho", "primal_residual", "dual_residual"]
     assert len(first.split()) == 5 and second.split()[-2:] == ["2.500e-01", "3.000e+00"]
+
+
+def test_round_table_shows_the_columns_the_algorithm_declares():
+    import io
+
+    from dane.algorithm import Algorithm
+    from dane.dane import DANE
+    from dane.progress import RoundTable
+
+    record = {"round": 0, "time_s": 0.0, "bytes_sent": 0, "objective": 2.0, "mu": 0.5, "test_accuracy": 0.75}
+    for algorithm, header in ((DANE, ["round", "time_s", "bytes_sent", "objective", "mu", "test_accuracy"]),
+                              (Algorithm, ["round", "time_s", "bytes_sent", "objective", "test_accuracy"])):
+        out = io.StringIO()
+        RoundTable(stream=out, algorithm=algorithm)(record)
+        assert out.getvalue().splitlines()[0].split() == header
 
 
 def run_in(folder, *overrides: str) -> subprocess.CompletedProcess:

@@ -17,6 +17,7 @@ import numpy as np
 
 from dane import checks
 from dane.data.mnist import load_mnist
+from dane.data.sharding import ShardingKeys
 from dane.data.table import Table, resolve, resolve_dir, standardize_columns
 from dane.data.tabular import ADMISSIONS_FILE, SKLEARN_LOADERS, load_bundled, read_admissions
 from dane.errors import ConfigError
@@ -26,13 +27,14 @@ BUILTIN_DATASETS = (*SKLEARN_SETS, "admissions", "mnist")
 
 
 @dataclass(frozen=True)
-class BuiltinSource:
+class BuiltinSource(ShardingKeys):
     """A built-in data set by name (``conf/data/builtin.yaml``).
 
     ``data_dir``: the folder holding ``admissions.csv`` or the MNIST files (a relative
     one is taken from the repository root). ``split_seed`` and ``test_fraction`` apply
     to MNIST split mode only (just the t10k pair present), which keeps the training
-    side of a seeded, stratified split. ``name`` defaults to ``dataset``.
+    side of a seeded, stratified split. ``name`` defaults to ``dataset``. The sharding
+    keys (``sharding``, ``alpha``, ...) are `dane.data.sharding.ShardingKeys`.
     """
 
     dataset: str
@@ -44,6 +46,7 @@ class BuiltinSource:
     def __post_init__(self) -> None:
         checks.one_of("data.dataset", self.dataset, BUILTIN_DATASETS)
         checks.integer("data.split_seed", self.split_seed)
+        self.check_sharding()
         if not (isinstance(self.test_fraction, (int, float)) and 0.0 < self.test_fraction < 1.0):
             raise ConfigError(f"data.test_fraction must be in (0, 1), got {self.test_fraction!r}")
         if not self.name:

@@ -20,6 +20,7 @@ import numpy as np
 
 from dane import checks
 from dane.data.parts import FileSource, count_lines
+from dane.data.sharding import ShardingKeys
 from dane.data.table import Table, standardize_columns
 from dane.errors import ConfigError, DataError
 
@@ -28,8 +29,10 @@ IMPUTE = ("mean", "median", "error")
 
 
 @dataclass(frozen=True)
-class CSVSource(FileSource):
+class CSVSource(FileSource, ShardingKeys):
     """A CSV file (``conf/data/csv.yaml``); ``path`` with ``{rank}`` names one file per worker.
+
+    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`).
 
     ``target``: the label column. ``categorical``: columns to one-hot encode.
     ``standardize``: scale feature columns to mean 0, std 1 over all rows: ``numeric``

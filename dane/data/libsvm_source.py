@@ -23,6 +23,7 @@ from sklearn.datasets import load_svmlight_file
 from dane import checks
 from dane.data.parts import FileSource, count_lines
 from dane.data.scaling import standardize_matrix
+from dane.data.sharding import ShardingKeys
 from dane.data.table import Table
 from dane.errors import ConfigError, DataError
 
@@ -30,8 +31,10 @@ FORMAT = "each line is '<label> <index>:<value> ...' with increasing indices"
 
 
 @dataclass(frozen=True)
-class LibSVMSource(FileSource):
+class LibSVMSource(FileSource, ShardingKeys):
     """A LIBSVM file (``conf/data/libsvm.yaml``).
+
+    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`).
 
     ``n_features``: d; ``None`` takes the largest index in the file (required for parts).
     ``zero_based``: whether index 0 is the first feature; ``"auto"`` (scikit-learn's

@@ -22,6 +22,7 @@ import scipy.sparse as sp
 from dane import checks
 from dane.data.parts import FileSource
 from dane.data.scaling import standardize_matrix
+from dane.data.sharding import ShardingKeys
 from dane.data.table import Table
 from dane.errors import ConfigError, DataError, UserError
 
@@ -30,8 +31,10 @@ FIX = "write it with dane.data.files.save_npz(path, X, y)"
 
 
 @dataclass(frozen=True)
-class NPZSource(FileSource):
+class NPZSource(FileSource, ShardingKeys):
     """A ``.npz`` archive (``conf/data/npz.yaml``); ``x_key`` and ``y_key`` name its arrays.
+
+    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`).
 
     ``standardize``: ``none`` (the default: X as saved), ``numeric`` (true: the columns with a
     value other than 0/1) or ``all``, over all rows: dense X to mean 0, std 1 as the CSV path

@@ -102,6 +102,7 @@ class FileSource:
     data_dir: str | None
     name: str
     standardize: str  # numeric | all | none: `_check_standardize`
+    # and the `dane.data.sharding.ShardingKeys` (data.sharding, data.alpha, ...): a subclass is one too
 
     @property
     def presharded(self) -> bool:
@@ -109,7 +110,8 @@ class FileSource:
         return is_presharded(self.path)
 
     def _check_path(self) -> None:
-        """Config checks shared by every file source, for ``__post_init__``."""
+        """Config checks shared by every file source, for ``__post_init__``: the path, and the sharding keys
+        (`dane.data.sharding.ShardingKeys`; per-worker parts are the partition, so only iid with them)."""
         if not isinstance(self.path, str) or not self.path:
             raise ConfigError(f"data.path must be a file name, got {self.path!r}")
         if self.data_dir is not None and not isinstance(self.data_dir, str):
@@ -121,6 +123,9 @@ class FileSource:
                 f"data.path={self.path} has braces other than {{rank}}; the only placeholder is {{rank}}, "
                 "write literal braces as {{ and }}"
             ) from None
+        self.check_sharding()
+        if self.presharded:
+            self.check_parts(self.path)
 
     def _check_standardize(self) -> None:
         """``data.standardize``: the boolean aliases resolved, one of numeric|all|none, and none with parts

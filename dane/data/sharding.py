@@ -1,31 +1,57 @@
-"""Split training indices across workers: IID, or label-skewed by a Dirichlet draw.
+r"""Split training rows across workers: IID, or heterogeneous on purpose (``data.sharding``).
 
-DANE's analysis assumes each worker holds an i.i.d. sample; the Dirichlet scheme
-(Hsu, Qi and Brown, 2019) breaks that on purpose to study heterogeneous shards.
-Shards depend only on the labels, the worker count and the seed (a
+DANE's analysis assumes each worker holds an i.i.d. sample; the other schemes break
+that on purpose to study heterogeneous shards. Every source takes the same keys
+(`ShardingKeys`: the CSV, LIBSVM and NPZ files, the built-in sets, and the neural
+problems' data sets), and this module is the one place that deals rows:
+
+- ``iid``: a seeded permutation cut into pieces whose sizes differ by at most one.
+- ``dirichlet`` (Hsu, Qi and Brown, 2019): for each group c, proportions
+  p_c ~ Dir(α·1_m) divide c's rows among the m workers; small α gives each worker
+  few groups, large α tends to IID.
+- ``classes`` ("C classes per client", as in McMahan et al. 2017 and NIID-Bench): the
+  K groups, in a seeded order π, go round-robin, worker i holding
+  π[(iC + j) mod K] for j < C; each group's rows are split evenly among its holders.
+  Every worker holds exactly C groups (when each group has at least as many rows as
+  holders), and m·C ≥ K is required so that every row is dealt.
+- ``quantity`` (quantity skew): IID content, power-law sizes
+  n_i ≈ N (i+1)^{-γ} / Σ_j (j+1)^{-γ} (`power_law_sizes`), worker 0 the largest.
+
+The groups of ``dirichlet`` and ``classes`` are, with ``skew_on=y`` (the default), the
+labels of a classification problem, or for a regression target its ``bins`` quantile
+bins; with ``skew_on`` naming a feature column (by name or 0-based index), that
+covariate's quantile bins (`quantile_bins`). A scheme never leaves a worker empty
+(`fill_empty`). Shards depend only on the groups, the worker count and the seed (a
 ``numpy.random.default_rng(seed)``, no global state), so every process and every
-backend computes the same shards without communicating.
+backend computes the same shards without communicating. Per-worker parts (``{rank}``
+in ``data.path``) are natural partitions: only ``iid`` (read: as written) applies to them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 import torch
 
+from dane import checks
 from dane.errors import ConfigError
 
-SCHEMES = ("iid", "dirichlet")
+SCHEMES = ("iid", "dirichlet", "classes", "quantity")
+GROUPED = ("dirichlet", "classes")  # the schemes that deal by group (label or quantile bin)
+SKEW_ON_Y = "y"
 
 
 def shard_indices(
-    labels: torch.Tensor, workers: int, *, scheme: str = "iid", alpha: float = 1.0, seed: int
+    labels: torch.Tensor | np.ndarray, workers: int, *, scheme: str = "iid", alpha: float = 1.0,
+    classes_per_worker: int = 2, exponent: float = 1.0, seed: int
 ) -> list[torch.Tensor]:
     """Partition ``range(len(labels))`` into ``workers`` non-empty shards of sorted int64 indices.
 
-    ``iid``: a seeded permutation cut into pieces whose sizes differ by at most one.
-    ``dirichlet``: for each class c, proportions p_c ~ Dir(alpha * 1_workers) decide
-    how c's samples are divided among workers; small ``alpha`` gives each worker few
-    classes, large ``alpha`` tends to IID. ``alpha`` is ignored by ``iid``.
+    ``labels`` are the groups of ``dirichlet`` and ``classes`` (ignored by ``iid`` and
+    ``quantity``); ``alpha`` is the Dirichlet concentration, ``classes_per_worker`` the C
+    of ``classes``, ``exponent`` the γ ≥ 0 of ``quantity``. The module docstring states
+    each scheme.
     """
     n = len(labels)
     if scheme not in SCHEMES:
@@ -41,23 +67,62 @@ def shard_indices(
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         shards = np.array_split(rng.permutation(n), workers)
+    elif scheme == "quantity":
+        shards = np.split(rng.permutation(n), np.cumsum(power_law_sizes(n, workers, exponent))[:-1])
     else:
-        shards = _dirichlet_shards(torch.as_tensor(labels).cpu().numpy(), workers, alpha, rng)
+        groups = torch.as_tensor(labels).cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+        deal = _dirichlet_shards if scheme == "dirichlet" else _class_shards
+        shards = fill_empty(deal(groups, workers, alpha if scheme == "dirichlet" else classes_per_worker, rng))
     return [torch.as_tensor(np.sort(shard), dtype=torch.int64) for shard in shards]
 
 
-def _dirichlet_shards(
-    labels: np.ndarray, workers: int, alpha: float, rng: np.random.Generator
-) -> list[np.ndarray]:
-    """Label-skewed shards, then a repair step so that no shard is empty.
+def power_law_sizes(n: int, workers: int, exponent: float) -> np.ndarray:
+    r"""Shard sizes n_i, i < m, that sum to n: N p_i with p_i = (i+1)^{-γ} / Σ_j (j+1)^{-γ}, rounded.
 
-    A small ``alpha`` can leave a worker with nothing, and a worker with no data has
-    no gradient or Hessian to contribute. While some shard is empty, it takes one
-    sample (the last) from the currently largest shard. Because there are at least as
-    many samples as workers, the largest shard then holds at least two, so the move
-    never empties it, and each move fills one empty shard: the loop ends after at most
-    ``workers - 1`` moves and changes the skew by only that many samples.
+    Each n_i is ⌊N p_i⌋ or ⌈N p_i⌉ (the largest remainders round up, ties to the lower
+    i), so |n_i − N p_i| < 1; then a size that rounded to 0 takes one row from the largest
+    (at most m − 1 moves, since n ≥ m). γ = 0 gives sizes that differ by at most one.
     """
+    if not (isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent >= 0):
+        raise ConfigError(f"data.exponent must be >= 0 (0: equal sizes), got {exponent!r}")
+    weights = np.arange(1, workers + 1, dtype=np.float64) ** -float(exponent)
+    exact = n * weights / weights.sum()
+    sizes = np.floor(exact).astype(np.int64)
+    short = n - int(sizes.sum())
+    sizes[np.argsort(-(exact - sizes), kind="stable")[:short]] += 1
+    for empty in np.flatnonzero(sizes == 0):
+        sizes[np.argmax(sizes)] -= 1
+        sizes[empty] = 1
+    return sizes
+
+
+def quantile_bins(values: np.ndarray, bins: int) -> np.ndarray:
+    """Bin 0..bins-1 of each value by its rank: the k-th smallest of n goes to bin ⌊k·bins/n⌋.
+
+    So the bins hold n/bins rows each (±1) whatever the ties; tied values are ordered by
+    row (a stable sort), so the bins are a function of the values alone.
+    """
+    order = np.argsort(np.asarray(values, dtype=np.float64), kind="stable")
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.arange(len(order)) * bins // max(len(order), 1)
+    return out
+
+
+def fill_empty(shards: list[np.ndarray]) -> list[np.ndarray]:
+    """No shard left empty: while one is, it takes one sample (the last) from the currently largest.
+
+    A worker with no data has no gradient or Hessian to contribute. Because there are at
+    least as many samples as workers, the largest shard then holds at least two, so the
+    move never empties it, and each move fills one empty shard: the loop ends after at
+    most ``workers - 1`` moves and changes the skew by only that many samples.
+    """
+    for empty in [w for w, shard in enumerate(shards) if len(shard) == 0]:
+        donor = max(range(len(shards)), key=lambda w: len(shards[w]))
+        shards[empty], shards[donor] = shards[donor][-1:], shards[donor][:-1]
+    return shards
+
+
+def _dirichlet_shards(labels: np.ndarray, workers: int, alpha: float, rng: np.random.Generator) -> list[np.ndarray]:
     pieces: list[list[np.ndarray]] = [[] for _ in range(workers)]
     for c in np.unique(labels):
         members = rng.permutation(np.flatnonzero(labels == c))
@@ -65,8 +130,150 @@ def _dirichlet_shards(
         cuts = (np.cumsum(proportions)[:-1] * len(members)).astype(np.int64)
         for worker, part in enumerate(np.split(members, cuts)):
             pieces[worker].append(part)
-    shards = [np.concatenate(parts) for parts in pieces]
-    for empty in [w for w, shard in enumerate(shards) if len(shard) == 0]:
-        donor = max(range(workers), key=lambda w: len(shards[w]))
-        shards[empty], shards[donor] = shards[donor][-1:], shards[donor][:-1]
-    return shards
+    return [np.concatenate(parts) for parts in pieces]
+
+
+def _class_shards(labels: np.ndarray, workers: int, per_worker: int, rng: np.random.Generator) -> list[np.ndarray]:
+    classes = np.unique(labels)
+    k = len(classes)
+    checks.positive_int("data.classes_per_worker", per_worker)
+    if per_worker > k:
+        raise ConfigError(f"data.classes_per_worker={per_worker} exceeds the {k} groups of the data; use at most {k}")
+    if workers * per_worker < k:
+        raise ConfigError(
+            f"data.classes_per_worker={per_worker} with {workers} workers holds {workers * per_worker} of the {k} "
+            f"groups, so some rows would go to no worker; raise data.classes_per_worker to {-(-k // workers)}"
+        )
+    order = rng.permutation(k)
+    holders: list[list[int]] = [[] for _ in range(k)]
+    for worker in range(workers):
+        for j in range(per_worker):
+            holders[order[(worker * per_worker + j) % k]].append(worker)
+    pieces: list[list[np.ndarray]] = [[] for _ in range(workers)]
+    for c, group in enumerate(classes):
+        members = rng.permutation(np.flatnonzero(labels == group))
+        for worker, part in zip(holders[c], np.array_split(members, len(holders[c]))):
+            pieces[worker].append(part)
+    return [np.concatenate(parts) if parts else np.empty(0, dtype=np.int64) for parts in pieces]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardingKeys:
+    """The ``data.sharding`` keys, the same on every data source (``conf/data/*.yaml``).
+
+    ``sharding``: iid | dirichlet | classes | quantity (the module docstring).
+    ``alpha`` (> 0): the Dirichlet concentration. ``classes_per_worker`` (C ≥ 1): groups per
+    worker under ``classes``. ``exponent`` (γ ≥ 0): the power law of ``quantity``.
+    ``skew_on``: what ``dirichlet`` and ``classes`` group rows by: ``y`` (the labels; a
+    regression target's quantile bins) or a feature column, by name or 0-based index (its
+    quantile bins). ``bins`` (≥ 2): the number of quantile bins.
+    """
+
+    sharding: str = "iid"
+    alpha: float = 1.0
+    classes_per_worker: int = 2
+    exponent: float = 1.0
+    skew_on: str | int = SKEW_ON_Y
+    bins: int = 10
+
+    def check_sharding(self, prefix: str = "data") -> None:
+        """Each key's range, one line naming ``prefix.key`` (called by the source's ``__post_init__``)."""
+        checks.one_of(f"{prefix}.sharding", self.sharding, SCHEMES)
+        checks.positive(f"{prefix}.alpha", self.alpha)
+        checks.positive_int(f"{prefix}.classes_per_worker", self.classes_per_worker)
+        checks.nonnegative(f"{prefix}.exponent", self.exponent)
+        checks.positive_int(f"{prefix}.bins", self.bins)
+        if self.bins < 2:
+            raise ConfigError(f"{prefix}.bins must be >= 2 (quantile bins to skew on), got {self.bins}")
+        column = self.skew_on
+        if isinstance(column, bool) or not (isinstance(column, str) and column or isinstance(column, int) and column >= 0):
+            raise ConfigError(f"{prefix}.skew_on must be y or a feature column (a name, or a 0-based index), "
+                              f"got {column!r}")
+
+    def scheme_options(self) -> dict:
+        """The keyword arguments of `shard_indices` for labels that are classes (the neural problems)."""
+        if self.skew_on != SKEW_ON_Y:
+            raise ConfigError(f"data.skew_on={self.skew_on} groups rows by a feature column, which this problem's "
+                              "shards do not support; drop data.skew_on (the labels are the groups)")
+        return {"scheme": self.sharding, "alpha": self.alpha, "classes_per_worker": self.classes_per_worker,
+                "exponent": self.exponent}
+
+    def groups(self, y: np.ndarray, X=None, feature_names=None, *, regression: bool = False
+               ) -> tuple[np.ndarray, str]:
+        """The group of every row for ``dirichlet`` and ``classes``, and what they are (for the notes)."""
+        if self.skew_on == SKEW_ON_Y:
+            if not regression:
+                return np.asarray(y), "labels"
+            return quantile_bins(y, self.bins), f"{self.bins} quantile bins of y ({_edges(y, self.bins)})"
+        j = self._column(X, feature_names)
+        column = X[:, j].toarray().ravel() if hasattr(X, "toarray") else np.asarray(X[:, j])  # CSR: one dense column
+        name = feature_names[j] if feature_names else f"column {j}"
+        return quantile_bins(column, self.bins), f"{self.bins} quantile bins of {name} ({_edges(column, self.bins)})"
+
+    def deal(self, y: np.ndarray, workers: int, *, seed: int, X=None, feature_names=None,
+             regression: bool = False) -> tuple[list[np.ndarray], list[str]]:
+        """Every worker's rows (sorted indices into ``y``) and, but for ``iid``, the notes that describe them:
+        the scheme, then each worker's size and group histogram."""
+        options = {"scheme": self.sharding, "alpha": self.alpha, "classes_per_worker": self.classes_per_worker,
+                   "exponent": self.exponent}
+        if self.sharding in GROUPED:
+            groups, what = self.groups(y, X, feature_names, regression=regression)
+        else:
+            groups, what = np.zeros(len(y), dtype=np.int64), ""
+        shards = [s.numpy() for s in shard_indices(groups, workers, seed=seed, **options)]
+        return shards, ([] if self.sharding == "iid" else self.describe(shards, groups, what, seed))
+
+    def describe(self, shards: list[np.ndarray], groups: np.ndarray, what: str, seed: int) -> list[str]:
+        """One note for the scheme and one per worker: its rows and, for a grouped scheme, its histogram."""
+        law = {"dirichlet": f"alpha={self.alpha:g}", "classes": f"C={self.classes_per_worker}",
+               "quantity": f"sizes ~ (i+1)^-{self.exponent:g}", "iid": "equal sizes"}[self.sharding]
+        on = f" on {what}" if what else ""
+        notes = [f"sharding: {self.sharding} ({law}){on}, seed {seed}: {len(shards)} workers, "
+                 f"rows {', '.join(str(len(s)) for s in shards)}"]
+        for worker, rows in enumerate(shards):
+            text = f"worker {worker}: {len(rows)} rows"
+            if self.sharding in GROUPED:
+                values, counts = np.unique(groups[rows], return_counts=True)
+                text += "; " + ", ".join(f"{_label(v)}: {c}" for v, c in zip(values, counts))
+            notes.append(text)
+        return notes
+
+    def check_parts(self, path: str) -> None:
+        """Per-worker parts are the partition: a scheme other than iid would be ignored, so it is refused."""
+        if self.sharding != "iid":
+            raise ConfigError(
+                f"data.sharding={self.sharding} with per-worker parts (data.path={path}): the parts are the "
+                "partition, each worker reads its own; drop data.sharding, or give one file without {rank}"
+            )
+
+    def _column(self, X, feature_names) -> int:
+        if X is None:
+            raise ConfigError(f"data.skew_on={self.skew_on} names a feature column, but this data has no feature "
+                              "matrix here; use data.skew_on=y")
+        d = X.shape[1]
+        if isinstance(self.skew_on, int):
+            if self.skew_on >= d:
+                raise ConfigError(f"data.skew_on={self.skew_on} is not a column index of the {d} features; "
+                                  f"use 0..{d - 1}")
+            return self.skew_on
+        names = list(feature_names or [])
+        if self.skew_on not in names:
+            shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+            known = f"its columns are: {shown}" if names else "it has no column names, give a 0-based index"
+            raise ConfigError(f"data.skew_on={self.skew_on} is not a feature of this data; {known}")
+        return names.index(self.skew_on)
+
+
+def sharding_keys(source) -> dict:
+    """The `ShardingKeys` fields of ``source`` (their defaults, iid, for one that has none)."""
+    return {f.name: getattr(source, f.name, f.default) for f in fields(ShardingKeys)}
+
+
+def _edges(values: np.ndarray, bins: int) -> str:
+    qs = np.quantile(np.asarray(values, dtype=np.float64), np.linspace(0, 1, bins + 1))
+    return "edges " + ", ".join(f"{q:.4g}" for q in qs)
+
+
+def _label(value) -> str:
+    number = float(value)
+    return str(int(number)) if number.is_integer() else f"{number:g}"

@@ -1,7 +1,8 @@
 r"""``problem=ridge | logreg | softmax``: a linear model on any data source.
 
 The data comes from a source in ``conf/data/`` (CSV, LIBSVM, NPZ, or a built-in set,
-`dane.data.files`).  Rows are dealt to workers by a seeded permutation, identical on
+`dane.data.files`).  Rows are dealt to workers by ``data.sharding`` (`dane.data.sharding`: by default a
+seeded permutation; Dirichlet label skew, C classes per worker, power-law sizes), identical on
 every backend; a presharded source (``data.path`` with ``{rank}``) gives each process
 only its own file, so no process holds more than its shard.
 
@@ -40,6 +41,7 @@ from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, 
 
 PROBLEM_LOSSES = {"ridge": "squared", "logreg": "logistic", "softmax": "softmax"}
 _TABLES: dict[str, Any] = {}
+_SHARDS: dict[tuple, Any] = {}  # (source, loss, workers, seed) -> (every worker's rows, notes): non-iid schemes
 #: d-vectors (per class) a worker holds besides its data: the iterate, gradients, the local solver's and the
 #: algorithm's state; a generous count, since the check is there to refuse a d that cannot fit at all
 VECTORS_PER_WORKER = 16
@@ -103,8 +105,9 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
 
         if isinstance(self.data, DataConfig):  # a built-in set named by the neural problems' data group
             from ..data.files import BuiltinSource
+            from ..data.sharding import sharding_keys
 
-            return BuiltinSource(dataset=self.data.dataset, data_dir=self.data.data_dir)
+            return BuiltinSource(dataset=self.data.dataset, data_dir=self.data.data_dir, **sharding_keys(self.data))
         return self.data
 
     # ------------------------------------------------------------------ full data, labels, optimum
@@ -146,6 +149,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
     def release(self) -> None:
         """Drop the cached full table: a process that runs one worker keeps only that worker's rows."""
         _TABLES.clear()
+        _SHARDS.clear()
 
     def check_workers(self, workers: int) -> None:
         if self.source.presharded:
@@ -153,11 +157,31 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         n = len(self.table().y)
         if workers > n:
             raise ConfigError(f"workers={workers} exceeds the {n} rows of {self.table().name}; use fewer workers")
+        self.worker_rows(0, workers)  # a scheme that cannot deal these rows fails here, before any process group
+
+    def worker_rows(self, rank: int, size: int) -> tuple[np.ndarray, list[str]]:
+        """Worker ``rank``'s rows of the whole table (``data.sharding``: `dane.data.sharding`), and on rank 0 the
+        notes that give every worker's size and histogram.  ``iid`` deals by `ridge.shard`'s permutation, as
+        ever; the other schemes are dealt once per process and kept for the other ranks it builds."""
+        from ..data.sharding import ShardingKeys, sharding_keys
+        from .ridge import shard
+
+        keys = sharding_keys(self.source)
+        table = self.table()
+        if keys["sharding"] == "iid":
+            return shard(len(table.y), size, self.seed)[rank].numpy(), []
+        key = (repr(self.source), self.loss, size, self.seed)
+        if key not in _SHARDS:
+            _SHARDS.clear()
+            _SHARDS[key] = ShardingKeys(**keys).deal(table.y, size, seed=self.seed, X=table.X,
+                                                     feature_names=table.feature_names,
+                                                     regression=self.loss == "squared")
+        shards, notes = _SHARDS[key]
+        return shards[rank], notes if rank == 0 else []
 
     # ------------------------------------------------------------------ one worker
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> LinearModelShard:
         from ..data.labels import check_labels
-        from .ridge import shard
 
         notes = []
         if self.source.presharded:
@@ -173,9 +197,9 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         else:
             table = self.table()
             n_total = len(table.y)
-            idx = shard(n_total, size, self.seed)[rank].numpy()
+            idx, shard_notes = self.worker_rows(rank, size)
             X, y = table.X[idx], table.y[idx]
-            notes += table.notes
+            notes += table.notes + shard_notes
         problem = self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes)
         if self.standardize_target:
             problem.target_units = self.table().target_units

@@ -59,7 +59,7 @@ from .. import checks
 from ..data import Dataset, load_dataset, shard_indices
 from ..data.augment import augment
 from ..data.overlap import check_factors, describe, overlap_shards
-from ..data.sharding import SCHEMES
+from ..data.sharding import ShardingKeys
 from ..errors import ConfigError
 from ..inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for, worker_seed
 from ..models import MODEL_NAMES, LogisticRegression, build_model
@@ -112,23 +112,21 @@ def reproducible_numerics(threads: int = INTRA_OP_THREADS) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    """Which data set, where it is, and how its training rows are divided (conf/data/)."""
+class DataConfig(ShardingKeys):
+    """Which data set, where it is, and how its training rows are divided (conf/data/; the sharding keys
+    are `dane.data.sharding.ShardingKeys`)."""
 
     dataset: str = "digits"
     data_dir: str | None = None
     test_fraction: float = 0.2
     pad_to_32: bool = True
     image_size: int | None = None  # flat square features -> 1 x S x S images (see `as_images`)
-    sharding: str = "iid"   # iid | dirichlet
-    alpha: float = 1.0      # Dirichlet concentration (dirichlet sharding only)
     overlap: bool = False   # grow each shard by random blocks of load_factor x N rows to absolute_factor x N
     load_factor: float = 0.1
     absolute_factor: float = 0.5
 
     def __post_init__(self) -> None:
-        checks.one_of("problem.data.sharding", self.sharding, SCHEMES)
-        checks.positive("problem.data.alpha", self.alpha)
+        self.check_sharding("problem.data")
         checks.boolean("problem.data.overlap", self.overlap)
         check_factors(self.load_factor, self.absolute_factor)
         if self.image_size is not None:
@@ -211,14 +209,14 @@ class NeuralProblemConfig(ProblemConfig):
         data = self.dataset()
         if workers > len(data.test_y):
             raise ConfigError(f"workers={workers} exceeds the {len(data.test_y)} test rows of {data.name}; use fewer workers")
-        shard_indices(data.train_y, workers, scheme=self.data.sharding, alpha=self.data.alpha, seed=self.seed)
+        shard_indices(data.train_y, workers, seed=self.seed, **self.data.scheme_options())
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("problem.device=cuda but torch sees no CUDA device; use problem.device=auto or cpu")
 
     def shards(self, data: Dataset, size: int) -> tuple[list[torch.Tensor], list[str]]:
         """Every worker's training rows, and the note that ``data.overlap`` logs."""
         d = self.data
-        shards = shard_indices(data.train_y, size, scheme=d.sharding, alpha=d.alpha, seed=self.seed)
+        shards = shard_indices(data.train_y, size, seed=self.seed, **d.scheme_options())
         if not d.overlap:
             return shards, []
         n = len(data.train_y)

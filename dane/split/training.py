@@ -61,7 +61,7 @@ def build_parties(spec, local: set[int], link) -> tuple[EpochProtocol, dict]:
     check_problem(pc)
     data = pc.dataset()
     dtype = DTYPES[pc.dtype] if pc.dtype is not None else spec.control.dtype
-    shards = shard_indices(data.train_y, m, scheme=pc.data.sharding, alpha=pc.data.alpha, seed=pc.seed)
+    shards = shard_indices(data.train_y, m, seed=pc.seed, **pc.data.scheme_options())
     model = network_model(pc, data).to(dtype)
     parts = cut_model(model, config.cut, config.u_shaped)
     with torch.no_grad():
