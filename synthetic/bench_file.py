@@ -49,7 +49,11 @@ def finite(value):
 
 
 def machine() -> dict:
-    """What a benchmark or a calibration ran on, and the load average when it started."""
+    """What a benchmark or a calibration ran on, and the load average when it started.
+
+    ``kernel`` (``uname -r``) and ``cpu`` (the model name) are there because timings of
+    threads that share a core (Horovod's background thread and a waiting rank) depend on
+    the kernel's scheduler as much as on the CPU."""
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
@@ -57,6 +61,7 @@ def machine() -> dict:
         horovod = version("horovod")
     except PackageNotFoundError:
         horovod = None
-    return {"host": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
+    return {"host": socket.gethostname(), "platform": platform.platform(), "kernel": platform.release(),
+            "python": platform.python_version(),
             "cpu": cpu, "cpus": os.cpu_count(), "torch": torch.__version__, "horovod": horovod,
             "load_avg": [round(x, 2) for x in os.getloadavg()]}

@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import time
 from dataclasses import dataclass
 
 import torch
@@ -77,16 +76,22 @@ class HorovodCommunicator(Communicator):
         return [self._wait(handle) for handle in handles]
 
     def _wait(self, handle):
-        """Horovod's ``synchronize``, waited for in Python.
+        """Horovod's ``synchronize``, its own loop written in Python.
 
         A collective posted just after a peer died is never completed by Horovod (its
         background loop is gone), and a wait inside Horovod's C++ would then hold this
         process until the launcher kills it, so the worker could not say why it stops.
-        Polling here (yielding the core to Horovod's loop between polls) lets the launcher's
-        SIGTERM reach the handler of `launcher_signals.install`, which turns it into the one-line lost-peer error.
+        Polling here lets the launcher's SIGTERM reach the handler of
+        `launcher_signals.install`, which turns it into the one-line lost-peer error.
+        Between polls the thread calls ``sched_yield``, as ``synchronize`` does in C++
+        (``std::this_thread::yield``), so that Horovod's background thread, pinned to the
+        same core, runs at once: not ``time.sleep(0)``, which is a ``clock_nanosleep`` to a
+        deadline already past, whose timer wake-up preempts that thread again, so each
+        collective costs several times ``synchronize`` on an EEVDF kernel (Linux >= 6.6).
+        ``make bench``: ``allreduce_latency_ratio.horovod_wait_over_synchronize`` measures it.
         """
         while not self._hvd.poll(handle):
-            time.sleep(0)
+            os.sched_yield()
         return self._hvd.synchronize(handle)
 
     def barrier(self) -> None:

@@ -1,0 +1,76 @@
+"""HorovodCommunicator's wait for a collective: Horovod's own loop (poll, then sched_yield), which a launcher's
+SIGTERM still interrupts; and the machine record every benchmark JSON carries (kernel, CPU model)."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dane.comm import launcher_signals
+from dane.comm.horovod import HorovodCommunicator
+from dane.synthetic.bench_file import machine
+
+
+class FakeHorovod:
+    """``poll`` is False ``pending`` times, then True (never, with pending=None); ``synchronize`` returns the result."""
+
+    def __init__(self, pending: int | None):
+        self.pending, self.polls, self.synchronized = pending, 0, []
+
+    def poll(self, handle) -> bool:
+        self.polls += 1
+        return self.pending is not None and self.polls > self.pending
+
+    def synchronize(self, handle):
+        self.synchronized.append(handle)
+        return f"result of {handle}"
+
+
+def communicator(hvd: FakeHorovod) -> HorovodCommunicator:
+    comm = HorovodCommunicator.__new__(HorovodCommunicator)  # no hvd.init: only the wait is under test
+    comm._hvd = hvd
+    return comm
+
+
+def test_the_wait_yields_the_core_between_polls_as_synchronize_does_and_returns_synchronizes_result(monkeypatch):
+    """One ``sched_yield`` per unfinished poll (Horovod's C++ loop, ``std::this_thread::yield``), no sleep: a
+    ``time.sleep(0)`` is a timer wake-up, not a yield (the module's docstring says what it cost)."""
+    yields, sleeps = [], []
+    monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
+    monkeypatch.setattr(time, "sleep", lambda s: sleeps.append(s))
+    hvd = FakeHorovod(pending=5)
+    assert communicator(hvd)._wait(7) == "result of 7"
+    assert hvd.polls == 6 and len(yields) == 5 and sleeps == [] and hvd.synchronized == [7]
+
+
+def test_a_sigterm_while_waiting_for_a_collective_that_never_completes_raises_launcher_terminated():
+    """A collective posted after a peer died is never completed: the launcher's SIGTERM still reaches the handler
+    of `launcher_signals.install`, which raises `LauncherTerminated` out of the wait (the lost-peer line's path)."""
+    previous = signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        launcher_signals.install("horovodrun")
+        hvd = FakeHorovod(pending=None)
+        start = time.perf_counter()
+        timer.start()
+        with pytest.raises(launcher_signals.LauncherTerminated, match="^horovodrun terminated this worker"):
+            communicator(hvd)._wait(3)
+        assert time.perf_counter() - start < 10 and hvd.polls > 1 and hvd.synchronized == []
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_every_benchmark_records_the_kernel_and_the_cpu_model():
+    record = machine()
+    assert record["kernel"] == os.uname().release
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        assert not names or record["cpu"] == names[0]
+    assert len(record["load_avg"]) == 3
