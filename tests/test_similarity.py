@@ -137,3 +137,30 @@ def test_auto_picks_exact_for_small_d_and_bad_arguments_are_one_line():
         measure(problems, w, method="qr")
     with pytest.raises(ConfigError, match="similarity iters must be a positive integer, got 0"):
         measure(problems, w, iters=0)
+
+
+@pytest.mark.slow  # imports the whole run path and matplotlib: 30+ s on a loaded 2-core machine
+def test_bench_quick_run_and_its_figure(tmp_path):
+    """scripts/bench_similarity.py --quick: label skew raises δ and DANE's allreduces; the figure reads its JSON."""
+    import importlib.util
+    import json
+
+    from dane.paper_figs import similarity as figure
+    from helpers import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_similarity", REPO / "scripts" / "bench_similarity.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["--quick", "--out", str(tmp_path / "bench.json")])
+    report = json.loads((tmp_path / "bench.json").read_text())[bench.KEY]
+    skewed, iid = report["datasets"]["synthetic_logistic"]["cells"]
+    assert (skewed["alpha"], iid["sharding"]) == (0.1, "iid")
+    assert sum(skewed["rows"]) == sum(iid["rows"]) == 800 and len(set(iid["rows"])) == 1
+    for cell in (skewed, iid):
+        assert cell["reached"] and cell["final_relative_suboptimality"] <= 1e-8
+        assert cell["delta_start"] == max(cell["per_worker_start"])
+        assert cell["delta_mean_square_start"] <= cell["delta_start"]
+    assert skewed["delta_start"] > 5 * iid["delta_start"] and skewed["comm_rounds"] > iid["comm_rounds"]
+    paths = figure.main(tmp_path, tmp_path / "figures")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".md"}
+    assert "| synthetic_logistic | α=0.1 | " in (tmp_path / "figures" / "similarity.md").read_text()

@@ -1,0 +1,141 @@
+"""Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4).
+
+    PYTHONPATH=. python scripts/bench_similarity.py [--out results/bench.json] [--quick] [--workers 10]
+
+Writes ``similarity`` into ``--out`` (other benchmarks keep theirs). For each data set (real
+a9a from ``$DANE_DATA_DIR/libsvm/a9a``, default ../shared/data, skipped with its reason when
+absent; and a synthetic logistic problem whose two classes have shifted means, so label skew
+is covariate skew) and each sharding (Dirichlet α ∈ {0.1, 0.5, 1} and iid) at m workers:
+logistic regression with an intercept, (λ/2)||w||², safeguarded DANE at its defaults in the
+simulator until the relative suboptimality (O − O*)/|O*| is at most 1e-8 (O* from
+``optimum=auto``), and δ = max_i ||∇²O_i − ∇²O||₂ with its mean-square and Frobenius variants
+(`dane.similarity`) at w_0 = 0 and at the last iterate. ``paper_figs/similarity.py`` draws
+rounds against δ. ``--quick``: the synthetic set only, small, two shardings (the tests).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dane.api import fit  # noqa: E402
+from dane.data.files import LibSVMSource, NPZSource, save_npz  # noqa: E402
+from dane.problems.linear_models import LinearModelConfig  # noqa: E402
+from dane.similarity import measure  # noqa: E402
+from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
+
+KEY = "similarity"
+TARGET = 1e-8
+SHARDINGS = (("dirichlet", 0.1), ("dirichlet", 0.5), ("dirichlet", 1.0), ("iid", None))
+QUICK_SHARDINGS = (("dirichlet", 0.1), ("iid", None))
+A9A = Path("libsvm") / "a9a"
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+
+def synthetic(folder: Path, n: int, d: int, seed: int = 0) -> Path:
+    """Two balanced classes, x = ±b + z with z ~ N(0, diag(j^-0.5)) and b a fixed shift: an .npz for `NPZSource`."""
+    rng = np.random.default_rng(seed)
+    y = rng.permutation(np.arange(n) % 2).astype(np.float64)
+    shift = rng.standard_normal(d) * 0.4
+    X = np.where(y[:, None] > 0, shift, -shift) + rng.standard_normal((n, d)) * np.arange(1, d + 1) ** -0.25
+    X[:, : d // 4] *= np.where(y[:, None] > 0, 2.0, 0.5)  # the classes differ in spread too: H_i differs, not only g_i
+    return save_npz(folder / f"synthetic_logistic_{n}x{d}.npz", X, y)
+
+
+def sources(quick: bool, folder: Path) -> dict[str, dict | None]:
+    """name -> the keys of its source (or None and why, when the file is absent)."""
+    out: dict[str, dict | None] = {}
+    if not quick:
+        a9a = data_dir() / A9A
+        out["a9a"] = {"kind": LibSVMSource, "path": str(a9a), "n_features": 123, "zero_based": False} \
+            if a9a.is_file() else None
+    n, d = (800, 8) if quick else (20000, 40)
+    out["synthetic_logistic"] = {"kind": NPZSource, "path": str(synthetic(folder, n, d))}
+    return out
+
+
+def one_cell(keys: dict, sharding: str, alpha: float | None, args) -> dict:
+    """DANE's rounds to the target and δ at the start and the end, for one data set and one sharding."""
+    kind, file_keys = keys["kind"], {k: v for k, v in keys.items() if k != "kind"}
+    source = kind(**file_keys, sharding=sharding, **({"alpha": alpha} if alpha is not None else {}))
+    config = LinearModelConfig(data=source, loss="logistic", lam=args.lam, fit_intercept=True, optimum="auto",
+                               name="logreg", seed=args.seed)
+    t0 = time.perf_counter()
+    result = fit(config, "dane", workers=args.workers, rounds=args.rounds, tol=TARGET, seed=args.seed)
+    run_s = time.perf_counter() - t0
+    last = result.records[-1]
+    relative = last["suboptimality"] / abs(last["objective"] - last["suboptimality"])
+    problems = [config.build(rank, args.workers) for rank in range(args.workers)]
+    cell = {"sharding": sharding, "alpha": alpha, "rows": [p.n_local for p in problems],
+            "reached": bool(relative <= TARGET), "rounds": len(result.records), "comm_rounds": last["comm_rounds"],
+            "final_relative_suboptimality": relative, "status": result.status, "run_s": run_s}
+    for at, w in (("start", torch.zeros(problems[0].dim, dtype=torch.float64)), ("end", result.w)):
+        t0 = time.perf_counter()
+        found = measure(problems, w, iters=args.iters)
+        cell.update({f"{key}_{at}": found[key] for key in
+                     ("delta", "delta_mean_square", "delta_frobenius", "hessian_norm", "per_worker", "method")})
+        cell[f"measure_s_{at}"] = time.perf_counter() - t0
+    config.release()
+    return cell
+
+
+def similarity(args, log) -> dict:
+    out = {"what": "logistic regression with an intercept, (lam/2)||w||^2, safeguarded DANE at its defaults on m "
+                   "simulated workers; delta = max_i ||H_i - H||_2 at w_0 = 0 (start) and at the last iterate "
+                   "(end), H_i = Hessian of worker i's O_i (weight m/N per row), dane.similarity",
+           "target": f"relative suboptimality (O - O*)/|O*| <= {TARGET:g}, O* from optimum=auto",
+           "workers": args.workers, "lam": args.lam, "rounds_cap": args.rounds, "seed": args.seed,
+           "datasets": {}, "load_avg_before": list(os.getloadavg())}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, keys in sources(args.quick, Path(tmp)).items():
+            if keys is None:
+                why = f"{data_dir() / A9A} not found; set DANE_DATA_DIR to the folder holding libsvm/a9a"
+                out["datasets"][name] = {"skipped": why}
+                log(f"{name}: skipped, {why}")
+                continue
+            cells = []
+            for sharding, alpha in (QUICK_SHARDINGS if args.quick else SHARDINGS):
+                cell = one_cell(keys, sharding, alpha, args)
+                cells.append(cell)
+                log(f"{name} {sharding}{'' if alpha is None else f' alpha={alpha:g}'}: delta {cell['delta_start']:.4g} "
+                    f"-> {cell['delta_end']:.4g} (||H|| {cell['hessian_norm_end']:.4g}), {cell['rounds']} rounds "
+                    f"({cell['comm_rounds']} allreduces), reached={cell['reached']}, {cell['run_s']:.1f} s")
+            out["datasets"][name] = {"cells": cells}
+    out["load_avg_after"] = list(os.getloadavg())
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/bench.json")
+    parser.add_argument("--quick", action="store_true", help="a small synthetic set, two shardings (the tests)")
+    parser.add_argument("--workers", type=int, default=10)
+    parser.add_argument("--lam", type=float, default=1e-3)
+    parser.add_argument("--rounds", type=int, default=200, help="DANE's round cap")
+    parser.add_argument("--iters", type=int, default=30, help="Lanczos iterations where d is above the exact path's")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.workers = min(args.workers, 4)
+    start = time.perf_counter()
+    log = elapsed_logger(start)
+    log(f"Hessian dissimilarity against DANE's rounds, m={args.workers}")
+    merge_section(Path(args.out), KEY, {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+                                        "quick": args.quick, **similarity(args, log)})
+    log(f"done in {time.perf_counter() - start:.0f} s -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
