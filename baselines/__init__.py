@@ -32,3 +32,17 @@ __all__ = [
     "GIANTConfig", "InexactDANE", "InexactDANEConfig", "LocalSGD", "LocalSGDConfig", "OSAConfig", "OneShotAveraging",
     "distributed_pcg", "lanczos_max_eig", "local_steps", "residual_balance",
 ]
+
+# The federated DANE line (DESIGN.md section 10), with client sampling (dane.sampling); FedAvg is
+# algorithm=fedavg (FedProx with mu = 0), the same iterates as local_sgd with a mean.
+from .feddane import FedDANE, FedDANEConfig  # noqa: E402
+from .fedprox import FedProx, FedProxConfig  # noqa: E402
+from .fedred import FedRed, FedRedConfig  # noqa: E402
+from .scaffnew import Scaffnew, ScaffnewConfig  # noqa: E402
+from .scaffold import Scaffold, ScaffoldConfig  # noqa: E402
+from .sdane import SDANE, AccSDANE, AccSDANEConfig, SDANEConfig  # noqa: E402
+
+__all__ += [
+    "AccSDANE", "AccSDANEConfig", "FedDANE", "FedDANEConfig", "FedProx", "FedProxConfig", "FedRed", "FedRedConfig",
+    "SDANE", "SDANEConfig", "Scaffnew", "ScaffnewConfig", "Scaffold", "ScaffoldConfig",
+]

@@ -1,0 +1,157 @@
+"""What the federated DANE line shares: client sampling, the participants' traffic, and the local solve.
+
+Every method of the line (`baselines.fedprox`, `scaffold`, `scaffnew`, `feddane`, `sdane`, `fedred`)
+is a `Federated` algorithm: its round draws the clients S_t from the shared `dane.sampling.ClientSampler`,
+averages over them with `dane.sampling.sampled_mean` (the metrics of the round's starting iterate ride
+in the first allreduce from every worker), and counts the participants' uplink and downlink bytes
+(`dane.sampling.Traffic`).  A local solve of
+
+.. math:: \\min_w\\; O_i(w) - \\langle \\ell, w\\rangle + \\frac{\\mu}{2}\\|w - a\\|^2
+
+is ``local_solver``: ``problem`` (the problem's own: the exact Cholesky solve on a quadratic, Newton
+on a GLM, the inner torch optimizer on a network, `dane.inner`), one of the package's convex solvers
+(``cholesky``, ``cg``, ``svrg``, ``lbfgs``: `dane.local_solvers`), or ``steps``: ``local_steps``
+gradient steps from the anchor with step ``lr`` (null: 1/(max_i L_i + μ), the L_i by local Lanczos
+and one allreduce of an m-vector before round 0, as `baselines.local_sgd`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from dane import checks
+from dane.algorithm import Algorithm
+from dane.comm import Communicator
+from dane.errors import ConfigError
+from dane.local_solvers import LocalSolver
+from dane.problems import Problem
+from dane.sampling import ClientSampler, SamplingKeys, Traffic, sampled_mean
+
+from .metrics import global_metrics, local_payload, logs_gradient
+from .spectral import largest_local_smoothness
+
+FED_SOLVERS = ("problem", "steps", "cholesky", "cg", "svrg", "lbfgs")
+#: Largest dimension whose local Hessians are formed (d products) and averaged (d² numbers) for δ
+DISSIMILARITY_MAX_DIM = 1024
+DISSIMILARITY_FLOOR = 1e-6  # δ at least this times ‖H‖ (a proximal weight of 0 is no regularizer)
+
+
+def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> float:
+    r"""δ = sqrt(mean_i ‖H_i − H‖²), H = mean_i H_i, the local Hessians at w_0 (a GLM's: its majorant).
+
+    Two allreduces before round 0: the d x d Hessians, then the scalars ‖H_i − H‖² (spectral norms, each
+    computed locally).  δ bounds the average second-order dissimilarity that sets the DANE line's rates
+    (Jiang, Rodomanov & Stich 2024: δ_A² = λ_max(mean_i (H_i − H)²) ≤ δ²); their theory takes λ = δ_A.
+    """
+    if not hasattr(problem, "hessian_vector") or problem.dim > DISSIMILARITY_MAX_DIM:
+        why = "its Hessian-vector products" if not hasattr(problem, "hessian_vector") else \
+            f"d <= {DISSIMILARITY_MAX_DIM} (got d={problem.dim})"
+        raise ConfigError(f"{key}=null is estimated from the local Hessians, which needs {why}; set {key} "
+                          f"to a number")
+    eye = torch.eye(problem.dim, dtype=problem.dtype)
+    H_i = torch.stack([problem.hessian_vector(e) for e in eye], 1).double()
+    H_i = (H_i + H_i.T) / 2
+    (H,) = comm.allreduce_mean([H_i])
+    gap = torch.linalg.eigvalsh(H_i - H).abs().max()
+    (mean_sq,) = comm.allreduce_mean([(gap * gap).reshape(1)])
+    floor = DISSIMILARITY_FLOOR * float(torch.linalg.eigvalsh(H).abs().max())  # identical shards: δ = 0
+    return max(math.sqrt(float(mean_sq)), floor)
+
+
+@dataclass(frozen=True)
+class LocalSolveKeys:
+    """The ``algorithm.*`` keys of a federated local solve (module docstring)."""
+
+    local_solver: str = "problem"
+    local_steps: int = 10
+    lr: float | None = None
+    power_iters: int = 20
+
+    def check_local(self) -> None:
+        checks.one_of("algorithm.local_solver", self.local_solver, FED_SOLVERS)
+        checks.positive_int("algorithm.local_steps", self.local_steps)
+        if self.lr is not None:
+            checks.positive("algorithm.lr", self.lr)
+        checks.positive_int("algorithm.power_iters", self.power_iters)
+
+    def solver(self) -> LocalSolver | None:
+        """The `LocalSolver` handed to ``problem.prox_solve``; None: the problem's own (or ``steps``)."""
+        return None if self.local_solver in ("problem", "steps") else LocalSolver(self.local_solver)
+
+
+class Federated(Algorithm):
+    """Sampler, traffic and local-solve plumbing of a federated method; subclasses write the round."""
+
+    def __init__(self, problem: Problem, comm: Communicator, *, sampling: SamplingKeys, seed: int = 0,
+                 local: LocalSolveKeys | None = None, w0: torch.Tensor | None = None):
+        super().__init__(problem, comm, w0)
+        self.sampler = ClientSampler(comm, sampling.clients_per_round, sampling=sampling.sampling, seed=seed,
+                                     n_local=getattr(problem, "n_local", None))
+        self.traffic = Traffic()
+        self.with_grad = logs_gradient(problem)
+        self.local = local or LocalSolveKeys()
+        self.solver = self.local.solver()
+        if self.solver is not None and not hasattr(problem, "strong_convexity"):
+            raise ConfigError(f"algorithm.local_solver={self.local.local_solver} exists on the convex problems only, "
+                              f"got {type(problem).__name__}; use algorithm.local_solver=problem (the inner optimizer)")
+        self.lr = self.local.lr
+        if self.local.local_solver == "steps" and self.lr is None:
+            self.L_max = largest_local_smoothness(problem, comm, iters=self.local.power_iters, seed=seed)
+
+    def step_size(self, shift: float) -> float:
+        """``lr``, or 1/(max_i L_i + shift) for gradient steps on O_i + (shift/2)‖·‖²."""
+        return self.local.lr if self.local.lr is not None else 1.0 / (self.L_max + shift)
+
+    # --------------------------------------------------------------- pieces of a round
+    def members(self) -> tuple[torch.Tensor, bool]:
+        """(S_t, whether this worker is in it)."""
+        members = self.sampler.draw()
+        return members, bool((members == self.comm.rank).any())
+
+    def payload(self, w: torch.Tensor) -> list[torch.Tensor]:
+        """The local metrics of w (and ∇O_i(w) where records need it), to ride in an allreduce."""
+        return local_payload(self.problem, w, with_grad=self.with_grad)
+
+    def grad_and_payload(self, w: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(∇O_i(w), `payload` of w) from one evaluation."""
+        grad, metrics = self.problem.evaluate(w)
+        return grad, [metrics, grad] if self.with_grad else [metrics]
+
+    def average(self, members: torch.Tensor, sampled: list[torch.Tensor], rides: list[torch.Tensor] = (),
+                *, down: list[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Means over S_t of ``sampled`` (and over all of ``rides``); counts ``sampled`` up and ``down`` down."""
+        self.traffic.add(len(members), up=sampled, down=down)
+        return sampled_mean(self.comm, members, sampled, rides)
+
+    def evaluate(self) -> dict[str, float]:
+        """The last iterate's metrics (one allreduce, not a round of the method) and the traffic so far."""
+        return {**super().evaluate(), **self.traffic.record(self.sampler.s)}
+
+    def record(self, reduced: list[torch.Tensor], members: torch.Tensor) -> dict[str, float]:
+        return {**global_metrics(self, reduced), **self.traffic.record(len(members))}
+
+    def local_grad(self, w: torch.Tensor) -> torch.Tensor:
+        return self.problem.evaluate(w)[0]
+
+    def prox(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *,
+             anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
+        """≈ argmin_w O_i(w) − ⟨linear, w⟩ + (μ/2)‖w − anchor‖² by ``local_solver`` (module docstring)."""
+        if self.local.local_solver == "steps":
+            lr, w = self.step_size(mu), anchor
+            for k in range(self.local.local_steps):
+                grad = anchor_grad if k == 0 and anchor_grad is not None else self.local_grad(w)
+                w = w - lr * (grad - linear + mu * (w - anchor))
+            return w
+        kwargs = {} if self.solver is None else {"solver": self.solver}
+        return self.problem.prox_solve(anchor, linear, mu, anchor_grad=anchor_grad, **kwargs)
+
+    # --------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "sampler": self.sampler.state_dict(), "traffic": self.traffic.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.sampler.load_state_dict(state["sampler"])
+        self.traffic.load_state_dict(state["traffic"])

@@ -1,0 +1,151 @@
+r"""FedRed and DANE+ (Jiang, Rodomanov & Stich, ICML 2024): doubly regularized drift correction.
+
+Client i keeps a control variate h_i.  Round r from x̃ = x_r, clients S (all m without sampling):
+
+.. math::
+    &\text{type 1:}\quad h_i = \nabla O_i(\tilde x) - \frac1{|S|}\sum_{j\in S}\nabla O_j(\tilde x)  &&\text{(allreduce 1)}\\
+    &x_i \approx \arg\min_x\; F_i(x) = O_i(x) - \langle h_i, x\rangle + \frac{\lambda}{2}\|x - \tilde x\|^2
+        &&\text{(local solve)}\\
+    &x_{r+1} = \tilde x + \eta_g\Big(\frac1{|S|}\sum_{i\in S} x_i - \tilde x\Big) \ \ (\text{``mean''})
+        \quad\text{or}\quad x_{r+1} = x_j,\ j \text{ drawn uniformly from } S \ \ (\text{``random''})
+        &&\text{(allreduce 2)}\\
+    &\text{type 2:}\quad h_i \leftarrow h_i + c\,(x_{r+1} - x_i) \quad (i \in S;\ h_i \text{ of type 1 at round 0})
+
+FedRed's local solve (``local_solver=steps``) is K doubly regularized gradient steps from x̃: each
+step minimizes the linearization of O_i at z, regularized both at z (weight 1/γ) and at x̃ (weight λ),
+
+.. math:: z \leftarrow \arg\min_x\; \langle\nabla O_i(z) - h_i, x\rangle + \frac1{2\gamma}\|x - z\|^2
+          + \frac{\lambda}{2}\|x - \tilde x\|^2 = \frac{z/\gamma + \lambda\tilde x - \nabla O_i(z) + h_i}{1/\gamma + \lambda},
+
+with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every worker shares (the
+paper's randomized local steps); γ = ``lr`` (null: 1/max_i L_i).  DANE+ is the same round with any
+inexact solver of F_i (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`).
+Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ.  λ = ``lam``; null: the
+theory's δ (`baselines.federated.hessian_dissimilarity`, two allreduces before round 0).  The type-2 weight c is
+``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a fixed K;
+λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one
+allreduce a round (type 1: two).  The record of a round is x̃ (its metrics ride in its first allreduce).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dane import checks
+from dane.comm import Communicator
+from dane.errors import ConfigError
+from dane.problems import Problem
+from dane.sampling import SamplingKeys
+
+from .federated import Federated, LocalSolveKeys, hessian_dissimilarity
+
+AVERAGING = ("mean", "random")
+COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and random averaging
+
+
+@dataclass(frozen=True)
+class FedRedConfig(SamplingKeys, LocalSolveKeys):
+    lam: float | None = None
+    control_variate: int = 1
+    averaging: str = "mean"
+    p: float | None = None
+    cv_weight: float | None = None
+    server_lr: float = 1.0
+    local_solver: str = "steps"
+    seed: int = 0
+    name: str = "fedred"
+
+    def __post_init__(self) -> None:
+        if self.lam is not None:
+            checks.nonnegative("algorithm.lam", self.lam)
+        checks.one_of("algorithm.control_variate", self.control_variate, (1, 2))
+        checks.one_of("algorithm.averaging", self.averaging, AVERAGING)
+        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
+            raise ConfigError(f"algorithm.p must be in (0, 1] (the chance that a local step is the last), got {self.p}")
+        if self.cv_weight is not None:
+            checks.positive("algorithm.cv_weight", self.cv_weight)
+        checks.positive("algorithm.server_lr", self.server_lr)
+        self.check_local()
+        self.check_sampling()
+        checks.integer("algorithm.seed", self.seed)
+        if self.local_solver != "steps" and self.lam == 0:
+            raise ConfigError(f"algorithm.lam=0 leaves DANE+'s local problem without its proximal term under "
+                              f"algorithm.local_solver={self.local_solver}; set algorithm.lam > 0")
+
+    def build(self, problem: Problem, comm: Communicator) -> "FedRed":
+        return FedRed(problem, comm, lam=self.lam, control_variate=self.control_variate, averaging=self.averaging,
+                      p=self.p, cv_weight=self.cv_weight, server_lr=self.server_lr, sampling=self, local=self,
+                      seed=self.seed)
+
+
+class FedRed(Federated):
+    name = "fedred"
+
+    def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, control_variate: int = 1,
+                 averaging: str = "mean", p: float | None = None, cv_weight: float | None = None,
+                 server_lr: float = 1.0, seed: int = 0, **kwargs):
+        super().__init__(problem, comm, seed=seed, **kwargs)
+        lam = hessian_dissimilarity(problem, comm, "algorithm.lam") if lam is None else lam
+        self.lam, self.control_variate, self.averaging, self.p = lam, control_variate, averaging, p
+        self.server_lr = server_lr
+        steps = self.local.local_solver == "steps"
+        self.gamma = self.step_size(0.0) if steps else None
+        if cv_weight is None:
+            cv_weight = (p if p is not None else 1.0 / self.local.local_steps) / self.gamma if steps else lam
+        self.cv_weight = cv_weight
+        seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
+        self.coin = torch.Generator().manual_seed(int(seq))
+        self.h: torch.Tensor | None = None  # type 2: set from type 1 at round 0
+
+    def step(self) -> dict[str, float]:
+        x = self.w
+        members, inside = self.members()
+        if self.control_variate == 1 or self.h is None:
+            grad, payload = self.grad_and_payload(x)
+            (g_bar,), reduced = self.average(members, [grad], payload, down=[x])  # 1. h_i = ∇O_i(x̃) − mean_S ∇O_j(x̃)
+            rides = []
+            if inside or self.h is None:
+                self.h = grad - g_bar
+        else:
+            rides, reduced = self.payload(x), None  # x̃'s metrics ride in the averaging allreduce
+        steps = self.local_step_count()
+        x_i = self.local_solve(x, steps) if inside else x                    # 2. x_i ≈ argmin F_i
+        if self.averaging == "mean":
+            (x_mean,), late = self.average(members, [x_i], rides, down=[x])
+            x_next = x + self.server_lr * (x_mean - x) if self.server_lr != 1.0 else x_mean
+        else:
+            chosen = members[torch.randint(len(members), (1,), generator=self.coin)]
+            (x_next,), late = self.average(chosen, [x_i], rides, down=[x])     # 3. x_{r+1} = x_j
+        reduced = reduced if reduced is not None else late
+        if self.control_variate == 2 and inside:
+            self.h = self.h + self.cv_weight * (x_next - x_i)                 # type-2 control variate
+        self.w = x_next
+        return {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
+
+    def local_step_count(self) -> int:
+        """K: ``local_steps``, or a draw of Geometric(p) from the shared coin (the same on every worker)."""
+        if self.p is None:
+            return self.local.local_steps
+        steps = 1
+        while not bool(torch.rand(1, generator=self.coin, dtype=torch.float64) < self.p):
+            steps += 1
+        return steps
+
+    def local_solve(self, x: torch.Tensor, steps: int) -> torch.Tensor:
+        if self.local.local_solver != "steps":
+            return self.prox(x, self.h, self.lam)                             # DANE+: any inexact solver
+        z, inv = x, 1.0 / self.gamma
+        for _ in range(steps):                                                # FedRed: doubly regularized steps
+            z = (inv * z + self.lam * x - self.local_grad(z) + self.h) / (inv + self.lam)
+        return z
+
+    def state_dict(self) -> dict:
+        state = {**super().state_dict(), "coin": self.coin.get_state()}
+        return state | ({"h": self.h.clone()} if self.h is not None else {})
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.coin.set_state(state["coin"])
+        self.h = state["h"].clone() if "h" in state else None

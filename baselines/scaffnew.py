@@ -1,0 +1,110 @@
+r"""Scaffnew / ProxSkip (Mishchenko, Malinovsky, Stich & Richtárik, ICML 2022): local steps, random communication.
+
+Client i keeps x_i and h_i (h_i = 0 at the start, so Σ_i h_i = 0 throughout).  One ProxSkip iteration:
+
+.. math::
+    \hat x_i &= x_i - \gamma\,(\nabla O_i(x_i) - h_i) \\
+    &\text{with probability } p:\quad \bar x = \frac1m\sum_i \Big(\hat x_i - \frac{\gamma}{p} h_i\Big),\quad
+        h_i \leftarrow h_i + \frac{p}{\gamma}(\bar x - \hat x_i),\quad x_i \leftarrow \bar x \\
+    &\text{else:}\quad x_i \leftarrow \hat x_i
+
+One round here is the iterations up to and including the next communication: a geometric number
+(mean 1/p) of local steps, then one allreduce.  The coin comes from a generator seeded from the
+run's seed that every worker shares, so all clients flip the same coins on every backend; it is in
+the state_dict.  The record of a round is the common iterate x̄ it starts from.
+
+γ = ``lr`` (null: 1/max_i L_i, `baselines.federated`); p = ``p`` (null: the paper's
+p = sqrt(μ/L), μ the problem's strong convexity and L = max_i L_i, which gives the
+O(sqrt(L/μ) log 1/ε) communications of Mishchenko et al., Theorem 3.6).  With p = 1 every
+iteration communicates and the round is a step of distributed gradient descent with step γ.
+Client sampling is not defined for ProxSkip (h_i's update needs every client's x̂_i at every
+communication; see TAMUNA or 5GCS for partial participation), and it is refused.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dane import checks
+from dane.comm import Communicator
+from dane.errors import ConfigError
+from dane.problems import Problem
+from dane.sampling import SamplingKeys
+
+from .federated import Federated, LocalSolveKeys
+
+COIN_STREAM = 11  # seed stream of the shared communication coin
+
+
+@dataclass(frozen=True)
+class ScaffnewConfig(SamplingKeys, LocalSolveKeys):
+    p: float | None = None
+    local_solver: str = "steps"
+    max_local_steps: int = 100_000  # a guard on one round's geometric count, never reached at a sane p
+    seed: int = 0
+    name: str = "scaffnew"
+
+    def __post_init__(self) -> None:
+        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
+            raise ConfigError(f"algorithm.p must be in (0, 1] (the probability to communicate), got {self.p}")
+        checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
+        checks.positive_int("algorithm.max_local_steps", self.max_local_steps)
+        self.check_local()
+        self.check_sampling()
+        self.refuse_sampling(self.name, "ProxSkip's control variates need every client's local iterate at each "
+                                        "communication (partial participation is TAMUNA's or 5GCS's, not Scaffnew's)")
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "Scaffnew":
+        return Scaffnew(problem, comm, p=self.p, max_local_steps=self.max_local_steps, sampling=self, local=self,
+                        seed=self.seed)
+
+
+class Scaffnew(Federated):
+    name = "scaffnew"
+
+    def __init__(self, problem: Problem, comm: Communicator, *, p: float | None = None,
+                 max_local_steps: int = 100_000, seed: int = 0, **kwargs):
+        super().__init__(problem, comm, seed=seed, **kwargs)
+        self.gamma = self.step_size(0.0)
+        if p is None:
+            mu = getattr(problem, "strong_convexity", None)
+            if not mu or self.local.lr is not None:
+                raise ConfigError("algorithm.p=null is sqrt(mu/L) from the problem's strong convexity and the "
+                                  "estimated L, which needs a strongly convex problem and algorithm.lr=null; "
+                                  "set algorithm.p (in (0, 1])")
+            p = min(1.0, math.sqrt(mu / self.L_max))
+        self.p, self.max_local_steps = p, max_local_steps
+        seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
+        self.coin = torch.Generator().manual_seed(int(seq))
+        self.h = torch.zeros_like(self.w)
+
+    def communicates(self) -> bool:
+        return bool(torch.rand(1, generator=self.coin, dtype=torch.float64) < self.p)
+
+    def step(self) -> dict[str, float]:
+        members, _ = self.members()                        # every client: ProxSkip refuses sampling
+        x, gamma, p = self.w, self.gamma, self.p
+        steps = 0
+        while True:
+            x_hat = x - gamma * (self.local_grad(x) - self.h)   # local step
+            steps += 1
+            if self.communicates() or steps >= self.max_local_steps:
+                break
+            x = x_hat
+        (x_bar,), reduced = self.average(members, [x_hat - (gamma / p) * self.h], self.payload(self.w),
+                                         down=[self.w])
+        self.h = self.h + (p / gamma) * (x_bar - x_hat)       # control variate
+        self.w = x_bar
+        return {**self.record(reduced, members), "local_steps": steps, "p": p, "lr": gamma}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "h": self.h.clone(), "coin": self.coin.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.h = state["h"].clone()
+        self.coin.set_state(state["coin"])

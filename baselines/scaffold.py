@@ -1,0 +1,79 @@
+r"""SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich & Suresh, ICML 2020), control variates of option II.
+
+The server keeps w and c, client i its c_i (all zero at the start).  Round t, clients S_t, one
+allreduce (the server sends (w, c) down, each sampled client sends (Δy_i, Δc_i) up):
+
+.. math::
+    y_i &\leftarrow y_i - \eta_l\,(\nabla O_i(y_i) - c_i + c) \quad (K \text{ times, from } y_i = w_t) \\
+    c_i^+ &= c_i - c + \frac{1}{K\eta_l}(w_t - y_i), \qquad
+        \Delta y_i = y_i - w_t, \quad \Delta c_i = c_i^+ - c_i, \quad c_i \leftarrow c_i^+ \\
+    w_{t+1} &= w_t + \eta_g\,\frac1{|S_t|}\sum_{i\in S_t}\Delta y_i, \qquad
+    c \leftarrow c + \frac{|S_t|}{m}\cdot\frac1{|S_t|}\sum_{i\in S_t}\Delta c_i
+
+K = ``local_steps``, η_l = ``lr`` (null: 1/max_i L_i, `baselines.federated`), η_g = ``server_lr``.
+With K = 1 and η_g = 1 every round is a step of distributed gradient descent with step η_l.
+Departure from the paper: full local gradients (the paper's analysis allows minibatches).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dane import checks
+from dane.comm import Communicator
+from dane.problems import Problem
+from dane.sampling import SamplingKeys
+
+from .federated import Federated, LocalSolveKeys
+
+
+@dataclass(frozen=True)
+class ScaffoldConfig(SamplingKeys, LocalSolveKeys):
+    server_lr: float = 1.0
+    local_solver: str = "steps"
+    seed: int = 0
+    name: str = "scaffold"
+
+    def __post_init__(self) -> None:
+        checks.positive("algorithm.server_lr", self.server_lr)
+        checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
+        self.check_local()
+        self.check_sampling()
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "Scaffold":
+        return Scaffold(problem, comm, server_lr=self.server_lr, sampling=self, local=self, seed=self.seed)
+
+
+class Scaffold(Federated):
+    name = "scaffold"
+
+    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, **kwargs):
+        super().__init__(problem, comm, **kwargs)
+        self.server_lr = server_lr
+        self.c = torch.zeros_like(self.w)      # the server's control variate
+        self.c_i = torch.zeros_like(self.w)    # this client's
+
+    def step(self) -> dict[str, float]:
+        members, inside = self.members()                                   # S_t; (w, c) sent down to them
+        w, K, lr = self.w, self.local.local_steps, self.step_size(0.0)
+        delta_y = delta_c = torch.zeros_like(w)
+        if inside:
+            y = w
+            for _ in range(K):
+                y = y - lr * (self.local_grad(y) - self.c_i + self.c)      # corrected local steps
+            c_plus = self.c_i - self.c + (w - y) / (K * lr)                # option II
+            delta_y, delta_c = y - w, c_plus - self.c_i
+            self.c_i = c_plus
+        (mean_dy, mean_dc), reduced = self.average(members, [delta_y, delta_c], self.payload(w), down=[w, self.c])
+        self.w = w + self.server_lr * mean_dy                              # server step
+        self.c = self.c + (len(members) / self.comm.size) * mean_dc         # c += (|S|/m) mean_S Δc_i
+        return self.record(reduced, members)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "c": self.c.clone(), "c_i": self.c_i.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.c, self.c_i = state["c"].clone(), state["c_i"].clone()

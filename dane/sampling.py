@@ -1,0 +1,150 @@
+r"""Client sampling (partial participation) for the federated methods, the same on every backend.
+
+Round t draws a set S_t of s of the m clients (``algorithm.clients_per_round=s``; null: all m, no draw):
+
+- ``sampling=uniform``: s distinct clients, every s-subset equally likely (``torch.randperm``);
+- ``sampling=size``: s distinct clients drawn one after another with probability proportional
+  to the shard sizes n_i among those not yet drawn (``torch.multinomial`` without replacement).
+
+Every worker holds the same `ClientSampler` (one `torch.Generator` seeded from the run's seed,
+not the rank) and draws the same sets in the same order, so horovodrun, torchrun and the
+simulator agree without a broadcast; its generator is in the algorithm's state_dict, so a
+resumed run draws the sets it would have drawn.  The shard sizes of ``size`` come from one
+allreduce of an m-vector when the sampler is built (one communication round, counted before
+round 0's).
+
+*How the non-sampled take part.*  Under a launcher every rank still enters each collective (a
+collective needs all ranks of its group); a client outside S_t contributes zeros, and
+`sampled_mean` rescales the allreduced mean by m/s into the mean over S_t,
+
+.. math:: \frac1s\sum_{i\in S_t} x_i = \frac ms\cdot\frac1m\sum_{i=1}^m [i\in S_t]\,x_i .
+
+With s = m the factor is 1.0 and the mean is the unsampled one, bit for bit.  The logged
+metrics of the round's starting iterate still ride in that allreduce from every client (they
+are the run's measurement, not part of the method).  So the communicator's ``bytes_sent`` and
+``comm_rounds`` count the collectives as run, all m ranks; the method's own traffic in the
+client-server model, participants only, is `Traffic`: records carry ``uplink_bytes`` (what the
+sampled clients sent to the server, summed over them) and ``downlink_bytes`` (what the server
+sent to them), cumulative, and ``clients`` (|S_t|).  The simulator's clock times every
+worker's compute, and a client outside S_t does none of the method's local work, so the
+slowest participant sets each phase; the modelled allreduce cost is that of all m ranks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import checks
+from .comm import Communicator
+from .errors import ConfigError
+
+SAMPLINGS = ("uniform", "size")
+SAMPLER_STREAM = 7  # seed stream of the shared client sampler (`sampler_seed`)
+
+
+def sampler_seed(seed: int) -> int:
+    """The shared sampler's 63-bit seed: from the run's seed alone, so that every rank draws the same sets."""
+    return int(np.random.SeedSequence([seed, SAMPLER_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+@dataclass(frozen=True)
+class SamplingKeys:
+    """The ``algorithm.*`` keys of client sampling, shared by the federated methods."""
+
+    clients_per_round: int | None = None  # s; None: every client every round
+    sampling: str = "uniform"             # uniform | size (probability proportional to the shard size)
+
+    def check_sampling(self) -> None:
+        if self.clients_per_round is not None:
+            checks.positive_int("algorithm.clients_per_round", self.clients_per_round)
+        checks.one_of("algorithm.sampling", self.sampling, SAMPLINGS)
+
+    def refuse_sampling(self, algorithm: str, why: str) -> None:
+        """One line for a method whose update is undefined under partial participation."""
+        if self.clients_per_round is not None:
+            raise ConfigError(f"algorithm={algorithm} does not take algorithm.clients_per_round="
+                              f"{self.clients_per_round}: {why}; set algorithm.clients_per_round=null")
+
+
+class ClientSampler:
+    """Draws S_t ⊆ {0..m-1}, |S_t| = s, from a generator every worker shares (module docstring)."""
+
+    def __init__(self, comm: Communicator, clients_per_round: int | None, *, sampling: str = "uniform",
+                 seed: int = 0, n_local: int | None = None):
+        m = comm.size
+        self.m, self.rank = m, comm.rank
+        self.s = m if clients_per_round is None else int(clients_per_round)
+        if self.s > m:
+            raise ConfigError(f"algorithm.clients_per_round={clients_per_round} exceeds the {m} clients; "
+                              f"use at most {m} (or null for all)")
+        self.sampling = sampling
+        self.generator = torch.Generator().manual_seed(sampler_seed(seed))
+        self.weights = None
+        if sampling == "size" and self.s < m:
+            if n_local is None:
+                raise ConfigError("algorithm.sampling=size needs the shard sizes, which this problem does not "
+                                  "give; use algorithm.sampling=uniform")
+            one_hot = torch.zeros(m, dtype=torch.float64)
+            one_hot[comm.rank] = float(n_local)
+            (sizes,) = comm.allreduce_mean([one_hot])  # every worker's n_i (an exact integer times 1/m)
+            self.weights = (sizes * m).round()
+
+    @property
+    def full(self) -> bool:
+        return self.s == self.m
+
+    def draw(self) -> torch.Tensor:
+        """The next round's clients, sorted; all m (and no draw) without sampling."""
+        if self.full:
+            return torch.arange(self.m)
+        if self.weights is not None:
+            chosen = torch.multinomial(self.weights, self.s, replacement=False, generator=self.generator)
+        else:
+            chosen = torch.randperm(self.m, generator=self.generator)[: self.s]
+        return chosen.sort().values
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+
+def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.Tensor],
+                 rides: list[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(mean over ``members`` of each of ``sampled``, mean over all workers of each of ``rides``), in one
+    grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``."""
+    inside = bool((members == comm.rank).any())
+    payload = [t if inside else torch.zeros_like(t) for t in sampled] + list(rides)
+    reduced = comm.allreduce_mean(payload)
+    scale = comm.size / len(members)
+    means = [t if scale == 1.0 else t * scale for t in reduced[: len(sampled)]]
+    return means, reduced[len(sampled):]
+
+
+def nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class Traffic:
+    """The method's own client-server traffic, participants only: cumulative uplink and downlink bytes."""
+
+    def __init__(self) -> None:
+        self.uplink = 0
+        self.downlink = 0
+
+    def add(self, clients: int, *, up: list[torch.Tensor] = (), down: list[torch.Tensor] = ()) -> None:
+        """``clients`` participants each sent ``up`` to the server and received ``down`` from it."""
+        self.uplink += clients * nbytes(list(up))
+        self.downlink += clients * nbytes(list(down))
+
+    def record(self, clients: int) -> dict[str, int]:
+        return {"clients": clients, "uplink_bytes": self.uplink, "downlink_bytes": self.downlink}
+
+    def state_dict(self) -> dict:
+        return {"uplink": self.uplink, "downlink": self.downlink}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.uplink, self.downlink = int(state["uplink"]), int(state["downlink"])

@@ -1,0 +1,220 @@
+"""The federated DANE line (baselines/fedprox, scaffold, scaffnew, feddane, sdane, fedred) and client sampling.
+
+Closed forms and invariants: SCAFFOLD with one local step and η_g = 1 is GD; Scaffnew with p = 1 is GD
+with a fixed step; S-DANE with one client and an exact solve is the proximal point method; FedProx with
+one client solves the proximal step exactly; FedAvg is local SGD with a mean; FedDANE and DANE+ without
+sampling are DANE; sampled sets agree across ranks and across a resume; SCAFFOLD's control variates
+under sampling match a hand computation.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from baselines import (AccSDANEConfig, FedDANEConfig, FedProxConfig, FedRedConfig, GDConfig, LocalSGDConfig,
+                       SDANEConfig, ScaffnewConfig, ScaffoldConfig)
+from baselines.sdane import extrapolation
+from dane.comm import LocalCommunicator, ThreadGroup
+from dane.dane import DANEConfig
+from dane.errors import ConfigError
+from dane.problems import RidgeSyntheticConfig
+from dane.sampling import ClientSampler, sampled_mean
+from helpers import ridge_shards, simulate
+
+SMALL = RidgeSyntheticConfig(n_samples=240, dim=12, lam=0.01, noise_std=0.5)
+
+
+def iterates(config, m=4, rounds=6, problem=SMALL, tol=None):
+    """The iterates w_0 .. w_{T-1} every worker holds (worker 0's), and the records."""
+    out = simulate(config, ridge_shards(m, problem), rounds, tol)
+    for _, _, ws in out[1:]:  # every worker holds the same iterate
+        for a, b in zip(out[0][2], ws):
+            assert torch.equal(a, b)
+    return out[0][2], out[0][1]
+
+
+def assert_same_iterates(a, b, atol=1e-12):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=atol)
+
+
+# ------------------------------------------------------------------ closed forms
+def test_scaffold_with_one_local_step_is_gd():
+    w_scaffold, _ = iterates(ScaffoldConfig(local_steps=1, lr=0.05))
+    w_gd, _ = iterates(GDConfig(lr=0.05))
+    assert_same_iterates(w_scaffold, w_gd)
+
+
+def test_scaffnew_with_p_one_is_gd_with_its_step():
+    w_new, records = iterates(ScaffnewConfig(p=1.0, lr=0.05))
+    w_gd, _ = iterates(GDConfig(lr=0.05))
+    assert_same_iterates(w_new, w_gd)
+    assert all(r["local_steps"] == 1 for r in records[:-1])  # the last record is the final evaluation
+
+
+def test_sdane_with_one_client_and_an_exact_solve_is_the_proximal_point_method():
+    lam = 0.3
+    w, _ = iterates(SDANEConfig(lam=lam), m=1, rounds=5)
+    (shard,) = ridge_shards(1, SMALL)
+    H = shard.A + 2 * shard.lam * torch.eye(SMALL.dim, dtype=torch.float64)
+    v = torch.zeros(SMALL.dim, dtype=torch.float64)
+    for k in range(1, 5):
+        v = torch.linalg.solve(H + lam * torch.eye(SMALL.dim, dtype=torch.float64), lam * v + shard.b)  # prox_{O/λ}(v)
+        torch.testing.assert_close(w[k], v, rtol=0, atol=1e-12)
+
+
+def test_fedprox_with_one_client_solves_the_proximal_step_exactly():
+    mu = 0.2
+    w, _ = iterates(FedProxConfig(mu=mu, local_solver="problem"), m=1, rounds=3)
+    (shard,) = ridge_shards(1, SMALL)
+    H = shard.A + 2 * shard.lam * torch.eye(SMALL.dim, dtype=torch.float64)
+    prox = torch.linalg.solve(H + mu * torch.eye(SMALL.dim, dtype=torch.float64), shard.b)  # argmin O + (μ/2)‖w‖²
+    torch.testing.assert_close(w[1], prox, rtol=0, atol=1e-12)
+
+
+def test_fedavg_is_local_sgd_with_a_mean():
+    from dane.api import algorithm_config
+
+    w_fedavg, _ = iterates(algorithm_config("fedavg"))
+    w_local, _ = iterates(LocalSGDConfig(aggregate="mean"))
+    assert_same_iterates(w_fedavg, w_local, atol=0)
+
+
+def test_feddane_and_dane_plus_without_sampling_are_dane():
+    w_dane, _ = iterates(DANEConfig(mu=0.1, safeguard=False))
+    w_fed, _ = iterates(FedDANEConfig(mu=0.1))
+    w_plus, _ = iterates(FedRedConfig(lam=0.1, local_solver="problem"))
+    assert_same_iterates(w_fed, w_dane)
+    assert_same_iterates(w_plus, w_dane)
+
+
+def test_acc_sdane_step_solves_its_equation():
+    for lam, A, B in [(0.5, 0.0, 1.0), (2.0, 3.0, 1.7), (1e-3, 10.0, 5.0)]:
+        a = extrapolation(lam, A, B)
+        assert a > 0 and math.isclose(lam * a * a, (A + a) * B, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("config", [
+    ScaffoldConfig(), ScaffnewConfig(), SDANEConfig(lam=0.05), AccSDANEConfig(lam=0.05), FedRedConfig(lam=0.05),
+    FedRedConfig(lam=0.05, control_variate=2), FedDANEConfig(mu=0.05), SDANEConfig(lam=0.05, local_solver="steps"),
+    SDANEConfig(lam=0.05, local_solver="cg")], ids=lambda c: f"{c.name}")
+def test_drift_corrected_methods_reach_the_optimum(config):
+    _, records = iterates(config, rounds=400, tol=1e-10)  # O(w_0) − O* is about 3 here
+    assert records[-1]["suboptimality"] <= 1e-10
+
+
+# ------------------------------------------------------------------ client sampling
+class FakeComm(LocalCommunicator):
+    def __init__(self, rank, size):
+        super().__init__()
+        self.rank, self.size = rank, size
+
+
+def test_sampled_sets_are_the_same_on_every_rank_and_after_a_resume():
+    samplers = [ClientSampler(FakeComm(r, 10), 3, seed=5) for r in range(10)]
+    draws = [[s.draw() for _ in range(4)] for s in samplers]
+    for d in draws[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(d, draws[0]))
+    for S in draws[0]:
+        assert len(S) == 3 and len(set(S.tolist())) == 3 and torch.equal(S, S.sort().values)
+    resumed = ClientSampler(FakeComm(0, 10), 3, seed=5)
+    fresh = ClientSampler(FakeComm(0, 10), 3, seed=5)
+    fresh.draw(), fresh.draw()
+    resumed.load_state_dict(fresh.state_dict())
+    assert torch.equal(resumed.draw(), draws[0][2]) and torch.equal(resumed.draw(), draws[0][3])
+
+
+def test_size_weighted_sampling_draws_big_shards_more_often():
+    sizes = [1, 1, 1, 1, 100]
+
+    def run(comm):
+        sampler = ClientSampler(comm, 2, sampling="size", seed=0, n_local=sizes[comm.rank])
+        return [sampler.draw().tolist() for _ in range(200)]
+
+    results = ThreadGroup(5).run(run)
+    assert all(r == results[0] for r in results)
+    assert sum(4 in S for S in results[0]) >= 190  # P(4 ∈ S) = 1 − (4/104)(3/103)... ≈ 0.99
+    with pytest.raises(ConfigError, match="clients_per_round=6 exceeds the 5 clients"):
+        ClientSampler(FakeComm(0, 5), 6)
+
+
+def test_sampled_mean_is_the_mean_over_the_members():
+    members = torch.tensor([1, 3])
+
+    def run(comm):
+        x = torch.tensor([float(comm.rank + 1)], dtype=torch.float64)
+        (mean,), (everyone,) = sampled_mean(comm, members, [x], [x])
+        return float(mean), float(everyone)
+
+    for mean, everyone in ThreadGroup(4).run(run):
+        assert mean == (2 + 4) / 2 and everyone == 10 / 4
+
+
+def test_scaffold_control_variates_under_sampling_match_a_hand_computation():
+    m, s, lr, K, rounds = 4, 2, 0.05, 3, 4
+    config = ScaffoldConfig(local_steps=K, lr=lr, clients_per_round=s, seed=3)
+    w_run, records = iterates(config, m=m, rounds=rounds)
+    shards = ridge_shards(m, SMALL)
+    sampler = ClientSampler(FakeComm(0, m), s, seed=3)
+    w, c = torch.zeros(SMALL.dim, dtype=torch.float64), torch.zeros(SMALL.dim, dtype=torch.float64)
+    c_i = [torch.zeros_like(w) for _ in range(m)]
+    for t in range(rounds):
+        torch.testing.assert_close(w_run[t], w, rtol=0, atol=1e-12)
+        S = sampler.draw().tolist()
+        dy, dc = [], []
+        for i in S:
+            y = w
+            for _ in range(K):
+                y = y - lr * (shards[i].grad(y) - c_i[i] + c)
+            plus = c_i[i] - c + (w - y) / (K * lr)
+            dy.append(y - w), dc.append(plus - c_i[i])
+            c_i[i] = plus
+        w = w + sum(dy) / s
+        c = c + sum(dc) / m  # (|S|/m) mean_S Δc_i
+    assert all(r["clients"] == s for r in records)
+    d = SMALL.dim * 8
+    assert records[-1]["uplink_bytes"] == rounds * s * 2 * d and records[-1]["downlink_bytes"] == rounds * s * 2 * d
+
+
+def test_scaffnew_refuses_client_sampling_in_one_line():
+    with pytest.raises(ConfigError, match=r"^algorithm=scaffnew does not take algorithm.clients_per_round=2: .*"
+                                          r"set algorithm.clients_per_round=null$"):
+        ScaffnewConfig(clients_per_round=2)
+
+
+@pytest.mark.parametrize("config", [
+    ScaffoldConfig(clients_per_round=2, sampling="size"), AccSDANEConfig(lam=0.05, clients_per_round=3),
+    FedRedConfig(control_variate=2, averaging="random", p=0.3, clients_per_round=2), ScaffnewConfig(p=0.4),
+    FedDANEConfig(clients_per_round=2), FedProxConfig(clients_per_round=3)], ids=lambda c: c.name)
+def test_a_resumed_run_continues_exactly(config):
+    shards = ridge_shards(4, SMALL)
+
+    def run(comm):
+        algo = config.build(shards[comm.rank], comm)
+        for _ in range(3):
+            algo.step()
+        state = algo.state_dict()
+        straight = [algo.step() for _ in range(3)]
+        w_straight = algo.iterate.clone()
+        resumed = config.build(shards[comm.rank], comm)
+        resumed.load_state_dict(state)
+        again = [resumed.step() for _ in range(3)]
+        return straight, again, w_straight, resumed.iterate
+
+    for straight, again, w1, w2 in ThreadGroup(4).run(run):
+        assert straight == again and torch.equal(w1, w2)
+
+
+def test_default_lambda_is_the_hessian_dissimilarity():
+    shards = ridge_shards(4, SMALL)
+    eye = torch.eye(SMALL.dim, dtype=torch.float64)
+    H_i = [s.A + 2 * s.lam * eye for s in shards]
+    H = sum(H_i) / 4
+    delta = math.sqrt(sum(float(torch.linalg.eigvalsh(h - H).abs().max()) ** 2 for h in H_i) / 4)
+    _, records = iterates(SDANEConfig(), rounds=2)
+    assert math.isclose(records[0]["lam"], delta, rel_tol=1e-10)
+    _, records = iterates(FedDANEConfig(), rounds=2)
+    assert math.isclose(records[0]["mu"], delta, rel_tol=1e-10)
