@@ -14,6 +14,10 @@ standardization), `LibSVMSource` (sparse), `NPZSource` (dense or CSR arrays; `sa
 writes one), `BuiltinSource` (digits, iris, breast_cancer, diabetes, admissions, mnist).
 The file sources take ``standardize``: numeric | all | none over all rows
 (`dane.data.scaling`: a sparse X is scaled, not centred).
+Every source takes the sharding keys (``sharding``: iid | dirichlet | classes | quantity,
+``alpha``, ``classes_per_worker``, ``exponent``, ``skew_on``, ``bins``: `dane.data.sharding`),
+which say how a convex problem deals the table's rows to its workers; ``{rank}`` parts are
+the partition themselves.
 
 Every source has ``name``, ``presharded``, ``load()`` and ``load_part(rank, size)``.
 Relative paths are looked up under ``data_dir``, then the working folder (`resolve`);
