@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 NP     ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-slow bench figures tables publish-figures clean time-vs-workers ps-scaling
+.PHONY: setup run test test-slow docs bench figures tables publish-figures clean time-vs-workers ps-scaling
 
 setup: $(VENV)/.setup-done
 
@@ -27,6 +27,11 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -m slow -q
+
+## The documentation: docs/ (mkdocs.yml) into site/ (untracked), warnings as errors; offline, the API reference
+## read from the docstrings.  tests/test_docs.py runs or checks every code block of the pages.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 ## Benchmarks: JSON into results/bench.json (never timed tests); the MNIST ones are skipped without the data, the CUDA one without a GPU.
 bench: setup

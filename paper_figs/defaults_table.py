@@ -1,8 +1,8 @@
 """The defaults benchmark's tables, from its JSON (section ``defaults`` of scripts/bench_defaults.py).
 
-    dane figures defaults_table [--json results/bench.json] [--readme README.md] [--print]
+    dane figures defaults_table [--json results/bench.json] [--page docs/benchmarks.md] [--print]
 
-Writes two markdown tables between README.md's ``<!-- defaults-table:begin -->`` and
+Writes two markdown tables between docs/benchmarks.md's ``<!-- defaults-table:begin -->`` and
 ``<!-- defaults-table:end -->`` lines (``--print``: to stdout instead): per method, how
 many cells converge at its defaults and how far its defaults are from its own best grid
 setting; per cell, each method's allreduces to relative 1e-8 at its defaults, with its
@@ -19,6 +19,7 @@ from pathlib import Path
 from dane.results import atomic_write_text
 
 BEGIN, END = "<!-- defaults-table:begin -->", "<!-- defaults-table:end -->"
+PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
 LABELS = {"dane": "DANE (safeguarded)", "dane_mu0": "DANE μ=0", "inexact_dane": "InexactDANE", "aide": "AIDE",
           "giant": "GIANT", "disco": "DiSCO", "admm": "ADMM", "gd": "GD"}
 
@@ -77,7 +78,7 @@ def render(report: dict) -> str:
 def replace_block(text: str, block: str) -> str:
     """``text`` with the lines between BEGIN and END replaced by ``block``."""
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"error: the README has no {BEGIN} ... {END} block; add the two lines where the table goes")
+        raise SystemExit(f"error: the page has no {BEGIN} ... {END} block; add the two lines where the table goes")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{BEGIN}\n{block}\n{END}{tail}"
@@ -86,8 +87,9 @@ def replace_block(text: str, block: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="results/bench.json")
-    parser.add_argument("--readme", default="README.md")
-    parser.add_argument("--print", action="store_true", help="write the tables to stdout, not into the README")
+    parser.add_argument("--page", "--readme", dest="page", default=str(PAGE),
+                        help="the page whose block the tables replace (default: %(default)s)")
+    parser.add_argument("--print", action="store_true", help="write the tables to stdout, not into the page")
     args = parser.parse_args(argv)
     bench = json.loads(Path(args.json).read_text())
     if "defaults" not in bench:
@@ -96,8 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.print:
         print(block)
         return
-    readme = Path(args.readme)
-    atomic_write_text(readme, replace_block(readme.read_text(), block))
+    page = Path(args.page)
+    atomic_write_text(page, replace_block(page.read_text(), block))
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def folders(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     """The graph between top-level folders (``dane``, ``baselines``, ...): a -> b when a module of a imports one of b.
 
     Each folder can be free of module cycles while two folders import each other (a.x -> b.y, b.z -> a.w); then
-    neither is below the other, and the layers of the README's layout do not hold."""
+    neither is below the other, and the layers of docs/extending.md's layout do not hold."""
     out: dict[str, set[str]] = {}
     for src, dsts in edges.items():
         top = src.split(".")[0]

@@ -1,0 +1,73 @@
+"""MkDocs hook: the methods tables, generated at build time from the registry ``conf/algorithm/*.yaml``.
+
+A page line ``<!-- methods-table -->`` becomes a table of every method: its config name,
+the one line its yaml opens with, and what its class declares it supports
+(`dane.algorithm.Algorithm`'s capabilities).  ``<!-- methods-table: client_sampling -->``
+keeps the methods whose class declares that capability.  A method added as one yaml and one
+file appears here without anyone editing a page; tests/test_docs.py checks the README's
+methods table against the same rows.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm"
+MARKER = re.compile(r"^<!-- methods-table(?::\s*(\w+))? -->$", re.M)
+#: capability (a class attribute of `dane.algorithm.Algorithm`) -> column heading
+CAPABILITIES = {"client_sampling": "clients sampled", "compressed_messages": "compressed",
+                "elastic": "Horovod elastic", "asynchronous": "asynchronous"}
+
+
+def summary(path: Path) -> str:
+    """The first sentence of the comment a yaml opens with (an indented ``#   example`` line ends the comment)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#") or line.startswith("#  ") or line.startswith("# @package"):
+            break
+        lines.append(line[1:].strip())
+    text = " ".join(lines)
+    first = re.match(r"(.+?\.)(?=\s+[A-Z]|\s*$)", text)
+    return (first.group(1) if first else text).replace("|", "\\|")
+
+
+def target(path: Path) -> str:
+    found = re.search(r"^_target_:\s*(\S+)", path.read_text(), re.M)
+    if found is None:
+        raise ValueError(f"{path} has no _target_ line; every conf/algorithm/*.yaml names its config class")
+    return found.group(1)
+
+
+def algorithm_class(dotted: str):
+    """The `Algorithm` class a config class builds (its ``algorithm`` class attribute; None: not declared, so the
+    base's capabilities, all "no")."""
+    module, _, name = dotted.rpartition(".")
+    return getattr(getattr(importlib.import_module(module), name), "algorithm", None)
+
+
+def registry(conf: Path = CONF) -> list[dict]:
+    """One entry per ``conf/algorithm/<name>.yaml``, sorted by name: name, summary, target and capabilities."""
+    rows = []
+    for path in sorted(conf.glob("*.yaml")):
+        cls = algorithm_class(target(path))
+        rows.append({"name": path.stem, "summary": summary(path), "target": target(path),
+                     **{cap: bool(getattr(cls, cap, False)) for cap in CAPABILITIES}})
+    return rows
+
+
+def methods_table(capability: str | None = None, conf: Path = CONF) -> str:
+    if capability is not None and capability not in CAPABILITIES:
+        raise ValueError(f"methods-table: {capability} is not a capability; choose one of {', '.join(CAPABILITIES)}")
+    rows = [r for r in registry(conf) if capability is None or r[capability]]
+    if not rows:
+        return f"None of the {len(registry(conf))} methods of `conf/algorithm/` declares `{capability}` yet."
+    lines = ["| `algorithm=` | one round | " + " | ".join(CAPABILITIES.values()) + " |",
+             "|---|---|" + "---|" * len(CAPABILITIES)]
+    lines += [f"| `{r['name']}` | {r['summary']} | " + " | ".join("yes" if r[c] else "" for c in CAPABILITIES) + " |"
+              for r in rows]
+    return "\n".join(lines)
+
+
+def on_page_markdown(markdown: str, **_) -> str:
+    return MARKER.sub(lambda m: methods_table(m.group(1)), markdown)

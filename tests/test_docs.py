@@ -1,0 +1,218 @@
+"""The documentation (docs/, built by `make docs`) cannot rot: every Python block runs, every shell command names
+configs, figures, targets and scripts that exist, the generated tables are their generators', and no page quotes a
+measured number by hand."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from doc_blocks import DOCS, REPO, blocks, check_command, commands, pages
+from dane.errors import ConfigError
+from dane.experiments.config import CONF_DIR, run_spec
+from dane.experiments.overrides import check_group_choices, check_keys
+
+SHELL = ("bash", "sh")
+#: pages whose Python blocks read a file of data_dir (../shared/data): skipped where it is absent
+NEEDS_DATA = {"python_api.md": "admissions.csv"}
+
+
+def hooks():
+    """docs/hooks.py, the MkDocs hook that generates the methods tables (a file of docs/, not a package)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """A working folder holding every file the pages ask the reader to write, importable; its modules are dropped
+    from sys.modules afterwards."""
+    written = []
+    for path in pages():
+        for block in blocks(path):
+            if block.file:
+                target = tmp_path / block.file
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(block.code)
+                written.append(target)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for target in written:
+        sys.modules.pop(target.stem, None)
+
+
+def test_every_page_is_in_the_nav_and_the_files_the_pages_write_do_not_collide():
+    nav = re.findall(r"^  - [^:]+: (\S+\.md)$", (REPO / "mkdocs.yml").read_text(), re.M)
+    assert sorted(nav) == sorted(p.name for p in pages())
+    files = [b.file for p in pages() for b in blocks(p) if b.file]
+    assert len(files) == len(set(files)), files
+
+
+PYTHON_PAGES = [p.name for p in pages() if any(b.lang == "python" and not b.file for b in blocks(p))]
+
+
+@pytest.mark.parametrize("name", PYTHON_PAGES)
+def test_python_blocks_run(name, scratch):
+    data = NEEDS_DATA.get(name)
+    if data and not (REPO.parent / "shared" / "data" / data).exists():
+        pytest.skip(f"{name} reads ../shared/data/{data}, which is absent here")
+    scope: dict = {}
+    code = [b.code for b in blocks(DOCS / name) if b.lang == "python" and not b.file]
+    for k, block in enumerate(code):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, str(DOCS / name), "exec"), scope)  # noqa: S102 - the page's own example
+        if (name, k) == ("python_api.md", 0):
+            lines = dict(line.split(" ", 1) for line in out.getvalue().splitlines())
+            assert set(lines) == {"dane", "giant", "disco", "admm"}
+            for method in ("giant", "disco"):  # they reach the example's tol=1e-10 within its 100 rounds
+                status, _, _, subopt = lines[method].split()
+                assert status == "converged" and float(subopt) <= 1e-10
+            assert scope["w"].shape == (31,) and len(scope["columns"]["round"]) == len(scope["result"].records)
+
+
+SHELL_COMMANDS = [(p.name, command) for p in pages() for b in blocks(p) if b.lang in SHELL
+                  for command in commands(b.code)]
+
+
+@pytest.mark.parametrize("page, command", SHELL_COMMANDS, ids=[f"{p}:{c[:60]}" for p, c in SHELL_COMMANDS])
+def test_shell_commands_name_what_exists(page, command, scratch):
+    check_command(command, CONF_DIR)
+
+
+def test_the_extending_pages_commands_run(scratch):
+    """The page's own folder (--config-dir my_conf) composes, validates and runs: a problem, an algorithm and a
+    dataset added without touching the package."""
+    runs = [c for b in blocks(DOCS / "extending.md") if b.lang in SHELL for c in commands(b.code)]
+    assert len(runs) == 2
+    summaries = []
+    for k, command in enumerate(runs):
+        args = command.split(" dane train ", 1)[1].split()
+        folder = args[args.index("--config-dir") + 1]
+        overrides = [a for a in args if "=" in a] + [f"hydra.searchpath=[file://{scratch / folder}]",
+                                                     "quiet=true", f"out_dir={scratch / f'run{k}'}"]
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+        from dane.launch import execute
+
+        summaries.append(execute(run_spec(cfg), str(scratch / f"run{k}")))
+    assert summaries[0]["rounds"] == 10 and summaries[0]["algorithm"] == "fixed_step_gd"
+    assert summaries[1]["status"] == "converged" and summaries[1]["problem"] == "ridge"
+
+
+def test_the_console_examples_print_the_commands_own_lines(scratch):
+    """``$ dane train ...`` followed by ``error: ...``: the line the command prints (its ConfigError), word for word."""
+    shown = [b for p in pages() for b in blocks(p) if b.lang == "" and b.code.startswith("$ ")]
+    pairs = [(c.split("\n")[0], c.split("\n")[1]) for b in shown for c in b.code.strip().split("\n$ ")]
+    assert pairs
+    for call, expected in pairs:
+        args = call.removeprefix("$ ").split()[2:]
+        with pytest.raises(ConfigError) as caught:  # what experiments/train.py checks, in its order
+            check_group_choices(args)
+            check_keys(args, "config")
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+                run_spec(compose("config", overrides=args))
+        assert f"error: {caught.value}" == expected
+
+
+def test_the_methods_tables_are_the_registrys():
+    module = hooks()
+    rows = module.registry()
+    assert [r["name"] for r in rows] == sorted(p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml"))
+    table = module.methods_table()
+    assert all(f"| `{r['name']}` | {r['summary']} |" in table for r in rows)
+    dane_row = next(r for r in rows if r["name"] == "dane")
+    assert dane_row["summary"] == "DANE (Shamir, Srebro & Zhang 2014): two allreduces per round."
+    assert module.on_page_markdown("a\n<!-- methods-table -->\nb") == f"a\n{table}\nb"
+    with pytest.raises(ValueError, match="is not a capability"):
+        module.methods_table("fast")
+
+
+# ------------------------------------------------------------------ the generated defaults table (docs/benchmarks.md)
+
+def defaults_block() -> str:
+    from dane.paper_figs.defaults_table import BEGIN, END
+
+    text = (DOCS / "benchmarks.md").read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def table_rows(block: str, header: str) -> list[list[str]]:
+    """The cells of the markdown table whose header line starts with ``header``, below its separator line."""
+    lines = block.split(header, 1)[1].splitlines()[2:]
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_defaults_table_is_generated_and_agrees_with_itself():
+    """The block is `dane figures defaults_table`'s: its provenance line, and a summary that is what its cells say."""
+    block = defaults_block()
+    assert re.match(r"Generated by `dane figures defaults_table` from scripts/bench_defaults\.py's JSON \(\S+, load "
+                    r"average \[[\d., ]+\]\)\. Target: ", block), block.splitlines()[0]
+    summary = table_rows(block, "| method | converged at defaults |")
+    cells = table_rows(block, "| cell |")
+    methods = [c.strip() for c in block.split("| cell |", 1)[1].splitlines()[0].strip("|").split("|")]
+    assert [row[0] for row in summary] == methods
+    for k, row in enumerate(summary):
+        entries = [cell[k + 1] for cell in cells]
+        shown = [e.split(" (")[0] for e in entries]
+        ratios = {cell[0]: int(s) / int(e.split("(")[1].rstrip(")")) for cell, s, e in zip(cells, shown, entries)
+                  if s.isdigit() and e.split("(")[1].rstrip(")").isdigit()}
+        assert row[1] == f"{sum(s.isdigit() for s in shown)}/{len(cells)}", row
+        assert row[2] == str(shown.count("div")), row
+        assert row[5] == f"{statistics.median(ratios.values()):.2f}", row
+        worst = max(ratios, key=ratios.get)
+        assert row[6] == f"{ratios[worst]:.2f} ({worst})", row
+
+
+def test_the_defaults_table_is_the_logged_runs_where_they_are_here():
+    """Where the benchmark's JSON is in results/ (untracked), the page's block is exactly what it renders to."""
+    from dane.paper_figs.defaults_table import render
+
+    stamp = re.search(r"JSON \((\S+),", defaults_block()).group(1)
+    logged = [json.loads(p.read_text()).get("defaults") for p in
+              (REPO / "results" / "bench.json", REPO / "results" / "bench_runs" / "defaults.json") if p.is_file()]
+    matching = [report for report in logged if report and report.get("started_at") == stamp]
+    if not matching:
+        pytest.skip(f"the defaults benchmark's JSON of {stamp} is not in results/ here")
+    assert render(matching[0]) == defaults_block()
+
+
+# ------------------------------------------------------------------ measured numbers live in generated files
+
+def quoted_measurements(text: str) -> list[str]:
+    accuracies = re.findall(r"(?<![\w.])0?\.9\d{2,}\b|\b9\d\.\d%", text)           # .9840, 0.9831, 97.9%
+    durations = re.findall(r"\b\d+m\d+s\b|\b\d+(?:\.\d+)? ?(?:ms|µs|s) (?:a|per) (?:round|call)\b", text)
+    return accuracies + durations
+
+
+@pytest.mark.parametrize("path", pages(), ids=lambda p: p.name)
+def test_no_page_quotes_measured_results(path):
+    """Measured numbers live in generated files (results/figures/*.json, results/bench.json, the defaults block);
+    a hand-copied accuracy, ratio or duration goes stale the day the code changes."""
+    from dane.paper_figs.defaults_table import BEGIN, END
+
+    text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), "", path.read_text(), flags=re.S)
+    assert quoted_measurements(text) == []
+
+
+def test_the_benchmark_table_points_at_the_json():
+    text = (DOCS / "benchmarks.md").read_text().split("## Benchmarks", 1)[1]
+    rows = re.findall(r"^\| `(\w[\w.-]*)` \|[^|]*\| ([^|]*) \|", text, re.M)
+    assert rows and all(measured.strip() in ("see the JSON", "") for _, measured in rows)
