@@ -84,6 +84,12 @@ def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, metho
     return result
 
 
+def offered(problem) -> bool:
+    """Whether δ is measured for ``problem``: a convex one with Hessian-vector products (a run's summary hook
+    asks this on every worker, so all of them call `hessian_dissimilarity` or none does)."""
+    return bool(getattr(problem, "convex", True)) and callable(getattr(problem, "hessian_vector", None))
+
+
 def measure(problems: Sequence, w: torch.Tensor, **options) -> dict:
     """`hessian_dissimilarity` of m built shards (simulated workers) in a thread group of its own."""
     from dane.comm.threads import ThreadGroup

@@ -10,7 +10,7 @@ from dane.comm import ThreadGroup
 from dane.errors import ConfigError
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
-from dane.similarity import hessian_dissimilarity, measure
+from dane.similarity import hessian_dissimilarity, measure, offered
 
 M, N, D, LAM = 4, 160, 7, 0.01
 
@@ -132,6 +132,7 @@ def test_auto_picks_exact_for_small_d_and_bad_arguments_are_one_line():
     problems = shards("squared", X, y_reg)
     w = torch.zeros(D, dtype=torch.float64)
     assert measure(problems, w)["method"] == "exact"
+    assert offered(problems[0]) and not offered(object())
     assert measure(problems, w, exact_dim=D - 1)["method"] == "lanczos"
     with pytest.raises(ConfigError, match="similarity method must be one of auto|exact|lanczos, got 'qr'"):
         measure(problems, w, method="qr")
