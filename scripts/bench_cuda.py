@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scaling import load, median_round_s, mnist_dir, now, spread  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
-from dane.synthetic.bench_file import merge_section  # noqa: E402
+from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
 from dane.synthetic.launchers import REPO, torchrun  # noqa: E402
 
 KEY = "cuda"
@@ -119,7 +119,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     args = parser.parse_args()
-    result: dict = {"started_at": now(), "load_before": load(), "rounds": args.rounds, "overrides": " ".join(TABLE)}
+    result: dict = {"started_at": now(), "machine": machine(), "load_before": load(), "rounds": args.rounds,
+                    "overrides": " ".join(TABLE)}
     if not torch.cuda.is_available():
         result["skipped"] = "torch sees no CUDA device"
     elif not mnist_dir().is_dir():

@@ -11,7 +11,10 @@ The backend comes from the launcher (`dane.comm.make_communicator`), and Horovod
 the package's launch settings (`dane.comm.horovod.HorovodOptions`) unless the environment
 already sets them.  With ``--ps-servers k`` (under torchrun) the last k ranks are
 parameter servers (`dane.comm.ps`): the workers' allreduce is a push and a pull, and
-rank 0 adds the servers' own counters (their time spent averaging, their pushes).
+rank 0 adds the servers' own counters (their time spent averaging, their pushes).  With
+``--synchronize`` (under horovodrun) every size is also timed as Horovod's own
+``hvd.synchronize`` waits for it, taking turns with the package's call
+(``synchronize_sizes``): the cost of the package's wait over Horovod's.
 """
 from __future__ import annotations
 
@@ -54,9 +57,14 @@ def stats(times: list[float]) -> dict[str, float]:
             "mean_s": statistics.fmean(ordered), "reps": len(ordered)}
 
 
-def measure(comm, sizes, reps: int, warmup: int) -> dict[int, dict[str, float]]:
+def measure(comm, sizes, reps: int, warmup: int, hvd=None) -> dict[object, dict[str, float]]:
+    """Stats per size of ``comm.allreduce_mean``; with ``hvd``, also per ``("synchronize", size)`` of the same
+    grouped allreduce waited for by Horovod's own ``hvd.synchronize``, the two taking turns."""
     tensors = {n: torch.full((max(1, n // 8),), float(comm.rank), dtype=torch.float64) for n in sizes}
     calls = {n: (lambda x=x: comm.allreduce_mean([x])) for n, x in tensors.items()}
+    if hvd is not None:
+        calls.update({("synchronize", n): (lambda x=x, n=n: hvd.synchronize(hvd.grouped_allreduce_async(
+            [x], op=hvd.Average, name=f"timing.synchronize.{n}"))) for n, x in tensors.items()})
     comm.barrier()
     return {n: stats(times) for n, times in time_calls(calls, reps, warmup).items()}
 
@@ -70,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ps-servers", type=int, default=0, help="under torchrun: this many parameter servers")
     parser.add_argument("--pin", action="store_true",
                         help="under torchrun: bind each local rank to its own cores, as the package does under horovodrun")
+    parser.add_argument("--synchronize", action="store_true",
+                        help="under horovodrun: also time each size waited for by Horovod's own hvd.synchronize")
     args = parser.parse_args(argv)
     backend = resolve_backend("auto")
     if backend == "horovod":
@@ -88,14 +98,20 @@ def main(argv: list[str] | None = None) -> None:
     else:
         comm = make_communicator(backend)
     try:
-        result = measure(comm, args.sizes, args.reps, args.warmup)
+        hvd = None
+        if args.synchronize and backend == "horovod":
+            import horovod.torch as hvd
+        result = measure(comm, args.sizes, args.reps, args.warmup, hvd)
         extra = comm.summary_entries() if args.ps_servers else {}  # a collective: every worker asks
         if comm.rank == 0:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps({
                 "backend": backend, "size": comm.size, "horovod_cycle_time": os.environ.get("HOROVOD_CYCLE_TIME"),
                 "cores": sorted(os.sched_getaffinity(0)),
-                "sizes": {str(k): v for k, v in result.items()}, "calls_per_size": args.reps + args.warmup,
+                "sizes": {str(k): v for k, v in result.items() if not isinstance(k, tuple)},
+                **({"synchronize_sizes": {str(k[1]): v for k, v in result.items() if isinstance(k, tuple)}}
+                   if hvd is not None else {}),
+                "calls_per_size": args.reps + args.warmup,
                 **extra}, indent=2) + "\n")
     finally:
         comm.shutdown()
