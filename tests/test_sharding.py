@@ -171,8 +171,8 @@ def test_quantile_bins_are_equal_counts_and_regression_skews_on_the_target(tmp_p
 
 # ---------------------------------------------------------------- one-line errors
 def test_parts_are_natural_partitions_and_bad_keys_are_one_line(tmp_path):
-    with pytest.raises(ConfigError, match=r"data.sharding=dirichlet with per-worker parts \(data.path=p-\{rank\}.npz\): "
-                                          "the parts are the partition"):
+    parts = r"data.sharding=dirichlet with per-worker parts \(data.path=p-\{rank\}.npz\): the parts are the partition"
+    with pytest.raises(ConfigError, match=parts):
         NPZSource("p-{rank}.npz", sharding="dirichlet")
     for keys, message in (({"sharding": "pathological"}, "data.sharding must be one of iid|dirichlet|classes|quantity"),
                           ({"alpha": 0}, "data.alpha must be > 0, got 0"),

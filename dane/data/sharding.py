@@ -186,7 +186,9 @@ class ShardingKeys:
         if self.bins < 2:
             raise ConfigError(f"{prefix}.bins must be >= 2 (quantile bins to skew on), got {self.bins}")
         column = self.skew_on
-        if isinstance(column, bool) or not (isinstance(column, str) and column or isinstance(column, int) and column >= 0):
+        named = isinstance(column, str) and column != ""
+        indexed = isinstance(column, int) and not isinstance(column, bool) and column >= 0
+        if not (named or indexed):
             raise ConfigError(f"{prefix}.skew_on must be y or a feature column (a name, or a 0-based index), "
                               f"got {column!r}")
 
