@@ -2,8 +2,9 @@
 
 A page line ``<!-- methods-table -->`` becomes a table of every method: its config name,
 the one line its yaml opens with, and what its class declares it supports
-(`dane.algorithm.Algorithm`'s capabilities).  ``<!-- methods-table: client_sampling -->``
-keeps the methods whose class declares that capability.  A method added as one yaml and one
+(`dane.algorithm.Algorithm`'s capabilities).  ``<!-- methods-table: NAME -->`` keeps the
+methods whose class declares the capability NAME, or whose yaml has the key NAME, and then
+shows that key's own comment in the yaml.  A method added as one yaml and one
 file appears here without anyone editing a page; tests/test_docs.py checks the README's
 methods table against the same rows.
 """
@@ -16,8 +17,8 @@ from pathlib import Path
 CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm"
 MARKER = re.compile(r"^<!-- methods-table(?::\s*(\w+))? -->$", re.M)
 #: capability (a class attribute of `dane.algorithm.Algorithm`) -> column heading
-CAPABILITIES = {"client_sampling": "clients sampled", "compressed_messages": "compressed",
-                "elastic": "Horovod elastic", "asynchronous": "asynchronous"}
+CAPABILITIES = {"compressed_messages": "compressed", "elastic": "Horovod elastic", "asynchronous": "asynchronous"}
+
 
 
 def summary(path: Path) -> str:
@@ -30,6 +31,11 @@ def summary(path: Path) -> str:
     text = " ".join(lines)
     first = re.match(r"(.+?\.)(?=\s+[A-Z]|\s*$)", text)
     return (first.group(1) if first else text).replace("|", "\\|")
+
+
+def keys(path: Path) -> dict[str, str]:
+    """The yaml's top-level keys (a line ``key:`` at the left margin), each with its comment on that line."""
+    return {key: comment.strip() for key, comment in re.findall(r"^(\w+):[^#\n]*(?:#(.*))?$", path.read_text(), re.M)}
 
 
 def target(path: Path) -> str:
@@ -47,21 +53,29 @@ def algorithm_class(dotted: str):
 
 
 def registry(conf: Path = CONF) -> list[dict]:
-    """One entry per ``conf/algorithm/<name>.yaml``, sorted by name: name, summary, target and capabilities."""
+    """One entry per ``conf/algorithm/<name>.yaml``, sorted by name: name, summary, target, its keys (with their
+    comments) and the `CAPABILITIES` its class declares."""
     rows = []
     for path in sorted(conf.glob("*.yaml")):
         cls = algorithm_class(target(path))
         rows.append({"name": path.stem, "summary": summary(path), "target": target(path),
+                     "keys": keys(path),
                      **{cap: bool(getattr(cls, cap, False)) for cap in CAPABILITIES}})
     return rows
 
 
-def methods_table(capability: str | None = None, conf: Path = CONF) -> str:
-    if capability is not None and capability not in CAPABILITIES:
-        raise ValueError(f"methods-table: {capability} is not a capability; choose one of {', '.join(CAPABILITIES)}")
-    rows = [r for r in registry(conf) if capability is None or r[capability]]
+def methods_table(only: str | None = None, conf: Path = CONF) -> str:
+    every = registry(conf)
+    if only is not None and only not in CAPABILITIES and not any(only in r["keys"] for r in every):
+        raise ValueError(f"methods-table: {only} is neither a capability ({', '.join(CAPABILITIES)}) nor a key of "
+                         "any conf/algorithm/*.yaml")
+    if only is not None and only not in CAPABILITIES:  # a key: the methods that take it, with what their yaml says
+        lines = [f"| `algorithm=` | one round | `{only}` |", "|---|---|---|"]
+        return "\n".join(lines + [f"| `{r['name']}` | {r['summary']} | {r['keys'][only].replace('|', chr(92) + '|')} |"
+                                  for r in every if only in r["keys"]])
+    rows = [r for r in every if only is None or r[only]]
     if not rows:
-        return f"None of the {len(registry(conf))} methods of `conf/algorithm/` declares `{capability}` yet."
+        return f"None of the {len(every)} methods of `conf/algorithm/` declares `{only}` yet."
     lines = ["| `algorithm=` | one round | " + " | ".join(CAPABILITIES.values()) + " |",
              "|---|---|" + "---|" * len(CAPABILITIES)]
     lines += [f"| `{r['name']}` | {r['summary']} | " + " | ".join("yes" if r[c] else "" for c in CAPABILITIES) + " |"

@@ -135,7 +135,11 @@ def test_the_methods_tables_are_the_registrys():
     dane_row = next(r for r in rows if r["name"] == "dane")
     assert dane_row["summary"] == "DANE (Shamir, Srebro & Zhang 2014): two allreduces per round."
     assert module.on_page_markdown("a\n<!-- methods-table -->\nb") == f"a\n{table}\nb"
-    with pytest.raises(ValueError, match="is not a capability"):
+    sampled = module.methods_table("clients_per_round")
+    takers = sorted(p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml")
+                    if re.search(r"^clients_per_round:", p.read_text(), re.M))
+    assert re.findall(r"^\| `(\w+)` \|", sampled, re.M) == takers and takers
+    with pytest.raises(ValueError, match="neither a capability"):
         module.methods_table("fast")
 
 
