@@ -28,7 +28,7 @@ the same numbers. Two methods, from Hessian-vector products only:
   invariant (at the latest after d iterations). δ_F is Hutchinson's estimate
   ‖D‖_F² ≈ (1/s) Σ_k ‖D z_k‖² over ``probes`` shared Rademacher vectors z_k (unbiased),
   whose products ride in the first allreduce. ``iters`` + 1 allreduces of (2m + 1 + s)
-  d-vectors; each worker does m + 1 products per iteration and holds m·iters d-vectors.
+  d-vectors; each worker does m + 1 products per iteration and holds (m + 1)·iters d-vectors.
 
 The collectives are kept off the run's accounting: ``comm.bytes_sent`` and ``comm.calls``
 are restored on return, and the dict says what the measurement cost (``allreduces``,
