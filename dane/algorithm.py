@@ -159,3 +159,20 @@ class AlgorithmConfig:
     #: a method with a driver of its own (split learning, `dane.split`): ``run_job(spec, out_dir, collect)`` runs
     #: the whole job and returns its summary; None: the round loop drives `build`'s algorithm
     run_job: Any = None
+
+
+def known_algorithms() -> dict[str, type[Algorithm]]:
+    """The package's algorithms by the name ``algorithm=<name>`` selects: ``conf/algorithm/<name>.yaml`` and the
+    `Algorithm` class its config (``_target_``) builds.  It imports every one of them: for the one-line
+    refusals that list which algorithms would do, not for a run."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from .layout import CONF_DIR
+
+    found = {}
+    for path in sorted((CONF_DIR / "algorithm").glob("*.yaml")):
+        config = get_class(OmegaConf.load(path)["_target_"])
+        if issubclass(config, AlgorithmConfig):
+            found[path.stem] = config.algorithm
+    return found

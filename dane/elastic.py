@@ -54,7 +54,7 @@ larger than needed: slower, never divergent), and when workers are added the nex
 rounds measure the larger spread and raise μ, while an ascent is still rejected.
 
 Only algorithms whose state is the same on every worker (plus what `load_elastic_state`
-derives from the shard) can change their world size: `ELASTIC_ALGORITHMS`.  ADMM's dual
+derives from the shard) can change their world size: their class says ``elastic = True``.  ADMM's dual
 variables, local SGD's and synchronous SGD's per-worker samplers and optimizer state
 belong to one worker's rows and would be lost with it.
 """
@@ -67,26 +67,31 @@ import socket
 import time
 from pathlib import Path
 
+from .algorithm import AlgorithmConfig, known_algorithms
 from .checkpoint import truncate_rounds
 from .comm import Communicator
 from .errors import ConfigError, say
 from .reference import attach_one
 from .results import LOCK_FILE
 
-#: algorithms whose committed state carries over a change of world size (see the module docstring)
-ELASTIC_ALGORITHMS = ("dane", "gd", "giant", "disco")
+
+def elastic_algorithms() -> list[str]:
+    """The algorithms whose committed state carries over a change of world size: their class says
+    ``elastic = True`` (`dane.algorithm.Algorithm.elastic`; see the module docstring)."""
+    return [name for name, algorithm in known_algorithms().items() if algorithm.elastic]
 
 
-def check_elastic(enabled: bool, backend: str, algorithm: str) -> bool:
-    """``comm.elastic``, checked before any process group starts: only under horovodrun's elastic mode."""
+def check_elastic(enabled: bool, backend: str, algorithm: AlgorithmConfig) -> bool:
+    """``comm.elastic``, checked before any process group starts: only under horovodrun's elastic mode, and
+    only with an algorithm whose class declares ``elastic``."""
     if not enabled:
         return False
     if backend != "horovod" or os.environ.get("HOROVOD_ELASTIC") != "1":
         raise ConfigError("comm.elastic=true needs horovodrun in elastic mode (--min-np/--max-np with "
                           "--host-discovery-script, e.g. scripts/discover_hosts.sh); drop comm.elastic or launch so")
-    if algorithm not in ELASTIC_ALGORITHMS:
-        raise ConfigError(f"comm.elastic=true supports algorithm={'|'.join(ELASTIC_ALGORITHMS)}, got {algorithm}: "
-                          "its per-worker state cannot follow a change of workers; use one of those")
+    if not algorithm.algorithm.elastic:
+        raise ConfigError(f"comm.elastic=true supports algorithm={'|'.join(elastic_algorithms())}, got "
+                          f"{algorithm.name}: its per-worker state cannot follow a change of workers; use one of those")
     return True
 
 

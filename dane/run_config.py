@@ -11,9 +11,11 @@ import math
 from pathlib import Path
 
 import torch
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from . import checks
+from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
 from .api import build
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
 from .checkpoint import CHECKPOINT_DIR, check_resume, committed
@@ -28,9 +30,6 @@ from .runner import StopRule
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 TORCH_BACKENDS = ("gloo",)
-
-
-DANE_FAMILY = ("dane", "inexact_dane", "aide")  # their local solve takes the global gradient at the same iterate
 
 
 def workers_for(backend: str, workers, servers: int = 1) -> int:
@@ -51,32 +50,34 @@ def workers_for(backend: str, workers, servers: int = 1) -> int:
     return 1 if workers is None else checks.positive_int("workers", workers)
 
 
-ASYNC_ALGORITHMS = ("sync_sgd", "local_sgd")
-SYNCHRONOUS_ONLY = {  # why the others need every worker at the same iterate
-    **{name: "DANE's local solve needs the global gradient of the same iterate" for name in DANE_FAMILY},
-    "giant": "GIANT averages Newton directions and line-searches at the same iterate",
-    "disco": "DiSCO's distributed CG needs Hessian-vector products at the same iterate",
-    "admm": "ADMM's consensus step needs every worker's x_i + u_i of the same round",
-    "gd": "distributed GD averages exact gradients of the same iterate (its asynchronous form is algorithm=sync_sgd)",
-    "osa": "one-shot averaging communicates once; there is nothing to make asynchronous",
-}
+def algorithm_class(node: DictConfig) -> type[Algorithm]:
+    """The `Algorithm` class the ``algorithm`` group's config (its ``_target_``) builds, so that its capabilities
+    are asked before anything is built."""
+    target = node.get("_target_")
+    config = get_class(target) if isinstance(target, str) else None
+    if not (isinstance(config, type) and issubclass(config, AlgorithmConfig)):
+        raise ConfigError(f"algorithm._target_={target} is not a dane.algorithm.AlgorithmConfig; subclass it and set "
+                          "its algorithm = <your Algorithm class>")
+    return config.algorithm
 
 
 def staleness(cfg: DictConfig, backend: str) -> float:
-    """``comm.staleness``: 0 (synchronous), a bound s > 0 (SSP) or inf (asynchronous), which only sync_sgd and
-    local_sgd take, in the simulator or under torchrun with comm=ps and one server (`dane.asynchronous`)."""
+    """``comm.staleness``: 0 (synchronous), a bound s > 0 (SSP) or inf (asynchronous), which only the algorithms
+    whose class says ``asynchronous`` take (sync_sgd, local_sgd), in the simulator or under torchrun with comm=ps
+    and one server (`dane.asynchronous`)."""
     value = cfg.comm.get("staleness", 0)
     if isinstance(value, bool) or not (isinstance(value, int) or value == math.inf) or value < 0:
         raise ConfigError(f"comm.staleness must be an integer >= 0 or inf (fully asynchronous), got {value!r}")
     if value == 0:
         return 0
     shown = "inf" if value == math.inf else value
-    algorithm = cfg.algorithm.get("name")
-    if algorithm not in ASYNC_ALGORITHMS:
-        why = SYNCHRONOUS_ONLY.get(algorithm, f"{algorithm} has no asynchronous form")
+    algorithm, kind = cfg.algorithm.get("name"), algorithm_class(cfg.algorithm)
+    if not kind.asynchronous:
+        why = kind.synchronous_because or f"{algorithm} has no asynchronous form"
+        able = [name for name, known in known_algorithms().items() if known.asynchronous]
         raise ConfigError(f"comm.staleness={shown} with algorithm={algorithm}: {why}; set comm.staleness=0 "
-                          f"(only {' and '.join(ASYNC_ALGORITHMS)} run asynchronously)")
-    if algorithm == "local_sgd" and cfg.algorithm.get("aggregate") == "best":
+                          f"(only {' and '.join(able)} run asynchronously)")
+    if cfg.algorithm.get("aggregate") == "best":  # local SGD's best election
         raise ConfigError(f"comm.staleness={shown} with algorithm.aggregate=best: the election needs all m models of "
                           "one round; use algorithm.aggregate=mean or weighted")
     if backend not in ("local", "ps"):
@@ -191,7 +192,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
             torch_backend=torch_backend(cfg.comm.torch_backend),
             servers=servers,
             elastic=check_elastic(checks.boolean("comm.elastic", cfg.comm.get("elastic", False)), backend,
-                                  cfg.algorithm.get("name")),
+                                  algorithm),
             staleness=stale,
             step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
             worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),

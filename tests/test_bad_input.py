@@ -145,7 +145,7 @@ CASES = [
          expected="comm.staleness must be an integer >= 0 or inf (fully asynchronous), got 'fast'"),
     case("staleness_dane_simulated", "comm.staleness=inf", "workers=2", "sim.topology=ps", *SMALL,
          expected="comm.staleness=inf with algorithm=dane: DANE's local solve needs the global gradient of the same "
-                  "iterate; set comm.staleness=0 (only sync_sgd and local_sgd run asynchronously)"),
+                  "iterate; set comm.staleness=0 (only local_sgd and sync_sgd run asynchronously)"),
     case("staleness_inexact_dane", "algorithm=inexact_dane", "comm.staleness=1", "workers=2", *SMALL,
          expected="comm.staleness=1 with algorithm=inexact_dane: DANE's local solve needs the global gradient"),
     case("staleness_giant", "algorithm=giant", "comm.staleness=1", "workers=2", *SMALL,

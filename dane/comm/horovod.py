@@ -138,7 +138,7 @@ class HorovodOptions:
     def cycle_time_for(problem) -> float:
         """The cycle for ``problem``'s config: `COMPUTE_BOUND_CYCLE_MS` if it says ``compute_bound`` (networks),
         else `LATENCY_BOUND_CYCLE_MS`."""
-        return COMPUTE_BOUND_CYCLE_MS if getattr(problem, "compute_bound", False) else LATENCY_BOUND_CYCLE_MS
+        return COMPUTE_BOUND_CYCLE_MS if problem.compute_bound else LATENCY_BOUND_CYCLE_MS
 
     def apply(self) -> None:
         os.environ.setdefault("HOROVOD_CYCLE_TIME", str(self.cycle_time_ms))

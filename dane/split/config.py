@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import checks
+from ..algorithm import AlgorithmConfig
 from ..errors import ConfigError
 from ..inner import InnerSolver
 
@@ -13,7 +14,7 @@ OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
-class SplitConfig:
+class SplitConfig(AlgorithmConfig):
     """Split training of a network problem: m agents hold bottoms, one server the top (DESIGN.md section 8).
 
     ``cut`` names the model's module after which it is cut (null: the smallest valid
@@ -60,3 +61,9 @@ class SplitConfig:
     def build(self, problem, comm):
         raise ConfigError("algorithm=split runs through dane.launch (dane train algorithm=split ...), "
                           "not as a per-worker algorithm")
+
+    def run_job(self, spec, out_dir: str | None, collect: dict | None) -> dict:
+        """Split learning has a driver of its own (`dane.split.run.run_split`): the whole job; its summary."""
+        from .run import run_split
+
+        return run_split(spec, out_dir, collect)
