@@ -25,38 +25,24 @@ of four values per octave, `snap`).
 
 *Convex problems: μ moves both ways, on evidence* (a trust region's radius, read off the
 steps).  μ starts at the configured floor (0: plain DANE) and changes only when the steps
-say so, by a factor of 2 or 4, so it revisits few values and an exact local solver reuses
-its factorizations:
+say so, by factors of 2 to 4 on the grid, so it revisits few values and an exact local
+solver reuses its factorizations:
 
-- a rejected step: μ up (`moved_mu`, ×4 at first), or `shortening_mu` when that is larger
-  (the μ that shortens the step to the best length of a quadratic through the two
-  objectives and the slope: on a problem whose first steps overshoot far, one rejection
-  instead of several).  From μ = 0 (plain DANE rejected) the shortening μ alone, read off
-  the step that failed, where the δ rule only scales the shards' spread by a constant; the
-  δ rule when the model says nothing (`after_rejection`).  μ never again comes down to a
-  rejected value (on a non-quadratic that memory fades, ÷4 per accepted round);
-- an accepted step that contracts slowly, ‖s_t‖ > 0.25‖s_{t-1}‖ (`slow_ratio`), is read by
-  the cosine c of consecutive steps (`step_ratio_and_cosine`, `mode`).  On a quadratic the
-  error obeys e_{t+1} = (I - M)e_t with M = (1/m)Σ_i η(H_i + μI)⁻¹H, and the slowest mode
-  dominates the steps: c < 0 means an eigenvalue of M above 1 (overshoot, μ too small),
-  c > 0 one below 1 (undershoot, μ too large).  c < -0.3: μ up (from 0: to
-  `balanced_damping`(r)·κ, r = ‖s_t‖/‖s_{t-1}‖, which balances the modes that overshoot by
-  r and by 0 at μ = 0); c > 0.3: μ ← μ/4 (to the floor once below 1e-3 κ, `to_floor`).  A
-  ratio above 0.1 already counts as slow once it has settled (two ratios in a row at one μ
-  within 10%, `settled`), at μ = 0 or on an undershoot: the ratio rises while the slowest
-  mode emerges from the others, so an unsettled one understates r and a jump on it lands
-  low and needs another μ (another factorization), while a settled one is that mode's own
-  rate.  A settled undershoot ρ is the mode's eigenvalue κ/(κ_i + μ) = 1 - ρ of M, so μ
-  goes straight to μ - κρ/(1 - ρ) (`undamp`), where it is 1.  A settled overshoot at μ > 0
-  is left alone: after the balanced jump both extreme modes are meant to contract at that
-  rate.  Slow with no dominant mode (ratio > 0.5, |c| ≤ 0.3): μ moves halfway (in log
-  scale) to the δ rule (`halfway_mu`);
-- a step that contracts fast, or a step at round-off (‖s‖ ≤ `ROUND_OFF_STEP` ulps of the
-  iterate, where the y_i are noise: `round_off_sq`), leaves μ alone.
+- a rejected step: μ up (`moved_mu`), or to `shortening_mu` when that is larger, the μ that
+  shortens the step to the best length of a quadratic model along it; from μ = 0 the
+  shortening μ alone (`after_rejection`).  μ never again comes down to a rejected value
+  (on a non-quadratic that memory fades, ÷4 per accepted round);
+- an accepted step that contracts slowly (`slow_ratio`) is read by the cosine of
+  consecutive steps (`step_ratio_and_cosine`, `mode`).  On a quadratic the error obeys
+  e_{t+1} = (I - M)e_t with M = (1/m)Σ_i η(H_i + μI)⁻¹H, and the slowest mode dominates
+  the steps: an overshoot (an eigenvalue of M above 1) moves μ up, from 0 to
+  `balanced_damping`; an undershoot moves it down (`undamp` once the ratio has `settled`,
+  `to_floor` when negligible); slow with no dominant mode, halfway to the δ rule
+  (`halfway_mu`).  The moves are Rprop's (`rprop_octaves`): a reversal halves the move, so
+  μ settles between the values it bounced off;
+- a step that contracts fast, or a step at round-off (`round_off_sq`, where the y_i are
+  noise), leaves μ alone.
 
-The moves up and down are Rprop's (`rprop_octaves`): a reversal halves the move, so μ
-settles between the values it bounced off.  This replaces a never-decreasing δ rule that
-could not come back down when one unrepresentative shard had inflated the spread early.
 Sources: the accept/reject step is the classic trust-region (Levenberg–Marquardt)
 safeguard; reading over- and undershoot from the sign of consecutive steps is the idea of
 sign-based step-size adaptation (Jacobs' delta-bar-delta, 1988; Rprop).  How far it stays
@@ -64,21 +50,14 @@ from the best fixed μ is measured by ``make bench`` (section ``defaults``) and 
 small instances in tests/test_dane.py.
 
 *Non-convex problems* (``convex=False``, from the problem's ``convex`` attribute: networks
-other than the logistic model) keep the δ rule, made to follow the current landscape
-instead of the worst one seen:
-
-- an iterate is accepted if its objective is at most ``(1 + slack)`` times the lowest
-  accepted objective so far (slack = 0.25), not only if it went down: the loss of a network
-  trained by an inexact, minibatch local solver rises now and then and comes back down the
-  next round; rejecting those rises wastes rounds and raises μ for nothing.  nan or inf is
-  still rejected;
-- after an accepted round ``boost`` is divided by ``shrink`` (2), down to 1, so a rejection
-  (×4) is undone by two accepted rounds (`next_boost`);
-- the spread forgets: ``spread = max(δ_t, decay * spread)`` (decay = 0.5, `remembered_spread`).
-
-On a non-convex loss this is a trust region that keeps the objective bounded, not a
-descent method, and a rejected round may just have drawn unlucky minibatches.
-tests/test_neural.py compares test accuracy with the safeguard on and off.
+other than the logistic model) keep the δ rule, made to follow the current landscape:
+an iterate is accepted if its objective is at most ``(1 + slack)`` times the lowest
+accepted one (slack = 0.25: the loss of a network trained by an inexact, minibatch local
+solver rises now and then and comes back down; nan and inf are still rejected);
+``boost`` is divided by ``shrink`` (2) after an accepted round, down to 1 (`next_boost`);
+the spread decays by ``decay`` (0.5) a round (`remembered_spread`).  This is a trust region
+that keeps the objective bounded, not a descent method; tests/test_neural.py compares test
+accuracy with the safeguard on and off.
 
 *Shared with GIANT* (`baselines.giant`): `model_curvature`, the local models' curvature
 along a step read from its slope, and `to_floor`, a μ negligible against its scale going
@@ -197,7 +176,12 @@ def settled(ratio: float, previous: float | None, settle: float) -> bool:
 def slow_ratio(is_settled: bool, mu: float, cosine: float, *, contraction: float, settled_contraction: float,
                turn: float) -> float:
     """The step ratio above which a step is slow: ``settled_contraction`` for a settled ratio at μ = 0 or on an
-    undershoot (cosine > ``turn``), else ``contraction``.  Source: the package's (module docstring)."""
+    undershoot (cosine > ``turn``), else ``contraction``.
+
+    The ratio rises while the slowest mode emerges from the others, so an unsettled one understates it and a
+    jump on it lands low and needs another μ (another factorization); a settled one is that mode's own rate.
+    A settled overshoot at μ > 0 is left alone: after the balanced jump both extreme modes are meant to
+    contract at that rate.  Source: the package's."""
     return settled_contraction if is_settled and (mu <= 0 or cosine > turn) else contraction
 
 
@@ -297,7 +281,8 @@ def shortening_mu(mu: float, slope: float, step_sq: float, before: float, after:
 
 def after_rejection(mu: float, mu_used: float, short: float) -> float:
     """μ after a rejected step taken with ``mu_used``: the shortening μ ``short`` alone from μ = 0 when the model
-    gives one, else the larger of the rule's μ and it.  Source: the package's (module docstring)."""
+    gives one (read off the step that failed, where the δ rule only scales the shards' spread by a constant),
+    else the larger of the rule's μ ``mu`` and it.  Source: the package's."""
     return short if mu_used <= 0 < short else max(mu, short)
 
 
