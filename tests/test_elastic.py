@@ -100,6 +100,7 @@ def test_every_row_is_in_one_shard_whatever_the_world_size_and_a_rebuilt_shard_i
     assert objectives[3] == pytest.approx(objectives[1], rel=1e-13)
 
 
+@pytest.mark.needs_horovod  # ElasticSession's state is horovod.common.elastic.ObjectState
 @pytest.mark.parametrize("algorithm", ["dane", "gd", "giant", "disco"])
 def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_run(tmp_path, algorithm):
     """Commit, restore and `load_elastic_state` round-trip: rank 0's state on every worker (for DANE, with the
@@ -120,6 +121,7 @@ def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_r
     torch.testing.assert_close(torch.load(run_dir / "iterate.pt"), torch.load(whole / "iterate.pt"), rtol=0, atol=1e-12)
 
 
+@pytest.mark.needs_horovod  # ElasticSession's state is horovod.common.elastic.ObjectState
 def test_an_elastic_run_continues_a_checkpoint_on_disk(tmp_path):
     """resume= with comm.elastic: rank 0's committed part on disk is the first committed state, broadcast to all."""
     whole, run_dir = tmp_path / "whole", tmp_path / "run"
@@ -138,6 +140,7 @@ def test_an_elastic_run_continues_a_checkpoint_on_disk(tmp_path):
     torch.testing.assert_close(torch.load(run_dir / "iterate.pt"), torch.load(whole / "iterate.pt"), rtol=0, atol=1e-12)
 
 
+@pytest.mark.needs_horovod  # ElasticSession's state is horovod.common.elastic.ObjectState
 def test_a_lost_worker_leaves_one_that_redoes_the_uncommitted_rounds_once_and_reaches_the_optimum(tmp_path, capsys):
     run_dir = tmp_path / "run"
     sessions = lose_worker_1(run_dir, fail_at=7, checkpoint_every=3)
@@ -167,6 +170,10 @@ def test_elastic_is_checked_before_any_process_group(monkeypatch):
         run_spec(config(*RIDGE, "comm.elastic=true"))
     with pytest.raises(ConfigError, match="comm.elastic must be true or false"):
         run_spec(config(*RIDGE, "comm.elastic=maybe"))
+
+
+@pytest.mark.needs_horovod  # without Horovod, a launch under horovodrun is refused for that first
+def test_elastic_under_horovodrun_needs_its_elastic_mode_and_an_elastic_algorithm(monkeypatch):
     monkeypatch.setenv("HOROVOD_RANK", "0")
     monkeypatch.setenv("HOROVOD_SIZE", "2")
     with pytest.raises(ConfigError, match="comm.elastic=true needs horovodrun in elastic mode"):

@@ -7,7 +7,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -138,7 +137,7 @@ def test_summary_of_no_runs_is_status_2(tmp_path, capsys):
     assert len(capsys.readouterr().err.splitlines()) == 1
 
 
-def test_sweep_prints_the_summary_command(tmp_path):
+def test_sweep_prints_the_summary_command(tmp_path, dane_command):
     cmd = [sys.executable, "-m", "experiments.simulate", "-m", "workers=1,2", "problem.n_samples=600",
            "problem.dim=20", "rounds=3", f"hydra.sweep.dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=REPO, env=launch_env(None), capture_output=True, text=True, timeout=120)
@@ -146,7 +145,8 @@ def test_sweep_prints_the_summary_command(tmp_path):
     line = proc.stdout.splitlines()[-1]
     assert line == f"sweep: 2 jobs in {tmp_path}; summary: dane figures summary {tmp_path}"
     command = shlex.split(line.split("summary: ", 1)[1])
-    proc = subprocess.run([str(Path(sys.executable).with_name(command[0])), *command[1:], "--json"], cwd=REPO, env=launch_env(None), capture_output=True,
+    assert command[0] == dane_command.name
+    proc = subprocess.run([str(dane_command), *command[1:], "--json"], cwd=REPO, env=launch_env(None), capture_output=True,
                           text=True, timeout=120)
     rows = json.loads(proc.stdout)
     assert [(r["workers"], r["status"]) for r in rows] == [(1, "converged"), (2, "max_rounds")]

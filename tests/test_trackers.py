@@ -42,9 +42,9 @@ def mlflow_run(run_dir, monkeypatch):
     return client, run
 
 
+@pytest.mark.needs_mlflow
+@pytest.mark.needs_tensorboard
 def test_every_tracked_metric_equals_the_jsonl_record(tmp_path, monkeypatch):
-    pytest.importorskip("tensorboard")
-    pytest.importorskip("mlflow")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):  # in this process: no second start-up
         cfg = compose("config", overrides=[*SMALL, "logger=[jsonl,tensorboard,mlflow]", f"out_dir={tmp_path}"])
     execute(run_spec(cfg), str(tmp_path))
@@ -91,6 +91,8 @@ def test_a_missing_extra_is_one_line_and_exit_2(tmp_path):
     assert not (out / "rounds.jsonl").exists()  # refused before anything ran
 
 
+@pytest.mark.needs_mlflow  # check_loggers also refuses a tracker whose package is absent
+@pytest.mark.needs_tensorboard
 def test_logger_names_are_checked():
     assert check_loggers("tensorboard") == ("jsonl", "tensorboard")  # the JSONL log is always written
     assert check_loggers(["mlflow", "jsonl", "mlflow"]) == ("jsonl", "mlflow")

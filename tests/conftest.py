@@ -1,0 +1,72 @@
+"""The optional parts of a stack, for every test file: a test that needs one skips, naming it and how to add it.
+
+dane's own dependencies are always there; these are not:
+
+- ``@pytest.mark.needs_horovod``: ``horovod.torch`` imports and ``horovodrun`` is beside this python
+  (the extra ``dane[horovod]``; `make setup` builds it);
+- ``@pytest.mark.needs_mlflow``, ``@pytest.mark.needs_tensorboard``: the package is installed (the extras
+  ``dane[mlflow]``, ``dane[tensorboard]``; both are in ``dane[dev]``);
+- the fixture ``dane_command``: the console script ``dane`` beside this python, as ``pip install`` of
+  dane writes it into an environment (a checkout run by another interpreter has none).
+
+Tests that need real data skip where they read it (``shared/data``).  `.ci/run` runs the files that
+hold such tests once more in an environment without Horovod, MLflow and TensorBoard, where they must
+skip, not fail.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@functools.cache
+def missing_horovod() -> str | None:
+    """Why Horovod cannot run here, or None."""
+    from dane.synthetic.launchers import have_horovod
+
+    if not have_horovod():
+        return "horovod.torch does not import"
+    if not (Path(sys.executable).parent / "horovodrun").exists():
+        return f"horovodrun is not beside {sys.executable}"
+    return None
+
+
+@functools.cache
+def missing_package(name: str) -> str | None:
+    return None if importlib.util.find_spec(name) is not None else f"{name} is not installed"
+
+
+#: marker -> (why the part is absent or None, how to add it)
+NEEDS = {
+    "needs_horovod": (missing_horovod, "the extra dane[horovod]: make setup builds it"),
+    "needs_mlflow": (functools.partial(missing_package, "mlflow"), "pip install 'dane[mlflow]'"),
+    "needs_tensorboard": (functools.partial(missing_package, "tensorboard"), "pip install 'dane[tensorboard]'"),
+}
+
+
+def pytest_configure(config):
+    for name, (_, fix) in NEEDS.items():
+        config.addinivalue_line("markers", f"{name}: skips where this part of the stack is absent ({fix})")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A skip marker, with every absent part and its fix, on each collected test that needs one (checked once)."""
+    for item in items:
+        absent = [f"{why} ({fix})" for name, (missing, fix) in NEEDS.items()
+                  if item.get_closest_marker(name) is not None and (why := missing()) is not None]
+        if absent:
+            item.add_marker(pytest.mark.skip(reason="; ".join(absent)))
+
+
+@pytest.fixture
+def dane_command() -> Path:
+    """The ``dane`` console script of this environment (beside ``sys.executable``)."""
+    path = Path(sys.executable).with_name("dane")
+    if not path.exists():
+        pytest.skip(f"no dane command beside {sys.executable}: install dane into this environment "
+                    f"(pip install -e . from the checkout)")
+    return path
