@@ -5,6 +5,11 @@ The public names, for notebooks and scripts (see the README's "Python API"):
     import dane
     result = dane.fit(dane.problems.Ridge(X, y, lam=1e-3), "dane", workers=4, rounds=30)
 
+A method of one's own subclasses ``dane.Algorithm`` (its round, and on the class what it
+supports and the columns it reports) and ``dane.AlgorithmConfig`` (its hyperparameters, with
+``algorithm = <the class>``); a yaml with ``_target_`` naming the config, in a folder given
+to ``--config-dir`` as ``algorithm/<name>.yaml``, selects it with ``algorithm=<name>``.
+
 They are imported on first use (PEP 562), so that ``import dane`` costs nothing a run
 does not need: a launched worker imports the modules its run uses and no others.
 """
@@ -21,6 +26,9 @@ _PUBLIC = {
     "ArraySource": "problems.arrays", "Result": "api", "algorithm_config": "api", "fit": "api", "shards": "api",
     "DANE": "dane", "DANEConfig": "dane",
     "LOCAL_SOLVERS": "local_solvers", "LocalSolver": "local_solvers",
+    # to write a method or a problem of one's own (docstrings of dane.algorithm and dane.problems.base)
+    "Algorithm": "algorithm", "AlgorithmConfig": "algorithm", "Column": "algorithm", "known_algorithms": "algorithm",
+    "Problem": "problems.base", "ProblemConfig": "problems.base", "Communicator": "comm", "ConfigError": "errors",
 }
 __all__ = sorted([*_PUBLIC, "problems"])
 

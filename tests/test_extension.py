@@ -1,0 +1,89 @@
+"""A method from outside the package: tests/outside/my_fedprox.py and its yaml, found through --config-dir and
+``_target_``, run in the simulator, under torchrun and through the Python API, against its closed form.
+
+On ridge shards O_i(w) = s ||X_i w - y_i||² + λ||w||², the method's round is
+w_{t+1} = (1/m) Σ_i (2s X_iᵀX_i + (2λ + μ) I)⁻¹ (2s X_iᵀy_i + μ w_t), computed here from the rows alone.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import dane
+from dane.errors import ConfigError
+from dane.problems import RidgeSyntheticConfig
+from dane.results import read_rounds
+from dane.run_config import algorithm_class, staleness
+from helpers import REPO, torchrun, train
+
+OUTSIDE = Path(__file__).resolve().parent / "outside"
+sys.path.insert(0, str(OUTSIDE))
+from my_fedprox import MyFedProx, MyFedProxConfig  # noqa: E402 - the user's own file, from its own folder
+
+N, D, LAM, MU, ROUNDS, M = 600, 8, 0.01, 0.5, 6, 2
+COMMAND = ["--config-dir", str(OUTSIDE / "conf"), "algorithm=my_fedprox", f"algorithm.mu={MU}",
+           "problem=ridge_synthetic", f"problem.n_samples={N}", f"problem.dim={D}", f"problem.lam={LAM}",
+           f"rounds={ROUNDS}", "save_iterate=true"]
+OUTSIDE_ON_PATH = {"PYTHONPATH": os.pathsep.join([str(REPO), str(OUTSIDE)])}
+
+
+def closed_form() -> tuple[list[torch.Tensor], list[float]]:
+    """w_0 = 0, ..., w_ROUNDS of the round in the module docstring, and O(w_t) = (1/m) Σ_i O_i(w_t)."""
+    shards = [RidgeSyntheticConfig(n_samples=N, dim=D, lam=LAM).build(rank, M) for rank in range(M)]
+    eye = torch.eye(D, dtype=torch.float64)
+    w, iterates = torch.zeros(D, dtype=torch.float64), []
+    for _ in range(ROUNDS + 1):
+        iterates.append(w)
+        w = sum(torch.linalg.solve(2 * s.scale * s.X.T @ s.X + (2 * LAM + MU) * eye, 2 * s.scale * s.X.T @ s.y + MU * w)
+                for s in shards) / M
+    objective = [sum(float(s.scale * (s.X @ w - s.y).square().sum() + LAM * w @ w) for s in shards) / M
+                 for w in iterates]
+    return iterates, objective
+
+
+def assert_closed_form(records: list[dict], final: torch.Tensor) -> None:
+    iterates, objective = closed_form()
+    assert [r["round"] for r in records] == list(range(ROUNDS + 1))
+    assert [r["objective"] for r in records] == pytest.approx(objective, rel=1e-12)
+    assert [r["mu"] for r in records[:-1]] == [MU] * ROUNDS
+    assert [r["comm_rounds"] for r in records] == list(range(ROUNDS + 1))  # one allreduce per round
+    torch.testing.assert_close(final, iterates[-1], rtol=1e-12, atol=1e-14)
+
+
+def test_an_outside_algorithm_declares_its_capabilities_and_is_asked_for_them():
+    node = OmegaConf.create({"_target_": "my_fedprox.MyFedProxConfig", "name": "my_fedprox", "mu": MU})
+    assert algorithm_class(node) is MyFedProx and MyFedProxConfig.algorithm is MyFedProx
+    assert not MyFedProx.elastic and not MyFedProx.asynchronous and not MyFedProx.client_sampling
+    cfg = OmegaConf.create({"comm": {"staleness": 1}, "algorithm": node, "sim": {"topology": "ps"}})
+    with pytest.raises(ConfigError, match=r"^comm.staleness=1 with algorithm=my_fedprox: my_fedprox averages local "
+                                          r"solves that all start from w_t; set comm.staleness=0 \(only local_sgd and "
+                                          r"sync_sgd run asynchronously\)$"):
+        staleness(cfg, "local")
+    with pytest.raises(ConfigError, match=r"^algorithm.mu must be a number > 0, got -1$"):
+        MyFedProxConfig(mu=-1)
+
+
+def test_an_outside_algorithm_through_the_python_api_equals_its_closed_form():
+    result = dane.fit(RidgeSyntheticConfig(n_samples=N, dim=D, lam=LAM), MyFedProxConfig(mu=MU), workers=M,
+                      rounds=ROUNDS)
+    assert_closed_form(result.records, result.w)
+
+
+def test_an_outside_algorithm_from_its_yaml_in_the_simulator_equals_its_closed_form(tmp_path):
+    proc = train(*COMMAND, f"workers={M}", f"out_dir={tmp_path}", extra_env=OUTSIDE_ON_PATH)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_closed_form(read_rounds(tmp_path), torch.load(tmp_path / "iterate.pt"))
+    header = next(line for line in proc.stdout.splitlines() if line.split()[:1] == ["round"])
+    assert header.split() == ["round", "time_s", "bytes_sent", "objective", "suboptimality", "grad_norm", "mu"]
+
+
+@pytest.mark.slow  # two launched processes (torchrun): kept out of the fast suite's time budget
+def test_an_outside_algorithm_under_torchrun_equals_its_closed_form(tmp_path):
+    proc = train(*COMMAND, "quiet=true", f"out_dir={tmp_path}", launcher=torchrun(M), extra_env=OUTSIDE_ON_PATH)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_closed_form(read_rounds(tmp_path), torch.load(tmp_path / "iterate.pt"))
