@@ -88,19 +88,20 @@ def committed(run_dir: str | Path) -> dict | None:
 DISK_FULL_OR_READ_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 
 
-def keeps_what_was_written(run_worker):
-    """Decorator of a worker's run ``run_worker(spec, comm, problem, out_dir, ...)``: a write into ``out_dir``
-    that fails (a full or read-only file system; a permission taken away) ends the run with `unwritable`'s one
-    line instead of a traceback.  Records and checkpoints are written whole or not at all (line-buffered
+def keeps_what_was_written(drive):
+    """Decorator of the run loop ``drive(loop, ...)`` (`dane.driver`): a write into ``loop.out_dir`` that fails
+    (a full or read-only file system; a permission taken away) ends the run with `unwritable`'s one line
+    instead of a traceback.  Records and checkpoints are written whole or not at all (line-buffered
     appends, `atomic_write`), so everything written before the failure stays readable and resumable."""
-    @functools.wraps(run_worker)
-    def run(spec, comm, problem, out_dir, *args, **kwargs):
+    @functools.wraps(drive)
+    def run(loop, *args, **kwargs):
         try:
-            return run_worker(spec, comm, problem, out_dir, *args, **kwargs)
+            return drive(loop, *args, **kwargs)
         except OSError as err:
+            out_dir = loop.out_dir
             if not out_dir or isinstance(err, (UserError, ConnectionError)) or not _a_write_into(out_dir, err):
                 raise  # a lost peer (ConnectionError), a data file, one of our own lines
-            raise unwritable(out_dir, err, spec.control.checkpoint_every) from None
+            raise unwritable(out_dir, err, loop.spec.control.checkpoint_every) from None
 
     return run
 

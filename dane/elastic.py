@@ -1,8 +1,8 @@
 r"""Horovod elastic: a run that goes on when workers are lost or added (``comm.elastic=true``).
 
 Started by ``horovodrun --min-np A --max-np B --host-discovery-script S`` (which sets
-``HOROVOD_ELASTIC=1``), `run_elastic` wraps the one run loop (`dane.worker.run_worker` around
-`dane.runner.run`) in ``hvd.elastic.run``.  Every ``checkpoint_every`` rounds (every
+``HOROVOD_ELASTIC=1``), `run_elastic` wraps the one run loop (`dane.driver.drive`, with an
+`ElasticCommit` among its callbacks) in ``hvd.elastic.run``.  Every ``checkpoint_every`` rounds (every
 round when it is 0) each worker commits, in memory, the state from which `dane.runner.run`
 continues exactly (next round, cost counters, first record, early-stopping state, the
 algorithm's state) with the world size that produced it; the commit also asks Horovod
@@ -68,8 +68,10 @@ import time
 from pathlib import Path
 
 from .algorithm import AlgorithmConfig, known_algorithms
+from .callbacks import Callback, Checkpoints
 from .checkpoint import truncate_rounds
 from .comm import Communicator
+from .driver import Loop, drive
 from .errors import ConfigError, say
 from .reference import attach_one
 from .results import LOCK_FILE
@@ -196,9 +198,6 @@ class ElasticSession:
         self.state.progress = copy.deepcopy(progress)
         self.state.commit()
 
-    def annotate(self, record: dict, comm: Communicator) -> None:
-        record["workers"] = comm.size
-
     def summary(self) -> dict:
         """The summary's elastic part; its wall time runs from the run's start, across resets."""
         out = {"elastic": True, "world_size_changes": list(self.state.changes),
@@ -223,12 +222,46 @@ def disk_progress(spec, size: int) -> dict | None:
     return {**load_checkpoint(spec.control.resume, 0, worker_meta(spec, 0, size)), "workers": size}
 
 
+class ElasticCommit(Callback):
+    """The loop's part of a Horovod elastic attempt: start from the state committed in memory, tag every record
+    with its world size, commit every ``checkpoint_every`` rounds (every round when 0), and the summary's part."""
+
+    def __init__(self, session: ElasticSession):
+        self.session = session
+
+    def on_open(self, loop) -> None:
+        loop.continuing = self.session.prepare(loop.comm)  # rank 0 cuts the records back to the committed round
+
+    def on_start(self, loop) -> None:
+        loop.resume = self.session.resume(loop.algo, loop.spec.control.stop, loop.comm)  # may commit round 0: reset
+
+    def on_round(self, loop, record: dict) -> None:
+        record["workers"] = loop.comm.size
+
+    def on_checkpoint(self, loop, state: dict) -> None:
+        self.session.commit({**state, "workers": loop.comm.size})  # in memory; raises Horovod's reset signals
+
+    def on_end(self, loop, summary: dict) -> None:
+        summary.update(self.session.summary())
+
+
+def run_attempt(spec, comm: Communicator, problem, session: ElasticSession, setup_s: float = 0.0,
+                collect: dict | None = None) -> dict:
+    """One attempt of an elastic run on this worker's ``problem``: the run loop from the committed state."""
+    from .worker import worker_callbacks, worker_meta
+
+    loop = Loop(spec, spec.algorithm.build(problem, comm), comm, session.out_dir, problem, setup_s=setup_s,
+                checkpoint_every=spec.control.checkpoint_every or 1)
+    start = [Checkpoints(spec.control, worker_meta(spec, comm.rank, comm.size), load=False), ElasticCommit(session)]
+    return drive(loop, worker_callbacks(spec, loop, collect, start=start))
+
+
 def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
-    """`dane.launch.execute` under ``comm.elastic=true``: the run loop inside ``hvd.elastic.run``."""
+    """The elastic run kind (``comm.elastic=true``): the run loop inside ``hvd.elastic.run``."""
     import horovod.torch as hvd
 
     from .comm.horovod import HorovodCommunicator
-    from .worker import build_problem, run_worker
+    from .worker import build_problem
 
     hvd.init()
     progress = disk_progress(spec, hvd.size()) if hvd.rank() == 0 else None  # rank 0's is broadcast to all
@@ -238,12 +271,10 @@ def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
     def attempt(state) -> dict:  # state is session.state, synced from rank 0 by hvd.elastic.run
         comm = HorovodCommunicator(init=False)
         problem, setup_s = build_problem(spec, comm.rank, comm.size, time.perf_counter)
-        release = getattr(spec.problem, "release", None)
-        if release is not None:
-            release()
+        spec.problem.release()
         attach_one(spec.problem, problem, comm)
         comm.reset_clock()
-        return run_worker(spec, comm, problem, session.out_dir, time.perf_counter(), setup_s, collect, elastic=session)
+        return run_attempt(spec, comm, problem, session, setup_s, collect)
 
     try:
         return attempt(session.state)

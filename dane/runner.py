@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from .algorithm import Algorithm
 from .errors import ConfigError
 from .projection import ROUND_OFF, Trend, fit
@@ -228,8 +230,7 @@ def restore_cost(comm, cost: dict) -> None:
     if group is not None:  # the simulator: its clock is the simulated parallel time
         group.clock = float(cost["time_s"])
     else:
-        comm.reset_clock()
-        comm._t0 -= float(cost["time_s"])
+        comm.restore_clock(float(cost["time_s"]))
 
 
 def start_state(algo: Algorithm, stop: StopRule) -> dict:
@@ -239,9 +240,23 @@ def start_state(algo: Algorithm, stop: StopRule) -> dict:
             "divergence": DivergenceWatch(stop).state_dict(), "algorithm": algo.state_dict()}
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """How `run` ended: this call's ``records``, the ``status``, the ``iterate`` the last record describes and
+    ``stopped_by``, the test that ended the run (`StopRule.stopped_by`).  Unpacks as ``records, status``."""
+
+    records: list[dict]
+    status: str
+    iterate: torch.Tensor
+    stopped_by: str
+
+    def __iter__(self):
+        return iter((self.records, self.status))
+
+
 def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
         resume: dict | None = None, on_checkpoint: Callable[[dict], None] | None = None,
-        checkpoint_every: int = 0) -> tuple[list[dict], str]:
+        checkpoint_every: int = 0) -> RunResult:
     """Run rounds until ``stop`` says so; every record describes iterate w_t and what it cost to reach.
 
     Round t's metrics are measured inside round t's first allreduce, and its time and
@@ -249,12 +264,12 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
 
     Every ``checkpoint_every`` rounds, ``on_checkpoint`` receives the state from which
     ``run(..., resume=state)`` continues exactly as the uninterrupted run would: the next
-    round, the cost counters, the first record, the early-stopping state and
-    ``algo.state_dict()``.  Only the records of this call are returned.  Afterwards
-    ``algo.reported_iterate`` is the iterate the last record describes (w_t when a stop
-    rule fired on round t's own metrics; on a round DANE's safeguard rejected, the
-    records describe the last accepted iterate instead), and ``algo.stopped_by`` names
-    the test that ended the run (`StopRule.stopped_by`).
+    round, the cost counters, the first record, the early-stopping state, the divergence
+    window and ``algo.state_dict()``.  Only the records of this call are returned
+    (`RunResult`), with the iterate the last record describes (w_t when a stop rule fired
+    on round t's own metrics; on a round DANE's safeguard rejected, the records describe
+    the last accepted iterate instead) and the test that ended the run.  The algorithm is
+    only stepped and evaluated: nothing is set on it.
 
     An algorithm whose answer is final before the cap (one-shot averaging) says so with a
     ``finished`` attribute, None until then and afterwards (status, why): the run ends on
@@ -291,19 +306,22 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                            "divergence": rising.state_dict(), "algorithm": algo.state_dict()})
     # A run stopped by a round's metrics has already moved past the iterate they describe.
-    algo.reported_iterate = w_t if w_t is not None else algo.iterate
+    iterate = w_t if w_t is not None else algo.iterate
+    return RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first))
+
+
+def why_stopped(algo: Algorithm, stop: StopRule, status: str, records: list[dict], first: dict | None) -> str:
+    """`RunResult.stopped_by`: the test that ended the run, the algorithm's own reason (``finished``) and,
+    at the round cap, its ``diagnosis``."""
     done = getattr(algo, "finished", None)
     if records and done is not None and status == done[0]:
         measure = stop.measure(records[-1], first)
-        algo.stopped_by = done[1] + ("" if measure is None else f"; {measure}" +
-                                     (f", above {measure.target_label}" if measure.target_label else ""))
-    else:
-        algo.stopped_by = stop.stopped_by(status, records[-1], first, records) if records else status
-        diagnosis = getattr(algo, "diagnosis", None)  # duck-typed runs (a split-learning run) may lack it
-        said = diagnosis(records) if status == "max_rounds" and records and diagnosis is not None else None
-        if said:
-            algo.stopped_by += f"; {said}"
-    return records, status
+        return done[1] + ("" if measure is None else f"; {measure}" +
+                          (f", above {measure.target_label}" if measure.target_label else ""))
+    said = stop.stopped_by(status, records[-1], first, records) if records else status
+    diagnosis = getattr(algo, "diagnosis", None)  # duck-typed runs (a split-learning run) may lack it
+    extra = diagnosis(records) if status == "max_rounds" and records and diagnosis is not None else None
+    return f"{said}; {extra}" if extra else said
 
 
 def finished(algo: Algorithm) -> str | None:

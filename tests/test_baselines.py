@@ -185,22 +185,30 @@ def test_osa_is_the_mean_of_the_local_optima_and_stops_after_its_one_round():
     """w_1 is the mean of the local optima; the run ends on w_1's record (round 1, one allreduce) with status
     one_shot, not max_rounds, and says why, whatever the cap; with tol met by w_1 it ends converged."""
     problems = ridge_shards()
-    results = simulate(OSAConfig(), problems, rounds=10)
+
+    def osa(comm):
+        algo = OSAConfig().build(problems[comm.rank], comm)
+        iterates = [algo.iterate.clone()]  # on_round(record t) sees w_{t+1}
+        result = run(algo, StopRule(rounds=10), lambda record: iterates.append(algo.iterate.clone()))
+        return algo, result, iterates
+    results = ThreadGroup(M).run(osa)
     expected = sum(local_optimum(p) for p in problems) / len(problems)
-    for algo, records, iterates in results:
+    for algo, result, iterates in results:
+        records = result.records
         assert torch.allclose(algo.iterate, expected, rtol=0, atol=1e-12)
-        assert torch.equal(algo.reported_iterate, algo.iterate) and torch.equal(iterates[1], algo.iterate)
+        assert torch.equal(result.iterate, algo.iterate) and torch.equal(iterates[1], algo.iterate)
         assert [r["round"] for r in records] == [0, 1]
-    algo, records, _ = results[0]
+    algo, result, _ = results[0]
+    records = result.records
     assert records[-1]["comm_rounds"] == 1  # w_1 cost the one average
     assert 0 < records[1]["suboptimality"] < records[0]["suboptimality"]
     optimum = records[1]["objective"] - records[1]["suboptimality"]
     relative = records[1]["suboptimality"] / abs(optimum)
-    assert algo.stopped_by == f"the one-shot average is final; suboptimality {relative:.1e} x |O*|"
+    assert result.stopped_by == f"the one-shot average is final; suboptimality {relative:.1e} x |O*|"
 
     def worker(comm, stop):
-        algo = OSAConfig().build(problems[comm.rank], comm)
-        return run(algo, stop)[1], algo.stopped_by
+        result = run(OSAConfig().build(problems[comm.rank], comm), stop)
+        return result.status, result.stopped_by
     loose = relative * 1.01  # w_1 within tol: converged, at the same round
     assert ThreadGroup(M).run(lambda comm: worker(comm, StopRule(rounds=10, tol=1e-12)))[0] == \
         ("one_shot", f"the one-shot average is final; suboptimality {relative:.1e} x |O*|, above tol 1e-12")

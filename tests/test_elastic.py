@@ -17,10 +17,9 @@ import pytest
 import torch
 
 from dane.comm import LocalCommunicator, ThreadGroup
-from dane.elastic import ElasticSession, disk_progress
+from dane.elastic import ElasticSession, disk_progress, run_attempt
 from dane.errors import ConfigError
 from dane.faults import SimulatedFault
-from dane.worker import run_worker
 from dane.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 from helpers import BIN, REPO, env, train
@@ -51,9 +50,8 @@ def attempt(spec, sessions, out_dir, size: int) -> dict:
     """One pass of the elastic run loop on ``size`` workers (threads; one plain worker when size is 1)."""
     problems = [spec.problem.build(rank, size, spec.control.dtype) for rank in range(size)]
     if size == 1:
-        return run_worker(spec, LocalCommunicator(), problems[0], str(out_dir), time.perf_counter(), elastic=sessions[0])
-    return ThreadGroup(size).run(lambda comm: run_worker(spec, comm, problems[comm.rank], str(out_dir),
-                                                      time.perf_counter(), elastic=sessions[comm.rank]))[0]
+        return run_attempt(spec, LocalCommunicator(), problems[0], sessions[0])
+    return ThreadGroup(size).run(lambda comm: run_attempt(spec, comm, problems[comm.rank], sessions[comm.rank]))[0]
 
 
 def lose_worker_1(out_dir, fail_at: int, checkpoint_every: int, *overrides: str) -> list[ElasticSession]:

@@ -19,12 +19,11 @@ class Scripted:
 
     class Comm:
         bytes_sent = calls = 0
-        _t0 = 0.0  # what `restore_cost` moves back on a resume
 
         def elapsed(self):
             return 0.0
 
-        def reset_clock(self):
+        def restore_clock(self, elapsed):
             pass
 
     def __init__(self, values, optimum=None):
@@ -83,14 +82,14 @@ def test_a_run_above_its_start_in_diverge_after_of_twice_as_many_rounds_is_diver
     line = "objective above its round-0 value in 5 of the last 10 rounds"
     # round:   0    1    2    3    4    5    6    7    8    9
     values = [1.0, 0.9, 1.1, 1.2, 0.99, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8]
-    records, status = run(algo := Scripted(values), StopRule(rounds=30, diverge_after=5))
+    records, status = result = run(Scripted(values), StopRule(rounds=30, diverge_after=5))
     assert status == "diverged" and records[-1]["round"] == 7  # above 1.0 at 2, 3, 5, 6, 7 (five running: 9)
-    assert algo.stopped_by == line
+    assert result.stopped_by == line
     # a cycle between a point below the start and one above it (plain DANE on breast_cancer logistic, m=4,
     # 0.610 <-> 1.366 from 0.693): never five rounds running, five of ten by round 10
     cycle = [0.693] + [0.610, 1.366] * 10
-    records, status = run(algo := Scripted(cycle), StopRule(rounds=30, diverge_after=5))
-    assert status == "diverged" and records[-1]["round"] == 10 and algo.stopped_by == line
+    records, status = result = run(Scripted(cycle), StopRule(rounds=30, diverge_after=5))
+    assert status == "diverged" and records[-1]["round"] == 10 and result.stopped_by == line
     # a rise for a round or two now and then (ADMM's consensus point, AIDE's extrapolation) is not divergence
     bumps = [1.0, 1.2, 1.1, 0.9, 0.8, 0.7, 1.05, 0.6, 0.5, 0.4, 1.01, 0.3, 0.2, 0.1, 1.02, 0.05]
     records, status = run(Scripted(bumps), StopRule(rounds=len(bumps) - 1, diverge_after=5))
@@ -100,11 +99,11 @@ def test_a_run_above_its_start_in_diverge_after_of_twice_as_many_rounds_is_diver
 
 
 def test_a_rise_past_blowup_or_a_non_finite_objective_stops_at_once():
-    records, status = run(algo := Scripted([2.0, 3.0, 2.0e4 + 1.0, 1.0]), StopRule(rounds=10, blowup=1e4))
+    records, status = result = run(Scripted([2.0, 3.0, 2.0e4 + 1.0, 1.0]), StopRule(rounds=10, blowup=1e4))
     assert status == "diverged" and records[-1]["round"] == 2  # 20001 > 1e4 x max(1, 2) = 20000
-    assert algo.stopped_by == "|objective| > 10000 x max(1, |objective at round 0|)"
-    records, status = run(algo := Scripted([2.0, math.nan]), StopRule(rounds=10))
-    assert status == "diverged" and records[-1]["round"] == 1 and algo.stopped_by == "objective not finite"
+    assert result.stopped_by == "|objective| > 10000 x max(1, |objective at round 0|)"
+    records, status = result = run(Scripted([2.0, math.nan]), StopRule(rounds=10))
+    assert status == "diverged" and records[-1]["round"] == 1 and result.stopped_by == "objective not finite"
 
 
 def test_the_divergence_count_survives_a_checkpoint():
@@ -194,39 +193,39 @@ def test_a_run_at_its_cap_says_how_many_more_rounds_its_rate_needs():
     optimum, rate = 2.0, 0.9
     subopts = [1e-2 * rate ** t for t in range(31)]
     stop = StopRule(rounds=30, tol=1e-8)
-    records, status = run(algo := Scripted([optimum + v for v in subopts], optimum=optimum), stop)
+    records, status = result = run(Scripted([optimum + v for v in subopts], optimum=optimum), stop)
     trend = stop.trend(records, records[0])
     assert status == "max_rounds" and trend.rate == pytest.approx(rate, rel=1e-9) and trend.span == 20
     assert trend.value == records[-1]["suboptimality"] == pytest.approx(subopts[30], rel=1e-9)  # (2 + v) - 2: round-off
     assert trend.target == pytest.approx(1e-8 * optimum, rel=1e-12)
     more = math.ceil(math.log(1e-8 * optimum / subopts[30]) / math.log(rate))
     assert trend.more_rounds() == more == 95
-    assert algo.stopped_by == (f"rounds = 30; suboptimality {subopts[30] / optimum:.1e} x |O*|, shrinking 0.90x per "
+    assert result.stopped_by == (f"rounds = 30; suboptimality {subopts[30] / optimum:.1e} x |O*|, shrinking 0.90x per "
                                "round over the last 20 rounds: about 95 more rounds to tol 1e-08 (try rounds=130)")
     # tol_abs binding: the absolute target, shown in absolute units
-    records, _ = run(algo := Scripted([optimum + v for v in subopts], optimum=optimum),
+    records, _ = result = run(Scripted([optimum + v for v in subopts], optimum=optimum),
                      StopRule(rounds=30, tol_abs=1e-6))
-    assert algo.stopped_by.endswith(f"about {math.ceil(math.log(1e-6 / subopts[30]) / math.log(rate))} more rounds "
+    assert result.stopped_by.endswith(f"about {math.ceil(math.log(1e-6 / subopts[30]) / math.log(rate))} more rounds "
                                     "to tol_abs 1e-06 (try rounds=88)")
-    assert f"suboptimality {subopts[30]:.1e}," in algo.stopped_by
+    assert f"suboptimality {subopts[30]:.1e}," in result.stopped_by
 
 
 def test_a_stalled_or_growing_run_at_its_cap_says_so_and_projects_nothing():
     flat = [2.0 + 1e-3 * (1 + 1e-5 * (-1) ** t) for t in range(31)]  # moves log v by far less than 1 % over 20 rounds
-    records, _ = run(algo := Scripted(flat, optimum=2.0), StopRule(rounds=30, tol=1e-8))
-    assert algo.stopped_by == "rounds = 30; suboptimality 5.0e-04 x |O*|, stalled (no progress over the last 20 rounds)"
+    records, _ = result = run(Scripted(flat, optimum=2.0), StopRule(rounds=30, tol=1e-8))
+    assert result.stopped_by == "rounds = 30; suboptimality 5.0e-04 x |O*|, stalled (no progress over the last 20 rounds)"
     growing = [2.0 + 1e-3 * 1.05 ** t for t in range(31)]
-    records, _ = run(algo := Scripted(growing, optimum=2.0), StopRule(rounds=30, tol=1e-8, diverge_after=None))
-    assert algo.stopped_by == (f"rounds = 30; suboptimality {1e-3 * 1.05 ** 30 / 2:.1e} x |O*|, not contracting "
+    records, _ = result = run(Scripted(growing, optimum=2.0), StopRule(rounds=30, tol=1e-8, diverge_after=None))
+    assert result.stopped_by == (f"rounds = 30; suboptimality {1e-3 * 1.05 ** 30 / 2:.1e} x |O*|, not contracting "
                                "(growing 1.050x per round over the last 20 rounds)")
     assert StopRule(rounds=30, tol=1e-8).trend(records, records[0]).more_rounds() is None
-    records, _ = run(algo := Scripted(growing[:2], optimum=2.0), StopRule(rounds=1, tol=1e-8))
-    assert algo.stopped_by == "rounds = 1"  # two records, one round: too few to fit
+    records, _ = result = run(Scripted(growing[:2], optimum=2.0), StopRule(rounds=1, tol=1e-8))
+    assert result.stopped_by == "rounds = 1"  # two records, one round: too few to fit
     # converged as far as float64 goes (no tol set): 20 ulps of O* = 2 is the objective's round-off, not a stall
     at_floor = [2.0 + 2.0 ** -52 * 40 * (1 + 0.5 * (-1) ** t) for t in range(31)]
-    records, _ = run(algo := Scripted(at_floor, optimum=2.0), StopRule(rounds=30))
-    assert algo.stopped_by.startswith("rounds = 30; suboptimality ") and \
-        algo.stopped_by.endswith(" x |O*|, at the objective's round-off (set tol to stop sooner)"), algo.stopped_by
+    records, _ = result = run(Scripted(at_floor, optimum=2.0), StopRule(rounds=30))
+    assert result.stopped_by.startswith("rounds = 30; suboptimality ") and \
+        result.stopped_by.endswith(" x |O*|, at the objective's round-off (set tol to stop sooner)"), result.stopped_by
 
 
 def test_a_slow_but_steady_run_is_projected_over_the_later_half_not_called_stalled():
@@ -235,12 +234,12 @@ def test_a_slow_but_steady_run_is_projected_over_the_later_half_not_called_stall
     optimum, rate = 2.0, 0.9997
     subopts = [1e-3 * rate ** t for t in range(101)]
     stop = StopRule(rounds=100, tol=1e-8)
-    records, _ = run(algo := Scripted([optimum + v for v in subopts], optimum=optimum), stop)
+    records, _ = result = run(Scripted([optimum + v for v in subopts], optimum=optimum), stop)
     trend = stop.trend(records, records[0])
     assert trend.span == 50 and trend.rate == pytest.approx(rate, rel=1e-9)
     more = math.ceil(math.log(1e-8 * optimum / subopts[100]) / math.log(rate))
     assert trend.more_rounds() == more and 35_000 < more < 37_000
-    assert algo.stopped_by == (f"rounds = 100; suboptimality {subopts[100] / optimum:.1e} x |O*|, shrinking 0.99970x "
+    assert result.stopped_by == (f"rounds = 100; suboptimality {subopts[100] / optimum:.1e} x |O*|, shrinking 0.99970x "
                                f"per round over the last 50 rounds: about {round(more, -3):,} more rounds to tol 1e-08 "
                                f"(try rounds={-(-(100 + more) // 1000) * 1000})")
 
@@ -248,14 +247,14 @@ def test_a_slow_but_steady_run_is_projected_over_the_later_half_not_called_stall
 def test_without_a_reference_the_projection_reads_the_gradient_norm():
     """grad_norm 5 x 0.8^t, tol 1e-12 of round 0's: ceil(log(1e-12 / 0.8^25) / log 0.8) more rounds."""
     grads = [5.0 * 0.8 ** t for t in range(26)]
-    records, status = run(algo := ScriptedGradient([1.0 / (t + 1) for t in range(26)], grads),
+    records, status = result = run(ScriptedGradient([1.0 / (t + 1) for t in range(26)], grads),
                           StopRule(rounds=25, tol=1e-12))
     more = math.ceil(math.log(1e-12 / 0.8 ** 25) / math.log(0.8))
     assert status == "max_rounds" and more == 99
-    assert algo.stopped_by == (f"rounds = 25; grad_norm {0.8 ** 25:.1e} x its round-0 value, shrinking 0.80x per "
+    assert result.stopped_by == (f"rounds = 25; grad_norm {0.8 ** 25:.1e} x its round-0 value, shrinking 0.80x per "
                                "round over the last 20 rounds: about 99 more rounds to tol 1e-12 (try rounds=130)")
-    records, _ = run(algo := ScriptedGradient([1.0] * 26, grads), StopRule(rounds=25))  # no tol: the rate alone
-    assert algo.stopped_by == (f"rounds = 25; grad_norm {0.8 ** 25:.1e} x its round-0 value, shrinking 0.80x per "
+    records, _ = result = run(ScriptedGradient([1.0] * 26, grads), StopRule(rounds=25))  # no tol: the rate alone
+    assert result.stopped_by == (f"rounds = 25; grad_norm {0.8 ** 25:.1e} x its round-0 value, shrinking 0.80x per "
                                "round over the last 20 rounds")
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from ..worker import run_worker
+from ..driver import Loop, drive
+from ..worker import worker_callbacks
 from .protocol import work
-from .updates import LOG_FIELDS, Update, keep_updates, log_stats, round_stats
+from .updates import LOG_FIELDS, KeepUpdates, Update, log_stats, round_stats
 
 
 class Replay:
@@ -70,7 +71,8 @@ class ReplayView:
 
 
 def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s: float, collect: dict | None) -> dict:
-    """A worker of a real asynchronous run (`dane.asynchronous.protocol`), then its records (`dane.worker.run_worker`).
+    """A worker of a real asynchronous run (`dane.asynchronous.protocol`), then its records (the run loop,
+    `dane.driver.drive`, over the replayed iterates).
 
     The algorithm is built while the servers still answer the synchronous protocol (local_sgd's
     lr=null takes one allreduce); the workers then end that loop, run the asynchronous phase,
@@ -82,6 +84,6 @@ def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s
     results = work(comm, algo, algo.updates_per_round, slowdown)
     log = [Update(**{k: (v if k == "time" else int(v)) for k, v in zip(LOG_FIELDS, row)}) for row in results["log"]]
     replay = Replay(algo, comm, results, log, algo.updates_per_round, spec.comm.staleness)
-    summary = run_worker(spec, replay.comm, problem, out_dir, start, setup_s, collect, algo=replay)
-    keep_updates(log, out_dir if comm.rank == 0 else None, collect)
-    return summary
+    loop = Loop(spec, replay, replay.comm, out_dir, problem, start=start, setup_s=setup_s,
+                checkpoint_every=spec.control.checkpoint_every)
+    return drive(loop, worker_callbacks(spec, loop, collect, end=(KeepUpdates(log, collect),)))

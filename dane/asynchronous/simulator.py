@@ -38,9 +38,10 @@ import torch
 from ..comm import ParameterServerCost, Stragglers, ThreadGroup
 from ..comm.threads import Meter, ThreadCPUTime, meter_for
 from ..errors import ConfigError
+from ..driver import Loop, drive
 from ..reference import attach_all
-from ..worker import build_problem, run_worker
-from .updates import Update, keep_updates, log_stats, round_stats
+from ..worker import build_problem, worker_callbacks
+from .updates import KeepUpdates, Update, log_stats, round_stats
 
 class AsyncServer(Protocol):
     w: torch.Tensor
@@ -150,7 +151,7 @@ class EventSimulator:
 
 
 class ServerView:
-    """The simulated run as the round loop (`dane.runner.run`) and `dane.worker.run_worker` see one worker's communicator.
+    """The simulated run as the round loop (`dane.driver.drive`) sees one worker's communicator.
 
     ``bytes_sent`` and ``calls`` are the workers' means; ``elapsed`` is the simulated time of
     the server's current version; ``allreduce_mean`` returns its input, because the
@@ -182,7 +183,7 @@ class ServerView:
 
 
 class _GroupTimes:
-    """The simulated totals that `dane.worker.run_worker` reads from a `ThreadGroup` for the summary."""
+    """The simulated totals that `dane.callbacks.SimulatedCost` reads from a `ThreadGroup` for the summary."""
 
     compute_clock = "sim_step_time"  # a step's compute is modelled (``sim.step_time``), not measured
 
@@ -210,7 +211,7 @@ class AllWorkers:
 
     def __getattr__(self, name: str):
         value = getattr(self._problems[0], name)  # AttributeError when absent: hasattr() stays truthful
-        if name == "confusion_matrix":
+        if name == "confusion_matrix" and value is not None:
             return lambda w: torch.stack([p.confusion_matrix(w) for p in self._problems]).sum(0) / len(self._problems)
         return value
 
@@ -257,7 +258,8 @@ def build_workers(spec, problems: Sequence) -> tuple[list, ThreadGroup]:
 
 
 def run_async(spec, out_dir: str | None, collect: dict | None) -> dict:
-    """Simulate ``spec`` asynchronously; rank 0's driver (`dane.worker.run_worker`) writes ``out_dir``.
+    """The asynchronous simulator's run kind: ``spec`` simulated event by event, through the run loop
+    (`dane.driver.drive`) with an algorithm worker's callbacks; ``out_dir`` as a synchronous run's.
 
     Besides the usual records and summary, ``out_dir`` gets ``updates.jsonl``, one line per server update.
     """
@@ -271,9 +273,8 @@ def run_async(spec, out_dir: str | None, collect: dict | None) -> dict:
     server = spec.algorithm.async_server(workers[0].iterate.detach().clone(),
                                          [float(algo.problem.n_local) for algo in workers])
     sim = EventSimulator(workers, server, staleness=net.staleness, cost=net.cost, stragglers=net.stragglers,
-                         step_time=net.step_time, meter=meter_for(getattr(p, "device", "cpu") for p in problems))
+                         step_time=net.step_time, meter=meter_for(p.device for p in problems))
     run = AsyncRun(workers, group, sim)
-    summary = run_worker(spec, run.comm, AllWorkers(problems), out_dir, time.perf_counter(), max(setups), collect,
-                     algo=run)
-    keep_updates(sim.log, out_dir, collect)
-    return summary
+    loop = Loop(spec, run, run.comm, out_dir, AllWorkers(problems), setup_s=max(setups),
+                checkpoint_every=spec.control.checkpoint_every)
+    return drive(loop, worker_callbacks(spec, loop, collect, end=(KeepUpdates(sim.log, collect),)))

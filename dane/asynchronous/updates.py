@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..callbacks import Callback
 from ..results import atomic_write_text
 
 UPDATES_FILE = "updates.jsonl"
@@ -78,3 +79,13 @@ def keep_updates(log: Sequence[Update], out_dir: str | None, collect: dict | Non
         atomic_write_text(os.path.join(out_dir, UPDATES_FILE), "".join(json.dumps(asdict(u)) + "\n" for u in log))
     if collect is not None:
         collect["updates"] = list(log)
+
+
+class KeepUpdates(Callback):
+    """The run loop's last step of an asynchronous run: `keep_updates` of the server's update log (rank 0 writes it)."""
+
+    def __init__(self, log: Sequence[Update], collect: dict | None):
+        self.log, self.collect = log, collect
+
+    def on_end(self, loop, summary: dict) -> None:
+        keep_updates(self.log, loop.out_dir if loop.comm.rank == 0 else None, self.collect)

@@ -28,6 +28,7 @@ class Communicator(ABC):
 
     rank: int = 0
     size: int = 1
+    is_server: bool = False  # a parameter server's process (`dane.comm.ps_server`) serves instead of running rounds
 
     def __init__(self) -> None:
         self.bytes_sent = 0
@@ -70,6 +71,15 @@ class Communicator(ABC):
 
     def reset_clock(self) -> None:
         self._t0 = time.perf_counter()
+
+    def restore_clock(self, elapsed: float) -> None:
+        """Go on from ``elapsed`` seconds (a resumed run's clock): `elapsed` reads ``elapsed`` now."""
+        self.reset_clock()
+        self._t0 -= elapsed
+
+    def summary_entries(self) -> dict:
+        """What this backend adds to a run's summary (a parameter server's counters); nothing by default."""
+        return {}
 
     @abstractmethod
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]: ...

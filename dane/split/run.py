@@ -1,26 +1,25 @@
 """A split run from its `RunSpec`: the simulator (``workers=m``, one process) or torchrun (m agents + 1 server).
 
-`run_split` is what `dane.launch.execute` calls for ``algorithm=split``.  Rank 0 drives
-the package's round loop (`dane.runner.run`) and writes the package's records
-(``rounds.jsonl``, one record per epoch; ``summary.json``; ``confusion.json``;
-``iterate.pt`` with ``save_iterate``), the checkpoints (``checkpoint_every``: one part per
+`run_split` is the run kind `dane.kinds` picks for ``algorithm=split``.  Rank 0 drives the
+package's one run loop (`dane.driver.drive`) over `SplitRun` (a round is an epoch), with
+the callbacks every run has (``rounds.jsonl``, ``summary.json``, the display, the API's
+``collect``) and split learning's own: the checkpoints (``checkpoint_every``: one part per
 agent, rank 0's with the run's state and the server's; the same layout in both kinds of
-run) and the closing line.
+run), the summary's cut and link entries, ``confusion.json``, ``iterate.pt`` with
+``save_iterate``, and the closing line.
 """
 from __future__ import annotations
 
 import contextlib
-import os
-import time
 
 import torch
 
-from ..checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint, truncate_rounds
+from ..callbacks import Callback, Checkpoints, Collect, Display, Records, display, save_iterate
+from ..checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint
 from ..confusion import write_confusion
+from ..driver import Loop, drive as run_loop
 from ..errors import ConfigError
 from ..faults import inject_faults, worker_lost
-from ..results import SUMMARY_FILE, RunWriter, atomic_write
-from ..runner import run
 from .links import DistLink, SimLink
 from .training import CHECKPOINT, STOP, SplitClock, SplitRun, build_parties, follow, load_agents
 
@@ -89,40 +88,27 @@ def meta(spec, rank: int) -> dict:
 
 
 def drive(spec, algo: SplitRun, out_dir: str | None, collect: dict | None) -> dict:
-    """Rank 0: the round loop, the records, the checkpoints, the summary and the closing line."""
-    control, start = spec.control, time.perf_counter()
-    resume = load_checkpoint(control.resume, 0, meta(spec, 0)) if control.resume is not None else None
-    writer = None
+    """Rank 0: the run loop over ``algo``'s epochs with split learning's callbacks; returns the summary."""
+    control = spec.control
+    loop = Loop(spec, algo, algo.comm, out_dir, backend="simulator" if spec.comm.backend == "local" else spec.comm.backend,
+                checkpoint_every=control.checkpoint_every)
+    callbacks: list[Callback] = [SplitCheckpoints(control, meta(spec, 0)), SplitEnd()]
+    if collect is not None:
+        callbacks.append(Collect(collect))
     if out_dir:
-        if resume is not None:
-            truncate_rounds(out_dir, resume["round"])
-        overwrite = control.overwrite or (control.restart_unfinished and
-                                          not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
-        writer = RunWriter(out_dir, resume=resume is not None, overwrite=overwrite)
-    try:  # the directory stays this run's until its summary is written
-        return run_rounds(spec, algo, out_dir, collect, resume, writer, start)
-    finally:
-        if writer is not None:
-            writer.close()
-
-
-def run_rounds(spec, algo: SplitRun, out_dir: str | None, collect: dict | None, resume: dict | None,
-               writer: RunWriter | None, start: float) -> dict:
-    """`drive`'s rounds, checkpoints, summary and closing line, with ``writer`` holding ``out_dir``."""
-    from ..worker import display
-
-    control, m = spec.control, spec.comm.workers
-    if writer is not None and control.config_text:
-        writer.write_text("config.yaml", control.config_text)
+        callbacks += [SplitOutputs(), Records(control)]
     show = display(control)
+    if show is not None:
+        callbacks += [Display(control, show, preamble=False), SplitClosingLine()]
+    return run_loop(loop, callbacks)
 
-    def on_round(record: dict) -> None:
-        if writer is not None:
-            writer.write_round(record)
-        if show is not None:
-            show(record)
 
-    def on_checkpoint(state: dict) -> None:
+class SplitCheckpoints(Checkpoints):
+    """`Checkpoints` of a split run: rank 0 writes its part with the run's state and, in the simulator, every
+    agent's; launched, it commands the agents to write theirs and waits for each before the commit."""
+
+    def on_checkpoint(self, loop, state: dict) -> None:
+        algo, out_dir, m = loop.algo, loop.out_dir, loop.comm.size
         if not out_dir:
             return
         if algo.launched:
@@ -130,64 +116,54 @@ def run_rounds(spec, algo: SplitRun, out_dir: str | None, collect: dict | None, 
         for key, agent_part in state["algorithm"]["agents"].items():  # the simulator writes every agent's part
             if key != "0":
                 save_checkpoint(out_dir, int(key), {"round": state["round"], "algorithm": {"agents": {key: agent_part}}},
-                                meta(spec, int(key)))
-        save_checkpoint(out_dir, 0, state, meta(spec, 0))
+                                meta(loop.spec, int(key)))
+        save_checkpoint(out_dir, 0, state, self.meta)
         if algo.launched:
             for rank in range(1, m):
                 algo.link.recv_control((1,), torch.int64, rank)  # that agent's part is on disk
-        commit_checkpoint(out_dir, state["round"], m, control.config_text)
-
-    try:
-        records, status = run(algo, control.stop, on_round, resume=resume, on_checkpoint=on_checkpoint,
-                              checkpoint_every=control.checkpoint_every)
-    finally:
-        if writer is not None:
-            writer.finish_rounds()
-        if hasattr(show, "close"):
-            show.close()
-    algo.command(STOP)
-    summary = make_summary(spec, algo, records, status, start, resume)
-    if collect is not None:
-        collect.update(records=records, w=algo.iterate.clone(), summary=summary)
-    if writer is not None:
-        write_confusion(out_dir, algo.confusion(), f"split ({spec.algorithm.schedule}) on {spec.problem.name}, "
-                                                   f"{m} agent(s), epoch {records[-1]['round']}")
-        if control.save_iterate:  # the uncut model's weights at the last record, as every other algorithm writes them
-            iterate = algo.iterate.clone()
-            atomic_write(os.path.join(out_dir, "iterate.pt"), lambda f: torch.save(iterate, f))
-        writer.write_summary(summary)
-    if show is not None:
-        last = records[-1]
-        print(f"split ({spec.algorithm.schedule}, cut {algo.info['cut']}) on {spec.problem.name}, {m} agent(s), "
-              f"{summary['backend']}: {status} after {last['round']} epochs, test accuracy {last['test_accuracy']:.4f}, "
-              f"{summary['total_bytes']} bytes sent, {summary['time_s']:.3f} s" + (f" -> {out_dir}" if out_dir else ""),
-              flush=True)
-    return summary
+        commit_checkpoint(out_dir, state["round"], m, self.control.config_text)
 
 
-def make_summary(spec, algo: SplitRun, records: list[dict], status: str, start: float, resume: dict | None) -> dict:
-    last, config, info = records[-1], spec.algorithm, algo.info
+class SplitEnd(Callback):
+    """After the last epoch: the followers stop, and the summary gets the cut, the parts' sizes, the data and the
+    bytes per link (and, simulated, the cost model)."""
+
+    def on_end(self, loop, summary: dict) -> None:
+        loop.algo.command(STOP)
+        summary.update(split_entries(loop.spec, loop.algo, loop.records[-1]))
+
+
+def split_entries(spec, algo: SplitRun, last: dict) -> dict:
+    config, info = spec.algorithm, algo.info
     parts = info["parts"]
     count = lambda module: sum(p.numel() for p in module.parameters()) if module is not None else 0  # noqa: E731
-    summary = {
-        "algorithm": "split", "problem": spec.problem.name, "workers": spec.comm.workers,
-        "backend": "simulator" if spec.comm.backend == "local" else spec.comm.backend, "status": status,
-        "rounds": last["round"], "final_objective": last["objective"], "final_suboptimality": None,
-        "final_relative_suboptimality": None,
-        "final_test_loss": last["test_loss"], "final_test_accuracy": last["test_accuracy"],
-        "total_bytes": last["bytes_sent"], "comm_rounds": last["comm_rounds"], "time_s": last["time_s"],
-        "wall_time_s": time.perf_counter() - start, "stop_rule": control_rule(spec, last),
+    entries = {
         "schedule": config.schedule, "labels": config.labels, "cut": info["cut"], "cut_share": info["cut_share"],
         "cut_width": info["cut_width"], "bottom_params": count(parts.bottom), "top_params": count(parts.top),
         "head_params": count(parts.head), "data": info["data"].info(),
         "bytes_by_link": dict(algo.bytes_by_link),  # the whole run's, a resumed one's included
     }
-    if resume is not None:
-        summary["resumed_from_round"] = resume["round"]
     if spec.comm.backend == "local":
-        summary.update(simulated_time_s=last["time_s"], **spec.comm.cost.describe())
-    return summary
+        entries.update(simulated_time_s=last["time_s"], **spec.comm.cost.describe())
+    return entries
 
 
-def control_rule(spec, record: dict) -> str | None:
-    return spec.control.stop.rule(record)
+class SplitOutputs(Callback):
+    """The test confusion matrix of the trained model and, with ``save_iterate``, the uncut model's weights at the
+    last record, as every other algorithm writes them."""
+
+    def on_end(self, loop, summary: dict) -> None:
+        spec, algo = loop.spec, loop.algo
+        write_confusion(loop.out_dir, algo.confusion(), f"split ({spec.algorithm.schedule}) on {spec.problem.name}, "
+                                                        f"{loop.comm.size} agent(s), epoch {loop.records[-1]['round']}")
+        if spec.control.save_iterate:
+            save_iterate(loop.out_dir, loop.iterate)
+
+
+class SplitClosingLine(Callback):
+    def on_end(self, loop, summary: dict) -> None:
+        spec, last = loop.spec, loop.records[-1]
+        print(f"split ({spec.algorithm.schedule}, cut {loop.algo.info['cut']}) on {spec.problem.name}, "
+              f"{loop.comm.size} agent(s), {summary['backend']}: {loop.status} after {last['round']} epochs, "
+              f"test accuracy {last['test_accuracy']:.4f}, {summary['total_bytes']} bytes sent, "
+              f"{summary['time_s']:.3f} s" + (f" -> {loop.out_dir}" if loop.out_dir else ""), flush=True)

@@ -105,6 +105,10 @@ class SplitClock:
     def reset_clock(self) -> None:
         self._t0 = time.perf_counter()
 
+    def restore_clock(self, elapsed: float) -> None:
+        """Go on from ``elapsed`` seconds (a resumed launched run's clock)."""
+        self._t0 = time.perf_counter() - elapsed
+
 
 def epoch_fields(stats: dict) -> dict:
     """One epoch's counters as record fields: bytes and messages per link kind, the time split, the epoch loss."""

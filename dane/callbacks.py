@@ -1,0 +1,253 @@
+"""What happens around a round, as small objects the run loop (`dane.driver.drive`) calls at fixed points.
+
+The loop calls every callback's hooks in list order, as Lightning's fit loop calls its
+callbacks:
+
+- ``on_open(loop)``: before anything is written (where the run starts; the run directory);
+- ``on_start(loop)``: just before round 0 (or the resumed round);
+- ``on_round(loop, record)``: after each round's record (the stop rule has already read it);
+- ``on_checkpoint(loop, state)``: every ``checkpoint_every`` rounds, with the state `dane.runner.run`
+  continues from;
+- ``on_rounds_end(loop)``: once the rounds are over, however they ended;
+- ``on_end(loop, summary)``: after the rounds, in order, each adds its keys to ``summary`` or writes
+  what it keeps (the summary's writer and the closing line come last);
+- ``on_close(loop)``: always, last (the run directory's lock is released here).
+
+``loop`` is the run's `dane.driver.Loop`: spec, communicator, algorithm, the records so far, the
+result.  A callback holds what it needs from the spec, and nothing else calls back into the loop.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import yaml
+
+from .algorithm import Algorithm
+from .checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint, truncate_rounds
+from .confusion import write_confusion
+from .errors import say
+from .faults import inject_faults
+from .progress import RoundBar, RoundTable
+from .results import SUMMARY_FILE, RunWriter, atomic_write
+from .trackers import open_trackers
+from . import timeline
+
+
+class Callback:
+    """A hook at every fixed point of the run loop; each does nothing unless overridden."""
+
+    def on_open(self, loop) -> None: ...
+
+    def on_start(self, loop) -> None: ...
+
+    def on_round(self, loop, record: dict) -> None: ...
+
+    def on_checkpoint(self, loop, state: dict) -> None: ...
+
+    def on_rounds_end(self, loop) -> None: ...
+
+    def on_end(self, loop, summary: dict) -> None: ...
+
+    def on_close(self, loop) -> None: ...
+
+
+class Faults(Callback):
+    """``sim.fail_at`` (and the test-only kill): lose this worker at a planned round (`dane.faults.inject_faults`)."""
+
+    def __init__(self, faults: tuple[tuple[int, int], ...]):
+        self.faults = faults
+
+    def on_round(self, loop, record: dict) -> None:
+        inject_faults(self.faults, loop.comm.rank, record["round"], loop.out_dir)
+
+
+class Checkpoints(Callback):
+    """Checkpoints on disk (`dane.checkpoint`): resume from ``resume=``'s committed round, write this rank's
+    part every ``checkpoint_every`` rounds and (rank 0) commit it once every part is on disk.  With
+    ``load=False`` (Horovod elastic, which starts from its state in memory) the run does not start from disk."""
+
+    def __init__(self, control, meta: dict, *, load: bool = True):
+        self.control, self.meta, self.load = control, meta, load
+
+    def on_open(self, loop) -> None:
+        if self.control.resume is None or not self.load:
+            return
+        loop.resume = load_checkpoint(self.control.resume, loop.comm.rank, self.meta)
+        loop.continuing, loop.resumed_from = True, loop.resume["round"]
+        if loop.comm.rank == 0:
+            truncate_rounds(self.control.resume, loop.resume["round"])  # rank 0 cuts the records back to it
+
+    def on_checkpoint(self, loop, state: dict) -> None:
+        if loop.out_dir and self.control.checkpoint_every:
+            save_checkpoint(loop.out_dir, loop.comm.rank, state, self.meta)
+            loop.comm.barrier()  # every rank's part is on disk before the round is committed
+            if loop.comm.rank == 0:
+                commit_checkpoint(loop.out_dir, state["round"], loop.comm.size, self.control.config_text)
+
+    def on_end(self, loop, summary: dict) -> None:
+        if loop.resumed_from is not None:
+            summary["resumed_from_round"] = loop.resumed_from
+
+
+class Records(Callback):
+    """Rank 0's run directory (`dane.results.RunWriter`): config.yaml, every record, the summary; the
+    trackers beside rounds.jsonl get each record once it is on disk."""
+
+    def __init__(self, control):
+        self.control = control
+
+    def on_open(self, loop) -> None:
+        control = self.control
+        overwrite = control.overwrite or (control.restart_unfinished and
+                                          not os.path.exists(os.path.join(loop.out_dir, SUMMARY_FILE)))
+        loop.writer = RunWriter(loop.out_dir, resume=loop.continuing, overwrite=overwrite)  # on_close releases it
+        if control.config_text:
+            loop.writer.write_text("config.yaml", control.config_text)
+        if len(control.logger) > 1:
+            loop.writer.attach(open_trackers(control.logger, loop.out_dir,
+                                             config=yaml.safe_load(control.config_text) or {},
+                                             continuing=loop.continuing, mlflow_uri=control.mlflow_uri))
+
+    def on_round(self, loop, record: dict) -> None:
+        loop.writer.write_round(loop.reported(record))
+
+    def on_rounds_end(self, loop) -> None:
+        if loop.writer is not None:
+            loop.writer.finish_rounds()
+
+    def on_end(self, loop, summary: dict) -> None:
+        loop.writer.write_summary(summary)
+
+    def on_close(self, loop) -> None:
+        if loop.writer is not None:
+            loop.writer.close()
+
+
+class Display(Callback):
+    """Rank 0's per-round display (the table or a progress bar); with ``preamble``, the problem's notes first and
+    the stop rule above the first record."""
+
+    def __init__(self, control, show, *, preamble: bool = True):
+        self.stop, self.show, self.preamble = control.stop, show, preamble
+
+    def on_open(self, loop) -> None:
+        for note in loop.problem.notes if self.preamble else ():
+            say(f"note: {note}")
+
+    def on_round(self, loop, record: dict) -> None:
+        record = loop.reported(record)
+        if self.preamble and len(loop.seen) == 1:  # the records' keys now say which test tol applies to
+            say(f"stop: {' or '.join(filter(None, (self.stop.rule(record), f'{self.stop.rounds} rounds')))}")
+        self.show(record)
+
+    def on_rounds_end(self, loop) -> None:
+        if isinstance(self.show, RoundBar):
+            self.show.close()
+
+
+def display(control, algorithm=Algorithm):
+    """Rank 0's per-round display: the table (with ``algorithm``'s columns), a progress bar, or nothing (None)."""
+    if control.quiet or control.progress == "none":
+        return None
+    if control.progress == "bar" or (control.progress == "auto" and sys.stderr.isatty()):
+        return RoundBar(control.stop.rounds)
+    return RoundTable(control.print_every, algorithm=algorithm)
+
+
+class Timeline(Callback):
+    """Where the process's time went (`dane.timeline`) and the worker's own set-up time, in the summary."""
+
+    def on_start(self, loop) -> None:
+        timeline.mark("round0")
+
+    def on_rounds_end(self, loop) -> None:
+        timeline.mark("end")
+
+    def on_end(self, loop, summary: dict) -> None:
+        summary.update(setup_s=loop.setup_s, timeline=timeline.phases())
+
+
+class ProblemFacts(Callback):
+    """The last gradient norm and what the problem says of its data (notes, ``data_info``), in the summary."""
+
+    def on_end(self, loop, summary: dict) -> None:
+        summary["final_grad_norm"] = loop.records[-1].get("grad_norm")
+        if loop.problem.notes:
+            summary["notes"] = list(loop.problem.notes)
+        if loop.problem.data_info is not None:
+            summary["data"] = loop.problem.data_info
+
+
+class SimulatedCost(Callback):
+    """The simulator's clocks: simulated parallel time, its compute and communication parts, and the cost model."""
+
+    def on_end(self, loop, summary: dict) -> None:
+        group = loop.comm.group  # a `dane.comm.ThreadGroup`, or the asynchronous simulator's totals
+        summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
+                       simulated_comm_s=group.comm_time, simulated_compute_clock=group.compute_clock,
+                       **group.cost.describe())
+
+
+class Collect(Callback):
+    """The Python API's ``collect``: rank 0's records, the last record's iterate and the summary."""
+
+    def __init__(self, collect: dict):
+        self.collect = collect
+
+    def on_end(self, loop, summary: dict) -> None:
+        if loop.comm.rank == 0 and loop.status != "interrupted":
+            self.collect.update(records=loop.records, w=loop.iterate.detach().clone(), summary=summary)
+
+
+class FinalState(Callback):
+    """The test confusion matrix (a classifier) and, with ``save_iterate``, the final iterate (rank 0 writes both).
+
+    The confusion matrix is one more allreduce after the last record, so no logged cost includes it; every
+    rank joins it.
+    """
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def on_end(self, loop, summary: dict) -> None:
+        spec, comm, out_dir = self.spec, loop.comm, loop.out_dir if loop.writer is not None else None
+        if loop.problem.confusion_matrix is not None and loop.status not in ("diverged", "interrupted"):
+            (counts,) = comm.allreduce_mean([loop.problem.confusion_matrix(loop.iterate)])
+            if out_dir is not None:
+                write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
+                                                         f"{comm.size} worker(s), round {loop.records[-1]['round']}")
+        if out_dir is not None and spec.control.save_iterate and loop.status != "interrupted":
+            save_iterate(out_dir, loop.iterate)
+
+
+def save_iterate(out_dir: str, iterate: torch.Tensor) -> None:
+    """``out_dir``/iterate.pt, the last record's iterate, written atomically (an OSError when the disk is full)."""
+    iterate = iterate.detach().clone()
+    atomic_write(os.path.join(out_dir, "iterate.pt"), lambda f: torch.save(iterate, f))
+
+
+class CommEntries(Callback):
+    """What the backend adds to the summary (`dane.comm.Communicator.summary_entries`; comm=ps: the servers'
+    busy time and per-link traffic, a collective that every worker joins)."""
+
+    def on_end(self, loop, summary: dict) -> None:
+        summary.update(loop.comm.summary_entries())
+
+
+class ClosingLine(Callback):
+    """Rank 0's closing line: how the run ended, its final metrics, its traffic and time."""
+
+    def on_end(self, loop, summary: dict) -> None:
+        final, relative = summary["final_suboptimality"], summary["final_relative_suboptimality"]
+        tail = f"final suboptimality {final:.3e}" if final is not None else \
+            f"final objective {summary['final_objective']:.8e}"
+        if relative is not None:
+            tail += f" ({relative:.1e} x |O*|)"
+        if "final_test_accuracy" in summary:
+            tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
+        print(f"{summary['algorithm']} on {summary['problem']}, {loop.comm.size} worker(s), {summary['backend']}: "
+              f"{summary['status']} ({summary['stopped_by']}) after {summary['rounds']} rounds, {tail}, "
+              f"{summary['total_bytes']} bytes sent, {summary['time_s']:.3f} s"
+              + (f" -> {loop.out_dir}" if loop.out_dir else ""), flush=True)

@@ -1,0 +1,154 @@
+"""The one run loop: every kind of run (`dane.kinds`) hands it one rank's round object and its callbacks.
+
+`drive` opens the run (`dane.callbacks`: where it starts, the run directory), runs the
+rounds through `dane.runner.run`, calling each callback at the same fixed points, and ends
+it: the summary (`base_summary` plus what each callback adds), the final state, the
+closing line.  Convex and network runs, the simulator and launched workers, Horovod
+elastic, split learning and asynchronous runs differ only in the round object and the
+callbacks their kind passes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .checkpoint import keeps_what_was_written
+from .comm.threads import Interrupted
+from .problems.linear_models import in_target_units
+from .runner import RunResult, run
+from .spec import RunSpec
+
+
+@dataclass
+class Loop:
+    """One rank's run as the callbacks see it.
+
+    ``algo`` is the round object `dane.runner.run` drives (an `Algorithm`, or a split or
+    asynchronous run behind the same interface) and ``comm`` its communicator.  The
+    callbacks set ``resume`` (the state the rounds continue from), ``continuing`` (the run
+    directory continues earlier records), ``resumed_from`` and ``writer``; the loop keeps
+    ``seen`` (this call's raw records, for an interrupted run) and ``result``.
+    """
+
+    spec: RunSpec
+    algo: Any
+    comm: Any
+    out_dir: str | None
+    problem: Any = None
+    backend: str = ""  # as the summary names it; by default "simulator" or the spec's backend
+    start: float = field(default_factory=time.perf_counter)
+    setup_s: float = 0.0
+    checkpoint_every: int = 0
+    resume: dict | None = None
+    continuing: bool = False
+    resumed_from: int | None = None
+    writer: Any = None
+    seen: list[dict] = field(default_factory=list)
+    result: RunResult | None = None
+
+    def __post_init__(self) -> None:
+        if not self.backend:
+            self.backend = "simulator" if self.spec.comm.simulated else self.spec.comm.backend
+
+    @property
+    def units(self) -> tuple[float, float] | None:
+        """A standardized target's (mean, scale): records and the iterate are reported in the target's units."""
+        return None if self.problem is None else self.problem.target_units
+
+    def reported(self, record: dict) -> dict:
+        """``record`` as written and shown: in the target's units (a copy; the stop rule keeps the record it read)."""
+        return in_target_units(record, self.units)
+
+    @property
+    def records(self) -> list[dict]:
+        return [self.reported(r) for r in self.result.records]
+
+    @property
+    def status(self) -> str:
+        return self.result.status
+
+    @property
+    def iterate(self) -> torch.Tensor:
+        """The iterate the last record describes, in the target's units."""
+        units = self.units
+        return self.result.iterate if units is None else self.result.iterate * units[1]
+
+
+@keeps_what_was_written  # a full or read-only out_dir: one line saying what it keeps and how to go on
+def drive(loop: Loop, callbacks: list) -> dict:
+    """Run ``loop``'s rounds with ``callbacks`` at their fixed points (`dane.callbacks`); returns the summary.
+
+    The run directory stays this run's (its lock held) until the summary is written.
+    """
+    try:
+        for callback in callbacks:
+            callback.on_open(loop)
+        for callback in callbacks:
+            callback.on_start(loop)
+        rounds(loop, callbacks)
+        summary = base_summary(loop)
+        for callback in callbacks:
+            callback.on_end(loop, summary)
+        return summary
+    finally:
+        for callback in callbacks:
+            callback.on_close(loop)
+
+
+def rounds(loop: Loop, callbacks: list) -> None:
+    """The rounds, from ``loop.resume`` (None: round 0); a Ctrl-C in the simulator ends them as ``interrupted``."""
+
+    def on_round(record: dict) -> None:
+        loop.seen.append(record)
+        for callback in callbacks:
+            callback.on_round(loop, record)
+
+    def on_checkpoint(state: dict) -> None:
+        for callback in callbacks:
+            callback.on_checkpoint(loop, state)
+
+    try:
+        loop.result = run(loop.algo, loop.spec.control.stop, on_round, resume=loop.resume,
+                          on_checkpoint=on_checkpoint, checkpoint_every=loop.checkpoint_every)
+    except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
+        if not loop.seen:
+            raise
+        loop.result = RunResult(loop.seen, "interrupted", loop.algo.iterate, "interrupted")
+    finally:
+        for callback in callbacks:
+            callback.on_rounds_end(loop)
+
+
+def base_summary(loop: Loop) -> dict[str, Any]:
+    """summary.json's entries that every kind of run has, from its last record and its clock."""
+    spec, last = loop.spec, loop.records[-1]
+    summary: dict[str, Any] = {
+        "algorithm": spec.algorithm.name,
+        "problem": spec.problem.name,
+        "workers": loop.comm.size,
+        "backend": loop.backend,
+        "status": loop.status,
+        "rounds": last["round"],
+        "final_objective": last["objective"],
+        "final_suboptimality": last.get("suboptimality"),
+        "final_relative_suboptimality": relative_suboptimality(last),
+        "total_bytes": last["bytes_sent"],
+        "comm_rounds": last["comm_rounds"],
+        "time_s": last["time_s"],
+        "wall_time_s": time.perf_counter() - loop.start,
+        "stop_rule": spec.control.stop.rule(last),
+        "stopped_by": loop.result.stopped_by,
+    }
+    summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
+    return summary
+
+
+def relative_suboptimality(record: dict) -> float | None:
+    """(O(w) − O*)/|O*| of a record with a suboptimality (O* = objective − suboptimality); None without one or at O* = 0."""
+    if record.get("suboptimality") is None:
+        return None
+    optimum = abs(record["objective"] - record["suboptimality"])
+    return record["suboptimality"] / optimum if optimum > 0 else None

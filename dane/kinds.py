@@ -1,0 +1,148 @@
+"""The kinds of run, as a registry: which one a `RunSpec` is, and how each starts its workers.
+
+Every kind ends in the one run loop (`dane.driver.drive`) on each of its workers; they
+differ in how the workers come to be (threads of the simulator, launched processes, a
+Horovod elastic job, split learning's agents and server, an event-driven asynchronous
+simulation) and in the round object and callbacks they hand the loop.  `kind_of` returns
+the first kind, in registration order, whose test the spec passes; a new kind is one
+`register` call.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .comm import Communicator, ThreadGroup, make_communicator
+from .comm.launcher_signals import LauncherTerminated
+from .comm.threads import meter_for
+from .errors import say
+from .faults import RunInterrupted, worker_lost
+from .reference import attach_all, attach_one
+from .spec import RunSpec
+from .worker import build_problem, run_worker
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """``name``: how the docs call it; ``applies(spec)``: is ``spec`` of this kind; ``run(spec, out_dir, collect)``:
+    the run, returning the summary on every rank; ``diverged_raises``: a diverged run ends in a `DivergenceError`."""
+
+    name: str
+    applies: Callable[[RunSpec], bool]
+    run: Callable[[RunSpec, str | None, dict | None], dict]
+    diverged_raises: bool = True
+
+
+KINDS: list[RunKind] = []
+
+
+def register(name: str, applies: Callable[[RunSpec], bool], *, diverged_raises: bool = True):
+    """Decorator: add the decorated ``run(spec, out_dir, collect)`` to `KINDS` as a kind called ``name``."""
+    def add(run: Callable[[RunSpec, str | None, dict | None], dict]):
+        KINDS.append(RunKind(name, applies, run, diverged_raises))
+        return run
+
+    return add
+
+
+def kind_of(spec: RunSpec) -> RunKind:
+    """The first registered kind whose test ``spec`` passes (the last, a launched run, takes every spec)."""
+    return next(kind for kind in KINDS if kind.applies(spec))
+
+
+@register("own driver", lambda spec: spec.algorithm.run_job is not None, diverged_raises=False)
+def own_driver(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+    """A method that runs the whole job itself (its config's ``run_job``): split learning (`dane.split.run`),
+    one network cut between agents and a server, whose rank 0 drives the same run loop."""
+    return spec.algorithm.run_job(spec, out_dir, collect)
+
+
+@register("asynchronous simulator", lambda spec: spec.comm.asynchronous and spec.comm.backend == "local")
+def asynchronous_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+    """Asynchronous or stale-synchronous workers simulated event by event (`dane.asynchronous.simulator`)."""
+    from .asynchronous.simulator import run_async
+
+    return run_async(spec, out_dir, collect)
+
+
+@register("simulator", lambda spec: spec.comm.simulated)
+def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+    """m workers as threads of this process (`dane.comm.ThreadGroup`), timed by the cost model.
+
+    A Ctrl-C stops every worker at its next collective; the summary says ``interrupted`` and
+    the run ends with `RunInterrupted` (exit status 130).
+    """
+    m = spec.comm.workers
+    torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
+    problems, setups = zip(*(build_problem(spec, rank, m, time.thread_time) for rank in range(m)))
+    attach_all(spec.problem, problems)
+    group = ThreadGroup(m, spec.comm.cost, spec.comm.stragglers,
+                        meter_for(problem.device for problem in problems))
+    start = time.perf_counter()
+    summary = group.run(lambda comm: run_worker(spec, comm, problems[comm.rank], out_dir, start, max(setups),
+                                                collect))[0]
+    if group.interrupted:
+        where = f"; records so far are in {out_dir}" if out_dir else ""
+        at = f" after round {summary['rounds']}" if summary is not None else ""
+        interrupted = RunInterrupted(f"interrupted{at}{where}")
+        say(interrupted)
+        raise interrupted
+    return summary
+
+
+@register("elastic", lambda spec: spec.comm.elastic)
+def elastic(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+    """Horovod elastic (`dane.elastic`): the workers that remain go on when one is lost."""
+    from .elastic import run_elastic
+
+    return run_elastic(spec, out_dir, collect)
+
+
+@register("launched", lambda spec: True)
+def launched(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+    """One process of a horovodrun or torchrun job; under ``comm=ps`` also a parameter server's process, which
+    serves and returns its counters (it has no records of its own)."""
+    comm = make_communicator(spec.comm.backend, torch_backend=spec.comm.torch_backend, servers=spec.comm.servers)
+    lost = None
+    try:
+        if comm.is_server:
+            return serve(spec, comm)
+        out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's
+        return launched_worker(spec, comm, out_dir, collect)
+    except (RuntimeError, LauncherTerminated) as exc:  # the latter a BaseException: no except Exception takes it
+        lost = worker_lost(exc, "a parameter server" if comm.is_server else f"worker {comm.rank}", out_dir,
+                           spec.control.checkpoint_every)
+        if lost is None:
+            raise
+    finally:
+        with contextlib.suppress(RuntimeError) if lost is not None else contextlib.nullcontext():
+            comm.shutdown()  # after a lost peer, a shutdown that talks to it fails too
+    raise lost from None
+
+
+def serve(spec: RunSpec, comm) -> dict:
+    """A parameter server's part (comm=ps): it answers the workers until they shut it down; its counters."""
+    if spec.comm.asynchronous:  # asynchronous: set-up, the workers' pushes, then their evaluations
+        from .asynchronous.protocol import AsyncServer
+
+        comm.serve()
+        AsyncServer(comm, spec).serve()
+    return comm.serve()
+
+
+def launched_worker(spec: RunSpec, comm: Communicator, out_dir: str | None, collect: dict | None) -> dict:
+    """One launched worker's run: its summary."""
+    problem, setup_s = build_problem(spec, comm.rank, comm.size, time.perf_counter)
+    spec.problem.release()  # one process, one worker: keep only this worker's shard in memory
+    attach_one(spec.problem, problem, comm)
+    comm.barrier()
+    comm.reset_clock()
+    if spec.comm.asynchronous:
+        from .asynchronous.replay import run_async_ps
+
+        return run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
+    return run_worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)

@@ -1,0 +1,147 @@
+"""The one run loop (`dane.driver.drive`) and the callbacks around a round (`dane.callbacks`): the fixed points
+in their order, what each callback adds, and a round object that nothing sets attributes on."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from dane.baselines import GDConfig
+from dane.callbacks import Callback, Checkpoints, ClosingLine, Collect, Display, Records
+from dane.comm import LocalCommunicator
+from dane.driver import Loop, drive
+from dane.problems import RidgeSyntheticConfig
+from dane.reference import attach_one
+from dane.progress import RoundTable
+from dane.runner import StopRule, run
+from dane.spec import Communication, RunControl, RunSpec
+
+ROUNDS = 4
+
+
+def spec(**control) -> RunSpec:
+    return RunSpec(problem=RidgeSyntheticConfig(n_samples=200, dim=5), algorithm=GDConfig(),
+                   comm=Communication(workers=1), control=RunControl(**{"stop": StopRule(rounds=ROUNDS), **control}))
+
+
+def loop_for(run_spec: RunSpec, out_dir=None, checkpoint_every: int = 0) -> Loop:
+    comm = LocalCommunicator()
+    run_spec.problem.prepare()
+    problem = run_spec.problem.build(0, 1, torch.float64)
+    attach_one(run_spec.problem, problem, comm)
+    return Loop(run_spec, run_spec.algorithm.build(problem, comm), comm, out_dir, problem,
+                checkpoint_every=checkpoint_every)
+
+
+class Events(Callback):
+    """Writes down every call the loop makes, with the round of records and checkpoints."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.events: list[str] = []
+        self.fail_at = fail_at
+
+    def on_open(self, loop):
+        self.events.append("open")
+
+    def on_start(self, loop):
+        self.events.append("start")
+
+    def on_round(self, loop, record):
+        self.events.append(f"round {record['round']}")
+        if record["round"] == self.fail_at:
+            raise RuntimeError("lost")
+
+    def on_checkpoint(self, loop, state):
+        self.events.append(f"checkpoint {state['round']}")
+
+    def on_rounds_end(self, loop):
+        self.events.append("rounds end")
+
+    def on_end(self, loop, summary):
+        self.events.append("end")
+        summary["seen_by_events"] = len(loop.seen)
+
+    def on_close(self, loop):
+        self.events.append("close")
+
+
+def test_the_loop_calls_every_callback_at_its_fixed_points_in_order():
+    events = Events()
+    summary = drive(loop_for(spec(), checkpoint_every=2), [events])
+    # a checkpoint follows rounds 1 and 3 (the state to continue at rounds 2 and 4), none after the cap
+    assert events.events == ["open", "start", "round 0", "round 1", "checkpoint 2", "round 2", "round 3",
+                             "checkpoint 4", "round 4", "rounds end", "end", "close"]
+    assert summary["seen_by_events"] == ROUNDS + 1 and summary["rounds"] == ROUNDS
+
+
+def test_a_failing_round_still_ends_the_rounds_and_closes_every_callback():
+    events = Events(fail_at=2)
+    with pytest.raises(RuntimeError, match="lost"):
+        drive(loop_for(spec()), [events])
+    assert events.events == ["open", "start", "round 0", "round 1", "round 2", "rounds end", "close"]
+
+
+def test_the_summary_is_the_last_record_and_the_result_of_the_run():
+    loop = loop_for(spec())
+    summary = drive(loop, [])
+    last = loop.records[-1]
+    assert summary["rounds"] == last["round"] == ROUNDS and summary["status"] == loop.status == "max_rounds"
+    assert summary["final_objective"] == last["objective"] and summary["final_suboptimality"] == last["suboptimality"]
+    optimum = last["objective"] - last["suboptimality"]
+    assert summary["final_relative_suboptimality"] == pytest.approx(last["suboptimality"] / abs(optimum), rel=1e-15)
+    assert summary["total_bytes"] == last["bytes_sent"] == 0 and summary["comm_rounds"] == last["comm_rounds"]
+    assert summary["stopped_by"] == loop.result.stopped_by and summary["stopped_by"].startswith(f"rounds = {ROUNDS}")
+    assert summary["backend"] == "local" and summary["workers"] == 1
+
+
+def test_run_returns_the_iterate_and_the_reason_and_sets_nothing_on_the_algorithm():
+    loop = loop_for(spec(stop=StopRule(rounds=50, tol=1e-3)))
+    before = set(vars(loop.algo))
+    result = run(loop.algo, loop.spec.control.stop)
+    records, status = result  # unpacks as before
+    assert status == result.status == "converged" and records is result.records
+    assert set(vars(loop.algo)) == before  # no reported_iterate, no stopped_by
+    # the run stopped on round t's metrics, after step t moved on: the result holds w_t, the record's iterate
+    assert not torch.equal(result.iterate, loop.algo.iterate)
+    assert result.stopped_by == "suboptimality <= 0.001 x |O*|"
+
+
+def test_records_and_collect_write_what_the_run_returns(tmp_path, capsys):
+    run_spec = spec(quiet=False, config_text="a: 1\n")
+    loop, collect = loop_for(run_spec, str(tmp_path)), {}
+    summary = drive(loop, [Collect(collect), Records(run_spec.control), Display(run_spec.control, RoundTable()),
+                           ClosingLine()])
+    lines = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert lines == collect["records"] == loop.records and len(lines) == ROUNDS + 1
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert {k: v for k, v in written.items() if k != "provenance"} == summary == collect["summary"]
+    assert (tmp_path / "config.yaml").read_text() == "a: 1\n" and not (tmp_path / ".lock").exists()
+    assert torch.equal(collect["w"], loop.result.iterate)
+    out, err = capsys.readouterr()
+    assert err.count("stop: ") == 1 and out.splitlines()[-1].startswith(f"gd on ridge_synthetic, 1 worker(s), local: "
+                                                                        f"max_rounds (rounds = {ROUNDS}")
+
+
+def test_checkpoints_resume_the_run_at_its_committed_round_as_if_never_stopped(tmp_path):
+    whole = loop_for(spec())
+    drive(whole, [])
+    first = spec(checkpoint_every=2)
+    loop = loop_for(first, str(tmp_path), checkpoint_every=2)
+    drive(loop, [Checkpoints(first.control, {"run": "test"}), Records(first.control)])
+    resumed_spec = spec(checkpoint_every=2, resume=str(tmp_path))
+    resumed = loop_for(resumed_spec, str(tmp_path), checkpoint_every=2)
+    summary = drive(resumed, [Checkpoints(resumed_spec.control, {"run": "test"}), Records(resumed_spec.control)])
+    assert resumed.resumed_from == summary["resumed_from_round"] == ROUNDS  # the last committed round
+    assert [r["round"] for r in resumed.records] == [ROUNDS]
+    keys = ("round", "objective", "suboptimality", "grad_norm", "comm_rounds")
+    assert [{k: r[k] for k in keys} for r in json.loads("[" + ",".join(
+        (tmp_path / "rounds.jsonl").read_text().splitlines()) + "]")] == [{k: r[k] for k in keys} for r in whole.records]
+
+
+def test_restore_clock_goes_on_from_the_given_time():
+    comm = LocalCommunicator()
+    comm.restore_clock(5.0)
+    elapsed = comm.elapsed()
+    assert 5.0 <= elapsed < 6.0 and math.isfinite(elapsed)
