@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dane import checks
+from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
@@ -26,27 +27,9 @@ from dane.sampling import SamplingKeys
 from .federated import Federated, LocalSolveKeys, hessian_dissimilarity
 
 
-@dataclass(frozen=True)
-class FedDANEConfig(SamplingKeys, LocalSolveKeys):
-    eta: float = 1.0
-    mu: float | None = None
-    seed: int = 0
-    name: str = "feddane"
-
-    def __post_init__(self) -> None:
-        checks.positive("algorithm.eta", self.eta)
-        if self.mu is not None:
-            checks.nonnegative("algorithm.mu", self.mu)
-        self.check_local()
-        self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
-
-    def build(self, problem: Problem, comm: Communicator) -> "FedDANE":
-        return FedDANE(problem, comm, eta=self.eta, mu=self.mu, sampling=self, local=self, seed=self.seed)
-
-
 class FedDANE(Federated):
     name = "feddane"
+    columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float | None = None, **kwargs):
         super().__init__(problem, comm, **kwargs)
@@ -64,3 +47,23 @@ class FedDANE(Federated):
             w_local = self.prox(w, local_grad - self.eta * g, self.mu, anchor_grad=local_grad)  # 2. local solve
         (self.w,), _ = self.average(solve_set, [w_local], down=[w, g])            # 3. w_{t+1} = mean_S' w_i
         return {**self.record(reduced, solve_set), "mu": self.mu}
+
+
+@dataclass(frozen=True)
+class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+    eta: float = 1.0
+    mu: float | None = None
+    seed: int = 0
+    name: str = "feddane"
+    algorithm = FedDANE
+
+    def __post_init__(self) -> None:
+        checks.positive("algorithm.eta", self.eta)
+        if self.mu is not None:
+            checks.nonnegative("algorithm.mu", self.mu)
+        self.check_local()
+        self.check_sampling()
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "FedDANE":
+        return FedDANE(problem, comm, eta=self.eta, mu=self.mu, sampling=self, local=self, seed=self.seed)

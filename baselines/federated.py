@@ -16,48 +16,39 @@ and one allreduce of an m-vector before round 0, as `baselines.local_sgd`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm
+from dane.algorithm import Algorithm, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic, sampled_mean
+from dane.similarity import hessian_dissimilarity as measured_dissimilarity
 
 from .metrics import global_metrics, local_payload, logs_gradient
 from .spectral import largest_local_smoothness
 
 FED_SOLVERS = ("problem", "steps", "cholesky", "cg", "svrg", "lbfgs")
-#: Largest dimension whose local Hessians are formed (d products) and averaged (d² numbers) for δ
-DISSIMILARITY_MAX_DIM = 1024
-DISSIMILARITY_FLOOR = 1e-6  # δ at least this times ‖H‖ (a proximal weight of 0 is no regularizer)
+DISSIMILARITY_FLOOR = 1e-6  # δ_A at least this times ‖H‖ (identical shards: δ_A = 0, and λ = 0 is no regularizer)
 
 
 def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> float:
-    r"""δ = sqrt(mean_i ‖H_i − H‖²), H = mean_i H_i, the local Hessians at w_0 (a GLM's: its majorant).
+    r"""δ_A = sqrt(mean_i ‖H_i − H‖₂²) of the local Hessians at w_0, by `dane.similarity` (exact for d ≤ 512:
+    two allreduces, the d x d Hessians then an m-vector; Lanczos beyond), counted as this run's communication.
 
-    Two allreduces before round 0: the d x d Hessians, then the scalars ‖H_i − H‖² (spectral norms, each
-    computed locally).  δ bounds the average second-order dissimilarity that sets the DANE line's rates
-    (Jiang, Rodomanov & Stich 2024: δ_A² = λ_max(mean_i (H_i − H)²) ≤ δ²); their theory takes λ = δ_A.
+    The DANE line's theory (Jiang, Rodomanov & Stich 2024) takes the proximal weight λ = δ_A.
     """
-    if not hasattr(problem, "hessian_vector") or problem.dim > DISSIMILARITY_MAX_DIM:
-        why = "its Hessian-vector products" if not hasattr(problem, "hessian_vector") else \
-            f"d <= {DISSIMILARITY_MAX_DIM} (got d={problem.dim})"
-        raise ConfigError(f"{key}=null is estimated from the local Hessians, which needs {why}; set {key} "
-                          f"to a number")
-    eye = torch.eye(problem.dim, dtype=problem.dtype)
-    H_i = torch.stack([problem.hessian_vector(e) for e in eye], 1).double()
-    H_i = (H_i + H_i.T) / 2
-    (H,) = comm.allreduce_mean([H_i])
-    gap = torch.linalg.eigvalsh(H_i - H).abs().max()
-    (mean_sq,) = comm.allreduce_mean([(gap * gap).reshape(1)])
-    floor = DISSIMILARITY_FLOOR * float(torch.linalg.eigvalsh(H).abs().max())  # identical shards: δ = 0
-    return max(math.sqrt(float(mean_sq)), floor)
+    if not callable(getattr(problem, "hessian_vector", None)):
+        raise ConfigError(f"{key}=null is the Hessian dissimilarity of the local Hessians, which "
+                          f"{type(problem).__name__} cannot give (no Hessian-vector products); set {key} to a number")
+    found = measured_dissimilarity(problem, comm, problem.initial_point())
+    comm.calls += found["allreduces"]  # the measurement restores the counters; here it is the method's traffic
+    comm.bytes_sent += found["bytes_sent"]
+    return max(found["delta_mean_square"], DISSIMILARITY_FLOOR * found["hessian_norm"])
 
 
 @dataclass(frozen=True)
@@ -83,6 +74,10 @@ class LocalSolveKeys:
 
 class Federated(Algorithm):
     """Sampler, traffic and local-solve plumbing of a federated method; subclasses write the round."""
+
+    client_sampling = True  # algorithm.clients_per_round (dane.sampling)
+    synchronous_because = "its rounds average the sampled clients' results from the same iterate"
+    columns = (Column("clients", "{:>7d}"),)
 
     def __init__(self, problem: Problem, comm: Communicator, *, sampling: SamplingKeys, seed: int = 0,
                  local: LocalSolveKeys | None = None, w0: torch.Tensor | None = None):

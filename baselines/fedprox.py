@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from dane import checks
+from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
@@ -29,25 +30,9 @@ from dane.sampling import SamplingKeys
 from .federated import Federated, LocalSolveKeys
 
 
-@dataclass(frozen=True)
-class FedProxConfig(SamplingKeys, LocalSolveKeys):
-    mu: float = 0.01
-    local_solver: str = "steps"
-    seed: int = 0
-    name: str = "fedprox"
-
-    def __post_init__(self) -> None:
-        checks.nonnegative("algorithm.mu", self.mu)
-        self.check_local()
-        self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
-
-    def build(self, problem: Problem, comm: Communicator) -> "FedProx":
-        return FedProx(problem, comm, mu=self.mu, sampling=self, local=self, seed=self.seed)
-
-
 class FedProx(Federated):
     name = "fedprox"
+    columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):
         super().__init__(problem, comm, **kwargs)
@@ -58,3 +43,21 @@ class FedProx(Federated):
         w_local = self.prox(self.w, torch.zeros_like(self.w), self.mu) if inside else self.w  # local prox solve
         (self.w,), reduced = self.average(members, [w_local], self.payload(self.w), down=[self.w])  # mean_S w_i
         return {**self.record(reduced, members), "mu": self.mu}
+
+
+@dataclass(frozen=True)
+class FedProxConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+    mu: float = 0.01
+    local_solver: str = "steps"
+    seed: int = 0
+    name: str = "fedprox"
+    algorithm = FedProx
+
+    def __post_init__(self) -> None:
+        checks.nonnegative("algorithm.mu", self.mu)
+        self.check_local()
+        self.check_sampling()
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "FedProx":
+        return FedProx(problem, comm, mu=self.mu, sampling=self, local=self, seed=self.seed)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from dane import checks
+from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
@@ -45,43 +46,9 @@ AVERAGING = ("mean", "random")
 COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and random averaging
 
 
-@dataclass(frozen=True)
-class FedRedConfig(SamplingKeys, LocalSolveKeys):
-    lam: float | None = None
-    control_variate: int = 1
-    averaging: str = "mean"
-    p: float | None = None
-    cv_weight: float | None = None
-    server_lr: float = 1.0
-    local_solver: str = "steps"
-    seed: int = 0
-    name: str = "fedred"
-
-    def __post_init__(self) -> None:
-        if self.lam is not None:
-            checks.nonnegative("algorithm.lam", self.lam)
-        checks.one_of("algorithm.control_variate", self.control_variate, (1, 2))
-        checks.one_of("algorithm.averaging", self.averaging, AVERAGING)
-        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
-            raise ConfigError(f"algorithm.p must be in (0, 1] (the chance that a local step is the last), got {self.p}")
-        if self.cv_weight is not None:
-            checks.positive("algorithm.cv_weight", self.cv_weight)
-        checks.positive("algorithm.server_lr", self.server_lr)
-        self.check_local()
-        self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
-        if self.local_solver != "steps" and self.lam == 0:
-            raise ConfigError(f"algorithm.lam=0 leaves DANE+'s local problem without its proximal term under "
-                              f"algorithm.local_solver={self.local_solver}; set algorithm.lam > 0")
-
-    def build(self, problem: Problem, comm: Communicator) -> "FedRed":
-        return FedRed(problem, comm, lam=self.lam, control_variate=self.control_variate, averaging=self.averaging,
-                      p=self.p, cv_weight=self.cv_weight, server_lr=self.server_lr, sampling=self, local=self,
-                      seed=self.seed)
-
-
 class FedRed(Federated):
     name = "fedred"
+    columns = (*Federated.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, control_variate: int = 1,
                  averaging: str = "mean", p: float | None = None, cv_weight: float | None = None,
@@ -149,3 +116,39 @@ class FedRed(Federated):
         super().load_state_dict(state)
         self.coin.set_state(state["coin"])
         self.h = state["h"].clone() if "h" in state else None
+
+
+@dataclass(frozen=True)
+class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+    lam: float | None = None
+    control_variate: int = 1
+    averaging: str = "mean"
+    p: float | None = None
+    cv_weight: float | None = None
+    server_lr: float = 1.0
+    local_solver: str = "steps"
+    seed: int = 0
+    name: str = "fedred"
+    algorithm = FedRed
+
+    def __post_init__(self) -> None:
+        if self.lam is not None:
+            checks.nonnegative("algorithm.lam", self.lam)
+        checks.one_of("algorithm.control_variate", self.control_variate, (1, 2))
+        checks.one_of("algorithm.averaging", self.averaging, AVERAGING)
+        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
+            raise ConfigError(f"algorithm.p must be in (0, 1] (the chance that a local step is the last), got {self.p}")
+        if self.cv_weight is not None:
+            checks.positive("algorithm.cv_weight", self.cv_weight)
+        checks.positive("algorithm.server_lr", self.server_lr)
+        self.check_local()
+        self.check_sampling()
+        checks.integer("algorithm.seed", self.seed)
+        if self.local_solver != "steps" and self.lam == 0:
+            raise ConfigError(f"algorithm.lam=0 leaves DANE+'s local problem without its proximal term under "
+                              f"algorithm.local_solver={self.local_solver}; set algorithm.lam > 0")
+
+    def build(self, problem: Problem, comm: Communicator) -> "FedRed":
+        return FedRed(problem, comm, lam=self.lam, control_variate=self.control_variate, averaging=self.averaging,
+                      p=self.p, cv_weight=self.cv_weight, server_lr=self.server_lr, sampling=self, local=self,
+                      seed=self.seed)

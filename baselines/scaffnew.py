@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from dane import checks
+from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
@@ -39,32 +40,10 @@ from .federated import Federated, LocalSolveKeys
 COIN_STREAM = 11  # seed stream of the shared communication coin
 
 
-@dataclass(frozen=True)
-class ScaffnewConfig(SamplingKeys, LocalSolveKeys):
-    p: float | None = None
-    local_solver: str = "steps"
-    max_local_steps: int = 100_000  # a guard on one round's geometric count, never reached at a sane p
-    seed: int = 0
-    name: str = "scaffnew"
-
-    def __post_init__(self) -> None:
-        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
-            raise ConfigError(f"algorithm.p must be in (0, 1] (the probability to communicate), got {self.p}")
-        checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
-        checks.positive_int("algorithm.max_local_steps", self.max_local_steps)
-        self.check_local()
-        self.check_sampling()
-        self.refuse_sampling(self.name, "ProxSkip's control variates need every client's local iterate at each "
-                                        "communication (partial participation is TAMUNA's or 5GCS's, not Scaffnew's)")
-        checks.integer("algorithm.seed", self.seed)
-
-    def build(self, problem: Problem, comm: Communicator) -> "Scaffnew":
-        return Scaffnew(problem, comm, p=self.p, max_local_steps=self.max_local_steps, sampling=self, local=self,
-                        seed=self.seed)
-
-
 class Scaffnew(Federated):
     name = "scaffnew"
+    client_sampling = False  # ProxSkip's h_i need every client at each communication (refused in the config)
+    columns = (Column("local_steps", "{:>6d}"), Column("p", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, p: float | None = None,
                  max_local_steps: int = 100_000, seed: int = 0, **kwargs):
@@ -108,3 +87,28 @@ class Scaffnew(Federated):
         super().load_state_dict(state)
         self.h = state["h"].clone()
         self.coin.set_state(state["coin"])
+
+
+@dataclass(frozen=True)
+class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+    p: float | None = None
+    local_solver: str = "steps"
+    max_local_steps: int = 100_000  # a guard on one round's geometric count, never reached at a sane p
+    seed: int = 0
+    name: str = "scaffnew"
+    algorithm = Scaffnew
+
+    def __post_init__(self) -> None:
+        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
+            raise ConfigError(f"algorithm.p must be in (0, 1] (the probability to communicate), got {self.p}")
+        checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
+        checks.positive_int("algorithm.max_local_steps", self.max_local_steps)
+        self.check_local()
+        self.check_sampling()
+        self.refuse_sampling(self.name, "ProxSkip's control variates need every client's local iterate at each "
+                                        "communication (partial participation is TAMUNA's or 5GCS's, not Scaffnew's)")
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "Scaffnew":
+        return Scaffnew(problem, comm, p=self.p, max_local_steps=self.max_local_steps, sampling=self, local=self,
+                        seed=self.seed)

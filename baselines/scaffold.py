@@ -21,29 +21,12 @@ from dataclasses import dataclass
 import torch
 
 from dane import checks
+from dane.algorithm import AlgorithmConfig
 from dane.comm import Communicator
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
 from .federated import Federated, LocalSolveKeys
-
-
-@dataclass(frozen=True)
-class ScaffoldConfig(SamplingKeys, LocalSolveKeys):
-    server_lr: float = 1.0
-    local_solver: str = "steps"
-    seed: int = 0
-    name: str = "scaffold"
-
-    def __post_init__(self) -> None:
-        checks.positive("algorithm.server_lr", self.server_lr)
-        checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
-        self.check_local()
-        self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
-
-    def build(self, problem: Problem, comm: Communicator) -> "Scaffold":
-        return Scaffold(problem, comm, server_lr=self.server_lr, sampling=self, local=self, seed=self.seed)
 
 
 class Scaffold(Federated):
@@ -77,3 +60,22 @@ class Scaffold(Federated):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.c, self.c_i = state["c"].clone(), state["c_i"].clone()
+
+
+@dataclass(frozen=True)
+class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+    server_lr: float = 1.0
+    local_solver: str = "steps"
+    seed: int = 0
+    name: str = "scaffold"
+    algorithm = Scaffold
+
+    def __post_init__(self) -> None:
+        checks.positive("algorithm.server_lr", self.server_lr)
+        checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
+        self.check_local()
+        self.check_sampling()
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "Scaffold":
+        return Scaffold(problem, comm, server_lr=self.server_lr, sampling=self, local=self, seed=self.seed)

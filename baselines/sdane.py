@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from dane import checks
+from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.local_solvers import LocalSolver
 from dane.problems import Problem
@@ -46,36 +47,6 @@ from .federated import Federated, LocalSolveKeys, hessian_dissimilarity
 RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
 
 
-@dataclass(frozen=True)
-class SDANEConfig(SamplingKeys, LocalSolveKeys):
-    lam: float | None = None
-    mu: float | None = None
-    accelerated: bool = False
-    local_steps: int = 1000
-    seed: int = 0
-    name: str = "sdane"
-
-    def __post_init__(self) -> None:
-        if self.lam is not None:
-            checks.positive("algorithm.lam", self.lam)
-        if self.mu is not None:
-            checks.nonnegative("algorithm.mu", self.mu)
-        checks.boolean("algorithm.accelerated", self.accelerated)
-        self.check_local()
-        self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
-
-    def build(self, problem: Problem, comm: Communicator) -> "SDANE":
-        return (AccSDANE if self.accelerated else SDANE)(problem, comm, lam=self.lam, mu=self.mu, accelerated=self.accelerated, sampling=self,
-                     local=self, seed=self.seed)
-
-
-@dataclass(frozen=True)
-class AccSDANEConfig(SDANEConfig):
-    accelerated: bool = True
-    name: str = "acc_sdane"
-
-
 def extrapolation(lam: float, A: float, B: float) -> float:
     """a > 0 with λa² = (A + a)B (Acc-S-DANE's step)."""
     return (B + math.sqrt(B * B + 4.0 * lam * A * B)) / (2.0 * lam)
@@ -83,6 +54,7 @@ def extrapolation(lam: float, A: float, B: float) -> float:
 
 class SDANE(Federated):
     name = "sdane"
+    columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, mu: float | None = None,
                  accelerated: bool = False, **kwargs):
@@ -163,3 +135,35 @@ def tighter(solver: LocalSolver) -> LocalSolver:
 
 class AccSDANE(SDANE):
     name = "acc_sdane"
+
+
+@dataclass(frozen=True)
+class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+    lam: float | None = None
+    mu: float | None = None
+    accelerated: bool = False
+    local_steps: int = 1000
+    seed: int = 0
+    name: str = "sdane"
+    algorithm = SDANE
+
+    def __post_init__(self) -> None:
+        if self.lam is not None:
+            checks.positive("algorithm.lam", self.lam)
+        if self.mu is not None:
+            checks.nonnegative("algorithm.mu", self.mu)
+        checks.boolean("algorithm.accelerated", self.accelerated)
+        self.check_local()
+        self.check_sampling()
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> "SDANE":
+        return (AccSDANE if self.accelerated else SDANE)(problem, comm, lam=self.lam, mu=self.mu, accelerated=self.accelerated, sampling=self,
+                     local=self, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class AccSDANEConfig(SDANEConfig):
+    accelerated: bool = True
+    name: str = "acc_sdane"
+    algorithm = AccSDANE
