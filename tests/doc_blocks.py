@@ -10,6 +10,7 @@ the Makefile's, ``scripts/...`` must exist, and any other program must be one of
 """
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import textwrap
@@ -85,6 +86,19 @@ def dane_args(argv: list[str]) -> tuple[str, list[str]] | None:
     return None
 
 
+@functools.lru_cache(maxsize=8)
+def config_loader(conf_dir: Path, config_dir: Path | None = None):
+    """Hydra's loader over the package's configs and a ``--config-dir`` (kept: it caches what it read)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+
+    search_path = create_config_search_path(str(conf_dir))
+    if config_dir is not None:  # where Hydra puts it: before the schema source, which must stay last
+        search_path.prepend("command-line", f"file://{config_dir}", anchor=SearchPathQuery(provider="schema"))
+    return ConfigLoaderImpl(config_search_path=search_path)
+
+
 def compose(args: list[str], config_name: str, conf_dir: Path) -> None:
     """Compose ``dane train|simulate ARGS`` as the command does; raise where it would stop.
 
@@ -94,9 +108,7 @@ def compose(args: list[str], config_name: str, conf_dir: Path) -> None:
     swept group (``algorithm=dane,admm``), whose keys differ; the values of a swept key
     (``workers=1,2,4``) only have to parse.
     """
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.utils import create_config_search_path, get_args_parser
-    from hydra.core.config_search_path import SearchPathQuery
+    from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
     from omegaconf import OmegaConf, open_dict
@@ -106,12 +118,8 @@ def compose(args: list[str], config_name: str, conf_dir: Path) -> None:
     check_group_choices(args, conf_dir)
     parsed_args, unknown = get_args_parser().parse_known_args(args)
     assert unknown == [], f"dane {config_name}: arguments Hydra does not take: {unknown}"
-    search_path = create_config_search_path(str(conf_dir))
-    dirs = [conf_dir]
-    if parsed_args.config_dir is not None:
-        dirs.append(Path(parsed_args.config_dir).resolve())
-        search_path.prepend("command-line", f"file://{dirs[-1]}", anchor=SearchPathQuery(provider="schema"))
-    loader = ConfigLoaderImpl(config_search_path=search_path)
+    dirs = [conf_dir] + ([Path(parsed_args.config_dir).resolve()] if parsed_args.config_dir is not None else [])
+    loader = config_loader(*dirs)
     overrides = OverridesParser.create().parse_overrides(parsed_args.overrides)
     swept = {i: [f"{o.get_key_element()}={value}" for value in o.sweep_string_iterator()]
              for i, o in enumerate(overrides) if o.is_sweep_override()}
