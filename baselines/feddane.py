@@ -10,8 +10,8 @@ without sampling, where FedDANE is DANE with η and μ, `dane.dane.DANE` with ``
     w_{t+1} &= \frac1{|S'_t|}\sum_{i\in S'_t} w_i                                              &&\text{(allreduce 2)}
 
 The local solve is ``local_solver`` (`baselines.federated`; ``problem``: exact on a quadratic, the
-inner torch optimizer on a network).  The paper tunes μ ∈ {0, 0.001, 0.01, 0.1, 1}; η = 1.  μ = ``mu``; null: the Hessian dissimilarity δ
-(`baselines.federated.hessian_dissimilarity`, two allreduces before round 0), DANE's theory's scale.  A client of
+inner torch optimizer on a network).  The paper tunes μ ∈ {0, 0.001, 0.01, 0.1, 1}; η = 1.  μ = ``mu``; null: δ_A/128 of the local
+Hessians (`baselines.federated.default_prox_weight`, measured before round 0).  A client of
 S'_t outside S_t computes ∇O_i(w_t) for its own solve (local work, no communication).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dane.comm import Communicator
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys, hessian_dissimilarity
+from .federated import Federated, LocalSolveKeys, default_prox_weight
 
 
 class FedDANE(Federated):
@@ -34,7 +34,7 @@ class FedDANE(Federated):
     def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float | None = None, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.eta = eta
-        self.mu = hessian_dissimilarity(problem, comm, "algorithm.mu") if mu is None else mu
+        self.mu = default_prox_weight(problem, comm, "algorithm.mu") if mu is None else mu
 
     def step(self) -> dict[str, float]:
         w = self.w

@@ -51,6 +51,18 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> flo
     return max(found["delta_mean_square"], DISSIMILARITY_FLOOR * found["hessian_norm"])
 
 
+#: The default proximal weight of the DANE line's local problems (S-DANE's and FedRed's λ, FedDANE's μ) is δ_A
+#: times this.  The theory's λ = δ_A bounds the dissimilarity in every direction at once and is slow in practice
+#: (on ``make bench``'s families it took several times the rounds of the best λ); far below δ_A/128 the local
+#: problems of a shard that misses a direction of the data become unstable (Acc-S-DANE first).
+PROX_PER_DISSIMILARITY = 1 / 128
+
+
+def default_prox_weight(problem: Problem, comm: Communicator, key: str) -> float:
+    """δ_A · `PROX_PER_DISSIMILARITY` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512)."""
+    return PROX_PER_DISSIMILARITY * hessian_dissimilarity(problem, comm, key)
+
+
 @dataclass(frozen=True)
 class LocalSolveKeys:
     """The ``algorithm.*`` keys of a federated local solve (module docstring)."""

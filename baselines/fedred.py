@@ -20,8 +20,8 @@ step minimizes the linearization of O_i at z, regularized both at z (weight 1/γ
 with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every worker shares (the
 paper's randomized local steps); γ = ``lr`` (null: 1/max_i L_i).  DANE+ is the same round with any
 inexact solver of F_i (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`).
-Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ.  λ = ``lam``; null: the
-theory's δ (`baselines.federated.hessian_dissimilarity`, two allreduces before round 0).  The type-2 weight c is
+Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ.  λ = ``lam``; null: δ_A/128
+of the local Hessians (`baselines.federated.default_prox_weight`, measured before round 0).  The type-2 weight c is
 ``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a fixed K;
 λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one
 allreduce a round (type 1: two).  The record of a round is x̃ (its metrics ride in its first allreduce).
@@ -40,7 +40,7 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys, hessian_dissimilarity
+from .federated import Federated, LocalSolveKeys, default_prox_weight
 
 AVERAGING = ("mean", "random")
 COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and random averaging
@@ -54,7 +54,7 @@ class FedRed(Federated):
                  averaging: str = "mean", p: float | None = None, cv_weight: float | None = None,
                  server_lr: float = 1.0, seed: int = 0, **kwargs):
         super().__init__(problem, comm, seed=seed, **kwargs)
-        lam = hessian_dissimilarity(problem, comm, "algorithm.lam") if lam is None else lam
+        lam = default_prox_weight(problem, comm, "algorithm.lam") if lam is None else lam
         self.lam, self.control_variate, self.averaging, self.p = lam, control_variate, averaging, p
         self.server_lr = server_lr
         steps = self.local.local_solver == "steps"

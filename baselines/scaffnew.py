@@ -14,7 +14,9 @@ run's seed that every worker shares, so all clients flip the same coins on every
 the state_dict.  The record of a round is the common iterate x̄ it starts from.
 
 γ = ``lr`` (null: 1/max_i L_i, `baselines.federated`); p = ``p`` (null: the paper's
-p = sqrt(μ/L), μ the problem's strong convexity and L = max_i L_i, which gives the
+p = sqrt(μ/L), L = max_i L_i and μ = max(the ℓ2 weight, mean_i λ_min(H_i)), a lower bound of the strong
+convexity (λ_min is concave on symmetric matrices; the λ_min(H_i) by local Lanczos, one allreduce before
+round 0; a GLM's Hessians are its curvature majorant's), which gives the
 O(sqrt(L/μ) log 1/ε) communications of Mishchenko et al., Theorem 3.6).  With p = 1 every
 iteration communicates and the round is a step of distributed gradient descent with step γ.
 Client sampling is not defined for ProxSkip (h_i's update needs every client's x̂_i at every
@@ -36,6 +38,7 @@ from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
 from .federated import Federated, LocalSolveKeys
+from .spectral import local_spectrum
 
 COIN_STREAM = 11  # seed stream of the shared communication coin
 
@@ -50,16 +53,21 @@ class Scaffnew(Federated):
         super().__init__(problem, comm, seed=seed, **kwargs)
         self.gamma = self.step_size(0.0)
         if p is None:
-            mu = getattr(problem, "strong_convexity", None)
-            if not mu or self.local.lr is not None:
-                raise ConfigError("algorithm.p=null is sqrt(mu/L) from the problem's strong convexity and the "
-                                  "estimated L, which needs a strongly convex problem and algorithm.lr=null; "
-                                  "set algorithm.p (in (0, 1])")
-            p = min(1.0, math.sqrt(mu / self.L_max))
+            p = min(1.0, math.sqrt(self.strong_convexity(seed) / self.L_max))
         self.p, self.max_local_steps = p, max_local_steps
         seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
         self.coin = torch.Generator().manual_seed(int(seq))
         self.h = torch.zeros_like(self.w)
+
+    def strong_convexity(self, seed: int) -> float:
+        """μ̲ = max(the problem's ℓ2 weight, mean_i λ_min(H_i)) ≤ μ: local Lanczos, one allreduce of a scalar."""
+        l2 = getattr(self.problem, "strong_convexity", None)
+        if not l2 or self.local.lr is not None:
+            raise ConfigError("algorithm.p=null is sqrt(mu/L) from the strong convexity and the estimated L, which "
+                              "needs a strongly convex problem and algorithm.lr=null; set algorithm.p (in (0, 1])")
+        low, _ = local_spectrum(self.problem, iters=self.local.power_iters, seed=seed, key="algorithm.p")
+        (mean_low,) = self.comm.allreduce_mean([self.w.new_tensor([low])])
+        return max(float(l2), float(mean_low))
 
     def communicates(self) -> bool:
         return bool(torch.rand(1, generator=self.coin, dtype=torch.float64) < self.p)

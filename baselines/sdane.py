@@ -10,8 +10,8 @@ Round r of S-DANE (the paper's Algorithm 1), clients S (all m without sampling),
     v &\leftarrow \frac{B v + a\mu\,x - a\,G}{B + a\mu}
 
 with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: the problem's).
-λ = ``lam``; null: the theory's λ = δ, estimated before round 0 as sqrt(mean_i ‖H_i − H‖²) of the local
-Hessians at w_0 (`baselines.federated.hessian_dissimilarity`: two allreduces, d ≤ 1024).
+λ = ``lam``; null: δ_A/128, δ_A = sqrt(mean_i ‖H_i − H‖²) of the local Hessians at w_0 measured before
+round 0 (`baselines.federated.default_prox_weight`; the theory's λ = δ_A is a worst case, see there).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at
 the start).  With one client and an exact solve, S-DANE is the proximal point method v ← prox_{O/λ}(v)
@@ -42,7 +42,7 @@ from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys, hessian_dissimilarity
+from .federated import Federated, LocalSolveKeys, default_prox_weight
 
 RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
 
@@ -59,7 +59,7 @@ class SDANE(Federated):
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, mu: float | None = None,
                  accelerated: bool = False, **kwargs):
         super().__init__(problem, comm, **kwargs)
-        self.lam = hessian_dissimilarity(problem, comm, "algorithm.lam") if lam is None else lam
+        self.lam = default_prox_weight(problem, comm, "algorithm.lam") if lam is None else lam
         self.accelerated = accelerated
         self.mu = float(getattr(problem, "strong_convexity", 0.0)) if mu is None else mu
         self.v = self.w.clone()

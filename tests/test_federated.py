@@ -208,13 +208,13 @@ def test_a_resumed_run_continues_exactly(config):
         assert straight == again and torch.equal(w1, w2)
 
 
-def test_default_lambda_is_the_hessian_dissimilarity():
+def test_default_lambda_is_the_hessian_dissimilarity_over_128():
     shards = ridge_shards(4, SMALL)
     eye = torch.eye(SMALL.dim, dtype=torch.float64)
     H_i = [s.A + 2 * s.lam * eye for s in shards]
     H = sum(H_i) / 4
     delta = math.sqrt(sum(float(torch.linalg.eigvalsh(h - H).abs().max()) ** 2 for h in H_i) / 4)
     _, records = iterates(SDANEConfig(), rounds=2)
-    assert math.isclose(records[0]["lam"], delta, rel_tol=1e-10)
+    assert math.isclose(records[0]["lam"], delta / 128, rel_tol=1e-10)
     _, records = iterates(FedDANEConfig(), rounds=2)
-    assert math.isclose(records[0]["mu"], delta, rel_tol=1e-10)
+    assert math.isclose(records[0]["mu"], delta / 128, rel_tol=1e-10)
