@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from doc_blocks import DOCS, REPO, blocks, check_command, commands, pages
+from doc_blocks import DOCS, REPO, blocks, check_command, commands, pages, quoted_measurements
 from dane.errors import ConfigError
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.experiments.overrides import check_group_choices, check_keys
@@ -199,12 +199,6 @@ def test_the_defaults_table_is_the_logged_runs_where_they_are_here():
 
 
 # ------------------------------------------------------------------ measured numbers live in generated files
-
-def quoted_measurements(text: str) -> list[str]:
-    accuracies = re.findall(r"(?<![\w.])0?\.9\d{2,}\b|\b9\d\.\d%", text)           # .9840, 0.9831, 97.9%
-    durations = re.findall(r"\b\d+m\d+s\b|\b\d+(?:\.\d+)? ?(?:ms|µs|s) (?:a|per) (?:round|call)\b", text)
-    return accuracies + durations
-
 
 @pytest.mark.parametrize("path", pages(), ids=lambda p: p.name)
 def test_no_page_quotes_measured_results(path):

@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from doc_blocks import DOCS, REPO, blocks, check_command, commands
-from test_docs import quoted_measurements
+from doc_blocks import DOCS, REPO, blocks, check_command, commands, quoted_measurements
 from dane.experiments.config import CONF_DIR
 
 README = REPO / "README.md"
