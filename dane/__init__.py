@@ -1,6 +1,6 @@
 """dane: communication-efficient distributed optimization (DANE and its family) on Horovod and PyTorch.
 
-The public names, for notebooks and scripts (see the README's "Python API"):
+The public names, for notebooks and scripts (docs/python_api.md):
 
     import dane
     result = dane.fit(dane.problems.Ridge(X, y, lam=1e-3), "dane", workers=4, rounds=30)
