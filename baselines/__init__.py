@@ -1,14 +1,16 @@
 """The methods DANE is compared with, selected as ``algorithm=<name>``.
 
-Each has a frozen config dataclass (built by Hydra from ``conf/algorithm/<name>.yaml``,
-validated in ``__post_init__``) and an `dane.algorithm.Algorithm` whose round reads
-like its update rule.  First-order and averaging baselines:
+Each has a frozen config dataclass (a `dane.algorithm.AlgorithmConfig`, built by Hydra from
+``conf/algorithm/<name>.yaml``, validated in ``__post_init__``, its ``algorithm`` the class it
+builds) and a `dane.algorithm.Algorithm` whose round reads like its update rule and whose
+class declares what it supports (elastic resets, asynchronous updates, client sampling) and
+the columns it reports.  First-order and averaging baselines:
 
 - ``admm``: consensus ADMM, scaled form (`ADMM`), one allreduce per round;
 - ``gd``: distributed gradient descent with step 1/L_est (`GD`), one allreduce per round;
 - ``osa``: one-shot averaging of the local optima (`OneShotAveraging`), one allreduce;
 - ``local_sgd``: K local steps, then mean / shard-weighted mean / best election (`LocalSGD`);
-- ``sync_sgd``: synchronous minibatch SGD (`baselines.sync_sgd`).
+- ``sync_sgd``: synchronous minibatch SGD (`SyncSGD`), one allreduce per minibatch step.
 
 The Newton-type family (convex problems):
 
@@ -26,11 +28,12 @@ from .inexact_dane import InexactDANE, InexactDANEConfig
 from .local_sgd import AGGREGATES, LocalSGD, LocalSGDConfig, local_steps
 from .osa import OneShotAveraging, OSAConfig
 from .spectral import lanczos_max_eig
+from .sync_sgd import SyncSGD, SyncSGDConfig
 
 __all__ = [
     "ADMM", "ADMMConfig", "AGGREGATES", "AIDE", "AIDEConfig", "DiSCO", "DiSCOConfig", "GD", "GDConfig", "GIANT",
     "GIANTConfig", "InexactDANE", "InexactDANEConfig", "LocalSGD", "LocalSGDConfig", "OSAConfig", "OneShotAveraging",
-    "distributed_pcg", "lanczos_max_eig", "local_steps", "residual_balance",
+    "SyncSGD", "SyncSGDConfig", "distributed_pcg", "lanczos_max_eig", "local_steps", "residual_balance",
 ]
 
 # The federated DANE line (DESIGN.md section 10), with client sampling (dane.sampling); FedAvg is

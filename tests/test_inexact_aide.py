@@ -8,7 +8,6 @@ SVRG against its torch reference is tests/test_svrg.py.
 from __future__ import annotations
 
 import math
-import types
 
 import numpy as np
 import pytest
@@ -26,7 +25,7 @@ from dane.errors import ConfigError
 from dane.launch import execute
 from dane.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver
 from dane.losses import LOGISTIC, SQUARED
-from dane.problems import LogReg, RidgeSyntheticConfig
+from dane.problems import LogReg, Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard
 from dane.problems.ridge import generate, ridge_optimum
 from dane.runner import StopRule, run
@@ -241,8 +240,17 @@ def test_tau_auto_converges_on_a_rare_one_hot_logistic_problem():
     assert by_catalyst.status == "max_rounds"
 
 
+class Rowless(Problem):
+    """A strongly convex problem that keeps no rows (svrg_rows is None, rows is None)."""
+
+    strong_convexity, n_local = 0.1, 3
+
+    def initial_point(self) -> torch.Tensor:
+        return torch.zeros(2)
+
+
 def test_tau_auto_without_rows_asks_for_a_number():
-    rowless = types.SimpleNamespace(strong_convexity=0.1, n_local=3, initial_point=lambda: torch.zeros(2))
+    rowless = Rowless()
     with pytest.raises(ConfigError, match="algorithm.tau=auto needs the worker's rows .* set algorithm.tau to a"):
         AIDEConfig().build(rowless, comm=None)
     assert AIDEConfig(tau=0.1).build(rowless, comm=None).tau == 0.1
@@ -336,7 +344,7 @@ def test_cg_with_zero_tolerance_needs_a_fixed_count():
 @pytest.mark.parametrize("config", [InexactDANEConfig(), AIDEConfig()], ids=["inexact_dane", "aide"])
 def test_a_problem_without_the_convex_local_solvers_is_refused(config):
     with pytest.raises(ConfigError, match=rf"algorithm={config.name} needs a convex problem"):
-        config.build(object(), comm=None)
+        config.build(Problem(), comm=None)  # strong_convexity None: not a convex linear-model shard
 
 
 @pytest.mark.parametrize("algorithm,default", [("inexact_dane", InexactDANEConfig()), ("aide", AIDEConfig())])
