@@ -52,11 +52,14 @@ def scratch(tmp_path, monkeypatch):
         sys.modules.pop(target.stem, None)
 
 
-def test_every_page_is_in_the_nav_and_the_files_the_pages_write_do_not_collide():
+def test_every_page_is_in_the_nav_the_files_the_pages_write_do_not_collide_and_blocks_are_not_indented():
     nav = re.findall(r"^  - [^:]+: (\S+\.md)$", (REPO / "mkdocs.yml").read_text(), re.M)
     assert sorted(nav) == sorted(p.name for p in pages())
     files = [b.file for p in pages() for b in blocks(p) if b.file]
     assert len(files) == len(set(files)), files
+    # Python-Markdown renders a fenced block inside a list item as inline code: blocks start at the margin
+    assert [(p.name, n) for p in pages() for n, line in enumerate(p.read_text().splitlines(), 1)
+            if re.match(r" +```", line)] == []
 
 
 PYTHON_PAGES = [p.name for p in pages() if any(b.lang == "python" and not b.file for b in blocks(p))]
