@@ -100,7 +100,7 @@ class Federated(Algorithm):
         self.with_grad = logs_gradient(problem)
         self.local = local or LocalSolveKeys()
         self.solver = self.local.solver()
-        if self.solver is not None and not hasattr(problem, "strong_convexity"):
+        if self.solver is not None and getattr(problem, "strong_convexity", None) is None:
             raise ConfigError(f"algorithm.local_solver={self.local.local_solver} exists on the convex problems only, "
                               f"got {type(problem).__name__}; use algorithm.local_solver=problem (the inner optimizer)")
         self.lr = self.local.lr
