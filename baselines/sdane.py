@@ -26,7 +26,9 @@ whether this worker's last solve ended without passing the test (``problem`` on 
 
 The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 = v_0).
 Departure from the paper: the accuracy test is per client (the paper's sums over S, which the
-per-client test implies); λ is fixed for the run; the paper's adaptive λ is not implemented.
+per-client test implies).  ``adaptive=true`` is the paper's adaptive λ as mlolab/S-DANE runs it (full
+participation only): after an accepted round λ is halved, after a rejected one doubled and the round's
+result dropped (`SDANE.accepts`, a third allreduce a round); records carry ``accepted``.
 """
 from __future__ import annotations
 
@@ -57,8 +59,9 @@ class SDANE(Federated):
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, mu: float | None = None,
-                 accelerated: bool = False, **kwargs):
+                 accelerated: bool = False, adaptive: bool = False, **kwargs):
         super().__init__(problem, comm, **kwargs)
+        self.adaptive, self.accepted = adaptive, True
         self.lam = default_prox_weight(problem, comm, "algorithm.lam") if lam is None else lam
         self.accelerated = accelerated
         self.mu = float(getattr(problem, "strong_convexity", None) or 0.0) if mu is None else mu
@@ -81,12 +84,32 @@ class SDANE(Federated):
         if inside:
             x_i, grad_i = self.local_solve(centre, grad_c - g_bar, grad_c)   # 2. x_i ≈ argmin F_i
         (x_bar, G), _ = self.average(members, [x_i, grad_i], down=[g_bar])   # 3. x = mean x_i, G = mean ∇O_i(x_i)
+        if self.adaptive and not self.accepts(centre, x_i, grad_i, x_bar, G):
+            self.lam, self.accepted = 2.0 * lam, False                        # rejected: x, v, A, B stay
+            return {**self.record(reduced, members), "lam": lam, "accepted": False}
         B = self.B if self.accelerated else 1.0
         self.v = (B * v + a * mu * x_bar - a * G) / (B + a * mu)
         self.w = x_bar
         if self.accelerated:
             self.A, self.B = self.A + a, self.B + mu * a
-        return {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed}
+        extra = {}
+        if self.adaptive:
+            self.lam, self.accepted, extra = 0.5 * lam, True, {"accepted": True}  # accepted: try half next round
+        return {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed, **extra}
+
+    def accepts(self, centre, x_i, grad_i, x_bar, G) -> bool:
+        r"""The adaptive-λ acceptance test (mlolab/S-DANE's line search), one more allreduce:
+
+        .. math:: \frac1m\sum_i\langle \nabla O_i(x_i) - h_i(\bar x), c - x_i\rangle \ge \frac{\|G\|^2}{2\lambda},
+                  \qquad h_i(\bar x) = \nabla O_i(\bar x) - \frac1m\sum_j \nabla O_j(\bar x),
+
+        computed as mean_i⟨∇O_i(x_i) − ∇O_i(x̄), c − x_i⟩ + ⟨mean_j ∇O_j(x̄), c − x̄⟩.
+        """
+        grad_bar = self.local_grad(x_bar)
+        local = (grad_i - grad_bar) @ (centre - x_i)
+        (g_at_bar, inner), _ = self.average(self.sampler.draw_all(), [grad_bar, local.reshape(1)])
+        lhs = float(inner) + float(g_at_bar @ (centre - x_bar))
+        return lhs >= float(G @ G) / (2.0 * self.lam)
 
     def local_solve(self, centre: torch.Tensor, h: torch.Tensor, grad_c: torch.Tensor):
         """(x_i, ∇O_i(x_i)) with x_i ≈ argmin O_i(x) − ⟨h, x⟩ + (λ/2)‖x − centre‖², to the accuracy test."""
@@ -118,11 +141,13 @@ class SDANE(Federated):
         return z, grad_z
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "v": self.v.clone(), "A": self.A, "B": self.B}
+        return {**super().state_dict(), "v": self.v.clone(), "A": self.A, "B": self.B, "lam": self.lam,
+                "accepted": self.accepted}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.v, self.A, self.B = state["v"].clone(), float(state["A"]), float(state["B"])
+        self.lam, self.accepted = float(state["lam"]), bool(state["accepted"])
 
 
 def tighter(solver: LocalSolver) -> LocalSolver:
@@ -142,6 +167,7 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     lam: float | None = None
     mu: float | None = None
     accelerated: bool = False
+    adaptive: bool = False
     local_steps: int = 1000
     seed: int = 0
     name: str = "sdane"
@@ -153,13 +179,18 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         if self.mu is not None:
             checks.nonnegative("algorithm.mu", self.mu)
         checks.boolean("algorithm.accelerated", self.accelerated)
+        checks.boolean("algorithm.adaptive", self.adaptive)
         self.check_local()
         self.check_sampling()
+        if self.adaptive:
+            self.refuse_sampling(self.name + " algorithm.adaptive=true", "the line search's test averages over every "
+                                 "client (the paper's and mlolab/S-DANE's adaptive lambda is for full participation)")
         checks.integer("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> "SDANE":
-        return (AccSDANE if self.accelerated else SDANE)(problem, comm, lam=self.lam, mu=self.mu, accelerated=self.accelerated, sampling=self,
-                     local=self, seed=self.seed)
+        return (AccSDANE if self.accelerated else SDANE)(problem, comm, lam=self.lam, mu=self.mu,
+                                                         accelerated=self.accelerated, adaptive=self.adaptive,
+                                                         sampling=self, local=self, seed=self.seed)
 
 
 @dataclass(frozen=True)

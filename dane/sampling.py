@@ -105,6 +105,10 @@ class ClientSampler:
             chosen = torch.randperm(self.m, generator=self.generator)[: self.s]
         return chosen.sort().values
 
+    def draw_all(self) -> torch.Tensor:
+        """Every client (no draw): a collective outside the sampled rounds."""
+        return torch.arange(self.m)
+
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}
 

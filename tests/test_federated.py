@@ -187,6 +187,7 @@ def test_scaffnew_refuses_client_sampling_in_one_line():
 
 @pytest.mark.parametrize("config", [
     ScaffoldConfig(clients_per_round=2, sampling="size"), AccSDANEConfig(lam=0.05, clients_per_round=3),
+    SDANEConfig(lam=0.5, adaptive=True),
     FedRedConfig(control_variate=2, averaging="random", p=0.3, clients_per_round=2), ScaffnewConfig(p=0.4),
     FedDANEConfig(clients_per_round=2), FedProxConfig(clients_per_round=3)], ids=lambda c: c.name)
 def test_a_resumed_run_continues_exactly(config):
@@ -218,3 +219,14 @@ def test_default_lambda_is_the_hessian_dissimilarity_over_128():
     assert math.isclose(records[0]["lam"], delta / 128, rel_tol=1e-10)
     _, records = iterates(FedDANEConfig(), rounds=2)
     assert math.isclose(records[0]["mu"], delta / 128, rel_tol=1e-10)
+
+
+def test_adaptive_lambda_halves_after_accepted_rounds_and_converges():
+    # one client, exact solve: <∇O(x), v − x> = λ‖x − v‖² ≥ ‖∇O(x)‖²/(2λ) = λ‖x − v‖²/2, so every round is accepted
+    _, records = iterates(SDANEConfig(lam=1.0, adaptive=True), m=1, rounds=4)
+    assert [r["lam"] for r in records[:-1]] == [1.0, 0.5, 0.25, 0.125] and all(r["accepted"] for r in records[:-1])
+    _, records = iterates(AccSDANEConfig(lam=1.0, adaptive=True), rounds=200, tol=1e-10)
+    assert records[-1]["suboptimality"] <= 1e-10
+    assert any(not r.get("accepted", True) for r in records)  # λ went below what the shards allow, and came back
+    with pytest.raises(ConfigError, match="adaptive=true does not take algorithm.clients_per_round=2"):
+        SDANEConfig(adaptive=True, clients_per_round=2)
