@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from .algorithm import Algorithm
-from .checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint, truncate_rounds
+from .checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint, truncate_rounds
 from .confusion import write_confusion
 from .errors import say
 from .faults import inject_faults
@@ -68,20 +68,23 @@ class Checkpoints(Callback):
     part every ``checkpoint_every`` rounds and (rank 0) commit it once every part is on disk.  With
     ``load=False`` (Horovod elastic, which starts from its state in memory) the run does not start from disk."""
 
-    def __init__(self, control, meta: dict, *, load: bool = True):
-        self.control, self.meta, self.load = control, meta, load
+    def __init__(self, spec, *, load: bool = True):
+        self.spec, self.control, self.load = spec, spec.control, load
+
+    def meta(self, loop, rank: int) -> dict:
+        return part_meta(self.spec, rank, loop.comm.size)
 
     def on_open(self, loop) -> None:
         if self.control.resume is None or not self.load:
             return
-        loop.resume = load_checkpoint(self.control.resume, loop.comm.rank, self.meta)
+        loop.resume = load_checkpoint(self.control.resume, loop.comm.rank, self.meta(loop, loop.comm.rank))
         loop.continuing, loop.resumed_from = True, loop.resume["round"]
         if loop.comm.rank == 0:
             truncate_rounds(self.control.resume, loop.resume["round"])  # rank 0 cuts the records back to it
 
     def on_checkpoint(self, loop, state: dict) -> None:
         if loop.out_dir and self.control.checkpoint_every:
-            save_checkpoint(loop.out_dir, loop.comm.rank, state, self.meta)
+            save_checkpoint(loop.out_dir, loop.comm.rank, state, self.meta(loop, loop.comm.rank))
             loop.comm.barrier()  # every rank's part is on disk before the round is committed
             if loop.comm.rank == 0:
                 commit_checkpoint(loop.out_dir, state["round"], loop.comm.size, self.control.config_text)
@@ -126,13 +129,15 @@ class Records(Callback):
 
 
 class Display(Callback):
-    """Rank 0's per-round display (the table or a progress bar); with ``preamble``, the problem's notes first and
-    the stop rule above the first record."""
+    """Rank 0's per-round display (`display`: the table of ``algorithm``'s columns or a progress bar); with
+    ``preamble``, the problem's notes first and the stop rule above the first record."""
 
-    def __init__(self, control, show, *, preamble: bool = True):
-        self.stop, self.show, self.preamble = control.stop, show, preamble
+    def __init__(self, control, algorithm: type[Algorithm] = Algorithm, *, preamble: bool = True):
+        self.control, self.algorithm, self.preamble = control, algorithm, preamble
+        self.stop, self.show = control.stop, None
 
     def on_open(self, loop) -> None:
+        self.show = display(self.control, self.algorithm)
         for note in loop.problem.notes if self.preamble else ():
             say(f"note: {note}")
 
@@ -147,9 +152,14 @@ class Display(Callback):
             self.show.close()
 
 
+def shows(control) -> bool:
+    """Does rank 0 show the rounds (and the closing line)?"""
+    return not (control.quiet or control.progress == "none")
+
+
 def display(control, algorithm=Algorithm):
     """Rank 0's per-round display: the table (with ``algorithm``'s columns), a progress bar, or nothing (None)."""
-    if control.quiet or control.progress == "none":
+    if not shows(control):
         return None
     if control.progress == "bar" or (control.progress == "auto" and sys.stderr.isatty()):
         return RoundBar(control.stop.rounds)
@@ -251,3 +261,25 @@ class ClosingLine(Callback):
               f"{summary['status']} ({summary['stopped_by']}) after {summary['rounds']} rounds, {tail}, "
               f"{summary['total_bytes']} bytes sent, {summary['time_s']:.3f} s"
               + (f" -> {loop.out_dir}" if loop.out_dir else ""), flush=True)
+
+
+def worker_callbacks(spec, loop, collect: dict | None = None, *, start: list[Callback] | None = None,
+                     end: tuple[Callback, ...] = ()) -> list[Callback]:
+    """What happens around an algorithm worker's rounds, in the order the loop calls it.
+
+    ``start``: where the run starts and how its progress is committed (default: `Checkpoints` on disk,
+    resumed from ``resume=``); ``end``: callbacks after the closing line (an asynchronous run's update log).
+    """
+    control, rank = spec.control, loop.comm.rank
+    callbacks: list[Callback] = [Faults(control.faults), *(start if start is not None else [Checkpoints(spec)]),
+                                 Timeline(), ProblemFacts()]
+    if spec.comm.simulated:
+        callbacks.append(SimulatedCost())
+    if collect is not None:
+        callbacks.append(Collect(collect))
+    callbacks += [FinalState(spec), CommEntries()]
+    if rank == 0 and loop.out_dir:
+        callbacks.append(Records(control))
+    if rank == 0 and shows(control):
+        callbacks += [Display(control, spec.algorithm.algorithm), ClosingLine()]  # the table: its declared columns
+    return [*callbacks, *end]

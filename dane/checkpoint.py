@@ -56,6 +56,11 @@ def checkpoint_path(run_dir: str | Path, rank: int, round_: int) -> Path:
     return round_dir(run_dir, round_) / f"rank{rank}.pt"
 
 
+def part_meta(spec, rank: int, size: int) -> dict:
+    """What a checkpoint part records about its run (``size`` workers), checked when it is loaded."""
+    return {"algorithm": spec.algorithm.name, "problem": spec.problem.name, "workers": size, "rank": rank}
+
+
 def save_checkpoint(run_dir: str | Path, rank: int, state: dict, meta: dict) -> None:
     """This rank's part of the checkpoint of round ``state["round"]`` (not yet committed: see `commit_checkpoint`)."""
     atomic_write(checkpoint_path(run_dir, rank, state["round"]), lambda f: torch.save(_plain({**state, "meta": meta}), f))

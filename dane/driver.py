@@ -147,7 +147,8 @@ def base_summary(loop: Loop) -> dict[str, Any]:
 
 
 def relative_suboptimality(record: dict) -> float | None:
-    """(O(w) − O*)/|O*| of a record with a suboptimality (O* = objective − suboptimality); None without one or at O* = 0."""
+    """(O(w) − O*)/|O*| of a record with a suboptimality (O* = objective − suboptimality); None without one or at
+    O* = 0."""
     if record.get("suboptimality") is None:
         return None
     optimum = abs(record["objective"] - record["suboptimality"])

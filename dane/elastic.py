@@ -68,7 +68,7 @@ import time
 from pathlib import Path
 
 from .algorithm import AlgorithmConfig, known_algorithms
-from .callbacks import Callback, Checkpoints
+from .callbacks import Callback, Checkpoints, worker_callbacks
 from .checkpoint import truncate_rounds
 from .comm import Communicator
 from .driver import Loop, drive
@@ -214,12 +214,11 @@ class ElasticSession:
 
 def disk_progress(spec, size: int) -> dict | None:
     """With ``resume=``: rank 0's part of the committed checkpoint on disk, the elastic run's first committed state."""
-    from .checkpoint import load_checkpoint
-    from .worker import worker_meta
+    from .checkpoint import load_checkpoint, part_meta
 
     if spec.control.resume is None:
         return None
-    return {**load_checkpoint(spec.control.resume, 0, worker_meta(spec, 0, size)), "workers": size}
+    return {**load_checkpoint(spec.control.resume, 0, part_meta(spec, 0, size)), "workers": size}
 
 
 class ElasticCommit(Callback):
@@ -248,11 +247,9 @@ class ElasticCommit(Callback):
 def run_attempt(spec, comm: Communicator, problem, session: ElasticSession, setup_s: float = 0.0,
                 collect: dict | None = None) -> dict:
     """One attempt of an elastic run on this worker's ``problem``: the run loop from the committed state."""
-    from .worker import worker_callbacks, worker_meta
-
     loop = Loop(spec, spec.algorithm.build(problem, comm), comm, session.out_dir, problem, setup_s=setup_s,
                 checkpoint_every=spec.control.checkpoint_every or 1)
-    start = [Checkpoints(spec.control, worker_meta(spec, comm.rank, comm.size), load=False), ElasticCommit(session)]
+    start = [Checkpoints(spec, load=False), ElasticCommit(session)]
     return drive(loop, worker_callbacks(spec, loop, collect, start=start))
 
 

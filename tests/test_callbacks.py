@@ -14,7 +14,6 @@ from dane.comm import LocalCommunicator
 from dane.driver import Loop, drive
 from dane.problems import RidgeSyntheticConfig
 from dane.reference import attach_one
-from dane.progress import RoundTable
 from dane.runner import StopRule, run
 from dane.spec import Communication, RunControl, RunSpec
 
@@ -111,7 +110,7 @@ def test_run_returns_the_iterate_and_the_reason_and_sets_nothing_on_the_algorith
 def test_records_and_collect_write_what_the_run_returns(tmp_path, capsys):
     run_spec = spec(quiet=False, config_text="a: 1\n")
     loop, collect = loop_for(run_spec, str(tmp_path)), {}
-    summary = drive(loop, [Collect(collect), Records(run_spec.control), Display(run_spec.control, RoundTable()),
+    summary = drive(loop, [Collect(collect), Records(run_spec.control), Display(run_spec.control),
                            ClosingLine()])
     lines = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
     assert lines == collect["records"] == loop.records and len(lines) == ROUNDS + 1
@@ -129,10 +128,10 @@ def test_checkpoints_resume_the_run_at_its_committed_round_as_if_never_stopped(t
     drive(whole, [])
     first = spec(checkpoint_every=2)
     loop = loop_for(first, str(tmp_path), checkpoint_every=2)
-    drive(loop, [Checkpoints(first.control, {"run": "test"}), Records(first.control)])
+    drive(loop, [Checkpoints(first), Records(first.control)])
     resumed_spec = spec(checkpoint_every=2, resume=str(tmp_path))
     resumed = loop_for(resumed_spec, str(tmp_path), checkpoint_every=2)
-    summary = drive(resumed, [Checkpoints(resumed_spec.control, {"run": "test"}), Records(resumed_spec.control)])
+    summary = drive(resumed, [Checkpoints(resumed_spec), Records(resumed_spec.control)])
     assert resumed.resumed_from == summary["resumed_from_round"] == ROUNDS  # the last committed round
     assert [r["round"] for r in resumed.records] == [ROUNDS]
     keys = ("round", "objective", "suboptimality", "grad_norm", "comm_rounds")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..callbacks import worker_callbacks
 from ..driver import Loop, drive
-from ..worker import worker_callbacks
 from .protocol import work
 from .updates import LOG_FIELDS, KeepUpdates, Update, log_stats, round_stats
 

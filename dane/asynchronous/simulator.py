@@ -40,7 +40,8 @@ from ..comm.threads import Meter, ThreadCPUTime, meter_for
 from ..errors import ConfigError
 from ..driver import Loop, drive
 from ..reference import attach_all
-from ..worker import build_problem, worker_callbacks
+from ..callbacks import worker_callbacks
+from ..worker import build_problem
 from .updates import KeepUpdates, Update, log_stats, round_stats
 
 class AsyncServer(Protocol):

@@ -14,8 +14,9 @@ import contextlib
 
 import torch
 
-from ..callbacks import Callback, Checkpoints, Collect, Display, Records, display, save_iterate
-from ..checkpoint import commit_checkpoint, load_checkpoint, save_checkpoint
+from ..callbacks import Callback, Checkpoints, Collect, Display, Records, save_iterate, shows
+from ..checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint
+from ..comm.launcher_signals import LauncherTerminated
 from ..confusion import write_confusion
 from ..driver import Loop, drive as run_loop
 from ..errors import ConfigError
@@ -70,7 +71,7 @@ def launched(spec, out_dir: str | None, collect: dict | None) -> dict:
 
         follow(proto, link, save_part, faults)
         return {"status": "served" if rank == m else "followed", "rank": rank}
-    except RuntimeError as exc:
+    except (RuntimeError, LauncherTerminated) as exc:  # the latter a BaseException: torchrun's SIGTERM
         lost = worker_lost(exc, who, out_dir, spec.control.checkpoint_every,
                            name=lambda r: "the split server" if r == m else f"agent {r}")
         if lost is None:
@@ -84,22 +85,22 @@ def launched(spec, out_dir: str | None, collect: dict | None) -> dict:
 
 
 def meta(spec, rank: int) -> dict:
-    return {"algorithm": "split", "problem": spec.problem.name, "workers": spec.comm.workers, "rank": rank}
+    return part_meta(spec, rank, spec.comm.workers)
 
 
 def drive(spec, algo: SplitRun, out_dir: str | None, collect: dict | None) -> dict:
     """Rank 0: the run loop over ``algo``'s epochs with split learning's callbacks; returns the summary."""
     control = spec.control
-    loop = Loop(spec, algo, algo.comm, out_dir, backend="simulator" if spec.comm.backend == "local" else spec.comm.backend,
+    backend = "simulator" if spec.comm.backend == "local" else spec.comm.backend
+    loop = Loop(spec, algo, algo.comm, out_dir, backend=backend,
                 checkpoint_every=control.checkpoint_every)
-    callbacks: list[Callback] = [SplitCheckpoints(control, meta(spec, 0)), SplitEnd()]
+    callbacks: list[Callback] = [SplitCheckpoints(spec), SplitEnd()]
     if collect is not None:
         callbacks.append(Collect(collect))
     if out_dir:
         callbacks += [SplitOutputs(), Records(control)]
-    show = display(control)
-    if show is not None:
-        callbacks += [Display(control, show, preamble=False), SplitClosingLine()]
+    if shows(control):
+        callbacks += [Display(control, preamble=False), SplitClosingLine()]
     return run_loop(loop, callbacks)
 
 
@@ -115,9 +116,9 @@ class SplitCheckpoints(Checkpoints):
             algo.command(CHECKPOINT, state["round"])
         for key, agent_part in state["algorithm"]["agents"].items():  # the simulator writes every agent's part
             if key != "0":
-                save_checkpoint(out_dir, int(key), {"round": state["round"], "algorithm": {"agents": {key: agent_part}}},
-                                meta(loop.spec, int(key)))
-        save_checkpoint(out_dir, 0, state, self.meta)
+                part = {"round": state["round"], "algorithm": {"agents": {key: agent_part}}}
+                save_checkpoint(out_dir, int(key), part, self.meta(loop, int(key)))
+        save_checkpoint(out_dir, 0, state, self.meta(loop, 0))
         if algo.launched:
             for rank in range(1, m):
                 algo.link.recv_control((1,), torch.int64, rank)  # that agent's part is on disk
