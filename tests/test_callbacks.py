@@ -144,3 +144,17 @@ def test_restore_clock_goes_on_from_the_given_time():
     comm.restore_clock(5.0)
     elapsed = comm.elapsed()
     assert 5.0 <= elapsed < 6.0 and math.isfinite(elapsed)
+
+
+def test_the_kind_of_a_run_is_the_first_registered_kind_whose_test_it_passes():
+    from dataclasses import replace
+
+    from dane.kinds import KINDS, kind_of
+    from dane.split.config import SplitConfig
+
+    assert [kind.name for kind in KINDS] == ["own driver", "asynchronous simulator", "simulator", "elastic", "launched"]
+    base = spec()
+    assert kind_of(base).name == "launched"  # one local worker: a launched run of one process
+    assert kind_of(replace(base, comm=Communication(workers=2))).name == "simulator"
+    assert kind_of(replace(base, comm=Communication(workers=2, staleness=2))).name == "asynchronous simulator"
+    assert kind_of(replace(base, algorithm=SplitConfig(), comm=Communication(workers=2))).name == "own driver"
