@@ -83,12 +83,14 @@ class HorovodCommunicator(Communicator):
         process until the launcher kills it, so the worker could not say why it stops.
         Polling here lets the launcher's SIGTERM reach the handler of
         `launcher_signals.install`, which turns it into the one-line lost-peer error.
-        Between polls the thread calls ``sched_yield``, as ``synchronize`` does in C++
-        (``std::this_thread::yield``), so that Horovod's background thread, pinned to the
-        same core, runs at once: not ``time.sleep(0)``, which is a ``clock_nanosleep`` to a
-        deadline already past, whose timer wake-up preempts that thread again, so each
-        collective costs several times ``synchronize`` on an EEVDF kernel (Linux >= 6.6).
-        ``make bench``: ``allreduce_latency_ratio.horovod_wait_over_synchronize`` measures it.
+        Between polls the thread calls ``sched_yield`` and nothing else, the loop of
+        ``synchronize`` itself (``std::this_thread::yield`` in C++), so that Horovod's
+        background thread, pinned to the same core, gets it as it would under
+        ``synchronize`` on any kernel.  Not ``time.sleep(0)``: that is a ``clock_nanosleep``
+        to a deadline already past, a timer wake-up and not a yield, and on Linux 6.18 (the
+        EEVDF scheduler) it made each collective cost several times ``synchronize``.
+        ``make bench`` measures the two in the same launches
+        (``allreduce_latency_ratio.horovod_wait_over_synchronize``, goal <= 1.2).
         """
         while not self._hvd.poll(handle):
             os.sched_yield()
