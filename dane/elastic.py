@@ -48,7 +48,7 @@ memory: μ, the measured spread of the local Hessians and its boost, the evidenc
 last step and move, and the last accepted point with its global gradient and objective
 (properties of O, not of the
 shards); only this worker's local gradient at that point is recomputed on its new shard
-(`dane.dane.MuSafeguard.rebase`).  Keeping the spread errs on the safe side: measured
+(`dane.safeguard.MuSafeguard.rebase`).  Keeping the spread errs on the safe side: measured
 on the old, smaller shards it overstates the new spread when workers are lost (μ is then
 larger than needed: slower, never divergent), and when workers are added the next
 rounds measure the larger spread and raise μ, while an ascent is still rejected.

@@ -23,7 +23,7 @@ optimizer on the subproblem gradient ∇loss_batch(w) − linear + μ(w − anch
 available); the flat vectors exchanged with the algorithm stay on the CPU.
 
 `NeuralProblem.convex` is true only for the ``logreg`` model (cross-entropy of a linear
-model); every network is non-convex, and DANE's safeguard (`dane.dane.MuSafeguard`)
+model); every network is non-convex, and DANE's safeguard (`dane.safeguard.MuSafeguard`)
 then runs its non-convex rule.  It compares the exact global training loss of
 successive averaged iterates (the full-shard objective rides in the gradient
 allreduce) and rejects an iterate whose loss exceeds 1.25 times the lowest accepted
