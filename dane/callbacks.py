@@ -27,10 +27,11 @@ import yaml
 from .algorithm import Algorithm
 from .checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint, truncate_rounds
 from .confusion import write_confusion
-from .errors import say
+from .errors import ConfigError, say
 from .faults import inject_faults
 from .progress import RoundBar, RoundTable
 from .results import SUMMARY_FILE, RunWriter, atomic_write
+from .similarity import hessian_dissimilarity, offered
 from .trackers import open_trackers
 from . import timeline
 
@@ -238,6 +239,36 @@ def save_iterate(out_dir: str, iterate: torch.Tensor) -> None:
     atomic_write(os.path.join(out_dir, "iterate.pt"), lambda f: torch.save(iterate, f))
 
 
+class Similarity(Callback):
+    """``similarity=true``: the Hessian dissimilarity δ = max_i ‖∇²O_i − ∇²O‖ (and its mean-square variants,
+    `dane.similarity.hessian_dissimilarity`) at the iterate the rounds start from and at the last record's, in
+    the summary as ``similarity: {start, end}``.
+
+    A collective on every rank.  Both are measured after the last round (the start iterate is kept until
+    then), so no record, cost counter or simulated clock in the summary includes them; their own cost is in
+    each entry (``allreduces``, ``bytes_sent``).  A problem without Hessian-vector products (a network) is
+    refused before anything is written.
+    """
+
+    def __init__(self, problem_name: str):
+        self.problem_name = problem_name
+        self.start = None
+
+    def on_open(self, loop) -> None:
+        if not offered(loop.problem):
+            raise ConfigError(f"similarity=true needs a convex problem with Hessian-vector products; "
+                              f"problem={self.problem_name} has none: drop similarity=true")
+
+    def on_start(self, loop) -> None:
+        self.start = loop.algo.iterate.detach().clone()
+
+    def on_end(self, loop, summary: dict) -> None:
+        if loop.status in ("diverged", "interrupted"):  # the same status on every rank: all skip or none
+            return
+        summary["similarity"] = {"start": hessian_dissimilarity(loop.problem, loop.comm, self.start),
+                                 "end": hessian_dissimilarity(loop.problem, loop.comm, loop.result.iterate)}
+
+
 class CommEntries(Callback):
     """What the backend adds to the summary (`dane.comm.Communicator.summary_entries`; comm=ps: the servers'
     busy time and per-link traffic, a collective that every worker joins)."""
@@ -277,7 +308,10 @@ def worker_callbacks(spec, loop, collect: dict | None = None, *, start: list[Cal
         callbacks.append(SimulatedCost())
     if collect is not None:
         callbacks.append(Collect(collect))
-    callbacks += [FinalState(spec), CommEntries()]
+    callbacks.append(FinalState(spec))
+    if control.similarity:  # after the cost callbacks, before the summary is written
+        callbacks.append(Similarity(spec.problem.name))
+    callbacks.append(CommEntries())
     if rank == 0 and loop.out_dir:
         callbacks.append(Records(control))
     if rank == 0 and shows(control):

@@ -43,9 +43,9 @@ CHECKPOINT_DIR = "checkpoint"
 COMMITTED = "COMMITTED"
 
 #: config keys a resumed run may change: how long it runs and what it shows or writes, not what it computes.
-#: ``save_iterate`` only adds an output file; ``sim.fail_at`` injects the faults that the resume recovers from.
+#: ``save_iterate`` only adds an output file, ``similarity`` a summary entry; ``sim.fail_at`` injects the faults that the resume recovers from.
 MAY_CHANGE = ("rounds", "resume", "out_dir", "quiet", "print_every", "progress", "checkpoint_every",
-              "early_stop", "overwrite", "save_iterate", "sim.fail_at", "logger", "mlflow_uri")
+              "early_stop", "overwrite", "save_iterate", "similarity", "sim.fail_at", "logger", "mlflow_uri")
 
 
 def round_dir(run_dir: str | Path, round_: int) -> Path:

@@ -210,6 +210,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
             overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
             faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
             save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
+            similarity=checks.boolean("similarity", cfg.get("similarity", False)),
             config_text=OmegaConf.to_yaml(cfg, resolve=True),
             logger=tuple(cfg.logger) if OmegaConf.is_list(cfg.get("logger")) else cfg.get("logger", "jsonl"),
             mlflow_uri=cfg.get("mlflow_uri"),

@@ -110,6 +110,7 @@ class RunControl:
     overwrite: bool = False          # replace the records of a finished run in out_dir (else refused)
     faults: tuple[tuple[int, int], ...] = ()  # (round, worker): that simulated worker is lost there (once per run dir)
     save_iterate: bool = False       # rank 0 writes the final iterate to <out_dir>/iterate.pt
+    similarity: bool = False         # measure the Hessian dissimilarity at the first and last iterate (summary)
     config_text: str = ""            # the resolved config, written beside the records and checked on resume
     logger: tuple[str, ...] = ("jsonl",)  # rank 0's trackers: jsonl (always written), tensorboard, mlflow (dane.trackers)
     mlflow_uri: str | None = None    # logger=mlflow: a tracking URI; None: a file store in <run dir>/mlruns
@@ -124,7 +125,7 @@ class RunControl:
         if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
                 or self.checkpoint_every < 0:
             raise ConfigError(f"checkpoint_every must be an integer >= 0 (0: never), got {self.checkpoint_every!r}")
-        for key in ("quiet", "restart_unfinished", "overwrite", "save_iterate"):
+        for key in ("quiet", "restart_unfinished", "overwrite", "save_iterate", "similarity"):
             checks.boolean(key, getattr(self, key))
 
 

@@ -165,3 +165,33 @@ def test_bench_quick_run_and_its_figure(tmp_path):
     paths = figure.main(tmp_path, tmp_path / "figures")
     assert {p.suffix for p in paths} == {".png", ".pdf", ".md"}
     assert "| synthetic_logistic | α=0.1 | " in (tmp_path / "figures" / "similarity.md").read_text()
+
+
+def test_similarity_true_puts_delta_at_the_start_and_end_into_the_summary_and_changes_no_record(tmp_path):
+    """``similarity=true`` (`dane.callbacks.Similarity`): the summary's δ equals `measure` on the run's own shards at
+    w_0 and at the final iterate; a quadratic's Hessian is constant, so start and end agree to round-off; the
+    records (time aside) are those of the same run without it."""
+    from dataclasses import replace
+
+    from hydra import compose, initialize_config_dir
+
+    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.launch import execute
+    from dane.results import read_rounds
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=["problem=ridge_synthetic", "problem.n_samples=600", "problem.dim=12",
+                                           "workers=3", "rounds=4", "tol=null", "quiet=true", "similarity=true"])
+    spec = run_spec(cfg)
+    summary = execute(spec, str(tmp_path / "on"))
+    plain = execute(replace(spec, control=replace(spec.control, similarity=False)), str(tmp_path / "off"))
+    problems = [spec.problem.build(rank, 3, torch.float64) for rank in range(3)]
+    start, end = summary["similarity"]["start"], summary["similarity"]["end"]
+    expected = measure(problems, problems[0].initial_point())
+    assert start["delta"] == pytest.approx(expected["delta"], rel=1e-10) and start["delta"] > 0
+    assert start["per_worker"] == pytest.approx(expected["per_worker"], rel=1e-10)
+    assert end["delta"] == pytest.approx(start["delta"], rel=1e-10)  # ridge: ∇²O_i does not depend on w
+    assert start["allreduces"] == 2 and "similarity" not in plain
+    strip = [{k: v for k, v in r.items() if k != "time_s"} for r in read_rounds(tmp_path / "off")]
+    assert [{k: v for k, v in r.items() if k != "time_s"} for r in read_rounds(tmp_path / "on")] == strip
+    assert summary["comm_rounds"] == plain["comm_rounds"] and summary["total_bytes"] == plain["total_bytes"]
