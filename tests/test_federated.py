@@ -13,9 +13,9 @@ import math
 import pytest
 import torch
 
-from baselines import (AccSDANEConfig, FedDANEConfig, FedProxConfig, FedRedConfig, GDConfig, LocalSGDConfig,
+from dane.baselines import (AccSDANEConfig, FedDANEConfig, FedProxConfig, FedRedConfig, GDConfig, LocalSGDConfig,
                        SDANEConfig, ScaffnewConfig, ScaffoldConfig)
-from baselines.sdane import extrapolation
+from dane.baselines.sdane import extrapolation
 from dane.comm import LocalCommunicator, ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
