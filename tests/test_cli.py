@@ -19,7 +19,7 @@ SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
     ("algorithm.eta=-2.5", "algorithm.eta must be > 0, got -2.5"),
     ("algorithm.mu=-1", "algorithm.mu must be >= 0, got -1"),
     ("problem.n_samples=3", "problem.n_samples=3 is fewer than workers=4"),
-    ("algorithm=newton", "algorithm=newton is unknown; choose one of: admm, aide, dane, disco, gd, giant, inexact_dane"),
+    ("algorithm=newton", "algorithm=newton is unknown; choose one of: acc_sdane, admm, aide, dane, disco, fedavg, feddane, fedprox, fedred, gd, giant, inexact_dane"),
     ("problem=imagenet", "problem=imagenet is unknown; choose one of:"),
     ("comm=mpi", "comm=mpi is unknown; choose one of: auto, horovod, local, ps, torch"),
     ("rounds=0", "rounds must be a positive integer, got 0"),
