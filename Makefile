@@ -23,7 +23,7 @@ run: setup
 
 ## The default tests: fast, no `slow` marker (budget: 10 minutes on 2 cores; `--durations` names the slowest).
 test: setup
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow" -q --durations=25
 
 test-slow: setup
 	$(PY) -m pytest -m slow -q
