@@ -42,7 +42,7 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> flo
 
     The DANE line's theory (Jiang, Rodomanov & Stich 2024) takes the proximal weight λ = δ_A.
     """
-    if not callable(getattr(problem, "hessian_vector", None)):
+    if problem.hessian_vector is None:
         raise ConfigError(f"{key}=null is the Hessian dissimilarity of the local Hessians, which "
                           f"{type(problem).__name__} cannot give (no Hessian-vector products); set {key} to a number")
     found = measured_dissimilarity(problem, comm, problem.initial_point())
@@ -95,12 +95,12 @@ class Federated(Algorithm):
                  local: LocalSolveKeys | None = None, w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
         self.sampler = ClientSampler(comm, sampling.clients_per_round, sampling=sampling.sampling, seed=seed,
-                                     n_local=getattr(problem, "n_local", None))
+                                     n_local=problem.n_local)
         self.traffic = Traffic()
         self.with_grad = logs_gradient(problem)
         self.local = local or LocalSolveKeys()
         self.solver = self.local.solver()
-        if self.solver is not None and getattr(problem, "strong_convexity", None) is None:
+        if self.solver is not None and problem.strong_convexity is None:
             raise ConfigError(f"algorithm.local_solver={self.local.local_solver} exists on the convex problems only, "
                               f"got {type(problem).__name__}; use algorithm.local_solver=problem (the inner optimizer)")
         self.lr = self.local.lr

@@ -64,7 +64,7 @@ class SDANE(Federated):
         self.adaptive, self.accepted = adaptive, True
         self.lam = default_prox_weight(problem, comm, "algorithm.lam") if lam is None else lam
         self.accelerated = accelerated
-        self.mu = float(getattr(problem, "strong_convexity", None) or 0.0) if mu is None else mu
+        self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.v = self.w.clone()
         self.A, self.B = 0.0, 1.0
         self.local_failed = False
@@ -137,7 +137,7 @@ class SDANE(Federated):
             solver = tighter(solver)
             z = self.problem.prox_solve(centre, h, lam, anchor_grad=grad_c, solver=solver)
             grad_z = self.local_grad(z)
-        self.local_failed = getattr(self.problem, "strong_convexity", None) is not None and not passes(z, grad_z)
+        self.local_failed = self.problem.strong_convexity is not None and not passes(z, grad_z)
         return z, grad_z
 
     def state_dict(self) -> dict:
