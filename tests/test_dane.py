@@ -216,11 +216,11 @@ def test_safeguard_jumps_on_a_settled_overshoot_and_is_within_1_5x_of_the_grid()
 def test_undamp_takes_a_settled_undershooting_mode_to_the_mu_where_it_is_exact(kappa, kappa_i, mu):
     # One mode: global curvature kappa, local kappa_i, damped by mu, contracts by rho = 1 - kappa/(kappa_i + mu)
     # per round (an undershoot).  The mu that makes the local model exact along it is kappa - kappa_i.
-    from dane.dane import MuSafeguard, snap
+    from dane.safeguard import snap, undamp
 
     rho = 1.0 - kappa / (kappa_i + mu)
     assert 0 < rho < 1
-    assert MuSafeguard(0.0)._undamp(mu, rho, kappa) == snap(kappa - kappa_i)
+    assert undamp(mu, rho, kappa, 0.0) == snap(kappa - kappa_i)  # floor 0, as MuSafeguard(0.0) has
 
 
 def test_safeguard_beats_every_fixed_mu_on_logistic_breast_cancer():
