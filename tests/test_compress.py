@@ -1,0 +1,188 @@
+"""dane.compress: unbiasedness and variance against closed forms, contraction bounds, exact bit counts."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dane.compress import Dither, ErrorFeedback, Identity, LowRank, Natural, RandK, TopK, make
+from dane.errors import ConfigError
+
+DRAWS = 20000
+
+
+def message(n: int = 50, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
+
+
+def draws(compressor, x: torch.Tensor, seed: int = 1) -> torch.Tensor:
+    """DRAWS independent compressions of x: one call on DRAWS copies (each row is compressed on its own)."""
+    return compressor(x.expand(DRAWS, -1).clone(), torch.Generator().manual_seed(seed))
+
+
+def natural_variance(x: torch.Tensor) -> float:
+    """E‖C(x) − x‖² of natural compression: Σ 4^e f(1 − f) for |x_j| = 2^e (1 + f)."""
+    e = torch.floor(torch.log2(x.abs()))
+    f = x.abs() / 2 ** e - 1
+    return float((4 ** e * f * (1 - f)).sum())
+
+
+def dither_variance(x: torch.Tensor, s: int) -> float:
+    """E‖C(x) − x‖² of s-level dithering: Σ (‖x‖/s)² p(1 − p), p the fractional part of s|x_j|/‖x‖."""
+    norm = torch.linalg.vector_norm(x)
+    scaled = s * x.abs() / norm
+    p = scaled - scaled.floor()
+    return float(((norm / s) ** 2 * p * (1 - p)).sum())
+
+
+@pytest.mark.parametrize("compressor, variance", [
+    (RandK(k=5), lambda x: (x.numel() / 5 - 1) * float(x @ x)),
+    (RandK(k=0.3), lambda x: (x.numel() / 15 - 1) * float(x @ x)),
+    (Natural(), natural_variance),
+    (Dither(s=1), lambda x: dither_variance(x, 1)),
+    (Dither(s=4), lambda x: dither_variance(x, 4)),
+])
+def test_unbiased_compressors_match_their_mean_and_variance(compressor, variance):
+    x = message()
+    out = draws(compressor, x)
+    exact = variance(x)
+    # the closed-form variance is within the declared bound ω‖x‖²
+    assert compressor.unbiased and exact <= compressor.omega(x.numel()) * float(x @ x) * (1 + 1e-12)
+    # E‖mean − x‖² = exact/DRAWS; by Chebyshev the squared error exceeds 100× that with probability ≤ 1%
+    # (the seed is fixed, so the test is deterministic; the bound says how unlucky a seed would have to be)
+    assert float(((out.mean(0) - x) ** 2).sum()) <= 100 * exact / DRAWS
+    # the mean of ‖C(x) − x‖² over the draws is the closed form to 5 standard errors
+    sq = ((out - x) ** 2).sum(1)
+    assert abs(float(sq.mean()) - exact) <= 5 * float(sq.std()) / math.sqrt(DRAWS)
+
+
+def test_natural_rounds_to_a_neighbouring_power_of_two():
+    x = torch.tensor([0.0, 1.0, -3.0, 0.3, 1e-300, -7.5e10], dtype=torch.float64)
+    out = draws(Natural(), x, seed=3)
+    low = 2.0 ** torch.floor(torch.log2(x.abs()))
+    for j in range(x.numel()):
+        values = set(out[:, j].tolist())
+        if x[j] == 0:
+            assert values == {0.0}
+        elif low[j] == x[j].abs():  # a power of two is sent exactly
+            assert values == {float(x[j])}
+        else:
+            sign = float(torch.sign(x[j]))
+            assert values == {sign * float(low[j]), sign * 2 * float(low[j])}
+
+
+def test_topk_keeps_exactly_the_k_largest_magnitudes():
+    x = torch.randn(7, 40, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    out = TopK(k=6)(x)
+    for row, kept in zip(x.numpy(), out.numpy()):
+        largest = np.argsort(-np.abs(row))[:6]
+        expected = np.zeros_like(row)
+        expected[largest] = row[largest]
+        np.testing.assert_array_equal(kept, expected)
+        # the contraction bound ‖C(x) − x‖² ≤ (1 − k/n)‖x‖²
+        assert ((kept - row) ** 2).sum() <= (1 - TopK(k=6).delta(40)) * (row ** 2).sum()
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_low_rank_is_the_best_rank_r_approximation(symmetric):
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(3, 8, 8, generator=gen, dtype=torch.float64)
+    x = a + a.mT if symmetric else a
+    r = 3
+    out = LowRank(r=r, symmetric=symmetric)(x)
+    for matrix, approx in zip(x.numpy(), out.numpy()):
+        u, s, vt = np.linalg.svd(matrix)  # Eckart–Young: the truncated SVD is the best in the Frobenius norm
+        best = (u[:, :r] * s[:r]) @ vt[:r]
+        np.testing.assert_allclose(approx, best, atol=1e-12)
+        assert np.linalg.matrix_rank(approx) == r
+        assert ((approx - matrix) ** 2).sum() <= (1 - r / 8) * (matrix ** 2).sum()
+    # one matrix alone is one row
+    torch.testing.assert_close(LowRank(r=r, symmetric=symmetric)(x[1]), out[1])
+
+
+def test_identity_returns_the_message():
+    x = message()
+    assert torch.equal(Identity()(x), x) and Identity().omega(50) == 0 and Identity().delta(50) == 1
+
+
+@pytest.mark.parametrize("compressor, n, value_bits, bits", [
+    (Identity(), 1000, 64, 64000),
+    (TopK(k=10), 1000, 64, 10 * (64 + 10)),       # 10 (index, value) pairs, ⌈log₂ 1000⌉ = 10
+    (TopK(k=10), 1024, 32, 10 * (32 + 10)),       # ⌈log₂ 1024⌉ = 10
+    (TopK(k=10), 1025, 64, 10 * (64 + 11)),
+    (TopK(k=0.1), 1000, 64, 100 * (64 + 10)),     # a fraction: k = 0.1·n
+    (TopK(k=5), 3, 64, 3 * (64 + 2)),             # k capped at n
+    (RandK(k=10), 1000, 64, 640),                 # values only: the indices come from the shared seed
+    (Natural(), 1000, 64, 12000),                 # sign + 11 exponent bits
+    (Natural(), 1000, 32, 9000),                  # sign + 8 exponent bits
+    (Dither(s=4), 1000, 64, 64 + 1000 * (1 + 3)),  # norm, then sign + a level in {0..4}
+    (Dither(s=1), 10, 64, 64 + 10 * 2),
+    (Dither(s=7), 10, 32, 32 + 10 * 4),
+    (LowRank(r=2), 100, 64, 2 * 11 * 64),         # 2 eigenvectors of 10 and their eigenvalues
+    (LowRank(r=2, symmetric=False), 100, 64, 2 * 20 * 64),
+])
+def test_bit_counts_equal_the_hand_derived_ones(compressor, n, value_bits, bits):
+    assert compressor.bits(n, value_bits) == bits
+
+
+def test_bit_count_refusals():
+    with pytest.raises(ValueError, match="not a square"):
+        LowRank(r=1).bits(10)
+    with pytest.raises(ConfigError, match="value_bits=8"):
+        Natural().bits(10, 8)
+
+
+def test_randk_same_seed_same_indices():
+    x = message(200)
+    a = RandK(k=7)(x.expand(3, -1), torch.Generator().manual_seed(11))
+    b = RandK(k=7)(x.expand(3, -1), torch.Generator().manual_seed(11))
+    c = RandK(k=7)(x.expand(3, -1), torch.Generator().manual_seed(12))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert ((a != 0).sum(1) == 7).all()
+    assert not torch.equal(a[0] != 0, a[1] != 0)  # each row draws its own indices
+    torch.testing.assert_close(a[a != 0], (x.expand(3, -1) * 200 / 7)[a != 0])
+
+
+def test_contraction_constants():
+    assert TopK(k=8).delta(100) == 0.08 and LowRank(r=2).delta(100) == 0.2
+    assert RandK(k=8).omega(100) == 100 / 8 - 1 and RandK(k=8).delta(100) == 8 / 100
+    assert Natural().omega(5) == 1 / 8 and Dither(s=2).omega(100) == min(100 / 4, 10 / 2)
+    assert math.isinf(TopK(k=1).omega(10)) and not TopK.unbiased
+
+
+def test_ef21_estimate_contracts_towards_a_fixed_message():
+    x = message(30)
+    ef = ErrorFeedback(TopK(k=3))
+    gap = float(x @ x)
+    for _ in range(40):
+        g = ef(x)
+        new_gap = float(((x - g) ** 2).sum())
+        assert new_gap <= (1 - 3 / 30) * gap * (1 + 1e-12)  # ‖x − g_{t+1}‖² ≤ (1 − δ)‖x − g_t‖²
+        gap = new_gap
+    assert gap < 1e-2 * float(x @ x)
+    state = ef.state_dict()
+    other = ErrorFeedback(TopK(k=3))
+    other.load_state_dict(state)
+    assert torch.equal(other(x), ef(x))
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("none", Identity()), ("topk:8", TopK(k=8)), ("topk:0.1", TopK(k=0.1)), ("randk:3", RandK(k=3)),
+    ("natural", Natural()), ("dither:4", Dither(s=4)), ("rank:2", LowRank(r=2)), ("TopK:8", TopK(k=8)),
+])
+def test_make_builds_what_the_spec_names(spec, expected):
+    built = make(spec)
+    assert built == expected and make(built.spec) == built
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("topk", "is not one of"), ("topk:0", "K >= 1"), ("topk:1.5", "(0, 1]"), ("randk:x", "count or a fraction"),
+    ("dither:0", "S >= 1"), ("dither:1.5", "integer after the colon"), ("rank:0", "R >= 1"), ("zip", "is not one of"),
+])
+def test_make_refuses_a_bad_spec_in_one_line(spec, says):
+    with pytest.raises(ConfigError) as err:
+        make(spec)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
