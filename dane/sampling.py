@@ -25,9 +25,10 @@ are the run's measurement, not part of the method).  So the communicator's ``byt
 ``comm_rounds`` count the collectives as run, all m ranks; the method's own traffic in the
 client-server model, participants only, is `Traffic`: records carry ``uplink_bytes`` (what the
 sampled clients sent to the server, summed over them) and ``downlink_bytes`` (what the server
-sent to them), cumulative, and ``clients`` (|S_t|).  The simulator's clock times every
-worker's compute, and a client outside S_t does none of the method's local work, so the
-slowest participant sets each phase; the modelled allreduce cost is that of all m ranks.
+sent to them), cumulative, and ``clients`` (|S_t|).  The simulator's clock charges a sampled
+collective to the participants only (`Communicator.next_participants`): the slowest client of
+S_t sets the compute before it (a client outside S_t does none of the method's work, only the
+metrics) and the modelled allreduce is a ring over the |S_t| participants (no cost at |S_t| = 1).
 """
 from __future__ import annotations
 
@@ -122,6 +123,8 @@ def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.
     grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``."""
     inside = bool((members == comm.rank).any())
     payload = [t if inside else torch.zeros_like(t) for t in sampled] + list(rides)
+    if len(members) < comm.size:
+        comm.next_participants(members.tolist())  # the simulator charges the participants only
     reduced = comm.allreduce_mean(payload)
     scale = comm.size / len(members)
     means = [t if scale == 1.0 else t * scale for t in reduced[: len(sampled)]]

@@ -77,6 +77,11 @@ class Communicator(ABC):
         self.reset_clock()
         self._t0 -= elapsed
 
+    def next_participants(self, members: list[int]) -> None:
+        """Only the ranks in ``members`` take part in this worker's next collective; the others enter it with
+        zeros (client sampling, `dane.sampling.sampled_mean`).  A backend that models time (the simulator)
+        charges that collective to the participants only; a real one runs it over every rank as it is."""
+
     def summary_entries(self) -> dict:
         """What this backend adds to a run's summary (a parameter server's counters); nothing by default."""
         return {}

@@ -7,10 +7,13 @@ its thread's CPU time (`ThreadCPUTime`; torch is held to one intra-op thread), o
 the wall time of its turn on the device (`DeviceTurns`).  The simulated clock of a
 collective phase is
 
-    max_i(slowdown_i * compute_i + delay_i) + cost.allreduce_time(bytes, m)
+    max_{i in S}(slowdown_i * compute_i + delay_i) + cost.allreduce_time(bytes, |S|)
 
 with the cost of a ring (`AlphaBeta`) or of parameter servers (`ParameterServerCost`):
-the parallel wall time the m workers would have taken on m machines.
+the parallel wall time the m workers would have taken on m machines.  S is every worker,
+except for a collective that client sampling gives to the sampled clients only
+(`Communicator.next_participants`, `dane.sampling`): the others' compute before it (the
+round's metrics, not the method's work) and their place in the ring are not charged.
 
 A Ctrl-C while `ThreadGroup.run` waits for its workers stops them at their next
 collective (`Interrupted`), so the run ends within a round and its workers can report.
@@ -245,10 +248,11 @@ class ThreadGroup:
 
     def _reduce(self) -> None:
         """Runs once, in the last thread to arrive, while the others wait at the barrier."""
-        op, nbytes, root = self._op
+        op, nbytes, root, members = self._op
         delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
-        phase_compute = max(self.stragglers.factor(r) * c + d for r, (c, d) in enumerate(zip(self._compute, delays)))
-        phase_comm = self.cost.allreduce_time(nbytes, self.size) if op == "allreduce" else 0.0
+        ranks = range(self.size) if members is None else members
+        phase_compute = max(self.stragglers.factor(r) * self._compute[r] + delays[r] for r in ranks)
+        phase_comm = self.cost.allreduce_time(nbytes, len(ranks)) if op == "allreduce" else 0.0
         self.compute_time += phase_compute
         self.comm_time += phase_comm
         self.clock += phase_compute + phase_comm
@@ -330,7 +334,11 @@ class ThreadCommunicator(Communicator):
         self.size = group.size
         self._mark = 0.0
         self._computing = False  # whether this worker is in a compute phase (holds its `DeviceTurns` turn)
+        self._participants: list[int] | None = None  # of the next collective (`next_participants`); None: all
         super().__init__()
+
+    def next_participants(self, members: list[int]) -> None:
+        self._participants = sorted(int(r) for r in members)
 
     def _begin(self) -> None:
         """A compute phase starts (the run's, or the one after a collective)."""
@@ -353,8 +361,9 @@ class ThreadCommunicator(Communicator):
         if g.interrupted:
             raise Interrupted
         g._inbox[self.rank] = tensors
+        members, self._participants = self._participants, None
         if self.rank == 0:
-            g._op = (op, nbytes, root)
+            g._op = (op, nbytes, root, members)
         try:
             # The last arrival runs ThreadGroup._reduce.  The result is read before this worker can
             # arrive again, and the next reduction needs every worker's arrival: nobody overwrites
