@@ -39,7 +39,21 @@ class Column(NamedTuple):
     shown_with: str | None = None
 
 
-class Algorithm(ABC):
+class Rounds:
+    """What `dane.runner.run` drives: an `Algorithm`, or a split-learning or asynchronous run behind the
+    same interface (``iterate``, ``step``, ``state_dict``), which declares no final answer and no diagnosis."""
+
+    #: None until the method's answer is final before the round cap (one-shot averaging), then (status, why):
+    #: the run ends on the record that describes that answer (`dane.runner.run`)
+    finished: tuple[str, str] | None = None
+
+    def diagnosis(self, records: list[dict]) -> str | None:
+        """At the round cap, what this method's own state says about why it is slow, naming the override
+        to try (appended to ``stopped_by``); None: nothing to add.  ``records``: the run's, last one last."""
+        return None
+
+
+class Algorithm(Rounds, ABC):
     """One worker's state and round.  The class declares what the method supports; every default is "no"."""
 
     name: ClassVar[str]
@@ -62,9 +76,7 @@ class Algorithm(ABC):
     columns: ClassVar[tuple[Column, ...]] = ()
 
     # -------------------------------------------------------------- optional state the drivers read
-    #: None until the method's answer is final before the round cap (one-shot averaging), then (status, why):
-    #: the run ends on the record that describes that answer (`dane.runner.run`)
-    finished: tuple[str, str] | None = None
+    #: (``finished``, `diagnosis`: `Rounds`)
     #: worker steps per logged round of an asynchronous run (`worker_update` calls)
     updates_per_round: int = 1
 
@@ -97,11 +109,6 @@ class Algorithm(ABC):
         """Asynchronous runs (``asynchronous = True``): one worker step at the parameters ``w`` it pulled, as
         the tensors it pushes to the server (its config's `AlgorithmConfig.async_server` applies them)."""
         raise ConfigError(f"algorithm={self.name} has no asynchronous form; set comm.staleness=0")
-
-    def diagnosis(self, records: list[dict]) -> str | None:
-        """At the round cap, what this method's own state says about why it is slow, naming the override
-        to try (appended to ``stopped_by``); None: nothing to add.  ``records``: the run's, last one last."""
-        return None
 
     def state_dict(self) -> dict:
         """What a resumed run needs to continue exactly as if never stopped.

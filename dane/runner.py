@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from .algorithm import Algorithm
+from .algorithm import Rounds
 from .errors import ConfigError
 from .projection import ROUND_OFF, Trend, fit
 
@@ -233,7 +233,7 @@ def restore_cost(comm, cost: dict) -> None:
         comm.restore_clock(float(cost["time_s"]))
 
 
-def start_state(algo: Algorithm, stop: StopRule) -> dict:
+def start_state(algo: Rounds, stop: StopRule) -> dict:
     """Round 0's state in the form ``on_checkpoint`` receives: ``run(algo, stop, resume=start_state(algo, stop))``
     is a fresh run (Horovod elastic commits it before the first round, `dane.elastic`)."""
     return {"round": 0, "cost": _cost(algo.comm), "first": None, "early_stop": EarlyStopping(stop).state_dict(),
@@ -254,7 +254,7 @@ class RunResult:
         return iter((self.records, self.status))
 
 
-def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
+def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
         resume: dict | None = None, on_checkpoint: Callable[[dict], None] | None = None,
         checkpoint_every: int = 0) -> RunResult:
     """Run rounds until ``stop`` says so; every record describes iterate w_t and what it cost to reach.
@@ -310,22 +310,21 @@ def run(algo: Algorithm, stop: StopRule, on_round: Callable[[dict], None] | None
     return RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first))
 
 
-def why_stopped(algo: Algorithm, stop: StopRule, status: str, records: list[dict], first: dict | None) -> str:
+def why_stopped(algo: Rounds, stop: StopRule, status: str, records: list[dict], first: dict | None) -> str:
     """`RunResult.stopped_by`: the test that ended the run, the algorithm's own reason (``finished``) and,
     at the round cap, its ``diagnosis``."""
-    done = getattr(algo, "finished", None)
+    done = algo.finished
     if records and done is not None and status == done[0]:
         measure = stop.measure(records[-1], first)
         return done[1] + ("" if measure is None else f"; {measure}" +
                           (f", above {measure.target_label}" if measure.target_label else ""))
     said = stop.stopped_by(status, records[-1], first, records) if records else status
-    diagnosis = getattr(algo, "diagnosis", None)  # duck-typed runs (a split-learning run) may lack it
-    extra = diagnosis(records) if status == "max_rounds" and records and diagnosis is not None else None
+    extra = algo.diagnosis(records) if status == "max_rounds" and records else None
     return f"{said}; {extra}" if extra else said
 
 
-def finished(algo: Algorithm) -> str | None:
+def finished(algo: Rounds) -> str | None:
     """The status an algorithm whose answer is final ends the run with (its ``finished``: (status, why)), else None."""
-    done = getattr(algo, "finished", None)
+    done = algo.finished
     return None if done is None else done[0]
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import torch
 
+from ..algorithm import Rounds
 from ..callbacks import worker_callbacks
 from ..driver import Loop, drive
 from .protocol import work
 from .updates import LOG_FIELDS, KeepUpdates, Update, log_stats, round_stats
 
 
-class Replay:
+class Replay(Rounds):
     """A finished asynchronous ``comm=ps`` run behind the `Algorithm` interface: its kept iterates, one per round,
     each evaluated by every worker in lockstep (the algorithm's own ``evaluate``, through the servers)."""
 

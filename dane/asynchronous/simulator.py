@@ -35,6 +35,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
+from ..algorithm import Rounds
 from ..comm import ParameterServerCost, Stragglers, ThreadGroup
 from ..comm.threads import Meter, ThreadCPUTime, meter_for
 from ..errors import ConfigError
@@ -217,7 +218,7 @@ class AllWorkers:
         return value
 
 
-class AsyncRun:
+class AsyncRun(Rounds):
     """The asynchronous run behind the `Algorithm` interface that `dane.runner.run` drives.
 
     ``step`` evaluates the server's iterate and then applies one round of updates.

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..algorithm import Rounds
 from ..errors import ConfigError
 from ..inner import worker_seed
 from ..models import build_model
@@ -121,7 +122,7 @@ def epoch_fields(stats: dict) -> dict:
     return out
 
 
-class SplitRun:
+class SplitRun(Rounds):
     """Rank 0's round object: evaluate the model, run one epoch (commanding the followers), collect its counters."""
 
     name = "split"
