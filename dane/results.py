@@ -8,10 +8,13 @@ rank 0 sent.  Figures read these files and nothing else.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import socket
+import threading
+import time
 from pathlib import Path
 
 from .errors import ConfigError
@@ -58,9 +61,9 @@ class RunWriter:
     The summary also gets ``provenance`` (`dane.provenance.run_provenance`, taken when the
     writer opens: commit, command, start time, host, load average).
 
-    A run owns its directory: the writer takes ``<out_dir>/.lock`` (created exclusively,
+    A run owns its directory: the writer takes ``<out_dir>/.lock`` (`take_lock`: created exclusively,
     holding host and pid; released by `close`, after the summary), so a second run into the same directory
-    stops with one line.  A directory that already holds a run's records is refused
+    stops with one line.  A run that ends before its first record leaves the directory as it was (`close`).  A directory that already holds a run's records is refused
     unless ``resume`` (the run continues there: its records were cut back to the
     checkpoint) or ``overwrite`` (the old records are removed first).
 
@@ -71,6 +74,9 @@ class RunWriter:
     def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
         self.out_dir = Path(out_dir)
         self.trackers = None
+        self.records_written = 0
+        self._made_dirs = [p for p in (self.out_dir, *self.out_dir.parents) if not p.exists()]  # innermost first
+        self._made_files: set[str] = set()  # what `discard` removes again: made by this writer
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -78,7 +84,11 @@ class RunWriter:
         except OSError as err:  # permission denied, a read-only file system, a path under /proc
             raise ConfigError(f"out_dir={out_dir} cannot be created ({err.strerror.lower()}); "
                               "choose another out_dir") from None
-        self._lock = take_lock(self.out_dir)
+        try:
+            self._lock = take_lock(self.out_dir)
+        except BaseException:
+            self._remove_made_dirs()
+            raise
         try:
             old = [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (self.out_dir / name).exists()]
             if old and not resume:
@@ -88,9 +98,11 @@ class RunWriter:
                 for name in old:
                     (self.out_dir / name).unlink()
             self.provenance = run_provenance()
+            self._note_made(ROUNDS_FILE)
             self._rounds = open(self.out_dir / ROUNDS_FILE, "a", buffering=1)
         except BaseException:
             self._lock.unlink(missing_ok=True)
+            self._remove_made_dirs()
             raise
 
     def attach(self, trackers) -> None:
@@ -102,6 +114,7 @@ class RunWriter:
             self._rounds.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         except OSError as err:  # a write names no file: say which (a full or read-only file system)
             raise OSError(err.errno, err.strerror, str(self.out_dir / ROUNDS_FILE)) from None
+        self.records_written += 1
         if self.trackers is not None:
             self.trackers.log_round(record)
 
@@ -112,6 +125,7 @@ class RunWriter:
             self.trackers.finish(summary)
 
     def write_text(self, name: str, text: str) -> None:
+        self._note_made(name)
         atomic_write_text(self.out_dir / name, text)
 
     def finish_rounds(self) -> None:
@@ -122,34 +136,137 @@ class RunWriter:
             raise OSError(err.errno, err.strerror, str(self.out_dir / ROUNDS_FILE)) from None
 
     def close(self) -> None:
-        """Close rounds.jsonl and release the directory, last: no other run writes there before the summary is in."""
+        """Close rounds.jsonl and release the directory, last: no other run writes there before the summary is in.
+
+        A run that wrote no record (it failed or was stopped before its first round) leaves the directory as
+        it found it: what this writer made (config.yaml, the empty rounds.jsonl, the folder) is removed, so
+        the same command can run there again."""
         try:
             self.finish_rounds()
         finally:
-            self._lock.unlink(missing_ok=True)
+            try:
+                if not self.records_written:
+                    self.discard()
+            finally:
+                self._lock.unlink(missing_ok=True)
+                if not self.records_written:
+                    self._remove_made_dirs()
+
+    def discard(self) -> None:
+        """Remove the files this writer made (none of a run it continues or a file that was there before)."""
+        for name in self._made_files:
+            (self.out_dir / name).unlink(missing_ok=True)
+        self._made_files.clear()
+
+    def _note_made(self, name: str) -> None:
+        if not (self.out_dir / name).exists():
+            self._made_files.add(name)
+
+    def _remove_made_dirs(self) -> None:
+        """The folders this writer made for out_dir, innermost first, each only if it is empty."""
+        for folder in self._made_dirs:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (a tracker's files, another run's), or gone: keep what is there
+                return
+
+
+#: a lock with no owner in it (an older version's, or a file system without hard links that failed between the
+#: create and the write) older than this is stale: a run writes its owner microseconds after the create
+OWNERLESS_STALE_S = 60.0
 
 
 def take_lock(run_dir: Path) -> Path:
-    """Create ``run_dir/.lock`` exclusively; a lock left by a dead process on this host is taken over."""
+    """Take ``run_dir/.lock``, holding ``<host> <pid>``; one line naming the problem and the fix where it cannot.
+
+    The owner is written to a temporary file first and hard-linked to ``.lock`` (``os.link`` fails if it
+    exists), so a lock is never empty and a failed write (a full disk) leaves no lock behind.  A lock left
+    by a dead process on this host, or one with no owner older than `OWNERLESS_STALE_S`, is taken over; a
+    younger ownerless one is refused with the fix.  A file system without hard links gets an exclusive
+    create and write, the lock removed if the write fails.
+    """
     path = run_dir / LOCK_FILE
     me = f"{socket.gethostname()} {os.getpid()}"
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            owner = path.read_text().split() if path.exists() else []
-            if len(owner) == 2 and owner[0] == socket.gethostname() and not _alive(int(owner[1])):
-                path.unlink(missing_ok=True)  # stale: its process is gone
-                continue
-            raise ConfigError(f"out_dir={run_dir} is in use by another run ({' pid '.join(owner) or 'unknown'}); "
-                              "choose another out_dir, or wait for that run to end") from None
-        except OSError as err:  # permission denied, a read-only or a full file system
-            raise ConfigError(f"out_dir={run_dir} is not writable ({err.strerror.lower()}); "
-                              "choose another out_dir") from None
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
-        return path
+    tmp = run_dir / f"{LOCK_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        tmp.write_text(me)
+    except OSError as err:  # permission denied, a read-only or a full file system
+        tmp.unlink(missing_ok=True)
+        raise _not_writable(run_dir, err) from None
+    try:
+        for _ in range(2):
+            try:
+                _link_or_create(tmp, path, me)
+                return path
+            except FileExistsError:
+                if _stale(path) and _removed(path):
+                    continue
+                owner = _owner(path)
+                if owner is None:
+                    raise ConfigError(f"out_dir={run_dir} is locked by {path}, which names no run; remove {path} "
+                                      "if no run uses the directory") from None
+                raise ConfigError(f"out_dir={run_dir} is in use by another run ({' pid '.join(owner)}); choose "
+                                  f"another out_dir, or wait for that run to end (remove {path} if no run uses the "
+                                  "directory)") from None
+            except OSError as err:
+                raise _not_writable(run_dir, err) from None
+    finally:
+        tmp.unlink(missing_ok=True)
     raise ConfigError(f"out_dir={run_dir}: could not take {path}; remove it if no run uses the directory")
+
+
+def _not_writable(run_dir: Path, err: OSError) -> ConfigError:
+    fix = "free space there or choose another out_dir" if err.errno in (errno.ENOSPC, errno.EDQUOT) else \
+        "choose another out_dir"
+    return ConfigError(f"out_dir={run_dir} is not writable ({(err.strerror or str(err)).lower()}); {fix}")
+
+
+def _link_or_create(tmp: Path, path: Path, owner: str) -> None:
+    """``path`` made, holding ``owner``, or FileExistsError: a hard link of ``tmp``, or where the file system has
+    none, an exclusive create whose failed write removes it again."""
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        raise
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.ENOSYS):
+            raise
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(owner)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+def _owner(path: Path) -> list[str] | None:
+    """``[host, pid]`` from a lock; None where it names none (empty, unreadable, not ``<host> <pid>``)."""
+    try:
+        owner = path.read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return owner if len(owner) == 2 and owner[1].isdigit() else None
+
+
+def _removed(path: Path) -> bool:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # not ours to remove (another user's lock in a shared folder): the line names the fix
+        return False
+    return True
+
+
+def _stale(path: Path) -> bool:
+    """A lock no run holds: its owner is a process of this host that is gone, or it names no owner and is old."""
+    owner = _owner(path)
+    if owner is not None:
+        return owner[0] == socket.gethostname() and not _alive(int(owner[1]))
+    try:
+        return time.time() - path.stat().st_mtime > OWNERLESS_STALE_S
+    except FileNotFoundError:
+        return True  # released since: try again
 
 
 def _alive(pid: int) -> bool:

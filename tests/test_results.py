@@ -1,0 +1,131 @@
+"""The run directory's lock and its clean-up (`dane.results.take_lock`, `RunWriter`): a lock never outlives a
+run that did not start, never holds no owner, and a stale one is taken over or named with its fix."""
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from dane import results
+from dane.errors import ConfigError
+from dane.results import LOCK_FILE, OWNERLESS_STALE_S, RunWriter, take_lock
+
+
+def full_disk(monkeypatch, after: int = 0):
+    """Every ``Path.write_text`` after the first ``after`` fails as on a full file system (ENOSPC)."""
+    write_text, calls = Path.write_text, []
+
+    def write(self, *args, **kwargs):
+        calls.append(self)
+        if len(calls) > after:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", write)
+
+
+def test_a_full_disk_at_the_start_leaves_no_lock_and_no_folder(tmp_path, monkeypatch):
+    run = tmp_path / "new" / "run"
+    full_disk(monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        RunWriter(run)
+    assert str(err.value) == (f"out_dir={run} is not writable (no space left on device); free space there or "
+                              "choose another out_dir")
+    assert list(tmp_path.iterdir()) == []  # no .lock, no empty folder: the folder is as it was
+    monkeypatch.undo()  # space freed: the same command runs, no overwrite=true needed
+    RunWriter(run).close()
+
+
+def test_a_full_disk_in_an_existing_folder_leaves_it_byte_for_byte(tmp_path, monkeypatch):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    full_disk(monkeypatch)
+    with pytest.raises(ConfigError, match="is not writable"):
+        take_lock(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_the_lock_holds_its_owner_from_the_moment_it_exists(tmp_path, monkeypatch):
+    """Written to a temporary file and linked: whoever sees .lock reads host and pid, never an empty file."""
+    seen = []
+    link = os.link
+
+    def spy(src, dst):
+        link(src, dst)
+        seen.append(Path(dst).read_text())
+
+    monkeypatch.setattr(os, "link", spy)
+    path = take_lock(tmp_path)
+    assert seen == [f"{socket.gethostname()} {os.getpid()}"] == [path.read_text()]
+    assert [p.name for p in tmp_path.iterdir()] == [LOCK_FILE]  # the temporary file is gone
+
+
+def test_without_hard_links_a_failed_owner_write_removes_the_lock(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    take_lock(tmp_path).unlink()  # the exclusive create and write
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, fd):
+            self.file = real_fdopen(fd, "w")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: Full(fd))
+    with pytest.raises(ConfigError, match=f"out_dir={tmp_path} is not writable \\(no space left on device\\)"):
+        take_lock(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_ownerless_lock_is_named_with_its_fix_while_young_and_taken_over_when_old(tmp_path):
+    lock = tmp_path / LOCK_FILE
+    lock.write_text("")  # as the version before this one left it on a full disk
+    with pytest.raises(ConfigError) as err:
+        take_lock(tmp_path)
+    assert str(err.value) == (f"out_dir={tmp_path} is locked by {lock}, which names no run; remove {lock} if no "
+                              "run uses the directory")
+    old = time.time() - OWNERLESS_STALE_S - 1
+    os.utime(lock, (old, old))
+    assert take_lock(tmp_path).read_text() == f"{socket.gethostname()} {os.getpid()}"
+
+
+def test_a_lock_of_another_host_is_refused_with_the_fix(tmp_path):
+    lock = tmp_path / LOCK_FILE
+    lock.write_text("elsewhere 12345")
+    with pytest.raises(ConfigError) as err:
+        take_lock(tmp_path)
+    assert str(err.value) == (f"out_dir={tmp_path} is in use by another run (elsewhere pid 12345); choose another "
+                              f"out_dir, or wait for that run to end (remove {lock} if no run uses the directory)")
+    assert lock.read_text() == "elsewhere 12345"
+
+
+def test_a_run_without_records_leaves_the_folder_as_it_was(tmp_path):
+    """config.yaml and an empty rounds.jsonl made by a run that ends before its first record are removed."""
+    run = tmp_path / "a" / "b"
+    writer = RunWriter(run)
+    writer.write_text("config.yaml", "x: 1\n")
+    writer.close()
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "config.yaml").write_text("mine\n")
+    writer = RunWriter(tmp_path / "kept")
+    writer.write_text("config.yaml", "x: 1\n")  # there before: rewritten, not removed
+    writer.close()
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["config.yaml"]
+    writer = RunWriter(run)
+    writer.write_round({"round": 0, "objective": 1.0})
+    writer.close()
+    assert sorted(p.name for p in run.iterdir()) == [results.ROUNDS_FILE]
