@@ -1,0 +1,201 @@
+"""FedNL (baselines/fednl.py, fednl_batched.py, fednl_stacked.py) against dense NumPy Hessians, Newton's method and
+the optimum of a small logistic regression."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.sparse
+import torch
+
+from dane.baselines.fednl import FedNLConfig, hessian_step, uplink_bits
+from dane.baselines.fednl_batched import StackedFedNL
+from dane.baselines.fednl_stacked import StackedClients, frobenius_norms, pack, unpack
+from dane.compress import make
+from dane.errors import ConfigError
+from dane.losses import LOSSES
+from dane.problems.glm import LinearModelShard, add_intercept, to_torch
+
+LAM = 1e-3
+
+
+def sparse_logistic(n=240, d=12, density=0.3, seed=0):
+    """Binary-ish sparse rows (values 1 and a few reals), ±1 labels from a planted model, an intercept column."""
+    rng = np.random.default_rng(seed)
+    X = scipy.sparse.random(n, d, density=density, random_state=seed, format="csr",
+                            data_rvs=lambda k: np.where(rng.random(k) < 0.7, 1.0, rng.normal(size=k)))
+    X = add_intercept(X)
+    y = np.where(X @ rng.normal(size=d + 1) + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+    return X.tocsr(), y
+
+
+def shards_of(X, y, m):
+    parts = np.array_split(np.arange(X.shape[0]), m)
+    return [LinearModelShard(to_torch(X[p]), torch.from_numpy(y[p]), LOSSES["logistic"], l2=LAM,
+                             weight=m / X.shape[0]) for p in parts]
+
+
+def dense_objective(X, y):
+    A = X.toarray()
+    n = len(y)
+
+    def value(w):
+        return np.logaddexp(0, -y * (A @ w)).sum() / n + 0.5 * LAM * w @ w
+
+    def grad(w):
+        return A.T @ (-y / (1 + np.exp(y * (A @ w)))) / n + LAM * w
+
+    def hess(w):
+        s = 1 / (1 + np.exp(-(A @ w)))
+        return (A.T * (s * (1 - s))) @ A / n + LAM * np.eye(A.shape[1])
+
+    return value, grad, hess
+
+
+@pytest.fixture(scope="module")
+def problem():
+    X, y = sparse_logistic()
+    value, grad, hess = dense_objective(X, y)
+    w = np.zeros(X.shape[1])
+    for _ in range(30):  # Newton to machine precision, checked against L-BFGS below
+        w = w - np.linalg.solve(hess(w), grad(w))
+    return X, y, w, (value, grad, hess)
+
+
+def test_optimum_agrees_with_lbfgs(problem):
+    X, y, w_star, (value, grad, _) = problem
+    res = scipy.optimize.minimize(value, np.zeros(len(w_star)), jac=grad, method="L-BFGS-B",
+                                  options={"gtol": 1e-12, "ftol": 0, "maxiter": 10_000})
+    assert np.linalg.norm(grad(w_star)) < 1e-14
+    assert abs(res.fun - value(w_star)) < 1e-12
+
+
+def test_stacked_hessians_equal_dense_per_client(problem):
+    X, y, _, _ = problem
+    shards = shards_of(X, y, 5)
+    clients = StackedClients(shards)
+    x = np.random.default_rng(1).normal(size=clients.d) * 0.3
+    grads, hess = clients.gradients_hessians(x)
+    for c, shard in enumerate(shards):
+        A = shard.X.to_dense().numpy()
+        s = 1 / (1 + np.exp(-(A @ x)))
+        dense = shard.weight * (A.T * (s * (1 - s))) @ A + LAM * np.eye(clients.d)
+        np.testing.assert_allclose(unpack(hess[c], clients.d), dense, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(grads[c], shard.evaluate(torch.from_numpy(x))[0].numpy(), rtol=0, atol=1e-12)
+    subset = np.array([3, 1])
+    g_sub, h_sub = clients.gradients_hessians(x, subset)
+    np.testing.assert_allclose(h_sub, hess[subset], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(g_sub, grads[subset], rtol=0, atol=1e-13)
+
+
+def test_packing_and_frobenius():
+    M = np.random.default_rng(2).normal(size=(3, 5, 5))
+    M = M + M.transpose(0, 2, 1)
+    np.testing.assert_array_equal(unpack(pack(M), 5), M)
+    np.testing.assert_allclose(frobenius_norms(pack(M), 5), np.linalg.norm(M, axis=(1, 2)), rtol=1e-14)
+
+
+def test_identity_first_step_is_newton_and_converges(problem):
+    X, y, w_star, (value, grad, hess) = problem
+    run = StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor="none")
+    assert run.alpha == 1.0
+    run.step()
+    np.testing.assert_allclose(run.x, -np.linalg.solve(hess(np.zeros(len(w_star))), grad(np.zeros(len(w_star)))),
+                               rtol=0, atol=1e-13)
+    errors = [np.linalg.norm(run.x - w_star)]
+    for _ in range(12):
+        run.step()
+        errors.append(np.linalg.norm(run.x - w_star))
+    assert errors[-1] < 1e-13
+    # superlinear: the lagged Hessian (Newton with H from the previous point) contracts faster every round
+    fast = [e for e in errors if e > 1e-11]
+    ratios = [b / a for a, b in zip(fast, fast[1:])]
+    assert ratios[-1] < 0.1 * ratios[0] and ratios[-1] < 1e-2
+
+
+@pytest.mark.parametrize("spec, alpha, variant", [("topk:20", None, "plain"), ("topk:20", 1.0, "plain"),
+                                                  ("randk:20", None, "ls"), ("rank:2", None, "plain")])
+def test_compressed_converges_to_optimum(problem, spec, alpha, variant):
+    """From x0 = 0 (far from w*: FedNL's theory is local), RandK's noisy H needs FedNL-LS's line search here."""
+    X, y, w_star, (value, grad, _) = problem
+    run = StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor=spec, alpha=alpha, seed=3, variant=variant)
+    for _ in range(300):
+        run.step()
+        if np.linalg.norm(run.x - w_star) < 1e-10:
+            break
+    assert np.linalg.norm(run.x - w_star) < 1e-10, spec
+    assert np.linalg.norm(grad(run.x)) < 1e-10
+
+
+@pytest.mark.parametrize("option, variant", [(2, "plain"), (1, "ls")])
+def test_option2_and_line_search_converge(problem, option, variant):
+    X, y, w_star, (value, grad, _) = problem
+    run = StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor="topk:10", alpha=1.0, option=option,
+                       variant=variant)
+    for _ in range(300):
+        run.step()
+    assert np.linalg.norm(run.x - w_star) < 1e-9
+
+
+def test_pp_with_every_client_and_identity_is_newton(problem):
+    X, y, w_star, (value, grad, hess) = problem
+    run = StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor="none", option=2, variant="pp",
+                       clients_per_round=4)
+    w = np.zeros(len(w_star))
+    for _ in range(6):
+        run.step()
+        w = w - np.linalg.solve(hess(w), grad(w))
+        np.testing.assert_allclose(run.x, w, rtol=0, atol=1e-12)
+
+
+def test_pp_samples_converge(problem):
+    X, y, w_star, _ = problem
+    run = StackedFedNL(StackedClients(shards_of(X, y, 6)), compressor="topk:20", alpha=1.0, option=2, variant="pp",
+                       clients_per_round=2, seed=5)
+    for _ in range(400):
+        run.step()
+    assert np.linalg.norm(run.x - w_star) < 1e-9
+
+
+@pytest.mark.parametrize("spec", ["none", "topk:7", "randk:7", "natural", "rank:2"])
+def test_bits_are_rounds_times_closed_form(problem, spec):
+    X, y, _, _ = problem
+    m, d = 4, X.shape[1]
+    T = d * (d + 1) // 2
+    run = StackedFedNL(StackedClients(shards_of(X, y, m)), compressor=spec)
+    for _ in range(3):
+        record = run.step()
+    hessian = {"none": 64 * T, "topk:7": 7 * (64 + (T - 1).bit_length()), "randk:7": 7 * 64, "natural": 12 * T,
+               "rank:2": 2 * (d + 1) * 64}[spec]
+    assert uplink_bits(make(spec), d, variant="plain", option=1) == hessian + 64 * d
+    assert record["uplink_bits"] == m * 64 * T + 3 * m * (hessian + 64 * d)
+
+
+def test_default_alpha_per_class():
+    d, T = 10, 55
+    assert hessian_step(make("topk:11"), d, None) == pytest.approx(1 - np.sqrt(1 - 11 / T))
+    assert hessian_step(make("randk:11"), d, None) == pytest.approx(11 / T)
+    assert hessian_step(make("none"), d, None) == 1.0
+    assert hessian_step(make("topk:11"), d, 0.7) == 0.7
+
+
+def test_same_seed_same_iterates(problem):
+    X, y, _, _ = problem
+    runs = [StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor="randk:9", seed=s) for s in (7, 7, 8)]
+    for run in runs:
+        for _ in range(5):
+            run.step()
+    np.testing.assert_array_equal(runs[0].x, runs[1].x)
+    assert not np.array_equal(runs[0].x, runs[2].x)
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"variant": "ls", "clients_per_round": 2}, "algorithm.variant=pp"),
+    ({"variant": "pp", "option": 1}, "algorithm.option=2"),
+    ({"option": 3}, "algorithm.option must be 1"),
+    ({"compressor": "topk"}, "compressor"),
+    ({"ls_gamma": 1.0}, "algorithm.ls_gamma"),
+])
+def test_bad_config_is_one_line(overrides, words):
+    with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
+        FedNLConfig(**overrides)
