@@ -48,6 +48,7 @@ class GD(Algorithm):
     synchronous_because = ("distributed GD averages exact gradients of the same iterate (its asynchronous form is "
                            "algorithm=sync_sgd)")
     columns = (Column("L_est", "{:>8.4g}"),)
+    compressible = ("gradient",)  # a compressed mean gradient is a (biased or unbiased) gradient step
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float | None = None, lr_factor: float = 1.9,
                  power_iters: int = 20, seed: int = 0, w0: torch.Tensor | None = None):
@@ -62,7 +63,7 @@ class GD(Algorithm):
         local_grad, local_metrics = self.problem.evaluate(self.w)
         pending = self.lr is None  # round 0 of lr=None: (μ_i, L_i) ride along with the gradient
         payload = [local_grad, local_metrics] + ([self.w.new_tensor(self.spectrum)] if pending else [])
-        g, metrics, *spectrum = self.comm.allreduce_mean(payload)  # g = mean ∇O_i(w_t) (and (μ̲, L̄))
+        g, metrics, *spectrum = self.comm.allreduce_mean(payload, kinds=("gradient",))  # g = mean ∇O_i(w_t) (and (μ̲, L̄))
         if pending:
             self.mu_est, self.L_est = max(float(spectrum[0][0]), 0.0), float(spectrum[0][1])
             self.lr = min(2.0 / (self.L_est + self.mu_est), self.lr_factor / self.L_est)

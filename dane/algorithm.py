@@ -72,6 +72,10 @@ class Algorithm(Rounds, ABC):
     client_sampling: ClassVar[bool] = False
     #: sends compressed messages (the communicator's byte counts are then the compressed ones)
     compressed_messages: ClassVar[bool] = False
+    #: the kinds of message (``allreduce_mean(..., kinds=...)``) that ``comm.compress`` may compress: those
+    #: whose compressed form the method tolerates (a gradient that is averaged into a step, say); empty: the
+    #: method refuses ``comm.compress`` other than none (`dane.comm.compression`)
+    compressible: ClassVar[tuple[str, ...]] = ()
     #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
     columns: ClassVar[tuple[Column, ...]] = ()
 
@@ -121,6 +125,8 @@ class Algorithm(Rounds, ABC):
         problem_state = self.problem.state_dict()
         if problem_state:  # a problem without state of its own writes none (`Problem.state_dict`)
             state["problem"] = problem_state
+        if isinstance(self.comm, Communicator) and self.comm.compression is not None:
+            state["compression"] = self.comm.compression.state_dict()  # its generator and EF21 estimates
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -128,6 +134,8 @@ class Algorithm(Rounds, ABC):
             self.w.copy_(state["w"])  # in place: an optimizer may hold self.w as its parameter
         if "problem" in state:
             self.problem.load_state_dict(state["problem"])
+        if "compression" in state and isinstance(self.comm, Communicator) and self.comm.compression is not None:
+            self.comm.compression.load_state_dict(state["compression"])
 
     def load_elastic_state(self, state: dict) -> None:
         """Continue from rank 0's committed state after a Horovod elastic reset (`dane.elastic`).

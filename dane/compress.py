@@ -19,7 +19,8 @@ resolved per message by `Sparsifier.k_of`.
 
 Error feedback, EF21 (Richtárik, Sokolov & Fatkhullin 2021), for the biased ones: the sender keeps
 g, sends c = C(x − g) and both sides update g ← g + c; the receiver's estimate of x is g
-(`ErrorFeedback`; g starts at 0, so the first message is C(x)).
+(`ErrorFeedback`; g starts at 0, so the first message is C(x)).  EF21 needs a contractive C: an
+unbiased C is used as C/(ω+1) there (δ = 1/(ω+1)), the same message scaled on receipt.
 
 Bit counts are those of the encodings below, values at ``value_bits`` (64 for float64), indices at
 ⌈log₂ n⌉ bits; they count what one sender sends for one message, no framing or headers.
@@ -285,7 +286,8 @@ class LowRank(Compressor):
 
 class ErrorFeedback:
     """EF21 at one sender (module docstring): ``self(x)`` sends c = C(x − g), sets g ← g + c and returns g, the
-    receiver's estimate of x (the receiver, which keeps the same g, decodes the same)."""
+    receiver's estimate of x (the receiver, which keeps the same g, decodes the same).  An unbiased C is
+    scaled to the contractive C/(ω+1), with ω of the message's length."""
 
     def __init__(self, compressor: Compressor):
         self.compressor = compressor
@@ -294,7 +296,10 @@ class ErrorFeedback:
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         if self.g is None:
             self.g = torch.zeros_like(x)
-        self.g = self.g + self.compressor(x - self.g, generator)
+        c = self.compressor(x - self.g, generator)
+        if self.compressor.unbiased:
+            c = c / (1.0 + self.compressor.omega(x.shape[-1] if not self.compressor.matrices else x.shape[-1] ** 2))
+        self.g = self.g + c
         return self.g
 
     def state_dict(self) -> dict:

@@ -36,6 +36,7 @@ class DANE(Algorithm):
     elastic = True  # μ and the safeguard's memory follow a change of workers (`load_elastic_state`)
     synchronous_because = "DANE's local solve needs the global gradient of the same iterate"
     columns = (Column("mu", "{:>8.3g}"),)
+    compressible = ("gradient",)  # the global gradient of step 1; the averaged iterate of step 3 is sent exactly
 
     def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float = 0.0,
                  safeguard: bool = True, local_solver=None, w0: torch.Tensor | None = None):
@@ -50,7 +51,8 @@ class DANE(Algorithm):
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
         stats = self.guard.local_stats(w, local_grad) if self.guard else local_grad.new_zeros(0)
-        g, fused = self.comm.allreduce_mean([local_grad, torch.cat([local_metrics, stats])])  # 1. g = mean ∇O_i(w_t)
+        g, fused = self.comm.allreduce_mean([local_grad, torch.cat([local_metrics, stats])],  # 1. g = mean ∇O_i(w_t)
+                                            kinds=("gradient",))
         metrics, stats = fused[: local_metrics.numel()], fused[local_metrics.numel():]
         extra = {}
         if self.guard is not None:
@@ -58,7 +60,7 @@ class DANE(Algorithm):
             self.mu = self.guard.mu
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g, self.mu,    # 2. local solve
                                           anchor_grad=local_grad, **solver_arg(self.local_solver))
-        (self.w,) = self.comm.allreduce_mean([w_local])                              # 3. w_{t+1} = mean w_i
+        (self.w,) = self.comm.allreduce_mean([w_local], kinds=("iterate",))          # 3. w_{t+1} = mean w_i
         return {**self.metrics(g, metrics), "mu": self.mu, **extra}
 
     def state_dict(self) -> dict:

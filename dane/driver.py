@@ -143,6 +143,7 @@ def base_summary(loop: Loop) -> dict[str, Any]:
         "stopped_by": loop.result.stopped_by,
     }
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
+    summary.update({key: last[key] for key in ("uplink_bits", "downlink_bits") if key in last})  # comm.compress
     return summary
 
 

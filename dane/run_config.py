@@ -196,6 +196,8 @@ def run_spec(cfg: DictConfig) -> RunSpec:
             staleness=stale,
             step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
             worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
+            compress=None if cfg.comm.get("compress") is None else str(cfg.comm.compress),
+            error_feedback=cfg.comm.get("error_feedback", False),
         ),
         control=RunControl(
             stop=stop_rule(cfg, tol),

@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 
 from .algorithm import Rounds
+from .comm.base import restore_traffic_bits, traffic_bits
 from .errors import ConfigError
 from .projection import ROUND_OFF, Trend, fit
 
@@ -220,12 +221,13 @@ class EarlyStopping:
 
 
 def _cost(comm) -> dict:
-    return {"time_s": comm.elapsed(), "bytes_sent": comm.bytes_sent, "comm_rounds": comm.calls}
+    return {"time_s": comm.elapsed(), "bytes_sent": comm.bytes_sent, "comm_rounds": comm.calls, **traffic_bits(comm)}
 
 
 def restore_cost(comm, cost: dict) -> None:
     """Continue a communicator's counters and clock from a checkpoint's ``cost``."""
     comm.bytes_sent, comm.calls = int(cost["bytes_sent"]), int(cost["comm_rounds"])
+    restore_traffic_bits(comm, cost)
     group = getattr(comm, "group", None)
     if group is not None:  # the simulator: its clock is the simulated parallel time
         group.clock = float(cost["time_s"])

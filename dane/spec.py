@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import checks
-from .algorithm import AlgorithmConfig
+from . import checks, compress
+from .algorithm import AlgorithmConfig, known_algorithms
 from .comm import AlphaBeta, Stragglers
 from .comm.horovod import HorovodOptions
 from .errors import ConfigError
@@ -63,6 +63,8 @@ class Communication:
     staleness: float = 0             # comm.staleness: 0 synchronous; > 0 (inf: asynchronous) dane.asynchronous
     step_time: float = 1e-3          # sim.step_time: the asynchronous simulator's modelled seconds per worker step
     worker_slowdown: tuple[float, ...] = (1.0,)  # comm.slowdown: real asynchronous workers slowed on purpose
+    compress: str | None = None      # comm.compress: a dane.compress spec for the messages the algorithm declares; None: off
+    error_feedback: bool = False     # comm.error_feedback: EF21 on the compressed messages
 
     def __post_init__(self):
         checks.one_of("comm.backend", self.backend, BACKENDS)
@@ -78,6 +80,8 @@ class Communication:
         if not self.worker_slowdown or any(checks.positive("comm.slowdown", f) < 1 for f in self.worker_slowdown):
             raise ConfigError(f"comm.slowdown factors must be >= 1 (a worker can be slowed, not sped up), "
                               f"got {list(self.worker_slowdown)}")
+
+        check_compression(self)
 
     @property
     def simulated(self) -> bool:
@@ -137,6 +141,38 @@ class RunSpec:
     control: RunControl = field(default_factory=RunControl)
 
     def __post_init__(self):
+        refuse_compression(self.algorithm, self.comm)
         for r, w in self.control.faults:  # lost workers must exist
             if r < 0 or not 0 <= w < self.comm.workers:
                 raise ConfigError(f"sim.fail_at entry [{r},{w}] needs round >= 0 and 0 <= worker < {self.comm.workers}")
+
+
+def check_compression(comm: Communication) -> None:
+    """``comm.compress`` and ``comm.error_feedback``: a compressor of vectors, on a backend whose collectives the
+    communicator's base runs (`dane.comm.compression`)."""
+    checks.boolean("comm.error_feedback", comm.error_feedback)
+    if comm.compress is None:
+        if comm.error_feedback:
+            raise ConfigError("comm.error_feedback=true needs a compressor; set comm.compress (e.g. topk:0.1)")
+        return
+    compressor = compress.make(comm.compress)
+    if compressor.matrices:
+        raise ConfigError(f"comm.compress={comm.compress} compresses d×d matrices, and comm.compress acts on the "
+                          f"vectors an algorithm sends; choose topk, randk, natural or dither")
+    if comm.backend == "ps" or comm.elastic or comm.staleness > 0:
+        which = "comm=ps" if comm.backend == "ps" else "comm.elastic=true" if comm.elastic else "comm.staleness > 0"
+        raise ConfigError(f"comm.compress is not available with {which} yet (that run drives its own messages); "
+                          f"set comm.compress=null")
+
+
+def refuse_compression(algorithm: AlgorithmConfig, comm: Communication) -> None:
+    """An algorithm that declares no compressible message (`dane.algorithm.Algorithm.compressible`) takes only
+    ``comm.compress=none`` (bit counts, nothing compressed)."""
+    if comm.compress is None or algorithm.algorithm.compressible:
+        return
+    if isinstance(compress.make(comm.compress), compress.Identity) and not comm.error_feedback:
+        return
+    offered = [name for name, cls in known_algorithms().items() if cls.compressible]
+    raise ConfigError(f"algorithm={algorithm.name} declares no message safe to compress (its update needs exact "
+                      f"averages); set comm.compress=none or null, or use an algorithm that declares some: "
+                      f"{', '.join(offered)}")

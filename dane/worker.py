@@ -10,7 +10,9 @@ round objects with the same callbacks.
 from __future__ import annotations
 
 from .callbacks import worker_callbacks
+from . import compress
 from .comm import Communicator
+from .comm.compression import MessageCompression
 from .driver import Loop, drive
 from .problems import Problem
 from .spec import RunSpec
@@ -34,6 +36,10 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
                setup_s: float = 0.0, collect: dict | None = None) -> dict:
     """One worker's run: the algorithm on ``problem``, resumed from ``resume=``'s checkpoint, rank 0 writing
     ``out_dir``.  Returns the summary."""
+    if spec.comm.compress is not None:  # before the algorithm is built: its first collective may be compressed
+        comm.use_compression(MessageCompression(compress.make(spec.comm.compress), spec.algorithm.algorithm.compressible,
+                                                error_feedback=spec.comm.error_feedback, seed=spec.control.seed,
+                                                rank=comm.rank))
     loop = Loop(spec, spec.algorithm.build(problem, comm), comm, out_dir, problem, start=start, setup_s=setup_s,
                 checkpoint_every=spec.control.checkpoint_every)
     return drive(loop, worker_callbacks(spec, loop, collect))

@@ -3,14 +3,19 @@
 Algorithms never import horovod or torch.distributed; they receive a `Communicator`.
 Each backend implements `_allreduce_mean`, `_broadcast` and `barrier`; this base class
 counts what the worker sends and keeps the clock, so the accounting is identical on
-every backend.
+every backend.  With ``comm.compress`` (`dane.comm.compression`) the base also compresses the
+tensors an algorithm marks as compressible before the backend sees them, and counts uplink and
+downlink bits.
 """
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import torch
+
+from .compression import MessageCompression
 
 
 def ring_allreduce_bytes(nbytes: int, size: int) -> int:
@@ -29,17 +34,32 @@ class Communicator(ABC):
     rank: int = 0
     size: int = 1
     is_server: bool = False  # a parameter server's process (`dane.comm.ps_server`) serves instead of running rounds
+    #: ``comm.compress``'s state of this worker (`use_compression`); None: every message as it is, no bit counts
+    compression: MessageCompression | None = None
 
     def __init__(self) -> None:
         self.bytes_sent = 0
         self.calls = 0
+        self.message_bytes = 0  # the last allreduce's message as the cost model prices it (compressed size)
         self._t0 = time.perf_counter()
 
-    def allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Average every tensor over the workers, as one grouped call; returns new tensors."""
+    def use_compression(self, compression: MessageCompression) -> None:
+        """Compress from now on the tensors whose kind ``compression`` names (`dane.comm.compression`)."""
+        self.compression = compression
+
+    def allreduce_mean(self, tensors: list[torch.Tensor], kinds: Sequence[str | None] = ()) -> list[torch.Tensor]:
+        """Average every tensor over the workers, as one grouped call; returns new tensors.
+
+        ``kinds`` names what each tensor is (``"gradient"``; None or left off: not compressible): under
+        ``comm.compress`` a tensor of a kind the algorithm declares compressible is averaged as the
+        server decodes it (`dane.comm.compression`)."""
         if not isinstance(tensors, (list, tuple)) or not tensors:
             raise TypeError("allreduce_mean takes a non-empty list of tensors")
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        if self.compression is not None:
+            tensors, nbytes = self.compression.encode(list(tensors), kinds)
+        else:
+            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        self.message_bytes = nbytes
         self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
         self.calls += 1
         if self.size == 1:
@@ -51,6 +71,8 @@ class Communicator(ABC):
         if self.rank == root:
             nbytes = sum(t.numel() * t.element_size() for t in tensors)
             self.bytes_sent += nbytes * (self.size - 1)
+        if self.compression is not None:
+            self.compression.count_broadcast(tensors, root=self.rank == root)
         self.calls += 1
         if self.size == 1:
             return [t.clone() for t in tensors]
@@ -83,8 +105,9 @@ class Communicator(ABC):
         charges that collective to the participants only; a real one runs it over every rank as it is."""
 
     def summary_entries(self) -> dict:
-        """What this backend adds to a run's summary (a parameter server's counters); nothing by default."""
-        return {}
+        """What this backend adds to a run's summary (a parameter server's counters); by default, under
+        ``comm.compress``, the compressor and the bit totals (``compression``)."""
+        return {} if self.compression is None else {"compression": self.compression.summary()}
 
     @abstractmethod
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]: ...
@@ -100,3 +123,16 @@ class Communicator(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, size={self.size})"
+
+
+def traffic_bits(comm) -> dict[str, int]:
+    """A record's ``uplink_bits`` and ``downlink_bits`` so far (`dane.comm.compression`); none without
+    ``comm.compress`` (or on a view that is not a `Communicator`: an asynchronous run's)."""
+    compression = comm.compression if isinstance(comm, Communicator) else None
+    return {} if compression is None else compression.record()
+
+
+def restore_traffic_bits(comm, cost: dict) -> None:
+    """Go on counting bits from a checkpoint's ``cost`` (`traffic_bits`)."""
+    if isinstance(comm, Communicator) and comm.compression is not None:
+        comm.compression.restore(cost)

@@ -378,8 +378,8 @@ class ThreadCommunicator(Communicator):
         return result
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        return [t.clone() for t in self._collective("allreduce", tensors, nbytes)]
+        # priced at the size the base counted: under comm.compress, the compressed message's
+        return [t.clone() for t in self._collective("allreduce", tensors, self.message_bytes)]
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
         return [t.clone() for t in self._collective("broadcast", tensors, root=root)]

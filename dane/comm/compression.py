@@ -1,0 +1,123 @@
+r"""``comm.compress``: the messages an algorithm declares safe to compress, compressed, and every bit counted.
+
+An algorithm names the kind of each tensor it sends (``comm.allreduce_mean([g, metrics],
+kinds=("gradient",))``) and declares on its class which kinds may be compressed
+(`dane.algorithm.Algorithm.compressible`).  With ``comm.compress=<spec>`` (`dane.compress.make`)
+each worker replaces such a tensor x by what the receiver decodes, C(x) (with
+``comm.error_feedback=true``, EF21: the estimate g ← g + C'(x − g), C' = C for a biased C and
+C/(ω+1) for an unbiased one, so that C' is contractive); the rest of the message (the logged
+metrics, scalars) is sent as it is.
+
+*How it is exchanged, and what the counts mean.*  The decoded values are averaged by the
+backend's ordinary dense allreduce: the iterates are exactly those of a parameter server that
+receives each worker's compressed message, decodes it and averages, and they are the same on
+every backend.  What is counted is that parameter-server exchange, per worker, cumulative:
+
+- ``uplink_bits``: what this worker sent to the server, a compressed tensor at
+  `Compressor.bits` (values at their dtype's width, indices, norms) and the rest at
+  numel × width;
+- ``downlink_bits``: what the server sent this worker, the averaged tensors dense (the mean
+  of m sparse messages is not sparse: the server's broadcast is not compressed);
+
+a broadcast counts its payload in the root's uplink and every other worker's downlink.  The
+records carry both (with ``comm.compress=none`` too, dense), and the summary the last record's.  The
+communicator's ``bytes_sent`` and the simulator's α-β cost price the message at its compressed
+size, ⌈bits/8⌉ bytes per compressed tensor, as if it were reduced at that size: optimistic for
+a sparse message, whose ring reduction densifies, and for the dense downlink.
+
+Randomness: one `torch.Generator` per worker seeded from the run's seed and the rank (the
+server, knowing the seeds, draws RandK's indices itself: they are not sent), checkpointed with
+the EF21 estimates in the algorithm's state.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ..compress import Compressor, ErrorFeedback
+
+COMPRESS_STREAM = 11  # seed stream of the workers' compression generators (`compression_seed`)
+
+
+def compression_seed(seed: int, rank: int) -> int:
+    """Worker ``rank``'s 63-bit compression seed, from the run's seed and the rank alone."""
+    state = np.random.SeedSequence([seed, COMPRESS_STREAM, rank]).generate_state(1, dtype=np.uint64)[0]
+    return int(state >> np.uint64(1))
+
+
+class MessageCompression:
+    """One worker's compression of its outgoing messages, and its uplink and downlink bit counters."""
+
+    def __init__(self, compressor: Compressor, kinds: Sequence[str], *, error_feedback: bool = False,
+                 seed: int = 0, rank: int = 0):
+        self.compressor = compressor
+        self.kinds = tuple(kinds)
+        self.error_feedback = error_feedback
+        self.generator = torch.Generator().manual_seed(compression_seed(seed, rank))
+        self.feedback: dict[str, ErrorFeedback] = {}
+        self.uplink_bits = 0
+        self.downlink_bits = 0
+
+    def encode(self, tensors: list[torch.Tensor], kinds: Sequence[str | None]) -> tuple[list[torch.Tensor], int]:
+        """(what the server decodes of each tensor, the message's bytes at its compressed size); counts the bits
+        of one allreduce: the message up, the dense mean down."""
+        decoded, bits, nbytes = [], 0, 0
+        kinds = list(kinds) + [None] * (len(tensors) - len(kinds))
+        seen: dict[str, int] = {}
+        for tensor, kind in zip(tensors, kinds):
+            width = tensor.element_size() * 8
+            if kind is not None and kind in self.kinds and tensor.numel() > 0:
+                seen[kind] = seen.get(kind, -1) + 1
+                decoded.append(self._compress(f"{kind}.{seen[kind]}", tensor))
+                sent = self.compressor.bits(tensor.numel(), width)
+                bits, nbytes = bits + sent, nbytes + math.ceil(sent / 8)
+            else:
+                decoded.append(tensor)
+                bits, nbytes = bits + tensor.numel() * width, nbytes + tensor.numel() * tensor.element_size()
+        self.uplink_bits += bits
+        self.downlink_bits += sum(t.numel() * t.element_size() * 8 for t in tensors)
+        return decoded, nbytes
+
+    def _compress(self, key: str, tensor: torch.Tensor) -> torch.Tensor:
+        flat = tensor.reshape(-1)
+        if self.error_feedback:
+            if key not in self.feedback:
+                self.feedback[key] = ErrorFeedback(self.compressor)
+            out = self.feedback[key](flat, self.generator)
+        else:
+            out = self.compressor(flat, self.generator)
+        return out.reshape(tensor.shape)
+
+    def count_broadcast(self, tensors: list[torch.Tensor], root: bool) -> None:
+        bits = sum(t.numel() * t.element_size() * 8 for t in tensors)
+        if root:
+            self.uplink_bits += bits
+        else:
+            self.downlink_bits += bits
+
+    def record(self) -> dict[str, int]:
+        return {"uplink_bits": self.uplink_bits, "downlink_bits": self.downlink_bits}
+
+    def restore(self, cost: dict) -> None:
+        """Go on from a checkpoint's counters (a cost dict without them: from 0)."""
+        self.uplink_bits = int(cost.get("uplink_bits", 0))
+        self.downlink_bits = int(cost.get("downlink_bits", 0))
+
+    def summary(self) -> dict:
+        """The summary's ``compression`` (its bit totals are the last record's, `dane.driver.base_summary`)."""
+        return {"compress": self.compressor.spec, "error_feedback": self.error_feedback,
+                "compressed_messages": list(self.kinds)}
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state(),
+                "feedback": {key: ef.state_dict() for key, ef in self.feedback.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self.feedback = {}
+        for key, ef_state in state["feedback"].items():
+            self.feedback[key] = ErrorFeedback(self.compressor)
+            self.feedback[key].load_state_dict(ef_state)

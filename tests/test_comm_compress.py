@@ -1,0 +1,156 @@
+"""comm.compress: the messages an algorithm declares compressible, compressed in the communicator, bits counted exactly."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from baselines.gd import GDConfig
+from dane.comm import AlphaBeta
+from dane.comm.compression import MessageCompression
+from dane.compress import Dither, TopK, make
+from dane.dane import DANEConfig
+from dane.errors import ConfigError
+from dane.launch import execute
+from dane.problems import RidgeSyntheticConfig
+from dane.runner import StopRule
+from dane.spec import Communication, RunControl, RunSpec
+
+M = 4
+PROBLEM = RidgeSyntheticConfig(n_samples=800, dim=40, lam=0.05)
+D = PROBLEM.dim
+METRICS = 2  # objective and suboptimality ride with the gradient (float64 each)
+
+
+def fit(algorithm, rounds: int, compress: str | None = None, error_feedback: bool = False, tol: float | None = None,
+        cost: AlphaBeta | None = None, workers: int = M):
+    spec = RunSpec(problem=PROBLEM, algorithm=algorithm,
+                   comm=Communication(backend="local", workers=workers, compress=compress, error_feedback=error_feedback,
+                                      cost=cost or AlphaBeta()),
+                   control=RunControl(stop=StopRule(rounds=rounds, tol_abs=tol), quiet=True, progress="none"))
+    collected: dict = {}
+    summary = execute(spec, None, collect=collected)
+    return collected["records"], summary
+
+
+def without_clock(records, *drop):
+    return [{k: v for k, v in r.items() if k != "time_s" and k not in drop} for r in records]
+
+
+def test_compress_none_is_the_uncompressed_run_with_dense_bit_counts():
+    gd = GDConfig(lr=0.2)
+    plain, _ = fit(gd, 6)
+    counted, summary = fit(gd, 6, compress="none")
+    assert without_clock(counted, "uplink_bits", "downlink_bits") == without_clock(plain)
+    assert "uplink_bits" not in plain[0]
+    per_round = (D + METRICS) * 64  # the dense gradient and the metrics, both ways
+    assert [r["uplink_bits"] for r in counted] == [t * per_round for t in range(7)]
+    assert [r["downlink_bits"] for r in counted] == [t * per_round for t in range(7)]
+    assert summary["compression"] == {"compress": "none", "error_feedback": False, "compressed_messages": ["gradient"]}
+    assert summary["uplink_bits"] == summary["downlink_bits"] == 6 * per_round  # the last record's
+
+
+def test_gd_topk_with_ef21_converges_and_its_bits_are_rounds_times_the_closed_form():
+    k = 8
+    records, summary = fit(GDConfig(lr=0.2), 300, compress=f"topk:{k}", error_feedback=True, tol=1e-10)
+    assert records[-1]["suboptimality"] <= 1e-10
+    up = k * (64 + math.ceil(math.log2(D))) + METRICS * 64  # k (index, value) pairs, then the metrics dense
+    assert all(r["uplink_bits"] == r["round"] * up for r in records)
+    assert all(r["downlink_bits"] == r["round"] * (D + METRICS) * 64 for r in records)  # the mean comes back dense
+    assert summary["uplink_bits"] == records[-1]["round"] * up
+    # bytes_sent and the cost model price the compressed message: ring share of ⌈bits/8⌉ bytes
+    assert records[1]["bytes_sent"] == 2 * (M - 1) * (math.ceil(k * (64 + 6) / 8) + METRICS * 8) // M
+
+
+def test_unbiased_compression_without_error_feedback_converges_where_the_local_gradients_vanish():
+    # one worker: ∇O_1(w*) = ∇O(w*) = 0, so RandK's variance ω‖∇O_1(w)‖² vanishes at w* and GD converges exactly
+    records, _ = fit(GDConfig(lr=0.05), 600, compress="randk:8", tol=1e-10, workers=1)
+    assert records[-1]["suboptimality"] <= 1e-10
+    assert records[-1]["uplink_bits"] == records[-1]["round"] * (8 * 64 + METRICS * 64)
+
+
+def test_compression_without_error_feedback_stalls_where_shards_differ():
+    # m shards: ∇O_i(w*) ≠ 0, so the compressed mean of the local gradients stays off ∇O(w*) (a neighbourhood of
+    # w*); EF21 learns each ∇O_i (the test above with error_feedback=true reaches 1e-10)
+    for spec in ("topk:8", "randk:8"):
+        records, _ = fit(GDConfig(lr=0.2), 150, compress=spec, tol=1e-10)
+        assert 1e-2 * records[0]["suboptimality"] >= records[-1]["suboptimality"] > 1e-6
+
+
+def test_gd_randk_converges_with_ef21_and_its_bits_carry_no_indices():
+    k = 8
+    records, _ = fit(GDConfig(lr=0.2), 600, compress=f"randk:{k}", error_feedback=True, tol=1e-10)
+    assert records[-1]["suboptimality"] <= 1e-10
+    assert all(r["uplink_bits"] == r["round"] * (k * 64 + METRICS * 64) for r in records)
+
+
+def test_cost_model_prices_the_compressed_message():
+    """The simulator's α-β time of each allreduce is that of the compressed message's ⌈bits/8⌉ bytes."""
+    cost = AlphaBeta(alpha=0.0, beta=1e3)  # a slow link, so the bandwidth term is all there is
+    _, dense = fit(GDConfig(lr=0.2), 3, compress="none", cost=cost)
+    _, sparse = fit(GDConfig(lr=0.2), 3, compress="topk:8", cost=cost)
+    per_round = lambda nbytes: 2 * (M - 1) / M * nbytes / 1e3  # noqa: E731
+    # 3 rounds and the last iterate's evaluation (a measurement: its gradient is sent dense), 4 allreduces
+    dense_bytes = (D + METRICS) * 8
+    assert dense["simulated_comm_s"] == pytest.approx(4 * per_round(dense_bytes), rel=1e-12)
+    sparse_bytes = math.ceil(8 * (64 + 6) / 8) + METRICS * 8
+    assert sparse["simulated_comm_s"] == pytest.approx(3 * per_round(sparse_bytes) + per_round(dense_bytes), rel=1e-12)
+
+
+def test_dane_compresses_its_gradient_not_its_iterate():
+    k = 10
+    records, _ = fit(DANEConfig(mu=0.1, safeguard=False), 150, compress=f"topk:{k}", error_feedback=True, tol=1e-10)
+    assert records[-1]["suboptimality"] <= 1e-10
+    # per round the gradient goes up as k (index, value) pairs and comes back dense; the iterate and the
+    # fused metrics go both ways dense, so the two counters differ by exactly the gradient's saving
+    for before, after in zip(records, records[1:]):
+        up, down = (after[key] - before[key] for key in ("uplink_bits", "downlink_bits"))
+        assert down - up == 64 * D - k * (64 + 6)
+
+
+def test_message_compression_compresses_only_declared_kinds():
+    gradient, iterate, metrics = (torch.arange(1.0, 11.0, dtype=torch.float64) for _ in range(3))
+    comp = MessageCompression(TopK(k=2), ("gradient",))
+    out, nbytes = comp.encode([gradient, iterate, metrics], ("gradient", "iterate"))
+    assert torch.equal(out[0], torch.tensor([0.0] * 8 + [9.0, 10.0], dtype=torch.float64))
+    assert torch.equal(out[1], iterate) and torch.equal(out[2], metrics)
+    assert comp.uplink_bits == 2 * (64 + 4) + 20 * 64 and comp.downlink_bits == 30 * 64
+    assert nbytes == math.ceil(2 * 68 / 8) + 20 * 8
+
+
+def test_message_compression_is_reproducible_from_its_state():
+    x = torch.randn(100, dtype=torch.float64)
+    a = MessageCompression(Dither(s=2), ("gradient",), error_feedback=True, seed=3, rank=1)
+    a.encode([x], ("gradient",))
+    state = a.state_dict()
+    b = MessageCompression(Dither(s=2), ("gradient",), error_feedback=True, seed=3, rank=1)
+    b.load_state_dict(state)
+    assert torch.equal(a.encode([x], ("gradient",))[0][0], b.encode([x], ("gradient",))[0][0])
+    other = MessageCompression(Dither(s=2), ("gradient",), seed=3, rank=2)  # another worker draws its own
+    first = MessageCompression(Dither(s=2), ("gradient",), seed=3, rank=1)
+    assert not torch.equal(first.encode([x], ("gradient",))[0][0], other.encode([x], ("gradient",))[0][0])
+
+
+@pytest.mark.parametrize("comm, says", [
+    (dict(compress="rank:2"), "compresses d×d matrices"),
+    (dict(compress="topk:x"), "count or a fraction"),
+    (dict(error_feedback=True), "needs a compressor"),
+    (dict(compress="topk:3", backend="ps"), "not available with comm=ps"),
+    (dict(compress="topk:3", staleness=1), "not available with comm.staleness"),
+])
+def test_bad_compression_settings_are_one_line(comm, says):
+    with pytest.raises(ConfigError) as err:
+        Communication(**comm)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_algorithm_that_declares_nothing_refuses_compression():
+    from baselines.admm import ADMMConfig
+
+    with pytest.raises(ConfigError) as err:
+        RunSpec(problem=PROBLEM, algorithm=ADMMConfig(), comm=Communication(compress="topk:3"))
+    assert "algorithm=admm declares no message safe to compress" in str(err.value)
+    assert "dane" in str(err.value) and "gd" in str(err.value) and "\n" not in str(err.value)
+    RunSpec(problem=PROBLEM, algorithm=ADMMConfig(), comm=Communication(compress="none"))  # bits only: accepted
+    assert make("none").bits(3) == 192
