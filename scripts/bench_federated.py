@@ -1,0 +1,244 @@
+"""The federated benchmark (issue 33, item 5): the S-DANE paper's setting on a real LIBSVM table.
+
+    PYTHONPATH=. python scripts/bench_federated.py [--out results/bench.json] [--dataset phishing] [--workers 100]
+        [--clients 100 10] [--alpha 0.5] [--only METHOD ...] [--repeats 1] [--quick]
+
+Writes ``federated`` into ``--out`` (other benchmarks keep theirs).  The setting of Jiang, Rodomanov &
+Stich (NeurIPS 2024, "Stabilized Proximal Point Methods for Federated Optimization") as far as the data
+here allows: logistic regression with an intercept and (λ/2)‖w‖² on a LIBSVM file read from
+``$DANE_DATA_DIR/libsvm/`` (default ../shared/data; never copied), its rows dealt to m clients by
+Dirichlet label skew (α), and s of the m clients sampled per round, for every s of ``--clients``.
+
+Every method runs in the in-process simulator (`dane.fit`) at its conf/algorithm defaults and at each
+setting of a small grid of its main knob (`METHODS`), until the relative suboptimality
+(O(w) − O*)/|O*| is at most the last of `TARGETS` (O* from ``optimum=auto``) or its round cap.  Per
+run, for each target: the rounds, the counted allreduces, the participants' uplink bytes (the
+federated methods' ``uplink_bytes``; GD and DANE, which have no server, report their communicator's
+``bytes_sent``) and the simulated time (`dane.comm.threads`: the sampled clients' compute and a ring
+over them); the best relative suboptimality reached and the status.  Per method and s: ``best`` is
+the grid setting (the default included) with the fewest rounds to the last target, ``ratio`` = rounds
+at defaults / best rounds.  λ-type knobs are given per δ_A, the measured mean-square Hessian
+dissimilarity of the shards (`dane.similarity`), which the report holds with δ = max_i ‖H_i − H‖₂ and
+‖H‖ at w_0 = 0.  Methods without client sampling (Scaffnew, GD, DANE) run at s = m only.
+
+``--repeats k`` reruns each default k times: rounds and bytes are deterministic, the simulated time
+is measured CPU time, reported as min/median/max over the repeats.  ``dane figures federated_table``
+writes the markdown tables into docs/benchmarks.md from this JSON.  ``--quick``: a generated
+two-class table of 600 rows, m = 8, s ∈ {8, 4}, two methods (the test).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dane.api import fit  # noqa: E402
+from dane.data.files import LibSVMSource, NPZSource, save_npz  # noqa: E402
+from dane.problems.linear_models import LinearModelConfig  # noqa: E402
+from dane.provenance import code_version  # noqa: E402
+from dane.similarity import measure  # noqa: E402
+from dane.synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench  # noqa: E402
+
+KEY = "federated"
+TARGETS = (1e-4, 1e-8)
+SECOND_ORDER_CAP, FIRST_ORDER_CAP = 30, 100
+#: method -> (algorithm, samples clients, round cap, grid; a key ending in _per_delta is that multiple of δ_A)
+METHODS: dict[str, tuple[str, bool, int, list[dict]]] = {
+    "sdane": ("sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
+    "acc_sdane": ("acc_sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
+    "feddane": ("feddane", True, SECOND_ORDER_CAP, [{"mu_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
+    "fedred": ("fedred", True, FIRST_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
+    "fedprox": ("fedprox", True, FIRST_ORDER_CAP, [{"mu": mu} for mu in (1e-3, 0.1, 1.0)]),  # the paper's grid
+    "scaffold": ("scaffold", True, FIRST_ORDER_CAP, [{"local_steps": k} for k in (1, 5, 50)]),
+    "fedavg": ("fedavg", True, FIRST_ORDER_CAP, [{"local_steps": k} for k in (1, 5, 50)]),
+    "scaffnew": ("scaffnew", False, FIRST_ORDER_CAP, [{"p": p} for p in (0.03, 0.1, 0.3)]),
+    "gd": ("gd", False, FIRST_ORDER_CAP, [{"lr_factor": c} for c in (1.0, 1.5)]),
+    "dane": ("dane", False, SECOND_ORDER_CAP, [{"safeguard": False, "mu": mu} for mu in (0.0, 1e-2, 0.1)]),
+}
+QUICK_METHODS = ("sdane", "scaffold")
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+
+def quick_table(folder: Path, n: int = 600, d: int = 6, seed: int = 0) -> Path:
+    """Two classes with shifted means and spreads (label skew is then covariate skew): an .npz for `NPZSource`."""
+    rng = np.random.default_rng(seed)
+    y = rng.permutation(np.arange(n) % 2).astype(np.float64)
+    X = np.where(y[:, None] > 0, 0.5, -0.5) + rng.standard_normal((n, d)) * np.where(y[:, None] > 0, 1.5, 0.7)
+    return save_npz(folder / f"quick_{n}x{d}.npz", X, y)
+
+
+def problem_config(args, folder: Path) -> LinearModelConfig:
+    sharding = {"sharding": "iid"} if args.alpha is None else {"sharding": "dirichlet", "alpha": args.alpha}
+    if args.quick:
+        source = NPZSource(path=str(quick_table(folder)), **sharding)
+    else:
+        path = data_dir() / "libsvm" / args.dataset
+        if not path.is_file():
+            raise SystemExit(f"error: {path} not found; set DANE_DATA_DIR to the folder holding libsvm/{args.dataset}")
+        source = LibSVMSource(path=str(path), **sharding)
+    return LinearModelConfig(data=source, loss="logistic", lam=args.lam, fit_intercept=True, optimum="auto",
+                             name="logreg", seed=args.seed)
+
+
+def at_targets(records: list[dict]) -> dict:
+    """Per target: rounds, allreduces, uplink (or communicator) bytes and simulated time of the first record at or
+    below it; the best relative suboptimality reached."""
+    finite = [r for r in records if r.get("suboptimality") is not None and math.isfinite(r["suboptimality"])]
+    if not finite:
+        return {"targets": {}, "best_rel_suboptimality": None}
+    f_star = finite[0]["objective"] - finite[0]["suboptimality"]
+    rel = [r["suboptimality"] / abs(f_star) if r in finite else math.inf for r in records]
+    out = {}
+    for target in TARGETS:
+        hit = next((k for k, value in enumerate(rel) if value <= target), None)
+        r = records[hit] if hit is not None else None
+        out[f"{target:g}"] = None if r is None else {
+            "rounds": r["round"], "comm_rounds": r["comm_rounds"], "time_s": float(r["time_s"]),
+            "uplink_bytes": r.get("uplink_bytes"), "downlink_bytes": r.get("downlink_bytes"),
+            "bytes_sent": r["bytes_sent"]}
+    return {"targets": out, "best_rel_suboptimality": min(rel)}
+
+
+def keys_of(settings: dict, delta_a: float) -> dict:
+    """The algorithm keys of a grid setting: ``X_per_delta: c`` becomes ``X: c·δ_A``."""
+    return {(k.removesuffix("_per_delta")): (v * delta_a if k.endswith("_per_delta") else v)
+            for k, v in settings.items()}
+
+
+def run_setting(config, method: str, settings: dict, s: int, args, delta_a: float) -> dict:
+    algorithm, samples, cap, _ = METHODS[method]
+    keys = keys_of(settings, delta_a)
+    if samples and s < args.workers:
+        keys["clients_per_round"] = s
+    start = time.perf_counter()
+    try:
+        result = fit(config, algorithm, workers=args.workers, rounds=cap, tol=TARGETS[-1], seed=args.seed, **keys)
+    except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result; the grid goes on
+        return {"settings": settings, "status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                "targets": {}, "wall_s": round(time.perf_counter() - start, 2)}
+    return {"settings": settings, "keys": keys, "status": result.status, "round_cap": cap,
+            **at_targets(result.records), "wall_s": round(time.perf_counter() - start, 2)}
+
+
+def rounds_to(run: dict, target: float = TARGETS[-1]) -> int | None:
+    hit = run["targets"].get(f"{target:g}")
+    return None if hit is None else hit["rounds"]
+
+
+def judge(default: dict, grid: list[dict]) -> dict:
+    """``best``: the fewest rounds to the last target over the grid and the default; ``ratio`` = default / best."""
+    runs = [("default", default), *((str(g["settings"]), g) for g in grid)]
+    reached = [(name, run) for name, run in runs if rounds_to(run) is not None]
+    best = min(reached, key=lambda item: rounds_to(item[1])) if reached else None
+    out = {"best": None if best is None else {"settings": best[1]["settings"], "rounds": rounds_to(best[1]),
+                                              "targets": best[1]["targets"]},
+           "no_divergence": default["status"] not in ("diverged", "error"), "ratio": None}
+    if best is not None and rounds_to(default) is not None:
+        out["ratio"] = rounds_to(default) / max(rounds_to(best[1]), 1)
+    return out
+
+
+def spread(config, method: str, s: int, args, delta_a: float, first: dict) -> dict | None:
+    """Simulated time to the last target at defaults over ``--repeats`` runs (``first`` is one of them)."""
+    times = [first["targets"].get(f"{TARGETS[-1]:g}")]
+    times += [run_setting(config, method, {}, s, args, delta_a)["targets"].get(f"{TARGETS[-1]:g}")
+              for _ in range(args.repeats - 1)]
+    if any(t is None for t in times):
+        return None
+    values = [t["time_s"] for t in times]
+    return {"repeats": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def dissimilarity(config, m: int) -> dict:
+    """δ, δ_A, δ_F and ‖H‖ of the m shards at w_0 = 0 (`dane.similarity.measure`), and the shard sizes."""
+    problems = [config.build(rank, m) for rank in range(m)]
+    found = measure(problems, torch.zeros(problems[0].dim, dtype=torch.float64))
+    sizes = [p.n_local for p in problems]
+    return {**{k: found[k] for k in ("delta", "delta_mean_square", "delta_frobenius", "hessian_norm", "method")},
+            "dim": problems[0].dim, "rows": sum(sizes), "shard_rows_min": min(sizes), "shard_rows_max": max(sizes)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/bench.json")
+    parser.add_argument("--dataset", default="phishing", help="a two-class file of $DANE_DATA_DIR/libsvm/")
+    parser.add_argument("--workers", type=int, default=100, help="m clients")
+    parser.add_argument("--clients", type=int, nargs="+", default=[100, 10], help="s sampled per round, each a row")
+    parser.add_argument("--alpha", type=float, default=0.5, help="Dirichlet label skew (omit with --iid)")
+    parser.add_argument("--iid", action="store_true", help="iid shards instead of Dirichlet")
+    parser.add_argument("--lam", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", nargs="+", choices=list(METHODS), default=None)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each default, for the simulated time's spread")
+    parser.add_argument("--quick", action="store_true", help="a small generated table, m=8 (the test)")
+    args = parser.parse_args(argv)
+    if args.iid:
+        args.alpha = None
+    if args.quick:
+        args.workers, args.clients, args.dataset = 8, [8, 4], "quick"
+    methods = args.only or (list(QUICK_METHODS) if args.quick else list(METHODS))
+    os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    log = elapsed_logger(start)
+    path = Path(args.out)
+    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick,
+              "code": code_version(), "dataset": args.dataset, "workers": args.workers, "clients": args.clients,
+              "sharding": "iid" if args.alpha is None else f"dirichlet alpha={args.alpha:g}", "lam": args.lam,
+              "seed": args.seed, "targets": [f"{t:g}" for t in TARGETS],
+              "target": "relative suboptimality (O(w) - O*) / |O*|, O* from optimum=auto",
+              "methods": {m: {"algorithm": a, "samples_clients": sc, "round_cap": c, "grid": g}
+                          for m, (a, sc, c, g) in METHODS.items() if m in methods},
+              "rows": {}}
+    earlier = read_bench(path).get(KEY, {})
+    with tempfile.TemporaryDirectory() as tmp:
+        config = problem_config(args, Path(tmp))
+        report["similarity"] = dissimilarity(config, args.workers)
+        delta_a = report["similarity"]["delta_mean_square"]
+        log(f"{args.dataset}, m={args.workers}, {report['sharding']}: delta_A {delta_a:.3g}, "
+            f"delta {report['similarity']['delta']:.3g}, ||H|| {report['similarity']['hessian_norm']:.3g}")
+        for s in args.clients:
+            for method in methods:
+                algorithm, samples, cap, grid = METHODS[method]
+                key = f"s={s}/{method}"
+                if not samples and s < args.workers:
+                    report["rows"][key] = {"skipped": f"{algorithm} has no client sampling; run at s=m only"}
+                    continue
+                default = run_setting(config, method, {}, s, args, delta_a)
+                runs = [run_setting(config, method, g, s, args, delta_a) for g in grid]
+                row = {"clients": s, "method": method, "default": default, "grid": runs, **judge(default, runs)}
+                if args.repeats > 1:
+                    row["time_s_at_defaults"] = spread(config, method, s, args, delta_a, default)
+                report["rows"][key] = row
+                best = row["best"]
+                log(f"  {key:18s} default {rounds_to(default)} rounds ({default['status']}, best rel "
+                    f"{default['best_rel_suboptimality']}); best {best and best['rounds']} {best and best['settings']}"
+                    f"; {sum(r['wall_s'] for r in [default, *runs]):.0f} s")
+                report["load_avg_now"] = [round(x, 2) for x in os.getloadavg()]
+                merge_section(path, KEY, report)  # after each row: an interrupted run keeps what it measured
+        config.release()
+    report["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+    report["wall_s"] = round(time.perf_counter() - start, 1)
+    if earlier and args.only:
+        report["rows"] = {**earlier.get("rows", {}), **report["rows"]}
+    merge_section(path, KEY, report)
+    log(f"done -> {path}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
