@@ -39,6 +39,7 @@ __all__ = [
 # The federated DANE line (DESIGN.md section 10), with client sampling (dane.sampling); FedAvg is
 # algorithm=fedavg (FedProx with mu = 0), the same iterates as local_sgd with a mean.
 from .feddane import FedDANE, FedDANEConfig  # noqa: E402
+from .fednl import FedNL, FedNLConfig  # noqa: E402
 from .fedprox import FedProx, FedProxConfig  # noqa: E402
 from .fedred import FedRed, FedRedConfig  # noqa: E402
 from .scaffnew import Scaffnew, ScaffnewConfig  # noqa: E402
@@ -46,6 +47,6 @@ from .scaffold import Scaffold, ScaffoldConfig  # noqa: E402
 from .sdane import SDANE, AccSDANE, AccSDANEConfig, SDANEConfig  # noqa: E402
 
 __all__ += [
-    "AccSDANE", "AccSDANEConfig", "FedDANE", "FedDANEConfig", "FedProx", "FedProxConfig", "FedRed", "FedRedConfig",
+    "AccSDANE", "AccSDANEConfig", "FedDANE", "FedDANEConfig", "FedNL", "FedNLConfig", "FedProx", "FedProxConfig", "FedRed", "FedRedConfig",
     "SDANE", "SDANEConfig", "Scaffnew", "ScaffnewConfig", "Scaffold", "ScaffoldConfig",
 ]

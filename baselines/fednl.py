@@ -171,7 +171,7 @@ class FedNL(Federated):
         (H, g), _ = sampled_mean(comm, self.sampler.draw_all(),                       # H_i⁰ (and g_i⁰) up, once
                                  [torch.from_numpy(self.H_i), torch.from_numpy(self.g_i)])
         self.H, self.g, self.l = H.numpy().copy(), g.numpy().copy(), 0.0
-        self.uplink_bits += comm.size * VALUE_BITS * (packed_size(self.d) + (self.d if variant == "pp" else 0))
+        self.count(comm.size, VALUE_BITS * (packed_size(self.d) + (self.d if variant == "pp" else 0)), down=0)
 
     def step(self) -> dict[str, float]:
         return self.step_pp() if self.variant == "pp" else self.step_plain()
@@ -185,8 +185,8 @@ class FedNL(Federated):
         S_i = compress_packed(self.compressor, diff, self.d, self.generator)[0]  # S_i = C(...)
         self.H_i += self.alpha * S_i
         payload = self.payload(self.w)
-        (g, S, l), reduced = sampled_mean(self.comm, members, [torch.from_numpy(grad[0]), torch.from_numpy(S_i),
-                                                               torch.tensor([l_i])], payload)  # uplink
+        sent = [torch.from_numpy(grad[0]), torch.from_numpy(S_i), torch.tensor([l_i], dtype=torch.float64)]
+        (g, S, l), reduced = sampled_mean(self.comm, members, sent, payload)                # uplink
         g, H = g.numpy(), unpack(self.H, self.d)
         if self.option == 1:
             direction = -projected_newton(H, g, self.mu)
@@ -218,14 +218,17 @@ class FedNL(Federated):
             self.l_i, self.g_i = l_new, g_new
         payload = self.payload(self.w)
         scale = len(members) / self.comm.size                                   # (1/m) Σ_{S_k} = (s/m) mean_{S_k}
-        (S, l, g), reduced = sampled_mean(self.comm, members, [torch.from_numpy(dS), torch.tensor([dl]),
-                                                               torch.from_numpy(dg)], payload)
+        sent = [torch.from_numpy(dS), torch.tensor([dl], dtype=torch.float64), torch.from_numpy(dg)]
+        (S, l, g), reduced = sampled_mean(self.comm, members, sent, payload)                # uplink
         self.H += scale * S.numpy()
         self.l += scale * float(l)
         self.g += scale * g.numpy()
         self.w = torch.from_numpy(x_next)
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
         return {**self.record(reduced, members), "step_size": 1.0, "uplink_bits": self.uplink_bits}
+
+    def evaluate(self) -> dict[str, float]:
+        return {**super().evaluate(), "uplink_bits": self.uplink_bits}
 
     def count(self, clients: int, bits: int, *, down: int) -> None:
         self.uplink_bits += clients * bits

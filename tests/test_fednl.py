@@ -19,11 +19,12 @@ from dane.problems.glm import LinearModelShard, add_intercept, to_torch
 LAM = 1e-3
 
 
-def sparse_logistic(n=240, d=12, density=0.3, seed=0):
-    """Binary-ish sparse rows (values 1 and a few reals), ±1 labels from a planted model, an intercept column."""
+def sparse_logistic(n=240, d=12, density=0.3, seed=0, ones=0.7):
+    """Sparse rows (a share ``ones`` of the values 1, as in binary features, the rest normal), ±1 labels from a
+    planted model, an intercept column."""
     rng = np.random.default_rng(seed)
     X = scipy.sparse.random(n, d, density=density, random_state=seed, format="csr",
-                            data_rvs=lambda k: np.where(rng.random(k) < 0.7, 1.0, rng.normal(size=k)))
+                            data_rvs=lambda k: np.where(rng.random(k) < ones, 1.0, rng.normal(size=k)))
     X = add_intercept(X)
     y = np.where(X @ rng.normal(size=d + 1) + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
     return X.tocsr(), y
@@ -199,3 +200,30 @@ def test_same_seed_same_iterates(problem):
 def test_bad_config_is_one_line(overrides, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
         FedNLConfig(**overrides)
+
+
+# ------------------------------------------------------------------ one worker per client (the simulator's threads)
+@pytest.mark.parametrize("overrides", [
+    {"compressor": "topk:15"},
+    {"compressor": "topk:15", "option": 2},
+    {"compressor": "topk:15", "variant": "ls", "alpha": 1.0},
+    {"compressor": "topk:15", "variant": "pp", "option": 2, "clients_per_round": 2},
+])
+def test_worker_level_equals_stacked(overrides):
+    """The simulator's FedNL (a thread per client, allreduces) gives the stacked run's iterates and bits.  Real-valued
+    rows: binary ones make Hessian entries of equal magnitude, whose order torch.topk breaks differently on a batch
+    of rows than on one."""
+    from helpers import simulate
+
+    X, y = sparse_logistic(ones=0.0)
+    m, rounds = 4, 6
+    out = simulate(FedNLConfig(**overrides), shards_of(X, y, m), rounds)
+    stacked = StackedFedNL(StackedClients(shards_of(X, y, m)), **overrides)
+    records = out[0][1]
+    for t, w in enumerate(out[0][2]):
+        np.testing.assert_allclose(w.numpy(), stacked.x, rtol=0, atol=1e-12, err_msg=f"round {t}")
+        if t < len(records) - 1:  # the last record is the final iterate's evaluation, after the last round
+            stacked.step()
+        assert records[t]["uplink_bits"] == stacked.uplink_bits  # cumulative, H_i^0 included
+    for _, records, ws in out[1:]:  # every worker holds the same iterate
+        assert all(torch.equal(a, b) for a, b in zip(out[0][2], ws))
