@@ -18,13 +18,19 @@ subproblem without the shared regularizer).  The methods (``problem.local_solver
   1 / L_max of the per-row components unless ``lr`` is given.  ``variant`` (see
   `SVRG_VARIANTS`) says when the snapshot is taken and how rows are drawn.  Compiled
   (`dane.svrg_kernels`) on the rows of a linear model; `svrg_reference` is the same
-  method in torch, one call per step, and the fast path is tested against it.
+  method in torch, one call per step, and the fast path is tested against it.  On a GPU
+  shard (``problem.device=cuda``) SVRG is `svrg_reference` on the device: the compiled
+  kernels run on host arrays only.  The same row draws, so the same iterates to round-off,
+  but one step is a few small kernel launches: slow where n_i is large.
 - ``lbfgs``: scipy's L-BFGS-B on φ, to ``tol`` times the anchor's gradient (max norm).
 - ``auto``: ``cholesky`` when the dimension is at most `AUTO_MAX_DIM` and X is dense,
   else ``cg``; the problem says which in its notes.
 
 Newton steps on a non-quadratic φ take a backtracking (Armijo) line search and stop once
 :math:`\|\nabla\phi(w)\| \le \text{tol}\,\|\nabla\phi(a)\|` or after ``newton_steps``.
+
+Every solver runs on the device of the anchor it is given (the shard's, `dane.problems.glm`);
+``lbfgs`` keeps scipy's own vectors on the host and evaluates φ on the device.
 """
 from __future__ import annotations
 
@@ -171,8 +177,9 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
         slope = float(grad @ direction)
         # Near the solution the predicted decrease falls below the round-off of φ's value and Armijo
         # cannot tell a good step from a bad one: there a step that lowers the gradient norm is taken
-        # (else the search halved t to 1e-10 and Newton stalled at ||∇φ|| ~ 1e-9)
-        flat = abs(slope) <= 1e-12 * max(1.0, abs(float(value)))
+        # (else the search halved t to 1e-10 and Newton stalled at ||∇φ|| ~ 1e-9); the bound scales with the
+        # dtype's round-off (float32: `FLAT_SLOPE` x eps32 / eps64)
+        flat = abs(slope) <= flat_slope(w.dtype) * max(1.0, abs(float(value)))
         gnorm = float(torch.linalg.vector_norm(grad))
         t = 1.0
         while True:
@@ -182,16 +189,31 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
                     or (flat and float(torch.linalg.vector_norm(cand_grad)) < gnorm)):
                 break
             t *= 0.5
+        if t < 1e-10 and w.dtype != torch.float64:
+            break  # float32: no step lowers φ or its gradient any more, the solve is at the dtype's round-off
         w, value, grad = candidate, cand_value, cand_grad
     return w
+
+
+#: |predicted decrease| / max(1, |φ|) below which float64's Armijo test cannot tell steps apart (`newton`)
+FLAT_SLOPE = 1e-12
+
+
+def flat_slope(dtype: torch.dtype) -> float:
+    """`FLAT_SLOPE` in ``dtype``'s round-off: itself in float64, scaled by the ratio of machine epsilons otherwise."""
+    if dtype == torch.float64:
+        return FLAT_SLOPE
+    return FLAT_SLOPE * torch.finfo(dtype).eps / torch.finfo(torch.float64).eps
 
 
 def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None) -> torch.Tensor:
     """`svrg_reference`'s iterate, compiled (`dane.svrg_kernels`) where the shard gives its rows.
 
     The same draws from ``generator`` as the reference; without numba installed, the
-    reference itself (with a warning, once).
+    reference itself (with a warning, once); on a GPU, the reference on the device.
     """
+    if sub.anchor.device.type != "cpu":  # the compiled kernels read host arrays: torch SVRG where the rows are
+        return svrg_reference(sub, solver, generator)
     rows = sub.shard.svrg_rows() if sub.shard.svrg_rows is not None else None
     if rows is None:
         return svrg_reference(sub, solver, generator)
@@ -269,6 +291,7 @@ def svrg_reference(sub: Subproblem, solver: LocalSolver, generator: torch.Genera
     scale = shard.n_local / b
     w = sub.anchor.clone()
     for order in svrg_schedule(shard.n_local, b, steps, passes, solver.variant, generator):
+        order = order.to(w.device)  # drawn on the host (the same rows on every device), used where the rows are
         snapshot = w.clone()
         _, full = shard.data_value_grad(snapshot)
         constant = full - sub.linear - sub.mu * sub.anchor  # ∇D_i(w̃) + ∇R(w) − shrink·w, fixed per snapshot
@@ -291,15 +314,16 @@ def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:
     """scipy L-BFGS-B on φ, from the anchor, to tol x the anchor's gradient (max norm)."""
     import scipy.optimize  # here, not at import: a run that never asks for L-BFGS does not pay for it
 
-    dtype = sub.anchor.dtype
+    dtype, device = sub.anchor.dtype, sub.anchor.device
 
     def fun(x: np.ndarray):
-        value, grad = sub.value_grad(torch.from_numpy(x).to(dtype))
-        return value, grad.double().numpy()
+        value, grad = sub.value_grad(torch.from_numpy(x).to(device, dtype))
+        return value, grad.double().cpu().numpy()
 
-    _, grad0 = fun(sub.anchor.double().numpy())
+    x0 = sub.anchor.double().cpu().numpy()
+    _, grad0 = fun(x0)
     gtol = solver.tol * float(np.abs(grad0).max())
-    result = scipy.optimize.minimize(fun, sub.anchor.double().numpy(), jac=True, method="L-BFGS-B",
+    result = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",
                                      options={"maxiter": solver.max_iter or 1000, "gtol": gtol, "ftol": 0.0,
                                               "maxcor": 20})
-    return torch.from_numpy(result.x).to(dtype)
+    return torch.from_numpy(result.x).to(device, dtype)

@@ -106,7 +106,8 @@ def data_moments(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def fingerprint(problem, comm, objective_key: str) -> str:
     """A key for (data set, objective) that every worker agrees on, whatever the shards (one allreduce)."""
-    (total,) = comm.allreduce_mean([data_moments(problem.X, problem.y)])
+    # on the host whatever the shard's device: the same sums, so the same key, for a GPU run and a CPU run
+    (total,) = comm.allreduce_mean([data_moments(problem.X.cpu(), problem.y.cpu())])
     total = (total * comm.size).tolist()
     rounded = ",".join(f"{x:.{FINGERPRINT_DIGITS}g}" for x in total)
     return hashlib.sha256(f"{objective_key}|{rounded}".encode()).hexdigest()[:32]

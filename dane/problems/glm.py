@@ -21,6 +21,14 @@ so that step sizes 1/L built from it are safe everywhere.
 Suboptimality, when the run asks for a reference optimum (`dane.reference`), is
 :math:`O_i(w) - O^*` per worker (mean O(w) − O*); for the squared loss it is the exact
 quadratic identity :math:`\tfrac12 e^\top H_i e`, e = w − w*.
+
+*Device* (``problem.device``): X_i, y_i and every local solve live on the shard's device
+(a GPU, or the CPU); its methods take tensors from anywhere and return each result on
+the device its input came from, so the algorithms, the communicators and the records
+keep their vectors in host memory, as the network problems do (`dane.problems.neural`).
+On the CPU every such move is a no-op: the records are bit-identical to a shard built
+without a device.  Minibatch and SVRG row draws come from a CPU generator, so they are
+the same on every device.
 """
 from __future__ import annotations
 
@@ -41,6 +49,9 @@ from .base import Problem
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 SOLVER_STREAM = 5  # worker_seed stream of the SVRG local solver's generator
+#: CG products per solve without ``problem.local_max_iter``, per dimension: d in float64 (CG's finite termination);
+#: in float32 round-off breaks that termination on ill-conditioned shards, and CG needs several sweeps
+CG_PRODUCTS_PER_DIM = {torch.float64: 1, torch.float32: 10}
 
 
 @dataclass(frozen=True)
@@ -94,28 +105,35 @@ def add_intercept(X):
 
 
 def select_rows(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Rows ``idx`` of a dense or CSR tensor (torch CSR has no index_select)."""
+    """Rows ``idx`` of a dense or CSR tensor (torch CSR has no index_select), on X's device."""
+    idx = idx.to(X.device)
     if X.layout != torch.sparse_csr:
         return X[idx]
     crow, col, val = X.crow_indices(), X.col_indices(), X.values()
     starts, lengths = crow[idx], crow[idx + 1] - crow[idx]
-    new_crow = torch.zeros(len(idx) + 1, dtype=crow.dtype)
+    new_crow = torch.zeros(len(idx) + 1, dtype=crow.dtype, device=X.device)
     new_crow[1:] = torch.cumsum(lengths, 0)
     offsets = torch.repeat_interleave(starts - new_crow[:-1], lengths)
-    pos = torch.arange(int(new_crow[-1]), dtype=crow.dtype) + offsets
+    pos = torch.arange(int(new_crow[-1]), dtype=crow.dtype, device=X.device) + offsets
     return torch.sparse_csr_tensor(new_crow, col[pos], val[pos], size=(len(idx), X.shape[1]))
 
 
 class LinearModelShard(Problem):
-    """Worker i's rows of a linear model; see the module docstring for O_i and its derivatives."""
+    """Worker i's rows of a linear model; see the module docstring for O_i and its derivatives.
+
+    ``device``: where X_i, y_i and the local solves live (module docstring, *Device*).
+    """
 
     convex = True
 
     def __init__(self, X: torch.Tensor, y: torch.Tensor, loss: Loss, *, l2: float, weight: float, classes: int = 1,
                  solver: LocalSolver = LocalSolver(), w_star: torch.Tensor | None = None,
-                 f_star: float | None = None, seed: int = 0, notes=()):
-        self.X, self.y, self.loss = X, y, loss
-        self.XT = X.t().to_sparse_csr() if X.layout == torch.sparse_csr else X.T
+                 f_star: float | None = None, seed: int = 0, notes=(), device: str | torch.device = "cpu"):
+        self.device = torch.device(device)
+        # the CSR transpose is made on the host, then moved: one conversion path on every device
+        XT = X.t().to_sparse_csr().to(self.device) if X.layout == torch.sparse_csr else None
+        self.X, self.y, self.loss = X.to(self.device), y.to(self.device), loss
+        self.XT = self.X.T if XT is None else XT
         self.sparse = X.layout == torch.sparse_csr
         self.features, self.classes = X.shape[1], classes
         self.dim = self.features * classes
@@ -125,7 +143,7 @@ class LinearModelShard(Problem):
         self.strong_convexity = self.l2
         self.solver = solver.resolve(self.dim, self.sparse)
         self.generator = torch.Generator().manual_seed(seed)
-        self.w_star, self.f_star = w_star, f_star
+        self.w_star, self.f_star = None if w_star is None else self._here(w_star), f_star
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
         self.notes = list(notes)
         self._factors: dict[float, torch.Tensor] = {}  # quadratic: the factor per shift (the Hessian is constant)
@@ -140,39 +158,52 @@ class LinearModelShard(Problem):
         return self.X.shape[0]
 
     def initial_point(self) -> torch.Tensor:
-        return torch.zeros(self.dim, dtype=self.dtype)
+        return torch.zeros(self.dim, dtype=self.dtype)  # in host memory, where the algorithms keep their vectors
+
+    @property
+    def cg_default_products(self) -> int:
+        """CG's products per solve when ``problem.local_max_iter`` is null (`CG_PRODUCTS_PER_DIM`)."""
+        return CG_PRODUCTS_PER_DIM.get(self.dtype, 1) * self.dim
+
+    def _here(self, t: torch.Tensor) -> torch.Tensor:
+        """A caller's tensor on this shard's device (the same tensor when it is there already)."""
+        return t.to(self.device)
 
     def margins(self, w: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
         X = self.X if X is None else X
         return X @ (w.view(self.features, self.classes) if self.classes > 1 else w)
 
     def data_value_grad(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(D_i(w), ∇D_i(w))."""
+        """(D_i(w), ∇D_i(w)), on w's device."""
+        where, w = w.device, self._here(w)
         z = self.margins(w)
         value = self.weight * self.loss.value(z, self.y)
-        return value, self.weight * (self.XT @ self.loss.dz(z, self.y)).reshape(-1)
+        return value.to(where), (self.weight * (self.XT @ self.loss.dz(z, self.y)).reshape(-1)).to(where)
 
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        where, w = w.device, self._here(w)
         value, grad = self.data_value_grad(w)
         objective = value + 0.5 * self.l2 * (w @ w)
         metrics = [objective]
         if self.w_star is not None:
             metrics.append(self._suboptimality(w, objective))
-        return grad + self.l2 * w, torch.stack(metrics)
+        return (grad + self.l2 * w).to(where), torch.stack(metrics).to(where)
 
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         """O_i(w) alone (forward pass only): line searches evaluate several of these."""
-        return self.weight * self.loss.value(self.margins(w), self.y) + 0.5 * self.l2 * (w @ w)
+        where, w = w.device, self._here(w)
+        return (self.weight * self.loss.value(self.margins(w), self.y) + 0.5 * self.l2 * (w @ w)).to(where)
 
     def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
         """∇²O_i(at) v; without ``at``, the majorant (m/N) c_f X_iᵀX_i v + λ v (see the module docstring)."""
+        where, v = v.device, self._here(v)
         xv = self.margins(v)
         if at is None:
             curv = self.loss.curvature * xv
         else:
-            curv = self.loss.hess(self._margins_at(at), self.y, xv)
+            curv = self.loss.hess(self._margins_at(self._here(at)), self.y, xv)
         Hv = self.weight * (self.XT @ curv).reshape(-1)
-        return Hv + self.l2 * v if with_reg else Hv
+        return (Hv + self.l2 * v if with_reg else Hv).to(where)
 
     def _margins_at(self, at: torch.Tensor) -> torch.Tensor:
         """X_i at, kept for the point of the last call: CG makes many Hessian products at one point."""
@@ -182,7 +213,7 @@ class LinearModelShard(Problem):
         return cached[1]
 
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
-        _, grad = self.data_value_grad(w)
+        _, grad = self.data_value_grad(w)  # on w's device
         return grad + self.l2 * w if with_reg else grad
 
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -193,8 +224,10 @@ class LinearModelShard(Problem):
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
         r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||² by the local solver (or ``solver``)."""
         solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
-        return prox_solve(self, anchor, linear, mu, with_reg=with_reg, solver=solver, generator=self.generator,
-                          anchor_grad=anchor_grad)
+        where = anchor.device
+        anchor_grad = None if anchor_grad is None else self._here(anchor_grad)
+        return prox_solve(self, self._here(anchor), self._here(linear), mu, with_reg=with_reg, solver=solver,
+                          generator=self.generator, anchor_grad=anchor_grad).to(where)
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         r"""argmin_z (λ/2)||z||² + (ρ/2)||z − v||² = ρ v / (ρ + λ): the shared regularizer's prox (ADMM's z-step)."""
@@ -206,20 +239,23 @@ class LinearModelShard(Problem):
         """(∇²D_i(at) [+ λI] + shift I)⁻¹ r, by Cholesky (dense Hessian) or CG on Hessian-vector products."""
         solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
         shift = shift + (self.l2 if with_reg else 0.0)
+        where, r, at = r.device, self._here(r), self._here(at)
         if solver.method == "cholesky":
-            return cholesky_solve(self._factor(at, shift), r)
+            return cholesky_solve(self._factor(at, shift), r).to(where)
         result = cg(lambda v: self.hessian_vector(v, at=at, with_reg=False) + shift * v, r,
-                    rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or self.dim)
-        return result.x
+                    rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or self.cg_default_products)
+        return result.x.to(where)
 
     def rows_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Σ_{j ∈ idx} (m/N) ∇f_j(w): the data term of rows ``idx`` (SVRG)."""
+        where, w, idx = w.device, self._here(w), self._here(idx)
         X = select_rows(self.X, idx)
         dz = self.loss.dz(self.margins(w, X), self.y[idx])
-        return self.weight * (X.t() @ dz).reshape(-1)
+        return (self.weight * (X.t() @ dz).reshape(-1)).to(where)
 
     def rows_grad_diff(self, w: torch.Tensor, snapshot: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """rows_grad(w, idx) − rows_grad(snapshot, idx), with one row selection and one product each way (SVRG)."""
+        idx = self._here(idx)  # w and snapshot are the solver's, on this device already
         X = select_rows(self.X, idx)
         y = self.y[idx]
         both = X @ torch.cat([w.view(self.features, -1), snapshot.view(self.features, -1)], 1)  # [X W | X W̃]
@@ -229,15 +265,16 @@ class LinearModelShard(Problem):
         return self.weight * (X.t() @ (self.loss.dz(z, y) - self.loss.dz(z_snap, y))).reshape(-1)
 
     def svrg_rows(self) -> "SVRGRows":
-        """This shard's rows as numpy views for the compiled SVRG (`dane.svrg_kernels`), made once."""
+        """This shard's rows as numpy arrays for the compiled SVRG (`dane.svrg_kernels`), made once (views on the
+        CPU; a host copy of a GPU shard's rows, which AIDE's column curvature reads)."""
         if self._svrg_rows is None:
-            y = self.y.detach().to(self.dtype).numpy()  # softmax: the class index as a float
+            y = self.y.detach().to(self.dtype).cpu().numpy()  # softmax: the class index as a float
             if self.sparse:
-                self._svrg_rows = SVRGRows(None, self.X.crow_indices().numpy(), self.X.col_indices().numpy(),
-                                           self.X.values().detach().numpy(), y, self.loss.name, self.classes,
-                                           self.weight, self.dtype)
+                self._svrg_rows = SVRGRows(None, self.X.crow_indices().cpu().numpy(),
+                                           self.X.col_indices().cpu().numpy(), self.X.values().detach().cpu().numpy(),
+                                           y, self.loss.name, self.classes, self.weight, self.dtype)
             else:
-                self._svrg_rows = SVRGRows(np.ascontiguousarray(self.X.detach().numpy()), None, None, None, y,
+                self._svrg_rows = SVRGRows(np.ascontiguousarray(self.X.detach().cpu().numpy()), None, None, None, y,
                                            self.loss.name, self.classes, self.weight, self.dtype)
         return self._svrg_rows
 
@@ -246,8 +283,9 @@ class LinearModelShard(Problem):
         if self._row_smoothness is None:
             if self.sparse:  # torch has no row reduction on CSR: sum the squared values row by row
                 crow = self.X.crow_indices()
-                rows = torch.repeat_interleave(torch.arange(self.n_local), crow[1:] - crow[:-1])
-                sq = torch.zeros(self.n_local, dtype=self.dtype).index_add_(0, rows, self.X.values().square())
+                rows = torch.repeat_interleave(torch.arange(self.n_local, device=self.device), crow[1:] - crow[:-1])
+                sq = torch.zeros(self.n_local, dtype=self.dtype, device=self.device).index_add_(
+                    0, rows, self.X.values().square())
             else:
                 sq = (self.X * self.X).sum(1)
             self._row_smoothness = self.weight * self.loss.curvature * float(sq.max()) if self.n_local else 0.0
@@ -257,12 +295,12 @@ class LinearModelShard(Problem):
         """∇²D_i(at) as a dense matrix (the Cholesky path; d·K x d·K)."""
         X = self.X.to_dense() if self.sparse else self.X
         if self.classes == 1:
-            d2 = self.loss.hess(self.margins(at), self.y, torch.ones(self.n_local, dtype=self.dtype))
+            d2 = self.loss.hess(self.margins(at), self.y, torch.ones(self.n_local, dtype=self.dtype, device=self.device))
             return self.weight * (X.T * d2) @ X
         # softmax: blocks (k, l) = Xᵀ diag(p_k δ_kl − p_k p_l) X, assembled feature-major like w
         p = torch.softmax(self.margins(at), 1)
         K, d = self.classes, self.features
-        H = torch.empty(d, K, d, K, dtype=self.dtype)
+        H = torch.empty(d, K, d, K, dtype=self.dtype, device=self.device)
         for k in range(K):
             for l in range(k, K):
                 coeff = p[:, k] * (float(k == l) - p[:, l])
@@ -294,7 +332,7 @@ class LinearModelShard(Problem):
 
     def set_reference(self, w_star: torch.Tensor, f_star: float) -> None:
         """From now on, records carry suboptimality against (w*, O*) (`dane.reference.attach`)."""
-        self.w_star, self.f_star = w_star.to(self.dtype), float(f_star)
+        self.w_star, self.f_star = w_star.to(self.device, self.dtype), float(f_star)
         self.metric_names = ("objective", "suboptimality")
 
     def _suboptimality(self, w: torch.Tensor, objective: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,16 @@ and a prediction is ȳ + x·w (ȳ is in the notes).  This is ridge on the centre
 with ``fit_intercept`` the intercept is penalized in both, so it differs from ridge on
 the raw target by the penalty on the offset ȳ only.  Algorithm parameters (μ, ρ, lr)
 act on the standardized problem.
+
+``problem.device`` (``cpu``, the default; ``cuda``; ``auto``: CUDA when torch sees one, else the
+CPU): where each worker's rows and local solves live (`dane.problems.glm`, *Device*); CUDA is
+pinned by local rank as for the networks (`dane.problems.neural.pick_device`), and the
+simulator's workers then take turns on the one GPU (`dane.comm.threads.DeviceTurns`).  The
+default stays ``cpu``: a small convex problem gains nothing from a GPU, and a run's records stay
+bit-identical wherever it runs.  The device each worker resolved is in its notes.
+``problem.dtype`` (null: the run's ``dtype``, float64 by default; ``float32`` is an opt-in whose
+accuracy against float64 tests/test_device.py measures) is the precision of the rows, the
+iterate and every solve.
 """
 from __future__ import annotations
 
@@ -73,6 +83,8 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
     classes: int | None = None   # softmax with presharded data: the number of classes (a part may lack some)
     optimum: Any = "none"        # none | auto | a saved w* (dane.reference): records then carry suboptimality
     standardize_target: bool = False  # ridge: fit (y - mean)/std, report in y's units (the module docstring)
+    device: str = "cpu"          # cpu | cuda | auto (the module docstring)
+    dtype: str | None = None     # null: the run's dtype; float32 | float64
     seed: int = 0
     name: str = "ridge"
 
@@ -91,6 +103,11 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             raise ConfigError(f"problem.lam must be > 0 for problem={self.name} (the {self.loss} loss alone may "
                               "have no minimizer, e.g. on separable data), got 0")
         checks.boolean("problem.standardize_target", self.standardize_target)
+        from .neural import DEVICES, DTYPES
+
+        checks.one_of("problem.device", self.device, DEVICES)
+        if self.dtype is not None:
+            checks.one_of("problem.dtype", self.dtype, tuple(DTYPES))
         if self.standardize_target and self.loss != "squared":
             raise ConfigError(f"problem.standardize_target=true scales a regression target; problem={self.name}'s "
                               f"labels are classes: drop it")
@@ -118,7 +135,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         key = repr(self.source)
         if key not in _TABLES:
             table = self.source.load()
-            table.y = check_labels(table.y, self.loss, table.name)
+            table.y = check_labels(table.y, self.loss, table.name, whole=True)  # all rows: one class is refused
             if self.fit_intercept:
                 table.X = add_intercept(table.X)
             if self.standardize_target:
@@ -151,7 +168,14 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         _TABLES.clear()
         _SHARDS.clear()
 
+    def check_device(self) -> None:
+        """Refuse ``problem.device=cuda`` where torch sees no GPU, in one line (at run time: a config may be
+        composed on a host without one)."""
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("problem.device=cuda but torch sees no CUDA device; use problem.device=auto or cpu")
+
     def check_workers(self, workers: int) -> None:
+        self.check_device()
         if self.source.presharded:
             return  # each part is checked by the process that reads it
         n = len(self.table().y)
@@ -182,7 +206,9 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
     # ------------------------------------------------------------------ one worker
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> LinearModelShard:
         from ..data.labels import check_labels
+        from .neural import DTYPES
 
+        dtype = DTYPES[self.dtype] if self.dtype is not None else dtype
         notes = []
         if self.source.presharded:
             if self.loss == "softmax" and self.classes is None:
@@ -206,6 +232,9 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         return problem
 
     def _shard(self, X, y, *, size: int, n_total: int, rank: int, dtype: torch.dtype, notes=()) -> LinearModelShard:
+        from .neural import pick_device
+
+        self.check_device()  # again: a caller may build without check_workers
         classes = self.num_classes(y)
         y_t = torch.as_tensor(y, dtype=torch.int64 if self.loss == "softmax" else dtype)
         if self.loss == "softmax" and len(y) and int(y.max()) >= classes:
@@ -214,9 +243,12 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
                      getattr(self.source, "path", self.source.name))
         problem = LinearModelShard(to_torch(X, dtype), y_t, LOSSES[self.loss], l2=self.lam, weight=size / n_total,
                                    classes=classes, solver=self.solver,
-                                   seed=worker_seed(self.seed, rank, SOLVER_STREAM), notes=notes)
+                                   seed=worker_seed(self.seed, rank, SOLVER_STREAM), notes=notes,
+                                   device=pick_device(self.device, rank))
         problem.notes.append(f"local solver: {self.local_solver} -> {problem.solver.method} (d={problem.dim}, "
                              f"{'sparse' if problem.sparse else 'dense'} X, {len(y)} rows on this worker)")
+        if self.device != "cpu":  # auto's choice, or the GPU cuda pinned this worker to
+            problem.notes.append(f"problem.device={self.device} -> {problem.device}")
         return problem
 
 
