@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 import zipfile
 from contextlib import contextmanager, nullcontext
@@ -256,6 +257,30 @@ CASES = [
                   "with overwrite=true"),
     case("resume_nul_filled_log", *SMALL, "rounds=9", "checkpoint_every=3", "resume=auto", out_dir="{tmp}/nul_log",
          around="nul_filled_log", expected="{tmp}/nul_log/rounds.jsonl line 1 is not a round record ("),
+    # issue 35: the last inputs that end badly
+    case("simulator_thread_limit", *SMALL, "workers=4", around="thread_limit",
+         expected="workers=4: the simulator started 2 worker threads, then no more (can't start new thread): each "
+                  "reserves 4 MiB of stack, 16 MiB of address space in all, beyond the process's limit on address "
+                  "space or threads (ulimit -u); use fewer workers, or raise ulimit -v"),
+    case("admissions_not_utf8", "problem=admissions_logreg", "data_dir={tmp}/admissions_binary", "rounds=1",
+         "quiet=true", expected="{tmp}/admissions_binary/admissions.csv is not UTF-8 text (byte 0x80 cannot be "
+                                "decoded); is it the admissions CSV? save it as UTF-8 CSV"),
+    case("admissions_one_class", "problem=admissions_logreg", "data_dir={tmp}/admissions_one_class", "rounds=1",
+         "quiet=true", expected="{tmp}/admissions_one_class/admissions.csv: every row has admit=1; the "
+                                "admissions data needs rows of both classes (0 and 1): is it the whole file?"),
+    case("builtin_admissions_one_class", "problem=logreg", "data=builtin", "data.dataset=admissions",
+         "data_dir={tmp}/admissions_one_class", "rounds=1", "quiet=true",
+         expected="{tmp}/admissions_one_class/admissions.csv: every row has admit=1"),
+    case("csv_logreg_one_class", *LOGREG, "data=csv", "data.path={tmp}/ones.csv", "data.target=y",
+         expected="csv:ones.csv: problem=logreg needs two classes, but every label is 1; check the labels it reads "
+                  "(data.target of a CSV, data.y_key of an .npz), or add rows of the other class"),
+    case("libsvm_logreg_one_class", *LOGREG, "data=libsvm", "data.path={tmp}/zeros.svm",
+         expected="libsvm:zeros.svm: problem=logreg needs two classes, but every label is 0; check the labels"),
+    case("npz_logreg_one_class", *LOGREG, "data=npz", "data.path={tmp}/minus_ones.npz",
+         expected="npz:minus_ones.npz: problem=logreg needs two classes, but every label is -1"),
+    case("text_named_npz", *LOGREG, "data=npz", "data.path={tmp}/text.npz",
+         expected="{tmp}/text.npz is not an .npz archive: it is a text file (for a CSV use data=csv, for LIBSVM "
+                  "data=libsvm); write it with dane.data.files.save_npz(path, X, y)"),
 ]
 OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
 
@@ -302,6 +327,15 @@ def probe_files(tmp: Path) -> None:
              X_shape=np.array([2, 10**10]), y=np.array([0.0, 1.0]))
     (tmp / "admissions").mkdir()
     (tmp / "admissions" / "admissions.csv").write_text("admit,gre,gpa,rank\n0,380,3.61,3\n1,inf,3.67,3\n")
+    (tmp / "admissions_binary").mkdir()
+    (tmp / "admissions_binary" / "admissions.csv").write_bytes(bytes(range(256)) * 8)
+    (tmp / "admissions_one_class").mkdir()
+    (tmp / "admissions_one_class" / "admissions.csv").write_text(
+        "admit,gre,gpa,rank\n" + "".join(f"1,{300 + 10 * i},3.{i},{i % 4 + 1}\n" for i in range(10)))
+    (tmp / "ones.csv").write_text(table.replace("\n0,", "\n1,"))
+    (tmp / "zeros.svm").write_text("".join(f"0 1:{i}.5 2:{i % 3}\n" for i in range(12)))
+    np.savez(tmp / "minus_ones.npz", X=X, y=-np.ones(len(X)))
+    (tmp / "text.npz").write_text("a,b,y\n1,2,0\n3,4,1\n")
     (tmp / "read_only").mkdir()
     (tmp / "read_only").chmod(0o555)
     (tmp / "checkpoint_read_only" / "checkpoint").mkdir(parents=True)
@@ -348,6 +382,31 @@ def file_size_limit(tmp: Path):
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+@contextmanager
+def thread_limit(tmp: Path):
+    """A process that can start two simulated worker threads and no third (``RuntimeError: can't start new
+    thread``, as 10,000 workers meet it under ``ulimit -v``); worker 0, started, has opened its run folder."""
+    import threading
+
+    start = threading.Thread.start
+
+    def limited(self):
+        if self.name.startswith("worker-") and int(self.name.removeprefix("worker-")) >= 2:
+            made = tmp / "runs" / "simulator_thread_limit" / "rounds.jsonl"
+            for _ in range(300):  # worker 0 opens the run folder before its first collective: fail after that
+                if made.exists():
+                    break
+                time.sleep(0.01)
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    threading.Thread.start = limited
+    try:
+        yield
+    finally:
+        threading.Thread.start = start
 
 
 @contextmanager

@@ -342,7 +342,10 @@ def test_bad_npz(tmp_path):
     write(tmp_path, "text.npz", "not a zip")
     with pytest.raises(DataError) as err:
         NPZSource(str(tmp_path / "text.npz")).load()
-    assert "is not a readable .npz archive" in one_line(err)
+    assert "is not an .npz archive: it is a text file" in one_line(err)  # never numpy's advice on allow_pickle
+    (tmp_path / "bytes.npz").write_bytes(bytes(range(1, 256)))
+    with pytest.raises(DataError, match="bytes.npz is not an .npz archive: it is not a zip archive; write it with"):
+        NPZSource(str(tmp_path / "bytes.npz")).load()
 
 
 # ---------------------------------------------------------------- labels
@@ -350,7 +353,10 @@ def test_check_labels_codes_each_loss():
     y = np.array([0.0, 1.0, 1.0, 0.0])
     np.testing.assert_array_equal(check_labels(y, "logistic", "t"), [-1.0, 1.0, 1.0, -1.0])
     np.testing.assert_array_equal(check_labels(2 * y - 1, "logistic", "t"), [-1.0, 1.0, 1.0, -1.0])
-    np.testing.assert_array_equal(check_labels(np.array([1.0, 1.0]), "logistic", "t"), [1.0, 1.0])
+    np.testing.assert_array_equal(check_labels(np.array([1.0, 1.0]), "logistic", "t"), [1.0, 1.0])  # a part
+    for one_class in (0.0, 1.0, -1.0):  # the whole data set: one class is refused
+        with pytest.raises(DataError, match=f"t: problem=logreg needs two classes, but every label is {one_class:g}"):
+            check_labels(np.full(3, one_class), "logistic", "t", whole=True)
     np.testing.assert_array_equal(check_labels(np.array([2.5, -1.0]), "squared", "t"), [2.5, -1.0])
     classes = check_labels(np.array([9.0, 2.0, 5.0, 2.0]), "softmax", "t")
     assert classes.dtype == np.int64 and classes.tolist() == [2, 0, 1, 0]

@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from .base import Communicator
 from .cost import AlphaBeta, ParameterServerCost
 
@@ -123,6 +124,20 @@ def meter_for(devices) -> Meter:
 #: stack address space per simulated worker thread (touched pages only count as memory); the default is
 #: the process's stack limit (8 MiB here), 80 GB of address space at 10,000 workers
 WORKER_STACK_BYTES = 4 * 2 ** 20
+
+
+def thread_limit(workers: int, started: int, exc: RuntimeError) -> ConfigError:
+    """The line for a simulator whose worker threads could not all start, naming the limit and the fix."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    limit = "" if soft == resource.RLIM_INFINITY else f" (ulimit -v is {soft // 1024} KiB)"
+    total = workers * WORKER_STACK_BYTES
+    total = f"{total / 2 ** 30:.1f} GiB" if total >= 2 ** 30 else f"{total >> 20} MiB"
+    return ConfigError(f"workers={workers}: the simulator started {started} worker threads, then no more ({exc}): "
+                       f"each reserves {WORKER_STACK_BYTES >> 20} MiB of stack, {total} of address space in all, "
+                       f"beyond the process's limit on address space{limit} or threads (ulimit -u); use fewer "
+                       "workers, or raise ulimit -v")
 
 
 class Rendezvous:
@@ -302,9 +317,16 @@ class ThreadGroup:
         try:
             with ctrl_c_held():  # a Ctrl-C while a thread starts would leave the others running, unwaited
                 previous = threading.stack_size(WORKER_STACK_BYTES)
+                started = 0
                 try:
                     for c in comms:
                         threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True).start()
+                        started += 1
+                except RuntimeError as exc:  # "can't start new thread": a limit on threads or address space
+                    self.stop()  # the started workers end at their first collective, their run folder released
+                    for done in finished[:started]:
+                        done.wait()
+                    raise thread_limit(self.size, started, exc) from None
                 finally:
                     threading.stack_size(previous)
             for done in finished:

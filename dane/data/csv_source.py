@@ -21,7 +21,7 @@ import numpy as np
 from dane import checks
 from dane.data.parts import FileSource, count_lines
 from dane.data.sharding import ShardingKeys
-from dane.data.table import Table, standardize_columns
+from dane.data.table import Table, not_utf8, standardize_columns
 from dane.errors import ConfigError, DataError
 
 MISSING = frozenset({"", "na", "nan", "?"})  # compared stripped and lower-cased
@@ -145,10 +145,7 @@ def _read_cells(
                 rows.append(row)
                 lines.append(reader.line_num)
     except UnicodeDecodeError as err:
-        raise DataError(
-            f"{file} is not UTF-8 text (byte 0x{err.object[err.start]:02x} cannot be decoded); "
-            "is it a CSV file? save it as UTF-8 CSV, or use data=libsvm or data=npz"
-        ) from None
+        raise not_utf8(file, err, "is it a CSV file? save it as UTF-8 CSV, or use data=libsvm or data=npz") from None
     except csv.Error as err:
         raise DataError(f"{file} line {reader.line_num} is not CSV ({err}); fix the line or check data.path") from None
     _check_header(file, header, rows, header_only)

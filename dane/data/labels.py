@@ -16,14 +16,15 @@ SHOWN = 5  # label values quoted in an error message
 
 
 def check_labels(
-    y: np.ndarray, loss: str, source_name: str, *, classes: np.ndarray | None = None
+    y: np.ndarray, loss: str, source_name: str, *, classes: np.ndarray | None = None, whole: bool = False
 ) -> np.ndarray:
     """``y`` coded for ``loss``; ``source_name`` (e.g. ``csv:admissions.csv``) starts every error.
 
     - ``squared``: ``y`` unchanged (float64).
     - ``logistic``: float64 labels in {-1, +1}; accepts labels in {0, 1} (0 -> -1) or in
       {-1, +1}. A subset (one class only) is accepted, since one worker's part may hold
-      a single class.
+      a single class; with ``whole`` (``y`` is the whole data set) it is refused: a logistic
+      regression on one class has no minimizer without the penalty and learns nothing with it.
     - ``softmax``: int64 class indices: the k-th smallest label value becomes k. The
       labels must be integer-valued. ``classes`` (sorted label values) fixes the map;
       give it when ``y`` is one worker's part, because a part missing a class would
@@ -45,6 +46,11 @@ def check_labels(
         return y
     values = np.unique(y)
     if loss == "logistic":
+        if whole and values.size == 1 and values[0] in (-1.0, 0.0, 1.0):
+            raise DataError(
+                f"{source_name}: problem=logreg needs two classes, but every label is {values[0]:g}; check the "
+                "labels it reads (data.target of a CSV, data.y_key of an .npz), or add rows of the other class"
+            )
         if set(values) <= {0.0, 1.0}:
             return np.where(y == 0.0, -1.0, 1.0)
         if set(values) <= {-1.0, 1.0}:

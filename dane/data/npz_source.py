@@ -91,6 +91,7 @@ class NPZSource(FileSource, ShardingKeys):
         return _member_shape(file, self.y_key)[0]
 
     def _width(self, file: Path) -> int | None:
+        _check_is_archive(file)
         try:
             with zipfile.ZipFile(file) as archive:
                 sparse = f"{self.x_key}.npy" not in archive.namelist()
@@ -105,11 +106,22 @@ class NPZSource(FileSource, ShardingKeys):
 
 
 def _check_is_archive(file: Path) -> None:
-    """An ``.npy`` file (one array, from ``np.save``) under an ``.npz`` name: say so rather than fail inside numpy."""
+    """An ``.npy`` file (one array, from ``np.save``), a text file or any other file that is no zip archive
+    under an ``.npz`` name: say so rather than fail inside numpy (whose advice about ``allow_pickle`` for a
+    file it cannot place must not be followed: it would unpickle, that is run, whatever the file holds)."""
     with open(file, "rb") as f:  # readable: `resolve` opened it
-        magic = f.read(6)
-    if magic == b"\x93NUMPY":
+        head = f.read(4096)
+    if head.startswith(b"\x93NUMPY"):
         raise DataError(f"{file} is a .npy file (one array, from np.save), not an .npz archive of X and y; {FIX}")
+    if zipfile.is_zipfile(file):
+        return
+    try:
+        text = b"\0" not in head and bool(head.decode("utf-8"))
+    except UnicodeDecodeError as err:  # a character cut at the end of what was read is still text
+        text = b"\0" not in head and err.start >= len(head) - 3
+    what = "a text file (for a CSV use data=csv, for LIBSVM data=libsvm)" if text else \
+        "empty" if not head else "not a zip archive"
+    raise DataError(f"{file} is not an .npz archive: it is {what}; {FIX}")
 
 
 def _check_declared_sizes(file: Path, members: list[str]) -> None:
@@ -193,6 +205,7 @@ def _checked(file: Path, X, y: np.ndarray, x_key: str, y_key: str) -> tuple:
 
 def _member_shape(file: Path, key: str) -> tuple[int, ...]:
     """The shape of array ``key`` in the archive, read from its header alone (no data)."""
+    _check_is_archive(file)
     try:
         with zipfile.ZipFile(file) as archive:
             header = _member_header(archive, f"{key}.npy")

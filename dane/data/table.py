@@ -101,6 +101,11 @@ def readable(file: Path) -> Path:
     return file
 
 
+def not_utf8(file: Path, err: UnicodeDecodeError, fix: str) -> DataError:
+    """The one line for a text file (a CSV) whose bytes are not UTF-8: the first byte that is not, then ``fix``."""
+    return DataError(f"{file} is not UTF-8 text (byte 0x{err.object[err.start]:02x} cannot be decoded); {fix}")
+
+
 def standardize_columns(X: np.ndarray, columns: list[int]) -> list[int]:
     """Scale ``X[:, columns]`` in place to mean 0, std 1 (population std); return the constant ones.
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 from dane.data.dataset import Dataset, standardize, stratified_split, to_dataset
+from dane.data.table import not_utf8
 from dane.errors import DataError
 
 def load_bundled(loader: str, **kwargs):
@@ -61,8 +62,11 @@ def read_admissions(path: Path) -> tuple[np.ndarray, np.ndarray]:
             f"{path} does not exist; the admissions dataset expects {ADMISSIONS_FILE} "
             f"(header {','.join(ADMISSIONS_HEADER)}) in data_dir"
         )
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f))
+    except UnicodeDecodeError as err:
+        raise not_utf8(path, err, "is it the admissions CSV? save it as UTF-8 CSV") from None
     header = [cell.strip() for cell in rows[0]] if rows else []
     if header != ADMISSIONS_HEADER:
         raise DataError(
@@ -85,6 +89,9 @@ def read_admissions(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not values:
         raise DataError(f"{path} has a header but no rows; re-download it")
     table = np.asarray(values)
+    if np.unique(table[:, 0]).size == 1:
+        raise DataError(f"{path}: every row has admit={table[0, 0]:g}; the admissions data needs rows of both "
+                        "classes (0 and 1): is it the whole file?")
     return table[:, 1:], table[:, 0].astype(np.int64)
 
 
