@@ -20,12 +20,21 @@ one pass of SGD over each worker's shard per round) for ``--rounds`` rounds, onc
   at m = 1 (``sim.single_worker``) against the launched np = 1 run's, per device: how
   well the simulator's clock stands for a real run.
 
-Skipped, with the reason in the JSON, when torch sees no CUDA device or MNIST is absent.
+- ``convex``: DANE on the convex linear models (`CONVEX_CASES`: ridge with the exact Cholesky solve,
+  logistic regression with Newton-CG, dense and CSR rows) in the in-process simulator at
+  ``--convex-workers``, ``problem.device=cuda`` against ``cpu`` on the same data: the wall and the
+  simulated seconds per round, ``cpu_over_cuda`` of each, and ``iterate_rel_diff``, the relative
+  distance of the CUDA run's final iterate from the CPU run's (float64; goal <= 1e-10).  It needs no
+  data files, so it runs wherever a GPU is.
+
+Skipped, with the reason in the JSON, when torch sees no CUDA device (``convex`` too) or MNIST is
+absent (``skipped``: the network sections; ``convex`` still runs).
 Timings on a shared machine are noisy: each run carries the load average it ran under.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +54,12 @@ KEY = "cuda"
 TABLE = ("algorithm=dane", "problem=mnist_lenet5", "algorithm.eta=1.0", "algorithm.mu=0.0", "algorithm.safeguard=false",
          "problem.inner_steps=null", "tol=null", "quiet=true")
 DEVICES = ("cuda", "cpu")
+#: name -> (problem maker in dane.problems, rows N, features d, non-zero fraction of X (1: dense), local solver, λ)
+CONVEX_CASES = {
+    "ridge_dense_cholesky": ("Ridge", 40_000, 1000, 1.0, "cholesky", 1e-3),
+    "logreg_dense_cg": ("LogReg", 40_000, 1000, 1.0, "cg", 1e-3),
+    "logreg_sparse_cg": ("LogReg", 100_000, 20_000, 0.002, "cg", 1e-3),
+}
 
 
 def launched(tmp: Path, rounds: int, repeats: int) -> dict:
@@ -90,6 +105,55 @@ def simulated(tmp: Path, rounds: int, workers: list[int]) -> dict:
     return {"runs": runs}
 
 
+def convex_data(N: int, d: int, density: float, logistic: bool, seed: int = 0):
+    """Gaussian rows (CSR with ``density`` of them non-zero when below 1) and a linear target, or its sign as 0/1."""
+    import numpy as np
+    import scipy.sparse
+
+    rng = np.random.default_rng(seed)
+    if density < 1:
+        X = scipy.sparse.random(N, d, density=density, format="csr", random_state=seed,
+                                data_rvs=rng.standard_normal)
+    else:
+        X = rng.standard_normal((N, d))
+    z = X @ rng.standard_normal(d)
+    return X, ((z > 0).astype(float) if logistic else z + rng.standard_normal(N))
+
+
+def convex_run(problem, *, workers: int, rounds: int) -> dict:
+    """One simulated DANE run (η = 1, μ = 0, no safeguard) of ``problem``: seconds per round and its final iterate."""
+    import dane
+
+    before = load()
+    result = dane.fit(problem, "dane", workers=workers, rounds=rounds, eta=1.0, mu=0.0, safeguard=False)
+    times = [r["time_s"] for r in result.records]
+    return {"wall_round_s": result.summary["wall_time_s"] / max(1, len(times) - 1),
+            "simulated_round_s": statistics.median(b - a for a, b in zip(times, times[1:])),
+            "clock": result.summary.get("simulated_compute_clock"), "final_objective": result.records[-1]["objective"],
+            "w": result.w, "load_before": before, "load_after": load()}
+
+
+def convex(rounds: int, workers: list[int]) -> dict:
+    """`CONVEX_CASES` on CUDA and on the CPU, in the simulator (module docstring)."""
+    import dane.problems
+
+    out: dict = {"rounds": rounds, "cases": {}}
+    for name, (maker, N, d, density, solver, lam) in CONVEX_CASES.items():
+        X, y = convex_data(N, d, density, logistic=maker != "Ridge")
+        for m in workers:
+            runs = {device: convex_run(getattr(dane.problems, maker)(X, y, lam=lam, local_solver=solver, device=device),
+                                       workers=m, rounds=rounds) for device in DEVICES}
+            w_cuda, w_cpu = runs["cuda"].pop("w"), runs["cpu"].pop("w")
+            case = {"N": N, "d": d, "density": density, "local_solver": solver, "lam": lam, "workers": m, **runs,
+                    "iterate_rel_diff": float((w_cuda - w_cpu).norm() / w_cpu.norm()),
+                    **{f"{key}_cpu_over_cuda": runs["cpu"][key] / runs["cuda"][key]
+                       for key in ("wall_round_s", "simulated_round_s")}}
+            out["cases"][f"{name}_m{m}"] = case
+            print(f"convex {name} m={m}: wall s/round cuda {runs['cuda']['wall_round_s']:.4f} cpu "
+                  f"{runs['cpu']['wall_round_s']:.4f}, iterate rel diff {case['iterate_rel_diff']:.2e}", flush=True)
+    return out
+
+
 def _spread(runs: list[dict], key: str, **match) -> dict | None:
     values = [r[key] for r in runs if key in r and all(r.get(k) == v for k, v in match.items())]
     return spread(values) if values else None
@@ -118,21 +182,28 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--convex-workers", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)")
     args = parser.parse_args()
     result: dict = {"started_at": now(), "machine": machine(), "load_before": load(), "rounds": args.rounds,
                     "overrides": " ".join(TABLE)}
     if not torch.cuda.is_available():
         result["skipped"] = "torch sees no CUDA device"
-    elif not mnist_dir().is_dir():
-        result["skipped"] = f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder holding mnist/)"
+        result["convex"] = {"skipped": result["skipped"]}
     else:
         result["gpu"] = torch.cuda.get_device_name(0)
-        with tempfile.TemporaryDirectory() as tmp:
-            result["launched"] = launched(Path(tmp), args.rounds, args.repeats)
-            result["simulated"] = simulated(Path(tmp), args.rounds, args.workers)
-        result["ratios"] = ratios(result)
+        result["convex"] = convex(args.rounds, args.convex_workers)
+        if args.only_convex:
+            result["skipped"] = "--only-convex: the network sections were not run"
+        elif not mnist_dir().is_dir():
+            result["skipped"] = f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder holding mnist/)"
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                result["launched"] = launched(Path(tmp), args.rounds, args.repeats)
+                result["simulated"] = simulated(Path(tmp), args.rounds, args.workers)
+            result["ratios"] = ratios(result)
     result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
-    print(f"cuda: {result.get('skipped') or result['ratios']}", flush=True)
+    print(f"cuda: {result.get('skipped') or result['ratios']}", flush=True)  # convex: printed as it ran
     merge_section(Path(args.out), KEY, result)
 
 

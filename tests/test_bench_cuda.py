@@ -42,3 +42,14 @@ def test_without_a_gpu_it_records_why_and_keeps_the_other_sections(tmp_path):
     assert written["strong_scaling"] == {"ratio": 1.9}
     assert written["cuda"]["skipped"] == "torch sees no CUDA device"
     assert "launched" not in written["cuda"]
+    assert written["cuda"]["convex"] == {"skipped": "torch sees no CUDA device"}
+
+
+def test_convex_case_data_and_one_run_on_the_cpu():
+    """The convex section's pieces on a tiny case: CSR rows at the asked density, 0/1 labels, and a run's record."""
+    X, y = bench.convex_data(200, 50, 0.1, logistic=True)
+    assert X.format == "csr" and X.nnz == 1000 and set(y) == {0.0, 1.0}
+    from dane.problems import LogReg
+
+    run = bench.convex_run(LogReg(X, y, lam=1e-2, local_solver="cg", device="cpu"), workers=2, rounds=3)
+    assert run["clock"] == "thread_cpu_time" and run["simulated_round_s"] > 0 and run["w"].shape == (50,)
