@@ -17,6 +17,7 @@ runs are deterministic; the paper's tuned μ ∈ {0.001, 0.01, 0.1, 1}, 0.01 by 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +44,26 @@ class FedProx(Federated):
         w_local = self.prox(self.w, torch.zeros_like(self.w), self.mu) if inside else self.w  # local prox solve
         (self.w,), reduced = self.average(members, [w_local], self.payload(self.w), down=[self.w])  # mean_S w_i
         return {**self.record(reduced, members), "mu": self.mu}
+
+    def diagnosis(self, records: list[dict]) -> str | None:
+        """At the round cap, an objective that has stalled (its last quarter of rounds moved it by at most
+        `STALLED` of the run's whole decrease) is FedProx's floor, not slowness: its fixed point is not the
+        optimum when the shards differ (module docstring), whatever the number of rounds."""
+        objectives = [r["objective"] for r in records if math.isfinite(r.get("objective", math.nan))]
+        if len(objectives) < 8:
+            return None
+        total, late = objectives[0] - objectives[-1], objectives[-(len(objectives) // 4) - 1] - objectives[-1]
+        if not total > 0 or abs(late) > STALLED * total:
+            return None
+        return (f"the objective has stalled: FedProx's fixed point (mean_i prox_(O_i/mu)(w) = w) is not the optimum "
+                f"when the shards differ (client drift), so more rounds do not reach the target; a larger "
+                f"algorithm.mu (now {self.mu:g}) lowers the floor and slows each round, and algorithm=scaffold or "
+                f"algorithm=sdane correct the drift")
+
+
+#: the share of a run's objective decrease that its last quarter of rounds may make for `FedProx.diagnosis` to call
+#: the objective stalled
+STALLED = 1e-3
 
 
 @dataclass(frozen=True)

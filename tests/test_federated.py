@@ -230,3 +230,20 @@ def test_adaptive_lambda_halves_after_accepted_rounds_and_converges():
     assert any(not r.get("accepted", True) for r in records)  # λ went below what the shards allow, and came back
     with pytest.raises(ConfigError, match="adaptive=true does not take algorithm.clients_per_round=2"):
         SDANEConfig(adaptive=True, clients_per_round=2)
+
+
+def test_fedprox_stops_at_its_fixed_point_and_says_why():
+    """With exact local solves FedProx converges to the w with mean_i (H_i + μI)⁻¹(b_i + μw) = w, not to w*
+    (a linear system here); at the round cap its stop line names that floor (`FedProx.diagnosis`)."""
+    from dane.api import fit
+
+    mu, m = 0.05, 4
+    result = fit(SMALL, "fedprox", workers=m, rounds=120, tol=1e-12, mu=mu, local_solver="problem")
+    eye = torch.eye(SMALL.dim, dtype=torch.float64)
+    shards = ridge_shards(m, SMALL)
+    inverses = [torch.linalg.inv(s.A + 2 * s.lam * eye + mu * eye) for s in shards]
+    fixed = torch.linalg.solve(eye - mu * sum(inverses) / m, sum(P @ s.b for P, s in zip(inverses, shards)) / m)
+    optimum = torch.linalg.solve(sum(s.A + 2 * s.lam * eye for s in shards) / m, sum(s.b for s in shards) / m)
+    torch.testing.assert_close(result.w, fixed, rtol=0, atol=1e-9)
+    assert torch.linalg.vector_norm(fixed - optimum) > 1e-3  # the floor is real: the shards differ
+    assert result.status == "max_rounds" and "client drift" in result.summary["stopped_by"]
