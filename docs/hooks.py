@@ -18,6 +18,9 @@ CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm"
 MARKER = re.compile(r"^<!-- methods-table(?::\s*(\w+))? -->$", re.M)
 #: capability (a class attribute of `dane.algorithm.Algorithm`) -> column heading
 CAPABILITIES = {"compressed_messages": "compressed", "elastic": "Horovod elastic", "asynchronous": "asynchronous"}
+#: declarations a table can be filtered by without a column in every table: the tuple the class declares is shown
+#: (``compressible``: the kinds of message ``comm.compress`` may compress, `dane.comm.compression`)
+LISTS = {"compressible": "messages comm.compress compresses"}
 
 
 
@@ -60,12 +63,16 @@ def registry(conf: Path = CONF) -> list[dict]:
         cls = algorithm_class(target(path))
         rows.append({"name": path.stem, "summary": summary(path), "target": target(path),
                      "keys": keys(path),
-                     **{cap: bool(getattr(cls, cap, False)) for cap in CAPABILITIES}})
+                     **{cap: bool(getattr(cls, cap, False)) for cap in CAPABILITIES},
+                     **{name: tuple(getattr(cls, name, ())) for name in LISTS}})
     return rows
 
 
 def methods_table(only: str | None = None, conf: Path = CONF) -> str:
     every = registry(conf)
+    if only in LISTS:  # the methods that declare some, with what they declare
+        lines = [f"| `algorithm=` | one round | {LISTS[only]} |", "|---|---|---|"]
+        return "\n".join(lines + [f"| `{r['name']}` | {r['summary']} | {', '.join(r[only])} |" for r in every if r[only]])
     if only is not None and only not in CAPABILITIES and not any(only in r["keys"] for r in every):
         raise ValueError(f"methods-table: {only} is neither a capability ({', '.join(CAPABILITIES)}) nor a key of "
                          "any conf/algorithm/*.yaml")

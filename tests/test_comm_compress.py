@@ -182,3 +182,19 @@ def test_compressed_launched_run_equals_the_simulator(launcher, tmp_path):
         assert abs(a["suboptimality"] - b["suboptimality"]) <= 1e-12 * max(1.0, b["suboptimality"])
     torch.testing.assert_close(torch.load(tmp_path / "real" / "iterate.pt"), torch.load(sim / "iterate.pt"),
                                rtol=0, atol=1e-12)
+
+
+def test_the_docs_table_lists_the_methods_that_declare_compressible_messages():
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from dane.algorithm import known_algorithms
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", Path(__file__).resolve().parents[1] / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    table = hooks.methods_table("compressible")
+    shown = dict(re.findall(r"^\| `(\w+)` \| .* \| ([\w, ]+) \|$", table, re.M))
+    assert shown == {name: ", ".join(cls.compressible) for name, cls in known_algorithms().items() if cls.compressible}
+    assert shown["gd"] == "gradient" and "admm" not in shown
