@@ -348,6 +348,6 @@ def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, 
 def check_data_used(cfg: DictConfig) -> None:
     """``data=...`` feeds the convex problems (their ``data: ${data}``); elsewhere it would be silently ignored."""
     if cfg.get("data") is not None and not ("data" in cfg.problem and OmegaConf.is_interpolation(cfg.problem, "data")):
-        raise ConfigError(f"data= is not used by problem={cfg.problem.get('name')}; the convex problems "
-                          "(ridge, logreg, softmax) take data=csv|libsvm|npz|<built-in>; a network problem takes "
-                          "data@problem.data=<set>")
+        raise ConfigError(f"data= is not used by problem={cfg.problem.get('name')}; add problem=ridge|logreg|softmax "
+                          "(the convex problems, which read data=csv|libsvm|npz|<built-in>), or for a network "
+                          "problem data@problem.data=<set>")

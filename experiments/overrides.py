@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dane.errors import ConfigError
 from dane.experiments.config import CONF_DIR
+from dane.run_config import check_data_used
 
 
 def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None:
@@ -93,8 +94,10 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
             key = _unknown_key(exc)
             if key is None:
                 return
-            raise ConfigError(f"{key} is not a config key{choice}{_closest(loader, name, overrides, key)} "
-                              "(--cfg job prints every key)") from None
+            owners = _owners(loader, name, overrides, key, config_dirs(argv, conf_dir) or [conf_dir])
+            raise ConfigError(f"{key} is not a config key{choice}"
+                              f"{owners or _closest(loader, name, overrides, key) + ' (--cfg job prints every key)'}"
+                              ) from None
         check_required(cfg, choice)
 
 
@@ -106,6 +109,8 @@ def check_required(cfg: DictConfig, choice: str = "") -> None:
     missing = sorted(OmegaConf.missing_keys(job))
     if not missing:
         return
+    if all(key.startswith("data.") for key in missing):
+        check_data_used(cfg)  # data=csv with a problem that reads no data: say that, not which data keys to add
     groups = OmegaConf.select(cfg, "hydra.runtime.choices", default={}) or {}
     chosen = sorted({f"{key.split('.')[0]}={groups[key.split('.')[0]]}" for key in missing
                      if groups.get(key.split(".")[0]) is not None})
@@ -158,6 +163,38 @@ def _unknown_key(exc: Exception) -> str | None:
     """The key of Hydra's "Could not override 'k'" or "Could not delete ... 'k' does not exist"."""
     found = re.match(r"Could not override '([^']+)'|Could not delete from config\. '([^']+)' does not exist", str(exc))
     return None if found is None else found.group(1) or found.group(2)
+
+
+def _owners(loader: ConfigLoaderImpl, name: str, overrides: list[str], key: str, dirs: list[Path]) -> str:
+    """``; it is a key of problem=ridge, not of problem=logreg: ...`` where other choices of the key's group have
+    the key (``problem.standardize_target`` with ``problem=logreg``); "" where none has it.  Only the choices
+    whose files name the key's last part are composed (the error path composes each)."""
+    group, leaf = key.split(".")[0], key.rpartition(".")[2]
+    rest = [o for o in overrides if o.lstrip("~+").partition("=")[0] != key]
+    files = sorted(p for d in dirs for p in (d / group).glob("*.yaml")) if "." in key else []
+    candidates = sorted({p.stem for p in files if f"{leaf}:" in p.read_text(errors="replace")})
+    if not candidates:
+        return ""
+    try:
+        current = OmegaConf.select(loader.load_configuration(name, rest, run_mode=RunMode.RUN),
+                                   f"hydra.runtime.choices.{group}")
+    except Exception:  # noqa: BLE001 - another problem: Hydra will report it
+        return ""
+    owners = []
+    for choice in candidates:
+        others = [o for o in rest if o.lstrip("~+").partition("=")[0] != group]
+        try:
+            other = loader.load_configuration(name, [*others, f"{group}={choice}"], run_mode=RunMode.RUN)
+        except Exception:  # noqa: BLE001 - that choice does not compose with the rest: not a suggestion
+            continue
+        if choice != current and key in _dotted_keys(other):
+            owners.append(f"{group}={choice}")
+    if not owners:
+        return ""
+    if len(owners) == 1:
+        return f"; it is a key of {owners[0]}, not of {group}={current}: drop it, or choose {owners[0]}"
+    shown = ", ".join(owners[:5]) + (", ..." if len(owners) > 5 else "")
+    return f"; it is a key of {shown}, not of {group}={current}: drop it, or choose one of those"
 
 
 def _closest(loader: ConfigLoaderImpl, name: str, overrides: list[str], key: str) -> str:

@@ -234,6 +234,12 @@ CASES = [
          expected="problem.dim=30000 with problem.n_samples=600 needs about 14.5 GB of memory (the 600 x 30000 data "
                   "0.1 GB, 1 local 30000 x 30000 Hessian(s) with a factor each 14.4 GB) but the process limit "
                   "(ulimit -v) leaves "),
+    case("csv_with_the_default_problem", "data=csv", "rounds=3", "quiet=true",
+         expected="data= is not used by problem=ridge_synthetic; add problem=ridge|logreg|softmax (the convex "
+                  "problems, which read data=csv|libsvm|npz|<built-in>)"),
+    case("standardize_target_logreg", *LOGREG, "problem.standardize_target=true",
+         expected="problem.standardize_target is not a config key; it is a key of problem=ridge, not of "
+                  "problem=logreg: drop it, or choose problem=ridge"),
     case("csv_without_path", "problem=logreg", "data=csv", "rounds=3", "quiet=true",
          expected="data.path and data.target have no default with data=csv; add data.path=... data.target=..."),
     case("hidden_text", "problem=digits_mlp", "model@problem.model=mlp", "problem.model.hidden=[abc]", "rounds=1",
