@@ -165,7 +165,7 @@ def global_condition_number(loss: str, layout: str, lam: float, at: torch.Tensor
 def test_float32_iterates_are_within_the_documented_bound_of_float64(device, loss, solver):
     r"""problem.dtype=float32: ‖w₃₂ − w₆₄‖ / ‖w₆₄‖ ≤ √N κ u after the same DANE rounds.
 
-    The bound (docs/configuration.md): each gradient is a sum over N rows, whose float32 error is about √N u of
+    The bound (docs/newton_family.md): each gradient is a sum over N rows, whose float32 error is about √N u of
     the sum of magnitudes (u = 2⁻²⁴, round-off accumulating as a random walk: Higham, *Accuracy and Stability
     of Numerical Algorithms*, 2nd ed., §4.2), and a local solve passes that error on amplified by at most the
     Hessian's condition number κ; DANE's contraction does not let the rounds add up.  The lower bound 1e-9
