@@ -16,6 +16,7 @@ import dane
 from dane.errors import ConfigError
 from dane.local_solvers import LocalSolver
 from dane.problems import LogReg, Ridge, Softmax
+from dane.problems.glm import select_rows, to_torch, transposed_product
 from tests.helpers import train
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -181,3 +182,13 @@ def test_float32_iterates_are_within_the_documented_bound_of_float64(device, los
     rel = relative(runs["float32"].w, runs["float64"].w)
     print(f"{loss}/{solver} on {device}: relative error {rel:.3g}, bound {bound:.3g} (kappa {kappa:.3g}, N {n})")
     assert 1e-9 < rel <= bound
+
+
+@pytest.mark.parametrize("classes", [1, 3])
+def test_the_scatter_product_of_csr_rows_equals_the_transposed_product(classes):
+    """`transposed_product`'s path for CSR rows on a GPU (forced here with scatter=True) against Xᵀu."""
+    X, _ = data("ridge", "sparse", n=30, d=7)
+    rows = select_rows(to_torch(X), torch.tensor([3, 0, 17, 29, 3]))
+    u = torch.randn(5, classes, generator=torch.Generator().manual_seed(2), dtype=torch.float64).squeeze(1)
+    expected = torch.from_numpy(X[[3, 0, 17, 29, 3]].T @ u.numpy())
+    assert torch.allclose(transposed_product(rows, u, scatter=True), expected, rtol=1e-14, atol=1e-15)

@@ -118,6 +118,24 @@ def select_rows(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.sparse_csr_tensor(new_crow, col[pos], val[pos], size=(len(idx), X.shape[1]))
 
 
+def transposed_product(X: torch.Tensor, u: torch.Tensor, *, scatter: bool | None = None) -> torch.Tensor:
+    """Xᵀu for a few selected rows X (dense or CSR) and u (one entry, or one row of K, per row).
+
+    On the CPU (``scatter`` None) the product with the transposed view, as ever; for CSR rows on another device,
+    or with ``scatter=True``, each non-zero x_jk u_j added into entry k (``index_add_``): a product every device
+    has, where the transposed view of a CSR tensor is compressed by columns.
+    """
+    if scatter is None:
+        scatter = X.layout == torch.sparse_csr and X.device.type != "cpu"
+    if not scatter:
+        return X.t() @ u
+    crow, col, val = X.crow_indices(), X.col_indices(), X.values()
+    rows = torch.repeat_interleave(torch.arange(X.shape[0], device=X.device), crow[1:] - crow[:-1])
+    terms = val.unsqueeze(1) * u[rows].reshape(len(rows), -1)
+    out = torch.zeros(X.shape[1], terms.shape[1], dtype=terms.dtype, device=X.device).index_add_(0, col, terms)
+    return out.reshape(X.shape[1], *u.shape[1:])
+
+
 class LinearModelShard(Problem):
     """Worker i's rows of a linear model; see the module docstring for O_i and its derivatives.
 
@@ -251,7 +269,7 @@ class LinearModelShard(Problem):
         where, w, idx = w.device, self._here(w), self._here(idx)
         X = select_rows(self.X, idx)
         dz = self.loss.dz(self.margins(w, X), self.y[idx])
-        return (self.weight * (X.t() @ dz).reshape(-1)).to(where)
+        return (self.weight * transposed_product(X, dz).reshape(-1)).to(where)
 
     def rows_grad_diff(self, w: torch.Tensor, snapshot: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """rows_grad(w, idx) − rows_grad(snapshot, idx), with one row selection and one product each way (SVRG)."""
@@ -262,7 +280,7 @@ class LinearModelShard(Problem):
         z, z_snap = both.split(self.classes, dim=1)
         if self.classes == 1:
             z, z_snap = z.squeeze(1), z_snap.squeeze(1)
-        return self.weight * (X.t() @ (self.loss.dz(z, y) - self.loss.dz(z_snap, y))).reshape(-1)
+        return self.weight * transposed_product(X, self.loss.dz(z, y) - self.loss.dz(z_snap, y)).reshape(-1)
 
     def svrg_rows(self) -> "SVRGRows":
         """This shard's rows as numpy arrays for the compiled SVRG (`dane.svrg_kernels`), made once (views on the
