@@ -42,6 +42,7 @@ bench: setup
 	$(PY) scripts/bench_svrg.py --out results/bench.json
 	$(PY) scripts/bench_scaling.py --out results/bench.json
 	$(PY) scripts/bench_load.py --out results/bench.json
+	$(PY) scripts/bench_compress.py --out results/bench.json
 	$(PY) scripts/bench_cuda.py --out results/bench.json
 	$(PY) scripts/bench_wallclock.py --out results/bench.json
 	$(PY) scripts/bench_defaults.py --out results/bench.json

@@ -123,7 +123,7 @@ class Result:
 def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: float | None = None,
         tol_abs: float | None = None, seed: int = 0, dtype: torch.dtype = torch.float64, out_dir: str | None = None,
         alpha: float | None = None, beta: float | None = None, quiet: bool = True, logger=("jsonl",),
-        **algorithm_keys) -> Result:
+        compress: str | None = None, error_feedback: bool = False, **algorithm_keys) -> Result:
     """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
 
     ``tol`` and ``tol_abs`` are the stop rule's (`dane.runner.StopRule`): with a reference
@@ -132,7 +132,8 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
     also writes the usual rounds.jsonl, summary.json and iterate.pt there, and ``logger``
     (``["tensorboard", "mlflow"]``, `dane.trackers`) sends the records to those trackers too.  ``alpha``,
-    ``beta`` set the simulator's allreduce cost model (default: the package's).
+    ``beta`` set the simulator's allreduce cost model (default: the package's).  ``compress`` and
+    ``error_feedback`` are ``comm.compress`` and ``comm.error_feedback`` (`dane.comm.compression`).
     """
     if isinstance(algorithm, str):
         algorithm = algorithm_config(algorithm, seed=seed, **algorithm_keys)
@@ -145,7 +146,8 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         raise ConfigError(f"logger={list(check_loggers(logger))} writes into the run directory; give out_dir")
     base = AlphaBeta()
     cost = AlphaBeta(alpha=base.alpha if alpha is None else alpha, beta=base.beta if beta is None else beta)
-    spec = RunSpec(problem=problem, algorithm=algorithm, comm=Communication(backend="local", workers=workers, cost=cost),
+    comm = Communication(backend="local", workers=workers, cost=cost, compress=compress, error_feedback=error_feedback)
+    spec = RunSpec(problem=problem, algorithm=algorithm, comm=comm,
                    control=RunControl(stop=StopRule(rounds=rounds, tol=tol, tol_abs=tol_abs), dtype=dtype, seed=seed, quiet=quiet,
                                       save_iterate=out_dir is not None, logger=logger))
     collected: dict = {}

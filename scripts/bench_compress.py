@@ -1,0 +1,98 @@
+"""What ``comm.compress`` costs and saves (issue 34 item 1): JSON section ``compress``.
+
+    PYTHONPATH=. python scripts/bench_compress.py [--out results/bench.json] [--repeats 5] [--quick]
+
+Two parts, with the machine and its load average (`dane.synthetic.bench_file.machine`):
+
+- ``compressor_time``: seconds of one compression C(x) of a float64 vector of n entries
+  (n = 500, the synthetic ridge's d, and 30,730, CIFAR softmax regression's), median and
+  spread over ``--repeats`` timings of a loop, with the exact bits of the message and their
+  ratio to the dense 64 n.  This is the compute a worker adds per compressed message; the
+  exchange itself is the dense allreduce of the decoded values (`dane.comm.compression`), so
+  under a launcher the bytes on the wire do not shrink: the bits are the parameter-server
+  model's.
+- ``gd_to_target``: distributed GD in the simulator on ridge_synthetic (N = 4000, d = 100,
+  m = 4) to relative suboptimality 1e-8 (at most 3000 rounds), per compressor, with and
+  without EF21: status, rounds, uplink and downlink bits per worker, simulated time and
+  wall seconds.  The step is GD's default rule unless the row names ``lr``.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dane.api import fit  # noqa: E402
+from dane.compress import make  # noqa: E402
+from dane.problems import RidgeSyntheticConfig  # noqa: E402
+from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
+
+KEY = "compress"
+SPECS = ("none", "topk:0.1", "randk:0.1", "natural", "dither:4")
+SIZES = (500, 30730)
+RUNS = (  # (comm.compress, comm.error_feedback, algorithm.lr or None for GD's rule)
+    ("none", False, None), ("topk:10", False, None), ("topk:10", True, None), ("randk:10", False, 0.05),
+    ("randk:10", True, 0.05), ("natural", False, None), ("natural", True, None), ("dither:4", False, None),
+    ("dither:4", True, None),
+)
+TARGET = 1e-8
+
+
+def compressor_time(repeats: int, quick: bool) -> list[dict]:
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    for n in SIZES[:1] if quick else SIZES:
+        x = torch.randn(n, generator=gen, dtype=torch.float64)
+        for spec in SPECS:
+            compressor = make(spec)
+            loops = max(1, 20000 // n) * (1 if quick else 10)
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(loops):
+                    compressor(x, gen)
+                times.append((time.perf_counter() - start) / loops)
+            bits = compressor.bits(n)
+            rows.append({"spec": spec, "n": n, "seconds_median": statistics.median(times),
+                         "seconds_min": min(times), "seconds_max": max(times), "bits": bits, "bits_over_dense": bits / (64 * n)})
+    return rows
+
+
+def gd_to_target(quick: bool) -> list[dict]:
+    problem = RidgeSyntheticConfig(n_samples=4000, dim=100)
+    rows = []
+    for spec, ef, lr in RUNS[:3] if quick else RUNS:
+        start = time.perf_counter()
+        result = fit(problem, "gd", workers=4, rounds=300 if quick else 3000, tol=TARGET, compress=spec,
+                     error_feedback=ef, **({} if lr is None else {"lr": lr}))
+        last = result.records[-1]
+        rows.append({"compress": spec, "error_feedback": ef, "lr": last.get("lr"), "status": result.status,
+                     "rounds": last["round"], "final_relative_suboptimality": result.summary["final_relative_suboptimality"],
+                     "uplink_bits": last["uplink_bits"], "downlink_bits": last["downlink_bits"],
+                     "simulated_time_s": last["time_s"], "wall_s": time.perf_counter() - start})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="results/bench.json")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="n = 500 and three GD runs only (the tests)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # a worker's compute, as the simulator times it
+    section = {"machine": machine(), "target": TARGET, "compressor_time": compressor_time(args.repeats, args.quick),
+               "gd_to_target": gd_to_target(args.quick)}
+    section["machine_after"] = machine()["load_avg"]
+    merge_section(Path(args.out), KEY, section)
+    return section
+
+
+if __name__ == "__main__":
+    main()
