@@ -8,6 +8,7 @@ imports ``synthetic/``'s launch commands, so ``synthetic/`` must not import ``ex
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -98,7 +99,9 @@ def worker_slowdown(cfg: DictConfig, stale: float) -> tuple[float, ...]:
     """``comm.slowdown`` (comm=ps): real worker i sleeps so each asynchronous step (compute, push, reply) takes
     slowdown[i] (recycled over the workers) times as long, a deliberate straggler; the simulator's counterpart
     is ``sim.slowdown`` (which scales the modelled step)."""
-    value = cfg.comm.get("slowdown", [1.0])
+    value = cfg.comm.get("slowdown")
+    if value is None:  # a comm group without the key (comm=torch, which split learning runs as comm=ps)
+        return (1.0,)
     if not OmegaConf.is_list(value) or len(value) == 0:
         raise ConfigError(f"comm.slowdown must be a list of per-worker factors like [1,3], got {value!r}")
     factors = tuple(float(checks.positive("comm.slowdown", f)) for f in value)
@@ -163,14 +166,40 @@ def cost_model(sim: DictConfig) -> AlphaBeta | ParameterServerCost:
                                servers=checks.positive_int("sim.servers", sim.get("servers", 1)))
 
 
+def split_backend(cfg: DictConfig, backend: str) -> tuple[str, str | None]:
+    """Split learning's backend and a note where it was chosen for the user: a launched split run needs a
+    server rank of its own, which only ``comm=ps`` has, so under torchrun ``comm=torch`` (or ``auto``) becomes
+    ``comm=ps`` with one server; any other launched backend is refused here, before a process group starts
+    (and by rank 0 alone).  Every other algorithm keeps ``backend``."""
+    from .split.config import SplitConfig
+
+    try:
+        config = get_class(cfg.algorithm.get("_target_"))
+    except Exception:  # noqa: BLE001 - not a class: algorithm_class says so when it is asked
+        return backend, None
+    if not (isinstance(config, type) and issubclass(config, SplitConfig)) or backend == "local":
+        return backend, None
+    servers = cfg.comm.get("servers", 1) if backend == "ps" else 1
+    if backend == "torch" and detect_launcher()[0] == "torch":
+        return "ps", ("comm=ps, chosen for algorithm=split under torchrun: the last rank is the split server, the "
+                      "others are agents")
+    if backend != "ps" or servers != 1:
+        raise ConfigError(f"algorithm=split runs in the simulator (workers=<m>, plain python) or under torchrun with "
+                          f"comm=ps and one server (torchrun --nproc_per_node <m+1> ... comm=ps), not comm={backend}"
+                          + (f" with comm.servers={servers}" if backend == "ps" else ""))
+    return backend, None
+
+
 def run_spec(cfg: DictConfig) -> RunSpec:
-    backend = resolve_backend(cfg.comm.backend)
+    backend, backend_note = split_backend(cfg, resolve_backend(cfg.comm.backend))
     stale = staleness(cfg, backend)
     servers = ps_servers(cfg.comm) if backend == "ps" else 1
     workers = workers_for(backend, cfg.workers, servers)
     check_data_used(cfg)
     seed = checks.integer("seed", cfg.seed)  # before the groups, whose seeds are ${seed}
     algorithm = build(cfg, "algorithm")
+    if backend_note is not None:
+        algorithm = replace(algorithm, notes=(*algorithm.notes, backend_note))
     checks.integer_fields(algorithm, "algorithm")
     problem = build(cfg, "problem")
     checks.integer_fields(problem, "problem")

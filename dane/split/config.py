@@ -35,6 +35,7 @@ class SplitConfig(AlgorithmConfig):
     server_momentum: float = 0.0
     seed: int = 0
     name: str = "split"
+    notes: tuple[str, ...] = ()  # what the run chose for the user (comm=ps under torchrun), in summary.json
 
     def __post_init__(self) -> None:
         if self.cut is not None and not isinstance(self.cut, str):

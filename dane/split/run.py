@@ -146,6 +146,8 @@ def split_entries(spec, algo: SplitRun, last: dict) -> dict:
     }
     if spec.comm.backend == "local":
         entries.update(simulated_time_s=last["time_s"], **spec.comm.cost.describe())
+    if config.notes:
+        entries["notes"] = list(config.notes)
     return entries
 
 
