@@ -26,6 +26,9 @@ average), since these timings depend on the kernel's scheduler and the CPU.
   under torchrun against ``sim.topology=ps``, `synthetic.calibrate` ``--topology ps``).
 - ``rounds_to_1e-10``: rounds to suboptimality 1e-10 per (algorithm, N, m) on the
   synthetic grid, from results/ (missing runs are made first, as `make figures` does).
+- ``federated``: the federated methods, GD and DANE at defaults and their small grids on a LIBSVM
+  table under Dirichlet label skew, m = 100 clients, s of them per round (scripts/bench_federated.py,
+  which writes the section itself; ``dane figures federated_table`` renders it into docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ from dane.synthetic.sweep import compose_job, ensure
 from dane.experiments.config import run_spec
 
 SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error",
-            "rounds_to_1e-10")
+            "rounds_to_1e-10", "federated")
 N_GRID, M_GRID = (6000, 10000, 14000, 18000), (1, 2, 4, 8, 16, 64)
 ALGORITHMS = {  # name in the table -> overrides
     "dane_safeguarded": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
@@ -289,6 +292,11 @@ def main(argv: list[str] | None = None) -> None:
             record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, reps=300))
     if "rounds_to_1e-10" in args.only:
         record("rounds_to_1e-10", rounds_table(args.results))
+    if "federated" in args.only:
+        import bench_federated  # scripts/, beside this file; it merges its own section into --out
+
+        bench_federated.main(["--out", str(path)])
+        bar.update()
     bar.close()
 
 

@@ -1,0 +1,119 @@
+"""scripts/bench_federated.py and its generated table (paper_figs/federated_table.py, docs/benchmarks.md).
+
+Fast: the per-target arithmetic on hand-made records, the grid's verdict, the δ_A-relative knobs, the
+table rendered from a hand-made report, and the page's block being the generator's.  Slow: the --quick
+run, whose JSON must hold its own arithmetic and SCAFFOLD's uplink bytes in closed form.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+import pytest
+
+from tests.helpers import REPO
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bench_federated", REPO / "scripts" / "bench_federated.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(k, sub, objective_star=-2.0, **extra):
+    return {"round": k, "comm_rounds": 2 * k + 1, "objective": objective_star + sub, "suboptimality": sub,
+            "time_s": 0.5 * k, "bytes_sent": 100 * k, "uplink_bytes": 10 * k, "downlink_bytes": 20 * k, **extra}
+
+
+def test_targets_are_the_first_records_at_or_below_them():
+    bench = load_script()
+    subs = [1.0, 1e-3, 2e-4, 1e-5, 1e-9, 3e-9]  # relative to |O*| = 2: 0.5, 5e-4, 1e-4, 5e-6, 5e-10, 1.5e-9
+    found = bench.at_targets([record(k, s) for k, s in enumerate(subs)])
+    # record t carries round t's traffic, which made w_{t+1}: w_2's is record 1's
+    assert found["targets"]["0.0001"] == {"rounds": 2, "comm_rounds": 5, "time_s": 1.0, "uplink_bytes": 10,
+                                          "downlink_bytes": 20, "bytes_sent": 200}
+    assert found["targets"]["1e-08"]["rounds"] == 4
+    assert found["best_rel_suboptimality"] == pytest.approx(5e-10)
+    assert bench.at_targets([record(0, 1.0), record(1, float("nan"))])["targets"]["1e-08"] is None
+
+
+def test_best_is_the_fewest_rounds_over_the_grid_and_the_default():
+    bench = load_script()
+    run = lambda rounds, settings, status="converged": {  # noqa: E731
+        "settings": settings, "status": status, "targets": {"1e-08": None if rounds is None else {"rounds": rounds}}}
+    verdict = bench.judge(run(30, {}), [run(12, {"lam_per_delta": 1.0}), run(None, {"lam_per_delta": 0.1}, "diverged")])
+    assert verdict["best"]["settings"] == {"lam_per_delta": 1.0} and verdict["ratio"] == 2.5
+    assert verdict["best_per_target"]["1e-08"] == {"settings": {"lam_per_delta": 1.0}, "rounds": 12}
+    assert verdict["best_per_target"]["0.0001"] is None  # no run of this made-up grid logged that target
+    assert verdict["no_divergence"]
+    verdict = bench.judge(run(None, {}, "diverged"), [run(7, {"mu": 0.1})])
+    assert verdict["ratio"] is None and not verdict["no_divergence"] and verdict["best"]["rounds"] == 7
+    assert bench.keys_of({"lam_per_delta": 0.25, "local_steps": 5}, 0.8) == {"lam": 0.2, "local_steps": 5}
+
+
+def report(rows, **extra):
+    return {"started_at": "2026-01-01T00:00:00+0000", "machine": {"load_avg": [1.0, 1.0, 1.0]}, "lam": 1e-3,
+            "dataset": "phishing", "workers": 4, "clients": [4, 2], "sharding": "dirichlet alpha=0.5",
+            "targets": ["0.0001", "1e-08"], "target": "relative suboptimality",
+            "similarity": {"rows": 40, "dim": 3, "shard_rows_min": 2, "shard_rows_max": 20, "delta": 1.5,
+                           "delta_mean_square": 0.5, "hessian_norm": 0.25}, "rows": rows, **extra}
+
+
+def test_the_table_shows_defaults_beside_the_best_setting():
+    from dane.paper_figs.federated_table import render
+
+    hit = lambda rounds, up: {"rounds": rounds, "uplink_bytes": up, "bytes_sent": 7_000_000}  # noqa: E731
+    run = lambda settings, t4, t8, rel=9e-9, status="converged": {  # noqa: E731
+        "settings": settings, "targets": {"0.0001": t4, "1e-08": t8}, "best_rel_suboptimality": rel, "status": status}
+    rows = {"s=4/scaffold": {"method": "scaffold", "default": run({}, hit(5, 1), hit(20, 2_500_000)),
+                             "grid": [run({"local_steps": 5}, hit(4, 1), hit(11, 1)),
+                                      run({"local_steps": 1}, hit(6, 1), None, 1e-5, "max_rounds")]},
+            "s=4/gd": {"method": "gd", "default": run({}, hit(9, None), None, 3e-6, "max_rounds"),
+                       "grid": [run({"lr_factor": 1.0}, hit(8, None), None, 4e-6, "max_rounds")]},
+            "s=2/gd": {"skipped": "gd has no client sampling; run at s=m only"}}
+    text = render(report(rows))
+    assert "| SCAFFOLD | 5 (4) | 20 (11) | 2.50 | 9.0e-09 | converged | {\"local_steps\": 5} |" in text
+    assert "| GD | 9 (8) | — (—) | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" in text
+    assert "delta = 1.50e+00, delta_A = 5.00e-01, ||H|| = 2.50e-01" in text
+    assert "**s = 2 of 4" not in text and "At s < m: GD not run (no client sampling)." in text
+
+
+def test_the_page_holds_the_generated_table():
+    from dane.paper_figs.federated_table import BEGIN, END
+
+    text = (REPO / "docs" / "benchmarks.md").read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    assert re.match(r"Generated by `dane figures federated_table` from scripts/bench_federated\.py's JSON \(\S+, "
+                    r"load average \[[\d., ]+\]", block), block[:200]
+    logged = [json.loads(p.read_text()).get("federated") for p in
+              (REPO / "results" / "bench.json", REPO / "results" / "bench_runs" / "federated.json") if p.is_file()]
+    stamp = re.search(r"JSON \((\S+),", block).group(1)
+    matching = [r for r in logged if r and r.get("started_at") == stamp]
+    if matching:  # where the JSON it came from is here (results/ is untracked), the block is exactly its rendering
+        from dane.paper_figs.federated_table import render
+        assert render(matching[0]) == block
+
+
+@pytest.mark.slow
+def test_the_quick_run_holds_its_arithmetic(tmp_path):
+    bench = load_script()
+    out = tmp_path / "bench.json"
+    out.write_text(json.dumps({"other": {"kept": 1}}))
+    bench.main(["--quick", "--out", str(out), "--only", "scaffold"])
+    whole = json.loads(out.read_text())
+    assert whole["other"] == {"kept": 1}
+    got = whole["federated"]
+    dim = got["similarity"]["dim"]
+    assert got["similarity"]["delta"] >= got["similarity"]["delta_mean_square"] > 0
+    for s in (8, 4):
+        row = got["rows"][f"s={s}/scaffold"]
+        runs = [row["default"], *row["grid"]]
+        reached = [r["targets"]["1e-08"]["rounds"] for r in runs if r["targets"].get("1e-08")]
+        assert reached and row["best"]["rounds"] == min(reached)
+        for r in runs:
+            hit = r["targets"].get("1e-08")
+            if hit:  # SCAFFOLD's uplink: s clients x (Δy, Δc) x d float64 in each of the rounds that made w_t
+                assert hit["uplink_bytes"] == hit["rounds"] * s * 2 * dim * 8
