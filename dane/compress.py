@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from .errors import ConfigError
@@ -134,7 +135,14 @@ class TopK(Sparsifier):
     unbiased: ClassVar[bool] = False
 
     def _rows(self, x, generator):
-        idx = x.abs().topk(self.k_of(x.shape[1]), dim=1).indices
+        n, k = x.shape[1], self.k_of(x.shape[1])
+        if k == n:
+            return x.clone()
+        if x.device.type == "cpu":  # introselect, O(n) a row: faster than torch.topk's on the CPU (make bench: compress)
+            magnitude = x.abs().numpy()
+            idx = torch.from_numpy(np.argpartition(magnitude, n - k, axis=1)[:, n - k:].copy())
+        else:
+            idx = x.abs().topk(k, dim=1, sorted=False).indices
         return torch.zeros_like(x).scatter_(1, idx, x.gather(1, idx))
 
     def bits(self, n: int, value_bits: int = 64) -> int:
@@ -157,10 +165,15 @@ class RandK(Sparsifier):
     def _rows(self, x, generator):
         rows, n = x.shape
         k = self.k_of(n)
-        # the k largest of n iid uniforms sit at a uniformly drawn k-subset of the positions
-        draws = torch.rand(rows, n, generator=generator, dtype=torch.float64,
-                           device=generator.device if generator is not None else x.device)
-        idx = draws.topk(k, dim=1).indices.to(x.device)
+        if k == n:
+            return x.clone()
+        # each row's k distinct positions from a NumPy generator seeded by one draw of ``generator``: a uniform
+        # k-subset in O(k) to O(n) a row (Generator.choice), where ranking n uniforms costs a top-k of n
+        seed = int(torch.randint(0, 2 ** 63 - 1, (1,), generator=generator,
+                                 device=generator.device if generator is not None else "cpu"))
+        rng = np.random.default_rng(seed)
+        idx = np.stack([rng.choice(n, k, replace=False, shuffle=False) for _ in range(rows)])
+        idx = torch.from_numpy(idx).to(x.device)
         return torch.zeros_like(x).scatter_(1, idx, x.gather(1, idx) * (n / k))
 
     def bits(self, n: int, value_bits: int = 64) -> int:
