@@ -80,7 +80,6 @@ class Communication:
         if not self.worker_slowdown or any(checks.positive("comm.slowdown", f) < 1 for f in self.worker_slowdown):
             raise ConfigError(f"comm.slowdown factors must be >= 1 (a worker can be slowed, not sped up), "
                               f"got {list(self.worker_slowdown)}")
-
         check_compression(self)
 
     @property
@@ -155,7 +154,10 @@ def check_compression(comm: Communication) -> None:
         if comm.error_feedback:
             raise ConfigError("comm.error_feedback=true needs a compressor; set comm.compress (e.g. topk:0.1)")
         return
-    compressor = compress.make(comm.compress)
+    try:
+        compressor = compress.make(comm.compress)
+    except ConfigError as err:
+        raise ConfigError(f"comm.compress={comm.compress}: {err}") from None
     if compressor.matrices:
         raise ConfigError(f"comm.compress={comm.compress} compresses d×d matrices, and comm.compress acts on the "
                           f"vectors an algorithm sends; choose topk, randk, natural or dither")

@@ -16,7 +16,9 @@ class AlphaBeta:
 
     .. math:: T(n, m) = \frac{2(m-1)}{m}\frac{n}{\beta} + 2(m-1)\alpha
 
-    ``alpha`` is the per-message latency in seconds, ``beta`` the bandwidth in bytes/s.
+    ``alpha`` is the per-message latency in seconds, ``beta`` the bandwidth in bytes/s; n is the
+    message as the communicator counted it: under ``comm.compress`` its compressed size
+    (`dane.comm.compression`), as for `ParameterServerCost`.
     The defaults are Horovod over loopback on a 2-core machine (DESIGN.md section 5);
     ``python -m synthetic.calibrate`` measures them.
     """
