@@ -284,6 +284,8 @@ CASES = [
          expected="libsvm:zeros.svm: problem=logreg needs two classes, but every label is 0; check the labels"),
     case("npz_logreg_one_class", *LOGREG, "data=npz", "data.path={tmp}/minus_ones.npz",
          expected="npz:minus_ones.npz: problem=logreg needs two classes, but every label is -1"),
+    case("split_two_servers_rank1", "algorithm=split", "problem=digits_mlp", "comm=ps", "comm.servers=2", "rounds=1",
+         "quiet=true", env={**TORCHRUN_3, "RANK": "1"}, expected="", lines=0),  # rank 0 says it (test_split_backend)
     case("text_named_npz", *LOGREG, "data=npz", "data.path={tmp}/text.npz",
          expected="{tmp}/text.npz is not an .npz archive: it is a text file (for a CSV use data=csv, for LIBSVM "
                   "data=libsvm); write it with dane.data.files.save_npz(path, X, y)"),
