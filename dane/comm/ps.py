@@ -63,8 +63,9 @@ class PSCommunicator(Communicator):
         super().__init__()
 
     # -- the counted collectives -------------------------------------------------------------------
-    def allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Average every tensor over the workers, through the servers (push, then pull): one round."""
+    def allreduce_mean(self, tensors: list[torch.Tensor], kinds=()) -> list[torch.Tensor]:
+        """Average every tensor over the workers, through the servers (push, then pull): one round.  ``kinds`` is
+        the base's (`Communicator.allreduce_mean`); comm.compress is refused under comm=ps, so nothing is compressed."""
         if not isinstance(tensors, (list, tuple)) or not tensors:
             raise TypeError("allreduce_mean takes a non-empty list of tensors")
         bad = [t.dtype for t in tensors if not t.is_floating_point()]
