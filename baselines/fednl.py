@@ -91,7 +91,10 @@ def message_entries(compressor: Compressor, d: int) -> int:
 
 def compress_packed(compressor: Compressor, diff: np.ndarray, d: int, generator: torch.Generator | None
                     ) -> np.ndarray:
-    """C applied to each row of ``diff`` (s, T), packed symmetric differences; the decoded rows, packed."""
+    """C applied to each row of ``diff`` (s, T), packed symmetric differences; the decoded rows, packed
+    (``none``: ``diff`` itself, not a copy)."""
+    if compressor.name == "none":
+        return diff
     if compressor.matrices:
         return pack(compressor(torch.from_numpy(unpack(diff, d)), generator).numpy())
     return compressor(torch.from_numpy(diff), generator).numpy()
@@ -155,7 +158,7 @@ class FedNL(Federated):
         if not isinstance(problem, LinearModelShard):
             raise ConfigError(f"algorithm=fednl needs a linear model on rows (problem=logreg, or problem=ridge with "
                               f"data=...), got {type(problem).__name__}")
-        self.client = StackedClients([problem])
+        self.client = StackedClients([problem], kernel="scipy")  # one client: no threads to share
         self.d = self.client.d
         self.compressor = make(compressor)
         self.alpha = hessian_step(self.compressor, self.d, alpha)

@@ -12,6 +12,7 @@ and from one per worker there (the same distribution, other draws).
 """
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,6 +24,11 @@ from dane.sampling import ClientSampler
 from .fednl import (VALUE_BITS, armijo_backtrack, compress_packed, hessian_step, projected_newton, shifted_newton,
                     uplink_bits)
 from .fednl_stacked import StackedClients, frobenius_norms, unpack
+
+
+#: the phases of a round `StackedFedNL.seconds` times: the clients' gradients and Hessians, the compression of the
+#: Hessian differences, the clients' and server's updates of H_i and H, the server's Newton step (line search included)
+PHASES = ("oracles", "compress", "update", "newton")
 
 
 class StackedFedNL:
@@ -47,6 +53,13 @@ class StackedFedNL:
         self.g, self.l = (self.g_i.mean(0) if variant == "pp" else None), 0.0
         self.uplink_bits = self.m * VALUE_BITS * (self.T + (self.d if variant == "pp" else 0))
         self.step_size, self.rounds = 1.0, 0
+        #: wall seconds spent so far in each phase of the rounds (``make bench`` section ``fednl`` reports them)
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    def clock(self, phase: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[phase] += now - since
+        return now
 
     def step(self) -> dict[str, float]:
         """One round; returns ``grad_norm`` at the iterate it started from (FedNL, FedNL-LS; FedNL-PP computes no
@@ -56,31 +69,41 @@ class StackedFedNL:
         return {**record, "step_size": self.step_size, "uplink_bits": self.uplink_bits}
 
     def step_plain(self) -> dict[str, float]:
-        x = self.x
+        x, now = self.x, time.perf_counter()
         grads, hess = self.clients.gradients_hessians(x)
         g = grads.mean(0)
+        now = self.clock("oracles", now)
         hess -= self.H_i                                                  # ∇²O_i(x) − H_i, in place
         l = float(frobenius_norms(hess, self.d).mean()) if self.option == 2 else 0.0
+        now = self.clock("update", now)
         S = compress_packed(self.compressor, hess, self.d, self.generator)
-        S *= self.alpha
+        now = self.clock("compress", now)
+        if self.alpha != 1.0:
+            S *= self.alpha
         self.H_i += S
         H = unpack(self.H, self.d)
+        self.H += S.mean(0)                                               # after unpacking: the step uses H_k
+        now = self.clock("update", now)
         direction = -(projected_newton(H, g, self.mu) if self.option == 1 else shifted_newton(H, g, l))
         trials = 0
         if self.variant == "ls":
             self.step_size, trials = armijo_backtrack(self.clients.objective, x, self.clients.objective(x), g,
                                                       direction, c=self.ls_c, gamma=self.ls_gamma)
         self.x = x + self.step_size * direction
-        self.H += S.mean(0)
+        self.clock("newton", now)
         self.uplink_bits += self.m * (uplink_bits(self.compressor, self.d, variant="plain", option=self.option)
                                       + VALUE_BITS * trials)
         return {"grad_norm": float(np.linalg.norm(g))}
 
     def step_pp(self) -> dict[str, float]:
+        now = time.perf_counter()
         x_next = shifted_newton(unpack(self.H, self.d), self.g, self.l)
+        now = self.clock("newton", now)
         members = self.sampler.draw().numpy()
         grads, hess = self.clients.gradients_hessians(x_next, members)
+        now = self.clock("oracles", now)
         S = compress_packed(self.compressor, hess - self.H_i[members], self.d, self.generator)
+        now = self.clock("compress", now)
         S *= self.alpha
         H_new = self.H_i[members] + S
         l_new = frobenius_norms(H_new - hess, self.d)
@@ -90,6 +113,7 @@ class StackedFedNL:
         self.g += (g_new - self.g_i[members]).sum(0) / self.m
         self.H_i[members], self.l_i[members], self.g_i[members] = H_new, l_new, g_new
         self.x = x_next
+        self.clock("update", now)
         self.uplink_bits += len(members) * uplink_bits(self.compressor, self.d, variant="pp", option=2)
         return {"grad_norm": float("nan")}
 

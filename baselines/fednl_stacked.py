@@ -30,6 +30,10 @@ import torch
 from dane.errors import ConfigError
 
 
+#: how `StackedClients.hessians` forms P f''(z): numba (`baselines.fednl_kernels`, both cores) or SciPy's CSR product
+KERNELS = ("numba", "scipy")
+
+
 def packed_size(d: int) -> int:
     """T = d(d+1)/2, the entries of a symmetric d x d matrix's upper triangle."""
     return d * (d + 1) // 2
@@ -106,7 +110,7 @@ class StackedClients:
     the c-th.  Dense shards are read as sparse (a dense row has d non-zeros and costs d(d+1)/2 products).
     """
 
-    def __init__(self, shards: Sequence):
+    def __init__(self, shards: Sequence, *, kernel: str = "numba"):
         first = shards[0]
         if first.classes != 1:
             raise ConfigError(f"algorithm=fednl needs a model with one output (ridge or logistic), got "
@@ -135,16 +139,18 @@ class StackedClients:
                                             (block_cols, np.repeat(np.arange(X.shape[0]), np.diff(X.indptr)))),
                                            shape=(self.m * self.d, X.shape[0]))
         self.diag = diagonal_positions(self.d)
+        if kernel not in KERNELS:
+            raise ConfigError(f"the stacked Hessian kernel must be one of {' | '.join(KERNELS)}, got {kernel!r}")
+        self.kernel = kernel
+        # binary rows (every stored value 1): every product is the weight w, so P's pattern alone is read
+        self.binary = bool(np.all(X.data == 1.0))
+        self._P_parts = (self.P.indptr.astype(np.int64), self.P.indices.astype(np.int32),
+                         None if self.binary else self.P.data)
         self._blocks: dict[int, tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]] = {}
 
     # ------------------------------------------------------------------ the clients' oracles
     def margins(self, x: np.ndarray) -> np.ndarray:
         return self.X @ x
-
-    def curvature(self, z: np.ndarray) -> np.ndarray:
-        """f''(z_j) row by row."""
-        zt = torch.from_numpy(z)
-        return self.loss.hess(zt, torch.from_numpy(self.y), torch.ones_like(zt)).numpy()
 
     def gradients_hessians(self, x: np.ndarray, clients: np.ndarray | None = None
                            ) -> tuple[np.ndarray, np.ndarray]:
@@ -155,7 +161,7 @@ class StackedClients:
         curv = self.loss.hess(zt, yt, torch.ones_like(zt)).numpy()
         if clients is None:
             grads = (self.B_T @ dz).reshape(self.m, self.d)
-            hess = (self.P @ curv).reshape(self.m, self.T)
+            hess = self.hessians(curv).reshape(self.m, self.T)
         else:
             grads = np.empty((len(clients), self.d))
             hess = np.empty((len(clients), self.T))
@@ -167,6 +173,16 @@ class StackedClients:
         grads += self.l2 * x
         hess[:, self.diag] += self.l2
         return grads, hess
+
+    def hessians(self, curv: np.ndarray) -> np.ndarray:
+        """P f''(z), the m packed data Hessians (a fresh array)."""
+        if self.kernel == "scipy":
+            return self.P @ curv
+        from .fednl_kernels import csr_matvec  # numba, imported when a round first runs
+
+        indptr, indices, values = self._P_parts
+        v = curv * self.weight if self.binary else curv
+        return csr_matvec(indptr, indices, values, v, np.empty(self.m * self.T))
 
     def block(self, c: int) -> tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]:
         """Client c's rows of the gradient and Hessian operators, columns its own rows (cached)."""
