@@ -74,9 +74,9 @@ class RunWriter:
     def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
         self.out_dir = Path(out_dir)
         self.trackers = None
-        self.records_written = 0
+        self._wrote = 0  # records and the summary written: close keeps a directory that has any
         self._made_dirs = [p for p in (self.out_dir, *self.out_dir.parents) if not p.exists()]  # innermost first
-        self._made_files: set[str] = set()  # what `discard` removes again: made by this writer
+        self._made_files: set[str] = set()  # what `_discard` removes again: made by this writer
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -114,12 +114,13 @@ class RunWriter:
             self._rounds.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         except OSError as err:  # a write names no file: say which (a full or read-only file system)
             raise OSError(err.errno, err.strerror, str(self.out_dir / ROUNDS_FILE)) from None
-        self.records_written += 1
+        self._wrote += 1
         if self.trackers is not None:
             self.trackers.log_round(record)
 
     def write_summary(self, summary: dict) -> None:
         summary = {**summary, "provenance": summary.get("provenance", self.provenance)}
+        self._wrote += 1
         atomic_write_text(self.out_dir / SUMMARY_FILE, json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2) + "\n")
         if self.trackers is not None:
             self.trackers.finish(summary)
@@ -138,21 +139,21 @@ class RunWriter:
     def close(self) -> None:
         """Close rounds.jsonl and release the directory, last: no other run writes there before the summary is in.
 
-        A run that wrote no record (it failed or was stopped before its first round) leaves the directory as
+        A run that wrote no record or summary (it failed or was stopped before its first round) leaves it as
         it found it: what this writer made (config.yaml, the empty rounds.jsonl, the folder) is removed, so
         the same command can run there again."""
         try:
             self.finish_rounds()
         finally:
             try:
-                if not self.records_written:
-                    self.discard()
+                if not self._wrote:
+                    self._discard()
             finally:
                 self._lock.unlink(missing_ok=True)
-                if not self.records_written:
+                if not self._wrote:
                     self._remove_made_dirs()
 
-    def discard(self) -> None:
+    def _discard(self) -> None:
         """Remove the files this writer made (none of a run it continues or a file that was there before)."""
         for name in self._made_files:
             (self.out_dir / name).unlink(missing_ok=True)

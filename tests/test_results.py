@@ -129,3 +129,7 @@ def test_a_run_without_records_leaves_the_folder_as_it_was(tmp_path):
     writer.write_round({"round": 0, "objective": 1.0})
     writer.close()
     assert sorted(p.name for p in run.iterdir()) == [results.ROUNDS_FILE]
+    writer = RunWriter(tmp_path / "summary_only")
+    writer.write_summary({"status": "max_rounds"})  # a result: kept with the rounds file
+    writer.close()
+    assert sorted(p.name for p in (tmp_path / "summary_only").iterdir()) == [results.ROUNDS_FILE, results.SUMMARY_FILE]
