@@ -17,7 +17,8 @@ from dane.errors import ConfigError
 from dane.local_solvers import LocalSolver
 from dane.problems import LogReg, Ridge, Softmax
 from dane.problems.glm import select_rows, to_torch, transposed_product
-from tests.helpers import train
+from dane.dane import DANEConfig
+from tests.helpers import simulate, train
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 MAKERS = {"ridge": Ridge, "logreg": LogReg, "softmax": Softmax}
@@ -47,7 +48,9 @@ def untimed(records: list[dict]) -> list[dict]:
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double().cpu() - b.double().cpu()).norm() / b.double().cpu().norm())
+    """‖a − b‖ / ‖b‖, on the host; 0 where both are zero (the starting point)."""
+    a, b = a.double().cpu(), b.double().cpu()
+    return float((a - b).norm() / max(float(b.norm()), torch.finfo(torch.float64).tiny))
 
 
 @pytest.mark.parametrize("loss", sorted(MAKERS))
@@ -192,3 +195,25 @@ def test_the_scatter_product_of_csr_rows_equals_the_transposed_product(classes):
     u = torch.randn(5, classes, generator=torch.Generator().manual_seed(2), dtype=torch.float64).squeeze(1)
     expected = torch.from_numpy(X[[3, 0, 17, 29, 3]].T @ u.numpy())
     assert torch.allclose(transposed_product(rows, u, scatter=True), expected, rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("factorization, solver", [("cholesky", "cholesky"), ("eigh", "cholesky"),
+                                                   ("woodbury", "cholesky"), ("auto", "cg"), ("auto", "svrg")])
+def test_ridge_synthetic_on_each_device_has_the_cpus_iterates(device, factorization, solver):
+    """problem=ridge_synthetic shares the path: every exact factorization and the rows' solvers on the device."""
+    from dane.problems import RidgeSyntheticConfig
+
+    def run(on: str):
+        config = RidgeSyntheticConfig(n_samples=600, dim=40, local_solver=solver, factorization=factorization,
+                                      device=on)
+        problems = [config.build(rank, 3) for rank in range(3)]
+        assert all(p.device.type == on for p in problems)
+        results = simulate(DANEConfig(mu=0.1), problems, rounds=3)
+        return results[0][2], results[0][1]
+
+    (iterates, records), (cpu_iterates, cpu_records) = run(device), run("cpu")
+    for ours, theirs in zip(iterates, cpu_iterates):
+        assert ours.device.type == "cpu" and relative(ours, theirs) <= RTOL
+    for ours, theirs in zip(records, cpu_records):
+        assert ours["suboptimality"] == pytest.approx(theirs["suboptimality"], rel=RTOL)

@@ -77,6 +77,7 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
     seed: int = 0
     optimum: Any = "auto"
     factorization: str = "auto"
+    device: str = "cpu"          # cpu | cuda | auto: where the shards live (`RidgeShard`, dane/problems/linear_models.py)
     name: str = "ridge_synthetic"
 
     def __post_init__(self) -> None:
@@ -90,6 +91,9 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
             raise ConfigError(f"problem.optimum={self.optimum}: ridge_synthetic has a closed-form optimum; "
                               "use problem.optimum=auto (it) or none")
         checks.one_of("problem.factorization", self.factorization, FACTORIZATIONS)
+        from .neural import DEVICES
+
+        checks.one_of("problem.device", self.device, DEVICES)
         self.solver  # validates the local-solver keys now
 
     @property
@@ -97,6 +101,8 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
         return (self.n_samples, self.dim, self.covariance, float(self.noise_std), self.seed)
 
     def check_workers(self, workers: int) -> None:
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("problem.device=cuda but torch sees no CUDA device; use problem.device=auto or cpu")
         if self.n_samples < workers:
             raise ConfigError(
                 f"problem.n_samples={self.n_samples} is fewer than workers={workers}; "
@@ -116,9 +122,14 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
         self.check_workers(size)
         X, y = synthesize(*self.data_key, *shard_positions(self.n_samples, size, rank))
         w_star = reference_optimum(*self.data_key, float(self.lam)).to(dtype) if self.optimum == "auto" else None
-        return RidgeShard(X.to(dtype), y.to(dtype), self.lam, scale=size / self.n_samples, w_star=w_star,
-                          solver=self.solver, seed=worker_seed(self.seed, rank, SOLVER_STREAM),
-                          factorization=self.factorization)
+        from .neural import pick_device
+
+        problem = RidgeShard(X.to(dtype), y.to(dtype), self.lam, scale=size / self.n_samples, w_star=w_star,
+                             solver=self.solver, seed=worker_seed(self.seed, rank, SOLVER_STREAM),
+                             factorization=self.factorization, device=pick_device(self.device, rank))
+        if self.device != "cpu":  # auto's choice, or the GPU cuda pinned this worker to
+            problem.notes = [f"problem.device={self.device} -> {problem.device}"]
+        return problem
 
 
 # ---------------------------------------------------------------------- shards and synthetic rows
@@ -307,15 +318,24 @@ class RidgeShard(QuadraticProblem):
     (n_i x n_i, the last `WOODBURY_FACTORS` shifts) as the only matrices besides X_i.
     The gradient and the suboptimality are products with X_i, so such a shard holds
     O(n_i d) numbers, not O(d²).
+
+    ``device``: where X_i, y_i, A_i, their factors and every local solve live; each method
+    returns its result on the device its input came from, as `dane.problems.glm.LinearModelShard`
+    does (the algorithms' vectors stay in host memory; on the CPU every move is a no-op).
     """
 
     keeps_rows = True
 
     def __init__(self, X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None,
-                 solver: LocalSolver = LocalSolver("cholesky"), seed: int = 0, factorization: str = "auto"):
+                 solver: LocalSolver = LocalSolver("cholesky"), seed: int = 0, factorization: str = "auto",
+                 device: str | torch.device = "cpu"):
+        self.device = torch.device(device)
+        X, y = X.to(self.device), y.to(self.device)
+        w_star = None if w_star is None else w_star.to(self.device)
         self.X, self.y, self.scale = X, y, float(scale)
         self._A = None
-        self.rows = LinearModelShard(X, y, SQUARED, l2=2 * lam, weight=2 * scale, solver=solver, seed=seed)
+        self.rows = LinearModelShard(X, y, SQUARED, l2=2 * lam, weight=2 * scale, solver=solver, seed=seed,
+                                     device=self.device)
         self.low_rank = uses_woodbury(factorization, *X.shape)
         if self.rows.solver.method == "cholesky" and not self.low_rank:
             self._A = gram(X).mul_(2 * scale)
@@ -335,10 +355,27 @@ class RidgeShard(QuadraticProblem):
     def A(self, value) -> None:
         self._A = value
 
+    # ------------------------------------------------------------------ in from the caller's device, out to it
     def hessian_vector(self, v: torch.Tensor, *, with_reg: bool = True, at: torch.Tensor | None = None) -> torch.Tensor:
+        where, v = v.device, v.to(self.device)
         if self._A is not None:
-            return super().hessian_vector(v, with_reg=with_reg)
-        return self.rows.hessian_vector(v, at=v, with_reg=False) + (2 * self.lam * v if with_reg else 0.0)
+            return super().hessian_vector(v, with_reg=with_reg).to(where)
+        return (self.rows.hessian_vector(v, at=v, with_reg=False) + (2 * self.lam * v if with_reg else 0.0)).to(where)
+
+    def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        grad, metrics = super().evaluate(w.to(self.device))
+        return grad.to(w.device), metrics.to(w.device)
+
+    def objective(self, w: torch.Tensor) -> torch.Tensor:
+        return super().objective(w.to(self.device)).to(w.device)
+
+    def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
+        return super().grad(w.to(self.device), with_reg=with_reg).to(w.device)
+
+    def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
+                      solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
+        return super().solve_hessian(r.to(self.device), shift=shift, with_reg=with_reg, solver=solver,
+                                     rtol=rtol).to(r.device)
 
     def shifted_solve(self, r: torch.Tensor, shift: float) -> torch.Tensor:
         """(A_i + shift I)⁻¹ r, exactly: by the Woodbury identity when ``low_rank``, else the d x d path."""
@@ -364,9 +401,11 @@ class RidgeShard(QuadraticProblem):
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
         method = (solver or self.solver).resolve(self.dim, sparse=False).method
-        if method in ("cholesky", "cg"):
-            return super().prox_solve(anchor, linear, mu, with_reg=with_reg, anchor_grad=anchor_grad, solver=solver)
-        return self.rows.prox_solve(anchor, linear, mu, with_reg=with_reg, anchor_grad=anchor_grad, solver=solver)
+        if method not in ("cholesky", "cg"):  # the rows' solvers (svrg, lbfgs) move their own vectors
+            return self.rows.prox_solve(anchor, linear, mu, with_reg=with_reg, anchor_grad=anchor_grad, solver=solver)
+        anchor_grad = None if anchor_grad is None else anchor_grad.to(self.device)
+        return super().prox_solve(anchor.to(self.device), linear.to(self.device), mu, with_reg=with_reg,
+                                  anchor_grad=anchor_grad, solver=solver).to(anchor.device)
 
     @property
     def n_local(self) -> int:
@@ -379,5 +418,6 @@ class RidgeShard(QuadraticProblem):
         self.rows.load_state_dict(state)
 
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        where, w, idx = w.device, w.to(self.device), idx.to(self.device)
         X, y = self.X[idx], self.y[idx]
-        return (2 * self.scale * self.n_local / idx.numel()) * (X.T @ (X @ w - y)) + 2 * self.lam * w
+        return ((2 * self.scale * self.n_local / idx.numel()) * (X.T @ (X @ w - y)) + 2 * self.lam * w).to(where)
