@@ -59,6 +59,7 @@ CONVEX_CASES = {
     "ridge_dense_cholesky": ("Ridge", 40_000, 1000, 1.0, "cholesky", 1e-3),
     "logreg_dense_cg": ("LogReg", 40_000, 1000, 1.0, "cg", 1e-3),
     "logreg_sparse_cg": ("LogReg", 100_000, 20_000, 0.002, "cg", 1e-3),
+    "ridge_synthetic_cholesky": ("RidgeSyntheticConfig", 100_000, 500, 1.0, "cholesky", 0.005),  # DESIGN.md §4
 }
 
 
@@ -139,10 +140,17 @@ def convex(rounds: int, workers: list[int]) -> dict:
 
     out: dict = {"rounds": rounds, "cases": {}}
     for name, (maker, N, d, density, solver, lam) in CONVEX_CASES.items():
-        X, y = convex_data(N, d, density, logistic=maker != "Ridge")
+        if maker == "RidgeSyntheticConfig":  # its rows are made by the workers that hold them
+            def problem(device, N=N, d=d, solver=solver, lam=lam):
+                return dane.problems.RidgeSyntheticConfig(n_samples=N, dim=d, lam=lam, local_solver=solver,
+                                                          device=device)
+        else:
+            X, y = convex_data(N, d, density, logistic=maker != "Ridge")
+
+            def problem(device, maker=maker, X=X, y=y, solver=solver, lam=lam):
+                return getattr(dane.problems, maker)(X, y, lam=lam, local_solver=solver, device=device)
         for m in workers:
-            runs = {device: convex_run(getattr(dane.problems, maker)(X, y, lam=lam, local_solver=solver, device=device),
-                                       workers=m, rounds=rounds) for device in DEVICES}
+            runs = {device: convex_run(problem(device), workers=m, rounds=rounds) for device in DEVICES}
             w_cuda, w_cpu = runs["cuda"].pop("w"), runs["cpu"].pop("w")
             case = {"N": N, "d": d, "density": density, "local_solver": solver, "lam": lam, "workers": m, **runs,
                     "iterate_rel_diff": float((w_cuda - w_cpu).norm() / w_cpu.norm()),
