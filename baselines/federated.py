@@ -36,9 +36,10 @@ FED_SOLVERS = ("problem", "steps", "cholesky", "cg", "svrg", "lbfgs")
 DISSIMILARITY_FLOOR = 1e-6  # δ_A at least this times ‖H‖ (identical shards: δ_A = 0, and λ = 0 is no regularizer)
 
 
-def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> float:
-    r"""δ_A = sqrt(mean_i ‖H_i − H‖₂²) of the local Hessians at w_0, by `dane.similarity` (exact for d ≤ 512:
-    two allreduces, the d x d Hessians then an m-vector; Lanczos beyond), counted as this run's communication.
+def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> tuple[float, float]:
+    r"""(δ_A, ‖H‖): δ_A = sqrt(mean_i ‖H_i − H‖₂²) of the local Hessians at w_0 and the global Hessian's norm, by
+    `dane.similarity` (exact for d ≤ 512: two allreduces, the d x d Hessians then an m-vector; Lanczos beyond),
+    counted as this run's communication.
 
     The DANE line's theory (Jiang, Rodomanov & Stich 2024) takes the proximal weight λ = δ_A.
     """
@@ -48,19 +49,33 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> flo
     found = measured_dissimilarity(problem, comm, problem.initial_point())
     comm.calls += found["allreduces"]  # the measurement restores the counters; here it is the method's traffic
     comm.bytes_sent += found["bytes_sent"]
-    return max(found["delta_mean_square"], DISSIMILARITY_FLOOR * found["hessian_norm"])
+    norm = found["hessian_norm"]
+    return max(found["delta_mean_square"], DISSIMILARITY_FLOOR * norm), norm
 
 
 #: The default proximal weight of the DANE line's local problems (S-DANE's and FedRed's λ, FedDANE's μ) is δ_A
-#: times this.  The theory's λ = δ_A bounds the dissimilarity in every direction at once and is slow in practice
-#: (on ``make bench``'s families it took several times the rounds of the best λ); far below δ_A/128 the local
-#: problems of a shard that misses a direction of the data become unstable (Acc-S-DANE first).
+#: times at least this.  The theory's λ = δ_A bounds the dissimilarity in every direction at once and is slow in
+#: practice (on ``make bench``'s families it took several times the rounds of the best λ); far below δ_A/128 the
+#: local problems of a shard that misses a direction of the data become unstable (Acc-S-DANE first).
 PROX_PER_DISSIMILARITY = 1 / 128
+#: ... and at least (δ_A/‖H‖)² times 1/this: shards as far apart as their Hessian (label skew over many small
+#: clients: δ_A ≈ ‖H‖) diverged at δ_A/128 and δ_A/32 (``make bench``'s ``federated`` section), where shards
+#: with δ_A/‖H‖ ≤ 1/sqrt(8) keep δ_A/128 (‖H‖: the data term's, `dane.similarity`).
+HETEROGENEITY_DIVISOR = 16
+
+
+def prox_per_dissimilarity(delta_a: float, hessian_norm: float) -> float:
+    """λ/δ_A of the default: max(`PROX_PER_DISSIMILARITY`, (δ_A/‖H‖)² / `HETEROGENEITY_DIVISOR`).
+
+    A heuristic between the two measured regimes, not the papers': near the theory's δ_A/16 when the shards'
+    Hessians differ as much as the global one is large, δ_A/128 when they differ by a third of it or less."""
+    return max(PROX_PER_DISSIMILARITY, (delta_a / hessian_norm) ** 2 / HETEROGENEITY_DIVISOR)
 
 
 def default_prox_weight(problem: Problem, comm: Communicator, key: str) -> float:
-    """δ_A · `PROX_PER_DISSIMILARITY` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512)."""
-    return PROX_PER_DISSIMILARITY * hessian_dissimilarity(problem, comm, key)
+    """δ_A · `prox_per_dissimilarity` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512)."""
+    delta_a, norm = hessian_dissimilarity(problem, comm, key)
+    return delta_a * prox_per_dissimilarity(delta_a, norm)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Round r of S-DANE (the paper's Algorithm 1), clients S (all m without sampling),
     v &\leftarrow \frac{B v + a\mu\,x - a\,G}{B + a\mu}
 
 with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: the problem's).
-λ = ``lam``; null: δ_A/128, δ_A = sqrt(mean_i ‖H_i − H‖²) of the local Hessians at w_0 measured before
+λ = ``lam``; null: δ_A·max(1/128, (δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) of the local Hessians at w_0 measured before
 round 0 (`baselines.federated.default_prox_weight`; the theory's λ = δ_A is a worst case, see there).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at

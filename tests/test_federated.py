@@ -209,16 +209,24 @@ def test_a_resumed_run_continues_exactly(config):
         assert straight == again and torch.equal(w1, w2)
 
 
-def test_default_lambda_is_the_hessian_dissimilarity_over_128():
-    shards = ridge_shards(4, SMALL)
+@pytest.mark.parametrize("m", [2, 24])  # δ_A/‖H‖ below and above 1/sqrt(8): 10 rows a shard in d = 12 differ a lot
+def test_default_lambda_is_the_hessian_dissimilarity_times_its_factor(m):
+    """λ = δ_A · max(1/128, (δ_A/‖H‖)²/16), δ_A and ‖H‖ from numpy's eigenvalues of the shards' Hessians."""
+    from dane.baselines.federated import prox_per_dissimilarity
+
+    shards = ridge_shards(m, SMALL)
     eye = torch.eye(SMALL.dim, dtype=torch.float64)
     H_i = [s.A + 2 * s.lam * eye for s in shards]
-    H = sum(H_i) / 4
-    delta = math.sqrt(sum(float(torch.linalg.eigvalsh(h - H).abs().max()) ** 2 for h in H_i) / 4)
-    _, records = iterates(SDANEConfig(), rounds=2)
-    assert math.isclose(records[0]["lam"], delta / 128, rel_tol=1e-10)
-    _, records = iterates(FedDANEConfig(), rounds=2)
-    assert math.isclose(records[0]["mu"], delta / 128, rel_tol=1e-10)
+    H = sum(H_i) / m
+    delta = math.sqrt(sum(float(torch.linalg.eigvalsh(h - H).abs().max()) ** 2 for h in H_i) / m)
+    ratio = delta / float(torch.linalg.eigvalsh(sum(s.A for s in shards) / m).max())  # ‖H‖ of the data term
+    expected = delta * max(1 / 128, ratio ** 2 / 16)
+    assert (expected > delta / 128) == (m == 24)  # the two regimes
+    assert prox_per_dissimilarity(delta, delta / ratio) == pytest.approx(expected / delta, rel=1e-12)
+    _, records = iterates(SDANEConfig(), m=m, rounds=2)
+    assert math.isclose(records[0]["lam"], expected, rel_tol=1e-10)
+    _, records = iterates(FedDANEConfig(), m=m, rounds=2)
+    assert math.isclose(records[0]["mu"], expected, rel_tol=1e-10)
 
 
 def test_adaptive_lambda_halves_after_accepted_rounds_and_converges():
