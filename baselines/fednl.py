@@ -27,19 +27,22 @@ one more allreduce (the clients' objective values) per trial.
 g_i = (H_i + l_i I) w_i − ∇O_i(w_i); the server keeps their means H, l, g and steps first:
 
 .. math::
-    x_{k+1} = (H + l I)^{-1} g;\qquad i\in S_k:\ w_i = x_{k+1},\ H_i \mathrel{+}= \alpha\,\mathcal C(\nabla^2 O_i(w_i) - H_i),
-    \ \text{new } l_i, g_i;\qquad (H, l, g) \mathrel{+}= \tfrac1m\textstyle\sum_{i\in S_k}\Delta(\alpha S_i, l_i, g_i).
+    x_{k+1} &= (H + l I)^{-1} g;\qquad i\in S_k:\ w_i = x_{k+1},\
+    H_i \mathrel{+}= \alpha\,\mathcal C(\nabla^2 O_i(w_i) - H_i),\ \text{new } l_i, g_i;\\
+    (H, l, g) &\mathrel{+}= \tfrac1m\textstyle\sum_{i\in S_k}\Delta(\alpha S_i, l_i, g_i).
 
 With every client sampled and C = ``none``, FedNL-PP is Newton's method (its H is learned at the
 point it steps from); plain FedNL then lags one round behind, so the two differ.
 
-What a client sends a round, in bits (records: ``uplink_bits``, cumulative over the participants,
-the compressor's exact `dane.compress.Compressor.bits`): FedNL and FedNL-LS 64·d (its gradient)
-+ bits(S_i) (+ 64 for l_i under option 2, + 64 per line-search trial); FedNL-PP bits(S_i) + 64·d (Δg_i)
-+ 64 (Δl_i).  Before round 0 each client sends H_i⁰ whole (64·d(d+1)/2 bits), counted in round 0's
-record.  S_i travels as the packed upper triangle of the symmetric difference (d(d+1)/2 entries:
-what u-FedNL sends), so TopK/RandK's k counts entries of that triangle and δ, ω are those of the
-packed vector; ``rank:R`` compresses the d x d matrix.
+What a client sends a round, in bits (records: ``clients_uplink_bits``, cumulative, summed over the
+participants as ``uplink_bytes`` is, by the compressor's exact `dane.compress.Compressor.bits`; not
+``comm.compress``'s per-worker ``uplink_bits``, which FedNL, compressing its own message, does not
+use): FedNL and FedNL-LS 64·d (its gradient) + bits(S_i) (+ 64 for l_i under option 2, + 64 per
+line-search trial); FedNL-PP bits(S_i) + 64·d (Δg_i) + 64 (Δl_i).  Before round 0 each client sends
+H_i⁰ whole (64·d(d+1)/2 bits), counted in round 0's record.  S_i travels as the packed upper
+triangle of the symmetric difference (d(d+1)/2 entries: what u-FedNL sends), so TopK/RandK's k counts
+entries of that triangle and δ, ω are those of the packed vector; ``rank:R`` compresses the d x d
+matrix.
 
 Departures: the paper's option-2 code uses the spectral norm, we use the Frobenius norm its text
 states; [H]_μ takes a Cholesky factor of H − (μ − ε)I first (ε: 64·d·machine epsilon·max H_aa) and
@@ -109,7 +112,8 @@ def uplink_bits(compressor: Compressor, d: int, *, variant: str, option: int) ->
 
 
 def projected_newton(H: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
-    """[H]_μ⁻¹ g, [H]_μ the projection onto {H ⪰ μI}: Cholesky when H − (μ − ε)I is positive definite, else eigh."""
+    """[H]_μ⁻¹ g, [H]_μ the projection onto {H ⪰ μI}: by Cholesky when H − (μ − ε)I is positive definite,
+    else by eigh."""
     d = len(g)
     eps = 64 * d * np.finfo(H.dtype).eps * max(float(np.abs(np.diag(H)).max()), mu)
     shifted = H - (mu - eps) * np.eye(d)
@@ -149,7 +153,7 @@ class FedNL(Federated):
     """FedNL on one worker = one client (module docstring); the server's H, l, g are kept on every worker."""
 
     name = "fednl"
-    columns = (*Federated.columns, Column("step_size", "{:>9.3g}"), Column("uplink_bits", "{:>12.4g}"))
+    columns = (*Federated.columns, Column("step_size", "{:>9.3g}"), Column("clients_uplink_bits", "{:>12.4g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", ls_c: float = 0.5,
@@ -204,7 +208,8 @@ class FedNL(Federated):
         self.H += self.alpha * S.numpy()                                         # H ← H + α mean S_i
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="plain", option=self.option)
                    + VALUE_BITS * trials, down=self.d * (1 + trials))
-        return {**self.record(reduced, members), "step_size": self.step_size, "uplink_bits": self.uplink_bits}
+        return {**self.record(reduced, members), "step_size": self.step_size,
+                "clients_uplink_bits": self.uplink_bits}
 
     def step_pp(self) -> dict[str, float]:
         x_next = shifted_newton(unpack(self.H, self.d), self.g, self.l)          # server: (H + lI)⁻¹ g
@@ -228,10 +233,10 @@ class FedNL(Federated):
         self.g += scale * g.numpy()
         self.w = torch.from_numpy(x_next)
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
-        return {**self.record(reduced, members), "step_size": 1.0, "uplink_bits": self.uplink_bits}
+        return {**self.record(reduced, members), "step_size": 1.0, "clients_uplink_bits": self.uplink_bits}
 
     def evaluate(self) -> dict[str, float]:
-        return {**super().evaluate(), "uplink_bits": self.uplink_bits}
+        return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
 
     def count(self, clients: int, bits: int, *, down: int) -> None:
         self.uplink_bits += clients * bits
@@ -245,7 +250,7 @@ class FedNL(Federated):
 
     def state_dict(self) -> dict:
         arrays = {key: torch.from_numpy(np.array(getattr(self, key))) for key in ("H_i", "g_i", "H", "g")}
-        return {**super().state_dict(), **arrays, "l_i": self.l_i, "l": self.l, "uplink_bits": self.uplink_bits,
+        return {**super().state_dict(), **arrays, "l_i": self.l_i, "l": self.l, "bits": self.uplink_bits,
                 "step_size": self.step_size, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -253,7 +258,7 @@ class FedNL(Federated):
         for key in ("H_i", "g_i", "H", "g"):
             setattr(self, key, state[key].numpy().copy())
         self.l_i, self.l = float(state["l_i"]), float(state["l"])
-        self.uplink_bits, self.step_size = int(state["uplink_bits"]), float(state["step_size"])
+        self.uplink_bits, self.step_size = int(state["bits"]), float(state["step_size"])
         self.generator.set_state(state["generator"])
 
 

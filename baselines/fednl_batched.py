@@ -63,10 +63,10 @@ class StackedFedNL:
 
     def step(self) -> dict[str, float]:
         """One round; returns ``grad_norm`` at the iterate it started from (FedNL, FedNL-LS; FedNL-PP computes no
-        full gradient: nan), ``step_size`` and the cumulative ``uplink_bits``."""
+        full gradient: nan), ``step_size`` and the cumulative ``clients_uplink_bits``."""
         record = self.step_pp() if self.variant == "pp" else self.step_plain()
         self.rounds += 1
-        return {**record, "step_size": self.step_size, "uplink_bits": self.uplink_bits}
+        return {**record, "step_size": self.step_size, "clients_uplink_bits": self.uplink_bits}
 
     def step_plain(self) -> dict[str, float]:
         x, now = self.x, time.perf_counter()

@@ -1,7 +1,7 @@
 """FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json.
 
     PYTHONPATH=. python scripts/bench_fednl.py --out results/bench.json [--rounds 1000] [--repeats 2]
-        [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--kernel numba|scipy]
+        [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--kernel numba|scipy] [--threads 2]
 
 L2-regularised logistic regression (λ = 1e-3, intercept added: d = 124 for a9a, 301 for w8a) on the
 LIBSVM files, dealt to 80 (a9a) or 142 (w8a) clients by the package's own loader and sharding
@@ -13,7 +13,9 @@ client).  Per (table, compressor): ``repeats`` runs of ``rounds`` rounds, the se
 each (the rounds' wall time / rounds; stacking the clients, once per table, is ``setup_s``), their
 median and spread, the ratio of the median to u-FedNL's seconds per round in issue 34 (the C++
 build measured there on a 2-core AMD EPYC VM, both cores; `UFEDNL_S_PER_ROUND`), and the gradient
-norm at the last iterate.  A table whose file is missing is skipped with the reason in the JSON.
+norm at the last iterate, each table with the load average before and after it.  ``--only`` replaces
+those tables and keeps the others of the section.  A table whose file is missing is skipped with
+the reason in the JSON.
 
 The d x d linear algebra runs with one BLAS thread (``OPENBLAS_NUM_THREADS=1``, set below before
 NumPy loads): on the shared 2-core machine a multithreaded 124 x 124 eigh took over 20 times longer
@@ -38,7 +40,7 @@ from dane.baselines.fednl_batched import StackedFedNL  # noqa: E402
 from dane.baselines.fednl_stacked import KERNELS, StackedClients  # noqa: E402
 from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
+from dane.synthetic.bench_file import machine, merge_section, read_bench  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO.parent / "shared" / "data" / "libsvm"
@@ -61,7 +63,8 @@ TABLES = {  # name -> (file, clients, FedNL-PP's clients per round or None)
 
 
 def stacked_clients(path: Path, clients: int, kernel: str) -> tuple[StackedClients, float]:
-    """The clients of ``problem=logreg data=libsvm data.path=<path>`` with ``workers=<clients>``, stacked; setup seconds."""
+    """The clients of ``problem=logreg data=libsvm data.path=<path>`` with ``workers=<clients>``, stacked, and the
+    seconds stacking took."""
     config = LinearModelConfig(data=LibSVMSource(path=str(path)), loss="logistic", lam=LAM, fit_intercept=True,
                                name="logreg")
     config.prepare()
@@ -130,10 +133,13 @@ def main(argv: list[str] | None = None) -> None:
 
     report = {"machine": machine(), "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
-              "(issue 34, DESIGN.md section 11)", "option": OPTION, "torch_threads": args.threads, "tables": {}}
+              "(issue 34, DESIGN.md section 11)", "option": OPTION,
+              "tables": read_bench(args.out).get("fednl", {}).get("tables", {})}  # --only keeps the other tables
     for name in args.only:
-        report["tables"][name] = bench_table(name, args.data_dir, args.rounds, args.repeats, args.kernel, log)
-    report["load_after"] = list(os.getloadavg())
+        report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, args.kernel, log),
+                                  "torch_threads": args.threads, "load_before": report["machine"]["load_avg"],
+                                  "load_after": list(os.getloadavg()),
+                                  "rounds_note": "fewer than u-FedNL's 1000" if args.rounds < 1000 else ""}
     merge_section(args.out, "fednl", report)
     log(f"section fednl -> {args.out}")
 
