@@ -73,14 +73,15 @@ SETTING = ("dataset", "workers", "sharding", "lam", "seed", "quick", "targets")
 
 
 def combine(reports: list[dict]) -> dict:
-    """One report from runs of the same setting split by ``--clients`` (say, s = 100 and s = 10 run side by side):
-    their rows together, s in the order given, every run's start and load average kept."""
+    """One report from runs of the same setting split by ``--clients`` (say, s = 100 and s = 10 run side by side)
+    or by ``--only``: their rows together (a later report's row replaces an earlier one's), s in the order given,
+    every run's start and load average kept."""
     first = reports[0]
     for other in reports[1:]:
         differs = [k for k in SETTING if other.get(k) != first.get(k)]
         if differs:
             raise SystemExit(f"error: the federated reports differ in {', '.join(differs)}; render them one at a time")
-    return {**first, "clients": [s for r in reports for s in r["clients"]],
+    return {**first, "clients": list(dict.fromkeys(s for r in reports for s in r["clients"])),
             "rows": {k: v for r in reports for k, v in r["rows"].items()},
             "runs": [{"started_at": r.get("started_at", "?"), "load_avg": r["machine"].get("load_avg")} for r in reports]}
 
