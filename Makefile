@@ -46,6 +46,7 @@ bench: setup
 	$(PY) scripts/bench_cuda.py --out results/bench.json
 	$(PY) scripts/bench_wallclock.py --out results/bench.json
 	$(PY) scripts/bench_defaults.py --out results/bench.json
+	$(PY) scripts/bench_fednl.py --out results/bench.json
 
 ## Every figure and table from results/ into results/figures/ (untracked), each with a .json provenance sidecar;
 ## the runs the figures need that results/ lacks are made first with the simulator.

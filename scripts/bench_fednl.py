@@ -1,6 +1,6 @@
 """FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json.
 
-    PYTHONPATH=. python scripts/bench_fednl.py --out results/bench.json [--rounds 1000] [--repeats 2]
+    dane bench fednl --out results/bench.json [--rounds 1000] [--repeats 2]
         [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--kernel numba|scipy] [--threads 2]
 
 L2-regularised logistic regression (λ = 1e-3, intercept added: d = 124 for a9a, 301 for w8a) on the
