@@ -25,6 +25,9 @@ communicator's ``bytes_sent`` and the simulator's α-β cost price the message a
 size, ⌈bits/8⌉ bytes per compressed tensor, as if it were reduced at that size: optimistic for
 a sparse message, whose ring reduction densifies, and for the dense downlink.
 
+A compressed round's logged ``grad_norm`` is that of the decoded mean gradient, the one the method
+steps with; the objective and suboptimality ride uncompressed.
+
 Randomness: one `torch.Generator` per worker seeded from the run's seed and the rank (the
 server, knowing the seeds, draws RandK's indices itself: they are not sent), checkpointed with
 the EF21 estimates in the algorithm's state.
