@@ -146,7 +146,6 @@ class StackedClients:
         self.binary = bool(np.all(X.data == 1.0))
         self._P_parts = (self.P.indptr.astype(np.int64), self.P.indices.astype(np.int32),
                          None if self.binary else self.P.data)
-        self._blocks: dict[int, tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]] = {}
 
     # ------------------------------------------------------------------ the clients' oracles
     def margins(self, x: np.ndarray) -> np.ndarray:
@@ -167,9 +166,8 @@ class StackedClients:
             hess = np.empty((len(clients), self.T))
             for k, c in enumerate(clients):  # FedNL-PP: s of m clients, each its own row block
                 B_c, P_c = self.block(int(c))
-                rows = slice(self.start[c], self.start[c + 1])
-                grads[k] = B_c @ dz[rows]
-                hess[k] = P_c @ curv[rows]
+                grads[k] = B_c @ dz
+                hess[k] = P_c @ curv
         grads += self.l2 * x
         hess[:, self.diag] += self.l2
         return grads, hess
@@ -185,12 +183,8 @@ class StackedClients:
         return csr_matvec(indptr, indices, values, v, np.empty(self.m * self.T))
 
     def block(self, c: int) -> tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]:
-        """Client c's rows of the gradient and Hessian operators, columns its own rows (cached)."""
-        if c not in self._blocks:
-            rows = slice(self.start[c], self.start[c + 1])
-            self._blocks[c] = (self.B_T[c * self.d:(c + 1) * self.d, rows].tocsr(),
-                               self.P[c * self.T:(c + 1) * self.T, rows].tocsr())
-        return self._blocks[c]
+        """Client c's rows of the gradient and Hessian operators (views of their CSR arrays, all N columns)."""
+        return row_block(self.B_T, c * self.d, (c + 1) * self.d), row_block(self.P, c * self.T, (c + 1) * self.T)
 
     def objective(self, x: np.ndarray) -> float:
         """O(x) = mean_c O_c(x) = (w/m) Σ_j f(z_j, y_j) + (λ/2)‖x‖² (every shard has the weight w = m/N)."""
@@ -202,6 +196,14 @@ class StackedClients:
         """∇O(x) = mean_c ∇O_c(x)."""
         dz = self.loss.dz(torch.from_numpy(self.margins(x)), torch.from_numpy(self.y)).numpy()
         return self.weight / self.m * (self.X.T @ dz) + self.l2 * x
+
+
+def row_block(A: scipy.sparse.csr_matrix, start: int, stop: int) -> scipy.sparse.csr_matrix:
+    """Rows start..stop-1 of a CSR matrix, sharing its arrays (SciPy's slicing copies them)."""
+    indptr = A.indptr[start:stop + 1]
+    first, last = indptr[0], indptr[-1]
+    return scipy.sparse.csr_matrix((A.data[first:last], A.indices[first:last], indptr - first),
+                                   shape=(stop - start, A.shape[1]))
 
 
 def shard_rows(shard) -> scipy.sparse.csr_matrix:

@@ -11,8 +11,10 @@ clients.  Each run is `baselines.fednl_batched.StackedFedNL`: all clients in thi
 Hessians from one sparse product, their compressions from one call (no thread or loop per
 client).  Per (table, compressor): ``repeats`` runs of ``rounds`` rounds, the seconds per round of
 each (the rounds' wall time / rounds; stacking the clients, once per table, is ``setup_s``), their
-median and spread, the ratio of the median to u-FedNL's seconds per round in issue 34 (the C++
-build measured there on a 2-core AMD EPYC VM, both cores; `UFEDNL_S_PER_ROUND`), and the gradient
+median and spread, the process's CPU seconds per round beside them (on a machine other jobs share,
+closer to what an idle one gives with ``--threads 1``), the ratio of the median to u-FedNL's seconds
+per round in issue 34 (the C++ build measured there on a 2-core AMD EPYC VM, both cores;
+`UFEDNL_S_PER_ROUND`), the process's peak resident memory after the table, and the gradient
 norm at the last iterate, each table with the load average before and after it.  ``--only`` replaces
 those tables and keeps the others of the section.  A table whose file is missing is skipped with
 the reason in the JSON.
@@ -28,6 +30,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy and SciPy load OpenBLAS (docstring)
 
 import argparse  # noqa: E402
+import resource  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -76,11 +79,12 @@ def stacked_clients(path: Path, clients: int, kernel: str) -> tuple[StackedClien
 def timed_run(clients: StackedClients, spec: str, rounds: int, pp: int | None, seed: int) -> dict:
     options = dict(variant="pp", clients_per_round=pp) if pp else {}
     run = StackedFedNL(clients, compressor=spec, seed=seed, option=OPTION, **options)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(rounds):
         run.step()
-    seconds = time.perf_counter() - start
-    return {"s_per_round": seconds / rounds, "grad_norm": run.grad_norm(), "alpha": run.alpha,
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"s_per_round": seconds / rounds, "cpu_s_per_round": cpu / rounds, "grad_norm": run.grad_norm(),
+            "alpha": run.alpha,
             "phase_s_per_round": {phase: s / rounds for phase, s in run.seconds.items()},
             "uplink_bits_per_client_round": (run.uplink_bits - run.m * 64 * (run.T + (run.d if pp else 0)))
             / (rounds * (pp or run.m))}
@@ -104,11 +108,13 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, kernel: st
         reference = UFEDNL_S_PER_ROUND[(name, compressor)]
         out["compressors"][spec] = {
             "s_per_round": per_round, "median_s_per_round": median, "spread_s": max(per_round) - min(per_round),
+            "cpu_s_per_round": [r["cpu_s_per_round"] for r in runs],
             "ufednl_s_per_round": reference, "ratio_to_ufednl": median / reference,
             "final_grad_norm": [r["grad_norm"] for r in runs], "alpha": runs[0]["alpha"],
             "phase_s_per_round": [r["phase_s_per_round"] for r in runs],
             "uplink_bits_per_client_round": runs[0]["uplink_bits_per_client_round"]}
-        log(f"{name} {spec}: {median:.4f} s/round (x{median / reference:.2f} of u-FedNL), "
+        log(f"{name} {spec}: {median:.4f} s/round (x{median / reference:.2f} of u-FedNL), CPU "
+            f"{statistics.median(r['cpu_s_per_round'] for r in runs):.4f} s/round, "
             f"grad norm {max(r['grad_norm'] for r in runs):.2e}")
     return out
 
@@ -121,11 +127,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--only", nargs="+", choices=tuple(TABLES), default=list(TABLES))
     parser.add_argument("--kernel", choices=KERNELS, default="numba")
-    parser.add_argument("--threads", type=int, default=2, help="torch's intra-op threads (the compressors)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch's intra-op threads (the compressors) and numba's (the Hessian kernel)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeats < 1:
         sys.exit(f"error: --rounds and --repeats must be >= 1, got {args.rounds} and {args.repeats}")
     torch.set_num_threads(args.threads)
+    if args.kernel == "numba":
+        import numba
+
+        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     start = time.perf_counter()
 
     def log(line: str) -> None:
@@ -139,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, args.kernel, log),
                                   "torch_threads": args.threads, "load_before": report["machine"]["load_avg"],
                                   "load_after": list(os.getloadavg()),
+                                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                                   "rounds_note": "fewer than u-FedNL's 1000" if args.rounds < 1000 else ""}
     merge_section(args.out, "fednl", report)
     log(f"section fednl -> {args.out}")
