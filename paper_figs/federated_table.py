@@ -69,7 +69,7 @@ def method_row(row: dict, targets: list[str]) -> str:
             f" | {megabytes(default, targets[-1])} | {rel_text} | {default['status']} | {setting} |")
 
 
-SETTING = ("dataset", "workers", "sharding", "lam", "seed", "quick", "targets")
+SETTING = ("dataset", "workers", "sharding", "lam", "seed", "quick", "targets", "round_caps")
 
 
 def combine(reports: list[dict]) -> dict:

@@ -1,7 +1,8 @@
 """The federated benchmark (issue 33, item 5): the S-DANE paper's setting on a real LIBSVM table.
 
     PYTHONPATH=. python scripts/bench_federated.py [--out results/bench.json] [--dataset phishing] [--workers 100]
-        [--clients 100 10] [--alpha 0.5] [--only METHOD ...] [--repeats 1] [--quick]
+        [--clients 100 10] [--alpha 0.5 | --iid] [--lam 1e-3] [--caps 30 100] [--only METHOD ...] [--repeats 1]
+        [--quick]
 
 Writes ``federated`` into ``--out`` (other benchmarks keep theirs).  The setting of Jiang, Rodomanov &
 Stich (NeurIPS 2024, "Stabilized Proximal Point Methods for Federated Optimization") as far as the data
@@ -125,6 +126,7 @@ def keys_of(settings: dict, delta_a: float) -> dict:
 
 def run_setting(config, method: str, settings: dict, s: int, args, delta_a: float) -> dict:
     algorithm, samples, cap, _ = METHODS[method]
+    cap = args.caps[0] if cap == SECOND_ORDER_CAP else args.caps[1]
     keys = keys_of(settings, delta_a)
     if samples and s < args.workers:
         keys["clients_per_round"] = s
@@ -196,6 +198,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="+", choices=list(METHODS), default=None)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each default, for the simulated time's spread")
+    parser.add_argument("--caps", type=int, nargs=2, default=[SECOND_ORDER_CAP, FIRST_ORDER_CAP],
+                        metavar=("NEWTON_TYPE", "FIRST_ORDER"),
+                        help="round caps of the methods with local solves and of those with local gradient steps")
     parser.add_argument("--quick", action="store_true", help="a small generated table, m=8 (the test)")
     args = parser.parse_args(argv)
     if args.iid:
@@ -213,6 +218,7 @@ def main(argv: list[str] | None = None) -> dict:
               "sharding": "iid" if args.alpha is None else f"dirichlet alpha={args.alpha:g}", "lam": args.lam,
               "seed": args.seed, "targets": [f"{t:g}" for t in TARGETS],
               "target": "relative suboptimality (O(w) - O*) / |O*|, O* from optimum=auto",
+              "round_caps": {"newton_type": args.caps[0], "first_order": args.caps[1]},
               "methods": {m: {"algorithm": a, "samples_clients": sc, "round_cap": c, "grid": g}
                           for m, (a, sc, c, g) in METHODS.items() if m in methods},
               "rows": {}}
