@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from baselines.gd import GDConfig
+from dane.baselines.gd import GDConfig
 from dane.comm import AlphaBeta
 from dane.comm.compression import MessageCompression
 from dane.compress import Dither, TopK, make
@@ -146,7 +146,7 @@ def test_bad_compression_settings_are_one_line(comm, says):
 
 
 def test_an_algorithm_that_declares_nothing_refuses_compression():
-    from baselines.admm import ADMMConfig
+    from dane.baselines.admm import ADMMConfig
 
     with pytest.raises(ConfigError) as err:
         RunSpec(problem=PROBLEM, algorithm=ADMMConfig(), comm=Communication(compress="topk:3"))
