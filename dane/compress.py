@@ -193,9 +193,9 @@ class Natural(Compressor):
     unbiased: ClassVar[bool] = True
 
     def _rows(self, x, generator):
-        mantissa, exponent = torch.frexp(x.abs())  # |x| = mantissa·2^exponent, mantissa in [0.5, 1)
-        low = torch.ldexp(torch.ones_like(x), exponent - 1)  # 2^e ≤ |x| < 2^{e+1}
-        up = _uniform(x, generator) < 2 * mantissa - 1  # P(up) = |x|/2^e − 1
+        magnitude = x.abs()
+        low = _power_below(magnitude)  # 2^e ≤ |x| < 2^{e+1}
+        up = _uniform(x, generator) * low < magnitude - low  # P(up) = |x|/2^e − 1
         return torch.where(x == 0, torch.zeros_like(x), torch.sign(x) * low * (1 + up.to(x.dtype)))
 
     def bits(self, n: int, value_bits: int = 64) -> int:
@@ -350,6 +350,23 @@ def _count_or_fraction(name: str, arg: str) -> int | float:
     except ValueError:
         raise ConfigError(f"{name}:{arg} needs a count or a fraction after the colon, e.g. {name}:8 or "
                           f"{name}:0.1") from None
+
+
+#: the integer type of each float's bits, and the mask of its exponent field
+_EXPONENT_FIELD = {torch.float64: (torch.int64, 0x7FF0000000000000), torch.float32: (torch.int32, 0x7F800000),
+                   torch.float16: (torch.int16, 0x7C00)}
+
+
+def _power_below(magnitude: torch.Tensor) -> torch.Tensor:
+    """2^⌊log₂ a⌋ of each a > 0 (a power of two is itself): the float with a's exponent and a zero mantissa; a
+    subnormal (whose exponent field is 0) goes through frexp."""
+    int_type, mask = _EXPONENT_FIELD[magnitude.dtype]
+    low = (magnitude.view(int_type) & mask).view(magnitude.dtype)
+    subnormal = (low == 0) & (magnitude > 0)
+    if bool(subnormal.any()):
+        _, exponent = torch.frexp(magnitude)  # a = m·2^exponent, m in [0.5, 1)
+        low = torch.where(subnormal, torch.ldexp(torch.ones_like(magnitude), exponent - 1), low)
+    return low
 
 
 def _uniform(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -59,7 +59,7 @@ def test_unbiased_compressors_match_their_mean_and_variance(compressor, variance
 
 
 def test_natural_rounds_to_a_neighbouring_power_of_two():
-    x = torch.tensor([0.0, 1.0, -3.0, 0.3, 1e-300, -7.5e10], dtype=torch.float64)
+    x = torch.tensor([0.0, 1.0, -3.0, 0.3, 1e-300, -4e-320, -7.5e10], dtype=torch.float64)  # -4e-320: subnormal
     out = draws(Natural(), x, seed=3)
     low = 2.0 ** torch.floor(torch.log2(x.abs()))
     for j in range(x.numel()):
