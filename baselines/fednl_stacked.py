@@ -139,6 +139,9 @@ class StackedClients:
                                             (block_cols, np.repeat(np.arange(X.shape[0]), np.diff(X.indptr)))),
                                            shape=(self.m * self.d, X.shape[0]))
         self.diag = diagonal_positions(self.d)
+        # each entry's column among its own client's rows (FedNL-PP's blocks, `block`)
+        self._P_local = (self.P.indices - self.start[self.client[self.P.indices]]).astype(np.int32)
+        self._B_local = (self.B_T.indices - self.start[self.client[self.B_T.indices]]).astype(np.int32)
         if kernel not in KERNELS:
             raise ConfigError(f"the stacked Hessian kernel must be one of {' | '.join(KERNELS)}, got {kernel!r}")
         self.kernel = kernel
@@ -154,20 +157,20 @@ class StackedClients:
     def gradients_hessians(self, x: np.ndarray, clients: np.ndarray | None = None
                            ) -> tuple[np.ndarray, np.ndarray]:
         """(∇O_c(x) stacked (s, d), packed ∇²O_c(x) stacked (s, T)) for ``clients`` (None: all m, in order)."""
-        z = self.margins(x)
-        zt, yt = torch.from_numpy(z), torch.from_numpy(self.y)
-        dz = self.loss.dz(zt, yt).numpy()
-        curv = self.loss.hess(zt, yt, torch.ones_like(zt)).numpy()
         if clients is None:
+            zt, yt = torch.from_numpy(self.margins(x)), torch.from_numpy(self.y)
+            dz = self.loss.dz(zt, yt).numpy()
+            curv = self.loss.hess(zt, yt, torch.ones_like(zt)).numpy()
             grads = (self.B_T @ dz).reshape(self.m, self.d)
             hess = self.hessians(curv).reshape(self.m, self.T)
-        else:
+        else:  # FedNL-PP: s of the m clients, each from its own rows
             grads = np.empty((len(clients), self.d))
             hess = np.empty((len(clients), self.T))
-            for k, c in enumerate(clients):  # FedNL-PP: s of m clients, each its own row block
-                B_c, P_c = self.block(int(c))
-                grads[k] = B_c @ dz
-                hess[k] = P_c @ curv
+            for k, c in enumerate(clients):
+                B_c, P_c, X_c, y_c = self.block(int(c))
+                z = torch.from_numpy(X_c @ x)
+                grads[k] = B_c @ self.loss.dz(z, y_c).numpy()
+                hess[k] = P_c @ self.loss.hess(z, y_c, torch.ones_like(z)).numpy()
         grads += self.l2 * x
         hess[:, self.diag] += self.l2
         return grads, hess
@@ -182,9 +185,15 @@ class StackedClients:
         v = curv * self.weight if self.binary else curv
         return csr_matvec(indptr, indices, values, v, np.empty(self.m * self.T))
 
-    def block(self, c: int) -> tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]:
-        """Client c's rows of the gradient and Hessian operators (views of their CSR arrays, all N columns)."""
-        return row_block(self.B_T, c * self.d, (c + 1) * self.d), row_block(self.P, c * self.T, (c + 1) * self.T)
+    def block(self, c: int) -> tuple:
+        """Client c's rows of the gradient and Hessian operators with its own rows as columns, its rows X_c and
+        targets y_c (views of the stacked arrays)."""
+        rows = slice(self.start[c], self.start[c + 1])
+        n_c = rows.stop - rows.start
+        B_c = row_block(self.B_T, c * self.d, (c + 1) * self.d, self._B_local, n_c)
+        P_c = row_block(self.P, c * self.T, (c + 1) * self.T, self._P_local, n_c)
+        X_c = row_block(self.X, rows.start, rows.stop)
+        return B_c, P_c, X_c, torch.from_numpy(self.y[rows])
 
     def objective(self, x: np.ndarray) -> float:
         """O(x) = mean_c O_c(x) = (w/m) Σ_j f(z_j, y_j) + (λ/2)‖x‖² (every shard has the weight w = m/N)."""
@@ -198,12 +207,15 @@ class StackedClients:
         return self.weight / self.m * (self.X.T @ dz) + self.l2 * x
 
 
-def row_block(A: scipy.sparse.csr_matrix, start: int, stop: int) -> scipy.sparse.csr_matrix:
-    """Rows start..stop-1 of a CSR matrix, sharing its arrays (SciPy's slicing copies them)."""
+def row_block(A: scipy.sparse.csr_matrix, start: int, stop: int, indices: np.ndarray | None = None,
+              columns: int | None = None) -> scipy.sparse.csr_matrix:
+    """Rows start..stop-1 of a CSR matrix, sharing its arrays (SciPy's slicing copies them); ``indices``: other
+    column indices for A's entries (then ``columns`` columns)."""
     indptr = A.indptr[start:stop + 1]
     first, last = indptr[0], indptr[-1]
-    return scipy.sparse.csr_matrix((A.data[first:last], A.indices[first:last], indptr - first),
-                                   shape=(stop - start, A.shape[1]))
+    indices = A.indices if indices is None else indices
+    return scipy.sparse.csr_matrix((A.data[first:last], indices[first:last], indptr - first),
+                                   shape=(stop - start, A.shape[1] if columns is None else columns))
 
 
 def shard_rows(shard) -> scipy.sparse.csr_matrix:
