@@ -14,34 +14,8 @@ from helpers import env, train
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
 
 
-@pytest.mark.parametrize("override,expected", [
-    ("algorithm.eta=0", "algorithm.eta must be > 0, got 0"),
-    ("algorithm.eta=-2.5", "algorithm.eta must be > 0, got -2.5"),
-    ("algorithm.mu=-1", "algorithm.mu must be >= 0, got -1"),
-    ("problem.n_samples=3", "problem.n_samples=3 is fewer than workers=4"),
-    ("algorithm=newton", "algorithm=newton is unknown; choose one of: acc_sdane, admm, aide, dane, disco, fedavg, feddane, fedprox, fedred, gd, giant, inexact_dane"),
-    ("problem=imagenet", "problem=imagenet is unknown; choose one of:"),
-    ("comm=mpi", "comm=mpi is unknown; choose one of: auto, horovod, local, ps, torch"),
-    ("rounds=0", "rounds must be a positive integer, got 0"),
-    ("problem.covariance=wishart", "problem.covariance must be one of iso|decay, got 'wishart'"),
-    # booleans take only true/false: Python would read any of these strings as true
-    ("algorithm.safeguard=off", "algorithm.safeguard must be true or false, got 'off'"),
-    ("algorithm.safeguard=no", "algorithm.safeguard must be true or false, got 'no'"),
-    ("algorithm.safeguard='false'", "algorithm.safeguard must be true or false, got 'false'"),
-    ("quiet=no", "quiet must be true or false, got 'no'"),
-    ("save_iterate=1", "save_iterate must be true or false, got 1"),
-    ("comm.pin_cores=no", "comm.pin_cores must be true or false, got 'no'"),
-    ("comm.horovod_cycle_time_ms=fast", "comm.horovod_cycle_time_ms must be a number of milliseconds > 0 or auto, "
-                                        "got 'fast'"),
-    ("comm.horovod_cycle_time_ms=0", "comm.horovod_cycle_time_ms must be > 0, got 0"),
-])
-def test_bad_input_is_one_line_and_exit_2(override, expected, tmp_path):
-    proc = train(*SMALL, "workers=4", override, f"out_dir={tmp_path}")
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: ") and expected in lines[0]
-    assert not (tmp_path / "rounds.jsonl").exists()  # rejected before anything ran
+# The one-line refusals of bad values (eta, mu, booleans, choices, ...) are rows of tests/test_bad_input.py's
+# table, run in one process there.
 
 
 def test_plain_python_runs_one_worker_and_writes_the_schema(tmp_path):
