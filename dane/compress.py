@@ -10,7 +10,7 @@ torch generator when None).
 The two classes the analyses use (Beznosikov et al. 2020; Safaryan et al. 2022):
 
 - *unbiased* (``unbiased = True``): E[C(x)] = x and E‖C(x) − x‖² ≤ ω‖x‖², ω = ``omega(n)``;
-- *contractive*: ‖C(x) − x‖² ≤ (1 − δ)‖x‖², δ = ``delta(n)`` ∈ (0, 1].  For an unbiased
+- *contractive*: ‖C(x) − x‖² ≤ (1 − δ)‖x‖² (in expectation for a random C), δ = ``delta(n)`` ∈ (0, 1].  For an unbiased
   compressor ``delta`` is that of the scaled C/(ω+1), which is contractive with δ = 1/(ω+1).
 
 ``make(spec)`` builds one from its text: ``none``, ``topk:K``, ``randk:K``, ``natural``,
