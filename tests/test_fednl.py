@@ -227,3 +227,29 @@ def test_worker_level_equals_stacked(overrides):
         assert records[t]["clients_uplink_bits"] == stacked.uplink_bits  # cumulative, H_i^0 included
     for _, records, ws in out[1:]:  # every worker holds the same iterate
         assert all(torch.equal(a, b) for a, b in zip(out[0][2], ws))
+
+
+@pytest.mark.parametrize("overrides", [{"compressor": "randk:9"}, {"compressor": "randk:9", "variant": "pp", "option": 2,
+                                                                    "clients_per_round": 2}])
+def test_a_resumed_run_continues_exactly(overrides):
+    from dane.comm import ThreadGroup
+
+    X, y = sparse_logistic(ones=0.0)
+    shards, config = shards_of(X, y, 4), FedNLConfig(**overrides)
+
+    def run(comm):
+        algo = config.build(shards[comm.rank], comm)
+        for _ in range(3):
+            algo.step()
+        state = algo.state_dict()
+        straight = [algo.step() for _ in range(3)]
+        resumed = config.build(shards[comm.rank], comm)
+        resumed.load_state_dict(state)
+        again = [resumed.step() for _ in range(3)]
+        return straight, again, algo.iterate, resumed.iterate
+
+    for straight, again, w1, w2 in ThreadGroup(4).run(run):
+        drop = ("time_s", "bytes_sent", "comm_rounds")  # the second build's setup allreduce counts on the communicator
+        assert [{k: v for k, v in r.items() if k not in drop} for r in straight] == \
+            [{k: v for k, v in r.items() if k not in drop} for r in again]
+        assert torch.equal(w1, w2)
