@@ -109,18 +109,8 @@ def test_a_users_own_config_dir_adds_a_problem_and_a_data_set(tmp_path):
     assert proc.returncode == 2 and "problem=nope is unknown" in proc.stderr and "my_ridge" in proc.stderr
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["problem=ridge", "data=csv", "data.path=/nonexistent/x.csv", "data.target=y"], "x.csv"),
-    (["problem=ridge_synthetic", "data=digits"], "data= is not used by problem=ridge_synthetic"),
-    (["problem=logreg", "data=digits"], "problem=logreg needs two classes"),
-    (["problem=ridge", "problem.local_solver=qr"], "problem.local_solver must be one of"),
-])
-def test_bad_input_is_one_line_and_exit_2(overrides, message, tmp_path):
-    proc = train(*overrides, "quiet=true", f"out_dir={tmp_path / 'run'}")
-    assert proc.returncode == 2, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and message in lines[0], proc.stderr
-    assert not (tmp_path / "run").exists()
+# Bad data and solver choices (a missing CSV, digits for logreg, an unknown local solver, data= with
+# ridge_synthetic) are rows of tests/test_bad_input.py's table, run in one process there.
 
 
 def test_presharded_parts_reach_the_optimum_of_the_whole_file(tmp_path):
