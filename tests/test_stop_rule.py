@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import dane
+from dane.algorithm import Rounds
 from dane.runner import DivergenceWatch, StopRule, run
 
 
-class Scripted:
+class Scripted(Rounds):
     """An algorithm whose round t reports objective ``values[t]``: the runner's rules in isolation."""
 
     class Comm:
