@@ -162,7 +162,7 @@ class FedNL(Federated):
         if not isinstance(problem, LinearModelShard):
             raise ConfigError(f"algorithm=fednl needs a linear model on rows (problem=logreg, or problem=ridge with "
                               f"data=...), got {type(problem).__name__}")
-        self.client = StackedClients([problem], kernel="scipy")  # one client: no threads to share
+        self.client = StackedClients([problem])
         self.d = self.client.d
         self.compressor = make(compressor)
         self.alpha = hessian_step(self.compressor, self.d, alpha)

@@ -30,8 +30,9 @@ import torch
 from dane.errors import ConfigError
 
 
-#: how `StackedClients.hessians` forms P f''(z): numba (`baselines.fednl_kernels`, both cores) or SciPy's CSR product
-KERNELS = ("numba", "scipy")
+#: how `StackedClients.hessians` forms P f''(z): SciPy's CSR product (one core) or numba (`baselines.fednl_kernels`,
+#: both cores; ``scripts/bench_fednl.py --kernel``); the first is the default, the faster one measured here
+KERNELS = ("scipy", "numba")
 
 
 def packed_size(d: int) -> int:
@@ -110,7 +111,7 @@ class StackedClients:
     the c-th.  Dense shards are read as sparse (a dense row has d non-zeros and costs d(d+1)/2 products).
     """
 
-    def __init__(self, shards: Sequence, *, kernel: str = "numba"):
+    def __init__(self, shards: Sequence, *, kernel: str = "scipy"):
         first = shards[0]
         if first.classes != 1:
             raise ConfigError(f"algorithm=fednl needs a model with one output (ridge or logistic), got "

@@ -253,3 +253,16 @@ def test_a_resumed_run_continues_exactly(overrides):
         assert [{k: v for k, v in r.items() if k not in drop} for r in straight] == \
             [{k: v for k, v in r.items() if k not in drop} for r in again]
         assert torch.equal(w1, w2)
+
+
+@pytest.mark.slow  # numba compiles the kernel on its first run (seconds)
+def test_numba_kernel_equals_scipy(problem):
+    X, y, _, _ = problem
+    x = np.random.default_rng(4).normal(size=X.shape[1])
+    for ones in (1.0, 0.3):  # binary rows read P's pattern only; others its values
+        Xo, yo = sparse_logistic(ones=ones)
+        by = {kernel: StackedClients(shards_of(Xo, yo, 3), kernel=kernel).gradients_hessians(x)[1]
+              for kernel in ("scipy", "numba")}
+        np.testing.assert_allclose(by["numba"], by["scipy"], rtol=0, atol=1e-14)
+    with pytest.raises(ConfigError, match="kernel"):
+        StackedClients(shards_of(X, y, 2), kernel="fortran")
