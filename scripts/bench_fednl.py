@@ -1,7 +1,7 @@
 """FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json.
 
     dane bench fednl --out results/bench.json [--rounds 1000] [--repeats 2]
-        [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--kernel scipy|numba] [--threads 2]
+        [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--kernel scipy|numba] [--threads 1]
 
 L2-regularised logistic regression (λ = 1e-3, intercept added: d = 124 for a9a, 301 for w8a) on the
 LIBSVM files, dealt to 80 (a9a) or 142 (w8a) clients by the package's own loader and sharding
@@ -127,8 +127,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--only", nargs="+", choices=tuple(TABLES), default=list(TABLES))
     parser.add_argument("--kernel", choices=KERNELS, default=KERNELS[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="torch's intra-op threads (the compressors) and numba's (the Hessian kernel)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch's intra-op threads (the compressors) and numba's (the Hessian kernel); 1 measured "
+                             "faster than 2 on the shared 2-core machine")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeats < 1:
         sys.exit(f"error: --rounds and --repeats must be >= 1, got {args.rounds} and {args.repeats}")
