@@ -17,6 +17,8 @@ from pathlib import Path
 
 from dane.results import atomic_write_text
 
+from dane.paper_figs.blocks import replace_block
+
 BEGIN, END = "<!-- federated-table:begin -->", "<!-- federated-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
 LABELS = {"sdane": "S-DANE", "acc_sdane": "Acc-S-DANE", "feddane": "FedDANE", "fedred": "FedRed", "fedprox": "FedProx",
@@ -116,15 +118,6 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
-def replace_block(text: str, block: str) -> str:
-    """``text`` with the lines between BEGIN and END replaced by ``block``."""
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"error: the page has no {BEGIN} ... {END} block; add the two lines where the table goes")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", nargs="+", default=["results/bench.json"],
@@ -143,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         print(block)
         return
     page = Path(args.page)
-    atomic_write_text(page, replace_block(page.read_text(), block))
+    atomic_write_text(page, replace_block(page.read_text(), block, BEGIN, END))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,25 @@ def simulate(config, problems, rounds: int, tol: float | None = None):
     return ThreadGroup(len(problems)).run(worker)
 
 
+def straight_and_resumed(config, shards, rounds: int = 3) -> list[tuple]:
+    """Per worker of a ThreadGroup over ``shards``: (records, records, iterate, iterate) of ``rounds`` rounds
+    after ``rounds`` rounds, once straight on and once from a fresh build loaded with the state_dict there."""
+
+    def run(comm):
+        algo = config.build(shards[comm.rank], comm)
+        for _ in range(rounds):
+            algo.step()
+        state = algo.state_dict()
+        straight = [algo.step() for _ in range(rounds)]
+        w_straight = algo.iterate.clone()
+        resumed = config.build(shards[comm.rank], comm)
+        resumed.load_state_dict(state)
+        again = [resumed.step() for _ in range(rounds)]
+        return straight, again, w_straight, resumed.iterate
+
+    return ThreadGroup(len(shards)).run(run)
+
+
 def env() -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 

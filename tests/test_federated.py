@@ -21,7 +21,7 @@ from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
 from dane.sampling import ClientSampler, sampled_mean
-from helpers import ridge_shards, simulate
+from helpers import ridge_shards, simulate, straight_and_resumed
 
 SMALL = RidgeSyntheticConfig(n_samples=240, dim=12, lam=0.01, noise_std=0.5)
 
@@ -191,21 +191,7 @@ def test_scaffnew_refuses_client_sampling_in_one_line():
     FedRedConfig(control_variate=2, averaging="random", p=0.3, clients_per_round=2), ScaffnewConfig(p=0.4),
     FedDANEConfig(clients_per_round=2), FedProxConfig(clients_per_round=3)], ids=lambda c: c.name)
 def test_a_resumed_run_continues_exactly(config):
-    shards = ridge_shards(4, SMALL)
-
-    def run(comm):
-        algo = config.build(shards[comm.rank], comm)
-        for _ in range(3):
-            algo.step()
-        state = algo.state_dict()
-        straight = [algo.step() for _ in range(3)]
-        w_straight = algo.iterate.clone()
-        resumed = config.build(shards[comm.rank], comm)
-        resumed.load_state_dict(state)
-        again = [resumed.step() for _ in range(3)]
-        return straight, again, w_straight, resumed.iterate
-
-    for straight, again, w1, w2 in ThreadGroup(4).run(run):
+    for straight, again, w1, w2 in straight_and_resumed(config, ridge_shards(4, SMALL)):
         assert straight == again and torch.equal(w1, w2)
 
 

@@ -15,6 +15,7 @@ from dane.compress import make
 from dane.errors import ConfigError
 from dane.losses import LOSSES
 from dane.problems.glm import LinearModelShard, add_intercept, to_torch
+from helpers import straight_and_resumed
 
 LAM = 1e-3
 
@@ -232,23 +233,8 @@ def test_worker_level_equals_stacked(overrides):
 @pytest.mark.parametrize("overrides", [{"compressor": "randk:9"}, {"compressor": "randk:9", "variant": "pp", "option": 2,
                                                                     "clients_per_round": 2}])
 def test_a_resumed_run_continues_exactly(overrides):
-    from dane.comm import ThreadGroup
-
     X, y = sparse_logistic(ones=0.0)
-    shards, config = shards_of(X, y, 4), FedNLConfig(**overrides)
-
-    def run(comm):
-        algo = config.build(shards[comm.rank], comm)
-        for _ in range(3):
-            algo.step()
-        state = algo.state_dict()
-        straight = [algo.step() for _ in range(3)]
-        resumed = config.build(shards[comm.rank], comm)
-        resumed.load_state_dict(state)
-        again = [resumed.step() for _ in range(3)]
-        return straight, again, algo.iterate, resumed.iterate
-
-    for straight, again, w1, w2 in ThreadGroup(4).run(run):
+    for straight, again, w1, w2 in straight_and_resumed(FedNLConfig(**overrides), shards_of(X, y, 4)):
         drop = ("time_s", "bytes_sent", "comm_rounds")  # the second build's setup allreduce counts on the communicator
         assert [{k: v for k, v in r.items() if k not in drop} for r in straight] == \
             [{k: v for k, v in r.items() if k not in drop} for r in again]
