@@ -1,0 +1,54 @@
+"""paper_figs/fednl_bits.py: FedNL beside GD against rounds and uplink bits per client, from logged runs."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import dane
+from dane.baselines.fednl import uplink_bits
+from dane.compress import make
+from dane.paper_figs.fednl_bits import NoBits, curve, main
+from dane.results import read_rounds
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two real runs on one small logistic regression, 4 workers: FedNL with TopK, GD with comm.compress=none."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 6))
+    y = (X @ rng.normal(size=6) + rng.normal(size=400) > 0).astype(float)
+    problem = dane.problems.LogReg(X, y, lam=1e-2, optimum="auto")
+    root = tmp_path_factory.mktemp("fednl_bits")
+    dane.fit(problem, "fednl", workers=4, rounds=6, out_dir=str(root / "fednl_topk"), compressor="topk:5", option=2)
+    dane.fit(problem, "gd", workers=4, rounds=6, out_dir=str(root / "gd"), compress="none")
+    dane.fit(problem, "gd", workers=4, rounds=2, out_dir=str(tmp_path_factory.mktemp("plain") / "gd"))
+    return root
+
+
+def test_bits_per_client_and_relative_suboptimality_are_the_records(runs):
+    fednl, gd = read_rounds(runs / "fednl_topk"), read_rounds(runs / "gd")
+    optimum = fednl[0]["objective"] - fednl[0]["suboptimality"]
+    got = curve(runs / "fednl_topk")
+    assert got["label"] == "fednl_topk" and got["rounds"] == [r["round"] for r in fednl]
+    assert got["bits"] == [r["clients_uplink_bits"] / 4 for r in fednl]  # FedNL's count sums the 4 clients
+    assert got["relative"] == pytest.approx([r["suboptimality"] / abs(optimum) for r in fednl], rel=1e-15)
+    # d = 6: round 0's record holds H_i^0 whole (21 packed values at 64 bits) and round 0's message
+    per_round = uplink_bits(make("topk:5"), 6, variant="plain", option=2)
+    assert got["bits"][0] == 64 * 21 + per_round and got["bits"][1] - got["bits"][0] == per_round
+    assert curve(runs / "gd")["bits"] == [r["uplink_bits"] for r in gd]  # comm.compress's per-worker count
+
+
+def test_the_figure_and_its_table_are_written(runs, tmp_path):
+    paths = main(runs, tmp_path)
+    assert {p.name for p in paths} == {"fednl_bits.png", "fednl_bits.pdf", "fednl_bits.md", "fednl_bits.json"}
+    table = (tmp_path / "fednl_bits.md").read_text()
+    assert "| fednl_topk | 6 |" in table and "| gd | 6 |" in table
+    assert len(json.loads((tmp_path / "fednl_bits.json").read_text())["runs"]) == 2
+
+
+def test_a_run_without_bit_counts_is_named_with_its_fix(runs, tmp_path_factory):
+    plain = next(tmp_path_factory.getbasetemp().glob("plain*/gd"))
+    with pytest.raises(NoBits, match="run it with comm.compress=none"):
+        curve(plain)
