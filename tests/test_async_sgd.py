@@ -191,6 +191,7 @@ def torchrun_train(tmp_path: Path, processes: int, *overrides: str) -> tuple[dic
     return read_summary(tmp_path), read_rounds(tmp_path), updates
 
 
+@pytest.mark.slow
 def test_torchrun_one_asynchronous_worker_follows_sync_sgd(tmp_path):
     """With one worker nothing is stale, and the server's optimizer step is sync_sgd's: the same objectives."""
     summary, rounds, updates = torchrun_train(tmp_path, 2, *LOGREG, "rounds=5", "comm.staleness=inf")
@@ -200,7 +201,8 @@ def test_torchrun_one_asynchronous_worker_follows_sync_sgd(tmp_path):
     assert [u["version"] for u in updates] == list(range(1, 21))
 
 
-@pytest.mark.parametrize("s", [1, pytest.param("inf", marks=pytest.mark.slow)])
+@pytest.mark.slow  # two torchrun launches (about 40 s); the simulator tests cover staleness fast
+@pytest.mark.parametrize("s", [1, "inf"])
 def test_torchrun_stale_synchronous_and_asynchronous_sgd(s, tmp_path):
     summary, rounds, updates = torchrun_train(tmp_path, 4, *LOGREG, "rounds=6", f"comm.staleness={s}")
     m = 3

@@ -609,6 +609,7 @@ def test_as_its_own_process(name, probed, tmp_path):
     assert_refused(row, tmp, proc.returncode, proc.stderr, existed=False, unchanged=False)
 
 
+@pytest.mark.slow
 def test_horovodrun_prints_the_workers_line_once():
     """Under a launcher every rank finds the same bad config; rank 0 says so, the others exit 2 silently."""
     proc = train("workers=3", *SMALL, launcher=horovodrun(2))

@@ -130,6 +130,7 @@ def quick(tmp_path_factory):
     return json.loads(out.read_text()), proc.stdout
 
 
+@pytest.mark.slow
 def test_quick_run_writes_its_key_and_keeps_others(quick):
     report, stdout = quick
     assert report["other_bench"] == {"kept": True}

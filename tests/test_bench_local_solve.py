@@ -7,6 +7,8 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO, env
 
 SCRIPT = REPO / "scripts" / "bench_local_solve.py"
@@ -23,6 +25,7 @@ def test_cholesky_is_skipped_only_where_it_cannot_fit():
     assert bench.skip_reason({"d": 5000, "layout": "dense", "n_rows": 10000, "solver": "cholesky"}, memory) is None
 
 
+@pytest.mark.slow
 def test_quick_run_measures_each_case_and_keeps_other_keys(tmp_path):
     out = tmp_path / "bench.json"
     out.write_text(json.dumps({"other_bench": {"kept": True}}))

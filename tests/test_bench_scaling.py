@@ -51,6 +51,7 @@ def test_ridge_ceiling_is_the_lone_time_over_half_the_setup_beside_a_twin_plus_t
 
 @pytest.mark.needs_horovod  # horovodrun -np 1, twice
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+@pytest.mark.slow
 def test_side_by_side_runs_each_hold_one_core_of_their_own(tmp_path):
     files = [tmp_path / f"probe{k}.jsonl" for k in range(2)]
     horovodrun_side_by_side("tests.comm_probe", [[str(f)] for f in files], timeout=300)
@@ -61,6 +62,7 @@ def test_side_by_side_runs_each_hold_one_core_of_their_own(tmp_path):
 
 
 @pytest.mark.needs_horovod
+@pytest.mark.slow
 def test_side_by_side_reports_which_run_failed(tmp_path):
     with pytest.raises(RuntimeError, match="exited with"):
         horovodrun_side_by_side("tests.comm_probe", [[str(tmp_path / "ok.jsonl")], ["/no/such/dir/x.jsonl"]],

@@ -81,6 +81,7 @@ def run_in(folder, *overrides: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_rejected_input_and_out_dir_leave_no_other_folder(tmp_path):
     assert run_in(tmp_path, "algorithm.mu=-1").returncode == 2
     assert list(tmp_path.iterdir()) == []  # no Hydra folder for a rejected run
@@ -89,6 +90,7 @@ def test_rejected_input_and_out_dir_leave_no_other_folder(tmp_path):
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["config.yaml", "rounds.jsonl", "summary.json"]
 
 
+@pytest.mark.slow
 def test_default_run_directories_are_unique_for_runs_started_together(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-m", "experiments.train", *SMALL], cwd=tmp_path, env=env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
@@ -97,6 +99,7 @@ def test_default_run_directories_are_unique_for_runs_started_together(tmp_path):
     assert len(runs) == 2 and all(len(read_rounds(run)) == 4 for run in runs)  # rounds 0..3, nothing mixed
 
 
+@pytest.mark.slow
 def test_an_invalid_job_is_recorded_and_the_sweep_goes_on(tmp_path):
     proc = run_in(tmp_path, "-m", "algorithm.mu=-1,0.0", *SMALL, "hydra.sweep.dir=sweep")
     assert proc.returncode == 0, proc.stderr

@@ -53,6 +53,7 @@ def test_sparse_run_keeps_x_sparse_and_converges(simulated):
 
 
 @pytest.mark.parametrize("launch", [horovodrun, torchrun], ids=["horovodrun", "torchrun"])
+@pytest.mark.slow
 def test_sparse_problem_under_a_launcher_equals_the_simulator(launch, sparse_file, simulated, tmp_path):
     algorithm, simulated = simulated
     proc = sparse_run(sparse_file, tmp_path, algorithm, launch(2))
@@ -86,6 +87,7 @@ def test_csv_with_a_categorical_column_runs_to_the_optimum(tmp_path):
     assert "imputed" in notes and "group" in notes  # the one missing x2 and the one-hot column are in the log
 
 
+@pytest.mark.slow
 def test_a_users_own_config_dir_adds_a_problem_and_a_data_set(tmp_path):
     rng = np.random.default_rng(2)
     X = rng.standard_normal((120, 4))
@@ -113,6 +115,7 @@ def test_a_users_own_config_dir_adds_a_problem_and_a_data_set(tmp_path):
 # ridge_synthetic) are rows of tests/test_bad_input.py's table, run in one process there.
 
 
+@pytest.mark.slow
 def test_presharded_parts_reach_the_optimum_of_the_whole_file(tmp_path):
     X, y = write_sparse_logistic(tmp_path / "whole.svm", n=300, d=2000, seed=4)
     for rank, rows in enumerate(np.array_split(np.arange(300), 2)):

@@ -28,6 +28,8 @@ from dane.comm import ThreadGroup
 from dane.problems.neural import reproducible_numerics
 from helpers import REPO, env, horovodrun, torchrun
 
+#: separate processes for every run (about 3 minutes in all): the slow suite (make test-slow), not make test
+pytestmark = pytest.mark.slow
 JOB = ("problem=digits_lenet5", "workers=2", "rounds=2", "quiet=true")  # float32 by the problem's config
 CLOCK_KEYS = {"time_s"}  # wall time under a launcher, the thread CPU clock in the simulator
 #: thread environments a rerun may meet: none (torch takes every core), or one or two threads asked for

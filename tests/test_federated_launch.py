@@ -27,7 +27,7 @@ def records(run_dir):
 
 
 @pytest.fixture(scope="module", params=[
-    "scaffold_sampled", pytest.param("acc_sdane", marks=pytest.mark.slow)])  # one job in the fast suite
+    "scaffold_sampled", pytest.param("acc_sdane", marks=pytest.mark.slow)])  # all slow: each launches processes (test_launchers covers the launch fast)
 def simulated(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param) / "sim"
     return request.param, simulated_run(out, *JOBS[request.param], *PROBLEM, workers=2)
@@ -35,6 +35,7 @@ def simulated(request, tmp_path_factory):
 
 @pytest.mark.parametrize("launch", [torchrun, pytest.param(horovodrun, marks=pytest.mark.slow)],
                          ids=["torchrun", "horovodrun"])
+@pytest.mark.slow
 def test_launched_federated_run_equals_the_simulator(launch, simulated, tmp_path):
     job, sim = simulated
     proc = train(*JOBS[job], *PROBLEM, f"out_dir={tmp_path}", launcher=launch(2))

@@ -174,6 +174,7 @@ def test_allreduce_at_two_thousand_threads_is_the_mean_in_rank_order():
     torch.testing.assert_close(results[0][1], expected / 2, rtol=1e-15, atol=0)
 
 
+@pytest.mark.slow
 def test_dane_with_two_thousand_workers_of_two_rows_takes_its_first_step_exactly():
     """One DANE round at m = 2000 (n_i = 2 < d = 5): w_1 = w_0 - mean_i (H_i + 2λ... )⁻¹ g, computed directly."""
     config = RidgeSyntheticConfig(n_samples=4000, dim=5, seed=2)

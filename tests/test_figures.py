@@ -150,6 +150,7 @@ def test_convergence_reads_all_panels(index, tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
+@pytest.mark.slow
 def test_make_all_draws_every_figure_without_running(results, tmp_path):
     written = make_all.make_all(results, tmp_path, run_missing=False)
     figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table", "ps_scaling", "staleness")

@@ -28,6 +28,7 @@ def probe(launcher: list[str], tmp_path) -> list[dict]:
 
 
 @pytest.mark.parametrize("launch", [horovodrun, torchrun], ids=["horovodrun", "torchrun"])
+@pytest.mark.slow
 def test_allreduce_mean_is_exact_and_counted(launch, tmp_path):
     records = probe(launch(2), tmp_path)
     assert [r["rank"] for r in records] == [0, 1]
@@ -66,6 +67,7 @@ def test_launcher_iterates_equal_the_in_process_simulation(launch, simulated_run
     assert not (REPO / "outputs").exists()  # no rank made a Hydra directory of its own
 
 
+@pytest.mark.slow
 def test_workers_must_match_the_launcher(tmp_path):
     proc = train(*DANE_SMALL, "workers=3", f"out_dir={tmp_path}", launcher=torchrun(2))
     assert proc.returncode != 0

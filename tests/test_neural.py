@@ -182,6 +182,7 @@ def test_problems_say_whether_they_are_convex():
     assert lenet.build(0, 2).convex is False
 
 
+@pytest.mark.slow
 def test_safeguard_on_a_network_keeps_plain_dane_accuracy_and_lets_mu_come_back_down(tmp_path):
     # Benign setting (plain DANE converges): no rejection, and the safeguard costs at most
     # 1.5 points of test accuracy at the same round budget (measured: 94.7% vs 95.3%).
@@ -303,6 +304,7 @@ def horovodrun() -> str | None:
     return str(path) if path.exists() else shutil.which("horovodrun")
 
 
+@pytest.mark.slow
 def test_horovodrun_two_ranks_match_the_simulator(tmp_path):
     launcher = horovodrun()
     if launcher is None:

@@ -94,6 +94,7 @@ def test_slices_cover_the_buffer_in_order():
 
 
 @pytest.mark.parametrize("servers,processes", [(1, 3), (2, 4)], ids=["1server_2workers", "2servers_2workers"])
+@pytest.mark.slow
 def test_collectives_are_exact_and_every_link_is_counted(servers, processes, tmp_path):
     from helpers import REPO, env, torchrun
     import subprocess
@@ -154,6 +155,7 @@ def simulated(tmp_path_factory):
 
 
 @pytest.mark.parametrize("run", [pytest.param(k, marks=[pytest.mark.slow] if k in SLOW else []) for k in RUNS])
+@pytest.mark.slow
 def test_torchrun_ps_iterates_equal_the_simulator(run, simulated, tmp_path):
     """2 workers through 1 or 2 servers: round for round the simulator's objective, suboptimality and cost."""
     from dane.results import read_rounds, read_summary

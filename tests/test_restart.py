@@ -67,6 +67,7 @@ def test_resume_auto_restarts_a_run_that_crashed_before_its_first_checkpoint(tmp
         execute_with(finished, *RIDGE, "workers=2", "rounds=8", f"out_dir={finished}", "resume=auto")
 
 
+@pytest.mark.slow
 def test_a_lost_simulated_worker_and_the_same_command_rerun_finish_like_the_uninterrupted_run(tmp_path, whole):
     """The command line a restart script would repeat: the first attempt crashes, the second finishes."""
     run_dir = tmp_path / "run"
@@ -157,6 +158,7 @@ def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_p
     assert not (run_dir / ".lock").exists()
 
 
+@pytest.mark.slow
 def test_torchrun_restarts_a_killed_worker_and_finishes_like_the_uninterrupted_run(tmp_path, whole):
     """SIGKILL of rank 1 at round 3 (once: a marker in the run directory); torchrun restarts both workers.
 
@@ -312,6 +314,7 @@ def test_torchrun_restart_of_a_network_run_is_bitwise_the_uninterrupted_run(tmp_
 
 
 @pytest.mark.parametrize("backend", ["torch", "horovod", "ps"])
+@pytest.mark.slow
 def test_a_worker_killed_without_restarts_leaves_its_peers_one_line_and_its_records(tmp_path, backend):
     """SIGKILL of rank 1 at round 2 with no restart: every survivor (worker 0; under comm=ps also the
     server) says in one line that it lost a peer, where the records are and how to resume, and exits
