@@ -148,6 +148,7 @@ def test_quick_run_writes_its_key_and_keeps_others(quick):
             assert set(per_m["goals"]) == {"a_allreduces", "b_time"}
 
 
+@pytest.mark.slow
 def test_quick_rows_agree_with_their_rounds_jsonl(quick):
     family = quick[0][bench.KEY]
     seen_reached = 0

@@ -108,6 +108,7 @@ def test_an_invalid_job_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert read_summary(good)["rounds"] == 3
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_finished_run_directory_is_refused_unless_overwrite(tmp_path):
     assert train(*SMALL, f"out_dir={tmp_path}").returncode == 0
     before = (tmp_path / "rounds.jsonl").read_bytes(), (tmp_path / "summary.json").read_bytes()

@@ -99,6 +99,7 @@ def test_speedup_extracts_time_to_1e8_and_splits_it(index, tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths) and {p.suffix for p in paths} == {".png", ".pdf"}
 
 
+@pytest.mark.slow
 def test_figures_are_the_same_bytes_when_drawn_twice_and_carry_provenance(results, tmp_path):
     first = {p.name: p.read_bytes() for p in speedup.main(results, tmp_path / "a")}
     second = {p.name: p.read_bytes() for p in speedup.main(results, tmp_path / "b")}
