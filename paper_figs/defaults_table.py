@@ -16,9 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-from dane.results import atomic_write_text
-
-from dane.paper_figs.blocks import replace_block
+from dane.paper_figs.blocks import publish
 
 BEGIN, END = "<!-- defaults-table:begin -->", "<!-- defaults-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
@@ -88,11 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     if "defaults" not in bench:
         raise SystemExit(f"error: {args.json} has no defaults section; run scripts/bench_defaults.py first")
     block = render(bench["defaults"])
-    if args.print:
-        print(block)
-        return
-    page = Path(args.page)
-    atomic_write_text(page, replace_block(page.read_text(), block, BEGIN, END))
+    publish(block, args.page, BEGIN, END, args.print)
 
 
 if __name__ == "__main__":

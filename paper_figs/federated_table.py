@@ -15,9 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dane.results import atomic_write_text
-
-from dane.paper_figs.blocks import replace_block
+from dane.paper_figs.blocks import publish
 
 BEGIN, END = "<!-- federated-table:begin -->", "<!-- federated-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
@@ -132,11 +130,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"error: {path} has no federated section; run scripts/bench_federated.py first")
         reports.append(bench["federated"])
     block = render(combine(reports))
-    if args.print:
-        print(block)
-        return
-    page = Path(args.page)
-    atomic_write_text(page, replace_block(page.read_text(), block, BEGIN, END))
+    publish(block, args.page, BEGIN, END, args.print)
 
 
 if __name__ == "__main__":
