@@ -12,6 +12,14 @@ or any solver of the package.  With μ = 0 and ``steps`` this is FedAvg (`baseli
 FedProx does not converge to the minimizer of O on heterogeneous shards: its fixed point satisfies
 mean_i prox_{O_i/μ}(w) = w, which is w* only when the shards agree; μ trades that bias against speed.
 
+Under full participation a round is a fixed map w ↦ T(w), and the run ends early, with status
+``client_drift`` and a one-line diagnosis, once the clients' moves cancel in the average:
+ρ_t = ‖w_{t+1} − w_t‖ / mean_i ‖w_i − w_t‖ at most `FIXED_POINT` times ρ_0 (the scalar ‖w_i − w_t‖ rides in
+the round's allreduce, 8 bytes).  On identical shards ρ_t = 1 all the way to the optimum; on differing
+shards it falls to 0 at the fixed point, where every client still moves.  A target met first ends the
+run ``converged``.  With client sampling the iterate never settles, and `diagnosis` names the floor
+at the round cap instead.
+
 Departure from the paper: full local gradients (the paper takes minibatch SGD epochs), so that
 runs are deterministic; the paper's tuned μ ∈ {0.001, 0.01, 0.1, 1}, 0.01 by default here.
 """
@@ -38,12 +46,47 @@ class FedProx(Federated):
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.mu = mu
+        self.first_ratio: float | None = None  # ρ_0 (module docstring)
+        self.stalled: str | None = None        # the diagnosis, once at the fixed point
 
     def step(self) -> dict[str, float]:
         members, inside = self.members()                                          # S_t
-        w_local = self.prox(self.w, torch.zeros_like(self.w), self.mu) if inside else self.w  # local prox solve
-        (self.w,), reduced = self.average(members, [w_local], self.payload(self.w), down=[self.w])  # mean_S w_i
+        w = self.w
+        w_local = self.prox(w, torch.zeros_like(w), self.mu) if inside else w   # local prox solve
+        full = len(members) == self.comm.size
+        moved = [torch.linalg.vector_norm(w_local - w).reshape(1)] if full else []  # ‖w_i − w_t‖ rides along
+        (self.w,), reduced = self.average(members, [w_local], [*self.payload(w), *moved], down=[w])  # mean_S w_i
+        if full:
+            *reduced, client_moves = reduced
+            self.watch_fixed_point(float(torch.linalg.vector_norm(self.w - w)), float(client_moves))
         return {**self.record(reduced, members), "mu": self.mu}
+
+    def watch_fixed_point(self, moved: float, client_moves: float) -> None:
+        """Full participation: set `stalled` once ‖w_{t+1} − w_t‖ / mean_i ‖w_i − w_t‖ ≤ `FIXED_POINT` × its round-0
+        value: the clients still move, but their moves cancel (module docstring)."""
+        if not client_moves > 0:
+            return
+        ratio = moved / client_moves
+        if self.first_ratio is None:
+            self.first_ratio = ratio
+        elif ratio <= FIXED_POINT * self.first_ratio:
+            self.stalled = (f"client drift: the clients' local moves cancel in the average ({ratio / self.first_ratio:.1e} "
+                            f"of round 0's share), so w no longer moves although no client is at its optimum; FedProx's "
+                            f"fixed point (mean_i prox_(O_i/mu)(w) = w) is not the optimum when the shards differ, and "
+                            f"more rounds do not reach the target; a larger algorithm.mu (now {self.mu:g}) lowers the "
+                            f"floor and slows each round, and algorithm=scaffold or algorithm=sdane correct the drift")
+
+    @property
+    def finished(self) -> tuple[str, str] | None:
+        """("client_drift", why) once the iterate sits at FedProx's biased fixed point (`dane.runner.run`)."""
+        return None if self.stalled is None else ("client_drift", self.stalled)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "first_ratio": self.first_ratio, "stalled": self.stalled}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.first_ratio, self.stalled = state.get("first_ratio"), state.get("stalled")
 
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, an objective that has stalled (its last quarter of rounds moved it by at most
@@ -64,6 +107,8 @@ class FedProx(Federated):
 #: the share of a run's objective decrease that its last quarter of rounds may make for `FedProx.diagnosis` to call
 #: the objective stalled
 STALLED = 1e-3
+#: the fall of ‖w_{t+1} − w_t‖/‖∇O(w_t)‖ from round 0 at which a full-participation run is at its fixed point
+FIXED_POINT = 1e-3
 
 
 @dataclass(frozen=True)

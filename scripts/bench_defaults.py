@@ -43,6 +43,7 @@ KEY = "defaults"
 REL_TOL = 1e-8
 MU_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0)
 LAMS = (1e-3, 1e-5)
+PROX_MULTIPLES = (0.25, 0.5, 2.0, 8.0, 32.0)  # grid of the DANE line's proximal weight, in units of its default
 WORKERS = (4, 8)
 #: method -> (algorithm, its default overrides (none: the yaml), its grid of settings, the grid's goal factor)
 METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
@@ -55,8 +56,22 @@ METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
     "disco": ("disco", {}, [{"mu": mu} for mu in (0.0, 1e-4, 1e-3, 1e-2)], 2.0),
     "admm": ("admm", {}, [{"adaptive_rho": False, "rho": rho} for rho in (1e-3, 1e-2, 0.1, 1.0, 10.0)], 2.0),
     "gd": ("gd", {}, [{"lr_times_L": c} for c in (1.0, 1.5, 1.9)], 2.0),  # lr = c / L, L from numpy
+    # The federated DANE line (issue 33), full participation.  X_times_default: c is c times the value of X
+    # that the default run used (its records' X column: the measured-dissimilarity λ or μ, Scaffnew's p).
+    "sdane": ("sdane", {}, [{"lam_times_default": c} for c in PROX_MULTIPLES], 2.0),
+    "acc_sdane": ("acc_sdane", {}, [{"lam_times_default": c} for c in PROX_MULTIPLES], 2.0),
+    "feddane": ("feddane", {}, [{"mu_times_default": c} for c in PROX_MULTIPLES], 2.0),
+    "fedred": ("fedred", {}, [{"lam_times_default": c} for c in PROX_MULTIPLES], 2.0),
+    "fedprox": ("fedprox", {}, [{"mu": mu} for mu in (1e-3, 0.1, 1.0)], 2.0),  # the paper's grid (default 0.01)
+    "fedavg": ("fedavg", {}, [{"local_steps": k} for k in (3, 30)], 2.0),
+    "scaffold": ("scaffold", {}, [{"local_steps": k} for k in (1, 10)] + [{"lr_times_L": 0.5}], 2.0),
+    "scaffnew": ("scaffnew", {}, [{"p_times_default": c} for c in (0.25, 4.0)] +
+                 [{"lr_times_default": 0.5, "p_times_default": 1.0}], 2.0),  # p = null needs lr = null: both given
 }
 CAPS = {"admm": 1300, "gd": 6400}  # at least twice the best grid setting's allreduces in every cell, so "within 2x" is measurable
+#: methods whose fixed point is not the optimum on differing shards (FedProx's client drift): they reach a
+#: floor, not the target, and end there with their diagnosis; judged on that, not on "within 2x"
+FLOORED = ("fedprox", "fedavg")
 CAP = 300
 QUICK_CAP = 200
 
@@ -83,20 +98,49 @@ def to_target(records: list[dict]) -> dict:
     return row
 
 
-def run_setting(problem, method: str, settings: dict, workers: int, L: float, cap: int) -> dict:
-    """One `dane.fit` run of ``method`` with ``settings`` (on its yaml); its cost to the target."""
+def resolve(settings: dict, L: float, default_record: dict | None) -> dict:
+    """The algorithm keys of a grid setting: ``lr_times_L: c`` is lr = c/L; ``X_times_default: c`` is X = c times
+    the X of the default run's first record (what its defaults chose: a measured λ, μ or p)."""
+    keys = {}
+    for key, value in settings.items():
+        if key == "lr_times_L":
+            keys["lr"] = value / L
+        elif key.endswith("_times_default"):
+            name = key.removesuffix("_times_default")
+            if default_record is None or default_record.get(name) is None:
+                raise ValueError(f"{key}: the default run logged no {name}")
+            keys[name] = value * float(default_record[name])
+        else:
+            keys[key] = value
+    return keys
+
+
+def run_setting(problem, method: str, settings: dict, workers: int, L: float, cap: int,
+                default_record: dict | None = None) -> dict:
+    """One `dane.fit` run of ``method`` with ``settings`` (on its yaml); its cost to the target.  A run that
+    ends without the target also keeps ``stopped_by``, the one line that says why (a method's diagnosis)."""
     algorithm = METHODS[method][0]
-    keys = dict(settings)
-    if "lr_times_L" in keys:
-        keys["lr"] = keys.pop("lr_times_L") / L
     start = time.perf_counter()
+    try:
+        keys = resolve(settings, L, default_record)
+    except ValueError as exc:
+        return {"settings": settings, "reached": False, "status": "error", "error": str(exc), "wall_s": 0.0}
     try:
         result = dane.fit(problem, algorithm, workers=workers, rounds=cap, tol=REL_TOL, **keys)
     except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result; the grid goes on
         return {"settings": settings, "reached": False, "status": "error",
                 "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "wall_s": time.perf_counter() - start}
-    return {"settings": settings, "status": result.status, "stopped_by": result.summary.get("stopped_by"),
-            **to_target(result.records), "wall_s": round(time.perf_counter() - start, 3)}
+    row = {"settings": settings, "status": result.status, "stopped_by": result.summary.get("stopped_by"),
+           **to_target(result.records), "wall_s": round(time.perf_counter() - start, 3)}
+    if keys != settings:
+        row["keys"] = keys
+    if not settings and result.records:  # the default: what it chose, for the grid's X_times_default
+        row["first_record"] = {k: v for k, v in result.records[0].items() if k in CHOSEN}
+    return row
+
+
+#: the knobs a default chooses at run time and logs in its records (the grid's X_times_default reads them)
+CHOSEN = ("lam", "mu", "p", "lr")
 
 
 def judge(method: str, default: dict, grid: list[dict]) -> dict:
@@ -107,6 +151,8 @@ def judge(method: str, default: dict, grid: list[dict]) -> dict:
     out = {"best": best and {k: best[k] for k in ("settings", "rounds", "comm_rounds")}, "factor": factor,
            "ratio": None, "rounds_ratio": None}
     out["no_divergence"] = default["status"] not in ("diverged", "error")
+    if method in FLOORED:  # its default either reaches the target or ends early at its floor, saying why
+        out["diagnosed"] = default["reached"] or default["status"] == "client_drift"
     if best is None:
         out["within_factor"] = None  # no setting of the grid reached the target: nothing to be within
     elif default["reached"]:
@@ -130,7 +176,7 @@ def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str
         algorithm, default_keys, grid, _ = METHODS[method]
         cap = QUICK_CAP if quick else CAPS.get(algorithm, CAP)
         default = run_setting(problem, method, default_keys, workers, L, cap)
-        runs = [run_setting(problem, method, g, workers, L, cap) for g in grid]
+        runs = [run_setting(problem, method, g, workers, L, cap, default.get("first_record")) for g in grid]
         verdict = judge(method, default, runs)
         cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs, **verdict, "code": code}
         shown = f"{default['comm_rounds']} allreduces" if default["reached"] else default["status"]
@@ -161,6 +207,9 @@ def misses(report: dict) -> list[str]:
         for method, row in cell["methods"].items():
             if not row["no_divergence"]:
                 out.append(f"{key} {method}: default {row['default']['status']}")
+            elif row.get("diagnosed") is False:
+                out.append(f"{key} {method}: default ran to the cap without reaching the target or its floor "
+                           f"({row['default']['status']})")
             elif row["within_factor"] is False:
                 have = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "not reached"
                 out.append(f"{key} {method}: default {have} of best {row['best']['comm_rounds']} allreduces "
