@@ -39,7 +39,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 
-from .spectral import local_spectrum
+from .spectral_stacked import local_spectra
 
 
 class GD(Algorithm):
@@ -49,6 +49,7 @@ class GD(Algorithm):
                            "algorithm=sync_sgd)")
     columns = (Column("L_est", "{:>8.4g}"),)
     compressible = ("gradient",)  # a compressed mean gradient is a (biased or unbiased) gradient step
+    batchable = True  # its step reads the same on stacked tensors; the spectra are stacked by `local_spectra`
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float | None = None, lr_factor: float = 1.9,
                  power_iters: int = 20, seed: int = 0, w0: torch.Tensor | None = None):
@@ -56,13 +57,14 @@ class GD(Algorithm):
         self.lr, self.lr_factor = lr, lr_factor
         self.L_est: float | None = None  # L̄, known after round 0's allreduce when lr is None
         self.mu_est: float | None = None  # μ̲, likewise
-        self.spectrum = None if lr is not None else local_spectrum(problem, iters=power_iters, seed=seed,
-                                                                   key="algorithm.lr")  # (μ_i, L_i)
+        self.spectrum = None if lr is not None else local_spectra(problem, iters=power_iters, seed=seed,
+                                                                  key="algorithm.lr")  # (μ_i, L_i), stacked: (m, 2)
 
     def step(self) -> dict[str, float]:
         local_grad, local_metrics = self.problem.evaluate(self.w)
         pending = self.lr is None  # round 0 of lr=None: (μ_i, L_i) ride along with the gradient
-        payload = [local_grad, local_metrics] + ([self.w.new_tensor(self.spectrum)] if pending else [])
+        spectrum = [torch.as_tensor(self.spectrum, dtype=self.w.dtype)] if pending else []  # (2,), or (m, 2) stacked
+        payload = [local_grad, local_metrics] + spectrum
         g, metrics, *spectrum = self.comm.allreduce_mean(payload, kinds=("gradient",))  # g = mean ∇O_i(w_t) (and (μ̲, L̄))
         if pending:
             self.mu_est, self.L_est = max(float(spectrum[0][0]), 0.0), float(spectrum[0][1])

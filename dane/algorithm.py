@@ -7,7 +7,7 @@ first grouped allreduce (the local metrics ride along with the gradient or itera
 logging costs no extra communication round.
 
 What a method supports (elastic resets, asynchronous updates, client sampling,
-compressed messages) and the metrics it adds to the records are declared on its class,
+compressed messages, a batched simulation) and the metrics it adds to the records are declared on its class,
 with the defaults below; the drivers ask the class (through its config's ``algorithm``
 before anything is built) and never keep lists of names.  A new method is one file with
 an `Algorithm` and its `AlgorithmConfig`, and one yaml whose ``_target_`` names the
@@ -76,6 +76,10 @@ class Algorithm(Rounds, ABC):
     #: whose compressed form the method tolerates (a gradient that is averaged into a step, say); empty: the
     #: method refuses ``comm.compress`` other than none (`dane.comm.compression`)
     compressible: ClassVar[tuple[str, ...]] = ()
+    #: its ``step`` runs unchanged on stacked tensors (`dane.comm.batched`: per-worker values carry a leading
+    #: axis of the m workers, shared ones do not), so the simulator may run its m workers as one stacked
+    #: computation on a problem that has a stacked form (``sim.batched``, `ProblemConfig.build_stacked`)
+    batchable: ClassVar[bool] = False
     #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
     columns: ClassVar[tuple[Column, ...]] = ()
 

@@ -37,6 +37,7 @@ class DANE(Algorithm):
     synchronous_because = "DANE's local solve needs the global gradient of the same iterate"
     columns = (Column("mu", "{:>8.3g}"),)
     compressible = ("gradient",)  # the global gradient of step 1; the averaged iterate of step 3 is sent exactly
+    batchable = True  # its step reads the same on stacked tensors (`dane.comm.batched`)
 
     def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float = 0.0,
                  safeguard: bool = True, local_solver=None, w0: torch.Tensor | None = None):
@@ -50,10 +51,11 @@ class DANE(Algorithm):
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
-        stats = self.guard.local_stats(w, local_grad) if self.guard else local_grad.new_zeros(0)
-        g, fused = self.comm.allreduce_mean([local_grad, torch.cat([local_metrics, stats])],  # 1. g = mean ∇O_i(w_t)
-                                            kinds=("gradient",))
-        metrics, stats = fused[: local_metrics.numel()], fused[local_metrics.numel():]
+        stats = self.guard.local_stats(w, local_grad) if self.guard else local_metrics[..., :0]
+        fused_local = torch.cat([local_metrics, stats], -1)  # over the trailing axis: also for stacked workers
+        g, fused = self.comm.allreduce_mean([local_grad, fused_local], kinds=("gradient",))  # 1. g = mean ∇O_i(w_t)
+        k = local_metrics.shape[-1]
+        metrics, stats = fused[:k], fused[k:]
         extra = {}
         if self.guard is not None:
             w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics, stats)

@@ -17,6 +17,8 @@ from typing import Callable
 import torch
 
 from .comm import Communicator, ThreadGroup, make_communicator
+from .batching import runs_batched
+from .comm.batched import BatchedGroup, run_batched
 from .comm.launcher_signals import LauncherTerminated
 from .comm.threads import meter_for
 from .errors import say
@@ -24,6 +26,7 @@ from .faults import RunInterrupted, worker_lost
 from .reference import attach_all, attach_one
 from .spec import RunSpec
 from .worker import build_problem, run_worker
+from . import timeline
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,22 @@ def asynchronous_simulator(spec: RunSpec, out_dir: str | None, collect: dict | N
     from .asynchronous.simulator import run_async
 
     return run_async(spec, out_dir, collect)
+
+
+@register("batched simulator", runs_batched)
+def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+    """m workers as one stacked computation (`dane.comm.batched`, ``sim.batched``): the algorithm's step runs once
+    on the problem's stacked form, each worker charged 1/m of its measured compute, timed by the cost model."""
+    m = spec.comm.workers
+    torch.set_num_threads(1)  # as in the per-worker path: one core, the stacked work of all m workers on it
+    spec.problem.prepare()
+    t0 = time.thread_time()
+    problem = spec.problem.build_stacked(m, spec.control.dtype)
+    setup_s = (time.thread_time() - t0) / m
+    timeline.mark("data")
+    group = BatchedGroup(m, spec.comm.cost, spec.comm.stragglers, meter_for([problem.device]))
+    start = time.perf_counter()
+    return run_batched(group, lambda comm: run_worker(spec, comm, problem, out_dir, start, setup_s, collect))
 
 
 @register("simulator", lambda spec: spec.comm.simulated)

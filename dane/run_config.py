@@ -227,6 +227,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
             worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
             compress=None if cfg.comm.get("compress") is None else str(cfg.comm.compress),
             error_feedback=cfg.comm.get("error_feedback", False),
+            batched=batched_mode(cfg.sim.get("batched", "auto")),
         ),
         control=RunControl(
             stop=stop_rule(cfg, tol),
@@ -258,6 +259,11 @@ def cycle_time(comm: DictConfig, problem) -> float:
     if isinstance(value, str):
         raise ConfigError(f"comm.horovod_cycle_time_ms must be a number of milliseconds > 0 or auto, got {value!r}")
     return checks.positive("comm.horovod_cycle_time_ms", value)
+
+
+def batched_mode(value) -> str:
+    """``sim.batched`` as auto, true or false (YAML reads true and false as booleans)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def stragglers(sim: DictConfig) -> Stragglers:

@@ -338,9 +338,9 @@ class MuSafeguard:
 
     def local_stats(self, w: torch.Tensor, local_grad: torch.Tensor) -> torch.Tensor:
         """‖∇O_i(w) - ∇O_i(w_accepted)‖², this worker's share of δ²; fused into allreduce 1."""
-        if self.accepted is None:
-            return local_grad.new_zeros(1)
-        return torch.linalg.vector_norm(local_grad - self.accepted[1]).square().reshape(1)
+        if self.accepted is None:  # over the trailing axis: one per worker, also for stacked workers (dane.comm.batched)
+            return local_grad.new_zeros(local_grad.shape[:-1] + (1,))
+        return torch.linalg.vector_norm(local_grad - self.accepted[1], dim=-1).square().unsqueeze(-1)
 
     def review(self, w, local_grad, g, metrics, stats):
         """Returns the point to solve from (the new iterate, or the last accepted one) and log extras."""

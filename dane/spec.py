@@ -28,6 +28,7 @@ from . import checks, compress
 from .algorithm import AlgorithmConfig, known_algorithms
 from .comm import AlphaBeta, Stragglers
 from .comm.horovod import HorovodOptions
+from .batching import check_batched
 from .errors import ConfigError
 from .problems import ProblemConfig
 from .runner import StopRule
@@ -38,6 +39,7 @@ __all__ = ["AlgorithmConfig", "Communication", "ProblemConfig", "RunControl", "R
 PROGRESS = ("table", "bar", "auto", "none")
 BACKENDS = ("horovod", "torch", "ps", "local")
 DTYPES = (torch.float64, torch.float32)
+BATCHED = ("auto", "true", "false")  # sim.batched (`dane.comm.batched`, `dane.kinds.batched_problem`)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Communication:
     worker_slowdown: tuple[float, ...] = (1.0,)  # comm.slowdown: real asynchronous workers slowed on purpose
     compress: str | None = None      # comm.compress: a dane.compress spec for the messages the algorithm declares; None: off
     error_feedback: bool = False     # comm.error_feedback: EF21 on the compressed messages
+    batched: str = "auto"            # sim.batched: auto | true | false, the m workers as one stacked computation
 
     def __post_init__(self):
         checks.one_of("comm.backend", self.backend, BACKENDS)
@@ -72,6 +75,7 @@ class Communication:
         checks.positive_int("comm.servers", self.servers)
         checks.boolean("sim.single_worker", self.simulate_single)
         checks.boolean("comm.elastic", self.elastic)
+        checks.one_of("sim.batched", self.batched, BATCHED)
         if isinstance(self.staleness, bool) or not (isinstance(self.staleness, int) or self.staleness == math.inf) \
                 or self.staleness < 0:
             raise ConfigError(f"comm.staleness must be an integer >= 0 or inf (fully asynchronous), "
@@ -141,6 +145,7 @@ class RunSpec:
 
     def __post_init__(self):
         refuse_compression(self.algorithm, self.comm)
+        check_batched(self)
         for r, w in self.control.faults:  # lost workers must exist
             if r < 0 or not 0 <= w < self.comm.workers:
                 raise ConfigError(f"sim.fail_at entry [{r},{w}] needs round >= 0 and 0 <= worker < {self.comm.workers}")

@@ -362,6 +362,10 @@ class ThreadCommunicator(Communicator):
     def next_participants(self, members: list[int]) -> None:
         self._participants = sorted(int(r) for r in members)
 
+    def summary_entries(self) -> dict:
+        """The summary says which path the simulator took (``sim.batched``, `dane.comm.batched`)."""
+        return {**super().summary_entries(), "simulator_path": "threads"}
+
     def _begin(self) -> None:
         """A compute phase starts (the run's, or the one after a collective)."""
         self._mark = self.group.meter.start()

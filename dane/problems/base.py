@@ -61,6 +61,10 @@ class Problem:
     target_units: tuple[float, float] | None = None
     #: what the data set is (its name, sizes, split), written into the summary; None: nothing to say
     data_info: dict | None = None
+    #: m when this object holds all m workers' shards stacked (`ProblemConfig.build_stacked`): its methods take
+    #: a point of shape (d,) or (m, d) and return per-worker results with a leading axis of m
+    #: (`dane.comm.batched`); None: one worker's shard
+    stacked_workers: int | None = None
 
     # -------------------------------------------------------------- optional methods: None where not offered
     #: O_i(w) alone (GIANT's line search)
@@ -133,6 +137,19 @@ class ProblemConfig:
     def build(self, rank: int, size: int, dtype: torch.dtype) -> Problem:
         """Worker ``rank``'s shard of ``size``."""
         raise NotImplementedError(f"{type(self).__name__} must define build(rank, size, dtype)")
+
+    def stacked_form(self, size: int) -> str | None:
+        """None when `build_stacked` gives the ``size`` workers' shards as one stacked problem; else why not, as a
+        clause of the refusal of ``sim.batched=true`` (unequal shard sizes, a local solver without a batched form)."""
+        return f"problem={self.name} has no stacked form"
+
+    def build_stacked(self, size: int, dtype: torch.dtype) -> Problem:
+        """All ``size`` workers' shards as one `Problem` with ``stacked_workers = size``, where `stacked_form` is
+        None (the batched simulator, `dane.comm.batched`).  Contract: ``evaluate(w)`` takes w of shape (d,)
+        or (m, d) and returns the (m, d) local gradients and (m, k) local metrics, row i worker i's, equal to
+        ``build(i, size, dtype).evaluate`` to round-off; ``prox_solve``, ``hessian_vector`` and
+        ``solve_hessian`` likewise take shared (d,) or stacked (m, d) vectors and return stacked ones."""
+        raise NotImplementedError(f"problem={self.name} has no stacked form")
 
     def check_workers(self, workers: int) -> None:
         """Refuse, in one line, a number of workers the data cannot be dealt to; by default any number."""

@@ -118,6 +118,30 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
         if self.optimum == "auto":
             reference_optimum(*self.data_key, float(self.lam))
 
+    def stacked_form(self, size: int) -> str | None:
+        """The batched simulator needs equal shards solved exactly (`dane.problems.stacked.StackedRidge`)."""
+        if self.n_samples % size:
+            return (f"problem.n_samples={self.n_samples} does not split into {size} equal shards (a multiple of "
+                    f"workers does)")
+        method = self.solver.resolve(self.dim, sparse=False).method
+        if method != "cholesky":
+            return f"problem.local_solver={method} has no batched form (the exact solve, auto or cholesky, has)"
+        return None
+
+    def build_stacked(self, size: int, dtype: torch.dtype = torch.float64):
+        """The ``size`` shards of `build`, row for row, stacked into one `StackedRidge` (equal shards only)."""
+        from .neural import pick_device
+        from .stacked import StackedRidge
+
+        self.check_workers(size)
+        X, y = synthesize(*self.data_key)  # all rows in row order; shard r is rows shard(...)[r], as `build` draws
+        rows = torch.stack(shard(self.n_samples, size, self.seed))
+        w_star = reference_optimum(*self.data_key, float(self.lam)).to(dtype) if self.optimum == "auto" else None
+        n = self.n_samples // size
+        return StackedRidge(X[rows].to(dtype), y[rows].to(dtype), self.lam, scale=size / self.n_samples,
+                            w_star=w_star, low_rank=uses_woodbury(self.factorization, n, self.dim),
+                            device=pick_device(self.device, 0))
+
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> QuadraticProblem:
         self.check_workers(size)
         X, y = synthesize(*self.data_key, *shard_positions(self.n_samples, size, rank))

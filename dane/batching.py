@@ -1,0 +1,44 @@
+"""Which path the simulator takes for m workers (``sim.batched``): one stacked computation, or one thread each.
+
+``sim.batched=auto`` (the default) takes the batched path (`dane.comm.batched`) where the
+algorithm declares it (``batchable``), the problem has a stacked form for m workers
+(`dane.problems.ProblemConfig.stacked_form`), and the run asks for nothing kept per
+worker; ``true`` refuses in one line where that is not so; ``false`` always runs threads.
+"""
+from __future__ import annotations
+
+from .errors import ConfigError
+
+
+def why_not_batched(spec) -> str | None:
+    """None when the m simulated workers of ``spec`` can run as one stacked computation; else why not (a clause)."""
+    algorithm = spec.algorithm.algorithm
+    if spec.comm.workers == 1:
+        return "one worker has nothing to stack"
+    if spec.comm.staleness > 0:
+        return "an asynchronous run simulates its workers event by event"
+    if not algorithm.batchable:
+        return f"algorithm={spec.algorithm.name} has no stacked form (its class does not declare batchable)"
+    if spec.comm.compress is not None:
+        return "comm.compress draws and keeps a compressor's state per worker"
+    if spec.control.checkpoint_every or spec.control.resume:
+        return "checkpoints are written and resumed per worker"
+    if spec.control.faults:
+        return "sim.fail_at loses one worker's thread"
+    if spec.control.similarity:
+        return "similarity=true measures each worker's own Hessian"
+    return spec.problem.stacked_form(spec.comm.workers)
+
+
+def check_batched(spec) -> None:
+    """``sim.batched=true`` where the batched path cannot run: one line naming why and the fix."""
+    if spec.comm.simulated and spec.comm.batched == "true":
+        why = why_not_batched(spec)
+        if why is not None:
+            raise ConfigError(f"sim.batched=true cannot run here: {why}; use sim.batched=auto (one thread per worker "
+                              "where the batched path cannot run)")
+
+
+def runs_batched(spec) -> bool:
+    """Whether the simulator runs ``spec``'s workers as one stacked computation."""
+    return spec.comm.simulated and spec.comm.batched != "false" and why_not_batched(spec) is None
