@@ -3,7 +3,9 @@
     dane figures defaults_table [--json results/bench.json] [--page docs/benchmarks.md] [--print]
 
 Writes two markdown tables between docs/benchmarks.md's ``<!-- defaults-table:begin -->`` and
-``<!-- defaults-table:end -->`` lines (``--print``: to stdout instead): per method, how
+``<!-- defaults-table:end -->`` lines for the Newton-type family and the first-order baselines, and two
+between ``<!-- defaults-federated-table:begin -->`` and ``...:end -->`` for the federated DANE line
+(`FEDERATED`), each only when the JSON holds its methods (``--print``: to stdout instead): per method, how
 many cells converge at its defaults and how far its defaults are from its own best grid
 setting; per cell, each method's allreduces to relative 1e-8 at its defaults, with its
 best on the grid in parentheses.  No number is typed by hand: rerun the benchmark, then
@@ -20,18 +22,30 @@ from dane.paper_figs.blocks import publish
 
 BEGIN, END = "<!-- defaults-table:begin -->", "<!-- defaults-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
-LABELS = {"dane": "DANE (safeguarded)", "dane_mu0": "DANE μ=0", "inexact_dane": "InexactDANE", "aide": "AIDE",
+FEDERATED_BEGIN, FEDERATED_END = "<!-- defaults-federated-table:begin -->", "<!-- defaults-federated-table:end -->"
+#: the federated DANE line's methods (issue 33), whose tables have their own block
+FEDERATED = ("sdane", "acc_sdane", "feddane", "fedred", "fedprox", "fedavg", "scaffold", "scaffnew")
+LABELS = {"sdane": "S-DANE", "acc_sdane": "Acc-S-DANE", "feddane": "FedDANE", "fedred": "FedRed", "fedprox": "FedProx",
+          "fedavg": "FedAvg", "scaffold": "SCAFFOLD", "scaffnew": "Scaffnew",
+          "dane": "DANE (safeguarded)", "dane_mu0": "DANE μ=0", "inexact_dane": "InexactDANE", "aide": "AIDE",
           "giant": "GIANT", "disco": "DiSCO", "admm": "ADMM", "gd": "GD"}
 
 
-def method_rows(report: dict) -> list[str]:
+def methods_of(report: dict, group: tuple[str, ...] | None) -> list[str]:
+    """The report's methods in ``group`` (None: those in no group, the older families)."""
+    found = dict.fromkeys(m for cell in report["cells"].values() for m in cell["methods"])
+    return [m for m in found if (m in group if group is not None else m not in FEDERATED)]
+
+
+def method_rows(report: dict, group: tuple[str, ...] | None = None) -> list[str]:
     """Per method: converged / diverged at defaults, within its goal factor, median and worst ratio."""
-    methods = list(dict.fromkeys(m for cell in report["cells"].values() for m in cell["methods"]))
+    methods = methods_of(report, group)
     lines = ["| method | converged at defaults | diverged at defaults | within goal of own best | goal | "
              "median ratio | worst ratio (cell) |", "|---|---|---|---|---|---|---|"]
     for method in methods:
         rows = {key: cell["methods"][method] for key, cell in report["cells"].items() if method in cell["methods"]}
         converged = sum(r["default"]["reached"] for r in rows.values())
+        floors = sum(r["default"]["status"] == "client_drift" for r in rows.values())
         diverged = sum(not r["no_divergence"] for r in rows.values())
         judged = {k: r for k, r in rows.items() if r["within_factor"] is not None}
         within = sum(bool(r["within_factor"]) for r in judged.values())
@@ -40,7 +54,8 @@ def method_rows(report: dict) -> list[str]:
         worst = max(ratios, key=ratios.get) if ratios else None
         worst_text = f"{ratios[worst]:.2f} ({worst})" if worst else "—"
         factor = next(iter(rows.values()))["factor"]
-        lines.append(f"| {LABELS.get(method, method)} | {converged}/{len(rows)} | {diverged} | {within}/{len(judged)} "
+        shown = f"{converged}/{len(rows)}" + (f" (+{floors} at its drift floor)" if floors else "")
+        lines.append(f"| {LABELS.get(method, method)} | {shown} | {diverged} | {within}/{len(judged)} "
                      f"| {factor:g}x | {median} | {worst_text} |")
     return lines
 
@@ -48,14 +63,14 @@ def method_rows(report: dict) -> list[str]:
 def entry(row: dict) -> str:
     default = row["default"]
     shown = str(default["comm_rounds"]) if default["reached"] else \
-        {"diverged": "div", "error": "err"}.get(default["status"], "—")
+        {"diverged": "div", "error": "err", "client_drift": "floor"}.get(default["status"], "—")
     best = row["best"]
     return f"{shown} ({best['comm_rounds'] if best else '—'})"
 
 
-def cell_rows(report: dict) -> list[str]:
+def cell_rows(report: dict, group: tuple[str, ...] | None = None) -> list[str]:
     """Per cell: each method's allreduces at defaults (best on its grid)."""
-    methods = list(dict.fromkeys(m for cell in report["cells"].values() for m in cell["methods"]))
+    methods = methods_of(report, group)
     lines = ["| cell | " + " | ".join(LABELS.get(m, m) for m in methods) + " |",
              "|---|" + "---|" * len(methods)]
     for key, cell in report["cells"].items():
@@ -64,15 +79,16 @@ def cell_rows(report: dict) -> list[str]:
     return lines
 
 
-def render(report: dict) -> str:
+def render(report: dict, group: tuple[str, ...] | None = None) -> str:
+    """The block of ``group``'s methods (None: the methods outside `FEDERATED`)."""
     run = f"{report.get('started_at', '?')}, load average {report['machine'].get('load_avg')}" + \
         (" (--quick)" if report.get("quick") else "")
     return "\n".join([
         f"Generated by `dane figures defaults_table` from scripts/bench_defaults.py's JSON ({run}). "
         f"Target: {report['target']}. Ratio: allreduces at defaults / the best grid setting's.",
-        "", *method_rows(report), "",
-        "Allreduces to the target at defaults (best grid setting in parentheses); div: diverged, —: not reached "
-        "within the cap.", "", *cell_rows(report)])
+        "", *method_rows(report, group), "",
+        "Allreduces to the target at defaults (best grid setting in parentheses); div: diverged, floor: ended early "
+        "at its client-drift fixed point, —: not reached within the cap.", "", *cell_rows(report, group)])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,8 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     bench = json.loads(Path(args.json).read_text())
     if "defaults" not in bench:
         raise SystemExit(f"error: {args.json} has no defaults section; run scripts/bench_defaults.py first")
-    block = render(bench["defaults"])
-    publish(block, args.page, BEGIN, END, args.print)
+    report = bench["defaults"]
+    for group, begin, end in ((None, BEGIN, END), (FEDERATED, FEDERATED_BEGIN, FEDERATED_END)):
+        if methods_of(report, group):  # a JSON of some methods (--only) leaves the other block as it is
+            publish(render(report, group), args.page, begin, end, args.print)
 
 
 if __name__ == "__main__":

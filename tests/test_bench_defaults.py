@@ -102,3 +102,57 @@ def test_each_method_row_records_the_code_it_ran(quick):
     report = whole["defaults"]
     rows = [row for cell in report["cells"].values() for row in cell["methods"].values()]
     assert all(row["code"] == report["code"] and set(row["code"]) == {"git_commit", "git_dirty"} for row in rows)
+
+
+def test_federated_grid_settings_are_multiples_of_what_the_default_chose():
+    """``X_times_default: c`` is c times the X of the default run's first record; ``lr_times_L`` is c/L."""
+    bench = load_script()
+    chosen = {"lam": 0.02, "p": 0.1, "lr": 0.5}
+    assert bench.resolve({"lam_times_default": 0.25}, 4.0, chosen) == {"lam": 0.005}
+    assert bench.resolve({"lr_times_default": 0.5, "p_times_default": 4.0}, 4.0, chosen) == {"lr": 0.25, "p": 0.4}
+    assert bench.resolve({"lr_times_L": 1.5, "local_steps": 3}, 4.0, None) == {"lr": 0.375, "local_steps": 3}
+    with pytest.raises(ValueError, match="mu_times_default: the default run logged no mu"):
+        bench.resolve({"mu_times_default": 2.0}, 4.0, chosen)
+    for method in ("sdane", "acc_sdane", "feddane", "fedred", "fedprox", "fedavg", "scaffold", "scaffnew"):
+        algorithm, default, grid, factor = bench.METHODS[method]
+        assert algorithm == method and default == {} and factor == 2.0 and 2 <= len(grid) <= 5
+
+
+def test_a_floored_method_passes_at_its_drift_floor_and_misses_at_the_cap():
+    """FedProx/FedAvg: reaching nothing is no miss when the default ended at its client-drift floor
+    (status client_drift); running to the cap instead is one, named."""
+    bench = load_script()
+    run = lambda status, comm=None: {"settings": {}, "status": status, "reached": comm is not None,  # noqa: E731
+                                     "comm_rounds": comm, "rounds": comm}
+    floor = bench.judge("fedavg", run("client_drift"), [run("client_drift"), run("max_rounds")])
+    assert floor["diagnosed"] and floor["within_factor"] is None and floor["no_divergence"]
+    capped = bench.judge("fedprox", run("max_rounds"), [run("client_drift")])
+    assert capped["diagnosed"] is False
+    reached = bench.judge("fedprox", run("converged", 12), [run("converged", 8)])
+    assert reached["diagnosed"] and reached["ratio"] == 1.5 and reached["within_factor"]
+    report = {"cells": {"c": {"methods": {"fedavg": {**floor, "default": run("client_drift")},
+                                          "fedprox": {**capped, "default": run("max_rounds")}}}}}
+    assert bench.misses(report) == ["c fedprox: default ran to the cap without reaching the target or its floor "
+                                    "(max_rounds)"]
+
+
+def test_the_federated_methods_have_their_own_block(tmp_path):
+    """defaults_table renders the federated line into its own block, and leaves a block whose methods the JSON
+    lacks as it is (the older methods' numbers come from another run)."""
+    from dane.paper_figs.defaults_table import BEGIN, END, FEDERATED, FEDERATED_BEGIN, FEDERATED_END, main, render
+
+    row = lambda status, comm, best: {  # noqa: E731
+        "default": {"status": status, "reached": comm is not None, "comm_rounds": comm},
+        "best": {"comm_rounds": best}, "ratio": None if comm is None else comm / best, "factor": 2.0,
+        "no_divergence": True, "within_factor": None if comm is None else comm / best <= 2}
+    report = {"started_at": "t", "machine": {"load_avg": [1.0]}, "target": "relative 1e-8",
+              "cells": {"c/ridge": {"methods": {"sdane": row("converged", 12, 8), "fedavg": row("client_drift", None, 5)}}}}
+    text = render(report, ("sdane", "fedavg"))
+    assert "| S-DANE | 1/1 | 0 | 1/1 | 2x | 1.50 | 1.50 (c/ridge) |" in text
+    assert "| FedAvg | 0/1 (+1 at its drift floor) | 0 | 0/0 | 2x | — | — |" in text
+    assert "| c/ridge | 12 (8) | floor (5) |" in text
+    page, data = tmp_path / "page.md", tmp_path / "bench.json"
+    page.write_text(f"a\n{BEGIN}\nold\n{END}\nb\n{FEDERATED_BEGIN}\nold\n{FEDERATED_END}\n")
+    data.write_text(json.dumps({"defaults": report}))
+    main(["--json", str(data), "--page", str(page)])
+    assert page.read_text() == f"a\n{BEGIN}\nold\n{END}\nb\n{FEDERATED_BEGIN}\n{render(report, FEDERATED)}\n{FEDERATED_END}\n"
