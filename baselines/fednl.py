@@ -48,13 +48,19 @@ Departures: the paper's option-2 code uses the spectral norm, we use the Frobeni
 states; [H]_μ takes a Cholesky factor of H − (μ − ε)I first (ε: 64·d·machine epsilon·max H_aa) and
 when that exists uses H itself, the projection changing only eigenvalues within ε of μ.
 
-The simulator plays each client as its own worker; `baselines.fednl_batched.StackedFedNL` runs the
-same rounds for all m clients at once on arrays stacked by client (``make bench`` section ``fednl``).
+Both forms share one client side, `FedNLClients`, over a `baselines.fednl_kernels.StackedClients`: the simulator
+plays each client as its own worker (`FedNL`, one client, the means by allreduce); `StackedFedNL` runs the same
+rounds for all m clients at once on arrays stacked by client (``make bench`` section ``fednl``), the mean
+over clients a sum over the stack.  Their iterates agree to round-off, for every compressor: RandK draws each
+client's indices from that client's own stream (`baselines.fednl_kernels.randk_indices`).  The clients keep
+H_i on its support only (the kernels' docstring), which changes no iterate.
 """
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.linalg
@@ -67,14 +73,17 @@ from dane.compress import Compressor, make
 from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.problems.glm import LinearModelShard
-from dane.sampling import SamplingKeys, sampled_mean
+from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
 from .federated import Federated
-from .fednl_stacked import StackedClients, frobenius_norms, pack, packed_size, unpack
+from .fednl_kernels import StackedClients, compress_rows, frobenius_norms, packed_size, unpack
 
 VARIANTS = ("plain", "ls", "pp")
 LS_TRIALS = 60  # FedNL-LS: at most this many halvings (γ^60 ≈ 1e-18 at γ = 1/2)
 VALUE_BITS = 64
+#: the phases of a round `StackedFedNL.seconds` times: the clients' gradients and Hessians, the compression of the
+#: Hessian differences, the clients' and server's updates of H_i and H, the server's Newton step (line search included)
+PHASES = ("oracles", "compress", "update", "newton")
 
 
 def hessian_step(compressor: Compressor, d: int, alpha: float | None) -> float:
@@ -90,17 +99,6 @@ def hessian_step(compressor: Compressor, d: int, alpha: float | None) -> float:
 def message_entries(compressor: Compressor, d: int) -> int:
     """Entries of the Hessian-difference message: d² for a matrix compressor, else the packed triangle."""
     return d * d if compressor.matrices else packed_size(d)
-
-
-def compress_packed(compressor: Compressor, diff: np.ndarray, d: int, generator: torch.Generator | None
-                    ) -> np.ndarray:
-    """C applied to each row of ``diff`` (s, T), packed symmetric differences; the decoded rows, packed
-    (``none``: ``diff`` itself, not a copy)."""
-    if compressor.name == "none":
-        return diff
-    if compressor.matrices:
-        return pack(compressor(torch.from_numpy(unpack(diff, d)), generator).numpy())
-    return compressor(torch.from_numpy(diff), generator).numpy()
 
 
 def uplink_bits(compressor: Compressor, d: int, *, variant: str, option: int) -> int:
@@ -137,6 +135,12 @@ def shifted_newton(H: np.ndarray, g: np.ndarray, shift: float) -> np.ndarray:
                           "(the projection onto H >= mu I) or a larger problem.lam") from None
 
 
+def newton_direction(H: np.ndarray, g: np.ndarray, l: float, *, option: int, mu: float) -> np.ndarray:
+    """The server's step d_k = −[H]_μ⁻¹ g (option 1) or −(H + l I)⁻¹ g (option 2), H the packed H_k."""
+    full = unpack(H, len(g))
+    return -(projected_newton(full, g, mu) if option == 1 else shifted_newton(full, g, l))
+
+
 def armijo_backtrack(objective, x: np.ndarray, f_x: float, g: np.ndarray, direction: np.ndarray, *,
                      c: float, gamma: float) -> tuple[float, int]:
     """(t, trials): the first t = γ^j with objective(x + t·direction) ≤ f_x + c t ⟨g, direction⟩ (FedNL-LS)."""
@@ -147,6 +151,76 @@ def armijo_backtrack(objective, x: np.ndarray, f_x: float, g: np.ndarray, direct
             return t, trial
         t *= gamma
     return t, LS_TRIALS
+
+
+class FedNLClients:
+    """The client side of FedNL for the clients of ``clients`` (all m in `StackedFedNL`, one in a worker's `FedNL`).
+
+    State, one row per client, Hessians compact (`baselines.fednl_kernels`): H_i, and for FedNL-PP l_i and g_i.
+    ``seconds`` accumulates the wall time of the phases ``oracles``, ``compress`` and ``update``."""
+
+    def __init__(self, clients: StackedClients, x0: np.ndarray, *, compressor: Compressor, alpha: float,
+                 option: int, variant: str, seed: int):
+        self.clients, self.compressor, self.alpha, self.option, self.seed = clients, compressor, alpha, option, seed
+        self.generator = torch.Generator().manual_seed(seed * 1_000_003 + int(clients.ids[0]))  # natural, dither, rank
+        grads, self.H_i = clients.gradients_hessians(x0)                        # H_i⁰ = ∇²O_i(x⁰)
+        self.l_i = np.zeros(clients.m)
+        self.g_i = clients.matvec(self.H_i, x0) - grads if variant == "pp" else None  # FedNL-PP's g_i⁰ (l_i⁰ = 0)
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    def clock(self, phase: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[phase] += now - since
+        return now
+
+    def compress(self, diff: np.ndarray, members: np.ndarray | None, draw: int) -> np.ndarray:
+        return compress_rows(self.compressor, diff, self.clients, members, seed=self.seed, draw=draw,
+                             generator=self.generator)
+
+    def round(self, x: np.ndarray, draw: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """FedNL's client step at x: (∇O_i(x), α S_i compact, ‖∇²O_i(x) − H_i‖_F (option 2; else 0)) per client,
+        H_i ← H_i + α S_i with S_i = C(∇²O_i(x) − H_i)."""
+        now = time.perf_counter()
+        grads, diff = self.clients.gradients_hessians(x)
+        now = self.clock("oracles", now)
+        diff -= self.H_i                                                          # ∇²O_i(x) − H_i, in place
+        l_i = frobenius_norms(diff, self.clients.weights) if self.option == 2 else np.zeros(len(diff))
+        now = self.clock("update", now)
+        S = self.compress(diff, None, draw)                                       # S_i = C(...)
+        now = self.clock("compress", now)
+        if self.alpha != 1.0:
+            S = S * self.alpha if S is diff else np.multiply(S, self.alpha, out=S)
+        self.H_i += S
+        self.clock("update", now)
+        return grads, S, l_i
+
+    def round_pp(self, x: np.ndarray, members: np.ndarray, draw: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """FedNL-PP's client step for the sampled ``members`` (w_i = x): the changes (α S_i, Δl_i, Δg_i) of H_i, l_i
+        and g_i = (H_i + l_i I) x − ∇O_i(x), per member."""
+        now = time.perf_counter()
+        grads, hess = self.clients.gradients_hessians(x, members)
+        now = self.clock("oracles", now)
+        S = self.compress(hess - self.H_i[members], members, draw)
+        now = self.clock("compress", now)
+        S *= self.alpha
+        H_new = self.H_i[members] + S
+        l_new = frobenius_norms(H_new - hess, self.clients.weights[members])
+        g_new = self.clients.matvec(H_new, x, members) + l_new[:, None] * x - grads
+        dl, dg = l_new - self.l_i[members], g_new - self.g_i[members]
+        self.H_i[members], self.l_i[members], self.g_i[members] = H_new, l_new, g_new
+        self.clock("update", now)
+        return S, dl, dg
+
+    def state_dict(self) -> dict:
+        state = {"H_i": torch.from_numpy(self.H_i.copy()), "l_i": torch.from_numpy(self.l_i.copy()),
+                 "generator": self.generator.get_state()}
+        return state if self.g_i is None else {**state, "g_i": torch.from_numpy(self.g_i.copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.H_i, self.l_i = state["H_i"].numpy().copy(), state["l_i"].numpy().copy()
+        if self.g_i is not None:
+            self.g_i = state["g_i"].numpy().copy()
+        self.generator.set_state(state["generator"])
 
 
 class FedNL(Federated):
@@ -162,73 +236,63 @@ class FedNL(Federated):
         if not isinstance(problem, LinearModelShard):
             raise ConfigError(f"algorithm=fednl needs a linear model on rows (problem=logreg, or problem=ridge with "
                               f"data=...), got {type(problem).__name__}")
-        self.client = StackedClients([problem])
-        self.d = self.client.d
         self.compressor = make(compressor)
+        clients = StackedClients([problem], ids=[comm.rank], whole=self.compressor.matrices)
+        self.d = clients.d
         self.alpha = hessian_step(self.compressor, self.d, alpha)
         self.option, self.variant, self.ls_c, self.ls_gamma = option, variant, ls_c, ls_gamma
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
-        self.generator = torch.Generator().manual_seed(seed * 1_000_003 + comm.rank)  # a client's own draws
-        self.uplink_bits = 0
-        self.step_size = 1.0
-        x0 = self.w.numpy()
-        grad, hess = self.client.gradients_hessians(x0)
-        self.H_i, self.l_i = hess[0].copy(), 0.0
-        self.g_i = unpack(self.H_i, self.d) @ x0 - grad[0]  # FedNL-PP's g_i⁰ (l_i⁰ = 0)
-        (H, g), _ = sampled_mean(comm, self.sampler.draw_all(),                       # H_i⁰ (and g_i⁰) up, once
-                                 [torch.from_numpy(self.H_i), torch.from_numpy(self.g_i)])
-        self.H, self.g, self.l = H.numpy().copy(), g.numpy().copy(), 0.0
+        self.client = FedNLClients(clients, self.w.numpy(), compressor=self.compressor, alpha=self.alpha,
+                                   option=option, variant=variant, seed=seed)
+        self.uplink_bits, self.step_size, self.rounds = 0, 1.0, 0
+        sent = [self.packed(self.client.H_i)] + ([torch.from_numpy(self.client.g_i[0])] if variant == "pp" else [])
+        reduced, _ = sampled_mean(comm, self.sampler.draw_all(), sent)                 # H_i⁰ (and g_i⁰) up, once
+        self.H = reduced[0].numpy().copy()
+        self.g = reduced[1].numpy().copy() if variant == "pp" else None
+        self.l = 0.0
         self.count(comm.size, VALUE_BITS * (packed_size(self.d) + (self.d if variant == "pp" else 0)), down=0)
 
+    def packed(self, compact: np.ndarray) -> torch.Tensor:
+        """This client's compact row as the packed triangle it sends (the decoded message)."""
+        return torch.from_numpy(np.ascontiguousarray(self.client.clients.expand(compact)[0]))
+
     def step(self) -> dict[str, float]:
-        return self.step_pp() if self.variant == "pp" else self.step_plain()
+        record = self.step_pp() if self.variant == "pp" else self.step_plain()
+        self.rounds += 1
+        return record
 
     def step_plain(self) -> dict[str, float]:
         x = self.w.numpy()
         members = self.sampler.draw_all()
-        grad, hess = self.client.gradients_hessians(x)
-        diff = hess - self.H_i                                                   # ∇²O_i(x) − H_i
-        l_i = float(frobenius_norms(diff, self.d)[0])
-        S_i = compress_packed(self.compressor, diff, self.d, self.generator)[0]  # S_i = C(...)
-        self.H_i += self.alpha * S_i
+        grads, S, l_i = self.client.round(x, self.rounds)                              # client: ∇O_i, α S_i
         payload = self.payload(self.w)
-        sent = [torch.from_numpy(grad[0]), torch.from_numpy(S_i), torch.tensor([l_i], dtype=torch.float64)]
-        (g, S, l), reduced = sampled_mean(self.comm, members, sent, payload)                # uplink
-        g, H = g.numpy(), unpack(self.H, self.d)
-        if self.option == 1:
-            direction = -projected_newton(H, g, self.mu)
-        else:
-            direction = -shifted_newton(H, g, float(l))
+        sent = [torch.from_numpy(grads[0]), self.packed(S), torch.from_numpy(l_i)]
+        (g, S_mean, l), reduced = sampled_mean(self.comm, members, sent, payload)       # uplink
+        g = g.numpy()
+        direction = newton_direction(self.H, g, float(l), option=self.option, mu=self.mu)  # server, with H_k
         trials = 0
         if self.variant == "ls":
-            f_x = float(reduced[0][0])
-            self.step_size, trials = armijo_backtrack(self.global_objective, x, f_x, g, direction,
+            self.step_size, trials = armijo_backtrack(self.global_objective, x, float(reduced[0][0]), g, direction,
                                                       c=self.ls_c, gamma=self.ls_gamma)
         self.w = torch.from_numpy(x + self.step_size * direction)
-        self.H += self.alpha * S.numpy()                                         # H ← H + α mean S_i
+        self.H += S_mean.numpy()                                                        # H ← H + α mean S_i
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="plain", option=self.option)
                    + VALUE_BITS * trials, down=self.d * (1 + trials))
         return {**self.record(reduced, members), "step_size": self.step_size,
                 "clients_uplink_bits": self.uplink_bits}
 
     def step_pp(self) -> dict[str, float]:
-        x_next = shifted_newton(unpack(self.H, self.d), self.g, self.l)          # server: (H + lI)⁻¹ g
-        members, inside = self.members()                                         # S_k
-        dS = np.zeros(packed_size(self.d))
-        dl, dg = 0.0, np.zeros(self.d)
+        x_next = shifted_newton(unpack(self.H, self.d), self.g, self.l)                # server: (H + lI)⁻¹ g
+        members, inside = self.members()                                               # S_k
+        dS, dl, dg = torch.zeros(packed_size(self.d), dtype=torch.float64), np.zeros(1), np.zeros(self.d)
         if inside:
-            grad, hess = self.client.gradients_hessians(x_next)
-            S_i = compress_packed(self.compressor, hess - self.H_i, self.d, self.generator)[0]
-            self.H_i += self.alpha * S_i
-            l_new = float(frobenius_norms(self.H_i[None] - hess, self.d)[0])
-            g_new = unpack(self.H_i, self.d) @ x_next + l_new * x_next - grad[0]
-            dS, dl, dg = self.alpha * S_i, l_new - self.l_i, g_new - self.g_i
-            self.l_i, self.g_i = l_new, g_new
+            S, dl, dg = self.client.round_pp(x_next, np.array([0]), self.rounds)
+            dS, dg = self.packed(S), dg[0]
         payload = self.payload(self.w)
-        scale = len(members) / self.comm.size                                   # (1/m) Σ_{S_k} = (s/m) mean_{S_k}
-        sent = [torch.from_numpy(dS), torch.tensor([dl], dtype=torch.float64), torch.from_numpy(dg)]
-        (S, l, g), reduced = sampled_mean(self.comm, members, sent, payload)                # uplink
-        self.H += scale * S.numpy()
+        scale = len(members) / self.comm.size                                         # (1/m) Σ_{S_k} = (s/m) mean
+        sent = [dS, torch.from_numpy(dl), torch.from_numpy(dg)]
+        (S_mean, l, g), reduced = sampled_mean(self.comm, members, sent, payload)      # uplink
+        self.H += scale * S_mean.numpy()
         self.l += scale * float(l)
         self.g += scale * g.numpy()
         self.w = torch.from_numpy(x_next)
@@ -249,17 +313,87 @@ class FedNL(Federated):
         return float(value)
 
     def state_dict(self) -> dict:
-        arrays = {key: torch.from_numpy(np.array(getattr(self, key))) for key in ("H_i", "g_i", "H", "g")}
-        return {**super().state_dict(), **arrays, "l_i": self.l_i, "l": self.l, "bits": self.uplink_bits,
-                "step_size": self.step_size, "generator": self.generator.get_state()}
+        server = {key: torch.from_numpy(np.array(getattr(self, key))) for key in ("H", "g") if getattr(self, key)
+                  is not None}
+        return {**super().state_dict(), **server, "client": self.client.state_dict(), "l": self.l,
+                "bits": self.uplink_bits, "step_size": self.step_size, "rounds": self.rounds}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        for key in ("H_i", "g_i", "H", "g"):
-            setattr(self, key, state[key].numpy().copy())
-        self.l_i, self.l = float(state["l_i"]), float(state["l"])
-        self.uplink_bits, self.step_size = int(state["bits"]), float(state["step_size"])
-        self.generator.set_state(state["generator"])
+        self.H = state["H"].numpy().copy()
+        if self.g is not None:
+            self.g = state["g"].numpy().copy()
+        self.client.load_state_dict(state["client"])
+        self.l, self.uplink_bits = float(state["l"]), int(state["bits"])
+        self.step_size, self.rounds = float(state["step_size"]), int(state["rounds"])
+
+
+class StackedFedNL:
+    """All m clients' FedNL in one process, stacked (module docstring); `step` runs one round.  No communicator:
+    the mean over clients is a sum over the stack's first axis.  ``seconds``: wall time per phase (`PHASES`)."""
+
+    def __init__(self, clients: StackedClients, *, compressor: str = "none", alpha: float | None = None,
+                 option: int = 1, mu: float | None = None, variant: str = "plain", clients_per_round: int | None = None,
+                 ls_c: float = 0.5, ls_gamma: float = 0.5, seed: int = 0, x0: np.ndarray | None = None):
+        self.clients, self.m, self.d, self.T = clients, clients.m, clients.d, clients.T
+        self.compressor = make(compressor)
+        self.alpha = hessian_step(self.compressor, self.d, alpha)
+        self.option, self.variant, self.ls_c, self.ls_gamma = option, variant, ls_c, ls_gamma
+        self.mu = clients.l2 if mu is None else mu
+        self.sampler = ClientSampler(SimpleNamespace(size=self.m, rank=0), clients_per_round, seed=seed)
+        self.x = np.zeros(self.d) if x0 is None else np.array(x0, dtype=np.float64)
+        self.client = FedNLClients(clients, self.x, compressor=self.compressor, alpha=self.alpha, option=option,
+                                   variant=variant, seed=seed)
+        self.H = clients.packed_sum(self.client.H_i) / self.m
+        self.g = self.client.g_i.mean(0) if variant == "pp" else None
+        self.l = 0.0
+        self.uplink_bits = self.m * VALUE_BITS * (self.T + (self.d if variant == "pp" else 0))
+        self.step_size, self.rounds = 1.0, 0
+        self.seconds = self.client.seconds
+
+    def step(self) -> dict[str, float]:
+        """One round; returns ``grad_norm`` at the iterate it started from (FedNL, FedNL-LS; FedNL-PP computes no
+        full gradient: nan), ``step_size`` and the cumulative ``clients_uplink_bits``."""
+        record = self.step_pp() if self.variant == "pp" else self.step_plain()
+        self.rounds += 1
+        return {**record, "step_size": self.step_size, "clients_uplink_bits": self.uplink_bits}
+
+    def step_plain(self) -> dict[str, float]:
+        x = self.x
+        grads, S, l_i = self.client.round(x, self.rounds)
+        g = grads.mean(0)
+        now = time.perf_counter()
+        direction = newton_direction(self.H, g, float(l_i.mean()), option=self.option, mu=self.mu)
+        trials = 0
+        if self.variant == "ls":
+            self.step_size, trials = armijo_backtrack(self.clients.objective, x, self.clients.objective(x), g,
+                                                      direction, c=self.ls_c, gamma=self.ls_gamma)
+        self.x = x + self.step_size * direction
+        now = self.client.clock("newton", now)
+        self.H += self.clients.packed_sum(S) / self.m                                  # H ← H + α mean S_i
+        self.client.clock("update", now)
+        self.uplink_bits += self.m * (uplink_bits(self.compressor, self.d, variant="plain", option=self.option)
+                                      + VALUE_BITS * trials)
+        return {"grad_norm": float(np.linalg.norm(g))}
+
+    def step_pp(self) -> dict[str, float]:
+        now = time.perf_counter()
+        x_next = shifted_newton(unpack(self.H, self.d), self.g, self.l)
+        self.client.clock("newton", now)
+        members = self.sampler.draw().numpy()
+        S, dl, dg = self.client.round_pp(x_next, members, self.rounds)
+        now = time.perf_counter()
+        self.H += self.clients.packed_sum(S, members) / self.m
+        self.l += float(dl.sum()) / self.m
+        self.g += dg.sum(0) / self.m
+        self.x = x_next
+        self.client.clock("update", now)
+        self.uplink_bits += len(members) * uplink_bits(self.compressor, self.d, variant="pp", option=2)
+        return {"grad_norm": float("nan")}
+
+    def grad_norm(self) -> float:
+        """‖∇O(x)‖ at the current iterate (gradients only; not part of a round)."""
+        return float(np.linalg.norm(self.clients.gradient(self.x)))
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,17 @@
 """FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json.
 
     dane bench fednl --out results/bench.json [--rounds 1000] [--repeats 2]
-        [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--kernel scipy|numba] [--threads 1]
+        [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--threads 1]
 
 L2-regularised logistic regression (λ = 1e-3, intercept added: d = 124 for a9a, 301 for w8a) on the
 LIBSVM files, dealt to 80 (a9a) or 142 (w8a) clients by the package's own loader and sharding
 (``problem=logreg data=libsvm``, iid shards); FedNL (option 2, x⁰ = 0, the paper's α) with the
 compressors TopK and RandK with k = 8d and none, and FedNL-PP (option 2) with 12 of the 142 w8a
-clients.  Each run is `baselines.fednl_batched.StackedFedNL`: all clients in this one process, their
-Hessians from one sparse product, their compressions from one call (no thread or loop per
-client).  Per (table, compressor): ``repeats`` runs of ``rounds`` rounds, the seconds per round of
-each (the rounds' wall time / rounds; stacking the clients, once per table, is ``setup_s``), their
+clients.  Each run is `baselines.fednl.StackedFedNL`: all clients in this one process, their
+Hessians from one sparse product on their supports, their compressions from one call (no thread or
+loop per client; `baselines.fednl_kernels`).  Per (table, compressor): ``repeats`` runs of ``rounds`` rounds, the seconds per round of
+each (the rounds' wall time / rounds; stacking the clients, once per table, is ``setup_s``; the seconds
+per round of each phase, ``phase_s_per_round``: oracles, compress, update, newton), their
 median and spread, the process's CPU seconds per round beside them (on a machine other jobs share,
 closer to what an idle one gives with ``--threads 1``), the ratio of the median to u-FedNL's seconds
 per round in issue 34 (the C++ build measured there on a 2-core AMD EPYC VM, both cores;
@@ -39,8 +40,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from dane.baselines.fednl_batched import StackedFedNL  # noqa: E402
-from dane.baselines.fednl_stacked import KERNELS, StackedClients  # noqa: E402
+from dane.baselines.fednl import StackedFedNL  # noqa: E402
+from dane.baselines.fednl_kernels import StackedClients  # noqa: E402
 from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.synthetic.bench_file import machine, merge_section, read_bench  # noqa: E402
@@ -65,14 +66,14 @@ TABLES = {  # name -> (file, clients, FedNL-PP's clients per round or None)
 }
 
 
-def stacked_clients(path: Path, clients: int, kernel: str) -> tuple[StackedClients, float]:
+def stacked_clients(path: Path, clients: int) -> tuple[StackedClients, float]:
     """The clients of ``problem=logreg data=libsvm data.path=<path>`` with ``workers=<clients>``, stacked, and the
     seconds stacking took."""
     config = LinearModelConfig(data=LibSVMSource(path=str(path)), loss="logistic", lam=LAM, fit_intercept=True,
                                name="logreg")
     config.prepare()
     start = time.perf_counter()
-    stacked = StackedClients([config.build(rank, clients) for rank in range(clients)], kernel=kernel)
+    stacked = StackedClients([config.build(rank, clients) for rank in range(clients)])
     return stacked, time.perf_counter() - start
 
 
@@ -90,16 +91,17 @@ def timed_run(clients: StackedClients, spec: str, rounds: int, pp: int | None, s
             / (rounds * (pp or run.m))}
 
 
-def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, kernel: str, log) -> dict:
+def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> dict:
     file, m, pp = TABLES[name]
     path = data_dir / file
     if not path.exists():
         return {"skipped": f"{path} not found"}
-    clients, setup_s = stacked_clients(path, m, kernel)
+    clients, setup_s = stacked_clients(path, m)
     k = 8 * clients.d
     out = {"file": str(path), "clients": m, "clients_per_round": pp, "d": clients.d, "rows": int(clients.X.shape[0]),
            "nnz_per_row": clients.X.nnz / clients.X.shape[0], "hessian_products": int(clients.P.nnz),
-           "setup_s": setup_s, "rounds": rounds, "repeats": repeats, "kernel": kernel, "compressors": {}}
+           "support_per_client": int(clients.S), "packed_entries": clients.T,
+           "setup_s": setup_s, "rounds": rounds, "repeats": repeats, "compressors": {}}
     for compressor in (("topk", "randk") if pp else ("topk", "randk", "none")):
         spec = compressor if compressor == "none" else f"{compressor}:{k}"
         runs = [timed_run(clients, spec, rounds, pp, seed) for seed in range(repeats)]
@@ -126,18 +128,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--only", nargs="+", choices=tuple(TABLES), default=list(TABLES))
-    parser.add_argument("--kernel", choices=KERNELS, default=KERNELS[0])
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch's intra-op threads (the compressors) and numba's (the Hessian kernel); 1 measured "
-                             "faster than 2 on the shared 2-core machine")
+                        help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeats < 1:
         sys.exit(f"error: --rounds and --repeats must be >= 1, got {args.rounds} and {args.repeats}")
     torch.set_num_threads(args.threads)
-    if args.kernel == "numba":
-        import numba
-
-        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     start = time.perf_counter()
 
     def log(line: str) -> None:
@@ -148,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
               "(issue 34, DESIGN.md section 11)", "option": OPTION,
               "tables": read_bench(args.out).get("fednl", {}).get("tables", {})}  # --only keeps the other tables
     for name in args.only:
-        report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, args.kernel, log),
+        report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, log),
                                   "torch_threads": args.threads, "load_before": report["machine"]["load_avg"],
                                   "load_after": list(os.getloadavg()),
                                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -1,4 +1,4 @@
-"""FedNL (baselines/fednl.py, fednl_batched.py, fednl_stacked.py) against dense NumPy Hessians, Newton's method and
+"""FedNL (baselines/fednl.py, fednl_kernels.py) against dense NumPy Hessians, Newton's method and
 the optimum of a small logistic regression."""
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import scipy.optimize
 import scipy.sparse
 import torch
 
-from dane.baselines.fednl import FedNLConfig, hessian_step, uplink_bits
-from dane.baselines.fednl_batched import StackedFedNL
-from dane.baselines.fednl_stacked import StackedClients, frobenius_norms, pack, unpack
+from dane.baselines.fednl import FedNLConfig, StackedFedNL, hessian_step, uplink_bits
+from dane.baselines.fednl_kernels import (StackedClients, compress_rows, frobenius_norms, pack, randk_indices,
+                                          randk_reference,
+                                          triangle_weights, unpack)
 from dane.compress import make
 from dane.errors import ConfigError
 from dane.losses import LOSSES
@@ -77,7 +78,8 @@ def test_stacked_hessians_equal_dense_per_client(problem):
     shards = shards_of(X, y, 5)
     clients = StackedClients(shards)
     x = np.random.default_rng(1).normal(size=clients.d) * 0.3
-    grads, hess = clients.gradients_hessians(x)
+    grads, compact = clients.gradients_hessians(x)
+    hess = clients.expand(compact)
     for c, shard in enumerate(shards):
         A = shard.X.to_dense().numpy()
         s = 1 / (1 + np.exp(-(A @ x)))
@@ -86,7 +88,11 @@ def test_stacked_hessians_equal_dense_per_client(problem):
         np.testing.assert_allclose(grads[c], shard.evaluate(torch.from_numpy(x))[0].numpy(), rtol=0, atol=1e-12)
     subset = np.array([3, 1])
     g_sub, h_sub = clients.gradients_hessians(x, subset)
-    np.testing.assert_allclose(h_sub, hess[subset], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(h_sub, compact[subset], rtol=0, atol=1e-13)
+    np.testing.assert_array_equal(clients.restrict(hess), compact)  # nothing off the supports
+    np.testing.assert_allclose(clients.packed_sum(compact), hess.sum(0), rtol=0, atol=1e-13)
+    v = np.random.default_rng(2).normal(size=clients.d)
+    np.testing.assert_allclose(clients.matvec(compact, v), unpack(hess, clients.d) @ v, rtol=0, atol=1e-13)
     np.testing.assert_allclose(g_sub, grads[subset], rtol=0, atol=1e-13)
 
 
@@ -94,7 +100,8 @@ def test_packing_and_frobenius():
     M = np.random.default_rng(2).normal(size=(3, 5, 5))
     M = M + M.transpose(0, 2, 1)
     np.testing.assert_array_equal(unpack(pack(M), 5), M)
-    np.testing.assert_allclose(frobenius_norms(pack(M), 5), np.linalg.norm(M, axis=(1, 2)), rtol=1e-14)
+    np.testing.assert_allclose(frobenius_norms(pack(M), triangle_weights(5)), np.linalg.norm(M, axis=(1, 2)),
+                               rtol=1e-14)
 
 
 def test_identity_first_step_is_newton_and_converges(problem):
@@ -206,7 +213,8 @@ def test_bad_config_is_one_line(overrides, words):
 # ------------------------------------------------------------------ one worker per client (the simulator's threads)
 @pytest.mark.parametrize("overrides", [
     {"compressor": "topk:15"},
-    {"compressor": "topk:15", "option": 2},
+    {"compressor": "randk:15", "option": 2},
+    {"compressor": "randk:15", "variant": "pp", "option": 2, "clients_per_round": 2},
     {"compressor": "topk:15", "variant": "ls", "alpha": 1.0},
     {"compressor": "topk:15", "variant": "pp", "option": 2, "clients_per_round": 2},
 ])
@@ -241,14 +249,54 @@ def test_a_resumed_run_continues_exactly(overrides):
         assert torch.equal(w1, w2)
 
 
-@pytest.mark.slow  # numba compiles the kernel on its first run (seconds)
-def test_numba_kernel_equals_scipy(problem):
-    X, y, _, _ = problem
-    x = np.random.default_rng(4).normal(size=X.shape[1])
-    for ones in (1.0, 0.3):  # binary rows read P's pattern only; others its values
-        Xo, yo = sparse_logistic(ones=ones)
-        by = {kernel: StackedClients(shards_of(Xo, yo, 3), kernel=kernel).gradients_hessians(x)[1]
-              for kernel in ("scipy", "numba")}
-        np.testing.assert_allclose(by["numba"], by["scipy"], rtol=0, atol=1e-14)
-    with pytest.raises(ConfigError, match="kernel"):
-        StackedClients(shards_of(X, y, 2), kernel="fortran")
+def test_randk_indices_per_client_streams():
+    """Distinct, in range, a client alone draws its row of the batch, and each position is drawn k/n of the time."""
+    n, k = 50, 7
+    batch = randk_indices(3, np.arange(5), 11, n, k)
+    assert batch.shape == (5, k) and batch.min() >= 0 and batch.max() < n
+    assert all(len(set(row)) == k for row in batch)
+    np.testing.assert_array_equal(randk_indices(3, np.array([2]), 11, n, k)[0], batch[2])
+    np.testing.assert_array_equal(batch, randk_reference(3, np.arange(5), 11, n, k))  # numba = NumPy
+    np.testing.assert_array_equal(randk_indices(9, np.arange(3), 0, 45451, 2408),
+                                  randk_reference(9, np.arange(3), 0, 45451, 2408))
+    assert not np.array_equal(randk_indices(3, np.array([2]), 12, n, k), randk_indices(3, np.array([2]), 11, n, k))
+    counts = np.bincount(np.concatenate([randk_indices(0, np.arange(4), r, n, k).ravel() for r in range(2000)]),
+                         minlength=n)
+    # 8000 draws of 7 of 50 positions: 1120 expected per position, binomial sd ~31; 5 sd over 50 positions
+    assert np.abs(counts - 8000 * k / n).max() < 5 * np.sqrt(8000 * k / n * (1 - k / n))
+    assert sorted(randk_indices(1, np.arange(2), 0, 9, 9)[1]) == list(range(9))  # k = n: every position
+
+
+@pytest.mark.parametrize("spec", ["topk:9", "topk:400", "randk:9", "natural", "rank:2"])
+def test_compact_compression_equals_packed(spec):
+    """C on the compact rows decodes to C on the whole packed triangle: TopK keeps the same entries, RandK scales
+    the drawn positions that fall on the support by T/k (the others are zero), rank:R sees the same matrix."""
+    X, y = sparse_logistic(n=90, d=30, density=0.06, ones=0.0)
+    clients = StackedClients(shards_of(X, y, 3), whole=spec.startswith("rank"))
+    assert clients.S < clients.T / 2 or spec.startswith("rank")  # supports well short of the triangle
+    diff = clients.gradients_hessians(np.full(clients.d, 0.1))[1] - clients.gradients_hessians(np.zeros(clients.d))[1]
+    packed = clients.expand(diff)
+    compressor = make(spec)
+    got = clients.expand(compress_rows(compressor, diff, clients, None, seed=4, draw=2,
+                                       generator=torch.Generator().manual_seed(0)))
+    if spec.startswith("rank"):
+        with pytest.raises(ConfigError, match="whole=True"):
+            partial = StackedClients(shards_of(X, y, 3))
+            compress_rows(compressor, np.zeros((3, partial.S)), partial, None, seed=0, draw=0)
+    if spec.startswith("topk"):
+        want = compressor(torch.from_numpy(np.ascontiguousarray(packed))).numpy()
+    elif spec.startswith("randk"):
+        idx = randk_indices(4, clients.ids, 2, clients.T, 9)
+        want = np.zeros_like(packed)
+        np.put_along_axis(want, idx, np.take_along_axis(packed, idx, 1) * clients.T / 9, 1)
+    elif spec == "natural":  # random rounding: every entry a neighbouring power of two of the same sign, zeros kept
+        assert np.all((got == 0) == (packed == 0))
+        nz = packed != 0
+        np.testing.assert_array_equal(np.sign(got[nz]), np.sign(packed[nz]))
+        ratio = np.abs(got[nz]) / np.abs(packed[nz])
+        assert np.all((ratio > 0.5) & (ratio < 2))
+        return
+    else:
+        want = pack(compressor(torch.from_numpy(unpack(packed, clients.d)),
+                               torch.Generator().manual_seed(0)).numpy())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
