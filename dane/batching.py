@@ -1,13 +1,22 @@
 """Which path the simulator takes for m workers (``sim.batched``): one stacked computation, or one thread each.
 
-``sim.batched=auto`` (the default) takes the batched path (`dane.comm.batched`) where the
-algorithm declares it (``batchable``), the problem has a stacked form for m workers
-(`dane.problems.ProblemConfig.stacked_form`), and the run asks for nothing kept per
-worker; ``true`` refuses in one line where that is not so; ``false`` always runs threads.
+``sim.batched=auto`` (the default) takes the batched path (`dane.comm.batched`) from
+`AUTO_FROM` workers on, where the algorithm declares it (``batchable``), the problem has
+a stacked form for m workers (`dane.problems.ProblemConfig.stacked_form`), and the run asks
+for nothing kept per worker; ``true`` takes it at any m > 1 and refuses in one line where
+it cannot run; ``false`` always runs one thread per worker.
+
+Below `AUTO_FROM` workers ``auto`` keeps the per-worker path: there m threads cost little,
+and its records equal a launched run's (horovodrun, torchrun) and a resumed or elastic
+run's bit for bit, where the stacked computation's sums, taken in another order, agree
+with them to round-off only.
 """
 from __future__ import annotations
 
 from .errors import ConfigError
+
+#: ``sim.batched=auto`` batches from this many simulated workers on
+AUTO_FROM = 32
 
 
 def why_not_batched(spec) -> str | None:
@@ -41,4 +50,7 @@ def check_batched(spec) -> None:
 
 def runs_batched(spec) -> bool:
     """Whether the simulator runs ``spec``'s workers as one stacked computation."""
-    return spec.comm.simulated and spec.comm.batched != "false" and why_not_batched(spec) is None
+    mode = spec.comm.batched
+    if not spec.comm.simulated or mode == "false" or (mode == "auto" and spec.comm.workers < AUTO_FROM):
+        return False
+    return why_not_batched(spec) is None

@@ -29,6 +29,9 @@ average), since these timings depend on the kernel's scheduler and the CPU.
 - ``federated``: the federated methods, GD and DANE at defaults and their small grids on a LIBSVM
   table under Dirichlet label skew, m = 100 clients, s of them per round (scripts/bench_federated.py,
   which writes the section itself; ``dane figures federated_table`` renders it into docs/benchmarks.md).
+- ``batched_workers``: the simulator's per-worker path (one thread a worker) over its batched path (one stacked
+  computation, ``sim.batched``) side by side at m = 1,000 on ridge_synthetic N = 100,000, d = 500 (goal >= 5),
+  and m = 10,000 batched in 10 rounds (goal < 120 s) (scripts/bench_batched.py, which writes the section itself).
 """
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ from dane.synthetic.sweep import compose_job, ensure
 from dane.experiments.config import run_spec
 
 SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error",
-            "rounds_to_1e-10", "federated")
+            "rounds_to_1e-10", "federated", "batched_workers")
 N_GRID, M_GRID = (6000, 10000, 14000, 18000), (1, 2, 4, 8, 16, 64)
 ALGORITHMS = {  # name in the table -> overrides
     "dane_safeguarded": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
@@ -296,6 +299,11 @@ def main(argv: list[str] | None = None) -> None:
         import bench_federated  # scripts/, beside this file; it merges its own section into --out
 
         bench_federated.main(["--out", str(path)])
+        bar.update()
+    if "batched_workers" in args.only:
+        import bench_batched  # scripts/, beside this file; it merges its own section into --out
+
+        bench_batched.main(["--out", str(path)])
         bar.update()
     bar.close()
 

@@ -40,6 +40,12 @@ def matvec(M: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return (M @ v.unsqueeze(-1)).squeeze(-1)
 
 
+def rmatvec(M: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """M_iᵀ u_i for stacked matrices M (m, a, b) and vectors u (m, a), or a shared u (a,): as the row vector uᵀM_i,
+    which reads M in its own layout (a product with the transposed view copies M first)."""
+    return (u.unsqueeze(-2) @ M).squeeze(-2)
+
+
 def cholesky_solve_stacked(L: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """(L_i L_iᵀ)⁻¹ r_i for stacked lower factors L (m, k, k) and right-hand sides r (m, k)."""
     y = torch.linalg.solve_triangular(L, r.unsqueeze(-1), upper=False)
@@ -47,8 +53,8 @@ def cholesky_solve_stacked(L: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
 
 
 def stacked_cholesky(M: torch.Tensor, shift: float) -> torch.Tensor:
-    """Lower factors of M_i + shift I for every i; a shard where that is not positive definite is refused."""
-    M = M.clone()
+    """Lower factors of M_i + shift I for every i (M is overwritten); a shard where that is not positive definite
+    is refused."""
     M.diagonal(dim1=-2, dim2=-1).add_(shift)
     L, info = torch.linalg.cholesky_ex(M)
     if bool((info != 0).any()):
@@ -77,7 +83,7 @@ class StackedRidge(Problem):
         self.notes = [f"sim.batched: the {self.stacked_workers} workers ran as one stacked computation, each "
                       "charged 1/m of its measured compute (dane/comm/batched.py)"]
         self.A = None if low_rank else 2 * self.scale * (self.X.mT @ self.X)  # (m, d, d)
-        self.b = 2 * self.scale * matvec(self.X.mT, self.y)                     # (m, d)
+        self.b = 2 * self.scale * rmatvec(self.X, self.y)                       # (m, d)
         self.c = self.scale * (self.y * self.y).sum(-1)                         # (m,)
         self._factors: dict[float, torch.Tensor] = {}
         self._row_gram: torch.Tensor | None = None
@@ -90,7 +96,7 @@ class StackedRidge(Problem):
     def hessian_vector(self, v: torch.Tensor, *, with_reg: bool = True, at: torch.Tensor | None = None) -> torch.Tensor:
         """H_i v (A_i v without the regularizer) for every worker: (m, d)."""
         where, v = v.device, v.to(self.device)
-        Av = matvec(self.A, v) if self.A is not None else 2 * self.scale * matvec(self.X.mT, matvec(self.X, v))
+        Av = matvec(self.A, v) if self.A is not None else 2 * self.scale * rmatvec(self.X, matvec(self.X, v))
         return (Av + 2 * self.lam * v if with_reg else Av).to(where)
 
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
@@ -123,7 +129,7 @@ class StackedRidge(Problem):
             return cholesky_solve_stacked(L, r)
         weight = 2 * self.scale
         u = cholesky_solve_stacked(L, matvec(self.X, r))
-        return (r - weight * matvec(self.X.mT, u)) / shift
+        return (r - weight * rmatvec(self.X, u)) / shift
 
     def _factor(self, shift: float) -> torch.Tensor:
         if shift not in self._factors:
@@ -134,7 +140,7 @@ class StackedRidge(Problem):
                     raise not_positive_definite(shift)
                 L = stacked_cholesky(self._row_gram * (2 * self.scale), shift)
             else:
-                L = stacked_cholesky(self.A, shift)
+                L = stacked_cholesky(self.A.clone(), shift)
             if len(self._factors) >= FACTORS_KEPT:
                 self._factors.pop(next(iter(self._factors)))
             self._factors[shift] = L

@@ -1,0 +1,93 @@
+"""The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``.
+
+    PYTHONPATH=. python scripts/bench_batched.py --out results/bench.json [--quick]
+
+- ``speedup``: DANE (μ = 1, the safeguard on: with n_i = 100 < d rows a worker, μ = 0
+  diverges, DESIGN.md section 2) on ridge_synthetic N = 100,000, d = 500 at
+  m = 1,000, ``--rounds`` rounds, run by one thread per worker (``sim.batched=false``) and as one
+  stacked computation (``sim.batched=true``), interleaved, ``--repeats`` times each; the
+  figure is the per-worker path's wall time of the rounds over the batched path's (median
+  of the pairs, and every pair); goal >= 5.  Both runs must give the same records (to
+  round-off): the largest relative difference of the objectives is reported beside it.
+- ``m10000``: the batched path at m = 10,000 on the same data, 10 rounds: the whole
+  run's wall time (data, setup and rounds; goal < 120 s) and the rounds' alone.
+
+Every figure is measured in this run, on this machine, with the load average in ``machine``;
+``--quick`` shrinks the problem for a smoke run (N = 10,000, d = 100, m = 100 / 1,000).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from dane.experiments.config import run_spec
+from dane.launch import execute
+from dane.synthetic.bench_file import elapsed_logger, machine, merge_section
+from dane.synthetic.sweep import compose_job
+
+KEY = "batched_workers"
+ALGORITHM = ("algorithm=dane", "algorithm.mu=1.0")
+
+
+def timed_run(n: int, d: int, m: int, rounds: int, batched: str) -> dict:
+    """One simulated DANE run: the whole call's wall time, the rounds' (the summary's), its records."""
+    spec = run_spec(compose_job((f"workers={m}", f"problem.n_samples={n}", f"problem.dim={d}", f"rounds={rounds}",
+                                 "tol=null", "tol_abs=null", "quiet=true", f"sim.batched={batched}", *ALGORITHM)))
+    collected: dict = {}
+    t0 = time.perf_counter()
+    summary = execute(spec, None, collect=collected)
+    total = time.perf_counter() - t0
+    return {"total_s": total, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
+            "objectives": [r["objective"] for r in collected["records"]],
+            "simulated_time_s": summary["simulated_time_s"], "load_avg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
+    pairs = []
+    for k in range(repeats):
+        threads = timed_run(n, d, m, rounds, "false")
+        batched = timed_run(n, d, m, rounds, "true")
+        assert threads["path"] == "threads" and batched["path"] == "batched"
+        diff = max(abs(a - b) / abs(a) for a, b in zip(threads["objectives"], batched["objectives"]))
+        pairs.append({"threads_rounds_s": threads["rounds_s"], "batched_rounds_s": batched["rounds_s"],
+                      "ratio": threads["rounds_s"] / batched["rounds_s"], "objective_rel_diff": diff,
+                      "threads_simulated_s": threads["simulated_time_s"],
+                      "batched_simulated_s": batched["simulated_time_s"],
+                      "load_avg": batched["load_avg"]})
+        log(f"m={m}: per-worker {threads['rounds_s']:.2f} s, batched {batched['rounds_s']:.2f} s, "
+            f"ratio {pairs[-1]['ratio']:.1f}")
+    ratios = [p["ratio"] for p in pairs]
+    return {"n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": ">= 5",
+            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
+
+
+def large(n: int, d: int, m: int, rounds: int, log) -> dict:
+    run = timed_run(n, d, m, rounds, "true")
+    log(f"m={m} batched: {run['total_s']:.1f} s in all, {run['rounds_s']:.1f} s of rounds")
+    return {"n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": "total_s < 120",
+            "total_s": run["total_s"], "rounds_s": run["rounds_s"], "load_avg": run["load_avg"]}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("results/bench.json"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="a smaller problem (smoke run)")
+    args = parser.parse_args(argv)
+    log = elapsed_logger(time.perf_counter())
+    n, d, m, big = (10_000, 100, 100, 1_000) if args.quick else (100_000, 500, 1_000, 10_000)
+    section = {"machine": machine(), "quick": args.quick,
+               "speedup": speedup(n, d, m, args.rounds, args.repeats, log),
+               "m10000": large(n, d, big, 10, log)}
+    merge_section(args.out, KEY, section)
+    return section
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)

@@ -1,0 +1,148 @@
+"""The batched simulator (dane.comm.batched, ``sim.batched``) against the per-worker one (one thread a worker).
+
+- the batched run's records equal the per-worker run's (every key but time_s: integers exactly,
+  floats to round-off) and so do the iterates, for DANE and GD on ridge_synthetic with n_i < d
+  (Woodbury) and n_i >= d (d x d Cholesky), over 3 rounds at small m and d;
+- the batched communicator's mean is the thread group's, bit for bit, and its byte counts are the ring's;
+- the clock charges each worker measured / m per phase, with the straggler factors and
+  the α-β cost, exactly (a fake meter of known readings);
+- stacked Lanczos gives each worker's per-worker Ritz values;
+- ``sim.batched=true`` where the batched path cannot run is one line naming why; ``auto``
+  batches from AUTO_FROM workers on and says so in the summary.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dane.api import algorithm_config
+from dane.batching import AUTO_FROM, runs_batched
+from dane.comm import AlphaBeta, Stragglers, ThreadGroup
+from dane.comm.batched import BatchedCommunicator, BatchedGroup, per_worker
+from dane.errors import ConfigError
+from dane.experiments.config import run_spec
+from dane.launch import execute
+from dane.problems import RidgeSyntheticConfig
+from dane.runner import StopRule
+from dane.spec import Communication, RunControl, RunSpec
+from dane.synthetic.sweep import compose_job
+
+from baselines.spectral import lanczos_extremes, start_vector
+from baselines.spectral_stacked import stacked_lanczos_extremes
+
+RTOL = 1e-12  # the stacked sums run in another order than the per-worker ones: round-off, not bits
+
+
+def run(problem, algorithm: str, workers: int, batched: str, rounds: int = 3, **keys) -> dict:
+    spec = RunSpec(problem=problem, algorithm=algorithm_config(algorithm, **keys),
+                   comm=Communication(backend="local", workers=workers, batched=batched),
+                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True))
+    collected: dict = {}
+    execute(spec, None, collect=collected)
+    return collected
+
+
+@pytest.mark.parametrize("algorithm,keys", [("dane", {}), ("dane", {"safeguard": False, "mu": 0.3}), ("gd", {})])
+@pytest.mark.parametrize("n_samples", [48, 480])  # 12 rows a worker < d: Woodbury; 120 >= d: d x d Cholesky
+def test_batched_records_equal_the_per_worker_records(algorithm, keys, n_samples):
+    problem = RidgeSyntheticConfig(n_samples=n_samples, dim=20, covariance="decay")
+    threads = run(problem, algorithm, 4, "false", **keys)
+    batched = run(problem, algorithm, 4, "true", **keys)
+    assert threads["summary"]["simulator_path"] == "threads" and batched["summary"]["simulator_path"] == "batched"
+    assert len(batched["records"]) == len(threads["records"]) == 4
+    for ours, theirs in zip(batched["records"], threads["records"]):
+        assert ours.keys() == theirs.keys()
+        for key, value in theirs.items():
+            if key == "time_s":
+                continue
+            if isinstance(value, float):
+                assert ours[key] == pytest.approx(value, rel=RTOL, abs=1e-15), key
+            else:
+                assert ours[key] == value, key  # round, bytes_sent, comm_rounds, accepted
+    torch.testing.assert_close(batched["w"], threads["w"], rtol=RTOL, atol=0)
+
+
+def test_the_mean_is_the_thread_groups_and_the_bytes_are_the_rings():
+    m, d = 5, 7
+    rows = torch.randn(m, d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    metrics = torch.randn(m, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    threads = ThreadGroup(m).run(lambda comm: (comm.allreduce_mean([rows[comm.rank], metrics[comm.rank]]),
+                                               comm.bytes_sent, comm.broadcast([rows[comm.rank]], root=3)[0]))
+    comm = BatchedCommunicator(BatchedGroup(m))
+    mean = comm.allreduce_mean([rows, metrics])
+    assert all(torch.equal(a, b) for a, b in zip(mean, threads[0][0]))  # the same sum in rank order, bit for bit
+    assert comm.bytes_sent == threads[0][1] == 2 * (m - 1) * 8 * (d + 2) // m
+    assert torch.equal(comm.broadcast([rows], root=3)[0], rows[3]) and torch.equal(threads[0][2], rows[3])
+    with pytest.raises(TypeError, match="stacked tensors"):
+        comm.allreduce_mean([rows[0]])
+    assert torch.equal(per_worker(comm, lambda r: torch.tensor([float(r)])), torch.arange(m, dtype=torch.float32)[:, None])
+
+
+class FixedMeter:
+    """Every compute phase reads ``seconds`` (the stacked computation of all m workers)."""
+
+    name = "fixed"
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def start(self) -> float:
+        return 0.0
+
+    def read(self, mark: float) -> float:
+        return self.seconds
+
+    def stop(self) -> None:
+        pass
+
+
+def test_each_worker_is_charged_its_share_of_the_stacked_compute():
+    m, measured = 4, 0.8
+    cost = AlphaBeta(alpha=1e-3, beta=1e8)
+    group = BatchedGroup(m, cost, Stragglers(slowdown=(1.0, 3.0)), FixedMeter(measured))
+    comm = BatchedCommunicator(group)
+    comm.begin()
+    comm.allreduce_mean([torch.zeros(m, 10, dtype=torch.float64)])  # 80 bytes a worker
+    comm.barrier()
+    comm.next_participants([0, 2])  # only the unslowed workers: factor 1
+    comm.allreduce_mean([torch.zeros(m, 10, dtype=torch.float64)])
+    share = measured / m
+    assert group.compute_time == pytest.approx(3 * share + 3 * share + share, rel=1e-15)
+    assert group.comm_time == pytest.approx(cost.allreduce_time(80, m) + cost.allreduce_time(80, 2), rel=1e-15)
+    assert group.clock == pytest.approx(group.compute_time + group.comm_time, rel=1e-15)
+    assert comm.elapsed() == pytest.approx(group.clock + share, rel=1e-15)  # rank 0's share of the pending phase
+
+
+def test_stacked_lanczos_gives_each_workers_ritz_values():
+    m, d, iters = 3, 12, 6
+    gen = torch.Generator().manual_seed(0)
+    B = torch.randn(m, d, d, dtype=torch.float64, generator=gen)
+    H = B @ B.mT
+    H[2] = torch.diag(torch.tensor([2.0, 5.0] + [0.0] * (d - 2), dtype=torch.float64))  # invariant after 2 products
+    v0 = start_vector(d, torch.float64, 7)
+    stacked = stacked_lanczos_extremes(lambda V: (H @ V.unsqueeze(-1)).squeeze(-1), v0, iters, m)
+    for i in range(m):
+        assert stacked[i].tolist() == pytest.approx(lanczos_extremes(lambda v: H[i] @ v, v0, iters), rel=1e-12)
+
+
+@pytest.mark.parametrize("overrides,why", [
+    (("algorithm=admm",), "algorithm=admm has no stacked form"),
+    (("problem.n_samples=601",), "does not split into 4 equal shards"),
+    (("problem.local_solver=cg",), "problem.local_solver=cg has no batched form"),
+    (("comm.compress=topk:0.5",), "comm.compress"),
+])
+def test_batched_true_where_it_cannot_run_is_one_line_naming_why(overrides, why):
+    with pytest.raises(ConfigError, match="sim.batched=true cannot run here") as err:
+        run_spec(compose_job(("workers=4", "problem.n_samples=600", "problem.dim=20", "sim.batched=true", *overrides)))
+    assert why in str(err.value) and "\n" not in str(err.value) and "sim.batched=auto" in str(err.value)
+
+
+def test_auto_batches_from_its_threshold_and_false_never():
+    def spec(workers: int, mode: str = "auto"):
+        return run_spec(compose_job((f"workers={workers}", "problem.n_samples=640", "problem.dim=10",
+                                     f"sim.batched={mode}")))
+
+    assert runs_batched(spec(AUTO_FROM)) and not runs_batched(spec(AUTO_FROM // 2))
+    assert not runs_batched(spec(AUTO_FROM, "false")) and runs_batched(spec(2, "true"))
+    assert not runs_batched(run_spec(compose_job((f"workers={AUTO_FROM}", "problem.n_samples=640", "problem.dim=10",
+                                                  "algorithm=admm"))))  # auto: threads, no refusal
