@@ -22,7 +22,8 @@ subproblem without the shared regularizer).  The methods (``problem.local_solver
   shard (``problem.device=cuda``) SVRG is `svrg_reference` on the device: the compiled
   kernels run on host arrays only.  The same row draws, so the same iterates to round-off,
   but one step is a few small kernel launches: slow where n_i is large.
-- ``lbfgs``: scipy's L-BFGS-B on φ, to ``tol`` times the anchor's gradient (max norm).
+- ``lbfgs``: scipy's L-BFGS-B on φ, to ``tol`` times the anchor's gradient (max norm), or until φ's value
+  stops decreasing in floating point, whichever comes first (see `lbfgs`).
 - ``auto``: ``cholesky`` when the dimension is at most `AUTO_MAX_DIM` and X is dense,
   else ``cg``; the problem says which in its notes.
 
@@ -311,7 +312,17 @@ def _warn_once(message: str) -> None:
 
 
 def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:
-    """scipy L-BFGS-B on φ, from the anchor, to tol x the anchor's gradient (max norm)."""
+    """scipy L-BFGS-B on φ, from the anchor, to tol x the anchor's gradient (max norm).
+
+    Departure from that contract, and why two devices' answers differ by more than round-off: L-BFGS-B also
+    stops where φ's value no longer decreases (its factr test, with ftol=0, fires on φ's round-off), which
+    usually comes first near tol=1e-10: φ − φ* ≈ ½ gᵀH⁻¹g falls below φ's round-off once ‖∇φ‖ is about
+    √(u L |φ|), so the answer is accurate to about √u (relative), and which iterate it stops at depends on
+    round-off (another summation order, a GPU's, moves it by far more than round-off).  What holds on every device is
+    the certificate of a σ-strongly convex φ (σ = λ + μ): ‖w − w*‖ ≤ ‖∇φ(w)‖ / σ (`tests/test_device.py`).
+    For answers equal to round-off across devices, use ``cholesky`` or ``cg`` (quadratic convergence stops
+    them at round-off) or ``svrg`` (a fixed number of steps).
+    """
     import scipy.optimize  # here, not at import: a run that never asks for L-BFGS does not pay for it
 
     dtype, device = sub.anchor.dtype, sub.anchor.device
