@@ -203,6 +203,39 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         shards, notes = _SHARDS[key]
         return shards[rank], notes if rank == 0 else []
 
+    # ------------------------------------------------------------------ all workers stacked (sim.batched)
+    def stacked_form(self, size: int) -> str | None:
+        """The batched simulator covers least squares on dense rows dealt in equal shards, solved exactly, with
+        no reference optimum to attach (`dane.problems.stacked.StackedLeastSquares`)."""
+        if self.loss != "squared":
+            return (f"problem={self.name}: the {self.loss} loss's local solve (Newton with a line search per worker) "
+                    "has no batched form yet")
+        if self.source.presharded:
+            return "presharded data is read part by part, one per worker"
+        if self.optimum != "none":
+            return "the reference optimum is attached per worker; set problem.optimum=none"
+        table = self.table()
+        if scipy.sparse.issparse(table.X):
+            return "sparse rows have no batched form"
+        dim = table.X.shape[1] + int(self.fit_intercept)
+        if self.solver.resolve(dim, False).method != "cholesky":
+            return f"problem.local_solver={self.local_solver} has no batched form (the exact solve, cholesky, has)"
+        sizes = {len(self.worker_rows(rank, size)[0]) for rank in range(size)}
+        if len(sizes) > 1:
+            return f"the {len(table.y)} rows are dealt in shards of {min(sizes)} to {max(sizes)} rows, not equal ones"
+        return None
+
+    def build_stacked(self, size: int, dtype: torch.dtype = torch.float64):
+        """The ``size`` shards of `build`, row for row, stacked into one `StackedLeastSquares` (equal shards)."""
+        from .stacked import StackedLeastSquares
+
+        shards = [self.build(rank, size, dtype) for rank in range(size)]
+        first = shards[0]
+        problem = StackedLeastSquares(torch.stack([s.X for s in shards]), torch.stack([s.y for s in shards]),
+                                      l2=first.l2, weight=first.weight, notes=first.notes, device=first.device)
+        problem.target_units, problem.data_info = first.target_units, first.data_info
+        return problem
+
     # ------------------------------------------------------------------ one worker
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> LinearModelShard:
         from ..data.labels import check_labels

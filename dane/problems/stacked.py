@@ -163,3 +163,80 @@ class StackedRidge(Problem):
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         return (rho / (rho + 2 * self.lam)) * v
 
+
+
+class StackedLeastSquares(Problem):
+    r"""m equal least-squares shards of a linear model stacked: the batched form of
+    `dane.problems.glm.LinearModelShard` with the squared loss (``problem=ridge``),
+
+    .. math:: O_i(w) = \frac{m}{N}\,\tfrac12\|X_i w - y_i\|^2 + \frac{\lambda}{2}\|w\|^2,
+
+    X of shape (m, n, d), dense.  The exact local solve factors the (m, d, d) Hessians
+    (m/N) X_iᵀX_i + sI by one batched Cholesky per shift, as the per-worker Newton step
+    of a quadratic does (`dane.local_solvers.newton`: one step, the minimizer).
+    """
+
+    convex = True
+    quadratic = True
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, *, l2: float, weight: float, notes=(),
+                 device: str | torch.device = "cpu"):
+        self.device = torch.device(device)
+        self.X, self.y = X.to(self.device), y.to(self.device)
+        self.stacked_workers, self.n_local, self.dim = X.shape
+        self.dtype = X.dtype
+        self.l2, self.weight = float(l2), float(weight)
+        self.strong_convexity = self.l2
+        self.solver = LocalSolver("cholesky")
+        self.metric_names = ("objective",)
+        self.notes = [*notes, f"sim.batched: the {self.stacked_workers} workers ran as one stacked computation, "
+                              "each charged 1/m of its measured compute (dane/comm/batched.py)"]
+        self._factors: dict[float, torch.Tensor] = {}
+        self._gram: torch.Tensor | None = None
+
+    def initial_point(self) -> torch.Tensor:
+        return torch.zeros(self.dim, dtype=self.dtype)
+
+    def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(∇O_i(w), [O_i(w)]) for every worker: (m, d) and (m, 1)."""
+        where, w = w.device, w.to(self.device)
+        dz = matvec(self.X, w) - self.y
+        value = self.weight * (0.5 * dz.square().sum(-1))
+        grad = self.weight * rmatvec(self.X, dz)
+        objective = value + 0.5 * self.l2 * (w * w).sum(-1)
+        return (grad + self.l2 * w).to(where), torch.stack([objective], -1).to(where)
+
+    def objective(self, w: torch.Tensor) -> torch.Tensor:
+        return self.evaluate(w)[1][:, 0]
+
+    def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
+        """∇²O_i v = (m/N) X_iᵀX_i v (+ λv) for every worker: (m, d); the same at every point ``at``."""
+        where, v = v.device, v.to(self.device)
+        Hv = self.weight * rmatvec(self.X, matvec(self.X, v))
+        return (Hv + self.l2 * v if with_reg else Hv).to(where)
+
+    def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
+                      solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
+        """((m/N) X_iᵀX_i [+ λI] + shift I)⁻¹ r_i for every worker, by batched Cholesky."""
+        where, r = r.device, r.to(self.device)
+        key = float(shift + (self.l2 if with_reg else 0.0))
+        if key not in self._factors:
+            if self._gram is None:
+                self._gram = self.weight * (self.X.mT @ self.X)
+            if len(self._factors) >= FACTORS_KEPT:
+                self._factors.pop(next(iter(self._factors)))
+            self._factors[key] = stacked_cholesky(self._gram.clone(), key)
+        return cholesky_solve_stacked(self._factors[key], rows_of(r, self.stacked_workers)).to(where)
+
+    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
+                   anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
+        """argmin_w O_i(w) − <linear_i, w> + (μ/2)‖w − anchor‖²: one Newton step from the anchor, exact."""
+        if anchor_grad is None or not with_reg:
+            grad = self.evaluate(anchor)[0] - (0.0 if with_reg else self.l2 * anchor)
+        else:
+            grad = anchor_grad
+        l2 = self.l2 if with_reg else 0.0
+        return anchor + self.solve_hessian(-(grad - linear), shift=mu + l2, with_reg=False)
+
+    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
+        return (rho / (rho + self.l2)) * v
