@@ -171,6 +171,38 @@ class MinibatchSampler:
         self.pos = int(state["pos"])
 
 
+class StackedSampler:
+    """The m workers' `MinibatchSampler` s side by side, for a stacked problem (`dane.comm.batched`).
+
+    ``seeds[i]`` seeds worker i's sampler, so row i of every `next` is exactly the batch
+    worker i's own sampler draws on the per-worker path.  ``next()`` returns (m, batch_size)
+    row indices (each worker's into its own shard of ``n`` rows).
+    """
+
+    def __init__(self, n: int, batch_size: int | None, seeds: Sequence[int]):
+        self.samplers = [MinibatchSampler(n, batch_size, seed) for seed in seeds]
+        self.n, self.batch_size = n, self.samplers[0].batch_size
+
+    def next(self) -> torch.Tensor:
+        return torch.stack([sampler.next() for sampler in self.samplers])
+
+    def state_dict(self) -> dict:
+        return {"samplers": [sampler.state_dict() for sampler in self.samplers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for sampler, own in zip(self.samplers, state["samplers"]):
+            sampler.load_state_dict(own)
+
+
+def worker_samplers(n: int, batch_size: int | None, seed: int, stream: int, ranks: Sequence[int], *,
+                    stacked: bool) -> MinibatchSampler | StackedSampler:
+    """The minibatch sampler of the workers ``ranks`` (`dane.comm.batched.worker_ranks`): one worker's own
+    `MinibatchSampler`, or with ``stacked`` the `StackedSampler` of all of them, each seeded by
+    ``worker_seed(seed, rank, stream)``."""
+    seeds = [worker_seed(seed, rank, stream) for rank in ranks]
+    return StackedSampler(n, batch_size, seeds) if stacked else MinibatchSampler(n, batch_size, seeds[0])
+
+
 def worker_seed(seed: int, rank: int, stream: int) -> int:
     """A 63-bit seed for (run seed, worker, component), independent across the three."""
     return int(np.random.SeedSequence([seed, rank, stream]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))

@@ -64,6 +64,7 @@ from ..errors import ConfigError
 from ..inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for, worker_seed
 from ..models import MODEL_NAMES, LogisticRegression, build_model
 from .base import Problem, ProblemConfig
+from .stacked_net import StackedNeuralProblem
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -222,6 +223,41 @@ class NeuralProblemConfig(ProblemConfig):
         n = len(data.train_y)
         shards = overlap_shards(shards, n, load_factor=d.load_factor, absolute_factor=d.absolute_factor, seed=self.seed)
         return shards, [describe(shards, n, d.load_factor, d.absolute_factor)]
+
+    def stacked_form(self, size: int) -> str | None:
+        """None where the ``size`` workers can run as one `StackedNeuralProblem` (equal shards, SGD local solves,
+        no augmentation); else why not, as a clause (`dane.batching`)."""
+        if self.augment:
+            return "problem.augment=true draws each worker's shifts and rotations from its own generator"
+        if self.inner_optimizer != "sgd":
+            return f"problem.inner_optimizer={self.inner_optimizer} has no stacked form (sgd has)"
+        sizes = {len(shard) for shard in self.shards(self.dataset(), size)[0]}
+        if len(sizes) > 1:
+            return (f"the {size} workers' shards of {self.dataset().name} differ in size ({min(sizes)} to "
+                    f"{max(sizes)} rows); a stacked network needs equal shards (workers dividing the training rows, "
+                    "iid sharding, no overlap)")
+        return None
+
+    def build_stacked(self, size: int, dtype: torch.dtype = torch.float32) -> "StackedNeuralProblem":
+        """The ``size`` shards of `build`, row for row, as one `dane.problems.stacked_net.StackedNeuralProblem`."""
+        data = self.dataset()
+        dtype = DTYPES[self.dtype] if self.dtype is not None else dtype
+        shards, overlap_notes = self.shards(data, size)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)  # the initial model every worker of `build` makes
+            model = build_model(self.model.name, in_shape=data.in_shape, num_classes=data.num_classes,
+                                hidden=self.model.hidden)
+        rows = torch.stack(shards)
+        total = sum(len(s) for s in shards)
+        problem = StackedNeuralProblem(
+            model, data.train_x[rows], data.train_y[rows], data.test_x, data.test_y,
+            torch.tensor_split(torch.arange(len(data.test_y)), size), weight=size * len(shards[0]) / total,
+            test_weight=size / len(data.test_y), num_classes=data.num_classes, l2=self.l2, inner=self.inner,
+            grad_batches=self.grad_batches, eval_batch_size=self.eval_batch_size, device=pick_device(self.device, 0),
+            dtype=dtype, sampler_seeds=[worker_seed(self.seed, rank, SAMPLER_STREAM) for rank in range(size)],
+            notes=[*data.notes, *overlap_notes])
+        problem.data_info = data.info()
+        return problem
 
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float32) -> "NeuralProblem":
         data = self.dataset()

@@ -1,0 +1,200 @@
+r"""All m workers' network shards as one stacked problem, for the batched simulator (`dane.comm.batched`).
+
+`StackedNeuralProblem` is the batched form of `dane.problems.neural.NeuralProblem`: the m
+equal training shards stacked, ``train_x`` of shape (m, n, ...) and ``train_y`` (m, n), one
+model architecture, and the m workers' parameters as one (m, P) array of flat vectors
+(row i worker i's).  Worker i's objective is the per-worker one,
+
+.. math:: O_i(w) = \frac{m\,n_i}{N}\,\frac1{n_i}\sum_{j\in S_i} \mathrm{CE}(f_w(x_j), y_j)
+                  + \frac{l_2}{2}\|w\|^2 ,
+
+and every method takes a point shared by the workers, shape (P,), or one per worker,
+(m, P), and returns per-worker results with a leading axis of m.  The m losses and their
+gradients come from one call, ``torch.func.vmap`` over ``grad_and_value`` of the model
+applied by ``torch.func.functional_call`` to each row's parameters: torch lowers the m
+convolutions to one grouped convolution and the m linear layers to batched products.
+
+Minibatches are drawn exactly as on the per-worker path: worker i's rows come from its own
+`dane.inner.MinibatchSampler`, seeded with ``worker_seed(seed, i, SAMPLER_STREAM)``
+(`dane.inner.StackedSampler` holds the m of them), the full-shard gradient and every
+batch are cut into chunks of ``eval_batch_size`` rows as there, and the test set is cut
+into the same m contiguous slices.  So the iterates equal the per-worker path's to the
+round-off of summing in another order: in float64 to about 1e-12 relative, in float32 to
+float32's (``tests/test_batched_net.py`` states the bounds it checks).
+
+Departures from the per-worker path, each refused in one line by
+`NeuralProblemConfig.stacked_form` so that the simulator keeps one thread per worker:
+shards of unequal size (N not a multiple of m, ``data.overlap``, non-iid sizes), an inner
+optimizer other than SGD (the stacked local solve is SGD with momentum on the (m, P) array,
+the update of ``torch.optim.SGD``), and ``problem.augment`` (its shifts are drawn per
+worker).  The test slices may differ by one row: they are padded and masked.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad_and_value, vmap
+from torch.nn.utils import parameters_to_vector
+
+from ..inner import InnerSolver, StackedSampler, proximal_step, steps_for
+from .base import Problem
+
+
+def rows_of(v: torch.Tensor, m: int) -> torch.Tensor:
+    """``v`` as one row per worker, (m, P): a shared (P,) vector broadcast as a view."""
+    return v.expand(m, -1) if v.dim() == 1 else v
+
+
+class StackedNeuralProblem(Problem):
+    """m equal network shards stacked (module docstring); the batched form of `NeuralProblem`."""
+
+    metric_names = ("objective", "test_loss", "test_accuracy")
+    convex = False
+
+    def __init__(self, model: torch.nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
+                 test_y: torch.Tensor, test_slices: Sequence[torch.Tensor], *, weight: float, test_weight: float,
+                 num_classes: int, l2: float, inner: InnerSolver, grad_batches: int | None, eval_batch_size: int,
+                 device: torch.device, dtype: torch.dtype, sampler_seeds: Sequence[int], notes=()):
+        self.device, self.dtype = torch.device(device), dtype
+        self.model = model.to(device=self.device, dtype=dtype)
+        self.names = [name for name, _ in self.model.named_parameters()]
+        self.shapes = [p.shape for p in self.model.parameters()]
+        self.sizes = [p.numel() for p in self.model.parameters()]
+        self.dim = sum(self.sizes)
+        self.stacked_workers, self.n_local = train_y.shape
+        self.train_x, self.train_y = train_x.to(self.device, dtype), train_y.to(self.device)
+        self.test_x, self.test_y = test_x.to(self.device, dtype), test_y.to(self.device)
+        self.weight, self.test_weight, self.l2 = weight, test_weight, l2
+        self.num_classes, self.inner = num_classes, inner
+        self.grad_batches, self.eval_batch_size = grad_batches, eval_batch_size
+        self.sampler = StackedSampler(self.n_local, inner.batch_size, sampler_seeds)
+        self.notes = [*notes, f"sim.batched: the {self.stacked_workers} workers' networks ran as one stacked "
+                              "computation (torch.func.vmap), each charged 1/m of its measured compute"]
+        self._w0 = parameters_to_vector(self.model.parameters()).detach().cpu().clone()
+        # worker i's test rows: its slice, padded to the longest with row 0 and masked out of the sums
+        longest = max(len(s) for s in test_slices)
+        self._test_rows = torch.stack([torch.cat([s, s.new_zeros(longest - len(s))]) for s in test_slices]).to(self.device)
+        self._test_mask = torch.stack([torch.arange(longest) < len(s) for s in test_slices]).to(self.device)
+        self._grad_value = vmap(grad_and_value(self._loss), in_dims=(0, 0, 0, None))
+        self._logits = vmap(self._forward)
+
+    # ------------------------------------------------------------------ the model on one row of parameters
+    def _forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        params = {name: chunk.view(shape) for name, chunk, shape in zip(self.names, flat.split(self.sizes), self.shapes)}
+        return functional_call(self.model, params, (x,))
+
+    def _loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, factor: float) -> torch.Tensor:
+        return factor * F.cross_entropy(self._forward(flat, x), y, reduction="sum")
+
+    # ------------------------------------------------------------------ the Problem protocol, per worker
+    def initial_point(self) -> torch.Tensor:
+        return self._w0.clone()
+
+    def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(∇O_i(w), [O_i(w), test-loss and test-accuracy contributions]) for every worker: (m, P) and (m, 3)."""
+        W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
+        if self.grad_batches is None:
+            grads, data_loss = self._data_grad(W, None)
+        else:  # gradient estimated on minibatches, objective still exact
+            grads = sum(self._data_grad(W, self.sampler.next(), scale=1 / self.grad_batches)[0]
+                        for _ in range(self.grad_batches))
+            data_loss = self._train_loss(W)
+        return (grads + self.l2 * W).to(w.device), self._metrics(data_loss, W).to(w.device, w.dtype)
+
+    def local_metrics(self, w: torch.Tensor) -> torch.Tensor:
+        """The metric rows of `evaluate` without the gradients (forward passes only): (m, 3)."""
+        W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
+        return self._metrics(self._train_loss(W), W).to(w.device, w.dtype)
+
+    def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]``: (m, P)."""
+        W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
+        return (self._data_grad(W, idx.to(self.device))[0] + self.l2 * W).to(w.device)
+
+    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
+                   anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
+        r"""≈ argmin_w O_i(w) − <linear_i, w> + (μ/2)||w − anchor||² for every worker: the inner SGD of
+        `dane.inner.solve` (step lr / (1 + lr μ), heavy-ball momentum as ``torch.optim.SGD``) on the (m, P) array."""
+        m, where = self.stacked_workers, anchor.device
+        A = rows_of(anchor.to(self.device, self.dtype), m)
+        lin = rows_of(linear.to(self.device, self.dtype), m)
+        l2 = self.l2 if with_reg else 0.0
+        lr, momentum = proximal_step(self.inner.lr, mu), self.inner.momentum
+        W, buf = A.clone(), None
+        for _ in range(steps_for(self.inner, self.n_local)):
+            step = self._data_grad(W, self.sampler.next())[0]
+            step.add_(l2 * W - lin + mu * (W - A))  # `dane.inner.add_proximal_terms`
+            if momentum:
+                buf = step.clone() if buf is None else buf.mul_(momentum).add_(step)
+                step = buf
+            W.add_(step, alpha=-lr)
+        return W.to(where, anchor.dtype)
+
+    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
+        return (rho / (rho + self.l2)) * v
+
+    def confusion_matrix(self, w: torch.Tensor) -> torch.Tensor:
+        """Each worker's share of the test confusion matrix [true, predicted], m times its slice's counts: (m, C, C)."""
+        W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
+        C = self.num_classes
+        with torch.no_grad():
+            predicted = self._test_logits(W).argmax(-1)
+        cells = self.test_y[self._test_rows] * C + predicted  # (m, L)
+        one_hot = F.one_hot(cells, C * C).to(torch.float64) * self._test_mask.unsqueeze(-1)
+        return self.stacked_workers * one_hot.sum(1).cpu().view(-1, C, C)
+
+    def state_dict(self) -> dict:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+
+    # ------------------------------------------------------------------ plumbing
+    def _data_grad(self, W: torch.Tensor, idx: torch.Tensor | None, *, scale: float = 1.0
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """weight × mean CE over each worker's rows ``idx[i]`` (None: its whole shard) and its gradient, in chunks of
+        ``eval_batch_size`` rows as `NeuralProblem._data_loss_backward` takes them: ((m, P), (m,))."""
+        rows = self.n_local if idx is None else idx.shape[1]
+        factor = scale * self.weight / rows
+        workers = torch.arange(self.stacked_workers, device=self.device).unsqueeze(1)
+        grads, total = None, None
+        for start in range(0, rows, self.eval_batch_size):
+            stop = min(start + self.eval_batch_size, rows)
+            if idx is None:
+                x, y = self.train_x[:, start:stop], self.train_y[:, start:stop]
+            else:
+                x, y = self.train_x[workers, idx[:, start:stop]], self.train_y[workers, idx[:, start:stop]]
+            g, loss = self._grad_value(W, x, y, factor)
+            grads, total = (g, loss) if grads is None else (grads + g, total + loss)
+        return grads, total
+
+    def _train_loss(self, W: torch.Tensor) -> torch.Tensor:
+        """weight × mean CE over each worker's whole shard, summed in float64: (m,)."""
+        total = torch.zeros(self.stacked_workers, dtype=torch.float64, device=self.device)
+        with torch.no_grad():
+            for start in range(0, self.n_local, self.eval_batch_size):
+                x, y = self.train_x[:, start:start + self.eval_batch_size], self.train_y[:, start:start + self.eval_batch_size]
+                logits = self._logits(W, x)
+                total += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).double().sum(1)
+        return total * (self.weight / self.n_local)
+
+    def _test_logits(self, W: torch.Tensor) -> torch.Tensor:
+        """Each worker's logits on its (padded) test slice: (m, L, C)."""
+        parts = [self._logits(W, self.test_x[self._test_rows[:, start:start + self.eval_batch_size]])
+                 for start in range(0, self._test_rows.shape[1], self.eval_batch_size)]
+        return torch.cat(parts, 1)
+
+    def _metrics(self, data_loss: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        """(m, 3): [O_i(w_i), m/N_test × test CE sum on slice i, m/N_test × correct on slice i], in float64."""
+        with torch.no_grad():
+            logits = self._test_logits(W)
+        y = self.test_y[self._test_rows]
+        losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).double()
+        mask = self._test_mask.double()
+        test_loss = (losses * mask).sum(1)
+        correct = ((logits.argmax(-1) == y).double() * mask).sum(1)
+        Wd = W.double()
+        objective = data_loss.double() + 0.5 * self.l2 * (Wd * Wd).sum(-1)
+        return torch.stack([objective, self.test_weight * test_loss, self.test_weight * correct], -1)
