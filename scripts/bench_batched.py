@@ -8,7 +8,9 @@
   stacked computation (``sim.batched=true``), interleaved, ``--repeats`` times each; the
   figure is the per-worker path's wall time of the rounds over the batched path's (median
   of the pairs, and every pair); goal >= 5.  Both runs must give the same records (to
-  round-off): the largest relative difference of the objectives is reported beside it.
+  round-off): the largest relative difference of the objectives is reported beside it.  ``steady``: the same
+  two paths' wall time of a round after round 0 (which factors every shard, the same work on both paths),
+  DANE's rounds driven through the two communicators directly.
 - ``m10000``: the batched path at m = 10,000 on the same data, 10 rounds: the whole
   run's wall time (data, setup and rounds; goal < 120 s) and the rounds' alone.
 
@@ -24,13 +26,20 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from dane.comm.batched import BatchedGroup, run_batched
+from dane.comm.threads import ThreadGroup, meter_for
+from dane.dane import DANE
 from dane.experiments.config import run_spec
+from dane.problems import RidgeSyntheticConfig
 from dane.launch import execute
 from dane.synthetic.bench_file import elapsed_logger, machine, merge_section
 from dane.synthetic.sweep import compose_job
 
 KEY = "batched_workers"
-ALGORITHM = ("algorithm=dane", "algorithm.mu=1.0")
+MU = 1.0
+ALGORITHM = ("algorithm=dane", f"algorithm.mu={MU}")
 
 
 def timed_run(n: int, d: int, m: int, rounds: int, batched: str) -> dict:
@@ -44,6 +53,53 @@ def timed_run(n: int, d: int, m: int, rounds: int, batched: str) -> dict:
     return {"total_s": total, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
             "objectives": [r["objective"] for r in collected["records"]],
             "simulated_time_s": summary["simulated_time_s"], "load_avg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def steady_batched(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float]:
+    """DANE's rounds after round 0 (which factors the shards), on the batched communicator directly: the final
+    iterate and the wall seconds a round."""
+    problem = config.build_stacked(m)
+    group = BatchedGroup(m, meter=meter_for([problem.device]))
+
+    def rounds_of(comm):
+        algo = DANE(problem, comm, mu=MU)
+        algo.step()  # round 0 factors the shards; the rounds after it are timed
+        sync(problem.device)
+        t0 = time.perf_counter()
+        for _ in range(rounds - 1):
+            algo.step()
+        sync(problem.device)
+        return algo.iterate, (time.perf_counter() - t0) / (rounds - 1)
+
+    return run_batched(group, rounds_of)
+
+
+def steady_threads(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float]:
+    """The same on m threads (`dane.comm.ThreadGroup`), rank 0 reading the clock between two barriers."""
+    problems = [config.build(rank, m) for rank in range(m)]
+    group = ThreadGroup(m, meter=meter_for([p.device for p in problems]))
+    marks: list[float] = []
+
+    def rounds_of(comm):
+        algo = DANE(problems[comm.rank], comm, mu=MU)
+        algo.step()
+        comm.barrier()
+        if comm.rank == 0:
+            marks.append(time.perf_counter())
+        for _ in range(rounds - 1):
+            algo.step()
+        comm.barrier()
+        if comm.rank == 0:
+            marks.append(time.perf_counter())
+        return algo.iterate
+
+    w = group.run(rounds_of)[0]
+    return w, (marks[1] - marks[0]) / (rounds - 1)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
@@ -61,7 +117,16 @@ def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
         log(f"m={m}: per-worker {threads['rounds_s']:.2f} s, batched {batched['rounds_s']:.2f} s, "
             f"ratio {pairs[-1]['ratio']:.1f}")
     ratios = [p["ratio"] for p in pairs]
-    return {"n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": ">= 5",
+    config = RidgeSyntheticConfig(n_samples=n, dim=d)
+    steady = []
+    for k in range(repeats):  # the rounds after round 0, whose factorizations both paths share
+        _, threads_s = steady_threads(config, m, rounds)
+        _, batched_s = steady_batched(config, m, rounds)
+        steady.append({"threads_round_s": threads_s, "batched_round_s": batched_s, "ratio": threads_s / batched_s})
+        log(f"m={m}, a round after round 0: per-worker {threads_s:.3f} s, batched {batched_s:.3f} s, "
+            f"ratio {steady[-1]['ratio']:.1f}")
+    return {"steady_ratio_median": statistics.median(s["ratio"] for s in steady), "steady": steady,
+"n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": ">= 5",
             "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
             "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
 
@@ -76,7 +141,7 @@ def large(n: int, d: int, m: int, rounds: int, log) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results/bench.json"))
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a smaller problem (smoke run)")
     args = parser.parse_args(argv)
