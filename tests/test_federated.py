@@ -232,7 +232,7 @@ def test_fedprox_stops_at_its_fixed_point_and_says_why():
     fixed point w̃ is not w* (a linear system here).  Under full participation the run ends early with status
     client_drift (`FedProx.finished`), where T contracts: ‖w − w̃‖ ≤ ‖T(w) − w‖/(1 − ‖M‖₂), and ‖T(w) − w‖ has
     fallen below `FIXED_POINT` of its round-0 value times the clients' moves."""
-    from baselines.fedprox import FIXED_POINT
+    from dane.baselines.fedprox import FIXED_POINT
     from dane.api import fit
 
     mu, m, cap = 0.05, 4, 120
@@ -252,3 +252,19 @@ def test_fedprox_stops_at_its_fixed_point_and_says_why():
     assert q < 1 and float(torch.linalg.vector_norm(w - fixed)) <= float(step) / (1 - q) + 1e-12
     first_step = torch.linalg.vector_norm(c)  # T(w_0) - w_0 at w_0 = 0
     assert step <= 10 * FIXED_POINT * first_step  # near w̃: its step fell by ~FIXED_POINT (clients' moves vary)
+
+
+@pytest.mark.parametrize("delta_a, norm", [(0.5, 1.0), (0.05, 1.0)])
+def test_acc_sdane_default_lambda_is_larger_on_heterogeneous_shards(monkeypatch, delta_a, norm):
+    """λ = null: S-DANE takes δ_A·max(1/128, (δ_A/‖H‖)²/16), Acc-S-DANE δ_A·max(1/128, (δ_A/‖H‖)²/4); with
+    δ_A/‖H‖ = 0.05 the floor binds both."""
+    import dane.baselines.federated as federated
+    import dane.baselines.sdane as sdane
+
+    measured = lambda problem, comm, key: (delta_a, norm)  # noqa: E731 -- (δ_A, ‖H‖), as if measured
+    monkeypatch.setattr(federated, "hessian_dissimilarity", measured)
+    monkeypatch.setattr(sdane, "hessian_dissimilarity", measured)
+    shard, comm = ridge_shards(1, SMALL)[0], LocalCommunicator()
+    r2 = (delta_a / norm) ** 2
+    assert SDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 128, r2 / 16), rel=1e-15)
+    assert AccSDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 128, r2 / 4), rel=1e-15)
