@@ -14,9 +14,13 @@ Client i keeps H_i, its estimate of ∇²O_i; the server keeps H = mean_i H_i.  
 with H the server's estimate *before* this round's update (the paper's order: the step uses H_k,
 learned from the Hessians at x_0..x_{k-1}), H_i⁰ = ∇²O_i(x_0), so round 0 is an exact Newton
 step.  [H]_μ is the projection onto {H ⪰ μI} (eigenvalues below μ raised to μ), μ = ``mu``
-(null: the problem's ℓ2 weight λ, as the paper's code).  α = ``alpha``; null: the paper's
-per class of C (`dane.compress`): 1 − sqrt(1 − δ) for a contractive compressor (TopK, rank-R;
-1 for ``none``), 1/(ω + 1) for an unbiased one (RandK, natural, dithering).
+(null: the problem's ℓ2 weight λ, as the paper's code).  α = ``alpha``; null: by the class of C
+(`dane.compress`): 1/(ω + 1) for an unbiased one (RandK, natural, dithering), 1 for a contractive
+one (TopK, rank-R, ``none``: the paper's option α = 1 for C ∈ C(δ), FedNL-Public's ``upd_rule=2``).
+Its other option for C(δ), α = 1 − sqrt(1 − δ) with δ = k/T, is tiny at the benchmark's k = 8d
+(k/T = 16/(d+1)); the learned H_i then trail ∇²O_i for hundreds of rounds, and FedNL-PP, whose
+step (H + lI)⁻¹g is damped by their error l, crawls (``make bench`` section ``fednl``'s ``w8a_pp``
+records the gradient norm either way; ``algorithm.alpha`` sets it).
 
 ``variant=ls`` (FedNL-LS, Algorithm 2): the step is x_k + t d_k, d_k = −[H]_μ⁻¹∇O(x_k), t the first
 of 1, γ, γ², … with O(x_k + t d_k) ≤ O(x_k) + c t ⟨∇O(x_k), d_k⟩ (c = ``ls_c``, γ = ``ls_gamma``),
@@ -32,7 +36,12 @@ g_i = (H_i + l_i I) w_i − ∇O_i(w_i); the server keeps their means H, l, g an
     (H, l, g) &\mathrel{+}= \tfrac1m\textstyle\sum_{i\in S_k}\Delta(\alpha S_i, l_i, g_i).
 
 With every client sampled and C = ``none``, FedNL-PP is Newton's method (its H is learned at the
-point it steps from); plain FedNL then lags one round behind, so the two differ.
+point it steps from); plain FedNL then lags one round behind, so the two differ.  The server's H, l, g are
+running sums of the changes the clients send, as the protocol has them; they drift from the means
+of the clients' states by round-off that grows with the total change (a compensated sum of the
+received changes does not help: each change is itself rounded), and the step (H + lI)⁻¹g, with l
+near 0 and a small λ, passes the drift to the iterate, so FedNL-PP's gradient norm levels off
+somewhat above plain FedNL's (``make bench`` section ``fednl``, ``w8a_pp``).
 
 What a client sends a round, in bits (records: ``clients_uplink_bits``, cumulative, summed over the
 participants as ``uplink_bytes`` is, by the compressor's exact `dane.compress.Compressor.bits`; not
@@ -87,13 +96,18 @@ PHASES = ("oracles", "compress", "update", "newton")
 
 
 def hessian_step(compressor: Compressor, d: int, alpha: float | None) -> float:
-    """α: ``alpha``, or the paper's for the class of ``compressor`` on a d x d Hessian difference."""
+    """α: ``alpha``, or by the class of ``compressor`` on a d x d Hessian difference (module docstring): 1/(ω + 1)
+    for an unbiased one, 1 for a contractive one."""
     if alpha is not None:
         return float(alpha)
-    n = message_entries(compressor, d)
     if compressor.unbiased:
-        return 1.0 / (compressor.omega(n) + 1.0)
-    return 1.0 - math.sqrt(max(0.0, 1.0 - compressor.delta(n)))
+        return 1.0 / (compressor.omega(message_entries(compressor, d)) + 1.0)
+    return 1.0
+
+
+def theoretical_alpha(compressor: Compressor, d: int) -> float:
+    """The paper's other α for a contractive compressor, 1 − sqrt(1 − δ) (module docstring)."""
+    return 1.0 - math.sqrt(max(0.0, 1.0 - compressor.delta(message_entries(compressor, d))))
 
 
 def message_entries(compressor: Compressor, d: int) -> int:
@@ -249,8 +263,12 @@ class FedNL(Federated):
         reduced, _ = sampled_mean(comm, self.sampler.draw_all(), sent)                 # H_i⁰ (and g_i⁰) up, once
         self.H = reduced[0].numpy().copy()
         self.g = reduced[1].numpy().copy() if variant == "pp" else None
-        self.l = 0.0
+        self.l = np.zeros(1)
         self.count(comm.size, VALUE_BITS * (packed_size(self.d) + (self.d if variant == "pp" else 0)), down=0)
+
+    def server(self) -> dict[str, np.ndarray]:
+        """The server's running sums (module docstring): H, l, and FedNL-PP's g."""
+        return {"H": self.H, "l": self.l} if self.g is None else {"H": self.H, "l": self.l, "g": self.g}
 
     def packed(self, compact: np.ndarray) -> torch.Tensor:
         """This client's compact row as the packed triangle it sends (the decoded message)."""
@@ -282,7 +300,7 @@ class FedNL(Federated):
                 "clients_uplink_bits": self.uplink_bits}
 
     def step_pp(self) -> dict[str, float]:
-        x_next = shifted_newton(unpack(self.H, self.d), self.g, self.l)                # server: (H + lI)⁻¹ g
+        x_next = shifted_newton(unpack(self.H, self.d), self.g, float(self.l[0]))      # server: (H + lI)⁻¹ g
         members, inside = self.members()                                               # S_k
         dS, dl, dg = torch.zeros(packed_size(self.d), dtype=torch.float64), np.zeros(1), np.zeros(self.d)
         if inside:
@@ -292,9 +310,8 @@ class FedNL(Federated):
         scale = len(members) / self.comm.size                                         # (1/m) Σ_{S_k} = (s/m) mean
         sent = [dS, torch.from_numpy(dl), torch.from_numpy(dg)]
         (S_mean, l, g), reduced = sampled_mean(self.comm, members, sent, payload)      # uplink
-        self.H += scale * S_mean.numpy()
-        self.l += scale * float(l)
-        self.g += scale * g.numpy()
+        for key, delta in (("H", S_mean), ("l", l), ("g", g)):
+            getattr(self, key)[...] += scale * delta.numpy()
         self.w = torch.from_numpy(x_next)
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
         return {**self.record(reduced, members), "step_size": 1.0, "clients_uplink_bits": self.uplink_bits}
@@ -313,18 +330,16 @@ class FedNL(Federated):
         return float(value)
 
     def state_dict(self) -> dict:
-        server = {key: torch.from_numpy(np.array(getattr(self, key))) for key in ("H", "g") if getattr(self, key)
-                  is not None}
-        return {**super().state_dict(), **server, "client": self.client.state_dict(), "l": self.l,
+        server = {key: torch.from_numpy(value.copy()) for key, value in self.server().items()}
+        return {**super().state_dict(), **server, "client": self.client.state_dict(),
                 "bits": self.uplink_bits, "step_size": self.step_size, "rounds": self.rounds}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.H = state["H"].numpy().copy()
-        if self.g is not None:
-            self.g = state["g"].numpy().copy()
+        for key in self.server():
+            setattr(self, key, state[key].numpy().copy())
         self.client.load_state_dict(state["client"])
-        self.l, self.uplink_bits = float(state["l"]), int(state["bits"])
+        self.uplink_bits = int(state["bits"])
         self.step_size, self.rounds = float(state["step_size"]), int(state["rounds"])
 
 
@@ -346,7 +361,7 @@ class StackedFedNL:
                                    variant=variant, seed=seed)
         self.H = clients.packed_sum(self.client.H_i) / self.m
         self.g = self.client.g_i.mean(0) if variant == "pp" else None
-        self.l = 0.0
+        self.l = np.zeros(1)
         self.uplink_bits = self.m * VALUE_BITS * (self.T + (self.d if variant == "pp" else 0))
         self.step_size, self.rounds = 1.0, 0
         self.seconds = self.client.seconds
@@ -378,13 +393,13 @@ class StackedFedNL:
 
     def step_pp(self) -> dict[str, float]:
         now = time.perf_counter()
-        x_next = shifted_newton(unpack(self.H, self.d), self.g, self.l)
+        x_next = shifted_newton(unpack(self.H, self.d), self.g, float(self.l[0]))
         self.client.clock("newton", now)
         members = self.sampler.draw().numpy()
         S, dl, dg = self.client.round_pp(x_next, members, self.rounds)
         now = time.perf_counter()
         self.H += self.clients.packed_sum(S, members) / self.m
-        self.l += float(dl.sum()) / self.m
+        self.l += dl.sum(keepdims=True) / self.m
         self.g += dg.sum(0) / self.m
         self.x = x_next
         self.client.clock("update", now)

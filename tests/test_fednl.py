@@ -8,7 +8,7 @@ import scipy.optimize
 import scipy.sparse
 import torch
 
-from dane.baselines.fednl import FedNLConfig, StackedFedNL, hessian_step, uplink_bits
+from dane.baselines.fednl import FedNLConfig, StackedFedNL, hessian_step, theoretical_alpha, uplink_bits
 from dane.baselines.fednl_kernels import (StackedClients, compress_rows, frobenius_norms, pack, randk_indices,
                                           randk_reference,
                                           triangle_weights, unpack)
@@ -122,7 +122,7 @@ def test_identity_first_step_is_newton_and_converges(problem):
     assert ratios[-1] < 0.1 * ratios[0] and ratios[-1] < 1e-2
 
 
-@pytest.mark.parametrize("spec, alpha, variant", [("topk:20", None, "plain"), ("topk:20", 1.0, "plain"),
+@pytest.mark.parametrize("spec, alpha, variant", [("topk:20", None, "plain"), ("topk:20", 0.2, "plain"),
                                                   ("randk:20", None, "ls"), ("rank:2", None, "plain")])
 def test_compressed_converges_to_optimum(problem, spec, alpha, variant):
     """From x0 = 0 (far from w*: FedNL's theory is local), RandK's noisy H needs FedNL-LS's line search here."""
@@ -159,7 +159,7 @@ def test_pp_with_every_client_and_identity_is_newton(problem):
 
 def test_pp_samples_converge(problem):
     X, y, w_star, _ = problem
-    run = StackedFedNL(StackedClients(shards_of(X, y, 6)), compressor="topk:20", alpha=1.0, option=2, variant="pp",
+    run = StackedFedNL(StackedClients(shards_of(X, y, 6)), compressor="topk:20", option=2, variant="pp",
                        clients_per_round=2, seed=5)
     for _ in range(400):
         run.step()
@@ -182,7 +182,8 @@ def test_bits_are_rounds_times_closed_form(problem, spec):
 
 def test_default_alpha_per_class():
     d, T = 10, 55
-    assert hessian_step(make("topk:11"), d, None) == pytest.approx(1 - np.sqrt(1 - 11 / T))
+    assert hessian_step(make("topk:11"), d, None) == 1.0  # the paper's α = 1 option for a contractive C
+    assert theoretical_alpha(make("topk:11"), d) == pytest.approx(1 - np.sqrt(1 - 11 / T))
     assert hessian_step(make("randk:11"), d, None) == pytest.approx(11 / T)
     assert hessian_step(make("none"), d, None) == 1.0
     assert hessian_step(make("topk:11"), d, 0.7) == 0.7
