@@ -72,7 +72,6 @@ def asynchronous_simulator(spec: RunSpec, out_dir: str | None, collect: dict | N
     return run_async(spec, out_dir, collect)
 
 
-@register("batched simulator", runs_batched)
 def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """m workers as one stacked computation (`dane.comm.batched`, ``sim.batched``): the algorithm's step runs once
     on the problem's stacked form, each worker charged 1/m of its measured compute, timed by the cost model."""
@@ -93,8 +92,11 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """m workers as threads of this process (`dane.comm.ThreadGroup`), timed by the cost model.
 
     A Ctrl-C stops every worker at its next collective; the summary says ``interrupted`` and
-    the run ends with `RunInterrupted` (exit status 130).
+    the run ends with `RunInterrupted` (exit status 130).  Where ``sim.batched`` chooses it (`dane.batching`),
+    the m workers run as one stacked computation instead (`batched_simulator`).
     """
+    if runs_batched(spec):
+        return batched_simulator(spec, out_dir, collect)
     m = spec.comm.workers
     torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
     problems, setups = zip(*(build_problem(spec, rank, m, time.thread_time) for rank in range(m)))

@@ -25,7 +25,7 @@ from dane.errors import ConfigError
 from dane.experiments.config import run_spec
 from dane.launch import execute
 from dane.problems import RidgeSyntheticConfig
-from dane.problems.arrays import LogReg, Ridge
+from dane.problems.arrays import LogReg, Ridge, Softmax
 from dane.runner import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
@@ -71,6 +71,7 @@ def least_squares_rows(n: int = 120, d: int = 15):
 
 @pytest.mark.parametrize("algorithm", ["dane", "gd"])
 def test_a_linear_least_squares_problem_runs_batched_with_the_per_worker_records(algorithm):
+    """problem=ridge on arrays: one exact Newton step from a batched Cholesky of the (m, d, d) Hessians."""
     problem = Ridge(*least_squares_rows(), lam=1e-2)
     assert_same_records(run(problem, algorithm, 4, "true"), run(problem, algorithm, 4, "false"))
 
@@ -151,12 +152,18 @@ def test_batched_true_where_it_cannot_run_is_one_line_naming_why(overrides, why)
     assert why in str(err.value) and "\n" not in str(err.value) and "sim.batched=auto" in str(err.value)
 
 
-def test_a_logistic_problem_is_refused_batched_and_runs_threads_under_auto():
+def test_softmax_is_refused_batched_in_one_line():
     X, y = least_squares_rows()
-    problem = LogReg(X, (y > 0).astype(float))
-    with pytest.raises(ConfigError, match="the logistic loss's local solve .* has no batched form yet"):
-        run(problem, "dane", 4, "true")
-    assert run(problem, "dane", AUTO_FROM, "auto", rounds=1)["summary"]["simulator_path"] == "threads"
+    with pytest.raises(ConfigError, match="problem=softmax: the softmax loss has no batched form yet"):
+        run(Softmax(X, np.digitize(y, [-1.0, 1.0])), "dane", 4, "true")
+
+
+@pytest.mark.parametrize("algorithm", ["dane", "gd"])
+def test_a_logistic_regression_runs_batched_with_the_per_worker_records(algorithm):
+    """The batched Newton local solve: each worker's own line search and stopping rule, as per worker."""
+    X, y = least_squares_rows()
+    problem = LogReg(X, (y > 0).astype(float), lam=1e-2)
+    assert_same_records(run(problem, algorithm, 4, "true"), run(problem, algorithm, 4, "false"))
 
 
 def test_auto_batches_from_its_threshold_and_false_never():

@@ -205,11 +205,10 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
 
     # ------------------------------------------------------------------ all workers stacked (sim.batched)
     def stacked_form(self, size: int) -> str | None:
-        """The batched simulator covers least squares on dense rows dealt in equal shards, solved exactly, with
-        no reference optimum to attach (`dane.problems.stacked.StackedLeastSquares`)."""
-        if self.loss != "squared":
-            return (f"problem={self.name}: the {self.loss} loss's local solve (Newton with a line search per worker) "
-                    "has no batched form yet")
+        """The batched simulator covers one-output models (ridge, logreg) on dense rows dealt in equal shards,
+        solved exactly, with no reference optimum to attach (`dane.problems.stacked.StackedLinearModel`)."""
+        if self.loss not in ("squared", "logistic"):
+            return f"problem={self.name}: the {self.loss} loss has no batched form yet (ridge and logreg have)"
         if self.source.presharded:
             return "presharded data is read part by part, one per worker"
         if self.optimum != "none":
@@ -226,13 +225,14 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         return None
 
     def build_stacked(self, size: int, dtype: torch.dtype = torch.float64):
-        """The ``size`` shards of `build`, row for row, stacked into one `StackedLeastSquares` (equal shards)."""
-        from .stacked import StackedLeastSquares
+        """The ``size`` shards of `build`, row for row, stacked into one `StackedLinearModel` (equal shards)."""
+        from .stacked import StackedLinearModel
 
         shards = [self.build(rank, size, dtype) for rank in range(size)]
         first = shards[0]
-        problem = StackedLeastSquares(torch.stack([s.X for s in shards]), torch.stack([s.y for s in shards]),
-                                      l2=first.l2, weight=first.weight, notes=first.notes, device=first.device)
+        problem = StackedLinearModel(torch.stack([s.X for s in shards]), torch.stack([s.y for s in shards]),
+                                     first.loss, l2=first.l2, weight=first.weight, solver=first.solver,
+                                     notes=first.notes, device=first.device)
         problem.target_units, problem.data_info = first.target_units, first.data_info
         return problem
 

@@ -20,8 +20,10 @@ the iterates agree to round-off, which is the batched path's promise.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from ..local_solvers import LocalSolver
+from ..local_solvers import LocalSolver, flat_slope
+from ..losses import Loss
 from .base import Problem
 from .quadratic import not_positive_definite
 
@@ -165,44 +167,59 @@ class StackedRidge(Problem):
 
 
 
-class StackedLeastSquares(Problem):
-    r"""m equal least-squares shards of a linear model stacked: the batched form of
-    `dane.problems.glm.LinearModelShard` with the squared loss (``problem=ridge``),
+#: a loss's value summed over each worker's rows (`dane.losses.Loss.value` sums over all of them)
+ROW_VALUES = {
+    "squared": lambda z, y: 0.5 * (z - y).square().sum(-1),
+    "logistic": lambda z, y: F.softplus(-y * z).sum(-1),
+}
 
-    .. math:: O_i(w) = \frac{m}{N}\,\tfrac12\|X_i w - y_i\|^2 + \frac{\lambda}{2}\|w\|^2,
 
-    X of shape (m, n, d), dense.  The exact local solve factors the (m, d, d) Hessians
-    (m/N) X_iᵀX_i + sI by one batched Cholesky per shift, as the per-worker Newton step
-    of a quadratic does (`dane.local_solvers.newton`: one step, the minimizer).
+class StackedLinearModel(Problem):
+    r"""m equal shards of a linear model with one output stacked: the batched form of
+    `dane.problems.glm.LinearModelShard` (``problem=ridge`` and ``logreg``),
+
+    .. math:: O_i(w) = \frac{m}{N}\sum_{j\in S_i} f(x_j^\top w, y_j) + \frac{\lambda}{2}\|w\|^2,
+
+    X of shape (m, n, d), dense.  The exact local solve is `dane.local_solvers.newton` for all
+    m workers at once: each Newton direction from one batched Cholesky of the (m, d, d)
+    Hessians plus shift, then each worker's own Armijo backtracking, and each worker stops
+    where the per-worker solve stops (its relative gradient norm, or the step cap); a worker
+    that has stopped keeps its point while the others go on.  A quadratic f (the squared
+    loss) takes one step, the minimizer, and factors its constant Hessians once per shift.
     """
 
     convex = True
-    quadratic = True
 
-    def __init__(self, X: torch.Tensor, y: torch.Tensor, *, l2: float, weight: float, notes=(),
-                 device: str | torch.device = "cpu"):
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, loss: Loss, *, l2: float, weight: float,
+                 solver: LocalSolver, notes=(), device: str | torch.device = "cpu"):
         self.device = torch.device(device)
-        self.X, self.y = X.to(self.device), y.to(self.device)
+        self.X, self.y, self.loss = X.to(self.device), y.to(self.device), loss
+        self.row_value = ROW_VALUES[loss.name]
         self.stacked_workers, self.n_local, self.dim = X.shape
         self.dtype = X.dtype
         self.l2, self.weight = float(l2), float(weight)
+        self.quadratic = loss.quadratic
         self.strong_convexity = self.l2
-        self.solver = LocalSolver("cholesky")
+        self.solver = solver
         self.metric_names = ("objective",)
         self.notes = [*notes, f"sim.batched: the {self.stacked_workers} workers ran as one stacked computation, "
                               "each charged 1/m of its measured compute (dane/comm/batched.py)"]
-        self._factors: dict[float, torch.Tensor] = {}
+        self._factors: dict[float, torch.Tensor] = {}  # quadratic: per shift
         self._gram: torch.Tensor | None = None
 
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
 
+    # ------------------------------------------------------------------ values and derivatives, per worker
+    def data_value_grad(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(D_i(w), ∇D_i(w)) for every worker: (m,) and (m, d)."""
+        z = matvec(self.X, w)
+        return self.weight * self.row_value(z, self.y), self.weight * rmatvec(self.X, self.loss.dz(z, self.y))
+
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(∇O_i(w), [O_i(w)]) for every worker: (m, d) and (m, 1)."""
         where, w = w.device, w.to(self.device)
-        dz = matvec(self.X, w) - self.y
-        value = self.weight * (0.5 * dz.square().sum(-1))
-        grad = self.weight * rmatvec(self.X, dz)
+        value, grad = self.data_value_grad(w)
         objective = value + 0.5 * self.l2 * (w * w).sum(-1)
         return (grad + self.l2 * w).to(where), torch.stack([objective], -1).to(where)
 
@@ -210,33 +227,98 @@ class StackedLeastSquares(Problem):
         return self.evaluate(w)[1][:, 0]
 
     def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
-        """∇²O_i v = (m/N) X_iᵀX_i v (+ λv) for every worker: (m, d); the same at every point ``at``."""
+        """∇²O_i(at) v for every worker; without ``at``, the majorant (m/N) c_f X_iᵀX_i v + λv (as per worker)."""
         where, v = v.device, v.to(self.device)
-        Hv = self.weight * rmatvec(self.X, matvec(self.X, v))
+        xv = matvec(self.X, v)
+        if at is None:
+            curv = self.loss.curvature * xv
+        else:
+            curv = self.loss.hess(matvec(self.X, at.to(self.device)), self.y, xv)
+        Hv = self.weight * rmatvec(self.X, curv)
         return (Hv + self.l2 * v if with_reg else Hv).to(where)
+
+    def _factor(self, at: torch.Tensor, shift: float) -> torch.Tensor:
+        """Lower factors of ∇²D_i(at) + shift I for every worker (a quadratic's kept per shift)."""
+        if self.quadratic and shift in self._factors:
+            return self._factors[shift]
+        if self.quadratic:
+            if self._gram is None:
+                ones = torch.ones_like(self.y)
+                self._gram = self.weight * ((self.X.mT * self.loss.hess(ones, self.y, ones).unsqueeze(-2)) @ self.X)
+            H = self._gram.clone()
+        else:
+            d2 = self.loss.hess(matvec(self.X, at), self.y, torch.ones_like(self.y))
+            H = self.weight * ((self.X.mT * d2.unsqueeze(-2)) @ self.X)
+        L = stacked_cholesky(H, shift)
+        if self.quadratic:
+            if len(self._factors) >= FACTORS_KEPT:
+                self._factors.pop(next(iter(self._factors)))
+            self._factors[shift] = L
+        return L
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
                       solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
-        """((m/N) X_iᵀX_i [+ λI] + shift I)⁻¹ r_i for every worker, by batched Cholesky."""
+        """(∇²D_i(at) [+ λI] + shift I)⁻¹ r_i for every worker, by batched Cholesky."""
         where, r = r.device, r.to(self.device)
-        key = float(shift + (self.l2 if with_reg else 0.0))
-        if key not in self._factors:
-            if self._gram is None:
-                self._gram = self.weight * (self.X.mT @ self.X)
-            if len(self._factors) >= FACTORS_KEPT:
-                self._factors.pop(next(iter(self._factors)))
-            self._factors[key] = stacked_cholesky(self._gram.clone(), key)
-        return cholesky_solve_stacked(self._factors[key], rows_of(r, self.stacked_workers)).to(where)
+        at = torch.zeros(self.dim, dtype=self.dtype, device=self.device) if at is None else at.to(self.device)
+        L = self._factor(at, float(shift + (self.l2 if with_reg else 0.0)))
+        return cholesky_solve_stacked(L, rows_of(r, self.stacked_workers)).to(where)
 
+    # ------------------------------------------------------------------ the exact local solve, batched
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
-        """argmin_w O_i(w) − <linear_i, w> + (μ/2)‖w − anchor‖²: one Newton step from the anchor, exact."""
-        if anchor_grad is None or not with_reg:
-            grad = self.evaluate(anchor)[0] - (0.0 if with_reg else self.l2 * anchor)
-        else:
-            grad = anchor_grad
+        """≈ argmin_w O_i(w) − <linear_i, w> + (μ/2)‖w − anchor‖² for every worker: `dane.local_solvers.newton`,
+        row by row (class docstring)."""
+        where = anchor.device
+        anchor, linear = anchor.to(self.device), linear.to(self.device)
         l2 = self.l2 if with_reg else 0.0
-        return anchor + self.solve_hessian(-(grad - linear), shift=mu + l2, with_reg=False)
+        m = self.stacked_workers
+
+        def value_grad(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # `Subproblem.value_grad`, per row
+            value, grad = self.data_value_grad(w)
+            diff = w - anchor
+            value = value + 0.5 * l2 * (w * w).sum(-1) - (linear * w).sum(-1) + 0.5 * mu * (diff * diff).sum(-1)
+            return value, grad + l2 * w - linear + mu * diff
+
+        w = rows_of(anchor, m).clone()
+        if anchor_grad is not None and with_reg:
+            grad, value = rows_of(anchor_grad.to(self.device), m) - linear, None
+        else:
+            value, grad = value_grad(w)
+        grad0 = torch.linalg.vector_norm(grad, dim=-1)
+        active = grad0 != 0.0
+        shift = mu + l2
+        tol = (solver or self.solver).tol
+        for step in range(self.solver.newton_steps):
+            rel = torch.linalg.vector_norm(grad, dim=-1) / torch.where(active, grad0, torch.ones_like(grad0))
+            if step > 0:
+                active &= ~(rel <= tol)
+            if not bool(active.any()):
+                break
+            direction = self.solve_hessian(-grad, at=w, shift=shift, with_reg=False)
+            if self.quadratic:  # φ is quadratic: the Newton step is the minimizer
+                return torch.where(active.unsqueeze(-1), w + direction, w).to(where)
+            if value is None:
+                value, _ = value_grad(w)
+            slope = (grad * direction).sum(-1)
+            flat = slope.abs() <= flat_slope(w.dtype) * value.abs().clamp(min=1.0)
+            gnorm = torch.linalg.vector_norm(grad, dim=-1)
+            t = torch.ones(m, dtype=w.dtype, device=w.device)
+            searching = active.clone()
+            new_w, new_value, new_grad = w.clone(), value.clone(), grad.clone()
+            while bool(searching.any()):
+                candidate = w + t.unsqueeze(-1) * direction
+                cand_value, cand_grad = value_grad(candidate)
+                accept = searching & ((cand_value <= value + 1e-4 * t * slope) | (t < 1e-10)
+                                      | (flat & (torch.linalg.vector_norm(cand_grad, dim=-1) < gnorm)))
+                new_w[accept], new_value[accept] = candidate[accept], cand_value[accept]
+                new_grad[accept] = cand_grad[accept]
+                searching &= ~accept
+                t = torch.where(searching, 0.5 * t, t)
+            if w.dtype != torch.float64:
+                active &= ~(t < 1e-10)  # float32: at the dtype's round-off (the per-worker solve stops there)
+            w, value, grad = new_w, new_value, new_grad
+        return w.to(where)
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         return (rho / (rho + self.l2)) * v
