@@ -25,7 +25,9 @@ one pass of SGD over each worker's shard per round) for ``--rounds`` rounds, onc
   ``--convex-workers``, ``problem.device=cuda`` against ``cpu`` on the same data: the wall and the
   simulated seconds per round, ``cpu_over_cuda`` of each, and ``iterate_rel_diff``, the relative
   distance of the CUDA run's final iterate from the CPU run's (float64; goal <= 1e-10).  It needs no
-  data files, so it runs wherever a GPU is.
+  data files, so it runs wherever a GPU is.  ``--convex-cases`` picks cases; the JSON is written after each
+  case, so a run cut short by a time limit keeps what it finished.  The cases are sized for ``--rounds 4``
+  to finish within about 2 minutes on a 16-core GPU host (the CPU reference is the slow side).
 
 Skipped, with the reason in the JSON, when torch sees no CUDA device (``convex`` too) or MNIST is
 absent (``skipped``: the network sections; ``convex`` still runs).
@@ -57,7 +59,7 @@ DEVICES = ("cuda", "cpu")
 #: name -> (problem maker in dane.problems, rows N, features d, non-zero fraction of X (1: dense), local solver, λ)
 CONVEX_CASES = {
     "ridge_dense_cholesky": ("Ridge", 40_000, 1000, 1.0, "cholesky", 1e-3),
-    "logreg_dense_cg": ("LogReg", 40_000, 1000, 1.0, "cg", 1e-3),
+    "logreg_dense_cg": ("LogReg", 20_000, 1000, 1.0, "cg", 1e-3),  # 40,000 rows: 5.5 s a CPU round at m = 1
     "logreg_sparse_cg": ("LogReg", 100_000, 20_000, 0.002, "cg", 1e-3),
     "ridge_synthetic_cholesky": ("RidgeSyntheticConfig", 100_000, 500, 1.0, "cholesky", 0.005),  # DESIGN.md §4
 }
@@ -112,9 +114,13 @@ def convex_data(N: int, d: int, density: float, logistic: bool, seed: int = 0):
     import scipy.sparse
 
     rng = np.random.default_rng(seed)
-    if density < 1:
-        X = scipy.sparse.random(N, d, density=density, format="csr", random_state=seed,
-                                data_rvs=rng.standard_normal)
+    if density < 1:  # k = density·d distinct columns per row, drawn row by row (scipy.sparse.random draws its
+        k = max(1, round(density * d))  # positions from all N·d at once: minutes at N·d = 2e9)
+        cols = np.sort(rng.integers(0, d, (N, k)), axis=1)
+        while (repeated := (np.diff(cols, axis=1) == 0).any(axis=1)).any():
+            cols[repeated] = np.sort(rng.integers(0, d, (int(repeated.sum()), k)), axis=1)
+        X = scipy.sparse.csr_matrix((rng.standard_normal(N * k), cols.ravel(), np.arange(0, N * k + 1, k)),
+                                    shape=(N, d))
     else:
         X = rng.standard_normal((N, d))
     z = X @ rng.standard_normal(d)
@@ -134,12 +140,14 @@ def convex_run(problem, *, workers: int, rounds: int) -> dict:
             "w": result.w, "load_before": before, "load_after": load()}
 
 
-def convex(rounds: int, workers: list[int]) -> dict:
-    """`CONVEX_CASES` on CUDA and on the CPU, in the simulator (module docstring)."""
+def convex(rounds: int, workers: list[int], names: list[str] | None = None, written=None) -> dict:
+    """`CONVEX_CASES` (those in ``names``, default all) on CUDA and on the CPU, in the simulator (module docstring);
+    ``written(out)`` after each case, so a run stopped by a time limit keeps the cases it finished."""
     import dane.problems
 
     out: dict = {"rounds": rounds, "cases": {}}
-    for name, (maker, N, d, density, solver, lam) in CONVEX_CASES.items():
+    for name in names or CONVEX_CASES:
+        maker, N, d, density, solver, lam = CONVEX_CASES[name]
         if maker == "RidgeSyntheticConfig":  # its rows are made by the workers that hold them
             def problem(device, N=N, d=d, solver=solver, lam=lam):
                 return dane.problems.RidgeSyntheticConfig(n_samples=N, dim=d, lam=lam, local_solver=solver,
@@ -157,6 +165,8 @@ def convex(rounds: int, workers: list[int]) -> dict:
                     **{f"{key}_cpu_over_cuda": runs["cpu"][key] / runs["cuda"][key]
                        for key in ("wall_round_s", "simulated_round_s")}}
             out["cases"][f"{name}_m{m}"] = case
+            if written is not None:
+                written(out)
             print(f"convex {name} m={m}: wall s/round cuda {runs['cuda']['wall_round_s']:.4f} cpu "
                   f"{runs['cpu']['wall_round_s']:.4f}, iterate rel diff {case['iterate_rel_diff']:.2e}", flush=True)
     return out
@@ -192,6 +202,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--convex-workers", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)")
+    parser.add_argument("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,
+                        help="these convex cases only (default: all)")
     args = parser.parse_args()
     result: dict = {"started_at": now(), "machine": machine(), "load_before": load(), "rounds": args.rounds,
                     "overrides": " ".join(TABLE)}
@@ -200,7 +212,8 @@ def main() -> None:
         result["convex"] = {"skipped": result["skipped"]}
     else:
         result["gpu"] = torch.cuda.get_device_name(0)
-        result["convex"] = convex(args.rounds, args.convex_workers)
+        result["convex"] = convex(args.rounds, args.convex_workers, args.convex_cases,
+                                  written=lambda partial: merge_section(Path(args.out), KEY, {**result, "convex": partial}))
         if args.only_convex:
             result["skipped"] = "--only-convex: the network sections were not run"
         elif not mnist_dir().is_dir():

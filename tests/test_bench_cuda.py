@@ -49,6 +49,7 @@ def test_convex_case_data_and_one_run_on_the_cpu():
     """The convex section's pieces on a tiny case: CSR rows at the asked density, 0/1 labels, and a run's record."""
     X, y = bench.convex_data(200, 50, 0.1, logistic=True)
     assert X.format == "csr" and X.nnz == 1000 and set(y) == {0.0, 1.0}
+    assert all(len(set(X.indices[a:b])) == 5 for a, b in zip(X.indptr, X.indptr[1:]))  # 5 distinct columns a row
     from dane.problems import LogReg
 
     run = bench.convex_run(LogReg(X, y, lam=1e-2, local_solver="cg", device="cpu"), workers=2, rounds=3)
