@@ -46,19 +46,19 @@ def main() -> None:
     if args.device == "cuda":
         report["gpu"] = torch.cuda.get_device_name(0)
     k = args.thread_workers
-    w_small, report["small_batched_round_s"] = batched(on_device, k, args.rounds)
-    w_threads, report["small_threads_round_s"] = threads(on_device, k, args.rounds)
+    w_small, report["small_batched_round_s"], _ = batched(on_device, k, args.rounds)
+    w_threads, report["small_threads_round_s"], _ = threads(on_device, k, args.rounds)
     report["small_workers"] = k
     report["small_ratio_threads_over_batched"] = report["small_threads_round_s"] / report["small_batched_round_s"]
     report["small_batched_vs_threads_rel_diff"] = float((w_small.cpu() - w_threads.cpu()).norm() / w_threads.norm())
     print(json.dumps(report, indent=2), flush=True)
-    w_batched, report["batched_round_s"] = batched(on_device, args.workers, args.rounds)
-    w_cpu, report["threads_cpu_round_s"] = threads(on_cpu, args.workers, args.rounds)
+    w_batched, report["batched_round_s"], _ = batched(on_device, args.workers, args.rounds)
+    w_cpu, report["threads_cpu_round_s"], _ = threads(on_cpu, args.workers, args.rounds)
     report["workers"] = args.workers
     report["ratio_cpu_threads_over_device_batched"] = report["threads_cpu_round_s"] / report["batched_round_s"]
     report["batched_vs_cpu_rel_diff"] = float((w_batched.cpu() - w_cpu).norm() / w_cpu.norm())
     t0 = time.perf_counter()
-    _, report["large_batched_round_s"] = batched(on_device, args.large, args.rounds)
+    _, report["large_batched_round_s"], _ = batched(on_device, args.large, args.rounds)
     report["large_workers"], report["large_total_s"] = args.large, time.perf_counter() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -10,7 +10,9 @@
   of the pairs, and every pair); goal >= 5.  Both runs must give the same records (to
   round-off): the largest relative difference of the objectives is reported beside it.  ``steady``: the same
   two paths' wall time of a round after round 0 (which factors every shard, the same work on both paths),
-  DANE's rounds driven through the two communicators directly.
+  DANE's rounds driven through the two communicators directly; ``cpu_ratio``: the same with the process's
+  CPU seconds (every thread's), which a loaded machine disturbs less than the wall time (m threads take a
+  larger share of contended cores than one).
 - ``m10000``: the batched path at m = 10,000 on the same data, 10 rounds: the whole
   run's wall time (data, setup and rounds; goal < 120 s) and the rounds' alone.
 
@@ -47,17 +49,17 @@ def timed_run(n: int, d: int, m: int, rounds: int, batched: str) -> dict:
     spec = run_spec(compose_job((f"workers={m}", f"problem.n_samples={n}", f"problem.dim={d}", f"rounds={rounds}",
                                  "tol=null", "tol_abs=null", "quiet=true", f"sim.batched={batched}", *ALGORITHM)))
     collected: dict = {}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     summary = execute(spec, None, collect=collected)
-    total = time.perf_counter() - t0
-    return {"total_s": total, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
+    total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"total_s": total, "total_cpu_s": cpu, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
             "objectives": [r["objective"] for r in collected["records"]],
             "simulated_time_s": summary["simulated_time_s"], "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
-def steady_batched(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float]:
+def steady_batched(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float, float]:
     """DANE's rounds after round 0 (which factors the shards), on the batched communicator directly: the final
-    iterate and the wall seconds a round."""
+    iterate, the wall seconds a round and the process's CPU seconds a round (all threads)."""
     problem = config.build_stacked(m)
     group = BatchedGroup(m, meter=meter_for([problem.device]))
 
@@ -65,36 +67,38 @@ def steady_batched(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[t
         algo = DANE(problem, comm, mu=MU)
         algo.step()  # round 0 factors the shards; the rounds after it are timed
         sync(problem.device)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for _ in range(rounds - 1):
             algo.step()
         sync(problem.device)
-        return algo.iterate, (time.perf_counter() - t0) / (rounds - 1)
+        return (algo.iterate, (time.perf_counter() - t0) / (rounds - 1),
+                (time.process_time() - cpu0) / (rounds - 1))
 
     return run_batched(group, rounds_of)
 
 
-def steady_threads(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float]:
+def steady_threads(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float, float]:
     """The same on m threads (`dane.comm.ThreadGroup`), rank 0 reading the clock between two barriers."""
     problems = [config.build(rank, m) for rank in range(m)]
     group = ThreadGroup(m, meter=meter_for([p.device for p in problems]))
-    marks: list[float] = []
+    marks: list[tuple[float, float]] = []
 
     def rounds_of(comm):
         algo = DANE(problems[comm.rank], comm, mu=MU)
         algo.step()
         comm.barrier()
         if comm.rank == 0:
-            marks.append(time.perf_counter())
+            marks.append((time.perf_counter(), time.process_time()))
         for _ in range(rounds - 1):
             algo.step()
         comm.barrier()
         if comm.rank == 0:
-            marks.append(time.perf_counter())
+            marks.append((time.perf_counter(), time.process_time()))
         return algo.iterate
 
     w = group.run(rounds_of)[0]
-    return w, (marks[1] - marks[0]) / (rounds - 1)
+    (t0, cpu0), (t1, cpu1) = marks
+    return w, (t1 - t0) / (rounds - 1), (cpu1 - cpu0) / (rounds - 1)
 
 
 def sync(device: torch.device) -> None:
@@ -110,6 +114,7 @@ def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
         assert threads["path"] == "threads" and batched["path"] == "batched"
         diff = max(abs(a - b) / abs(a) for a, b in zip(threads["objectives"], batched["objectives"]))
         pairs.append({"threads_rounds_s": threads["rounds_s"], "batched_rounds_s": batched["rounds_s"],
+                      "threads_total_cpu_s": threads["total_cpu_s"], "batched_total_cpu_s": batched["total_cpu_s"],
                       "ratio": threads["rounds_s"] / batched["rounds_s"], "objective_rel_diff": diff,
                       "threads_simulated_s": threads["simulated_time_s"],
                       "batched_simulated_s": batched["simulated_time_s"],
@@ -120,12 +125,16 @@ def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
     config = RidgeSyntheticConfig(n_samples=n, dim=d)
     steady = []
     for k in range(repeats):  # the rounds after round 0, whose factorizations both paths share
-        _, threads_s = steady_threads(config, m, rounds)
-        _, batched_s = steady_batched(config, m, rounds)
-        steady.append({"threads_round_s": threads_s, "batched_round_s": batched_s, "ratio": threads_s / batched_s})
-        log(f"m={m}, a round after round 0: per-worker {threads_s:.3f} s, batched {batched_s:.3f} s, "
-            f"ratio {steady[-1]['ratio']:.1f}")
-    return {"steady_ratio_median": statistics.median(s["ratio"] for s in steady), "steady": steady,
+        _, threads_s, threads_cpu = steady_threads(config, m, rounds)
+        _, batched_s, batched_cpu = steady_batched(config, m, rounds)
+        steady.append({"threads_round_s": threads_s, "batched_round_s": batched_s, "ratio": threads_s / batched_s,
+                       "threads_round_cpu_s": threads_cpu, "batched_round_cpu_s": batched_cpu,
+                       "cpu_ratio": threads_cpu / batched_cpu, "load_avg": [round(x, 2) for x in os.getloadavg()]})
+        log(f"m={m}, a round after round 0: per-worker {threads_s:.3f} s ({threads_cpu:.3f} s CPU), batched "
+            f"{batched_s:.3f} s ({batched_cpu:.3f} s CPU), ratio {steady[-1]['ratio']:.1f} (CPU "
+            f"{steady[-1]['cpu_ratio']:.1f})")
+    return {"steady_ratio_median": statistics.median(s["ratio"] for s in steady),
+            "steady_cpu_ratio_median": statistics.median(s["cpu_ratio"] for s in steady), "steady": steady,
 "n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": ">= 5",
             "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
             "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
