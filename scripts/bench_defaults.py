@@ -1,7 +1,7 @@
 """The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting.
 
     PYTHONPATH=. python scripts/bench_defaults.py [--out results/bench.json] [--quick] [--only METHOD ...]
-        [--families NAME ...] [--workers 4 8]
+        [--families NAME ...] [--workers 4 8] [--lams 1e-3 1e-5] [--losses squared logistic]
 
 ``defaults`` is merged into ``--out`` (other benchmarks keep theirs).  Cells: the three
 families of `synthetic.defaults_data` (a rare one-hot value, targets of scale 1e5,
@@ -18,8 +18,8 @@ Per method and cell: ``best`` is the grid setting with the fewest allreduces to 
 target; ``ratio`` = default allreduces / best allreduces.  Goals (issue 23): no default
 diverges; every default within 2× of its best (safeguarded DANE: within 1.5× of the best
 fixed μ).  ``misses`` lists every cell and method that misses one.  ``--only dane``
-reruns one method and keeps the others' numbers from ``--out`` (``--families`` and ``--workers``:
-fewer cells).
+reruns one method and keeps the others' numbers from ``--out`` (``--families``, ``--workers``,
+``--lams``, ``--losses``: fewer cells).
 
 The federated DANE line (issue 33) runs on the same cells under full participation.  Its grids are
 small and around each default: the proximal weight of S-DANE, Acc-S-DANE, FedDANE and FedRed as
@@ -75,7 +75,7 @@ METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
     "fedprox": ("fedprox", {}, [{"mu": mu} for mu in (1e-3, 0.1, 1.0)], 2.0),  # the paper's grid (default 0.01)
     "fedavg": ("fedavg", {}, [{"local_steps": k} for k in (3, 30)], 2.0),
     "scaffold": ("scaffold", {}, [{"local_steps": k} for k in (1, 10)] + [{"lr_times_L": 0.5}], 2.0),
-    "scaffnew": ("scaffnew", {}, [{"p_times_default": c} for c in (0.25, 4.0)] +
+    "scaffnew": ("scaffnew", {}, [{"p_times_default": c} for c in (0.5, 4.0)] +
                  [{"lr_times_default": 0.5, "p_times_default": 1.0}], 2.0),  # p = null needs lr = null: both given
 }
 CAPS = {"admm": 1300, "gd": 6400,  # at least twice the best grid setting's allreduces in every cell, so "within 2x" is measurable
@@ -121,6 +121,8 @@ def resolve(settings: dict, L: float, default_record: dict | None) -> dict:
             if default_record is None or default_record.get(name) is None:
                 raise ValueError(f"{key}: the default run logged no {name}")
             keys[name] = value * float(default_record[name])
+            if name == "p":  # a probability: Scaffnew's p_times_default above 1/p is p = 1 (GD with its step)
+                keys[name] = min(keys[name], 1.0)
         else:
             keys[key] = value
     return keys
@@ -203,7 +205,8 @@ def cells(args) -> list[tuple[str, str, float, int]]:
     out = []
     for family in args.families:
         for loss in ("squared",) if family == "large_targets" else ("squared", "logistic"):
-            out += [(family, loss, lam, m) for lam in LAMS for m in args.workers]
+            if loss in args.losses:
+                out += [(family, loss, lam, m) for lam in args.lams for m in args.workers]
     return out
 
 
@@ -237,6 +240,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
     parser.add_argument("--workers", nargs="+", type=int, choices=WORKERS, default=list(WORKERS),
                         help="the cells' m (a subset reruns fewer cells; the others keep their numbers)")
+    parser.add_argument("--lams", nargs="+", type=float, choices=LAMS, default=list(LAMS), help="the cells' λ")
+    parser.add_argument("--losses", nargs="+", choices=("squared", "logistic"), default=["squared", "logistic"],
+                        help="the cells' losses")
     args = parser.parse_args(argv)
     os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
     import torch

@@ -268,3 +268,17 @@ def test_acc_sdane_default_lambda_is_larger_on_heterogeneous_shards(monkeypatch,
     r2 = (delta_a / norm) ** 2
     assert SDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 128, r2 / 16), rel=1e-15)
     assert AccSDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 128, r2 / 4), rel=1e-15)
+
+
+def test_scaffold_at_the_cap_names_its_step_and_local_steps():
+    """At the round cap SCAFFOLD's stop line names K and η_l = 1/max_i L_i (L_i = λ_max(A_i + 2λI), Lanczos exact at
+    d = 12 < its 20 iterations) and the two overrides."""
+    from dane.api import fit
+
+    m = 4
+    result = fit(SMALL, "scaffold", workers=m, rounds=2, tol=1e-14)
+    L_max = max(float(torch.linalg.eigvalsh(s.A + 2 * s.lam * torch.eye(SMALL.dim, dtype=torch.float64))[-1])
+                for s in ridge_shards(m, SMALL))
+    assert result.status == "max_rounds"
+    assert f"SCAFFOLD moves at most 3 local steps of lr {1 / L_max:.3g} a round" in result.summary["stopped_by"]
+    assert "algorithm.local_steps" in result.summary["stopped_by"] and "algorithm.lr" in result.summary["stopped_by"]
