@@ -31,15 +31,28 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
+from dane.comm.batched import per_worker, stacked, worker_ranks
 from dane.errors import ConfigError
-from dane.inner import MinibatchSampler, worker_seed
+from dane.inner import worker_samplers
 from dane.problems import Problem
 
 from .metrics import global_metrics, local_payload, logs_gradient
 from .spectral import largest_local_smoothness, one_hot
+from .spectral_stacked import local_spectra
 
 AGGREGATES = ("mean", "weighted", "best")
 SAMPLER_STREAM = 3  # worker_seed stream of this algorithm's minibatch generator
+
+
+def largest_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
+    """max_i L_i as `baselines.spectral.largest_local_smoothness` has it, on a stacked problem too: the m local
+    Lanczos estimates (`local_spectra`) shared by one allreduce of one-hot m-vectors."""
+    if not stacked(comm):
+        return largest_local_smoothness(problem, comm, iters=iters, seed=seed)
+    L_local = local_spectra(problem, iters=iters, seed=seed, key="algorithm.lr")[:, 1].tolist()
+    (L_all,) = comm.allreduce_mean(
+        [per_worker(comm, lambda rank: one_hot(L_local[rank], rank, comm.size, problem.dtype))])
+    return float(L_all.max()) * comm.size
 
 
 def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor], *, lr: float,
@@ -53,6 +66,7 @@ def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor
 class LocalSGD(Algorithm):
     name = "local_sgd"
     asynchronous = True  # worker_update: K local steps; AveragingServer applies the change
+    batchable = True  # its step reads the same on stacked tensors; the samplers and spectra are stacked by helpers
     columns = (Column("L_est", "{:>8.4g}"),)
 
     def __init__(self, problem: Problem, comm: Communicator, *, local_steps: int = 10, batch_size: int | None = None,
@@ -62,9 +76,9 @@ class LocalSGD(Algorithm):
         check_problem(problem, batch_size, aggregate)
         self.local_steps, self.batch_size, self.aggregate = local_steps, batch_size, aggregate
         self.with_grad = logs_gradient(problem)
-        self.sampler = (MinibatchSampler(problem.n_local, batch_size, worker_seed(seed, comm.rank, SAMPLER_STREAM))
-                        if batch_size is not None else None)
-        self.L_est = None if lr is not None else largest_local_smoothness(problem, comm, iters=power_iters, seed=seed)
+        self.sampler = (worker_samplers(problem.n_local, batch_size, seed, SAMPLER_STREAM, worker_ranks(comm),
+                                        stacked=stacked(comm)) if batch_size is not None else None)
+        self.L_est = None if lr is not None else largest_smoothness(problem, comm, iters=power_iters, seed=seed)
         self.lr = lr if lr is not None else 1.0 / self.L_est
         self.updates_per_round = 1  # per worker, when asynchronous (dane.asynchronous)
 
@@ -80,13 +94,13 @@ class LocalSGD(Algorithm):
             self.w, *reduced = self.comm.allreduce_mean([w_local, *payload])
             extra = {}
         elif self.aggregate == "weighted":
-            n_i = torch.tensor([float(self.problem.n_local)], dtype=self.w.dtype)
+            n_i = per_worker(self.comm, lambda rank: torch.tensor([float(self.problem.n_local)], dtype=self.w.dtype))
             nw, n, *reduced = self.comm.allreduce_mean([n_i * w_local, n_i, *payload])
             self.w = nw / n  # Σ n_i w_i / Σ n_i
             extra = {}
         else:
-            score = self.score(w_local)
-            votes = one_hot(score, self.comm.rank, self.comm.size, self.w.dtype)
+            own = dict(zip(worker_ranks(self.comm), self.score(w_local)))  # this worker's score (each one's, stacked)
+            votes = per_worker(self.comm, lambda rank: one_hot(own[rank], rank, self.comm.size, self.w.dtype))
             scores, *reduced = self.comm.allreduce_mean([votes, *payload])
             elected = int(torch.nan_to_num(scores, nan=torch.inf).argmin())
             (self.w,) = self.comm.broadcast([w_local], root=elected)
@@ -99,9 +113,10 @@ class LocalSGD(Algorithm):
         """K local steps from the parameters the worker pulled; it pushes the change w_i - w."""
         return [local_steps(w, self.gradient, lr=self.lr, steps=self.local_steps) - w]
 
-    def score(self, w: torch.Tensor) -> float:
-        """The election score of this worker's model: validation objective if the problem has one, else O_i(w)."""
-        return float(self.problem.validation_objective(w))
+    def score(self, w: torch.Tensor) -> list[float]:
+        """The election score of this worker's model (of each worker's, on a stacked problem): validation
+        objective if the problem has one, else O_i(w)."""
+        return torch.as_tensor(self.problem.validation_objective(w)).reshape(-1).tolist()
 
     def evaluate(self) -> dict[str, float]:
         reduced = self.comm.allreduce_mean(local_payload(self.problem, self.w, with_grad=self.with_grad))

@@ -108,7 +108,7 @@ class Problem:
 
     def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
         """The score local SGD's best election compares (lower is better); by default O_i(w)."""
-        return self.evaluate(w)[1][0]
+        return self.evaluate(w)[1][..., 0]  # (m,) on a stacked problem
 
     def state_dict(self) -> dict:
         """The problem's own state a resumed run needs (its minibatch generators); empty: none."""

@@ -1,0 +1,146 @@
+"""The stacked network shard (dane.problems.stacked_net) and local SGD on it, against the per-worker path.
+
+- every method of `StackedNeuralProblem` (gradient and metrics at a shared and at per-worker
+  points, minibatch gradients, the inner-SGD local solve, the confusion matrix) equals the m
+  per-worker `NeuralProblem` s' results row by row: in float64 to round-off (RTOL), in
+  float32 to F32_RTOL;
+- `StackedSampler` draws, row for row, the batches of the m per-worker samplers;
+- local SGD run batched (``sim.batched=true``) has the per-worker run's records and iterate;
+- ``sim.batched=true`` where the shards differ in size, or with an inner optimizer that has no
+  stacked form, is one line naming why.
+
+Data: random 1 x 32 x 32 images (`TinyImages`, 8 training rows a worker at m = 3, so the runs take
+seconds), LeNet-5; the MNIST check skips where the shared data is absent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from dane.api import algorithm_config
+from dane.data import Dataset
+from dane.errors import ConfigError
+from dane.inner import MinibatchSampler, StackedSampler, worker_seed
+from dane.launch import execute
+from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
+from dane.runner import StopRule
+from dane.spec import Communication, RunControl, RunSpec
+
+RTOL = 1e-12  # float64: the stacked sums (vmap, grouped convolutions) run in another order, so round-off, not bits
+#: float32 on random images: the sums' other order costs a few float32 ulps of the largest entry (1e-7 relative);
+#: a wrong row, sample or sign gives 1e-2.  Random pixels, because on images with flat blocks (scikit-learn's
+#: digits, upsampled) max-pool windows hold ties that float32 rounding may break the other way, routing a
+#: gradient to another pixel: a legitimate difference far above round-off
+F32_RTOL = 1e-5
+M = 3
+MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+
+
+@dataclass(frozen=True)
+class TinyImages(NeuralProblemConfig):
+    """LeNet-5 on ``train_rows`` random 1 x 32 x 32 images of 10 classes (and 6 test images)."""
+
+    train_rows: int = 8 * M
+
+    def dataset(self) -> Dataset:
+        g = torch.Generator().manual_seed(0)
+        image = lambda n: torch.rand(n, 1, 32, 32, generator=g)  # noqa: E731
+        label = lambda n: torch.randint(0, 10, (n,), generator=g)  # noqa: E731
+        return Dataset(image(self.train_rows), label(self.train_rows), image(6), label(6), 10, "tiny_images")
+
+
+def tiny(dtype: str = "float64", **keys) -> TinyImages:
+    return TinyImages(model=ModelConfig(name="lenet5"), dtype=dtype, inner_batch_size=4, inner_steps=2,
+                      inner_momentum=0.9, l2=1e-3, eval_batch_size=4, device="cpu", **keys)  # 2 chunks a shard
+
+
+def rows_equal(stacked: torch.Tensor, per_worker: list[torch.Tensor], rtol: float) -> None:
+    """Row i of ``stacked`` equals ``per_worker[i]`` to ``rtol`` of the largest entry."""
+    for row, theirs in zip(stacked, per_worker):
+        torch.testing.assert_close(row, theirs, rtol=0, atol=rtol * float(theirs.abs().max()))
+
+
+@pytest.mark.parametrize("dtype,rtol", [("float64", RTOL), ("float32", F32_RTOL)])
+def test_the_stacked_problem_is_the_per_worker_problems_row_by_row(dtype, rtol):
+    config = tiny(dtype)
+    stacked = config.build_stacked(M)
+    workers = [config.build(rank, M) for rank in range(M)]
+    assert stacked.stacked_workers == M and stacked.n_local == workers[0].n_local == 8
+    w = stacked.initial_point()
+    torch.testing.assert_close(w, workers[0].initial_point(), rtol=0, atol=0)  # the same seeded model
+    W = w + 0.05 * torch.randn(M, w.numel(), generator=torch.Generator().manual_seed(0)).to(w.dtype)
+    for point, own in ((w, [w] * M), (W, list(W))):  # a point shared by the workers, then one per worker
+        grads, metrics = stacked.evaluate(point)
+        theirs = [p.evaluate(v) for p, v in zip(workers, own)]
+        rows_equal(grads, [t[0] for t in theirs], rtol)
+        rows_equal(metrics, [t[1] for t in theirs], rtol)
+    rows_equal(stacked.batch_grad(W, stacked.sampler.next()),
+               [p.batch_grad(W[i], p.sampler.next()) for i, p in enumerate(workers)], rtol)
+    linear = 1e-3 * torch.randn(M, w.numel(), generator=torch.Generator().manual_seed(1)).to(w.dtype)
+    rows_equal(stacked.prox_solve(w, linear, 0.5), [p.prox_solve(w, linear[i], 0.5) for i, p in enumerate(workers)],
+               rtol)
+    counts = stacked.confusion_matrix(W)
+    for i, p in enumerate(workers):
+        assert torch.equal(counts[i], p.confusion_matrix(W[i]))  # counts: exact
+    assert float(counts.sum()) == M * 6  # m times the counts of slices that cover the 6 test rows once
+
+
+def test_the_stacked_sampler_draws_each_workers_own_batches():
+    seeds = [worker_seed(7, rank, 3) for rank in range(4)]
+    stacked, own = StackedSampler(10, 3, seeds), [MinibatchSampler(10, 3, seed) for seed in seeds]
+    for _ in range(5):  # past an epoch (3 batches of 3 out of 10), where each reshuffles
+        assert torch.equal(stacked.next(), torch.stack([s.next() for s in own]))
+
+
+def run(config: NeuralProblemConfig, batched: str, aggregate: str) -> dict:
+    spec = RunSpec(problem=config,
+                   algorithm=algorithm_config("local_sgd", local_steps=2, batch_size=4, lr=0.1, aggregate=aggregate),
+                   comm=Communication(backend="local", workers=M, batched=batched),
+                   control=RunControl(stop=StopRule(rounds=2), quiet=True))
+    collected: dict = {}
+    execute(spec, None, collect=collected)
+    return collected
+
+
+@pytest.mark.parametrize("aggregate", ["mean", pytest.param("weighted", marks=pytest.mark.slow),
+                                       pytest.param("best", marks=pytest.mark.slow)])
+def test_local_sgd_batched_has_the_per_worker_records(aggregate):
+    config = tiny()
+    batched, threads = run(config, "true", aggregate), run(config, "false", aggregate)
+    assert batched["summary"]["simulator_path"] == "batched" and threads["summary"]["simulator_path"] == "threads"
+    assert len(batched["records"]) == len(threads["records"]) == 3
+    for ours, theirs in zip(batched["records"], threads["records"]):
+        assert ours.keys() == theirs.keys()
+        for key, value in theirs.items():
+            if key != "time_s":
+                assert ours[key] == (pytest.approx(value, rel=RTOL) if isinstance(value, float) else value), key
+    assert batched["records"][-1]["objective"] < batched["records"][0]["objective"]  # it trained
+    torch.testing.assert_close(batched["w"], threads["w"], rtol=0, atol=RTOL * float(threads["w"].abs().max()))
+
+
+@pytest.mark.parametrize("config,why", [
+    (TinyImages(train_rows=25), "differ in size"),  # 25 rows over 2 workers
+    (tiny(inner_optimizer="adam"), "problem.inner_optimizer=adam has no stacked form"),
+])
+def test_batched_true_where_a_network_cannot_stack_is_one_line(config, why):
+    with pytest.raises(ConfigError, match=why) as err:
+        RunSpec(problem=config, algorithm=algorithm_config("local_sgd", batch_size=4, lr=0.1),
+                comm=Communication(backend="local", workers=2, batched="true"),
+                control=RunControl(stop=StopRule(rounds=1), quiet=True))
+    assert "\n" not in str(err.value) and "sim.batched=auto" in str(err.value)
+
+
+@pytest.mark.slow  # reads and shards MNIST (about a minute on a busy 2-core machine)
+@pytest.mark.skipif(not (MNIST / "t10k-images-idx3-ubyte.gz").exists(), reason=f"no MNIST files in {MNIST}")
+def test_on_mnist_the_stacked_minibatch_gradients_are_the_per_worker_ones():
+    config = NeuralProblemConfig(data=DataConfig(dataset="mnist", data_dir=str(MNIST.parent)),
+                                 model=ModelConfig(name="lenet5"), dtype="float64", inner_batch_size=32, device="cpu")
+    m = 4  # 8,000 training rows of the t10k split: 2,000 a worker
+    stacked, workers = config.build_stacked(m), [config.build(rank, m) for rank in range(m)]
+    w = stacked.initial_point()
+    for _ in range(2):  # two draws of each worker's sampler
+        rows_equal(stacked.batch_grad(w, stacked.sampler.next()), [p.batch_grad(w, p.sampler.next()) for p in workers],
+                   RTOL)
