@@ -84,7 +84,12 @@ def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) 
     timeline.mark("data")
     group = BatchedGroup(m, spec.comm.cost, spec.comm.stragglers, meter_for([problem.device]))
     start = time.perf_counter()
-    return run_batched(group, lambda comm: run_worker(spec, comm, problem, out_dir, start, setup_s, collect))
+    try:
+        return run_batched(group, lambda comm: run_worker(spec, comm, problem, out_dir, start, setup_s, collect))
+    except KeyboardInterrupt:  # one process, one thread: the run ends where the Ctrl-C found it, its records kept
+        interrupted = RunInterrupted("interrupted" + (f"; records so far are in {out_dir}" if out_dir else ""))
+        say(interrupted)
+        raise interrupted from None
 
 
 @register("simulator", lambda spec: spec.comm.simulated)

@@ -152,6 +152,12 @@ def test_batched_true_where_it_cannot_run_is_one_line_naming_why(overrides, why)
     assert why in str(err.value) and "\n" not in str(err.value) and "sim.batched=auto" in str(err.value)
 
 
+def test_a_value_other_than_auto_true_false_is_one_line():
+    with pytest.raises(ConfigError, match="sim.batched must be one of auto|true|false, got .maybe.") as err:
+        run_spec(compose_job(("workers=4", "problem.n_samples=600", "problem.dim=20", "sim.batched=maybe")))
+    assert "\n" not in str(err.value)
+
+
 def test_softmax_is_refused_batched_in_one_line():
     X, y = least_squares_rows()
     with pytest.raises(ConfigError, match="problem=softmax: the softmax loss has no batched form yet"):
