@@ -12,10 +12,12 @@ take a point shared by the workers, shape (d,), or one per worker, shape (m, d).
 *Exact local solves, batched.*  (A_i + sI)⁻¹ r_i for all i at once: with n ≥ d, one batched
 Cholesky factorization of the (m, d, d) matrices per shift s (kept for the last
 `FACTORS_KEPT` shifts); with n < d (``factorization=auto``, or ``woodbury``) the Woodbury
-identity on the (m, n, n) matrices sI + 2 scale X_iX_iᵀ, as `RidgeShard` does.
-Departure from the per-worker path: ``factorization=eigh`` (and ``auto``'s switch to an
-eigendecomposition after many shifts) is served by Cholesky here; both are exact solves, so
-the iterates agree to round-off, which is the batched path's promise.
+identity on the (m, n, n) matrices sI + 2 scale X_iX_iᵀ, as `RidgeShard` does, through
+one eigendecomposition of the X_iX_iᵀ for every shift.  Departures from the per-worker
+path, whose solves are exact too, so that the iterates agree to round-off (the batched
+path's promise): the low-rank path's eigendecomposition where a shard factors sI + 2 scale
+X_iX_iᵀ by Cholesky per shift, and ``factorization=eigh`` (and ``auto``'s switch to an
+eigendecomposition after many shifts) served by Cholesky on the d x d path.
 """
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ class StackedRidge(Problem):
         self.b = 2 * self.scale * rmatvec(self.X, self.y)                       # (m, d)
         self.c = self.scale * (self.y * self.y).sum(-1)                         # (m,)
         self._factors: dict[float, torch.Tensor] = {}
-        self._row_gram: torch.Tensor | None = None
+        self._eigen: tuple[torch.Tensor, torch.Tensor] | None = None
         self._H_w_star = None if w_star is None else self.hessian_vector(self.w_star)
 
     def initial_point(self) -> torch.Tensor:
@@ -126,26 +128,30 @@ class StackedRidge(Problem):
     def shifted_solve(self, r: torch.Tensor, shift: float) -> torch.Tensor:
         """(A_i + shift I)⁻¹ r_i for every worker: Cholesky of A_i + sI, or Woodbury's n x n matrices."""
         r = rows_of(r, self.stacked_workers)
-        L = self._factor(float(shift))
         if not self.low_rank:
-            return cholesky_solve_stacked(L, r)
+            return cholesky_solve_stacked(self._factor(float(shift)), r)
+        if not shift > 0:
+            raise not_positive_definite(shift)
         weight = 2 * self.scale
-        u = cholesky_solve_stacked(L, matvec(self.X, r))
+        values, Q = self._row_eigen()
+        shifted = shift + weight * values
+        if not bool((shifted > 0).all()):
+            raise not_positive_definite(shift)
+        u = matvec(Q, rmatvec(Q, matvec(self.X, r)) / shifted)  # (sI + weight X_iX_iᵀ)⁻¹ X_i r_i
         return (r - weight * rmatvec(self.X, u)) / shift
+
+    def _row_eigen(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ℓ, Q) of the row Gram matrices X_iX_iᵀ = Q diag(ℓ) Qᵀ, (m, n) and (m, n, n), once for every shift:
+        DANE's safeguard moves μ most rounds, and a new shift then costs two products, no factorization."""
+        if self._eigen is None:
+            self._eigen = torch.linalg.eigh(self.X @ self.X.mT)
+        return self._eigen
 
     def _factor(self, shift: float) -> torch.Tensor:
         if shift not in self._factors:
-            if self.low_rank:
-                if self._row_gram is None:
-                    self._row_gram = self.X @ self.X.mT
-                if not shift > 0:
-                    raise not_positive_definite(shift)
-                L = stacked_cholesky(self._row_gram * (2 * self.scale), shift)
-            else:
-                L = stacked_cholesky(self.A.clone(), shift)
             if len(self._factors) >= FACTORS_KEPT:
                 self._factors.pop(next(iter(self._factors)))
-            self._factors[shift] = L
+            self._factors[shift] = stacked_cholesky(self.A.clone(), shift)
         return self._factors[shift]
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
