@@ -10,7 +10,7 @@ without sampling, where FedDANE is DANE with η and μ, `dane.dane.DANE` with ``
     w_{t+1} &= \frac1{|S'_t|}\sum_{i\in S'_t} w_i                                              &&\text{(allreduce 2)}
 
 The local solve is ``local_solver`` (`baselines.federated`; ``problem``: exact on a quadratic, the
-inner torch optimizer on a network).  The paper tunes μ ∈ {0, 0.001, 0.01, 0.1, 1}; η = 1.  μ = ``mu``; null: δ_A·max(1/128, (δ_A/‖H‖)²/16) of the local
+inner torch optimizer on a network).  The paper tunes μ ∈ {0, 0.001, 0.01, 0.1, 1}; η = 1.  μ = ``mu``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16) of the local
 Hessians (`baselines.federated.default_prox_weight`, measured before round 0).  A client of
 S'_t outside S_t computes ∇O_i(w_t) for its own solve (local work, no communication).
 """

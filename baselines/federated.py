@@ -55,12 +55,14 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> tup
 
 #: The default proximal weight of the DANE line's local problems (S-DANE's and FedRed's λ, FedDANE's μ) is δ_A
 #: times at least this.  The theory's λ = δ_A bounds the dissimilarity in every direction at once and is slow in
-#: practice (on ``make bench``'s families it took several times the rounds of the best λ); far below δ_A/128 the
-#: local problems of a shard that misses a direction of the data become unstable (Acc-S-DANE first).
-PROX_PER_DISSIMILARITY = 1 / 128
+#: practice (on ``make bench``'s families it took several times the rounds of the best λ).  At δ_A/128 S-DANE and
+#: FedDANE still took more than twice the rounds of a quarter of it on the ridge and ill-conditioned cells of
+#: scripts/bench_defaults.py, and did not reach the target on three small-λ cells where a quarter of it did; the
+#: heterogeneity term below keeps λ large where the shards differ most (Acc-S-DANE: `baselines.sdane`).
+PROX_PER_DISSIMILARITY = 1 / 512
 #: ... and at least (δ_A/‖H‖)² times 1/this: shards as far apart as their Hessian (label skew over many small
-#: clients: δ_A ≈ ‖H‖) diverged at δ_A/128 and δ_A/32 (``make bench``'s ``federated`` section), where shards
-#: with δ_A/‖H‖ ≤ 1/sqrt(8) keep δ_A/128 (‖H‖: the data term's, `dane.similarity`).
+#: clients: δ_A ≈ ‖H‖) diverged at δ_A/128 and δ_A/32 (``make bench``'s ``federated`` section); shards with
+#: δ_A/‖H‖ ≤ 1/sqrt(32) keep the floor (‖H‖: the data term's, `dane.similarity`).
 HETEROGENEITY_DIVISOR = 16
 
 

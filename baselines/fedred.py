@@ -20,7 +20,7 @@ step minimizes the linearization of O_i at z, regularized both at z (weight 1/γ
 with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every worker shares (the
 paper's randomized local steps); γ = ``lr`` (null: 1/max_i L_i).  DANE+ is the same round with any
 inexact solver of F_i (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`).
-Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ.  λ = ``lam``; null: δ_A·max(1/128, (δ_A/‖H‖)²/16)
+Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ.  λ = ``lam``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16)
 of the local Hessians (`baselines.federated.default_prox_weight`, measured before round 0).  The type-2 weight c is
 ``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a fixed K;
 λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one

@@ -10,9 +10,9 @@ Round r of S-DANE (the paper's Algorithm 1), clients S (all m without sampling),
     v &\leftarrow \frac{B v + a\mu\,x - a\,G}{B + a\mu}
 
 with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: the problem's).
-λ = ``lam``; null: δ_A·max(1/128, (δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) of the local Hessians at w_0 measured before
+λ = ``lam``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) of the local Hessians at w_0 measured before
 round 0 (`baselines.federated.default_prox_weight`; the theory's λ = δ_A is a worst case, see there).  Acc-S-DANE's
-null is δ_A·max(1/128, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`): its extrapolation is less forgiving of a small λ
+null is δ_A·max(1/512, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`): its extrapolation is less forgiving of a small λ
 than S-DANE's step (`accelerated_prox_weight`).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at
@@ -51,8 +51,8 @@ from .federated import Federated, LocalSolveKeys, default_prox_weight, hessian_d
 RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
 #: Acc-S-DANE's default λ is at least δ_A (δ_A/‖H‖)² / this (S-DANE's rule has 16, `baselines.federated`).  At S-DANE's
 #: rule Acc-S-DANE diverged on phishing over 20 and over 100 Dirichlet clients (δ_A/‖H‖ ≈ 0.6 and 1), where it
-#: converged at δ_A/8 (``make bench``'s ``federated`` sections); on the defaults families (δ_A/‖H‖ ≤ 0.45) the floor
-#: δ_A/128 still binds in most cells (scripts/bench_defaults.py measures both).
+#: converged at δ_A/8 (``make bench``'s ``federated`` sections); on the defaults families (δ_A/‖H‖ ≤ 0.45) it is
+#: the floor or this term (scripts/bench_defaults.py measures both).
 ACC_HETEROGENEITY_DIVISOR = 4
 
 

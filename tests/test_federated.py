@@ -196,23 +196,24 @@ def test_a_resumed_run_continues_exactly(config):
         assert straight == again and torch.equal(w1, w2)
 
 
-@pytest.mark.parametrize("m", [2, 24])  # δ_A/‖H‖ below and above 1/sqrt(8): 10 rows a shard in d = 12 differ a lot
-def test_default_lambda_is_the_hessian_dissimilarity_times_its_factor(m):
-    """λ = δ_A · max(1/128, (δ_A/‖H‖)²/16), δ_A and ‖H‖ from numpy's eigenvalues of the shards' Hessians."""
+@pytest.mark.parametrize("m, rows", [(2, 4000), (24, 240)])  # δ_A/‖H‖ below and above 1/sqrt(32): 10 rows a shard in d = 12 differ a lot
+def test_default_lambda_is_the_hessian_dissimilarity_times_its_factor(m, rows):
+    """λ = δ_A · max(1/512, (δ_A/‖H‖)²/16), δ_A and ‖H‖ from numpy's eigenvalues of the shards' Hessians."""
     from dane.baselines.federated import prox_per_dissimilarity
 
-    shards = ridge_shards(m, SMALL)
+    problem = RidgeSyntheticConfig(n_samples=rows, dim=12, lam=0.01, noise_std=0.5)
+    shards = ridge_shards(m, problem)
     eye = torch.eye(SMALL.dim, dtype=torch.float64)
     H_i = [s.A + 2 * s.lam * eye for s in shards]
     H = sum(H_i) / m
     delta = math.sqrt(sum(float(torch.linalg.eigvalsh(h - H).abs().max()) ** 2 for h in H_i) / m)
     ratio = delta / float(torch.linalg.eigvalsh(sum(s.A for s in shards) / m).max())  # ‖H‖ of the data term
-    expected = delta * max(1 / 128, ratio ** 2 / 16)
-    assert (expected > delta / 128) == (m == 24)  # the two regimes
+    expected = delta * max(1 / 512, ratio ** 2 / 16)
+    assert (expected > delta / 512) == (m == 24)  # the two regimes
     assert prox_per_dissimilarity(delta, delta / ratio) == pytest.approx(expected / delta, rel=1e-12)
-    _, records = iterates(SDANEConfig(), m=m, rounds=2)
+    _, records = iterates(SDANEConfig(), m=m, rounds=2, problem=problem)
     assert math.isclose(records[0]["lam"], expected, rel_tol=1e-10)
-    _, records = iterates(FedDANEConfig(), m=m, rounds=2)
+    _, records = iterates(FedDANEConfig(), m=m, rounds=2, problem=problem)
     assert math.isclose(records[0]["mu"], expected, rel_tol=1e-10)
 
 
@@ -256,7 +257,7 @@ def test_fedprox_stops_at_its_fixed_point_and_says_why():
 
 @pytest.mark.parametrize("delta_a, norm", [(0.5, 1.0), (0.05, 1.0)])
 def test_acc_sdane_default_lambda_is_larger_on_heterogeneous_shards(monkeypatch, delta_a, norm):
-    """λ = null: S-DANE takes δ_A·max(1/128, (δ_A/‖H‖)²/16), Acc-S-DANE δ_A·max(1/128, (δ_A/‖H‖)²/4); with
+    """λ = null: S-DANE takes δ_A·max(1/512, (δ_A/‖H‖)²/16), Acc-S-DANE δ_A·max(1/512, (δ_A/‖H‖)²/4); with
     δ_A/‖H‖ = 0.05 the floor binds both."""
     import dane.baselines.federated as federated
     import dane.baselines.sdane as sdane
@@ -266,8 +267,8 @@ def test_acc_sdane_default_lambda_is_larger_on_heterogeneous_shards(monkeypatch,
     monkeypatch.setattr(sdane, "hessian_dissimilarity", measured)
     shard, comm = ridge_shards(1, SMALL)[0], LocalCommunicator()
     r2 = (delta_a / norm) ** 2
-    assert SDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 128, r2 / 16), rel=1e-15)
-    assert AccSDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 128, r2 / 4), rel=1e-15)
+    assert SDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 512, r2 / 16), rel=1e-15)
+    assert AccSDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 512, r2 / 4), rel=1e-15)
 
 
 def test_scaffold_at_the_cap_names_its_step_and_local_steps():
