@@ -85,18 +85,20 @@ def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeat
             "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
 
 
-def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log) -> dict:
-    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (module docstring)."""
+def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,
+               device: str = "cuda") -> dict:
+    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (module docstring);
+    ``device`` another device for a check of this code where there is no GPU."""
     runs: dict[str, list[float]] = {"one": [], "batched": []}
     for name, m, batched in (("one", 1, "false"), ("batched", workers, "true")):
-        timed_run(*overrides(m, local_steps, batch_size, 1, batched, "cuda"))  # warm-up: CUDA context, kernels
+        timed_run(*overrides(m, local_steps, batch_size, 1, batched, device))  # warm-up: CUDA context, kernels
         for _ in range(repeats):
-            run = timed_run(*overrides(m, local_steps, batch_size, rounds, batched, "cuda"))
+            run = timed_run(*overrides(m, local_steps, batch_size, rounds, batched, device))
             runs[name].append(run["rounds_s"] / rounds)
             log(f"cuda m={m} ({run['path']}): {runs[name][-1]:.4f} s a round")
     one, many = statistics.median(runs["one"]), statistics.median(runs["batched"])
-    return {"workers": workers, "local_steps": local_steps, "batch_size": batch_size, "rounds": rounds, "lr": LR,
-            "one_worker_round_s": one, "batched_round_s": many, "ratio": many / one, "goal": "<= 2",
+    return {"device": device, "workers": workers, "local_steps": local_steps, "batch_size": batch_size,
+            "rounds": rounds, "lr": LR, "one_worker_round_s": one, "batched_round_s": many, "ratio": many / one, "goal": "<= 2",
             "one_worker_runs_s": runs["one"], "batched_runs_s": runs["batched"]}
 
 

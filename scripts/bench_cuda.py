@@ -29,6 +29,12 @@ one pass of SGD over each worker's shard per round) for ``--rounds`` rounds, onc
   case, so a run cut short by a time limit keeps what it finished.  The cases are sized for ``--rounds 4``
   to finish within about 2 minutes on a 16-core GPU host (the CPU reference is the slow side).
 
+- ``batched_net`` (issue 35 item 4): a round of ``--batched-workers`` LeNet-5 workers of local SGD (10 local
+  steps of batch 32, then the mean) run as one stacked computation on CUDA (``sim.batched=true``,
+  `dane.problems.stacked_net`) against one such worker on CUDA (`bench_batched_net.cuda_round`); goal: within
+  2x.  ``--only-batched`` runs it alone, into the section ``cuda_batched_net`` (skipped, with the reason,
+  without CUDA or MNIST).
+
 Skipped, with the reason in the JSON, when torch sees no CUDA device (``convex`` too) or MNIST is
 absent (``skipped``: the network sections; ``convex`` still runs).
 Timings on a shared machine are noisy: each run carries the load average it ran under.
@@ -47,12 +53,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_batched_net import cuda_round  # noqa: E402
 from bench_scaling import load, median_round_s, mnist_dir, now, spread  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
 from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
 from dane.synthetic.launchers import REPO, torchrun  # noqa: E402
 
 KEY = "cuda"
+BATCHED_KEY = "cuda_batched_net"  # --only-batched's section
 TABLE = ("algorithm=dane", "problem=mnist_lenet5", "algorithm.eta=1.0", "algorithm.mu=0.0", "algorithm.safeguard=false",
          "problem.inner_steps=null", "tol=null", "quiet=true")
 DEVICES = ("cuda", "cpu")
@@ -194,6 +202,16 @@ def ratios(result: dict) -> dict:
     return out
 
 
+def batched_net(workers: int, rounds: int, repeats: int) -> dict:
+    """`bench_batched_net.cuda_round`, or why it cannot run here."""
+    if not torch.cuda.is_available():
+        return {"skipped": "torch sees no CUDA device"}
+    if not mnist_dir().is_dir():
+        return {"skipped": f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder holding mnist/)"}
+    return {"gpu": torch.cuda.get_device_name(0),
+            **cuda_round(workers, 10, 32, rounds, repeats, lambda line: print(line, flush=True))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="results/bench.json")
@@ -202,11 +220,20 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--convex-workers", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)")
+    parser.add_argument("--only-batched", action="store_true",
+                        help="only the batched LeNet-5 workers on CUDA against one worker (section cuda_batched_net)")
+    parser.add_argument("--batched-workers", type=int, default=64)
     parser.add_argument("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,
                         help="these convex cases only (default: all)")
     args = parser.parse_args()
     result: dict = {"started_at": now(), "machine": machine(), "load_before": load(), "rounds": args.rounds,
                     "overrides": " ".join(TABLE)}
+    if args.only_batched:
+        result["batched_net"] = batched_net(args.batched_workers, min(args.rounds, 3), args.repeats)
+        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
+        print(f"cuda batched_net: {result['batched_net'].get('skipped') or result['batched_net']['ratio']}", flush=True)
+        merge_section(Path(args.out), BATCHED_KEY, result)
+        return
     if not torch.cuda.is_available():
         result["skipped"] = "torch sees no CUDA device"
         result["convex"] = {"skipped": result["skipped"]}
