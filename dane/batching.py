@@ -2,8 +2,9 @@
 
 ``sim.batched=auto`` (the default) takes the batched path (`dane.comm.batched`) from
 `AUTO_FROM` workers on, where the algorithm declares it (``batchable``), the problem has
-a stacked form for m workers (`dane.problems.ProblemConfig.stacked_form`), and the run asks
-for nothing kept per worker; ``true`` takes it at any m > 1 and refuses in one line where
+a stacked form for m workers (`dane.problems.ProblemConfig.stacked_form`) that pays off on its
+device (`ProblemConfig.batched_by_default`: a network stacks on a GPU, not on the CPU), and the run
+asks for nothing kept per worker; ``true`` takes it at any m > 1 and refuses in one line where
 it cannot run; ``false`` always runs one thread per worker.
 
 Below `AUTO_FROM` workers ``auto`` keeps the per-worker path: there m threads cost little,
@@ -52,5 +53,7 @@ def runs_batched(spec) -> bool:
     """Whether the simulator runs ``spec``'s workers as one stacked computation."""
     mode = spec.comm.batched
     if not spec.comm.simulated or mode == "false" or (mode == "auto" and spec.comm.workers < AUTO_FROM):
+        return False
+    if mode == "auto" and not spec.problem.batched_by_default(spec.comm.workers):
         return False
     return why_not_batched(spec) is None

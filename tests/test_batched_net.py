@@ -7,7 +7,7 @@
 - `StackedSampler` draws, row for row, the batches of the m per-worker samplers;
 - local SGD run batched (``sim.batched=true``) has the per-worker run's records and iterate;
 - ``sim.batched=true`` where the shards differ in size, or with an inner optimizer that has no
-  stacked form, is one line naming why.
+  stacked form, is one line naming why; ``auto`` keeps threads for a network on the CPU.
 
 Data: random 1 x 32 x 32 images (`TinyImages`, 8 training rows a worker at m = 3, so the runs take
 seconds), LeNet-5; the MNIST check skips where the shared data is absent.
@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from dane.api import algorithm_config
+from dane.batching import AUTO_FROM, runs_batched
 from dane.data import Dataset
 from dane.errors import ConfigError
 from dane.inner import MinibatchSampler, StackedSampler, worker_seed
@@ -131,6 +132,16 @@ def test_batched_true_where_a_network_cannot_stack_is_one_line(config, why):
                 comm=Communication(backend="local", workers=2, batched="true"),
                 control=RunControl(stop=StopRule(rounds=1), quiet=True))
     assert "\n" not in str(err.value) and "sim.batched=auto" in str(err.value)
+
+
+def test_auto_keeps_threads_for_a_network_on_the_cpu_and_true_stacks_it():
+    def spec(batched: str) -> RunSpec:
+        return RunSpec(problem=TinyImages(train_rows=2 * AUTO_FROM, device="cpu"),
+                       algorithm=algorithm_config("local_sgd", batch_size=2, lr=0.1),
+                       comm=Communication(backend="local", workers=AUTO_FROM, batched=batched),
+                       control=RunControl(stop=StopRule(rounds=1), quiet=True))
+
+    assert not runs_batched(spec("auto")) and runs_batched(spec("true"))
 
 
 @pytest.mark.slow  # reads and shards MNIST (about a minute on a busy 2-core machine)

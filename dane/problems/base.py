@@ -143,6 +143,11 @@ class ProblemConfig:
         clause of the refusal of ``sim.batched=true`` (unequal shard sizes, a local solver without a batched form)."""
         return f"problem={self.name} has no stacked form"
 
+    def batched_by_default(self, size: int) -> bool:
+        """Whether ``sim.batched=auto`` takes `build_stacked` at ``size`` workers where it can; by default yes.  A
+        problem whose stacked form does not pay off on its device says no (``sim.batched=true`` still runs it)."""
+        return True
+
     def build_stacked(self, size: int, dtype: torch.dtype) -> Problem:
         """All ``size`` workers' shards as one `Problem` with ``stacked_workers = size``, where `stacked_form` is
         None (the batched simulator, `dane.comm.batched`).  Contract: ``evaluate(w)`` takes w of shape (d,)

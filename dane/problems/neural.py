@@ -238,6 +238,13 @@ class NeuralProblemConfig(ProblemConfig):
                     "iid sharding, no overlap)")
         return None
 
+    def batched_by_default(self, size: int) -> bool:
+        """``sim.batched=auto`` stacks a network on a GPU, where m simulated workers otherwise take turns
+        (`dane.comm.threads.DeviceTurns`).  On the CPU each worker's convolutions are already compute-bound and
+        the stacked ones (grouped convolutions) are no faster (``make bench``: scripts/bench_batched_net.py), so
+        auto keeps one thread per worker there; ``sim.batched=true`` stacks anyway."""
+        return pick_device(self.device, 0).type == "cuda"
+
     def build_stacked(self, size: int, dtype: torch.dtype = torch.float32) -> "StackedNeuralProblem":
         """The ``size`` shards of `build`, row for row, as one `dane.problems.stacked_net.StackedNeuralProblem`."""
         data = self.dataset()

@@ -111,7 +111,7 @@ class StackedNeuralProblem(Problem):
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]``: (m, P)."""
         W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
-        return (self._data_grad(W, idx.to(self.device))[0] + self.l2 * W).to(w.device)
+        return (self._data_grad(W, idx)[0] + self.l2 * W).to(w.device)
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
@@ -156,6 +156,7 @@ class StackedNeuralProblem(Problem):
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """weight × mean CE over each worker's rows ``idx[i]`` (None: its whole shard) and its gradient, in chunks of
         ``eval_batch_size`` rows as `NeuralProblem._data_loss_backward` takes them: ((m, P), (m,))."""
+        idx = None if idx is None else idx.to(self.device)  # the samplers draw on the CPU
         rows = self.n_local if idx is None else idx.shape[1]
         factor = scale * self.weight / rows
         workers = torch.arange(self.stacked_workers, device=self.device).unsqueeze(1)
