@@ -37,6 +37,7 @@ docs: setup
 bench: setup
 	$(PY) scripts/bench.py --out results/bench.json
 	$(PY) scripts/bench_nn.py --out results/bench.json --skip-without-data
+	$(PY) scripts/bench_batched_net.py --out results/bench.json --skip-without-data
 	$(PY) scripts/bench_convex.py --out results/bench.json
 	$(PY) scripts/bench_local_solve.py --out results/bench.json
 	$(PY) scripts/bench_svrg.py --out results/bench.json
