@@ -5,7 +5,8 @@
   per-worker `NeuralProblem` s' results row by row: in float64 to round-off (RTOL), in
   float32 to F32_RTOL;
 - `StackedSampler` draws, row for row, the batches of the m per-worker samplers;
-- local SGD run batched (``sim.batched=true``) has the per-worker run's records and iterate;
+- local SGD (each aggregation) and DANE run batched (``sim.batched=true``) have the per-worker run's
+  records and iterate;
 - ``sim.batched=true`` where the shards differ in size, or with an inner optimizer that has no
   stacked form, is one line naming why; ``auto`` keeps threads for a network on the CPU.
 
@@ -96,9 +97,8 @@ def test_the_stacked_sampler_draws_each_workers_own_batches():
         assert torch.equal(stacked.next(), torch.stack([s.next() for s in own]))
 
 
-def run(config: NeuralProblemConfig, batched: str, aggregate: str) -> dict:
-    spec = RunSpec(problem=config,
-                   algorithm=algorithm_config("local_sgd", local_steps=2, batch_size=4, lr=0.1, aggregate=aggregate),
+def run(config: NeuralProblemConfig, batched: str, algorithm: str, keys: dict) -> dict:
+    spec = RunSpec(problem=config, algorithm=algorithm_config(algorithm, **keys),
                    comm=Communication(backend="local", workers=M, batched=batched),
                    control=RunControl(stop=StopRule(rounds=2), quiet=True))
     collected: dict = {}
@@ -106,11 +106,18 @@ def run(config: NeuralProblemConfig, batched: str, aggregate: str) -> dict:
     return collected
 
 
-@pytest.mark.parametrize("aggregate", ["mean", pytest.param("weighted", marks=pytest.mark.slow),
-                                       pytest.param("best", marks=pytest.mark.slow)])
-def test_local_sgd_batched_has_the_per_worker_records(aggregate):
+LOCAL_SGD = {"local_steps": 2, "batch_size": 4, "lr": 0.1}
+
+
+@pytest.mark.parametrize("algorithm,keys", [
+    ("local_sgd", {**LOCAL_SGD, "aggregate": "mean"}),
+    pytest.param("local_sgd", {**LOCAL_SGD, "aggregate": "weighted"}, marks=pytest.mark.slow),
+    pytest.param("local_sgd", {**LOCAL_SGD, "aggregate": "best"}, marks=pytest.mark.slow),
+    pytest.param("dane", {}, marks=pytest.mark.slow),  # the stacked inner SGD and the non-convex safeguard
+])
+def test_batched_runs_have_the_per_worker_records(algorithm, keys):
     config = tiny()
-    batched, threads = run(config, "true", aggregate), run(config, "false", aggregate)
+    batched, threads = run(config, "true", algorithm, keys), run(config, "false", algorithm, keys)
     assert batched["summary"]["simulator_path"] == "batched" and threads["summary"]["simulator_path"] == "threads"
     assert len(batched["records"]) == len(threads["records"]) == 3
     for ours, theirs in zip(batched["records"], threads["records"]):
