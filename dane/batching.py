@@ -49,6 +49,15 @@ def check_batched(spec) -> None:
                               "where the batched path cannot run)")
 
 
+def declined_batched(spec) -> str | None:
+    """The note of a simulator run from `AUTO_FROM` workers on that ``sim.batched=auto`` left on one thread per
+    worker, naming why; None where it did not decline."""
+    if not spec.comm.simulated or spec.comm.batched != "auto" or spec.comm.workers < AUTO_FROM:
+        return None
+    why = why_not_batched(spec)
+    return None if why is None else f"sim.batched=auto: one thread per worker, since {why}"
+
+
 def runs_batched(spec) -> bool:
     """Whether the simulator runs ``spec``'s workers as one stacked computation."""
     mode = spec.comm.batched

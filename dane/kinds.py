@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .comm import Communicator, ThreadGroup, make_communicator
-from .batching import runs_batched
+from .batching import declined_batched, runs_batched
 from .comm.batched import BatchedGroup, run_batched
 from .comm.launcher_signals import LauncherTerminated
 from .comm.threads import meter_for
@@ -106,6 +106,9 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
     problems, setups = zip(*(build_problem(spec, rank, m, time.thread_time) for rank in range(m)))
     attach_all(spec.problem, problems)
+    declined = declined_batched(spec)
+    if declined is not None:  # rank 0 prints its notes before the first round and writes them into the summary
+        problems[0].notes = [*problems[0].notes, declined]
     group = ThreadGroup(m, spec.comm.cost, spec.comm.stragglers,
                         meter_for(problem.device for problem in problems))
     start = time.perf_counter()

@@ -179,5 +179,9 @@ def test_auto_batches_from_its_threshold_and_false_never():
 
     assert runs_batched(spec(AUTO_FROM)) and not runs_batched(spec(AUTO_FROM // 2))
     assert not runs_batched(spec(AUTO_FROM, "false")) and runs_batched(spec(2, "true"))
-    assert not runs_batched(run_spec(compose_job((f"workers={AUTO_FROM}", "problem.n_samples=640", "problem.dim=10",
-                                                  "algorithm=admm"))))  # auto: threads, no refusal
+    declined = run_spec(compose_job((f"workers={AUTO_FROM}", "problem.n_samples=640", "problem.dim=10",
+                                     "algorithm=admm", "rounds=1")))
+    assert not runs_batched(declined)  # auto: threads, no refusal, and the run's notes say why
+    notes = execute(declined, None)["notes"]
+    assert any(note.startswith("sim.batched=auto: one thread per worker, since algorithm=admm has no stacked form")
+               for note in notes)
