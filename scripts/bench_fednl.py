@@ -5,12 +5,13 @@
 
 L2-regularised logistic regression (λ = 1e-3, intercept added: d = 124 for a9a, 301 for w8a) on the
 LIBSVM files, dealt to 80 (a9a) or 142 (w8a) clients by the package's own loader and sharding
-(``problem=logreg data=libsvm``, iid shards); FedNL (option 2, x⁰ = 0, the paper's α) with the
+(``problem=logreg data=libsvm``, iid shards); FedNL (option 2, x⁰ = 0, the default α) with the
 compressors TopK and RandK with k = 8d and none, and FedNL-PP (option 2) with 12 of the 142 w8a
-clients (TopK also at the paper's other α, 1 − sqrt(1 − δ)).  Each run is `baselines.fednl.StackedFedNL`: all clients in this one process, their
-Hessians from one sparse product on their supports, their compressions from one call (no thread or
-loop per client; `baselines.fednl_kernels`).  Per (table, compressor): ``repeats`` runs of ``rounds`` rounds, the seconds per round of
-each (the rounds' wall time / rounds; stacking the clients, once per table, is ``setup_s``; the seconds
+clients (TopK also at the paper's other α, 1 − sqrt(1 − δ)).  Each run is
+`baselines.fednl.StackedFedNL`: all clients in this one process, their Hessians from one sparse
+product on their supports, their compressions from one call (no thread or loop per client;
+`baselines.fednl_kernels`).  Per (table, compressor): ``repeats`` runs of ``rounds`` rounds, the
+seconds per round of each (the rounds' wall time / rounds; stacking the clients, once per table, is ``setup_s``; the seconds
 per round of each phase, ``phase_s_per_round``: oracles, compress, update, newton), their
 median and spread, the process's CPU seconds per round beside them (on a machine other jobs share,
 closer to what an idle one gives with ``--threads 1``), the ratio of the median to u-FedNL's seconds
