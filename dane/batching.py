@@ -55,6 +55,8 @@ def declined_batched(spec) -> str | None:
     if not spec.comm.simulated or spec.comm.batched != "auto" or spec.comm.workers < AUTO_FROM:
         return None
     why = why_not_batched(spec)
+    if why is None and not spec.problem.batched_by_default(spec.comm.workers):
+        why = f"problem={spec.problem.name} is not stacked by default on this device (sim.batched=true stacks it)"
     return None if why is None else f"sim.batched=auto: one thread per worker, since {why}"
 
 
