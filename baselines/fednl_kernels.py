@@ -160,6 +160,7 @@ class StackedClients:
         # each entry's column among its own client's rows (FedNL-PP's blocks, `block`)
         self._P_local = (self.P.indices - self.start[client[self.P.indices]]).astype(np.int32)
         self._B_local = (self.B_T.indices - self.start[client[self.B_T.indices]]).astype(np.int32)
+        self._blocks: dict[int, tuple] = {}
 
     def _compact(self, full: scipy.sparse.csr_matrix, whole: bool) -> scipy.sparse.csr_matrix:
         """Sets the supports (``support``, ``S``, ``slot_a``/``slot_b``, ``weights``, ``diag_slots``) from the non-empty
@@ -213,7 +214,13 @@ class StackedClients:
 
     def block(self, c: int) -> tuple:
         """Client c's rows of the gradient and Hessian operators with its own rows as columns, its rows X_c and
-        targets y_c (views of the stacked arrays)."""
+        targets y_c (views of the stacked arrays), built on the client's first call and kept (building SciPy's
+        matrices cost more than their products, a FedNL-PP round builds s of them)."""
+        if c not in self._blocks:
+            self._blocks[c] = self._block(c)
+        return self._blocks[c]
+
+    def _block(self, c: int) -> tuple:
         rows = slice(self.start[c], self.start[c + 1])
         n_c = rows.stop - rows.start
         B_c = row_block(self.B_T, c * self.d, (c + 1) * self.d, self._B_local, n_c)
