@@ -29,6 +29,13 @@ one pass of SGD over each worker's shard per round) for ``--rounds`` rounds, onc
   case, so a run cut short by a time limit keeps what it finished.  The cases are sized for ``--rounds 4``
   to finish within about 2 minutes on a 16-core GPU host (the CPU reference is the slow side).
 
+- ``baseline`` (issue 35 item 5, the GPU's own baseline): one worker's DANE round of the MNIST LeNet-5 table
+  (η = 1, μ = 0, one pass of batch-100 SGD, the full gradient and the evaluation) against a plain PyTorch loop
+  doing the same work on the same device (`plain_rounds`: same model, rows, minibatches, chunks), rounds
+  interleaved; ``dane_round_over_plain_loop`` (goal <= 1.3 on CUDA) and the two final iterates' relative
+  distance (they are the same iterates at m = 1).  ``--only-baseline`` runs it alone, into the section
+  ``cuda_baseline``; ``--baseline-devices cpu`` times it on the CPU.
+
 - ``batched_net`` (issue 35 item 4): a round of ``--batched-workers`` LeNet-5 workers of local SGD (10 local
   steps of batch 32, then the mean) run as one stacked computation on CUDA (``sim.batched=true``,
   `dane.problems.stacked_net`) against one such worker on CUDA (`bench_batched_net.cuda_round`); goal: within
@@ -60,6 +67,7 @@ from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
 from dane.synthetic.launchers import REPO, torchrun  # noqa: E402
 
 KEY = "cuda"
+BASELINE_KEY = "cuda_baseline"  # --only-baseline's section (a full run keeps it under KEY's "baseline")
 BATCHED_KEY = "cuda_batched_net"  # --only-batched's section
 TABLE = ("algorithm=dane", "problem=mnist_lenet5", "algorithm.eta=1.0", "algorithm.mu=0.0", "algorithm.safeguard=false",
          "problem.inner_steps=null", "tol=null", "quiet=true")
@@ -180,6 +188,124 @@ def convex(rounds: int, workers: list[int], names: list[str] | None = None, writ
     return out
 
 
+def baseline_config(device: str, dataset: str = "mnist", data_dir: str | None = None, batch_size: int = 100):
+    """The table's problem (conf/problem/mnist_lenet5.yaml: LeNet-5, SGD lr 0.05 momentum 0.9, batch 100, one pass
+    a round, chunks of 1000, float32) on ``device``; ``dataset="digits"`` (32 x 32) for a test without MNIST."""
+    from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
+
+    data = DataConfig(dataset=dataset, data_dir=data_dir if data_dir is not None else str(mnist_dir().parent),
+                      image_size=32 if dataset == "digits" else None)
+    return NeuralProblemConfig(data=data, model=ModelConfig("lenet5"), inner_lr=0.05, inner_steps=None,
+                               inner_batch_size=batch_size, inner_momentum=0.9, device=device, dtype="float32")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def dane_rounds(problem, rounds: int) -> tuple[list[float], torch.Tensor]:
+    """Wall seconds of each of ``rounds`` DANE rounds (η = 1, μ = 0, no safeguard) of one worker after a first,
+    untimed one (the first kernels' start-up), and the final iterate."""
+    import time
+
+    from dane.comm.local import LocalCommunicator
+    from dane.dane import DANE
+
+    algorithm = DANE(problem, LocalCommunicator(), eta=1.0, mu=0.0, safeguard=False)
+    algorithm.step()
+    times = []
+    for _ in range(rounds):
+        _synchronize(problem.device)
+        start = time.perf_counter()
+        algorithm.step()
+        _synchronize(problem.device)
+        times.append(time.perf_counter() - start)
+    return times, algorithm.w
+
+
+def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Tensor]:
+    """The same work as `dane_rounds` as a plain PyTorch loop on ``problem``'s model, rows and device: per round the
+    full gradient (chunks of ``eval_batch_size``), the test loss and accuracy, and one pass of SGD (a fresh
+    optimizer, as each local solve makes) over the minibatches DANE's sampler draws (its seed, drawn the same
+    way, the epoch's permutation moved to the device once); one host transfer a round, for the metrics.  At
+    m = 1, η = 1, μ = 0 DANE's correction term is zero, so the iterates are DANE's (tests/test_bench_cuda.py)."""
+    import time
+
+    import torch.nn.functional as F
+
+    model, device, inner = problem.model, problem.device, problem.inner
+    X, y, test_x, test_y = problem.train_x, problem.train_y, problem.test_x, problem.test_y
+    n, b, chunk = len(y), inner.batch_size, problem.eval_batch_size
+    generator = torch.Generator().manual_seed(seed)
+    perm, pos = torch.randperm(n, generator=generator).to(device), 0
+
+    def one_round() -> list[float]:
+        nonlocal perm, pos
+        model.zero_grad(set_to_none=True)
+        total = torch.zeros((), dtype=X.dtype, device=device)
+        for start in range(0, n, chunk):  # the full gradient
+            loss = (1.0 / n) * F.cross_entropy(model(X[start:start + chunk]), y[start:start + chunk], reduction="sum")
+            loss.backward()
+            total += loss.detach()
+        with torch.no_grad():  # the evaluation
+            test_loss = torch.zeros((), dtype=torch.float64, device=device)
+            correct = torch.zeros((), dtype=torch.float64, device=device)
+            for start in range(0, len(test_y), chunk):
+                logits = model(test_x[start:start + chunk])
+                test_loss += F.cross_entropy(logits, test_y[start:start + chunk], reduction="sum").double()
+                correct += (logits.argmax(1) == test_y[start:start + chunk]).sum().double()
+        optimizer = torch.optim.SGD(model.parameters(), lr=inner.lr, momentum=inner.momentum)
+        for _ in range(max(1, n // b)):  # one pass of SGD
+            if pos + b > n:
+                perm, pos = torch.randperm(n, generator=generator).to(device), 0
+            rows = perm[pos:pos + b]
+            pos += b
+            optimizer.zero_grad(set_to_none=True)
+            ((1.0 / b) * F.cross_entropy(model(X[rows]), y[rows], reduction="sum")).backward()
+            optimizer.step()
+        return torch.stack([total.double(), test_loss, correct]).tolist()
+
+    one_round()
+    times = []
+    for _ in range(rounds):
+        _synchronize(device)
+        start = time.perf_counter()
+        one_round()
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times, torch.nn.utils.parameters_to_vector(model.parameters()).detach().cpu()
+
+
+def baseline(rounds: int, devices: list[str], config=None, repeats: int = 2) -> dict:
+    """Issue 35 item 5, the GPU's own baseline: one worker's DANE round of the MNIST LeNet-5 table against
+    `plain_rounds` on the same device, interleaved (DANE, plain, DANE, plain ...: the same load for both);
+    ``dane_round_over_plain_loop`` = median DANE round / median plain round (goal <= 1.3 on CUDA)."""
+    from dane.inner import worker_seed
+    from dane.problems.neural import SAMPLER_STREAM
+
+    out: dict = {"rounds": rounds}
+    for device in devices:
+        cfg = config(device) if config is not None else baseline_config(device)
+        with cfg.numerics():
+            before = load()
+            dane_times, plain_times, iterates = [], [], {}
+            for _ in range(repeats):
+                times, iterates["dane"] = dane_rounds(cfg.build(0, 1), rounds)
+                dane_times += times
+                times, iterates["plain"] = plain_rounds(cfg.build(0, 1), rounds, worker_seed(cfg.seed, 0, SAMPLER_STREAM))
+                plain_times += times
+        dane_s, plain_s = statistics.median(dane_times), statistics.median(plain_times)
+        diff = float((iterates["dane"] - iterates["plain"]).norm() / iterates["plain"].norm())
+        out[device] = {"dane_round_s": spread(dane_times), "plain_loop_round_s": spread(plain_times),
+                       "dane_round_over_plain_loop": dane_s / plain_s, "iterate_rel_diff": diff,
+                       "goal": 1.3, "goal_met": dane_s / plain_s <= 1.3 if device == "cuda" else None,
+                       "load_before": before, "load_after": load()}
+        print(f"baseline {device}: DANE round {dane_s:.4f} s, plain loop {plain_s:.4f} s, ratio "
+              f"{dane_s / plain_s:.3f}, iterate rel diff {diff:.1e}", flush=True)
+    return out
+
+
 def _spread(runs: list[dict], key: str, **match) -> dict | None:
     values = [r[key] for r in runs if key in r and all(r.get(k) == v for k, v in match.items())]
     return spread(values) if values else None
@@ -220,6 +346,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--convex-workers", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)")
+    parser.add_argument("--only-baseline", action="store_true",
+                        help="only the GPU's own baseline: a DANE round against a plain PyTorch loop (MNIST LeNet-5)")
+    parser.add_argument("--baseline-devices", nargs="+", choices=DEVICES, default=None,
+                        help="devices of the baseline comparison (default: cuda where there is one, else cpu)")
     parser.add_argument("--only-batched", action="store_true",
                         help="only the batched LeNet-5 workers on CUDA against one worker (section cuda_batched_net)")
     parser.add_argument("--batched-workers", type=int, default=64)
@@ -228,11 +358,24 @@ def main() -> None:
     args = parser.parse_args()
     result: dict = {"started_at": now(), "machine": machine(), "load_before": load(), "rounds": args.rounds,
                     "overrides": " ".join(TABLE)}
+    baseline_devices = args.baseline_devices or ["cuda" if torch.cuda.is_available() else "cpu"]
     if args.only_batched:
         result["batched_net"] = batched_net(args.batched_workers, min(args.rounds, 3), args.repeats)
         result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
         print(f"cuda batched_net: {result['batched_net'].get('skipped') or result['batched_net']['ratio']}", flush=True)
         merge_section(Path(args.out), BATCHED_KEY, result)
+        return
+    if args.only_baseline:
+        if not mnist_dir().is_dir():
+            result["baseline"] = {"skipped": f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder "
+                                             "holding mnist/)"}
+        elif "cuda" in baseline_devices and not torch.cuda.is_available():
+            result["baseline"] = {"skipped": "torch sees no CUDA device; --baseline-devices cpu times the CPU"}
+        else:
+            result["baseline"] = baseline(args.rounds, baseline_devices)
+        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
+        print(f"cuda baseline: {result['baseline'].get('skipped', 'written')}", flush=True)
+        merge_section(Path(args.out), BASELINE_KEY, result)
         return
     if not torch.cuda.is_available():
         result["skipped"] = "torch sees no CUDA device"
@@ -250,6 +393,7 @@ def main() -> None:
                 result["launched"] = launched(Path(tmp), args.rounds, args.repeats)
                 result["simulated"] = simulated(Path(tmp), args.rounds, args.workers)
             result["ratios"] = ratios(result)
+            result["baseline"] = baseline(args.rounds, baseline_devices)
     result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
     print(f"cuda: {result.get('skipped') or result['ratios']}", flush=True)  # convex: printed as it ran
     merge_section(Path(args.out), KEY, result)

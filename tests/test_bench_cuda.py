@@ -54,3 +54,17 @@ def test_convex_case_data_and_one_run_on_the_cpu():
 
     run = bench.convex_run(LogReg(X, y, lam=1e-2, local_solver="cg", device="cpu"), workers=2, rounds=3)
     assert run["clock"] == "thread_cpu_time" and run["simulated_round_s"] > 0 and run["w"].shape == (50,)
+
+
+@pytest.mark.slow  # ~45 s on a loaded 2-core machine: four LeNet-5 rounds over the digits shard
+def test_the_plain_loop_does_a_dane_rounds_work_and_reaches_its_iterate():
+    """Item 5's baseline on the CPU, on digits (no MNIST needed; a round is 14 steps of batch 100): at m = 1,
+    η = 1, μ = 0 DANE's correction term ∇O_i(w_t) − η g is zero, so its round is the plain loop's full gradient,
+    evaluation and SGD pass on the same minibatches, and the final iterates are equal (bit for bit here: the same
+    operations in the same order on one thread)."""
+    out = bench.baseline(1, ["cpu"], config=lambda device: bench.baseline_config(device, "digits"), repeats=1)
+    cpu = out["cpu"]
+    assert cpu["iterate_rel_diff"] == 0.0
+    assert cpu["dane_round_s"]["n"] == cpu["plain_loop_round_s"]["n"] == 1
+    ratio = cpu["dane_round_s"]["median"] / cpu["plain_loop_round_s"]["median"]
+    assert cpu["dane_round_over_plain_loop"] == pytest.approx(ratio) and cpu["goal_met"] is None  # a goal on CUDA only

@@ -370,7 +370,7 @@ class NeuralProblem(Problem):
         else:
             self._zero_grad()
             for _ in range(self.grad_batches):  # gradient estimated on minibatches, objective still exact
-                self._data_loss_backward(self.sampler.next().to(self.device), scale=1 / self.grad_batches, zero=False)
+                self._data_loss_backward(self.sampler.next_on(self.device), scale=1 / self.grad_batches, zero=False)
             data_loss = self._train_loss()
         grad = self._flat_grads() + self.l2 * w.to(self.dtype)
         return grad, self._metrics(data_loss, w)
@@ -393,7 +393,7 @@ class NeuralProblem(Problem):
         anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]
         linear_parts = [g.view_as(p) for g, p in zip(linear.to(self.device, self.dtype).split(self._sizes), self.params)]
         solve(self.inner, self.params, lambda idx: self._data_loss_backward(idx, augmented=True),
-              lambda: self.sampler.next().to(self.device),
+              lambda: self.sampler.next_on(self.device),
               anchor_parts, linear_parts, mu, self.l2 if with_reg else 0.0, steps_for(self.inner, self.n_local))
         return self._flat_params().to(anchor.dtype)
 
@@ -442,8 +442,8 @@ class NeuralProblem(Problem):
         return parameters_to_vector([p.grad for p in self.params]).cpu()
 
     def _zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = torch.zeros_like(p)
+        for p in self.params:  # None, as optimizer.zero_grad() does: backward then writes the gradient, no fill kernel
+            p.grad = None
 
     def _chunks(self, x: torch.Tensor, y: torch.Tensor):
         for start in range(0, len(y), self.eval_batch_size):
@@ -467,20 +467,21 @@ class NeuralProblem(Problem):
             total += loss.detach()
         return total
 
+    # The sums are float64 on the model's device and come to the host once (one synchronization, not one per chunk).
     def _train_loss(self) -> torch.Tensor:
-        total = torch.zeros((), dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
         with torch.no_grad():
             for x, y in self._chunks(self.train_x, self.train_y):
-                total += F.cross_entropy(self.model(x), y, reduction="sum").double().cpu()
-        return total * (self.weight / self.n_local)
+                total += F.cross_entropy(self.model(x), y, reduction="sum").double()
+        return total.cpu() * (self.weight / self.n_local)
 
     def _metrics(self, data_loss: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        test_loss = torch.zeros((), dtype=torch.float64)
-        correct = torch.zeros((), dtype=torch.float64)
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # test loss, correct
         with torch.no_grad():
             for x, y in self._chunks(self.test_x, self.test_y):
                 logits = self.model(x)
-                test_loss += F.cross_entropy(logits, y, reduction="sum").double().cpu()
-                correct += (logits.argmax(1) == y).sum().double().cpu()
-        objective = data_loss.double().cpu() + 0.5 * self.l2 * float(w.double() @ w.double())
+                sums[0] += F.cross_entropy(logits, y, reduction="sum").double()
+                sums[1] += (logits.argmax(1) == y).sum().double()
+        test_loss, correct, data_sum = torch.cat([sums, data_loss.detach().double().reshape(1).to(self.device)]).cpu()
+        objective = data_sum + 0.5 * self.l2 * float(w.double() @ w.double())
         return torch.stack([objective, self.test_weight * test_loss, self.test_weight * correct]).to(w.dtype)
