@@ -89,13 +89,14 @@ def combine(reports: list[dict]) -> dict:
             raise SystemExit(f"error: the federated reports differ in {', '.join(differs)}; render them one at a time")
     return {**first, "clients": list(dict.fromkeys(s for r in reports for s in r["clients"])),
             "rows": {k: v for r in reports for k, v in r["rows"].items()},
-            "runs": [{"started_at": r.get("started_at", "?"), "load_avg": r["machine"].get("load_avg")} for r in reports]}
+            "runs": [run for r in reports for run in r.get("runs") or
+                     [{"started_at": r.get("started_at", "?"), "load_avg": r["machine"].get("load_avg")}]]}
 
 
 def render(report: dict) -> str:
     similarity = report["similarity"]
     targets = report["targets"]
-    runs = report.get("runs", [{"started_at": report.get("started_at", "?"), "load_avg": report["machine"].get("load_avg")}])
+    runs = report.get("runs") or [{"started_at": report.get("started_at", "?"), "load_avg": report["machine"].get("load_avg")}]
     run = "; ".join(f"{r['started_at']}, load average {r['load_avg']}" for r in runs) + \
         (" (--quick)" if report.get("quick") else "")
     setting = f"Setting {report['setting']}: " if report.get("setting") else ""

@@ -186,6 +186,11 @@ def spread(config, method: str, s: int, args, delta_a: float, first: dict) -> di
     return {"repeats": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
+def run_stamp(report: dict) -> dict:
+    """When a run started and the load average then (the table's provenance)."""
+    return {"started_at": report.get("started_at", "?"), "load_avg": report.get("machine", {}).get("load_avg")}
+
+
 def dissimilarity(config, m: int) -> dict:
     """δ, δ_A, δ_F and ‖H‖ of the m shards at w_0 = 0 (`dane.similarity.measure`), and the shard sizes."""
     problems = [config.build(rank, m) for rank in range(m)]
@@ -279,8 +284,9 @@ def run(args) -> dict:
         config.release()
     report["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     report["wall_s"] = round(time.perf_counter() - start, 1)
-    if earlier and args.only:
+    if earlier and args.only:  # the rows of several runs: the header names each run's start (federated_table)
         report["rows"] = {**earlier.get("rows", {}), **report["rows"]}
+        report["runs"] = [*earlier.get("runs", [run_stamp(earlier)]), run_stamp(report)]
     merge_section(path, args.key, report)
     log(f"done -> {path}")
     return report
