@@ -63,11 +63,18 @@ def diagonal_positions(d: int) -> np.ndarray:
 
 def unpack(packed: np.ndarray, d: int) -> np.ndarray:
     """The symmetric d x d matrix (or a stack of them) of a packed upper triangle (..., T)."""
+    upper, lower = _flat_triangle(d)
+    full = np.zeros(packed.shape[:-1] + (d * d,), dtype=packed.dtype)
+    full[..., upper] = packed
+    full[..., lower] = packed
+    return full.reshape(packed.shape[:-1] + (d, d))
+
+
+@functools.cache
+def _flat_triangle(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The flat positions in a d x d matrix of the packed entries (a, b) and of their mirrors (b, a)."""
     rows, cols = np.triu_indices(d)
-    full = np.zeros(packed.shape[:-1] + (d, d), dtype=packed.dtype)
-    full[..., rows, cols] = packed
-    full[..., cols, rows] = packed
-    return full
+    return rows * d + cols, cols * d + rows
 
 
 def pack(matrix: np.ndarray) -> np.ndarray:
