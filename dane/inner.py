@@ -184,9 +184,7 @@ class MinibatchSampler:
     def next_on(self, device: torch.device) -> torch.Tensor:
         """`next`'s rows, on ``device``: the epoch's permutation is copied there once and sliced there, so a GPU
         step does not wait for a host-to-device copy of its rows (from pageable memory, a synchronization)."""
-        idx = self.next()
-        if device.type == "cpu":
-            return idx
+        self.next()  # the rows are read from the device copy below, on the CPU too (the same code on every device)
         cached = self._on_device
         source = None if self.batch_size == self.n else self.perm
         if cached is None or cached[0] is not source or cached[1].device != device:

@@ -299,3 +299,21 @@ def test_ridge_synthetic_on_each_device_has_the_cpus_iterates(device, factorizat
         assert ours.device.type == "cpu" and relative(ours, theirs) <= RTOL
     for ours, theirs in zip(records, cpu_records):
         assert ours["suboptimality"] == pytest.approx(theirs["suboptimality"], rel=RTOL)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_size", [3, None])
+def test_minibatch_rows_sliced_on_the_device_are_the_samplers_rows(device, batch_size):
+    """`MinibatchSampler.next_on` (a network's inner steps) gives `next`'s rows over epochs and a checkpoint's
+    restore, from its copy of the epoch's permutation on ``device``."""
+    from dane.inner import MinibatchSampler
+
+    on, twin = MinibatchSampler(10, batch_size, seed=4), MinibatchSampler(10, batch_size, seed=4)
+    for step in range(12):
+        if step == 4:
+            saved = twin.state_dict()  # inside the second epoch
+        if step == 7:  # back to it from the third: the copy on the device must follow the restored permutation
+            on.load_state_dict(saved)
+            twin.load_state_dict(saved)
+        rows = on.next_on(torch.device(device))
+        assert rows.device.type == device and torch.equal(rows.cpu(), twin.next())
