@@ -156,3 +156,8 @@ def test_the_federated_methods_have_their_own_block(tmp_path):
     data.write_text(json.dumps({"defaults": report}))
     main(["--json", str(data), "--page", str(page)])
     assert page.read_text() == f"a\n{BEGIN}\nold\n{END}\nb\n{FEDERATED_BEGIN}\n{render(report, FEDERATED)}\n{FEDERATED_END}\n"
+    other = {**report, "started_at": "u", "cells": {"c/ridge": {"methods": {"scaffold": row("converged", 30, 20)}}}}
+    (tmp_path / "other.json").write_text(json.dumps({"defaults": other}))
+    main(["--json", str(data), str(tmp_path / "other.json"), "--page", str(page)])  # runs split by --only
+    text = page.read_text()
+    assert "| c/ridge | 12 (8) | floor (5) | 30 (20) |" in text and "(t, load average [1.0]; u, load average" in text
