@@ -68,6 +68,11 @@ def rows_equal(stacked: torch.Tensor, per_worker: list[torch.Tensor], rtol: floa
 @pytest.mark.parametrize("dtype,rtol", [("float64", RTOL), ("float32", F32_RTOL)])
 def test_the_stacked_problem_is_the_per_worker_problems_row_by_row(dtype, rtol):
     config = tiny(dtype)
+    with config.numerics():  # one intra-op thread, as in a run (two threads on a busy 2-core machine stall)
+        check_rows(config, rtol)
+
+
+def check_rows(config: NeuralProblemConfig, rtol: float) -> None:
     stacked = config.build_stacked(M)
     workers = [config.build(rank, M) for rank in range(M)]
     assert stacked.stacked_workers == M and stacked.n_local == workers[0].n_local == 8
@@ -151,7 +156,6 @@ def test_auto_keeps_threads_for_a_network_on_the_cpu_and_true_stacks_it():
     assert not runs_batched(spec("auto")) and runs_batched(spec("true"))
 
 
-@pytest.mark.slow  # reads and shards MNIST (about a minute on a busy 2-core machine)
 @pytest.mark.skipif(not (MNIST / "t10k-images-idx3-ubyte.gz").exists(), reason=f"no MNIST files in {MNIST}")
 def test_on_mnist_the_stacked_minibatch_gradients_are_the_per_worker_ones():
     config = NeuralProblemConfig(data=DataConfig(dataset="mnist", data_dir=str(MNIST.parent)),
@@ -159,6 +163,11 @@ def test_on_mnist_the_stacked_minibatch_gradients_are_the_per_worker_ones():
     m = 4  # 8,000 training rows of the t10k split: 2,000 a worker
     stacked, workers = config.build_stacked(m), [config.build(rank, m) for rank in range(m)]
     w = stacked.initial_point()
+    with config.numerics():
+        check_batches(stacked, workers, w)
+
+
+def check_batches(stacked, workers, w) -> None:
     for _ in range(2):  # two draws of each worker's sampler
         rows_equal(stacked.batch_grad(w, stacked.sampler.next()), [p.batch_grad(w, p.sampler.next()) for p in workers],
                    RTOL)
