@@ -84,7 +84,8 @@ def combine(reports: list[dict]) -> dict:
     every run's start and load average kept."""
     first = reports[0]
     for other in reports[1:]:
-        differs = [k for k in SETTING if other.get(k) != first.get(k)]
+        # a key one report lacks is not compared: reports from before it was recorded (round_caps) hold no value
+        differs = [k for k in SETTING if k in other and k in first and other[k] != first[k]]
         if differs:
             raise SystemExit(f"error: the federated reports differ in {', '.join(differs)}; render them one at a time")
     return {**first, "clients": list(dict.fromkeys(s for r in reports for s in r["clients"])),
