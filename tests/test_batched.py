@@ -172,6 +172,20 @@ def test_a_logistic_regression_runs_batched_with_the_per_worker_records(algorith
     assert_same_records(run(problem, algorithm, 4, "true"), run(problem, algorithm, 4, "false"))
 
 
+def small_logreg():
+    X, y = least_squares_rows(n=48, d=6)
+    return LogReg(X, (y > 0).astype(float), lam=1e-2)
+
+
+@pytest.mark.parametrize("make", [lambda: RidgeSyntheticConfig(n_samples=48, dim=6), small_logreg],
+                         ids=["ridge_synthetic", "logreg"])
+def test_minibatch_local_sgd_runs_batched_with_the_per_worker_records(make):
+    """Each worker's minibatch gradient from its own rows and its own seeded sampler (``batch_grad`` on the stacked
+    problem): local SGD with algorithm.batch_size has the per-worker records, as under auto from AUTO_FROM workers."""
+    keys = {"batch_size": 3, "local_steps": 4, "lr": 0.05}
+    assert_same_records(run(make(), "local_sgd", 4, "true", **keys), run(make(), "local_sgd", 4, "false", **keys))
+
+
 def test_auto_batches_from_its_threshold_and_false_never():
     def spec(workers: int, mode: str = "auto"):
         return run_spec(compose_job((f"workers={workers}", "problem.n_samples=640", "problem.dim=10",

@@ -50,6 +50,11 @@ def rmatvec(M: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return (u.unsqueeze(-2) @ M).squeeze(-2)
 
 
+def rows_at(M: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Each worker's rows ``idx[i]`` of its own stacked block: M (m, n, ...) and idx (m, B) give (m, B, ...)."""
+    return M[torch.arange(M.shape[0], device=M.device)[:, None], idx]
+
+
 def cholesky_solve_stacked(L: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """(L_i L_iᵀ)⁻¹ r_i for stacked lower factors L (m, k, k) and right-hand sides r (m, k)."""
     y = torch.linalg.solve_triangular(L, r.unsqueeze(-1), upper=False)
@@ -105,6 +110,14 @@ class StackedRidge(Problem):
 
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
         return self.hessian_vector(w, with_reg=with_reg) - self.b.to(w.device)
+
+    def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]`` (idx (m, B)): (m, d), row i
+        `dane.problems.ridge.RidgeShard.batch_grad` of worker i."""
+        where, w, idx = w.device, w.to(self.device), idx.to(self.device)
+        X, y = rows_at(self.X, idx), rows_at(self.y, idx)
+        scale = 2 * self.scale * self.n_local / idx.shape[-1]
+        return (scale * rmatvec(X, matvec(X, w) - y) + 2 * self.lam * w).to(where)
 
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         """O_i(w) for every worker: (m,)."""
@@ -231,6 +244,14 @@ class StackedLinearModel(Problem):
 
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         return self.evaluate(w)[1][:, 0]
+
+    def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]`` (idx (m, B)): (m, d), row i
+        `dane.problems.glm.LinearModelShard.batch_grad` of worker i."""
+        where, w, idx = w.device, w.to(self.device), idx.to(self.device)
+        X, y = rows_at(self.X, idx), rows_at(self.y, idx)
+        data = self.weight * rmatvec(X, self.loss.dz(matvec(X, w), y))
+        return ((self.n_local / idx.shape[-1]) * data + self.l2 * w).to(where)
 
     def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
         """∇²O_i(at) v for every worker; without ``at``, the majorant (m/N) c_f X_iᵀX_i v + λv (as per worker)."""
