@@ -18,6 +18,8 @@ import pytest
 import torch
 
 from dane.api import algorithm_config
+from dane.baselines.spectral import lanczos_extremes, start_vector
+from dane.baselines.spectral_stacked import stacked_lanczos_extremes
 from dane.batching import AUTO_FROM, runs_batched
 from dane.comm import AlphaBeta, Stragglers, ThreadGroup
 from dane.comm.batched import BatchedCommunicator, BatchedGroup, per_worker
@@ -29,9 +31,6 @@ from dane.problems.arrays import LogReg, Ridge, Softmax
 from dane.runner import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
-
-from baselines.spectral import lanczos_extremes, start_vector
-from baselines.spectral_stacked import stacked_lanczos_extremes
 
 RTOL = 1e-12  # the stacked sums run in another order than the per-worker ones: round-off, not bits
 
