@@ -44,7 +44,7 @@ import torch
 
 from .base import Communicator, ring_allreduce_bytes
 from .cost import AlphaBeta, ParameterServerCost
-from .threads import Meter, Stragglers, ThreadCPUTime
+from .threads import Meter, PhaseClock, Stragglers, ThreadCPUTime
 
 
 def worker_ranks(comm) -> range | tuple[int]:
@@ -100,7 +100,7 @@ class BatchedGroup:
         self.clock += phase_compute + phase_comm
 
 
-class BatchedCommunicator(Communicator):
+class BatchedCommunicator(PhaseClock, Communicator):
     """All m simulated workers at once, their tensors stacked along a leading axis (module docstring).
 
     ``rank`` is 0 and ``size`` is m; ``bytes_sent`` and ``calls`` are rank 0's of the per-worker path.
@@ -111,27 +111,10 @@ class BatchedCommunicator(Communicator):
         self.group = group
         self.rank = 0
         self.size = group.size
-        self._mark = 0.0
-        self._computing = False
         self._participants: list[int] | None = None
         super().__init__()
 
-    # ------------------------------------------------------------------ the clock
-    def begin(self) -> None:
-        """A compute phase starts (the run's, or the one after a collective)."""
-        self._mark = self.group.meter.start()
-        self._computing = True
-
-    def end(self) -> float:
-        """The compute phase ends: the stacked computation's measured time (all m workers together)."""
-        if not self._computing:
-            return 0.0
-        try:
-            return self.group.meter.read(self._mark)
-        finally:
-            self._computing = False
-            self.group.meter.stop()
-
+    # ------------------------------------------------------------------ the clock (`PhaseClock`: all m workers' work)
     def _phase(self, op: str, nbytes: int = 0) -> None:
         measured = self.end()
         members, self._participants = self._participants, None

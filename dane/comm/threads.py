@@ -301,7 +301,7 @@ class ThreadGroup:
         def target(comm: ThreadCommunicator) -> None:
             try:
                 torch.set_num_threads(1)  # per thread: a fresh thread's first BLAS call may otherwise use more, in another order
-                comm._begin()
+                comm.begin()
                 results[comm.rank] = fn(comm)
             except Interrupted:
                 pass  # the group was stopped; the caller sees ``interrupted``
@@ -310,7 +310,7 @@ class ThreadGroup:
                 self._barrier.abort()
             finally:
                 try:
-                    comm._end()  # the last compute phase: on a GPU, its turn is given back
+                    comm.end()  # the last compute phase: on a GPU, its turn is given back
                 finally:
                     finished[comm.rank].set()  # even if the device failed there: the caller must not wait forever
 
@@ -347,15 +347,38 @@ class ThreadGroup:
         return results
 
 
-class ThreadCommunicator(Communicator):
+class PhaseClock:
+    """The compute phases of a simulated communicator, from one collective to the next, read by its group's
+    ``meter`` (`Meter`): a thread's own work (`ThreadCommunicator`) or all m workers' stacked work
+    (`dane.comm.batched.BatchedCommunicator`)."""
+
+    group: "ThreadGroup"  # or a `dane.comm.batched.BatchedGroup`: what it needs is the meter
+    _mark: float = 0.0
+    _computing: bool = False  # whether a compute phase is open (on a GPU: holds its `DeviceTurns` turn)
+
+    def begin(self) -> None:
+        """A compute phase starts (the run's, or the one after a collective)."""
+        self._mark = self.group.meter.start()
+        self._computing = True
+
+    def end(self) -> float:
+        """The compute phase ends (at a collective, or the run's end): its measured time."""
+        if not self._computing:
+            return 0.0
+        try:
+            return self.group.meter.read(self._mark)
+        finally:  # the turn is given back even when the device reports an error
+            self._computing = False
+            self.group.meter.stop()
+
+
+class ThreadCommunicator(PhaseClock, Communicator):
     """One simulated worker's view of a `ThreadGroup`."""
 
     def __init__(self, group: ThreadGroup, rank: int):
         self.group = group
         self.rank = rank
         self.size = group.size
-        self._mark = 0.0
-        self._computing = False  # whether this worker is in a compute phase (holds its `DeviceTurns` turn)
         self._participants: list[int] | None = None  # of the next collective (`next_participants`); None: all
         super().__init__()
 
@@ -366,24 +389,9 @@ class ThreadCommunicator(Communicator):
         """The summary says which path the simulator took (``sim.batched``, `dane.comm.batched`)."""
         return {**super().summary_entries(), "simulator_path": "threads"}
 
-    def _begin(self) -> None:
-        """A compute phase starts (the run's, or the one after a collective)."""
-        self._mark = self.group.meter.start()
-        self._computing = True
-
-    def _end(self) -> float:
-        """The compute phase ends (at a collective, or the run's end): its compute time."""
-        if not self._computing:
-            return 0.0
-        try:
-            return self.group.meter.read(self._mark)
-        finally:  # the turn is given back even when the device reports an error
-            self._computing = False
-            self.group.meter.stop()
-
     def _collective(self, op: str, tensors: list[torch.Tensor] | None, nbytes: int = 0, root: int = 0):
         g = self.group
-        g._compute[self.rank] = self._end()
+        g._compute[self.rank] = self.end()
         if g.interrupted:
             raise Interrupted
         g._inbox[self.rank] = tensors
@@ -400,7 +408,7 @@ class ThreadCommunicator(Communicator):
             if g.interrupted:
                 raise Interrupted from None
             raise
-        self._begin()
+        self.begin()
         return result
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
