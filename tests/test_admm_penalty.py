@@ -40,7 +40,7 @@ def allreduces(problem, cap: int, **keys) -> float:
     return result.records[-1]["comm_rounds"] if result.status == "converged" else math.inf
 
 
-@pytest.mark.parametrize("loss", ["squared", "logistic"])
+@pytest.mark.parametrize("loss", ["squared", pytest.param("logistic", marks=pytest.mark.slow)])  # logistic: 20 s
 def test_default_rho_is_within_2x_of_the_best_fixed_rho_when_every_shard_shares_a_null_direction(loss):
     X, y = collinear_table(loss)
     make = dane.problems.Ridge if loss == "squared" else dane.problems.LogReg

@@ -174,6 +174,7 @@ def test_quick_rows_agree_with_their_rounds_jsonl(quick):
     assert seen_reached >= 3  # GIANT on diabetes, DANE, GIANT and DiSCO on the rcv1-like file reach it in 8 rounds
 
 
+@pytest.mark.slow  # its fixture runs the bench's quick rows: 25 s of the fast suite (make test's 10 minutes)
 def test_quick_goals_follow_from_the_numbers(quick):
     family = quick[0][bench.KEY]
     for problem in family["problems"].values():

@@ -223,6 +223,7 @@ def test_undamp_takes_a_settled_undershooting_mode_to_the_mu_where_it_is_exact(k
     assert undamp(mu, rho, kappa, 0.0) == snap(kappa - kappa_i)  # floor 0, as MuSafeguard(0.0) has
 
 
+@pytest.mark.slow  # 26 s; the fast suite keeps the safeguard's grid tests on synthetic data
 def test_safeguard_beats_every_fixed_mu_on_logistic_breast_cancer():
     # Logistic Hessians move with w, so no single mu suits the whole run: none on the grid reaches
     # relative 1e-8 in 150 rounds here, while the evidence rule does (measured 51 rounds).

@@ -137,6 +137,7 @@ def test_summary_of_no_runs_is_status_2(tmp_path, capsys):
     assert len(capsys.readouterr().err.splitlines()) == 1
 
 
+@pytest.mark.slow  # a Hydra multirun through the dane command (11 s); test_sweep's multirun stays fast
 def test_sweep_prints_the_summary_command(tmp_path, dane_command):
     cmd = [sys.executable, "-m", "experiments.simulate", "-m", "workers=1,2", "problem.n_samples=600",
            "problem.dim=20", "rounds=3", f"hydra.sweep.dir={tmp_path}"]
