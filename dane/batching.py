@@ -49,22 +49,15 @@ def check_batched(spec) -> None:
                               "where the batched path cannot run)")
 
 
-def declined_batched(spec) -> str | None:
-    """The note of a simulator run from `AUTO_FROM` workers on that ``sim.batched=auto`` left on one thread per
-    worker, naming why; None where it did not decline."""
-    if not spec.comm.simulated or spec.comm.batched != "auto" or spec.comm.workers < AUTO_FROM:
-        return None
-    why = why_not_batched(spec)
-    if why is None and not spec.problem.batched_by_default(spec.comm.workers):
-        why = f"problem={spec.problem.name} is not stacked by default on this device (sim.batched=true stacks it)"
-    return None if why is None else f"sim.batched=auto: one thread per worker, since {why}"
-
-
-def runs_batched(spec) -> bool:
-    """Whether the simulator runs ``spec``'s workers as one stacked computation."""
+def batched_path(spec) -> tuple[bool, str | None]:
+    """Whether the simulator runs ``spec``'s workers as one stacked computation, and where ``sim.batched=auto``
+    from `AUTO_FROM` workers on keeps one thread per worker, the run's note naming why (else None)."""
     mode = spec.comm.batched
     if not spec.comm.simulated or mode == "false" or (mode == "auto" and spec.comm.workers < AUTO_FROM):
-        return False
-    if mode == "auto" and not spec.problem.batched_by_default(spec.comm.workers):
-        return False
-    return why_not_batched(spec) is None
+        return False, None
+    why = why_not_batched(spec)  # under true, not None was refused when the spec was made (`check_batched`)
+    if why is None and mode == "auto" and not spec.problem.batched_by_default(spec.comm.workers):
+        why = f"problem={spec.problem.name} is not stacked by default on this device (sim.batched=true stacks it)"
+    if why is None:
+        return True, None
+    return False, (f"sim.batched=auto: one thread per worker, since {why}" if mode == "auto" else None)

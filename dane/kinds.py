@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .comm import Communicator, ThreadGroup, make_communicator
-from .batching import declined_batched, runs_batched
+from .batching import batched_path
 from .comm.batched import BatchedGroup, run_batched
 from .comm.launcher_signals import LauncherTerminated
 from .comm.threads import meter_for
@@ -100,13 +100,13 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     the run ends with `RunInterrupted` (exit status 130).  Where ``sim.batched`` chooses it (`dane.batching`),
     the m workers run as one stacked computation instead (`batched_simulator`).
     """
-    if runs_batched(spec):
+    batched, declined = batched_path(spec)
+    if batched:
         return batched_simulator(spec, out_dir, collect)
     m = spec.comm.workers
     torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
     problems, setups = zip(*(build_problem(spec, rank, m, time.thread_time) for rank in range(m)))
     attach_all(spec.problem, problems)
-    declined = declined_batched(spec)
     if declined is not None:  # rank 0 prints its notes before the first round and writes them into the summary
         problems[0].notes = [*problems[0].notes, declined]
     group = ThreadGroup(m, spec.comm.cost, spec.comm.stragglers,

@@ -39,7 +39,7 @@ __all__ = ["AlgorithmConfig", "Communication", "ProblemConfig", "RunControl", "R
 PROGRESS = ("table", "bar", "auto", "none")
 BACKENDS = ("horovod", "torch", "ps", "local")
 DTYPES = (torch.float64, torch.float32)
-BATCHED = ("auto", "true", "false")  # sim.batched (`dane.comm.batched`, `dane.kinds.batched_problem`)
+BATCHED = ("auto", "true", "false")  # sim.batched (`dane.comm.batched`, `dane.batching`)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import torch
 from dane.api import algorithm_config
 from dane.baselines.spectral import lanczos_extremes, start_vector
 from dane.baselines.spectral_stacked import stacked_lanczos_extremes
-from dane.batching import AUTO_FROM, runs_batched
+from dane.batching import AUTO_FROM, batched_path
 from dane.comm import AlphaBeta, Stragglers, ThreadGroup
 from dane.comm.batched import BatchedCommunicator, BatchedGroup, per_worker
 from dane.errors import ConfigError
@@ -190,11 +190,11 @@ def test_auto_batches_from_its_threshold_and_false_never():
         return run_spec(compose_job((f"workers={workers}", "problem.n_samples=640", "problem.dim=10",
                                      f"sim.batched={mode}")))
 
-    assert runs_batched(spec(AUTO_FROM)) and not runs_batched(spec(AUTO_FROM // 2))
-    assert not runs_batched(spec(AUTO_FROM, "false")) and runs_batched(spec(2, "true"))
+    assert batched_path(spec(AUTO_FROM))[0] and not batched_path(spec(AUTO_FROM // 2))[0]
+    assert not batched_path(spec(AUTO_FROM, "false"))[0] and batched_path(spec(2, "true"))[0]
     declined = run_spec(compose_job((f"workers={AUTO_FROM}", "problem.n_samples=640", "problem.dim=10",
                                      "algorithm=admm", "rounds=1")))
-    assert not runs_batched(declined)  # auto: threads, no refusal, and the run's notes say why
+    assert not batched_path(declined)[0]  # auto: threads, no refusal, and the run's notes say why
     notes = execute(declined, None)["notes"]
     assert any(note.startswith("sim.batched=auto: one thread per worker, since algorithm=admm has no stacked form")
                for note in notes)

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from dane.api import algorithm_config
-from dane.batching import AUTO_FROM, runs_batched
+from dane.batching import AUTO_FROM, batched_path
 from dane.data import Dataset
 from dane.errors import ConfigError
 from dane.inner import MinibatchSampler, StackedSampler, worker_seed
@@ -153,7 +153,7 @@ def test_auto_keeps_threads_for_a_network_on_the_cpu_and_true_stacks_it():
                        comm=Communication(backend="local", workers=AUTO_FROM, batched=batched),
                        control=RunControl(stop=StopRule(rounds=1), quiet=True))
 
-    assert not runs_batched(spec("auto")) and runs_batched(spec("true"))
+    assert not batched_path(spec("auto"))[0] and batched_path(spec("true"))[0]
 
 
 @pytest.mark.skipif(not (MNIST / "t10k-images-idx3-ubyte.gz").exists(), reason=f"no MNIST files in {MNIST}")
