@@ -245,15 +245,19 @@ class NeuralProblemConfig(ProblemConfig):
         auto keeps one thread per worker there; ``sim.batched=true`` stacks anyway."""
         return pick_device(self.device, 0).type == "cuda"
 
+    def initial_model(self, data):
+        """The model every worker starts from: built under ``problem.seed``, the global generator left as it was."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return build_model(self.model.name, in_shape=data.in_shape, num_classes=data.num_classes,
+                               hidden=self.model.hidden)
+
     def build_stacked(self, size: int, dtype: torch.dtype = torch.float32) -> "StackedNeuralProblem":
         """The ``size`` shards of `build`, row for row, as one `dane.problems.stacked_net.StackedNeuralProblem`."""
         data = self.dataset()
         dtype = DTYPES[self.dtype] if self.dtype is not None else dtype
         shards, overlap_notes = self.shards(data, size)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)  # the initial model every worker of `build` makes
-            model = build_model(self.model.name, in_shape=data.in_shape, num_classes=data.num_classes,
-                                hidden=self.model.hidden)
+        model = self.initial_model(data)  # the one every worker of `build` starts from
         rows = torch.stack(shards)
         total = sum(len(s) for s in shards)
         problem = StackedNeuralProblem(
@@ -276,10 +280,7 @@ class NeuralProblemConfig(ProblemConfig):
                               f"{tuple(data.in_shape)}; set problem.data.image_size, use an image data set, or "
                               "problem.augment=false")
         test_rows = torch.tensor_split(torch.arange(len(data.test_y)), size)[rank]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)  # every worker builds the same initial model
-            model = build_model(self.model.name, in_shape=data.in_shape, num_classes=data.num_classes,
-                                hidden=self.model.hidden)
+        model = self.initial_model(data)
         problem = NeuralProblem(
             model, data.train_x[shard], data.train_y[shard], data.test_x[test_rows], data.test_y[test_rows],
             # m n_i / Σ_j n_j (Σ_j n_j = N without overlap): the mean of the O_i is the mean loss over the rows held
