@@ -66,18 +66,20 @@ PROX_PER_DISSIMILARITY = 1 / 512
 HETEROGENEITY_DIVISOR = 16
 
 
-def prox_per_dissimilarity(delta_a: float, hessian_norm: float) -> float:
-    """λ/δ_A of the default: max(`PROX_PER_DISSIMILARITY`, (δ_A/‖H‖)² / `HETEROGENEITY_DIVISOR`).
+def prox_per_dissimilarity(delta_a: float, hessian_norm: float, divisor: float = HETEROGENEITY_DIVISOR) -> float:
+    """λ/δ_A of the default: max(`PROX_PER_DISSIMILARITY`, (δ_A/‖H‖)² / ``divisor``) (`HETEROGENEITY_DIVISOR`;
+    Acc-S-DANE's is its own, `baselines.sdane`).
 
     A heuristic between the two measured regimes, not the papers': near the theory's δ_A/16 when the shards'
-    Hessians differ as much as the global one is large, δ_A/128 when they differ by a third of it or less."""
-    return max(PROX_PER_DISSIMILARITY, (delta_a / hessian_norm) ** 2 / HETEROGENEITY_DIVISOR)
+    Hessians differ as much as the global one is large, the floor δ_A/512 when they differ by 1/sqrt(32) of it or less."""
+    return max(PROX_PER_DISSIMILARITY, (delta_a / hessian_norm) ** 2 / divisor)
 
 
-def default_prox_weight(problem: Problem, comm: Communicator, key: str) -> float:
+def default_prox_weight(problem: Problem, comm: Communicator, key: str,
+                        divisor: float = HETEROGENEITY_DIVISOR) -> float:
     """δ_A · `prox_per_dissimilarity` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512)."""
     delta_a, norm = hessian_dissimilarity(problem, comm, key)
-    return delta_a * prox_per_dissimilarity(delta_a, norm)
+    return delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
 
 
 @dataclass(frozen=True)

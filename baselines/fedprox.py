@@ -107,7 +107,8 @@ class FedProx(Federated):
 #: the share of a run's objective decrease that its last quarter of rounds may make for `FedProx.diagnosis` to call
 #: the objective stalled
 STALLED = 1e-3
-#: the fall of ‖w_{t+1} − w_t‖/‖∇O(w_t)‖ from round 0 at which a full-participation run is at its fixed point
+#: the fall of ρ_t = ‖w_{t+1} − w_t‖ / mean_i ‖w_i − w_t‖ from ρ_0 at which a full-participation run is at its
+#: fixed point (module docstring)
 FIXED_POINT = 1e-3
 
 

@@ -13,7 +13,7 @@ with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: th
 λ = ``lam``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) of the local Hessians at w_0 measured before
 round 0 (`baselines.federated.default_prox_weight`; the theory's λ = δ_A is a worst case, see there).  Acc-S-DANE's
 null is δ_A·max(1/512, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`): its extrapolation is less forgiving of a small λ
-than S-DANE's step (`accelerated_prox_weight`).
+than S-DANE's step.
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at
 the start).  With one client and an exact solve, S-DANE is the proximal point method v ← prox_{O/λ}(v)
@@ -46,7 +46,7 @@ from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys, default_prox_weight, hessian_dissimilarity, prox_per_dissimilarity
+from .federated import HETEROGENEITY_DIVISOR, Federated, LocalSolveKeys, default_prox_weight
 
 RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
 #: Acc-S-DANE's default λ is at least δ_A (δ_A/‖H‖)² / this (S-DANE's rule has 16, `baselines.federated`).  At S-DANE's
@@ -54,12 +54,6 @@ RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails
 #: converged at δ_A/8 (``make bench``'s ``federated`` sections); on the defaults families (δ_A/‖H‖ ≤ 0.45) it is
 #: the floor or this term (scripts/bench_defaults.py measures both).
 ACC_HETEROGENEITY_DIVISOR = 4
-
-
-def accelerated_prox_weight(problem: Problem, comm: Communicator, key: str) -> float:
-    """Acc-S-DANE's default λ: δ_A · max(S-DANE's λ/δ_A, (δ_A/‖H‖)² / `ACC_HETEROGENEITY_DIVISOR`)."""
-    delta_a, norm = hessian_dissimilarity(problem, comm, key)
-    return delta_a * max(prox_per_dissimilarity(delta_a, norm), (delta_a / norm) ** 2 / ACC_HETEROGENEITY_DIVISOR)
 
 
 def extrapolation(lam: float, A: float, B: float) -> float:
@@ -75,8 +69,8 @@ class SDANE(Federated):
                  accelerated: bool = False, adaptive: bool = False, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.adaptive, self.accepted = adaptive, True
-        default = accelerated_prox_weight if accelerated else default_prox_weight
-        self.lam = default(problem, comm, "algorithm.lam") if lam is None else lam
+        divisor = ACC_HETEROGENEITY_DIVISOR if accelerated else HETEROGENEITY_DIVISOR
+        self.lam = default_prox_weight(problem, comm, "algorithm.lam", divisor) if lam is None else lam
         self.accelerated = accelerated
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.v = self.w.clone()

@@ -260,11 +260,9 @@ def test_acc_sdane_default_lambda_is_larger_on_heterogeneous_shards(monkeypatch,
     """λ = null: S-DANE takes δ_A·max(1/512, (δ_A/‖H‖)²/16), Acc-S-DANE δ_A·max(1/512, (δ_A/‖H‖)²/4); with
     δ_A/‖H‖ = 0.05 the floor binds both."""
     import dane.baselines.federated as federated
-    import dane.baselines.sdane as sdane
 
     measured = lambda problem, comm, key: (delta_a, norm)  # noqa: E731 -- (δ_A, ‖H‖), as if measured
     monkeypatch.setattr(federated, "hessian_dissimilarity", measured)
-    monkeypatch.setattr(sdane, "hessian_dissimilarity", measured)
     shard, comm = ridge_shards(1, SMALL)[0], LocalCommunicator()
     r2 = (delta_a / norm) ** 2
     assert SDANEConfig().build(shard, comm).lam == pytest.approx(delta_a * max(1 / 512, r2 / 16), rel=1e-15)
