@@ -40,11 +40,7 @@ from torch.nn.utils import parameters_to_vector
 
 from ..inner import InnerSolver, StackedSampler, proximal_step, steps_for
 from .base import Problem
-
-
-def rows_of(v: torch.Tensor, m: int) -> torch.Tensor:
-    """``v`` as one row per worker, (m, P): a shared (P,) vector broadcast as a view."""
-    return v.expand(m, -1) if v.dim() == 1 else v
+from .stacked import rows_of
 
 
 class StackedNeuralProblem(Problem):
