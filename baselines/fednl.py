@@ -57,12 +57,15 @@ Departures: the paper's option-2 code uses the spectral norm, we use the Frobeni
 states; [H]_μ takes a Cholesky factor of H − (μ − ε)I first (ε: 64·d·machine epsilon·max H_aa) and
 when that exists uses H itself, the projection changing only eigenvalues within ε of μ.
 
-Both forms share one client side, `FedNLClients`, over a `baselines.fednl_kernels.StackedClients`: the simulator
-plays each client as its own worker (`FedNL`, one client, the means by allreduce); `StackedFedNL` runs the same
-rounds for all m clients at once on arrays stacked by client (``make bench`` section ``fednl``), the mean
-over clients a sum over the stack.  Their iterates agree to round-off, for every compressor: RandK draws each
-client's indices from that client's own stream (`baselines.fednl_kernels.randk_indices`).  The clients keep
-H_i on its support only (the kernels' docstring), which changes no iterate.
+Both forms share one client side, `FedNLClients`, over a `baselines.fednl_kernels.StackedClients`: `FedNL` holds
+one client per worker (a launched process, or a thread of the per-worker simulator), the means by allreduce, and
+on the batched simulator (``sim.batched``, `dane.comm.batched`) all m clients at once, on FedNL's own stacked form
+(`baselines.fednl_problem.StackedShards`, which takes sparse rows and unequal shards), its messages stacked;
+`StackedFedNL` runs the same rounds with no communicator, the mean over clients a sum over the stack (``make bench``
+section ``fednl`` times it beside the simulator's).  Their iterates agree to round-off, for every compressor: RandK
+draws each client's indices from that client's own stream (`baselines.fednl_kernels.randk_indices`), natural and
+dithering from a generator per client.  The clients keep H_i on its support only (the kernels' docstring), which
+changes no iterate.
 """
 from __future__ import annotations
 
@@ -78,14 +81,18 @@ import torch
 from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
-from dane.compress import Compressor, make
+from dane.comm.batched import stacked
+from dane.compress import Compressor, RandK, TopK, make
 from dane.errors import ConfigError
-from dane.problems import Problem
+from dane.problems import Problem, ProblemConfig
 from dane.problems.glm import LinearModelShard
+from dane.problems.linear_models import LinearModelConfig
+from dane.reference import attach_all
 from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
 from .federated import Federated
 from .fednl_kernels import StackedClients, compress_rows, frobenius_norms, packed_size, unpack
+from .fednl_problem import StackedShards
 
 VARIANTS = ("plain", "ls", "pp")
 LS_TRIALS = 60  # FedNL-LS: at most this many halvings (γ^60 ≈ 1e-18 at γ = 1/2)
@@ -171,12 +178,14 @@ class FedNLClients:
     """The client side of FedNL for the clients of ``clients`` (all m in `StackedFedNL`, one in a worker's `FedNL`).
 
     State, one row per client, Hessians compact (`baselines.fednl_kernels`): H_i, and for FedNL-PP l_i and g_i.
+    The random compressors other than RandK (natural, dithering) draw from a generator per client, seeded by
+    the client's id, so that a client draws alike alone or in the stack.
     ``seconds`` accumulates the wall time of the phases ``oracles``, ``compress`` and ``update``."""
 
     def __init__(self, clients: StackedClients, x0: np.ndarray, *, compressor: Compressor, alpha: float,
                  option: int, variant: str, seed: int):
         self.clients, self.compressor, self.alpha, self.option, self.seed = clients, compressor, alpha, option, seed
-        self.generator = torch.Generator().manual_seed(seed * 1_000_003 + int(clients.ids[0]))  # natural, dither, rank
+        self.generators = [torch.Generator().manual_seed(seed * 1_000_003 + int(i)) for i in clients.ids]
         grads, self.H_i = clients.gradients_hessians(x0)                        # H_i⁰ = ∇²O_i(x⁰)
         self.l_i = np.zeros(clients.m)
         self.g_i = clients.matvec(self.H_i, x0) - grads if variant == "pp" else None  # FedNL-PP's g_i⁰ (l_i⁰ = 0)
@@ -188,8 +197,15 @@ class FedNLClients:
         return now
 
     def compress(self, diff: np.ndarray, members: np.ndarray | None, draw: int) -> np.ndarray:
-        return compress_rows(self.compressor, diff, self.clients, members, seed=self.seed, draw=draw,
-                             generator=self.generator)
+        """C of each row of ``diff`` (the rows of ``members``; None: all), every client on its own stream."""
+        if self.compressor.name == "none" or isinstance(self.compressor, (TopK, RandK)):  # no torch generator
+            return compress_rows(self.compressor, diff, self.clients, members, seed=self.seed, draw=draw)
+        rows = np.arange(len(diff)) if members is None else members
+        if not len(rows):
+            return diff.copy()
+        return np.concatenate([compress_rows(self.compressor, diff[k:k + 1], self.clients, rows[k:k + 1],
+                                             seed=self.seed, draw=draw, generator=self.generators[c])
+                               for k, c in enumerate(rows)])
 
     def round(self, x: np.ndarray, draw: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """FedNL's client step at x: (∇O_i(x), α S_i compact, ‖∇²O_i(x) − H_i‖_F (option 2; else 0)) per client,
@@ -227,39 +243,48 @@ class FedNLClients:
 
     def state_dict(self) -> dict:
         state = {"H_i": torch.from_numpy(self.H_i.copy()), "l_i": torch.from_numpy(self.l_i.copy()),
-                 "generator": self.generator.get_state()}
+                 "generators": [generator.get_state() for generator in self.generators]}
         return state if self.g_i is None else {**state, "g_i": torch.from_numpy(self.g_i.copy())}
 
     def load_state_dict(self, state: dict) -> None:
         self.H_i, self.l_i = state["H_i"].numpy().copy(), state["l_i"].numpy().copy()
         if self.g_i is not None:
             self.g_i = state["g_i"].numpy().copy()
-        self.generator.set_state(state["generator"])
+        for generator, saved in zip(self.generators, state["generators"]):
+            generator.set_state(saved)
 
 
 class FedNL(Federated):
-    """FedNL on one worker = one client (module docstring); the server's H, l, g are kept on every worker."""
+    """FedNL on one worker = one client (module docstring); the server's H, l, g are kept on every worker.
+
+    On the batched simulator's communicator (`dane.comm.batched`) the one worker holds all m clients, on
+    FedNL's own stacked form (`baselines.fednl_problem.StackedShards`): the same round, its messages stacked."""
 
     name = "fednl"
+    batchable = True  # its clients are rows of one stack whether it holds one or all m (`FedNLClients`)
     columns = (*Federated.columns, Column("step_size", "{:>9.3g}"), Column("clients_uplink_bits", "{:>12.4g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", ls_c: float = 0.5,
                  ls_gamma: float = 0.5, sampling: SamplingKeys, seed: int = 0):
         super().__init__(problem, comm, sampling=sampling, seed=seed)
-        if not isinstance(problem, LinearModelShard):
+        if not isinstance(problem, StackedShards if stacked(comm) else LinearModelShard):
             raise ConfigError(f"algorithm=fednl needs a linear model on rows (problem=logreg, or problem=ridge with "
                               f"data=...), got {type(problem).__name__}")
         self.compressor = make(compressor)
-        clients = StackedClients([problem], ids=[comm.rank], whole=self.compressor.matrices)
+        clients = problem.clients if stacked(comm) else StackedClients([problem], ids=[comm.rank],
+                                                                       whole=self.compressor.matrices)
         self.d = clients.d
+        self.T = clients.T
+        self._packed = np.zeros((clients.m, self.T + 1))  # the clients' packed messages (`packed`)
+        self._written = np.arange(0)
         self.alpha = hessian_step(self.compressor, self.d, alpha)
         self.option, self.variant, self.ls_c, self.ls_gamma = option, variant, ls_c, ls_gamma
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.client = FedNLClients(clients, self.w.numpy(), compressor=self.compressor, alpha=self.alpha,
                                    option=option, variant=variant, seed=seed)
         self.uplink_bits, self.step_size, self.rounds = 0, 1.0, 0
-        sent = [self.packed(self.client.H_i)] + ([torch.from_numpy(self.client.g_i[0])] if variant == "pp" else [])
+        sent = [self.packed(self.client.H_i)] + ([self.own(self.client.g_i)] if variant == "pp" else [])
         reduced, _ = sampled_mean(comm, self.sampler.draw_all(), sent)                 # H_i⁰ (and g_i⁰) up, once
         self.H = reduced[0].numpy().copy()
         self.g = reduced[1].numpy().copy() if variant == "pp" else None
@@ -270,9 +295,27 @@ class FedNL(Federated):
         """The server's running sums (module docstring): H, l, and FedNL-PP's g."""
         return {"H": self.H, "l": self.l} if self.g is None else {"H": self.H, "l": self.l, "g": self.g}
 
-    def packed(self, compact: np.ndarray) -> torch.Tensor:
-        """This client's compact row as the packed triangle it sends (the decoded message)."""
-        return torch.from_numpy(np.ascontiguousarray(self.client.clients.expand(compact)[0]))
+    def own(self, rows: np.ndarray) -> torch.Tensor:
+        """This worker's clients' values (one row per client) as its communicator takes them: stacked on a batched
+        one, else the one client's row."""
+        return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
+
+    def held(self, members: torch.Tensor) -> np.ndarray:
+        """The rows, in this worker's stack of clients, of those in ``members``."""
+        return np.flatnonzero(np.isin(self.client.clients.ids, members.numpy()))
+
+    def packed(self, compact: np.ndarray, rows: np.ndarray | None = None) -> torch.Tensor:
+        """The packed triangles the clients send (the decoded messages, `own`), from compact rows: row k of
+        ``compact`` is the client at row ``rows[k]`` of the stack (None: every client in order); a client not in
+        ``rows`` sends zeros.  Written into one buffer that keeps every client's support, so a round touches the
+        supports only (the buffer is read by the allreduce before the next call)."""
+        support = self.client.clients.support
+        rows = np.arange(len(support)) if rows is None else rows
+        stale = np.setdiff1d(self._written, rows, assume_unique=True)
+        self._packed[stale[:, None], support[stale]] = 0.0
+        self._packed[rows[:, None], support[rows]] = compact
+        self._written = rows
+        return self.own(self._packed[:, :self.T])
 
     def step(self) -> dict[str, float]:
         record = self.step_pp() if self.variant == "pp" else self.step_plain()
@@ -284,7 +327,7 @@ class FedNL(Federated):
         members = self.sampler.draw_all()
         grads, S, l_i = self.client.round(x, self.rounds)                              # client: ∇O_i, α S_i
         payload = self.payload(self.w)
-        sent = [torch.from_numpy(grads[0]), self.packed(S), torch.from_numpy(l_i)]
+        sent = [self.own(grads), self.packed(S), self.own(l_i[:, None])]
         (g, S_mean, l), reduced = sampled_mean(self.comm, members, sent, payload)       # uplink
         g = g.numpy()
         direction = newton_direction(self.H, g, float(l), option=self.option, mu=self.mu)  # server, with H_k
@@ -301,17 +344,18 @@ class FedNL(Federated):
 
     def step_pp(self) -> dict[str, float]:
         x_next = shifted_newton(unpack(self.H, self.d), self.g, float(self.l[0]))      # server: (H + lI)⁻¹ g
-        members, inside = self.members()                                               # S_k
-        dS, dl, dg = torch.zeros(packed_size(self.d), dtype=torch.float64), np.zeros(1), np.zeros(self.d)
-        if inside:
-            S, dl, dg = self.client.round_pp(x_next, np.array([0]), self.rounds)
-            dS, dg = self.packed(S), dg[0]
-        payload = self.payload(self.w)
-        scale = len(members) / self.comm.size                                         # (1/m) Σ_{S_k} = (s/m) mean
-        sent = [dS, torch.from_numpy(dl), torch.from_numpy(dg)]
-        (S_mean, l, g), reduced = sampled_mean(self.comm, members, sent, payload)      # uplink
+        members = self.sampler.draw()                                                  # S_k
+        rows = self.held(members)
+        n = self.client.clients.m
+        S, dl, dg = np.zeros((0, self.client.clients.S)), np.zeros((n, 1)), np.zeros((n, self.d))
+        if len(rows):
+            S, dl[rows, 0], dg[rows] = self.client.round_pp(x_next, rows, self.rounds)
+        sent = [self.packed(S, rows), self.own(dl), self.own(dg)]                      # zero outside S_k
+        if len(members) < self.comm.size:
+            self.comm.next_participants(members.tolist())  # the simulator charges the participants only
+        S_mean, l, g, *reduced = self.comm.allreduce_mean(sent + self.payload(self.w))  # uplink: (1/m) Σ_{S_k}
         for key, delta in (("H", S_mean), ("l", l), ("g", g)):
-            getattr(self, key)[...] += scale * delta.numpy()
+            getattr(self, key)[...] += delta.numpy()
         self.w = torch.from_numpy(x_next)
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
         return {**self.record(reduced, members), "step_size": 1.0, "clients_uplink_bits": self.uplink_bits}
@@ -326,7 +370,7 @@ class FedNL(Federated):
 
     def global_objective(self, x: np.ndarray) -> float:
         """O(x): one allreduce of the clients' O_i(x) (FedNL-LS's trials)."""
-        (value,) = self.comm.allreduce_mean([self.problem.objective(torch.from_numpy(x)).reshape(1)])
+        (value,) = self.comm.allreduce_mean([self.problem.objective(torch.from_numpy(x)).reshape(-1)])
         return float(value)
 
     def state_dict(self) -> dict:
@@ -445,6 +489,21 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         if self.variant == "pp" and self.option != 2:
             raise ConfigError("algorithm.variant=pp steps with H + l I (the paper's FedNL-PP); set algorithm.option=2")
         checks.integer("algorithm.seed", self.seed)
+
+    def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
+        """FedNL's own stacked form (`baselines.fednl_problem`): any linear model with one output, on any rows."""
+        if not isinstance(problem, LinearModelConfig) or problem.loss not in ("squared", "logistic"):
+            return f"algorithm=fednl stacks linear models with one output (problem=logreg or ridge), not {problem.name}"
+        if self.sampling == "size" and self.clients_per_round is not None and self.clients_per_round < size:
+            return "algorithm.sampling=size allreduces each worker's shard size as it builds its sampler"
+        return None
+
+    def build_stacked(self, problem: ProblemConfig, size: int, dtype: torch.dtype) -> StackedShards:
+        """The ``size`` shards of ``problem`` stacked, the reference optimum (``problem.optimum``) attached to them as
+        on the per-worker path (`dane.reference.attach_all`; in the summary's ``setup_s``, which it is not there)."""
+        shards = [problem.build(rank, size, dtype) for rank in range(size)]
+        attach_all(problem, shards)
+        return StackedShards(shards, whole=make(self.compressor).matrices)
 
     def build(self, problem: Problem, comm: Communicator) -> FedNL:
         return FedNL(problem, comm, compressor=self.compressor, alpha=self.alpha, option=self.option, mu=self.mu,

@@ -27,6 +27,8 @@ from .problems import Problem
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .problems import ProblemConfig
+
 
 class Column(NamedTuple):
     """A record key rank 0's per-round table shows (`dane.progress.RoundTable`), and how."""
@@ -174,6 +176,20 @@ class AlgorithmConfig:
         """The server's half of an asynchronous run (``algorithm.asynchronous``), from w_0 and the workers' shard
         sizes: an object with the parameters ``w`` and ``apply(update, rank)``."""
         raise ConfigError(f"algorithm={self.name} has no asynchronous form; set comm.staleness=0")
+
+    def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
+        """None when the batched simulator (``sim.batched``, `dane.batching`) can run this method's ``size`` workers
+        on one stacked problem (`build_stacked`); else why not, a clause of ``sim.batched=true``'s refusal.  By
+        default the problem's own stacked form (`dane.problems.ProblemConfig.stacked_form`); a method whose
+        workers need less of the problem than its stacked form offers may declare its own (FedNL's clients on
+        sparse rows and unequal shards, `baselines.fednl`)."""
+        return problem.stacked_form(size)
+
+    def build_stacked(self, problem: ProblemConfig, size: int, dtype: torch.dtype) -> Problem:
+        """The ``size`` workers' problem as one stacked `Problem` where `stacked_form` is None: by default
+        `dane.problems.ProblemConfig.build_stacked`, whose contract the returned problem keeps for what `build`'s
+        algorithm calls."""
+        return problem.build_stacked(size, dtype)
 
     #: a method with a driver of its own (split learning, `dane.split`): ``run_job(spec, out_dir, collect)`` runs
     #: the whole job and returns its summary; None: the round loop drives `build`'s algorithm

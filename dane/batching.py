@@ -2,7 +2,8 @@
 
 ``sim.batched=auto`` (the default) takes the batched path (`dane.comm.batched`) from
 `AUTO_FROM` workers on, where the algorithm declares it (``batchable``), the problem has
-a stacked form for m workers (`dane.problems.ProblemConfig.stacked_form`) that pays off on its
+a stacked form for m workers (`dane.problems.ProblemConfig.stacked_form`, or the algorithm's own:
+`dane.algorithm.AlgorithmConfig.stacked_form`) that pays off on its
 device (`ProblemConfig.batched_by_default`: a network stacks on a GPU, not on the CPU), and the run
 asks for nothing kept per worker; ``true`` takes it at any m > 1 and refuses in one line where
 it cannot run; ``false`` always runs one thread per worker.
@@ -37,7 +38,7 @@ def why_not_batched(spec) -> str | None:
         return "sim.fail_at loses one worker's thread"
     if spec.control.similarity:
         return "similarity=true measures each worker's own Hessian"
-    return spec.problem.stacked_form(spec.comm.workers)
+    return spec.algorithm.stacked_form(spec.problem, spec.comm.workers)  # by default the problem's
 
 
 def check_batched(spec) -> None:

@@ -74,12 +74,13 @@ def asynchronous_simulator(spec: RunSpec, out_dir: str | None, collect: dict | N
 
 def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """m workers as one stacked computation (`dane.comm.batched`, ``sim.batched``): the algorithm's step runs once
-    on the problem's stacked form, each worker charged 1/m of its measured compute, timed by the cost model."""
+    on the stacked form (the problem's, or the algorithm's own: `dane.algorithm.AlgorithmConfig.build_stacked`),
+    each worker charged 1/m of its measured compute, timed by the cost model."""
     m = spec.comm.workers
     torch.set_num_threads(1)  # as in the per-worker path: one core, the stacked work of all m workers on it
     spec.problem.prepare()
     t0 = time.thread_time()
-    problem = spec.problem.build_stacked(m, spec.control.dtype)
+    problem = spec.algorithm.build_stacked(spec.problem, m, spec.control.dtype)  # by default the problem's
     setup_s = (time.thread_time() - t0) / m
     timeline.mark("data")
     group = BatchedGroup(m, spec.comm.cost, spec.comm.stragglers, meter_for([problem.device]))

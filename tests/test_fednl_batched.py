@@ -1,0 +1,100 @@
+"""``algorithm=fednl`` on the batched simulator (its own stacked form, `baselines.fednl_problem`) against the per-worker
+simulator (one thread a client), on sparse rows dealt in unequal shards, which the linear models' stacked form refuses:
+
+- the records equal (every key but time_s: integers exactly, bits and bytes included; floats to 1e-12 relative) and
+  so does the final iterate, for none, TopK, RandK and natural (a random compressor with a generator per client),
+  FedNL-LS, option 2, FedNL-PP with 2 of 5 clients, and a reference optimum (records with suboptimality);
+- ``sim.batched=auto`` takes the batched path from AUTO_FROM workers on, and says so in the summary;
+- the stacked problem's per-client objective, gradient and suboptimality equal each shard's own.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse
+import torch
+
+from dane.baselines.fednl_problem import StackedShards
+from dane.batching import AUTO_FROM, batched_path
+from dane.problems.arrays import LogReg, Ridge
+from dane.reference import attach_all
+from test_batched import assert_same_records, run
+
+
+def sparse_rows(n: int = 203, d: int = 9, seed: int = 0):
+    """Sparse real-valued rows with an intercept column, ±1 labels from a planted model (203 rows: 5 workers hold
+    40 or 41, unequal)."""
+    gen = np.random.default_rng(seed)
+    X = scipy.sparse.random(n, d, density=0.35, random_state=seed, format="csr", data_rvs=gen.standard_normal)
+    X = scipy.sparse.hstack([X, np.ones((n, 1))], format="csr")
+    y = np.where(X @ gen.standard_normal(d + 1) + 0.3 * gen.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def logreg():
+    return LogReg(*sparse_rows(), lam=1e-3)
+
+
+def test_the_linear_models_own_stacked_form_refuses_these_rows(logreg):
+    assert logreg.stacked_form(5) is not None  # sparse, unequal: FedNL's own form is what runs below
+
+
+@pytest.mark.parametrize("keys", [
+    {},
+    {"compressor": "topk:10"},
+    {"compressor": "randk:10"},
+    {"compressor": "natural"},
+    {"compressor": "randk:10", "option": 2},
+    {"compressor": "topk:10", "variant": "ls", "alpha": 1.0},
+    {"compressor": "topk:10", "variant": "pp", "option": 2, "clients_per_round": 2},
+    {"compressor": "randk:10", "variant": "pp", "option": 2, "clients_per_round": 2},
+])
+def test_batched_records_equal_the_per_worker_records(logreg, keys):
+    batched, threads = run(logreg, "fednl", 5, "true", rounds=4, **keys), run(logreg, "fednl", 5, "false", rounds=4,
+                                                                               **keys)
+    assert_same_records(batched, threads)
+    assert batched["records"][-1]["clients_uplink_bits"] > batched["records"][0]["clients_uplink_bits"]
+
+
+def test_with_a_reference_optimum_and_a_quadratic_loss():
+    """problem.optimum=auto (attached to the stacked shards as on the per-worker path) and ridge's quadratic
+    suboptimality ½ eᵀ∇²O_i e."""
+    X, y = sparse_rows(seed=1)
+    for problem in (LogReg(X, y, lam=1e-3, optimum="auto"), Ridge(X, y, lam=1e-2, optimum="auto")):
+        batched, threads = run(problem, "fednl", 5, "true", rounds=3), run(problem, "fednl", 5, "false", rounds=3)
+        assert "suboptimality" in batched["records"][0]
+        assert_same_records(batched, threads)
+
+
+def test_auto_batches_fednl_from_auto_from_workers(logreg):
+    from dane.api import algorithm_config
+    from dane.runner import StopRule
+    from dane.spec import Communication, RunControl, RunSpec
+
+    def spec(workers: int) -> RunSpec:
+        return RunSpec(problem=logreg, algorithm=algorithm_config("fednl", compressor="topk:10"),
+                       comm=Communication(backend="local", workers=workers, batched="auto"),
+                       control=RunControl(stop=StopRule(rounds=1), quiet=True))
+
+    assert batched_path(spec(AUTO_FROM - 1)) == (False, None)
+    assert batched_path(spec(AUTO_FROM)) == (True, None)
+    summary = run(logreg, "fednl", AUTO_FROM, "auto", rounds=2, compressor="topk:10")["summary"]
+    assert summary["simulator_path"] == "batched"
+
+
+def test_stacked_problem_answers_per_client_as_each_shard(logreg):
+    m = 5
+    config = dataclasses.replace(logreg, optimum="auto")
+    shards = [config.build(rank, m) for rank in range(m)]
+    attach_all(config, shards)
+    stacked = StackedShards(shards)
+    w = torch.linspace(-0.3, 0.4, shards[0].dim, dtype=torch.float64)
+    grads, metrics = stacked.evaluate(w)
+    for i, shard in enumerate(shards):
+        grad, metric = shard.evaluate(w)
+        torch.testing.assert_close(grads[i], grad, rtol=1e-13, atol=1e-16)
+        torch.testing.assert_close(metrics[i], metric, rtol=1e-13, atol=1e-16)
+        torch.testing.assert_close(stacked.objective(w)[i], shard.objective(w), rtol=1e-13, atol=0)
