@@ -1,7 +1,7 @@
 r"""FedDANE (Li, Sahu, Zaheer, Sanjabi, Talwalkar & Smith, Asilomar 2019): DANE on sampled clients.
 
-Round t draws two sets of clients, S_t for the gradient and S'_t for the local solves (both all m
-without sampling, where FedDANE is DANE with η and μ, `dane.dane.DANE` with ``safeguard=False``):
+Round t draws the clients S_t for the gradient and S'_t for the local solves (both all m without
+sampling, where FedDANE is DANE with η and μ, `dane.dane.DANE` with ``safeguard=False``):
 
 .. math::
     g_t &= \frac1{|S_t|}\sum_{i\in S_t}\nabla O_i(w_t)                                       &&\text{(allreduce 1)}\\
@@ -9,10 +9,27 @@ without sampling, where FedDANE is DANE with η and μ, `dane.dane.DANE` with ``
           \quad (i\in S'_t)                                                                     &&\text{(local solve)}\\
     w_{t+1} &= \frac1{|S'_t|}\sum_{i\in S'_t} w_i                                              &&\text{(allreduce 2)}
 
-The local solve is ``local_solver`` (`baselines.federated`; ``problem``: exact on a quadratic, the
-inner torch optimizer on a network).  The paper tunes μ ∈ {0, 0.001, 0.01, 0.1, 1}; η = 1.  μ = ``mu``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16) of the local
-Hessians (`baselines.federated.default_prox_weight`, measured before round 0).  A client of
-S'_t outside S_t computes ∇O_i(w_t) for its own solve (local work, no communication).
+S'_t = S_t by default, as in the authors' code (litian96/FedProx, ``trainers/feddane.py``: both draws call
+``select_clients(round)``, which reseeds NumPy with the round, so they return the same set); ``resample=true``
+draws S'_t afresh, as the paper's Algorithm 1 is printed.  The two differ in what the local solves invert:
+the correction's heterogeneous part g_t − ∇O_i(w_t) comes from S_t's data, and a client of S'_t outside S_t
+may have no curvature along it but μ and the l2 weight, so its step (H_i + μI)⁻¹ g_t is large.  On phishing
+over 20 Dirichlet clients (α = 1) with 10 a round, ``resample=true`` at the default μ climbed above the
+start and diverged within 40 rounds; S'_t = S_t did not (``tests/test_federated.py``; the paper reports FedDANE
+diverging under low participation and heterogeneity).  A client of S'_t outside S_t computes ∇O_i(w_t) for its
+own solve (local work, no communication).
+
+Under sampling FedDANE has no fixed point at the optimum: g_t at w* is mean_{S_t} ∇O_i(w*), which is not zero
+when the shards differ, so the objective stalls at a floor that a larger μ lowers (and slows) and only full
+participation removes; a run at the round cap whose last quarter did not improve on its best says so
+(`diagnosis`).
+
+Departures from the paper: the local solve is ``local_solver`` (`baselines.federated`; ``problem``: exact on
+a quadratic or a GLM, the inner torch optimizer on a network), where the paper runs local SGD epochs; the
+means are plain means of the O_i, which carry their shard's weight m·n_i/N (`dane.problems`), where the
+authors' code weights F_i (the mean loss) by n_i.  The paper tunes μ ∈ {0, 0.001, 0.01, 0.1, 1}; η = 1.
+μ = ``mu``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16) of the local Hessians
+(`baselines.federated.default_prox_weight`, measured before round 0).
 """
 from __future__ import annotations
 
@@ -24,22 +41,27 @@ from dane.comm import Communicator
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys, default_prox_weight
+from .federated import Federated, LocalSolveKeys, default_prox_weight, objective_stalled
 
 
 class FedDANE(Federated):
     name = "feddane"
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
-    def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float | None = None, **kwargs):
+    def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float | None = None,
+                 resample: bool = False, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.eta = eta
+        self.resample = resample
         self.mu = default_prox_weight(problem, comm, "algorithm.mu") if mu is None else mu
 
     def step(self) -> dict[str, float]:
         w = self.w
-        gradient_set, _ = self.members()                                       # S_t
-        solve_set, solves = self.members()                                     # S'_t
+        gradient_set, solves = self.members()                                  # S_t
+        if self.resample:
+            solve_set, solves = self.members()                                 # S'_t drawn afresh
+        else:
+            solve_set = gradient_set                                           # S'_t = S_t
         local_grad, payload = self.grad_and_payload(w)
         (g,), reduced = self.average(gradient_set, [local_grad], payload, down=[w])  # 1. g = mean_S ∇O_i
         w_local = w
@@ -48,11 +70,22 @@ class FedDANE(Federated):
         (self.w,), _ = self.average(solve_set, [w_local], down=[w, g])            # 3. w_{t+1} = mean_S' w_i
         return {**self.record(reduced, solve_set), "mu": self.mu}
 
+    def diagnosis(self, records: list[dict]) -> str | None:
+        """At the round cap under client sampling, an objective whose last quarter of rounds did not improve on its
+        best is FedDANE's sampling floor (module docstring), not slowness."""
+        if self.sampler.full or not objective_stalled(records):
+            return None
+        return (f"the objective has not improved for the last quarter of the rounds: under client sampling "
+                f"({self.sampler.s} of {self.sampler.m}) the sampled gradient is not zero at the optimum when the "
+                f"shards differ, so FedDANE stalls at a floor; a larger algorithm.mu (now {self.mu:.3g}) lowers it "
+                f"and slows each round, algorithm.clients_per_round=null (all clients) removes it")
+
 
 @dataclass(frozen=True)
 class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     eta: float = 1.0
     mu: float | None = None
+    resample: bool = False
     seed: int = 0
     name: str = "feddane"
     algorithm = FedDANE
@@ -61,9 +94,11 @@ class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         checks.positive("algorithm.eta", self.eta)
         if self.mu is not None:
             checks.nonnegative("algorithm.mu", self.mu)
+        checks.boolean("algorithm.resample", self.resample)
         self.check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> "FedDANE":
-        return FedDANE(problem, comm, eta=self.eta, mu=self.mu, sampling=self, local=self, seed=self.seed)
+        return FedDANE(problem, comm, eta=self.eta, mu=self.mu, resample=self.resample, sampling=self, local=self,
+                       seed=self.seed)

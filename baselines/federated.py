@@ -16,6 +16,7 @@ and one allreduce of an m-vector before round 0, as `baselines.local_sgd`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -80,6 +81,16 @@ def default_prox_weight(problem: Problem, comm: Communicator, key: str,
     """δ_A · `prox_per_dissimilarity` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512)."""
     delta_a, norm = hessian_dissimilarity(problem, comm, key)
     return delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
+
+
+def objective_stalled(records: list[dict]) -> bool:
+    """Whether the run's last quarter of rounds (at least 8 records in all) never went below the best objective
+    before it: the sign of a floor under client sampling, where the objective oscillates instead of settling."""
+    objectives = [r["objective"] for r in records if math.isfinite(r.get("objective", math.nan))]
+    if len(objectives) < 8:
+        return False
+    late = len(objectives) // 4
+    return min(objectives[-late:]) >= min(objectives[:-late])
 
 
 @dataclass(frozen=True)

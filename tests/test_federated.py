@@ -180,6 +180,37 @@ def test_scaffold_control_variates_under_sampling_match_a_hand_computation():
     assert records[-1]["uplink_bytes"] == rounds * s * 2 * d and records[-1]["downlink_bytes"] == rounds * s * 2 * d
 
 
+@pytest.mark.parametrize("resample", [False, True])
+def test_feddane_under_sampling_matches_a_hand_computation(resample):
+    """One round of FedDANE on ridge shards, by hand: g = mean_S ∇O_i(0) = −mean_S b_i, w_i = −η(H_i + μI)⁻¹ g,
+    w_1 = mean_S' w_i, with S from the run's sampler and S' = S (the authors' code) or its next draw (the paper's
+    Algorithm 1 as printed)."""
+    m, s, mu, eta = 4, 2, 0.05, 1.0
+    w, _ = iterates(FedDANEConfig(mu=mu, clients_per_round=s, seed=3, resample=resample), m=m, rounds=1)
+    sampler = ClientSampler(FakeComm(0, m), s, seed=3)
+    S = sampler.draw().tolist()
+    S_solve = sampler.draw().tolist() if resample else S
+    assert resample == (S_solve != S)  # seed 3 draws two different sets, so the test tells the modes apart
+    shards = ridge_shards(m, SMALL)
+    eye = torch.eye(SMALL.dim, dtype=torch.float64)
+    g = -sum(shards[i].b for i in S) / s  # ∇O_i(0) = −b_i
+    local = [-eta * torch.linalg.solve(shards[i].A + 2 * shards[i].lam * eye + mu * eye, g) for i in S_solve]
+    torch.testing.assert_close(w[1], sum(local) / s, rtol=0, atol=1e-12)
+
+
+def test_feddane_under_sampling_names_its_floor_at_the_cap():
+    """With 2 of 4 clients the sampled gradient at w* is mean_S ∇O_i(w*) ≠ 0: the objective stalls above O* and the
+    stop line says so (`FedDANE.diagnosis`); under full participation the same run converges."""
+    from dane.api import fit
+
+    sampled = fit(SMALL, "feddane", workers=4, rounds=40, tol=1e-14, mu=0.05, clients_per_round=2)
+    assert sampled.status == "max_rounds" and sampled.records[-1]["suboptimality"] > 1e-12
+    assert "under client sampling (2 of 4)" in sampled.summary["stopped_by"]
+    assert "algorithm.clients_per_round=null" in sampled.summary["stopped_by"]
+    full = fit(SMALL, "feddane", workers=4, rounds=40, tol=1e-14, mu=0.05)
+    assert full.status == "converged"
+
+
 def test_scaffnew_refuses_client_sampling_in_one_line():
     with pytest.raises(ConfigError, match=r"^algorithm=scaffnew does not take algorithm.clients_per_round=2: .*"
                                           r"set algorithm.clients_per_round=null$"):
