@@ -69,6 +69,8 @@ changes no iterate.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -91,7 +93,7 @@ from dane.reference import attach_all
 from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
 from .federated import Federated
-from .fednl_kernels import StackedClients, compress_rows, frobenius_norms, packed_size, unpack
+from .fednl_kernels import PackedRows, StackedClients, compress_rows, frobenius_norms, packed_size, unpack
 from .fednl_problem import StackedShards
 
 VARIANTS = ("plain", "ls", "pp")
@@ -130,9 +132,31 @@ def uplink_bits(compressor: Compressor, d: int, *, variant: str, option: int) ->
     return hessian + VALUE_BITS * d + (VALUE_BITS if option == 2 else 0)
 
 
+@functools.cache
+def _blas_controller():
+    try:
+        from threadpoolctl import ThreadpoolController  # scikit-learn's dependency
+    except ImportError:  # pragma: no cover - scikit-learn is a dependency of the package
+        return None
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """A context in which NumPy's and SciPy's BLAS run on one thread: the server's d x d solves, as the simulator's
+    torch, on the one core a simulated worker has.  Their default, a thread per core, made the solves many times
+    slower on a machine whose cores other work shares (``make bench`` section ``fednl``'s ``user_path``)."""
+    controller = _blas_controller()
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
+
+
 def projected_newton(H: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
     """[H]_μ⁻¹ g, [H]_μ the projection onto {H ⪰ μI}: by Cholesky when H − (μ − ε)I is positive definite,
-    else by eigh."""
+    else by eigh (on one BLAS thread, `one_blas_thread`)."""
+    with one_blas_thread():
+        return _projected_newton(H, g, mu)
+
+
+def _projected_newton(H: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
     d = len(g)
     eps = 64 * d * np.finfo(H.dtype).eps * max(float(np.abs(np.diag(H)).max()), mu)
     shifted = H - (mu - eps) * np.eye(d)
@@ -146,11 +170,12 @@ def projected_newton(H: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
 
 
 def shifted_newton(H: np.ndarray, g: np.ndarray, shift: float) -> np.ndarray:
-    """(H + shift I)⁻¹ g by Cholesky (H + shift I ≻ 0 in FedNL's option 2 and FedNL-PP)."""
+    """(H + shift I)⁻¹ g by Cholesky (H + shift I ≻ 0 in FedNL's option 2 and FedNL-PP), on one BLAS thread."""
     A = H + shift * np.eye(len(g))
     try:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True, check_finite=False), g,
-                                      check_finite=False)
+        with one_blas_thread():
+            return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True, check_finite=False), g,
+                                          check_finite=False)
     except np.linalg.LinAlgError:
         raise ConfigError(f"FedNL's H + {shift:.3g} I is not positive definite; use algorithm.option=1 "
                           "(the projection onto H >= mu I) or a larger problem.lam") from None
@@ -276,8 +301,6 @@ class FedNL(Federated):
                                                                        whole=self.compressor.matrices)
         self.d = clients.d
         self.T = clients.T
-        self._packed = np.zeros((clients.m, self.T + 1))  # the clients' packed messages (`packed`)
-        self._written = np.arange(0)
         self.alpha = hessian_step(self.compressor, self.d, alpha)
         self.option, self.variant, self.ls_c, self.ls_gamma = option, variant, ls_c, ls_gamma
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
@@ -304,18 +327,15 @@ class FedNL(Federated):
         """The rows, in this worker's stack of clients, of those in ``members``."""
         return np.flatnonzero(np.isin(self.client.clients.ids, members.numpy()))
 
-    def packed(self, compact: np.ndarray, rows: np.ndarray | None = None) -> torch.Tensor:
-        """The packed triangles the clients send (the decoded messages, `own`), from compact rows: row k of
+    def packed(self, compact: np.ndarray, rows: np.ndarray | None = None) -> torch.Tensor | PackedRows:
+        """The packed triangles the clients send (the decoded messages, as `own`), from compact rows: row k of
         ``compact`` is the client at row ``rows[k]`` of the stack (None: every client in order); a client not in
-        ``rows`` sends zeros.  Written into one buffer that keeps every client's support, so a round touches the
-        supports only (the buffer is read by the allreduce before the next call)."""
-        support = self.client.clients.support
-        rows = np.arange(len(support)) if rows is None else rows
-        stale = np.setdiff1d(self._written, rows, assume_unique=True)
-        self._packed[stale[:, None], support[stale]] = 0.0
-        self._packed[rows[:, None], support[rows]] = compact
-        self._written = rows
-        return self.own(self._packed[:, :self.T])
+        ``rows`` sends zeros.  On a batched communicator a `PackedRows`, which it sums without the (m, T) array."""
+        if stacked(self.comm):
+            return PackedRows(self.client.clients, compact, rows)
+        if rows is not None and not len(rows):
+            return torch.zeros(self.T, dtype=torch.float64)
+        return torch.from_numpy(self.client.clients.expand(compact, rows)[0])
 
     def step(self) -> dict[str, float]:
         record = self.step_pp() if self.variant == "pp" else self.step_plain()

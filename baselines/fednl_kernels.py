@@ -283,6 +283,35 @@ class StackedClients:
         return out
 
 
+class PackedRows:
+    """The m clients' packed triangles, (m, T), held as compact rows: row k of ``compact`` is the client at row
+    ``rows[k]`` of ``clients`` (None: all in order), every other client's triangle zero.
+
+    What a batched communicator's allreduce takes as a stacked tensor (`dane.comm.batched`), which reads of it only
+    the shape, the size in bytes (``numel``, ``element_size``: those of the (m, T) float64 array it stands for, so
+    bytes are counted as for the per-worker path's packed triangles) and the sum over the clients, ``sum(0)``: a
+    scatter-add of the compact rows (`StackedClients.packed_sum`), O(m·S) work instead of O(m·T)."""
+
+    def __init__(self, clients: StackedClients, compact: np.ndarray, rows: np.ndarray | None = None):
+        self.clients, self.compact, self.rows = clients, compact, rows
+        self.shape = torch.Size((clients.m, clients.T))
+
+    def dim(self) -> int:
+        return 2
+
+    def numel(self) -> int:
+        return self.clients.m * self.clients.T
+
+    def element_size(self) -> int:
+        return 8  # float64
+
+    def sum(self, dim: int) -> torch.Tensor:
+        """Σ over the clients of their packed triangles, (T,)."""
+        if dim != 0:
+            raise ValueError(f"PackedRows sums over the clients (dim=0) only, got dim={dim}")
+        return torch.from_numpy(self.clients.packed_sum(self.compact, self.rows))
+
+
 def randk_indices(seed: int, ids: np.ndarray, draw: int, n: int, k: int) -> np.ndarray:
     """(len(ids), k): for each client id, a uniform k-subset of range(n) from the stream (seed, id, draw).
 

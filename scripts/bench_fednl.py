@@ -17,7 +17,15 @@ median and spread, the process's CPU seconds per round beside them (on a machine
 closer to what an idle one gives with ``--threads 1``), the ratio of the median to u-FedNL's seconds
 per round in issue 34 (the C++ build measured there on a 2-core AMD EPYC VM, both cores;
 `UFEDNL_S_PER_ROUND`), the process's peak resident memory after the table, and the gradient
-norm at the last iterate, each table with the load average before and after it.  ``--only`` replaces
+norm at the last iterate, each table with the load average before and after it.
+
+``user_path`` beside each compressor times what a user runs: the simulator through `dane.launch.execute`,
+with the run spec that ``dane train algorithm=fednl problem=logreg data=libsvm data.path=<file> workers=<m>
+rounds=<rounds> algorithm.option=2 algorithm.compressor=<C> ...`` composes (`user_overrides`), into a
+temporary run directory (records written as a user's run writes them).  Its ``s_per_round`` is the run loop's
+wall time over the rounds (``wall_time_s`` of the summary: FedNL's set-up round, H_i⁰ up, and the final
+evaluation included), ``wall_s`` the whole call (the data read and the clients stacked as well), and
+``simulator_path`` which path the simulator took (``batched`` from `dane.batching.AUTO_FROM` workers on).  ``--only`` replaces
 those tables and keeps the others of the section.  A table whose file is missing is skipped with
 the reason in the JSON.
 
@@ -41,10 +49,17 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import tempfile  # noqa: E402
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
 from dane.baselines.fednl import StackedFedNL, theoretical_alpha  # noqa: E402
 from dane.baselines.fednl_kernels import StackedClients  # noqa: E402
 from dane.compress import make  # noqa: E402
 from dane.data.files import LibSVMSource  # noqa: E402
+from dane.experiments.config import run_spec  # noqa: E402
+from dane.launch import execute  # noqa: E402
+from dane.layout import CONF_DIR  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.synthetic.bench_file import machine, merge_section, read_bench  # noqa: E402
 
@@ -94,6 +109,33 @@ def timed_run(clients: StackedClients, spec: str, rounds: int, pp: int | None, s
             / (rounds * (pp or run.m))}
 
 
+def user_overrides(path: Path, clients: int, spec: str, rounds: int, pp: int | None, seed: int,
+                   alpha: float | None) -> list[str]:
+    """The command line of the user's run (``dane train <these>``) that `timed_run` times stacked."""
+    overrides = ["algorithm=fednl", "problem=logreg", "data=libsvm", f"data.path={path}", f"problem.lam={LAM}",
+                 "problem.fit_intercept=true", f"workers={clients}", f"rounds={rounds}", f"seed={seed}",
+                 f"algorithm.option={OPTION}", f"algorithm.compressor={spec}", "quiet=true"]
+    if pp:
+        overrides += ["algorithm.variant=pp", f"algorithm.clients_per_round={pp}"]
+    return overrides + ([f"algorithm.alpha={alpha!r}"] if alpha is not None else [])
+
+
+def user_run(overrides: list[str]) -> dict:
+    """The simulator's run of ``dane train <overrides>``, through `dane.launch.execute` (module docstring)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        spec = run_spec(compose(config_name="config", overrides=overrides))
+    collected: dict = {}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as out_dir:
+        summary = execute(spec, out_dir, collect=collected)
+    wall = time.perf_counter() - start
+    # the simulator's compute clock is thread CPU time, each phase's reading shared over the m workers
+    cpu = summary["simulated_compute_s"] * summary["workers"] / summary["rounds"]
+    return {"s_per_round": summary["wall_time_s"] / summary["rounds"], "cpu_s_per_round": cpu, "wall_s": wall,
+            "simulator_path": summary.get("simulator_path"), "grad_norm": collected["records"][-1].get("grad_norm"),
+            "uplink_bits": collected["records"][-1]["clients_uplink_bits"]}
+
+
 def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> dict:
     file, m, pp = TABLES[name]
     path = data_dir / file
@@ -110,6 +152,8 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
         spec = compressor if compressor == "none" else f"{compressor.split('_')[0]}:{k}"
         alpha = theoretical_alpha(make(spec), clients.d) if compressor == "topk_theory" else None
         runs = [timed_run(clients, spec, rounds, pp, seed, alpha) for seed in range(repeats)]
+        users = [user_run(user_overrides(path, m, spec, rounds, pp, seed, alpha)) for seed in range(repeats)]
+        user_median = statistics.median(u["s_per_round"] for u in users)
         compressor = compressor.split("_")[0]
         spec = f"{spec} alpha={alpha:.4g}" if alpha is not None else spec
         per_round = [r["s_per_round"] for r in runs]
@@ -123,10 +167,20 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
             "cpu_ratio_to_ufednl": statistics.median(r["cpu_s_per_round"] for r in runs) / reference,
             "final_grad_norm": [r["grad_norm"] for r in runs], "alpha": runs[0]["alpha"],
             "phase_s_per_round": [r["phase_s_per_round"] for r in runs],
-            "uplink_bits_per_client_round": runs[0]["uplink_bits_per_client_round"]}
+            "uplink_bits_per_client_round": runs[0]["uplink_bits_per_client_round"],
+            "user_path": {"command": "dane train " + " ".join(user_overrides(path, m, spec, rounds, pp, 0, alpha)),
+                          "s_per_round": [u["s_per_round"] for u in users], "median_s_per_round": user_median,
+                          "spread_s": max(u["s_per_round"] for u in users) - min(u["s_per_round"] for u in users),
+                          "ratio_to_ufednl": user_median / reference, "ratio_to_stacked": user_median / median,
+                          "cpu_s_per_round": [u["cpu_s_per_round"] for u in users],
+                          "cpu_ratio_to_ufednl": statistics.median(u["cpu_s_per_round"] for u in users) / reference,
+                          "wall_s": [u["wall_s"] for u in users], "simulator_path": users[0]["simulator_path"],
+                          "final_grad_norm": [u["grad_norm"] for u in users]}}
         log(f"{name} {spec}: {median:.4f} s/round (x{median / reference:.2f} of u-FedNL), CPU "
             f"{statistics.median(r['cpu_s_per_round'] for r in runs):.4f} s/round, "
-            f"grad norm {max(r['grad_norm'] for r in runs):.2e}")
+            f"grad norm {max(r['grad_norm'] for r in runs):.2e}; dane train ({users[0]['simulator_path']}): "
+            f"{user_median:.4f} s/round (x{user_median / reference:.2f} of u-FedNL), CPU "
+            f"{statistics.median(u['cpu_s_per_round'] for u in users):.4f} s/round")
     return out
 
 
