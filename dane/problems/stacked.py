@@ -80,7 +80,7 @@ class StackedRidge(Problem):
     def __init__(self, X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None,
                  low_rank: bool = False, device: str | torch.device = "cpu"):
         self.device = torch.device(device)
-        self.X, self.y = X.to(self.device), y.to(self.device)
+        self.X, self.y = X.to(self.device).contiguous(), y.to(self.device)
         self.stacked_workers, self.n_local, self.dim = X.shape
         self.dtype = X.dtype
         self.lam, self.scale = float(lam), float(scale)
@@ -105,8 +105,19 @@ class StackedRidge(Problem):
     def hessian_vector(self, v: torch.Tensor, *, with_reg: bool = True, at: torch.Tensor | None = None) -> torch.Tensor:
         """H_i v (A_i v without the regularizer) for every worker: (m, d)."""
         where, v = v.device, v.to(self.device)
-        Av = matvec(self.A, v) if self.A is not None else 2 * self.scale * rmatvec(self.X, matvec(self.X, v))
+        Av = matvec(self.A, v) if self.A is not None else 2 * self.scale * self.gram_vector(v)
         return (Av + 2 * self.lam * v if with_reg else Av).to(where)
+
+    def gram_vector(self, v: torch.Tensor) -> torch.Tensor:
+        """X_iᵀX_i v_i for every worker (v shared, (d,), or one per worker, (m, d)): (m, d); on the CPU by
+        `dane.problems.stacked_kernels`, which reads X once instead of twice."""
+        if self.device.type != "cpu":
+            return rmatvec(self.X, matvec(self.X, v))
+        from .stacked_kernels import gram_vector
+
+        out = torch.empty(self.stacked_workers, self.dim, dtype=self.dtype)
+        gram_vector(self.X.numpy(), v.reshape(-1, self.dim).contiguous().numpy(), out.numpy())
+        return out
 
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
         return self.hessian_vector(w, with_reg=with_reg) - self.b.to(w.device)
@@ -150,14 +161,26 @@ class StackedRidge(Problem):
         shifted = shift + weight * values
         if not bool((shifted > 0).all()):
             raise not_positive_definite(shift)
-        u = matvec(Q, rmatvec(Q, matvec(self.X, r)) / shifted)  # (sI + weight X_iX_iᵀ)⁻¹ X_i r_i
-        return (r - weight * rmatvec(self.X, u)) / shift
+        return (r - weight * self.woodbury_products(r, Q, shifted)) / shift
+
+    def woodbury_products(self, r: torch.Tensor, Q: torch.Tensor, shifted: torch.Tensor) -> torch.Tensor:
+        """X_iᵀ(sI + weight X_iX_iᵀ)⁻¹X_i r_i for every worker, Q_i diag(shifted_i) Q_iᵀ that n x n matrix: (m, d);
+        on the CPU by `dane.problems.stacked_kernels`, which reads X once instead of twice."""
+        if self.device.type != "cpu":
+            return rmatvec(self.X, matvec(Q, rmatvec(Q, matvec(self.X, r)) / shifted))
+        from .stacked_kernels import woodbury_products
+
+        out = torch.empty(self.stacked_workers, self.dim, dtype=self.dtype)
+        rows = r[:1] if r.stride(0) == 0 else r.contiguous()  # a shared r, broadcast by `rows_of`: one row
+        woodbury_products(self.X.numpy(), Q.numpy(), shifted.contiguous().numpy(), rows.numpy(), out.numpy())
+        return out
 
     def _row_eigen(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(ℓ, Q) of the row Gram matrices X_iX_iᵀ = Q diag(ℓ) Qᵀ, (m, n) and (m, n, n), once for every shift:
         DANE's safeguard moves μ most rounds, and a new shift then costs two products, no factorization."""
         if self._eigen is None:
-            self._eigen = torch.linalg.eigh(self.X @ self.X.mT)
+            values, Q = torch.linalg.eigh(self.X @ self.X.mT)
+            self._eigen = values, Q.contiguous()
         return self._eigen
 
     def _factor(self, shift: float) -> torch.Tensor:
