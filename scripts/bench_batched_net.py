@@ -14,16 +14,29 @@ interleaved, ``--repeats`` times each, same data, same machine, same process:
   ``cpu_ratio``: the same with the process's CPU seconds (all threads), which a loaded machine
   disturbs less.  ``objective_rel_diff_max``: the largest relative difference of the two
   paths' logged objectives (float32: round-off of float32 sums, `tests/test_batched_net.py`).
+- ``roofline``: what a 5x can come from.  LeNet-5's multiply-adds per image, counted from the
+  layer shapes (`layer_flops`: forward 2 x MACs of every Conv2d and Linear, backward 2 x MACs for
+  each weight gradient and for each input gradient but the first layer's; the element-wise
+  ReLU, pooling, bias and loss left out, so the rates are a floor); one worker's minibatch step
+  (``batch_grad`` of ``--batch-size`` rows, as the local loop calls it) on one thread, as the simulator
+  runs it; the stacked step of the ``--workers`` workers on one thread (`run_batched` holds the
+  batched path to one) by each engine (``loop``, the CPU's default; ``vmap``, grouped
+  convolutions), interleaved with the per-worker steps, best of ``--repeats`` + 1; each as GFLOP/s, beside this machine's float32 GEMM rate (a 2048^3
+  ``torch.mm`` on one thread and on two).  ``cpu_ceiling`` = the one-thread GEMM rate over the
+  per-worker step's: the CPU-time ratio the batched path would reach if its whole step ran at
+  GEMM speed; the wall-time ratio's ceiling is about half of that where the per-worker
+  threads have both cores.
 - `cuda_round` (called by ``scripts/bench_cuda.py --only-batched`` where torch sees a GPU):
   the batched path at ``--workers`` on CUDA against one worker (the per-worker path) on CUDA,
   each after a warm-up run; goal: the m workers' round within 2x the one worker's.
 
 Without the MNIST files (``--skip-without-data``) the section says so and nothing runs;
-``--quick`` runs m = 8, 2 local steps, one round (a smoke run).
+``--quick`` runs m = 8, 2 local steps, one round (a smoke run); ``--roofline-only`` measures the roofline alone.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -33,9 +46,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import torch  # noqa: E402
 from bench_scaling import mnist_dir  # noqa: E402
 from dane.experiments.config import run_spec  # noqa: E402
 from dane.launch import execute  # noqa: E402
+from dane.problems.stacked_net import ENGINES, default_engine  # noqa: E402
 from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
 from dane.synthetic.sweep import compose_job  # noqa: E402
 
@@ -85,6 +100,88 @@ def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeat
             "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
 
 
+def layer_flops(model: torch.nn.Module, in_shape: tuple) -> dict:
+    """Forward and backward FLOPs of one image through ``model``'s Conv2d and Linear layers (module docstring)."""
+    macs: list[int] = []
+
+    def count(module, inputs, output):
+        if isinstance(module, torch.nn.Conv2d):
+            macs.append(output[0].numel() * module.in_channels // module.groups * module.kernel_size[0]
+                        * module.kernel_size[1])
+        elif isinstance(module, torch.nn.Linear):
+            macs.append(module.in_features * module.out_features)
+
+    hooks = [mod.register_forward_hook(count) for mod in model.modules()]
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, *in_shape, dtype=next(model.parameters()).dtype))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    forward = 2 * sum(macs)
+    backward = 2 * sum(macs) + 2 * sum(macs[1:])  # weight gradients; input gradients but the first layer's
+    return {"layer_macs": macs, "forward": forward, "backward": backward, "total": forward + backward}
+
+
+def best_time(fn, repeats: int) -> float:
+    """The shortest of ``repeats`` timed calls after one warm-up (the one the machine's load disturbed least)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def gemm_gflops(n_threads: int, size: int = 2048, repeats: int = 3) -> float:
+    """float32 ``torch.mm`` of two size x size matrices on ``n_threads`` threads: GFLOP/s."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    with threads(n_threads):
+        return 2 * size ** 3 / best_time(lambda: torch.mm(a, b), repeats) / 1e9
+
+
+def roofline(workers: int, batch_size: int, repeats: int) -> dict:
+    """The per-worker and stacked minibatch steps' GFLOP/s against the GEMM rate (module docstring); the stacked
+    step by each engine of `StackedNeuralProblem`, interleaved with ``workers`` per-worker steps, best of
+    ``repeats + 1``."""
+    job = (*overrides(workers, 1, batch_size, 1, "true", "cpu"), f"problem.inner_batch_size={batch_size}")
+    config = run_spec(compose_job(job)).problem  # the problem's sampler draws the local loop's batches
+    one, stacked = config.build(0, workers), config.build_stacked(workers)
+    flops = layer_flops(one.model, tuple(one.train_x.shape[1:]))
+    step_flops = flops["total"] * batch_size
+    w, W = one.initial_point(), stacked.initial_point()
+    times: dict[str, list[float]] = {"per_worker": [], **{engine: [] for engine in ENGINES}}
+    with config.numerics():  # one intra-op thread, as each simulated worker and the batched path run
+        for _ in range(repeats + 1):
+            # m steps in a row, as long a stretch as the stacked step, so the load disturbs both alike
+            times["per_worker"].append(best_time(lambda: [one.batch_grad(w, one.sampler.next())
+                                                          for _ in range(workers)], 1) / workers)
+            for engine in ENGINES:
+                stacked.engine = engine
+                times[engine].append(best_time(lambda: stacked.batch_grad(W, stacked.sampler.next()), 1))
+    gemm = {n: gemm_gflops(n) for n in (1, 2)}
+    one_s = min(times["per_worker"])
+    per_worker = step_flops / one_s / 1e9
+    return {"flops_per_image": flops, "batch_size": batch_size, "workers": workers, "dtype": str(one.dtype),
+            "per_worker_step_s": one_s, "per_worker_gflops": per_worker,
+            "stacked": {engine: {"step_s": min(times[engine]), "gflops": workers * step_flops / min(times[engine]) / 1e9,
+                                 "over_per_worker": workers * one_s / min(times[engine])} for engine in ENGINES},
+            "stacked_default_engine": default_engine(stacked.device),
+            "gemm_gflops_1_thread": gemm[1], "gemm_gflops_2_threads": gemm[2],
+            "cpu_ceiling": gemm[1] / per_worker, "load_avg": [round(x, 2) for x in os.getloadavg()]}
+
+
 def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,
                device: str = "cuda") -> dict:
     """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (module docstring);
@@ -111,6 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="m = 8, 2 local steps, one round, once (a smoke run)")
+    parser.add_argument("--roofline-only", action="store_true", help="the roofline alone, no runs")
     parser.add_argument("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")
     args = parser.parse_args(argv)
     if args.quick:
@@ -122,8 +220,16 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.skip_without_data:
             sys.exit(2)
     else:
-        section["speedup"] = speedup(args.workers, args.local_steps, args.batch_size, args.rounds, args.repeats,
-                                     elapsed_logger(time.perf_counter()))
+        log = elapsed_logger(time.perf_counter())
+        section["roofline"] = roofline(args.workers, args.batch_size, args.repeats)
+        r = section["roofline"]
+        log(f"roofline: per-worker step {r['per_worker_gflops']:.1f} GFLOP/s, stacked "
+            + ", ".join(f"{engine} {r['stacked'][engine]['gflops']:.1f}" for engine in ENGINES) + ", "
+            f"GEMM {r['gemm_gflops_1_thread']:.1f} (1 thread) / {r['gemm_gflops_2_threads']:.1f} (2); "
+            f"CPU-time ceiling {r['cpu_ceiling']:.1f}x")
+        if not args.roofline_only:
+            section["speedup"] = speedup(args.workers, args.local_steps, args.batch_size, args.rounds, args.repeats,
+                                         log)
     merge_section(args.out, KEY, section)
     return section
 

@@ -2,8 +2,9 @@
 
 - every method of `StackedNeuralProblem` (gradient and metrics at a shared and at per-worker
   points, minibatch gradients, the inner-SGD local solve, the confusion matrix) equals the m
-  per-worker `NeuralProblem` s' results row by row: in float64 to round-off (RTOL), in
-  float32 to F32_RTOL;
+  per-worker `NeuralProblem` s' results row by row, with either engine (loop, vmap): in float64
+  to round-off (RTOL), in float32 to F32_RTOL; the loop engine's minibatch gradients are the
+  per-worker ones bit for bit;
 - `StackedSampler` draws, row for row, the batches of the m per-worker samplers;
 - local SGD (each aggregation) and DANE run batched (``sim.batched=true``) have the per-worker run's
   records and iterate;
@@ -27,7 +28,10 @@ from dane.data import Dataset
 from dane.errors import ConfigError
 from dane.inner import MinibatchSampler, StackedSampler, worker_seed
 from dane.launch import execute
+from baselines.local_sgd import local_steps
+from dane.problems import neural, stacked_net
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
+from dane.problems.stacked_net import ENGINES
 from dane.runner import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 
@@ -65,11 +69,30 @@ def rows_equal(stacked: torch.Tensor, per_worker: list[torch.Tensor], rtol: floa
         torch.testing.assert_close(row, theirs, rtol=0, atol=rtol * float(theirs.abs().max()))
 
 
+@pytest.fixture(params=ENGINES)
+def engine(request, monkeypatch):
+    """Each engine of the stacked network (the CPU's default is loop; vmap is the accelerators')."""
+    monkeypatch.setattr(stacked_net, "default_engine", lambda device: request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype,rtol", [("float64", RTOL), ("float32", F32_RTOL)])
-def test_the_stacked_problem_is_the_per_worker_problems_row_by_row(dtype, rtol):
+def test_the_stacked_problem_is_the_per_worker_problems_row_by_row(dtype, rtol, engine):
     config = tiny(dtype)
     with config.numerics():  # one intra-op thread, as in a run (two threads on a busy 2-core machine stall)
         check_rows(config, rtol)
+
+
+def test_the_loop_engine_computes_the_per_worker_minibatch_gradients_bit_for_bit():
+    config = tiny("float32")
+    with config.numerics():
+        stacked, workers = config.build_stacked(M), [config.build(rank, M) for rank in range(M)]
+        assert stacked.engine == "loop"  # the CPU's default
+        w = stacked.initial_point()
+        W = w + 0.05 * torch.randn(M, w.numel(), generator=torch.Generator().manual_seed(0))
+        grads = stacked.batch_grad(W, stacked.sampler.next())
+        for i, p in enumerate(workers):
+            assert torch.equal(grads[i], p.batch_grad(W[i], p.sampler.next()))
 
 
 def check_rows(config: NeuralProblemConfig, rtol: float) -> None:
@@ -116,11 +139,15 @@ LOCAL_SGD = {"local_steps": 2, "batch_size": 4, "lr": 0.1}
 
 @pytest.mark.parametrize("algorithm,keys", [
     ("local_sgd", {**LOCAL_SGD, "aggregate": "mean"}),
+    pytest.param("local_sgd", {**LOCAL_SGD, "aggregate": "mean", "engine": "vmap"}, id="local_sgd-vmap"),
     pytest.param("local_sgd", {**LOCAL_SGD, "aggregate": "weighted"}, marks=pytest.mark.slow),
     pytest.param("local_sgd", {**LOCAL_SGD, "aggregate": "best"}, marks=pytest.mark.slow),
     pytest.param("dane", {}, marks=pytest.mark.slow),  # the stacked inner SGD and the non-convex safeguard
 ])
-def test_batched_runs_have_the_per_worker_records(algorithm, keys):
+def test_batched_runs_have_the_per_worker_records(algorithm, keys, monkeypatch):
+    keys = dict(keys)
+    if "engine" in keys:  # the accelerators' engine, on the CPU
+        monkeypatch.setattr(stacked_net, "default_engine", lambda device, engine=keys.pop("engine"): engine)
     config = tiny()
     batched, threads = run(config, "true", algorithm, keys), run(config, "false", algorithm, keys)
     assert batched["summary"]["simulator_path"] == "batched" and threads["summary"]["simulator_path"] == "threads"
@@ -132,6 +159,21 @@ def test_batched_runs_have_the_per_worker_records(algorithm, keys):
                 assert ours[key] == (pytest.approx(value, rel=RTOL) if isinstance(value, float) else value), key
     assert batched["records"][-1]["objective"] < batched["records"][0]["objective"]  # it trained
     torch.testing.assert_close(batched["w"], threads["w"], rtol=0, atol=RTOL * float(threads["w"].abs().max()))
+
+
+def test_the_stacked_state_stays_on_the_problems_device(engine, monkeypatch):
+    """The problem built on the meta device (tensors with shapes and no values) stands in for a GPU: a copy
+    to the host raises ("Cannot copy out of meta tensor") and arithmetic with a host tensor is an error, so
+    the local loops below pass only if the iterate, the gradients and the momentum buffer stay on the device."""
+    monkeypatch.setattr(neural, "pick_device", lambda device, rank: torch.device("meta"))
+    stacked = tiny().build_stacked(M)
+    w = stacked.initial_point()
+    assert stacked.device.type == w.device.type == "meta"
+    W = local_steps(w, lambda v: stacked.batch_grad(v, stacked.sampler.next()), lr=0.1, steps=2)  # local SGD's loop
+    assert W.shape == (M, w.numel()) and W.device.type == "meta"
+    grads, metrics = stacked.evaluate(W)
+    assert grads.device.type == metrics.device.type == "meta"
+    assert stacked.prox_solve(w, grads, 0.5).device.type == "meta"  # DANE's local solve, momentum 0.9
 
 
 @pytest.mark.parametrize("config,why", [

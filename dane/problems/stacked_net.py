@@ -10,9 +10,28 @@ model architecture, and the m workers' parameters as one (m, P) array of flat ve
 
 and every method takes a point shared by the workers, shape (P,), or one per worker,
 (m, P), and returns per-worker results with a leading axis of m.  The m losses and their
-gradients come from one call, ``torch.func.vmap`` over ``grad_and_value`` of the model
-applied by ``torch.func.functional_call`` to each row's parameters: torch lowers the m
-convolutions to one grouped convolution and the m linear layers to batched products.
+gradients come from one of two engines (``engine``):
+
+- ``vmap`` (the default on an accelerator): one call, ``torch.func.vmap`` over
+  ``grad_and_value`` of the model applied by ``torch.func.functional_call`` to each worker's
+  parameters (a dict of (m, ...) views of the rows, so the gradient is written once, not
+  through a split of the flat row); torch lowers the m convolutions to one grouped
+  convolution and the m linear layers to batched products: one kernel launch for m workers.
+- ``loop`` (the default on the CPU): the per-worker path's own computation, one worker after
+  another in this one thread (load row i into the model, forward and backward chunk by chunk,
+  read the gradients), so the result is the per-worker one bit for bit.  On the CPU stacking buys
+  no arithmetic: the workers share no weights, so each worker's convolutions stay small
+  (6 and 16 channels) however they are batched, and oneDNN runs them fastest one worker at a
+  time, with that worker's activations still in cache; grouped convolutions and im2col + batched
+  GEMMs were slower (``make bench``: ``roofline`` of scripts/bench_batched_net.py gives the
+  achieved GFLOP/s against this machine's GEMM rate).  What the batched path saves on the CPU is
+  the m threads, not arithmetic.
+
+State stays on ``device``: `initial_point` is there, so an algorithm's iterate, its local-step
+arithmetic and its momentum buffers live on the device, and a method given a point on the
+device returns its results there (the inner loop of `prox_solve` never leaves it); a point on
+another device is moved in and the results moved back to it.  Only the samplers' row indices
+(m x batch integers) and the metric sums cross to the host.
 
 Minibatches are drawn exactly as on the per-worker path: worker i's rows come from its own
 `dane.inner.MinibatchSampler`, seeded with ``worker_seed(seed, i, SAMPLER_STREAM)``
@@ -38,13 +57,25 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parameters_to_vector
 
+from ..errors import ConfigError
+
 from ..inner import InnerSolver, StackedSampler, proximal_step, steps_for
 from .base import Problem
 from .stacked import rows_of
 
+ENGINES = ("loop", "vmap")
+
+
+def default_engine(device: torch.device) -> str:
+    """``loop`` on the CPU, ``vmap`` on an accelerator (module docstring)."""
+    return "loop" if torch.device(device).type == "cpu" else "vmap"
+
 
 class StackedNeuralProblem(Problem):
-    """m equal network shards stacked (module docstring); the batched form of `NeuralProblem`."""
+    """m equal network shards stacked (module docstring); the batched form of `NeuralProblem`.
+
+    ``engine`` (``loop`` or ``vmap``; None: `default_engine` of the device) may also be set between calls.
+    """
 
     metric_names = ("objective", "test_loss", "test_accuracy")
     convex = False
@@ -52,12 +83,19 @@ class StackedNeuralProblem(Problem):
     def __init__(self, model: torch.nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
                  test_y: torch.Tensor, test_slices: Sequence[torch.Tensor], *, weight: float, test_weight: float,
                  num_classes: int, l2: float, inner: InnerSolver, grad_batches: int | None, eval_batch_size: int,
-                 device: torch.device, dtype: torch.dtype, sampler_seeds: Sequence[int], notes=()):
+                 device: torch.device, dtype: torch.dtype, sampler_seeds: Sequence[int], notes=(),
+                 engine: str | None = None):
         self.device, self.dtype = torch.device(device), dtype
+        self.engine = default_engine(self.device) if engine is None else engine
+        if self.engine not in ENGINES:
+            raise ConfigError(f"stacked network engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        # w_0 read before the move: a meta device (tests/test_batched_net.py) keeps no values
+        w0 = parameters_to_vector(model.parameters()).detach().to(dtype)
         self.model = model.to(device=self.device, dtype=dtype)
+        self.params = list(self.model.parameters())
         self.names = [name for name, _ in self.model.named_parameters()]
-        self.shapes = [p.shape for p in self.model.parameters()]
-        self.sizes = [p.numel() for p in self.model.parameters()]
+        self.shapes = [p.shape for p in self.params]
+        self.sizes = [p.numel() for p in self.params]
         self.dim = sum(self.sizes)
         self.stacked_workers, self.n_local = train_y.shape
         self.train_x, self.train_y = train_x.to(self.device, dtype), train_y.to(self.device)
@@ -66,26 +104,49 @@ class StackedNeuralProblem(Problem):
         self.num_classes, self.inner = num_classes, inner
         self.grad_batches, self.eval_batch_size = grad_batches, eval_batch_size
         self.sampler = StackedSampler(self.n_local, inner.batch_size, sampler_seeds)
+        how = ("torch.func.vmap" if self.engine == "vmap"
+               else "the per-worker kernels one worker after another in one thread")
         self.notes = [*notes, f"sim.batched: the {self.stacked_workers} workers' networks ran as one stacked "
-                              "computation (torch.func.vmap), each charged 1/m of its measured compute"]
-        self._w0 = parameters_to_vector(self.model.parameters()).detach().cpu().clone()
+                              f"computation ({how}), each charged 1/m of its measured compute"]
+        self._w0 = w0.to(self.device)
         # worker i's test rows: its slice, padded to the longest with row 0 and masked out of the sums
         longest = max(len(s) for s in test_slices)
         self._test_rows = torch.stack([torch.cat([s, s.new_zeros(longest - len(s))]) for s in test_slices]).to(self.device)
         self._test_mask = torch.stack([torch.arange(longest) < len(s) for s in test_slices]).to(self.device)
         self._grad_value = vmap(grad_and_value(self._loss), in_dims=(0, 0, 0, None))
-        self._logits = vmap(self._forward)
+        self._vmap_logits = vmap(self._forward)
 
-    # ------------------------------------------------------------------ the model on one row of parameters
-    def _forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        params = {name: chunk.view(shape) for name, chunk, shape in zip(self.names, flat.split(self.sizes), self.shapes)}
+    # ------------------------------------------------------------------ the model on one worker's parameters (vmap)
+    def _forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.model, params, (x,))
 
-    def _loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, factor: float) -> torch.Tensor:
-        return factor * F.cross_entropy(self._forward(flat, x), y, reduction="sum")
+    def _loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, factor: float) -> torch.Tensor:
+        return factor * F.cross_entropy(self._forward(params, x), y, reduction="sum")
+
+    def _views(self, W: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each parameter of the m workers as an (m, ...) view of the rows of W."""
+        return {name: chunk.view(len(W), *shape) for name, chunk, shape in zip(self.names, W.split(self.sizes, 1),
+                                                                              self.shapes)}
+
+    def _load(self, row: torch.Tensor) -> None:
+        """One worker's parameters into the model, copied (`NeuralProblem._load`)."""
+        with torch.no_grad():
+            for p, chunk in zip(self.params, row.split(self.sizes)):
+                p.copy_(chunk.view_as(p))
+
+    def _logits(self, W: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Each worker's logits on its rows ``x[i]``: (m, rows, C), without gradients."""
+        if self.engine == "vmap":
+            return self._vmap_logits(self._views(W), x)
+        out = []
+        for i in range(self.stacked_workers):
+            self._load(W[i])
+            out.append(self.model(x[i]))
+        return torch.stack(out)
 
     # ------------------------------------------------------------------ the Problem protocol, per worker
     def initial_point(self) -> torch.Tensor:
+        """w_0 on the problem's device, so the algorithm's state stays there (module docstring)."""
         return self._w0.clone()
 
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,7 +216,10 @@ class StackedNeuralProblem(Problem):
         idx = None if idx is None else idx.to(self.device)  # the samplers draw on the CPU
         rows = self.n_local if idx is None else idx.shape[1]
         factor = scale * self.weight / rows
+        if self.engine == "loop":
+            return self._data_grad_loop(W, idx, rows, factor)
         workers = torch.arange(self.stacked_workers, device=self.device).unsqueeze(1)
+        params = self._views(W)
         grads, total = None, None
         for start in range(0, rows, self.eval_batch_size):
             stop = min(start + self.eval_batch_size, rows)
@@ -163,9 +227,30 @@ class StackedNeuralProblem(Problem):
                 x, y = self.train_x[:, start:stop], self.train_y[:, start:stop]
             else:
                 x, y = self.train_x[workers, idx[:, start:stop]], self.train_y[workers, idx[:, start:stop]]
-            g, loss = self._grad_value(W, x, y, factor)
+            g, loss = self._grad_value(params, x, y, factor)
+            g = torch.cat([g[name].reshape(len(W), -1) for name in self.names], 1)
             grads, total = (g, loss) if grads is None else (grads + g, total + loss)
         return grads, total
+
+    def _data_grad_loop(self, W: torch.Tensor, idx: torch.Tensor | None, rows: int, factor: float
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_data_grad` as the per-worker path computes it, worker by worker (`NeuralProblem._data_loss_backward`:
+        the chunks' gradients accumulated in ``p.grad``, their losses summed in the problem's dtype)."""
+        grads, totals = torch.empty_like(W), W.new_zeros(self.stacked_workers)
+        for i in range(self.stacked_workers):
+            self._load(W[i])
+            for p in self.params:
+                p.grad = None
+            total = torch.zeros((), dtype=self.dtype, device=self.device)
+            for start in range(0, rows, self.eval_batch_size):
+                stop = min(start + self.eval_batch_size, rows)
+                own = slice(start, stop) if idx is None else idx[i, start:stop]
+                loss = factor * F.cross_entropy(self.model(self.train_x[i, own]), self.train_y[i, own], reduction="sum")
+                loss.backward()
+                total += loss.detach()
+            grads[i] = parameters_to_vector([p.grad for p in self.params])
+            totals[i] = total
+        return grads, totals
 
     def _train_loss(self, W: torch.Tensor) -> torch.Tensor:
         """weight × mean CE over each worker's whole shard, summed in float64: (m,)."""
