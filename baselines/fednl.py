@@ -159,9 +159,8 @@ def projected_newton(H: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
 def _projected_newton(H: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
     d = len(g)
     eps = 64 * d * np.finfo(H.dtype).eps * max(float(np.abs(np.diag(H)).max()), mu)
-    shifted = H - (mu - eps) * np.eye(d)
     try:
-        scipy.linalg.cho_factor(shifted, lower=True, check_finite=False)
+        scipy.linalg.cho_factor(plus_identity(H, eps - mu), lower=True, overwrite_a=True, check_finite=False)
         factor = scipy.linalg.cho_factor(H, lower=True, check_finite=False)
         return scipy.linalg.cho_solve(factor, g, check_finite=False)
     except np.linalg.LinAlgError:
@@ -171,14 +170,21 @@ def _projected_newton(H: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
 
 def shifted_newton(H: np.ndarray, g: np.ndarray, shift: float) -> np.ndarray:
     """(H + shift I)⁻¹ g by Cholesky (H + shift I ≻ 0 in FedNL's option 2 and FedNL-PP), on one BLAS thread."""
-    A = H + shift * np.eye(len(g))
     try:
         with one_blas_thread():
-            return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True, check_finite=False), g,
-                                          check_finite=False)
+            factor = scipy.linalg.cho_factor(plus_identity(H, shift), lower=True, overwrite_a=True,
+                                             check_finite=False)
+            return scipy.linalg.cho_solve(factor, g, check_finite=False)
     except np.linalg.LinAlgError:
         raise ConfigError(f"FedNL's H + {shift:.3g} I is not positive definite; use algorithm.option=1 "
                           "(the projection onto H >= mu I) or a larger problem.lam") from None
+
+
+def plus_identity(H: np.ndarray, shift: float) -> np.ndarray:
+    """H + shift I, a new array (one d x d array: at large d the server's memory is a few of them)."""
+    A = H.copy()
+    A.flat[::len(A) + 1] += shift
+    return A
 
 
 def newton_direction(H: np.ndarray, g: np.ndarray, l: float, *, option: int, mu: float) -> np.ndarray:

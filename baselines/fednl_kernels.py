@@ -97,12 +97,12 @@ def triangle_weights(d: int) -> np.ndarray:
 
 
 def outer_products(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, rows_client: np.ndarray,
-                   scale: np.ndarray, d: int, m: int) -> scipy.sparse.csr_matrix:
-    """The (m·T) x N products scale_j x_ja x_jb at (client_j·T + tri(a, b), j), a ≤ b (module docstring).
+                   scale: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The products scale_j x_ja x_jb, a ≤ b, of every row j (module docstring), as three arrays: the key
+    client_j·T + tri(a, b), the value, and j.
 
     Rows are grouped by their number of non-zeros k, so that each group's k(k+1)/2 pairs are one
     vectorized gather; the CSR columns must be sorted within a row (a ≤ b then follows)."""
-    n = len(indptr) - 1
     T = packed_size(d)
     counts = np.diff(indptr)
     targets, values, rows = [], [], []
@@ -118,11 +118,8 @@ def outer_products(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, ro
         values.append(vals[:, first] * vals[:, second] * scale[group][:, None])
         rows.append(np.broadcast_to(group[:, None], a.shape))
     if not targets:
-        return scipy.sparse.csr_matrix((m * T, n))
-    coo = scipy.sparse.coo_matrix((np.concatenate([v.ravel() for v in values]),
-                                   (np.concatenate([t.ravel() for t in targets]),
-                                    np.concatenate([r.ravel() for r in rows]))), shape=(m * T, n))
-    return coo.tocsr()
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
+    return tuple(np.concatenate([part.ravel() for part in parts]) for parts in (targets, values, rows))
 
 
 class StackedClients:
@@ -157,8 +154,7 @@ class StackedClients:
                               "build every shard of one problem with the same worker count")
         self.weight = weights.pop()
         row_weight = np.full(len(client), self.weight)
-        full = outer_products(X.indptr, X.indices, X.data, client, row_weight, self.d, self.m)
-        self.P = self._compact(full, whole)
+        self.P = self._compact(*outer_products(X.indptr, X.indices, X.data, client, row_weight, self.d), whole)
         per_row = np.diff(X.indptr)
         entry_rows = np.repeat(np.arange(X.shape[0]), per_row)
         self.B_T = scipy.sparse.csr_matrix((X.data * np.repeat(row_weight, per_row),
@@ -169,33 +165,31 @@ class StackedClients:
         self._B_local = (self.B_T.indices - self.start[client[self.B_T.indices]]).astype(np.int32)
         self._blocks: dict[int, tuple] = {}
 
-    def _compact(self, full: scipy.sparse.csr_matrix, whole: bool) -> scipy.sparse.csr_matrix:
-        """Sets the supports (``support``, ``S``, ``slot_a``/``slot_b``, ``weights``, ``diag_slots``) from the non-empty
-        rows of the (m·T) x N products and returns their (m·S) x N compact form (the same entries, fewer rows)."""
+    def _compact(self, keys: np.ndarray, values: np.ndarray, rows: np.ndarray, whole: bool) -> scipy.sparse.csr_matrix:
+        """Sets the supports (``support``, ``S``, ``slot_a``/``slot_b``, ``weights``, ``diag_slots``) from the products'
+        keys (`outer_products`) and returns the (m·S) x N operator P with the products at (client·S + slot, j).
+        Memory O(products + m·S): nothing of size m·T unless ``whole``."""
         m, d, T = self.m, self.d, self.T
-        per_row = np.diff(full.indptr)
-        mask = (per_row > 0).reshape(m, T)
-        mask[:, diagonal_positions(d)] = True
+        diagonal = diagonal_positions(d)  # also the packed triangle's row starts
         if whole:
-            mask[:] = True
-        counts = mask.sum(1)
+            present = np.arange(m * T)
+        else:  # the (client, position) pairs with a product, and every diagonal entry; sorted
+            present = np.union1d(keys, (np.arange(m)[:, None] * T + diagonal).ravel())
+        client, position = np.divmod(present, T)
+        counts = np.bincount(client, minlength=m)
         self.S = S = int(counts.max())
-        client, position = np.nonzero(mask)  # row-major: by client, then position
-        slot = np.arange(len(client)) - np.repeat(np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+        slot = np.arange(len(present)) - np.repeat(np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
         self.support = np.full((m, S), T, dtype=np.int64)  # padding: position T (outside the triangle)
         self.support[client, slot] = position
-        rows, cols = np.triu_indices(d)
-        self.slot_a = np.append(rows, 0)[self.support]     # the entry (a, b) of each slot (padding: (0, 0))
-        self.slot_b = np.append(cols, 0)[self.support]
+        padding = self.support == T
+        a = np.searchsorted(diagonal, self.support, side="right") - 1  # the entry (a, b) of each slot
+        self.slot_a = np.where(padding, 0, a)                            # (padding: (0, 0))
+        self.slot_b = np.where(padding, 0, a + self.support - diagonal[a])
         self.weights = np.where(self.slot_a == self.slot_b, 1.0, 2.0)
-        self.weights[self.support == T] = 0.0
-        diag = np.zeros(T + 1, dtype=bool)
-        diag[diagonal_positions(d)] = True
-        self.diag_slots = np.nonzero(diag[self.support])[1].reshape(m, d)
-        compact_counts = np.zeros(m * S, dtype=np.int64)
-        compact_counts[client * S + slot] = per_row[client * T + position]
-        indptr = np.concatenate([[0], np.cumsum(compact_counts)])
-        return scipy.sparse.csr_matrix((full.data, full.indices, indptr), shape=(m * S, full.shape[1]))
+        self.weights[padding] = 0.0
+        self.diag_slots = np.nonzero((self.slot_a == self.slot_b) & ~padding)[1].reshape(m, d)
+        compact_row = (client * S + slot)[np.searchsorted(present, keys)]
+        return scipy.sparse.coo_matrix((values, (compact_row, rows)), shape=(m * S, len(self.y))).tocsr()
 
     # ------------------------------------------------------------------ the clients' oracles
     def gradients_hessians(self, x: np.ndarray, clients: np.ndarray | None = None
