@@ -26,6 +26,18 @@ three times while the accuracy test fails), or ``steps``: gradient steps on F_i 
 step 1/(max_i L_i + λ) until the test holds (at most ``local_steps``).  Records carry ``local_failed``:
 whether this worker's last solve ended without passing the test (``problem`` on a network is not tested).
 
+Acc-S-DANE is mlolab/S-DANE's ``SDANE(acceleration=True)`` line by line: a from λa² = (A + a)B with the B before
+the round (its ``update_a``) and the round's λ (after an adaptive halving or doubling), y = (A x + a v)/(A + a)
+from the last round's x, the v-update's weights with B, then A += a, B += μa; a rejected round leaves x, v, A, B.
+
+*When acceleration pays.*  With exact local solves S-DANE contracts a direction of curvature s by λ/(s + λ)
+a round, so its rounds grow as λ/μ and Acc-S-DANE's as sqrt(λ/μ): the papers' ranking (Acc-S-DANE in fewer
+rounds than S-DANE) needs λ/μ large, as at the theory's λ ≈ δ_A.  The default λ is δ_A/512 or a little more, and
+where that is below μ both take a handful of rounds and the extrapolation has nothing to gain (Acc-S-DANE's larger
+default λ, below, can then cost it rounds).  Plain DANE at μ = 0 takes Newton-like steps and has no prox term to
+slow the flat directions: where the local problems are convex and the dissimilarity sits in directions of
+curvature at least δ, it needs fewer rounds than either (``scripts/bench_federated.py --setting quadratic``).
+
 The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 = v_0).
 Departure from the paper: the accuracy test is per client (the paper's sums over S, which the
 per-client test implies).  ``adaptive=true`` is the paper's adaptive λ as mlolab/S-DANE runs it (full

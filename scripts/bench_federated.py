@@ -2,12 +2,15 @@
 
     PYTHONPATH=. python scripts/bench_federated.py [--out results/bench.json] [--setting hard mild]
         [--dataset phishing] [--workers 100] [--clients 100 10] [--alpha 0.5 | --iid] [--lam 1e-3] [--caps 30 100]
-        [--only METHOD ...] [--repeats 1] [--defaults-only] [--quick]
+        [--only METHOD ...] [--repeats 1] [--defaults-only] [--quick] [--delta 0.1]
 
-Two settings (`SETTINGS`), each into its own section of ``--out`` (other benchmarks keep theirs):
+Three settings (`SETTINGS`), each into its own section of ``--out`` (other benchmarks keep theirs):
 ``hard`` (section ``federated``: m = 100 clients, Dirichlet α = 0.5, s ∈ {100, 10}, caps 30 and 100
 rounds) and ``mild`` (``federated_mild``: m = 20, α = 1, s ∈ {20, 10}, caps 60 and 200), where the
-methods reach the target and can be ranked; a flag given overrides every setting run.  The setting of Jiang, Rodomanov &
+methods reach the target and can be ranked; ``quadratic`` (``federated_quadratic``): the S-DANE paper's
+quadratic with d = 1000 over 5 clients at a controlled Hessian dissimilarity δ (``--delta``, small against
+L = 1; μ = ``--lam``, 1e-6 there), DANE, S-DANE and Acc-S-DANE only (`ControlledQuadratic`).  A flag given
+overrides every setting run.  The setting of Jiang, Rodomanov &
 Stich (NeurIPS 2024, "Stabilized Proximal Point Methods for Federated Optimization") as far as the data
 here allows: logistic regression with an intercept and (λ/2)‖w‖² on a LIBSVM file read from
 ``$DANE_DATA_DIR/libsvm/`` (default ../shared/data; never copied), its rows dealt to m clients by
@@ -25,6 +28,9 @@ at defaults / best rounds, and ``best_per_target`` the same for every target.  �
 dissimilarity of the shards (`dane.similarity`), which the report holds with δ = max_i ‖H_i − H‖₂ and
 ‖H‖ at w_0 = 0.  Methods without client sampling (Scaffnew, GD, DANE) run at s = m only.
 
+The quadratic's grid holds the theory's λ = δ_A (``lam_per_delta: 1``), where the papers' ranking (Acc-S-DANE in
+fewer rounds than S-DANE) is stated, beside the defaults' far smaller λ.
+
 ``--defaults-only`` skips the grids (the table's parentheses are then the default's own numbers).
 ``--repeats k`` reruns each default k times: rounds and bytes are deterministic, the simulated time
 is measured CPU time, reported as min/median/max over the repeats.  ``dane figures federated_table``
@@ -40,6 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +57,9 @@ sys.path.insert(0, str(ROOT))
 
 from dane.api import fit  # noqa: E402
 from dane.data.files import LibSVMSource, NPZSource, save_npz  # noqa: E402
+from dane.problems.base import ProblemConfig  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
+from dane.problems.quadratic import QuadraticProblem  # noqa: E402
 from dane.provenance import code_version  # noqa: E402
 from dane.similarity import measure  # noqa: E402
 from dane.synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench  # noqa: E402
@@ -58,9 +67,13 @@ from dane.synthetic.bench_file import elapsed_logger, machine, merge_section, re
 KEY = "federated"
 #: the settings: ``hard`` is the S-DANE paper's (m = 100 under Dirichlet 0.5, where few methods reach 1e-8 within
 #: the caps); ``mild`` has fewer clients and a larger α, where they do and can be ranked by rounds and uplink bytes
-SETTINGS = {"hard": {"dataset": "phishing", "workers": 100, "clients": [100, 10], "alpha": 0.5, "key": KEY},
+SETTINGS = {"hard": {"dataset": "phishing", "workers": 100, "clients": [100, 10], "alpha": 0.5, "key": KEY,
+                     "lam": 1e-3},
             "mild": {"dataset": "phishing", "workers": 20, "clients": [20, 10], "alpha": 1.0, "key": f"{KEY}_mild",
-                     "caps": [60, 200]}}
+                     "caps": [60, 200], "lam": 1e-3},
+            "quadratic": {"dataset": "quadratic", "workers": 5, "clients": [5], "alpha": None, "iid": True,
+                          "key": f"{KEY}_quadratic", "caps": [200, 200], "lam": 1e-6, "delta": 0.1}}
+QUADRATIC_METHODS = ("dane", "sdane", "acc_sdane")
 TARGETS = (1e-4, 1e-8)
 SECOND_ORDER_CAP, FIRST_ORDER_CAP = 30, 100
 #: method -> (algorithm, samples clients, round cap, grid; a key ending in _per_delta is that multiple of δ_A)
@@ -91,7 +104,52 @@ def quick_table(folder: Path, n: int = 600, d: int = 6, seed: int = 0) -> Path:
     return save_npz(folder / f"quick_{n}x{d}.npz", X, y)
 
 
-def problem_config(args, folder: Path) -> LinearModelConfig:
+@dataclass(frozen=True)
+class ControlledQuadratic(ProblemConfig):
+    r"""The S-DANE paper's quadratic at a controlled dissimilarity: O_i(w) = ½ wᵀA_i w − b_iᵀw + (μ/2)‖w‖².
+
+    A = Q diag(s) Qᵀ with Q a random rotation and s log-spaced on [1e-6, L]; A_i = A + E_i with E_i = c P(G_i − Ḡ)P,
+    G_i symmetric Gaussian, P the projector on the eigenvectors of A with s ≥ δ (so that every A_i ⪰ 0: the
+    package's exact local solves need convex local problems, where the paper's may be nonconvex up to λ) and c such
+    that max_i ‖E_i‖₂ = δ; mean_i E_i = 0, so H = A + μI.  b_i = H w° + ζ_i − ζ̄ (w° and ζ_i Gaussian, ‖w°‖ ≈ 1), so
+    w* = w° and the gradients differ between clients too.  Deterministic in ``seed``."""
+
+    name: str = "quadratic"
+    dim: int = 1000
+    delta: float = 0.1
+    L: float = 1.0
+    mu: float = 1e-6
+    seed: int = 0
+
+    def parts(self, size: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+        key = (self, size)
+        if key not in QUADRATIC_CACHE:
+            rng = np.random.default_rng(self.seed)
+            Q, _ = np.linalg.qr(rng.standard_normal((self.dim, self.dim)))
+            s = np.geomspace(1e-6, self.L, self.dim)
+            P = Q[:, s >= self.delta]
+            G = [(g + g.T) / 2 for g in (rng.standard_normal((P.shape[1],) * 2) for _ in range(size))]
+            E = [g - sum(G) / size for g in G]
+            c = self.delta / max(float(np.abs(np.linalg.eigvalsh(e)).max()) for e in E)
+            A = (Q * s) @ Q.T
+            w_star = rng.standard_normal(self.dim) / np.sqrt(self.dim)
+            zeta = [rng.standard_normal(self.dim) for _ in range(size)]
+            Hw = A @ w_star + self.mu * w_star
+            QUADRATIC_CACHE[key] = ([A + c * P @ e @ P.T for e in E], [Hw + z - sum(zeta) / size for z in zeta], w_star)
+        return QUADRATIC_CACHE[key]
+
+    def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> QuadraticProblem:
+        A, b, w_star = self.parts(size)
+        tensor = lambda x: torch.as_tensor(x, dtype=dtype)  # noqa: E731
+        return QuadraticProblem(tensor((A[rank] + A[rank].T) / 2), tensor(b[rank]), 0.0, self.mu / 2, tensor(w_star))
+
+
+QUADRATIC_CACHE: dict = {}
+
+
+def problem_config(args, folder: Path) -> LinearModelConfig | ControlledQuadratic:
+    if args.dataset == "quadratic":
+        return ControlledQuadratic(dim=50 if args.quick else 1000, delta=args.delta, mu=args.lam, seed=args.seed)
     sharding = {"sharding": "iid"} if args.alpha is None else {"sharding": "dirichlet", "alpha": args.alpha}
     if args.quick:
         source = NPZSource(path=str(quick_table(folder)), **sharding)
@@ -195,9 +253,10 @@ def dissimilarity(config, m: int) -> dict:
     """δ, δ_A, δ_F and ‖H‖ of the m shards at w_0 = 0 (`dane.similarity.measure`), and the shard sizes."""
     problems = [config.build(rank, m) for rank in range(m)]
     found = measure(problems, torch.zeros(problems[0].dim, dtype=torch.float64))
-    sizes = [p.n_local for p in problems]
+    sizes = [p.n_local for p in problems if p.n_local is not None]  # none for a quadratic given by its Hessians
+    rows = {"rows": sum(sizes), "shard_rows_min": min(sizes), "shard_rows_max": max(sizes)} if sizes else {}
     return {**{k: found[k] for k in ("delta", "delta_mean_square", "delta_frobenius", "hessian_norm", "method")},
-            "dim": problems[0].dim, "rows": sum(sizes), "shard_rows_min": min(sizes), "shard_rows_max": max(sizes)}
+            "dim": problems[0].dim, **rows}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -211,7 +270,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--clients", type=int, nargs="+", default=None, help="s sampled per round, each a row")
     parser.add_argument("--alpha", type=float, default=None, help="Dirichlet label skew (omit with --iid)")
     parser.add_argument("--iid", action="store_true", help="iid shards instead of Dirichlet")
-    parser.add_argument("--lam", type=float, default=1e-3)
+    parser.add_argument("--lam", type=float, default=None,
+                        help="the l2 weight (logistic, default 1e-3) or the quadratic's strong convexity (default 1e-6)")
+    parser.add_argument("--delta", type=float, default=None,
+                        help="quadratic: the Hessian dissimilarity max_i ||H_i - H|| (default 0.1; L = 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="+", choices=list(METHODS), default=None)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each default, for the simulated time's spread")
@@ -226,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.setting = args.setting[:1]
     report = {}
     for name in args.setting:
-        given = {k: getattr(args, k) for k in ("dataset", "workers", "clients", "alpha", "caps")}
+        given = {k: getattr(args, k) for k in ("dataset", "workers", "clients", "alpha", "caps", "lam", "delta")}
         chosen = argparse.Namespace(**{**vars(args), "caps": [SECOND_ORDER_CAP, FIRST_ORDER_CAP], **SETTINGS[name],
                                        **{k: v for k, v in given.items() if v is not None}})
         chosen.setting = name
@@ -238,9 +300,11 @@ def run(args) -> dict:
     """One setting's rows, merged into ``args.out`` under ``args.key``."""
     if args.iid:
         args.alpha = None
-    if args.quick:
+    quadratic = args.dataset == "quadratic"
+    if args.quick and not quadratic:
         args.workers, args.clients, args.dataset = 8, [8, 4], "quick"
-    methods = args.only or (list(QUICK_METHODS) if args.quick else list(METHODS))
+    methods = args.only or (list(QUADRATIC_METHODS) if quadratic else list(QUICK_METHODS) if args.quick
+                            else list(METHODS))
     os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -249,6 +313,7 @@ def run(args) -> dict:
     report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick,
               "setting": args.setting, "code": code_version(), "dataset": args.dataset, "workers": args.workers, "clients": args.clients,
               "sharding": "iid" if args.alpha is None else f"dirichlet alpha={args.alpha:g}", "lam": args.lam,
+              **({"delta": args.delta, "problem": ControlledQuadratic.__doc__.splitlines()[0]} if quadratic else {}),
               "seed": args.seed, "targets": [f"{t:g}" for t in TARGETS],
               "target": "relative suboptimality (O(w) - O*) / |O*|, O* from optimum=auto",
               "round_caps": {"newton_type": args.caps[0], "first_order": args.caps[1]}, "grids": not args.defaults_only,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.helpers import REPO
 def load_script():
     spec = importlib.util.spec_from_file_location("bench_federated", REPO / "scripts" / "bench_federated.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
@@ -155,3 +157,23 @@ def test_the_quick_run_holds_its_arithmetic(tmp_path):
             hit = r["targets"].get("1e-08")
             if hit:  # SCAFFOLD's uplink: s clients x (Δy, Δc) x d float64 in each of the rounds that made w_t
                 assert hit["uplink_bytes"] == hit["rounds"] * s * 2 * dim * 8
+
+
+def test_the_controlled_quadratic_has_the_dissimilarity_it_is_given():
+    """``--setting quadratic``'s problem: max_i ‖H_i − H‖₂ = δ exactly, mean_i H_i = H = A + μI, every local Hessian
+    at least μI (the exact local solves need convex local problems), and w° the optimum of the mean objective."""
+    import numpy as np
+    import torch
+
+    bench = load_script()
+    config = bench.ControlledQuadratic(dim=40, delta=0.05, mu=1e-3, seed=2)
+    shards = [config.build(rank, 5) for rank in range(5)]
+    eye = torch.eye(40, dtype=torch.float64)
+    H_i = [s.A + 2 * s.lam * eye for s in shards]
+    H = sum(H_i) / 5
+    assert max(float(torch.linalg.eigvalsh(h - H).abs().max()) for h in H_i) == pytest.approx(0.05, rel=1e-12)
+    assert min(float(torch.linalg.eigvalsh(h)[0]) for h in H_i) >= 1e-3 * (1 - 1e-9)
+    assert float(torch.linalg.eigvalsh(H)[-1]) == pytest.approx(1.0 + 1e-3, rel=1e-9)  # L = 1, plus μ
+    w_star = torch.linalg.solve(H, sum(s.b for s in shards) / 5)
+    torch.testing.assert_close(w_star, shards[0].w_star, rtol=0, atol=1e-9)
+    assert np.linalg.norm(shards[0].b.numpy() - shards[1].b.numpy()) > 0  # the clients' linear terms differ too
