@@ -1,28 +1,33 @@
-r"""SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich & Suresh, ICML 2020), control variates of option II.
+r"""SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich & Suresh, ICML 2020), control variates of option I or II.
 
 The server keeps w and c, client i its c_i (all zero at the start).  Round t, clients S_t, one
 allreduce (the server sends (w, c) down, each sampled client sends (Δy_i, Δc_i) up):
 
 .. math::
     y_i &\leftarrow y_i - \eta_l\,(\nabla O_i(y_i) - c_i + c) \quad (K \text{ times, from } y_i = w_t) \\
-    c_i^+ &= c_i - c + \frac{1}{K\eta_l}(w_t - y_i), \qquad
+    c_i^+ &= \nabla O_i(w_t) \;\text{(option I)} \quad\text{or}\quad
+        c_i - c + \frac{1}{K\eta_l}(w_t - y_i) \;\text{(option II)}, \qquad
         \Delta y_i = y_i - w_t, \quad \Delta c_i = c_i^+ - c_i, \quad c_i \leftarrow c_i^+ \\
     w_{t+1} &= w_t + \eta_g\,\frac1{|S_t|}\sum_{i\in S_t}\Delta y_i, \qquad
     c \leftarrow c + \frac{|S_t|}{m}\cdot\frac1{|S_t|}\sum_{i\in S_t}\Delta c_i
 
-K = ``local_steps``, η_l = ``lr`` (null: 1/max_i L_i, `baselines.federated`), η_g = ``server_lr``.
-With K = 1 and η_g = 1 every round is a step of distributed gradient descent with step η_l.
+K = ``local_steps``, η_l = ``lr`` (null: 1/max_i L_i, `baselines.federated`), η_g = ``server_lr``,
+``option`` = 1 or 2.  With K = 1 and η_g = 1 every round is a step of distributed gradient descent with
+step η_l, under either option (for K = 1 they give the same c_i⁺).
 
-K defaults to 10.  Option II's c_i⁺ is the mean corrected gradient along the K steps; with
-η_l = 1/max_i L_i the steps settle near the corrected local minimizer, so on near-iid shards fewer steps
-correct the drift better (on ridge_synthetic, N = 6000, d = 100, rounds to relative 1e-8 grew with K
-from K = 3 on).  On label-skewed shards the opposite holds: their L_i differ widely, η_l = 1/max_i L_i is
-small against 1/L, and K = 3 such steps move little a round; at K = 3 SCAFFOLD did not reach the target
-on an ill-conditioned logistic cell of scripts/bench_defaults.py and stalled far above it on phishing
-(``make bench``'s ``federated`` sections), where K = 10 reached the target on that cell and went several
-orders of magnitude lower on phishing.  K = 10 converged on every cell measured, at the price of more rounds
-than K = 3 where the shards are alike.  A run that ends at the round cap without the target says so in its
-stop line (`diagnosis`), naming ``algorithm.local_steps`` and ``algorithm.lr``.
+*Option I by default.*  The paper gives both: option I takes the local gradient at the server's w_t, "an
+additional pass over the local data", option II reuses the K steps' gradients (their mean), which is cheaper
+with minibatches; option I "can be more stable".  Here local gradients are full, the first local step's is
+∇O_i(w_t), and option I costs nothing.  Under full participation it makes the local steps gradient steps on
+DANE's local problem O_i(y) − ⟨∇O_i(w_{t−1}) − ∇O(w_{t−1}), y⟩ (control variates one round old).  Option II's
+c_i⁺ is the mean corrected gradient along the path: once the K steps of 1/max_i L_i settle near the corrected
+local minimizer it no longer tracks ∇O_i(w_t), and its rounds grew with K (on scripts/bench_defaults.py's
+large-targets ridge cells about 3.6 K rounds to 1e-8 for K = 3, 10, 30), where option I's fell.  On the
+label-skewed logistic cells the steps do not settle, the two options took the same rounds, and those fell as
+1/K: no fixed K is within 2x of a grid with three times its local steps there.  ``option=2`` is the update
+of the paper's experiments and of most public implementations; the JSON of the side-by-side run is named in
+docs/federated.md.  K defaults to 10.  A run that ends at the round cap without the target says so in its stop
+line (`diagnosis`), naming ``algorithm.local_steps`` and ``algorithm.lr``.
 
 Departure from the paper: full local gradients (the paper's analysis allows minibatches).
 """
@@ -44,9 +49,9 @@ from .federated import Federated, LocalSolveKeys
 class Scaffold(Federated):
     name = "scaffold"
 
-    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, **kwargs):
+    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, option: int = 1, **kwargs):
         super().__init__(problem, comm, **kwargs)
-        self.server_lr = server_lr
+        self.server_lr, self.option = server_lr, option
         self.c = torch.zeros_like(self.w)      # the server's control variate
         self.c_i = torch.zeros_like(self.w)    # this client's
 
@@ -55,10 +60,14 @@ class Scaffold(Federated):
         w, K, lr = self.w, self.local.local_steps, self.step_size(0.0)
         delta_y = delta_c = torch.zeros_like(w)
         if inside:
-            y = w
-            for _ in range(K):
-                y = y - lr * (self.local_grad(y) - self.c_i + self.c)      # corrected local steps
-            c_plus = self.c_i - self.c + (w - y) / (K * lr)                # option II
+            y, grad_w = w, self.local_grad(w)
+            for k in range(K):
+                grad = grad_w if k == 0 else self.local_grad(y)
+                y = y - lr * (grad - self.c_i + self.c)                    # corrected local steps
+            if self.option == 1:
+                c_plus = grad_w                                            # option I: ∇O_i(w_t)
+            else:
+                c_plus = self.c_i - self.c + (w - y) / (K * lr)            # option II
             delta_y, delta_c = y - w, c_plus - self.c_i
             self.c_i = c_plus
         (mean_dy, mean_dc), reduced = self.average(members, [delta_y, delta_c], self.payload(w), down=[w, self.c])
@@ -85,6 +94,7 @@ class Scaffold(Federated):
 class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     local_steps: int = 10  # module docstring: K = 3 stalled on label-skewed shards
     server_lr: float = 1.0
+    option: int = 1        # the control variate: 1, ∇O_i(w_t); 2, the mean corrected gradient of the K steps
     local_solver: str = "steps"
     seed: int = 0
     name: str = "scaffold"
@@ -92,10 +102,12 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
 
     def __post_init__(self) -> None:
         checks.positive("algorithm.server_lr", self.server_lr)
+        checks.one_of("algorithm.option", self.option, (1, 2))
         checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
         self.check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> "Scaffold":
-        return Scaffold(problem, comm, server_lr=self.server_lr, sampling=self, local=self, seed=self.seed)
+        return Scaffold(problem, comm, server_lr=self.server_lr, option=self.option, sampling=self, local=self,
+                        seed=self.seed)

@@ -154,9 +154,10 @@ def test_sampled_mean_is_the_mean_over_the_members():
         assert mean == (2 + 4) / 2 and everyone == 10 / 4
 
 
-def test_scaffold_control_variates_under_sampling_match_a_hand_computation():
+@pytest.mark.parametrize("option", [1, 2])
+def test_scaffold_control_variates_under_sampling_match_a_hand_computation(option):
     m, s, lr, K, rounds = 4, 2, 0.05, 3, 4
-    config = ScaffoldConfig(local_steps=K, lr=lr, clients_per_round=s, seed=3)
+    config = ScaffoldConfig(local_steps=K, lr=lr, clients_per_round=s, seed=3, option=option)
     w_run, records = iterates(config, m=m, rounds=rounds)
     shards = ridge_shards(m, SMALL)
     sampler = ClientSampler(FakeComm(0, m), s, seed=3)
@@ -170,7 +171,7 @@ def test_scaffold_control_variates_under_sampling_match_a_hand_computation():
             y = w
             for _ in range(K):
                 y = y - lr * (shards[i].grad(y) - c_i[i] + c)
-            plus = c_i[i] - c + (w - y) / (K * lr)
+            plus = shards[i].grad(w) if option == 1 else c_i[i] - c + (w - y) / (K * lr)
             dy.append(y - w), dc.append(plus - c_i[i])
             c_i[i] = plus
         w = w + sum(dy) / s
@@ -178,6 +179,11 @@ def test_scaffold_control_variates_under_sampling_match_a_hand_computation():
     assert all(r["clients"] == s for r in records)
     d = SMALL.dim * 8
     assert records[-1]["uplink_bytes"] == rounds * s * 2 * d and records[-1]["downlink_bytes"] == rounds * s * 2 * d
+
+
+def test_scaffold_option_is_one_or_two():
+    with pytest.raises(ConfigError, match=r"^algorithm.option must be one of 1\|2, got 3$"):
+        ScaffoldConfig(option=3)
 
 
 @pytest.mark.parametrize("resample", [False, True])
