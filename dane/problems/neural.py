@@ -240,9 +240,11 @@ class NeuralProblemConfig(ProblemConfig):
 
     def batched_by_default(self, size: int) -> bool:
         """``sim.batched=auto`` stacks a network on a GPU, where m simulated workers otherwise take turns
-        (`dane.comm.threads.DeviceTurns`).  On the CPU each worker's convolutions are already compute-bound and
-        the stacked ones (grouped convolutions) are no faster (``make bench``: scripts/bench_batched_net.py), so
-        auto keeps one thread per worker there; ``sim.batched=true`` stacks anyway."""
+        (`dane.comm.threads.DeviceTurns`).  On the CPU the stacked problem runs the per-worker kernels one worker
+        after another (`dane.problems.stacked_net`: the workers share no weights, so stacking saves no arithmetic,
+        and grouped convolutions are slower), in one thread where the per-worker path's threads share the
+        cores: no faster (``make bench``: ``batched_net``, scripts/bench_batched_net.py, and its ``roofline``),
+        so auto keeps one thread per worker there; ``sim.batched=true`` stacks anyway (no m threads)."""
         return pick_device(self.device, 0).type == "cuda"
 
     def initial_model(self, data):
