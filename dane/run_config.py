@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import checks
 from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
 from .api import build
+from .batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
 from .checkpoint import CHECKPOINT_DIR, check_resume, committed
 from .elastic import check_elastic
@@ -26,6 +27,7 @@ from .comm.horovod import HorovodOptions
 from .spec import PROGRESS, Communication, RunControl, RunSpec
 from .local_solvers import AUTO_MAX_DIM
 from .problems import RidgeSyntheticConfig
+from .problems.stacked import FACTORS_KEPT
 from .runner import StopRule
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
@@ -206,8 +208,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     problem.check_workers(workers)
     checks.one_of("dtype", cfg.dtype, tuple(DTYPES))
     tol = None if cfg.tol is None else checks.positive("tol", cfg.tol)
-    check_memory(problem, workers, simulated=backend == "local")
-    return RunSpec(
+    spec = RunSpec(
         problem=problem,
         algorithm=algorithm,
         comm=Communication(
@@ -248,6 +249,9 @@ def run_spec(cfg: DictConfig) -> RunSpec:
             mlflow_uri=cfg.get("mlflow_uri"),
         ),
     )
+    check_memory(problem, workers, simulated=backend == "local",
+                 batched=backend == "local" and isinstance(problem, RidgeSyntheticConfig) and batched_path(spec)[0])
+    return spec
 
 
 def cycle_time(comm: DictConfig, problem) -> float:
@@ -284,31 +288,38 @@ def torch_backend(value) -> str | None:
     return value
 
 
-def check_memory(problem, workers: int, simulated: bool) -> None:
+def check_memory(problem, workers: int, simulated: bool, batched: bool = False) -> None:
     """Refuse, with the numbers, a synthetic ridge problem whose arrays cannot fit in this machine's memory.
 
     Counted (float64): the rows this process holds (all N in the simulator, N/m under a
     launcher), each of its workers' d x d Hessian and one factor when the local solve is
     Cholesky on the d x d path (a shard with n_i < d rows has none: Woodbury's), and the
     reference optimum's transient (the whole N x d data set, or the d x d Gram matrix),
-    whichever peak is larger.
+    whichever peak is larger.  The batched simulator (``batched``, `dane.problems.stacked.StackedRidge`)
+    holds the rows twice (the data and its stacked copy) and, on the d x d path, the m Hessians with
+    up to `FACTORS_KEPT` factors each, or on Woodbury's the m row Gram matrices and their eigenvectors.
     """
     if not isinstance(problem, RidgeSyntheticConfig):
         return
     n, d = problem.n_samples, problem.dim
     here = workers if simulated else 1
     rows = n if simulated else -(-n // workers)
-    data = 8 * rows * d
+    data = 8 * rows * d * (2 if batched else 1)
     cholesky = problem.solver.resolve(d, sparse=False).method == "cholesky" and not problem.low_rank(workers)
-    hessians = 8 * 2 * d * d * here if cholesky else 0
+    factors = 1 + FACTORS_KEPT if batched else 2
+    hessians = 8 * factors * d * d * here if cholesky else 8 * 2 * n * (n // workers) if batched else 0
     optimum = 0 if problem.optimum == "none" else 8 * n * d if d > AUTO_MAX_DIM else 8 * 2 * d * d
-    parts = f"the {rows} x {d} data {checks.gigabytes(data)}"
+    parts = f"the {rows} x {d} data {checks.gigabytes(data)}" + (" (held twice: stacked for sim.batched)" if batched else "")
     if cholesky:
-        parts += f", {here} local {d} x {d} Hessian(s) with a factor each {checks.gigabytes(hessians)}"
+        kept = f"up to {FACTORS_KEPT} factors" if batched else "a factor"
+        parts += f", {here} local {d} x {d} Hessian(s) with {kept} each {checks.gigabytes(hessians)}"
+    elif hessians:
+        parts += f", {here} row Gram matrices with their eigenvectors {checks.gigabytes(hessians)}"
     if optimum > data + hessians:
         parts = f"the reference optimum's {f'{n} x {d} data' if d > AUTO_MAX_DIM else f'{d} x {d} Gram matrix'} " \
                 f"{checks.gigabytes(optimum)}"
-    fix = ("use problem.local_solver=cg (no d x d matrix), " if cholesky else "") + \
+    fix = ("use problem.local_solver=cg (no d x d matrix), " if cholesky and not batched else "") + \
+        ("use sim.batched=false (one thread a worker, one copy of the rows), " if batched else "") + \
         "lower problem.dim or problem.n_samples" + (", or fewer workers" if cholesky and here > 1 else "")
     checks.fits_in_memory(f"problem.dim={d} with problem.n_samples={n}" + (f" and {here} workers" if here > 1 else ""),
                           max(data + hessians, optimum), parts, fix)

@@ -647,6 +647,29 @@ def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
     assert run_spec(cholesky).comm.workers == 8
 
 
+def test_memory_counts_the_batched_simulators_copies(monkeypatch):
+    """From 32 workers the simulator stacks the shards (sim.batched=auto): the rows twice, and Woodbury's row
+    Gram matrices with their eigenvectors (2 x 8 x N x n_i bytes), where one thread a worker holds the rows once."""
+    from hydra import compose, initialize_config_dir
+
+    from dane import checks
+    from dane.errors import ConfigError
+    from dane.experiments.config import CONF_DIR, run_spec
+
+    overrides = ["problem.dim=1500", "problem.n_samples=32000", "workers=32"]  # n_i = 1000 < d: Woodbury
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        batched, threads = compose("config", overrides), compose("config", [*overrides, "sim.batched=false"])
+    monkeypatch.setattr(checks, "available_memory", lambda: 1_000_000_000)
+    with pytest.raises(ConfigError) as err:
+        run_spec(batched)
+    assert str(err.value) == (
+        "problem.dim=1500 with problem.n_samples=32000 and 32 workers needs about 1.3 GB of memory (the 32000 x 1500 "
+        "data 0.8 GB (held twice: stacked for sim.batched), 32 row Gram matrices with their eigenvectors 0.5 GB) but "
+        "1.0 GB is available; use sim.batched=false (one thread a worker, one copy of the rows), lower problem.dim or "
+        "problem.n_samples")
+    assert run_spec(threads).comm.batched == "false"  # 0.4 GB of rows: fits
+
+
 @pytest.mark.parametrize("line", [
     ["+algorithm.extra=1"],                                     # + adds a key: Hydra's to allow
     ["~early_stop"],
