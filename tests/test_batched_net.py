@@ -161,6 +161,12 @@ def test_batched_runs_have_the_per_worker_records(algorithm, keys, monkeypatch):
     torch.testing.assert_close(batched["w"], threads["w"], rtol=0, atol=RTOL * float(threads["w"].abs().max()))
 
 
+def test_an_unknown_engine_is_refused_at_construction(monkeypatch):
+    monkeypatch.setattr(stacked_net, "default_engine", lambda device: "grouped")
+    with pytest.raises(ValueError, match="Invalid engine: 'grouped'; use one of loop, vmap"):
+        tiny().build_stacked(M)
+
+
 def test_the_stacked_state_stays_on_the_problems_device(engine, monkeypatch):
     """The problem built on the meta device (tensors with shapes and no values) stands in for a GPU: a copy
     to the host raises ("Cannot copy out of meta tensor") and arithmetic with a host tensor is an error, so

@@ -57,8 +57,6 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parameters_to_vector
 
-from ..errors import ConfigError
-
 from ..inner import InnerSolver, StackedSampler, proximal_step, steps_for
 from .base import Problem
 from .stacked import rows_of
@@ -88,7 +86,7 @@ class StackedNeuralProblem(Problem):
         self.device, self.dtype = torch.device(device), dtype
         self.engine = default_engine(self.device) if engine is None else engine
         if self.engine not in ENGINES:
-            raise ConfigError(f"stacked network engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+            raise ValueError(f"Invalid engine: {self.engine!r}; use one of {', '.join(ENGINES)}")
         # w_0 read before the move: a meta device (tests/test_batched_net.py) keeps no values
         w0 = parameters_to_vector(model.parameters()).detach().to(dtype)
         self.model = model.to(device=self.device, dtype=dtype)
