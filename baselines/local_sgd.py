@@ -94,7 +94,8 @@ class LocalSGD(Algorithm):
             self.w, *reduced = self.comm.allreduce_mean([w_local, *payload])
             extra = {}
         elif self.aggregate == "weighted":
-            n_i = per_worker(self.comm, lambda rank: torch.tensor([float(self.problem.n_local)], dtype=self.w.dtype))
+            n_i = per_worker(self.comm, lambda rank: torch.tensor([float(self.problem.n_local)], dtype=self.w.dtype,
+                                                                  device=self.w.device))  # a stacked net: on the GPU
             nw, n, *reduced = self.comm.allreduce_mean([n_i * w_local, n_i, *payload])
             self.w = nw / n  # Σ n_i w_i / Σ n_i
             extra = {}
