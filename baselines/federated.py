@@ -83,14 +83,32 @@ def default_prox_weight(problem: Problem, comm: Communicator, key: str,
     return delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
 
 
-def objective_stalled(records: list[dict]) -> bool:
-    """Whether the run's last quarter of rounds (at least 8 records in all) never went below the best objective
-    before it: the sign of a floor under client sampling, where the objective oscillates instead of settling."""
-    objectives = [r["objective"] for r in records if math.isfinite(r.get("objective", math.nan))]
-    if len(objectives) < 8:
-        return False
-    late = len(objectives) // 4
-    return min(objectives[-late:]) >= min(objectives[:-late])
+#: `SamplingFloor`: a sampled run whose objective has not improved on its best for this many rounds (and for half the
+#: rounds it took to reach that best) is at its floor
+FLOOR_ROUNDS = 10
+
+
+class SamplingFloor:
+    """The rounds since the global objective last improved on its best, for a method without a fixed point at the
+    optimum under client sampling (FedDANE, S-DANE: the sampled gradient mean_S ∇O_i(w*) is not zero when the
+    shards differ).  `stalled` once it has not improved for max(`FLOOR_ROUNDS`, half the best's round) rounds: the
+    objective then oscillates about a floor, and on label-skewed shards it can climb from there and diverge."""
+
+    def __init__(self) -> None:
+        self.best, self.best_round, self.rounds = math.inf, 0, 0
+
+    def update(self, objective: float) -> bool:
+        """Round ``rounds``'s objective in; whether the run is at its floor."""
+        if objective < self.best:
+            self.best, self.best_round = objective, self.rounds
+        self.rounds += 1
+        return self.rounds - 1 - self.best_round >= max(FLOOR_ROUNDS, self.best_round // 2)
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "best_round": self.best_round, "rounds": self.rounds}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.best_round, self.rounds = float(state["best"]), int(state["best_round"]), int(state["rounds"])
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,9 @@ class Federated(Algorithm):
     """Sampler, traffic and local-solve plumbing of a federated method; subclasses write the round."""
 
     client_sampling = True  # algorithm.clients_per_round (dane.sampling)
+    #: True: under client sampling the method has no fixed point at the optimum, and a run ends with status
+    #: ``sampling_floor`` and `floor_diagnosis` once its objective stops improving (`SamplingFloor`)
+    floors_under_sampling = False
     synchronous_because = "its rounds average the sampled clients' results from the same iterate"
     columns = (Column("clients", "{:>7d}"),)
 
@@ -134,6 +155,7 @@ class Federated(Algorithm):
             raise ConfigError(f"algorithm.local_solver={self.local.local_solver} exists on the convex problems only, "
                               f"got {type(problem).__name__}; use algorithm.local_solver=problem (the inner optimizer)")
         self.lr = self.local.lr
+        self.floor, self.at_floor = SamplingFloor(), None
         if self.local.local_solver == "steps" and self.lr is None:
             self.L_max = largest_local_smoothness(problem, comm, iters=self.local.power_iters, seed=seed)
 
@@ -167,7 +189,23 @@ class Federated(Algorithm):
         return {**super().evaluate(), **self.traffic.record(self.sampler.s)}
 
     def record(self, reduced: list[torch.Tensor], members: torch.Tensor) -> dict[str, float]:
-        return {**global_metrics(self, reduced), **self.traffic.record(len(members))}
+        out = {**global_metrics(self, reduced), **self.traffic.record(len(members))}
+        if self.floors_under_sampling and not self.sampler.full and self.at_floor is None \
+                and self.floor.update(out["objective"]):
+            self.at_floor = self.floor_diagnosis()
+        return out
+
+    def floor_diagnosis(self) -> str:
+        """The one line a run at its sampling floor ends with (`floors_under_sampling`)."""
+        return (f"the objective has not improved for {self.floor.rounds - 1 - self.floor.best_round} rounds: under "
+                f"client sampling ({self.sampler.s} of {self.sampler.m}) the sampled gradient is not zero at the "
+                f"optimum when the shards differ, so {self.name} stalls at a floor; algorithm.clients_per_round=null "
+                f"(all clients) removes it")
+
+    @property
+    def finished(self) -> tuple[str, str] | None:
+        """("sampling_floor", why) once a sampled run's objective has stopped improving (`floors_under_sampling`)."""
+        return None if self.at_floor is None else ("sampling_floor", self.at_floor)
 
     def local_grad(self, w: torch.Tensor) -> torch.Tensor:
         return self.problem.evaluate(w)[0]
@@ -186,9 +224,13 @@ class Federated(Algorithm):
 
     # --------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "sampler": self.sampler.state_dict(), "traffic": self.traffic.state_dict()}
+        return {**super().state_dict(), "sampler": self.sampler.state_dict(), "traffic": self.traffic.state_dict(),
+                "floor": self.floor.state_dict(), "at_floor": self.at_floor}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.sampler.load_state_dict(state["sampler"])
         self.traffic.load_state_dict(state["traffic"])
+        if "floor" in state:  # checkpoints from before the floor rule start it afresh
+            self.floor.load_state_dict(state["floor"])
+            self.at_floor = state["at_floor"]

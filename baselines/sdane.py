@@ -38,6 +38,13 @@ default λ, below, can then cost it rounds).  Plain DANE at μ = 0 takes Newton-
 slow the flat directions: where the local problems are convex and the dissimilarity sits in directions of
 curvature at least δ, it needs fewer rounds than either (``scripts/bench_federated.py --setting quadratic``).
 
+*Exact solves.*  With exact local solves and S the clients of both allreduces, mean_S ∇F_i(x_i) = 0 gives
+G = λ(v − x), and the v-update returns v = x: S-DANE is then DANE (FedDANE with η = 1, μ = λ, solving on its
+gradient's clients) round for round; its gain is the milder accuracy test.  Under client sampling both have a
+floor (the sampled gradient is not zero at the optimum) and a sampled run ends with status ``sampling_floor``
+once its objective stops improving (`baselines.federated.SamplingFloor`); on phishing over 100 Dirichlet
+clients (α = 0.5, 10 a round) the defaults climbed from there and diverged.
+
 The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 = v_0).
 Departure from the paper: the accuracy test is per client (the paper's sums over S, which the
 per-client test implies).  ``adaptive=true`` is the paper's adaptive λ as mlolab/S-DANE runs it (full
@@ -75,6 +82,7 @@ def extrapolation(lam: float, A: float, B: float) -> float:
 
 class SDANE(Federated):
     name = "sdane"
+    floors_under_sampling = True  # module docstring
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, mu: float | None = None,
@@ -159,6 +167,10 @@ class SDANE(Federated):
             grad_z = self.local_grad(z)
         self.local_failed = self.problem.strong_convexity is not None and not passes(z, grad_z)
         return z, grad_z
+
+    def floor_diagnosis(self) -> str:
+        return (f"{super().floor_diagnosis()}; a larger algorithm.lam (now {self.lam:.3g}) lowers it and slows each "
+                f"round")
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "v": self.v.clone(), "A": self.A, "B": self.B, "lam": self.lam,
