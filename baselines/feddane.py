@@ -15,9 +15,10 @@ draws S'_t afresh, as the paper's Algorithm 1 is printed.  The two differ in wha
 the correction's heterogeneous part g_t − ∇O_i(w_t) comes from S_t's data, and a client of S'_t outside S_t
 may have no curvature along it but μ and the l2 weight, so its step (H_i + μI)⁻¹ g_t is large.  On phishing
 over 20 Dirichlet clients (α = 1) with 10 a round, ``resample=true`` at the default μ climbed above the
-start and diverged within 40 rounds; S'_t = S_t did not (``tests/test_federated.py``; the paper reports FedDANE
-diverging under low participation and heterogeneity).  A client of S'_t outside S_t computes ∇O_i(w_t) for its
-own solve (local work, no communication).
+start and diverged within 40 rounds; S'_t = S_t did not (the paper reports FedDANE diverging under low
+participation and heterogeneity).  With S'_t = S_t and η = 1 FedDANE is S-DANE with exact local solves, round for
+round (`baselines.sdane`).  With ``resample=true`` a client of S'_t outside S_t computes ∇O_i(w_t) for its own
+solve (local work, no communication).
 
 Under sampling FedDANE has no fixed point at the optimum: g_t at w* is mean_{S_t} ∇O_i(w*), which is not zero
 when the shards differ, so the objective stalls at a floor that a larger μ lowers (and slows) and only full
