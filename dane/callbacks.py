@@ -234,8 +234,9 @@ class FinalState(Callback):
 
 
 def save_iterate(out_dir: str, iterate: torch.Tensor) -> None:
-    """``out_dir``/iterate.pt, the last record's iterate, written atomically (an OSError when the disk is full)."""
-    iterate = iterate.detach().clone()
+    """``out_dir``/iterate.pt, the last record's iterate, written atomically (an OSError when the disk is full); a CPU
+    tensor whatever device the run used, so that it loads on a machine without that device."""
+    iterate = iterate.detach().to("cpu", copy=True)
     atomic_write(os.path.join(out_dir, "iterate.pt"), lambda f: torch.save(iterate, f))
 
 

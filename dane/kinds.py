@@ -20,7 +20,7 @@ from .comm import Communicator, ThreadGroup, make_communicator
 from .batching import batched_path
 from .comm.batched import BatchedGroup, run_batched
 from .comm.launcher_signals import LauncherTerminated
-from .comm.threads import meter_for
+from .comm.threads import Interrupted, meter_for
 from .errors import say
 from .faults import RunInterrupted, worker_lost
 from .reference import attach_all, attach_one
@@ -85,12 +85,18 @@ def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) 
     timeline.mark("data")
     group = BatchedGroup(m, spec.comm.cost, spec.comm.stragglers, meter_for([problem.device]))
     start = time.perf_counter()
+    where = f"; records so far are in {out_dir}" if out_dir else ""
     try:
-        return run_batched(group, lambda comm: run_worker(spec, comm, problem, out_dir, start, setup_s, collect))
-    except KeyboardInterrupt:  # one process, one thread: the run ends where the Ctrl-C found it, its records kept
-        interrupted = RunInterrupted("interrupted" + (f"; records so far are in {out_dir}" if out_dir else ""))
+        summary = run_batched(group, lambda comm: run_worker(spec, comm, problem, out_dir, start, setup_s, collect))
+    except (KeyboardInterrupt, Interrupted):  # a second Ctrl-C, or one before round 0's record: the records kept
+        interrupted = RunInterrupted(f"interrupted{where}")
         say(interrupted)
         raise interrupted from None
+    if group.interrupted:  # stopped at a collective: the summary says interrupted, as the per-worker path's
+        interrupted = RunInterrupted(f"interrupted after round {summary['rounds']}{where}")
+        say(interrupted)
+        raise interrupted
+    return summary
 
 
 @register("simulator", lambda spec: spec.comm.simulated)

@@ -131,9 +131,13 @@ def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulat
     assert max(done) < 20000 and time.monotonic() - start < 10, (done, time.monotonic() - start)
 
 
-def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_path):
+@pytest.mark.parametrize("path", ["threads", "batched"])
+def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_path, path):
+    """One thread a worker, or the m workers as one stacked computation (sim.batched): both stop at the next
+    collective and write an interrupted summary."""
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "experiments.train", *RIDGE, "workers=2", "rounds=100000000", f"out_dir={run_dir}"]
+    cmd = [sys.executable, "-m", "experiments.train", *RIDGE, "workers=2", "rounds=100000000", f"out_dir={run_dir}",
+           f"sim.batched={'true' if path == 'batched' else 'false'}"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
     try:
@@ -155,6 +159,7 @@ def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_p
     assert summary["rounds"] == records[-1]["round"] >= 5
     assert [r["round"] for r in records] == list(range(len(records)))
     assert stopped_s < 30  # within a round (about a millisecond here), not at the end of 10^8 rounds
+    assert summary["simulator_path"] == path
     assert not (run_dir / ".lock").exists()
 
 

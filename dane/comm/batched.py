@@ -34,17 +34,24 @@ per-worker path's formula, max_{i in S}(slowdown_i * compute_i + delay_i) +
 cost.allreduce_time(bytes, |S|), with the same seeded delays.  The equal share is the
 departure from the per-worker path, which times each worker alone: shards of one size
 cost alike, up to the noise of timing them one by one.
+
+*Ctrl-C.*  As on the per-worker path, a Ctrl-C stops the run at its next collective
+(`dane.comm.threads.Interrupted`), where the driver writes its records and an ``interrupted``
+summary (`run_batched` catches the SIGINT in the main thread; a second one interrupts at once).
 """
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from .base import Communicator, ring_allreduce_bytes
 from .cost import AlphaBeta, ParameterServerCost
-from .threads import Meter, PhaseClock, Stragglers, ThreadCPUTime
+from .threads import Interrupted, Meter, PhaseClock, Stragglers, ThreadCPUTime
 
 
 def worker_ranks(comm) -> range | tuple[int]:
@@ -116,6 +123,8 @@ class BatchedCommunicator(PhaseClock, Communicator):
 
     # ------------------------------------------------------------------ the clock (`PhaseClock`: all m workers' work)
     def _phase(self, op: str, nbytes: int = 0) -> None:
+        if self.group.interrupted:
+            raise Interrupted
         measured = self.end()
         members, self._participants = self._participants, None
         self.group.phase(op, measured, nbytes, members)
@@ -184,6 +193,28 @@ def run_batched(group: BatchedGroup, fn: Callable[[BatchedCommunicator], object]
     comm = BatchedCommunicator(group)
     comm.begin()
     try:
-        return fn(comm)
+        with ctrl_c_stops(group):
+            return fn(comm)
     finally:
         comm.end()
+
+
+@contextmanager
+def ctrl_c_stops(group: BatchedGroup):
+    """A first Ctrl-C (SIGINT) sets ``group.interrupted``, which ends the run at its next collective
+    (`BatchedCommunicator`); a second raises `KeyboardInterrupt` at once.  Only the main thread can set a
+    signal handler; elsewhere (and under a handler set outside Python) a Ctrl-C interrupts as it comes."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield
+        return
+
+    def stop(signum, frame):
+        if group.interrupted:
+            raise KeyboardInterrupt
+        group.interrupted = True
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
