@@ -392,8 +392,11 @@ def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, 
 
 
 def check_data_used(cfg: DictConfig) -> None:
-    """``data=...`` feeds the convex problems (their ``data: ${data}``); elsewhere it would be silently ignored."""
-    if cfg.get("data") is not None and not ("data" in cfg.problem and OmegaConf.is_interpolation(cfg.problem, "data")):
+    """``data=...`` feeds the convex problems (their ``data: ${data}``, or its copy in a resolved config: the figures'
+    sweeps, `synthetic.sweep.composed_job`); elsewhere it would be silently ignored."""
+    data = cfg.get("data")
+    fed = "data" in cfg.problem and (OmegaConf.is_interpolation(cfg.problem, "data") or cfg.problem.data == data)
+    if data is not None and not fed:
         raise ConfigError(f"data= is not used by problem={cfg.problem.get('name')}; add problem=ridge|logreg|softmax "
                           "(the convex problems, which read data=csv|libsvm|npz|<built-in>), or for a network "
                           "problem data@problem.data=<set>")

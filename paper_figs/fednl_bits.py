@@ -10,6 +10,13 @@ Bits per client: FedNL's ``clients_uplink_bits`` (its own exact count, summed ov
 participants) over the workers; any other method's ``uplink_bits``, the per-worker count of
 ``comm.compress`` (run it with ``comm.compress=none``: its messages whole, at 64 bits a value).
 
+``make figures`` (`dane.paper_figs.make_all`) makes the runs `jobs` names where results/ lacks them
+(``timed = False``: the figure reads rounds and bits, not times): logistic regression (λ = 1e-3, an
+intercept) on a9a (``libsvm/a9a`` under ``data_dir``) where the file is, else the built-in breast_cancer
+table, over `WORKERS` clients; FedNL (option 2) with none, TopK and RandK (k = 8d) beside DANE, GIANT,
+DiSCO, ADMM and GD; the docs' commands make the same runs by hand.  `main` draws those runs when
+``--results`` holds them (a results root), else every run directory under ``--results``.
+
     dane figures fednl_bits [--results results/fednl_bits] [--out results/figures]
 """
 from __future__ import annotations
@@ -18,10 +25,35 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from dane.data.table import resolve_dir
 from dane.results import read_rounds, read_summary
 from dane.paper_figs.common import FIG_DIR, caption_line, figure_provenance, positive, run_config, save
+from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 RESULTS = "results/fednl_bits"
+TIMED = False  # `make figures`: the runs' iterates and bits matter, not their simulated times
+WORKERS = 8
+ROUNDS = 300
+OTHERS = ("dane", "giant", "disco", "admm", "gd")
+
+
+def data_overrides() -> tuple[tuple[str, ...], int]:
+    """The data's overrides and d (with the intercept): a9a where ``libsvm/a9a`` is under ``data_dir``, else the
+    built-in breast_cancer table (30 features)."""
+    folder = resolve_dir(compose_job(("problem=logreg",))["data_dir"])
+    if folder is not None and (folder / "libsvm" / "a9a").is_file():
+        return ("data=libsvm", "data.path=libsvm/a9a"), 124
+    return ("data=breast_cancer",), 31
+
+
+def jobs() -> list[Job]:
+    """The runs of the figure (module docstring), as the simulator's overrides."""
+    data, d = data_overrides()
+    common = ("problem=logreg", *data, "problem.lam=0.001", "problem.optimum=auto", f"workers={WORKERS}",
+              f"rounds={ROUNDS}", "tol=1e-12")
+    fednl = [("algorithm=fednl", "algorithm.option=2", f"algorithm.compressor={c}", *common)
+             for c in ("none", f"topk:{8 * d}", f"randk:{8 * d}")]
+    return fednl + [(f"algorithm={name}", "comm.compress=none", *common) for name in OTHERS]
 
 
 class NoBits(ValueError):
@@ -79,7 +111,9 @@ def draw(curves: list[dict]):
 
 
 def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]:
-    run_dirs = runs_under(results)
+    index = RunIndex(results)
+    found = [index.find(job, timed=False) for job in jobs()]
+    run_dirs = found if all(found) else runs_under(results)
     curves = [curve(d) for d in run_dirs]
     provenance = figure_provenance(run_dirs, results)
     caption = caption_line("FedNL per compressor beside other methods: relative suboptimality against rounds and "

@@ -52,3 +52,19 @@ def test_a_run_without_bit_counts_is_named_with_its_fix(runs, tmp_path_factory):
     plain = next(tmp_path_factory.getbasetemp().glob("plain*/gd"))
     with pytest.raises(NoBits, match="run it with comm.compress=none"):
         curve(plain)
+
+
+def test_make_figures_jobs_compose_into_runs_of_the_figure(monkeypatch):
+    """`make figures` makes the figure's runs (dane.paper_figs.make_all): each job composes into a run spec (a data=
+    job through the sweeps' resolved config), FedNL at k = 8d per compressor beside the five others."""
+    from dane.experiments.config import run_spec
+    from dane.paper_figs import fednl_bits, make_all
+    from dane.synthetic.sweep import compose_job
+
+    assert "dane.paper_figs.fednl_bits" in make_all.FIGURES and fednl_bits.TIMED is False
+    monkeypatch.setattr(fednl_bits, "data_overrides", lambda: (("data=breast_cancer",), 31))
+    jobs = fednl_bits.jobs()
+    specs = [run_spec(compose_job(job)) for job in jobs]
+    assert [s.algorithm.name for s in specs] == ["fednl"] * 3 + list(fednl_bits.OTHERS)
+    assert [s.algorithm.compressor for s in specs[:3]] == ["none", "topk:248", "randk:248"]
+    assert all(s.problem.optimum == "auto" and s.comm.workers == fednl_bits.WORKERS for s in specs)

@@ -11,14 +11,16 @@ from omegaconf import OmegaConf
 
 from dane.results import RunWriter
 from dane.experiments.config import cost_model
-from dane.paper_figs import convergence, make_all, ps_scaling, rounds_table, run_convergence, speedup, staleness
+from dane.paper_figs import (convergence, fednl_bits, make_all, ps_scaling, rounds_table, run_convergence, speedup,
+                             staleness)
 from dane.provenance import code_version
 from dane.paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
 from dane.synthetic.sweep import RunIndex, composed_job, job_name
 
 
-def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0):
-    """A run directory as `experiments.simulate` would write it for ``job``, with the given curve."""
+def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0, extra=None):
+    """A run directory as `experiments.simulate` would write it for ``job``, with the given curve (and ``extra``
+    keys in every record)."""
     cfg = composed_job(tuple(job))
     out = root / job_name(job)
     writer = RunWriter(out)
@@ -26,7 +28,7 @@ def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0):
     times = times or [0.01 * k for k in range(len(subopts))]
     for k, (s, t) in enumerate(zip(subopts, times)):
         writer.write_round({"round": k, "time_s": t, "bytes_sent": 0, "comm_rounds": 2 * k, "objective": 1 + s,
-                            "suboptimality": s})
+                            "suboptimality": s, **(extra or {})})
     status = status or ("converged" if subopts[-1] <= cfg["tol_abs"] else "max_rounds")  # the figures' absolute tol
     summary = {"algorithm": cfg["algorithm"]["name"], "workers": cfg["workers"], "status": status,
                "rounds": len(subopts) - 1, "final_suboptimality": subopts[-1], "final_objective": 1 + subopts[-1],
@@ -76,6 +78,8 @@ def results(tmp_path_factory):
             fake_run(root, job, [10.0 ** -k for k in range(12)])
     for job in staleness.jobs():  # its numbers are checked in test_staleness_figure.py
         fake_run(root, job, [1.0] * (composed_job(job)["rounds"] + 1), status="max_rounds")
+    for job in fednl_bits.jobs():  # its numbers are checked in test_fednl_figure.py
+        fake_run(root, job, [1.0, 1e-3, 0.0], status="converged", extra={"uplink_bits": 6400})
     return root
 
 
@@ -154,8 +158,8 @@ def test_convergence_reads_all_panels(index, tmp_path):
 @pytest.mark.slow
 def test_make_all_draws_every_figure_without_running(results, tmp_path):
     written = make_all.make_all(results, tmp_path, run_missing=False)
-    figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table", "ps_scaling", "staleness")
-               for ext in ("png", "pdf")}
+    figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table", "ps_scaling", "staleness",
+                                            "fednl_bits") for ext in ("png", "pdf")}
     assert figures <= {p.name for p in written}  # the NN tables are drawn too when their runs exist
     assert all(p.stat().st_size > 1000 for p in written if p.name in figures)
 
