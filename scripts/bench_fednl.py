@@ -25,7 +25,15 @@ rounds=<rounds> algorithm.option=2 algorithm.compressor=<C> ...`` composes (`use
 temporary run directory (records written as a user's run writes them).  Its ``s_per_round`` is the run loop's
 wall time over the rounds (``wall_time_s`` of the summary: FedNL's set-up round, H_i⁰ up, and the final
 evaluation included), ``wall_s`` the whole call (the data read and the clients stacked as well), and
-``simulator_path`` which path the simulator took (``batched`` from `dane.batching.AUTO_FROM` workers on).  ``--only`` replaces
+``simulator_path`` which path the simulator took (``batched`` from `dane.batching.AUTO_FROM` workers on).
+
+``--only memory`` (in the default set) answers how far m and d go within `MEMORY_LIMIT_GIB`: the peak
+resident memory of `StackedFedNL` (TopK k = 8d, option 2, `MEMORY_ROUNDS` rounds) on synthetic sparse
+logistic tables (binary features, `NNZ_PER_ROW` non-zeros a row as w8a, `ROWS_PER_CLIENT` rows a client,
+the intercept added), each point in a fresh process: growing d at 142 clients (`MEMORY_DIMS`) and growing m
+at d = 300 (`MEMORY_CLIENTS`).  Key ``memory``: the points (peak MiB, support S, seconds a round) and the
+m and d where a least-squares fit of the peak (quadratic in d: the server's d x d matrices; linear in m: the
+clients' rows and compact Hessians) reaches the limit, an extrapolation named as such.  ``--only`` replaces
 those tables and keeps the others of the section.  A table whose file is missing is skipped with
 the reason in the JSON.
 
@@ -184,16 +192,93 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
     return out
 
 
+MEMORY_LIMIT_GIB = 24  # these machines' memory (DESIGN.md section 5)
+MEMORY_ROUNDS = 2
+MEMORY_DIMS = (1000, 2000, 4000, 6000)   # at MEMORY_BASE_CLIENTS clients
+MEMORY_CLIENTS = (142, 284, 568)  # at d = MEMORY_BASE_DIM (1136 clients took 5 minutes of setup under load)
+MEMORY_BASE_CLIENTS, MEMORY_BASE_DIM = 142, 300
+ROWS_PER_CLIENT = 350  # w8a's 49,749 rows over 142 clients
+NNZ_PER_ROW = 12
+
+
+def synthetic_clients(clients: int, d: int, seed: int = 0) -> StackedClients:
+    """``clients`` x `ROWS_PER_CLIENT` rows of d binary features, `NNZ_PER_ROW` a row at uniform columns (fewer
+    where a column is drawn twice), ±1 labels from a planted model, through ``problem=logreg`` on arrays."""
+    import scipy.sparse
+
+    from dane.problems.arrays import LogReg
+
+    n = clients * ROWS_PER_CLIENT
+    gen = np.random.default_rng(seed)
+    cols = gen.integers(0, d, (n, NNZ_PER_ROW))
+    X = scipy.sparse.csr_matrix((np.ones(cols.size), cols.ravel(), np.arange(0, cols.size + 1, NNZ_PER_ROW)),
+                                shape=(n, d))
+    X.sum_duplicates()
+    X.data[:] = 1.0
+    y = np.where(X @ gen.standard_normal(d) + 0.5 * gen.standard_normal(n) > 0, 1.0, -1.0)
+    config = LogReg(X, y, lam=LAM, fit_intercept=True)
+    return StackedClients([config.build(rank, clients) for rank in range(clients)])
+
+
+def memory_point(clients: int, d: int) -> dict:
+    """In this process (``--probe``): stack the clients, run `MEMORY_ROUNDS` rounds, read the peak resident memory."""
+    start = time.perf_counter()
+    stacked = synthetic_clients(clients, d)
+    setup_s = time.perf_counter() - start
+    run = StackedFedNL(stacked, compressor=f"topk:{8 * stacked.d}", option=OPTION)
+    start = time.perf_counter()
+    for _ in range(MEMORY_ROUNDS):
+        run.step()
+    return {"clients": clients, "d": stacked.d, "rows": int(stacked.X.shape[0]), "support_per_client": int(stacked.S),
+            "packed_entries": stacked.T, "setup_s": setup_s, "s_per_round": (time.perf_counter() - start) / MEMORY_ROUNDS,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_memory(log) -> dict:
+    """The ``memory`` key (module docstring): each point in a fresh process, then the fits' limits."""
+    import json
+    import subprocess
+
+    def probe(clients: int, d: int) -> dict:
+        out = subprocess.run([sys.executable, __file__, "--probe", str(clients), str(d)], capture_output=True,
+                             text=True, check=True)
+        point = json.loads(out.stdout.strip().splitlines()[-1])
+        log(f"memory: m={clients} d={point['d']}: peak {point['peak_rss_mib']:.0f} MiB, "
+            f"{point['s_per_round']:.3f} s/round")
+        return point
+
+    limit = MEMORY_LIMIT_GIB * 1024
+    by_d = [probe(MEMORY_BASE_CLIENTS, d - 1) for d in MEMORY_DIMS]  # d - 1 features + the intercept
+    by_m = [probe(m, MEMORY_BASE_DIM) for m in MEMORY_CLIENTS]
+    quad = np.polyfit([p["d"] for p in by_d], [p["peak_rss_mib"] for p in by_d], 2)
+    d_max = max(np.roots(quad - np.array([0, 0, limit])).real)
+    line = np.polyfit([p["clients"] for p in by_m], [p["peak_rss_mib"] for p in by_m], 1)
+    m_max = (limit - line[1]) / line[0]
+    return {"limit_gib": MEMORY_LIMIT_GIB, "rounds": MEMORY_ROUNDS, "rows_per_client": ROWS_PER_CLIENT,
+            "nnz_per_row": NNZ_PER_ROW, "compressor": "topk:8d", "by_d": by_d, "by_clients": by_m,
+            "d_limit_at_clients": {"clients": MEMORY_BASE_CLIENTS, "d": int(d_max),
+                                   "fit_mib_per_d2_d_1": quad.tolist()},
+            "clients_limit_at_d": {"d": by_m[0]["d"], "clients": int(m_max), "fit_mib_per_client_1": line.tolist()},
+            "note": "limits extrapolated from the fits over the measured points (peak RSS of one process)"}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "results" / "bench.json")
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    parser.add_argument("--only", nargs="+", choices=tuple(TABLES), default=list(TABLES))
+    parser.add_argument("--only", nargs="+", choices=(*TABLES, "memory"), default=[*TABLES, "memory"])
+    parser.add_argument("--probe", nargs=2, type=int, metavar=("CLIENTS", "D"), help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")
     args = parser.parse_args(argv)
+    if args.probe:  # one point of the memory key, in a process of its own (`bench_memory`)
+        import json
+
+        torch.set_num_threads(1)
+        print(json.dumps(memory_point(*args.probe)))
+        return
     if args.rounds < 1 or args.repeats < 1:
         sys.exit(f"error: --rounds and --repeats must be >= 1, got {args.rounds} and {args.repeats}")
     torch.set_num_threads(args.threads)
@@ -206,7 +291,11 @@ def main(argv: list[str] | None = None) -> None:
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
               "(issue 34, DESIGN.md section 11)", "option": OPTION,
               "tables": read_bench(args.out).get("fednl", {}).get("tables", {})}  # --only keeps the other tables
-    for name in args.only:
+    if "memory" in args.only:
+        report["memory"] = {**bench_memory(log), "load_after": list(os.getloadavg())}
+    elif "memory" in read_bench(args.out).get("fednl", {}):
+        report["memory"] = read_bench(args.out)["fednl"]["memory"]
+    for name in (name for name in args.only if name in TABLES):
         report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, log),
                                   "torch_threads": args.threads, "load_before": report["machine"]["load_avg"],
                                   "load_after": list(os.getloadavg()),
