@@ -15,18 +15,18 @@ K = ``local_steps``, η_l = ``lr`` (null: 1/max_i L_i, `baselines.federated`), �
 ``option`` = 1 or 2.  With K = 1 and η_g = 1 every round is a step of distributed gradient descent with
 step η_l, under either option (for K = 1 they give the same c_i⁺).
 
-*Option I by default.*  The paper gives both: option I takes the local gradient at the server's w_t, "an
-additional pass over the local data", option II reuses the K steps' gradients (their mean), which is cheaper
-with minibatches; option I "can be more stable".  Here local gradients are full, the first local step's is
-∇O_i(w_t), and option I costs nothing.  Under full participation it makes the local steps gradient steps on
-DANE's local problem O_i(y) − ⟨∇O_i(w_{t−1}) − ∇O(w_{t−1}), y⟩ (control variates one round old).  Option II's
-c_i⁺ is the mean corrected gradient along the path: once the K steps of 1/max_i L_i settle near the corrected
-local minimizer it no longer tracks ∇O_i(w_t), and its rounds grew with K (on scripts/bench_defaults.py's
-large-targets ridge cells about 3.6 K rounds to 1e-8 for K = 3, 10, 30), where option I's fell.  On the
-label-skewed logistic cells the steps do not settle, the two options took the same rounds, and those fell as
-1/K: no fixed K is within 2x of a grid with three times its local steps there.  ``option=2`` is the update
-of the paper's experiments and of most public implementations; the JSON of the side-by-side run is named in
-docs/federated.md.  K defaults to 10.  A run that ends at the round cap without the target says so in its stop
+*Option II by default*, as the issue that asked for SCAFFOLD states it and as the paper's experiments and most
+public implementations run it (so that iterates compare with theirs at the defaults).  The paper gives both:
+option I takes the local gradient at the server's w_t, "an additional pass over the local data", option II
+reuses the K steps' gradients (their mean), which is cheaper with minibatches; option I "can be more stable".
+Here local gradients are full, the first local step's is ∇O_i(w_t), and option I (``option=1``) costs nothing.
+Under full participation it makes the local steps gradient steps on DANE's local problem
+O_i(y) − ⟨∇O_i(w_{t−1}) − ∇O(w_{t−1}), y⟩ (control variates one round old).  Option II's c_i⁺ is the mean
+corrected gradient along the path: once the K steps of 1/max_i L_i settle near the corrected local minimizer it
+no longer tracks ∇O_i(w_t), and its rounds grew with K (on scripts/bench_defaults.py's large-targets ridge cells
+about 3.6 K rounds to 1e-8 for K = 3, 10, 30), where option I's fell.  On the label-skewed logistic cells the
+steps do not settle, the two options took the same rounds, and those fell as 1/K: no fixed K is within 2x of a
+grid with three times its local steps there.  The JSON of the side-by-side run is named in docs/federated.md.  K defaults to 10.  A run that ends at the round cap without the target says so in its stop
 line (`diagnosis`), naming ``algorithm.local_steps`` and ``algorithm.lr``.
 
 Departure from the paper: full local gradients (the paper's analysis allows minibatches).
@@ -49,7 +49,7 @@ from .federated import Federated, LocalSolveKeys
 class Scaffold(Federated):
     name = "scaffold"
 
-    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, option: int = 1, **kwargs):
+    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, option: int = 2, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.server_lr, self.option = server_lr, option
         self.c = torch.zeros_like(self.w)      # the server's control variate
@@ -94,7 +94,7 @@ class Scaffold(Federated):
 class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     local_steps: int = 10  # module docstring: K = 3 stalled on label-skewed shards
     server_lr: float = 1.0
-    option: int = 1        # the control variate: 1, ∇O_i(w_t); 2, the mean corrected gradient of the K steps
+    option: int = 2        # the control variate: 2, the mean corrected gradient of the K steps; 1, ∇O_i(w_t)
     local_solver: str = "steps"
     seed: int = 0
     name: str = "scaffold"

@@ -74,7 +74,7 @@ METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
     "fedred": ("fedred", {}, [{"lam_times_default": c} for c in PROX_MULTIPLES], 2.0),
     "fedprox": ("fedprox", {}, [{"mu": mu} for mu in (1e-3, 0.1, 1.0)], 2.0),  # the paper's grid (default 0.01)
     "fedavg": ("fedavg", {}, [{"local_steps": k} for k in (3, 30)], 2.0),
-    "scaffold": ("scaffold", {}, [{"local_steps": k} for k in (3, 30)] + [{"lr_times_L": 0.5}, {"option": 2}], 2.0),
+    "scaffold": ("scaffold", {}, [{"local_steps": k} for k in (3, 30)] + [{"lr_times_L": 0.5}, {"option": 1}], 2.0),
     "scaffnew": ("scaffnew", {}, [{"p_times_default": c} for c in (0.5, 4.0)] +
                  [{"lr_times_default": 0.5, "p_times_default": 1.0}], 2.0),  # p = null needs lr = null: both given
 }
