@@ -3,7 +3,8 @@ simulator (one thread a client), on sparse rows dealt in unequal shards, which t
 
 - the records equal (every key but time_s: integers exactly, bits and bytes included; floats to 1e-12 relative) and
   so does the final iterate, for none, TopK, RandK and natural (a random compressor with a generator per client),
-  FedNL-LS, option 2, FedNL-PP with 2 of 5 clients, and a reference optimum (records with suboptimality);
+  FedNL-LS, option 2, FedNL-PP with 2 of 5 clients, a reference optimum (records with suboptimality), and the
+  sources a user names (a LIBSVM file, a CSV table);
 - ``sim.batched=auto`` takes the batched path from AUTO_FROM workers on, and says so in the summary;
 - the stacked problem's per-client objective, gradient and suboptimality equal each shard's own.
 """
@@ -98,3 +99,21 @@ def test_stacked_problem_answers_per_client_as_each_shard(logreg):
         torch.testing.assert_close(grads[i], grad, rtol=1e-13, atol=1e-16)
         torch.testing.assert_close(metrics[i], metric, rtol=1e-13, atol=1e-16)
         torch.testing.assert_close(stacked.objective(w)[i], shard.objective(w), rtol=1e-13, atol=0)
+
+
+def test_a_libsvm_file_and_a_csv_file_run_batched_with_the_per_worker_records(tmp_path):
+    """The user's sources: a LIBSVM file (kept sparse) and a CSV table (dense, standardized), each with its intercept,
+    203 rows over 5 clients."""
+    from sklearn.datasets import dump_svmlight_file
+
+    from dane.data.files import CSVSource, LibSVMSource
+
+    X, y = sparse_rows(seed=2)
+    dump_svmlight_file(X[:, :-1], y, str(tmp_path / "rows.svm"))
+    dense = np.column_stack([X[:, :-1].toarray(), (y > 0).astype(int)])
+    np.savetxt(tmp_path / "rows.csv", dense, delimiter=",", header=",".join([*map("x{}".format, range(9)), "label"]),
+               comments="")
+    for source in (LibSVMSource(path=str(tmp_path / "rows.svm")), CSVSource(str(tmp_path / "rows.csv"), target="label")):
+        problem = LogReg(data=source, lam=1e-3)
+        keys = {"compressor": "topk:10", "rounds": 3}
+        assert_same_records(run(problem, "fednl", 5, "true", **keys), run(problem, "fednl", 5, "false", **keys))
