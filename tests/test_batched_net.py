@@ -28,7 +28,7 @@ from dane.data import Dataset
 from dane.errors import ConfigError
 from dane.inner import MinibatchSampler, StackedSampler, worker_seed
 from dane.launch import execute
-from baselines.local_sgd import local_steps
+from dane.baselines.local_sgd import local_steps
 from dane.problems import neural, stacked_net
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
 from dane.problems.stacked_net import ENGINES
