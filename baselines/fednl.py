@@ -72,6 +72,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import threading
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -141,12 +142,21 @@ def _blas_controller():
     return ThreadpoolController()
 
 
+_BLAS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
 def one_blas_thread():
     """A context in which NumPy's and SciPy's BLAS run on one thread: the server's d x d solves, as the simulator's
     torch, on the one core a simulated worker has.  Their default, a thread per core, made the solves many times
-    slower on a machine whose cores other work shares (``make bench`` section ``fednl``'s ``user_path``)."""
+    slower on a machine whose cores other work shares (``make bench`` section ``fednl``'s ``user_path``).  The
+    setting is the process's: one simulated worker at a time holds it (a lock), so that each restores what it found."""
     controller = _blas_controller()
-    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
+    if controller is None:
+        yield
+        return
+    with _BLAS_LOCK, controller.limit(limits=1, user_api="blas"):
+        yield
 
 
 def projected_newton(H: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
