@@ -6,7 +6,8 @@ simulator (one thread a client), on sparse rows dealt in unequal shards, which t
   FedNL-LS, option 2, FedNL-PP with 2 of 5 clients, a reference optimum (records with suboptimality), and the
   sources a user names (a LIBSVM file, a CSV table);
 - ``sim.batched=auto`` takes the batched path from AUTO_FROM workers on, and says so in the summary;
-- the stacked problem's per-client objective, gradient and suboptimality equal each shard's own.
+- the stacked problem's per-client objective, gradient and suboptimality equal each shard's own, and `PackedRows`
+  gives a batched allreduce the mean and bytes of the (m, T) triangles it stands for.
 """
 from __future__ import annotations
 
@@ -117,3 +118,27 @@ def test_a_libsvm_file_and_a_csv_file_run_batched_with_the_per_worker_records(tm
         problem = LogReg(data=source, lam=1e-3)
         keys = {"compressor": "topk:10", "rounds": 3}
         assert_same_records(run(problem, "fednl", 5, "true", **keys), run(problem, "fednl", 5, "false", **keys))
+
+
+def test_packed_rows_stand_for_the_stacked_triangles_in_a_batched_allreduce(logreg):
+    """`PackedRows` (compact rows) gives a batched communicator the (m, T) triangles' mean and byte count, also with
+    only some clients' rows (FedNL-PP: the others send zeros)."""
+    from dane.baselines.fednl_kernels import PackedRows, StackedClients
+    from dane.comm.batched import BatchedCommunicator, BatchedGroup
+
+    m = 5
+    clients = StackedClients([logreg.build(rank, m) for rank in range(m)])
+    compact = np.random.default_rng(0).standard_normal((m, clients.S)) * (clients.support < clients.T)
+    for rows in (None, np.array([1, 3])):
+        values = compact if rows is None else compact[rows]
+        dense = torch.from_numpy(clients.expand(compact))
+        if rows is not None:
+            dense[np.setdiff1d(np.arange(m), rows)] = 0.0
+        means, counted = [], []
+        for message in (PackedRows(clients, values, rows), dense):
+            comm = BatchedCommunicator(BatchedGroup(m))
+            comm.begin()
+            means.append(comm.allreduce_mean([message])[0])
+            counted.append((comm.bytes_sent, comm.message_bytes))
+        torch.testing.assert_close(means[0], means[1], rtol=1e-14, atol=1e-17)
+        assert counted[0] == counted[1]
