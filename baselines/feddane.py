@@ -56,7 +56,7 @@ class FedDANE(Federated):
         super().__init__(problem, comm, **kwargs)
         self.eta = eta
         self.resample = resample
-        self.mu = default_prox_weight(problem, comm, "algorithm.mu") if mu is None else mu
+        self.mu = default_prox_weight(problem, comm, "algorithm.mu", sampler=self.sampler) if mu is None else mu
 
     def step(self) -> dict[str, float]:
         w = self.w

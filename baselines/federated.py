@@ -76,11 +76,46 @@ def prox_per_dissimilarity(delta_a: float, hessian_norm: float, divisor: float =
     return max(PROX_PER_DISSIMILARITY, (delta_a / hessian_norm) ** 2 / divisor)
 
 
+#: Under client sampling (s of m clients a round) the default proximal weight is at least this times q·(‖H‖ + 2δ_A),
+#: q = `sampling_variance_factor` (`sampled_prox_weight` says why; the side-by-side run that set it is named there).
+SAMPLED_PROX_PER_CURVATURE = 0.5
+
+
+def sampling_variance_factor(s: int, m: int) -> float:
+    """q = (m − s)/(s(m − 1)): E‖mean_S z_i − mean_i z_i‖² = q · mean_i ‖z_i − mean_j z_j‖² for s of m vectors drawn
+    uniformly without replacement (0 at s = m, 1 at s = 1)."""
+    return (m - s) / (s * (m - 1)) if m > 1 else 0.0
+
+
+def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int, m: int) -> float:
+    r"""The default proximal weight under client sampling: max(λ, `SAMPLED_PROX_PER_CURVATURE` · q · (‖H‖ + 2δ_A)),
+    q = `sampling_variance_factor`; λ itself at s = m (full participation keeps its iterates bit for bit).
+
+    Why λ grows with q.  With exact solves a sampled round of S-DANE / FedDANE near w* is, to first order,
+    w⁺ − w* = (H + λI)⁻¹(λ(w − w*) − ξ), ξ = mean_S ∇O_i(w*), E ξ = 0, E‖ξ‖² = q ζ², ζ² = mean_i ‖∇O_i(w*)‖².  Along an
+    eigenvector of H with curvature h the error has the stationary variance σ_h²/(h(h + 2λ)), so the objective's
+    floor is Σ_h σ_h²/(2(h + 2λ)) ≤ q ζ²/(4λ): it falls as 1/λ only once λ exceeds the curvatures that carry the
+    noise, and a floor ε needs λ ≳ q ζ²/(4ε) (the S-DANE paper's λ under partial participation grows the same way,
+    with the sampling variance over the target accuracy).  Each round contracts that direction by λ/(h + λ), so the
+    rounds grow as λ/μ.  ζ² is unknown before the run (and its value at w_0 overstates it many times on logistic
+    problems); the default puts λ on the scale of the local problems' curvature, ‖H‖ + 2δ_A (‖H_i‖ ≤ ‖H‖ + ‖H_i − H‖,
+    δ_A the root mean square of the last), times q, so the noise no longer passes with the gain of a Newton step (the
+    δ_A-based λ, set under full participation, is small against ‖H‖) and the relative floor does not grow as q.
+    A heuristic, not the paper's rule (which needs ζ² and the target ε); the side-by-side run against a λ grid
+    (phishing and a9a over 80 clients, 8 a round, iid and Dirichlet α = 0.5) is scripts/bench_sampled_lambda.py, its
+    JSON results/bench_runs/sampled_lambda.json.  ``sampling=size`` takes the same q."""
+    if s >= m:
+        return lam
+    return max(lam, SAMPLED_PROX_PER_CURVATURE * sampling_variance_factor(s, m) * (hessian_norm + 2.0 * delta_a))
+
+
 def default_prox_weight(problem: Problem, comm: Communicator, key: str,
-                        divisor: float = HETEROGENEITY_DIVISOR) -> float:
-    """δ_A · `prox_per_dissimilarity` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512)."""
+                        divisor: float = HETEROGENEITY_DIVISOR, *, sampler: ClientSampler | None = None) -> float:
+    """δ_A · `prox_per_dissimilarity` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512); with a
+    ``sampler`` that draws s < m clients, raised to `sampled_prox_weight`."""
     delta_a, norm = hessian_dissimilarity(problem, comm, key)
-    return delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
+    lam = delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
+    return lam if sampler is None else sampled_prox_weight(lam, delta_a, norm, sampler.s, sampler.m)
 
 
 #: `SamplingFloor`: a sampled run whose objective has not improved on its best for this many rounds (and for half the

@@ -90,7 +90,8 @@ class SDANE(Federated):
         super().__init__(problem, comm, **kwargs)
         self.adaptive, self.accepted = adaptive, True
         divisor = ACC_HETEROGENEITY_DIVISOR if accelerated else HETEROGENEITY_DIVISOR
-        self.lam = default_prox_weight(problem, comm, "algorithm.lam", divisor) if lam is None else lam
+        self.lam = default_prox_weight(problem, comm, "algorithm.lam", divisor, sampler=self.sampler) \
+            if lam is None else lam
         self.accelerated = accelerated
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.v = self.w.clone()

@@ -335,3 +335,40 @@ def test_scaffold_at_the_cap_names_its_step_and_local_steps():
     assert result.status == "max_rounds"
     assert f"SCAFFOLD moves at most 10 local steps of lr {1 / L_max:.3g} a round" in result.summary["stopped_by"]
     assert "algorithm.local_steps" in result.summary["stopped_by"] and "algorithm.lr" in result.summary["stopped_by"]
+
+
+@pytest.mark.parametrize("m, s", [(6, 1), (6, 2), (6, 3), (6, 6), (5, 4)])
+def test_sampling_variance_factor_is_the_variance_of_a_sampled_mean(m, s):
+    """q = (m − s)/(s(m − 1)): over every s-subset S of m vectors, mean_S ‖mean_{i∈S} z_i − z̄‖² = q mean_i ‖z_i − z̄‖²."""
+    from itertools import combinations
+
+    from dane.baselines.federated import sampling_variance_factor
+
+    z = torch.randn(m, 3, generator=torch.Generator().manual_seed(m + s), dtype=torch.float64)
+    spread = float(((z - z.mean(0)) ** 2).sum(1).mean())
+    subsets = list(combinations(range(m), s))
+    exact = sum(float(((z[list(S)].mean(0) - z.mean(0)) ** 2).sum()) for S in subsets) / len(subsets)
+    assert sampling_variance_factor(s, m) * spread == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("delta_a, norm", [(0.05, 1.0), (0.5, 1.0), (0.9, 1.0)])
+def test_sampled_default_lambda_grows_with_the_sampling_variance(monkeypatch, delta_a, norm):
+    """λ = null under sampling: max(λ_full, 0.5 q (‖H‖ + 2δ_A)), q = (m − s)/(s(m − 1)), for S-DANE, Acc-S-DANE (its λ_full has
+    divisor 4) and FedDANE's μ; at s = m (and null) the full-participation rule, unchanged."""
+    import dane.baselines.federated as federated
+    from dane.baselines.federated import SAMPLED_PROX_PER_CURVATURE
+
+    monkeypatch.setattr(federated, "hessian_dissimilarity", lambda problem, comm, key: (delta_a, norm))
+    shard, m = ridge_shards(1, SMALL)[0], 10
+    r2 = (delta_a / norm) ** 2
+    for config, divisor, knob in [(SDANEConfig, 16, "lam"), (AccSDANEConfig, 4, "lam"), (FedDANEConfig, 16, "mu")]:
+        full = delta_a * max(1 / 512, r2 / divisor)
+        for s in (None, m):
+            assert getattr(config(clients_per_round=s).build(shard, FakeComm(0, m)), knob) == full
+        for s in (1, 2, 5, 9):
+            q = (m - s) / (s * (m - 1))
+            expected = max(full, SAMPLED_PROX_PER_CURVATURE * q * (norm + 2 * delta_a))
+            assert getattr(config(clients_per_round=s).build(shard, FakeComm(0, m)), knob) == pytest.approx(
+                expected, rel=1e-15)
+    assert SDANEConfig(clients_per_round=1).build(shard, FakeComm(0, m)).lam == pytest.approx(
+        SAMPLED_PROX_PER_CURVATURE * (norm + 2 * delta_a), rel=1e-15)  # q = 1
