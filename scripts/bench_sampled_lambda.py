@@ -51,18 +51,19 @@ def run(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: f
 
 
 def cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
-    old = run("sdane", table, m, shard, m, 1, None)["lam"]  # the full-participation default (δ_A rule)
+    old = run("sdane", table, m, shard, m, 1, None)["lam"]  # the full-participation defaults (δ_A rules)
+    old_acc = run("acc_sdane", table, m, shard, m, 1, None)["lam"]
     default = run("sdane", table, m, shard, s, rounds, None)
     rows = [dict(default, role="default"), dict(run("sdane", table, m, shard, s, rounds, old), role="old_default")]
     rows += [dict(run("sdane", table, m, shard, s, rounds, f * default["lam"]), role=f"default x {f:g}") for f in GRID]
     rows += [dict(run("acc_sdane", table, m, shard, s, rounds, None), role="default"),
-             dict(run("acc_sdane", table, m, shard, s, rounds, old), role="old_default")]
+             dict(run("acc_sdane", table, m, shard, s, rounds, old_acc), role="old_default")]
     key = f"{target:g}"
     reached = [r["first_round_at"][key] for r in rows if r["method"] == "sdane" and r["first_round_at"][key] is not None]
     best = min(reached) if reached else None
     mine = default["first_round_at"][key]
     return {"table": table, "m": m, "sharding": shard, "alpha": 0.5 if shard == "dirichlet" else None, "s": s,
-            "old_default_lam": old, "default_lam": default["lam"], "target": target, "rows": rows,
+            "old_default_lam": old, "acc_old_default_lam": old_acc, "default_lam": default["lam"], "target": target, "rows": rows,
             "summary": {"default_rounds_to_target": mine, "grid_best_rounds_to_target": best,
                         "ratio": None if mine is None or best is None else mine / best,
                         "default_floor": default["best_rel"],
