@@ -144,6 +144,7 @@ class StackedClients:
         for part in parts:
             part.sort_indices()
         self.X = X = scipy.sparse.vstack(parts, format="csr")
+        self._at: tuple[np.ndarray, torch.Tensor, np.ndarray] | None = None  # `margins_gradients`' last point
         self.y = torch.cat([s.y.detach().to(torch.float64) for s in shards]).numpy()
         sizes = np.array([p.shape[0] for p in parts])
         self.start = np.concatenate([[0], np.cumsum(sizes)])
@@ -196,9 +197,10 @@ class StackedClients:
                            ) -> tuple[np.ndarray, np.ndarray]:
         """(∇O_c(x) stacked (s, d), compact ∇²O_c(x) stacked (s, S)) for ``clients`` (None: all m, in order)."""
         if clients is None:
-            zt, yt = torch.from_numpy(self.X @ x), torch.from_numpy(self.y)
-            grads = (self.B_T @ self.loss.dz(zt, yt).numpy()).reshape(self.m, self.d)
-            hess = (self.P @ self.loss.hess(zt, yt, torch.ones_like(zt)).numpy()).reshape(self.m, self.S)
+            zt, data_grads = self.margins_gradients(x)
+            grads = data_grads.copy()
+            hess = (self.P @ self.loss.hess(zt, torch.from_numpy(self.y), torch.ones_like(zt)).numpy()
+                    ).reshape(self.m, self.S)
             clients = slice(None)
         else:  # FedNL-PP: s of the m clients, each from its own rows
             grads = np.empty((len(clients), self.d))
@@ -212,6 +214,16 @@ class StackedClients:
         diag = self.diag_slots[clients]
         hess[np.arange(len(diag))[:, None], diag] += self.l2
         return grads, hess
+
+    def margins_gradients(self, x: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        """(z = X x, every client's data gradient B_cᵀ f'(z_c), (m, d), without λx), kept for the last x: a round's
+        oracles and its record's metrics (`baselines.fednl_problem.StackedShards.evaluate`) read the same point, so
+        the rows are passed once for both.  Read-only: a caller that changes them copies."""
+        if self._at is None or not np.array_equal(self._at[0], x):
+            zt = torch.from_numpy(self.X @ x)
+            grads = (self.B_T @ self.loss.dz(zt, torch.from_numpy(self.y)).numpy()).reshape(self.m, self.d)
+            self._at = (x.copy(), zt, grads)
+        return self._at[1], self._at[2]
 
     def block(self, c: int) -> tuple:
         """Client c's rows of the gradient and Hessian operators with its own rows as columns, its rows X_c and
