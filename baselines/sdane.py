@@ -13,7 +13,9 @@ with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: th
 λ = ``lam``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) of the local Hessians at w_0 measured before
 round 0 (`baselines.federated.default_prox_weight`; the theory's λ = δ_A is a worst case, see there).  Acc-S-DANE's
 null is δ_A·max(1/512, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`): its extrapolation is less forgiving of a small λ
-than S-DANE's step.
+than S-DANE's step.  Under client sampling (s < m) the null is at least 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1))
+(`baselines.federated.sampled_prox_weight`: the floor a sampled run stalls at falls as 1/λ, as the paper's λ under
+partial participation grows with the sampling variance).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at
 the start).  With one client and an exact solve, S-DANE is the proximal point method v ← prox_{O/λ}(v)
@@ -42,8 +44,8 @@ curvature at least δ, it needs fewer rounds than either (``scripts/bench_federa
 G = λ(v − x), and the v-update returns v = x: S-DANE is then DANE (FedDANE with η = 1, μ = λ, solving on its
 gradient's clients) round for round; its gain is the milder accuracy test.  Under client sampling both have a
 floor (the sampled gradient is not zero at the optimum) and a sampled run ends with status ``sampling_floor``
-once its objective stops improving (`baselines.federated.SamplingFloor`); on phishing over 100 Dirichlet
-clients (α = 0.5, 10 a round) the defaults climbed from there and diverged.
+once its objective stops improving (`baselines.federated.SamplingFloor`); the floor falls as 1/λ, hence the larger
+sampled default (above; its side-by-side run against a λ grid: results/bench_runs/sampled_lambda.json).
 
 The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 = v_0).
 Departure from the paper: the accuracy test is per client (the paper's sums over S, which the
