@@ -87,9 +87,11 @@ def sampling_variance_factor(s: int, m: int) -> float:
     return (m - s) / (s * (m - 1)) if m > 1 else 0.0
 
 
-def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int, m: int) -> float:
-    r"""The default proximal weight under client sampling: max(λ, `SAMPLED_PROX_PER_CURVATURE` · q · (‖H‖ + 2δ_A)),
+def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int, m: int,
+                        per_curvature: float = SAMPLED_PROX_PER_CURVATURE) -> float:
+    r"""The default proximal weight under client sampling: max(λ, ``per_curvature`` · q · (‖H‖ + 2δ_A)),
     q = `sampling_variance_factor`; λ itself at s = m (full participation keeps its iterates bit for bit).
+    ``per_curvature``: `SAMPLED_PROX_PER_CURVATURE` (Acc-S-DANE's is its own, `baselines.sdane`).
 
     Why λ grows with q.  With exact solves a sampled round of S-DANE / FedDANE near w* is, to first order,
     w⁺ − w* = (H + λI)⁻¹(λ(w − w*) − ξ), ξ = mean_S ∇O_i(w*), E ξ = 0, E‖ξ‖² = q ζ², ζ² = mean_i ‖∇O_i(w*)‖².  Along an
@@ -106,16 +108,17 @@ def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int,
     JSON results/bench_runs/sampled_lambda.json.  ``sampling=size`` takes the same q."""
     if s >= m:
         return lam
-    return max(lam, SAMPLED_PROX_PER_CURVATURE * sampling_variance_factor(s, m) * (hessian_norm + 2.0 * delta_a))
+    return max(lam, per_curvature * sampling_variance_factor(s, m) * (hessian_norm + 2.0 * delta_a))
 
 
 def default_prox_weight(problem: Problem, comm: Communicator, key: str,
-                        divisor: float = HETEROGENEITY_DIVISOR, *, sampler: ClientSampler | None = None) -> float:
+                        divisor: float = HETEROGENEITY_DIVISOR, *, sampler: ClientSampler | None = None,
+                        per_curvature: float = SAMPLED_PROX_PER_CURVATURE) -> float:
     """δ_A · `prox_per_dissimilarity` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512); with a
-    ``sampler`` that draws s < m clients, raised to `sampled_prox_weight`."""
+    ``sampler`` that draws s < m clients, raised to `sampled_prox_weight` (with ``per_curvature``)."""
     delta_a, norm = hessian_dissimilarity(problem, comm, key)
     lam = delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
-    return lam if sampler is None else sampled_prox_weight(lam, delta_a, norm, sampler.s, sampler.m)
+    return lam if sampler is None else sampled_prox_weight(lam, delta_a, norm, sampler.s, sampler.m, per_curvature)
 
 
 #: `SamplingFloor`: a sampled run whose objective has not improved on its best for this many rounds (and for half the

@@ -14,6 +14,7 @@ with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: th
 round 0 (`baselines.federated.default_prox_weight`; the theory's λ = δ_A is a worst case, see there).  Acc-S-DANE's
 null is δ_A·max(1/512, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`): its extrapolation is less forgiving of a small λ
 than S-DANE's step.  Under client sampling (s < m) the null is at least 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1))
+(Acc-S-DANE: 1.0·q·(‖H‖ + 2δ_A), `ACC_SAMPLED_PROX_PER_CURVATURE`)
 (`baselines.federated.sampled_prox_weight`: the floor a sampled run stalls at falls as 1/λ, as the paper's λ under
 partial participation grows with the sampling variance).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
@@ -67,7 +68,8 @@ from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import HETEROGENEITY_DIVISOR, Federated, LocalSolveKeys, default_prox_weight
+from .federated import (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Federated, LocalSolveKeys,
+                        default_prox_weight)
 
 RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
 #: Acc-S-DANE's default λ is at least δ_A (δ_A/‖H‖)² / this (S-DANE's rule has 16, `baselines.federated`).  At S-DANE's
@@ -75,6 +77,10 @@ RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails
 #: converged at δ_A/8 (``make bench``'s ``federated`` sections); on the defaults families (δ_A/‖H‖ ≤ 0.45) it is
 #: the floor or this term (scripts/bench_defaults.py measures both).
 ACC_HETEROGENEITY_DIVISOR = 4
+#: Acc-S-DANE's sampled default λ is at least this times q·(‖H‖ + 2δ_A) (S-DANE's: `baselines.federated`'s 0.5): its
+#: extrapolation carries more of the sampled gradient's noise, and at S-DANE's factor its floor stayed above
+#: S-DANE's on label-skewed shards (results/bench_runs/sampled_lambda_acc.json beside sampled_lambda.json).
+ACC_SAMPLED_PROX_PER_CURVATURE = 1.0
 
 
 def extrapolation(lam: float, A: float, B: float) -> float:
@@ -91,9 +97,10 @@ class SDANE(Federated):
                  accelerated: bool = False, adaptive: bool = False, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.adaptive, self.accepted = adaptive, True
-        divisor = ACC_HETEROGENEITY_DIVISOR if accelerated else HETEROGENEITY_DIVISOR
-        self.lam = default_prox_weight(problem, comm, "algorithm.lam", divisor, sampler=self.sampler) \
-            if lam is None else lam
+        divisor, per_curvature = ((ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE) if accelerated
+                                  else (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE))
+        self.lam = default_prox_weight(problem, comm, "algorithm.lam", divisor, sampler=self.sampler,
+                                       per_curvature=per_curvature) if lam is None else lam
         self.accelerated = accelerated
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.v = self.w.clone()

@@ -10,6 +10,7 @@ and the first round at or below each target; ``summary`` compares the default's 
 grid's fewest.
 
     .venv/bin/python scripts/bench_sampled_lambda.py --out results/bench_runs/sampled_lambda.json
+    .venv/bin/python scripts/bench_sampled_lambda.py --acc --out results/bench_runs/sampled_lambda_acc.json
 """
 from __future__ import annotations
 
@@ -70,6 +71,23 @@ def cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> 
                         "old_default_floor": rows[1]["best_rel"]}}
 
 
+def acc_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
+    """``--acc``: Acc-S-DANE alone at its default, its full-participation default and the default times 1/2 and 2."""
+    old = run("acc_sdane", table, m, shard, m, 1, None)["lam"]
+    default = run("acc_sdane", table, m, shard, s, rounds, None)
+    rows = [dict(default, role="default"), dict(run("acc_sdane", table, m, shard, s, rounds, old), role="old_default")]
+    rows += [dict(run("acc_sdane", table, m, shard, s, rounds, f * default["lam"]), role=f"default x {f:g}")
+             for f in (0.5, 2.0)]
+    key = f"{target:g}"
+    reached = [r["first_round_at"][key] for r in rows if r["first_round_at"][key] is not None]
+    return {"table": table, "m": m, "sharding": shard, "alpha": 0.5 if shard == "dirichlet" else None, "s": s,
+            "old_default_lam": old, "default_lam": default["lam"], "target": target, "rows": rows,
+            "summary": {"default_rounds_to_target": default["first_round_at"][key],
+                        "grid_best_rounds_to_target": min(reached) if reached else None,
+                        "default_floor": default["best_rel"], "old_default_floor": rows[1]["best_rel"],
+                        "grid_best_floor": min(r["best_rel"] for r in rows if r["best_rel"] is not None)}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", nargs="+", default=["phishing", "a9a"])
@@ -79,12 +97,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--target", type=float, default=1e-3, help="relative suboptimality of the rounds-to-target")
     parser.add_argument("--out", default="results/bench_runs/sampled_lambda.json")
+    parser.add_argument("--acc", action="store_true", help="Acc-S-DANE alone, on its own small grid (acc_cell)")
     args = parser.parse_args()
     s = max(1, round(args.fraction * args.workers))
     cells = []
     for table in args.tables:
         for shard in args.shardings:
-            cells.append(cell(table, args.workers, shard, s, args.rounds, args.target))
+            cells.append((acc_cell if args.acc else cell)(table, args.workers, shard, s, args.rounds, args.target))
             print(json.dumps({k: cells[-1][k] for k in ("table", "sharding", "default_lam", "old_default_lam",
                                                          "summary")}), flush=True)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)

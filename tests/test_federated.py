@@ -353,22 +353,24 @@ def test_sampling_variance_factor_is_the_variance_of_a_sampled_mean(m, s):
 
 @pytest.mark.parametrize("delta_a, norm", [(0.05, 1.0), (0.5, 1.0), (0.9, 1.0)])
 def test_sampled_default_lambda_grows_with_the_sampling_variance(monkeypatch, delta_a, norm):
-    """λ = null under sampling: max(λ_full, 0.5 q (‖H‖ + 2δ_A)), q = (m − s)/(s(m − 1)), for S-DANE, Acc-S-DANE (its λ_full has
-    divisor 4) and FedDANE's μ; at s = m (and null) the full-participation rule, unchanged."""
+    """λ = null under sampling: max(λ_full, c q (‖H‖ + 2δ_A)), q = (m − s)/(s(m − 1)), c = 0.5 for S-DANE and FedDANE's μ,
+    1.0 for Acc-S-DANE (its λ_full has divisor 4); at s = m (and null) the full-participation rule, unchanged."""
     import dane.baselines.federated as federated
     from dane.baselines.federated import SAMPLED_PROX_PER_CURVATURE
 
     monkeypatch.setattr(federated, "hessian_dissimilarity", lambda problem, comm, key: (delta_a, norm))
     shard, m = ridge_shards(1, SMALL)[0], 10
     r2 = (delta_a / norm) ** 2
-    for config, divisor, knob in [(SDANEConfig, 16, "lam"), (AccSDANEConfig, 4, "lam"), (FedDANEConfig, 16, "mu")]:
+    for config, divisor, knob, c in [(SDANEConfig, 16, "lam", 0.5), (AccSDANEConfig, 4, "lam", 1.0),
+                                     (FedDANEConfig, 16, "mu", 0.5)]:
         full = delta_a * max(1 / 512, r2 / divisor)
         for s in (None, m):
             assert getattr(config(clients_per_round=s).build(shard, FakeComm(0, m)), knob) == full
         for s in (1, 2, 5, 9):
             q = (m - s) / (s * (m - 1))
-            expected = max(full, SAMPLED_PROX_PER_CURVATURE * q * (norm + 2 * delta_a))
+            expected = max(full, c * q * (norm + 2 * delta_a))
             assert getattr(config(clients_per_round=s).build(shard, FakeComm(0, m)), knob) == pytest.approx(
                 expected, rel=1e-15)
+    assert SAMPLED_PROX_PER_CURVATURE == 0.5
     assert SDANEConfig(clients_per_round=1).build(shard, FakeComm(0, m)).lam == pytest.approx(
-        SAMPLED_PROX_PER_CURVATURE * (norm + 2 * delta_a), rel=1e-15)  # q = 1
+        0.5 * (norm + 2 * delta_a), rel=1e-15)  # q = 1
