@@ -1,7 +1,9 @@
 r"""m simulated workers as one stacked computation: the batched communicator (``sim.batched``).
 
-Where the m workers' local computations have the same shape (convex shards of equal size,
-`dane.problems.ProblemConfig.build_stacked`), the simulator runs the algorithm's ordinary
+Where the m workers' local computations can be stacked (convex shards of equal size and
+networks of one architecture, `dane.problems.ProblemConfig.build_stacked`; or a method's own
+stacked form, such as FedNL's clients on sparse, unequal shards,
+`dane.algorithm.AlgorithmConfig.build_stacked`), the simulator runs the algorithm's ordinary
 ``step`` once, on tensors that carry a leading worker axis of length m, instead of m
 threads (`dane.comm.threads`) each on its own shard.  The contract, for an algorithm that
 declares ``batchable = True`` (`dane.algorithm.Algorithm`) and a stacked problem:
