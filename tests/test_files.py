@@ -27,6 +27,7 @@ from dane.data.files import (
     save_npz,
 )
 from dane.layout import CHECKOUT as REPO_ROOT  # tests run in a checkout
+from dane.data.labels import two_class_note
 from dane.errors import ConfigError, DataError
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -357,6 +358,13 @@ def test_check_labels_codes_each_loss():
     for one_class in (0.0, 1.0, -1.0):  # the whole data set: one class is refused
         with pytest.raises(DataError, match=f"t: problem=logreg needs two classes, but every label is {one_class:g}"):
             check_labels(np.full(3, one_class), "logistic", "t", whole=True)
+    # the whole set: any two values, the smaller -1 (LIBSVM's mushrooms {1, 2}, breast-cancer {2, 4}); a part alone cannot tell
+    np.testing.assert_array_equal(check_labels(np.array([2.0, 1.0, 2.0]), "logistic", "t", whole=True), [1.0, -1.0, 1.0])
+    np.testing.assert_array_equal(check_labels(np.array([4.0, 2.0]), "logistic", "t", whole=True), [1.0, -1.0])
+    with pytest.raises(DataError, match="found labels {1, 2}"):
+        check_labels(np.array([1.0, 2.0]), "logistic", "t")
+    assert two_class_note(np.array([2.0, 1.0]), "logistic") == "labels 1 and 2 coded -1 and +1 (the larger value is the positive class)"
+    assert two_class_note(np.array([0.0, 1.0]), "logistic") is None and two_class_note(np.array([1.0, 2.0]), "softmax") is None
     np.testing.assert_array_equal(check_labels(np.array([2.5, -1.0]), "squared", "t"), [2.5, -1.0])
     classes = check_labels(np.array([9.0, 2.0, 5.0, 2.0]), "softmax", "t")
     assert classes.dtype == np.int64 and classes.tolist() == [2, 0, 1, 0]

@@ -25,6 +25,10 @@ def check_labels(
       {-1, +1}. A subset (one class only) is accepted, since one worker's part may hold
       a single class; with ``whole`` (``y`` is the whole data set) it is refused: a logistic
       regression on one class has no minimizer without the penalty and learns nothing with it.
+      With ``whole``, any two distinct values are accepted too, the smaller coded -1 and the
+      larger +1 (scikit-learn's convention): LIBSVM's mushrooms and covtype.binary use {1, 2},
+      breast-cancer {2, 4}; `two_class_note` says so in the run's notes.  A part alone (``whole``
+      false) cannot tell which of two such values is the positive class and is refused.
     - ``softmax``: int64 class indices: the k-th smallest label value becomes k. The
       labels must be integer-valued. ``classes`` (sorted label values) fixes the map;
       give it when ``y`` is one worker's part, because a part missing a class would
@@ -55,6 +59,8 @@ def check_labels(
             return np.where(y == 0.0, -1.0, 1.0)
         if set(values) <= {-1.0, 1.0}:
             return y.copy()
+        if whole and values.size == 2:
+            return np.where(y == values[0], -1.0, 1.0)
         raise DataError(
             f"{source_name}: problem=logreg needs two classes labelled 0/1 or -1/+1, found labels "
             f"{_show(values)}; use problem=softmax for more classes or map the labels"
@@ -74,6 +80,16 @@ def check_labels(
             "pass every class value in classes"
         )
     return np.searchsorted(classes, y).astype(np.int64)
+
+
+def two_class_note(y: np.ndarray, loss: str) -> str | None:
+    """The note a run keeps when `check_labels` recoded two labels other than 0/1 or -1/+1 (``y`` as read)."""
+    if loss != "logistic":
+        return None
+    values = np.unique(np.asarray(y, dtype=np.float64))
+    if values.size != 2 or set(values) <= {0.0, 1.0} or set(values) <= {-1.0, 1.0}:
+        return None
+    return f"labels {values[0]:g} and {values[1]:g} coded -1 and +1 (the larger value is the positive class)"
 
 
 def _show(values: np.ndarray) -> str:

@@ -130,12 +130,15 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
     # ------------------------------------------------------------------ full data, labels, optimum
     def table(self):
         """The whole data set, labels checked for the loss (cached per process)."""
-        from ..data.labels import check_labels
+        from ..data.labels import check_labels, two_class_note
 
         key = repr(self.source)
         if key not in _TABLES:
             table = self.source.load()
+            note = two_class_note(table.y, self.loss)
             table.y = check_labels(table.y, self.loss, table.name, whole=True)  # all rows: one class is refused
+            if note is not None:
+                table.notes.append(note)
             if self.fit_intercept:
                 table.X = add_intercept(table.X)
             if self.standardize_target:
