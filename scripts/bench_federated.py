@@ -28,8 +28,12 @@ at defaults / best rounds, and ``best_per_target`` the same for every target.  �
 dissimilarity of the shards (`dane.similarity`), which the report holds with δ = max_i ‖H_i − H‖₂ and
 ‖H‖ at w_0 = 0.  Methods without client sampling (Scaffnew, GD, DANE) run at s = m only.
 
-The quadratic's grid holds the theory's λ = δ_A (``lam_per_delta: 1``), where the papers' ranking (Acc-S-DANE in
-fewer rounds than S-DANE) is stated, beside the defaults' far smaller λ.
+The quadratic's grids (`QUADRATIC_GRIDS`) hold the theory's λ = δ_A (``lam_per_delta: 1``), where the papers'
+ranking (Acc-S-DANE in fewer rounds than S-DANE) is stated, down to S-DANE's full-participation default δ_A/512, and
+DANE's μ (unsafeguarded) on the same multiples of δ_A and at 0: with exact local solves and every client in each
+round S-DANE is DANE with η = 1 and μ = λ round for round (baselines/sdane.py), so "S-DANE in no more rounds than
+DANE" is a statement at equal prox weight, not against DANE's default μ = 0.  Each run records the prox weight it
+started with (``prox_weight``: a null default's resolved λ or μ).
 
 ``--defaults-only`` skips the grids (the table's parentheses are then the default's own numbers).
 ``--repeats k`` reruns each default k times: rounds and bytes are deterministic, the simulated time
@@ -74,6 +78,14 @@ SETTINGS = {"hard": {"dataset": "phishing", "workers": 100, "clients": [100, 10]
             "quadratic": {"dataset": "quadratic", "workers": 5, "clients": [5], "alpha": None, "iid": True,
                           "key": f"{KEY}_quadratic", "caps": [200, 200], "lam": 1e-6, "delta": 0.1}}
 QUADRATIC_METHODS = ("dane", "sdane", "acc_sdane")
+#: the quadratic's prox weights, multiples of δ_A: the theory's λ = δ_A down to S-DANE's full-participation default
+#: floor δ_A/512; DANE's μ runs on the same multiples (and at 0), so that the three compare at equal prox weight
+QUADRATIC_PROX = (1.0, 1 / 8, 1 / 32, 1 / 512)
+QUADRATIC_GRIDS = {"dane": [{"safeguard": False, "mu": 0.0},
+                            *({"safeguard": False, "mu_per_delta": c} for c in QUADRATIC_PROX)],
+                   "sdane": [{"lam_per_delta": c} for c in QUADRATIC_PROX],
+                   "acc_sdane": [{"lam_per_delta": c} for c in QUADRATIC_PROX]}
+SETTINGS["quadratic"]["grids_of"] = QUADRATIC_GRIDS
 TARGETS = (1e-4, 1e-8)
 SECOND_ORDER_CAP, FIRST_ORDER_CAP = 30, 100
 #: method -> (algorithm, samples clients, round cap, grid; a key ending in _per_delta is that multiple of δ_A)
@@ -204,7 +216,16 @@ def run_setting(config, method: str, settings: dict, s: int, args, delta_a: floa
         return {"settings": settings, "status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
                 "targets": {}, "wall_s": round(time.perf_counter() - start, 2)}
     return {"settings": settings, "keys": keys, "status": result.status, "round_cap": cap,
-            **at_targets(result.records), "wall_s": round(time.perf_counter() - start, 2)}
+            "prox_weight": prox_weight(result.records), **at_targets(result.records),
+            "wall_s": round(time.perf_counter() - start, 2)}
+
+
+def prox_weight(records: list[dict]) -> float | None:
+    """The proximal weight the run started with (round 0's λ of S-DANE, μ of DANE and FedDANE): a null default's
+    resolved value; None for a method that records none."""
+    first = records[0] if records else {}
+    value = first.get("lam", first.get("mu"))
+    return None if value is None else float(value)
 
 
 def rounds_to(run: dict, target: float = TARGETS[-1]) -> int | None:
@@ -296,6 +317,11 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+def grid_of(args, method: str) -> list[dict]:
+    """The method's grid in this setting: the setting's own (``grids_of``, the quadratic's) or `METHODS`'."""
+    return (getattr(args, "grids_of", None) or {}).get(method, METHODS[method][3])
+
+
 def run(args) -> dict:
     """One setting's rows, merged into ``args.out`` under ``args.key``."""
     if args.iid:
@@ -317,8 +343,8 @@ def run(args) -> dict:
               "seed": args.seed, "targets": [f"{t:g}" for t in TARGETS],
               "target": "relative suboptimality (O(w) - O*) / |O*|, O* from optimum=auto",
               "round_caps": {"newton_type": args.caps[0], "first_order": args.caps[1]}, "grids": not args.defaults_only,
-              "methods": {m: {"algorithm": a, "samples_clients": sc, "round_cap": c, "grid": g}
-                          for m, (a, sc, c, g) in METHODS.items() if m in methods},
+              "methods": {m: {"algorithm": a, "samples_clients": sc, "round_cap": c, "grid": grid_of(args, m)}
+                          for m, (a, sc, c, _) in METHODS.items() if m in methods},
               "rows": {}}
     earlier = read_bench(path).get(args.key, {})
     with tempfile.TemporaryDirectory() as tmp:
@@ -329,7 +355,8 @@ def run(args) -> dict:
             f"delta {report['similarity']['delta']:.3g}, ||H|| {report['similarity']['hessian_norm']:.3g}")
         for s in args.clients:
             for method in methods:
-                algorithm, samples, cap, grid = METHODS[method]
+                algorithm, samples, _, _ = METHODS[method]
+                grid = grid_of(args, method)
                 key = f"s={s}/{method}"
                 if not samples and s < args.workers:
                     report["rows"][key] = {"skipped": f"{algorithm} has no client sampling; run at s=m only"}
