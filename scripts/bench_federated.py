@@ -214,7 +214,7 @@ def run_setting(config, method: str, settings: dict, s: int, args, delta_a: floa
         result = fit(config, algorithm, workers=args.workers, rounds=cap, tol=TARGETS[-1], seed=args.seed, **keys)
     except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result; the grid goes on
         return {"settings": settings, "status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
-                "targets": {}, "wall_s": round(time.perf_counter() - start, 2)}
+                "targets": {}, "best_rel_suboptimality": None, "wall_s": round(time.perf_counter() - start, 2)}
     return {"settings": settings, "keys": keys, "status": result.status, "round_cap": cap,
             "prox_weight": prox_weight(result.records), **at_targets(result.records),
             "wall_s": round(time.perf_counter() - start, 2)}
@@ -317,6 +317,22 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+def with_earlier(report: dict, earlier: dict, args) -> dict:
+    """With ``--only``, this run's rows over the section's earlier ones (a row of both: this run's), in the order
+    of s, then of `METHODS`; the header names each run's start (federated_table).  Else the report itself."""
+    if not (earlier and args.only):
+        return report
+    clients = list(dict.fromkeys([*earlier.get("clients", []), *report["clients"]]))
+    rows = {**earlier.get("rows", {}), **report["rows"]}
+
+    def order(key: str) -> tuple:
+        s, method = key.removeprefix("s=").split("/", 1)
+        return (clients.index(int(s)) if int(s) in clients else len(clients), list(METHODS).index(method))
+
+    return {**report, "clients": clients, "rows": {k: rows[k] for k in sorted(rows, key=order)},
+            "runs": [*earlier.get("runs", [run_stamp(earlier)]), run_stamp(report)]}
+
+
 def grid_of(args, method: str) -> list[dict]:
     """The method's grid in this setting: the setting's own (``grids_of``, the quadratic's) or `METHODS`'."""
     return (getattr(args, "grids_of", None) or {}).get(method, METHODS[method][3])
@@ -372,13 +388,12 @@ def run(args) -> dict:
                     f"{default['best_rel_suboptimality']}); best {best and best['rounds']} {best and best['settings']}"
                     f"; {sum(r['wall_s'] for r in [default, *runs]):.0f} s")
                 report["load_avg_now"] = [round(x, 2) for x in os.getloadavg()]
-                merge_section(path, args.key, report)  # after each row: an interrupted run keeps what it measured
+                # after each row: an interrupted run keeps what it measured (and, with --only, the earlier rows)
+                merge_section(path, args.key, with_earlier(report, earlier, args))
         config.release()
     report["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     report["wall_s"] = round(time.perf_counter() - start, 1)
-    if earlier and args.only:  # the rows of several runs: the header names each run's start (federated_table)
-        report["rows"] = {**earlier.get("rows", {}), **report["rows"]}
-        report["runs"] = [*earlier.get("runs", [run_stamp(earlier)]), run_stamp(report)]
+    report = with_earlier(report, earlier, args)
     merge_section(path, args.key, report)
     log(f"done -> {path}")
     return report

@@ -210,6 +210,21 @@ def test_the_settings_fill_what_the_command_line_leaves_out(tmp_path, monkeypatc
     assert (hard.key, hard.workers, hard.alpha, hard.caps) == ("federated", 100, 0.5, [30, 100])
 
 
+def test_a_rerun_of_some_rows_keeps_the_others_in_order():
+    """``--only`` with ``--clients 10`` over a section of s = 100 and 10: the earlier rows stay, a row of both runs is
+    the new one, s keeps both values and rows the order of s then of METHODS, and both runs' starts are named."""
+    bench = load_script()
+    earlier = {"started_at": "A", "machine": {"load_avg": [1]}, "clients": [100, 10],
+               "rows": {"s=100/gd": 1, "s=10/sdane": 2, "s=10/fedavg": 3}}
+    new = {"started_at": "B", "machine": {"load_avg": [2]}, "clients": [10], "rows": {"s=10/fedavg": 4, "s=10/fedprox": 5}}
+    args = bench.argparse.Namespace(only=["fedavg", "fedprox"])
+    merged = bench.with_earlier(new, earlier, args)
+    assert merged["clients"] == [100, 10]
+    assert list(merged["rows"].items()) == [("s=100/gd", 1), ("s=10/sdane", 2), ("s=10/fedprox", 5), ("s=10/fedavg", 4)]
+    assert merged["runs"] == [{"started_at": "A", "load_avg": [1]}, {"started_at": "B", "load_avg": [2]}]
+    assert bench.with_earlier(new, earlier, bench.argparse.Namespace(only=None)) is new
+
+
 @pytest.mark.slow
 def test_the_quick_run_holds_its_arithmetic(tmp_path):
     bench = load_script()
