@@ -142,12 +142,29 @@ def render(report: dict, sources: list[str] = ()) -> str:
                   f" | uplink MB to {targets[-1]} | best rel. suboptimality | default ended | best setting |",
                   "|---|" + "---|" * (len(targets) + 4)]
         lines += [method_row(row, targets) for row in rows]
-    skipped = sorted({key.split("/", 1)[1] for key, row in report["rows"].items() if "skipped" in row})
+    skipped = sorted({key.split("/", 1)[1] for key, row in report["rows"].items() if "skipped" in row} |
+                     {m for m, spec in report.get("methods", {}).items() if not spec.get("samples_clients", True)
+                      and any(s < report["workers"] for s in report["clients"])})
     if skipped:
         lines += ["", f"At s < m: {', '.join(LABELS.get(m, m) for m in skipped)} not run (no client sampling)."]
+    lines += missing_rows(report)
     if report["dataset"] == "quadratic" and report.get("grids") is not False:
         lines += ["", *prox_table(report)]
     return "\n".join(lines)
+
+
+def missing_rows(report: dict) -> list[str]:
+    """A line per s naming the methods of the run (``methods``) with no row there (a run stopped, or a row that
+    failed and was not rerun), and the command that adds them."""
+    lines = []
+    for s in report["clients"]:
+        absent = [m for m, spec in report.get("methods", {}).items() if f"s={s}/{m}" not in report["rows"]
+                  and (spec.get("samples_clients", True) or s == report["workers"])]
+        if absent:
+            lines += ["", f"Not in this JSON at s = {s}: {', '.join(LABELS.get(m, m) for m in absent)} (scripts/"
+                          f"bench_federated.py --setting {report.get('setting') or 'hard'} --clients {s} --only "
+                          f"{' '.join(absent)} adds them)."]
+    return lines
 
 
 #: the quadratic's methods, in the prox-weight table's column order

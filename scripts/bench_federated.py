@@ -330,6 +330,7 @@ def with_earlier(report: dict, earlier: dict, args) -> dict:
         return (clients.index(int(s)) if int(s) in clients else len(clients), list(METHODS).index(method))
 
     return {**report, "clients": clients, "rows": {k: rows[k] for k in sorted(rows, key=order)},
+            "methods": {**earlier.get("methods", {}), **report.get("methods", {})},
             "runs": [*earlier.get("runs", [run_stamp(earlier)]), run_stamp(report)]}
 
 

@@ -80,6 +80,13 @@ def test_the_table_shows_defaults_beside_the_best_setting():
     assert "| GD | 9 (8) | — (—) | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" in text
     assert "delta = 1.50e+00, delta_A = 5.00e-01, ||H|| = 2.50e-01" in text
     assert "**s = 2 of 4" not in text and "At s < m: GD not run (no client sampling)." in text
+    assert "Not in this JSON" not in text  # no methods listed: nothing to miss
+    methods = {"scaffold": {"samples_clients": True}, "gd": {"samples_clients": False}}
+    text = render(report(rows, methods=methods, setting="mild"))
+    assert "Not in this JSON at s = 2: SCAFFOLD (scripts/bench_federated.py --setting mild --clients 2 --only " \
+           "scaffold adds them)." in text and "at s = 4" not in text
+    del rows["s=2/gd"]  # a method without client sampling is named as such at s < m from the run's methods alone
+    assert "At s < m: GD not run (no client sampling)." in render(report(rows, methods=methods))
 
 
 @pytest.mark.parametrize("section", ["federated", "federated_mild", "federated_quadratic"])
@@ -222,6 +229,8 @@ def test_a_rerun_of_some_rows_keeps_the_others_in_order():
     assert merged["clients"] == [100, 10]
     assert list(merged["rows"].items()) == [("s=100/gd", 1), ("s=10/sdane", 2), ("s=10/fedprox", 5), ("s=10/fedavg", 4)]
     assert merged["runs"] == [{"started_at": "A", "load_avg": [1]}, {"started_at": "B", "load_avg": [2]}]
+    earlier["methods"], new["methods"] = {"gd": 1, "fedavg": 2}, {"fedavg": 3, "fedprox": 4}
+    assert bench.with_earlier(new, earlier, args)["methods"] == {"gd": 1, "fedavg": 3, "fedprox": 4}
     assert bench.with_earlier(new, earlier, bench.argparse.Namespace(only=None)) is new
 
 
