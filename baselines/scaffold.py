@@ -20,14 +20,26 @@ public implementations run it (so that iterates compare with theirs at the defau
 option I takes the local gradient at the server's w_t, "an additional pass over the local data", option II
 reuses the K steps' gradients (their mean), which is cheaper with minibatches; option I "can be more stable".
 Here local gradients are full, the first local step's is ∇O_i(w_t), and option I (``option=1``) costs nothing.
-Under full participation it makes the local steps gradient steps on DANE's local problem
-O_i(y) − ⟨∇O_i(w_{t−1}) − ∇O(w_{t−1}), y⟩ (control variates one round old).  Option II's c_i⁺ is the mean
-corrected gradient along the path: once the K steps of 1/max_i L_i settle near the corrected local minimizer it
-no longer tracks ∇O_i(w_t), and its rounds grew with K (on scripts/bench_defaults.py's large-targets ridge cells
-about 3.6 K rounds to 1e-8 for K = 3, 10, 30), where option I's fell.  On the label-skewed logistic cells the
-steps do not settle, the two options took the same rounds, and those fell as 1/K: no fixed K is within 2x of a
-grid with three times its local steps there.  The JSON of the side-by-side run is named in docs/federated.md.  K defaults to 10.  A run that ends at the round cap without the target says so in its stop
-line (`diagnosis`), naming ``algorithm.local_steps`` and ``algorithm.lr``.
+Under full participation option I makes the local steps gradient steps on DANE's local problem
+O_i(y) − ⟨∇O_i(w_{t−1}) − ∇O(w_{t−1}), y⟩ (control variates one round old).
+
+*Option II and the local step.*  Option II's c_i⁺ is the mean local gradient along the path,
+c_i⁺ = c_i − c + (w_t − y_i)/(Kη_l).  Once the K steps settle near the corrected local minimizer (where
+∇O_i(y) = c_i − c), what is new about ∇O_i enters c_i only through the bounded displacement w_t − y_i divided
+by Kη_l: the drift correction is learnt about Kη_l L_i times more slowly, and rounds grow with K (option I's
+do not: its c_i⁺ is ∇O_i(w_t) at any K).  Before they settle, each round moves about Kη_l.  So option II
+takes the fewest rounds where Kη_l is about the inverse curvature of O_i near the optimum, which
+η_l = 1/max_i L_i (measured at w_0) does not know: on ridge (constant curvature) ten such steps are past it,
+and a smaller η_l or K takes fewer rounds; on label-skewed logistic shards (curvature near the optimum far
+below its value at w_0 = 0) they fall short, and a larger η_l, η_g or K takes fewer.  No rule measured did
+well on both: η_l = c/max_i L_i, a larger η_g with a smaller η_l, or η_l = 1/(K max_i L_i) (the paper's
+theory scales η_l as 1/K; about one gradient step a round).  So the default stays the one the paper's
+experiments run, and it misses "within 2x of its own grid's best" on some of scripts/bench_defaults.py's
+cells (its ``scaffold`` rows, the grid at the default's K; the rows ``scaffold_option1``, ``scaffold_k3``
+and ``scaffold_k30`` beside it; the table in docs/benchmarks.md).  On quadratics set ``lr`` below
+1/max_i L_i, or ``option=1``, whose c_i⁺ does not depend on the path.  K defaults to 10.  A run that ends at
+the round cap without the target says so in its stop line (`diagnosis`), naming ``algorithm.local_steps`` and
+``algorithm.lr``.
 
 Departure from the paper: full local gradients (the paper's analysis allows minibatches).
 """
@@ -73,7 +85,7 @@ class Scaffold(Federated):
         (mean_dy, mean_dc), reduced = self.average(members, [delta_y, delta_c], self.payload(w), down=[w, self.c])
         self.w = w + self.server_lr * mean_dy                              # server step
         self.c = self.c + (len(members) / self.comm.size) * mean_dc         # c += (|S|/m) mean_S Δc_i
-        return self.record(reduced, members)
+        return {**self.record(reduced, members), "lr": lr}                 # η_l: what lr null chose
 
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap: K local steps of η_l a round are the knobs to turn (module docstring)."""

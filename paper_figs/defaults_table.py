@@ -25,9 +25,11 @@ BEGIN, END = "<!-- defaults-table:begin -->", "<!-- defaults-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
 FEDERATED_BEGIN, FEDERATED_END = "<!-- defaults-federated-table:begin -->", "<!-- defaults-federated-table:end -->"
 #: the federated DANE line's methods (issue 33), whose tables have their own block
-FEDERATED = ("sdane", "acc_sdane", "feddane", "fedred", "fedprox", "fedavg", "scaffold", "scaffnew")
+FEDERATED = ("sdane", "acc_sdane", "feddane", "fedred", "fedprox", "fedavg", "scaffold", "scaffnew",
+             "scaffold_option1", "scaffold_k3", "scaffold_k30")
 LABELS = {"sdane": "S-DANE", "acc_sdane": "Acc-S-DANE", "feddane": "FedDANE", "fedred": "FedRed", "fedprox": "FedProx",
           "fedavg": "FedAvg", "scaffold": "SCAFFOLD", "scaffnew": "Scaffnew",
+          "scaffold_option1": "SCAFFOLD opt. I", "scaffold_k3": "SCAFFOLD K=3", "scaffold_k30": "SCAFFOLD K=30",
           "dane": "DANE (safeguarded)", "dane_mu0": "DANE μ=0", "inexact_dane": "InexactDANE", "aide": "AIDE",
           "giant": "GIANT", "disco": "DiSCO", "admm": "ADMM", "gd": "GD"}
 

@@ -24,8 +24,21 @@ reruns one method and keeps the others' numbers from ``--out`` (``--families``, 
 The federated DANE line (issue 33) runs on the same cells under full participation.  Its grids are
 small and around each default: the proximal weight of S-DANE, Acc-S-DANE, FedDANE and FedRed as
 multiples (`PROX_MULTIPLES`) of the value the default measured (``lam_times_default``: the default
-run's first record holds it), FedProx's μ (the paper's grid), FedAvg's and SCAFFOLD's local steps
-and SCAFFOLD's step, Scaffnew's p and step.  FedProx and FedAvg (`FLOORED`) converge to a point
+run's first record holds it), FedProx's μ (the paper's grid), FedAvg's local step, SCAFFOLD's local
+and server steps (`SCAFFOLD_GRID`), Scaffnew's p and step.
+
+*A grid holds the local work per round fixed.*  The cost counted is allreduces, and local steps are
+free in it: on the label-skewed logistic cells SCAFFOLD's rounds fall about as 1/K (the
+``scaffold_k3`` and ``scaffold_k30`` rows beside ``scaffold``), so a grid with K = 30 beside a
+default of K = 10 measures three times the local compute, not a better tuning, and no fixed K can be
+within 2x of it.  K is a
+local-compute budget, as FedAvg's, FedProx's and FedRed's steps per round are: SCAFFOLD's grid tunes
+η_l (in units of the default's 1/max_i L_i) and η_g at the default's K = 10, and the other local
+budgets are rows of their own, each against the same knobs at its own K (``scaffold_k3``,
+``scaffold_k30``).  Option I, a different control variate from the paper's option II that the
+issue names, is a row of its own too (``scaffold_option1``, as ``dane_mu0`` is beside ``dane``).
+Scaffnew is the exception: its p is both its one knob and its expected local steps 1/p, and its
+grid varies it as the paper tunes it.  FedProx and FedAvg (`FLOORED`) converge to a point
 that is not the optimum on differing shards: their goal is to reach the target or to end early at
 that floor with their one-line diagnosis (status ``client_drift``, `baselines.fedprox`), not to
 run to the cap; they are not judged by "within 2x".
@@ -55,6 +68,8 @@ MU_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0)
 LAMS = (1e-3, 1e-5)
 PROX_MULTIPLES = (0.25, 0.5, 2.0, 8.0, 32.0)  # grid of the DANE line's proximal weight, in units of its default
 WORKERS = (4, 8)
+#: SCAFFOLD's tuned knobs at a fixed local work per round (its K): η_l as multiples of the default's, and η_g
+SCAFFOLD_GRID = [{"lr_times_default": c} for c in (0.25, 0.5, 2.0)] + [{"server_lr": g} for g in (0.5, 2.0)]
 #: method -> (algorithm, its default overrides (none: the yaml), its grid of settings, the grid's goal factor)
 METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
     "dane": ("dane", {}, [{"safeguard": False, "mu": mu} for mu in MU_GRID], 1.5),
@@ -73,8 +88,12 @@ METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
     "feddane": ("feddane", {}, [{"mu_times_default": c} for c in PROX_MULTIPLES], 2.0),
     "fedred": ("fedred", {}, [{"lam_times_default": c} for c in PROX_MULTIPLES], 2.0),
     "fedprox": ("fedprox", {}, [{"mu": mu} for mu in (1e-3, 0.1, 1.0)], 2.0),  # the paper's grid (default 0.01)
-    "fedavg": ("fedavg", {}, [{"local_steps": k} for k in (3, 30)], 2.0),
-    "scaffold": ("scaffold", {}, [{"local_steps": k} for k in (3, 30)] + [{"lr_times_L": 0.5}, {"option": 1}], 2.0),
+    "fedavg": ("fedavg", {}, [{"lr_times_L": c} for c in (0.25, 1.0)], 2.0),  # at its default's K = 10
+    "scaffold": ("scaffold", {}, SCAFFOLD_GRID, 2.0),
+    # SCAFFOLD's other variants, each judged against the same knobs at its own local work: option I, and K = 3, 30
+    "scaffold_option1": ("scaffold", {"option": 1}, [{"option": 1, **g} for g in SCAFFOLD_GRID], 2.0),
+    "scaffold_k3": ("scaffold", {"local_steps": 3}, [{"local_steps": 3, **g} for g in SCAFFOLD_GRID], 2.0),
+    "scaffold_k30": ("scaffold", {"local_steps": 30}, [{"local_steps": 30, **g} for g in SCAFFOLD_GRID], 2.0),
     "scaffnew": ("scaffnew", {}, [{"p_times_default": c} for c in (0.5, 4.0)] +
                  [{"lr_times_default": 0.5, "p_times_default": 1.0}], 2.0),  # p = null needs lr = null: both given
 }
@@ -129,9 +148,10 @@ def resolve(settings: dict, L: float, default_record: dict | None) -> dict:
 
 
 def run_setting(problem, method: str, settings: dict, workers: int, L: float, cap: int,
-                default_record: dict | None = None) -> dict:
+                default_record: dict | None = None, *, is_default: bool = False) -> dict:
     """One `dane.fit` run of ``method`` with ``settings`` (on its yaml); its cost to the target.  A run that
-    ends without the target also keeps ``stopped_by``, the one line that says why (a method's diagnosis)."""
+    ends without the target also keeps ``stopped_by``, the one line that says why (a method's diagnosis).
+    The default run (``is_default``) keeps what it chose (`CHOSEN`) for its grid's ``X_times_default``."""
     algorithm = METHODS[method][0]
     start = time.perf_counter()
     try:
@@ -147,7 +167,7 @@ def run_setting(problem, method: str, settings: dict, workers: int, L: float, ca
            **to_target(result.records), "wall_s": round(time.perf_counter() - start, 3)}
     if keys != settings:
         row["keys"] = keys
-    if not settings and result.records:  # the default: what it chose, for the grid's X_times_default
+    if is_default and result.records:  # what the default chose, for the grid's X_times_default
         row["first_record"] = {k: v for k, v in result.records[0].items() if k in CHOSEN}
     return row
 
@@ -188,7 +208,7 @@ def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str
     for method in methods:
         algorithm, default_keys, grid, _ = METHODS[method]
         cap = QUICK_CAP if quick else CAPS.get(algorithm, CAP)
-        default = run_setting(problem, method, default_keys, workers, L, cap)
+        default = run_setting(problem, method, default_keys, workers, L, cap, is_default=True)
         runs = [run_setting(problem, method, g, workers, L, cap, default.get("first_record")) for g in grid]
         verdict = judge(method, default, runs)
         cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs, **verdict, "code": code}

@@ -118,6 +118,35 @@ def test_federated_grid_settings_are_multiples_of_what_the_default_chose():
         assert algorithm == method and default == {} and factor == 2.0 and 2 <= len(grid) <= 5
 
 
+def test_a_grid_holds_its_default_local_work_and_variant():
+    """The cost counted is allreduces, in which local steps are free: no grid setting changes the local steps per
+    round or the control variate of the default it is judged against (those are rows of their own)."""
+    bench = load_script()
+    for method, (algorithm, default, grid, factor) in bench.METHODS.items():
+        for setting in grid:
+            for key in ("local_steps", "option"):
+                assert setting.get(key) == default.get(key), (method, setting)
+    assert {m for m, row in bench.METHODS.items() if row[0] == "scaffold"} == \
+        {"scaffold", "scaffold_option1", "scaffold_k3", "scaffold_k30"}
+
+
+def test_a_variant_default_keeps_what_it_chose_for_its_grid():
+    """A default with keys of its own (``scaffold_option1``) logs its η_l = 1/max_i L_i, which its grid's
+    ``lr_times_default`` multiplies."""
+    from dane.problems import Ridge
+
+    bench = load_script()
+    X, y = np.random.default_rng(0).standard_normal((80, 5)), np.random.default_rng(1).standard_normal(80)
+    problem = Ridge(X, y, lam=1e-2, fit_intercept=False, optimum="auto")
+    L = bench.smoothness(X, "squared", 1e-2, False)
+    default = bench.run_setting(problem, "scaffold_option1", {"option": 1}, 2, L, 3, is_default=True)
+    lr = default["first_record"]["lr"]
+    assert 0 < lr <= 1 / L * (1 + 1e-9)  # 1/max_i L_i <= 1/L: L = λ_max(mean_i H_i) <= max_i λ_max(H_i)
+    run = bench.run_setting(problem, "scaffold_option1", {"option": 1, "lr_times_default": 0.25}, 2, L, 3,
+                            default["first_record"])
+    assert run["keys"] == {"option": 1, "lr": 0.25 * lr}
+
+
 def test_a_floored_method_passes_at_its_drift_floor_and_misses_at_the_cap():
     """FedProx/FedAvg: reaching nothing is no miss when the default ended at its client-drift floor
     (status client_drift); running to the cap instead is one, named."""

@@ -333,6 +333,8 @@ def test_scaffold_at_the_cap_names_its_step_and_local_steps():
     L_max = max(float(torch.linalg.eigvalsh(s.A + 2 * s.lam * torch.eye(SMALL.dim, dtype=torch.float64))[-1])
                 for s in ridge_shards(m, SMALL))
     assert result.status == "max_rounds"
+    lrs = [r["lr"] for r in result.records if "lr" in r]  # each round's record (bench_defaults' grid reads it)
+    assert len(lrs) == 2 and all(lr == pytest.approx(1 / L_max, rel=1e-10) for lr in lrs)
     assert f"SCAFFOLD moves at most 10 local steps of lr {1 / L_max:.3g} a round" in result.summary["stopped_by"]
     assert "algorithm.local_steps" in result.summary["stopped_by"] and "algorithm.lr" in result.summary["stopped_by"]
 
