@@ -20,15 +20,29 @@ step minimizes the linearization of O_i at z, regularized both at z (weight 1/γ
 with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every worker shares (the
 paper's randomized local steps); γ = ``lr`` (null: 1/max_i L_i).  DANE+ is the same round with any
 inexact solver of F_i (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`).
-Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ.  λ = ``lam``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16)
-of the local Hessians (`baselines.federated.default_prox_weight`, measured before round 0).  The type-2 weight c is
+Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round).
+λ = ``lam``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.default_prox_weight`,
+measured before round 0), and for DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default
+λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q = (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).
+
+``local_steps`` null is K = 10, and under client sampling K = max(10, ⌈1/(γ λ_S)⌉) with FedRed's own λ unchanged
+(a heuristic of this package, not the paper's).  Why: K steps of size γ from x̃ act, along
+a direction of curvature h ≪ 1/(Kγ), as a proximal term of weight 1/(Kγ) at x̃ (K steps move Kγ·g), so the sampled
+gradient's noise reaches the iterate with the gain Kγ: the floor a sampled run stalls at grows with K, and the
+rounds to a target above it fall as 1/K.  K = 1/(γλ_S) puts that effective weight where S-DANE's sampled default
+puts its λ (the balance of speed and floor measured there).  Raising FedRed's λ to λ_S instead does not help: the
+doubly regularized steps then move less.  The side-by-side runs: results/bench_runs/fedred_sampled_grid.jsonl (the
+floors at K = 10, 30, 100) and scripts/bench_sampled_lambda.py ``--fedred`` (results/bench_runs/
+sampled_lambda_fedred.json: the rounds to 1e-3 at the default, at K = 10, at the default's K times 1/2, 2, 4 and
+at λ_S).  Full participation keeps K = 10, its iterates bit for bit.  The type-2 weight c is
 ``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a fixed K;
 λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one
 allreduce a round (type 1: two).  The record of a round is x̃ (its metrics ride in its first allreduce).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -40,10 +54,12 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys, default_prox_weight
+from .federated import (Federated, LocalSolveKeys, hessian_dissimilarity, prox_per_dissimilarity,
+                        sampled_prox_weight)
 
 AVERAGING = ("mean", "random")
 COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and random averaging
+LOCAL_STEPS = 10  # K of ``local_steps=null`` under full participation, and the least under sampling (module docstring)
 
 
 class FedRed(Federated):
@@ -54,13 +70,21 @@ class FedRed(Federated):
                  averaging: str = "mean", p: float | None = None, cv_weight: float | None = None,
                  server_lr: float = 1.0, seed: int = 0, **kwargs):
         super().__init__(problem, comm, seed=seed, **kwargs)
-        lam = default_prox_weight(problem, comm, "algorithm.lam") if lam is None else lam
-        self.lam, self.control_variate, self.averaging, self.p = lam, control_variate, averaging, p
-        self.server_lr = server_lr
         steps = self.local.local_solver == "steps"
         self.gamma = self.step_size(0.0) if steps else None
+        rule = steps and p is None and self.local.local_steps is None and not self.sampler.full
+        self.local_steps = LOCAL_STEPS if self.local.local_steps is None else self.local.local_steps
+        if lam is None or rule:  # δ_A and ‖H‖: two allreduces before round 0 (d ≤ 512)
+            delta_a, norm = hessian_dissimilarity(problem, comm, "algorithm.lam")
+            full = delta_a * prox_per_dissimilarity(delta_a, norm)  # the full-participation default
+            sampled = sampled_prox_weight(full, delta_a, norm, self.sampler.s, self.sampler.m)  # S-DANE's λ_S
+            lam = (full if steps else sampled) if lam is None else lam  # DANE+ under sampling is FedDANE's round
+            if rule:  # module docstring: 1/(Kγ) down to λ_S
+                self.local_steps = max(LOCAL_STEPS, math.ceil(1.0 / (self.gamma * sampled)))
+        self.lam, self.control_variate, self.averaging, self.p = lam, control_variate, averaging, p
+        self.server_lr = server_lr
         if cv_weight is None:
-            cv_weight = (p if p is not None else 1.0 / self.local.local_steps) / self.gamma if steps else lam
+            cv_weight = (p if p is not None else 1.0 / self.local_steps) / self.gamma if steps else lam
         self.cv_weight = cv_weight
         seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
         self.coin = torch.Generator().manual_seed(int(seq))
@@ -94,7 +118,7 @@ class FedRed(Federated):
     def local_step_count(self) -> int:
         """K: ``local_steps``, or a draw of Geometric(p) from the shared coin (the same on every worker)."""
         if self.p is None:
-            return self.local.local_steps
+            return self.local_steps
         steps = 1
         while not bool(torch.rand(1, generator=self.coin, dtype=torch.float64) < self.p):
             steps += 1
@@ -127,6 +151,7 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     cv_weight: float | None = None
     server_lr: float = 1.0
     local_solver: str = "steps"
+    local_steps: int | None = None  # null: `LOCAL_STEPS`, or more under client sampling (module docstring)
     seed: int = 0
     name: str = "fedred"
     algorithm = FedRed
@@ -141,7 +166,8 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         if self.cv_weight is not None:
             checks.positive("algorithm.cv_weight", self.cv_weight)
         checks.positive("algorithm.server_lr", self.server_lr)
-        self.check_local()
+        replace(LocalSolveKeys(), local_solver=self.local_solver, local_steps=LOCAL_STEPS if self.local_steps is None else self.local_steps,
+                lr=self.lr, power_iters=self.power_iters).check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
         if self.local_solver != "steps" and self.lam == 0:

@@ -1,4 +1,4 @@
-"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling.
+"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K).
 
 For each cell (a LIBSVM table, m clients, iid or Dirichlet shards, s clients a round) this runs S-DANE at its
 default λ (`baselines.federated.sampled_prox_weight`), at the full-participation default it replaced (the δ_A rule,
@@ -9,15 +9,23 @@ so each run reports its best relative suboptimality (the floor), where it stoppe
 and the first round at or below each target; ``summary`` compares the default's rounds to ``--target`` with the
 grid's fewest.
 
+``--fedred`` runs FedRed (``local_solver=steps``) instead: at its default (``local_steps=null``: the sampled step
+count of `baselines.fedred`), at the ten steps it replaced, at the default's K times each of `STEP_GRID`, and at
+ten steps with S-DANE's sampled default λ (is λ the knob?); each run stops at ``--target`` (FedRed has no
+sampling-floor stop, and the rounds to the target are what the cell compares).
+
     .venv/bin/python scripts/bench_sampled_lambda.py --out results/bench_runs/sampled_lambda.json
     .venv/bin/python scripts/bench_sampled_lambda.py --acc --out results/bench_runs/sampled_lambda_acc.json
+    .venv/bin/python scripts/bench_sampled_lambda.py --fedred --jobs 2 --out results/bench_runs/sampled_lambda_fedred.json
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -27,15 +35,18 @@ from dane.launch import execute
 
 TARGETS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 GRID = (0.25, 0.5, 2.0, 4.0)
+STEP_GRID = (0.5, 2.0, 4.0)  # --fedred: multiples of the default's local step count K
 DATA_DIR = os.environ.get("DANE_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
-def run(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: float | None) -> dict:
+def run(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: float | None,
+        extra: tuple[str, ...] = (), tol: float = 1e-8) -> dict:
     job = [f"algorithm={method}", "problem=logreg", "data=libsvm", f"data.path=libsvm/{table}", f"workers={m}",
-           f"data.sharding={shard}", "data.alpha=0.5", f"rounds={rounds}", "tol=1e-8", "quiet=true",
+           f"data.sharding={shard}", "data.alpha=0.5", f"rounds={rounds}", f"tol={tol!r}", "quiet=true",
            "problem.optimum=auto", f"data_dir={DATA_DIR}"]
     job += [] if s == m else [f"algorithm.clients_per_round={s}"]
     job += [] if lam is None else [f"algorithm.lam={lam!r}"]
+    job += list(extra)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", job)
     collected, start = {}, time.perf_counter()
@@ -46,6 +57,7 @@ def run(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: f
     records = collected.get("records", [])
     rel = [r["suboptimality"] / abs(r["objective"] - r["suboptimality"]) for r in records if "suboptimality" in r]
     return {"method": method, "lam": next((r["lam"] for r in records if "lam" in r), lam), "status": status,
+            "local_steps": next((r["local_steps"] for r in records if "local_steps" in r), None), "extra": list(extra),
             "rounds": len(rel) - 1, "best_rel": min(rel) if rel else None, "final_rel": rel[-1] if rel else None,
             "first_round_at": {f"{t:g}": next((i for i, x in enumerate(rel) if x <= t), None) for t in TARGETS},
             "wall_s": round(time.perf_counter() - start, 1)}
@@ -88,6 +100,30 @@ def acc_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float)
                         "grid_best_floor": min(r["best_rel"] for r in rows if r["best_rel"] is not None)}}
 
 
+def fedred_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
+    """``--fedred``: FedRed's default beside ten steps, the default's K times `STEP_GRID` and S-DANE's sampled λ."""
+    sdane_lam = run("sdane", table, m, shard, s, 1, None)["lam"]  # S-DANE's sampled default λ_S (one round)
+    default = run("fedred", table, m, shard, s, rounds, None, tol=target)
+    steps = default["local_steps"]
+    rows = [dict(default, role="default"),
+            dict(run("fedred", table, m, shard, s, rounds, None, ("algorithm.local_steps=10",), target),
+                 role="old_default")]
+    rows += [dict(run("fedred", table, m, shard, s, rounds, None, (f"algorithm.local_steps={max(1, round(f * steps))}",),
+                      target), role=f"local_steps x {f:g}") for f in STEP_GRID]
+    rows.append(dict(run("fedred", table, m, shard, s, rounds, sdane_lam, ("algorithm.local_steps=10",), target),
+                     role="sdane_sampled_lam"))
+    key = f"{target:g}"
+    reached = [r["first_round_at"][key] for r in rows if r["first_round_at"][key] is not None]
+    best = min(reached) if reached else None
+    mine = default["first_round_at"][key]
+    return {"table": table, "m": m, "sharding": shard, "alpha": 0.5 if shard == "dirichlet" else None, "s": s,
+            "default_local_steps": steps, "default_lam": default["lam"], "sdane_sampled_lam": sdane_lam,
+            "target": target, "rows": rows,
+            "summary": {"default_rounds_to_target": mine, "grid_best_rounds_to_target": best,
+                        "ratio": None if mine is None or best is None else mine / best,
+                        "old_default_rounds_to_target": rows[1]["first_round_at"][key]}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", nargs="+", default=["phishing", "a9a"])
@@ -98,14 +134,18 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=1e-3, help="relative suboptimality of the rounds-to-target")
     parser.add_argument("--out", default="results/bench_runs/sampled_lambda.json")
     parser.add_argument("--acc", action="store_true", help="Acc-S-DANE alone, on its own small grid (acc_cell)")
+    parser.add_argument("--fedred", action="store_true", help="FedRed's local step count (fedred_cell)")
+    parser.add_argument("--jobs", type=int, default=1, help="cells run in this many processes at once")
     args = parser.parse_args()
     s = max(1, round(args.fraction * args.workers))
+    make = fedred_cell if args.fedred else acc_cell if args.acc else cell
+    todo = [(table, args.workers, shard, s, args.rounds, args.target) for table in args.tables for shard in args.shardings]
     cells = []
-    for table in args.tables:
-        for shard in args.shardings:
-            cells.append((acc_cell if args.acc else cell)(table, args.workers, shard, s, args.rounds, args.target))
-            print(json.dumps({k: cells[-1][k] for k in ("table", "sharding", "default_lam", "old_default_lam",
-                                                         "summary")}), flush=True)
+    with ProcessPoolExecutor(max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+        for done in pool.map(make, *zip(*todo)):
+            cells.append(done)
+            print(json.dumps({k: done.get(k) for k in ("table", "sharding", "default_lam", "old_default_lam",
+                                                        "default_local_steps", "summary")}), flush=True)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps({"command": "scripts/bench_sampled_lambda.py", "args": vars(args),
                                                   "load": os.getloadavg(), "cells": cells}, indent=1))
