@@ -74,6 +74,10 @@ class FedRed(Federated):
         self.gamma = self.step_size(0.0) if steps else None
         rule = steps and p is None and self.local.local_steps is None and not self.sampler.full
         self.local_steps = LOCAL_STEPS if self.local.local_steps is None else self.local.local_steps
+        if rule and lam is not None and problem.hessian_vector is None:
+            raise ConfigError(f"algorithm.local_steps=null under client sampling is max({LOCAL_STEPS}, 1/(lr·λ_S)) from "
+                              f"the local Hessians, which {type(problem).__name__} cannot give (no Hessian-vector "
+                              f"products); set algorithm.local_steps")
         if lam is None or rule:  # δ_A and ‖H‖: two allreduces before round 0 (d ≤ 512)
             delta_a, norm = hessian_dissimilarity(problem, comm, "algorithm.lam")
             full = delta_a * prox_per_dissimilarity(delta_a, norm)  # the full-participation default

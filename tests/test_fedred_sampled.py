@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from dane.baselines import FedDANEConfig, FedRedConfig
+from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
 from helpers import ridge_shards, simulate
 
@@ -53,3 +55,12 @@ def test_dane_plus_under_sampling_takes_feddanes_sampled_default_and_its_iterate
     full, _, _ = simulate(FedRedConfig(local_solver="problem"), shards, 1)[0]
     assert plus.lam == fed.mu > full.lam  # the sampled default is above the full-participation one here
     assert len(w_plus) == len(w_fed) and all(torch.equal(a, b) for a, b in zip(w_plus, w_fed))
+
+
+def test_the_sampled_step_rule_without_hessian_products_names_the_key_to_set():
+    shards = ridge_shards(4, SMALL)
+    for shard in shards:
+        shard.hessian_vector = None  # as a network's problem: no Hessian-vector products (the check comes first)
+    with pytest.raises(ConfigError, match=r"^algorithm.local_steps=null under client sampling .*"
+                                          r"set algorithm.local_steps$"):
+        simulate(FedRedConfig(lam=0.05, lr=0.1, clients_per_round=2), shards, 1)
