@@ -124,11 +124,27 @@ def problem_text(report: dict) -> str:
             f"(shards of {similarity['shard_rows_min']} to {similarity['shard_rows_max']} rows); at w_0: {measured}.")
 
 
+def grid_note(report: dict) -> str:
+    """What the parentheses hold where a run had no grid: every row (``--defaults-only``), or the rows that a later
+    ``--only`` run with grids did not replace (named, with their s)."""
+    rows = [(key, row) for key, row in report["rows"].items() if "default" in row]
+    bare = [(key, row) for key, row in rows if not row.get("grid")]
+    if report.get("grids") is False and len(bare) == len(rows):
+        return "; this run: defaults only, no grid"
+    if not bare or report.get("grids") is not False and len(bare) == len(rows):
+        return ""  # a grid-less report of old, or grids everywhere
+    by_s: dict[str, list[str]] = {}
+    for key, row in bare:
+        by_s.setdefault(key.split("/", 1)[0].removeprefix("s="), []).append(LABELS.get(row["method"], row["method"]))
+    named = "; ".join(f"{', '.join(methods)} at s = {s}" for s, methods in by_s.items())
+    return f"; no grid run for {named}: the default alone"
+
+
 def render(report: dict, sources: list[str] = ()) -> str:
     """The section's block: the caption, a table per s and, for the quadratic, the prox-weight table."""
     targets = report["targets"]
     setting = f"Setting {report['setting']}: " if report.get("setting") else ""
-    grids = "; this run: defaults only, no grid" if report.get("grids") is False else ""
+    grids = grid_note(report)
     lines = [f"{provenance(report, sources)} {setting}{problem_text(report)} Target: {report['target']}. Rounds at defaults "
              f"(the fewest of its grid, the default included, in parentheses{grids}; —: not reached within the round cap); uplink: the sampled "
              f"clients' bytes to the last target at defaults (*: the communicator's bytes, GD and DANE have no "

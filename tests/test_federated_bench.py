@@ -81,10 +81,14 @@ def test_the_table_shows_defaults_beside_the_best_setting():
     assert "delta = 1.50e+00, delta_A = 5.00e-01, ||H|| = 2.50e-01" in text
     assert "**s = 2 of 4" not in text and "At s < m: GD not run (no client sampling)." in text
     assert "Not in this JSON" not in text  # no methods listed: nothing to miss
+    assert "in parentheses; —" in text  # every row has a grid
+    rows["s=4/gd"]["grid"], rows["s=2/scaffold"] = [], {**rows["s=4/scaffold"], "grid": []}
+    assert "in parentheses; no grid run for GD at s = 4; SCAFFOLD at s = 2: the default alone; —" in render(report(rows))
+    del rows["s=2/scaffold"]
     methods = {"scaffold": {"samples_clients": True}, "gd": {"samples_clients": False}}
     text = render(report(rows, methods=methods, setting="mild"))
     assert "Not in this JSON at s = 2: SCAFFOLD (scripts/bench_federated.py --setting mild --clients 2 --only " \
-           "scaffold adds them)." in text and "at s = 4" not in text
+           "scaffold adds them)." in text and "Not in this JSON at s = 4" not in text
     del rows["s=2/gd"]  # a method without client sampling is named as such at s < m from the run's methods alone
     assert "At s < m: GD not run (no client sampling)." in render(report(rows, methods=methods))
 
