@@ -409,7 +409,7 @@ class StackedFedNL:
 class FedNLConfig(AlgorithmConfig, SamplingKeys):
     compressor: str = "none"
     alpha: float | None = None
-    option: int = 1
+    option: int | None = None  # null: 2 for FedNL-PP (its step), else 1
     mu: float | None = None
     variant: str = "plain"
     ls_c: float = 0.5
@@ -422,6 +422,8 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         make(self.compressor)  # a bad spec is one line now
         if self.alpha is not None:
             checks.positive("algorithm.alpha", self.alpha)
+        if self.option is None:
+            object.__setattr__(self, "option", 2 if self.variant == "pp" else 1)
         if self.option not in (1, 2):
             raise ConfigError(f"algorithm.option must be 1 (projection onto H >= mu I) or 2 (H + l I), "
                               f"got {self.option!r}")
@@ -439,6 +441,17 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         if self.variant == "pp" and self.option != 2:
             raise ConfigError("algorithm.variant=pp steps with H + l I (the paper's FedNL-PP); set algorithm.option=2")
         checks.integer("algorithm.seed", self.seed)
+
+    def recovery(self) -> list[str]:
+        """Plain FedNL converges locally (the paper's theory): far from x*, a learned H that a compressor left
+        short along some direction gives a long step there, and the run can diverge; FedNL-LS and option 2's
+        shift are the paper's remedies."""
+        if self.variant != "plain":
+            return []
+        hints = ["algorithm.variant=ls (FedNL-LS: a line search on O, convergent from any start)"]
+        if self.option == 1:
+            hints.append("algorithm.option=2 (the step shifted by the learned Hessians' error)")
+        return hints
 
     def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
         """FedNL's own stacked form (`baselines.fednl_problem`): any linear model with one output, on any rows."""

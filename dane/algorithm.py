@@ -191,6 +191,12 @@ class AlgorithmConfig:
         algorithm calls."""
         return problem.build_stacked(size, dtype)
 
+    def recovery(self) -> list[str]:
+        """Overrides of this method's own that make a diverging run of it safer, each with its reason in brackets
+        (`dane.launch.recovery_overrides` puts them before the generic ones: a safeguard, a larger μ, a smaller
+        step).  None by default."""
+        return []
+
     #: a method with a driver of its own (split learning, `dane.split`): ``run_job(spec, out_dir, collect)`` runs
     #: the whole job and returns its summary; None: the round loop drives `build`'s algorithm
     run_job: Any = None

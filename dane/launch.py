@@ -61,7 +61,7 @@ def recovery_overrides(algorithm) -> list[str]:
     """Overrides that make a diverging ``algorithm`` safer, each a key its config has (`DivergenceError`'s hint)."""
     keys = {f.name: getattr(algorithm, f.name) for f in dataclasses.fields(algorithm)} \
         if dataclasses.is_dataclass(algorithm) else {}
-    out = []
+    out = list(algorithm.recovery()) if hasattr(algorithm, "recovery") else []
     if keys.get("safeguard") is False:
         out.append("algorithm.safeguard=true")
     if isinstance(keys.get("mu"), (int, float)):

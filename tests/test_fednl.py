@@ -211,6 +211,16 @@ def test_bad_config_is_one_line(overrides, words):
         FedNLConfig(**overrides)
 
 
+def test_option_follows_the_variant_and_divergence_names_the_line_search():
+    """``option`` null is FedNL-PP's step (2) for variant=pp and the projection (1) otherwise; a diverging plain run
+    is told FedNL-LS first (plain FedNL converges locally), then option 2 where it stepped with option 1."""
+    assert FedNLConfig(variant="pp", clients_per_round=2).option == 2
+    assert FedNLConfig().option == 1 and FedNLConfig(variant="ls").option == 1
+    assert [h.split(" ")[0] for h in FedNLConfig().recovery()] == ["algorithm.variant=ls", "algorithm.option=2"]
+    assert [h.split(" ")[0] for h in FedNLConfig(option=2).recovery()] == ["algorithm.variant=ls"]
+    assert FedNLConfig(variant="ls").recovery() == []
+
+
 # ------------------------------------------------------------------ one worker per client (the simulator's threads)
 @pytest.mark.parametrize("overrides", [
     {"compressor": "topk:15"},
