@@ -197,7 +197,12 @@ class Federated(Algorithm):
         self.lr = self.local.lr
         self.floor, self.at_floor = SamplingFloor(), None
         if self.local.local_solver == "steps" and self.lr is None:
-            self.L_max = largest_local_smoothness(problem, comm, iters=self.local.power_iters, seed=seed)
+            self.L_max = self.largest_smoothness(seed)
+
+    def largest_smoothness(self, seed: int) -> float:
+        """max_i L_i for ``lr`` null, one allreduce before round 0 (a method that needs more of the local spectrum
+        overrides this to share that allreduce: `baselines.scaffold`)."""
+        return largest_local_smoothness(self.problem, self.comm, iters=self.local.power_iters, seed=seed)
 
     def step_size(self, shift: float) -> float:
         """``lr``, or 1/(max_i L_i + shift) for gradient steps on O_i + (shift/2)‖·‖²."""

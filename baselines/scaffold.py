@@ -11,7 +11,7 @@ allreduce (the server sends (w, c) down, each sampled client sends (Δy_i, Δc_i
     w_{t+1} &= w_t + \eta_g\,\frac1{|S_t|}\sum_{i\in S_t}\Delta y_i, \qquad
     c \leftarrow c + \frac{|S_t|}{m}\cdot\frac1{|S_t|}\sum_{i\in S_t}\Delta c_i
 
-K = ``local_steps``, η_l = ``lr`` (null: 1/max_i L_i, `baselines.federated`), η_g = ``server_lr``,
+K = ``local_steps``, η_l = ``lr`` (null: min(1/max_i L_i, 1/(K μ̲)), below), η_g = ``server_lr``,
 ``option`` = 1 or 2.  With K = 1 and η_g = 1 every round is a step of distributed gradient descent with
 step η_l, under either option (for K = 1 they give the same c_i⁺).
 
@@ -23,23 +23,30 @@ Here local gradients are full, the first local step's is ∇O_i(w_t), and option
 Under full participation option I makes the local steps gradient steps on DANE's local problem
 O_i(y) − ⟨∇O_i(w_{t−1}) − ∇O(w_{t−1}), y⟩ (control variates one round old).
 
-*Option II and the local step.*  Option II's c_i⁺ is the mean local gradient along the path,
+*The default local step.*  Option II's c_i⁺ is the mean local gradient along the path,
 c_i⁺ = c_i − c + (w_t − y_i)/(Kη_l).  Once the K steps settle near the corrected local minimizer (where
 ∇O_i(y) = c_i − c), what is new about ∇O_i enters c_i only through the bounded displacement w_t − y_i divided
 by Kη_l: the drift correction is learnt about Kη_l L_i times more slowly, and rounds grow with K (option I's
-do not: its c_i⁺ is ∇O_i(w_t) at any K).  Before they settle, each round moves about Kη_l.  So option II
-takes the fewest rounds where Kη_l is about the inverse curvature of O_i near the optimum, which
-η_l = 1/max_i L_i (measured at w_0) does not know: on ridge (constant curvature) ten such steps are past it,
-and a smaller η_l or K takes fewer rounds; on label-skewed logistic shards (curvature near the optimum far
-below its value at w_0 = 0) they fall short, and a larger η_l, η_g or K takes fewer.  No rule measured did
-well on both: η_l = c/max_i L_i, a larger η_g with a smaller η_l, or η_l = 1/(K max_i L_i) (the paper's
-theory scales η_l as 1/K; about one gradient step a round).  So the default stays the one the paper's
-experiments run, and it misses "within 2x of its own grid's best" on some of scripts/bench_defaults.py's
-cells (its ``scaffold`` rows, the grid at the default's K; the rows ``scaffold_option1``, ``scaffold_k3``
-and ``scaffold_k30`` beside it; the table in docs/benchmarks.md).  On quadratics set ``lr`` below
-1/max_i L_i, or ``option=1``, whose c_i⁺ does not depend on the path.  K defaults to 10.  A run that ends at
-the round cap without the target says so in its stop line (`diagnosis`), naming ``algorithm.local_steps`` and
-``algorithm.lr``.
+do not: its c_i⁺ is ∇O_i(w_t) at any K).  Gradient steps of η_l on a μ_i-strongly convex O_i settle after
+about 1/(η_l μ_i) of them, so the default keeps the K steps' reach within that time:
+
+.. math::
+    \eta_l = \min\Big(\frac1{\max_i L_i}, \frac1{K\underline\mu}\Big), \qquad
+    \underline\mu = \max\big(\lambda_{\ell_2}, \operatorname{mean}_i \lambda_{\min}(H_i)\big) \le \mu
+
+(mean_i λ_min(H_i) ≤ λ_min(mean_i H_i): λ_min is concave), from the same local Lanczos and the same allreduce
+as max_i L_i (for a GLM, at its Hessian majorant).  It is below 1/max_i L_i only where the local problems are
+well conditioned, L_max/μ̲ < K (ridge on iid features); on ill-conditioned or weakly regularized shards it is
+1/max_i L_i, the usual safe gradient step.  Departure from the paper: its experiments tune η_l, and its theory
+takes the effective step Kη_lη_g below a small constant over L; the rule is this package's.  What it does not
+fix: on label-skewed logistic shards the steps never settle, each round moves about Kη_l, and a larger η_l,
+η_g or K takes fewer rounds; there the default misses "within 2x of its own grid's best" on some of
+scripts/bench_defaults.py's cells (its ``scaffold`` rows, the grid at the default's K; the rows
+``scaffold_option1``, ``scaffold_k3`` and ``scaffold_k30`` beside it; the table in docs/benchmarks.md).  Neither
+larger step is the default: η_l = 2/max_i L_i is near the edge of stability on the ill-conditioned logistic
+cell (4/max_i L_i did not converge), and η_g = 2 took more than twice the default's rounds on ridge and did not
+reach the target on that logistic cell.  K defaults to 10.  A run that ends at the round cap without the target
+says so in its stop line (`diagnosis`), naming ``algorithm.local_steps`` and ``algorithm.lr``.
 
 Departure from the paper: full local gradients (the paper's analysis allows minibatches).
 """
@@ -56,16 +63,36 @@ from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
 from .federated import Federated, LocalSolveKeys
+from .spectral import local_spectrum, one_hot
 
 
 class Scaffold(Federated):
     name = "scaffold"
 
     def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, option: int = 2, **kwargs):
+        self.mu_low = 0.0                      # μ̲ (`largest_smoothness`, lr null on a strongly convex problem)
         super().__init__(problem, comm, **kwargs)
         self.server_lr, self.option = server_lr, option
         self.c = torch.zeros_like(self.w)      # the server's control variate
         self.c_i = torch.zeros_like(self.w)    # this client's
+
+    def largest_smoothness(self, seed: int) -> float:
+        """max_i L_i, and μ̲ = max(the problem's ℓ2 weight, mean_i λ_min(H_i)) ≤ μ, the rate at which local gradient
+        steps settle (none without strong convexity), from one local Lanczos and the one allreduce of lr null."""
+        low, high = local_spectrum(self.problem, iters=self.local.power_iters, seed=seed, key="algorithm.lr")
+        spread = one_hot(high, self.comm.rank, self.comm.size, self.problem.dtype)
+        L_all, mean_low = self.comm.allreduce_mean([spread, self.w.new_tensor([low])])
+        if self.problem.strong_convexity:
+            self.mu_low = max(float(self.problem.strong_convexity), float(mean_low))
+        return float(L_all.max()) * self.comm.size
+
+    def step_size(self, shift: float) -> float:
+        """η_l: ``lr``, or min(1/max_i L_i, 1/(K μ̲)): the K steps reach at most the time 1/μ̲ they take to settle
+        (module docstring)."""
+        lr = super().step_size(shift)
+        if self.local.lr is None and self.mu_low > 0:
+            lr = min(lr, 1.0 / (self.local.local_steps * self.mu_low))
+        return lr
 
     def step(self) -> dict[str, float]:
         members, inside = self.members()                                   # S_t; (w, c) sent down to them
@@ -90,9 +117,9 @@ class Scaffold(Federated):
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap: K local steps of η_l a round are the knobs to turn (module docstring)."""
         return (f"SCAFFOLD moves at most {self.local.local_steps} local steps of lr {self.step_size(0.0):.3g} a round "
-                f"(1/max_i L_i unless algorithm.lr is set: small when the shards' curvatures differ); more local "
-                f"steps (algorithm.local_steps) or a larger algorithm.lr speed up each round, at the price of a weaker "
-                f"drift correction")
+                f"(min(1/max_i L_i, 1/(K mu)) unless algorithm.lr is set: small when the shards' curvatures differ); "
+                f"more local steps (algorithm.local_steps) or a larger algorithm.lr speed up each round, at the price "
+                f"of a weaker drift correction")
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "c": self.c.clone(), "c_i": self.c_i.clone()}

@@ -324,18 +324,22 @@ def test_acc_sdane_default_lambda_is_larger_on_heterogeneous_shards(monkeypatch,
 
 
 def test_scaffold_at_the_cap_names_its_step_and_local_steps():
-    """At the round cap SCAFFOLD's stop line names K and η_l = 1/max_i L_i (L_i = λ_max(A_i + 2λI), Lanczos exact at
-    d = 12 < its 20 iterations) and the two overrides."""
+    """At the round cap SCAFFOLD's stop line names K and η_l = min(1/max_i L_i, 1/(K μ̲)), μ̲ = max(2λ, mean_i
+    λ_min(H_i)) (H_i = A_i + 2λI, Lanczos exact at d = 12 < its 20 iterations), and the two overrides."""
     from dane.api import fit
 
-    m = 4
+    m, K = 4, 10
     result = fit(SMALL, "scaffold", workers=m, rounds=2, tol=1e-14)
-    L_max = max(float(torch.linalg.eigvalsh(s.A + 2 * s.lam * torch.eye(SMALL.dim, dtype=torch.float64))[-1])
-                for s in ridge_shards(m, SMALL))
+    spectra = [torch.linalg.eigvalsh(s.A + 2 * s.lam * torch.eye(SMALL.dim, dtype=torch.float64))
+               for s in ridge_shards(m, SMALL)]
+    L_max = max(float(e[-1]) for e in spectra)
+    mu_low = max(2 * SMALL.lam, sum(float(e[0]) for e in spectra) / m)
+    lr = min(1 / L_max, 1 / (K * mu_low))
+    assert lr < 1 / L_max  # these shards are well conditioned (L_max / mu_low < K): the rule's second branch
     assert result.status == "max_rounds"
     lrs = [r["lr"] for r in result.records if "lr" in r]  # each round's record (bench_defaults' grid reads it)
-    assert len(lrs) == 2 and all(lr == pytest.approx(1 / L_max, rel=1e-10) for lr in lrs)
-    assert f"SCAFFOLD moves at most 10 local steps of lr {1 / L_max:.3g} a round" in result.summary["stopped_by"]
+    assert len(lrs) == 2 and all(x == pytest.approx(lr, rel=1e-10) for x in lrs)
+    assert f"SCAFFOLD moves at most 10 local steps of lr {lr:.3g} a round" in result.summary["stopped_by"]
     assert "algorithm.local_steps" in result.summary["stopped_by"] and "algorithm.lr" in result.summary["stopped_by"]
 
 
