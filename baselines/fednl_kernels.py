@@ -22,8 +22,9 @@ Row j of client c with non-zeros at columns a_1 < ... < a_k adds :math:`w\,f''(z
 to every a ≤ b among them: k(k+1)/2 products a row instead of d².  They are laid out once as the
 sparse (m·S) x N matrix P with :math:`P_{(c,\,slot(a,b)),\,j} = w\,x_{ja}x_{jb}`, so that a round's
 Hessians are one product, compact(H) = P f''(z) (SciPy's CSR product; a numba kernel measured
-slower here, commit 5cca6b0), and the gradients one product with the (m·d) x N matrix that places
-row j's values at its client's block.
+slower here, commit 5cca6b0).  The margins, losses, gradients and f''(z) come from one compiled pass over
+the rows (`baselines.fednl_rows`), all m clients' or a few's; a few clients' rows of P h are
+`baselines.fednl_rows.block_products`.
 
 `compress_rows` applies a compressor to the compact rows: TopK by one ``argpartition`` over (m, S)
 and RandK by `randk_indices`, k positions of the packed triangle per client drawn from that
@@ -43,6 +44,8 @@ import torch
 
 from dane.compress import Compressor, RandK, TopK
 from dane.errors import ConfigError
+
+from .fednl_rows import RowPass, block_products, row_pass, unit_values
 
 
 def packed_size(d: int) -> int:
@@ -96,6 +99,14 @@ def triangle_weights(d: int) -> np.ndarray:
     return weights
 
 
+def sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of a and b (``numpy.union1d``'s), by a sort: on w8a's millions of product keys
+    NumPy 2's hash-based ``unique`` (which ``union1d`` calls) took most of the clients' set-up, a sort a small part."""
+    both = np.concatenate([a, b])
+    both.sort()
+    return both[np.concatenate([[True], both[1:] != both[:-1]])] if len(both) else both
+
+
 def outer_products(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, rows_client: np.ndarray,
                    scale: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The products scale_j x_ja x_jb, a ≤ b, of every row j (module docstring), as three arrays: the key
@@ -144,7 +155,7 @@ class StackedClients:
         for part in parts:
             part.sort_indices()
         self.X = X = scipy.sparse.vstack(parts, format="csr")
-        self._at: tuple[np.ndarray, torch.Tensor, np.ndarray] | None = None  # `margins_gradients`' last point
+        self._at: RowPass | None = None  # `rows_at`'s last pass
         self.y = torch.cat([s.y.detach().to(torch.float64) for s in shards]).numpy()
         sizes = np.array([p.shape[0] for p in parts])
         self.start = np.concatenate([[0], np.cumsum(sizes)])
@@ -156,15 +167,8 @@ class StackedClients:
         self.weight = weights.pop()
         row_weight = np.full(len(client), self.weight)
         self.P = self._compact(*outer_products(X.indptr, X.indices, X.data, client, row_weight, self.d), whole)
-        per_row = np.diff(X.indptr)
-        entry_rows = np.repeat(np.arange(X.shape[0]), per_row)
-        self.B_T = scipy.sparse.csr_matrix((X.data * np.repeat(row_weight, per_row),
-                                            (client[entry_rows] * self.d + X.indices, entry_rows)),
-                                           shape=(self.m * self.d, X.shape[0]))
-        # each entry's column among its own client's rows (FedNL-PP's blocks, `block`)
-        self._P_local = (self.P.indices - self.start[client[self.P.indices]]).astype(np.int32)
-        self._B_local = (self.B_T.indices - self.start[client[self.B_T.indices]]).astype(np.int32)
-        self._blocks: dict[int, tuple] = {}
+        # binary rows (w8a, a9a): X's values all 1.0 and P's all w, so the passes read neither (`baselines.fednl_rows`)
+        self.unit = unit_values(X) and unit_values(self.P, self.weight)
 
     def _compact(self, keys: np.ndarray, values: np.ndarray, rows: np.ndarray, whole: bool) -> scipy.sparse.csr_matrix:
         """Sets the supports (``support``, ``S``, ``slot_a``/``slot_b``, ``weights``, ``diag_slots``) from the products'
@@ -175,7 +179,7 @@ class StackedClients:
         if whole:
             present = np.arange(m * T)
         else:  # the (client, position) pairs with a product, and every diagonal entry; sorted
-            present = np.union1d(keys, (np.arange(m)[:, None] * T + diagonal).ravel())
+            present = sorted_union(keys, (np.arange(m)[:, None] * T + diagonal).ravel())
         client, position = np.divmod(present, T)
         counts = np.bincount(client, minlength=m)
         self.S = S = int(counts.max())
@@ -195,51 +199,34 @@ class StackedClients:
     # ------------------------------------------------------------------ the clients' oracles
     def gradients_hessians(self, x: np.ndarray, clients: np.ndarray | None = None
                            ) -> tuple[np.ndarray, np.ndarray]:
-        """(∇O_c(x) stacked (s, d), compact ∇²O_c(x) stacked (s, S)) for ``clients`` (None: all m, in order)."""
+        """(∇O_c(x) stacked (s, d), compact ∇²O_c(x) stacked (s, S)) for ``clients`` (None: all m, in order), from
+        one pass over their rows (`baselines.fednl_rows`)."""
         if clients is None:
-            zt, data_grads = self.margins_gradients(x)
-            grads = data_grads.copy()
-            hess = (self.P @ self.loss.hess(zt, torch.from_numpy(self.y), torch.ones_like(zt)).numpy()
-                    ).reshape(self.m, self.S)
+            at = self.rows_at(x, curvature=True)
+            grads = at.grads.copy()
+            hess = (self.P @ at.curv).reshape(self.m, self.S)  # SciPy's product: as fast as the compiled loop here
             clients = slice(None)
-        else:  # FedNL-PP: s of the m clients, each from its own rows
-            grads = np.empty((len(clients), self.d))
-            hess = np.empty((len(clients), self.S))
-            for k, c in enumerate(clients):
-                B_c, P_c, X_c, y_c = self.block(int(c))
-                z = torch.from_numpy(X_c @ x)
-                grads[k] = B_c @ self.loss.dz(z, y_c).numpy()
-                hess[k] = P_c @ self.loss.hess(z, y_c, torch.ones_like(z)).numpy()
+        else:  # FedNL-PP: s of the m clients, their rows only
+            at = row_pass(self.X, self.y, self.start, x, self.loss, self.weight, clients, curvature=True,
+                          unit=self.unit)
+            grads = at.grads
+            hess = block_products(self.P, at.curv, self.start, clients, self.S,
+                                  value=self.weight if self.unit else None)
         grads += self.l2 * x
         diag = self.diag_slots[clients]
         hess[np.arange(len(diag))[:, None], diag] += self.l2
         return grads, hess
 
-    def margins_gradients(self, x: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
-        """(z = X x, every client's data gradient B_cᵀ f'(z_c), (m, d), without λx), kept for the last x: a round's
-        oracles and its record's metrics (`baselines.fednl_problem.StackedShards.evaluate`) read the same point, so
-        the rows are passed once for both.  Read-only: a caller that changes them copies."""
-        if self._at is None or not np.array_equal(self._at[0], x):
-            zt = torch.from_numpy(self.X @ x)
-            grads = (self.B_T @ self.loss.dz(zt, torch.from_numpy(self.y)).numpy()).reshape(self.m, self.d)
-            self._at = (x.copy(), zt, grads)
-        return self._at[1], self._at[2]
-
-    def block(self, c: int) -> tuple:
-        """Client c's rows of the gradient and Hessian operators with its own rows as columns, its rows X_c and
-        targets y_c (views of the stacked arrays), built on the client's first call and kept (building SciPy's
-        matrices cost more than their products, a FedNL-PP round builds s of them)."""
-        if c not in self._blocks:
-            self._blocks[c] = self._block(c)
-        return self._blocks[c]
-
-    def _block(self, c: int) -> tuple:
-        rows = slice(self.start[c], self.start[c + 1])
-        n_c = rows.stop - rows.start
-        B_c = row_block(self.B_T, c * self.d, (c + 1) * self.d, self._B_local, n_c)
-        P_c = row_block(self.P, c * self.S, (c + 1) * self.S, self._P_local, n_c)
-        X_c = row_block(self.X, rows.start, rows.stop)
-        return B_c, P_c, X_c, torch.from_numpy(self.y[rows])
+    def rows_at(self, x: np.ndarray, *, curvature: bool = False) -> RowPass:
+        """Every client's pass at x (`baselines.fednl_rows.row_pass`: margins, weighted data losses (m,), data
+        gradients without λx (m, d), curvatures with ``curvature``), kept for the last x: a round's oracles and its
+        record's metrics (`baselines.fednl_problem.StackedShards.evaluate`) read the same point under full
+        participation, so the rows are passed once for both.  Read-only: a caller that changes them copies."""
+        at = self._at
+        if at is None or not np.array_equal(at.x, x) or (curvature and at.curv is None):
+            at = self._at = row_pass(self.X, self.y, self.start, x, self.loss, self.weight, curvature=curvature,
+                                     unit=self.unit)
+        return at
 
     def objective(self, x: np.ndarray) -> float:
         """O(x) = mean_c O_c(x) = (w/m) Σ_j f(z_j, y_j) + (λ/2)‖x‖² (every shard has the weight w = m/N)."""
@@ -444,17 +431,6 @@ def compress_rows(compressor: Compressor, diff: np.ndarray, clients: StackedClie
     else:
         decoded = compressor(torch.from_numpy(np.ascontiguousarray(packed)), generator).numpy()
     return clients.restrict(decoded, members)
-
-
-def row_block(A: scipy.sparse.csr_matrix, start: int, stop: int, indices: np.ndarray | None = None,
-              columns: int | None = None) -> scipy.sparse.csr_matrix:
-    """Rows start..stop-1 of a CSR matrix, sharing its arrays (SciPy's slicing copies them); ``indices``: other
-    column indices for A's entries (then ``columns`` columns)."""
-    indptr = A.indptr[start:stop + 1]
-    first, last = indptr[0], indptr[-1]
-    indices = A.indices if indices is None else indices
-    return scipy.sparse.csr_matrix((A.data[first:last], indices[first:last], indptr - first),
-                                   shape=(stop - start, A.shape[1] if columns is None else columns))
 
 
 def shard_rows(shard) -> scipy.sparse.csr_matrix:

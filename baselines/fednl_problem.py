@@ -16,7 +16,7 @@ carry the same metrics.  Its methods take the shared iterate (d,) only (FedNL's 
 .. math:: O_i(x) = w\sum_{j\in S_i} f(x_j^\top x, y_j) + \tfrac{\lambda}{2}\|x\|^2,\qquad
           \nabla O_i(x) = w\,X_i^\top f'(X_i x) + \lambda x
 
-for every client from one product with all rows (w = m/N the row weight), and the suboptimality
+for every client from one pass over all rows (w = m/N the row weight; `baselines.fednl_rows`), and the suboptimality
 O_i(x) − O* (a quadratic f: ½ eᵀ∇²O_i e, e = x − x*, as the shard computes it).  The sums run over the
 rows in another order than a shard's own, so the records agree with the per-worker run's to round-off.
 """
@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from dane.problems import Problem
-from dane.problems.stacked import ROW_VALUES
 
 from .fednl_kernels import StackedClients
+from .fednl_rows import row_pass
 
 NOTE = ("sim.batched: the {m} FedNL clients ran as one stacked computation, each charged 1/m of its measured "
         "compute (dane/comm/batched.py)")
@@ -67,19 +67,18 @@ class StackedShards(Problem):
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         """O_i(w) for every client: (m,)."""
         x = w.detach().to(torch.float64).numpy()
-        z = torch.from_numpy(self.clients.X @ x)
-        return torch.from_numpy(self.values(z, x))
-
-    def values(self, z: torch.Tensor, x: np.ndarray) -> np.ndarray:
-        rows = ROW_VALUES[self.loss.name](z[:, None], torch.from_numpy(self.clients.y)[:, None])
-        return self.weight * self.client_sums(rows) + 0.5 * self.l2 * float(x @ x)
+        clients = self.clients
+        values = row_pass(clients.X, clients.y, clients.start, x, self.loss, self.weight, gradients=False,
+                          unit=clients.unit).values
+        return torch.from_numpy(values + 0.5 * self.l2 * float(x @ x))
 
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(∇O_i(w), [O_i(w), suboptimality]) for every client: (m, d) and (m, k)."""
+        """(∇O_i(w), [O_i(w), suboptimality]) for every client: (m, d) and (m, k), from one pass over the rows (kept:
+        under full participation FedNL's round has just read the same point)."""
         x = w.detach().to(torch.float64).numpy()
-        z, data_grads = self.clients.margins_gradients(x)  # FedNL's round has just read the same point
-        grads = data_grads + self.l2 * x
-        values = self.values(z, x)
+        at = self.clients.rows_at(x)
+        grads = at.grads + self.l2 * x
+        values = at.values + 0.5 * self.l2 * float(x @ x)
         metrics = [values]
         if self.w_star is not None:
             metrics.append(self.suboptimality(x, values))
