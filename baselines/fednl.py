@@ -254,7 +254,9 @@ class FedNL(Federated):
         return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
 
     def held(self, members: torch.Tensor) -> np.ndarray:
-        """The rows, in this worker's stack of clients, of those in ``members``."""
+        """The rows, in this worker's stack of clients, of those in ``members``, in order."""
+        if stacked(self.comm):  # the stack holds clients 0..m-1 in order (`StackedShards`)
+            return np.sort(members.numpy())
         return np.flatnonzero(np.isin(self.client.clients.ids, members.numpy()))
 
     def packed(self, compact: np.ndarray, rows: np.ndarray | None = None) -> torch.Tensor | PackedRows:
