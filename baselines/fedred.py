@@ -25,8 +25,9 @@ Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ (u
 measured before round 0), and for DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default
 λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q = (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).
 
-``local_steps`` null is K = 10, and under client sampling K = max(10, ⌈1/(γ λ_S)⌉) with FedRed's own λ unchanged
-(a heuristic of this package, not the paper's).  Why: K steps of size γ from x̃ act, along
+``local_steps`` null is K = 10, and under client sampling K = ⌈1/(γ λ_S)⌉ held between 10 and 100, with FedRed's own
+λ unchanged (a heuristic of this package, not the paper's; the cap bounds the local work of a round, since 1/(γλ_S)
+grows as 1/q without bound as s nears m).  Why: K steps of size γ from x̃ act, along
 a direction of curvature h ≪ 1/(Kγ), as a proximal term of weight 1/(Kγ) at x̃ (K steps move Kγ·g), so the sampled
 gradient's noise reaches the iterate with the gain Kγ: the floor a sampled run stalls at grows with K, and the
 rounds to a target above it fall as 1/K.  K = 1/(γλ_S) puts that effective weight where S-DANE's sampled default
@@ -34,7 +35,7 @@ puts its λ (the balance of speed and floor measured there).  Raising FedRed's �
 doubly regularized steps then move less.  The side-by-side runs: results/bench_runs/fedred_sampled_grid.jsonl (the
 floors at K = 10, 30, 100) and scripts/bench_sampled_lambda.py ``--fedred`` (results/bench_runs/
 sampled_lambda_fedred.json: the rounds to 1e-3 at the default, at K = 10, at the default's K times 1/2, 2, 4 and
-at λ_S).  Full participation keeps K = 10, its iterates bit for bit.  The type-2 weight c is
+at λ_S; the rule's K there is well inside the bounds).  Full participation keeps K = 10, its iterates bit for bit.  The type-2 weight c is
 ``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a fixed K;
 λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one
 allreduce a round (type 1: two).  The record of a round is x̃ (its metrics ride in its first allreduce).
@@ -60,6 +61,7 @@ from .federated import (Federated, LocalSolveKeys, hessian_dissimilarity, prox_p
 AVERAGING = ("mean", "random")
 COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and random averaging
 LOCAL_STEPS = 10  # K of ``local_steps=null`` under full participation, and the least under sampling (module docstring)
+MAX_SAMPLED_STEPS = 10 * LOCAL_STEPS  # ... and the most: 1/(γλ_S) grows as 1/q without bound as s nears m
 
 
 class FedRed(Federated):
@@ -75,7 +77,7 @@ class FedRed(Federated):
         rule = steps and p is None and self.local.local_steps is None and not self.sampler.full
         self.local_steps = LOCAL_STEPS if self.local.local_steps is None else self.local.local_steps
         if rule and lam is not None and problem.hessian_vector is None:
-            raise ConfigError(f"algorithm.local_steps=null under client sampling is max({LOCAL_STEPS}, 1/(lr·λ_S)) from "
+            raise ConfigError(f"algorithm.local_steps=null under client sampling is 1/(lr·λ_S) steps from "
                               f"the local Hessians, which {type(problem).__name__} cannot give (no Hessian-vector "
                               f"products); set algorithm.local_steps")
         if lam is None or rule:  # δ_A and ‖H‖: two allreduces before round 0 (d ≤ 512)
@@ -84,7 +86,7 @@ class FedRed(Federated):
             sampled = sampled_prox_weight(full, delta_a, norm, self.sampler.s, self.sampler.m)  # S-DANE's λ_S
             lam = (full if steps else sampled) if lam is None else lam  # DANE+ under sampling is FedDANE's round
             if rule:  # module docstring: 1/(Kγ) down to λ_S
-                self.local_steps = max(LOCAL_STEPS, math.ceil(1.0 / (self.gamma * sampled)))
+                self.local_steps = min(MAX_SAMPLED_STEPS, max(LOCAL_STEPS, math.ceil(1.0 / (self.gamma * sampled))))
         self.lam, self.control_variate, self.averaging, self.p = lam, control_variate, averaging, p
         self.server_lr = server_lr
         if cv_weight is None:

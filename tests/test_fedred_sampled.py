@@ -1,6 +1,6 @@
 """FedRed's local step count under client sampling (issue 33 item 1): ``local_steps=null`` is 10 under full
-participation (the same iterates, bit for bit, as ``local_steps=10``) and max(10, ⌈1/(γ λ_S)⌉) under sampling,
-λ_S = S-DANE's sampled default λ, checked against a hand computation from the shards' Hessians."""
+participation (the same iterates, bit for bit, as ``local_steps=10``) and ⌈1/(γ λ_S)⌉ held in [10, 100] under
+sampling, λ_S = S-DANE's sampled default λ, checked against a hand computation from the shards' Hessians."""
 from __future__ import annotations
 
 import math
@@ -26,9 +26,9 @@ def test_fedred_null_local_steps_is_ten_under_full_participation_bit_for_bit():
         assert {k: v for k, v in a.items() if k != "time_s"} == {k: v for k, v in b.items() if k != "time_s"}
 
 
-def test_fedred_sampled_local_steps_follow_the_rule_by_hand():
-    m, s = 8, 6  # q = 2/42: K = 28 here
-    shards = ridge_shards(m, SMALL)
+def rule_by_hand(shards, s):
+    """(⌈1/(γ λ_S)⌉, λ, γ) from the shards' Hessians: the module docstring's K before its bounds."""
+    m = len(shards)
     A = [shard.A for shard in shards]  # the data term's Hessians; O_i's is A_i + 2·lam·I
     H = sum(A) / m
     delta_a = math.sqrt(sum(float(torch.linalg.eigvalsh(a - H).abs().max()) ** 2 for a in A) / m)
@@ -36,14 +36,24 @@ def test_fedred_sampled_local_steps_follow_the_rule_by_hand():
     lam = delta_a * max(1 / 512, (delta_a / norm) ** 2 / 16)  # the full-participation default, kept
     q = (m - s) / (s * (m - 1))
     lam_s = max(lam, 0.5 * q * (norm + 2 * delta_a))
-    L_max = max(float(torch.linalg.eigvalsh(a).max()) for a in A) + 2 * SMALL.lam
-    expected = max(10, math.ceil(L_max / lam_s))
-    algo, records, _ = simulate(FedRedConfig(clients_per_round=s, seed=3), shards, 4)[0]
-    assert expected > 10  # the rule, not the floor, sets K here
+    L_max = max(float(torch.linalg.eigvalsh(a).max()) for a in A) + 2 * shards[0].lam
+    return math.ceil(L_max / lam_s), lam, 1 / L_max
+
+
+def test_fedred_sampled_local_steps_follow_the_rule_by_hand():
+    shards = ridge_shards(8, SMALL)
+    expected, lam, gamma = rule_by_hand(shards, 6)  # q = 2/42
+    algo, records, _ = simulate(FedRedConfig(clients_per_round=6, seed=3), shards, 4)[0]
+    assert 10 < expected < 100  # the rule, not a bound, sets K here
     assert [r["local_steps"] for r in records[:-1]] == [expected] * 4
-    assert math.isclose(algo.lam, lam, rel_tol=1e-9) and math.isclose(algo.gamma, 1 / L_max, rel_tol=1e-9)
+    assert math.isclose(algo.lam, lam, rel_tol=1e-9) and math.isclose(algo.gamma, gamma, rel_tol=1e-9)
+    # 15 of 16 clients on alike shards: q = 1/225, and the rule's K is held at the cap
+    shards = ridge_shards(16, RidgeSyntheticConfig(n_samples=3200, dim=12, lam=0.01, noise_std=0.5))
+    assert rule_by_hand(shards, 15)[0] > 100
+    _, records, _ = simulate(FedRedConfig(clients_per_round=15, seed=3), shards, 1)[0]
+    assert records[0]["local_steps"] == 100
     # an explicit local_steps, or p, is taken as given under sampling too
-    _, records, _ = simulate(FedRedConfig(clients_per_round=s, seed=3, local_steps=7), shards, 2)[0]
+    _, records, _ = simulate(FedRedConfig(clients_per_round=6, seed=3, local_steps=7), ridge_shards(8, SMALL), 2)[0]
     assert [r["local_steps"] for r in records[:-1]] == [7, 7]
 
 
