@@ -17,33 +17,34 @@ step minimizes the linearization of O_i at z, regularized both at z (weight 1/γ
 .. math:: z \leftarrow \arg\min_x\; \langle\nabla O_i(z) - h_i, x\rangle + \frac1{2\gamma}\|x - z\|^2
           + \frac{\lambda}{2}\|x - \tilde x\|^2 = \frac{z/\gamma + \lambda\tilde x - \nabla O_i(z) + h_i}{1/\gamma + \lambda},
 
-with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every worker shares (the
-paper's randomized local steps); γ = ``lr`` (null: 1/max_i L_i).  DANE+ is the same round with any
-inexact solver of F_i (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`).
-Type 1 with an exact solve and mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round).
-λ = ``lam``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.default_prox_weight`,
-measured before round 0), and for DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default
-λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q = (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).
+with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every worker shares (the paper's
+randomized local steps); γ = ``lr`` (null: 1/max_i L_i). DANE+ is the same round with any inexact solver of F_i
+(``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`). Type 1 with an exact solve and
+mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round). λ = ``lam``; null: δ_A·max(1/512,
+(δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.default_prox_weight`, measured before round 0), and for
+DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q =
+(m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).
 
 ``local_steps`` null is K = 10, and under client sampling K = ⌈1/(γ λ_S)⌉ held between 10 and 100, with FedRed's own
 λ unchanged (a heuristic of this package, not the paper's; the cap bounds the local work of a round, since 1/(γλ_S)
-grows as 1/q without bound as s nears m).  Why: K steps of size γ from x̃ act, along
-a direction of curvature h ≪ 1/(Kγ), as a proximal term of weight 1/(Kγ) at x̃ (K steps move Kγ·g), so the sampled
-gradient's noise reaches the iterate with the gain Kγ: the floor a sampled run stalls at grows with K, and the
-rounds to a target above it fall as 1/K.  K = 1/(γλ_S) puts that effective weight where S-DANE's sampled default
-puts its λ (the balance of speed and floor measured there).  Raising FedRed's λ to λ_S instead does not help: the
-doubly regularized steps then move less.  The side-by-side runs: results/bench_runs/fedred_sampled_grid.jsonl (the
-floors at K = 10, 30, 100) and scripts/bench_sampled_lambda.py ``--fedred`` (results/bench_runs/
-sampled_lambda_fedred.json: the rounds to 1e-3 at the default, at K = 10, at the default's K times 1/2, 2, 4 and
-at λ_S; the rule's K there is well inside the bounds).  Full participation keeps K = 10, its iterates bit for bit.  The type-2 weight c is
-``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a fixed K;
-λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one
-allreduce a round (type 1: two).  The record of a round is x̃ (its metrics ride in its first allreduce).
+grows as 1/q without bound as s nears m). Why: K steps of size γ from x̃ act, along a direction of curvature h ≪
+1/(Kγ), as a proximal term of weight 1/(Kγ) at x̃ (K steps move Kγ·g), so the sampled gradient's noise reaches the
+iterate with the gain Kγ: the floor a sampled run stalls at grows with K, and the rounds to a target above it fall
+as 1/K. K = 1/(γλ_S) puts that effective weight where S-DANE's sampled default puts its λ (the balance of speed and
+floor measured there). Raising FedRed's λ to λ_S instead does not help: the doubly regularized steps then move less.
+The side-by-side runs: results/bench_runs/fedred_sampled_grid.jsonl (the floors at K = 10, 30, 100) and
+scripts/bench_sampled_lambda.py ``--fedred`` (results/bench_runs/sampled_lambda_fedred.json: the rounds to 1e-3 at
+the default, at K = 10, at the default's K times 1/2, 2, 4 and at λ_S; the rule's K there is well inside the
+bounds). Full participation keeps K = 10, its iterates bit for bit.
+
+The type-2 weight c is ``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a
+fixed K; λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one
+allreduce a round (type 1: two). The record of a round is x̃ (its metrics ride in its first allreduce).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -172,8 +173,9 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         if self.cv_weight is not None:
             checks.positive("algorithm.cv_weight", self.cv_weight)
         checks.positive("algorithm.server_lr", self.server_lr)
-        replace(LocalSolveKeys(), local_solver=self.local_solver, local_steps=LOCAL_STEPS if self.local_steps is None else self.local_steps,
-                lr=self.lr, power_iters=self.power_iters).check_local()
+        steps = LOCAL_STEPS if self.local_steps is None else self.local_steps
+        LocalSolveKeys(local_solver=self.local_solver, local_steps=steps, lr=self.lr,
+                       power_iters=self.power_iters).check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
         if self.local_solver != "steps" and self.lam == 0:

@@ -60,7 +60,7 @@ def test_fedred_sampled_local_steps_follow_the_rule_by_hand():
 def test_dane_plus_under_sampling_takes_feddanes_sampled_default_and_its_iterates():
     """Type 1, an exact solve, mean averaging: FedDANE's round (S'_t = S_t), so its default λ is FedDANE's μ."""
     shards = ridge_shards(6, SMALL)
-    plus, plus_records, w_plus = simulate(FedRedConfig(local_solver="problem", clients_per_round=2, seed=3), shards, 5)[0]
+    plus, _, w_plus = simulate(FedRedConfig(local_solver="problem", clients_per_round=2, seed=3), shards, 5)[0]
     fed, _, w_fed = simulate(FedDANEConfig(clients_per_round=2, seed=3), shards, 5)[0]
     full, _, _ = simulate(FedRedConfig(local_solver="problem"), shards, 1)[0]
     assert plus.lam == fed.mu > full.lam  # the sampled default is above the full-participation one here
