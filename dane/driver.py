@@ -122,6 +122,10 @@ def rounds(loop: Loop, callbacks: list) -> None:
             callback.on_rounds_end(loop)
 
 
+#: the last record's traffic counts that the summary repeats (cumulative in every record that has them)
+TRAFFIC = ("uplink_bits", "downlink_bits", "uplink_bytes", "downlink_bytes", "clients_uplink_bits")
+
+
 def base_summary(loop: Loop) -> dict[str, Any]:
     """summary.json's entries that every kind of run has, from its last record and its clock."""
     spec, last = loop.spec, loop.records[-1]
@@ -143,7 +147,9 @@ def base_summary(loop: Loop) -> dict[str, Any]:
         "stopped_by": loop.result.stopped_by,
     }
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
-    summary.update({key: last[key] for key in ("uplink_bits", "downlink_bits") if key in last})  # comm.compress
+    # traffic by direction, where the run counts it: comm.compress's bits per worker, a federated method's bytes
+    # summed over the round's participants, FedNL's own exact bit count
+    summary.update({key: last[key] for key in TRAFFIC if key in last})
     return summary
 
 

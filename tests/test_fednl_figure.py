@@ -38,6 +38,9 @@ def test_bits_per_client_and_relative_suboptimality_are_the_records(runs):
     per_round = uplink_bits(make("topk:5"), 6, variant="plain", option=2)
     assert got["bits"][0] == 64 * 21 + per_round and got["bits"][1] - got["bits"][0] == per_round
     assert curve(runs / "gd")["bits"] == [r["uplink_bits"] for r in gd]  # comm.compress's per-worker count
+    summary = json.loads((runs / "fednl_topk" / "summary.json").read_text())  # the summary repeats the last counts
+    assert summary["clients_uplink_bits"] == fednl[-1]["clients_uplink_bits"] == 4 * got["bits"][-1]
+    assert (summary["uplink_bytes"], summary["downlink_bytes"]) == (fednl[-1]["uplink_bytes"], fednl[-1]["downlink_bytes"])
 
 
 def test_the_figure_and_its_table_are_written(runs, tmp_path):
