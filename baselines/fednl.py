@@ -411,7 +411,7 @@ class StackedFedNL:
 class FedNLConfig(AlgorithmConfig, SamplingKeys):
     compressor: str = "none"
     alpha: float | None = None
-    option: int | None = None  # null: 2 for FedNL-PP (its step), else 1
+    option: int | None = None  # null: 1 for FedNL-LS (its projected direction), else 2
     mu: float | None = None
     variant: str = "plain"
     ls_c: float = 0.5
@@ -425,7 +425,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         if self.alpha is not None:
             checks.positive("algorithm.alpha", self.alpha)
         if self.option is None:
-            object.__setattr__(self, "option", 2 if self.variant == "pp" else 1)
+            object.__setattr__(self, "option", 1 if self.variant == "ls" else 2)
         if self.option not in (1, 2):
             raise ConfigError(f"algorithm.option must be 1 (projection onto H >= mu I) or 2 (H + l I), "
                               f"got {self.option!r}")
@@ -447,7 +447,9 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
     def recovery(self) -> list[str]:
         """Plain FedNL converges locally (the paper's theory): far from x*, a learned H that a compressor left
         short along some direction gives a long step there, and the run can diverge; FedNL-LS and option 2's
-        shift are the paper's remedies."""
+        shift are the paper's remedies.  Option 2 is the default for that reason (``option`` null): from x⁰ = 0
+        option 1 diverged on LIBSVM's mushrooms with TopK and RandK at k = 8d and wandered on a9a with RandK
+        (scripts/bench_fednl.py's ``OPTION``), where option 2 and FedNL-LS converged."""
         if self.variant != "plain":
             return []
         hints = ["algorithm.variant=ls (FedNL-LS: a line search on O, convergent from any start)"]

@@ -212,19 +212,20 @@ def test_bad_config_is_one_line(overrides, words):
 
 
 def test_option_follows_the_variant_and_divergence_names_the_line_search():
-    """``option`` null is FedNL-PP's step (2) for variant=pp and the projection (1) otherwise; a diverging plain run
-    is told FedNL-LS first (plain FedNL converges locally), then option 2 where it stepped with option 1."""
+    """``option`` null is the shifted step (2), FedNL-PP's and the robust one from a far start, except for FedNL-LS,
+    whose direction is the projected one (1); a diverging plain run is told FedNL-LS first (plain FedNL converges
+    locally), then option 2 where it stepped with option 1."""
     assert FedNLConfig(variant="pp", clients_per_round=2).option == 2
-    assert FedNLConfig().option == 1 and FedNLConfig(variant="ls").option == 1
-    assert [h.split(" ")[0] for h in FedNLConfig().recovery()] == ["algorithm.variant=ls", "algorithm.option=2"]
-    assert [h.split(" ")[0] for h in FedNLConfig(option=2).recovery()] == ["algorithm.variant=ls"]
+    assert FedNLConfig().option == 2 and FedNLConfig(variant="ls").option == 1
+    assert [h.split(" ")[0] for h in FedNLConfig(option=1).recovery()] == ["algorithm.variant=ls", "algorithm.option=2"]
+    assert [h.split(" ")[0] for h in FedNLConfig().recovery()] == ["algorithm.variant=ls"]
     assert FedNLConfig(variant="ls").recovery() == []
 
 
 # ------------------------------------------------------------------ one worker per client (the simulator's threads)
 @pytest.mark.parametrize("overrides", [
-    {"compressor": "topk:15"},
-    {"compressor": "randk:15", "option": 2},
+    {"compressor": "topk:15", "option": 1},
+    {"compressor": "randk:15"},
     {"compressor": "randk:15", "variant": "pp", "option": 2, "clients_per_round": 2},
     {"compressor": "topk:15", "variant": "ls", "alpha": 1.0},
     {"compressor": "topk:15", "variant": "pp", "option": 2, "clients_per_round": 2},
@@ -237,8 +238,9 @@ def test_worker_level_equals_stacked(overrides):
 
     X, y = sparse_logistic(ones=0.0)
     m, rounds = 4, 6
-    out = simulate(FedNLConfig(**overrides), shards_of(X, y, m), rounds)
-    stacked = StackedFedNL(StackedClients(shards_of(X, y, m)), **overrides)
+    config = FedNLConfig(**overrides)
+    out = simulate(config, shards_of(X, y, m), rounds)
+    stacked = StackedFedNL(StackedClients(shards_of(X, y, m)), **{**overrides, "option": config.option})  # null resolved
     records = out[0][1]
     for t, w in enumerate(out[0][2]):
         np.testing.assert_allclose(w.numpy(), stacked.x, rtol=0, atol=1e-12, err_msg=f"round {t}")
