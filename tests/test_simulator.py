@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -102,6 +103,29 @@ def test_workers_on_a_gpu_take_turns_timed_by_the_wall_clock():
     cpu.run(worker)
     assert cpu.compute_time < 0.01  # why a GPU needs its own meter: waiting costs no CPU time
     assert meter_for(["cpu", torch.device("cpu")]).name == "thread_cpu_time"
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_cpu_workers_compute_at_most_slots_at_once_and_are_timed_alike(slots):
+    """`ThreadGroup`'s slots: at most ``slots`` of 6 workers are between two collectives at once (the others
+    sleep, so m threads do not all fight for the GIL), and the clock still charges each phase its slowest
+    worker's CPU time: waiting for a slot is not compute."""
+    inside, most = [0], [0]
+    burns = [[0.004, 0.012, 0.002, 0.006, 0.008, 0.01], [0.01, 0.002, 0.004, 0.012, 0.006, 0.008]]
+
+    def worker(comm):
+        for phase in burns:
+            inside[0] += 1  # under the GIL: a plain counter is exact
+            most[0] = max(most[0], inside[0])
+            burn(phase[comm.rank])
+            inside[0] -= 1
+            comm.allreduce_mean([torch.zeros(1, dtype=torch.float64)])
+
+    group = ThreadGroup(6, AlphaBeta(alpha=0.0, beta=1e30), slots=slots)
+    group.run(worker)
+    assert 1 <= most[0] <= slots
+    assert group.compute_time == pytest.approx(0.012 + 0.012, abs=2 * 3e-3)  # the slowest worker of each phase
+    assert ThreadGroup(2).slots == (os.cpu_count() or 1)  # by default, the machine's cores
 
 
 def test_stragglers_slow_time_by_their_factor():

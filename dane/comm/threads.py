@@ -28,6 +28,7 @@ measures time per round and peak memory up to m = 10,000.
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -234,11 +235,24 @@ class Interrupted(BaseException):
 
 
 class ThreadGroup:
-    """Shared state of m simulated workers: the barrier, the mailbox and the simulated clock."""
+    """Shared state of m simulated workers: the barrier, the mailbox and the simulated clock.
+
+    At most ``slots`` workers (default: the machine's cores) compute at once: a worker holds a slot from a
+    collective to its next and gives it back while it waits there, so the others sleep until one is free.
+    Without the slots every worker a collective releases is runnable at once, and m of them contend for the
+    GIL, which each torch call drops and takes back: at m = 1,000 on two idle cores most of a round went to
+    the kernel's futex wake-ups, not to the workers' work (``make bench`` section ``batched_workers``).  A
+    wait for a slot is not CPU time: what the meter reads, and the simulated clock, do not change.  The slot
+    belongs to the thread, not to its communicator (an algorithm built in one `run` may call collectives on
+    that run's communicator in a later one: the asynchronous simulator's evaluations).
+    """
 
     def __init__(self, size: int, cost: AlphaBeta | ParameterServerCost | None = None,
-                 stragglers: Stragglers | None = None, meter: Meter | None = None):
+                 stragglers: Stragglers | None = None, meter: Meter | None = None, slots: int | None = None):
         self.size = size
+        self.slots = slots or os.cpu_count() or 1
+        self._slots = threading.BoundedSemaphore(self.slots)
+        self._holding = threading.local()  # whether this thread holds a slot
         self.cost = cost or AlphaBeta()
         self.stragglers = stragglers or Stragglers()
         self.meter = meter or ThreadCPUTime()
@@ -279,6 +293,18 @@ class ThreadGroup:
         else:
             self._result = None
 
+    def take_slot(self) -> None:
+        """This worker computes from now on: wait for a slot unless it holds one."""
+        if not getattr(self._holding, "slot", False):
+            self._slots.acquire()
+            self._holding.slot = True
+
+    def give_slot(self) -> None:
+        """This worker waits (at a collective, or is done): its slot, if it holds one, goes to another."""
+        if getattr(self._holding, "slot", False):
+            self._holding.slot = False
+            self._slots.release()
+
     def stop(self) -> None:
         """Make every worker raise `Interrupted` at its next collective (or in the one it waits in)."""
         self.interrupted = True
@@ -301,6 +327,7 @@ class ThreadGroup:
         def target(comm: ThreadCommunicator) -> None:
             try:
                 torch.set_num_threads(1)  # per thread: a fresh thread's first BLAS call may otherwise use more, in another order
+                self.take_slot()
                 comm.begin()
                 results[comm.rank] = fn(comm)
             except Interrupted:
@@ -312,6 +339,7 @@ class ThreadGroup:
                 try:
                     comm.end()  # the last compute phase: on a GPU, its turn is given back
                 finally:
+                    self.give_slot()
                     finished[comm.rank].set()  # even if the device failed there: the caller must not wait forever
 
         try:
@@ -392,6 +420,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
     def _collective(self, op: str, tensors: list[torch.Tensor] | None, nbytes: int = 0, root: int = 0):
         g = self.group
         g._compute[self.rank] = self.end()
+        g.give_slot()  # while it waits, another worker computes
         if g.interrupted:
             raise Interrupted
         g._inbox[self.rank] = tensors
@@ -408,6 +437,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
             if g.interrupted:
                 raise Interrupted from None
             raise
+        g.take_slot()
         self.begin()
         return result
 
