@@ -59,7 +59,7 @@ def check_labels(
             return np.where(y == 0.0, -1.0, 1.0)
         if set(values) <= {-1.0, 1.0}:
             return y.copy()
-        if whole and values.size == 2:
+        if whole and _recoded_pair(values):
             return np.where(y == values[0], -1.0, 1.0)
         raise DataError(
             f"{source_name}: problem=logreg needs two classes labelled 0/1 or -1/+1, found labels "
@@ -87,9 +87,14 @@ def two_class_note(y: np.ndarray, loss: str) -> str | None:
     if loss != "logistic":
         return None
     values = np.unique(np.asarray(y, dtype=np.float64))
-    if values.size != 2 or set(values) <= {0.0, 1.0} or set(values) <= {-1.0, 1.0}:
+    if not _recoded_pair(values):
         return None
     return f"labels {values[0]:g} and {values[1]:g} coded -1 and +1 (the larger value is the positive class)"
+
+
+def _recoded_pair(values: np.ndarray) -> bool:
+    """Whether sorted distinct labels are two values that `check_labels` recodes to -1/+1 (not 0/1 or -1/+1)."""
+    return values.size == 2 and not set(values) <= {0.0, 1.0} and not set(values) <= {-1.0, 1.0}
 
 
 def _show(values: np.ndarray) -> str:
