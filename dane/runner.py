@@ -169,7 +169,7 @@ class DivergenceWatch:
         self.stop, self.comm = stop, comm
         self.above: list[bool] = []  # the last rounds' verdicts, oldest first
         self.objectives: list[float] | None = None  # the last rounds' objectives, kept under client sampling only
-        self.reason: str | None = None  # the sampled rule's line, once it has stopped the run
+        self.reason: str | None = None  # the sampled rule's line, once it has stopped the run (`why_stopped`)
 
     def sampled(self, record: dict) -> bool:
         """Whether ``record``'s round took part with fewer clients than the run has workers."""
@@ -335,14 +335,16 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
                            "divergence": rising.state_dict(), "algorithm": algo.state_dict()})
     # A run stopped by a round's metrics has already moved past the iterate they describe.
     iterate = w_t if w_t is not None else algo.iterate
-    why = rising.reason if status == "diverged" and rising.reason else \
-        why_stopped(algo, stop, status, records, first)
-    return RunResult(records, status, iterate, why)
+    return RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising))
 
 
-def why_stopped(algo: Rounds, stop: StopRule, status: str, records: list[dict], first: dict | None) -> str:
-    """`RunResult.stopped_by`: the test that ended the run, the algorithm's own reason (``finished``) and,
-    at the round cap, its ``diagnosis``."""
+def why_stopped(algo: Rounds, stop: StopRule, status: str, records: list[dict], first: dict | None,
+                divergence: DivergenceWatch | None = None) -> str:
+    """`RunResult.stopped_by`: the test that ended the run (a run the divergence window stopped under client
+    sampling: that rule's line, ``divergence.reason``), the algorithm's own reason (``finished``) and, at the
+    round cap, its ``diagnosis``."""
+    if status == "diverged" and divergence is not None and divergence.reason:
+        return divergence.reason
     done = algo.finished
     if records and done is not None and status == done[0]:
         measure = stop.measure(records[-1], first)
