@@ -105,9 +105,10 @@ def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int,
     δ_A-based λ, set under full participation, is small against ‖H‖) and the relative floor does not grow as q.
     A heuristic, not the paper's rule (which needs ζ² and the target ε); the side-by-side run against a λ grid
     (phishing and a9a over 80 clients, 8 a round, iid and Dirichlet α = 0.5) is scripts/bench_sampled_lambda.py, its
-    JSON results/bench_runs/sampled_lambda.json (its Acc-S-DANE rows are at this factor; ``--acc`` runs Acc-S-DANE at
-    its own into sampled_lambda_acc.json; w8a over 142 clients, 14 a round: sampled_lambda_w8a.json, its Acc-S-DANE rows
-    at S-DANE's factor).  ``sampling=size`` takes the same q."""
+    JSON results/bench_runs/sampled_lambda.json (its Acc-S-DANE rows are at the factor in force when their cell ran:
+    this one, and Acc-S-DANE's own in a cell rerun with ``--update``, which carries its date; ``--acc`` runs Acc-S-DANE
+    at its own into sampled_lambda_acc.json; w8a over 142 clients, 14 a round: sampled_lambda_w8a.json, its Acc-S-DANE
+    rows at S-DANE's factor).  ``sampling=size`` takes the same q."""
     if s >= m:
         return lam
     return max(lam, per_curvature * sampling_variance_factor(s, m) * (hessian_norm + 2.0 * delta_a))

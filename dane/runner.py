@@ -43,7 +43,8 @@ class StopRule:
     above its start in half of its first rounds without a long run of them: S-DANE at four
     times its default λ on phishing over 80 Dirichlet clients, 8 a round, was stopped so
     at round 7 and converges when let run (its recorded objectives are in
-    tests/test_sampled_divergence.py); one that diverges stays above its start and climbs.
+    tests/test_sampled_divergence.py; the benchmark's cell, rerun under this rule, is in
+    results/bench_runs/sampled_lambda.json); one that diverges stays above its start and climbs.
     Optionally (`EarlyStopping`) a run also stops once ``monitor`` (higher is better,
     e.g. test_accuracy) reaches ``target``, or after ``patience`` rounds without
     improving it by more than ``min_delta``.

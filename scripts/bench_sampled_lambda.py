@@ -17,6 +17,12 @@ sampling-floor stop, and the rounds to the target are what the cell compares).
     .venv/bin/python scripts/bench_sampled_lambda.py --out results/bench_runs/sampled_lambda.json
     .venv/bin/python scripts/bench_sampled_lambda.py --acc --out results/bench_runs/sampled_lambda_acc.json
     .venv/bin/python scripts/bench_sampled_lambda.py --fedred --jobs 2 --out results/bench_runs/sampled_lambda_fedred.json
+
+``--update`` reruns only the cells this invocation names and writes them into ``--out``'s existing JSON in place of
+the cells with the same table, m, sharding and s, keeping the others; each rerun cell carries its own ``run`` (the
+arguments, the date and the load average), so a cell rerun after a fix says when and how it was measured:
+
+    .venv/bin/python scripts/bench_sampled_lambda.py --tables phishing --shardings dirichlet --update
 """
 from __future__ import annotations
 
@@ -136,19 +142,41 @@ def main() -> None:
     parser.add_argument("--acc", action="store_true", help="Acc-S-DANE alone, on its own small grid (acc_cell)")
     parser.add_argument("--fedred", action="store_true", help="FedRed's local step count (fedred_cell)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run in this many processes at once")
+    parser.add_argument("--update", action="store_true",
+                        help="replace only these cells in --out's JSON, keeping its other cells (module docstring)")
     args = parser.parse_args()
     s = max(1, round(args.fraction * args.workers))
     make = fedred_cell if args.fedred else acc_cell if args.acc else cell
     todo = [(table, args.workers, shard, s, args.rounds, args.target) for table in args.tables for shard in args.shardings]
-    cells = []
+    out = Path(args.out)
+    kept = json.loads(out.read_text()) if args.update and out.is_file() else None
+    cells = [] if kept is None else kept["cells"]
     with ProcessPoolExecutor(max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
         for done in pool.map(make, *zip(*todo)):
-            cells.append(done)
             print(json.dumps({k: done.get(k) for k in ("table", "sharding", "default_lam", "old_default_lam",
                                                         "default_local_steps", "summary")}), flush=True)
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps({"command": "scripts/bench_sampled_lambda.py", "args": vars(args),
-                                                  "load": os.getloadavg(), "cells": cells}, indent=1))
+            if kept is None:
+                cells.append(done)
+                document = {"command": "scripts/bench_sampled_lambda.py", "args": vars(args),
+                            "load": os.getloadavg(), "cells": cells}
+            else:
+                done["run"] = {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                               "load": os.getloadavg()}
+                cells = [c for c in cells if cell_key(c) != cell_key(done)] + [done]
+                cells.sort(key=lambda c: todo_order(c, kept["cells"]))
+                document = {**kept, "cells": cells}
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(document, indent=1))
+
+
+def cell_key(c: dict) -> tuple:
+    return c["table"], c["m"], c["sharding"], c["s"]
+
+
+def todo_order(c: dict, before: list[dict]) -> int:
+    """``--update`` keeps a rerun cell where it stood (a new one goes last)."""
+    keys = [cell_key(b) for b in before]
+    return keys.index(cell_key(c)) if cell_key(c) in keys else len(keys)
 
 
 if __name__ == "__main__":
