@@ -131,8 +131,8 @@ FLOOR_ROUNDS = 10
 
 class SamplingFloor:
     """The rounds since the global objective last improved on its best, for a method without a fixed point at the
-    optimum under client sampling (FedDANE, S-DANE: the sampled gradient mean_S ∇O_i(w*) is not zero when the
-    shards differ).  `stalled` once it has not improved for max(`FLOOR_ROUNDS`, half the best's round) rounds: the
+    optimum under client sampling (FedDANE, S-DANE, FedRed with type-1 control variates: the sampled gradient
+    mean_S ∇O_i(w*) is not zero when the shards differ).  `stalled` once it has not improved for max(`FLOOR_ROUNDS`, half the best's round) rounds: the
     objective then oscillates about a floor, and on label-skewed shards it can climb from there and diverge."""
 
     def __init__(self) -> None:
@@ -178,7 +178,8 @@ class Federated(Algorithm):
 
     client_sampling = True  # algorithm.clients_per_round (dane.sampling)
     #: True: under client sampling the method has no fixed point at the optimum, and a run ends with status
-    #: ``sampling_floor`` and `floor_diagnosis` once its objective stops improving (`SamplingFloor`)
+    #: ``sampling_floor`` and `floor_diagnosis` once its objective stops improving (`SamplingFloor`); a method whose
+    #: options decide it sets it on the instance (FedRed: its type-1 control variate has a floor, type 2 has not)
     floors_under_sampling = False
     synchronous_because = "its rounds average the sampled clients' results from the same iterate"
     columns = (Column("clients", "{:>7d}"),)

@@ -42,6 +42,20 @@ bit for bit.
 The type-2 weight c is ``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a
 fixed K; λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one
 allreduce a round (type 1: two). The record of a round is x̃ (its metrics ride in its first allreduce).
+
+The stop each type needs under client sampling (s < m).  Type 1 takes h_i against the sampled mean, so at x̃ = x*
+the local problem's gradient at x* is ∇O_i(x*) − h_i = ξ_S := mean_{j∈S} ∇O_j(x*), which is not zero when the shards
+differ: for any fixed λ and K, x* is not a fixed point of the sampled round (on a quadratic with exact solves,
+x_{r+1} − x* = (I − M_S Ā_S)(x̃ − x*) − M_S ξ_S, M_S = mean_{i∈S} (∇²O_i + λI)⁻¹, Ā_S = mean_{i∈S} ∇²O_i), and the
+run stalls at a floor set by ξ_S's variance, as FedDANE's and S-DANE's do: it ends with status ``sampling_floor``
+once its objective stops improving (`baselines.federated.SamplingFloor`; ``floors_under_sampling`` is set for
+type 1).  Type 2 keeps (x*, h_i = ∇O_i(x*)) a fixed point under sampling: every sampled local problem is then
+solved by x*, the mean is x* and no h_i moves.  That point needs Σ_i h_i = 0, which mean averaging with η_g = 1
+keeps round by round (the updates c(x_{r+1} − x_i) sum to zero over S); round 0's type-1 h_i is taken against the
+mean over S_0 and sums to zero over S_0 only, so the clients outside S_0 start at h_i = 0 (a departure from
+"type 1 at round 0", which under sampling left Σ_i h_i ≠ 0 and a run converging to the point where ∇O = mean_i h_i,
+not x*).  A sampled type-2 run with mean averaging and η_g = 1 converges and has no floor stop; random averaging and
+η_g ≠ 1 do not keep Σ_i h_i = 0, under full participation either.
 """
 from __future__ import annotations
 
@@ -91,6 +105,7 @@ class FedRed(Federated):
             if rule:  # module docstring: 1/(Kγ) down to λ_S
                 self.local_steps = min(MAX_SAMPLED_STEPS, max(LOCAL_STEPS, math.ceil(1.0 / (self.gamma * sampled))))
         self.lam, self.control_variate, self.averaging, self.p = lam, control_variate, averaging, p
+        self.floors_under_sampling = control_variate == 1  # module docstring: type 2 has a fixed point at x*
         self.server_lr = server_lr
         if cv_weight is None:
             cv_weight = (p if p is not None else 1.0 / self.local_steps) / self.gamma if steps else lam
@@ -106,8 +121,10 @@ class FedRed(Federated):
             grad, payload = self.grad_and_payload(x)
             (g_bar,), reduced = self.average(members, [grad], payload, down=[x])  # 1. h_i = ∇O_i(x̃) − mean_S ∇O_j(x̃)
             rides = []
-            if inside or self.h is None:
+            if inside:
                 self.h = grad - g_bar
+            elif self.h is None:  # type 2 outside S_0: h_i = 0 keeps Σ_i h_i = 0 (module docstring)
+                self.h = torch.zeros_like(grad)
         else:
             rides, reduced = self.payload(x), None  # x̃'s metrics ride in the averaging allreduce
         steps = self.local_step_count()
@@ -140,6 +157,16 @@ class FedRed(Federated):
         for _ in range(steps):                                                # FedRed: doubly regularized steps
             z = (inv * z + self.lam * x - self.local_grad(z) + self.h) / (inv + self.lam)
         return z
+
+    def floor_diagnosis(self) -> str:
+        if self.local.local_solver != "steps":
+            knob = f"a larger algorithm.lam (now {self.lam:.3g}) lowers it and slows each round"
+        elif self.p is None:
+            knob = f"fewer algorithm.local_steps (now {self.local_steps}) lower it and slow each round"
+        else:
+            knob = f"a larger algorithm.p (now {self.p:g}: fewer local steps) lowers it and slows each round"
+        return (f"{super().floor_diagnosis()}; {knob}; algorithm.control_variate=2 has no floor (its control "
+                f"variates keep the optimum a fixed point under sampling)")
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "coin": self.coin.get_state()}

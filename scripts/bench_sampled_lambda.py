@@ -11,8 +11,9 @@ grid's fewest.
 
 ``--fedred`` runs FedRed (``local_solver=steps``) instead: at its default (``local_steps=null``: the sampled step
 count of `baselines.fedred`), at the ten steps it replaced, at the default's K times each of `STEP_GRID`, and at
-ten steps with S-DANE's sampled default λ (is λ the knob?); each run stops at ``--target`` (FedRed has no
-sampling-floor stop, and the rounds to the target are what the cell compares).
+ten steps with S-DANE's sampled default λ (is λ the knob?); each run stops at ``--target`` (the rounds to the target
+are what the cell compares) or, as FedRed's type-1 control variates have a floor under sampling, with status
+``sampling_floor`` (a stop added after sampled_lambda_fedred.json and sampled_lambda_fedred_w8a.json were measured).
 
     .venv/bin/python scripts/bench_sampled_lambda.py --out results/bench_runs/sampled_lambda.json
     .venv/bin/python scripts/bench_sampled_lambda.py --acc --out results/bench_runs/sampled_lambda_acc.json
