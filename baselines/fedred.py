@@ -165,6 +165,8 @@ class FedRed(Federated):
             knob = f"fewer algorithm.local_steps (now {self.local_steps}) lower it and slow each round"
         else:
             knob = f"a larger algorithm.p (now {self.p:g}: fewer local steps) lowers it and slows each round"
+        if self.averaging != "mean" or self.server_lr != 1.0:  # type 2 keeps Σ_i h_i = 0 only with these
+            return f"{super().floor_diagnosis()}; {knob}"
         return (f"{super().floor_diagnosis()}; {knob}; algorithm.control_variate=2 has no floor (its control "
                 f"variates keep the optimum a fixed point under sampling)")
 
