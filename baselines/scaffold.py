@@ -11,9 +11,9 @@ allreduce (the server sends (w, c) down, each sampled client sends (Δy_i, Δc_i
     w_{t+1} &= w_t + \eta_g\,\frac1{|S_t|}\sum_{i\in S_t}\Delta y_i, \qquad
     c \leftarrow c + \frac{|S_t|}{m}\cdot\frac1{|S_t|}\sum_{i\in S_t}\Delta c_i
 
-K = ``local_steps``, η_l = ``lr`` (null: min(1/max_i L_i, 1/(K μ̲)), below), η_g = ``server_lr``,
-``option`` = 1 or 2.  With K = 1 and η_g = 1 every round is a step of distributed gradient descent with
-step η_l, under either option (for K = 1 they give the same c_i⁺).
+K = ``local_steps``, η_l = ``lr`` (null: min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), L = max_i L_i, below),
+η_g = ``server_lr``, ``option`` = 1 or 2.  With K = 1 and η_g = 1 every round is a step of distributed
+gradient descent with step η_l, under either option (for K = 1 they give the same c_i⁺).
 
 *Option II by default*, as the issue that asked for SCAFFOLD states it and as the paper's experiments and most
 public implementations run it (so that iterates compare with theirs at the defaults).  The paper gives both:
@@ -23,30 +23,41 @@ Here local gradients are full, the first local step's is ∇O_i(w_t), and option
 Under full participation option I makes the local steps gradient steps on DANE's local problem
 O_i(y) − ⟨∇O_i(w_{t−1}) − ∇O(w_{t−1}), y⟩ (control variates one round old).
 
-*The default local step.*  Option II's c_i⁺ is the mean local gradient along the path,
-c_i⁺ = c_i − c + (w_t − y_i)/(Kη_l).  Once the K steps settle near the corrected local minimizer (where
-∇O_i(y) = c_i − c), what is new about ∇O_i enters c_i only through the bounded displacement w_t − y_i divided
-by Kη_l: the drift correction is learnt about Kη_l L_i times more slowly, and rounds grow with K (option I's
-do not: its c_i⁺ is ∇O_i(w_t) at any K).  Gradient steps of η_l on a μ_i-strongly convex O_i settle after
-about 1/(η_l μ_i) of them, so the default keeps the K steps' reach within that time:
+*The default local step.*  Each local step is a gradient step on client i's corrected objective
+O_i(y) − ⟨c_i − c, y⟩, which is L_i-smooth and μ_i-strongly convex, so the default takes the step that
+`baselines.gd` takes for distributed GD, with one more bound:
 
 .. math::
-    \eta_l = \min\Big(\frac1{\max_i L_i}, \frac1{K\underline\mu}\Big), \qquad
+    \eta_l = \min\Big(\frac{2}{L + \underline\mu}, \frac{\text{lr\_factor}}{L}, \frac1{K\underline\mu}\Big),
+    \qquad L = \max_i L_i, \quad
     \underline\mu = \max\big(\lambda_{\ell_2}, \operatorname{mean}_i \lambda_{\min}(H_i)\big) \le \mu
 
-(mean_i λ_min(H_i) ≤ λ_min(mean_i H_i): λ_min is concave), from the same local Lanczos and the same allreduce
-as max_i L_i (for a GLM, at its Hessian majorant).  It is below 1/max_i L_i only where the local problems are
-well conditioned, L_max/μ̲ < K (ridge on iid features); on ill-conditioned or weakly regularized shards it is
-1/max_i L_i, the usual safe gradient step.  Departure from the paper: its experiments tune η_l, and its theory
-takes the effective step Kη_lη_g below a small constant over L; the rule is this package's.  What it does not
-fix: on label-skewed logistic shards the steps never settle, each round moves about Kη_l, and a larger η_l,
-η_g or K takes fewer rounds; there the default misses "within 2x of its own grid's best" on some of
-scripts/bench_defaults.py's cells (its ``scaffold`` rows, the grid at the default's K; the rows
-``scaffold_option1``, ``scaffold_k3`` and ``scaffold_k30`` beside it; the table in docs/benchmarks.md).  Neither
-larger step is the default: η_l = 2/max_i L_i is near the edge of stability on the ill-conditioned logistic
-cell (4/max_i L_i did not converge), and η_g = 2 took more than twice the default's rounds on ridge and did not
-reach the target on that logistic cell.  K defaults to 10.  A run that ends at the round cap without the target
-says so in its stop line (`diagnosis`), naming ``algorithm.local_steps`` and ``algorithm.lr``.
+(mean_i λ_min(H_i) ≤ λ_min(mean_i H_i): λ_min is concave), L_i and λ_min(H_i) from one local Lanczos each,
+shared by the one allreduce before round 0 (for a GLM, at its Hessian majorant, ≥ the curvature anywhere).
+2/(L + μ) is the fixed gradient step with the best linear rate on a μ-strongly convex L-smooth function
+(Nesterov, *Introductory Lectures on Convex Optimization*, 2004, Theorem 2.1.15); where μ̲ ≪ L it nears 2/L,
+and ``lr_factor``/L (``lr_factor`` ∈ (0, 2), 1.9) caps it with room for a Lanczos L_i short of λ_max(H_i):
+any step below 2/L_i decreases client i's corrected objective (Theorem 2.1.14).  The third bound is option
+II's: its c_i⁺ is the mean local gradient along the path, c_i⁺ = c_i − c + (w_t − y_i)/(Kη_l).  Once the K
+steps settle near the corrected local minimizer (where ∇O_i(y) = c_i − c), what is new about ∇O_i enters c_i
+only through the bounded displacement w_t − y_i divided by Kη_l: the drift correction is learnt about
+Kη_l L_i times more slowly, and rounds grow with K (option I's do not: its c_i⁺ is ∇O_i(w_t) at any K).
+Gradient steps of η_l on a μ_i-strongly convex O_i settle after about 1/(η_l μ_i) of them, so the K steps'
+reach is held within that time, 1/(Kμ̲).  It binds only where the local problems are well conditioned,
+L/μ̲ < K (ridge on iid features); on ill-conditioned or weakly regularized shards (every logistic cell of
+``make bench``) the step is lr_factor/L.  On those cells SCAFFOLD's rounds fall as Kη_lη_g, the step of the
+slow (μ-) directions, grows, until the stiff directions near their edge of stability or option II's stall
+above sets in: the textbook 1/L paid the looseness of the majorant (on a logistic shard its curvature near
+the optimum is several times below the start's) in rounds; ``make bench`` (section ``defaults``, its
+``scaffold`` rows) measures the rule against η_l ∈ {0.25, 0.5, 2} × the default's and η_g ∈ {0.5, 2} at
+the default's K, and the rows ``scaffold_k3``, ``scaffold_k30`` against the same knobs at their own K.
+Departure from the paper: its experiments tune η_l, and its theory takes the effective step Kη_lη_g below a
+small constant over L (η_l ≤ 1/(81 L K η_g)); the rule is this package's.  η_g defaults to 1: a server step
+of 2 puts the settled (stiff) directions, where the K steps already reach the corrected minimizer, at the edge
+of stability (|1 − η_g| = 1).  K defaults to 10.
+A run that ends at the round cap without the target says so in its stop line (`diagnosis`), naming
+``algorithm.local_steps`` and ``algorithm.lr``.  On a problem that is not convex (a network with
+Hessian-vector products) lr null stays 1/L: the theorems above do not apply.
 
 Departure from the paper: full local gradients (the paper's analysis allows minibatches).
 """
@@ -59,6 +70,7 @@ import torch
 from dane import checks
 from dane.algorithm import AlgorithmConfig
 from dane.comm import Communicator
+from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
@@ -69,10 +81,11 @@ from .spectral import local_spectrum, one_hot
 class Scaffold(Federated):
     name = "scaffold"
 
-    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, option: int = 2, **kwargs):
+    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, option: int = 2,
+                 lr_factor: float = 1.9, **kwargs):
         self.mu_low = 0.0                      # μ̲ (`largest_smoothness`, lr null on a strongly convex problem)
         super().__init__(problem, comm, **kwargs)
-        self.server_lr, self.option = server_lr, option
+        self.server_lr, self.option, self.lr_factor = server_lr, option, lr_factor
         self.c = torch.zeros_like(self.w)      # the server's control variate
         self.c_i = torch.zeros_like(self.w)    # this client's
 
@@ -87,12 +100,13 @@ class Scaffold(Federated):
         return float(L_all.max()) * self.comm.size
 
     def step_size(self, shift: float) -> float:
-        """η_l: ``lr``, or min(1/max_i L_i, 1/(K μ̲)): the K steps reach at most the time 1/μ̲ they take to settle
-        (module docstring)."""
-        lr = super().step_size(shift)
-        if self.local.lr is None and self.mu_low > 0:
-            lr = min(lr, 1.0 / (self.local.local_steps * self.mu_low))
-        return lr
+        """η_l: ``lr``, or min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), L = max_i L_i: GD's step on the corrected local
+        objectives, and the K steps reach at most the time 1/μ̲ they take to settle (module docstring)."""
+        if self.local.lr is not None or self.problem.strong_convexity is None:
+            return super().step_size(shift)    # a given lr; 1/L off the convex problems (no theorem for 2/(L + μ))
+        L = self.L_max + shift
+        lr = min(2.0 / (L + self.mu_low), self.lr_factor / L)
+        return min(lr, 1.0 / (self.local.local_steps * self.mu_low)) if self.mu_low > 0 else lr
 
     def step(self) -> dict[str, float]:
         members, inside = self.members()                                   # S_t; (w, c) sent down to them
@@ -117,7 +131,8 @@ class Scaffold(Federated):
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap: K local steps of η_l a round are the knobs to turn (module docstring)."""
         return (f"SCAFFOLD moves at most {self.local.local_steps} local steps of lr {self.step_size(0.0):.3g} a round "
-                f"(min(1/max_i L_i, 1/(K mu)) unless algorithm.lr is set: small when the shards' curvatures differ); "
+                f"(min(2/(L + mu), {self.lr_factor:g}/L, 1/(K mu)), L = max_i L_i, unless algorithm.lr is set: "
+                f"small when the shards' curvatures differ); "
                 f"more local steps (algorithm.local_steps) or a larger algorithm.lr speed up each round, at the price "
                 f"of a weaker drift correction")
 
@@ -134,6 +149,7 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     local_steps: int = 10  # module docstring: K = 3 stalled on label-skewed shards
     server_lr: float = 1.0
     option: int = 2        # the control variate: 2, the mean corrected gradient of the K steps; 1, ∇O_i(w_t)
+    lr_factor: float = 1.9  # lr null: η_l = min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), lr_factor in (0, 2)
     local_solver: str = "steps"
     seed: int = 0
     name: str = "scaffold"
@@ -142,11 +158,14 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     def __post_init__(self) -> None:
         checks.positive("algorithm.server_lr", self.server_lr)
         checks.one_of("algorithm.option", self.option, (1, 2))
+        if not 0 < checks.positive("algorithm.lr_factor", self.lr_factor) < 2:
+            raise ConfigError(f"algorithm.lr_factor must be in (0, 2) (a local step of 2/L or more can diverge), "
+                              f"got {self.lr_factor}")
         checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
         self.check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> "Scaffold":
-        return Scaffold(problem, comm, server_lr=self.server_lr, option=self.option, sampling=self, local=self,
-                        seed=self.seed)
+        return Scaffold(problem, comm, server_lr=self.server_lr, option=self.option, lr_factor=self.lr_factor,
+                        sampling=self, local=self, seed=self.seed)

@@ -33,7 +33,7 @@ free in it: on the label-skewed logistic cells SCAFFOLD's rounds fall about as 1
 default of K = 10 measures three times the local compute, not a better tuning, and no fixed K can be
 within 2x of it.  K is a
 local-compute budget, as FedAvg's, FedProx's and FedRed's steps per round are: SCAFFOLD's grid tunes
-η_l (in units of the default's 1/max_i L_i) and η_g at the default's K = 10, and the other local
+η_l (in units of the step its default chose) and η_g at the default's K = 10, and the other local
 budgets are rows of their own, each against the same knobs at its own K (``scaffold_k3``,
 ``scaffold_k30``).  Option I, a different control variate from the paper's option II that the
 issue names, is a row of its own too (``scaffold_option1``, as ``dane_mu0`` is beside ``dane``).

@@ -324,8 +324,9 @@ def test_acc_sdane_default_lambda_is_larger_on_heterogeneous_shards(monkeypatch,
 
 
 def test_scaffold_at_the_cap_names_its_step_and_local_steps():
-    """At the round cap SCAFFOLD's stop line names K and η_l = min(1/max_i L_i, 1/(K μ̲)), μ̲ = max(2λ, mean_i
-    λ_min(H_i)) (H_i = A_i + 2λI, Lanczos exact at d = 12 < its 20 iterations), and the two overrides."""
+    """At the round cap SCAFFOLD's stop line names K and η_l = min(2/(L + μ̲), 1.9/L, 1/(K μ̲)), L = max_i L_i,
+    μ̲ = max(2λ, mean_i λ_min(H_i)) (H_i = A_i + 2λI, Lanczos exact at d = 12 < its 20 iterations), and the two
+    overrides (each branch of the rule: tests/test_scaffold.py)."""
     from dane.api import fit
 
     m, K = 4, 10
@@ -334,8 +335,8 @@ def test_scaffold_at_the_cap_names_its_step_and_local_steps():
                for s in ridge_shards(m, SMALL)]
     L_max = max(float(e[-1]) for e in spectra)
     mu_low = max(2 * SMALL.lam, sum(float(e[0]) for e in spectra) / m)
-    lr = min(1 / L_max, 1 / (K * mu_low))
-    assert lr < 1 / L_max  # these shards are well conditioned (L_max / mu_low < K): the rule's second branch
+    lr = min(2 / (L_max + mu_low), 1.9 / L_max, 1 / (K * mu_low))
+    assert lr == 1 / (K * mu_low)  # these shards are well conditioned (L_max / mu_low < K): the rule's last branch
     assert result.status == "max_rounds"
     lrs = [r["lr"] for r in result.records if "lr" in r]  # each round's record (bench_defaults' grid reads it)
     assert len(lrs) == 2 and all(x == pytest.approx(lr, rel=1e-10) for x in lrs)
