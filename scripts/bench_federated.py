@@ -27,6 +27,11 @@ the grid setting (the default included) with the fewest rounds to the last targe
 at defaults / best rounds, and ``best_per_target`` the same for every target.  λ-type knobs are given per δ_A, the measured mean-square Hessian
 dissimilarity of the shards (`dane.similarity`), which the report holds with δ = max_i ‖H_i − H‖₂ and
 ‖H‖ at w_0 = 0.  Methods without client sampling (Scaffnew, GD, DANE) run at s = m only.
+SCAFFOLD's and FedAvg's grids hold their local work per round at the default K = 10, as scripts/bench_defaults.py's
+do (rounds are the cost here, and local steps are free in them: a larger K is more local compute, not a better
+tuning): SCAFFOLD's η_l ∈ {0.25, 0.5, 2} × the step its default chose and η_g ∈ {0.5, 2} (`SCAFFOLD_GRID`),
+FedAvg's step ∈ {0.25, 1}/L; SCAFFOLD at K = 3 and 30 are the defaults benchmark's rows ``scaffold_k3``,
+``scaffold_k30``.
 
 The quadratic's grids (`QUADRATIC_GRIDS`) hold the theory's λ = δ_A (``lam_per_delta: 1``), where the papers'
 ranking (Acc-S-DANE in fewer rounds than S-DANE) is stated, down to S-DANE's full-participation default δ_A/512, and
@@ -88,15 +93,19 @@ QUADRATIC_GRIDS = {"dane": [{"safeguard": False, "mu": 0.0},
 SETTINGS["quadratic"]["grids_of"] = QUADRATIC_GRIDS
 TARGETS = (1e-4, 1e-8)
 SECOND_ORDER_CAP, FIRST_ORDER_CAP = 30, 100
-#: method -> (algorithm, samples clients, round cap, grid; a key ending in _per_delta is that multiple of δ_A)
+#: SCAFFOLD's knobs at its default's local work per round (K = 10), as scripts/bench_defaults.py's: η_l as multiples
+#: of the step its default chose, and η_g
+SCAFFOLD_GRID = [{"lr_times_default": c} for c in (0.25, 0.5, 2.0)] + [{"server_lr": g} for g in (0.5, 2.0)]
+#: method -> (algorithm, samples clients, round cap, grid; a key ending in _per_delta is that multiple of δ_A,
+#: ``lr_times_L: c`` is lr = c/(‖H‖ + λ) (at w_0), ``lr_times_default: c`` c times the lr the default chose)
 METHODS: dict[str, tuple[str, bool, int, list[dict]]] = {
     "sdane": ("sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
     "acc_sdane": ("acc_sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
     "feddane": ("feddane", True, SECOND_ORDER_CAP, [{"mu_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
     "fedred": ("fedred", True, FIRST_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
     "fedprox": ("fedprox", True, FIRST_ORDER_CAP, [{"mu": mu} for mu in (1e-3, 0.1, 1.0)]),  # the paper's grid
-    "scaffold": ("scaffold", True, FIRST_ORDER_CAP, [{"local_steps": k} for k in (1, 5, 50)]),
-    "fedavg": ("fedavg", True, FIRST_ORDER_CAP, [{"local_steps": k} for k in (1, 5, 50)]),
+    "scaffold": ("scaffold", True, FIRST_ORDER_CAP, SCAFFOLD_GRID),
+    "fedavg": ("fedavg", True, FIRST_ORDER_CAP, [{"lr_times_L": c} for c in (0.25, 1.0)]),  # at its default's K = 10
     "scaffnew": ("scaffnew", False, FIRST_ORDER_CAP, [{"p": p} for p in (0.03, 0.1, 0.3)]),
     "gd": ("gd", False, FIRST_ORDER_CAP, [{"lr_factor": c} for c in (1.0, 1.5)]),
     "dane": ("dane", False, SECOND_ORDER_CAP, [{"safeguard": False, "mu": mu} for mu in (0.0, 1e-2, 0.1)]),
@@ -197,16 +206,32 @@ def at_targets(records: list[dict]) -> dict:
     return {"targets": out, "best_rel_suboptimality": min(rel)}
 
 
-def keys_of(settings: dict, delta_a: float) -> dict:
-    """The algorithm keys of a grid setting: ``X_per_delta: c`` becomes ``X: c·δ_A``."""
-    return {(k.removesuffix("_per_delta")): (v * delta_a if k.endswith("_per_delta") else v)
-            for k, v in settings.items()}
+def keys_of(settings: dict, delta_a: float, *, L: float | None = None, default_lr: float | None = None) -> dict:
+    """The algorithm keys of a grid setting: ``X_per_delta: c`` becomes ``X: c·δ_A``; ``lr_times_L: c``,
+    lr = c/L (L = ‖H‖ + λ at w_0, for the logistic loss its curvature majorant's); ``lr_times_default: c``,
+    lr = c times ``default_lr`` (the step the default run chose: its first record's ``lr``)."""
+    keys = {}
+    for k, v in settings.items():
+        if k == "lr_times_L":
+            keys["lr"] = v / L
+        elif k == "lr_times_default":
+            if default_lr is None:
+                raise ValueError("lr_times_default: the default run logged no lr")
+            keys["lr"] = v * default_lr
+        else:
+            keys[k.removesuffix("_per_delta")] = v * delta_a if k.endswith("_per_delta") else v
+    return keys
 
 
-def run_setting(config, method: str, settings: dict, s: int, args, delta_a: float) -> dict:
+def run_setting(config, method: str, settings: dict, s: int, args, delta_a: float, *, L: float | None = None,
+                default_lr: float | None = None) -> dict:
     algorithm, samples, cap, _ = METHODS[method]
     cap = args.caps[0] if cap == SECOND_ORDER_CAP else args.caps[1]
-    keys = keys_of(settings, delta_a)
+    try:
+        keys = keys_of(settings, delta_a, L=L, default_lr=default_lr)
+    except ValueError as exc:  # a grid relative to a default that chose nothing: a result, the grid goes on
+        return {"settings": settings, "status": "error", "error": str(exc), "targets": {},
+                "best_rel_suboptimality": None, "wall_s": 0.0}
     if samples and s < args.workers:
         keys["clients_per_round"] = s
     start = time.perf_counter()
@@ -215,8 +240,10 @@ def run_setting(config, method: str, settings: dict, s: int, args, delta_a: floa
     except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result; the grid goes on
         return {"settings": settings, "status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
                 "targets": {}, "best_rel_suboptimality": None, "wall_s": round(time.perf_counter() - start, 2)}
+    chosen = result.records[0].get("lr") if result.records else None  # η_l a null default chose (SCAFFOLD)
     return {"settings": settings, "keys": keys, "status": result.status, "round_cap": cap,
-            "prox_weight": prox_weight(result.records), **at_targets(result.records),
+            "prox_weight": prox_weight(result.records), **({"lr": chosen} if chosen is not None else {}),
+            **at_targets(result.records),
             "wall_s": round(time.perf_counter() - start, 2)}
 
 
@@ -379,7 +406,9 @@ def run(args) -> dict:
                     report["rows"][key] = {"skipped": f"{algorithm} has no client sampling; run at s=m only"}
                     continue
                 default = run_setting(config, method, {}, s, args, delta_a)
-                runs = [] if args.defaults_only else [run_setting(config, method, g, s, args, delta_a) for g in grid]
+                runs = [] if args.defaults_only else [
+                    run_setting(config, method, g, s, args, delta_a, L=report["similarity"]["hessian_norm"] + args.lam,
+                                default_lr=default.get("lr")) for g in grid]
                 row = {"clients": s, "method": method, "default": default, "grid": runs, **judge(default, runs)}
                 if args.repeats > 1:
                     row["time_s_at_defaults"] = spread(config, method, s, args, delta_a, default)

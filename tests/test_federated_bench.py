@@ -55,6 +55,23 @@ def test_best_is_the_fewest_rounds_over_the_grid_and_the_default():
     assert bench.keys_of({"lam_per_delta": 0.25, "local_steps": 5}, 0.8) == {"lam": 0.2, "local_steps": 5}
 
 
+def test_scaffold_and_fedavg_grids_hold_the_local_work_and_follow_the_defaults_benchmark():
+    """SCAFFOLD's and FedAvg's grids keep the default's K (no local_steps key) and are scripts/bench_defaults.py's:
+    η_l as multiples of the step the default chose, η_g; FedAvg's step as multiples of 1/L, L = ‖H‖ + λ."""
+    bench = load_script()
+    spec = importlib.util.spec_from_file_location("bench_defaults", REPO / "scripts" / "bench_defaults.py")
+    defaults = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(defaults)
+    assert bench.METHODS["scaffold"][3] == defaults.SCAFFOLD_GRID == defaults.METHODS["scaffold"][2]
+    assert bench.METHODS["fedavg"][3] == defaults.METHODS["fedavg"][2]
+    assert all("local_steps" not in g for m in ("scaffold", "fedavg") for g in bench.METHODS[m][3])
+    assert bench.keys_of({"lr_times_default": 0.5}, 0.8, default_lr=3.0) == {"lr": 1.5}
+    assert bench.keys_of({"lr_times_L": 0.25}, 0.8, L=2.0) == {"lr": 0.125}
+    assert bench.keys_of({"server_lr": 2.0}, 0.8, default_lr=3.0) == {"server_lr": 2.0}
+    with pytest.raises(ValueError, match="logged no lr"):
+        bench.keys_of({"lr_times_default": 0.5}, 0.8)
+
+
 def report(rows, **extra):
     return {"started_at": "2026-01-01T00:00:00+0000", "machine": {"load_avg": [1.0, 1.0, 1.0]}, "lam": 1e-3,
             "dataset": "phishing", "workers": 4, "clients": [4, 2], "sharding": "dirichlet alpha=0.5",
