@@ -54,7 +54,12 @@ the default's K, and the rows ``scaffold_k3``, ``scaffold_k30`` against the same
 Departure from the paper: its experiments tune η_l, and its theory takes the effective step Kη_lη_g below a
 small constant over L (η_l ≤ 1/(81 L K η_g)); the rule is this package's.  η_g defaults to 1: a server step
 of 2 puts the settled (stiff) directions, where the K steps already reach the corrected minimizer, at the edge
-of stability (|1 − η_g| = 1).  K defaults to 10.
+of stability (|1 − η_g| = 1).  K defaults to 10.  What the rule does not know: L is the curvature at w_0 (a
+GLM's majorant), and on logistic shards the curvature near the optimum is several times smaller, so a local
+step past lr_factor/L, or η_g = 2, can still take fewer rounds there, most of all with option I (whose control
+variate does not stall) and at small K; the defaults benchmark's rows and the federated benchmark's tables
+(docs/benchmarks.md) say where and by how much.  Neither is the default: past 2/L no theorem bounds the local
+steps, and the stiff directions make η_g = 2 fail where the steps settle.
 A run that ends at the round cap without the target says so in its stop line (`diagnosis`), naming
 ``algorithm.local_steps`` and ``algorithm.lr``.  On a problem that is not convex (a network with
 Hessian-vector products) lr null stays 1/L: the theorems above do not apply.
