@@ -33,7 +33,8 @@ authors' code weights F_i (the mean loss) by n_i.  The paper tunes μ ∈ {0, 0.
 μ = ``mu``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16) of the local Hessians
 (`baselines.federated.default_prox_weight`, measured before round 0), and under client sampling (s < m) at least
 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`: the floor falls as 1/μ;
-results/bench_runs/sampled_lambda.json has S-DANE's side-by-side run, the same iterates).
+results/bench_runs/sampled_lambda.json has S-DANE's side-by-side run, the same iterates).  Under full participation a
+null μ doubles, up to δ_A, when the objective climbs or cycles (`baselines.federated.CyclingObjective`).
 """
 from __future__ import annotations
 
@@ -58,7 +59,10 @@ class FedDANE(Federated):
         super().__init__(problem, comm, **kwargs)
         self.eta = eta
         self.resample = resample
-        self.mu = default_prox_weight(problem, comm, "algorithm.mu", sampler=self.sampler) if mu is None else mu
+        if mu is None:
+            mu, delta_a = default_prox_weight(problem, comm, "algorithm.mu", sampler=self.sampler)
+            self.watch_default_weight(delta_a)
+        self.mu = mu
 
     def step(self) -> dict[str, float]:
         w = self.w
@@ -73,7 +77,9 @@ class FedDANE(Federated):
         if solves:
             w_local = self.prox(w, local_grad - self.eta * g, self.mu, anchor_grad=local_grad)  # 2. local solve
         (self.w,), _ = self.average(solve_set, [w_local], down=[w, g])            # 3. w_{t+1} = mean_S' w_i
-        return {**self.record(reduced, solve_set), "mu": self.mu}
+        out = {**self.record(reduced, solve_set), "mu": self.mu}
+        self.mu = self.rising.next_weight(self.mu, out["objective"])  # a default μ doubles when the objective cycles
+        return out
 
     def floor_diagnosis(self) -> str:
         return (f"{super().floor_diagnosis()}; a larger algorithm.mu (now {self.mu:.3g}) lowers it and slows each "

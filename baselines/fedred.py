@@ -23,7 +23,8 @@ randomized local steps); γ = ``lr`` (null: 1/max_i L_i). DANE+ is the same roun
 mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round). λ = ``lam``; null: δ_A·max(1/512,
 (δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.default_prox_weight`, measured before round 0), and for
 DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q =
-(m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).
+(m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).  Under full participation a null λ doubles, up to
+δ_A, when the objective climbs or cycles (`baselines.federated.CyclingObjective`).
 
 ``local_steps`` null is K = 10, and under client sampling K = ⌈1/(γ λ_S)⌉ held between 10 and 100, with FedRed's own
 λ unchanged (a heuristic of this package, not the paper's; the cap bounds the local work of a round, since 1/(γλ_S)
@@ -101,7 +102,10 @@ class FedRed(Federated):
             delta_a, norm = hessian_dissimilarity(problem, comm, "algorithm.lam")
             full = delta_a * prox_per_dissimilarity(delta_a, norm)  # the full-participation default
             sampled = sampled_prox_weight(full, delta_a, norm, self.sampler.s, self.sampler.m)  # S-DANE's λ_S
-            lam = (full if steps else sampled) if lam is None else lam  # DANE+ under sampling is FedDANE's round
+            if lam is None:  # DANE+ under sampling is FedDANE's round
+                lam = full if steps else sampled
+                if averaging == "mean":  # a randomly chosen client's iterate has a noisy objective
+                    self.watch_default_weight(delta_a)
             if rule:  # module docstring: 1/(Kγ) down to λ_S
                 self.local_steps = min(MAX_SAMPLED_STEPS, max(LOCAL_STEPS, math.ceil(1.0 / (self.gamma * sampled))))
         self.lam, self.control_variate, self.averaging, self.p = lam, control_variate, averaging, p
@@ -139,7 +143,9 @@ class FedRed(Federated):
         if self.control_variate == 2 and inside:
             self.h = self.h + self.cv_weight * (x_next - x_i)                 # type-2 control variate
         self.w = x_next
-        return {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
+        out = {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
+        self.lam = self.rising.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
+        return out
 
     def local_step_count(self) -> int:
         """K: ``local_steps``, or a draw of Geometric(p) from the shared coin (the same on every worker)."""

@@ -16,7 +16,8 @@ null is δ_A·max(1/512, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`): its extr
 than S-DANE's step.  Under client sampling (s < m) the null is at least 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1))
 (Acc-S-DANE: 1.0·q·(‖H‖ + 2δ_A), `ACC_SAMPLED_PROX_PER_CURVATURE`)
 (`baselines.federated.sampled_prox_weight`: the floor a sampled run stalls at falls as 1/λ, as the paper's λ under
-partial participation grows with the sampling variance).
+partial participation grows with the sampling variance).  Under full participation a null λ doubles, up to δ_A, when
+the objective climbs or cycles (`baselines.federated.CyclingObjective`; ``adaptive=true`` moves λ itself).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at
 the start).  With one client and an exact solve, S-DANE is the proximal point method v ← prox_{O/λ}(v)
@@ -99,8 +100,12 @@ class SDANE(Federated):
         self.adaptive, self.accepted = adaptive, True
         divisor, per_curvature = ((ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE) if accelerated
                                   else (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE))
-        self.lam = default_prox_weight(problem, comm, "algorithm.lam", divisor, sampler=self.sampler,
-                                       per_curvature=per_curvature) if lam is None else lam
+        if lam is None:
+            lam, delta_a = default_prox_weight(problem, comm, "algorithm.lam", divisor, sampler=self.sampler,
+                                               per_curvature=per_curvature)
+            if not adaptive:  # adaptive: the line search moves λ
+                self.watch_default_weight(delta_a)
+        self.lam = lam
         self.accelerated = accelerated
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.v = self.w.clone()
@@ -133,7 +138,9 @@ class SDANE(Federated):
         extra = {}
         if self.adaptive:
             self.lam, self.accepted, extra = 0.5 * lam, True, {"accepted": True}  # accepted: try half next round
-        return {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed, **extra}
+        out = {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed, **extra}
+        self.lam = self.rising.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
+        return out
 
     def accepts(self, centre, x_i, grad_i, x_bar, G) -> bool:
         r"""The adaptive-λ acceptance test (mlolab/S-DANE's line search), one more allreduce:

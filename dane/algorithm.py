@@ -48,6 +48,10 @@ class Rounds:
     #: None until the method's answer is final before the round cap (one-shot averaging), then (status, why):
     #: the run ends on the record that describes that answer (`dane.runner.run`)
     finished: tuple[str, str] | None = None
+    #: whether the method raises its own damping when its objective rises (a default proximal weight:
+    #: `baselines.federated.CyclingObjective`); the divergence watch then waits for the objective to stay above round 0
+    #: and rise (`dane.runner.DivergenceWatch`), as under client sampling
+    damps_itself: bool = False
 
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, what this method's own state says about why it is slow, naming the override

@@ -166,8 +166,8 @@ class DivergenceWatch:
     """`StopRule.diverge_after`'s state: which of the last 2 · ``diverge_after`` rounds ended above round 0's objective,
     and, once a record shows client sampling (``clients`` below ``comm.size``), their objectives (`StopRule`)."""
 
-    def __init__(self, stop: StopRule, comm=None):
-        self.stop, self.comm = stop, comm
+    def __init__(self, stop: StopRule, comm=None, *, patient: bool = False):
+        self.stop, self.comm, self.patient = stop, comm, patient  # patient: `Algorithm.damps_itself`
         self.above: list[bool] = []  # the last rounds' verdicts, oldest first
         self.objectives: list[float] | None = None  # the last rounds' objectives, kept under client sampling only
         self.reason: str | None = None  # the sampled rule's line, once it has stopped the run (`why_stopped`)
@@ -181,14 +181,15 @@ class DivergenceWatch:
         if after is None:
             return None
         self.above = [*self.above, record["objective"] > first["objective"]][-2 * after:]
-        if self.objectives is None and not self.sampled(record):
+        if self.objectives is None and not self.sampled(record) and not self.patient:
             return "diverged" if sum(self.above) >= after else None
         self.objectives = [*(self.objectives or []), record["objective"]][-2 * after:]
         older, newer = self.objectives[:after], self.objectives[after:]
         if len(self.objectives) == 2 * after and all(self.above) and sum(newer) > sum(older):
+            why = (f"the rule under client sampling: {record['clients']} of {self.comm.size} clients a round"
+                   if self.sampled(record) else "the rule for a method that raises its own damping")
             self.reason = (f"objective above its round-0 value in each of the last {2 * after} rounds and rising "
-                           f"over them (the rule under client sampling: {record['clients']} of {self.comm.size} "
-                           f"clients a round)")
+                           f"over them ({why})")
             return "diverged"
         return None
 
@@ -306,7 +307,7 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     and ``stopped_by`` is ``why`` and what the tolerance measures there.
     """
     comm = algo.comm
-    watch, rising = EarlyStopping(stop), DivergenceWatch(stop, comm)
+    watch, rising = EarlyStopping(stop), DivergenceWatch(stop, comm, patient=algo.damps_itself)
     start, cost, first = 0, _cost(comm), None
     if resume is not None:
         algo.load_state_dict(resume["algorithm"])

@@ -1,0 +1,112 @@
+"""A default proximal weight doubles when the objective cycles or climbs (`baselines.federated.CyclingObjective`).
+
+The rule on scripted objectives (the rounds it doubles at, computed by hand from its definition), and end to end:
+on shards smaller than the dimension, where the default weight of S-DANE and Acc-S-DANE is far below the
+dissimilarity the iterates meet, the fixed default diverges and the default with the rule reaches the optimum;
+where the objective falls every round, the default's records are those of the fixed weight, bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dane
+from baselines.federated import CYCLE_ROUNDS, CyclingObjective
+
+
+def weights(objectives, active=True, ceiling=np.inf, rule=None):
+    rule = rule or CyclingObjective(active, ceiling=ceiling)
+    weight, out = 1.0, []
+    for f in objectives:
+        out.append(weight)
+        weight = rule.next_weight(weight, f)
+    return out + [weight]
+
+
+def doublings(ws):
+    return [t for t in range(1, len(ws)) if ws[t] > ws[t - 1]]  # t: the round whose objective doubled it, plus 1
+
+
+def test_a_falling_objective_never_moves_the_weight():
+    assert set(weights(0.5 + 0.9 ** np.arange(300))) == {1.0}
+
+
+def test_bumps_small_against_the_descent_do_not_move_it():
+    f = 0.5 + 0.9 ** np.arange(200) * (1 + 0.05 * (np.arange(200) % 2))  # a 5% bump every other round
+    assert set(weights(f)) == {1.0}
+
+
+def test_a_limit_cycle_doubles_the_weight_every_window_up_to_the_ceiling():
+    # 1.0, then the cycle 0.6, 0.7, 0.65, 0.62: never above round 0, so only the window acts.  At round 10 the window
+    # holds rounds 1-10 and the best before it is round 0's 1.0: progress 0.4 against a swing of 0.1.  At round 11 the
+    # best before it is 0.6, the window's least: no progress, and the swing doubles the weight; the window then starts
+    # afresh and the same happens 10 rounds later.
+    f = [1.0] + [0.6, 0.7, 0.65, 0.62] * 10
+    ws = weights(f, ceiling=5.0)
+    assert [t - 1 for t in doublings(ws)] == [11, 21, 31]
+    assert ws[-1] == 5.0                                       # 1, 2, 4, then the ceiling
+    assert CYCLE_ROUNDS == 10
+
+
+def test_climbing_above_every_objective_since_the_last_change_doubles_at_once():
+    f = [1.0, 0.8, 1.5, 3.0, 2.0, 1.2, 0.9, 0.7, 0.6]
+    ws = weights(f)
+    assert [t - 1 for t in doublings(ws)] == [2, 3]            # 1.5 > 1.0; 3.0 > 1.5; 2.0 < 3.0 leaves it
+    assert ws[-1] == 4.0
+
+
+def test_round_off_at_the_optimum_is_not_a_cycle():
+    f = np.r_[0.5 + 0.5 ** np.arange(60), 0.5 * (1 + 1e-15 * np.resize([1, -1, 2, 0], 40))]
+    assert set(weights(f)) == {1.0}
+
+
+def test_inactive_never_moves_and_the_state_carries_over_a_resume():
+    f = [1.0] + [0.6, 0.7, 0.65, 0.62] * 10
+    assert set(weights(f, active=False)) == {1.0}
+    rule, weight = CyclingObjective(True, ceiling=5.0), 1.0
+    for value in f[:15]:
+        weight = rule.next_weight(weight, value)
+    resumed = CyclingObjective()
+    resumed.load_state_dict(rule.state_dict())
+    rest_a, rest_b, wa, wb = [], [], weight, weight
+    for value in f[15:]:
+        wa, wb = rule.next_weight(wa, value), resumed.next_weight(wb, value)
+        rest_a.append(wa)
+        rest_b.append(wb)
+    assert rest_a == rest_b and max(rest_a) == 5.0
+
+
+def one_hot_logreg(seed=1, n=400, groups=8, levels=6):
+    """Categorical rows one-hot encoded (d = 49 with the intercept), labels from a planted model: over 16 clients
+    each holds 25 rows, fewer than the dimension, as LIBSVM's mushrooms over 80 clients."""
+    rng = np.random.default_rng(seed)
+    cats = rng.integers(0, levels, size=(n, groups))
+    X = np.zeros((n, groups * levels))
+    X[np.arange(n)[:, None], cats + levels * np.arange(groups)] = 1
+    z = X @ (3 * rng.standard_normal(groups * levels))
+    y = np.where(z + 0.3 * rng.standard_normal(n) > np.median(z), 1.0, -1.0)
+    return dane.problems.LogReg(X, y, lam=1e-3, fit_intercept=True, optimum="auto")
+
+
+@pytest.mark.parametrize("method", ["sdane", "acc_sdane"])
+def test_on_shards_smaller_than_the_dimension_the_default_converges_where_its_fixed_weight_diverges(method):
+    problem = one_hot_logreg()
+    default = dane.fit(problem, method, workers=16, rounds=150, tol=1e-8)
+    fixed = dane.fit(problem, method, workers=16, rounds=150, tol=1e-8, lam=default.records[0]["lam"])
+    assert fixed.status == "diverged"
+    assert default.status == "converged" and default.summary["final_relative_suboptimality"] <= 1e-8
+    lams = [r["lam"] for r in default.records[:-1]]
+    assert lams[-1] > 4 * lams[0] and all(b == a or a < b <= 2 * a for a, b in zip(lams, lams[1:]))  # up, at most 2x
+
+
+def test_where_the_objective_falls_every_round_the_default_is_its_fixed_weight_bit_for_bit():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((400, 8)) * np.linspace(1.5, 0.3, 8)
+    y = np.where(X @ rng.standard_normal(8) + 0.8 * rng.standard_normal(400) > 0, 1.0, -1.0)
+    problem = dane.problems.LogReg(X, y, lam=1e-2)
+    default = dane.fit(problem, "sdane", workers=4, rounds=8)
+    fixed = dane.fit(problem, "sdane", workers=4, rounds=8, lam=default.records[0]["lam"])
+    objectives = [r["objective"] for r in default.records]
+    assert all(b < a for a, b in zip(objectives, objectives[1:]))
+    assert objectives == [r["objective"] for r in fixed.records]
+    assert np.array_equal(default.w.numpy(), fixed.w.numpy())
