@@ -78,8 +78,15 @@ class FedDANE(Federated):
             w_local = self.prox(w, local_grad - self.eta * g, self.mu, anchor_grad=local_grad)  # 2. local solve
         (self.w,), _ = self.average(solve_set, [w_local], down=[w, g])            # 3. w_{t+1} = mean_S' w_i
         out = {**self.record(reduced, solve_set), "mu": self.mu}
-        self.mu = self.rising.next_weight(self.mu, out["objective"])  # a default μ doubles when the objective cycles
+        self.mu = self.cycling.next_weight(self.mu, out["objective"])  # a default μ doubles when the objective cycles
         return out
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "mu": self.mu}  # a default μ may have doubled (`Federated.watch_default_weight`)
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.mu = float(state.get("mu", self.mu))
 
     def floor_diagnosis(self) -> str:
         return (f"{super().floor_diagnosis()}; a larger algorithm.mu (now {self.mu:.3g}) lowers it and slows each "

@@ -267,19 +267,19 @@ class Federated(Algorithm):
                               f"got {type(problem).__name__}; use algorithm.local_solver=problem (the inner optimizer)")
         self.lr = self.local.lr
         self.floor, self.at_floor = SamplingFloor(), None
-        self.rising = CyclingObjective()  # inactive; a method with a default proximal weight activates it
+        self.cycling = CyclingObjective()  # inactive; a method with a default proximal weight activates it
         if self.local.local_solver == "steps" and self.lr is None:
             self.L_max = self.largest_smoothness(seed)
 
     @property
     def damps_itself(self) -> bool:
-        return self.rising.active
+        return self.cycling.active
 
     def watch_default_weight(self, delta_a: float) -> None:
         """Double a proximal weight left at its default when the objective cycles (`CyclingObjective`), up to the
         dissimilarity ``delta_a`` (δ_A), under full participation on a convex problem."""
         active = self.sampler.full and self.problem.strong_convexity is not None
-        self.rising = CyclingObjective(active, ceiling=delta_a)
+        self.cycling = CyclingObjective(active, ceiling=delta_a)
 
     def largest_smoothness(self, seed: int) -> float:
         """max_i L_i for ``lr`` null, one allreduce before round 0 (a method that needs more of the local spectrum
@@ -352,7 +352,7 @@ class Federated(Algorithm):
     # --------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
         return {**super().state_dict(), "sampler": self.sampler.state_dict(), "traffic": self.traffic.state_dict(),
-                "floor": self.floor.state_dict(), "at_floor": self.at_floor, "rising": self.rising.state_dict()}
+                "floor": self.floor.state_dict(), "at_floor": self.at_floor, "cycling": self.cycling.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -361,5 +361,5 @@ class Federated(Algorithm):
         if "floor" in state:  # checkpoints from before the floor rule start it afresh
             self.floor.load_state_dict(state["floor"])
             self.at_floor = state["at_floor"]
-        if "rising" in state:  # checkpoints from before the rule keep the weight they had
-            self.rising.load_state_dict(state["rising"])
+        if "cycling" in state:  # checkpoints from before the rule start it afresh
+            self.cycling.load_state_dict(state["cycling"])

@@ -144,7 +144,7 @@ class FedRed(Federated):
             self.h = self.h + self.cv_weight * (x_next - x_i)                 # type-2 control variate
         self.w = x_next
         out = {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
-        self.lam = self.rising.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
+        self.lam = self.cycling.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
         return out
 
     def local_step_count(self) -> int:
@@ -177,13 +177,14 @@ class FedRed(Federated):
                 f"variates keep the optimum a fixed point under sampling)")
 
     def state_dict(self) -> dict:
-        state = {**super().state_dict(), "coin": self.coin.get_state()}
+        state = {**super().state_dict(), "coin": self.coin.get_state(), "lam": self.lam}  # a default λ may have doubled
         return state | ({"h": self.h.clone()} if self.h is not None else {})
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.coin.set_state(state["coin"])
         self.h = state["h"].clone() if "h" in state else None
+        self.lam = float(state.get("lam", self.lam))
 
 
 @dataclass(frozen=True)

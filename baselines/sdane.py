@@ -139,7 +139,7 @@ class SDANE(Federated):
         if self.adaptive:
             self.lam, self.accepted, extra = 0.5 * lam, True, {"accepted": True}  # accepted: try half next round
         out = {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed, **extra}
-        self.lam = self.rising.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
+        self.lam = self.cycling.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
         return out
 
     def accepts(self, centre, x_i, grad_i, x_bar, G) -> bool:

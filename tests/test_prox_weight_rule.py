@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import dane
+from baselines.feddane import FedDANEConfig
 from baselines.federated import CYCLE_ROUNDS, CyclingObjective
+from baselines.fedred import FedRedConfig
+from baselines.sdane import AccSDANEConfig, SDANEConfig
+from helpers import straight_and_resumed
 
 
 def weights(objectives, active=True, ceiling=np.inf, rule=None):
@@ -110,3 +115,17 @@ def test_where_the_objective_falls_every_round_the_default_is_its_fixed_weight_b
     assert all(b < a for a, b in zip(objectives, objectives[1:]))
     assert objectives == [r["objective"] for r in fixed.records]
     assert np.array_equal(default.w.numpy(), fixed.w.numpy())
+
+
+@pytest.mark.parametrize("config", [SDANEConfig(), AccSDANEConfig(), FedDANEConfig(), FedRedConfig(local_solver="problem")],
+                         ids=lambda c: c.name)
+def test_a_run_resumed_after_its_weight_doubled_continues_exactly(config):
+    problem = one_hot_logreg()
+    shards = [problem.build(rank, 16, torch.float64) for rank in range(16)]
+    runs = straight_and_resumed(config, shards, rounds=6)
+    for straight, again, w1, w2 in runs:
+        assert straight == again and torch.equal(w1, w2)
+    first = dane.fit(problem, config, workers=16, rounds=1).records[0]
+    initial = first.get("lam", first.get("mu"))
+    weights = [r.get("lam", r.get("mu")) for r in runs[0][0]]  # rounds 6 to 11
+    assert weights[-1] >= 2 * initial  # the rule acted within the 12 rounds, before or after the state was taken
