@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import dane
-from baselines.feddane import FedDANEConfig
-from baselines.federated import CYCLE_ROUNDS, CyclingObjective
-from baselines.fedred import FedRedConfig
-from baselines.sdane import AccSDANEConfig, SDANEConfig
+from dane.baselines.feddane import FedDANEConfig
+from dane.baselines.federated import CYCLE_ROUNDS, CyclingObjective
+from dane.baselines.fedred import FedRedConfig
+from dane.baselines.sdane import AccSDANEConfig, SDANEConfig
 from helpers import straight_and_resumed
 
 
