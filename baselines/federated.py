@@ -160,14 +160,16 @@ CYCLE_ROUNDS = 10
 
 
 class CyclingObjective:
-    r"""A default proximal weight (S-DANE's and FedRed's null ``lam``, FedDANE's null ``mu``) that doubles when the
-    global objective cycles, under full participation on a convex problem.
+    r"""A default proximal weight (S-DANE's and FedRed's null ``lam``, FedDANE's null ``mu``) that doubles, up to
+    ``ceiling`` (δ_A, the theory's weight), when the global objective climbs or cycles, under full participation on
+    a convex problem.
 
-    Over the last `CYCLE_ROUNDS` rounds' objectives f, the swing is max f − min f and the progress is how far min f
-    fell below the best objective before them; the objective cycles when the swing exceeds twice the progress (and
-    ``rtol`` of round-off, `dane.safeguard.accepts`' tolerance).  A run whose objective falls every round never
-    cycles (its swing is below its progress), nor does one whose bumps are small against its descent (an
-    accelerated one), so its iterates are bit for bit those of the fixed default weight.
+    It climbs when it exceeds every objective since the weight last changed (round 0's at first); the weight then
+    doubles at once.  Over the last `CYCLE_ROUNDS` rounds' objectives f, the swing is max f − min f and the progress
+    is how far min f fell below the best objective before them; the objective cycles when the swing exceeds twice the
+    progress.  Both compare beyond ``rtol`` of round-off (`dane.safeguard.accepts`' tolerance).  A run whose
+    objective falls every round neither climbs nor cycles (its swing is below its progress), nor does one whose bumps
+    are small against its descent (an accelerated one), so its iterates are bit for bit those of the fixed default.
 
     Why: the defaults put the weight at a fraction of δ_A, the local Hessians' dissimilarity at w_0
     (`default_prox_weight`), where the theory asks for λ ≥ δ along the whole path.  Where a client holds fewer rows
@@ -205,8 +207,7 @@ class CyclingObjective:
         return self.doubled(weight, objective)
 
     def doubled(self, weight: float, objective: float) -> float:
-        """2 × ``weight``, at most the ceiling (δ_A, the theory's weight); the window starts again, under the
-        highest objective it held."""
+        """2 × ``weight``, at most the ceiling; the window starts again, under the highest objective it held."""
         self.before, self.high = min([self.before, *self.window, objective]), max([objective, *self.window])
         self.window = []
         return max(weight, min(2.0 * weight, self.ceiling))
