@@ -15,7 +15,7 @@ import dane
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.federated import CYCLE_ROUNDS, CyclingObjective
 from dane.baselines.fedred import FedRedConfig
-from dane.baselines.sdane import AccSDANEConfig, SDANEConfig
+from dane.baselines.sdane import SDANEConfig
 from helpers import straight_and_resumed
 
 
@@ -93,7 +93,7 @@ def one_hot_logreg(seed=1, n=400, groups=8, levels=6):
     return dane.problems.LogReg(X, y, lam=1e-3, fit_intercept=True, optimum="auto")
 
 
-@pytest.mark.parametrize("method", ["sdane", "acc_sdane"])
+@pytest.mark.parametrize("method", [pytest.param("sdane", marks=pytest.mark.slow), "acc_sdane"])  # S-DANE: 137 rounds
 def test_on_shards_smaller_than_the_dimension_the_default_converges_where_its_fixed_weight_diverges(method):
     problem = one_hot_logreg()
     default = dane.fit(problem, method, workers=16, rounds=150, tol=1e-8)
@@ -117,8 +117,8 @@ def test_where_the_objective_falls_every_round_the_default_is_its_fixed_weight_b
     assert np.array_equal(default.w.numpy(), fixed.w.numpy())
 
 
-@pytest.mark.parametrize("config", [SDANEConfig(), AccSDANEConfig(), FedDANEConfig(), FedRedConfig(local_solver="problem")],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize("config", [SDANEConfig(), FedDANEConfig(), FedRedConfig(local_solver="problem")],
+                         ids=lambda c: c.name)  # each keeps its own weight in its state (Acc-S-DANE is S-DANE's class)
 def test_a_run_resumed_after_its_weight_doubled_continues_exactly(config):
     problem = one_hot_logreg()
     shards = [problem.build(rank, 16, torch.float64) for rank in range(16)]
