@@ -27,7 +27,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.local_solvers import LocalSolver
 from dane.problems import Problem
-from dane.safeguard import accepts
+from dane.safeguard import accepts, step_ratio_and_cosine
 from dane.sampling import ClientSampler, SamplingKeys, Traffic, sampled_mean
 from dane.similarity import hessian_dissimilarity as measured_dissimilarity
 
@@ -38,29 +38,62 @@ FED_SOLVERS = ("problem", "steps", "cholesky", "cg", "svrg", "lbfgs")
 DISSIMILARITY_FLOOR = 1e-6  # δ_A at least this times ‖H‖ (identical shards: δ_A = 0, and λ = 0 is no regularizer)
 
 
-def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str) -> tuple[float, float]:
-    r"""(δ_A, ‖H‖): δ_A = sqrt(mean_i ‖H_i − H‖₂²) of the local Hessians at w_0 and the global Hessian's norm, by
-    `dane.similarity` (exact for d ≤ 512: two allreduces, the d x d Hessians then an m-vector; Lanczos beyond),
-    counted as this run's communication.
+def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap: bool = False) -> dict:
+    r"""`dane.similarity.hessian_dissimilarity` of the local Hessians at w_0 (exact for d ≤ 512: two allreduces, the
+    d x d Hessians then an m-vector; Lanczos beyond), counted as this run's communication, with ``delta_a`` =
+    max(δ_A, `DISSIMILARITY_FLOOR`·‖H‖), δ_A = sqrt(mean_i ‖H_i − H‖₂²).  ``gap``: also the preconditioner gap's
+    curve (exact method only; `dane.similarity.preconditioner_gap`), shifted by the problem's strong convexity.
 
     The DANE line's theory (Jiang, Rodomanov & Stich 2024) takes the proximal weight λ = δ_A.
     """
     if problem.hessian_vector is None:
         raise ConfigError(f"{key}=null is the Hessian dissimilarity of the local Hessians, which "
                           f"{type(problem).__name__} cannot give (no Hessian-vector products); set {key} to a number")
-    found = measured_dissimilarity(problem, comm, problem.initial_point())
+    shift = float(problem.strong_convexity or 0.0) if gap else None
+    found = measured_dissimilarity(problem, comm, problem.initial_point(), gap_shift=shift)
     comm.calls += found["allreduces"]  # the measurement restores the counters; here it is the method's traffic
     comm.bytes_sent += found["bytes_sent"]
-    norm = found["hessian_norm"]
-    return max(found["delta_mean_square"], DISSIMILARITY_FLOOR * norm), norm
+    return {**found, "delta_a": max(found["delta_mean_square"], DISSIMILARITY_FLOOR * found["hessian_norm"]),
+            "shift": shift}
 
 
-#: The default proximal weight of the DANE line's local problems (S-DANE's and FedRed's λ, FedDANE's μ) is δ_A
-#: times at least this.  The theory's λ = δ_A bounds the dissimilarity in every direction at once and is slow in
-#: practice (on ``make bench``'s families it took several times the rounds of the best λ).  At δ_A/128 S-DANE and
-#: FedDANE still took more than twice the rounds of a quarter of it on the ridge and ill-conditioned cells of
-#: scripts/bench_defaults.py, and did not reach the target on three small-λ cells where a quarter of it did; the
-#: heterogeneity term below keeps λ large where the shards differ most (Acc-S-DANE: `baselines.sdane`).
+#: `balanced_prox_weight`: the default λ is where this times the mean preconditioner gap equals λ/(μ + λ)
+GAP_BALANCE = 0.5
+
+
+def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float, balance: float = GAP_BALANCE) -> float | None:
+    r"""The proximal weight λ at which the two ways a DANE-type round fails to contract balance:
+    ``balance`` · mean_i φ_i(λ) = λ/(μ + λ), interpolated in log λ between the octaves ``weights`` (descending)
+    where it changes side; the smallest weight if the gap is below everywhere, None if it is above at the largest.
+
+    Why.  With exact local solves a round of S-DANE (DANE with μ = λ) maps the error e to (I − M H)e near the
+    optimum, M = mean_i (H_i + (r + λ)I)⁻¹ (r: the regularizer's curvature, in H and every H_i).  In the metric of
+    K = H + (r + λ)I, M = K⁻¹ + K^{-1/2} G K^{-1/2} with G = mean_i (I + A_i)⁻¹A_i² (`dane.similarity.preconditioner_gap`:
+    ‖G‖ ≤ mean_i φ_i).  A direction of curvature s ≫ λ is left with about G; one with s ≪ λ contracts by
+    λ/(s + λ), at worst λ/(μ + λ) (μ: the least curvature).  The first grows as λ falls and the second shrinks, so the
+    rounds are fewest near the λ where they meet.  ``balance`` = 1/2 is measured: on the 20 cells of
+    scripts/bench_defaults.py this λ was within about 2× of the λ minimizing the spectral radius of I − M H at w_0
+    (a NumPy sweep), where the δ_A-based rule was up to 200× off (ill-conditioned shards, whose relative
+    dissimilarity is small, want λ far below δ_A; one-hot shards, whose Hessians are rank-deficient, far above)."""
+    flat = [lam / (mu + lam) if mu + lam > 0 else 1.0 for lam in weights]
+    excess = [balance * g / f if f > 0 else math.inf for g, f in zip(gaps, flat)]  # ≤ 1: λ large enough
+    if not excess[0] <= 1.0:
+        return None
+    for k in range(1, len(weights)):
+        if excess[k] > 1.0:
+            if not math.isfinite(excess[k]):
+                return weights[k - 1]
+            t = math.log(excess[k - 1]) / (math.log(excess[k - 1]) - math.log(excess[k])) if excess[k - 1] > 0 else 0.0
+            return math.exp(math.log(weights[k - 1]) + t * (math.log(weights[k]) - math.log(weights[k - 1])))
+    return weights[-1]
+
+
+#: Where the measurement gives no gap curve (Lanczos, d > 512) and for FedRed, the default proximal weight of the DANE
+#: line's local problems (S-DANE's and FedRed's λ, FedDANE's μ) is δ_A times at least this.  The theory's λ = δ_A
+#: bounds the dissimilarity in every direction at once and is slow in practice (on ``make bench``'s families it took
+#: several times the rounds of the best λ).  At δ_A/128 S-DANE and FedDANE still took more than twice the rounds of
+#: a quarter of it on the ridge and ill-conditioned cells of scripts/bench_defaults.py; the heterogeneity term below
+#: keeps λ large where the shards differ most (Acc-S-DANE: `baselines.sdane`).
 PROX_PER_DISSIMILARITY = 1 / 512
 #: ... and at least (δ_A/‖H‖)² times 1/this: shards as far apart as their Hessian (label skew over many small
 #: clients: δ_A ≈ ‖H‖) diverged at δ_A/128 and δ_A/32 (``make bench``'s ``federated`` section); shards with
@@ -69,8 +102,8 @@ HETEROGENEITY_DIVISOR = 16
 
 
 def prox_per_dissimilarity(delta_a: float, hessian_norm: float, divisor: float = HETEROGENEITY_DIVISOR) -> float:
-    """λ/δ_A of the default: max(`PROX_PER_DISSIMILARITY`, (δ_A/‖H‖)² / ``divisor``) (`HETEROGENEITY_DIVISOR`;
-    Acc-S-DANE's is its own, `baselines.sdane`).
+    """λ/δ_A of the default without a gap curve (d > 512; FedRed's always): max(`PROX_PER_DISSIMILARITY`,
+    (δ_A/‖H‖)² / ``divisor``) (`HETEROGENEITY_DIVISOR`; Acc-S-DANE's is its own, `baselines.sdane`).
 
     A heuristic between the two measured regimes, not the papers': near the theory's δ_A/16 when the shards'
     Hessians differ as much as the global one is large, the floor δ_A/512 when they differ by 1/sqrt(32) of it or less."""
@@ -118,10 +151,17 @@ def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int,
 def default_prox_weight(problem: Problem, comm: Communicator, key: str,
                         divisor: float = HETEROGENEITY_DIVISOR, *, sampler: ClientSampler | None = None,
                         per_curvature: float = SAMPLED_PROX_PER_CURVATURE) -> tuple[float, float]:
-    """(λ, δ_A): δ_A · `prox_per_dissimilarity` (`hessian_dissimilarity`: two allreduces before round 0 for d ≤ 512);
-    with a ``sampler`` that draws s < m clients, raised to `sampled_prox_weight` (with ``per_curvature``)."""
-    delta_a, norm = hessian_dissimilarity(problem, comm, key)
-    lam = delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
+    """(λ, δ_A), measured before round 0 (`hessian_dissimilarity`: two allreduces for d ≤ 512).  For d ≤ 512 λ is
+    `balanced_prox_weight` of the preconditioner gap, at most δ_A; beyond (Lanczos: no gap) δ_A ·
+    `prox_per_dissimilarity` with ``divisor``.  With a ``sampler`` that draws s < m clients, raised to
+    `sampled_prox_weight` (with ``per_curvature``)."""
+    found = hessian_dissimilarity(problem, comm, key, gap=True)
+    delta_a, norm = found["delta_a"], found["hessian_norm"]
+    if "gap" in found:  # the exact measurement (d ≤ 512)
+        balanced = balanced_prox_weight(found["gap_weights"], found["gap"], found["curvature_min"] + found["shift"])
+        lam = delta_a if balanced is None else min(balanced, delta_a)
+    else:
+        lam = delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
     if sampler is not None:
         lam = sampled_prox_weight(lam, delta_a, norm, sampler.s, sampler.m, per_curvature)
     return lam, delta_a
@@ -157,6 +197,11 @@ class SamplingFloor:
 
 #: the window (rounds) over which `CyclingObjective` compares the objective's swing with its progress
 CYCLE_ROUNDS = 10
+#: `CyclingObjective`: this many rounds in a row whose step turns back on the last one (cosine below −this) ...
+ALTERNATING_COSINE = 0.9
+ALTERNATING_ROUNDS = 4
+#: ... while shrinking by less than this factor overshoot
+ALTERNATING_RATIO = 0.8
 
 
 class CyclingObjective:
@@ -170,9 +215,13 @@ class CyclingObjective:
     progress.  Both compare beyond ``rtol`` of round-off (`dane.safeguard.accepts`' tolerance).  A run whose
     objective falls every round neither climbs nor cycles (its swing is below its progress), nor does one whose bumps
     are small against its descent (an accelerated one), so its iterates are bit for bit those of the fixed default.
+    Given the iterates (``point``: S-DANE's and FedDANE's x, not an accelerated one's), the weight also doubles when
+    `ALTERNATING_ROUNDS` steps in a row turn back on the one before (cosine below −`ALTERNATING_COSINE`) while
+    shrinking by less than `ALTERNATING_RATIO` (`dane.safeguard.step_ratio_and_cosine`: the sign of the slowest mode
+    of I − M H, as DANE's safeguard reads it): a settled overshoot, whose objective can still fall every round.
 
-    Why: the defaults put the weight at a fraction of δ_A, the local Hessians' dissimilarity at w_0
-    (`default_prox_weight`), where the theory asks for λ ≥ δ along the whole path.  Where a client holds fewer rows
+    Why: the default weight is measured at w_0 (`default_prox_weight`), where the theory asks for λ ≥ δ along the
+    whole path.  Where a client holds fewer rows
     than the dimension, its rows are separable and its Hessian rank-deficient, and the dissimilarity against the
     curvature grows on the way to the optimum (LIBSVM's mushrooms over 80 iid clients, 101 rows each, d = 113:
     δ_A/‖H‖ is 0.11 at w_0 and 0.32 at w*, from a NumPy eigendecomposition of the shards' Hessians).  There the
@@ -188,11 +237,17 @@ class CyclingObjective:
         self.active, self.ceiling, self.rtol = active, ceiling, rtol
         self.high: float | None = None  # the highest objective since the weight last changed (round 0's at first)
         self.before, self.window = math.inf, []  # the best objective before the window; the window's objectives
+        self.point: torch.Tensor | None = None  # the last iterate, its step, and the overshooting steps in a row
+        self.step: torch.Tensor | None = None
+        self.alternating = 0
 
-    def next_weight(self, weight: float, objective: float) -> float:
-        """The weight of the next round, given this round's weight and the objective at the round's start."""
+    def next_weight(self, weight: float, objective: float, point: torch.Tensor | None = None) -> float:
+        """The weight of the next round, given this round's weight, the objective at the round's start and, to read
+        overshoot from, the round's new iterate."""
         if not self.active:
             return weight
+        if point is not None and self.overshoots(point):
+            return self.doubled(weight, objective)
         if self.high is not None and not accepts(objective, self.high, self.rtol):
             return self.doubled(weight, objective)  # above every objective since the weight last changed: unstable
         self.high = objective if self.high is None else self.high
@@ -206,20 +261,36 @@ class CyclingObjective:
             return weight
         return self.doubled(weight, objective)
 
+    def overshoots(self, point: torch.Tensor) -> bool:
+        """Whether the step to ``point`` makes `ALTERNATING_ROUNDS` slow steps in a row that turn back."""
+        step = None if self.point is None else point - self.point
+        previous, self.point, self.step = self.step, point.clone(), step
+        if step is None or previous is None:
+            return False
+        step_sq = float(step @ step)
+        if step_sq == 0.0 or float(previous @ previous) == 0.0:
+            self.alternating = 0
+            return False
+        ratio, cosine = step_ratio_and_cosine(step, previous, step_sq)
+        self.alternating = self.alternating + 1 if ratio > ALTERNATING_RATIO and cosine < -ALTERNATING_COSINE else 0
+        return self.alternating >= ALTERNATING_ROUNDS
+
     def doubled(self, weight: float, objective: float) -> float:
         """2 × ``weight``, at most the ceiling; the window starts again, under the highest objective it held."""
         self.before, self.high = min([self.before, *self.window, objective]), max([objective, *self.window])
-        self.window = []
+        self.window, self.alternating = [], 0
         return max(weight, min(2.0 * weight, self.ceiling))
 
     def state_dict(self) -> dict:
         return {"active": self.active, "ceiling": self.ceiling, "high": self.high, "before": self.before,
-                "window": list(self.window)}
+                "window": list(self.window), "point": self.point, "step": self.step, "alternating": self.alternating}
 
     def load_state_dict(self, state: dict) -> None:
         self.active, self.ceiling, self.high = bool(state["active"]), float(state["ceiling"]), state["high"]
         self.before = float(state["before"])
         self.window = [float(f) for f in state["window"]]
+        self.point, self.step = state.get("point"), state.get("step")  # absent in checkpoints from before the test
+        self.alternating = int(state.get("alternating", 0))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every
 randomized local steps); γ = ``lr`` (null: 1/max_i L_i). DANE+ is the same round with any inexact solver of F_i
 (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`). Type 1 with an exact solve and
 mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round). λ = ``lam``; null: δ_A·max(1/512,
-(δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.default_prox_weight`, measured before round 0), and for
+(δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.prox_per_dissimilarity`, measured before round 0; S-DANE's
+balanced preconditioner gap is not FedRed's: its gradient-step solver's rounds depend on λ otherwise), and for
 DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q =
 (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).  Under full participation a null λ doubles, up to
 δ_A, when the objective climbs or cycles (`baselines.federated.CyclingObjective`).
@@ -99,7 +100,8 @@ class FedRed(Federated):
                               f"the local Hessians, which {type(problem).__name__} cannot give (no Hessian-vector "
                               f"products); set algorithm.local_steps")
         if lam is None or rule:  # δ_A and ‖H‖: two allreduces before round 0 (d ≤ 512)
-            delta_a, norm = hessian_dissimilarity(problem, comm, "algorithm.lam")
+            found = hessian_dissimilarity(problem, comm, "algorithm.lam")
+            delta_a, norm = found["delta_a"], found["hessian_norm"]
             full = delta_a * prox_per_dissimilarity(delta_a, norm)  # the full-participation default
             sampled = sampled_prox_weight(full, delta_a, norm, self.sampler.s, self.sampler.m)  # S-DANE's λ_S
             if lam is None:  # DANE+ under sampling is FedDANE's round

@@ -10,14 +10,15 @@ Round r of S-DANE (the paper's Algorithm 1), clients S (all m without sampling),
     v &\leftarrow \frac{B v + a\mu\,x - a\,G}{B + a\mu}
 
 with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: the problem's).
-λ = ``lam``; null: δ_A·max(1/512, (δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) of the local Hessians at w_0 measured before
-round 0 (`baselines.federated.default_prox_weight`; the theory's λ = δ_A is a worst case, see there).  Acc-S-DANE's
-null is δ_A·max(1/512, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`): its extrapolation is less forgiving of a small λ
-than S-DANE's step.  Under client sampling (s < m) the null is at least 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1))
+λ = ``lam``; null: measured at w_0 before round 0 (`baselines.federated.default_prox_weight`): for d ≤ 512 the λ where
+the local preconditioners' departure from the global one balances the slowest flat direction's contraction
+(`baselines.federated.balanced_prox_weight`), at most δ_A = sqrt(mean_i ‖H_i − H‖²) (the theory's λ, a worst case);
+beyond, δ_A·max(1/512, (δ_A/‖H‖)²/16), and Acc-S-DANE's δ_A·max(1/512, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`).  Under client sampling (s < m) the null is at least 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1))
 (Acc-S-DANE: 1.0·q·(‖H‖ + 2δ_A), `ACC_SAMPLED_PROX_PER_CURVATURE`)
 (`baselines.federated.sampled_prox_weight`: the floor a sampled run stalls at falls as 1/λ, as the paper's λ under
 partial participation grows with the sampling variance).  Under full participation a null λ doubles, up to δ_A, when
-the objective climbs or cycles (`baselines.federated.CyclingObjective`; ``adaptive=true`` moves λ itself).
+the objective climbs or cycles, or (S-DANE) its steps settle into an overshoot (`baselines.federated.CyclingObjective`;
+``adaptive=true`` moves λ itself).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at
 the start).  With one client and an exact solve, S-DANE is the proximal point method v ← prox_{O/λ}(v)
@@ -36,9 +37,8 @@ from the last round's x, the v-update's weights with B, then A += a, B += μa; a
 
 *When acceleration pays.*  With exact local solves S-DANE contracts a direction of curvature s by λ/(s + λ)
 a round, so its rounds grow as λ/μ and Acc-S-DANE's as sqrt(λ/μ): the papers' ranking (Acc-S-DANE in fewer
-rounds than S-DANE) needs λ/μ large, as at the theory's λ ≈ δ_A.  The default λ is δ_A/512 or a little more, and
-where that is below μ both take a handful of rounds and the extrapolation has nothing to gain (Acc-S-DANE's larger
-default λ, below, can then cost it rounds).  Plain DANE at μ = 0 takes Newton-like steps and has no prox term to
+rounds than S-DANE) needs λ/μ large, as at the theory's λ ≈ δ_A.  The default λ is near the best fixed one, often
+below μ, and there both take a handful of rounds and the extrapolation has nothing to gain.  Plain DANE at μ = 0 takes Newton-like steps and has no prox term to
 slow the flat directions: where the local problems are convex and the dissimilarity sits in directions of
 curvature at least δ, it needs fewer rounds than either (``scripts/bench_federated.py --setting quadratic``).
 
@@ -73,7 +73,7 @@ from .federated import (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Feder
                         default_prox_weight)
 
 RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
-#: Acc-S-DANE's default λ is at least δ_A (δ_A/‖H‖)² / this (S-DANE's rule has 16, `baselines.federated`).  At S-DANE's
+#: Acc-S-DANE's default λ beyond d = 512 (no gap curve) is at least δ_A (δ_A/‖H‖)² / this (S-DANE's rule has 16).  At S-DANE's
 #: rule Acc-S-DANE diverged on phishing over 20 and over 100 Dirichlet clients (δ_A/‖H‖ ≈ 0.6 and 1), where it
 #: converged at δ_A/8 (``make bench``'s ``federated`` sections); on the defaults families (δ_A/‖H‖ ≤ 0.45) it is
 #: the floor or this term (scripts/bench_defaults.py measures both).
@@ -139,7 +139,8 @@ class SDANE(Federated):
         if self.adaptive:
             self.lam, self.accepted, extra = 0.5 * lam, True, {"accepted": True}  # accepted: try half next round
         out = {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed, **extra}
-        self.lam = self.cycling.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
+        point = None if self.accelerated else x_bar  # an accelerated run's steps turn back by design
+        self.lam = self.cycling.next_weight(self.lam, out["objective"], point)  # a default λ doubles: cycles, overshoot
         return out
 
     def accepts(self, centre, x_i, grad_i, x_bar, G) -> bool:

@@ -50,7 +50,8 @@ EXACT_DIM = 512  # auto: exact up to this d (d products and a d x d allreduce), 
 
 
 def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, method: str = "auto",
-                          iters: int = 30, probes: int = 8, exact_dim: int = EXACT_DIM, seed: int = 0) -> dict:
+                          iters: int = 30, probes: int = 8, exact_dim: int = EXACT_DIM, seed: int = 0,
+                          gap_shift: float | None = None) -> dict:
     """Collective: δ, δ_A and δ_F of the workers' Hessians at ``w`` (module docstring), the same on every worker.
 
     ``problem`` is this worker's shard, with ``hessian_vector(v, at=w, with_reg=False)`` (∇²O_i(w) v).
@@ -59,6 +60,9 @@ def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, metho
     vectors. Returns a dict of floats: ``delta``, ``delta_mean_square``, ``delta_frobenius``,
     ``hessian_norm`` (‖H‖₂ without the regularizer), ``per_worker`` (‖H_i − H‖₂ for i < m), ``method``,
     ``allreduces`` and ``bytes_sent`` (what the measurement cost; the counters are restored).
+    With ``gap_shift`` (r ≥ 0, the regularizer's curvature) the exact method also returns `preconditioner_gap`'s
+    curve: ``gap_weights`` (λ_k = ‖H‖·2^-k), ``gap`` (its mean over the workers at each λ_k) and
+    ``curvature_min`` (λ_min(H)), riding in the same two allreduces.
     """
     if method not in METHODS:
         raise ConfigError(f"similarity method must be one of {'|'.join(METHODS)}, got {method!r}")
@@ -74,7 +78,7 @@ def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, metho
     counters = (comm.bytes_sent, comm.calls)
     try:
         if use_exact:
-            result = _exact(hv, dim, problem.dtype, comm)
+            result = _exact(hv, dim, problem.dtype, comm, gap_shift)
         else:
             result = _lanczos(hv, dim, problem.dtype, comm, iters=min(iters, dim), probes=probes, seed=seed)
         result["allreduces"] = comm.calls - counters[1]
@@ -123,15 +127,51 @@ def _gather(values: Sequence[float], rank: int, size: int, dtype: torch.dtype, c
     return mean * size
 
 
-def _exact(hv, dim: int, dtype: torch.dtype, comm: Communicator) -> dict:
+def _exact(hv, dim: int, dtype: torch.dtype, comm: Communicator, gap_shift: float | None = None) -> dict:
     eye = torch.eye(dim, dtype=dtype)
     H_local = torch.stack([hv(eye[:, j]) for j in range(dim)], 1)
     H_local = 0.5 * (H_local + H_local.T)  # symmetric to round-off: symmetrize so the mean is too
     (H,) = comm.allreduce_mean([H_local])
     eig = torch.linalg.eigvalsh(H_local - H)
     spectral, frobenius_sq = float(eig.abs().max()), float((eig * eig).sum())
-    every = _gather([spectral, frobenius_sq], comm.rank, comm.size, dtype, comm)
-    return _summary(every[:, 0], every[:, 1], float(torch.linalg.eigvalsh(H).abs().max()), "exact")
+    curvatures, basis = torch.linalg.eigh(H)
+    hessian_norm = float(curvatures.abs().max())
+    if gap_shift is None:
+        every = _gather([spectral, frobenius_sq], comm.rank, comm.size, dtype, comm)
+        return _summary(every[:, 0], every[:, 1], hessian_norm, "exact")
+    weights = [hessian_norm * 2.0 ** -k for k in range(GAP_OCTAVES + 1)]
+    gaps = preconditioner_gap(basis.T @ (H_local - H) @ basis, curvatures + gap_shift, weights)
+    every = _gather([spectral, frobenius_sq, *gaps], comm.rank, comm.size, dtype, comm)
+    return {**_summary(every[:, 0], every[:, 1], hessian_norm, "exact"), "gap_weights": weights,
+            "gap": [float(x) for x in every[:, 2:].mean(0)], "curvature_min": float(curvatures[0])}
+
+
+#: `preconditioner_gap`'s weights in `hessian_dissimilarity`: ‖H‖ down to ‖H‖·2^-this, by octaves
+GAP_OCTAVES = 40
+
+
+def preconditioner_gap(deviation: torch.Tensor, curvatures: torch.Tensor, weights: Sequence[float]) -> list[float]:
+    r"""φ_i(λ) for each λ in ``weights``: how far a worker's proximal local model is from the global one.
+
+    ``deviation`` is H_i − H in the eigenbasis of H + rI, ``curvatures`` that matrix's eigenvalues (r: the
+    regularizer's curvature, shared by every O_i).  With K = H + (r + λ)I and A_i = K^{-1/2}(H_i − H)K^{-1/2},
+
+    .. math:: φ_i(λ) = \max_{a \in \mathrm{eig}(A_i)} \frac{a^2}{1 + a} = \|(I + A_i)^{-1}A_i^2\|_2,
+
+    the term by which the local preconditioner departs from the global one: K^{1/2}(H_i + (r + λ)I)^{-1}K^{1/2} =
+    (I + A_i)^{-1} = I − A_i + (I + A_i)^{-1}A_i², and the A_i average to zero, so the mean over the workers is
+    I + mean_i (I + A_i)^{-1}A_i², within mean_i φ_i(λ) of the identity.  It grows without bound as a worker's
+    shifted Hessian nears singular (1 + a → 0: a shard without curvature where the others have it); inf where
+    H_i + (r + λ)I is not positive definite."""
+    out = []
+    for lam in weights:
+        if float(curvatures.min()) + lam <= 0.0:  # not convex here: K is not positive definite
+            out.append(math.inf)
+            continue
+        scale = (curvatures + lam).rsqrt()
+        a = torch.linalg.eigvalsh(scale[:, None] * deviation * scale[None, :])
+        out.append(math.inf if float(a.min()) <= -1.0 else float((a * a / (1.0 + a)).max()))
+    return out
 
 
 def _lanczos(hv, dim: int, dtype: torch.dtype, comm: Communicator, *, iters: int, probes: int, seed: int) -> dict:

@@ -251,24 +251,39 @@ def test_a_resumed_run_continues_exactly(config):
 
 
 @pytest.mark.parametrize("m, rows", [(2, 4000), (24, 240)])  # δ_A/‖H‖ below and above 1/sqrt(32): 10 rows a shard in d = 12 differ a lot
-def test_default_lambda_is_the_hessian_dissimilarity_times_its_factor(m, rows):
-    """λ = δ_A · max(1/512, (δ_A/‖H‖)²/16), δ_A and ‖H‖ from numpy's eigenvalues of the shards' Hessians."""
-    from dane.baselines.federated import prox_per_dissimilarity
+def test_default_lambda_balances_the_preconditioner_gap(m, rows):
+    """λ = min(δ_A, the λ where ½·mean_i φ_i(λ) = λ/(μ + λ)), φ_i(λ) = ‖(I + A_i)⁻¹A_i²‖, A_i = K^{-1/2}(H_i − H)K^{-1/2},
+    K = H + λI (H with the regularizer), here from explicit inverses and numpy's norms of the shards' Hessians on the
+    measurement's octaves (the rule's interpolation: test_balanced_weight_*).  The Lanczos path's
+    δ_A·max(1/512, (δ_A/‖H‖)²/16) is checked against the same δ_A."""
+    import numpy as np
+
+    from dane.baselines.federated import balanced_prox_weight, prox_per_dissimilarity
+    from dane.similarity import GAP_OCTAVES
 
     problem = RidgeSyntheticConfig(n_samples=rows, dim=12, lam=0.01, noise_std=0.5)
     shards = ridge_shards(m, problem)
-    eye = torch.eye(SMALL.dim, dtype=torch.float64)
-    H_i = [s.A + 2 * s.lam * eye for s in shards]
-    H = sum(H_i) / m
-    delta = math.sqrt(sum(float(torch.linalg.eigvalsh(h - H).abs().max()) ** 2 for h in H_i) / m)
-    ratio = delta / float(torch.linalg.eigvalsh(sum(s.A for s in shards) / m).max())  # ‖H‖ of the data term
-    expected = delta * max(1 / 512, ratio ** 2 / 16)
-    assert (expected > delta / 512) == (m == 24)  # the two regimes
-    assert prox_per_dissimilarity(delta, delta / ratio) == pytest.approx(expected / delta, rel=1e-12)
+    eye = np.eye(SMALL.dim)
+    data = [s.A.numpy() for s in shards]
+    H_data = sum(data) / m
+    H = H_data + 2 * problem.lam * eye
+    delta = math.sqrt(sum(np.linalg.norm(h - H_data, 2) ** 2 for h in data) / m)
+    norm = np.linalg.norm(H_data, 2)
+    weights = [norm * 2.0 ** -k for k in range(GAP_OCTAVES + 1)]
+    gaps = []
+    for lam in weights:
+        w, Q = np.linalg.eigh(H + lam * eye)
+        root = Q @ np.diag(w ** -0.5) @ Q.T  # K^{-1/2}
+        gaps.append(np.mean([np.linalg.norm(np.linalg.inv(eye + A) @ A @ A, 2)
+                             for A in (root @ (h - H_data) @ root for h in data)]))
+    mu = float(np.linalg.eigvalsh(H)[0])
+    expected = min(balanced_prox_weight(weights, gaps, mu), delta)
+    ratio = delta / norm
+    assert prox_per_dissimilarity(delta, norm) == pytest.approx(max(1 / 512, ratio ** 2 / 16), rel=1e-12)
     _, records = iterates(SDANEConfig(), m=m, rounds=2, problem=problem)
-    assert math.isclose(records[0]["lam"], expected, rel_tol=1e-10)
+    assert math.isclose(records[0]["lam"], expected, rel_tol=1e-9)
     _, records = iterates(FedDANEConfig(), m=m, rounds=2, problem=problem)
-    assert math.isclose(records[0]["mu"], expected, rel_tol=1e-10)
+    assert math.isclose(records[0]["mu"], expected, rel_tol=1e-9)
 
 
 def test_adaptive_lambda_halves_after_accepted_rounds_and_converges():
@@ -311,11 +326,11 @@ def test_fedprox_stops_at_its_fixed_point_and_says_why():
 
 @pytest.mark.parametrize("delta_a, norm", [(0.5, 1.0), (0.05, 1.0)])
 def test_acc_sdane_default_lambda_is_larger_on_heterogeneous_shards(monkeypatch, delta_a, norm):
-    """λ = null: S-DANE takes δ_A·max(1/512, (δ_A/‖H‖)²/16), Acc-S-DANE δ_A·max(1/512, (δ_A/‖H‖)²/4); with
-    δ_A/‖H‖ = 0.05 the floor binds both."""
+    """λ = null where the measurement has no gap curve (Lanczos, d > 512): S-DANE takes δ_A·max(1/512, (δ_A/‖H‖)²/16),
+    Acc-S-DANE δ_A·max(1/512, (δ_A/‖H‖)²/4); with δ_A/‖H‖ = 0.05 the floor binds both."""
     import dane.baselines.federated as federated
 
-    measured = lambda problem, comm, key: (delta_a, norm)  # noqa: E731 -- (δ_A, ‖H‖), as if measured
+    measured = lambda problem, comm, key, gap=False: {"delta_a": delta_a, "hessian_norm": norm}  # noqa: E731
     monkeypatch.setattr(federated, "hessian_dissimilarity", measured)
     shard, comm = ridge_shards(1, SMALL)[0], LocalCommunicator()
     r2 = (delta_a / norm) ** 2
@@ -361,11 +376,13 @@ def test_sampling_variance_factor_is_the_variance_of_a_sampled_mean(m, s):
 @pytest.mark.parametrize("delta_a, norm", [(0.05, 1.0), (0.5, 1.0), (0.9, 1.0)])
 def test_sampled_default_lambda_grows_with_the_sampling_variance(monkeypatch, delta_a, norm):
     """λ = null under sampling: max(λ_full, c q (‖H‖ + 2δ_A)), q = (m − s)/(s(m − 1)), c = 0.5 for S-DANE and FedDANE's μ,
-    1.0 for Acc-S-DANE (its λ_full has divisor 4); at s = m (and null) the full-participation rule, unchanged."""
+    1.0 for Acc-S-DANE (λ_full here the Lanczos path's, divisor 4 for Acc-S-DANE); at s = m (and null) the
+    full-participation rule, unchanged."""
     import dane.baselines.federated as federated
     from dane.baselines.federated import SAMPLED_PROX_PER_CURVATURE
 
-    monkeypatch.setattr(federated, "hessian_dissimilarity", lambda problem, comm, key: (delta_a, norm))
+    monkeypatch.setattr(federated, "hessian_dissimilarity",
+                        lambda problem, comm, key, gap=False: {"delta_a": delta_a, "hessian_norm": norm})
     shard, m = ridge_shards(1, SMALL)[0], 10
     r2 = (delta_a / norm) ** 2
     for config, divisor, knob, c in [(SDANEConfig, 16, "lam", 0.5), (AccSDANEConfig, 4, "lam", 1.0),
