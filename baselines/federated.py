@@ -151,17 +151,22 @@ def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int,
 def default_prox_weight(problem: Problem, comm: Communicator, key: str,
                         divisor: float = HETEROGENEITY_DIVISOR, *, sampler: ClientSampler | None = None,
                         per_curvature: float = SAMPLED_PROX_PER_CURVATURE) -> tuple[float, float]:
-    """(λ, δ_A), measured before round 0 (`hessian_dissimilarity`: two allreduces for d ≤ 512).  For d ≤ 512 λ is
-    `balanced_prox_weight` of the preconditioner gap, at most δ_A; beyond (Lanczos: no gap) δ_A ·
-    `prox_per_dissimilarity` with ``divisor``.  With a ``sampler`` that draws s < m clients, raised to
-    `sampled_prox_weight` (with ``per_curvature``)."""
+    """(λ, δ_A), measured before round 0 (`hessian_dissimilarity`: two allreduces for d ≤ 512).  λ is δ_A ·
+    `prox_per_dissimilarity` with ``divisor``, and for d ≤ 512 (the exact measurement) `balanced_prox_weight` of the
+    preconditioner gap where that is smaller.  With a ``sampler`` that draws s < m clients, raised to
+    `sampled_prox_weight` (with ``per_curvature``).
+
+    Why the smaller of the two: where the shards are similar relative to their curvature (ill-conditioned iid shards)
+    the balanced weight is up to 200 times below the δ_A rule's and the rounds fell up to 17 times on
+    scripts/bench_defaults.py's cells; where the model at w_0 asks for more than the δ_A rule (large targets, one-hot
+    shards smaller than the dimension), the δ_A rule's weight with `CyclingObjective`'s doubling is kept, as measured
+    before the balanced weight existed."""
     found = hessian_dissimilarity(problem, comm, key, gap=True)
     delta_a, norm = found["delta_a"], found["hessian_norm"]
-    if "gap" in found:  # the exact measurement (d ≤ 512)
+    lam = delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
+    if "gap" in found:  # the exact measurement (d ≤ 512): the balanced weight where it is the smaller
         balanced = balanced_prox_weight(found["gap_weights"], found["gap"], found["curvature_min"] + found["shift"])
-        lam = delta_a if balanced is None else min(balanced, delta_a)
-    else:
-        lam = delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
+        lam = lam if balanced is None else min(balanced, lam)
     if sampler is not None:
         lam = sampled_prox_weight(lam, delta_a, norm, sampler.s, sampler.m, per_curvature)
     return lam, delta_a

@@ -22,7 +22,7 @@ randomized local steps); γ = ``lr`` (null: 1/max_i L_i). DANE+ is the same roun
 (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`). Type 1 with an exact solve and
 mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round). λ = ``lam``; null: δ_A·max(1/512,
 (δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.prox_per_dissimilarity`, measured before round 0; S-DANE's
-balanced preconditioner gap is not FedRed's: its gradient-step solver's rounds depend on λ otherwise), and for
+smaller balanced weight is not FedRed's: its gradient-step solver's rounds depend on λ otherwise), and for
 DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q =
 (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).  Under full participation a null λ doubles, up to
 δ_A, when the objective climbs or cycles (`baselines.federated.CyclingObjective`).

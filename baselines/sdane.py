@@ -10,10 +10,11 @@ Round r of S-DANE (the paper's Algorithm 1), clients S (all m without sampling),
     v &\leftarrow \frac{B v + a\mu\,x - a\,G}{B + a\mu}
 
 with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: the problem's).
-λ = ``lam``; null: measured at w_0 before round 0 (`baselines.federated.default_prox_weight`): for d ≤ 512 the λ where
-the local preconditioners' departure from the global one balances the slowest flat direction's contraction
-(`baselines.federated.balanced_prox_weight`), at most δ_A = sqrt(mean_i ‖H_i − H‖²) (the theory's λ, a worst case);
-beyond, δ_A·max(1/512, (δ_A/‖H‖)²/16), and Acc-S-DANE's δ_A·max(1/512, (δ_A/‖H‖)²/`ACC_HETEROGENEITY_DIVISOR`).  Under client sampling (s < m) the null is at least 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1))
+λ = ``lam``; null: measured at w_0 before round 0 (`baselines.federated.default_prox_weight`): δ_A·max(1/512,
+(δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) (the theory's λ = δ_A is a worst case), Acc-S-DANE's with
+`ACC_HETEROGENEITY_DIVISOR` for 16; for d ≤ 512, where it is smaller, the λ at which the local preconditioners'
+departure from the global one balances the slowest flat direction's contraction
+(`baselines.federated.balanced_prox_weight`).  Under client sampling (s < m) the null is at least 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1))
 (Acc-S-DANE: 1.0·q·(‖H‖ + 2δ_A), `ACC_SAMPLED_PROX_PER_CURVATURE`)
 (`baselines.federated.sampled_prox_weight`: the floor a sampled run stalls at falls as 1/λ, as the paper's λ under
 partial participation grows with the sampling variance).  Under full participation a null λ doubles, up to δ_A, when
@@ -73,7 +74,7 @@ from .federated import (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Feder
                         default_prox_weight)
 
 RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
-#: Acc-S-DANE's default λ beyond d = 512 (no gap curve) is at least δ_A (δ_A/‖H‖)² / this (S-DANE's rule has 16).  At S-DANE's
+#: Acc-S-DANE's δ_A-based default λ is at least δ_A (δ_A/‖H‖)² / this (S-DANE's rule has 16, `baselines.federated`).  At S-DANE's
 #: rule Acc-S-DANE diverged on phishing over 20 and over 100 Dirichlet clients (δ_A/‖H‖ ≈ 0.6 and 1), where it
 #: converged at δ_A/8 (``make bench``'s ``federated`` sections); on the defaults families (δ_A/‖H‖ ≤ 0.45) it is
 #: the floor or this term (scripts/bench_defaults.py measures both).

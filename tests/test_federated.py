@@ -252,10 +252,9 @@ def test_a_resumed_run_continues_exactly(config):
 
 @pytest.mark.parametrize("m, rows", [(2, 4000), (24, 240)])  # δ_A/‖H‖ below and above 1/sqrt(32): 10 rows a shard in d = 12 differ a lot
 def test_default_lambda_balances_the_preconditioner_gap(m, rows):
-    """λ = min(δ_A, the λ where ½·mean_i φ_i(λ) = λ/(μ + λ)), φ_i(λ) = ‖(I + A_i)⁻¹A_i²‖, A_i = K^{-1/2}(H_i − H)K^{-1/2},
-    K = H + λI (H with the regularizer), here from explicit inverses and numpy's norms of the shards' Hessians on the
-    measurement's octaves (the rule's interpolation: test_balanced_weight_*).  The Lanczos path's
-    δ_A·max(1/512, (δ_A/‖H‖)²/16) is checked against the same δ_A."""
+    """λ = min(δ_A·max(1/512, (δ_A/‖H‖)²/16), the λ where ½·mean_i φ_i(λ) = λ/(μ + λ)), φ_i(λ) = ‖(I + A_i)⁻¹A_i²‖,
+    A_i = K^{-1/2}(H_i − H)K^{-1/2}, K = H + λI (H with the regularizer), here from explicit inverses and numpy's norms
+    of the shards' Hessians on the measurement's octaves (the rule's interpolation: test_balanced_weight_*)."""
     import numpy as np
 
     from dane.baselines.federated import balanced_prox_weight, prox_per_dissimilarity
@@ -277,13 +276,50 @@ def test_default_lambda_balances_the_preconditioner_gap(m, rows):
         gaps.append(np.mean([np.linalg.norm(np.linalg.inv(eye + A) @ A @ A, 2)
                              for A in (root @ (h - H_data) @ root for h in data)]))
     mu = float(np.linalg.eigvalsh(H)[0])
-    expected = min(balanced_prox_weight(weights, gaps, mu), delta)
     ratio = delta / norm
     assert prox_per_dissimilarity(delta, norm) == pytest.approx(max(1 / 512, ratio ** 2 / 16), rel=1e-12)
+    balanced, by_delta = balanced_prox_weight(weights, gaps, mu), delta * max(1 / 512, ratio ** 2 / 16)
+    assert balanced > by_delta  # isotropic shards: the δ_A rule binds (ill-conditioned ones: the next test)
+    expected = min(balanced, by_delta)
     _, records = iterates(SDANEConfig(), m=m, rounds=2, problem=problem)
     assert math.isclose(records[0]["lam"], expected, rel_tol=1e-9)
     _, records = iterates(FedDANEConfig(), m=m, rounds=2, problem=problem)
     assert math.isclose(records[0]["mu"], expected, rel_tol=1e-9)
+
+
+def test_on_ill_conditioned_shards_the_default_lambda_is_the_balanced_one_far_below_the_delta_rule():
+    """bench_defaults' ill-conditioned family (feature scales over 1e6), 400 rows over 4 workers, ridge with λ = 1e-5:
+    the shards are similar relative to their curvature, and the default is the balanced weight, computed here from
+    the built shards' dense Hessians with explicit inverses, many times below the δ_A rule's."""
+    import numpy as np
+
+    import dane
+    from dane.baselines.federated import balanced_prox_weight
+    from dane.similarity import GAP_OCTAVES
+    from dane.synthetic.defaults_data import make
+
+    X, y, fit_intercept = make("ill_conditioned", "squared", n=400)
+    problem = dane.problems.Ridge(X, y, lam=1e-5, fit_intercept=fit_intercept)
+    shards = [problem.build(rank, 4) for rank in range(4)]
+    w0, d = shards[0].initial_point(), shards[0].dim
+    eye = torch.eye(d, dtype=torch.float64)
+    data = [torch.stack([s.hessian_vector(eye[j], at=w0, with_reg=False) for j in range(d)]).numpy() for s in shards]
+    reg = float(shards[0].strong_convexity)
+    H_data = sum(data) / 4
+    H = H_data + reg * np.eye(d)
+    delta = math.sqrt(sum(np.linalg.norm(h - H_data, 2) ** 2 for h in data) / 4)
+    norm = np.linalg.norm(H_data, 2)
+    weights = [norm * 2.0 ** -k for k in range(GAP_OCTAVES + 1)]
+    gaps = []
+    for lam in weights:
+        w, Q = np.linalg.eigh(H + lam * np.eye(d))
+        root = Q @ np.diag(w ** -0.5) @ Q.T
+        gaps.append(np.mean([np.linalg.norm(np.linalg.inv(np.eye(d) + A) @ A @ A, 2)
+                             for A in (root @ (h - H_data) @ root for h in data)]))
+    balanced = balanced_prox_weight(weights, gaps, float(np.linalg.eigvalsh(H)[0]))
+    assert balanced < delta * max(1 / 512, (delta / norm) ** 2 / 16) / 10
+    lam = dane.fit(problem, "sdane", workers=4, rounds=1).records[0]["lam"]
+    assert lam == pytest.approx(balanced, rel=1e-8)
 
 
 def test_adaptive_lambda_halves_after_accepted_rounds_and_converges():
