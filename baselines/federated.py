@@ -58,7 +58,7 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap
 
 
 #: `balanced_prox_weight`: the default λ is where this times the mean preconditioner gap equals λ/(μ + λ)
-GAP_BALANCE = 0.5
+GAP_BALANCE = 1.0
 
 
 def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float, balance: float = GAP_BALANCE) -> float | None:
@@ -71,10 +71,13 @@ def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float, bal
     K = H + (r + λ)I, M = K⁻¹ + K^{-1/2} G K^{-1/2} with G = mean_i (I + A_i)⁻¹A_i² (`dane.similarity.preconditioner_gap`:
     ‖G‖ ≤ mean_i φ_i).  A direction of curvature s ≫ λ is left with about G; one with s ≪ λ contracts by
     λ/(s + λ), at worst λ/(μ + λ) (μ: the least curvature).  The first grows as λ falls and the second shrinks, so the
-    rounds are fewest near the λ where they meet.  ``balance`` = 1/2 is measured: on the 20 cells of
-    scripts/bench_defaults.py this λ was within about 2× of the λ minimizing the spectral radius of I − M H at w_0
-    (a NumPy sweep), where the δ_A-based rule was up to 200× off (ill-conditioned shards, whose relative
-    dissimilarity is small, want λ far below δ_A; one-hot shards, whose Hessians are rank-deficient, far above)."""
+    rounds are fewest near the λ where they meet.  At ``balance`` = 1/2 this λ was within about 2× of the one
+    minimizing the spectral radius of I − M H at w_0 on the 20 cells of scripts/bench_defaults.py (a NumPy sweep),
+    where the δ_A-based rule was up to 200× off (ill-conditioned shards, whose relative dissimilarity is small, want
+    λ far below δ_A; one-hot shards, whose Hessians are rank-deficient, far above).  The defaults take `GAP_BALANCE`
+    = 1 (Acc-S-DANE 2, `baselines.sdane`), twice that λ or more: on logistic cells with a small regularizer the
+    Hessians move on the way to the optimum, and at 1/2 the default climbed there (results/bench_runs/
+    defaults_federated_v8.json beside v9)."""
     flat = [lam / (mu + lam) if mu + lam > 0 else 1.0 for lam in weights]
     excess = [balance * g / f if f > 0 else math.inf for g, f in zip(gaps, flat)]  # ≤ 1: λ large enough
     if not excess[0] <= 1.0:
@@ -88,8 +91,8 @@ def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float, bal
     return weights[-1]
 
 
-#: Where the measurement gives no gap curve (Lanczos, d > 512) and for FedRed, the default proximal weight of the DANE
-#: line's local problems (S-DANE's and FedRed's λ, FedDANE's μ) is δ_A times at least this.  The theory's λ = δ_A
+#: The δ_A-based default proximal weight of the DANE line's local problems (S-DANE's and FedRed's λ, FedDANE's μ; for
+#: d ≤ 512 the ceiling of `balanced_prox_weight`'s, beyond it the default, FedRed's always) is δ_A times at least this.  The theory's λ = δ_A
 #: bounds the dissimilarity in every direction at once and is slow in practice (on ``make bench``'s families it took
 #: several times the rounds of the best λ).  At δ_A/128 S-DANE and FedDANE still took more than twice the rounds of
 #: a quarter of it on the ridge and ill-conditioned cells of scripts/bench_defaults.py; the heterogeneity term below
@@ -150,7 +153,8 @@ def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int,
 
 def default_prox_weight(problem: Problem, comm: Communicator, key: str,
                         divisor: float = HETEROGENEITY_DIVISOR, *, sampler: ClientSampler | None = None,
-                        per_curvature: float = SAMPLED_PROX_PER_CURVATURE) -> tuple[float, float]:
+                        per_curvature: float = SAMPLED_PROX_PER_CURVATURE,
+                        balance: float = GAP_BALANCE) -> tuple[float, float]:
     """(λ, δ_A), measured before round 0 (`hessian_dissimilarity`: two allreduces for d ≤ 512).  λ is δ_A ·
     `prox_per_dissimilarity` with ``divisor``, and for d ≤ 512 (the exact measurement) `balanced_prox_weight` of the
     preconditioner gap where that is smaller.  With a ``sampler`` that draws s < m clients, raised to
@@ -158,14 +162,16 @@ def default_prox_weight(problem: Problem, comm: Communicator, key: str,
 
     Why the smaller of the two: where the shards are similar relative to their curvature (ill-conditioned iid shards)
     the balanced weight is up to 200 times below the δ_A rule's and the rounds fell up to 17 times on
-    scripts/bench_defaults.py's cells; where the model at w_0 asks for more than the δ_A rule (large targets, one-hot
-    shards smaller than the dimension), the δ_A rule's weight with `CyclingObjective`'s doubling is kept, as measured
-    before the balanced weight existed."""
+    scripts/bench_defaults.py's cells; where the model at w_0 asks for more (label skew over many clients: phishing
+    over 100 Dirichlet clients, δ_A ≈ ‖H‖), the δ_A rule's weight went further: S-DANE after 27 rounds at 2.1e-3
+    with it (λ = 0.029) against 2.7e-2 at the balanced weight alone (λ = 0.059; a run of scripts/bench_federated.py's
+    hard setting's configuration through `dane.fit`)."""
     found = hessian_dissimilarity(problem, comm, key, gap=True)
     delta_a, norm = found["delta_a"], found["hessian_norm"]
     lam = delta_a * prox_per_dissimilarity(delta_a, norm, divisor)
     if "gap" in found:  # the exact measurement (d ≤ 512): the balanced weight where it is the smaller
-        balanced = balanced_prox_weight(found["gap_weights"], found["gap"], found["curvature_min"] + found["shift"])
+        balanced = balanced_prox_weight(found["gap_weights"], found["gap"], found["curvature_min"] + found["shift"],
+                                        balance)
         lam = lam if balanced is None else min(balanced, lam)
     if sampler is not None:
         lam = sampled_prox_weight(lam, delta_a, norm, sampler.s, sampler.m, per_curvature)

@@ -54,7 +54,13 @@ The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 
 Departure from the paper: the accuracy test is per client (the paper's sums over S, which the
 per-client test implies).  ``adaptive=true`` is the paper's adaptive λ as mlolab/S-DANE runs it (full
 participation only): after an accepted round λ is halved, after a rejected one doubled and the round's
-result dropped (`SDANE.accepts`, a third allreduce a round); records carry ``accepted``.
+result dropped (`SDANE.accepts`, a third allreduce a round); records carry ``accepted``.  Acc-S-DANE at its
+default λ (full participation, convex: where `baselines.federated.CyclingObjective` watches it) restarts its
+extrapolation (A = 0, B = 1, v = x) after a round whose objective rose above the last round's and when λ doubles:
+the function-value adaptive restart of O'Donoghue & Candès (2015).  Without it the extrapolation's bumps read as
+cycles, λ doubled past its best, and on bench_defaults' rare one-hot logistic cells with λ = 1e-5 the default did not
+reach 1e-8 in 150 rounds (results/bench_runs/defaults_federated_v10_acc.json beside
+defaults_federated_v11_acc.json).  A λ the user sets runs the paper's algorithm unchanged.
 """
 from __future__ import annotations
 
@@ -70,7 +76,7 @@ from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Federated, LocalSolveKeys,
+from .federated import (GAP_BALANCE, HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Federated, LocalSolveKeys,
                         default_prox_weight)
 
 RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
@@ -83,6 +89,10 @@ ACC_HETEROGENEITY_DIVISOR = 4
 #: extrapolation carries more of the sampled gradient's noise, and at S-DANE's factor its floor stayed above
 #: S-DANE's on label-skewed shards (results/bench_runs/sampled_lambda_acc.json beside sampled_lambda.json).
 ACC_SAMPLED_PROX_PER_CURVATURE = 1.0
+#: Acc-S-DANE's balanced default λ (d ≤ 512) is where this times the mean preconditioner gap meets the flat rate
+#: (S-DANE's: `baselines.federated.GAP_BALANCE`; a larger value is a larger λ): at S-DANE's its extrapolation climbed
+#: on bench_defaults' rare one-hot logistic cells with λ = 1e-5 (defaults_federated_v9.json beside v10_acc).
+ACC_GAP_BALANCE = 2.0
 
 
 def extrapolation(lam: float, A: float, B: float) -> float:
@@ -99,11 +109,12 @@ class SDANE(Federated):
                  accelerated: bool = False, adaptive: bool = False, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.adaptive, self.accepted = adaptive, True
-        divisor, per_curvature = ((ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE) if accelerated
-                                  else (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE))
+        divisor, per_curvature, balance = (
+            (ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE, ACC_GAP_BALANCE) if accelerated
+            else (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, GAP_BALANCE))
         if lam is None:
             lam, delta_a = default_prox_weight(problem, comm, "algorithm.lam", divisor, sampler=self.sampler,
-                                               per_curvature=per_curvature)
+                                               per_curvature=per_curvature, balance=balance)
             if not adaptive:  # adaptive: the line search moves λ
                 self.watch_default_weight(delta_a)
         self.lam = lam
@@ -112,6 +123,7 @@ class SDANE(Federated):
         self.v = self.w.clone()
         self.A, self.B = 0.0, 1.0
         self.local_failed = False
+        self.last_objective: float | None = None  # Acc-S-DANE's restart test (a default λ only)
 
     def step(self) -> dict[str, float]:
         lam, mu, x, v = self.lam, self.mu, self.w, self.v
@@ -142,6 +154,11 @@ class SDANE(Federated):
         out = {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed, **extra}
         point = None if self.accelerated else x_bar  # an accelerated run's steps turn back by design
         self.lam = self.cycling.next_weight(self.lam, out["objective"], point)  # a default λ doubles: cycles, overshoot
+        if self.accelerated and self.cycling.active:  # a default λ: restart the extrapolation from x (docstring)
+            rose = self.last_objective is not None and out["objective"] > self.last_objective
+            if rose or self.lam != lam:
+                self.A, self.B, self.v = 0.0, 1.0, x_bar.clone()
+            self.last_objective = out["objective"]
         return out
 
     def accepts(self, centre, x_i, grad_i, x_bar, G) -> bool:
@@ -193,12 +210,13 @@ class SDANE(Federated):
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "v": self.v.clone(), "A": self.A, "B": self.B, "lam": self.lam,
-                "accepted": self.accepted}
+                "accepted": self.accepted, "last_objective": self.last_objective}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.v, self.A, self.B = state["v"].clone(), float(state["A"]), float(state["B"])
         self.lam, self.accepted = float(state["lam"]), bool(state["accepted"])
+        self.last_objective = state.get("last_objective")  # absent in checkpoints from before the restart
 
 
 def tighter(solver: LocalSolver) -> LocalSolver:

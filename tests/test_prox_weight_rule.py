@@ -204,3 +204,31 @@ def test_preconditioner_gap_is_the_norm_of_the_local_preconditioners_departure()
         assert np.all(np.linalg.eigvalsh(A) > -1)
         assert phi == pytest.approx(np.linalg.norm(np.linalg.inv(np.eye(6) + A) @ A @ A, 2), rel=1e-10)
     assert preconditioner_gap(torch.tensor(D), torch.tensor(c - 1.0), [0.2]) == [np.inf]
+
+
+def test_acc_sdane_at_its_default_restarts_its_extrapolation_when_the_objective_rises():
+    """After a round whose starting objective rose above the last round's, or whose λ doubled, A = 0, B = 1 and v = x
+    (O'Donoghue & Candès' function-value restart); on the one-hot shards it happens, and every other round grows A."""
+    from dane.baselines.sdane import AccSDANEConfig
+    from dane.comm import ThreadGroup
+
+    problem = one_hot_logreg()
+
+    def run(comm):
+        algorithm = AccSDANEConfig().build(problem.build(comm.rank, 16, torch.float64), comm)
+        rows, last = [], None
+        for _ in range(30):
+            A, lam = algorithm.A, algorithm.lam
+            record = algorithm.step()
+            restarted = (last is not None and record["objective"] > last) or algorithm.lam != lam
+            rows.append((restarted, algorithm.A, algorithm.B, torch.equal(algorithm.v, algorithm.w), A))
+            last = record["objective"]
+        return rows
+
+    rows = ThreadGroup(16).run(run)[0]
+    assert any(r[0] for r in rows)
+    for restarted, A, B, at_x, A_before in rows:
+        if restarted:
+            assert A == 0.0 and B == 1.0 and at_x
+        else:
+            assert A > A_before
