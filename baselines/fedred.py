@@ -9,7 +9,8 @@ Client i keeps a control variate h_i.  Round r from x̃ = x_r, clients S (all m 
     &x_{r+1} = \tilde x + \eta_g\Big(\frac1{|S|}\sum_{i\in S} x_i - \tilde x\Big) \ \ (\text{``mean''})
         \quad\text{or}\quad x_{r+1} = x_j,\ j \text{ drawn uniformly from } S \ \ (\text{``random''})
         &&\text{(allreduce 2)}\\
-    &\text{type 2:}\quad h_i \leftarrow h_i + c\,(x_{r+1} - x_i) \quad (i \in S;\ h_i \text{ of type 1 at round 0})
+    &\text{type 2:}\quad h_i \leftarrow h_i + c\,(\bar x - x_i), \quad \bar x = \frac1{|S|}\sum_{j\in S} x_j
+        \quad (i \in S;\ h_i \text{ of type 1 at round 0})
 
 FedRed's local solve (``local_solver=steps``) is K doubly regularized gradient steps from x̃: each
 step minimizes the linearization of O_i at z, regularized both at z (weight 1/γ) and at x̃ (weight λ),
@@ -42,8 +43,17 @@ w8a over 142 clients, 14 a round: sampled_lambda_fedred_w8a.json, where the defa
 bit for bit.
 
 The type-2 weight c is ``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a
-fixed K; λ with a prox solver); type 2 keeps Σ_i h_i = 0 under mean averaging with η_g = 1 and then costs one
-allreduce a round (type 1: two). The record of a round is x̃ (its metrics ride in its first allreduce).
+fixed K; λ with a prox solver); type 2 costs one allreduce a round (type 1: two). The record of a round is x̃ (its
+metrics ride in its first allreduce).
+
+Departure from the paper in type 2: the correction is taken against x̄, the mean of the participants' local iterates,
+where the paper (and mlolab/S-DANE's ``fedred.py``) takes it against the new server iterate x_{r+1}.  The two are
+the same with mean averaging and η_g = 1 (those runs' iterates are unchanged, bit for bit).  With random averaging
+(x_{r+1} = x_j) or η_g ≠ 1 the paper's updates c(x_{r+1} − x_i) do not sum to zero over S, Σ_i h_i drifts from 0,
+and the run converges to the point where ∇O = mean_i h_i, not to x*, with all clients too (tests/test_fedred_type2.py
+runs both forms); the updates c(x̄ − x_i) sum to zero over S by construction.  x̄ comes from the averaging allreduce
+itself: under mean averaging it is that allreduce's mean; under random averaging every participant sends x_i (|S|
+uplinks, not one) and the chosen x_j rides in the same allreduce.
 
 The stop each type needs under client sampling (s < m).  Type 1 takes h_i against the sampled mean, so at x̃ = x*
 the local problem's gradient at x* is ∇O_i(x*) − h_i = ξ_S := mean_{j∈S} ∇O_j(x*), which is not zero when the shards
@@ -52,12 +62,11 @@ x_{r+1} − x* = (I − M_S Ā_S)(x̃ − x*) − M_S ξ_S, M_S = mean_{i∈S} (
 run stalls at a floor set by ξ_S's variance, as FedDANE's and S-DANE's do: it ends with status ``sampling_floor``
 once its objective stops improving (`baselines.federated.SamplingFloor`; ``floors_under_sampling`` is set for
 type 1).  Type 2 keeps (x*, h_i = ∇O_i(x*)) a fixed point under sampling: every sampled local problem is then
-solved by x*, the mean is x* and no h_i moves.  That point needs Σ_i h_i = 0, which mean averaging with η_g = 1
-keeps round by round (the updates c(x_{r+1} − x_i) sum to zero over S); round 0's type-1 h_i is taken against the
+solved by x*, the mean is x* and no h_i moves.  That point needs Σ_i h_i = 0, which the updates c(x̄ − x_i) keep
+round by round (they sum to zero over S, under either averaging and any η_g); round 0's type-1 h_i is taken against the
 mean over S_0 and sums to zero over S_0 only, so the clients outside S_0 start at h_i = 0 (a departure from
 "type 1 at round 0", which under sampling left Σ_i h_i ≠ 0 and a run converging to the point where ∇O = mean_i h_i,
-not x*).  A sampled type-2 run with mean averaging and η_g = 1 converges and has no floor stop; random averaging and
-η_g ≠ 1 do not keep Σ_i h_i = 0, under full participation either.
+not x*).  A sampled type-2 run converges and has no floor stop.
 """
 from __future__ import annotations
 
@@ -138,12 +147,17 @@ class FedRed(Federated):
         if self.averaging == "mean":
             (x_mean,), late = self.average(members, [x_i], rides, down=[x])
             x_next = x + self.server_lr * (x_mean - x) if self.server_lr != 1.0 else x_mean
-        else:
+        elif self.control_variate == 1:
             chosen = members[torch.randint(len(members), (1,), generator=self.coin)]
             (x_next,), late = self.average(chosen, [x_i], rides, down=[x])     # 3. x_{r+1} = x_j
+        else:  # type 2 also needs x̄ = mean_S x_i: x_j rides in the same allreduce
+            chosen = int(members[torch.randint(len(members), (1,), generator=self.coin)])
+            picked = x_i if self.comm.rank == chosen else torch.zeros_like(x_i)
+            (x_mean,), late = self.average(members, [x_i], [*rides, picked], down=[x])
+            x_next, late = late[-1] * self.comm.size, late[:-1]               # 3. x_{r+1} = x_j
         reduced = reduced if reduced is not None else late
         if self.control_variate == 2 and inside:
-            self.h = self.h + self.cv_weight * (x_next - x_i)                 # type-2 control variate
+            self.h = self.h + self.cv_weight * (x_mean - x_i)                 # type-2 control variate: Σ_S = 0
         self.w = x_next
         out = {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
         self.lam = self.cycling.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
@@ -173,8 +187,6 @@ class FedRed(Federated):
             knob = f"fewer algorithm.local_steps (now {self.local_steps}) lower it and slow each round"
         else:
             knob = f"a larger algorithm.p (now {self.p:g}: fewer local steps) lowers it and slows each round"
-        if self.averaging != "mean" or self.server_lr != 1.0:  # type 2 keeps Σ_i h_i = 0 only with these
-            return f"{super().floor_diagnosis()}; {knob}"
         return (f"{super().floor_diagnosis()}; {knob}; algorithm.control_variate=2 has no floor (its control "
                 f"variates keep the optimum a fixed point under sampling)")
 
