@@ -14,8 +14,8 @@ with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: th
 (δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) (the theory's λ = δ_A is a worst case), Acc-S-DANE's with
 `ACC_HETEROGENEITY_DIVISOR` for 16; for d ≤ 512, where it is smaller, the λ at which the local preconditioners'
 departure from the global one balances the slowest flat direction's contraction
-(`baselines.federated.balanced_prox_weight`).  Under client sampling (s < m) the null is at least 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1))
-(Acc-S-DANE: 1.0·q·(‖H‖ + 2δ_A), `ACC_SAMPLED_PROX_PER_CURVATURE`)
+(`baselines.federated.balanced_prox_weight`).  Under client sampling (s < m) the null is at least
+0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1)) (Acc-S-DANE: 1.0·q·(‖H‖ + 2δ_A), `ACC_SAMPLED_PROX_PER_CURVATURE`)
 (`baselines.federated.sampled_prox_weight`: the floor a sampled run stalls at falls as 1/λ, as the paper's λ under
 partial participation grows with the sampling variance).  Under full participation a null λ doubles, up to δ_A, when
 the objective climbs or cycles, or (S-DANE) its steps settle into an overshoot (`baselines.federated.CyclingObjective`;
@@ -39,8 +39,8 @@ from the last round's x, the v-update's weights with B, then A += a, B += μa; a
 *When acceleration pays.*  With exact local solves S-DANE contracts a direction of curvature s by λ/(s + λ)
 a round, so its rounds grow as λ/μ and Acc-S-DANE's as sqrt(λ/μ): the papers' ranking (Acc-S-DANE in fewer
 rounds than S-DANE) needs λ/μ large, as at the theory's λ ≈ δ_A.  The default λ is near the best fixed one, often
-below μ, and there both take a handful of rounds and the extrapolation has nothing to gain.  Plain DANE at μ = 0 takes Newton-like steps and has no prox term to
-slow the flat directions: where the local problems are convex and the dissimilarity sits in directions of
+below μ, and there both take a handful of rounds and the extrapolation has nothing to gain.  Plain DANE at μ = 0
+takes Newton-like steps and has no prox term to slow the flat directions: where the local problems are convex and the dissimilarity sits in directions of
 curvature at least δ, it needs fewer rounds than either (``scripts/bench_federated.py --setting quadratic``).
 
 *Exact solves.*  With exact local solves and S the clients of both allreduces, mean_S ∇F_i(x_i) = 0 gives

@@ -132,15 +132,16 @@ def _exact(hv, dim: int, dtype: torch.dtype, comm: Communicator, gap_shift: floa
     H_local = torch.stack([hv(eye[:, j]) for j in range(dim)], 1)
     H_local = 0.5 * (H_local + H_local.T)  # symmetric to round-off: symmetrize so the mean is too
     (H,) = comm.allreduce_mean([H_local])
-    eig = torch.linalg.eigvalsh(H_local - H)
+    deviation = H_local - H
+    eig = torch.linalg.eigvalsh(deviation)
     spectral, frobenius_sq = float(eig.abs().max()), float((eig * eig).sum())
-    curvatures, basis = torch.linalg.eigh(H)
-    hessian_norm = float(curvatures.abs().max())
     if gap_shift is None:
         every = _gather([spectral, frobenius_sq], comm.rank, comm.size, dtype, comm)
-        return _summary(every[:, 0], every[:, 1], hessian_norm, "exact")
+        return _summary(every[:, 0], every[:, 1], float(torch.linalg.eigvalsh(H).abs().max()), "exact")
+    curvatures, basis = torch.linalg.eigh(H)
+    hessian_norm = float(curvatures.abs().max())
     weights = [hessian_norm * 2.0 ** -k for k in range(GAP_OCTAVES + 1)]
-    gaps = preconditioner_gap(basis.T @ (H_local - H) @ basis, curvatures + gap_shift, weights)
+    gaps = preconditioner_gap(basis.T @ deviation @ basis, curvatures + gap_shift, weights)
     every = _gather([spectral, frobenius_sq, *gaps], comm.rank, comm.size, dtype, comm)
     return {**_summary(every[:, 0], every[:, 1], hessian_norm, "exact"), "gap_weights": weights,
             "gap": [float(x) for x in every[:, 2:].mean(0)], "curvature_min": float(curvatures[0])}
