@@ -91,7 +91,8 @@ class StopRule:
             return None
         return f"grad_norm <= {self.tol:g} x grad_norm at round 0"
 
-    def stopped_by(self, status: str, record: dict, first: dict, records: list[dict] | None = None) -> str:
+    def stopped_by(self, status: str, record: dict, first: dict, records: list[dict] | None = None, *,
+                   sampled: bool = False) -> str:
         """The test that ended a run with ``status`` on ``record`` (``first``: round 0's record): log and summary.
 
         At the round cap, with ``records`` (the run's, ``record`` last), it adds where the run was heading
@@ -107,7 +108,7 @@ class StopRule:
                 return f"|objective| > {self.blowup:g} x max(1, |objective at round 0|)"
             return f"objective above its round-0 value in {self.diverge_after} of the last {2 * self.diverge_after} rounds"
         if status == "max_rounds":
-            trend = self.trend(records, first) if records else None
+            trend = self.trend(records, first, sampled=sampled) if records else None
             return f"rounds = {self.rounds}" + (f"; {trend.describe(self.rounds)}" if trend is not None else "")
         if status == "target_reached":
             return f"{self.monitor} >= {self.target:g}"
@@ -135,11 +136,12 @@ class StopRule:
                            "" if target is None else f"tol {self.tol:g}")
         return None
 
-    def trend(self, records: list[dict], first: dict) -> Trend | None:
-        """`dane.projection`'s geometric fit to the last rounds of what `measure` reads; None when too few
-        rounds have a positive finite value of it."""
+    def trend(self, records: list[dict], first: dict, *, sampled: bool = False) -> Trend | None:
+        """`dane.projection`'s geometric fit to the last rounds of what `measure` reads (``sampled``: rounds of
+        client sampling, fitted over the later half of the run); None when too few rounds have a positive finite
+        value of it."""
         measure = self.measure(records[-1], first)
-        fitted = None if measure is None else fit(records, measure.key)
+        fitted = None if measure is None else fit(records, measure.key, noisy=sampled)
         if fitted is None:
             return None
         rate, span, value = fitted  # value is records[-1]'s, the one measure shows (fit ends at the last record)
@@ -352,7 +354,8 @@ def why_stopped(algo: Rounds, stop: StopRule, status: str, records: list[dict], 
         measure = stop.measure(records[-1], first)
         return done[1] + ("" if measure is None else f"; {measure}" +
                           (f", above {measure.target_label}" if measure.target_label else ""))
-    said = stop.stopped_by(status, records[-1], first, records) if records else status
+    sampled = divergence is not None and bool(records) and divergence.sampled(records[-1])
+    said = stop.stopped_by(status, records[-1], first, records, sampled=sampled) if records else status
     extra = algo.diagnosis(records) if status == "max_rounds" and records else None
     return f"{said}; {extra}" if extra else said
 

@@ -135,11 +135,11 @@ def _exact(hv, dim: int, dtype: torch.dtype, comm: Communicator, gap_shift: floa
     deviation = H_local - H
     eig = torch.linalg.eigvalsh(deviation)
     spectral, frobenius_sq = float(eig.abs().max()), float((eig * eig).sum())
+    hessian_norm = float(torch.linalg.eigvalsh(H).abs().max())  # eigvalsh's, with or without the gap: the same bits
     if gap_shift is None:
         every = _gather([spectral, frobenius_sq], comm.rank, comm.size, dtype, comm)
-        return _summary(every[:, 0], every[:, 1], float(torch.linalg.eigvalsh(H).abs().max()), "exact")
+        return _summary(every[:, 0], every[:, 1], hessian_norm, "exact")
     curvatures, basis = torch.linalg.eigh(H)
-    hessian_norm = float(curvatures.abs().max())
     weights = [hessian_norm * 2.0 ** -k for k in range(GAP_OCTAVES + 1)]
     gaps = preconditioner_gap(basis.T @ deviation @ basis, curvatures + gap_shift, weights)
     every = _gather([spectral, frobenius_sq, *gaps], comm.rank, comm.size, dtype, comm)

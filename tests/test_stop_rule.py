@@ -270,3 +270,30 @@ def test_gd_stopped_at_its_cap_converges_where_the_projection_said():
     assert capped.status == "max_rounds" and "shrinking" in capped.summary["stopped_by"] and more > 20
     whole = dane.fit(dane.problems.Ridge(X, y, lam=1e-3, optimum="auto"), "gd", workers=2, rounds=400, tol=1e-10)
     assert whole.status == "converged" and abs(whole.summary["rounds"] - (40 + more)) <= 2
+
+
+def test_under_client_sampling_the_projection_fits_the_later_half_of_the_run():
+    """Suboptimality 0.99^t times a swing that rises over the last 20 rounds (a sampled run's noise): the 20-round
+    fit grows, "not contracting"; with the records' ``clients`` below the workers the line fits rounds 50 to 100,
+    whose least-squares rate is computed here by hand, and reads "shrinking"."""
+    from dane.projection import fit
+    from dane.runner import why_stopped
+
+    t = np.arange(101)
+    sub = 0.99 ** t * np.exp(np.where(t > 80, 0.02 * (t - 80), 0.05 * np.sin(t)))
+    records = [{"round": int(k), "objective": 1.0 + float(s), "suboptimality": float(s), "clients": 8} for k, s in
+               zip(t, sub)]
+    half = t[50:]
+    slope = np.polyfit(half, np.log(sub[50:]), 1)[0]
+    assert fit(records, "suboptimality")[0] > 1.0
+    rate, span, _ = fit(records, "suboptimality", noisy=True)
+    assert (span, rate) == (50, pytest.approx(math.exp(slope), rel=1e-12)) and rate < 1.0
+
+    class Comm:
+        size = 80
+
+    stop = StopRule(rounds=100, tol=1e-8)
+    sampled = why_stopped(Rounds(), stop, "max_rounds", records, records[0], DivergenceWatch(stop, Comm()))
+    full = why_stopped(Rounds(), stop, "max_rounds", records, records[0], None)
+    assert f"shrinking {math.exp(slope):.4f}x per round over the last 50 rounds" in sampled
+    assert "not contracting" in full
