@@ -34,6 +34,7 @@ from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.problems import Problem
+from dane.projection import STALL, fit, log_change
 from dane.sampling import SamplingKeys
 
 from .federated import Federated, LocalSolveKeys
@@ -91,12 +92,18 @@ class FedProx(Federated):
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, an objective that has stalled (its last quarter of rounds moved it by at most
         `STALLED` of the run's whole decrease) is FedProx's floor, not slowness: its fixed point is not the
-        optimum when the shards differ (module docstring), whatever the number of rounds."""
+        optimum when the shards differ (module docstring), whatever the number of rounds.  Not where the records'
+        suboptimality still contracts (`dane.projection.fit` moves it by more than its ``STALL``): a slow run near the
+        optimum moves its objective little against the first rounds' fall, and the stop line already says how many
+        rounds it needs (LIBSVM's mushrooms over 80 iid clients: 0.989 a round at 6.2e-3 after 300 rounds)."""
         objectives = [r["objective"] for r in records if math.isfinite(r.get("objective", math.nan))]
         if len(objectives) < 8:
             return None
         total, late = objectives[0] - objectives[-1], objectives[-(len(objectives) // 4) - 1] - objectives[-1]
         if not total > 0 or abs(late) > STALLED * total:
+            return None
+        fitted = fit(records, "suboptimality")
+        if fitted is not None and log_change(fitted[0], fitted[1]) < -STALL:
             return None
         return (f"the objective has stalled: FedProx's fixed point (mean_i prox_(O_i/mu)(w) = w) is not the optimum "
                 f"when the shards differ (client drift), so more rounds do not reach the target; a larger "

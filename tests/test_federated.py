@@ -434,3 +434,24 @@ def test_sampled_default_lambda_grows_with_the_sampling_variance(monkeypatch, de
     assert SAMPLED_PROX_PER_CURVATURE == 0.5
     assert SDANEConfig(clients_per_round=1).build(shard, FakeComm(0, m)).lam == pytest.approx(
         0.5 * (norm + 2 * delta_a), rel=1e-15)  # q = 1
+
+
+def test_fedprox_calls_a_stalled_objective_its_floor_only_where_the_suboptimality_no_longer_contracts():
+    """Scripted records: the objective falls from 1 to 0.05 in 10 rounds, then 100 rounds move it by less than
+    `STALLED` of that.  With the suboptimality flat (a floor) the diagnosis names FedProx's fixed point; with it still
+    shrinking 0.989 a round (a slow run near the optimum, as on mushrooms over 80 iid clients) there is none."""
+    from dane.baselines.fedprox import STALLED
+
+    algorithm = FedProxConfig(mu=0.01, local_solver="problem").build(ridge_shards(1, SMALL)[0], LocalCommunicator())
+
+    def records(suboptimality):
+        head = [1.0 - 0.095 * t for t in range(10)]
+        tail = [0.05 + s for s in suboptimality]
+        return [{"round": t, "objective": f, "suboptimality": s}
+                for t, (f, s) in enumerate(zip(head + tail, [0.95] * 10 + list(suboptimality)))]
+
+    flat = [3e-5] * 100
+    shrinking = [3e-5 * 0.989 ** t for t in range(100)]
+    assert max(shrinking) - min(shrinking) < STALLED * 0.95
+    assert "FedProx's fixed point" in algorithm.diagnosis(records(flat))
+    assert algorithm.diagnosis(records(shrinking)) is None
