@@ -76,7 +76,8 @@ def hand_rounds(shards, gamma: float, rounds: int, *, averaging: str, server_lr:
     return iterates, sums
 
 
-@pytest.mark.parametrize("averaging, server_lr", [("random", 1.0), ("mean", 0.5)])
+@pytest.mark.parametrize("averaging, server_lr", [("random", 1.0),
+                                                   pytest.param("mean", 0.5, marks=pytest.mark.slow)])  # 6 s each
 def test_type2_reaches_the_optimum_under_random_averaging_and_a_server_step(averaging, server_lr):
     shards = ridge_shards(M, SMALL)
     w_star = optimum(shards)

@@ -104,7 +104,8 @@ def dissimilarity_weight(problem, workers: int, divisor: float) -> float:
     return delta_a * prox_per_dissimilarity(delta_a, found["hessian_norm"], divisor)
 
 
-@pytest.mark.parametrize("method, divisor", [pytest.param("sdane", 16, marks=pytest.mark.slow), ("acc_sdane", 4)])
+@pytest.mark.parametrize("method, divisor", [pytest.param("sdane", 16, marks=pytest.mark.slow),
+                                             pytest.param("acc_sdane", 4, marks=pytest.mark.slow)])  # 6 to 12 s each
 def test_on_shards_smaller_than_the_dimension_the_default_converges_where_the_dissimilarity_weight_diverges(
         method, divisor):
     """The δ_A-based weight (the Lanczos path's default) diverges on these shards; the default (the balanced gap at
