@@ -72,10 +72,20 @@ class FedProx(Federated):
             self.first_ratio = ratio
         elif ratio <= FIXED_POINT * self.first_ratio:
             self.stalled = (f"client drift: the clients' local moves cancel in the average ({ratio / self.first_ratio:.1e} "
-                            f"of round 0's share), so w no longer moves although no client is at its optimum; FedProx's "
-                            f"fixed point (mean_i prox_(O_i/mu)(w) = w) is not the optimum when the shards differ, and "
-                            f"more rounds do not reach the target; a larger algorithm.mu (now {self.mu:g}) lowers the "
-                            f"floor and slows each round, and algorithm=scaffold or algorithm=sdane correct the drift")
+                            f"of round 0's share), so w no longer moves although no client is at its optimum; "
+                            f"{self.fixed_point()}")
+
+    def fixed_point(self) -> str:
+        """Why more rounds do not help, and the knobs: FedProx's fixed point, or FedAvg's (μ = 0, gradient steps)."""
+        if self.mu == 0 and self.local.local_solver == "steps":
+            what = ("FedAvg's fixed point (the mean of the clients' local gradient steps from w is w)",
+                    f"fewer algorithm.local_steps (now {self.local.local_steps}) or a smaller algorithm.lr lower the "
+                    f"floor and slow each round")
+        else:
+            what = ("FedProx's fixed point (mean_i prox_(O_i/mu)(w) = w)",
+                    f"a larger algorithm.mu (now {self.mu:g}) lowers the floor and slows each round")
+        return (f"{what[0]} is not the optimum when the shards differ (client drift), and more rounds do not reach the "
+                f"target; {what[1]}, and algorithm=scaffold or algorithm=sdane correct the drift")
 
     @property
     def finished(self) -> tuple[str, str] | None:
@@ -105,10 +115,7 @@ class FedProx(Federated):
         fitted = fit(records, "suboptimality")
         if fitted is not None and log_change(fitted[0], fitted[1]) < -STALL:
             return None
-        return (f"the objective has stalled: FedProx's fixed point (mean_i prox_(O_i/mu)(w) = w) is not the optimum "
-                f"when the shards differ (client drift), so more rounds do not reach the target; a larger "
-                f"algorithm.mu (now {self.mu:g}) lowers the floor and slows each round, and algorithm=scaffold or "
-                f"algorithm=sdane correct the drift")
+        return f"the objective has stalled: {self.fixed_point()}"
 
 
 #: the share of a run's objective decrease that its last quarter of rounds may make for `FedProx.diagnosis` to call

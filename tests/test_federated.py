@@ -454,4 +454,8 @@ def test_fedprox_calls_a_stalled_objective_its_floor_only_where_the_suboptimalit
     shrinking = [3e-5 * 0.989 ** t for t in range(100)]
     assert max(shrinking) - min(shrinking) < STALLED * 0.95
     assert "FedProx's fixed point" in algorithm.diagnosis(records(flat))
+    assert "a larger algorithm.mu (now 0.01)" in algorithm.diagnosis(records(flat))
     assert algorithm.diagnosis(records(shrinking)) is None
+    fedavg = FedProxConfig(mu=0.0, local_solver="steps", lr=0.1).build(ridge_shards(1, SMALL)[0], LocalCommunicator())
+    assert "FedAvg's fixed point" in fedavg.diagnosis(records(flat))  # no prox term: its knobs are K and the step
+    assert "fewer algorithm.local_steps (now 10) or a smaller algorithm.lr" in fedavg.diagnosis(records(flat))
