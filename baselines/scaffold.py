@@ -12,8 +12,8 @@ allreduce (the server sends (w, c) down, each sampled client sends (Δy_i, Δc_i
     c \leftarrow c + \frac{|S_t|}{m}\cdot\frac1{|S_t|}\sum_{i\in S_t}\Delta c_i
 
 K = ``local_steps``, η_l = ``lr`` (null: min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), L = max_i L_i, below),
-η_g = ``server_lr``, ``option`` = 1 or 2.  With K = 1 and η_g = 1 every round is a step of distributed
-gradient descent with step η_l, under either option (for K = 1 they give the same c_i⁺).
+η_g = ``server_lr`` (null: 1.5 with that η_l and an even K, else 1; below), ``option`` = 1 or 2.
+With K = 1 and η_g = 1 every round is a step of distributed gradient descent with step η_l, under either option (for K = 1 they give the same c_i⁺).
 
 *Option II by default*, as the issue that asked for SCAFFOLD states it and as the paper's experiments and most
 public implementations run it (so that iterates compare with theirs at the defaults).  The paper gives both:
@@ -52,14 +52,22 @@ the optimum is several times below the start's) in rounds; ``make bench`` (secti
 ``scaffold`` rows) measures the rule against η_l ∈ {0.25, 0.5, 2} × the default's and η_g ∈ {0.5, 2} at
 the default's K, and the rows ``scaffold_k3``, ``scaffold_k30`` against the same knobs at their own K.
 Departure from the paper: its experiments tune η_l, and its theory takes the effective step Kη_lη_g below a
-small constant over L (η_l ≤ 1/(81 L K η_g)); the rule is this package's.  η_g defaults to 1: a server step
-of 2 puts the settled (stiff) directions, where the K steps already reach the corrected minimizer, at the edge
-of stability (|1 − η_g| = 1).  K defaults to 10.  What the rule does not know: L is the curvature at w_0 (a
-GLM's majorant), and on logistic shards the curvature near the optimum is several times smaller, so a local
-step past lr_factor/L, or η_g = 2, can still take fewer rounds there, most of all with option I (whose control
-variate does not stall) and at small K; the defaults benchmark's rows and the federated benchmark's tables
-(docs/benchmarks.md) say where and by how much.  Neither is the default: past 2/L no theorem bounds the local
-steps, and the stiff directions make η_g = 2 fail where the steps settle.
+small constant over L (η_l ≤ 1/(81 L K η_g)); the rule is this package's.  What the rule does not know: L is the
+curvature at w_0 (a GLM's majorant), and on logistic shards the curvature near the optimum is several times
+smaller, so a local step past lr_factor/L can still take fewer rounds there; past 2/L no theorem bounds the local
+steps, so it is not the default.  K defaults to 10.
+
+*The default server step* (``server_lr`` null).  In a direction of local curvature s the K steps of η_l cover the
+fraction φ = 1 − (1 − η_l s)^K of the way to the corrected local minimizer, and the round moves that direction by
+η_g φ of it: it contracts by |1 − η_g φ|.  For even K, φ ≤ 1 at every stable step (η_l s < 2), so η_g = 1.5
+still contracts the settled (stiff) directions, φ = 1, by 1/2 a round, and moves the slow ones, φ ≈ Kη_l s,
+1.5 times as far as η_g = 1 (the slow directions set the rounds on ill-conditioned shards).  η_g = 2 puts the settled
+directions at the edge of stability, |1 − η_g| = 1.  For odd K the last step can overshoot: φ reaches
+1 + (η_l L − 1)^K, 1.73 at K = 3 and η_l L = 1.9, which 1.5 would carry past 2; odd K keeps the paper's η_g = 1
+(and K = 1 stays GD at the default step).  So null is `SERVER_STEP` where the local step is this rule's (``lr`` null) on
+a convex problem and K is even, and 1 otherwise: a given ``lr`` runs the paper's η_g = 1, as its experiments
+do.  A departure from the paper's experiments (η_g = 1), within its theory (η_g ≥ 1); ``make bench`` measures it
+against η_g ∈ {1, 2} (sections ``defaults`` and ``federated``).
 A run that ends at the round cap without the target says so in its stop line (`diagnosis`), naming
 ``algorithm.local_steps`` and ``algorithm.lr``.  On a problem that is not convex (a network with
 Hessian-vector products) lr null stays 1/L: the theorems above do not apply.
@@ -83,13 +91,26 @@ from .federated import Federated, LocalSolveKeys
 from .spectral import local_spectrum, one_hot
 
 
+#: η_g of ``server_lr`` null with the default local step and an even K (module docstring): settled directions
+#: contract by |1 − η_g| = 1/2 a round, slow ones move 1.5 times as far as at η_g = 1
+SERVER_STEP = 1.5
+
+
+def default_server_step(local_steps: int, rule_step: bool) -> float:
+    """η_g of ``server_lr`` null: `SERVER_STEP` for an even K with the rule's η_l (lr null, convex), else 1."""
+    return SERVER_STEP if rule_step and local_steps % 2 == 0 else 1.0
+
+
 class Scaffold(Federated):
     name = "scaffold"
 
-    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float = 1.0, option: int = 2,
+    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float | None = None, option: int = 2,
                  lr_factor: float = 1.9, **kwargs):
         self.mu_low = 0.0                      # μ̲ (`largest_smoothness`, lr null on a strongly convex problem)
         super().__init__(problem, comm, **kwargs)
+        if server_lr is None:
+            rule_step = self.local.lr is None and problem.strong_convexity is not None
+            server_lr = default_server_step(self.local.local_steps, rule_step)
         self.server_lr, self.option, self.lr_factor = server_lr, option, lr_factor
         self.c = torch.zeros_like(self.w)      # the server's control variate
         self.c_i = torch.zeros_like(self.w)    # this client's
@@ -131,7 +152,7 @@ class Scaffold(Federated):
         (mean_dy, mean_dc), reduced = self.average(members, [delta_y, delta_c], self.payload(w), down=[w, self.c])
         self.w = w + self.server_lr * mean_dy                              # server step
         self.c = self.c + (len(members) / self.comm.size) * mean_dc         # c += (|S|/m) mean_S Δc_i
-        return {**self.record(reduced, members), "lr": lr}                 # η_l: what lr null chose
+        return {**self.record(reduced, members), "lr": lr, "server_lr": self.server_lr}  # what the nulls chose
 
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap: K local steps of η_l a round are the knobs to turn (module docstring)."""
@@ -152,7 +173,7 @@ class Scaffold(Federated):
 @dataclass(frozen=True)
 class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     local_steps: int = 10  # module docstring: K = 3 stalled on label-skewed shards
-    server_lr: float = 1.0
+    server_lr: float | None = None  # η_g; null: `default_server_step` (module docstring)
     option: int = 2        # the control variate: 2, the mean corrected gradient of the K steps; 1, ∇O_i(w_t)
     lr_factor: float = 1.9  # lr null: η_l = min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), lr_factor in (0, 2)
     local_solver: str = "steps"
@@ -161,7 +182,8 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     algorithm = Scaffold
 
     def __post_init__(self) -> None:
-        checks.positive("algorithm.server_lr", self.server_lr)
+        if self.server_lr is not None:
+            checks.positive("algorithm.server_lr", self.server_lr)
         checks.one_of("algorithm.option", self.option, (1, 2))
         if not 0 < checks.positive("algorithm.lr_factor", self.lr_factor) < 2:
             raise ConfigError(f"algorithm.lr_factor must be in (0, 2) (a local step of 2/L or more can diverge), "

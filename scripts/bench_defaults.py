@@ -69,7 +69,7 @@ LAMS = (1e-3, 1e-5)
 PROX_MULTIPLES = (0.25, 0.5, 2.0, 8.0, 32.0)  # grid of the DANE line's proximal weight, in units of its default
 WORKERS = (4, 8)
 #: SCAFFOLD's tuned knobs at a fixed local work per round (its K): η_l as multiples of the default's, and η_g
-SCAFFOLD_GRID = [{"lr_times_default": c} for c in (0.25, 0.5, 2.0)] + [{"server_lr": g} for g in (0.5, 2.0)]
+SCAFFOLD_GRID = [{"lr_times_default": c} for c in (0.25, 0.5, 2.0)] + [{"server_lr": g} for g in (1.0, 2.0)]
 #: method -> (algorithm, its default overrides (none: the yaml), its grid of settings, the grid's goal factor)
 METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
     "dane": ("dane", {}, [{"safeguard": False, "mu": mu} for mu in MU_GRID], 1.5),

@@ -95,7 +95,7 @@ TARGETS = (1e-4, 1e-8)
 SECOND_ORDER_CAP, FIRST_ORDER_CAP = 30, 100
 #: SCAFFOLD's knobs at its default's local work per round (K = 10), as scripts/bench_defaults.py's: η_l as multiples
 #: of the step its default chose, and η_g
-SCAFFOLD_GRID = [{"lr_times_default": c} for c in (0.25, 0.5, 2.0)] + [{"server_lr": g} for g in (0.5, 2.0)]
+SCAFFOLD_GRID = [{"lr_times_default": c} for c in (0.25, 0.5, 2.0)] + [{"server_lr": g} for g in (1.0, 2.0)]
 #: method -> (algorithm, samples clients, round cap, grid; a key ending in _per_delta is that multiple of δ_A,
 #: ``lr_times_L: c`` is lr = c/(‖H‖ + λ) (at w_0), ``lr_times_default: c`` c times the lr the default chose)
 METHODS: dict[str, tuple[str, bool, int, list[dict]]] = {

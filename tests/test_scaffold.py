@@ -58,3 +58,21 @@ def test_one_local_step_at_the_default_step_is_gd_with_that_step():
 def test_lr_factor_outside_zero_two_is_refused(factor):
     with pytest.raises(ConfigError, match="algorithm.lr_factor"):
         ScaffoldConfig(lr_factor=factor)
+
+
+@pytest.mark.parametrize("keys, server_lr", [({}, 1.5), ({"local_steps": 3}, 1.0), ({"lr": 0.05}, 1.0)])
+def test_the_default_server_step(keys, server_lr):
+    """server_lr null is 1.5 with the rule's local step and an even K, else the paper's 1 (module docstring).  With
+    one client c_i = c and the correction vanishes, so a round is K gradient steps y ← y − η_l ∇O(y) from w and
+    w ← w + η_g (y − w): the iterates against that transcription, with η_l from the records."""
+    shard = ridge_shards(1, WELL)
+    _, records, iterates = simulate(ScaffoldConfig(**keys), shard, rounds=4)[0]
+    assert {r["server_lr"] for r in records if "lr" in r} == {server_lr}  # the last record: evaluated, not stepped
+    lr, K = records[0]["lr"], keys.get("local_steps", 10)
+    w = iterates[0]
+    for got in iterates[1:]:
+        y = w
+        for _ in range(K):
+            y = y - lr * shard[0].grad(y)
+        w = w + server_lr * (y - w)
+        torch.testing.assert_close(got, w, rtol=0, atol=1e-12)
