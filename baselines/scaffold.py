@@ -158,7 +158,8 @@ class Scaffold(Federated):
         """At the round cap: K local steps of η_l a round are the knobs to turn (module docstring)."""
         return (f"SCAFFOLD moves at most {self.local.local_steps} local steps of lr {self.step_size(0.0):.3g} a round "
                 f"(min(2/(L + mu), {self.lr_factor:g}/L, 1/(K mu)), L = max_i L_i, unless algorithm.lr is set: "
-                f"small when the shards' curvatures differ); "
+                f"small when the shards' curvatures differ), scaled by the server step {self.server_lr:g} "
+                f"(algorithm.server_lr); "
                 f"more local steps (algorithm.local_steps) or a larger algorithm.lr speed up each round, at the price "
                 f"of a weaker drift correction")
 

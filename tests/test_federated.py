@@ -392,6 +392,7 @@ def test_scaffold_at_the_cap_names_its_step_and_local_steps():
     lrs = [r["lr"] for r in result.records if "lr" in r]  # each round's record (bench_defaults' grid reads it)
     assert len(lrs) == 2 and all(x == pytest.approx(lr, rel=1e-10) for x in lrs)
     assert f"SCAFFOLD moves at most 10 local steps of lr {lr:.3g} a round" in result.summary["stopped_by"]
+    assert "scaled by the server step 1.5 (algorithm.server_lr)" in result.summary["stopped_by"]  # K = 10, lr null
     assert "algorithm.local_steps" in result.summary["stopped_by"] and "algorithm.lr" in result.summary["stopped_by"]
 
 
