@@ -13,7 +13,8 @@ allreduce (the server sends (w, c) down, each sampled client sends (Δy_i, Δc_i
 
 K = ``local_steps``, η_l = ``lr`` (null: min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), L = max_i L_i, below),
 η_g = ``server_lr`` (null: 1.5 with that η_l and an even K, else 1; below), ``option`` = 1 or 2.
-With K = 1 and η_g = 1 every round is a step of distributed gradient descent with step η_l, under either option (for K = 1 they give the same c_i⁺).
+With K = 1 and η_g = 1 every round is a step of distributed gradient descent with step η_l, under either
+option (for K = 1 they give the same c_i⁺).
 
 *Option II by default*, as the issue that asked for SCAFFOLD states it and as the paper's experiments and most
 public implementations run it (so that iterates compare with theirs at the defaults).  The paper gives both:
@@ -49,7 +50,7 @@ L/μ̲ < K (ridge on iid features); on ill-conditioned or weakly regularized sha
 slow (μ-) directions, grows, until the stiff directions near their edge of stability or option II's stall
 above sets in: the textbook 1/L paid the looseness of the majorant (on a logistic shard its curvature near
 the optimum is several times below the start's) in rounds; ``make bench`` (section ``defaults``, its
-``scaffold`` rows) measures the rule against η_l ∈ {0.25, 0.5, 2} × the default's and η_g ∈ {0.5, 2} at
+``scaffold`` rows) measures the rule against η_l ∈ {0.25, 0.5, 2} × the default's and η_g ∈ {1, 2} at
 the default's K, and the rows ``scaffold_k3``, ``scaffold_k30`` against the same knobs at their own K.
 Departure from the paper: its experiments tune η_l, and its theory takes the effective step Kη_lη_g below a
 small constant over L (η_l ≤ 1/(81 L K η_g)); the rule is this package's.  What the rule does not know: L is the
@@ -59,15 +60,15 @@ steps, so it is not the default.  K defaults to 10.
 
 *The default server step* (``server_lr`` null).  In a direction of local curvature s the K steps of η_l cover the
 fraction φ = 1 − (1 − η_l s)^K of the way to the corrected local minimizer, and the round moves that direction by
-η_g φ of it: it contracts by |1 − η_g φ|.  For even K, φ ≤ 1 at every stable step (η_l s < 2), so η_g = 1.5
-still contracts the settled (stiff) directions, φ = 1, by 1/2 a round, and moves the slow ones, φ ≈ Kη_l s,
-1.5 times as far as η_g = 1 (the slow directions set the rounds on ill-conditioned shards).  η_g = 2 puts the settled
-directions at the edge of stability, |1 − η_g| = 1.  For odd K the last step can overshoot: φ reaches
-1 + (η_l L − 1)^K, 1.73 at K = 3 and η_l L = 1.9, which 1.5 would carry past 2; odd K keeps the paper's η_g = 1
-(and K = 1 stays GD at the default step).  So null is `SERVER_STEP` where the local step is this rule's (``lr`` null) on
-a convex problem and K is even, and 1 otherwise: a given ``lr`` runs the paper's η_g = 1, as its experiments
-do.  A departure from the paper's experiments (η_g = 1), within its theory (η_g ≥ 1); ``make bench`` measures it
-against η_g ∈ {1, 2} (sections ``defaults`` and ``federated``).
+η_g φ of it: it contracts by |1 − η_g φ|.  For even K, φ ≤ 1 at every stable step (η_l s < 2), so η_g = 1.5 still
+contracts the settled (stiff) directions, φ = 1, by 1/2 a round, and moves the slow ones, φ ≈ Kη_l s, 1.5 times as
+far as η_g = 1 (the slow directions set the rounds on ill-conditioned shards).  η_g = 2 puts the settled directions
+at the edge of stability, |1 − η_g| = 1.  For odd K the last step can overshoot: φ reaches 1 + (η_l L − 1)^K, 1.73
+at K = 3 and η_l L = 1.9, which 1.5 would carry past 2; odd K keeps the paper's η_g = 1 (and K = 1 stays GD at the
+default step).  So null is `SERVER_STEP` where the local step is this rule's (``lr`` null) on a convex problem and
+K is even, and 1 otherwise: a given ``lr`` runs the paper's η_g = 1, as its experiments do.  A departure from the
+paper's experiments (η_g = 1), within its theory (η_g ≥ 1); ``make bench`` measures it against η_g ∈ {1, 2}
+(sections ``defaults`` and ``federated``).
 A run that ends at the round cap without the target says so in its stop line (`diagnosis`), naming
 ``algorithm.local_steps`` and ``algorithm.lr``.  On a problem that is not convex (a network with
 Hessian-vector products) lr null stays 1/L: the theorems above do not apply.
