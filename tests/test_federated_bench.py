@@ -235,7 +235,7 @@ def test_the_settings_fill_what_the_command_line_leaves_out(tmp_path, monkeypatc
     bench.main(["--out", str(tmp_path / "b.json"), "--setting", "mild", "hard", "--clients", "5"])
     mild, hard = seen
     assert (mild.key, mild.workers, mild.alpha, mild.clients, mild.caps) == ("federated_mild", 20, 1.0, [5], [60, 200])
-    assert (hard.key, hard.workers, hard.alpha, hard.caps) == ("federated", 100, 0.5, [30, 100])
+    assert (hard.key, hard.workers, hard.alpha, hard.caps) == ("federated", 100, 0.5, [60, 200])
 
 
 def test_a_rerun_of_some_rows_keeps_the_others_in_order():
