@@ -150,7 +150,8 @@ def render(report: dict, sources: list[str] = ()) -> str:
              f"clients' bytes to the last target at defaults (*: the communicator's bytes, GD and DANE have no "
              f"server)."]
     for s in report["clients"]:
-        rows = [row for key, row in report["rows"].items() if key.startswith(f"s={s}/") and "default" in row]
+        rows = sorted((row for key, row in report["rows"].items() if key.startswith(f"s={s}/") and "default" in row),
+                      key=lambda row: list(LABELS).index(row["method"]) if row["method"] in LABELS else len(LABELS))
         if not rows:
             continue
         lines += ["", f"**s = {s} of {report['workers']} clients per round**", "",

@@ -99,6 +99,8 @@ def test_the_table_shows_defaults_beside_the_best_setting():
     assert "**s = 2 of 4" not in text and "At s < m: GD not run (no client sampling)." in text
     assert "Not in this JSON" not in text  # no methods listed: nothing to miss
     assert "in parentheses; —" in text  # every row has a grid
+    flipped = render(report(dict(reversed(rows.items()))))  # runs split by --only join in any order
+    assert flipped.index("| SCAFFOLD |") < flipped.index("| GD |")  # the rows in LABELS' order (the benchmark's)
     rows["s=4/gd"]["grid"], rows["s=2/scaffold"] = [], {**rows["s=4/scaffold"], "grid": []}
     assert "in parentheses; no grid run for GD at s = 4; SCAFFOLD at s = 2: the default alone; —" in render(report(rows))
     del rows["s=2/scaffold"]
