@@ -90,6 +90,7 @@ def test_admm_default_rho_is_sqrt_of_the_mean_extreme_local_eigenvalues_and_stay
     assert all(a.rho == records[0]["rho"] for a, _, _ in results)  # every worker agrees
 
 
+@pytest.mark.slow  # 7 s; make bench's defaults table holds ADMM's default against its grid on every cell
 def test_admm_default_rho_is_within_2x_of_the_best_fixed_rho_on_a_rare_value_instance():
     """The defaults benchmark's rare-value logistic cell (lam=1e-3, m=4), where adaptive ρ from 1 took 321 allreduces
     against 39 at the best fixed ρ (0.01): the grid around the best, capped at 120 rounds (its ends need 256-343)."""

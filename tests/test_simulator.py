@@ -249,6 +249,7 @@ def test_parameter_server_fit_recovers_alpha_beta_given_gamma():
     assert fit_parameter_server(sizes, times, 3, 2, gamma=truth.gamma / 100).beta == 1e15
 
 
+@pytest.mark.slow  # 9 s; tests/test_launchers.py's horovodrun case checks the same iterates in the fast suite
 @pytest.mark.skipif(not have_horovod(), reason="horovod.torch is not importable (make setup builds it)")
 def test_horovodrun_iterates_equal_simulator(tmp_path):
     overrides = [*SMALL, "algorithm=dane", "save_iterate=true"]
