@@ -40,8 +40,9 @@ from the last round's x, the v-update's weights with B, then A += a, B += μa; a
 a round, so its rounds grow as λ/μ and Acc-S-DANE's as sqrt(λ/μ): the papers' ranking (Acc-S-DANE in fewer
 rounds than S-DANE) needs λ/μ large, as at the theory's λ ≈ δ_A.  The default λ is near the best fixed one, often
 below μ, and there both take a handful of rounds and the extrapolation has nothing to gain.  Plain DANE at μ = 0
-takes Newton-like steps and has no prox term to slow the flat directions: where the local problems are convex and the dissimilarity sits in directions of
-curvature at least δ, it needs fewer rounds than either (``scripts/bench_federated.py --setting quadratic``).
+takes Newton-like steps and has no prox term to slow the flat directions: where the local problems are convex and
+the dissimilarity sits in directions of curvature at least δ, it needs fewer rounds than either
+(``scripts/bench_federated.py --setting quadratic``).
 
 *Exact solves.*  With exact local solves and S the clients of both allreduces, mean_S ∇F_i(x_i) = 0 gives
 G = λ(v − x), and the v-update returns v = x: S-DANE is then DANE (FedDANE with η = 1, μ = λ, solving on its

@@ -34,6 +34,7 @@ SECTIONS = {"federated": (BEGIN, END),
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
 LABELS = {"sdane": "S-DANE", "acc_sdane": "Acc-S-DANE", "feddane": "FedDANE", "fedred": "FedRed", "fedprox": "FedProx",
           "scaffold": "SCAFFOLD", "fedavg": "FedAvg", "scaffnew": "Scaffnew", "gd": "GD", "dane": "DANE (safeguarded)"}
+ORDER = {method: i for i, method in enumerate(LABELS)}  # a table's rows, whatever the order of the runs it joins
 
 
 def rounds(run: dict | None, target: str) -> str:
@@ -151,7 +152,7 @@ def render(report: dict, sources: list[str] = ()) -> str:
              f"server)."]
     for s in report["clients"]:
         rows = sorted((row for key, row in report["rows"].items() if key.startswith(f"s={s}/") and "default" in row),
-                      key=lambda row: list(LABELS).index(row["method"]) if row["method"] in LABELS else len(LABELS))
+                      key=lambda row: ORDER.get(row["method"], len(ORDER)))
         if not rows:
             continue
         lines += ["", f"**s = {s} of {report['workers']} clients per round**", "",
