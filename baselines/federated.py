@@ -335,6 +335,7 @@ class Federated(Algorithm):
     floors_under_sampling = False
     synchronous_because = "its rounds average the sampled clients' results from the same iterate"
     columns = (Column("clients", "{:>7d}"),)
+    summary_keys = (*Algorithm.summary_keys, "uplink_bytes", "downlink_bytes")  # the participants' (dane.sampling)
 
     def __init__(self, problem: Problem, comm: Communicator, *, sampling: SamplingKeys, seed: int = 0,
                  local: LocalSolveKeys | None = None, w0: torch.Tensor | None = None):

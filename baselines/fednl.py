@@ -218,6 +218,7 @@ class FedNL(Federated):
     name = "fednl"
     batchable = True  # its clients are rows of one stack whether it holds one or all m (`FedNLClients`)
     columns = (*Federated.columns, Column("step_size", "{:>9.3g}"), Column("clients_uplink_bits", "{:>12.4g}"))
+    summary_keys = (*Federated.summary_keys, "clients_uplink_bits")  # its own exact bit count
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", ls_c: float = 0.5,

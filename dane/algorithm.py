@@ -88,6 +88,9 @@ class Algorithm(Rounds, ABC):
     batchable: ClassVar[bool] = False
     #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
     columns: ClassVar[tuple[Column, ...]] = ()
+    #: the last record's counts that summary.json repeats, where the record has them: traffic by direction
+    #: (``comm.compress``'s bits per worker, `dane.comm.compression`; a method adds its own)
+    summary_keys: ClassVar[tuple[str, ...]] = ("uplink_bits", "downlink_bits")
 
     # -------------------------------------------------------------- optional state the drivers read
     #: (``finished``, `diagnosis`: `Rounds`)

@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
+from .algorithm import Algorithm
 from .checkpoint import keeps_what_was_written
 from .comm.threads import Interrupted
-from .problems.linear_models import in_target_units
+from .results import in_target_units
 from .runner import RunResult, run
 from .spec import RunSpec
 
@@ -122,10 +123,6 @@ def rounds(loop: Loop, callbacks: list) -> None:
             callback.on_rounds_end(loop)
 
 
-#: the last record's traffic counts that the summary repeats (cumulative in every record that has them)
-TRAFFIC = ("uplink_bits", "downlink_bits", "uplink_bytes", "downlink_bytes", "clients_uplink_bits")
-
-
 def base_summary(loop: Loop) -> dict[str, Any]:
     """summary.json's entries that every kind of run has, from its last record and its clock."""
     spec, last = loop.spec, loop.records[-1]
@@ -147,9 +144,8 @@ def base_summary(loop: Loop) -> dict[str, Any]:
         "stopped_by": loop.result.stopped_by,
     }
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
-    # traffic by direction, where the run counts it: comm.compress's bits per worker, a federated method's bytes
-    # summed over the round's participants, FedNL's own exact bit count
-    summary.update({key: last[key] for key in TRAFFIC if key in last})
+    # the counts the round object declares (`Algorithm.summary_keys`: traffic by direction, where the run counts it)
+    summary.update({key: last[key] for key in getattr(loop.algo, "summary_keys", Algorithm.summary_keys) if key in last})
     return summary
 
 

@@ -1,19 +1,16 @@
-"""The kinds of run, as a registry: which one a `RunSpec` is, and how each starts its workers.
+"""The kinds of run: which one a `RunSpec` is, and how each starts its workers.
 
 Every kind ends in the one run loop (`dane.driver.drive`) on each of its workers; they
 differ in how the workers come to be (threads of the simulator, launched processes, a
 Horovod elastic job, split learning's agents and server, an event-driven asynchronous
-simulation) and in the round object and callbacks they hand the loop.  `kind_of` returns
-the first kind, in registration order, whose test the spec passes; a new kind is one
-`register` call.
+simulation) and in the round object and callbacks they hand the loop.  `start` decides
+which, in plain code, in the order a reader meets them, and calls it; a new kind is a
+function here and one branch in `start`.
 """
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
 from .comm import Communicator, ThreadGroup, make_communicator
@@ -29,42 +26,38 @@ from .worker import build_problem, run_worker
 from . import timeline
 
 
-@dataclass(frozen=True)
-class RunKind:
-    """``name``: how the docs call it; ``applies(spec)``: is ``spec`` of this kind; ``run(spec, out_dir, collect)``:
-    the run, returning the summary on every rank; ``diverged_raises``: a diverged run ends in a `DivergenceError`."""
+def start(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+    """Start the kind of run ``spec`` is, decided here and nowhere else, read top to bottom; its summary (on
+    every rank).
 
-    name: str
-    applies: Callable[[RunSpec], bool]
-    run: Callable[[RunSpec, str | None, dict | None], dict]
-    diverged_raises: bool = True
-
-
-KINDS: list[RunKind] = []
-
-
-def register(name: str, applies: Callable[[RunSpec], bool], *, diverged_raises: bool = True):
-    """Decorator: add the decorated ``run(spec, out_dir, collect)`` to `KINDS` as a kind called ``name``."""
-    def add(run: Callable[[RunSpec, str | None, dict | None], dict]):
-        KINDS.append(RunKind(name, applies, run, diverged_raises))
-        return run
-
-    return add
-
-
-def kind_of(spec: RunSpec) -> RunKind:
-    """The first registered kind whose test ``spec`` passes (the last, a launched run, takes every spec)."""
-    return next(kind for kind in KINDS if kind.applies(spec))
+    A method that runs the whole job itself comes first (split learning); then the single-process backend
+    (``comm=local``): the asynchronous simulator, the simulator (its m workers stacked into one computation where
+    `dane.batching.batched_path` chooses it, else one thread each), or one plain process; then launched processes
+    (horovodrun, torchrun, Slurm): Horovod elastic, or one worker (under ``comm=ps`` perhaps a parameter server).
+    """
+    comm = spec.comm
+    if spec.algorithm.run_job is not None:
+        return own_driver(spec, out_dir, collect)
+    if comm.backend == "local":
+        if comm.asynchronous:
+            return asynchronous_simulator(spec, out_dir, collect)
+        if comm.simulated:
+            batched, declined = batched_path(spec)
+            if batched:
+                return batched_simulator(spec, out_dir, collect)
+            return simulator(spec, out_dir, collect, declined)
+        return launched(spec, out_dir, collect)  # one process, one worker
+    if comm.elastic:
+        return elastic(spec, out_dir, collect)
+    return launched(spec, out_dir, collect)
 
 
-@register("own driver", lambda spec: spec.algorithm.run_job is not None, diverged_raises=False)
 def own_driver(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """A method that runs the whole job itself (its config's ``run_job``): split learning (`dane.split.run`),
     one network cut between agents and a server, whose rank 0 drives the same run loop."""
     return spec.algorithm.run_job(spec, out_dir, collect)
 
 
-@register("asynchronous simulator", lambda spec: spec.comm.asynchronous and spec.comm.backend == "local")
 def asynchronous_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """Asynchronous or stale-synchronous workers simulated event by event (`dane.asynchronous.simulator`)."""
     from .asynchronous.simulator import run_async
@@ -99,17 +92,13 @@ def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) 
     return summary
 
 
-@register("simulator", lambda spec: spec.comm.simulated)
-def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None, declined: str | None = None) -> dict:
     """m workers as threads of this process (`dane.comm.ThreadGroup`), timed by the cost model.
 
     A Ctrl-C stops every worker at its next collective; the summary says ``interrupted`` and
-    the run ends with `RunInterrupted` (exit status 130).  Where ``sim.batched`` chooses it (`dane.batching`),
-    the m workers run as one stacked computation instead (`batched_simulator`).
+    the run ends with `RunInterrupted` (exit status 130).  ``declined``: why ``sim.batched=auto`` kept one thread
+    per worker (`dane.batching.batched_path`), a note rank 0 prints and writes into the summary.
     """
-    batched, declined = batched_path(spec)
-    if batched:
-        return batched_simulator(spec, out_dir, collect)
     m = spec.comm.workers
     torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
     problems, setups = zip(*(build_problem(spec, rank, m, time.thread_time) for rank in range(m)))
@@ -130,7 +119,6 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     return summary
 
 
-@register("elastic", lambda spec: spec.comm.elastic)
 def elastic(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """Horovod elastic (`dane.elastic`): the workers that remain go on when one is lost."""
     from .elastic import run_elastic
@@ -138,7 +126,6 @@ def elastic(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     return run_elastic(spec, out_dir, collect)
 
 
-@register("launched", lambda spec: True)
 def launched(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """One process of a horovodrun or torchrun job; under ``comm=ps`` also a parameter server's process, which
     serves and returns its counters (it has no records of its own)."""

@@ -1,7 +1,7 @@
 """From validated configs to a finished run, on any backend or in the simulator.
 
 `RunSpec` is everything a run needs, checked before any process group starts.
-`execute` picks the kind of run (`dane.kinds`: the simulator's threads, launched
+`execute` starts the kind of run (`dane.kinds.start`: the simulator's threads, launched
 processes, Horovod elastic, split learning, asynchronous runs), which starts the workers;
 each runs the one run loop (`dane.driver`), and rank 0 writes the results.
 
@@ -23,7 +23,7 @@ import torch
 
 from .checkpoint import check_resume
 from .errors import ConfigError, DivergenceError
-from .kinds import kind_of
+from .kinds import start
 from .spec import RunSpec
 
 __all__ = ["execute"]
@@ -35,7 +35,7 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
     ``collect``, when given, receives rank 0's ``records`` and final iterate ``w`` (the Python API).
     A problem config with ``numerics()`` (a network: `dane.problems.neural.reproducible_numerics`)
     fixes torch's thread count and algorithms for the whole run, on every rank and in the simulator.
-    The kind of run (`dane.kinds`) starts the workers; each runs the one run loop (`dane.driver`).
+    The kind of run (`dane.kinds.start`) starts the workers; each runs the one run loop (`dane.driver`).
     """
     if spec.comm.backend == "horovod":
         spec.comm.horovod.apply()  # before hvd.init(), and before numerics() so that its thread count wins
@@ -47,9 +47,9 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
             check_resume(control.resume, spec.comm.workers, control.stop.rounds, control.config_text)  # before anything there changes
         if control.checkpoint_every and not out_dir and spec.comm.simulated:
             raise ConfigError(f"checkpoint_every={control.checkpoint_every} needs a run directory; set out_dir")
-        kind = kind_of(spec)
-        summary = kind.run(spec, out_dir, collect)
-    if kind.diverged_raises and summary.get("status") == "diverged":
+        summary = start(spec, out_dir, collect)
+    own_driver = spec.algorithm.run_job is not None  # split learning says so in its own summary, and returns
+    if not own_driver and summary.get("status") == "diverged":
         raise DivergenceError(
             f"{summary['algorithm']} diverged at round {summary['rounds']} (objective {summary['final_objective']:.3g}); "
             f"results so far are in {out_dir}; try {' or '.join(recovery_overrides(spec.algorithm))}"

@@ -146,15 +146,24 @@ def test_restore_clock_goes_on_from_the_given_time():
     assert 5.0 <= elapsed < 6.0 and math.isfinite(elapsed)
 
 
-def test_the_kind_of_a_run_is_the_first_registered_kind_whose_test_it_passes():
+def test_the_kind_of_a_run_follows_start_top_to_bottom(monkeypatch):
     from dataclasses import replace
 
-    from dane.kinds import KINDS, kind_of
+    from dane import kinds
     from dane.split.config import SplitConfig
 
-    assert [kind.name for kind in KINDS] == ["own driver", "asynchronous simulator", "simulator", "elastic", "launched"]
+    names = ("own_driver", "asynchronous_simulator", "batched_simulator", "simulator", "elastic", "launched")
+    for name in names:  # each kind answers its own name (and what it was handed) instead of running
+        monkeypatch.setattr(kinds, name, lambda *args, name=name: (name, args[3:]))
     base = spec()
-    assert kind_of(base).name == "launched"  # one local worker: a launched run of one process
-    assert kind_of(replace(base, comm=Communication(workers=2))).name == "simulator"
-    assert kind_of(replace(base, comm=Communication(workers=2, staleness=2))).name == "asynchronous simulator"
-    assert kind_of(replace(base, algorithm=SplitConfig(), comm=Communication(workers=2))).name == "own driver"
+    assert kinds.start(base, None, None) == ("launched", ())  # one local worker, not simulated: one plain process
+    assert kinds.start(replace(base, comm=Communication(workers=2, batched="false")), None, None) == \
+        ("simulator", (None,))
+    assert kinds.start(replace(base, comm=Communication(workers=2, batched="true")), None, None)[0] == \
+        "batched_simulator"
+    assert kinds.start(replace(base, comm=Communication(workers=2, staleness=2)), None, None)[0] == \
+        "asynchronous_simulator"
+    assert kinds.start(replace(base, algorithm=SplitConfig(), comm=Communication(workers=2)), None, None)[0] == \
+        "own_driver"
+    assert kinds.start(replace(base, comm=Communication(backend="torch")), None, None)[0] == "launched"
+    assert kinds.start(replace(base, comm=Communication(backend="horovod", elastic=True)), None, None)[0] == "elastic"

@@ -296,13 +296,3 @@ def standardized_target(y: np.ndarray) -> tuple[np.ndarray, tuple[float, float],
     return (y - shift) / scale, (shift, scale), \
         (f"standardized the target: y' = (y - {shift:.10g}) / {scale:.10g}; objective, suboptimality, grad_norm "
          f"and the iterate are reported in y's units, and a prediction is {shift:.10g} + x.w")
-
-
-def in_target_units(record: dict, units: tuple[float, float] | None) -> dict:
-    """A record of the standardized problem in the target's units (module docstring): objective and
-    suboptimality times s², grad_norm times s; ``units`` None: the record itself."""
-    if units is None:
-        return record
-    scale = units[1]
-    factors = {"objective": scale ** 2, "suboptimality": scale ** 2, "grad_norm": scale}
-    return {k: v * factors[k] if k in factors else v for k, v in record.items()}
