@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+
 import torch
 
 from .comm import Communicator, ThreadGroup, make_communicator
