@@ -47,25 +47,21 @@ from dane.comm import Communicator
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys, default_prox_weight
+from .adaptive import FloorStop, WeightDoubling
+from .defaults import Resolution, local_step
+from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weight
 
 
 class FedDANE(Federated):
     name = "feddane"
-    floors_under_sampling = True  # module docstring
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
-    def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float | None = None,
-                 resample: bool = False, **kwargs):
+    def __init__(self, problem: Problem, comm: Communicator, *, mu: float, eta: float = 1.0, resample: bool = False,
+                 **kwargs):
         super().__init__(problem, comm, **kwargs)
-        self.eta = eta
-        self.resample = resample
-        if mu is None:
-            mu, delta_a = default_prox_weight(problem, comm, "algorithm.mu", sampler=self.sampler)
-            self.watch_default_weight(delta_a)
-        self.mu = mu
+        self.eta, self.mu, self.resample = eta, mu, resample
 
-    def step(self) -> dict[str, float]:
+    def round(self) -> dict[str, float]:
         w = self.w
         gradient_set, solves = self.members()                                  # S_t
         if self.resample:
@@ -78,24 +74,22 @@ class FedDANE(Federated):
         if solves:
             w_local = self.prox(w, local_grad - self.eta * g, self.mu, anchor_grad=local_grad)  # 2. local solve
         (self.w,), _ = self.average(solve_set, [w_local], down=[w, g])            # 3. w_{t+1} = mean_S' w_i
-        out = {**self.record(reduced, solve_set), "mu": self.mu}
-        self.mu = self.cycling.next_weight(self.mu, out["objective"], self.w)  # a default μ doubles: cycles, overshoot
-        return out
+        return {**self.record(reduced, solve_set), "mu": self.mu}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "mu": self.mu}  # a default μ may have doubled (`Federated.watch_default_weight`)
+        return {**super().state_dict(), "mu": self.mu}  # a default μ may have doubled (`baselines.adaptive`)
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.mu = float(state.get("mu", self.mu))
 
-    def floor_diagnosis(self) -> str:
-        return (f"{super().floor_diagnosis()}; a larger algorithm.mu (now {self.mu:.3g}) lowers it and slows each "
-                f"round")
+    def floor_diagnosis(self, floor) -> str:
+        return (f"{super().floor_diagnosis(floor)}; a larger algorithm.mu (now {self.mu:.3g}) lowers it and slows "
+                f"each round")
 
 
 @dataclass(frozen=True)
-class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     eta: float = 1.0
     mu: float | None = None
     resample: bool = False
@@ -111,7 +105,19 @@ class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         self.check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "FedDANE":
-        return FedDANE(problem, comm, eta=self.eta, mu=self.mu, resample=self.resample, sampling=self, local=self,
-                       seed=self.seed)
+        """The nulls resolved (`baselines.defaults`), the adaptations that apply attached (`baselines.adaptive`)."""
+        resolution, adaptations = Resolution(), []
+        smoothness = self.measured_smoothness(problem, comm, resolution)
+        (s, m), mu = self.clients(comm), self.mu
+        if mu is None:
+            mu, delta_a = resolve_prox_weight(problem, comm, "mu", resolution, s=s, m=m)
+            watched = s == m and problem.strong_convexity is not None
+            adaptations += [WeightDoubling("mu", delta_a, point=True)] * (watched and self.allows("double_weight"))
+        if smoothness:
+            resolution.add("lr", local_step(smoothness, mu), "local_step", smoothness=smoothness, shift=mu)
+        adaptations += [FloorStop()] * (s < m and self.allows("sampling_floor"))
+        return FedDANE(problem, comm, eta=self.eta, mu=mu, resample=self.resample, sampling=self, local=self,
+                       seed=self.seed, smoothness=smoothness, adaptations=adaptations, defaults=resolution.entries)
