@@ -284,5 +284,5 @@ def stalled(objectives: list[float]) -> bool:
 
 
 def chosen(adapt, paper: bool, name: str) -> bool:
-    """Whether adaptation ``name`` may be attached: ``algorithm.paper`` off and ``algorithm.adapt`` null or naming it."""
+    """Whether adaptation ``name`` may be attached: ``algorithm.paper`` off, ``algorithm.adapt`` null or naming it."""
     return not paper and (adapt is None or name in adapt)

@@ -1,4 +1,4 @@
-r"""The federated line's default rules: each a small pure function of measured statistics, resolved before a method is built.
+r"""The federated line's default rules: small pure functions of measured statistics, resolved before a method is built.
 
 A federated method (`baselines.federated`) takes numbers, as a torch optimizer does.  A key left ``null`` in its
 config is filled in by its config's ``build`` before the algorithm exists: the statistics a rule reads are measured
@@ -75,7 +75,8 @@ def prox_per_dissimilarity(delta_a: float, hessian_norm: float, divisor: float =
     return max(PROX_PER_DISSIMILARITY, (delta_a / hessian_norm) ** 2 / divisor)
 
 
-def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float, balance: float = GAP_BALANCE) -> float | None:
+def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float,
+                         balance: float = GAP_BALANCE) -> float | None:
     r"""The λ where ``balance``·mean_i φ_i(λ) = λ/(μ + λ), interpolated in log λ between the octaves ``weights``
     (descending) where the two change side; the smallest weight if the gap stays below, None if it is above at the
     largest.  φ_i: `dane.similarity.preconditioner_gap`.

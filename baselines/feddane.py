@@ -24,18 +24,15 @@ Under sampling FedDANE has no fixed point at the optimum: g_t at w* is mean_{S_t
 when the shards differ, so the objective stalls at a floor that a larger μ lowers (and slows) and only full
 participation removes, and from there it can climb and diverge (on phishing over 100 Dirichlet clients, α = 0.5,
 10 a round).  A sampled run ends with status ``sampling_floor`` and a one-line diagnosis once its objective has
-stopped improving (`baselines.federated.SamplingFloor`).
+stopped improving (`baselines.adaptive.FloorStop`).
 
 Departures from the paper: the local solve is ``local_solver`` (`baselines.federated`; ``problem``: exact on
 a quadratic or a GLM, the inner torch optimizer on a network), where the paper runs local SGD epochs; the
 means are plain means of the O_i, which carry their shard's weight m·n_i/N (`dane.problems`), where the
 authors' code weights F_i (the mean loss) by n_i.  The paper tunes μ ∈ {0, 0.001, 0.01, 0.1, 1}; η = 1.
-μ = ``mu``; null: S-DANE's default λ, measured at w_0 before round 0 (`baselines.federated.default_prox_weight`:
-δ_A·max(1/512, (δ_A/‖H‖)²/16), or for d ≤ 512 the balanced preconditioner gap where that is smaller), and under client sampling (s < m) at least
-0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`: the floor falls as 1/μ;
-results/bench_runs/sampled_lambda.json has S-DANE's side-by-side run, the same iterates).  Under full participation a
-null μ doubles, up to δ_A, when the objective climbs or cycles or the steps settle into an overshoot
-(`baselines.federated.CyclingObjective`).
+μ = ``mu``; null: S-DANE's default λ (`baselines.defaults.prox_weight`, resolved before the method is built), and
+under full participation on a convex problem it doubles, up to δ_A, when the objective climbs or cycles or the steps
+settle into an overshoot (`baselines.adaptive.WeightDoubling`): this package's rules, listed by the run.
 """
 from __future__ import annotations
 

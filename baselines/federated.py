@@ -116,7 +116,7 @@ class Federated(Algorithm):
         return any(adaptation.damps for adaptation in self.adaptations)
 
     def step_size(self, shift: float) -> float:
-        """``lr``, or `baselines.defaults.local_step` 1/(max_i L_i + shift) for gradient steps on O_i + (shift/2)‖·‖²."""
+        """``lr``, or 1/(max_i L_i + shift) (`baselines.defaults.local_step`) for steps on O_i + (shift/2)‖·‖²."""
         return self.local.lr if self.local.lr is not None else local_step(self.L_max, shift)
 
     # --------------------------------------------------------------- pieces of a round
@@ -157,7 +157,7 @@ class Federated(Algorithm):
     @property
     def finished(self) -> tuple[str, str] | None:
         """The first adaptation's (status, why) that ended the run (`baselines.adaptive`)."""
-        return next((a.finished for a in self.adaptations if a.finished is not None), None)
+        return next(filter(None, (a.finished for a in self.adaptations)), None)
 
     def local_grad(self, w: torch.Tensor) -> torch.Tensor:
         return self.problem.evaluate(w)[0]
@@ -171,7 +171,7 @@ class Federated(Algorithm):
                 grad = anchor_grad if k == 0 and anchor_grad is not None else self.local_grad(w)
                 w = w - lr * (grad - linear + mu * (w - anchor))
             return w
-        kwargs = {} if self.solver is None else {"solver": self.solver}
+        kwargs = {"solver": self.solver} if self.solver else {}
         return self.problem.prox_solve(anchor, linear, mu, anchor_grad=anchor_grad, **kwargs)
 
     # --------------------------------------------------------------- checkpoints

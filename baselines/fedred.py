@@ -21,12 +21,10 @@ step minimizes the linearization of O_i at z, regularized both at z (weight 1/γ
 with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every worker shares (the paper's
 randomized local steps); γ = ``lr`` (null: 1/max_i L_i). DANE+ is the same round with any inexact solver of F_i
 (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`). Type 1 with an exact solve and
-mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round). λ = ``lam``; null: δ_A·max(1/512,
-(δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.prox_per_dissimilarity`, measured before round 0; S-DANE's
-smaller balanced weight is not FedRed's: its gradient-step solver's rounds depend on λ otherwise), and for
-DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q =
-(m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).  Under full participation a null λ doubles, up to
-δ_A, when the objective climbs or cycles (`baselines.federated.CyclingObjective`).
+mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round). λ = ``lam``; null:
+`baselines.defaults.prox_weight` without the balanced weight (FedRed's gradient-step solver's rounds depend on λ
+otherwise), and for DANE+ under client sampling with the sampled floor λ_S; under full participation a null λ
+doubles, up to δ_A, when the objective climbs or cycles (`baselines.adaptive.WeightDoubling`).
 
 ``local_steps`` null is K = 10, and under client sampling K = ⌈1/(γ λ_S)⌉ held between 10 and 100, with FedRed's own
 λ unchanged (a heuristic of this package, not the paper's; the cap bounds the local work of a round, since 1/(γλ_S)
@@ -60,9 +58,9 @@ the local problem's gradient at x* is ∇O_i(x*) − h_i = ξ_S := mean_{j∈S} 
 differ: for any fixed λ and K, x* is not a fixed point of the sampled round (on a quadratic with exact solves,
 x_{r+1} − x* = (I − M_S Ā_S)(x̃ − x*) − M_S ξ_S, M_S = mean_{i∈S} (∇²O_i + λI)⁻¹, Ā_S = mean_{i∈S} ∇²O_i), and the
 run stalls at a floor set by ξ_S's variance, as FedDANE's and S-DANE's do: it ends with status ``sampling_floor``
-once its objective stops improving (`baselines.federated.SamplingFloor`; ``floors_under_sampling`` is set for
-type 1).  Type 2 keeps (x*, h_i = ∇O_i(x*)) a fixed point under sampling: every sampled local problem is then
-solved by x*, the mean is x* and no h_i moves.  That point needs Σ_i h_i = 0, which the updates c(x̄ − x_i) keep
+once its objective stops improving (`baselines.adaptive.FloorStop`, attached for type 1).  Type 2 keeps
+(x*, h_i = ∇O_i(x*)) a fixed point under sampling: every sampled local problem is then solved by x*, the mean is x*
+and no h_i moves.  That point needs Σ_i h_i = 0, which the updates c(x̄ − x_i) keep
 round by round (they sum to zero over S, under either averaging and any η_g); round 0's type-1 h_i is taken against the
 mean over S_0 and sums to zero over S_0 only, so the clients outside S_0 start at h_i = 0 (a departure from
 "type 1 at round 0", which under sampling left Σ_i h_i ≠ 0 and a run converging to the point where ∇O = mean_i h_i,
@@ -132,7 +130,7 @@ class FedRed(Federated):
             picked = x_i if self.comm.rank == chosen else torch.zeros_like(x_i)
             (x_mean,), late = self.average(members, [x_i], [*rides, picked], down=[x])
             x_next, late = late[-1] * self.comm.size, late[:-1]               # 3. x_{r+1} = x_j
-        reduced = reduced if reduced is not None else late
+        reduced = reduced or late
         if self.control_variate == 2 and inside:
             self.h = self.h + self.cv_weight * (x_mean - x_i)                 # type-2 control variate: Σ_S = 0
         self.w = x_next
@@ -167,7 +165,7 @@ class FedRed(Federated):
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "coin": self.coin.get_state(), "lam": self.lam}  # a default λ may have doubled
-        return state | ({"h": self.h.clone()} if self.h is not None else {})
+        return state | ({"h": self.h.clone()} if isinstance(self.h, torch.Tensor) else {})
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -185,7 +183,7 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     cv_weight: float | None = None
     server_lr: float = 1.0
     local_solver: str = "steps"
-    local_steps: int | None = None  # null: `LOCAL_STEPS`, or more under client sampling (module docstring)
+    local_steps: int | None = None  # null: `baselines.defaults.fedred_local_steps` (module docstring)
     seed: int = 0
     name: str = "fedred"
     algorithm = FedRed

@@ -65,8 +65,9 @@ contracts the settled (stiff) directions, φ = 1, by 1/2 a round, and moves the 
 far as η_g = 1 (the slow directions set the rounds on ill-conditioned shards).  η_g = 2 puts the settled directions
 at the edge of stability, |1 − η_g| = 1.  For odd K the last step can overshoot: φ reaches 1 + (η_l L − 1)^K, 1.73
 at K = 3 and η_l L = 1.9, which 1.5 would carry past 2; odd K keeps the paper's η_g = 1 (and K = 1 stays GD at the
-default step).  So null is `SERVER_STEP` where the local step is this rule's (``lr`` null) on a convex problem and
-K is even, and 1 otherwise: a given ``lr`` runs the paper's η_g = 1, as its experiments do.  A departure from the
+default step).  So null is `baselines.defaults.SERVER_STEP` where the local step is this rule's (``lr`` null) on a
+convex problem and K is even, and 1 otherwise: a given ``lr`` runs the paper's η_g = 1, as its experiments do
+(``algorithm.paper=true`` takes 1 too).  A departure from the
 paper's experiments (η_g = 1), within its theory (η_g ≥ 1); ``make bench`` measures it against η_g ∈ {1, 2}
 (sections ``defaults`` and ``federated``).
 A run that ends at the round cap without the target says so in its stop line (`diagnosis`), naming
@@ -144,7 +145,7 @@ class Scaffold(Federated):
 @dataclass(frozen=True)
 class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     local_steps: int = 10  # module docstring: K = 3 stalled on label-skewed shards
-    server_lr: float | None = None  # η_g; null: `default_server_step` (module docstring)
+    server_lr: float | None = None  # η_g; null: `baselines.defaults.scaffold_server_step` (module docstring)
     option: int = 2        # the control variate: 2, the mean corrected gradient of the K steps; 1, ∇O_i(w_t)
     lr_factor: float = 1.9  # lr null: η_l = min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), lr_factor in (0, 2)
     local_solver: str = "steps"

@@ -10,16 +10,11 @@ Round r of S-DANE (the paper's Algorithm 1), clients S (all m without sampling),
     v &\leftarrow \frac{B v + a\mu\,x - a\,G}{B + a\mu}
 
 with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: the problem's).
-λ = ``lam``; null: measured at w_0 before round 0 (`baselines.federated.default_prox_weight`): δ_A·max(1/512,
-(δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) (the theory's λ = δ_A is a worst case), Acc-S-DANE's with
-`ACC_HETEROGENEITY_DIVISOR` for 16; for d ≤ 512, where it is smaller, the λ at which the local preconditioners'
-departure from the global one balances the slowest flat direction's contraction
-(`baselines.federated.balanced_prox_weight`).  Under client sampling (s < m) the null is at least
-0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1)) (Acc-S-DANE: 1.0·q·(‖H‖ + 2δ_A), `ACC_SAMPLED_PROX_PER_CURVATURE`)
-(`baselines.federated.sampled_prox_weight`: the floor a sampled run stalls at falls as 1/λ, as the paper's λ under
-partial participation grows with the sampling variance).  Under full participation a null λ doubles, up to δ_A, when
-the objective climbs or cycles, or (S-DANE) its steps settle into an overshoot (`baselines.federated.CyclingObjective`;
-``adaptive=true`` moves λ itself).
+λ = ``lam``: a number.  ``null`` is resolved before the method is built by `baselines.defaults.prox_weight` from
+δ_A, ‖H‖ and the preconditioner gap measured at w_0 (Acc-S-DANE with its own constants, ``ACC_*`` there); under full
+participation on a convex problem a null λ then doubles, up to δ_A, when the objective climbs or cycles or (S-DANE)
+the steps settle into an overshoot (`baselines.adaptive.WeightDoubling`; ``adaptive=true`` moves λ itself).  Both
+are this package's rules, not the paper's, and a run lists them (``algorithm.paper=true``: resolved and frozen).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at
 the start).  With one client and an exact solve, S-DANE is the proximal point method v ← prox_{O/λ}(v)
@@ -48,7 +43,7 @@ the dissimilarity sits in directions of curvature at least δ, it needs fewer ro
 G = λ(v − x), and the v-update returns v = x: S-DANE is then DANE (FedDANE with η = 1, μ = λ, solving on its
 gradient's clients) round for round; its gain is the milder accuracy test.  Under client sampling both have a
 floor (the sampled gradient is not zero at the optimum) and a sampled run ends with status ``sampling_floor``
-once its objective stops improving (`baselines.federated.SamplingFloor`); the floor falls as 1/λ, hence the larger
+once its objective stops improving (`baselines.adaptive.FloorStop`); the floor falls as 1/λ, hence the larger
 sampled default (above; its side-by-side run against a λ grid: results/bench_runs/sampled_lambda.json).
 
 The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 = v_0).
@@ -56,12 +51,10 @@ Departure from the paper: the accuracy test is per client (the paper's sums over
 per-client test implies).  ``adaptive=true`` is the paper's adaptive λ as mlolab/S-DANE runs it (full
 participation only): after an accepted round λ is halved, after a rejected one doubled and the round's
 result dropped (`SDANE.accepts`, a third allreduce a round); records carry ``accepted``.  Acc-S-DANE at its
-default λ (full participation, convex: where `baselines.federated.CyclingObjective` watches it) restarts its
-extrapolation (A = 0, B = 1, v = x) after a round whose objective rose above the last round's and when λ doubles:
-the function-value adaptive restart of O'Donoghue & Candès (2015).  Without it the extrapolation's bumps read as
-cycles, λ doubled past its best, and on bench_defaults' rare one-hot logistic cells with λ = 1e-5 the default did not
-reach 1e-8 in 150 rounds (results/bench_runs/defaults_federated_v10_acc.json beside
-defaults_federated_v11_acc.json).  A λ the user sets runs the paper's algorithm unchanged.
+default λ (full participation, convex) restarts its extrapolation (A = 0, B = 1, v = x) after a round whose
+objective rose above the last round's and when λ doubles (`baselines.adaptive.Restart`: the function-value adaptive
+restart of O'Donoghue & Candès 2015; without it the extrapolation's bumps read as cycles and λ doubled past its best
+on ``make bench``'s ``defaults`` one-hot logistic cells).  A λ the user sets runs the paper's algorithm unchanged.
 """
 from __future__ import annotations
 
@@ -112,17 +105,20 @@ class SDANE(Federated):
         (g_bar,), reduced = self.average(members, [grad_c], payload, down=[centre])   # 1. mean_S ∇O_j(centre)
         x_i, grad_i = self.local_solve(centre, grad_c - g_bar, grad_c) if inside else (centre, grad_c)  # 2. argmin F_i
         (x_bar, G), _ = self.average(members, [x_i, grad_i], down=[g_bar])   # 3. x = mean x_i, G = mean ∇O_i(x_i)
-        if self.adaptive and not self.accepts(centre, x_i, grad_i, x_bar, G):
-            self.lam, self.accepted = 2.0 * lam, False                        # rejected: x, v, A, B stay
-            return {**self.record(reduced, members), "lam": lam, "accepted": False}
+        if not (self.line_search(centre, x_i, grad_i, x_bar, G) if self.adaptive else True):  # adaptive λ
+            return {**self.record(reduced, members), "lam": lam, "accepted": False}   # rejected: x, v, A, B stay
         B = B if self.accelerated else 1.0
         self.v, self.w = (B * v + a * mu * x_bar - a * G) / (B + a * mu), x_bar  # 4. v-update
         if self.accelerated:
             self.A, self.B = A + a, B + mu * a
-        if self.adaptive:
-            self.lam, self.accepted = 0.5 * lam, True                         # accepted: try half next round
         return {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed,
                 **({"accepted": True} if self.adaptive else {})}
+
+    def line_search(self, centre, x_i, grad_i, x_bar, G) -> bool:
+        """The paper's adaptive λ (``adaptive=true``): `accepts` the round, then λ is halved (accepted) or doubled."""
+        self.accepted = self.accepts(centre, x_i, grad_i, x_bar, G)
+        self.lam = 0.5 * self.lam if self.accepted else 2.0 * self.lam
+        return self.accepted
 
     def accepts(self, centre, x_i, grad_i, x_bar, G) -> bool:
         r"""The adaptive-λ acceptance test (mlolab/S-DANE's line search), one more allreduce:
@@ -158,7 +154,7 @@ class SDANE(Federated):
         z = self.prox(centre, h, lam, anchor_grad=grad_c)
         grad_z = self.local_grad(z)
         solver = self.solver
-        for _ in range(RETRIES if solver is not None and solver.method in ("cg", "svrg", "lbfgs") else 0):
+        for _ in range(RETRIES if solver and solver.method in ("cg", "svrg", "lbfgs") else 0):
             if passes(z, grad_z):
                 break
             solver = tighter(solver)
@@ -168,8 +164,8 @@ class SDANE(Federated):
         return z, grad_z
 
     def floor_diagnosis(self, floor) -> str:
-        return (f"{super().floor_diagnosis(floor)}; a larger algorithm.lam (now {self.lam:.3g}) lowers it and slows each "
-                f"round")
+        return (f"{super().floor_diagnosis(floor)}; a larger algorithm.lam (now {self.lam:.3g}) lowers it and slows "
+                f"each round")
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "v": self.v.clone(), "A": self.A, "B": self.B, "lam": self.lam,

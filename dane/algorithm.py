@@ -49,7 +49,7 @@ class Rounds:
     #: the run ends on the record that describes that answer (`dane.runner.run`)
     finished: tuple[str, str] | None = None
     #: whether the method raises its own damping when its objective rises (a default proximal weight:
-    #: `baselines.federated.CyclingObjective`); the divergence watch then waits for the objective to stay above round 0
+    #: `baselines.adaptive.WeightDoubling`); the divergence watch then waits for the objective to stay above round 0
     #: and rise (`dane.runner.DivergenceWatch`), as under client sampling
     damps_itself: bool = False
     #: the package's default rules this run's nulls were resolved by, each {"key", "value", "rule", "stats"}

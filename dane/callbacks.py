@@ -195,7 +195,8 @@ class Policy(Callback):
     """The package's default rules as a run applied them (a method that tracks them sets ``algo.defaults``:
     `dane.algorithm.Rounds.defaults`): rank 0 shows each resolved default before round 0, and the summary lists them
     (``defaults``), every mid-run adaptation its records carry (``adaptations``: round, key, from, to, trigger) and
-    whether any package rule applied (``package_rules_applied``: false for a run given every number)."""
+    whether any package rule applied (``package_rules_applied``: false for a run given every number), and the
+    adaptations that were watching (``adaptations_attached``, `baselines.adaptive`)."""
 
     def __init__(self, show: bool):
         self.show = show
@@ -217,7 +218,8 @@ class Policy(Callback):
             return
         adaptations = [{"round": r["round"], **event} for r in loop.records for event in r.get("adapted", ())]
         summary.update(defaults=list(defaults), adaptations=adaptations,
-                       package_rules_applied=bool(defaults or adaptations))
+                       package_rules_applied=bool(defaults or adaptations),
+                       adaptations_attached=[a.name for a in getattr(loop.algo, "adaptations", ())])
 
 
 class SimulatedCost(Callback):
