@@ -59,23 +59,22 @@ on ``make bench``'s ``defaults`` one-hot logistic cells).  A λ the user sets ru
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
-from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
 from .adaptive import Adaptation, FloorStop, Restart, WeightDoubling
 from .defaults import (ACC_GAP_BALANCE, ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE, GAP_BALANCE,
-                       HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Resolution, local_step)
+                       HETEROGENEITY_DIVISOR, LOCAL_RETRIES, SAMPLED_PROX_PER_CURVATURE, Resolution, local_step,
+                       tighter)
 from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weight
 
-RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
 
 
 def extrapolation(lam: float, A: float, B: float) -> float:
@@ -154,7 +153,7 @@ class SDANE(Federated):
         z = self.prox(centre, h, lam, anchor_grad=grad_c)
         grad_z = self.local_grad(z)
         solver = self.solver
-        for _ in range(RETRIES if solver and solver.method in ("cg", "svrg", "lbfgs") else 0):
+        for _ in range(LOCAL_RETRIES if solver and solver.method in ("cg", "svrg", "lbfgs") else 0):
             if passes(z, grad_z):
                 break
             solver = tighter(solver)
@@ -175,14 +174,6 @@ class SDANE(Federated):
         super().load_state_dict(state)
         self.v, self.A, self.B = state["v"].clone(), float(state["A"]), float(state["B"])
         self.lam, self.accepted = float(state["lam"]), bool(state["accepted"])
-
-
-def tighter(solver: LocalSolver) -> LocalSolver:
-    """The same solver asked for more: twice the SVRG passes, else a 100 times smaller tolerance."""
-    if solver.method == "svrg":
-        passes = solver.passes if isinstance(solver.passes, int) else 3
-        return replace(solver, passes=2 * passes)
-    return replace(solver, tol=solver.tol / 100)
 
 
 class AccSDANE(SDANE):
