@@ -13,6 +13,11 @@ on a GLM, the inner torch optimizer on a network, `dane.inner`), one of the pack
 (``cholesky``, ``cg``, ``svrg``, ``lbfgs``: `dane.local_solvers`), or ``steps``: ``local_steps``
 gradient steps from the anchor with step ``lr`` (null: 1/(max_i L_i + μ), the L_i by local Lanczos
 and one allreduce of an m-vector before round 0, as `baselines.local_sgd`).
+
+A subclass writes its paper's round as ``round`` and takes numbers.  Its config's ``build`` resolves each ``null``
+first (`baselines.defaults`, from statistics `baselines.measure` takes before round 0, each noted in the run's
+``defaults``) and attaches the mid-run adaptations that apply (`baselines.adaptive`); `Federated.step` runs the round,
+then those wrappers, and the record carries what they changed (``adapted``).
 """
 from __future__ import annotations
 
