@@ -87,7 +87,6 @@ from .measure import hessian_dissimilarity
 
 AVERAGING = ("mean", "random")
 COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and random averaging
-LOCAL_STEPS = FEDRED_LOCAL_STEPS  # the name scripts and tests import
 
 
 class FedRed(Federated):
@@ -198,7 +197,7 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         if self.cv_weight is not None:
             checks.positive("algorithm.cv_weight", self.cv_weight)
         checks.positive("algorithm.server_lr", self.server_lr)
-        steps = LOCAL_STEPS if self.local_steps is None else self.local_steps
+        steps = FEDRED_LOCAL_STEPS if self.local_steps is None else self.local_steps
         LocalSolveKeys(local_solver=self.local_solver, local_steps=steps, lr=self.lr,
                        power_iters=self.power_iters).check_local()
         self.check_sampling()
@@ -233,8 +232,9 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
             if rule:
                 K = resolution.add("local_steps", fedred_local_steps(gamma, sampled, True), "fedred_local_steps",
                                    lr=gamma, sampled_lam=sampled)
-        if K is None:
-            K = resolution.add("local_steps", FEDRED_LOCAL_STEPS, "fedred_local_steps", s=s, m=m)
+        if K is None:  # unused by DANE+'s prox solver: noted only for the gradient steps
+            K = resolution.add("local_steps", FEDRED_LOCAL_STEPS, "fedred_local_steps", s=s, m=m) if steps \
+                else FEDRED_LOCAL_STEPS
         cv_weight = self.cv_weight
         if cv_weight is None:
             cv_weight = resolution.add("cv_weight", fedred_cv_weight(gamma, K, self.p, lam), "fedred_cv_weight",
