@@ -24,18 +24,15 @@ Under sampling FedDANE has no fixed point at the optimum: g_t at w* is mean_{S_t
 when the shards differ, so the objective stalls at a floor that a larger μ lowers (and slows) and only full
 participation removes, and from there it can climb and diverge (on phishing over 100 Dirichlet clients, α = 0.5,
 10 a round).  A sampled run ends with status ``sampling_floor`` and a one-line diagnosis once its objective has
-stopped improving (`baselines.federated.SamplingFloor`).
+stopped improving (`baselines.adaptive.FloorStop`).
 
 Departures from the paper: the local solve is ``local_solver`` (`baselines.federated`; ``problem``: exact on
 a quadratic or a GLM, the inner torch optimizer on a network), where the paper runs local SGD epochs; the
 means are plain means of the O_i, which carry their shard's weight m·n_i/N (`dane.problems`), where the
 authors' code weights F_i (the mean loss) by n_i.  The paper tunes μ ∈ {0, 0.001, 0.01, 0.1, 1}; η = 1.
-μ = ``mu``; null: S-DANE's default λ, measured at w_0 before round 0 (`baselines.federated.default_prox_weight`:
-δ_A·max(1/512, (δ_A/‖H‖)²/16), or for d ≤ 512 the balanced preconditioner gap where that is smaller), and under client sampling (s < m) at least
-0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`: the floor falls as 1/μ;
-results/bench_runs/sampled_lambda.json has S-DANE's side-by-side run, the same iterates).  Under full participation a
-null μ doubles, up to δ_A, when the objective climbs or cycles or the steps settle into an overshoot
-(`baselines.federated.CyclingObjective`).
+μ = ``mu``; null: S-DANE's default λ (`baselines.defaults.prox_weight`, resolved before the method is built), and
+under full participation on a convex problem it doubles, up to δ_A, when the objective climbs or cycles or the steps
+settle into an overshoot (`baselines.adaptive.WeightDoubling`): this package's rules, listed by the run.
 """
 from __future__ import annotations
 
@@ -47,25 +44,21 @@ from dane.comm import Communicator
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys, default_prox_weight
+from .adaptive import FloorStop, WeightDoubling
+from .defaults import Resolution, local_step
+from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weight
 
 
 class FedDANE(Federated):
     name = "feddane"
-    floors_under_sampling = True  # module docstring
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
-    def __init__(self, problem: Problem, comm: Communicator, *, eta: float = 1.0, mu: float | None = None,
-                 resample: bool = False, **kwargs):
+    def __init__(self, problem: Problem, comm: Communicator, *, mu: float, eta: float = 1.0, resample: bool = False,
+                 **kwargs):
         super().__init__(problem, comm, **kwargs)
-        self.eta = eta
-        self.resample = resample
-        if mu is None:
-            mu, delta_a = default_prox_weight(problem, comm, "algorithm.mu", sampler=self.sampler)
-            self.watch_default_weight(delta_a)
-        self.mu = mu
+        self.eta, self.mu, self.resample = eta, mu, resample
 
-    def step(self) -> dict[str, float]:
+    def round(self) -> dict[str, float]:
         w = self.w
         gradient_set, solves = self.members()                                  # S_t
         if self.resample:
@@ -78,24 +71,22 @@ class FedDANE(Federated):
         if solves:
             w_local = self.prox(w, local_grad - self.eta * g, self.mu, anchor_grad=local_grad)  # 2. local solve
         (self.w,), _ = self.average(solve_set, [w_local], down=[w, g])            # 3. w_{t+1} = mean_S' w_i
-        out = {**self.record(reduced, solve_set), "mu": self.mu}
-        self.mu = self.cycling.next_weight(self.mu, out["objective"], self.w)  # a default μ doubles: cycles, overshoot
-        return out
+        return {**self.record(reduced, solve_set), "mu": self.mu}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "mu": self.mu}  # a default μ may have doubled (`Federated.watch_default_weight`)
+        return {**super().state_dict(), "mu": self.mu}  # a default μ may have doubled (`baselines.adaptive`)
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.mu = float(state.get("mu", self.mu))
 
-    def floor_diagnosis(self) -> str:
-        return (f"{super().floor_diagnosis()}; a larger algorithm.mu (now {self.mu:.3g}) lowers it and slows each "
-                f"round")
+    def floor_diagnosis(self, floor) -> str:
+        return (f"{super().floor_diagnosis(floor)}; a larger algorithm.mu (now {self.mu:.3g}) lowers it and slows "
+                f"each round")
 
 
 @dataclass(frozen=True)
-class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     eta: float = 1.0
     mu: float | None = None
     resample: bool = False
@@ -111,7 +102,19 @@ class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         self.check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "FedDANE":
-        return FedDANE(problem, comm, eta=self.eta, mu=self.mu, resample=self.resample, sampling=self, local=self,
-                       seed=self.seed)
+        """The nulls resolved (`baselines.defaults`), the adaptations that apply attached (`baselines.adaptive`)."""
+        resolution, adaptations = Resolution(), []
+        smoothness = self.measured_smoothness(problem, comm, resolution)
+        (s, m), mu = self.clients(comm), self.mu
+        if mu is None:
+            mu, delta_a = resolve_prox_weight(problem, comm, "mu", resolution, s=s, m=m)
+            watched = s == m and problem.strong_convexity is not None
+            adaptations += [WeightDoubling("mu", delta_a, point=True)] * (watched and self.allows("double_weight"))
+        if smoothness:
+            resolution.add("lr", local_step(smoothness, mu), "local_step", smoothness=smoothness, shift=mu)
+        adaptations += [FloorStop()] * (s < m and self.allows("sampling_floor"))
+        return FedDANE(problem, comm, eta=self.eta, mu=mu, resample=self.resample, sampling=self, local=self,
+                       seed=self.seed, smoothness=smoothness, adaptations=adaptations, defaults=resolution.entries)

@@ -37,7 +37,11 @@ from dane.problems import Problem
 from dane.projection import STALL, fit, log_change
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys
+from .adaptive import FIXED_POINT, STALLED, DriftStop, stalled
+from .defaults import Resolution, local_step
+from .federated import Federated, LocalSolveKeys, PolicyKeys
+
+__all__ = ["FIXED_POINT", "STALLED", "FedProx", "FedProxConfig"]
 
 
 class FedProx(Federated):
@@ -47,33 +51,19 @@ class FedProx(Federated):
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.mu = mu
-        self.first_ratio: float | None = None  # ρ_0 (module docstring)
-        self.stalled: str | None = None        # the diagnosis, once at the fixed point
+        self.moves = (0.0, 0.0)  # (‖w_{t+1} − w_t‖, mean_i ‖w_i − w_t‖) for `baselines.adaptive.DriftStop`
+        self.watch = any(isinstance(a, DriftStop) for a in self.adaptations)  # mean_i ‖w_i − w_t‖ rides along
 
-    def step(self) -> dict[str, float]:
+    def round(self) -> dict[str, float]:
         members, inside = self.members()                                          # S_t
         w = self.w
         w_local = self.prox(w, torch.zeros_like(w), self.mu) if inside else w   # local prox solve
-        full = len(members) == self.comm.size
-        moved = [torch.linalg.vector_norm(w_local - w).reshape(1)] if full else []  # ‖w_i − w_t‖ rides along
+        moved = [torch.linalg.vector_norm(w_local - w).reshape(1)] if self.watch else []
         (self.w,), reduced = self.average(members, [w_local], [*self.payload(w), *moved], down=[w])  # mean_S w_i
-        if full:
+        if self.watch:
             *reduced, client_moves = reduced
-            self.watch_fixed_point(float(torch.linalg.vector_norm(self.w - w)), float(client_moves))
+            self.moves = (float(torch.linalg.vector_norm(self.w - w)), float(client_moves))
         return {**self.record(reduced, members), "mu": self.mu}
-
-    def watch_fixed_point(self, moved: float, client_moves: float) -> None:
-        """Full participation: set `stalled` once ‖w_{t+1} − w_t‖ / mean_i ‖w_i − w_t‖ ≤ `FIXED_POINT` × its round-0
-        value: the clients still move, but their moves cancel (module docstring)."""
-        if not client_moves > 0:
-            return
-        ratio = moved / client_moves
-        if self.first_ratio is None:
-            self.first_ratio = ratio
-        elif ratio <= FIXED_POINT * self.first_ratio:
-            self.stalled = (f"client drift: the clients' local moves cancel in the average ({ratio / self.first_ratio:.1e} "
-                            f"of round 0's share), so w no longer moves although no client is at its optimum; "
-                            f"{self.fixed_point()}")
 
     def fixed_point(self) -> str:
         """Why more rounds do not help, and the knobs: FedProx's fixed point, or FedAvg's (μ = 0, gradient steps)."""
@@ -87,18 +77,6 @@ class FedProx(Federated):
         return (f"{what[0]} is not the optimum when the shards differ (client drift), and more rounds do not reach the "
                 f"target; {what[1]}, and algorithm=scaffold or algorithm=sdane correct the drift")
 
-    @property
-    def finished(self) -> tuple[str, str] | None:
-        """("client_drift", why) once the iterate sits at FedProx's biased fixed point (`dane.runner.run`)."""
-        return None if self.stalled is None else ("client_drift", self.stalled)
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "first_ratio": self.first_ratio, "stalled": self.stalled}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.first_ratio, self.stalled = state.get("first_ratio"), state.get("stalled")
-
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, an objective that has stalled (its last quarter of rounds moved it by at most
         `STALLED` of the run's whole decrease) is FedProx's floor, not slowness: its fixed point is not the
@@ -106,11 +84,7 @@ class FedProx(Federated):
         suboptimality still contracts (`dane.projection.fit` moves it by more than its ``STALL``): a slow run near the
         optimum moves its objective little against the first rounds' fall, and the stop line already says how many
         rounds it needs (LIBSVM's mushrooms over 80 iid clients: 0.989 a round at 6.2e-3 after 300 rounds)."""
-        objectives = [r["objective"] for r in records if math.isfinite(r.get("objective", math.nan))]
-        if len(objectives) < 8:
-            return None
-        total, late = objectives[0] - objectives[-1], objectives[-(len(objectives) // 4) - 1] - objectives[-1]
-        if not total > 0 or abs(late) > STALLED * total:
+        if not stalled([r["objective"] for r in records if math.isfinite(r.get("objective", math.nan))]):
             return None
         fitted = fit(records, "suboptimality")
         if fitted is not None and log_change(fitted[0], fitted[1]) < -STALL:
@@ -118,16 +92,8 @@ class FedProx(Federated):
         return f"the objective has stalled: {self.fixed_point()}"
 
 
-#: the share of a run's objective decrease that its last quarter of rounds may make for `FedProx.diagnosis` to call
-#: the objective stalled
-STALLED = 1e-3
-#: the fall of ρ_t = ‖w_{t+1} − w_t‖ / mean_i ‖w_i − w_t‖ from ρ_0 at which a full-participation run is at its
-#: fixed point (module docstring)
-FIXED_POINT = 1e-3
-
-
 @dataclass(frozen=True)
-class FedProxConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+class FedProxConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     mu: float = 0.01
     local_solver: str = "steps"
     seed: int = 0
@@ -139,6 +105,15 @@ class FedProxConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         self.check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "FedProx":
-        return FedProx(problem, comm, mu=self.mu, sampling=self, local=self, seed=self.seed)
+        """``lr`` null resolved (`baselines.defaults.local_step`); the drift stop under full participation."""
+        resolution = Resolution()
+        smoothness = self.measured_smoothness(problem, comm, resolution)
+        if smoothness:
+            resolution.add("lr", local_step(smoothness, self.mu), "local_step", smoothness=smoothness, shift=self.mu)
+        s, m = self.clients(comm)
+        adaptations = [DriftStop()] * (s == m and self.allows("client_drift"))
+        return FedProx(problem, comm, mu=self.mu, sampling=self, local=self, seed=self.seed, smoothness=smoothness,
+                       adaptations=adaptations, defaults=resolution.entries)

@@ -21,12 +21,10 @@ step minimizes the linearization of O_i at z, regularized both at z (weight 1/γ
 with K = ``local_steps``, or, with ``p`` set, K ~ Geometric(p) from a coin every worker shares (the paper's
 randomized local steps); γ = ``lr`` (null: 1/max_i L_i). DANE+ is the same round with any inexact solver of F_i
 (``local_solver`` = ``problem``, ``cg``, ``svrg``, ``lbfgs``; `baselines.federated`). Type 1 with an exact solve and
-mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round). λ = ``lam``; null: δ_A·max(1/512,
-(δ_A/‖H‖)²/16) of the local Hessians (`baselines.federated.prox_per_dissimilarity`, measured before round 0; S-DANE's
-smaller balanced weight is not FedRed's: its gradient-step solver's rounds depend on λ otherwise), and for
-DANE+ under client sampling (s < m) FedDANE's and S-DANE's sampled default λ_S = max(that, 0.5·q·(‖H‖ + 2δ_A)), q =
-(m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`).  Under full participation a null λ doubles, up to
-δ_A, when the objective climbs or cycles (`baselines.federated.CyclingObjective`).
+mean averaging is DANE with η = 1 and μ = λ (under sampling, FedDANE's round). λ = ``lam``; null:
+`baselines.defaults.prox_weight` without the balanced weight (FedRed's gradient-step solver's rounds depend on λ
+otherwise), and for DANE+ under client sampling with the sampled floor λ_S; under full participation a null λ
+doubles, up to δ_A, when the objective climbs or cycles (`baselines.adaptive.WeightDoubling`).
 
 ``local_steps`` null is K = 10, and under client sampling K = ⌈1/(γ λ_S)⌉ held between 10 and 100, with FedRed's own
 λ unchanged (a heuristic of this package, not the paper's; the cap bounds the local work of a round, since 1/(γλ_S)
@@ -60,9 +58,9 @@ the local problem's gradient at x* is ∇O_i(x*) − h_i = ξ_S := mean_{j∈S} 
 differ: for any fixed λ and K, x* is not a fixed point of the sampled round (on a quadratic with exact solves,
 x_{r+1} − x* = (I − M_S Ā_S)(x̃ − x*) − M_S ξ_S, M_S = mean_{i∈S} (∇²O_i + λI)⁻¹, Ā_S = mean_{i∈S} ∇²O_i), and the
 run stalls at a floor set by ξ_S's variance, as FedDANE's and S-DANE's do: it ends with status ``sampling_floor``
-once its objective stops improving (`baselines.federated.SamplingFloor`; ``floors_under_sampling`` is set for
-type 1).  Type 2 keeps (x*, h_i = ∇O_i(x*)) a fixed point under sampling: every sampled local problem is then
-solved by x*, the mean is x* and no h_i moves.  That point needs Σ_i h_i = 0, which the updates c(x̄ − x_i) keep
+once its objective stops improving (`baselines.adaptive.FloorStop`, attached for type 1).  Type 2 keeps
+(x*, h_i = ∇O_i(x*)) a fixed point under sampling: every sampled local problem is then solved by x*, the mean is x*
+and no h_i moves.  That point needs Σ_i h_i = 0, which the updates c(x̄ − x_i) keep
 round by round (they sum to zero over S, under either averaging and any η_g); round 0's type-1 h_i is taken against the
 mean over S_0 and sums to zero over S_0 only, so the clients outside S_0 start at h_i = 0 (a departure from
 "type 1 at round 0", which under sampling left Σ_i h_i ≠ 0 and a run converging to the point where ∇O = mean_i h_i,
@@ -70,7 +68,6 @@ not x*).  A sampled type-2 run converges and has no floor stop.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,53 +80,30 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import (Federated, LocalSolveKeys, hessian_dissimilarity, prox_per_dissimilarity,
-                        sampled_prox_weight)
+from .adaptive import FloorStop, WeightDoubling
+from .defaults import FEDRED_LOCAL_STEPS, Resolution, fedred_cv_weight, fedred_local_steps, local_step, prox_weight
+from .federated import Federated, LocalSolveKeys, PolicyKeys
+from .measure import hessian_dissimilarity
 
 AVERAGING = ("mean", "random")
 COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and random averaging
-LOCAL_STEPS = 10  # K of ``local_steps=null`` under full participation, and the least under sampling (module docstring)
-MAX_SAMPLED_STEPS = 10 * LOCAL_STEPS  # ... and the most: 1/(γλ_S) grows as 1/q without bound as s nears m
 
 
 class FedRed(Federated):
     name = "fedred"
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
 
-    def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, control_variate: int = 1,
-                 averaging: str = "mean", p: float | None = None, cv_weight: float | None = None,
-                 server_lr: float = 1.0, seed: int = 0, **kwargs):
+    def __init__(self, problem: Problem, comm: Communicator, *, lam: float, local_steps: int, cv_weight: float,
+                 gamma: float | None = None, control_variate: int = 1, averaging: str = "mean",
+                 p: float | None = None, server_lr: float = 1.0, seed: int = 0, **kwargs):
         super().__init__(problem, comm, seed=seed, **kwargs)
-        steps = self.local.local_solver == "steps"
-        self.gamma = self.step_size(0.0) if steps else None
-        rule = steps and p is None and self.local.local_steps is None and not self.sampler.full
-        self.local_steps = LOCAL_STEPS if self.local.local_steps is None else self.local.local_steps
-        if rule and lam is not None and problem.hessian_vector is None:
-            raise ConfigError(f"algorithm.local_steps=null under client sampling is 1/(lr·λ_S) steps from "
-                              f"the local Hessians, which {type(problem).__name__} cannot give (no Hessian-vector "
-                              f"products); set algorithm.local_steps")
-        if lam is None or rule:  # δ_A and ‖H‖: two allreduces before round 0 (d ≤ 512)
-            found = hessian_dissimilarity(problem, comm, "algorithm.lam")
-            delta_a, norm = found["delta_a"], found["hessian_norm"]
-            full = delta_a * prox_per_dissimilarity(delta_a, norm)  # the full-participation default
-            sampled = sampled_prox_weight(full, delta_a, norm, self.sampler.s, self.sampler.m)  # S-DANE's λ_S
-            if lam is None:  # DANE+ under sampling is FedDANE's round
-                lam = full if steps else sampled
-                if averaging == "mean":  # a randomly chosen client's iterate has a noisy objective
-                    self.watch_default_weight(delta_a)
-            if rule:  # module docstring: 1/(Kγ) down to λ_S
-                self.local_steps = min(MAX_SAMPLED_STEPS, max(LOCAL_STEPS, math.ceil(1.0 / (self.gamma * sampled))))
-        self.lam, self.control_variate, self.averaging, self.p = lam, control_variate, averaging, p
-        self.floors_under_sampling = control_variate == 1  # module docstring: type 2 has a fixed point at x*
-        self.server_lr = server_lr
-        if cv_weight is None:
-            cv_weight = (p if p is not None else 1.0 / self.local_steps) / self.gamma if steps else lam
-        self.cv_weight = cv_weight
+        self.lam, self.local_steps, self.cv_weight, self.gamma = lam, local_steps, cv_weight, gamma
+        self.control_variate, self.averaging, self.p, self.server_lr = control_variate, averaging, p, server_lr
         seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
         self.coin = torch.Generator().manual_seed(int(seq))
         self.h: torch.Tensor | None = None  # type 2: set from type 1 at round 0
 
-    def step(self) -> dict[str, float]:
+    def round(self) -> dict[str, float]:
         x = self.w
         members, inside = self.members()
         if self.control_variate == 1 or self.h is None:
@@ -155,13 +129,11 @@ class FedRed(Federated):
             picked = x_i if self.comm.rank == chosen else torch.zeros_like(x_i)
             (x_mean,), late = self.average(members, [x_i], [*rides, picked], down=[x])
             x_next, late = late[-1] * self.comm.size, late[:-1]               # 3. x_{r+1} = x_j
-        reduced = reduced if reduced is not None else late
+        reduced = reduced or late
         if self.control_variate == 2 and inside:
             self.h = self.h + self.cv_weight * (x_mean - x_i)                 # type-2 control variate: Σ_S = 0
         self.w = x_next
-        out = {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
-        self.lam = self.cycling.next_weight(self.lam, out["objective"])  # a default λ doubles when the objective cycles
-        return out
+        return {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
 
     def local_step_count(self) -> int:
         """K: ``local_steps``, or a draw of Geometric(p) from the shared coin (the same on every worker)."""
@@ -180,19 +152,19 @@ class FedRed(Federated):
             z = (inv * z + self.lam * x - self.local_grad(z) + self.h) / (inv + self.lam)
         return z
 
-    def floor_diagnosis(self) -> str:
+    def floor_diagnosis(self, floor) -> str:
         if self.local.local_solver != "steps":
             knob = f"a larger algorithm.lam (now {self.lam:.3g}) lowers it and slows each round"
         elif self.p is None:
             knob = f"fewer algorithm.local_steps (now {self.local_steps}) lower it and slow each round"
         else:
             knob = f"a larger algorithm.p (now {self.p:g}: fewer local steps) lowers it and slows each round"
-        return (f"{super().floor_diagnosis()}; {knob}; algorithm.control_variate=2 has no floor (its control "
+        return (f"{super().floor_diagnosis(floor)}; {knob}; algorithm.control_variate=2 has no floor (its control "
                 f"variates keep the optimum a fixed point under sampling)")
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "coin": self.coin.get_state(), "lam": self.lam}  # a default λ may have doubled
-        return state | ({"h": self.h.clone()} if self.h is not None else {})
+        return state | ({"h": self.h.clone()} if isinstance(self.h, torch.Tensor) else {})
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -202,7 +174,7 @@ class FedRed(Federated):
 
 
 @dataclass(frozen=True)
-class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     lam: float | None = None
     control_variate: int = 1
     averaging: str = "mean"
@@ -210,7 +182,7 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
     cv_weight: float | None = None
     server_lr: float = 1.0
     local_solver: str = "steps"
-    local_steps: int | None = None  # null: `LOCAL_STEPS`, or more under client sampling (module docstring)
+    local_steps: int | None = None  # null: `baselines.defaults.fedred_local_steps` (module docstring)
     seed: int = 0
     name: str = "fedred"
     algorithm = FedRed
@@ -225,7 +197,7 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         if self.cv_weight is not None:
             checks.positive("algorithm.cv_weight", self.cv_weight)
         checks.positive("algorithm.server_lr", self.server_lr)
-        steps = LOCAL_STEPS if self.local_steps is None else self.local_steps
+        steps = FEDRED_LOCAL_STEPS if self.local_steps is None else self.local_steps
         LocalSolveKeys(local_solver=self.local_solver, local_steps=steps, lr=self.lr,
                        power_iters=self.power_iters).check_local()
         self.check_sampling()
@@ -233,8 +205,42 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         if self.local_solver != "steps" and self.lam == 0:
             raise ConfigError(f"algorithm.lam=0 leaves DANE+'s local problem without its proximal term under "
                               f"algorithm.local_solver={self.local_solver}; set algorithm.lam > 0")
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "FedRed":
-        return FedRed(problem, comm, lam=self.lam, control_variate=self.control_variate, averaging=self.averaging,
-                      p=self.p, cv_weight=self.cv_weight, server_lr=self.server_lr, sampling=self, local=self,
-                      seed=self.seed)
+        """The nulls resolved (`baselines.defaults`), the adaptations that apply attached (`baselines.adaptive`)."""
+        resolution, adaptations = Resolution(), []
+        smoothness = self.measured_smoothness(problem, comm, resolution)
+        steps, (s, m), lam, K = self.local_solver == "steps", self.clients(comm), self.lam, self.local_steps
+        gamma = (self.lr if self.lr is not None else local_step(smoothness)) if steps else None
+        rule = steps and self.p is None and K is None and s < m  # K from λ_S (`baselines.defaults.fedred_local_steps`)
+        if rule and lam is not None and problem.hessian_vector is None:
+            raise ConfigError(f"algorithm.local_steps=null under client sampling is 1/(lr·λ_S) steps from "
+                              f"the local Hessians, which {type(problem).__name__} cannot give (no Hessian-vector "
+                              f"products); set algorithm.local_steps")
+        if smoothness:
+            resolution.add("lr", gamma, "local_step", smoothness=smoothness)
+        if lam is None or rule:  # δ_A and ‖H‖: two allreduces before round 0 (d ≤ 512)
+            found = hessian_dissimilarity(problem, comm, "algorithm.lam")
+            delta_a, norm = found["delta_a"], found["hessian_norm"]
+            sampled = prox_weight(delta_a, norm, s=s, m=m)  # S-DANE's λ_S without the balanced weight
+            if lam is None:  # DANE+ under sampling is FedDANE's round; FedRed's steps keep the full default
+                lam = resolution.add("lam", prox_weight(delta_a, norm) if steps else sampled, "prox_weight",
+                                     delta_a=delta_a, hessian_norm=norm, s=1 if steps else s, m=1 if steps else m)
+                watched = self.averaging == "mean" and s == m and problem.strong_convexity is not None
+                adaptations += [WeightDoubling("lam", delta_a)] * (watched and self.allows("double_weight"))
+            if rule:
+                K = resolution.add("local_steps", fedred_local_steps(gamma, sampled, True), "fedred_local_steps",
+                                   lr=gamma, sampled_lam=sampled)
+        if K is None:  # unused by DANE+'s prox solver: noted only for the gradient steps
+            K = resolution.add("local_steps", FEDRED_LOCAL_STEPS, "fedred_local_steps", s=s, m=m) if steps \
+                else FEDRED_LOCAL_STEPS
+        cv_weight = self.cv_weight
+        if cv_weight is None:
+            cv_weight = resolution.add("cv_weight", fedred_cv_weight(gamma, K, self.p, lam), "fedred_cv_weight",
+                                       lr=gamma, local_steps=K, p=self.p, lam=lam)
+        adaptations += [FloorStop()] * (self.control_variate == 1 and s < m and self.allows("sampling_floor"))
+        return FedRed(problem, comm, lam=lam, local_steps=K, cv_weight=cv_weight, gamma=gamma,
+                      control_variate=self.control_variate, averaging=self.averaging, p=self.p,
+                      server_lr=self.server_lr, sampling=self, local=self, seed=self.seed, smoothness=smoothness,
+                      adaptations=adaptations, defaults=resolution.entries)

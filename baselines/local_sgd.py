@@ -36,6 +36,7 @@ from dane.errors import ConfigError
 from dane.inner import worker_samplers
 from dane.problems import Problem
 
+from .defaults import Resolution, local_step
 from .metrics import global_metrics, local_payload, logs_gradient
 from .spectral import largest_local_smoothness, one_hot
 from .spectral_stacked import local_spectra
@@ -69,17 +70,16 @@ class LocalSGD(Algorithm):
     batchable = True  # its step reads the same on stacked tensors; the samplers and spectra are stacked by helpers
     columns = (Column("L_est", "{:>8.4g}"),)
 
-    def __init__(self, problem: Problem, comm: Communicator, *, local_steps: int = 10, batch_size: int | None = None,
-                 lr: float | None = None, aggregate: str = "mean", power_iters: int = 20, seed: int = 0,
-                 w0: torch.Tensor | None = None):
+    def __init__(self, problem: Problem, comm: Communicator, *, lr: float, local_steps: int = 10,
+                 batch_size: int | None = None, aggregate: str = "mean", seed: int = 0, L_est: float | None = None,
+                 w0: torch.Tensor | None = None, defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, w0)
         check_problem(problem, batch_size, aggregate)
         self.local_steps, self.batch_size, self.aggregate = local_steps, batch_size, aggregate
         self.with_grad = logs_gradient(problem)
         self.sampler = (worker_samplers(problem.n_local, batch_size, seed, SAMPLER_STREAM, worker_ranks(comm),
                                         stacked=stacked(comm)) if batch_size is not None else None)
-        self.L_est = None if lr is not None else largest_smoothness(problem, comm, iters=power_iters, seed=seed)
-        self.lr = lr if lr is not None else 1.0 / self.L_est
+        self.lr, self.L_est, self.defaults = lr, L_est, tuple(defaults)  # L_est: the max_i L_i lr null was set from
         self.updates_per_round = 1  # per worker, when asynchronous (dane.asynchronous)
 
     def gradient(self, w: torch.Tensor) -> torch.Tensor:
@@ -158,8 +158,13 @@ class LocalSGDConfig(AlgorithmConfig):
         checks.integer("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> "LocalSGD":
-        return LocalSGD(problem, comm, local_steps=self.local_steps, batch_size=self.batch_size, lr=self.lr,
-                        aggregate=self.aggregate, power_iters=self.power_iters, seed=self.seed)
+        """``lr`` null resolved first (`baselines.defaults.local_step`: 1/max_i L_i, one allreduce before round 0)."""
+        resolution, lr, L_est = Resolution(), self.lr, None
+        if lr is None:
+            L_est = largest_smoothness(problem, comm, iters=self.power_iters, seed=self.seed)
+            lr = resolution.add("lr", local_step(L_est), "local_step", smoothness=L_est)
+        return LocalSGD(problem, comm, local_steps=self.local_steps, batch_size=self.batch_size, lr=lr, L_est=L_est,
+                        aggregate=self.aggregate, seed=self.seed, defaults=resolution.entries)
 
     def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "AveragingServer":
         """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""

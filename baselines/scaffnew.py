@@ -24,7 +24,6 @@ communication; see TAMUNA or 5GCS for partial participation), and it is refused.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,8 +36,9 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys
-from .spectral import local_spectrum
+from .defaults import Resolution, local_step, scaffnew_probability, strong_convexity_bound
+from .federated import Federated, LocalSolveKeys, PolicyKeys
+from .measure import mean_lowest
 
 COIN_STREAM = 11  # seed stream of the shared communication coin
 
@@ -48,31 +48,18 @@ class Scaffnew(Federated):
     client_sampling = False  # ProxSkip's h_i need every client at each communication (refused in the config)
     columns = (Column("local_steps", "{:>6d}"), Column("p", "{:>8.3g}"))
 
-    def __init__(self, problem: Problem, comm: Communicator, *, p: float | None = None,
+    def __init__(self, problem: Problem, comm: Communicator, *, gamma: float, p: float,
                  max_local_steps: int = 100_000, seed: int = 0, **kwargs):
         super().__init__(problem, comm, seed=seed, **kwargs)
-        self.gamma = self.step_size(0.0)
-        if p is None:
-            p = min(1.0, math.sqrt(self.strong_convexity(seed) / self.L_max))
-        self.p, self.max_local_steps = p, max_local_steps
+        self.gamma, self.p, self.max_local_steps = gamma, p, max_local_steps
         seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
         self.coin = torch.Generator().manual_seed(int(seq))
         self.h = torch.zeros_like(self.w)
 
-    def strong_convexity(self, seed: int) -> float:
-        """μ̲ = max(the problem's ℓ2 weight, mean_i λ_min(H_i)) ≤ μ: local Lanczos, one allreduce of a scalar."""
-        l2 = getattr(self.problem, "strong_convexity", None)
-        if not l2 or self.local.lr is not None:
-            raise ConfigError("algorithm.p=null is sqrt(mu/L) from the strong convexity and the estimated L, which "
-                              "needs a strongly convex problem and algorithm.lr=null; set algorithm.p (in (0, 1])")
-        low, _ = local_spectrum(self.problem, iters=self.local.power_iters, seed=seed, key="algorithm.p")
-        (mean_low,) = self.comm.allreduce_mean([self.w.new_tensor([low])])
-        return max(float(l2), float(mean_low))
-
     def communicates(self) -> bool:
         return bool(torch.rand(1, generator=self.coin, dtype=torch.float64) < self.p)
 
-    def step(self) -> dict[str, float]:
+    def round(self) -> dict[str, float]:
         members, _ = self.members()                        # every client: ProxSkip refuses sampling
         x, gamma, p = self.w, self.gamma, self.p
         steps = 0
@@ -98,7 +85,7 @@ class Scaffnew(Federated):
 
 
 @dataclass(frozen=True)
-class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     p: float | None = None
     local_solver: str = "steps"
     max_local_steps: int = 100_000  # a guard on one round's geometric count, never reached at a sane p
@@ -116,7 +103,23 @@ class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         self.refuse_sampling(self.name, "ProxSkip's control variates need every client's local iterate at each "
                                         "communication (partial participation is TAMUNA's or 5GCS's, not Scaffnew's)")
         checks.integer("algorithm.seed", self.seed)
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "Scaffnew":
-        return Scaffnew(problem, comm, p=self.p, max_local_steps=self.max_local_steps, sampling=self, local=self,
-                        seed=self.seed)
+        """The nulls resolved (`baselines.defaults`): γ from max_i L_i, p from it and μ̲ (an allreduce each)."""
+        resolution, p = Resolution(), self.p
+        smoothness = self.measured_smoothness(problem, comm, resolution)
+        gamma = self.lr if self.lr is not None else resolution.add("lr", local_step(smoothness), "local_step",
+                                                                    smoothness=smoothness)
+        if p is None:
+            l2 = getattr(problem, "strong_convexity", None)
+            if not l2 or self.lr is not None:
+                raise ConfigError("algorithm.p=null is sqrt(mu/L) from the strong convexity and the estimated L, "
+                                  "which needs a strongly convex problem and algorithm.lr=null; set algorithm.p "
+                                  "(in (0, 1])")
+            mu_low = strong_convexity_bound(float(l2), mean_lowest(problem, comm, iters=self.power_iters,
+                                                                   seed=self.seed, key="algorithm.p"))
+            p = resolution.add("p", scaffnew_probability(mu_low, smoothness), "scaffnew_probability", mu_low=mu_low,
+                               smoothness=smoothness)
+        return Scaffnew(problem, comm, gamma=gamma, p=p, max_local_steps=self.max_local_steps, sampling=self,
+                        local=self, seed=self.seed, smoothness=smoothness, defaults=resolution.entries)

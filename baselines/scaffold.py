@@ -65,8 +65,9 @@ contracts the settled (stiff) directions, φ = 1, by 1/2 a round, and moves the 
 far as η_g = 1 (the slow directions set the rounds on ill-conditioned shards).  η_g = 2 puts the settled directions
 at the edge of stability, |1 − η_g| = 1.  For odd K the last step can overshoot: φ reaches 1 + (η_l L − 1)^K, 1.73
 at K = 3 and η_l L = 1.9, which 1.5 would carry past 2; odd K keeps the paper's η_g = 1 (and K = 1 stays GD at the
-default step).  So null is `SERVER_STEP` where the local step is this rule's (``lr`` null) on a convex problem and
-K is even, and 1 otherwise: a given ``lr`` runs the paper's η_g = 1, as its experiments do.  A departure from the
+default step).  So null is `baselines.defaults.SERVER_STEP` where the local step is this rule's (``lr`` null) on a
+convex problem and K is even, and 1 otherwise: a given ``lr`` runs the paper's η_g = 1, as its experiments do
+(``algorithm.paper=true`` takes 1 too).  A departure from the
 paper's experiments (η_g = 1), within its theory (η_g ≥ 1); ``make bench`` measures it against η_g ∈ {1, 2}
 (sections ``defaults`` and ``federated``).
 A run that ends at the round cap without the target says so in its stop line (`diagnosis`), naming
@@ -88,56 +89,25 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import Federated, LocalSolveKeys
-from .spectral import local_spectrum, one_hot
-
-
-#: η_g of ``server_lr`` null with the default local step and an even K (module docstring): settled directions
-#: contract by |1 − η_g| = 1/2 a round, slow ones move 1.5 times as far as at η_g = 1
-SERVER_STEP = 1.5
-
-
-def default_server_step(local_steps: int, rule_step: bool) -> float:
-    """η_g of ``server_lr`` null: `SERVER_STEP` for an even K with the rule's η_l (lr null, convex), else 1."""
-    return SERVER_STEP if rule_step and local_steps % 2 == 0 else 1.0
+from .defaults import Resolution, local_step, scaffold_local_step, scaffold_server_step, strong_convexity_bound
+from .federated import Federated, LocalSolveKeys, PolicyKeys
+from .measure import smoothness_and_lowest
 
 
 class Scaffold(Federated):
     name = "scaffold"
 
-    def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float | None = None, option: int = 2,
+    def __init__(self, problem: Problem, comm: Communicator, *, lr: float, server_lr: float = 1.0, option: int = 2,
                  lr_factor: float = 1.9, **kwargs):
-        self.mu_low = 0.0                      # μ̲ (`largest_smoothness`, lr null on a strongly convex problem)
         super().__init__(problem, comm, **kwargs)
-        if server_lr is None:
-            rule_step = self.local.lr is None and problem.strong_convexity is not None
-            server_lr = default_server_step(self.local.local_steps, rule_step)
-        self.server_lr, self.option, self.lr_factor = server_lr, option, lr_factor
+        self.lr, self.server_lr, self.option = lr, server_lr, option
+        self.lr_factor = lr_factor  # the config's, named in `diagnosis`
         self.c = torch.zeros_like(self.w)      # the server's control variate
         self.c_i = torch.zeros_like(self.w)    # this client's
 
-    def largest_smoothness(self, seed: int) -> float:
-        """max_i L_i, and μ̲ = max(the problem's ℓ2 weight, mean_i λ_min(H_i)) ≤ μ, the rate at which local gradient
-        steps settle (none without strong convexity), from one local Lanczos and the one allreduce of lr null."""
-        low, high = local_spectrum(self.problem, iters=self.local.power_iters, seed=seed, key="algorithm.lr")
-        spread = one_hot(high, self.comm.rank, self.comm.size, self.problem.dtype)
-        L_all, mean_low = self.comm.allreduce_mean([spread, self.w.new_tensor([low])])
-        if self.problem.strong_convexity:
-            self.mu_low = max(float(self.problem.strong_convexity), float(mean_low))
-        return float(L_all.max()) * self.comm.size
-
-    def step_size(self, shift: float) -> float:
-        """η_l: ``lr``, or min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), L = max_i L_i: GD's step on the corrected local
-        objectives, and the K steps reach at most the time 1/μ̲ they take to settle (module docstring)."""
-        if self.local.lr is not None or self.problem.strong_convexity is None:
-            return super().step_size(shift)    # a given lr; 1/L off the convex problems (no theorem for 2/(L + μ))
-        L = self.L_max + shift
-        lr = min(2.0 / (L + self.mu_low), self.lr_factor / L)
-        return min(lr, 1.0 / (self.local.local_steps * self.mu_low)) if self.mu_low > 0 else lr
-
-    def step(self) -> dict[str, float]:
+    def round(self) -> dict[str, float]:
         members, inside = self.members()                                   # S_t; (w, c) sent down to them
-        w, K, lr = self.w, self.local.local_steps, self.step_size(0.0)
+        w, K, lr = self.w, self.local.local_steps, self.lr
         delta_y = delta_c = torch.zeros_like(w)
         if inside:
             y, grad_w = w, self.local_grad(w)
@@ -153,11 +123,11 @@ class Scaffold(Federated):
         (mean_dy, mean_dc), reduced = self.average(members, [delta_y, delta_c], self.payload(w), down=[w, self.c])
         self.w = w + self.server_lr * mean_dy                              # server step
         self.c = self.c + (len(members) / self.comm.size) * mean_dc         # c += (|S|/m) mean_S Δc_i
-        return {**self.record(reduced, members), "lr": lr, "server_lr": self.server_lr}  # what the nulls chose
+        return {**self.record(reduced, members), "lr": lr, "server_lr": self.server_lr}
 
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap: K local steps of η_l a round are the knobs to turn (module docstring)."""
-        return (f"SCAFFOLD moves at most {self.local.local_steps} local steps of lr {self.step_size(0.0):.3g} a round "
+        return (f"SCAFFOLD moves at most {self.local.local_steps} local steps of lr {self.lr:.3g} a round "
                 f"(min(2/(L + mu), {self.lr_factor:g}/L, 1/(K mu)), L = max_i L_i, unless algorithm.lr is set: "
                 f"small when the shards' curvatures differ), scaled by the server step {self.server_lr:g} "
                 f"(algorithm.server_lr); "
@@ -173,9 +143,9 @@ class Scaffold(Federated):
 
 
 @dataclass(frozen=True)
-class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     local_steps: int = 10  # module docstring: K = 3 stalled on label-skewed shards
-    server_lr: float | None = None  # η_g; null: `default_server_step` (module docstring)
+    server_lr: float | None = None  # η_g; null: `baselines.defaults.scaffold_server_step` (module docstring)
     option: int = 2        # the control variate: 2, the mean corrected gradient of the K steps; 1, ∇O_i(w_t)
     lr_factor: float = 1.9  # lr null: η_l = min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), lr_factor in (0, 2)
     local_solver: str = "steps"
@@ -194,7 +164,25 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
         self.check_local()
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "Scaffold":
-        return Scaffold(problem, comm, server_lr=self.server_lr, option=self.option, lr_factor=self.lr_factor,
-                        sampling=self, local=self, seed=self.seed)
+        """The nulls resolved (`baselines.defaults`): η_l from max_i L_i and μ̲ (one allreduce before round 0), η_g."""
+        resolution, lr, server_lr, K = Resolution(), self.lr, self.server_lr, self.local_steps
+        convex = problem.strong_convexity is not None
+        if lr is None:
+            L, mean_low = smoothness_and_lowest(problem, comm, iters=self.power_iters, seed=self.seed)
+            if convex:  # no theorem for 2/(L + μ) off the convex problems: 1/L there
+                mu_low = strong_convexity_bound(float(problem.strong_convexity), mean_low) \
+                    if problem.strong_convexity else 0.0
+                lr = resolution.add("lr", scaffold_local_step(L, mu_low, K, self.lr_factor), "scaffold_local_step",
+                                    smoothness=L, mu_low=mu_low, local_steps=K, lr_factor=self.lr_factor)
+            else:
+                lr = resolution.add("lr", local_step(L), "local_step", smoothness=L)
+        if server_lr is None:
+            rule_step = self.lr is None and convex and not self.paper  # paper=true: the paper's η_g = 1
+            server_lr = resolution.add("server_lr", scaffold_server_step(K, rule_step), "scaffold_server_step",
+                                       local_steps=K, rule_step=rule_step)
+        return Scaffold(problem, comm, lr=lr, server_lr=server_lr, option=self.option, lr_factor=self.lr_factor,
+                        sampling=self, local=self,
+                        seed=self.seed, defaults=resolution.entries)

@@ -10,16 +10,11 @@ Round r of S-DANE (the paper's Algorithm 1), clients S (all m without sampling),
     v &\leftarrow \frac{B v + a\mu\,x - a\,G}{B + a\mu}
 
 with a = 1/λ and B = 1; μ ≥ 0 is the strong convexity of O (``mu``; null: the problem's).
-λ = ``lam``; null: measured at w_0 before round 0 (`baselines.federated.default_prox_weight`): δ_A·max(1/512,
-(δ_A/‖H‖)²/16), δ_A = sqrt(mean_i ‖H_i − H‖²) (the theory's λ = δ_A is a worst case), Acc-S-DANE's with
-`ACC_HETEROGENEITY_DIVISOR` for 16; for d ≤ 512, where it is smaller, the λ at which the local preconditioners'
-departure from the global one balances the slowest flat direction's contraction
-(`baselines.federated.balanced_prox_weight`).  Under client sampling (s < m) the null is at least
-0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1)) (Acc-S-DANE: 1.0·q·(‖H‖ + 2δ_A), `ACC_SAMPLED_PROX_PER_CURVATURE`)
-(`baselines.federated.sampled_prox_weight`: the floor a sampled run stalls at falls as 1/λ, as the paper's λ under
-partial participation grows with the sampling variance).  Under full participation a null λ doubles, up to δ_A, when
-the objective climbs or cycles, or (S-DANE) its steps settle into an overshoot (`baselines.federated.CyclingObjective`;
-``adaptive=true`` moves λ itself).
+λ = ``lam``: a number.  ``null`` is resolved before the method is built by `baselines.defaults.prox_weight` from
+δ_A, ‖H‖ and the preconditioner gap measured at w_0 (Acc-S-DANE with its own constants, ``ACC_*`` there); under full
+participation on a convex problem a null λ then doubles, up to δ_A, when the objective climbs or cycles or (S-DANE)
+the steps settle into an overshoot (`baselines.adaptive.WeightDoubling`; ``adaptive=true`` moves λ itself).  Both
+are this package's rules, not the paper's, and a run lists them (``algorithm.paper=true``: resolved and frozen).
 Acc-S-DANE (Algorithm 2, ``accelerated=true``) centres the round at y = (A x + a v)/(A + a) instead
 of v, where a > 0 solves λa² = (A + a)B, and after the round A ← A + a, B ← B + μa (A = 0, B = 1 at
 the start).  With one client and an exact solve, S-DANE is the proximal point method v ← prox_{O/λ}(v)
@@ -48,7 +43,7 @@ the dissimilarity sits in directions of curvature at least δ, it needs fewer ro
 G = λ(v − x), and the v-update returns v = x: S-DANE is then DANE (FedDANE with η = 1, μ = λ, solving on its
 gradient's clients) round for round; its gain is the milder accuracy test.  Under client sampling both have a
 floor (the sampled gradient is not zero at the optimum) and a sampled run ends with status ``sampling_floor``
-once its objective stops improving (`baselines.federated.SamplingFloor`); the floor falls as 1/λ, hence the larger
+once its objective stops improving (`baselines.adaptive.FloorStop`); the floor falls as 1/λ, hence the larger
 sampled default (above; its side-by-side run against a λ grid: results/bench_runs/sampled_lambda.json).
 
 The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 = v_0).
@@ -56,44 +51,30 @@ Departure from the paper: the accuracy test is per client (the paper's sums over
 per-client test implies).  ``adaptive=true`` is the paper's adaptive λ as mlolab/S-DANE runs it (full
 participation only): after an accepted round λ is halved, after a rejected one doubled and the round's
 result dropped (`SDANE.accepts`, a third allreduce a round); records carry ``accepted``.  Acc-S-DANE at its
-default λ (full participation, convex: where `baselines.federated.CyclingObjective` watches it) restarts its
-extrapolation (A = 0, B = 1, v = x) after a round whose objective rose above the last round's and when λ doubles:
-the function-value adaptive restart of O'Donoghue & Candès (2015).  Without it the extrapolation's bumps read as
-cycles, λ doubled past its best, and on bench_defaults' rare one-hot logistic cells with λ = 1e-5 the default did not
-reach 1e-8 in 150 rounds (results/bench_runs/defaults_federated_v10_acc.json beside
-defaults_federated_v11_acc.json).  A λ the user sets runs the paper's algorithm unchanged.
+default λ (full participation, convex) restarts its extrapolation (A = 0, B = 1, v = x) after a round whose
+objective rose above the last round's and when λ doubles (`baselines.adaptive.Restart`: the function-value adaptive
+restart of O'Donoghue & Candès 2015; without it the extrapolation's bumps read as cycles and λ doubled past its best
+on ``make bench``'s ``defaults`` one-hot logistic cells).  A λ the user sets runs the paper's algorithm unchanged.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
-from dane.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .federated import (GAP_BALANCE, HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Federated, LocalSolveKeys,
-                        default_prox_weight)
+from .adaptive import Adaptation, FloorStop, Restart, WeightDoubling
+from .defaults import (ACC_GAP_BALANCE, ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE, GAP_BALANCE,
+                       HETEROGENEITY_DIVISOR, LOCAL_RETRIES, SAMPLED_PROX_PER_CURVATURE, Resolution, local_step,
+                       tighter)
+from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weight
 
-RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails the accuracy test
-#: Acc-S-DANE's δ_A-based default λ is at least δ_A (δ_A/‖H‖)² / this (S-DANE's rule has 16, `baselines.federated`).  At S-DANE's
-#: rule Acc-S-DANE diverged on phishing over 20 and over 100 Dirichlet clients (δ_A/‖H‖ ≈ 0.6 and 1), where it
-#: converged at δ_A/8 (``make bench``'s ``federated`` sections); on the defaults families (δ_A/‖H‖ ≤ 0.45) it is
-#: the floor or this term (scripts/bench_defaults.py measures both).
-ACC_HETEROGENEITY_DIVISOR = 4
-#: Acc-S-DANE's sampled default λ is at least this times q·(‖H‖ + 2δ_A) (S-DANE's: `baselines.federated`'s 0.5): its
-#: extrapolation carries more of the sampled gradient's noise, and at S-DANE's factor its floor stayed above
-#: S-DANE's on label-skewed shards (results/bench_runs/sampled_lambda_acc.json beside sampled_lambda.json).
-ACC_SAMPLED_PROX_PER_CURVATURE = 1.0
-#: Acc-S-DANE's balanced default λ (d ≤ 512) is where this times the mean preconditioner gap meets the flat rate
-#: (S-DANE's: `baselines.federated.GAP_BALANCE`; a larger value is a larger λ): at S-DANE's its extrapolation climbed
-#: on bench_defaults' rare one-hot logistic cells with λ = 1e-5 (defaults_federated_v9.json beside v10_acc).
-ACC_GAP_BALANCE = 2.0
 
 
 def extrapolation(lam: float, A: float, B: float) -> float:
@@ -103,64 +84,40 @@ def extrapolation(lam: float, A: float, B: float) -> float:
 
 class SDANE(Federated):
     name = "sdane"
-    floors_under_sampling = True  # module docstring
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
 
-    def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, mu: float | None = None,
-                 accelerated: bool = False, adaptive: bool = False, **kwargs):
+    def __init__(self, problem: Problem, comm: Communicator, *, lam: float, mu: float, accelerated: bool = False,
+                 adaptive: bool = False, **kwargs):
         super().__init__(problem, comm, **kwargs)
-        self.adaptive, self.accepted = adaptive, True
-        divisor, per_curvature, balance = (
-            (ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE, ACC_GAP_BALANCE) if accelerated
-            else (HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, GAP_BALANCE))
-        if lam is None:
-            lam, delta_a = default_prox_weight(problem, comm, "algorithm.lam", divisor, sampler=self.sampler,
-                                               per_curvature=per_curvature, balance=balance)
-            if not adaptive:  # adaptive: the line search moves λ
-                self.watch_default_weight(delta_a)
-        self.lam = lam
-        self.accelerated = accelerated
-        self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
+        self.lam, self.mu, self.accelerated, self.adaptive, self.accepted = lam, mu, accelerated, adaptive, True
         self.v = self.w.clone()
         self.A, self.B = 0.0, 1.0
         self.local_failed = False
-        self.last_objective: float | None = None  # Acc-S-DANE's restart test (a default λ only)
 
-    def step(self) -> dict[str, float]:
-        lam, mu, x, v = self.lam, self.mu, self.w, self.v
-        if self.accelerated:
-            a = extrapolation(lam, self.A, self.B)
-            centre = (self.A * x + a * v) / (self.A + a)                     # y
-        else:
-            a, centre = 1.0 / lam, v
+    def round(self) -> dict[str, float]:
+        lam, mu, x, v, A, B = self.lam, self.mu, self.w, self.v, self.A, self.B
+        a = extrapolation(lam, A, B) if self.accelerated else 1.0 / lam
+        centre = (A * x + a * v) / (A + a) if self.accelerated else v          # y (Acc-S-DANE) or v
         members, inside = self.members()                                      # S
         grad_x, payload = self.grad_and_payload(x)                           # x_r's metrics ride along
         grad_c = grad_x if torch.equal(centre, x) else self.local_grad(centre)
         (g_bar,), reduced = self.average(members, [grad_c], payload, down=[centre])   # 1. mean_S ∇O_j(centre)
-        x_i, grad_i = centre, grad_c
-        if inside:
-            x_i, grad_i = self.local_solve(centre, grad_c - g_bar, grad_c)   # 2. x_i ≈ argmin F_i
+        x_i, grad_i = self.local_solve(centre, grad_c - g_bar, grad_c) if inside else (centre, grad_c)  # 2. argmin F_i
         (x_bar, G), _ = self.average(members, [x_i, grad_i], down=[g_bar])   # 3. x = mean x_i, G = mean ∇O_i(x_i)
-        if self.adaptive and not self.accepts(centre, x_i, grad_i, x_bar, G):
-            self.lam, self.accepted = 2.0 * lam, False                        # rejected: x, v, A, B stay
-            return {**self.record(reduced, members), "lam": lam, "accepted": False}
-        B = self.B if self.accelerated else 1.0
-        self.v = (B * v + a * mu * x_bar - a * G) / (B + a * mu)
-        self.w = x_bar
+        if not (self.line_search(centre, x_i, grad_i, x_bar, G) if self.adaptive else True):  # adaptive λ
+            return {**self.record(reduced, members), "lam": lam, "accepted": False}   # rejected: x, v, A, B stay
+        B = B if self.accelerated else 1.0
+        self.v, self.w = (B * v + a * mu * x_bar - a * G) / (B + a * mu), x_bar  # 4. v-update
         if self.accelerated:
-            self.A, self.B = self.A + a, self.B + mu * a
-        extra = {}
-        if self.adaptive:
-            self.lam, self.accepted, extra = 0.5 * lam, True, {"accepted": True}  # accepted: try half next round
-        out = {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed, **extra}
-        point = None if self.accelerated else x_bar  # an accelerated run's steps turn back by design
-        self.lam = self.cycling.next_weight(self.lam, out["objective"], point)  # a default λ doubles: cycles, overshoot
-        if self.accelerated and self.cycling.active:  # a default λ: restart the extrapolation from x (docstring)
-            rose = self.last_objective is not None and out["objective"] > self.last_objective
-            if rose or self.lam != lam:
-                self.A, self.B, self.v = 0.0, 1.0, x_bar.clone()
-            self.last_objective = out["objective"]
-        return out
+            self.A, self.B = A + a, B + mu * a
+        return {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed,
+                **({"accepted": True} if self.adaptive else {})}
+
+    def line_search(self, centre, x_i, grad_i, x_bar, G) -> bool:
+        """The paper's adaptive λ (``adaptive=true``): `accepts` the round, then λ is halved (accepted) or doubled."""
+        self.accepted = self.accepts(centre, x_i, grad_i, x_bar, G)
+        self.lam = 0.5 * self.lam if self.accepted else 2.0 * self.lam
+        return self.accepted
 
     def accepts(self, centre, x_i, grad_i, x_bar, G) -> bool:
         r"""The adaptive-λ acceptance test (mlolab/S-DANE's line search), one more allreduce:
@@ -196,7 +153,7 @@ class SDANE(Federated):
         z = self.prox(centre, h, lam, anchor_grad=grad_c)
         grad_z = self.local_grad(z)
         solver = self.solver
-        for _ in range(RETRIES if solver is not None and solver.method in ("cg", "svrg", "lbfgs") else 0):
+        for _ in range(LOCAL_RETRIES if solver and solver.method in ("cg", "svrg", "lbfgs") else 0):
             if passes(z, grad_z):
                 break
             solver = tighter(solver)
@@ -205,27 +162,18 @@ class SDANE(Federated):
         self.local_failed = self.problem.strong_convexity is not None and not passes(z, grad_z)
         return z, grad_z
 
-    def floor_diagnosis(self) -> str:
-        return (f"{super().floor_diagnosis()}; a larger algorithm.lam (now {self.lam:.3g}) lowers it and slows each "
-                f"round")
+    def floor_diagnosis(self, floor) -> str:
+        return (f"{super().floor_diagnosis(floor)}; a larger algorithm.lam (now {self.lam:.3g}) lowers it and slows "
+                f"each round")
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "v": self.v.clone(), "A": self.A, "B": self.B, "lam": self.lam,
-                "accepted": self.accepted, "last_objective": self.last_objective}
+                "accepted": self.accepted}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.v, self.A, self.B = state["v"].clone(), float(state["A"]), float(state["B"])
         self.lam, self.accepted = float(state["lam"]), bool(state["accepted"])
-        self.last_objective = state.get("last_objective")  # absent in checkpoints from before the restart
-
-
-def tighter(solver: LocalSolver) -> LocalSolver:
-    """The same solver asked for more: twice the SVRG passes, else a 100 times smaller tolerance."""
-    if solver.method == "svrg":
-        passes = solver.passes if isinstance(solver.passes, int) else 3
-        return replace(solver, passes=2 * passes)
-    return replace(solver, tol=solver.tol / 100)
 
 
 class AccSDANE(SDANE):
@@ -233,7 +181,7 @@ class AccSDANE(SDANE):
 
 
 @dataclass(frozen=True)
-class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
+class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     lam: float | None = None
     mu: float | None = None
     accelerated: bool = False
@@ -256,11 +204,30 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys):
             self.refuse_sampling(self.name + " algorithm.adaptive=true", "the line search's test averages over every "
                                  "client (the paper's and mlolab/S-DANE's adaptive lambda is for full participation)")
         checks.integer("algorithm.seed", self.seed)
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "SDANE":
-        return (AccSDANE if self.accelerated else SDANE)(problem, comm, lam=self.lam, mu=self.mu,
-                                                         accelerated=self.accelerated, adaptive=self.adaptive,
-                                                         sampling=self, local=self, seed=self.seed)
+        """The nulls resolved (`baselines.defaults`), the adaptations that apply attached (`baselines.adaptive`)."""
+        resolution, adaptations = Resolution(), []
+        smoothness = self.measured_smoothness(problem, comm, resolution)
+        (s, m), lam, mu = self.clients(comm), self.lam, self.mu
+        if lam is None:
+            rule = ((ACC_HETEROGENEITY_DIVISOR, ACC_GAP_BALANCE, ACC_SAMPLED_PROX_PER_CURVATURE) if self.accelerated
+                    else (HETEROGENEITY_DIVISOR, GAP_BALANCE, SAMPLED_PROX_PER_CURVATURE))
+            lam, delta_a = resolve_prox_weight(problem, comm, "lam", resolution, s=s, m=m, divisor=rule[0],
+                                               balance=rule[1], per_curvature=rule[2])
+            watched = not self.adaptive and s == m and problem.strong_convexity is not None  # adaptive: moves λ itself
+            adaptations += [WeightDoubling("lam", delta_a, point=not self.accelerated)] * \
+                (watched and self.allows("double_weight"))
+            adaptations += [Restart()] * (watched and self.accelerated and self.allows("restart"))
+        if mu is None:
+            mu = resolution.add("mu", float(problem.strong_convexity or 0.0), "problem.strong_convexity")
+        if smoothness:
+            resolution.add("lr", local_step(smoothness, lam), "local_step", smoothness=smoothness, shift=lam)
+        adaptations += [FloorStop()] * (s < m and self.allows("sampling_floor"))
+        return (AccSDANE if self.accelerated else SDANE)(
+            problem, comm, lam=lam, mu=mu, accelerated=self.accelerated, adaptive=self.adaptive, sampling=self,
+            local=self, seed=self.seed, smoothness=smoothness, adaptations=adaptations, defaults=resolution.entries)
 
 
 @dataclass(frozen=True)

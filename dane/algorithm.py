@@ -49,9 +49,13 @@ class Rounds:
     #: the run ends on the record that describes that answer (`dane.runner.run`)
     finished: tuple[str, str] | None = None
     #: whether the method raises its own damping when its objective rises (a default proximal weight:
-    #: `baselines.federated.CyclingObjective`); the divergence watch then waits for the objective to stay above round 0
+    #: `baselines.adaptive.WeightDoubling`); the divergence watch then waits for the objective to stay above round 0
     #: and rise (`dane.runner.DivergenceWatch`), as under client sampling
     damps_itself: bool = False
+    #: the package's default rules this run's nulls were resolved by, each {"key", "value", "rule", "stats"}
+    #: (`baselines.defaults.Resolution`), for the first lines and the summary (`dane.callbacks.Policy`); None: the
+    #: method does not track them
+    defaults: tuple[dict, ...] | None = None
 
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, what this method's own state says about why it is slow, naming the override

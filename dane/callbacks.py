@@ -191,6 +191,37 @@ class ProblemFacts(Callback):
             summary["data"] = loop.problem.data_info
 
 
+class Policy(Callback):
+    """The package's default rules as a run applied them (a method that tracks them sets ``algo.defaults``:
+    `dane.algorithm.Rounds.defaults`): rank 0 shows each resolved default before round 0, and the summary lists them
+    (``defaults``), every mid-run adaptation its records carry (``adaptations``: round, key, from, to, trigger) and
+    whether any package rule applied (``package_rules_applied``: false for a run given every number), and the
+    adaptations that were watching (``adaptations_attached``, `baselines.adaptive`)."""
+
+    def __init__(self, show: bool):
+        self.show = show
+
+    def on_start(self, loop) -> None:
+        defaults = getattr(loop.algo, "defaults", None)
+        if not self.show or defaults is None or loop.comm.rank != 0:
+            return
+        for entry in defaults:
+            stats = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry["stats"].items())
+            value = f"{entry['value']:.6g}" if isinstance(entry["value"], float) else entry["value"]
+            say(f"default: {entry['key']} = {value} ({entry['rule']}" + (f": {stats})" if stats else ")"))
+        if not defaults:
+            say("default: none (every number given)")
+
+    def on_end(self, loop, summary: dict) -> None:
+        defaults = getattr(loop.algo, "defaults", None)
+        if defaults is None:
+            return
+        adaptations = [{"round": r["round"], **event} for r in loop.records for event in r.get("adapted", ())]
+        summary.update(defaults=list(defaults), adaptations=adaptations,
+                       package_rules_applied=bool(defaults or adaptations),
+                       adaptations_attached=[a.name for a in getattr(loop.algo, "adaptations", ())])
+
+
 class SimulatedCost(Callback):
     """The simulator's clocks: simulated parallel time, its compute and communication parts, and the cost model."""
 
@@ -304,7 +335,7 @@ def worker_callbacks(spec, loop, collect: dict | None = None, *, start: list[Cal
     """
     control, rank = spec.control, loop.comm.rank
     callbacks: list[Callback] = [Faults(control.faults), *(start if start is not None else [Checkpoints(spec)]),
-                                 Timeline(), ProblemFacts()]
+                                 Timeline(), ProblemFacts(), Policy(shows(control))]
     if spec.comm.simulated:
         callbacks.append(SimulatedCost())
     if collect is not None:

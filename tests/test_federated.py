@@ -210,7 +210,7 @@ def test_a_sampled_run_ends_at_its_floor_and_says_why(method, knob):
     run ends with status sampling_floor once its best is max(10, best round / 2) rounds old (`SamplingFloor`), its
     stop line naming the override; under full participation the same run converges."""
     from dane.api import fit
-    from dane.baselines.federated import FLOOR_ROUNDS
+    from dane.baselines.adaptive import FLOOR_ROUNDS
 
     sampled = fit(SMALL, method, workers=4, rounds=200, tol=1e-14, clients_per_round=2, **{knob: 0.05})
     objectives = [r["objective"] for r in sampled.records]
@@ -257,7 +257,7 @@ def test_default_lambda_balances_the_preconditioner_gap(m, rows):
     of the shards' Hessians on the measurement's octaves (the rule's interpolation: test_balanced_weight_*)."""
     import numpy as np
 
-    from dane.baselines.federated import balanced_prox_weight, prox_per_dissimilarity
+    from dane.baselines.defaults import balanced_prox_weight, prox_per_dissimilarity
     from dane.similarity import GAP_OCTAVES
 
     problem = RidgeSyntheticConfig(n_samples=rows, dim=12, lam=0.01, noise_std=0.5)
@@ -294,7 +294,7 @@ def test_on_ill_conditioned_shards_the_default_lambda_is_the_balanced_one_far_be
     import numpy as np
 
     import dane
-    from dane.baselines.federated import balanced_prox_weight
+    from dane.baselines.defaults import balanced_prox_weight
     from dane.similarity import GAP_OCTAVES
     from dane.synthetic.defaults_data import make
 
@@ -401,7 +401,7 @@ def test_sampling_variance_factor_is_the_variance_of_a_sampled_mean(m, s):
     """q = (m − s)/(s(m − 1)): over every s-subset S of m vectors, mean_S ‖mean_{i∈S} z_i − z̄‖² = q mean_i ‖z_i − z̄‖²."""
     from itertools import combinations
 
-    from dane.baselines.federated import sampling_variance_factor
+    from dane.baselines.defaults import sampling_variance_factor
 
     z = torch.randn(m, 3, generator=torch.Generator().manual_seed(m + s), dtype=torch.float64)
     spread = float(((z - z.mean(0)) ** 2).sum(1).mean())
@@ -416,7 +416,7 @@ def test_sampled_default_lambda_grows_with_the_sampling_variance(monkeypatch, de
     1.0 for Acc-S-DANE (λ_full here the Lanczos path's, divisor 4 for Acc-S-DANE); at s = m (and null) the
     full-participation rule, unchanged."""
     import dane.baselines.federated as federated
-    from dane.baselines.federated import SAMPLED_PROX_PER_CURVATURE
+    from dane.baselines.defaults import SAMPLED_PROX_PER_CURVATURE
 
     monkeypatch.setattr(federated, "hessian_dissimilarity",
                         lambda problem, comm, key, gap=False: {"delta_a": delta_a, "hessian_norm": norm})

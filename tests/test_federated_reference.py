@@ -1,4 +1,6 @@
-"""S-DANE, Acc-S-DANE, SCAFFOLD, Scaffnew and FedRed against plain NumPy transcriptions of the papers' rounds.
+"""S-DANE, Acc-S-DANE, SCAFFOLD, Scaffnew, FedRed, FedDANE, FedProx and FedAvg against NumPy transcriptions of the
+papers' rounds, each run given every number: its summary says no package rule applied (`baselines.defaults`,
+`baselines.adaptive`) and no record carries an adaptation.
 
 Each reference below is written from the paper's algorithm box (S-DANE and Acc-S-DANE: Jiang, Rodomanov & Stich,
 NeurIPS 2024, Algorithms 1 and 2, as mlolab/S-DANE runs them; SCAFFOLD: Karimireddy et al. 2020, Algorithm 1 with
@@ -72,7 +74,10 @@ def objective(clients, w):
 
 
 def check(result, reference, clients):
-    """The package's records (x_0 .. x_R) and final iterate against the reference's iterates."""
+    """The package's records (x_0 .. x_R) and final iterate against the reference's iterates; no package rule ran."""
+    assert result.summary["defaults"] == [] and result.summary["adaptations"] == []
+    assert result.summary["package_rules_applied"] is False
+    assert not any("adapted" in r for r in result.records)
     objectives = [r["objective"] for r in result.records]
     assert objectives[-1] < 0.8 * objectives[0]  # it moved: the comparison is not of two starting points
     np.testing.assert_allclose(objectives, [objective(clients, w) for w in reference], rtol=1e-12, atol=0)
@@ -194,5 +199,48 @@ def test_fedred_iterates_equal_the_papers_rounds(setting, control_variate):
     lam, gamma, K = 0.05, 0.5, 8
     reference = reference_fedred(clients, lam, gamma, K, control_variate, ROUNDS)
     result = dane.fit(dane.problems.LogReg(X, y, lam=LAM), "fedred", workers=M, rounds=ROUNDS, lam=lam, lr=gamma,
-                      local_steps=K, control_variate=control_variate)
+                      local_steps=K, control_variate=control_variate, cv_weight=1 / (K * gamma))
     check(result, reference, clients)
+
+
+def reference_feddane(clients, mu, rounds):
+    """FedDANE (η = 1, every client): w_i = argmin O_i(w) − ⟨∇O_i(w_t) − g_t, w⟩ + (μ/2)‖w − w_t‖², w_{t+1} = mean."""
+    w, iterates = np.zeros(clients[0].X.shape[1]), []
+    for _ in range(rounds):
+        iterates.append(w)
+        g = np.mean([c.grad(w) for c in clients], axis=0)
+        w = np.mean([c.prox(w, c.grad(w) - g, mu) for c in clients], axis=0)
+    iterates.append(w)
+    return iterates
+
+
+def test_feddane_iterates_equal_the_papers_rounds(setting):
+    X, y, clients = setting
+    mu = 0.05
+    result = dane.fit(dane.problems.LogReg(X, y, lam=LAM, local_tol=1e-14), "feddane", workers=M, rounds=ROUNDS, mu=mu)
+    check(result, reference_feddane(clients, mu, ROUNDS), clients)
+
+
+def reference_fedprox(clients, mu, lr, K, rounds):
+    """FedProx with K gradient steps of ``lr`` on O_i + (μ/2)‖· − w_t‖² from w_t, then the mean (μ = 0: FedAvg)."""
+    w, iterates = np.zeros(clients[0].X.shape[1]), []
+    for _ in range(rounds):
+        iterates.append(w)
+        local = []
+        for c in clients:
+            z = w.copy()
+            for _ in range(K):
+                z = z - lr * (c.grad(z) + mu * (z - w))
+            local.append(z)
+        w = np.mean(local, axis=0)
+    iterates.append(w)
+    return iterates
+
+
+@pytest.mark.parametrize("method, mu", [("fedprox", 0.1), ("fedavg", 0.0)])
+def test_fedprox_and_fedavg_iterates_equal_the_papers_rounds(setting, method, mu):
+    X, y, clients = setting
+    lr, K = 0.5, 5
+    result = dane.fit(dane.problems.LogReg(X, y, lam=LAM), method, workers=M, rounds=ROUNDS, mu=mu, lr=lr,
+                      local_steps=K)
+    check(result, reference_fedprox(clients, mu, lr, K, ROUNDS), clients)

@@ -21,6 +21,11 @@ from helpers import ridge_shards, simulate
 SMALL = RidgeSyntheticConfig(n_samples=240, dim=12, lam=0.01, noise_std=0.5)
 
 
+
+def at_floor(algo) -> str | None:
+    """The line a run at its sampling floor ended with (`baselines.adaptive.FloorStop`), else None."""
+    return None if algo.finished is None else algo.finished[1]
+
 def test_fedred_null_local_steps_is_ten_under_full_participation_bit_for_bit():
     shards = ridge_shards(4, SMALL)
     default = simulate(FedRedConfig(), shards, 6)[0]
@@ -134,7 +139,7 @@ def test_fedred_type1_under_sampling_has_a_floor_and_ends_at_it():
     sampled round (c_S ≠ 0) and the stationary suboptimality, computed from the rounds' affine maps, is positive.
     The run's iterates are the hand recursion's, it ends with status sampling_floor at the first round the rule
     allows, its stop line names the knobs; the same run with all clients converges."""
-    from dane.baselines.federated import FLOOR_ROUNDS
+    from dane.baselines.adaptive import FLOOR_ROUNDS
 
     m, s, lam, steps = 4, 2, 0.5, 10
     shards = ridge_shards(m, SMALL)
@@ -150,13 +155,13 @@ def test_fedred_type1_under_sampling_has_a_floor_and_ends_at_it():
         torch.testing.assert_close(w, x, rtol=0, atol=1e-11, msg=f"round {t}")
     objectives = [r["objective"] for r in records]
     best = objectives.index(min(objectives))
-    assert algo.at_floor is not None and len(records) - 1 == best + max(FLOOR_ROUNDS, best // 2) < 200
-    assert "fewer algorithm.local_steps (now 10)" in algo.at_floor
-    assert "algorithm.control_variate=2 has no floor" in algo.at_floor
+    assert at_floor(algo) is not None and len(records) - 1 == best + max(FLOOR_ROUNDS, best // 2) < 200
+    assert "fewer algorithm.local_steps (now 10)" in at_floor(algo)
+    assert "algorithm.control_variate=2 has no floor" in at_floor(algo)
     # random averaging: type 2's correction against x̄ keeps Σ_i h_i = 0 there too (tests/test_fedred_type2.py)
     algo = simulate(FedRedConfig(lam=lam, local_steps=steps, averaging="random", clients_per_round=s, seed=3),
                     shards, 200)[0][0]
-    assert algo.at_floor is not None and "algorithm.control_variate=2 has no floor" in algo.at_floor
+    assert at_floor(algo) is not None and "algorithm.control_variate=2 has no floor" in at_floor(algo)
     # The floor is the long-run mean of the recursion (20,000 rounds of random sets after 100: within 5%) ...
     rng, e, total = random.Random(0), torch.zeros(SMALL.dim, dtype=torch.float64), 0.0
     H = sum(hessian(shard) for shard in shards) / m
@@ -173,7 +178,7 @@ def test_fedred_type1_under_sampling_has_a_floor_and_ends_at_it():
     assert full[-1]["suboptimality"] <= 1e-12 and len(full) < 200
     # with all clients the floor stop never fires, though the objective stops improving once at round-off
     algo, full, _ = simulate(FedRedConfig(lam=lam, local_steps=steps), shards, 80)[0]
-    assert len(full) == 81 and algo.at_floor is None and full[40]["suboptimality"] < 1e-14
+    assert len(full) == 81 and at_floor(algo) is None and full[40]["suboptimality"] < 1e-14
 
 
 def test_fedred_type2_under_sampling_converges_its_control_variates_summing_to_zero():
@@ -190,7 +195,7 @@ def test_fedred_type2_under_sampling_converges_its_control_variates_summing_to_z
                                rtol=0, atol=1e-12)
     done = simulate(config, shards, 1000, tol=1e-14)
     algo, records, _ = done[0]
-    assert records[-1]["suboptimality"] <= 1e-14 and len(records) < 1000 and algo.at_floor is None
+    assert records[-1]["suboptimality"] <= 1e-14 and len(records) < 1000 and at_floor(algo) is None
     H = sum(hessian(shard) for shard in shards) / m
     w_star = torch.linalg.solve(H, sum(shard.b for shard in shards) / m)
     assert float((algo.w - w_star).norm()) < 1e-6  # suboptimality 1e-14, λ_min(H) ≈ 1.3: ‖e‖ ≈ 1e-7

@@ -102,7 +102,7 @@ def test_type2_reaches_the_optimum_under_random_averaging_and_a_server_step(aver
 class PaperFedRed(FedRed):
     """The paper's type-2 correction c(x_{r+1} − x_i), as FedRed's round read before the x̄ form (type 2 only)."""
 
-    def step(self) -> dict[str, float]:
+    def round(self) -> dict[str, float]:
         x = self.w
         members, inside = self.members()
         if self.h is None:
@@ -127,8 +127,11 @@ class PaperFedRed(FedRed):
 
 
 def build_paper(config, shard, comm):
-    return PaperFedRed(shard, comm, lam=config.lam, control_variate=2, averaging=config.averaging,
-                       server_lr=config.server_lr, sampling=config, local=config, seed=config.seed)
+    """`PaperFedRed` with the numbers ``config`` resolves (`FedRedConfig.build`)."""
+    ours = config.build(shard, comm)
+    return PaperFedRed(shard, comm, lam=ours.lam, local_steps=ours.local_steps, cv_weight=ours.cv_weight,
+                       gamma=ours.gamma, control_variate=2, averaging=config.averaging, server_lr=config.server_lr,
+                       sampling=config, local=config, seed=config.seed)
 
 
 @pytest.mark.parametrize("clients", [None, 2])

@@ -1,4 +1,4 @@
-"""A default proximal weight doubles when the objective cycles or climbs (`baselines.federated.CyclingObjective`).
+"""A default proximal weight doubles when the objective cycles or climbs (`baselines.adaptive.CyclingObjective`).
 
 The rule on scripted objectives (the rounds it doubles at, computed by hand from its definition), and end to end:
 on shards smaller than the dimension, where the default weight of S-DANE and Acc-S-DANE is far below the
@@ -13,7 +13,7 @@ import torch
 
 import dane
 from dane.baselines.feddane import FedDANEConfig
-from dane.baselines.federated import CYCLE_ROUNDS, CyclingObjective
+from dane.baselines.adaptive import CYCLE_ROUNDS, CyclingObjective
 from dane.baselines.fedred import FedRedConfig
 from dane.baselines.sdane import SDANEConfig
 from helpers import straight_and_resumed
@@ -95,7 +95,7 @@ def one_hot_logreg(seed=1, n=400, groups=8, levels=6):
 
 def dissimilarity_weight(problem, workers: int, divisor: float) -> float:
     """The δ_A-based default, δ_A·max(1/512, (δ_A/‖H‖)²/divisor) (`prox_per_dissimilarity`: the Lanczos path's)."""
-    from dane.baselines.federated import prox_per_dissimilarity
+    from dane.baselines.defaults import prox_per_dissimilarity
     from dane.similarity import measure
 
     shards = [problem.build(rank, workers, torch.float64) for rank in range(workers)]
@@ -157,7 +157,7 @@ def test_alternating_slow_steps_double_the_weight_after_the_set_number_of_rounds
     """Iterates x_t = (−0.95)^t e: from the third point on every step turns back (cosine −1) and shrinks by 0.95 >
     `ALTERNATING_RATIO`; the `ALTERNATING_ROUNDS`-th such step doubles the weight, the count starts again, and a
     falling objective alone would have left it.  Steps that keep their sign (x_t = 0.95^t e) never move it."""
-    from dane.baselines.federated import ALTERNATING_RATIO, ALTERNATING_ROUNDS
+    from dane.baselines.adaptive import ALTERNATING_RATIO, ALTERNATING_ROUNDS
 
     assert ALTERNATING_RATIO < 0.95
     e = torch.tensor([1.0, 2.0], dtype=torch.float64)
@@ -177,7 +177,7 @@ def test_balanced_weight_is_the_crossing_of_the_gap_and_the_flat_rate(balance, g
     rule's log interpolation (log of the gap is linear in log λ).  With μ > 0 and gap C/λ, the crossing solves
     λ² = balance·C·(μ + λ); the octave interpolation lands within 2% of it.  A gap above the flat rate at the largest
     weight gives None, one below it everywhere the smallest weight."""
-    from dane.baselines.federated import balanced_prox_weight
+    from dane.baselines.defaults import balanced_prox_weight
 
     weights = [2.0 ** -k for k in range(41)]
     gaps = [gap_scale / lam for lam in weights]

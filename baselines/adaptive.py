@@ -1,0 +1,288 @@
+r"""What adapts during a federated run: wrappers around a round, each switchable on its own and recorded when it fires.
+
+A `baselines.federated.Federated` method's ``round`` is its paper's round.  Its ``step`` runs the round, then each
+of its adaptations in order, as optax's ``apply_if_finite`` wraps an update: an adaptation reads the round's record
+(and the method's state), may change a number the method holds (a proximal weight, the extrapolation's A, B, v) or
+declare the run finished, and returns what it did as events ``{"key", "from", "to", "trigger"}``, which the round's
+record carries under ``adapted``.  A method's config attaches an adaptation only where it applied before this module
+existed (a weight the user left ``null``, full participation, a convex problem ...), lists them in
+``algorithm.adapt`` (null: every one that applies; ``[]``: none) and attaches none with ``algorithm.paper=true``.
+
+- ``double_weight`` (`WeightDoubling`, `CyclingObjective`): a default proximal weight doubles, up to δ_A, when the
+  objective climbs, cycles or the steps settle into an overshoot (full participation, convex);
+- ``restart`` (`Restart`): Acc-S-DANE's extrapolation restarts (A = 0, B = 1, v = x) after a round whose objective
+  rose or whose λ doubled: the function-value adaptive restart of O'Donoghue & Candès (2015);
+- ``sampling_floor`` (`FloorStop`, `SamplingFloor`): a sampled run of a method without a fixed point at the optimum
+  ends with status ``sampling_floor`` once its objective stops improving;
+- ``client_drift`` (`DriftStop`): a full-participation FedProx run ends with status ``client_drift`` once the
+  clients' moves cancel in the average.
+
+The constants are these rules' tuning constants (this package's, chosen on ``make bench``'s ``defaults`` and
+``federated`` sections and the runs the tests name).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dane.safeguard import accepts, step_ratio_and_cosine
+
+#: `SamplingFloor`: a sampled run whose objective has not improved on its best for this many rounds (and for half the
+#: rounds it took to reach that best) is at its floor
+FLOOR_ROUNDS = 10
+#: the window (rounds) over which `CyclingObjective` compares the objective's swing with its progress
+CYCLE_ROUNDS = 10
+#: `CyclingObjective`: this many rounds in a row whose step turns back on the last one (cosine below −this) ...
+ALTERNATING_COSINE = 0.9
+ALTERNATING_ROUNDS = 4
+#: ... while shrinking by less than this factor overshoot
+ALTERNATING_RATIO = 0.8
+#: `DriftStop`: the fall of ρ_t = ‖w_{t+1} − w_t‖ / mean_i ‖w_i − w_t‖ from ρ_0 at which a run is at its fixed point
+FIXED_POINT = 1e-3
+#: `stalled`: the share of a run's objective decrease its last quarter of rounds may make for it to have stalled
+STALLED = 1e-3
+#: the names ``algorithm.adapt`` takes
+ADAPTATIONS = ("double_weight", "restart", "sampling_floor", "client_drift")
+
+
+class SamplingFloor:
+    """The rounds since the global objective last improved on its best.  `update` says the run is at its floor once
+    it has not improved for max(`FLOOR_ROUNDS`, half the best's round) rounds: under client sampling a method without
+    a fixed point at the optimum (the sampled gradient mean_S ∇O_i(w*) is not zero when the shards differ) then
+    oscillates about a floor, and on label-skewed shards it can climb from there and diverge."""
+
+    def __init__(self) -> None:
+        self.best, self.best_round, self.rounds = math.inf, 0, 0
+
+    def update(self, objective: float) -> bool:
+        """Round ``rounds``'s objective in; whether the run is at its floor."""
+        if objective < self.best:
+            self.best, self.best_round = objective, self.rounds
+        self.rounds += 1
+        return self.rounds - 1 - self.best_round >= max(FLOOR_ROUNDS, self.best_round // 2)
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "best_round": self.best_round, "rounds": self.rounds}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.best_round, self.rounds = float(state["best"]), int(state["best_round"]), int(state["rounds"])
+
+
+class CyclingObjective:
+    r"""When a proximal weight should double, up to ``ceiling`` (δ_A, the theory's weight): the objective climbs,
+    cycles, or (given the iterates) the steps settle into an overshoot.  `trigger` names the last reason.
+
+    It climbs when it exceeds every objective since the weight last changed (round 0's at first).  Over the last
+    `CYCLE_ROUNDS` rounds' objectives f, the swing is max f − min f and the progress is how far min f fell below the
+    best objective before them; the objective cycles when the swing exceeds twice the progress.  Both compare beyond
+    ``rtol`` of round-off (`dane.safeguard.accepts`).  An objective that falls every round neither climbs nor cycles,
+    nor does one whose bumps are small against its descent.  Given the iterates, the weight also doubles when
+    `ALTERNATING_ROUNDS` steps in a row turn back on the one before (cosine below −`ALTERNATING_COSINE`) while
+    shrinking by less than `ALTERNATING_RATIO` (`dane.safeguard.step_ratio_and_cosine`).
+
+    This package's rule: the default weight is measured at w_0, where the theory asks for λ ≥ δ along the whole path;
+    where a client holds fewer rows than the dimension the dissimilarity against the curvature grows on the way to
+    the optimum, and the local solves overshoot and cycle (tests/test_prox_weight_rule.py's one-hot shards).  The
+    objective read is the one that already rides in each round's first allreduce (no communication)."""
+
+    def __init__(self, active: bool = True, ceiling: float = math.inf, rtol: float = 1e-12) -> None:
+        self.active, self.ceiling, self.rtol = active, ceiling, rtol
+        self.high: float | None = None  # the highest objective since the weight last changed (round 0's at first)
+        self.before, self.window = math.inf, []  # the best objective before the window; the window's objectives
+        self.point: torch.Tensor | None = None  # the last iterate, its step, and the overshooting steps in a row
+        self.step: torch.Tensor | None = None
+        self.alternating = 0
+        self.trigger = ""
+
+    def next_weight(self, weight: float, objective: float, point: torch.Tensor | None = None) -> float:
+        """The weight of the next round, given this round's weight, the objective at the round's start and, to read
+        overshoot from, the round's new iterate."""
+        if not self.active:
+            return weight
+        if point is not None and self.overshoots(point):
+            return self.doubled(weight, objective, "overshoot")
+        if self.high is not None and not accepts(objective, self.high, self.rtol):
+            return self.doubled(weight, objective, "climb")  # above every objective since the weight last changed
+        self.high = objective if self.high is None else self.high
+        self.window.append(objective)
+        if len(self.window) > CYCLE_ROUNDS:
+            self.before = min(self.before, self.window.pop(0))
+        if len(self.window) < CYCLE_ROUNDS or not math.isfinite(self.before):
+            return weight
+        low, high = min(self.window), max(self.window)
+        if high - low <= 2.0 * (self.before - low) or accepts(high, low, self.rtol):
+            return weight
+        return self.doubled(weight, objective, "cycle")
+
+    def overshoots(self, point: torch.Tensor) -> bool:
+        """Whether the step to ``point`` makes `ALTERNATING_ROUNDS` slow steps in a row that turn back."""
+        step = None if self.point is None else point - self.point
+        previous, self.point, self.step = self.step, point.clone(), step
+        if step is None or previous is None:
+            return False
+        step_sq = float(step @ step)
+        if step_sq == 0.0 or float(previous @ previous) == 0.0:
+            self.alternating = 0
+            return False
+        ratio, cosine = step_ratio_and_cosine(step, previous, step_sq)
+        self.alternating = self.alternating + 1 if ratio > ALTERNATING_RATIO and cosine < -ALTERNATING_COSINE else 0
+        return self.alternating >= ALTERNATING_ROUNDS
+
+    def doubled(self, weight: float, objective: float, trigger: str = "") -> float:
+        """2 × ``weight``, at most the ceiling; the window starts again, under the highest objective it held."""
+        self.before, self.high = min([self.before, *self.window, objective]), max([objective, *self.window])
+        self.window, self.alternating, self.trigger = [], 0, trigger
+        return max(weight, min(2.0 * weight, self.ceiling))
+
+    def state_dict(self) -> dict:
+        return {"active": self.active, "ceiling": self.ceiling, "high": self.high, "before": self.before,
+                "window": list(self.window), "point": self.point, "step": self.step, "alternating": self.alternating}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.active, self.ceiling, self.high = bool(state["active"]), float(state["ceiling"]), state["high"]
+        self.before = float(state["before"])
+        self.window = [float(f) for f in state["window"]]
+        self.point, self.step = state.get("point"), state.get("step")  # absent in checkpoints from before the test
+        self.alternating = int(state.get("alternating", 0))
+
+
+class Adaptation:
+    """One wrapper of a round (module docstring): `after` each round; ``finished`` ends the run; ``damps``: it raises
+    the method's damping when the objective rises (`dane.algorithm.Rounds.damps_itself`)."""
+
+    name = ""
+    damps = False
+    finished: tuple[str, str] | None = None
+
+    def after(self, algo, out: dict) -> list[dict]:
+        """Act on round ``out`` of ``algo``; the events it fired."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class WeightDoubling(Adaptation):
+    """``double_weight``: the proximal weight ``attr`` (``algorithm.<attr>``) doubles by `CyclingObjective`; ``point``:
+    it also reads the overshoot off the round's new iterate (S-DANE's and FedDANE's x)."""
+
+    name, damps = "double_weight", True
+
+    def __init__(self, attr: str, ceiling: float, *, point: bool = False) -> None:
+        self.attr, self.point, self.rule = attr, point, CyclingObjective(True, ceiling=ceiling)
+
+    def after(self, algo, out: dict) -> list[dict]:
+        before = getattr(algo, self.attr)
+        after = self.rule.next_weight(before, out["objective"], algo.w if self.point else None)
+        if after == before:
+            return []
+        setattr(algo, self.attr, after)
+        return [{"key": f"algorithm.{self.attr}", "from": before, "to": after, "trigger": self.rule.trigger}]
+
+    def state_dict(self) -> dict:
+        return {"cycling": self.rule.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "cycling" in state:
+            self.rule.load_state_dict(state["cycling"])
+
+
+class Restart(Adaptation):
+    """``restart``: Acc-S-DANE's A = 0, B = 1, v = x after a round whose objective rose above the last round's or
+    whose λ changed (after `WeightDoubling`): O'Donoghue & Candès' (2015) function-value adaptive restart."""
+
+    name = "restart"
+
+    def __init__(self) -> None:
+        self.last_objective: float | None = None
+
+    def after(self, algo, out: dict) -> list[dict]:
+        objective, events = out["objective"], []
+        rose = self.last_objective is not None and objective > self.last_objective
+        if rose or algo.lam != out["lam"]:
+            events = [{"key": "A", "from": algo.A, "to": 0.0, "trigger": "objective rose" if rose else "lam changed"}]
+            algo.A, algo.B, algo.v = 0.0, 1.0, algo.w.clone()
+        self.last_objective = objective
+        return events
+
+    def state_dict(self) -> dict:
+        return {"last_objective": self.last_objective}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.last_objective = state.get("last_objective")
+
+
+class FloorStop(Adaptation):
+    """``sampling_floor``: once `SamplingFloor` says a sampled run is at its floor, the run ends with status
+    ``sampling_floor`` and the method's `floor_diagnosis`."""
+
+    name = "sampling_floor"
+
+    def __init__(self) -> None:
+        self.floor = SamplingFloor()
+
+    def after(self, algo, out: dict) -> list[dict]:
+        if self.finished is None and self.floor.update(out["objective"]):
+            self.finished = ("sampling_floor", algo.floor_diagnosis(self.floor))
+            return [{"key": "status", "from": "running", "to": "sampling_floor", "trigger": "no progress"}]
+        return []
+
+    def state_dict(self) -> dict:
+        return {"floor": self.floor.state_dict(), "at_floor": None if self.finished is None else self.finished[1]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "floor" in state:
+            self.floor.load_state_dict(state["floor"])
+            self.finished = None if state["at_floor"] is None else ("sampling_floor", state["at_floor"])
+
+
+class DriftStop(Adaptation):
+    """``client_drift``: once ρ_t = ‖w_{t+1} − w_t‖ / mean_i ‖w_i − w_t‖ is at most `FIXED_POINT` × ρ_0, the run ends
+    with status ``client_drift`` (FedProx under full participation; the method puts (‖w_{t+1} − w_t‖,
+    mean_i ‖w_i − w_t‖) in ``algo.moves`` each round).  This package's rule: on identical shards ρ_t = 1 to the
+    optimum, on differing shards it falls to 0 at FedProx's biased fixed point, where every client still moves."""
+
+    name = "client_drift"
+
+    def __init__(self) -> None:
+        self.first_ratio: float | None = None
+
+    def after(self, algo, out: dict) -> list[dict]:
+        moved, client_moves = algo.moves
+        if self.finished is not None or not client_moves > 0:
+            return []
+        ratio = moved / client_moves
+        if self.first_ratio is None:
+            self.first_ratio = ratio
+            return []
+        if ratio > FIXED_POINT * self.first_ratio:
+            return []
+        self.finished = ("client_drift", f"client drift: the clients' local moves cancel in the average "
+                                         f"({ratio / self.first_ratio:.1e} of round 0's share), so w no longer moves "
+                                         f"although no client is at its optimum; {algo.fixed_point()}")
+        return [{"key": "status", "from": "running", "to": "client_drift", "trigger": "moves cancel"}]
+
+    def state_dict(self) -> dict:
+        return {"first_ratio": self.first_ratio, "stalled": None if self.finished is None else self.finished[1]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.first_ratio = state.get("first_ratio")
+        self.finished = None if state.get("stalled") is None else ("client_drift", state["stalled"])
+
+
+def stalled(objectives: list[float]) -> bool:
+    """Whether the last quarter of ``objectives`` moved the objective by at most `STALLED` of the run's whole
+    decrease (at least 8 of them; FedProx's round-cap diagnosis)."""
+    if len(objectives) < 8:
+        return False
+    total, late = objectives[0] - objectives[-1], objectives[-(len(objectives) // 4) - 1] - objectives[-1]
+    return total > 0 and abs(late) <= STALLED * total
+
+
+def chosen(adapt, paper: bool, name: str) -> bool:
+    """Whether adaptation ``name`` may be attached: ``algorithm.paper`` off, ``algorithm.adapt`` null or naming it."""
+    return not paper and (adapt is None or name in adapt)

@@ -1,0 +1,209 @@
+r"""The federated line's default rules: small pure functions of measured statistics, resolved before a method is built.
+
+A federated method (`baselines.federated`) takes numbers, as a torch optimizer does.  A key left ``null`` in its
+config is filled in by its config's ``build`` before the algorithm exists: the statistics a rule reads are measured
+first (`baselines.measure`: δ_A, ‖H‖ and the preconditioner gap, max_i L_i, a lower bound μ̲ of the strong
+convexity; their communication is counted as the run's, before round 0), then the rule below turns them into the
+number, and `Resolution` keeps (key, value, rule, statistics) for the run's first lines and ``summary.json``.
+
+Each rule's docstring names its source: a paper, or "this package's rule" and the ``make bench`` section whose
+measurements chose it (scripts/bench_defaults.py: section ``defaults``; scripts/bench_federated.py: ``federated``;
+scripts/bench_sampled_lambda.py: ``sampled``).  The module-level constants are those rules' tuning constants; no
+algorithm class holds one.  What adapts during a run (λ doubling, Acc-S-DANE's restart, the stops) is
+`baselines.adaptive`'s.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dane.local_solvers import LocalSolver
+
+#: `dissimilarity`: δ_A at least this times ‖H‖ (identical shards: δ_A = 0, and λ = 0 is no regularizer)
+DISSIMILARITY_FLOOR = 1e-6
+#: `balanced_prox_weight`'s balance for S-DANE, FedDANE (``make bench`` section ``defaults``: at 1/2, nearer the
+#: spectral radius' minimizer at w_0, the default climbed on logistic cells whose Hessians move on the way)
+GAP_BALANCE = 1.0
+#: ... for Acc-S-DANE, whose extrapolation climbed at S-DANE's balance on the rare one-hot logistic cells (``defaults``)
+ACC_GAP_BALANCE = 2.0
+#: `prox_per_dissimilarity`'s floor of λ/δ_A (``defaults``: the theory's λ = δ_A took several times the rounds of the
+#: best λ, and δ_A/128 still more than twice those of a quarter of it)
+PROX_PER_DISSIMILARITY = 1 / 512
+#: `prox_per_dissimilarity`'s heterogeneity divisor for S-DANE, FedDANE, FedRed (``federated``: label skew over many
+#: small clients, δ_A ≈ ‖H‖, diverged at δ_A/128 and δ_A/32)
+HETEROGENEITY_DIVISOR = 16
+#: ... for Acc-S-DANE, which diverged at S-DANE's on the Dirichlet cells of ``federated``
+ACC_HETEROGENEITY_DIVISOR = 4
+#: `sampled_prox_weight`'s factor for S-DANE, FedDANE, FedRed's DANE+ (``sampled``)
+SAMPLED_PROX_PER_CURVATURE = 0.5
+#: ... for Acc-S-DANE, whose extrapolation carries more of the sampled gradient's noise (``sampled --acc``)
+ACC_SAMPLED_PROX_PER_CURVATURE = 1.0
+#: `scaffold_server_step`'s η_g for an even K at the rule's local step
+SERVER_STEP = 1.5
+#: S-DANE's re-solves (`tighter`) of an iterative local solver whose result fails the accuracy test
+LOCAL_RETRIES = 3
+#: `fedred_local_steps`: K under full participation and the least under sampling ...
+FEDRED_LOCAL_STEPS = 10
+#: ... and the most under sampling (1/(γλ_S) grows as 1/q without bound as s nears m)
+FEDRED_MAX_SAMPLED_STEPS = 100
+
+
+@dataclass
+class Resolution:
+    """The defaults a run resolved: one entry per ``null`` key, in the order resolved."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, key: str, value, rule: str, **stats) -> Any:
+        """Note that ``algorithm.<key>`` was ``null`` and ``rule`` (a function of this module, or "the problem's")
+        set it to ``value`` from ``stats``; returns ``value``."""
+        self.entries.append({"key": f"algorithm.{key}", "value": value, "rule": rule,
+                             "stats": {k: v for k, v in stats.items() if v is not None}})
+        return value
+
+
+# --------------------------------------------------------------------------------------------- proximal weights
+def dissimilarity(delta_mean_square: float, hessian_norm: float, floor: float = DISSIMILARITY_FLOOR) -> float:
+    """δ_A = max(sqrt(mean_i ‖H_i − H‖₂²), ``floor``·‖H‖).  Source: the DANE line's theory (Jiang, Rodomanov &
+    Stich 2024) takes λ = δ_A; the floor is this package's, so that identical shards still get a proximal term."""
+    return max(delta_mean_square, floor * hessian_norm)
+
+
+def prox_per_dissimilarity(delta_a: float, hessian_norm: float, divisor: float = HETEROGENEITY_DIVISOR) -> float:
+    """λ/δ_A = max(`PROX_PER_DISSIMILARITY`, (δ_A/‖H‖)²/``divisor``).
+
+    This package's rule (``make bench`` sections ``defaults`` and ``federated``), between two regimes: near the
+    theory's δ_A/``divisor`` where the shards' Hessians differ as much as the global one is large (label skew),
+    the floor where they differ little (iid shards, where λ = δ_A is a loose worst case)."""
+    return max(PROX_PER_DISSIMILARITY, (delta_a / hessian_norm) ** 2 / divisor)
+
+
+def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float,
+                         balance: float = GAP_BALANCE) -> float | None:
+    r"""The λ where ``balance``·mean_i φ_i(λ) = λ/(μ + λ), interpolated in log λ between the octaves ``weights``
+    (descending) where the two change side; the smallest weight if the gap stays below, None if it is above at the
+    largest.  φ_i: `dane.similarity.preconditioner_gap`.
+
+    This package's rule (``make bench`` section ``defaults``).  With exact local solves a round of S-DANE maps the
+    error e to (I − M H)e near the optimum, M = mean_i (H_i + (r + λ)I)⁻¹; in the metric of K = H + (r + λ)I,
+    M = K⁻¹ + K^{-1/2} G K^{-1/2} with ‖G‖ ≤ mean_i φ_i.  A stiff direction is left with about G, a flat one
+    contracts by λ/(μ + λ) at worst: the first grows as λ falls, the second shrinks, and the rounds are fewest near
+    where they meet."""
+    flat = [lam / (mu + lam) if mu + lam > 0 else 1.0 for lam in weights]
+    excess = [balance * g / f if f > 0 else math.inf for g, f in zip(gaps, flat)]  # ≤ 1: λ large enough
+    if not excess[0] <= 1.0:
+        return None
+    for k in range(1, len(weights)):
+        if excess[k] > 1.0:
+            if not math.isfinite(excess[k]):
+                return weights[k - 1]
+            t = math.log(excess[k - 1]) / (math.log(excess[k - 1]) - math.log(excess[k])) if excess[k - 1] > 0 else 0.0
+            return math.exp(math.log(weights[k - 1]) + t * (math.log(weights[k]) - math.log(weights[k - 1])))
+    return weights[-1]
+
+
+def sampling_variance_factor(s: int, m: int) -> float:
+    """q = (m − s)/(s(m − 1)): E‖mean_S z_i − mean_i z_i‖² = q · mean_i ‖z_i − mean_j z_j‖² for s of m vectors drawn
+    uniformly without replacement (0 at s = m, 1 at s = 1).  Source: sampling without replacement (textbook)."""
+    return (m - s) / (s * (m - 1)) if m > 1 else 0.0
+
+
+def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int, m: int,
+                        per_curvature: float = SAMPLED_PROX_PER_CURVATURE) -> float:
+    r"""max(λ, ``per_curvature``·q·(‖H‖ + 2δ_A)), q = `sampling_variance_factor`; λ itself at s = m.
+
+    This package's rule (``make bench`` section ``sampled``).  Near w* a sampled round with exact solves is
+    w⁺ − w* = (H + λI)⁻¹(λ(w − w*) − ξ), E‖ξ‖² = q ζ², so the objective's floor is at most q ζ²/(4λ): it falls as
+    1/λ once λ exceeds the curvatures that carry the noise (the S-DANE paper's λ under partial participation grows
+    with the sampling variance the same way).  ζ² is unknown before the run; the rule puts λ on the scale of the
+    local problems' curvature ‖H‖ + 2δ_A, times q."""
+    if s >= m:
+        return lam
+    return max(lam, per_curvature * sampling_variance_factor(s, m) * (hessian_norm + 2.0 * delta_a))
+
+
+def prox_weight(delta_a: float, hessian_norm: float, *, balanced: float | None = None, s: int = 1, m: int = 1,
+                divisor: float = HETEROGENEITY_DIVISOR,
+                per_curvature: float = SAMPLED_PROX_PER_CURVATURE) -> float:
+    """The default proximal weight (S-DANE's and Acc-S-DANE's λ, FedDANE's μ, DANE+'s λ): δ_A·`prox_per_dissimilarity`,
+    the ``balanced`` weight (`balanced_prox_weight`, d ≤ 512) where that is smaller, then `sampled_prox_weight`.
+
+    This package's rule (``make bench`` sections ``defaults`` and ``federated``): the balanced weight is far below
+    the δ_A rule's on ill-conditioned iid shards, and the δ_A rule's goes further where label skew over many clients
+    makes δ_A ≈ ‖H‖."""
+    lam = delta_a * prox_per_dissimilarity(delta_a, hessian_norm, divisor)
+    if balanced is not None:
+        lam = min(balanced, lam)
+    return sampled_prox_weight(lam, delta_a, hessian_norm, s, m, per_curvature)
+
+
+# --------------------------------------------------------------------------------------------- local steps
+def local_step(smoothness: float, shift: float = 0.0) -> float:
+    """1/(L + shift): the gradient step on an (L + shift)-smooth local objective (O_i + (shift/2)‖·‖²,
+    L = max_i L_i), which cannot increase it (Nesterov, *Introductory Lectures on Convex Optimization*, 2004,
+    Theorem 2.1.14).  FedProx's and FedAvg's local steps, FedRed's γ, Scaffnew's γ, S-DANE's and FedDANE's
+    ``local_solver=steps``."""
+    return 1.0 / (smoothness + shift)
+
+
+def strong_convexity_bound(l2: float, mean_lowest: float) -> float:
+    """μ̲ = max(the ℓ2 weight, mean_i λ_min(H_i)) ≤ μ (λ_min is concave on symmetric matrices).  Source: Weyl."""
+    return max(l2, mean_lowest)
+
+
+def scaffold_local_step(smoothness: float, mu_low: float, local_steps: int, lr_factor: float) -> float:
+    r"""SCAFFOLD's η_l = min(2/(L + μ̲), ``lr_factor``/L, 1/(K μ̲)) (no third bound at μ̲ = 0).
+
+    This package's rule (``make bench`` section ``defaults``, rows ``scaffold*``): 2/(L + μ) is the fixed gradient
+    step with the best rate on a μ-strongly convex L-smooth function (Nesterov 2004, Theorem 2.1.15), lr_factor/L
+    keeps it below 2/L with room for a Lanczos L_i short of λ_max(H_i), and 1/(Kμ̲) keeps option II's K steps short
+    of settling (where its control variate learns Kη_l L_i times more slowly).  The paper tunes η_l."""
+    lr = min(2.0 / (smoothness + mu_low), lr_factor / smoothness)
+    return min(lr, 1.0 / (local_steps * mu_low)) if mu_low > 0 else lr
+
+
+def scaffold_server_step(local_steps: int, rule_step: bool) -> float:
+    """SCAFFOLD's η_g: `SERVER_STEP` for an even K with `scaffold_local_step`'s η_l (``rule_step``), else the
+    paper's 1.
+
+    This package's rule (``make bench`` sections ``defaults`` and ``federated``), within the paper's theory (η_g ≥ 1):
+    the K steps cover φ = 1 − (1 − η_l s)^K of a direction of curvature s, and the round contracts it by |1 − η_g φ|;
+    for even K, φ ≤ 1 at every stable step, so η_g = 1.5 still halves the settled directions and moves the slow ones
+    1.5 times as far.  For odd K the last step can overshoot (φ > 1) and η_g stays 1."""
+    return SERVER_STEP if rule_step and local_steps % 2 == 0 else 1.0
+
+
+def fedred_local_steps(step: float, sampled_weight: float, sampled: bool) -> int:
+    """FedRed's K: `FEDRED_LOCAL_STEPS` under full participation; under sampling ⌈1/(γ λ_S)⌉ held between it and
+    `FEDRED_MAX_SAMPLED_STEPS` (λ_S: `prox_weight` with the sampled floor).
+
+    This package's rule (``make bench`` section ``sampled``, ``--fedred``): K steps of γ act on the slow directions as
+    a proximal term of weight 1/(Kγ), so K = 1/(γλ_S) puts that weight where S-DANE's sampled default puts its λ."""
+    if not sampled:
+        return FEDRED_LOCAL_STEPS
+    return min(FEDRED_MAX_SAMPLED_STEPS, max(FEDRED_LOCAL_STEPS, math.ceil(1.0 / (step * sampled_weight))))
+
+
+def fedred_cv_weight(step: float | None, local_steps: int, p: float | None, lam: float) -> float:
+    """FedRed's type-2 weight c: p/γ with gradient steps (p = 1/K for a fixed K), λ with a prox solver (``step``
+    None).  Source: the FedRed paper's (Jiang, Rodomanov & Stich, ICML 2024) Scaffnew-like choice."""
+    if step is None:
+        return lam
+    return (p if p is not None else 1.0 / local_steps) / step
+
+
+def scaffnew_probability(mu_low: float, smoothness: float) -> float:
+    """p = min(1, sqrt(μ/L)), which gives O(sqrt(L/μ) log 1/ε) communications (Mishchenko, Malinovsky, Stich &
+    Richtárik 2022, Theorem 3.6), with μ̲ (`strong_convexity_bound`) for μ."""
+    return min(1.0, math.sqrt(mu_low / smoothness))
+
+
+def tighter(solver: LocalSolver) -> LocalSolver:
+    """The same local solver asked for more, for S-DANE's re-solve after a failed accuracy test: twice the SVRG
+    passes (3 where they are automatic), else a 100 times smaller tolerance.  This package's rule: the paper's test
+    asks for an accuracy, not for a solver's settings."""
+    if solver.method == "svrg":
+        passes = solver.passes if isinstance(solver.passes, int) else 3
+        return replace(solver, passes=2 * passes)
+    return replace(solver, tol=solver.tol / 100)

@@ -1,0 +1,51 @@
+"""The statistics the federated line's default rules read (`baselines.defaults`), measured before round 0.
+
+Each is counted as the run's communication (the allreduces and their bytes appear in round 0's ``comm_rounds`` and
+``bytes_sent``), as it was when the algorithm classes measured them themselves.
+"""
+from __future__ import annotations
+
+from dane.comm import Communicator
+from dane.errors import ConfigError
+from dane.problems import Problem
+from dane.similarity import hessian_dissimilarity as measured_dissimilarity
+
+from .defaults import dissimilarity
+from .spectral import largest_local_smoothness, local_spectrum, one_hot
+
+
+def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap: bool = False) -> dict:
+    r"""`dane.similarity.hessian_dissimilarity` of the local Hessians at w_0 (exact for d ≤ 512: two allreduces, the
+    d x d Hessians then an m-vector; Lanczos beyond), counted as this run's communication, with ``delta_a`` =
+    `baselines.defaults.dissimilarity`.  ``gap``: also the preconditioner gap's curve (exact method only;
+    `dane.similarity.preconditioner_gap`), shifted by the problem's strong convexity (``shift``)."""
+    if problem.hessian_vector is None:
+        raise ConfigError(f"{key}=null is the Hessian dissimilarity of the local Hessians, which "
+                          f"{type(problem).__name__} cannot give (no Hessian-vector products); set {key} to a number")
+    shift = float(problem.strong_convexity or 0.0) if gap else None
+    found = measured_dissimilarity(problem, comm, problem.initial_point(), gap_shift=shift)
+    comm.calls += found["allreduces"]  # the measurement restores the counters; here it is the method's traffic
+    comm.bytes_sent += found["bytes_sent"]
+    return {**found, "delta_a": dissimilarity(found["delta_mean_square"], found["hessian_norm"]), "shift": shift}
+
+
+def largest_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
+    """max_i L_i: a local Lanczos each, one allreduce of an m-vector (`baselines.spectral.largest_local_smoothness`)."""
+    return largest_local_smoothness(problem, comm, iters=iters, seed=seed)
+
+
+def smoothness_and_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int,
+                          key: str = "algorithm.lr") -> tuple[float, float]:
+    """(max_i L_i, mean_i λ_min(H_i)) from one local Lanczos each and one allreduce (SCAFFOLD's ``lr`` null)."""
+    low, high = local_spectrum(problem, iters=iters, seed=seed, key=key)
+    spread = one_hot(high, comm.rank, comm.size, problem.dtype)
+    w = problem.initial_point()
+    L_all, mean_low = comm.allreduce_mean([spread, w.new_tensor([low])])
+    return float(L_all.max()) * comm.size, float(mean_low)
+
+
+def mean_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int, key: str) -> float:
+    """mean_i λ_min(H_i): a local Lanczos each, one allreduce of a scalar (Scaffnew's ``p`` null)."""
+    low, _ = local_spectrum(problem, iters=iters, seed=seed, key=key)
+    (mean_low,) = comm.allreduce_mean([problem.initial_point().new_tensor([low])])
+    return float(mean_low)

@@ -1,0 +1,151 @@
+"""What adapts during a federated run (`baselines.adaptive`): each wrapper on a scripted sequence of rounds, where it is
+attached (`PolicyKeys`: algorithm.adapt, algorithm.paper), and what a run's records and summary say of it."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import dane
+from dane.baselines.adaptive import (CYCLE_ROUNDS, FIXED_POINT, FLOOR_ROUNDS, DriftStop, FloorStop, Restart,
+                                     WeightDoubling)
+from dane.baselines.feddane import FedDANEConfig
+from dane.baselines.fedprox import FedProxConfig
+from dane.baselines.fedred import FedRedConfig
+from dane.baselines.scaffold import ScaffoldConfig
+from dane.baselines.sdane import AccSDANEConfig, SDANEConfig
+from dane.comm import LocalCommunicator
+from dane.errors import ConfigError
+
+
+def test_weight_doubling_fires_on_a_climb_and_records_from_to_and_trigger():
+    algo = SimpleNamespace(lam=0.1, w=torch.zeros(2))
+    wrap = WeightDoubling("lam", ceiling=0.3)
+    assert wrap.after(algo, {"objective": 1.0}) == [] and algo.lam == 0.1      # round 0's objective: the first high
+    assert wrap.after(algo, {"objective": 0.9}) == []
+    assert wrap.after(algo, {"objective": 1.5}) == [{"key": "algorithm.lam", "from": 0.1, "to": 0.2,
+                                                     "trigger": "climb"}]
+    assert wrap.after(algo, {"objective": 1.6}) == [{"key": "algorithm.lam", "from": 0.2, "to": 0.3,
+                                                     "trigger": "climb"}]          # capped at the ceiling, δ_A
+    assert wrap.after(algo, {"objective": 1.7}) == [] and algo.lam == 0.3      # at the ceiling: nothing to record
+
+
+def test_weight_doubling_on_a_limit_cycle_fires_once_a_window():
+    """Objectives alternating 1.0, 1.2 after a start at 2.0.  At round 10 the window (rounds 1-10) has fallen 1.0
+    below the best before it (2.0): progress, no change.  At round 11 round 1's 1.0 leaves the window: swing 0.2
+    against no progress, the weight doubles ("cycle") and the window starts again, to fire 10 rounds later."""
+    algo, wrap = SimpleNamespace(mu=1.0, w=torch.zeros(1)), WeightDoubling("mu", ceiling=100.0)
+    events = []
+    for t, f in enumerate([2.0] + [1.0, 1.2] * (CYCLE_ROUNDS + 2)):
+        events += [(t, e["trigger"]) for e in wrap.after(algo, {"objective": f})]
+    assert events == [(CYCLE_ROUNDS + 1, "cycle"), (2 * CYCLE_ROUNDS + 1, "cycle")] and algo.mu == 4.0
+    assert wrap.damps and wrap.state_dict()["cycling"]["active"]
+
+
+def test_restart_resets_the_extrapolation_when_the_objective_rises_or_the_weight_changed():
+    algo = SimpleNamespace(A=3.0, B=2.0, v=torch.ones(2), w=torch.zeros(2), lam=0.1)
+    wrap = Restart()
+    assert wrap.after(algo, {"objective": 1.0, "lam": 0.1}) == [] and algo.A == 3.0
+    assert wrap.after(algo, {"objective": 0.8, "lam": 0.1}) == []
+    assert wrap.after(algo, {"objective": 0.9, "lam": 0.1}) == [{"key": "A", "from": 3.0, "to": 0.0,
+                                                                 "trigger": "objective rose"}]
+    assert (algo.A, algo.B) == (0.0, 1.0) and torch.equal(algo.v, algo.w)
+    algo.A, algo.lam = 5.0, 0.2  # the round ran at 0.1; the weight doubled after it
+    assert wrap.after(algo, {"objective": 0.7, "lam": 0.1})[0]["trigger"] == "lam changed" and algo.A == 0.0
+
+
+def test_floor_stop_ends_the_run_once_the_best_is_old_enough():
+    """Best at round 2, then flat: at round 2 + max(FLOOR_ROUNDS, 1) it fires, once, with the method's line."""
+    algo = SimpleNamespace(floor_diagnosis=lambda floor: f"stuck {floor.rounds - 1 - floor.best_round} rounds")
+    wrap, fired = FloorStop(), []
+    for t, f in enumerate([3.0, 2.0, 1.0] + [1.5] * 20):
+        if wrap.after(algo, {"objective": f}):
+            fired.append(t)
+    assert fired == [2 + FLOOR_ROUNDS] and wrap.finished == ("sampling_floor", f"stuck {FLOOR_ROUNDS} rounds")
+    resumed = FloorStop()
+    resumed.load_state_dict(wrap.state_dict())
+    assert resumed.finished == wrap.finished and resumed.floor.best_round == 2
+
+
+def test_drift_stop_fires_when_the_moves_cancel_to_its_share_of_round_0():
+    algo = SimpleNamespace(fixed_point=lambda: "knobs", moves=(1.0, 2.0))
+    wrap = DriftStop()
+    assert wrap.after(algo, {}) == [] and wrap.first_ratio == 0.5
+    algo.moves = (0.5 * FIXED_POINT * 1.01, 1.0)
+    assert wrap.after(algo, {}) == [] and wrap.finished is None  # just above FIXED_POINT × ρ_0
+    algo.moves = (0.5 * FIXED_POINT, 1.0)
+    assert wrap.after(algo, {})[0]["to"] == "client_drift" and wrap.finished[0] == "client_drift"
+    assert wrap.finished[1].endswith("; knobs")
+
+
+def shard(problem, m=4):
+    return problem.build(0, m, torch.float64)
+
+
+LOGREG = dane.problems.LogReg(np.random.default_rng(0).standard_normal((200, 5)),
+                              np.where(np.random.default_rng(1).standard_normal(200) > 0, 1.0, -1.0), lam=1e-2)
+
+
+@pytest.mark.parametrize("config, attached", [
+    (SDANEConfig(), ["double_weight"]),
+    (AccSDANEConfig(), ["double_weight", "restart"]),
+    (AccSDANEConfig(adapt=["restart"]), ["restart"]),
+    (SDANEConfig(lam=0.1), []),                             # a weight given: the paper's fixed one
+    (SDANEConfig(adaptive=True), []),                       # the line search moves λ itself
+    (FedDANEConfig(), ["double_weight"]),
+    (FedRedConfig(), ["double_weight"]),
+    (FedRedConfig(averaging="random"), []),                 # a random client's objective is noisy
+    (FedProxConfig(), ["client_drift"]),
+    (FedProxConfig(adapt=[]), []),
+    (AccSDANEConfig(paper=True), []),
+])
+def test_adaptations_are_attached_only_where_they_apply(config, attached):
+    algo = config.build(shard(LOGREG, 1), LocalCommunicator())
+    assert [a.name for a in algo.adaptations] == attached
+
+
+def test_paper_mode_freezes_the_resolved_numbers_and_takes_the_papers_server_step():
+    ours = ScaffoldConfig().build(shard(LOGREG, 1), LocalCommunicator())
+    paper = ScaffoldConfig(paper=True).build(shard(LOGREG, 1), LocalCommunicator())
+    assert (ours.server_lr, paper.server_lr) == (1.5, 1.0) and ours.lr == paper.lr
+    with pytest.raises(ConfigError, match="algorithm.paper=true runs no adaptation"):
+        SDANEConfig(paper=True, adapt=["restart"])
+    with pytest.raises(ConfigError, match="algorithm.adapt"):
+        SDANEConfig(adapt=["nonsense"])
+
+
+def test_a_defaulted_runs_summary_lists_each_resolved_value_and_its_statistics():
+    result = dane.fit(LOGREG, "sdane", workers=4, rounds=3)
+    entries = {e["key"]: e for e in result.summary["defaults"]}
+    assert set(entries) == {"algorithm.lam", "algorithm.mu"}
+    lam = entries["algorithm.lam"]
+    assert lam["rule"] == "prox_weight" and lam["value"] == result.records[0]["lam"]
+    assert {"delta_a", "hessian_norm", "balanced", "s", "m", "divisor"} <= set(lam["stats"])
+    assert lam["stats"]["s"] == lam["stats"]["m"] == 4
+    assert entries["algorithm.mu"] == {"key": "algorithm.mu", "value": 1e-2, "rule": "problem.strong_convexity",
+                                       "stats": {}}
+    assert result.summary["package_rules_applied"] is True
+    assert result.summary["adaptations_attached"] == ["double_weight"]
+
+
+def test_a_run_given_every_number_says_no_package_rule_applied():
+    result = dane.fit(LOGREG, "sdane", workers=4, rounds=3, lam=0.1, mu=0.0)
+    assert result.summary["defaults"] == [] and result.summary["adaptations"] == []
+    assert result.summary["package_rules_applied"] is False and result.summary["adaptations_attached"] == []
+
+
+def test_each_weight_change_of_a_run_is_an_adaptation_in_its_records_and_summary():
+    """One-hot shards smaller than the dimension (tests/test_prox_weight_rule.py): the default λ doubles; every change
+    of the records' λ is one event (round, from, to, trigger) and the summary lists them all."""
+    from test_prox_weight_rule import one_hot_logreg
+
+    result = dane.fit(one_hot_logreg(), "sdane", workers=16, rounds=30)
+    lams = [r["lam"] for r in result.records[:-1]]
+    changes = [(t, a, b) for t, (a, b) in enumerate(zip(lams, lams[1:])) if a != b]
+    events = result.summary["adaptations"]
+    assert changes and [(e["round"], e["from"], e["to"]) for e in events] == changes
+    assert all(e["key"] == "algorithm.lam" and e["trigger"] in ("climb", "cycle", "overshoot") for e in events)
+    paper = dane.fit(one_hot_logreg(), "sdane", workers=16, rounds=30, paper=True)
+    assert paper.summary["adaptations"] == [] and len({r["lam"] for r in paper.records[:-1]}) == 1

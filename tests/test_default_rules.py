@@ -1,0 +1,109 @@
+"""Every default rule of the federated line (`baselines.defaults`), called directly, against hand-computed values.
+
+Each row is (rule, arguments, expected): the expectation is worked by hand from the rule's formula in its docstring,
+so a change of a constant or a branch shows here, one rule at a time, without a run.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dane.baselines import defaults as d
+
+Q_2_OF_10 = (10 - 2) / (2 * 9)  # q = (m − s)/(s(m − 1)) at s = 2, m = 10: 4/9
+
+ROWS = [
+    # δ_A: the measured root mean square, floored at 1e-6 ‖H‖
+    (d.dissimilarity, (0.3, 2.0), {}, 0.3),
+    (d.dissimilarity, (0.0, 2.0), {}, 2e-6),
+    # λ/δ_A = max(1/512, (δ_A/‖H‖)²/divisor)
+    (d.prox_per_dissimilarity, (0.01, 1.0), {}, 1 / 512),               # (0.01)²/16 = 6.25e-6 < 1/512
+    (d.prox_per_dissimilarity, (0.5, 1.0), {}, 0.25 / 16),              # 0.015625 > 1/512
+    (d.prox_per_dissimilarity, (0.5, 1.0), {"divisor": 4}, 0.25 / 4),   # Acc-S-DANE's divisor
+    # q
+    (d.sampling_variance_factor, (10, 10), {}, 0.0),
+    (d.sampling_variance_factor, (1, 10), {}, 1.0),
+    (d.sampling_variance_factor, (2, 10), {}, 4 / 9),
+    (d.sampling_variance_factor, (1, 1), {}, 0.0),
+    # max(λ, c q (‖H‖ + 2δ_A)); λ at s = m
+    (d.sampled_prox_weight, (0.01, 0.5, 1.0, 10, 10), {}, 0.01),
+    (d.sampled_prox_weight, (0.01, 0.5, 1.0, 2, 10), {}, 0.5 * Q_2_OF_10 * 2.0),
+    (d.sampled_prox_weight, (5.0, 0.5, 1.0, 2, 10), {}, 5.0),
+    (d.sampled_prox_weight, (0.01, 0.5, 1.0, 2, 10), {"per_curvature": 1.0}, Q_2_OF_10 * 2.0),
+    # the combination: δ_A rule, the smaller balanced weight, the sampled floor
+    (d.prox_weight, (0.5, 1.0), {}, 0.5 * 0.25 / 16),
+    (d.prox_weight, (0.5, 1.0), {"balanced": 1e-3}, 1e-3),
+    (d.prox_weight, (0.5, 1.0), {"balanced": 1.0}, 0.5 * 0.25 / 16),
+    (d.prox_weight, (0.5, 1.0), {"balanced": 1e-3, "s": 2, "m": 10}, 0.5 * Q_2_OF_10 * 2.0),
+    (d.prox_weight, (0.5, 1.0), {"divisor": 4}, 0.5 * 0.25 / 4),
+    # local gradient steps
+    (d.local_step, (4.0,), {}, 0.25),
+    (d.local_step, (4.0, 1.0), {}, 0.2),
+    (d.strong_convexity_bound, (0.01, 0.3), {}, 0.3),
+    (d.strong_convexity_bound, (0.01, -0.2), {}, 0.01),
+    # SCAFFOLD's η_l = min(2/(L + μ̲), f/L, 1/(K μ̲)): each branch binding once
+    (d.scaffold_local_step, (10.0, 0.0, 10, 1.9), {}, 0.19),            # μ̲ = 0: f/L
+    (d.scaffold_local_step, (10.0, 0.01, 10, 1.9), {}, 0.19),           # 2/10.01 > 0.19, 1/(10·0.01) = 10
+    (d.scaffold_local_step, (10.0, 0.5, 10, 1.9), {}, 0.19),            # 2/10.5 = 0.1905 > 0.19
+    (d.scaffold_local_step, (10.0, 1.0, 10, 1.9), {}, 0.1),             # 1/(K μ̲) = 0.1 < 2/11 < 0.19
+    (d.scaffold_local_step, (10.0, 0.9, 3, 1.95), {}, 2 / 10.9),        # 2/10.9 = 0.1835 < 0.195, 1/2.7
+    # SCAFFOLD's η_g
+    (d.scaffold_server_step, (10, True), {}, 1.5),
+    (d.scaffold_server_step, (3, True), {}, 1.0),
+    (d.scaffold_server_step, (10, False), {}, 1.0),
+    # FedRed's K: 10 at full participation, ⌈1/(γ λ_S)⌉ within [10, 100] under sampling
+    (d.fedred_local_steps, (0.5, 0.01, False), {}, 10),
+    (d.fedred_local_steps, (0.5, 0.04, True), {}, 50),
+    (d.fedred_local_steps, (0.5, 1.0, True), {}, 10),
+    (d.fedred_local_steps, (0.5, 1e-4, True), {}, 100),
+    (d.fedred_local_steps, (0.3, 0.07, True), {}, math.ceil(1 / 0.021)),  # 47.6 → 48
+    # FedRed's type-2 weight: p/γ (p = 1/K), λ with a prox solver
+    (d.fedred_cv_weight, (0.5, 10, None, 0.2), {}, 0.2),
+    (d.fedred_cv_weight, (0.5, 8, 0.25, 0.2), {}, 0.5),
+    (d.fedred_cv_weight, (None, 10, None, 0.2), {}, 0.2),
+    # Scaffnew's p = min(1, sqrt(μ/L))
+    (d.scaffnew_probability, (0.01, 4.0), {}, 0.05),
+    (d.scaffnew_probability, (8.0, 4.0), {}, 1.0),
+]
+
+
+@pytest.mark.parametrize("rule, args, kwargs, expected", ROWS,
+                         ids=[f"{r[0].__name__}{r[1]}{r[2] or ''}" for r in ROWS])
+def test_each_rule_gives_its_hand_value(rule, args, kwargs, expected):
+    assert rule(*args, **kwargs) == pytest.approx(expected, rel=1e-14, abs=0)
+
+
+# the balanced weight: the crossing of balance · gap(λ) and the flat rate λ/(μ + λ) over octaves of λ
+WEIGHTS = [8.0, 4.0, 2.0, 1.0]
+
+
+@pytest.mark.parametrize("gaps, mu, balance, expected", [
+    ([0.1, 0.1, 0.1, 0.1], 1.0, 1.0, 1.0),       # excess ≤ 1 at every weight: the smallest
+    ([1.0, 1.0, 1.0, 1.0], 1.0, 1.0, None),      # above the flat rate already at the largest
+    # excess = g(1 + 1/λ): 0.5625, 0.9375 at λ = 8, 4, then 1.6875 at 2: log-interpolate between 4 and 2
+    ([0.5, 0.75, 1.125, 1.0], 1.0, 1.0,
+     math.exp(math.log(4) + math.log(0.9375) / (math.log(0.9375) - math.log(1.6875)) * (math.log(2) - math.log(4)))),
+    ([0.25, 0.375, 0.5625, 0.5], 1.0, 2.0,       # balance 2 doubles every excess: the same crossing
+     math.exp(math.log(4) + math.log(0.9375) / (math.log(0.9375) - math.log(1.6875)) * (math.log(2) - math.log(4)))),
+    ([0.0, 0.0, 0.0, 0.0], 0.0, 1.0, 1.0),       # μ = 0: flat rate 1, no gap
+])
+def test_the_balanced_weight_is_the_crossing_by_hand(gaps, mu, balance, expected):
+    found = d.balanced_prox_weight(WEIGHTS, gaps, mu, balance)
+    assert found == expected if expected is None else found == pytest.approx(expected, rel=1e-14)
+
+
+def test_the_constants_are_the_documented_ones():
+    """The tuning constants the docs and the yaml comments quote."""
+    assert (d.GAP_BALANCE, d.ACC_GAP_BALANCE, d.PROX_PER_DISSIMILARITY) == (1.0, 2.0, 1 / 512)
+    assert (d.HETEROGENEITY_DIVISOR, d.ACC_HETEROGENEITY_DIVISOR) == (16, 4)
+    assert (d.SAMPLED_PROX_PER_CURVATURE, d.ACC_SAMPLED_PROX_PER_CURVATURE) == (0.5, 1.0)
+    assert (d.SERVER_STEP, d.FEDRED_LOCAL_STEPS, d.FEDRED_MAX_SAMPLED_STEPS, d.DISSIMILARITY_FLOOR) == (1.5, 10, 100,
+                                                                                                       1e-6)
+
+
+def test_a_resolution_notes_key_value_rule_and_the_statistics_it_read():
+    resolution = d.Resolution()
+    assert resolution.add("lam", 0.25, "prox_weight", delta_a=0.5, balanced=None) == 0.25
+    assert resolution.entries == [{"key": "algorithm.lam", "value": 0.25, "rule": "prox_weight",
+                                   "stats": {"delta_a": 0.5}}]
