@@ -116,7 +116,7 @@ def rounds(loop: Loop, callbacks: list) -> None:
     except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
         if not loop.seen:
             raise
-        loop.result = RunResult(loop.seen, "interrupted", loop.algo.iterate, "interrupted")
+        loop.result = RunResult(loop.seen, "interrupted", loop.algo.described_iterate(None), "interrupted")
     finally:
         for callback in callbacks:
             callback.on_rounds_end(loop)

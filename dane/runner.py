@@ -299,8 +299,8 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     round, the cost counters, the first record, the early-stopping state, the divergence
     window and ``algo.state_dict()``.  Only the records of this call are returned
     (`RunResult`), with the iterate the last record describes (w_t when a stop rule fired
-    on round t's own metrics; on a round DANE's safeguard rejected, the records describe
-    the last accepted iterate instead) and the test that ended the run.  The algorithm is
+    on round t's own metrics; on a round DANE's safeguard rejected, and at the end on a trial it would
+    reject, the records describe the last accepted iterate instead, and so does the iterate returned) and the test that ended the run.  The algorithm is
     only stepped and evaluated: nothing is set on it.
 
     An algorithm whose answer is final before the cap (one-shot averaging) says so with a
@@ -337,8 +337,9 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
         if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t < stop.rounds:
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                            "divergence": rising.state_dict(), "algorithm": algo.state_dict()})
-    # A run stopped by a round's metrics has already moved past the iterate they describe.
-    iterate = w_t if w_t is not None else algo.iterate
+    # A run stopped by a round's metrics has already moved past the iterate they describe; a safeguard's rejected
+    # start is described by the last accepted iterate (`Rounds.described_iterate`).
+    iterate = algo.described_iterate(w_t).detach().clone()
     return RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising))
 
 
