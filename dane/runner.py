@@ -288,7 +288,7 @@ class RunResult:
 
 def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
         resume: dict | None = None, on_checkpoint: Callable[[dict], None] | None = None,
-        checkpoint_every: int = 0) -> RunResult:
+        checkpoint_every: int = 0, keep_records: bool = True) -> RunResult:
     """Run rounds until ``stop`` says so; every record describes iterate w_t and what it cost to reach.
 
     Round t's metrics are measured inside round t's first allreduce, and its time and
@@ -302,6 +302,10 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     on round t's own metrics; on a round DANE's safeguard rejected, and at the end on a trial it would
     reject, the records describe the last accepted iterate instead, and so does the iterate returned) and the test that ended the run.  The algorithm is
     only stepped and evaluated: nothing is set on it.
+
+    ``keep_records=False`` keeps only the last record (and round 0's, for the stop tests): a simulated worker other
+    than rank 0, whose records are rank 0's and whose summary nobody reads (`dane.worker.run_worker`), so that m
+    simulated workers hold the run's records once, not m times (about 0.8 KB a round each).
 
     An algorithm whose answer is final before the cap (one-shot averaging) says so with a
     ``finished`` attribute, None until then and afterwards (status, why): the run ends on
@@ -323,7 +327,10 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
         metrics = algo.step() if t < stop.rounds else algo.evaluate()
         record = {"round": t, **cost, **metrics}
-        records.append(record)
+        if keep_records or not records:
+            records.append(record)
+        else:
+            records[-1] = record
         first = first if first is not None else record
         verdict = stop.status(record, first) or rising.update(record, first) \
             or watch.update(record) or finished(algo)  # before on_round: a bad monitor writes nothing
