@@ -24,6 +24,7 @@ import torch
 
 from .algorithm import Algorithm, AlgorithmConfig, Column
 from .comm import Communicator
+from .local_solvers import load_svrg
 from . import checks
 from .problems import Problem
 from .safeguard import MuSafeguard
@@ -45,6 +46,7 @@ class DANE(Algorithm):
         self.eta = eta
         self.mu = mu
         self.local_solver = local_solver  # a dane.local_solvers.LocalSolver, or None: the problem's own
+        load_svrg(problem, local_solver)  # numba's start-up in the set-up, not in round 0
         convex = problem.convex
         self.guard = MuSafeguard(mu, convex=convex, forget=not (convex and problem.quadratic)) if safeguard else None
         self.described: torch.Tensor | None = None  # the iterate the last record describes (`described_iterate`)
