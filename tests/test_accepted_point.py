@@ -43,10 +43,20 @@ def objective_at(problem, workers: int, w: torch.Tensor) -> float:
                           for rank in range(workers)]))
 
 
+def rare_feature(lam: float = 1e-4):
+    """640 Gaussian rows with a column of 5s in 1% of them: 32 equal shards, most without that column."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((640, 8))
+    X[:, 7] = (rng.random(640) < 0.01) * 5.0
+    y = ((X @ rng.standard_normal(8) + rng.standard_normal(640)) > 0).astype(float)
+    return dane.problems.LogReg(X, y, lam=lam)
+
+
 #: (algorithm, keys, problem, workers, rounds of the long run, whether every accepted point lowers the objective);
 #: each has rejected rounds within its first `rounds` (asserted below)
 CASES = {
     "dane": ("dane", {}, breast_cancer, 2, 12, True),                   # rejects rounds 1 and 9
+    "dane_batched": ("dane", {}, rare_feature, 32, 5, True),             # the stacked simulator; rounds 1, 2, 4
     "inexact_dane": ("inexact_dane", {}, breast_cancer, 4, 10, True),    # rounds 1 and 9
     "giant": ("giant", {}, lambda: dane.problems.Ridge(*rare_column_on_one_shard(), lam=0.0), 2, 4, True),  # round 0
     "sdane_adaptive": ("sdane", {"adaptive": True}, breast_cancer, 4, 12, False),  # rounds 0-4 and 11
