@@ -108,7 +108,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver
+from dane.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, load_svrg
 from dane.problems import Problem
 
 from .inexact_dane import InexactSolverKeys, require_convex_shard
@@ -193,6 +193,7 @@ class AIDE(Algorithm):
         super().__init__(problem, comm, w0)
         self.eta, self.mu = eta, mu
         self.local_solver = local_solver  # None: the problem's own
+        load_svrg(problem, local_solver)  # numba's start-up in the set-up, not in round 0
         self.tau: float | None = None  # auto: agreed in round 0's second allreduce
         self.adaptive = tau == TAU_AUTO  # τ grows, and the momentum restarts, on the rounds' evidence
         if not self.adaptive:

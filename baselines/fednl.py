@@ -104,11 +104,12 @@ PHASES = ("oracles", "compress", "update", "newton")
 def hessian_step(compressor: Compressor, d: int, alpha: float | None) -> float:
     """α: ``alpha``, or by the class of ``compressor`` on a d x d Hessian difference (module docstring): 1/(ω + 1)
     for an unbiased one, 1 for a contractive one."""
-    if alpha is not None:
-        return float(alpha)
-    if compressor.unbiased:
-        return 1.0 / (compressor.omega(message_entries(compressor, d)) + 1.0)
-    return 1.0
+    bound = 1.0 / (compressor.omega(message_entries(compressor, d)) + 1.0) if compressor.unbiased else 1.0
+    if alpha is not None and alpha > bound:  # above the theory's bound H_i overshoots ∇²O_i and the run stalls
+        raise ConfigError(f"algorithm.alpha must be <= 1/(omega + 1) = {bound:.4g} for the unbiased compressor "
+                          f"{compressor.spec} on d = {d} (Safaryan et al. 2022, FedNL's Hessian learning rate), got "
+                          f"{alpha}; leave it null for that bound")
+    return bound if alpha is None else float(alpha)
 
 
 def theoretical_alpha(compressor: Compressor, d: int) -> float:
@@ -423,8 +424,10 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
 
     def __post_init__(self) -> None:
         make(self.compressor)  # a bad spec is one line now
-        if self.alpha is not None:
-            checks.positive("algorithm.alpha", self.alpha)
+        if self.alpha is not None and not 0 < checks.positive("algorithm.alpha", self.alpha) <= 1:
+            raise ConfigError(f"algorithm.alpha must be in (0, 1], got {self.alpha}: FedNL's theory (Safaryan et al. "
+                              f"2022) takes alpha <= 1/(omega + 1) for an unbiased compressor, 1 - sqrt(1 - delta) or 1 "
+                              f"for a contractive one; null picks that bound")
         if self.option is None:
             object.__setattr__(self, "option", 1 if self.variant == "ls" else 2)
         if self.option not in (1, 2):

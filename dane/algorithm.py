@@ -57,6 +57,14 @@ class Rounds:
     #: method does not track them
     defaults: tuple[dict, ...] | None = None
 
+    def described_iterate(self, start: torch.Tensor | None) -> torch.Tensor:
+        """The iterate the last `step`'s or final evaluation's record describes (what `dane.runner.run` returns).
+
+        ``start``: the iterate that round started from (None after the final evaluation: the current one).
+        By default that one; a method that can reject a round's start reports the point it kept instead
+        (DANE's safeguard: the last accepted iterate, `dane.dane.DANE.described_iterate`)."""
+        return self.iterate if start is None else start
+
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, what this method's own state says about why it is slow, naming the override
         to try (appended to ``stopped_by``); None: nothing to add.  ``records``: the run's, last one last."""

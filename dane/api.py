@@ -24,6 +24,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
+from . import checks
 from .comm import AlphaBeta
 from .errors import ConfigError, DivergenceError, UserError
 from .launch import execute
@@ -55,11 +56,30 @@ def algorithm_config(name: str, *, seed: int = 0, **overrides):
     node = OmegaConf.load(path)
     unknown = sorted(set(overrides) - set(node.keys()))
     if unknown:
+        simulator = ", ".join(f"sim_{key}=" for key in unknown if key in SIMULATOR_KEYS)
+        hint = f"; the simulator's allreduce cost is fit's {simulator}" if simulator else ""
         raise ConfigError(f"algorithm {name} has no key(s) {', '.join(unknown)}; its keys: "
-                          f"{', '.join(k for k in node.keys() if k not in ('_target_', 'name'))}")
+                          f"{', '.join(k for k in node.keys() if k not in ('_target_', 'name'))}{hint}")
     root = OmegaConf.create({"seed": seed, "algorithm": node})
-    root.algorithm = OmegaConf.merge(root.algorithm, overrides)
+    root.algorithm = OmegaConf.merge(root.algorithm, {key: plain(f"algorithm.{key}", value)
+                                                        for key, value in overrides.items()})
     return build(root, "algorithm")
+
+
+#: the allreduce cost model's keys, ``sim.alpha`` and ``sim.beta`` on the command line: ``fit(sim_alpha=...)``,
+#: never ``alpha=``, which is an algorithm's key (FedNL's Hessian learning rate)
+SIMULATOR_KEYS = ("alpha", "beta")
+
+
+def plain(key: str, value):
+    """``value`` as the config takes it: a NumPy scalar (``np.float64(0.1)``, ``np.int64(5)``, a 0-d array) as the
+    Python number it holds; anything else unchanged, for the config's own check.  A NumPy array is refused in one
+    line naming ``key``, since OmegaConf would fail on it with a long traceback."""
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            raise ConfigError(f"{key} must be a number, got an array of shape {value.shape}")
+        value = value[()]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def build(cfg, group_name: str):
@@ -74,7 +94,7 @@ def build(cfg, group_name: str):
         while cause is not None and not isinstance(cause, UserError):
             cause = cause.__cause__ or cause.__context__
         if cause is not None:
-            raise cause from None
+            raise as_typed(cause, cfg, group_name) from None
         unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
         if unexpected:
             known = [f.name for f in dataclasses.fields(get_class(cfg[group_name]._target_))]
@@ -84,6 +104,22 @@ def build(cfg, group_name: str):
         raise ConfigError(f"{group_name}: {lines[-1] if lines else exc}") from None
     check_booleans(built, group_name)
     return built
+
+
+def as_typed(error: UserError, cfg, group_name: str) -> UserError:
+    """``error`` naming a data key as the user typed it: ``data.X`` for the top-level ``data=`` group that a convex
+    problem reads (``problem.data: ${data}``), ``problem.data.X`` for a network's ``data@problem.data=``.  The data
+    configs cannot tell which of the two they were given as, so each names its own guess."""
+    text = str(error)
+    data = cfg.get("data") if group_name == "problem" else None
+    node = cfg[group_name]
+    if type(error) is not ConfigError or data is None or "data" not in node:
+        return error
+    top = OmegaConf.is_interpolation(node, "data") or node.data == data
+    typed, other = ("data.", "problem.data.") if top else ("problem.data.", "data.")
+    if not text.startswith(other) or text.startswith(typed):
+        return error
+    return ConfigError(typed + text[len(other):])
 
 
 def check_booleans(config, prefix: str) -> None:
@@ -122,7 +158,7 @@ class Result:
 
 def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: float | None = None,
         tol_abs: float | None = None, seed: int = 0, dtype: torch.dtype = torch.float64, out_dir: str | None = None,
-        alpha: float | None = None, beta: float | None = None, quiet: bool = True, logger=("jsonl",),
+        sim_alpha: float | None = None, sim_beta: float | None = None, quiet: bool = True, logger=("jsonl",),
         compress: str | None = None, error_feedback: bool = False, **algorithm_keys) -> Result:
     """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
 
@@ -131,21 +167,33 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     is at most ``tol`` times its value at round 0.  ``algorithm_keys`` override the
     algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
     also writes the usual rounds.jsonl, summary.json and iterate.pt there, and ``logger``
-    (``["tensorboard", "mlflow"]``, `dane.trackers`) sends the records to those trackers too.  ``alpha``,
-    ``beta`` set the simulator's allreduce cost model (default: the package's).  ``compress`` and
-    ``error_feedback`` are ``comm.compress`` and ``comm.error_feedback`` (`dane.comm.compression`).
+    (``["tensorboard", "mlflow"]``, `dane.trackers`) sends the records to those trackers too.  ``sim_alpha``
+    (seconds) and ``sim_beta`` (bytes/s) set the simulator's allreduce cost model, ``sim.alpha`` and ``sim.beta``
+    on the command line (default: the package's); ``alpha=`` is an algorithm's key (FedNL's α), refused for an
+    algorithm without one.  ``compress`` and ``error_feedback`` are ``comm.compress`` and ``comm.error_feedback``
+    (`dane.comm.compression`).  NumPy scalars are taken as the numbers they hold (`plain`).
     """
+    workers, rounds, seed = plain("workers", workers), plain("rounds", rounds), plain("seed", seed)
+    tol, tol_abs = plain("tol", tol), plain("tol_abs", tol_abs)
+    sim_alpha, sim_beta = plain("sim_alpha", sim_alpha), plain("sim_beta", sim_beta)
     if isinstance(algorithm, str):
         algorithm = algorithm_config(algorithm, seed=seed, **algorithm_keys)
     elif algorithm_keys:
         raise ConfigError("keyword overrides apply to an algorithm given by name; set them on the config instead")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
+        raise ConfigError(f"rounds must be an integer >= 0 (0: only evaluate w_0), got {rounds!r}")
     problem.check_workers(workers)
     if out_dir is None and check_loggers(logger) != ("jsonl",):
         raise ConfigError(f"logger={list(check_loggers(logger))} writes into the run directory; give out_dir")
     base = AlphaBeta()
-    cost = AlphaBeta(alpha=base.alpha if alpha is None else alpha, beta=base.beta if beta is None else beta)
+    if sim_alpha is not None:
+        checks.nonnegative("sim_alpha", sim_alpha)
+    if sim_beta is not None:
+        checks.positive("sim_beta", sim_beta)
+    cost = AlphaBeta(alpha=base.alpha if sim_alpha is None else sim_alpha,
+                     beta=base.beta if sim_beta is None else sim_beta)
     comm = Communication(backend="local", workers=workers, cost=cost, compress=compress, error_feedback=error_feedback)
     spec = RunSpec(problem=problem, algorithm=algorithm, comm=comm,
                    control=RunControl(stop=StopRule(rounds=rounds, tol=tol, tol_abs=tol_abs), dtype=dtype, seed=seed, quiet=quiet,

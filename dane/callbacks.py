@@ -323,6 +323,7 @@ class ClosingLine(Callback):
         print(f"{summary['algorithm']} on {summary['problem']}, {loop.comm.size} worker(s), {summary['backend']}: "
               f"{summary['status']} ({summary['stopped_by']}) after {summary['rounds']} rounds, {tail}, "
               f"{summary['total_bytes']} bytes sent, {summary['time_s']:.3f} s"
+              + (" simulated" if loop.spec.comm.simulated else "")
               + (f" -> {loop.out_dir}" if loop.out_dir else ""), flush=True)
 
 

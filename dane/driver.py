@@ -31,7 +31,8 @@ class Loop:
     asynchronous run behind the same interface) and ``comm`` its communicator.  The
     callbacks set ``resume`` (the state the rounds continue from), ``continuing`` (the run
     directory continues earlier records), ``resumed_from`` and ``writer``; the loop keeps
-    ``seen`` (this call's raw records, for an interrupted run) and ``result``.
+    ``seen`` (this call's raw records, for an interrupted run; the last one only where ``keep_records`` is False)
+    and ``result``.
     """
 
     spec: RunSpec
@@ -49,6 +50,7 @@ class Loop:
     writer: Any = None
     seen: list[dict] = field(default_factory=list)
     result: RunResult | None = None
+    keep_records: bool = True  # False: only the last record (a simulated worker other than rank 0: `dane.runner.run`)
 
     def __post_init__(self) -> None:
         if not self.backend:
@@ -103,7 +105,10 @@ def rounds(loop: Loop, callbacks: list) -> None:
     """The rounds, from ``loop.resume`` (None: round 0); a Ctrl-C in the simulator ends them as ``interrupted``."""
 
     def on_round(record: dict) -> None:
-        loop.seen.append(record)
+        if loop.keep_records or not loop.seen:
+            loop.seen.append(record)
+        else:
+            loop.seen[-1] = record
         for callback in callbacks:
             callback.on_round(loop, record)
 
@@ -113,14 +118,21 @@ def rounds(loop: Loop, callbacks: list) -> None:
 
     try:
         loop.result = run(loop.algo, loop.spec.control.stop, on_round, resume=loop.resume,
-                          on_checkpoint=on_checkpoint, checkpoint_every=loop.checkpoint_every)
+                          on_checkpoint=on_checkpoint, checkpoint_every=loop.checkpoint_every,
+                          keep_records=loop.keep_records)
     except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
         if not loop.seen:
             raise
-        loop.result = RunResult(loop.seen, "interrupted", loop.algo.iterate, "interrupted")
+        loop.result = RunResult(loop.seen, "interrupted", loop.algo.described_iterate(None), "interrupted")
     finally:
         for callback in callbacks:
             callback.on_rounds_end(loop)
+
+
+#: ``time_s_clock``: what ``time_s`` (the last record's, repeated in the summary) measures.  In the simulator the
+#: cost model's parallel time (the slowest worker's compute plus sim.alpha/sim.beta communication), which can be far
+#: from the wall time the run took (``wall_time_s``); under a launcher rank 0's wall clock.
+TIME_CLOCK = {True: "simulated", False: "wall"}
 
 
 def base_summary(loop: Loop) -> dict[str, Any]:
@@ -139,6 +151,7 @@ def base_summary(loop: Loop) -> dict[str, Any]:
         "total_bytes": last["bytes_sent"],
         "comm_rounds": last["comm_rounds"],
         "time_s": last["time_s"],
+        "time_s_clock": TIME_CLOCK[loop.spec.comm.simulated],
         "wall_time_s": time.perf_counter() - loop.start,
         "stop_rule": spec.control.stop.rule(last),
         "stopped_by": loop.result.stopped_by,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 
 import torch
 
@@ -22,6 +23,7 @@ from .comm.threads import Interrupted, meter_for
 from .errors import say
 from .faults import RunInterrupted, worker_lost
 from .reference import attach_all, attach_one
+from .results import ROUNDS_FILE
 from .spec import RunSpec
 from .worker import build_problem, run_worker
 from . import timeline
@@ -72,22 +74,22 @@ def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) 
     each worker charged 1/m of its measured compute, timed by the cost model."""
     m = spec.comm.workers
     torch.set_num_threads(1)  # as in the per-worker path: one core, the stacked work of all m workers on it
-    spec.problem.prepare()
-    t0 = time.thread_time()
-    problem = spec.algorithm.build_stacked(spec.problem, m, spec.control.dtype)  # by default the problem's
+    with set_up():
+        spec.problem.prepare()
+        t0 = time.thread_time()
+        problem = spec.algorithm.build_stacked(spec.problem, m, spec.control.dtype)  # by default the problem's
     setup_s = (time.thread_time() - t0) / m
     timeline.mark("data")
     group = BatchedGroup(m, spec.comm.cost, spec.comm.stragglers, meter_for([problem.device]))
     start = time.perf_counter()
-    where = f"; records so far are in {out_dir}" if out_dir else ""
     try:
         summary = run_batched(group, lambda comm: run_worker(spec, comm, problem, out_dir, start, setup_s, collect))
     except (KeyboardInterrupt, Interrupted):  # a second Ctrl-C, or one before round 0's record: the records kept
-        interrupted = RunInterrupted(f"interrupted{where}")
+        interrupted = RunInterrupted(f"interrupted{records_kept(out_dir)}")
         say(interrupted)
         raise interrupted from None
     if group.interrupted:  # stopped at a collective: the summary says interrupted, as the per-worker path's
-        interrupted = RunInterrupted(f"interrupted after round {summary['rounds']}{where}")
+        interrupted = RunInterrupted(f"interrupted after round {summary['rounds']}{records_kept(out_dir)}")
         say(interrupted)
         raise interrupted
     return summary
@@ -102,8 +104,9 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None, declined
     """
     m = spec.comm.workers
     torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
-    problems, setups = zip(*(build_problem(spec, rank, m, time.thread_time) for rank in range(m)))
-    attach_all(spec.problem, problems)
+    with set_up():
+        problems, setups = zip(*(build_problem(spec, rank, m, time.thread_time) for rank in range(m)))
+        attach_all(spec.problem, problems)
     if declined is not None:  # rank 0 prints its notes before the first round and writes them into the summary
         problems[0].notes = [*problems[0].notes, declined]
     group = ThreadGroup(m, spec.comm.cost, spec.comm.stragglers,
@@ -112,12 +115,33 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None, declined
     summary = group.run(lambda comm: run_worker(spec, comm, problems[comm.rank], out_dir, start, max(setups),
                                                 collect))[0]
     if group.interrupted:
-        where = f"; records so far are in {out_dir}" if out_dir else ""
         at = f" after round {summary['rounds']}" if summary is not None else ""
-        interrupted = RunInterrupted(f"interrupted{at}{where}")
+        interrupted = RunInterrupted(f"interrupted{at}{records_kept(out_dir)}")
         say(interrupted)
         raise interrupted
     return summary
+
+
+@contextlib.contextmanager
+def set_up():
+    """A Ctrl-C while the simulator builds its workers' problems (before any record or run directory): one line and
+    exit status 130 (`RunInterrupted`), as a Ctrl-C in the rounds, not the traceback of whatever was building."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, RunInterrupted):
+            raise
+        interrupted = RunInterrupted("interrupted during set-up, before round 0; nothing was written")
+        say(interrupted)
+        raise interrupted from None
+
+
+def records_kept(out_dir: str | None) -> str:
+    """"; records so far are in <out_dir>" where the interrupted run left records there; "" where it left none (a
+    run stopped before its first record removes the folder it made: `dane.results.RunWriter.close`)."""
+    rounds = Path(out_dir) / ROUNDS_FILE if out_dir else None
+    return f"; records so far are in {out_dir}" if rounds is not None and rounds.is_file() and \
+        rounds.stat().st_size > 0 else ""
 
 
 def elastic(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:

@@ -235,6 +235,19 @@ def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None
     return torch.from_numpy(w).to(sub.anchor.dtype)
 
 
+def load_svrg(problem, solver: LocalSolver | None) -> None:
+    """At set-up: the compiled SVRG kernel ``problem``'s solves will run, loaded or compiled (`dane.svrg_kernels.load`),
+    where `svrg` would take it (an SVRG solver, the shard's rows, on the CPU, numba importable)."""
+    if solver is None or solver.method != "svrg" or getattr(problem, "svrg_rows", None) is None \
+            or problem.initial_point().device.type != "cpu":
+        return
+    try:
+        from . import svrg_kernels
+    except ImportError:  # `svrg` warns at the first solve
+        return
+    svrg_kernels.load(problem.svrg_rows())
+
+
 def svrg_constants(sub: Subproblem, solver: LocalSolver) -> tuple[float, float, int, int, int]:
     """(step γ, deterministic curvature λ + μ, steps per snapshot, rows per step, passes) of an SVRG solve."""
     shard = sub.shard

@@ -288,7 +288,7 @@ class RunResult:
 
 def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
         resume: dict | None = None, on_checkpoint: Callable[[dict], None] | None = None,
-        checkpoint_every: int = 0) -> RunResult:
+        checkpoint_every: int = 0, keep_records: bool = True) -> RunResult:
     """Run rounds until ``stop`` says so; every record describes iterate w_t and what it cost to reach.
 
     Round t's metrics are measured inside round t's first allreduce, and its time and
@@ -299,9 +299,13 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     round, the cost counters, the first record, the early-stopping state, the divergence
     window and ``algo.state_dict()``.  Only the records of this call are returned
     (`RunResult`), with the iterate the last record describes (w_t when a stop rule fired
-    on round t's own metrics; on a round DANE's safeguard rejected, the records describe
-    the last accepted iterate instead) and the test that ended the run.  The algorithm is
+    on round t's own metrics; on a round DANE's safeguard rejected, and at the end on a trial it would
+    reject, the records describe the last accepted iterate instead, and so does the iterate returned) and the test that ended the run.  The algorithm is
     only stepped and evaluated: nothing is set on it.
+
+    ``keep_records=False`` keeps only the last record (and round 0's, for the stop tests): a simulated worker other
+    than rank 0, whose records are rank 0's and whose summary nobody reads (`dane.worker.run_worker`), so that m
+    simulated workers hold the run's records once, not m times (about 0.8 KB a round each).
 
     An algorithm whose answer is final before the cap (one-shot averaging) says so with a
     ``finished`` attribute, None until then and afterwards (status, why): the run ends on
@@ -323,7 +327,10 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
         metrics = algo.step() if t < stop.rounds else algo.evaluate()
         record = {"round": t, **cost, **metrics}
-        records.append(record)
+        if keep_records or not records:
+            records.append(record)
+        else:
+            records[-1] = record
         first = first if first is not None else record
         verdict = stop.status(record, first) or rising.update(record, first) \
             or watch.update(record) or finished(algo)  # before on_round: a bad monitor writes nothing
@@ -337,8 +344,9 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
         if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t < stop.rounds:
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                            "divergence": rising.state_dict(), "algorithm": algo.state_dict()})
-    # A run stopped by a round's metrics has already moved past the iterate they describe.
-    iterate = w_t if w_t is not None else algo.iterate
+    # A run stopped by a round's metrics has already moved past the iterate they describe; a safeguard's rejected
+    # start is described by the last accepted iterate (`Rounds.described_iterate`).
+    iterate = algo.described_iterate(w_t).detach().clone()
     return RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising))
 
 

@@ -360,11 +360,9 @@ class MuSafeguard:
                 self.spread = remembered_spread(self.spread, delta, self.decay if self.forget else 1.0)
         # 2. guard
         objective, best = float(metrics[0]), float(metrics0[0])
-        if self.convex:
-            accepted = accepts(objective, best, self.rtol)
-        else:
+        if not self.convex:
             self.best = min(self.best, best)
-            accepted = accepts(objective, self.best, max(self.rtol, self.slack))
+        accepted = self.would_accept(objective)
         mu_used = self.mu
         if accepted:
             self.accepted = (w, local_grad, g, metrics)
@@ -384,6 +382,18 @@ class MuSafeguard:
         if not accepted and self.mu == 0.0:
             self.mu = curvature_scale_mu(self.scale, float(torch.linalg.vector_norm(grad_change)), step_sq)
         return (*self.accepted, {"accepted": accepted, "spread": self.spread})
+
+    def would_accept(self, objective: float) -> bool:
+        """The guard's verdict (`accepts`) on an iterate with global objective ``objective``, state unchanged:
+        convex, against the last accepted objective; non-convex, against the lowest accepted one with ``slack``.
+        True before any iterate was accepted.  `review` applies it; a run's final evaluation asks it too
+        (`dane.dane.DANE.evaluate`), so that a run never ends on a trial the next round would reject."""
+        if self.accepted is None:
+            return True
+        best = float(self.accepted[3][0])
+        if self.convex:
+            return accepts(objective, best, self.rtol)
+        return accepts(objective, min(self.best, best), max(self.rtol, self.slack))
 
     def _convex_mu(self, accepted: bool, mu_used: float, step: torch.Tensor, grad_change: torch.Tensor,
                    step_sq: float, round_off_sq: float) -> float:

@@ -287,3 +287,17 @@ def run(rows, *, lr: float, shrink: float, scale: float, w: np.ndarray, c0: np.n
     if rows.X is not None:
         return svrg_dense(rows.X, rows.y, loss, *args)
     return svrg_csr(rows.indptr, rows.indices, rows.data, rows.y, loss, *args)
+
+
+def load(rows) -> None:
+    """Dispatch the kernel `run` takes for ``rows``, with no rows to visit: numba loads its machine code from the cache
+    (or compiles it, on a machine whose cache is empty) now, not in the first solve.
+
+    `dane.local_solvers.load_svrg` calls it as a method is built, so that numba's start in a process (its import,
+    LLVM's set-up and the cached code: about 0.4 s of CPU on a cache ``make setup`` filled, 4 s compiling without)
+    falls in the run's set-up, not in its first round.  Same argument types as a solve's: 1-d arrays of the rows'
+    dtype, int64 ``order``, Python scalars."""
+    dtype = rows.X.dtype if rows.X is not None else rows.data.dtype
+    empty = np.zeros(0, dtype=dtype)
+    run(rows, lr=0.0, shrink=0.0, scale=1.0, w=empty.copy(), c0=empty, order=np.zeros(0, dtype=np.int64), steps=1,
+        b=1)

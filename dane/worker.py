@@ -40,6 +40,7 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
         comm.use_compression(MessageCompression(compress.make(spec.comm.compress), spec.algorithm.algorithm.compressible,
                                                 error_feedback=spec.comm.error_feedback, seed=spec.control.seed,
                                                 rank=comm.rank))
+    # in the simulator rank 0's records and summary are the run's: the other workers keep only their last record
     loop = Loop(spec, spec.algorithm.build(problem, comm), comm, out_dir, problem, start=start, setup_s=setup_s,
-                checkpoint_every=spec.control.checkpoint_every)
+                checkpoint_every=spec.control.checkpoint_every, keep_records=comm.rank == 0 or not spec.comm.simulated)
     return drive(loop, worker_callbacks(spec, loop, collect))

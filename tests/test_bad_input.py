@@ -98,6 +98,17 @@ CASES = [
          expected="problem.n_samples=3 is fewer than workers=4"),
     case("unknown_problem", "problem=imagenet", *SMALL, expected="problem=imagenet is unknown; choose one of:"),
     case("rounds_zero", *SMALL, "rounds=0", expected="rounds must be a positive integer, got 0"),
+    # issue 45, item 5: FedNL's alpha beyond the paper's bound (it stalled at 2.5x O*); a data key named as typed
+    case("fednl_alpha_above_one", "algorithm=fednl", "algorithm.alpha=3", *LOGREG,
+         expected="algorithm.alpha must be in (0, 1], got 3: FedNL's theory (Safaryan et al. 2022) takes alpha <= "
+                  "1/(omega + 1) for an unbiased compressor, 1 - sqrt(1 - delta) or 1 for a contractive one"),
+    case("fednl_alpha_above_the_unbiased_bound", "algorithm=fednl", "algorithm.compressor=randk:5", "algorithm.alpha=0.5",
+         "workers=2", *LOGREG, expected="algorithm.alpha must be <= 1/(omega + 1) = 0.01008 for the unbiased compressor "
+                                        "randk:5 on d = 31"),
+    case("data_key_named_as_typed", *LOGREG, "data.sharding=dirichlet", "data.alpha=-1", "workers=2",
+         expected="error: data.alpha must be > 0, got -1"),
+    case("network_data_key_named_as_typed", "problem=digits_mlp", "problem.data.sharding=quantity",
+         "problem.data.exponent=-1", "rounds=1", "quiet=true", expected="error: problem.data.exponent must be >= 0"),
     case("covariance_choice", "problem.covariance=wishart", *SMALL,
          expected="problem.covariance must be one of iso|decay, got 'wishart'"),
     # booleans take only true/false: Python would read any of these strings as true

@@ -1,0 +1,163 @@
+"""The last bad inputs of the Python API and the simulator's edges (issue 45, item 5): one line naming the value and
+the fix, or the value taken as the number it is; a Ctrl-C before round 0 as one line; each worker's records kept once.
+
+Ctrl-C is raised from a hook (the round or the set-up it interrupts), not sent to a process: the simulator turns a
+Ctrl-C in the main thread into `ThreadGroup.stop`, which is what the hooks call.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_breast_cancer
+
+import dane
+from dane import worker
+from dane.api import algorithm_config
+from dane.baselines.fednl import FedNLConfig, hessian_step
+from dane.comm import AlphaBeta
+from dane.compress import make
+from dane.dane import DANE
+from dane.errors import ConfigError
+from dane.faults import RunInterrupted
+
+
+@pytest.fixture(scope="module")
+def problem():
+    X, y = load_breast_cancer(return_X_y=True)
+    return dane.problems.LogReg((X - X.mean(0)) / X.std(0), y, lam=1e-3)
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    text = str(error.value)
+    assert "\n" not in text
+    return text
+
+
+# ------------------------------------------------------------------ values
+def test_negative_rounds_is_one_line(problem):
+    with pytest.raises(ConfigError) as error:
+        dane.fit(problem, "dane", workers=2, rounds=-1)
+    assert one_line(error) == "rounds must be an integer >= 0 (0: only evaluate w_0), got -1"
+
+
+def test_numpy_scalars_are_the_numbers_they_hold(problem):
+    plain = dane.fit(problem, "local_sgd", workers=2, rounds=3, lr=0.1)
+    numpy = dane.fit(problem, "local_sgd", workers=np.int64(2), rounds=np.int64(3), lr=np.float64(0.1))
+    zero_d = dane.fit(problem, "local_sgd", workers=2, rounds=3, lr=np.array(0.1))
+    for run in (numpy, zero_d):
+        assert [r["objective"] for r in run.records] == [r["objective"] for r in plain.records]
+        assert torch.equal(run.w, plain.w)
+
+
+def test_a_numpy_array_for_a_number_is_one_line(problem):
+    with pytest.raises(ConfigError) as error:
+        dane.fit(problem, "dane", workers=2, rounds=2, mu=np.array([0.1, 0.2]))
+    assert one_line(error) == "algorithm.mu must be a number, got an array of shape (2,)"
+
+
+def test_alpha_is_fednls_and_the_simulators_latency_is_sim_alpha(problem):
+    """``alpha=`` is FedNL's Hessian learning rate (the simulator's cost model keeps its default latency); the
+    latency is ``sim_alpha=``; an algorithm without an alpha refuses it, naming sim_alpha=."""
+    keys = {"compressor": "topk:40", "variant": "ls"}  # a compressor under which α changes the learned Hessians
+    half = dane.fit(problem, "fednl", workers=2, rounds=4, alpha=0.5, **keys)
+    built = dane.fit(problem, algorithm_config("fednl", alpha=0.5, **keys), workers=2, rounds=4)
+    whole = dane.fit(problem, "fednl", workers=2, rounds=4, alpha=1.0, **keys)
+    assert [r["objective"] for r in half.records] == [r["objective"] for r in built.records]
+    assert [r["objective"] for r in half.records] != [r["objective"] for r in whole.records]
+    assert half.summary["alpha"] == AlphaBeta().alpha == 5.5e-4
+    assert dane.fit(problem, "dane", workers=2, rounds=1, sim_alpha=0.01).summary["alpha"] == 0.01
+    with pytest.raises(ConfigError) as error:
+        dane.fit(problem, "dane", workers=2, rounds=2, alpha=1e-3)
+    assert one_line(error).endswith("its keys: eta, mu, safeguard; the simulator's allreduce cost is fit's sim_alpha=")
+    with pytest.raises(ConfigError) as error:
+        dane.fit(problem, "dane", workers=2, rounds=2, sim_alpha=-1)
+    assert one_line(error) == "sim_alpha must be >= 0, got -1"
+
+
+def test_fednl_alpha_beyond_the_papers_bound_is_refused(problem):
+    """α ≤ 1 for every compressor, α ≤ 1/(ω + 1) for an unbiased one (Safaryan et al. 2022): RandK with k = 5 of the
+    packed triangle of d = 31 (496 entries) has ω = 496/5 − 1, so the bound is 5/496."""
+    with pytest.raises(ConfigError) as error:
+        FedNLConfig(alpha=3)
+    assert one_line(error).startswith("algorithm.alpha must be in (0, 1], got 3: FedNL's theory")
+    d = 31
+    assert hessian_step(make("randk:5"), d, None) == pytest.approx(5 / 496, rel=1e-15)
+    assert hessian_step(make("randk:5"), d, 5 / 496) == 5 / 496
+    with pytest.raises(ConfigError) as error:
+        hessian_step(make("randk:5"), d, 0.5)
+    assert one_line(error).startswith("algorithm.alpha must be <= 1/(omega + 1) = 0.01008 for the unbiased compressor "
+                                      "randk:5 on d = 31")
+    assert hessian_step(make("topk:5"), d, None) == 1.0 and hessian_step(make("topk:5"), d, 0.3) == 0.3
+
+
+# ------------------------------------------------------------------ the summary's clock
+def test_the_summary_names_its_clock(problem):
+    assert dane.fit(problem, "dane", workers=2, rounds=1).summary["time_s_clock"] == "simulated"
+    assert dane.fit(problem, "dane", workers=1, rounds=1).summary["time_s_clock"] == "wall"
+
+
+# ------------------------------------------------------------------ Ctrl-C
+def interrupted_line(run) -> tuple[str, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(RunInterrupted) as stopped:
+        run()
+    assert stopped.value.code == 130
+    return str(stopped.value), err.getvalue()
+
+
+def test_ctrl_c_before_round_0_names_no_removed_folder(problem, monkeypatch, tmp_path):
+    """Stopped at round 0's first collective, the run wrote no record and removed the folder it made: the line says
+    only "interrupted"."""
+    step = DANE.step
+    monkeypatch.setattr(DANE, "step", lambda self: (self.comm.group.stop(), step(self))[1])
+    out = tmp_path / "run"
+    line, err = interrupted_line(lambda: dane.fit(problem, "dane", workers=2, rounds=3, out_dir=str(out)))
+    assert line == "interrupted" and err == "interrupted\n" and not out.exists()
+
+
+def test_ctrl_c_after_a_record_names_the_records(problem, monkeypatch, tmp_path):
+    step, calls = DANE.step, []
+
+    def stop_in_round_2(self):
+        if self.comm.rank == 0:
+            calls.append(1)
+            if len(calls) == 3:
+                self.comm.group.stop()
+        return step(self)
+
+    monkeypatch.setattr(DANE, "step", stop_in_round_2)
+    out = tmp_path / "run"
+    line, _ = interrupted_line(lambda: dane.fit(problem, "dane", workers=2, rounds=5, out_dir=str(out)))
+    assert line == f"interrupted after round 1; records so far are in {out}"
+    assert len((out / "rounds.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("where", ["stacked problem", "algorithm"])
+def test_ctrl_c_in_fednls_batched_set_up_is_one_line(problem, monkeypatch, tmp_path, where):
+    """40 workers: FedNL's batched path (``sim.batched=auto``).  A Ctrl-C while its stacked clients are built, or
+    while the algorithm is (inside the run, before round 0's record), ends in one line and status 130."""
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(FedNLConfig, "build_stacked" if where == "stacked problem" else "build", ctrl_c)
+    out = tmp_path / "run"
+    line, err = interrupted_line(lambda: dane.fit(problem, "fednl", workers=40, rounds=3, out_dir=str(out)))
+    expected = "interrupted during set-up, before round 0; nothing was written" if where == "stacked problem" \
+        else "interrupted"
+    assert line == expected and err == f"{expected}\n" and not out.exists()
+
+
+# ------------------------------------------------------------------ memory
+def test_simulated_workers_keep_the_records_once(problem, monkeypatch):
+    """Rank 0 keeps every record (the run's); the other simulated workers keep only their last."""
+    loops, drive = [], worker.drive
+    monkeypatch.setattr(worker, "drive", lambda loop, callbacks: (loops.append(loop), drive(loop, callbacks))[1])
+    result = dane.fit(problem, "dane", workers=3, rounds=5)
+    kept = {loop.comm.rank: (len(loop.result.records), len(loop.seen)) for loop in loops}
+    assert kept == {0: (6, 6), 1: (1, 1), 2: (1, 1)}
+    assert [r["round"] for r in result.records] == [0, 1, 2, 3, 4, 5]
+    assert loops[1].result.records[0]["objective"] == result.records[-1]["objective"]
