@@ -20,6 +20,7 @@ from .comm.threads import Interrupted
 from .problems.linear_models import in_target_units
 from .runner import RunResult, run
 from .spec import RunSpec
+from .work import KEYS as LOCAL_WORK
 
 
 @dataclass
@@ -150,6 +151,8 @@ def base_summary(loop: Loop) -> dict[str, Any]:
     # traffic by direction, where the run counts it: comm.compress's bits per worker, a federated method's bytes
     # summed over the round's participants, FedNL's own exact bit count
     summary.update({key: last[key] for key in TRAFFIC if key in last})
+    if LOCAL_WORK[0] in last:  # an algorithm's rounds: its local work so far, summed and the busiest client's
+        summary["local_work"] = {key: last[key] for key in LOCAL_WORK}
     return summary
 
 

@@ -266,6 +266,7 @@ class ThreadGroup:
         self.interrupted = False  # set by a Ctrl-C in `run`: every worker stops at its next collective
         self.compute_time = 0.0  # sum over phases of the slowest worker's compute
         self.comm_time = 0.0
+        self.work_board = None  # `dane.work.Board`, made by the first worker's rounds
 
     @property
     def compute_clock(self) -> str:
@@ -278,6 +279,8 @@ class ThreadGroup:
     def _reduce(self) -> None:
         """Runs once, in the last thread to arrive, while the others wait at the barrier."""
         op, nbytes, root, members = self._op
+        if self.work_board is not None:  # the workers' local work as they left it, while none moves (`dane.work`)
+            self.work_board.capture()
         delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
         ranks = range(self.size) if members is None else members
         phase_compute = max(self.stragglers.factor(r) * self._compute[r] + delays[r] for r in ranks)
