@@ -339,7 +339,7 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
         restore_cost(comm, resume["cost"])
         start, cost, first = resume["round"], resume["cost"], resume["first"]
         if ledger is not None:
-            ledger.load_state_dict(resume.get("work"))  # checkpoints from before the counters: from zero
+            ledger.load_state_dict(resume.get("work"), comm.size)  # checkpoints from before the counters: zero
     records: list[dict] = []
     status = "max_rounds"
     snapshot = _work_snapshot(comm, ledger)
@@ -362,7 +362,7 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
         if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t < stop.rounds:
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                            "divergence": rising.state_dict(), "algorithm": algo.state_dict(),
-                           **({"work": ledger.state_dict()} if ledger is not None else {})})
+                           **({"work": work.checkpoint_state(comm, ledger, snapshot)} if ledger is not None else {})})
     # A run stopped by a round's metrics has already moved past the iterate they describe.
     iterate = w_t if w_t is not None else algo.iterate
     return RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising))

@@ -28,8 +28,9 @@ if it was drawn (in any of the round's draws): the others' evaluations only meas
 *Summing over the workers* (`reduce_over_workers`).  On the batched path the ledger holds every worker's row.
 In the thread simulator each worker leaves its snapshot on a board its group shares, which the group's
 reduction copies at every collective (no time, bytes or calls); rank 0 reads the copy after the round.
-Under a launcher every rank sends its snapshot in one raw allreduce of an m x 8 table after the round: not
-counted in ``bytes_sent`` or ``comm_rounds`` (the communicator's uncounted path), a little wall time.
+Under a launcher every rank sends its snapshot in one allreduce of an m x 8 table after the round, by
+`dane.comm.Communicator.uncounted_allreduce_mean`: not in ``bytes_sent``, ``comm_rounds`` or the bit counts (under
+comm=ps not on the servers' links either), a little wall time.
 """
 from __future__ import annotations
 
@@ -85,12 +86,25 @@ class Ledger:
         flops = (self.counts * self.costs).sum(1, keepdims=True)
         return np.concatenate([self.counts, flops], 1)
 
-    def state_dict(self) -> dict:
-        return {"counts": self.counts.tolist()}
+    def state_dict(self, table: np.ndarray | None = None) -> dict:
+        """This worker's counts, and under a launcher ``table``, every rank's (`checkpoint_state`)."""
+        state = {"ranks": self.ranks.tolist(), "counts": self.counts.tolist()}
+        return state if table is None else {**state, "table": table[:, :len(COUNTS)].tolist()}
 
-    def load_state_dict(self, state: dict | None) -> None:
-        if state is not None and np.shape(state["counts"]) == self.counts.shape:
+    def load_state_dict(self, state: dict | None, size: int) -> None:
+        """Continue from ``state`` (None: a checkpoint written before the counters, from zero).  A rank's own part
+        (a checkpoint on disk) gives its counts; rank 0's part on every rank (a Horovod elastic reset) gives each
+        rank its row of the table, and after a change of world size rank 0 the old total (the busiest client's
+        count then restarts)."""
+        if state is None:
+            return
+        if list(state.get("ranks", [])) == self.ranks.tolist() and np.shape(state["counts"]) == self.counts.shape:
             self.counts = np.array(state["counts"], dtype=np.float64)
+        table = np.array(state.get("table", np.zeros((0, len(COUNTS)))), dtype=np.float64)
+        if len(table) == size and len(self.ranks) == 1:
+            self.counts = table[self.ranks]
+        elif len(table) and len(self.ranks) == 1:
+            self.counts = table.sum(0, keepdims=True) if self.ranks[0] == 0 else np.zeros_like(self.counts)
 
 
 def current() -> Ledger | None:
@@ -225,22 +239,36 @@ def post(comm, snapshot: np.ndarray) -> None:
 
 def reduce_over_workers(comm, snapshot: np.ndarray) -> dict[str, float] | None:
     """The record's work keys from every worker's snapshot of the round's start (after the round's collectives);
-    None on a rank that writes no record.  Every rank of a launched run must call it (one raw allreduce)."""
+    None on a rank that writes no record.  Every rank of a launched run must call it (one uncounted allreduce)."""
     kind = _kind(comm)
     if kind == "threads":
         if comm.rank != 0:
             return None
         table = board_of(comm.group).captured
     elif kind == "launched":
-        rows = torch.zeros(comm.size, snapshot.shape[1], dtype=torch.float64)
-        rows[comm.rank] = torch.from_numpy(snapshot[0])
-        (mean,) = comm._allreduce_mean([rows])  # the uncounted path: no bytes_sent, no comm_rounds
-        table = (mean * comm.size).numpy()
+        table = gathered(comm, snapshot)
         if comm.rank != 0:
             return None
     else:
         table = snapshot
     return record_keys(table)
+
+
+def checkpoint_state(comm, ledger: Ledger, snapshot: np.ndarray) -> dict:
+    """A checkpoint's ``work`` entry: the ledger's counts and, under a launcher, every rank's (one more uncounted
+    allreduce, at checkpoints only), which a Horovod elastic reset hands each rank from rank 0's state."""
+    table = None
+    if _kind(comm) == "launched":
+        table = gathered(comm, snapshot)
+    return ledger.state_dict(table)
+
+
+def gathered(comm, snapshot: np.ndarray) -> np.ndarray:
+    """Every rank's snapshot row (ranks x 8), by one uncounted allreduce (`dane.comm.Communicator.uncounted_allreduce_mean`)."""
+    rows = torch.zeros(comm.size, snapshot.shape[1], dtype=torch.float64)
+    rows[comm.rank] = torch.from_numpy(snapshot[0])
+    (mean,) = comm.uncounted_allreduce_mean([rows])
+    return (mean * comm.size).numpy()
 
 
 def record_keys(table: np.ndarray) -> dict[str, float]:

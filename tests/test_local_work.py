@@ -204,3 +204,44 @@ def test_record_keys_sum_and_max_over_the_workers():
     assert keys["local_passes"] == 4.0 and keys["local_passes_max"] == 3.0
     assert keys["local_hvps"] == 2.0 and keys["local_flops"] == 40.0 and keys["local_flops_max"] == 30.0
     assert set(keys) == set(work.KEYS)
+
+
+def test_a_resumed_run_continues_the_counts():
+    """A checkpoint's state carries each worker's counts: rounds 2..4 resumed equal those of the straight run."""
+    from dane.api import algorithm_config
+    from dane.comm import ThreadGroup
+    from dane.runner import StopRule, run
+
+    config = algorithm_config("dane", safeguard=False)
+    spec = ridge(local_solver="cg", local_tol=1e-6)
+
+    def worker(comm):
+        problem = spec.build(comm.rank, comm.size)
+        states = []
+        straight, _ = run(config.build(problem, comm), StopRule(rounds=4), on_checkpoint=states.append,
+                          checkpoint_every=2)
+        again, _ = run(config.build(spec.build(comm.rank, comm.size), comm), StopRule(rounds=4), resume=states[0])
+        return straight, again
+
+    spec.prepare()
+    straight, again = ThreadGroup(M).run(worker)[0]
+    assert [r["round"] for r in again] == [2, 3, 4]
+    for a, b in zip(straight[2:], again):
+        assert {k: a[k] for k in work.KEYS} == {k: b[k] for k in work.KEYS}
+    assert again[-1]["local_solver_iters"] > 0
+
+
+def test_an_elastic_state_gives_each_rank_its_row_of_the_table():
+    """Rank 0's committed state on every rank (a Horovod elastic reset): the same world size takes each rank's row;
+    a new one gives rank 0 the old total and the others zero."""
+    costs = np.ones(len(work.COUNTS))
+    table = np.array([[1.0] + [0] * 7, [3.0] + [0] * 7])
+    state = work.Ledger((0,), costs).state_dict(table)
+    for rank, passes in ((0, 1.0), (1, 3.0)):
+        ledger = work.Ledger((rank,), costs)
+        ledger.load_state_dict(state, size=2)
+        assert ledger.counts[0, 0] == passes
+    grown = [work.Ledger((rank,), costs) for rank in range(3)]
+    for ledger in grown:
+        ledger.load_state_dict(state, size=3)
+    assert [ledger.counts[0, 0] for ledger in grown] == [4.0, 0.0, 0.0]
