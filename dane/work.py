@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Callable
 
@@ -68,6 +69,7 @@ class Ledger:
         self.drawn = False
         self.depth = 0  # inside a counted method: its own calls of counted methods are not counted again
         self.quiet = 0  # inside `uncounted`
+        self.made: set[tuple] = set()  # what `count_once` has counted: factors kept across rounds
 
     def add(self, key: str, amount) -> None:
         if self.depth or self.quiet:
@@ -87,8 +89,8 @@ class Ledger:
         return np.concatenate([self.counts, flops], 1)
 
     def state_dict(self, table: np.ndarray | None = None) -> dict:
-        """This worker's counts, and under a launcher ``table``, every rank's (`checkpoint_state`)."""
-        state = {"ranks": self.ranks.tolist(), "counts": self.counts.tolist()}
+        """This worker's counts, and on rank 0 ``table``, every rank's (`checkpoint_state`)."""
+        state = {"ranks": self.ranks.tolist(), "counts": self.counts.tolist(), "made": sorted(map(list, self.made))}
         return state if table is None else {**state, "table": table[:, :len(COUNTS)].tolist()}
 
     def load_state_dict(self, state: dict | None, size: int) -> None:
@@ -100,9 +102,11 @@ class Ledger:
             return
         if list(state.get("ranks", [])) == self.ranks.tolist() and np.shape(state["counts"]) == self.counts.shape:
             self.counts = np.array(state["counts"], dtype=np.float64)
+            self.made = {tuple(tag) for tag in state.get("made", [])}
         table = np.array(state.get("table", np.zeros((0, len(COUNTS)))), dtype=np.float64)
         if len(table) == size and len(self.ranks) == 1:
             self.counts = table[self.ranks]
+            self.made = {tuple(tag) for tag in state.get("made", [])}  # the same shards: the same factors
         elif len(table) and len(self.ranks) == 1:
             self.counts = table.sum(0, keepdims=True) if self.ranks[0] == 0 else np.zeros_like(self.counts)
 
@@ -116,6 +120,17 @@ def count(key: str, amount=1.0) -> None:
     """Add ``amount`` (a number, or one per worker on the batched path) of ``key`` to this worker's ledger."""
     ledger = current()
     if ledger is not None:
+        ledger.add(key, amount)
+
+
+def count_once(tag: tuple, keys: tuple[str, ...], amount=1.0) -> None:
+    """Count one of each of ``keys`` the first time this worker makes what ``tag`` names in the run (a factor of
+    H_i + sI, kept by shift): one made again after its cache dropped it, or after a restart, counts once."""
+    ledger = current()
+    if ledger is None or ledger.depth or ledger.quiet or tag in ledger.made:
+        return
+    ledger.made.add(tag)
+    for key in keys:
         ledger.add(key, amount)
 
 
@@ -210,10 +225,22 @@ class Board:
         self.table = np.zeros((size, len(COUNTS) + 1))
         self.captured = self.table.copy()
         self.dirty = False
+        self.posts = np.zeros(size, dtype=np.int64)  # snapshots each worker has left: one a round, in lockstep
 
     def put(self, rank: int, row: np.ndarray) -> None:
         self.table[rank] = row
+        self.posts[rank] += 1
         self.dirty = True
+
+    def wait_for_all(self, comm) -> np.ndarray | None:
+        """Every worker's snapshot of the round ``comm``'s worker has reached (a checkpoint's table), off its clock:
+        the others leave theirs without a collective in between.  None if a worker failed meanwhile."""
+        with comm.off_the_clock():
+            while not (self.posts >= self.posts[comm.rank]).all():
+                if comm.group.broken:
+                    return None
+                time.sleep(1e-4)
+        return self.table.copy()
 
     def capture(self) -> None:
         if self.dirty:
@@ -255,11 +282,14 @@ def reduce_over_workers(comm, snapshot: np.ndarray) -> dict[str, float] | None:
 
 
 def checkpoint_state(comm, ledger: Ledger, snapshot: np.ndarray) -> dict:
-    """A checkpoint's ``work`` entry: the ledger's counts and, under a launcher, every rank's (one more uncounted
-    allreduce, at checkpoints only), which a Horovod elastic reset hands each rank from rank 0's state."""
-    table = None
-    if _kind(comm) == "launched":
+    """A checkpoint's ``work`` entry: the ledger's counts and, on rank 0, every rank's (under a launcher one more
+    uncounted allreduce, at checkpoints only; in the thread simulator rank 0 waits for the board), which a Horovod
+    elastic reset hands each rank from rank 0's state."""
+    kind, table = _kind(comm), None
+    if kind == "launched":
         table = gathered(comm, snapshot)
+    elif kind == "threads" and comm.rank == 0:
+        table = board_of(comm.group).wait_for_all(comm)
     return ledger.state_dict(table)
 
 

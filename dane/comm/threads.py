@@ -308,6 +308,11 @@ class ThreadGroup:
             self._holding.slot = False
             self._slots.release()
 
+    @property
+    def broken(self) -> bool:
+        """Whether a worker failed or the group was stopped: a wait for the others outside a collective gives up."""
+        return self.interrupted or self._barrier.broken
+
     def stop(self) -> None:
         """Make every worker raise `Interrupted` at its next collective (or in the one it waits in)."""
         self.interrupted = True
@@ -391,6 +396,19 @@ class PhaseClock:
         """A compute phase starts (the run's, or the one after a collective)."""
         self._mark = self.group.meter.start()
         self._computing = True
+
+    @contextmanager
+    def off_the_clock(self):
+        """A wait that is none of this worker's compute (`dane.work`'s bookkeeping): the phase pauses, its slot (and
+        GPU turn) goes to the others, and the compute measured so far stays in the phase."""
+        pending = self.end()
+        self.group.give_slot()
+        try:
+            yield
+        finally:
+            self.group.take_slot()
+            self.begin()
+            self._mark -= pending
 
     def end(self) -> float:
         """The compute phase ends (at a collective, or the run's end): its measured time."""

@@ -44,7 +44,7 @@ from ..errors import ConfigError
 from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver, prox_solve
 from ..losses import Loss
-from ..work import count, counted, rows_fraction
+from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
@@ -346,10 +346,15 @@ class LinearModelShard(Problem):
         last = self._last_factor
         if last is not None and last[0] == float(shift) and torch.equal(last[1], at):
             return last[2]  # the same point again (DiSCO's preconditioner, once per PCG iteration)
-        H = self.dense_hessian(at)
+        if self.quadratic:  # one Hessian and factor per shift, kept: counted once, however often it is made
+            with uncounted():
+                H = self.dense_hessian(at)
+            count_once(("cholesky", key), ("local_hessians", "local_factorizations"))
+        else:
+            H = self.dense_hessian(at)
+            count("local_factorizations")
         H.diagonal().add_(shift)
         L, info = torch.linalg.cholesky_ex(H)
-        count("local_factorizations")
         if info.item() != 0:
             raise ConfigError(f"the local Hessian plus {shift} I is not positive definite on this shard; "
                               "use problem.lam > 0 or algorithm.mu > 0")

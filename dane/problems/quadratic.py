@@ -40,7 +40,7 @@ from .. import checks
 from ..errors import ConfigError
 from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver
-from ..work import count, counted
+from ..work import count_once, counted
 from .base import Problem
 
 FACTORIZATIONS = ("auto", "cholesky", "eigh", "woodbury")
@@ -123,14 +123,14 @@ class QuadraticProblem(Problem):
                 self._factors.pop(next(iter(self._factors)))
             self._factors[key] = L
             self._choleskys += 1
-            count("local_factorizations")
+            count_once(("cholesky", key), ("local_factorizations",))
         return self._factors[key]
 
     def eigen(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(ℓ, Q) with A_i = Q diag(ℓ) Qᵀ, computed once."""
         if self._eigen is None:
             self._eigen = torch.linalg.eigh(self.A)
-            count("local_factorizations")
+            count_once(("eigh",), ("local_factorizations",))
         return self._eigen
 
     def _uses_eigh(self, shift: float) -> bool:

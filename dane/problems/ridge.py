@@ -45,7 +45,7 @@ from ..linalg import capacitance_factor, cg, woodbury_solve
 from ..local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
 from ..inner import worker_seed
-from ..work import count, counted, rows_fraction
+from ..work import count_once, counted, rows_fraction
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
 from .quadratic import FACTORIZATIONS, QuadraticProblem, not_positive_definite
@@ -374,7 +374,7 @@ class RidgeShard(QuadraticProblem):
     def A(self) -> torch.Tensor:
         if self._A is None:
             self._A = gram(self.X).mul_(2 * self.scale)
-            count("local_hessians")  # formed in the rounds (one formed while the shard is built is set-up)
+            count_once(("gram",), ("local_hessians",))  # in the rounds (one formed while the shard is built is set-up)
         return self._A
 
     @A.setter
@@ -416,9 +416,9 @@ class RidgeShard(QuadraticProblem):
         if L is None:
             if self._row_gram is None:
                 self._row_gram = gram(self.X.T)
-                count("local_hessians")  # the n_i x n_i row Gram matrix stands in for the d x d Hessian
+                count_once(("row_gram",), ("local_hessians",))  # the n_i x n_i row Gram stands in for H_i
             L, ok = capacitance_factor(self._row_gram, 2 * self.scale, key)
-            count("local_factorizations")
+            count_once(("capacitance", key), ("local_factorizations",))
             if not ok:
                 raise not_positive_definite(key)
             while len(self._capacitance) >= WOODBURY_FACTORS:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..local_solvers import LocalSolver, flat_slope
 from ..losses import Loss
-from ..work import count, counted, rows_fraction, uncounted
+from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
 from .quadratic import not_positive_definite
 
@@ -188,8 +188,7 @@ class StackedRidge(Problem):
         if self._eigen is None:
             values, Q = torch.linalg.eigh(self.X @ self.X.mT)
             self._eigen = values, Q.contiguous()
-            count("local_hessians")  # the row Gram matrices, as `dane.problems.ridge.RidgeShard` counts them
-            count("local_factorizations")
+            count_once(("row_eigh",), ("local_hessians", "local_factorizations"))  # the row Gram matrices
         return self._eigen
 
     def _factor(self, shift: float) -> torch.Tensor:
@@ -197,7 +196,7 @@ class StackedRidge(Problem):
             if len(self._factors) >= FACTORS_KEPT:
                 self._factors.pop(next(iter(self._factors)))
             self._factors[shift] = stacked_cholesky(self.A.clone(), shift)
-            count("local_factorizations")
+            count_once(("cholesky", float(shift)), ("local_factorizations",))
         return self._factors[shift]
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
@@ -316,8 +315,11 @@ class StackedLinearModel(Problem):
             d2 = self.loss.hess(matvec(self.X, at), self.y, torch.ones_like(self.y))
             H = self.weight * ((self.X.mT * d2.unsqueeze(-2)) @ self.X)
         L = stacked_cholesky(H, shift)
-        count("local_hessians", self.solving)  # a factor made: a Hessian formed and factored, as per worker
-        count("local_factorizations", self.solving)
+        if self.quadratic:  # a factor made: a Hessian formed and factored, as the per-worker shard counts them
+            count_once(("cholesky", float(shift)), ("local_hessians", "local_factorizations"), self.solving)
+        else:
+            count("local_hessians", self.solving)
+            count("local_factorizations", self.solving)
         if self.quadratic:
             if len(self._factors) >= FACTORS_KEPT:
                 self._factors.pop(next(iter(self._factors)))
