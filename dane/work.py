@@ -7,8 +7,9 @@ per-client total (the busiest client):
 - ``local_passes``: gradient passes, rows touched / n_i: a full local gradient (or value) is 1, a minibatch of
   b rows b/n_i, an SVRG correction ∇f_j(w) − ∇f_j(w̃) of b rows 2b/n_i (two row gradients);
 - ``local_hvps``: Hessian-vector products; ``local_hessians``: Hessians formed (a dense ∇²O_i, a Gram matrix);
-- ``local_factorizations``: Cholesky factorizations and eigendecompositions actually computed (a cached
-  factor reused in a later round counts once, when it was made);
+- ``local_factorizations``: Cholesky factorizations and eigendecompositions; a factor of a fixed matrix (a
+  quadratic's H_i + sI, kept by shift) once per worker and run (`count_once`), however often it is reused or made
+  again after a cache eviction or a restart, one at a new point (a Newton step on a logistic loss) each time;
 - ``local_solver_iters``: iterations of a local solver as run: CG/PCG iterations (operator products),
   SVRG inner steps, L-BFGS iterations;
 - ``local_inner_steps`` and ``local_inner_samples``: the inner torch optimizer's steps and the rows they drew;
@@ -294,7 +295,7 @@ def checkpoint_state(comm, ledger: Ledger, snapshot: np.ndarray) -> dict:
 
 
 def gathered(comm, snapshot: np.ndarray) -> np.ndarray:
-    """Every rank's snapshot row (ranks x 8), by one uncounted allreduce (`dane.comm.Communicator.uncounted_allreduce_mean`)."""
+    """Every rank's snapshot row (ranks x 8), by one `dane.comm.Communicator.uncounted_allreduce_mean`."""
     rows = torch.zeros(comm.size, snapshot.shape[1], dtype=torch.float64)
     rows[comm.rank] = torch.from_numpy(snapshot[0])
     (mean,) = comm.uncounted_allreduce_mean([rows])

@@ -164,6 +164,10 @@ class StackedRidge(Problem):
         if not shift > 0:
             raise not_positive_definite(shift)
         weight = 2 * self.scale
+        # counted as each worker's Woodbury path makes them (`dane.problems.ridge.RidgeShard`): the row Gram once, a
+        # factor per shift; the stack's one eigendecomposition serves every shift
+        count_once(("row_gram",), ("local_hessians",))
+        count_once(("capacitance", float(shift)), ("local_factorizations",))
         values, Q = self._row_eigen()
         shifted = shift + weight * values
         if not bool((shifted > 0).all()):
@@ -188,7 +192,6 @@ class StackedRidge(Problem):
         if self._eigen is None:
             values, Q = torch.linalg.eigh(self.X @ self.X.mT)
             self._eigen = values, Q.contiguous()
-            count_once(("row_eigh",), ("local_hessians", "local_factorizations"))  # the row Gram matrices
         return self._eigen
 
     def _factor(self, shift: float) -> torch.Tensor:
