@@ -109,7 +109,8 @@ def draw(curves: list[dict]):
         ax.set_xlabel(text)
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
-    axes[1].set_xscale("symlog", linthresh=1.0)
+    axes[1].set_xscale("symlog", linthresh=1.0)  # round 0 sends nothing: 0 on the axis, then decades
+    axes[1].set_xlim(left=0)
     axes[0].set_ylabel("relative suboptimality (O(w) − O*) / |O*|")
     axes[2].legend(fontsize=8)
     return fig
