@@ -314,10 +314,10 @@ def _kind(comm) -> str:
     from .comm.batched import BatchedCommunicator
     from .comm.threads import ThreadCommunicator
 
+    if not isinstance(comm, Communicator) or comm.size == 1 or isinstance(comm, BatchedCommunicator):
+        return "local"  # every count is this ledger's (one worker alone makes no collective the board reads at)
     if isinstance(comm, ThreadCommunicator):
         return "threads"
-    if isinstance(comm, BatchedCommunicator) or not isinstance(comm, Communicator) or comm.size == 1:
-        return "local"
     return "launched"
 
 
