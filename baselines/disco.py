@@ -66,6 +66,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
+from dane.work import count
 
 MatVec = Callable[[torch.Tensor], torch.Tensor]
 
@@ -98,6 +99,7 @@ def distributed_pcg(hessian_vector: MatVec, precondition: MatVec, g: torch.Tenso
     while True:
         Hu = hessian_vector(u)
         iters += 1
+        count("local_solver_iters")  # every worker's product of this iteration is counted as a Hessian-vector product
         uHu = float(u @ Hu)
         if not uHu > 0:  # not positive definite along u (round-off at convergence): keep v as is
             break

@@ -44,6 +44,7 @@ import torch
 
 from dane.compress import Compressor, RandK, TopK
 from dane.errors import ConfigError
+from dane.work import count
 
 from .fednl_rows import RowPass, block_products, row_pass, unit_values
 
@@ -201,6 +202,9 @@ class StackedClients:
                            ) -> tuple[np.ndarray, np.ndarray]:
         """(∇O_c(x) stacked (s, d), compact ∇²O_c(x) stacked (s, S)) for ``clients`` (None: all m, in order), from
         one pass over their rows (`baselines.fednl_rows`)."""
+        each = 1.0 if clients is None else np.isin(np.arange(self.m), clients).astype(np.float64)
+        count("local_passes", each)  # per client of the stack (the worker's rows in `dane.work`'s ledger)
+        count("local_hessians", each)
         if clients is None:
             at = self.rows_at(x, curvature=True)
             grads = at.grads.copy()

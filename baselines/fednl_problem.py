@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from dane.problems import Problem
+from dane.work import counted
 
 from .fednl_kernels import StackedClients
 from .fednl_rows import row_pass
@@ -56,6 +57,7 @@ class StackedShards(Problem):
         self.target_units, self.data_info = first.target_units, first.data_info
         self.loss, self.l2, self.weight = first.loss, first.l2, self.clients.weight
         self.row_client = np.repeat(np.arange(m), np.diff(self.clients.start))
+        self.row_nonzeros = np.diff(self.clients.X.indptr[self.clients.start])  # each client's, for `dane.work`
 
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
@@ -64,6 +66,7 @@ class StackedShards(Problem):
         """Σ_{j ∈ S_i} of per-row values, for every client i: (m,)."""
         return np.bincount(self.row_client, weights=row_values.numpy(), minlength=self.stacked_workers)
 
+    @counted("local_passes")
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         """O_i(w) for every client: (m,)."""
         x = w.detach().to(torch.float64).numpy()

@@ -11,6 +11,7 @@ import torch
 
 from dane.algorithm import Algorithm
 from dane.problems import Problem
+from dane.work import uncounted
 
 
 def logs_gradient(problem: Problem) -> bool:
@@ -19,8 +20,9 @@ def logs_gradient(problem: Problem) -> bool:
 
 
 def local_payload(problem: Problem, w: torch.Tensor, *, with_grad: bool) -> list[torch.Tensor]:
-    """[local metric vector] or [local metric vector, ∇O_i(w)]."""
-    grad, metrics = problem.evaluate(w)
+    """[local metric vector] or [local metric vector, ∇O_i(w)]: a measurement, not counted as local work."""
+    with uncounted():
+        grad, metrics = problem.evaluate(w)
     return [metrics, grad] if with_grad else [metrics]
 
 

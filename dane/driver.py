@@ -21,6 +21,7 @@ from .comm.threads import Interrupted
 from .results import in_target_units
 from .runner import RunResult, run
 from .spec import RunSpec
+from .work import KEYS as LOCAL_WORK
 
 
 @dataclass
@@ -159,6 +160,8 @@ def base_summary(loop: Loop) -> dict[str, Any]:
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
     # the counts the round object declares (`Algorithm.summary_keys`: traffic by direction, where the run counts it)
     summary.update({key: last[key] for key in getattr(loop.algo, "summary_keys", Algorithm.summary_keys) if key in last})
+    if LOCAL_WORK[0] in last:  # an algorithm's rounds: its local work so far, summed and the busiest client's
+        summary["local_work"] = {key: last[key] for key in LOCAL_WORK}
     return summary
 
 

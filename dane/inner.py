@@ -27,6 +27,7 @@ import torch
 
 from . import checks
 from .errors import ConfigError
+from .work import count
 
 INNER_OPTIMIZERS = ("sgd", "adam", "lbfgs")
 
@@ -142,6 +143,8 @@ def solve(solver: InnerSolver, params: Sequence[torch.Tensor], data_loss: Callab
     optimizer = make_optimizer(solver, params, mu)
 
     def closure(idx: torch.Tensor) -> torch.Tensor:
+        count("local_inner_steps")  # L-BFGS: every evaluation of its closure (line-search trials too) is a step
+        count("local_inner_samples", idx.shape[-1])
         loss = data_loss(idx)
         return loss.detach() + add_proximal_terms(params, anchor, linear, mu, l2)
 
@@ -150,7 +153,10 @@ def solve(solver: InnerSolver, params: Sequence[torch.Tensor], data_loss: Callab
         optimizer.step(lambda: closure(idx))
         return
     for _ in range(steps):  # no host synchronization here: sgd and adam never read φ's value
-        data_loss(next_batch())
+        idx = next_batch()
+        count("local_inner_steps")
+        count("local_inner_samples", idx.shape[-1])
+        data_loss(idx)
         add_proximal_terms(params, anchor, linear, mu, l2, with_value=False)
         optimizer.step()
 

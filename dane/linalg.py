@@ -25,6 +25,8 @@ from typing import Callable
 
 import torch
 
+from .work import count
+
 MatVec = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -63,6 +65,7 @@ def cg(matvec: MatVec, b: torch.Tensor, *, x0: torch.Tensor | None = None, rtol:
         rz_next = float(r @ z)
         p = z + (rz_next / rz) * p
         rz = rz_next
+    count("local_solver_iters", iters)  # its products are counted where they are made (Hessian-vector products)
     return CGResult(x, iters, res / b_norm)
 
 

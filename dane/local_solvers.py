@@ -45,6 +45,7 @@ import torch
 
 from . import checks
 from .errors import ConfigError
+from .work import count
 
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
 #: ``epochs``: a full-gradient snapshot at the start of every pass (SVRG's outer loop, Johnson & Zhang
@@ -310,6 +311,7 @@ def svrg_reference(sub: Subproblem, solver: LocalSolver, generator: torch.Genera
         _, full = shard.data_value_grad(snapshot)
         constant = full - sub.linear - sub.mu * sub.anchor  # ∇D_i(w̃) + ∇R(w) − shrink·w, fixed per snapshot
         for start in range(0, steps * b, b):
+            count("local_solver_iters")
             correction = shard.rows_grad_diff(w, snapshot, order[start:start + b])
             w = (1 - lr * shrink) * w - lr * (scale * correction + constant)
     return w
@@ -350,4 +352,5 @@ def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:
     result = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",
                                      options={"maxiter": solver.max_iter or 1000, "gtol": gtol, "ftol": 0.0,
                                               "maxcor": 20})
+    count("local_solver_iters", result.nit)  # its evaluations of φ are counted as passes
     return torch.from_numpy(result.x).to(device, dtype)

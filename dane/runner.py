@@ -8,7 +8,8 @@ from typing import Callable
 
 import torch
 
-from .algorithm import Rounds
+from . import work
+from .algorithm import Algorithm, Rounds
 from .comm.base import restore_traffic_bits, traffic_bits
 from .errors import ConfigError
 from .projection import ROUND_OFF, Trend, fit
@@ -254,6 +255,15 @@ def _cost(comm) -> dict:
     return {"time_s": comm.elapsed(), "bytes_sent": comm.bytes_sent, "comm_rounds": comm.calls, **traffic_bits(comm)}
 
 
+def _work_snapshot(comm, ledger: work.Ledger | None):
+    """This worker's local work so far, taken where `_cost` is (a simulated thread posts it to its group)."""
+    if ledger is None:
+        return None
+    snapshot = ledger.new_round()
+    work.post(comm, snapshot)
+    return snapshot
+
+
 def restore_cost(comm, cost: dict) -> None:
     """Continue a communicator's counters and clock from a checkpoint's ``cost``."""
     comm.bytes_sent, comm.calls = int(cost["bytes_sent"]), int(cost["comm_rounds"])
@@ -313,6 +323,18 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     and ``stopped_by`` is ``why`` and what the tolerance measures there.
     """
     comm = algo.comm
+    # an algorithm's rounds count its local work (`dane.work`); a split or asynchronous run's do not
+    ledger = work.ledger_for(comm, algo.problem) if isinstance(algo, Algorithm) else None
+    with work.opened(ledger):
+        return rounds_of(algo, stop, on_round, ledger, resume=resume, on_checkpoint=on_checkpoint,
+                         checkpoint_every=checkpoint_every, keep_records=keep_records)
+
+
+def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None, ledger: work.Ledger | None, *,
+              resume: dict | None, on_checkpoint: Callable[[dict], None] | None, checkpoint_every: int,
+              keep_records: bool) -> RunResult:
+    """`run`'s rounds, with this worker's ``ledger`` (None: no local work counted) open."""
+    comm = algo.comm
     watch, rising = EarlyStopping(stop), DivergenceWatch(stop, comm, patient=algo.damps_itself)
     start, cost, first = 0, _cost(comm), None
     if resume is not None:
@@ -321,12 +343,16 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
         rising.load_state_dict(resume.get("divergence", {"above": 0}))  # checkpoints from before the rule: 0
         restore_cost(comm, resume["cost"])
         start, cost, first = resume["round"], resume["cost"], resume["first"]
+        if ledger is not None:
+            ledger.load_state_dict(resume.get("work"), comm.size)  # checkpoints from before the counters: zero
     records: list[dict] = []
     status = "max_rounds"
+    snapshot = _work_snapshot(comm, ledger)
     for t in range(start, stop.rounds + 1):
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
         metrics = algo.step() if t < stop.rounds else algo.evaluate()
-        record = {"round": t, **cost, **metrics}
+        done = work.reduce_over_workers(comm, snapshot) if ledger is not None else None
+        record = {"round": t, **cost, **metrics, **(done or {})}
         if keep_records or not records:
             records.append(record)
         else:
@@ -340,10 +366,11 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
             status = verdict
             break
         w_t = None
-        cost = _cost(comm)
+        cost, snapshot = _cost(comm), _work_snapshot(comm, ledger)
         if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t < stop.rounds:
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
-                           "divergence": rising.state_dict(), "algorithm": algo.state_dict()})
+                           "divergence": rising.state_dict(), "algorithm": algo.state_dict(),
+                           **({"work": work.checkpoint_state(comm, ledger, snapshot)} if ledger is not None else {})})
     # A run stopped by a round's metrics has already moved past the iterate they describe; a safeguard's rejected
     # start is described by the last accepted iterate (`Rounds.described_iterate`).
     iterate = algo.described_iterate(w_t).detach().clone()

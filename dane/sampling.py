@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import checks
+from . import checks, work
 from .comm import Communicator
 from .errors import ConfigError
 
@@ -104,6 +104,7 @@ class ClientSampler:
             chosen = torch.multinomial(self.weights, self.s, replacement=False, generator=self.generator)
         else:
             chosen = torch.randperm(self.m, generator=self.generator)[: self.s]
+        work.take_part(chosen)  # the clients left out only measure the record's metrics (`dane.work`)
         return chosen.sort().values
 
     def draw_all(self) -> torch.Tensor:

@@ -29,6 +29,8 @@ import math
 import numba
 import numpy as np
 
+from .work import count
+
 SQUARED, LOGISTIC, SOFTMAX = 0, 1, 2
 LOSS_CODES = {"squared": SQUARED, "logistic": LOGISTIC, "softmax": SOFTMAX}
 #: dense rows: sums may be reassociated (a dot product then vectorizes) and a*b+c fused; no assumption
@@ -279,6 +281,9 @@ def run(rows, *, lr: float, shrink: float, scale: float, w: np.ndarray, c0: np.n
         steps: int, b: int) -> np.ndarray:
     """SVRG on ``rows`` (a `dane.problems.glm.SVRGRows`) from w (a fresh array, overwritten and returned)."""
     loss = LOSS_CODES[rows.loss]
+    snapshots = order.shape[0] // (steps * b)  # each a full gradient, then steps corrections of b rows at two points
+    count("local_passes", snapshots * (1 + 2 * steps * b / len(rows.y)))
+    count("local_solver_iters", snapshots * steps)
     args = (rows.weight, lr, shrink, scale, w, c0, order, steps, b)
     if loss == SOFTMAX:
         if rows.X is not None:

@@ -30,7 +30,7 @@ from dane.synthetic.sweep import RunIndex, ensure
 
 #: figure modules of paper_figs/, each with jobs() and main(results, out)
 FIGURES = ("dane.paper_figs.speedup", "dane.paper_figs.convergence", "dane.paper_figs.rounds_table", "dane.paper_figs.ps_scaling",
-           "dane.paper_figs.staleness", "dane.paper_figs.fednl_bits")
+           "dane.paper_figs.staleness", "dane.paper_figs.fednl_bits", "dane.paper_figs.local_work")
 #: the neural-network tables: their runs take tens of minutes, so only `--nn` makes them
 NN_TABLES = ("dane.paper_figs.accuracy_table", "dane.paper_figs.target_table", "dane.paper_figs.dane_vs_admm")
 

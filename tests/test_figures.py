@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 
 from dane.results import RunWriter
 from dane.experiments.config import cost_model
-from dane.paper_figs import (convergence, fednl_bits, make_all, ps_scaling, rounds_table, run_convergence, speedup,
-                             staleness)
+from dane.paper_figs import (convergence, fednl_bits, local_work, make_all, ps_scaling, rounds_table, run_convergence,
+                             speedup, staleness)
 from dane.provenance import code_version
 from dane.paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
 from dane.synthetic.sweep import RunIndex, composed_job, job_name
@@ -80,6 +80,8 @@ def results(tmp_path_factory):
         fake_run(root, job, [1.0] * (composed_job(job)["rounds"] + 1), status="max_rounds")
     for job in fednl_bits.jobs():  # its numbers are checked in test_fednl_figure.py
         fake_run(root, job, [1.0, 1e-3, 0.0], status="converged", extra={"uplink_bits": 6400})
+    for job in local_work.jobs():  # its numbers are checked in test_local_work_figure.py
+        fake_run(root, job, [1.0, 1e-3, 0.0], status="converged", extra={"uplink_bits": 6400, "local_passes": 8.0})
     return root
 
 
@@ -159,7 +161,7 @@ def test_convergence_reads_all_panels(index, tmp_path):
 def test_make_all_draws_every_figure_without_running(results, tmp_path):
     written = make_all.make_all(results, tmp_path, run_missing=False)
     figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table", "ps_scaling", "staleness",
-                                            "fednl_bits") for ext in ("png", "pdf")}
+                                            "fednl_bits", "local_work") for ext in ("png", "pdf")}
     assert figures <= {p.name for p in written}  # the NN tables are drawn too when their runs exist
     assert all(p.stat().st_size > 1000 for p in written if p.name in figures)
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dane.results import read_rounds, read_summary
+from dane.work import KEYS as LOCAL_WORK
 import helpers
 from helpers import REPO, env, horovodrun, torchrun, train
 
@@ -56,6 +57,9 @@ def test_launcher_iterates_equal_the_in_process_simulation(launch, simulated_run
     for a, b in zip(real, sim):
         assert a["round"] == b["round"]
         assert a["bytes_sent"] == b["bytes_sent"] and a["comm_rounds"] == b["comm_rounds"]
+        # local work: summed and maxed over the ranks by an uncounted allreduce, as the simulator's board has them
+        assert {key: a[key] for key in LOCAL_WORK} == {key: b[key] for key in LOCAL_WORK}
+        assert a["local_passes"] >= 2 * a["round"] and a["local_passes_max"] == a["local_passes"] / 2
         assert abs(a["suboptimality"] - b["suboptimality"]) <= 1e-10 * max(1.0, b["suboptimality"])
         # mu is computed from differences of nearly equal iterates: round-off is amplified to ~1e-10
         assert a.get("mu", 0.0) == pytest.approx(b.get("mu", 0.0), rel=1e-8, abs=1e-14)
@@ -63,6 +67,7 @@ def test_launcher_iterates_equal_the_in_process_simulation(launch, simulated_run
                                rtol=0, atol=1e-10)
     summary = read_summary(tmp_path)
     assert summary["workers"] == 2
+    assert summary["local_work"] == {key: real[-1][key] for key in LOCAL_WORK}
     assert summary["backend"] == ("horovod" if launch is horovodrun else "torch")
     assert not (REPO / "outputs").exists()  # no rank made a Hydra directory of its own
 

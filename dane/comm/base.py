@@ -87,6 +87,13 @@ class Communicator(ABC):
         buf = data if self.rank == root else torch.zeros(int(length.item()), dtype=torch.uint8)
         return bytes(self._broadcast([buf], root)[0].tolist()).decode()
 
+    def uncounted_allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """`allreduce_mean` outside the run's accounting: no ``bytes_sent``, ``calls`` or bits (bookkeeping that
+        is not the method's traffic: `dane.work`'s totals over the ranks of a launched run)."""
+        if self.size == 1:
+            return [t.clone() for t in tensors]
+        return self._allreduce_mean(list(tensors))
+
     def elapsed(self) -> float:
         """Seconds since this communicator started: wall time, or simulated time in the simulator."""
         return time.perf_counter() - self._t0

@@ -93,6 +93,18 @@ class PSCommunicator(Communicator):
         buf = data if self.rank == root else torch.zeros(int(length.item()), dtype=torch.uint8)
         return bytes(self._broadcast([buf], root, op=OBJECT)[0].tolist()).decode()
 
+    def uncounted_allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The mean through uncounted object broadcasts, one per worker (its push and pull count on the links)."""
+        import json
+
+        total = None
+        for root in range(self.size):
+            text = json.dumps([t.tolist() for t in tensors]) if root == self.rank else ""
+            values = [torch.tensor(v, dtype=t.dtype) for v, t in zip(json.loads(self.broadcast_object(text, root)),
+                                                                      tensors)]
+            total = values if total is None else [a + b for a, b in zip(total, values)]
+        return [t / self.size for t in total]
+
     # -- push and pull -----------------------------------------------------------------------------
     def push(self, tensors: list[torch.Tensor]) -> None:
         """Send slice j of this worker's tensors to server j; a server averages once all m workers have pushed.

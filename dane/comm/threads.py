@@ -266,6 +266,7 @@ class ThreadGroup:
         self.interrupted = False  # set by a Ctrl-C in `run`: every worker stops at its next collective
         self.compute_time = 0.0  # sum over phases of the slowest worker's compute
         self.comm_time = 0.0
+        self.work_board = None  # `dane.work.Board`, made by the first worker's rounds
 
     @property
     def compute_clock(self) -> str:
@@ -278,6 +279,8 @@ class ThreadGroup:
     def _reduce(self) -> None:
         """Runs once, in the last thread to arrive, while the others wait at the barrier."""
         op, nbytes, root, members = self._op
+        if self.work_board is not None:  # the workers' local work as they left it, while none moves (`dane.work`)
+            self.work_board.capture()
         delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
         ranks = range(self.size) if members is None else members
         phase_compute = max(self.stragglers.factor(r) * self._compute[r] + delays[r] for r in ranks)
@@ -304,6 +307,11 @@ class ThreadGroup:
         if getattr(self._holding, "slot", False):
             self._holding.slot = False
             self._slots.release()
+
+    @property
+    def broken(self) -> bool:
+        """Whether a worker failed or the group was stopped: a wait for the others outside a collective gives up."""
+        return self.interrupted or self._barrier.broken
 
     def stop(self) -> None:
         """Make every worker raise `Interrupted` at its next collective (or in the one it waits in)."""
@@ -388,6 +396,19 @@ class PhaseClock:
         """A compute phase starts (the run's, or the one after a collective)."""
         self._mark = self.group.meter.start()
         self._computing = True
+
+    @contextmanager
+    def off_the_clock(self):
+        """A wait that is none of this worker's compute (`dane.work`'s bookkeeping): the phase pauses, its slot (and
+        GPU turn) goes to the others, and the compute measured so far stays in the phase."""
+        pending = self.end()
+        self.group.give_slot()
+        try:
+            yield
+        finally:
+            self.group.take_slot()
+            self.begin()
+            self._mark -= pending
 
     def end(self) -> float:
         """The compute phase ends (at a collective, or the run's end): its measured time."""

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, ContextManager, Seque
 
 import torch
 
+from ..work import uncounted
+
 if TYPE_CHECKING:
     from ..comm import Communicator
     from ..local_solvers import LocalSolver
@@ -48,6 +50,9 @@ class Problem:
     #: the number of rows this worker holds; None: the problem has no rows (shard-weighted means and minibatches
     #: need them)
     n_local: int | None = None
+    #: nonzeros of the shard's rows times its classes (a linear model's X_i), for the flops estimate of its local
+    #: work (`dane.work.unit_costs`); None: no rows (a quadratic given by its Hessian) or a network
+    row_nonzeros: int | None = None
     #: the local solver the problem resolved for its exact `prox_solve` (``.method``: cholesky, cg, ...); None: its own
     solver: LocalSolver | None = None
     #: the same rows as a linear-model shard (a ridge shard keeps one for its row-based solvers); None: the problem
@@ -103,8 +108,9 @@ class Problem:
     # -------------------------------------------------------------- optional methods with a default
     def local_metrics(self, w: torch.Tensor) -> torch.Tensor:
         """The local metric contributions of `evaluate` alone; a problem overrides it where that is cheaper
-        (a network's forward passes without a gradient)."""
-        return self.evaluate(w)[1]
+        (a network's forward passes without a gradient).  A measurement: not counted as local work (`dane.work`)."""
+        with uncounted():
+            return self.evaluate(w)[1]
 
     def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
         """The score local SGD's best election compares (lower is better); by default O_i(w)."""

@@ -44,6 +44,7 @@ from ..errors import ConfigError
 from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver, prox_solve
 from ..losses import Loss
+from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
@@ -191,6 +192,11 @@ class LinearModelShard(Problem):
         X = self.X if X is None else X
         return X @ (w.view(self.features, self.classes) if self.classes > 1 else w)
 
+    @property
+    def row_nonzeros(self) -> int:
+        return (self.X._nnz() if self.sparse else self.X.numel()) * self.classes
+
+    @counted("local_passes")
     def data_value_grad(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(D_i(w), ∇D_i(w)), on w's device."""
         where, w = w.device, self._here(w)
@@ -198,6 +204,7 @@ class LinearModelShard(Problem):
         value = self.weight * self.loss.value(z, self.y)
         return value.to(where), (self.weight * (self.XT @ self.loss.dz(z, self.y)).reshape(-1)).to(where)
 
+    @counted("local_passes")
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         where, w = w.device, self._here(w)
         value, grad = self.data_value_grad(w)
@@ -207,11 +214,13 @@ class LinearModelShard(Problem):
             metrics.append(self._suboptimality(w, objective))
         return (grad + self.l2 * w).to(where), torch.stack(metrics).to(where)
 
+    @counted("local_passes")
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         """O_i(w) alone (forward pass only): line searches evaluate several of these."""
         where, w = w.device, self._here(w)
         return (self.weight * self.loss.value(self.margins(w), self.y) + 0.5 * self.l2 * (w @ w)).to(where)
 
+    @counted("local_hvps")
     def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
         """∇²O_i(at) v; without ``at``, the majorant (m/N) c_f X_iᵀX_i v + λ v (see the module docstring)."""
         where, v = v.device, self._here(v)
@@ -264,6 +273,7 @@ class LinearModelShard(Problem):
                     rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or self.cg_default_products)
         return result.x.to(where)
 
+    @counted("local_passes", rows_fraction)
     def rows_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Σ_{j ∈ idx} (m/N) ∇f_j(w): the data term of rows ``idx`` (SVRG)."""
         where, w, idx = w.device, self._here(w), self._here(idx)
@@ -271,6 +281,7 @@ class LinearModelShard(Problem):
         dz = self.loss.dz(self.margins(w, X), self.y[idx])
         return (self.weight * transposed_product(X, dz).reshape(-1)).to(where)
 
+    @counted("local_passes", lambda self, w, snapshot, idx: 2 * idx.shape[-1] / self.n_local)
     def rows_grad_diff(self, w: torch.Tensor, snapshot: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """rows_grad(w, idx) − rows_grad(snapshot, idx), with one row selection and one product each way (SVRG)."""
         idx = self._here(idx)  # w and snapshot are the solver's, on this device already
@@ -309,6 +320,7 @@ class LinearModelShard(Problem):
             self._row_smoothness = self.weight * self.loss.curvature * float(sq.max()) if self.n_local else 0.0
         return self._row_smoothness
 
+    @counted("local_hessians")
     def dense_hessian(self, at: torch.Tensor) -> torch.Tensor:
         """∇²D_i(at) as a dense matrix (the Cholesky path; d·K x d·K)."""
         X = self.X.to_dense() if self.sparse else self.X
@@ -334,7 +346,13 @@ class LinearModelShard(Problem):
         last = self._last_factor
         if last is not None and last[0] == float(shift) and torch.equal(last[1], at):
             return last[2]  # the same point again (DiSCO's preconditioner, once per PCG iteration)
-        H = self.dense_hessian(at)
+        if self.quadratic:  # one Hessian and factor per shift, kept: counted once, however often it is made
+            with uncounted():
+                H = self.dense_hessian(at)
+            count_once(("cholesky", key), ("local_hessians", "local_factorizations"))
+        else:
+            H = self.dense_hessian(at)
+            count("local_factorizations")
         H.diagonal().add_(shift)
         L, info = torch.linalg.cholesky_ex(H)
         if info.item() != 0:

@@ -63,6 +63,7 @@ from ..data.sharding import ShardingKeys
 from ..errors import ConfigError
 from ..inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for, worker_seed
 from ..models import MODEL_NAMES, LogisticRegression, build_model
+from ..work import counted
 from .base import Problem, ProblemConfig
 from .stacked_net import StackedNeuralProblem
 
@@ -452,6 +453,7 @@ class NeuralProblem(Problem):
         for start in range(0, len(y), self.eval_batch_size):
             yield x[start:start + self.eval_batch_size], y[start:start + self.eval_batch_size]
 
+    @counted("local_passes", lambda self, idx, **kwargs: len(idx) / self.n_local)
     def _data_loss_backward(self, idx: torch.Tensor, *, scale: float = 1.0, zero: bool = True,
                             augmented: bool = False) -> torch.Tensor:
         """weight × mean CE over rows ``idx`` (chunked), its gradient accumulated into ``p.grad``; ``augmented``

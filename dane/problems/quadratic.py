@@ -40,6 +40,7 @@ from .. import checks
 from ..errors import ConfigError
 from ..linalg import cg, cholesky_solve
 from ..local_solvers import LocalSolver
+from ..work import count_once, counted
 from .base import Problem
 
 FACTORIZATIONS = ("auto", "cholesky", "eigh", "woodbury")
@@ -81,18 +82,22 @@ class QuadraticProblem(Problem):
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
 
+    @counted("local_hvps")
     def hessian_vector(self, v: torch.Tensor, *, with_reg: bool = True, at: torch.Tensor | None = None) -> torch.Tensor:
         """H_i v (A_i v without the regularizer); a quadratic's Hessian is the same at every point ``at``."""
         Av = self.A @ v
         return Av + 2 * self.lam * v if with_reg else Av
 
+    @counted("local_passes")
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         """O_i(w) alone: line searches evaluate several of these."""
         return 0.5 * (w @ self.hessian_vector(w, with_reg=False)) - self.b @ w + self.c + self.lam * (w @ w)
 
+    @counted("local_passes")
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
         return self.hessian_vector(w, with_reg=with_reg) - self.b
 
+    @counted("local_passes")
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         Hw = self.hessian_vector(w)
         grad = Hw - self.b
@@ -118,12 +123,14 @@ class QuadraticProblem(Problem):
                 self._factors.pop(next(iter(self._factors)))
             self._factors[key] = L
             self._choleskys += 1
+            count_once(("cholesky", key), ("local_factorizations",))
         return self._factors[key]
 
     def eigen(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(ℓ, Q) with A_i = Q diag(ℓ) Qᵀ, computed once."""
         if self._eigen is None:
             self._eigen = torch.linalg.eigh(self.A)
+            count_once(("eigh",), ("local_factorizations",))
         return self._eigen
 
     def _uses_eigh(self, shift: float) -> bool:

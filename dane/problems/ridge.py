@@ -45,6 +45,7 @@ from ..linalg import capacitance_factor, cg, woodbury_solve
 from ..local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
 from ..inner import worker_seed
+from ..work import count_once, counted, rows_fraction
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
 from .quadratic import FACTORIZATIONS, QuadraticProblem, not_positive_definite
@@ -373,6 +374,7 @@ class RidgeShard(QuadraticProblem):
     def A(self) -> torch.Tensor:
         if self._A is None:
             self._A = gram(self.X).mul_(2 * self.scale)
+            count_once(("gram",), ("local_hessians",))  # in the rounds (one formed while the shard is built is set-up)
         return self._A
 
     @A.setter
@@ -414,7 +416,9 @@ class RidgeShard(QuadraticProblem):
         if L is None:
             if self._row_gram is None:
                 self._row_gram = gram(self.X.T)
+                count_once(("row_gram",), ("local_hessians",))  # the n_i x n_i row Gram stands in for H_i
             L, ok = capacitance_factor(self._row_gram, 2 * self.scale, key)
+            count_once(("capacitance", key), ("local_factorizations",))
             if not ok:
                 raise not_positive_definite(key)
             while len(self._capacitance) >= WOODBURY_FACTORS:
@@ -435,12 +439,17 @@ class RidgeShard(QuadraticProblem):
     def n_local(self) -> int:
         return self.X.shape[0]
 
+    @property
+    def row_nonzeros(self) -> int:
+        return self.X.numel()
+
     def state_dict(self) -> dict:
         return self.rows.state_dict()  # the SVRG solver's generator
 
     def load_state_dict(self, state: dict) -> None:
         self.rows.load_state_dict(state)
 
+    @counted("local_passes", rows_fraction)
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         where, w, idx = w.device, w.to(self.device), idx.to(self.device)
         X, y = self.X[idx], self.y[idx]

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..local_solvers import LocalSolver, flat_slope
 from ..losses import Loss
+from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
 from .quadratic import not_positive_definite
 
@@ -82,6 +83,7 @@ class StackedRidge(Problem):
         self.device = torch.device(device)
         self.X, self.y = X.to(self.device).contiguous(), y.to(self.device)
         self.stacked_workers, self.n_local, self.dim = X.shape
+        self.row_nonzeros = self.n_local * self.dim
         self.dtype = X.dtype
         self.lam, self.scale = float(lam), float(scale)
         self.strong_convexity = 2 * self.lam
@@ -102,6 +104,7 @@ class StackedRidge(Problem):
         return torch.zeros(self.dim, dtype=self.dtype)
 
     # ------------------------------------------------------------------ values and derivatives, per worker
+    @counted("local_hvps")
     def hessian_vector(self, v: torch.Tensor, *, with_reg: bool = True, at: torch.Tensor | None = None) -> torch.Tensor:
         """H_i v (A_i v without the regularizer) for every worker: (m, d)."""
         where, v = v.device, v.to(self.device)
@@ -119,9 +122,11 @@ class StackedRidge(Problem):
         gram_vector(self.X.numpy(), v.reshape(-1, self.dim).contiguous().numpy(), out.numpy())
         return out
 
+    @counted("local_passes")
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
         return self.hessian_vector(w, with_reg=with_reg) - self.b.to(w.device)
 
+    @counted("local_passes", rows_fraction)
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]`` (idx (m, B)): (m, d), row i
         `dane.problems.ridge.RidgeShard.batch_grad` of worker i."""
@@ -130,12 +135,14 @@ class StackedRidge(Problem):
         scale = 2 * self.scale * self.n_local / idx.shape[-1]
         return (scale * rmatvec(X, matvec(X, w) - y) + 2 * self.lam * w).to(where)
 
+    @counted("local_passes")
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         """O_i(w) for every worker: (m,)."""
         where, w = w.device, w.to(self.device)
         Aw = self.hessian_vector(w, with_reg=False)
         return (0.5 * (w * Aw).sum(-1) - (self.b * w).sum(-1) + self.c + self.lam * (w * w).sum(-1)).to(where)
 
+    @counted("local_passes")
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(∇O_i(w), [O_i(w), ½ (w − w*)ᵀH_i(w − w*)]) for every worker: (m, d) and (m, k)."""
         where, w = w.device, w.to(self.device)
@@ -157,6 +164,10 @@ class StackedRidge(Problem):
         if not shift > 0:
             raise not_positive_definite(shift)
         weight = 2 * self.scale
+        # counted as each worker's Woodbury path makes them (`dane.problems.ridge.RidgeShard`): the row Gram once, a
+        # factor per shift; the stack's one eigendecomposition serves every shift
+        count_once(("row_gram",), ("local_hessians",))
+        count_once(("capacitance", float(shift)), ("local_factorizations",))
         values, Q = self._row_eigen()
         shifted = shift + weight * values
         if not bool((shifted > 0).all()):
@@ -188,6 +199,7 @@ class StackedRidge(Problem):
             if len(self._factors) >= FACTORS_KEPT:
                 self._factors.pop(next(iter(self._factors)))
             self._factors[shift] = stacked_cholesky(self.A.clone(), shift)
+            count_once(("cholesky", float(shift)), ("local_factorizations",))
         return self._factors[shift]
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
@@ -238,6 +250,7 @@ class StackedLinearModel(Problem):
         self.X, self.y, self.loss = X.to(self.device), y.to(self.device), loss
         self.row_value = ROW_VALUES[loss.name]
         self.stacked_workers, self.n_local, self.dim = X.shape
+        self.row_nonzeros = self.n_local * self.dim
         self.dtype = X.dtype
         self.l2, self.weight = float(l2), float(weight)
         self.quadratic = loss.quadratic
@@ -248,16 +261,19 @@ class StackedLinearModel(Problem):
                               "each charged 1/m of its measured compute (dane/comm/batched.py)"]
         self._factors: dict[float, torch.Tensor] = {}  # quadratic: per shift
         self._gram: torch.Tensor | None = None
+        self.solving = 1.0  # the workers a factor made now counts for (`dane.work`): all, or prox_solve's active
 
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
 
     # ------------------------------------------------------------------ values and derivatives, per worker
+    @counted("local_passes")
     def data_value_grad(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(D_i(w), ∇D_i(w)) for every worker: (m,) and (m, d)."""
         z = matvec(self.X, w)
         return self.weight * self.row_value(z, self.y), self.weight * rmatvec(self.X, self.loss.dz(z, self.y))
 
+    @counted("local_passes")
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(∇O_i(w), [O_i(w)]) for every worker: (m, d) and (m, 1)."""
         where, w = w.device, w.to(self.device)
@@ -268,6 +284,7 @@ class StackedLinearModel(Problem):
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         return self.evaluate(w)[1][:, 0]
 
+    @counted("local_passes", rows_fraction)
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]`` (idx (m, B)): (m, d), row i
         `dane.problems.glm.LinearModelShard.batch_grad` of worker i."""
@@ -276,6 +293,7 @@ class StackedLinearModel(Problem):
         data = self.weight * rmatvec(X, self.loss.dz(matvec(X, w), y))
         return ((self.n_local / idx.shape[-1]) * data + self.l2 * w).to(where)
 
+    @counted("local_hvps")
     def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
         """∇²O_i(at) v for every worker; without ``at``, the majorant (m/N) c_f X_iᵀX_i v + λv (as per worker)."""
         where, v = v.device, v.to(self.device)
@@ -300,6 +318,11 @@ class StackedLinearModel(Problem):
             d2 = self.loss.hess(matvec(self.X, at), self.y, torch.ones_like(self.y))
             H = self.weight * ((self.X.mT * d2.unsqueeze(-2)) @ self.X)
         L = stacked_cholesky(H, shift)
+        if self.quadratic:  # a factor made: a Hessian formed and factored, as the per-worker shard counts them
+            count_once(("cholesky", float(shift)), ("local_hessians", "local_factorizations"), self.solving)
+        else:
+            count("local_hessians", self.solving)
+            count("local_factorizations", self.solving)
         if self.quadratic:
             if len(self._factors) >= FACTORS_KEPT:
                 self._factors.pop(next(iter(self._factors)))
@@ -324,8 +347,10 @@ class StackedLinearModel(Problem):
         l2 = self.l2 if with_reg else 0.0
         m = self.stacked_workers
 
-        def value_grad(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # `Subproblem.value_grad`, per row
-            value, grad = self.data_value_grad(w)
+        def value_grad(w: torch.Tensor, rows=1.0) -> tuple[torch.Tensor, torch.Tensor]:  # `Subproblem.value_grad`
+            count("local_passes", rows)  # the rows the per-worker solve evaluates here (``rows``: a mask)
+            with uncounted():
+                value, grad = self.data_value_grad(w)
             diff = w - anchor
             value = value + 0.5 * l2 * (w * w).sum(-1) - (linear * w).sum(-1) + 0.5 * mu * (diff * diff).sum(-1)
             return value, grad + l2 * w - linear + mu * diff
@@ -345,11 +370,15 @@ class StackedLinearModel(Problem):
                 active &= ~(rel <= tol)
             if not bool(active.any()):
                 break
-            direction = self.solve_hessian(-grad, at=w, shift=shift, with_reg=False)
+            self.solving = active.double().numpy()  # a factor made now is made by the active workers only
+            try:
+                direction = self.solve_hessian(-grad, at=w, shift=shift, with_reg=False)
+            finally:
+                self.solving = 1.0
             if self.quadratic:  # φ is quadratic: the Newton step is the minimizer
                 return torch.where(active.unsqueeze(-1), w + direction, w).to(where)
             if value is None:
-                value, _ = value_grad(w)
+                value, _ = value_grad(w, active.double().numpy())
             slope = (grad * direction).sum(-1)
             flat = slope.abs() <= flat_slope(w.dtype) * value.abs().clamp(min=1.0)
             gnorm = torch.linalg.vector_norm(grad, dim=-1)
@@ -358,7 +387,7 @@ class StackedLinearModel(Problem):
             new_w, new_value, new_grad = w.clone(), value.clone(), grad.clone()
             while bool(searching.any()):
                 candidate = w + t.unsqueeze(-1) * direction
-                cand_value, cand_grad = value_grad(candidate)
+                cand_value, cand_grad = value_grad(candidate, searching.double().numpy())
                 accept = searching & ((cand_value <= value + 1e-4 * t * slope) | (t < 1e-10)
                                       | (flat & (torch.linalg.vector_norm(cand_grad, dim=-1) < gnorm)))
                 new_w[accept], new_value[accept] = candidate[accept], cand_value[accept]

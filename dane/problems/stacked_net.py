@@ -58,6 +58,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parameters_to_vector
 
 from ..inner import InnerSolver, StackedSampler, proximal_step, steps_for
+from ..work import count, counted
 from .base import Problem
 from .stacked import rows_of
 
@@ -179,7 +180,10 @@ class StackedNeuralProblem(Problem):
         lr, momentum = proximal_step(self.inner.lr, mu), self.inner.momentum
         W, buf = A.clone(), None
         for _ in range(steps_for(self.inner, self.n_local)):
-            step = self._data_grad(W, self.sampler.next())[0]
+            idx = self.sampler.next()
+            count("local_inner_steps")
+            count("local_inner_samples", idx.shape[-1])
+            step = self._data_grad(W, idx)[0]
             step.add_(l2 * W - lin + mu * (W - A))  # `dane.inner.add_proximal_terms`
             if momentum:
                 buf = step.clone() if buf is None else buf.mul_(momentum).add_(step)
@@ -207,6 +211,7 @@ class StackedNeuralProblem(Problem):
         self.sampler.load_state_dict(state["sampler"])
 
     # ------------------------------------------------------------------ plumbing
+    @counted("local_passes", lambda self, W, idx, **kwargs: 1.0 if idx is None else idx.shape[-1] / self.n_local)
     def _data_grad(self, W: torch.Tensor, idx: torch.Tensor | None, *, scale: float = 1.0
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """weight × mean CE over each worker's rows ``idx[i]`` (None: its whole shard) and its gradient, in chunks of

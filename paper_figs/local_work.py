@@ -1,0 +1,148 @@
+"""Figure: relative suboptimality against rounds, uplink bits per client and local passes per client, side by side.
+
+The three costs a federated comparison weighs (issue 45: rounds alone favour the methods that compute most
+per round): each run's relative suboptimality (O(w) − O*) / |O*|, log y, against the round (left), the bits one
+client has sent up so far (middle) and the gradient passes one client has made so far (right: the records'
+``local_passes``, summed over the clients, `dane.work`, over the workers).  The table beside it gives each run's
+rounds, bits and passes to `TARGET`.  Reads only logged runs, one directory per run under ``--results`` (each
+with ``rounds.jsonl`` and ``summary.json``); it never trains.
+
+Bits per client: FedNL's ``clients_uplink_bits``; a federated method's ``uplink_bytes`` (its participants'
+uploads) times 8; else ``comm.compress``'s per-worker ``uplink_bits`` (run the method with
+``comm.compress=none``); each summed count over the workers.
+
+``make figures`` (`dane.paper_figs.make_all`) makes the runs `jobs` names where results/ lacks them (``TIMED =
+False``): logistic regression (λ = 1e-3, an intercept) on the built-in breast_cancer table over `WORKERS`
+clients, every client each round, the methods of `METHODS` at their defaults.  `main` draws those runs when
+``--results`` holds them (a results root), else every run directory under ``--results``.
+
+    dane figures local_work [--results results/local_work] [--out results/figures]
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from dane.paper_figs.common import FIG_DIR, caption_line, figure_provenance, positive, run_config, save
+from dane.results import read_rounds, read_summary
+from dane.synthetic.sweep import Job, RunIndex
+
+RESULTS = "results/local_work"
+TIMED = False  # `make figures`: the runs' iterates, bits and passes matter, not their simulated times
+WORKERS = 8
+ROUNDS = 200
+TARGET = 1e-8
+#: (method, its overrides): those that count no participants' bytes send their messages through comm.compress=none
+METHODS = (("gd", ("comm.compress=none",)), ("dane", ("comm.compress=none",)), ("giant", ("comm.compress=none",)),
+           ("fednl", ("algorithm.option=2",)), ("sdane", ()), ("scaffold", ()), ("scaffnew", ()))
+
+
+def jobs() -> list[Job]:
+    """The runs of the figure (module docstring), as the simulator's overrides."""
+    common = ("problem=logreg", "data=breast_cancer", "problem.lam=0.001", "problem.optimum=auto",
+              f"workers={WORKERS}", f"rounds={ROUNDS}", "tol=1e-10")
+    return [(f"algorithm={name}", *extra, *common) for name, extra in METHODS]
+
+
+class MissingCount(ValueError):
+    """A run whose records lack a count the figure plots (suboptimality, uplink traffic or local passes)."""
+
+
+def label(run_dir: Path) -> str:
+    """The algorithm's name from the run's ``config.yaml``; a run without one (`dane.fit`) goes by its directory."""
+    algorithm = run_config(run_dir).get("algorithm")
+    return algorithm["name"] if algorithm else run_dir.name
+
+
+def uplink_bits_per_client(records: list[dict], workers: int) -> list[float]:
+    first = records[0]
+    if "clients_uplink_bits" in first:
+        return [r["clients_uplink_bits"] / workers for r in records]
+    if "uplink_bytes" in first:
+        return [8 * r["uplink_bytes"] / workers for r in records]
+    if "uplink_bits" in first:
+        return [float(r["uplink_bits"]) for r in records]
+    raise MissingCount("its records count no uplink traffic; run it with comm.compress=none")
+
+
+def curve(run_dir: Path) -> dict:
+    """rounds, uplink bits and local passes per client, and relative suboptimality, of one run."""
+    records, workers = read_rounds(run_dir), read_summary(run_dir)["workers"]
+    if not records or "suboptimality" not in records[0]:
+        raise MissingCount(f"{run_dir}: its records have no suboptimality; run it with problem.optimum=auto")
+    if "local_passes" not in records[0]:
+        raise MissingCount(f"{run_dir}: its records count no local work (written before dane.work); run it again")
+    try:
+        bits = uplink_bits_per_client(records, workers)
+    except MissingCount as exc:
+        raise MissingCount(f"{run_dir}: {exc}") from None
+    optimum = abs(records[0]["objective"] - records[0]["suboptimality"])
+    return {"label": label(run_dir), "rounds": [r["round"] for r in records], "bits": bits,
+            "passes": [r["local_passes"] / workers for r in records],
+            "relative": [r["suboptimality"] / optimum for r in records]}
+
+
+def to_target(c: dict, target: float = TARGET) -> tuple[int, float, float] | None:
+    """(rounds, bits per client, passes per client) at the first record within ``target``; None if none is."""
+    for k, value in enumerate(c["relative"]):
+        if value <= target:
+            return c["rounds"][k], c["bits"][k], c["passes"][k]
+    return None
+
+
+def runs_under(results: str | Path) -> list[Path]:
+    root = Path(results)
+    found = sorted(p.parent for p in root.glob("*/rounds.jsonl"))
+    if not found:
+        raise FileNotFoundError(f"no runs under {root}; make them with dane figures make_all or `dane train ... "
+                                f"out_dir={root}/NAME` (problem.optimum=auto)")
+    return found
+
+
+def draw(curves: list[dict]):
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4), sharey=True)
+    for c in curves:
+        for ax, x in zip(axes, ("rounds", "bits", "passes")):
+            ax.plot(c[x], positive(c["relative"]), label=c["label"])
+    for ax, text in zip(axes, ("round", "uplink bits per client", "local gradient passes per client")):
+        ax.set_xlabel(text)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].set_xscale("symlog", linthresh=1.0)  # round 0 sends nothing: 0 on the axis, then decades
+    axes[1].set_xlim(left=0)
+    axes[0].set_ylabel("relative suboptimality (O(w) − O*) / |O*|")
+    axes[2].legend(fontsize=8)
+    return fig
+
+
+def table(curves: list[dict], target: float = TARGET) -> str:
+    rows = [f"| run | rounds to {target:g} | uplink bits per client to {target:g} | local passes per client to "
+            f"{target:g} | last relative suboptimality |", "|---|---|---|---|---|"]
+    for c in curves:
+        reached = to_target(c, target)
+        cells = ("—", "—", "—") if reached is None else (f"{reached[0]}", f"{reached[1]:.4g}", f"{reached[2]:.4g}")
+        rows.append(f"| {c['label']} | {' | '.join(cells)} | {c['relative'][-1]:.3g} |")
+    return "\n".join(rows) + "\n"
+
+
+def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]:
+    index = RunIndex(results)
+    found = [index.find(job, timed=False) for job in jobs()]
+    run_dirs = found if all(found) else runs_under(results)
+    curves = [curve(d) for d in run_dirs]
+    provenance = figure_provenance(run_dirs, results)
+    caption = caption_line("relative suboptimality against rounds, uplink bits per client and local gradient passes "
+                           "per client", provenance)
+    return save(draw(curves), out, "local_work", table(curves), caption=caption, provenance=provenance)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=RESULTS)
+    parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
+    args = parser.parse_args()
+    for path in main(args.results, args.out):
+        print(path)

@@ -1,0 +1,247 @@
+"""Local work (`dane.work`): the records' counters against hand counts, per method and on every simulator path.
+
+Each test counts by hand what the method's round computes (a pass per local gradient, K per SCAFFOLD round, one
+factorization for DANE's Cholesky solves, the CG iterations and FedNL's Hessians as run, the steps S-DANE's
+accuracy test took, an inner optimizer's steps and samples) and asserts the records' totals and busiest-client
+maxima equal it.  The launched runs (horovodrun, torchrun) are checked against the simulator in
+tests/test_launchers.py.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import dane
+from dane import work
+from dane.baselines import federated
+from dane.sampling import ClientSampler
+from helpers import train
+
+M = 4
+
+
+def table(seed: int = 0, n: int = 240, d: int = 6):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    return X, X @ rng.standard_normal(d) + 0.1 * rng.standard_normal(n)
+
+
+def ridge(**keys):
+    X, y = table()
+    return dane.problems.Ridge(X, y, lam=1e-2, **keys)
+
+
+def logreg(**keys):
+    X, y = table()
+    return dane.problems.LogReg(X, (y > 0).astype(float), lam=1e-2, **keys)
+
+
+def column(records: list[dict], key: str) -> list[float]:
+    return [r[key] for r in records]
+
+
+def test_gd_is_one_pass_a_round_per_client():
+    result = dane.fit(ridge(), "gd", workers=M, rounds=5)
+    assert column(result.records, "local_passes") == [M * t for t in range(6)]
+    assert column(result.records, "local_passes_max") == list(range(6))
+    for key in ("local_hvps", "local_hessians", "local_factorizations", "local_solver_iters", "local_inner_steps"):
+        assert result.records[-1][key] == 0  # GD's step-size measurement (Lanczos) is set-up, not counted
+    # flops: 4 nnz per pass, nnz = the shard's 60 rows x 6 features
+    assert result.records[-1]["local_flops_max"] == 5 * 4 * 60 * 6
+    assert result.summary["local_work"] == {key: result.records[-1][key] for key in work.KEYS}
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_scaffold_is_K_passes_a_round_per_client(K):
+    result = dane.fit(ridge(), "scaffold", workers=M, rounds=4, local_steps=K, lr=0.05)
+    assert column(result.records, "local_passes") == [M * K * t for t in range(5)]
+    assert column(result.records, "local_passes_max") == [K * t for t in range(5)]
+
+
+def test_dane_with_cholesky_is_one_pass_a_round_and_one_factorization():
+    """The factor of H_i + μI is made once (round 0) and reused while μ stays: counted once, when made."""
+    result = dane.fit(ridge(local_solver="cholesky"), "dane", workers=M, rounds=4, safeguard=False, mu=0.0)
+    assert column(result.records, "local_passes") == [M * t for t in range(5)]
+    assert column(result.records, "local_factorizations") == [0] + [M] * 4
+    assert column(result.records, "local_factorizations_max") == [0] + [1] * 4
+    assert result.records[-1]["local_hessians"] == M  # the dense H_i, formed with its one factor
+    assert result.records[-1]["local_hvps"] == result.records[-1]["local_solver_iters"] == 0
+
+
+def test_cg_counts_its_iterations_as_run(monkeypatch):
+    """Newton-CG on a quadratic: one CG solve a round; each iteration one Hessian-vector product."""
+    spent: list[int] = []
+    lock = threading.Lock()
+    original = dane.linalg.cg
+
+    def spy(*args, **kwargs):
+        result = original(*args, **kwargs)
+        with lock:
+            spent.append(result.iters)
+        return result
+
+    monkeypatch.setattr(dane.problems.glm, "cg", spy)
+    result = dane.fit(ridge(local_solver="cg", local_tol=1e-8), "dane", workers=M, rounds=3, safeguard=False)
+    last = result.records[-1]
+    assert last["local_solver_iters"] == sum(spent) > 3 * M  # the final evaluation solves nothing
+    assert last["local_hvps"] == last["local_solver_iters"]  # CG from 0: one product per iteration
+    assert len(spent) == 3 * M
+
+
+def test_fednl_is_one_hessian_a_round_per_client():
+    for batched in (False, True):
+        result = dane.fit(logreg(), "fednl", workers=M, rounds=3) if not batched else \
+            fit_batched(logreg(), "fednl", rounds=3)
+        assert column(result.records, "local_hessians") == [M * t for t in range(4)]
+        assert column(result.records, "local_hessians_max") == list(range(4))
+        assert column(result.records, "local_passes") == [M * t for t in range(4)]  # its gradient, same pass
+
+
+def fit_batched(problem, algorithm: str, rounds: int, **keys):
+    """`dane.fit` with the simulator's batched path forced (``sim.batched=true``)."""
+    from dataclasses import replace
+
+    from dane import api
+
+    original = api.Communication
+
+    def batched(*args, **kwargs):
+        comm = original(*args, **kwargs)
+        return replace(comm, batched="true")
+
+    try:
+        api.Communication = batched
+        result = dane.fit(problem, algorithm, workers=M, rounds=rounds, **keys)
+    finally:
+        api.Communication = original
+    assert result.summary["simulator_path"] == "batched"
+    return result
+
+
+def test_batched_path_counts_as_the_threads_do():
+    """DANE on equal ridge shards: the stacked problem counts every worker's row as its thread would."""
+    threads = dane.fit(ridge(local_solver="cholesky"), "dane", workers=M, rounds=4)
+    batched = fit_batched(ridge(local_solver="cholesky"), "dane", rounds=4)
+    assert threads.summary["simulator_path"] == "threads"
+    for a, b in zip(threads.records, batched.records):
+        assert {k: a[k] for k in work.KEYS} == {k: b[k] for k in work.KEYS}
+
+
+def test_sdane_steps_counts_the_steps_its_accuracy_test_took(monkeypatch):
+    """local_solver=steps: one pass at x, one at the centre v (≠ x after round 0) and one per step taken, each
+    counted here by hand at the method's own calls."""
+    calls: Counter = Counter()
+    lock = threading.Lock()
+    for name in ("local_grad", "grad_and_payload"):
+        original = getattr(federated.Federated, name)
+
+        def spy(self, w, _original=original):
+            with lock:
+                calls[self.comm.rank] += 1
+            return _original(self, w)
+
+        monkeypatch.setattr(federated.Federated, name, spy)
+    result = dane.fit(ridge(), "sdane", workers=M, rounds=4, local_solver="steps", lam=1.0, lr=0.05)
+    last = result.records[-1]
+    # the final record's evaluation is outside the rounds; every call above is inside them
+    assert last["local_passes"] == sum(calls.values())
+    assert last["local_passes_max"] == max(calls.values())
+    assert last["local_passes"] > 3 * M * 4  # the accuracy test took more than one step somewhere
+
+
+def test_a_sampled_round_counts_its_participants_only():
+    """FedProx, 2 of 6 clients a round, 3 local steps each: 3 passes per participant; the busiest client's is
+    3 x the rounds it was drawn in (the draws replayed from the shared sampler's seed)."""
+    m, s, rounds, K = 6, 2, 5, 3
+    result = dane.fit(ridge(), "fedprox", workers=m, rounds=rounds, clients_per_round=s, local_steps=K, lr=0.05)
+    assert column(result.records, "local_passes") == [K * s * t for t in range(rounds + 1)]
+    sampler = ClientSampler(SimpleNamespace(size=m, rank=0), s, seed=0)
+    drawn = Counter(int(c) for _ in range(rounds) for c in sampler.draw())
+    assert result.records[-1]["local_passes_max"] == K * max(drawn.values())
+
+
+def test_an_inner_optimizer_counts_its_steps_and_samples(tmp_path):
+    """DANE on a network, 5 inner SGD steps of 16 rows: 5 steps and 80 samples a round per worker, and the
+    passes 1 (the gradient at w_t) + 80/n_i."""
+    proc = train("algorithm=dane", "algorithm.safeguard=false", "problem=digits_mlp", "problem.model.hidden=[8]",
+                 "problem.inner_steps=5", "problem.inner_batch_size=16", "workers=2", "rounds=2", "quiet=true",
+                 f"out_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    n = summary["data"]["train_size"] // 2  # the smaller of the two shards: the busiest per row
+    assert column(records, "local_inner_steps") == [0, 10, 20]
+    assert column(records, "local_inner_samples") == [0, 160, 320]
+    assert column(records, "local_inner_steps_max") == [0, 5, 10]
+    assert records[1]["local_passes_max"] == pytest.approx(1 + 80 / n)
+    assert records[2]["local_passes"] == pytest.approx(2 * records[1]["local_passes"])
+
+
+def test_measurements_are_not_counted():
+    """What only measures (the records' metrics, `uncounted`) or runs outside a run's rounds counts nothing."""
+    problem = ridge().build(0, 1)
+    ledger = work.Ledger((0,), work.unit_costs(problem))
+    problem.evaluate(problem.initial_point())  # no ledger open: set-up
+    with work.opened(ledger):
+        problem.evaluate(problem.initial_point())
+        with work.uncounted():
+            problem.evaluate(problem.initial_point())
+        problem.local_metrics(problem.initial_point())
+        problem.batch_grad(problem.initial_point(), torch.arange(15))  # 15 of the 240 rows
+    assert ledger.counts[0, work.COUNTS.index("local_passes")] == 1 + 15 / 240
+    assert work.current() is None
+
+
+def test_record_keys_sum_and_max_over_the_workers():
+    snapshot = np.array([[1.0, 0, 0, 0, 0, 0, 0, 10.0], [3.0, 2, 0, 0, 0, 0, 0, 30.0]])
+    keys = work.record_keys(snapshot)
+    assert keys["local_passes"] == 4.0 and keys["local_passes_max"] == 3.0
+    assert keys["local_hvps"] == 2.0 and keys["local_flops"] == 40.0 and keys["local_flops_max"] == 30.0
+    assert set(keys) == set(work.KEYS)
+
+
+def test_a_resumed_run_continues_the_counts():
+    """A checkpoint's state carries each worker's counts: rounds 2..4 resumed equal those of the straight run."""
+    from dane.api import algorithm_config
+    from dane.comm import ThreadGroup
+    from dane.runner import StopRule, run
+
+    config = algorithm_config("dane", safeguard=False)
+    spec = ridge(local_solver="cg", local_tol=1e-6)
+
+    def worker(comm):
+        problem = spec.build(comm.rank, comm.size)
+        states = []
+        straight, _ = run(config.build(problem, comm), StopRule(rounds=4), on_checkpoint=states.append,
+                          checkpoint_every=2)
+        again, _ = run(config.build(spec.build(comm.rank, comm.size), comm), StopRule(rounds=4), resume=states[0])
+        return straight, again
+
+    spec.prepare()
+    straight, again = ThreadGroup(M).run(worker)[0]
+    assert [r["round"] for r in again] == [2, 3, 4]
+    for a, b in zip(straight[2:], again):
+        assert {k: a[k] for k in work.KEYS} == {k: b[k] for k in work.KEYS}
+    assert again[-1]["local_solver_iters"] > 0
+
+
+def test_an_elastic_state_gives_each_rank_its_row_of_the_table():
+    """Rank 0's committed state on every rank (a Horovod elastic reset): the same world size takes each rank's row;
+    a new one gives rank 0 the old total and the others zero."""
+    costs = np.ones(len(work.COUNTS))
+    table = np.array([[1.0] + [0] * 7, [3.0] + [0] * 7])
+    state = work.Ledger((0,), costs).state_dict(table)
+    for rank, passes in ((0, 1.0), (1, 3.0)):
+        ledger = work.Ledger((rank,), costs)
+        ledger.load_state_dict(state, size=2)
+        assert ledger.counts[0, 0] == passes
+    grown = [work.Ledger((rank,), costs) for rank in range(3)]
+    for ledger in grown:
+        ledger.load_state_dict(state, size=3)
+    assert [ledger.counts[0, 0] for ledger in grown] == [4.0, 0.0, 0.0]

@@ -1,0 +1,70 @@
+"""paper_figs/local_work.py: suboptimality against rounds, uplink bits and local passes, from canned run records."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dane.paper_figs import local_work, make_all
+from dane.paper_figs.local_work import MissingCount, curve, main, to_target
+
+
+def write_run(folder, records: list[dict], workers: int = 4) -> None:
+    folder.mkdir(parents=True)
+    (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "summary.json").write_text(json.dumps({"workers": workers, "status": "converged"}))
+
+
+def record(t: int, suboptimality: float, passes: float, **traffic) -> dict:
+    return {"round": t, "objective": 2.0 + suboptimality, "suboptimality": suboptimality, "local_passes": passes,
+            **traffic}
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """Two canned runs of 4 clients, O* = 2: a federated one counting its participants' bytes (2 passes a client
+    a round) and one counting comm.compress's per-worker bits (1 pass a client a round)."""
+    write_run(tmp_path / "fed", [record(t, 10.0 ** (-4 * t), 8.0 * t, uplink_bytes=400 * t) for t in range(4)])
+    write_run(tmp_path / "gd", [record(t, 10.0 ** (-2 * t), 4.0 * t, uplink_bits=64 * t) for t in range(6)])
+    return tmp_path
+
+
+def test_curves_are_the_records_per_client(runs):
+    fed, gd = curve(runs / "fed"), curve(runs / "gd")
+    assert fed["label"] == "fed" and fed["rounds"] == [0, 1, 2, 3]
+    assert fed["bits"] == [0.0, 800.0, 1600.0, 2400.0]  # 8 x 400 bytes over 4 clients
+    assert fed["passes"] == [0.0, 2.0, 4.0, 6.0]
+    assert fed["relative"] == pytest.approx([0.5 * 10.0 ** (-4 * t) for t in range(4)], rel=1e-12)
+    assert gd["bits"] == [64.0 * t for t in range(6)] and gd["passes"] == [float(t) for t in range(6)]
+    # first record within 1e-8 of |O*| = 2: the federated run's round 2 (0.5e-8), the other's round 4 (0.5e-8)
+    assert to_target(fed) == (2, 1600.0, 4.0)
+    assert to_target(gd) == (4, 256.0, 4.0)
+    assert to_target(gd, 1e-20) is None
+
+
+def test_the_figure_and_its_table_are_written(runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("figures")
+    paths = main(runs, out)
+    assert {p.name for p in paths} == {"local_work.png", "local_work.pdf", "local_work.md", "local_work.json"}
+    table = (out / "local_work.md").read_text()
+    assert "| fed | 2 | 1600 | 4 | 5e-13 |" in table and "| gd | 4 | 256 | 4 | 5e-11 |" in table
+    assert len(json.loads((out / "local_work.json").read_text())["runs"]) == 2
+
+
+def test_a_run_without_a_count_is_named_with_its_fix(tmp_path):
+    write_run(tmp_path / "old", [{"round": 0, "objective": 1.0, "suboptimality": 0.5}])
+    with pytest.raises(MissingCount, match="count no local work"):
+        curve(tmp_path / "old")
+    write_run(tmp_path / "quiet", [record(0, 0.5, 0.0)])
+    with pytest.raises(MissingCount, match="comm.compress=none"):
+        curve(tmp_path / "quiet")
+
+
+def test_make_figures_registers_the_figure_and_its_jobs_compose():
+    from dane.experiments.config import run_spec
+    from dane.synthetic.sweep import compose_job
+
+    assert "dane.paper_figs.local_work" in make_all.FIGURES and local_work.TIMED is False
+    specs = [run_spec(compose_job(job)) for job in local_work.jobs()]
+    assert [s.algorithm.name for s in specs] == [name for name, _ in local_work.METHODS]
+    assert all(s.problem.optimum == "auto" and s.comm.workers == local_work.WORKERS for s in specs)
