@@ -33,7 +33,7 @@ authors' code weights F_i (the mean loss) by n_i.  The paper tunes μ ∈ {0, 0.
 μ = ``mu``; null: S-DANE's default λ, measured at w_0 before round 0 (`baselines.federated.default_prox_weight`:
 δ_A·max(1/512, (δ_A/‖H‖)²/16), or for d ≤ 512 the balanced preconditioner gap where that is smaller), and under client sampling (s < m) at least
 0.5·q·(‖H‖ + 2δ_A), q = (m − s)/(s(m − 1)) (`baselines.federated.sampled_prox_weight`: the floor falls as 1/μ;
-results/bench_runs/sampled_lambda.json has S-DANE's side-by-side run, the same iterates).  Under full participation a
+scripts/bench_sampled_lambda.py runs S-DANE side by side, the same iterates).  Under full participation a
 null μ doubles, up to δ_A, when the objective climbs or cycles or the steps settle into an overshoot
 (`baselines.federated.CyclingObjective`).
 """

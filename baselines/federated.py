@@ -76,8 +76,8 @@ def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float, bal
     where the δ_A-based rule was up to 200× off (ill-conditioned shards, whose relative dissimilarity is small, want
     λ far below δ_A; one-hot shards, whose Hessians are rank-deficient, far above).  The defaults take `GAP_BALANCE`
     = 1 (Acc-S-DANE 2, `baselines.sdane`), twice that λ or more: on logistic cells with a small regularizer the
-    Hessians move on the way to the optimum, and at 1/2 the default climbed there (results/bench_runs/
-    defaults_federated_v8.json beside v9)."""
+    Hessians move on the way to the optimum, and at 1/2 the default climbed there (scripts/bench_defaults.py
+    --only sdane at GAP_BALANCE 1/2 beside 1)."""
     flat = [lam / (mu + lam) if mu + lam > 0 else 1.0 for lam in weights]
     excess = [balance * g / f if f > 0 else math.inf for g, f in zip(gaps, flat)]  # ≤ 1: λ large enough
     if not excess[0] <= 1.0:
@@ -142,7 +142,7 @@ def sampled_prox_weight(lam: float, delta_a: float, hessian_norm: float, s: int,
     δ_A-based λ, set under full participation, is small against ‖H‖) and the relative floor does not grow as q.
     A heuristic, not the paper's rule (which needs ζ² and the target ε); the side-by-side run against a λ grid
     (phishing and a9a over 80 clients, 8 a round, iid and Dirichlet α = 0.5) is scripts/bench_sampled_lambda.py, its
-    JSON results/bench_runs/sampled_lambda.json (its Acc-S-DANE rows are at the factor in force when their cell ran:
+    JSON written to its --out (its Acc-S-DANE rows are at the factor in force when their cell ran:
     this one, and Acc-S-DANE's own in a cell rerun with ``--update``, which carries its date; ``--acc`` runs Acc-S-DANE
     at its own into sampled_lambda_acc.json; w8a over 142 clients, 14 a round: sampled_lambda_w8a.json, its Acc-S-DANE
     rows at S-DANE's factor).  ``sampling=size`` takes the same q."""

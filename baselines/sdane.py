@@ -49,7 +49,7 @@ G = λ(v − x), and the v-update returns v = x: S-DANE is then DANE (FedDANE wi
 gradient's clients) round for round; its gain is the milder accuracy test.  Under client sampling both have a
 floor (the sampled gradient is not zero at the optimum) and a sampled run ends with status ``sampling_floor``
 once its objective stops improving (`baselines.federated.SamplingFloor`); the floor falls as 1/λ, hence the larger
-sampled default (above; its side-by-side run against a λ grid: results/bench_runs/sampled_lambda.json).
+sampled default (above; its side-by-side run against a λ grid: scripts/bench_sampled_lambda.py).
 
 The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 = v_0).
 Departure from the paper: the accuracy test is per client (the paper's sums over S, which the
@@ -60,8 +60,8 @@ default λ (full participation, convex: where `baselines.federated.CyclingObject
 extrapolation (A = 0, B = 1, v = x) after a round whose objective rose above the last round's and when λ doubles:
 the function-value adaptive restart of O'Donoghue & Candès (2015).  Without it the extrapolation's bumps read as
 cycles, λ doubled past its best, and on bench_defaults' rare one-hot logistic cells with λ = 1e-5 the default did not
-reach 1e-8 in 150 rounds (results/bench_runs/defaults_federated_v10_acc.json beside
-defaults_federated_v11_acc.json).  A λ the user sets runs the paper's algorithm unchanged.
+reach 1e-8 in 150 rounds (scripts/bench_defaults.py --only acc_sdane, without the restart and
+with it).  A λ the user sets runs the paper's algorithm unchanged.
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ RETRIES = 3  # tighter re-solves of an iterative local solver whose result fails
 ACC_HETEROGENEITY_DIVISOR = 4
 #: Acc-S-DANE's sampled default λ is at least this times q·(‖H‖ + 2δ_A) (S-DANE's: `baselines.federated`'s 0.5): its
 #: extrapolation carries more of the sampled gradient's noise, and at S-DANE's factor its floor stayed above
-#: S-DANE's on label-skewed shards (results/bench_runs/sampled_lambda_acc.json beside sampled_lambda.json).
+#: S-DANE's on label-skewed shards (scripts/bench_sampled_lambda.py --acc beside its run without --acc).
 ACC_SAMPLED_PROX_PER_CURVATURE = 1.0
 #: Acc-S-DANE's balanced default λ (d ≤ 512) is where this times the mean preconditioner gap meets the flat rate
 #: (S-DANE's: `baselines.federated.GAP_BALANCE`; a larger value is a larger λ): at S-DANE's its extrapolation climbed
