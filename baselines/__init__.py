@@ -36,7 +36,7 @@ __all__ = [
     "SyncSGD", "SyncSGDConfig", "distributed_pcg", "lanczos_max_eig", "local_steps", "residual_balance",
 ]
 
-# The federated DANE line (DESIGN.md section 10), with client sampling (dane.sampling); FedAvg is
+# The federated DANE line (docs/federated.md), with client sampling (dane.sampling); FedAvg is
 # algorithm=fedavg (FedProx with mu = 0), the same iterates as local_sgd with a mean.
 from .feddane import FedDANE, FedDANEConfig  # noqa: E402
 from .fednl import FedNL, FedNLConfig  # noqa: E402

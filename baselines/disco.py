@@ -21,7 +21,7 @@ Rounds: a round with k PCG iterations costs 2k + 1 communication rounds: the gra
 allreduce, the broadcast of :math:`P^{-1} g_t` that starts PCG, then per iteration one
 allreduce of :math:`H u` and (except after the last) one broadcast of :math:`P^{-1} r`.
 The paper's master-worker implementation counts a broadcast of u and the reduce of
-:math:`H_i u` as one round; here each collective is one round, as DESIGN.md section 6
+:math:`H_i u` as one round; here each collective is one round, as docs/design.md ("Counting rounds")
 asks, so DiSCO's rounds are about twice the paper's.
 
 PCG stops once :math:`\|r\| \le \varepsilon_t = \text{pcg\_tol}\cdot\|g_t\|\cdot\min(1, \|g_t\|/\|g_0\|)`

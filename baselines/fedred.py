@@ -33,8 +33,8 @@ grows as 1/q without bound as s nears m). Why: K steps of size γ from x̃ act, 
 iterate with the gain Kγ: the floor a sampled run stalls at grows with K, and the rounds to a target above it fall
 as 1/K. K = 1/(γλ_S) puts that effective weight where S-DANE's sampled default puts its λ (the balance of speed and
 floor measured there). Raising FedRed's λ to λ_S instead does not help: the doubly regularized steps then move less.
-The side-by-side runs: results/bench_runs/fedred_sampled_grid.jsonl (the floors at K = 10, 30, 100) and
-scripts/bench_sampled_lambda.py ``--fedred`` (results/bench_runs/sampled_lambda_fedred.json: the rounds to 1e-3 at
+The side-by-side runs: a grid of K = 10, 30, 100 under sampling (the floors at each K) and
+scripts/bench_sampled_lambda.py ``--fedred`` (sampled_lambda_fedred.json: the rounds to 1e-3 at
 the default, at K = 10, at the default's K times 1/2, 2, 4 and at λ_S; the rule's K there is well inside the bounds;
 w8a over 142 clients, 14 a round: sampled_lambda_fedred_w8a.json, where the default's floor on iid shards is above
 1e-3, as S-DANE's default's is there, and the cell is judged at 3e-3). Full participation keeps K = 10, its iterates

@@ -18,7 +18,7 @@ on Hessian-vector products (`dane.linalg.cg`) to relative residual ``cg_tol`` or
 :math:`g_t^\top p_t = \frac1m\sum_i g_t^\top H_i^{-1} g_t > 0`: p_t is a descent direction.
 
 On a quadratic, with α = 1 accepted, :math:`w_{t+1} = w_t - \frac1m\sum_i H_i^{-1} g_t`,
-which is DANE's closed-form round with η = 1 and μ = 0 (DESIGN.md section 6): the same
+which is DANE's closed-form round with η = 1 and μ = 0 (docs/design.md, "Counting rounds"): the same
 iterates, at three allreduces per round instead of two.
 
 *Monotone globalization* (a departure from the paper, whose method takes some step

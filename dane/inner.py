@@ -8,7 +8,7 @@ Worker i minimises the proximal subproblem
 
 with ``inner_steps`` steps of a torch optimizer (SGD, Adam or L-BFGS) started at the
 anchor a.  For DANE, :math:`a = w_t` and :math:`\ell = \nabla O_i(w_t) - \eta g_t`, so the
-step direction is exactly DESIGN.md's
+step direction is exactly
 :math:`\nabla\mathrm{loss}_{batch}(w) - (\nabla O_i(w_t) - \eta g) + \mu (w - w_t)`.
 The data term :math:`\nabla O_i` is a minibatch estimate (the whole shard when the batch
 size is null); the linear and proximal terms are exact and are added to the parameter

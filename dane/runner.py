@@ -45,7 +45,7 @@ class StopRule:
     times its default λ on phishing over 80 Dirichlet clients, 8 a round, was stopped so
     at round 7 and converges when let run (its recorded objectives are in
     tests/test_sampled_divergence.py; the benchmark's cell, rerun under this rule, is in
-    results/bench_runs/sampled_lambda.json); one that diverges stays above its start and climbs.
+    scripts/bench_sampled_lambda.py's phishing Dirichlet cell); one that diverges stays above its start and climbs.
     Optionally (`EarlyStopping`) a run also stops once ``monitor`` (higher is better,
     e.g. test_accuracy) reaches ``target``, or after ``patience`` rounds without
     improving it by more than ``min_delta``.

@@ -1,7 +1,7 @@
 r"""Hessian dissimilarity δ: how far each worker's local Hessian is from the global one.
 
 With O(w) = (1/m) Σ_i O_i(w), H_i = ∇²O_i(w) and H = ∇²O(w) = (1/m) Σ_i H_i, the DANE
-line's rates (DANE, S-DANE, FedRed; DESIGN.md section 10) are stated in
+line's rates (DANE, S-DANE, FedRed; docs/federated.md) are stated in
 
     δ    = max_i ‖H_i − H‖₂                        (``delta``)
     δ_A  = ( (1/m) Σ_i ‖H_i − H‖₂² )^{1/2}         (``delta_mean_square``)

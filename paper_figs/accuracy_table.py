@@ -3,7 +3,7 @@
 Each row is one ``conf/experiment/table_<problem>.yaml`` sweep (DANE, fixed round budget,
 simulated workers), run for each of ``SEEDS``; a cell is the mean test accuracy after the
 experiment's round budget over the seeds, ± half their range (the spread).  The paper's
-numbers (DESIGN.md section 4; 60k/10k MNIST, GPUs) sit in the row below ours, and the
+numbers (`ROWS`; 60k/10k MNIST, GPUs) sit in the row below ours, and the
 caption states what data ours come from (train/test sizes from the runs' summaries): on
 a machine with only MNIST's t10k files, ours are on a split of those 10,000 images and
 the caption says so.  Reads only results/ (runs are found by config, `find_run`);

@@ -33,10 +33,10 @@ from dane.synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
 FIG_DIR = Path("results") / "figures"
 PUBLISHED_DIR = Path(__file__).resolve().parent
 #: the α-β every figure's simulated times are put on (`retime`), whatever the runs were simulated with:
-#: Horovod over loopback on a 2-core machine (DESIGN.md section 5), fixed so that a figure does not
+#: Horovod over loopback on a 2-core machine (docs/design.md, "The machines"), fixed so that a figure does not
 #: move with the last calibration; the caption and sidecar state it
 FIGURE_COST = AlphaBeta()
-FIGURE_COST_SOURCE = "package default α-β (Horovod, loopback, 2 cores; DESIGN.md section 5)"
+FIGURE_COST_SOURCE = "package default α-β (Horovod, loopback, 2 cores)"
 #: file metadata without a creation date, so the same figure is the same bytes
 _METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "ModDate": None, "Producer": None,
                                                  "Creator": None}}

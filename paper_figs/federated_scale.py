@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 from dane.paper_figs.common import FIG_DIR, cli, save
 
 KEY, SECTION = "load", "federated_scale"
-MACHINE_GIB = 24  # DESIGN.md section 5: these machines' memory
+MACHINE_GIB = 24  # these machines' memory (docs/design.md, "The machines")
 MARKERS = {"woodbury": "o", "cholesky": "s"}
 
 

@@ -1,4 +1,4 @@
-"""Figures: split learning, the source system's experiments regenerated (DESIGN.md section 8, `dane.split`).
+"""Figures: split learning, the source system's experiments regenerated (docs/split_learning.md, `dane.split`).
 
 Three outputs, from logged runs only (their jobs are `jobs()`; ``--run-missing`` makes the
 missing ones in the simulator first, as ``dane figures make_all`` does for the others):

@@ -3,7 +3,7 @@
     PYTHONPATH=. python scripts/bench_batched.py --out results/bench.json [--quick]
 
 - ``speedup``: DANE (μ = 1, the safeguard on: with n_i = 100 < d rows a worker, μ = 0
-  diverges, DESIGN.md section 2) on ridge_synthetic N = 100,000, d = 500 at
+  diverges: docs/design.md, "DANE without damping") on ridge_synthetic N = 100,000, d = 500 at
   m = 1,000, ``--rounds`` rounds, run by one thread per worker (``sim.batched=false``) and as one
   stacked computation (``sim.batched=true``), interleaved, ``--repeats`` times each; the
   figure is the per-worker path's wall time of the rounds over the batched path's (median

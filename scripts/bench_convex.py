@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
                            "simulated time = each worker's measured compute + the alpha-beta ring-allreduce model",
               "cost_model": {"alpha_s": cost.alpha, "beta_bytes_per_s": cost.beta,
                              "source": "package default dane.comm.AlphaBeta(), fixed (not calibrated)"},
-              "counts": "comm_rounds = allreduces and broadcasts, every one counted (DESIGN section 6); bytes = "
+              "counts": "comm_rounds = allreduces and broadcasts, every one counted; bytes = "
                         "bytes one worker sent; time_s = simulated time of the rounds (setup_s apart)",
               "algorithms": {a: {"settings": SETTINGS[a], "round_cap": CAPS[a]} for a in args.algorithms},
               "problems": {}}

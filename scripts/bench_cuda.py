@@ -77,7 +77,7 @@ CONVEX_CASES = {
     "ridge_dense_cholesky": ("Ridge", 40_000, 1000, 1.0, "cholesky", 1e-3),
     "logreg_dense_cg": ("LogReg", 20_000, 1000, 1.0, "cg", 1e-3),  # 40,000 rows: 5.5 s a CPU round at m = 1
     "logreg_sparse_cg": ("LogReg", 100_000, 20_000, 0.002, "cg", 1e-3),
-    "ridge_synthetic_cholesky": ("RidgeSyntheticConfig", 100_000, 500, 1.0, "cholesky", 0.005),  # DESIGN.md §4
+    "ridge_synthetic_cholesky": ("RidgeSyntheticConfig", 100_000, 500, 1.0, "cholesky", 0.005),  # the paper's ridge
 }
 
 

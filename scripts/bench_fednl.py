@@ -192,7 +192,7 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
     return out
 
 
-MEMORY_LIMIT_GIB = 24  # these machines' memory (DESIGN.md section 5)
+MEMORY_LIMIT_GIB = 24  # these machines' memory (docs/design.md, "The machines")
 MEMORY_ROUNDS = 2
 MEMORY_DIMS = (1000, 2000, 4000, 6000)   # at MEMORY_BASE_CLIENTS clients
 MEMORY_CLIENTS = (142, 284, 568)  # at d = MEMORY_BASE_DIM (1136 clients took 5 minutes of setup under load)
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
 
     report = {"machine": machine(), "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
-              "(issue 34, DESIGN.md section 11)", "option": OPTION,
+              "(issue 34)", "option": OPTION,
               "tables": read_bench(args.out).get("fednl", {}).get("tables", {})}  # --only keeps the other tables
     if "memory" in args.only:
         report["memory"] = {**bench_memory(log), "load_after": list(os.getloadavg())}

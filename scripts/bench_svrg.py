@@ -15,7 +15,7 @@ Writes ``svrg_local_solver`` into ``--out`` (other benchmarks keep theirs), one 
 - ``inexact_dane_round``: InexactDANE's round at its defaults (3 passes) on 4 simulated
   workers x 5,160 dense rows, d = 14 (13 standard normal features + intercept, logistic
   labels), wall time per round, compiled and (one round) the torch reference, against the
-  public Octave + mex reference's 0.017 s on the same kind of shards (DESIGN.md section 9;
+  public Octave + mex reference's 0.017 s on the same kind of shards (docs/design.md, "Public reference implementations";
   not re-run here).  Goal: <= 3 x 0.017 s.
 - ``sparse_launch``: ``python -m experiments.train problem=logreg data=libsvm
   problem.lam=1e-4 problem.fit_intercept=false algorithm=inexact_dane workers=2`` on
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
 
 KEY = "svrg_local_solver"
-REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes (DESIGN §9)
+REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes
 SECTIONS = ("pass_cost", "compile_cost", "inexact_dane_round", "sparse_launch", "convergence")
 REL_TOL = 1e-8
 
@@ -202,7 +202,7 @@ def inexact_dane_round(args, log) -> dict:
                    "wall time of a round on worker 0 (the simulator's threads share this machine's cores)",
            "public_reference_round_s": REFERENCE_ROUND_S,
            "public_reference": "Octave + compiled mex SVRG, one snapshot per round, same shards, step and passes "
-                               "(DESIGN.md section 9; measured on this kind of machine, not re-run here)",
+                               "(measured on this kind of machine, not re-run here)",
            "goal": "round <= 3 x 0.017 s", "load_avg_before": list(os.getloadavg())}
     simulate_rounds(InexactDANEConfig(), problems(), 1)  # compile or load the cache
     _, walls = simulate_rounds(InexactDANEConfig(), problems(), rounds)

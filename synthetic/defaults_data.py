@@ -6,7 +6,7 @@ float64, seeded.  Logistic labels are 0/1 from the sign of the same linear model
 - `rare_onehot`: Gaussian numeric columns standardized (what ``data.standardize=numeric``
   gives) and a categorical column one-hot encoded, one of whose values is in only
   ``rare`` rows, so with 4 or 8 equal shards some shard holds none of them and its
-  Hessian misjudges the global one along that column (DESIGN.md section 9).  No
+  Hessian misjudges the global one along that column (docs/design.md, "A rare feature").  No
   intercept: the one-hot columns sum to one and carry it.
 - `large_targets`: standardized Gaussian features, a regression target of scale 1e5
   (y = 1e5 (3 + xᵀw + ε)) with an intercept; the case where an absolute tolerance or

@@ -75,7 +75,7 @@ def test_closed_form_local_solve_equals_conjugate_gradient_on_the_subproblem():
 
 
 def test_safeguard_converges_where_plain_dane_diverges():
-    # DESIGN.md section 2: mu=0 diverges once n_i <= ~3d; N=6000, m=8 gives n_i=750 = 1.5 d.
+    # docs/design.md, "DANE without damping": mu=0 diverges once n_i <= ~3d; N=6000, m=8 gives n_i=750 = 1.5 d.
     problems = ridge_shards(8, RidgeSyntheticConfig(n_samples=6000, dim=500, covariance="iso"))
     (_, plain, _), *_ = simulate(DANEConfig(mu=0.0, safeguard=False), problems, rounds=30)
     assert plain[-1]["suboptimality"] > 1e3 * plain[0]["suboptimality"] or not math.isfinite(plain[-1]["objective"])

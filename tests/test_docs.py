@@ -194,7 +194,7 @@ def test_the_defaults_table_is_the_logged_runs_where_they_are_here():
 
     stamp = re.search(r"JSON \((\S+),", defaults_block()).group(1)
     logged = [json.loads(p.read_text()).get("defaults") for p in
-              (REPO / "results" / "bench.json", REPO / "results" / "bench_runs" / "defaults.json") if p.is_file()]
+              (REPO / "results" / "bench.json", REPO / "paper_figs" / "evidence" / "defaults.json") if p.is_file()]
     matching = [report for report in logged if report and report.get("started_at") == stamp]
     if not matching:
         pytest.skip(f"the defaults benchmark's JSON of {stamp} is not in results/ here")

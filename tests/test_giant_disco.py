@@ -328,7 +328,7 @@ def test_disco_takes_the_full_newton_step_on_a_quadratic():
 def rare_table(n=400, d=6, rare=3, seed=0):
     """Gaussian columns and one one-hot column set in only ``rare`` rows, every column standardized: with
     4 or 8 equal shards some shard holds none of the rare rows, and its Hessian misjudges the global one
-    along that column by orders of magnitude (the real-data case of DESIGN.md section 9)."""
+    along that column by orders of magnitude (docs/design.md, "A rare feature and a shard's Hessian")."""
     rng = np.random.default_rng(seed)
     onehot = np.zeros((n, 1))
     onehot[rng.choice(n, rare, replace=False)] = 1.0

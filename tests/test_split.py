@@ -1,4 +1,4 @@
-"""Split learning (dane.split): the invariants of DESIGN.md section 8, in float64 on digits.
+"""Split learning (dane.split): the invariants of docs/split_learning.md, in float64 on digits.
 
 Sequential split training is plain minibatch SGD on the uncut network over the agents'
 minibatches in turn order (the hand-over carries the optimizer state, so momentum and
@@ -118,7 +118,7 @@ def test_splitfed_with_one_agent_equals_sequential():
 
 def formula(m: int, n: int, width: int, bottom: int, state: int, schedule: str, z: int = 0, u_shaped: bool = False,
             batches: int = 0) -> dict:
-    """DESIGN.md section 8's bytes per epoch (float64: 8 bytes an element; labels int64)."""
+    """docs/split_learning.md's bytes per epoch (float64: 8 bytes an element; labels int64)."""
     out = {"activations": 8 * (width + z) * n, "cut_gradients": 8 * (width + z) * n,
            "labels": 0 if u_shaped else 8 * n, "handover": 0, "averaging": 0}
     if schedule == "sequential" and m > 1:

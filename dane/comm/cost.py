@@ -19,7 +19,7 @@ class AlphaBeta:
     ``alpha`` is the per-message latency in seconds, ``beta`` the bandwidth in bytes/s; n is the
     message as the communicator counted it: under ``comm.compress`` its compressed size
     (`dane.comm.compression`), as for `ParameterServerCost`.
-    The defaults are Horovod over loopback on a 2-core machine (DESIGN.md section 5);
+    The defaults are Horovod over loopback on a 2-core machine (docs/design.md, "The machines");
     ``python -m synthetic.calibrate`` measures them.
     """
 

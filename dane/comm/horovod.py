@@ -112,7 +112,7 @@ COMPUTE_BOUND_CYCLE_MS = 5.0  # networks: rounds of seconds of compute between a
 class HorovodOptions:
     """Horovod settings applied (unless already set in the environment) before ``hvd.init()``.
 
-    Small allreduces are latency-bound on these machines (DESIGN.md section 5):
+    Small allreduces are latency-bound on these machines (docs/design.md, "The machines"):
     - a short cycle time (``HOROVOD_CYCLE_TIME``) lets the background thread pick a
       request up sooner.  It is not free: the background loop wakes once per cycle, on
       the core of the rank's compute, also while the rank computes.  So the cycle is

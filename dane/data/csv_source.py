@@ -38,7 +38,7 @@ class CSVSource(FileSource, ShardingKeys):
     ``standardize``: scale feature columns to mean 0, std 1 over all rows: ``numeric``
     (true), the numeric columns; ``all``, the one-hot columns too (a rare value's column
     then has entries of size sqrt(N / count), which is what makes a shard without it
-    misjudge the global Hessian: DESIGN.md section 9); ``none`` (false). Only ``none``
+    misjudge the global Hessian: docs/design.md, "A rare feature"); ``none`` (false). Only ``none``
     is allowed with parts, whose statistics would differ. ``impute``: mean | median | error.
     ``delimiter``: one character. ``data_dir``: where relative paths are looked up first.
     """

@@ -1,4 +1,4 @@
-"""Split learning: one network cut between m agents (the data holders) and a server (DESIGN.md section 8).
+"""Split learning: one network cut between m agents (the data holders) and a server (docs/split_learning.md).
 
 ``algorithm=split`` (conf/algorithm/split.yaml) on any network problem.  Agent a holds
 its rows and a copy of the bottom (the model up to and including ``algorithm.cut``);

@@ -15,7 +15,7 @@ OPTIMIZERS = ("sgd", "adam")
 
 @dataclass(frozen=True)
 class SplitConfig(AlgorithmConfig):
-    """Split training of a network problem: m agents hold bottoms, one server the top (DESIGN.md section 8).
+    """Split training of a network problem: m agents hold bottoms, one server the top (docs/split_learning.md).
 
     ``cut`` names the model's module after which it is cut (null: the smallest valid
     bottom); ``schedule`` sequential (turns and hand-overs) or splitfed (parallel bottoms,

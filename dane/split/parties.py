@@ -1,6 +1,6 @@
 r"""The two sides of a cut network: an agent (rows, bottom, optionally the head) and the server (the top).
 
-One step on agent a's minibatch B (DESIGN.md section 8):
+One step on agent a's minibatch B (docs/split_learning.md):
 
 .. math::
     h = \mathrm{bottom}(x_B) \;\to\; \text{server: } \ell = \mathrm{CE}(\mathrm{top}(h), y_B),

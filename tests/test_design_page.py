@@ -1,0 +1,172 @@
+"""The evidence is in the repository: docs/design.md names every module of dane/, nothing cites the design brief
+that is not in the repository, every JSON cited as evidence is tracked, and the generated tables of
+docs/benchmarks.md are what their tracked JSON renders to.  Reads files only (git ls-files once)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from functools import lru_cache
+
+import pytest
+
+from helpers import REPO
+
+DESIGN_PAGE = REPO / "docs" / "design.md"
+BENCHMARKS_PAGE = REPO / "docs" / "benchmarks.md"
+EVIDENCE = "paper_figs/evidence"
+#: the name of the design brief kept outside the repository, spelled so that this file does not contain it
+OUTSIDE_BRIEF = "DESIGN" + ".md"
+#: results/ files that the pages name as a command's output, with the command that writes them: results/ is never
+#: tracked, so a results/ path is allowed only as where a documented command writes, never as evidence
+OUTPUTS = {"results/bench.json": "make bench", "results/calibration.json": "dane calibrate",
+           "results/calibration_ps.json": "dane calibrate --topology ps",
+           "results/batched_cuda.json": "scripts/batched_cuda_check.py"}
+#: a path after one of these is where a command writes, not a citation
+DESTINATION = re.compile(r"(--out[ =]|default=\"?)$")
+
+
+@lru_cache(maxsize=1)
+def tracked() -> frozenset[str]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    return frozenset(name for name in out.decode().split("\0") if name)
+
+
+def tracked_text() -> dict[str, str]:
+    """Every tracked file that reads as UTF-8 text (binary files and git-annex or LFS pointers aside)."""
+    out = {}
+    for name in sorted(tracked()):
+        path = REPO / name
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            out[name] = path.read_text()
+        except UnicodeDecodeError:
+            continue
+    return out
+
+
+def citations(text: str, pattern: str) -> list[str]:
+    """The paths matching ``pattern`` in ``text`` that are not the destination of an ``--out`` or a default."""
+    return [m.group(0).rstrip(".,;:)`'\"") for m in re.finditer(pattern, text)
+            if not DESTINATION.search(text[max(0, m.start() - 12):m.start()])]
+
+
+# ------------------------------------------------------------------ the design page
+
+
+def test_the_design_page_is_in_the_nav():
+    assert re.search(r"^  - [^:]+: design\.md$", (REPO / "mkdocs.yml").read_text(), re.M)
+
+
+def test_every_module_of_dane_is_named_on_the_design_page():
+    page = DESIGN_PAGE.read_text()
+    modules = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "dane").rglob("*.py"))
+    assert modules, "no module found under dane/"
+    missing = [m for m in modules if f"`{m}`" not in page]
+    assert missing == [], f"docs/design.md's module list lacks {missing}: add a row with its purpose"
+
+
+def test_the_design_page_names_no_module_that_is_gone():
+    named = set(re.findall(r"`(dane/[\w/]+\.py)`", DESIGN_PAGE.read_text()))
+    gone = sorted(m for m in named if not (REPO / m).is_file())
+    assert gone == [], f"docs/design.md names modules that do not exist: {gone}"
+
+
+# ------------------------------------------------------------------ no citation outside the repository
+
+
+def test_no_tracked_file_cites_the_outside_brief():
+    found = sorted(f"{name}:{text[:m.start()].count(chr(10)) + 1}" for name, text in tracked_text().items()
+                   for m in re.finditer(re.escape(OUTSIDE_BRIEF), text))
+    assert found == [], f"these cite {OUTSIDE_BRIEF}, which is not in the repository: point at docs/design.md: {found}"
+
+
+def test_every_evidence_path_cited_is_tracked():
+    files = tracked()
+    cited = sorted({(name, path) for name, text in tracked_text().items()
+                    for path in citations(text, re.escape(EVIDENCE) + r"/[\w./-]+\.jsonl?")})
+    untracked = [f"{name}: {path}" for name, path in cited if path not in files]
+    assert untracked == [], f"evidence cited but not tracked (git add it, or cite a tracked file): {untracked}"
+
+
+def test_no_untracked_run_directory_is_cited():
+    """results/bench_runs/ is git-ignored: a citation of it points outside every clone."""
+    found = sorted(f"{name}: {path}" for name, text in tracked_text().items()
+                   for path in citations(text, r"results/bench_runs/[\w./-]*"))
+    assert found == [], f"cite the tracked copy in {EVIDENCE}/ or the make bench section instead: {found}"
+
+
+def test_the_pages_and_docstrings_name_results_json_only_as_a_commands_output():
+    """docs/ and the Python sources may say where a command writes (results/bench.json for make bench), never cite
+    another results/ JSON as evidence: results/ is not in the repository."""
+    sources = {name: text for name, text in tracked_text().items()
+               if name.startswith("docs/") or name.endswith(".py") or name == "README.md"}
+    found = sorted(f"{name}: {path}" for name, text in sources.items()
+                   for path in citations(text, r"results/[\w-]+\.json")
+                   if path not in OUTPUTS)
+    assert found == [], f"results/ JSON cited that no documented command writes: {found}"
+
+
+def test_the_evidence_folder_holds_only_what_is_cited():
+    """Every tracked JSON in paper_figs/evidence/ is named by a page or a docstring (no orphaned evidence)."""
+    texts = tracked_text()
+    held = sorted(name for name in tracked() if name.startswith(f"{EVIDENCE}/") and name.endswith(".json"))
+    assert held, f"{EVIDENCE}/ holds no tracked JSON"
+    cited = {path for name, text in texts.items() if not name.startswith(f"{EVIDENCE}/")
+             for path in citations(text, re.escape(EVIDENCE) + r"/[\w./-]+\.json")}
+    assert sorted(set(held) - cited) == []
+
+
+# ------------------------------------------------------------------ the generated tables are their tracked JSON's
+
+
+def block(text: str, begin: str, end: str) -> str:
+    assert text.count(begin) == 1 and text.count(end) == 1, begin
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def load(path: str) -> dict:
+    assert path in tracked(), f"{path} is cited by docs/benchmarks.md but not tracked"
+    return json.loads((REPO / path).read_text())
+
+
+def federated_sections() -> list[str]:
+    from dane.paper_figs.federated_table import SECTIONS
+
+    return list(SECTIONS)
+
+
+@pytest.mark.parametrize("section", federated_sections())
+def test_a_federated_table_is_what_its_tracked_json_renders_to(section):
+    from dane.paper_figs.federated_table import SECTIONS, combine, render
+
+    shown = block(BENCHMARKS_PAGE.read_text(), *SECTIONS[section])
+    caption = re.match(r"Generated by `dane figures federated_table` from scripts/bench_federated\.py's JSON "
+                       r"(\S+(?:, \S+)*) \(", shown)
+    assert caption, f"the {section} table's caption names no JSON: {shown.splitlines()[0][:200]}"
+    sources = caption.group(1).split(", ")
+    assert all(path.startswith(f"{EVIDENCE}/") for path in sources), sources
+    reports = [load(path)[section] for path in sources]
+    assert render(combine(reports), sources) == shown, \
+        f"the {section} table is not its JSON's: rerun dane figures federated_table --json {' '.join(sources)}"
+
+
+def test_the_defaults_tables_are_what_their_tracked_json_renders_to():
+    from dane.paper_figs.defaults_table import (BEGIN, END, FEDERATED, FEDERATED_BEGIN, FEDERATED_END, combine,
+                                                methods_of, render)
+
+    text = BENCHMARKS_PAGE.read_text()
+    commands = re.findall(r"`dane figures defaults_table --json ((?:\S+\.json ?)+)`", text)
+    assert commands, "docs/benchmarks.md names no `dane figures defaults_table --json ...` command for its tables"
+    rendered = {}
+    for command in commands:  # each writes the block of every group its JSON holds, as `main` does
+        sources = command.split()
+        assert all(path.startswith(f"{EVIDENCE}/") for path in sources), sources
+        report = combine([load(path)["defaults"] for path in sources])
+        for group, begin, end in ((None, BEGIN, END), (FEDERATED, FEDERATED_BEGIN, FEDERATED_END)):
+            if methods_of(report, group):
+                rendered[begin] = (render(report, group), end)
+    assert set(rendered) == {BEGIN, FEDERATED_BEGIN}, "a defaults block has no command that renders it"
+    for begin, (table, end) in rendered.items():
+        assert table == block(text, begin, end), f"the {begin} block is not its JSON's: rerun {commands}"
