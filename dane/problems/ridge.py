@@ -1,4 +1,4 @@
-r"""Ridge regression, synthetic (the source paper's speedup problem: docs/design.md) or from given data.
+r"""Ridge regression, synthetic (docs/design.md, "The source paper's experiments") or from given data.
 
 .. math:: O(w) = \frac1N \sum_{j=1}^N (\langle x_j, w\rangle - y_j)^2 + \lambda\|w\|^2
 
