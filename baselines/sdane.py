@@ -44,7 +44,7 @@ G = λ(v − x), and the v-update returns v = x: S-DANE is then DANE (FedDANE wi
 gradient's clients) round for round; its gain is the milder accuracy test.  Under client sampling both have a
 floor (the sampled gradient is not zero at the optimum) and a sampled run ends with status ``sampling_floor``
 once its objective stops improving (`baselines.adaptive.FloorStop`); the floor falls as 1/λ, hence the larger
-sampled default (above; its side-by-side run against a λ grid: results/bench_runs/sampled_lambda.json).
+sampled default (above; its side-by-side run against a λ grid: ``make bench`` section ``sampled``).
 
 The record of round r is x_r (the paper's output), measured in allreduce 1 (x_0 = v_0).
 Departure from the paper: the accuracy test is per client (the paper's sums over S, which the
