@@ -231,8 +231,10 @@ class FedNL(Federated):
             raise ConfigError(f"algorithm=fednl needs a linear model with one output on rows (problem=logreg, or "
                               f"problem=ridge with data=...), got {type(problem).__name__}")
         self.compressor = make(compressor)
-        rows, ids = (problem, None) if stacked(comm) else (StackedRows([problem]), [comm.rank])
-        clients = CompactHessians(rows, ids=ids, whole=self.compressor.matrices)
+        if stacked(comm):  # the clients' Hessians built with their rows (`FedNLConfig.build_stacked`)
+            clients = problem.hessians or CompactHessians(problem, whole=self.compressor.matrices)
+        else:
+            clients = CompactHessians(StackedRows([problem]), ids=[comm.rank], whole=self.compressor.matrices)
         self.d = clients.d
         self.T = clients.T
         self.alpha = hessian_step(self.compressor, self.d, alpha)
@@ -472,6 +474,13 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         if why is None and self.sampling == "size" and sampled:
             return "algorithm.sampling=size allreduces each worker's shard size as it builds its sampler"
         return why
+
+    def build_stacked(self, problem: ProblemConfig, size: int, dtype: torch.dtype) -> StackedRows:
+        """The base's stacked rows (`dane.problems.stacked_rows.build_rows`), with the clients' Hessians on their
+        supports built in the run's set-up (counted in the summary's ``setup_s``), whole triangles for ``rank:R``."""
+        rows = super().build_stacked(problem, size, dtype)
+        rows.hessians = CompactHessians(rows, whole=make(self.compressor).matrices)
+        return rows
 
     def build(self, problem: Problem, comm: Communicator) -> FedNL:
         return FedNL(problem, comm, compressor=self.compressor, alpha=self.alpha, option=self.option, mu=self.mu,
