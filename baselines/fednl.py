@@ -232,7 +232,7 @@ class FedNL(Federated):
                               f"problem=ridge with data=...), got {type(problem).__name__}")
         self.compressor = make(compressor)
         if stacked(comm):  # the clients' Hessians built with their rows (`FedNLConfig.build_stacked`)
-            clients = problem.hessians or CompactHessians(problem, whole=self.compressor.matrices)
+            clients = CompactHessians.kept(problem, whole=self.compressor.matrices)
         else:
             clients = CompactHessians(StackedRows([problem]), ids=[comm.rank], whole=self.compressor.matrices)
         self.d = clients.d
@@ -346,15 +346,16 @@ class FedNL(Federated):
 
 
 class StackedFedNL:
-    """All m clients' FedNL in one process, stacked (module docstring), on the clients' rows ``rows``; `step` runs
-    one round.  No communicator: the mean over clients is a sum over the stack's first axis.  ``seconds``: wall time
-    per phase (`PHASES`)."""
+    """All m clients' FedNL in one process, stacked (module docstring), on the clients' rows ``rows`` (their Hessians'
+    supports built once per rows, `dane.problems.stacked_hessians.CompactHessians.kept`); `step` runs one round.  No
+    communicator: the mean over clients is a sum over the stack's first axis.  ``seconds``: wall time per phase
+    (`PHASES`)."""
 
     def __init__(self, rows: StackedRows, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", clients_per_round: int | None = None,
                  ls_c: float = 0.5, ls_gamma: float = 0.5, seed: int = 0, x0: np.ndarray | None = None):
         self.compressor = make(compressor)
-        self.rows, self.clients = rows, CompactHessians(rows, whole=self.compressor.matrices)
+        self.rows, self.clients = rows, CompactHessians.kept(rows, whole=self.compressor.matrices)
         clients = self.clients
         self.m, self.d, self.T = clients.m, clients.d, clients.T
         self.alpha = hessian_step(self.compressor, self.d, alpha)
@@ -479,7 +480,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         """The base's stacked rows (`dane.problems.stacked_rows.build_rows`), with the clients' Hessians on their
         supports built in the run's set-up (counted in the summary's ``setup_s``), whole triangles for ``rank:R``."""
         rows = super().build_stacked(problem, size, dtype)
-        rows.hessians = CompactHessians(rows, whole=make(self.compressor).matrices)
+        CompactHessians.kept(rows, whole=make(self.compressor).matrices)
         return rows
 
     def build(self, problem: Problem, comm: Communicator) -> FedNL:

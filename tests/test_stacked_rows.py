@@ -14,7 +14,7 @@ from dane.problems.glm import LinearModelShard, to_torch
 from dane.problems.stacked import ROW_VALUES
 from dane.problems.stacked_hessians import CompactHessians, sorted_union
 from dane.problems.stacked_rows import StackedRows
-from test_fednl import LAM, sparse_logistic
+from test_fednl import LAM, shards_of, sparse_logistic
 
 
 def shards(loss: str, ones: float, m: int = 5):
@@ -78,3 +78,14 @@ def test_sorted_union_is_numpys():
     a, b = gen.integers(0, 1000, 500), gen.integers(0, 1000, 300)
     np.testing.assert_array_equal(sorted_union(a, b), np.union1d(a, b))
     assert len(sorted_union(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))) == 0
+
+
+def test_the_hessians_are_built_once_per_rows_and_whole():
+    """`CompactHessians.kept`: the rows keep their Hessians; asked again with the same ``whole`` they are the same
+    object, with the other a new one (the whole triangle: S = T), kept in its place."""
+    problem = StackedRows(shards_of(*sparse_logistic(n=90, d=30, density=0.06, ones=0.0), 3))
+    assert problem.hessians is None
+    first = CompactHessians.kept(problem)
+    assert CompactHessians.kept(problem) is first is problem.hessians and first.S < first.T
+    whole = CompactHessians.kept(problem, whole=True)
+    assert whole is not first and whole is problem.hessians and whole.S == whole.T == 31 * 32 // 2

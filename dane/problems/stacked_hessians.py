@@ -133,7 +133,7 @@ class CompactHessians:
     """
 
     def __init__(self, rows: StackedRows, *, ids: Sequence[int] | None = None, whole: bool = False):
-        self.rows = rows
+        self.rows, self.whole = rows, whole
         self.m, self.d = rows.stacked_workers, rows.dim
         self.T = packed_size(self.d)
         self.ids = np.arange(self.m) if ids is None else np.asarray(ids, dtype=np.int64)
@@ -144,6 +144,15 @@ class CompactHessians:
                                whole)
         # binary rows (w8a, a9a): P's values all w, which `block_products` then does not read
         self.unit = rows.unit and unit_values(self.P, self.weight)
+
+    @classmethod
+    def kept(cls, rows: StackedRows, *, whole: bool = False) -> CompactHessians:
+        """The Hessians kept on ``rows`` (``rows.hessians``) where they were built with this ``whole``, else new ones,
+        then kept there: the support layout and P are built once per stack of rows (a run's set-up, a benchmark's
+        table), not once per run on it."""
+        if rows.hessians is None or rows.hessians.whole != whole:
+            rows.hessians = cls(rows, whole=whole)
+        return rows.hessians
 
     def _compact(self, keys: np.ndarray, values: np.ndarray, rows: np.ndarray, whole: bool) -> scipy.sparse.csr_matrix:
         """Sets the supports (``support``, ``S``, ``slot_a``/``slot_b``, ``weights``, ``diag_slots``) from the products'

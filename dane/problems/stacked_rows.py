@@ -81,8 +81,8 @@ class StackedRows(Problem):
     are read as sparse.  ``rows_at`` keeps the last pass, which a round's oracles and its record's metrics share."""
 
     convex = True
-    #: the workers' Hessians on their supports (`dane.problems.stacked_hessians.CompactHessians` over these rows) where
-    #: a method's config built them with the rows, in the run's set-up (FedNL's); None: not built
+    #: the workers' Hessians on their supports over these rows, where built (`dane.problems.stacked_hessians`:
+    #: ``CompactHessians.kept``, which a method's config may call in the run's set-up, as FedNL's does); None: not built
     hessians = None
 
     def __init__(self, shards: Sequence):
