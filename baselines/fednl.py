@@ -57,15 +57,17 @@ Departures: the paper's option-2 code uses the spectral norm, we use the Frobeni
 states; [H]_μ takes a Cholesky factor of H − (μ − ε)I first (ε: 64·d·machine epsilon·max H_aa) and
 when that exists uses H itself, the projection changing only eigenvalues within ε of μ.
 
-Both forms share one client side, `FedNLClients`, over a `baselines.fednl_kernels.StackedClients`: `FedNL` holds
-one client per worker (a launched process, or a thread of the per-worker simulator), the means by allreduce, and
-on the batched simulator (``sim.batched``, `dane.comm.batched`) all m clients at once, on FedNL's own stacked form
-(`baselines.fednl_problem.StackedShards`, which takes sparse rows and unequal shards), its messages stacked;
+Both forms share one client side, `FedNLClients`, over the package's stacked engine: the clients' rows
+(`dane.problems.stacked_rows.StackedRows`) and their Hessians on their supports
+(`dane.problems.stacked_hessians.CompactHessians`).  `FedNL` holds one client per worker (a launched process, or a
+thread of the per-worker simulator), the means by allreduce, and on the batched simulator (``sim.batched``,
+`dane.comm.batched`) all m clients at once, on the stacked rows (sparse rows and unequal shards stack alike: FedNL
+asks its problem for values, gradients and Hessians only, ``stacked_needs = "oracles"``), its messages stacked;
 `StackedFedNL` runs the same rounds with no communicator, the mean over clients a sum over the stack (``make bench``
 section ``fednl`` times it beside the simulator's).  Their iterates agree to round-off, for every compressor: RandK
-draws each client's indices from that client's own stream (`baselines.fednl_kernels.randk_indices`), natural and
-dithering from a generator per client.  The clients keep H_i on its support only (the kernels' docstring), which
-changes no iterate.
+draws each client's indices from that client's own stream (`dane.problems.stacked_compress.randk_indices`), natural
+and dithering from a generator per client.  The clients keep H_i on its support only
+(`dane.problems.stacked_hessians`), which changes no iterate.
 """
 from __future__ import annotations
 
@@ -85,13 +87,12 @@ from dane.compress import Compressor, RandK, TopK, make
 from dane.errors import ConfigError
 from dane.problems import Problem, ProblemConfig
 from dane.problems.glm import LinearModelShard
-from dane.problems.linear_models import LinearModelConfig
-from dane.reference import attach_all
+from dane.problems.stacked_compress import compress_rows
+from dane.problems.stacked_hessians import CompactHessians, PackedRows, frobenius_norms, packed_size, unpack
+from dane.problems.stacked_rows import StackedRows
 from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
 from .federated import Federated
-from .fednl_kernels import PackedRows, StackedClients, compress_rows, frobenius_norms, packed_size, unpack
-from .fednl_problem import StackedShards
 from .fednl_server import armijo_backtrack, newton_direction, shifted_newton
 
 VARIANTS = ("plain", "ls", "pp")
@@ -133,12 +134,13 @@ def uplink_bits(compressor: Compressor, d: int, *, variant: str, option: int) ->
 class FedNLClients:
     """The client side of FedNL for the clients of ``clients`` (all m in `StackedFedNL`, one in a worker's `FedNL`).
 
-    State, one row per client, Hessians compact (`baselines.fednl_kernels`): H_i, and for FedNL-PP l_i and g_i.
+    State, one row per client, Hessians compact (`dane.problems.stacked_hessians`): H_i, and for FedNL-PP l_i and
+    g_i.
     The random compressors other than RandK (natural, dithering) draw from a generator per client, seeded by
     the client's id, so that a client draws alike alone or in the stack.
     ``seconds`` accumulates the wall time of the phases ``oracles``, ``compress`` and ``update``."""
 
-    def __init__(self, clients: StackedClients, x0: np.ndarray, *, compressor: Compressor, alpha: float,
+    def __init__(self, clients: CompactHessians, x0: np.ndarray, *, compressor: Compressor, alpha: float,
                  option: int, variant: str, seed: int):
         self.clients, self.compressor, self.alpha, self.option, self.seed = clients, compressor, alpha, option, seed
         self.generators = [torch.Generator().manual_seed(seed * 1_000_003 + int(i)) for i in clients.ids]
@@ -213,11 +215,12 @@ class FedNLClients:
 class FedNL(Federated):
     """FedNL on one worker = one client (module docstring); the server's H, l, g are kept on every worker.
 
-    On the batched simulator's communicator (`dane.comm.batched`) the one worker holds all m clients, on
-    FedNL's own stacked form (`baselines.fednl_problem.StackedShards`): the same round, its messages stacked."""
+    On the batched simulator's communicator (`dane.comm.batched`) the one worker holds all m clients, on their
+    stacked rows (`dane.problems.stacked_rows.StackedRows`): the same round, its messages stacked."""
 
     name = "fednl"
     batchable = True  # its clients are rows of one stack whether it holds one or all m (`FedNLClients`)
+    stacked_needs = "oracles"  # gradients, Hessians and values at the server's iterate: any rows stack
     columns = (*Federated.columns, Column("step_size", "{:>9.3g}"), Column("clients_uplink_bits", "{:>12.4g}"))
     summary_keys = (*Federated.summary_keys, "clients_uplink_bits")  # its own exact bit count
 
@@ -225,12 +228,15 @@ class FedNL(Federated):
                  option: int = 1, mu: float | None = None, variant: str = "plain", ls_c: float = 0.5,
                  ls_gamma: float = 0.5, sampling: SamplingKeys, seed: int = 0):
         super().__init__(problem, comm, sampling=sampling, seed=seed)
-        if not isinstance(problem, StackedShards if stacked(comm) else LinearModelShard):
-            raise ConfigError(f"algorithm=fednl needs a linear model on rows (problem=logreg, or problem=ridge with "
-                              f"data=...), got {type(problem).__name__}")
+        if not isinstance(problem, StackedRows if stacked(comm) else LinearModelShard) or (
+                not stacked(comm) and problem.classes != 1):
+            raise ConfigError(f"algorithm=fednl needs a linear model with one output on rows (problem=logreg, or "
+                              f"problem=ridge with data=...), got {type(problem).__name__}")
         self.compressor = make(compressor)
-        clients = problem.clients if stacked(comm) else StackedClients([problem], ids=[comm.rank],
-                                                                       whole=self.compressor.matrices)
+        if stacked(comm):  # the clients' Hessians built with their rows (`FedNLConfig.build_stacked`)
+            clients = CompactHessians.kept(problem, whole=self.compressor.matrices)
+        else:
+            clients = CompactHessians(StackedRows([problem]), ids=[comm.rank], whole=self.compressor.matrices)
         self.d = clients.d
         self.T = clients.T
         self.alpha = hessian_step(self.compressor, self.d, alpha)
@@ -257,7 +263,7 @@ class FedNL(Federated):
 
     def held(self, members: torch.Tensor) -> np.ndarray:
         """The rows, in this worker's stack of clients, of those in ``members``, in order."""
-        if stacked(self.comm):  # the stack holds clients 0..m-1 in order (`StackedShards`)
+        if stacked(self.comm):  # the stack holds clients 0..m-1 in order (`StackedRows`)
             return np.sort(members.numpy())
         return np.flatnonzero(np.isin(self.client.clients.ids, members.numpy()))
 
@@ -342,14 +348,18 @@ class FedNL(Federated):
 
 
 class StackedFedNL:
-    """All m clients' FedNL in one process, stacked (module docstring); `step` runs one round.  No communicator:
-    the mean over clients is a sum over the stack's first axis.  ``seconds``: wall time per phase (`PHASES`)."""
+    """All m clients' FedNL in one process, stacked (module docstring), on the clients' rows ``rows`` (their Hessians'
+    supports built once per rows, `dane.problems.stacked_hessians.CompactHessians.kept`); `step` runs one round.  No
+    communicator: the mean over clients is a sum over the stack's first axis.  ``seconds``: wall time per phase
+    (`PHASES`)."""
 
-    def __init__(self, clients: StackedClients, *, compressor: str = "none", alpha: float | None = None,
+    def __init__(self, rows: StackedRows, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", clients_per_round: int | None = None,
                  ls_c: float = 0.5, ls_gamma: float = 0.5, seed: int = 0, x0: np.ndarray | None = None):
-        self.clients, self.m, self.d, self.T = clients, clients.m, clients.d, clients.T
         self.compressor = make(compressor)
+        self.rows, self.clients = rows, CompactHessians.kept(rows, whole=self.compressor.matrices)
+        clients = self.clients
+        self.m, self.d, self.T = clients.m, clients.d, clients.T
         self.alpha = hessian_step(self.compressor, self.d, alpha)
         self.option, self.variant, self.ls_c, self.ls_gamma = option, variant, ls_c, ls_gamma
         self.mu = clients.l2 if mu is None else mu
@@ -379,7 +389,7 @@ class StackedFedNL:
         direction = newton_direction(self.H, g, float(l_i.mean()), option=self.option, mu=self.mu)
         trials = 0
         if self.variant == "ls":
-            self.step_size, trials = armijo_backtrack(self.clients.objective, x, self.clients.objective(x), g,
+            self.step_size, trials = armijo_backtrack(self.rows.mean_objective, x, self.rows.mean_objective(x), g,
                                                       direction, c=self.ls_c, gamma=self.ls_gamma)
         self.x = x + self.step_size * direction
         now = self.client.clock("newton", now)
@@ -406,7 +416,7 @@ class StackedFedNL:
 
     def grad_norm(self) -> float:
         """‖∇O(x)‖ at the current iterate (gradients only; not part of a round)."""
-        return float(np.linalg.norm(self.clients.gradient(self.x)))
+        return float(np.linalg.norm(self.rows.mean_gradient(self.x)))
 
 
 @dataclass(frozen=True)
@@ -462,19 +472,20 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         return hints
 
     def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
-        """FedNL's own stacked form (`baselines.fednl_problem`): any linear model with one output, on any rows."""
-        if not isinstance(problem, LinearModelConfig) or problem.loss not in ("squared", "logistic"):
-            return f"algorithm=fednl stacks linear models with one output (problem=logreg or ridge), not {problem.name}"
-        if self.sampling == "size" and self.clients_per_round is not None and self.clients_per_round < size:
+        """The stacked rows (``stacked_needs``, `dane.algorithm.AlgorithmConfig.stacked_form`), unless the sampler needs
+        the shard sizes."""
+        why = super().stacked_form(problem, size)
+        sampled = self.clients_per_round is not None and self.clients_per_round < size
+        if why is None and self.sampling == "size" and sampled:
             return "algorithm.sampling=size allreduces each worker's shard size as it builds its sampler"
-        return None
+        return why
 
-    def build_stacked(self, problem: ProblemConfig, size: int, dtype: torch.dtype) -> StackedShards:
-        """The ``size`` shards of ``problem`` stacked, the reference optimum (``problem.optimum``) attached to them as
-        on the per-worker path (`dane.reference.attach_all`; in the summary's ``setup_s``, which it is not there)."""
-        shards = [problem.build(rank, size, dtype) for rank in range(size)]
-        attach_all(problem, shards)
-        return StackedShards(shards, whole=make(self.compressor).matrices)
+    def build_stacked(self, problem: ProblemConfig, size: int, dtype: torch.dtype) -> StackedRows:
+        """The base's stacked rows (`dane.problems.stacked_rows.build_rows`), with the clients' Hessians on their
+        supports built in the run's set-up (counted in the summary's ``setup_s``), whole triangles for ``rank:R``."""
+        rows = super().build_stacked(problem, size, dtype)
+        CompactHessians.kept(rows, whole=make(self.compressor).matrices)
+        return rows
 
     def build(self, problem: Problem, comm: Communicator) -> FedNL:
         return FedNL(problem, comm, compressor=self.compressor, alpha=self.alpha, option=self.option, mu=self.mu,

@@ -17,7 +17,7 @@ import scipy.linalg
 
 from dane.errors import ConfigError
 
-from .fednl_kernels import unpack
+from dane.problems.stacked_hessians import unpack
 
 LS_TRIALS = 60  # FedNL-LS: at most this many halvings (γ^60 ≈ 1e-18 at γ = 1/2)
 

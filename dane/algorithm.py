@@ -98,6 +98,11 @@ class Algorithm(Rounds, ABC):
     #: axis of the m workers, shared ones do not), so the simulator may run its m workers as one stacked
     #: computation on a problem that has a stacked form (``sim.batched``, `ProblemConfig.build_stacked`)
     batchable: ClassVar[bool] = False
+    #: what its ``step`` asks of a stacked problem: "solves" (local solves and Hessian products: the problem's own
+    #: stacked form, `ProblemConfig.build_stacked`) or "oracles" (values, gradients and Hessians at a shared point,
+    #: no local solve: a linear model with one output then stacks on its rows, sparse or dense, in shards of any
+    #: sizes, `dane.problems.stacked_rows.StackedRows`)
+    stacked_needs: ClassVar[str] = "solves"
     #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
     columns: ClassVar[tuple[Column, ...]] = ()
     #: the last record's counts that summary.json repeats, where the record has them: traffic by direction
@@ -198,16 +203,24 @@ class AlgorithmConfig:
 
     def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
         """None when the batched simulator (``sim.batched``, `dane.batching`) can run this method's ``size`` workers
-        on one stacked problem (`build_stacked`); else why not, a clause of ``sim.batched=true``'s refusal.  By
-        default the problem's own stacked form (`dane.problems.ProblemConfig.stacked_form`); a method whose
-        workers need less of the problem than its stacked form offers may declare its own (FedNL's clients on
-        sparse rows and unequal shards, `baselines.fednl`)."""
+        on one stacked problem (`build_stacked`); else why not, a clause of ``sim.batched=true``'s refusal.  The
+        stacked form is the one the class's ``stacked_needs`` asks for: the problem's own
+        (`dane.problems.ProblemConfig.stacked_form`), or with "oracles" its rows stacked
+        (`dane.problems.stacked_rows.rows_form`).  A config may add conditions of its own (and call this)."""
+        if self.algorithm.stacked_needs == "oracles":
+            from .problems.stacked_rows import rows_form
+
+            return rows_form(problem, size)
         return problem.stacked_form(size)
 
     def build_stacked(self, problem: ProblemConfig, size: int, dtype: torch.dtype) -> Problem:
-        """The ``size`` workers' problem as one stacked `Problem` where `stacked_form` is None: by default
+        """The ``size`` workers' problem as one stacked `Problem` where `stacked_form` is None:
         `dane.problems.ProblemConfig.build_stacked`, whose contract the returned problem keeps for what `build`'s
-        algorithm calls."""
+        algorithm calls, or with ``stacked_needs = "oracles"`` `dane.problems.stacked_rows.build_rows`."""
+        if self.algorithm.stacked_needs == "oracles":
+            from .problems.stacked_rows import build_rows
+
+            return build_rows(problem, size, dtype)
         return problem.build_stacked(size, dtype)
 
     def recovery(self) -> list[str]:

@@ -1,5 +1,5 @@
-"""FedNL (baselines/fednl.py, fednl_kernels.py) against dense NumPy Hessians, Newton's method and
-the optimum of a small logistic regression."""
+"""FedNL (baselines/fednl.py; its clients' Hessians: dane/problems/stacked_hessians.py) against dense NumPy
+Hessians, Newton's method and the optimum of a small logistic regression."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +9,9 @@ import scipy.sparse
 import torch
 
 from dane.baselines.fednl import FedNLConfig, StackedFedNL, hessian_step, theoretical_alpha, uplink_bits
-from dane.baselines.fednl_kernels import (StackedClients, compress_rows, frobenius_norms, pack, randk_indices,
-                                          randk_reference,
-                                          triangle_weights, unpack)
+from dane.problems.stacked_compress import compress_rows, randk_indices, randk_reference
+from dane.problems.stacked_hessians import CompactHessians, frobenius_norms, pack, triangle_weights, unpack
+from dane.problems.stacked_rows import StackedRows
 from dane.compress import make
 from dane.errors import ConfigError
 from dane.losses import LOSSES
@@ -76,7 +76,7 @@ def test_optimum_agrees_with_lbfgs(problem):
 def test_stacked_hessians_equal_dense_per_client(problem):
     X, y, _, _ = problem
     shards = shards_of(X, y, 5)
-    clients = StackedClients(shards)
+    clients = CompactHessians(StackedRows(shards))
     x = np.random.default_rng(1).normal(size=clients.d) * 0.3
     grads, compact = clients.gradients_hessians(x)
     hess = clients.expand(compact)
@@ -106,7 +106,7 @@ def test_packing_and_frobenius():
 
 def test_identity_first_step_is_newton_and_converges(problem):
     X, y, w_star, (value, grad, hess) = problem
-    run = StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor="none")
+    run = StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="none")
     assert run.alpha == 1.0
     run.step()
     np.testing.assert_allclose(run.x, -np.linalg.solve(hess(np.zeros(len(w_star))), grad(np.zeros(len(w_star)))),
@@ -127,7 +127,7 @@ def test_identity_first_step_is_newton_and_converges(problem):
 def test_compressed_converges_to_optimum(problem, spec, alpha, variant):
     """From x0 = 0 (far from w*: FedNL's theory is local), RandK's noisy H needs FedNL-LS's line search here."""
     X, y, w_star, (value, grad, _) = problem
-    run = StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor=spec, alpha=alpha, seed=3, variant=variant)
+    run = StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor=spec, alpha=alpha, seed=3, variant=variant)
     for _ in range(300):
         run.step()
         if np.linalg.norm(run.x - w_star) < 1e-10:
@@ -139,7 +139,7 @@ def test_compressed_converges_to_optimum(problem, spec, alpha, variant):
 @pytest.mark.parametrize("option, variant", [(2, "plain"), (1, "ls")])
 def test_option2_and_line_search_converge(problem, option, variant):
     X, y, w_star, (value, grad, _) = problem
-    run = StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor="topk:10", alpha=1.0, option=option,
+    run = StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="topk:10", alpha=1.0, option=option,
                        variant=variant)
     for _ in range(300):
         run.step()
@@ -148,7 +148,7 @@ def test_option2_and_line_search_converge(problem, option, variant):
 
 def test_pp_with_every_client_and_identity_is_newton(problem):
     X, y, w_star, (value, grad, hess) = problem
-    run = StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor="none", option=2, variant="pp",
+    run = StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="none", option=2, variant="pp",
                        clients_per_round=4)
     w = np.zeros(len(w_star))
     for _ in range(6):
@@ -159,7 +159,7 @@ def test_pp_with_every_client_and_identity_is_newton(problem):
 
 def test_pp_samples_converge(problem):
     X, y, w_star, _ = problem
-    run = StackedFedNL(StackedClients(shards_of(X, y, 6)), compressor="topk:20", option=2, variant="pp",
+    run = StackedFedNL(StackedRows(shards_of(X, y, 6)), compressor="topk:20", option=2, variant="pp",
                        clients_per_round=2, seed=5)
     for _ in range(400):
         run.step()
@@ -171,7 +171,7 @@ def test_bits_are_rounds_times_closed_form(problem, spec):
     X, y, _, _ = problem
     m, d = 4, X.shape[1]
     T = d * (d + 1) // 2
-    run = StackedFedNL(StackedClients(shards_of(X, y, m)), compressor=spec)
+    run = StackedFedNL(StackedRows(shards_of(X, y, m)), compressor=spec)
     for _ in range(3):
         record = run.step()
     hessian = {"none": 64 * T, "topk:7": 7 * (64 + (T - 1).bit_length()), "randk:7": 7 * 64, "natural": 12 * T,
@@ -191,7 +191,7 @@ def test_default_alpha_per_class():
 
 def test_same_seed_same_iterates(problem):
     X, y, _, _ = problem
-    runs = [StackedFedNL(StackedClients(shards_of(X, y, 4)), compressor="randk:9", seed=s) for s in (7, 7, 8)]
+    runs = [StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="randk:9", seed=s) for s in (7, 7, 8)]
     for run in runs:
         for _ in range(5):
             run.step()
@@ -240,7 +240,7 @@ def test_worker_level_equals_stacked(overrides):
     m, rounds = 4, 6
     config = FedNLConfig(**overrides)
     out = simulate(config, shards_of(X, y, m), rounds)
-    stacked = StackedFedNL(StackedClients(shards_of(X, y, m)), **{**overrides, "option": config.option})  # null resolved
+    stacked = StackedFedNL(StackedRows(shards_of(X, y, m)), **{**overrides, "option": config.option})  # null resolved
     records = out[0][1]
     for t, w in enumerate(out[0][2]):
         np.testing.assert_allclose(w.numpy(), stacked.x, rtol=0, atol=1e-12, err_msg=f"round {t}")
@@ -285,7 +285,7 @@ def test_compact_compression_equals_packed(spec):
     """C on the compact rows decodes to C on the whole packed triangle: TopK keeps the same entries, RandK scales
     the drawn positions that fall on the support by T/k (the others are zero), rank:R sees the same matrix."""
     X, y = sparse_logistic(n=90, d=30, density=0.06, ones=0.0)
-    clients = StackedClients(shards_of(X, y, 3), whole=spec.startswith("rank"))
+    clients = CompactHessians(StackedRows(shards_of(X, y, 3)), whole=spec.startswith("rank"))
     assert clients.S < clients.T / 2 or spec.startswith("rank")  # supports well short of the triangle
     diff = clients.gradients_hessians(np.full(clients.d, 0.1))[1] - clients.gradients_hessians(np.zeros(clients.d))[1]
     packed = clients.expand(diff)
@@ -294,7 +294,7 @@ def test_compact_compression_equals_packed(spec):
                                        generator=torch.Generator().manual_seed(0)))
     if spec.startswith("rank"):
         with pytest.raises(ConfigError, match="whole=True"):
-            partial = StackedClients(shards_of(X, y, 3))
+            partial = CompactHessians(StackedRows(shards_of(X, y, 3)))
             compress_rows(compressor, np.zeros((3, partial.S)), partial, None, seed=0, draw=0)
     if spec.startswith("topk"):
         want = compressor(torch.from_numpy(np.ascontiguousarray(packed))).numpy()

@@ -1,4 +1,4 @@
-"""``algorithm=fednl`` on the batched simulator (its own stacked form, `baselines.fednl_problem`) against the per-worker
+"""``algorithm=fednl`` on the batched simulator (the stacked rows, `dane.problems.stacked_rows`) against the per-worker
 simulator (one thread a client), on sparse rows dealt in unequal shards, which the linear models' stacked form refuses:
 
 - the records equal (every key but time_s: integers exactly, bits and bytes included; floats to 1e-12 relative) and
@@ -18,7 +18,7 @@ import pytest
 import scipy.sparse
 import torch
 
-from dane.baselines.fednl_problem import StackedShards
+from dane.problems.stacked_rows import StackedRows
 from dane.batching import AUTO_FROM, batched_path
 from dane.problems.arrays import LogReg, Ridge
 from dane.reference import attach_all
@@ -41,7 +41,24 @@ def logreg():
 
 
 def test_the_linear_models_own_stacked_form_refuses_these_rows(logreg):
-    assert logreg.stacked_form(5) is not None  # sparse, unequal: FedNL's own form is what runs below
+    assert logreg.stacked_form(5) is not None  # sparse, unequal: the stacked rows are what runs below
+
+
+def test_the_stacked_form_is_the_one_the_class_declares_it_needs(logreg):
+    """``stacked_needs``: GD (local solves and Hessian products, the default) gets the problem's own stacked form,
+    which refuses these rows; FedNL ("oracles") gets the rows stacked, 203 rows over 5 workers, and a problem that is
+    not a linear model with one output is refused in one clause."""
+    from dane.api import algorithm_config
+    from dane.problems import RidgeSyntheticConfig
+
+    gd, fednl = algorithm_config("gd"), algorithm_config("fednl")
+    assert (gd.algorithm.stacked_needs, fednl.algorithm.stacked_needs) == ("solves", "oracles")
+    assert gd.stacked_form(logreg, 5) == logreg.stacked_form(5) is not None
+    assert fednl.stacked_form(logreg, 5) is None
+    stacked = fednl.build_stacked(logreg, 5, torch.float64)
+    assert isinstance(stacked, StackedRows) and stacked.stacked_workers == 5
+    assert stacked.X.shape[0] == 203 and list(np.diff(stacked.start)) == [41, 41, 41, 40, 40]
+    assert "linear models with one output" in fednl.stacked_form(RidgeSyntheticConfig(n_samples=40, dim=4), 5)
 
 
 @pytest.mark.parametrize("keys", [
@@ -92,7 +109,7 @@ def test_stacked_problem_answers_per_client_as_each_shard(logreg):
     config = dataclasses.replace(logreg, optimum="auto")
     shards = [config.build(rank, m) for rank in range(m)]
     attach_all(config, shards)
-    stacked = StackedShards(shards)
+    stacked = StackedRows(shards)
     w = torch.linspace(-0.3, 0.4, shards[0].dim, dtype=torch.float64)
     grads, metrics = stacked.evaluate(w)
     for i, shard in enumerate(shards):
@@ -123,11 +140,11 @@ def test_a_libsvm_file_and_a_csv_file_run_batched_with_the_per_worker_records(tm
 def test_packed_rows_stand_for_the_stacked_triangles_in_a_batched_allreduce(logreg):
     """`PackedRows` (compact rows) gives a batched communicator the (m, T) triangles' mean and byte count, also with
     only some clients' rows (FedNL-PP: the others send zeros)."""
-    from dane.baselines.fednl_kernels import PackedRows, StackedClients
     from dane.comm.batched import BatchedCommunicator, BatchedGroup
+    from dane.problems.stacked_hessians import CompactHessians, PackedRows
 
     m = 5
-    clients = StackedClients([logreg.build(rank, m) for rank in range(m)])
+    clients = CompactHessians(StackedRows([logreg.build(rank, m) for rank in range(m)]))
     compact = np.random.default_rng(0).standard_normal((m, clients.S)) * (clients.support < clients.T)
     for rows in (None, np.array([1, 3])):
         values = compact if rows is None else compact[rows]

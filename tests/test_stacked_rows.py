@@ -1,7 +1,7 @@
-"""baselines/fednl_rows.py: FedNL's passes over the stacked rows equal, bit for bit, the products they replaced: SciPy's
-CSR products (X x, the (m·d) x N operator of the clients' gradients, P f''(z) on a client's block), the loss's torch
-functions and ``numpy.bincount``, for all clients and for a few (FedNL-PP's), on binary rows (whose values the passes
-do not read) and on real-valued ones, for the logistic and the squared loss."""
+"""dane/problems/stacked_rows.py: the passes over the stacked rows (FedNL's oracles) equal, bit for bit, the products
+they replaced: SciPy's CSR products (X x, the (m·d) x N operator of the clients' gradients, P f''(z) on a client's
+block), the loss's torch functions and ``numpy.bincount``, for all clients and for a few (FedNL-PP's), on binary rows
+(whose values the passes do not read) and on real-valued ones, for the logistic and the squared loss."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +9,12 @@ import pytest
 import scipy.sparse
 import torch
 
-from dane.baselines.fednl_kernels import StackedClients, sorted_union
-from dane.baselines.fednl_problem import StackedShards
 from dane.losses import LOSSES
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.problems.stacked import ROW_VALUES
-from test_fednl import LAM, sparse_logistic
+from dane.problems.stacked_hessians import CompactHessians, sorted_union
+from dane.problems.stacked_rows import StackedRows
+from test_fednl import LAM, shards_of, sparse_logistic
 
 
 def shards(loss: str, ones: float, m: int = 5):
@@ -26,23 +26,24 @@ def shards(loss: str, ones: float, m: int = 5):
             for p in parts]
 
 
-def replaced(clients: StackedClients, x: np.ndarray, members=None):
+def replaced(clients: CompactHessians, x: np.ndarray, members=None):
     """The former pass: (grads, compact Hessians, values or None) by SciPy's products and torch's losses."""
-    X, m, d, S, w, loss = clients.X, clients.m, clients.d, clients.S, clients.weight, clients.loss
+    rows_of = clients.rows
+    X, m, d, S, w, loss = rows_of.X, clients.m, clients.d, clients.S, clients.weight, rows_of.loss
     n = X.shape[0]
-    client = np.repeat(np.arange(m), np.diff(clients.start))
+    client = np.repeat(np.arange(m), np.diff(rows_of.start))
     entry_rows = np.repeat(np.arange(n), np.diff(X.indptr))
     B_T = scipy.sparse.csr_matrix((X.data * w, (client[entry_rows] * d + X.indices, entry_rows)), shape=(m * d, n))
     if members is None:
-        zt, yt = torch.from_numpy(X @ x), torch.from_numpy(clients.y)
+        zt, yt = torch.from_numpy(X @ x), torch.from_numpy(rows_of.y)
         grads = (B_T @ loss.dz(zt, yt).numpy()).reshape(m, d)
         hess = (clients.P @ loss.hess(zt, yt, torch.ones_like(zt)).numpy()).reshape(m, S)
         values = w * np.bincount(client, weights=ROW_VALUES[loss.name](zt[:, None], yt[:, None]).numpy(), minlength=m)
         return grads, hess, values
     grads, hess = np.empty((len(members), d)), np.empty((len(members), S))
     for k, c in enumerate(members):
-        rows = slice(clients.start[c], clients.start[c + 1])
-        zt, yt = torch.from_numpy(X[rows] @ x), torch.from_numpy(clients.y[rows])
+        rows = slice(rows_of.start[c], rows_of.start[c + 1])
+        zt, yt = torch.from_numpy(X[rows] @ x), torch.from_numpy(rows_of.y[rows])
         grads[k] = B_T[c * d:(c + 1) * d][:, rows] @ loss.dz(zt, yt).numpy()
         hess[k] = clients.P[c * S:(c + 1) * S][:, rows] @ loss.hess(zt, yt, torch.ones_like(zt)).numpy()
     return grads, hess, None
@@ -51,9 +52,9 @@ def replaced(clients: StackedClients, x: np.ndarray, members=None):
 @pytest.mark.parametrize("loss", ["logistic", "squared"])
 @pytest.mark.parametrize("ones", [1.0, 0.7])
 def test_the_passes_equal_the_products_they_replaced_bit_for_bit(loss, ones):
-    problem = StackedShards(shards(loss, ones))
-    clients = problem.clients
-    assert clients.unit == (ones == 1.0)  # binary rows: X's values all 1, P's all w
+    problem = StackedRows(shards(loss, ones))
+    clients = CompactHessians(problem)
+    assert problem.unit == clients.unit == (ones == 1.0)  # binary rows: X's values all 1, P's all w
     x = np.random.default_rng(1).normal(size=clients.d) * 0.3
     for members in (None, np.array([3, 0, 4])):
         grads, hess, values = replaced(clients, x, members)
@@ -77,3 +78,14 @@ def test_sorted_union_is_numpys():
     a, b = gen.integers(0, 1000, 500), gen.integers(0, 1000, 300)
     np.testing.assert_array_equal(sorted_union(a, b), np.union1d(a, b))
     assert len(sorted_union(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))) == 0
+
+
+def test_the_hessians_are_built_once_per_rows_and_whole():
+    """`CompactHessians.kept`: the rows keep their Hessians; asked again with the same ``whole`` they are the same
+    object, with the other a new one (the whole triangle: S = T), kept in its place."""
+    problem = StackedRows(shards_of(*sparse_logistic(n=90, d=30, density=0.06, ones=0.0), 3))
+    assert problem.hessians is None
+    first = CompactHessians.kept(problem)
+    assert CompactHessians.kept(problem) is first is problem.hessians and first.S < first.T
+    whole = CompactHessians.kept(problem, whole=True)
+    assert whole is not first and whole is problem.hessians and whole.S == whole.T == 31 * 32 // 2

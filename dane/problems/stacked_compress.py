@@ -1,0 +1,135 @@
+r"""A compressor applied to each worker's compact symmetric matrix (`dane.problems.stacked_hessians`), all at once.
+
+`compress_rows` applies a compressor to the compact rows of a `CompactHessians`: TopK by one ``argpartition``
+over (m, S) and RandK by `randk_indices`, k positions of the packed triangle per worker drawn from that worker's
+own stream (client id, round; the same draws whether the worker is a row of all m or alone) and found in its
+support by binary search (both numba, one call for all workers), neither forming an (m, T) array; the other
+compressors go through the packed triangle (`CompactHessians.expand`, then back).  FedNL's Hessian differences
+travel this way (`baselines.fednl`).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from ..compress import Compressor, RandK, TopK
+from ..errors import ConfigError
+from .stacked_hessians import CompactHessians, pack, unpack
+
+
+def compress_rows(compressor: Compressor, diff: np.ndarray, clients: CompactHessians, members: np.ndarray | None,
+                  *, seed: int, draw: int, generator: torch.Generator | None = None) -> np.ndarray:
+    """C applied to each client's packed Hessian difference, given and returned compact (``none``: ``diff`` itself).
+
+    ``members``: whose rows (None: all); ``draw``: the round, RandK's stream position; ``generator``: the
+    other random compressors'."""
+    name, T = compressor.name, clients.T
+    if name == "none":
+        return diff
+    rows = np.arange(len(diff))[:, None]
+    if isinstance(compressor, TopK):
+        k = compressor.k_of(T)
+        if k >= diff.shape[1]:  # at least the support's size: every non-zero kept
+            return diff.copy()
+        kept = np.argpartition(np.abs(diff), diff.shape[1] - k, axis=1)[:, diff.shape[1] - k:]
+        out = np.zeros_like(diff)
+        out[rows, kept] = diff[rows, kept]
+        return out
+    if isinstance(compressor, RandK):
+        k = compressor.k_of(T)
+        ids = clients.ids[clients.rows_of(members)]
+        slots = clients.slots_of(randk_indices(seed, ids, draw, T, k), members)
+        hit = slots >= 0
+        out = np.zeros_like(diff)
+        where = (np.broadcast_to(rows, slots.shape)[hit], slots[hit])
+        out[where] = diff[where] * (T / k)
+        return out
+    packed = clients.expand(diff, members)
+    if compressor.matrices:
+        if clients.S < clients.T:
+            raise ConfigError(f"{compressor.spec} compresses whole matrices, which leave the clients' supports; "
+                              "build the Hessians with CompactHessians(..., whole=True)")
+        decoded = pack(compressor(torch.from_numpy(unpack(packed, clients.d)), generator).numpy())
+    else:
+        decoded = compressor(torch.from_numpy(np.ascontiguousarray(packed)), generator).numpy()
+    return clients.restrict(decoded, members)
+
+
+def randk_indices(seed: int, ids: np.ndarray, draw: int, n: int, k: int) -> np.ndarray:
+    """(len(ids), k): for each client id, a uniform k-subset of range(n) from the stream (seed, id, draw).
+
+    Each row is the first k distinct values of an i.i.d. uniform sequence (a uniform k-subset by
+    symmetry) whose j-th value is ⌊n·u⌋, u the top 53 bits of SplitMix64(key + j), key a hash of
+    (seed, id, draw): a counter-based generator, so that one call serves all clients and a client
+    alone draws the same indices.  Compiled by numba (`_first_distinct`; ``reference=True`` in
+    `randk_reference`, the same values by NumPy)."""
+    out = np.empty((len(ids), k), dtype=np.int64)
+    first_distinct()(stream_keys(seed, ids, draw), n, k, out)
+    return out
+
+
+def stream_keys(seed: int, ids: np.ndarray, draw: int) -> np.ndarray:
+    """RandK's per-client stream keys (uint64) of round ``draw``."""
+    rows = len(ids)
+    with np.errstate(over="ignore"):
+        return _mix(_mix(np.full(rows, seed, dtype=np.uint64)) + _mix(np.asarray(ids, dtype=np.uint64) << np.uint64(20))
+                    + _mix(np.full(rows, draw, dtype=np.uint64) + np.uint64(0x632BE59BD9B4E019)))
+
+
+def randk_reference(seed: int, ids: np.ndarray, draw: int, n: int, k: int) -> np.ndarray:
+    """`randk_indices` by vectorized NumPy (a stable sort of each row's sequence): the reference the tests compare."""
+    key, rows = stream_keys(seed, ids, draw), len(ids)
+    length = k + k // 4 + 64
+    while True:
+        with np.errstate(over="ignore"):
+            counters = key[:, None] + np.arange(length, dtype=np.uint64)[None, :]
+        draws = ((_mix(counters) >> np.uint64(11)).astype(np.float64) * (n / 2.0 ** 53)).astype(np.int64)
+        order = np.argsort(draws, axis=1, kind="stable")
+        ordered = np.take_along_axis(draws, order, axis=1)
+        new = np.ones_like(ordered, dtype=bool)
+        new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+        first = np.empty_like(new)
+        np.put_along_axis(first, order, new, axis=1)
+        taken = np.cumsum(first, axis=1)
+        if (taken[:, -1] >= k).all():
+            return draws[first & (taken <= k)].reshape(rows, k)
+        length *= 2  # too few distinct values (k close to n): a longer sequence, the same prefix
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer, elementwise on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+@functools.cache
+def first_distinct():
+    """`randk_indices`' loop, compiled by numba on first use (``cache=True``: once per machine)."""
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def first_distinct_(keys, n, k, out):  # out[r]: the first k distinct values of row r's sequence
+        seen = np.zeros(n, dtype=np.uint8)
+        scale = n / 2.0 ** 53
+        for r in range(len(keys)):
+            j, count = np.uint64(0), 0
+            while count < k:
+                z = keys[r] + j + np.uint64(0x9E3779B97F4A7C15)
+                z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+                z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+                z = z ^ (z >> np.uint64(31))
+                v = np.int64(np.float64(z >> np.uint64(11)) * scale)
+                j += np.uint64(1)
+                if seen[v] == 0:
+                    seen[v] = 1
+                    out[r, count] = v
+                    count += 1
+            for c in range(k):
+                seen[out[r, c]] = 0
+
+    return first_distinct_
