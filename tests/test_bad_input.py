@@ -407,9 +407,10 @@ def address_space_limit(tmp: Path):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-#: ``ulimit -f`` of `file_size_limit`: above config.yaml and a checkpoint part of `SMALL` (about 9 kB), below
-#: its rounds.jsonl after about 40 of 80 rounds, so that the log is the file that fills up past a checkpoint
-FULL_AT_BYTES = 10_000
+#: ``ulimit -f`` of `file_size_limit`: above config.yaml and a checkpoint part of `SMALL` (about 10 kB with the local
+#: work counts, `dane.work`), below its rounds.jsonl after about 30 of 80 rounds (about 0.7 kB a record), so that the
+#: log is the file that fills up past a checkpoint
+FULL_AT_BYTES = 20_000
 
 
 @contextmanager
