@@ -52,6 +52,7 @@ from .federated import Federated, LocalSolveKeys, default_prox_weight
 
 class FedDANE(Federated):
     name = "feddane"
+    label = "FedDANE"
     floors_under_sampling = True  # module docstring
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 

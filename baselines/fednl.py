@@ -216,6 +216,7 @@ class FedNL(Federated):
     FedNL's own stacked form (`baselines.fednl_problem.StackedShards`): the same round, its messages stacked."""
 
     name = "fednl"
+    label = "FedNL"
     batchable = True  # its clients are rows of one stack whether it holds one or all m (`FedNLClients`)
     columns = (*Federated.columns, Column("step_size", "{:>9.3g}"), Column("clients_uplink_bits", "{:>12.4g}"))
 

@@ -42,6 +42,7 @@ from .federated import Federated, LocalSolveKeys
 
 class FedProx(Federated):
     name = "fedprox"
+    label = "FedProx"
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):

@@ -94,6 +94,7 @@ MAX_SAMPLED_STEPS = 10 * LOCAL_STEPS  # ... and the most: 1/(γλ_S) grows as 1/
 
 class FedRed(Federated):
     name = "fedred"
+    label = "FedRed"
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float | None = None, control_variate: int = 1,

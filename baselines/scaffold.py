@@ -104,6 +104,7 @@ def default_server_step(local_steps: int, rule_step: bool) -> float:
 
 class Scaffold(Federated):
     name = "scaffold"
+    label = "SCAFFOLD"
 
     def __init__(self, problem: Problem, comm: Communicator, *, server_lr: float | None = None, option: int = 2,
                  lr_factor: float = 1.9, **kwargs):

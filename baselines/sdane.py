@@ -103,6 +103,7 @@ def extrapolation(lam: float, A: float, B: float) -> float:
 
 class SDANE(Federated):
     name = "sdane"
+    label = "S-DANE"
     floors_under_sampling = True  # module docstring
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
 
@@ -230,6 +231,7 @@ def tighter(solver: LocalSolver) -> LocalSolver:
 
 class AccSDANE(SDANE):
     name = "acc_sdane"
+    label = "Acc-S-DANE"
 
 
 @dataclass(frozen=True)
