@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     for path in args.json:
         bench = json.loads(Path(path).read_text())
         if "defaults" not in bench:
-            raise SystemExit(f"error: {path} has no defaults section; run scripts/bench_defaults.py first")
+            raise SystemExit(f"error: {path} has no defaults section; run python -m scripts.bench defaults first")
         reports.append(bench["defaults"])
     report = combine(reports)
     for group, begin, end in ((None, BEGIN, END), (FEDERATED, FEDERATED_BEGIN, FEDERATED_END)):

@@ -212,8 +212,8 @@ def missing_rows(report: dict) -> list[str]:
         absent = [m for m, spec in report.get("methods", {}).items() if f"s={s}/{m}" not in report["rows"]
                   and (spec.get("samples_clients", True) or s == report["workers"])]
         if absent:
-            lines += ["", f"Not in this JSON at s = {s}: {', '.join(method_label(m) for m in absent)} (scripts/"
-                          f"bench_federated.py --setting {report.get('setting') or 'hard'} --clients {s} --only "
+            lines += ["", f"Not in this JSON at s = {s}: {', '.join(method_label(m) for m in absent)} (python -m "
+                          f"scripts.bench federated --setting {report.get('setting') or 'hard'} --clients {s} --only "
                           f"{' '.join(absent)} adds them)."]
     return lines
 
@@ -366,13 +366,13 @@ def main(argv: list[str] | None = None) -> None:
     benches = [(path, json.loads(Path(path).read_text())) for path in args.json]
     sections = args.section or [k for k in SECTIONS if any(k in bench for _, bench in benches)]
     if not sections:
-        raise SystemExit(f"error: {', '.join(args.json)} holds no federated section; run scripts/bench_federated.py "
-                         f"first")
+        raise SystemExit(f"error: {', '.join(args.json)} holds no federated section; run python -m scripts.bench "
+                         f"federated first")
     for section in sections:
         reports = [bench[section] for _, bench in benches if section in bench]
         if not reports:
             raise SystemExit(f"error: {', '.join(args.json)} holds no {section} section; run "
-                             f"scripts/bench_federated.py --setting {section.removeprefix('federated').strip('_') or 'hard'}")
+                             f"python -m scripts.bench federated --setting {section.removeprefix('federated').strip('_') or 'hard'}")
         sources = [path for path, bench in benches if section in bench]
         publish(render(combine(reports), sources), args.page, *SECTIONS[section], args.print)
 

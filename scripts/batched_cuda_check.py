@@ -22,7 +22,7 @@ import torch
 from dane.problems import RidgeSyntheticConfig
 from dane.synthetic.bench_file import machine
 
-from bench_batched import steady_batched as batched, steady_threads as threads  # scripts/, beside this file
+from scripts.bench_batched import steady_batched as batched, steady_threads as threads  # scripts/, beside this file
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from bench_scaling import mnist_dir  # noqa: E402
+from scripts.bench_scaling import mnist_dir  # noqa: E402
 from dane.experiments.config import run_spec  # noqa: E402
 from dane.launch import execute  # noqa: E402
 from dane.problems.stacked_net import ENGINES, default_engine  # noqa: E402

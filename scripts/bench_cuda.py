@@ -60,8 +60,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_batched_net import cuda_round  # noqa: E402
-from bench_scaling import load, median_round_s, mnist_dir, now, spread  # noqa: E402
+from scripts.bench_batched_net import cuda_round  # noqa: E402
+from scripts.bench_scaling import load, median_round_s, mnist_dir, now, spread  # noqa: E402
 from dane.results import read_rounds, read_summary  # noqa: E402
 from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
 from dane.synthetic.launchers import REPO, torchrun  # noqa: E402

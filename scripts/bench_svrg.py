@@ -135,7 +135,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import torch
 sys.path.insert(0, {root!r}); sys.path.insert(0, {scripts!r})
-from bench_svrg import pass_cases
+from scripts.bench_svrg import pass_cases
 from dane.local_solvers import LocalSolver, Subproblem, svrg
 cases = pass_cases(True)
 t1 = time.perf_counter()

@@ -2,7 +2,6 @@
 rcv1-like generator, and a --quick run whose JSON agrees with its own run directories (never a timed test)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,10 +15,7 @@ from dane.synthetic.sparse_data import rcv1_like, write_sparse_libsvm
 from tests.helpers import REPO, env
 
 SCRIPT = REPO / "scripts" / "bench_convex.py"
-spec = importlib.util.spec_from_file_location("bench_convex", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-sys.modules.setdefault("bench_convex", bench)  # dataclasses look their module up while the file executes
-spec.loader.exec_module(bench)
+from scripts import bench_convex as bench  # noqa: E402
 
 
 def records(subopts, f_star=2.0):

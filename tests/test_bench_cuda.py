@@ -1,7 +1,6 @@
 """scripts/bench_cuda.py without a GPU: its ratios from hand-made runs, and the skip it writes here (never timed)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,10 +11,7 @@ import torch
 from tests.helpers import REPO, env
 
 SCRIPT = REPO / "scripts" / "bench_cuda.py"
-sys.path.insert(0, str(SCRIPT.parent))  # it imports bench_scaling from beside it
-spec = importlib.util.spec_from_file_location("bench_cuda", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from scripts import bench_cuda as bench  # noqa: E402
 
 
 def test_ratios_are_cpu_over_cuda_medians_and_the_simulators_m1_over_the_launched_np1():

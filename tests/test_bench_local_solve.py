@@ -1,7 +1,6 @@
 """scripts/bench_local_solve.py on tiny cases: when Cholesky is skipped, and a --quick run's JSON (never timed)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -12,9 +11,7 @@ import pytest
 from tests.helpers import REPO, env
 
 SCRIPT = REPO / "scripts" / "bench_local_solve.py"
-spec = importlib.util.spec_from_file_location("bench_local_solve", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from scripts import bench_local_solve as bench  # noqa: E402
 
 
 def test_cholesky_is_skipped_only_where_it_cannot_fit():

@@ -1,7 +1,6 @@
 """scripts/bench_wallclock.py: its arithmetic on hand-made clocks, and a --quick run's JSON (never timed)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,9 +11,7 @@ import pytest
 from tests.helpers import REPO
 
 SCRIPT = REPO / "scripts" / "bench_wallclock.py"
-spec = importlib.util.spec_from_file_location("bench_wallclock", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from scripts import bench_wallclock as bench  # noqa: E402
 
 # The parts telescope (each mark ends one part and starts the next), so they add up to the total
 # exactly but for float64 addition on time.time() values near 1.8e9 s (one ulp: 2.4e-7 s, eight terms).

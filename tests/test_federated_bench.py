@@ -101,7 +101,7 @@ def test_the_table_shows_defaults_beside_the_best_setting():
     del rows["s=2/scaffold"]
     methods = {"scaffold": {"samples_clients": True}, "gd": {"samples_clients": False}}
     text = render(report(rows, methods=methods, setting="mild"))
-    assert "Not in this JSON at s = 2: SCAFFOLD (scripts/bench_federated.py --setting mild --clients 2 --only " \
+    assert "Not in this JSON at s = 2: SCAFFOLD (python -m scripts.bench federated --setting mild --clients 2 --only " \
            "scaffold adds them)." in text and "Not in this JSON at s = 4" not in text
     del rows["s=2/gd"]  # a method without client sampling is named as such at s < m from the run's methods alone
     assert "At s < m: GD not run (no client sampling)." in render(report(rows, methods=methods))
@@ -220,7 +220,7 @@ def test_each_setting_renders_into_its_own_block(tmp_path):
     assert page.read_text() == f"{hb}\n{render(hard, source)}\n{he}\n{mb}\n{render(mild, source)}\n{me}\n"
     assert "Setting mild: " in render(mild) and "defaults only, no grid" in render(mild)
     data.write_text(json.dumps({"federated": hard}))
-    with pytest.raises(SystemExit, match="holds no federated_mild section; run scripts/bench_federated.py --setting mild"):
+    with pytest.raises(SystemExit, match="holds no federated_mild section; run python -m scripts.bench federated --setting mild"):
         main(["--json", str(data), "--page", str(page), "--section", "federated_mild"])
 
 
