@@ -71,13 +71,13 @@ tables: setup
 ## Time against workers, MNIST LeNet-3/5 (the paper's Figures 3-4): α-β calibration, the simulator at m=1..8 and
 ## horovodrun -np 1/2, 3 seeds, into results/time_vs_workers/ (slow; a rerun makes only missing runs), then the figure.
 time-vs-workers: setup
-	$(PY) scripts/time_vs_workers.py
+	$(PY) -m scripts.bench time_vs_workers
 	$(VENV)/bin/dane figures time_vs_workers --out results/figures
 
 ## The parameter-server figure's real points at m=2 (horovodrun -np 2; torchrun comm=ps, 1 server + 2 workers),
 ## into results/ps_scaling/real/ (kept once made), then the figure.
 ps-scaling: setup
-	$(PY) scripts/ps_scaling_real.py
+	$(PY) -m scripts.bench ps_scaling_real
 	$(VENV)/bin/dane figures ps_scaling --out results/figures
 
 ## Deliberately copy the generated figures and tables into paper_figs/ (tracked), to be committed by hand.

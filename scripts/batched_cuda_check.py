@@ -12,7 +12,6 @@ the CPU (float64).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -20,28 +19,19 @@ from pathlib import Path
 import torch
 
 from dane.problems import RidgeSyntheticConfig
-from dane.synthetic.bench_file import machine
 
-from scripts.bench_batched import steady_batched as batched, steady_threads as threads  # scripts/, beside this file
+from scripts.bench_batched import steady_batched as batched, steady_threads as threads
+from scripts.harness import Bench, Run, option
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/batched_cuda.json"))
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--n-samples", type=int, default=100_000)
-    parser.add_argument("--dim", type=int, default=500)
-    parser.add_argument("--workers", type=int, default=1000)
-    parser.add_argument("--large", type=int, default=10_000)
-    parser.add_argument("--thread-workers", type=int, default=64,
-                        help="m of the side-by-side on the device (each thread holds its own GPU library handles)")
-    parser.add_argument("--rounds", type=int, default=10)
-    args = parser.parse_args()
+def run(bench: Run) -> None:
+    args = bench.args
+    args.out = Path(args.out)
     torch.set_num_threads(1)
     on_device = RidgeSyntheticConfig(n_samples=args.n_samples, dim=args.dim, device=args.device)
     on_cpu = RidgeSyntheticConfig(n_samples=args.n_samples, dim=args.dim)
     on_device.prepare()
-    report = {"machine": machine(), "device": args.device, "n_samples": args.n_samples, "dim": args.dim,
+    report = {"machine": bench.machine, "device": args.device, "n_samples": args.n_samples, "dim": args.dim,
               "rounds": args.rounds, "algorithm": "dane mu=1 safeguard"}
     if args.device == "cuda":
         report["gpu"] = torch.cuda.get_device_name(0)
@@ -65,5 +55,12 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
-if __name__ == "__main__":
-    main()
+
+BENCH = Bench("batched_cuda", run, "the batched simulator on a device against threads on the CPU (own JSON, --out)",
+              out="results/batched_cuda.json", options=(
+                  option("--device", default="cuda"), option("--n-samples", type=int, default=100_000),
+                  option("--dim", type=int, default=500), option("--workers", type=int, default=1000),
+                  option("--large", type=int, default=10_000),
+                  option("--thread-workers", type=int, default=64,
+                         help="m of the side-by-side on the device (each thread holds its own GPU library handles)"),
+                  option("--rounds", type=int, default=10)))

@@ -3,8 +3,8 @@
     python -m scripts.bench SECTION [--out results/bench.json] [--quick] [--only NAME ...] [options]
     python -m scripts.bench SECTION --help
 
-``SECTION`` is ``X`` for scripts/bench_X.py.  A section ported to the runner declares ``BENCH`` (a
-`scripts.harness.Bench`); the others still parse their own options (``main(argv)``), listed in `OWN_PARSER`.
+``SECTION`` is ``X`` for scripts/bench_X.py, or a figure's run helper (``time_vs_workers``, ``ps_scaling_real``,
+``batched_cuda_check``); the module's ``BENCH`` (a `scripts.harness.Bench`) declares it.
 """
 from __future__ import annotations
 
@@ -15,19 +15,16 @@ from pathlib import Path
 from scripts import harness
 
 FOLDER = Path(__file__).resolve().parent
-SECTIONS = sorted(p.stem.removeprefix("bench_") for p in FOLDER.glob("bench_*.py"))
-#: sections not yet declared as a `scripts.harness.Bench`: their argv goes to their own main
-OWN_PARSER = ("batched", "batched_net", "convex", "cuda", "fednl", "horovod", "load", "local_solve", "nn",
-              "sampled_lambda", "scaling", "similarity", "svrg", "wallclock")
+#: section -> module: scripts/bench_X.py is X; the figures' run helpers keep their names
+MODULES = {**{p.stem.removeprefix("bench_"): f"scripts.{p.stem}" for p in sorted(FOLDER.glob("bench_*.py"))},
+           **{name: f"scripts.{name}" for name in ("time_vs_workers", "ps_scaling_real", "batched_cuda_check")}}
 
 
 def main(argv: list[str] | None = None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in OWN_PARSER:
-        return importlib.import_module(f"scripts.bench_{argv[0]}").main(argv[1:])
-    benches = {name: importlib.import_module(f"scripts.bench_{name}").BENCH
-               for name in SECTIONS if name not in OWN_PARSER}
-    return harness.main(argv, benches)
+    # the named section's module alone: a section may set the environment before numpy loads (bench_fednl)
+    names = [argv[0]] if argv and argv[0] in MODULES else list(MODULES)
+    return harness.main(argv, {name: importlib.import_module(MODULES[name]).BENCH for name in names})
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``.
 
-    PYTHONPATH=. python scripts/bench_batched.py --out results/bench.json [--quick]
+    python -m scripts.bench batched --out results/bench.json [--quick]
 
 - ``speedup``: DANE (μ = 1, the safeguard on: with n_i = 100 < d rows a worker, μ = 0
   diverges, DESIGN.md section 2) on ridge_synthetic N = 100,000, d = 500 at
@@ -21,12 +21,9 @@ Every figure is measured in this run, on this machine, with the load average in 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -36,7 +33,7 @@ from dane.dane import DANE
 from dane.experiments.config import run_spec
 from dane.problems import RidgeSyntheticConfig
 from dane.launch import execute
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section
+from scripts.harness import Bench, Run, option
 from dane.synthetic.sweep import compose_job
 
 KEY = "batched_workers"
@@ -147,21 +144,14 @@ def large(n: int, d: int, m: int, rounds: int, log) -> dict:
             "total_s": run["total_s"], "rounds_s": run["rounds_s"], "load_avg": run["load_avg"]}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/bench.json"))
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="a smaller problem (smoke run)")
-    args = parser.parse_args(argv)
-    log = elapsed_logger(time.perf_counter())
+def run(bench: Run) -> dict:
+    args, log = bench.args, bench.log
     n, d, m, big = (10_000, 100, 100, 1_000) if args.quick else (100_000, 500, 1_000, 10_000)
-    section = {"machine": machine(), "quick": args.quick,
+    section = {"machine": bench.machine, "quick": args.quick,
                "speedup": speedup(n, d, m, args.rounds, args.repeats, log),
                "m10000": large(n, d, big, 10, log)}
-    merge_section(args.out, KEY, section)
-    return section
+    return bench.finish(section)
 
 
-if __name__ == "__main__":
-    sys.exit(main() and 0)
+BENCH = Bench(KEY, run, "the simulator's per-worker path against its batched path (sim.batched)", threads=None,
+              options=(option("--rounds", type=int, default=10), option("--repeats", type=int, default=2)))

@@ -1,6 +1,6 @@
 """m LeNet-5 workers as one stacked computation against one thread each (issue 35 item 4): JSON section ``batched_net``.
 
-    PYTHONPATH=. python scripts/bench_batched_net.py --out results/bench.json [--quick] [--skip-without-data]
+    python -m scripts.bench batched_net --out results/bench.json [--quick] [--skip-without-data]
 
 Local SGD (FedAvg: ``algorithm=local_sgd``, ``--local-steps`` steps of ``--batch-size`` rows at
 lr 0.05, then the mean) on ``problem=mnist_lenet5`` with ``--workers`` simulated workers, run
@@ -35,24 +35,20 @@ Without the MNIST files (``--skip-without-data``) the section says so and nothin
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-from scripts.bench_scaling import mnist_dir  # noqa: E402
-from dane.experiments.config import run_spec  # noqa: E402
-from dane.launch import execute  # noqa: E402
-from dane.problems.stacked_net import ENGINES, default_engine  # noqa: E402
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
-from dane.synthetic.sweep import compose_job  # noqa: E402
+import torch
+from scripts.bench_scaling import mnist_dir
+from dane.experiments.config import run_spec
+from dane.launch import execute
+from dane.problems.stacked_net import ENGINES, default_engine
+from dane.synthetic.sweep import compose_job
+from scripts.harness import Bench, Run, option
 
 KEY = "batched_net"
 LR = 0.05
@@ -199,28 +195,18 @@ def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, rep
             "one_worker_runs_s": runs["one"], "batched_runs_s": runs["batched"]}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/bench.json"))
-    parser.add_argument("--workers", type=int, default=64)
-    parser.add_argument("--local-steps", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="m = 8, 2 local steps, one round, once (a smoke run)")
-    parser.add_argument("--roofline-only", action="store_true", help="the roofline alone, no runs")
-    parser.add_argument("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")
-    args = parser.parse_args(argv)
+def run(bench: Run) -> dict:
+    args = bench.args
     if args.quick:
         args.workers, args.local_steps, args.rounds, args.repeats = 8, 2, 1, 1
-    section: dict = {"machine": machine(), "quick": args.quick}
+    section: dict = {"machine": bench.machine, "quick": args.quick}
     if not mnist_dir().is_dir():
         section["skipped"] = f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder holding mnist/)"
         print(f"{KEY}: {section['skipped']}", flush=True)
         if not args.skip_without_data:
             sys.exit(2)
     else:
-        log = elapsed_logger(time.perf_counter())
+        log = bench.log
         section["roofline"] = roofline(args.workers, args.batch_size, args.repeats)
         r = section["roofline"]
         log(f"roofline: per-worker step {r['per_worker_gflops']:.1f} GFLOP/s, stacked "
@@ -230,9 +216,13 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.roofline_only:
             section["speedup"] = speedup(args.workers, args.local_steps, args.batch_size, args.rounds, args.repeats,
                                          log)
-    merge_section(args.out, KEY, section)
-    return section
+    return bench.finish(section)
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "MNIST LeNet-5 at m = 64: the per-worker path against the stacked one, and its roofline",
+              threads=None, options=(
+                  option("--workers", type=int, default=64), option("--local-steps", type=int, default=10),
+                  option("--batch-size", type=int, default=32), option("--rounds", type=int, default=2),
+                  option("--repeats", type=int, default=2),
+                  option("--roofline-only", action="store_true", help="the roofline alone, no runs"),
+                  option("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")))

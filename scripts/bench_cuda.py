@@ -1,6 +1,6 @@
 """Time per round on a GPU against the CPU: MNIST LeNet-5, DANE as in its accuracy table; JSON under ``cuda``.
 
-    PYTHONPATH=. python scripts/bench_cuda.py [--out results/bench.json] [--rounds 6] [--repeats 2]
+    python -m scripts.bench cuda [--out results/bench.json] [--rounds 6] [--repeats 2]
 
 Every run is ``conf/experiment/table_mnist_lenet5.yaml``'s DANE (η=1, μ=0, no safeguard,
 one pass of SGD over each worker's shard per round) for ``--rounds`` rounds, once with
@@ -48,7 +48,6 @@ Timings on a shared machine are noisy: each run carries the load average it ran 
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -57,14 +56,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scripts.bench_batched_net import cuda_round  # noqa: E402
-from scripts.bench_scaling import load, median_round_s, mnist_dir, now, spread  # noqa: E402
-from dane.results import read_rounds, read_summary  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
-from dane.synthetic.launchers import REPO, torchrun  # noqa: E402
+from scripts.bench_batched_net import cuda_round
+from scripts.bench_scaling import load, median_round_s, mnist_dir, now, spread
+from dane.results import read_rounds, read_summary
+from dane.synthetic.bench_file import merge_section
+from dane.synthetic.launchers import REPO, torchrun
+from scripts.harness import Bench, Run, option
 
 KEY = "cuda"
 BASELINE_KEY = "cuda_baseline"  # --only-baseline's section (a full run keeps it under KEY's "baseline")
@@ -338,25 +336,9 @@ def batched_net(workers: int, rounds: int, repeats: int) -> dict:
             **cuda_round(workers, 10, 32, rounds, repeats, lambda line: print(line, flush=True))}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--convex-workers", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)")
-    parser.add_argument("--only-baseline", action="store_true",
-                        help="only the GPU's own baseline: a DANE round against a plain PyTorch loop (MNIST LeNet-5)")
-    parser.add_argument("--baseline-devices", nargs="+", choices=DEVICES, default=None,
-                        help="devices of the baseline comparison (default: cuda where there is one, else cpu)")
-    parser.add_argument("--only-batched", action="store_true",
-                        help="only the batched LeNet-5 workers on CUDA against one worker (section cuda_batched_net)")
-    parser.add_argument("--batched-workers", type=int, default=64)
-    parser.add_argument("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,
-                        help="these convex cases only (default: all)")
-    args = parser.parse_args()
-    result: dict = {"started_at": now(), "machine": machine(), "load_before": load(), "rounds": args.rounds,
+def run(bench: Run) -> None:
+    args = bench.args
+    result: dict = {"started_at": now(), "machine": bench.machine, "load_before": load(), "rounds": args.rounds,
                     "overrides": " ".join(TABLE)}
     baseline_devices = args.baseline_devices or ["cuda" if torch.cuda.is_available() else "cpu"]
     if args.only_batched:
@@ -396,8 +378,20 @@ def main() -> None:
             result["baseline"] = baseline(args.rounds, baseline_devices)
     result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
     print(f"cuda: {result.get('skipped') or result['ratios']}", flush=True)  # convex: printed as it ran
-    merge_section(Path(args.out), KEY, result)
+    bench.finish(result)
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "MNIST LeNet-5 and convex rounds on problem.device=cuda against cpu", threads=None, options=(
+    option("--rounds", type=int, default=6), option("--repeats", type=int, default=2),
+    option("--workers", type=int, nargs="+", default=[1, 2, 4, 8]),
+    option("--convex-workers", type=int, nargs="+", default=[1, 8]),
+    option("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)"),
+    option("--only-baseline", action="store_true",
+           help="only the GPU's own baseline: a DANE round against a plain PyTorch loop (MNIST LeNet-5)"),
+    option("--baseline-devices", nargs="+", choices=DEVICES, default=None,
+           help="devices of the baseline comparison (default: cuda where there is one, else cpu)"),
+    option("--only-batched", action="store_true",
+           help="only the batched LeNet-5 workers on CUDA against one worker (section cuda_batched_net)"),
+    option("--batched-workers", type=int, default=64),
+    option("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,
+           help="these convex cases only (default: all)")))

@@ -47,7 +47,7 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy and SciPy load OpenBLAS (docstring)
 
-import argparse  # noqa: E402
+import argparse  # noqa: E402  (SUPPRESS: the memory probe's hidden option)
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -69,7 +69,7 @@ from dane.experiments.config import run_spec  # noqa: E402
 from dane.launch import execute  # noqa: E402
 from dane.layout import CONF_DIR  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section, read_bench  # noqa: E402
+from scripts.harness import Bench, Run, option  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO.parent / "shared" / "data" / "libsvm"
@@ -240,8 +240,8 @@ def bench_memory(log) -> dict:
     import subprocess
 
     def probe(clients: int, d: int) -> dict:
-        out = subprocess.run([sys.executable, __file__, "--probe", str(clients), str(d)], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run([sys.executable, "-m", "scripts.bench", "fednl", "--probe", str(clients), str(d)],
+                             capture_output=True, text=True, check=True, cwd=REPO)
         point = json.loads(out.stdout.strip().splitlines()[-1])
         log(f"memory: m={clients} d={point['d']}: peak {point['peak_rss_mib']:.0f} MiB, "
             f"{point['s_per_round']:.3f} s/round")
@@ -262,17 +262,9 @@ def bench_memory(log) -> dict:
             "note": "limits extrapolated from the fits over the measured points (peak RSS of one process)"}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "results" / "bench.json")
-    parser.add_argument("--rounds", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    parser.add_argument("--only", nargs="+", choices=(*TABLES, "memory"), default=[*TABLES, "memory"])
-    parser.add_argument("--probe", nargs=2, type=int, metavar=("CLIENTS", "D"), help=argparse.SUPPRESS)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")
-    args = parser.parse_args(argv)
+def run(bench: Run) -> None:
+    args = bench.args
+    np.seterr(over="ignore")  # exp overflow in a far-off line-search trial is harmless (the trial is refused)
     if args.probe:  # one point of the memory key, in a process of its own (`bench_memory`)
         import json
 
@@ -282,29 +274,29 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds < 1 or args.repeats < 1:
         sys.exit(f"error: --rounds and --repeats must be >= 1, got {args.rounds} and {args.repeats}")
     torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-
-    def log(line: str) -> None:
-        print(f"[{time.perf_counter() - start:6.0f} s] {line}", flush=True)
-
-    report = {"machine": machine(), "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
+    log = bench.log
+    report = {"machine": bench.machine, "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
               "(issue 34, DESIGN.md section 11)", "option": OPTION,
-              "tables": read_bench(args.out).get("fednl", {}).get("tables", {})}  # --only keeps the other tables
+              "tables": bench.earlier.get("tables", {})}  # --only keeps the other tables
+    args.only = args.only or [*TABLES, "memory"]
     if "memory" in args.only:
         report["memory"] = {**bench_memory(log), "load_after": list(os.getloadavg())}
-    elif "memory" in read_bench(args.out).get("fednl", {}):
-        report["memory"] = read_bench(args.out)["fednl"]["memory"]
+    elif "memory" in bench.earlier:
+        report["memory"] = bench.earlier["memory"]
     for name in (name for name in args.only if name in TABLES):
         report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, log),
                                   "torch_threads": args.threads, "load_before": report["machine"]["load_avg"],
                                   "load_after": list(os.getloadavg()),
                                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                                   "rounds_note": "fewer than u-FedNL's 1000" if args.rounds < 1000 else ""}
-    merge_section(args.out, "fednl", report)
+    bench.finish(report)
     log(f"section fednl -> {args.out}")
 
 
-if __name__ == "__main__":
-    np.seterr(over="ignore")  # exp overflow in a far-off line-search trial is harmless (the trial is refused)
-    main()
+BENCH = Bench("fednl", run, "FedNL with its clients stacked, at u-FedNL's workloads", threads=None, only=(*TABLES, "memory"),
+              options=(option("--rounds", type=int, default=1000), option("--repeats", type=int, default=2),
+                       option("--data-dir", type=Path, default=DATA_DIR),
+                       option("--probe", nargs=2, type=int, metavar=("CLIENTS", "D"), help=argparse.SUPPRESS),
+                       option("--threads", type=int, default=1,
+                              help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")))

@@ -37,7 +37,6 @@ average), since these timings depend on the kernel's scheduler and the CPU.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -55,11 +54,11 @@ from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
 from dane.launch import execute
 from dane.results import read_rounds
-from dane.synthetic.bench_file import machine, merge_section
 from dane.synthetic.calibrate import calibrate, calibrate_ps
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
 from dane.synthetic.sweep import compose_job, ensure
 from dane.experiments.config import run_spec
+from scripts.harness import Bench, Run, now, option
 
 SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error",
             "rounds_to_1e-10", "federated", "batched_workers")
@@ -71,10 +70,6 @@ ALGORITHMS = {  # name in the table -> overrides
     "gd": ("algorithm=gd",),
     "osa": ("algorithm=osa", "rounds=5"),
 }
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
@@ -254,19 +249,11 @@ def rounds_table(results: str, tol: float = 1e-10) -> dict:
     return table
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--results", default="results", help="results root for rounds_to_1e-10")
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--blocks", type=int, default=12)
-    parser.add_argument("--launches", type=int, default=5,
-                        help="horovodrun launches for the round overhead, and calibration launches for simulator_error")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")
-    args = parser.parse_args(argv)
-    path = Path(args.out)
-    report: dict = {"started_at": now(), "machine": machine()}
+def run(bench: Run) -> None:
+    args = bench.args
+    args.only = args.only or list(SECTIONS)
+    path = bench.path
+    report: dict = {"started_at": bench.started_at, "machine": bench.machine}
     sections = set(args.only) | ({"dane_round_overhead"} if "simulator_error" in args.only else set())  # timed together
     bar = tqdm(total=len(sections), unit="section", file=sys.stdout, disable=None)  # a bar on a terminal only
 
@@ -274,11 +261,11 @@ def main(argv: list[str] | None = None) -> None:
         """Merge one finished section into the JSON at once, so a later failure loses nothing."""
         report[section] = value
         # each section its own machine (kernel, CPU, load at the end): sections of separate runs share a file
-        merge_section(path, section, {**{k: v for k, v in value.items() if not k.startswith("_")},
-                                      "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())}})
-        merge_section(path, "synthetic_bench", {"started_at": report["started_at"], "updated_at": now(),
-                                                "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())},
-                                                "sections": [s for s in SECTIONS if s in report]})
+        bench.save({**{k: v for k, v in value.items() if not k.startswith("_")},
+                    "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())}}, section)
+        bench.finish({"started_at": report["started_at"], "updated_at": now(),
+                      "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())},
+                      "sections": [s for s in SECTIONS if s in report]}, "synthetic_bench")
         bar.update()
         bar.write(f"{section}: {value.get('ratio', value.get('error', ''))} -> {path}", file=sys.stdout)
         sys.stdout.flush()
@@ -287,7 +274,6 @@ def main(argv: list[str] | None = None) -> None:
     if needs_horovod and not have_horovod():
         say("error: horovod.torch is not importable; run `make setup` first")
         sys.exit(2)
-    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "dane_round_overhead" in args.only or "simulator_error" in args.only:
@@ -306,17 +292,24 @@ def main(argv: list[str] | None = None) -> None:
     if "rounds_to_1e-10" in args.only:
         record("rounds_to_1e-10", rounds_table(args.results))
     if "federated" in args.only:
-        from scripts import bench  # the runner: it merges the section into --out
+        from scripts import bench as runner  # it merges the section into --out
 
-        bench.main(["federated", "--out", str(path)])
+        runner.main(["federated", "--out", str(path)])
         bar.update()
     if "batched_workers" in args.only:
-        from scripts import bench_batched  # it merges its own section into --out
+        from scripts import bench as runner  # it merges its own section into --out
 
-        bench_batched.main(["--out", str(path)])
+        runner.main(["batched", "--out", str(path)])
         bar.update()
     bar.close()
 
 
-if __name__ == "__main__":
-    main()
+
+BENCH = Bench("synthetic_bench", run, "the Horovod path and the simulator: round overhead, latency, simulator error",
+              only=SECTIONS, options=(
+                  option("--results", default="results", help="results root for rounds_to_1e-10"),
+                  option("--blocks", type=int, default=12),
+                  option("--launches", type=int, default=5, help="horovodrun launches for the round overhead, and "
+                         "calibration launches for simulator_error"),
+                  option("--rounds", type=int, default=10),
+                  option("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")))

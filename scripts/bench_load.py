@@ -1,6 +1,6 @@
 """Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json.
 
-    PYTHONPATH=. python scripts/bench_load.py [--out results/bench.json] [--workers 64 256 1024] [--np 4 8]
+    python -m scripts.bench load [--out results/bench.json] [--workers 64 256 1024] [--np 4 8]
         [--federated-workers 64 256 1024 4096 10000] [--repeats 3] [--federated-repeat-below 1024]
 
 - ``simulator``: ``python -m experiments.train workers=m`` (DANE, ``ridge_synthetic`` with
@@ -31,7 +31,6 @@ Each point sits beside the load average it was taken under.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -40,12 +39,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dane.results import read_rounds, read_summary  # noqa: E402
-from dane.problems import RidgeSyntheticConfig  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
-from dane.synthetic.launchers import REPO, launch_env, venv_bin  # noqa: E402
+from dane.results import read_rounds, read_summary
+from dane.problems import RidgeSyntheticConfig
+from dane.synthetic.launchers import REPO, launch_env, venv_bin
+from scripts.harness import Bench, Run, option
 
 KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
@@ -170,36 +168,31 @@ def oversubscribed(tmp: Path, nps: list[int], rounds: int, timeout: float) -> di
     return {"problem": " ".join(RUN) + f" rounds={rounds}", "cores": os.cpu_count(), "points": points}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--workers", type=int, nargs="+", default=[64, 256, 1024])
-    parser.add_argument("--np", type=int, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--memory-gib", type=float, default=24.0)
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per launch")
-    parser.add_argument("--federated-workers", type=int, nargs="*", default=[64, 256, 1024, 4096, 10000],
-                        help="federated_scale's m (none: skip it)")
-    parser.add_argument("--repeats", type=int, default=3, help="federated_scale: launches per point up to ...")
-    parser.add_argument("--federated-repeat-below", type=int, default=1024, help="... this many workers (then one)")
-    args = parser.parse_args(argv)
-    path = Path(args.out)
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(), "load_at_start": load(),
-              "machine": machine()}
+def run(bench: Run) -> None:
+    args, path = bench.args, bench.path
+    report = {"started_at": bench.started_at, "cores": os.cpu_count(), "load_at_start": load(),
+              "machine": bench.machine}
     with tempfile.TemporaryDirectory() as tmp:
         report["simulator"] = simulator(Path(tmp), args.workers, args.rounds, args.timeout)
         report["simulator"]["largest_m_within"] = largest_m(report["simulator"]["points"], args.memory_gib)
-        merge_section(path, KEY, report)  # now, so a later failure loses nothing
+        bench.save(report)  # now, so a later failure loses nothing
         if args.federated_workers:
             report["federated_scale"] = federated_scale(Path(tmp), args.federated_workers, args.rounds, args.timeout,
                                                         args.repeats, args.federated_repeat_below)
-            merge_section(path, KEY, report)
+            bench.save(report)
         if args.np:
             report["oversubscribed"] = oversubscribed(Path(tmp), args.np, args.rounds, args.timeout)
     report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    merge_section(path, KEY, report)
+    bench.finish(report)
     print(f"load -> {path}")
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "the simulator at large m, federated_scale, and oversubscribed horovodrun", threads=None, options=(
+    option("--workers", type=int, nargs="+", default=[64, 256, 1024]),
+    option("--np", type=int, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)"),
+    option("--rounds", type=int, default=10), option("--memory-gib", type=float, default=24.0),
+    option("--timeout", type=float, default=900, help="seconds per launch"),
+    option("--federated-workers", type=int, nargs="*", default=[64, 256, 1024, 4096, 10000],
+           help="federated_scale's m (none: skip it)"),
+    option("--repeats", type=int, default=3, help="federated_scale: launches per point up to ..."),
+    option("--federated-repeat-below", type=int, default=1024, help="... this many workers (then one)")))

@@ -1,6 +1,6 @@
 """Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json.
 
-    PYTHONPATH=. python scripts/bench_scaling.py [--out results/bench.json] [--repeats 3] [--only ridge mnist]
+    python -m scripts.bench scaling [--out results/bench.json] [--repeats 3] [--only ridge mnist]
 
 - ``ridge``: time to suboptimality 1e-8 on ``ridge_synthetic`` (N=18000, d=2000), DANE with
   its defaults, setup included: ``setup_s + time_s`` of the run's summary.json (a worker's
@@ -41,7 +41,6 @@ taken under.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -53,17 +52,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dane.errors import say  # noqa: E402
-from dane.linalg import cholesky_solve  # noqa: E402
-from dane.problems import RidgeSyntheticConfig  # noqa: E402
-from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
-from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize  # noqa: E402
-from dane.results import read_rounds, read_summary  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
-from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS  # noqa: E402
-from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side  # noqa: E402
+from dane.errors import say
+from dane.linalg import cholesky_solve
+from dane.problems import RidgeSyntheticConfig
+from dane.problems.quadratic import EIGH_BREAK_EVEN
+from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
+from dane.results import read_rounds, read_summary
+from dane.synthetic.bench_file import machine, merge_section
+from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
+from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side
+from scripts.harness import Bench, Run, option
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -358,23 +356,16 @@ def write(path: Path, value: dict) -> None:
     merge_section(path, KEY, value)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--mnist-rounds", type=int, default=3)
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    args = parser.parse_args()
+def run(bench: Run) -> None:
+    args, path = bench.args, bench.path
     if not have_horovod():
         say("error: horovod.torch is not importable; run `make setup` first")
         sys.exit(2)
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the caller's thread settings must not leak into launches
         os.environ.pop(key, None)
-    path = Path(args.out)
-    previous = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}
-    report = {**previous, "started_at": now(), "machine": machine()}
+    report = {**bench.earlier, "started_at": now(), "machine": bench.machine}
     with tempfile.TemporaryDirectory() as tmp:
-        for section in args.only:
+        for section in args.only or SECTIONS:
             if section == "ridge":
                 report["ridge"] = ridge(Path(tmp), args.repeats)
             elif section == "factorization":
@@ -386,7 +377,9 @@ def main() -> None:
             report.update(updated_at=now(), load_avg_now=load())
             write(path, report)  # after each section, so a later failure loses nothing
             print(f"{KEY}.{section} -> {path}", flush=True)
+    bench.finish(report)
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "strong scaling under horovodrun -np 2 over -np 1: ridge, MNIST LeNet-5, Horovod's loop",
+              threads=None, only=SECTIONS, options=(option("--repeats", type=int, default=3),
+                                                    option("--mnist-rounds", type=int, default=3)))

@@ -1,6 +1,6 @@
 """Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4).
 
-    PYTHONPATH=. python scripts/bench_similarity.py [--out results/bench.json] [--quick] [--workers 10]
+    python -m scripts.bench similarity [--out results/bench.json] [--quick] [--workers 10]
 
 Writes ``similarity`` into ``--out`` (other benchmarks keep theirs). For each data set (real
 a9a from ``$DANE_DATA_DIR/libsvm/a9a``, default ../shared/data, skipped with its reason when
@@ -14,9 +14,7 @@ rounds against δ. ``--quick``: the synthetic set only, small, two shardings (th
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,13 +23,12 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from dane.api import fit  # noqa: E402
-from dane.data.files import LibSVMSource, NPZSource, save_npz  # noqa: E402
-from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from dane.similarity import measure  # noqa: E402
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
+from dane.api import fit
+from dane.data.files import LibSVMSource, NPZSource, save_npz
+from dane.problems.linear_models import LinearModelConfig
+from dane.similarity import measure
+from scripts.harness import Bench, Run, option
 
 KEY = "similarity"
 TARGET = 1e-8
@@ -117,25 +114,18 @@ def similarity(args, log) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--quick", action="store_true", help="a small synthetic set, two shardings (the tests)")
-    parser.add_argument("--workers", type=int, default=10)
-    parser.add_argument("--lam", type=float, default=1e-3)
-    parser.add_argument("--rounds", type=int, default=200, help="DANE's round cap")
-    parser.add_argument("--iters", type=int, default=30, help="Lanczos iterations where d is above the exact path's")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+def run(bench: Run) -> dict:
+    args = bench.args
     if args.quick:
         args.workers = min(args.workers, 4)
-    start = time.perf_counter()
-    log = elapsed_logger(start)
-    log(f"Hessian dissimilarity against DANE's rounds, m={args.workers}")
-    merge_section(Path(args.out), KEY, {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-                                        "quick": args.quick, **similarity(args, log)})
-    log(f"done in {time.perf_counter() - start:.0f} s -> {args.out}")
+    bench.log(f"Hessian dissimilarity against DANE's rounds, m={args.workers}")
+    section = bench.finish({**bench.header(), "quick": args.quick, **similarity(args, bench.log)})
+    bench.log(f"done -> {args.out}")
+    return section
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "Hessian dissimilarity against DANE's rounds", threads=None, options=(
+    option("--workers", type=int, default=10), option("--lam", type=float, default=1e-3),
+    option("--rounds", type=int, default=200, help="DANE's round cap"),
+    option("--iters", type=int, default=30, help="Lanczos iterations where d is above the exact path's"),
+    option("--seed", type=int, default=0)))

@@ -1,6 +1,6 @@
 """InexactDANE's and AIDE's local solver, SVRG: its cost compiled and in torch, a round, and the defaults to 1e-8.
 
-    PYTHONPATH=. python scripts/bench_svrg.py [--out results/bench.json] [--quick] [--repeats 7] [--sections ...]
+    python -m scripts.bench svrg [--out results/bench.json] [--quick] [--repeats 7] [--sections ...]
 
 Writes ``svrg_local_solver`` into ``--out`` (other benchmarks keep theirs), one entry per section:
 
@@ -46,10 +46,9 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
+from dane.synthetic.bench_file import machine
+from scripts.harness import Bench, Run, option
 
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes (DESIGN §9)
@@ -131,10 +130,9 @@ def pass_cost(args, log) -> dict:
 
 
 COMPILE_CHILD = """
-import json, sys, time
+import json, time
 t0 = time.perf_counter()
 import torch
-sys.path.insert(0, {root!r}); sys.path.insert(0, {scripts!r})
 from scripts.bench_svrg import pass_cases
 from dane.local_solvers import LocalSolver, Subproblem, svrg
 cases = pass_cases(True)
@@ -156,7 +154,7 @@ def compile_cost(args, log) -> dict:
     out = {"what": "a fresh process: import dane.svrg_kernels (numba), then per kernel the first SVRG solve (one "
                    "pass, small rows: compile or cache load) and a second one; cold = empty NUMBA_CACHE_DIR, "
                    "warm = the cache the cold process left", "load_avg_before": list(os.getloadavg())}
-    code = COMPILE_CHILD.format(root=str(ROOT), scripts=str(ROOT / "scripts"))
+    code = COMPILE_CHILD.format()  # run in ROOT with PYTHONPATH=ROOT: scripts.bench_svrg imports
     with tempfile.TemporaryDirectory() as cache:
         for label in ("cold", "warm"):
             env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -291,7 +289,7 @@ def convergence_configs(bench_name: str, quick: bool) -> list[tuple[str, object,
 
 
 def convergence(args, log) -> dict:
-    from bench_convex import benches
+    from scripts.bench_convex import benches
 
     bench_args = argparse.Namespace(quick=args.quick, runs=args.runs, data_dir=args.data_dir, svm_rows=5000,
                                     svm_features=20000)
@@ -338,32 +336,23 @@ SECTION_FUNCTIONS = {"pass_cost": pass_cost, "compile_cost": compile_cost, "inex
 
 
 # ---------------------------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--runs", default="results/bench_convex", help="where bench_convex's rcv1-like file lives")
-    parser.add_argument("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"))
-    parser.add_argument("--quick", action="store_true", help="tiny cases (the tests)")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--reference-repeats", type=int, default=1, help="torch-reference passes per case (slow)")
-    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    log = elapsed_logger(start)
-
-    path = Path(args.out)
-    earlier = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}
-    report = {**(earlier if earlier.get("quick") == args.quick else {}), "quick": args.quick}
+def run(bench: Run) -> None:
+    args, log = bench.args, bench.log
+    report = {**(bench.earlier if bench.earlier.get("quick") == args.quick else {}), "quick": args.quick}
     for name in args.sections:  # each section merged as it ends, so a later failure loses nothing
         log(name)
         began = time.perf_counter()
         report[name] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
                         **SECTION_FUNCTIONS[name](args, log)}
         report[name]["wall_s"] = time.perf_counter() - began
-        merge_section(path, KEY, report)
-    log(f"done in {time.perf_counter() - start:.0f} s -> {path}")
+        bench.save(report)
+    bench.finish(report)
+    log(f"done -> {bench.path}")
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "the SVRG local solver: pass cost, compile cost, InexactDANE's round, convergence", options=(
+    option("--runs", default="results/bench_convex", help="where bench_convex's rcv1-like file lives"),
+    option("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data")),
+    option("--repeats", type=int, default=7),
+    option("--reference-repeats", type=int, default=1, help="torch-reference passes per case (slow)"),
+    option("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)))

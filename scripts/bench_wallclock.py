@@ -1,6 +1,6 @@
 """Launch-to-answer wall clock, split into its parts; JSON under ``wallclock`` in results/bench.json.
 
-    PYTHONPATH=. python scripts/bench_wallclock.py [--out results/bench.json] [--repeats 3] [--data-dir DIR] [--quick]
+    python -m scripts.bench wallclock [--out results/bench.json] [--repeats 3] [--data-dir DIR] [--quick]
 
 Per problem (a generated rcv1-like sparse logistic regression, MNIST softmax from the t10k
 files in ``<data_dir>/mnist``, skipped with the reason where they are absent, and a
@@ -41,7 +41,6 @@ bare horovodrun line; np2's rounds no slower than L-BFGS-B's fit in one process.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -51,8 +50,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from scripts.harness import Bench, Run, option
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 KEY = "wallclock"
 TARGET = 1e-8                  # relative suboptimality every timed run should reach
@@ -384,7 +384,7 @@ def launch(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) ->
                 "tol": calib["scipy_gtol" if variant == "scipy_lbfgsb" else "sklearn_tol"]}
         out.mkdir(parents=True)
         (out / "spec.json").write_text(json.dumps(spec))
-        t_cmd, t_exit, t_answer, err = timed([sys.executable, __file__, "--baseline", str(out / "spec.json")], env,
+        t_cmd, t_exit, t_answer, err = timed([sys.executable, "-m", "scripts.bench_wallclock", str(out / "spec.json")], env,
                                              out / "result.json")
         if err:
             return {"status": "launch_failed", "error": err}
@@ -457,30 +457,25 @@ MEASURED = {
 }
 
 
-def main(argv: list[str] | None = None) -> dict | None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/bench.json"))
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("DANE_DATA_DIR", REPO.parent / "shared" / "data")))
-    parser.add_argument("--quick", action="store_true", help="one tiny generated problem, one repeat (the test)")
-    parser.add_argument("--baseline", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.baseline:
-        return baseline_child(args.baseline)
-    from dane.synthetic.bench_file import machine, merge_section
-
+def run(bench: Run) -> dict:
+    args = bench.args
     repeats = 1 if args.quick else args.repeats
-    result = {"machine": machine(), "repeats": repeats, "quick": args.quick, "target_rel_suboptimality": TARGET,
+    result = {"machine": bench.machine, "repeats": repeats, "quick": args.quick, "target_rel_suboptimality": TARGET,
               "how_measured": MEASURED, "problems": {}}
     with tempfile.TemporaryDirectory(prefix="bench_wallclock_") as tmp:
         for problem in problems(Path(tmp), args.data_dir.resolve(), args.quick):
             result["problems"][problem["name"]] = bench_problem(problem, Path(tmp), repeats, args.quick)
-            merge_section(args.out, KEY, result)  # each problem as it is done: a long run is not lost to a crash
+            bench.save(result)  # each problem as it is done: a long run is not lost to a crash
     result["load_avg_end"] = load()
-    merge_section(args.out, KEY, result)
+    bench.finish(result)
     print(f"bench_wallclock: wrote {KEY} into {args.out}", flush=True)
     return result
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "launch-to-answer wall time against scipy and scikit-learn in one process", threads=None,
+              options=(option("--repeats", type=int, default=3),
+                       option("--data-dir", type=Path,
+                              default=Path(os.environ.get("DANE_DATA_DIR", REPO.parent / "shared" / "data")))))
+
+if __name__ == "__main__":  # the one-process baselines' child (python -m scripts.bench_wallclock SPEC): no torch
+    baseline_child(sys.argv[1])

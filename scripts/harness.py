@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench
-
 
 @dataclass(frozen=True)
 class Bench:
     """One benchmark section: ``key`` of the JSON, ``run`` the measurement (returns the section; the runner adds
     the record), ``doc`` its one line, ``options`` its own flags as ``(flags, argparse keywords)`` pairs,
     ``only`` the choices of ``--only`` (empty: the section has none), ``threads`` torch's threads (None: as
-    they are; 1: a worker's compute, as the simulator times it)."""
+    they are; 1: a worker's compute, as the simulator times it), ``out`` the default of ``--out``."""
 
     key: str
     run: Callable[["Run"], dict]
@@ -34,6 +32,7 @@ class Bench:
     options: tuple[tuple[tuple[str, ...], dict], ...] = ()
     only: tuple[str, ...] = ()
     threads: int | None = 1
+    out: str = "results/bench.json"
 
 
 def option(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict]:
@@ -50,10 +49,13 @@ class Run:
     held it before), the record's ``started_at`` and ``machine``."""
 
     def __init__(self, bench: Bench, args: argparse.Namespace):
+        # imported here: a section's module stays light to import (bench_wallclock's one-process baselines, no torch)
+        from dane.synthetic.bench_file import elapsed_logger, machine, read_bench
+
         self.bench, self.args, self.path = bench, args, Path(args.out)
         self.start = time.perf_counter()
         self.log = elapsed_logger(self.start)
-        self.earlier = read_bench(self.path).get(bench.key, {})
+        self.earlier = read_bench(self.path).get(bench.key, {}) if self.path.is_file() else {}
         self.started_at, self.machine = now(), machine()
 
     def header(self) -> dict:
@@ -62,6 +64,8 @@ class Run:
 
     def save(self, section: dict, key: str | None = None) -> None:
         """Merge ``section`` into ``--out`` under ``key`` (the bench's), other keys kept."""
+        from dane.synthetic.bench_file import merge_section
+
         merge_section(self.path, key or self.bench.key, section)
 
     def finish(self, section: dict, key: str | None = None) -> dict:
@@ -69,7 +73,9 @@ class Run:
         section.update(load_avg_after=[round(x, 2) for x in os.getloadavg()],
                        wall_s=round(time.perf_counter() - self.start, 1))
         self.save(section, key)
-        merge_section(self.path, "goals_table", goals(read_bench(self.path)))
+        from dane.synthetic.bench_file import read_bench
+
+        self.save(goals(read_bench(self.path)), "goals_table")
         return section
 
 
@@ -100,8 +106,8 @@ def parser(benches: dict[str, Bench]) -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m scripts.bench", description="a benchmark section, JSON into --out")
     sections = top.add_subparsers(dest="section", required=True, metavar="SECTION")
     for name, bench in benches.items():
-        sub = sections.add_parser(name, help=bench.doc, description=bench.doc)
-        sub.add_argument("--out", default="results/bench.json", help="the JSON (other sections are kept)")
+        sub = sections.add_parser(name, help=bench.doc.replace("%", "%%"), description=bench.doc)
+        sub.add_argument("--out", default=bench.out, help="the JSON (other sections are kept; default: %(default)s)")
         sub.add_argument("--quick", action="store_true", help="the smallest run (make bench-smoke)")
         if bench.only:
             sub.add_argument("--only", nargs="+", choices=list(bench.only), default=None,

@@ -1,6 +1,6 @@
 """Time against the number of workers for MNIST LeNet-3 and LeNet-5 (the source paper's Figures 3-4): the runs.
 
-    PYTHONPATH=. python scripts/time_vs_workers.py [--problems mnist_lenet5 mnist_lenet3] [--seeds 0 1 2]
+    python -m scripts.bench time_vs_workers [--problems mnist_lenet5 mnist_lenet3] [--seeds 0 1 2]
         [--workers 1 2 4 6 8] [--real 1 2] [--rounds 30] [--target 0.95] [--quick] [--out DIR]
     python -m paper_figs.time_vs_workers           # the figure, from these runs (or: make time-vs-workers)
 
@@ -33,7 +33,6 @@ Exit status 2, with one line, when MNIST or Horovod is missing; 1 when a run fai
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -48,16 +47,17 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # `python scripts/time_vs_workers.py` without PYTHONPATH
+from scripts.harness import Bench, Run, option
 
-from dane.errors import DivergenceError, UserError, say  # noqa: E402
-from dane.launch import execute  # noqa: E402
-from dane.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
-from dane.experiments.config import run_spec  # noqa: E402
-from dane.synthetic.calibrate import calibrate  # noqa: E402
-from dane.synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin  # noqa: E402
-from dane.synthetic.sweep import compose_job, identity  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+
+from dane.errors import DivergenceError, UserError, say
+from dane.launch import execute
+from dane.results import atomic_write_text, read_rounds, read_summary
+from dane.experiments.config import run_spec
+from dane.synthetic.calibrate import calibrate
+from dane.synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin
+from dane.synthetic.sweep import compose_job, identity
 
 OUT = Path("results") / "time_vs_workers"
 QUICK_OUT = Path("results") / "time_vs_workers_quick"
@@ -189,22 +189,8 @@ def get_calibration(out: Path, keep: bool, reps: int) -> dict:
     return result
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    parser.add_argument("--workers", nargs="*", type=int, default=list(WORKERS),
-                        help="simulated worker counts (none: horovodrun only)")
-    parser.add_argument("--real", nargs="*", type=int, default=list(REAL),
-                        help="horovodrun -np values (none: simulator only)")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="round budget of every run")
-    parser.add_argument("--target", type=float, default=TARGET, help="test accuracy at which a run stops")
-    parser.add_argument("--out", default=None, help=f"output folder (default {OUT}; with --quick {QUICK_OUT})")
-    parser.add_argument("--keep-calibration", action="store_true",
-                        help="reuse the output folder's calibration.json instead of measuring")
-    parser.add_argument("--calibration-reps", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="tiny, for tests: seed 0, m in 1 2, 2 rounds")
-    args = parser.parse_args(argv)
+def settle(args):
+    """``--quick``'s reductions, and the output folder."""
     if args.quick:
         args.seeds, args.rounds = args.seeds[:1], min(args.rounds, 2)
         args.workers = [m for m in args.workers if m <= 2]
@@ -214,8 +200,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+def run(bench: Run) -> int:
+    args = settle(bench.args)
     try:
         bad = [m for m in [*args.workers, *args.real] if m < 1]
         if bad or args.rounds < 1 or not 0 < args.target <= 1:
@@ -227,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                             "run `make setup` first")
     except UserError as exc:
         say(f"error: {str(exc).splitlines()[0]}")
-        return 2
+        sys.exit(2)
     torch.set_num_threads(1)  # one core per simulated worker
     cost = get_calibration(args.out, args.keep_calibration, args.calibration_reps)
     todo = jobs(args.problems, args.seeds, args.workers, args.real, args.rounds, args.target)
@@ -253,9 +239,20 @@ def main(argv: list[str] | None = None) -> int:
           f"figure: python -m paper_figs.time_vs_workers", flush=True)
     if failed:
         say(f"error: {len(failed)} run(s) failed: {', '.join(failed)}")
-        return 1
+        sys.exit(1)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+BENCH = Bench("time_vs_workers", run, "the runs of the time-against-workers figure (MNIST LeNet-3/5)", threads=None,
+              out="", options=(
+                  option("--problems", nargs="+", default=list(PROBLEMS)),
+                  option("--seeds", nargs="+", type=int, default=list(SEEDS)),
+                  option("--workers", nargs="*", type=int, default=list(WORKERS),
+                         help="simulated worker counts (none: horovodrun only)"),
+                  option("--real", nargs="*", type=int, default=list(REAL),
+                         help="horovodrun -np values (none: simulator only)"),
+                  option("--rounds", type=int, default=ROUNDS, help="round budget of every run"),
+                  option("--target", type=float, default=TARGET, help="test accuracy at which a run stops"),
+                  option("--keep-calibration", action="store_true",
+                         help="reuse the output folder's calibration.json instead of measuring"),
+                  option("--calibration-reps", type=int, default=200)))

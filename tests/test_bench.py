@@ -82,15 +82,17 @@ def test_the_docs_name_every_section(key):
 
 
 def test_every_section_has_one_command_line():
-    """One parser: each section answers ``--out``, ``--quick`` and its own flags; the ones not yet ported are named."""
-    ported = {name: runner.importlib.import_module(f"scripts.bench_{name}").BENCH
-              for name in runner.SECTIONS if name not in runner.OWN_PARSER}
-    assert set(ported) >= set(SECTIONS)
-    args = harness.parser(ported).parse_args(["defaults", "--quick", "--only", "gd", "--workers", "4"])
+    """One parser: every module of scripts/ declares its section; each answers ``--out``, ``--quick`` and its flags."""
+    benches = {name: runner.importlib.import_module(module).BENCH for name, module in runner.MODULES.items()}
+    assert set(benches) >= set(SECTIONS) and all(isinstance(b, harness.Bench) for b in benches.values())
+    assert {p.stem for p in (REPO / "scripts").glob("*.py")} == \
+        {"__init__", "bench", "harness", *(m.removeprefix("scripts.") for m in runner.MODULES.values())}
+    args = harness.parser(benches).parse_args(["defaults", "--quick", "--only", "gd", "--workers", "4"])
     assert (args.section, args.quick, args.only, args.workers, args.out) == \
         ("defaults", True, ["gd"], [4], "results/bench.json")
+    assert harness.parser(benches).parse_args(["sampled_lambda"]).out == "results/bench_runs/sampled_lambda.json"
     with pytest.raises(SystemExit):
-        harness.parser(ported).parse_args(["compress", "--only", "gd"])  # compress has no --only
+        harness.parser(benches).parse_args(["compress", "--only", "gd"])  # compress has no --only
 
 
 def test_the_runner_merges_and_writes_the_goals_table(tmp_path):

@@ -14,8 +14,7 @@ from dane.results import read_rounds
 from dane.synthetic.sparse_data import rcv1_like, write_sparse_libsvm
 from tests.helpers import REPO, env
 
-SCRIPT = REPO / "scripts" / "bench_convex.py"
-from scripts import bench_convex as bench  # noqa: E402
+from scripts import bench_convex as bench
 
 
 def records(subopts, f_star=2.0):
@@ -119,7 +118,7 @@ def quick(tmp_path_factory):
     (tmp / "no_data").mkdir()
     out = tmp / "bench.json"
     out.write_text(json.dumps({"other_bench": {"kept": True}}))
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out), "--runs", str(tmp / "runs"),
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench", "convex", "--quick", "--out", str(out), "--runs", str(tmp / "runs"),
                            "--data-dir", str(tmp / "no_data")], cwd=REPO, env=env(), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

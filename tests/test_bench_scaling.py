@@ -7,10 +7,8 @@ import os
 import pytest
 
 from dane.synthetic.launchers import horovodrun_side_by_side
-from tests.helpers import REPO
 
-SCRIPT = REPO / "scripts" / "bench_scaling.py"
-from scripts import bench_scaling as bench  # noqa: E402
+from scripts import bench_scaling as bench
 
 
 def test_ceiling_is_twice_the_lone_round_over_the_round_beside_a_twin():

@@ -148,8 +148,10 @@ def test_bench_quick_run_and_its_figure(tmp_path):
     from dane.paper_figs import similarity as figure
     from helpers import REPO
 
+    from scripts import bench as runner
     from scripts import bench_similarity as bench
-    bench.main(["--quick", "--out", str(tmp_path / "bench.json")])
+
+    runner.main(["similarity", "--quick", "--out", str(tmp_path / "bench.json")])
     report = json.loads((tmp_path / "bench.json").read_text())[bench.KEY]
     skewed, iid = report["datasets"]["synthetic_logistic"]["cells"]
     assert (skewed["alpha"], iid["sharding"]) == (0.1, "iid")
