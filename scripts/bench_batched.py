@@ -82,15 +82,12 @@ def steady_threads(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[t
 
     def rounds_of(comm):
         algo = DANE(problems[comm.rank], comm, mu=MU)
-        algo.step()
-        comm.barrier()
-        if comm.rank == 0:
-            marks.append((time.perf_counter(), time.process_time()))
-        for _ in range(rounds - 1):
-            algo.step()
-        comm.barrier()
-        if comm.rank == 0:
-            marks.append((time.perf_counter(), time.process_time()))
+        for steps in (1, rounds - 1):  # round 1 (the factorization), then the steady rounds, each marked
+            for _ in range(steps):
+                algo.step()
+            comm.barrier()
+            if comm.rank == 0:
+                marks.append((time.perf_counter(), time.process_time()))
         return algo.iterate
 
     w = group.run(rounds_of)[0]

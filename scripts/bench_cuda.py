@@ -341,12 +341,15 @@ def run(bench: Run) -> None:
     result: dict = {"started_at": now(), "machine": bench.machine, "load_before": load(), "rounds": args.rounds,
                     "overrides": " ".join(TABLE)}
     baseline_devices = args.baseline_devices or ["cuda" if torch.cuda.is_available() else "cpu"]
+
+    def done(key: str, line: str) -> None:
+        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
+        print(line, flush=True)
+        merge_section(Path(args.out), key, result)
+
     if args.only_batched:
         result["batched_net"] = batched_net(args.batched_workers, min(args.rounds, 3), args.repeats)
-        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
-        print(f"cuda batched_net: {result['batched_net'].get('skipped') or result['batched_net']['ratio']}", flush=True)
-        merge_section(Path(args.out), BATCHED_KEY, result)
-        return
+        return done(BATCHED_KEY, f"cuda batched_net: {result['batched_net'].get('skipped') or result['batched_net']['ratio']}")
     if args.only_baseline:
         if not mnist_dir().is_dir():
             result["baseline"] = {"skipped": f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder "
@@ -355,10 +358,7 @@ def run(bench: Run) -> None:
             result["baseline"] = {"skipped": "torch sees no CUDA device; --baseline-devices cpu times the CPU"}
         else:
             result["baseline"] = baseline(args.rounds, baseline_devices)
-        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
-        print(f"cuda baseline: {result['baseline'].get('skipped', 'written')}", flush=True)
-        merge_section(Path(args.out), BASELINE_KEY, result)
-        return
+        return done(BASELINE_KEY, f"cuda baseline: {result['baseline'].get('skipped', 'written')}")
     if not torch.cuda.is_available():
         result["skipped"] = "torch sees no CUDA device"
         result["convex"] = {"skipped": result["skipped"]}

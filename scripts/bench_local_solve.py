@@ -194,9 +194,7 @@ def run(bench: Run) -> dict | None:
         print(json.dumps(measure_case(json.loads(args.measure_case), Path(args.case_data), args.repeats)))
         return None
     bench.log("local solve cost against d")
-    section = bench.finish({**bench.header(), "quick": args.quick, **local_solve_cost(args, bench.log)})
-    bench.log(f"done -> {args.out}")
-    return section
+    return bench.record(local_solve_cost(args, bench.log))
 
 
 BENCH = Bench(KEY, run, "one local solve against d: Cholesky and CG time per round, peak memory", threads=None, options=(

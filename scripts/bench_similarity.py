@@ -116,12 +116,9 @@ def similarity(args, log) -> dict:
 
 def run(bench: Run) -> dict:
     args = bench.args
-    if args.quick:
-        args.workers = min(args.workers, 4)
+    args.workers = min(args.workers, 4) if args.quick else args.workers
     bench.log(f"Hessian dissimilarity against DANE's rounds, m={args.workers}")
-    section = bench.finish({**bench.header(), "quick": args.quick, **similarity(args, bench.log)})
-    bench.log(f"done -> {args.out}")
-    return section
+    return bench.record(similarity(args, bench.log))
 
 
 BENCH = Bench(KEY, run, "Hessian dissimilarity against DANE's rounds", threads=None, options=(

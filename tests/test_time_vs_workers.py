@@ -120,7 +120,7 @@ def test_figure_files_caption_and_sidecar(tree: Path, tmp_path: Path):
 
 
 def test_missing_runs_name_the_command(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match="scripts/time_vs_workers.py"):
+    with pytest.raises(FileNotFoundError, match="scripts.bench time_vs_workers"):
         fig.main(tmp_path, tmp_path / "figures")
 
 
