@@ -49,8 +49,8 @@ bench: setup
 	$(PY) -m scripts.bench defaults --out results/bench.json
 	$(PY) -m scripts.bench fednl --out results/bench.json
 
-## Each benchmark's --quick run, into a throwaway JSON: the harness and every ported section still run end to end
-## (the tests read canned JSON cut from these runs, tests/data/bench/; none starts a benchmark).
+## The --quick runs of four sections through the runner, into a throwaway JSON (CI runs it; the fast tests read
+## canned JSON cut from such runs, tests/data/bench/, and start no benchmark).
 BENCH_SMOKE := $(shell mktemp -u /tmp/bench-smoke-XXXXXX).json
 bench-smoke: setup
 	$(PY) -m scripts.bench compress --quick --repeats 1 --out $(BENCH_SMOKE)

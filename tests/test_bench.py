@@ -55,6 +55,24 @@ def compress_arithmetic(section: dict) -> None:
     assert dense["compress"] == "none" and top["uplink_bits"] / top["rounds"] < dense["uplink_bits"] / dense["rounds"]
 
 
+def local_solve_arithmetic(section: dict) -> None:
+    for case in section["cases"]:
+        if "skipped" not in case:
+            assert case["round_s_min"] <= case["round_s"] <= case["round_s_max"]
+            assert case["first_round_s_min"] <= case["first_round_s"] <= case["first_round_s_max"]
+    assert {c["solver"] for c in section["cases"]} == {"cholesky", "cg"}
+
+
+def similarity_arithmetic(section: dict) -> None:
+    for data in section["datasets"].values():
+        sizes = {sum(cell["rows"]) for cell in data["cells"]}
+        assert len(sizes) == 1  # every sharding deals the same rows
+        for cell in data["cells"]:
+            assert cell["delta_start"] == max(cell["per_worker_start"])
+            assert cell["delta_mean_square_start"] <= cell["delta_start"]
+            assert not cell["reached"] or cell["final_relative_suboptimality"] <= 1e-8
+
+
 #: section -> (its canned file, the keys its JSON keeps, the arithmetic between its numbers)
 SECTIONS = {
     "defaults": ("defaults", {"started_at", "machine", "quick", "code", "target", "goals", "methods", "cells", "misses",
@@ -64,6 +82,11 @@ SECTIONS = {
                                 "similarity", "load_avg_now", "load_avg_after", "wall_s"}, federated_arithmetic),
     "compress": ("compress", {"machine", "target", "compressor_time", "gd_to_target", "machine_after",
                               "load_avg_after", "wall_s"}, compress_arithmetic),
+    "local_solve_cost": ("local_solve", {"started_at", "machine", "quick", "what", "time", "memory", "cases",
+                                         "load_avg_before", "load_avg_after", "wall_s"}, local_solve_arithmetic),
+    "similarity": ("similarity", {"started_at", "machine", "quick", "what", "target", "workers", "lam", "rounds_cap",
+                                  "seed", "datasets", "load_avg_before", "load_avg_after", "wall_s"},
+                   similarity_arithmetic),
 }
 
 
@@ -84,7 +107,8 @@ def test_the_docs_name_every_section(key):
 def test_every_section_has_one_command_line():
     """One parser: every module of scripts/ declares its section; each answers ``--out``, ``--quick`` and its flags."""
     benches = {name: runner.importlib.import_module(module).BENCH for name, module in runner.MODULES.items()}
-    assert set(benches) >= set(SECTIONS) and all(isinstance(b, harness.Bench) for b in benches.values())
+    assert {benches[name].key for name, *_ in SECTIONS.values()} == set(SECTIONS)
+    assert all(isinstance(b, harness.Bench) for b in benches.values())
     assert {p.stem for p in (REPO / "scripts").glob("*.py")} == \
         {"__init__", "bench", "harness", *(m.removeprefix("scripts.") for m in runner.MODULES.values())}
     args = harness.parser(benches).parse_args(["defaults", "--quick", "--only", "gd", "--workers", "4"])
