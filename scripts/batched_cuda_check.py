@@ -1,15 +1,4 @@
-"""The batched simulator on a GPU (issue 35 item 4): DANE on ridge_synthetic, batched against one thread per worker.
-
-    PYTHONPATH=. python scripts/batched_cuda_check.py --out results/batched_cuda.json [--device cuda]
-
-Runs the algorithm's own rounds (`dane.dane.DANE`, μ = 1, the safeguard on) through the two
-communicators directly, without the run driver: m = ``--workers`` workers as one stacked
-computation on ``--device`` (`dane.comm.batched`) and as m threads taking turns on it
-(`dane.comm.threads.DeviceTurns`), each for ``--rounds`` rounds, and the batched run once more
-at ``--large`` workers.  Reports each path's wall time a round, their ratio, and the largest
-relative difference between the batched iterate on the device and the per-worker iterate on
-the CPU (float64).
-"""
+"""The batched simulator on a GPU (issue 35 item 4): DANE on ridge_synthetic, batched against one thread per worker."""
 from __future__ import annotations
 
 import json

@@ -1,24 +1,4 @@
-"""The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``.
-
-    python -m scripts.bench batched --out results/bench.json [--quick]
-
-- ``speedup``: DANE (μ = 1, the safeguard on: with n_i = 100 < d rows a worker, μ = 0
-  diverges, DESIGN.md section 2) on ridge_synthetic N = 100,000, d = 500 at
-  m = 1,000, ``--rounds`` rounds, run by one thread per worker (``sim.batched=false``) and as one
-  stacked computation (``sim.batched=true``), interleaved, ``--repeats`` times each; the
-  figure is the per-worker path's wall time of the rounds over the batched path's (median
-  of the pairs, and every pair); goal >= 5.  Both runs must give the same records (to
-  round-off): the largest relative difference of the objectives is reported beside it.  ``steady``: the same
-  two paths' wall time of a round after round 0 (which factors every shard, the same work on both paths),
-  DANE's rounds driven through the two communicators directly; ``cpu_ratio``: the same with the process's
-  CPU seconds (every thread's), which a loaded machine disturbs less than the wall time (m threads take a
-  larger share of contended cores than one).
-- ``m10000``: the batched path at m = 10,000 on the same data, 10 rounds: the whole
-  run's wall time (data, setup and rounds; goal < 120 s) and the rounds' alone.
-
-Every figure is measured in this run, on this machine, with the load average in ``machine``;
-``--quick`` shrinks the problem for a smoke run (N = 10,000, d = 100, m = 100 / 1,000).
-"""
+"""The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``."""
 from __future__ import annotations
 
 import os

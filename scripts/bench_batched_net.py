@@ -1,38 +1,5 @@
-"""m LeNet-5 workers as one stacked computation against one thread each (issue 35 item 4): JSON section ``batched_net``.
-
-    python -m scripts.bench batched_net --out results/bench.json [--quick] [--skip-without-data]
-
-Local SGD (FedAvg: ``algorithm=local_sgd``, ``--local-steps`` steps of ``--batch-size`` rows at
-lr 0.05, then the mean) on ``problem=mnist_lenet5`` with ``--workers`` simulated workers, run
-for ``--rounds`` rounds by the per-worker path (``sim.batched=false``: one thread a worker)
-and by the batched one (``sim.batched=true``: `dane.problems.stacked_net.StackedNeuralProblem`),
-interleaved, ``--repeats`` times each, same data, same machine, same process:
-
-- ``ratio``: the per-worker path's wall time of the rounds (the summary's ``wall_time_s``:
-  every round's K local steps, its evaluation on the shard and the test slice, and round 0's
-  evaluation) over the batched path's; median of the pairs and every pair; goal >= 5.
-  ``cpu_ratio``: the same with the process's CPU seconds (all threads), which a loaded machine
-  disturbs less.  ``objective_rel_diff_max``: the largest relative difference of the two
-  paths' logged objectives (float32: round-off of float32 sums, `tests/test_batched_net.py`).
-- ``roofline``: what a 5x can come from.  LeNet-5's multiply-adds per image, counted from the
-  layer shapes (`layer_flops`: forward 2 x MACs of every Conv2d and Linear, backward 2 x MACs for
-  each weight gradient and for each input gradient but the first layer's; the element-wise
-  ReLU, pooling, bias and loss left out, so the rates are a floor); one worker's minibatch step
-  (``batch_grad`` of ``--batch-size`` rows, as the local loop calls it) on one thread, as the simulator
-  runs it; the stacked step of the ``--workers`` workers on one thread (`run_batched` holds the
-  batched path to one) by each engine (``loop``, the CPU's default; ``vmap``, grouped
-  convolutions), interleaved with the per-worker steps, best of ``--repeats`` + 1; each as GFLOP/s, beside this machine's float32 GEMM rate (a 2048^3
-  ``torch.mm`` on one thread and on two).  ``cpu_ceiling`` = the one-thread GEMM rate over the
-  per-worker step's: the CPU-time ratio the batched path would reach if its whole step ran at
-  GEMM speed; the wall-time ratio's ceiling is about half of that where the per-worker
-  threads have both cores.
-- `cuda_round` (called by ``scripts/bench_cuda.py --only-batched`` where torch sees a GPU):
-  the batched path at ``--workers`` on CUDA against one worker (the per-worker path) on CUDA,
-  each after a warm-up run; goal: the m workers' round within 2x the one worker's.
-
-Without the MNIST files (``--skip-without-data``) the section says so and nothing runs;
-``--quick`` runs m = 8, 2 local steps, one round (a smoke run); ``--roofline-only`` measures the roofline alone.
-"""
+"""m LeNet-5 workers as one stacked computation against one thread each (issue 35 item 4): JSON section
+``batched_net``."""
 from __future__ import annotations
 
 import contextlib

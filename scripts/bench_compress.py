@@ -1,21 +1,4 @@
-"""What ``comm.compress`` costs and saves (issue 34 item 1): JSON section ``compress``.
-
-    python -m scripts.bench compress [--out results/bench.json] [--repeats 5] [--quick]
-
-Two parts, with the machine and its load average (`dane.synthetic.bench_file.machine`):
-
-- ``compressor_time``: seconds of one compression C(x) of a float64 vector of n entries
-  (n = 500, the synthetic ridge's d, and 30,730, CIFAR softmax regression's), median and
-  spread over ``--repeats`` timings of a loop, with the exact bits of the message and their
-  ratio to the dense 64 n.  This is the compute a worker adds per compressed message; the
-  exchange itself is the dense allreduce of the decoded values (`dane.comm.compression`), so
-  under a launcher the bytes on the wire do not shrink: the bits are the parameter-server
-  model's.
-- ``gd_to_target``: distributed GD in the simulator on ridge_synthetic (N = 4000, d = 100,
-  m = 4) to relative suboptimality 1e-8 (at most 3000 rounds), per compressor, with and
-  without EF21: status, rounds, uplink and downlink bits per worker, simulated time and
-  wall seconds.  The step is GD's default rule unless the row names ``lr``.
-"""
+"""What ``comm.compress`` costs and saves (issue 34 item 1): JSON section ``compress``."""
 from __future__ import annotations
 
 import statistics

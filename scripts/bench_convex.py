@@ -1,26 +1,4 @@
-"""Benchmark of the Newton-type family against ADMM and GD on convex problems.
-
-    python -m scripts.bench convex [--out results/bench.json] [--quick] [--problems NAME ...]
-
-``convex_newton_family`` is merged into ``--out`` (other benchmarks keep theirs).  For each
-problem and worker count, each algorithm (DANE with its safeguard, InexactDANE, AIDE,
-GIANT, DiSCO, ADMM, GD; every one at its conf/algorithm/*.yaml defaults,
-the same λ for all) runs in the in-process simulator
-through `dane.fit` under the package's default α-β (`dane.comm.AlphaBeta()`) until the
-relative suboptimality (O(w) - O*) / |O*| is at most 1e-8, or until its round cap.  Its
-rounds, allreduces (``comm_rounds``), bytes one worker sent and simulated time
-(``time_s`` of that record; the workers' setup is ``setup_s``, apart) are recorded, or
-null with the best relative suboptimality reached.  Every run's rounds.jsonl is kept
-under ``--runs``/<problem>/m<workers>/<algorithm>/ (paper_figs/newton_family.py draws
-them).  Then two goals per (problem, workers) are evaluated from those numbers, see
-`goal_allreduces` and `goal_time`.  (The local solve's cost against d is
-scripts/bench_local_solve.py.)
-
-Problems: softmax regression on MNIST from data_dir (skipped with a message when the
-files are absent), logistic regression on breast_cancer, ridge on diabetes (both
-bundled with scikit-learn), and logistic regression on an rcv1-like LIBSVM file that
-this script writes into results/.  ``--quick`` shrinks everything (tests).
-"""
+"""Benchmark of the Newton-type family against ADMM and GD on convex problems."""
 from __future__ import annotations
 
 import json

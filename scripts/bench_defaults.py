@@ -1,48 +1,4 @@
-"""The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting.
-
-    python -m scripts.bench defaults [--out results/bench.json] [--quick] [--only METHOD ...]
-        [--families NAME ...] [--workers 4 8] [--lams 1e-3 1e-5] [--losses squared logistic]
-
-``defaults`` is merged into ``--out`` (other benchmarks keep theirs).  Cells: the three
-families of `synthetic.defaults_data` (a rare one-hot value, targets of scale 1e5,
-features of condition number 1e6) × ridge and logistic (large_targets: ridge only) ×
-λ ∈ {1e-3, 1e-5} × m ∈ {4, 8}.  In each cell every method runs in the in-process simulator
-(`dane.fit`) at its conf/algorithm defaults and at each setting of its own small grid
-(`METHODS`) until the relative suboptimality (O(w) − O*)/|O*| is at most 1e-8 (the stop
-rule's ``tol``, relative since issue 23) or its round cap.  Per run: rounds and
-allreduces to the target, the status, the best relative suboptimality, and for a run that
-reached it the largest rise of its objective over the start, ``peak_rise`` =
-max_t (O(w_t) − O*)/(O(w_0) − O*) (what `dane.runner.StopRule.blowup` is judged by).
-
-Per method and cell: ``best`` is the grid setting with the fewest allreduces to the
-target; ``ratio`` = default allreduces / best allreduces.  Goals (issue 23): no default
-diverges; every default within 2× of its best (safeguarded DANE: within 1.5× of the best
-fixed μ).  ``misses`` lists every cell and method that misses one.  ``--only dane``
-reruns one method and keeps the others' numbers from ``--out`` (``--families``, ``--workers``,
-``--lams``, ``--losses``: fewer cells).
-
-The federated DANE line (issue 33) runs on the same cells under full participation.  Its grids are
-small and around each default: the proximal weight of S-DANE, Acc-S-DANE, FedDANE and FedRed as
-multiples (`PROX_MULTIPLES`) of the value the default measured (``lam_times_default``: the default
-run's first record holds it), FedProx's μ (the paper's grid), FedAvg's local step, SCAFFOLD's local
-and server steps (`SCAFFOLD_GRID`), Scaffnew's p and step.
-
-*A grid holds the local work per round fixed.*  The cost counted is allreduces, and local steps are
-free in it: on the label-skewed logistic cells SCAFFOLD's rounds fall about as 1/K (the
-``scaffold_k3`` and ``scaffold_k30`` rows beside ``scaffold``), so a grid with K = 30 beside a
-default of K = 10 measures three times the local compute, not a better tuning, and no fixed K can be
-within 2x of it.  K is a
-local-compute budget, as FedAvg's, FedProx's and FedRed's steps per round are: SCAFFOLD's grid tunes
-η_l (in units of the step its default chose) and η_g at the default's K = 10, and the other local
-budgets are rows of their own, each against the same knobs at its own K (``scaffold_k3``,
-``scaffold_k30``).  Option I, a different control variate from the paper's option II that the
-issue names, is a row of its own too (``scaffold_option1``, as ``dane_mu0`` is beside ``dane``).
-Scaffnew is the exception: its p is both its one knob and its expected local steps 1/p, and its
-grid varies it as the paper tunes it.  FedProx and FedAvg (`FLOORED`) converge to a point
-that is not the optimum on differing shards: their goal is to reach the target or to end early at
-that floor with their one-line diagnosis (status ``client_drift``, `baselines.fedprox`), not to
-run to the cap; they are not judged by "within 2x".
-"""
+"""The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting."""
 from __future__ import annotations
 
 import math

@@ -1,46 +1,4 @@
-"""FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json.
-
-    dane bench fednl --out results/bench.json [--rounds 1000] [--repeats 2]
-        [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--threads 1]
-
-L2-regularised logistic regression (λ = 1e-3, intercept added: d = 124 for a9a, 301 for w8a) on the
-LIBSVM files, dealt to 80 (a9a) or 142 (w8a) clients by the package's own loader and sharding
-(``problem=logreg data=libsvm``, iid shards); FedNL (option 2, x⁰ = 0, the default α) with the
-compressors TopK and RandK with k = 8d and none, and FedNL-PP (option 2) with 12 of the 142 w8a
-clients (TopK also at the paper's other α, 1 − sqrt(1 − δ)).  Each run is
-`baselines.fednl.StackedFedNL`: all clients in this one process, their Hessians from one sparse
-product on their supports, their compressions from one call (no thread or loop per client;
-`baselines.fednl_kernels`).  Per (table, compressor): ``repeats`` runs of ``rounds`` rounds, the
-seconds per round of each (the rounds' wall time / rounds; stacking the clients, once per table, is ``setup_s``; the seconds
-per round of each phase, ``phase_s_per_round``: oracles, compress, update, newton), their
-median and spread, the process's CPU seconds per round beside them (on a machine other jobs share,
-closer to what an idle one gives with ``--threads 1``), the ratio of the median to u-FedNL's seconds
-per round in issue 34 (the C++ build measured there on a 2-core AMD EPYC VM, both cores;
-`UFEDNL_S_PER_ROUND`), the process's peak resident memory after the table, and the gradient
-norm at the last iterate, each table with the load average before and after it.
-
-``user_path`` beside each compressor times what a user runs: the simulator through `dane.launch.execute`,
-with the run spec that ``dane train algorithm=fednl problem=logreg data=libsvm data.path=<file> workers=<m>
-rounds=<rounds> algorithm.option=2 algorithm.compressor=<C> ...`` composes (`user_overrides`), into a
-temporary run directory (records written as a user's run writes them).  Its ``s_per_round`` is the run loop's
-wall time over the rounds (``wall_time_s`` of the summary: FedNL's set-up round, H_i⁰ up, and the final
-evaluation included), ``wall_s`` the whole call (the data read and the clients stacked as well), and
-``simulator_path`` which path the simulator took (``batched`` from `dane.batching.AUTO_FROM` workers on).
-
-``--only memory`` (in the default set) answers how far m and d go within `MEMORY_LIMIT_GIB`: the peak
-resident memory of `StackedFedNL` (TopK k = 8d, option 2, `MEMORY_ROUNDS` rounds) on synthetic sparse
-logistic tables (binary features, `NNZ_PER_ROW` non-zeros a row as w8a, `ROWS_PER_CLIENT` rows a client,
-the intercept added), each point in a fresh process: growing d at 142 clients (`MEMORY_DIMS`) and growing m
-at d = 300 (`MEMORY_CLIENTS`).  Key ``memory``: the points (peak MiB, support S, seconds a round) and the
-m and d where a least-squares fit of the peak (quadratic in d: the server's d x d matrices; linear in m: the
-clients' rows and compact Hessians) reaches the limit, an extrapolation named as such.  ``--only`` replaces
-those tables and keeps the others of the section.  A table whose file is missing is skipped with
-the reason in the JSON.
-
-The d x d linear algebra runs with one BLAS thread (``OPENBLAS_NUM_THREADS=1``, set below before
-NumPy loads): on the shared 2-core machine a multithreaded 124 x 124 eigh took over 20 times longer
-than a single-threaded one.
-"""
+"""FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json."""
 from __future__ import annotations
 
 import os

@@ -1,40 +1,4 @@
-"""Benchmarks of the Horovod path and the simulator; JSON into results/bench.json (`make bench`).
-
-    python -m scripts.bench horovod --out results/bench.json [--only SECTION ...]
-
-Sections (each a key of the JSON, merged into an existing file so other benchmarks can
-add their own):
-
-- ``dane_round_overhead``: DANE's round time under ``horovodrun -np 2`` (median, tuned
-  defaults) over the bare cost measured in the same processes (local compute + two raw
-  Horovod allreduces of the same tensors); goal <= 1.25.
-- ``allreduce_latency_ratio``: a 4 KB allreduce through the package under horovodrun
-  (default launch settings) over the same under torchrun (gloo), launches interleaved;
-  goal <= 1.2.  Also reported against gloo with the same core binding, and against
-  Horovod's own ``hvd.synchronize`` in the same launches (``horovod_wait_over_synchronize``,
-  goal <= 1.2: the package's SIGTERM-aware wait costs no more than Horovod's).
-
-Every section carries ``machine`` (`synthetic.bench_file.machine`: kernel, CPU model, load
-average), since these timings depend on the kernel's scheduler and the CPU.
-- ``simulator_error``: |simulated - measured| / measured mean DANE round time at m=2 on
-  the same problem, from ``--launches`` interleaved pairs of launches (a round timing, then
-  an α-β calibration), the simulator predicting each timing from its own pair's
-  calibration; the median pair, every pair with its compute/communication split; goal
-  <= 0.25.  Mean round times, as the calibration fits mean call times
-  (`synthetic.calibrate` says why): a run's time is the sum of its rounds.  Steady rounds on both
-  sides: the launches time rounds that reuse round 1's factors, so the simulated run runs every round
-  (no stopping test) and its mean leaves out round 1 (`steady_round_s`).
-- ``ps_simulator_error``: the same with one parameter server and two workers (``comm=ps``
-  under torchrun against ``sim.topology=ps``, `synthetic.calibrate` ``--topology ps``).
-- ``rounds_to_1e-10``: rounds to suboptimality 1e-10 per (algorithm, N, m) on the
-  synthetic grid, from results/ (missing runs are made first, as `make figures` does).
-- ``federated``: the federated methods, GD and DANE at defaults and their small grids on a LIBSVM
-  table under Dirichlet label skew, m = 100 clients, s of them per round (scripts/bench_federated.py,
-  which writes the section itself; ``dane figures federated_table`` renders it into docs/benchmarks.md).
-- ``batched_workers``: the simulator's per-worker path (one thread a worker) over its batched path (one stacked
-  computation, ``sim.batched``) side by side at m = 1,000 on ridge_synthetic N = 100,000, d = 500 (goal >= 5),
-  and m = 10,000 batched in 10 rounds (goal < 120 s) (scripts/bench_batched.py, which writes the section itself).
-"""
+"""Benchmarks of the Horovod path and the simulator; JSON into results/bench.json (`make bench`)."""
 from __future__ import annotations
 
 import json

@@ -1,34 +1,4 @@
-"""Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json.
-
-    python -m scripts.bench load [--out results/bench.json] [--workers 64 256 1024] [--np 4 8]
-        [--federated-workers 64 256 1024 4096 10000] [--repeats 3] [--federated-repeat-below 1024]
-
-- ``simulator``: ``python -m experiments.train workers=m`` (DANE, ``ridge_synthetic`` with
-  its defaults, N=18000 and d=500, ``--rounds`` rounds, no tolerance) for each m: the
-  launch's wall time, the run's setup time, its median simulated time per round
-  (``round_s``, from rounds.jsonl) and its real wall time (``wall_time_s``), and the
-  process's peak resident memory (the kernel's ``ru_maxrss`` of
-  that child).  ``largest_m_within`` fits peak memory = a + b m by least squares over the
-  points and solves for the memory given (default 24 GiB, this machine's): an
-  extrapolation, labelled as one.
-- ``oversubscribed``: ``horovodrun -np k --gloo`` of the same run for each k, on however
-  many cores this machine has (2 here): whether it finished, its exit status, the median
-  wall time per round (``round_s``, rounds 2..R of rounds.jsonl), the launch's wall time.
-
-- ``federated_scale``: the simulator at federated scale, ``problem.n_samples=100000`` (d=500)
-  for m in ``--federated-workers`` (default 64 .. 10,000: 10 rows per worker at the end,
-  where the exact local solve is Woodbury's, `dane.problems.ridge.RidgeShard`), each
-  launch a fresh process: peak resident memory (``peak_rss_gib``), the rounds' wall time
-  per round (``wall_round_s``, the run's ``wall_time_s`` over its rounds: workers' compute
-  and the threads' collectives), the rest of the launch's wall time (``outside_rounds_s``:
-  imports, the m shards built one after another, the process's exit), the simulated time
-  per round and the local-solve path.
-  Points up to ``--federated-repeat-below`` workers are repeated ``--repeats`` times
-  (median, min and max); the reference optimum is computed (or read from its disk cache)
-  once before the first point.  ``python -m paper_figs.federated_scale`` draws it.
-
-Each point sits beside the load average it was taken under.
-"""
+"""Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json."""
 from __future__ import annotations
 
 import os

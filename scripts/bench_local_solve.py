@@ -1,15 +1,4 @@
-"""The cost of one DANE local solve against d, by Cholesky and by CG: time and peak memory.
-
-    python -m scripts.bench local_solve [--out results/bench.json] [--quick] [--repeats 3]
-
-Writes ``local_solve_cost`` into ``--out`` (other benchmarks keep theirs): one DANE round's
-local solve on one worker (ridge, n_i = 2d rows) for d = 500 and 5,000 dense and 50,000
-sparse (`synthetic.sparse_data`), by Cholesky and by CG: time (median of ``--repeats``,
-with min and max) and peak memory, each case in its own subprocess (its peak resident set
-minus its own baseline after its imports, `peak_rss_kb`).  A Cholesky case that cannot fit
-in memory is recorded as skipped, with why.  The load average before and after is recorded.
-``paper_figs/local_solve_cost.py`` draws it.  ``--quick`` shrinks the cases (tests).
-"""
+"""The cost of one DANE local solve against d, by Cholesky and by CG: time and peak memory."""
 from __future__ import annotations
 
 import argparse  # SUPPRESS: the options of the per-case subprocess are not shown

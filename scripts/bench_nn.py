@@ -1,21 +1,4 @@
-"""Benchmark: rounds, bytes and time to 97% test accuracy on MNIST-LeNet5, 4 workers, DANE and each baseline.
-
-Real MNIST t10k (split 8,000 train / 2,000 test, seeded) from data_dir, LeNet-5, 4 workers
-in the in-process simulator: 4 threads, one core each, whose simulated parallel time is
-each worker's measured compute plus the α-β ring-allreduce model.  Not horovodrun -np 4:
-on a 2-core machine 4 ranks would time-share the cores and the wall time would measure
-that, not the algorithm.  The algorithms and their settings are those of
-``paper_figs/target_table.py`` (each spends about one pass over its shard per round).
-Each run stops at the target (``early_stop.target``) or after ``--rounds``; without the
-MNIST files it exits with status 2, unless ``--from-runs RESULTS`` reads the fixed-budget
-runs of the target table instead of running anything.  Times are simulated under the
-experiment's pinned α-β and, where results/calibration.json exists, re-timed exactly to
-the calibrated α-β too (``simulated_time_s_at_calibration``).  The result is merged into ``--out`` under ``mnist_lenet5_to_97``, whichever algorithm wins
-(``--only`` reruns some algorithms and keeps the others' earlier rows).
-
-    python -m scripts.bench nn [--out results/bench.json] [--rounds 40] [--only dane sync_sgd]
-    python -m scripts.bench nn --from-runs results
-"""
+"""Benchmark: rounds, bytes and time to 97% test accuracy on MNIST-LeNet5, 4 workers, DANE and each baseline."""
 from __future__ import annotations
 
 import sys

@@ -1,30 +1,4 @@
-"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K).
-
-For each cell (a LIBSVM table, m clients, iid or Dirichlet shards, s clients a round) this runs S-DANE at its
-default λ (`baselines.federated.sampled_prox_weight`), at the full-participation default it replaced (the δ_A rule,
-read from a one-round run with all clients), and at the default times each grid factor; Acc-S-DANE at the two
-defaults.  FedDANE is not run: with S'_t = S_t and exact solves it is S-DANE round for round
-(tests/test_federated.py).  Under sampling no fixed λ converges (the sampled gradient is not zero at the optimum),
-so each run reports its best relative suboptimality (the floor), where it stopped (``sampling_floor`` or the cap),
-and the first round at or below each target; ``summary`` compares the default's rounds to ``--target`` with the
-grid's fewest.
-
-``--fedred`` runs FedRed (``local_solver=steps``) instead: at its default (``local_steps=null``: the sampled step
-count of `baselines.fedred`), at the ten steps it replaced, at the default's K times each of `STEP_GRID`, and at
-ten steps with S-DANE's sampled default λ (is λ the knob?); each run stops at ``--target`` (the rounds to the target
-are what the cell compares) or, as FedRed's type-1 control variates have a floor under sampling, with status
-``sampling_floor`` (a stop added after sampled_lambda_fedred.json and sampled_lambda_fedred_w8a.json were measured).
-
-    .venv/bin/python -m scripts.bench sampled_lambda --out results/bench_runs/sampled_lambda.json
-    .venv/bin/python -m scripts.bench sampled_lambda --acc --out results/bench_runs/sampled_lambda_acc.json
-    .venv/bin/python -m scripts.bench sampled_lambda --fedred --jobs 2 --out results/bench_runs/sampled_lambda_fedred.json
-
-``--update`` reruns only the cells this invocation names and writes them into ``--out``'s existing JSON in place of
-the cells with the same table, m, sharding and s, keeping the others; each rerun cell carries its own ``run`` (the
-arguments, the date and the load average), so a cell rerun after a fix says when and how it was measured:
-
-    .venv/bin/python -m scripts.bench sampled_lambda --tables phishing --shardings dirichlet --update
-"""
+"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K)."""
 from __future__ import annotations
 
 import argparse

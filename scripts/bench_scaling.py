@@ -1,44 +1,4 @@
-"""Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json.
-
-    python -m scripts.bench scaling [--out results/bench.json] [--repeats 3] [--only ridge mnist]
-
-- ``ridge``: time to suboptimality 1e-8 on ``ridge_synthetic`` (N=18000, d=2000), DANE with
-  its defaults, setup included: ``setup_s + time_s`` of the run's summary.json (a worker's
-  own setup, its rows and its Gram matrix, then its rounds), and the launcher's wall time
-  (Python start, imports, Horovod start, reading the cached reference optimum).  The
-  optimum is made once before the launches (``reference_optimum_s``; ``..._was_cached``
-  says whether an earlier run had already made it), as the first run of a problem does.
-  np=1 and np=2 alternate, ``--repeats`` times each; medians, min and max, the load
-  average before and after every launch.  Two thread settings:
-  ``default`` (the package's launch: one rank gets every core's intra-op thread, two ranks
-  one core each) and ``one_thread`` (OMP_NUM_THREADS=1: one core per worker in both).
-  Goal (issue 22, item 6): np1 / np2 >= 1.5 on ``one_thread``, one core per worker on both
-  sides; ``default`` is reported beside it.  ``tol`` is relative (suboptimality / |O*|).
-  ``ceiling``: after each one_thread pair, two np=1 runs at once, one per core; the ratio
-  a perfect np=2 would reach here (`ridge_ceiling`).
-- ``factorization``: one core's time for a Cholesky factorization and an eigendecomposition
-  of a d=2000 local Hessian, and their ratio, the break-even count that
-  `dane.problems.quadratic.EIGH_BREAK_EVEN` stands for; and ``one_rhs_solve``, one
-  right-hand side through that factor by ``torch.cholesky_solve`` (LAPACK potrs) against
-  `dane.linalg.cholesky_solve` (two triangular solves, what every exact local solve uses).
-- ``background_loop``: the share of a computing rank's core that Horovod's background loop
-  takes (other threads' CPU seconds per wall second, `synthetic.background_cpu`), under
-  horovodrun -np 2 at the convex problems' cycle, 1 ms and the networks' cycle, taking
-  turns, ``--repeats`` times each: why a network run gets the long cycle.
-- ``mnist_lenet5``: time per round (``inner_steps=null``: one pass over each worker's shard)
-  under horovodrun -np 1 and -np 2, median of rounds 2..R of each launch; goal np1 / np2 >= 1.8.
-  Two variants, each np=1/np=2 pair launched side by side: ``default`` (the package's
-  Horovod cycle for a network) and ``cycle_0.1ms`` (the convex problems' short cycle, whose
-  background loop shares each rank's core during its seconds of compute).
-  ``ceiling``: after each default pair, two np=1 runs at once, one per core
-  (`synthetic.launchers.horovodrun_side_by_side`); 2 x alone / beside is the ratio a
-  perfect np=2 would reach on this machine, and ``ratio_over_ceiling`` how near the
-  package comes to it.
-  Skipped, with the reason in the JSON, when ``<data_dir>/mnist`` is absent.
-
-Timings on a shared machine are noisy: every number sits beside the load average it was
-taken under.
-"""
+"""Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json."""
 from __future__ import annotations
 
 import json

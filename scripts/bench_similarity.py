@@ -1,17 +1,4 @@
-"""Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4).
-
-    python -m scripts.bench similarity [--out results/bench.json] [--quick] [--workers 10]
-
-Writes ``similarity`` into ``--out`` (other benchmarks keep theirs). For each data set (real
-a9a from ``$DANE_DATA_DIR/libsvm/a9a``, default ../shared/data, skipped with its reason when
-absent; and a synthetic logistic problem whose two classes have shifted means, so label skew
-is covariate skew) and each sharding (Dirichlet α ∈ {0.1, 0.5, 1} and iid) at m workers:
-logistic regression with an intercept, (λ/2)||w||², safeguarded DANE at its defaults in the
-simulator until the relative suboptimality (O − O*)/|O*| is at most 1e-8 (O* from
-``optimum=auto``), and δ = max_i ||∇²O_i − ∇²O||₂ with its mean-square and Frobenius variants
-(`dane.similarity`) at w_0 = 0 and at the last iterate. ``paper_figs/similarity.py`` draws
-rounds against δ. ``--quick``: the synthetic set only, small, two shardings (the tests).
-"""
+"""Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4)."""
 from __future__ import annotations
 
 import os

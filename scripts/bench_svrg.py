@@ -1,35 +1,4 @@
-"""InexactDANE's and AIDE's local solver, SVRG: its cost compiled and in torch, a round, and the defaults to 1e-8.
-
-    python -m scripts.bench svrg [--out results/bench.json] [--quick] [--repeats 7] [--sections ...]
-
-Writes ``svrg_local_solver`` into ``--out`` (other benchmarks keep theirs), one entry per section:
-
-- ``pass_cost``: one SVRG pass (compiled, `dane.svrg_kernels`; 3 passes timed, divided by 3)
-  against one full local gradient (``data_value_grad``) on the same rows, and one pass of
-  the torch reference (`dane.local_solvers.svrg_reference`), side by side in one process,
-  repeats interleaved: dense 5,160 x 14 logistic, sparse rcv1-like 5,000 x 20,000 logistic,
-  dense 2,000 x 785 softmax (10 classes).  Goal: pass / gradient <= 3.
-- ``compile_cost``: a fresh process with an empty numba cache (``NUMBA_CACHE_DIR``), then
-  a second one with the cache it left: ``import dane.svrg_kernels`` (numba) and the first
-  solve of each kernel.
-- ``inexact_dane_round``: InexactDANE's round at its defaults (3 passes) on 4 simulated
-  workers x 5,160 dense rows, d = 14 (13 standard normal features + intercept, logistic
-  labels), wall time per round, compiled and (one round) the torch reference, against the
-  public Octave + mex reference's 0.017 s on the same kind of shards (DESIGN.md section 9;
-  not re-run here).  Goal: <= 3 x 0.017 s.
-- ``sparse_launch``: ``python -m experiments.train problem=logreg data=libsvm
-  problem.lam=1e-4 problem.fit_intercept=false algorithm=inexact_dane workers=2`` on
-  `synthetic.sparse_data.write_sparse_libsvm` (10,000 x 20,000, seed 0): wall time of the
-  launch and time per round from its rounds.jsonl.
-- ``convergence``: InexactDANE and AIDE at their defaults (and AIDE at the former τ = 0.1,
-  and InexactDANE with ``svrg_variant=matlab``, where cheap) on every problem of
-  scripts/bench_convex.py, in the in-process simulator: rounds to relative suboptimality
-  1e-8 against O* from a Newton solve of the full data in this process, or the best reached
-  by the round cap.
-
-Every section records the load average before and after; times are medians with min and
-max.  ``--quick`` shrinks everything (tests).
-"""
+"""InexactDANE's and AIDE's local solver, SVRG: its cost compiled and in torch, a round, and the defaults to 1e-8."""
 from __future__ import annotations
 
 import argparse

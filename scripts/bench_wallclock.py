@@ -1,44 +1,4 @@
-"""Launch-to-answer wall clock, split into its parts; JSON under ``wallclock`` in results/bench.json.
-
-    python -m scripts.bench wallclock [--out results/bench.json] [--repeats 3] [--data-dir DIR] [--quick]
-
-Per problem (a generated rcv1-like sparse logistic regression, MNIST softmax from the t10k
-files in ``<data_dir>/mnist``, skipped with the reason where they are absent, and a
-generated dense logistic regression with unequal column scales, read from an .npz):
-
-- ``horovodrun_np1``, ``horovodrun_np2`` and ``simulator_m2`` (plain python,
-  ``workers=2``): one `experiments.train` launch each.  The benchmark takes
-  ``time.time()`` as it starts the command and when it returns; rank 0's summary.json
-  gives its marks (`dane.timeline`: ``clock_origin`` puts them on the same clock,
-  ``process_start`` is the process's start by the kernel's boot clock, 10 ms ticks) and
-  its modification time is the moment the answer is on disk.  Parts, which add up to the
-  total by construction: ``launcher`` (command start to rank 0's process start: horovodrun's
-  own Python, its rendezvous, spawning), ``imports`` (to the ``config`` mark: interpreter,
-  imports, Hydra), ``data`` (to ``data``: file read, shard built), ``reference`` (to
-  ``reference``; 0 here: the timed runs ask for none), ``setup`` (to ``round0``: the
-  algorithm built), ``rounds`` (to ``end``), ``write`` (to summary.json's mtime), and
-  ``exit`` (to the command's return: shutdown, horovodrun's teardown).  ``answer_s`` is
-  command start to summary.json; ``total_s`` to the command's return.
-- ``scipy_lbfgsb`` and ``sklearn_lbfgs``: one plain python process (no torch, no dane),
-  this file with ``--baseline``: interpreter and imports, the same file read, the fit,
-  its result written; timed the same way (``fit_s`` is the fit alone, by perf_counter
-  in the process).  Their objective is the package's, (1/N) Σ f + (λ/2)‖w‖² (an intercept
-  is an appended column of ones, regularized as the package does), checked by
-  evaluating it at the package's cached optimum (``objective_check``); scikit-learn gets
-  ``C = 1/(N λ)``, ``fit_intercept=False`` on those columns.
-- ``bare_python`` (``python -c "import torch, horovod.torch"``) and ``bare_horovodrun``
-  (``horovodrun -np 2 --gloo python -c "import torch, horovod.torch as h; h.init()"``).
-
-Untimed, before the launches: O* (``problem.optimum=auto`` in two simulator runs, one per
-method, with a cache of the section's own), GIANT against DiSCO at their defaults, the
-method chosen by allreduces to 1e-8 relative suboptimality (a DiSCO round holds a whole
-PCG, so its rounds do not compare with GIANT's), the gradient-norm ``tol`` that stops that
-method's run there, and the L-BFGS-B ``gtol`` (and scikit-learn ``tol``) that reach it.
-Every timed run reports the relative suboptimality (final objective − O*)/|O*| it reached.
-The variants take turns within each repeat, the order rotated each repeat; medians, min
-and max, the load average around each problem.  Goals: np2's answer at most 2 s above the
-bare horovodrun line; np2's rounds no slower than L-BFGS-B's fit in one process.
-"""
+"""Launch-to-answer wall clock, split into its parts; JSON under ``wallclock`` in results/bench.json."""
 from __future__ import annotations
 
 import json

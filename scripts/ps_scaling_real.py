@@ -1,17 +1,4 @@
-"""The real points of the parameter-server figure (paper_figs/ps_scaling.py), on this machine at m=2.
-
-    python -m scripts.bench ps_scaling_real [--results results]      # or: make ps-scaling
-
-Runs the figure's job (safeguarded DANE, synthetic ridge N=18000, d=500, 10 rounds) for
-real, each into its own folder under ``<results>/ps_scaling/real/``:
-
-- ``horovod_np2``: ``horovodrun -np 2 --gloo`` (ring allreduce, two workers);
-- ``ps_1server_np3``: ``torchrun --standalone --nproc_per_node 3 ... comm=ps`` (two workers
-  and one parameter server).
-
-A folder whose run finished is kept (delete it to remake it), so the figure draws from
-the same logs every time.
-"""
+"""The real points of the parameter-server figure (paper_figs/ps_scaling.py), on this machine at m=2."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,36 +1,4 @@
-"""Time against the number of workers for MNIST LeNet-3 and LeNet-5 (the source paper's Figures 3-4): the runs.
-
-    python -m scripts.bench time_vs_workers [--problems mnist_lenet5 mnist_lenet3] [--seeds 0 1 2]
-        [--workers 1 2 4 6 8] [--real 1 2] [--rounds 30] [--target 0.95] [--quick] [--out DIR]
-    python -m paper_figs.time_vs_workers           # the figure, from these runs (or: make time-vs-workers)
-
-Plain DANE (η=1, μ=0, ``algorithm.safeguard=false``, as in the paper's tables;
-conf/experiment/table_mnist_lenet5.yaml) with ``problem.inner_steps=null``: every round
-each worker makes one pass over its shard, so a round is an epoch of the training set
-whatever the number of workers.  Each run stops at ``--target`` test accuracy
-(``early_stop.target``) or after ``--rounds`` rounds.  For each problem and seed:
-
-- the simulator (``workers=m`` in this process, m in ``--workers``): each worker's
-  compute is timed on its own thread's CPU clock, each allreduce is charged the α-β ring
-  cost measured at the start of this script (`synthetic.calibrate.calibrate`, saved as
-  ``calibration.json`` in the output folder).  m=1 also runs on that clock, through a
-  one-worker simulation (``sim.single_worker=true``), so that all simulated points are
-  timed alike and the machine's other load does not enter them;
-- real Horovod runs, ``horovodrun -np N --gloo python -m experiments.train ...`` for N
-  in ``--real``, timed by the wall clock, with ``OMP_NUM_THREADS=1`` (one core per
-  worker, as in the simulator; the package binds each rank to its own cores).
-
-Each run goes to ``<out>/<problem>/<backend>_m<m>_seed<s>/`` (backend ``simulator`` or
-``horovod``), a normal run directory (``rounds.jsonl``, ``summary.json``,
-``config.yaml``).  A directory whose summary and saved config match the job (same
-algorithm, problem, seed, workers, backend, round budget and target; the α-β aside) is
-kept, so a rerun only makes what is missing.  Simulated runs kept from an earlier
-calibration are put on the current one by the figure (`paper_figs.common.retime`, exact).
-``--keep-calibration`` reuses the folder's calibration.json instead of measuring anew.
-
-Exit status 2, with one line, when MNIST or Horovod is missing; 1 when a run failed
-(the others are still made).
-"""
+"""Time against the number of workers for MNIST LeNet-3 and LeNet-5 (the source paper's Figures 3-4): the runs."""
 from __future__ import annotations
 
 import json
