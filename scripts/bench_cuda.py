@@ -11,11 +11,11 @@ import torch
 
 
 from scripts.bench_batched_net import cuda_round
-from scripts.bench_scaling import load, median_round_s, mnist_dir, now, spread
+from scripts.bench_scaling import median_round_s, mnist_dir
 from dane.results import read_rounds, read_summary
 from dane.synthetic.bench_file import merge_section
 from dane.synthetic.launchers import REPO, torchrun
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, load, now, option, spread
 
 KEY = "cuda"
 BASELINE_KEY = "cuda_baseline"  # --only-baseline's section (a full run keeps it under KEY's "baseline")
@@ -258,8 +258,7 @@ def baseline(rounds: int, devices: list[str], config=None, repeats: int = 2) -> 
 
 
 def _spread(runs: list[dict], key: str, **match) -> dict | None:
-    values = [r[key] for r in runs if key in r and all(r.get(k) == v for k, v in match.items())]
-    return spread(values) if values else None
+    return spread([r[key] for r in runs if key in r and all(r.get(k) == v for k, v in match.items())])
 
 
 def ratios(result: dict) -> dict:

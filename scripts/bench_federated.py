@@ -373,7 +373,3 @@ BENCH = Bench(KEY, run, "the federated methods on a LIBSVM table under label ske
            help="round caps of the methods with local solves and of those with local gradient steps"),
     option("--defaults-only", action="store_true",
            help="run each method at its defaults only, without its grid (a shorter run)")), only=tuple(METHODS))
-
-
-if __name__ == "__main__":
-    main()

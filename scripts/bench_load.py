@@ -13,15 +13,11 @@ from pathlib import Path
 from dane.results import read_rounds, read_summary
 from dane.problems import RidgeSyntheticConfig
 from dane.synthetic.launchers import REPO, launch_env, venv_bin
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, load, option
 
 KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
 GIB = 2 ** 30
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def launch(cmd: list[str], out: Path, timeout: float) -> dict:

@@ -18,10 +18,10 @@ from dane.problems import RidgeSyntheticConfig
 from dane.problems.quadratic import EIGH_BREAK_EVEN
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
 from dane.results import read_rounds, read_summary
-from dane.synthetic.bench_file import machine, merge_section
+from dane.synthetic.bench_file import merge_section
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
 from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, load, now, option, spread
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -31,18 +31,6 @@ SECTIONS = ("ridge", "factorization", "background_loop", "mnist")
 THREADS = {"default": {}, "one_thread": {"OMP_NUM_THREADS": "1"}}
 #: the package's Horovod cycle for a network (auto: HorovodOptions.COMPUTE_BOUND_CYCLE_MS) against the convex problems'
 MNIST_VARIANTS = {"default": (), "cycle_0.1ms": ("comm.horovod_cycle_time_ms=0.1",)}
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def launch(np: int, overrides: tuple[str, ...], out: Path, env: dict[str, str]) -> dict | None:

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, load, option, spread
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,13 +113,6 @@ def baseline_child(spec_file: str) -> None:
 
 
 # ---------------------------------------------------------------------- arithmetic
-def spread(values: list[float]) -> dict | None:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
 def package_parts(t_cmd: float, t_exit: float, t_answer: float, timeline: dict) -> dict:
     """A launch's parts (seconds) from its command's start and return, summary.json's mtime and rank 0's marks."""
     origin = timeline["clock_origin"]
@@ -314,10 +306,6 @@ def calibrate_baselines(problem: dict, optimum: float, cache: Path) -> dict:
 
 
 # ---------------------------------------------------------------------- timed launches
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def timed(cmd: list[str], env: dict, answer: Path | None) -> tuple[float, float, float | None, str | None]:
     """(command start, return, answer file's mtime, error): time.time() around one command."""
     start = time.time()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,19 @@ def option(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict]:
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def load() -> list[float]:
+    """The load average, rounded to 0.01: what every launch and record is taken beside."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def spread(values: list) -> dict | None:
+    """Median, min, max and count of the repeats that gave a value (None left out); None where none did."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 class Run:
@@ -76,7 +90,7 @@ class Run:
 
     def finish(self, section: dict, key: str | None = None) -> dict:
         """The last save: the load average after and the wall seconds added, then the goals table."""
-        section.update(load_avg_after=[round(x, 2) for x in os.getloadavg()],
+        section.update(load_avg_after=load(),
                        wall_s=round(time.perf_counter() - self.start, 1))
         self.save(section, key)
         from dane.synthetic.bench_file import read_bench
