@@ -17,7 +17,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 from dane.synthetic.bench_file import machine
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, now, option
 
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes (DESIGN §9)
@@ -67,7 +67,7 @@ def pass_cost(args, log) -> dict:
 
     out = {"what": "one SVRG pass (3 passes timed / 3, compiled) and one torch-reference pass, against one full "
                    "local gradient on the same rows; lam = 1e-4, w = anchor = 0, one torch thread",
-           "goal": "svrg_pass / full_gradient <= 3", "load_avg_before": list(os.getloadavg()), "cases": []}
+           "goal": "svrg_pass / full_gradient <= 3", "cases": []}
     for name, shard in pass_cases(args.quick):
         w = torch.zeros(shard.dim, dtype=torch.float64)
         sub = Subproblem(shard, w, torch.zeros_like(w), 0.0, shard.l2)
@@ -94,7 +94,6 @@ def pass_cost(args, log) -> dict:
         log(f"  {name}: pass {row['svrg_pass']['median_s'] * 1e3:.3g} ms, gradient "
             f"{row['full_gradient']['median_s'] * 1e3:.3g} ms (x{row['pass_over_gradient']:.2f}), torch reference "
             f"{row['reference_pass']['median_s'] * 1e3:.4g} ms (x{row['reference_over_compiled']:.0f})")
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -122,7 +121,7 @@ print(json.dumps(out))
 def compile_cost(args, log) -> dict:
     out = {"what": "a fresh process: import dane.svrg_kernels (numba), then per kernel the first SVRG solve (one "
                    "pass, small rows: compile or cache load) and a second one; cold = empty NUMBA_CACHE_DIR, "
-                   "warm = the cache the cold process left", "load_avg_before": list(os.getloadavg())}
+                   "warm = the cache the cold process left"}
     code = COMPILE_CHILD.format()  # run in ROOT with PYTHONPATH=ROOT: scripts.bench_svrg imports
     with tempfile.TemporaryDirectory() as cache:
         for label in ("cold", "warm"):
@@ -135,7 +134,6 @@ def compile_cost(args, log) -> dict:
             out[label]["first_solves_total_s"] = sum(out[label]["first_solve_s"].values())
             log(f"  {label}: import {out[label]['import_s']:.2f} s, first solves "
                 f"{out[label]['first_solves_total_s']:.2f} s in all")
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -170,7 +168,7 @@ def inexact_dane_round(args, log) -> dict:
            "public_reference_round_s": REFERENCE_ROUND_S,
            "public_reference": "Octave + compiled mex SVRG, one snapshot per round, same shards, step and passes "
                                "(DESIGN.md section 9; measured on this kind of machine, not re-run here)",
-           "goal": "round <= 3 x 0.017 s", "load_avg_before": list(os.getloadavg())}
+           "goal": "round <= 3 x 0.017 s"}
     simulate_rounds(InexactDANEConfig(), problems(), 1)  # compile or load the cache
     _, walls = simulate_rounds(InexactDANEConfig(), problems(), rounds)
     out["compiled"] = {**spread(walls[:-1]), "rounds": len(walls) - 1}  # the last record is the final evaluation
@@ -190,7 +188,6 @@ def inexact_dane_round(args, log) -> dict:
         out["torch_reference"] = {**spread(walls[:1]), "rounds": 1}
         out["torch_over_compiled"] = walls[0] / out["compiled"]["median_s"]
         log(f"  torch reference: {walls[0]:.3g} s a round")
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -201,8 +198,7 @@ def sparse_launch(args, log) -> dict:
     rounds = 3 if args.quick else 10
     out = {"what": f"python -m experiments.train problem=logreg data=libsvm problem.lam=1e-4 "
                    f"problem.fit_intercept=false algorithm=inexact_dane workers=2 rounds={rounds} on "
-                   f"write_sparse_libsvm({rows}, {features}, seed=0): launch wall time and rounds.jsonl time_s",
-           "load_avg_before": list(os.getloadavg())}
+                   f"write_sparse_libsvm({rows}, {features}, seed=0): launch wall time and rounds.jsonl time_s"}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sparse.svm"
         write_sparse_libsvm(path, rows, features, seed=0)
@@ -227,7 +223,6 @@ def sparse_launch(args, log) -> dict:
                             if k in ("wall_time_s", "setup_s", "status", "final_objective")})
     log(f"  launch {out['launch_wall_s']:.1f} s, {out['round_time']['median_s'] * 1e3:.3g} ms a round (simulated "
         "time: the workers' measured compute plus the alpha-beta allreduce model)")
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -266,7 +261,7 @@ def convergence(args, log) -> dict:
     out = {"what": f"rounds to relative suboptimality (O(w) - O*)/|O*| <= {REL_TOL:g} at the yaml defaults, in the "
                    "in-process simulator (threads), O* from Newton's method on the whole data here; the problems "
                    "and worker counts of scripts/bench_convex.py",
-           "load_avg_before": list(os.getloadavg()), "problems": {}}
+           "problems": {}}
     for bench in benches(bench_args):
         try:
             cfg = bench.problem(bench.source())
@@ -296,7 +291,6 @@ def convergence(args, log) -> dict:
                                                                  else ""))
             entry["workers"][str(m)] = rows
         out["problems"][bench.name] = entry
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -311,8 +305,8 @@ def run(bench: Run) -> None:
     for name in args.sections:  # each section merged as it ends, so a later failure loses nothing
         log(name)
         began = time.perf_counter()
-        report[name] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-                        **SECTION_FUNCTIONS[name](args, log)}
+        head = {"started_at": now(), "machine": machine(), "load_avg_before": list(os.getloadavg())}
+        report[name] = {**head, **SECTION_FUNCTIONS[name](args, log), "load_avg_after": list(os.getloadavg())}
         report[name]["wall_s"] = time.perf_counter() - began
         bench.save(report)
     bench.finish(report)
