@@ -93,6 +93,16 @@ def ridge_twins(out: Path, repeat: int, env: dict[str, str]) -> list[dict]:
     return runs
 
 
+def twin_pairs(runs: list[dict], key: str) -> list[tuple[dict, float]]:
+    """Per repeat that has both: (the np=1 run alone, the mean ``key`` of its twins beside each other)."""
+    alone = {r["repeat"]: r for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
+    beside: dict[int, list[float]] = {}
+    for r in runs:
+        if r["np"] == "twin" and r["status"] != "launch_failed":
+            beside.setdefault(r["repeat"], []).append(r[key])
+    return [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+
+
 def ridge_ceiling(runs: list[dict]) -> dict:
     """The np1 / np2 ratio of a perfect np=2 on the ridge: T1 / (S_beside / 2 + R1), per repeat.
 
@@ -102,12 +112,7 @@ def ridge_ceiling(runs: list[dict]) -> dict:
     rank has beside a busy core and then needs no more round time than np=1's single
     step: an upper bound on what any μ rule reaches here.  Medians over the repeats.
     """
-    alone = {r["repeat"]: r for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
-    beside: dict[int, list[float]] = {}
-    for r in runs:
-        if r["np"] == "twin" and r["status"] != "launch_failed":
-            beside.setdefault(r["repeat"], []).append(r["setup_s"])
-    pairs = [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+    pairs = twin_pairs(runs, "setup_s")
     if not pairs:
         return {"ceiling": None}
     per_repeat = spread([(a["setup_s"] + a["time_s"]) / (b / 2 + a["time_s"]) for a, b in pairs])
@@ -267,12 +272,7 @@ def ceiling(runs: list[dict]) -> dict:
     other core works too, and never waits.  It is an upper bound: a real round also waits
     for the slower rank and for its allreduces.  Medians over the repeats that have both.
     """
-    alone = {r["repeat"]: r["round_s"] for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
-    beside: dict[int, list[float]] = {}
-    for r in runs:
-        if r["np"] == "twin" and r["status"] != "launch_failed":
-            beside.setdefault(r["repeat"], []).append(r["round_s"])
-    pairs = [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+    pairs = [(a["round_s"], b) for a, b in twin_pairs(runs, "round_s")]
     if not pairs:
         return {"ceiling": None}
     per_repeat = spread([2 * a / b for a, b in pairs])
