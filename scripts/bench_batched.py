@@ -1,7 +1,6 @@
 """The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``."""
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
@@ -10,28 +9,18 @@ import torch
 from dane.comm.batched import BatchedGroup, run_batched
 from dane.comm.threads import ThreadGroup, meter_for
 from dane.dane import DANE
-from dane.experiments.config import run_spec
 from dane.problems import RidgeSyntheticConfig
-from dane.launch import execute
-from scripts.harness import Bench, Run, option
-from dane.synthetic.sweep import compose_job
+from scripts.harness import Bench, Run, load, option, timed_run
 
 KEY = "batched_workers"
 MU = 1.0
 ALGORITHM = ("algorithm=dane", f"algorithm.mu={MU}")
 
 
-def timed_run(n: int, d: int, m: int, rounds: int, batched: str) -> dict:
-    """One simulated DANE run: the whole call's wall time, the rounds' (the summary's), its records."""
-    spec = run_spec(compose_job((f"workers={m}", f"problem.n_samples={n}", f"problem.dim={d}", f"rounds={rounds}",
-                                 "tol=null", "tol_abs=null", "quiet=true", f"sim.batched={batched}", *ALGORITHM)))
-    collected: dict = {}
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    summary = execute(spec, None, collect=collected)
-    total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return {"total_s": total, "total_cpu_s": cpu, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
-            "objectives": [r["objective"] for r in collected["records"]],
-            "simulated_time_s": summary["simulated_time_s"], "load_avg": [round(x, 2) for x in os.getloadavg()]}
+def job(n: int, d: int, m: int, rounds: int, batched: str) -> tuple[str, ...]:
+    """The overrides of one simulated DANE run on ridge_synthetic (`scripts.harness.timed_run` times it)."""
+    return (f"workers={m}", f"problem.n_samples={n}", f"problem.dim={d}", f"rounds={rounds}", "tol=null",
+            "tol_abs=null", "quiet=true", f"sim.batched={batched}", *ALGORITHM)
 
 
 def steady_batched(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float, float]:
@@ -83,8 +72,8 @@ def sync(device: torch.device) -> None:
 def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
     pairs = []
     for k in range(repeats):
-        threads = timed_run(n, d, m, rounds, "false")
-        batched = timed_run(n, d, m, rounds, "true")
+        threads = timed_run(*job(n, d, m, rounds, "false"))
+        batched = timed_run(*job(n, d, m, rounds, "true"))
         assert threads["path"] == "threads" and batched["path"] == "batched"
         diff = max(abs(a - b) / abs(a) for a, b in zip(threads["objectives"], batched["objectives"]))
         pairs.append({"threads_rounds_s": threads["rounds_s"], "batched_rounds_s": batched["rounds_s"],
@@ -103,7 +92,7 @@ def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
         _, batched_s, batched_cpu = steady_batched(config, m, rounds)
         steady.append({"threads_round_s": threads_s, "batched_round_s": batched_s, "ratio": threads_s / batched_s,
                        "threads_round_cpu_s": threads_cpu, "batched_round_cpu_s": batched_cpu,
-                       "cpu_ratio": threads_cpu / batched_cpu, "load_avg": [round(x, 2) for x in os.getloadavg()]})
+                       "cpu_ratio": threads_cpu / batched_cpu, "load_avg": load()})
         log(f"m={m}, a round after round 0: per-worker {threads_s:.3f} s ({threads_cpu:.3f} s CPU), batched "
             f"{batched_s:.3f} s ({batched_cpu:.3f} s CPU), ratio {steady[-1]['ratio']:.1f} (CPU "
             f"{steady[-1]['cpu_ratio']:.1f})")
@@ -115,7 +104,7 @@ def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
 
 
 def large(n: int, d: int, m: int, rounds: int, log) -> dict:
-    run = timed_run(n, d, m, rounds, "true")
+    run = timed_run(*job(n, d, m, rounds, "true"))
     log(f"m={m} batched: {run['total_s']:.1f} s in all, {run['rounds_s']:.1f} s of rounds")
     return {"n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": "total_s < 120",
             "total_s": run["total_s"], "rounds_s": run["rounds_s"], "load_avg": run["load_avg"]}

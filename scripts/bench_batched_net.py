@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import sys
 import time
@@ -12,10 +11,9 @@ import time
 import torch
 from scripts.bench_scaling import mnist_dir
 from dane.experiments.config import run_spec
-from dane.launch import execute
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, load, option, timed_run
 
 KEY = "batched_net"
 LR = 0.05
@@ -25,17 +23,6 @@ def overrides(workers: int, local_steps: int, batch_size: int, rounds: int, batc
     return ("algorithm=local_sgd", "problem=mnist_lenet5", f"workers={workers}", f"algorithm.local_steps={local_steps}",
             f"algorithm.batch_size={batch_size}", f"algorithm.lr={LR}", f"rounds={rounds}", "tol=null",
             "quiet=true", f"sim.batched={batched}", f"problem.device={device}")
-
-
-def timed_run(*job: str) -> dict:
-    """One in-process simulated run: the rounds' wall time (the summary's), the process's CPU seconds, the path."""
-    spec = run_spec(compose_job(job))
-    collected: dict = {}
-    cpu0 = time.process_time()
-    summary = execute(spec, None, collect=collected)
-    return {"rounds_s": summary["wall_time_s"], "total_cpu_s": time.process_time() - cpu0,
-            "path": summary["simulator_path"], "objectives": [r["objective"] for r in collected["records"]],
-            "simulated_time_s": summary["simulated_time_s"], "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
 def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log) -> dict:
@@ -142,7 +129,7 @@ def roofline(workers: int, batch_size: int, repeats: int) -> dict:
                                  "over_per_worker": workers * one_s / min(times[engine])} for engine in ENGINES},
             "stacked_default_engine": default_engine(stacked.device),
             "gemm_gflops_1_thread": gemm[1], "gemm_gflops_2_threads": gemm[2],
-            "cpu_ceiling": gemm[1] / per_worker, "load_avg": [round(x, 2) for x in os.getloadavg()]}
+            "cpu_ceiling": gemm[1] / per_worker, "load_avg": load()}
 
 
 def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,

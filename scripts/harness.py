@@ -99,6 +99,24 @@ class Run:
         return section
 
 
+def timed_run(*job: str) -> dict:
+    """One in-process simulated run of the ``dane train`` overrides ``job``: the call's wall and CPU seconds
+    (``total_s``, ``total_cpu_s``), the rounds' wall time (``rounds_s``, the summary's), the simulator's path,
+    the objectives, the simulated time and the load average after."""
+    from dane.experiments.config import run_spec
+    from dane.launch import execute
+    from dane.synthetic.sweep import compose_job
+
+    spec = run_spec(compose_job(job))
+    collected: dict = {}
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    summary = execute(spec, None, collect=collected)
+    total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"total_s": total, "total_cpu_s": cpu, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
+            "objectives": [r["objective"] for r in collected["records"]],
+            "simulated_time_s": summary["simulated_time_s"], "load_avg": load()}
+
+
 #: a section's headline keys, in the order looked for, beside its ``goal``
 HEADLINES = ("ratio", "error")
 
