@@ -13,7 +13,6 @@ import torch
 from scripts.bench_batched_net import cuda_round
 from scripts.bench_scaling import median_round_s, mnist_dir
 from dane.results import read_rounds, read_summary
-from dane.synthetic.bench_file import merge_section
 from dane.synthetic.launchers import REPO, torchrun
 from scripts.harness import Bench, Run, load, now, option, spread
 
@@ -297,7 +296,7 @@ def run(bench: Run) -> None:
     def done(key: str, line: str) -> None:
         result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
         print(line, flush=True)
-        merge_section(Path(args.out), key, result)
+        bench.save(result, key)
 
     if args.only_batched:
         result["batched_net"] = batched_net(args.batched_workers, min(args.rounds, 3), args.repeats)
@@ -317,7 +316,7 @@ def run(bench: Run) -> None:
     else:
         result["gpu"] = torch.cuda.get_device_name(0)
         result["convex"] = convex(args.rounds, args.convex_workers, args.convex_cases,
-                                  written=lambda partial: merge_section(Path(args.out), KEY, {**result, "convex": partial}))
+                                  written=lambda partial: bench.save({**result, "convex": partial}))
         if args.only_convex:
             result["skipped"] = "--only-convex: the network sections were not run"
         elif not mnist_dir().is_dir():

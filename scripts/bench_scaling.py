@@ -18,7 +18,6 @@ from dane.problems import RidgeSyntheticConfig
 from dane.problems.quadratic import EIGH_BREAK_EVEN
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
 from dane.results import read_rounds, read_summary
-from dane.synthetic.bench_file import merge_section
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
 from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side
 from scripts.harness import Bench, Run, load, now, option, spread
@@ -300,10 +299,6 @@ def mnist_ratio(runs: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------- main
-def write(path: Path, value: dict) -> None:
-    merge_section(path, KEY, value)
-
-
 def run(bench: Run) -> None:
     args, path = bench.args, bench.path
     if not have_horovod():
@@ -323,7 +318,7 @@ def run(bench: Run) -> None:
             else:
                 report["mnist_lenet5"] = mnist(Path(tmp), args.repeats, args.mnist_rounds)
             report.update(updated_at=now(), load_avg_now=load())
-            write(path, report)  # after each section, so a later failure loses nothing
+            bench.save(report)  # after each section, so a later failure loses nothing
             print(f"{KEY}.{section} -> {path}", flush=True)
     bench.finish(report)
 
