@@ -149,7 +149,6 @@ def local_solve_cost(args, log) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for case in cost_cases(args.quick):
             measure_one(case, Path(tmp), out, args, log)
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 

@@ -97,7 +97,6 @@ def similarity(args, log) -> dict:
                     f"-> {cell['delta_end']:.4g} (||H|| {cell['hessian_norm_end']:.4g}), {cell['rounds']} rounds "
                     f"({cell['comm_rounds']} allreduces), reached={cell['reached']}, {cell['run_s']:.1f} s")
             out["datasets"][name] = {"cells": cells}
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
