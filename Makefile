@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 NP     ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-slow docs bench figures tables publish-figures clean time-vs-workers ps-scaling
+.PHONY: setup run test test-slow docs bench bench-smoke figures tables publish-figures clean time-vs-workers ps-scaling
 
 setup: $(VENV)/.setup-done
 
@@ -35,19 +35,29 @@ docs: setup
 
 ## Benchmarks: JSON into results/bench.json (never timed tests); the MNIST ones are skipped without the data, the CUDA one without a GPU.
 bench: setup
-	$(PY) scripts/bench.py --out results/bench.json
-	$(PY) scripts/bench_nn.py --out results/bench.json --skip-without-data
-	$(PY) scripts/bench_batched_net.py --out results/bench.json --skip-without-data
-	$(PY) scripts/bench_convex.py --out results/bench.json
-	$(PY) scripts/bench_local_solve.py --out results/bench.json
-	$(PY) scripts/bench_svrg.py --out results/bench.json
-	$(PY) scripts/bench_scaling.py --out results/bench.json
-	$(PY) scripts/bench_load.py --out results/bench.json
-	$(PY) scripts/bench_compress.py --out results/bench.json
-	$(PY) scripts/bench_cuda.py --out results/bench.json
-	$(PY) scripts/bench_wallclock.py --out results/bench.json
-	$(PY) scripts/bench_defaults.py --out results/bench.json
-	$(PY) scripts/bench_fednl.py --out results/bench.json
+	$(PY) -m scripts.bench horovod --out results/bench.json
+	$(PY) -m scripts.bench nn --out results/bench.json --skip-without-data
+	$(PY) -m scripts.bench batched_net --out results/bench.json --skip-without-data
+	$(PY) -m scripts.bench convex --out results/bench.json
+	$(PY) -m scripts.bench local_solve --out results/bench.json
+	$(PY) -m scripts.bench svrg --out results/bench.json
+	$(PY) -m scripts.bench scaling --out results/bench.json
+	$(PY) -m scripts.bench load --out results/bench.json
+	$(PY) -m scripts.bench compress --out results/bench.json
+	$(PY) -m scripts.bench cuda --out results/bench.json
+	$(PY) -m scripts.bench wallclock --out results/bench.json
+	$(PY) -m scripts.bench defaults --out results/bench.json
+	$(PY) -m scripts.bench fednl --out results/bench.json
+
+## The --quick runs of four sections through the runner, into a throwaway JSON (CI runs it; the fast tests read
+## canned JSON cut from such runs, tests/data/bench/, and start no benchmark).
+BENCH_SMOKE := $(shell mktemp -u /tmp/bench-smoke-XXXXXX).json
+bench-smoke: setup
+	$(PY) -m scripts.bench compress --quick --repeats 1 --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench defaults --quick --only gd dane --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench federated --quick --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench local_solve --quick --out $(BENCH_SMOKE)
+	rm -f $(BENCH_SMOKE)
 
 ## Every figure and table from results/ into results/figures/ (untracked), each with a .json provenance sidecar;
 ## the runs the figures need that results/ lacks are made first with the simulator.
@@ -61,13 +71,13 @@ tables: setup
 ## Time against workers, MNIST LeNet-3/5 (the paper's Figures 3-4): α-β calibration, the simulator at m=1..8 and
 ## horovodrun -np 1/2, 3 seeds, into results/time_vs_workers/ (slow; a rerun makes only missing runs), then the figure.
 time-vs-workers: setup
-	$(PY) scripts/time_vs_workers.py
+	$(PY) -m scripts.bench time_vs_workers
 	$(VENV)/bin/dane figures time_vs_workers --out results/figures
 
 ## The parameter-server figure's real points at m=2 (horovodrun -np 2; torchrun comm=ps, 1 server + 2 workers),
 ## into results/ps_scaling/real/ (kept once made), then the figure.
 ps-scaling: setup
-	$(PY) scripts/ps_scaling_real.py
+	$(PY) -m scripts.bench ps_scaling_real
 	$(VENV)/bin/dane figures ps_scaling --out results/figures
 
 ## Deliberately copy the generated figures and tables into paper_figs/ (tracked), to be committed by hand.

@@ -149,6 +149,7 @@ def residual_balance(rho: float, primal: float, dual: float, *, mu: float = 10.0
 
 class ADMM(Algorithm):
     name = "admm"
+    label = "ADMM"
     synchronous_because = "ADMM's consensus step needs every worker's x_i + u_i of the same round"
     columns = (Column("rho", "{:>8.3g}"), Column("primal_residual", "{:>15.3e}", shown_with="rho"),
                Column("dual_residual", "{:>13.3e}", shown_with="rho"))

@@ -184,6 +184,7 @@ def catalyst_zeta(alpha: float, alpha_next: float) -> float:
 
 class AIDE(Algorithm):
     name = "aide"
+    label = "AIDE"
     synchronous_because = "DANE's local solve needs the global gradient of the same iterate"
     columns = (Column("tau", "{:>8.3g}"), Column("zeta", "{:>8.3g}"))
 

@@ -51,6 +51,7 @@ from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weigh
 
 class FedDANE(Federated):
     name = "feddane"
+    label = "FedDANE"
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float, eta: float = 1.0, resample: bool = False,

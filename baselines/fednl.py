@@ -219,6 +219,7 @@ class FedNL(Federated):
     stacked rows (`dane.problems.stacked_rows.StackedRows`): the same round, its messages stacked."""
 
     name = "fednl"
+    label = "FedNL"
     batchable = True  # its clients are rows of one stack whether it holds one or all m (`FedNLClients`)
     stacked_needs = "oracles"  # gradients, Hessians and values at the server's iterate: any rows stack
     columns = (*Federated.columns, Column("step_size", "{:>9.3g}"), Column("clients_uplink_bits", "{:>12.4g}"))

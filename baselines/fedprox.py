@@ -46,6 +46,7 @@ __all__ = ["FIXED_POINT", "STALLED", "FedProx", "FedProxConfig"]
 
 class FedProx(Federated):
     name = "fedprox"
+    label = "FedProx"
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):

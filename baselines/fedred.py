@@ -91,6 +91,7 @@ COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and
 
 class FedRed(Federated):
     name = "fedred"
+    label = "FedRed"
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float, local_steps: int, cv_weight: float,

@@ -44,6 +44,7 @@ from .spectral_stacked import local_spectra
 
 class GD(Algorithm):
     name = "gd"
+    label = "GD"
     elastic = True  # its state is the iterate and the step size
     synchronous_because = ("distributed GD averages exact gradients of the same iterate (its asynchronous form is "
                            "algorithm=sync_sgd)")

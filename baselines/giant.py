@@ -149,6 +149,7 @@ def rejected_mu(mu: float, *, slope: float, g_norm: float, p_norm: float, curvat
 
 class GIANT(Algorithm):
     name = "giant"
+    label = "GIANT"
     elastic = True  # μ_i are rescaled to the new world size (`load_elastic_state`)
     synchronous_because = "GIANT averages Newton directions and line-searches at the same iterate"
     columns = (Column("mu", "{:>8.3g}"), Column("step_size", "{:>9.3g}"), Column("cg_iters", "{:>8.1f}"))

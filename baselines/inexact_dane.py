@@ -96,6 +96,7 @@ class InexactDANE(DANE):
     """`DANE` with a given inexact local solver; its records also name that solver."""
 
     name = "inexact_dane"
+    label = "InexactDANE"
     elastic = False  # DANE's is; with an inexact local solve a change of workers is untested
 
     def __init__(self, problem: Problem, comm: Communicator, **kwargs):

@@ -66,6 +66,7 @@ def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor
 
 class LocalSGD(Algorithm):
     name = "local_sgd"
+    label = "local SGD"
     asynchronous = True  # worker_update: K local steps; AveragingServer applies the change
     batchable = True  # its step reads the same on stacked tensors; the samplers and spectra are stacked by helpers
     columns = (Column("L_est", "{:>8.4g}"),)

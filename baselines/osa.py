@@ -25,6 +25,7 @@ from .metrics import global_metrics, local_payload, logs_gradient
 
 class OneShotAveraging(Algorithm):
     name = "osa"
+    label = "OSA"
     synchronous_because = "one-shot averaging communicates once; there is nothing to make asynchronous"
 
     def __init__(self, problem: Problem, comm: Communicator, *, w0: torch.Tensor | None = None):

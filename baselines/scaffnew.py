@@ -45,6 +45,7 @@ COIN_STREAM = 11  # seed stream of the shared communication coin
 
 class Scaffnew(Federated):
     name = "scaffnew"
+    label = "Scaffnew"
     client_sampling = False  # ProxSkip's h_i need every client at each communication (refused in the config)
     columns = (Column("local_steps", "{:>6d}"), Column("p", "{:>8.3g}"))
 

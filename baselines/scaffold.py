@@ -96,6 +96,7 @@ from .measure import smoothness_and_lowest
 
 class Scaffold(Federated):
     name = "scaffold"
+    label = "SCAFFOLD"
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float, server_lr: float = 1.0, option: int = 2,
                  lr_factor: float = 1.9, **kwargs):

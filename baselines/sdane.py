@@ -84,6 +84,7 @@ def extrapolation(lam: float, A: float, B: float) -> float:
 
 class SDANE(Federated):
     name = "sdane"
+    label = "S-DANE"
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float, mu: float, accelerated: bool = False,
@@ -178,6 +179,7 @@ class SDANE(Federated):
 
 class AccSDANE(SDANE):
     name = "acc_sdane"
+    label = "Acc-S-DANE"
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ def make_optimizer(name: str, w: torch.Tensor, *, lr: float, momentum: float) ->
 
 class SyncSGD(Algorithm):
     name = "sync_sgd"
+    label = "sync SGD"
     asynchronous = True  # worker_update: a minibatch gradient; GradientServer takes one optimizer step with it
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float = 0.05, optimizer: str = "sgd",

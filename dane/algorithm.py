@@ -75,6 +75,8 @@ class Algorithm(Rounds, ABC):
     """One worker's state and round.  The class declares what the method supports; every default is "no"."""
 
     name: ClassVar[str]
+    #: the method's display name in tables, figures and benchmark reports (`label_of`); the paper's spelling
+    label: ClassVar[str] = ""
 
     # -------------------------------------------------------------- capabilities, asked of the class
     #: the committed state carries over a change of world size: Horovod elastic (``comm.elastic=true``,
@@ -249,3 +251,10 @@ def known_algorithms() -> dict[str, type[Algorithm]]:
         if issubclass(config, AlgorithmConfig):
             found[path.stem] = config.algorithm
     return found
+
+
+def label_of(name: str) -> str:
+    """The display name of ``algorithm=<name>``: its class's `Algorithm.label` (``name`` itself where the class
+    declares none, or where no algorithm has that name)."""
+    cls = known_algorithms().get(name)
+    return (cls.label if cls is not None else "") or name

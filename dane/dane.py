@@ -34,6 +34,7 @@ from .safeguard import ROUND_OFF_STEP, balanced_damping, round_off_sq, shortenin
 
 class DANE(Algorithm):
     name = "dane"
+    label = "DANE"
     elastic = True  # μ and the safeguard's memory follow a change of workers (`load_elastic_state`)
     synchronous_because = "DANE's local solve needs the global gradient of the same iterate"
     columns = (Column("mu", "{:>8.3g}"),)

@@ -73,11 +73,10 @@ def figures(args: list[str]) -> None:
 
 
 def bench_scripts() -> dict[str, Path]:
-    """name -> script: scripts/bench.py is ``horovod`` (its sections time the Horovod path), bench_X.py is ``X``."""
+    """Section name -> its module's file: scripts/bench_X.py is section ``X`` of ``python -m scripts.bench``."""
     if CHECKOUT is None:
         return {}
-    found = {p.stem.removeprefix("bench_"): p for p in (CHECKOUT / "scripts").glob("bench_*.py")}
-    return {"horovod": CHECKOUT / "scripts" / "bench.py", **found}
+    return {p.stem.removeprefix("bench_"): p for p in (CHECKOUT / "scripts").glob("bench_*.py")}
 
 
 def bench(args: list[str]) -> None:
@@ -90,8 +89,7 @@ def bench(args: list[str]) -> None:
         wrong = f"no benchmark {args[0]!r}; " if args and args[0] not in ("-h", "--help") else ""
         say(f"error: dane bench: {wrong}choose one of {', '.join(sorted(scripts))} (dane bench NAME --help)")
         sys.exit(2)
-    sys.argv = [f"dane bench {args[0]}", *args[1:]]
-    runpy.run_path(str(scripts[args[0]]), run_name="__main__")
+    run_module("scripts.bench", "dane bench", args)  # the runner, as python -m scripts.bench from the checkout
 
 
 def main(argv: list[str] | None = None) -> None:

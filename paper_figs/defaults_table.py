@@ -19,7 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
-from dane.paper_figs.blocks import publish
+from dane.paper_figs.blocks import method_label, publish
 
 BEGIN, END = "<!-- defaults-table:begin -->", "<!-- defaults-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
@@ -27,11 +27,7 @@ FEDERATED_BEGIN, FEDERATED_END = "<!-- defaults-federated-table:begin -->", "<!-
 #: the federated DANE line's methods (issue 33), whose tables have their own block
 FEDERATED = ("sdane", "acc_sdane", "feddane", "fedred", "fedprox", "fedavg", "scaffold", "scaffnew",
              "scaffold_option1", "scaffold_k3", "scaffold_k30")
-LABELS = {"sdane": "S-DANE", "acc_sdane": "Acc-S-DANE", "feddane": "FedDANE", "fedred": "FedRed", "fedprox": "FedProx",
-          "fedavg": "FedAvg", "scaffold": "SCAFFOLD", "scaffnew": "Scaffnew",
-          "scaffold_option1": "SCAFFOLD opt. I", "scaffold_k3": "SCAFFOLD K=3", "scaffold_k30": "SCAFFOLD K=30",
-          "dane": "DANE (safeguarded)", "dane_mu0": "DANE μ=0", "inexact_dane": "InexactDANE", "aide": "AIDE",
-          "giant": "GIANT", "disco": "DiSCO", "admm": "ADMM", "gd": "GD"}
+
 
 
 def methods_of(report: dict, group: tuple[str, ...] | None) -> list[str]:
@@ -41,10 +37,11 @@ def methods_of(report: dict, group: tuple[str, ...] | None) -> list[str]:
 
 
 def method_rows(report: dict, group: tuple[str, ...] | None = None) -> list[str]:
-    """Per method: converged / diverged at defaults, within its goal factor, median and worst ratio."""
+    """Per method: converged / diverged at defaults, within its goal factor, median and worst ratio, and the median
+    over cells of the clients' local gradient passes to the target at defaults (the records' ``local_passes``)."""
     methods = methods_of(report, group)
     lines = ["| method | converged at defaults | diverged at defaults | within goal of own best | goal | "
-             "median ratio | worst ratio (cell) |", "|---|---|---|---|---|---|---|"]
+             "median ratio | worst ratio (cell) | median local passes to target |", "|---|---|---|---|---|---|---|---|"]
     for method in methods:
         rows = {key: cell["methods"][method] for key, cell in report["cells"].items() if method in cell["methods"]}
         converged = sum(r["default"]["reached"] for r in rows.values())
@@ -58,8 +55,10 @@ def method_rows(report: dict, group: tuple[str, ...] | None = None) -> list[str]
         worst_text = f"{ratios[worst]:.2f} ({worst})" if worst else "—"
         factor = next(iter(rows.values()))["factor"]
         shown = f"{converged}/{len(rows)}" + (f" (+{floors} at its drift floor)" if floors else "")
-        lines.append(f"| {LABELS.get(method, method)} | {shown} | {diverged} | {within}/{len(judged)} "
-                     f"| {factor:g}x | {median} | {worst_text} |")
+        passes = [r["default"]["local_passes"] for r in rows.values() if r["default"].get("local_passes") is not None]
+        passes_text = f"{statistics.median(passes):g}" if passes else "—"  # — : records of old count none
+        lines.append(f"| {method_label(method)} | {shown} | {diverged} | {within}/{len(judged)} "
+                     f"| {factor:g}x | {median} | {worst_text} | {passes_text} |")
     return lines
 
 
@@ -74,7 +73,7 @@ def entry(row: dict) -> str:
 def cell_rows(report: dict, group: tuple[str, ...] | None = None) -> list[str]:
     """Per cell: each method's allreduces at defaults (best on its grid)."""
     methods = methods_of(report, group)
-    lines = ["| cell | " + " | ".join(LABELS.get(m, m) for m in methods) + " |",
+    lines = ["| cell | " + " | ".join(method_label(m) for m in methods) + " |",
              "|---|" + "---|" * len(methods)]
     for key, cell in report["cells"].items():
         lines.append(f"| {key} | " + " | ".join(entry(cell["methods"][m]) if m in cell["methods"] else " "
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     for path in args.json:
         bench = json.loads(Path(path).read_text())
         if "defaults" not in bench:
-            raise SystemExit(f"error: {path} has no defaults section; run scripts/bench_defaults.py first")
+            raise SystemExit(f"error: {path} has no defaults section; run python -m scripts.bench defaults first")
         reports.append(bench["defaults"])
     report = combine(reports)
     for group, begin, end in ((None, BEGIN, END), (FEDERATED, FEDERATED_BEGIN, FEDERATED_END)):

@@ -114,7 +114,7 @@ def markdown(scale: dict) -> str:
 def provenance(scale: dict, section: dict) -> dict:
     """The sidecar: where the numbers came from (the bench run's time, machine and load) and the command."""
     loads = [x for p in scale["points"].values() for x in p["load_1min"]]
-    return {"source": f"results/bench.json {KEY}.{SECTION}", "command": "python scripts/bench_load.py (make bench)",
+    return {"source": f"results/bench.json {KEY}.{SECTION}", "command": "python -m scripts.bench load (make bench)",
             "problem": scale["problem"], "started_at": section.get("started_at"),
             "finished_at": section.get("finished_at"), "machine": section.get("machine"),
             "load_avg_1min": [min(loads), max(loads)] if loads else None,

@@ -8,8 +8,10 @@ fewer clients, a larger α; ``federated_quadratic``: the S-DANE paper's quadrati
 docs/benchmarks.md's ``<!-- federated-table:begin -->`` and ``<!-- federated-table:end -->`` lines (the others':
 ``federated-mild-table``, ``federated-quadratic-table``; ``--print``: to stdout instead): per number of sampled
 clients s and method, the rounds to each target at its defaults with the fewest of its grid in parentheses, the
-participants' uplink bytes to the last target at defaults, the best relative suboptimality the defaults
-reached and how the default run ended; a provenance line names the JSON file(s) as given to ``--json`` (give
+participants' uplink bytes and the clients' local gradient passes (``local_passes``) to the last target at
+defaults, the best relative suboptimality the defaults
+reached and how the default run ended, then which default reaches the last target with the fewest rounds,
+uplink bits and local passes; a provenance line names the JSON file(s) as given to ``--json`` (give
 them relative to the checkout's root), each run's start and load average, the data, the sharding and the
 measured Hessian dissimilarity.  The quadratic's block adds the rounds of DANE, S-DANE and Acc-S-DANE at each
 prox weight of its grid (multiples of δ_A, DANE's μ on the same multiples) and the comparisons the S-DANE paper
@@ -23,7 +25,7 @@ import json
 import math
 from pathlib import Path
 
-from dane.paper_figs.blocks import publish
+from dane.paper_figs.blocks import method_label, publish
 
 BEGIN, END = "<!-- federated-table:begin -->", "<!-- federated-table:end -->"
 #: JSON section -> the page's markers of its table
@@ -32,9 +34,9 @@ SECTIONS = {"federated": (BEGIN, END),
             "federated_quadratic": ("<!-- federated-quadratic-table:begin -->",
                                     "<!-- federated-quadratic-table:end -->")}
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
-LABELS = {"sdane": "S-DANE", "acc_sdane": "Acc-S-DANE", "feddane": "FedDANE", "fedred": "FedRed", "fedprox": "FedProx",
-          "scaffold": "SCAFFOLD", "fedavg": "FedAvg", "scaffnew": "Scaffnew", "gd": "GD", "dane": "DANE (safeguarded)"}
-ORDER = {method: i for i, method in enumerate(LABELS)}  # a table's rows, whatever the order of the runs it joins
+#: a table's rows (the benchmark's methods), whatever the order of the runs it joins
+ORDER = {method: i for i, method in enumerate(
+    ("sdane", "acc_sdane", "feddane", "fedred", "fedprox", "scaffold", "fedavg", "scaffnew", "gd", "dane"))}
 
 
 def rounds(run: dict | None, target: str) -> str:
@@ -54,6 +56,35 @@ def megabytes(run: dict, target: str) -> str:
 def mb(nbytes: int) -> str:
     """Megabytes, two decimals (never three digits after a 9: tests/doc_blocks.py reads those as accuracies)."""
     return f"{nbytes / 1e6:.2f}" if nbytes >= 1e4 else f"{nbytes / 1e6:.1e}"
+
+
+def passes(run: dict, target: str) -> str:
+    """Local gradient passes to ``target`` (the records' cumulative ``local_passes``, summed over clients); —
+    where it was not reached or a record of old holds no count."""
+    hit = run.get("targets", {}).get(target)
+    value = None if hit is None else hit.get("local_passes")
+    return "—" if value is None else str(int(value) if float(value).is_integer() else value)
+
+
+def fewest(rows: list[dict], target: str) -> str:
+    """Which default reaches ``target`` with the fewest rounds, uplink bytes (the communicator's where a method
+    has no uplink) and local passes, each with its number; ties named together, a count no row holds: —."""
+    measures = {"rounds": lambda hit: hit["rounds"],
+                "uplink bits": lambda hit: 8 * (hit["uplink_bytes"] if hit.get("uplink_bytes") is not None
+                                                else hit["bytes_sent"]),
+                "local passes": lambda hit: hit.get("local_passes")}
+    hits = [(row["method"], row["default"].get("targets", {}).get(target)) for row in rows]
+    hits = [(method, hit) for method, hit in hits if hit is not None]
+    parts = []
+    for name, measure in measures.items():
+        values = {method: measure(hit) for method, hit in hits if measure(hit) is not None}
+        if not values:
+            parts.append(f"fewest {name}: —")
+            continue
+        low = min(values.values())
+        winners = " and ".join(method_label(m) for m, v in values.items() if v == low)
+        parts.append(f"fewest {name}: {winners} ({int(low) if float(low).is_integer() else low})")
+    return f"To {target} at defaults: " + "; ".join(parts) + "."
 
 
 def best_per_target(row: dict, targets: list[str]) -> dict:
@@ -79,8 +110,8 @@ def method_row(row: dict, targets: list[str]) -> str:
             ("" if reached[-1] == targets[-1] else f" (to {reached[-1]})")
     else:
         setting = "—"
-    return (f"| {LABELS.get(row['method'], row['method'])} | " + " | ".join(cells) +
-            f" | {megabytes(default, targets[-1])} | {rel_text} | {default['status']} | {setting} |")
+    return (f"| {method_label(row['method'])} | " + " | ".join(cells) +
+            f" | {megabytes(default, targets[-1])} | {passes(default, targets[-1])} | {rel_text} | {default['status']} | {setting} |")
 
 
 SETTING = ("dataset", "workers", "sharding", "lam", "seed", "quick", "targets", "round_caps")  # what combined runs share
@@ -136,7 +167,7 @@ def grid_note(report: dict) -> str:
         return ""  # a grid-less report of old, or grids everywhere
     by_s: dict[str, list[str]] = {}
     for key, row in bare:
-        by_s.setdefault(key.split("/", 1)[0].removeprefix("s="), []).append(LABELS.get(row["method"], row["method"]))
+        by_s.setdefault(key.split("/", 1)[0].removeprefix("s="), []).append(method_label(row["method"]))
     named = "; ".join(f"{', '.join(methods)} at s = {s}" for s, methods in by_s.items())
     return f"; no grid run for {named}: the default alone"
 
@@ -149,7 +180,7 @@ def render(report: dict, sources: list[str] = ()) -> str:
     lines = [f"{provenance(report, sources)} {setting}{problem_text(report)} Target: {report['target']}. Rounds at defaults "
              f"(the fewest of its grid, the default included, in parentheses{grids}; —: not reached within the round cap); uplink: the sampled "
              f"clients' bytes to the last target at defaults (*: the communicator's bytes, GD and DANE have no "
-             f"server)."]
+             f"server); local passes: the clients' local gradient passes to it, summed (—: not recorded)."]
     for s in report["clients"]:
         rows = sorted((row for key, row in report["rows"].items() if key.startswith(f"s={s}/") and "default" in row),
                       key=lambda row: ORDER.get(row["method"], len(ORDER)))
@@ -157,14 +188,16 @@ def render(report: dict, sources: list[str] = ()) -> str:
             continue
         lines += ["", f"**s = {s} of {report['workers']} clients per round**", "",
                   "| method | " + " | ".join(f"rounds to {t}" for t in targets) +
-                  f" | uplink MB to {targets[-1]} | best rel. suboptimality | default ended | best setting |",
-                  "|---|" + "---|" * (len(targets) + 4)]
+                  f" | uplink MB to {targets[-1]} | local passes to {targets[-1]} | best rel. suboptimality | "
+                  "default ended | best setting |",
+                  "|---|" + "---|" * (len(targets) + 5)]
         lines += [method_row(row, targets) for row in rows]
+        lines += ["", fewest(rows, targets[-1])]
     skipped = sorted({key.split("/", 1)[1] for key, row in report["rows"].items() if "skipped" in row} |
                      {m for m, spec in report.get("methods", {}).items() if not spec.get("samples_clients", True)
                       and any(s < report["workers"] for s in report["clients"])})
     if skipped:
-        lines += ["", f"At s < m: {', '.join(LABELS.get(m, m) for m in skipped)} not run (no client sampling)."]
+        lines += ["", f"At s < m: {', '.join(method_label(m) for m in skipped)} not run (no client sampling)."]
     lines += missing_rows(report)
     if report["dataset"] == "quadratic" and report.get("grids") is not False:
         lines += ["", *prox_table(report)]
@@ -179,8 +212,8 @@ def missing_rows(report: dict) -> list[str]:
         absent = [m for m, spec in report.get("methods", {}).items() if f"s={s}/{m}" not in report["rows"]
                   and (spec.get("samples_clients", True) or s == report["workers"])]
         if absent:
-            lines += ["", f"Not in this JSON at s = {s}: {', '.join(LABELS.get(m, m) for m in absent)} (scripts/"
-                          f"bench_federated.py --setting {report.get('setting') or 'hard'} --clients {s} --only "
+            lines += ["", f"Not in this JSON at s = {s}: {', '.join(method_label(m) for m in absent)} (python -m "
+                          f"scripts.bench federated --setting {report.get('setting') or 'hard'} --clients {s} --only "
                           f"{' '.join(absent)} adds them)."]
     return lines
 
@@ -259,7 +292,7 @@ def prox_table(report: dict) -> list[str]:
     defaults = {m: report["rows"][f"s={report['workers']}/{m}"]["default"] for m in columns}
     lines = [f"**Rounds to {' / '.join(targets)} at each prox weight** (DANE's μ, unsafeguarded, and S-DANE's and "
              f"Acc-S-DANE's λ, as multiples of delta_A; the defaults' own weight in the first row)", "",
-             "| prox weight | " + " | ".join(LABELS[m].removesuffix(" (safeguarded)") for m in columns) + " |", "|---|" + "---|" * len(columns)]
+             "| prox weight | " + " | ".join(method_label(m).removesuffix(" (safeguarded)") for m in columns) + " |", "|---|" + "---|" * len(columns)]
 
     def weight(run):
         value = run.get("prox_weight")
@@ -333,13 +366,13 @@ def main(argv: list[str] | None = None) -> None:
     benches = [(path, json.loads(Path(path).read_text())) for path in args.json]
     sections = args.section or [k for k in SECTIONS if any(k in bench for _, bench in benches)]
     if not sections:
-        raise SystemExit(f"error: {', '.join(args.json)} holds no federated section; run scripts/bench_federated.py "
-                         f"first")
+        raise SystemExit(f"error: {', '.join(args.json)} holds no federated section; run python -m scripts.bench "
+                         f"federated first")
     for section in sections:
         reports = [bench[section] for _, bench in benches if section in bench]
         if not reports:
             raise SystemExit(f"error: {', '.join(args.json)} holds no {section} section; run "
-                             f"scripts/bench_federated.py --setting {section.removeprefix('federated').strip('_') or 'hard'}")
+                             f"python -m scripts.bench federated --setting {section.removeprefix('federated').strip('_') or 'hard'}")
         sources = [path for path, bench in benches if section in bench]
         publish(render(combine(reports), sources), args.page, *SECTIONS[section], args.print)
 

@@ -28,7 +28,7 @@ How the numbers are taken, per run (``<results>/time_vs_workers/<problem>/<backe
 
 Reads only ``results/time_vs_workers/``; the runs come from the script, never from here:
 
-    python scripts/time_vs_workers.py                       # the runs (slow; or: make time-vs-workers)
+    python -m scripts.bench time_vs_workers                 # the runs (slow; or: make time-vs-workers)
     dane figures time_vs_workers [--results results] [--out results/figures]
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ from dane.paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, da
                                save)
 
 FOLDER = "time_vs_workers"
-MAKE_RUNS = "python scripts/time_vs_workers.py (or: make time-vs-workers)"
+MAKE_RUNS = "python -m scripts.bench time_vs_workers (or: make time-vs-workers)"
 LABELS = {"mnist_lenet3": "MNIST LeNet-3", "mnist_lenet5": "MNIST LeNet-5"}
 BACKENDS = {"simulator": "simulator (CPU time + α-β)", "horovod": "horovodrun --gloo (wall clock)"}
 #: the source paper's data, for the caption

@@ -1,18 +1,6 @@
-"""The batched simulator on a GPU (issue 35 item 4): DANE on ridge_synthetic, batched against one thread per worker.
-
-    PYTHONPATH=. python scripts/batched_cuda_check.py --out results/batched_cuda.json [--device cuda]
-
-Runs the algorithm's own rounds (`dane.dane.DANE`, μ = 1, the safeguard on) through the two
-communicators directly, without the run driver: m = ``--workers`` workers as one stacked
-computation on ``--device`` (`dane.comm.batched`) and as m threads taking turns on it
-(`dane.comm.threads.DeviceTurns`), each for ``--rounds`` rounds, and the batched run once more
-at ``--large`` workers.  Reports each path's wall time a round, their ratio, and the largest
-relative difference between the batched iterate on the device and the per-worker iterate on
-the CPU (float64).
-"""
+"""The batched simulator on a GPU (issue 35 item 4): DANE on ridge_synthetic, batched against one thread per worker."""
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -20,28 +8,19 @@ from pathlib import Path
 import torch
 
 from dane.problems import RidgeSyntheticConfig
-from dane.synthetic.bench_file import machine
 
-from bench_batched import steady_batched as batched, steady_threads as threads  # scripts/, beside this file
+from scripts.bench_batched import steady_batched as batched, steady_threads as threads
+from scripts.harness import Bench, Run, option
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/batched_cuda.json"))
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--n-samples", type=int, default=100_000)
-    parser.add_argument("--dim", type=int, default=500)
-    parser.add_argument("--workers", type=int, default=1000)
-    parser.add_argument("--large", type=int, default=10_000)
-    parser.add_argument("--thread-workers", type=int, default=64,
-                        help="m of the side-by-side on the device (each thread holds its own GPU library handles)")
-    parser.add_argument("--rounds", type=int, default=10)
-    args = parser.parse_args()
+def run(bench: Run) -> None:
+    args = bench.args
+    args.out = Path(args.out)
     torch.set_num_threads(1)
     on_device = RidgeSyntheticConfig(n_samples=args.n_samples, dim=args.dim, device=args.device)
     on_cpu = RidgeSyntheticConfig(n_samples=args.n_samples, dim=args.dim)
     on_device.prepare()
-    report = {"machine": machine(), "device": args.device, "n_samples": args.n_samples, "dim": args.dim,
+    report = {"machine": bench.machine, "device": args.device, "n_samples": args.n_samples, "dim": args.dim,
               "rounds": args.rounds, "algorithm": "dane mu=1 safeguard"}
     if args.device == "cuda":
         report["gpu"] = torch.cuda.get_device_name(0)
@@ -65,5 +44,12 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
-if __name__ == "__main__":
-    main()
+
+BENCH = Bench("batched_cuda", run, "the batched simulator on a device against threads on the CPU (own JSON, --out)",
+              out="results/batched_cuda.json", options=(
+                  option("--device", default="cuda"), option("--n-samples", type=int, default=100_000),
+                  option("--dim", type=int, default=500), option("--workers", type=int, default=1000),
+                  option("--large", type=int, default=10_000),
+                  option("--thread-workers", type=int, default=64,
+                         help="m of the side-by-side on the device (each thread holds its own GPU library handles)"),
+                  option("--rounds", type=int, default=10)))

@@ -1,60 +1,26 @@
-"""The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``.
-
-    PYTHONPATH=. python scripts/bench_batched.py --out results/bench.json [--quick]
-
-- ``speedup``: DANE (μ = 1, the safeguard on: with n_i = 100 < d rows a worker, μ = 0
-  diverges: docs/design.md, "DANE without damping") on ridge_synthetic N = 100,000, d = 500 at
-  m = 1,000, ``--rounds`` rounds, run by one thread per worker (``sim.batched=false``) and as one
-  stacked computation (``sim.batched=true``), interleaved, ``--repeats`` times each; the
-  figure is the per-worker path's wall time of the rounds over the batched path's (median
-  of the pairs, and every pair); goal >= 5.  Both runs must give the same records (to
-  round-off): the largest relative difference of the objectives is reported beside it.  ``steady``: the same
-  two paths' wall time of a round after round 0 (which factors every shard, the same work on both paths),
-  DANE's rounds driven through the two communicators directly; ``cpu_ratio``: the same with the process's
-  CPU seconds (every thread's), which a loaded machine disturbs less than the wall time (m threads take a
-  larger share of contended cores than one).
-- ``m10000``: the batched path at m = 10,000 on the same data, 10 rounds: the whole
-  run's wall time (data, setup and rounds; goal < 120 s) and the rounds' alone.
-
-Every figure is measured in this run, on this machine, with the load average in ``machine``;
-``--quick`` shrinks the problem for a smoke run (N = 10,000, d = 100, m = 100 / 1,000).
-"""
+"""The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``."""
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
 from dane.comm.batched import BatchedGroup, run_batched
 from dane.comm.threads import ThreadGroup, meter_for
 from dane.dane import DANE
-from dane.experiments.config import run_spec
 from dane.problems import RidgeSyntheticConfig
-from dane.launch import execute
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section
-from dane.synthetic.sweep import compose_job
+from scripts.harness import Bench, Run, load, option, timed_run
 
 KEY = "batched_workers"
 MU = 1.0
 ALGORITHM = ("algorithm=dane", f"algorithm.mu={MU}")
 
 
-def timed_run(n: int, d: int, m: int, rounds: int, batched: str) -> dict:
-    """One simulated DANE run: the whole call's wall time, the rounds' (the summary's), its records."""
-    spec = run_spec(compose_job((f"workers={m}", f"problem.n_samples={n}", f"problem.dim={d}", f"rounds={rounds}",
-                                 "tol=null", "tol_abs=null", "quiet=true", f"sim.batched={batched}", *ALGORITHM)))
-    collected: dict = {}
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    summary = execute(spec, None, collect=collected)
-    total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return {"total_s": total, "total_cpu_s": cpu, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
-            "objectives": [r["objective"] for r in collected["records"]],
-            "simulated_time_s": summary["simulated_time_s"], "load_avg": [round(x, 2) for x in os.getloadavg()]}
+def job(n: int, d: int, m: int, rounds: int, batched: str) -> tuple[str, ...]:
+    """The overrides of one simulated DANE run on ridge_synthetic (`scripts.harness.timed_run` times it)."""
+    return (f"workers={m}", f"problem.n_samples={n}", f"problem.dim={d}", f"rounds={rounds}", "tol=null",
+            "tol_abs=null", "quiet=true", f"sim.batched={batched}", *ALGORITHM)
 
 
 def steady_batched(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float, float]:
@@ -85,15 +51,12 @@ def steady_threads(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[t
 
     def rounds_of(comm):
         algo = DANE(problems[comm.rank], comm, mu=MU)
-        algo.step()
-        comm.barrier()
-        if comm.rank == 0:
-            marks.append((time.perf_counter(), time.process_time()))
-        for _ in range(rounds - 1):
-            algo.step()
-        comm.barrier()
-        if comm.rank == 0:
-            marks.append((time.perf_counter(), time.process_time()))
+        for steps in (1, rounds - 1):  # round 1 (the factorization), then the steady rounds, each marked
+            for _ in range(steps):
+                algo.step()
+            comm.barrier()
+            if comm.rank == 0:
+                marks.append((time.perf_counter(), time.process_time()))
         return algo.iterate
 
     w = group.run(rounds_of)[0]
@@ -109,8 +72,8 @@ def sync(device: torch.device) -> None:
 def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
     pairs = []
     for k in range(repeats):
-        threads = timed_run(n, d, m, rounds, "false")
-        batched = timed_run(n, d, m, rounds, "true")
+        threads = timed_run(*job(n, d, m, rounds, "false"))
+        batched = timed_run(*job(n, d, m, rounds, "true"))
         assert threads["path"] == "threads" and batched["path"] == "batched"
         diff = max(abs(a - b) / abs(a) for a, b in zip(threads["objectives"], batched["objectives"]))
         pairs.append({"threads_rounds_s": threads["rounds_s"], "batched_rounds_s": batched["rounds_s"],
@@ -129,7 +92,7 @@ def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
         _, batched_s, batched_cpu = steady_batched(config, m, rounds)
         steady.append({"threads_round_s": threads_s, "batched_round_s": batched_s, "ratio": threads_s / batched_s,
                        "threads_round_cpu_s": threads_cpu, "batched_round_cpu_s": batched_cpu,
-                       "cpu_ratio": threads_cpu / batched_cpu, "load_avg": [round(x, 2) for x in os.getloadavg()]})
+                       "cpu_ratio": threads_cpu / batched_cpu, "load_avg": load()})
         log(f"m={m}, a round after round 0: per-worker {threads_s:.3f} s ({threads_cpu:.3f} s CPU), batched "
             f"{batched_s:.3f} s ({batched_cpu:.3f} s CPU), ratio {steady[-1]['ratio']:.1f} (CPU "
             f"{steady[-1]['cpu_ratio']:.1f})")
@@ -141,27 +104,20 @@ def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
 
 
 def large(n: int, d: int, m: int, rounds: int, log) -> dict:
-    run = timed_run(n, d, m, rounds, "true")
+    run = timed_run(*job(n, d, m, rounds, "true"))
     log(f"m={m} batched: {run['total_s']:.1f} s in all, {run['rounds_s']:.1f} s of rounds")
     return {"n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": "total_s < 120",
             "total_s": run["total_s"], "rounds_s": run["rounds_s"], "load_avg": run["load_avg"]}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/bench.json"))
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="a smaller problem (smoke run)")
-    args = parser.parse_args(argv)
-    log = elapsed_logger(time.perf_counter())
+def run(bench: Run) -> dict:
+    args, log = bench.args, bench.log
     n, d, m, big = (10_000, 100, 100, 1_000) if args.quick else (100_000, 500, 1_000, 10_000)
-    section = {"machine": machine(), "quick": args.quick,
+    section = {"machine": bench.machine, "quick": args.quick,
                "speedup": speedup(n, d, m, args.rounds, args.repeats, log),
                "m10000": large(n, d, big, 10, log)}
-    merge_section(args.out, KEY, section)
-    return section
+    return bench.finish(section)
 
 
-if __name__ == "__main__":
-    sys.exit(main() and 0)
+BENCH = Bench(KEY, run, "the simulator's per-worker path against its batched path (sim.batched)", threads=None,
+              options=(option("--rounds", type=int, default=10), option("--repeats", type=int, default=2)))

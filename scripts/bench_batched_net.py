@@ -1,58 +1,19 @@
-"""m LeNet-5 workers as one stacked computation against one thread each (issue 35 item 4): JSON section ``batched_net``.
-
-    PYTHONPATH=. python scripts/bench_batched_net.py --out results/bench.json [--quick] [--skip-without-data]
-
-Local SGD (FedAvg: ``algorithm=local_sgd``, ``--local-steps`` steps of ``--batch-size`` rows at
-lr 0.05, then the mean) on ``problem=mnist_lenet5`` with ``--workers`` simulated workers, run
-for ``--rounds`` rounds by the per-worker path (``sim.batched=false``: one thread a worker)
-and by the batched one (``sim.batched=true``: `dane.problems.stacked_net.StackedNeuralProblem`),
-interleaved, ``--repeats`` times each, same data, same machine, same process:
-
-- ``ratio``: the per-worker path's wall time of the rounds (the summary's ``wall_time_s``:
-  every round's K local steps, its evaluation on the shard and the test slice, and round 0's
-  evaluation) over the batched path's; median of the pairs and every pair; goal >= 5.
-  ``cpu_ratio``: the same with the process's CPU seconds (all threads), which a loaded machine
-  disturbs less.  ``objective_rel_diff_max``: the largest relative difference of the two
-  paths' logged objectives (float32: round-off of float32 sums, `tests/test_batched_net.py`).
-- ``roofline``: what a 5x can come from.  LeNet-5's multiply-adds per image, counted from the
-  layer shapes (`layer_flops`: forward 2 x MACs of every Conv2d and Linear, backward 2 x MACs for
-  each weight gradient and for each input gradient but the first layer's; the element-wise
-  ReLU, pooling, bias and loss left out, so the rates are a floor); one worker's minibatch step
-  (``batch_grad`` of ``--batch-size`` rows, as the local loop calls it) on one thread, as the simulator
-  runs it; the stacked step of the ``--workers`` workers on one thread (`run_batched` holds the
-  batched path to one) by each engine (``loop``, the CPU's default; ``vmap``, grouped
-  convolutions), interleaved with the per-worker steps, best of ``--repeats`` + 1; each as GFLOP/s, beside this machine's float32 GEMM rate (a 2048^3
-  ``torch.mm`` on one thread and on two).  ``cpu_ceiling`` = the one-thread GEMM rate over the
-  per-worker step's: the CPU-time ratio the batched path would reach if its whole step ran at
-  GEMM speed; the wall-time ratio's ceiling is about half of that where the per-worker
-  threads have both cores.
-- `cuda_round` (called by ``scripts/bench_cuda.py --only-batched`` where torch sees a GPU):
-  the batched path at ``--workers`` on CUDA against one worker (the per-worker path) on CUDA,
-  each after a warm-up run; goal: the m workers' round within 2x the one worker's.
-
-Without the MNIST files (``--skip-without-data``) the section says so and nothing runs;
-``--quick`` runs m = 8, 2 local steps, one round (a smoke run); ``--roofline-only`` measures the roofline alone.
-"""
+"""m LeNet-5 workers as one stacked computation against one thread each (issue 35 item 4): JSON section
+``batched_net``."""
 from __future__ import annotations
 
-import argparse
 import contextlib
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-from bench_scaling import mnist_dir  # noqa: E402
-from dane.experiments.config import run_spec  # noqa: E402
-from dane.launch import execute  # noqa: E402
-from dane.problems.stacked_net import ENGINES, default_engine  # noqa: E402
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
-from dane.synthetic.sweep import compose_job  # noqa: E402
+import torch
+from scripts.bench_scaling import mnist_dir
+from dane.experiments.config import run_spec
+from dane.problems.stacked_net import ENGINES, default_engine
+from dane.synthetic.sweep import compose_job
+from scripts.harness import Bench, Run, load, option, timed_run
 
 KEY = "batched_net"
 LR = 0.05
@@ -62,17 +23,6 @@ def overrides(workers: int, local_steps: int, batch_size: int, rounds: int, batc
     return ("algorithm=local_sgd", "problem=mnist_lenet5", f"workers={workers}", f"algorithm.local_steps={local_steps}",
             f"algorithm.batch_size={batch_size}", f"algorithm.lr={LR}", f"rounds={rounds}", "tol=null",
             "quiet=true", f"sim.batched={batched}", f"problem.device={device}")
-
-
-def timed_run(*job: str) -> dict:
-    """One in-process simulated run: the rounds' wall time (the summary's), the process's CPU seconds, the path."""
-    spec = run_spec(compose_job(job))
-    collected: dict = {}
-    cpu0 = time.process_time()
-    summary = execute(spec, None, collect=collected)
-    return {"rounds_s": summary["wall_time_s"], "total_cpu_s": time.process_time() - cpu0,
-            "path": summary["simulator_path"], "objectives": [r["objective"] for r in collected["records"]],
-            "simulated_time_s": summary["simulated_time_s"], "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
 def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log) -> dict:
@@ -179,7 +129,7 @@ def roofline(workers: int, batch_size: int, repeats: int) -> dict:
                                  "over_per_worker": workers * one_s / min(times[engine])} for engine in ENGINES},
             "stacked_default_engine": default_engine(stacked.device),
             "gemm_gflops_1_thread": gemm[1], "gemm_gflops_2_threads": gemm[2],
-            "cpu_ceiling": gemm[1] / per_worker, "load_avg": [round(x, 2) for x in os.getloadavg()]}
+            "cpu_ceiling": gemm[1] / per_worker, "load_avg": load()}
 
 
 def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,
@@ -199,28 +149,18 @@ def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, rep
             "one_worker_runs_s": runs["one"], "batched_runs_s": runs["batched"]}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/bench.json"))
-    parser.add_argument("--workers", type=int, default=64)
-    parser.add_argument("--local-steps", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="m = 8, 2 local steps, one round, once (a smoke run)")
-    parser.add_argument("--roofline-only", action="store_true", help="the roofline alone, no runs")
-    parser.add_argument("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")
-    args = parser.parse_args(argv)
+def run(bench: Run) -> dict:
+    args = bench.args
     if args.quick:
         args.workers, args.local_steps, args.rounds, args.repeats = 8, 2, 1, 1
-    section: dict = {"machine": machine(), "quick": args.quick}
+    section: dict = {"machine": bench.machine, "quick": args.quick}
     if not mnist_dir().is_dir():
         section["skipped"] = f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder holding mnist/)"
         print(f"{KEY}: {section['skipped']}", flush=True)
         if not args.skip_without_data:
             sys.exit(2)
     else:
-        log = elapsed_logger(time.perf_counter())
+        log = bench.log
         section["roofline"] = roofline(args.workers, args.batch_size, args.repeats)
         r = section["roofline"]
         log(f"roofline: per-worker step {r['per_worker_gflops']:.1f} GFLOP/s, stacked "
@@ -230,9 +170,13 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.roofline_only:
             section["speedup"] = speedup(args.workers, args.local_steps, args.batch_size, args.rounds, args.repeats,
                                          log)
-    merge_section(args.out, KEY, section)
-    return section
+    return bench.finish(section)
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "MNIST LeNet-5 at m = 64: the per-worker path against the stacked one, and its roofline",
+              threads=None, options=(
+                  option("--workers", type=int, default=64), option("--local-steps", type=int, default=10),
+                  option("--batch-size", type=int, default=32), option("--rounds", type=int, default=2),
+                  option("--repeats", type=int, default=2),
+                  option("--roofline-only", action="store_true", help="the roofline alone, no runs"),
+                  option("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")))

@@ -1,38 +1,16 @@
-"""What ``comm.compress`` costs and saves (issue 34 item 1): JSON section ``compress``.
-
-    PYTHONPATH=. python scripts/bench_compress.py [--out results/bench.json] [--repeats 5] [--quick]
-
-Two parts, with the machine and its load average (`dane.synthetic.bench_file.machine`):
-
-- ``compressor_time``: seconds of one compression C(x) of a float64 vector of n entries
-  (n = 500, the synthetic ridge's d, and 30,730, CIFAR softmax regression's), median and
-  spread over ``--repeats`` timings of a loop, with the exact bits of the message and their
-  ratio to the dense 64 n.  This is the compute a worker adds per compressed message; the
-  exchange itself is the dense allreduce of the decoded values (`dane.comm.compression`), so
-  under a launcher the bytes on the wire do not shrink: the bits are the parameter-server
-  model's.
-- ``gd_to_target``: distributed GD in the simulator on ridge_synthetic (N = 4000, d = 100,
-  m = 4) to relative suboptimality 1e-8 (at most 3000 rounds), per compressor, with and
-  without EF21: status, rounds, uplink and downlink bits per worker, simulated time and
-  wall seconds.  The step is GD's default rule unless the row names ``lr``.
-"""
+"""What ``comm.compress`` costs and saves (issue 34 item 1): JSON section ``compress``."""
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from dane.api import fit  # noqa: E402
-from dane.compress import make  # noqa: E402
-from dane.problems import RidgeSyntheticConfig  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
+from dane.api import fit
+from dane.compress import make
+from dane.problems import RidgeSyntheticConfig
+from dane.synthetic.bench_file import machine
+from scripts.harness import Bench, Run, option
 
 KEY = "compress"
 SPECS = ("none", "topk:0.1", "randk:0.1", "natural", "dither:4")
@@ -80,19 +58,13 @@ def gd_to_target(quick: bool) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="n = 500 and three GD runs only (the tests)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # a worker's compute, as the simulator times it
-    section = {"machine": machine(), "target": TARGET, "compressor_time": compressor_time(args.repeats, args.quick),
+def run(bench: Run) -> dict:
+    args = bench.args
+    section = {"machine": bench.machine, "target": TARGET, "compressor_time": compressor_time(args.repeats, args.quick),
                "gd_to_target": gd_to_target(args.quick)}
     section["machine_after"] = machine()["load_avg"]
-    merge_section(Path(args.out), KEY, section)
-    return section
+    return bench.finish(section)
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "what comm.compress costs and saves (issue 34 item 1)",
+              options=(option("--repeats", type=int, default=5),))

@@ -1,34 +1,10 @@
-"""Benchmark of the Newton-type family against ADMM and GD on convex problems.
-
-    PYTHONPATH=. python scripts/bench_convex.py [--out results/bench.json] [--quick] [--problems NAME ...]
-
-``convex_newton_family`` is merged into ``--out`` (other benchmarks keep theirs).  For each
-problem and worker count, each algorithm (DANE with its safeguard, InexactDANE, AIDE,
-GIANT, DiSCO, ADMM, GD; every one at its conf/algorithm/*.yaml defaults,
-the same λ for all) runs in the in-process simulator
-through `dane.fit` under the package's default α-β (`dane.comm.AlphaBeta()`) until the
-relative suboptimality (O(w) - O*) / |O*| is at most 1e-8, or until its round cap.  Its
-rounds, allreduces (``comm_rounds``), bytes one worker sent and simulated time
-(``time_s`` of that record; the workers' setup is ``setup_s``, apart) are recorded, or
-null with the best relative suboptimality reached.  Every run's rounds.jsonl is kept
-under ``--runs``/<problem>/m<workers>/<algorithm>/ (paper_figs/newton_family.py draws
-them).  Then two goals per (problem, workers) are evaluated from those numbers, see
-`goal_allreduces` and `goal_time`.  (The local solve's cost against d is
-scripts/bench_local_solve.py.)
-
-Problems: softmax regression on MNIST from data_dir (skipped with a message when the
-files are absent), logistic regression on breast_cancer, ridge on diabetes (both
-bundled with scikit-learn), and logistic regression on an rcv1-like LIBSVM file that
-this script writes into results/.  ``--quick`` shrinks everything (tests).
-"""
+"""Benchmark of the Newton-type family against ADMM and GD on convex problems."""
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import shutil
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,16 +14,15 @@ from typing import Callable
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import dane  # noqa: E402
-from dane.comm import AlphaBeta  # noqa: E402
-from dane.data.files import BuiltinSource, LibSVMSource  # noqa: E402
-from dane.errors import UserError  # noqa: E402
-from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from dane.reference import attach_all  # noqa: E402
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section as merge  # noqa: E402
-from dane.synthetic.sparse_data import write_sparse_libsvm  # noqa: E402
+import dane
+from dane.comm import AlphaBeta
+from dane.data.files import BuiltinSource, LibSVMSource
+from dane.errors import UserError
+from dane.problems.linear_models import LinearModelConfig
+from dane.reference import attach_all
+from dane.synthetic.sparse_data import write_sparse_libsvm
+from scripts.harness import Bench as Section, Run, option
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8
@@ -328,26 +303,12 @@ def run_bench(bench: Bench, args, log) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--runs", default="results/bench_convex", help="run directories and the rcv1-like file")
-    parser.add_argument("--quick", action="store_true", help="tiny problems and caps (the tests)")
-    parser.add_argument("--problems", nargs="+", default=None, help="only these problems (default: all)")
-    parser.add_argument("--algorithms", nargs="+", default=list(NEWTON + BASELINES), choices=list(NEWTON + BASELINES))
-    parser.add_argument("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"),
-                        help="MNIST's folder (relative: from the repository root)")
-    parser.add_argument("--svm-rows", type=int, default=5000)
-    parser.add_argument("--svm-features", type=int, default=20000)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    log = elapsed_logger(start)
-
+def run(bench: Run) -> None:
+    args, log, start = bench.args, bench.log, bench.start
     path = Path(args.out)
     cost = AlphaBeta()
     chosen = [b for b in benches(args) if args.problems is None or b.name in args.problems]
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": bench.machine,
               "load_avg_before": list(os.getloadavg()), "quick": args.quick,
               "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g}",
               "simulator": "in-process simulator (dane.fit): one thread and one torch thread per worker; "
@@ -363,21 +324,30 @@ def main(argv: list[str] | None = None) -> None:
         report["problems"] = dict(earlier.get("problems", {}))
         report["full_run"] = earlier.get("full_run") or {k: earlier.get(k) for k in FULL_RUN}
         report["rerun_of"] = args.problems
-    for bench in chosen:
+    for case in chosen:
         begun = (time.strftime("%Y-%m-%dT%H:%M:%S%z"), list(os.getloadavg()), time.perf_counter())
-        result = run_bench(bench, args, log)
-        report["problems"][bench.name] = {**result, "started_at": begun[0], "load_avg_before": begun[1],
+        result = run_bench(case, args, log)
+        report["problems"][case.name] = {**result, "started_at": begun[0], "load_avg_before": begun[1],
                                           "load_avg_after": list(os.getloadavg()),
                                           "wall_s": time.perf_counter() - begun[2]}
         report["wall_s"] = time.perf_counter() - start
-        merge(path, KEY, report)  # after each problem, so a later failure loses nothing
+        bench.save(report)  # after each problem, so a later failure loses nothing
     report["load_avg_after"] = list(os.getloadavg())
     report["wall_s"] = time.perf_counter() - start
     if args.problems is None:
         report["full_run"] = {k: report[k] for k in FULL_RUN}
-    merge(path, KEY, report)
+    bench.finish(report)
+    report["wall_s"] = time.perf_counter() - start  # unrounded, as before
+    bench.save(report)
     log(f"done in {time.perf_counter() - start:.0f} s -> {path}")
 
 
-if __name__ == "__main__":
-    main()
+
+BENCH = Section(KEY, run, "rounds, allreduces, bytes and simulated time to 1e-8: the Newton-type family and baselines",
+              options=(option("--runs", default="results/bench_convex", help="run directories and the rcv1-like file"),
+                       option("--problems", nargs="+", default=None, help="only these problems (default: all)"),
+                       option("--algorithms", nargs="+", default=list(NEWTON + BASELINES),
+                              choices=list(NEWTON + BASELINES)),
+                       option("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"),
+                              help="MNIST's folder (relative: from the repository root)"),
+                       option("--svm-rows", type=int, default=5000), option("--svm-features", type=int, default=20000)))

@@ -1,54 +1,6 @@
-"""Time per round on a GPU against the CPU: MNIST LeNet-5, DANE as in its accuracy table; JSON under ``cuda``.
-
-    PYTHONPATH=. python scripts/bench_cuda.py [--out results/bench.json] [--rounds 6] [--repeats 2]
-
-Every run is ``conf/experiment/table_mnist_lenet5.yaml``'s DANE (η=1, μ=0, no safeguard,
-one pass of SGD over each worker's shard per round) for ``--rounds`` rounds, once with
-``problem.device=cuda`` and once with ``problem.device=cpu``, on the same machine:
-
-- ``launched``: ``torchrun --nproc_per_node 1`` and ``2`` (two ranks share one GPU;
-  gloo carries the vectors, which live in host memory).  Time per round: the median
-  of the rounds' ``time_s`` differences from round 1 on (round 0 is the first
-  evaluation, and on CUDA the first kernels' start-up): `bench_scaling.median_round_s`.
-  Each rank has one CPU thread (torchrun's OMP_NUM_THREADS=1, and
-  `dane.problems.neural.reproducible_numerics`), so the CPU column is one core per worker.
-- ``simulated``: ``experiments.simulate`` at ``--workers``: the wall seconds per round
-  (``wall_time_s / rounds``) and the simulated seconds per round (median difference
-  of ``time_s``).  On CUDA the simulated workers take turns on the one GPU
-  (`dane.comm.threads.DeviceTurns`), so the wall time grows with m while the
-  simulated time is that of m GPUs.  ``sim_vs_launched_np1``: the simulator's time per round
-  at m = 1 (``sim.single_worker``) against the launched np = 1 run's, per device: how
-  well the simulator's clock stands for a real run.
-
-- ``convex``: DANE on the convex linear models (`CONVEX_CASES`: ridge with the exact Cholesky solve,
-  logistic regression with Newton-CG, dense and CSR rows) in the in-process simulator at
-  ``--convex-workers``, ``problem.device=cuda`` against ``cpu`` on the same data: the wall and the
-  simulated seconds per round, ``cpu_over_cuda`` of each, and ``iterate_rel_diff``, the relative
-  distance of the CUDA run's final iterate from the CPU run's (float64; goal <= 1e-10).  It needs no
-  data files, so it runs wherever a GPU is.  ``--convex-cases`` picks cases; the JSON is written after each
-  case, so a run cut short by a time limit keeps what it finished.  The cases are sized for ``--rounds 4``
-  to finish within about 2 minutes on a 16-core GPU host (the CPU reference is the slow side).
-
-- ``baseline`` (issue 35 item 5, the GPU's own baseline): one worker's DANE round of the MNIST LeNet-5 table
-  (η = 1, μ = 0, one pass of batch-100 SGD, the full gradient and the evaluation) against a plain PyTorch loop
-  doing the same work on the same device (`plain_rounds`: same model, rows, minibatches, chunks), rounds
-  interleaved; ``dane_round_over_plain_loop`` (goal <= 1.3 on CUDA) and the two final iterates' relative
-  distance (they are the same iterates at m = 1).  ``--only-baseline`` runs it alone, into the section
-  ``cuda_baseline``; ``--baseline-devices cpu`` times it on the CPU.
-
-- ``batched_net`` (issue 35 item 4): a round of ``--batched-workers`` LeNet-5 workers of local SGD (10 local
-  steps of batch 32, then the mean) run as one stacked computation on CUDA (``sim.batched=true``,
-  `dane.problems.stacked_net`) against one such worker on CUDA (`bench_batched_net.cuda_round`); goal: within
-  2x.  ``--only-batched`` runs it alone, into the section ``cuda_batched_net`` (skipped, with the reason,
-  without CUDA or MNIST).
-
-Skipped, with the reason in the JSON, when torch sees no CUDA device (``convex`` too) or MNIST is
-absent (``skipped``: the network sections; ``convex`` still runs).
-Timings on a shared machine are noisy: each run carries the load average it ran under.
-"""
+"""Time per round on a GPU against the CPU: MNIST LeNet-5, DANE as in its accuracy table; JSON under ``cuda``."""
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -57,14 +9,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_batched_net import cuda_round  # noqa: E402
-from bench_scaling import load, median_round_s, mnist_dir, now, spread  # noqa: E402
-from dane.results import read_rounds, read_summary  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
-from dane.synthetic.launchers import REPO, torchrun  # noqa: E402
+from scripts.bench_batched_net import cuda_round
+from scripts.bench_scaling import median_round_s, mnist_dir
+from dane.results import read_rounds, read_summary
+from dane.synthetic.launchers import REPO, torchrun
+from scripts.harness import Bench, Run, load, now, option, spread
 
 KEY = "cuda"
 BASELINE_KEY = "cuda_baseline"  # --only-baseline's section (a full run keeps it under KEY's "baseline")
@@ -307,8 +257,7 @@ def baseline(rounds: int, devices: list[str], config=None, repeats: int = 2) -> 
 
 
 def _spread(runs: list[dict], key: str, **match) -> dict | None:
-    values = [r[key] for r in runs if key in r and all(r.get(k) == v for k, v in match.items())]
-    return spread(values) if values else None
+    return spread([r[key] for r in runs if key in r and all(r.get(k) == v for k, v in match.items())])
 
 
 def ratios(result: dict) -> dict:
@@ -338,33 +287,20 @@ def batched_net(workers: int, rounds: int, repeats: int) -> dict:
             **cuda_round(workers, 10, 32, rounds, repeats, lambda line: print(line, flush=True))}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--convex-workers", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)")
-    parser.add_argument("--only-baseline", action="store_true",
-                        help="only the GPU's own baseline: a DANE round against a plain PyTorch loop (MNIST LeNet-5)")
-    parser.add_argument("--baseline-devices", nargs="+", choices=DEVICES, default=None,
-                        help="devices of the baseline comparison (default: cuda where there is one, else cpu)")
-    parser.add_argument("--only-batched", action="store_true",
-                        help="only the batched LeNet-5 workers on CUDA against one worker (section cuda_batched_net)")
-    parser.add_argument("--batched-workers", type=int, default=64)
-    parser.add_argument("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,
-                        help="these convex cases only (default: all)")
-    args = parser.parse_args()
-    result: dict = {"started_at": now(), "machine": machine(), "load_before": load(), "rounds": args.rounds,
+def run(bench: Run) -> None:
+    args = bench.args
+    result: dict = {"started_at": now(), "machine": bench.machine, "load_before": load(), "rounds": args.rounds,
                     "overrides": " ".join(TABLE)}
     baseline_devices = args.baseline_devices or ["cuda" if torch.cuda.is_available() else "cpu"]
+
+    def done(key: str, line: str) -> None:
+        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
+        print(line, flush=True)
+        bench.save(result, key)
+
     if args.only_batched:
         result["batched_net"] = batched_net(args.batched_workers, min(args.rounds, 3), args.repeats)
-        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
-        print(f"cuda batched_net: {result['batched_net'].get('skipped') or result['batched_net']['ratio']}", flush=True)
-        merge_section(Path(args.out), BATCHED_KEY, result)
-        return
+        return done(BATCHED_KEY, f"cuda batched_net: {result['batched_net'].get('skipped') or result['batched_net']['ratio']}")
     if args.only_baseline:
         if not mnist_dir().is_dir():
             result["baseline"] = {"skipped": f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder "
@@ -373,17 +309,14 @@ def main() -> None:
             result["baseline"] = {"skipped": "torch sees no CUDA device; --baseline-devices cpu times the CPU"}
         else:
             result["baseline"] = baseline(args.rounds, baseline_devices)
-        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
-        print(f"cuda baseline: {result['baseline'].get('skipped', 'written')}", flush=True)
-        merge_section(Path(args.out), BASELINE_KEY, result)
-        return
+        return done(BASELINE_KEY, f"cuda baseline: {result['baseline'].get('skipped', 'written')}")
     if not torch.cuda.is_available():
         result["skipped"] = "torch sees no CUDA device"
         result["convex"] = {"skipped": result["skipped"]}
     else:
         result["gpu"] = torch.cuda.get_device_name(0)
         result["convex"] = convex(args.rounds, args.convex_workers, args.convex_cases,
-                                  written=lambda partial: merge_section(Path(args.out), KEY, {**result, "convex": partial}))
+                                  written=lambda partial: bench.save({**result, "convex": partial}))
         if args.only_convex:
             result["skipped"] = "--only-convex: the network sections were not run"
         elif not mnist_dir().is_dir():
@@ -396,8 +329,20 @@ def main() -> None:
             result["baseline"] = baseline(args.rounds, baseline_devices)
     result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
     print(f"cuda: {result.get('skipped') or result['ratios']}", flush=True)  # convex: printed as it ran
-    merge_section(Path(args.out), KEY, result)
+    bench.finish(result)
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "MNIST LeNet-5 and convex rounds on problem.device=cuda against cpu", threads=None, options=(
+    option("--rounds", type=int, default=6), option("--repeats", type=int, default=2),
+    option("--workers", type=int, nargs="+", default=[1, 2, 4, 8]),
+    option("--convex-workers", type=int, nargs="+", default=[1, 8]),
+    option("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)"),
+    option("--only-baseline", action="store_true",
+           help="only the GPU's own baseline: a DANE round against a plain PyTorch loop (MNIST LeNet-5)"),
+    option("--baseline-devices", nargs="+", choices=DEVICES, default=None,
+           help="devices of the baseline comparison (default: cuda where there is one, else cpu)"),
+    option("--only-batched", action="store_true",
+           help="only the batched LeNet-5 workers on CUDA against one worker (section cuda_batched_net)"),
+    option("--batched-workers", type=int, default=64),
+    option("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,
+           help="these convex cases only (default: all)")))

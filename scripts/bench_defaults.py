@@ -1,66 +1,19 @@
-"""The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting.
-
-    PYTHONPATH=. python scripts/bench_defaults.py [--out results/bench.json] [--quick] [--only METHOD ...]
-        [--families NAME ...] [--workers 4 8] [--lams 1e-3 1e-5] [--losses squared logistic]
-
-``defaults`` is merged into ``--out`` (other benchmarks keep theirs).  Cells: the three
-families of `synthetic.defaults_data` (a rare one-hot value, targets of scale 1e5,
-features of condition number 1e6) × ridge and logistic (large_targets: ridge only) ×
-λ ∈ {1e-3, 1e-5} × m ∈ {4, 8}.  In each cell every method runs in the in-process simulator
-(`dane.fit`) at its conf/algorithm defaults and at each setting of its own small grid
-(`METHODS`) until the relative suboptimality (O(w) − O*)/|O*| is at most 1e-8 (the stop
-rule's ``tol``, relative since issue 23) or its round cap.  Per run: rounds and
-allreduces to the target, the status, the best relative suboptimality, and for a run that
-reached it the largest rise of its objective over the start, ``peak_rise`` =
-max_t (O(w_t) − O*)/(O(w_0) − O*) (what `dane.runner.StopRule.blowup` is judged by).
-
-Per method and cell: ``best`` is the grid setting with the fewest allreduces to the
-target; ``ratio`` = default allreduces / best allreduces.  Goals (issue 23): no default
-diverges; every default within 2× of its best (safeguarded DANE: within 1.5× of the best
-fixed μ).  ``misses`` lists every cell and method that misses one.  ``--only dane``
-reruns one method and keeps the others' numbers from ``--out`` (``--families``, ``--workers``,
-``--lams``, ``--losses``: fewer cells).
-
-The federated DANE line (issue 33) runs on the same cells under full participation.  Its grids are
-small and around each default: the proximal weight of S-DANE, Acc-S-DANE, FedDANE and FedRed as
-multiples (`PROX_MULTIPLES`) of the value the default measured (``lam_times_default``: the default
-run's first record holds it), FedProx's μ (the paper's grid), FedAvg's local step, SCAFFOLD's local
-and server steps (`SCAFFOLD_GRID`), Scaffnew's p and step.
-
-*A grid holds the local work per round fixed.*  The cost counted is allreduces, and local steps are
-free in it: on the label-skewed logistic cells SCAFFOLD's rounds fall about as 1/K (the
-``scaffold_k3`` and ``scaffold_k30`` rows beside ``scaffold``), so a grid with K = 30 beside a
-default of K = 10 measures three times the local compute, not a better tuning, and no fixed K can be
-within 2x of it.  K is a
-local-compute budget, as FedAvg's, FedProx's and FedRed's steps per round are: SCAFFOLD's grid tunes
-η_l (in units of the step its default chose) and η_g at the default's K = 10, and the other local
-budgets are rows of their own, each against the same knobs at its own K (``scaffold_k3``,
-``scaffold_k30``).  Option I, a different control variate from the paper's option II that the
-issue names, is a row of its own too (``scaffold_option1``, as ``dane_mu0`` is beside ``dane``).
-Scaffnew is the exception: its p is both its one knob and its expected local steps 1/p, and its
-grid varies it as the paper tunes it.  FedProx and FedAvg (`FLOORED`) converge to a point
-that is not the optimum on differing shards: their goal is to reach the target or to end early at
-that floor with their one-line diagnosis (status ``client_drift``, `baselines.fedprox`), not to
-run to the cap; they are not judged by "within 2x".
-"""
+"""The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting."""
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import dane
+from dane.provenance import code_version
+from dane.synthetic.defaults_data import FAMILIES, make
+from scripts.harness import Bench, Run, option, work_to
 
-import dane  # noqa: E402
-from dane.provenance import code_version  # noqa: E402
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench  # noqa: E402
-from dane.synthetic.defaults_data import FAMILIES, make  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 KEY = "defaults"
 REL_TOL = 1e-8
@@ -113,7 +66,8 @@ def smoothness(X: np.ndarray, loss: str, lam: float, fit_intercept: bool) -> flo
 
 
 def to_target(records: list[dict]) -> dict:
-    """Rounds and allreduces to the first record with (O − O*)/|O*| <= REL_TOL; the best reached; peak_rise."""
+    """Rounds and allreduces to the first record with (O − O*)/|O*| <= REL_TOL; the best reached; peak_rise; the
+    clients' local gradient passes to it where the records count them (`work_to`)."""
     subs = [r.get("suboptimality") for r in records]
     f_star = next((r["objective"] - s for r, s in zip(records, subs) if s is not None and math.isfinite(s)), None)
     if f_star is None:
@@ -125,6 +79,8 @@ def to_target(records: list[dict]) -> dict:
            "best_rel_suboptimality": min(rel)}
     if hit is not None and rel[0] > 0:
         row["peak_rise"] = max(rel[: hit + 1]) / rel[0]
+    if hit is not None and work_to(records, hit, "local_passes") is not None:
+        row["local_passes"] = work_to(records, hit, "local_passes")
     return row
 
 
@@ -251,32 +207,14 @@ def misses(report: dict) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--quick", action="store_true", help="one tiny cell (the test)")
-    parser.add_argument("--only", nargs="+", choices=list(METHODS), default=None,
-                        help="rerun these methods; the others' numbers are kept from --out")
-    parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
-    parser.add_argument("--workers", nargs="+", type=int, choices=WORKERS, default=list(WORKERS),
-                        help="the cells' m (a subset reruns fewer cells; the others keep their numbers)")
-    parser.add_argument("--lams", nargs="+", type=float, choices=LAMS, default=list(LAMS), help="the cells' λ")
-    parser.add_argument("--losses", nargs="+", choices=("squared", "logistic"), default=["squared", "logistic"],
-                        help="the cells' losses")
-    args = parser.parse_args(argv)
+def run(bench: Run) -> dict:
+    args, log = bench.args, bench.log
     os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
-    import torch
-
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    log = elapsed_logger(start)
-    path = Path(args.out)
     methods = args.only or list(METHODS)
-    earlier = read_bench(path).get(KEY, {})
+    earlier = bench.earlier
     keep = args.only is not None and earlier.get("quick") == args.quick
     code = code_version()  # per method row too: --only reruns one method on newer code
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick,
-              "code": code,
+    report = {**bench.header(), "quick": args.quick, "code": code,
               "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g} (dane.fit tol)",
               "goals": "no default diverges; each default within 2x of its best grid setting in allreduces "
                        "(safeguarded DANE: 1.5x of the best fixed mu)",
@@ -293,14 +231,17 @@ def main(argv: list[str] | None = None) -> dict:
             cell["methods"] = {**report["cells"][key]["methods"], **cell["methods"]}
         report["cells"][key] = cell
         report["misses"] = misses(report)
-        merge_section(path, KEY, report)  # after each cell, so an interrupted run keeps what it measured
-    report["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-    report["wall_s"] = round(time.perf_counter() - start, 1)
+        bench.save(report)  # after each cell, so an interrupted run keeps what it measured
     report["misses"] = misses(report)
-    merge_section(path, KEY, report)
-    log(f"done: {len(report['misses'])} miss(es) -> {path}")
+    bench.finish(report)
+    log(f"done: {len(report['misses'])} miss(es) -> {bench.path}")
     return report
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench("defaults", run, "each method at its defaults beside its own best setting (issue 23)", options=(
+    option("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES)),
+    option("--workers", nargs="+", type=int, choices=WORKERS, default=list(WORKERS),
+           help="the cells' m (a subset reruns fewer cells; the others keep their numbers)"),
+    option("--lams", nargs="+", type=float, choices=LAMS, default=list(LAMS), help="the cells' λ"),
+    option("--losses", nargs="+", choices=("squared", "logistic"), default=["squared", "logistic"],
+           help="the cells' losses")), only=tuple(METHODS))

@@ -1,58 +1,10 @@
-"""The federated benchmark (issue 33, item 5): the S-DANE paper's setting on a real LIBSVM table.
-
-    PYTHONPATH=. python scripts/bench_federated.py [--out results/bench.json] [--setting hard mild]
-        [--dataset phishing] [--workers 100] [--clients 100 10] [--alpha 0.5 | --iid] [--lam 1e-3] [--caps 60 200]
-        [--only METHOD ...] [--repeats 1] [--defaults-only] [--quick] [--delta 0.1]
-
-Three settings (`SETTINGS`), each into its own section of ``--out`` (other benchmarks keep theirs):
-``hard`` (section ``federated``: m = 100 clients, Dirichlet α = 0.5, s ∈ {100, 10}, caps 60 and 200
-rounds) and ``mild`` (``federated_mild``: m = 20, α = 1, s ∈ {20, 10}, caps 60 and 200), where the
-methods reach the target and can be ranked; ``quadratic`` (``federated_quadratic``): the S-DANE paper's
-quadratic with d = 1000 over 5 clients at a controlled Hessian dissimilarity δ (``--delta``, small against
-L = 1; μ = ``--lam``, 1e-6 there), DANE, S-DANE and Acc-S-DANE only (`ControlledQuadratic`).  A flag given
-overrides every setting run.  The setting of Jiang, Rodomanov &
-Stich (NeurIPS 2024, "Stabilized Proximal Point Methods for Federated Optimization") as far as the data
-here allows: logistic regression with an intercept and (λ/2)‖w‖² on a LIBSVM file read from
-``$DANE_DATA_DIR/libsvm/`` (default ../shared/data; never copied), its rows dealt to m clients by
-Dirichlet label skew (α), and s of the m clients sampled per round, for every s of ``--clients``.
-
-Every method runs in the in-process simulator (`dane.fit`) at its conf/algorithm defaults and at each
-setting of a small grid of its main knob (`METHODS`), until the relative suboptimality
-(O(w) − O*)/|O*| is at most the last of `TARGETS` (O* from ``optimum=auto``) or its round cap.  Per
-run, for each target: the rounds, the counted allreduces, the participants' uplink bytes (the
-federated methods' ``uplink_bytes``; GD and DANE, which have no server, report their communicator's
-``bytes_sent``) and the simulated time (`dane.comm.threads`: the sampled clients' compute and a ring
-over them); the best relative suboptimality reached and the status.  Per method and s: ``best`` is
-the grid setting (the default included) with the fewest rounds to the last target, ``ratio`` = rounds
-at defaults / best rounds, and ``best_per_target`` the same for every target.  λ-type knobs are given per δ_A, the measured mean-square Hessian
-dissimilarity of the shards (`dane.similarity`), which the report holds with δ = max_i ‖H_i − H‖₂ and
-‖H‖ at w_0 = 0.  Methods without client sampling (Scaffnew, GD, DANE) run at s = m only.
-SCAFFOLD's and FedAvg's grids hold their local work per round at the default K = 10, as scripts/bench_defaults.py's
-do (rounds are the cost here, and local steps are free in them: a larger K is more local compute, not a better
-tuning): SCAFFOLD's η_l ∈ {0.25, 0.5, 2} × the step its default chose and η_g ∈ {0.5, 2} (`SCAFFOLD_GRID`),
-FedAvg's step ∈ {0.25, 1}/L; SCAFFOLD at K = 3 and 30 are the defaults benchmark's rows ``scaffold_k3``,
-``scaffold_k30``.
-
-The quadratic's grids (`QUADRATIC_GRIDS`) hold the theory's λ = δ_A (``lam_per_delta: 1``), where the papers'
-ranking (Acc-S-DANE in fewer rounds than S-DANE) is stated, down to S-DANE's full-participation default δ_A/512, and
-DANE's μ (unsafeguarded) on the same multiples of δ_A and at 0: with exact local solves and every client in each
-round S-DANE is DANE with η = 1 and μ = λ round for round (baselines/sdane.py), so "S-DANE in no more rounds than
-DANE" is a statement at equal prox weight, not against DANE's default μ = 0.  Each run records the prox weight it
-started with (``prox_weight``: a null default's resolved λ or μ).
-
-``--defaults-only`` skips the grids (the table's parentheses are then the default's own numbers).
-``--repeats k`` reruns each default k times: rounds and bytes are deterministic, the simulated time
-is measured CPU time, reported as min/median/max over the repeats.  ``dane figures federated_table``
-writes the markdown tables into docs/benchmarks.md from this JSON.  ``--quick``: a generated
-two-class table of 600 rows, m = 8, s ∈ {8, 4}, two methods (the test).
-"""
+"""The federated benchmark (issue 33, item 5): the S-DANE paper's setting on a real LIBSVM table."""
 from __future__ import annotations
 
 import argparse
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -61,17 +13,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from dane.api import fit
+from dane.data.files import LibSVMSource, NPZSource, save_npz
+from dane.problems.base import ProblemConfig
+from dane.problems.linear_models import LinearModelConfig
+from dane.problems.quadratic import QuadraticProblem
+from dane.provenance import code_version
+from dane.similarity import measure
+from dane.synthetic.bench_file import read_bench
+from scripts.harness import Bench, Run, now, option, work_to
 
-from dane.api import fit  # noqa: E402
-from dane.data.files import LibSVMSource, NPZSource, save_npz  # noqa: E402
-from dane.problems.base import ProblemConfig  # noqa: E402
-from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from dane.problems.quadratic import QuadraticProblem  # noqa: E402
-from dane.provenance import code_version  # noqa: E402
-from dane.similarity import measure  # noqa: E402
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section, read_bench  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 KEY = "federated"
 #: the settings: ``hard`` is the S-DANE paper's (m = 100 under Dirichlet 0.5, where few methods reach 1e-8 within
@@ -199,10 +151,11 @@ def at_targets(records: list[dict]) -> dict:
             continue
         r = records[hit]
         # record t holds w_t's metrics and the traffic of round t too, which made w_{t+1}: w_t's is the one before
-        traffic = {k: (None if r.get(k) is None else records[hit - 1][k] if hit > 0 else 0)
-                   for k in ("uplink_bytes", "downlink_bytes")}
+        traffic = {k: work_to(records, hit, k) for k in ("uplink_bytes", "downlink_bytes")}
+        passes = work_to(records, hit, "local_passes")  # the clients' local gradient passes, where counted
         out[f"{target:g}"] = {"rounds": r["round"], "comm_rounds": r["comm_rounds"], "time_s": float(r["time_s"]),
-                              **traffic, "bytes_sent": r["bytes_sent"]}
+                              **traffic, "bytes_sent": r["bytes_sent"],
+                              **({} if passes is None else {"local_passes": passes})}
     return {"targets": out, "best_rel_suboptimality": min(rel)}
 
 
@@ -307,43 +260,6 @@ def dissimilarity(config, m: int) -> dict:
             "dim": problems[0].dim, **rows}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--setting", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
-                        help="the settings to run, each into its own section (hard: federated, mild: federated_mild); "
-                             "--dataset, --workers, --clients, --alpha override every one given")
-    parser.add_argument("--dataset", default=None, help="a two-class file of $DANE_DATA_DIR/libsvm/")
-    parser.add_argument("--workers", type=int, default=None, help="m clients")
-    parser.add_argument("--clients", type=int, nargs="+", default=None, help="s sampled per round, each a row")
-    parser.add_argument("--alpha", type=float, default=None, help="Dirichlet label skew (omit with --iid)")
-    parser.add_argument("--iid", action="store_true", help="iid shards instead of Dirichlet")
-    parser.add_argument("--lam", type=float, default=None,
-                        help="the l2 weight (logistic, default 1e-3) or the quadratic's strong convexity (default 1e-6)")
-    parser.add_argument("--delta", type=float, default=None,
-                        help="quadratic: the Hessian dissimilarity max_i ||H_i - H|| (default 0.1; L = 1)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", nargs="+", choices=list(METHODS), default=None)
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each default, for the simulated time's spread")
-    parser.add_argument("--caps", type=int, nargs=2, default=None,
-                        metavar=("NEWTON_TYPE", "FIRST_ORDER"),
-                        help="round caps of the methods with local solves and of those with local gradient steps")
-    parser.add_argument("--defaults-only", action="store_true",
-                        help="run each method at its defaults only, without its grid (a shorter run)")
-    parser.add_argument("--quick", action="store_true", help="a small generated table, m=8 (the test)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.setting = args.setting[:1]
-    report = {}
-    for name in args.setting:
-        given = {k: getattr(args, k) for k in ("dataset", "workers", "clients", "alpha", "caps", "lam", "delta")}
-        chosen = argparse.Namespace(**{**vars(args), "caps": [SECOND_ORDER_CAP, FIRST_ORDER_CAP], **SETTINGS[name],
-                                       **{k: v for k, v in given.items() if v is not None}})
-        chosen.setting = name
-        report = run(chosen)
-    return report
-
-
 def with_earlier(report: dict, earlier: dict, args) -> dict:
     """With ``--only``, this run's rows over the section's earlier ones (a row of both: this run's), in the order
     of s, then of `METHODS`; the header names each run's start (federated_table).  Else the report itself."""
@@ -366,7 +282,7 @@ def grid_of(args, method: str) -> list[dict]:
     return (getattr(args, "grids_of", None) or {}).get(method, METHODS[method][3])
 
 
-def run(args) -> dict:
+def run_setting_rows(args, bench: Run) -> dict:
     """One setting's rows, merged into ``args.out`` under ``args.key``."""
     if args.iid:
         args.alpha = None
@@ -376,11 +292,8 @@ def run(args) -> dict:
     methods = args.only or (list(QUADRATIC_METHODS) if quadratic else list(QUICK_METHODS) if args.quick
                             else list(METHODS))
     os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    log = elapsed_logger(start)
-    path = Path(args.out)
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "quick": args.quick,
+    bench.start, log, path = time.perf_counter(), bench.log, bench.path  # wall_s: this setting's
+    report = {"started_at": now(), "machine": bench.machine, "quick": args.quick,
               "setting": args.setting, "code": code_version(), "dataset": args.dataset, "workers": args.workers, "clients": args.clients,
               "sharding": "iid" if args.alpha is None else f"dirichlet alpha={args.alpha:g}", "lam": args.lam,
               **({"delta": args.delta, "problem": ControlledQuadratic.__doc__.splitlines()[0]} if quadratic else {}),
@@ -419,15 +332,44 @@ def run(args) -> dict:
                     f"; {sum(r['wall_s'] for r in [default, *runs]):.0f} s")
                 report["load_avg_now"] = [round(x, 2) for x in os.getloadavg()]
                 # after each row: an interrupted run keeps what it measured (and, with --only, the earlier rows)
-                merge_section(path, args.key, with_earlier(report, earlier, args))
+                bench.save(with_earlier(report, earlier, args), args.key)
         config.release()
-    report["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-    report["wall_s"] = round(time.perf_counter() - start, 1)
-    report = with_earlier(report, earlier, args)
-    merge_section(path, args.key, report)
+    report = bench.finish(with_earlier(report, earlier, args), args.key)
     log(f"done -> {path}")
     return report
 
 
-if __name__ == "__main__":
-    main()
+def run(bench: Run) -> dict:
+    """Each setting of ``--setting`` into its own section; flags given override every setting."""
+    args = bench.args
+    if args.quick:
+        args.setting = args.setting[:1]
+    report = {}
+    for name in args.setting:
+        given = {k: getattr(args, k) for k in ("dataset", "workers", "clients", "alpha", "caps", "lam", "delta")}
+        chosen = argparse.Namespace(**{**vars(args), "caps": [SECOND_ORDER_CAP, FIRST_ORDER_CAP], **SETTINGS[name],
+                                       **{k: v for k, v in given.items() if v is not None}})
+        chosen.setting = name
+        report = run_setting_rows(chosen, bench)
+    return report
+
+
+BENCH = Bench(KEY, run, "the federated methods on a LIBSVM table under label skew (issue 33, item 5)", options=(
+    option("--setting", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
+           help="the settings to run, each into its own section (hard: federated, mild: federated_mild); "
+                "--dataset, --workers, --clients, --alpha override every one given"),
+    option("--dataset", default=None, help="a two-class file of $DANE_DATA_DIR/libsvm/"),
+    option("--workers", type=int, default=None, help="m clients"),
+    option("--clients", type=int, nargs="+", default=None, help="s sampled per round, each a row"),
+    option("--alpha", type=float, default=None, help="Dirichlet label skew (omit with --iid)"),
+    option("--iid", action="store_true", help="iid shards instead of Dirichlet"),
+    option("--lam", type=float, default=None,
+           help="the l2 weight (logistic, default 1e-3) or the quadratic's strong convexity (default 1e-6)"),
+    option("--delta", type=float, default=None,
+           help="quadratic: the Hessian dissimilarity max_i ||H_i - H|| (default 0.1; L = 1)"),
+    option("--seed", type=int, default=0),
+    option("--repeats", type=int, default=1, help="runs of each default, for the simulated time's spread"),
+    option("--caps", type=int, nargs=2, default=None, metavar=("NEWTON_TYPE", "FIRST_ORDER"),
+           help="round caps of the methods with local solves and of those with local gradient steps"),
+    option("--defaults-only", action="store_true",
+           help="run each method at its defaults only, without its grid (a shorter run)")), only=tuple(METHODS))

@@ -1,53 +1,11 @@
-"""FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json.
-
-    dane bench fednl --out results/bench.json [--rounds 1000] [--repeats 2]
-        [--data-dir ../shared/data/libsvm] [--only a9a w8a w8a_pp] [--threads 1]
-
-L2-regularised logistic regression (λ = 1e-3, intercept added: d = 124 for a9a, 301 for w8a) on the
-LIBSVM files, dealt to 80 (a9a) or 142 (w8a) clients by the package's own loader and sharding
-(``problem=logreg data=libsvm``, iid shards); FedNL (option 2, x⁰ = 0, the default α) with the
-compressors TopK and RandK with k = 8d and none, and FedNL-PP (option 2) with 12 of the 142 w8a
-clients (TopK also at the paper's other α, 1 − sqrt(1 − δ)).  Each run is
-`baselines.fednl.StackedFedNL`: all clients in this one process, their Hessians from one sparse
-product on their supports, their compressions from one call (no thread or loop per client;
-`baselines.fednl_kernels`).  Per (table, compressor): ``repeats`` runs of ``rounds`` rounds, the
-seconds per round of each (the rounds' wall time / rounds; stacking the clients, once per table, is ``setup_s``; the seconds
-per round of each phase, ``phase_s_per_round``: oracles, compress, update, newton), their
-median and spread, the process's CPU seconds per round beside them (on a machine other jobs share,
-closer to what an idle one gives with ``--threads 1``), the ratio of the median to u-FedNL's seconds
-per round in issue 34 (the C++ build measured there on a 2-core AMD EPYC VM, both cores;
-`UFEDNL_S_PER_ROUND`), the process's peak resident memory after the table, and the gradient
-norm at the last iterate, each table with the load average before and after it.
-
-``user_path`` beside each compressor times what a user runs: the simulator through `dane.launch.execute`,
-with the run spec that ``dane train algorithm=fednl problem=logreg data=libsvm data.path=<file> workers=<m>
-rounds=<rounds> algorithm.option=2 algorithm.compressor=<C> ...`` composes (`user_overrides`), into a
-temporary run directory (records written as a user's run writes them).  Its ``s_per_round`` is the run loop's
-wall time over the rounds (``wall_time_s`` of the summary: FedNL's set-up round, H_i⁰ up, and the final
-evaluation included), ``wall_s`` the whole call (the data read and the clients stacked as well), and
-``simulator_path`` which path the simulator took (``batched`` from `dane.batching.AUTO_FROM` workers on).
-
-``--only memory`` (in the default set) answers how far m and d go within `MEMORY_LIMIT_GIB`: the peak
-resident memory of `StackedFedNL` (TopK k = 8d, option 2, `MEMORY_ROUNDS` rounds) on synthetic sparse
-logistic tables (binary features, `NNZ_PER_ROW` non-zeros a row as w8a, `ROWS_PER_CLIENT` rows a client,
-the intercept added), each point in a fresh process: growing d at 142 clients (`MEMORY_DIMS`) and growing m
-at d = 300 (`MEMORY_CLIENTS`).  Key ``memory``: the points (peak MiB, support S, seconds a round) and the
-m and d where a least-squares fit of the peak (quadratic in d: the server's d x d matrices; linear in m: the
-clients' rows and compact Hessians) reaches the limit, an extrapolation named as such.  ``--only`` replaces
-those tables and keeps the others of the section.  A table whose file is missing is skipped with
-the reason in the JSON.
-
-The d x d linear algebra runs with one BLAS thread (``OPENBLAS_NUM_THREADS=1``, set below before
-NumPy loads): on the shared 2-core machine a multithreaded 124 x 124 eigh took over 20 times longer
-than a single-threaded one.
-"""
+"""FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json."""
 from __future__ import annotations
 
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy and SciPy load OpenBLAS (docstring)
 
-import argparse  # noqa: E402
+import argparse  # noqa: E402  (SUPPRESS: the memory probe's hidden option)
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -62,14 +20,15 @@ import tempfile  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from dane.baselines.fednl import StackedFedNL, theoretical_alpha  # noqa: E402
-from dane.baselines.fednl_kernels import StackedClients  # noqa: E402
 from dane.compress import make  # noqa: E402
 from dane.data.files import LibSVMSource  # noqa: E402
 from dane.experiments.config import run_spec  # noqa: E402
 from dane.launch import execute  # noqa: E402
 from dane.layout import CONF_DIR  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section, read_bench  # noqa: E402
+from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
+from dane.problems.stacked_rows import StackedRows  # noqa: E402
+from scripts.harness import Bench, Run, option  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO.parent / "shared" / "data" / "libsvm"
@@ -91,18 +50,19 @@ TABLES = {  # name -> (file, clients, FedNL-PP's clients per round or None)
 }
 
 
-def stacked_clients(path: Path, clients: int) -> tuple[StackedClients, float]:
-    """The clients of ``problem=logreg data=libsvm data.path=<path>`` with ``workers=<clients>``, stacked, and the
-    seconds stacking took."""
+def stacked_clients(path: Path, clients: int) -> tuple[StackedRows, float]:
+    """The clients of ``problem=logreg data=libsvm data.path=<path>`` with ``workers=<clients>``, stacked with their
+    Hessians' supports (shared by every run on the table), and the seconds that took."""
     config = LinearModelConfig(data=LibSVMSource(path=str(path)), loss="logistic", lam=LAM, fit_intercept=True,
                                name="logreg")
     config.prepare()
     start = time.perf_counter()
-    stacked = StackedClients([config.build(rank, clients) for rank in range(clients)])
+    stacked = StackedRows([config.build(rank, clients) for rank in range(clients)])
+    CompactHessians.kept(stacked)
     return stacked, time.perf_counter() - start
 
 
-def timed_run(clients: StackedClients, spec: str, rounds: int, pp: int | None, seed: int, alpha: float | None = None
+def timed_run(clients: StackedRows, spec: str, rounds: int, pp: int | None, seed: int, alpha: float | None = None
               ) -> dict:
     options = dict(variant="pp", clients_per_round=pp) if pp else {}
     run = StackedFedNL(clients, compressor=spec, seed=seed, option=OPTION, alpha=alpha, **options)
@@ -150,15 +110,15 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
     if not path.exists():
         return {"skipped": f"{path} not found"}
     clients, setup_s = stacked_clients(path, m)
-    k = 8 * clients.d
-    out = {"file": str(path), "clients": m, "clients_per_round": pp, "d": clients.d, "rows": int(clients.X.shape[0]),
-           "nnz_per_row": clients.X.nnz / clients.X.shape[0], "hessian_products": int(clients.P.nnz),
-           "support_per_client": int(clients.S), "packed_entries": clients.T,
+    k = 8 * clients.dim
+    out = {"file": str(path), "clients": m, "clients_per_round": pp, "d": clients.dim, "rows": int(clients.X.shape[0]),
+           "nnz_per_row": clients.X.nnz / clients.X.shape[0], "hessian_products": int(clients.hessians.P.nnz),
+           "support_per_client": int(clients.hessians.S), "packed_entries": clients.hessians.T,
            "setup_s": setup_s, "rounds": rounds, "repeats": repeats, "compressors": {}}
     # FedNL-PP with TopK also at the paper's other α, 1 − sqrt(1 − δ) (baselines/fednl.py: the default is 1)
     for compressor in (("topk", "randk", "topk_theory") if pp else ("topk", "randk", "none")):
         spec = compressor if compressor == "none" else f"{compressor.split('_')[0]}:{k}"
-        alpha = theoretical_alpha(make(spec), clients.d) if compressor == "topk_theory" else None
+        alpha = theoretical_alpha(make(spec), clients.dim) if compressor == "topk_theory" else None
         runs = [timed_run(clients, spec, rounds, pp, seed, alpha) for seed in range(repeats)]
         users = [user_run(user_overrides(path, m, spec, rounds, pp, seed, alpha)) for seed in range(repeats)]
         user_median = statistics.median(u["s_per_round"] for u in users)
@@ -201,7 +161,7 @@ ROWS_PER_CLIENT = 350  # w8a's 49,749 rows over 142 clients
 NNZ_PER_ROW = 12
 
 
-def synthetic_clients(clients: int, d: int, seed: int = 0) -> StackedClients:
+def synthetic_clients(clients: int, d: int, seed: int = 0) -> StackedRows:
     """``clients`` x `ROWS_PER_CLIENT` rows of d binary features, `NNZ_PER_ROW` a row at uniform columns (fewer
     where a column is drawn twice), ±1 labels from a planted model, through ``problem=logreg`` on arrays."""
     import scipy.sparse
@@ -217,7 +177,7 @@ def synthetic_clients(clients: int, d: int, seed: int = 0) -> StackedClients:
     X.data[:] = 1.0
     y = np.where(X @ gen.standard_normal(d) + 0.5 * gen.standard_normal(n) > 0, 1.0, -1.0)
     config = LogReg(X, y, lam=LAM, fit_intercept=True)
-    return StackedClients([config.build(rank, clients) for rank in range(clients)])
+    return StackedRows([config.build(rank, clients) for rank in range(clients)])
 
 
 def memory_point(clients: int, d: int) -> dict:
@@ -225,12 +185,13 @@ def memory_point(clients: int, d: int) -> dict:
     start = time.perf_counter()
     stacked = synthetic_clients(clients, d)
     setup_s = time.perf_counter() - start
-    run = StackedFedNL(stacked, compressor=f"topk:{8 * stacked.d}", option=OPTION)
+    run = StackedFedNL(stacked, compressor=f"topk:{8 * stacked.dim}", option=OPTION)
     start = time.perf_counter()
     for _ in range(MEMORY_ROUNDS):
         run.step()
-    return {"clients": clients, "d": stacked.d, "rows": int(stacked.X.shape[0]), "support_per_client": int(stacked.S),
-            "packed_entries": stacked.T, "setup_s": setup_s, "s_per_round": (time.perf_counter() - start) / MEMORY_ROUNDS,
+    return {"clients": clients, "d": stacked.dim, "rows": int(stacked.X.shape[0]),
+            "support_per_client": int(run.clients.S), "packed_entries": run.clients.T, "setup_s": setup_s,
+            "s_per_round": (time.perf_counter() - start) / MEMORY_ROUNDS,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -240,8 +201,8 @@ def bench_memory(log) -> dict:
     import subprocess
 
     def probe(clients: int, d: int) -> dict:
-        out = subprocess.run([sys.executable, __file__, "--probe", str(clients), str(d)], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run([sys.executable, "-m", "scripts.bench", "fednl", "--probe", str(clients), str(d)],
+                             capture_output=True, text=True, check=True, cwd=REPO)
         point = json.loads(out.stdout.strip().splitlines()[-1])
         log(f"memory: m={clients} d={point['d']}: peak {point['peak_rss_mib']:.0f} MiB, "
             f"{point['s_per_round']:.3f} s/round")
@@ -262,17 +223,9 @@ def bench_memory(log) -> dict:
             "note": "limits extrapolated from the fits over the measured points (peak RSS of one process)"}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "results" / "bench.json")
-    parser.add_argument("--rounds", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    parser.add_argument("--only", nargs="+", choices=(*TABLES, "memory"), default=[*TABLES, "memory"])
-    parser.add_argument("--probe", nargs=2, type=int, metavar=("CLIENTS", "D"), help=argparse.SUPPRESS)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")
-    args = parser.parse_args(argv)
+def run(bench: Run) -> None:
+    args = bench.args
+    np.seterr(over="ignore")  # exp overflow in a far-off line-search trial is harmless (the trial is refused)
     if args.probe:  # one point of the memory key, in a process of its own (`bench_memory`)
         import json
 
@@ -282,29 +235,29 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds < 1 or args.repeats < 1:
         sys.exit(f"error: --rounds and --repeats must be >= 1, got {args.rounds} and {args.repeats}")
     torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-
-    def log(line: str) -> None:
-        print(f"[{time.perf_counter() - start:6.0f} s] {line}", flush=True)
-
-    report = {"machine": machine(), "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
+    log = bench.log
+    report = {"machine": bench.machine, "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
               "(issue 34)", "option": OPTION,
-              "tables": read_bench(args.out).get("fednl", {}).get("tables", {})}  # --only keeps the other tables
+              "tables": bench.earlier.get("tables", {})}  # --only keeps the other tables
+    args.only = args.only or [*TABLES, "memory"]
     if "memory" in args.only:
         report["memory"] = {**bench_memory(log), "load_after": list(os.getloadavg())}
-    elif "memory" in read_bench(args.out).get("fednl", {}):
-        report["memory"] = read_bench(args.out)["fednl"]["memory"]
+    elif "memory" in bench.earlier:
+        report["memory"] = bench.earlier["memory"]
     for name in (name for name in args.only if name in TABLES):
         report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, log),
                                   "torch_threads": args.threads, "load_before": report["machine"]["load_avg"],
                                   "load_after": list(os.getloadavg()),
                                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                                   "rounds_note": "fewer than u-FedNL's 1000" if args.rounds < 1000 else ""}
-    merge_section(args.out, "fednl", report)
+    bench.finish(report)
     log(f"section fednl -> {args.out}")
 
 
-if __name__ == "__main__":
-    np.seterr(over="ignore")  # exp overflow in a far-off line-search trial is harmless (the trial is refused)
-    main()
+BENCH = Bench("fednl", run, "FedNL with its clients stacked, at u-FedNL's workloads", threads=None, only=(*TABLES, "memory"),
+              options=(option("--rounds", type=int, default=1000), option("--repeats", type=int, default=2),
+                       option("--data-dir", type=Path, default=DATA_DIR),
+                       option("--probe", nargs=2, type=int, metavar=("CLIENTS", "D"), help=argparse.SUPPRESS),
+                       option("--threads", type=int, default=1,
+                              help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")))

@@ -1,37 +1,6 @@
-"""Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json.
-
-    PYTHONPATH=. python scripts/bench_load.py [--out results/bench.json] [--workers 64 256 1024] [--np 4 8]
-        [--federated-workers 64 256 1024 4096 10000] [--repeats 3] [--federated-repeat-below 1024]
-
-- ``simulator``: ``python -m experiments.train workers=m`` (DANE, ``ridge_synthetic`` with
-  its defaults, N=18000 and d=500, ``--rounds`` rounds, no tolerance) for each m: the
-  launch's wall time, the run's setup time, its median simulated time per round
-  (``round_s``, from rounds.jsonl) and its real wall time (``wall_time_s``), and the
-  process's peak resident memory (the kernel's ``ru_maxrss`` of
-  that child).  ``largest_m_within`` fits peak memory = a + b m by least squares over the
-  points and solves for the memory given (default 24 GiB, this machine's): an
-  extrapolation, labelled as one.
-- ``oversubscribed``: ``horovodrun -np k --gloo`` of the same run for each k, on however
-  many cores this machine has (2 here): whether it finished, its exit status, the median
-  wall time per round (``round_s``, rounds 2..R of rounds.jsonl), the launch's wall time.
-
-- ``federated_scale``: the simulator at federated scale, ``problem.n_samples=100000`` (d=500)
-  for m in ``--federated-workers`` (default 64 .. 10,000: 10 rows per worker at the end,
-  where the exact local solve is Woodbury's, `dane.problems.ridge.RidgeShard`), each
-  launch a fresh process: peak resident memory (``peak_rss_gib``), the rounds' wall time
-  per round (``wall_round_s``, the run's ``wall_time_s`` over its rounds: workers' compute
-  and the threads' collectives), the rest of the launch's wall time (``outside_rounds_s``:
-  imports, the m shards built one after another, the process's exit), the simulated time
-  per round and the local-solve path.
-  Points up to ``--federated-repeat-below`` workers are repeated ``--repeats`` times
-  (median, min and max); the reference optimum is computed (or read from its disk cache)
-  once before the first point.  ``python -m paper_figs.federated_scale`` draws it.
-
-Each point sits beside the load average it was taken under.
-"""
+"""Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json."""
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -40,20 +9,15 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dane.results import read_rounds, read_summary  # noqa: E402
-from dane.problems import RidgeSyntheticConfig  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
-from dane.synthetic.launchers import REPO, launch_env, venv_bin  # noqa: E402
+from dane.results import read_rounds, read_summary
+from dane.problems import RidgeSyntheticConfig
+from dane.synthetic.launchers import REPO, launch_env, venv_bin
+from scripts.harness import Bench, Run, load, option
 
 KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
 GIB = 2 ** 30
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def launch(cmd: list[str], out: Path, timeout: float) -> dict:
@@ -170,36 +134,31 @@ def oversubscribed(tmp: Path, nps: list[int], rounds: int, timeout: float) -> di
     return {"problem": " ".join(RUN) + f" rounds={rounds}", "cores": os.cpu_count(), "points": points}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--workers", type=int, nargs="+", default=[64, 256, 1024])
-    parser.add_argument("--np", type=int, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--memory-gib", type=float, default=24.0)
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per launch")
-    parser.add_argument("--federated-workers", type=int, nargs="*", default=[64, 256, 1024, 4096, 10000],
-                        help="federated_scale's m (none: skip it)")
-    parser.add_argument("--repeats", type=int, default=3, help="federated_scale: launches per point up to ...")
-    parser.add_argument("--federated-repeat-below", type=int, default=1024, help="... this many workers (then one)")
-    args = parser.parse_args(argv)
-    path = Path(args.out)
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(), "load_at_start": load(),
-              "machine": machine()}
+def run(bench: Run) -> None:
+    args, path = bench.args, bench.path
+    report = {"started_at": bench.started_at, "cores": os.cpu_count(), "load_at_start": load(),
+              "machine": bench.machine}
     with tempfile.TemporaryDirectory() as tmp:
         report["simulator"] = simulator(Path(tmp), args.workers, args.rounds, args.timeout)
         report["simulator"]["largest_m_within"] = largest_m(report["simulator"]["points"], args.memory_gib)
-        merge_section(path, KEY, report)  # now, so a later failure loses nothing
+        bench.save(report)  # now, so a later failure loses nothing
         if args.federated_workers:
             report["federated_scale"] = federated_scale(Path(tmp), args.federated_workers, args.rounds, args.timeout,
                                                         args.repeats, args.federated_repeat_below)
-            merge_section(path, KEY, report)
+            bench.save(report)
         if args.np:
             report["oversubscribed"] = oversubscribed(Path(tmp), args.np, args.rounds, args.timeout)
     report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    merge_section(path, KEY, report)
+    bench.finish(report)
     print(f"load -> {path}")
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "the simulator at large m, federated_scale, and oversubscribed horovodrun", threads=None, options=(
+    option("--workers", type=int, nargs="+", default=[64, 256, 1024]),
+    option("--np", type=int, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)"),
+    option("--rounds", type=int, default=10), option("--memory-gib", type=float, default=24.0),
+    option("--timeout", type=float, default=900, help="seconds per launch"),
+    option("--federated-workers", type=int, nargs="*", default=[64, 256, 1024, 4096, 10000],
+           help="federated_scale's m (none: skip it)"),
+    option("--repeats", type=int, default=3, help="federated_scale: launches per point up to ..."),
+    option("--federated-repeat-below", type=int, default=1024, help="... this many workers (then one)")))

@@ -1,18 +1,7 @@
-"""The cost of one DANE local solve against d, by Cholesky and by CG: time and peak memory.
-
-    PYTHONPATH=. python scripts/bench_local_solve.py [--out results/bench.json] [--quick] [--repeats 3]
-
-Writes ``local_solve_cost`` into ``--out`` (other benchmarks keep theirs): one DANE round's
-local solve on one worker (ridge, n_i = 2d rows) for d = 500 and 5,000 dense and 50,000
-sparse (`synthetic.sparse_data`), by Cholesky and by CG: time (median of ``--repeats``,
-with min and max) and peak memory, each case in its own subprocess (its peak resident set
-minus its own baseline after its imports, `peak_rss_kb`).  A Cholesky case that cannot fit
-in memory is recorded as skipped, with why.  The load average before and after is recorded.
-``paper_figs/local_solve_cost.py`` draws it.  ``--quick`` shrinks the cases (tests).
-"""
+"""The cost of one DANE local solve against d, by Cholesky and by CG: time and peak memory."""
 from __future__ import annotations
 
-import argparse
+import argparse  # SUPPRESS: the options of the per-case subprocess are not shown
 import json
 import os
 import resource
@@ -26,10 +15,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
-from dane.synthetic.sparse_data import rcv1_like  # noqa: E402
+from dane.synthetic.sparse_data import rcv1_like
+from scripts.harness import Bench, Run, option
 
 KEY = "local_solve_cost"
 
@@ -161,7 +149,6 @@ def local_solve_cost(args, log) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for case in cost_cases(args.quick):
             measure_one(case, Path(tmp), out, args, log)
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -175,7 +162,7 @@ def measure_one(case: dict, folder: Path, out: dict, args, log) -> None:
         return
     log(f"  local solve {label} ...")
     data = write_case_data(case, folder)
-    cmd = [sys.executable, __file__, "--measure-case", json.dumps(case), "--case-data", str(data),
+    cmd = [sys.executable, "-m", "scripts.bench", "local_solve", "--measure-case", json.dumps(case), "--case-data", str(data),
            "--repeats", str(args.repeats)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if proc.returncode != 0:
@@ -189,25 +176,16 @@ def measure_one(case: dict, folder: Path, out: dict, args, log) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--quick", action="store_true", help="two small cases (the tests)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--measure-case", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--case-data", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+def run(bench: Run) -> dict | None:
+    args = bench.args
     if args.measure_case is not None:  # the subprocess of one case
         print(json.dumps(measure_case(json.loads(args.measure_case), Path(args.case_data), args.repeats)))
-        return
-    start = time.perf_counter()
-    log = elapsed_logger(start)
-
-    log("local solve cost against d")
-    merge_section(Path(args.out), KEY, {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-                                        "quick": args.quick, **local_solve_cost(args, log)})
-    log(f"done in {time.perf_counter() - start:.0f} s -> {args.out}")
+        return None
+    bench.log("local solve cost against d")
+    return bench.record(local_solve_cost(args, bench.log))
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "one local solve against d: Cholesky and CG time per round, peak memory", threads=None, options=(
+    option("--repeats", type=int, default=3),
+    option("--measure-case", default=None, help=argparse.SUPPRESS),
+    option("--case-data", default=None, help=argparse.SUPPRESS)))

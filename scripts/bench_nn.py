@@ -1,44 +1,22 @@
-"""Benchmark: rounds, bytes and time to 97% test accuracy on MNIST-LeNet5, 4 workers, DANE and each baseline.
-
-Real MNIST t10k (split 8,000 train / 2,000 test, seeded) from data_dir, LeNet-5, 4 workers
-in the in-process simulator: 4 threads, one core each, whose simulated parallel time is
-each worker's measured compute plus the α-β ring-allreduce model.  Not horovodrun -np 4:
-on a 2-core machine 4 ranks would time-share the cores and the wall time would measure
-that, not the algorithm.  The algorithms and their settings are those of
-``paper_figs/target_table.py`` (each spends about one pass over its shard per round).
-Each run stops at the target (``early_stop.target``) or after ``--rounds``; without the
-MNIST files it exits with status 2, unless ``--from-runs RESULTS`` reads the fixed-budget
-runs of the target table instead of running anything.  Times are simulated under the
-experiment's pinned α-β and, where results/calibration.json exists, re-timed exactly to
-the calibrated α-β too (``simulated_time_s_at_calibration``).  The result is merged into ``--out`` under ``mnist_lenet5_to_97``, whichever algorithm wins
-(``--only`` reruns some algorithms and keeps the others' earlier rows).
-
-    PYTHONPATH=. python scripts/bench_nn.py [--out results/bench.json] [--rounds 40] [--only dane sync_sgd]
-    PYTHONPATH=. python scripts/bench_nn.py --from-runs results
-"""
+"""Benchmark: rounds, bytes and time to 97% test accuracy on MNIST-LeNet5, 4 workers, DANE and each baseline."""
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-import torch
 from hydra import compose, initialize_config_dir
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dane.errors import DivergenceError  # noqa: E402
-from dane.launch import execute  # noqa: E402
-from dane.results import read_rounds, read_summary  # noqa: E402
-from dane.comm import AlphaBeta  # noqa: E402
-from dane.experiments.config import CONF_DIR, run_spec  # noqa: E402
-from dane.paper_figs.accuracy_table import Row, find_run, has_data  # noqa: E402
-from dane.paper_figs.common import retime  # noqa: E402
-from dane.paper_figs.target_table import TARGETS, job, job_cost  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
-from dane.synthetic.sweep import RunIndex  # noqa: E402
+from dane.errors import DivergenceError
+from dane.launch import execute
+from dane.results import read_rounds, read_summary
+from dane.comm import AlphaBeta
+from dane.experiments.config import CONF_DIR, run_spec
+from dane.paper_figs.accuracy_table import Row, find_run, has_data
+from dane.paper_figs.common import retime
+from dane.paper_figs.target_table import TARGETS, job, job_cost
+from dane.synthetic.sweep import RunIndex
+from scripts.harness import Bench, Run, option
 
 KEY = "mnist_lenet5_to_97"
 
@@ -88,19 +66,10 @@ def winners(rows: dict[str, dict]) -> dict:
     return {key: min(reached, key=lambda name: reached[name][key]) for key in keys}
 
 
-def main(argv: list[str] | None = None) -> None:
-    target = TARGETS[0]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--runs", default="results/bench_nn", help="where the runs' directories go")
-    parser.add_argument("--rounds", type=int, default=40, help="round budget per algorithm")
-    parser.add_argument("--target", type=float, default=target.accuracy)
-    parser.add_argument("--only", nargs="+", choices=list(target.algorithms), default=list(target.algorithms))
-    parser.add_argument("--from-runs", metavar="RESULTS", default=None,
-                        help="measure nothing: read the 30-round runs of paper_figs/target_table.py under RESULTS")
-    parser.add_argument("--skip-without-data", action="store_true",
-                        help="exit 0 with a note (not an error) when MNIST is absent; `make bench` uses it")
-    args = parser.parse_args(argv)
+def run(bench: Run) -> None:
+    target, args = TARGETS[0], bench.args
+    args.target = target.accuracy if args.target is None else args.target
+    args.only = args.only or list(target.algorithms)
     if args.from_runs is None and not has_data(Row(target.problem, target.problem, None)):
         if args.skip_without_data:
             print("bench_nn: skipped, MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data)")
@@ -108,12 +77,11 @@ def main(argv: list[str] | None = None) -> None:
         print("error: MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data); point DANE_DATA_DIR at the "
               "IDX files, or use --from-runs results to read earlier runs", file=sys.stderr)
         sys.exit(2)
-    torch.set_num_threads(1)
     costs = {"": job_cost((target.experiment, *target.algorithms["dane"]))}
     calibration = Path("results/calibration.json")
     if calibration.exists():
         costs["_at_calibration"] = AlphaBeta.load(calibration)
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+    report = {"started_at": bench.started_at, "machine": bench.machine,
               "setup": f"{target.problem}, 4 workers in the in-process simulator (one core each), MNIST t10k split "
                        "8000/2000; simulated_time_s = simulated parallel time (compute + alpha-beta allreduce model) "
                        "to the first record at the target",
@@ -140,16 +108,21 @@ def main(argv: list[str] | None = None) -> None:
         shown = (f"{row['rounds']} rounds, {row['comm_rounds']} allreduces, {row['bytes_sent_per_worker']} B, "
                  f"{row['simulated_time_s']:.1f} s simulated") if row["reached"] else f"not reached ({row['status']})"
         print(f"{name}: {shown}", flush=True)
-    path = Path(args.out)
-    merged = json.loads(path.read_text()) if path.exists() else {}
-    earlier = merged.get(KEY, {})
+    path, earlier = bench.path, bench.earlier
     if set(args.only) != set(target.algorithms) and earlier.get("target_test_accuracy") == args.target:
         report["algorithms"] = {**earlier.get("algorithms", {}), **report["algorithms"]}  # --only updates its rows
     report["fewest"] = winners(report["algorithms"])
     report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    merge_section(path, KEY, report)
+    bench.finish(report)
     print(f"fewest: {report['fewest']} -> {path}")
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "rounds, bytes and time to 97% test accuracy on MNIST LeNet-5, 4 workers",
+              only=tuple(TARGETS[0].algorithms), options=(
+                  option("--runs", default="results/bench_nn", help="where the runs' directories go"),
+                  option("--rounds", type=int, default=40, help="round budget per algorithm"),
+                  option("--target", type=float, default=None, help="test accuracy (default: the target table's)"),
+                  option("--from-runs", metavar="RESULTS", default=None,
+                         help="measure nothing: read the 30-round runs of paper_figs/target_table.py under RESULTS"),
+                  option("--skip-without-data", action="store_true",
+                         help="exit 0 with a note (not an error) when MNIST is absent; `make bench` uses it")))

@@ -1,30 +1,4 @@
-"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K).
-
-For each cell (a LIBSVM table, m clients, iid or Dirichlet shards, s clients a round) this runs S-DANE at its
-default λ (`baselines.federated.sampled_prox_weight`), at the full-participation default it replaced (the δ_A rule,
-read from a one-round run with all clients), and at the default times each grid factor; Acc-S-DANE at the two
-defaults.  FedDANE is not run: with S'_t = S_t and exact solves it is S-DANE round for round
-(tests/test_federated.py).  Under sampling no fixed λ converges (the sampled gradient is not zero at the optimum),
-so each run reports its best relative suboptimality (the floor), where it stopped (``sampling_floor`` or the cap),
-and the first round at or below each target; ``summary`` compares the default's rounds to ``--target`` with the
-grid's fewest.
-
-``--fedred`` runs FedRed (``local_solver=steps``) instead: at its default (``local_steps=null``: the sampled step
-count of `baselines.fedred`), at the ten steps it replaced, at the default's K times each of `STEP_GRID`, and at
-ten steps with S-DANE's sampled default λ (is λ the knob?); each run stops at ``--target`` (the rounds to the target
-are what the cell compares) or, as FedRed's type-1 control variates have a floor under sampling, with status
-``sampling_floor`` (a stop added after sampled_lambda_fedred.json and sampled_lambda_fedred_w8a.json were measured).
-
-    .venv/bin/python scripts/bench_sampled_lambda.py --out results/bench_runs/sampled_lambda.json
-    .venv/bin/python scripts/bench_sampled_lambda.py --acc --out results/bench_runs/sampled_lambda_acc.json
-    .venv/bin/python scripts/bench_sampled_lambda.py --fedred --jobs 2 --out results/bench_runs/sampled_lambda_fedred.json
-
-``--update`` reruns only the cells this invocation names and writes them into ``--out``'s existing JSON in place of
-the cells with the same table, m, sharding and s, keeping the others; each rerun cell carries its own ``run`` (the
-arguments, the date and the load average), so a cell rerun after a fix says when and how it was measured:
-
-    .venv/bin/python scripts/bench_sampled_lambda.py --tables phishing --shardings dirichlet --update
-"""
+"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K)."""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +13,7 @@ from hydra import compose, initialize_config_dir
 
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.launch import execute
+from scripts.harness import Bench, Run, option
 
 TARGETS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 GRID = (0.25, 0.5, 2.0, 4.0)
@@ -131,21 +106,9 @@ def fedred_cell(table: str, m: int, shard: str, s: int, rounds: int, target: flo
                         "old_default_rounds_to_target": rows[1]["first_round_at"][key]}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tables", nargs="+", default=["phishing", "a9a"])
-    parser.add_argument("--shardings", nargs="+", default=["iid", "dirichlet"])
-    parser.add_argument("--workers", type=int, default=80)
-    parser.add_argument("--fraction", type=float, default=0.1, help="s = fraction · m clients a round")
-    parser.add_argument("--rounds", type=int, default=300)
-    parser.add_argument("--target", type=float, default=1e-3, help="relative suboptimality of the rounds-to-target")
-    parser.add_argument("--out", default="results/bench_runs/sampled_lambda.json")
-    parser.add_argument("--acc", action="store_true", help="Acc-S-DANE alone, on its own small grid (acc_cell)")
-    parser.add_argument("--fedred", action="store_true", help="FedRed's local step count (fedred_cell)")
-    parser.add_argument("--jobs", type=int, default=1, help="cells run in this many processes at once")
-    parser.add_argument("--update", action="store_true",
-                        help="replace only these cells in --out's JSON, keeping its other cells (module docstring)")
-    args = parser.parse_args()
+def run(bench: Run) -> None:
+    """The cells into ``--out`` (a JSON of its own, not a section of results/bench.json)."""
+    args = argparse.Namespace(**{k: v for k, v in vars(bench.args).items() if k not in ("section", "quick")})
     s = max(1, round(args.fraction * args.workers))
     make = fedred_cell if args.fedred else acc_cell if args.acc else cell
     todo = [(table, args.workers, shard, s, args.rounds, args.target) for table in args.tables for shard in args.shardings]
@@ -170,6 +133,21 @@ def main() -> None:
             out.write_text(json.dumps(document, indent=1))
 
 
+BENCH = Bench("sampled_lambda", run, "S-DANE's measured lambda under client sampling (own JSON, --out)", threads=None,
+              out="results/bench_runs/sampled_lambda.json",
+              options=(option("--tables", nargs="+", default=["phishing", "a9a"]),
+                       option("--shardings", nargs="+", default=["iid", "dirichlet"]),
+                       option("--workers", type=int, default=80),
+                       option("--fraction", type=float, default=0.1, help="s = fraction · m clients a round"),
+                       option("--rounds", type=int, default=300),
+                       option("--target", type=float, default=1e-3, help="relative suboptimality of the rounds-to-target"),
+                       option("--acc", action="store_true", help="Acc-S-DANE alone, on its own small grid (acc_cell)"),
+                       option("--fedred", action="store_true", help="FedRed's local step count (fedred_cell)"),
+                       option("--jobs", type=int, default=1, help="cells run in this many processes at once"),
+                       option("--update", action="store_true",
+                              help="replace only these cells in --out's JSON, keeping its other cells (module docstring)")))
+
+
 def cell_key(c: dict) -> tuple:
     return c["table"], c["m"], c["sharding"], c["s"]
 
@@ -179,6 +157,3 @@ def todo_order(c: dict, before: list[dict]) -> int:
     keys = [cell_key(b) for b in before]
     return keys.index(cell_key(c)) if cell_key(c) in keys else len(keys)
 
-
-if __name__ == "__main__":
-    main()

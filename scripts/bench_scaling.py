@@ -1,47 +1,6 @@
-"""Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json.
-
-    PYTHONPATH=. python scripts/bench_scaling.py [--out results/bench.json] [--repeats 3] [--only ridge mnist]
-
-- ``ridge``: time to suboptimality 1e-8 on ``ridge_synthetic`` (N=18000, d=2000), DANE with
-  its defaults, setup included: ``setup_s + time_s`` of the run's summary.json (a worker's
-  own setup, its rows and its Gram matrix, then its rounds), and the launcher's wall time
-  (Python start, imports, Horovod start, reading the cached reference optimum).  The
-  optimum is made once before the launches (``reference_optimum_s``; ``..._was_cached``
-  says whether an earlier run had already made it), as the first run of a problem does.
-  np=1 and np=2 alternate, ``--repeats`` times each; medians, min and max, the load
-  average before and after every launch.  Two thread settings:
-  ``default`` (the package's launch: one rank gets every core's intra-op thread, two ranks
-  one core each) and ``one_thread`` (OMP_NUM_THREADS=1: one core per worker in both).
-  Goal (issue 22, item 6): np1 / np2 >= 1.5 on ``one_thread``, one core per worker on both
-  sides; ``default`` is reported beside it.  ``tol`` is relative (suboptimality / |O*|).
-  ``ceiling``: after each one_thread pair, two np=1 runs at once, one per core; the ratio
-  a perfect np=2 would reach here (`ridge_ceiling`).
-- ``factorization``: one core's time for a Cholesky factorization and an eigendecomposition
-  of a d=2000 local Hessian, and their ratio, the break-even count that
-  `dane.problems.quadratic.EIGH_BREAK_EVEN` stands for; and ``one_rhs_solve``, one
-  right-hand side through that factor by ``torch.cholesky_solve`` (LAPACK potrs) against
-  `dane.linalg.cholesky_solve` (two triangular solves, what every exact local solve uses).
-- ``background_loop``: the share of a computing rank's core that Horovod's background loop
-  takes (other threads' CPU seconds per wall second, `synthetic.background_cpu`), under
-  horovodrun -np 2 at the convex problems' cycle, 1 ms and the networks' cycle, taking
-  turns, ``--repeats`` times each: why a network run gets the long cycle.
-- ``mnist_lenet5``: time per round (``inner_steps=null``: one pass over each worker's shard)
-  under horovodrun -np 1 and -np 2, median of rounds 2..R of each launch; goal np1 / np2 >= 1.8.
-  Two variants, each np=1/np=2 pair launched side by side: ``default`` (the package's
-  Horovod cycle for a network) and ``cycle_0.1ms`` (the convex problems' short cycle, whose
-  background loop shares each rank's core during its seconds of compute).
-  ``ceiling``: after each default pair, two np=1 runs at once, one per core
-  (`synthetic.launchers.horovodrun_side_by_side`); 2 x alone / beside is the ratio a
-  perfect np=2 would reach on this machine, and ``ratio_over_ceiling`` how near the
-  package comes to it.
-  Skipped, with the reason in the JSON, when ``<data_dir>/mnist`` is absent.
-
-Timings on a shared machine are noisy: every number sits beside the load average it was
-taken under.
-"""
+"""Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -53,17 +12,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dane.errors import say  # noqa: E402
-from dane.linalg import cholesky_solve  # noqa: E402
-from dane.problems import RidgeSyntheticConfig  # noqa: E402
-from dane.problems.quadratic import EIGH_BREAK_EVEN  # noqa: E402
-from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize  # noqa: E402
-from dane.results import read_rounds, read_summary  # noqa: E402
-from dane.synthetic.bench_file import machine, merge_section  # noqa: E402
-from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS  # noqa: E402
-from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side  # noqa: E402
+from dane.errors import say
+from dane.linalg import cholesky_solve
+from dane.problems import RidgeSyntheticConfig
+from dane.problems.quadratic import EIGH_BREAK_EVEN
+from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
+from dane.results import read_rounds, read_summary
+from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
+from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side
+from scripts.harness import Bench, Run, load, now, option, spread
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -73,18 +30,6 @@ SECTIONS = ("ridge", "factorization", "background_loop", "mnist")
 THREADS = {"default": {}, "one_thread": {"OMP_NUM_THREADS": "1"}}
 #: the package's Horovod cycle for a network (auto: HorovodOptions.COMPUTE_BOUND_CYCLE_MS) against the convex problems'
 MNIST_VARIANTS = {"default": (), "cycle_0.1ms": ("comm.horovod_cycle_time_ms=0.1",)}
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def launch(np: int, overrides: tuple[str, ...], out: Path, env: dict[str, str]) -> dict | None:
@@ -147,6 +92,16 @@ def ridge_twins(out: Path, repeat: int, env: dict[str, str]) -> list[dict]:
     return runs
 
 
+def twin_pairs(runs: list[dict], key: str) -> list[tuple[dict, float]]:
+    """Per repeat that has both: (the np=1 run alone, the mean ``key`` of its twins beside each other)."""
+    alone = {r["repeat"]: r for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
+    beside: dict[int, list[float]] = {}
+    for r in runs:
+        if r["np"] == "twin" and r["status"] != "launch_failed":
+            beside.setdefault(r["repeat"], []).append(r[key])
+    return [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+
+
 def ridge_ceiling(runs: list[dict]) -> dict:
     """The np1 / np2 ratio of a perfect np=2 on the ridge: T1 / (S_beside / 2 + R1), per repeat.
 
@@ -156,12 +111,7 @@ def ridge_ceiling(runs: list[dict]) -> dict:
     rank has beside a busy core and then needs no more round time than np=1's single
     step: an upper bound on what any μ rule reaches here.  Medians over the repeats.
     """
-    alone = {r["repeat"]: r for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
-    beside: dict[int, list[float]] = {}
-    for r in runs:
-        if r["np"] == "twin" and r["status"] != "launch_failed":
-            beside.setdefault(r["repeat"], []).append(r["setup_s"])
-    pairs = [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+    pairs = twin_pairs(runs, "setup_s")
     if not pairs:
         return {"ceiling": None}
     per_repeat = spread([(a["setup_s"] + a["time_s"]) / (b / 2 + a["time_s"]) for a, b in pairs])
@@ -321,12 +271,7 @@ def ceiling(runs: list[dict]) -> dict:
     other core works too, and never waits.  It is an upper bound: a real round also waits
     for the slower rank and for its allreduces.  Medians over the repeats that have both.
     """
-    alone = {r["repeat"]: r["round_s"] for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
-    beside: dict[int, list[float]] = {}
-    for r in runs:
-        if r["np"] == "twin" and r["status"] != "launch_failed":
-            beside.setdefault(r["repeat"], []).append(r["round_s"])
-    pairs = [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+    pairs = [(a["round_s"], b) for a, b in twin_pairs(runs, "round_s")]
     if not pairs:
         return {"ceiling": None}
     per_repeat = spread([2 * a / b for a, b in pairs])
@@ -354,27 +299,16 @@ def mnist_ratio(runs: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------- main
-def write(path: Path, value: dict) -> None:
-    merge_section(path, KEY, value)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--mnist-rounds", type=int, default=3)
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    args = parser.parse_args()
+def run(bench: Run) -> None:
+    args, path = bench.args, bench.path
     if not have_horovod():
         say("error: horovod.torch is not importable; run `make setup` first")
         sys.exit(2)
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the caller's thread settings must not leak into launches
         os.environ.pop(key, None)
-    path = Path(args.out)
-    previous = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}
-    report = {**previous, "started_at": now(), "machine": machine()}
+    report = {**bench.earlier, "started_at": now(), "machine": bench.machine}
     with tempfile.TemporaryDirectory() as tmp:
-        for section in args.only:
+        for section in args.only or SECTIONS:
             if section == "ridge":
                 report["ridge"] = ridge(Path(tmp), args.repeats)
             elif section == "factorization":
@@ -384,9 +318,11 @@ def main() -> None:
             else:
                 report["mnist_lenet5"] = mnist(Path(tmp), args.repeats, args.mnist_rounds)
             report.update(updated_at=now(), load_avg_now=load())
-            write(path, report)  # after each section, so a later failure loses nothing
+            bench.save(report)  # after each section, so a later failure loses nothing
             print(f"{KEY}.{section} -> {path}", flush=True)
+    bench.finish(report)
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "strong scaling under horovodrun -np 2 over -np 1: ridge, MNIST LeNet-5, Horovod's loop",
+              threads=None, only=SECTIONS, options=(option("--repeats", type=int, default=3),
+                                                    option("--mnist-rounds", type=int, default=3)))

@@ -1,22 +1,7 @@
-"""Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4).
-
-    PYTHONPATH=. python scripts/bench_similarity.py [--out results/bench.json] [--quick] [--workers 10]
-
-Writes ``similarity`` into ``--out`` (other benchmarks keep theirs). For each data set (real
-a9a from ``$DANE_DATA_DIR/libsvm/a9a``, default ../shared/data, skipped with its reason when
-absent; and a synthetic logistic problem whose two classes have shifted means, so label skew
-is covariate skew) and each sharding (Dirichlet α ∈ {0.1, 0.5, 1} and iid) at m workers:
-logistic regression with an intercept, (λ/2)||w||², safeguarded DANE at its defaults in the
-simulator until the relative suboptimality (O − O*)/|O*| is at most 1e-8 (O* from
-``optimum=auto``), and δ = max_i ||∇²O_i − ∇²O||₂ with its mean-square and Frobenius variants
-(`dane.similarity`) at w_0 = 0 and at the last iterate. ``paper_figs/similarity.py`` draws
-rounds against δ. ``--quick``: the synthetic set only, small, two shardings (the tests).
-"""
+"""Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4)."""
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,13 +10,12 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from dane.api import fit  # noqa: E402
-from dane.data.files import LibSVMSource, NPZSource, save_npz  # noqa: E402
-from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from dane.similarity import measure  # noqa: E402
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
+from dane.api import fit
+from dane.data.files import LibSVMSource, NPZSource, save_npz
+from dane.problems.linear_models import LinearModelConfig
+from dane.similarity import measure
+from scripts.harness import Bench, Run, option
 
 KEY = "similarity"
 TARGET = 1e-8
@@ -113,29 +97,18 @@ def similarity(args, log) -> dict:
                     f"-> {cell['delta_end']:.4g} (||H|| {cell['hessian_norm_end']:.4g}), {cell['rounds']} rounds "
                     f"({cell['comm_rounds']} allreduces), reached={cell['reached']}, {cell['run_s']:.1f} s")
             out["datasets"][name] = {"cells": cells}
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--quick", action="store_true", help="a small synthetic set, two shardings (the tests)")
-    parser.add_argument("--workers", type=int, default=10)
-    parser.add_argument("--lam", type=float, default=1e-3)
-    parser.add_argument("--rounds", type=int, default=200, help="DANE's round cap")
-    parser.add_argument("--iters", type=int, default=30, help="Lanczos iterations where d is above the exact path's")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.workers = min(args.workers, 4)
-    start = time.perf_counter()
-    log = elapsed_logger(start)
-    log(f"Hessian dissimilarity against DANE's rounds, m={args.workers}")
-    merge_section(Path(args.out), KEY, {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-                                        "quick": args.quick, **similarity(args, log)})
-    log(f"done in {time.perf_counter() - start:.0f} s -> {args.out}")
+def run(bench: Run) -> dict:
+    args = bench.args
+    args.workers = min(args.workers, 4) if args.quick else args.workers
+    bench.log(f"Hessian dissimilarity against DANE's rounds, m={args.workers}")
+    return bench.record(similarity(args, bench.log))
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "Hessian dissimilarity against DANE's rounds", threads=None, options=(
+    option("--workers", type=int, default=10), option("--lam", type=float, default=1e-3),
+    option("--rounds", type=int, default=200, help="DANE's round cap"),
+    option("--iters", type=int, default=30, help="Lanczos iterations where d is above the exact path's"),
+    option("--seed", type=int, default=0)))

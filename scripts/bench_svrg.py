@@ -1,35 +1,4 @@
-"""InexactDANE's and AIDE's local solver, SVRG: its cost compiled and in torch, a round, and the defaults to 1e-8.
-
-    PYTHONPATH=. python scripts/bench_svrg.py [--out results/bench.json] [--quick] [--repeats 7] [--sections ...]
-
-Writes ``svrg_local_solver`` into ``--out`` (other benchmarks keep theirs), one entry per section:
-
-- ``pass_cost``: one SVRG pass (compiled, `dane.svrg_kernels`; 3 passes timed, divided by 3)
-  against one full local gradient (``data_value_grad``) on the same rows, and one pass of
-  the torch reference (`dane.local_solvers.svrg_reference`), side by side in one process,
-  repeats interleaved: dense 5,160 x 14 logistic, sparse rcv1-like 5,000 x 20,000 logistic,
-  dense 2,000 x 785 softmax (10 classes).  Goal: pass / gradient <= 3.
-- ``compile_cost``: a fresh process with an empty numba cache (``NUMBA_CACHE_DIR``), then
-  a second one with the cache it left: ``import dane.svrg_kernels`` (numba) and the first
-  solve of each kernel.
-- ``inexact_dane_round``: InexactDANE's round at its defaults (3 passes) on 4 simulated
-  workers x 5,160 dense rows, d = 14 (13 standard normal features + intercept, logistic
-  labels), wall time per round, compiled and (one round) the torch reference, against the
-  public Octave + mex reference's 0.017 s on the same kind of shards (docs/design.md, "Public reference implementations";
-  not re-run here).  Goal: <= 3 x 0.017 s.
-- ``sparse_launch``: ``python -m experiments.train problem=logreg data=libsvm
-  problem.lam=1e-4 problem.fit_intercept=false algorithm=inexact_dane workers=2`` on
-  `synthetic.sparse_data.write_sparse_libsvm` (10,000 x 20,000, seed 0): wall time of the
-  launch and time per round from its rounds.jsonl.
-- ``convergence``: InexactDANE and AIDE at their defaults (and AIDE at the former τ = 0.1,
-  and InexactDANE with ``svrg_variant=matlab``, where cheap) on every problem of
-  scripts/bench_convex.py, in the in-process simulator: rounds to relative suboptimality
-  1e-8 against O* from a Newton solve of the full data in this process, or the best reached
-  by the round cap.
-
-Every section records the load average before and after; times are medians with min and
-max.  ``--quick`` shrinks everything (tests).
-"""
+"""InexactDANE's and AIDE's local solver, SVRG: its cost compiled and in torch, a round, and the defaults to 1e-8."""
 from __future__ import annotations
 
 import argparse
@@ -46,10 +15,9 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from dane.synthetic.bench_file import elapsed_logger, machine, merge_section  # noqa: E402
+from dane.synthetic.bench_file import machine
+from scripts.harness import Bench, Run, now, option
 
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes
@@ -99,7 +67,7 @@ def pass_cost(args, log) -> dict:
 
     out = {"what": "one SVRG pass (3 passes timed / 3, compiled) and one torch-reference pass, against one full "
                    "local gradient on the same rows; lam = 1e-4, w = anchor = 0, one torch thread",
-           "goal": "svrg_pass / full_gradient <= 3", "load_avg_before": list(os.getloadavg()), "cases": []}
+           "goal": "svrg_pass / full_gradient <= 3", "cases": []}
     for name, shard in pass_cases(args.quick):
         w = torch.zeros(shard.dim, dtype=torch.float64)
         sub = Subproblem(shard, w, torch.zeros_like(w), 0.0, shard.l2)
@@ -126,16 +94,14 @@ def pass_cost(args, log) -> dict:
         log(f"  {name}: pass {row['svrg_pass']['median_s'] * 1e3:.3g} ms, gradient "
             f"{row['full_gradient']['median_s'] * 1e3:.3g} ms (x{row['pass_over_gradient']:.2f}), torch reference "
             f"{row['reference_pass']['median_s'] * 1e3:.4g} ms (x{row['reference_over_compiled']:.0f})")
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
 COMPILE_CHILD = """
-import json, sys, time
+import json, time
 t0 = time.perf_counter()
 import torch
-sys.path.insert(0, {root!r}); sys.path.insert(0, {scripts!r})
-from bench_svrg import pass_cases
+from scripts.bench_svrg import pass_cases
 from dane.local_solvers import LocalSolver, Subproblem, svrg
 cases = pass_cases(True)
 t1 = time.perf_counter()
@@ -155,8 +121,8 @@ print(json.dumps(out))
 def compile_cost(args, log) -> dict:
     out = {"what": "a fresh process: import dane.svrg_kernels (numba), then per kernel the first SVRG solve (one "
                    "pass, small rows: compile or cache load) and a second one; cold = empty NUMBA_CACHE_DIR, "
-                   "warm = the cache the cold process left", "load_avg_before": list(os.getloadavg())}
-    code = COMPILE_CHILD.format(root=str(ROOT), scripts=str(ROOT / "scripts"))
+                   "warm = the cache the cold process left"}
+    code = COMPILE_CHILD.format()  # run in ROOT with PYTHONPATH=ROOT: scripts.bench_svrg imports
     with tempfile.TemporaryDirectory() as cache:
         for label in ("cold", "warm"):
             env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -168,7 +134,6 @@ def compile_cost(args, log) -> dict:
             out[label]["first_solves_total_s"] = sum(out[label]["first_solve_s"].values())
             log(f"  {label}: import {out[label]['import_s']:.2f} s, first solves "
                 f"{out[label]['first_solves_total_s']:.2f} s in all")
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -203,7 +168,7 @@ def inexact_dane_round(args, log) -> dict:
            "public_reference_round_s": REFERENCE_ROUND_S,
            "public_reference": "Octave + compiled mex SVRG, one snapshot per round, same shards, step and passes "
                                "(measured on this kind of machine, not re-run here)",
-           "goal": "round <= 3 x 0.017 s", "load_avg_before": list(os.getloadavg())}
+           "goal": "round <= 3 x 0.017 s"}
     simulate_rounds(InexactDANEConfig(), problems(), 1)  # compile or load the cache
     _, walls = simulate_rounds(InexactDANEConfig(), problems(), rounds)
     out["compiled"] = {**spread(walls[:-1]), "rounds": len(walls) - 1}  # the last record is the final evaluation
@@ -223,7 +188,6 @@ def inexact_dane_round(args, log) -> dict:
         out["torch_reference"] = {**spread(walls[:1]), "rounds": 1}
         out["torch_over_compiled"] = walls[0] / out["compiled"]["median_s"]
         log(f"  torch reference: {walls[0]:.3g} s a round")
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -234,8 +198,7 @@ def sparse_launch(args, log) -> dict:
     rounds = 3 if args.quick else 10
     out = {"what": f"python -m experiments.train problem=logreg data=libsvm problem.lam=1e-4 "
                    f"problem.fit_intercept=false algorithm=inexact_dane workers=2 rounds={rounds} on "
-                   f"write_sparse_libsvm({rows}, {features}, seed=0): launch wall time and rounds.jsonl time_s",
-           "load_avg_before": list(os.getloadavg())}
+                   f"write_sparse_libsvm({rows}, {features}, seed=0): launch wall time and rounds.jsonl time_s"}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sparse.svm"
         write_sparse_libsvm(path, rows, features, seed=0)
@@ -260,7 +223,6 @@ def sparse_launch(args, log) -> dict:
                             if k in ("wall_time_s", "setup_s", "status", "final_objective")})
     log(f"  launch {out['launch_wall_s']:.1f} s, {out['round_time']['median_s'] * 1e3:.3g} ms a round (simulated "
         "time: the workers' measured compute plus the alpha-beta allreduce model)")
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -291,7 +253,7 @@ def convergence_configs(bench_name: str, quick: bool) -> list[tuple[str, object,
 
 
 def convergence(args, log) -> dict:
-    from bench_convex import benches
+    from scripts.bench_convex import benches
 
     bench_args = argparse.Namespace(quick=args.quick, runs=args.runs, data_dir=args.data_dir, svm_rows=5000,
                                     svm_features=20000)
@@ -299,7 +261,7 @@ def convergence(args, log) -> dict:
     out = {"what": f"rounds to relative suboptimality (O(w) - O*)/|O*| <= {REL_TOL:g} at the yaml defaults, in the "
                    "in-process simulator (threads), O* from Newton's method on the whole data here; the problems "
                    "and worker counts of scripts/bench_convex.py",
-           "load_avg_before": list(os.getloadavg()), "problems": {}}
+           "problems": {}}
     for bench in benches(bench_args):
         try:
             cfg = bench.problem(bench.source())
@@ -329,7 +291,6 @@ def convergence(args, log) -> dict:
                                                                  else ""))
             entry["workers"][str(m)] = rows
         out["problems"][bench.name] = entry
-    out["load_avg_after"] = list(os.getloadavg())
     return out
 
 
@@ -338,32 +299,23 @@ SECTION_FUNCTIONS = {"pass_cost": pass_cost, "compile_cost": compile_cost, "inex
 
 
 # ---------------------------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/bench.json")
-    parser.add_argument("--runs", default="results/bench_convex", help="where bench_convex's rcv1-like file lives")
-    parser.add_argument("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"))
-    parser.add_argument("--quick", action="store_true", help="tiny cases (the tests)")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--reference-repeats", type=int, default=1, help="torch-reference passes per case (slow)")
-    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    log = elapsed_logger(start)
-
-    path = Path(args.out)
-    earlier = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}
-    report = {**(earlier if earlier.get("quick") == args.quick else {}), "quick": args.quick}
+def run(bench: Run) -> None:
+    args, log = bench.args, bench.log
+    report = {**(bench.earlier if bench.earlier.get("quick") == args.quick else {}), "quick": args.quick}
     for name in args.sections:  # each section merged as it ends, so a later failure loses nothing
         log(name)
         began = time.perf_counter()
-        report[name] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-                        **SECTION_FUNCTIONS[name](args, log)}
+        head = {"started_at": now(), "machine": machine(), "load_avg_before": list(os.getloadavg())}
+        report[name] = {**head, **SECTION_FUNCTIONS[name](args, log), "load_avg_after": list(os.getloadavg())}
         report[name]["wall_s"] = time.perf_counter() - began
-        merge_section(path, KEY, report)
-    log(f"done in {time.perf_counter() - start:.0f} s -> {path}")
+        bench.save(report)
+    bench.finish(report)
+    log(f"done -> {bench.path}")
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "the SVRG local solver: pass cost, compile cost, InexactDANE's round, convergence", options=(
+    option("--runs", default="results/bench_convex", help="where bench_convex's rcv1-like file lives"),
+    option("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data")),
+    option("--repeats", type=int, default=7),
+    option("--reference-repeats", type=int, default=1, help="torch-reference passes per case (slow)"),
+    option("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)))

@@ -1,58 +1,17 @@
-"""Launch-to-answer wall clock, split into its parts; JSON under ``wallclock`` in results/bench.json.
-
-    PYTHONPATH=. python scripts/bench_wallclock.py [--out results/bench.json] [--repeats 3] [--data-dir DIR] [--quick]
-
-Per problem (a generated rcv1-like sparse logistic regression, MNIST softmax from the t10k
-files in ``<data_dir>/mnist``, skipped with the reason where they are absent, and a
-generated dense logistic regression with unequal column scales, read from an .npz):
-
-- ``horovodrun_np1``, ``horovodrun_np2`` and ``simulator_m2`` (plain python,
-  ``workers=2``): one `experiments.train` launch each.  The benchmark takes
-  ``time.time()`` as it starts the command and when it returns; rank 0's summary.json
-  gives its marks (`dane.timeline`: ``clock_origin`` puts them on the same clock,
-  ``process_start`` is the process's start by the kernel's boot clock, 10 ms ticks) and
-  its modification time is the moment the answer is on disk.  Parts, which add up to the
-  total by construction: ``launcher`` (command start to rank 0's process start: horovodrun's
-  own Python, its rendezvous, spawning), ``imports`` (to the ``config`` mark: interpreter,
-  imports, Hydra), ``data`` (to ``data``: file read, shard built), ``reference`` (to
-  ``reference``; 0 here: the timed runs ask for none), ``setup`` (to ``round0``: the
-  algorithm built), ``rounds`` (to ``end``), ``write`` (to summary.json's mtime), and
-  ``exit`` (to the command's return: shutdown, horovodrun's teardown).  ``answer_s`` is
-  command start to summary.json; ``total_s`` to the command's return.
-- ``scipy_lbfgsb`` and ``sklearn_lbfgs``: one plain python process (no torch, no dane),
-  this file with ``--baseline``: interpreter and imports, the same file read, the fit,
-  its result written; timed the same way (``fit_s`` is the fit alone, by perf_counter
-  in the process).  Their objective is the package's, (1/N) Σ f + (λ/2)‖w‖² (an intercept
-  is an appended column of ones, regularized as the package does), checked by
-  evaluating it at the package's cached optimum (``objective_check``); scikit-learn gets
-  ``C = 1/(N λ)``, ``fit_intercept=False`` on those columns.
-- ``bare_python`` (``python -c "import torch, horovod.torch"``) and ``bare_horovodrun``
-  (``horovodrun -np 2 --gloo python -c "import torch, horovod.torch as h; h.init()"``).
-
-Untimed, before the launches: O* (``problem.optimum=auto`` in two simulator runs, one per
-method, with a cache of the section's own), GIANT against DiSCO at their defaults, the
-method chosen by allreduces to 1e-8 relative suboptimality (a DiSCO round holds a whole
-PCG, so its rounds do not compare with GIANT's), the gradient-norm ``tol`` that stops that
-method's run there, and the L-BFGS-B ``gtol`` (and scikit-learn ``tol``) that reach it.
-Every timed run reports the relative suboptimality (final objective − O*)/|O*| it reached.
-The variants take turns within each repeat, the order rotated each repeat; medians, min
-and max, the load average around each problem.  Goals: np2's answer at most 2 s above the
-bare horovodrun line; np2's rounds no slower than L-BFGS-B's fit in one process.
-"""
+"""Launch-to-answer wall clock, split into its parts; JSON under ``wallclock`` in results/bench.json."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from scripts.harness import Bench, Run, load, option, spread
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 KEY = "wallclock"
 TARGET = 1e-8                  # relative suboptimality every timed run should reach
@@ -154,13 +113,6 @@ def baseline_child(spec_file: str) -> None:
 
 
 # ---------------------------------------------------------------------- arithmetic
-def spread(values: list[float]) -> dict | None:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
 def package_parts(t_cmd: float, t_exit: float, t_answer: float, timeline: dict) -> dict:
     """A launch's parts (seconds) from its command's start and return, summary.json's mtime and rank 0's marks."""
     origin = timeline["clock_origin"]
@@ -354,10 +306,6 @@ def calibrate_baselines(problem: dict, optimum: float, cache: Path) -> dict:
 
 
 # ---------------------------------------------------------------------- timed launches
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def timed(cmd: list[str], env: dict, answer: Path | None) -> tuple[float, float, float | None, str | None]:
     """(command start, return, answer file's mtime, error): time.time() around one command."""
     start = time.time()
@@ -384,7 +332,7 @@ def launch(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) ->
                 "tol": calib["scipy_gtol" if variant == "scipy_lbfgsb" else "sklearn_tol"]}
         out.mkdir(parents=True)
         (out / "spec.json").write_text(json.dumps(spec))
-        t_cmd, t_exit, t_answer, err = timed([sys.executable, __file__, "--baseline", str(out / "spec.json")], env,
+        t_cmd, t_exit, t_answer, err = timed([sys.executable, "-m", "scripts.bench_wallclock", str(out / "spec.json")], env,
                                              out / "result.json")
         if err:
             return {"status": "launch_failed", "error": err}
@@ -457,30 +405,25 @@ MEASURED = {
 }
 
 
-def main(argv: list[str] | None = None) -> dict | None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/bench.json"))
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("DANE_DATA_DIR", REPO.parent / "shared" / "data")))
-    parser.add_argument("--quick", action="store_true", help="one tiny generated problem, one repeat (the test)")
-    parser.add_argument("--baseline", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.baseline:
-        return baseline_child(args.baseline)
-    from dane.synthetic.bench_file import machine, merge_section
-
+def run(bench: Run) -> dict:
+    args = bench.args
     repeats = 1 if args.quick else args.repeats
-    result = {"machine": machine(), "repeats": repeats, "quick": args.quick, "target_rel_suboptimality": TARGET,
+    result = {"machine": bench.machine, "repeats": repeats, "quick": args.quick, "target_rel_suboptimality": TARGET,
               "how_measured": MEASURED, "problems": {}}
     with tempfile.TemporaryDirectory(prefix="bench_wallclock_") as tmp:
         for problem in problems(Path(tmp), args.data_dir.resolve(), args.quick):
             result["problems"][problem["name"]] = bench_problem(problem, Path(tmp), repeats, args.quick)
-            merge_section(args.out, KEY, result)  # each problem as it is done: a long run is not lost to a crash
+            bench.save(result)  # each problem as it is done: a long run is not lost to a crash
     result["load_avg_end"] = load()
-    merge_section(args.out, KEY, result)
+    bench.finish(result)
     print(f"bench_wallclock: wrote {KEY} into {args.out}", flush=True)
     return result
 
 
-if __name__ == "__main__":
-    main()
+BENCH = Bench(KEY, run, "launch-to-answer wall time against scipy and scikit-learn in one process", threads=None,
+              options=(option("--repeats", type=int, default=3),
+                       option("--data-dir", type=Path,
+                              default=Path(os.environ.get("DANE_DATA_DIR", REPO.parent / "shared" / "data")))))
+
+if __name__ == "__main__":  # the one-process baselines' child (python -m scripts.bench_wallclock SPEC): no torch
+    baseline_child(sys.argv[1])

@@ -1,39 +1,6 @@
-"""Time against the number of workers for MNIST LeNet-3 and LeNet-5 (the source paper's Figures 3-4): the runs.
-
-    PYTHONPATH=. python scripts/time_vs_workers.py [--problems mnist_lenet5 mnist_lenet3] [--seeds 0 1 2]
-        [--workers 1 2 4 6 8] [--real 1 2] [--rounds 30] [--target 0.95] [--quick] [--out DIR]
-    python -m paper_figs.time_vs_workers           # the figure, from these runs (or: make time-vs-workers)
-
-Plain DANE (η=1, μ=0, ``algorithm.safeguard=false``, as in the paper's tables;
-conf/experiment/table_mnist_lenet5.yaml) with ``problem.inner_steps=null``: every round
-each worker makes one pass over its shard, so a round is an epoch of the training set
-whatever the number of workers.  Each run stops at ``--target`` test accuracy
-(``early_stop.target``) or after ``--rounds`` rounds.  For each problem and seed:
-
-- the simulator (``workers=m`` in this process, m in ``--workers``): each worker's
-  compute is timed on its own thread's CPU clock, each allreduce is charged the α-β ring
-  cost measured at the start of this script (`synthetic.calibrate.calibrate`, saved as
-  ``calibration.json`` in the output folder).  m=1 also runs on that clock, through a
-  one-worker simulation (``sim.single_worker=true``), so that all simulated points are
-  timed alike and the machine's other load does not enter them;
-- real Horovod runs, ``horovodrun -np N --gloo python -m experiments.train ...`` for N
-  in ``--real``, timed by the wall clock, with ``OMP_NUM_THREADS=1`` (one core per
-  worker, as in the simulator; the package binds each rank to its own cores).
-
-Each run goes to ``<out>/<problem>/<backend>_m<m>_seed<s>/`` (backend ``simulator`` or
-``horovod``), a normal run directory (``rounds.jsonl``, ``summary.json``,
-``config.yaml``).  A directory whose summary and saved config match the job (same
-algorithm, problem, seed, workers, backend, round budget and target; the α-β aside) is
-kept, so a rerun only makes what is missing.  Simulated runs kept from an earlier
-calibration are put on the current one by the figure (`paper_figs.common.retime`, exact).
-``--keep-calibration`` reuses the folder's calibration.json instead of measuring anew.
-
-Exit status 2, with one line, when MNIST or Horovod is missing; 1 when a run failed
-(the others are still made).
-"""
+"""Time against the number of workers for MNIST LeNet-3 and LeNet-5 (the source paper's Figures 3-4): the runs."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -48,16 +15,17 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # `python scripts/time_vs_workers.py` without PYTHONPATH
+from scripts.harness import Bench, Run, option
 
-from dane.errors import DivergenceError, UserError, say  # noqa: E402
-from dane.launch import execute  # noqa: E402
-from dane.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
-from dane.experiments.config import run_spec  # noqa: E402
-from dane.synthetic.calibrate import calibrate  # noqa: E402
-from dane.synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin  # noqa: E402
-from dane.synthetic.sweep import compose_job, identity  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+
+from dane.errors import DivergenceError, UserError, say
+from dane.launch import execute
+from dane.results import atomic_write_text, read_rounds, read_summary
+from dane.experiments.config import run_spec
+from dane.synthetic.calibrate import calibrate
+from dane.synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin
+from dane.synthetic.sweep import compose_job, identity
 
 OUT = Path("results") / "time_vs_workers"
 QUICK_OUT = Path("results") / "time_vs_workers_quick"
@@ -189,22 +157,8 @@ def get_calibration(out: Path, keep: bool, reps: int) -> dict:
     return result
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    parser.add_argument("--workers", nargs="*", type=int, default=list(WORKERS),
-                        help="simulated worker counts (none: horovodrun only)")
-    parser.add_argument("--real", nargs="*", type=int, default=list(REAL),
-                        help="horovodrun -np values (none: simulator only)")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="round budget of every run")
-    parser.add_argument("--target", type=float, default=TARGET, help="test accuracy at which a run stops")
-    parser.add_argument("--out", default=None, help=f"output folder (default {OUT}; with --quick {QUICK_OUT})")
-    parser.add_argument("--keep-calibration", action="store_true",
-                        help="reuse the output folder's calibration.json instead of measuring")
-    parser.add_argument("--calibration-reps", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="tiny, for tests: seed 0, m in 1 2, 2 rounds")
-    args = parser.parse_args(argv)
+def settle(args):
+    """``--quick``'s reductions, and the output folder."""
     if args.quick:
         args.seeds, args.rounds = args.seeds[:1], min(args.rounds, 2)
         args.workers = [m for m in args.workers if m <= 2]
@@ -214,8 +168,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+def run(bench: Run) -> int:
+    args = settle(bench.args)
     try:
         bad = [m for m in [*args.workers, *args.real] if m < 1]
         if bad or args.rounds < 1 or not 0 < args.target <= 1:
@@ -227,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                             "run `make setup` first")
     except UserError as exc:
         say(f"error: {str(exc).splitlines()[0]}")
-        return 2
+        sys.exit(2)
     torch.set_num_threads(1)  # one core per simulated worker
     cost = get_calibration(args.out, args.keep_calibration, args.calibration_reps)
     todo = jobs(args.problems, args.seeds, args.workers, args.real, args.rounds, args.target)
@@ -253,9 +207,20 @@ def main(argv: list[str] | None = None) -> int:
           f"figure: python -m paper_figs.time_vs_workers", flush=True)
     if failed:
         say(f"error: {len(failed)} run(s) failed: {', '.join(failed)}")
-        return 1
+        sys.exit(1)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+BENCH = Bench("time_vs_workers", run, "the runs of the time-against-workers figure (MNIST LeNet-3/5)", threads=None,
+              out="", options=(
+                  option("--problems", nargs="+", default=list(PROBLEMS)),
+                  option("--seeds", nargs="+", type=int, default=list(SEEDS)),
+                  option("--workers", nargs="*", type=int, default=list(WORKERS),
+                         help="simulated worker counts (none: horovodrun only)"),
+                  option("--real", nargs="*", type=int, default=list(REAL),
+                         help="horovodrun -np values (none: simulator only)"),
+                  option("--rounds", type=int, default=ROUNDS, help="round budget of every run"),
+                  option("--target", type=float, default=TARGET, help="test accuracy at which a run stops"),
+                  option("--keep-calibration", action="store_true",
+                         help="reuse the output folder's calibration.json instead of measuring"),
+                  option("--calibration-reps", type=int, default=200)))

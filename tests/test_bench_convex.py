@@ -2,7 +2,6 @@
 rcv1-like generator, and a --quick run whose JSON agrees with its own run directories (never a timed test)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,11 +14,7 @@ from dane.results import read_rounds
 from dane.synthetic.sparse_data import rcv1_like, write_sparse_libsvm
 from tests.helpers import REPO, env
 
-SCRIPT = REPO / "scripts" / "bench_convex.py"
-spec = importlib.util.spec_from_file_location("bench_convex", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-sys.modules.setdefault("bench_convex", bench)  # dataclasses look their module up while the file executes
-spec.loader.exec_module(bench)
+from scripts import bench_convex as bench
 
 
 def records(subopts, f_star=2.0):
@@ -123,7 +118,7 @@ def quick(tmp_path_factory):
     (tmp / "no_data").mkdir()
     out = tmp / "bench.json"
     out.write_text(json.dumps({"other_bench": {"kept": True}}))
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out), "--runs", str(tmp / "runs"),
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench", "convex", "--quick", "--out", str(out), "--runs", str(tmp / "runs"),
                            "--data-dir", str(tmp / "no_data")], cwd=REPO, env=env(), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

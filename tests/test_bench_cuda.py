@@ -1,7 +1,6 @@
 """scripts/bench_cuda.py without a GPU: its ratios from hand-made runs, and the skip it writes here (never timed)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,11 +10,7 @@ import torch
 
 from tests.helpers import REPO, env
 
-SCRIPT = REPO / "scripts" / "bench_cuda.py"
-sys.path.insert(0, str(SCRIPT.parent))  # it imports bench_scaling from beside it
-spec = importlib.util.spec_from_file_location("bench_cuda", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from scripts import bench_cuda as bench
 
 
 def test_ratios_are_cpu_over_cuda_medians_and_the_simulators_m1_over_the_launched_np1():
@@ -36,7 +31,7 @@ def test_ratios_are_cpu_over_cuda_medians_and_the_simulators_m1_over_the_launche
 def test_without_a_gpu_it_records_why_and_keeps_the_other_sections(tmp_path):
     out = tmp_path / "bench.json"
     out.write_text(json.dumps({"strong_scaling": {"ratio": 1.9}}))
-    subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], cwd=REPO, env=env(), check=True,
+    subprocess.run([sys.executable, "-m", "scripts.bench", "cuda", "--out", str(out)], cwd=REPO, env=env(), check=True,
                    capture_output=True, text=True, timeout=120)
     written = json.loads(out.read_text())
     assert written["strong_scaling"] == {"ratio": 1.9}

@@ -1,7 +1,6 @@
 """scripts/bench_local_solve.py on tiny cases: when Cholesky is skipped, and a --quick run's JSON (never timed)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -11,10 +10,7 @@ import pytest
 
 from tests.helpers import REPO, env
 
-SCRIPT = REPO / "scripts" / "bench_local_solve.py"
-spec = importlib.util.spec_from_file_location("bench_local_solve", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from scripts import bench_local_solve as bench
 
 
 def test_cholesky_is_skipped_only_where_it_cannot_fit():
@@ -29,7 +25,7 @@ def test_cholesky_is_skipped_only_where_it_cannot_fit():
 def test_quick_run_measures_each_case_and_keeps_other_keys(tmp_path):
     out = tmp_path / "bench.json"
     out.write_text(json.dumps({"other_bench": {"kept": True}}))
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(out)], cwd=REPO, env=env(),
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench", "local_solve", "--quick", "--out", str(out)], cwd=REPO, env=env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())

@@ -1,19 +1,14 @@
 """scripts/bench_scaling.py's arithmetic on hand-made runs, and its side-by-side launches (never timed here)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import pytest
 
 from dane.synthetic.launchers import horovodrun_side_by_side
-from tests.helpers import REPO
 
-SCRIPT = REPO / "scripts" / "bench_scaling.py"
-spec = importlib.util.spec_from_file_location("bench_scaling", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from scripts import bench_scaling as bench
 
 
 def test_ceiling_is_twice_the_lone_round_over_the_round_beside_a_twin():

@@ -1,18 +1,12 @@
-"""scripts/bench.py's simulated round (``simulator_error``): steady rounds, and the cost model's share exactly."""
+"""scripts/bench_horovod.py's simulated round (``simulator_error``): steady rounds, and the cost model's share exactly."""
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 
 from dane.comm import AlphaBeta
 from dane.problems import RidgeSyntheticConfig
-from tests.helpers import REPO
 
-SCRIPT = REPO / "scripts" / "bench.py"
-spec = importlib.util.spec_from_file_location("bench_main", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from scripts import bench_horovod as bench
 
 
 def test_simulated_round_is_the_steady_round_with_the_models_communication(tmp_path):

@@ -222,17 +222,14 @@ def test_a_resumed_compressed_run_equals_the_uninterrupted_one(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_benchmark_writes_its_section(tmp_path):
-    import importlib.util
+def test_the_benchmark_writes_its_section():
+    """The section of a --quick run (canned, tests/data/bench/compress.json; make bench-smoke runs it)."""
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_compress.py"
-    spec = importlib.util.spec_from_file_location("bench_compress", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    bench.main(["--out", str(tmp_path / "bench.json"), "--quick", "--repeats", "1"])
-    section = json.loads((tmp_path / "bench.json").read_text())["compress"]
+    from scripts import bench_compress as bench
+    from tests.helpers import REPO
+
+    section = json.loads((REPO / "tests" / "data" / "bench" / "compress.json").read_text())["compress"]
     assert {r["spec"] for r in section["compressor_time"]} == set(bench.SPECS)
     assert all(r["bits"] == make(r["spec"]).bits(r["n"]) for r in section["compressor_time"])
     runs = {(r["compress"], r["error_feedback"]): r for r in section["gd_to_target"]}

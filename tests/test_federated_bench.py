@@ -1,15 +1,11 @@
-"""scripts/bench_federated.py and its generated table (paper_figs/federated_table.py, docs/benchmarks.md).
-
-Fast: the per-target arithmetic on hand-made records, the grid's verdict, the δ_A-relative knobs, the
-table rendered from a hand-made report, and the page's block being the generator's.  Slow: the --quick
-run, whose JSON must hold its own arithmetic and SCAFFOLD's uplink bytes in closed form.
-"""
+"""scripts/bench_federated.py and its generated table (paper_figs/federated_table.py, docs/benchmarks.md): the
+per-target arithmetic on hand-made records, the grid's verdict, the δ_A-relative knobs, the table rendered from a
+hand-made report, and the page's block being the generator's (the --quick run's JSON: tests/test_bench.py)."""
 from __future__ import annotations
 
-import importlib.util
+import argparse
 import json
 import re
-import sys
 
 import pytest
 
@@ -17,11 +13,9 @@ from tests.helpers import REPO
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("bench_federated", REPO / "scripts" / "bench_federated.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # a dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    from scripts import bench_federated
+
+    return bench_federated
 
 
 def record(k, sub, objective_star=-2.0, **extra):
@@ -59,9 +53,8 @@ def test_scaffold_and_fedavg_grids_hold_the_local_work_and_follow_the_defaults_b
     """SCAFFOLD's and FedAvg's grids keep the default's K (no local_steps key) and are scripts/bench_defaults.py's:
     η_l as multiples of the step the default chose, η_g; FedAvg's step as multiples of 1/L, L = ‖H‖ + λ."""
     bench = load_script()
-    spec = importlib.util.spec_from_file_location("bench_defaults", REPO / "scripts" / "bench_defaults.py")
-    defaults = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(defaults)
+    from scripts import bench_defaults as defaults
+
     assert bench.METHODS["scaffold"][3] == defaults.SCAFFOLD_GRID == defaults.METHODS["scaffold"][2]
     assert bench.METHODS["fedavg"][3] == defaults.METHODS["fedavg"][2]
     assert all("local_steps" not in g for m in ("scaffold", "fedavg") for g in bench.METHODS[m][3])
@@ -93,8 +86,10 @@ def test_the_table_shows_defaults_beside_the_best_setting():
                        "grid": [run({"lr_factor": 1.0}, hit(8, None), None, 4e-6, "max_rounds")]},
             "s=2/gd": {"skipped": "gd has no client sampling; run at s=m only"}}
     text = render(report(rows))
-    assert "| SCAFFOLD | 5 (4) | 20 (11) | 2.50 | 9.0e-09 | converged | {\"local_steps\": 5} |" in text
-    assert "| GD | 9 (8) | — (—) | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" in text
+    assert "| SCAFFOLD | 5 (4) | 20 (11) | 2.50 | — | 9.0e-09 | converged | {\"local_steps\": 5} |" in text
+    assert "| GD | 9 (8) | — (—) | — | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" in text
+    assert "To 1e-08 at defaults: fewest rounds: SCAFFOLD (20); fewest uplink bits: SCAFFOLD (20000000); fewest " \
+           "local passes: —." in text  # GD reached 1e-4 only; no record of these counts local passes
     assert "delta = 1.50e+00, delta_A = 5.00e-01, ||H|| = 2.50e-01" in text
     assert "**s = 2 of 4" not in text and "At s < m: GD not run (no client sampling)." in text
     assert "Not in this JSON" not in text  # no methods listed: nothing to miss
@@ -106,7 +101,7 @@ def test_the_table_shows_defaults_beside_the_best_setting():
     del rows["s=2/scaffold"]
     methods = {"scaffold": {"samples_clients": True}, "gd": {"samples_clients": False}}
     text = render(report(rows, methods=methods, setting="mild"))
-    assert "Not in this JSON at s = 2: SCAFFOLD (scripts/bench_federated.py --setting mild --clients 2 --only " \
+    assert "Not in this JSON at s = 2: SCAFFOLD (python -m scripts.bench federated --setting mild --clients 2 --only " \
            "scaffold adds them)." in text and "Not in this JSON at s = 4" not in text
     del rows["s=2/gd"]  # a method without client sampling is named as such at s < m from the run's methods alone
     assert "At s < m: GD not run (no client sampling)." in render(report(rows, methods=methods))
@@ -197,7 +192,7 @@ def test_the_quadratic_grids_compare_at_equal_prox_weight():
     assert multiples(grids["dane"], "mu_per_delta") == multiples(grids["sdane"], "lam_per_delta") \
         == multiples(grids["acc_sdane"], "lam_per_delta") and 1.0 in multiples(grids["sdane"], "lam_per_delta")
     assert {"safeguard": False, "mu": 0.0} in grids["dane"] and all(g.get("safeguard") is False for g in grids["dane"])
-    hard = bench.argparse.Namespace(**bench.SETTINGS["hard"])
+    hard = argparse.Namespace(**bench.SETTINGS["hard"])
     assert bench.grid_of(hard, "dane") == bench.METHODS["dane"][3]
     assert bench.prox_weight([{"lam": 0.25}, {"lam": 0.5}]) == 0.25 and bench.prox_weight([{"mu": 0}]) == 0.0
     assert bench.prox_weight([{"round": 0}]) is None and bench.prox_weight([]) is None
@@ -225,16 +220,18 @@ def test_each_setting_renders_into_its_own_block(tmp_path):
     assert page.read_text() == f"{hb}\n{render(hard, source)}\n{he}\n{mb}\n{render(mild, source)}\n{me}\n"
     assert "Setting mild: " in render(mild) and "defaults only, no grid" in render(mild)
     data.write_text(json.dumps({"federated": hard}))
-    with pytest.raises(SystemExit, match="holds no federated_mild section; run scripts/bench_federated.py --setting mild"):
+    with pytest.raises(SystemExit, match="holds no federated_mild section; run python -m scripts.bench federated --setting mild"):
         main(["--json", str(data), "--page", str(page), "--section", "federated_mild"])
 
 
 def test_the_settings_fill_what_the_command_line_leaves_out(tmp_path, monkeypatch):
     """``--setting mild`` runs the mild setting into its own section; a flag given overrides it."""
+    from scripts import bench as runner
+
     bench = load_script()
     seen = []
-    monkeypatch.setattr(bench, "run", lambda args: seen.append(args) or {})
-    bench.main(["--out", str(tmp_path / "b.json"), "--setting", "mild", "hard", "--clients", "5"])
+    monkeypatch.setattr(bench, "run_setting_rows", lambda args, run: seen.append(args) or {})
+    runner.main(["federated", "--out", str(tmp_path / "b.json"), "--setting", "mild", "hard", "--clients", "5"])
     mild, hard = seen
     assert (mild.key, mild.workers, mild.alpha, mild.clients, mild.caps) == ("federated_mild", 20, 1.0, [5], [60, 200])
     assert (hard.key, hard.workers, hard.alpha, hard.caps) == ("federated", 100, 0.5, [60, 200])
@@ -247,36 +244,14 @@ def test_a_rerun_of_some_rows_keeps_the_others_in_order():
     earlier = {"started_at": "A", "machine": {"load_avg": [1]}, "clients": [100, 10],
                "rows": {"s=100/gd": 1, "s=10/sdane": 2, "s=10/fedavg": 3}}
     new = {"started_at": "B", "machine": {"load_avg": [2]}, "clients": [10], "rows": {"s=10/fedavg": 4, "s=10/fedprox": 5}}
-    args = bench.argparse.Namespace(only=["fedavg", "fedprox"])
+    args = argparse.Namespace(only=["fedavg", "fedprox"])
     merged = bench.with_earlier(new, earlier, args)
     assert merged["clients"] == [100, 10]
     assert list(merged["rows"].items()) == [("s=100/gd", 1), ("s=10/sdane", 2), ("s=10/fedprox", 5), ("s=10/fedavg", 4)]
     assert merged["runs"] == [{"started_at": "A", "load_avg": [1]}, {"started_at": "B", "load_avg": [2]}]
     earlier["methods"], new["methods"] = {"gd": 1, "fedavg": 2}, {"fedavg": 3, "fedprox": 4}
     assert bench.with_earlier(new, earlier, args)["methods"] == {"gd": 1, "fedavg": 3, "fedprox": 4}
-    assert bench.with_earlier(new, earlier, bench.argparse.Namespace(only=None)) is new
-
-
-@pytest.mark.slow
-def test_the_quick_run_holds_its_arithmetic(tmp_path):
-    bench = load_script()
-    out = tmp_path / "bench.json"
-    out.write_text(json.dumps({"other": {"kept": 1}}))
-    bench.main(["--quick", "--out", str(out), "--only", "scaffold"])
-    whole = json.loads(out.read_text())
-    assert whole["other"] == {"kept": 1}
-    got = whole["federated"]
-    dim = got["similarity"]["dim"]
-    assert got["similarity"]["delta"] >= got["similarity"]["delta_mean_square"] > 0
-    for s in (8, 4):
-        row = got["rows"][f"s={s}/scaffold"]
-        runs = [row["default"], *row["grid"]]
-        reached = [r["targets"]["1e-08"]["rounds"] for r in runs if r["targets"].get("1e-08")]
-        assert reached and row["best"]["rounds"] == min(reached)
-        for r in runs:
-            hit = r["targets"].get("1e-08")
-            if hit:  # SCAFFOLD's uplink: s clients x (Δy, Δc) x d float64 in each of the rounds that made w_t
-                assert hit["uplink_bytes"] == hit["rounds"] * s * 2 * dim * 8
+    assert bench.with_earlier(new, earlier, argparse.Namespace(only=None)) is new
 
 
 def test_the_controlled_quadratic_has_the_dissimilarity_it_is_given():

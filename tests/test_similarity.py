@@ -143,16 +143,15 @@ def test_auto_picks_exact_for_small_d_and_bad_arguments_are_one_line():
 @pytest.mark.slow  # imports the whole run path and matplotlib: 30+ s on a loaded 2-core machine
 def test_bench_quick_run_and_its_figure(tmp_path):
     """scripts/bench_similarity.py --quick: label skew raises δ and DANE's allreduces; the figure reads its JSON."""
-    import importlib.util
     import json
 
     from dane.paper_figs import similarity as figure
     from helpers import REPO
 
-    spec = importlib.util.spec_from_file_location("bench_similarity", REPO / "scripts" / "bench_similarity.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    bench.main(["--quick", "--out", str(tmp_path / "bench.json")])
+    from scripts import bench as runner
+    from scripts import bench_similarity as bench
+
+    runner.main(["similarity", "--quick", "--out", str(tmp_path / "bench.json")])
     report = json.loads((tmp_path / "bench.json").read_text())[bench.KEY]
     skewed, iid = report["datasets"]["synthetic_logistic"]["cells"]
     assert (skewed["alpha"], iid["sharding"]) == (0.1, "iid")

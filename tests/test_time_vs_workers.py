@@ -20,7 +20,6 @@ import yaml
 from dane.paper_figs import time_vs_workers as fig
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "time_vs_workers.py"
 CALIBRATION = {"alpha": 5e-4, "beta": 1e9, "measured_at": "2026-01-02T03:04:05+0000",
                "machine": {"load_avg": [0.5, 0.4, 0.3]}, "source": "test"}
 DATA = {"name": "mnist", "train_size": 8000, "test_size": 2000,
@@ -121,7 +120,7 @@ def test_figure_files_caption_and_sidecar(tree: Path, tmp_path: Path):
 
 
 def test_missing_runs_name_the_command(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match="scripts/time_vs_workers.py"):
+    with pytest.raises(FileNotFoundError, match="scripts.bench time_vs_workers"):
         fig.main(tmp_path, tmp_path / "figures")
 
 
@@ -134,7 +133,7 @@ def test_mixed_targets_are_refused(tree: Path):
 
 
 def script(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "scripts.bench", "time_vs_workers", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
 

@@ -1,0 +1,278 @@
+"""Benchmarks of the Horovod path and the simulator; JSON into results/bench.json (`make bench`)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from dane.errors import say
+from dane.comm import AlphaBeta, ParameterServerCost
+from dane.comm.horovod import HorovodOptions
+from dane.launch import execute
+from dane.results import read_rounds
+from dane.synthetic.calibrate import calibrate, calibrate_ps
+from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
+from dane.synthetic.sweep import compose_job, ensure
+from dane.experiments.config import run_spec
+from scripts.harness import Bench, Run, now, option
+
+SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error",
+            "rounds_to_1e-10", "federated", "batched_workers")
+N_GRID, M_GRID = (6000, 10000, 14000, 18000), (1, 2, 4, 8, 16, 64)
+ALGORITHMS = {  # name in the table -> overrides
+    "dane_safeguarded": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
+    "dane_mu0": ("algorithm=dane", "algorithm.safeguard=false", "algorithm.mu=0.0", "rounds=100"),
+    "admm": ("algorithm=admm",),
+    "gd": ("algorithm=gd",),
+    "osa": ("algorithm=osa", "rounds=5"),
+}
+
+
+def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
+    """One horovodrun launch of `synthetic.round_timing`: its medians, and the load average around it."""
+    out = tmp / f"round_timing_{k}.json"
+    before = list(os.getloadavg())
+    horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
+    timing = json.loads(out.read_text())
+    med = timing["medians"]
+    return {**med, "ratio": med["round_s"] / med["bare_s"], "means": timing["means"], "load_before": before}
+
+
+def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
+    """DANE round over bare round, each launch's medians; the median launch is reported.
+
+    One launch can land on a slow placement of its threads for its whole life, so the
+    ratio and the round time are taken over several separate horovodrun launches.
+    """
+    keys = [k for k in per_launch[0] if k not in ("load_before", "means")]
+    median = {key: statistics.median(launch[key] for launch in per_launch) for key in keys}
+    return {"ratio": median["ratio"], "goal": 1.25, **{k: v for k, v in median.items() if k != "ratio"},
+            "per_launch": per_launch, "rounds_timed_per_launch": blocks * (rounds - 1),
+            "problem": "ridge_synthetic N=18000 d=500 iso, m=2",
+            "algorithm": "dane (defaults: safeguard=true, mu=0, eta=1)",
+            "horovod_cycle_time_ms": HorovodOptions().cycle_time_ms}
+
+
+def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
+    """Median 4 KB allreduce latency, horovodrun vs torchrun, over ``pairs`` interleaved launches of each.
+
+    torchrun runs twice per pair: as torch.distributed comes (no core binding; the
+    headline ratio), and with each rank bound to its own core as the package binds
+    Horovod's ranks, so the gain from binding is not credited to Horovod alone.
+    """
+    variants = {"horovod": (horovodrun, ["--synchronize"]), "torch_gloo": (torchrun, []),
+                "torch_gloo_pinned": (torchrun, ["--pin"])}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    synchronize: list[float] = []  # the same launches' hvd.synchronize, taking turns with the package's call
+    for k in range(pairs):
+        for name, (launcher, extra) in variants.items():
+            out = tmp / f"latency_{name}_{k}.json"
+            launcher("dane.synthetic.allreduce_timing", ["--sizes", "4096", "--reps", str(reps), "--out", str(out), *extra])
+            timing = json.loads(out.read_text())
+            times[name].append(timing["sizes"]["4096"]["median_s"])
+            if "synchronize_sizes" in timing:
+                synchronize.append(timing["synchronize_sizes"]["4096"]["median_s"])
+    h, t, tp = (statistics.median(times[name]) for name in variants)
+    options = HorovodOptions()
+    return {"ratio": h / t, "goal": 1.2, "ratio_vs_pinned_gloo": h / tp,
+            # the package's wait against Horovod's own, launch by launch (goal <= 1.2 as well)
+            "horovod_wait_over_synchronize": statistics.median(p / s for p, s in zip(times["horovod"], synchronize)),
+            "horovod_wait_over_synchronize_per_launch": [p / s for p, s in zip(times["horovod"], synchronize)],
+            "horovod_4KB_s": h, "horovod_synchronize_4KB_s": statistics.median(synchronize),
+            "torch_gloo_4KB_s": t, "torch_gloo_pinned_4KB_s": tp,
+            **{f"{name}_per_launch_s": v for name, v in times.items()},
+            "horovod_synchronize_per_launch_s": synchronize,
+            "horovod_settings": f"package defaults (HOROVOD_CYCLE_TIME={options.cycle_time_ms}, "
+                                f"pin_cores={options.pin_cores}, response cache on, names stable per shape)",
+            "torch_launch": "torchrun --standalone --nproc_per_node 2 (gloo)", "reps_per_launch": reps}
+
+
+def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: Path) -> dict:
+    """The simulated DANE round at m=2 on the default problem with cost model ``cost`` (a ring or parameter
+    servers), in the steady state the real launches time: all ``n_rounds`` rounds run (no stopping test; the
+    default one ends the run at the optimum within a few rounds) and the mean is taken after round 1, whose
+    compute factors the shards once.  Returns that mean round time, and the simulator's compute and
+    communication per round over the whole run (round 0's evaluation and round 1's factorization included)."""
+    cfg = compose_job(("workers=2", f"rounds={n_rounds}", "tol=null", "tol_abs=null"))
+    cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
+    if isinstance(cost, ParameterServerCost):
+        cfg.sim.topology, cfg.sim.gamma, cfg.sim.servers = "ps", cost.gamma, cost.servers
+    out = Path(tempfile.mkdtemp(prefix="sim_", dir=tmp))
+    summary = execute(run_spec(cfg), str(out))
+    return {"round_s": steady_round_s(read_rounds(out)), "compute_s": summary["simulated_compute_s"] / summary["rounds"],
+            "comm_s": summary["simulated_comm_s"] / summary["rounds"]}
+
+
+def steady_round_s(records: list[dict]) -> float:
+    """The mean time of a round after round 1 (round 1 factors the shards; later rounds reuse the factors)."""
+    times = [r["time_s"] for r in records[1:]]
+    return statistics.fmean(b - a for a, b in zip(times, times[1:]))
+
+
+def median_calibration(calibrations: list[dict]) -> dict:
+    """α and β as the medians over separate calibration launches; the measured sizes and
+    times reported beside them are the middle launch's."""
+    return {**calibrations[len(calibrations) // 2],
+            "alpha": statistics.median(c["alpha"] for c in calibrations),
+            "beta": statistics.median(c["beta"] for c in calibrations),
+            "per_launch": [{"alpha": c["alpha"], "beta": c["beta"]} for c in calibrations]}
+
+
+def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path,
+                    saved: Path = Path("results/calibration.json")) -> dict:
+    """|simulated - measured| / measured mean round time, per interleaved (round timing, calibration) pair.
+
+    Launch k times DANE's round under horovodrun and launch k' (right after it) calibrates
+    α-β, so each pair sees the same load; the simulator then predicts launch k's round
+    from calibration k.  The headline is the median pair; every pair is reported with the
+    split of the error into compute (the simulator's per-thread CPU clock against the
+    launch's measured local compute) and communication (the α-β model against the
+    launch's two raw allreduces), which is where a bad pair shows why it moved.
+    """
+    pairs = []
+    for timing, calibration in zip(timings, calibrations):
+        sim = simulated_round(AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"]), n_rounds, tmp)
+        means = timing["means"]
+        measured_comm = means["allreduce1_s"] + means["allreduce2_s"]
+        pairs.append({"error": abs(sim["round_s"] - means["round_s"]) / means["round_s"],
+                      "measured_round_s": means["round_s"], "simulated_round_s": sim["round_s"],
+                      "measured_median_round_s": timing["round_s"],
+                      "measured_compute_s": means["compute_s"], "simulated_compute_s": sim["compute_s"],
+                      "measured_comm_s": measured_comm, "simulated_comm_s": sim["comm_s"],
+                      "alpha": calibration["alpha"], "beta": calibration["beta"],
+                      "load_before": timing["load_before"]})
+    errors = [pair["error"] for pair in pairs]
+    calibration = median_calibration(calibrations)
+    out = {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
+           "how": "interleaved launches: round timing k, then calibration k (fit to mean call times); the simulator "
+                  "predicts launch k's mean round from calibration k; error is the median pair",
+           "calibration": {k: calibration[k] for k in ("alpha", "beta", "fit", "sizes_bytes", "mean_s", "median_s",
+                                                        "relative_error",
+                                                        "measured_at", "per_launch") if k in calibration}}
+    if saved.exists():
+        saved_cost = AlphaBeta.load(saved)
+        sim_saved = simulated_round(saved_cost, n_rounds, tmp)["round_s"]
+        measured = statistics.median(t["means"]["round_s"] for t in timings)
+        out["with_saved_calibration"] = {"path": str(saved), "alpha": saved_cost.alpha, "beta": saved_cost.beta,
+                                         "simulated_round_s": sim_saved, "measured_round_s": measured,
+                                         "error": abs(sim_saved - measured) / measured}
+    return out
+
+
+def ps_simulator_error(tmp: Path, launches: int, n_rounds: int) -> dict:
+    """|simulated - measured| / measured mean DANE round time with one parameter server and two workers.
+
+    Interleaved pairs as for ``simulator_error``: launch k runs DANE for real (``torchrun
+    --nproc_per_node 3 ... comm=ps``, the mean of its logged round times), launch k'
+    calibrates `ParameterServerCost` (``synthetic.calibrate --topology ps``), and the
+    simulator (``sim.topology=ps``) predicts launch k from calibration k'.
+    """
+    pairs = []
+    for k in range(launches):
+        out = tmp / f"ps_real_{k}"
+        torchrun("dane.experiments.train", ["algorithm=dane", "problem=ridge_synthetic", f"rounds={n_rounds}", "tol=null",
+                                       "tol_abs=null", "comm=ps", "comm.servers=1", "quiet=true", f"out_dir={out}"], np=3)
+        times = [r["time_s"] for r in read_rounds(out)[1:]]  # steady rounds, as `simulated_round` takes them
+        rounds = [b - a for a, b in zip(times, times[1:])]
+        measured = statistics.fmean(rounds)
+        calibration = calibrate_ps(2, 1)
+        cost = ParameterServerCost(alpha=calibration["alpha"], beta=calibration["beta"], gamma=calibration["gamma"])
+        sim = simulated_round(cost, n_rounds, tmp)
+        pairs.append({"error": abs(sim["round_s"] - measured) / measured, "measured_round_s": measured,
+                      "measured_median_round_s": statistics.median(rounds), "simulated_round_s": sim["round_s"],
+                      "simulated_compute_s": sim["compute_s"], "simulated_comm_s": sim["comm_s"],
+                      "alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma, "load": list(os.getloadavg())})
+    errors = [pair["error"] for pair in pairs]
+    return {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
+            "problem": "dane on ridge_synthetic N=18000 d=500, 2 workers + 1 parameter server (torchrun, comm=ps)"}
+
+
+def rounds_table(results: str, tol: float = 1e-10) -> dict:
+    jobs = {(name, n, m): (*overrides, "problem.covariance=iso", f"problem.n_samples={n}", f"workers={m}")
+            for name, overrides in ALGORITHMS.items() for n in N_GRID for m in M_GRID}
+    runs = ensure(jobs.values(), root=results, sweep="sweeps/figures", timed=False)
+    table = {}
+    for (name, n, m), job in jobs.items():
+        records = read_rounds(runs[job])
+        hit = next((r for r in records if r.get("suboptimality", math.inf) <= tol), None)
+        if hit is not None:
+            table[f"{name}/N={n}/m={m}"] = {"rounds": hit["round"], "comm_rounds": hit["comm_rounds"]}
+        else:
+            status = json.loads((runs[job] / "summary.json").read_text())["status"]
+            final = status in ("diverged", "one_shot")  # one_shot: OSA's one average, not a budget run out
+            table[f"{name}/N={n}/m={m}"] = {"rounds": None, "status": status if final else
+                                            f"not reached in {records[-1]['round']} rounds"}
+    return table
+
+
+def run(bench: Run) -> None:
+    args = bench.args
+    args.only = args.only or list(SECTIONS)
+    path = bench.path
+    report: dict = {"started_at": bench.started_at, "machine": bench.machine}
+    sections = set(args.only) | ({"dane_round_overhead"} if "simulator_error" in args.only else set())  # timed together
+    bar = tqdm(total=len(sections), unit="section", file=sys.stdout, disable=None)  # a bar on a terminal only
+
+    def record(section: str, value: dict) -> None:
+        """Merge one finished section into the JSON at once, so a later failure loses nothing."""
+        report[section] = value
+        # each section its own machine (kernel, CPU, load at the end): sections of separate runs share a file
+        bench.save({**{k: v for k, v in value.items() if not k.startswith("_")},
+                    "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())}}, section)
+        bench.finish({"started_at": report["started_at"], "updated_at": now(),
+                      "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())},
+                      "sections": [s for s in SECTIONS if s in report]}, "synthetic_bench")
+        bar.update()
+        bar.write(f"{section}: {value.get('ratio', value.get('error', ''))} -> {path}", file=sys.stdout)
+        sys.stdout.flush()
+
+    needs_horovod = set(args.only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"}
+    if needs_horovod and not have_horovod():
+        say("error: horovod.torch is not importable; run `make setup` first")
+        sys.exit(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if "dane_round_overhead" in args.only or "simulator_error" in args.only:
+            timings, calibrations = [], []
+            for k in range(args.launches):  # interleaved, so a pair sees one load
+                timings.append(round_timing(tmp, k, args.blocks, args.rounds))
+                if "simulator_error" in args.only:
+                    calibrations.append(calibrate(2))
+            record("dane_round_overhead", round_overhead(timings, args.blocks, args.rounds))
+            if calibrations:
+                record("simulator_error", simulator_error(timings, calibrations, args.blocks * args.rounds, tmp))
+        if "ps_simulator_error" in args.only:
+            record("ps_simulator_error", ps_simulator_error(tmp, args.launches, n_rounds=60))
+        if "allreduce_latency_ratio" in args.only:
+            record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, reps=300))
+    if "rounds_to_1e-10" in args.only:
+        record("rounds_to_1e-10", rounds_table(args.results))
+    if "federated" in args.only:
+        from scripts import bench as runner  # it merges the section into --out
+
+        runner.main(["federated", "--out", str(path)])
+        bar.update()
+    if "batched_workers" in args.only:
+        from scripts import bench as runner  # it merges its own section into --out
+
+        runner.main(["batched", "--out", str(path)])
+        bar.update()
+    bar.close()
+
+
+
+BENCH = Bench("synthetic_bench", run, "the Horovod path and the simulator: round overhead, latency, simulator error",
+              only=SECTIONS, options=(
+                  option("--results", default="results", help="results root for rounds_to_1e-10"),
+                  option("--blocks", type=int, default=12),
+                  option("--launches", type=int, default=5, help="horovodrun launches for the round overhead, and "
+                         "calibration launches for simulator_error"),
+                  option("--rounds", type=int, default=10),
+                  option("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")))

@@ -1,0 +1,175 @@
+"""The benchmarks' one runner: a section is a `Bench` (data), this turns it into JSON.
+
+    python -m scripts.bench SECTION [--out results/bench.json] [--quick] [--only NAME ...] [section options]
+
+A section declares its JSON key, its measurement (``run(Run) -> dict``), its own options and the choices of
+``--only``; the runner gives every section the same command line (one parser, `parser`), the same record
+around the numbers (``started_at``, ``machine`` with the load average before, ``load_avg_after``, ``wall_s``),
+the earlier section of ``--out`` for a resumed or ``--only`` run (`Run.earlier`), a merge into ``--out`` after
+each row (`Run.save`: an interrupted run keeps what it measured) and, after every section, the goals table of
+the whole file (`goals`, key ``goals_table``): each section's headline against its goal, and its listed misses.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark section: ``key`` of the JSON, ``run`` the measurement (returns the section; the runner adds
+    the record), ``doc`` its one line, ``options`` its own flags as ``(flags, argparse keywords)`` pairs,
+    ``only`` the choices of ``--only`` (empty: the section has none), ``threads`` torch's threads (None: as
+    they are; 1: a worker's compute, as the simulator times it), ``out`` the default of ``--out``."""
+
+    key: str
+    run: Callable[["Run"], dict]
+    doc: str
+    options: tuple[tuple[tuple[str, ...], dict], ...] = ()
+    only: tuple[str, ...] = ()
+    threads: int | None = 1
+    out: str = "results/bench.json"
+
+
+def option(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict]:
+    """One flag of a section, as ``parser.add_argument(*flags, **kwargs)`` takes it."""
+    return flags, kwargs
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def load() -> list[float]:
+    """The load average, rounded to 0.01: what every launch and record is taken beside."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def spread(values: list) -> dict | None:
+    """Median, min, max and count of the repeats that gave a value (None left out); None where none did."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+class Run:
+    """One run of a section: ``args``, ``log`` (seconds since the start), ``earlier`` (the section as ``--out``
+    held it before), the record's ``started_at`` and ``machine``."""
+
+    def __init__(self, bench: Bench, args: argparse.Namespace):
+        # imported here: a section's module stays light to import (bench_wallclock's one-process baselines, no torch)
+        from dane.synthetic.bench_file import elapsed_logger, machine, read_bench
+
+        self.bench, self.args, self.path = bench, args, Path(args.out)
+        self.start = time.perf_counter()
+        self.log = elapsed_logger(self.start)
+        self.earlier = read_bench(self.path).get(bench.key, {}) if self.path.is_file() else {}
+        self.started_at, self.machine = now(), machine()
+
+    def header(self) -> dict:
+        """The record a section starts with: when and on what (the load average before, in ``machine``)."""
+        return {"started_at": self.started_at, "machine": self.machine}
+
+    def save(self, section: dict, key: str | None = None) -> None:
+        """Merge ``section`` into ``--out`` under ``key`` (the bench's), other keys kept."""
+        from dane.synthetic.bench_file import merge_section
+
+        merge_section(self.path, key or self.bench.key, section)
+
+    def record(self, body: dict) -> dict:
+        """The common section: the record, ``quick``, then ``body``, written at once (`finish`)."""
+        section = self.finish({**self.header(), "quick": self.args.quick, **body})
+        self.log(f"done -> {self.path}")
+        return section
+
+    def finish(self, section: dict, key: str | None = None) -> dict:
+        """The last save: the load average after and the wall seconds added, then the goals table."""
+        section.update(load_avg_after=load(),
+                       wall_s=round(time.perf_counter() - self.start, 1))
+        self.save(section, key)
+        from dane.synthetic.bench_file import read_bench
+
+        self.save(goals(read_bench(self.path)), "goals_table")
+        return section
+
+
+def timed_run(*job: str) -> dict:
+    """One in-process simulated run of the ``dane train`` overrides ``job``: the call's wall and CPU seconds
+    (``total_s``, ``total_cpu_s``), the rounds' wall time (``rounds_s``, the summary's), the simulator's path,
+    the objectives, the simulated time and the load average after."""
+    from dane.experiments.config import run_spec
+    from dane.launch import execute
+    from dane.synthetic.sweep import compose_job
+
+    spec = run_spec(compose_job(job))
+    collected: dict = {}
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    summary = execute(spec, None, collect=collected)
+    total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"total_s": total, "total_cpu_s": cpu, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
+            "objectives": [r["objective"] for r in collected["records"]],
+            "simulated_time_s": summary["simulated_time_s"], "load_avg": load()}
+
+
+#: a section's headline keys, in the order looked for, beside its ``goal``
+HEADLINES = ("ratio", "error")
+
+
+def goals(bench: dict) -> dict:
+    """The goals table of a benchmark file: per section with a ``goal``, its headline and whether it is met (a
+    ratio or an error at most its goal; ``>=`` goals are the sections' own ``meets`` key); per section with
+    ``misses``, their count and lines."""
+    table = {}
+    for key, section in bench.items():
+        if not isinstance(section, dict) or key == "goals_table":
+            continue
+        headline = next((h for h in HEADLINES if isinstance(section.get(h), (int, float))), None)
+        if "goal" in section and headline is not None and isinstance(section["goal"], (int, float)):
+            met = section.get("meets", section[headline] <= section["goal"])
+            table[key] = {"headline": headline, "value": section[headline], "goal": section["goal"], "met": met}
+        if isinstance(section.get("misses"), list):
+            table[key] = {**table.get(key, {}), "misses": len(section["misses"]), "met": not section["misses"],
+                          "lines": section["misses"]}
+    return table
+
+
+def parser(benches: dict[str, Bench]) -> argparse.ArgumentParser:
+    """The one command line: ``SECTION`` and, for each, ``--out``, ``--quick``, ``--only`` and its options."""
+    top = argparse.ArgumentParser(prog="python -m scripts.bench", description="a benchmark section, JSON into --out")
+    sections = top.add_subparsers(dest="section", required=True, metavar="SECTION")
+    for name, bench in benches.items():
+        sub = sections.add_parser(name, help=bench.doc.replace("%", "%%"), description=bench.doc)
+        sub.add_argument("--out", default=bench.out, help="the JSON (other sections are kept; default: %(default)s)")
+        sub.add_argument("--quick", action="store_true", help="the smallest run (make bench-smoke)")
+        if bench.only:
+            sub.add_argument("--only", nargs="+", choices=list(bench.only), default=None,
+                             help="run these; the others' rows are kept from --out")
+        for flags, kwargs in bench.options:
+            sub.add_argument(*flags, **kwargs)
+    return top
+
+
+def main(argv: list[str], benches: dict[str, Bench]) -> dict:
+    """Parse ``argv`` and run its section; returns what the section wrote."""
+    args = parser(benches).parse_args(argv)
+    bench = benches[args.section]
+    if bench.threads is not None:
+        import torch
+
+        torch.set_num_threads(bench.threads)
+    return bench.run(Run(bench, args))
+
+
+def work_to(records: list[dict], hit: int, key: str):
+    """The cumulative ``key`` (``uplink_bytes``, ``local_passes``) spent to reach record ``hit``'s iterate: record
+    t holds w_t's metrics and the work of round t too, which made w_{t+1}, so w_t's is the record before (0 at
+    t = 0); None where the records count no such key."""
+    if records[hit].get(key) is None:
+        return None
+    return records[hit - 1][key] if hit > 0 else 0
