@@ -108,7 +108,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, load_svrg
+from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, load_svrg
 from dane.problems import Problem
 
 from .inexact_dane import InexactSolverKeys, require_convex_shard

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dane.local_solvers import LocalSolver
+from dane.numerics.local_solvers import LocalSolver
 
 #: `dissimilarity`: δ_A at least this times ‖H‖ (identical shards: δ_A = 0, and λ = 0 is no regularizer)
 DISSIMILARITY_FLOOR = 1e-6
@@ -83,7 +83,7 @@ def balanced_prox_weight(weights: list[float], gaps: list[float], mu: float,
                          balance: float = GAP_BALANCE) -> float | None:
     r"""The λ where ``balance``·mean_i φ_i(λ) = λ/(μ + λ), interpolated in log λ between the octaves ``weights``
     (descending) where the two change side; the smallest weight if the gap stays below, None if it is above at the
-    largest.  φ_i: `dane.similarity.preconditioner_gap`.
+    largest.  φ_i: `dane.numerics.similarity.preconditioner_gap`.
 
     This package's rule (``make bench`` section ``defaults``).  With exact local solves a round of S-DANE maps the
     error e to (I − M H)e near the optimum, M = mean_i (H_i + (r + λ)I)⁻¹; in the metric of K = H + (r + λ)I,

@@ -9,8 +9,8 @@ in the first allreduce from every worker), and counts the participants' uplink a
 .. math:: \\min_w\\; O_i(w) - \\langle \\ell, w\\rangle + \\frac{\\mu}{2}\\|w - a\\|^2
 
 is ``local_solver``: ``problem`` (the problem's own: the exact Cholesky solve on a quadratic, Newton
-on a GLM, the inner torch optimizer on a network, `dane.inner`), one of the package's convex solvers
-(``cholesky``, ``cg``, ``svrg``, ``lbfgs``: `dane.local_solvers`), or ``steps``: ``local_steps``
+on a GLM, the inner torch optimizer on a network, `dane.numerics.inner`), one of the package's convex solvers
+(``cholesky``, ``cg``, ``svrg``, ``lbfgs``: `dane.numerics.local_solvers`), or ``steps``: ``local_steps``
 gradient steps from the anchor with step ``lr`` (null: 1/(max_i L_i + μ), the L_i by local Lanczos
 and one allreduce of an m-vector before round 0, as `baselines.local_sgd`).
 
@@ -29,7 +29,7 @@ from dane import checks
 from dane.algorithm import Algorithm, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.local_solvers import LocalSolver
+from dane.numerics.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic, sampled_mean
 

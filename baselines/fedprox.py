@@ -34,7 +34,7 @@ from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.problems import Problem
-from dane.projection import STALL, fit, log_change
+from dane.records.projection import STALL, fit, log_change
 from dane.sampling import SamplingKeys
 
 from .adaptive import FIXED_POINT, STALLED, DriftStop, stalled
@@ -82,7 +82,7 @@ class FedProx(Federated):
         """At the round cap, an objective that has stalled (its last quarter of rounds moved it by at most
         `STALLED` of the run's whole decrease) is FedProx's floor, not slowness: its fixed point is not the
         optimum when the shards differ (module docstring), whatever the number of rounds.  Not where the records'
-        suboptimality still contracts (`dane.projection.fit` moves it by more than its ``STALL``): a slow run near the
+        suboptimality still contracts (`dane.records.projection.fit` moves it by more than its ``STALL``): a slow run near the
         optimum moves its objective little against the first rounds' fall, and the stop line already says how many
         rounds it needs (LIBSVM's mushrooms over 80 iid clients: 0.989 a round at 6.2e-3 after 300 rounds)."""
         if not stalled([r["objective"] for r in records if math.isfinite(r.get("objective", math.nan))]):

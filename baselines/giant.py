@@ -12,7 +12,7 @@ Round t on worker i of m, three allreduces:
               k^* = \min\{k : \phi_k \le O(w_t) - \text{armijo}\cdot\alpha_k\, g_t^\top p_t\}
 
 with K = ``line_search_steps``.  The local Newton system is solved by conjugate gradient
-on Hessian-vector products (`dane.linalg.cg`) to relative residual ``cg_tol`` or
+on Hessian-vector products (`dane.numerics.linalg.cg`) to relative residual ``cg_tol`` or
 ``cg_max_iter`` products, so no d x d matrix is formed and sparse X stays sparse.  Each
 :math:`H_i` is positive definite when O_i is strongly convex, so
 :math:`g_t^\top p_t = \frac1m\sum_i g_t^\top H_i^{-1} g_t > 0`: p_t is a descent direction.
@@ -102,7 +102,7 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.linalg import cg
+from dane.numerics.linalg import cg
 from dane.problems import Problem
 from dane.safeguard import model_curvature, to_floor
 

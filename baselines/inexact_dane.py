@@ -10,11 +10,11 @@ two allreduces:
     w_{t+1} &= \frac1m \sum_i w_i                                          &&\text{(allreduce 2)}
 
 The local solve is the paper's: ``passes`` epochs of SVRG on the worker's rows, started
-at w_t, step 1/L_max of the row terms unless ``lr`` is given (`dane.local_solvers.svrg`,
+at w_t, step 1/L_max of the row terms unless ``lr`` is given (`dane.numerics.local_solvers.svrg`,
 compiled by numba).  ``passes="auto"`` (the default) takes enough passes that one solve
 contracts its error by a fixed factor whatever the conditioning,
 ceil(c L_max / ((λ + μ) n_i)) with c = 1, at least the paper's 3 and at most 1000
-(`dane.local_solvers.svrg_passes`); ``passes=3`` is the paper's setting, which leaves the
+(`dane.numerics.local_solvers.svrg_passes`); ``passes=3`` is the paper's setting, which leaves the
 solve rough where L_max/λ is far above 3 n_i, so that the rounds run into the hundreds.
 Local passes are cheap (compiled); rounds are what the method is there to save.
 ``local_solver="cg"`` instead runs Newton-CG to the loose relative residual ``cg_tol``,
@@ -31,7 +31,7 @@ and then ``passes * n_i`` steps on rows drawn with replacement; here, by default
 (``svrg_variant="epochs"``), the snapshot is refreshed at the start of every pass and each
 pass visits the rows in a fresh random order (SVRG's outer loop, Johnson & Zhang 2013,
 with its rows reshuffled instead of drawn with replacement).
-``svrg_variant="matlab"`` is the reference's sampling (`dane.local_solvers.SVRG_VARIANTS`).
+``svrg_variant="matlab"`` is the reference's sampling (`dane.numerics.local_solvers.SVRG_VARIANTS`).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from dane.comm import Communicator
 from dane.algorithm import AlgorithmConfig
 from dane.dane import DANE
 from dane.errors import ConfigError
-from dane.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, check_passes
+from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, check_passes
 from dane.problems import Problem
 
 INEXACT_SOLVERS = ("svrg", "cg")

@@ -6,7 +6,7 @@ r"""Local SGD / periodic model averaging: K local steps, then one aggregation.
 
 where :math:`\widehat{\nabla O_i}` is the full local gradient (``batch_size=None``) or a
 minibatch estimate on ``batch_size`` rows, epoch-shuffled by a per-worker
-`dane.inner.MinibatchSampler` (its generator seeded from ``seed`` and the rank).  The aggregations:
+`dane.numerics.inner.MinibatchSampler` (its generator seeded from ``seed`` and the rank).  The aggregations:
 
 - ``mean``: :math:`\frac1m\sum_i w_i`, one allreduce;
 - ``weighted``: :math:`\sum_i n_i w_i / \sum_i n_i` by shard size, one allreduce of
@@ -33,7 +33,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.comm.batched import per_worker, stacked, worker_ranks
 from dane.errors import ConfigError
-from dane.inner import worker_samplers
+from dane.numerics.inner import worker_samplers
 from dane.problems import Problem
 
 from .defaults import Resolution, local_step

@@ -8,17 +8,17 @@ from __future__ import annotations
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
-from dane.similarity import hessian_dissimilarity as measured_dissimilarity
+from dane.numerics.similarity import hessian_dissimilarity as measured_dissimilarity
 
 from .defaults import dissimilarity
 from .spectral import largest_local_smoothness, local_spectrum, one_hot
 
 
 def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap: bool = False) -> dict:
-    r"""`dane.similarity.hessian_dissimilarity` of the local Hessians at w_0 (exact for d ≤ 512: two allreduces, the
+    r"""`dane.numerics.similarity.hessian_dissimilarity` of the local Hessians at w_0 (exact for d ≤ 512: two allreduces, the
     d x d Hessians then an m-vector; Lanczos beyond), counted as this run's communication, with ``delta_a`` =
     `baselines.defaults.dissimilarity`.  ``gap``: also the preconditioner gap's curve (exact method only;
-    `dane.similarity.preconditioner_gap`), shifted by the problem's strong convexity (``shift``)."""
+    `dane.numerics.similarity.preconditioner_gap`), shifted by the problem's strong convexity (``shift``)."""
     if problem.hessian_vector is None:
         raise ConfigError(f"{key}=null is the Hessian dissimilarity of the local Hessians, which "
                           f"{type(problem).__name__} cannot give (no Hessian-vector products); set {key} to a number")

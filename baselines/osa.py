@@ -6,7 +6,7 @@ Round 0 does the local solve and the one averaging allreduce (w_0's metrics ride
 round 1 evaluates w_1 in one allreduce, and the run ends there: more rounds could not move
 w_1.  It ends ``converged`` when w_1 meets ``tol``, else with status ``one_shot`` and
 ``stopped_by`` "the one-shot average is final" with w_1's suboptimality (`finished`, read
-by `dane.runner.run`), so that a table does not read OSA's answer as a run out of budget.
+by `dane.loop.runner.run`), so that a table does not read OSA's answer as a run out of budget.
 Its last record, round 1, cost one allreduce (the average).  A cap of ``rounds=1`` ends at
 the same record; ``rounds=0`` only evaluates w_0.
 """
@@ -45,7 +45,7 @@ class OneShotAveraging(Algorithm):
 
     @property
     def finished(self) -> tuple[str, str] | None:
-        """Once w_1's metrics are reported: the run's status and why it ends (`dane.runner.run`)."""
+        """Once w_1's metrics are reported: the run's status and why it ends (`dane.loop.runner.run`)."""
         return ("one_shot", "the one-shot average is final") if self._final is not None else None
 
     def evaluate(self) -> dict[str, float]:

@@ -27,7 +27,7 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.inner import MinibatchSampler, preload_optimizers, worker_seed
+from dane.numerics.inner import MinibatchSampler, preload_optimizers, worker_seed
 from dane.problems import Problem
 
 OPTIMIZERS = ("sgd", "adam")

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 class Column(NamedTuple):
-    """A record key rank 0's per-round table shows (`dane.progress.RoundTable`), and how."""
+    """A record key rank 0's per-round table shows (`dane.loop.progress.RoundTable`), and how."""
 
     key: str
     #: a format spec such as ``"{:>8.3g}"``; its width sets the column's
@@ -42,23 +42,23 @@ class Column(NamedTuple):
 
 
 class Rounds:
-    """What `dane.runner.run` drives: an `Algorithm`, or a split-learning or asynchronous run behind the
+    """What `dane.loop.runner.run` drives: an `Algorithm`, or a split-learning or asynchronous run behind the
     same interface (``iterate``, ``step``, ``state_dict``), which declares no final answer and no diagnosis."""
 
     #: None until the method's answer is final before the round cap (one-shot averaging), then (status, why):
-    #: the run ends on the record that describes that answer (`dane.runner.run`)
+    #: the run ends on the record that describes that answer (`dane.loop.runner.run`)
     finished: tuple[str, str] | None = None
     #: whether the method raises its own damping when its objective rises (a default proximal weight:
     #: `baselines.adaptive.WeightDoubling`); the divergence watch then waits for the objective to stay above round 0
-    #: and rise (`dane.runner.DivergenceWatch`), as under client sampling
+    #: and rise (`dane.loop.runner.DivergenceWatch`), as under client sampling
     damps_itself: bool = False
     #: the package's default rules this run's nulls were resolved by, each {"key", "value", "rule", "stats"}
-    #: (`baselines.defaults.Resolution`), for the first lines and the summary (`dane.callbacks.Policy`); None: the
+    #: (`baselines.defaults.Resolution`), for the first lines and the summary (`dane.loop.callbacks.Policy`); None: the
     #: method does not track them
     defaults: tuple[dict, ...] | None = None
 
     def described_iterate(self, start: torch.Tensor | None) -> torch.Tensor:
-        """The iterate the last `step`'s or final evaluation's record describes (what `dane.runner.run` returns).
+        """The iterate the last `step`'s or final evaluation's record describes (what `dane.loop.runner.run` returns).
 
         ``start``: the iterate that round started from (None after the final evaluation: the current one).
         By default that one; a method that can reject a round's start reports the point it kept instead
@@ -80,7 +80,7 @@ class Algorithm(Rounds, ABC):
 
     # -------------------------------------------------------------- capabilities, asked of the class
     #: the committed state carries over a change of world size: Horovod elastic (``comm.elastic=true``,
-    #: `dane.elastic`) restores rank 0's state on every worker through `load_elastic_state`
+    #: `dane.loop.elastic`) restores rank 0's state on every worker through `load_elastic_state`
     elastic: ClassVar[bool] = False
     #: an asynchronous or stale-synchronous form (``comm.staleness > 0``, `dane.asynchronous`): the worker's half
     #: is `worker_update`, the server's is its config's `AlgorithmConfig.async_server`
@@ -170,7 +170,7 @@ class Algorithm(Rounds, ABC):
             self.comm.compression.load_state_dict(state["compression"])
 
     def load_elastic_state(self, state: dict) -> None:
-        """Continue from rank 0's committed state after a Horovod elastic reset (`dane.elastic`).
+        """Continue from rank 0's committed state after a Horovod elastic reset (`dane.loop.elastic`).
 
         Only rank 0's state survives a reset (it is broadcast to every worker), and the
         shards are dealt anew for the new world size, so this worker may hold other rows
@@ -204,7 +204,7 @@ class AlgorithmConfig:
         raise ConfigError(f"algorithm={self.name} has no asynchronous form; set comm.staleness=0")
 
     def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
-        """None when the batched simulator (``sim.batched``, `dane.batching`) can run this method's ``size`` workers
+        """None when the batched simulator (``sim.batched``, `dane.loop.batching`) can run this method's ``size`` workers
         on one stacked problem (`build_stacked`); else why not, a clause of ``sim.batched=true``'s refusal.  The
         stacked form is the one the class's ``stacked_needs`` asks for: the problem's own
         (`dane.problems.ProblemConfig.stacked_form`), or with "oracles" its rows stacked
@@ -227,7 +227,7 @@ class AlgorithmConfig:
 
     def recovery(self) -> list[str]:
         """Overrides of this method's own that make a diverging run of it safer, each with its reason in brackets
-        (`dane.launch.recovery_overrides` puts them before the generic ones: a safeguard, a larger μ, a smaller
+        (`dane.loop.launch.recovery_overrides` puts them before the generic ones: a safeguard, a larger μ, a smaller
         step).  None by default."""
         return []
 

@@ -8,7 +8,7 @@
 ``fit`` builds the same objects as the command line: the algorithm from its
 ``conf/algorithm/<name>.yaml`` with the keyword arguments as overrides (so the same
 defaults and the same one-line validation), the problem as a `LinearModelConfig` whose
-data source holds the arrays, and it runs through `dane.launch.execute`: m simulated
+data source holds the arrays, and it runs through `dane.loop.launch.execute`: m simulated
 workers in this process, on the same shards a ``horovodrun -np m`` run would use.
 """
 from __future__ import annotations
@@ -27,10 +27,10 @@ from omegaconf import OmegaConf
 from . import checks
 from .comm import AlphaBeta
 from .errors import ConfigError, DivergenceError, UserError
-from .launch import execute
+from .loop.launch import execute
 from .spec import Communication, RunControl, RunSpec
-from .runner import StopRule
-from .trackers import check_loggers
+from .loop.runner import StopRule
+from .records.trackers import check_loggers
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
 
@@ -162,12 +162,12 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         compress: str | None = None, error_feedback: bool = False, **algorithm_keys) -> Result:
     """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
 
-    ``tol`` and ``tol_abs`` are the stop rule's (`dane.runner.StopRule`): with a reference
+    ``tol`` and ``tol_abs`` are the stop rule's (`dane.loop.runner.StopRule`): with a reference
     optimum, stop once O(w) − O* ≤ max(tol·|O*|, tol_abs); without, once the gradient norm
     is at most ``tol`` times its value at round 0.  ``algorithm_keys`` override the
     algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
     also writes the usual rounds.jsonl, summary.json and iterate.pt there, and ``logger``
-    (``["tensorboard", "mlflow"]``, `dane.trackers`) sends the records to those trackers too.  ``sim_alpha``
+    (``["tensorboard", "mlflow"]``, `dane.records.trackers`) sends the records to those trackers too.  ``sim_alpha``
     (seconds) and ``sim_beta`` (bytes/s) set the simulator's allreduce cost model, ``sim.alpha`` and ``sim.beta``
     on the command line (default: the package's); ``alpha=`` is an algorithm's key (FedNL's α), refused for an
     algorithm without one.  ``compress`` and ``error_feedback`` are ``comm.compress`` and ``comm.error_feedback``

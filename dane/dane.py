@@ -24,7 +24,7 @@ import torch
 
 from .algorithm import Algorithm, AlgorithmConfig, Column
 from .comm import Communicator
-from .local_solvers import load_svrg
+from .numerics.local_solvers import load_svrg
 from . import checks
 from .problems import Problem
 from .safeguard import MuSafeguard
@@ -46,7 +46,7 @@ class DANE(Algorithm):
         super().__init__(problem, comm, w0)
         self.eta = eta
         self.mu = mu
-        self.local_solver = local_solver  # a dane.local_solvers.LocalSolver, or None: the problem's own
+        self.local_solver = local_solver  # a dane.numerics.local_solvers.LocalSolver, or None: the problem's own
         load_svrg(problem, local_solver)  # numba's start-up in the set-up, not in round 0
         convex = problem.convex
         self.guard = MuSafeguard(mu, convex=convex, forget=not (convex and problem.quadratic)) if safeguard else None

@@ -18,17 +18,17 @@ from omegaconf import DictConfig, OmegaConf
 from . import checks
 from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
 from .api import build
-from .batching import batched_path
+from .loop.batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
-from .checkpoint import CHECKPOINT_DIR, check_resume, committed
-from .elastic import check_elastic
+from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed
+from .loop.elastic import check_elastic
 from .errors import ConfigError
 from .comm.horovod import HorovodOptions
 from .spec import PROGRESS, Communication, RunControl, RunSpec
-from .local_solvers import AUTO_MAX_DIM
+from .numerics.local_solvers import AUTO_MAX_DIM
 from .problems import RidgeSyntheticConfig
 from .problems.stacked import FACTORS_KEPT
-from .runner import StopRule
+from .loop.runner import StopRule
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -374,7 +374,7 @@ def resume_dir(cfg: DictConfig, workers: int) -> str | None:
 
 
 def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, int], ...]:
-    """``sim.fail_at=[[round, worker], ...]``: simulated workers to lose on purpose (`dane.faults.SimulatedFault`)."""
+    """``sim.fail_at=[[round, worker], ...]``: simulated workers to lose on purpose (`dane.loop.faults.SimulatedFault`)."""
     faults = sim.get("fail_at")
     if faults is None:
         return ()

@@ -441,7 +441,7 @@ class MuSafeguard:
         return delta_rule(self.spread, boost=self.boost, scale=self.scale)
 
     def rebase(self, problem) -> None:
-        """After the shards were dealt anew for another world size m (Horovod elastic, `dane.elastic`).
+        """After the shards were dealt anew for another world size m (Horovod elastic, `dane.loop.elastic`).
 
         The last accepted point w, its global gradient g and its global objective are
         properties of O, which is the same whatever m (every row is still in exactly one

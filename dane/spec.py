@@ -12,7 +12,7 @@ A run is four groups, the way a reader thinks of it (as Lightning separates the
   display, checkpoints, resume, injected faults and what rank 0 writes (the top-level keys).
 
 The experiments' config code (`experiments.config.run_spec`) and the Python API
-(`dane.api.fit`) build one; `dane.launch.execute` runs it; `dane.worker` reads it in
+(`dane.api.fit`) build one; `dane.loop.launch.execute` runs it; `dane.loop.worker` reads it in
 every worker.  It lives below both so that neither imports the other.  Each group checks
 its own fields in ``__post_init__`` (a message names the Hydra key); the config code
 checks first what needs the launcher, the files or the whole config.
@@ -28,18 +28,18 @@ from . import checks, compress
 from .algorithm import AlgorithmConfig, known_algorithms
 from .comm import AlphaBeta, Stragglers
 from .comm.horovod import HorovodOptions
-from .batching import check_batched
+from .loop.batching import check_batched
 from .errors import ConfigError
 from .problems import ProblemConfig
-from .runner import StopRule
-from .trackers import check_loggers
+from .loop.runner import StopRule
+from .records.trackers import check_loggers
 
 __all__ = ["AlgorithmConfig", "Communication", "ProblemConfig", "RunControl", "RunSpec"]
 
 PROGRESS = ("table", "bar", "auto", "none")
 BACKENDS = ("horovod", "torch", "ps", "local")
 DTYPES = (torch.float64, torch.float32)
-BATCHED = ("auto", "true", "false")  # sim.batched (`dane.comm.batched`, `dane.batching`)
+BATCHED = ("auto", "true", "false")  # sim.batched (`dane.comm.batched`, `dane.loop.batching`)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Communication:
     horovod: HorovodOptions = field(default_factory=HorovodOptions)
     torch_backend: str | None = None
     servers: int = 1                 # comm=ps: the last `servers` launched ranks are parameter servers
-    elastic: bool = False            # Horovod elastic: lost or added workers change the world size (dane.elastic)
+    elastic: bool = False            # Horovod elastic: lost or added workers change the world size (dane.loop.elastic)
     staleness: float = 0             # comm.staleness: 0 synchronous; > 0 (inf: asynchronous) dane.asynchronous
     step_time: float = 1e-3          # sim.step_time: the asynchronous simulator's modelled seconds per worker step
     worker_slowdown: tuple[float, ...] = (1.0,)  # comm.slowdown: real asynchronous workers slowed on purpose
@@ -119,7 +119,7 @@ class RunControl:
     save_iterate: bool = False       # rank 0 writes the final iterate to <out_dir>/iterate.pt
     similarity: bool = False         # measure the Hessian dissimilarity at the first and last iterate (summary)
     config_text: str = ""            # the resolved config, written beside the records and checked on resume
-    logger: tuple[str, ...] = ("jsonl",)  # rank 0's trackers: jsonl (always written), tensorboard, mlflow (dane.trackers)
+    logger: tuple[str, ...] = ("jsonl",)  # rank 0's trackers: jsonl (always written), tensorboard, mlflow (dane.records.trackers)
     mlflow_uri: str | None = None    # logger=mlflow: a tracking URI; None: a file store in <run dir>/mlruns
 
     def __post_init__(self):

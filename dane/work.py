@@ -16,11 +16,11 @@ per-client total (the busiest client):
 - ``local_flops``: the estimate Σ_k count_k · cost_k per client (`unit_costs`), summed or maxed like the rest.
 
 *Where.*  The problems' methods (`counted`: evaluate, the value and gradient, Hessian-vector products, row
-gradients, Hessian formation and factorization), `dane.linalg.cg`, the local solvers, `dane.inner.solve` and
+gradients, Hessian formation and factorization), `dane.numerics.linalg.cg`, the local solvers, `dane.numerics.inner.solve` and
 the methods' own kernels call `count` on the ledger of the worker running them (`Ledger`, one per simulated
 thread or launched process; one with a row per worker on the batched path).  A counted method that calls
 another (an evaluation's Hessian product on a quadratic) counts once.  Nothing is counted outside
-`dane.runner.run`'s rounds (the reference optimum, the defaults' measurements, the similarity callback), nor
+`dane.loop.runner.run`'s rounds (the reference optimum, the defaults' measurements, the similarity callback), nor
 inside `uncounted` (the records' metrics, `dane.problems.Problem.local_metrics`).
 
 *Participants only.*  Under client sampling a worker's counts after the round's draw (`take_part`) stand only
@@ -209,7 +209,7 @@ def unit_costs(problem) -> np.ndarray:
 
 @contextmanager
 def opened(ledger: Ledger):
-    """``ledger`` is this thread's while the block runs (`dane.runner.run`)."""
+    """``ledger`` is this thread's while the block runs (`dane.loop.runner.run`)."""
     previous = current()
     _here.ledger = ledger
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dane.errors import say
 from dane.layout import CHECKOUT
-from dane.provenance import set_entry_command
+from dane.records.provenance import set_entry_command
 
 #: command -> (module run as __main__, what it does)
 MODULES = {

@@ -41,8 +41,8 @@ from omegaconf import DictConfig, open_dict
 
 from dane import checks
 from dane.errors import ConfigError, say
-from dane.provenance import LAUNCH_COMMAND_ENV
-from dane.results import SUMMARY_FILE
+from dane.records.provenance import LAUNCH_COMMAND_ENV
+from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
 
 log = logging.getLogger(__name__)

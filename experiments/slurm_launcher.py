@@ -39,7 +39,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from dane.comm import launcher_rank
 from dane.errors import ConfigError
-from dane.provenance import RUN_COMMAND_ENV
+from dane.records.provenance import RUN_COMMAND_ENV
 
 log = logging.getLogger(__name__)
 

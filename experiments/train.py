@@ -28,11 +28,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from dane import timeline
+from dane.loop import timeline
 from dane.errors import DivergenceError, UserError, WorkerLost, say
-from dane.launch import execute
-from dane.results import ROUNDS_FILE
-from dane.runner import MonitorError
+from dane.loop.launch import execute
+from dane.records.results import ROUNDS_FILE
+from dane.loop.runner import MonitorError
 from dane.experiments.config import rank_zero, run_spec
 from dane.experiments.overrides import check_group_choices, check_keys
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dane.errors import UserError
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, run_config, save
 from dane.synthetic.sweep import Job, RunIndex, composed_job, compose_job, identity
 

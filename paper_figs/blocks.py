@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from dane.results import atomic_write_text
+from dane.records.results import atomic_write_text
 
 
 def replace_block(text: str, block: str, begin: str, end: str) -> str:

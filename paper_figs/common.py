@@ -1,7 +1,7 @@
 """What every figure script shares: finding its runs in results/, reading curves, saving a figure
 with its provenance.
 
-Figures read only results/ (run directories written by `dane.results`); a figure names
+Figures read only results/ (run directories written by `dane.records.results`); a figure names
 the runs it needs as jobs (Hydra overrides of `experiments.simulate`), and
 `paper_figs.make_all` runs the missing ones before drawing.  Figures are written into
 ``results/figures/`` (untracked); ``make publish-figures`` copies them into paper_figs/,
@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
 from dane.comm import AlphaBeta  # noqa: E402
-from dane.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
+from dane.records.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
 from dane.synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
 
 #: where figures and tables are written (untracked); `make publish-figures` copies them to PUBLISHED_DIR

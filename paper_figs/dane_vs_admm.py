@@ -20,7 +20,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.accuracy_table import Row, data_caption, find_run, has_data
 from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, save
 from dane.synthetic.sweep import Job, RunIndex

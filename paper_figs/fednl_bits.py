@@ -26,7 +26,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.data.table import resolve_dir
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import FIG_DIR, caption_line, figure_provenance, positive, run_config, save
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 

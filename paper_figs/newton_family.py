@@ -16,7 +16,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.results import read_rounds
+from dane.records.results import read_rounds
 from dane.paper_figs.common import FIG_DIR, cli, first_reaching, positive, save
 
 TARGET = 1e-8

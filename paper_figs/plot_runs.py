@@ -4,7 +4,7 @@
     dane figures plot_runs RUN_A RUN_B --y test_accuracy --x comm_rounds --out results/figures/ab.png
 
 A DIR is a run directory (``rounds.jsonl``, ``summary.json``, ``config.yaml`` as
-`dane.results` writes them) or a folder holding run directories (a sweep: all its runs,
+`dane.records.results` writes them) or a folder holding run directories (a sweep: all its runs,
 in job order).  Legend labels are what differs between the runs' saved configs
 ("algorithm=admm, workers=4"), else the directory names; ``--labels`` names the runs
 in the order found.  Suboptimality and gradient norm are drawn on a log axis.  A run whose

@@ -29,7 +29,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.comm import AlphaBeta, ParameterServerCost
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, locate, save
 from dane.synthetic.sweep import Job, RunIndex
 

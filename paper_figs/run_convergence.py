@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.errors import say
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import positive, save
 
 METRICS = ("suboptimality", "grad_norm", "objective")

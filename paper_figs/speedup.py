@@ -28,7 +28,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import (FIG_DIR, FIGURE_COST, M_GRID, N_GRID, caption_line, cli, cost_caption, first_reaching,
                                figure_provenance, locate, positive, retime, save)
 from dane.synthetic.sweep import Job, RunIndex

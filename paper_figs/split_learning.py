@@ -32,7 +32,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.paper_figs.common import FIG_DIR, caption_line, data_text, figure_provenance, locate, save
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import Job, RunIndex, ensure
 
 AGENTS = (1, 2, 3, 4)

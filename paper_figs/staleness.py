@@ -45,7 +45,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.comm import ParameterServerCost
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, locate, run_config, save
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 

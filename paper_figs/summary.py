@@ -3,7 +3,7 @@
     dane figures summary results/sweeps/2024-05-01_12-00-00 [--tol 1e-8] [--key suboptimality] [--json]
 
 A job is a directory under the folder that holds ``rounds.jsonl`` or ``summary.json``
-(as `dane.results` writes them), an error file, or Hydra's ``.hydra/`` (a job that
+(as `dane.records.results` writes them), an error file, or Hydra's ``.hydra/`` (a job that
 stopped before its first record).  Its status is the summary's; with records but no
 summary it is ``running or crashed``, with an error file or nothing at all ``failed``.
 "To tol" is the round and the allreduce count (``comm_rounds``) of the first record whose
@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from dane.errors import say
-from dane.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
+from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
 from dane.paper_figs.common import first_reaching
 
 CONFIG_FILE = "config.yaml"
@@ -145,7 +145,7 @@ def markdown(rows: list[dict], tol: float, key: str) -> str:
 
 
 def _finite(value):
-    """JSON has no inf or nan: write them as strings, as `dane.results` does."""
+    """JSON has no inf or nan: write them as strings, as `dane.records.results` does."""
     return str(value) if isinstance(value, float) and not math.isfinite(value) else value
 
 

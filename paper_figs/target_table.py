@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from dane.comm import AlphaBeta
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import cost_model
 from dane.paper_figs.accuracy_table import Row, data_caption, find_run, has_data
 from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save

@@ -44,7 +44,7 @@ from matplotlib.ticker import FuncFormatter
 import yaml
 
 from dane.comm import AlphaBeta
-from dane.results import find_runs, read_rounds, read_summary
+from dane.records.results import find_runs, read_rounds, read_summary
 from dane.paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, data_text, figure_provenance, retime,
                                save)
 

@@ -12,7 +12,7 @@ import torch
 
 from scripts.bench_batched_net import cuda_round
 from scripts.bench_scaling import median_round_s, mnist_dir
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.synthetic.launchers import REPO, torchrun
 from scripts.harness import Bench, Run, load, now, option, spread
 
@@ -231,7 +231,7 @@ def baseline(rounds: int, devices: list[str], config=None, repeats: int = 2) -> 
     """Issue 35 item 5, the GPU's own baseline: one worker's DANE round of the MNIST LeNet-5 table against
     `plain_rounds` on the same device, interleaved (DANE, plain, DANE, plain ...: the same load for both);
     ``dane_round_over_plain_loop`` = median DANE round / median plain round (goal <= 1.3 on CUDA)."""
-    from dane.inner import worker_seed
+    from dane.numerics.inner import worker_seed
     from dane.problems.neural import SAMPLER_STREAM
 
     out: dict = {"rounds": rounds}

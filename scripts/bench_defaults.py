@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 import dane
-from dane.provenance import code_version
+from dane.records.provenance import code_version
 from dane.synthetic.defaults_data import FAMILIES, make
 from scripts.harness import Bench, Run, option, work_to
 

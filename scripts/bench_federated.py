@@ -18,8 +18,8 @@ from dane.data.files import LibSVMSource, NPZSource, save_npz
 from dane.problems.base import ProblemConfig
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.quadratic import QuadraticProblem
-from dane.provenance import code_version
-from dane.similarity import measure
+from dane.records.provenance import code_version
+from dane.numerics.similarity import measure
 from dane.synthetic.bench_file import read_bench
 from scripts.harness import Bench, Run, now, option, work_to
 
@@ -251,7 +251,7 @@ def run_stamp(report: dict) -> dict:
 
 
 def dissimilarity(config, m: int) -> dict:
-    """δ, δ_A, δ_F and ‖H‖ of the m shards at w_0 = 0 (`dane.similarity.measure`), and the shard sizes."""
+    """δ, δ_A, δ_F and ‖H‖ of the m shards at w_0 = 0 (`dane.numerics.similarity.measure`), and the shard sizes."""
     problems = [config.build(rank, m) for rank in range(m)]
     found = measure(problems, torch.zeros(problems[0].dim, dtype=torch.float64))
     sizes = [p.n_local for p in problems if p.n_local is not None]  # none for a quadratic given by its Hessians

@@ -23,7 +23,7 @@ from dane.baselines.fednl import StackedFedNL, theoretical_alpha  # noqa: E402
 from dane.compress import make  # noqa: E402
 from dane.data.files import LibSVMSource  # noqa: E402
 from dane.experiments.config import run_spec  # noqa: E402
-from dane.launch import execute  # noqa: E402
+from dane.loop.launch import execute  # noqa: E402
 from dane.layout import CONF_DIR  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
@@ -89,7 +89,7 @@ def user_overrides(path: Path, clients: int, spec: str, rounds: int, pp: int | N
 
 
 def user_run(overrides: list[str]) -> dict:
-    """The simulator's run of ``dane train <overrides>``, through `dane.launch.execute` (module docstring)."""
+    """The simulator's run of ``dane train <overrides>``, through `dane.loop.launch.execute` (module docstring)."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         spec = run_spec(compose(config_name="config", overrides=overrides))
     collected: dict = {}

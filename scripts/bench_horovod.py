@@ -15,8 +15,8 @@ from tqdm import tqdm
 from dane.errors import say
 from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
-from dane.launch import execute
-from dane.results import read_rounds
+from dane.loop.launch import execute
+from dane.records.results import read_rounds
 from dane.synthetic.calibrate import calibrate, calibrate_ps
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
 from dane.synthetic.sweep import compose_job, ensure

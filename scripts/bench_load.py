@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.problems import RidgeSyntheticConfig
 from dane.synthetic.launchers import REPO, launch_env, venv_bin
 from scripts.harness import Bench, Run, load, option

@@ -87,7 +87,7 @@ def measure_case(case: dict, data: Path, repeats: int, lam: float = 1e-3) -> dic
     """In a fresh process: one DANE local solve (ridge, w_t = 0, g = this worker's gradient) timed ``repeats`` times."""
     import numpy as np
     import scipy.sparse as sp
-    from dane.local_solvers import LocalSolver
+    from dane.numerics.local_solvers import LocalSolver
     from dane.losses import LOSSES
     from dane.problems.glm import LinearModelShard, to_torch
 

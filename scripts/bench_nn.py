@@ -8,8 +8,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from dane.errors import DivergenceError
-from dane.launch import execute
-from dane.results import read_rounds, read_summary
+from dane.loop.launch import execute
+from dane.records.results import read_rounds, read_summary
 from dane.comm import AlphaBeta
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.paper_figs.accuracy_table import Row, find_run, has_data

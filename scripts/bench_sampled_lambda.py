@@ -12,7 +12,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from dane.experiments.config import CONF_DIR, run_spec
-from dane.launch import execute
+from dane.loop.launch import execute
 from scripts.harness import Bench, Run, option
 
 TARGETS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)

@@ -13,11 +13,11 @@ from pathlib import Path
 import torch
 
 from dane.errors import say
-from dane.linalg import cholesky_solve
+from dane.numerics.linalg import cholesky_solve
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.quadratic import EIGH_BREAK_EVEN
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
 from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side
 from scripts.harness import Bench, Run, load, now, option, spread

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from dane.api import fit
 from dane.data.files import LibSVMSource, NPZSource, save_npz
 from dane.problems.linear_models import LinearModelConfig
-from dane.similarity import measure
+from dane.numerics.similarity import measure
 from scripts.harness import Bench, Run, option
 
 KEY = "similarity"
@@ -78,7 +78,7 @@ def one_cell(keys: dict, sharding: str, alpha: float | None, args) -> dict:
 def similarity(args, log) -> dict:
     out = {"what": "logistic regression with an intercept, (lam/2)||w||^2, safeguarded DANE at its defaults on m "
                    "simulated workers; delta = max_i ||H_i - H||_2 at w_0 = 0 (start) and at the last iterate "
-                   "(end), H_i = Hessian of worker i's O_i (weight m/N per row), dane.similarity",
+                   "(end), H_i = Hessian of worker i's O_i (weight m/N per row), dane.numerics.similarity",
            "target": f"relative suboptimality (O - O*)/|O*| <= {TARGET:g}, O* from optimum=auto",
            "workers": args.workers, "lam": args.lam, "rounds_cap": args.rounds, "seed": args.seed,
            "datasets": {}, "load_avg_before": list(os.getloadavg())}

@@ -63,7 +63,7 @@ def pass_cases(quick: bool) -> list[tuple[str, object]]:
 
 # ---------------------------------------------------------------------------------------------- sections
 def pass_cost(args, log) -> dict:
-    from dane.local_solvers import LocalSolver, Subproblem, svrg, svrg_reference
+    from dane.numerics.local_solvers import LocalSolver, Subproblem, svrg, svrg_reference
 
     out = {"what": "one SVRG pass (3 passes timed / 3, compiled) and one torch-reference pass, against one full "
                    "local gradient on the same rows; lam = 1e-4, w = anchor = 0, one torch thread",
@@ -102,10 +102,10 @@ import json, time
 t0 = time.perf_counter()
 import torch
 from scripts.bench_svrg import pass_cases
-from dane.local_solvers import LocalSolver, Subproblem, svrg
+from dane.numerics.local_solvers import LocalSolver, Subproblem, svrg
 cases = pass_cases(True)
 t1 = time.perf_counter()
-import dane.svrg_kernels
+import dane.numerics.svrg_kernels
 out = {{"import_s": time.perf_counter() - t1, "first_solve_s": {{}}, "second_solve_s": {{}}}}
 for name, shard in cases:
     w = torch.zeros(shard.dim, dtype=torch.float64)
@@ -119,7 +119,7 @@ print(json.dumps(out))
 
 
 def compile_cost(args, log) -> dict:
-    out = {"what": "a fresh process: import dane.svrg_kernels (numba), then per kernel the first SVRG solve (one "
+    out = {"what": "a fresh process: import dane.numerics.svrg_kernels (numba), then per kernel the first SVRG solve (one "
                    "pass, small rows: compile or cache load) and a second one; cold = empty NUMBA_CACHE_DIR, "
                    "warm = the cache the cold process left"}
     code = COMPILE_CHILD.format()  # run in ROOT with PYTHONPATH=ROOT: scripts.bench_svrg imports
@@ -140,7 +140,7 @@ def compile_cost(args, log) -> dict:
 def simulate_rounds(config, problems, rounds: int, tol: float | None = None) -> tuple[list[dict], list[float]]:
     """``rounds`` rounds of ``config`` on one thread per problem; worker 0's records and per-round wall times."""
     from dane.comm import ThreadGroup
-    from dane.runner import StopRule, run
+    from dane.loop.runner import StopRule, run
 
     def worker(comm):
         torch.set_num_threads(1)
@@ -177,7 +177,7 @@ def inexact_dane_round(args, log) -> dict:
     log(f"  compiled: {out['compiled']['median_s'] * 1e3:.3g} ms a round (x{out['ratio_to_public_reference']:.2f} "
         "the public reference)")
     if args.reference_repeats:
-        import dane.local_solvers as local_solvers
+        import dane.numerics.local_solvers as local_solvers
 
         fast = local_solvers.svrg
         local_solvers.svrg = local_solvers.svrg_reference  # prox_solve's SVRG is the torch loop for this one round
@@ -229,7 +229,7 @@ def sparse_launch(args, log) -> dict:
 # ---------------------------------------------------------------------------------------------- convergence
 def full_optimum(cfg) -> tuple[torch.Tensor, float, float]:
     """(w*, O*, ||∇O(w*)||) by Newton's method on the whole data (one worker), to 1e-13."""
-    from dane.local_solvers import LocalSolver
+    from dane.numerics.local_solvers import LocalSolver
 
     full = cfg.build(0, 1)
     method = "cg" if full.sparse or full.dim > 2000 else "cholesky"

@@ -104,7 +104,7 @@ def baseline_child(spec_file: str) -> None:
     fit_s = time.perf_counter() - start
     marks["fit"] = time.time()
     objective, _ = value_grad(w, X, y, spec["lam"], spec["read"]["loss"])
-    from dane.timeline import boot_clock_start  # os and time only
+    from dane.loop.timeline import boot_clock_start  # os and time only
     result = {"marks": marks, "process_start": boot_clock_start(), "fit_s": fit_s, "objective": objective,
               "iterations": iterations}
     tmp = Path(spec["out"]).with_suffix(".tmp")
@@ -239,7 +239,7 @@ def first_stop(ratios: list[float], good: list[bool]) -> float | None:
 def pick_method(problem: dict, tmp: Path, rounds: int) -> dict:
     """GIANT and DiSCO at their defaults in the simulator (m=2) with O*; the one with fewer allreduces to
     TARGET, and the gradient-norm tol that stops it there."""
-    from dane.results import read_rounds, read_summary
+    from dane.records.results import read_rounds, read_summary
     from dane.synthetic.launchers import launch_env
 
     tried, env = {}, launch_env({"DANE_CACHE_DIR": str(tmp / f"cache_{problem['name']}")})
@@ -390,7 +390,7 @@ def bench_problem(problem: dict, tmp: Path, repeats: int, quick: bool) -> dict:
 
 MEASURED = {
     "launcher": "command start (time.time() in the benchmark) to rank 0's process start (/proc start tick against "
-                "CLOCK_BOOTTIME, `dane.timeline.process_start`; 10 ms ticks)",
+                "CLOCK_BOOTTIME, `dane.loop.timeline.process_start`; 10 ms ticks)",
     "imports": "rank 0's process start to its `config` mark (interpreter, imports, Hydra)",
     "data": "`config` to `data` (the file read, the shard built)",
     "reference": "`data` to `reference` (0: the timed runs ask for no optimum; O* is made untimed beforehand)",

@@ -104,7 +104,7 @@ def timed_run(*job: str) -> dict:
     (``total_s``, ``total_cpu_s``), the rounds' wall time (``rounds_s``, the summary's), the simulator's path,
     the objectives, the simulated time and the load average after."""
     from dane.experiments.config import run_spec
-    from dane.launch import execute
+    from dane.loop.launch import execute
     from dane.synthetic.sweep import compose_job
 
     spec = run_spec(compose_job(job))

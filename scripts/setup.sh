@@ -109,7 +109,7 @@ echo "setup: compiling the numba kernels into their cache (SVRG, stacked ridge, 
 "$PY" - <<'WARM' || die "warming the numba kernels failed; run the python block at the end of scripts/setup.sh to see why"
 import numpy as np, scipy.sparse, torch
 import dane
-from dane.launch import execute
+from dane.loop.launch import execute
 from dane.run_config import run_spec
 from dane.synthetic.sweep import compose_job
 

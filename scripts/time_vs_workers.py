@@ -20,8 +20,8 @@ from scripts.harness import Bench, Run, option
 REPO = Path(__file__).resolve().parents[1]
 
 from dane.errors import DivergenceError, UserError, say
-from dane.launch import execute
-from dane.results import atomic_write_text, read_rounds, read_summary
+from dane.loop.launch import execute
+from dane.records.results import atomic_write_text, read_rounds, read_summary
 from dane.experiments.config import run_spec
 from dane.synthetic.calibrate import calibrate
 from dane.synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from dane.results import atomic_write_text
+from dane.records.results import atomic_write_text
 
 
 def elapsed_logger(start: float):

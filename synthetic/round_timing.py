@@ -25,8 +25,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from dane.comm import make_communicator
-from dane.results import RunWriter
-from dane.runner import StopRule, run
+from dane.records.results import RunWriter
+from dane.loop.runner import StopRule, run
 from dane.run_config import CONF_DIR, run_spec
 
 

@@ -30,9 +30,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from dane.errors import DivergenceError
-from dane.launch import execute
-from dane.results import find_runs, read_summary
-from dane.runner import StopRule
+from dane.loop.launch import execute
+from dane.records.results import find_runs, read_summary
+from dane.loop.runner import StopRule
 from dane.run_config import CONF_DIR, cost_model, run_spec
 
 Job = tuple[str, ...]

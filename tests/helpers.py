@@ -11,7 +11,7 @@ import pytest
 
 from dane.comm import ThreadGroup
 from dane.problems import RidgeSyntheticConfig
-from dane.runner import StopRule, run
+from dane.loop.runner import StopRule, run
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -15,14 +15,14 @@ import torch
 from sklearn.datasets import load_breast_cancer
 
 import dane
-from dane import worker
+from dane.loop import worker
 from dane.api import algorithm_config
 from dane.baselines.fednl import FedNLConfig, hessian_step
 from dane.comm import AlphaBeta
 from dane.compress import make
 from dane.dane import DANE
 from dane.errors import ConfigError
-from dane.faults import RunInterrupted
+from dane.loop.faults import RunInterrupted
 
 
 @pytest.fixture(scope="module")

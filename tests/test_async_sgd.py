@@ -22,9 +22,9 @@ from hydra import compose, initialize_config_dir
 from dane.asynchronous.simulator import EventSimulator
 from dane.comm import ParameterServerCost, Stragglers
 from dane.comm.threads import DeviceTurns
-from dane.confusion import JSON_FILE
-from dane.launch import execute
-from dane.results import read_rounds, read_summary
+from dane.records.confusion import JSON_FILE
+from dane.loop.launch import execute
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import CONF_DIR, run_spec
 
 LOGREG = ("problem=logreg", "problem.optimum=auto", "algorithm=sync_sgd", "algorithm.batch_size=20", "algorithm.lr=0.05",

@@ -16,11 +16,11 @@ from dane.baselines import (ADMMConfig, GDConfig, LocalSGDConfig, OSAConfig, lan
                        residual_balance)
 from dane.comm import ThreadGroup
 from dane.errors import ConfigError
-from dane.launch import execute
+from dane.loop.launch import execute
 from dane.problems import QuadraticProblem, RidgeSyntheticConfig
 from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
-from dane.results import read_rounds, read_summary
-from dane.runner import StopRule, run
+from dane.records.results import read_rounds, read_summary
+from dane.loop.runner import StopRule, run
 from dane.synthetic.defaults_data import rare_onehot
 from dane.experiments.config import CONF_DIR, run_spec
 import helpers

@@ -20,15 +20,15 @@ import torch
 from dane.api import algorithm_config
 from dane.baselines.spectral import lanczos_extremes, start_vector
 from dane.baselines.spectral_stacked import stacked_lanczos_extremes
-from dane.batching import AUTO_FROM, batched_path
+from dane.loop.batching import AUTO_FROM, batched_path
 from dane.comm import AlphaBeta, Stragglers, ThreadGroup
 from dane.comm.batched import BatchedCommunicator, BatchedGroup, per_worker
 from dane.errors import ConfigError
 from dane.experiments.config import run_spec
-from dane.launch import execute
+from dane.loop.launch import execute
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.arrays import LogReg, Ridge, Softmax
-from dane.runner import StopRule
+from dane.loop.runner import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
 

@@ -23,16 +23,16 @@ import pytest
 import torch
 
 from dane.api import algorithm_config
-from dane.batching import AUTO_FROM, batched_path
+from dane.loop.batching import AUTO_FROM, batched_path
 from dane.data import Dataset
 from dane.errors import ConfigError
-from dane.inner import MinibatchSampler, StackedSampler, worker_seed
-from dane.launch import execute
+from dane.numerics.inner import MinibatchSampler, StackedSampler, worker_seed
+from dane.loop.launch import execute
 from dane.baselines.local_sgd import local_steps
 from dane.problems import neural, stacked_net
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
 from dane.problems.stacked_net import ENGINES
-from dane.runner import StopRule
+from dane.loop.runner import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 
 RTOL = 1e-12  # float64: the stacked sums (vmap, grouped convolutions) run in another order, so round-off, not bits

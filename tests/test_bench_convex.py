@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dane.data.files import LibSVMSource
-from dane.results import read_rounds
+from dane.records.results import read_rounds
 from dane.synthetic.sparse_data import rcv1_like, write_sparse_libsvm
 from tests.helpers import REPO, env
 

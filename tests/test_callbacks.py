@@ -1,4 +1,4 @@
-"""The one run loop (`dane.driver.drive`) and the callbacks around a round (`dane.callbacks`): the fixed points
+"""The one run loop (`dane.loop.driver.drive`) and the callbacks around a round (`dane.loop.callbacks`): the fixed points
 in their order, what each callback adds, and a round object that nothing sets attributes on."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from dane.baselines import GDConfig
-from dane.callbacks import Callback, Checkpoints, ClosingLine, Collect, Display, Records
+from dane.loop.callbacks import Callback, Checkpoints, ClosingLine, Collect, Display, Records
 from dane.comm import LocalCommunicator
-from dane.driver import Loop, drive
+from dane.loop.driver import Loop, drive
 from dane.problems import RidgeSyntheticConfig
 from dane.reference import attach_one
-from dane.runner import StopRule, run
+from dane.loop.runner import StopRule, run
 from dane.spec import Communication, RunControl, RunSpec
 
 ROUNDS = 4
@@ -149,7 +149,7 @@ def test_restore_clock_goes_on_from_the_given_time():
 def test_the_kind_of_a_run_follows_start_top_to_bottom(monkeypatch):
     from dataclasses import replace
 
-    from dane import kinds
+    from dane.loop import kinds
     from dane.split.config import SplitConfig
 
     names = ("own_driver", "asynchronous_simulator", "batched_simulator", "simulator", "elastic", "launched")

@@ -11,11 +11,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from dane.checkpoint import checkpoint_path, committed, load_checkpoint, truncate_rounds
+from dane.loop.checkpoint import checkpoint_path, committed, load_checkpoint, truncate_rounds
 from dane.comm import AlphaBeta
 from dane.errors import ConfigError
-from dane.launch import execute
-from dane.results import read_rounds, read_summary
+from dane.loop.launch import execute
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import CONF_DIR, run_spec
 
 SMALL_MLP = ("problem=digits_mlp", "problem.model.hidden=[16]", "problem.inner_steps=5", "workers=2", "quiet=true")

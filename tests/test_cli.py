@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from helpers import env, train
 
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
@@ -48,7 +48,7 @@ def test_round_table_shows_admm_residuals_from_the_first_round():
     import io
 
     from dane.baselines import ADMM
-    from dane.progress import RoundTable
+    from dane.loop.progress import RoundTable
 
     out = io.StringIO()
     table = RoundTable(stream=out, algorithm=ADMM)  # the columns ADMM declares, residuals shown with rho
@@ -65,7 +65,7 @@ def test_round_table_shows_the_columns_the_algorithm_declares():
 
     from dane.algorithm import Algorithm
     from dane.dane import DANE
-    from dane.progress import RoundTable
+    from dane.loop.progress import RoundTable
 
     record = {"round": 0, "time_s": 0.0, "bytes_sent": 0, "objective": 2.0, "mu": 0.5, "test_accuracy": 0.75}
     for algorithm, header in ((DANE, ["round", "time_s", "bytes_sent", "objective", "mu", "test_accuracy"]),
@@ -127,7 +127,7 @@ def test_a_run_directory_in_use_is_refused_and_a_dead_runs_lock_is_taken_over(tm
     import socket
 
     from dane.errors import ConfigError
-    from dane.results import RunWriter
+    from dane.records.results import RunWriter
 
     writer = RunWriter(tmp_path / "run")
     with pytest.raises(ConfigError, match=f"is in use by another run \\({socket.gethostname()} pid {os.getpid()}\\)"):
@@ -158,7 +158,7 @@ def test_a_run_holds_its_directory_until_its_summary_is_written(tmp_path, monkey
     # Between closing rounds.jsonl and writing summary.json the lock must stay: a second run with
     # overwrite=true taking the directory in that gap would delete these rounds and get this run's summary.
     import dane
-    from dane.results import RunWriter
+    from dane.records.results import RunWriter
 
     held = []
     write_summary = RunWriter.write_summary

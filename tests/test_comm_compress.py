@@ -12,9 +12,9 @@ from dane.comm.compression import MessageCompression
 from dane.compress import Dither, TopK, make
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
-from dane.launch import execute
+from dane.loop.launch import execute
 from dane.problems import RidgeSyntheticConfig
-from dane.runner import StopRule
+from dane.loop.runner import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 
 M = 4
@@ -205,7 +205,7 @@ def test_a_resumed_compressed_run_equals_the_uninterrupted_one(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from dane.experiments.config import CONF_DIR, run_spec
-    from dane.results import read_rounds
+    from dane.records.results import read_rounds
 
     def execute_with(out_dir, *overrides):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

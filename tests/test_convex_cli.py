@@ -7,7 +7,7 @@ import scipy.sparse
 import torch
 from sklearn.datasets import dump_svmlight_file
 
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from helpers import horovodrun, torchrun, train
 
 

@@ -14,7 +14,7 @@ import torch
 
 import dane
 from dane.errors import ConfigError
-from dane.local_solvers import LocalSolver
+from dane.numerics.local_solvers import LocalSolver
 from dane.problems import LogReg, Ridge, Softmax
 from dane.problems.glm import select_rows, to_torch, transposed_product
 from dane.dane import DANEConfig
@@ -119,7 +119,7 @@ MU = 0.5  # the prox weight of the local solves compared here
 
 
 def stationarity(shard, anchor: torch.Tensor, linear: torch.Tensor, w: torch.Tensor) -> float:
-    """‖∇φ(w)‖ of the local subproblem φ = O_i − ⟨linear, ·⟩ + (μ/2)‖· − anchor‖² (`dane.local_solvers`)."""
+    """‖∇φ(w)‖ of the local subproblem φ = O_i − ⟨linear, ·⟩ + (μ/2)‖· − anchor‖² (`dane.numerics.local_solvers`)."""
     return float((shard.evaluate(w)[0] - linear + MU * (w - anchor)).norm())
 
 
@@ -306,7 +306,7 @@ def test_ridge_synthetic_on_each_device_has_the_cpus_iterates(device, factorizat
 def test_minibatch_rows_sliced_on_the_device_are_the_samplers_rows(device, batch_size):
     """`MinibatchSampler.next_on` (a network's inner steps) gives `next`'s rows over epochs and a checkpoint's
     restore, from its copy of the epoch's permutation on ``device``."""
-    from dane.inner import MinibatchSampler
+    from dane.numerics.inner import MinibatchSampler
 
     on, twin = MinibatchSampler(10, batch_size, seed=4), MinibatchSampler(10, batch_size, seed=4)
     for step in range(12):

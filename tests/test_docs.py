@@ -107,7 +107,7 @@ def test_the_extending_pages_commands_run(scratch):
                                                      "quiet=true", f"out_dir={scratch / f'run{k}'}"]
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose("config", overrides=overrides)
-        from dane.launch import execute
+        from dane.loop.launch import execute
 
         summaries.append(execute(run_spec(cfg), str(scratch / f"run{k}")))
     assert summaries[0]["rounds"] == 10 and summaries[0]["algorithm"] == "fixed_step_gd"

@@ -1,6 +1,6 @@
-"""Horovod elastic (comm.elastic=true, dane.elastic): a lost worker changes the world size and the run goes on.
+"""Horovod elastic (comm.elastic=true, dane.loop.elastic): a lost worker changes the world size and the run goes on.
 
-The fast tests drive `dane.elastic.ElasticSession` in the thread simulator, doing by hand
+The fast tests drive `dane.loop.elastic.ElasticSession` in the thread simulator, doing by hand
 what ``hvd.elastic.run`` does on a lost worker (restore the last commit, start the run
 loop again with the new world size).  The slow ones run real ``horovodrun`` elastic jobs
 and kill a worker with SIGKILL.
@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from dane.comm import LocalCommunicator, ThreadGroup
-from dane.elastic import ElasticSession, disk_progress, run_attempt
+from dane.loop.elastic import ElasticSession, disk_progress, run_attempt
 from dane.errors import ConfigError
-from dane.faults import SimulatedFault
-from dane.results import read_rounds, read_summary
+from dane.loop.faults import SimulatedFault
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 from helpers import BIN, REPO, env, train
 from test_checkpoint import config, execute_with, without_time

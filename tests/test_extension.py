@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 import dane
 from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
-from dane.results import read_rounds
+from dane.records.results import read_rounds
 from dane.run_config import algorithm_class, staleness
 from helpers import REPO, torchrun, train
 

@@ -258,7 +258,7 @@ def test_default_lambda_balances_the_preconditioner_gap(m, rows):
     import numpy as np
 
     from dane.baselines.defaults import balanced_prox_weight, prox_per_dissimilarity
-    from dane.similarity import GAP_OCTAVES
+    from dane.numerics.similarity import GAP_OCTAVES
 
     problem = RidgeSyntheticConfig(n_samples=rows, dim=12, lam=0.01, noise_std=0.5)
     shards = ridge_shards(m, problem)
@@ -295,7 +295,7 @@ def test_on_ill_conditioned_shards_the_default_lambda_is_the_balanced_one_far_be
 
     import dane
     from dane.baselines.defaults import balanced_prox_weight
-    from dane.similarity import GAP_OCTAVES
+    from dane.numerics.similarity import GAP_OCTAVES
     from dane.synthetic.defaults_data import make
 
     X, y, fit_intercept = make("ill_conditioned", "squared", n=400)

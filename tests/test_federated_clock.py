@@ -18,7 +18,7 @@ import torch
 
 from dane.baselines import ScaffoldConfig
 from dane.comm import AlphaBeta, ThreadGroup
-from dane.runner import StopRule, run
+from dane.loop.runner import StopRule, run
 from dane.sampling import ClientSampler, nbytes, sampled_mean
 from helpers import ridge_shards
 from test_federated import SMALL

@@ -11,8 +11,8 @@ import math
 import pytest
 
 from dane.experiments.config import run_spec
-from dane.launch import execute
-from dane.results import read_rounds
+from dane.loop.launch import execute
+from dane.records.results import read_rounds
 from dane.synthetic.sweep import compose_job
 
 HIDDEN = 16

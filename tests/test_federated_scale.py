@@ -1,6 +1,6 @@
 """The simulator at federated scale: workers with fewer rows than d, and thousands of threads.
 
-- the low-rank exact solve (Woodbury identity, `dane.linalg.woodbury_solve`) equals the
+- the low-rank exact solve (Woodbury identity, `dane.numerics.linalg.woodbury_solve`) equals the
   d x d Cholesky solve to 1e-12 for n_i < d, at several shifts, μ = 0 included (λ > 0);
 - DANE's iterates on a ridge_synthetic with n_i < d follow those of the Cholesky path to 1e-10;
 - such a shard holds no d x d tensor, before and after a run;

@@ -10,7 +10,7 @@ import dane
 from dane.baselines.fednl import uplink_bits
 from dane.compress import make
 from dane.paper_figs.fednl_bits import NoBits, curve, main
-from dane.results import read_rounds
+from dane.records.results import read_rounds
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from dane.results import RunWriter
+from dane.records.results import RunWriter
 from dane.experiments.config import cost_model
 from dane.paper_figs import (convergence, fednl_bits, local_work, make_all, ps_scaling, rounds_table, run_convergence,
                              speedup, staleness)
-from dane.provenance import code_version
+from dane.records.provenance import code_version
 from dane.paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
 from dane.synthetic.sweep import RunIndex, composed_job, job_name
 
@@ -179,7 +179,7 @@ def test_run_convergence_draws_into_the_run_dir(results):
 
 
 def test_dane_vs_admm_picks_the_best_admm_start_and_draws_the_central_reference(tmp_path, monkeypatch):
-    from dane.results import read_rounds
+    from dane.records.results import read_rounds
     from dane.paper_figs import dane_vs_admm
 
     monkeypatch.setattr(dane_vs_admm, "has_data", lambda row: True)

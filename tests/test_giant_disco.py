@@ -23,14 +23,14 @@ import dane
 from dane.comm import LocalCommunicator, ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
-from dane.launch import execute
-from dane.local_solvers import LocalSolver
+from dane.loop.launch import execute
+from dane.numerics.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems import Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.reference import solve as solve_reference
-from dane.results import read_rounds, read_summary
-from dane.runner import StopRule, run
+from dane.records.results import read_rounds, read_summary
+from dane.loop.runner import StopRule, run
 from dane.experiments.config import CONF_DIR, run_spec
 import helpers
 from helpers import simulate

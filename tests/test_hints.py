@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from dane.api import CONF_DIR, algorithm_config
-from dane.launch import recovery_overrides
+from dane.loop.launch import recovery_overrides
 
 ALGORITHMS = sorted(p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml"))
 

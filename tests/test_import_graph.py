@@ -150,7 +150,7 @@ def test_no_private_name_is_imported_from_another_module():
 
 @pytest.mark.parametrize("statement, absent", [
     ("import dane", ("sklearn", "scipy.optimize", "matplotlib", "hydra", "omegaconf")),
-    ("import dane.launch", ("sklearn", "scipy.optimize", "matplotlib", "hydra")),
+    ("import dane.loop.launch", ("sklearn", "scipy.optimize", "matplotlib", "hydra")),
 ])
 def test_imports_are_lazy(statement, absent):
     """A run imports what it uses: scikit-learn, scipy.optimize, matplotlib and Hydra are not paid for at import."""

@@ -22,13 +22,13 @@ from dane.baselines.aide import (COLUMN_CONTRACTION, catalyst_alpha, catalyst_q,
 from dane.comm import ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
-from dane.launch import execute
-from dane.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver
+from dane.loop.launch import execute
+from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems import LogReg, Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard
 from dane.problems.ridge import generate, ridge_optimum
-from dane.runner import StopRule, run
+from dane.loop.runner import StopRule, run
 from dane.experiments.config import CONF_DIR, run_spec
 from helpers import ridge_shards, simulate
 from dane.synthetic.defaults_data import make as make_defaults

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.work import KEYS as LOCAL_WORK
 import helpers
 from helpers import REPO, env, horovodrun, torchrun, train

@@ -10,7 +10,7 @@ import torch
 
 import dane
 from dane.errors import ConfigError
-from dane.local_solvers import LocalSolver
+from dane.numerics.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SOFTMAX, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.reference import attach_all, solve as solve_reference

@@ -78,7 +78,7 @@ def test_cg_counts_its_iterations_as_run(monkeypatch):
     """Newton-CG on a quadratic: one CG solve a round; each iteration one Hessian-vector product."""
     spent: list[int] = []
     lock = threading.Lock()
-    original = dane.linalg.cg
+    original = dane.numerics.linalg.cg
 
     def spy(*args, **kwargs):
         result = original(*args, **kwargs)
@@ -210,7 +210,7 @@ def test_a_resumed_run_continues_the_counts():
     """A checkpoint's state carries each worker's counts: rounds 2..4 resumed equal those of the straight run."""
     from dane.api import algorithm_config
     from dane.comm import ThreadGroup
-    from dane.runner import StopRule, run
+    from dane.loop.runner import StopRule, run
 
     config = algorithm_config("dane", safeguard=False)
     spec = ridge(local_solver="cg", local_tol=1e-6)

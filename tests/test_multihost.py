@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 import helpers
 from helpers import BIN, REPO, env, horovodrun
 

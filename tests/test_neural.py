@@ -20,10 +20,10 @@ from scipy.optimize import minimize
 from scipy.special import logsumexp
 
 from dane.errors import ConfigError
-from dane.launch import execute
+from dane.loop.launch import execute
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig, as_images
-from dane.results import read_rounds, read_summary
-from dane.runner import EarlyStopping, MonitorError, StopRule
+from dane.records.results import read_rounds, read_summary
+from dane.loop.runner import EarlyStopping, MonitorError, StopRule
 from dane.experiments.config import CONF_DIR, build, run_spec
 from helpers import convex_rule_holds
 

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from dane.comm import AlphaBeta
 from dane.errors import DataError
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import CONF_DIR, build, run_spec
 from dane.paper_figs import accuracy_table, common, target_table
 from dane.synthetic.sweep import RunIndex, ensure

@@ -94,12 +94,12 @@ def test_a_wrong_command_is_one_line_and_exit_2(argv, expect, capfd):
 def test_a_run_records_the_dane_command_as_typed(tmp_path, monkeypatch):
     # runpy puts the module's file (train.py) in argv[0]; the summary's provenance must say `dane train ...`
     (tmp_path / "probe_command.py").write_text(
-        "import json, sys\nfrom dane.provenance import run_command\n"
+        "import json, sys\nfrom dane.records.provenance import run_command\n"
         "open(sys.argv[1], 'w').write(json.dumps(run_command()))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(cli.MODULES, "train", ("probe_command", "a probe"))
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # runpy rewrites argv[0]: restored after the test
-    monkeypatch.setattr("dane.provenance._entry_command", None)  # and the command recorded, after it
+    monkeypatch.setattr("dane.records.provenance._entry_command", None)  # and the command recorded, after it
     out = tmp_path / "command.json"
     cli.main(["train", str(out), "workers=2"])
     assert json.loads(out.read_text()) == ["dane", "train", str(out), "workers=2"]

@@ -96,7 +96,7 @@ def one_hot_logreg(seed=1, n=400, groups=8, levels=6):
 def dissimilarity_weight(problem, workers: int, divisor: float) -> float:
     """The δ_A-based default, δ_A·max(1/512, (δ_A/‖H‖)²/divisor) (`prox_per_dissimilarity`: the Lanczos path's)."""
     from dane.baselines.defaults import prox_per_dissimilarity
-    from dane.similarity import measure
+    from dane.numerics.similarity import measure
 
     shards = [problem.build(rank, workers, torch.float64) for rank in range(workers)]
     found = measure(shards, shards[0].initial_point())
@@ -193,7 +193,7 @@ def test_balanced_weight_is_the_crossing_of_the_gap_and_the_flat_rate(balance, g
 def test_preconditioner_gap_is_the_norm_of_the_local_preconditioners_departure():
     """φ(λ) = ‖(I + A)⁻¹A²‖ with A = K^{-1/2} D K^{-1/2}, K = diag(c) + λI, from explicit inverses; and inf once a
     shifted curvature is not positive."""
-    from dane.similarity import preconditioner_gap
+    from dane.numerics.similarity import preconditioner_gap
 
     rng = np.random.default_rng(5)
     B = rng.standard_normal((6, 6))

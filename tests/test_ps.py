@@ -158,7 +158,7 @@ def simulated(tmp_path_factory):
 @pytest.mark.slow
 def test_torchrun_ps_iterates_equal_the_simulator(run, simulated, tmp_path):
     """2 workers through 1 or 2 servers: round for round the simulator's objective, suboptimality and cost."""
-    from dane.results import read_rounds, read_summary
+    from dane.records.results import read_rounds, read_summary
     from helpers import REPO, torchrun, train
 
     algorithm, servers, processes = RUNS[run]

@@ -14,11 +14,11 @@ import time
 import pytest
 import torch
 
-from dane.checkpoint import committed
+from dane.loop.checkpoint import committed
 from dane.comm import ThreadGroup
 from dane.errors import ConfigError
-from dane.faults import SimulatedFault
-from dane.results import read_rounds, read_summary
+from dane.loop.faults import SimulatedFault
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 from helpers import REPO, env, horovodrun, torchrun, train
 from test_checkpoint import config, execute_with, without_time
@@ -167,7 +167,7 @@ def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_p
 def test_torchrun_restarts_a_killed_worker_and_finishes_like_the_uninterrupted_run(tmp_path, whole):
     """SIGKILL of rank 1 at round 3 (once: a marker in the run directory); torchrun restarts both workers.
 
-    About 20 s.  Before `dane.launch._torchrun_process_group` the restarted workers could hang
+    About 20 s.  Before `dane.loop.launch._torchrun_process_group` the restarted workers could hang
     in process-group setup, reading the killed attempt's gloo addresses from torchrun's store.
     """
     run_dir = tmp_path / "run"
@@ -191,7 +191,7 @@ def test_torchrun_restarts_a_killed_worker_and_finishes_like_the_uninterrupted_r
 def test_a_survivors_line_says_what_torchrun_does_next():
     """Under torchrun --max-restarts the survivor's line says torchrun restarts the workers (not: rerun the
     command); once the restarts are spent, or with none, it says how to rerun."""
-    from dane.faults import worker_lost
+    from dane.loop.faults import worker_lost
 
     lost = RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5005")
     cases = {("2", "0", 1): "torchrun restarts the workers (2 of --max-restarts left), which continue from the last "
@@ -215,7 +215,7 @@ def test_a_launchers_sigterm_becomes_the_lost_peer_line_naming_the_peer_that_exi
     import os
 
     from dane.comm import launcher_signals
-    from dane.faults import worker_lost
+    from dane.loop.faults import worker_lost
 
     exited = subprocess.Popen([sys.executable, "-c", "pass"])
     exited.wait()  # reaped, as torchrun's agent reaps the failed worker before it SIGTERMs the others
@@ -339,5 +339,5 @@ def test_a_worker_killed_without_restarts_leaves_its_peers_one_line_and_its_reco
     assert {line.split("error: ")[1].split(" lost")[0] for line in lines} == expected, output[-3000:]
     assert all("set checkpoint_every=K (and resume=auto)" in line for line in lines)
     assert f"the rounds logged so far are in {run_dir}" in next(line for line in lines if "worker 0" in line)
-    assert "experiments/train.py" not in output and "dane/launch.py" not in output, output[-3000:]  # no traceback of ours
+    assert "experiments/train.py" not in output and "dane/loop/launch.py" not in output, output[-3000:]  # no traceback of ours
     assert [r["round"] for r in read_rounds(run_dir)] == [0, 1, 2]

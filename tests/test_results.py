@@ -1,4 +1,4 @@
-"""The run directory's lock and its clean-up (`dane.results.take_lock`, `RunWriter`): a lock never outlives a
+"""The run directory's lock and its clean-up (`dane.records.results.take_lock`, `RunWriter`): a lock never outlives a
 run that did not start, never holds no owner, and a stale one is taken over or named with its fix."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dane import results
+from dane.records import results
 from dane.errors import ConfigError
-from dane.results import LOCK_FILE, OWNERLESS_STALE_S, RunWriter, take_lock
+from dane.records.results import LOCK_FILE, OWNERLESS_STALE_S, RunWriter, take_lock
 
 
 def full_disk(monkeypatch, after: int = 0):

@@ -10,7 +10,7 @@ import torch
 
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
-from dane.linalg import cholesky_solve
+from dane.numerics.linalg import cholesky_solve
 from dane.problems import RidgeSyntheticConfig
 from dane.problems import quadratic, ridge
 from dane.problems.ridge import generate, gram, reference_optimum, shard, shard_positions, synthesize
@@ -112,7 +112,7 @@ def test_optimum_none_skips_it_and_tol_applies_to_the_relative_gradient_norm(opt
 
 @pytest.mark.parametrize("dim", [1, 7, 300])
 def test_cholesky_solve_by_two_triangular_solves_matches_lapack(dim):
-    """`dane.linalg.cholesky_solve` against scipy's cho_solve (LAPACK potrs) and against the system it solves."""
+    """`dane.numerics.linalg.cholesky_solve` against scipy's cho_solve (LAPACK potrs) and against the system it solves."""
     gen = torch.Generator().manual_seed(dim)
     X = torch.randn(2 * dim + 3, dim, dtype=torch.float64, generator=gen)
     M = X.T @ X + 0.01 * torch.eye(dim, dtype=torch.float64)

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from dane.errors import DivergenceError
-from dane.launch import execute
-from dane.results import read_rounds, read_summary
+from dane.loop.launch import execute
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 from dane.paper_figs import plot_runs, summary
 from dane.synthetic.launchers import REPO, launch_env

@@ -11,7 +11,7 @@ import torch
 
 import dane
 from dane.algorithm import Rounds
-from dane.runner import DivergenceWatch, StopRule, run
+from dane.loop.runner import DivergenceWatch, StopRule, run
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -119,7 +119,7 @@ def test_the_phishing_false_positive_itself_runs_on():
     from hydra import compose, initialize_config_dir
 
     from dane.experiments.config import CONF_DIR, run_spec
-    from dane.launch import execute
+    from dane.loop.launch import execute
 
     job = ["algorithm=sdane", "problem=logreg", "data=libsvm", "data.path=libsvm/phishing", "workers=80",
            "data.sharding=dirichlet", "data.alpha=0.5", "rounds=11", "quiet=true", f"data_dir={SHARED_DATA}",

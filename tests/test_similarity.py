@@ -1,4 +1,4 @@
-"""Hessian dissimilarity δ (dane.similarity) against dense numpy: max_i ||H_i − H||_2 by eigvalsh."""
+"""Hessian dissimilarity δ (dane.numerics.similarity) against dense numpy: max_i ||H_i − H||_2 by eigvalsh."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ from dane.comm import ThreadGroup
 from dane.errors import ConfigError
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
-from dane.similarity import hessian_dissimilarity, measure, offered
+from dane.numerics.similarity import hessian_dissimilarity, measure, offered
 
 M, N, D, LAM = 4, 160, 7, 0.01
 
@@ -167,7 +167,7 @@ def test_bench_quick_run_and_its_figure(tmp_path):
 
 
 def test_similarity_true_puts_delta_at_the_start_and_end_into_the_summary_and_changes_no_record(tmp_path):
-    """``similarity=true`` (`dane.callbacks.Similarity`): the summary's δ equals `measure` on the run's own shards at
+    """``similarity=true`` (`dane.loop.callbacks.Similarity`): the summary's δ equals `measure` on the run's own shards at
     w_0 and at the final iterate; a quadratic's Hessian is constant, so start and end agree to round-off; the
     records (time aside) are those of the same run without it."""
     from dataclasses import replace
@@ -175,8 +175,8 @@ def test_similarity_true_puts_delta_at_the_start_and_end_into_the_summary_and_ch
     from hydra import compose, initialize_config_dir
 
     from dane.experiments.config import CONF_DIR, run_spec
-    from dane.launch import execute
-    from dane.results import read_rounds
+    from dane.loop.launch import execute
+    from dane.records.results import read_rounds
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=["problem=ridge_synthetic", "problem.n_samples=600", "problem.dim=12",

@@ -25,8 +25,8 @@ import torch
 from dane.errors import ConfigError
 from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, ThreadGroup
 from dane.comm.threads import DeviceTurns, meter_for
-from dane.launch import execute
-from dane.results import read_rounds, read_summary
+from dane.loop.launch import execute
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 import dane.synthetic.calibrate as calibrate_module
 from dane.synthetic.calibrate import fit_alpha_beta, fit_parameter_server, relative_errors

@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 from dane.comm import detect_launcher, launcher_rank, resolve_backend
 from dane.comm.slurm import PORT_BASE, first_host, slurm_task
 from dane.errors import ConfigError
-from dane.results import read_rounds, read_summary
+from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import CONF_DIR, rank_zero, workers_for
 from helpers import REPO, env, train
 
@@ -99,7 +99,7 @@ def test_single_task_slurm_job_and_torchrun_inside_srun(srun_env):
 def test_provenance_under_srun_records_the_step_and_the_jobs_command(srun_env, monkeypatch):
     """summary.json's provenance of a Slurm job: the srun step's layout, and the job's overrides as its command
     (the process's own argv is submitit's _submit.py)."""
-    from dane.provenance import RUN_COMMAND_ENV, launch_layout, run_provenance
+    from dane.records.provenance import RUN_COMMAND_ENV, launch_layout, run_provenance
 
     srun_env({**SRUN_TASK_1_OF_4, "SLURM_STEP_NUM_NODES": "2", "SLURM_ARRAY_TASK_ID": "3"})
     monkeypatch.setattr(sys, "argv", ["/spool/_submit.py", "/sweep/.submitit/%j"])

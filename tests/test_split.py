@@ -17,11 +17,11 @@ from torch.nn.utils import parameters_to_vector
 from dane.comm import AlphaBeta
 from dane.data import shard_indices
 from dane.errors import ConfigError
-from dane.inner import worker_seed
-from dane.launch import execute
+from dane.numerics.inner import worker_seed
+from dane.loop.launch import execute
 from dane.models import build_model
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
-from dane.runner import StopRule
+from dane.loop.runner import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 from dane.split.config import SplitConfig
 from dane.split.training import SAMPLER_STREAM
@@ -265,7 +265,7 @@ def test_the_launched_protocol_in_threads_equals_the_simulator(schedule, labels,
     from dane.split.links import DistLink
     from dane.split.run import drive, meta
     from dane.split.training import SplitClock, SplitRun, build_parties, follow
-    from dane.checkpoint import save_checkpoint
+    from dane.loop.checkpoint import save_checkpoint
 
     fake, m, out, building = ThreadDist(), 2, {}, threading.Lock()
     spec = launched_spec(m, 2, "ps", schedule=schedule, labels=labels)
@@ -317,8 +317,8 @@ def test_a_lost_agent_and_resume_auto_finish_as_the_uninterrupted_run(tmp_path):
     state) lets the same run continue: its records and weights are the uninterrupted run's."""
     import dataclasses
 
-    from dane.faults import SimulatedFault
-    from dane.results import read_rounds
+    from dane.loop.faults import SimulatedFault
+    from dane.records.results import read_rounds
 
     algorithm = SplitConfig(cut="net.2", batch_size=64, agent_optimizer="adam", server_optimizer="adam", agent_lr=0.01,
                             server_lr=0.01)
@@ -354,7 +354,7 @@ def test_torchrun_a_killed_agent_or_server_is_one_line_and_resume_auto_finishes_
     import sys
     from pathlib import Path
 
-    from dane.results import read_rounds
+    from dane.records.results import read_rounds
 
     repo = Path(__file__).resolve().parents[1]
     environment = {**os.environ, "PYTHONPATH": str(repo), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

@@ -59,7 +59,7 @@ def test_torchrun_split_without_comm_ps_trains_and_notes_the_choice(tmp_path):
     import sys
     from pathlib import Path
 
-    from dane.results import read_rounds, read_summary
+    from dane.records.results import read_rounds, read_summary
 
     repo = Path(__file__).resolve().parents[1]
     environment = {**os.environ, "PYTHONPATH": str(repo), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

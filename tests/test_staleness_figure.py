@@ -9,7 +9,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from dane.comm import ParameterServerCost
-from dane.results import RunWriter
+from dane.records.results import RunWriter
 from dane.experiments.config import cost_model
 from dane.paper_figs import make_all, staleness
 from dane.synthetic.sweep import composed_job, job_name

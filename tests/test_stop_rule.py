@@ -12,7 +12,7 @@ import torch
 
 import dane
 from dane.algorithm import Rounds
-from dane.runner import DivergenceWatch, StopRule, run
+from dane.loop.runner import DivergenceWatch, StopRule, run
 
 
 class Scripted(Rounds):
@@ -276,8 +276,8 @@ def test_under_client_sampling_the_projection_fits_the_later_half_of_the_run():
     """Suboptimality 0.99^t times a swing that rises over the last 20 rounds (a sampled run's noise): the 20-round
     fit grows, "not contracting"; with the records' ``clients`` below the workers the line fits rounds 50 to 100,
     whose least-squares rate is computed here by hand, and reads "shrinking"."""
-    from dane.projection import fit
-    from dane.runner import why_stopped
+    from dane.records.projection import fit
+    from dane.loop.runner import why_stopped
 
     t = np.arange(101)
     sub = 0.99 ** t * np.exp(np.where(t > 80, 0.02 * (t - 80), 0.05 * np.sin(t)))

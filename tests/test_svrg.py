@@ -1,4 +1,4 @@
-"""The compiled SVRG (dane.svrg_kernels) against its torch reference, and the two sampling variants.
+"""The compiled SVRG (dane.numerics.svrg_kernels) against its torch reference, and the two sampling variants.
 
 Both paths draw the rows from the same seeded generator, so their iterates agree to
 round-off; the ``matlab`` variant is checked against a loop written out here in numpy.
@@ -15,7 +15,7 @@ import scipy.sparse
 import torch
 
 from dane.errors import ConfigError
-from dane.local_solvers import (AUTO_PASSES_CONTRACTION, AUTO_PASSES_MAX, AUTO_PASSES_MIN, LocalSolver, Subproblem,
+from dane.numerics.local_solvers import (AUTO_PASSES_CONTRACTION, AUTO_PASSES_MAX, AUTO_PASSES_MIN, LocalSolver, Subproblem,
                                 svrg, svrg_constants, svrg_passes, svrg_reference)
 from dane.losses import LOGISTIC, SOFTMAX, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
@@ -147,7 +147,7 @@ def test_bad_passes_name_the_key_and_value():
 
 
 def test_numba_is_imported_by_the_first_svrg_solve_not_by_import_dane():
-    code = ("import sys, torch, dane, dane.problems.glm, dane.local_solvers as ls; "
+    code = ("import sys, torch, dane, dane.problems.glm, dane.numerics.local_solvers as ls; "
             "assert 'numba' not in sys.modules, 'import dane imported numba'; "
             "from test_svrg import shard, subproblem; p = shard('squared', sparse=False); "
             "ls.svrg(subproblem(p), ls.LocalSolver('svrg'), torch.Generator()); "

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from dane.results import find_runs, read_rounds, read_summary
+from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.synthetic.launchers import REPO, launch_env
-from dane.launch import execute
+from dane.loop.launch import execute
 from dane.synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name
 
 TINY = ("problem.n_samples=600", "problem.dim=20")

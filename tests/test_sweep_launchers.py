@@ -20,7 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
 
-from dane.results import find_runs, read_rounds, read_summary
+from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments.config import CONF_DIR
 from dane.experiments.launchers import ERROR_LINE, quote
 from helpers import REPO, env, horovodrun, torchrun, train

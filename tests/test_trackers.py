@@ -14,10 +14,10 @@ from hydra import compose, initialize_config_dir
 
 from dane.errors import ConfigError
 from dane.experiments.config import CONF_DIR, run_spec
-from dane.launch import execute
-from dane.progress import RoundBar
-from dane.results import RunWriter, read_rounds, read_summary
-from dane.trackers import Trackers, check_loggers, metrics
+from dane.loop.launch import execute
+from dane.loop.progress import RoundBar
+from dane.records.results import RunWriter, read_rounds, read_summary
+from dane.records.trackers import Trackers, check_loggers, metrics
 from helpers import env
 
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=4", "quiet=true", "workers=2"]

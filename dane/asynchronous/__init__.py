@@ -8,7 +8,7 @@
   counts its pushes; it may start its next step only while its clock is at most ``s``
   ahead of the slowest worker's.  Otherwise the server holds its pull reply until the
   slowest worker has caught up;
-- ``s = 0`` is the synchronous algorithm, which never comes here (`dane.launch.execute`).
+- ``s = 0`` is the synchronous algorithm, which never comes here (`dane.loop.launch.execute`).
 
 The math is the algorithm's own: on every worker ``worker_update(w)`` is one step at the
 parameters it pulled (sync_sgd: a minibatch gradient; local_sgd: K local steps, pushed
@@ -35,6 +35,6 @@ The modules, by role:
 - `replay`: a real run's worker side, which turns the iterates the server kept into the
   records of an ordinary run.
 
-This package sits with the run (`dane.worker`, `dane.launch`), above `dane.comm`;
-`dane.launch` imports its modules when a run is asynchronous.
+This package sits with the run (`dane.loop.worker`, `dane.loop.launch`), above `dane.comm`;
+`dane.loop.launch` imports its modules when a run is asynchronous.
 """

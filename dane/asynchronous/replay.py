@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..algorithm import Rounds
-from ..callbacks import worker_callbacks
-from ..driver import Loop, drive
+from ..loop.callbacks import worker_callbacks
+from ..loop.driver import Loop, drive
 from .protocol import work
 from .updates import LOG_FIELDS, KeepUpdates, Update, log_stats, round_stats
 
@@ -73,7 +73,7 @@ class ReplayView:
 
 def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s: float, collect: dict | None) -> dict:
     """A worker of a real asynchronous run (`dane.asynchronous.protocol`), then its records (the run loop,
-    `dane.driver.drive`, over the replayed iterates).
+    `dane.loop.driver.drive`, over the replayed iterates).
 
     The algorithm is built while the servers still answer the synchronous protocol (local_sgd's
     lr=null takes one allreduce); the workers then end that loop, run the asynchronous phase,

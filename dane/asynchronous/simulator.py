@@ -39,10 +39,10 @@ from ..algorithm import Rounds
 from ..comm import ParameterServerCost, Stragglers, ThreadGroup
 from ..comm.threads import Meter, ThreadCPUTime, meter_for
 from ..errors import ConfigError
-from ..driver import Loop, drive
+from ..loop.driver import Loop, drive
 from ..reference import attach_all
-from ..callbacks import worker_callbacks
-from ..worker import build_problem
+from ..loop.callbacks import worker_callbacks
+from ..loop.worker import build_problem
 from .updates import KeepUpdates, Update, log_stats, round_stats
 
 class AsyncServer(Protocol):
@@ -153,7 +153,7 @@ class EventSimulator:
 
 
 class ServerView:
-    """The simulated run as the round loop (`dane.driver.drive`) sees one worker's communicator.
+    """The simulated run as the round loop (`dane.loop.driver.drive`) sees one worker's communicator.
 
     ``bytes_sent`` and ``calls`` are the workers' means; ``elapsed`` is the simulated time of
     the server's current version; ``allreduce_mean`` returns its input, because the
@@ -185,7 +185,7 @@ class ServerView:
 
 
 class _GroupTimes:
-    """The simulated totals that `dane.callbacks.SimulatedCost` reads from a `ThreadGroup` for the summary."""
+    """The simulated totals that `dane.loop.callbacks.SimulatedCost` reads from a `ThreadGroup` for the summary."""
 
     compute_clock = "sim_step_time"  # a step's compute is modelled (``sim.step_time``), not measured
 
@@ -219,7 +219,7 @@ class AllWorkers:
 
 
 class AsyncRun(Rounds):
-    """The asynchronous run behind the `Algorithm` interface that `dane.runner.run` drives.
+    """The asynchronous run behind the `Algorithm` interface that `dane.loop.runner.run` drives.
 
     ``step`` evaluates the server's iterate and then applies one round of updates.
     """
@@ -261,7 +261,7 @@ def build_workers(spec, problems: Sequence) -> tuple[list, ThreadGroup]:
 
 def run_async(spec, out_dir: str | None, collect: dict | None) -> dict:
     """The asynchronous simulator's run kind: ``spec`` simulated event by event, through the run loop
-    (`dane.driver.drive`) with an algorithm worker's callbacks; ``out_dir`` as a synchronous run's.
+    (`dane.loop.driver.drive`) with an algorithm worker's callbacks; ``out_dir`` as a synchronous run's.
 
     Besides the usual records and summary, ``out_dir`` gets ``updates.jsonl``, one line per server update.
     """

@@ -110,7 +110,7 @@ class MessageCompression:
         self.downlink_bits = int(cost.get("downlink_bits", 0))
 
     def summary(self) -> dict:
-        """The summary's ``compression`` (its bit totals are the last record's, `dane.driver.base_summary`)."""
+        """The summary's ``compression`` (its bit totals are the last record's, `dane.loop.driver.base_summary`)."""
         return {"compress": self.compressor.spec, "error_feedback": self.error_feedback,
                 "compressed_messages": list(self.kinds)}
 

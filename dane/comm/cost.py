@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..results import atomic_write_text
+from ..records.results import atomic_write_text
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def check_installed() -> None:
 class HorovodCommunicator(Communicator):
     """Horovod's collectives behind the `Communicator` interface.
 
-    ``init=False`` takes Horovod as already started: under Horovod elastic (`dane.elastic`)
+    ``init=False`` takes Horovod as already started: under Horovod elastic (`dane.loop.elastic`)
     the elastic loop owns ``hvd.init``/``hvd.shutdown`` and re-initializes Horovod after
     every reset, so each attempt makes a communicator for the current (rank, size) and
     leaves the shutdown to that loop.

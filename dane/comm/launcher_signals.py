@@ -5,7 +5,7 @@ When one process of a job exits, horovodrun and torchrun stop the others with SI
 Python's default for SIGTERM ends a process at once and silently: a survivor never says
 why it stops, and the user reads only the launcher's report.  `install` makes a SIGTERM
 raise `LauncherTerminated` in the main thread instead; the run's lost-peer path
-(`dane.faults.worker_lost`) turns it into the one line and a non-zero exit, and what the
+(`dane.loop.faults.worker_lost`) turns it into the one line and a non-zero exit, and what the
 run wrote stays (a record is one write, a file an ``os.replace``).  It is a
 `BaseException`, as `KeyboardInterrupt` is (and `dane.comm.threads.Interrupted` for the
 same reason): the signal lands wherever the main thread is, and an ``except Exception``

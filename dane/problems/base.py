@@ -20,7 +20,7 @@ from ..work import uncounted
 
 if TYPE_CHECKING:
     from ..comm import Communicator
-    from ..local_solvers import LocalSolver
+    from ..numerics.local_solvers import LocalSolver
 
 
 class Problem:

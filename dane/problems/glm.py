@@ -41,8 +41,8 @@ import scipy.sparse
 import torch
 
 from ..errors import ConfigError
-from ..linalg import cg, cholesky_solve
-from ..local_solvers import LocalSolver, prox_solve
+from ..numerics.linalg import cg, cholesky_solve
+from ..numerics.local_solvers import LocalSolver, prox_solve
 from ..losses import Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
@@ -57,7 +57,7 @@ CG_PRODUCTS_PER_DIM = {torch.float64: 1, torch.float32: 10}
 
 @dataclass(frozen=True)
 class SolverOptions:
-    """The ``problem.local_solver`` keys shared by every convex problem (see `dane.local_solvers`)."""
+    """The ``problem.local_solver`` keys shared by every convex problem (see `dane.numerics.local_solvers`)."""
 
     local_solver: str = "auto"
     local_tol: float = 1e-10
@@ -294,7 +294,7 @@ class LinearModelShard(Problem):
         return self.weight * transposed_product(X, self.loss.dz(z, y) - self.loss.dz(z_snap, y)).reshape(-1)
 
     def svrg_rows(self) -> "SVRGRows":
-        """This shard's rows as numpy arrays for the compiled SVRG (`dane.svrg_kernels`), made once (views on the
+        """This shard's rows as numpy arrays for the compiled SVRG (`dane.numerics.svrg_kernels`), made once (views on the
         CPU; a host copy of a GPU shard's rows, which AIDE's column curvature reads)."""
         if self._svrg_rows is None:
             y = self.y.detach().to(self.dtype).cpu().numpy()  # softmax: the class index as a float

@@ -44,7 +44,7 @@ import torch
 
 from .. import checks, reference
 from ..errors import ConfigError
-from ..inner import worker_seed
+from ..numerics.inner import worker_seed
 from ..losses import LOSSES
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch

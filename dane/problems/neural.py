@@ -19,7 +19,7 @@ accuracy (no test row is counted twice, and the evaluation work is split m ways)
 
 `prox_solve(anchor, linear, mu)` is inexact: ``inner_steps`` steps of an inner torch
 optimizer on the subproblem gradient ∇loss_batch(w) − linear + μ(w − anchor) (see
-`dane.inner`).  Model and data live on ``device`` (CUDA, pinned by local rank, when
+`dane.numerics.inner`).  Model and data live on ``device`` (CUDA, pinned by local rank, when
 available); the flat vectors exchanged with the algorithm stay on the CPU.
 
 `NeuralProblem.convex` is true only for the ``logreg`` model (cross-entropy of a linear
@@ -39,7 +39,7 @@ barely move.  ``tests/test_neural.py`` measures the non-convex rule: where plain
 converges it keeps plain DANE's accuracy, and after rejections μ comes back down.  The table
 experiments (conf/experiment/table_*.yaml) still run plain DANE
 (``algorithm.safeguard=false``, μ=0), the paper's setting.  The inner SGD takes the μ
-term implicitly (`dane.inner.proximal_step`), so a large μ keeps the local solve near
+term implicitly (`dane.numerics.inner.proximal_step`), so a large μ keeps the local solve near
 w_t instead of making it diverge.
 """
 from __future__ import annotations
@@ -61,7 +61,7 @@ from ..data.augment import augment
 from ..data.overlap import check_factors, describe, overlap_shards
 from ..data.sharding import ShardingKeys
 from ..errors import ConfigError
-from ..inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for, worker_seed
+from ..numerics.inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for, worker_seed
 from ..models import MODEL_NAMES, LogisticRegression, build_model
 from ..work import counted
 from .base import Problem, ProblemConfig
@@ -227,7 +227,7 @@ class NeuralProblemConfig(ProblemConfig):
 
     def stacked_form(self, size: int) -> str | None:
         """None where the ``size`` workers can run as one `StackedNeuralProblem` (equal shards, SGD local solves,
-        no augmentation); else why not, as a clause (`dane.batching`)."""
+        no augmentation); else why not, as a clause (`dane.loop.batching`)."""
         if self.augment:
             return "problem.augment=true draws each worker's shifts and rotations from its own generator"
         if self.inner_optimizer != "sgd":

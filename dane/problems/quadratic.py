@@ -26,7 +26,7 @@ them (``factorization``):
 
 *Low rank.*  A shard that keeps its n_i rows (`dane.problems.ridge.RidgeShard`,
 :math:`A_i = cX_i^\top X_i`) has a fourth choice, ``woodbury``: the Woodbury identity
-(`dane.linalg.woodbury_solve`) factors the n_i x n_i matrix :math:`sI + cX_iX_i^\top`
+(`dane.numerics.linalg.woodbury_solve`) factors the n_i x n_i matrix :math:`sI + cX_iX_i^\top`
 instead of the d x d one, O(n_i² d + n_i³/3) per shift and O(n_i d) per solve, and no
 d x d matrix is ever formed.  ``auto`` takes it when n_i < d (a worker of a federated-scale
 run holds a handful of rows); the d x d Cholesky path stays the reference and the default
@@ -38,8 +38,8 @@ import torch
 
 from .. import checks
 from ..errors import ConfigError
-from ..linalg import cg, cholesky_solve
-from ..local_solvers import LocalSolver
+from ..numerics.linalg import cg, cholesky_solve
+from ..numerics.local_solvers import LocalSolver
 from ..work import count_once, counted
 from .base import Problem
 
@@ -53,7 +53,7 @@ class QuadraticProblem(Problem):
     """Worker i's quadratic shard; the exact local solve factors A_i once per μ or once for all μ (module docstring).
 
     Local solves use those factors (``cholesky``) or conjugate gradient on
-    Hessian-vector products (``cg``, `dane.linalg.cg`); `RidgeShard`, which keeps its
+    Hessian-vector products (``cg``, `dane.numerics.linalg.cg`); `RidgeShard`, which keeps its
     rows, also offers ``svrg`` and ``lbfgs`` and does not form A_i unless Cholesky needs it.
     """
 

@@ -41,10 +41,10 @@ import torch
 from .. import checks
 from ..errors import ConfigError
 from ..reference import OPTIMUM_MODES, check_mode
-from ..linalg import capacitance_factor, cg, woodbury_solve
-from ..local_solvers import AUTO_MAX_DIM, LocalSolver
+from ..numerics.linalg import capacitance_factor, cg, woodbury_solve
+from ..numerics.local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
-from ..inner import worker_seed
+from ..numerics.inner import worker_seed
 from ..work import count_once, counted, rows_fraction
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
@@ -338,7 +338,7 @@ class RidgeShard(QuadraticProblem):
     row weight 2 scale and ℓ2 weight 2λ, the same O_i).
 
     ``low_rank`` (``factorization=woodbury``, or ``auto`` with n_i < d): the exact solve of
-    (A_i + sI) goes through the Woodbury identity (`dane.linalg.woodbury_solve`), with
+    (A_i + sI) goes through the Woodbury identity (`dane.numerics.linalg.woodbury_solve`), with
     the row Gram matrix X_iX_iᵀ and the Cholesky factors of sI + 2 scale X_iX_iᵀ
     (n_i x n_i, the last `WOODBURY_FACTORS` shifts) as the only matrices besides X_i.
     The gradient and the suboptimality are products with X_i, so such a shard holds

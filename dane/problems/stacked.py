@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..local_solvers import LocalSolver, flat_slope
+from ..numerics.local_solvers import LocalSolver, flat_slope
 from ..losses import Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
@@ -234,7 +234,7 @@ class StackedLinearModel(Problem):
 
     .. math:: O_i(w) = \frac{m}{N}\sum_{j\in S_i} f(x_j^\top w, y_j) + \frac{\lambda}{2}\|w\|^2,
 
-    X of shape (m, n, d), dense.  The exact local solve is `dane.local_solvers.newton` for all
+    X of shape (m, n, d), dense.  The exact local solve is `dane.numerics.local_solvers.newton` for all
     m workers at once: each Newton direction from one batched Cholesky of the (m, d, d)
     Hessians plus shift, then each worker's own Armijo backtracking, and each worker stops
     where the per-worker solve stops (its relative gradient norm, or the step cap); a worker
@@ -340,7 +340,7 @@ class StackedLinearModel(Problem):
     # ------------------------------------------------------------------ the exact local solve, batched
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
-        """≈ argmin_w O_i(w) − <linear_i, w> + (μ/2)‖w − anchor‖² for every worker: `dane.local_solvers.newton`,
+        """≈ argmin_w O_i(w) − <linear_i, w> + (μ/2)‖w − anchor‖² for every worker: `dane.numerics.local_solvers.newton`,
         row by row (class docstring)."""
         where = anchor.device
         anchor, linear = anchor.to(self.device), linear.to(self.device)

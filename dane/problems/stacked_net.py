@@ -34,8 +34,8 @@ another device is moved in and the results moved back to it.  Only the samplers'
 (m x batch integers) and the metric sums cross to the host.
 
 Minibatches are drawn exactly as on the per-worker path: worker i's rows come from its own
-`dane.inner.MinibatchSampler`, seeded with ``worker_seed(seed, i, SAMPLER_STREAM)``
-(`dane.inner.StackedSampler` holds the m of them), the full-shard gradient and every
+`dane.numerics.inner.MinibatchSampler`, seeded with ``worker_seed(seed, i, SAMPLER_STREAM)``
+(`dane.numerics.inner.StackedSampler` holds the m of them), the full-shard gradient and every
 batch are cut into chunks of ``eval_batch_size`` rows as there, and the test set is cut
 into the same m contiguous slices.  So the iterates equal the per-worker path's to the
 round-off of summing in another order: in float64 to about 1e-12 relative, in float32 to
@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parameters_to_vector
 
-from ..inner import InnerSolver, StackedSampler, proximal_step, steps_for
+from ..numerics.inner import InnerSolver, StackedSampler, proximal_step, steps_for
 from ..work import count, counted
 from .base import Problem
 from .stacked import rows_of
@@ -172,7 +172,7 @@ class StackedNeuralProblem(Problem):
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
         r"""≈ argmin_w O_i(w) − <linear_i, w> + (μ/2)||w − anchor||² for every worker: the inner SGD of
-        `dane.inner.solve` (step lr / (1 + lr μ), heavy-ball momentum as ``torch.optim.SGD``) on the (m, P) array."""
+        `dane.numerics.inner.solve` (step lr / (1 + lr μ), heavy-ball momentum as ``torch.optim.SGD``) on the (m, P) array."""
         m, where = self.stacked_workers, anchor.device
         A = rows_of(anchor.to(self.device, self.dtype), m)
         lin = rows_of(linear.to(self.device, self.dtype), m)
@@ -184,7 +184,7 @@ class StackedNeuralProblem(Problem):
             count("local_inner_steps")
             count("local_inner_samples", idx.shape[-1])
             step = self._data_grad(W, idx)[0]
-            step.add_(l2 * W - lin + mu * (W - A))  # `dane.inner.add_proximal_terms`
+            step.add_(l2 * W - lin + mu * (W - A))  # `dane.numerics.inner.add_proximal_terms`
             if momentum:
                 buf = step.clone() if buf is None else buf.mul_(momentum).add_(step)
                 step = buf

@@ -22,6 +22,6 @@ Modules, by role: `cut` (cut names, the parts, each cut's share of the parameter
 `parties` (an agent's and the server's step, the hand-over snapshot), `links` (messages
 counted per kind, in one process or between processes), `protocol` (one epoch, written
 once for every party), `training` (the parties from a `RunSpec`, rank 0's round object,
-the followers' loop), `run` (the simulator and torchrun drivers; `dane.launch` calls
+the followers' loop), `run` (the simulator and torchrun drivers; `dane.loop.launch` calls
 `run.run_split`), `config` (`SplitConfig`).
 """

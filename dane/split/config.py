@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from .. import checks
 from ..algorithm import AlgorithmConfig
 from ..errors import ConfigError
-from ..inner import InnerSolver
+from ..numerics.inner import InnerSolver
 
 SCHEDULES = ("sequential", "splitfed")
 LABELS = ("server", "agent")
@@ -55,12 +55,12 @@ class SplitConfig(AlgorithmConfig):
         return self.labels == "agent"
 
     def solver(self, side: str) -> InnerSolver:
-        """The side's optimizer as the package's inner optimizer (`dane.inner.make_optimizer`)."""
+        """The side's optimizer as the package's inner optimizer (`dane.numerics.inner.make_optimizer`)."""
         return InnerSolver(optimizer=getattr(self, f"{side}_optimizer"), lr=getattr(self, f"{side}_lr"),
                            momentum=getattr(self, f"{side}_momentum"), steps=1, batch_size=self.batch_size)
 
     def build(self, problem, comm):
-        raise ConfigError("algorithm=split runs through dane.launch (dane train algorithm=split ...), "
+        raise ConfigError("algorithm=split runs through dane.loop.launch (dane train algorithm=split ...), "
                           "not as a per-worker algorithm")
 
     def run_job(self, spec, out_dir: str | None, collect: dict | None) -> dict:

@@ -8,7 +8,7 @@ One step on agent a's minibatch B (docs/split_learning.md):
 
 U-shaped, the server returns its output z = middle(h) instead; the agent computes the loss
 with its head, updates nothing yet, and sends ∂ℓ/∂z; the server backpropagates the middle
-and returns ∂ℓ/∂h.  Each side steps its own optimizer (`dane.inner.make_optimizer`: SGD
+and returns ∂ℓ/∂h.  Each side steps its own optimizer (`dane.numerics.inner.make_optimizer`: SGD
 with momentum or Adam) once per minibatch, on gradients computed before either side
 stepped, so the pair makes exactly the plain-SGD step of the uncut model.
 
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..inner import InnerSolver, make_optimizer
+from ..numerics.inner import InnerSolver, make_optimizer
 
 #: torch's per-parameter state of each optimizer, in pack order
 STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": ("step", "exp_avg", "exp_avg_sq")}

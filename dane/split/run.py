@@ -1,7 +1,7 @@
 """A split run from its `RunSpec`: the simulator (``workers=m``, one process) or torchrun (m agents + 1 server).
 
-`run_split` is the run kind `dane.kinds` picks for ``algorithm=split``.  Rank 0 drives the
-package's one run loop (`dane.driver.drive`) over `SplitRun` (a round is an epoch), with
+`run_split` is the run kind `dane.loop.kinds` picks for ``algorithm=split``.  Rank 0 drives the
+package's one run loop (`dane.loop.driver.drive`) over `SplitRun` (a round is an epoch), with
 the callbacks every run has (``rounds.jsonl``, ``summary.json``, the display, the API's
 ``collect``) and split learning's own: the checkpoints (``checkpoint_every``: one part per
 agent, rank 0's with the run's state and the server's; the same layout in both kinds of
@@ -14,13 +14,13 @@ import contextlib
 
 import torch
 
-from ..callbacks import Callback, Checkpoints, Collect, Display, Records, save_iterate, shows
-from ..checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint
+from ..loop.callbacks import Callback, Checkpoints, Collect, Display, Records, save_iterate, shows
+from ..loop.checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint
 from ..comm.launcher_signals import LauncherTerminated
-from ..confusion import write_confusion
-from ..driver import Loop, drive as run_loop
+from ..records.confusion import write_confusion
+from ..loop.driver import Loop, drive as run_loop
 from ..errors import ConfigError
-from ..faults import inject_faults, worker_lost
+from ..loop.faults import inject_faults, worker_lost
 from .links import DistLink, SimLink
 from .training import CHECKPOINT, STOP, SplitClock, SplitRun, build_parties, follow, load_agents
 

@@ -1,4 +1,4 @@
-"""Split training's parties built from a `RunSpec`, the round object `dane.runner.run` drives, and the followers' loop.
+"""Split training's parties built from a `RunSpec`, the round object `dane.loop.runner.run` drives, and the followers' loop.
 
 Rank 0 (agent 0; the whole run in the simulator) runs `SplitRun` under the package's
 round loop: a round is one epoch, and record t describes the model after t epochs
@@ -21,7 +21,7 @@ from torch import nn
 
 from ..algorithm import Rounds
 from ..errors import ConfigError
-from ..inner import worker_seed
+from ..numerics.inner import worker_seed
 from ..models import build_model
 from .cut import cut_choices, cut_model
 from .links import KINDS, TIME_OF, Counters
@@ -87,7 +87,7 @@ def build_parties(spec, local: set[int], link) -> tuple[EpochProtocol, dict]:
 
 
 class SplitClock:
-    """What `dane.runner` reads of a communicator: cumulative bytes and messages, and the clock
+    """What `dane.loop.runner` reads of a communicator: cumulative bytes and messages, and the clock
     (simulated: the latest party's clock, restored through ``group.clock`` on resume)."""
 
     rank = 0
@@ -135,7 +135,7 @@ class SplitRun(Rounds):
         self.last = epoch_fields(Counters().values)
         self.epoch = 0  # epochs done: the round of the next record
         self.bytes_by_link = dict.fromkeys(KINDS, 0)  # the whole run's, across a resume
-        self.on_epoch = None  # called with (rank, epoch) before each epoch (`dane.faults.inject_faults`)
+        self.on_epoch = None  # called with (rank, epoch) before each epoch (`dane.loop.faults.inject_faults`)
 
     # -- the model rank 0 evaluates ---------------------------------------------------------------
     def model(self) -> nn.Module:
@@ -228,7 +228,7 @@ def load_agents(proto: EpochProtocol, state: dict) -> None:
 
 def follow(proto: EpochProtocol, link, on_checkpoint, on_epoch=None) -> None:
     """A follower (an agent other than 0, or the server) under torchrun: rank 0's commands until STOP;
-    ``on_epoch(rank, epoch)`` before each epoch (`dane.faults.inject_faults`)."""
+    ``on_epoch(rank, epoch)`` before each epoch (`dane.loop.faults.inject_faults`)."""
     rank = link.rank
     while True:
         op, round_ = link.recv_control((2,), torch.int64, 0).tolist()

@@ -9,7 +9,7 @@ subproblem without the shared regularizer).  The methods (``problem.local_solver
   quadratic (squared loss) one step is the exact minimizer and the factor of
   :math:`H_i + \mu I` is cached per μ: the reference path.
 - ``cg``: Newton-CG, every Newton system solved by conjugate gradient on Hessian-vector
-  products (`dane.linalg.cg`), warm-started at the anchor, to relative residual ``tol``
+  products (`dane.numerics.linalg.cg`), warm-started at the anchor, to relative residual ``tol``
   (or a fixed ``max_iter`` products with ``tol=0``); no d x d matrix is formed, so sparse
   X stays sparse.  On a quadratic: one CG solve.
 - ``svrg``: the local solver of InexactDANE (Reddi et al. 2016): ``passes`` epochs of
@@ -17,7 +17,7 @@ subproblem without the shared regularizer).  The methods (``problem.local_solver
   are deterministic and enter exactly; only the data term is sampled.  The step is
   1 / L_max of the per-row components unless ``lr`` is given.  ``variant`` (see
   `SVRG_VARIANTS`) says when the snapshot is taken and how rows are drawn.  Compiled
-  (`dane.svrg_kernels`) on the rows of a linear model; `svrg_reference` is the same
+  (`dane.numerics.svrg_kernels`) on the rows of a linear model; `svrg_reference` is the same
   method in torch, one call per step, and the fast path is tested against it.  On a GPU
   shard (``problem.device=cuda``) SVRG is `svrg_reference` on the device: the compiled
   kernels run on host arrays only.  The same row draws, so the same iterates to round-off,
@@ -43,9 +43,9 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from . import checks
-from .errors import ConfigError
-from .work import count
+from .. import checks
+from ..errors import ConfigError
+from ..work import count
 
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
 #: ``epochs``: a full-gradient snapshot at the start of every pass (SVRG's outer loop, Johnson & Zhang
@@ -209,7 +209,7 @@ def flat_slope(dtype: torch.dtype) -> float:
 
 
 def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None) -> torch.Tensor:
-    """`svrg_reference`'s iterate, compiled (`dane.svrg_kernels`) where the shard gives its rows.
+    """`svrg_reference`'s iterate, compiled (`dane.numerics.svrg_kernels`) where the shard gives its rows.
 
     The same draws from ``generator`` as the reference; without numba installed, the
     reference itself (with a warning, once); on a GPU, the reference on the device.
@@ -237,7 +237,7 @@ def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None
 
 
 def load_svrg(problem, solver: LocalSolver | None) -> None:
-    """At set-up: the compiled SVRG kernel ``problem``'s solves will run, loaded or compiled (`dane.svrg_kernels.load`),
+    """At set-up: the compiled SVRG kernel ``problem``'s solves will run, loaded or compiled (`dane.numerics.svrg_kernels.load`),
     where `svrg` would take it (an SVRG solver, the shard's rows, on the CPU, numba importable)."""
     if solver is None or solver.method != "svrg" or getattr(problem, "svrg_rows", None) is None \
             or problem.initial_point().device.type != "cpu":

@@ -1,7 +1,7 @@
-"""The one run loop: every kind of run (`dane.kinds`) hands it one rank's round object and its callbacks.
+"""The one run loop: every kind of run (`dane.loop.kinds`) hands it one rank's round object and its callbacks.
 
-`drive` opens the run (`dane.callbacks`: where it starts, the run directory), runs the
-rounds through `dane.runner.run`, calling each callback at the same fixed points, and ends
+`drive` opens the run (`dane.loop.callbacks`: where it starts, the run directory), runs the
+rounds through `dane.loop.runner.run`, calling each callback at the same fixed points, and ends
 it: the summary (`base_summary` plus what each callback adds), the final state, the
 closing line.  Convex and network runs, the simulator and launched workers, Horovod
 elastic, split learning and asynchronous runs differ only in the round object and the
@@ -15,20 +15,20 @@ from typing import Any
 
 import torch
 
-from .algorithm import Algorithm
+from ..algorithm import Algorithm
 from .checkpoint import keeps_what_was_written
-from .comm.threads import Interrupted
-from .results import in_target_units
+from ..comm.threads import Interrupted
+from ..records.results import in_target_units
 from .runner import RunResult, run
-from .spec import RunSpec
-from .work import KEYS as LOCAL_WORK
+from ..spec import RunSpec
+from ..work import KEYS as LOCAL_WORK
 
 
 @dataclass
 class Loop:
     """One rank's run as the callbacks see it.
 
-    ``algo`` is the round object `dane.runner.run` drives (an `Algorithm`, or a split or
+    ``algo`` is the round object `dane.loop.runner.run` drives (an `Algorithm`, or a split or
     asynchronous run behind the same interface) and ``comm`` its communicator.  The
     callbacks set ``resume`` (the state the rounds continue from), ``continuing`` (the run
     directory continues earlier records), ``resumed_from`` and ``writer``; the loop keeps
@@ -51,7 +51,7 @@ class Loop:
     writer: Any = None
     seen: list[dict] = field(default_factory=list)
     result: RunResult | None = None
-    keep_records: bool = True  # False: only the last record (a simulated worker other than rank 0: `dane.runner.run`)
+    keep_records: bool = True  # False: only the last record (a simulated worker other than rank 0: `dane.loop.runner.run`)
 
     def __post_init__(self) -> None:
         if not self.backend:
@@ -83,7 +83,7 @@ class Loop:
 
 @keeps_what_was_written  # a full or read-only out_dir: one line saying what it keeps and how to go on
 def drive(loop: Loop, callbacks: list) -> dict:
-    """Run ``loop``'s rounds with ``callbacks`` at their fixed points (`dane.callbacks`); returns the summary.
+    """Run ``loop``'s rounds with ``callbacks`` at their fixed points (`dane.loop.callbacks`); returns the summary.
 
     The run directory stays this run's (its lock held) until the summary is written.
     """

@@ -25,9 +25,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from . import checks
-from .errors import ConfigError
-from .work import count
+from .. import checks
+from ..errors import ConfigError
+from ..work import count
 
 INNER_OPTIMIZERS = ("sgd", "adam", "lbfgs")
 

@@ -13,8 +13,8 @@ import os
 import signal
 
 from .checkpoint import CHECKPOINT_DIR
-from .comm.launcher_signals import LauncherTerminated, exited_peers, stand_down
-from .errors import WorkerLost
+from ..comm.launcher_signals import LauncherTerminated, exited_peers, stand_down
+from ..errors import WorkerLost
 
 #: test-only fault hook: rank 1 (or rank `TEST_KILL_RANK_ENV`) kills itself (SIGKILL) when it reaches this round,
 #: once per run directory

@@ -16,7 +16,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from .layout import CHECKOUT  # noqa: E402
+from ..layout import CHECKOUT  # noqa: E402
 #: set by a launcher that starts the run's processes itself (experiments.launchers): its command line, as JSON
 LAUNCH_COMMAND_ENV = "DANE_LAUNCH_COMMAND"
 #: set where the process's own command line is a launcher's, not the run's (submitit's ``_submit.py`` in a

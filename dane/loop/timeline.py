@@ -3,7 +3,7 @@
 `mark(name)` notes the wall-clock time of a phase's end; `phases()` gives each mark in
 seconds since the process started (the kernel's start time of this process, so the
 interpreter's start and the imports before the first mark are counted too).  Rank 0's
-summary carries them as ``timeline`` (`dane.worker`): ``config`` (the entry point has
+summary carries them as ``timeline`` (`dane.loop.worker`): ``config`` (the entry point has
 its configuration: imports and Hydra done), ``data`` (the data read and the worker's
 shard built), ``reference`` (the reference optimum, when asked for), ``round0`` (the
 first round starts) and ``end`` (the last record written).  A mark made twice keeps

@@ -1,7 +1,7 @@
 """Checkpoints that are one consistent unit across ranks, and resuming a run in place.
 
 Every ``checkpoint_every`` rounds each worker writes its part,
-``<run dir>/checkpoint/round<k>/rank<r>.pt``: the state `dane.runner.run` hands out (next
+``<run dir>/checkpoint/round<k>/rank<r>.pt``: the state `dane.loop.runner.run` hands out (next
 round, cost counters, first record, early-stopping state, ``algo.state_dict()``) plus
 what the run was (algorithm, problem, workers).  After a barrier (every part is on
 disk), rank 0 commits round k with one atomic marker, ``checkpoint/COMMITTED`` (JSON:
@@ -36,8 +36,8 @@ import numpy as np
 import torch
 import yaml
 
-from .errors import ConfigError, OutputError, UserError
-from .results import ROUNDS_FILE, atomic_write
+from ..errors import ConfigError, OutputError, UserError
+from ..records.results import ROUNDS_FILE, atomic_write
 
 CHECKPOINT_DIR = "checkpoint"
 COMMITTED = "COMMITTED"
@@ -94,7 +94,7 @@ DISK_FULL_OR_READ_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 
 
 def keeps_what_was_written(drive):
-    """Decorator of the run loop ``drive(loop, ...)`` (`dane.driver`): a write into ``loop.out_dir`` that fails
+    """Decorator of the run loop ``drive(loop, ...)`` (`dane.loop.driver`): a write into ``loop.out_dir`` that fails
     (a full or read-only file system; a permission taken away) ends the run with `unwritable`'s one line
     instead of a traceback.  Records and checkpoints are written whole or not at all (line-buffered
     appends, `atomic_write`), so everything written before the failure stays readable and resumable."""

@@ -15,7 +15,7 @@ with them to round-off only.
 """
 from __future__ import annotations
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: ``sim.batched=auto`` batches from this many simulated workers on
 AUTO_FROM = 32

@@ -1,9 +1,9 @@
 r"""Horovod elastic: a run that goes on when workers are lost or added (``comm.elastic=true``).
 
 Started by ``horovodrun --min-np A --max-np B --host-discovery-script S`` (which sets
-``HOROVOD_ELASTIC=1``), `run_elastic` wraps the one run loop (`dane.driver.drive`, with an
+``HOROVOD_ELASTIC=1``), `run_elastic` wraps the one run loop (`dane.loop.driver.drive`, with an
 `ElasticCommit` among its callbacks) in ``hvd.elastic.run``.  Every ``checkpoint_every`` rounds (every
-round when it is 0) each worker commits, in memory, the state from which `dane.runner.run`
+round when it is 0) each worker commits, in memory, the state from which `dane.loop.runner.run`
 continues exactly (next round, cost counters, first record, early-stopping state, the
 algorithm's state) with the world size that produced it; the commit also asks Horovod
 whether hosts were added or removed.  The commit follows the round's allreduces and
@@ -21,7 +21,7 @@ the run loop starts again from it:
 - the algorithm is built on the new shard and continues from the committed state
   (`dane.algorithm.Algorithm.load_elastic_state`);
 - rank 0 cuts ``rounds.jsonl`` back to the committed round
-  (`dane.checkpoint.truncate_rounds`): the rounds run since the last commit are done
+  (`dane.loop.checkpoint.truncate_rounds`): the rounds run since the last commit are done
   again and logged once, so round numbers continue with no gap and no repeat.  Every
   record carries ``workers``, the world size of the round that produced it, and the
   summary lists every change, ``world_size_changes: [{round, from, to, records_dropped}]``
@@ -67,14 +67,14 @@ import socket
 import time
 from pathlib import Path
 
-from .algorithm import AlgorithmConfig, known_algorithms
+from ..algorithm import AlgorithmConfig, known_algorithms
 from .callbacks import Callback, Checkpoints, worker_callbacks
 from .checkpoint import truncate_rounds
-from .comm import Communicator
+from ..comm import Communicator
 from .driver import Loop, drive
-from .errors import ConfigError, say
-from .reference import attach_one
-from .results import LOCK_FILE
+from ..errors import ConfigError, say
+from ..reference import attach_one
+from ..records.results import LOCK_FILE
 
 
 def elastic_algorithms() -> list[str]:
@@ -125,7 +125,7 @@ class ElasticSession:
     """What survives a reset: rank 0's committed state, broadcast to every worker after each reset.
 
     ``state`` is a ``horovod.common.elastic.ObjectState`` with ``progress`` (the committed
-    `dane.runner.run` state plus ``workers``; None before round 0 is committed),
+    `dane.loop.runner.run` state plus ``workers``; None before round 0 is committed),
     ``out_dir``, ``changes`` (the world-size changes so far), ``started`` (the run's wall
     clock start) and ``writer`` (host and pid of the rank 0 that holds the run directory).
     Every attribute is replaced, never changed in place, since ``ObjectState.save`` keeps
@@ -174,7 +174,7 @@ class ElasticSession:
         return True
 
     def resume(self, algo, stop, comm: Communicator) -> dict:
-        """The state `dane.runner.run` continues from: the committed one on this worker's new shard.
+        """The state `dane.loop.runner.run` continues from: the committed one on this worker's new shard.
 
         On the first attempt round 0 is committed first, so that a reset before the
         first regular commit also continues (and the run directory is never started twice).
@@ -257,7 +257,7 @@ def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
     """The elastic run kind (``comm.elastic=true``): the run loop inside ``hvd.elastic.run``."""
     import horovod.torch as hvd
 
-    from .comm.horovod import HorovodCommunicator
+    from ..comm.horovod import HorovodCommunicator
     from .worker import build_problem
 
     hvd.init()

@@ -1,21 +1,21 @@
 """One algorithm worker's run, the same on every backend: its problem, its round object and its callbacks.
 
 `build_problem` makes worker ``rank``'s shard; `run_worker` builds the algorithm on it and
-runs the one round loop (`dane.driver.drive`) with `dane.callbacks.worker_callbacks`: the
+runs the one round loop (`dane.loop.driver.drive`) with `dane.loop.callbacks.worker_callbacks`: the
 records, the checkpoints, the display and the summary's parts, rank 0 writing the run directory.  The
-run kinds (`dane.kinds`) call it once per launched process or simulated thread; Horovod
-elastic (`dane.elastic`) and the asynchronous runs (`dane.asynchronous`) drive their own
+run kinds (`dane.loop.kinds`) call it once per launched process or simulated thread; Horovod
+elastic (`dane.loop.elastic`) and the asynchronous runs (`dane.asynchronous`) drive their own
 round objects with the same callbacks.
 """
 from __future__ import annotations
 
 from .callbacks import worker_callbacks
-from . import compress
-from .comm import Communicator
-from .comm.compression import MessageCompression
+from .. import compress
+from ..comm import Communicator
+from ..comm.compression import MessageCompression
 from .driver import Loop, drive
-from .problems import Problem
-from .spec import RunSpec
+from ..problems import Problem
+from ..spec import RunSpec
 from . import timeline
 
 

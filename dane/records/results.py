@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .provenance import run_provenance
 
 LOCK_FILE = ".lock"
@@ -58,7 +58,7 @@ def _clean(value):
 class RunWriter:
     """Appends round records and writes the summary; flushes every line so a crash loses nothing.
 
-    The summary also gets ``provenance`` (`dane.provenance.run_provenance`, taken when the
+    The summary also gets ``provenance`` (`dane.records.provenance.run_provenance`, taken when the
     writer opens: commit, command, start time, host, load average).
 
     A run owns its directory: the writer takes ``<out_dir>/.lock`` (`take_lock`: created exclusively,
@@ -67,7 +67,7 @@ class RunWriter:
     unless ``resume`` (the run continues there: its records were cut back to the
     checkpoint) or ``overwrite`` (the old records are removed first).
 
-    ``trackers`` (`dane.trackers.Trackers`, set by `attach`) get each record and the summary after they are
+    ``trackers`` (`dane.records.trackers.Trackers`, set by `attach`) get each record and the summary after they are
     on disk, so a tracker that fails loses none of them.
     """
 
@@ -106,7 +106,7 @@ class RunWriter:
             raise
 
     def attach(self, trackers) -> None:
-        """Send every later record and the summary also to ``trackers`` (`dane.trackers.Trackers`)."""
+        """Send every later record and the summary also to ``trackers`` (`dane.records.trackers.Trackers`)."""
         self.trackers = trackers
 
     def write_round(self, record: dict) -> None:

@@ -1,6 +1,6 @@
 """The kinds of run: which one a `RunSpec` is, and how each starts its workers.
 
-Every kind ends in the one run loop (`dane.driver.drive`) on each of its workers; they
+Every kind ends in the one run loop (`dane.loop.driver.drive`) on each of its workers; they
 differ in how the workers come to be (threads of the simulator, launched processes, a
 Horovod elastic job, split learning's agents and server, an event-driven asynchronous
 simulation) and in the round object and callbacks they hand the loop.  `start` decides
@@ -15,16 +15,16 @@ from pathlib import Path
 
 import torch
 
-from .comm import Communicator, ThreadGroup, make_communicator
+from ..comm import Communicator, ThreadGroup, make_communicator
 from .batching import batched_path
-from .comm.batched import BatchedGroup, run_batched
-from .comm.launcher_signals import LauncherTerminated
-from .comm.threads import Interrupted, meter_for
-from .errors import say
+from ..comm.batched import BatchedGroup, run_batched
+from ..comm.launcher_signals import LauncherTerminated
+from ..comm.threads import Interrupted, meter_for
+from ..errors import say
 from .faults import RunInterrupted, worker_lost
-from .reference import attach_all, attach_one
-from .results import ROUNDS_FILE
-from .spec import RunSpec
+from ..reference import attach_all, attach_one
+from ..records.results import ROUNDS_FILE
+from ..spec import RunSpec
 from .worker import build_problem, run_worker
 from . import timeline
 
@@ -35,7 +35,7 @@ def start(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
 
     A method that runs the whole job itself comes first (split learning); then the single-process backend
     (``comm=local``): the asynchronous simulator, the simulator (its m workers stacked into one computation where
-    `dane.batching.batched_path` chooses it, else one thread each), or one plain process; then launched processes
+    `dane.loop.batching.batched_path` chooses it, else one thread each), or one plain process; then launched processes
     (horovodrun, torchrun, Slurm): Horovod elastic, or one worker (under ``comm=ps`` perhaps a parameter server).
     """
     comm = spec.comm
@@ -63,7 +63,7 @@ def own_driver(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict
 
 def asynchronous_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """Asynchronous or stale-synchronous workers simulated event by event (`dane.asynchronous.simulator`)."""
-    from .asynchronous.simulator import run_async
+    from ..asynchronous.simulator import run_async
 
     return run_async(spec, out_dir, collect)
 
@@ -100,7 +100,7 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None, declined
 
     A Ctrl-C stops every worker at its next collective; the summary says ``interrupted`` and
     the run ends with `RunInterrupted` (exit status 130).  ``declined``: why ``sim.batched=auto`` kept one thread
-    per worker (`dane.batching.batched_path`), a note rank 0 prints and writes into the summary.
+    per worker (`dane.loop.batching.batched_path`), a note rank 0 prints and writes into the summary.
     """
     m = spec.comm.workers
     torch.set_num_threads(1)  # a simulated worker has one core, in its setup as in its rounds
@@ -138,14 +138,14 @@ def set_up():
 
 def records_kept(out_dir: str | None) -> str:
     """"; records so far are in <out_dir>" where the interrupted run left records there; "" where it left none (a
-    run stopped before its first record removes the folder it made: `dane.results.RunWriter.close`)."""
+    run stopped before its first record removes the folder it made: `dane.records.results.RunWriter.close`)."""
     rounds = Path(out_dir) / ROUNDS_FILE if out_dir else None
     return f"; records so far are in {out_dir}" if rounds is not None and rounds.is_file() and \
         rounds.stat().st_size > 0 else ""
 
 
 def elastic(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
-    """Horovod elastic (`dane.elastic`): the workers that remain go on when one is lost."""
+    """Horovod elastic (`dane.loop.elastic`): the workers that remain go on when one is lost."""
     from .elastic import run_elastic
 
     return run_elastic(spec, out_dir, collect)
@@ -175,7 +175,7 @@ def launched(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
 def serve(spec: RunSpec, comm) -> dict:
     """A parameter server's part (comm=ps): it answers the workers until they shut it down; its counters."""
     if spec.comm.asynchronous:  # asynchronous: set-up, the workers' pushes, then their evaluations
-        from .asynchronous.protocol import AsyncServer
+        from ..asynchronous.protocol import AsyncServer
 
         comm.serve()
         AsyncServer(comm, spec).serve()
@@ -190,7 +190,7 @@ def launched_worker(spec: RunSpec, comm: Communicator, out_dir: str | None, coll
     comm.barrier()
     comm.reset_clock()
     if spec.comm.asynchronous:
-        from .asynchronous.replay import run_async_ps
+        from ..asynchronous.replay import run_async_ps
 
         return run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
     return run_worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)

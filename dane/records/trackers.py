@@ -1,6 +1,6 @@
 """Trackers: rank 0's round records also sent to TensorBoard or MLflow (``logger=[jsonl,tensorboard,mlflow]``).
 
-``rounds.jsonl`` and ``summary.json`` (`dane.results.RunWriter`) are the run's source of
+``rounds.jsonl`` and ``summary.json`` (`dane.records.results.RunWriter`) are the run's source of
 truth and are always written; ``jsonl`` in the list only names them.  The writer hands
 each tracker a record after the record is on disk, so a tracker that fails loses nothing
 there: it is reported in one line and gets no more records (`Trackers`).
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from .errors import ConfigError, say
+from ..errors import ConfigError, say
 from .results import ROUNDS_FILE, read_rounds
 
 TRACKERS = ("jsonl", "tensorboard", "mlflow")

@@ -1,4 +1,4 @@
-"""What happens around a round, as small objects the run loop (`dane.driver.drive`) calls at fixed points.
+"""What happens around a round, as small objects the run loop (`dane.loop.driver.drive`) calls at fixed points.
 
 The loop calls every callback's hooks in list order, as Lightning's fit loop calls its
 callbacks:
@@ -6,14 +6,14 @@ callbacks:
 - ``on_open(loop)``: before anything is written (where the run starts; the run directory);
 - ``on_start(loop)``: just before round 0 (or the resumed round);
 - ``on_round(loop, record)``: after each round's record (the stop rule has already read it);
-- ``on_checkpoint(loop, state)``: every ``checkpoint_every`` rounds, with the state `dane.runner.run`
+- ``on_checkpoint(loop, state)``: every ``checkpoint_every`` rounds, with the state `dane.loop.runner.run`
   continues from;
 - ``on_rounds_end(loop)``: once the rounds are over, however they ended;
 - ``on_end(loop, summary)``: after the rounds, in order, each adds its keys to ``summary`` or writes
   what it keeps (the summary's writer and the closing line come last);
 - ``on_close(loop)``: always, last (the run directory's lock is released here).
 
-``loop`` is the run's `dane.driver.Loop`: spec, communicator, algorithm, the records so far, the
+``loop`` is the run's `dane.loop.driver.Loop`: spec, communicator, algorithm, the records so far, the
 result.  A callback holds what it needs from the spec, and nothing else calls back into the loop.
 """
 from __future__ import annotations
@@ -24,15 +24,15 @@ import sys
 import torch
 import yaml
 
-from .algorithm import Algorithm
+from ..algorithm import Algorithm
 from .checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint, truncate_rounds
-from .confusion import write_confusion
-from .errors import ConfigError, say
+from ..records.confusion import write_confusion
+from ..errors import ConfigError, say
 from .faults import inject_faults
 from .progress import RoundBar, RoundTable
-from .results import SUMMARY_FILE, RunWriter, atomic_write
-from .similarity import hessian_dissimilarity, offered
-from .trackers import open_trackers
+from ..records.results import SUMMARY_FILE, RunWriter, atomic_write
+from ..numerics.similarity import hessian_dissimilarity, offered
+from ..records.trackers import open_trackers
 from . import timeline
 
 
@@ -55,7 +55,7 @@ class Callback:
 
 
 class Faults(Callback):
-    """``sim.fail_at`` (and the test-only kill): lose this worker at a planned round (`dane.faults.inject_faults`)."""
+    """``sim.fail_at`` (and the test-only kill): lose this worker at a planned round (`dane.loop.faults.inject_faults`)."""
 
     def __init__(self, faults: tuple[tuple[int, int], ...]):
         self.faults = faults
@@ -65,7 +65,7 @@ class Faults(Callback):
 
 
 class Checkpoints(Callback):
-    """Checkpoints on disk (`dane.checkpoint`): resume from ``resume=``'s committed round, write this rank's
+    """Checkpoints on disk (`dane.loop.checkpoint`): resume from ``resume=``'s committed round, write this rank's
     part every ``checkpoint_every`` rounds and (rank 0) commit it once every part is on disk.  With
     ``load=False`` (Horovod elastic, which starts from its state in memory) the run does not start from disk."""
 
@@ -96,7 +96,7 @@ class Checkpoints(Callback):
 
 
 class Records(Callback):
-    """Rank 0's run directory (`dane.results.RunWriter`): config.yaml, every record, the summary; the
+    """Rank 0's run directory (`dane.records.results.RunWriter`): config.yaml, every record, the summary; the
     trackers beside rounds.jsonl get each record once it is on disk."""
 
     def __init__(self, control):
@@ -168,7 +168,7 @@ def display(control, algorithm=Algorithm):
 
 
 class Timeline(Callback):
-    """Where the process's time went (`dane.timeline`) and the worker's own set-up time, in the summary."""
+    """Where the process's time went (`dane.loop.timeline`) and the worker's own set-up time, in the summary."""
 
     def on_start(self, loop) -> None:
         timeline.mark("round0")
@@ -273,7 +273,7 @@ def save_iterate(out_dir: str, iterate: torch.Tensor) -> None:
 
 class Similarity(Callback):
     """``similarity=true``: the Hessian dissimilarity δ = max_i ‖∇²O_i − ∇²O‖ (and its mean-square variants,
-    `dane.similarity.hessian_dissimilarity`) at the iterate the rounds start from and at the last record's, in
+    `dane.numerics.similarity.hessian_dissimilarity`) at the iterate the rounds start from and at the last record's, in
     the summary as ``similarity: {start, end}``.
 
     A collective on every rank.  Both are measured after the last round (the start iterate is kept until

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from .work import count
+from ..work import count
 
 MatVec = Callable[[torch.Tensor], torch.Tensor]
 

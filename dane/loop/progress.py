@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
-from .algorithm import Algorithm, Column
+from ..algorithm import Algorithm, Column
 
 
 class RoundBar:

@@ -8,11 +8,11 @@ from typing import Callable
 
 import torch
 
-from . import work
-from .algorithm import Algorithm, Rounds
-from .comm.base import restore_traffic_bits, traffic_bits
-from .errors import ConfigError
-from .projection import ROUND_OFF, Trend, fit
+from .. import work
+from ..algorithm import Algorithm, Rounds
+from ..comm.base import restore_traffic_bits, traffic_bits
+from ..errors import ConfigError
+from ..records.projection import ROUND_OFF, Trend, fit
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class StopRule:
         return None
 
     def trend(self, records: list[dict], first: dict, *, sampled: bool = False) -> Trend | None:
-        """`dane.projection`'s geometric fit to the last rounds of what `measure` reads (``sampled``: rounds of
+        """`dane.records.projection`'s geometric fit to the last rounds of what `measure` reads (``sampled``: rounds of
         client sampling, fitted over the later half of the run); None when too few rounds have a positive finite
         value of it."""
         measure = self.measure(records[-1], first)
@@ -277,7 +277,7 @@ def restore_cost(comm, cost: dict) -> None:
 
 def start_state(algo: Rounds, stop: StopRule) -> dict:
     """Round 0's state in the form ``on_checkpoint`` receives: ``run(algo, stop, resume=start_state(algo, stop))``
-    is a fresh run (Horovod elastic commits it before the first round, `dane.elastic`)."""
+    is a fresh run (Horovod elastic commits it before the first round, `dane.loop.elastic`)."""
     return {"round": 0, "cost": _cost(algo.comm), "first": None, "early_stop": EarlyStopping(stop).state_dict(),
             "divergence": DivergenceWatch(stop).state_dict(), "algorithm": algo.state_dict()}
 
@@ -314,7 +314,7 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     only stepped and evaluated: nothing is set on it.
 
     ``keep_records=False`` keeps only the last record (and round 0's, for the stop tests): a simulated worker other
-    than rank 0, whose records are rank 0's and whose summary nobody reads (`dane.worker.run_worker`), so that m
+    than rank 0, whose records are rank 0's and whose summary nobody reads (`dane.loop.worker.run_worker`), so that m
     simulated workers hold the run's records once, not m times (about 0.8 KB a round each).
 
     An algorithm whose answer is final before the cap (one-shot averaging) says so with a

@@ -1,15 +1,15 @@
 """From validated configs to a finished run, on any backend or in the simulator.
 
 `RunSpec` is everything a run needs, checked before any process group starts.
-`execute` starts the kind of run (`dane.kinds.start`: the simulator's threads, launched
+`execute` starts the kind of run (`dane.loop.kinds.start`: the simulator's threads, launched
 processes, Horovod elastic, split learning, asynchronous runs), which starts the workers;
-each runs the one run loop (`dane.driver`), and rank 0 writes the results.
+each runs the one run loop (`dane.loop.driver`), and rank 0 writes the results.
 
 A run with ``checkpoint_every`` survives a lost process: every rank writes its part of a
-checkpoint, rank 0 commits the round once all parts are on disk (`dane.checkpoint`), and
+checkpoint, rank 0 commits the round once all parts are on disk (`dane.loop.checkpoint`), and
 ``resume=auto`` (or ``resume=<run dir>``) continues from the newest committed round, so
 a job restarted by its launcher (``torchrun --max-restarts``) finishes as if never
-stopped.  Under Horovod elastic (``comm.elastic=true``, `dane.elastic`) the job is not
+stopped.  Under Horovod elastic (``comm.elastic=true``, `dane.loop.elastic`) the job is not
 restarted: the surviving workers reset to the new world size and continue from the
 last round committed in memory, in the same run loop and run directory.  In the simulator ``sim.fail_at`` loses a worker on purpose (`SimulatedFault`),
 and a Ctrl-C stops every worker at its next collective, writes the summary with
@@ -22,9 +22,9 @@ import dataclasses
 import torch
 
 from .checkpoint import check_resume
-from .errors import ConfigError, DivergenceError
+from ..errors import ConfigError, DivergenceError
 from .kinds import start
-from .spec import RunSpec
+from ..spec import RunSpec
 
 __all__ = ["execute"]
 
@@ -35,7 +35,7 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
     ``collect``, when given, receives rank 0's ``records`` and final iterate ``w`` (the Python API).
     A problem config with ``numerics()`` (a network: `dane.problems.neural.reproducible_numerics`)
     fixes torch's thread count and algorithms for the whole run, on every rank and in the simulator.
-    The kind of run (`dane.kinds.start`) starts the workers; each runs the one run loop (`dane.driver`).
+    The kind of run (`dane.loop.kinds.start`) starts the workers; each runs the one run loop (`dane.loop.driver`).
     """
     if spec.comm.backend == "horovod":
         spec.comm.horovod.apply()  # before hvd.init(), and before numerics() so that its thread count wins
