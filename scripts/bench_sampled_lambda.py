@@ -134,7 +134,7 @@ def run(bench: Run) -> None:
 
 
 BENCH = Bench("sampled_lambda", run, "S-DANE's measured lambda under client sampling (own JSON, --out)", threads=None,
-              out="results/bench_runs/sampled_lambda.json",
+              out="results/sampled_lambda.json",
               options=(option("--tables", nargs="+", default=["phishing", "a9a"]),
                        option("--shardings", nargs="+", default=["iid", "dirichlet"]),
                        option("--workers", type=int, default=80),

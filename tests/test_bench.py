@@ -114,7 +114,7 @@ def test_every_section_has_one_command_line():
     args = harness.parser(benches).parse_args(["defaults", "--quick", "--only", "gd", "--workers", "4"])
     assert (args.section, args.quick, args.only, args.workers, args.out) == \
         ("defaults", True, ["gd"], [4], "results/bench.json")
-    assert harness.parser(benches).parse_args(["sampled_lambda"]).out == "results/bench_runs/sampled_lambda.json"
+    assert harness.parser(benches).parse_args(["sampled_lambda"]).out == "results/sampled_lambda.json"
     with pytest.raises(SystemExit):
         harness.parser(benches).parse_args(["compress", "--only", "gd"])  # compress has no --only
 
