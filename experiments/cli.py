@@ -72,11 +72,18 @@ def figures(args: list[str]) -> None:
     run_module(f"dane.paper_figs.{args[0]}", f"dane figures {args[0]}", args[1:])
 
 
+#: the sections of ``python -m scripts.bench`` that are not a scripts/bench_X.py: the figures' run helpers
+FIGURE_RUNS = ("time_vs_workers", "ps_scaling_real", "batched_cuda_check")
+
+
 def bench_scripts() -> dict[str, Path]:
-    """Section name -> its module's file: scripts/bench_X.py is section ``X`` of ``python -m scripts.bench``."""
+    """Section name -> its module's file: scripts/bench_X.py is section ``X`` of ``python -m scripts.bench``, and so
+    are the figures' run helpers that scripts/bench.py names beside them (`FIGURE_RUNS`)."""
     if CHECKOUT is None:
         return {}
-    return {p.stem.removeprefix("bench_"): p for p in (CHECKOUT / "scripts").glob("bench_*.py")}
+    folder = CHECKOUT / "scripts"
+    return {**{p.stem.removeprefix("bench_"): p for p in folder.glob("bench_*.py")},
+            **{name: folder / f"{name}.py" for name in FIGURE_RUNS if (folder / f"{name}.py").is_file()}}
 
 
 def bench(args: list[str]) -> None:

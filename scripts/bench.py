@@ -12,12 +12,13 @@ import importlib
 import sys
 from pathlib import Path
 
+from dane.experiments.cli import FIGURE_RUNS
 from scripts import harness
 
 FOLDER = Path(__file__).resolve().parent
 #: section -> module: scripts/bench_X.py is X; the figures' run helpers keep their names
 MODULES = {**{p.stem.removeprefix("bench_"): f"scripts.{p.stem}" for p in sorted(FOLDER.glob("bench_*.py"))},
-           **{name: f"scripts.{name}" for name in ("time_vs_workers", "ps_scaling_real", "batched_cuda_check")}}
+           **{name: f"scripts.{name}" for name in FIGURE_RUNS}}
 
 
 def main(argv: list[str] | None = None):
