@@ -224,12 +224,13 @@ def positive(values: Sequence[float], floor: float = 1e-16) -> list[float]:
     return [max(float(v), floor) if v is not None and math.isfinite(float(v)) else math.nan for v in values]
 
 
-def cli(main, doc: str) -> None:
-    """The command line every figure script shares: ``--results`` in, ``--out`` for the files; prints their paths."""
+def cli(main, doc: str, results: str = "results") -> None:
+    """The command line every figure script shares: ``--results`` in (default ``results``, or the script's own run
+    folder), ``--out`` for the files; prints their paths."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--results", default="results")
+    parser.add_argument("--results", default=results)
     parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     args = parser.parse_args()
     for path in main(args.results, args.out):

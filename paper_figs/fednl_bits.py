@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 
 from dane.data.table import resolve_dir
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import FIG_DIR, caption_line, figure_provenance, positive, run_config, save
+from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, save
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 RESULTS = "results/fednl_bits"
@@ -124,11 +124,4 @@ def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default=RESULTS)
-    parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
-    args = parser.parse_args()
-    for path in main(args.results, args.out):
-        print(path)
+    cli(main, __doc__, RESULTS)

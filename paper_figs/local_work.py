@@ -24,7 +24,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import FIG_DIR, caption_line, figure_provenance, positive, run_config, save
+from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, save
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import Job, RunIndex
 
@@ -138,11 +138,4 @@ def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default=RESULTS)
-    parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
-    args = parser.parse_args()
-    for path in main(args.results, args.out):
-        print(path)
+    cli(main, __doc__, RESULTS)
