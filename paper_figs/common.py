@@ -175,6 +175,33 @@ def figure_provenance(runs: Iterable[str | Path], root: str | Path | None = None
     }
 
 
+class MissingCount(ValueError):
+    """A run whose records lack a count a figure plots (suboptimality, uplink traffic, local passes)."""
+
+
+def uplink_bits_per_client(records: list[dict], workers: int) -> list[float]:
+    """Each record's uplink bits per client so far: FedNL's own exact count, a federated method's participants'
+    bytes, or ``comm.compress``'s bits (a worker's own); `MissingCount` where the records count none."""
+    first = records[0]
+    if "clients_uplink_bits" in first:
+        return [r["clients_uplink_bits"] / workers for r in records]
+    if "uplink_bytes" in first:
+        return [8 * r["uplink_bytes"] / workers for r in records]
+    if "uplink_bits" in first:
+        return [float(r["uplink_bits"]) for r in records]
+    raise MissingCount("its records count no uplink traffic; run it with comm.compress=none")
+
+
+def run_dirs_under(results: str | Path, how_to_make: str) -> list[Path]:
+    """Every run directory directly under ``results`` (one holding rounds.jsonl), sorted; none is one line naming
+    ``how_to_make`` them."""
+    root = Path(results)
+    found = sorted(p.parent for p in root.glob("*/rounds.jsonl"))
+    if not found:
+        raise FileNotFoundError(f"no runs under {root}; {how_to_make}")
+    return found
+
+
 def caption_line(what: str, provenance: dict) -> str:
     """One line: what the figure shows, then where its numbers came from."""
     commits = provenance.get("commits") or ["unknown commit"]

@@ -27,7 +27,8 @@ import matplotlib.pyplot as plt
 
 from dane.data.table import resolve_dir
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, save
+from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
+                                    run_dirs_under, save, uplink_bits_per_client)
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 RESULTS = "results/fednl_bits"
@@ -56,7 +57,7 @@ def jobs() -> list[Job]:
     return fednl + [(f"algorithm={name}", "comm.compress=none", *common) for name in OTHERS]
 
 
-class NoBits(ValueError):
+class NoBits(MissingCount):
     """A run whose records count no uplink bits."""
 
 
@@ -74,23 +75,13 @@ def curve(run_dir: Path) -> dict:
     records, workers = read_rounds(run_dir), read_summary(run_dir)["workers"]
     if not records or "suboptimality" not in records[0]:
         raise NoBits(f"{run_dir}: its records have no suboptimality; run it with problem.optimum=auto")
-    if "clients_uplink_bits" in records[0]:
-        bits = [r["clients_uplink_bits"] / workers for r in records]
-    elif "uplink_bits" in records[0]:
-        bits = [r["uplink_bits"] for r in records]
-    else:
-        raise NoBits(f"{run_dir}: its records count no uplink bits; run it with comm.compress=none")
+    try:
+        bits = uplink_bits_per_client(records, workers)
+    except MissingCount as exc:
+        raise NoBits(f"{run_dir}: {exc}") from None
     optimum = abs(records[0]["objective"] - records[0]["suboptimality"])
     return {"label": label(run_dir), "rounds": [r["round"] for r in records], "bits": bits,
             "relative": [r["suboptimality"] / optimum for r in records]}
-
-
-def runs_under(results: str | Path) -> list[Path]:
-    root = Path(results)
-    found = sorted(p.parent for p in root.glob("*/rounds.jsonl"))
-    if not found:
-        raise FileNotFoundError(f"no runs under {root}; make them with the commands in docs/federated.md (FedNL)")
-    return found
 
 
 def draw(curves: list[dict]):
@@ -113,7 +104,7 @@ def draw(curves: list[dict]):
 def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]:
     index = RunIndex(results)
     found = [index.find(job, timed=False) for job in jobs()]
-    run_dirs = found if all(found) else runs_under(results)
+    run_dirs = found if all(found) else run_dirs_under(results, "make them with the commands in docs/federated.md (FedNL)")
     curves = [curve(d) for d in run_dirs]
     provenance = figure_provenance(run_dirs, results)
     caption = caption_line("FedNL per compressor beside other methods: relative suboptimality against rounds and "

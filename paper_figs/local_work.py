@@ -24,7 +24,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, save
+from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
+                                    run_dirs_under, save, uplink_bits_per_client)
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import Job, RunIndex
 
@@ -45,25 +46,10 @@ def jobs() -> list[Job]:
     return [(f"algorithm={name}", *extra, *common) for name, extra in METHODS]
 
 
-class MissingCount(ValueError):
-    """A run whose records lack a count the figure plots (suboptimality, uplink traffic or local passes)."""
-
-
 def label(run_dir: Path) -> str:
     """The algorithm's name from the run's ``config.yaml``; a run without one (`dane.fit`) goes by its directory."""
     algorithm = run_config(run_dir).get("algorithm")
     return algorithm["name"] if algorithm else run_dir.name
-
-
-def uplink_bits_per_client(records: list[dict], workers: int) -> list[float]:
-    first = records[0]
-    if "clients_uplink_bits" in first:
-        return [r["clients_uplink_bits"] / workers for r in records]
-    if "uplink_bytes" in first:
-        return [8 * r["uplink_bytes"] / workers for r in records]
-    if "uplink_bits" in first:
-        return [float(r["uplink_bits"]) for r in records]
-    raise MissingCount("its records count no uplink traffic; run it with comm.compress=none")
 
 
 def curve(run_dir: Path) -> dict:
@@ -89,15 +75,6 @@ def to_target(c: dict, target: float = TARGET) -> tuple[int, float, float] | Non
         if value <= target:
             return c["rounds"][k], c["bits"][k], c["passes"][k]
     return None
-
-
-def runs_under(results: str | Path) -> list[Path]:
-    root = Path(results)
-    found = sorted(p.parent for p in root.glob("*/rounds.jsonl"))
-    if not found:
-        raise FileNotFoundError(f"no runs under {root}; make them with dane figures make_all or `dane train ... "
-                                f"out_dir={root}/NAME` (problem.optimum=auto)")
-    return found
 
 
 def draw(curves: list[dict]):
@@ -129,7 +106,8 @@ def table(curves: list[dict], target: float = TARGET) -> str:
 def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]:
     index = RunIndex(results)
     found = [index.find(job, timed=False) for job in jobs()]
-    run_dirs = found if all(found) else runs_under(results)
+    run_dirs = found if all(found) else run_dirs_under(
+        results, f"make them with dane figures make_all or `dane train ... out_dir={results}/NAME` (problem.optimum=auto)")
     curves = [curve(d) for d in run_dirs]
     provenance = figure_provenance(run_dirs, results)
     caption = caption_line("relative suboptimality against rounds, uplink bits per client and local gradient passes "
