@@ -85,13 +85,9 @@ def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) 
     try:
         summary = run_batched(group, lambda comm: run_worker(spec, comm, problem, out_dir, start, setup_s, collect))
     except (KeyboardInterrupt, Interrupted):  # a second Ctrl-C, or one before round 0's record: the records kept
-        interrupted = RunInterrupted(f"interrupted{records_kept(out_dir)}")
-        say(interrupted)
-        raise interrupted from None
+        raise interrupted(f"interrupted{records_kept(out_dir)}") from None
     if group.interrupted:  # stopped at a collective: the summary says interrupted, as the per-worker path's
-        interrupted = RunInterrupted(f"interrupted after round {summary['rounds']}{records_kept(out_dir)}")
-        say(interrupted)
-        raise interrupted
+        raise interrupted(f"interrupted after round {summary['rounds']}{records_kept(out_dir)}")
     return summary
 
 
@@ -116,9 +112,7 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None, declined
                                                 collect))[0]
     if group.interrupted:
         at = f" after round {summary['rounds']}" if summary is not None else ""
-        interrupted = RunInterrupted(f"interrupted{at}{records_kept(out_dir)}")
-        say(interrupted)
-        raise interrupted
+        raise interrupted(f"interrupted{at}{records_kept(out_dir)}")
     return summary
 
 
@@ -131,9 +125,14 @@ def set_up():
     except KeyboardInterrupt as exc:
         if isinstance(exc, RunInterrupted):
             raise
-        interrupted = RunInterrupted("interrupted during set-up, before round 0; nothing was written")
-        say(interrupted)
-        raise interrupted from None
+        raise interrupted("interrupted during set-up, before round 0; nothing was written") from None
+
+
+def interrupted(message: str) -> RunInterrupted:
+    """The `RunInterrupted` a Ctrl-C in the simulator ends with, its one line already said (exit status 130)."""
+    error = RunInterrupted(message)
+    say(error)
+    return error
 
 
 def records_kept(out_dir: str | None) -> str:
