@@ -7,13 +7,12 @@ import statistics
 import sys
 import time
 
-
 import torch
-from scripts.bench_scaling import mnist_dir
+
 from dane.experiments.config import run_spec
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, Run, load, option, timed_run
+from scripts.harness import Bench, Run, load, mnist_missing, option, paired, timed_run
 
 KEY = "batched_net"
 LR = 0.05
@@ -27,27 +26,13 @@ def overrides(workers: int, local_steps: int, batch_size: int, rounds: int, batc
 
 def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log) -> dict:
     """Per-worker over batched on the CPU (module docstring)."""
-    pairs = []
-    for _ in range(repeats):
-        threads = timed_run(*overrides(workers, local_steps, batch_size, rounds, "false", "cpu"))
-        batched = timed_run(*overrides(workers, local_steps, batch_size, rounds, "true", "cpu"))
-        assert threads["path"] == "threads" and batched["path"] == "batched"
-        pairs.append({"threads_rounds_s": threads["rounds_s"], "batched_rounds_s": batched["rounds_s"],
-                      "ratio": threads["rounds_s"] / batched["rounds_s"],
-                      "threads_cpu_s": threads["total_cpu_s"], "batched_cpu_s": batched["total_cpu_s"],
-                      "cpu_ratio": threads["total_cpu_s"] / batched["total_cpu_s"],
-                      "objective_rel_diff": max(abs(a - b) / abs(a) for a, b in
-                                                zip(threads["objectives"], batched["objectives"])),
-                      "threads_simulated_s": threads["simulated_time_s"],
-                      "batched_simulated_s": batched["simulated_time_s"], "load_avg": batched["load_avg"]})
-        log(f"m={workers}: per-worker {threads['rounds_s']:.2f} s, batched {batched['rounds_s']:.2f} s, "
-            f"ratio {pairs[-1]['ratio']:.2f} (CPU {pairs[-1]['cpu_ratio']:.2f})")
-    ratios = [p["ratio"] for p in pairs]
+    jobs = tuple(overrides(workers, local_steps, batch_size, rounds, batched, "cpu") for batched in ("false", "true"))
+    pairs = paired(jobs, repeats, log, cpu=("threads_cpu_s", "batched_cpu_s"))
+    for pair in pairs["pairs"]:
+        pair["cpu_ratio"] = pair["threads_cpu_s"] / pair["batched_cpu_s"]
     return {"workers": workers, "local_steps": local_steps, "batch_size": batch_size, "rounds": rounds, "lr": LR,
-            "problem": "mnist_lenet5 (float32)", "algorithm": "local_sgd (mean)", "goal": ">= 5",
-            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-            "cpu_ratio_median": statistics.median(p["cpu_ratio"] for p in pairs),
-            "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
+            "problem": "mnist_lenet5 (float32)", "algorithm": "local_sgd (mean)", "goal": ">= 5", **pairs,
+            "cpu_ratio_median": statistics.median(p["cpu_ratio"] for p in pairs["pairs"])}
 
 
 def layer_flops(model: torch.nn.Module, in_shape: tuple) -> dict:
@@ -154,8 +139,8 @@ def run(bench: Run) -> dict:
     if args.quick:
         args.workers, args.local_steps, args.rounds, args.repeats = 8, 2, 1, 1
     section: dict = {"machine": bench.machine, "quick": args.quick}
-    if not mnist_dir().is_dir():
-        section["skipped"] = f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder holding mnist/)"
+    if mnist_missing():
+        section["skipped"] = mnist_missing()
         print(f"{KEY}: {section['skipped']}", flush=True)
         if not args.skip_without_data:
             sys.exit(2)

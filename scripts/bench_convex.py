@@ -5,15 +5,12 @@ import json
 import math
 import os
 import shutil
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
 
 import dane
 from dane.comm import AlphaBeta
@@ -22,7 +19,7 @@ from dane.errors import UserError
 from dane.problems.linear_models import LinearModelConfig
 from dane.reference import attach_all
 from dane.synthetic.sparse_data import write_sparse_libsvm
-from scripts.harness import Bench as Section, Run, option
+from scripts.harness import Bench as Section, Run, first_at, kept, load, now, option, relative, stamped
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8
@@ -105,9 +102,8 @@ def to_target(records: list[dict], f_star: float, rel_tol: float = REL_TOL) -> d
 
     The suboptimality is the record's own (O(w) - O*, or ½ eᵀHe for a quadratic).
     """
-    scale = abs(f_star) if f_star != 0 else 1.0
-    rel = [r["suboptimality"] / scale if r.get("suboptimality") is not None else math.inf for r in records]
-    hit = next((i for i, value in enumerate(rel) if value <= rel_tol), None)
+    rel = relative(records, f_star)
+    hit = first_at(rel, rel_tol)
     last = records[-1]
     row = {"reached": hit is not None, "best_rel_suboptimality": min(rel, default=math.inf),
            "final_rel_suboptimality": rel[-1] if rel else math.inf,
@@ -170,42 +166,13 @@ def goal_time(rows: dict[str, dict]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- runs
-class Progress:
-    """Prints the last round of a run's rounds.jsonl every ``every`` seconds, so long runs show progress."""
-
-    def __init__(self, run_dir: Path, f_star: float, every: float = 20.0):
-        self.path, self.f_star, self.every = run_dir / "rounds.jsonl", f_star, every
-        self.stop, self.start = threading.Event(), time.perf_counter()
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-
-    def _watch(self) -> None:
-        while not self.stop.wait(self.every):
-            try:
-                last = json.loads(self.path.read_text().splitlines()[-1])
-            except (OSError, IndexError, ValueError):
-                continue
-            sub = last.get("suboptimality")
-            rel = f"{sub / abs(self.f_star):.2e}" if sub is not None else "?"
-            print(f"    ... round {last['round']}, {last['comm_rounds']} allreduces, relative suboptimality {rel}, "
-                  f"{time.perf_counter() - self.start:.0f} s", flush=True)
-
-
 def run_one(problem: LinearModelConfig, algorithm: str, workers: int, cap: int, f_star: float, run_dir: Path) -> dict:
     """One `dane.fit` run into ``run_dir``; its cost to the target.  An error is a result (``error``), not a crash."""
     shutil.rmtree(run_dir, ignore_errors=True)
     start = time.perf_counter()
     try:
-        with Progress(run_dir, f_star):
-            result = dane.fit(problem, algorithm, workers=workers, rounds=cap, tol=REL_TOL,  # relative (StopRule)
-                              out_dir=str(run_dir), **SETTINGS[algorithm])
+        result = dane.fit(problem, algorithm, workers=workers, rounds=cap, tol=REL_TOL,  # relative (StopRule)
+                          out_dir=str(run_dir), **SETTINGS[algorithm])
     except Exception as exc:  # noqa: BLE001 -- a method that crashes on a problem is reported, the others still run
         return {"reached": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "round_cap": cap,
                 "settings": SETTINGS[algorithm], "wall_s": time.perf_counter() - start, "run_dir": str(run_dir)}
@@ -287,14 +254,8 @@ def run_bench(bench: Bench, args, log) -> dict:
             log(f"  {bench.name} m={m} {algorithm} (cap {cap} rounds) ...")
             row = run_one(problem, algorithm, m, cap, f_star, base / algorithm)
             rows[algorithm] = row = {**row, "cap_rule": rule}
-            if "error" in row:
-                log(f"    failed: {row['error']}")
-            elif row["reached"]:
-                log(f"    {row['rounds']} rounds, {row['comm_rounds']} allreduces, {row['bytes']} B, "
-                    f"{row['time_s']:.3g} s simulated ({row['wall_s']:.1f} s wall)")
-            else:
-                log(f"    not reached in {row['at_end']['round']} rounds ({row['status']}): best "
-                    f"{row['best_rel_suboptimality']:.2e} ({row['wall_s']:.1f} s wall)")
+            shown = ("rounds", "comm_rounds", "bytes", "time_s") if row["reached"] else ("at_end", "best_rel_suboptimality")
+            log(f"    {row.get('error') or {key: row[key] for key in shown}} ({row['wall_s']:.1f} s wall)")
         goals = {"a_allreduces": goal_allreduces(rows), "b_time": goal_time(rows)}
         for goal in goals.values():
             log(f"  goal [{goal['goal']}]: {goal['status']}: {goal.get('detail', '')}")
@@ -304,12 +265,10 @@ def run_bench(bench: Bench, args, log) -> dict:
 
 # ---------------------------------------------------------------------------------------------- main
 def run(bench: Run) -> None:
-    args, log, start = bench.args, bench.log, bench.start
-    path = Path(args.out)
-    cost = AlphaBeta()
-    chosen = [b for b in benches(args) if args.problems is None or b.name in args.problems]
-    report = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": bench.machine,
-              "load_avg_before": list(os.getloadavg()), "quick": args.quick,
+    """Every chosen problem `stamped` into ``problems`` and saved as it ends; ``--problems`` keeps the others' rows
+    (and the last full run's record, ``full_run``) from ``--out``."""
+    args, cost = bench.args, AlphaBeta()
+    report = {"started_at": now(), "machine": bench.machine, "load_avg_before": load(), "quick": args.quick,
               "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g}",
               "simulator": "in-process simulator (dane.fit): one thread and one torch thread per worker; "
                            "simulated time = each worker's measured compute + the alpha-beta ring-allreduce model",
@@ -319,28 +278,20 @@ def run(bench: Run) -> None:
                         "bytes one worker sent; time_s = simulated time of the rounds (setup_s apart)",
               "algorithms": {a: {"settings": SETTINGS[a], "round_cap": CAPS[a]} for a in args.algorithms},
               "problems": {}}
-    earlier = json.loads(path.read_text()).get(KEY, {}) if path.exists() else {}
-    if args.problems is not None and earlier.get("quick") == args.quick:  # --problems reruns some, keeps the rest
-        report["problems"] = dict(earlier.get("problems", {}))
-        report["full_run"] = earlier.get("full_run") or {k: earlier.get(k) for k in FULL_RUN}
-        report["rerun_of"] = args.problems
-    for case in chosen:
-        begun = (time.strftime("%Y-%m-%dT%H:%M:%S%z"), list(os.getloadavg()), time.perf_counter())
-        result = run_bench(case, args, log)
-        report["problems"][case.name] = {**result, "started_at": begun[0], "load_avg_before": begun[1],
-                                          "load_avg_after": list(os.getloadavg()),
-                                          "wall_s": time.perf_counter() - begun[2]}
-        report["wall_s"] = time.perf_counter() - start
-        bench.save(report)  # after each problem, so a later failure loses nothing
-    report["load_avg_after"] = list(os.getloadavg())
-    report["wall_s"] = time.perf_counter() - start
+    earlier = kept(bench) if args.problems is not None else {}
+    if earlier:
+        report.update(problems=dict(earlier.get("problems", {})), rerun_of=args.problems,
+                      full_run=earlier.get("full_run") or {k: earlier.get(k) for k in FULL_RUN})
+    for case in benches(args):
+        if args.problems is None or case.name in args.problems:
+            report["problems"][case.name] = stamped(lambda: run_bench(case, args, bench.log))
+            report["wall_s"] = time.perf_counter() - bench.start
+            bench.save(report)
+    report.update(load_avg_after=load(), wall_s=time.perf_counter() - bench.start)
     if args.problems is None:
         report["full_run"] = {k: report[k] for k in FULL_RUN}
     bench.finish(report)
-    report["wall_s"] = time.perf_counter() - start  # unrounded, as before
-    bench.save(report)
-    log(f"done in {time.perf_counter() - start:.0f} s -> {path}")
-
+    bench.log(f"done -> {bench.path}")
 
 
 BENCH = Section(KEY, run, "rounds, allreduces, bytes and simulated time to 1e-8: the Newton-type family and baselines",

@@ -5,16 +5,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
-
-from scripts.bench_batched_net import cuda_round
-from scripts.bench_scaling import median_round_s, mnist_dir
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.launchers import REPO, torchrun
-from scripts.harness import Bench, Run, load, now, option, spread
+from scripts.bench_batched import sync
+from scripts.bench_batched_net import cuda_round
+from scripts.bench_scaling import median_round_s, mnist_dir
+from scripts.harness import Bench, Run, load, mnist_missing, now, option, spread
 
 KEY = "cuda"
 BASELINE_KEY = "cuda_baseline"  # --only-baseline's section (a full run keeps it under KEY's "baseline")
@@ -149,16 +150,9 @@ def baseline_config(device: str, dataset: str = "mnist", data_dir: str | None = 
                                inner_batch_size=batch_size, inner_momentum=0.9, device=device, dtype="float32")
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def dane_rounds(problem, rounds: int) -> tuple[list[float], torch.Tensor]:
     """Wall seconds of each of ``rounds`` DANE rounds (η = 1, μ = 0, no safeguard) of one worker after a first,
     untimed one (the first kernels' start-up), and the final iterate."""
-    import time
-
     from dane.comm.local import LocalCommunicator
     from dane.dane import DANE
 
@@ -166,10 +160,10 @@ def dane_rounds(problem, rounds: int) -> tuple[list[float], torch.Tensor]:
     algorithm.step()
     times = []
     for _ in range(rounds):
-        _synchronize(problem.device)
+        sync(problem.device)
         start = time.perf_counter()
         algorithm.step()
-        _synchronize(problem.device)
+        sync(problem.device)
         times.append(time.perf_counter() - start)
     return times, algorithm.w
 
@@ -180,8 +174,6 @@ def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Te
     optimizer, as each local solve makes) over the minibatches DANE's sampler draws (its seed, drawn the same
     way, the epoch's permutation moved to the device once); one host transfer a round, for the metrics.  At
     m = 1, η = 1, μ = 0 DANE's correction term is zero, so the iterates are DANE's (tests/test_bench_cuda.py)."""
-    import time
-
     import torch.nn.functional as F
 
     model, device, inner = problem.model, problem.device, problem.inner
@@ -219,10 +211,10 @@ def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Te
     one_round()
     times = []
     for _ in range(rounds):
-        _synchronize(device)
+        sync(device)
         start = time.perf_counter()
         one_round()
-        _synchronize(device)
+        sync(device)
         times.append(time.perf_counter() - start)
     return times, torch.nn.utils.parameters_to_vector(model.parameters()).detach().cpu()
 
@@ -281,8 +273,8 @@ def batched_net(workers: int, rounds: int, repeats: int) -> dict:
     """`bench_batched_net.cuda_round`, or why it cannot run here."""
     if not torch.cuda.is_available():
         return {"skipped": "torch sees no CUDA device"}
-    if not mnist_dir().is_dir():
-        return {"skipped": f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder holding mnist/)"}
+    if mnist_missing():
+        return {"skipped": mnist_missing()}
     return {"gpu": torch.cuda.get_device_name(0),
             **cuda_round(workers, 10, 32, rounds, repeats, lambda line: print(line, flush=True))}
 
@@ -302,9 +294,8 @@ def run(bench: Run) -> None:
         result["batched_net"] = batched_net(args.batched_workers, min(args.rounds, 3), args.repeats)
         return done(BATCHED_KEY, f"cuda batched_net: {result['batched_net'].get('skipped') or result['batched_net']['ratio']}")
     if args.only_baseline:
-        if not mnist_dir().is_dir():
-            result["baseline"] = {"skipped": f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder "
-                                             "holding mnist/)"}
+        if mnist_missing():
+            result["baseline"] = {"skipped": mnist_missing()}
         elif "cuda" in baseline_devices and not torch.cuda.is_available():
             result["baseline"] = {"skipped": "torch sees no CUDA device; --baseline-devices cpu times the CPU"}
         else:
@@ -319,8 +310,8 @@ def run(bench: Run) -> None:
                                   written=lambda partial: bench.save({**result, "convex": partial}))
         if args.only_convex:
             result["skipped"] = "--only-convex: the network sections were not run"
-        elif not mnist_dir().is_dir():
-            result["skipped"] = f"no MNIST files in {mnist_dir()} (set DANE_DATA_DIR to a folder holding mnist/)"
+        elif mnist_missing():
+            result["skipped"] = mnist_missing()
         else:
             with tempfile.TemporaryDirectory() as tmp:
                 result["launched"] = launched(Path(tmp), args.rounds, args.repeats)

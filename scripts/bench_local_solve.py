@@ -1,23 +1,17 @@
 """The cost of one DANE local solve against d, by Cholesky and by CG: time and peak memory."""
 from __future__ import annotations
 
-import argparse  # SUPPRESS: the options of the per-case subprocess are not shown
-import json
 import os
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from dane.synthetic.sparse_data import rcv1_like
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, in_fresh_process, load, option
 
 KEY = "local_solve_cost"
 
@@ -83,7 +77,7 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def measure_case(case: dict, data: Path, repeats: int, lam: float = 1e-3) -> dict:
+def measure_case(case: dict, data: str, repeats: int, lam: float = 1e-3) -> dict:
     """In a fresh process: one DANE local solve (ridge, w_t = 0, g = this worker's gradient) timed ``repeats`` times."""
     import numpy as np
     import scipy.sparse as sp
@@ -132,7 +126,9 @@ def measure_case(case: dict, data: Path, repeats: int, lam: float = 1e-3) -> dic
             "relative_gradient_after": residual / float(torch.linalg.vector_norm(grad))}
 
 
-def local_solve_cost(args, log) -> dict:
+def run(bench: Run) -> dict:
+    """Each case skipped where the Cholesky path cannot fit, else `measure_case` in a fresh process."""
+    args, log = bench.args, bench.log
     out = {"what": "one DANE round's local solve w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w> on one worker: "
                    "ridge (squared loss, lam=1e-3), n_i = 2d rows, w_t = 0 and g = the worker's own gradient "
                    "(eta=1, mu=0); dense rows x ~ N(0, I), sparse rows from synthetic/sparse_data.rcv1_like; "
@@ -145,47 +141,20 @@ def local_solve_cost(args, log) -> dict:
                      "peak_with_data_only_mb is the same after loading X and building the shard, before any solve. "
                      "Not ru_maxrss: Linux carries the parent's peak into the child across fork + exec, so every "
                      "case read 0 MB under it",
-           "cases": [], "load_avg_before": list(os.getloadavg())}
+           "cases": [], "load_avg_before": load()}
     with tempfile.TemporaryDirectory() as tmp:
         for case in cost_cases(args.quick):
-            measure_one(case, Path(tmp), out, args, log)
-    return out
+            log(f"  local solve d={case['d']} {case['layout']} {case['solver']} ...")
+            why = skip_reason(case, memory_total())
+            if why is None:
+                data = str(write_case_data(case, Path(tmp)))
+                out["cases"].append({**case, **in_fresh_process("scripts.bench_local_solve:measure_case", case, data,
+                                                                args.repeats)})
+            else:
+                out["cases"].append({**case, "skipped": why})
+            log(f"    {out['cases'][-1]}")
+    return bench.record(out)
 
 
-def measure_one(case: dict, folder: Path, out: dict, args, log) -> None:
-    """One case into ``out["cases"]``: skipped where the Cholesky path cannot fit, else measured in a subprocess."""
-    label = f"d={case['d']} {case['layout']} {case['solver']}"
-    why = skip_reason(case, memory_total())
-    if why is not None:
-        out["cases"].append({**case, "skipped": why})
-        log(f"  local solve {label}: skipped, {why}")
-        return
-    log(f"  local solve {label} ...")
-    data = write_case_data(case, folder)
-    cmd = [sys.executable, "-m", "scripts.bench", "local_solve", "--measure-case", json.dumps(case), "--case-data", str(data),
-           "--repeats", str(args.repeats)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if proc.returncode != 0:
-        out["cases"].append({**case, "failed": proc.stderr.strip().splitlines()[-1:]})
-        log(f"    failed: {proc.stderr.strip()[-300:]}")
-        return
-    result = {**case, **json.loads(proc.stdout.strip().splitlines()[-1])}
-    out["cases"].append(result)
-    log(f"    {result['round_s'] * 1e3:.3g} ms a round ({result['first_round_s'] * 1e3:.3g} ms the first), "
-        f"peak {result['peak_mb']:.0f} MB (data alone {result['peak_with_data_only_mb']:.0f} MB)")
-
-
-# ---------------------------------------------------------------------------------------------- main
-def run(bench: Run) -> dict | None:
-    args = bench.args
-    if args.measure_case is not None:  # the subprocess of one case
-        print(json.dumps(measure_case(json.loads(args.measure_case), Path(args.case_data), args.repeats)))
-        return None
-    bench.log("local solve cost against d")
-    return bench.record(local_solve_cost(args, bench.log))
-
-
-BENCH = Bench(KEY, run, "one local solve against d: Cholesky and CG time per round, peak memory", threads=None, options=(
-    option("--repeats", type=int, default=3),
-    option("--measure-case", default=None, help=argparse.SUPPRESS),
-    option("--case-data", default=None, help=argparse.SUPPRESS)))
+BENCH = Bench(KEY, run, "one local solve against d: Cholesky and CG time per round, peak memory", threads=None,
+              options=(option("--repeats", type=int, default=3),))

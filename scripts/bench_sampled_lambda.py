@@ -21,7 +21,7 @@ STEP_GRID = (0.5, 2.0, 4.0)  # --fedred: multiples of the default's local step c
 DATA_DIR = os.environ.get("DANE_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
-def run(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: float | None,
+def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: float | None,
         extra: tuple[str, ...] = (), tol: float = 1e-8) -> dict:
     job = [f"algorithm={method}", "problem=logreg", "data=libsvm", f"data.path=libsvm/{table}", f"workers={m}",
            f"data.sharding={shard}", "data.alpha=0.5", f"rounds={rounds}", f"tol={tol!r}", "quiet=true",
@@ -45,65 +45,63 @@ def run(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: f
             "wall_s": round(time.perf_counter() - start, 1)}
 
 
-def cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
-    old = run("sdane", table, m, shard, m, 1, None)["lam"]  # the full-participation defaults (δ_A rules)
-    old_acc = run("acc_sdane", table, m, shard, m, 1, None)["lam"]
-    default = run("sdane", table, m, shard, s, rounds, None)
-    rows = [dict(default, role="default"), dict(run("sdane", table, m, shard, s, rounds, old), role="old_default")]
-    rows += [dict(run("sdane", table, m, shard, s, rounds, f * default["lam"]), role=f"default x {f:g}") for f in GRID]
-    rows += [dict(run("acc_sdane", table, m, shard, s, rounds, None), role="default"),
-             dict(run("acc_sdane", table, m, shard, s, rounds, old_acc), role="old_default")]
+def where(table: str, m: int, shard: str, s: int) -> dict:
+    return {"table": table, "m": m, "sharding": shard, "alpha": 0.5 if shard == "dirichlet" else None, "s": s}
+
+
+def fewest(rows: list[dict], target: float) -> dict:
+    """The default's (the first row's) rounds to ``target``, the fewest of ``rows`` and their ratio."""
     key = f"{target:g}"
-    reached = [r["first_round_at"][key] for r in rows if r["method"] == "sdane" and r["first_round_at"][key] is not None]
-    best = min(reached) if reached else None
-    mine = default["first_round_at"][key]
-    return {"table": table, "m": m, "sharding": shard, "alpha": 0.5 if shard == "dirichlet" else None, "s": s,
-            "old_default_lam": old, "acc_old_default_lam": old_acc, "default_lam": default["lam"], "target": target, "rows": rows,
-            "summary": {"default_rounds_to_target": mine, "grid_best_rounds_to_target": best,
-                        "ratio": None if mine is None or best is None else mine / best,
-                        "default_floor": default["best_rel"],
-                        "old_default_floor": rows[1]["best_rel"]}}
+    mine = rows[0]["first_round_at"][key]
+    best = min((r["first_round_at"][key] for r in rows if r["first_round_at"][key] is not None), default=None)
+    return {"default_rounds_to_target": mine, "grid_best_rounds_to_target": best,
+            "ratio": None if mine is None or best is None else mine / best}
+
+
+def cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
+    old = one("sdane", table, m, shard, m, 1, None)["lam"]  # the full-participation defaults (δ_A rules)
+    old_acc = one("acc_sdane", table, m, shard, m, 1, None)["lam"]
+    default = one("sdane", table, m, shard, s, rounds, None)
+    rows = [dict(default, role="default"), dict(one("sdane", table, m, shard, s, rounds, old), role="old_default")]
+    rows += [dict(one("sdane", table, m, shard, s, rounds, f * default["lam"]), role=f"default x {f:g}") for f in GRID]
+    rows += [dict(one("acc_sdane", table, m, shard, s, rounds, None), role="default"),
+             dict(one("acc_sdane", table, m, shard, s, rounds, old_acc), role="old_default")]
+    return {**where(table, m, shard, s), "old_default_lam": old, "acc_old_default_lam": old_acc,
+            "default_lam": default["lam"], "target": target, "rows": rows,
+            "summary": {**fewest([r for r in rows if r["method"] == "sdane"], target),
+                        "default_floor": default["best_rel"], "old_default_floor": rows[1]["best_rel"]}}
 
 
 def acc_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
     """``--acc``: Acc-S-DANE alone at its default, its full-participation default and the default times 1/2 and 2."""
-    old = run("acc_sdane", table, m, shard, m, 1, None)["lam"]
-    default = run("acc_sdane", table, m, shard, s, rounds, None)
-    rows = [dict(default, role="default"), dict(run("acc_sdane", table, m, shard, s, rounds, old), role="old_default")]
-    rows += [dict(run("acc_sdane", table, m, shard, s, rounds, f * default["lam"]), role=f"default x {f:g}")
+    old = one("acc_sdane", table, m, shard, m, 1, None)["lam"]
+    default = one("acc_sdane", table, m, shard, s, rounds, None)
+    rows = [dict(default, role="default"), dict(one("acc_sdane", table, m, shard, s, rounds, old), role="old_default")]
+    rows += [dict(one("acc_sdane", table, m, shard, s, rounds, f * default["lam"]), role=f"default x {f:g}")
              for f in (0.5, 2.0)]
-    key = f"{target:g}"
-    reached = [r["first_round_at"][key] for r in rows if r["first_round_at"][key] is not None]
-    return {"table": table, "m": m, "sharding": shard, "alpha": 0.5 if shard == "dirichlet" else None, "s": s,
-            "old_default_lam": old, "default_lam": default["lam"], "target": target, "rows": rows,
-            "summary": {"default_rounds_to_target": default["first_round_at"][key],
-                        "grid_best_rounds_to_target": min(reached) if reached else None,
-                        "default_floor": default["best_rel"], "old_default_floor": rows[1]["best_rel"],
-                        "grid_best_floor": min(r["best_rel"] for r in rows if r["best_rel"] is not None)}}
+    summary = fewest(rows, target)
+    del summary["ratio"]
+    return {**where(table, m, shard, s), "old_default_lam": old, "default_lam": default["lam"], "target": target,
+            "rows": rows, "summary": {**summary, "default_floor": default["best_rel"],
+                                      "old_default_floor": rows[1]["best_rel"],
+                                      "grid_best_floor": min(r["best_rel"] for r in rows if r["best_rel"] is not None)}}
 
 
 def fedred_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
     """``--fedred``: FedRed's default beside ten steps, the default's K times `STEP_GRID` and S-DANE's sampled λ."""
-    sdane_lam = run("sdane", table, m, shard, s, 1, None)["lam"]  # S-DANE's sampled default λ_S (one round)
-    default = run("fedred", table, m, shard, s, rounds, None, tol=target)
+    sdane_lam = one("sdane", table, m, shard, s, 1, None)["lam"]  # S-DANE's sampled default λ_S (one round)
+    default = one("fedred", table, m, shard, s, rounds, None, tol=target)
     steps = default["local_steps"]
     rows = [dict(default, role="default"),
-            dict(run("fedred", table, m, shard, s, rounds, None, ("algorithm.local_steps=10",), target),
+            dict(one("fedred", table, m, shard, s, rounds, None, ("algorithm.local_steps=10",), target),
                  role="old_default")]
-    rows += [dict(run("fedred", table, m, shard, s, rounds, None, (f"algorithm.local_steps={max(1, round(f * steps))}",),
+    rows += [dict(one("fedred", table, m, shard, s, rounds, None, (f"algorithm.local_steps={max(1, round(f * steps))}",),
                       target), role=f"local_steps x {f:g}") for f in STEP_GRID]
-    rows.append(dict(run("fedred", table, m, shard, s, rounds, sdane_lam, ("algorithm.local_steps=10",), target),
+    rows.append(dict(one("fedred", table, m, shard, s, rounds, sdane_lam, ("algorithm.local_steps=10",), target),
                      role="sdane_sampled_lam"))
-    key = f"{target:g}"
-    reached = [r["first_round_at"][key] for r in rows if r["first_round_at"][key] is not None]
-    best = min(reached) if reached else None
-    mine = default["first_round_at"][key]
-    return {"table": table, "m": m, "sharding": shard, "alpha": 0.5 if shard == "dirichlet" else None, "s": s,
-            "default_local_steps": steps, "default_lam": default["lam"], "sdane_sampled_lam": sdane_lam,
-            "target": target, "rows": rows,
-            "summary": {"default_rounds_to_target": mine, "grid_best_rounds_to_target": best,
-                        "ratio": None if mine is None or best is None else mine / best,
-                        "old_default_rounds_to_target": rows[1]["first_round_at"][key]}}
+    return {**where(table, m, shard, s), "default_local_steps": steps, "default_lam": default["lam"],
+            "sdane_sampled_lam": sdane_lam, "target": target, "rows": rows,
+            "summary": {**fewest(rows, target), "old_default_rounds_to_target": rows[1]["first_round_at"][f"{target:g}"]}}
 
 
 def run(bench: Run) -> None:

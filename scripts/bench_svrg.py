@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -16,8 +15,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from dane.synthetic.bench_file import machine
-from scripts.harness import Bench, Run, now, option
+from dane.records.results import read_rounds, read_summary
+from scripts.harness import Bench, Run, first_at, in_fresh_process, option, parts, relative
 
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes
@@ -97,43 +96,36 @@ def pass_cost(args, log) -> dict:
     return out
 
 
-COMPILE_CHILD = """
-import json, time
-t0 = time.perf_counter()
-import torch
-from scripts.bench_svrg import pass_cases
-from dane.numerics.local_solvers import LocalSolver, Subproblem, svrg
-cases = pass_cases(True)
-t1 = time.perf_counter()
-import dane.numerics.svrg_kernels
-out = {{"import_s": time.perf_counter() - t1, "first_solve_s": {{}}, "second_solve_s": {{}}}}
-for name, shard in cases:
-    w = torch.zeros(shard.dim, dtype=torch.float64)
-    sub = Subproblem(shard, w, torch.zeros_like(w), 0.0, shard.l2)
-    for key in ("first_solve_s", "second_solve_s"):
-        t = time.perf_counter()
-        svrg(sub, LocalSolver("svrg", passes=1), torch.Generator())
-        out[key][name] = time.perf_counter() - t
-print(json.dumps(out))
-"""
-
-
 def compile_cost(args, log) -> dict:
+    """`compile_child` in a fresh process twice: with an empty numba cache, then with the one it left."""
     out = {"what": "a fresh process: import dane.numerics.svrg_kernels (numba), then per kernel the first SVRG solve (one "
                    "pass, small rows: compile or cache load) and a second one; cold = empty NUMBA_CACHE_DIR, "
                    "warm = the cache the cold process left"}
-    code = COMPILE_CHILD.format()  # run in ROOT with PYTHONPATH=ROOT: scripts.bench_svrg imports
     with tempfile.TemporaryDirectory() as cache:
         for label in ("cold", "warm"):
-            env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
-            if proc.returncode != 0:
-                out[label] = {"failed": proc.stderr.strip().splitlines()[-1:]}
-                continue
-            out[label] = json.loads(proc.stdout.strip().splitlines()[-1])
-            out[label]["first_solves_total_s"] = sum(out[label]["first_solve_s"].values())
-            log(f"  {label}: import {out[label]['import_s']:.2f} s, first solves "
-                f"{out[label]['first_solves_total_s']:.2f} s in all")
+            out[label] = in_fresh_process("scripts.bench_svrg:compile_child", env={"NUMBA_CACHE_DIR": cache})
+            if "failed" not in out[label]:
+                out[label]["first_solves_total_s"] = sum(out[label]["first_solve_s"].values())
+                log(f"  {label}: import {out[label]['import_s']:.2f} s, first solves "
+                    f"{out[label]['first_solves_total_s']:.2f} s in all")
+    return out
+
+
+def compile_child() -> dict:
+    """`compile_cost`'s fresh process: import the kernels, then per case a first and a second one-pass solve."""
+    from dane.numerics.local_solvers import LocalSolver, Subproblem, svrg
+
+    cases = pass_cases(True)
+    start = time.perf_counter()
+    import dane.numerics.svrg_kernels  # noqa: F401 -- numba's compile or cache load: what is timed
+    out = {"import_s": time.perf_counter() - start, "first_solve_s": {}, "second_solve_s": {}}
+    for name, shard in cases:
+        w = torch.zeros(shard.dim, dtype=torch.float64)
+        sub = Subproblem(shard, w, torch.zeros_like(w), 0.0, shard.l2)
+        for key in ("first_solve_s", "second_solve_s"):
+            start = time.perf_counter()
+            svrg(sub, LocalSolver("svrg", passes=1), torch.Generator())
+            out[key][name] = time.perf_counter() - start
     return out
 
 
@@ -214,13 +206,11 @@ def sparse_launch(args, log) -> dict:
             out["failed"] = proc.stderr.strip().splitlines()[-3:]
             log(f"  failed: {out['failed']}")
             return out
-        records = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
-        times = [r["time_s"] for r in records]
-        per_round = list(np.diff(times))
+        records, summary = read_rounds(run_dir), read_summary(run_dir)
+        per_round = list(np.diff([r["time_s"] for r in records]))
         out.update(rounds=len(records) - 1, round_time=spread(per_round) if per_round else None,
                    objective=[r["objective"] for r in records],
-                   summary={k: v for k, v in json.loads((run_dir / "summary.json").read_text()).items()
-                            if k in ("wall_time_s", "setup_s", "status", "final_objective")})
+                   summary={k: summary[k] for k in ("wall_time_s", "setup_s", "status", "final_objective") if k in summary})
     log(f"  launch {out['launch_wall_s']:.1f} s, {out['round_time']['median_s'] * 1e3:.3g} ms a round (simulated "
         "time: the workers' measured compute plus the alpha-beta allreduce model)")
     return out
@@ -280,8 +270,8 @@ def convergence(args, log) -> dict:
                     p.w_star, p.f_star, p.metric_names = w_star, f_star, ("objective", "suboptimality")
                 start = time.perf_counter()
                 records, walls = simulate_rounds(config, problems, cap, tol=REL_TOL)  # relative (StopRule)
-                rel = [r["suboptimality"] / abs(f_star) for r in records]
-                hit = next((i for i, value in enumerate(rel) if value <= REL_TOL), None)
+                rel = relative(records, f_star)
+                hit = first_at(rel, REL_TOL)
                 rows[label] = {"reached": hit is not None, "rounds": records[hit]["round"] if hit is not None else None,
                                "round_cap": cap, "best_rel_suboptimality": min(rel), "final_rel_suboptimality": rel[-1],
                                "tau": records[0].get("tau"), "wall_s": time.perf_counter() - start,
@@ -294,23 +284,10 @@ def convergence(args, log) -> dict:
     return out
 
 
-SECTION_FUNCTIONS = {"pass_cost": pass_cost, "compile_cost": compile_cost, "inexact_dane_round": inexact_dane_round,
-                     "sparse_launch": sparse_launch, "convergence": convergence}
-
-
-# ---------------------------------------------------------------------------------------------- main
-def run(bench: Run) -> None:
-    args, log = bench.args, bench.log
-    report = {**(bench.earlier if bench.earlier.get("quick") == args.quick else {}), "quick": args.quick}
-    for name in args.sections:  # each section merged as it ends, so a later failure loses nothing
-        log(name)
-        began = time.perf_counter()
-        head = {"started_at": now(), "machine": machine(), "load_avg_before": list(os.getloadavg())}
-        report[name] = {**head, **SECTION_FUNCTIONS[name](args, log), "load_avg_after": list(os.getloadavg())}
-        report[name]["wall_s"] = time.perf_counter() - began
-        bench.save(report)
-    bench.finish(report)
-    log(f"done -> {bench.path}")
+def run(bench: Run) -> dict:
+    functions = {"pass_cost": pass_cost, "compile_cost": compile_cost, "inexact_dane_round": inexact_dane_round,
+                 "sparse_launch": sparse_launch, "convergence": convergence}
+    return parts(bench, functions, bench.args.sections)
 
 
 BENCH = Bench(KEY, run, "the SVRG local solver: pass cost, compile cost, InexactDANE's round, convergence", options=(

@@ -173,3 +173,99 @@ def work_to(records: list[dict], hit: int, key: str):
     if records[hit].get(key) is None:
         return None
     return records[hit - 1][key] if hit > 0 else 0
+
+
+# ---------------------------------------------------------------- in-process sections: rows, targets, parts
+def stamped(measure: Callable[[], dict], *, machine: bool = False) -> dict:
+    """``measure()`` between its record: ``started_at``, ``load_avg_before`` (and ``machine``) before it,
+    ``load_avg_after`` and ``wall_s`` after it."""
+    from dane.synthetic.bench_file import machine as machine_now
+
+    head = {"started_at": now(), **({"machine": machine_now()} if machine else {}), "load_avg_before": load()}
+    start = time.perf_counter()
+    body = measure()
+    return {**head, **body, "load_avg_after": load(), "wall_s": time.perf_counter() - start}
+
+
+def kept(run: Run) -> dict:
+    """The section ``--out`` held, where it was taken at the same ``--quick``, else nothing: what a run of some
+    rows or parts keeps of the others."""
+    return dict(run.earlier) if run.earlier.get("quick") == run.args.quick else {}
+
+
+def relative(records: list[dict], f_star: float | None = None) -> list[float]:
+    """Each record's relative suboptimality (O(w) - O*) / |O*|, inf where it has none; O* the records' own
+    (objective - suboptimality) where ``f_star`` is None."""
+    def one(r: dict) -> float:
+        if r.get("suboptimality") is None:
+            return float("inf")
+        star = r["objective"] - r["suboptimality"] if f_star is None else f_star
+        return r["suboptimality"] / (abs(star) if star != 0 else 1.0)
+
+    return [one(r) for r in records]
+
+
+def first_at(values: list[float], tol: float) -> int | None:
+    """The first index whose value is at most ``tol``, None where none is."""
+    return next((i for i, value in enumerate(values) if value <= tol), None)
+
+
+def parts(run: Run, functions: dict[str, Callable], names: list[str]) -> dict:
+    """A section of parts (``functions[name](args, log) -> dict``): each of ``names`` `stamped` with the machine,
+    saved into ``--out`` as it ends; the other parts kept from ``--out`` (`kept`)."""
+    section = {**kept(run), "quick": run.args.quick}
+    for name in names:
+        run.log(name)
+        section[name] = stamped(lambda: functions[name](run.args, run.log), machine=True)
+        run.save(section)
+    return run.finish(section)
+
+
+def paired(jobs: tuple[tuple[str, ...], tuple[str, ...]], repeats: int, log,
+           cpu: tuple[str, str] = ("threads_total_cpu_s", "batched_total_cpu_s")) -> dict:
+    """``repeats`` interleaved `timed_run` pairs of a per-worker job and its batched twin (asserted to have run on
+    the threads and on the batched path): per pair the rounds' seconds, their ``ratio`` (per-worker over
+    batched), the CPU seconds (under the keys ``cpu``), the largest relative gap of the objectives and the
+    simulated seconds; the ratio's median, min and max and the largest gap."""
+    pairs = []
+    for _ in range(repeats):
+        threads, batched = timed_run(*jobs[0]), timed_run(*jobs[1])
+        assert threads["path"] == "threads" and batched["path"] == "batched"
+        pairs.append({"threads_rounds_s": threads["rounds_s"], "batched_rounds_s": batched["rounds_s"],
+                      cpu[0]: threads["total_cpu_s"], cpu[1]: batched["total_cpu_s"],
+                      "ratio": threads["rounds_s"] / batched["rounds_s"],
+                      "objective_rel_diff": max(abs(a - b) / abs(a) for a, b in
+                                                zip(threads["objectives"], batched["objectives"])),
+                      "threads_simulated_s": threads["simulated_time_s"],
+                      "batched_simulated_s": batched["simulated_time_s"], "load_avg": batched["load_avg"]})
+        log(f"{jobs[0]}: per-worker {threads['rounds_s']:.2f} s, batched {batched['rounds_s']:.2f} s, "
+            f"ratio {pairs[-1]['ratio']:.2f}")
+    ratios = [p["ratio"] for p in pairs]
+    return {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
+
+
+def in_fresh_process(function: str, *arguments, env: dict | None = None) -> dict:
+    """``module:name(*arguments)`` (JSON in, JSON out) in a fresh Python process from the repository root, one
+    OpenMP thread, ``env`` added: what a measurement of imports, compilation or peak memory needs; its answer, or
+    ``failed`` with the last line of its error."""
+    import json
+    import subprocess
+    import sys
+
+    module, name = function.split(":")
+    code = f"import json, sys; from {module} import {name}; print(json.dumps({name}(*json.loads(sys.argv[1]))))"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(arguments)], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", **(env or {})})
+    if proc.returncode != 0:
+        return {"failed": proc.stderr.strip().splitlines()[-1:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def mnist_missing() -> str | None:
+    """Why the MNIST sections cannot run here (no ``mnist`` folder in DANE_DATA_DIR, default ../shared/data, a
+    relative one from the repository root), or None."""
+    data_dir = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
+    where = (data_dir if data_dir.is_absolute() else Path(__file__).resolve().parents[1] / data_dir) / "mnist"
+    return None if where.is_dir() else f"no MNIST files in {where} (set DANE_DATA_DIR to a folder holding mnist/)"
