@@ -2,7 +2,6 @@
 ``batched_net``."""
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
 import time
@@ -69,21 +68,15 @@ def best_time(fn, repeats: int) -> float:
     return min(times)
 
 
-@contextlib.contextmanager
-def threads(n: int):
-    saved = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
-
-
 def gemm_gflops(n_threads: int, size: int = 2048, repeats: int = 3) -> float:
     """float32 ``torch.mm`` of two size x size matrices on ``n_threads`` threads: GFLOP/s."""
     a, b = torch.randn(size, size), torch.randn(size, size)
-    with threads(n_threads):
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n_threads)
+    try:
         return 2 * size ** 3 / best_time(lambda: torch.mm(a, b), repeats) / 1e9
+    finally:
+        torch.set_num_threads(saved)
 
 
 def roofline(workers: int, batch_size: int, repeats: int) -> dict:

@@ -151,21 +151,26 @@ def baseline_config(device: str, dataset: str = "mnist", data_dir: str | None = 
 
 
 def dane_rounds(problem, rounds: int) -> tuple[list[float], torch.Tensor]:
-    """Wall seconds of each of ``rounds`` DANE rounds (η = 1, μ = 0, no safeguard) of one worker after a first,
-    untimed one (the first kernels' start-up), and the final iterate."""
+    """`timed_rounds` of one worker's DANE (η = 1, μ = 0, no safeguard), and the final iterate."""
     from dane.comm.local import LocalCommunicator
     from dane.dane import DANE
 
     algorithm = DANE(problem, LocalCommunicator(), eta=1.0, mu=0.0, safeguard=False)
-    algorithm.step()
+    return timed_rounds(algorithm.step, problem.device, rounds), algorithm.w
+
+
+def timed_rounds(step, device: torch.device, rounds: int) -> list[float]:
+    """Wall seconds of each of ``rounds`` calls of ``step`` after a first, untimed one (the first kernels'
+    start-up), the device synchronized around each."""
+    step()
     times = []
     for _ in range(rounds):
-        sync(problem.device)
+        sync(device)
         start = time.perf_counter()
-        algorithm.step()
-        sync(problem.device)
+        step()
+        sync(device)
         times.append(time.perf_counter() - start)
-    return times, algorithm.w
+    return times
 
 
 def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Tensor]:
@@ -173,7 +178,7 @@ def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Te
     full gradient (chunks of ``eval_batch_size``), the test loss and accuracy, and one pass of SGD (a fresh
     optimizer, as each local solve makes) over the minibatches DANE's sampler draws (its seed, drawn the same
     way, the epoch's permutation moved to the device once); one host transfer a round, for the metrics.  At
-    m = 1, η = 1, μ = 0 DANE's correction term is zero, so the iterates are DANE's (tests/test_bench_cuda.py)."""
+    m = 1, η = 1, μ = 0 DANE's correction term is zero, so the iterates are DANE's (tests/test_bench.py)."""
     import torch.nn.functional as F
 
     model, device, inner = problem.model, problem.device, problem.inner
@@ -208,14 +213,7 @@ def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Te
             optimizer.step()
         return torch.stack([total.double(), test_loss, correct]).tolist()
 
-    one_round()
-    times = []
-    for _ in range(rounds):
-        sync(device)
-        start = time.perf_counter()
-        one_round()
-        sync(device)
-        times.append(time.perf_counter() - start)
+    times = timed_rounds(one_round, device, rounds)
     return times, torch.nn.utils.parameters_to_vector(model.parameters()).detach().cpu()
 
 
