@@ -14,16 +14,16 @@ from scripts.harness import Bench, Run, option
 
 
 def run(bench: Run) -> None:
+    """DANE's steady rounds: batched against threads, both on ``--device`` at ``--thread-workers``; batched on the
+    device against threads on the CPU at ``--workers``; batched at ``--large``; each with the iterates' distance."""
     args = bench.args
-    args.out = Path(args.out)
     torch.set_num_threads(1)
     on_device = RidgeSyntheticConfig(n_samples=args.n_samples, dim=args.dim, device=args.device)
     on_cpu = RidgeSyntheticConfig(n_samples=args.n_samples, dim=args.dim)
     on_device.prepare()
     report = {"machine": bench.machine, "device": args.device, "n_samples": args.n_samples, "dim": args.dim,
-              "rounds": args.rounds, "algorithm": "dane mu=1 safeguard"}
-    if args.device == "cuda":
-        report["gpu"] = torch.cuda.get_device_name(0)
+              "rounds": args.rounds, "algorithm": "dane mu=1 safeguard",
+              **({"gpu": torch.cuda.get_device_name(0)} if args.device == "cuda" else {})}
     k = args.thread_workers
     w_small, report["small_batched_round_s"], _ = batched(on_device, k, args.rounds)
     w_threads, report["small_threads_round_s"], _ = threads(on_device, k, args.rounds)
@@ -39,10 +39,9 @@ def run(bench: Run) -> None:
     t0 = time.perf_counter()
     _, report["large_batched_round_s"], _ = batched(on_device, args.large, args.rounds)
     report["large_workers"], report["large_total_s"] = args.large, time.perf_counter() - t0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
-
 
 
 BENCH = Bench("batched_cuda", run, "the batched simulator on a device against threads on the CPU (own JSON, --out)",
