@@ -12,6 +12,7 @@ the whole file (`goals`, key ``goals_table``): each section's headline against i
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -173,3 +174,93 @@ def work_to(records: list[dict], hit: int, key: str):
     if records[hit].get(key) is None:
         return None
     return records[hit - 1][key] if hit > 0 else 0
+
+
+# ---------------------------------------------- the grid sections' runner (bench_federated, bench_defaults)
+#: the knobs a default chooses at run time and logs in its first record, which a grid's ``X_times_default`` multiplies
+CHOSEN = ("lam", "mu", "p", "lr")
+
+
+def resolve(settings: dict, *, L: float | None = None, delta_a: float | None = None,
+            chosen: dict | None = None) -> dict:
+    """The algorithm keys of a grid setting: ``lr_times_L: c`` is lr = c/L; ``X_per_delta: c`` is X = c·δ_A (the
+    shards' measured mean-square dissimilarity); ``X_times_default: c`` is c times the X the default run chose
+    (``chosen``, its first record), a probability p at most 1 (Scaffnew's p = 1 is GD with its step); other keys as
+    given.  A multiple of what the default did not log is a ValueError naming it."""
+    keys = {}
+    for key, value in settings.items():
+        if key == "lr_times_L":
+            keys["lr"] = value / L
+        elif key.endswith("_per_delta"):
+            keys[key.removesuffix("_per_delta")] = value * delta_a
+        elif key.endswith("_times_default"):
+            name = key.removesuffix("_times_default")
+            if (chosen or {}).get(name) is None:
+                raise ValueError(f"{key}: the default run logged no {name}")
+            keys[name] = min(value * float(chosen[name]), 1.0) if name == "p" else value * float(chosen[name])
+        else:
+            keys[key] = value
+    return keys
+
+
+def relative(records: list[dict]) -> list[float] | None:
+    """Each record's relative suboptimality (O − O*)/|O*|, O* from the first record with a finite suboptimality, inf
+    where a record has none; None where no record has one."""
+    subs = [r.get("suboptimality") for r in records]
+    finite = [(r, s) for r, s in zip(records, subs) if s is not None and math.isfinite(s)]
+    if not finite:
+        return None
+    f_star = finite[0][0]["objective"] - finite[0][1]
+    return [s / abs(f_star) if s is not None and math.isfinite(s) else math.inf for s in subs]
+
+
+def first_at(rel: list[float], target: float) -> int | None:
+    """The first record at or below ``target``; None where none is."""
+    return next((k for k, value in enumerate(rel) if value <= target), None)
+
+
+def fit_setting(problem, algorithm: str, settings: dict, measure: Callable, failed: dict, *, given: dict,
+                extra: dict, digits: int, **fit) -> tuple[dict, dict]:
+    """One `dane.fit` of ``algorithm`` at a grid setting (``given``: `resolve`'s keywords; ``extra``: keys added to
+    every setting's): the row ``{settings, **measure(result, settings, keys), wall_s}`` and the run's first record.
+    A setting that does not resolve, or whose run raises, is a row too (``failed``, status ``error`` and the
+    error's one line): the grid goes on."""
+    import dane
+
+    start = time.perf_counter()
+    try:
+        keys = {**resolve(settings, **given), **extra}
+    except ValueError as exc:
+        return {"settings": settings, **failed, "status": "error", "error": str(exc), "wall_s": 0.0}, {}
+    try:
+        result = dane.fit(problem, algorithm, **fit, **keys)
+    except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result
+        return {"settings": settings, **failed, "status": "error",
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                "wall_s": round(time.perf_counter() - start, digits)}, {}
+    wall = round(time.perf_counter() - start, digits)
+    return {"settings": settings, **measure(result, settings, keys), "wall_s": wall}, (result.records or [{}])[0]
+
+
+def default_and_grid(run: Callable[[dict, dict], tuple[dict, dict]], default: dict, grid: list[dict]
+                     ) -> tuple[dict, list[dict], dict]:
+    """A method's default run and one run per setting of its grid, each given what the default chose (its first
+    record, for ``X_times_default``): ``run(settings, chosen) -> (row, first record)``."""
+    row, chosen = run(default, {})
+    return row, [run(settings, chosen)[0] for settings in grid], chosen
+
+
+def in_process(job: list[str], *, write: bool = False) -> tuple[dict, list[dict], float]:
+    """The run ``dane train <job>`` makes, in this process (`dane.loop.launch.execute`): its summary, its records
+    and the call's wall seconds; ``write``: into a temporary run folder, as the command writes its own."""
+    import tempfile
+
+    from dane.experiments.config import run_spec
+    from dane.loop.launch import execute
+    from dane.synthetic.sweep import compose_job
+
+    spec, collected = run_spec(compose_job(tuple(job))), {}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        summary = execute(spec, folder if write else None, collect=collected)
+    return summary, collected["records"], time.perf_counter() - start
