@@ -9,7 +9,7 @@ import numpy as np
 import dane
 from dane.records.provenance import code_version
 from dane.synthetic.defaults_data import FAMILIES, make
-from scripts.harness import CHOSEN, Bench, Run, default_and_grid, first_at, fit_setting, option, relative, work_to
+from scripts.harness import Bench, Run, default_and_grid, first_at, fit_setting, option, relative, work_to
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,18 +88,18 @@ def measure_run(result, settings: dict, keys: dict) -> dict:
 
 
 def run_method(problem, method: str, workers: int, L: float, cap: int) -> tuple[dict, list[dict]]:
-    """The method's default run (keeping what it chose, `CHOSEN`, for its grid's ``X_times_default``) and a run per
-    setting of its grid (`scripts.harness`)."""
+    """The method's default run (keeping what it chose, ``first_record``: `scripts.harness.CHOSEN` of its first
+    record, for its grid's ``X_times_default``) and a run per setting of its grid (`scripts.harness`)."""
     algorithm, default_keys, grid, _ = METHODS[method]
 
-    def run(settings: dict, chosen: dict) -> tuple[dict, dict]:
+    def run(settings: dict, chosen: dict | None) -> tuple[dict, dict | None]:
         return fit_setting(problem, algorithm, settings, measure_run, {"reached": False},
                            given={"L": L, "chosen": chosen}, extra={}, digits=3, workers=workers, rounds=cap,
                            tol=REL_TOL)
 
     default, runs, chosen = default_and_grid(run, default_keys, grid)
-    if chosen:
-        default["first_record"] = {k: v for k, v in chosen.items() if k in CHOSEN}
+    if chosen is not None:
+        default["first_record"] = chosen
     return default, runs
 
 

@@ -110,7 +110,7 @@ def run_method(config, method: str, s: int, args, similarity: dict, grid: list[d
         return {"keys": keys, "status": result.status, "round_cap": cap, "prox_weight": prox_weight(result.records),
                 **({"lr": chosen} if chosen is not None else {}), **at_targets(result.records)}
 
-    def run(settings: dict, chosen: dict) -> tuple[dict, dict]:
+    def run(settings: dict, chosen: dict | None) -> tuple[dict, dict | None]:
         given = {"delta_a": similarity["delta_mean_square"], "L": similarity["hessian_norm"] + args.lam,
                  "chosen": chosen}
         return fit_setting(config, algorithm, settings, measure_run, {"targets": {}, "best_rel_suboptimality": None},

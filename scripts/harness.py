@@ -185,8 +185,8 @@ def resolve(settings: dict, *, L: float | None = None, delta_a: float | None = N
             chosen: dict | None = None) -> dict:
     """The algorithm keys of a grid setting: ``lr_times_L: c`` is lr = c/L; ``X_per_delta: c`` is X = c·δ_A (the
     shards' measured mean-square dissimilarity); ``X_times_default: c`` is c times the X the default run chose
-    (``chosen``, its first record), a probability p at most 1 (Scaffnew's p = 1 is GD with its step); other keys as
-    given.  A multiple of what the default did not log is a ValueError naming it."""
+    (``chosen``: `CHOSEN` of its first record), a probability p at most 1 (Scaffnew's p = 1 is GD with its step);
+    other keys as given.  A multiple of what the default did not log is a ValueError naming it."""
     keys = {}
     for key, value in settings.items():
         if key == "lr_times_L":
@@ -220,33 +220,35 @@ def first_at(rel: list[float], target: float) -> int | None:
 
 
 def fit_setting(problem, algorithm: str, settings: dict, measure: Callable, failed: dict, *, given: dict,
-                extra: dict, digits: int, **fit) -> tuple[dict, dict]:
+                extra: dict, digits: int, **fit) -> tuple[dict, dict | None]:
     """One `dane.fit` of ``algorithm`` at a grid setting (``given``: `resolve`'s keywords; ``extra``: keys added to
-    every setting's): the row ``{settings, **measure(result, settings, keys), wall_s}`` and the run's first record.
-    A setting that does not resolve, or whose run raises, is a row too (``failed``, status ``error`` and the
-    error's one line): the grid goes on."""
+    every setting's): the row ``{settings, **measure(result, settings, keys), wall_s}`` and the run's first record
+    (None: no record).  A setting that does not resolve, or whose run raises, is a row too (``failed``, status
+    ``error`` and the error's one line): the grid goes on."""
     import dane
 
     start = time.perf_counter()
     try:
         keys = {**resolve(settings, **given), **extra}
     except ValueError as exc:
-        return {"settings": settings, **failed, "status": "error", "error": str(exc), "wall_s": 0.0}, {}
+        return {"settings": settings, **failed, "status": "error", "error": str(exc), "wall_s": 0.0}, None
     try:
         result = dane.fit(problem, algorithm, **fit, **keys)
     except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result
         return {"settings": settings, **failed, "status": "error",
                 "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
-                "wall_s": round(time.perf_counter() - start, digits)}, {}
+                "wall_s": round(time.perf_counter() - start, digits)}, None
     wall = round(time.perf_counter() - start, digits)
-    return {"settings": settings, **measure(result, settings, keys), "wall_s": wall}, (result.records or [{}])[0]
+    return {"settings": settings, **measure(result, settings, keys), "wall_s": wall}, (result.records or [None])[0]
 
 
-def default_and_grid(run: Callable[[dict, dict], tuple[dict, dict]], default: dict, grid: list[dict]
-                     ) -> tuple[dict, list[dict], dict]:
-    """A method's default run and one run per setting of its grid, each given what the default chose (its first
-    record, for ``X_times_default``): ``run(settings, chosen) -> (row, first record)``."""
-    row, chosen = run(default, {})
+def default_and_grid(run: Callable[[dict, dict | None], tuple[dict, dict | None]], default: dict, grid: list[dict]
+                     ) -> tuple[dict, list[dict], dict | None]:
+    """A method's default run and one run per setting of its grid, each given what the default chose (`CHOSEN` of
+    its first record, for ``X_times_default``; None where it made none): ``run(settings, chosen) -> (row, first
+    record)``.  Returns the rows and what the default chose."""
+    row, first = run(default, None)
+    chosen = None if first is None else {k: v for k, v in first.items() if k in CHOSEN}
     return row, [run(settings, chosen)[0] for settings in grid], chosen
 
 

@@ -594,3 +594,41 @@ def test_a_rerun_of_some_rows_keeps_the_others_in_order():
     earlier["methods"], new["methods"] = {"gd": 1, "fedavg": 2}, {"fedavg": 3, "fedprox": 4}
     assert bench.with_earlier(new, earlier, args)["methods"] == {"gd": 1, "fedavg": 3, "fedprox": 4}
     assert bench.with_earlier(new, earlier, argparse.Namespace(only=None)) is new
+
+
+def test_the_grid_runner_gives_each_setting_what_the_default_chose():
+    """`harness.default_and_grid`: every grid setting gets `harness.CHOSEN` of the default's first record (None where
+    it made none); `harness.fit_setting`: a setting that does not resolve, or whose run raises, is an error row of
+    one line (the grid goes on), and a run's row is its settings, the section's measure and its wall seconds."""
+    seen = []
+
+    def run(settings, chosen):
+        seen.append(chosen)
+        return {"settings": settings}, {"round": 0, "objective": 1.0, "lr": 0.5, "lam": 0.25}
+
+    default, grid, chosen = harness.default_and_grid(run, {"k": 1}, [{"a": 1}, {"a": 2}])
+    assert chosen == {"lr": 0.5, "lam": 0.25} and seen == [None, chosen, chosen]
+    assert default == {"settings": {"k": 1}} and grid == [{"settings": {"a": 1}}, {"settings": {"a": 2}}]
+    assert harness.default_and_grid(lambda settings, chosen: ({}, None), {}, [{}])[2] is None
+    from dane.problems import Ridge
+
+    problem = Ridge(np.eye(4), np.ones(4), lam=0.1)
+    common = dict(given={"L": 2.0}, extra={}, digits=3, workers=2, rounds=2)
+    row, first = harness.fit_setting(problem, "gd", {"lr_times_default": 2.0}, None, {"reached": False}, **common)
+    assert first is None and row == {"settings": {"lr_times_default": 2.0}, "reached": False, "status": "error",
+                                     "error": "lr_times_default: the default run logged no lr", "wall_s": 0.0}
+    row, first = harness.fit_setting(problem, "gd", {"no_such_key": 1}, None, {"reached": False}, **common)
+    assert first is None and row["error"].startswith("ConfigError: algorithm gd has no key(s) no_such_key")
+    measure = lambda result, settings, keys: {"status": result.status, "keys": keys}  # noqa: E731
+    row, first = harness.fit_setting(problem, "gd", {"lr_times_L": 1.0}, measure, {}, **common)
+    assert list(row) == ["settings", "status", "keys", "wall_s"] and row["keys"] == {"lr": 0.5}
+    assert first["round"] == 0 and first["lr"] == 0.5
+
+
+def test_relative_suboptimality_starts_from_the_first_finite_record():
+    """O* = O − (O − O*) of the first record with a finite suboptimality; a record without one is inf."""
+    records = [{"objective": 5.0, "suboptimality": None}, {"objective": 3.0, "suboptimality": 1.0},
+               {"objective": 2.5, "suboptimality": float("nan")}, {"objective": 2.0002, "suboptimality": 2e-4}]
+    assert harness.relative(records) == [float("inf"), 0.5, float("inf"), pytest.approx(1e-4)]
+    assert harness.relative([{"objective": 1.0}]) is None
+    assert harness.first_at([1.0, 0.5, 1e-4], 1e-4) == 2 and harness.first_at([1.0], 1e-8) is None
