@@ -1,9 +1,7 @@
 """The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting."""
 from __future__ import annotations
 
-import math
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +9,7 @@ import numpy as np
 import dane
 from dane.records.provenance import code_version
 from dane.synthetic.defaults_data import FAMILIES, make
-from scripts.harness import Bench, Run, option, work_to
+from scripts.harness import Bench, Run, default_and_grid, first_at, fit_setting, optimum_of, option, relative, work_to
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,12 +66,11 @@ def smoothness(X: np.ndarray, loss: str, lam: float, fit_intercept: bool) -> flo
 def to_target(records: list[dict]) -> dict:
     """Rounds and allreduces to the first record with (O − O*)/|O*| <= REL_TOL; the best reached; peak_rise; the
     clients' local gradient passes to it where the records count them (`work_to`)."""
-    subs = [r.get("suboptimality") for r in records]
-    f_star = next((r["objective"] - s for r, s in zip(records, subs) if s is not None and math.isfinite(s)), None)
-    if f_star is None:
+    star = optimum_of(records)
+    if star is None:
         return {"reached": False, "rounds": None, "comm_rounds": None, "best_rel_suboptimality": None}
-    rel = [s / abs(f_star) if s is not None and math.isfinite(s) else math.inf for s in subs]
-    hit = next((i for i, value in enumerate(rel) if value <= REL_TOL), None)
+    rel = relative(records, star)
+    hit = first_at(rel, REL_TOL)
     row = {"reached": hit is not None, "rounds": None if hit is None else records[hit]["round"],
            "comm_rounds": None if hit is None else records[hit]["comm_rounds"],
            "best_rel_suboptimality": min(rel)}
@@ -84,52 +81,27 @@ def to_target(records: list[dict]) -> dict:
     return row
 
 
-def resolve(settings: dict, L: float, default_record: dict | None) -> dict:
-    """The algorithm keys of a grid setting: ``lr_times_L: c`` is lr = c/L; ``X_times_default: c`` is X = c times
-    the X of the default run's first record (what its defaults chose: a measured λ, μ or p)."""
-    keys = {}
-    for key, value in settings.items():
-        if key == "lr_times_L":
-            keys["lr"] = value / L
-        elif key.endswith("_times_default"):
-            name = key.removesuffix("_times_default")
-            if default_record is None or default_record.get(name) is None:
-                raise ValueError(f"{key}: the default run logged no {name}")
-            keys[name] = value * float(default_record[name])
-            if name == "p":  # a probability: Scaffnew's p_times_default above 1/p is p = 1 (GD with its step)
-                keys[name] = min(keys[name], 1.0)
-        else:
-            keys[key] = value
-    return keys
+def measure_run(result, settings: dict, keys: dict) -> dict:
+    """A run's row (after its settings): its status, its cost to the target (`to_target`), and ``stopped_by``, the one
+    line that says why a run ended without it (a method's diagnosis); the keys a setting resolved to."""
+    return {"status": result.status, "stopped_by": result.summary.get("stopped_by"), **to_target(result.records),
+            **({"keys": keys} if keys != settings else {})}
 
 
-def run_setting(problem, method: str, settings: dict, workers: int, L: float, cap: int,
-                default_record: dict | None = None, *, is_default: bool = False) -> dict:
-    """One `dane.fit` run of ``method`` with ``settings`` (on its yaml); its cost to the target.  A run that
-    ends without the target also keeps ``stopped_by``, the one line that says why (a method's diagnosis).
-    The default run (``is_default``) keeps what it chose (`CHOSEN`) for its grid's ``X_times_default``."""
-    algorithm = METHODS[method][0]
-    start = time.perf_counter()
-    try:
-        keys = resolve(settings, L, default_record)
-    except ValueError as exc:
-        return {"settings": settings, "reached": False, "status": "error", "error": str(exc), "wall_s": 0.0}
-    try:
-        result = dane.fit(problem, algorithm, workers=workers, rounds=cap, tol=REL_TOL, **keys)
-    except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result; the grid goes on
-        return {"settings": settings, "reached": False, "status": "error",
-                "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "wall_s": time.perf_counter() - start}
-    row = {"settings": settings, "status": result.status, "stopped_by": result.summary.get("stopped_by"),
-           **to_target(result.records), "wall_s": round(time.perf_counter() - start, 3)}
-    if keys != settings:
-        row["keys"] = keys
-    if is_default and result.records:  # what the default chose, for the grid's X_times_default
-        row["first_record"] = {k: v for k, v in result.records[0].items() if k in CHOSEN}
-    return row
+def run_method(problem, method: str, workers: int, L: float, cap: int) -> tuple[dict, list[dict]]:
+    """The method's default run (keeping what it chose, ``first_record``: `scripts.harness.CHOSEN` of its first
+    record, for its grid's ``X_times_default``) and a run per setting of its grid (`scripts.harness`)."""
+    algorithm, default_keys, grid, _ = METHODS[method]
 
+    def run(settings: dict, chosen: dict | None) -> tuple[dict, dict | None]:
+        return fit_setting(problem, algorithm, settings, measure_run, {"reached": False},
+                           given={"L": L, "chosen": chosen}, extra={}, digits=3, workers=workers, rounds=cap,
+                           tol=REL_TOL)
 
-#: the knobs a default chooses at run time and logs in its records (the grid's X_times_default reads them)
-CHOSEN = ("lam", "mu", "p", "lr")
+    default, runs, chosen = default_and_grid(run, default_keys, grid)
+    if chosen is not None:
+        default["first_record"] = chosen
+    return default, runs
 
 
 def judge(method: str, default: dict, grid: list[dict]) -> dict:
@@ -162,10 +134,8 @@ def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str
     cell = {"family": family, "loss": loss, "lam": lam, "workers": workers, "rows": int(X.shape[0]),
             "dim": int(X.shape[1]) + int(fit_intercept), "L": L, "methods": {}}
     for method in methods:
-        algorithm, default_keys, grid, _ = METHODS[method]
-        cap = QUICK_CAP if quick else CAPS.get(algorithm, CAP)
-        default = run_setting(problem, method, default_keys, workers, L, cap, is_default=True)
-        runs = [run_setting(problem, method, g, workers, L, cap, default.get("first_record")) for g in grid]
+        cap = QUICK_CAP if quick else CAPS.get(METHODS[method][0], CAP)
+        default, runs = run_method(problem, method, workers, L, cap)
         verdict = judge(method, default, runs)
         cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs, **verdict, "code": code}
         shown = f"{default['comm_rounds']} allreduces" if default["reached"] else default["status"]

@@ -1,30 +1,26 @@
-"""The federated benchmark (issue 33, item 5): the S-DANE paper's setting on a real LIBSVM table."""
+"""The federated benchmark (issue 33, item 5): the S-DANE paper's setting on a LIBSVM table (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from dane.api import fit
 from dane.data.files import LibSVMSource, NPZSource, save_npz
-from dane.problems.base import ProblemConfig
-from dane.problems.linear_models import LinearModelConfig
-from dane.problems.quadratic import QuadraticProblem
-from dane.records.provenance import code_version
 from dane.numerics.similarity import measure
+from dane.problems import ControlledQuadratic
+from dane.problems.linear_models import LinearModelConfig
+from dane.records.provenance import code_version
 from dane.synthetic.bench_file import read_bench
-from scripts.harness import Bench, Run, now, option, work_to
+from scripts.bench_defaults import SCAFFOLD_GRID
+from scripts.harness import Bench, Run, default_and_grid, first_at, fit_setting, load, now, optimum_of, option, relative, work_to
 
 ROOT = Path(__file__).resolve().parents[1]
-
 KEY = "federated"
 #: the settings: ``hard`` is the S-DANE paper's (m = 100 under Dirichlet 0.5, where few methods reach 1e-8 within
 #: the caps); ``mild`` has fewer clients and a larger α, where they do and can be ranked by rounds and uplink bytes
@@ -45,11 +41,8 @@ QUADRATIC_GRIDS = {"dane": [{"safeguard": False, "mu": 0.0},
 SETTINGS["quadratic"]["grids_of"] = QUADRATIC_GRIDS
 TARGETS = (1e-4, 1e-8)
 SECOND_ORDER_CAP, FIRST_ORDER_CAP = 60, 200  # the caps of a setting that gives none (hard, mild)
-#: SCAFFOLD's knobs at its default's local work per round (K = 10), as scripts/bench_defaults.py's: η_l as multiples
-#: of the step its default chose, and η_g
-SCAFFOLD_GRID = [{"lr_times_default": c} for c in (0.25, 0.5, 2.0)] + [{"server_lr": g} for g in (1.0, 2.0)]
-#: method -> (algorithm, samples clients, round cap, grid; a key ending in _per_delta is that multiple of δ_A,
-#: ``lr_times_L: c`` is lr = c/(‖H‖ + λ) (at w_0), ``lr_times_default: c`` c times the lr the default chose)
+#: method -> (algorithm, samples clients, round cap, grid: `scripts.harness.resolve`'s settings, ``X_per_delta``
+#: multiples of δ_A; SCAFFOLD's and FedAvg's at their defaults' local work per round, K = 10, as bench_defaults's)
 METHODS: dict[str, tuple[str, bool, int, list[dict]]] = {
     "sdane": ("sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
     "acc_sdane": ("acc_sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
@@ -57,16 +50,12 @@ METHODS: dict[str, tuple[str, bool, int, list[dict]]] = {
     "fedred": ("fedred", True, FIRST_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
     "fedprox": ("fedprox", True, FIRST_ORDER_CAP, [{"mu": mu} for mu in (1e-3, 0.1, 1.0)]),  # the paper's grid
     "scaffold": ("scaffold", True, FIRST_ORDER_CAP, SCAFFOLD_GRID),
-    "fedavg": ("fedavg", True, FIRST_ORDER_CAP, [{"lr_times_L": c} for c in (0.25, 1.0)]),  # at its default's K = 10
+    "fedavg": ("fedavg", True, FIRST_ORDER_CAP, [{"lr_times_L": c} for c in (0.25, 1.0)]),
     "scaffnew": ("scaffnew", False, FIRST_ORDER_CAP, [{"p": p} for p in (0.03, 0.1, 0.3)]),
     "gd": ("gd", False, FIRST_ORDER_CAP, [{"lr_factor": c} for c in (1.0, 1.5)]),
     "dane": ("dane", False, SECOND_ORDER_CAP, [{"safeguard": False, "mu": mu} for mu in (0.0, 1e-2, 0.1)]),
 }
 QUICK_METHODS = ("sdane", "scaffold")
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 
 def quick_table(folder: Path, n: int = 600, d: int = 6, seed: int = 0) -> Path:
@@ -77,49 +66,6 @@ def quick_table(folder: Path, n: int = 600, d: int = 6, seed: int = 0) -> Path:
     return save_npz(folder / f"quick_{n}x{d}.npz", X, y)
 
 
-@dataclass(frozen=True)
-class ControlledQuadratic(ProblemConfig):
-    r"""The S-DANE paper's quadratic at a controlled dissimilarity: O_i(w) = ½ wᵀA_i w − b_iᵀw + (μ/2)‖w‖².
-
-    A = Q diag(s) Qᵀ with Q a random rotation and s log-spaced on [1e-6, L]; A_i = A + E_i with E_i = c P(G_i − Ḡ)P,
-    G_i symmetric Gaussian, P the projector on the eigenvectors of A with s ≥ δ (so that every A_i ⪰ 0: the
-    package's exact local solves need convex local problems, where the paper's may be nonconvex up to λ) and c such
-    that max_i ‖E_i‖₂ = δ; mean_i E_i = 0, so H = A + μI.  b_i = H w° + ζ_i − ζ̄ (w° and ζ_i Gaussian, ‖w°‖ ≈ 1), so
-    w* = w° and the gradients differ between clients too.  Deterministic in ``seed``."""
-
-    name: str = "quadratic"
-    dim: int = 1000
-    delta: float = 0.1
-    L: float = 1.0
-    mu: float = 1e-6
-    seed: int = 0
-
-    def parts(self, size: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
-        key = (self, size)
-        if key not in QUADRATIC_CACHE:
-            rng = np.random.default_rng(self.seed)
-            Q, _ = np.linalg.qr(rng.standard_normal((self.dim, self.dim)))
-            s = np.geomspace(1e-6, self.L, self.dim)
-            P = Q[:, s >= self.delta]
-            G = [(g + g.T) / 2 for g in (rng.standard_normal((P.shape[1],) * 2) for _ in range(size))]
-            E = [g - sum(G) / size for g in G]
-            c = self.delta / max(float(np.abs(np.linalg.eigvalsh(e)).max()) for e in E)
-            A = (Q * s) @ Q.T
-            w_star = rng.standard_normal(self.dim) / np.sqrt(self.dim)
-            zeta = [rng.standard_normal(self.dim) for _ in range(size)]
-            Hw = A @ w_star + self.mu * w_star
-            QUADRATIC_CACHE[key] = ([A + c * P @ e @ P.T for e in E], [Hw + z - sum(zeta) / size for z in zeta], w_star)
-        return QUADRATIC_CACHE[key]
-
-    def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> QuadraticProblem:
-        A, b, w_star = self.parts(size)
-        tensor = lambda x: torch.as_tensor(x, dtype=dtype)  # noqa: E731
-        return QuadraticProblem(tensor((A[rank] + A[rank].T) / 2), tensor(b[rank]), 0.0, self.mu / 2, tensor(w_star))
-
-
-QUADRATIC_CACHE: dict = {}
-
-
 def problem_config(args, folder: Path) -> LinearModelConfig | ControlledQuadratic:
     if args.dataset == "quadratic":
         return ControlledQuadratic(dim=50 if args.quick else 1000, delta=args.delta, mu=args.lam, seed=args.seed)
@@ -127,7 +73,7 @@ def problem_config(args, folder: Path) -> LinearModelConfig | ControlledQuadrati
     if args.quick:
         source = NPZSource(path=str(quick_table(folder)), **sharding)
     else:
-        path = data_dir() / "libsvm" / args.dataset
+        path = Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data")) / "libsvm" / args.dataset
         if not path.is_file():
             raise SystemExit(f"error: {path} not found; set DANE_DATA_DIR to the folder holding libsvm/{args.dataset}")
         source = LibSVMSource(path=str(path), **sharding)
@@ -136,68 +82,44 @@ def problem_config(args, folder: Path) -> LinearModelConfig | ControlledQuadrati
 
 
 def at_targets(records: list[dict]) -> dict:
-    """Per target: rounds, allreduces, uplink (or communicator) bytes and simulated time of the first record at or
-    below it; the best relative suboptimality reached."""
-    finite = [r for r in records if r.get("suboptimality") is not None and math.isfinite(r["suboptimality"])]
-    if not finite:
+    """Per target, the first record at or below it (`reached`); the best relative suboptimality reached."""
+    star = optimum_of(records)
+    if star is None:
         return {"targets": {}, "best_rel_suboptimality": None}
-    f_star = finite[0]["objective"] - finite[0]["suboptimality"]
-    rel = [r["suboptimality"] / abs(f_star) if r in finite else math.inf for r in records]
-    out = {}
-    for target in TARGETS:
-        hit = next((k for k, value in enumerate(rel) if value <= target), None)
-        if hit is None:
-            out[f"{target:g}"] = None
-            continue
-        r = records[hit]
-        # record t holds w_t's metrics and the traffic of round t too, which made w_{t+1}: w_t's is the one before
-        traffic = {k: work_to(records, hit, k) for k in ("uplink_bytes", "downlink_bytes")}
-        passes = work_to(records, hit, "local_passes")  # the clients' local gradient passes, where counted
-        out[f"{target:g}"] = {"rounds": r["round"], "comm_rounds": r["comm_rounds"], "time_s": float(r["time_s"]),
-                              **traffic, "bytes_sent": r["bytes_sent"],
-                              **({} if passes is None else {"local_passes": passes})}
-    return {"targets": out, "best_rel_suboptimality": min(rel)}
+    rel = relative(records, star)
+    hits = {f"{target:g}": first_at(rel, target) for target in TARGETS}
+    return {"targets": {t: None if hit is None else reached(records, hit) for t, hit in hits.items()},
+            "best_rel_suboptimality": min(rel)}
 
 
-def keys_of(settings: dict, delta_a: float, *, L: float | None = None, default_lr: float | None = None) -> dict:
-    """The algorithm keys of a grid setting: ``X_per_delta: c`` becomes ``X: c·δ_A``; ``lr_times_L: c``,
-    lr = c/L (L = ‖H‖ + λ at w_0, for the logistic loss its curvature majorant's); ``lr_times_default: c``,
-    lr = c times ``default_lr`` (the step the default run chose: its first record's ``lr``)."""
-    keys = {}
-    for k, v in settings.items():
-        if k == "lr_times_L":
-            keys["lr"] = v / L
-        elif k == "lr_times_default":
-            if default_lr is None:
-                raise ValueError("lr_times_default: the default run logged no lr")
-            keys["lr"] = v * default_lr
-        else:
-            keys[k.removesuffix("_per_delta")] = v * delta_a if k.endswith("_per_delta") else v
-    return keys
+def reached(records: list[dict], hit: int) -> dict:
+    """Record ``hit``'s rounds, allreduces, simulated time and communicator bytes, and the work spent to reach it
+    (`work_to`): the participants' uplink and downlink bytes, the clients' local passes where counted."""
+    r, passes = records[hit], work_to(records, hit, "local_passes")
+    return {"rounds": r["round"], "comm_rounds": r["comm_rounds"], "time_s": float(r["time_s"]),
+            **{k: work_to(records, hit, k) for k in ("uplink_bytes", "downlink_bytes")}, "bytes_sent": r["bytes_sent"],
+            **({} if passes is None else {"local_passes": passes})}
 
 
-def run_setting(config, method: str, settings: dict, s: int, args, delta_a: float, *, L: float | None = None,
-                default_lr: float | None = None) -> dict:
+def run_method(config, method: str, s: int, args, similarity: dict, grid: list[dict]) -> tuple[dict, list[dict]]:
+    """The method's default run at s clients per round and a run per ``grid`` setting (`scripts.harness`)."""
     algorithm, samples, cap, _ = METHODS[method]
     cap = args.caps[0] if cap == SECOND_ORDER_CAP else args.caps[1]
-    try:
-        keys = keys_of(settings, delta_a, L=L, default_lr=default_lr)
-    except ValueError as exc:  # a grid relative to a default that chose nothing: a result, the grid goes on
-        return {"settings": settings, "status": "error", "error": str(exc), "targets": {},
-                "best_rel_suboptimality": None, "wall_s": 0.0}
-    if samples and s < args.workers:
-        keys["clients_per_round"] = s
-    start = time.perf_counter()
-    try:
-        result = fit(config, algorithm, workers=args.workers, rounds=cap, tol=TARGETS[-1], seed=args.seed, **keys)
-    except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result; the grid goes on
-        return {"settings": settings, "status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
-                "targets": {}, "best_rel_suboptimality": None, "wall_s": round(time.perf_counter() - start, 2)}
-    chosen = result.records[0].get("lr") if result.records else None  # η_l a null default chose (SCAFFOLD)
-    return {"settings": settings, "keys": keys, "status": result.status, "round_cap": cap,
-            "prox_weight": prox_weight(result.records), **({"lr": chosen} if chosen is not None else {}),
-            **at_targets(result.records),
-            "wall_s": round(time.perf_counter() - start, 2)}
+
+    def measure_run(result, settings: dict, keys: dict) -> dict:
+        chosen = result.records[0].get("lr") if result.records else None  # η_l a null default chose (SCAFFOLD)
+        return {"keys": keys, "status": result.status, "round_cap": cap, "prox_weight": prox_weight(result.records),
+                **({"lr": chosen} if chosen is not None else {}), **at_targets(result.records)}
+
+    def run(settings: dict, chosen: dict | None) -> tuple[dict, dict | None]:
+        given = {"delta_a": similarity["delta_mean_square"], "L": similarity["hessian_norm"] + args.lam,
+                 "chosen": chosen}
+        return fit_setting(config, algorithm, settings, measure_run, {"targets": {}, "best_rel_suboptimality": None},
+                           given=given, extra={"clients_per_round": s} if samples and s < args.workers else {},
+                           digits=2, workers=args.workers, rounds=cap, tol=TARGETS[-1], seed=args.seed)
+
+    default, runs, _ = default_and_grid(run, {}, grid)
+    return default, runs
 
 
 def prox_weight(records: list[dict]) -> float | None:
@@ -214,31 +136,24 @@ def rounds_to(run: dict, target: float = TARGETS[-1]) -> int | None:
 
 
 def judge(default: dict, grid: list[dict]) -> dict:
-    """``best``: the fewest rounds to the last target over the grid and the default; ``ratio`` = default / best;
-    ``best_per_target``: per target, the fewest rounds of any of them and that setting."""
-    runs = [default, *grid]
-    per_target = {}
-    for target in TARGETS:
-        reached = [run for run in runs if rounds_to(run, target) is not None]
-        top = min(reached, key=lambda run: rounds_to(run, target)) if reached else None
-        per_target[f"{target:g}"] = None if top is None else {"settings": top["settings"],
-                                                              "rounds": rounds_to(top, target)}
-    reached = [run for run in runs if rounds_to(run) is not None]
-    best = min(reached, key=rounds_to) if reached else None
-    out = {"best": None if best is None else {"settings": best["settings"], "rounds": rounds_to(best),
-                                              "targets": best["targets"]},
-           "best_per_target": per_target,
-           "no_divergence": default["status"] not in ("diverged", "error"), "ratio": None}
-    if best is not None and rounds_to(default) is not None:
-        out["ratio"] = rounds_to(default) / max(rounds_to(best), 1)
-    return out
+    """``best``: the fewest rounds to the last target over the grid and the default (the first such run); ``ratio`` =
+    default / best; ``best_per_target``: per target, the fewest rounds of any of them and that setting."""
+    def fewest(target: float) -> dict | None:
+        reached = [run for run in (default, *grid) if rounds_to(run, target) is not None]
+        return min(reached, key=lambda run: rounds_to(run, target)) if reached else None
+
+    tops = {target: fewest(target) for target in TARGETS}
+    best = tops[TARGETS[-1]]
+    ratio = None if best is None or rounds_to(default) is None else rounds_to(default) / max(rounds_to(best), 1)
+    return {"best": best and {"settings": best["settings"], "rounds": rounds_to(best), "targets": best["targets"]},
+            "best_per_target": {f"{t:g}": top and {"settings": top["settings"], "rounds": rounds_to(top, t)}
+                                for t, top in tops.items()},
+            "no_divergence": default["status"] not in ("diverged", "error"), "ratio": ratio}
 
 
-def spread(config, method: str, s: int, args, delta_a: float, first: dict) -> dict | None:
-    """Simulated time to the last target at defaults over ``--repeats`` runs (``first`` is one of them)."""
-    times = [first["targets"].get(f"{TARGETS[-1]:g}")]
-    times += [run_setting(config, method, {}, s, args, delta_a)["targets"].get(f"{TARGETS[-1]:g}")
-              for _ in range(args.repeats - 1)]
+def time_spread(runs: list[dict]) -> dict | None:
+    """Simulated time to the last target over the repeats of a default (rounds and bytes are deterministic)."""
+    times = [run["targets"].get(f"{TARGETS[-1]:g}") for run in runs]
     if any(t is None for t in times):
         return None
     values = [t["time_s"] for t in times]
@@ -282,8 +197,23 @@ def grid_of(args, method: str) -> list[dict]:
     return (getattr(args, "grids_of", None) or {}).get(method, METHODS[method][3])
 
 
+def header(args, bench: Run, methods: list[str]) -> dict:
+    """What a setting's section states before its rows."""
+    quadratic = args.dataset == "quadratic"
+    return {"started_at": now(), "machine": bench.machine, "quick": args.quick, "setting": args.setting,
+            "code": code_version(), "dataset": args.dataset, "workers": args.workers, "clients": args.clients,
+            "sharding": "iid" if args.alpha is None else f"dirichlet alpha={args.alpha:g}", "lam": args.lam,
+            **({"delta": args.delta, "problem": ControlledQuadratic.__doc__.splitlines()[0]} if quadratic else {}),
+            "seed": args.seed, "targets": [f"{t:g}" for t in TARGETS],
+            "target": "relative suboptimality (O(w) - O*) / |O*|, O* from optimum=auto",
+            "round_caps": {"newton_type": args.caps[0], "first_order": args.caps[1]}, "grids": not args.defaults_only,
+            "methods": {m: {"algorithm": a, "samples_clients": sc, "round_cap": c, "grid": grid_of(args, m)}
+                        for m, (a, sc, c, _) in METHODS.items() if m in methods},
+            "rows": {}}
+
+
 def run_setting_rows(args, bench: Run) -> dict:
-    """One setting's rows, merged into ``args.out`` under ``args.key``."""
+    """One setting's rows, merged into ``--out`` under ``args.key`` after each row (an interrupted run keeps them)."""
     if args.iid:
         args.alpha = None
     quadratic = args.dataset == "quadratic"
@@ -292,50 +222,34 @@ def run_setting_rows(args, bench: Run) -> dict:
     methods = args.only or (list(QUADRATIC_METHODS) if quadratic else list(QUICK_METHODS) if args.quick
                             else list(METHODS))
     os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
-    bench.start, log, path = time.perf_counter(), bench.log, bench.path  # wall_s: this setting's
-    report = {"started_at": now(), "machine": bench.machine, "quick": args.quick,
-              "setting": args.setting, "code": code_version(), "dataset": args.dataset, "workers": args.workers, "clients": args.clients,
-              "sharding": "iid" if args.alpha is None else f"dirichlet alpha={args.alpha:g}", "lam": args.lam,
-              **({"delta": args.delta, "problem": ControlledQuadratic.__doc__.splitlines()[0]} if quadratic else {}),
-              "seed": args.seed, "targets": [f"{t:g}" for t in TARGETS],
-              "target": "relative suboptimality (O(w) - O*) / |O*|, O* from optimum=auto",
-              "round_caps": {"newton_type": args.caps[0], "first_order": args.caps[1]}, "grids": not args.defaults_only,
-              "methods": {m: {"algorithm": a, "samples_clients": sc, "round_cap": c, "grid": grid_of(args, m)}
-                          for m, (a, sc, c, _) in METHODS.items() if m in methods},
-              "rows": {}}
-    earlier = read_bench(path).get(args.key, {})
+    bench.start, log = time.perf_counter(), bench.log  # wall_s: this setting's
+    report, earlier = header(args, bench, methods), read_bench(bench.path).get(args.key, {})
     with tempfile.TemporaryDirectory() as tmp:
         config = problem_config(args, Path(tmp))
-        report["similarity"] = dissimilarity(config, args.workers)
-        delta_a = report["similarity"]["delta_mean_square"]
-        log(f"{args.dataset}, m={args.workers}, {report['sharding']}: delta_A {delta_a:.3g}, "
-            f"delta {report['similarity']['delta']:.3g}, ||H|| {report['similarity']['hessian_norm']:.3g}")
+        similarity = report["similarity"] = dissimilarity(config, args.workers)
+        log(f"{args.dataset}, m={args.workers}, {report['sharding']}: delta_A {similarity['delta_mean_square']:.3g}, "
+            f"delta {similarity['delta']:.3g}, ||H|| {similarity['hessian_norm']:.3g}")
         for s in args.clients:
             for method in methods:
-                algorithm, samples, _, _ = METHODS[method]
-                grid = grid_of(args, method)
                 key = f"s={s}/{method}"
-                if not samples and s < args.workers:
-                    report["rows"][key] = {"skipped": f"{algorithm} has no client sampling; run at s=m only"}
+                if not METHODS[method][1] and s < args.workers:
+                    report["rows"][key] = {"skipped": f"{METHODS[method][0]} has no client sampling; run at s=m only"}
                     continue
-                default = run_setting(config, method, {}, s, args, delta_a)
-                runs = [] if args.defaults_only else [
-                    run_setting(config, method, g, s, args, delta_a, L=report["similarity"]["hessian_norm"] + args.lam,
-                                default_lr=default.get("lr")) for g in grid]
-                row = {"clients": s, "method": method, "default": default, "grid": runs, **judge(default, runs)}
+                default, runs = run_method(config, method, s, args, similarity,
+                                           [] if args.defaults_only else grid_of(args, method))
+                row = report["rows"][key] = {"clients": s, "method": method, "default": default, "grid": runs,
+                                             **judge(default, runs)}
                 if args.repeats > 1:
-                    row["time_s_at_defaults"] = spread(config, method, s, args, delta_a, default)
-                report["rows"][key] = row
-                best = row["best"]
+                    again = [run_method(config, method, s, args, similarity, [])[0] for _ in range(args.repeats - 1)]
+                    row["time_s_at_defaults"] = time_spread([default, *again])
                 log(f"  {key:18s} default {rounds_to(default)} rounds ({default['status']}, best rel "
-                    f"{default['best_rel_suboptimality']}); best {best and best['rounds']} {best and best['settings']}"
-                    f"; {sum(r['wall_s'] for r in [default, *runs]):.0f} s")
-                report["load_avg_now"] = [round(x, 2) for x in os.getloadavg()]
-                # after each row: an interrupted run keeps what it measured (and, with --only, the earlier rows)
+                    f"{default['best_rel_suboptimality']}); best {row['best'] and row['best']['rounds']} "
+                    f"{row['best'] and row['best']['settings']}; {sum(r['wall_s'] for r in [default, *runs]):.0f} s")
+                report["load_avg_now"] = load()
                 bench.save(with_earlier(report, earlier, args), args.key)
         config.release()
     report = bench.finish(with_earlier(report, earlier, args), args.key)
-    log(f"done -> {path}")
+    log(f"done -> {bench.path}")
     return report
 
 

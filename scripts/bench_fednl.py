@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy and SciPy load OpenBLAS (docstring)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy and SciPy load OpenBLAS (docs/benchmarks.md)
 
 import argparse  # noqa: E402  (SUPPRESS: the memory probe's hidden option)
+import json  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -15,20 +16,13 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import tempfile  # noqa: E402
-
-from hydra import compose, initialize_config_dir  # noqa: E402
-
 from dane.baselines.fednl import StackedFedNL, theoretical_alpha  # noqa: E402
 from dane.compress import make  # noqa: E402
 from dane.data.files import LibSVMSource  # noqa: E402
-from dane.experiments.config import run_spec  # noqa: E402
-from dane.loop.launch import execute  # noqa: E402
-from dane.layout import CONF_DIR  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
 from dane.problems.stacked_rows import StackedRows  # noqa: E402
-from scripts.harness import Bench, Run, option  # noqa: E402
+from scripts.harness import Bench, Run, in_process, option  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO.parent / "shared" / "data" / "libsvm"
@@ -89,19 +83,24 @@ def user_overrides(path: Path, clients: int, spec: str, rounds: int, pp: int | N
 
 
 def user_run(overrides: list[str]) -> dict:
-    """The simulator's run of ``dane train <overrides>``, through `dane.loop.launch.execute` (module docstring)."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        spec = run_spec(compose(config_name="config", overrides=overrides))
-    collected: dict = {}
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as out_dir:
-        summary = execute(spec, out_dir, collect=collected)
-    wall = time.perf_counter() - start
+    """The simulator's run of ``dane train <overrides>`` (`scripts.harness.in_process`; docs/benchmarks.md)."""
+    summary, records, wall = in_process(overrides, write=True)
     # the simulator's compute clock is thread CPU time, each phase's reading shared over the m workers
     cpu = summary["simulated_compute_s"] * summary["workers"] / summary["rounds"]
     return {"s_per_round": summary["wall_time_s"] / summary["rounds"], "cpu_s_per_round": cpu, "wall_s": wall,
-            "simulator_path": summary.get("simulator_path"), "grad_norm": collected["records"][-1].get("grad_norm"),
-            "uplink_bits": collected["records"][-1]["clients_uplink_bits"]}
+            "simulator_path": summary.get("simulator_path"), "grad_norm": records[-1].get("grad_norm")}
+
+
+def timings(runs: list[dict], reference: float) -> dict:
+    """Seconds per round over the repeats (each, their median and spread), CPU seconds per round, both against
+    u-FedNL's ``reference`` (CPU seconds of this one-thread process over u-FedNL's wall seconds: what a quiet
+    machine's ratio nears), and the final gradient norms."""
+    per_round = [r["s_per_round"] for r in runs]
+    median = statistics.median(per_round)
+    return {"s_per_round": per_round, "median_s_per_round": median, "spread_s": max(per_round) - min(per_round),
+            "cpu_s_per_round": [r["cpu_s_per_round"] for r in runs], "ratio_to_ufednl": median / reference,
+            "cpu_ratio_to_ufednl": statistics.median(r["cpu_s_per_round"] for r in runs) / reference,
+            "final_grad_norm": [r["grad_norm"] for r in runs]}
 
 
 def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> dict:
@@ -121,34 +120,20 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
         alpha = theoretical_alpha(make(spec), clients.dim) if compressor == "topk_theory" else None
         runs = [timed_run(clients, spec, rounds, pp, seed, alpha) for seed in range(repeats)]
         users = [user_run(user_overrides(path, m, spec, rounds, pp, seed, alpha)) for seed in range(repeats)]
-        user_median = statistics.median(u["s_per_round"] for u in users)
-        compressor = compressor.split("_")[0]
+        reference = UFEDNL_S_PER_ROUND[(name, compressor.split("_")[0])]
         spec = f"{spec} alpha={alpha:.4g}" if alpha is not None else spec
-        per_round = [r["s_per_round"] for r in runs]
-        median = statistics.median(per_round)
-        reference = UFEDNL_S_PER_ROUND[(name, compressor)]
+        stacked, user = timings(runs, reference), timings(users, reference)
+        user["ratio_to_stacked"] = user["median_s_per_round"] / stacked["median_s_per_round"]
         out["compressors"][spec] = {
-            "s_per_round": per_round, "median_s_per_round": median, "spread_s": max(per_round) - min(per_round),
-            "cpu_s_per_round": [r["cpu_s_per_round"] for r in runs],
-            "ufednl_s_per_round": reference, "ratio_to_ufednl": median / reference,
-            # CPU seconds of this one-thread process over u-FedNL's wall seconds: what a quiet machine's ratio nears
-            "cpu_ratio_to_ufednl": statistics.median(r["cpu_s_per_round"] for r in runs) / reference,
-            "final_grad_norm": [r["grad_norm"] for r in runs], "alpha": runs[0]["alpha"],
+            **stacked, "ufednl_s_per_round": reference, "alpha": runs[0]["alpha"],
             "phase_s_per_round": [r["phase_s_per_round"] for r in runs],
             "uplink_bits_per_client_round": runs[0]["uplink_bits_per_client_round"],
             "user_path": {"command": "dane train " + " ".join(user_overrides(path, m, spec, rounds, pp, 0, alpha)),
-                          "s_per_round": [u["s_per_round"] for u in users], "median_s_per_round": user_median,
-                          "spread_s": max(u["s_per_round"] for u in users) - min(u["s_per_round"] for u in users),
-                          "ratio_to_ufednl": user_median / reference, "ratio_to_stacked": user_median / median,
-                          "cpu_s_per_round": [u["cpu_s_per_round"] for u in users],
-                          "cpu_ratio_to_ufednl": statistics.median(u["cpu_s_per_round"] for u in users) / reference,
-                          "wall_s": [u["wall_s"] for u in users], "simulator_path": users[0]["simulator_path"],
-                          "final_grad_norm": [u["grad_norm"] for u in users]}}
-        log(f"{name} {spec}: {median:.4f} s/round (x{median / reference:.2f} of u-FedNL), CPU "
-            f"{statistics.median(r['cpu_s_per_round'] for r in runs):.4f} s/round, "
-            f"grad norm {max(r['grad_norm'] for r in runs):.2e}; dane train ({users[0]['simulator_path']}): "
-            f"{user_median:.4f} s/round (x{user_median / reference:.2f} of u-FedNL), CPU "
-            f"{statistics.median(u['cpu_s_per_round'] for u in users):.4f} s/round")
+                          **user, "wall_s": [u["wall_s"] for u in users], "simulator_path": users[0]["simulator_path"]}}
+        log(f"{name} {spec}: {stacked['median_s_per_round']:.4f} s/round (x{stacked['ratio_to_ufednl']:.2f} of "
+            f"u-FedNL, CPU x{stacked['cpu_ratio_to_ufednl']:.2f}), grad norm {max(stacked['final_grad_norm']):.2e}; "
+            f"dane train ({users[0]['simulator_path']}): {user['median_s_per_round']:.4f} s/round "
+            f"(x{user['ratio_to_ufednl']:.2f} of u-FedNL, CPU x{user['cpu_ratio_to_ufednl']:.2f})")
     return out
 
 
@@ -196,8 +181,7 @@ def memory_point(clients: int, d: int) -> dict:
 
 
 def bench_memory(log) -> dict:
-    """The ``memory`` key (module docstring): each point in a fresh process, then the fits' limits."""
-    import json
+    """The ``memory`` key (docs/benchmarks.md): each point in a fresh process, then the fits' limits."""
     import subprocess
 
     def probe(clients: int, d: int) -> dict:
@@ -227,8 +211,6 @@ def run(bench: Run) -> None:
     args = bench.args
     np.seterr(over="ignore")  # exp overflow in a far-off line-search trial is harmless (the trial is refused)
     if args.probe:  # one point of the memory key, in a process of its own (`bench_memory`)
-        import json
-
         torch.set_num_threads(1)
         print(json.dumps(memory_point(*args.probe)))
         return
@@ -255,7 +237,8 @@ def run(bench: Run) -> None:
     log(f"section fednl -> {args.out}")
 
 
-BENCH = Bench("fednl", run, "FedNL with its clients stacked, at u-FedNL's workloads", threads=None, only=(*TABLES, "memory"),
+BENCH = Bench("fednl", run, "FedNL with its clients stacked, at u-FedNL's workloads", threads=None,
+              only=(*TABLES, "memory"),
               options=(option("--rounds", type=int, default=1000), option("--repeats", type=int, default=2),
                        option("--data-dir", type=Path, default=DATA_DIR),
                        option("--probe", nargs=2, type=int, metavar=("CLIENTS", "D"), help=argparse.SUPPRESS),

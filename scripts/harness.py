@@ -12,6 +12,7 @@ the whole file (`goals`, key ``goals_table``): each section's headline against i
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -193,14 +194,21 @@ def kept(run: Run) -> dict:
     return dict(run.earlier) if run.earlier.get("quick") == run.args.quick else {}
 
 
+def optimum_of(records: list[dict]) -> float | None:
+    """O* as the first record with a finite suboptimality gives it (objective − suboptimality); None where none has one."""
+    return next((r["objective"] - r["suboptimality"] for r in records
+                 if r.get("suboptimality") is not None and math.isfinite(r["suboptimality"])), None)
+
+
 def relative(records: list[dict], f_star: float | None = None) -> list[float]:
-    """Each record's relative suboptimality (O(w) - O*) / |O*|, inf where it has none; O* the records' own
-    (objective - suboptimality) where ``f_star`` is None."""
+    """Each record's relative suboptimality (O(w) − O*)/|O*|, inf where it has no finite one; O* is ``f_star``, else
+    each record's own (objective − suboptimality)."""
     def one(r: dict) -> float:
-        if r.get("suboptimality") is None:
-            return float("inf")
-        star = r["objective"] - r["suboptimality"] if f_star is None else f_star
-        return r["suboptimality"] / (abs(star) if star != 0 else 1.0)
+        sub = r.get("suboptimality")
+        if sub is None or not math.isfinite(sub):
+            return math.inf
+        star = r["objective"] - sub if f_star is None else f_star
+        return sub / (abs(star) if star != 0 else 1.0)
 
     return [one(r) for r in records]
 
@@ -269,3 +277,79 @@ def mnist_missing() -> str | None:
     data_dir = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
     where = (data_dir if data_dir.is_absolute() else Path(__file__).resolve().parents[1] / data_dir) / "mnist"
     return None if where.is_dir() else f"no MNIST files in {where} (set DANE_DATA_DIR to a folder holding mnist/)"
+
+
+# ---------------------------------------------- the grid sections' runner (bench_federated, bench_defaults)
+#: the knobs a default chooses at run time and logs in its first record, which a grid's ``X_times_default`` multiplies
+CHOSEN = ("lam", "mu", "p", "lr")
+
+
+def resolve(settings: dict, *, L: float | None = None, delta_a: float | None = None,
+            chosen: dict | None = None) -> dict:
+    """The algorithm keys of a grid setting: ``lr_times_L: c`` is lr = c/L; ``X_per_delta: c`` is X = c·δ_A (the
+    shards' measured mean-square dissimilarity); ``X_times_default: c`` is c times the X the default run chose
+    (``chosen``: `CHOSEN` of its first record), a probability p at most 1 (Scaffnew's p = 1 is GD with its step);
+    other keys as given.  A multiple of what the default did not log is a ValueError naming it."""
+    keys = {}
+    for key, value in settings.items():
+        if key == "lr_times_L":
+            keys["lr"] = value / L
+        elif key.endswith("_per_delta"):
+            keys[key.removesuffix("_per_delta")] = value * delta_a
+        elif key.endswith("_times_default"):
+            name = key.removesuffix("_times_default")
+            if (chosen or {}).get(name) is None:
+                raise ValueError(f"{key}: the default run logged no {name}")
+            keys[name] = min(value * float(chosen[name]), 1.0) if name == "p" else value * float(chosen[name])
+        else:
+            keys[key] = value
+    return keys
+
+
+def fit_setting(problem, algorithm: str, settings: dict, measure: Callable, failed: dict, *, given: dict,
+                extra: dict, digits: int, **fit) -> tuple[dict, dict | None]:
+    """One `dane.fit` of ``algorithm`` at a grid setting (``given``: `resolve`'s keywords; ``extra``: keys added to
+    every setting's): the row ``{settings, **measure(result, settings, keys), wall_s}`` and the run's first record
+    (None: no record).  A setting that does not resolve, or whose run raises, is a row too (``failed``, status
+    ``error`` and the error's one line): the grid goes on."""
+    import dane
+
+    start = time.perf_counter()
+    try:
+        keys = {**resolve(settings, **given), **extra}
+    except ValueError as exc:
+        return {"settings": settings, **failed, "status": "error", "error": str(exc), "wall_s": 0.0}, None
+    try:
+        result = dane.fit(problem, algorithm, **fit, **keys)
+    except Exception as exc:  # noqa: BLE001 -- a setting that fails is a result
+        return {"settings": settings, **failed, "status": "error",
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                "wall_s": round(time.perf_counter() - start, digits)}, None
+    wall = round(time.perf_counter() - start, digits)
+    return {"settings": settings, **measure(result, settings, keys), "wall_s": wall}, (result.records or [None])[0]
+
+
+def default_and_grid(run: Callable[[dict, dict | None], tuple[dict, dict | None]], default: dict, grid: list[dict]
+                     ) -> tuple[dict, list[dict], dict | None]:
+    """A method's default run and one run per setting of its grid, each given what the default chose (`CHOSEN` of
+    its first record, for ``X_times_default``; None where it made none): ``run(settings, chosen) -> (row, first
+    record)``.  Returns the rows and what the default chose."""
+    row, first = run(default, None)
+    chosen = None if first is None else {k: v for k, v in first.items() if k in CHOSEN}
+    return row, [run(settings, chosen)[0] for settings in grid], chosen
+
+
+def in_process(job: list[str], *, write: bool = False) -> tuple[dict, list[dict], float]:
+    """The run ``dane train <job>`` makes, in this process (`dane.loop.launch.execute`): its summary, its records
+    and the call's wall seconds; ``write``: into a temporary run folder, as the command writes its own."""
+    import tempfile
+
+    from dane.experiments.config import run_spec
+    from dane.loop.launch import execute
+    from dane.synthetic.sweep import compose_job
+
+    spec, collected = run_spec(compose_job(tuple(job))), {}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        summary = execute(spec, folder if write else None, collect=collected)
+    return summary, collected["records"], time.perf_counter() - start

@@ -6,7 +6,8 @@ worker's shard) and `ProblemConfig` (what builds the shards), overriding the opt
 """
 from .arrays import ArraySource, LogReg, Ridge, Softmax
 from .base import Problem, ProblemConfig
+from .controlled_quadratic import ControlledQuadratic
 from .quadratic import QuadraticProblem
 from .ridge import RidgeSyntheticConfig
 
-__all__ = ["ArraySource", "LogReg", "Problem", "ProblemConfig", "QuadraticProblem", "Ridge", "RidgeSyntheticConfig", "Softmax"]
+__all__ = ["ArraySource", "ControlledQuadratic", "LogReg", "Problem", "ProblemConfig", "QuadraticProblem", "Ridge", "RidgeSyntheticConfig", "Softmax"]
