@@ -202,7 +202,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             _SHARDS.clear()
             _SHARDS[key] = ShardingKeys(**keys).deal(table.y, size, seed=self.seed, X=table.X,
                                                      feature_names=table.feature_names,
-                                                     regression=self.loss == "squared")
+                                                     regression=self.loss == "squared", clients=table.clients)
         shards, notes = _SHARDS[key]
         return shards[rank], notes if rank == 0 else []
 
