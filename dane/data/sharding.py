@@ -204,7 +204,7 @@ def _class_shards(labels: np.ndarray, workers: int, per_worker: int, rng: np.ran
 class ShardingKeys:
     """The ``data.sharding`` keys, the same on every data source (``conf/data/*.yaml``).
 
-    ``sharding``: iid | dirichlet | classes | quantity (the module docstring).
+    ``sharding``: iid | dirichlet | classes | quantity, and column on a file source (the module docstring).
     ``alpha`` (> 0): the Dirichlet concentration. ``classes_per_worker`` (C ≥ 1): groups per
     worker under ``classes``. ``exponent`` (γ ≥ 0): the power law of ``quantity``.
     ``skew_on``: what ``dirichlet`` and ``classes`` group rows by: ``y`` (the labels; a
@@ -228,8 +228,8 @@ class ShardingKeys:
         ``columns`` says what names a client column in this source (``a header name``); None for a
         source that has none, which refuses ``sharding=column``.
         """
-        checks.one_of(f"{prefix}.sharding", self.sharding, SHARDINGS)
         self._check_client_column(prefix, columns)
+        checks.one_of(f"{prefix}.sharding", self.sharding, SCHEMES if columns is None else SHARDINGS)
         checks.positive(f"{prefix}.alpha", self.alpha)
         checks.positive_int(f"{prefix}.classes_per_worker", self.classes_per_worker)
         checks.nonnegative(f"{prefix}.exponent", self.exponent)
