@@ -270,13 +270,17 @@ class ShardingKeys:
                ) -> tuple[np.ndarray, str]:
         """The group of every row for ``dirichlet`` and ``classes``, and what they are (for the notes)."""
         if self.skew_on == SKEW_ON_Y:
-            if not regression:
-                return np.asarray(y), "labels"
-            return quantile_bins(y, self.bins), f"{self.bins} quantile bins of y ({_edges(y, self.bins)})"
+            return self._label_groups(y, regression)
         j = self._column(X, feature_names)
         column = X[:, j].toarray().ravel() if hasattr(X, "toarray") else np.asarray(X[:, j])  # CSR: one dense column
         name = feature_names[j] if feature_names else f"column {j}"
         return quantile_bins(column, self.bins), f"{self.bins} quantile bins of {name} ({_edges(column, self.bins)})"
+
+    def _label_groups(self, y: np.ndarray, regression: bool) -> tuple[np.ndarray, str]:
+        """The labels, or a real target's ``bins`` quantile bins, and what they are (for the notes)."""
+        if not regression:
+            return np.asarray(y), "labels"
+        return quantile_bins(y, self.bins), f"{self.bins} quantile bins of y ({_edges(y, self.bins)})"
 
     def deal(self, y: np.ndarray, workers: int, *, seed: int, X=None, feature_names=None,
              regression: bool = False, clients=None) -> tuple[list[np.ndarray], list[str]]:
@@ -287,11 +291,7 @@ class ShardingKeys:
             if clients is None:  # a source that took the keys but did not read the column: a bug, not a user error
                 raise AssertionError(f"data.client_column={self.client_column}: the source gave no client values")
             shards, labels = column_shards(clients, workers, name=f"data.client_column={self.client_column}")
-            if regression:
-                histogram, what = quantile_bins(y, self.bins), f"{self.bins} quantile bins of y ({_edges(y, self.bins)})"
-            else:
-                histogram, what = np.asarray(y), "labels"
-            return shards, self.describe(shards, histogram, what, seed, clients=labels)
+            return shards, self.describe(shards, *self._label_groups(y, regression), seed, clients=labels)
         options = {"scheme": self.sharding, "alpha": self.alpha, "classes_per_worker": self.classes_per_worker,
                    "exponent": self.exponent}
         if self.sharding in GROUPED:

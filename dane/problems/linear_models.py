@@ -3,8 +3,8 @@ r"""``problem=ridge | logreg | softmax``: a linear model on any data source.
 The data comes from a source in ``conf/data/`` (CSV, LIBSVM, NPZ, or a built-in set,
 `dane.data.files`).  Rows are dealt to workers by ``data.sharding`` (`dane.data.sharding`: by default a
 seeded permutation; Dirichlet label skew, C classes per worker, power-law sizes; one client per
-value of a column of the file), identical on every backend; a presharded source (``data.path`` with ``{rank}``) gives each process
-only its own file, so no process holds more than its shard.
+value of a column of the file), identical on every backend; a presharded source (``data.path``
+with ``{rank}``) gives each process only its own file, so no process holds more than its shard.
 
 No process solves the whole problem before round 0.  ``problem.optimum`` (`dane.reference`)
 asks for a reference optimum when suboptimality is wanted: ``auto`` reads it from the
