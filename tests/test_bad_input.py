@@ -323,6 +323,42 @@ CASES = [
     case("text_named_npz", *LOGREG, "data=npz", "data.path={tmp}/text.npz",
          expected="{tmp}/text.npz is not an .npz archive: it is a text file (for a CSV use data=csv, for LIBSVM "
                   "data=libsvm); write it with dane.data.files.save_npz(path, X, y)"),
+    # issue 47: clients from a column (data.sharding=column)
+    case("csv_clients_other_than_workers", *LOGREG, "data=csv", "data.path={tmp}/clients.csv", "data.target=y",
+         "data.sharding=column", "data.client_column=site", "workers=2",
+         expected="error: data.client_column=site has 3 distinct values (clients), one per worker, but workers=2; "
+                  "set workers=3 (under horovodrun or torchrun: launch 3 processes)"),
+    case("npz_clients_other_than_workers", *LOGREG, "data=npz", "data.path={tmp}/clients.npz",
+         "data.sharding=column", "data.client_column=groups", "workers=4",
+         expected="error: data.client_column=groups has 3 distinct values (clients), one per worker, but workers=4"),
+    case("libsvm_qids_other_than_workers", *LOGREG, "data=libsvm", "data.path={tmp}/qid.svm",
+         "data.sharding=column", "data.client_column=qid",
+         expected="error: data.client_column=qid has 2 distinct values (clients), one per worker, but workers=1"),
+    case("libsvm_line_without_qid", *LOGREG, "data=libsvm", "data.path={tmp}/small.svm", "data.sharding=column",
+         "data.client_column=qid", "workers=2",
+         expected="{tmp}/small.svm line 1 has no qid: field (12 of its 12 rows lack one); with data.client_column=qid "
+                  "every line is '<label> qid:<n> <index>:<value> ...'"),
+    case("libsvm_client_column_not_qid", *LOGREG, "data=libsvm", "data.path={tmp}/qid.svm", "data.sharding=column",
+         "data.client_column=user", expected="data.client_column=user: a LIBSVM line's only client field is qid:<n>; "
+                                             "set data.client_column=qid"),
+    case("csv_client_column_absent", *LOGREG, "data=csv", "data.path={tmp}/clients.csv", "data.target=y",
+         "data.sharding=column", "data.client_column=country", "workers=3",
+         expected="{tmp}/clients.csv has no column 'country'; its columns are: y, a, site; set data.client_column to "
+                  "one of them"),
+    case("csv_client_missing", *LOGREG, "data=csv", "data.path={tmp}/client_missing.csv", "data.target=y",
+         "data.sharding=column", "data.client_column=site", "workers=3",
+         expected="{tmp}/client_missing.csv line 3, column 'site' (data.client_column): value missing ('?'); every "
+                  "row needs a client: fill it in (e.g. 'unknown') or remove the row"),
+    case("client_column_without_column_sharding", *LOGREG, "data=csv", "data.path={tmp}/clients.csv",
+         "data.target=y", "data.client_column=site", "workers=3",
+         expected="error: data.client_column=site names the clients of data.sharding=column; set "
+                  "data.sharding=column, or drop data.client_column"),
+    case("column_sharding_without_client_column", *LOGREG, "data=npz", "data.path={tmp}/clients.npz",
+         "data.sharding=column", "workers=3", expected="error: data.sharding=column needs data.client_column=NAME, "
+                                                       "a key of the archive holding one value per row"),
+    case("column_sharding_of_a_builtin_set", *LOGREG, "data=breast_cancer", "data.sharding=column", "workers=3",
+         expected="error: data.sharding=column reads each row's client from a column of a data file, which this "
+                  "data set has not; use data=csv|libsvm|npz with data.client_column=NAME"),
 ]
 OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
 
@@ -378,6 +414,11 @@ def probe_files(tmp: Path) -> None:
     (tmp / "zeros.svm").write_text("".join(f"0 1:{i}.5 2:{i % 3}\n" for i in range(12)))
     np.savez(tmp / "minus_ones.npz", X=X, y=-np.ones(len(X)))
     (tmp / "text.npz").write_text("a,b,y\n1,2,0\n3,4,1\n")
+    sites = ["north", "south", "east"]
+    (tmp / "clients.csv").write_text("y,a,site\n" + "".join(f"{i % 2},{i}.5,{sites[i % 3]}\n" for i in range(12)))
+    (tmp / "client_missing.csv").write_text((tmp / "clients.csv").read_text().replace(",1.5,south", ",1.5,?"))
+    np.savez(tmp / "clients.npz", X=X, y=y, groups=np.arange(8) % 3)
+    (tmp / "qid.svm").write_text("".join(f"{i % 2} qid:{1 + i // 6} 1:{i}.5 2:{i % 3}\n" for i in range(12)))
     (tmp / "read_only").mkdir()
     (tmp / "read_only").chmod(0o555)
     (tmp / "checkpoint_read_only" / "checkpoint").mkdir(parents=True)

@@ -8,6 +8,8 @@ median, or refused (``impute="error"``); a missing categorical value becomes an 
 one-hot row; a missing label is always an error. Then, by default, every numeric
 feature column is standardized over all rows (``standardize=numeric``; ``all`` also the
 one-hot columns, ``none`` nothing). Each of these steps is stated in ``Table.notes``.
+With ``sharding=column``, the column ``client_column`` names each row's client: it is read
+as text (stripped), is no feature, and a row without a value is refused.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ IMPUTE = ("mean", "median", "error")
 class CSVSource(FileSource, ShardingKeys):
     """A CSV file (``conf/data/csv.yaml``); ``path`` with ``{rank}`` names one file per worker.
 
-    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`).
+    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`);
+    ``sharding=column`` with ``client_column`` a header name: one client per value of that column.
 
     ``target``: the label column. ``categorical``: columns to one-hot encode.
     ``standardize``: scale feature columns to mean 0, std 1 over all rows: ``numeric``
@@ -53,7 +56,7 @@ class CSVSource(FileSource, ShardingKeys):
     name: str = "csv"
 
     def __post_init__(self) -> None:
-        self._check_path()
+        self._check_path(columns="a column of the header")
         if not isinstance(self.target, str) or not self.target:
             raise ConfigError(f"data.target must name the label column, got {self.target!r}")
         columns = (self.categorical,) if isinstance(self.categorical, str) else self.categorical
@@ -63,6 +66,12 @@ class CSVSource(FileSource, ShardingKeys):
                 f"data.target={self.target} is also in data.categorical; the label is not a feature, "
                 "remove it from data.categorical"
             )
+        if self.client_column == self.target:
+            raise ConfigError(f"data.client_column={self.client_column} is the label (data.target); the clients "
+                              "are another column, name it")
+        if self.client_column in self.categorical:
+            raise ConfigError(f"data.client_column={self.client_column} is also in data.categorical; the client "
+                              "column is not a feature, remove it from data.categorical")
         self._check_standardize()
         checks.one_of("data.impute", self.impute, IMPUTE)
         if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
@@ -78,6 +87,9 @@ class CSVSource(FileSource, ShardingKeys):
         for column in (self.target, *self.categorical):
             if column not in header:
                 raise DataError(_no_column(file, column, header, self.delimiter))
+        clients = self.client_column is not None
+        if clients and self.client_column not in header:
+            raise DataError(_no_column(file, self.client_column, header, self.delimiter, "data.client_column"))
         cells = dict(zip(header, zip(*rows)))
         y = _numbers(cells[self.target], file, self.target, lines, label=True)
         missing_label = np.flatnonzero(np.isnan(y))
@@ -91,7 +103,7 @@ class CSVSource(FileSource, ShardingKeys):
             )
         blocks, names, numeric, notes = [], [], [], []
         for column in header:
-            if column == self.target:
+            if column == self.target or column == self.client_column:
                 continue
             if column in self.categorical:
                 block, values, note = _one_hot(cells[column], file, column, lines, self.impute)
@@ -109,7 +121,8 @@ class CSVSource(FileSource, ShardingKeys):
         columns = list(range(X.shape[1])) if self.standardize == "all" else numeric if self.standardize == "numeric" else []
         if columns:
             notes.append(_standardized(X, columns, names, "" if self.standardize == "all" else "numeric "))
-        return Table(X=X, y=y, name=f"csv:{Path(self.path).name}", notes=notes, feature_names=names)
+        return Table(X=X, y=y, name=f"csv:{Path(self.path).name}", notes=notes, feature_names=names,
+                     clients=_clients(cells[self.client_column], file, self.client_column, lines) if clients else None)
 
     def _count_rows(self, file: Path) -> int:
         return max(count_lines(file) - 1, 0)  # less the header
@@ -169,12 +182,24 @@ def _check_header(file: Path, header: list[str] | None, rows: list, header_only:
         )
 
 
-def _no_column(file: Path, column: str, header: list[str], delimiter: str) -> str:
+def _no_column(file: Path, column: str, header: list[str], delimiter: str, setting: str = "") -> str:
     hint = f" (one column: is data.delimiter={delimiter!r} right?)" if len(header) == 1 else ""
     return (
         f"{file} has no column '{column}'; its columns are: {', '.join(header)}{hint}; "
-        "set data.target / data.categorical to one of them"
+        f"set {setting or 'data.target / data.categorical'} to one of them"
     )
+
+
+def _clients(cells: tuple[str, ...], file: Path, column: str, lines: list[int]) -> np.ndarray:
+    """The client column as stripped text; a missing cell is one line (a client the data does not name)."""
+    tokens = np.array([cell.strip() for cell in cells])
+    missing = [i for i, t in enumerate(tokens) if t.lower() in MISSING]
+    if missing:
+        raise DataError(
+            f"{file} line {lines[missing[0]]}, column '{column}' (data.client_column): value missing "
+            f"({cells[missing[0]]!r}); every row needs a client: fill it in (e.g. 'unknown') or remove the row"
+        )
+    return tokens
 
 
 def _is_number(cell: str) -> bool:

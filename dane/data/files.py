@@ -17,7 +17,9 @@ The file sources take ``standardize``: numeric | all | none over all rows
 Every source takes the sharding keys (``sharding``: iid | dirichlet | classes | quantity,
 ``alpha``, ``classes_per_worker``, ``exponent``, ``skew_on``, ``bins``: `dane.data.sharding`),
 which say how a convex problem deals the table's rows to its workers; ``{rank}`` parts are
-the partition themselves.
+the partition themselves. The file sources also take ``sharding=column`` with
+``client_column`` (a CSV header name, an .npz key, LIBSVM's ``qid``): one client per
+distinct value of that column, read into ``Table.clients`` and left out of the features.
 
 Every source has ``name``, ``presharded``, ``load()`` and ``load_part(rank, size)``.
 Relative paths are looked up under ``data_dir``, then the working folder (`resolve`);

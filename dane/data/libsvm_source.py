@@ -1,8 +1,9 @@
 """``LibSVMSource``: a LIBSVM / SVMlight text file, kept sparse.
 
 Each line is ``<label> <index>:<value> <index>:<value> ...`` with increasing indices
-(``#`` starts a comment; ``qid:`` entries are ignored). The file is read by
-scikit-learn's ``load_svmlight_file``; ``X`` stays a ``scipy.sparse.csr_matrix``.
+(``#`` starts a comment; ``qid:`` entries are ignored, except that ``sharding=column`` with
+``client_column=qid`` makes each line's ``qid:`` its client: then every line needs one). The
+file is read by scikit-learn's ``load_svmlight_file``; ``X`` stays a ``scipy.sparse.csr_matrix``.
 Per-worker parts (``{rank}`` in ``path``) need ``n_features``, because one part alone
 cannot know d: its largest index may be smaller than another part's.
 """
@@ -28,13 +29,15 @@ from dane.data.table import Table
 from dane.errors import ConfigError, DataError
 
 FORMAT = "each line is '<label> <index>:<value> ...' with increasing indices"
+QID = "qid"  # the one client column a LIBSVM line has: its qid:<n> field
 
 
 @dataclass(frozen=True)
 class LibSVMSource(FileSource, ShardingKeys):
     """A LIBSVM file (``conf/data/libsvm.yaml``).
 
-    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`).
+    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`);
+    ``sharding=column`` takes ``client_column=qid``: one client per ``qid:`` value, which is no feature.
 
     ``n_features``: d; ``None`` takes the largest index in the file (required for parts).
     ``zero_based``: whether index 0 is the first feature; ``"auto"`` (scikit-learn's
@@ -54,7 +57,10 @@ class LibSVMSource(FileSource, ShardingKeys):
     standardize: str = "none"
 
     def __post_init__(self) -> None:
-        self._check_path()
+        self._check_path(columns="which for LIBSVM is qid (the qid:<n> field of each line)")
+        if self.client_column not in (None, QID):
+            raise ConfigError(f"data.client_column={self.client_column}: a LIBSVM line's only client field is "
+                              "qid:<n>; set data.client_column=qid (or use data=csv|npz for a named column)")
         self._check_standardize()
         if self.n_features is not None:
             checks.positive_int("data.n_features", self.n_features)
@@ -73,7 +79,8 @@ class LibSVMSource(FileSource, ShardingKeys):
 
     def _read(self, file: Path) -> Table:
         try:
-            X, y = load_svmlight_file(str(file), dtype=np.float64, zero_based=self.zero_based)
+            X, y, *qid = load_svmlight_file(str(file), dtype=np.float64, zero_based=self.zero_based,
+                                            query_id=self.client_column == QID)
         except (ValueError, TypeError, OverflowError) as err:
             raise DataError(_explain(file, err, self.zero_based)) from None
         except (OSError, EOFError, zlib.error) as err:  # a damaged .gz/.bz2 stream (BadGzipFile is an OSError)
@@ -94,13 +101,23 @@ class LibSVMSource(FileSource, ShardingKeys):
             raise DataError(_non_finite(file, X, y, bad))
         notes = [f"read {X.shape[0]} rows x {d} features ({X.nnz} non-zeros, sparse) from {file}"]
         notes += filter(None, [standardize_matrix(X, self.standardize)])
-        return Table(X=X, y=np.asarray(y, dtype=np.float64), name=f"libsvm:{Path(self.path).name}", notes=notes)
+        return Table(X=X, y=np.asarray(y, dtype=np.float64), name=f"libsvm:{Path(self.path).name}", notes=notes,
+                     clients=_every_line_has_a_qid(file, qid[0], X.shape[0]) if qid else None)
 
     def _count_rows(self, file: Path) -> int:
         return count_lines(file, skip_comments=True)
 
     def _width(self, file: Path) -> int | None:
         return None  # every part is read with n_features columns
+
+
+def _every_line_has_a_qid(file: Path, qid: np.ndarray, n: int) -> np.ndarray:
+    """The qid of each row (scikit-learn returns one per line that has it), or one line naming a line without."""
+    if len(qid) == n:
+        return np.asarray(qid, dtype=np.int64)
+    number = next((number for number, text in _data_lines(file) if " qid:" not in f" {text}"), "?")
+    raise DataError(f"{file} line {number} has no qid: field ({n - len(qid)} of its {n} rows lack one); with "
+                    "data.client_column=qid every line is '<label> qid:<n> <index>:<value> ...'")
 
 
 def _explain(file: Path, err: Exception, zero_based: bool | str) -> str:

@@ -8,6 +8,9 @@ Layout (keys shown for the defaults ``x_key="X"``, ``y_key="y"``):
   ``scipy.sparse.save_npz`` to a separate file is not read; re-save it with `save_npz`.
 
 The archive is opened with ``allow_pickle=False``, so object arrays are refused.
+With ``sharding=column``, ``client_column`` names one more array of the archive holding each
+row's client (integers, or strings saved as a NumPy string array, e.g. ``groups``); it is not
+part of X.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ FIX = "write it with dane.data.files.save_npz(path, X, y)"
 class NPZSource(FileSource, ShardingKeys):
     """A ``.npz`` archive (``conf/data/npz.yaml``); ``x_key`` and ``y_key`` name its arrays.
 
-    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`).
+    How rows are dealt to workers: ``sharding``, ``alpha``, ... (`dane.data.sharding.ShardingKeys`);
+    ``sharding=column`` with ``client_column`` a key of the archive: one client per value of that array.
 
     ``standardize``: ``none`` (the default: X as saved), ``numeric`` (true: the columns with a
     value other than 0/1) or ``all``, over all rows: dense X to mean 0, std 1 as the CSV path
@@ -50,11 +54,14 @@ class NPZSource(FileSource, ShardingKeys):
     standardize: str = "none"
 
     def __post_init__(self) -> None:
-        self._check_path()
+        self._check_path(columns="a key of the archive holding one value per row")
         self._check_standardize()
         for key in ("x_key", "y_key"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ConfigError(f"data.{key} must name an array in the archive, got {getattr(self, key)!r}")
+        if self.client_column in (self.x_key, self.y_key):
+            raise ConfigError(f"data.client_column={self.client_column} is the archive's X or y; the clients are "
+                              "another array of one value per row, name it")
 
     def _read(self, file: Path) -> Table:
         _check_is_archive(file)
@@ -64,6 +71,7 @@ class NPZSource(FileSource, ShardingKeys):
                 sparse = self._layout(file, archive.files)
                 X = _sparse(file, archive, self.x_key) if sparse else archive[self.x_key]
                 y = archive[self.y_key]
+                clients = None if self.client_column is None else archive[self.client_column]
         except UserError:  # ours, already one line (a DataError is also an OSError, a ConfigError a ValueError)
             raise
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, AttributeError) as err:
@@ -73,13 +81,15 @@ class NPZSource(FileSource, ShardingKeys):
         kind = f"sparse, {X.nnz} non-zeros" if sparse else "dense"
         notes = [f"read {X.shape[0]} rows x {X.shape[1]} features ({kind}) from {file}"]
         notes += filter(None, [standardize_matrix(X, self.standardize)])
-        return Table(X=X, y=y, name=f"npz:{Path(self.path).name}", notes=notes)
+        return Table(X=X, y=y, name=f"npz:{Path(self.path).name}", notes=notes,
+                     clients=None if clients is None else _clients(file, clients, self.client_column, len(y)))
 
     def _layout(self, file: Path, keys: list[str]) -> bool:
         """True for the sparse layout; one line naming the keys found when a key is missing."""
         sparse_keys = [self.x_key + suffix for suffix in SPARSE_SUFFIXES]
         sparse = self.x_key not in keys and all(k in keys for k in sparse_keys)
-        for key, setting in ((self.x_key, "x_key"), (self.y_key, "y_key")):
+        named = ((self.x_key, "x_key"), (self.y_key, "y_key"), (self.client_column, "client_column"))
+        for key, setting in (pair for pair in named if pair[0] is not None):
             if key not in keys and not (sparse and key == self.x_key):
                 raise DataError(
                     f"{file} has no array '{key}' (data.{setting}); its keys are: {', '.join(keys) or 'none'}; "
@@ -201,6 +211,19 @@ def _checked(file: Path, X, y: np.ndarray, x_key: str, y_key: str) -> tuple:
     if X.shape[0] == 0:
         raise DataError(f"{file}: '{x_key}' has no rows; check data.path")
     return X, y
+
+
+def _clients(file: Path, clients: np.ndarray, key: str, n: int) -> np.ndarray:
+    """The client array (data.client_column) as one integer or string per row, or one line saying what is wrong."""
+    if clients.ndim == 2 and clients.shape[1] == 1:
+        clients = clients[:, 0]
+    if clients.shape != (n,):
+        raise DataError(f"{file}: '{key}' (data.client_column) has shape {clients.shape}; it must hold one client "
+                        f"per row, {n} values")
+    if clients.dtype.kind not in "biufUS":
+        raise DataError(f"{file}: '{key}' (data.client_column) has dtype {clients.dtype}; save the clients as "
+                        "integers or strings")
+    return clients.astype(str) if clients.dtype.kind == "S" else clients
 
 
 def _member_shape(file: Path, key: str) -> tuple[int, ...]:

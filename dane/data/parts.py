@@ -109,9 +109,10 @@ class FileSource:
         """Whether ``path`` names one file per worker (it contains ``{rank}``)."""
         return is_presharded(self.path)
 
-    def _check_path(self) -> None:
+    def _check_path(self, columns: str | None = None) -> None:
         """Config checks shared by every file source, for ``__post_init__``: the path, and the sharding keys
-        (`dane.data.sharding.ShardingKeys`; per-worker parts are the partition, so only iid with them)."""
+        (`dane.data.sharding.ShardingKeys`; per-worker parts are the partition, so only iid with them);
+        ``columns`` says what names this source's client column (``data.sharding=column``)."""
         if not isinstance(self.path, str) or not self.path:
             raise ConfigError(f"data.path must be a file name, got {self.path!r}")
         if self.data_dir is not None and not isinstance(self.data_dir, str):
@@ -123,7 +124,7 @@ class FileSource:
                 f"data.path={self.path} has braces other than {{rank}}; the only placeholder is {{rank}}, "
                 "write literal braces as {{ and }}"
             ) from None
-        self.check_sharding()
+        self.check_sharding(columns=columns)
         if self.presharded:
             self.check_parts(self.path)
 

@@ -16,6 +16,14 @@ problems' data sets), and this module is the one place that deals rows:
   holders), and m·C ≥ K is required so that every row is dealt.
 - ``quantity`` (quantity skew): IID content, power-law sizes
   n_i ≈ N (i+1)^{-γ} / Σ_j (j+1)^{-γ} (`power_law_sizes`), worker 0 the largest.
+- ``column`` (natural partitions, `column_shards`): a column of the data names each row's
+  client (``client_column``: a CSV header, an ``.npz`` key, LIBSVM's ``qid``); each distinct
+  value is one client, and client i, in the order of the values (numerically when every value
+  is a number, else as text), is worker i. The number of workers must equal the number of
+  values: a run with another count stops with one line giving the count, rather than group
+  clients silently (a worker that held several values would be a client the data does not
+  have, and client sampling would draw such groups, not the data's clients). The column is
+  no feature. No seed enters.
 
 The groups of ``dirichlet`` and ``classes`` are, with ``skew_on=y`` (the default), the
 labels of a classification problem, or for a regression target its ``bins`` quantile
@@ -35,9 +43,11 @@ import numpy as np
 import torch
 
 from dane import checks
-from dane.errors import ConfigError
+from dane.errors import ConfigError, DataError
 
 SCHEMES = ("iid", "dirichlet", "classes", "quantity")
+COLUMN = "column"  # clients from a column of the data: `column_shards`, not a scheme of `shard_indices`
+SHARDINGS = (*SCHEMES, COLUMN)
 GROUPED = ("dirichlet", "classes")  # the schemes that deal by group (label or quantile bin)
 SKEW_ON_Y = "y"
 
@@ -122,6 +132,39 @@ def fill_empty(shards: list[np.ndarray]) -> list[np.ndarray]:
     return shards
 
 
+def column_shards(values, workers: int, *, name: str = "the client column"
+                  ) -> tuple[list[np.ndarray], list[str]]:
+    """One shard per distinct value of ``values`` (one per row): the sorted int64 rows holding it, and the value.
+
+    Clients are in the order of their values: numerically when every value is a number (so
+    ``2`` before ``10``), else as text; so the client of worker i depends on the data alone.
+    ``values`` may be numbers or strings (a NumPy array or a sequence); a value that is not a
+    finite number where the values are numbers (nan) is refused, as is a count of distinct values
+    other than ``workers``: one line, naming ``name`` (the setting that chose the column, e.g.
+    ``data.client_column=country``) and the worker count to use.
+    """
+    column = np.asarray(values)
+    if column.ndim != 1:
+        raise DataError(f"{name} must hold one value per row, got shape {column.shape}")
+    if column.dtype.kind == "f" and not np.all(np.isfinite(column)):
+        row = int(np.flatnonzero(~np.isfinite(column))[0])
+        raise DataError(f"{name} is {column[row]} at row {row}; every row needs a client, fill it in")
+    distinct, codes = np.unique(column if column.dtype.kind in "biuf" else column.astype(str), return_inverse=True)
+    labels = [_client_label(v) for v in distinct]
+    if distinct.dtype.kind not in "biuf" and all(_is_number(v) for v in labels):
+        order = sorted(range(len(labels)), key=lambda k: (float(labels[k]), labels[k]))
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        codes, labels = rank[codes], [labels[k] for k in order]
+    k = len(labels)
+    if k != workers:
+        raise ConfigError(f"{name} has {k} distinct values (clients), one per worker, but workers={workers}; "
+                          f"set workers={k} (under horovodrun or torchrun: launch {k} processes)")
+    rows = np.argsort(codes.ravel(), kind="stable")  # stable: each client's rows stay in file order
+    shards = np.split(rows.astype(np.int64), np.cumsum(np.bincount(codes.ravel(), minlength=k))[:-1])
+    return shards, labels
+
+
 def _dirichlet_shards(labels: np.ndarray, workers: int, alpha: float, rng: np.random.Generator) -> list[np.ndarray]:
     pieces: list[list[np.ndarray]] = [[] for _ in range(workers)]
     for c in np.unique(labels):
@@ -161,12 +204,14 @@ def _class_shards(labels: np.ndarray, workers: int, per_worker: int, rng: np.ran
 class ShardingKeys:
     """The ``data.sharding`` keys, the same on every data source (``conf/data/*.yaml``).
 
-    ``sharding``: iid | dirichlet | classes | quantity (the module docstring).
+    ``sharding``: iid | dirichlet | classes | quantity, and column on a file source (the module docstring).
     ``alpha`` (> 0): the Dirichlet concentration. ``classes_per_worker`` (C ≥ 1): groups per
     worker under ``classes``. ``exponent`` (γ ≥ 0): the power law of ``quantity``.
     ``skew_on``: what ``dirichlet`` and ``classes`` group rows by: ``y`` (the labels; a
     regression target's quantile bins) or a feature column, by name or 0-based index (its
-    quantile bins). ``bins`` (≥ 2): the number of quantile bins.
+    quantile bins). ``bins`` (≥ 2): the number of quantile bins. ``client_column`` (``column``
+    only, and required there): the column whose values are the clients; the source reads it
+    into ``Table.clients`` and leaves it out of the features.
     """
 
     sharding: str = "iid"
@@ -175,10 +220,16 @@ class ShardingKeys:
     exponent: float = 1.0
     skew_on: str | int = SKEW_ON_Y
     bins: int = 10
+    client_column: str | None = None
 
-    def check_sharding(self, prefix: str = "data") -> None:
-        """Each key's range, one line naming ``prefix.key`` (called by the source's ``__post_init__``)."""
-        checks.one_of(f"{prefix}.sharding", self.sharding, SCHEMES)
+    def check_sharding(self, prefix: str = "data", *, columns: str | None = None) -> None:
+        """Each key's range, one line naming ``prefix.key`` (called by the source's ``__post_init__``).
+
+        ``columns`` says what names a client column in this source (``a header name``); None for a
+        source that has none, which refuses ``sharding=column``.
+        """
+        self._check_client_column(prefix, columns)
+        checks.one_of(f"{prefix}.sharding", self.sharding, SCHEMES if columns is None else SHARDINGS)
         checks.positive(f"{prefix}.alpha", self.alpha)
         checks.positive_int(f"{prefix}.classes_per_worker", self.classes_per_worker)
         checks.nonnegative(f"{prefix}.exponent", self.exponent)
@@ -192,6 +243,21 @@ class ShardingKeys:
             raise ConfigError(f"{prefix}.skew_on must be y or a feature column (a name, or a 0-based index), "
                               f"got {column!r}")
 
+    def _check_client_column(self, prefix: str, columns: str | None) -> None:
+        column = self.client_column
+        if self.sharding != COLUMN:
+            if column is not None:
+                raise ConfigError(f"{prefix}.client_column={column} names the clients of {prefix}.sharding=column; "
+                                  f"set {prefix}.sharding=column, or drop {prefix}.client_column")
+            return
+        if columns is None:
+            raise ConfigError(f"{prefix}.sharding=column reads each row's client from a column of a data file, "
+                              "which this data set has not; use data=csv|libsvm|npz with data.client_column=NAME")
+        if column is None:
+            raise ConfigError(f"{prefix}.sharding=column needs {prefix}.client_column=NAME, {columns}")
+        if not (isinstance(column, str) and column):
+            raise ConfigError(f"{prefix}.client_column must name the clients' column, {columns}; got {column!r}")
+
     def scheme_options(self) -> dict:
         """The keyword arguments of `shard_indices` for labels that are classes (the neural problems)."""
         if self.skew_on != SKEW_ON_Y:
@@ -204,18 +270,28 @@ class ShardingKeys:
                ) -> tuple[np.ndarray, str]:
         """The group of every row for ``dirichlet`` and ``classes``, and what they are (for the notes)."""
         if self.skew_on == SKEW_ON_Y:
-            if not regression:
-                return np.asarray(y), "labels"
-            return quantile_bins(y, self.bins), f"{self.bins} quantile bins of y ({_edges(y, self.bins)})"
+            return self._label_groups(y, regression)
         j = self._column(X, feature_names)
         column = X[:, j].toarray().ravel() if hasattr(X, "toarray") else np.asarray(X[:, j])  # CSR: one dense column
         name = feature_names[j] if feature_names else f"column {j}"
         return quantile_bins(column, self.bins), f"{self.bins} quantile bins of {name} ({_edges(column, self.bins)})"
 
+    def _label_groups(self, y: np.ndarray, regression: bool) -> tuple[np.ndarray, str]:
+        """The labels, or a real target's ``bins`` quantile bins, and what they are (for the notes)."""
+        if not regression:
+            return np.asarray(y), "labels"
+        return quantile_bins(y, self.bins), f"{self.bins} quantile bins of y ({_edges(y, self.bins)})"
+
     def deal(self, y: np.ndarray, workers: int, *, seed: int, X=None, feature_names=None,
-             regression: bool = False) -> tuple[list[np.ndarray], list[str]]:
+             regression: bool = False, clients=None) -> tuple[list[np.ndarray], list[str]]:
         """Every worker's rows (sorted indices into ``y``) and, but for ``iid``, the notes that describe them:
-        the scheme, then each worker's size and group histogram."""
+        the scheme, then each worker's size and group histogram. ``clients``: each row's value of
+        ``client_column`` (`dane.data.table.Table.clients`), which ``column`` deals by."""
+        if self.sharding == COLUMN:
+            if clients is None:  # a source that took the keys but did not read the column: a bug, not a user error
+                raise AssertionError(f"data.client_column={self.client_column}: the source gave no client values")
+            shards, labels = column_shards(clients, workers, name=f"data.client_column={self.client_column}")
+            return shards, self.describe(shards, *self._label_groups(y, regression), seed, clients=labels)
         options = {"scheme": self.sharding, "alpha": self.alpha, "classes_per_worker": self.classes_per_worker,
                    "exponent": self.exponent}
         if self.sharding in GROUPED:
@@ -225,8 +301,19 @@ class ShardingKeys:
         shards = [s.numpy() for s in shard_indices(groups, workers, seed=seed, **options)]
         return shards, ([] if self.sharding == "iid" else self.describe(shards, groups, what, seed))
 
-    def describe(self, shards: list[np.ndarray], groups: np.ndarray, what: str, seed: int) -> list[str]:
-        """One note for the scheme and one per worker: its rows and, for a grouped scheme, its histogram."""
+    def describe(self, shards: list[np.ndarray], groups: np.ndarray, what: str, seed: int, *,
+                 clients: list[str] | None = None) -> list[str]:
+        """One note for the scheme and one per worker: its rows and, for a grouped scheme, its histogram.
+
+        With ``clients`` (``column``: each worker's value), each worker's note names its value and
+        gives the histogram of ``groups`` (``what``: the labels, or y's quantile bins).
+        """
+        if clients is not None:
+            notes = [f"sharding: column (data.client_column={self.client_column}: one client per distinct value, "
+                     f"in sorted order; histograms of {what}): {len(shards)} workers, "
+                     f"rows {', '.join(str(len(s)) for s in shards)}"]
+            return notes + [f"worker {w} ({self.client_column}={c}): {len(rows)} rows; {_histogram(groups[rows])}"
+                            for w, (c, rows) in enumerate(zip(clients, shards))]
         law = {"dirichlet": f"alpha={self.alpha:g}", "classes": f"C={self.classes_per_worker}",
                "quantity": f"sizes ~ (i+1)^-{self.exponent:g}", "iid": "equal sizes"}[self.sharding]
         on = f" on {what}" if what else ""
@@ -235,8 +322,7 @@ class ShardingKeys:
         for worker, rows in enumerate(shards):
             text = f"worker {worker}: {len(rows)} rows"
             if self.sharding in GROUPED:
-                values, counts = np.unique(groups[rows], return_counts=True)
-                text += "; " + ", ".join(f"{_label(v)}: {c}" for v, c in zip(values, counts))
+                text += "; " + _histogram(groups[rows])
             notes.append(text)
         return notes
 
@@ -276,6 +362,26 @@ def _edges(values: np.ndarray, bins: int) -> str:
     return "edges " + ", ".join(f"{q:.4g}" for q in qs)
 
 
+def _histogram(groups: np.ndarray) -> str:
+    values, counts = np.unique(groups, return_counts=True)
+    return ", ".join(f"{_label(v)}: {c}" for v, c in zip(values, counts))
+
+
 def _label(value) -> str:
     number = float(value)
     return str(int(number)) if number.is_integer() else f"{number:g}"
+
+
+def _client_label(value) -> str:
+    """A client's value as the notes show it: an integral number without ``.0``, text as given."""
+    if isinstance(value, (np.floating, float)) and float(value).is_integer():
+        return str(int(value))
+    return str(value.item() if isinstance(value, np.generic) else value)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -26,6 +26,8 @@ class Table:
     ``y`` is float64 exactly as read; `dane.data.labels.check_labels` fits it to a loss.
     ``notes`` holds facts a run's log must state (rows imputed, columns one-hot
     encoded, standardization, which part of which file); the entry point prints them.
+    ``clients``: each row's client (a number or a string) where ``data.sharding=column`` read
+    one from the file (`dane.data.sharding.column_shards`); None otherwise.
     """
 
     X: np.ndarray | sp.csr_matrix
@@ -34,6 +36,7 @@ class Table:
     notes: list[str]
     feature_names: list[str] | None = None
     target_units: tuple[float, float] | None = None  # (ȳ, s) when y was standardized: y = ȳ + s y'
+    clients: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # A bug in a source, not a user error: fail loudly with a traceback.
@@ -41,6 +44,7 @@ class Table:
         assert isinstance(self.X, (np.ndarray, sp.csr_matrix)), f"{self.name}: X is {type(self.X)}"
         assert self.y.dtype == np.float64 and self.y.shape == (self.X.shape[0],), f"{self.name}: y"
         assert self.feature_names is None or len(self.feature_names) == self.X.shape[1]
+        assert self.clients is None or np.shape(self.clients) == (self.X.shape[0],), f"{self.name}: clients"
 
     @property
     def n(self) -> int:

@@ -2,9 +2,9 @@ r"""``problem=ridge | logreg | softmax``: a linear model on any data source.
 
 The data comes from a source in ``conf/data/`` (CSV, LIBSVM, NPZ, or a built-in set,
 `dane.data.files`).  Rows are dealt to workers by ``data.sharding`` (`dane.data.sharding`: by default a
-seeded permutation; Dirichlet label skew, C classes per worker, power-law sizes), identical on
-every backend; a presharded source (``data.path`` with ``{rank}``) gives each process
-only its own file, so no process holds more than its shard.
+seeded permutation; Dirichlet label skew, C classes per worker, power-law sizes; one client per
+value of a column of the file), identical on every backend; a presharded source (``data.path``
+with ``{rank}``) gives each process only its own file, so no process holds more than its shard.
 
 No process solves the whole problem before round 0.  ``problem.optimum`` (`dane.reference`)
 asks for a reference optimum when suboptimality is wanted: ``auto`` reads it from the
@@ -202,7 +202,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             _SHARDS.clear()
             _SHARDS[key] = ShardingKeys(**keys).deal(table.y, size, seed=self.seed, X=table.X,
                                                      feature_names=table.feature_names,
-                                                     regression=self.loss == "squared")
+                                                     regression=self.loss == "squared", clients=table.clients)
         shards, notes = _SHARDS[key]
         return shards[rank], notes if rank == 0 else []
 
