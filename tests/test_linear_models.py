@@ -197,6 +197,21 @@ def test_shards_are_the_rows_each_worker_holds():
         torch.testing.assert_close(cfg.build(rank, 3).X, torch.from_numpy(X[rows[rank]]), rtol=0, atol=0)
 
 
+def test_one_source_read_for_two_configs_gives_each_its_own_rows():
+    """The per-process table cache is keyed by what `table` does to the rows too: one source with and without an
+    intercept, then as ridge and as logistic regression, gives each config its own X and labels."""
+    from dane.data.builtin_source import BuiltinSource
+    from dane.problems.linear_models import LinearModelConfig
+
+    source = BuiltinSource(dataset="breast_cancer")
+    plain, with_one = (LinearModelConfig(data=source, loss="logistic", lam=0.1, fit_intercept=f).table()
+                       for f in (False, True))
+    assert (plain.d, with_one.d) == (30, 31) and np.all(with_one.X[:, -1] == 1.0)
+    squared = LinearModelConfig(data=source, loss="squared", lam=0.1, fit_intercept=False).table()
+    logistic = LinearModelConfig(data=source, loss="logistic", lam=0.1, fit_intercept=False).table()
+    assert set(np.unique(squared.y)) == {0.0, 1.0} and set(np.unique(logistic.y)) == {-1.0, 1.0}
+
+
 def test_svrg_runs_on_a_sparse_shard_and_matches_the_dense_one():
     X, y = data(sparse=True, classes=2)
     sparse, dense = (shard(M[:60], y[:60], LOGISTIC, weight=4 / 240, seed=5) for M in (X, X.toarray()))

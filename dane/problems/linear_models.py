@@ -50,7 +50,7 @@ from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch
 
 PROBLEM_LOSSES = {"ridge": "squared", "logreg": "logistic", "softmax": "softmax"}
-_TABLES: dict[str, Any] = {}
+_TABLES: dict[tuple, Any] = {}
 _SHARDS: dict[tuple, Any] = {}  # (source, loss, workers, seed) -> (every worker's rows, notes): non-iid schemes
 #: d-vectors (per class) a worker holds besides its data: the iterate, gradients, the local solver's and the
 #: algorithm's state; a generous count, since the check is there to refuse a d that cannot fit at all
@@ -129,10 +129,11 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
 
     # ------------------------------------------------------------------ full data, labels, optimum
     def table(self):
-        """The whole data set, labels checked for the loss (cached per process)."""
+        """The whole data set, labels checked for the loss (cached per process, per source and per everything this
+        method does to the rows: the loss's labels, the intercept column, the target's units)."""
         from ..data.labels import check_labels, two_class_note
 
-        key = repr(self.source)
+        key = (repr(self.source), self.loss, self.fit_intercept, self.standardize_target)
         if key not in _TABLES:
             table = self.source.load()
             note = two_class_note(table.y, self.loss)
