@@ -11,7 +11,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from dane.loop.checkpoint import checkpoint_path, committed, load_checkpoint, truncate_rounds
+from dane.loop.checkpoint import checkpoint_path, committed, config_differences, load_checkpoint, truncate_rounds
 from dane.comm import AlphaBeta
 from dane.errors import ConfigError
 from dane.loop.launch import execute
@@ -189,3 +189,14 @@ def test_calibration_is_written_atomically(tmp_path):
     AlphaBeta(alpha=2e-4, beta=1e9).save(path)
     assert AlphaBeta.load(path) == AlphaBeta(alpha=2e-4, beta=1e9)
     assert [p.name for p in tmp_path.iterdir()] == ["calibration.json"]  # no temporary file left
+
+
+def test_an_option_added_since_the_checkpoint_at_null_is_no_difference():
+    """A config written before ``data.client_column`` existed resumes under one that holds it as null; any other
+    value, or a key that went away, is a difference."""
+    old = "data:\n  path: a.csv\nseed: 0\n"
+    assert config_differences(old, "data:\n  path: a.csv\n  client_column: null\nseed: 0\n") == []
+    assert config_differences(old, "data:\n  path: a.csv\n  client_column: country\nseed: 0\n") == [
+        "data.client_column: <absent> -> country"]
+    assert config_differences("data:\n  path: a.csv\n  client_column: null\nseed: 0\n", old) == [
+        "data.client_column: None -> <absent>"]
