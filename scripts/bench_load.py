@@ -40,15 +40,21 @@ def train(*overrides: str, out: Path) -> list[str]:
     return [sys.executable, "-m", "dane.experiments.train", *RUN, *overrides, f"out_dir={out}"]
 
 
+def points(tmp: Path, label: str, ks: list[int], command, timeout: float) -> dict:
+    """`timed` launches of ``command(k, out)``, one per k (in the folder ``label`` k), by ``str(k)``."""
+    out = {}
+    for k in ks:
+        out[str(k)] = timed(command(k, tmp / f"{label}{k}"), tmp / f"{label}{k}", timeout)
+        print(f"{label}{k}: {out[str(k)]}", flush=True)
+    return out
+
+
 def simulator(tmp: Path, workers: list[int], rounds: int, timeout: float) -> dict:
-    points = {}
-    for m in workers:
-        out = tmp / f"sim_m{m}"
-        points[str(m)] = timed(train(f"workers={m}", f"rounds={rounds}", out=out), out, timeout)
-        if "simulated_time_s" in points[str(m)]:
-            points[str(m)]["simulated_round_s"] = points[str(m)]["simulated_time_s"] / rounds
-        print(f"simulator m={m}: {points[str(m)]}", flush=True)
-    return {"problem": " ".join(RUN) + f" rounds={rounds}", "points": points}
+    runs = points(tmp, "sim_m", workers, lambda m, out: train(f"workers={m}", f"rounds={rounds}", out=out), timeout)
+    for run in runs.values():
+        if "simulated_time_s" in run:
+            run["simulated_round_s"] = run["simulated_time_s"] / rounds
+    return {"problem": " ".join(RUN) + f" rounds={rounds}", "points": runs}
 
 
 FEDERATED_N, FEDERATED_DIM = 100_000, 500
@@ -98,22 +104,18 @@ def largest_m(points: dict, memory_gib: float) -> dict:
     if len(pairs) < 2:
         return {"m": None, "why": "fewer than two finished points"}
     ms, mem = zip(*pairs)
-    mean_m, mean_mem = statistics.fmean(ms), statistics.fmean(mem)
-    slope = sum((m - mean_m) * (y - mean_mem) for m, y in pairs) / sum((m - mean_m) ** 2 for m in ms)
-    base = mean_mem - slope * mean_m
+    slope, base = statistics.linear_regression(ms, mem)
     return {"memory_gib": memory_gib, "m": int((memory_gib - base) / slope) if slope > 0 else None,
             "gib_per_worker": slope, "base_gib": base, "from_points": list(ms),
             "how": "extrapolated: least squares of peak memory = a + b m over the measured points"}
 
 
 def oversubscribed(tmp: Path, nps: list[int], rounds: int, timeout: float) -> dict:
-    points = {}
-    for k in nps:
-        out = tmp / f"hvd_np{k}"
-        cmd = [venv_bin("horovodrun"), "-np", str(k), "--gloo", *train(f"workers={k}", f"rounds={rounds}", out=out)]
-        points[str(k)] = timed(cmd, out, timeout)
-        print(f"horovodrun -np {k}: {points[str(k)]}", flush=True)
-    return {"problem": " ".join(RUN) + f" rounds={rounds}", "cores": os.cpu_count(), "points": points}
+    def command(k: int, out: Path) -> list[str]:
+        return [venv_bin("horovodrun"), "-np", str(k), "--gloo", *train(f"workers={k}", f"rounds={rounds}", out=out)]
+
+    return {"problem": " ".join(RUN) + f" rounds={rounds}", "cores": os.cpu_count(),
+            "points": points(tmp, "hvd_np", nps, command, timeout)}
 
 
 def run(bench: Run) -> None:

@@ -19,7 +19,7 @@ from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synth
 from dane.records.results import read_rounds, read_summary
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
 from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_command, horovodrun_side_by_side
-from scripts.harness import Bench, Run, interleave, launch, load, now, option, sections, spread, spreads
+from scripts.harness import Bench, Run, best_of, interleave, launch, load, now, option, sections, spread, spreads
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -36,20 +36,22 @@ def np1_np2(name: str, overrides: tuple[str, ...], env: dict[str, str], repeats:
     """Per repeat, ``horovodrun -np 1`` then ``-np 2`` (so a repeat's pair sees one load), each its status and
     ``measure(summary, rounds)``, the launcher's wall time and the load around it (``launch_failed`` where it failed:
     the error is printed and the other launches go on); then, with ``twin_measure``, `twins` of the np=1 run."""
+    def one(np: int, repeat: int) -> dict:
+        out = tmp / f"{name}_{repeat}_{np}"
+        t = launch(horovodrun_command("dane.experiments.train", [*overrides, f"out_dir={out}"], np=np), env=env,
+                   timeout=900)
+        if "error" in t:
+            print(f"launch failed (np={np}, load {t['load_before']}): {t['error']}", file=sys.stderr, flush=True)
+            return {"np": np, "repeat": repeat, "status": "launch_failed"}
+        summary = read_summary(out)
+        row = {"np": np, "repeat": repeat, "status": summary["status"], **measure(summary, read_rounds(out)),
+               "launcher_wall_s": t["wall_s"], "load_before": t["load_before"], "load_after": t["load_after"]}
+        print(f"{name} np={np} repeat {repeat}: {row}", flush=True)
+        return row
+
     runs = []
     for repeat in range(repeats):
-        for np in (1, 2):
-            out = tmp / f"{name}_{repeat}_{np}"
-            t = launch(horovodrun_command("dane.experiments.train", [*overrides, f"out_dir={out}"], np=np), env=env,
-                       timeout=900)
-            if "error" in t:
-                print(f"launch failed (np={np}, load {t['load_before']}): {t['error']}", file=sys.stderr, flush=True)
-                runs.append({"np": np, "repeat": repeat, "status": "launch_failed"})
-                continue
-            summary = read_summary(out)
-            runs.append({"np": np, "repeat": repeat, "status": summary["status"], **measure(summary, read_rounds(out)),
-                         "launcher_wall_s": t["wall_s"], "load_before": t["load_before"], "load_after": t["load_after"]})
-            print(f"{name} np={np} repeat {repeat}: {runs[-1]}", flush=True)
+        runs += [one(np, repeat) for np in (1, 2)]
         if twin_measure is not None:
             runs += twins(overrides, tmp / f"{name}_twins_{repeat}", repeat, twin_measure, env)
     return runs
@@ -129,14 +131,6 @@ def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
         A = gram(X[:rows]).mul_(2 / rows)
         A.diagonal().add_(0.01)
 
-        def best(fn) -> float:
-            times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return min(times)
-
         def shifted_cholesky() -> None:  # as QuadraticProblem factors A_i + sI
             M = A.clone()
             M.diagonal().add_(0.3)
@@ -144,12 +138,12 @@ def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
 
         L, r = torch.linalg.cholesky(A), torch.ones(dim, dtype=A.dtype)
         before = load()
-        chol = best(shifted_cholesky)
-        solves = {"lapack_potrs_s": best(lambda: torch.cholesky_solve(r.unsqueeze(1), L)),
-                  "two_triangular_s": best(lambda: cholesky_solve(L, r))}
-        eigh = best(lambda: torch.linalg.eigh(A))
-        gram_s = best(lambda: gram(X[:rows]))
-        matmul_s = best(lambda: X[:rows].T @ X[:rows])
+        chol = best_of(shifted_cholesky, reps)
+        solves = {"lapack_potrs_s": best_of(lambda: torch.cholesky_solve(r.unsqueeze(1), L), reps),
+                  "two_triangular_s": best_of(lambda: cholesky_solve(L, r), reps)}
+        eigh = best_of(lambda: torch.linalg.eigh(A), reps)
+        gram_s = best_of(lambda: gram(X[:rows]), reps)
+        matmul_s = best_of(lambda: X[:rows].T @ X[:rows], reps)
     finally:
         torch.set_num_threads(threads)
     return {"dim": dim, "threads": 1, "cholesky_s": chol, "eigh_s": eigh, "break_even_measured": eigh / chol,

@@ -225,6 +225,16 @@ def interleave(variants, repeats: int, measure: Callable[[Any, int], dict], rota
     return runs
 
 
+def best_of(fn: Callable[[], Any], repeats: int) -> float:
+    """The least wall time (perf_counter) of ``repeats`` calls of ``fn``: its cost with the least interference."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def spreads(runs: list[dict], keys) -> dict:
     """`spread` of each of ``keys`` over ``runs`` (a run without the key left out)."""
     return {key: spread([r.get(key) for r in runs]) for key in keys}

@@ -198,6 +198,20 @@ SUM_TOL = 1e-5
 TICK = 0.011
 
 
+def test_repeats_take_turns_and_their_spreads_leave_out_what_is_missing():
+    """`harness.interleave` runs repeat by repeat, the variants in turn (rotated one place a repeat where asked);
+    `harness.spreads` takes each key's median, min, max and count over the runs that have it."""
+    order = []
+    runs = harness.interleave("abc", 3, lambda v, r: order.append(v + str(r)) or {"x": r, "y": None}, rotate=True)
+    assert order == ["a0", "b0", "c0", "b1", "c1", "a1", "c2", "a2", "b2"]
+    assert runs["b"] == [{"x": 0, "y": None}, {"x": 1, "y": None}, {"x": 2, "y": None}]
+    order.clear()
+    harness.interleave("ab", 2, lambda v, r: order.append(v + str(r)))
+    assert order == ["a0", "b0", "a1", "b1"]
+    assert harness.spreads([{"x": 3.0}, {"x": 1.0, "y": 2}, {"x": 2.0}], ("x", "y", "z")) == \
+        {"x": {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}, "y": {"median": 2, "min": 2, "max": 2, "n": 1}, "z": None}
+
+
 def test_wallclock_package_parts_add_up_to_the_answer_and_the_total():
     t_cmd = 1_800_000_000.0
     timeline = {"config": 4.0, "data": 6.5, "round0": 6.6, "end": 7.6, "clock_origin": t_cmd + 1.2,
