@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import torch
 
 from dane.experiments.config import run_spec
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, Run, load, mnist_missing, option, paired, timed_run
+from scripts.harness import Bench, Run, best_of, load, mnist_missing, option, paired, timed_run
 
 KEY = "batched_net"
 LR = 0.05
@@ -60,12 +59,7 @@ def layer_flops(model: torch.nn.Module, in_shape: tuple) -> dict:
 def best_time(fn, repeats: int) -> float:
     """The shortest of ``repeats`` timed calls after one warm-up (the one the machine's load disturbed least)."""
     fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return best_of(fn, repeats)
 
 
 def gemm_gflops(n_threads: int, size: int = 2048, repeats: int = 3) -> float:

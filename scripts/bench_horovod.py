@@ -9,9 +9,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-from tqdm import tqdm
-
 from dane.errors import say
 from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
@@ -21,7 +18,7 @@ from dane.synthetic.calibrate import calibrate, calibrate_ps
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
 from dane.synthetic.sweep import compose_job, ensure
 from dane.experiments.config import run_spec
-from scripts.harness import Bench, Run, now, option
+from scripts.harness import Bench, Run, interleave, now, option
 
 SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error",
             "rounds_to_1e-10", "federated", "batched_workers")
@@ -69,16 +66,17 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
     """
     variants = {"horovod": (horovodrun, ["--synchronize"]), "torch_gloo": (torchrun, []),
                 "torch_gloo_pinned": (torchrun, ["--pin"])}
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    synchronize: list[float] = []  # the same launches' hvd.synchronize, taking turns with the package's call
-    for k in range(pairs):
-        for name, (launcher, extra) in variants.items():
-            out = tmp / f"latency_{name}_{k}.json"
-            launcher("dane.synthetic.allreduce_timing", ["--sizes", "4096", "--reps", str(reps), "--out", str(out), *extra])
-            timing = json.loads(out.read_text())
-            times[name].append(timing["sizes"]["4096"]["median_s"])
-            if "synchronize_sizes" in timing:
-                synchronize.append(timing["synchronize_sizes"]["4096"]["median_s"])
+
+    def measure(name: str, k: int) -> dict:
+        launcher, extra = variants[name]
+        out = tmp / f"latency_{name}_{k}.json"
+        launcher("dane.synthetic.allreduce_timing", ["--sizes", "4096", "--reps", str(reps), "--out", str(out), *extra])
+        return json.loads(out.read_text())
+
+    timings = interleave(variants, pairs, measure)
+    times = {name: [t["sizes"]["4096"]["median_s"] for t in ts] for name, ts in timings.items()}
+    # the same launches' hvd.synchronize, taking turns with the package's call
+    synchronize = [t["synchronize_sizes"]["4096"]["median_s"] for t in timings["horovod"]]
     h, t, tp = (statistics.median(times[name]) for name in variants)
     options = HorovodOptions()
     return {"ratio": h / t, "goal": 1.2, "ratio_vs_pinned_gloo": h / tp,
@@ -214,58 +212,44 @@ def rounds_table(results: str, tol: float = 1e-10) -> dict:
 
 def run(bench: Run) -> None:
     args = bench.args
-    args.only = args.only or list(SECTIONS)
-    path = bench.path
+    only = args.only = args.only or list(SECTIONS)
     report: dict = {"started_at": bench.started_at, "machine": bench.machine}
-    sections = set(args.only) | ({"dane_round_overhead"} if "simulator_error" in args.only else set())  # timed together
-    bar = tqdm(total=len(sections), unit="section", file=sys.stdout, disable=None)  # a bar on a terminal only
 
     def record(section: str, value: dict) -> None:
-        """Merge one finished section into the JSON at once, so a later failure loses nothing."""
+        """Merge one finished section into --out at once (each with its own machine: the load at its end), and the
+        list of sections done under ``synthetic_bench``."""
         report[section] = value
-        # each section its own machine (kernel, CPU, load at the end): sections of separate runs share a file
-        bench.save({**{k: v for k, v in value.items() if not k.startswith("_")},
-                    "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())}}, section)
-        bench.finish({"started_at": report["started_at"], "updated_at": now(),
-                      "machine": {**report["machine"], "load_avg_now": list(os.getloadavg())},
+        machine = {**report["machine"], "load_avg_now": list(os.getloadavg())}
+        bench.save({**value, "machine": machine}, section)
+        bench.finish({"started_at": report["started_at"], "updated_at": now(), "machine": machine,
                       "sections": [s for s in SECTIONS if s in report]}, "synthetic_bench")
-        bar.update()
-        bar.write(f"{section}: {value.get('ratio', value.get('error', ''))} -> {path}", file=sys.stdout)
-        sys.stdout.flush()
+        bench.log(f"{section}: {value.get('ratio', value.get('error', ''))} -> {bench.path}")
 
-    needs_horovod = set(args.only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"}
-    if needs_horovod and not have_horovod():
+    if set(only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"} and not have_horovod():
         say("error: horovod.torch is not importable; run `make setup` first")
         sys.exit(2)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        if "dane_round_overhead" in args.only or "simulator_error" in args.only:
+        if "dane_round_overhead" in only or "simulator_error" in only:  # timed together, interleaved: one load a pair
             timings, calibrations = [], []
-            for k in range(args.launches):  # interleaved, so a pair sees one load
+            for k in range(args.launches):
                 timings.append(round_timing(tmp, k, args.blocks, args.rounds))
-                if "simulator_error" in args.only:
+                if "simulator_error" in only:
                     calibrations.append(calibrate(2))
             record("dane_round_overhead", round_overhead(timings, args.blocks, args.rounds))
             if calibrations:
                 record("simulator_error", simulator_error(timings, calibrations, args.blocks * args.rounds, tmp))
-        if "ps_simulator_error" in args.only:
+        if "ps_simulator_error" in only:
             record("ps_simulator_error", ps_simulator_error(tmp, args.launches, n_rounds=60))
-        if "allreduce_latency_ratio" in args.only:
+        if "allreduce_latency_ratio" in only:
             record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, reps=300))
-    if "rounds_to_1e-10" in args.only:
+    if "rounds_to_1e-10" in only:
         record("rounds_to_1e-10", rounds_table(args.results))
-    if "federated" in args.only:
-        from scripts import bench as runner  # it merges the section into --out
+    for section, name in (("federated", "federated"), ("batched_workers", "batched")):
+        if section in only:  # a section of its own, merged into --out by the runner
+            from scripts import bench as runner
 
-        runner.main(["federated", "--out", str(path)])
-        bar.update()
-    if "batched_workers" in args.only:
-        from scripts import bench as runner  # it merges its own section into --out
-
-        runner.main(["batched", "--out", str(path)])
-        bar.update()
-    bar.close()
-
+            runner.main([name, "--out", str(bench.path)])
 
 
 BENCH = Bench("synthetic_bench", run, "the Horovod path and the simulator: round overhead, latency, simulator error",

@@ -3,45 +3,27 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
 
 from dane.records.results import read_rounds, read_summary
 from dane.problems import RidgeSyntheticConfig
-from dane.synthetic.launchers import REPO, launch_env, venv_bin
-from scripts.harness import Bench, Run, load, option
+from dane.synthetic.launchers import venv_bin
+from scripts.harness import Bench, Run, launch, load, now, option
 
 KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
-GIB = 2 ** 30
 
 
-def launch(cmd: list[str], out: Path, timeout: float) -> dict:
-    """Run ``cmd``; its exit status, wall time and peak memory (ru_maxrss of the child, or of the launcher's
-    largest descendant under horovodrun: the kernel keeps the largest of the waited-for tree)."""
-    before, start = load(), time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=launch_env({}), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = start + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() > deadline:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.2)
-    wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    stderr = proc.stderr.read() if proc.stderr else ""
-    result = {"exit_status": code, "finished": code == 0, "timed_out": wall > timeout, "wall_s": wall,
-              "peak_rss_gib": usage.ru_maxrss * 1024 / GIB, "load_before": before, "load_after": load()}
-    if code != 0:
-        result["stderr_tail"] = stderr.strip().splitlines()[-5:]
+def timed(cmd: list[str], out: Path, timeout: float) -> dict:
+    """`harness.launch` of ``cmd`` (its exit status, wall time, peak memory, the load around it) and the run's rounds:
+    their count, the median round after round 1 (round 1 factors), the summary's times."""
+    t = launch(cmd, env={}, timeout=timeout)
+    result = {"exit_status": t["exit_status"], "finished": t["exit_status"] == 0,
+              **{k: t[k] for k in ("timed_out", "wall_s", "peak_rss_gib", "load_before", "load_after")}}
+    if "error" in t:
+        result["stderr_tail"] = t["error"].splitlines()[-5:]
     if (out / "rounds.jsonl").exists():
         times = [r["time_s"] for r in read_rounds(out)]
         steps = [b - a for a, b in zip(times[1:], times[2:])] or [b - a for a, b in zip(times, times[1:])]
@@ -54,16 +36,25 @@ def launch(cmd: list[str], out: Path, timeout: float) -> dict:
     return result
 
 
+def train(*overrides: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "dane.experiments.train", *RUN, *overrides, f"out_dir={out}"]
+
+
+def points(tmp: Path, label: str, ks: list[int], command, timeout: float) -> dict:
+    """`timed` launches of ``command(k, out)``, one per k (in the folder ``label`` k), by ``str(k)``."""
+    out = {}
+    for k in ks:
+        out[str(k)] = timed(command(k, tmp / f"{label}{k}"), tmp / f"{label}{k}", timeout)
+        print(f"{label}{k}: {out[str(k)]}", flush=True)
+    return out
+
+
 def simulator(tmp: Path, workers: list[int], rounds: int, timeout: float) -> dict:
-    points = {}
-    for m in workers:
-        out = tmp / f"sim_m{m}"
-        cmd = [sys.executable, "-m", "dane.experiments.train", *RUN, f"workers={m}", f"rounds={rounds}", f"out_dir={out}"]
-        points[str(m)] = launch(cmd, out, timeout)
-        if "simulated_time_s" in points[str(m)]:
-            points[str(m)]["simulated_round_s"] = points[str(m)]["simulated_time_s"] / rounds
-        print(f"simulator m={m}: {points[str(m)]}", flush=True)
-    return {"problem": " ".join(RUN) + f" rounds={rounds}", "points": points}
+    runs = points(tmp, "sim_m", workers, lambda m, out: train(f"workers={m}", f"rounds={rounds}", out=out), timeout)
+    for run in runs.values():
+        if "simulated_time_s" in run:
+            run["simulated_round_s"] = run["simulated_time_s"] / rounds
+    return {"problem": " ".join(RUN) + f" rounds={rounds}", "points": runs}
 
 
 FEDERATED_N, FEDERATED_DIM = 100_000, 500
@@ -80,9 +71,7 @@ def federated_scale(tmp: Path, workers: list[int], rounds: int, timeout: float, 
         runs = []
         for k in range(repeats if m <= repeat_below else 1):
             out = tmp / f"federated_m{m}_{k}"
-            cmd = [sys.executable, "-m", "dane.experiments.train", *RUN, *problem, f"workers={m}", f"rounds={rounds}",
-                   f"out_dir={out}"]
-            run = launch(cmd, out, timeout)
+            run = timed(train(*problem, f"workers={m}", f"rounds={rounds}", out=out), out, timeout)
             if "wall_time_s" in run and run.get("rounds"):
                 run["wall_round_s"] = run["wall_time_s"] / run["rounds"]
                 run["outside_rounds_s"] = run["wall_s"] - run["wall_time_s"]  # imports, shards, exit
@@ -115,23 +104,18 @@ def largest_m(points: dict, memory_gib: float) -> dict:
     if len(pairs) < 2:
         return {"m": None, "why": "fewer than two finished points"}
     ms, mem = zip(*pairs)
-    mean_m, mean_mem = statistics.fmean(ms), statistics.fmean(mem)
-    slope = sum((m - mean_m) * (y - mean_mem) for m, y in pairs) / sum((m - mean_m) ** 2 for m in ms)
-    base = mean_mem - slope * mean_m
+    slope, base = statistics.linear_regression(ms, mem)
     return {"memory_gib": memory_gib, "m": int((memory_gib - base) / slope) if slope > 0 else None,
             "gib_per_worker": slope, "base_gib": base, "from_points": list(ms),
             "how": "extrapolated: least squares of peak memory = a + b m over the measured points"}
 
 
 def oversubscribed(tmp: Path, nps: list[int], rounds: int, timeout: float) -> dict:
-    points = {}
-    for k in nps:
-        out = tmp / f"hvd_np{k}"
-        cmd = [venv_bin("horovodrun"), "-np", str(k), "--gloo", sys.executable, "-m", "dane.experiments.train", *RUN,
-               f"workers={k}", f"rounds={rounds}", f"out_dir={out}"]
-        points[str(k)] = launch(cmd, out, timeout)
-        print(f"horovodrun -np {k}: {points[str(k)]}", flush=True)
-    return {"problem": " ".join(RUN) + f" rounds={rounds}", "cores": os.cpu_count(), "points": points}
+    def command(k: int, out: Path) -> list[str]:
+        return [venv_bin("horovodrun"), "-np", str(k), "--gloo", *train(f"workers={k}", f"rounds={rounds}", out=out)]
+
+    return {"problem": " ".join(RUN) + f" rounds={rounds}", "cores": os.cpu_count(),
+            "points": points(tmp, "hvd_np", nps, command, timeout)}
 
 
 def run(bench: Run) -> None:
@@ -148,7 +132,7 @@ def run(bench: Run) -> None:
             bench.save(report)
         if args.np:
             report["oversubscribed"] = oversubscribed(Path(tmp), args.np, args.rounds, args.timeout)
-    report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    report["finished_at"] = now()
     bench.finish(report)
     print(f"load -> {path}")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,8 +18,8 @@ from dane.problems.quadratic import EIGH_BREAK_EVEN
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
 from dane.records.results import read_rounds, read_summary
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
-from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_side_by_side
-from scripts.harness import Bench, Run, load, now, option, spread
+from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_command, horovodrun_side_by_side
+from scripts.harness import Bench, Run, best_of, interleave, launch, load, now, option, sections, spread, spreads
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -32,19 +31,30 @@ THREADS = {"default": {}, "one_thread": {"OMP_NUM_THREADS": "1"}}
 MNIST_VARIANTS = {"default": (), "cycle_0.1ms": ("comm.horovod_cycle_time_ms=0.1",)}
 
 
-def launch(np: int, overrides: tuple[str, ...], out: Path, env: dict[str, str]) -> dict | None:
-    """One horovodrun launch: its summary, its wall time and the load average around it; None if it failed
-    (the error is printed and the other launches go on)."""
-    before = load()
-    start = time.perf_counter()
-    try:
-        horovodrun("dane.experiments.train", [*overrides, f"out_dir={out}"], np=np, env=env, timeout=900)
-    except (RuntimeError, subprocess.TimeoutExpired) as err:
-        print(f"launch failed (np={np}, load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
-        return None
-    wall = time.perf_counter() - start
-    return {"summary": read_summary(out), "rounds": read_rounds(out), "launcher_wall_s": wall,
-            "load_before": before, "load_after": load()}
+def np1_np2(name: str, overrides: tuple[str, ...], env: dict[str, str], repeats: int, measure, twin_measure=None,
+            tmp: Path = Path()) -> list[dict]:
+    """Per repeat, ``horovodrun -np 1`` then ``-np 2`` (so a repeat's pair sees one load), each its status and
+    ``measure(summary, rounds)``, the launcher's wall time and the load around it (``launch_failed`` where it failed:
+    the error is printed and the other launches go on); then, with ``twin_measure``, `twins` of the np=1 run."""
+    def one(np: int, repeat: int) -> dict:
+        out = tmp / f"{name}_{repeat}_{np}"
+        t = launch(horovodrun_command("dane.experiments.train", [*overrides, f"out_dir={out}"], np=np), env=env,
+                   timeout=900)
+        if "error" in t:
+            print(f"launch failed (np={np}, load {t['load_before']}): {t['error']}", file=sys.stderr, flush=True)
+            return {"np": np, "repeat": repeat, "status": "launch_failed"}
+        summary = read_summary(out)
+        row = {"np": np, "repeat": repeat, "status": summary["status"], **measure(summary, read_rounds(out)),
+               "launcher_wall_s": t["wall_s"], "load_before": t["load_before"], "load_after": t["load_after"]}
+        print(f"{name} np={np} repeat {repeat}: {row}", flush=True)
+        return row
+
+    runs = []
+    for repeat in range(repeats):
+        runs += [one(np, repeat) for np in (1, 2)]
+        if twin_measure is not None:
+            runs += twins(overrides, tmp / f"{name}_twins_{repeat}", repeat, twin_measure, env)
+    return runs
 
 
 # ---------------------------------------------------------------------- the synthetic ridge
@@ -56,40 +66,15 @@ def ridge(tmp: Path, repeats: int) -> dict:
     result: dict = {"problem": " ".join(RIDGE), "reference_optimum_s": time.perf_counter() - start,
                     "reference_optimum_was_cached": cached, "variants": {}}
     for variant, extra in THREADS.items():
-        runs = []
-        for repeat in range(repeats):
-            for np in (1, 2):
-                out = tmp / f"ridge_{variant}_{repeat}_{np}"
-                run = launch(np, RIDGE, out, extra)
-                if run is None:
-                    runs.append({"np": np, "repeat": repeat, "status": "launch_failed"})
-                    continue
-                s = run["summary"]
-                runs.append({"np": np, "repeat": repeat, "status": s["status"], "rounds": s["rounds"],
-                             "final_suboptimality": s["final_suboptimality"], "setup_s": s["setup_s"],
-                             "time_s": s["time_s"], "time_to_tol_s": s["setup_s"] + s["time_s"],
-                             "launcher_wall_s": run["launcher_wall_s"], "load_before": run["load_before"],
-                             "load_after": run["load_after"]})
-                print(f"ridge {variant} np={np} repeat {repeat}: {runs[-1]['time_to_tol_s']:.3f} s to 1e-8 "
-                      f"({s['rounds']} rounds), launcher {run['launcher_wall_s']:.1f} s, load {run['load_before']}",
-                      flush=True)
-            if variant == "one_thread":
-                runs += ridge_twins(tmp / f"ridge_twins_{repeat}", repeat, extra)
+        runs = np1_np2(f"ridge_{variant}", RIDGE, extra, repeats, lambda s, _: {
+            "rounds": s["rounds"], "final_suboptimality": s["final_suboptimality"], "setup_s": s["setup_s"],
+            "time_s": s["time_s"], "time_to_tol_s": s["setup_s"] + s["time_s"]},
+            (lambda s, _: {"setup_s": s["setup_s"], "time_s": s["time_s"]}) if variant == "one_thread" else None, tmp)
         result["variants"][variant] = summarize(runs, repeats, goal=RIDGE_GOAL if variant == "one_thread" else None)
     judged = result["variants"]["one_thread"]
     result.update(ratio=judged["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=judged["goal_met"],
                   goal_variant="one_thread", ceiling=ridge_ceiling(judged["runs"]))
     return result
-
-
-def ridge_twins(out: Path, repeat: int, env: dict[str, str]) -> list[dict]:
-    """`twins` of the np=1 ridge run, each reduced to its setup and rounds' seconds."""
-    runs = twins(RIDGE, out, repeat, lambda summary, rounds: {"setup_s": summary["setup_s"],
-                                                            "time_s": summary["time_s"]}, env)
-    if all("setup_s" in r for r in runs):
-        setups = ", ".join(f"{r['setup_s']:.3f}" for r in runs)
-        print(f"ridge twins repeat {repeat}: setup {setups} s", flush=True)
-    return runs
 
 
 def twin_pairs(runs: list[dict], key: str) -> list[tuple[dict, float]]:
@@ -126,9 +111,8 @@ def summarize(runs: list[dict], repeats: int, goal: float | None) -> dict:
     if not (by_np[1] and by_np[2]):
         return {**out, "ratio_time_to_tol": None, "goal": goal, "goal_met": None}
     for np, rs in by_np.items():
-        out[f"np{np}"] = {key: spread([r[key] for r in rs])
-                          for key in ("time_to_tol_s", "setup_s", "time_s", "launcher_wall_s", "rounds")}
-        out[f"np{np}"]["all_converged"] = all(r["status"] == "converged" for r in rs)
+        out[f"np{np}"] = {**spreads(rs, ("time_to_tol_s", "setup_s", "time_s", "launcher_wall_s", "rounds")),
+                          "all_converged": all(r["status"] == "converged" for r in rs)}
     for key in ("time_to_tol_s", "launcher_wall_s"):
         out[f"ratio_{key[:-2]}"] = out["np1"][key]["median"] / out["np2"][key]["median"]
         pairs = [a[key] / b[key] for a in by_np[1] for b in by_np[2] if a["repeat"] == b["repeat"]]  # side by side
@@ -147,14 +131,6 @@ def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
         A = gram(X[:rows]).mul_(2 / rows)
         A.diagonal().add_(0.01)
 
-        def best(fn) -> float:
-            times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return min(times)
-
         def shifted_cholesky() -> None:  # as QuadraticProblem factors A_i + sI
             M = A.clone()
             M.diagonal().add_(0.3)
@@ -162,12 +138,12 @@ def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
 
         L, r = torch.linalg.cholesky(A), torch.ones(dim, dtype=A.dtype)
         before = load()
-        chol = best(shifted_cholesky)
-        solves = {"lapack_potrs_s": best(lambda: torch.cholesky_solve(r.unsqueeze(1), L)),
-                  "two_triangular_s": best(lambda: cholesky_solve(L, r))}
-        eigh = best(lambda: torch.linalg.eigh(A))
-        gram_s = best(lambda: gram(X[:rows]))
-        matmul_s = best(lambda: X[:rows].T @ X[:rows])
+        chol = best_of(shifted_cholesky, reps)
+        solves = {"lapack_potrs_s": best_of(lambda: torch.cholesky_solve(r.unsqueeze(1), L), reps),
+                  "two_triangular_s": best_of(lambda: cholesky_solve(L, r), reps)}
+        eigh = best_of(lambda: torch.linalg.eigh(A), reps)
+        gram_s = best_of(lambda: gram(X[:rows]), reps)
+        matmul_s = best_of(lambda: X[:rows].T @ X[:rows], reps)
     finally:
         torch.set_num_threads(threads)
     return {"dim": dim, "threads": 1, "cholesky_s": chol, "eigh_s": eigh, "break_even_measured": eigh / chol,
@@ -179,13 +155,15 @@ def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
 # ---------------------------------------------------------------------- Horovod's background loop
 def background_loop(tmp: Path, repeats: int) -> dict:
     cycles = (LATENCY_BOUND_CYCLE_MS, 1.0, COMPUTE_BOUND_CYCLE_MS)
-    shares: dict[float, list[float]] = {c: [] for c in cycles}
-    for repeat in range(repeats):
-        for cycle in cycles:
-            out = tmp / f"background_{cycle}_{repeat}.json"
-            horovodrun("dane.synthetic.background_cpu", ["--out", str(out)], np=2, env={"HOROVOD_CYCLE_TIME": str(cycle)})
-            shares[cycle].append(json.loads(out.read_text())["other_threads_cpu_per_s"])
-            print(f"background loop at {cycle} ms: {shares[cycle][-1]:.3f} of a core", flush=True)
+
+    def share(cycle: float, repeat: int) -> float:
+        out = tmp / f"background_{cycle}_{repeat}.json"
+        horovodrun("dane.synthetic.background_cpu", ["--out", str(out)], np=2, env={"HOROVOD_CYCLE_TIME": str(cycle)})
+        value = json.loads(out.read_text())["other_threads_cpu_per_s"]
+        print(f"background loop at {cycle} ms: {value:.3f} of a core", flush=True)
+        return value
+
+    shares = interleave(cycles, repeats, share)
     return {"what": "CPU seconds per wall second of a rank's threads other than its computing main thread "
                     "(Horovod's background loop), horovodrun -np 2, package pinning",
             "by_cycle_ms": {str(c): spread(v) for c, v in shares.items()},
@@ -209,21 +187,9 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
                  "quiet=true")
     result: dict = {"problem": " ".join(overrides), "variants": {}}
     for variant, extra in MNIST_VARIANTS.items():
-        runs = []
-        for repeat in range(repeats):
-            for np in (1, 2):
-                run = launch(np, (*overrides, *extra), tmp / f"mnist_{variant}_{repeat}_{np}", {})
-                if run is None:
-                    runs.append({"np": np, "repeat": repeat, "status": "launch_failed"})
-                    continue
-                runs.append({"np": np, "repeat": repeat, "status": run["summary"]["status"],
-                             "round_s": median_round_s(run["rounds"]), "rounds": len(run["rounds"]) - 2,
-                             "launcher_wall_s": run["launcher_wall_s"], "load_before": run["load_before"],
-                             "load_after": run["load_after"]})
-                print(f"mnist {variant} np={np} repeat {repeat}: {runs[-1]['round_s']:.2f} s per round, "
-                      f"load {run['load_before']}", flush=True)
-            if variant == "default":
-                runs += mnist_twins((*overrides, *extra), tmp / f"mnist_twins_{repeat}", repeat)
+        runs = np1_np2(f"mnist_{variant}", (*overrides, *extra), {}, repeats,
+                       lambda _, rounds: {"round_s": median_round_s(rounds), "rounds": len(rounds) - 2},
+                       (lambda _, rounds: {"round_s": median_round_s(rounds)}) if variant == "default" else None, tmp)
         result["variants"][variant] = mnist_ratio(runs)
     default = result["variants"]["default"]
     result.update(ratio=default["ratio"], goal=MNIST_GOAL,
@@ -234,7 +200,7 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
     return result
 
 
-def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, env: dict[str, str] | None = None) -> list[dict]:
+def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, env: dict[str, str]) -> list[dict]:
     """Two np=1 runs at once, one per core: each rank's speed when the other core is busy too.
 
     Per core: its status and ``measure(summary, rounds)``; one ``launch_failed`` entry if either failed.
@@ -252,15 +218,6 @@ def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, env: dict
         summary = read_summary(d)
         runs.append({"np": "twin", "repeat": repeat, "core": k, "status": summary["status"],
                      **measure(summary, read_rounds(d)), "load_before": before, "load_after": load()})
-    return runs
-
-
-def mnist_twins(overrides: tuple[str, ...], out: Path, repeat: int) -> list[dict]:
-    """`twins` of a network run, each reduced to its median time per round."""
-    runs = twins(overrides, out, repeat, lambda summary, rounds: {"round_s": median_round_s(rounds)})
-    if all("round_s" in r for r in runs):
-        per_core = ", ".join(f"{r['round_s']:.2f}" for r in runs)
-        print(f"mnist twins repeat {repeat}: {per_core} s per round, load {runs[0]['load_before']}", flush=True)
     return runs
 
 
@@ -300,7 +257,7 @@ def mnist_ratio(runs: list[dict]) -> dict:
 
 # ---------------------------------------------------------------------- main
 def run(bench: Run) -> None:
-    args, path = bench.args, bench.path
+    args = bench.args
     if not have_horovod():
         say("error: horovod.torch is not importable; run `make setup` first")
         sys.exit(2)
@@ -308,18 +265,10 @@ def run(bench: Run) -> None:
         os.environ.pop(key, None)
     report = {**bench.earlier, "started_at": now(), "machine": bench.machine}
     with tempfile.TemporaryDirectory() as tmp:
-        for section in args.only or SECTIONS:
-            if section == "ridge":
-                report["ridge"] = ridge(Path(tmp), args.repeats)
-            elif section == "factorization":
-                report["factorization"] = factorization()
-            elif section == "background_loop":
-                report["background_loop"] = background_loop(Path(tmp), args.repeats)
-            else:
-                report["mnist_lenet5"] = mnist(Path(tmp), args.repeats, args.mnist_rounds)
-            report.update(updated_at=now(), load_avg_now=load())
-            bench.save(report)  # after each section, so a later failure loses nothing
-            print(f"{KEY}.{section} -> {path}", flush=True)
+        measures = {"ridge": lambda: ridge(Path(tmp), args.repeats), "factorization": factorization,
+                    "background_loop": lambda: background_loop(Path(tmp), args.repeats),
+                    "mnist": lambda: mnist(Path(tmp), args.repeats, args.mnist_rounds)}
+        sections(bench, SECTIONS, lambda name: measures[name](), report, keys={"mnist": "mnist_lenet5"})
     bench.finish(report)
 
 

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from scripts.harness import Bench, Run, load, option, spread
+from dane.synthetic.lbfgs_baseline import fit, read_rows, value_grad
+from scripts.harness import Bench, Run, interleave, launch, load, option, spread, spreads
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,94 +21,6 @@ PACKAGE = ("horovodrun_np1", "horovodrun_np2", "simulator_m2")
 BASELINES = ("scipy_lbfgsb", "sklearn_lbfgs")
 BARE = {"bare_python": "import torch, horovod.torch",
         "bare_horovodrun": "import torch, horovod.torch as h; h.init()"}
-
-
-# ---------------------------------------------------------------------- the one-process baselines (no torch)
-def read_rows(read: dict, fit_intercept: bool):
-    """(X, y) as the package reads them: labels ±1 (logistic) or 0..K-1 (softmax), ones appended for an intercept."""
-    import numpy as np
-    import scipy.sparse as sp
-
-    if read["kind"] == "svmlight":
-        from sklearn.datasets import load_svmlight_file
-        X, y = load_svmlight_file(read["path"], n_features=read["n_features"], dtype=np.float64)
-    elif read["kind"] == "npz":
-        with np.load(read["path"]) as f:
-            X, y = f["X"], f["y"]
-    else:  # MNIST: the package's training rows of its t10k split, from the IDX files
-        import gzip
-        with gzip.open(Path(read["folder"]) / "t10k-images-idx3-ubyte.gz") as f:
-            images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
-        with gzip.open(Path(read["folder"]) / "t10k-labels-idx1-ubyte.gz") as f:
-            labels = np.frombuffer(f.read(), np.uint8, offset=8)
-        rows = np.load(read["rows"])
-        X, y = images[rows].astype(np.float64) / 255.0, labels[rows].astype(np.float64)
-    if read["loss"] == "logistic":
-        y = np.where(y > 0, 1.0, -1.0)
-    if fit_intercept:
-        X = sp.hstack([X, np.ones((X.shape[0], 1))], format="csr") if sp.issparse(X) else \
-            np.hstack([X, np.ones((X.shape[0], 1))])
-    return X, y
-
-
-def value_grad(w, X, y, lam: float, loss: str):
-    """The package's O(w) = (1/N) Σ f(x_jᵀW, y_j) + (λ/2)‖w‖² and its gradient; softmax w is d x K, feature-major."""
-    import numpy as np
-    from scipy.special import expit, logsumexp
-
-    n = X.shape[0]
-    if loss == "logistic":
-        yz = y * (X @ w)
-        g = X.T @ (-y * expit(-yz)) / n + lam * w
-        return float(np.mean(np.logaddexp(0.0, -yz)) + 0.5 * lam * w @ w), g
-    W = w.reshape(X.shape[1], -1)
-    Z = np.asarray(X @ W)
-    lse = logsumexp(Z, axis=1)
-    rows, cls = np.arange(n), y.astype(int)
-    P = np.exp(Z - lse[:, None])
-    P[rows, cls] -= 1.0
-    value = float(np.mean(lse - Z[rows, cls]) + 0.5 * lam * np.sum(W * W))
-    return value, (X.T @ P / n + lam * W).ravel()
-
-
-def fit(solver: str, X, y, lam: float, loss: str, tol: float, classes: int, callback=None):
-    """(w, iterations): L-BFGS-B on `value_grad` (``tol`` its gtol, ftol 0) or scikit-learn's lbfgs (``tol``)."""
-    import numpy as np
-
-    width = X.shape[1] * (classes if loss == "softmax" else 1)
-    if solver == "scipy_lbfgsb":
-        from scipy.optimize import minimize
-        res = minimize(value_grad, np.zeros(width), args=(X, y, lam, loss), jac=True, method="L-BFGS-B",
-                       callback=callback, options={"gtol": tol, "ftol": 0.0, "maxiter": 20000, "maxfun": 40000})
-        return res.x, int(res.nit)
-    from sklearn.linear_model import LogisticRegression
-    model = LogisticRegression(solver="lbfgs", C=1.0 / (X.shape[0] * lam), tol=tol, fit_intercept=False,
-                               max_iter=20000).fit(X, y)
-    return (model.coef_.ravel() if loss == "logistic" else model.coef_.T.ravel()), int(np.max(model.n_iter_))
-
-
-def baseline_child(spec_file: str) -> None:
-    """One timed baseline process: imports, data, fit, result JSON (its marks as time.time() values)."""
-    spec = json.loads(Path(spec_file).read_text())
-    marks = {}
-    import numpy  # noqa: F401
-    import scipy.optimize  # noqa: F401
-    if spec["solver"] == "sklearn_lbfgs" or spec["read"]["kind"] == "svmlight":
-        import sklearn.linear_model  # noqa: F401
-    marks["imports"] = time.time()
-    X, y = read_rows(spec["read"], spec["fit_intercept"])
-    marks["data"] = time.time()
-    start = time.perf_counter()
-    w, iterations = fit(spec["solver"], X, y, spec["lam"], spec["read"]["loss"], spec["tol"], spec["classes"])
-    fit_s = time.perf_counter() - start
-    marks["fit"] = time.time()
-    objective, _ = value_grad(w, X, y, spec["lam"], spec["read"]["loss"])
-    from dane.loop.timeline import boot_clock_start  # os and time only
-    result = {"marks": marks, "process_start": boot_clock_start(), "fit_s": fit_s, "objective": objective,
-              "iterations": iterations}
-    tmp = Path(spec["out"]).with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, spec["out"])
 
 
 # ---------------------------------------------------------------------- arithmetic
@@ -136,11 +47,9 @@ def summarize(runs: list[dict], parts: tuple[str, ...]) -> dict:
     ok = [r for r in runs if r.get("status") != "launch_failed"]
     out = {"runs": runs, "launches_failed": len(runs) - len(ok)}
     if ok:
-        out.update({"answer_s": spread([r["answer_s"] for r in ok]), "total_s": spread([r["total_s"] for r in ok]),
-                    "parts": {p: spread([r["parts"][p] for r in ok]) for p in parts if p in ok[0]["parts"]}})
-        for key in ("rel_suboptimality", "fit_s", "time_s", "rounds", "allreduces"):
-            if key in ok[0]:
-                out[key] = spread([r[key] for r in ok])
+        out.update(spreads(ok, ("answer_s", "total_s")),
+                   parts=spreads([r["parts"] for r in ok], [p for p in parts if p in ok[0]["parts"]]))
+        out.update(spreads(ok, [k for k in ("rel_suboptimality", "fit_s", "time_s", "rounds", "allreduces") if k in ok[0]]))
         out["all_reached_target"] = all(r["rel_suboptimality"] <= TARGET for r in ok if "rel_suboptimality" in r)
     return out
 
@@ -153,45 +62,40 @@ def goals(variants: dict) -> dict:
             value = (value or {}).get(key)
         return value
 
-    out = {}
     np2, bare = median("horovodrun_np2", "answer_s", "median"), median("bare_horovodrun", "total_s", "median")
     over = None if np2 is None or bare is None else np2 - bare
-    out["launch_over_bare_horovodrun"] = {"np2_answer_s": np2, "bare_s": bare, "over_s": over, "goal_s": LAUNCH_GOAL_S,
-                                          "goal_met": None if over is None else over <= LAUNCH_GOAL_S}
     rounds, lbfgs = median("horovodrun_np2", "parts", "rounds", "median"), median("scipy_lbfgsb", "fit_s", "median")
     ratio = None if rounds is None or lbfgs is None else rounds / lbfgs
-    out["rounds_over_lbfgs_fit"] = {"np2_rounds_s": rounds, "lbfgs_fit_s": lbfgs, "ratio": ratio, "goal": 1.0,
-                                    "goal_met": None if ratio is None else ratio <= 1.0}
-    return out
+    return {"launch_over_bare_horovodrun": {"np2_answer_s": np2, "bare_s": bare, "over_s": over, "goal_s": LAUNCH_GOAL_S,
+                                            "goal_met": None if over is None else over <= LAUNCH_GOAL_S},
+            "rounds_over_lbfgs_fit": {"np2_rounds_s": rounds, "lbfgs_fit_s": lbfgs, "ratio": ratio, "goal": 1.0,
+                                      "goal_met": None if ratio is None else ratio <= 1.0}}
 
 
 # ---------------------------------------------------------------------- problems
 def problems(tmp: Path, data_dir: Path, quick: bool) -> list[dict]:
     """Each problem: its overrides, how a baseline reads it, or why it is skipped."""
-    import numpy as np
-    from dane.data.npz_source import save_npz
     from dane.synthetic.sparse_data import write_sparse_libsvm
 
     folder = data_dir / "mnist"
     if not all((folder / f).exists() for f in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")):
         softmax = {"name": "mnist_softmax", "skipped": f"the MNIST t10k files are not in {folder}"}
     else:
-        softmax = {"name": "mnist_softmax", "skipped": "--quick"} if quick else mnist(tmp, data_dir, np)
+        softmax = {"name": "mnist_softmax", "skipped": "--quick"} if quick else mnist(tmp, data_dir)
     if quick:
-        return [dense(tmp, np, save_npz, rows=600, cols=5, name="tiny_dense_logreg"), softmax]
+        return [dense(tmp, rows=600, cols=5, name="tiny_dense_logreg"), softmax]
     svm = write_sparse_libsvm(tmp / "rcv1_like.svm", 10_000, 20_000, seed=0)
     out = [{"name": "rcv1_like_logreg", "loss": "logistic", "lam": 1e-4, "fit_intercept": False, "classes": 1,
             "data": "rcv1-like sparse, 10,000 x 20,000 (synthetic.sparse_data, seed 0), LIBSVM file",
             "overrides": ["problem=logreg", "data=libsvm", f"data.path={svm}", "data.n_features=20000",
                           "problem.lam=1e-4", "problem.fit_intercept=false"],
             "read": {"kind": "svmlight", "path": str(svm), "n_features": 20000, "loss": "logistic"}}]
-    out.append(softmax)
-    out.append(dense(tmp, np, save_npz, rows=20_000, cols=50, name="dense_logreg"))
-    return out
+    return [*out, softmax, dense(tmp, rows=20_000, cols=50, name="dense_logreg")]
 
 
-def mnist(tmp: Path, data_dir: Path, np) -> dict:
+def mnist(tmp: Path, data_dir: Path) -> dict:
     """The package's MNIST rows (its seeded stratified t10k split), their indices saved for the baseline's reader."""
+    import numpy as np
     from sklearn.model_selection import train_test_split
     from dane.data.builtin_source import BuiltinSource
     from dane.data.mnist import LABELS_MAGIC, read_idx
@@ -210,8 +114,11 @@ def mnist(tmp: Path, data_dir: Path, np) -> dict:
             "overrides": ["problem=softmax", "data=mnist", f"data_dir={data_dir}"], "read": read}
 
 
-def dense(tmp: Path, np, save_npz, *, rows: int, cols: int, name: str) -> dict:
+def dense(tmp: Path, *, rows: int, cols: int, name: str) -> dict:
     """Dense logistic regression, column scales 10^-1..10^1, labels from a noisy linear concept, seeded."""
+    import numpy as np
+    from dane.data.npz_source import save_npz
+
     rng = np.random.default_rng(0)
     X = rng.standard_normal((rows, cols)) * np.logspace(-1, 1, cols)
     margin = X @ (rng.standard_normal(cols) / np.logspace(-1, 1, cols)) / np.sqrt(cols)
@@ -240,14 +147,13 @@ def pick_method(problem: dict, tmp: Path, rounds: int) -> dict:
     """GIANT and DiSCO at their defaults in the simulator (m=2) with O*; the one with fewer allreduces to
     TARGET, and the gradient-norm tol that stops it there."""
     from dane.records.results import read_rounds, read_summary
-    from dane.synthetic.launchers import launch_env
 
-    tried, env = {}, launch_env({"DANE_CACHE_DIR": str(tmp / f"cache_{problem['name']}")})
+    tried = {}
     for method in ("giant", "disco"):
         out = tmp / f"pick_{problem['name']}_{method}"
-        cmd = [sys.executable, "-m", "dane.experiments.train", *problem["overrides"], f"algorithm={method}", "workers=2",
-               "problem.optimum=auto", "tol=1e-12", f"rounds={rounds}", f"out_dir={out}", "quiet=true"]
-        subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+        launch([sys.executable, "-m", "dane.experiments.train", *problem["overrides"], f"algorithm={method}", "workers=2",
+                "problem.optimum=auto", "tol=1e-12", f"rounds={rounds}", f"out_dir={out}", "quiet=true"],
+               env={"DANE_CACHE_DIR": str(tmp / f"cache_{problem['name']}")})
         if not (out / "summary.json").exists():
             tried[method] = {"status": "failed"}
             continue
@@ -306,51 +212,38 @@ def calibrate_baselines(problem: dict, optimum: float, cache: Path) -> dict:
 
 
 # ---------------------------------------------------------------------- timed launches
-def timed(cmd: list[str], env: dict, answer: Path | None) -> tuple[float, float, float | None, str | None]:
-    """(command start, return, answer file's mtime, error): time.time() around one command."""
-    start = time.time()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-    end = time.time()
-    if proc.returncode != 0 or (answer is not None and not answer.exists()):
-        return start, end, None, "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
-    return start, end, answer.stat().st_mtime if answer is not None else end, None
+def timed(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> dict:
+    """One launch of ``variant``: its parts and what it reached, or ``status: launch_failed`` and the error."""
+    from dane.synthetic.launchers import horovodrun_command, venv_bin
 
-
-def launch(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> dict:
-    from dane.synthetic.launchers import horovodrun_command, launch_env, venv_bin
-
-    env = launch_env(None)
     if variant in BARE:
-        code = BARE[variant]
-        cmd = ([sys.executable, "-c", code] if variant == "bare_python" else
-               [venv_bin("horovodrun"), "-np", "2", "--gloo", sys.executable, "-c", code])
-        t_cmd, t_exit, _, err = timed(cmd, env, None)
-        return {"status": "launch_failed", "error": err} if err else {"total_s": t_exit - t_cmd}
+        cmd = [sys.executable, "-c", BARE[variant]]
+        t = launch(cmd if variant == "bare_python" else [venv_bin("horovodrun"), "-np", "2", "--gloo", *cmd])
+        return {"status": "launch_failed", "error": t["error"]} if "error" in t else {"total_s": t["end"] - t["start"]}
     if variant in BASELINES:
         spec = {"solver": variant, "read": problem["read"], "fit_intercept": problem["fit_intercept"],
                 "lam": problem["lam"], "classes": problem["classes"], "out": str(out / "result.json"),
                 "tol": calib["scipy_gtol" if variant == "scipy_lbfgsb" else "sklearn_tol"]}
         out.mkdir(parents=True)
         (out / "spec.json").write_text(json.dumps(spec))
-        t_cmd, t_exit, t_answer, err = timed([sys.executable, "-m", "scripts.bench_wallclock", str(out / "spec.json")], env,
-                                             out / "result.json")
-        if err:
-            return {"status": "launch_failed", "error": err}
+        t = launch([sys.executable, "-m", "dane.synthetic.lbfgs_baseline", str(out / "spec.json")],
+                   answer=out / "result.json")
+        if "error" in t:
+            return {"status": "launch_failed", "error": t["error"]}
         result = json.loads((out / "result.json").read_text())
-        return {**baseline_parts(t_cmd, t_exit, t_answer, result), "fit_s": result["fit_s"],
+        return {**baseline_parts(t["start"], t["end"], t["answer"], result), "fit_s": result["fit_s"],
                 "iterations": result["iterations"],
                 "rel_suboptimality": (result["objective"] - chosen["optimum"]) / abs(chosen["optimum"])}
     args = [*problem["overrides"], f"algorithm={chosen['method']}", f"tol={chosen['tol']:.6g}", "rounds=200",
             f"out_dir={out}", "quiet=true"]
     np_ = {"horovodrun_np1": 1, "horovodrun_np2": 2}.get(variant)
-    cmd = (horovodrun_command("dane.experiments.train", args, np=np_) if np_ else
-           [sys.executable, "-m", "dane.experiments.train", *args, "workers=2"])
-    t_cmd, t_exit, t_answer, err = timed(cmd, env, out / "summary.json")
-    if err:
-        return {"status": "launch_failed", "error": err}
+    t = launch(horovodrun_command("dane.experiments.train", args, np=np_) if np_ else
+               [sys.executable, "-m", "dane.experiments.train", *args, "workers=2"], answer=out / "summary.json")
+    if "error" in t:
+        return {"status": "launch_failed", "error": t["error"]}
     s = json.loads((out / "summary.json").read_text())
-    return {**package_parts(t_cmd, t_exit, t_answer, s["timeline"]), "status": s["status"], "rounds": s["rounds"],
-            "allreduces": s["comm_rounds"], "time_s": s["time_s"],
+    return {**package_parts(t["start"], t["end"], t["answer"], s["timeline"]), "status": s["status"],
+            "rounds": s["rounds"], "allreduces": s["comm_rounds"], "time_s": s["time_s"],
             "rel_suboptimality": (s["final_objective"] - chosen["optimum"]) / abs(chosen["optimum"])}
 
 
@@ -361,26 +254,23 @@ def bench_problem(problem: dict, tmp: Path, repeats: int, quick: bool) -> dict:
         print(f"bench_wallclock: {problem['name']} skipped: {problem['skipped']}", flush=True)
         return {"skipped": problem["skipped"]}
     result = {"data": problem["data"], "overrides": problem["overrides"], "load_avg_start": load()}
-    chosen = pick_method(problem, tmp, rounds=30 if quick else 60)
-    result["method"] = chosen
+    chosen = result["method"] = pick_method(problem, tmp, rounds=30 if quick else 60)
     if chosen["method"] is None:
         return {**result, "skipped": "neither GIANT nor DiSCO reached 1e-8 relative suboptimality"}
-    calib = calibrate_baselines(problem, chosen["optimum"], tmp / f"cache_{problem['name']}")
-    result["baselines"] = calib
+    calib = result["baselines"] = calibrate_baselines(problem, chosen["optimum"], tmp / f"cache_{problem['name']}")
     variants = [*BARE, *PACKAGE, *BASELINES]
     if not have_horovod():
         variants = [v for v in variants if "horovod" not in v]
         result["horovod"] = "not importable here: the horovodrun variants and both bare lines are left out"
-    runs: dict[str, list] = {v: [] for v in variants}
-    for repeat in range(repeats):
-        for k in range(len(variants)):
-            variant = variants[(k + repeat) % len(variants)]
-            run = {"repeat": repeat, "load_before": load(),
-                   **launch(variant, problem, chosen, calib, tmp / f"{problem['name']}_{variant}_{repeat}")}
-            runs[variant].append(run)
-            print(f"{problem['name']} {variant} repeat {repeat}: "
-                  + (f"answer {run.get('answer_s', run.get('total_s', 0)):.2f} s" if "error" not in run
-                     else f"failed: {run['error']}") + f", load {run['load_before']}", flush=True)
+
+    def measure(variant: str, repeat: int) -> dict:
+        run = {"repeat": repeat, "load_before": load(),
+               **timed(variant, problem, chosen, calib, tmp / f"{problem['name']}_{variant}_{repeat}")}
+        print(f"{problem['name']} {variant} repeat {repeat}: " + (f"failed: {run['error']}" if "error" in run else
+              f"answer {run.get('answer_s', run.get('total_s', 0)):.2f} s") + f", load {run['load_before']}", flush=True)
+        return run
+
+    runs = interleave(variants, repeats, measure, rotate=True)
     result["variants"] = {v: summarize(rs, BASELINE_PARTS if v in BASELINES else PARTS) if v not in BARE else
                           {"runs": rs, "total_s": spread([r.get("total_s") for r in rs])} for v, rs in runs.items()}
     result["goals"] = goals(result["variants"])
@@ -424,6 +314,3 @@ BENCH = Bench(KEY, run, "launch-to-answer wall time against scipy and scikit-lea
               options=(option("--repeats", type=int, default=3),
                        option("--data-dir", type=Path,
                               default=Path(os.environ.get("DANE_DATA_DIR", REPO.parent / "shared" / "data")))))
-
-if __name__ == "__main__":  # the one-process baselines' child (python -m scripts.bench_wallclock SPEC): no torch
-    baseline_child(sys.argv[1])

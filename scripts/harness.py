@@ -353,3 +353,78 @@ def in_process(job: list[str], *, write: bool = False) -> tuple[dict, list[dict]
     with tempfile.TemporaryDirectory() as folder:
         summary = execute(spec, folder if write else None, collect=collected)
     return summary, collected["records"], time.perf_counter() - start
+# ---------------------------------------------------------------------- launched and timed (the launch sections)
+def launch(cmd: list[str], *, env: dict[str, str] | None = None, answer: Path | None = None,
+           timeout: float = 1800, log: Path | None = None) -> dict:
+    """One command, timed from outside: run in the checkout with `launch_env(env)` (the package's Horovod settings,
+    the checkout on PYTHONPATH), its output into ``log`` (kept) or a temporary file.
+
+    Returns ``start`` and ``end`` (time.time() around it), ``answer`` (``answer``'s modification time: the result on
+    disk; ``end`` where no file is asked for), ``wall_s`` (perf_counter), ``exit_status``, ``timed_out`` (killed
+    after ``timeout`` s), ``peak_rss_gib`` (ru_maxrss of its largest waited-for process: the kernel keeps the largest
+    of the tree, so a launcher's largest rank), ``load_before``, ``load_after``, and where it failed (an exit status,
+    or no ``answer`` file) ``error``: the output's last 10 lines.  The wait blocks (no polling): ``end`` is the
+    return to within the scheduler's wake-up."""
+    import subprocess
+    import tempfile
+    import threading
+
+    from dane.synthetic.launchers import REPO, launch_env
+
+    before = load()
+    with (open(log, "w+") if log else tempfile.TemporaryFile("w+")) as output:
+        start, t0 = time.time(), time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, env=launch_env(env), stdout=output, stderr=subprocess.STDOUT, text=True)
+        killer = threading.Timer(timeout, proc.kill)
+        killer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        end, wall = time.time(), time.perf_counter() - t0
+        killer.cancel()
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        out = {"start": start, "end": end, "wall_s": wall, "exit_status": code, "timed_out": wall > timeout,
+               "peak_rss_gib": usage.ru_maxrss / 2 ** 20, "load_before": before, "load_after": load(),
+               "answer": end if answer is None else answer.stat().st_mtime if answer.exists() else None}
+        if code != 0 or out["answer"] is None:
+            output.seek(0)
+            out["error"] = "\n".join(output.read().strip().splitlines()[-10:])
+    return out
+
+
+def interleave(variants, repeats: int, measure: Callable[[Any, int], dict], rotate: bool = False) -> dict[Any, list]:
+    """``measure(variant, repeat)`` for every repeat and variant, the variants taking turns so that each repeat
+    sees them under one load (``rotate``: the order shifted one place a repeat, so none is always first): the
+    results by variant, in repeat order."""
+    variants = list(variants)
+    runs: dict[Any, list] = {v: [] for v in variants}
+    for repeat in range(repeats):
+        for k in range(len(variants)):
+            variant = variants[(k + repeat) % len(variants) if rotate else k]
+            runs[variant].append(measure(variant, repeat))
+    return runs
+
+
+def best_of(fn: Callable[[], Any], repeats: int) -> float:
+    """The least wall time (perf_counter) of ``repeats`` calls of ``fn``: its cost with the least interference."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def spreads(runs: list[dict], keys) -> dict:
+    """`spread` of each of ``keys`` over ``runs`` (a run without the key left out)."""
+    return {key: spread([r.get(key) for r in runs]) for key in keys}
+
+
+def sections(run: Run, names, measure: Callable[[str], dict], report: dict, keys: dict | None = None) -> dict:
+    """``report[key] = measure(name)`` for each of ``--only`` (else all ``names``; ``key`` the name unless ``keys``
+    says), merged into ``--out`` after each with the time and the load average (``updated_at``, ``load_avg_now``):
+    a later failure loses nothing."""
+    for name in run.args.only or names:
+        report[(keys or {}).get(name, name)] = measure(name)
+        report.update(updated_at=now(), load_avg_now=load())
+        run.save(report)
+        run.log(f"{run.bench.key}.{name} -> {run.path}")
+    return report

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -15,17 +13,16 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from scripts.harness import Bench, Run, option
-
-REPO = Path(__file__).resolve().parents[1]
-
 from dane.errors import DivergenceError, UserError, say
 from dane.loop.launch import execute
 from dane.records.results import atomic_write_text, read_rounds, read_summary
 from dane.experiments.config import run_spec
 from dane.synthetic.calibrate import calibrate
-from dane.synthetic.launchers import HOROVOD_KEYS, have_horovod, venv_bin
+from dane.synthetic.launchers import have_horovod, horovodrun_command
 from dane.synthetic.sweep import compose_job, identity
+from scripts.harness import Bench, Run, launch, load, option
+
+REPO = Path(__file__).resolve().parents[1]
 
 OUT = Path("results") / "time_vs_workers"
 QUICK_OUT = Path("results") / "time_vs_workers_quick"
@@ -102,19 +99,17 @@ def run_simulated(job: Job, out_dir: Path, cost: dict) -> dict:
 def run_horovod(job: Job, out_dir: Path) -> dict:
     """``horovodrun -np N --gloo python -m experiments.train ...``; its output goes to ``launch.log`` in the run."""
     out = str(out_dir.resolve())
-    cmd = [venv_bin("horovodrun"), "-np", str(job.workers), "--gloo", sys.executable, "-m", "dane.experiments.train",
-           *job.overrides(), "quiet=true", f"out_dir={out}", f"hydra.run.dir={out}"]
-    env = {k: v for k, v in os.environ.items() if k not in HOROVOD_KEYS}  # the package's own Horovod settings
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])), OMP_NUM_THREADS="1")
-    with open(out_dir / "launch.log", "w") as log:
-        code = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=REAL_TIMEOUT).returncode
+    cmd = horovodrun_command("dane.experiments.train", [*job.overrides(), "quiet=true", f"out_dir={out}",
+                                                        f"hydra.run.dir={out}"], np=job.workers)
+    t = launch(cmd, env={"OMP_NUM_THREADS": "1"}, timeout=REAL_TIMEOUT, log=out_dir / "launch.log")
     summary = read_summary(out_dir) if (out_dir / "summary.json").exists() else None
-    if code != 0 and (summary is None or summary.get("status") != "diverged"):
+    if t["timed_out"]:
+        raise RuntimeError(f"horovodrun -np {job.workers} ran past {REAL_TIMEOUT} s (output: {out_dir / 'launch.log'})")
+    if t["exit_status"] != 0 and (summary is None or summary.get("status") != "diverged"):
         lines = (out_dir / "launch.log").read_text(errors="replace").splitlines()
         cause = next((line.strip() for line in lines if re.search(r"(\w+Error|error): ", line)
                       and "Horovod detected" not in line), "see the log")  # the first worker error
-        raise RuntimeError(f"horovodrun -np {job.workers} exited with {code}: {cause} (full output: "
+        raise RuntimeError(f"horovodrun -np {job.workers} exited with {t['exit_status']}: {cause} (full output: "
                            f"{out_dir / 'launch.log'})")
     return summary
 
@@ -123,14 +118,6 @@ def describe(summary: dict, run_dir: Path, target: float) -> str:
     hit = next((r for r in read_rounds(run_dir) if r.get("test_accuracy", 0.0) >= target), None)
     reached = f"{target:g} at round {hit['round']}, {hit['time_s']:.2f} s" if hit else f"{target:g} not reached"
     return f"{summary['status']} after {summary['rounds']} rounds ({reached})"
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def check_data(problems) -> None:
@@ -151,7 +138,7 @@ def get_calibration(out: Path, keep: bool, reps: int) -> dict:
     print(f"calibration: horovodrun -np 2 --gloo allreduce timing ({reps} reps per size), load {load()}", flush=True)
     result = {**calibrate(2, reps=reps), "source": "synthetic.calibrate.calibrate, at the start of "
                                                      "scripts/time_vs_workers.py"}
-    write_json_atomic(path, result)
+    atomic_write_text(path, json.dumps(result, indent=2) + "\n")
     print(f"calibration: alpha = {result['alpha'] * 1e6:.1f} us, beta = {result['beta'] / 1e6:.1f} MB/s -> {path}",
           flush=True)
     return result
@@ -197,7 +184,7 @@ def run(bench: Run) -> int:
         before, t0 = load(), time.perf_counter()
         try:
             summary = run_simulated(job, run_dir, cost) if job.backend == "simulator" else run_horovod(job, run_dir)
-        except (RuntimeError, UserError, OSError, subprocess.TimeoutExpired) as exc:
+        except (RuntimeError, UserError, OSError) as exc:
             failed.append(job.name)
             print(f"{head}: FAILED: {exc}", flush=True)
             continue
