@@ -49,3 +49,15 @@ def mean_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int, 
     low, _ = local_spectrum(problem, iters=iters, seed=seed, key=key)
     (mean_low,) = comm.allreduce_mean([problem.initial_point().new_tensor([low])])
     return float(mean_low)
+
+
+def smoothness_moments(problem: Problem, comm: Communicator, *, iters: int, seed: int,
+                       key: str = "algorithm.lr") -> dict[str, float]:
+    """The constants of the compressed methods' step rules, from GD's local Lanczos (`local_spectrum`: each worker's
+    extreme Ritz values, no communication) and one allreduce: ``max`` = max_i L_i, ``mean`` = L̄ = mean_i L_i (≥ the
+    global L), ``rms`` = sqrt(mean_i L_i²) and ``mean_lowest`` = mean_i λ_min(H_i)."""
+    low, high = local_spectrum(problem, iters=iters, seed=seed, key=key)
+    spread = one_hot(high, comm.rank, comm.size, problem.dtype)
+    L_all, moments = comm.allreduce_mean([spread, problem.initial_point().new_tensor([low, high, high * high])])
+    return {"max": float(L_all.max()) * comm.size, "mean": float(moments[1]), "rms": float(moments[2]) ** 0.5,
+            "mean_lowest": float(moments[0])}
