@@ -18,7 +18,8 @@ run's first lines and the summary's ``defaults``):
 - α = ``alpha`` null: 1/(ω + 1) (`baselines.defaults.diana_shift_step`); a larger α is refused;
 - γ = ``lr`` null: min(α/(2μ̲), 2/((L + μ̲)(1 + 6ω/m))) (`baselines.defaults.diana_step`, Horváth et al. 2019),
   L = max_i L_i, μ̲ = max(ℓ2 weight, mean_i λ_min(H_i)), from GD's local Lanczos (`baselines.gd`) and one allreduce
-  before round 0 (`baselines.measure.smoothness_moments`, counted in round 0's ``comm_rounds`` and ``bytes_sent``).
+  before round 0 (`baselines.measure.smoothness_moments`, counted in round 0's ``comm_rounds`` and ``bytes_sent``;
+  ``uplink_bits`` and ``downlink_bits`` count the method's rounds, from round 0 on).
 
 *Messages and bits.*  DIANA owns its compressor (``compressed_messages``), not ``comm.compress``, which it refuses:
 each worker draws Q itself, because h_i ← h_i + αΔ_i needs the Δ_i the server decodes, and sends the decoded Δ_i
