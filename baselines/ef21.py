@@ -47,6 +47,7 @@ class EF21(GD):
     elastic = False  # its g_i live on the workers: a reset would lose them
     compressed_messages = True  # GD's gradient through its own EF21 counter (module docstring)
     compressible = ()  # comm.compress is refused: the gradient is compressed by the method
+    batchable = False  # the batched communicator runs no message compression: the per-worker path, as comm.compress
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "topk:0.1", lr: float,
                  seed: int = 0, defaults: tuple[dict, ...] = ()):

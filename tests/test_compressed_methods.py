@@ -16,6 +16,7 @@ from dane.baselines.marina import COIN_STREAM, MARINAConfig
 from dane.comm.compression import compression_seed
 from dane.comm.local import LocalCommunicator
 from dane.errors import ConfigError
+from dane.loop.batching import why_not_batched
 from dane.loop.launch import execute
 from dane.loop.runner import StopRule
 from dane.problems.linear_models import LinearModelConfig
@@ -224,3 +225,11 @@ def test_a_shift_step_above_the_bound_is_refused(shards):
     with pytest.raises(ConfigError, match=r"algorithm.alpha must be <= 1/\(omega \+ 1\)"):
         DIANAConfig(compressor="randk:3", alpha=0.5, lr=0.1).build(shards[0], LocalCommunicator())
 
+
+
+def test_the_simulator_runs_them_one_thread_per_worker():
+    """The batched communicator compresses nothing: EF21, GD's subclass, must not inherit GD's batched form."""
+    for algorithm in (DIANAConfig(), MARINAConfig(), EF21Config()):
+        spec = RunSpec(problem=LOGREG, algorithm=algorithm, comm=Communication(workers=64))
+        assert why_not_batched(spec) == f"algorithm={algorithm.name} has no stacked form (its class does not " \
+                                        f"declare batchable)"
