@@ -30,7 +30,10 @@ compressed again): per worker a round, ``uplink_bits`` += bits(Q on d entries) +
 64 K, its indices drawn from the worker's seeded stream, which the server knows; natural: 12 d), ``downlink_bits``
 += 64 (d + metrics) (the server's ĝ goes down dense).  Q draws from the worker's generator of that counter
 (`dane.comm.compression.compression_seed`: the run's seed and the rank), checkpointed with the algorithm.
-The logged ``grad_norm`` is ‖ĝ‖, the estimate DIANA steps with (as under ``comm.compress``).
+The logged ``grad_norm`` is ‖ĝ‖, the estimate DIANA steps with (as under ``comm.compress``).  On the batched
+simulator (``sim.batched``, `dane.comm.batched`) the round runs on the stacked rows, each worker's Q drawn from a
+generator seeded as that worker's (`worker_streams`), and the communicator counts rank 0's message: the per-worker
+path's records to round-off (tests/test_compressed_methods.py).
 
 Departures: none in the round; the step rule's L is a Lanczos estimate of max_i λ_max(H_i) at w_0 (for the
 logistic loss, at its curvature majorant), μ̲ a lower bound of μ.
@@ -44,7 +47,8 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
-from dane.comm.compression import MessageCompression
+from dane.comm.batched import stacked
+from dane.comm.compression import MessageCompression, compression_seed
 from dane.compress import Compressor, make
 from dane.errors import ConfigError
 from dane.problems import Problem
@@ -66,6 +70,21 @@ def own_compression(comm: Communicator, compressor: Compressor, *, seed: int, pr
     return counter
 
 
+def worker_streams(comm: Communicator, counter: MessageCompression, seed: int) -> list[torch.Generator]:
+    """The compression generators of the workers ``comm`` holds: the counter's own (this worker's, checkpointed with
+    it), or on the batched simulator one per worker, seeded as that worker's would be (`dane.comm.batched`)."""
+    if not stacked(comm):
+        return [counter.generator]
+    return [torch.Generator().manual_seed(compression_seed(seed, rank)) for rank in range(comm.size)]
+
+
+def compress_each(compressor: Compressor, x: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """Q of this worker's message, or of each worker's row of a stacked one, each from that worker's generator."""
+    if x.dim() == 1:
+        return compressor(x, generators[0])
+    return torch.stack([compressor(row, generator) for row, generator in zip(x, generators)])
+
+
 def unbiased_compressor(spec: str, method: str) -> Compressor:
     """``spec`` built (`dane.compress.make`), refused in one line unless it is an unbiased compressor of vectors."""
     try:
@@ -83,6 +102,7 @@ class DIANA(Algorithm):
     label = "DIANA"
     compressed_messages = True  # its own Q, its bits counted in the communicator (module docstring)
     synchronous_because = "DIANA's server averages every worker's compressed difference at the same iterate"
+    batchable = True  # its round reads the same on stacked tensors, each worker's Q from its own stream
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", lr: float, alpha: float,
                  seed: int = 0, defaults: tuple[dict, ...] = ()):
@@ -92,10 +112,11 @@ class DIANA(Algorithm):
         self.h_i = torch.zeros_like(self.w)  # this worker's shift
         self.h = torch.zeros_like(self.w)    # the server's, mean_i h_i
         self.counter = own_compression(comm, self.compressor, seed=seed)
+        self.generators = worker_streams(comm, self.counter, seed)
 
     def step(self) -> dict[str, float]:
         grad, metrics = self.problem.evaluate(self.w)
-        delta = self.compressor(grad - self.h_i, self.counter.generator)          # Δ_i = Q(∇O_i(x) − h_i)
+        delta = compress_each(self.compressor, grad - self.h_i, self.generators)  # Δ_i = Q(∇O_i(x) − h_i)
         self.h_i = self.h_i + self.alpha * delta
         mean_delta, metrics = self.comm.allreduce_mean([delta, metrics], kinds=(SENT,))
         g = self.h + mean_delta                                                    # ĝ = h + mean Δ_i

@@ -25,6 +25,7 @@ carry ``full_round`` (1 where c_k = 1 or k = 0).
 *Messages and bits* as DIANA's: MARINA draws Q itself (its own compressor, ``comm.compress`` refused) and the
 communicator counts the message (`dane.comm.compression`, ``precompressed``): a compressed round bits(Q) + 64 per
 metric per worker, a full round 64 (d + metrics); the downlink, g_k, dense.  The logged ``grad_norm`` is ‖g_k‖.
+It runs on the batched simulator as DIANA does.
 
 Departure: the theorem is for non-convex f (MARINA's main setting); the package runs it on every problem with
 Hessian-vector products for the step rule, or with a given ``lr`` on any.
@@ -44,7 +45,7 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 
 from .defaults import Resolution, marina_probability, marina_step
-from .diana import SENT, CompressedKeys, own_compression, unbiased_compressor
+from .diana import SENT, CompressedKeys, compress_each, own_compression, unbiased_compressor, worker_streams
 
 COIN_STREAM = 13  # seed stream of the shared coin (`dane.comm.compression` uses 11 for the workers' draws)
 
@@ -65,6 +66,7 @@ class MARINA(Algorithm):
     compressed_messages = True  # its own Q, its bits counted in the communicator (module docstring)
     synchronous_because = "MARINA's server averages every worker's message at the same iterate"
     columns = (Column("full_round", "{:>5.0f}"),)
+    batchable = True  # its round reads the same on stacked tensors, each worker's Q from its own stream
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", lr: float, p: float,
                  seed: int = 0, defaults: tuple[dict, ...] = ()):
@@ -73,6 +75,7 @@ class MARINA(Algorithm):
         self.lr, self.p, self.defaults = lr, p, tuple(defaults)
         self.coin = coin_generator(seed)
         self.counter = own_compression(comm, self.compressor, seed=seed)
+        self.generators = worker_streams(comm, self.counter, seed)
         self.g: torch.Tensor | None = None           # g_{k-1}, every worker's copy
         self.last_grad: torch.Tensor | None = None   # ∇O_i(x_{k-1})
 
@@ -82,7 +85,7 @@ class MARINA(Algorithm):
         if full:
             sent, kinds = grad, (None,)                               # the whole gradient, counted dense
         else:
-            sent, kinds = self.compressor(grad - self.last_grad, self.counter.generator), (SENT,)
+            sent, kinds = compress_each(self.compressor, grad - self.last_grad, self.generators), (SENT,)
         self.last_grad = grad
         mean, metrics = self.comm.allreduce_mean([sent, metrics], kinds=kinds)
         self.g = mean if full else self.g + mean

@@ -19,6 +19,7 @@ from dane.errors import ConfigError
 from dane.loop.batching import why_not_batched
 from dane.loop.launch import execute
 from dane.loop.runner import StopRule
+from dane.problems import RidgeSyntheticConfig
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig
 from dane.spec import Communication, RunControl, RunSpec
@@ -27,6 +28,7 @@ from helpers import simulate, straight_and_resumed
 M, ROUNDS, SEED = 4, 5, 3
 LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-2, seed=0)
 D = 30  # breast_cancer's features, no intercept
+RIDGE = RidgeSyntheticConfig(n_samples=400, dim=20, lam=0.05)  # equal shards: a stacked form
 METRICS = 1  # the objective rides with each message (float64)
 
 
@@ -227,9 +229,31 @@ def test_a_shift_step_above_the_bound_is_refused(shards):
 
 
 
-def test_the_simulator_runs_them_one_thread_per_worker():
-    """The batched communicator compresses nothing: EF21, GD's subclass, must not inherit GD's batched form."""
-    for algorithm in (DIANAConfig(), MARINAConfig(), EF21Config()):
-        spec = RunSpec(problem=LOGREG, algorithm=algorithm, comm=Communication(workers=64))
-        assert why_not_batched(spec) == f"algorithm={algorithm.name} has no stacked form (its class does not " \
-                                        f"declare batchable)"
+def test_ef21_runs_one_thread_per_worker():
+    """The batched communicator compresses nothing itself: EF21, GD's subclass, must not inherit GD's batched form."""
+    spec = RunSpec(problem=LOGREG, algorithm=EF21Config(), comm=Communication(workers=64))
+    assert why_not_batched(spec) == "algorithm=ef21 has no stacked form (its class does not declare batchable)"
+
+
+@pytest.mark.parametrize("algorithm", [DIANAConfig(compressor="randk:5", seed=SEED),
+                                       DIANAConfig(compressor="natural", lr=0.05, seed=SEED),
+                                       MARINAConfig(compressor="randk:5", p=0.4, seed=SEED)])
+def test_the_batched_simulator_gives_the_per_worker_records(algorithm):
+    """Each worker's Q from its own stream on both paths: the same draws, the same iterates to round-off, the same
+    bits (equal shards of a ridge problem, which stacks)."""
+    runs = {}
+    for batched in ("false", "true"):
+        spec = RunSpec(problem=RIDGE, algorithm=algorithm,
+                       comm=Communication(backend="local", workers=M, batched=batched),
+                       control=RunControl(stop=StopRule(rounds=ROUNDS), quiet=True, progress="none"))
+        collected: dict = {}
+        summary = execute(spec, None, collect=collected)
+        runs[batched] = collected["records"], summary
+    (threads, per_worker), (stacked, batched) = runs["false"], runs["true"]
+    assert batched["simulator_path"] == "batched" and per_worker["compression"] == batched["compression"]
+    for a, b in zip(threads, stacked, strict=True):
+        for key in ("uplink_bits", "downlink_bits", "bytes_sent", "comm_rounds", "full_round"):
+            assert a.get(key) == b.get(key), key
+        assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
+    assert [e["value"] for e in per_worker["defaults"]] == pytest.approx([e["value"] for e in batched["defaults"]],
+                                                                         rel=1e-10)  # Lanczos, stacked or not
