@@ -1,4 +1,4 @@
-r"""MARINA: compressed gradient differences with a shared coin for full rounds (Gorbunov, Burlachenko, Li & Richtárik 2021).
+r"""MARINA: compressed gradient differences, a shared coin for full rounds (Gorbunov, Burlachenko, Li & Richtárik 2021).
 
 The server steps with an estimate g_k of ∇O(x_k); every worker knows it.  Round 0 sends the full gradients,
 g_0 = mean_i ∇O_i(x_0); round k ≥ 1, one allreduce, with c_k ~ Bernoulli(p) drawn alike on every worker:

@@ -58,8 +58,9 @@ def mean_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int, 
 def smoothness_moments(problem: Problem, comm: Communicator, *, iters: int, seed: int,
                        key: str = "algorithm.lr") -> dict[str, float]:
     """The constants of the compressed methods' step rules, from GD's local Lanczos (`local_spectra`: each worker's
-    extreme Ritz values, no communication; every worker's at once on a stacked problem) and one allreduce: ``max`` = max_i L_i, ``mean`` = L̄ = mean_i L_i (≥ the
-    global L), ``rms`` = sqrt(mean_i L_i²) and ``mean_lowest`` = mean_i λ_min(H_i)."""
+    extreme Ritz values, no communication; every worker's at once on a stacked problem) and one allreduce:
+    ``max`` = max_i L_i, ``mean`` = L̄ = mean_i L_i (≥ the global L), ``rms`` = sqrt(mean_i L_i²) and
+    ``mean_lowest`` = mean_i λ_min(H_i)."""
     spectra = local_spectra(problem, iters=iters, seed=seed, key=key)
     if stacked(comm):  # every worker's row (`dane.comm.batched`): row r of the spread is worker r's one-hot
         low, high = spectra[:, 0].to(problem.dtype), spectra[:, 1].to(problem.dtype)

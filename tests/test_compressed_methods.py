@@ -181,7 +181,8 @@ def test_bits_per_message_are_the_hand_counts():
     assert [r["downlink_bits"] for r in records] == [t * down for t in range(ROUNDS + 1)]                # ĝ dense
     assert summary["uplink_bits"] == ROUNDS * (64 * k + per_metric)
     records, _ = fit(EF21Config(compressor=f"topk:{k}", lr=0.2))
-    assert [r["uplink_bits"] for r in records] == [t * (k * (64 + 5) + per_metric) for t in range(ROUNDS + 1)]  # ⌈log₂ 30⌉ = 5
+    up = k * (64 + 5) + per_metric  # k (value, index) pairs, ⌈log₂ 30⌉ = 5 bits an index
+    assert [r["uplink_bits"] for r in records] == [t * up for t in range(ROUNDS + 1)]
     records, _ = fit(MARINAConfig(compressor=f"randk:{k}", lr=0.2, p=0.4, seed=0), rounds=8)
     flags = [r["full_round"] for r in records[:-1]]
     assert 0 < sum(flags[1:]) < 7 and flags[0] == 1.0  # round 0 is full; later ones by the coin
@@ -191,7 +192,7 @@ def test_bits_per_message_are_the_hand_counts():
     assert records[-1]["uplink_bits"] == 2 * (12 * D + per_metric)  # sign and 11 exponent bits an entry
 
 
-# ------------------------------------------------------------------ the defaults a run resolved (rules by hand: test_default_rules.py)
+# ------------------------------------------------------------------ the defaults a run resolved (rules: test_default_rules.py)
 def test_resolved_defaults_are_the_rules_of_the_measured_constants_and_land_in_the_summary():
     _, summary = fit(DIANAConfig(compressor="randk:3"), rounds=1)
     alpha, lr = summary["defaults"]
