@@ -207,3 +207,46 @@ def tighter(solver: LocalSolver) -> LocalSolver:
         passes = solver.passes if isinstance(solver.passes, int) else 3
         return replace(solver, passes=2 * passes)
     return replace(solver, tol=solver.tol / 100)
+
+
+# --------------------------------------------------------------------------------------------- compressed first-order
+def diana_shift_step(omega: float) -> float:
+    """DIANA's shift step α = 1/(ω + 1), the largest its theory allows (α ≤ 1/(ω + 1)).  Source: Mishchenko,
+    Gorbunov, Takáč & Richtárik 2019, and Horváth, Kovalev, Mishchenko, Stich & Richtárik 2019 (arXiv:1904.05115),
+    whose DIANA theorem for μ-strongly convex, L-smooth f_i takes this α."""
+    return 1.0 / (omega + 1.0)
+
+
+def diana_step(smoothness: float, mu_low: float, omega: float, workers: int, alpha: float) -> float:
+    r"""DIANA's γ = min(α/(2μ), 2/((L + μ)(1 + 6ω/m))) (no first bound at μ = 0), L = max_i L_i (the theorem takes
+    every f_i L-smooth), μ = μ̲ (`strong_convexity_bound`).  Source: Horváth et al. 2019 (arXiv:1904.05115), the
+    DIANA step for μ-strongly convex L-smooth f_i with full local gradients (σ = 0), the rule the FedNL paper's
+    public code (Rustem-Islamov/FedNL-Public, ``diana``) runs DIANA with.  At ω = 0 it is 2/(L + μ), GD's best fixed
+    step (Nesterov 2004, Theorem 2.1.15)."""
+    step = 2.0 / ((smoothness + mu_low) * (1.0 + 6.0 * omega / workers))
+    return min(alpha / (2.0 * mu_low), step) if mu_low > 0 else step
+
+
+def marina_probability(density: int, dim: int) -> float:
+    """MARINA's p = ζ_Q/d, ζ_Q the compressor's expected number of nonzeros of a d-vector (K for RandK; d for a
+    dense quantizer, where p = 1 makes MARINA GD).  Source: Gorbunov, Burlachenko, Li & Richtárik 2021, the p of
+    their Corollary 2.1 (a full round then costs, in expectation, what a compressed one does)."""
+    return density / dim
+
+
+def marina_step(smoothness: float, smoothness_rms: float, omega: float, p: float, workers: int) -> float:
+    r"""MARINA's γ = 1/(L₋ + L₊ sqrt((1 − p)ω/(p m))), L₋ the smoothness of f (here L̄ = mean_i L_i ≥ L₋, GD's bound)
+    and L₊ = sqrt(mean_i L_i²).  Source: Gorbunov et al. 2021, Theorem 2.1 (its largest step)."""
+    return 1.0 / (smoothness + smoothness_rms * math.sqrt((1.0 - p) * omega / (p * workers)))
+
+
+def ef21_step(smoothness: float, smoothness_rms: float, delta: float) -> float:
+    r"""EF21's γ = 1/(L + L̃ sqrt(β/θ)), θ = 1 − sqrt(1 − α), β = (1 − α)/(1 − sqrt(1 − α)), α = δ the contraction of
+    the compressor (1/(ω + 1) for an unbiased one, used as C/(ω + 1)), L ≤ L̄ = mean_i L_i, L̃ = sqrt(mean_i L_i²).
+    Source: Richtárik, Sokolov & Fatkhullin 2021, Theorem 1 (its largest step).  At δ = 1 (no compression) it is
+    1/L̄."""
+    root = math.sqrt(1.0 - delta)
+    if root == 0.0:
+        return 1.0 / smoothness
+    theta, beta = 1.0 - root, (1.0 - delta) / (1.0 - root)
+    return 1.0 / (smoothness + smoothness_rms * math.sqrt(beta / theta))

@@ -5,13 +5,17 @@ Each is counted as the run's communication (the allreduces and their bytes appea
 """
 from __future__ import annotations
 
+import torch
+
 from dane.comm import Communicator
+from dane.comm.batched import stacked
 from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.numerics.similarity import hessian_dissimilarity as measured_dissimilarity
 
 from .defaults import dissimilarity
 from .spectral import largest_local_smoothness, local_spectrum, one_hot
+from .spectral_stacked import local_spectra
 
 
 def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap: bool = False) -> dict:
@@ -49,3 +53,22 @@ def mean_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int, 
     low, _ = local_spectrum(problem, iters=iters, seed=seed, key=key)
     (mean_low,) = comm.allreduce_mean([problem.initial_point().new_tensor([low])])
     return float(mean_low)
+
+
+def smoothness_moments(problem: Problem, comm: Communicator, *, iters: int, seed: int,
+                       key: str = "algorithm.lr") -> dict[str, float]:
+    """The constants of the compressed methods' step rules, from GD's local Lanczos (`local_spectra`: each worker's
+    extreme Ritz values, no communication; every worker's at once on a stacked problem) and one allreduce:
+    ``max`` = max_i L_i, ``mean`` = L̄ = mean_i L_i (≥ the global L), ``rms`` = sqrt(mean_i L_i²) and
+    ``mean_lowest`` = mean_i λ_min(H_i)."""
+    spectra = local_spectra(problem, iters=iters, seed=seed, key=key)
+    if stacked(comm):  # every worker's row (`dane.comm.batched`): row r of the spread is worker r's one-hot
+        low, high = spectra[:, 0].to(problem.dtype), spectra[:, 1].to(problem.dtype)
+        spread, moments = torch.diag(high), torch.stack([low, high, high * high], -1)
+    else:
+        low, high = spectra
+        spread = one_hot(high, comm.rank, comm.size, problem.dtype)
+        moments = problem.initial_point().new_tensor([low, high, high * high])
+    L_all, moments = comm.allreduce_mean([spread, moments])
+    return {"max": float(L_all.max()) * comm.size, "mean": float(moments[1]), "rms": float(moments[2]) ** 0.5,
+            "mean_lowest": float(moments[0])}

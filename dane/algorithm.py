@@ -90,7 +90,9 @@ class Algorithm(Rounds, ABC):
     synchronous_because: ClassVar[str] = ""
     #: draws the clients S_t of each round (``algorithm.clients_per_round``, `dane.sampling`)
     client_sampling: ClassVar[bool] = False
-    #: sends compressed messages (the communicator's byte counts are then the compressed ones)
+    #: compresses its own messages with its own compressor and has the communicator count them at their compressed
+    #: size (`dane.comm.compression`, ``precompressed``: DIANA, MARINA, EF21); ``comm.compress`` is then refused,
+    #: as it would compress them twice (`dane.spec.refuse_compression`)
     compressed_messages: ClassVar[bool] = False
     #: the kinds of message (``allreduce_mean(..., kinds=...)``) that ``comm.compress`` may compress: those
     #: whose compressed form the method tolerates (a gradient that is averaged into a step, say); empty: the

@@ -174,7 +174,15 @@ def check_compression(comm: Communication) -> None:
 
 def refuse_compression(algorithm: AlgorithmConfig, comm: Communication) -> None:
     """An algorithm that declares no compressible message (`dane.algorithm.Algorithm.compressible`) takes only
-    ``comm.compress=none`` (bit counts, nothing compressed)."""
+    ``comm.compress=none`` (bit counts, nothing compressed); one that compresses its own messages
+    (``compressed_messages``: DIANA, MARINA, EF21) takes none at all: it counts its own bits."""
+    if comm.compress is not None and algorithm.algorithm.compressed_messages:
+        raise ConfigError(f"algorithm={algorithm.name} compresses its own messages (algorithm.compressor) and counts "
+                          f"their bits; comm.compress would compress them twice: set comm.compress=null")
+    if algorithm.algorithm.compressed_messages and (comm.backend == "ps" or comm.elastic):
+        which = "comm=ps" if comm.backend == "ps" else "comm.elastic=true"
+        raise ConfigError(f"algorithm={algorithm.name} counts its compressed messages in the communicator, which "
+                          f"{which} does not run yet; use comm=local, torch or horovod")
     if comm.compress is None or algorithm.algorithm.compressible:
         return
     if isinstance(compress.make(comm.compress), compress.Identity) and not comm.error_feedback:

@@ -1,4 +1,4 @@
-"""Every default rule of the federated line (`baselines.defaults`), called directly, against hand-computed values.
+"""Every default rule of the federated line and the compressed methods (`baselines.defaults`), called directly, against hand-computed values.
 
 Each row is (rule, arguments, expected): the expectation is worked by hand from the rule's formula in its docstring,
 so a change of a constant or a branch shows here, one rule at a time, without a run.
@@ -65,6 +65,21 @@ ROWS = [
     # Scaffnew's p = min(1, sqrt(μ/L))
     (d.scaffnew_probability, (0.01, 4.0), {}, 0.05),
     (d.scaffnew_probability, (8.0, 4.0), {}, 1.0),
+    # DIANA's α = 1/(ω + 1) and γ = min(α/(2μ), 2/((L + μ)(1 + 6ω/m))) (Horváth et al. 2019)
+    (d.diana_shift_step, (9.0,), {}, 0.1),
+    (d.diana_shift_step, (0.0,), {}, 1.0),
+    (d.diana_step, (4.0, 0.0, 9.0, 3, 0.1), {}, 2 / 76),                 # 2/(4 (1 + 6·9/3)), no μ bound at μ = 0
+    (d.diana_step, (4.0, 0.5, 9.0, 3, 0.1), {}, 2 / (4.5 * 19)),         # 0.0234 below α/(2μ) = 0.1
+    (d.diana_step, (4.0, 0.5, 9.0, 3, 0.001), {}, 0.001),                # α/(2μ) binds
+    (d.diana_step, (4.0, 1.0, 0.0, 4, 1.0), {}, 0.4),                    # ω = 0: 2/(L + μ), GD's best fixed step
+    # MARINA's p = ζ_Q/d and γ = 1/(L₋ + L₊ sqrt((1 − p)ω/(pm))) (Gorbunov et al. 2021, Theorem 2.1)
+    (d.marina_probability, (3, 30), {}, 0.1),
+    (d.marina_step, (2.0, 3.0, 9.0, 0.1, 4), {}, 1 / 15.5),              # sqrt(0.9·9/0.4) = 4.5: 1/(2 + 13.5)
+    (d.marina_step, (2.0, 3.0, 9.0, 1.0, 4), {}, 0.5),                   # p = 1: 1/L₋
+    # EF21's γ = 1/(L + L̃ sqrt(β/θ)), θ = 1 − sqrt(1 − δ), β = (1 − δ)/θ (Richtárik et al. 2021, Theorem 1)
+    (d.ef21_step, (2.0, 3.0, 0.75), {}, 0.2),                            # θ = 1/2, β = 1/2: 1/(2 + 3)
+    (d.ef21_step, (2.0, 3.0, 0.19), {}, 1 / 29),                         # θ = 0.1, β = 8.1, sqrt(β/θ) = 9
+    (d.ef21_step, (2.0, 3.0, 1.0), {}, 0.5),                             # δ = 1 (no compression): 1/L
 ]
 
 

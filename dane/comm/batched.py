@@ -113,7 +113,9 @@ class BatchedCommunicator(PhaseClock, Communicator):
     """All m simulated workers at once, their tensors stacked along a leading axis (module docstring).
 
     ``rank`` is 0 and ``size`` is m; ``bytes_sent`` and ``calls`` are rank 0's of the per-worker path.
-    ``comm.compress`` is not supported (the simulator takes the per-worker path for it).
+    ``comm.compress`` is not supported (the simulator takes the per-worker path for it); a method that compresses
+    its messages itself (DIANA, MARINA: ``precompressed``, `dane.comm.compression`) has them counted here as rank 0's
+    (every worker's message of a kind has the same size).
     """
 
     def __init__(self, group: BatchedGroup):
@@ -154,7 +156,12 @@ class BatchedCommunicator(PhaseClock, Communicator):
     def allreduce_mean(self, tensors: list[torch.Tensor], kinds: Sequence[str | None] = ()) -> list[torch.Tensor]:
         """Each stacked tensor's mean over the workers (unstacked); bytes and time as the per-worker path's."""
         tensors = self._check(tensors)
-        nbytes = sum(t.numel() // self.size * t.element_size() for t in tensors)
+        if self.compression is not None:  # rank 0's row counted (class docstring); nothing is compressed here
+            if not self.compression.precompressed:
+                raise TypeError("the batched communicator counts messages a method compressed itself only")
+            _, nbytes = self.compression.encode([t[0] for t in tensors], kinds)
+        else:
+            nbytes = sum(t.numel() // self.size * t.element_size() for t in tensors)
         self.message_bytes = nbytes
         self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
         self.calls += 1
@@ -184,8 +191,9 @@ class BatchedCommunicator(PhaseClock, Communicator):
         raise NotImplementedError
 
     def summary_entries(self) -> dict:
-        """The summary says which path the simulator took."""
-        return {"simulator_path": "batched"}
+        """The summary says which path the simulator took (and, for a method that counts its own compressed
+        messages, its compressor, as `Communicator.summary_entries`)."""
+        return {"simulator_path": "batched", **super().summary_entries()}
 
 
 def run_batched(group: BatchedGroup, fn: Callable[[BatchedCommunicator], object]) -> object:

@@ -28,6 +28,12 @@ a sparse message, whose ring reduction densifies, and for the dense downlink.
 A compressed round's logged ``grad_norm`` is that of the decoded mean gradient, the one the method
 steps with; the objective and suboptimality ride uncompressed.
 
+*A method that owns its compressor* (``algorithm=diana``, ``marina``, ``ef21``: `dane.algorithm.Algorithm`'s
+``compressed_messages``) installs this counter itself, with ``precompressed=True`` where it compresses its
+messages itself (DIANA and MARINA keep what they sent: the shifts learn from it): a tensor of a named kind is
+then counted at `Compressor.bits`, as above, and passed on as it is, never compressed a second time.  Such a
+method refuses ``comm.compress`` (`dane.spec.refuse_compression`).
+
 Randomness: one `torch.Generator` per worker seeded from the run's seed and the rank (the
 server, knowing the seeds, draws RandK's indices itself: they are not sent), checkpointed with
 the EF21 estimates in the algorithm's state.
@@ -55,10 +61,11 @@ class MessageCompression:
     """One worker's compression of its outgoing messages, and its uplink and downlink bit counters."""
 
     def __init__(self, compressor: Compressor, kinds: Sequence[str], *, error_feedback: bool = False,
-                 seed: int = 0, rank: int = 0):
+                 seed: int = 0, rank: int = 0, precompressed: bool = False):
         self.compressor = compressor
         self.kinds = tuple(kinds)
         self.error_feedback = error_feedback
+        self.precompressed = precompressed  # the sender compressed these kinds itself: count them, pass them on
         self.generator = torch.Generator().manual_seed(compression_seed(seed, rank))
         self.feedback: dict[str, ErrorFeedback] = {}
         self.uplink_bits = 0
@@ -74,7 +81,7 @@ class MessageCompression:
             width = tensor.element_size() * 8
             if kind is not None and kind in self.kinds and tensor.numel() > 0:
                 seen[kind] = seen.get(kind, -1) + 1
-                decoded.append(self._compress(f"{kind}.{seen[kind]}", tensor))
+                decoded.append(tensor if self.precompressed else self._compress(f"{kind}.{seen[kind]}", tensor))
                 sent = self.compressor.bits(tensor.numel(), width)
                 bits, nbytes = bits + sent, nbytes + math.ceil(sent / 8)
             else:

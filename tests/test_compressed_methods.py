@@ -1,0 +1,260 @@
+"""DIANA, MARINA and EF21 (baselines/diana.py, marina.py, ef21.py): each reduces to GD where its paper says so, each
+equals a NumPy transcription of its paper's algorithm on the per-worker simulator, its bits are hand counts, the
+defaults a run resolves are its rules' values (the rules by hand: test_default_rules.py), and comm.compress is
+refused beside its own compressor."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dane.baselines.defaults import diana_shift_step, diana_step
+from dane.baselines.diana import DIANAConfig
+from dane.baselines.ef21 import EF21Config
+from dane.baselines.gd import GDConfig
+from dane.baselines.marina import COIN_STREAM, MARINAConfig
+from dane.comm.compression import compression_seed
+from dane.comm.local import LocalCommunicator
+from dane.errors import ConfigError
+from dane.loop.batching import why_not_batched
+from dane.loop.launch import execute
+from dane.loop.runner import StopRule
+from dane.problems import RidgeSyntheticConfig
+from dane.problems.linear_models import LinearModelConfig
+from dane.problems.neural import DataConfig
+from dane.spec import Communication, RunControl, RunSpec
+from helpers import simulate, straight_and_resumed
+
+M, ROUNDS, SEED = 4, 5, 3
+LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-2, seed=0)
+D = 30  # breast_cancer's features, no intercept
+RIDGE = RidgeSyntheticConfig(n_samples=400, dim=20, lam=0.05)  # equal shards: a stacked form
+METRICS = 1  # the objective rides with each message (float64)
+
+
+@pytest.fixture(scope="module")
+def shards():
+    LOGREG.prepare()
+    return [LOGREG.build(rank, M) for rank in range(M)]
+
+
+def iterates(config, shards, rounds=ROUNDS):
+    """Worker 0's iterates w_0..w_T and records on the per-worker simulator (`helpers.simulate`)."""
+    _, records, ws = simulate(config, shards, rounds)[0]
+    return ws, records
+
+
+def fit(algorithm, rounds=ROUNDS, compress=None, error_feedback=False):
+    spec = RunSpec(problem=LOGREG, algorithm=algorithm,
+                   comm=Communication(backend="local", workers=M, compress=compress, error_feedback=error_feedback),
+                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True, progress="none"))
+    collected: dict = {}
+    summary = execute(spec, None, collect=collected)
+    return collected["records"], summary
+
+
+# ------------------------------------------------------------------ each one GD where its paper says so
+def test_diana_without_compression_is_gd_at_the_same_step(shards):
+    diana, _ = iterates(DIANAConfig(compressor="none", lr=0.3, alpha=1.0), shards)
+    gd, _ = iterates(GDConfig(lr=0.3), shards)
+    for a, b in zip(diana, gd, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-14)  # ĝ = h + (mean ∇ − h): GD's gradient to round-off
+
+
+def test_marina_with_p_one_is_gd_bit_for_bit(shards):
+    marina, records = iterates(MARINAConfig(compressor="randk:3", p=1.0, lr=0.3), shards)
+    gd, gd_records = iterates(GDConfig(lr=0.3), shards)
+    assert all(torch.equal(a, b) for a, b in zip(marina, gd, strict=True))
+    assert [r["full_round"] for r in records[:-1]] == [1.0] * ROUNDS
+    assert [r["objective"] for r in records] == [r["objective"] for r in gd_records]
+
+
+def test_ef21_without_compression_is_gd(shards):
+    ef21, _ = iterates(EF21Config(compressor="none", lr=0.3), shards)
+    gd, _ = iterates(GDConfig(lr=0.3), shards)
+    for a, b in zip(ef21, gd, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-14)  # g_i + (∇O_i − g_i)
+
+
+def test_ef21_the_method_is_gd_with_the_ef21_option():
+    method, method_summary = fit(EF21Config(compressor="topk:4", lr=0.3))
+    option, option_summary = fit(GDConfig(lr=0.3), compress="topk:4", error_feedback=True)
+    drop = ("time_s",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in method] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in option]
+    assert method_summary["compression"] == option_summary["compression"]
+    assert method_summary["defaults"] == [] and "defaults" not in option_summary  # every number given
+
+
+# ------------------------------------------------------------------ NumPy transcriptions of the papers' algorithms
+def numpy_shards(shards):
+    """(X_i, y_i, weight_i, λ) per worker, and the reference gradient checked against the package's at one point."""
+    data = [(s.X.numpy(), s.y.numpy(), s.weight, s.l2) for s in shards]
+    w = np.linspace(-0.3, 0.3, D)
+    for shard, parts in zip(shards, data):
+        np.testing.assert_allclose(gradient(parts, w), shard.evaluate(torch.from_numpy(w))[0].numpy(), rtol=1e-13)
+    return data
+
+
+def gradient(parts, w):
+    """∇O_i(w) = weight Xᵀ(−y σ(−y Xw)) + λw, the logistic loss with ±1 labels."""
+    X, y, weight, lam = parts
+    z = X @ w
+    return weight * X.T @ (-y / (1 + np.exp(y * z))) + lam * w
+
+
+def randk(x, k, generator):
+    """RandK as the package draws it: the first k of a permutation from the worker's stream, scaled d/k."""
+    idx = torch.randperm(len(x), generator=generator)[:k].numpy()
+    out = np.zeros_like(x)
+    out[idx] = x[idx] * (len(x) / k)
+    return out
+
+
+def streams():
+    return [torch.Generator().manual_seed(compression_seed(SEED, rank)) for rank in range(M)]
+
+
+def test_diana_equals_its_numpy_transcription_with_seeded_randk(shards):
+    data, k, lr, alpha = numpy_shards(shards), 5, 0.2, 0.1
+    w, h, h_i, gens, out = np.zeros(D), np.zeros(D), np.zeros((M, D)), streams(), []
+    for _ in range(ROUNDS):
+        out.append(w.copy())
+        deltas = np.stack([randk(gradient(data[i], w) - h_i[i], k, gens[i]) for i in range(M)])
+        h_i += alpha * deltas
+        g = h + deltas.mean(0)
+        h = h + alpha * deltas.mean(0)
+        w = w - lr * g
+    got, _ = iterates(DIANAConfig(compressor=f"randk:{k}", lr=lr, alpha=alpha, seed=SEED), shards)
+    np.testing.assert_allclose(np.stack([t.numpy() for t in got[:ROUNDS]]), np.stack(out), rtol=0, atol=1e-13)
+
+
+def test_marina_equals_its_numpy_transcription_with_seeded_randk_and_the_shared_coin(shards):
+    data, k, lr, p = numpy_shards(shards), 5, 0.2, 0.4
+    coin = np.random.default_rng(np.random.SeedSequence([SEED, COIN_STREAM]))
+    w, gens, out, flips = np.zeros(D), streams(), [], []
+    grads = np.stack([gradient(data[i], w) for i in range(M)])
+    g = grads.mean(0)                                             # g⁰ = ∇f(x⁰)
+    for _ in range(ROUNDS):
+        out.append(w.copy())
+        w_next = w - lr * g                                       # x^{k+1} = x^k − γ g^k
+        full = coin.random() < p                                  # c_k
+        flips.append(float(full))
+        new = np.stack([gradient(data[i], w_next) for i in range(M)])
+        g = new.mean(0) if full else g + np.stack([randk(new[i] - grads[i], k, gens[i]) for i in range(M)]).mean(0)
+        w, grads = w_next, new
+    got, records = iterates(MARINAConfig(compressor=f"randk:{k}", lr=lr, p=p, seed=SEED), shards)
+    np.testing.assert_allclose(np.stack([t.numpy() for t in got[:ROUNDS]]), np.stack(out), rtol=0, atol=1e-13)
+    assert [r["full_round"] for r in records[1:ROUNDS]] == flips[:ROUNDS - 1]  # record k carries c_{k-1}
+    assert 0 < sum(flips) < ROUNDS  # both kinds of round happen here
+
+
+def test_ef21_equals_its_numpy_transcription_with_topk(shards):
+    data, k, lr = numpy_shards(shards), 4, 0.3
+    w, g_i, out = np.zeros(D), np.zeros((M, D)), []
+    for _ in range(ROUNDS):
+        out.append(w.copy())
+        for i in range(M):
+            diff = gradient(data[i], w) - g_i[i]
+            keep = np.argsort(-np.abs(diff), kind="stable")[:k]
+            c = np.zeros(D)
+            c[keep] = diff[keep]
+            g_i[i] += c                                           # g_i ← g_i + C(∇f_i(x) − g_i)
+        w = w - lr * g_i.mean(0)
+    got, _ = iterates(EF21Config(compressor=f"topk:{k}", lr=lr), shards)
+    np.testing.assert_allclose(np.stack([t.numpy() for t in got[:ROUNDS]]), np.stack(out), rtol=0, atol=1e-13)
+
+
+def test_checkpointed_diana_and_marina_go_on_as_if_never_stopped(shards):
+    for config in (DIANAConfig(compressor="randk:5", lr=0.2, seed=SEED), MARINAConfig(compressor="randk:5", lr=0.2,
+                                                                                      p=0.4, seed=SEED)):
+        for straight, resumed, w_straight, w_resumed in straight_and_resumed(config, shards):
+            assert straight == resumed and torch.equal(w_straight, w_resumed)
+
+
+# ------------------------------------------------------------------ bits, by hand
+def test_bits_per_message_are_the_hand_counts():
+    k = 5
+    per_metric, down = 64 * METRICS, 64 * (D + METRICS)
+    records, summary = fit(DIANAConfig(compressor=f"randk:{k}", lr=0.2))
+    assert [r["uplink_bits"] for r in records] == [t * (64 * k + per_metric) for t in range(ROUNDS + 1)]  # values only
+    assert [r["downlink_bits"] for r in records] == [t * down for t in range(ROUNDS + 1)]                # ĝ dense
+    assert summary["uplink_bits"] == ROUNDS * (64 * k + per_metric)
+    records, _ = fit(EF21Config(compressor=f"topk:{k}", lr=0.2))
+    up = k * (64 + 5) + per_metric  # k (value, index) pairs, ⌈log₂ 30⌉ = 5 bits an index
+    assert [r["uplink_bits"] for r in records] == [t * up for t in range(ROUNDS + 1)]
+    records, _ = fit(MARINAConfig(compressor=f"randk:{k}", lr=0.2, p=0.4, seed=0), rounds=8)
+    flags = [r["full_round"] for r in records[:-1]]
+    assert 0 < sum(flags[1:]) < 7 and flags[0] == 1.0  # round 0 is full; later ones by the coin
+    sent = np.cumsum([0] + [64 * D + per_metric if full else 64 * k + per_metric for full in flags])
+    assert [r["uplink_bits"] for r in records] == sent.tolist()
+    records, _ = fit(DIANAConfig(compressor="natural", lr=0.2), rounds=2)
+    assert records[-1]["uplink_bits"] == 2 * (12 * D + per_metric)  # sign and 11 exponent bits an entry
+
+
+# ------------------------------------------------------------------ the defaults a run resolved (rules: test_default_rules.py)
+def test_resolved_defaults_are_the_rules_of_the_measured_constants_and_land_in_the_summary():
+    _, summary = fit(DIANAConfig(compressor="randk:3"), rounds=1)
+    alpha, lr = summary["defaults"]
+    assert alpha["key"] == "algorithm.alpha" and alpha["value"] == diana_shift_step(D / 3 - 1)
+    stats = lr["stats"]
+    assert lr["key"] == "algorithm.lr" and stats["workers"] == M and stats["omega"] == D / 3 - 1
+    assert lr["value"] == diana_step(stats["smoothness"], stats["mu_low"], stats["omega"], M, stats["alpha"])
+    _, summary = fit(MARINAConfig(compressor="randk:3"), rounds=1)
+    assert [(e["key"], e["rule"]) for e in summary["defaults"]] == [("algorithm.p", "marina_probability"),
+                                                                   ("algorithm.lr", "marina_step")]
+    assert summary["defaults"][0]["value"] == 0.1
+    _, summary = fit(EF21Config(compressor="topk:3"), rounds=1)
+    (entry,) = summary["defaults"]
+    assert entry["rule"] == "ef21_step" and entry["stats"]["delta"] == 0.1
+
+
+# ------------------------------------------------------------------ refusals, one line each
+def test_comm_compress_and_biased_compressors_are_refused():
+    for algorithm in (DIANAConfig(), MARINAConfig(), EF21Config()):
+        with pytest.raises(ConfigError, match="compresses its own messages.*set comm.compress=null"):
+            RunSpec(problem=LOGREG, algorithm=algorithm, comm=Communication(workers=M, compress="none"))
+    with pytest.raises(ConfigError, match="algorithm=diana needs an unbiased compressor"):
+        DIANAConfig(compressor="topk:3")
+    with pytest.raises(ConfigError, match="algorithm=marina needs an unbiased compressor"):
+        MARINAConfig(compressor="topk:3")
+    with pytest.raises(ConfigError, match=r"algorithm.p must be in \(0, 1\]"):
+        MARINAConfig(p=1.5)
+    with pytest.raises(ConfigError, match="d×d matrices"):
+        EF21Config(compressor="rank:1")
+
+
+def test_a_shift_step_above_the_bound_is_refused(shards):
+    with pytest.raises(ConfigError, match=r"algorithm.alpha must be <= 1/\(omega \+ 1\)"):
+        DIANAConfig(compressor="randk:3", alpha=0.5, lr=0.1).build(shards[0], LocalCommunicator())
+
+
+
+def test_ef21_runs_one_thread_per_worker():
+    """The batched communicator compresses nothing itself: EF21, GD's subclass, must not inherit GD's batched form."""
+    spec = RunSpec(problem=LOGREG, algorithm=EF21Config(), comm=Communication(workers=64))
+    assert why_not_batched(spec) == "algorithm=ef21 has no stacked form (its class does not declare batchable)"
+
+
+@pytest.mark.parametrize("algorithm", [DIANAConfig(compressor="randk:5", seed=SEED),
+                                       DIANAConfig(compressor="natural", lr=0.05, seed=SEED),
+                                       MARINAConfig(compressor="randk:5", p=0.4, seed=SEED)])
+def test_the_batched_simulator_gives_the_per_worker_records(algorithm):
+    """Each worker's Q from its own stream on both paths: the same draws, the same iterates to round-off, the same
+    bits (equal shards of a ridge problem, which stacks)."""
+    runs = {}
+    for batched in ("false", "true"):
+        spec = RunSpec(problem=RIDGE, algorithm=algorithm,
+                       comm=Communication(backend="local", workers=M, batched=batched),
+                       control=RunControl(stop=StopRule(rounds=ROUNDS), quiet=True, progress="none"))
+        collected: dict = {}
+        summary = execute(spec, None, collect=collected)
+        runs[batched] = collected["records"], summary
+    (threads, per_worker), (stacked, batched) = runs["false"], runs["true"]
+    assert batched["simulator_path"] == "batched" and per_worker["compression"] == batched["compression"]
+    for a, b in zip(threads, stacked, strict=True):
+        for key in ("uplink_bits", "downlink_bits", "bytes_sent", "comm_rounds", "full_round"):
+            assert a.get(key) == b.get(key), key
+        assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
+    assert [e["value"] for e in per_worker["defaults"]] == pytest.approx([e["value"] for e in batched["defaults"]],
+                                                                         rel=1e-10)  # Lanczos, stacked or not
