@@ -24,7 +24,7 @@ from dane.data.files import CSVSource, LibSVMSource, NPZSource, save_npz  # noqa
 from dane.data.mongo_source import MongoSource  # noqa: E402
 from dane.data.mongo_store import CHUNK_SIZE, Store, connect, server_database  # noqa: E402
 from dane.errors import ConfigError, DataError  # noqa: E402
-from experiments.data import parser, push  # noqa: E402
+from dane.experiments.data import parser, push  # noqa: E402
 from helpers import REPO, env, train  # noqa: E402
 
 
@@ -115,7 +115,7 @@ def dying(self, docs, *a, **k):
             os.kill(os.getpid(), signal.SIGKILL)
     return out
 Collection.insert_many = dying
-from experiments.data import main
+from dane.experiments.data import main
 main(["push", {csv!r}, "--target", "y", "--uri", {uri!r}, "--collection", "big_t"])
 """
 

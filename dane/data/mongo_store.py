@@ -130,15 +130,18 @@ def connect(uri: str, *, create: bool = False) -> Store:
         raise ConfigError(f"data.uri must be a mongodb:// URI or a folder, got {uri!r}")
     if is_server(uri):
         database = server_database(uri)
-        from pymongo import MongoClient
+        from pymongo import MongoClient  # server_database has checked that PyMongo is there
 
         return Store(MongoClient(uri, serverSelectionTimeoutMS=5000)[database], uri, embedded=False)
     folder = Path(uri).expanduser()
     if not create and not folder.is_dir():
         raise DataError(f"data.uri={uri}: no store there ({folder} is not a folder); push one first: "
                         f"dane data push FILE --uri {uri} --collection NAME")
-    from mongita import MongitaClientDisk
-
+    try:
+        from mongita import MongitaClientDisk
+    except ImportError:
+        raise ConfigError(f"data.uri={uri} is an embedded store, which needs mongita: pip install mongita "
+                          "(make setup installs it)") from None
     folder.mkdir(parents=True, exist_ok=True)
     return Store(MongitaClientDisk(str(folder))[DATABASE], str(folder), embedded=True)
 
