@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from dane.data.mongo_store import (BATCH, MANIFEST, Store, column_fields, drop, drop_embedded_files, fingerprint,
+from dane.data.mongo_store import (BATCH, MANIFEST, Store, column_fields, drop, drop_embedded_files,
                                    gridfs_documents, row_documents)
 from dane.errors import DataError
 
