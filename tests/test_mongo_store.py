@@ -220,3 +220,71 @@ def test_server_path_without_a_server(files, tmp_path):
     expected = NPZSource(str(files / "t.npz")).load()
     assert [d["x0"] for d in docs] == [expected.X[2, 0], expected.X[0, 0]]
     assert os.path.isdir(tmp_path / "dane.t")  # mongita's folder for the collection: on disk, not in memory
+
+
+def image_spec(files: Path, uri: Path, *overrides: str):
+    """The run spec of a network on the pushed image folder ``files/img`` (5 images, 2 labels)."""
+    from hydra import compose, initialize_config_dir
+
+    from dane.experiments.config import CONF_DIR, run_spec
+
+    push(push_args(str(files / "img"), "--uri", str(uri), "--collection", "shapes"))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["problem=digits_mlp", "data@problem.data=mongo", f"problem.data.uri={uri}",
+                                 "problem.data.collection=shapes", "problem.data.test_fraction=0.4", *overrides])
+    return run_spec(cfg)
+
+
+@pytest.fixture
+def fetched(monkeypatch):
+    """Every id list MongoSource.images is asked for, in order."""
+    asked: list[list[int]] = []
+    images = MongoSource.images
+    monkeypatch.setattr(MongoSource, "images", lambda self, ids: (asked.append([int(i) for i in ids]),
+                                                                  images(self, ids))[1])
+    return asked
+
+
+def test_network_workers_read_their_shards_images_by_id(files, tmp_path, fetched):
+    """problem=digits_mlp on data=mongo: worker r reads the images of its shard's ids and of its test rows, and
+    nothing else; the pixels are the files' / 255."""
+    from PIL import Image
+
+    from dane.data import shard_indices
+
+    problem = image_spec(files, tmp_path, "workers=2").problem
+    data = problem.dataset()
+    assert fetched == [[1]] and len(data.train_y) == 3 and len(data.test_y) == 2  # the shape probe alone
+    shards = shard_indices(data.train_y, 2, seed=problem.seed)
+    test_rows = np.array_split(np.arange(2), 2)
+    for rank in range(2):
+        fetched.clear()
+        built = problem.build(rank, 2)
+        assert fetched == [data.train_x.ids[shards[rank].numpy()].tolist(), data.test_x.ids[test_rows[rank]].tolist()]
+        files_by_id = [f for label in ("circle", "square") for f in sorted((files / "img" / label).iterdir())]
+        expected = np.stack([np.asarray(Image.open(files_by_id[i - 1])) for i in fetched[0]]) / np.float32(255)
+        assert np.array_equal(built.train_x.cpu().numpy()[:, 0], expected.astype(np.float32))
+
+
+def test_split_agents_read_each_minibatch_by_id_from_their_list(files, tmp_path, fetched):
+    """algorithm=split on data=mongo: building the agents reads no images; agent a's minibatch k reads exactly the
+    ids of its assigned list at that batch's positions."""
+    from dane.data import shard_indices
+    from dane.split.links import SimLink
+    from dane.split.training import build_parties
+
+    spec = image_spec(files, tmp_path, "algorithm=split", "workers=2", "algorithm.batch_size=1")
+    proto, info = build_parties(spec, {0, 1, 2}, SimLink(spec.comm.cost))
+    data = info["data"]
+    assert fetched[1:] == [[data.train_x.ids[0]]]  # after the shape probe: the one row that sizes the cut
+    shards = shard_indices(data.train_y, 2, seed=spec.problem.seed)
+    seen = []
+    for a, agent in proto.agents.items():
+        assigned = data.train_x.ids[shards[a].numpy()]
+        agent.start_epoch()
+        for k, batch in enumerate(agent.batches):
+            fetched.clear()
+            agent.forward(k)
+            assert fetched == [assigned[batch.numpy()].tolist()]
+            seen += fetched[0]
+    assert sorted(seen) == sorted(data.train_x.ids.tolist())

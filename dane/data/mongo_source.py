@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from dane.data.mongo_store import Store, connect, is_server
 from dane.data.sharding import ShardingKeys
@@ -34,10 +35,12 @@ class MongoSource(ShardingKeys):
 
     uri: str = ""
     collection: str = ""
+    test_fraction: float = 0.2  # networks: the held-out share (seeded, stratified); unused by a linear model
     name: str = "mongo"
 
     presharded = False  # the store is dealt by id, not read as per-worker files
     by_id = True        # linear models: deal from `labels`, fetch each worker's rows with `fetch`
+    overlap = False     # networks: no overlapping shards (dane.data.overlap) here
 
     def __post_init__(self) -> None:
         if not isinstance(self.uri, str) or not self.uri:
@@ -47,6 +50,8 @@ class MongoSource(ShardingKeys):
             raise ConfigError(f"data.collection must name a data set pushed with dane data push, got "
                               f"{self.collection!r}")
         self.check_sharding()
+        if not (isinstance(self.test_fraction, float) and 0.0 < self.test_fraction < 1.0):
+            raise ConfigError(f"data.test_fraction must be in (0, 1), got {self.test_fraction!r}")
 
     @property
     def location(self) -> str:
@@ -131,3 +136,63 @@ class MongoSource(ShardingKeys):
             raise DataError(f"{self.store().where(self.collection)}: the images have {len(shapes)} shapes "
                             f"({', '.join(map(str, sorted(shapes)[:3]))}); resize them to one before pushing")
         return np.stack(pixels), np.array([doc["y"] for doc in docs], dtype=np.float64)
+
+
+class StoreRows:
+    """An image data set's rows in a store, read by id only when indexed: ``rows[index]`` is the float32
+    tensor of the images of ``ids[index]`` (one ``$in`` query), ``subset(index)`` the same rows lazily."""
+
+    def __init__(self, source: MongoSource, ids: np.ndarray, sample_shape: tuple[int, ...],
+                 dtype: torch.dtype = torch.float32):
+        self.source, self.ids, self.sample_shape, self.dtype = source, np.asarray(ids, dtype=np.int64), sample_shape, dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.ids), *self.sample_shape)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def subset(self, index) -> "StoreRows":
+        return StoreRows(self.source, self.ids[_positions(index)], self.sample_shape, self.dtype)
+
+    def to(self, dtype: torch.dtype) -> "StoreRows":
+        return StoreRows(self.source, self.ids, self.sample_shape, dtype)
+
+    def __getitem__(self, index) -> torch.Tensor:
+        ids = np.asarray(self.ids[_positions(index)])  # any index shape: a worker's shard, all shards stacked
+        pixels = pixel_tensor(self.source.images(ids.reshape(-1))[0]).to(self.dtype)
+        return pixels.reshape(*ids.shape, *self.sample_shape)
+
+
+def _positions(index):
+    return index.cpu().numpy() if isinstance(index, torch.Tensor) else index
+
+
+def pixel_tensor(images: np.ndarray) -> torch.Tensor:
+    """uint8 images (k x H x W, or k x H x W x C) as float32 k x C x H x W in [0, 1]."""
+    x = torch.from_numpy(np.ascontiguousarray(images)).to(torch.float32) / 255.0
+    return x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2).contiguous()
+
+
+def image_dataset(source: MongoSource, seed: int):
+    """The `dane.data.Dataset` of an image data set in a store: labels read now (the (id, y) projection),
+    images when a worker indexes ``train_x`` or ``test_x`` (`StoreRows`); the test rows a seeded,
+    stratified ``test_fraction`` of the ids."""
+    from dane.data.dataset import Dataset, stratified_split
+
+    ids, y, manifest = source.labels()
+    if manifest["kind"] != "images":
+        raise ConfigError(f"data.collection={source.collection} holds a table ({manifest['kind']}); a network here "
+                          "reads images (push a folder FOLDER/<label>/<image>), a table trains a linear model")
+    train_ids, train_y, test_ids, test_y = stratified_split(ids, y.astype(np.int64), test_fraction=source.test_fraction,
+                                                            seed=seed)
+    first = pixel_tensor(source.images(ids[:1])[0])
+    shape = tuple(first.shape[1:])
+    order, test_order = np.argsort(train_ids, kind="stable"), np.argsort(test_ids, kind="stable")
+    note = (f"{source.store().where(source.collection)}: {len(train_ids)} train / {len(test_ids)} test images "
+            f"(seeded stratified hold-out of {source.test_fraction:g}), {' x '.join(map(str, shape))}, read by id")
+    return Dataset(train_x=StoreRows(source, train_ids[order], shape), train_y=torch.as_tensor(train_y[order]),
+                   test_x=StoreRows(source, test_ids[test_order], shape), test_y=torch.as_tensor(test_y[test_order]),
+                   num_classes=len(manifest["classes"]), name=f"mongo:{source.collection}", notes=[note],
+                   split=f"seeded stratified hold-out of {source.test_fraction:g}")
