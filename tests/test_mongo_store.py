@@ -141,6 +141,25 @@ def test_sigkill_mid_upload_is_detected_then_completed(tmp_path):
     assert connect(uri).count("big_t") == 2400
 
 
+def test_a_store_the_engine_cannot_read_is_uploaded_again(files, tmp_path):
+    """A kill while mongita rewrote a collection's location index leaves a file it cannot decode: the next push
+    says so, drops that data set's files and uploads it again; another data set of the store is untouched."""
+    uri = str(tmp_path)
+    push(push_args(str(files / "t.npz"), "--uri", uri, "--collection", "other"))
+    args = push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t")
+    push(args)
+    attrs = tmp_path / "dane.t" / "$.file_attrs"
+    attrs.write_bytes(attrs.read_bytes()[: attrs.stat().st_size // 2])
+    said = []
+    from dane.data.mongo_push import push_table
+
+    table = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none").load()
+    line = push_table(connect(uri), "t", table, print_fn=said.append, fingerprint_of="x", replace=True)
+    assert said and "cannot be read back" in said[0] and line.startswith("uploaded 57"), (said, line)
+    assert np.array_equal(MongoSource(uri=uri, collection="t").load().X, table.X)
+    assert np.array_equal(MongoSource(uri=uri, collection="other").load().X, NPZSource(str(files / "t.npz")).load().X)
+
+
 def test_each_worker_fetches_exactly_its_shard(files, tmp_path, monkeypatch):
     """A linear model on data=mongo: worker r's fetched ids are its shard (iid: ridge.shard; dirichlet: the
     file source's deal) plus one, the shards are disjoint and cover 1..n, and the built rows equal data=csv's."""
@@ -191,6 +210,9 @@ def test_bad_store_lines(files, tmp_path):
         MongoSource(uri=str(tmp_path), collection="u").manifest()
     with pytest.raises(ConfigError, match="is not a MongoDB URI"):
         server_database("mongodb://host:notaport/db")
+    with pytest.raises(DataError, match=r"data.uri=mongodb://127.0.0.1:9/dane: no MongoDB server answers "
+                                        r"\(ServerSelectionTimeoutError"):
+        MongoSource(uri="mongodb://127.0.0.1:9/dane", collection="t").manifest()  # PyMongo's own client, refused
     with pytest.raises(DataError, match="holds another data set"):
         push(push_args(str(files / "t.svm"), "--uri", str(tmp_path), "--collection", "t"))
     assert push(push_args(str(files / "t.svm"), "--uri", str(tmp_path), "--collection", "t", "--replace")) \

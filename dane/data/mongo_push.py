@@ -90,6 +90,7 @@ def _push(store: Store, name: str, manifest: dict, write, *, print_fn, replace: 
         from dane.data.mongo_store import connect
 
         store = connect(store.uri, create=True)
+        drop(store, name)
         old, present = None, set()
     if old is not None and old.get("fingerprint") != manifest["fingerprint"]:
         if not replace:

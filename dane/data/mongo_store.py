@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +116,15 @@ class Store:
         return f"collection {name} of {self.uri}"
 
     def manifest(self, name: str) -> dict | None:
-        return self.db[MANIFEST].find_one({"_id": name})
+        """The data set's manifest (None: no such data set); the first call that reaches a server, so an
+        unreachable one is one line here."""
+        try:
+            return self.db[MANIFEST].find_one({"_id": name})
+        except Exception as err:
+            if self.embedded or not type(err).__module__.startswith("pymongo"):
+                raise
+            raise DataError(f"data.uri={self.uri}: no MongoDB server answers ({type(err).__name__}: "
+                            f"{' '.join(str(err).split())[:100]}); start it, or check the host and port") from None
 
     def count(self, name: str) -> int:
         return self.db[name].count_documents({})
@@ -132,7 +139,7 @@ def connect(uri: str, *, create: bool = False) -> Store:
         database = server_database(uri)
         from pymongo import MongoClient  # server_database has checked that PyMongo is there
 
-        return Store(MongoClient(uri, serverSelectionTimeoutMS=5000)[database], uri, embedded=False)
+        return Store(MongoClient(uri, serverSelectionTimeoutMS=3000)[database], uri, embedded=False)
     folder = Path(uri).expanduser()
     if not create and not folder.is_dir():
         raise DataError(f"data.uri={uri}: no store there ({folder} is not a folder); push one first: "
@@ -224,12 +231,10 @@ def drop(store: Store, name: str) -> None:
 
 
 def drop_embedded_files(folder: str, name: str) -> None:
-    """Remove an embedded store's files of ``name`` when the engine cannot read them (a push killed while
-    mongita rewrote a collection's location index): rmtree of mongita's collection folders."""
-    for collection in (name, f"{name}_files", f"{name}_chunks", MANIFEST):
+    """Remove an embedded store's files of data set ``name`` when the engine cannot read them (a push killed
+    while mongita rewrote a collection's location index): mongita's folders of its samples and its bucket.
+    Its manifest document, in a collection the engine still reads, is left to `drop`."""
+    for collection in (name, f"{name}_files", f"{name}_chunks"):
         path = Path(folder) / f"{DATABASE}.{collection}"
         if path.is_dir():
             shutil.rmtree(path)
-    meta = Path(folder) / DATABASE / "$.metadata"
-    if meta.exists():  # the database's list of collections: rebuilt by the engine as they are made again
-        os.remove(meta)
