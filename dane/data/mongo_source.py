@@ -85,6 +85,7 @@ class MongoSource(ShardingKeys):
         if key not in _LABELS:
             manifest = self.manifest()
             docs = sorted(self.store().find(self.collection, {}, ["id", "y"]), key=lambda doc: doc["id"])
+            self.store().release()  # embedded: mongita read (and cached) whole documents for this projection
             ids = np.array([doc["id"] for doc in docs], dtype=np.int64)
             if not np.array_equal(ids, np.arange(1, manifest["n"] + 1)):
                 raise DataError(f"{self.store().where(self.collection)}: the ids are not 1..{manifest['n']}; "
@@ -102,6 +103,7 @@ class MongoSource(ShardingKeys):
         columns = manifest["columns"]
         fields = ["y", "idx", "val"] if manifest["kind"] == "sparse" else ["y", *columns]
         docs = self.store().by_ids(self.collection, np.asarray(ids), fields)
+        self.store().release()
         y = np.array([doc["y"] for doc in docs], dtype=np.float64)
         if manifest["kind"] == "sparse":
             indptr = np.cumsum([0] + [len(doc["idx"]) for doc in docs])

@@ -27,9 +27,12 @@ again. A reader refuses any data set whose manifest is not ``complete`` or whose
 
 Engines (`connect`): a ``mongodb://`` or ``mongodb+srv://`` URI is a server, through PyMongo; any other
 ``uri`` is a folder holding an embedded store, mongita's disk engine (PyMongo's API over BSON files:
-one data file, a location index and the indexes' metadata per collection). mongita has no projection,
-so `find` drops the fields a projection leaves out after reading (a server does it before sending);
-both answer ``$in`` on ``id`` from an index.
+one data file, a location index and the indexes' metadata per collection). What differs, all inside
+`Store`: mongita has no projection, so `Store.find` drops the fields a projection leaves out after
+reading whole documents (a server projects before sending); mongita answers ``$in`` on an index by
+testing every indexed key against the list (O(n k) for k ids of n), so `Store.by_ids` asks it id by id
+(an equality on the index is one lookup) where a server gets ``$in`` batches; mongita refuses a dot in a
+collection name (`Store.bucket`); mongita caches every document it decodes until `Store.release`.
 """
 
 from __future__ import annotations
@@ -80,6 +83,14 @@ class Store:
     db: object
     uri: str
     embedded: bool
+    client: object = None
+
+    def release(self) -> None:
+        """Drop what the embedded engine keeps of the documents read (mongita caches every document it
+        decodes, and reads whole documents for a projection): after the (id, y) scan, a worker keeps no row it
+        was not dealt. The client reopens its files on the next call. A server's client keeps nothing."""
+        if self.embedded and self.client is not None:
+            self.client.close()
 
     def find(self, name: str, query: dict, fields: Iterable[str] | None = None) -> Iterator[dict]:
         """Documents of collection ``name`` matching ``query``, with only ``fields`` (all: None)."""
@@ -97,8 +108,12 @@ class Store:
         ids = [int(i) for i in ids]
         found: dict[int, dict] = {}
         fields = None if fields is None else sorted(set(fields) | {"id"})
-        for start in range(0, len(ids), IN_BATCH):
-            for doc in self.find(name, {"id": {"$in": ids[start:start + IN_BATCH]}}, fields):
+        if self.embedded:  # mongita tests each indexed key against a $in list: O(n k); an equality is a lookup
+            queries = ({"id": i} for i in ids)
+        else:
+            queries = ({"id": {"$in": ids[start:start + IN_BATCH]}} for start in range(0, len(ids), IN_BATCH))
+        for query in queries:
+            for doc in self.find(name, query, fields):
                 found[int(doc["id"])] = doc
         missing = [i for i in ids if i not in found]
         if missing:
@@ -139,7 +154,8 @@ def connect(uri: str, *, create: bool = False) -> Store:
         database = server_database(uri)
         from pymongo import MongoClient  # server_database has checked that PyMongo is there
 
-        return Store(MongoClient(uri, serverSelectionTimeoutMS=3000)[database], uri, embedded=False)
+        client = MongoClient(uri, serverSelectionTimeoutMS=3000)
+        return Store(client[database], uri, embedded=False, client=client)
     folder = Path(uri).expanduser()
     if not create and not folder.is_dir():
         raise DataError(f"data.uri={uri}: no store there ({folder} is not a folder); push one first: "
@@ -150,7 +166,8 @@ def connect(uri: str, *, create: bool = False) -> Store:
         raise ConfigError(f"data.uri={uri} is an embedded store, which needs mongita: pip install mongita "
                           "(make setup installs it)") from None
     folder.mkdir(parents=True, exist_ok=True)
-    return Store(MongitaClientDisk(str(folder))[DATABASE], str(folder), embedded=True)
+    client = MongitaClientDisk(str(folder))
+    return Store(client[DATABASE], str(folder), embedded=True, client=client)
 
 
 def fingerprint(paths: list[Path], options: dict) -> str:
