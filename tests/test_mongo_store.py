@@ -161,8 +161,8 @@ def test_a_store_the_engine_cannot_read_is_uploaded_again(files, tmp_path):
 
 
 def test_each_worker_fetches_exactly_its_shard(files, tmp_path, monkeypatch):
-    """A linear model on data=mongo: worker r's fetched ids are its shard (iid: ridge.shard; dirichlet: the
-    file source's deal) plus one, the shards are disjoint and cover 1..n, and the built rows equal data=csv's."""
+    """A linear model on data=mongo: worker r's fetched ids are its shard (iid: ridge.shard; dirichlet and classes,
+    on the labels or on a feature's bins read as a projection: the file source's deal) plus one, the shards are disjoint and cover 1..n, and the built rows equal data=csv's."""
     from dane.data.mongo_store import Store as StoreClass
     from dane.problems.linear_models import LinearModelConfig
 
@@ -172,15 +172,19 @@ def test_each_worker_fetches_exactly_its_shard(files, tmp_path, monkeypatch):
     by_ids = StoreClass.by_ids
     monkeypatch.setattr(StoreClass, "by_ids", lambda self, name, ids, fields=None: (
         asked.append([int(i) for i in ids]), by_ids(self, name, ids, fields))[1])
-    for sharding in ("iid", "dirichlet"):
-        csv = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none", sharding=sharding)
-        mongo = MongoSource(uri=str(tmp_path), collection="t", sharding=sharding)
+    for sharding, skew_on in (("iid", "y"), ("dirichlet", "y"), ("dirichlet", "a"), ("classes", 1)):
+        csv = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none", sharding=sharding,
+                        skew_on=skew_on, classes_per_worker=4)
+        mongo = MongoSource(uri=str(tmp_path), collection="t", sharding=sharding, skew_on=skew_on, classes_per_worker=4)
         by_file, by_id = (LinearModelConfig(data=d, loss="logistic", lam=0.1, seed=4) for d in (csv, mongo))
         asked.clear()
         for rank in range(3):
             a, b = by_file.build(rank, 3), by_id.build(rank, 3)
             assert asked[-1] == (by_file.worker_rows(rank, 3)[0] + 1).tolist()
             assert a.X.equal(b.X) and a.y.equal(b.y) and a.weight == b.weight
+            if rank == 0:
+                dealt = [[n for n in p.notes if n.startswith(("sharding:", "worker "))] for p in (a, b)]
+                assert dealt[0] == dealt[1] and len(dealt[0]) == (0 if sharding == "iid" else 4), dealt
             by_file.release(), by_id.release()
         assert sorted(i for ids in asked for i in ids) == list(range(1, 58))
 

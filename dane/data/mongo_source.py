@@ -94,6 +94,29 @@ class MongoSource(ShardingKeys):
             _LABELS[key] = ids, np.array([doc["y"] for doc in docs], dtype=np.float64), manifest
         return _LABELS[key]
 
+    def column(self, which: str | int) -> tuple[np.ndarray, str]:
+        """One feature over every row, in id order, read as the projection ``(id, <its field>)``, and its name:
+        ``which`` a feature name or a 0-based index (``data.skew_on``; a column-sharding key reads the same)."""
+        _, _, manifest = self.labels()
+        columns, names = manifest["columns"], manifest["feature_names"] or manifest["columns"]
+        if manifest["kind"] != "dense":
+            raise ConfigError(f"data.skew_on={which}: data set {self.collection} holds {manifest['kind']} rows, "
+                              "whose columns are not fields; use data.skew_on=y")
+        if isinstance(which, int):
+            if not 0 <= which < len(columns):
+                raise ConfigError(f"data.skew_on={which} is not a column index of the {len(columns)} features; "
+                                  f"use 0..{len(columns) - 1}")
+            j = which
+        elif which in names:
+            j = names.index(which)
+        else:
+            shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+            raise ConfigError(f"data.skew_on={which} is not a feature of this data; its columns are: {shown}")
+        docs = sorted(self.store().find(self.collection, {}, ["id", columns[j]]), key=lambda doc: doc["id"])
+        self.store().release()
+        name = names[j] if manifest["feature_names"] else f"column {j}"
+        return np.array([doc[columns[j]] for doc in docs], dtype=np.float64), name
+
     def fetch(self, ids) -> Table:
         """The rows of ``ids`` (in that order), fetched with ``$in``: X dense or CSR as pushed, y as pushed."""
         _, _, manifest = self.labels()

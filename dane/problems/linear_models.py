@@ -237,9 +237,15 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         key = (repr(self.source), self.loss, size, self.seed)
         if key not in _SHARDS:
             _SHARDS.clear()
-            table = None if self.by_id else self.table()  # by id: the labels alone (skew_on=y)
-            _SHARDS[key] = ShardingKeys(**keys).deal(y, size, seed=self.seed, X=None if table is None else table.X,
-                                                     feature_names=None if table is None else table.feature_names,
+            if not self.by_id:
+                table = self.table()
+                X, names = table.X, table.feature_names
+            elif keys["skew_on"] != "y":  # by id: the one column skewed on, read as a projection
+                column, name = self.source.column(keys["skew_on"])
+                X, names, keys = column[:, None], [name], {**keys, "skew_on": name}
+            else:
+                X = names = None  # by id: the labels alone
+            _SHARDS[key] = ShardingKeys(**keys).deal(y, size, seed=self.seed, X=X, feature_names=names,
                                                      regression=self.loss == "squared")
         shards, notes = _SHARDS[key]
         return shards[rank], notes if rank == 0 else []
