@@ -5,6 +5,7 @@
     torchrun --standalone --nproc_per_node 2 --no-python dane train algorithm=dane problem=ridge_synthetic
     dane simulate -m workers=1,2,4                                  # = python -m experiments.simulate ...
     dane figures run_convergence results/main                       # = python -m paper_figs.run_convergence ...
+    dane data push data.csv --target y --uri stores/s --collection t   # = python -m experiments.data push ...
 
 ``dane COMMAND ARGS`` runs the command's module exactly as ``python -m dane.<module> ARGS``
 would (`runpy`, as ``__main__``): Hydra reads the same overrides and finds ``conf/`` beside
@@ -29,6 +30,7 @@ MODULES = {
     "train": ("dane.experiments.train", "one run, or a -m sweep: Hydra overrides of conf/config.yaml"),
     "simulate": ("dane.experiments.simulate", "m simulated workers in one process: overrides of conf/simulate.yaml"),
     "calibrate": ("dane.synthetic.calibrate", "measure the simulator's alpha-beta network model (--help)"),
+    "data": ("dane.experiments.data", "dane data push FILE|FOLDER --uri STORE --collection NAME: a data set into MongoDB"),
 }
 FIGURES_HELP = "every figure and table from results/ (--help), or one: dane figures NAME ARGS"
 BENCH_HELP = "a benchmark of a checkout, JSON into --out: dane bench NAME ARGS (dane bench lists them)"

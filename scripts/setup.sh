@@ -99,8 +99,8 @@ else
 fi
 
 # Everything else from pyproject.toml (torch and Horovod are already there, so pip keeps them).
-echo "setup: installing dane (editable) with its dev and horovod extras"
-"${PIP[@]}" install --no-build-isolation -e ".[dev,horovod]"
+echo "setup: installing dane (editable) with its dev, horovod and mongo extras"
+"${PIP[@]}" install --no-build-isolation -e ".[dev,horovod,mongo]"
 
 # numba compiles the SVRG, stacked-ridge and FedNL kernels on their first call, several seconds that a user's first
 # InexactDANE round would pay (15.9 times a GIANT round on a fresh machine); cache=True keeps the machine code beside

@@ -123,6 +123,15 @@ CASES = [
          expected="comm.horovod_cycle_time_ms must be > 0, got 0"),
     case("csv_missing", "problem=ridge", "data=csv", "data.path=/nonexistent/x.csv", "data.target=y", "quiet=true",
          expected="x.csv"),
+    # issue 47, item 3: data=mongo (the stores are made by probe_files)
+    case("mongo_bad_uri", *LOGREG, "data=mongo", "data.uri=mongodb://host:notaport/db", "data.collection=t",
+         expected="data.uri=mongodb://host:notaport/db is not a MongoDB URI"),
+    case("mongo_no_store", *LOGREG, "data=mongo", "data.uri={tmp}/no_store", "data.collection=t",
+         expected="data.uri={tmp}/no_store: no store there"),
+    case("mongo_missing_collection", *LOGREG, "data=mongo", "data.uri={tmp}/store", "data.collection=u",
+         expected="data.collection=u: no such data set in {tmp}/store (it holds: short, t)"),
+    case("mongo_short_store", *LOGREG, "data=mongo", "data.uri={tmp}/store", "data.collection=short",
+         expected="is short: 8 of 9 samples (uploading); push it again to complete it"),
     case("digits_with_logreg", "problem=logreg", "data=digits", "quiet=true", expected="problem=logreg needs two classes"),
     case("local_solver_choice", "problem=ridge", "problem.local_solver=qr", "quiet=true",
          expected="problem.local_solver must be one of"),
@@ -363,6 +372,23 @@ CASES = [
 OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
 
 
+def mongo_stores(tmp: Path, X: np.ndarray, y: np.ndarray) -> None:
+    """{tmp}/store: data set t (complete) and data set short (9 rows, one lost: its manifest still uploading)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mongita") is None:
+        return  # the rows then fail with mongita's one line, which names pip install mongita
+    from dane.data.mongo_push import push_table
+    from dane.data.mongo_store import connect
+    from dane.data.table import Table
+
+    store = connect(str(tmp / "store"), create=True)
+    push_table(store, "t", Table(X=X, y=y.astype(float), name="t", notes=[]), fingerprint_of="t")
+    push_table(store, "short", Table(X=np.ones((9, 2)), y=np.zeros(9), name="s", notes=[]), fingerprint_of="s")
+    store.db["dane_manifest"].update_one({"_id": "short"}, {"$set": {"state": "uploading"}})
+    store.db["short"].delete_one({"id": 9})
+
+
 def probe_files(tmp: Path) -> None:
     """The files the rows name."""
     rows = "\n".join(f"{i % 2} 1:{i}.5 2:{i % 3}" for i in range(12))
@@ -394,6 +420,7 @@ def probe_files(tmp: Path) -> None:
     (tmp / "unreadable.svm").chmod(0)
     (tmp / "small.svm").write_text(rows + "\n")
     (tmp / "index_2e9.svm").write_text("1 2000000000:1\n0 1:1\n")
+    mongo_stores(tmp, X, y)
     np.save(tmp / "array.npy", X)
     (tmp / "array.npy").rename(tmp / "array.npz")
     header = io.BytesIO()  # an .npz whose X declares 1e6 x 1e5 float64 (800 GB) and holds 64 bytes

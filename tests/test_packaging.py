@@ -76,11 +76,11 @@ def test_dane_help_lists_every_command(capsys):
         cli.main(["--help"])
     assert done.value.code == 0
     listed = re.findall(r"^  (\w+)  ", capsys.readouterr().out, flags=re.M)
-    assert listed == ["train", "simulate", "calibrate", "figures", "bench"]
+    assert listed == ["train", "simulate", "calibrate", "data", "figures", "bench"]
 
 
 @pytest.mark.parametrize("argv, expect", [
-    (["trian"], "no command 'trian'; choose one of train, simulate, calibrate, figures, bench"),
+    (["trian"], "no command 'trian'; choose one of train, simulate, calibrate, data, figures, bench"),
     (["figures", "nope"], "no figure or table 'nope'; choose one of"),
     (["bench", "nope"], "no benchmark 'nope'; choose one of"),
 ])

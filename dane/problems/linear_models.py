@@ -128,6 +128,39 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         return self.data
 
     # ------------------------------------------------------------------ full data, labels, optimum
+    @property
+    def by_id(self) -> bool:
+        """Whether the source deals rows from an (id, y) projection and each worker fetches its own by id
+        (``data=mongo``: `dane.data.mongo_source`), so no process holds the whole table."""
+        return getattr(self.source, "by_id", False)
+
+    def labels(self) -> np.ndarray:
+        """Every row's label, checked for the loss (and standardized with ``standardize_target``): the whole
+        table's, or a by-id source's (id, y) projection's."""
+        if not self.by_id:
+            return self.table().y
+        return self._by_id_labels()[0]
+
+    def _by_id_labels(self) -> tuple[np.ndarray, tuple[float, float] | None, list[str]]:
+        from ..data.labels import check_labels, two_class_note
+
+        key = ("labels", repr(self.source), self.loss, self.standardize_target)
+        if key not in _TABLES:
+            _, y, _ = self.source.labels()
+            notes = [note for note in [two_class_note(y, self.loss)] if note is not None]
+            y = check_labels(y, self.loss, f"mongo:{self.source.collection}", whole=True)
+            units = None
+            if self.standardize_target:
+                y, units, note = standardized_target(y)
+                notes.append(note)
+            _TABLES.clear()
+            _TABLES[key] = y, units, notes
+        return _TABLES[key]
+
+    def target_units(self) -> tuple[float, float] | None:
+        """(ȳ, s) of ``standardize_target`` (the module docstring)."""
+        return self._by_id_labels()[1] if self.by_id else self.table().target_units
+
     def table(self):
         """The whole data set, labels checked for the loss (cached per process, per source and per everything this
         method does to the rows: the loss's labels, the intercept column, the target's units)."""
@@ -155,8 +188,11 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         return self.classes if self.classes is not None else int(y.max()) + 1
 
     def prepare(self) -> None:
-        """Load the data once per process, so that `build` does only a worker's own work."""
-        if not self.source.presharded:
+        """Load the data once per process, so that `build` does only a worker's own work (a by-id source:
+        its labels only)."""
+        if self.by_id:
+            self.labels()
+        elif not self.source.presharded:
             self.table()
 
     def attach_reference(self, problem: LinearModelShard, comm) -> None:
@@ -182,9 +218,10 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         self.check_device()
         if self.source.presharded:
             return  # each part is checked by the process that reads it
-        n = len(self.table().y)
+        n = len(self.labels())
         if workers > n:
-            raise ConfigError(f"workers={workers} exceeds the {n} rows of {self.table().name}; use fewer workers")
+            name = f"mongo:{self.source.collection}" if self.by_id else self.table().name
+            raise ConfigError(f"workers={workers} exceeds the {n} rows of {name}; use fewer workers")
         self.worker_rows(0, workers)  # a scheme that cannot deal these rows fails here, before any process group
 
     def worker_rows(self, rank: int, size: int) -> tuple[np.ndarray, list[str]]:
@@ -195,15 +232,23 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         from .ridge import shard
 
         keys = sharding_keys(self.source)
-        table = self.table()
+        y = self.labels()
         if keys["sharding"] == "iid":
-            return shard(len(table.y), size, self.seed)[rank].numpy(), []
+            return shard(len(y), size, self.seed)[rank].numpy(), []
         key = (repr(self.source), self.loss, size, self.seed)
         if key not in _SHARDS:
             _SHARDS.clear()
-            _SHARDS[key] = ShardingKeys(**keys).deal(table.y, size, seed=self.seed, X=table.X,
-                                                     feature_names=table.feature_names,
-                                                     regression=self.loss == "squared", clients=table.clients)
+            clients = None
+            if not self.by_id:
+                table = self.table()
+                X, names, clients = table.X, table.feature_names, table.clients
+            elif keys["skew_on"] != "y":  # by id: the one column skewed on, read as a projection
+                column, name = self.source.column(keys["skew_on"])
+                X, names, keys = column[:, None], [name], {**keys, "skew_on": name}
+            else:
+                X = names = None  # by id: the labels alone
+            _SHARDS[key] = ShardingKeys(**keys).deal(y, size, seed=self.seed, X=X, feature_names=names,
+                                                     regression=self.loss == "squared", clients=clients)
         shards, notes = _SHARDS[key]
         return shards[rank], notes if rank == 0 else []
 
@@ -217,15 +262,20 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             return "presharded data is read part by part, one per worker"
         if self.optimum != "none":
             return "the reference optimum is attached per worker; set problem.optimum=none"
-        table = self.table()
-        if scipy.sparse.issparse(table.X):
+        if self.by_id:
+            manifest = self.source.labels()[2]
+            sparse, n, d = manifest["kind"] == "sparse", manifest["n"], manifest["d"]
+        else:
+            table = self.table()
+            sparse, n, d = scipy.sparse.issparse(table.X), len(table.y), table.X.shape[1]
+        if sparse:
             return "sparse rows have no batched form"
-        dim = table.X.shape[1] + int(self.fit_intercept)
+        dim = d + int(self.fit_intercept)
         if self.solver.resolve(dim, False).method != "cholesky":
             return f"problem.local_solver={self.local_solver} has no batched form (the exact solve, cholesky, has)"
         sizes = {len(self.worker_rows(rank, size)[0]) for rank in range(size)}
         if len(sizes) > 1:
-            return f"the {len(table.y)} rows are dealt in shards of {min(sizes)} to {max(sizes)} rows, not equal ones"
+            return f"the {n} rows are dealt in shards of {min(sizes)} to {max(sizes)} rows, not equal ones"
         return None
 
     def build_stacked(self, size: int, dtype: torch.dtype = torch.float64):
@@ -257,6 +307,15 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             if self.fit_intercept:
                 X = add_intercept(X)
             notes += part.notes
+        elif self.by_id:  # deal from the labels, then fetch this worker's rows alone, by id
+            y_all = self.labels()
+            n_total = len(y_all)
+            idx, shard_notes = self.worker_rows(rank, size)
+            part = self.source.fetch(idx + 1)  # ids are 1..n in row order
+            X, y = part.X, y_all[idx]
+            if self.fit_intercept:
+                X = add_intercept(X)
+            notes += part.notes + self._by_id_labels()[2] + shard_notes
         else:
             table = self.table()
             n_total = len(table.y)
@@ -265,7 +324,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             notes += table.notes + shard_notes
         problem = self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes)
         if self.standardize_target:
-            problem.target_units = self.table().target_units
+            problem.target_units = self.target_units()
         return problem
 
     def _shard(self, X, y, *, size: int, n_total: int, rank: int, dtype: torch.dtype, notes=()) -> LinearModelShard:

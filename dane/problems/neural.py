@@ -196,6 +196,8 @@ class NeuralProblemConfig(ProblemConfig):
 
     def dataset(self) -> Dataset:
         d = self.data
+        if getattr(d, "by_id", False):  # data@problem.data=mongo: labels now, each worker's images by id
+            return _store_dataset(d, self.seed)
         return _load(d.dataset, d.data_dir, self.seed, d.test_fraction, d.pad_to_32, d.image_size)
 
     def prepare(self) -> None:
@@ -295,6 +297,13 @@ class NeuralProblemConfig(ProblemConfig):
         )
         problem.data_info = data.info()  # into the run's summary: what the numbers were measured on
         return problem
+
+
+@lru_cache(maxsize=4)
+def _store_dataset(source, seed: int) -> Dataset:
+    from ..data.mongo_source import image_dataset
+
+    return image_dataset(source, seed)
 
 
 @lru_cache(maxsize=4)

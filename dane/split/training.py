@@ -69,7 +69,7 @@ def build_parties(spec, local: set[int], link) -> tuple[EpochProtocol, dict]:
         h = parts.bottom(data.train_x[:1].to(dtype))
         z = parts.top(h) if config.u_shaped else None
     agents = {a: Agent(a, copy.deepcopy(parts.bottom), copy.deepcopy(parts.head) if parts.head is not None else None,
-                       data.train_x[shards[a]].to(dtype), data.train_y[shards[a]], config.solver("agent"),
+                       rows(data.train_x, shards[a]).to(dtype), data.train_y[shards[a]], config.solver("agent"),
                        config.batch_size, worker_seed(config.seed, a, SAMPLER_STREAM))
               for a in sorted(local) if a < m}
     server = Server(copy.deepcopy(parts.top), config.solver("server")) if m in local else None
@@ -84,6 +84,12 @@ def build_parties(spec, local: set[int], link) -> tuple[EpochProtocol, dict]:
     info = {"data": data, "dtype": dtype, "parts": parts, "cut_share": share, "cut_width": int(h[0].numel()),
             "cut": config.cut or cut_choices(model, config.u_shaped)[0][0]}
     return proto, info
+
+
+def rows(x, shard):
+    """Agent rows ``shard`` of ``x``: a tensor's rows, or of a store (``data@problem.data=mongo``: `StoreRows`) the
+    rows left in the store, so that the agent reads each minibatch by id from its list when it runs it."""
+    return x.subset(shard) if hasattr(x, "subset") else x[shard]
 
 
 class SplitClock:

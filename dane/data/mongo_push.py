@@ -1,0 +1,155 @@
+"""``dane data push``: upload a table (CSV, LIBSVM, NPZ) or a folder of labelled images into a store.
+
+The layout and the crash-safety protocol are `dane.data.mongo_store`'s. A push is idempotent: the
+same source (same bytes, same options) into a complete data set changes nothing; into a data set
+left ``uploading`` by a killed push it completes it; a different source into a used name is refused
+unless ``replace``. The table is read by the file sources (`dane.data.files`) exactly as ``data=csv``
+(or libsvm, npz) reads it with the same options, so a run on the store sees the rows such a run sees.
+
+Images: ``FOLDER/<label>/<image>``, labels the sub-folder names in sorted order (0, 1, ...), samples in
+(label, file name) order; each image's file bytes are stored unchanged in GridFS and decoded at read
+time (Pillow), so the stored file is the one pushed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from dane.data.mongo_store import (BATCH, MANIFEST, Store, column_fields, drop, drop_embedded_files,
+                                   gridfs_documents, row_documents)
+from dane.errors import DataError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".ppm", ".tif", ".tiff")
+
+
+def image_files(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
+    """The label names (sub-folders, sorted) and every (image, label index), in (label, name) order."""
+    classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    samples = [(f, k) for k, c in enumerate(classes) for f in sorted((folder / c).iterdir())
+               if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES]
+    if not samples:
+        raise DataError(f"{folder} holds no images in sub-folders (FOLDER/<label>/<image>.png); "
+                        "put each class's images in a folder named by its label")
+    return classes, samples
+
+
+def push_table(store: Store, name: str, table, *, print_fn: Callable[[str], None] = print,
+               fingerprint_of: str = "", replace: bool = False) -> str:
+    """Upload ``table`` (a `dane.data.table.Table`) as data set ``name``; returns what was done (one line)."""
+    sparse = hasattr(table.X, "indptr")
+    columns = [] if sparse else column_fields(table.feature_names, table.d)
+    manifest = {"_id": name, "state": "uploading", "n": table.n, "kind": "sparse" if sparse else "dense",
+                "d": table.d, "columns": columns, "feature_names": list(table.feature_names or []),
+                "classes": [], "fingerprint": fingerprint_of, "source": table.name}
+
+    def write(start: int, stop: int) -> None:
+        store.db[name].insert_many(row_documents(table.X, table.y, columns, start, stop))
+
+    return _push(store, name, manifest, write, print_fn=print_fn, replace=replace)
+
+
+def push_images(store: Store, name: str, folder: Path, *, print_fn: Callable[[str], None] = print,
+                fingerprint_of: str = "", replace: bool = False) -> str:
+    """Upload the labelled images of ``folder`` as data set ``name`` (bytes in GridFS bucket ``name``)."""
+    classes, samples = image_files(folder)
+    manifest = {"_id": name, "state": "uploading", "n": len(samples), "kind": "images", "d": 0, "columns": [],
+                "feature_names": [], "classes": classes, "fingerprint": fingerprint_of, "source": str(folder)}
+
+    def write(start: int, stop: int) -> None:
+        rows = []
+        for i in range(start, stop):
+            path, label = samples[i]
+            sample = i + 1
+            relative = f"{classes[label]}/{path.name}"
+            files, chunks = gridfs_documents(str(sample), path.read_bytes(), relative, {"id": sample, "label": label})
+            if chunks:
+                store.db[store.bucket(name, "chunks")].insert_many(chunks)
+            store.db[store.bucket(name, "files")].insert_one(files)
+            rows.append({"_id": str(sample), "id": sample, "y": float(label), "file_id": str(sample),
+                         "filename": relative})
+        store.db[name].insert_many(rows)
+
+    return _push(store, name, manifest, write, print_fn=print_fn, replace=replace)
+
+
+def _push(store: Store, name: str, manifest: dict, write, *, print_fn, replace: bool) -> str:
+    """The protocol of `dane.data.mongo_store`: fresh, already complete, resumed, or redone."""
+    n = manifest["n"]
+    try:
+        old = store.manifest(name)
+        present = _present_ids(store, name) if old is not None else set()
+    except Exception as err:  # the engine cannot read what a killed push left: drop it and start again
+        if not store.embedded:
+            raise
+        print_fn(f"push: {store.where(name)} cannot be read back ({type(err).__name__}); dropping it and "
+                 "uploading again")
+        drop_embedded_files(store.uri, name)
+        from dane.data.mongo_store import connect
+
+        store = connect(store.uri, create=True)
+        drop(store, name)
+        old, present = None, set()
+    if old is not None and old.get("fingerprint") != manifest["fingerprint"]:
+        if not replace:
+            raise DataError(f"{store.where(name)} holds another data set ({old.get('source')}); push into another "
+                            "--collection, or add --replace to drop it and upload this one")
+        drop(store, name)
+        old, present = None, set()
+    if old is not None and old.get("state") == "complete" and len(present) == n == old.get("n"):
+        return f"{store.where(name)} already holds the {n} samples (complete); nothing to do"
+    if old is None:
+        drop(store, name)  # pieces of a data set whose manifest never got written
+        store.db[MANIFEST].insert_one(manifest)
+        action = "uploaded"
+    else:
+        action = f"completed (found {len(present)} of {n} samples from an interrupted push)"
+    store.db[name].create_index([("id", 1)])
+    if manifest["kind"] == "images":
+        _drop_orphans(store, name, present)
+    missing = [i for i in range(1, n + 1) if i not in present]
+    for start, stop in _runs(missing):
+        for at in range(start, stop, BATCH):
+            write(at - 1, min(at + BATCH, stop) - 1)
+    stored = _present_ids(store, name)
+    if stored != set(range(1, n + 1)):
+        raise DataError(f"{store.where(name)} holds {len(stored)} samples after the push, not ids 1..{n}; "
+                        "push again with --replace")
+    store.db[MANIFEST].update_one({"_id": name}, {"$set": {"state": "complete"}})
+    return f"{action} {n} samples into {store.where(name)}"
+
+
+def _present_ids(store: Store, name: str) -> set[int]:
+    return {int(doc["id"]) for doc in store.find(name, {}, ["id"])}
+
+
+def _drop_orphans(store: Store, name: str, present: set[int]) -> None:
+    """GridFS pieces of samples without a sample document: a push was killed between them."""
+    for part, key in (("files", "_id"), ("chunks", "files_id")):
+        bucket = store.bucket(name, part)
+        orphans = sorted({doc[key] for doc in store.find(bucket, {}, [key])} - {str(i) for i in present})
+        if orphans:
+            store.db[bucket].delete_many({key: {"$in": orphans}})
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """Sorted ids as [start, stop) runs of consecutive ids."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+def decode_image(data: bytes) -> np.ndarray:
+    """An image file's pixels as a uint8 array (H x W, or H x W x C), as Pillow reads it."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image)

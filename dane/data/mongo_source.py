@@ -1,0 +1,223 @@
+"""``data=mongo``: samples read from a MongoDB store by id, so each worker fetches only the rows it was dealt.
+
+    dane data push admissions.csv --target admit --uri stores/demo --collection admissions
+    dane train problem=logreg data=mongo data.uri=stores/demo data.collection=admissions workers=4
+
+A run deals rows from the projection of ``(id, y)`` alone (`labels`; `dane.data.sharding` as every
+source, over rows in id order, so a data set pushed from a file is dealt exactly as ``data=csv`` deals
+that file), then each worker fetches its own rows with ``{"id": {"$in": ids}}`` (`fetch`). The
+store's layout, engines and crash safety: `dane.data.mongo_store`. The rows are stored as the file
+source read them at push time (imputed, one-hot coded, scaled if asked then), so this source has no
+``standardize`` of its own: scaling over all rows would need every row in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from dane.data.mongo_store import Store, connect, is_server
+from dane.data.sharding import ShardingKeys
+from dane.data.table import Table, resolve_dir
+from dane.errors import ConfigError, DataError
+
+_STORES: dict[str, Store] = {}
+_LABELS: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, dict]] = {}
+
+
+@dataclass(frozen=True)
+class MongoSource(ShardingKeys):
+    """Data set ``collection`` of the store ``uri`` (``conf/data/mongo.yaml``): a ``mongodb://`` server, or
+    the folder of an embedded store (relative: from the repository root, as ``data_dir``)."""
+
+    uri: str = ""
+    collection: str = ""
+    test_fraction: float = 0.2  # networks: the held-out share (seeded, stratified); unused by a linear model
+    name: str = "mongo"
+
+    presharded = False  # the store is dealt by id, not read as per-worker files
+    by_id = True        # linear models: deal from `labels`, fetch each worker's rows with `fetch`
+    overlap = False     # networks: no overlapping shards (dane.data.overlap) here
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.uri, str) or not self.uri:
+            raise ConfigError("data.uri is empty; set data.uri=mongodb://HOST/DATABASE or data.uri=/folder/of/store")
+        if not isinstance(self.collection, str) or not self.collection or self.collection.startswith(("$", ".")) \
+                or self.collection.startswith("system.") or "$" in self.collection:
+            raise ConfigError(f"data.collection must name a data set pushed with dane data push, got "
+                              f"{self.collection!r}")
+        self.check_sharding()
+        if not (isinstance(self.test_fraction, float) and 0.0 < self.test_fraction < 1.0):
+            raise ConfigError(f"data.test_fraction must be in (0, 1), got {self.test_fraction!r}")
+
+    @property
+    def location(self) -> str:
+        """The server URI, or the embedded store's absolute folder."""
+        return self.uri if is_server(self.uri) else str(resolve_dir(self.uri))
+
+    def store(self) -> Store:
+        if self.location not in _STORES:
+            _STORES[self.location] = connect(self.location)
+        return _STORES[self.location]
+
+    def manifest(self) -> dict:
+        """The data set's manifest, checked complete: one line for a missing or a short data set."""
+        store = self.store()
+        manifest = store.manifest(self.collection)
+        if manifest is None:
+            known = sorted(d["_id"] for d in store.find("dane_manifest", {}, ["_id"]))
+            raise DataError(f"data.collection={self.collection}: no such data set in {self.uri} (it holds: "
+                            f"{', '.join(known) or 'none'}); push it first: dane data push FILE --uri {self.uri} "
+                            f"--collection {self.collection}")
+        count = store.count(self.collection)
+        if manifest.get("state") != "complete" or count != manifest.get("n"):
+            raise DataError(f"{store.where(self.collection)} is short: {count} of {manifest.get('n')} samples "
+                            f"({manifest.get('state')}); push it again to complete it: dane data push ... "
+                            f"--collection {self.collection}")
+        return manifest
+
+    def labels(self) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Every sample's id and label, in id order, read as the projection ``(id, y)``, and the manifest."""
+        key = (self.location, self.collection)
+        if key not in _LABELS:
+            manifest = self.manifest()
+            docs = sorted(self.store().find(self.collection, {}, ["id", "y"]), key=lambda doc: doc["id"])
+            self.store().release()  # embedded: mongita read (and cached) whole documents for this projection
+            ids = np.array([doc["id"] for doc in docs], dtype=np.int64)
+            if not np.array_equal(ids, np.arange(1, manifest["n"] + 1)):
+                raise DataError(f"{self.store().where(self.collection)}: the ids are not 1..{manifest['n']}; "
+                                "push it again with --replace")
+            _LABELS.clear()
+            _LABELS[key] = ids, np.array([doc["y"] for doc in docs], dtype=np.float64), manifest
+        return _LABELS[key]
+
+    def column(self, which: str | int) -> tuple[np.ndarray, str]:
+        """One feature over every row, in id order, read as the projection ``(id, <its field>)``, and its name:
+        ``which`` a feature name or a 0-based index (``data.skew_on``; a column-sharding key reads the same)."""
+        _, _, manifest = self.labels()
+        columns, names = manifest["columns"], manifest["feature_names"] or manifest["columns"]
+        if manifest["kind"] != "dense":
+            raise ConfigError(f"data.skew_on={which}: data set {self.collection} holds {manifest['kind']} rows, "
+                              "whose columns are not fields; use data.skew_on=y")
+        if isinstance(which, int):
+            if not 0 <= which < len(columns):
+                raise ConfigError(f"data.skew_on={which} is not a column index of the {len(columns)} features; "
+                                  f"use 0..{len(columns) - 1}")
+            j = which
+        elif which in names:
+            j = names.index(which)
+        else:
+            shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+            raise ConfigError(f"data.skew_on={which} is not a feature of this data; its columns are: {shown}")
+        docs = sorted(self.store().find(self.collection, {}, ["id", columns[j]]), key=lambda doc: doc["id"])
+        self.store().release()
+        name = names[j] if manifest["feature_names"] else f"column {j}"
+        return np.array([doc[columns[j]] for doc in docs], dtype=np.float64), name
+
+    def fetch(self, ids) -> Table:
+        """The rows of ``ids`` (in that order), fetched with ``$in``: X dense or CSR as pushed, y as pushed."""
+        _, _, manifest = self.labels()
+        if manifest["kind"] == "images":
+            raise ConfigError(f"data.collection={self.collection} holds images; a linear model needs a table "
+                              "(push a CSV, LIBSVM or NPZ), or train a network on it (problem=neural)")
+        columns = manifest["columns"]
+        fields = ["y", "idx", "val"] if manifest["kind"] == "sparse" else ["y", *columns]
+        docs = self.store().by_ids(self.collection, np.asarray(ids), fields)
+        self.store().release()
+        y = np.array([doc["y"] for doc in docs], dtype=np.float64)
+        if manifest["kind"] == "sparse":
+            indptr = np.cumsum([0] + [len(doc["idx"]) for doc in docs])
+            indices = np.array([i for doc in docs for i in doc["idx"]], dtype=np.int32)
+            data = np.array([v for doc in docs for v in doc["val"]], dtype=np.float64)
+            X = sp.csr_matrix((data, indices, indptr), shape=(len(docs), manifest["d"]))
+        else:
+            X = np.array([[doc[c] for c in columns] for doc in docs], dtype=np.float64).reshape(len(docs), len(columns))
+        names = manifest["feature_names"] or None
+        notes = [f"fetched {len(docs)} of {manifest['n']} samples by id from {self.store().where(self.collection)}"]
+        return Table(X=X, y=y, name=f"mongo:{self.collection}", notes=notes, feature_names=names)
+
+    def load(self) -> Table:
+        """Every row (one process holding the whole data set: a reference solve, a batched simulator)."""
+        ids, _, _ = self.labels()
+        return self.fetch(ids)
+
+    def images(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """The images of ``ids`` (decoded from their GridFS files, uint8, stacked) and their labels."""
+        from dane.data.mongo_push import decode_image
+        from dane.data.mongo_store import read_gridfs
+
+        _, _, manifest = self.labels()
+        if manifest["kind"] != "images":
+            raise ConfigError(f"data.collection={self.collection} holds a table, not images; push a folder of "
+                              "images (FOLDER/<label>/<image>) for a network")
+        docs = self.store().by_ids(self.collection, np.asarray(ids), ["y", "file_id"])
+        data = read_gridfs(self.store(), self.collection, [doc["file_id"] for doc in docs])
+        pixels = [decode_image(data[doc["file_id"]]) for doc in docs]
+        shapes = {p.shape for p in pixels}
+        if len(shapes) > 1:
+            raise DataError(f"{self.store().where(self.collection)}: the images have {len(shapes)} shapes "
+                            f"({', '.join(map(str, sorted(shapes)[:3]))}); resize them to one before pushing")
+        return np.stack(pixels), np.array([doc["y"] for doc in docs], dtype=np.float64)
+
+
+class StoreRows:
+    """An image data set's rows in a store, read by id only when indexed: ``rows[index]`` is the float32
+    tensor of the images of ``ids[index]`` (one ``$in`` query), ``subset(index)`` the same rows lazily."""
+
+    def __init__(self, source: MongoSource, ids: np.ndarray, sample_shape: tuple[int, ...],
+                 dtype: torch.dtype = torch.float32):
+        self.source, self.ids, self.sample_shape, self.dtype = source, np.asarray(ids, dtype=np.int64), sample_shape, dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.ids), *self.sample_shape)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def subset(self, index) -> "StoreRows":
+        return StoreRows(self.source, self.ids[_positions(index)], self.sample_shape, self.dtype)
+
+    def to(self, dtype: torch.dtype) -> "StoreRows":
+        return StoreRows(self.source, self.ids, self.sample_shape, dtype)
+
+    def __getitem__(self, index) -> torch.Tensor:
+        ids = np.asarray(self.ids[_positions(index)])  # any index shape: a worker's shard, all shards stacked
+        pixels = pixel_tensor(self.source.images(ids.reshape(-1))[0]).to(self.dtype)
+        return pixels.reshape(*ids.shape, *self.sample_shape)
+
+
+def _positions(index):
+    return index.cpu().numpy() if isinstance(index, torch.Tensor) else index
+
+
+def pixel_tensor(images: np.ndarray) -> torch.Tensor:
+    """uint8 images (k x H x W, or k x H x W x C) as float32 k x C x H x W in [0, 1]."""
+    x = torch.from_numpy(np.ascontiguousarray(images)).to(torch.float32) / 255.0
+    return x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2).contiguous()
+
+
+def image_dataset(source: MongoSource, seed: int):
+    """The `dane.data.Dataset` of an image data set in a store: labels read now (the (id, y) projection),
+    images when a worker indexes ``train_x`` or ``test_x`` (`StoreRows`); the test rows a seeded,
+    stratified ``test_fraction`` of the ids."""
+    from dane.data.dataset import Dataset, stratified_split
+
+    ids, y, manifest = source.labels()
+    if manifest["kind"] != "images":
+        raise ConfigError(f"data.collection={source.collection} holds a table ({manifest['kind']}); a network here "
+                          "reads images (push a folder FOLDER/<label>/<image>), a table trains a linear model")
+    train_ids, train_y, test_ids, test_y = stratified_split(ids, y.astype(np.int64), test_fraction=source.test_fraction,
+                                                            seed=seed)
+    first = pixel_tensor(source.images(ids[:1])[0])
+    shape = tuple(first.shape[1:])
+    order, test_order = np.argsort(train_ids, kind="stable"), np.argsort(test_ids, kind="stable")
+    note = (f"{source.store().where(source.collection)}: {len(train_ids)} train / {len(test_ids)} test images "
+            f"(seeded stratified hold-out of {source.test_fraction:g}), {' x '.join(map(str, shape))}, read by id")
+    return Dataset(train_x=StoreRows(source, train_ids[order], shape), train_y=torch.as_tensor(train_y[order]),
+                   test_x=StoreRows(source, test_ids[test_order], shape), test_y=torch.as_tensor(test_y[test_order]),
+                   num_classes=len(manifest["classes"]), name=f"mongo:{source.collection}", notes=[note],
+                   split=f"seeded stratified hold-out of {source.test_fraction:g}")

@@ -1,0 +1,90 @@
+"""``dane data push``: upload a data set into a MongoDB store, for ``data=mongo`` runs.
+
+    dane data push admissions.csv --target admit --categorical rank --uri stores/demo --collection admissions
+    dane data push a9a.svm --uri mongodb://localhost:27017/dane --collection a9a
+    dane data push features.npz --uri stores/demo --collection features
+    dane data push images/ --uri stores/demo --collection shapes       # images/<label>/<image>.png
+
+The format is the file's suffix (``.csv``, ``.npz``, anything else LIBSVM) or a folder of images. A
+table is read by the source ``data=csv|libsvm|npz`` would use, with the options given here, so a
+``data=mongo`` run sees the rows such a run sees (``--standardize``: none by default, the rows as in
+the file). ``--uri``: a ``mongodb://`` server, or a folder for an embedded store (made if absent).
+The push is idempotent and completes an interrupted one (`dane.data.mongo_push`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dane.errors import UserError, say
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dane data", description="Upload a data set into a MongoDB store.")
+    sub = p.add_subparsers(dest="command", required=True)
+    push = sub.add_parser("push", help="a CSV, LIBSVM or NPZ table, or a folder of labelled images")
+    push.add_argument("source", help="the file, or a folder FOLDER/<label>/<image>")
+    push.add_argument("--uri", required=True, help="mongodb://HOST[:PORT]/DATABASE, or a folder (embedded store)")
+    push.add_argument("--collection", required=True, help="the data set's name in the store")
+    push.add_argument("--target", help="CSV: the label column")
+    push.add_argument("--categorical", nargs="*", default=[], help="CSV: columns to one-hot encode")
+    push.add_argument("--delimiter", default=",", help="CSV: one character")
+    push.add_argument("--standardize", default="none", help="numeric | all | none (default: none)")
+    push.add_argument("--replace", action="store_true", help="drop a different data set stored under the name")
+    return p
+
+
+def read_table(args):
+    """The table the file source of ``args.source``'s format reads, and the push's fingerprint options."""
+    from dane.data.files import CSVSource, LibSVMSource, NPZSource
+
+    path = Path(args.source).resolve()
+    options = {"standardize": args.standardize}
+    if path.suffix.lower() == ".csv":
+        if not args.target:
+            raise UserError(f"dane data push {args.source}: a CSV needs --target COLUMN (the label column)")
+        options.update(target=args.target, categorical=tuple(args.categorical), delimiter=args.delimiter)
+        source = CSVSource(str(path), **options)
+    elif path.suffix.lower() == ".npz":
+        source = NPZSource(str(path), **options)
+    else:
+        source = LibSVMSource(str(path), **options)
+    return source.load(), options
+
+
+def push(args) -> str:
+    from dane.data.mongo_push import push_images, push_table
+    from dane.data.mongo_store import connect, fingerprint
+    from dane.data.mongo_source import MongoSource
+    from dane.data.table import resolve_dir
+
+    MongoSource(uri=args.uri, collection=args.collection)  # the same checks of the URI and name a run makes
+    path = Path(args.source)
+    if not path.exists():
+        raise UserError(f"dane data push: {args.source} not found; give a CSV, LIBSVM or NPZ file, or a folder "
+                        "of images FOLDER/<label>/<image>")
+    uri = args.uri if args.uri.startswith("mongodb") else str(resolve_dir(args.uri))
+    store = connect(uri, create=True)
+    if path.is_dir():
+        from dane.data.mongo_push import image_files
+
+        files = [f for f, _ in image_files(path)[1]]
+        stamp = fingerprint(files, {"images": [str(f.relative_to(path)) for f in files]})
+        return push_images(store, args.collection, path, fingerprint_of=stamp, replace=args.replace)
+    table, options = read_table(args)
+    stamp = fingerprint([path], options)
+    return push_table(store, args.collection, table, fingerprint_of=stamp, replace=args.replace)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        print(push(args))
+    except UserError as err:
+        say(f"error: {err}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+"""data=mongo (dane.data.mongo_store, mongo_push, mongo_source): push, read back, resume, train by id.
+
+Everything runs on the embedded engine (mongita's disk store in a temporary folder); the server path
+(``mongodb://``) is checked as far as no server allows: the URI's parsing, and the reading code given a
+client object that answers a server's projection.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytest.importorskip("mongita", reason="the embedded store needs mongita: pip install mongita (make setup)")
+
+from dane.data.files import CSVSource, LibSVMSource, NPZSource, save_npz  # noqa: E402
+from dane.data.mongo_source import MongoSource  # noqa: E402
+from dane.data.mongo_store import CHUNK_SIZE, Store, connect, server_database  # noqa: E402
+from dane.errors import ConfigError, DataError  # noqa: E402
+from dane.experiments.data import parser, push  # noqa: E402
+from helpers import REPO, env, train  # noqa: E402
+
+
+def push_args(*argv: str) -> Namespace:
+    return parser().parse_args(["push", *argv])
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("mongo")
+    rng = np.random.default_rng(3)
+    rows = ["y,a,b,kind"] + [f"{i % 2},{rng.normal():.17g},{rng.integers(0, 9)},{'pq'[i % 3 == 0]}" for i in range(57)]
+    (tmp / "t.csv").write_text("\n".join(rows) + "\n")
+    (tmp / "t.svm").write_text("".join(f"{i % 3} 2:{i}.25 7:{-i} 40:1e-3\n" if i % 4 else f"{i % 3} 5:1\n"
+                                       for i in range(41)))
+    save_npz(tmp / "t.npz", rng.standard_normal((33, 4)), rng.integers(0, 2, 33))
+    from PIL import Image
+
+    for label, count in (("circle", 3), ("square", 2)):
+        (tmp / "img" / label).mkdir(parents=True)
+        for k in range(count):
+            Image.fromarray(rng.integers(0, 256, (9, 7), dtype=np.uint8)).save(tmp / "img" / label / f"{k}.png")
+    big = tmp / "big" / "only"
+    big.mkdir(parents=True)
+    Image.fromarray(rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)).save(big / "noise.png")  # ~360 kB: 2 chunks
+    return tmp
+
+
+@pytest.mark.parametrize("kind", ["csv", "svm", "npz"])
+def test_push_reads_back_the_file_source_table_exactly(files, tmp_path, kind):
+    """Every row comes back bit for bit as the file source reads it, ids 1..n; a second push changes nothing."""
+    extra = ["--target", "y", "--categorical", "kind"] if kind == "csv" else []
+    args = push_args(str(files / f"t.{kind}"), "--uri", str(tmp_path), "--collection", "t", *extra)
+    assert push(args).startswith("uploaded")
+    source = {"csv": CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none"),
+              "svm": LibSVMSource(str(files / "t.svm")), "npz": NPZSource(str(files / "t.npz"))}[kind]
+    expected = source.load()
+    stored = MongoSource(uri=str(tmp_path), collection="t")
+    ids, y, manifest = stored.labels()
+    assert ids.tolist() == list(range(1, expected.n + 1)) and manifest["state"] == "complete"
+    got = stored.load()
+    X, E = (got.X.toarray(), expected.X.toarray()) if kind == "svm" else (got.X, expected.X)
+    assert np.array_equal(X, E) and np.array_equal(got.y, expected.y) and np.array_equal(y, expected.y)
+    assert sp.issparse(got.X) == (kind == "svm")
+    if kind == "csv":  # one field per column, by name
+        assert manifest["columns"] == expected.feature_names
+        doc = stored.store().db["t"].find_one({"id": 2})
+        assert doc["a"] == expected.X[1, 0] and doc["_id"] == "2"
+    assert push(args).endswith("nothing to do")
+    assert stored.store().count("t") == expected.n
+
+
+def test_images_and_gridfs_chunks(files, tmp_path):
+    """An image folder: labels by sub-folder, pixels as Pillow reads the file, GridFS chunks that rejoin to the
+    file's bytes; a re-push stores no second copy."""
+    from PIL import Image
+
+    assert push(push_args(str(files / "img"), "--uri", str(tmp_path), "--collection", "shapes")).startswith("uploaded")
+    source = MongoSource(uri=str(tmp_path), collection="shapes")
+    pixels, labels = source.images([5, 1, 4])
+    order = [files / "img/square/1.png", files / "img/circle/0.png", files / "img/square/0.png"]
+    assert labels.tolist() == [1.0, 0.0, 1.0]
+    assert all(np.array_equal(p, np.asarray(Image.open(f))) for p, f in zip(pixels, order))
+    push(push_args(str(files / "big"), "--uri", str(tmp_path), "--collection", "big"))
+    store = connect(str(tmp_path))
+    data = (files / "big/only/noise.png").read_bytes()
+    (meta,) = list(store.find("big_files", {}))
+    assert meta["length"] == len(data) and meta["chunkSize"] == CHUNK_SIZE and meta["filename"] == "only/noise.png"
+    assert {"_id", "length", "chunkSize", "uploadDate", "filename", "metadata"} <= set(meta)
+    chunks = sorted(store.find("big_chunks", {"files_id": meta["_id"]}), key=lambda c: c["n"])
+    assert [c["n"] for c in chunks] == list(range(-(-len(data) // CHUNK_SIZE))) == [0, 1]
+    assert b"".join(c["data"] for c in chunks) == data
+    assert push(push_args(str(files / "img"), "--uri", str(tmp_path), "--collection", "shapes")).endswith("nothing to do")
+    assert (store.count("shapes"), store.count("shapes_files"), store.count("shapes_chunks")) == (5, 5, 5)
+
+
+KILLER = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from mongita.collection import Collection
+done = [0]
+insert_many = Collection.insert_many
+def dying(self, docs, *a, **k):
+    out = insert_many(self, docs, *a, **k)
+    if self.name == "big_t":
+        done[0] += len(docs)
+        if done[0] >= {after}:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return out
+Collection.insert_many = dying
+from dane.experiments.data import main
+main(["push", {csv!r}, "--target", "y", "--uri", {uri!r}, "--collection", "big_t"])
+"""
+
+
+def test_sigkill_mid_upload_is_detected_then_completed(tmp_path):
+    """A push killed (SIGKILL) after 1000 of 2400 rows leaves a store a run refuses as short; the next push
+    completes it with every row once, equal to the file."""
+    rng = np.random.default_rng(0)
+    csv = tmp_path / "big.csv"
+    csv.write_text("y,a,b\n" + "".join(f"{i % 2},{rng.normal():.17g},{i}\n" for i in range(2400)))
+    uri = str(tmp_path / "store")
+    code = KILLER.format(repo=str(REPO), after=1000, csv=str(csv), uri=uri)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    source = MongoSource(uri=uri, collection="big_t")
+    with pytest.raises(DataError, match=r"is short: 1000 of 2400 samples \(uploading\)"):
+        source.manifest()
+    line = push(push_args(str(csv), "--target", "y", "--uri", uri, "--collection", "big_t"))
+    assert line.startswith("completed (found 1000 of 2400 samples from an interrupted push)"), line
+    expected = CSVSource(str(csv), target="y", standardize="none").load()
+    got = MongoSource(uri=uri, collection="big_t").load()
+    assert np.array_equal(got.X, expected.X) and np.array_equal(got.y, expected.y)
+    assert connect(uri).count("big_t") == 2400
+
+
+def test_a_store_the_engine_cannot_read_is_uploaded_again(files, tmp_path):
+    """A kill while mongita rewrote a collection's location index leaves a file it cannot decode: the next push
+    says so, drops that data set's files and uploads it again; another data set of the store is untouched."""
+    uri = str(tmp_path)
+    push(push_args(str(files / "t.npz"), "--uri", uri, "--collection", "other"))
+    args = push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t")
+    push(args)
+    attrs = tmp_path / "dane.t" / "$.file_attrs"
+    attrs.write_bytes(attrs.read_bytes()[: attrs.stat().st_size // 2])
+    said = []
+    from dane.data.mongo_push import push_table
+
+    table = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none").load()
+    line = push_table(connect(uri), "t", table, print_fn=said.append, fingerprint_of="x", replace=True)
+    assert said and "cannot be read back" in said[0] and line.startswith("uploaded 57"), (said, line)
+    assert np.array_equal(MongoSource(uri=uri, collection="t").load().X, table.X)
+    assert np.array_equal(MongoSource(uri=uri, collection="other").load().X, NPZSource(str(files / "t.npz")).load().X)
+
+
+def test_each_worker_fetches_exactly_its_shard(files, tmp_path, monkeypatch):
+    """A linear model on data=mongo: worker r's fetched ids are its shard (iid: ridge.shard; dirichlet and classes,
+    on the labels or on a feature's bins read as a projection: the file source's deal) plus one, the shards are disjoint and cover 1..n, and the built rows equal data=csv's."""
+    from dane.data.mongo_store import Store as StoreClass
+    from dane.problems.linear_models import LinearModelConfig
+
+    push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", str(tmp_path),
+                   "--collection", "t"))
+    asked: list[list[int]] = []
+    by_ids = StoreClass.by_ids
+    monkeypatch.setattr(StoreClass, "by_ids", lambda self, name, ids, fields=None: (
+        asked.append([int(i) for i in ids]), by_ids(self, name, ids, fields))[1])
+    for sharding, skew_on in (("iid", "y"), ("dirichlet", "y"), ("dirichlet", "a"), ("classes", 1)):
+        csv = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none", sharding=sharding,
+                        skew_on=skew_on, classes_per_worker=4)
+        mongo = MongoSource(uri=str(tmp_path), collection="t", sharding=sharding, skew_on=skew_on, classes_per_worker=4)
+        by_file, by_id = (LinearModelConfig(data=d, loss="logistic", lam=0.1, seed=4) for d in (csv, mongo))
+        asked.clear()
+        for rank in range(3):
+            a, b = by_file.build(rank, 3), by_id.build(rank, 3)
+            assert asked[-1] == (by_file.worker_rows(rank, 3)[0] + 1).tolist()
+            assert a.X.equal(b.X) and a.y.equal(b.y) and a.weight == b.weight
+            if rank == 0:
+                dealt = [[n for n in p.notes if n.startswith(("sharding:", "worker "))] for p in (a, b)]
+                assert dealt[0] == dealt[1] and len(dealt[0]) == (0 if sharding == "iid" else 4), dealt
+            by_file.release(), by_id.release()
+        assert sorted(i for ids in asked for i in ids) == list(range(1, 58))
+
+
+def test_training_on_mongo_gives_the_file_runs_records(files, tmp_path):
+    """dane train on data=mongo and on data=csv (simulator, 3 workers): the same records, bit for bit, time aside."""
+    push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", str(tmp_path / "s"),
+                   "--collection", "t"))
+    common = ("problem=logreg", "workers=3", "rounds=4", "quiet=true")
+    runs = {}
+    for name, data in (("csv", ("data=csv", f"data.path={files / 't.csv'}", "data.target=y", "data.categorical=[kind]",
+                                "data.standardize=none")),
+                       ("mongo", ("data=mongo", f"data.uri={tmp_path / 's'}", "data.collection=t"))):
+        proc = train(*common, *data, f"out_dir={tmp_path / name}")
+        assert proc.returncode == 0, proc.stderr
+        runs[name] = [{k: v for k, v in json.loads(line).items() if "time" not in k}
+                      for line in (tmp_path / name / "rounds.jsonl").read_text().splitlines()]
+    assert len(runs["csv"]) == 5 and runs["csv"] == runs["mongo"]
+
+
+def test_bad_store_lines(files, tmp_path):
+    """A missing store, a missing data set, a bad server URI, a CSV without --target: one line each."""
+    with pytest.raises(DataError, match="no store there"):
+        MongoSource(uri=str(tmp_path / "none"), collection="t").manifest()
+    push(push_args(str(files / "t.npz"), "--uri", str(tmp_path), "--collection", "t"))
+    with pytest.raises(DataError, match=r"data.collection=u: no such data set .* \(it holds: t\)"):
+        MongoSource(uri=str(tmp_path), collection="u").manifest()
+    with pytest.raises(ConfigError, match="is not a MongoDB URI"):
+        server_database("mongodb://host:notaport/db")
+    with pytest.raises(DataError, match=r"data.uri=mongodb://127.0.0.1:9/dane: no MongoDB server answers "
+                                        r"\(ServerSelectionTimeoutError"):
+        MongoSource(uri="mongodb://127.0.0.1:9/dane", collection="t").manifest()  # PyMongo's own client, refused
+    with pytest.raises(DataError, match="holds another data set"):
+        push(push_args(str(files / "t.svm"), "--uri", str(tmp_path), "--collection", "t"))
+    assert push(push_args(str(files / "t.svm"), "--uri", str(tmp_path), "--collection", "t", "--replace")) \
+        .startswith("uploaded 41")
+
+
+def test_server_path_without_a_server(files, tmp_path):
+    """What a server URI runs short of a server: its database name, and the reading code on a client object
+    that projects server-side (a stand-in over the embedded store that answers find(query, projection))."""
+    assert server_database("mongodb://localhost:27017/mydata") == "mydata"
+    assert server_database("mongodb://localhost") == "dane"
+    push(push_args(str(files / "t.npz"), "--uri", str(tmp_path), "--collection", "t"))
+    embedded = connect(str(tmp_path))
+
+    class ServerCollection:  # pymongo's find(filter, projection): only the fields asked, no _id
+        def __init__(self, collection):
+            self.collection = collection
+
+        def find(self, query, projection=None):
+            for doc in self.collection.find(query):
+                keep = [k for k, v in (projection or {}).items() if v]
+                yield {k: doc[k] for k in keep if k in doc} if projection else doc
+
+    server = Store(db={"t": ServerCollection(embedded.db["t"])}, uri="mongodb://stand-in/dane", embedded=False)
+    docs = server.by_ids("t", np.array([3, 1]), ["y", "x0"])
+    assert [sorted(d) for d in docs] == [["id", "x0", "y"]] * 2 and [d["id"] for d in docs] == [3, 1]
+    expected = NPZSource(str(files / "t.npz")).load()
+    assert [d["x0"] for d in docs] == [expected.X[2, 0], expected.X[0, 0]]
+    assert os.path.isdir(tmp_path / "dane.t")  # mongita's folder for the collection: on disk, not in memory
+
+
+def image_spec(files: Path, uri: Path, *overrides: str):
+    """The run spec of a network on the pushed image folder ``files/img`` (5 images, 2 labels)."""
+    from hydra import compose, initialize_config_dir
+
+    from dane.experiments.config import CONF_DIR, run_spec
+
+    push(push_args(str(files / "img"), "--uri", str(uri), "--collection", "shapes"))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["problem=digits_mlp", "data@problem.data=mongo", f"problem.data.uri={uri}",
+                                 "problem.data.collection=shapes", "problem.data.test_fraction=0.4", *overrides])
+    return run_spec(cfg)
+
+
+@pytest.fixture
+def fetched(monkeypatch):
+    """Every id list MongoSource.images is asked for, in order."""
+    asked: list[list[int]] = []
+    images = MongoSource.images
+    monkeypatch.setattr(MongoSource, "images", lambda self, ids: (asked.append([int(i) for i in ids]),
+                                                                  images(self, ids))[1])
+    return asked
+
+
+def test_network_workers_read_their_shards_images_by_id(files, tmp_path, fetched):
+    """problem=digits_mlp on data=mongo: worker r reads the images of its shard's ids and of its test rows, and
+    nothing else; the pixels are the files' / 255."""
+    from PIL import Image
+
+    from dane.data import shard_indices
+
+    problem = image_spec(files, tmp_path, "workers=2").problem
+    data = problem.dataset()
+    assert fetched == [[1]] and len(data.train_y) == 3 and len(data.test_y) == 2  # the shape probe alone
+    shards = shard_indices(data.train_y, 2, seed=problem.seed)
+    test_rows = np.array_split(np.arange(2), 2)
+    for rank in range(2):
+        fetched.clear()
+        built = problem.build(rank, 2)
+        assert fetched == [data.train_x.ids[shards[rank].numpy()].tolist(), data.test_x.ids[test_rows[rank]].tolist()]
+        files_by_id = [f for label in ("circle", "square") for f in sorted((files / "img" / label).iterdir())]
+        expected = np.stack([np.asarray(Image.open(files_by_id[i - 1])) for i in fetched[0]]) / np.float32(255)
+        assert np.array_equal(built.train_x.cpu().numpy()[:, 0], expected.astype(np.float32))
+
+
+def test_split_agents_read_each_minibatch_by_id_from_their_list(files, tmp_path, fetched):
+    """algorithm=split on data=mongo: building the agents reads no images; agent a's minibatch k reads exactly the
+    ids of its assigned list at that batch's positions."""
+    from dane.data import shard_indices
+    from dane.split.links import SimLink
+    from dane.split.training import build_parties
+
+    spec = image_spec(files, tmp_path, "algorithm=split", "workers=2", "algorithm.batch_size=1")
+    proto, info = build_parties(spec, {0, 1, 2}, SimLink(spec.comm.cost))
+    data = info["data"]
+    assert fetched[1:] == [[data.train_x.ids[0]]]  # after the shape probe: the one row that sizes the cut
+    shards = shard_indices(data.train_y, 2, seed=spec.problem.seed)
+    seen = []
+    for a, agent in proto.agents.items():
+        assigned = data.train_x.ids[shards[a].numpy()]
+        agent.start_epoch()
+        for k, batch in enumerate(agent.batches):
+            fetched.clear()
+            agent.forward(k)
+            assert fetched == [assigned[batch.numpy()].tolist()]
+            seen += fetched[0]
+    assert sorted(seen) == sorted(data.train_x.ids.tolist())
