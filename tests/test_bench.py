@@ -175,3 +175,42 @@ def test_the_tables_render_the_canned_json_with_local_passes():
     line = federated_table.fewest([{**row, "default": {**row["default"], "targets": {"1e-08": hit}}}], "1e-08")
     assert line == (f"To 1e-08 at defaults: fewest rounds: S-DANE ({hit['rounds']}); fewest uplink bits: S-DANE "
                     f"({8 * hit['uplink_bytes']}); fewest local passes: S-DANE (120).")
+
+
+# ------------------------------------------------------------------ fedprox_synthetic (issue 47 item 2)
+def fedprox_synthetic_arithmetic(section: dict) -> None:
+    """Every run logs w_0 .. w_T, from log 10 (w = 0: every row's cross-entropy is log 10); the methods of fixed
+    local work count rounds x sampled clients x local steps gradient passes."""
+    import math
+
+    assert {r["setting"] for r in section["runs"]} == {"synthetic_1_1"} and section["quick"]
+    for run in section["runs"]:
+        assert run["status"] == "max_rounds" and len(run["objective"]) == section["rounds"] + 1 == run["rounds"] + 1
+        assert run["objective"][0] == pytest.approx(math.log(10), rel=1e-8)
+        if run["method"] in ("fedavg", "fedprox", "scaffold"):
+            assert run["local_passes"] == section["rounds"] * section["clients_per_round"] * section["local"]["local_steps"]
+
+
+SECTIONS["fedprox_synthetic"] = (
+    "fedprox_synthetic", {"started_at", "machine", "quick", "workers", "clients_per_round", "rounds", "seed", "lam",
+                          "local", "runs", "load_avg_after", "wall_s"}, fedprox_synthetic_arithmetic)
+
+
+def test_the_fedprox_synthetic_table_judges_the_papers_claims_from_the_numbers():
+    """The table's cells are each run's last objective and its rises (Σ max(0, f_{t+1} − f_t)); a claim is judged
+    only where both FedAvg and FedProx ran, and flips with the numbers."""
+    from dane.paper_figs import fedprox_synthetic as fig
+
+    section = canned("fedprox_synthetic")["fedprox_synthetic"]
+    assert fig.rises([3.0, 2.0, 2.5, 1.0, 1.25]) == 0.75 and fig.rises([2.0, 1.0]) == 0.0
+    text = fig.render(section, "tests/data/bench/fedprox_synthetic.json")
+    runs = {r["method"]: r for r in section["runs"]}
+    fa, fp = runs["fedavg"]["objective"], runs["fedprox"]["objective"]
+    assert f"| Synthetic(1,1) | {fa[-1]:.4g} ({fig.rises(fa):.3g}) | {fp[-1]:.4g} ({fig.rises(fp):.3g}) |" in text
+    assert "| setting | FedAvg | FedProx μ=1 | FedDANE | S-DANE | SCAFFOLD |" in text
+    verdict = "agrees" if fig.rises(fp) <= fig.rises(fa) and fp[-1] <= fa[-1] else "does not agree"
+    assert text.count("- Synthetic") == 1 and f"Synthetic(1,1): the paper: FedProx μ = 1 is stabler" in text
+    assert f"Here: {verdict};" in text
+    flipped = {**section, "runs": [{**r, "objective": r["objective"][::-1]} if r["method"] == "fedprox" else r
+                                   for r in section["runs"]]}  # FedProx's loss now climbs from its last value
+    assert "Here: does not agree;" in fig.render(flipped, "x.json")
