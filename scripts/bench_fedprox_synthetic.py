@@ -17,7 +17,7 @@ from scripts.harness import Bench, Run, option
 
 KEY = "fedprox_synthetic"
 SETTINGS = ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")
-LOCAL = {"local_steps": 20, "lr": 0.01}
+LOCAL = {"local_steps": 20, "lr": 0.01}  # --local-steps replaces the 20
 #: row -> (algorithm, its keys beside LOCAL and the sampling)
 METHODS = {"fedavg": ("fedavg", {}), "fedprox": ("fedprox", {"mu": 1.0}),
            "feddane": ("feddane", {"local_solver": "steps"}), "sdane": ("sdane", {"local_solver": "steps"}),
@@ -31,9 +31,9 @@ def problem(setting: str, seed: int) -> LinearModelConfig:
                              data=SyntheticSource(alpha=alpha, beta=beta, iid=iid, seed=seed))
 
 
-def one(setting: str, method: str, rounds: int, clients: int, seed: int) -> dict:
+def one(setting: str, method: str, rounds: int, clients: int, seed: int, local: dict) -> dict:
     algorithm, keys = METHODS[method]
-    keys = {**LOCAL, **keys, "clients_per_round": clients, "paper": True}
+    keys = {**local, **keys, "clients_per_round": clients, "paper": True}
     start = time.perf_counter()
     result = fit(problem(setting, seed), algorithm, workers=30, rounds=rounds, seed=seed, **keys)
     return {"setting": setting, "method": method, "algorithm": algorithm, "keys": keys, "status": result.status,
@@ -45,13 +45,14 @@ def run(bench: Run) -> dict:
     args = bench.args
     rounds = 10 if args.quick else args.rounds
     settings = SETTINGS[-1:] if args.quick else args.settings
+    local = {**LOCAL, "local_steps": args.local_steps}
     kept = {f"{r['setting']}/{r['method']}": r for r in bench.earlier.get("runs", [])}
     section = {**bench.header(), "quick": args.quick, "workers": 30, "clients_per_round": args.clients,
-               "rounds": rounds, "seed": args.seed, "lam": LAM, "local": LOCAL, "runs": []}
+               "rounds": rounds, "seed": args.seed, "lam": LAM, "local": local, "runs": []}
     for setting in settings:
         for method in args.only or list(METHODS):
             bench.log(f"{setting} {method}")
-            kept[f"{setting}/{method}"] = one(setting, method, rounds, args.clients, args.seed)
+            kept[f"{setting}/{method}"] = one(setting, method, rounds, args.clients, args.seed, local)
             section["runs"] = list(kept.values())
             bench.save(section)
     return bench.finish(section)
@@ -61,4 +62,5 @@ BENCH = Bench(KEY, run, "the FedProx paper's Synthetic(a,b) comparison: FedAvg, 
               "SCAFFOLD, training loss per round (issue 47 item 2)", only=tuple(METHODS),
               options=(option("--rounds", type=int, default=200), option("--clients", type=int, default=10),
                        option("--seed", type=int, default=0),
+                       option("--local-steps", type=int, default=LOCAL["local_steps"]),
                        option("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))))

@@ -206,11 +206,14 @@ def test_the_fedprox_synthetic_table_judges_the_papers_claims_from_the_numbers()
     text = fig.render(section, "tests/data/bench/fedprox_synthetic.json")
     runs = {r["method"]: r for r in section["runs"]}
     fa, fp = runs["fedavg"]["objective"], runs["fedprox"]["objective"]
-    assert f"| Synthetic(1,1) | {fa[-1]:.4g} ({fig.rises(fa):.3g}) | {fp[-1]:.4g} ({fig.rises(fp):.3g}) |" in text
+    assert f"| Synthetic(1,1) | {fig.num(fa[-1])} ({fig.num(fig.rises(fa), 3)}) | {fig.num(fp[-1])} " in text
+    assert fig.num(0.98765) == "9.877e-01" and fig.num(1.2345678) == "1.235" and fig.num(0.4, 3) == "0.4"
     assert "| setting | FedAvg | FedProx μ=1 | FedDANE | S-DANE | SCAFFOLD |" in text
-    verdict = "agrees" if fig.rises(fp) <= fig.rises(fa) and fp[-1] <= fa[-1] else "does not agree"
-    assert text.count("- Synthetic") == 1 and f"Synthetic(1,1): the paper: FedProx μ = 1 is stabler" in text
-    assert f"Here: {verdict};" in text
+    stabler = "agrees" if fig.rises(fp) <= fig.rises(fa) else "does not agree"
+    lower = "agrees" if fp[-1] <= fa[-1] else "does not agree"
+    assert text.count("- Synthetic(1,1): the paper: ") == 2 and text.count("- Synthetic") == 2
+    assert f"FedAvg on the most heterogeneous data (its loss rises no more). Here: {stabler};" in text
+    assert f"(ends no higher). Here: {lower};" in text
     flipped = {**section, "runs": [{**r, "objective": r["objective"][::-1]} if r["method"] == "fedprox" else r
                                    for r in section["runs"]]}  # FedProx's loss now climbs from its last value
-    assert "Here: does not agree;" in fig.render(flipped, "x.json")
+    assert "(ends no higher). Here: does not agree;" in fig.render(flipped, "x.json")
