@@ -1,13 +1,13 @@
 """Figure and table: the FedProx paper's Synthetic comparison, training loss against rounds per setting and method.
 
     dane figures fedprox_synthetic [--json results/bench.json] [--out results/figures]
-        [--page docs/benchmarks.md] [--print]
+        [--page docs/benchmarks.md] [--block table|long] [--print]
 
 Reads the section ``fedprox_synthetic`` of scripts/bench_fedprox_synthetic.py's JSON (every run's training
 objective at every round; it never trains) and draws one panel per setting (Synthetic-IID, (0,0), (0.5,0.5),
 (1,1)), one line per method, as the paper's Figure 2 (Li et al., MLSys 2020) draws FedAvg and FedProx.  The
 table, written between docs/benchmarks.md's ``<!-- fedprox-synthetic-table:begin -->`` and ``...:end -->``
-lines (``--print``: to stdout), gives per setting and method the last training objective and its rises (the
+lines (``--block long``: ``fedprox-synthetic-long-table``, a run with more local steps; ``--print``: to stdout), gives per setting and method the last training objective and its rises (the
 sum of the round-to-round increases, `rises`: 0 for a loss that never goes up), then the paper's claims
 (`CLAIMS`), each judged from the numbers.  No number is typed by hand: rerun the benchmark, then this.
 """
@@ -22,6 +22,9 @@ from dane.paper_figs.common import FIG_DIR, save
 
 KEY = "fedprox_synthetic"
 BEGIN, END = "<!-- fedprox-synthetic-table:begin -->", "<!-- fedprox-synthetic-table:end -->"
+#: --block -> the page's markers: the comparison, and the probe at the paper's count of local updates
+BLOCKS = {"table": (BEGIN, END),
+          "long": ("<!-- fedprox-synthetic-long-table:begin -->", "<!-- fedprox-synthetic-long-table:end -->")}
 PAGE = Path("docs") / "benchmarks.md"
 TITLES = {"synthetic_iid": "Synthetic-IID", "synthetic_0_0": "Synthetic(0,0)", "synthetic_0.5_0.5": "Synthetic(0.5,0.5)",
           "synthetic_1_1": "Synthetic(1,1)"}
@@ -143,13 +146,15 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("--out", default=str(FIG_DIR), help="where the figure goes (default results/figures)")
     parser.add_argument("--page", default=str(PAGE), help="the page whose block the table replaces")
     parser.add_argument("--print", action="store_true", help="write the table to stdout, not into the page")
+    parser.add_argument("--block", choices=list(BLOCKS), default="table",
+                        help="the page's block: table (the comparison) or long (the run at the paper's local updates)")
     args = parser.parse_args(argv)
     bench = json.loads(Path(args.json).read_text())
     if KEY not in bench:
         raise SystemExit(f"error: {args.json} holds no {KEY} section; run python -m scripts.bench {KEY} first")
     table = render(bench[KEY], args.json)
-    publish(table, args.page, BEGIN, END, args.print)
-    paths = save(draw(bench[KEY]), args.out, KEY, table)
+    publish(table, args.page, *BLOCKS[args.block], args.print)
+    paths = save(draw(bench[KEY]), args.out, KEY if args.block == "table" else f"{KEY}_{args.block}", table)
     for path in paths:
         print(path)
     return paths
