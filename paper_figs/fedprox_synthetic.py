@@ -7,9 +7,10 @@ Reads the section ``fedprox_synthetic`` of scripts/bench_fedprox_synthetic.py's 
 objective at every round; it never trains) and draws one panel per setting (Synthetic-IID, (0,0), (0.5,0.5),
 (1,1)), one line per method, as the paper's Figure 2 (Li et al., MLSys 2020) draws FedAvg and FedProx.  The
 table, written between docs/benchmarks.md's ``<!-- fedprox-synthetic-table:begin -->`` and ``...:end -->``
-lines (``--block long``: ``fedprox-synthetic-long-table``, a run with more local steps; ``--print``: to stdout), gives per setting and method the last training objective and its rises (the
-sum of the round-to-round increases, `rises`: 0 for a loss that never goes up), then the paper's claims
-(`CLAIMS`), each judged from the numbers.  No number is typed by hand: rerun the benchmark, then this.
+lines (``--block long``: ``fedprox-synthetic-long-table``, a run with more local steps; ``--print``: to
+stdout), gives per setting and method the last training objective and its rises (the sum of the round-to-round
+increases, `rises`: 0 for a loss that never goes up), then the paper's claims (`CLAIMS`), each judged from the
+numbers.  No number is typed by hand: rerun the benchmark, then this.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ BEGIN, END = "<!-- fedprox-synthetic-table:begin -->", "<!-- fedprox-synthetic-t
 BLOCKS = {"table": (BEGIN, END),
           "long": ("<!-- fedprox-synthetic-long-table:begin -->", "<!-- fedprox-synthetic-long-table:end -->")}
 PAGE = Path("docs") / "benchmarks.md"
-TITLES = {"synthetic_iid": "Synthetic-IID", "synthetic_0_0": "Synthetic(0,0)", "synthetic_0.5_0.5": "Synthetic(0.5,0.5)",
-          "synthetic_1_1": "Synthetic(1,1)"}
+TITLES = {"synthetic_iid": "Synthetic-IID", "synthetic_0_0": "Synthetic(0,0)",
+          "synthetic_0.5_0.5": "Synthetic(0.5,0.5)", "synthetic_1_1": "Synthetic(1,1)"}
 SIMILAR = 0.1  # "similar" final losses: within 10% of the larger
 
 
@@ -73,7 +74,8 @@ def similar(runs: dict[str, dict]) -> tuple[bool, str]:
     fa, fp = runs["fedavg"]["objective"], runs["fedprox"]["objective"]
     gap = abs(fa[-1] - fp[-1]) / max(fa[-1], fp[-1])
     ok = fa[-1] < fa[0] and fp[-1] < fp[0] and gap <= SIMILAR
-    return ok, f"FedAvg ends at {num(fa[-1])}, FedProx at {num(fp[-1])} (gap {num(100 * gap, 2)}% of the larger, from {num(fa[0])})"
+    return ok, (f"FedAvg ends at {num(fa[-1])}, FedProx at {num(fp[-1])} (gap {num(100 * gap, 2)}% of the larger, "
+                f"from {num(fa[0])})")
 
 
 #: (setting, the paper's claim, its test on that setting's runs)
@@ -113,8 +115,8 @@ def render(section: dict, source: str) -> str:
              f"(lam={section['lam']:g}, intercept) on the seeded Synthetic sets (seed {section['seed']}), "
              f"{section['workers']} clients, {section['clients_per_round']} sampled a round, {section['rounds']} "
              f"rounds; every local solve {local['local_steps']} full-gradient steps at lr {local['lr']:g}. Per cell: "
-             "the last training objective (its rises, the sum of its round-to-round increases), and how a run that stopped "
-             "early ended.", "",
+             "the last training objective (its rises, the sum of its round-to-round increases), and how a run that "
+             "stopped early ended.", "",
              "| setting | " + " | ".join(labels[m] for m in methods) + " |", "|---|" + "---|" * len(methods)]
     for setting, runs in settings.items():
         cells = [cell(runs[m]) if m in runs else "—" for m in methods]

@@ -36,8 +36,9 @@ def one(setting: str, method: str, rounds: int, clients: int, seed: int, local: 
     keys = {**local, **keys, "clients_per_round": clients, "paper": True}
     start = time.perf_counter()
     result = fit(problem(setting, seed), algorithm, workers=30, rounds=rounds, seed=seed, **keys)
+    objective = [float(f"{r['objective']:.8g}") for r in result.records]
     return {"setting": setting, "method": method, "algorithm": algorithm, "keys": keys, "status": result.status,
-            "rounds": result.records[-1]["round"], "objective": [float(f"{r['objective']:.8g}") for r in result.records],
+            "rounds": result.records[-1]["round"], "objective": objective,
             "local_passes": result.records[-1].get("local_passes"), "wall_s": round(time.perf_counter() - start, 1)}
 
 

@@ -188,7 +188,8 @@ def fedprox_synthetic_arithmetic(section: dict) -> None:
         assert run["status"] == "max_rounds" and len(run["objective"]) == section["rounds"] + 1 == run["rounds"] + 1
         assert run["objective"][0] == pytest.approx(math.log(10), rel=1e-8)
         if run["method"] in ("fedavg", "fedprox", "scaffold"):
-            assert run["local_passes"] == section["rounds"] * section["clients_per_round"] * section["local"]["local_steps"]
+            steps = section["local"]["local_steps"]
+            assert run["local_passes"] == section["rounds"] * section["clients_per_round"] * steps
 
 
 SECTIONS["fedprox_synthetic"] = (

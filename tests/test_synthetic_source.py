@@ -76,7 +76,8 @@ def test_the_source_gives_each_worker_its_clients_training_rows():
     cut = [int(0.9 * n) for n in data.sizes]
     assert [train_rows(n, 0.1) for n in data.sizes] == cut and source.presharded and source.name == "synthetic(0.5,0.5)"
     part, total = source.load_part(7, 30)
-    assert total == sum(cut) and np.array_equal(part.X, data.X[7][:cut[7]]) and np.array_equal(part.y, data.y[7][:cut[7]])
+    assert total == sum(cut) and np.array_equal(part.X, data.X[7][:cut[7]])
+    assert np.array_equal(part.y, data.y[7][:cut[7]])
     whole = source.load()
     assert whole.n == sum(cut) and np.array_equal(whole.X[:cut[0]], data.X[0][:cut[0]])
     with pytest.raises(ConfigError, match="has 30 clients, one per worker, but the run has 8 workers; set workers=30"):

@@ -137,7 +137,8 @@ class SyntheticSource:
         if not (isinstance(self.test_fraction, (int, float)) and 0.0 <= self.test_fraction < 1.0):
             raise ConfigError(f"data.test_fraction must be in [0, 1), got {self.test_fraction!r}")
         if not self.name:
-            object.__setattr__(self, "name", "synthetic_iid" if self.iid else f"synthetic({self.alpha:g},{self.beta:g})")
+            name = "synthetic_iid" if self.iid else f"synthetic({self.alpha:g},{self.beta:g})"
+            object.__setattr__(self, "name", name)
 
     @property
     def presharded(self) -> bool:
