@@ -11,7 +11,8 @@ float64, dense or ``csr_matrix``; ``y``: float64 labels exactly as in the file):
 
 Sources: `CSVSource` (header row, one-hot categorical columns, imputation,
 standardization), `LibSVMSource` (sparse), `NPZSource` (dense or CSR arrays; `save_npz`
-writes one), `BuiltinSource` (digits, iris, breast_cancer, diabetes, admissions, mnist).
+writes one), `BuiltinSource` (digits, iris, breast_cancer, diabetes, admissions, mnist), `SyntheticSource`
+(FedProx's Synthetic(α, β), generated; its clients are the workers' parts).
 The file sources take ``standardize``: numeric | all | none over all rows
 (`dane.data.scaling`: a sparse X is scaled, not centred).
 Every source takes the sharding keys (``sharding``: iid | dirichlet | classes | quantity,
@@ -34,9 +35,10 @@ from dane.data.labels import LOSSES, check_labels
 from dane.data.libsvm_source import LibSVMSource
 from dane.data.npz_source import NPZSource, save_npz
 from dane.data.parts import check_same_width, is_presharded
+from dane.data.synthetic_source import SyntheticSource
 from dane.data.table import Table, resolve, resolve_dir
 
-SOURCES = (CSVSource, LibSVMSource, NPZSource, BuiltinSource)
+SOURCES = (CSVSource, LibSVMSource, NPZSource, BuiltinSource, SyntheticSource)
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -46,6 +48,7 @@ __all__ = [
     "CSVSource",
     "LibSVMSource",
     "NPZSource",
+    "SyntheticSource",
     "Table",
     "check_labels",
     "check_same_width",

@@ -11,12 +11,13 @@ from pathlib import Path
 from dane.data.cifar import load_cifar10
 from dane.data.dataset import Dataset
 from dane.data.mnist import load_mnist
+from dane.data.synthetic_source import PAPER_SETS, synthetic_dataset
 from dane.data.table import resolve_dir
 from dane.data.tabular import SKLEARN_LOADERS, load_admissions, load_sklearn
 from dane.errors import ConfigError
 
 FILE_DATASETS = ("mnist", "cifar10", "admissions")  # read from data_dir
-DATASET_NAMES = FILE_DATASETS + tuple(SKLEARN_LOADERS)  # the sklearn ones need no files
+DATASET_NAMES = FILE_DATASETS + tuple(SKLEARN_LOADERS) + tuple(PAPER_SETS)  # sklearn's and FedProx's Synthetic need no files
 
 
 def load_dataset(
@@ -30,7 +31,7 @@ def load_dataset(
     """Load ``name`` from ``data_dir`` (unused by the scikit-learn datasets).
 
     ``seed`` fixes every train/test split that is not given by the files (all but
-    full MNIST and CIFAR-10). ``test_fraction`` is the share held out in those splits.
+    full MNIST and CIFAR-10), and draws FedProx's Synthetic sets (`dane.data.synthetic_source`). ``test_fraction`` is the share held out in those splits.
     ``pad_to_32`` applies to MNIST only: it zero-pads 28 x 28 to the 32 x 32 LeNet input.
     """
     if name not in DATASET_NAMES:
@@ -39,6 +40,8 @@ def load_dataset(
         raise ConfigError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
     if name in SKLEARN_LOADERS:
         return load_sklearn(name, seed=seed, test_fraction=test_fraction)
+    if name in PAPER_SETS:  # generated from the seed; each client's own held-out share, the generator's 0.1
+        return synthetic_dataset(name, seed=seed)
     if data_dir is None:
         raise ConfigError(
             f"dataset {name} is read from files; set data_dir=/path/to/data "

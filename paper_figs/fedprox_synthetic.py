@@ -1,0 +1,166 @@
+"""Figure and table: the FedProx paper's Synthetic comparison, training loss against rounds per setting and method.
+
+    dane figures fedprox_synthetic [--json results/bench.json] [--out results/figures]
+        [--page docs/benchmarks.md] [--block table|long] [--print]
+
+Reads the section ``fedprox_synthetic`` of scripts/bench_fedprox_synthetic.py's JSON (every run's training
+objective at every round; it never trains) and draws one panel per setting (Synthetic-IID, (0,0), (0.5,0.5),
+(1,1)), one line per method, as the paper's Figure 2 (Li et al., MLSys 2020) draws FedAvg and FedProx.  The
+table, written between docs/benchmarks.md's ``<!-- fedprox-synthetic-table:begin -->`` and ``...:end -->``
+lines (``--block long``: ``fedprox-synthetic-long-table``, a run with more local steps; ``--print``: to
+stdout), gives per setting and method the last training objective and its rises (the sum of the round-to-round
+increases, `rises`: 0 for a loss that never goes up), then the paper's claims (`CLAIMS`), each judged from the
+numbers.  No number is typed by hand: rerun the benchmark, then this.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dane.paper_figs.blocks import method_label, publish
+from dane.paper_figs.common import FIG_DIR, save
+
+KEY = "fedprox_synthetic"
+BEGIN, END = "<!-- fedprox-synthetic-table:begin -->", "<!-- fedprox-synthetic-table:end -->"
+#: --block -> the page's markers: the comparison, and the probe at the paper's count of local updates
+BLOCKS = {"table": (BEGIN, END),
+          "long": ("<!-- fedprox-synthetic-long-table:begin -->", "<!-- fedprox-synthetic-long-table:end -->")}
+PAGE = Path("docs") / "benchmarks.md"
+TITLES = {"synthetic_iid": "Synthetic-IID", "synthetic_0_0": "Synthetic(0,0)",
+          "synthetic_0.5_0.5": "Synthetic(0.5,0.5)", "synthetic_1_1": "Synthetic(1,1)"}
+SIMILAR = 0.1  # "similar" final losses: within 10% of the larger
+
+
+def num(x: float, digits: int = 4) -> str:
+    """``x`` to ``digits`` significant digits; one in [0.9, 1) in e-notation (tests/doc_blocks.py reads 0.9xx on a
+    page as a typed accuracy)."""
+    text = f"{x:.{digits}g}"
+    return f"{x:.{digits - 1}e}" if text.startswith("0.9") else text
+
+
+def label(run: dict) -> str:
+    mu = run["keys"].get("mu")
+    return method_label(run["method"]) + (f" μ={mu:g}" if mu else "")
+
+
+def rises(objective: list[float]) -> float:
+    """Σ_t max(0, f_{t+1} − f_t): how much a training loss goes up on its way (0 when it only falls)."""
+    return sum(max(0.0, b - a) for a, b in zip(objective, objective[1:]))
+
+
+def by_setting(section: dict) -> dict[str, dict[str, dict]]:
+    """setting -> method -> run, settings in the paper's order."""
+    out: dict[str, dict[str, dict]] = {}
+    for run in section["runs"]:
+        out.setdefault(run["setting"], {})[run["method"]] = run
+    return {s: out[s] for s in TITLES if s in out}
+
+
+def stabler(runs: dict[str, dict]) -> tuple[bool, str]:
+    """FedProx's loss rises no more than FedAvg's."""
+    fa, fp = runs["fedavg"]["objective"], runs["fedprox"]["objective"]
+    return rises(fp) <= rises(fa), f"FedProx rises {num(rises(fp), 3)}, FedAvg {num(rises(fa), 3)}"
+
+
+def lower(runs: dict[str, dict]) -> tuple[bool, str]:
+    """FedProx ends no higher than FedAvg."""
+    fa, fp = runs["fedavg"]["objective"], runs["fedprox"]["objective"]
+    return fp[-1] <= fa[-1], f"FedProx ends at {num(fp[-1])}, FedAvg at {num(fa[-1])}"
+
+
+def similar(runs: dict[str, dict]) -> tuple[bool, str]:
+    """Both fall, and their last losses are within `SIMILAR` of the larger."""
+    fa, fp = runs["fedavg"]["objective"], runs["fedprox"]["objective"]
+    gap = abs(fa[-1] - fp[-1]) / max(fa[-1], fp[-1])
+    ok = fa[-1] < fa[0] and fp[-1] < fp[0] and gap <= SIMILAR
+    return ok, (f"FedAvg ends at {num(fa[-1])}, FedProx at {num(fp[-1])} (gap {num(100 * gap, 2)}% of the larger, "
+                f"from {num(fa[0])})")
+
+
+#: (setting, the paper's claim, its test on that setting's runs)
+CLAIMS = (("synthetic_1_1", "FedProx μ = 1 is stabler than FedAvg on the most heterogeneous data (its loss rises no "
+           "more)", stabler),
+          ("synthetic_1_1", "FedProx μ = 1 reaches a lower training loss than FedAvg there (ends no higher)", lower),
+          ("synthetic_0.5_0.5", "FedProx μ = 1 is stabler than FedAvg on heterogeneous data (rises no more)", stabler),
+          ("synthetic_0.5_0.5", "FedProx μ = 1 ends no higher than FedAvg there", lower),
+          ("synthetic_iid", f"on IID data FedAvg and FedProx μ = 1 behave alike (both fall; last losses within "
+           f"{SIMILAR:.0%})", similar))
+
+
+def claims(settings: dict[str, dict[str, dict]]) -> list[str]:
+    lines = []
+    for setting, claim, test in CLAIMS:
+        runs = settings.get(setting, {})
+        if "fedavg" in runs and "fedprox" in runs:
+            ok, numbers = test(runs)
+            lines.append(f"- {TITLES[setting]}: the paper: {claim}. Here: {'agrees' if ok else 'does not agree'}; "
+                         f"{numbers}.")
+    return lines
+
+
+def cell(run: dict) -> str:
+    """The last objective (its rises), and how the run ended where it did not run all its rounds."""
+    text = f"{num(run['objective'][-1])} ({num(rises(run['objective']), 3)})"
+    return text if run["status"] == "max_rounds" else f"{text}, {run['status']} at round {run['rounds']}"
+
+
+def render(section: dict, source: str) -> str:
+    settings = by_setting(section)
+    methods = list(dict.fromkeys(run["method"] for runs in settings.values() for run in runs.values()))
+    labels = {m: next(label(r[m]) for r in settings.values() if m in r) for m in methods}
+    local = section["local"]
+    lines = [f"Generated by `dane figures fedprox_synthetic` from scripts/bench_fedprox_synthetic.py's JSON {source} "
+             f"({section['started_at']}, load average {section['machine']['load_avg']}). Softmax regression "
+             f"(lam={section['lam']:g}, intercept) on the seeded Synthetic sets (seed {section['seed']}), "
+             f"{section['workers']} clients, {section['clients_per_round']} sampled a round, {section['rounds']} "
+             f"rounds; every local solve {local['local_steps']} full-gradient steps at lr {local['lr']:g}. Per cell: "
+             "the last training objective (its rises, the sum of its round-to-round increases), and how a run that "
+             "stopped early ended.", "",
+             "| setting | " + " | ".join(labels[m] for m in methods) + " |", "|---|" + "---|" * len(methods)]
+    for setting, runs in settings.items():
+        cells = [cell(runs[m]) if m in runs else "—" for m in methods]
+        lines.append(f"| {TITLES[setting]} | " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", *claims(settings)])
+
+
+def draw(section: dict):
+    import matplotlib.pyplot as plt
+
+    settings = by_setting(section)
+    fig, axes = plt.subplots(1, len(settings), figsize=(4 * len(settings), 3.5), sharey=True, squeeze=False)
+    for ax, (setting, runs) in zip(axes[0], settings.items()):
+        for run in runs.values():
+            ax.plot(range(len(run["objective"])), run["objective"], label=label(run))
+        ax.set_title(TITLES[setting])
+        ax.set_xlabel("round")
+        ax.grid(True, alpha=0.3)
+    top = 1.2 * max(run["objective"][0] for runs in settings.values() for run in runs.values())
+    axes[0][0].set_ylim(0, top)  # a diverging run leaves the frame, not flattens the others
+    axes[0][0].set_ylabel("training objective")
+    axes[0][-1].legend(fontsize=8)
+    return fig
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default="results/bench.json", help="the benchmark's JSON")
+    parser.add_argument("--out", default=str(FIG_DIR), help="where the figure goes (default results/figures)")
+    parser.add_argument("--page", default=str(PAGE), help="the page whose block the table replaces")
+    parser.add_argument("--print", action="store_true", help="write the table to stdout, not into the page")
+    parser.add_argument("--block", choices=list(BLOCKS), default="table",
+                        help="the page's block: table (the comparison) or long (the run at the paper's local updates)")
+    args = parser.parse_args(argv)
+    bench = json.loads(Path(args.json).read_text())
+    if KEY not in bench:
+        raise SystemExit(f"error: {args.json} holds no {KEY} section; run python -m scripts.bench {KEY} first")
+    table = render(bench[KEY], args.json)
+    publish(table, args.page, *BLOCKS[args.block], args.print)
+    paths = save(draw(bench[KEY]), args.out, KEY if args.block == "table" else f"{KEY}_{args.block}", table)
+    for path in paths:
+        print(path)
+    return paths
+
+
+if __name__ == "__main__":
+    main()

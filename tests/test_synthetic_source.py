@@ -1,0 +1,104 @@
+"""dane/data/synthetic_source.py: FedProx's Synthetic(α, β) generator, its source and its data set, by number."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dane.data import load_dataset
+from dane.data.synthetic_source import (CLASSES, CLIENTS, DIM, PAPER_SETS, SyntheticSource, covariance_diagonal,
+                                        generate_synthetic, train_rows)
+from dane.errors import ConfigError
+
+
+def test_shapes_client_count_and_power_law_sizes():
+    data = generate_synthetic(0.5, 0.5, seed=3)
+    assert len(data.X) == len(data.y) == CLIENTS == 30
+    assert data.W.shape == (30, CLASSES, DIM) == (30, 10, 60) and data.b.shape == (30, 10) and data.v.shape == (30, 60)
+    assert [x.shape for x in data.X] == [(n, 60) for n in data.sizes]
+    # the first draws of the seed's generator: floor(LogNormal(4, 2)) + 50, so never fewer than 50 rows
+    expected = np.random.default_rng(3).lognormal(4.0, 2.0, 30).astype(np.int64) + 50
+    assert data.sizes.tolist() == expected.tolist() and data.sizes.min() >= 50
+
+
+def test_the_same_seed_draws_the_same_data_and_another_seed_other_data():
+    a, b = generate_synthetic(1.0, 1.0, seed=7), generate_synthetic.__wrapped__(1.0, 1.0, seed=7)  # uncached twice
+    assert all(np.array_equal(x, y) for x, y in zip(a.X, b.X)) and np.array_equal(a.W, b.W)
+    assert all(np.array_equal(x, y) for x, y in zip(a.y, b.y))
+    c = generate_synthetic(1.0, 1.0, seed=8)
+    assert not np.array_equal(a.sizes, c.sizes)
+
+
+def test_labels_are_the_argmax_of_each_clients_own_model():
+    data = generate_synthetic(1.0, 1.0, seed=0)
+    for k in range(CLIENTS):
+        assert np.array_equal(data.y[k], np.argmax(data.X[k] @ data.W[k].T + data.b[k], axis=1).astype(float))
+    assert {float(c) for y in data.y for c in y} <= set(map(float, range(10)))
+
+
+def test_the_covariance_is_diagonal_j_to_the_minus_1_2():
+    """x − v_k ~ N(0, Σ) on every client: pooled over the 30 clients (5385 rows at seed 0), each sample variance
+    is within 10% of j^-1.2 (its relative standard error is sqrt(2/n) = 1.9%, so 10% is above 5 of them) and each
+    correlation of two coordinates is below 0.07 (standard error 1/sqrt(n) = 0.014)."""
+    data = generate_synthetic(0.0, 0.0, seed=0)
+    z = np.concatenate([x - data.v[k] for k, x in enumerate(data.X)])
+    assert len(z) == 5385
+    assert covariance_diagonal()[[0, 1, 59]].tolist() == [1.0, 2.0 ** -1.2, 60.0 ** -1.2]
+    np.testing.assert_allclose(z.var(axis=0), covariance_diagonal(), rtol=0.1)
+    corr = np.corrcoef(z, rowvar=False)
+    assert np.abs(corr - np.eye(DIM)).max() < 0.07
+
+
+def test_alpha_spreads_the_clients_models_and_beta_their_inputs():
+    """Client k's W_k and b_k entries have mean u_k ~ N(0, α²), its v_k entries mean B_k ~ N(0, β²) (α, β standard
+    deviations, as the public generator's np.random.normal): the spread over clients of the per-client means is
+    about α (β) plus the 1/sqrt(610) (1/sqrt(60)) of averaging unit-variance entries."""
+    same, apart = generate_synthetic(0.0, 0.0, seed=1), generate_synthetic(1.0, 1.0, seed=1)
+    means = lambda d: np.concatenate([d.W.reshape(30, -1), d.b], axis=1).mean(axis=1)  # noqa: E731
+    assert means(same).std() < 0.1 and 0.5 < means(apart).std() < 1.6
+    assert same.v.mean(axis=1).std() < 0.3 and 0.5 < apart.v.mean(axis=1).std() < 1.6
+
+
+def test_the_iid_variant_shares_one_model_and_zero_means():
+    data = generate_synthetic(0.0, 0.0, iid=True, seed=2)
+    assert all(np.array_equal(data.W[k], data.W[0]) and np.array_equal(data.b[k], data.b[0]) for k in range(30))
+    assert not data.v.any()
+    with pytest.raises(ConfigError, match=r"data.iid=true .* set data.alpha=0 data.beta=0 \(got 1, 0\)"):
+        generate_synthetic(1.0, 0.0, iid=True)
+    with pytest.raises(ConfigError, match="data.alpha"):
+        SyntheticSource(alpha=-1.0)
+
+
+def test_the_source_gives_each_worker_its_clients_training_rows():
+    source = SyntheticSource(alpha=0.5, beta=0.5, seed=4)
+    data = generate_synthetic(0.5, 0.5, seed=4)
+    cut = [int(0.9 * n) for n in data.sizes]
+    assert [train_rows(n, 0.1) for n in data.sizes] == cut and source.presharded and source.name == "synthetic(0.5,0.5)"
+    part, total = source.load_part(7, 30)
+    assert total == sum(cut) and np.array_equal(part.X, data.X[7][:cut[7]])
+    assert np.array_equal(part.y, data.y[7][:cut[7]])
+    whole = source.load()
+    assert whole.n == sum(cut) and np.array_equal(whole.X[:cut[0]], data.X[0][:cut[0]])
+    with pytest.raises(ConfigError, match="has 30 clients, one per worker, but the run has 8 workers; set workers=30"):
+        source.load_part(0, 8)
+
+
+def test_the_networks_data_set_holds_every_clients_rows():
+    data = load_dataset("synthetic_1_1", data_dir=None, seed=0)
+    sizes = generate_synthetic(*PAPER_SETS["synthetic_1_1"][:2], seed=0).sizes
+    assert len(data.train_y) == sum(int(0.9 * n) for n in sizes) and len(data.train_y) + len(data.test_y) == sizes.sum()
+    assert data.num_classes == 10 and data.in_shape == (60,)
+
+
+def test_softmax_on_the_natural_partition_starts_at_log_10():
+    """At w = 0 every row's cross-entropy is log 10 and the l2 term 0: the weighted mean over the unequal clients
+    (weight m/N per row) is log 10 exactly, whatever the clients' sizes."""
+    from dane.api import fit
+    from dane.problems.linear_models import LinearModelConfig
+
+    problem = LinearModelConfig(name="softmax", loss="softmax", classes=10, lam=1e-3,
+                                data=SyntheticSource(alpha=1.0, beta=1.0))
+    result = fit(problem, "fedavg", workers=30, rounds=1, clients_per_round=10, local_steps=2, lr=0.01)
+    assert result.records[0]["objective"] == pytest.approx(math.log(10), rel=1e-12)
+    assert result.records[1]["objective"] < math.log(10) and result.records[0]["clients"] == 10
