@@ -22,14 +22,16 @@ import torch
 from ..compress import Compressor, RandK, TopK
 from ..errors import ConfigError
 from .stacked_hessians import CompactHessians, pack, unpack
+from .stacked_rows import in_threads
 
 
 def compress_rows(compressor: Compressor, diff: np.ndarray, clients: CompactHessians, members: np.ndarray | None,
-                  *, seed: int, draw: int, generator: torch.Generator | None = None) -> np.ndarray:
+                  *, seed: int, draw: int, generator: torch.Generator | None = None, threads: int = 1) -> np.ndarray:
     """C applied to each client's packed Hessian difference, given and returned compact (``none``: ``diff`` itself).
 
     ``members``: whose rows (None: all); ``draw``: the round, RandK's stream position; ``generator``: the
-    other random compressors'."""
+    other random compressors'; ``threads``: TopK's selection in that many blocks of rows, one a thread (each row's
+    selection depends on that row alone, so the blocks keep what one call over all rows keeps)."""
     name, T = compressor.name, clients.T
     if name == "none":
         return diff
@@ -38,9 +40,13 @@ def compress_rows(compressor: Compressor, diff: np.ndarray, clients: CompactHess
         k = compressor.k_of(T)
         if k >= diff.shape[1]:  # at least the support's size: every non-zero kept
             return diff.copy()
-        kept = np.argpartition(np.abs(diff), diff.shape[1] - k, axis=1)[:, diff.shape[1] - k:]
-        out = np.zeros_like(diff)
-        copy_kept()(diff, kept, out)  # out[rows, kept] = diff[rows, kept], without NumPy's fancy indexing
+        out, kth, copy = np.zeros_like(diff), diff.shape[1] - k, copy_kept()
+
+        def select(lo: int, hi: int) -> None:
+            kept = np.argpartition(np.abs(diff[lo:hi]), kth, axis=1)[:, kth:]
+            copy(diff[lo:hi], kept, out[lo:hi])  # out[rows, kept] = diff[rows, kept], without fancy indexing
+
+        in_threads(select, len(diff), threads)
         return out
     if isinstance(compressor, RandK):
         k = compressor.k_of(T)

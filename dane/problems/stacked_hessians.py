@@ -189,10 +189,11 @@ class CompactHessians:
         return P
 
     # ------------------------------------------------------------------ the workers' oracles
-    def gradients_hessians(self, x: np.ndarray, clients: np.ndarray | None = None
+    def gradients_hessians(self, x: np.ndarray, clients: np.ndarray | None = None, *, threads: int = 1
                            ) -> tuple[np.ndarray, np.ndarray]:
         """(∇O_c(x) stacked (s, d), compact ∇²O_c(x) stacked (s, S)) for ``clients`` (None: all m, in order), from
-        one pass over their rows (`dane.problems.stacked_rows.row_pass`; all m: the rows' kept pass)."""
+        one pass over their rows (`dane.problems.stacked_rows.row_pass`; all m: the rows' kept pass); the Hessians'
+        product on ``threads`` threads (`dane.problems.stacked_rows.block_products`: the same numbers)."""
         each = 1.0 if clients is None else np.isin(np.arange(self.m), clients).astype(np.float64)
         count("local_passes", each)  # per client of the stack (the worker's rows in `dane.work`'s ledger)
         count("local_hessians", each)
@@ -201,14 +202,14 @@ class CompactHessians:
             at = rows.rows_at(x, curvature=True)
             grads = at.grads.copy()
             hess = block_products(self.P, self.slots, at.curv, rows.start, None, self.S,
-                                  value=self.weight if self.unit else None)
+                                  value=self.weight if self.unit else None, threads=threads)
             clients = slice(None)
         else:  # FedNL-PP: s of the m clients, their rows only
             at = row_pass(rows.X, rows.y, rows.start, x, rows.loss, self.weight, clients, curvature=True,
                           unit=rows.unit)
             grads = at.grads
             hess = block_products(self.P, self.slots, at.curv, rows.start, clients, self.S,
-                                  value=self.weight if self.unit else None)
+                                  value=self.weight if self.unit else None, threads=threads)
         grads += self.l2 * x
         diag = self.diag_slots[clients]
         hess[np.arange(len(diag))[:, None], diag] += self.l2

@@ -40,7 +40,7 @@ with signed indices numba tests each for a negative value, which made its CSR lo
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import scipy.sparse
@@ -234,7 +234,7 @@ def row_pass(X: scipy.sparse.csr_matrix, y: np.ndarray, start: np.ndarray, x: np
 
 
 def block_products(P: scipy.sparse.csc_matrix, slots: np.ndarray, h: np.ndarray, start: np.ndarray,
-                   clients: np.ndarray | None, S: int, *, value: float | None = None) -> np.ndarray:
+                   clients: np.ndarray | None, S: int, *, value: float | None = None, threads: int = 1) -> np.ndarray:
     """(s, S): rows c·S .. c·S + S − 1 of the product P h for each c in ``clients`` (None: all, in order), h given
     at the clients' rows only, in their order (`row_pass`'s); P (CSC) has the stacked rows as its columns, and
     ``slots[p]`` is the row of P's stored entry p within its client's block (its row index minus c·S, in the
@@ -243,12 +243,39 @@ def block_products(P: scipy.sparse.csc_matrix, slots: np.ndarray, h: np.ndarray,
     Column by column: each row j of client c adds P_rj·h_j to its slots, j ascending, so every slot's sum runs in
     the order of SciPy's CSR product row by row (its columns sorted), from 0.0, bit for bit; a row's products go
     to one client's block (its S numbers, in the first- or second-level cache) instead of a CSR row's few reads
-    of h per slot.  ``value``: every stored value of P (binary rows: the row weight), which then is not read."""
+    of h per slot.  ``value``: every stored value of P (binary rows: the row weight), which then is not read.
+    ``threads``: the clients split in that many blocks, one a thread (`in_threads`; each block's numbers alike)."""
     clients = np.arange(len(start) - 1) if clients is None else np.asarray(clients, dtype=np.int64)
     out = np.empty((len(clients), S))
-    _kernels()[2](unsigned(P.indptr), slots, P.data, value is not None, 0.0 if value is None else value,
-                  h, unsigned(start), unsigned(clients), out)
+    first_row = np.concatenate([[0], np.cumsum(start[clients + 1] - start[clients])])  # of each client's in h
+    kernel = _kernels()[2]  # compiled here, once, not in the threads
+
+    def block(lo: int, hi: int) -> None:
+        kernel(unsigned(P.indptr), slots, P.data, value is not None, 0.0 if value is None else value,
+               h[first_row[lo]:], unsigned(start), unsigned(clients[lo:hi]), out[lo:hi])
+
+    in_threads(block, len(clients), threads)
     return out
+
+
+def in_threads(work: Callable[[int, int], None], n: int, threads: int) -> None:
+    """``work(lo, hi)`` over ``threads`` consecutive blocks of range(n), each in a thread of a pool kept for the
+    process (one block: in this thread).  For work that releases the GIL (numba's ``nogil`` loops, NumPy's
+    selections) and whose rows do not depend on one another, so that the result is the one-block result."""
+    threads = max(1, min(threads, n))
+    if threads == 1:
+        work(0, n)
+        return
+    bounds = [n * t // threads for t in range(threads + 1)]
+    for future in [_pool(threads).submit(work, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]:
+        future.result()
+
+
+@functools.cache
+def _pool(threads: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(threads, thread_name_prefix="stacked")
 
 
 def unit_values(A: scipy.sparse.csr_matrix, value: float = 1.0) -> bool:
