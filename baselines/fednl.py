@@ -138,13 +138,16 @@ class FedNLClients:
     g_i.
     The random compressors other than RandK (natural, dithering) draw from a generator per client, seeded by
     the client's id, so that a client draws alike alone or in the stack.
-    ``seconds`` accumulates the wall time of the phases ``oracles``, ``compress`` and ``update``."""
+    ``seconds`` accumulates the wall time of the phases ``oracles``, ``compress`` and ``update``.  ``threads``: the
+    Hessians' product and TopK's selection split over that many threads by clients, the same numbers (1 where a
+    simulated worker holds the clients: the simulator's clock reads its thread's CPU time)."""
 
     def __init__(self, clients: CompactHessians, x0: np.ndarray, *, compressor: Compressor, alpha: float,
-                 option: int, variant: str, seed: int):
+                 option: int, variant: str, seed: int, threads: int = 1):
         self.clients, self.compressor, self.alpha, self.option, self.seed = clients, compressor, alpha, option, seed
+        self.threads = threads
         self.generators = [torch.Generator().manual_seed(seed * 1_000_003 + int(i)) for i in clients.ids]
-        grads, self.H_i = clients.gradients_hessians(x0)                        # H_i⁰ = ∇²O_i(x⁰)
+        grads, self.H_i = clients.gradients_hessians(x0, threads=threads)       # H_i⁰ = ∇²O_i(x⁰)
         self.l_i = np.zeros(clients.m)
         self.g_i = clients.matvec(self.H_i, x0) - grads if variant == "pp" else None  # FedNL-PP's g_i⁰ (l_i⁰ = 0)
         self.seconds = dict.fromkeys(PHASES, 0.0)
@@ -157,7 +160,8 @@ class FedNLClients:
     def compress(self, diff: np.ndarray, members: np.ndarray | None, draw: int) -> np.ndarray:
         """C of each row of ``diff`` (the rows of ``members``; None: all), every client on its own stream."""
         if self.compressor.name == "none" or isinstance(self.compressor, (TopK, RandK)):  # no torch generator
-            return compress_rows(self.compressor, diff, self.clients, members, seed=self.seed, draw=draw)
+            return compress_rows(self.compressor, diff, self.clients, members, seed=self.seed, draw=draw,
+                                 threads=self.threads)
         rows = np.arange(len(diff)) if members is None else members
         if not len(rows):
             return diff.copy()
@@ -169,7 +173,7 @@ class FedNLClients:
         """FedNL's client step at x: (∇O_i(x), α S_i compact, ‖∇²O_i(x) − H_i‖_F (option 2; else 0)) per client,
         H_i ← H_i + α S_i with S_i = C(∇²O_i(x) − H_i)."""
         now = time.perf_counter()
-        grads, diff = self.clients.gradients_hessians(x)
+        grads, diff = self.clients.gradients_hessians(x, threads=self.threads)
         now = self.clock("oracles", now)
         diff -= self.H_i                                                          # ∇²O_i(x) − H_i, in place
         l_i = frobenius_norms(diff, self.clients.weights) if self.option == 2 else np.zeros(len(diff))
@@ -186,7 +190,7 @@ class FedNLClients:
         """FedNL-PP's client step for the sampled ``members`` (w_i = x): the changes (α S_i, Δl_i, Δg_i) of H_i, l_i
         and g_i = (H_i + l_i I) x − ∇O_i(x), per member."""
         now = time.perf_counter()
-        grads, hess = self.clients.gradients_hessians(x, members)
+        grads, hess = self.clients.gradients_hessians(x, members, threads=self.threads)
         now = self.clock("oracles", now)
         S = self.compress(hess - self.H_i[members], members, draw)
         now = self.clock("compress", now)
@@ -352,11 +356,13 @@ class StackedFedNL:
     """All m clients' FedNL in one process, stacked (module docstring), on the clients' rows ``rows`` (their Hessians'
     supports built once per rows, `dane.problems.stacked_hessians.CompactHessians.kept`); `step` runs one round.  No
     communicator: the mean over clients is a sum over the stack's first axis.  ``seconds``: wall time per phase
-    (`PHASES`)."""
+    (`PHASES`).  ``threads``: the clients' (`FedNLClients`; None: torch's intra-op threads, ``torch.get_num_threads``,
+    which ``make bench``'s ``--threads`` sets); the iterates do not depend on it."""
 
     def __init__(self, rows: StackedRows, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", clients_per_round: int | None = None,
-                 ls_c: float = 0.5, ls_gamma: float = 0.5, seed: int = 0, x0: np.ndarray | None = None):
+                 ls_c: float = 0.5, ls_gamma: float = 0.5, seed: int = 0, x0: np.ndarray | None = None,
+                 threads: int | None = None):
         self.compressor = make(compressor)
         self.rows, self.clients = rows, CompactHessians.kept(rows, whole=self.compressor.matrices)
         clients = self.clients
@@ -367,7 +373,8 @@ class StackedFedNL:
         self.sampler = ClientSampler(SimpleNamespace(size=self.m, rank=0), clients_per_round, seed=seed)
         self.x = np.zeros(self.d) if x0 is None else np.array(x0, dtype=np.float64)
         self.client = FedNLClients(clients, self.x, compressor=self.compressor, alpha=self.alpha, option=option,
-                                   variant=variant, seed=seed)
+                                   variant=variant, seed=seed,
+                                   threads=torch.get_num_threads() if threads is None else threads)
         self.H = clients.packed_sum(self.client.H_i) / self.m
         self.g = self.client.g_i.mean(0) if variant == "pp" else None
         self.l = np.zeros(1)

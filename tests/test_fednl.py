@@ -189,6 +189,22 @@ def test_default_alpha_per_class():
     assert hessian_step(make("topk:11"), d, 0.7) == 0.7
 
 
+@pytest.mark.parametrize("spec,variant", [("topk:9", "plain"), ("randk:9", "plain"), ("topk:9", "pp")])
+def test_threads_change_no_iterate(problem, spec, variant):
+    """The Hessians' product and TopK's selection split over threads by clients: the same numbers as one thread."""
+    X, y, _, _ = problem
+    options = dict(variant="pp", clients_per_round=3) if variant == "pp" else {}
+    rows = StackedRows(shards_of(X, y, 5))
+    runs = [StackedFedNL(rows, compressor=spec, seed=2, threads=threads, **options) for threads in (1, 2, 3)]
+    for _ in range(4):
+        for run in runs:
+            run.step()
+    for run in runs[1:]:
+        np.testing.assert_array_equal(run.x, runs[0].x)
+        np.testing.assert_array_equal(run.client.H_i, runs[0].client.H_i)
+        np.testing.assert_array_equal(run.H, runs[0].H)
+
+
 def test_same_seed_same_iterates(problem):
     X, y, _, _ = problem
     runs = [StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="randk:9", seed=s) for s in (7, 7, 8)]

@@ -21,10 +21,12 @@ its |support[c]| ≤ S entries (the padding, position T).  On w8a (d = 301, 142 
 Row j of worker c with non-zeros at columns a_1 < ... < a_k adds :math:`w\,f''(z_j)\,x_{ja}x_{jb}`
 to every a ≤ b among them: k(k+1)/2 products a row instead of d².  They are laid out once as the
 sparse (m·S) x N matrix P with :math:`P_{(c,\,slot(a,b)),\,j} = w\,x_{ja}x_{jb}`, so that a round's
-Hessians are one product, compact(H) = P f''(z) (SciPy's CSR product; a numba kernel measured
-slower here, commit 5cca6b0).  The margins, losses, gradients and f''(z) come from one compiled pass over
-the rows (`dane.problems.stacked_rows.row_pass`), all m workers' or a few's; a few workers' rows of P h are
-`dane.problems.stacked_rows.block_products`.  Compressing the compact rows: `dane.problems.stacked_compress`.
+Hessians are one product, compact(H) = P f''(z): `dane.problems.stacked_rows.block_products`, over P held by
+columns (CSC) with each entry's slot in its client's row (``slots``, 2 bytes where S ≤ 65,536), the sums in the
+order of SciPy's CSR product, bit for bit (that product, and a numba loop over P's rows, took about twice as long
+on a9a and w8a: each slot sums a few products, 17 on a9a and 5 on w8a on average).  The margins, losses,
+gradients and f''(z) come from one compiled pass over the rows (`dane.problems.stacked_rows.row_pass`), all m
+workers' or a few's.  Compressing the compact rows: `dane.problems.stacked_compress`.
 """
 from __future__ import annotations
 
@@ -155,9 +157,10 @@ class CompactHessians:
             rows.hessians = cls(rows, whole=whole)
         return rows.hessians
 
-    def _compact(self, keys: np.ndarray, values: np.ndarray, rows: np.ndarray, whole: bool) -> scipy.sparse.csr_matrix:
+    def _compact(self, keys: np.ndarray, values: np.ndarray, rows: np.ndarray, whole: bool) -> scipy.sparse.csc_matrix:
         """Sets the supports (``support``, ``S``, ``slot_a``/``slot_b``, ``weights``, ``diag_slots``) from the products'
-        keys (`outer_products`) and returns the (m·S) x N operator P with the products at (client·S + slot, j).
+        keys (`outer_products`) and returns the (m·S) x N operator P (CSC) with the products at (client·S + slot, j);
+        sets ``slots``, each stored product's slot (module docstring).
         Memory O(products + m·S): nothing of size m·T unless ``whole``."""
         m, d, T = self.m, self.d, self.T
         diagonal = diagonal_positions(d)  # also the packed triangle's row starts
@@ -179,13 +182,18 @@ class CompactHessians:
         self.weights[padding] = 0.0
         self.diag_slots = np.nonzero((self.slot_a == self.slot_b) & ~padding)[1].reshape(m, d)
         compact_row = (client * S + slot)[np.searchsorted(present, keys)]
-        return scipy.sparse.coo_matrix((values, (compact_row, rows)), shape=(m * S, self.rows.X.shape[0])).tocsr()
+        P = scipy.sparse.coo_matrix((values, (compact_row, rows)), shape=(m * S, self.rows.X.shape[0])).tocsc()
+        # each entry's slot in its client's row: its row of P less client·S, the client that of its column
+        column_client = np.repeat(self.rows.row_client, np.diff(P.indptr))
+        self.slots = (P.indices - column_client * S).astype(np.uint16 if S <= 1 << 16 else np.uint32)
+        return P
 
     # ------------------------------------------------------------------ the workers' oracles
-    def gradients_hessians(self, x: np.ndarray, clients: np.ndarray | None = None
+    def gradients_hessians(self, x: np.ndarray, clients: np.ndarray | None = None, *, threads: int = 1
                            ) -> tuple[np.ndarray, np.ndarray]:
         """(∇O_c(x) stacked (s, d), compact ∇²O_c(x) stacked (s, S)) for ``clients`` (None: all m, in order), from
-        one pass over their rows (`dane.problems.stacked_rows.row_pass`; all m: the rows' kept pass)."""
+        one pass over their rows (`dane.problems.stacked_rows.row_pass`; all m: the rows' kept pass); the Hessians'
+        product on ``threads`` threads (`dane.problems.stacked_rows.block_products`: the same numbers)."""
         each = 1.0 if clients is None else np.isin(np.arange(self.m), clients).astype(np.float64)
         count("local_passes", each)  # per client of the stack (the worker's rows in `dane.work`'s ledger)
         count("local_hessians", each)
@@ -193,14 +201,15 @@ class CompactHessians:
         if clients is None:
             at = rows.rows_at(x, curvature=True)
             grads = at.grads.copy()
-            hess = (self.P @ at.curv).reshape(self.m, self.S)  # SciPy's product: as fast as the compiled loop here
+            hess = block_products(self.P, self.slots, at.curv, rows.start, None, self.S,
+                                  value=self.weight if self.unit else None, threads=threads)
             clients = slice(None)
         else:  # FedNL-PP: s of the m clients, their rows only
             at = row_pass(rows.X, rows.y, rows.start, x, rows.loss, self.weight, clients, curvature=True,
                           unit=rows.unit)
             grads = at.grads
-            hess = block_products(self.P, at.curv, rows.start, clients, self.S,
-                                  value=self.weight if self.unit else None)
+            hess = block_products(self.P, self.slots, at.curv, rows.start, clients, self.S,
+                                  value=self.weight if self.unit else None, threads=threads)
         grads += self.l2 * x
         diag = self.diag_slots[clients]
         hess[np.arange(len(diag))[:, None], diag] += self.l2

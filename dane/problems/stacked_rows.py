@@ -30,7 +30,7 @@ functions (`dane.losses`, and `dane.problems.stacked.ROW_VALUES` for f; on a few
 worker, as each worker alone computes them), and the sums v_c and g_c by one compiled loop (numba) that
 scatters each row into its worker's gradient row.  The former pass multiplied an (m·d) x N operator (row (c, a):
 worker c's entries of feature a) by f', which read twice the memory of X and cost about as much as the rest of
-the record; `block_products` is the compact Hessians' product P h on some workers' rows only.
+the record; `block_products` is the compact Hessians' product P h, all workers' or a few's.
 
 Every sum runs in the order of the products it replaces (row by row; within a worker, the rows in order;
 the weights w·x_ja as that operator stored them; v_c as ``numpy.bincount`` adds), so the results are
@@ -40,7 +40,7 @@ with signed indices numba tests each for a negative value, which made its CSR lo
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import scipy.sparse
@@ -233,16 +233,49 @@ def row_pass(X: scipy.sparse.csr_matrix, y: np.ndarray, start: np.ndarray, x: np
     return RowPass(x.copy(), z, None if values is None else weight * sums, grads if gradients else None, curv)
 
 
-def block_products(P: scipy.sparse.csr_matrix, h: np.ndarray, start: np.ndarray, clients: np.ndarray | None, S: int,
-                   *, value: float | None = None) -> np.ndarray:
-    """(s, S): rows c·S .. c·S + S − 1 of the CSR product P h for each c in ``clients`` (None: all, in order) (SciPy's
-    order of the sums), h given at the clients' rows only, in their order (`row_pass`'s); P's columns are the
-    stacked rows.  ``value``: every stored value of P (binary rows: the row weight), which then is not read."""
+def block_products(P: scipy.sparse.csc_matrix, slots: np.ndarray, h: np.ndarray, start: np.ndarray,
+                   clients: np.ndarray | None, S: int, *, value: float | None = None, threads: int = 1) -> np.ndarray:
+    """(s, S): rows c·S .. c·S + S − 1 of the product P h for each c in ``clients`` (None: all, in order), h given
+    at the clients' rows only, in their order (`row_pass`'s); P (CSC) has the stacked rows as its columns, and
+    ``slots[p]`` is the row of P's stored entry p within its client's block (its row index minus c·S, in the
+    smallest unsigned type holding S).
+
+    Column by column: each row j of client c adds P_rj·h_j to its slots, j ascending, so every slot's sum runs in
+    the order of SciPy's CSR product row by row (its columns sorted), from 0.0, bit for bit; a row's products go
+    to one client's block (its S numbers, in the first- or second-level cache) instead of a CSR row's few reads
+    of h per slot.  ``value``: every stored value of P (binary rows: the row weight), which then is not read.
+    ``threads``: the clients split in that many blocks, one a thread (`in_threads`; each block's numbers alike)."""
     clients = np.arange(len(start) - 1) if clients is None else np.asarray(clients, dtype=np.int64)
     out = np.empty((len(clients), S))
-    _kernels()[2](unsigned(P.indptr), unsigned(P.indices), P.data, value is not None, 0.0 if value is None else value,
-                  h, unsigned(start), unsigned(clients), np.uint64(S), out)
+    first_row = np.concatenate([[0], np.cumsum(start[clients + 1] - start[clients])])  # of each client's in h
+    kernel = _kernels()[2]  # compiled here, once, not in the threads
+
+    def block(lo: int, hi: int) -> None:
+        kernel(unsigned(P.indptr), slots, P.data, value is not None, 0.0 if value is None else value,
+               h[first_row[lo]:], unsigned(start), unsigned(clients[lo:hi]), out[lo:hi])
+
+    in_threads(block, len(clients), threads)
     return out
+
+
+def in_threads(work: Callable[[int, int], None], n: int, threads: int) -> None:
+    """``work(lo, hi)`` over ``threads`` consecutive blocks of range(n), each in a thread of a pool kept for the
+    process (one block: in this thread).  For work that releases the GIL (numba's ``nogil`` loops, NumPy's
+    selections) and whose rows do not depend on one another, so that the result is the one-block result."""
+    threads = max(1, min(threads, n))
+    if threads == 1:
+        work(0, n)
+        return
+    bounds = [n * t // threads for t in range(threads + 1)]
+    for future in [_pool(threads).submit(work, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]:
+        future.result()
+
+
+@functools.cache
+def _pool(threads: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(threads, thread_name_prefix="stacked")
 
 
 def unit_values(A: scipy.sparse.csr_matrix, value: float = 1.0) -> bool:
@@ -300,20 +333,20 @@ def _kernels():
             totals[k] = total
 
     @numba.njit(cache=True, nogil=True)
-    def block_products_(indptr, indices, data, constant, value, h, start, clients, S, out):
-        at = 0  # where h holds client k's first row (P's columns are stacked rows, h the clients' rows only)
+    def block_products_(colptr, slots, data, constant, value, h, start, clients, out):
+        at = 0  # where h holds the current row (h: the clients' rows only, in order)
         for k in range(len(clients)):
             c = clients[k]
-            first, shift = c * S, start[c]
-            for r in range(S):
-                s = 0.0
-                if constant:  # every product is ``value``: the same sum without reading them
-                    for p in range(indptr[first + r], indptr[first + r + 1]):
-                        s += value * h[at + (indices[p] - shift)]
+            block = out[k]
+            block[:] = 0.0
+            for j in range(start[c], start[c + 1]):
+                if constant:  # every product is ``value``: the same term without reading them
+                    term = value * h[at]
+                    for p in range(colptr[j], colptr[j + 1]):
+                        block[slots[p]] += term
                 else:
-                    for p in range(indptr[first + r], indptr[first + r + 1]):
-                        s += data[p] * h[at + (indices[p] - shift)]
-                out[k, r] = s
-            at += start[c + 1] - shift
+                    for p in range(colptr[j], colptr[j + 1]):
+                        block[slots[p]] += data[p] * h[at]
+                at += 1
 
     return margins, sums, block_products_
