@@ -24,7 +24,9 @@ records the gradient norm either way; ``algorithm.alpha`` sets it).
 
 ``variant=ls`` (FedNL-LS, Algorithm 2): the step is x_k + t d_k, d_k = −[H]_μ⁻¹∇O(x_k), t the first
 of 1, γ, γ², … with O(x_k + t d_k) ≤ O(x_k) + c t ⟨∇O(x_k), d_k⟩ (c = ``ls_c``, γ = ``ls_gamma``),
-one more allreduce (the clients' objective values) per trial.
+one more allreduce (the clients' objective values) per trial.  The paper searches without end; here at most
+60 trials (γ⁶⁰ ≈ 1e-18 at γ = 1/2), and where none passes (a direction that is no descent at round-off) the
+round keeps x_k (t = 0, recorded as ``step_size``) rather than take a step no trial tested.
 
 ``variant=pp`` (FedNL-PP, Algorithm 3): s = ``clients_per_round`` clients a round
 (`dane.sampling`).  Client i keeps w_i, H_i, l_i = ‖H_i − ∇²O_i(w_i)‖_F and

@@ -94,11 +94,12 @@ def newton_direction(H: np.ndarray, g: np.ndarray, l: float, *, option: int, mu:
 
 def armijo_backtrack(objective, x: np.ndarray, f_x: float, g: np.ndarray, direction: np.ndarray, *,
                      c: float, gamma: float) -> tuple[float, int]:
-    """(t, trials): the first t = γ^j with objective(x + t·direction) ≤ f_x + c t ⟨g, direction⟩ (FedNL-LS)."""
+    """(t, trials): the first t = γ^j with objective(x + t·direction) ≤ f_x + c t ⟨g, direction⟩ (FedNL-LS); t = 0
+    (no step) where none of the `LS_TRIALS` trials passes."""
     slope = float(g @ direction)
     t = 1.0
     for trial in range(1, LS_TRIALS + 1):
         if objective(x + t * direction) <= f_x + c * t * slope:
             return t, trial
         t *= gamma
-    return t, LS_TRIALS
+    return 0.0, LS_TRIALS

@@ -120,7 +120,8 @@ for rows in (X, scipy.sparse.csr_matrix(np.where(np.abs(X) > 1, X, 0.0))):  # de
     for dtype in (torch.float64, torch.float32):  # SVRG: the squared/logistic and the softmax kernels
         for problem in (dane.problems.LogReg(rows, binary, lam=1e-2), dane.problems.Softmax(rows, classes, lam=1e-2)):
             dane.fit(problem, "inexact_dane", workers=1, rounds=1, dtype=dtype)
-    dane.fit(dane.problems.LogReg(rows, binary, lam=1e-2), "fednl", workers=2, rounds=1, compressor="randk:5")
+    for compressor in ("randk:5", "topk:5"):  # FedNL: TopK copies its kept entries with a kernel of its own
+        dane.fit(dane.problems.LogReg(rows, binary, lam=1e-2), "fednl", workers=2, rounds=1, compressor=compressor)
 for dtype in ("float64", "float32"):  # the low-rank stacked ridge (n_i < d): its Gram and Woodbury products
     execute(run_spec(compose_job(("problem=ridge_synthetic", "problem.n_samples=64", "problem.dim=8", "workers=32",
                                   "sim.batched=true", "rounds=2", "quiet=true", f"dtype={dtype}"))), None)

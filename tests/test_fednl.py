@@ -329,3 +329,16 @@ def test_compact_compression_equals_packed(spec):
         want = pack(compressor(torch.from_numpy(unpack(packed, clients.d)),
                                torch.Generator().manual_seed(0)).numpy())
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+
+
+def test_a_line_search_that_no_trial_passes_takes_no_step():
+    """FedNL-LS's Armijo search: the first passing t of 1, γ, γ², …; where no trial passes (an ascent direction
+    against an O(x_k) a little below the objective's own value, as a reduced sum can round) the round keeps its
+    iterate (t = 0) after the 60 trials it paid for, instead of an untested γ⁶⁰."""
+    from baselines.fednl_server import LS_TRIALS, armijo_backtrack
+
+    x, g = np.array([1.0, -2.0]), np.array([2.0, -4.0])  # O(x) = ‖x‖², its gradient 2x
+    objective = lambda z: float(z @ z)  # noqa: E731
+    assert armijo_backtrack(objective, x, objective(x), g, -g / 2, c=0.5, gamma=0.5) == (1.0, 1)  # Newton: t = 1
+    assert armijo_backtrack(objective, x, objective(x), g, -2 * g, c=0.5, gamma=0.5) == (0.25, 3)  # 4x too long
+    assert armijo_backtrack(objective, x, objective(x) - 1e-9, g, g, c=0.5, gamma=0.5) == (0.0, LS_TRIALS)
