@@ -120,8 +120,8 @@ def _mix(z: np.ndarray) -> np.ndarray:
 
 @functools.cache
 def copy_kept():
-    """TopK's copy of each row's kept entries (``out[r, kept[r]] = diff[r, kept[r]]``), compiled by numba on first use:
-    NumPy's fancy indexing of the (m, k) positions took about as long as a fifth of the ``argpartition`` (a9a)."""
+    """TopK's copy of each row's kept entries (``out[r, kept[r]] = diff[r, kept[r]]``), compiled by numba on first use
+    (``cache=True``: once per machine), in place of NumPy's fancy indexing of the (m, k) positions."""
     import numba
 
     @numba.njit(cache=True, nogil=True)
