@@ -287,3 +287,16 @@ def adiana_gamma(lr: float, mu: float, theta1: float) -> float:
 def adiana_beta(gamma: float, mu: float) -> float:
     """ADIANA's β = 1 − γμ, the weight of z^k in z^{k+1}.  Source: as `adiana_probability`."""
     return 1.0 - gamma * mu
+
+
+def dasha_momentum(omega: float) -> float:
+    """DASHA's a = 1/(2ω + 1) (1 at ω = 0, where DASHA is GD).  Source: Tyurin & Richtárik 2023 (DASHA,
+    arXiv:2202.01268), Theorem 6.1, the gradient setting."""
+    return 1.0 / (2.0 * omega + 1.0)
+
+
+def dasha_step(smoothness: float, smoothness_rms: float, omega: float, workers: int) -> float:
+    r"""DASHA's γ = 1/(L + sqrt(16ω(2ω + 1)/n) L̂), L the smoothness of f (here L̄ = mean_i L_i ≥ L, GD's bound) and
+    L̂ = sqrt(mean_i L_i²).  Source: Tyurin & Richtárik 2023, Theorem 6.1 (the gradient setting, a = 1/(2ω + 1),
+    g_i⁰ = h_i⁰ = ∇f_i(x⁰)), its largest step.  At ω = 0 it is 1/L̄."""
+    return 1.0 / (smoothness + math.sqrt(16.0 * omega * (2.0 * omega + 1.0) / workers) * smoothness_rms)
