@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import torch
 
-from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.compress import make
