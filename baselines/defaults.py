@@ -47,6 +47,8 @@ LOCAL_RETRIES = 3
 FEDRED_LOCAL_STEPS = 10
 #: ... and the most under sampling (1/(γλ_S) grows as 1/q without bound as s nears m)
 FEDRED_MAX_SAMPLED_STEPS = 100
+#: ADIANA's θ₂, the weight of w^k in x^k (Li, Kovalev, Qian & Richtárik 2020: θ₂ = 1/2 in their theorems)
+ADIANA_THETA2 = 0.5
 
 
 @dataclass
@@ -250,3 +252,51 @@ def ef21_step(smoothness: float, smoothness_rms: float, delta: float) -> float:
         return 1.0 / smoothness
     theta, beta = 1.0 - root, (1.0 - delta) / (1.0 - root)
     return 1.0 / (smoothness + smoothness_rms * math.sqrt(beta / theta))
+
+
+def adiana_probability(omega: float, workers: int) -> float:
+    r"""ADIANA's p = min(1, max(1, sqrt(n/(32ω)) − 1)/(2(1 + ω))), the probability of w^{k+1} = y^k (1 at ω = 0).
+    Source: Li, Kovalev, Qian & Richtárik 2020 (arXiv:2002.11364), the parameters of their strongly convex ADIANA
+    theorem, as the FedNL paper's public code (Rustem-Islamov/FedNL-Public, ``adiana``) sets them:
+    min(1, max(α/2, (α/2)(sqrt(n/(32ω)) − 1))), α = 1/(ω + 1)."""
+    if omega == 0:
+        return 1.0
+    return min(1.0, max(1.0, math.sqrt(workers / (32.0 * omega)) - 1.0) / (2.0 * (1.0 + omega)))
+
+
+def adiana_step(smoothness: float, omega: float, workers: int, p: float) -> float:
+    r"""ADIANA's η = min(1/(2L), n/(64 ω L (2p(ω + 1) + 1)²)) (1/(2L) at ω = 0), L = max_i L_i (the theorem takes
+    every f_i L-smooth).  Source: as `adiana_probability` (the same theorem; FedNL-Public's ``adiana``)."""
+    step = 0.5 / smoothness
+    if omega == 0:
+        return step
+    return min(step, workers / (64.0 * omega * smoothness * (2.0 * p * (omega + 1.0) + 1.0) ** 2))
+
+
+def adiana_theta1(lr: float, mu: float, p: float) -> float:
+    """ADIANA's θ₁ = min(1/4, sqrt(ημ/p)), the weight of z in x^k (θ₂ = `ADIANA_THETA2` that of w).  Source: as
+    `adiana_probability` (the same theorem, which holds for μ > 0)."""
+    return min(0.25, math.sqrt(lr * mu / p))
+
+
+def adiana_gamma(lr: float, mu: float, theta1: float) -> float:
+    """ADIANA's γ = η/(2(θ₁ + ημ)), the step of z.  Source: as `adiana_probability`."""
+    return lr / (2.0 * (theta1 + lr * mu))
+
+
+def adiana_beta(gamma: float, mu: float) -> float:
+    """ADIANA's β = 1 − γμ, the weight of z^k in z^{k+1}.  Source: as `adiana_probability`."""
+    return 1.0 - gamma * mu
+
+
+def dasha_momentum(omega: float) -> float:
+    """DASHA's a = 1/(2ω + 1) (1 at ω = 0, where DASHA is GD).  Source: Tyurin & Richtárik 2023 (DASHA,
+    arXiv:2202.01268), Theorem 6.1, the gradient setting."""
+    return 1.0 / (2.0 * omega + 1.0)
+
+
+def dasha_step(smoothness: float, smoothness_rms: float, omega: float, workers: int) -> float:
+    r"""DASHA's γ = 1/(L + sqrt(16ω(2ω + 1)/n) L̂), L the smoothness of f (here L̄ = mean_i L_i ≥ L, GD's bound) and
+    L̂ = sqrt(mean_i L_i²).  Source: Tyurin & Richtárik 2023, Theorem 6.1 (the gradient setting, a = 1/(2ω + 1),
+    g_i⁰ = h_i⁰ = ∇f_i(x⁰)), its largest step.  At ω = 0 it is 1/L̄."""
+    return 1.0 / (smoothness + math.sqrt(16.0 * omega * (2.0 * omega + 1.0) / workers) * smoothness_rms)

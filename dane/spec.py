@@ -175,7 +175,7 @@ def check_compression(comm: Communication) -> None:
 def refuse_compression(algorithm: AlgorithmConfig, comm: Communication) -> None:
     """An algorithm that declares no compressible message (`dane.algorithm.Algorithm.compressible`) takes only
     ``comm.compress=none`` (bit counts, nothing compressed); one that compresses its own messages
-    (``compressed_messages``: DIANA, MARINA, EF21) takes none at all: it counts its own bits."""
+    (``compressed_messages``: DIANA, ADIANA, MARINA, EF21) takes none at all: it counts its own bits."""
     if comm.compress is not None and algorithm.algorithm.compressed_messages:
         raise ConfigError(f"algorithm={algorithm.name} compresses its own messages (algorithm.compressor) and counts "
                           f"their bits; comm.compress would compress them twice: set comm.compress=null")

@@ -1,6 +1,6 @@
-"""DIANA, MARINA and EF21 (baselines/diana.py, marina.py, ef21.py): each reduces to GD where its paper says so, each
-equals a NumPy transcription of its paper's algorithm on the per-worker simulator, its bits are hand counts, the
-defaults a run resolves are its rules' values (the rules by hand: test_default_rules.py), and comm.compress is
+"""DIANA, ADIANA, MARINA, DASHA and EF21 (baselines/diana.py, adiana.py, marina.py, dasha.py, ef21.py): each reduces
+to GD (ADIANA to the accelerated gradient method) where its paper says so, each equals a NumPy transcription of its paper's algorithm
+on the per-worker simulator, its bits are hand counts, the defaults a run resolves are its rules' values (the rules by hand: test_default_rules.py), and comm.compress is
 refused beside its own compressor."""
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from dane.baselines.defaults import diana_shift_step, diana_step
+from dane.baselines.adiana import ADIANAConfig
+from dane.baselines.dasha import DASHAConfig
+from dane.baselines.defaults import (adiana_beta, adiana_gamma, adiana_probability, adiana_step, adiana_theta1,
+                                     dasha_momentum, dasha_step, diana_shift_step, diana_step)
 from dane.baselines.diana import DIANAConfig
 from dane.baselines.ef21 import EF21Config
 from dane.baselines.gd import GDConfig
@@ -67,6 +70,37 @@ def test_marina_with_p_one_is_gd_bit_for_bit(shards):
     assert all(torch.equal(a, b) for a, b in zip(marina, gd, strict=True))
     assert [r["full_round"] for r in records[:-1]] == [1.0] * ROUNDS
     assert [r["objective"] for r in records] == [r["objective"] for r in gd_records]
+
+
+ADIANA_GIVEN = dict(lr=0.2, theta1=0.2, gamma=0.5, beta=0.9)  # every parameter given: no measurement
+
+
+def accelerated(data, lr, theta1, gamma, beta, rounds=ROUNDS):
+    """The deterministic accelerated method ADIANA is at ω = 0 and p = 1 (w^k = y^{k−1}, g^k = ∇f(x^k)): y^k."""
+    y = z = w = np.zeros(D)
+    out = []
+    for _ in range(rounds):
+        out.append(y.copy())
+        x = theta1 * z + 0.5 * w + (0.5 - theta1) * y
+        g = np.mean([gradient(parts, x) for parts in data], axis=0)
+        y, w = x - lr * g, y
+        z = beta * z + (1 - beta) * x - gamma * g
+    return out
+
+
+def test_adiana_without_compression_and_p_one_is_the_accelerated_gradient_method(shards):
+    data = numpy_shards(shards)
+    got, records = iterates(ADIANAConfig(compressor="none", p=1.0, alpha=1.0, **ADIANA_GIVEN), shards)
+    reference = np.stack(accelerated(data, **ADIANA_GIVEN))
+    np.testing.assert_allclose(np.stack([t.numpy() for t in got[:ROUNDS]]), reference, rtol=0, atol=1e-13)  # h + mean(∇O_i − h_i): the mean gradient to round-off
+    assert [r["w_refreshed"] for r in records[:-1]] == [1.0] * ROUNDS
+
+
+def test_dasha_without_compression_is_gd(shards):
+    dasha, _ = iterates(DASHAConfig(compressor="none", lr=0.3), shards)  # a = 1/(2·0 + 1) = 1
+    gd, _ = iterates(GDConfig(lr=0.3), shards)
+    for a, b in zip(dasha, gd, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-14)  # g + mean(∇O_i − g_i): GD's gradient to round-off
 
 
 def test_ef21_without_compression_is_gd(shards):
@@ -149,6 +183,52 @@ def test_marina_equals_its_numpy_transcription_with_seeded_randk_and_the_shared_
     assert 0 < sum(flips) < ROUNDS  # both kinds of round happen here
 
 
+def test_adiana_equals_its_numpy_transcription_with_seeded_randk_and_the_shared_coin(shards):
+    """Li et al. 2020's ADIANA line by line, h_i⁰ = 0; Q(∇f_i(x^k) − h_i) drawn before Q(∇f_i(w^k) − h_i)."""
+    data, k, lr, p, alpha, theta1, theta2, gamma, beta = numpy_shards(shards), 5, 0.2, 0.4, 0.1, 0.2, 0.5, 0.5, 0.9
+    coin = np.random.default_rng(np.random.SeedSequence([SEED, COIN_STREAM]))
+    y, z, w, h, h_i, gens, out, flips = np.zeros(D), np.zeros(D), np.zeros(D), np.zeros(D), np.zeros((M, D)), \
+        streams(), [], []
+    for _ in range(ROUNDS):
+        out.append(y.copy())
+        x = theta1 * z + theta2 * w + (1 - theta1 - theta2) * y
+        deltas, deltas_w = np.zeros((M, D)), np.zeros((M, D))
+        for i in range(M):
+            deltas[i] = randk(gradient(data[i], x) - h_i[i], k, gens[i])
+            deltas_w[i] = randk(gradient(data[i], w) - h_i[i], k, gens[i])
+            h_i[i] += alpha * deltas_w[i]
+        g = deltas.mean(0) + h
+        h = h + alpha * deltas_w.mean(0)
+        y_next = x - lr * g
+        z = beta * z + (1 - beta) * x + (gamma / lr) * (y_next - x)
+        refresh = coin.random() < p
+        flips.append(float(refresh))
+        w = y if refresh else w                                   # w^{k+1} = y^k with probability p
+        y = y_next
+    got, records = iterates(ADIANAConfig(compressor=f"randk:{k}", lr=lr, p=p, alpha=alpha, theta1=theta1,
+                                         gamma=gamma, beta=beta, seed=SEED), shards)
+    np.testing.assert_allclose(np.stack([t.numpy() for t in got[:ROUNDS]]), np.stack(out), rtol=0, atol=1e-13)
+    assert [r["w_refreshed"] for r in records[:ROUNDS]] == flips
+    assert 0 < sum(flips) < ROUNDS  # both kinds of round happen here
+
+
+def test_dasha_equals_its_numpy_transcription_with_seeded_randk(shards):
+    """Tyurin & Richtárik's Algorithm 1 (gradient setting), g_i⁰ = h_i⁰ = ∇f_i(x⁰)."""
+    data, k, lr, a = numpy_shards(shards), 5, 0.2, 0.3
+    x, gens, out = np.zeros(D), streams(), []
+    h_i = np.stack([gradient(data[i], x) for i in range(M)])
+    g_i = h_i.copy()
+    g = g_i.mean(0)
+    for _ in range(ROUNDS):
+        out.append(x.copy())
+        x = x - lr * g                                            # x^{t+1} = x^t − γ g^t
+        h_next = np.stack([gradient(data[i], x) for i in range(M)])
+        m_i = np.stack([randk(h_next[i] - h_i[i] - a * (g_i[i] - h_i[i]), k, gens[i]) for i in range(M)])
+        g_i, h_i, g = g_i + m_i, h_next, g + m_i.mean(0)
+    got, _ = iterates(DASHAConfig(compressor=f"randk:{k}", lr=lr, momentum=a, seed=SEED), shards)
+    np.testing.assert_allclose(np.stack([t.numpy() for t in got[:ROUNDS]]), np.stack(out), rtol=0, atol=1e-13)
+
+
 def test_ef21_equals_its_numpy_transcription_with_topk(shards):
     data, k, lr = numpy_shards(shards), 4, 0.3
     w, g_i, out = np.zeros(D), np.zeros((M, D)), []
@@ -166,8 +246,10 @@ def test_ef21_equals_its_numpy_transcription_with_topk(shards):
 
 
 def test_checkpointed_diana_and_marina_go_on_as_if_never_stopped(shards):
-    for config in (DIANAConfig(compressor="randk:5", lr=0.2, seed=SEED), MARINAConfig(compressor="randk:5", lr=0.2,
-                                                                                      p=0.4, seed=SEED)):
+    for config in (DIANAConfig(compressor="randk:5", lr=0.2, seed=SEED),
+                   MARINAConfig(compressor="randk:5", lr=0.2, p=0.4, seed=SEED),
+                   ADIANAConfig(compressor="randk:5", p=0.4, seed=SEED, **ADIANA_GIVEN),
+                   DASHAConfig(compressor="randk:5", lr=0.2, seed=SEED)):
         for straight, resumed, w_straight, w_resumed in straight_and_resumed(config, shards):
             assert straight == resumed and torch.equal(w_straight, w_resumed)
 
@@ -188,6 +270,13 @@ def test_bits_per_message_are_the_hand_counts():
     assert 0 < sum(flags[1:]) < 7 and flags[0] == 1.0  # round 0 is full; later ones by the coin
     sent = np.cumsum([0] + [64 * D + per_metric if full else 64 * k + per_metric for full in flags])
     assert [r["uplink_bits"] for r in records] == sent.tolist()
+    records, _ = fit(ADIANAConfig(compressor=f"randk:{k}", p=0.4, **ADIANA_GIVEN))
+    assert [r["uplink_bits"] for r in records] == [t * (2 * 64 * k + per_metric) for t in range(ROUNDS + 1)]
+    assert [r["downlink_bits"] for r in records] == [t * 64 * (2 * D + METRICS) for t in range(ROUNDS + 1)]
+    records, _ = fit(DASHAConfig(compressor=f"randk:{k}", lr=0.2))
+    first = 64 * D + per_metric                                   # round 0: the full gradient
+    assert [r["uplink_bits"] for r in records] == [0] + [first + t * (64 * k + per_metric) for t in range(ROUNDS)]
+    assert [r["downlink_bits"] for r in records] == [t * down for t in range(ROUNDS + 1)]
     records, _ = fit(DIANAConfig(compressor="natural", lr=0.2), rounds=2)
     assert records[-1]["uplink_bits"] == 2 * (12 * D + per_metric)  # sign and 11 exponent bits an entry
 
@@ -204,6 +293,22 @@ def test_resolved_defaults_are_the_rules_of_the_measured_constants_and_land_in_t
     assert [(e["key"], e["rule"]) for e in summary["defaults"]] == [("algorithm.p", "marina_probability"),
                                                                    ("algorithm.lr", "marina_step")]
     assert summary["defaults"][0]["value"] == 0.1
+    _, summary = fit(ADIANAConfig(compressor="randk:3"), rounds=1)
+    found = {e["key"].split(".")[1]: e for e in summary["defaults"]}
+    assert list(found) == ["alpha", "p", "lr", "mu", "theta1", "gamma", "beta"]  # the theorem's order
+    value = {key: e["value"] for key, e in found.items()}
+    omega, smoothness = D / 3 - 1, found["lr"]["stats"]["smoothness"]
+    assert value["alpha"] == diana_shift_step(omega) and value["p"] == adiana_probability(omega, M)
+    assert value["lr"] == adiana_step(smoothness, omega, M, value["p"])
+    assert value["mu"] >= LOGREG.lam  # μ̲: at least the ℓ2 weight
+    assert value["theta1"] == adiana_theta1(value["lr"], value["mu"], value["p"])
+    assert value["gamma"] == adiana_gamma(value["lr"], value["mu"], value["theta1"])
+    assert value["beta"] == adiana_beta(value["gamma"], value["mu"])
+    _, summary = fit(DASHAConfig(compressor="randk:3"), rounds=1)
+    momentum, lr = summary["defaults"]
+    stats = lr["stats"]
+    assert momentum["key"] == "algorithm.momentum" and momentum["value"] == dasha_momentum(D / 3 - 1)
+    assert lr["value"] == dasha_step(stats["smoothness"], stats["smoothness_rms"], D / 3 - 1, M)
     _, summary = fit(EF21Config(compressor="topk:3"), rounds=1)
     (entry,) = summary["defaults"]
     assert entry["rule"] == "ef21_step" and entry["stats"]["delta"] == 0.1
@@ -211,7 +316,7 @@ def test_resolved_defaults_are_the_rules_of_the_measured_constants_and_land_in_t
 
 # ------------------------------------------------------------------ refusals, one line each
 def test_comm_compress_and_biased_compressors_are_refused():
-    for algorithm in (DIANAConfig(), MARINAConfig(), EF21Config()):
+    for algorithm in (DIANAConfig(), ADIANAConfig(), MARINAConfig(), DASHAConfig(), EF21Config()):
         with pytest.raises(ConfigError, match="compresses its own messages.*set comm.compress=null"):
             RunSpec(problem=LOGREG, algorithm=algorithm, comm=Communication(workers=M, compress="none"))
     with pytest.raises(ConfigError, match="algorithm=diana needs an unbiased compressor"):
@@ -220,6 +325,14 @@ def test_comm_compress_and_biased_compressors_are_refused():
         MARINAConfig(compressor="topk:3")
     with pytest.raises(ConfigError, match=r"algorithm.p must be in \(0, 1\]"):
         MARINAConfig(p=1.5)
+    with pytest.raises(ConfigError, match="algorithm=adiana needs an unbiased compressor"):
+        ADIANAConfig(compressor="topk:3")
+    with pytest.raises(ConfigError, match=r"algorithm.theta1 must be in \(0, 0.5\]"):
+        ADIANAConfig(theta1=0.6)
+    with pytest.raises(ConfigError, match="algorithm=dasha needs an unbiased compressor"):
+        DASHAConfig(compressor="topk:3")
+    with pytest.raises(ConfigError, match=r"algorithm.momentum must be in \(0, 1\]"):
+        DASHAConfig(momentum=0.0)
     with pytest.raises(ConfigError, match="d×d matrices"):
         EF21Config(compressor="rank:1")
 
@@ -238,7 +351,9 @@ def test_ef21_runs_one_thread_per_worker():
 
 @pytest.mark.parametrize("algorithm", [DIANAConfig(compressor="randk:5", seed=SEED),
                                        DIANAConfig(compressor="natural", lr=0.05, seed=SEED),
-                                       MARINAConfig(compressor="randk:5", p=0.4, seed=SEED)])
+                                       MARINAConfig(compressor="randk:5", p=0.4, seed=SEED),
+                                       ADIANAConfig(compressor="randk:5", p=0.4, seed=SEED),
+                                       DASHAConfig(compressor="randk:5", seed=SEED)])
 def test_the_batched_simulator_gives_the_per_worker_records(algorithm):
     """Each worker's Q from its own stream on both paths: the same draws, the same iterates to round-off, the same
     bits (equal shards of a ridge problem, which stacks)."""
@@ -253,7 +368,7 @@ def test_the_batched_simulator_gives_the_per_worker_records(algorithm):
     (threads, per_worker), (stacked, batched) = runs["false"], runs["true"]
     assert batched["simulator_path"] == "batched" and per_worker["compression"] == batched["compression"]
     for a, b in zip(threads, stacked, strict=True):
-        for key in ("uplink_bits", "downlink_bits", "bytes_sent", "comm_rounds", "full_round"):
+        for key in ("uplink_bits", "downlink_bits", "bytes_sent", "comm_rounds", "full_round", "w_refreshed"):
             assert a.get(key) == b.get(key), key
         assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
     assert [e["value"] for e in per_worker["defaults"]] == pytest.approx([e["value"] for e in batched["defaults"]],

@@ -80,6 +80,25 @@ ROWS = [
     (d.ef21_step, (2.0, 3.0, 0.75), {}, 0.2),                            # θ = 1/2, β = 1/2: 1/(2 + 3)
     (d.ef21_step, (2.0, 3.0, 0.19), {}, 1 / 29),                         # θ = 0.1, β = 8.1, sqrt(β/θ) = 9
     (d.ef21_step, (2.0, 3.0, 1.0), {}, 0.5),                             # δ = 1 (no compression): 1/L
+    # ADIANA (Li et al. 2020): p = min(1, max(1, sqrt(n/(32ω)) − 1)/(2(1 + ω))), η = min(1/(2L), n/(64ωL(2p(ω+1)+1)²)),
+    # θ₁ = min(1/4, sqrt(ημ/p)), γ = η/(2(θ₁ + ημ)), β = 1 − γμ
+    (d.adiana_probability, (0.0, 4), {}, 1.0),                           # ω = 0: every round refreshes w
+    (d.adiana_probability, (9.0, 4), {}, 0.05),                          # sqrt(4/288) − 1 < 1: 1/(2·10)
+    (d.adiana_probability, (1.0, 512), {}, 0.75),                        # sqrt(16) − 1 = 3: 3/(2·2)
+    (d.adiana_probability, (0.5, 1600), {}, 1.0),                        # sqrt(100) − 1 = 9: 9/3 = 3, capped at 1
+    (d.adiana_step, (4.0, 0.0, 4, 1.0), {}, 0.125),                      # ω = 0: 1/(2L)
+    (d.adiana_step, (4.0, 9.0, 4, 0.05), {}, 1 / 2304),                  # 2p(ω+1)+1 = 2: 4/(64·9·4·4)
+    (d.adiana_step, (4.0, 1.0, 1024, 0.75), {}, 0.125),                  # 1024/(64·4·16) = 0.25 > 1/(2L)
+    (d.adiana_theta1, (0.01, 0.04, 0.25), {}, 0.04),                     # sqrt(0.0004/0.25)
+    (d.adiana_theta1, (1.0, 1.0, 1.0), {}, 0.25),                        # capped at 1/4
+    (d.adiana_gamma, (0.01, 0.04, 0.04), {}, 0.01 / 0.0808),             # 0.01/(2(0.04 + 0.0004))
+    (d.adiana_beta, (0.5, 0.04), {}, 0.98),
+    # DASHA (Tyurin & Richtárik 2023, Theorem 6.1): a = 1/(2ω + 1), γ = 1/(L + sqrt(16ω(2ω + 1)/n) L̂)
+    (d.dasha_momentum, (0.0,), {}, 1.0),
+    (d.dasha_momentum, (9.0,), {}, 1 / 19),
+    (d.dasha_step, (2.0, 3.0, 0.0, 4), {}, 0.5),                         # ω = 0: 1/L
+    (d.dasha_step, (2.0, 3.0, 1.0, 3), {}, 1 / 14),                      # sqrt(16·1·3/3) = 4: 1/(2 + 12)
+    (d.dasha_step, (2.0, 3.0, 9.0, 4), {}, 1 / (2 + 18 * 19 ** 0.5)),    # sqrt(16·9·19/4) = 6 sqrt(19), times 3
 ]
 
 
@@ -113,6 +132,7 @@ def test_the_constants_are_the_documented_ones():
     assert (d.GAP_BALANCE, d.ACC_GAP_BALANCE, d.PROX_PER_DISSIMILARITY) == (1.0, 2.0, 1 / 512)
     assert (d.HETEROGENEITY_DIVISOR, d.ACC_HETEROGENEITY_DIVISOR) == (16, 4)
     assert (d.SAMPLED_PROX_PER_CURVATURE, d.ACC_SAMPLED_PROX_PER_CURVATURE) == (0.5, 1.0)
+    assert d.ADIANA_THETA2 == 0.5
     assert (d.SERVER_STEP, d.FEDRED_LOCAL_STEPS, d.FEDRED_MAX_SAMPLED_STEPS, d.DISSIMILARITY_FLOOR) == (1.5, 10, 100,
                                                                                                        1e-6)
 

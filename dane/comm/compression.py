@@ -28,11 +28,11 @@ a sparse message, whose ring reduction densifies, and for the dense downlink.
 A compressed round's logged ``grad_norm`` is that of the decoded mean gradient, the one the method
 steps with; the objective and suboptimality ride uncompressed.
 
-*A method that owns its compressor* (``algorithm=diana``, ``marina``, ``ef21``: `dane.algorithm.Algorithm`'s
-``compressed_messages``) installs this counter itself, with ``precompressed=True`` where it compresses its
-messages itself (DIANA and MARINA keep what they sent: the shifts learn from it): a tensor of a named kind is
-then counted at `Compressor.bits`, as above, and passed on as it is, never compressed a second time.  Such a
-method refuses ``comm.compress`` (`dane.spec.refuse_compression`).
+*A method that owns its compressor* (``algorithm=diana``, ``adiana``, ``marina``, ``dasha``, ``ef21``:
+`dane.algorithm.Algorithm`'s ``compressed_messages``) installs this counter itself, with ``precompressed=True``
+where it compresses its messages itself (DIANA, ADIANA, MARINA and DASHA keep what they sent: the shifts learn from
+it): a tensor of a named kind is then counted at `Compressor.bits`, as above, and passed on as it is, never
+compressed a second time.  Such a method refuses ``comm.compress`` (`dane.spec.refuse_compression`).
 
 Randomness: one `torch.Generator` per worker seeded from the run's seed and the rank (the
 server, knowing the seeds, draws RandK's indices itself: they are not sent), checkpointed with
