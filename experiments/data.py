@@ -4,7 +4,8 @@
     dane data push a9a.svm --uri mongodb://localhost:27017/dane --collection a9a
     dane data push features.npz --uri stores/demo --collection features
     dane data push images/ --uri stores/demo --collection shapes       # images/<label>/<image>.png
-    dane data push adult.csv --target income --client-column workclass --uri stores/demo --collection adult
+    dane data push adult_like.csv --target income --categorical education sex --client-column workclass \\
+        --uri stores/demo --collection adult
 
 The format is the file's suffix (``.csv``, ``.npz``, anything else LIBSVM) or a folder of images. A
 table is read by the source ``data=csv|libsvm|npz`` would use, with the options given here, so a

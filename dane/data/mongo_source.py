@@ -15,8 +15,9 @@ each row's client in the field ``client``; a run with ``data.client_column=NAME`
 projection ``(id, client)`` alone (`clients`) and deals it by `dane.data.sharding.column_shards`, so
 the shards, and the notes, are those of the file source on the file pushed.
 
-    dane data push adult.csv --target income --client-column workclass --uri stores/demo --collection adult
-    dane train problem=logreg data=mongo data.uri=stores/demo data.collection=adult \
+    dane data push adult_like.csv --target income --categorical education sex --client-column workclass \\
+        --uri stores/demo --collection adult
+    dane train problem=logreg data=mongo data.uri=stores/demo data.collection=adult \\
         data.sharding=column data.client_column=workclass workers=5
 """
 
