@@ -4,12 +4,17 @@
     dane data push a9a.svm --uri mongodb://localhost:27017/dane --collection a9a
     dane data push features.npz --uri stores/demo --collection features
     dane data push images/ --uri stores/demo --collection shapes       # images/<label>/<image>.png
+    dane data push adult_like.csv --target income --categorical education sex --client-column workclass \\
+        --uri stores/demo --collection adult
 
 The format is the file's suffix (``.csv``, ``.npz``, anything else LIBSVM) or a folder of images. A
 table is read by the source ``data=csv|libsvm|npz`` would use, with the options given here, so a
 ``data=mongo`` run sees the rows such a run sees (``--standardize``: none by default, the rows as in
 the file). ``--uri``: a ``mongodb://`` server, or a folder for an embedded store (made if absent).
 The push is idempotent and completes an interrupted one (`dane.data.mongo_push`).
+``--client-column NAME`` (a CSV header, an ``.npz`` key, ``qid`` for LIBSVM) reads that column as
+``data.sharding=column data.client_column=NAME`` does: each row's value is stored in the field
+``client`` (not a feature), for ``data=mongo data.sharding=column data.client_column=NAME``.
 """
 from __future__ import annotations
 
@@ -30,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--target", help="CSV: the label column")
     push.add_argument("--categorical", nargs="*", default=[], help="CSV: columns to one-hot encode")
     push.add_argument("--delimiter", default=",", help="CSV: one character")
+    push.add_argument("--client-column", help="a table's client column (a CSV header, an .npz key, qid for "
+                      "LIBSVM), stored per row, not a feature: for data.sharding=column")
     push.add_argument("--standardize", default="none", help="numeric | all | none (default: none)")
     push.add_argument("--replace", action="store_true", help="drop a different data set stored under the name")
     return p
@@ -41,15 +48,18 @@ def read_table(args):
 
     path = Path(args.source).resolve()
     options = {"standardize": args.standardize}
+    if args.client_column is not None:  # only then: the fingerprints of pushes without one stay as they were
+        options["client_column"] = args.client_column
+    keys = {"sharding": "column"} if args.client_column is not None else {}
     if path.suffix.lower() == ".csv":
         if not args.target:
             raise UserError(f"dane data push {args.source}: a CSV needs --target COLUMN (the label column)")
         options.update(target=args.target, categorical=tuple(args.categorical), delimiter=args.delimiter)
-        source = CSVSource(str(path), **options)
+        source = CSVSource(str(path), **options, **keys)
     elif path.suffix.lower() == ".npz":
-        source = NPZSource(str(path), **options)
+        source = NPZSource(str(path), **options, **keys)
     else:
-        source = LibSVMSource(str(path), **options)
+        source = LibSVMSource(str(path), **options, **keys)
     return source.load(), options
 
 
@@ -69,12 +79,17 @@ def push(args) -> str:
     if path.is_dir():
         from dane.data.mongo_push import image_files
 
+        if args.client_column is not None:
+            raise UserError(f"dane data push {args.source}: --client-column names a column of a table; an image "
+                            "folder has none (push it without --client-column)")
+
         files = [f for f, _ in image_files(path)[1]]
         stamp = fingerprint(files, {"images": [str(f.relative_to(path)) for f in files]})
         return push_images(store, args.collection, path, fingerprint_of=stamp, replace=args.replace)
     table, options = read_table(args)
     stamp = fingerprint([path], options)
-    return push_table(store, args.collection, table, fingerprint_of=stamp, replace=args.replace)
+    return push_table(store, args.collection, table, fingerprint_of=stamp, replace=args.replace,
+                      client_column=args.client_column)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -132,6 +132,10 @@ CASES = [
          expected="data.collection=u: no such data set in {tmp}/store (it holds: short, t)"),
     case("mongo_short_store", *LOGREG, "data=mongo", "data.uri={tmp}/store", "data.collection=short",
          expected="is short: 8 of 9 samples (uploading); push it again to complete it"),
+    case("mongo_column_sharding_without_clients", *LOGREG, "data=mongo", "data.uri={tmp}/store", "data.collection=t",
+         "data.sharding=column", "data.client_column=site", "workers=2",
+         expected="error: data.client_column=site: data set t in {tmp}/store was pushed without a client column; push "
+                  "it with them: dane data push FILE --client-column site --uri {tmp}/store --collection t --replace"),
     case("digits_with_logreg", "problem=logreg", "data=digits", "quiet=true", expected="problem=logreg needs two classes"),
     case("local_solver_choice", "problem=ridge", "problem.local_solver=qr", "quiet=true",
          expected="problem.local_solver must be one of"),

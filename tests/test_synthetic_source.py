@@ -102,3 +102,61 @@ def test_softmax_on_the_natural_partition_starts_at_log_10():
     result = fit(problem, "fedavg", workers=30, rounds=1, clients_per_round=10, local_steps=2, lr=0.01)
     assert result.records[0]["objective"] == pytest.approx(math.log(10), rel=1e-12)
     assert result.records[1]["objective"] < math.log(10) and result.records[0]["clients"] == 10
+
+
+POOLED = {"sharding": "column", "client_column": "client"}
+
+
+def test_pooled_rows_dealt_by_their_client_column_are_the_natural_partition():
+    """sharding=column, client_column=client (the rows pooled): worker k's rows are client k's, in the table's order
+    (client 0's first), and the built shard (rows, labels, weight n_k / N) is the natural partition's."""
+    from dane.problems.linear_models import LinearModelConfig
+
+    natural, pooled = (LinearModelConfig(name="softmax", loss="softmax", classes=10, lam=1e-3, seed=1,
+                                         data=SyntheticSource(alpha=0.5, beta=0.5, seed=4, **keys))
+                       for keys in ({}, POOLED))
+    assert not pooled.source.presharded and pooled.source.load().clients.tolist() == \
+        [k for k, n in enumerate(train_rows(n, 0.1) for n in generate_synthetic(0.5, 0.5, seed=4).sizes)
+         for _ in range(n)]
+    cut = np.cumsum([0] + [train_rows(n, 0.1) for n in generate_synthetic(0.5, 0.5, seed=4).sizes])
+    assert [pooled.worker_rows(k, 30)[0].tolist() for k in range(30)] == \
+        [list(range(cut[k], cut[k + 1])) for k in range(30)]
+    notes = pooled.worker_rows(0, 30)[1]
+    assert notes[1].startswith(f"worker 0 (client=0): {cut[1]} rows; ") and len(notes) == 31
+    for k in (0, 7, 29):
+        a, b = natural.build(k, 30), pooled.build(k, 30)
+        assert a.X.equal(b.X) and a.y.equal(b.y) and a.weight == b.weight
+
+
+def test_fedavg_on_the_pooled_clients_gives_the_natural_partitions_records():
+    """FedAvg, 10 of the 30 clients sampled a round: the same records, time aside, from both forms."""
+    from dane.api import fit
+    from dane.problems.linear_models import LinearModelConfig
+
+    runs = []
+    for keys in ({}, POOLED):
+        problem = LinearModelConfig(name="softmax", loss="softmax", classes=10, lam=1e-3,
+                                    data=SyntheticSource(alpha=1.0, beta=1.0, **keys))
+        result = fit(problem, "fedavg", workers=30, rounds=3, clients_per_round=10, local_steps=2, lr=0.01)
+        runs.append([{k: v for k, v in r.items() if "time" not in k} for r in result.records])
+    assert len(runs[0]) == 4 and runs[0] == runs[1]
+
+
+def test_pooled_sharding_lines():
+    """A client column without sharding=column, a skewed scheme (alpha is the paper's), another client column: one
+    line each; iid deals the pooled rows to any worker count; column with another count names the 30 clients."""
+    from dane.problems.linear_models import LinearModelConfig
+
+    with pytest.raises(ConfigError, match="data.client_column=client names the clients of data.sharding=column"):
+        SyntheticSource(client_column="client")
+    with pytest.raises(ConfigError, match="data.sharding=dirichlet on data=synthetic: data.alpha is the paper's alpha"):
+        SyntheticSource(sharding="dirichlet")
+    with pytest.raises(ConfigError, match="data.client_column=site: .* set data.client_column=client"):
+        SyntheticSource(sharding="column", client_column="site")
+    assert SyntheticSource().presharded and not SyntheticSource(sharding="iid").presharded
+    iid = LinearModelConfig(name="softmax", loss="softmax", classes=10, data=SyntheticSource(sharding="iid"))
+    sizes = {len(iid.worker_rows(k, 4)[0]) for k in range(4)}
+    assert max(sizes) - min(sizes) <= 1
+    column = LinearModelConfig(name="softmax", loss="softmax", classes=10, data=SyntheticSource(**POOLED))
+    with pytest.raises(ConfigError, match="data.client_column=client has 30 distinct values .* but workers=8"):
+        column.check_workers(8)

@@ -6,6 +6,11 @@ left ``uploading`` by a killed push it completes it; a different source into a u
 unless ``replace``. The table is read by the file sources (`dane.data.files`) exactly as ``data=csv``
 (or libsvm, npz) reads it with the same options, so a run on the store sees the rows such a run sees.
 
+A table read with a client column (``--client-column``: ``Table.clients``, one value per row, not a
+feature) stores each row's value in the field ``client`` and the column's name in the manifest
+(``client_column``), so ``data=mongo data.sharding=column`` deals the store as the file source deals
+the file, from the ``(id, client)`` projection.
+
 Images: ``FOLDER/<label>/<image>``, labels the sub-folder names in sorted order (0, 1, ...), samples in
 (label, file name) order; each image's file bytes are stored unchanged in GridFS and decoded at read
 time (Pillow), so the stored file is the one pushed.
@@ -18,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from dane.data.mongo_store import (BATCH, MANIFEST, Store, column_fields, drop, drop_embedded_files,
+from dane.data.mongo_store import (BATCH, CLIENT, MANIFEST, Store, column_fields, drop, drop_embedded_files,
                                    gridfs_documents, row_documents)
 from dane.errors import DataError
 
@@ -37,16 +42,26 @@ def image_files(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
 
 
 def push_table(store: Store, name: str, table, *, print_fn: Callable[[str], None] = print,
-               fingerprint_of: str = "", replace: bool = False) -> str:
-    """Upload ``table`` (a `dane.data.table.Table`) as data set ``name``; returns what was done (one line)."""
+               fingerprint_of: str = "", replace: bool = False, client_column: str | None = None) -> str:
+    """Upload ``table`` (a `dane.data.table.Table`) as data set ``name``; returns what was done (one line).
+    ``client_column``: the name of the column ``table.clients`` was read from (required with them)."""
     sparse = hasattr(table.X, "indptr")
     columns = [] if sparse else column_fields(table.feature_names, table.d)
     manifest = {"_id": name, "state": "uploading", "n": table.n, "kind": "sparse" if sparse else "dense",
                 "d": table.d, "columns": columns, "feature_names": list(table.feature_names or []),
                 "classes": [], "fingerprint": fingerprint_of, "source": table.name}
+    clients = None
+    if table.clients is not None:
+        assert client_column, f"{table.name}: clients without the name of their column"
+        manifest.update(client_column=client_column, client_field=CLIENT)
+        clients = np.asarray(table.clients).tolist()  # Python ints, floats or str: BSON takes no NumPy scalars
 
     def write(start: int, stop: int) -> None:
-        store.db[name].insert_many(row_documents(table.X, table.y, columns, start, stop))
+        docs = row_documents(table.X, table.y, columns, start, stop)
+        if clients is not None:
+            for doc, client in zip(docs, clients[start:stop]):
+                doc[CLIENT] = client
+        store.db[name].insert_many(docs)
 
     return _push(store, name, manifest, write, print_fn=print_fn, replace=replace)
 

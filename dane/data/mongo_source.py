@@ -9,6 +9,16 @@ that file), then each worker fetches its own rows with ``{"id": {"$in": ids}}`` 
 store's layout, engines and crash safety: `dane.data.mongo_store`. The rows are stored as the file
 source read them at push time (imputed, one-hot coded, scaled if asked then), so this source has no
 ``standardize`` of its own: scaling over all rows would need every row in one place.
+
+Clients from a column (``data.sharding=column``): a table pushed with ``--client-column NAME`` holds
+each row's client in the field ``client``; a run with ``data.client_column=NAME`` reads the
+projection ``(id, client)`` alone (`clients`) and deals it by `dane.data.sharding.column_shards`, so
+the shards, and the notes, are those of the file source on the file pushed.
+
+    dane data push adult_like.csv --target income --categorical education sex --client-column workclass \\
+        --uri stores/demo --collection adult
+    dane train problem=logreg data=mongo data.uri=stores/demo data.collection=adult \\
+        data.sharding=column data.client_column=workclass workers=5
 """
 
 from __future__ import annotations
@@ -19,8 +29,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from dane.data.mongo_store import Store, connect, is_server
-from dane.data.sharding import ShardingKeys
+from dane.data.mongo_store import CLIENT, Store, connect, is_server
+from dane.data.sharding import COLUMN, ShardingKeys
 from dane.data.table import Table, resolve_dir
 from dane.errors import ConfigError, DataError
 
@@ -49,7 +59,7 @@ class MongoSource(ShardingKeys):
                 or self.collection.startswith("system.") or "$" in self.collection:
             raise ConfigError(f"data.collection must name a data set pushed with dane data push, got "
                               f"{self.collection!r}")
-        self.check_sharding()
+        self.check_sharding(columns="the client column of a table pushed with dane data push FILE --client-column NAME")
         if not (isinstance(self.test_fraction, float) and 0.0 < self.test_fraction < 1.0):
             raise ConfigError(f"data.test_fraction must be in (0, 1), got {self.test_fraction!r}")
 
@@ -116,6 +126,20 @@ class MongoSource(ShardingKeys):
         self.store().release()
         name = names[j] if manifest["feature_names"] else f"column {j}"
         return np.array([doc[columns[j]] for doc in docs], dtype=np.float64), name
+
+    def clients(self) -> np.ndarray:
+        """Every row's client (``data.client_column``), in id order, read as the projection ``(id, client)``:
+        one line where the data set was pushed without that client column."""
+        _, _, manifest = self.labels()
+        stored = manifest.get("client_column")
+        if stored != self.client_column:
+            held = f"holds the clients of column '{stored}'" if stored else "was pushed without a client column"
+            raise DataError(f"data.client_column={self.client_column}: data set {self.collection} in {self.uri} "
+                            f"{held}; push it with them: dane data push FILE --client-column {self.client_column} "
+                            f"--uri {self.uri} --collection {self.collection} --replace")
+        docs = sorted(self.store().find(self.collection, {}, ["id", CLIENT]), key=lambda doc: doc["id"])
+        self.store().release()
+        return np.array([doc[CLIENT] for doc in docs])
 
     def fetch(self, ids) -> Table:
         """The rows of ``ids`` (in that order), fetched with ``$in``: X dense or CSR as pushed, y as pushed."""
@@ -207,6 +231,9 @@ def image_dataset(source: MongoSource, seed: int):
     from dane.data.dataset import Dataset, stratified_split
 
     ids, y, manifest = source.labels()
+    if source.sharding == COLUMN:
+        raise ConfigError(f"problem.data.sharding=column: data set {source.collection} holds images, which carry no "
+                          "client column; use another problem.data.sharding (iid, dirichlet, classes, quantity)")
     if manifest["kind"] != "images":
         raise ConfigError(f"data.collection={source.collection} holds a table ({manifest['kind']}); a network here "
                           "reads images (push a folder FOLDER/<label>/<image>), a table trains a linear model")

@@ -5,8 +5,9 @@ Layout of a data set named ``NAME`` in database ``dane`` (the URI's database on 
 - ``NAME``: one document per sample, ``_id`` the decimal string of ``id`` (mongita takes only string or
   ObjectId keys): ``{id, y, <one field per feature>}`` for dense rows
   (every column its own field, so a projection reads one column), ``{id, y, idx, val}`` for a sparse
-  (LIBSVM or CSR) row, ``{id, y, file_id, filename}`` for an image, whose bytes are a GridFS file.
-  An ascending index on ``id``.
+  (LIBSVM or CSR) row, ``{id, y, file_id, filename}`` for an image, whose bytes are a GridFS file;
+  a table pushed with a client column (``--client-column``) adds ``client``, the row's value of it
+  (a number or a string, as the file source read it). An ascending index on ``id``.
 - ``NAME.files`` and ``NAME.chunks`` (``NAME_files``, ``NAME_chunks`` embedded: mongita refuses dots in
   collection names): the GridFS bucket ``NAME`` in GridFS's own layout (files:
   ``_id, length, chunkSize, uploadDate, filename, metadata``; chunks: ``files_id, n, data``), so
@@ -15,7 +16,8 @@ Layout of a data set named ``NAME`` in database ``dane`` (the URI's database on 
 - ``dane_manifest``: one document per data set, ``_id = NAME``: ``state`` (uploading | complete), ``n``,
   ``kind`` (dense | sparse | images), ``d``, ``columns`` (the feature fields, in order),
   ``feature_names``, ``classes`` (an image folder's label names) and ``fingerprint`` (the source's
-  bytes and the push options, SHA-256).
+  bytes and the push options, SHA-256); with a client column, ``client_column`` (its name in the
+  file: a header, an ``.npz`` key, ``qid``) and ``client_field`` (``client``, the field holding it).
 
 Crash safety (`push`): the manifest is written first (``uploading``), then the samples in id order, an
 image's chunks and files document before its sample document (a sample document exists only once its
@@ -53,7 +55,8 @@ MANIFEST = "dane_manifest"
 CHUNK_SIZE = 255 * 1024      # GridFS's default chunk size
 BATCH = 500                  # documents per insert_many: the most a killed push has half written
 IN_BATCH = 20000             # ids per $in query: far under a server's 16 MB command limit
-RESERVED = ("_id", "id", "y", "idx", "val", "file_id", "filename")
+CLIENT = "client"            # the field of a row's client value (a push with --client-column)
+RESERVED = ("_id", "id", "y", "idx", "val", "file_id", "filename", CLIENT)
 SERVER_SCHEMES = ("mongodb://", "mongodb+srv://")
 
 

@@ -25,7 +25,12 @@ Each client's first ⌊(1 − test_fraction) n_k⌋ rows are its training rows a
 (the generator keeps ⌊0.9 n_k⌋ of a shuffle; the rows of a client are i.i.d., so no shuffle is needed).
 Features are not standardized (the paper's are not).  ``SyntheticSource`` gives a convex problem the
 training rows as the natural partition: worker k reads client k's rows (``presharded``, so ``workers``
-must equal ``clients``).
+must equal ``clients``).  With ``sharding`` set (it is null by default) the rows are one table (client 0's
+first), dealt by it: ``column`` with ``client_column=client`` reads each row's client index as its client
+column (`dane.data.sharding.column_shards`: client k, the k-th value numerically, is worker k), the
+natural partition again, row for row; ``iid`` deals the pooled rows to any number of workers. The
+skewed schemes are refused: ``alpha`` here is the paper's α, which `dane.data.sharding.sharding_keys`
+would read as the Dirichlet concentration, and the clients already are the skew.
 `synthetic_dataset` gives the neural problems the train/test pair (``data.dataset=synthetic_1_1`` and the
 others of `PAPER_SETS`), pooled and dealt by ``data.sharding``.
 
@@ -43,10 +48,13 @@ import numpy as np
 
 from dane import checks
 from dane.data.dataset import Dataset, to_dataset
+from dane.data.sharding import COLUMN
 from dane.data.table import Table
 from dane.errors import ConfigError
 
 DIM, CLASSES, CLIENTS = 60, 10, 30
+CLIENT_COLUMN = "client"  # pooled: the client column, each row's client index 0..clients-1
+POOLED_SHARDINGS = ("iid", COLUMN)
 SIZE_MEAN, SIZE_SIGMA, SIZE_FLOOR = 4.0, 2.0, 50  # n_k = floor(LogNormal(4, 2)) + 50
 COVARIANCE_DECAY = 1.2                            # Sigma_jj = j^-1.2
 #: the paper's four sets by the public repository's folder names: (alpha, beta, iid)
@@ -119,9 +127,12 @@ def train_rows(n: int, test_fraction: float) -> int:
 class SyntheticSource:
     """Synthetic(α, β) training rows for a convex problem (``conf/data/synthetic.yaml``; module docstring).
 
-    The natural partition only: client k's training rows are worker k's part (``presharded``; ``workers`` must
-    equal ``clients``).  No sharding keys: ``alpha`` here is the paper's α, not ``data.sharding``'s Dirichlet
-    concentration, and the clients are the partition.  ``name`` defaults to ``synthetic(α,β)``.
+    ``sharding`` null (the default): the natural partition, client k's training rows worker k's part
+    (``presharded``; ``workers`` must equal ``clients``).  ``sharding`` iid, or column with ``client_column`` =
+    ``client`` (each row's client index): the rows pooled into one table, dealt as a file source's are; no other
+    sharding key: ``alpha`` here is the paper's α, not ``data.sharding``'s Dirichlet concentration.  The
+    defaults are null so that a checkpoint written before these keys existed resumes.  ``name`` defaults to
+    ``synthetic(α,β)``.
     """
 
     alpha: float = 0.0
@@ -130,20 +141,36 @@ class SyntheticSource:
     clients: int = CLIENTS
     seed: int = 0
     test_fraction: float = 0.1
+    sharding: str | None = None
+    client_column: str | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
         check_synthetic(self.alpha, self.beta, self.iid, self.clients, self.seed)
+        self._check_sharding()
         if not (isinstance(self.test_fraction, (int, float)) and 0.0 <= self.test_fraction < 1.0):
             raise ConfigError(f"data.test_fraction must be in [0, 1), got {self.test_fraction!r}")
         if not self.name:
             name = "synthetic_iid" if self.iid else f"synthetic({self.alpha:g},{self.beta:g})"
             object.__setattr__(self, "name", name)
 
+    def _check_sharding(self) -> None:
+        """``sharding`` and ``client_column``: one line each (the class docstring)."""
+        if self.sharding is not None and self.sharding not in POOLED_SHARDINGS:
+            raise ConfigError(f"data.sharding={self.sharding} on data=synthetic: data.alpha is the paper's alpha (how "
+                              f"the clients' models differ), not a Dirichlet concentration, and the clients are the "
+                              f"skew; use data.sharding=column data.client_column={CLIENT_COLUMN}, or iid")
+        if self.sharding == COLUMN and self.client_column != CLIENT_COLUMN:
+            raise ConfigError(f"data.client_column={self.client_column}: the pooled Synthetic rows have one client "
+                              f"column, each row's client index; set data.client_column={CLIENT_COLUMN}")
+        if self.sharding != COLUMN and self.client_column is not None:  # null (natural) or iid
+            raise ConfigError(f"data.client_column={self.client_column} names the clients of data.sharding=column; "
+                              "set data.sharding=column, or drop data.client_column")
+
     @property
     def presharded(self) -> bool:
-        """Always true: each client is one worker's part."""
-        return True
+        """Each client one worker's part, unless ``sharding`` deals the pooled rows."""
+        return self.sharding is None
 
     def data(self) -> SyntheticClients:
         return generate_synthetic(float(self.alpha), float(self.beta), iid=self.iid, clients=self.clients,
@@ -161,10 +188,13 @@ class SyntheticSource:
                 f"floor(LogNormal(4, 2)) + 50), not standardized")
 
     def load(self) -> Table:
-        """All clients' training rows, client 0's first."""
+        """All clients' training rows, client 0's first; with ``sharding=column``, each row's client index as
+        ``Table.clients``."""
         parts = self.parts()
+        rows = [len(y) for _, y in parts]
+        clients = np.repeat(np.arange(self.clients), rows) if self.sharding == COLUMN else None
         return Table(X=np.concatenate([x for x, _ in parts]), y=np.concatenate([y for _, y in parts]),
-                     name=self.name, notes=[self.note([len(y) for _, y in parts])])
+                     name=self.name, notes=[self.note(rows)], clients=clients)
 
     def load_part(self, rank: int, size: int) -> tuple[Table, int]:
         """Client ``rank``'s training rows, and N, the training rows of all clients."""

@@ -228,7 +228,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         """Worker ``rank``'s rows of the whole table (``data.sharding``: `dane.data.sharding`), and on rank 0 the
         notes that give every worker's size and histogram.  ``iid`` deals by `ridge.shard`'s permutation, as
         ever; the other schemes are dealt once per process and kept for the other ranks it builds."""
-        from ..data.sharding import ShardingKeys, sharding_keys
+        from ..data.sharding import COLUMN, ShardingKeys, sharding_keys
         from .ridge import shard
 
         keys = sharding_keys(self.source)
@@ -242,6 +242,9 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             if not self.by_id:
                 table = self.table()
                 X, names, clients = table.X, table.feature_names, table.clients
+            elif keys["sharding"] == COLUMN:  # by id: the clients alone, read as the (id, client) projection
+                X = names = None
+                clients = self.source.clients()
             elif keys["skew_on"] != "y":  # by id: the one column skewed on, read as a projection
                 column, name = self.source.column(keys["skew_on"])
                 X, names, keys = column[:, None], [name], {**keys, "skew_on": name}
