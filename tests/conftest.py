@@ -9,6 +9,9 @@ dane's own dependencies are always there; these are not:
 - the fixture ``dane_command``: the console script ``dane`` beside this python, as ``pip install`` of
   dane writes it into an environment (a checkout run by another interpreter has none).
 
+The session fixtures ``commands`` and ``fresh`` run what the test modules registered in tests/runs.py, one
+process each for the whole session.
+
 Tests that need real data skip where they read it (``shared/data``).  `.ci/run` runs the files that
 hold such tests once more in an environment without Horovod, MLflow and TensorBoard, where they must
 skip, not fail.
@@ -21,6 +24,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import runs
 
 
 @functools.cache
@@ -70,3 +75,19 @@ def dane_command() -> Path:
         pytest.skip(f"no dane command beside {sys.executable}: install dane into this environment "
                     f"(pip install -e . from the checkout)")
     return path
+
+
+@pytest.fixture(scope="session")
+def commands(request, tmp_path_factory) -> runs.Batch:
+    """Every `runs.command` row of the selected tests' modules, run in one batch process: ``commands[name]`` is
+    {rc, stdout, stderr, existed, unchanged}; ``commands.tmp`` the folder ``{tmp}`` names.  Rows run as root
+    without CAP_DAC_OVERRIDE where setpriv can drop it (`runs.without_dac_override`), so that file permissions bind."""
+    return runs.launch_batch(tmp_path_factory.mktemp("commands"), runs.selected_owners(request.session),
+                             runs.without_dac_override() or [])
+
+
+@pytest.fixture(scope="session")
+def fresh(request, tmp_path_factory) -> runs.Batch:
+    """One fresh interpreter: ``fresh["imports"]``: sys.modules after each step of `runs.FRESH_IMPORTS`;
+    ``fresh["jobs"][name]``: {ok: what the `runs.job` returned} or {error: its traceback}."""
+    return runs.launch_fresh(tmp_path_factory.mktemp("fresh"), runs.selected_owners(request.session))

@@ -8,6 +8,7 @@ import torch
 from sklearn.datasets import dump_svmlight_file
 
 from dane.records.results import read_rounds, read_summary
+import runs
 from helpers import horovodrun, torchrun, train
 
 
@@ -67,7 +68,10 @@ def test_sparse_problem_under_a_launcher_equals_the_simulator(launch, sparse_fil
                                rtol=0, atol=1e-10)
 
 
-def test_csv_with_a_categorical_column_runs_to_the_optimum(tmp_path):
+def categorical_csv(tmp) -> None:
+    """{tmp}/convex_cli/mine.csv: y = 2 x1 - x2 + [group = b] + noise, one x2 missing, 300 rows."""
+    tmp_path = tmp / "convex_cli"
+    tmp_path.mkdir()
     rng = np.random.default_rng(1)
     n = 300
     x1, x2 = rng.standard_normal(n), rng.standard_normal(n)
@@ -76,12 +80,18 @@ def test_csv_with_a_categorical_column_runs_to_the_optimum(tmp_path):
     lines = ["x1,x2,group,y"] + [f"{a:.6f},{'' if i == 7 else f'{b:.6f}'},{g},{t:.6f}"
                                   for i, (a, b, g, t) in enumerate(zip(x1, x2, group, y))]
     (tmp_path / "mine.csv").write_text("\n".join(lines) + "\n")
-    out = tmp_path / "run"
-    proc = train("problem=ridge", "data=csv", f"data.path={tmp_path / 'mine.csv'}", "data.target=y",
-                 "data.categorical=[group]", "workers=3", "tol=1e-10", "rounds=30", "quiet=true", f"out_dir={out}",
-                 "problem.optimum=auto")
-    assert proc.returncode == 0, proc.stderr
-    summary = read_summary(out)
+
+
+runs.prepare(categorical_csv)
+CATEGORICAL = runs.command("convex_cli:categorical", "problem=ridge", "data=csv", "data.path={tmp}/convex_cli/mine.csv",
+                           "data.target=y", "data.categorical=[group]", "workers=3", "tol=1e-10", "rounds=30",
+                           "quiet=true", "out_dir={tmp}/convex_cli/run", "problem.optimum=auto")
+
+
+def test_csv_with_a_categorical_column_runs_to_the_optimum(commands):
+    proc = commands[CATEGORICAL]
+    assert proc["rc"] == 0, proc["stderr"]
+    summary = read_summary(commands.tmp / "convex_cli" / "run")
     assert summary["status"] == "converged" and summary["final_suboptimality"] <= 1e-10
     notes = " ".join(summary["notes"])
     assert "imputed" in notes and "group" in notes  # the one missing x2 and the one-hot column are in the log
