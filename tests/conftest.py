@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -59,7 +61,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """A skip marker, with every absent part and its fix, on each collected test that needs one (checked once)."""
+    """A skip marker, with every absent part and its fix, on each collected test that needs one (checked once);
+    the modules with a test that reads a shared process (`SHARED`) last, each whole and in its order, so that
+    the process runs beside the others' tests and module fixtures are made once."""
+    last = {getattr(item, "module", None) for item in items if uses_shared(item)}
+    items[:] = sorted(items, key=lambda item: getattr(item, "module", None) in last)  # a stable sort
     for item in items:
         absent = [f"{why} ({fix})" for name, (missing, fix) in NEEDS.items()
                   if item.get_closest_marker(name) is not None and (why := missing()) is not None]
@@ -77,17 +83,48 @@ def dane_command() -> Path:
     return path
 
 
+#: the fixtures of tests/runs.py: each starts its process once, in the background, when collection ends
+SHARED = ("commands", "fresh")
+STARTED: dict[str, runs.Started] = {}
+
+
+def uses_shared(item) -> bool:
+    return bool(set(SHARED) & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_finish(session):
+    """Start the shared processes the selected tests read, now: they run beside the in-process tests, and the
+    modules that read them come last (`pytest_collection_modifyitems`)."""
+    if not session.config.option.collectonly:
+        for name in SHARED:
+            if any(name in getattr(item, "fixturenames", ()) for item in session.items):
+                start(name, session)
+
+
+def start(name: str, session) -> runs.Started:
+    if name not in STARTED:
+        tmp, owners = Path(tempfile.mkdtemp(prefix=f"dane-{name}-")), runs.selected_owners(session)
+        STARTED[name] = (runs.start_batch(tmp, owners, runs.without_dac_override() or []) if name == "commands"
+                         else runs.start_fresh(tmp, owners))
+    return STARTED[name]
+
+
+def pytest_sessionfinish(session):
+    for started in STARTED.values():
+        started.stop()
+        shutil.rmtree(started.tmp, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def commands(request, tmp_path_factory) -> runs.Batch:
+def commands(request) -> runs.Batch:
     """Every `runs.command` row of the selected tests' modules, run in one batch process: ``commands[name]`` is
     {rc, stdout, stderr, existed, unchanged}; ``commands.tmp`` the folder ``{tmp}`` names.  Rows run as root
     without CAP_DAC_OVERRIDE where setpriv can drop it (`runs.without_dac_override`), so that file permissions bind."""
-    return runs.launch_batch(tmp_path_factory.mktemp("commands"), runs.selected_owners(request.session),
-                             runs.without_dac_override() or [])
+    return start("commands", request.session).result()
 
 
 @pytest.fixture(scope="session")
-def fresh(request, tmp_path_factory) -> runs.Batch:
+def fresh(request) -> runs.Batch:
     """One fresh interpreter: ``fresh["imports"]``: sys.modules after each step of `runs.FRESH_IMPORTS`;
     ``fresh["jobs"][name]``: {ok: what the `runs.job` returned} or {error: its traceback}."""
-    return runs.launch_fresh(tmp_path_factory.mktemp("fresh"), runs.selected_owners(request.session))
+    return start("fresh", request.session).result()

@@ -13,7 +13,8 @@ everything registered by the modules of the session's selected tests, once:
   processes), each returning what its test asserts on (JSON).
 
 Each kind is one process started by the pytest process (`horovodrun` and `torchrun` launches are the
-tests of tests/test_launchers.py).  This module imports only the standard library: the fresh interpreter
+tests of tests/test_launchers.py), in the background as soon as the selection is known (tests/conftest.py),
+so that it runs beside the in-process tests; the modules that read it run last.  This module imports only the standard library: the fresh interpreter
 runs it before anything else is imported.
 
 ``{tmp}`` in a row's arguments, environment, cwd and watched path is the session's batch folder.
@@ -229,8 +230,31 @@ def selected_owners(session) -> set[str]:
     return {item.module.__name__ for item in session.items if getattr(item, "module", None) is not None}
 
 
-def launch_batch(tmp: Path, owners: set[str], prefix: list[str]) -> Batch:
-    """The ``commands`` of ``owners``' rows: one process (``prefix`` before the python, e.g. setpriv)."""
+class Started:
+    """A shared process started in the background: ``result()`` waits for it and reads what it wrote."""
+
+    def __init__(self, tmp: Path, command: list[str], out_file: Path, cwd: Path, read):
+        self.tmp, self.out_file, self.read = tmp, out_file, read
+        self.log = tmp / "process.log"  # its stdout and stderr: a file, not a pipe nobody reads while tests run
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(command, cwd=cwd, env=process_env(), stdout=log, stderr=subprocess.STDOUT)
+        self.done = None
+
+    def result(self) -> Batch:
+        if self.done is None:
+            returncode = self.proc.wait(timeout=1200)
+            assert returncode == 0, self.log.read_text()[-5000:]
+            self.done = Batch(self.tmp, self.read(json.loads(self.out_file.read_text())))
+        return self.done
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_batch(tmp: Path, owners: set[str], prefix: list[str]) -> Started:
+    """The ``commands`` of ``owners``' rows: one process (``prefix`` before the python, e.g. setpriv), started now."""
     for owner in sorted(owners & PREPARE.keys()):
         for function in PREPARE[owner]:
             function(tmp)
@@ -239,18 +263,13 @@ def launch_batch(tmp: Path, owners: set[str], prefix: list[str]) -> Batch:
     rows_file.write_text(json.dumps([
         {**asdict(c), "args": [fill(a, tmp) for a in c.args], "env": {k: fill(v, tmp) for k, v in c.env.items()},
          "cwd": fill(c.cwd, tmp), "watch": fill(c.watch, tmp)} for c in rows]))
-    proc = subprocess.run([*prefix, sys.executable, "-c", f"import runs; runs.run_batch({str(rows_file)!r})"],
-                          cwd=tmp, env=process_env(), capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    results = json.loads(Path(f"{rows_file}.out").read_text())
-    return Batch(tmp, {c.name: r for c, r in zip(rows, results)})
+    return Started(tmp, [*prefix, sys.executable, "-c", f"import runs; runs.run_batch({str(rows_file)!r})"],
+                   Path(f"{rows_file}.out"), tmp, lambda results: {c.name: r for c, r in zip(rows, results)})
 
 
-def launch_fresh(tmp: Path, owners: set[str]) -> Batch:
-    """The ``fresh`` interpreter's imports and the jobs of ``owners``: one process."""
+def start_fresh(tmp: Path, owners: set[str]) -> Started:
+    """The ``fresh`` interpreter's imports and the jobs of ``owners``: one process, started now."""
     jobs_file = tmp / "jobs.json"
     jobs_file.write_text(json.dumps([asdict(j) for j in JOBS.values() if j.owner in owners]))
-    proc = subprocess.run([sys.executable, "-c", f"import runs; runs.run_fresh({str(jobs_file)!r})"],
-                          cwd=REPO, env=process_env(), capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return Batch(tmp, json.loads(Path(f"{jobs_file}.out").read_text()))
+    return Started(tmp, [sys.executable, "-c", f"import runs; runs.run_fresh({str(jobs_file)!r})"],
+                   Path(f"{jobs_file}.out"), REPO, lambda results: results)
