@@ -325,6 +325,17 @@ CASES = [
 OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
 
 
+#: the rows' folder inside the session batch's (``{tmp}`` of a row below): their files, their working folder,
+#: where a Hydra folder a row must not make would appear
+FOLDER = "bad_input"
+
+
+def probe_folder(tmp: Path) -> None:
+    """``tmp/FOLDER`` with `probe_files`, before the batch."""
+    (tmp / FOLDER).mkdir()
+    probe_files(tmp / FOLDER)
+
+
 def probe_files(tmp: Path) -> None:
     """The files the rows name."""
     rows = "\n".join(f"{i % 2} 1:{i}.5 2:{i % 3}" for i in range(12))
@@ -435,7 +446,7 @@ def thread_limit(tmp: Path):
 
     def limited(self):
         if self.name.startswith("worker-") and int(self.name.removeprefix("worker-")) >= 2:
-            made = tmp / "runs" / "simulator_thread_limit" / "rounds.jsonl"
+            made = tmp / FOLDER / "runs" / "simulator_thread_limit" / "rounds.jsonl"
             for _ in range(300):  # worker 0 opens the run folder before its first collective: fail after that
                 if made.exists():
                     break
@@ -453,8 +464,8 @@ def thread_limit(tmp: Path):
 @contextmanager
 def nul_filled_log(tmp: Path):
     """A run with a committed checkpoint (round 6) whose rounds.jsonl a machine crash left as NUL bytes."""
-    run_in_batch("experiments.train", *SMALL, "rounds=6", "checkpoint_every=3", f"out_dir={tmp / 'nul_log'}")
-    log = tmp / "nul_log" / "rounds.jsonl"
+    run_in_batch("experiments.train", *SMALL, "rounds=6", "checkpoint_every=3", f"out_dir={tmp / FOLDER / 'nul_log'}")
+    log = tmp / FOLDER / "nul_log" / "rounds.jsonl"
     log.write_bytes(b"\0" * log.stat().st_size)
     yield
 
@@ -480,8 +491,9 @@ def argv(row: Case, tmp) -> list[str]:
 
 def register(row: Case) -> str:
     """``row`` as a row of the session's batch process (tests/runs.py), named ``bad_input:<name>``."""
-    return runs.command(f"bad_input:{row.name}", *argv(row, "{tmp}"), module=row.module, env=row.env,
-                        around=f"test_bad_input:{row.around}" if row.around else "", watch=str(out_dir(row, "{tmp}")))
+    folder = "{tmp}/" + FOLDER
+    return runs.command(f"bad_input:{row.name}", *argv(row, folder), module=row.module, env=row.env, cwd=folder,
+                        around=f"test_bad_input:{row.around}" if row.around else "", watch=str(out_dir(row, folder)))
 
 
 def own_process(tmp: Path, names: list[str]) -> dict:
@@ -537,7 +549,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(row, commands):
     if row.permissions and runs.without_dac_override() is None:
         pytest.skip("root, and setpriv cannot drop CAP_DAC_OVERRIDE here: file permissions do not bind")
     result = commands[register(row)]
-    assert_refused(row, commands.tmp, result["rc"], result["stderr"], result["existed"], result["unchanged"])
+    assert_refused(row, commands.tmp / FOLDER, result["rc"], result["stderr"], result["existed"], result["unchanged"])
 
 
 @pytest.mark.parametrize("name", OWN_PROCESS)
@@ -552,7 +564,7 @@ def test_as_its_own_process(name, fresh):
 
 for _row in CASES:  # the session's batch runs the rows of the modules it tests
     register(_row)
-runs.prepare(probe_files)
+runs.prepare(probe_folder)
 runs.job("bad_input:own_process", "test_bad_input:own_process", list(OWN_PROCESS))
 
 
