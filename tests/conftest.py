@@ -9,6 +9,9 @@ dane's own dependencies are always there; these are not:
 - the fixture ``dane_command``: the console script ``dane`` beside this python, as ``pip install`` of
   dane writes it into an environment (a checkout run by another interpreter has none).
 
+The session fixtures ``commands`` and ``fresh`` run what the test modules registered in tests/runs.py, one
+process each for the whole session.
+
 Tests that need real data skip where they read it (``shared/data``).  `.ci/run` runs the files that
 hold such tests once more in an environment without Horovod, MLflow and TensorBoard, where they must
 skip, not fail.
@@ -17,10 +20,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+import runs
 
 
 @functools.cache
@@ -54,7 +61,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """A skip marker, with every absent part and its fix, on each collected test that needs one (checked once)."""
+    """A skip marker, with every absent part and its fix, on each collected test that needs one (checked once);
+    the modules with a test that reads a shared process (`SHARED`) last, each whole and in its order, so that
+    the process runs beside the others' tests and module fixtures are made once."""
+    last = {getattr(item, "module", None) for item in items if uses_shared(item)}
+    items[:] = sorted(items, key=lambda item: getattr(item, "module", None) in last)  # a stable sort
     for item in items:
         absent = [f"{why} ({fix})" for name, (missing, fix) in NEEDS.items()
                   if item.get_closest_marker(name) is not None and (why := missing()) is not None]
@@ -70,3 +81,50 @@ def dane_command() -> Path:
         pytest.skip(f"no dane command beside {sys.executable}: install dane into this environment "
                     f"(pip install -e . from the checkout)")
     return path
+
+
+#: the fixtures of tests/runs.py: each starts its process once, in the background, when collection ends
+SHARED = ("commands", "fresh")
+STARTED: dict[str, runs.Started] = {}
+
+
+def uses_shared(item) -> bool:
+    return bool(set(SHARED) & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_finish(session):
+    """Start the shared processes the selected tests read, now: they run beside the in-process tests, and the
+    modules that read them come last (`pytest_collection_modifyitems`)."""
+    if not session.config.option.collectonly:
+        for name in SHARED:
+            if any(name in getattr(item, "fixturenames", ()) for item in session.items):
+                start(name, session)
+
+
+def start(name: str, session) -> runs.Started:
+    if name not in STARTED:
+        tmp, owners = Path(tempfile.mkdtemp(prefix=f"dane-{name}-")), runs.selected_owners(session)
+        STARTED[name] = (runs.start_batch(tmp, owners, runs.without_dac_override() or []) if name == "commands"
+                         else runs.start_fresh(tmp, owners))
+    return STARTED[name]
+
+
+def pytest_sessionfinish(session):
+    for started in STARTED.values():
+        started.stop()
+        shutil.rmtree(started.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def commands(request) -> runs.Batch:
+    """Every `runs.command` row of the selected tests' modules, run in one batch process: ``commands[name]`` is
+    {rc, stdout, stderr, existed, unchanged}; ``commands.tmp`` the folder ``{tmp}`` names.  Rows run as root
+    without CAP_DAC_OVERRIDE where setpriv can drop it (`runs.without_dac_override`), so that file permissions bind."""
+    return start("commands", request.session).result()
+
+
+@pytest.fixture(scope="session")
+def fresh(request) -> runs.Batch:
+    """One fresh interpreter: ``fresh["imports"]``: sys.modules after each step of `runs.FRESH_IMPORTS`;
+    ``fresh["jobs"][name]``: {ok: what the `runs.job` returned} or {error: its traceback}."""
+    return start("fresh", request.session).result()

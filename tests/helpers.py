@@ -59,6 +59,13 @@ def straight_and_resumed(config, shards, rounds: int = 3) -> list[tuple]:
     return ThreadGroup(len(shards)).run(run)
 
 
+def unused_pid() -> int:
+    """A pid no process has now (no /proc entry): a process that has exited, as a stale lock's owner is,
+    without starting and reaping one.  Counted down from the kernel's pid_max, which pids reach last."""
+    top = int(Path("/proc/sys/kernel/pid_max").read_text())
+    return next(pid for pid in range(top - 1, 1, -1) if not Path(f"/proc/{pid}").exists())
+
+
 def env() -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 

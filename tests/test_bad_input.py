@@ -2,12 +2,13 @@
 and the fix; exit status 2; nothing written into the run directory, nothing overwritten.
 
 Each row of `CASES` is a command line (its files made first by `probe_files`) and a piece of
-the line it must get.  All rows run in one batch process (`run_batch`), each through the entry
-point in-process as ``python -m`` runs it (`runpy`), with file descriptor 2 captured, so that
-a row costs a config composition rather than a torch import.  The rows named in
-`OWN_PROCESS` also run as their own ``python -m experiments.train``, one per way a process
-ends on bad input: before Hydra (`cli`), in `run_spec`, inside a run; `test_horovodrun_*`
-runs a real launch.
+the line it must get; a row is added by appending a `case` to the list.  All rows run in the
+session's one batch process (the ``commands`` fixture of tests/runs.py, with the other modules'
+command rows), each through the entry point in-process as ``python -m`` runs it (`runpy`), with
+its file descriptors captured, so that a row costs a config composition rather than a torch
+import.  The rows named in `OWN_PROCESS` also run as their own ``python -m experiments.train``
+(started by the session's fresh interpreter, `own_process`), one per way a process ends on bad
+input: before Hydra (`cli`), in `run_spec`, inside a run; `test_horovodrun_*` runs a real launch.
 
 A row's ``around`` names a context (below) that the batch enters around it: a process limit
 (``ulimit -f``: a file system that fills up mid-run; ``ulimit -v``) or a run made first.  Rows
@@ -20,15 +21,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 import zipfile
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -37,7 +34,8 @@ import pytest
 import scipy.sparse
 
 from dane.data.files import save_npz
-from helpers import REPO, env, horovodrun, train
+import runs
+from helpers import REPO, horovodrun, train
 
 SMALL = ("problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true")
 LOGREG = ("problem=logreg", "rounds=3", "quiet=true")
@@ -393,6 +391,17 @@ def mongo_stores(tmp: Path, X: np.ndarray, y: np.ndarray) -> None:
     store.db["short"].delete_one({"id": 9})
 
 
+#: the rows' folder inside the session batch's (``{tmp}`` of a row below): their files, their working folder,
+#: where a Hydra folder a row must not make would appear
+FOLDER = "bad_input"
+
+
+def probe_folder(tmp: Path) -> None:
+    """``tmp/FOLDER`` with `probe_files`, before the batch."""
+    (tmp / FOLDER).mkdir()
+    probe_files(tmp / FOLDER)
+
+
 def probe_files(tmp: Path) -> None:
     """The files the rows name."""
     rows = "\n".join(f"{i % 2} 1:{i}.5 2:{i % 3}" for i in range(12))
@@ -509,7 +518,7 @@ def thread_limit(tmp: Path):
 
     def limited(self):
         if self.name.startswith("worker-") and int(self.name.removeprefix("worker-")) >= 2:
-            made = tmp / "runs" / "simulator_thread_limit" / "rounds.jsonl"
+            made = tmp / FOLDER / "runs" / "simulator_thread_limit" / "rounds.jsonl"
             for _ in range(300):  # worker 0 opens the run folder before its first collective: fail after that
                 if made.exists():
                     break
@@ -527,8 +536,8 @@ def thread_limit(tmp: Path):
 @contextmanager
 def nul_filled_log(tmp: Path):
     """A run with a committed checkpoint (round 6) whose rounds.jsonl a machine crash left as NUL bytes."""
-    run_in_batch("experiments.train", *SMALL, "rounds=6", "checkpoint_every=3", f"out_dir={tmp / 'nul_log'}")
-    log = tmp / "nul_log" / "rounds.jsonl"
+    run_in_batch("experiments.train", *SMALL, "rounds=6", "checkpoint_every=3", f"out_dir={tmp / FOLDER / 'nul_log'}")
+    log = tmp / FOLDER / "nul_log" / "rounds.jsonl"
     log.write_bytes(b"\0" * log.stat().st_size)
     yield
 
@@ -548,97 +557,29 @@ def out_dir(row: Case, tmp: Path) -> Path:
     return Path(row.out_dir.format(tmp=tmp, name=row.name))
 
 
-def argv(row: Case, tmp: Path) -> list[str]:
+def argv(row: Case, tmp) -> list[str]:
     return [a.format(tmp=tmp) for a in row.args] + [f"out_dir={out_dir(row, tmp)}"]
 
 
-def run_batch(rows_file: str) -> None:
-    """In the batch process: run each row in-process (inside its ``around``); write [{rc, stderr, existed,
-    unchanged}] to ``<rows_file>.out`` (existed: its out_dir was there before it; unchanged: and is still, byte
-    for byte)."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*found in sys.modules.*")  # runpy re-running an imported module
-    results = []
-    for row in json.loads(Path(rows_file).read_text()):
-        with globals()[row["around"]](Path(rows_file).parent) if row["around"] else nullcontext():
-            target = Path(row["out_dir"])
-            before = snapshot(target) if target.exists() else None
-            results.append(run_row(row))
-            results[-1].update(existed=before is not None,
-                               unchanged=before is not None and target.exists() and snapshot(target) == before)
-    Path(rows_file + ".out").write_text(json.dumps(results))
+def register(row: Case) -> str:
+    """``row`` as a row of the session's batch process (tests/runs.py), named ``bad_input:<name>``."""
+    folder = "{tmp}/" + FOLDER
+    return runs.command(f"bad_input:{row.name}", *argv(row, folder), module=row.module, env=row.env, cwd=folder,
+                        around=f"test_bad_input:{row.around}" if row.around else "", watch=str(out_dir(row, folder)))
 
 
-def run_row(row: dict) -> dict:
-    """One row in-process, as ``python -m`` runs it: {rc, stderr}."""
-    import runpy
-
-    saved_env = {k: os.environ.get(k) for k in row["env"]}
-    os.environ.update(row["env"])
-    sys.argv = [row["module"], *row["argv"]]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd2 = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            runpy.run_module(row["module"], run_name="__main__")
-            rc = 0
-        except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-        except BaseException:  # noqa: BLE001 - a traceback is what a row must not get: record it
-            traceback.print_exc()
-            rc = 1
-        finally:
-            sys.stderr.flush()
-            os.dup2(fd2, 2)
-            os.close(fd2)
-            for k, v in saved_env.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
-        captured.seek(0)
-        return {"rc": rc, "stderr": captured.read().decode(errors="replace")}
-
-
-def without_dac_override() -> list[str] | None:
-    """A command prefix under which root obeys file permissions (setpriv drops CAP_DAC_OVERRIDE and
-    CAP_DAC_READ_SEARCH from the bounding set); [] for another user; None where root cannot drop them."""
-    if os.geteuid() != 0:
-        return []
-    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
-    if shutil.which("setpriv") and subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
-        return prefix
-    return None
-
-
-PERMISSIONS = without_dac_override()
-
-
-@pytest.fixture(scope="module")
-def probed(tmp_path_factory):
-    """(folder of the probe files, {row name: {rc, stderr, existed, unchanged}}) from one batch process."""
-    tmp = tmp_path_factory.mktemp("probe")
-    probe_files(tmp)
-    rows_file = tmp / "rows.json"
-    rows_file.write_text(json.dumps([{"module": r.module, "argv": argv(r, tmp), "env": r.env, "around": r.around,
-                                      "out_dir": str(out_dir(r, tmp))} for r in CASES]))
-    batch = subprocess.run([*(PERMISSIONS or []), sys.executable, "-c",
-                            f"import test_bad_input as t; t.run_batch({str(rows_file)!r})"],
-                           cwd=tmp, env={**env(), "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"},
-                           capture_output=True, text=True, timeout=600)
-    assert batch.returncode == 0, batch.stderr
-    results = json.loads(Path(f"{rows_file}.out").read_text())
-    return tmp, {row.name: result for row, result in zip(CASES, results)}
-
-
-def snapshot(path: Path) -> dict[str, bytes] | bytes:
-    """A file's bytes, or a folder's {relative path: bytes}: what must be unchanged after a refused run."""
-    if path.is_file():
-        return path.read_bytes()
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+def own_process(tmp: Path, names: list[str]) -> dict:
+    """In the fresh interpreter (tests/runs.py): each named row as its own ``python -m experiments.train``,
+    started in ``tmp/own`` and writing under it: {name: {rc, stderr}}."""
+    folder = tmp / "own"
+    folder.mkdir()
+    said = {}
+    for name in names:
+        row = replace(next(r for r in CASES if r.name == name), out_dir=str(folder / name))
+        proc = subprocess.run([sys.executable, "-m", "experiments.train", *argv(row, folder)], cwd=folder,
+                              env=runs.process_env(), capture_output=True, text=True, timeout=300)
+        said[name] = {"rc": proc.returncode, "stderr": proc.stderr}
+    return said
 
 
 def assert_refused(row: Case, tmp: Path, rc: int, stderr: str, existed: bool, unchanged: bool) -> None:
@@ -676,21 +617,27 @@ def assert_kept(run_dir: Path, line: str) -> None:
 
 @pytest.mark.parametrize("row", [pytest.param(row, id=row.name, marks=[pytest.mark.needs_horovod] if row.horovod else [])
                                  for row in CASES])
-def test_bad_input_is_one_line_exit_2_and_nothing_written(row, probed):
-    if row.permissions and PERMISSIONS is None:
+def test_bad_input_is_one_line_exit_2_and_nothing_written(row, commands):
+    if row.permissions and runs.without_dac_override() is None:
         pytest.skip("root, and setpriv cannot drop CAP_DAC_OVERRIDE here: file permissions do not bind")
-    tmp, results = probed
-    result = results[row.name]
-    assert_refused(row, tmp, result["rc"], result["stderr"], result["existed"], result["unchanged"])
+    result = commands[register(row)]
+    assert_refused(row, commands.tmp / FOLDER, result["rc"], result["stderr"], result["existed"], result["unchanged"])
 
 
 @pytest.mark.parametrize("name", OWN_PROCESS)
-def test_as_its_own_process(name, probed, tmp_path):
+def test_as_its_own_process(name, fresh):
     """The same line from ``python -m experiments.train``: one row per way a process ends on bad input."""
-    tmp, _ = probed
-    row = replace(next(r for r in CASES if r.name == name), out_dir=str(tmp_path / "run"))
-    proc = train(*argv(row, tmp))
-    assert_refused(row, tmp, proc.returncode, proc.stderr, existed=False, unchanged=False)
+    said = fresh["jobs"]["bad_input:own_process"]
+    assert "ok" in said, said.get("error")
+    row = replace(next(r for r in CASES if r.name == name), out_dir=str(fresh.tmp / "own" / name))
+    assert_refused(row, fresh.tmp / "own", said["ok"][name]["rc"], said["ok"][name]["stderr"], existed=False,
+                   unchanged=False)
+
+
+for _row in CASES:  # the session's batch runs the rows of the modules it tests
+    register(_row)
+runs.prepare(probe_folder)
+runs.job("bad_input:own_process", "test_bad_input:own_process", list(OWN_PROCESS))
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ import pytest
 
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
 from dane.records.results import read_rounds, read_summary
-from helpers import env, train
+import runs
+from helpers import env, train, unused_pid
 
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
 
@@ -18,9 +19,14 @@ SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true"]
 # table, run in one process there.
 
 
-def test_plain_python_runs_one_worker_and_writes_the_schema(tmp_path):
-    proc = train(*SMALL, "tol=1e-12", f"out_dir={tmp_path}")
-    assert proc.returncode == 0, proc.stderr
+PLAIN = runs.command("cli:plain", *SMALL, "tol=1e-12", "out_dir={tmp}/cli/plain")
+DIVERGING = runs.command("cli:diverging", "problem.n_samples=6000", "workers=8", "algorithm.safeguard=false", "rounds=40",
+                         "quiet=true", "out_dir={tmp}/cli/diverging")
+
+
+def test_plain_python_runs_one_worker_and_writes_the_schema(commands):
+    proc, tmp_path = commands[PLAIN], commands.tmp / "cli" / "plain"
+    assert proc["rc"] == 0, proc["stderr"]
     summary = read_summary(tmp_path)
     assert summary["workers"] == 1 and summary["backend"] == "local"
     assert summary["status"] == "converged" and summary["rounds"] == 1  # one worker: DANE is Newton's method
@@ -35,11 +41,10 @@ def test_plain_python_runs_one_worker_and_writes_the_schema(tmp_path):
     assert (tmp_path / "config.yaml").exists()
 
 
-def test_diverging_run_keeps_its_results_and_exits_3(tmp_path):
-    proc = train("problem.n_samples=6000", "workers=8", "algorithm.safeguard=false", "rounds=40", "quiet=true",
-                 f"out_dir={tmp_path}", timeout=600)
-    assert proc.returncode == 3
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: dane diverged at round")
+def test_diverging_run_keeps_its_results_and_exits_3(commands):
+    proc, tmp_path = commands[DIVERGING], commands.tmp / "cli" / "diverging"
+    assert proc["rc"] == 3
+    assert proc["stderr"].strip().splitlines()[-1].startswith("error: dane diverged at round")
     assert read_summary(tmp_path)["status"] == "diverged"
     assert len(read_rounds(tmp_path)) >= 2
 
@@ -133,9 +138,8 @@ def test_a_run_directory_in_use_is_refused_and_a_dead_runs_lock_is_taken_over(tm
     with pytest.raises(ConfigError, match=f"is in use by another run \\({socket.gethostname()} pid {os.getpid()}\\)"):
         RunWriter(tmp_path / "run", overwrite=True)
     writer.close()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / "other").mkdir()
-    (tmp_path / "other" / ".lock").write_text(f"{socket.gethostname()} {int(dead.stdout)}")
+    (tmp_path / "other" / ".lock").write_text(f"{socket.gethostname()} {unused_pid()}")
     RunWriter(tmp_path / "other").close()  # its owner has exited: the lock is stale
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="is a file, not a directory"):

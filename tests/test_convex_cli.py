@@ -8,6 +8,7 @@ import torch
 from sklearn.datasets import dump_svmlight_file
 
 from dane.records.results import read_rounds, read_summary
+import runs
 from helpers import horovodrun, torchrun, train
 
 
@@ -21,11 +22,26 @@ def write_sparse_logistic(path, n=400, d=3000, density=0.01, seed=0):
     return X, y
 
 
+def sparse_args(path, out, algorithm: str, simulated: bool) -> list[str]:
+    return ["problem=logreg", "data=libsvm", f"data.path={path}", "data.zero_based=false", "problem.lam=0.01",
+            f"algorithm={algorithm}", "rounds=4", "quiet=true", "save_iterate=true", f"out_dir={out}",
+            "problem.optimum=auto", *(["workers=2"] if simulated else [])]
+
+
 def sparse_run(path, out, algorithm="dane", launcher=None):
-    return train("problem=logreg", "data=libsvm", f"data.path={path}", "data.zero_based=false", "problem.lam=0.01",
-                 f"algorithm={algorithm}", "rounds=4", "quiet=true", "save_iterate=true", f"out_dir={out}",
-                 "problem.optimum=auto",
-                 *(["workers=2"] if launcher is None else []), launcher=launcher)
+    return train(*sparse_args(path, out, algorithm, launcher is None), launcher=launcher)
+
+
+def sparse_svm(tmp) -> None:
+    """{tmp}/convex_cli/sparse.svm: `write_sparse_logistic`'s data, what the simulated rows below read."""
+    (tmp / "convex_cli").mkdir(exist_ok=True)
+    write_sparse_logistic(tmp / "convex_cli" / "sparse.svm")
+
+
+SPARSE = {algorithm: runs.command(f"convex_cli:sparse:{algorithm}",
+                                  *sparse_args("{tmp}/convex_cli/sparse.svm", "{tmp}/convex_cli/sim_" + algorithm,
+                                               algorithm, simulated=True))
+          for algorithm in ("dane", "disco")}
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +52,12 @@ def sparse_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", params=["dane", "disco"])
-def simulated(request, sparse_file, tmp_path_factory):
-    """The simulator's run of DANE, and of DiSCO (whose preconditioner is a broadcast from worker 0)."""
-    out = tmp_path_factory.mktemp("sim")
-    proc = sparse_run(sparse_file, out, request.param)
-    assert proc.returncode == 0, proc.stderr
-    return request.param, out
+def simulated(request, commands):
+    """The simulator's run of DANE, and of DiSCO (whose preconditioner is a broadcast from worker 0): rows of the
+    session's batch, on `sparse_svm`'s file (the same data as `sparse_file`'s)."""
+    proc = commands[SPARSE[request.param]]
+    assert proc["rc"] == 0, proc["stderr"]
+    return request.param, commands.tmp / "convex_cli" / f"sim_{request.param}"
 
 
 def test_sparse_run_keeps_x_sparse_and_converges(simulated):
@@ -67,7 +83,10 @@ def test_sparse_problem_under_a_launcher_equals_the_simulator(launch, sparse_fil
                                rtol=0, atol=1e-10)
 
 
-def test_csv_with_a_categorical_column_runs_to_the_optimum(tmp_path):
+def categorical_csv(tmp) -> None:
+    """{tmp}/convex_cli/mine.csv: y = 2 x1 - x2 + [group = b] + noise, one x2 missing, 300 rows."""
+    tmp_path = tmp / "convex_cli"
+    tmp_path.mkdir(exist_ok=True)
     rng = np.random.default_rng(1)
     n = 300
     x1, x2 = rng.standard_normal(n), rng.standard_normal(n)
@@ -76,12 +95,19 @@ def test_csv_with_a_categorical_column_runs_to_the_optimum(tmp_path):
     lines = ["x1,x2,group,y"] + [f"{a:.6f},{'' if i == 7 else f'{b:.6f}'},{g},{t:.6f}"
                                   for i, (a, b, g, t) in enumerate(zip(x1, x2, group, y))]
     (tmp_path / "mine.csv").write_text("\n".join(lines) + "\n")
-    out = tmp_path / "run"
-    proc = train("problem=ridge", "data=csv", f"data.path={tmp_path / 'mine.csv'}", "data.target=y",
-                 "data.categorical=[group]", "workers=3", "tol=1e-10", "rounds=30", "quiet=true", f"out_dir={out}",
-                 "problem.optimum=auto")
-    assert proc.returncode == 0, proc.stderr
-    summary = read_summary(out)
+
+
+runs.prepare(categorical_csv)
+runs.prepare(sparse_svm)
+CATEGORICAL = runs.command("convex_cli:categorical", "problem=ridge", "data=csv", "data.path={tmp}/convex_cli/mine.csv",
+                           "data.target=y", "data.categorical=[group]", "workers=3", "tol=1e-10", "rounds=30",
+                           "quiet=true", "out_dir={tmp}/convex_cli/run", "problem.optimum=auto")
+
+
+def test_csv_with_a_categorical_column_runs_to_the_optimum(commands):
+    proc = commands[CATEGORICAL]
+    assert proc["rc"] == 0, proc["stderr"]
+    summary = read_summary(commands.tmp / "convex_cli" / "run")
     assert summary["status"] == "converged" and summary["final_suboptimality"] <= 1e-10
     notes = " ".join(summary["notes"])
     assert "imputed" in notes and "group" in notes  # the one missing x2 and the one-hot column are in the log

@@ -22,7 +22,8 @@ from dane.errors import ConfigError
 from dane.loop.faults import SimulatedFault
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
-from helpers import BIN, REPO, env, train
+import runs
+from helpers import BIN, REPO, env
 from test_checkpoint import config, execute_with, without_time
 
 RIDGE = ("problem=ridge_synthetic", "problem.n_samples=4000", "problem.dim=50", "quiet=true", "save_iterate=true")
@@ -182,10 +183,14 @@ def test_elastic_under_horovodrun_needs_its_elastic_mode_and_an_elastic_algorith
     assert run_spec(config(*RIDGE, "comm.elastic=true")).comm.elastic
 
 
-def test_elastic_without_horovodrun_is_one_line_and_exit_2(tmp_path):
-    proc = train(*RIDGE, "comm.elastic=true", f"out_dir={tmp_path / 'run'}")
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+WITHOUT_HOROVODRUN = runs.command("elastic:without_horovodrun", *RIDGE, "comm.elastic=true",
+                                  "out_dir={tmp}/elastic/run")
+
+
+def test_elastic_without_horovodrun_is_one_line_and_exit_2(commands):
+    proc, tmp_path = commands[WITHOUT_HOROVODRUN], commands.tmp / "elastic"
+    assert proc["rc"] == 2
+    assert proc["stderr"].strip().splitlines() == [
         "error: comm.elastic=true needs horovodrun in elastic mode (--min-np/--max-np with --host-discovery-script, "
         "e.g. scripts/discover_hosts.sh); drop comm.elastic or launch so"]
     assert not (tmp_path / "run").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
 from dane.records.results import read_rounds
 from dane.run_config import algorithm_class, staleness
+import runs
 from helpers import REPO, torchrun, train
 
 OUTSIDE = Path(__file__).resolve().parent / "outside"
@@ -74,11 +76,25 @@ def test_an_outside_algorithm_through_the_python_api_equals_its_closed_form():
     assert_closed_form(result.records, result.w)
 
 
-def test_an_outside_algorithm_from_its_yaml_in_the_simulator_equals_its_closed_form(tmp_path):
-    proc = train(*COMMAND, f"workers={M}", f"out_dir={tmp_path}", extra_env=OUTSIDE_ON_PATH)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+@contextmanager
+def outside_on_path(tmp):
+    """In the batch process: the user's folder on sys.path, as OUTSIDE_ON_PATH puts it on a process's."""
+    sys.path.insert(0, str(OUTSIDE))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(OUTSIDE))
+
+
+IN_THE_SIMULATOR = runs.command("extension:simulator", *COMMAND, f"workers={M}", "out_dir={tmp}/extension",
+                                around="test_extension:outside_on_path")
+
+
+def test_an_outside_algorithm_from_its_yaml_in_the_simulator_equals_its_closed_form(commands):
+    proc, tmp_path = commands[IN_THE_SIMULATOR], commands.tmp / "extension"
+    assert proc["rc"] == 0, proc["stdout"] + proc["stderr"]
     assert_closed_form(read_rounds(tmp_path), torch.load(tmp_path / "iterate.pt"))
-    header = next(line for line in proc.stdout.splitlines() if line.split()[:1] == ["round"])
+    header = next(line for line in proc["stdout"].splitlines() if line.split()[:1] == ["round"])
     assert header.split() == ["round", "time_s", "bytes_sent", "objective", "suboptimality", "grad_norm", "mu"]
 
 

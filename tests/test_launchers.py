@@ -13,7 +13,7 @@ import torch
 
 from dane.records.results import read_rounds, read_summary
 from dane.work import KEYS as LOCAL_WORK
-import helpers
+import runs
 from helpers import REPO, env, horovodrun, torchrun, train
 
 DANE_SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=4000", "problem.dim=100",
@@ -43,9 +43,15 @@ def test_allreduce_mean_is_exact_and_counted(launch, tmp_path):
     assert {r["backend"] for r in records} == {expected_backend}
 
 
+SIMULATED = runs.command("launchers:simulated", *DANE_SMALL, "workers=2", "out_dir={tmp}/launchers/simulated")
+
+
 @pytest.fixture(scope="module")
-def simulated_run(tmp_path_factory):
-    return helpers.simulated_run(tmp_path_factory.mktemp("sim"), *DANE_SMALL)
+def simulated_run(commands):
+    """The in-process simulator's run of DANE_SMALL with 2 workers (helpers.simulated_run's command), a row of
+    the session's batch: the reference each launch is compared with."""
+    assert commands[SIMULATED]["rc"] == 0, commands[SIMULATED]["stderr"]
+    return commands.tmp / "launchers" / "simulated"
 
 
 @pytest.mark.parametrize("launch", [horovodrun, torchrun], ids=["horovodrun", "torchrun"])

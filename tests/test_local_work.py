@@ -21,7 +21,7 @@ import dane
 from dane import work
 from dane.baselines import federated
 from dane.sampling import ClientSampler
-from helpers import train
+import runs
 
 M = 4
 
@@ -166,13 +166,16 @@ def test_a_sampled_round_counts_its_participants_only():
     assert result.records[-1]["local_passes_max"] == K * max(drawn.values())
 
 
-def test_an_inner_optimizer_counts_its_steps_and_samples(tmp_path):
+INNER_SGD = runs.command("local_work:inner_sgd", "algorithm=dane", "algorithm.safeguard=false", "problem=digits_mlp",
+                         "problem.model.hidden=[8]", "problem.inner_steps=5", "problem.inner_batch_size=16",
+                         "workers=2", "rounds=2", "quiet=true", "out_dir={tmp}/local_work")
+
+
+def test_an_inner_optimizer_counts_its_steps_and_samples(commands):
     """DANE on a network, 5 inner SGD steps of 16 rows: 5 steps and 80 samples a round per worker, and the
     passes 1 (the gradient at w_t) + 80/n_i."""
-    proc = train("algorithm=dane", "algorithm.safeguard=false", "problem=digits_mlp", "problem.model.hidden=[8]",
-                 "problem.inner_steps=5", "problem.inner_batch_size=16", "workers=2", "rounds=2", "quiet=true",
-                 f"out_dir={tmp_path}")
-    assert proc.returncode == 0, proc.stderr
+    proc, tmp_path = commands[INNER_SGD], commands.tmp / "local_work"
+    assert proc["rc"] == 0, proc["stderr"]
     records = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
     summary = json.loads((tmp_path / "summary.json").read_text())
     n = summary["data"]["train_size"] // 2  # the smaller of the two shards: the busiest per row

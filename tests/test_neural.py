@@ -25,6 +25,7 @@ from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig, a
 from dane.records.results import read_rounds, read_summary
 from dane.loop.runner import EarlyStopping, MonitorError, StopRule
 from dane.experiments.config import CONF_DIR, build, run_spec
+import runs
 from helpers import convex_rule_holds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -283,14 +284,16 @@ def test_bad_problem_values_are_one_line_config_errors(override, message):
         build(config("problem=digits_mlp", override), "problem")
 
 
-def test_bad_data_dir_exits_2_with_one_line(tmp_path):
-    missing = tmp_path / "no_such_dir"
-    proc = subprocess.run([PYTHON, "-m", "experiments.train", "problem=mnist_lenet5", f"problem.data.data_dir={missing}",
-                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr
+BAD_DATA_DIR = runs.command("neural:bad_data_dir", "problem=mnist_lenet5", "problem.data.data_dir={tmp}/neural/no_such_dir",
+                            "hydra.run.dir={tmp}/neural/run")
+
+
+def test_bad_data_dir_exits_2_with_one_line(commands):
+    missing = commands.tmp / "neural" / "no_such_dir"
+    proc = commands[BAD_DATA_DIR]
+    assert proc["rc"] == 2
+    lines = proc["stderr"].strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc["stderr"]
     assert lines[0].startswith(f"error: data_dir {missing} does not exist; expected train-images-idx3-ubyte.gz")
 
 

@@ -4,12 +4,14 @@ within a round and keeps its records.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +22,8 @@ from dane.errors import ConfigError
 from dane.loop.faults import SimulatedFault
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
-from helpers import REPO, env, horovodrun, torchrun, train
+import runs
+from helpers import REPO, env, horovodrun, torchrun, train, unused_pid
 from test_checkpoint import config, execute_with, without_time
 
 RIDGE = ("problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "quiet=true", "save_iterate=true")
@@ -131,11 +134,10 @@ def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulat
     assert max(done) < 20000 and time.monotonic() - start < 10, (done, time.monotonic() - start)
 
 
-@pytest.mark.parametrize("path", ["threads", "batched"])
-def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_path, path):
-    """One thread a worker, or the m workers as one stacked computation (sim.batched): both stop at the next
-    collective and write an interrupted summary."""
-    run_dir = tmp_path / "run"
+def ctrl_c(tmp, path: str) -> dict:
+    """In the session's fresh interpreter (tests/runs.py): a simulated run of 10^8 rounds on ``path``, SIGINT
+    once it has logged 5 rounds; {returncode, stderr, stopped_s (from the signal to its exit), run_dir}."""
+    run_dir = tmp / "ctrl_c" / path
     cmd = [sys.executable, "-m", "experiments.train", *RIDGE, "workers=2", "rounds=100000000", f"out_dir={run_dir}",
            f"sim.batched={'true' if path == 'batched' else 'false'}"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -143,7 +145,8 @@ def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_p
     try:
         rounds = run_dir / "rounds.jsonl"
         deadline = time.monotonic() + 120
-        while not (rounds.exists() and rounds.read_text().count("\n") >= 5):
+        while not (rounds.exists() and rounds.read_text().count("\n") >= 6):  # rounds 0-5 logged: the signal comes
+            # after round 5 (at >= 5 lines, round 4, a run slowed by load could stop before logging round 5)
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
@@ -152,7 +155,22 @@ def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(tmp_p
         stopped_s = time.monotonic() - sent
     finally:
         proc.kill()
-    assert proc.returncode == 130, err
+    return {"returncode": proc.returncode, "stderr": err, "stopped_s": stopped_s, "run_dir": str(run_dir)}
+
+
+PATHS = ("threads", "batched")
+for _path in PATHS:
+    runs.job(f"restart:ctrl_c:{_path}", "test_restart:ctrl_c", _path)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_ctrl_c_stops_a_simulated_run_within_a_round_and_keeps_its_records(fresh, path):
+    """One thread a worker, or the m workers as one stacked computation (sim.batched): both stop at the next
+    collective and write an interrupted summary."""
+    done = fresh["jobs"][f"restart:ctrl_c:{path}"]
+    assert "ok" in done, done.get("error")
+    err, stopped_s, run_dir = done["ok"]["stderr"], done["ok"]["stopped_s"], Path(done["ok"]["run_dir"])
+    assert done["ok"]["returncode"] == 130, err
     assert "Traceback" not in err and "interrupted after round" in err, err
     summary, records = read_summary(run_dir), read_rounds(run_dir)
     assert summary["status"] == "interrupted"
@@ -217,12 +235,11 @@ def test_a_launchers_sigterm_becomes_the_lost_peer_line_naming_the_peer_that_exi
     from dane.comm import launcher_signals
     from dane.loop.faults import worker_lost
 
-    exited = subprocess.Popen([sys.executable, "-c", "pass"])
-    exited.wait()  # reaped, as torchrun's agent reaps the failed worker before it SIGTERMs the others
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    exited = unused_pid()  # gone, as torchrun's agent reaps the failed worker before it SIGTERMs the others
+    alive = os.getppid()  # a live process other than this one
     previous = signal.getsignal(signal.SIGTERM)
     try:
-        monkeypatch.setattr(launcher_signals, "local_peers", lambda: {exited.pid: 1, alive.pid: 2})
+        monkeypatch.setattr(launcher_signals, "local_peers", lambda: {exited: 1, alive: 2})
         launcher_signals.install("torchrun")
         with pytest.raises(launcher_signals.LauncherTerminated) as caught:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -238,8 +255,6 @@ def test_a_launchers_sigterm_becomes_the_lost_peer_line_naming_the_peer_that_exi
         assert "(torchrun terminated it with SIGTERM as another process exited or the job was stopped: " in unknown
     finally:
         signal.signal(signal.SIGTERM, previous)
-        alive.kill()
-        alive.wait()
 
 
 def test_a_launchers_sigterm_is_not_swallowed_by_an_except_exception_on_the_way(monkeypatch, tmp_path):
@@ -274,9 +289,9 @@ def test_a_launchers_sigterm_is_not_swallowed_by_an_except_exception_on_the_way(
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_a_torchrun_worker_finds_its_local_peers_and_their_ranks():
-    """`local_peers`: the other children of this process's parent (torchrun's agent), each with the RANK of its
-    environment; the module is loaded from its file alone, so the child starts in well under a second."""
+def local_peers_probe(tmp) -> dict:
+    """In the session's fresh interpreter: two sleepers (RANK 0 and 2) and a probe (RANK 1) as its children, as
+    torchrun's agent starts its workers; the probe prints the ranks `local_peers` finds: {stdout, stderr}."""
     path = REPO / "dane" / "comm" / "launcher_signals.py"
     probe = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('ls', sys.argv[1]); "
              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(sorted(m.local_peers().values()))")
@@ -289,7 +304,18 @@ def test_a_torchrun_worker_finds_its_local_peers_and_their_ranks():
         for sleeper in sleepers:
             sleeper.kill()
             sleeper.wait()
-    assert out.stdout.strip() == "[0, 2]", out.stderr
+    return {"stdout": out.stdout, "stderr": out.stderr}
+
+
+LOCAL_PEERS = runs.job("restart:local_peers", "test_restart:local_peers_probe")
+
+
+def test_a_torchrun_worker_finds_its_local_peers_and_their_ranks(fresh):
+    """`local_peers`: the other children of this process's parent (torchrun's agent), each with the RANK of its
+    environment; the module is loaded from its file alone, so the child starts in well under a second."""
+    out = fresh["jobs"][LOCAL_PEERS]
+    assert "ok" in out, out.get("error")
+    assert out["ok"]["stdout"].strip() == "[0, 2]", out["ok"]["stderr"]
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from dane.experiments.config import run_spec
 from dane.paper_figs import plot_runs, summary
 from dane.synthetic.launchers import REPO, launch_env
 from dane.synthetic.sweep import compose_job
+import runs
 
 TINY = ("problem.n_samples=600", "problem.dim=20", "workers=2")
 TOL = 1e-6
@@ -124,12 +125,18 @@ def test_plot_cli_writes_png_and_pdf_under_results(sweep, tmp_path, monkeypatch,
     assert png.startswith(b"\x89PNG") and len(png) > 10_000 and (tmp_path / written[1]).stat().st_size > 1000
 
 
-def test_no_runs_is_one_line_and_status_2(tmp_path):
-    (tmp_path / "empty").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "paper_figs.plot_runs", str(tmp_path / "empty")], cwd=tmp_path,
-                          env=launch_env(None), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
-    assert proc.stderr.startswith("error: no runs in ") and not (tmp_path / "results").exists()
+def empty_folder(tmp) -> None:
+    (tmp / "run_tools" / "empty").mkdir(parents=True)
+
+
+runs.prepare(empty_folder)
+NO_RUNS = runs.command("run_tools:no_runs", "{tmp}/run_tools/empty", module="paper_figs.plot_runs", cwd="{tmp}/run_tools")
+
+
+def test_no_runs_is_one_line_and_status_2(commands):
+    proc, tmp_path = commands[NO_RUNS], commands.tmp / "run_tools"
+    assert proc["rc"] == 2 and proc["stdout"] == "" and len(proc["stderr"].splitlines()) == 1
+    assert proc["stderr"].startswith("error: no runs in ") and not (tmp_path / "results").exists()
 
 
 def test_summary_of_no_runs_is_status_2(tmp_path, capsys):

@@ -6,8 +6,6 @@ round-off; the ``matlab`` variant is checked against a loop written out here in 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ from dane.numerics.local_solvers import (AUTO_PASSES_CONTRACTION, AUTO_PASSES_MA
                                 svrg, svrg_constants, svrg_passes, svrg_reference)
 from dane.losses import LOGISTIC, SOFTMAX, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
-from helpers import REPO, env
+import runs
 
 LOSSES = {"squared": (SQUARED, 1), "logistic": (LOGISTIC, 1), "softmax": (SOFTMAX, 3)}
 
@@ -146,13 +144,11 @@ def test_bad_passes_name_the_key_and_value():
             LocalSolver("svrg", passes=bad)
 
 
-def test_numba_is_imported_by_the_first_svrg_solve_not_by_import_dane():
-    code = ("import sys, torch, dane, dane.problems.glm, dane.numerics.local_solvers as ls; "
-            "assert 'numba' not in sys.modules, 'import dane imported numba'; "
-            "from test_svrg import shard, subproblem; p = shard('squared', sparse=False); "
-            "ls.svrg(subproblem(p), ls.LocalSolver('svrg'), torch.Generator()); "
-            "assert 'numba' in sys.modules; print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         env={**env(), "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "ok"
+def test_numba_is_imported_by_the_first_svrg_solve_not_by_import_dane(fresh):
+    """The session's fresh interpreter (`runs.FRESH_IMPORTS`): numba absent after importing dane, its GLMs and
+    local solvers, present after the first svrg solve."""
+    (imported, absent, _), (solve, _, present) = runs.FRESH_IMPORTS[2:4]
+    assert imported == "import torch, dane.problems.glm, dane.numerics.local_solvers" and absent == ("numba",)
+    assert "ls.svrg(subproblem(shard('squared', sparse=False))" in solve and present == ("numba",)
+    assert "numba" not in fresh["imports"][2], "import dane imported numba"
+    assert "numba" in fresh["imports"][3]

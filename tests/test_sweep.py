@@ -2,8 +2,6 @@
 experiment file composes and runs when shrunk, and `synthetic.sweep` reuses stored runs."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +10,10 @@ from hydra import compose, initialize_config_dir
 
 from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments.config import CONF_DIR, run_spec
-from dane.synthetic.launchers import REPO, launch_env
 from dane.loop.launch import execute
 from dane.synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name
+
+from runs import command
 
 TINY = ("problem.n_samples=600", "problem.dim=20")
 # the synthetic-ridge experiments; the neural-network ones (table_*, target_*) are shrunk in test_nn_tables.py
@@ -22,12 +21,16 @@ EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")
                      if not p.stem.startswith(("table_", "target_")))
 
 
-def test_multirun_writes_one_dir_per_job(tmp_path):
+SIMULATE_SWEEP = command("sweep:simulate", "-m", "algorithm.safeguard=false,true", "workers=16,1,2", *TINY,
+                         "hydra.sweep.dir={tmp}/sweep/simulate", module="experiments.simulate")
+TRAIN_SWEEP = command("sweep:train", "-m", "algorithm.safeguard=false", "workers=16,2", "rounds=30", "quiet=true", *TINY,
+                      "hydra.sweep.dir={tmp}/sweep/train")
+
+
+def test_multirun_writes_one_dir_per_job(commands):
     # the first job (plain DANE, 16 workers of 37 samples in R^20) diverges; the sweep goes on
-    cmd = [sys.executable, "-m", "experiments.simulate", "-m", "algorithm.safeguard=false,true", "workers=16,1,2",
-           *TINY, f"hydra.sweep.dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=launch_env(None), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc, tmp_path = commands[SIMULATE_SWEEP], commands.tmp / "sweep" / "simulate"
+    assert proc["rc"] == 0, proc["stderr"][-2000:]
     runs = sorted(find_runs(tmp_path), key=lambda p: int(p.name.split("_")[0]))
     assert [p.name for p in runs] == [f"{k}_algorithm.safeguard={g},problem.dim=20,problem.n_samples=600,workers={m}"
                                       for k, (g, m) in enumerate((g, m) for g in ("False", "True") for m in (16, 1, 2))]
@@ -54,12 +57,10 @@ def sweeper_params(name: str) -> dict[str, list[str]]:
     return {key: str(values).split(",") for key, values in (cfg.hydra.sweeper.params or {}).items()}
 
 
-def test_train_multirun_goes_on_past_a_diverged_job(tmp_path):
-    cmd = [sys.executable, "-m", "experiments.train", "-m", "algorithm.safeguard=false", "workers=16,2", "rounds=30",
-           "quiet=true", *TINY, f"hydra.sweep.dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=launch_env(None), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "error: dane diverged" in proc.stderr
+def test_train_multirun_goes_on_past_a_diverged_job(commands):
+    proc, tmp_path = commands[TRAIN_SWEEP], commands.tmp / "sweep" / "train"
+    assert proc["rc"] == 0, proc["stderr"][-2000:]
+    assert "error: dane diverged" in proc["stderr"]
     statuses = [read_summary(p)["status"] for p in sorted(find_runs(tmp_path), key=lambda p: int(p.name.split("_")[0]))]
     assert statuses[0] == "diverged" and len(statuses) == 2 and statuses[1] != "diverged"
 

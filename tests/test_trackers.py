@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from dane.loop.launch import execute
 from dane.loop.progress import RoundBar
 from dane.records.results import RunWriter, read_rounds, read_summary
 from dane.records.trackers import Trackers, check_loggers, metrics
-from helpers import env
+import runs
 
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=4", "quiet=true", "workers=2"]
 
@@ -74,18 +74,31 @@ def test_every_tracked_metric_equals_the_jsonl_record(tmp_path, monkeypatch):
     assert logged == json.loads((tmp_path / "summary.json").read_text())
 
 
-def test_a_missing_extra_is_one_line_and_exit_2(tmp_path):
-    # sys.modules[name] = None makes importlib.util.find_spec(name) None: the package looks uninstalled
-    code = ("import sys; sys.modules['tensorboard'] = None; sys.argv[0] = 'train'; "
-            "from dane.experiments.train import main; main()")
-    cwd = tmp_path / "cwd"  # main() called directly leaves Hydra's .hydra/ and train.log in the working folder
-    cwd.mkdir()
-    out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", code, *SMALL, "logger=[jsonl,tensorboard]", f"out_dir={out}"],
-                          cwd=cwd, env=env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+@contextmanager
+def without_tensorboard(tmp):
+    """In the batch process: tensorboard looks uninstalled (sys.modules[name] = None makes
+    importlib.util.find_spec(name) None), in the folder ``{tmp}/trackers``."""
+    (tmp / "trackers").mkdir()
+    saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "tensorboard"}
+    for name in saved:
+        del sys.modules[name]
+    sys.modules["tensorboard"] = None
+    try:
+        yield
+    finally:
+        del sys.modules["tensorboard"]
+        sys.modules.update(saved)
+
+
+MISSING_EXTRA = runs.command("trackers:missing_extra", *SMALL, "logger=[jsonl,tensorboard]", "out_dir={tmp}/trackers/run",
+                             around="test_trackers:without_tensorboard", cwd="{tmp}/trackers")
+
+
+def test_a_missing_extra_is_one_line_and_exit_2(commands):
+    proc, out = commands[MISSING_EXTRA], commands.tmp / "trackers" / "run"
+    assert proc["rc"] == 2, proc["stderr"]
+    lines = proc["stderr"].strip().splitlines()
+    assert len(lines) == 1, proc["stderr"]
     assert lines[0].startswith("error: logger=tensorboard needs the tensorboard package")
     assert "pip install 'dane[tensorboard]'" in lines[0]
     assert not (out / "rounds.jsonl").exists()  # refused before anything ran
