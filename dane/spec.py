@@ -179,7 +179,7 @@ def refuse_compression(algorithm: AlgorithmConfig, comm: Communication) -> None:
     if comm.compress is not None and algorithm.algorithm.compressed_messages:
         raise ConfigError(f"algorithm={algorithm.name} compresses its own messages (algorithm.compressor) and counts "
                           f"their bits; comm.compress would compress them twice: set comm.compress=null")
-    if algorithm.algorithm.compressed_messages and (comm.backend == "ps" or comm.elastic):
+    if (comm.backend == "ps" or comm.elastic) and algorithm.algorithm.compressed_messages:
         which = "comm=ps" if comm.backend == "ps" else "comm.elastic=true"
         raise ConfigError(f"algorithm={algorithm.name} counts its compressed messages in the communicator, which "
                           f"{which} does not run yet; use comm=local, torch or horovod")

@@ -79,7 +79,7 @@ CASES = [
     case("own_config_dir_key_typo", "--config-dir", "{tmp}/my_conf", "problem=mine", "problem.n_sampless=600",
          expected="problem.n_sampless is not a config key; did you mean problem.n_samples?"),
     case("unknown_algorithm", "algorithm=newton", *SMALL,
-         expected="algorithm=newton is unknown; choose one of: acc_sdane, admm, aide, dane"),
+         expected="algorithm=newton is unknown; choose one of: acc_sdane, adiana, admm, aide, dane"),
     case("unknown_comm", "comm=mpi", *SMALL, expected="comm=mpi is unknown; choose one of: auto, horovod, local, ps, torch"),
     # values: run_spec(), before any process group
     case("seed_text", "seed=abc", *SMALL, expected="seed must be an integer, got 'abc'"),

@@ -335,7 +335,7 @@ def test_a_line_search_that_no_trial_passes_takes_no_step():
     """FedNL-LS's Armijo search: the first passing t of 1, γ, γ², …; where no trial passes (an ascent direction
     against an O(x_k) a little below the objective's own value, as a reduced sum can round) the round keeps its
     iterate (t = 0) after the 60 trials it paid for, instead of an untested γ⁶⁰."""
-    from baselines.fednl_server import LS_TRIALS, armijo_backtrack
+    from dane.baselines.fednl_server import LS_TRIALS, armijo_backtrack
 
     x, g = np.array([1.0, -2.0]), np.array([2.0, -4.0])  # O(x) = ‖x‖², its gradient 2x
     objective = lambda z: float(z @ z)  # noqa: E731

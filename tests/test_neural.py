@@ -254,9 +254,9 @@ def test_early_stopping_patience_and_target():
 
 
 # ---------------------------------------------------------------- configs and errors
-# the network and inner-optimizer problems (ridge_synthetic and the linear models on data have their own tests)
+# the network and inner-optimizer problems (the convex problems have their own tests)
 PROBLEMS = sorted(p.stem for p in (CONF_DIR / "problem").glob("*.yaml")
-                  if p.stem != "ridge_synthetic" and "LinearModelConfig" not in p.read_text())
+                  if "_target_: dane.problems.neural.NeuralProblemConfig" in p.read_text())
 
 
 @pytest.mark.parametrize("name", PROBLEMS)
