@@ -23,7 +23,7 @@ from dane.data.mongo_source import MongoSource  # noqa: E402
 from dane.errors import ConfigError, DataError, UserError  # noqa: E402
 from dane.experiments.data import parser, push  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
-from helpers import train  # noqa: E402
+import runs  # noqa: E402
 
 SITES = ["b", "a", "c", "a", "b", "b", "c", "a", "b", "a", "c", "b"]  # 12 rows x 4: the CSV's site of row i
 #: the rows of each site, in sorted order (a, b, c), counted by hand from SITES repeated 4 times
@@ -37,9 +37,9 @@ def push_args(*argv: str) -> Namespace:
     return parser().parse_args(["push", *argv])
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("clients")
+def write_files(tmp: Path) -> Path:
+    """The module's files in ``tmp``: t.csv (48 rows, sites `SITES`), t.npz (30, groups), t.svm (21, qid)."""
+    tmp.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(5)
     rows = ["y,a,site,b,kind"] + [f"{(i * 7) % 3 == 0:d},{rng.normal():.17g},{SITES[i % 12]},{rng.integers(0, 9)},"
                                   f"{'pq'[i % 5 == 0]}" for i in range(48)]
@@ -48,6 +48,11 @@ def files(tmp_path_factory) -> Path:
              groups=np.array([[10, 2, 7][i % 3] if i % 4 else 2 for i in range(30)]))
     (tmp / "t.svm").write_text("".join(f"{i % 2} qid:{[3, 1, 2][i % 3]} 1:{i}.5 4:{-i}\n" for i in range(21)))
     return tmp
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    return write_files(tmp_path_factory.mktemp("clients"))
 
 
 SOURCES = {  # kind: (push options, the file source, the client column, workers)
@@ -103,24 +108,32 @@ def test_store_deals_the_clients_as_the_file_source(files, tmp_path, kind, monke
         assert [by_id.worker_rows(r, 3)[0].tolist() for r in range(3)] == hand
 
 
-def test_training_on_the_store_by_clients_gives_the_csv_runs_records(files, tmp_path):
+def pushed_sites(tmp: Path) -> None:
+    """{tmp}/mongo_clients: the module's files, and t.csv pushed with its sites to {tmp}/mongo_clients/s, as t."""
+    files = write_files(tmp / "mongo_clients")
+    push(push_args(str(files / "t.csv"), *CSV_SITES, "--uri", str(files / "s"), "--collection", "t"))
+
+
+runs.prepare(pushed_sites)
+TRAIN = ("problem=logreg", "workers=3", "rounds=4", "quiet=true", "data.sharding=column", "data.client_column=site")
+BY_SITE = {name: runs.command(f"mongo_clients:{name}", *TRAIN, *data, f"out_dir={{tmp}}/mongo_clients/{name}")
+           for name, data in (("csv", ("data=csv", "data.path={tmp}/mongo_clients/t.csv", "data.target=y",
+                                       "data.categorical=[kind]", "data.standardize=none")),
+                              ("mongo", ("data=mongo", "data.uri={tmp}/mongo_clients/s", "data.collection=t")))}
+
+
+def test_training_on_the_store_by_clients_gives_the_csv_runs_records(commands):
     """dane train, simulator, 3 clients (sites): data=mongo and data=csv, both data.sharding=column, give the same
     records bit for bit (time aside), with every client's notes."""
-    push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--client-column", "site",
-                   "--uri", str(tmp_path / "s"), "--collection", "t"))
-    common = ("problem=logreg", "workers=3", "rounds=4", "quiet=true", "data.sharding=column",
-              "data.client_column=site")
-    runs, notes = {}, {}
-    for name, data in (("csv", ("data=csv", f"data.path={files / 't.csv'}", "data.target=y", "data.categorical=[kind]",
-                                "data.standardize=none")),
-                       ("mongo", ("data=mongo", f"data.uri={tmp_path / 's'}", "data.collection=t"))):
-        proc = train(*common, *data, f"out_dir={tmp_path / name}")
-        assert proc.returncode == 0, proc.stderr
-        runs[name] = [{k: v for k, v in json.loads(line).items() if "time" not in k}
-                      for line in (tmp_path / name / "rounds.jsonl").read_text().splitlines()]
-        summary = json.loads((tmp_path / name / "summary.json").read_text())
+    records, notes = {}, {}
+    for name, row in BY_SITE.items():
+        assert commands[row]["rc"] == 0, commands[row]["stderr"]
+        out = commands.tmp / "mongo_clients" / name
+        records[name] = [{k: v for k, v in json.loads(line).items() if "time" not in k}
+                         for line in (out / "rounds.jsonl").read_text().splitlines()]
+        summary = json.loads((out / "summary.json").read_text())
         notes[name] = [n for n in summary["notes"] if n.startswith(("sharding:", "worker "))]
-    assert len(runs["csv"]) == 5 and runs["csv"] == runs["mongo"]
+    assert len(records["csv"]) == 5 and records["csv"] == records["mongo"]
     assert notes["csv"] == notes["mongo"] and len(notes["csv"]) == 4
     assert notes["csv"][1:] == [f"worker {w} (site={s}): {4 * len(HAND[s])} rows; "
                                 f"{notes['csv'][1 + w].split('; ')[1]}" for w, s in enumerate("abc")]

@@ -22,19 +22,21 @@ pytest.importorskip("mongita", reason="the embedded store needs mongita: pip ins
 
 from dane.data.files import CSVSource, LibSVMSource, NPZSource, save_npz  # noqa: E402
 from dane.data.mongo_source import MongoSource  # noqa: E402
+from dane.data import mongo_store  # noqa: E402
 from dane.data.mongo_store import CHUNK_SIZE, Store, connect, server_database  # noqa: E402
 from dane.errors import ConfigError, DataError  # noqa: E402
 from dane.experiments.data import parser, push  # noqa: E402
-from helpers import REPO, env, train  # noqa: E402
+import runs  # noqa: E402
+from helpers import REPO, env  # noqa: E402
 
 
 def push_args(*argv: str) -> Namespace:
     return parser().parse_args(["push", *argv])
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("mongo")
+def write_files(tmp: Path) -> Path:
+    """The module's small files in ``tmp``: t.csv (57 rows), t.svm (41), t.npz (33), an image folder and a big image."""
+    tmp.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(3)
     rows = ["y,a,b,kind"] + [f"{i % 2},{rng.normal():.17g},{rng.integers(0, 9)},{'pq'[i % 3 == 0]}" for i in range(57)]
     (tmp / "t.csv").write_text("\n".join(rows) + "\n")
@@ -51,6 +53,11 @@ def files(tmp_path_factory) -> Path:
     big.mkdir(parents=True)
     Image.fromarray(rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)).save(big / "noise.png")  # ~360 kB: 2 chunks
     return tmp
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    return write_files(tmp_path_factory.mktemp("mongo"))
 
 
 @pytest.mark.parametrize("kind", ["csv", "svm", "npz"])
@@ -189,24 +196,35 @@ def test_each_worker_fetches_exactly_its_shard(files, tmp_path, monkeypatch):
         assert sorted(i for ids in asked for i in ids) == list(range(1, 58))
 
 
-def test_training_on_mongo_gives_the_file_runs_records(files, tmp_path):
-    """dane train on data=mongo and on data=csv (simulator, 3 workers): the same records, bit for bit, time aside."""
-    push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", str(tmp_path / "s"),
+def pushed_csv(tmp: Path) -> None:
+    """{tmp}/mongo_store: the module's files, and t.csv pushed to the store {tmp}/mongo_store/s, collection t."""
+    files = write_files(tmp / "mongo_store")
+    push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", str(files / "s"),
                    "--collection", "t"))
-    common = ("problem=logreg", "workers=3", "rounds=4", "quiet=true")
-    runs = {}
-    for name, data in (("csv", ("data=csv", f"data.path={files / 't.csv'}", "data.target=y", "data.categorical=[kind]",
-                                "data.standardize=none")),
-                       ("mongo", ("data=mongo", f"data.uri={tmp_path / 's'}", "data.collection=t"))):
-        proc = train(*common, *data, f"out_dir={tmp_path / name}")
-        assert proc.returncode == 0, proc.stderr
-        runs[name] = [{k: v for k, v in json.loads(line).items() if "time" not in k}
-                      for line in (tmp_path / name / "rounds.jsonl").read_text().splitlines()]
-    assert len(runs["csv"]) == 5 and runs["csv"] == runs["mongo"]
 
 
-def test_bad_store_lines(files, tmp_path):
-    """A missing store, a missing data set, a bad server URI, a CSV without --target: one line each."""
+runs.prepare(pushed_csv)
+TRAIN = ("problem=logreg", "workers=3", "rounds=4", "quiet=true")
+ON = {name: runs.command(f"mongo_store:{name}", *TRAIN, *data, f"out_dir={{tmp}}/mongo_store/{name}")
+      for name, data in (("csv", ("data=csv", "data.path={tmp}/mongo_store/t.csv", "data.target=y",
+                                  "data.categorical=[kind]", "data.standardize=none")),
+                         ("mongo", ("data=mongo", "data.uri={tmp}/mongo_store/s", "data.collection=t")))}
+
+
+def test_training_on_mongo_gives_the_file_runs_records(commands):
+    """dane train on data=mongo and on data=csv (simulator, 3 workers): the same records, bit for bit, time aside."""
+    records = {}
+    for name, row in ON.items():
+        assert commands[row]["rc"] == 0, commands[row]["stderr"]
+        records[name] = [{k: v for k, v in json.loads(line).items() if "time" not in k}
+                      for line in (commands.tmp / "mongo_store" / name / "rounds.jsonl").read_text().splitlines()]
+    assert len(records["csv"]) == 5 and records["csv"] == records["mongo"]
+
+
+def test_bad_store_lines(files, tmp_path, monkeypatch):
+    """A missing store, a missing data set, a bad server URI, a CSV without --target: one line each.  The refused
+    server is given up on after 0.1 s, not 3 s: the line is the same, whatever the wait (port 9 refuses at once)."""
+    monkeypatch.setattr(mongo_store, "SERVER_WAIT_MS", 100)
     with pytest.raises(DataError, match="no store there"):
         MongoSource(uri=str(tmp_path / "none"), collection="t").manifest()
     push(push_args(str(files / "t.npz"), "--uri", str(tmp_path), "--collection", "t"))

@@ -58,6 +58,7 @@ IN_BATCH = 20000             # ids per $in query: far under a server's 16 MB com
 CLIENT = "client"            # the field of a row's client value (a push with --client-column)
 RESERVED = ("_id", "id", "y", "idx", "val", "file_id", "filename", CLIENT)
 SERVER_SCHEMES = ("mongodb://", "mongodb+srv://")
+SERVER_WAIT_MS = 3000        # how long PyMongo looks for a server before a run says none answers
 
 
 def is_server(uri: str) -> bool:
@@ -157,7 +158,7 @@ def connect(uri: str, *, create: bool = False) -> Store:
         database = server_database(uri)
         from pymongo import MongoClient  # server_database has checked that PyMongo is there
 
-        client = MongoClient(uri, serverSelectionTimeoutMS=3000)
+        client = MongoClient(uri, serverSelectionTimeoutMS=SERVER_WAIT_MS)
         return Store(client[database], uri, embedded=False, client=client)
     folder = Path(uri).expanduser()
     if not create and not folder.is_dir():
