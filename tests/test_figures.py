@@ -51,8 +51,14 @@ def plain_rounds(mu: float) -> int:
     return 5 + round(10 * abs(math.log10(mu) + 1))  # best at μ=0.1: 5 rounds
 
 
+# The fake results tree, made in stages, each a module fixture that adds to the one before (one folder): a test
+# asks for the first stage that holds every run it reads, so that no one test pays for composing the whole tree.
+# The full tree (`results`) is the same, run for run, as one pass in the order speedup, rounds, ps, convergence,
+# ... makes: the stages' jobs are distinct folders, and convergence only fills what the earlier stages lack.
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def speedup_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     for regime in speedup.REGIMES:
         for n in regime.ns:
@@ -60,22 +66,43 @@ def results(tmp_path_factory):
                 # time_s k n/(1e6 m); first <= 1e-8 at round 3; setup 0.5/m
                 fake_run(root, speedup.job(n, m, regime.dim), [1, 1e-3, 1e-6, 1e-9, 1e-12],
                          times=[k * n / (1e6 * m) for k in range(5)], setup_s=0.5 / m)
+    return root
+
+
+@pytest.fixture(scope="module")
+def ps_runs(speedup_runs):
+    for k, topology in enumerate(ps_scaling.TOPOLOGIES):
+        for m in ps_scaling.WORKERS:  # round time (k+1) m ms
+            fake_run(speedup_runs, ps_scaling.job(topology, m), [1.0] * 11,
+                     times=[t * (k + 1) * m * 1e-3 for t in range(11)], status="max_rounds")
+    return speedup_runs
+
+
+@pytest.fixture(scope="module")
+def rounds_runs(ps_runs):
     for n in N_GRID:
         for m in M_GRID:
             if m >= 16:
-                fake_run(root, rounds_table.plain_job(n, m, 0.0), [1, 10, 1e3, math.inf], status="diverged")
+                fake_run(ps_runs, rounds_table.plain_job(n, m, 0.0), [1, 10, 1e3, math.inf], status="diverged")
             else:
-                fake_run(root, rounds_table.plain_job(n, m, 0.0), reaching_at(3))
+                fake_run(ps_runs, rounds_table.plain_job(n, m, 0.0), reaching_at(3))
             for mu in rounds_table.MUS:
                 curve = [1e-3] * 101 if m == 64 else reaching_at(plain_rounds(mu))
-                fake_run(root, rounds_table.plain_job(n, m, mu), curve)
-    for k, topology in enumerate(ps_scaling.TOPOLOGIES):
-        for m in ps_scaling.WORKERS:  # round time (k+1) m ms
-            fake_run(root, ps_scaling.job(topology, m), [1.0] * 11, times=[t * (k + 1) * m * 1e-3 for t in range(11)],
-                     status="max_rounds")
+                fake_run(ps_runs, rounds_table.plain_job(n, m, mu), curve)
+    return ps_runs
+
+
+@pytest.fixture(scope="module")
+def convergence_runs(rounds_runs):
     for job in convergence.jobs():
-        if not (root / job_name(job)).exists():  # safeguarded DANE, iso, is the speedup grid's (18000, 8)
-            fake_run(root, job, [10.0 ** -k for k in range(12)])
+        if not (rounds_runs / job_name(job)).exists():  # safeguarded DANE, iso, is the speedup grid's (18000, 8)
+            fake_run(rounds_runs, job, [10.0 ** -k for k in range(12)])
+    return rounds_runs
+
+
+@pytest.fixture(scope="module")
+def results(convergence_runs):
+    root = convergence_runs
     for job in staleness.jobs():  # its numbers are checked in test_staleness_figure.py
         fake_run(root, job, [1.0] * (composed_job(job)["rounds"] + 1), status="max_rounds")
     for job in fednl_bits.jobs():  # its numbers are checked in test_fednl_figure.py
@@ -85,13 +112,8 @@ def results(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def index(results):
-    return RunIndex(results)
-
-
-def test_speedup_extracts_time_to_1e8_and_splits_it(index, tmp_path):
-    times = speedup.table(index)
+def test_speedup_extracts_time_to_1e8_and_splits_it(speedup_runs, tmp_path):
+    times = speedup.table(RunIndex(speedup_runs))
     latency, compute = times.values()
     for n in N_GRID:
         for m, p in zip(M_GRID, latency[n]):
@@ -117,8 +139,8 @@ def test_figures_are_the_same_bytes_when_drawn_twice_and_carry_provenance(result
     assert first["speedup.md"].decode().splitlines()[0] == sidecar["caption"]
 
 
-def test_ps_scaling_reads_time_per_round_and_the_communication_part(results, tmp_path):
-    per_round, comm, real, runs = ps_scaling.table(results)
+def test_ps_scaling_reads_time_per_round_and_the_communication_part(ps_runs, tmp_path):
+    per_round, comm, real, runs = ps_scaling.table(ps_runs)
     assert real == {} and len(runs) == len(ps_scaling.jobs())
     for k, topology in enumerate(ps_scaling.TOPOLOGIES):
         assert per_round[topology] == pytest.approx([(k + 1) * m * 1e-3 for m in ps_scaling.WORKERS], rel=1e-9)
@@ -129,12 +151,12 @@ def test_ps_scaling_reads_time_per_round_and_the_communication_part(results, tmp
     n = ps_scaling.MESSAGES["4 MB"]
     assert one.allreduce_time(n, 64) == pytest.approx(32 * one.allreduce_time(n, 2), rel=1e-12)
     assert four.allreduce_time(n, 8) - 16 * four.alpha == pytest.approx((one.allreduce_time(n, 8) - 16 * one.alpha) / 4)
-    paths = ps_scaling.main(results, tmp_path)
+    paths = ps_scaling.main(ps_runs, tmp_path)
     assert {p.name for p in paths} == {f"ps_scaling.{ext}" for ext in ("png", "pdf", "md", "json")}
 
 
-def test_rounds_table_marks_divergence_and_best_mu(index, tmp_path):
-    data = rounds_table.table(index)
+def test_rounds_table_marks_divergence_and_best_mu(rounds_runs, tmp_path):
+    data = rounds_table.table(RunIndex(rounds_runs))
     assert data["μ=0"][6000, 8] == ("reached", 3.0, 0.0)
     assert data["μ=0"][6000, 16][0] == "diverged"
     assert data["best fixed μ"][18000, 4] == ("reached", 5.0, 0.1)
@@ -147,8 +169,8 @@ def test_rounds_table_marks_divergence_and_best_mu(index, tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
-def test_convergence_reads_all_panels(index, tmp_path):
-    data = convergence.curves(index)
+def test_convergence_reads_all_panels(convergence_runs, tmp_path):
+    data = convergence.curves(RunIndex(convergence_runs))
     assert len(data) == 10
     assert data["iso", "DANE (safeguarded)"]["suboptimality"] == [1, 1e-3, 1e-6, 1e-9, 1e-12]
     assert data["decay", "GD (default step)"]["suboptimality"][3] == pytest.approx(1e-3)
