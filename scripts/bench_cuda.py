@@ -14,8 +14,8 @@ from dane.records.results import read_rounds, read_summary
 from dane.synthetic.launchers import REPO, torchrun
 from scripts.bench_batched import sync
 from scripts.bench_batched_net import cuda_round
-from scripts.bench_scaling import median_round_s, mnist_dir
-from scripts.harness import Bench, Run, load, mnist_missing, now, option, spread
+from scripts.bench_scaling import median_round_s
+from scripts.harness import Bench, Run, load, mnist_dir, mnist_missing, now, option, spread
 
 KEY = "cuda"
 BASELINE_KEY = "cuda_baseline"  # --only-baseline's section (a full run keeps it under KEY's "baseline")

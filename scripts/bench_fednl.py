@@ -84,7 +84,7 @@ def user_overrides(path: Path, clients: int, spec: str, rounds: int, pp: int | N
 
 def user_run(overrides: list[str]) -> dict:
     """The simulator's run of ``dane train <overrides>`` (`scripts.harness.in_process`; docs/benchmarks.md)."""
-    summary, records, wall = in_process(overrides, write=True)
+    summary, records, wall, _ = in_process(overrides, write=True)
     # the simulator's compute clock is thread CPU time, each phase's reading shared over the m workers
     cpu = summary["simulated_compute_s"] * summary["workers"] / summary["rounds"]
     return {"s_per_round": summary["wall_time_s"] / summary["rounds"], "cpu_s_per_round": cpu, "wall_s": wall,

@@ -19,7 +19,8 @@ from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synth
 from dane.records.results import read_rounds, read_summary
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
 from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_command, horovodrun_side_by_side
-from scripts.harness import Bench, Run, best_of, interleave, launch, load, now, option, sections, spread, spreads
+from scripts.harness import (Bench, Run, best_of, interleave, launch, load, mnist_dir, now, option, sections, spread,
+                             spreads)
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -172,11 +173,6 @@ def background_loop(tmp: Path, repeats: int) -> dict:
 
 
 # ---------------------------------------------------------------------- MNIST LeNet-5
-def mnist_dir() -> Path:
-    data_dir = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
-    return (data_dir if data_dir.is_absolute() else REPO / data_dir) / "mnist"
-
-
 def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
     where = mnist_dir()
     if not where.is_dir():

@@ -101,20 +101,12 @@ class Run:
 
 
 def timed_run(*job: str) -> dict:
-    """One in-process simulated run of the ``dane train`` overrides ``job``: the call's wall and CPU seconds
-    (``total_s``, ``total_cpu_s``), the rounds' wall time (``rounds_s``, the summary's), the simulator's path,
+    """One in-process simulated run of the ``dane train`` overrides ``job`` (`in_process`): the call's wall and CPU
+    seconds (``total_s``, ``total_cpu_s``), the rounds' wall time (``rounds_s``, the summary's), the simulator's path,
     the objectives, the simulated time and the load average after."""
-    from dane.experiments.config import run_spec
-    from dane.loop.launch import execute
-    from dane.synthetic.sweep import compose_job
-
-    spec = run_spec(compose_job(job))
-    collected: dict = {}
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    summary = execute(spec, None, collect=collected)
-    total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    summary, records, total, cpu = in_process(job)
     return {"total_s": total, "total_cpu_s": cpu, "rounds_s": summary["wall_time_s"], "path": summary["simulator_path"],
-            "objectives": [r["objective"] for r in collected["records"]],
+            "objectives": [r["objective"] for r in records],
             "simulated_time_s": summary["simulated_time_s"], "load_avg": load()}
 
 
@@ -271,11 +263,15 @@ def in_fresh_process(function: str, *arguments, env: dict | None = None) -> dict
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def mnist_missing() -> str | None:
-    """Why the MNIST sections cannot run here (no ``mnist`` folder in DANE_DATA_DIR, default ../shared/data, a
-    relative one from the repository root), or None."""
+def mnist_dir() -> Path:
+    """The ``mnist`` folder of DANE_DATA_DIR (default ../shared/data; a relative one from the repository root)."""
     data_dir = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
-    where = (data_dir if data_dir.is_absolute() else Path(__file__).resolve().parents[1] / data_dir) / "mnist"
+    return (data_dir if data_dir.is_absolute() else Path(__file__).resolve().parents[1] / data_dir) / "mnist"
+
+
+def mnist_missing() -> str | None:
+    """Why the MNIST sections cannot run here (no `mnist_dir`), or None."""
+    where = mnist_dir()
     return None if where.is_dir() else f"no MNIST files in {where} (set DANE_DATA_DIR to a folder holding mnist/)"
 
 
@@ -339,20 +335,24 @@ def default_and_grid(run: Callable[[dict, dict | None], tuple[dict, dict | None]
     return row, [run(settings, chosen)[0] for settings in grid], chosen
 
 
-def in_process(job: list[str], *, write: bool = False) -> tuple[dict, list[dict], float]:
+def in_process(job, *, write: bool = False) -> tuple[dict, list[dict], float, float]:
     """The run ``dane train <job>`` makes, in this process (`dane.loop.launch.execute`): its summary, its records
-    and the call's wall seconds; ``write``: into a temporary run folder, as the command writes its own."""
+    and the call's wall and CPU seconds; ``write``: into a temporary run folder, as the command writes its own."""
     import tempfile
+    from contextlib import nullcontext
 
     from dane.experiments.config import run_spec
     from dane.loop.launch import execute
     from dane.synthetic.sweep import compose_job
 
     spec, collected = run_spec(compose_job(tuple(job))), {}
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as folder:
-        summary = execute(spec, folder if write else None, collect=collected)
-    return summary, collected["records"], time.perf_counter() - start
+    with tempfile.TemporaryDirectory() if write else nullcontext() as folder:
+        start, cpu = time.perf_counter(), time.process_time()
+        summary = execute(spec, folder, collect=collected)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return summary, collected["records"], wall, cpu
+
+
 # ---------------------------------------------------------------------- launched and timed (the launch sections)
 def launch(cmd: list[str], *, env: dict[str, str] | None = None, answer: Path | None = None,
            timeout: float = 1800, log: Path | None = None) -> dict:

@@ -23,7 +23,7 @@ import numpy as np
 from dane import checks
 from dane.data.parts import FileSource, count_lines
 from dane.data.sharding import ShardingKeys
-from dane.data.table import Table, not_utf8, standardize_columns
+from dane.data.table import Table, is_number, not_utf8, standardize_columns
 from dane.errors import ConfigError, DataError
 
 MISSING = frozenset({"", "na", "nan", "?"})  # compared stripped and lower-cased
@@ -170,7 +170,7 @@ def _check_header(file: Path, header: list[str] | None, rows: list, header_only:
         raise DataError(f"{file} is empty; a CSV needs a header row naming the columns, then one row per example")
     if not header_only and not rows:
         raise DataError(f"{file} has a header ({', '.join(header)}) but no data rows; add rows or check data.path")
-    if all(_is_number(cell) for cell in header):
+    if all(is_number(cell) for cell in header):
         raise DataError(
             f"{file}: the first line ({', '.join(header)}) looks like data, not a header; "
             "add a header row naming the columns"
@@ -202,18 +202,10 @@ def _clients(cells: tuple[str, ...], file: Path, column: str, lines: list[int]) 
     return tokens
 
 
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
-
-
 def _not_finite(cell: str) -> bool:
     """inf, or a number beyond float64 (1e999): a value, not a missing marker such as NaN."""
     token = cell.strip()
-    return token.lower() not in MISSING and _is_number(token)
+    return token.lower() not in MISSING and is_number(token)
 
 
 def _numbers(cells: tuple[str, ...], file: Path, column: str, lines: list[int], *, label: bool = False) -> np.ndarray:
@@ -226,7 +218,7 @@ def _numbers(cells: tuple[str, ...], file: Path, column: str, lines: list[int], 
             token = cell.strip()
             if token.lower() in MISSING:
                 values[i] = np.nan
-            elif _is_number(token):
+            elif is_number(token):
                 values[i] = float(token)
             else:
                 fix = (
@@ -277,7 +269,7 @@ def _one_hot(
             "and data.impute=error; fill it in, or set data.impute=mean to leave it all-zero"
         )
     values = sorted({t for t in tokens if t.lower() not in MISSING})
-    if all(_is_number(v) for v in values):
+    if all(is_number(v) for v in values):
         values.sort(key=float)
     index = {v: k for k, v in enumerate(values)}
     block = np.zeros((len(tokens), len(values)))

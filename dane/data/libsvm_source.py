@@ -25,7 +25,7 @@ from dane import checks
 from dane.data.parts import FileSource, count_lines
 from dane.data.scaling import standardize_matrix
 from dane.data.sharding import ShardingKeys
-from dane.data.table import Table
+from dane.data.table import Table, is_number
 from dane.errors import ConfigError, DataError
 
 FORMAT = "each line is '<label> <index>:<value> ...' with increasing indices"
@@ -182,13 +182,13 @@ def _first_bad_line(file: Path) -> tuple[int, str, str] | None:
             if not text:
                 continue
             label, *pairs = text.split()
-            why = None if _is_float(label) else "the label is not a number"
+            why = None if is_number(label) else "the label is not a number"
             last = -1
             for pair in pairs:
                 index, _, value = pair.partition(":")
                 if index == "qid":
                     continue
-                if not (index.isdigit() and _is_float(value)):
+                if not (index.isdigit() and is_number(value)):
                     why = why or f"{pair[:20]!r} is not index:value"
                 elif int(index) <= last:
                     why = why or "indices do not increase"
@@ -197,11 +197,3 @@ def _first_bad_line(file: Path) -> tuple[int, str, str] | None:
             if why:
                 return number, raw.decode("utf-8", "replace").strip(), why
     return None
-
-
-def _is_float(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True

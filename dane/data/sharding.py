@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from dane import checks
+from dane.data.table import is_number
 from dane.errors import ConfigError, DataError
 
 SCHEMES = ("iid", "dirichlet", "classes", "quantity")
@@ -151,7 +152,7 @@ def column_shards(values, workers: int, *, name: str = "the client column"
         raise DataError(f"{name} is {column[row]} at row {row}; every row needs a client, fill it in")
     distinct, codes = np.unique(column if column.dtype.kind in "biuf" else column.astype(str), return_inverse=True)
     labels = [_client_label(v) for v in distinct]
-    if distinct.dtype.kind not in "biuf" and all(_is_number(v) for v in labels):
+    if distinct.dtype.kind not in "biuf" and all(is_number(v) for v in labels):
         order = sorted(range(len(labels)), key=lambda k: (float(labels[k]), labels[k]))
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
@@ -377,11 +378,3 @@ def _client_label(value) -> str:
     if isinstance(value, (np.floating, float)) and float(value).is_integer():
         return str(int(value))
     return str(value.item() if isinstance(value, np.generic) else value)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True

@@ -57,6 +57,16 @@ class Table:
         return self.X.shape[1]
 
 
+def is_number(text: str) -> bool:
+    """Whether ``float(text)`` reads ``text`` (inf and nan included: what a cell or token holds, not whether it is
+    finite)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def resolve_dir(data_dir: str | Path | None) -> Path | None:
     """``data_dir`` as an absolute folder: a relative one is taken from the repository root
     (from the working folder where the package is installed, not a checkout).

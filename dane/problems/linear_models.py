@@ -142,20 +142,25 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         return self._by_id_labels()[0]
 
     def _by_id_labels(self) -> tuple[np.ndarray, tuple[float, float] | None, list[str]]:
-        from ..data.labels import check_labels, two_class_note
-
         key = ("labels", repr(self.source), self.loss, self.standardize_target)
         if key not in _TABLES:
             _, y, _ = self.source.labels()
-            notes = [note for note in [two_class_note(y, self.loss)] if note is not None]
-            y = check_labels(y, self.loss, f"mongo:{self.source.collection}", whole=True)
-            units = None
-            if self.standardize_target:
-                y, units, note = standardized_target(y)
-                notes.append(note)
             _TABLES.clear()
-            _TABLES[key] = y, units, notes
+            _TABLES[key] = self._fitted_labels(y, f"mongo:{self.source.collection}")
         return _TABLES[key]
+
+    def _fitted_labels(self, y: np.ndarray, name: str) -> tuple[np.ndarray, tuple[float, float] | None, list[str]]:
+        """Every row's label checked for the loss (all rows: one class is refused) and, with ``standardize_target``,
+        standardized; the target's units (None: as read) and the notes that say what was done."""
+        from ..data.labels import check_labels, two_class_note
+
+        notes = [note for note in [two_class_note(y, self.loss)] if note is not None]
+        y = check_labels(y, self.loss, name, whole=True)
+        units = None
+        if self.standardize_target:
+            y, units, note = standardized_target(y)
+            notes.append(note)
+        return y, units, notes
 
     def target_units(self) -> tuple[float, float] | None:
         """(ȳ, s) of ``standardize_target`` (the module docstring)."""
@@ -164,20 +169,15 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
     def table(self):
         """The whole data set, labels checked for the loss (cached per process, per source and per everything this
         method does to the rows: the loss's labels, the intercept column, the target's units)."""
-        from ..data.labels import check_labels, two_class_note
-
         key = (repr(self.source), self.loss, self.fit_intercept, self.standardize_target)
         if key not in _TABLES:
             table = self.source.load()
-            note = two_class_note(table.y, self.loss)
-            table.y = check_labels(table.y, self.loss, table.name, whole=True)  # all rows: one class is refused
-            if note is not None:
-                table.notes.append(note)
+            table.y, units, notes = self._fitted_labels(table.y, table.name)
+            table.notes.extend(notes)
+            if units is not None:
+                table.target_units = units
             if self.fit_intercept:
                 table.X = add_intercept(table.X)
-            if self.standardize_target:
-                table.y, table.target_units, note = standardized_target(table.y)
-                table.notes.append(note)
             _TABLES.clear()  # one data set at a time: a sweep over problems must not pile them up
             _TABLES[key] = table
         return _TABLES[key]
