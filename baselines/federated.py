@@ -14,6 +14,12 @@ on a GLM, the inner torch optimizer on a network, `dane.numerics.inner`), one of
 gradient steps from the anchor with step ``lr`` (null: 1/(max_i L_i + μ), the L_i by local Lanczos
 and one allreduce of an m-vector before round 0, as `baselines.local_sgd`).
 
+On the batched simulator (`dane.comm.batched`: FedAvg, FedProx, SCAFFOLD, Scaffnew and FedRed with ``steps``) the
+same round runs on stacked tensors: `Federated.members` hands the round's local work the participants' stacked problem
+(``problem.participants``: their rows alone, so the round costs s clients' work, not m), a client's own state is an
+m x d stack read and written at the participants' rows (`Federated.held`, `Federated.hold`), and
+`dane.sampling.sampled_mean` places the participants' rows among the others' zeros.
+
 A subclass writes its paper's round as ``round`` and takes numbers.  Its config's ``build`` resolves each ``null``
 first (`baselines.defaults`, from statistics `baselines.measure` takes before round 0, each noted in the run's
 ``defaults``) and attaches the mid-run adaptations that apply (`baselines.adaptive`); `Federated.step` runs the round,
