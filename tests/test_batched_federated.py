@@ -1,10 +1,10 @@
 """The first-order federated methods on the batched simulator (``sim.batched``) against the per-worker one.
 
-- FedAvg, FedProx, SCAFFOLD, Scaffnew and FedRed (types 1 and 2, gradient steps), with all 6 clients a round and
-  with 3 of 6 (Scaffnew refuses sampling), on dense rows (equal shards: the linear model's own stacked form) and on
-  sparse rows in unequal shards (the stacked rows), have the per-worker run's records, every key but time_s
-  (objective, bytes_sent, uplink and downlink bytes, comm_rounds, the local work counts: integers exactly, floats to
-  RTOL), and its final iterate to RTOL;
+- FedAvg, FedProx, SCAFFOLD (options II and I), Scaffnew and FedRed (types 1 and 2, K fixed or geometric; gradient
+  steps), with all 6 clients a round and with 3 of 6 (Scaffnew refuses sampling), on dense rows (equal shards: the
+  linear model's own stacked form) and on sparse rows in unequal shards (the stacked rows), have the per-worker run's
+  records, every key but time_s (objective, bytes_sent, uplink and downlink bytes, comm_rounds, the local work counts:
+  integers exactly, floats to RTOL), and its final iterate to RTOL;
 - a sampled round computes the participants' gradients only: the stacked problem's evaluations hold |S_t| = 3
   clients' rows in every local step, all 6 only for the record's metrics, and ``local_passes`` is K·s a round;
 - the stacked rows answer at a point per client, for a round's participants, as each shard at its own point;
@@ -41,9 +41,11 @@ METHODS = {  # given λ and K: FedRed's defaults measure the dissimilarity per w
     "fedavg": STEPS,
     "fedprox": {**STEPS, "mu": 0.1},
     "scaffold": STEPS,
+    "scaffold_option1": {**STEPS, "option": 1},
     "scaffnew": {"p": 0.4},
     "fedred": {**STEPS, "lam": 0.1},
     "fedred_type2": {**STEPS, "lam": 0.1, "control_variate": 2},
+    "fedred_geometric": {"lam": 0.1, "local_steps": 3, "p": 0.5},  # K ~ Geometric(p) from the shared coin
 }
 CASES = [(name, s) for name in METHODS for s in (None, S) if not (name == "scaffnew" and s)]
 
@@ -61,7 +63,7 @@ def sparse_logreg() -> LogReg:
 
 
 def federated(problem, name: str, clients: int | None, batched: str, **extra) -> dict:
-    algorithm = "fedred" if name == "fedred_type2" else name
+    algorithm = name.split("_")[0]
     return run(problem, algorithm, M, batched, rounds=3, **METHODS[name], clients_per_round=clients, **extra)
 
 
