@@ -23,8 +23,8 @@ DATA_DIR = os.environ.get("DANE_DATA_DIR", str(Path(__file__).resolve().parents[
 def job(m: int, s: int, rounds: int, batched: str) -> tuple[str, ...]:
     """The overrides of one simulated FedAvg run on a9a (`scripts.harness.timed_run` times it)."""
     return ("algorithm=fedavg", f"algorithm.clients_per_round={s}", f"algorithm.lr={LR}", "problem=logreg",
-            "problem.lam=1e-3", "data=libsvm", "data.path=libsvm/a9a", f"data_dir={DATA_DIR}", f"workers={m}", f"rounds={rounds}",
-            "tol=null", "tol_abs=null", "quiet=true", f"sim.batched={batched}")
+            "problem.lam=1e-3", "data=libsvm", "data.path=libsvm/a9a", f"data_dir={DATA_DIR}", f"workers={m}",
+            f"rounds={rounds}", "tol=null", "tol_abs=null", "quiet=true", f"sim.batched={batched}")
 
 
 def run(bench: Run) -> dict:
