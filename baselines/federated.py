@@ -14,6 +14,12 @@ on a GLM, the inner torch optimizer on a network, `dane.numerics.inner`), one of
 gradient steps from the anchor with step ``lr`` (null: 1/(max_i L_i + μ), the L_i by local Lanczos
 and one allreduce of an m-vector before round 0, as `baselines.local_sgd`).
 
+On the batched simulator (`dane.comm.batched`: FedAvg, FedProx, SCAFFOLD, Scaffnew and FedRed with ``steps``) the
+same round runs on stacked tensors: `Federated.members` hands the round's local work the participants' stacked problem
+(``problem.participants``: their rows alone, so the round costs s clients' work, not m), a client's own state is an
+m x d stack read and written at the participants' rows (`Federated.held`, `Federated.hold`), and
+`dane.sampling.sampled_mean` places the participants' rows among the others' zeros.
+
 A subclass writes its paper's round as ``round`` and takes numbers.  Its config's ``build`` resolves each ``null``
 first (`baselines.defaults`, from statistics `baselines.measure` takes before round 0, each noted in the run's
 ``defaults``) and attaches the mid-run adaptations that apply (`baselines.adaptive`); `Federated.step` runs the round,
@@ -28,6 +34,7 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, Column
 from dane.comm import Communicator
+from dane.comm.batched import per_worker, stacked
 from dane.errors import ConfigError
 from dane.numerics.local_solvers import LocalSolver
 from dane.problems import Problem
@@ -75,6 +82,14 @@ class LocalSolveKeys:
             checks.positive("algorithm.lr", self.lr)
         checks.positive_int("algorithm.power_iters", self.power_iters)
 
+    def stacked_solve(self) -> str | None:
+        """None where the batched path can run this local solve (``steps``: gradient steps on the participants'
+        stacked rows); else why not, a clause of ``sim.batched=true``'s refusal (`dane.loop.batching`)."""
+        if self.local_solver == "steps":
+            return None
+        return (f"algorithm.local_solver={self.local_solver} solves each client's problem on its own (the batched "
+                f"path runs algorithm.local_solver=steps)")
+
     def solver(self) -> LocalSolver | None:
         """The `LocalSolver` handed to ``problem.prox_solve``; None: the problem's own (or ``steps``)."""
         return None if self.local_solver in ("problem", "steps") else LocalSolver(self.local_solver)
@@ -106,6 +121,7 @@ class Federated(Algorithm):
                               f"got {type(problem).__name__}; use algorithm.local_solver=problem (the inner optimizer)")
         self.lr = self.local.lr
         self.L_max = smoothness  # max_i L_i, for local gradient steps at lr null (`step_size`)
+        self.local_problem = problem  # the round's local work: this worker's shard, or the participants' stack
         self.adaptations, self.defaults = tuple(adaptations), tuple(defaults)
 
     def round(self) -> dict[str, float]:
@@ -127,9 +143,32 @@ class Federated(Algorithm):
 
     # --------------------------------------------------------------- pieces of a round
     def members(self) -> tuple[torch.Tensor, bool]:
-        """(S_t, whether this worker is in it)."""
+        """(S_t, whether this worker is in it).  On the batched path (`dane.comm.batched`) the round's local work runs
+        on the participants' rows alone, |S_t| of the m: `local_problem` is their stacked problem
+        (``problem.participants``; the whole stack without sampling), and "in it" is true, its rows being S_t's."""
         members = self.sampler.draw()
-        return members, bool((members == self.comm.rank).any())
+        if not stacked(self.comm):
+            return members, bool((members == self.comm.rank).any())
+        full = len(members) == self.comm.size
+        self.local_problem = self.problem if full else self.problem.participants(members)
+        return members, True
+
+    def client_state(self, value: torch.Tensor) -> torch.Tensor:
+        """A state each client keeps (SCAFFOLD's c_i, a control variate h_i), starting at ``value``: this worker's,
+        or on the batched path the m clients' stack (m, ...)."""
+        return per_worker(self.comm, lambda rank: value.clone())
+
+    def held(self, state: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+        """The participants' part of a `client_state`: this worker's own, or the stack's rows of S_t."""
+        if not stacked(self.comm) or len(members) == self.comm.size:
+            return state
+        return state.index_select(0, members.to(state.device))
+
+    def hold(self, state: torch.Tensor, members: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """``state`` with the participants' part replaced by ``value`` (`held`'s shape); the others' rows kept."""
+        if not stacked(self.comm) or len(members) == self.comm.size:
+            return value
+        return state.index_copy(0, members.to(state.device), value)
 
     def payload(self, w: torch.Tensor) -> list[torch.Tensor]:
         """The local metrics of w (and ∇O_i(w) where records need it), to ride in an allreduce."""
@@ -142,8 +181,10 @@ class Federated(Algorithm):
 
     def average(self, members: torch.Tensor, sampled: list[torch.Tensor], rides: list[torch.Tensor] = (),
                 *, down: list[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Means over S_t of ``sampled`` (and over all of ``rides``); counts ``sampled`` up and ``down`` down."""
-        self.traffic.add(len(members), up=sampled, down=down)
+        """Means over S_t of ``sampled`` (and over all of ``rides``); counts ``sampled`` up and ``down`` down.
+        On the batched path ``sampled`` holds the participants' rows, and a client's message is one row."""
+        up = [t[0] for t in sampled] if stacked(self.comm) else sampled
+        self.traffic.add(len(members), up=up, down=down)
         return sampled_mean(self.comm, members, sampled, rides)
 
     def evaluate(self) -> dict[str, float]:
@@ -166,7 +207,8 @@ class Federated(Algorithm):
         return next(filter(None, (a.finished for a in self.adaptations)), None)
 
     def local_grad(self, w: torch.Tensor) -> torch.Tensor:
-        return self.problem.evaluate(w)[0]
+        """∇O_i(w) for the round's participants (`members`)."""
+        return self.local_problem.evaluate(w)[0]
 
     def prox(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *,
              anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
@@ -178,7 +220,7 @@ class Federated(Algorithm):
                 w = w - lr * (grad - linear + mu * (w - anchor))
             return w
         kwargs = {"solver": self.solver} if self.solver else {}
-        return self.problem.prox_solve(anchor, linear, mu, anchor_grad=anchor_grad, **kwargs)
+        return self.local_problem.prox_solve(anchor, linear, mu, anchor_grad=anchor_grad, **kwargs)
 
     # --------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:

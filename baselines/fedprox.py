@@ -33,7 +33,7 @@ import torch
 from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
-from dane.problems import Problem
+from dane.problems import Problem, ProblemConfig
 from dane.records.projection import STALL, fit, log_change
 from dane.sampling import SamplingKeys
 
@@ -47,6 +47,8 @@ __all__ = ["FIXED_POINT", "STALLED", "FedProx", "FedProxConfig"]
 class FedProx(Federated):
     name = "fedprox"
     label = "FedProx"
+    batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
+    stacked_needs = "gradients"
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):
@@ -59,7 +61,7 @@ class FedProx(Federated):
         members, inside = self.members()                                          # S_t
         w = self.w
         w_local = self.prox(w, torch.zeros_like(w), self.mu) if inside else w   # local prox solve
-        moved = [torch.linalg.vector_norm(w_local - w).reshape(1)] if self.watch else []
+        moved = [torch.linalg.vector_norm(w_local - w, dim=-1).unsqueeze(-1)] if self.watch else []  # (m, 1) stacked
         (self.w,), reduced = self.average(members, [w_local], [*self.payload(w), *moved], down=[w])  # mean_S w_i
         if self.watch:
             *reduced, client_moves = reduced
@@ -107,6 +109,10 @@ class FedProxConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         self.check_sampling()
         checks.integer("algorithm.seed", self.seed)
         self.check_policy()
+
+    def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
+        """Gradient steps only (`LocalSolveKeys.stacked_solve`), on the problem's stacked form."""
+        return self.stacked_solve() or super().stacked_form(problem, size)
 
     def build(self, problem: Problem, comm: Communicator) -> "FedProx":
         """``lr`` null resolved (`baselines.defaults.local_step`); the drift stop under full participation."""

@@ -77,7 +77,7 @@ from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.problems import Problem
+from dane.problems import Problem, ProblemConfig
 from dane.sampling import SamplingKeys
 
 from .adaptive import FloorStop, WeightDoubling
@@ -92,6 +92,8 @@ COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and
 class FedRed(Federated):
     name = "fedred"
     label = "FedRed"
+    batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
+    stacked_needs = "gradients"
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float, local_steps: int, cv_weight: float,
@@ -109,16 +111,18 @@ class FedRed(Federated):
         members, inside = self.members()
         if self.control_variate == 1 or self.h is None:
             grad, payload = self.grad_and_payload(x)
+            grad = self.held(grad, members)                                     # the participants' ∇O_i(x̃)
             (g_bar,), reduced = self.average(members, [grad], payload, down=[x])  # 1. h_i = ∇O_i(x̃) − mean_S ∇O_j(x̃)
             rides = []
+            if self.h is None:  # type 2 outside S_0: h_i = 0 keeps Σ_i h_i = 0 (module docstring)
+                self.h = self.client_state(torch.zeros_like(x))
             if inside:
-                self.h = grad - g_bar
-            elif self.h is None:  # type 2 outside S_0: h_i = 0 keeps Σ_i h_i = 0 (module docstring)
-                self.h = torch.zeros_like(grad)
+                self.h = self.hold(self.h, members, grad - g_bar)
         else:
             rides, reduced = self.payload(x), None  # x̃'s metrics ride in the averaging allreduce
         steps = self.local_step_count()
-        x_i = self.local_solve(x, steps) if inside else x                    # 2. x_i ≈ argmin F_i
+        h = self.held(self.h, members)                                      # the participants' h_i
+        x_i = self.local_solve(x, h, steps) if inside else x                 # 2. x_i ≈ argmin F_i
         if self.averaging == "mean":
             (x_mean,), late = self.average(members, [x_i], rides, down=[x])
             x_next = x + self.server_lr * (x_mean - x) if self.server_lr != 1.0 else x_mean
@@ -132,7 +136,7 @@ class FedRed(Federated):
             x_next, late = late[-1] * self.comm.size, late[:-1]               # 3. x_{r+1} = x_j
         reduced = reduced or late
         if self.control_variate == 2 and inside:
-            self.h = self.h + self.cv_weight * (x_mean - x_i)                 # type-2 control variate: Σ_S = 0
+            self.h = self.hold(self.h, members, h + self.cv_weight * (x_mean - x_i))  # type-2 control variate: Σ_S = 0
         self.w = x_next
         return {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
 
@@ -145,12 +149,12 @@ class FedRed(Federated):
             steps += 1
         return steps
 
-    def local_solve(self, x: torch.Tensor, steps: int) -> torch.Tensor:
+    def local_solve(self, x: torch.Tensor, h: torch.Tensor, steps: int) -> torch.Tensor:
         if self.local.local_solver != "steps":
-            return self.prox(x, self.h, self.lam)                             # DANE+: any inexact solver
+            return self.prox(x, h, self.lam)                                  # DANE+: any inexact solver
         z, inv = x, 1.0 / self.gamma
         for _ in range(steps):                                                # FedRed: doubly regularized steps
-            z = (inv * z + self.lam * x - self.local_grad(z) + self.h) / (inv + self.lam)
+            z = (inv * z + self.lam * x - self.local_grad(z) + h) / (inv + self.lam)
         return z
 
     def floor_diagnosis(self, floor) -> str:
@@ -207,6 +211,17 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
             raise ConfigError(f"algorithm.lam=0 leaves DANE+'s local problem without its proximal term under "
                               f"algorithm.local_solver={self.local_solver}; set algorithm.lam > 0")
         self.check_policy()
+
+    def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
+        """FedRed's gradient steps (`LocalSolveKeys.stacked_solve`) with mean averaging, on the problem's stacked
+        form."""
+        if self.averaging != "mean":
+            return "algorithm.averaging=random sends one drawn client's iterate (the batched path averages)"
+        s = size if self.clients_per_round is None else self.clients_per_round
+        if self.lam is None or (self.local_steps is None and self.p is None and s < size):
+            return ("algorithm.lam=null (and algorithm.local_steps=null under client sampling) measure the Hessian "
+                    "dissimilarity worker by worker; set them to run batched")
+        return self.stacked_solve() or super().stacked_form(problem, size)
 
     def build(self, problem: Problem, comm: Communicator) -> "FedRed":
         """The nulls resolved (`baselines.defaults`), the adaptations that apply attached (`baselines.adaptive`)."""

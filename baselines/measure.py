@@ -14,7 +14,7 @@ from dane.problems import Problem
 from dane.numerics.similarity import hessian_dissimilarity as measured_dissimilarity
 
 from .defaults import dissimilarity
-from .spectral import largest_local_smoothness, local_spectrum, one_hot
+from .spectral import largest_local_smoothness, one_hot
 from .spectral_stacked import local_spectra
 
 
@@ -34,25 +34,40 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap
 
 
 def largest_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """max_i L_i: a local Lanczos each, one allreduce of an m-vector (`baselines.spectral.largest_local_smoothness`)."""
-    return largest_local_smoothness(problem, comm, iters=iters, seed=seed)
+    """max_i L_i: a local Lanczos each, one allreduce of an m-vector (`baselines.spectral.largest_local_smoothness`;
+    every worker's at once on a stacked problem, `spread_and_lowest`)."""
+    if not stacked(comm):
+        return largest_local_smoothness(problem, comm, iters=iters, seed=seed)
+    spread, _ = spread_and_lowest(problem, comm, iters=iters, seed=seed, key="algorithm.lr")
+    (L_all,) = comm.allreduce_mean([spread])
+    return float(L_all.max()) * comm.size
 
 
 def smoothness_and_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int,
                           key: str = "algorithm.lr") -> tuple[float, float]:
     """(max_i L_i, mean_i λ_min(H_i)) from one local Lanczos each and one allreduce (SCAFFOLD's ``lr`` null)."""
-    low, high = local_spectrum(problem, iters=iters, seed=seed, key=key)
-    spread = one_hot(high, comm.rank, comm.size, problem.dtype)
-    w = problem.initial_point()
-    L_all, mean_low = comm.allreduce_mean([spread, w.new_tensor([low])])
+    spread, low = spread_and_lowest(problem, comm, iters=iters, seed=seed, key=key)
+    L_all, mean_low = comm.allreduce_mean([spread, low])
     return float(L_all.max()) * comm.size, float(mean_low)
 
 
 def mean_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int, key: str) -> float:
     """mean_i λ_min(H_i): a local Lanczos each, one allreduce of a scalar (Scaffnew's ``p`` null)."""
-    low, _ = local_spectrum(problem, iters=iters, seed=seed, key=key)
-    (mean_low,) = comm.allreduce_mean([problem.initial_point().new_tensor([low])])
+    _, low = spread_and_lowest(problem, comm, iters=iters, seed=seed, key=key)
+    (mean_low,) = comm.allreduce_mean([low])
     return float(mean_low)
+
+
+def spread_and_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int,
+                      key: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L_i at slot i of an m-vector, [λ_min(H_i)]) from this worker's local Lanczos (`local_spectra`), ready for an
+    allreduce; on a stacked problem every worker's, row i worker i's: (m, m) and (m, 1)."""
+    spectra = local_spectra(problem, iters=iters, seed=seed, key=key)
+    if stacked(comm):
+        low, high = spectra[:, 0].to(problem.dtype), spectra[:, 1].to(problem.dtype)
+        return torch.diag(high), low.unsqueeze(-1)
+    low, high = spectra
+    return one_hot(high, comm.rank, comm.size, problem.dtype), problem.initial_point().new_tensor([low])
 
 
 def smoothness_moments(problem: Problem, comm: Communicator, *, iters: int, seed: int,

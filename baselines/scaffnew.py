@@ -47,6 +47,8 @@ class Scaffnew(Federated):
     name = "scaffnew"
     label = "Scaffnew"
     client_sampling = False  # ProxSkip's h_i need every client at each communication (refused in the config)
+    batchable = True  # its round reads the same on stacked tensors (`dane.comm.batched`)
+    stacked_needs = "gradients"
     columns = (Column("local_steps", "{:>6d}"), Column("p", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, gamma: float, p: float,
@@ -55,7 +57,7 @@ class Scaffnew(Federated):
         self.gamma, self.p, self.max_local_steps = gamma, p, max_local_steps
         seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
         self.coin = torch.Generator().manual_seed(int(seq))
-        self.h = torch.zeros_like(self.w)
+        self.h = self.client_state(torch.zeros_like(self.w))  # this client's (on the batched path, every one's)
 
     def communicates(self) -> bool:
         return bool(torch.rand(1, generator=self.coin, dtype=torch.float64) < self.p)

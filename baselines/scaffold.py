@@ -97,6 +97,8 @@ from .measure import smoothness_and_lowest
 class Scaffold(Federated):
     name = "scaffold"
     label = "SCAFFOLD"
+    batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
+    stacked_needs = "gradients"
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float, server_lr: float = 1.0, option: int = 2,
                  lr_factor: float = 1.9, **kwargs):
@@ -104,23 +106,24 @@ class Scaffold(Federated):
         self.lr, self.server_lr, self.option = lr, server_lr, option
         self.lr_factor = lr_factor  # the config's, named in `diagnosis`
         self.c = torch.zeros_like(self.w)      # the server's control variate
-        self.c_i = torch.zeros_like(self.w)    # this client's
+        self.c_i = self.client_state(torch.zeros_like(self.w))  # this client's (on the batched path, every one's)
 
     def round(self) -> dict[str, float]:
         members, inside = self.members()                                   # S_t; (w, c) sent down to them
         w, K, lr = self.w, self.local.local_steps, self.lr
         delta_y = delta_c = torch.zeros_like(w)
         if inside:
+            c_i = self.held(self.c_i, members)                             # the participants' c_i
             y, grad_w = w, self.local_grad(w)
             for k in range(K):
                 grad = grad_w if k == 0 else self.local_grad(y)
-                y = y - lr * (grad - self.c_i + self.c)                    # corrected local steps
+                y = y - lr * (grad - c_i + self.c)                         # corrected local steps
             if self.option == 1:
                 c_plus = grad_w                                            # option I: ∇O_i(w_t)
             else:
-                c_plus = self.c_i - self.c + (w - y) / (K * lr)            # option II
-            delta_y, delta_c = y - w, c_plus - self.c_i
-            self.c_i = c_plus
+                c_plus = c_i - self.c + (w - y) / (K * lr)                 # option II
+            delta_y, delta_c = y - w, c_plus - c_i
+            self.c_i = self.hold(self.c_i, members, c_plus)
         (mean_dy, mean_dc), reduced = self.average(members, [delta_y, delta_c], self.payload(w), down=[w, self.c])
         self.w = w + self.server_lr * mean_dy                              # server step
         self.c = self.c + (len(members) / self.comm.size) * mean_dc         # c += (|S|/m) mean_S Δc_i

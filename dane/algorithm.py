@@ -103,9 +103,11 @@ class Algorithm(Rounds, ABC):
     #: computation on a problem that has a stacked form (``sim.batched``, `ProblemConfig.build_stacked`)
     batchable: ClassVar[bool] = False
     #: what its ``step`` asks of a stacked problem: "solves" (local solves and Hessian products: the problem's own
-    #: stacked form, `ProblemConfig.build_stacked`) or "oracles" (values, gradients and Hessians at a shared point,
+    #: stacked form, `ProblemConfig.build_stacked`), "oracles" (values, gradients and Hessians at a shared point,
     #: no local solve: a linear model with one output then stacks on its rows, sparse or dense, in shards of any
-    #: sizes, `dane.problems.stacked_rows.StackedRows`)
+    #: sizes, `dane.problems.stacked_rows.StackedRows`) or "gradients" (gradients at each worker's own point, of all
+    #: m workers or of a round's participants, ``participants``: the problem's own stacked form where it has one,
+    #: else its rows stacked)
     stacked_needs: ClassVar[str] = "solves"
     #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
     columns: ClassVar[tuple[Column, ...]] = ()
@@ -210,20 +212,27 @@ class AlgorithmConfig:
         on one stacked problem (`build_stacked`); else why not, a clause of ``sim.batched=true``'s refusal.  The
         stacked form is the one the class's ``stacked_needs`` asks for: the problem's own
         (`dane.problems.ProblemConfig.stacked_form`), or with "oracles" its rows stacked
-        (`dane.problems.stacked_rows.rows_form`).  A config may add conditions of its own (and call this)."""
-        if self.algorithm.stacked_needs == "oracles":
-            from .problems.stacked_rows import rows_form
+        (`dane.problems.stacked_rows.rows_form`), or with "gradients" either (the problem's own first; where neither
+        serves, the problem's own refusal).  A config may add conditions of its own (and call this)."""
+        from .problems.stacked_rows import rows_form
 
+        needs = self.algorithm.stacked_needs
+        if needs == "oracles":
             return rows_form(problem, size)
-        return problem.stacked_form(size)
+        why = problem.stacked_form(size)
+        if why is not None and needs == "gradients" and rows_form(problem, size) is None:
+            return None
+        return why
 
     def build_stacked(self, problem: ProblemConfig, size: int, dtype: torch.dtype) -> Problem:
         """The ``size`` workers' problem as one stacked `Problem` where `stacked_form` is None:
         `dane.problems.ProblemConfig.build_stacked`, whose contract the returned problem keeps for what `build`'s
-        algorithm calls, or with ``stacked_needs = "oracles"`` `dane.problems.stacked_rows.build_rows`."""
-        if self.algorithm.stacked_needs == "oracles":
-            from .problems.stacked_rows import build_rows
+        algorithm calls, or with ``stacked_needs = "oracles"`` (and "gradients" where the problem has no stacked form
+        of its own) `dane.problems.stacked_rows.build_rows`."""
+        from .problems.stacked_rows import build_rows
 
+        needs = self.algorithm.stacked_needs
+        if needs == "oracles" or (needs == "gradients" and problem.stacked_form(size) is not None):
             return build_rows(problem, size, dtype)
         return problem.build_stacked(size, dtype)
 

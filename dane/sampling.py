@@ -39,6 +39,7 @@ import torch
 
 from . import checks, work
 from .comm import Communicator
+from .comm.batched import per_worker, stacked
 from .errors import ConfigError
 
 SAMPLINGS = ("uniform", "size")
@@ -87,9 +88,7 @@ class ClientSampler:
             if n_local is None:
                 raise ConfigError("algorithm.sampling=size needs the shard sizes, which this problem does not "
                                   "give; use algorithm.sampling=uniform")
-            one_hot = torch.zeros(m, dtype=torch.float64)
-            one_hot[comm.rank] = float(n_local)
-            (sizes,) = comm.allreduce_mean([one_hot])  # every worker's n_i (an exact integer times 1/m)
+            (sizes,) = comm.allreduce_mean([per_worker(comm, lambda rank: one_hot(m, rank, n_local))])  # every n_i / m
             self.weights = (sizes * m).round()
 
     @property
@@ -118,12 +117,27 @@ class ClientSampler:
         self.generator.set_state(state["generator"])
 
 
+def one_hot(m: int, rank: int, n_local) -> torch.Tensor:
+    """Worker ``rank``'s shard size in its slot of an m-vector (``n_local``: its own, or on a stacked problem one per
+    worker)."""
+    row = torch.zeros(m, dtype=torch.float64)
+    row[rank] = float(n_local[rank] if np.ndim(n_local) else n_local)
+    return row
+
+
 def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.Tensor],
                  rides: list[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(mean over ``members`` of each of ``sampled``, mean over all workers of each of ``rides``), in one
-    grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``."""
-    inside = bool((members == comm.rank).any())
-    payload = [t if inside else torch.zeros_like(t) for t in sampled] + list(rides)
+    grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``.  On a batched
+    communicator (`dane.comm.batched`) ``sampled`` holds the members' rows alone, (|S|, ...) in their order, and the
+    others' rows are those zeros."""
+    if stacked(comm):
+        payload = [t if len(members) == comm.size else
+                   t.new_zeros((comm.size, *t.shape[1:])).index_copy_(0, members.to(t.device), t) for t in sampled]
+    else:
+        inside = bool((members == comm.rank).any())
+        payload = [t if inside else torch.zeros_like(t) for t in sampled]
+    payload += list(rides)
     if len(members) < comm.size:
         comm.next_participants(members.tolist())  # the simulator charges the participants only
     reduced = comm.allreduce_mean(payload)

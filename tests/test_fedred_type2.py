@@ -113,7 +113,7 @@ class PaperFedRed(FedRed):
         else:
             rides, reduced = self.payload(x), None
         steps = self.local_step_count()
-        x_i = self.local_solve(x, steps) if inside else x
+        x_i = self.local_solve(x, self.h, steps) if inside else x
         if self.averaging == "mean":
             (x_mean,), late = self.average(members, [x_i], rides, down=[x])
             x_next = x + self.server_lr * (x_mean - x) if self.server_lr != 1.0 else x_mean

@@ -35,7 +35,10 @@ charged an equal share, measured / m.  The collective's simulated time is then t
 per-worker path's formula, max_{i in S}(slowdown_i * compute_i + delay_i) +
 cost.allreduce_time(bytes, |S|), with the same seeded delays.  The equal share is the
 departure from the per-worker path, which times each worker alone: shards of one size
-cost alike, up to the noise of timing them one by one.
+cost alike, up to the noise of timing them one by one.  Under client sampling
+(`next_participants`) the phase before a sampled collective holds the participants' local work
+(and every worker's metrics), still shared by m: a sampled round's compute is charged below the
+per-worker path's, which charges each participant its own.
 
 *Ctrl-C.*  As on the per-worker path, a Ctrl-C stops the run at its next collective
 (`dane.comm.threads.Interrupted`), where the driver writes its records and an ``interrupted``

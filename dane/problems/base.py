@@ -84,6 +84,9 @@ class Problem:
     batch_grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     #: ``svrg_rows()``: the shard's rows in the compiled SVRG kernels' layout (`dane.problems.glm.SVRGRows`)
     svrg_rows: Callable[[], Any] | None = None
+    #: ``participants(idx)``, on a stacked problem: the stacked problem of the workers ``idx`` alone (sorted), row k
+    #: worker idx[k]'s, for the local work of a round that samples its clients (`baselines.federated`)
+    participants: Callable[[torch.Tensor], Problem] | None = None
     #: ``confusion_matrix(w)``: test-set counts (classes x classes), allreduced once after the last round
     confusion_matrix: Callable[[torch.Tensor], torch.Tensor] | None = None
 

@@ -21,6 +21,8 @@ eigendecomposition after many shifts) served by Cholesky on the d x d path.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -72,6 +74,21 @@ def stacked_cholesky(M: torch.Tensor, shift: float) -> torch.Tensor:
     return L
 
 
+def participants_of(problem: Problem, idx: torch.Tensor, stacked: tuple[str, ...], caches: dict) -> Problem:
+    """``problem`` (stacked) restricted to the workers ``idx``: a shallow copy whose per-worker tensors ``stacked``
+    (leading axis m) hold those workers' rows, in that order, and whose ``caches`` (factors of the m workers) start
+    empty; the data of the |idx| workers is copied, the rest shared."""
+    view = copy.copy(problem)
+    for name in stacked:
+        value = getattr(problem, name)
+        if value is not None:
+            setattr(view, name, value.index_select(0, idx.to(value.device)))
+    for name, empty in caches.items():
+        setattr(view, name, empty)
+    view.stacked_workers = len(idx)
+    return view
+
+
 class StackedRidge(Problem):
     """m equal ridge shards stacked (module docstring); the batched form of `dane.problems.ridge.RidgeShard`."""
 
@@ -102,6 +119,10 @@ class StackedRidge(Problem):
 
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
+
+    def participants(self, idx: torch.Tensor) -> "StackedRidge":
+        """The workers ``idx`` alone (`dane.problems.Problem.participants`): their rows of X, y, A, b, c."""
+        return participants_of(self, idx, ("X", "y", "A", "b", "c", "_H_w_star"), {"_factors": {}, "_eigen": None})
 
     # ------------------------------------------------------------------ values and derivatives, per worker
     @counted("local_hvps")
@@ -265,6 +286,10 @@ class StackedLinearModel(Problem):
 
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
+
+    def participants(self, idx: torch.Tensor) -> "StackedLinearModel":
+        """The workers ``idx`` alone (`dane.problems.Problem.participants`): their rows of X and y."""
+        return participants_of(self, idx, ("X", "y"), {"_factors": {}, "_gram": None})
 
     # ------------------------------------------------------------------ values and derivatives, per worker
     @counted("local_passes")

@@ -50,6 +50,7 @@ worker).  The test slices may differ by one row: they are padded and masked.
 """
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -147,6 +148,18 @@ class StackedNeuralProblem(Problem):
     def initial_point(self) -> torch.Tensor:
         """w_0 on the problem's device, so the algorithm's state stays there (module docstring)."""
         return self._w0.clone()
+
+    def participants(self, idx: torch.Tensor) -> "StackedNeuralProblem":
+        """The workers ``idx`` alone (`dane.problems.Problem.participants`): their training rows and test slices, and
+        their own minibatch samplers (the same objects: a batch drawn here is one the per-worker path draws)."""
+        view = copy.copy(self)
+        rows = idx.to(self.device)
+        view.train_x, view.train_y = self.train_x.index_select(0, rows), self.train_y.index_select(0, rows)
+        view._test_rows, view._test_mask = self._test_rows.index_select(0, rows), self._test_mask.index_select(0, rows)
+        view.sampler = copy.copy(self.sampler)
+        view.sampler.samplers = [self.sampler.samplers[i] for i in idx.tolist()]
+        view.stacked_workers = len(idx)
+        return view
 
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(∇O_i(w), [O_i(w), test-loss and test-accuracy contributions]) for every worker: (m, P) and (m, 3)."""

@@ -39,6 +39,7 @@ with signed indices numba tests each for a negative value, which made its CSR lo
 """
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Callable, NamedTuple, Sequence
 
@@ -115,6 +116,8 @@ class StackedRows(Problem):
                               "build every shard of one problem with the same worker count")
         self.weight = weights.pop()
         self.unit = unit_values(self.X)  # binary rows (w8a, a9a): X's values all 1.0, which the passes then do not read
+        self.n_local = sizes  # each worker's rows (client sampling by shard size)
+        self.clients: np.ndarray | None = None  # the workers this stack answers for (`participants`); None: all m
         self._at: RowPass | None = None  # `rows_at`'s last pass
 
     def initial_point(self) -> torch.Tensor:
@@ -143,9 +146,20 @@ class StackedRows(Problem):
                           unit=self.unit).values
         return torch.from_numpy(values + 0.5 * self.l2 * float(x @ x))
 
+    def participants(self, idx: torch.Tensor) -> "StackedRows":
+        """The workers ``idx`` alone (`dane.problems.Problem.participants`): the same rows, its passes over theirs."""
+        view = copy.copy(self)
+        view.clients = np.asarray(idx.tolist(), dtype=np.int64)
+        view.stacked_workers, view.n_local, view._at = len(view.clients), self.n_local[view.clients], None
+        return view
+
+    @counted("local_passes")
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(∇O_c(w), [O_c(w), suboptimality]) for every worker: (m, d) and (m, k), from one pass over the rows (kept:
-        under full participation a round's oracles have just read the same point)."""
+        under full participation a round's oracles have just read the same point).  At one point per worker (w of
+        shape (m, d)) or for a few workers (`participants`), `each_pass`."""
+        if w.dim() == 2 or self.clients is not None:
+            return self.evaluate_each(w)
         x = w.detach().to(torch.float64).numpy()
         at = self.rows_at(x)
         grads = at.grads + self.l2 * x
@@ -154,6 +168,46 @@ class StackedRows(Problem):
         if self.w_star is not None:
             metrics.append(self.suboptimality(x, values))
         return torch.from_numpy(grads).to(self.dtype), torch.from_numpy(np.stack(metrics, -1)).to(self.dtype)
+
+    def points(self, w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(the workers this stack answers for, their points (s, d)): w shared (d,) or one row each."""
+        clients = np.arange(self.stacked_workers) if self.clients is None else self.clients
+        x = w.detach().to(torch.float64).numpy()
+        return clients, np.ascontiguousarray(np.broadcast_to(x, (len(clients), self.dim)))
+
+    def evaluate_each(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`evaluate` at a point per worker, or for `participants`: row k worker clients[k]'s, at its own point."""
+        clients, xs = self.points(w)
+        at = each_pass(self.X, self.y, self.start, xs, clients, self.loss, self.weight, unit=self.unit)
+        grads = at.grads + self.l2 * xs
+        values = at.values + 0.5 * self.l2 * (xs * xs).sum(-1)
+        metrics = [values]
+        if self.w_star is not None and not self.quadratic:
+            metrics.append(values - self.f_star)
+        elif self.w_star is not None:  # ½ eᵀ∇²O_c e, e = x_c − x*: the shard's rule
+            e = xs - self.w_star.detach().to(torch.float64).cpu().numpy()
+            metrics.append(0.5 * ((e * (self.data_hessian_products(e, clients, None) + self.l2 * e)).sum(-1)))
+        return torch.from_numpy(grads).to(self.dtype), torch.from_numpy(np.stack(metrics, -1)).to(self.dtype)
+
+    @counted("local_hvps")
+    def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
+        """∇²O_c(at) v for every worker (or `participants`), v and ``at`` shared or one row each; without ``at`` the
+        majorant w c_f X_cᵀX_c v + λv, as the shard's."""
+        clients, vs = self.points(v)
+        ats = None if at is None else self.points(at)[1]
+        Hv = self.data_hessian_products(vs, clients, ats)
+        return torch.from_numpy(Hv + self.l2 * vs if with_reg else Hv).to(self.dtype)
+
+    def data_hessian_products(self, vs: np.ndarray, clients: np.ndarray, ats: np.ndarray | None) -> np.ndarray:
+        """∇²D_c(at_c) v_c for ``clients``, row by row (``ats`` None: the majorant's curvature c_f)."""
+        zv = each_margins(self.X, self.start, vs, clients, unit=self.unit)
+        y = np.concatenate([self.y[self.start[c]:self.start[c + 1]] for c in clients])
+        if ats is None:
+            curv = self.loss.curvature * zv
+        else:
+            za = each_margins(self.X, self.start, ats, clients, unit=self.unit)
+            curv = self.loss.hess(torch.from_numpy(za), torch.from_numpy(y), torch.from_numpy(zv)).numpy()
+        return client_sums(self.X, self.start, clients, self.weight, curv, self.unit)[1]
 
     def suboptimality(self, x: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Each worker's share of O(x) − O*: O_c(x) − O*, or ½ eᵀ∇²O_c e for a quadratic f (the shard's rule)."""
@@ -231,6 +285,68 @@ def row_pass(X: scipy.sparse.csr_matrix, y: np.ndarray, start: np.ndarray, x: np
     _kernels()[1](indptr, indices, X.data, unit, float(weight), dz, np.zeros(0) if values is None else values,
                   unsigned(start), unsigned(clients), gradients, values is not None, grads, sums)
     return RowPass(x.copy(), z, None if values is None else weight * sums, grads if gradients else None, curv)
+
+
+def each_margins(X: scipy.sparse.csr_matrix, start: np.ndarray, xs: np.ndarray, clients: np.ndarray, *,
+                 unit: bool = False) -> np.ndarray:
+    """z_j = x_jᵀ x_c for the rows j of each client c of ``clients`` (in order), at its own point xs[k] (s, d)."""
+    z = np.empty(int((start[clients + 1] - start[clients]).sum()))
+    _each_kernel()(unsigned(X.indptr), unsigned(X.indices), X.data, unit, np.ascontiguousarray(xs), unsigned(start),
+                   unsigned(clients), z)
+    return z
+
+
+def client_sums(X: scipy.sparse.csr_matrix, start: np.ndarray, clients: np.ndarray, weight: float, dz: np.ndarray,
+                unit: bool, values: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_{j ∈ S_c} values_j (zeros without ``values``), w Σ_{j ∈ S_c} x_j dz_j) for ``clients``: (s,) and (s, d),
+    ``dz`` and ``values`` given at their rows in order (`row_pass`'s loop)."""
+    grads, sums = np.zeros((len(clients), X.shape[1])), np.zeros(len(clients))
+    _kernels()[1](unsigned(X.indptr), unsigned(X.indices), X.data, unit, float(weight), dz,
+                  np.zeros(0) if values is None else values, unsigned(start), unsigned(clients), True,
+                  values is not None, grads, sums)
+    return sums, grads
+
+
+def each_pass(X: scipy.sparse.csr_matrix, y: np.ndarray, start: np.ndarray, xs: np.ndarray, clients: np.ndarray,
+              loss, weight: float, *, unit: bool = False) -> RowPass:
+    """`row_pass`'s (z, v, g) for ``clients``, each at its own point xs[k] (local steps of a federated method):
+    z by `each_margins`, f and f' by the loss's torch functions on each client's rows alone (as it alone computes
+    them), v and g by `row_pass`'s loop.  ``x`` of the result is ``xs``."""
+    z = each_margins(X, start, xs, clients, unit=unit)
+    values, dz = np.empty(len(z)), np.empty(len(z))
+    at = 0
+    for c in clients:
+        rows, n_c = slice(at, at + start[c + 1] - start[c]), start[c + 1] - start[c]
+        zt, yt = torch.from_numpy(z[rows]), torch.from_numpy(y[start[c]:start[c + 1]])
+        values[rows] = ROW_VALUES[loss.name](zt[:, None], yt[:, None]).numpy()
+        dz[rows] = loss.dz(zt, yt).numpy()
+        at += n_c
+    sums, grads = client_sums(X, start, clients, weight, dz, unit, values)
+    return RowPass(xs, z, weight * sums, grads, None)
+
+
+@functools.cache
+def _each_kernel():
+    """`each_margins`' loop, compiled by numba on first use: `_kernels`' margins with a point per client."""
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def margins_each(indptr, indices, data, unit, xs, start, clients, z):
+        at = 0
+        for k in range(len(clients)):
+            c, x = clients[k], xs[k]
+            for j in range(start[c], start[c + 1]):
+                s = 0.0
+                if unit:
+                    for p in range(indptr[j], indptr[j + 1]):
+                        s += x[indices[p]]
+                else:
+                    for p in range(indptr[j], indptr[j + 1]):
+                        s += data[p] * x[indices[p]]
+                z[at] = s
+                at += 1
+
+    return margins_each
 
 
 def block_products(P: scipy.sparse.csc_matrix, slots: np.ndarray, h: np.ndarray, start: np.ndarray,

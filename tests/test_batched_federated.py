@@ -1,0 +1,168 @@
+"""The first-order federated methods on the batched simulator (``sim.batched``) against the per-worker one.
+
+- FedAvg, FedProx, SCAFFOLD (options II and I), Scaffnew and FedRed (types 1 and 2, K fixed or geometric; gradient
+  steps), with all 6 clients a round and with 3 of 6 (Scaffnew refuses sampling), on dense rows (equal shards: the
+  linear model's own stacked form) and on sparse rows in unequal shards (the stacked rows), have the per-worker run's
+  records, every key but time_s (objective, bytes_sent, uplink and downlink bytes, comm_rounds, the local work counts:
+  integers exactly, floats to RTOL), and its final iterate to RTOL;
+- a sampled round computes the participants' gradients only: the stacked problem's evaluations hold |S_t| = 3
+  clients' rows in every local step, all 6 only for the record's metrics, and ``local_passes`` is K·s a round;
+- the stacked rows answer at a point per client, for a round's participants, as each shard at its own point;
+- an exact local solve, random averaging, and FedRed's measured λ are refused batched in one clause;
+- FedAvg and FedProx on a stacked network (LeNet-5), 2 of 3 clients a round, have the per-worker records;
+- ``sim.batched=auto`` batches these methods from AUTO_FROM clients on.
+
+RTOL (`test_batched.assert_same_records`: 1e-12 relative, 1e-15 absolute): the stacked sums (a client's gradient over
+its rows, the mean over the clients) run in another order than the per-worker ones, so the two paths agree to
+round-off, not bit for bit, over these few rounds of a few local steps; a wrong row, client or sign is far above it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from dane.api import algorithm_config
+from dane.errors import ConfigError
+from dane.experiments.config import run_spec
+from dane.loop.batching import AUTO_FROM, batched_path, why_not_batched
+from dane.problems import stacked, stacked_rows
+from dane.problems.arrays import LogReg, Ridge
+from dane.reference import attach_all
+from dane.synthetic.sweep import compose_job
+from test_batched import assert_same_records, run
+from test_fednl_batched import sparse_rows
+
+M, S = 6, 3  # clients, and clients a round when sampled
+STEPS = {"local_steps": 3}
+METHODS = {  # given λ and K: FedRed's defaults measure the dissimilarity per worker (refused batched, below)
+    "fedavg": STEPS,
+    "fedprox": {**STEPS, "mu": 0.1},
+    "scaffold": STEPS,
+    "scaffold_option1": {**STEPS, "option": 1},
+    "scaffnew": {"p": 0.4},
+    "fedred": {**STEPS, "lam": 0.1},
+    "fedred_type2": {**STEPS, "lam": 0.1, "control_variate": 2},
+    "fedred_geometric": {"lam": 0.1, "local_steps": 3, "p": 0.5},  # K ~ Geometric(p) from the shared coin
+}
+CASES = [(name, s) for name in METHODS for s in (None, S) if not (name == "scaffnew" and s)]
+
+
+def dense_logreg() -> LogReg:
+    """48 dense rows, 8 a client: the linear model's own stacked form (`dane.problems.stacked.StackedLinearModel`)."""
+    X = np.random.default_rng(1).standard_normal((48, 5))
+    return LogReg(X, (X @ np.arange(1.0, 6.0) + 0.5 * np.random.default_rng(2).standard_normal(48) > 0).astype(float),
+                  lam=1e-2)
+
+
+def sparse_logreg() -> LogReg:
+    """63 sparse rows in shards of 10 and 11: the stacked rows (`dane.problems.stacked_rows.StackedRows`)."""
+    return LogReg(*sparse_rows(n=63, d=7), lam=1e-3)
+
+
+def federated(problem, name: str, clients: int | None, batched: str, **extra) -> dict:
+    algorithm = name.split("_")[0]
+    return run(problem, algorithm, M, batched, rounds=3, **METHODS[name], clients_per_round=clients, **extra)
+
+
+@pytest.mark.parametrize("name,clients", CASES)
+@pytest.mark.parametrize("make", [dense_logreg, sparse_logreg], ids=["dense", "sparse"])
+def test_batched_records_equal_the_per_worker_records(make, name, clients):
+    batched, threads = federated(make(), name, clients, "true"), federated(make(), name, clients, "false")
+    assert_same_records(batched, threads)
+    last = batched["records"][-1]
+    assert last["local_passes"] > 0 and last["uplink_bytes"] > 0 and last["clients"] == (clients or M)
+
+
+@pytest.mark.parametrize("make", [lambda: Ridge(*sparse_rows(n=63, d=7), lam=1e-2, optimum="auto"),
+                                  lambda: dataclasses.replace(sparse_logreg(), optimum="auto")],
+                         ids=["ridge", "logreg"])
+def test_with_a_reference_optimum_and_sampling_by_shard_size(make):
+    """Records with suboptimality; clients drawn with probability proportional to their 10 or 11 rows (the shard
+    sizes gathered by one stacked allreduce)."""
+    keys = {"sampling": "size"}
+    batched, threads = (federated(make(), "scaffold", S, mode, **keys) for mode in ("true", "false"))
+    assert_same_records(batched, threads)
+    assert "suboptimality" in batched["records"][0]
+
+
+def test_a_sampled_round_computes_the_participants_gradients_only(monkeypatch):
+    """FedAvg, 3 of 6 clients, K = 3 steps, 3 rounds: every local step evaluates a stack of the 3 participants' rows;
+    the 6 clients' stack is evaluated once a round (and after the last), for the record's metrics only, which are not
+    local work (`dane.work`): ``local_passes`` is K·s = 9 a round."""
+    held: list[int] = []
+    evaluate = stacked.StackedLinearModel.evaluate
+    monkeypatch.setattr(stacked.StackedLinearModel, "evaluate",
+                        lambda self, w: held.append(self.X.shape[0]) or evaluate(self, w))
+    records = federated(dense_logreg(), "fedavg", S, "true")["records"]
+    rounds, K = len(records) - 1, STEPS["local_steps"]
+    assert sorted(held) == [S] * (K * rounds) + [M] * (rounds + 1)
+    assert [r["local_passes"] for r in records] == [K * S * t for t in range(rounds + 1)]
+
+
+def test_the_sparse_participants_rows_alone_are_passed(monkeypatch):
+    """On the stacked rows a local step passes over the participants' 3 shards alone (30 to 33 of the 63 rows), K
+    times a round (the record's metrics read all rows at the shared iterate, by the pass FedNL's records read)."""
+    passed: list[int] = []
+    margins = stacked_rows.each_margins
+    monkeypatch.setattr(stacked_rows, "each_margins",
+                        lambda X, start, xs, clients, **k: passed.append(len(clients)) or margins(X, start, xs,
+                                                                                                   clients, **k))
+    rounds = len(federated(sparse_logreg(), "fedavg", S, "true", lr=0.1)["records"]) - 1  # lr given: no Lanczos
+    assert passed == [S] * (STEPS["local_steps"] * rounds)
+
+
+def test_the_stacked_rows_answer_at_each_clients_own_point():
+    """`StackedRows` at a point per client, and for a few clients (`participants`): each shard's gradient, metrics
+    (objective, suboptimality) and Hessian-vector products (the majorant's and at a point) at its own point."""
+    problem = Ridge(*sparse_rows(n=63, d=7), lam=1e-2, optimum="auto")
+    shards = [problem.build(rank, M, torch.float64) for rank in range(M)]
+    attach_all(problem, shards)
+    rows = stacked_rows.StackedRows(shards)
+    gen = torch.Generator().manual_seed(3)
+    W, V = (torch.randn(M, rows.dim, dtype=torch.float64, generator=gen) for _ in range(2))
+    idx = torch.tensor([1, 4, 5])
+    view = rows.participants(idx)
+    for stack, clients, points, vectors in ((rows, range(M), W, V), (view, idx.tolist(), W[idx], V[idx])):
+        grads, metrics = stack.evaluate(points)
+        for k, c in enumerate(clients):
+            grad, metric = shards[c].evaluate(points[k])
+            torch.testing.assert_close(grads[k], grad, rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(metrics[k], metric, rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(stack.hessian_vector(vectors)[k], shards[c].hessian_vector(vectors[k]),
+                                       rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(stack.hessian_vector(vectors, at=points)[k],
+                                       shards[c].hessian_vector(vectors[k], at=points[k]), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("overrides,why", [
+    (("algorithm=fedprox", "algorithm.local_solver=problem"), "algorithm.local_solver=problem solves each client's"),
+    (("algorithm=fedred", "algorithm.lam=0.1", "algorithm.averaging=random"), "algorithm.averaging=random"),
+    (("algorithm=fedred",), "algorithm.lam=null"),
+])
+def test_what_the_batched_path_does_not_run_is_one_clause(overrides, why):
+    job = ("workers=4", "problem.n_samples=80", "problem.dim=5", *overrides)
+    assert why in why_not_batched(run_spec(compose_job(job)))
+    with pytest.raises(ConfigError, match="sim.batched=true cannot run here") as err:
+        run_spec(compose_job((*job, "sim.batched=true")))
+    assert why in str(err.value)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "scaffold", "scaffnew", "fedred"])
+def test_auto_batches_them_from_its_threshold(algorithm):
+    extra = ("algorithm.lam=0.1",) if algorithm == "fedred" else ()
+    spec = run_spec(compose_job((f"workers={AUTO_FROM}", "problem.n_samples=640", "problem.dim=10",
+                                 f"algorithm={algorithm}", *extra)))
+    assert batched_path(spec) == (True, None)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox"])
+def test_fedavg_and_fedprox_on_a_stacked_network_with_sampled_clients(name):
+    """LeNet-5 on tiny random images (`test_batched_net.tiny`, float64), 2 of 3 clients a round: the participants'
+    rows, test slices and minibatch samplers (`StackedNeuralProblem.participants`)."""
+    from test_batched_net import run as run_net, tiny
+
+    keys = {"local_steps": 2, "lr": 0.1, "clients_per_round": 2, **({"mu": 0.1} if name == "fedprox" else {})}
+    assert_same_records(run_net(tiny(), "true", name, keys), run_net(tiny(), "false", name, keys))
