@@ -104,14 +104,11 @@ def to_target(records: list[dict], f_star: float, rel_tol: float = REL_TOL) -> d
     """
     rel = relative(records, f_star)
     hit = first_at(rel, rel_tol)
-    last = records[-1]
-    row = {"reached": hit is not None, "best_rel_suboptimality": min(rel, default=math.inf),
-           "final_rel_suboptimality": rel[-1] if rel else math.inf,
-           "at_end": {k: last[k] for k in ("round", "comm_rounds", "bytes_sent", "time_s")}}
-    for key, field_name in (("rounds", "round"), ("comm_rounds", "comm_rounds"), ("bytes", "bytes_sent"),
-                            ("time_s", "time_s")):
-        row[key] = records[hit][field_name] if hit is not None else None
-    return row
+    fields = {"rounds": "round", "comm_rounds": "comm_rounds", "bytes": "bytes_sent", "time_s": "time_s"}
+    return {"reached": hit is not None, "best_rel_suboptimality": min(rel, default=math.inf),
+            "final_rel_suboptimality": rel[-1] if rel else math.inf,
+            "at_end": {k: records[-1][k] for k in fields.values()},
+            **{key: None if hit is None else records[hit][name] for key, name in fields.items()}}
 
 
 def goal_allreduces(rows: dict[str, dict]) -> dict:
@@ -181,8 +178,8 @@ def run_one(problem: LinearModelConfig, algorithm: str, workers: int, cap: int, 
                setup_s=result.summary.get("setup_s"), wall_s=time.perf_counter() - start, run_dir=str(run_dir))
     if algorithm == "dane":  # the safeguard's trace: μ and whether the averaged iterate was accepted, per round
         steps = result.records[1:]
-        row["safeguard"] = {"mu": [r.get("mu") for r in steps], "accepted": [r.get("accepted") for r in steps],
-                            "rejected_rounds": sum(r.get("accepted") is False for r in steps)}
+        row["safeguard"] = {key: [r.get(key) for r in steps] for key in ("mu", "accepted")}
+        row["safeguard"]["rejected_rounds"] = row["safeguard"]["accepted"].count(False)
     return row
 
 
@@ -227,8 +224,7 @@ def reference_optimum(problem: LinearModelConfig, workers: int) -> tuple[float, 
 
 def run_bench(bench: Bench, args, log) -> dict:
     try:
-        source = bench.source()
-        problem = bench.problem(source)
+        problem = bench.problem(bench.source())
         table = problem.table()
     except UserError as exc:
         log(f"{bench.name}: skipped, {str(exc).splitlines()[0]}")
@@ -240,8 +236,7 @@ def run_bench(bench: Bench, args, log) -> dict:
            "lam_convention": "(lam/2)||w||^2", "lam_why": bench.lam_why, "data_notes": list(table.notes),
            "f_star": f_star, "grad_norm_at_optimum": grad_norm, "optimum_s": time.perf_counter() - start,
            "workers": {}}
-    log(f"{bench.name}: {out['rows']} rows, d={out['dim']}, lam={bench.lam:g}, O*={f_star:.12g} "
-        f"({out['optimum_s']:.1f} s for the optimum)")
+    log(f"{bench.name}: {out['rows']} rows, d={out['dim']}, O*={f_star:.12g} ({out['optimum_s']:.1f} s)")
     for m in bench.workers:
         base = Path(args.runs) / bench.name / f"m{m}"
         base.mkdir(parents=True, exist_ok=True)
@@ -251,20 +246,15 @@ def run_bench(bench: Bench, args, log) -> dict:
         rows: dict[str, dict] = {}
         for algorithm in args.algorithms:
             cap, rule = baseline_cap(bench, algorithm, rows, args.quick)
-            log(f"  {bench.name} m={m} {algorithm} (cap {cap} rounds) ...")
-            row = run_one(problem, algorithm, m, cap, f_star, base / algorithm)
-            rows[algorithm] = row = {**row, "cap_rule": rule}
-            shown = ("rounds", "comm_rounds", "bytes", "time_s") if row["reached"] else ("at_end", "best_rel_suboptimality")
-            log(f"    {row.get('error') or {key: row[key] for key in shown}} ({row['wall_s']:.1f} s wall)")
+            rows[algorithm] = {**run_one(problem, algorithm, m, cap, f_star, base / algorithm), "cap_rule": rule}
+            log(f"  {bench.name} m={m} {algorithm}: {rows[algorithm].get('error') or rows[algorithm]['rounds']}")
         goals = {"a_allreduces": goal_allreduces(rows), "b_time": goal_time(rows)}
-        for goal in goals.values():
-            log(f"  goal [{goal['goal']}]: {goal['status']}: {goal.get('detail', '')}")
         out["workers"][str(m)] = {"algorithms": rows, "goals": goals}
     return out
 
 
 # ---------------------------------------------------------------------------------------------- main
-def run(bench: Run) -> None:
+def run(bench: Run) -> dict:
     """Every chosen problem `stamped` into ``problems`` and saved as it ends; ``--problems`` keeps the others' rows
     (and the last full run's record, ``full_run``) from ``--out``."""
     args, cost = bench.args, AlphaBeta()
@@ -290,8 +280,7 @@ def run(bench: Run) -> None:
     report.update(load_avg_after=load(), wall_s=time.perf_counter() - bench.start)
     if args.problems is None:
         report["full_run"] = {k: report[k] for k in FULL_RUN}
-    bench.finish(report)
-    bench.log(f"done -> {bench.path}")
+    return bench.finish(report)
 
 
 BENCH = Section(KEY, run, "rounds, allreduces, bytes and simulated time to 1e-8: the Newton-type family and baselines",
