@@ -90,7 +90,9 @@ def run(bench: Run) -> dict | None:
             row = {"reached": False, "status": "no run", "rounds": None}
         else:
             row = row_from(run_dir, args.target, costs)
-        report["algorithms"][name] = row if row["status"] == "no run" else {**row, "settings": list(target.algorithms[name])}
+        if row["status"] != "no run":
+            row["settings"] = list(target.algorithms[name])
+        report["algorithms"][name] = row
         bench.log(f"{name}: {row['rounds']} rounds to the target ({row['status']})")
     if set(args.only) != set(target.algorithms) and bench.earlier.get("target_test_accuracy") == args.target:
         report["algorithms"] = {**bench.earlier.get("algorithms", {}), **report["algorithms"]}  # --only: its rows

@@ -40,7 +40,8 @@ def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: f
     return {"method": method, "lam": next((r["lam"] for r in records if "lam" in r), lam), "status": status,
             "local_steps": next((r["local_steps"] for r in records if "local_steps" in r), None), "extra": list(extra),
             "rounds": len(rel) - 1, "best_rel": min(rel) if rel else None, "final_rel": rel[-1] if rel else None,
-            "first_round_at": {f"{t:g}": first_at(rel, t) for t in TARGETS}, "wall_s": round(time.perf_counter() - start, 1)}
+            "first_round_at": {f"{t:g}": first_at(rel, t) for t in TARGETS},
+            "wall_s": round(time.perf_counter() - start, 1)}
 
 
 def where(table: str, m: int, shard: str, s: int) -> dict:

@@ -203,7 +203,8 @@ def sparse_launch(args, log) -> dict:
         per_round = list(np.diff([r["time_s"] for r in records]))
         out.update(rounds=len(records) - 1, round_time=spread(per_round) if per_round else None,
                    objective=[r["objective"] for r in records],
-                   summary={k: summary[k] for k in ("wall_time_s", "setup_s", "status", "final_objective") if k in summary})
+                   summary={k: summary[k] for k in ("wall_time_s", "setup_s", "status", "final_objective")
+                            if k in summary})
     return out
 
 
