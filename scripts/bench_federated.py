@@ -154,9 +154,9 @@ def judge(default: dict, grid: list[dict]) -> dict:
 def time_spread(runs: list[dict]) -> dict | None:
     """Simulated time to the last target over the repeats of a default (rounds and bytes are deterministic)."""
     times = [run["targets"].get(f"{TARGETS[-1]:g}") for run in runs]
-    values = [t["time_s"] for t in times if t is not None]
-    if len(values) < len(times):
+    if any(t is None for t in times):
         return None
+    values = [t["time_s"] for t in times]
     return {"repeats": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
