@@ -57,12 +57,8 @@ def write_case_data(case: dict, folder: Path) -> Path:
 
 
 def peak_rss_kb() -> int:
-    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one.
-
-    Not ru_maxrss: Linux carries the parent's peak into a child across fork + exec (a case
-    launched from this benchmark, MNIST in memory, read 0 MB for a 400 MB matrix); VmHWM
-    belongs to the address space that exec made fresh.
-    """
+    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one (not ru_maxrss: the
+    section's ``memory`` says why), else ru_maxrss."""
     status = Path("/proc/self/status")
     lines = status.read_text().splitlines() if status.exists() else []
     return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")),
