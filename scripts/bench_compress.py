@@ -38,8 +38,8 @@ def compressor_time(repeats: int, quick: bool) -> list[dict]:
                     compressor(x, gen)
                 times.append((time.perf_counter() - start) / loops)
             bits = compressor.bits(n)
-            rows.append({"spec": spec, "n": n, "seconds_median": statistics.median(times),
-                         "seconds_min": min(times), "seconds_max": max(times), "bits": bits, "bits_over_dense": bits / (64 * n)})
+            rows.append({"spec": spec, "n": n, "seconds_median": statistics.median(times), "seconds_min": min(times),
+                         "seconds_max": max(times), "bits": bits, "bits_over_dense": bits / (64 * n)})
     return rows
 
 
@@ -59,11 +59,10 @@ def gd_to_target(quick: bool) -> list[dict]:
 
 
 def run(bench: Run) -> dict:
-    args = bench.args
-    section = {"machine": bench.machine, "target": TARGET, "compressor_time": compressor_time(args.repeats, args.quick),
-               "gd_to_target": gd_to_target(args.quick)}
-    section["machine_after"] = machine()["load_avg"]
-    return bench.finish(section)
+    section = {"machine": bench.machine, "target": TARGET,
+               "compressor_time": compressor_time(bench.args.repeats, bench.args.quick),
+               "gd_to_target": gd_to_target(bench.args.quick)}
+    return bench.finish({**section, "machine_after": machine()["load_avg"]})
 
 
 BENCH = Bench(KEY, run, "what comm.compress costs and saves (issue 34 item 1)",

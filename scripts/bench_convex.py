@@ -19,7 +19,7 @@ from dane.errors import UserError
 from dane.problems.linear_models import LinearModelConfig
 from dane.reference import attach_all
 from dane.synthetic.sparse_data import write_sparse_libsvm
-from scripts.harness import Bench as Section, Run, first_at, kept, load, now, option, relative, stamped
+from scripts.harness import Bench, Run, first_at, kept, load, now, option, relative, stamped
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8
@@ -35,7 +35,7 @@ FULL_RUN = ("started_at", "wall_s", "load_avg_before", "load_avg_after")
 
 
 @dataclass(frozen=True)
-class Bench:
+class Problem:
     """One benchmark problem: a linear model on one data set, run at each worker count."""
 
     name: str
@@ -55,7 +55,7 @@ class Bench:
                                  optimum="auto", name={"squared": "ridge", "logistic": "logreg"}.get(self.loss, self.loss))
 
 
-def benches(args) -> list[Bench]:
+def problems(args) -> list[Problem]:
     """The problems, full size or shrunk by --quick."""
     quick = args.quick
     svm_rows, svm_features = (400, 2000) if quick else (args.svm_rows, args.svm_features)
@@ -71,7 +71,7 @@ def benches(args) -> list[Bench]:
     # algorithm.passes=3
     svrg = ("inexact_dane", "aide")
     return [
-        Bench("mnist_softmax", "softmax", 1e-3,
+        Problem("mnist_softmax", "softmax", 1e-3,
               "8/N (N=8000): the conf default; at 1/N = 1.25e-4 one trial cost ~4x the wall time per method "
               "(DANE: 30 rounds, 234 s, relative suboptimality 1.9e-2) and the whole benchmark would not fit 25 min",
               (4,) if quick else (4, 16),
@@ -79,15 +79,15 @@ def benches(args) -> list[Bench]:
               "MNIST t10k in the loader's split mode (training side of a seeded stratified 8000/2000 split), "
               "784 pixels in [0, 1] + intercept, 10 classes: d = 7,850", label="MNIST", caps=dict.fromkeys(svrg, 200),
               auto_caps=("admm", "gd")),
-        Bench("breast_cancer_logreg", "logistic", 1e-3, "~1/N (N=569)", (4,) if quick else (4, 8),
+        Problem("breast_cancer_logreg", "logistic", 1e-3, "~1/N (N=569)", (4,) if quick else (4, 8),
               lambda: BuiltinSource("breast_cancer"),
               "scikit-learn's breast_cancer, 569 rows, 30 features standardized + intercept: d = 31",
               label="breast_cancer", caps=dict.fromkeys(svrg, 1200)),
-        Bench("diabetes_ridge", "squared", 1e-3, "~1/N (N=442)", (4,) if quick else (4, 8),
+        Problem("diabetes_ridge", "squared", 1e-3, "~1/N (N=442)", (4,) if quick else (4, 8),
               lambda: BuiltinSource("diabetes"),
               "scikit-learn's diabetes, 442 rows, 10 features standardized + intercept, raw targets: d = 11",
               label="diabetes"),
-        Bench("rcv1_like_logreg", "logistic", 1.0 / svm_rows, f"1/N (N={svm_rows}), as for rcv1 in the literature",
+        Problem("rcv1_like_logreg", "logistic", 1.0 / svm_rows, f"1/N (N={svm_rows}), as for rcv1 in the literature",
               (2,) if quick else (4,), sparse_source,
               f"synthetic rcv1-like LIBSVM file ({svm_rows} rows x {svm_features} features, tf-idf rows of unit "
               f"norm, 50-100 non-zeros each, Zipf vocabulary; synthetic/sparse_data.py, seed 0), no intercept",
@@ -104,14 +104,11 @@ def to_target(records: list[dict], f_star: float, rel_tol: float = REL_TOL) -> d
     """
     rel = relative(records, f_star)
     hit = first_at(rel, rel_tol)
-    last = records[-1]
-    row = {"reached": hit is not None, "best_rel_suboptimality": min(rel, default=math.inf),
-           "final_rel_suboptimality": rel[-1] if rel else math.inf,
-           "at_end": {k: last[k] for k in ("round", "comm_rounds", "bytes_sent", "time_s")}}
-    for key, field_name in (("rounds", "round"), ("comm_rounds", "comm_rounds"), ("bytes", "bytes_sent"),
-                            ("time_s", "time_s")):
-        row[key] = records[hit][field_name] if hit is not None else None
-    return row
+    fields = {"rounds": "round", "comm_rounds": "comm_rounds", "bytes": "bytes_sent", "time_s": "time_s"}
+    return {"reached": hit is not None, "best_rel_suboptimality": min(rel, default=math.inf),
+            "final_rel_suboptimality": rel[-1] if rel else math.inf,
+            "at_end": {k: records[-1][k] for k in fields.values()},
+            **{key: None if hit is None else records[hit][name] for key, name in fields.items()}}
 
 
 def goal_allreduces(rows: dict[str, dict]) -> dict:
@@ -181,12 +178,12 @@ def run_one(problem: LinearModelConfig, algorithm: str, workers: int, cap: int, 
                setup_s=result.summary.get("setup_s"), wall_s=time.perf_counter() - start, run_dir=str(run_dir))
     if algorithm == "dane":  # the safeguard's trace: μ and whether the averaged iterate was accepted, per round
         steps = result.records[1:]
-        row["safeguard"] = {"mu": [r.get("mu") for r in steps], "accepted": [r.get("accepted") for r in steps],
-                            "rejected_rounds": sum(r.get("accepted") is False for r in steps)}
+        row["safeguard"] = {key: [r.get(key) for r in steps] for key in ("mu", "accepted")}
+        row["safeguard"]["rejected_rounds"] = row["safeguard"]["accepted"].count(False)
     return row
 
 
-def baseline_cap(bench: Bench, algorithm: str, rows: dict, quick: bool) -> tuple[int, str]:
+def baseline_cap(case: Problem, algorithm: str, rows: dict, quick: bool) -> tuple[int, str]:
     """The round cap and the rule that set it.
 
     The baselines a problem names in ``auto_caps`` (ADMM's exact local solves cost ~1 s of wall
@@ -198,8 +195,8 @@ def baseline_cap(bench: Bench, algorithm: str, rows: dict, quick: bool) -> tuple
     """
     if quick:
         return QUICK_CAP, "--quick"
-    fixed = bench.caps.get(algorithm, CAPS[algorithm])
-    if algorithm not in bench.auto_caps:
+    fixed = case.caps.get(algorithm, CAPS[algorithm])
+    if algorithm not in case.auto_caps:
         return fixed, "fixed"
     reached = [r["comm_rounds"] for a, r in rows.items() if a in NEWTON and r["reached"]]
     if not reached:
@@ -207,11 +204,11 @@ def baseline_cap(bench: Bench, algorithm: str, rows: dict, quick: bool) -> tuple
     return max(3 * min(reached) + 1, 30), f"3 x {min(reached)} (best Newton-type allreduces) + 1, at least 30"
 
 
-def title(bench: Bench, table) -> str:
+def title(case: Problem, table) -> str:
     """A figure title's data part: the model, the set, its size (and MNIST's split mode, when the loader used it)."""
-    model = {"softmax": "softmax regression", "logistic": "logistic regression", "squared": "ridge"}[bench.loss]
+    model = {"softmax": "softmax regression", "logistic": "logistic regression", "squared": "ridge"}[case.loss]
     n, d = table.X.shape
-    data = bench.label
+    data = case.label
     if any("SPLIT MODE" in note for note in table.notes):
         data += " t10k, split mode"
     return f"{model}, {data} ({n:,} rows x {d:,} features)"
@@ -225,46 +222,39 @@ def reference_optimum(problem: LinearModelConfig, workers: int) -> tuple[float, 
     return shards[0].f_star, float(torch.linalg.vector_norm(sum(grads) / workers))
 
 
-def run_bench(bench: Bench, args, log) -> dict:
+def run_problem(case: Problem, args, log) -> dict:
     try:
-        source = bench.source()
-        problem = bench.problem(source)
+        problem = case.problem(case.source())
         table = problem.table()
     except UserError as exc:
-        log(f"{bench.name}: skipped, {str(exc).splitlines()[0]}")
-        return {"skipped": str(exc).splitlines()[0], "data": bench.data}
+        log(f"{case.name}: skipped, {str(exc).splitlines()[0]}")
+        return {"skipped": str(exc).splitlines()[0], "data": case.data}
     start = time.perf_counter()
-    f_star, grad_norm = reference_optimum(problem, min(bench.workers))
-    out = {"data": bench.data, "rows": int(table.X.shape[0]),
-           "dim": int(table.X.shape[1]) * problem.num_classes(table.y), "loss": bench.loss, "lam": bench.lam,
-           "lam_convention": "(lam/2)||w||^2", "lam_why": bench.lam_why, "data_notes": list(table.notes),
+    f_star, grad_norm = reference_optimum(problem, min(case.workers))
+    out = {"data": case.data, "rows": int(table.X.shape[0]),
+           "dim": int(table.X.shape[1]) * problem.num_classes(table.y), "loss": case.loss, "lam": case.lam,
+           "lam_convention": "(lam/2)||w||^2", "lam_why": case.lam_why, "data_notes": list(table.notes),
            "f_star": f_star, "grad_norm_at_optimum": grad_norm, "optimum_s": time.perf_counter() - start,
            "workers": {}}
-    log(f"{bench.name}: {out['rows']} rows, d={out['dim']}, lam={bench.lam:g}, O*={f_star:.12g} "
-        f"({out['optimum_s']:.1f} s for the optimum)")
-    for m in bench.workers:
-        base = Path(args.runs) / bench.name / f"m{m}"
+    log(f"{case.name}: {out['rows']} rows, d={out['dim']}, O*={f_star:.12g} ({out['optimum_s']:.1f} s)")
+    for m in case.workers:
+        base = Path(args.runs) / case.name / f"m{m}"
         base.mkdir(parents=True, exist_ok=True)
-        meta = {"problem": bench.name, "title": title(bench, table), "workers": m,
+        meta = {"problem": case.name, "title": title(case, table), "workers": m,
                 **{k: out[k] for k in ("data", "rows", "dim", "loss", "lam", "f_star")}}
         (base / "problem.json").write_text(json.dumps(meta, indent=2) + "\n")
         rows: dict[str, dict] = {}
         for algorithm in args.algorithms:
-            cap, rule = baseline_cap(bench, algorithm, rows, args.quick)
-            log(f"  {bench.name} m={m} {algorithm} (cap {cap} rounds) ...")
-            row = run_one(problem, algorithm, m, cap, f_star, base / algorithm)
-            rows[algorithm] = row = {**row, "cap_rule": rule}
-            shown = ("rounds", "comm_rounds", "bytes", "time_s") if row["reached"] else ("at_end", "best_rel_suboptimality")
-            log(f"    {row.get('error') or {key: row[key] for key in shown}} ({row['wall_s']:.1f} s wall)")
+            cap, rule = baseline_cap(case, algorithm, rows, args.quick)
+            rows[algorithm] = {**run_one(problem, algorithm, m, cap, f_star, base / algorithm), "cap_rule": rule}
+            log(f"  {case.name} m={m} {algorithm}: {rows[algorithm].get('error') or rows[algorithm]['rounds']}")
         goals = {"a_allreduces": goal_allreduces(rows), "b_time": goal_time(rows)}
-        for goal in goals.values():
-            log(f"  goal [{goal['goal']}]: {goal['status']}: {goal.get('detail', '')}")
         out["workers"][str(m)] = {"algorithms": rows, "goals": goals}
     return out
 
 
 # ---------------------------------------------------------------------------------------------- main
-def run(bench: Run) -> None:
+def run(bench: Run) -> dict:
     """Every chosen problem `stamped` into ``problems`` and saved as it ends; ``--problems`` keeps the others' rows
     (and the last full run's record, ``full_run``) from ``--out``."""
     args, cost = bench.args, AlphaBeta()
@@ -282,19 +272,18 @@ def run(bench: Run) -> None:
     if earlier:
         report.update(problems=dict(earlier.get("problems", {})), rerun_of=args.problems,
                       full_run=earlier.get("full_run") or {k: earlier.get(k) for k in FULL_RUN})
-    for case in benches(args):
+    for case in problems(args):
         if args.problems is None or case.name in args.problems:
-            report["problems"][case.name] = stamped(lambda: run_bench(case, args, bench.log))
+            report["problems"][case.name] = stamped(lambda: run_problem(case, args, bench.log))
             report["wall_s"] = time.perf_counter() - bench.start
             bench.save(report)
     report.update(load_avg_after=load(), wall_s=time.perf_counter() - bench.start)
     if args.problems is None:
         report["full_run"] = {k: report[k] for k in FULL_RUN}
-    bench.finish(report)
-    bench.log(f"done -> {bench.path}")
+    return bench.finish(report)
 
 
-BENCH = Section(KEY, run, "rounds, allreduces, bytes and simulated time to 1e-8: the Newton-type family and baselines",
+BENCH = Bench(KEY, run, "rounds, allreduces, bytes and simulated time to 1e-8: the Newton-type family and baselines",
               options=(option("--runs", default="results/bench_convex", help="run directories and the rcv1-like file"),
                        option("--problems", nargs="+", default=None, help="only these problems (default: all)"),
                        option("--algorithms", nargs="+", default=list(NEWTON + BASELINES),

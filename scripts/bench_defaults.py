@@ -110,18 +110,14 @@ def judge(method: str, default: dict, grid: list[dict]) -> dict:
     reached = [g for g in grid if g["reached"]]
     best = min(reached, key=lambda g: (g["comm_rounds"], g["rounds"])) if reached else None
     out = {"best": best and {k: best[k] for k in ("settings", "rounds", "comm_rounds")}, "factor": factor,
-           "ratio": None, "rounds_ratio": None}
-    out["no_divergence"] = default["status"] not in ("diverged", "error")
+           "ratio": None, "rounds_ratio": None, "no_divergence": default["status"] not in ("diverged", "error")}
     if method in FLOORED:  # its default either reaches the target or ends early at its floor, saying why
         out["diagnosed"] = default["reached"] or default["status"] == "client_drift"
-    if best is None:
-        out["within_factor"] = None  # no setting of the grid reached the target: nothing to be within
-    elif default["reached"]:
-        out["ratio"] = default["comm_rounds"] / best["comm_rounds"]
-        out["rounds_ratio"] = default["rounds"] / max(best["rounds"], 1)
-        out["within_factor"] = out["ratio"] <= factor
-    else:
-        out["within_factor"] = False
+    if best is not None and default["reached"]:
+        out.update(ratio=default["comm_rounds"] / best["comm_rounds"],
+                   rounds_ratio=default["rounds"] / max(best["rounds"], 1))
+    # None: no setting of the grid reached the target, nothing to be within
+    out["within_factor"] = None if best is None else default["reached"] and out["ratio"] <= factor
     return out
 
 
@@ -136,12 +132,9 @@ def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str
     for method in methods:
         cap = QUICK_CAP if quick else CAPS.get(METHODS[method][0], CAP)
         default, runs = run_method(problem, method, workers, L, cap)
-        verdict = judge(method, default, runs)
-        cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs, **verdict, "code": code}
-        shown = f"{default['comm_rounds']} allreduces" if default["reached"] else default["status"]
-        best, ratio = verdict["best"], verdict["ratio"]
-        log(f"  {method:12s} default {shown}; best {best['comm_rounds'] if best else '-'} "
-            f"{best['settings'] if best else ''}; ratio {ratio if ratio is None else round(ratio, 2)}")
+        cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs,
+                                   **judge(method, default, runs), "code": code}
+        log(f"  {method}: default {default['comm_rounds']} allreduces ({default['status']})")
     return cell
 
 
@@ -178,11 +171,9 @@ def misses(report: dict) -> list[str]:
 
 
 def run(bench: Run) -> dict:
-    args, log = bench.args, bench.log
+    args = bench.args
     os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
-    methods = args.only or list(METHODS)
-    earlier = bench.earlier
-    keep = args.only is not None and earlier.get("quick") == args.quick
+    methods, keep = args.only or list(METHODS), args.only is not None and bench.earlier.get("quick") == args.quick
     code = code_version()  # per method row too: --only reruns one method on newer code
     report = {**bench.header(), "quick": args.quick, "code": code,
               "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g} (dane.fit tol)",
@@ -190,22 +181,17 @@ def run(bench: Run) -> dict:
                        "(safeguarded DANE: 1.5x of the best fixed mu)",
               "methods": {m: {"algorithm": a, "default": d, "grid": g, "goal_factor": f}
                           for m, (a, d, g, f) in METHODS.items()},
-              "cells": dict(earlier.get("cells", {})) if keep else {}}
-    if keep:
-        report["rerun_of"] = methods
+              "cells": dict(bench.earlier.get("cells", {})) if keep else {}, **({"rerun_of": methods} if keep else {})}
     for family, loss, lam, m in cells(args):
         key = cell_key(family, loss, lam, m)
-        log(f"{key}")
-        cell = run_cell(family, loss, lam, m, methods, args.quick, log, code)
+        bench.log(key)
+        cell = run_cell(family, loss, lam, m, methods, args.quick, bench.log, code)
         if keep and key in report["cells"]:
             cell["methods"] = {**report["cells"][key]["methods"], **cell["methods"]}
         report["cells"][key] = cell
         report["misses"] = misses(report)
         bench.save(report)  # after each cell, so an interrupted run keeps what it measured
-    report["misses"] = misses(report)
-    bench.finish(report)
-    log(f"done: {len(report['misses'])} miss(es) -> {bench.path}")
-    return report
+    return bench.finish(report)
 
 
 BENCH = Bench("defaults", run, "each method at its defaults beside its own best setting (issue 23)", options=(

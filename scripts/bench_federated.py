@@ -227,8 +227,7 @@ def run_setting_rows(args, bench: Run) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         config = problem_config(args, Path(tmp))
         similarity = report["similarity"] = dissimilarity(config, args.workers)
-        log(f"{args.dataset}, m={args.workers}, {report['sharding']}: delta_A {similarity['delta_mean_square']:.3g}, "
-            f"delta {similarity['delta']:.3g}, ||H|| {similarity['hessian_norm']:.3g}")
+        log(f"{args.dataset}, m={args.workers}, {report['sharding']}: delta_A {similarity['delta_mean_square']:.3g}")
         for s in args.clients:
             for method in methods:
                 key = f"s={s}/{method}"
@@ -242,29 +241,22 @@ def run_setting_rows(args, bench: Run) -> dict:
                 if args.repeats > 1:
                     again = [run_method(config, method, s, args, similarity, [])[0] for _ in range(args.repeats - 1)]
                     row["time_s_at_defaults"] = time_spread([default, *again])
-                log(f"  {key:18s} default {rounds_to(default)} rounds ({default['status']}, best rel "
-                    f"{default['best_rel_suboptimality']}); best {row['best'] and row['best']['rounds']} "
-                    f"{row['best'] and row['best']['settings']}; {sum(r['wall_s'] for r in [default, *runs]):.0f} s")
+                log(f"  {key}: default {rounds_to(default)} rounds ({default['status']}), best {row['best']}")
                 report["load_avg_now"] = load()
                 bench.save(with_earlier(report, earlier, args), args.key)
         config.release()
-    report = bench.finish(with_earlier(report, earlier, args), args.key)
-    log(f"done -> {bench.path}")
-    return report
+    return bench.finish(with_earlier(report, earlier, args), args.key)
 
 
 def run(bench: Run) -> dict:
     """Each setting of ``--setting`` into its own section; flags given override every setting."""
     args = bench.args
-    if args.quick:
-        args.setting = args.setting[:1]
+    given = {k: getattr(args, k) for k in ("dataset", "workers", "clients", "alpha", "caps", "lam", "delta")}
     report = {}
-    for name in args.setting:
-        given = {k: getattr(args, k) for k in ("dataset", "workers", "clients", "alpha", "caps", "lam", "delta")}
-        chosen = argparse.Namespace(**{**vars(args), "caps": [SECOND_ORDER_CAP, FIRST_ORDER_CAP], **SETTINGS[name],
-                                       **{k: v for k, v in given.items() if v is not None}})
-        chosen.setting = name
-        report = run_setting_rows(chosen, bench)
+    for name in args.setting[:1] if args.quick else args.setting:
+        report = run_setting_rows(argparse.Namespace(**{
+            **vars(args), "caps": [SECOND_ORDER_CAP, FIRST_ORDER_CAP], **SETTINGS[name], "setting": name,
+            **{k: v for k, v in given.items() if v is not None}}), bench)
     return report
 
 

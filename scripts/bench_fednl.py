@@ -1,12 +1,12 @@
-"""FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json."""
+"""FedNL's seconds per round at u-FedNL's workloads (issue 34): section ``fednl`` of results/bench.json.
+
+``--quick``: a9a alone, 3 rounds, one repeat, no memory points."""
 from __future__ import annotations
 
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy and SciPy load OpenBLAS (docs/benchmarks.md)
 
-import argparse  # noqa: E402  (SUPPRESS: the memory probe's hidden option)
-import json  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -22,10 +22,9 @@ from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
 from dane.problems.stacked_rows import StackedRows  # noqa: E402
-from scripts.harness import Bench, Run, in_process, option  # noqa: E402
+from scripts.harness import Bench, Run, in_fresh_process, in_process, option  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
-DATA_DIR = REPO.parent / "shared" / "data" / "libsvm"
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "libsvm"
 LAM = 1e-3
 #: FedNL's option 2 (H + l I): from x⁰ = 0 RandK with option 1 (the projection at μ = λ) wandered at a gradient norm
 #: of 0.2-0.9 over 300 rounds on a9a, option 2 reached 1e-17 within 125 (FedNL's theory is local)
@@ -37,11 +36,14 @@ UFEDNL_S_PER_ROUND = {
     ("w8a", "topk"): 0.1363, ("w8a", "randk"): 0.1478, ("w8a", "none"): 0.1441,
     ("w8a_pp", "topk"): 0.0195, ("w8a_pp", "randk"): 0.0215,
 }
-TABLES = {  # name -> (file, clients, FedNL-PP's clients per round or None)
-    "a9a": ("a9a", 80, None),
-    "w8a": ("w8a", 142, None),
-    "w8a_pp": ("w8a", 142, 12),
-}
+TABLES = {"a9a": ("a9a", 80, None), "w8a": ("w8a", 142, None), "w8a_pp": ("w8a", 142, 12)}  # (file, m, PP's s)
+MEMORY_LIMIT_GIB = 24  # these machines' memory (docs/design.md, "The machines")
+MEMORY_ROUNDS = 2
+MEMORY_DIMS = (1000, 2000, 4000, 6000)   # at MEMORY_BASE_CLIENTS clients
+MEMORY_CLIENTS = (142, 284, 568)  # at d = MEMORY_BASE_DIM (1136 clients took 5 minutes of setup under load)
+MEMORY_BASE_CLIENTS, MEMORY_BASE_DIM = 142, 300
+ROWS_PER_CLIENT = 350  # w8a's 49,749 rows over 142 clients
+NNZ_PER_ROW = 12
 
 
 def stacked_clients(path: Path, clients: int) -> tuple[StackedRows, float]:
@@ -65,8 +67,7 @@ def timed_run(clients: StackedRows, spec: str, rounds: int, pp: int | None, seed
         run.step()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {"s_per_round": seconds / rounds, "cpu_s_per_round": cpu / rounds, "grad_norm": run.grad_norm(),
-            "alpha": run.alpha,
-            "phase_s_per_round": {phase: s / rounds for phase, s in run.seconds.items()},
+            "alpha": run.alpha, "phase_s_per_round": {phase: s / rounds for phase, s in run.seconds.items()},
             "uplink_bits_per_client_round": (run.uplink_bits - run.m * 64 * (run.T + (run.d if pp else 0)))
             / (rounds * (pp or run.m))}
 
@@ -130,20 +131,8 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
             "uplink_bits_per_client_round": runs[0]["uplink_bits_per_client_round"],
             "user_path": {"command": "dane train " + " ".join(user_overrides(path, m, spec, rounds, pp, 0, alpha)),
                           **user, "wall_s": [u["wall_s"] for u in users], "simulator_path": users[0]["simulator_path"]}}
-        log(f"{name} {spec}: {stacked['median_s_per_round']:.4f} s/round (x{stacked['ratio_to_ufednl']:.2f} of "
-            f"u-FedNL, CPU x{stacked['cpu_ratio_to_ufednl']:.2f}), grad norm {max(stacked['final_grad_norm']):.2e}; "
-            f"dane train ({users[0]['simulator_path']}): {user['median_s_per_round']:.4f} s/round "
-            f"(x{user['ratio_to_ufednl']:.2f} of u-FedNL, CPU x{user['cpu_ratio_to_ufednl']:.2f})")
+        log(f"{name} {spec}: x{stacked['ratio_to_ufednl']:.2f} of u-FedNL, dane train x{user['ratio_to_ufednl']:.2f}")
     return out
-
-
-MEMORY_LIMIT_GIB = 24  # these machines' memory (docs/design.md, "The machines")
-MEMORY_ROUNDS = 2
-MEMORY_DIMS = (1000, 2000, 4000, 6000)   # at MEMORY_BASE_CLIENTS clients
-MEMORY_CLIENTS = (142, 284, 568)  # at d = MEMORY_BASE_DIM (1136 clients took 5 minutes of setup under load)
-MEMORY_BASE_CLIENTS, MEMORY_BASE_DIM = 142, 300
-ROWS_PER_CLIENT = 350  # w8a's 49,749 rows over 142 clients
-NNZ_PER_ROW = 12
 
 
 def synthetic_clients(clients: int, d: int, seed: int = 0) -> StackedRows:
@@ -166,7 +155,9 @@ def synthetic_clients(clients: int, d: int, seed: int = 0) -> StackedRows:
 
 
 def memory_point(clients: int, d: int) -> dict:
-    """In this process (``--probe``): stack the clients, run `MEMORY_ROUNDS` rounds, read the peak resident memory."""
+    """In a fresh process (`bench_memory`): stack the clients, run `MEMORY_ROUNDS` rounds, read the peak memory."""
+    np.seterr(over="ignore")  # exp overflow in a far-off line-search trial is harmless (the trial is refused)
+    torch.set_num_threads(1)
     start = time.perf_counter()
     stacked = synthetic_clients(clients, d)
     setup_s = time.perf_counter() - start
@@ -182,14 +173,11 @@ def memory_point(clients: int, d: int) -> dict:
 
 def bench_memory(log) -> dict:
     """The ``memory`` key (docs/benchmarks.md): each point in a fresh process, then the fits' limits."""
-    import subprocess
-
     def probe(clients: int, d: int) -> dict:
-        out = subprocess.run([sys.executable, "-m", "scripts.bench", "fednl", "--probe", str(clients), str(d)],
-                             capture_output=True, text=True, check=True, cwd=REPO)
-        point = json.loads(out.stdout.strip().splitlines()[-1])
-        log(f"memory: m={clients} d={point['d']}: peak {point['peak_rss_mib']:.0f} MiB, "
-            f"{point['s_per_round']:.3f} s/round")
+        point = in_fresh_process("scripts.bench_fednl:memory_point", clients, d)
+        if "failed" in point:
+            raise RuntimeError(f"memory point m={clients} d={d}: {point['failed']}")
+        log(f"memory: m={clients} d={point['d']}: peak {point['peak_rss_mib']:.0f} MiB")
         return point
 
     limit = MEMORY_LIMIT_GIB * 1024
@@ -198,49 +186,44 @@ def bench_memory(log) -> dict:
     quad = np.polyfit([p["d"] for p in by_d], [p["peak_rss_mib"] for p in by_d], 2)
     d_max = max(np.roots(quad - np.array([0, 0, limit])).real)
     line = np.polyfit([p["clients"] for p in by_m], [p["peak_rss_mib"] for p in by_m], 1)
-    m_max = (limit - line[1]) / line[0]
     return {"limit_gib": MEMORY_LIMIT_GIB, "rounds": MEMORY_ROUNDS, "rows_per_client": ROWS_PER_CLIENT,
             "nnz_per_row": NNZ_PER_ROW, "compressor": "topk:8d", "by_d": by_d, "by_clients": by_m,
             "d_limit_at_clients": {"clients": MEMORY_BASE_CLIENTS, "d": int(d_max),
                                    "fit_mib_per_d2_d_1": quad.tolist()},
-            "clients_limit_at_d": {"d": by_m[0]["d"], "clients": int(m_max), "fit_mib_per_client_1": line.tolist()},
+            "clients_limit_at_d": {"d": by_m[0]["d"], "clients": int((limit - line[1]) / line[0]),
+                                   "fit_mib_per_client_1": line.tolist()},
             "note": "limits extrapolated from the fits over the measured points (peak RSS of one process)"}
 
 
-def run(bench: Run) -> None:
+def run(bench: Run) -> dict:
     args = bench.args
-    np.seterr(over="ignore")  # exp overflow in a far-off line-search trial is harmless (the trial is refused)
-    if args.probe:  # one point of the memory key, in a process of its own (`bench_memory`)
-        torch.set_num_threads(1)
-        print(json.dumps(memory_point(*args.probe)))
-        return
+    np.seterr(over="ignore")  # as in `memory_point`
+    if args.quick:
+        args.only, args.rounds, args.repeats = args.only or ["a9a"], 3, 1
     if args.rounds < 1 or args.repeats < 1:
         sys.exit(f"error: --rounds and --repeats must be >= 1, got {args.rounds} and {args.repeats}")
     torch.set_num_threads(args.threads)
-    log = bench.log
     report = {"machine": bench.machine, "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
               "(issue 34)", "option": OPTION,
               "tables": bench.earlier.get("tables", {})}  # --only keeps the other tables
     args.only = args.only or [*TABLES, "memory"]
     if "memory" in args.only:
-        report["memory"] = {**bench_memory(log), "load_after": list(os.getloadavg())}
+        report["memory"] = {**bench_memory(bench.log), "load_after": list(os.getloadavg())}
     elif "memory" in bench.earlier:
         report["memory"] = bench.earlier["memory"]
     for name in (name for name in args.only if name in TABLES):
-        report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, log),
+        report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, bench.log),
                                   "torch_threads": args.threads, "load_before": report["machine"]["load_avg"],
                                   "load_after": list(os.getloadavg()),
                                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                                   "rounds_note": "fewer than u-FedNL's 1000" if args.rounds < 1000 else ""}
-    bench.finish(report)
-    log(f"section fednl -> {args.out}")
+    return bench.finish(report)
 
 
 BENCH = Bench("fednl", run, "FedNL with its clients stacked, at u-FedNL's workloads", threads=None,
               only=(*TABLES, "memory"),
               options=(option("--rounds", type=int, default=1000), option("--repeats", type=int, default=2),
                        option("--data-dir", type=Path, default=DATA_DIR),
-                       option("--probe", nargs=2, type=int, metavar=("CLIENTS", "D"), help=argparse.SUPPRESS),
                        option("--threads", type=int, default=1,
                               help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")))

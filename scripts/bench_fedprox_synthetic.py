@@ -43,20 +43,18 @@ def one(setting: str, method: str, rounds: int, clients: int, seed: int, local: 
 
 
 def run(bench: Run) -> dict:
+    """Each (setting, method) run saved as it ends; the runs of ``--out``'s section that this one does not redo kept."""
     args = bench.args
-    rounds = 10 if args.quick else args.rounds
-    settings = SETTINGS[-1:] if args.quick else args.settings
-    local = {**LOCAL, "local_steps": args.local_steps}
+    rounds, local = 10 if args.quick else args.rounds, {**LOCAL, "local_steps": args.local_steps}
     kept = {f"{r['setting']}/{r['method']}": r for r in bench.earlier.get("runs", [])}
     section = {**bench.header(), "quick": args.quick, "workers": 30, "clients_per_round": args.clients,
                "rounds": rounds, "seed": args.seed, "lam": LAM, "local": local, "runs": []}
-    for setting in settings:
+    for setting in SETTINGS[-1:] if args.quick else args.settings:
         for method in args.only or list(METHODS):
             bench.log(f"{setting} {method}")
             kept[f"{setting}/{method}"] = one(setting, method, rounds, args.clients, args.seed, local)
-            section["runs"] = list(kept.values())
-            bench.save(section)
-    return bench.finish(section)
+            bench.save({**section, "runs": list(kept.values())})
+    return bench.finish({**section, "runs": list(kept.values())})
 
 
 BENCH = Bench(KEY, run, "the FedProx paper's Synthetic(a,b) comparison: FedAvg, FedProx mu=1, FedDANE, S-DANE, "

@@ -26,20 +26,14 @@ def cost_cases(quick: bool) -> list[dict]:
 
 def skip_reason(case: dict, memory_bytes: int) -> str | None:
     """Why the Cholesky path cannot run this case here (it would need over half the memory), or None."""
-    if case["solver"] != "cholesky":
-        return None
     d, n = case["d"], case["n_rows"]
     need = 8 * (2 * d * d + (n * d if case["layout"] == "sparse" else 0))
-    if need <= memory_bytes // 2:
+    if case["solver"] != "cholesky" or need <= memory_bytes // 2:
         return None
     gb = 8 * d * d / 1e9
     return (f"cannot fit: the Cholesky path forms the dense {d} x {d} Hessian ({gb:.0f} GB in float64) and its "
             f"factor ({gb:.0f} GB)" + (f", and densifies X ({8 * n * d / 1e9:.0f} GB)" if case["layout"] == "sparse"
                                        else "") + f", against {memory_bytes / 2**30:.0f} GiB of memory here")
-
-
-def memory_total() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def write_case_data(case: dict, folder: Path) -> Path:
@@ -63,18 +57,12 @@ def write_case_data(case: dict, folder: Path) -> Path:
 
 
 def peak_rss_kb() -> int:
-    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one.
-
-    Not ru_maxrss: Linux carries the parent's peak into a child across fork + exec (a case
-    launched from this benchmark, MNIST in memory, read 0 MB for a 400 MB matrix); VmHWM
-    belongs to the address space that exec made fresh.
-    """
+    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one (not ru_maxrss: the
+    section's ``memory`` says why), else ru_maxrss."""
     status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    lines = status.read_text().splitlines() if status.exists() else []
+    return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")),
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def measure_case(case: dict, data: str, repeats: int, lam: float = 1e-3) -> dict:
@@ -118,9 +106,10 @@ def measure_case(case: dict, data: str, repeats: int, lam: float = 1e-3) -> dict
         first.append(t1 - t0)
     peak_kb = peak_rss_kb()
     residual = float(torch.linalg.vector_norm(shard.grad(w_new) - linear))  # ∇φ at the local solution
-    return {"round_s": statistics.median(again), "round_s_min": min(again), "round_s_max": max(again),
-            "first_round_s": statistics.median(first), "first_round_s_min": min(first),
-            "first_round_s_max": max(first), "repeats": repeats,
+    times = {}
+    for key, values in (("round_s", again), ("first_round_s", first)):
+        times.update({key: statistics.median(values), f"{key}_min": min(values), f"{key}_max": max(values)})
+    return {**times, "repeats": repeats,
             "peak_mb": (peak_kb - baseline_kb) / 1024, "peak_with_data_only_mb": (data_kb - baseline_kb) / 1024,
             "baseline_mb": baseline_kb / 1024, "data_mb": data_bytes / 2**20,
             "relative_gradient_after": residual / float(torch.linalg.vector_norm(grad))}
@@ -142,17 +131,13 @@ def run(bench: Run) -> dict:
                      "Not ru_maxrss: Linux carries the parent's peak into the child across fork + exec, so every "
                      "case read 0 MB under it",
            "cases": [], "load_avg_before": load()}
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     with tempfile.TemporaryDirectory() as tmp:
         for case in cost_cases(args.quick):
-            log(f"  local solve d={case['d']} {case['layout']} {case['solver']} ...")
-            why = skip_reason(case, memory_total())
-            if why is None:
-                data = str(write_case_data(case, Path(tmp)))
-                out["cases"].append({**case, **in_fresh_process("scripts.bench_local_solve:measure_case", case, data,
-                                                                args.repeats)})
-            else:
-                out["cases"].append({**case, "skipped": why})
-            log(f"    {out['cases'][-1]}")
+            why = skip_reason(case, memory)
+            out["cases"].append({**case, "skipped": why} if why else {**case, **in_fresh_process(
+                "scripts.bench_local_solve:measure_case", case, str(write_case_data(case, Path(tmp))), args.repeats)})
+            log(f"  local solve d={case['d']} {case['layout']} {case['solver']}: {out['cases'][-1].get('round_s')}")
     return bench.record(out)
 
 

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.loop.launch import execute
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, first_at, option
 
 TARGETS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 GRID = (0.25, 0.5, 2.0, 4.0)
@@ -28,9 +28,8 @@ def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: f
            "problem.optimum=auto", f"data_dir={DATA_DIR}"]
     job += [] if s == m else [f"algorithm.clients_per_round={s}"]
     job += [] if lam is None else [f"algorithm.lam={lam!r}"]
-    job += list(extra)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", job)
+        cfg = compose("config", job + list(extra))
     collected, start = {}, time.perf_counter()
     try:
         status = execute(run_spec(cfg), None, collect=collected)["status"]
@@ -41,7 +40,7 @@ def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: f
     return {"method": method, "lam": next((r["lam"] for r in records if "lam" in r), lam), "status": status,
             "local_steps": next((r["local_steps"] for r in records if "local_steps" in r), None), "extra": list(extra),
             "rounds": len(rel) - 1, "best_rel": min(rel) if rel else None, "final_rel": rel[-1] if rel else None,
-            "first_round_at": {f"{t:g}": next((i for i, x in enumerate(rel) if x <= t), None) for t in TARGETS},
+            "first_round_at": {f"{t:g}": first_at(rel, t) for t in TARGETS},
             "wall_s": round(time.perf_counter() - start, 1)}
 
 
@@ -58,14 +57,20 @@ def fewest(rows: list[dict], target: float) -> dict:
             "ratio": None if mine is None or best is None else mine / best}
 
 
+def beside(default: dict, method: str, cell: tuple, variants, tol: float = 1e-8) -> list[dict]:
+    """``default`` and a run of ``method`` per ``(role, lam, extra overrides)`` of ``variants`` in ``cell``."""
+    return [dict(default, role="default"),
+            *(dict(one(method, *cell, lam, extra, tol), role=role) for role, lam, extra in variants)]
+
+
 def cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
     old = one("sdane", table, m, shard, m, 1, None)["lam"]  # the full-participation defaults (δ_A rules)
     old_acc = one("acc_sdane", table, m, shard, m, 1, None)["lam"]
-    default = one("sdane", table, m, shard, s, rounds, None)
-    rows = [dict(default, role="default"), dict(one("sdane", table, m, shard, s, rounds, old), role="old_default")]
-    rows += [dict(one("sdane", table, m, shard, s, rounds, f * default["lam"]), role=f"default x {f:g}") for f in GRID]
-    rows += [dict(one("acc_sdane", table, m, shard, s, rounds, None), role="default"),
-             dict(one("acc_sdane", table, m, shard, s, rounds, old_acc), role="old_default")]
+    here = (table, m, shard, s, rounds)
+    default = one("sdane", *here, None)
+    rows = beside(default, "sdane", here, [("old_default", old, ()),
+                                           *((f"default x {f:g}", f * default["lam"], ()) for f in GRID)])
+    rows += beside(one("acc_sdane", *here, None), "acc_sdane", here, [("old_default", old_acc, ())])
     return {**where(table, m, shard, s), "old_default_lam": old, "acc_old_default_lam": old_acc,
             "default_lam": default["lam"], "target": target, "rows": rows,
             "summary": {**fewest([r for r in rows if r["method"] == "sdane"], target),
@@ -75,10 +80,10 @@ def cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> 
 def acc_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
     """``--acc``: Acc-S-DANE alone at its default, its full-participation default and the default times 1/2 and 2."""
     old = one("acc_sdane", table, m, shard, m, 1, None)["lam"]
-    default = one("acc_sdane", table, m, shard, s, rounds, None)
-    rows = [dict(default, role="default"), dict(one("acc_sdane", table, m, shard, s, rounds, old), role="old_default")]
-    rows += [dict(one("acc_sdane", table, m, shard, s, rounds, f * default["lam"]), role=f"default x {f:g}")
-             for f in (0.5, 2.0)]
+    here = (table, m, shard, s, rounds)
+    default = one("acc_sdane", *here, None)
+    rows = beside(default, "acc_sdane", here, [("old_default", old, ()),
+                                               *((f"default x {f:g}", f * default["lam"], ()) for f in (0.5, 2.0))])
     summary = fewest(rows, target)
     del summary["ratio"]
     return {**where(table, m, shard, s), "old_default_lam": old, "default_lam": default["lam"], "target": target,
@@ -90,29 +95,32 @@ def acc_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float)
 def fedred_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
     """``--fedred``: FedRed's default beside ten steps, the default's K times `STEP_GRID` and S-DANE's sampled λ."""
     sdane_lam = one("sdane", table, m, shard, s, 1, None)["lam"]  # S-DANE's sampled default λ_S (one round)
-    default = one("fedred", table, m, shard, s, rounds, None, tol=target)
+    here, ten = (table, m, shard, s, rounds), ("algorithm.local_steps=10",)
+    default = one("fedred", *here, None, tol=target)
     steps = default["local_steps"]
-    rows = [dict(default, role="default"),
-            dict(one("fedred", table, m, shard, s, rounds, None, ("algorithm.local_steps=10",), target),
-                 role="old_default")]
-    rows += [dict(one("fedred", table, m, shard, s, rounds, None, (f"algorithm.local_steps={max(1, round(f * steps))}",),
-                      target), role=f"local_steps x {f:g}") for f in STEP_GRID]
-    rows.append(dict(one("fedred", table, m, shard, s, rounds, sdane_lam, ("algorithm.local_steps=10",), target),
-                     role="sdane_sampled_lam"))
+    rows = beside(default, "fedred", here, [
+        ("old_default", None, ten),
+        *((f"local_steps x {f:g}", None, (f"algorithm.local_steps={max(1, round(f * steps))}",)) for f in STEP_GRID),
+        ("sdane_sampled_lam", sdane_lam, ten)], tol=target)
     return {**where(table, m, shard, s), "default_local_steps": steps, "default_lam": default["lam"],
             "sdane_sampled_lam": sdane_lam, "target": target, "rows": rows,
             "summary": {**fewest(rows, target), "old_default_rounds_to_target": rows[1]["first_round_at"][f"{target:g}"]}}
 
 
+def cell_key(c: dict) -> tuple:
+    return c["table"], c["m"], c["sharding"], c["s"]
+
+
 def run(bench: Run) -> None:
-    """The cells into ``--out`` (a JSON of its own, not a section of results/bench.json)."""
+    """The cells into ``--out`` (a JSON of its own, not a section of results/bench.json); ``--update`` keeps a rerun
+    cell where it stood in ``--out``'s JSON (a new one goes last) and the other cells as they were."""
     args = argparse.Namespace(**{k: v for k, v in vars(bench.args).items() if k not in ("section", "quick")})
     s = max(1, round(args.fraction * args.workers))
     make = fedred_cell if args.fedred else acc_cell if args.acc else cell
     todo = [(table, args.workers, shard, s, args.rounds, args.target) for table in args.tables for shard in args.shardings]
     out = Path(args.out)
     kept = json.loads(out.read_text()) if args.update and out.is_file() else None
-    cells = [] if kept is None else kept["cells"]
+    cells, order = ([], []) if kept is None else (kept["cells"], [cell_key(c) for c in kept["cells"]])
     with ProcessPoolExecutor(max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
         for done in pool.map(make, *zip(*todo)):
             print(json.dumps({k: done.get(k) for k in ("table", "sharding", "default_lam", "old_default_lam",
@@ -125,7 +133,7 @@ def run(bench: Run) -> None:
                 done["run"] = {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "load": os.getloadavg()}
                 cells = [c for c in cells if cell_key(c) != cell_key(done)] + [done]
-                cells.sort(key=lambda c: todo_order(c, kept["cells"]))
+                cells.sort(key=lambda c: order.index(cell_key(c)) if cell_key(c) in order else len(order))
                 document = {**kept, "cells": cells}
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(document, indent=1))
@@ -143,15 +151,4 @@ BENCH = Bench("sampled_lambda", run, "S-DANE's measured lambda under client samp
                        option("--fedred", action="store_true", help="FedRed's local step count (fedred_cell)"),
                        option("--jobs", type=int, default=1, help="cells run in this many processes at once"),
                        option("--update", action="store_true",
-                              help="replace only these cells in --out's JSON, keeping its other cells (module docstring)")))
-
-
-def cell_key(c: dict) -> tuple:
-    return c["table"], c["m"], c["sharding"], c["s"]
-
-
-def todo_order(c: dict, before: list[dict]) -> int:
-    """``--update`` keeps a rerun cell where it stood (a new one goes last)."""
-    keys = [cell_key(b) for b in before]
-    return keys.index(cell_key(c)) if cell_key(c) in keys else len(keys)
-
+                              help="replace only these cells in --out's JSON, keeping its other cells (`run`)")))

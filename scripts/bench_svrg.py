@@ -1,7 +1,8 @@
-"""InexactDANE's and AIDE's local solver, SVRG: its cost compiled and in torch, a round, and the defaults to 1e-8."""
+"""InexactDANE's and AIDE's local solver, SVRG: its cost compiled and in torch, a compile, a round, a launch.
+
+Rounds to 1e-8 at the defaults are the ``convex`` section's rows (its inexact_dane and aide)."""
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -13,22 +14,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from dane.records.results import read_rounds, read_summary
-from scripts.harness import Bench, Run, first_at, in_fresh_process, option, parts, relative
+from scripts.harness import Bench, in_fresh_process, option, parts
 
+ROOT = Path(__file__).resolve().parents[1]
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes
-SECTIONS = ("pass_cost", "compile_cost", "inexact_dane_round", "sparse_launch", "convergence")
-REL_TOL = 1e-8
 
 
 def spread(times: list[float]) -> dict:
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "repeats": len(times)}
 
 
-# ---------------------------------------------------------------------------------------------- data
 def dense_logistic(n: int, d: int = 14, seed: int = 0):
     """n rows: d - 1 standard normal features and an intercept; ±1 labels from a logistic model."""
     rng = np.random.default_rng(seed)
@@ -60,16 +57,21 @@ def pass_cases(quick: bool) -> list[tuple[str, object]]:
              shard_of(Xm, rng.integers(0, 10, n_soft), "softmax", classes=10))]
 
 
-# ---------------------------------------------------------------------------------------------- sections
+def subproblem(shard):
+    from dane.numerics.local_solvers import Subproblem
+
+    w = torch.zeros(shard.dim, dtype=torch.float64)
+    return w, Subproblem(shard, w, torch.zeros_like(w), 0.0, shard.l2)
+
+
 def pass_cost(args, log) -> dict:
-    from dane.numerics.local_solvers import LocalSolver, Subproblem, svrg, svrg_reference
+    from dane.numerics.local_solvers import LocalSolver, svrg, svrg_reference
 
     out = {"what": "one SVRG pass (3 passes timed / 3, compiled) and one torch-reference pass, against one full "
                    "local gradient on the same rows; lam = 1e-4, w = anchor = 0, one torch thread",
            "goal": "svrg_pass / full_gradient <= 3", "cases": []}
     for name, shard in pass_cases(args.quick):
-        w = torch.zeros(shard.dim, dtype=torch.float64)
-        sub = Subproblem(shard, w, torch.zeros_like(w), 0.0, shard.l2)
+        w, sub = subproblem(shard)
         gen = torch.Generator().manual_seed(0)
         svrg(sub, LocalSolver("svrg", passes=1), gen)  # compile (or load the cache)
         grad, fast, ref = [], [], []
@@ -90,9 +92,7 @@ def pass_cost(args, log) -> dict:
                "reference_over_compiled": statistics.median(ref) / statistics.median(fast)}
         row["goal_met"] = row["pass_over_gradient"] <= 3
         out["cases"].append(row)
-        log(f"  {name}: pass {row['svrg_pass']['median_s'] * 1e3:.3g} ms, gradient "
-            f"{row['full_gradient']['median_s'] * 1e3:.3g} ms (x{row['pass_over_gradient']:.2f}), torch reference "
-            f"{row['reference_pass']['median_s'] * 1e3:.4g} ms (x{row['reference_over_compiled']:.0f})")
+        log(f"  {name}: pass x{row['pass_over_gradient']:.2f} a gradient, torch x{row['reference_over_compiled']:.0f}")
     return out
 
 
@@ -104,52 +104,46 @@ def compile_cost(args, log) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         for label in ("cold", "warm"):
             out[label] = in_fresh_process("scripts.bench_svrg:compile_child", env={"NUMBA_CACHE_DIR": cache})
-            if "failed" not in out[label]:
-                out[label]["first_solves_total_s"] = sum(out[label]["first_solve_s"].values())
-                log(f"  {label}: import {out[label]['import_s']:.2f} s, first solves "
-                    f"{out[label]['first_solves_total_s']:.2f} s in all")
+            log(f"  {label}: {out[label].get('first_solves_total_s')} s of first solves")
     return out
 
 
 def compile_child() -> dict:
     """`compile_cost`'s fresh process: import the kernels, then per case a first and a second one-pass solve."""
-    from dane.numerics.local_solvers import LocalSolver, Subproblem, svrg
+    from dane.numerics.local_solvers import LocalSolver, svrg
 
     cases = pass_cases(True)
     start = time.perf_counter()
     import dane.numerics.svrg_kernels  # noqa: F401 -- numba's compile or cache load: what is timed
     out = {"import_s": time.perf_counter() - start, "first_solve_s": {}, "second_solve_s": {}}
     for name, shard in cases:
-        w = torch.zeros(shard.dim, dtype=torch.float64)
-        sub = Subproblem(shard, w, torch.zeros_like(w), 0.0, shard.l2)
+        _, sub = subproblem(shard)
         for key in ("first_solve_s", "second_solve_s"):
             start = time.perf_counter()
             svrg(sub, LocalSolver("svrg", passes=1), torch.Generator())
             out[key][name] = time.perf_counter() - start
-    return out
+    return {**out, "first_solves_total_s": sum(out["first_solve_s"].values())}
 
 
-def simulate_rounds(config, problems, rounds: int, tol: float | None = None) -> tuple[list[dict], list[float]]:
-    """``rounds`` rounds of ``config`` on one thread per problem; worker 0's records and per-round wall times."""
+def round_walls(problems, rounds: int) -> list[float]:
+    """Worker 0's wall seconds per record of ``rounds`` InexactDANE rounds (defaults), one thread per problem."""
+    from dane.baselines import InexactDANEConfig
     from dane.comm import ThreadGroup
     from dane.loop.runner import StopRule, run
 
     def worker(comm):
         torch.set_num_threads(1)
-        algo = config.build(problems[comm.rank], comm)
         stamps = [time.perf_counter()]
-        records, _ = run(algo, StopRule(rounds=rounds, tol=tol), lambda record: stamps.append(time.perf_counter()))
-        return records, list(np.diff(stamps))
+        run(InexactDANEConfig().build(problems[comm.rank], comm), StopRule(rounds=rounds),
+            lambda record: stamps.append(time.perf_counter()))
+        return list(np.diff(stamps))
 
     return ThreadGroup(len(problems)).run(worker)[0]
 
 
 def inexact_dane_round(args, log) -> dict:
-    from dane.baselines import InexactDANEConfig
-
     m, n_i = 4, (600 if args.quick else 5160)
     X, y = dense_logistic(m * n_i)
-    rounds = 3 if args.quick else 20
 
     def problems():
         return [shard_of(X[r::m], y[r::m], "logistic", lam=1e-4, weight=1.0 / (m * n_i)) for r in range(m)]
@@ -161,25 +155,23 @@ def inexact_dane_round(args, log) -> dict:
            "public_reference": "Octave + compiled mex SVRG, one snapshot per round, same shards, step and passes "
                                "(measured on this kind of machine, not re-run here)",
            "goal": "round <= 3 x 0.017 s"}
-    simulate_rounds(InexactDANEConfig(), problems(), 1)  # compile or load the cache
-    _, walls = simulate_rounds(InexactDANEConfig(), problems(), rounds)
+    round_walls(problems(), 1)  # compile or load the cache
+    walls = round_walls(problems(), 3 if args.quick else 20)
     out["compiled"] = {**spread(walls[:-1]), "rounds": len(walls) - 1}  # the last record is the final evaluation
     out["ratio_to_public_reference"] = out["compiled"]["median_s"] / REFERENCE_ROUND_S
     out["goal_met"] = out["ratio_to_public_reference"] <= 3
-    log(f"  compiled: {out['compiled']['median_s'] * 1e3:.3g} ms a round (x{out['ratio_to_public_reference']:.2f} "
-        "the public reference)")
+    log(f"  compiled: x{out['ratio_to_public_reference']:.2f} the public reference")
     if args.reference_repeats:
         import dane.numerics.local_solvers as local_solvers
 
         fast = local_solvers.svrg
         local_solvers.svrg = local_solvers.svrg_reference  # prox_solve's SVRG is the torch loop for this one round
         try:
-            _, walls = simulate_rounds(InexactDANEConfig(), problems(), 1)
+            walls = round_walls(problems(), 1)
         finally:
             local_solvers.svrg = fast
         out["torch_reference"] = {**spread(walls[:1]), "rounds": 1}
         out["torch_over_compiled"] = walls[0] / out["compiled"]["median_s"]
-        log(f"  torch reference: {walls[0]:.3g} s a round")
     return out
 
 
@@ -192,9 +184,7 @@ def sparse_launch(args, log) -> dict:
                    f"problem.fit_intercept=false algorithm=inexact_dane workers=2 rounds={rounds} on "
                    f"write_sparse_libsvm({rows}, {features}, seed=0): launch wall time and rounds.jsonl time_s"}
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "sparse.svm"
-        write_sparse_libsvm(path, rows, features, seed=0)
-        run_dir = Path(tmp) / "run"
+        path, run_dir = write_sparse_libsvm(Path(tmp) / "sparse.svm", rows, features, seed=0), Path(tmp) / "run"
         cmd = [sys.executable, "-m", "dane.experiments.train", "problem=logreg", "data=libsvm", f"data.path={path}",
                "problem.lam=1e-4", "problem.fit_intercept=false", "algorithm=inexact_dane", "workers=2",
                f"rounds={rounds}", f"out_dir={run_dir}", "quiet=true"]
@@ -210,89 +200,15 @@ def sparse_launch(args, log) -> dict:
         per_round = list(np.diff([r["time_s"] for r in records]))
         out.update(rounds=len(records) - 1, round_time=spread(per_round) if per_round else None,
                    objective=[r["objective"] for r in records],
-                   summary={k: summary[k] for k in ("wall_time_s", "setup_s", "status", "final_objective") if k in summary})
-    log(f"  launch {out['launch_wall_s']:.1f} s, {out['round_time']['median_s'] * 1e3:.3g} ms a round (simulated "
-        "time: the workers' measured compute plus the alpha-beta allreduce model)")
+                   summary={k: summary[k] for k in ("wall_time_s", "setup_s", "status", "final_objective")
+                            if k in summary})
     return out
 
 
-# ---------------------------------------------------------------------------------------------- convergence
-def full_optimum(cfg) -> tuple[torch.Tensor, float, float]:
-    """(w*, O*, ||∇O(w*)||) by Newton's method on the whole data (one worker), to 1e-13."""
-    from dane.numerics.local_solvers import LocalSolver
-
-    full = cfg.build(0, 1)
-    method = "cg" if full.sparse or full.dim > 2000 else "cholesky"
-    zero = torch.zeros(full.dim, dtype=torch.float64)
-    w = full.prox_solve(zero, zero, 0.0, solver=LocalSolver(method, tol=1e-13, newton_steps=100))
-    return w, float(full.objective(w)), float(torch.linalg.vector_norm(full.grad(w)))
-
-
-def convergence_configs(bench_name: str, quick: bool) -> list[tuple[str, object, int]]:
-    from dane.baselines import AIDEConfig, InexactDANEConfig
-
-    if quick:
-        return [("inexact_dane", InexactDANEConfig(), 3), ("aide", AIDEConfig(), 3)]
-    cheap = bench_name != "mnist_softmax"
-    cap = 1000 if bench_name in ("breast_cancer_logreg", "diabetes_ridge") else (60 if cheap else 150)
-    configs = [("inexact_dane", InexactDANEConfig(), cap), ("aide", AIDEConfig(), cap)]
-    if cheap:
-        configs += [("aide tau=0.1", AIDEConfig(tau=0.1), cap),
-                    ("inexact_dane svrg_variant=matlab", InexactDANEConfig(svrg_variant="matlab"), cap)]
-    return configs
-
-
-def convergence(args, log) -> dict:
-    from scripts.bench_convex import benches
-
-    bench_args = argparse.Namespace(quick=args.quick, runs=args.runs, data_dir=args.data_dir, svm_rows=5000,
-                                    svm_features=20000)
-    Path(args.runs).mkdir(parents=True, exist_ok=True)
-    out = {"what": f"rounds to relative suboptimality (O(w) - O*)/|O*| <= {REL_TOL:g} at the yaml defaults, in the "
-                   "in-process simulator (threads), O* from Newton's method on the whole data here; the problems "
-                   "and worker counts of scripts/bench_convex.py",
-           "problems": {}}
-    for bench in benches(bench_args):
-        try:
-            cfg = bench.problem(bench.source())
-            cfg.table()
-        except Exception as exc:  # noqa: BLE001 -- MNIST without its files: recorded, the others still run
-            out["problems"][bench.name] = {"skipped": str(exc).splitlines()[0]}
-            log(f"  {bench.name}: skipped, {str(exc).splitlines()[0]}")
-            continue
-        w_star, f_star, grad_norm = full_optimum(cfg)
-        entry = {"f_star": f_star, "grad_norm_at_optimum": grad_norm, "lam": bench.lam, "workers": {}}
-        for m in bench.workers:
-            rows = {}
-            for label, config, cap in convergence_configs(bench.name, args.quick):
-                problems = [cfg.build(rank, m) for rank in range(m)]
-                for p in problems:  # records carry suboptimality, and the run stops at the target
-                    p.w_star, p.f_star, p.metric_names = w_star, f_star, ("objective", "suboptimality")
-                start = time.perf_counter()
-                records, walls = simulate_rounds(config, problems, cap, tol=REL_TOL)  # relative (StopRule)
-                rel = relative(records, f_star)
-                hit = first_at(rel, REL_TOL)
-                rows[label] = {"reached": hit is not None, "rounds": records[hit]["round"] if hit is not None else None,
-                               "round_cap": cap, "best_rel_suboptimality": min(rel), "final_rel_suboptimality": rel[-1],
-                               "tau": records[0].get("tau"), "wall_s": time.perf_counter() - start,
-                               "round_wall_s": statistics.median(walls) if walls else None}
-                shown = f"{rows[label]['rounds']} rounds" if hit is not None else f"not in {cap} (best {min(rel):.1e})"
-                log(f"  {bench.name} m={m} {label}: {shown}" + (f", tau {records[0]['tau']:.3g}" if "tau" in records[0]
-                                                                 else ""))
-            entry["workers"][str(m)] = rows
-        out["problems"][bench.name] = entry
-    return out
-
-
-def run(bench: Run) -> dict:
-    functions = {"pass_cost": pass_cost, "compile_cost": compile_cost, "inexact_dane_round": inexact_dane_round,
-                 "sparse_launch": sparse_launch, "convergence": convergence}
-    return parts(bench, functions, bench.args.sections)
-
-
-BENCH = Bench(KEY, run, "the SVRG local solver: pass cost, compile cost, InexactDANE's round, convergence", options=(
-    option("--runs", default="results/bench_convex", help="where bench_convex's rcv1-like file lives"),
-    option("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data")),
-    option("--repeats", type=int, default=7),
-    option("--reference-repeats", type=int, default=1, help="torch-reference passes per case (slow)"),
-    option("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)))
+SECTIONS = {"pass_cost": pass_cost, "compile_cost": compile_cost, "inexact_dane_round": inexact_dane_round,
+            "sparse_launch": sparse_launch}
+BENCH = Bench(KEY, lambda run: parts(run, SECTIONS, run.args.sections),
+              "the SVRG local solver: pass cost, compile cost, InexactDANE's round, a sparse launch", options=(
+                  option("--repeats", type=int, default=7),
+                  option("--reference-repeats", type=int, default=1, help="torch-reference passes per case (slow)"),
+                  option("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))))
