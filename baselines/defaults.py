@@ -254,6 +254,15 @@ def ef21_step(smoothness: float, smoothness_rms: float, delta: float) -> float:
     return 1.0 / (smoothness + smoothness_rms * math.sqrt(beta / theta))
 
 
+def ef21p_step(smoothness: float, smoothness_rms: float, delta: float, delta_down: float) -> float:
+    r"""EF21-P with an EF21 uplink (`baselines.ef21p`): `ef21_step` at δ·δ_P, δ of the uplink's compressor and δ_P of
+    the model's.  This package's rule, not the paper's: Gruntkowska, Tyurin & Richtárik 2023 state their theorems
+    for EF21-P with DIANA and with DCGD on the uplink and give none for this pairing.  The product is a heuristic,
+    smaller than either δ: the step is EF21's Theorem 1 step at δ_P = 1 (an exact downlink, where the method is EF21)
+    and shrinks with either compressor.  At δ = δ_P = 1 it is 1/L̄ (GD's)."""
+    return ef21_step(smoothness, smoothness_rms, delta * delta_down)
+
+
 def adiana_probability(omega: float, workers: int) -> float:
     r"""ADIANA's p = min(1, max(1, sqrt(n/(32ω)) − 1)/(2(1 + ω))), the probability of w^{k+1} = y^k (1 at ω = 0).
     Source: Li, Kovalev, Qian & Richtárik 2020 (arXiv:2002.11364), the parameters of their strongly convex ADIANA

@@ -36,8 +36,8 @@ averaged iterate goes down exactly).  ``downlink_bits`` then counts D's bits (`C
 rest, and the cost model charges both directions at their sizes: the ring's reduce-scatter at the uplink's
 bytes and its allgather at the downlink's, (m−1)/m·(n_up + n_down)/β + 2(m−1)α (`dane.comm.cost.AlphaBeta`),
 ``bytes_sent`` the same share.  Without ``comm.compress_down`` every count, price and iterate is as before.
-A method that owns its compressors (EF21-P: the model's shift, `baselines.ef21p`) installs this counter with its
-downlink compressor and ``precompressed=True``: its reply is counted at D's bits and passed on as it is.
+A method that compresses its own reply (EF21-P: the model's shift, `baselines.ef21p`) installs this counter with
+its downlink compressor and ``own_downlink=True``: the reply is counted at D's bits and passed on as it is.
 
 A compressed round's logged ``grad_norm`` is that of the decoded mean gradient, the one the method
 steps with; the objective and suboptimality ride uncompressed.
@@ -89,12 +89,14 @@ class MessageCompression:
     without a downlink compressor (the cost model then prices the reply as before)."""
 
     def __init__(self, compressor: Compressor, kinds: Sequence[str], *, error_feedback: bool = False,
-                 seed: int = 0, rank: int = 0, precompressed: bool = False, downlink: Compressor | None = None):
+                 seed: int = 0, rank: int = 0, precompressed: bool = False, downlink: Compressor | None = None,
+                 own_downlink: bool = False):
         self.compressor = compressor
         self.kinds = tuple(kinds)
         self.error_feedback = error_feedback
         self.precompressed = precompressed  # the sender compressed these kinds itself: count them, pass them on
         self.downlink = downlink
+        self.own_downlink = own_downlink  # the method compresses its reply itself (EF21-P): count it, pass it on
         self.generator = torch.Generator().manual_seed(compression_seed(seed, rank))
         self.server_generator = torch.Generator().manual_seed(downlink_seed(seed))  # the server's, on every worker
         self.feedback: dict[str, ErrorFeedback] = {}
@@ -142,8 +144,8 @@ class MessageCompression:
     def decode_down(self, means: list[torch.Tensor], kinds: Sequence[str | None]) -> list[torch.Tensor]:
         """What every worker decodes of the server's reply: D(mean) for a compressible kind (EF21's server estimate
         under ``error_feedback``), the rest as averaged; as it is without a downlink compressor or when the method
-        compressed it itself (``precompressed``)."""
-        if self.downlink is None or self.precompressed:
+        compressed it itself (``precompressed``, ``own_downlink``)."""
+        if self.downlink is None or self.precompressed or self.own_downlink:
             return means
         kinds = list(kinds) + [None] * (len(means) - len(kinds))
         decoded, seen = [], {}
