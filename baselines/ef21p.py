@@ -23,7 +23,7 @@ counter (`dane.comm.compression.downlink_seed`: the run's seed alone, so every w
 the same g).  Bits per worker a round: up bits(C on d) + 64 per metric, down bits(C_P on d) + 64 per metric
 (TopK: K (64 + ⌈log₂ d⌉)); the α-β cost model charges each direction at its size (`dane.comm.cost`).
 
-*Default.*  γ = ``lr`` null: `baselines.defaults.ef21p_step`, EF21's Theorem 1 step at δ·δ_P from L̄ and L̃
+*Default.*  γ = ``lr`` null: `baselines.defaults.ef21p_step`, EF21's Theorem 1 step at min(δ, δ_P) from L̄ and L̃
 (`baselines.measure.smoothness_moments`, one allreduce before round 0), listed in the summary's ``defaults``.
 The paper gives no step for this pairing (its theorems are for the DIANA and DCGD uplinks): the rule is this
 package's, and is EF21's at δ_P = 1.

@@ -80,8 +80,9 @@ ROWS = [
     (d.ef21_step, (2.0, 3.0, 0.75), {}, 0.2),                            # θ = 1/2, β = 1/2: 1/(2 + 3)
     (d.ef21_step, (2.0, 3.0, 0.19), {}, 1 / 29),                         # θ = 0.1, β = 8.1, sqrt(β/θ) = 9
     (d.ef21_step, (2.0, 3.0, 1.0), {}, 0.5),                             # δ = 1 (no compression): 1/L
-    # EF21-P with an EF21 uplink: EF21's γ at δ·δ_P (this package's rule)
-    (d.ef21p_step, (2.0, 3.0, 0.95, 0.2), {}, 1 / 29),                   # δ·δ_P = 0.19: the row above's 1/29
+    # EF21-P with an EF21 uplink: EF21's γ at min(δ, δ_P) (this package's rule)
+    (d.ef21p_step, (2.0, 3.0, 0.75, 0.19), {}, 1 / 29),                  # min = 0.19: the row above's 1/29
+    (d.ef21p_step, (2.0, 3.0, 0.19, 0.75), {}, 1 / 29),                  # either direction's
     (d.ef21p_step, (2.0, 3.0, 1.0, 1.0), {}, 0.5),                       # exact both ways: 1/L
     # ADIANA (Li et al. 2020): p = min(1, max(1, sqrt(n/(32ω)) − 1)/(2(1 + ω))), η = min(1/(2L), n/(64ωL(2p(ω+1)+1)²)),
     # θ₁ = min(1/4, sqrt(ημ/p)), γ = η/(2(θ₁ + ημ)), β = 1 − γμ

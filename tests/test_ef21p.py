@@ -124,7 +124,7 @@ def test_the_resolved_step_is_the_rule_of_the_measured_constants_and_lands_in_th
     assert entry["key"] == "algorithm.lr" and entry["rule"] == "ef21p_step"
     assert stats["delta"] == 0.1 and stats["delta_down"] == 0.5
     assert entry["value"] == ef21p_step(stats["smoothness"], stats["smoothness_rms"], 0.1, 0.5)
-    assert entry["value"] == ef21_step(stats["smoothness"], stats["smoothness_rms"], 0.05)
+    assert entry["value"] == ef21_step(stats["smoothness"], stats["smoothness_rms"], 0.1)  # the worse δ
     assert ef21p_step(2.0, 3.0, 0.75, 1.0) == ef21_step(2.0, 3.0, 0.75) == 0.2  # an exact downlink: EF21's rule
 
 
