@@ -51,6 +51,7 @@ from dane.problems import Problem
 from dane.problems.stacked_hessians import unpack
 from dane.sampling import SamplingKeys, sampled_mean
 
+from .defaults import Resolution, model_learning_rate
 from .federated import Federated
 from .fednl import VALUE_BITS, FedNL, FedNLConfig, uplink_bits
 from .fednl_server import newton_direction
@@ -59,8 +60,8 @@ COIN_STREAM = 14  # seed stream of FedNL-BC's shared coin (11, 12: compression; 
 
 
 def model_step(compressor: Compressor, d: int, eta: float | None) -> float:
-    """η: ``eta``, or 1 for a contractive C_M and 1/(ω + 1) for an unbiased one on d entries (module docstring)."""
-    bound = 1.0 / (compressor.omega(d) + 1.0) if compressor.unbiased else 1.0
+    """η: ``eta``, or `baselines.defaults.model_learning_rate` of C_M on d entries (module docstring)."""
+    bound = model_learning_rate(compressor.omega(d) if compressor.unbiased else None)
     if eta is not None and compressor.unbiased and eta > bound * (1 + 1e-12):
         raise ConfigError(f"algorithm.model_lr must be <= 1/(omega + 1) = {bound:.4g} for the unbiased model "
                           f"compressor {compressor.spec} on d = {d}, got {eta}; leave it null for that bound")
@@ -95,6 +96,11 @@ class FedNLBC(FedNL):
                          sampling=sampling, seed=seed)
         self.model_compressor = make(model_compressor)
         self.eta, self.p = model_step(self.model_compressor, self.d, model_lr), p
+        if model_lr is None:  # the resolved η, for the run's first lines and the summary's defaults
+            resolution = Resolution()
+            omega = self.model_compressor.omega(self.d) if self.model_compressor.unbiased else None
+            resolution.add("model_lr", self.eta, "model_learning_rate", omega=omega, d=self.d)
+            self.defaults = tuple(resolution.entries)
         self.server_generator = torch.Generator().manual_seed(downlink_seed(seed))
         self.coin = np.random.default_rng(np.random.SeedSequence([seed, COIN_STREAM]))
         self.full = True                                  # ξ_0 = 1

@@ -263,6 +263,13 @@ def ef21p_step(smoothness: float, smoothness_rms: float, delta: float, delta_dow
     return ef21_step(smoothness, smoothness_rms, min(delta, delta_down))
 
 
+def model_learning_rate(omega: float | None) -> float:
+    r"""FedNL-BC's η, the step of the clients' model toward the server's compressed shift (w ← w + η C_M(x − w)):
+    1 for a contractive C_M (``omega`` None), 1/(ω + 1) for an unbiased one.  Source: Safaryan et al. 2022, FedNL-BC
+    (FedNL-Public's ``iter_upd_rule`` 2 and 3; its rule 1, 1 − sqrt(1 − δ), is as small as FedNL's α of that form)."""
+    return 1.0 if omega is None else 1.0 / (omega + 1.0)
+
+
 def adiana_probability(omega: float, workers: int) -> float:
     r"""ADIANA's p = min(1, max(1, sqrt(n/(32ω)) − 1)/(2(1 + ω))), the probability of w^{k+1} = y^k (1 at ω = 0).
     Source: Li, Kovalev, Qian & Richtárik 2020 (arXiv:2002.11364), the parameters of their strongly convex ADIANA

@@ -146,6 +146,26 @@ def test_the_model_step_and_the_projected_product():
     assert downlink_seed(0) != downlink_seed(1)
 
 
+def test_the_resolved_model_step_lands_in_the_summary(data):
+    from dane.loop.launch import execute
+    from dane.loop.runner import StopRule
+    from dane.problems.arrays import LogReg
+    from dane.spec import Communication, RunControl, RunSpec
+
+    X, y = data
+    for spec, value in (("randk:4", 4 / 13), ("topk:4", 1.0)):
+        run_spec = RunSpec(problem=LogReg(X, y, lam=LAM), algorithm=FedNLBCConfig(model_compressor=spec),
+                           comm=Communication(backend="local", workers=2),
+                           control=RunControl(stop=StopRule(rounds=1), quiet=True, progress="none"))
+        (entry,) = execute(run_spec, None)["defaults"]
+        assert entry["key"] == "algorithm.model_lr" and entry["rule"] == "model_learning_rate"
+        assert entry["value"] == pytest.approx(value, rel=1e-15)
+    run_spec = RunSpec(problem=LogReg(X, y, lam=LAM), algorithm=FedNLBCConfig(model_lr=0.5),
+                       comm=Communication(backend="local", workers=2),
+                       control=RunControl(stop=StopRule(rounds=1), quiet=True, progress="none"))
+    assert execute(run_spec, None).get("defaults", []) == []  # every number given
+
+
 @pytest.mark.parametrize("keys, words", [
     ({"variant": "ls"}, "algorithm=fednl_bc runs FedNL's plain round"),
     ({"model_compressor": "rank:1"}, "algorithm.model_compressor=rank:1 compresses d×d matrices"),
