@@ -254,6 +254,22 @@ def ef21_step(smoothness: float, smoothness_rms: float, delta: float) -> float:
     return 1.0 / (smoothness + smoothness_rms * math.sqrt(beta / theta))
 
 
+def ef21p_step(smoothness: float, smoothness_rms: float, delta: float, delta_down: float) -> float:
+    r"""EF21-P with an EF21 uplink (`baselines.ef21p`): `ef21_step` at min(δ, δ_P), δ of the uplink's compressor and
+    δ_P of the model's.  This package's rule, not the paper's: Gruntkowska, Tyurin & Richtárik 2023 state their
+    theorems for EF21-P with DIANA and with DCGD on the uplink and give none for this pairing.  It is EF21's Theorem 1
+    step where the downlink is exact (δ_P = 1, where the method is EF21) and takes the worse of the two compressors
+    otherwise.  At δ = δ_P = 1 it is 1/L̄ (GD's)."""
+    return ef21_step(smoothness, smoothness_rms, min(delta, delta_down))
+
+
+def model_learning_rate(omega: float | None) -> float:
+    r"""FedNL-BC's η, the step of the clients' model toward the server's compressed shift (w ← w + η C_M(x − w)):
+    1 for a contractive C_M (``omega`` None), 1/(ω + 1) for an unbiased one.  Source: Safaryan et al. 2022, FedNL-BC
+    (FedNL-Public's ``iter_upd_rule`` 2 and 3; its rule 1, 1 − sqrt(1 − δ), is as small as FedNL's α of that form)."""
+    return 1.0 if omega is None else 1.0 / (omega + 1.0)
+
+
 def adiana_probability(omega: float, workers: int) -> float:
     r"""ADIANA's p = min(1, max(1, sqrt(n/(32ω)) − 1)/(2(1 + ω))), the probability of w^{k+1} = y^k (1 at ω = 0).
     Source: Li, Kovalev, Qian & Richtárik 2020 (arXiv:2002.11364), the parameters of their strongly convex ADIANA

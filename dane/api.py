@@ -159,7 +159,8 @@ class Result:
 def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: float | None = None,
         tol_abs: float | None = None, seed: int = 0, dtype: torch.dtype = torch.float64, out_dir: str | None = None,
         sim_alpha: float | None = None, sim_beta: float | None = None, quiet: bool = True, logger=("jsonl",),
-        compress: str | None = None, error_feedback: bool = False, **algorithm_keys) -> Result:
+        compress: str | None = None, error_feedback: bool = False, compress_down: str | None = None,
+        **algorithm_keys) -> Result:
     """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
 
     ``tol`` and ``tol_abs`` are the stop rule's (`dane.loop.runner.StopRule`): with a reference
@@ -170,8 +171,8 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     (``["tensorboard", "mlflow"]``, `dane.records.trackers`) sends the records to those trackers too.  ``sim_alpha``
     (seconds) and ``sim_beta`` (bytes/s) set the simulator's allreduce cost model, ``sim.alpha`` and ``sim.beta``
     on the command line (default: the package's); ``alpha=`` is an algorithm's key (FedNL's α), refused for an
-    algorithm without one.  ``compress`` and ``error_feedback`` are ``comm.compress`` and ``comm.error_feedback``
-    (`dane.comm.compression`).  NumPy scalars are taken as the numbers they hold (`plain`).
+    algorithm without one.  ``compress``, ``error_feedback`` and ``compress_down`` are ``comm.compress``,
+    ``comm.error_feedback`` and ``comm.compress_down`` (`dane.comm.compression`).  NumPy scalars are taken as the numbers they hold (`plain`).
     """
     workers, rounds, seed = plain("workers", workers), plain("rounds", rounds), plain("seed", seed)
     tol, tol_abs = plain("tol", tol), plain("tol_abs", tol_abs)
@@ -194,7 +195,8 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         checks.positive("sim_beta", sim_beta)
     cost = AlphaBeta(alpha=base.alpha if sim_alpha is None else sim_alpha,
                      beta=base.beta if sim_beta is None else sim_beta)
-    comm = Communication(backend="local", workers=workers, cost=cost, compress=compress, error_feedback=error_feedback)
+    comm = Communication(backend="local", workers=workers, cost=cost, compress=compress, error_feedback=error_feedback,
+                         compress_down=compress_down)
     spec = RunSpec(problem=problem, algorithm=algorithm, comm=comm,
                    control=RunControl(stop=StopRule(rounds=rounds, tol=tol, tol_abs=tol_abs), dtype=dtype, seed=seed, quiet=quiet,
                                       save_iterate=out_dir is not None, logger=logger))

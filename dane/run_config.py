@@ -228,6 +228,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
             worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
             compress=None if cfg.comm.get("compress") is None else str(cfg.comm.compress),
             error_feedback=cfg.comm.get("error_feedback", False),
+            compress_down=None if cfg.comm.get("compress_down") is None else str(cfg.comm.compress_down),
             batched=batched_mode(cfg.sim.get("batched", "auto")),
         ),
         control=RunControl(

@@ -67,6 +67,7 @@ class Communication:
     worker_slowdown: tuple[float, ...] = (1.0,)  # comm.slowdown: real asynchronous workers slowed on purpose
     compress: str | None = None      # comm.compress: a dane.compress spec for the messages the algorithm declares; None: off
     error_feedback: bool = False     # comm.error_feedback: EF21 on the compressed messages
+    compress_down: str | None = None  # comm.compress_down: a dane.compress spec for the server's reply; None: dense
     batched: str = "auto"            # sim.batched: auto | true | false, the m workers as one stacked computation
 
     def __post_init__(self):
@@ -158,14 +159,20 @@ def check_compression(comm: Communication) -> None:
     if comm.compress is None:
         if comm.error_feedback:
             raise ConfigError("comm.error_feedback=true needs a compressor; set comm.compress (e.g. topk:0.1)")
+        if comm.compress_down is not None:
+            raise ConfigError(f"comm.compress_down={comm.compress_down} needs comm.compress set; write "
+                              f"comm.compress=none for an uncompressed (but counted) uplink")
         return
-    try:
-        compressor = compress.make(comm.compress)
-    except ConfigError as err:
-        raise ConfigError(f"comm.compress={comm.compress}: {err}") from None
-    if compressor.matrices:
-        raise ConfigError(f"comm.compress={comm.compress} compresses d×d matrices, and comm.compress acts on the "
-                          f"vectors an algorithm sends; choose topk, randk, natural or dither")
+    for key, spec in (("comm.compress", comm.compress), ("comm.compress_down", comm.compress_down)):
+        if spec is None:
+            continue
+        try:
+            compressor = compress.make(spec)
+        except ConfigError as err:
+            raise ConfigError(f"{key}={spec}: {err}") from None
+        if compressor.matrices:
+            raise ConfigError(f"{key}={spec} compresses d×d matrices, and {key} acts on the "
+                              f"vectors an algorithm sends; choose topk, randk, natural or dither")
     if comm.backend == "ps" or comm.elastic or comm.staleness > 0:
         which = "comm=ps" if comm.backend == "ps" else "comm.elastic=true" if comm.elastic else "comm.staleness > 0"
         raise ConfigError(f"comm.compress is not available with {which} yet (that run drives its own messages); "
@@ -185,7 +192,8 @@ def refuse_compression(algorithm: AlgorithmConfig, comm: Communication) -> None:
                           f"{which} does not run yet; use comm=local, torch or horovod")
     if comm.compress is None or algorithm.algorithm.compressible:
         return
-    if isinstance(compress.make(comm.compress), compress.Identity) and not comm.error_feedback:
+    if all(spec is None or isinstance(compress.make(spec), compress.Identity)
+           for spec in (comm.compress, comm.compress_down)) and not comm.error_feedback:
         return
     offered = [name for name, cls in known_algorithms().items() if cls.compressible]
     raise ConfigError(f"algorithm={algorithm.name} declares no message safe to compress (its update needs exact "

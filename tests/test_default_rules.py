@@ -80,6 +80,13 @@ ROWS = [
     (d.ef21_step, (2.0, 3.0, 0.75), {}, 0.2),                            # θ = 1/2, β = 1/2: 1/(2 + 3)
     (d.ef21_step, (2.0, 3.0, 0.19), {}, 1 / 29),                         # θ = 0.1, β = 8.1, sqrt(β/θ) = 9
     (d.ef21_step, (2.0, 3.0, 1.0), {}, 0.5),                             # δ = 1 (no compression): 1/L
+    # EF21-P with an EF21 uplink: EF21's γ at min(δ, δ_P) (this package's rule)
+    (d.ef21p_step, (2.0, 3.0, 0.75, 0.19), {}, 1 / 29),                  # min = 0.19: the row above's 1/29
+    (d.ef21p_step, (2.0, 3.0, 0.19, 0.75), {}, 1 / 29),                  # either direction's
+    (d.ef21p_step, (2.0, 3.0, 1.0, 1.0), {}, 0.5),                       # exact both ways: 1/L
+    # FedNL-BC's η: 1 for a contractive C_M, 1/(ω + 1) for an unbiased one
+    (d.model_learning_rate, (None,), {}, 1.0),
+    (d.model_learning_rate, (3.0,), {}, 0.25),
     # ADIANA (Li et al. 2020): p = min(1, max(1, sqrt(n/(32ω)) − 1)/(2(1 + ω))), η = min(1/(2L), n/(64ωL(2p(ω+1)+1)²)),
     # θ₁ = min(1/4, sqrt(ημ/p)), γ = η/(2(θ₁ + ημ)), β = 1 − γμ
     (d.adiana_probability, (0.0, 4), {}, 1.0),                           # ω = 0: every round refreshes w

@@ -4,8 +4,8 @@ Algorithms never import horovod or torch.distributed; they receive a `Communicat
 Each backend implements `_allreduce_mean`, `_broadcast` and `barrier`; this base class
 counts what the worker sends and keeps the clock, so the accounting is identical on
 every backend.  With ``comm.compress`` (`dane.comm.compression`) the base also compresses the
-tensors an algorithm marks as compressible before the backend sees them, and counts uplink and
-downlink bits.
+tensors an algorithm marks as compressible before the backend sees them (and, with a downlink
+compressor, the averaged reply after), and counts uplink and downlink bits.
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ class Communicator(ABC):
         self.bytes_sent = 0
         self.calls = 0
         self.message_bytes = 0  # the last allreduce's message as the cost model prices it (compressed size)
+        self.message_down_bytes: int | None = None  # its reply's, under comm.compress_down (None: priced as before)
         self._t0 = time.perf_counter()
 
     def use_compression(self, compression: MessageCompression) -> None:
@@ -57,14 +58,17 @@ class Communicator(ABC):
             raise TypeError("allreduce_mean takes a non-empty list of tensors")
         if self.compression is not None:
             tensors, nbytes = self.compression.encode(list(tensors), kinds)
+            self.message_down_bytes = self.compression.down_bytes
         else:
             nbytes = sum(t.numel() * t.element_size() for t in tensors)
         self.message_bytes = nbytes
-        self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
+        if self.message_down_bytes is None:
+            self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
+        else:  # the ring's reduce-scatter at the uplink's size, its allgather at the downlink's
+            self.bytes_sent += (self.size - 1) * (nbytes + self.message_down_bytes) // self.size
         self.calls += 1
-        if self.size == 1:
-            return [t.clone() for t in tensors]
-        return self._allreduce_mean(list(tensors))
+        means = [t.clone() for t in tensors] if self.size == 1 else self._allreduce_mean(list(tensors))
+        return means if self.compression is None else self.compression.decode_down(means, kinds)
 
     def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
         """Every worker receives ``root``'s tensors; returns new tensors."""

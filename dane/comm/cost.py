@@ -18,7 +18,11 @@ class AlphaBeta:
 
     ``alpha`` is the per-message latency in seconds, ``beta`` the bandwidth in bytes/s; n is the
     message as the communicator counted it: under ``comm.compress`` its compressed size
-    (`dane.comm.compression`), as for `ParameterServerCost`.
+    (`dane.comm.compression`), as for `ParameterServerCost`.  Under ``comm.compress_down`` the reply has a size
+    of its own, ``down_bytes``, and the ring's two halves are charged apart: its reduce-scatter at the uplink's n,
+    its allgather at the downlink's,
+
+    .. math:: T(n_{up}, n_{down}, m) = \frac{m-1}{m}\frac{n_{up} + n_{down}}{\beta} + 2(m-1)\alpha
     The defaults are Horovod over loopback on a 2-core machine (docs/design.md, "The machines");
     ``python -m synthetic.calibrate`` measures them.
     """
@@ -29,10 +33,12 @@ class AlphaBeta:
     def __post_init__(self) -> None:
         _check_link(self.alpha, self.beta)
 
-    def allreduce_time(self, nbytes: int, size: int) -> float:
+    def allreduce_time(self, nbytes: int, size: int, down_bytes: int | None = None) -> float:
         if size == 1:
             return 0.0
-        return 2 * (size - 1) / size * nbytes / self.beta + 2 * (size - 1) * self.alpha
+        if down_bytes is None:
+            return 2 * (size - 1) / size * nbytes / self.beta + 2 * (size - 1) * self.alpha
+        return (size - 1) / size * (nbytes + down_bytes) / self.beta + 2 * (size - 1) * self.alpha
 
     def describe(self) -> dict:
         """What a run's summary records of its cost model."""
@@ -60,7 +66,8 @@ class ParameterServerCost:
     the server's serial part, which the source paper names as the reason its speedup
     falls short of linear.  A ring allreduce (`AlphaBeta`) sends 2(m-1)/m of the message
     per worker instead, on every link at once.  ``python -m synthetic.calibrate --topology
-    ps`` measures α, β and γ on real ``comm=ps`` runs.
+    ps`` measures α, β and γ on real ``comm=ps`` runs.  Under ``comm.compress_down`` the pulls carry the reply's
+    ``down_bytes``: T = m(2α + (n + n_down)/(kβ)) + m n/(kγ).
     """
 
     alpha: float = AlphaBeta.alpha  # the same links as the ring's by default
@@ -75,9 +82,12 @@ class ParameterServerCost:
         if isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 1:
             raise ConfigError(f"sim.servers must be an integer >= 1, got {self.servers!r}")
 
-    def allreduce_time(self, nbytes: int, size: int) -> float:
+    def allreduce_time(self, nbytes: int, size: int, down_bytes: int | None = None) -> float:
         slice_bytes = nbytes / self.servers
-        return 2 * size * (self.alpha + slice_bytes / self.beta) + size * slice_bytes / self.gamma
+        if down_bytes is None:
+            return 2 * size * (self.alpha + slice_bytes / self.beta) + size * slice_bytes / self.gamma
+        pushes_pulls = (slice_bytes + down_bytes / self.servers) / self.beta
+        return size * (2 * self.alpha + pushes_pulls) + size * slice_bytes / self.gamma
 
     def describe(self) -> dict:
         return {"topology": "ps", **asdict(self)}

@@ -278,13 +278,13 @@ class ThreadGroup:
 
     def _reduce(self) -> None:
         """Runs once, in the last thread to arrive, while the others wait at the barrier."""
-        op, nbytes, root, members = self._op
+        op, nbytes, root, members, down = self._op
         if self.work_board is not None:  # the workers' local work as they left it, while none moves (`dane.work`)
             self.work_board.capture()
         delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
         ranks = range(self.size) if members is None else members
         phase_compute = max(self.stragglers.factor(r) * self._compute[r] + delays[r] for r in ranks)
-        phase_comm = self.cost.allreduce_time(nbytes, len(ranks)) if op == "allreduce" else 0.0
+        phase_comm = self.cost.allreduce_time(nbytes, len(ranks), down) if op == "allreduce" else 0.0
         self.compute_time += phase_compute
         self.comm_time += phase_comm
         self.clock += phase_compute + phase_comm
@@ -438,7 +438,8 @@ class ThreadCommunicator(PhaseClock, Communicator):
         """The summary says which path the simulator took (``sim.batched``, `dane.comm.batched`)."""
         return {**super().summary_entries(), "simulator_path": "threads"}
 
-    def _collective(self, op: str, tensors: list[torch.Tensor] | None, nbytes: int = 0, root: int = 0):
+    def _collective(self, op: str, tensors: list[torch.Tensor] | None, nbytes: int = 0, root: int = 0,
+                    down: int | None = None):
         g = self.group
         g._compute[self.rank] = self.end()
         g.give_slot()  # while it waits, another worker computes
@@ -447,7 +448,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
         g._inbox[self.rank] = tensors
         members, self._participants = self._participants, None
         if self.rank == 0:
-            g._op = (op, nbytes, root, members)
+            g._op = (op, nbytes, root, members, down)
         try:
             # The last arrival runs ThreadGroup._reduce.  The result is read before this worker can
             # arrive again, and the next reduction needs every worker's arrival: nobody overwrites
@@ -463,8 +464,9 @@ class ThreadCommunicator(PhaseClock, Communicator):
         return result
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        # priced at the size the base counted: under comm.compress, the compressed message's
-        return [t.clone() for t in self._collective("allreduce", tensors, self.message_bytes)]
+        # priced at the sizes the base counted: under comm.compress, the compressed message's (and reply's)
+        return [t.clone() for t in self._collective("allreduce", tensors, self.message_bytes,
+                                                    down=self.message_down_bytes)]
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
         return [t.clone() for t in self._collective("broadcast", tensors, root=root)]

@@ -37,9 +37,10 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     """One worker's run: the algorithm on ``problem``, resumed from ``resume=``'s checkpoint, rank 0 writing
     ``out_dir``.  Returns the summary."""
     if spec.comm.compress is not None:  # before the algorithm is built: its first collective may be compressed
+        downlink = None if spec.comm.compress_down is None else compress.make(spec.comm.compress_down)
         comm.use_compression(MessageCompression(compress.make(spec.comm.compress), spec.algorithm.algorithm.compressible,
                                                 error_feedback=spec.comm.error_feedback, seed=spec.control.seed,
-                                                rank=comm.rank))
+                                                rank=comm.rank, downlink=downlink))
     # in the simulator rank 0's records and summary are the run's: the other workers keep only their last record
     loop = Loop(spec, spec.algorithm.build(problem, comm), comm, out_dir, problem, start=start, setup_s=setup_s,
                 checkpoint_every=spec.control.checkpoint_every, keep_records=comm.rank == 0 or not spec.comm.simulated)
