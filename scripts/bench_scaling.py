@@ -100,18 +100,25 @@ def ridge_ceiling(runs: list[dict]) -> dict:
                    "setup_slowdown_beside_twin")
 
 
+def np_ratio(runs: dict[int, list[dict]], key: str) -> tuple[float, dict]:
+    """np=1's median ``key`` over np=2's, and the spread of the same ratio per repeat (the pair launched side by
+    side, so under one load)."""
+    ratio = statistics.median(r[key] for r in runs[1]) / statistics.median(r[key] for r in runs[2])
+    return ratio, spread([a[key] / b[key] for a in runs[1] for b in runs[2] if a["repeat"] == b["repeat"]])
+
+
 def summarize(runs: list[dict], goal: float | None) -> dict:
-    by_np = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
+    """The ridge's np=1 and np=2 launches (`np1_np2`): their spreads, and np1 / np2 of the time to the target and of
+    the launcher's wall time."""
+    ran = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
     out: dict = {"runs": runs, "launches_failed": sum(r["status"] == "launch_failed" for r in runs)}
-    if not (by_np[1] and by_np[2]):
+    if not (ran[1] and ran[2]):
         return {**out, "ratio_time_to_tol": None, "goal": goal, "goal_met": None}
-    for np, rs in by_np.items():
+    for np, rs in ran.items():
         out[f"np{np}"] = {**spreads(rs, ("time_to_tol_s", "setup_s", "time_s", "launcher_wall_s", "rounds")),
                           "all_converged": all(r["status"] == "converged" for r in rs)}
     for key in ("time_to_tol_s", "launcher_wall_s"):
-        out[f"ratio_{key[:-2]}"] = out["np1"][key]["median"] / out["np2"][key]["median"]
-        pairs = [a[key] / b[key] for a in by_np[1] for b in by_np[2] if a["repeat"] == b["repeat"]]  # side by side
-        out[f"ratio_{key[:-2]}_per_repeat"] = spread(pairs)
+        out[f"ratio_{key[:-2]}"], out[f"ratio_{key[:-2]}_per_repeat"] = np_ratio(ran, key)
     if goal is not None:
         out.update(goal=goal, goal_met=out["ratio_time_to_tol"] >= goal)
     return out
@@ -230,15 +237,13 @@ def mnist_ceiling(runs: list[dict]) -> dict:
 
 
 def mnist_ratio(runs: list[dict]) -> dict:
-    """np1 / np2 of the median time per round, and per repeat (np=1 and np=2 launched side by side)."""
-    by_np = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
-    if not (by_np[1] and by_np[2]):
+    """np1 / np2 of the median time per round, and per repeat (`np_ratio`)."""
+    ran = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
+    if not (ran[1] and ran[2]):
         return {"runs": runs, "ratio": None}
-    ratio = statistics.median(r["round_s"] for r in by_np[1]) / statistics.median(r["round_s"] for r in by_np[2])
-    return {"runs": runs, "np1_round_s": spread([r["round_s"] for r in by_np[1]]),
-            "np2_round_s": spread([r["round_s"] for r in by_np[2]]), "ratio": ratio,
-            "ratio_per_repeat": spread([a["round_s"] / b["round_s"] for a in by_np[1] for b in by_np[2]
-                                        if a["repeat"] == b["repeat"]])}
+    ratio, per_repeat = np_ratio(ran, "round_s")
+    return {"runs": runs, "np1_round_s": spread([r["round_s"] for r in ran[1]]),
+            "np2_round_s": spread([r["round_s"] for r in ran[2]]), "ratio": ratio, "ratio_per_repeat": per_repeat}
 
 
 # ---------------------------------------------------------------------- main

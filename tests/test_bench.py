@@ -1295,3 +1295,25 @@ def test_simulated_round_is_the_steady_round_with_the_models_communication(tmp_p
 def test_steady_rounds_leave_out_rounds_zero_and_one():
     records = [{"time_s": t} for t in (0.0, 5.0, 6.0, 7.5, 8.5)]  # round 1 factors: 5 s; then 1, 1.5, 1
     assert harness.steady(records) == [1.0, 1.5, 1.0]
+
+
+def test_np1_over_np2_is_the_ratio_of_medians_and_of_each_repeats_pair():
+    """The ridge's and MNIST's ratios: medians over the launches that ran, and per repeat the pair launched side by
+    side; a failed launch is counted, never paired."""
+    from scripts import bench_scaling as scaling
+
+    def launch(np, repeat, t):
+        return {"np": np, "repeat": repeat, "status": "converged", "time_to_tol_s": t, "launcher_wall_s": t + 1,
+                "setup_s": 0.5, "time_s": t - 0.5, "rounds": 3, "round_s": t}
+
+    runs = [launch(1, 0, 4.0), launch(2, 0, 2.0), launch(1, 1, 6.0), launch(2, 1, 4.0),
+            {"np": 2, "repeat": 2, "status": "launch_failed"}]
+    ridge = scaling.summarize(runs, goal=1.5)
+    assert ridge["launches_failed"] == 1 and ridge["np2"]["time_to_tol_s"]["n"] == 2
+    assert ridge["ratio_time_to_tol"] == pytest.approx(5.0 / 3.0, rel=1e-15) and ridge["goal_met"]
+    assert ridge["ratio_time_to_tol_per_repeat"] == {"median": 1.75, "min": 1.5, "max": 2.0, "n": 2}
+    assert ridge["ratio_launcher_wall"] == pytest.approx(6.0 / 4.0, rel=1e-15)
+    mnist = scaling.mnist_ratio(runs)
+    assert mnist["ratio"] == pytest.approx(5.0 / 3.0, rel=1e-15) and mnist["ratio_per_repeat"]["n"] == 2
+    assert scaling.summarize(runs[:1], goal=None)["ratio_time_to_tol"] is None
+    assert scaling.mnist_ratio(runs[:1]) == {"runs": runs[:1], "ratio": None}
