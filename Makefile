@@ -36,6 +36,8 @@ docs: setup
 ## Benchmarks: JSON into results/bench.json (never timed tests); the MNIST ones are skipped without the data, the CUDA one without a GPU.
 bench: setup
 	$(PY) -m scripts.bench horovod --out results/bench.json
+	$(PY) -m scripts.bench federated --out results/bench.json
+	$(PY) -m scripts.bench batched --out results/bench.json
 	$(PY) -m scripts.bench nn --out results/bench.json --skip-without-data
 	$(PY) -m scripts.bench batched_net --out results/bench.json --skip-without-data
 	$(PY) -m scripts.bench convex --out results/bench.json

@@ -75,7 +75,7 @@ def figures(args: list[str]) -> None:
 
 
 #: the sections of ``python -m scripts.bench`` that are not a scripts/bench_X.py: the figures' run helpers
-FIGURE_RUNS = ("time_vs_workers", "ps_scaling_real", "batched_cuda_check")
+FIGURE_RUNS = ("time_vs_workers", "ps_scaling_real")
 
 
 def bench_scripts() -> dict[str, Path]:

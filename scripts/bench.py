@@ -3,8 +3,8 @@
     python -m scripts.bench SECTION [--out results/bench.json] [--quick] [--only NAME ...] [options]
     python -m scripts.bench SECTION --help
 
-``SECTION`` is ``X`` for scripts/bench_X.py, or a figure's run helper (``time_vs_workers``, ``ps_scaling_real``,
-``batched_cuda_check``); the module's ``BENCH`` (a `scripts.harness.Bench`) declares it.
+``SECTION`` is ``X`` for scripts/bench_X.py, or a figure's run helper (``time_vs_workers``, ``ps_scaling_real``);
+the module's ``BENCH`` (a `scripts.harness.Bench`) declares it.
 """
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``."""
+"""The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``.
+
+``--only device`` (with ``--device``, CUDA by default) runs DANE's steady rounds on a GPU: batched against threads
+there, batched there against threads on the CPU, and batched there at the large m (the iterates' distances beside).
+"""
 from __future__ import annotations
 
 import statistics
@@ -10,7 +14,7 @@ from dane.comm.batched import BatchedGroup, run_batched
 from dane.comm.threads import ThreadGroup, meter_for
 from dane.dane import DANE
 from dane.problems import RidgeSyntheticConfig
-from scripts.harness import Bench, Run, load, option, paired, timed_run
+from scripts.harness import Bench, Run, kept, load, option, paired, timed_run
 
 KEY = "batched_workers"
 MU = 1.0
@@ -95,14 +99,46 @@ def large(n: int, d: int, m: int, rounds: int, log) -> dict:
             "total_s": run["total_s"], "rounds_s": run["rounds_s"], "load_avg": run["load_avg"]}
 
 
+def on_device(n: int, d: int, m: int, big: int, small: int, rounds: int, device: str, log) -> dict:
+    """DANE's steady rounds (`steady_batched`, `steady_threads`) on ``device``: batched against ``small`` threads
+    there (each thread holds its own GPU library handles), batched there against threads on the CPU at ``m``, and
+    batched there at ``big`` workers; each pair with the relative distance of its final iterates."""
+    if device == "cuda" and not torch.cuda.is_available():
+        return {"skipped": "torch sees no CUDA device"}
+    torch.set_num_threads(1)  # one intra-op thread, as each simulated worker runs
+    there, cpu = (RidgeSyntheticConfig(n_samples=n, dim=d, device=where) for where in (device, "cpu"))
+    there.prepare()
+    out: dict = {"device": device, **({"gpu": torch.cuda.get_device_name(0)} if device == "cuda" else {}),
+                 "n_samples": n, "dim": d, "rounds": rounds, "algorithm": list(ALGORITHM)}
+    for name, workers, threads_on in (("small", min(small, m), there), ("cpu", m, cpu)):
+        w_batched, batched_s, _ = steady_batched(there, workers, rounds)
+        w_threads, threads_s, _ = steady_threads(threads_on, workers, rounds)
+        out[name] = {"workers": workers, "batched_round_s": batched_s, "threads_round_s": threads_s,
+                     "ratio": threads_s / batched_s,
+                     "iterate_rel_diff": float((w_batched.cpu() - w_threads.cpu()).norm() / w_threads.cpu().norm())}
+        log(f"{device} batched against threads on {threads_on.device} at m={workers}: ratio {out[name]['ratio']:.1f}")
+    start = time.perf_counter()
+    _, round_s, _ = steady_batched(there, big, rounds)
+    out["large"] = {"workers": big, "batched_round_s": round_s, "total_s": time.perf_counter() - start,
+                    "load_avg": load()}
+    return out
+
+
 def run(bench: Run) -> dict:
     args, log = bench.args, bench.log
     n, d, m, big = (10_000, 100, 100, 1_000) if args.quick else (100_000, 500, 1_000, 10_000)
-    section = {"machine": bench.machine, "quick": args.quick,
-               "speedup": speedup(n, d, m, args.rounds, args.repeats, log),
-               "m10000": large(n, d, big, 10, log)}
+    parts = {"speedup": lambda: speedup(n, d, m, args.rounds, args.repeats, log),
+             "m10000": lambda: large(n, d, big, 10, log),
+             "device": lambda: on_device(n, d, m, big, args.thread_workers, args.rounds, args.device, log)}
+    section = {**kept(bench), "machine": bench.machine, "quick": args.quick}
+    for name in args.only or ("speedup", "m10000"):
+        section[name] = parts[name]()
     return bench.finish(section)
 
 
 BENCH = Bench(KEY, run, "the simulator's per-worker path against its batched path (sim.batched)", threads=None,
-              options=(option("--rounds", type=int, default=10), option("--repeats", type=int, default=2)))
+              only=("speedup", "m10000", "device"), options=(
+                  option("--rounds", type=int, default=10), option("--repeats", type=int, default=2),
+                  option("--device", default="cuda", help="--only device: the device (default: %(default)s)"),
+                  option("--thread-workers", type=int, default=64,
+                         help="--only device: m of the batched-against-threads pair on the device")))

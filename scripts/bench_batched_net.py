@@ -1,5 +1,5 @@
 """m LeNet-5 workers as one stacked computation against one thread each (issue 35 item 4): JSON section
-``batched_net``."""
+``batched_net``; ``--device cuda``: the stacked workers on CUDA against one worker there (key ``cuda``)."""
 from __future__ import annotations
 
 import statistics
@@ -10,7 +10,7 @@ import torch
 from dane.experiments.config import run_spec
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, Run, best_of, load, mnist_missing, option, paired, timed_run
+from scripts.harness import Bench, Run, best_of, kept, load, mnist_missing, option, paired, timed_run
 
 KEY = "batched_net"
 LR = 0.05
@@ -122,19 +122,25 @@ def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, rep
 
 
 def run(bench: Run) -> dict:
-    args = bench.args
+    args, log = bench.args, bench.log
     if args.quick:
         args.workers, args.local_steps, args.rounds, args.repeats = 8, 2, 1, 1
-    section: dict = {"machine": bench.machine, "quick": args.quick}
-    if mnist_missing():
-        section["skipped"] = mnist_missing()
-        print(f"{KEY}: {section['skipped']}", flush=True)
+    earlier = kept(bench)  # a CPU run keeps the CUDA one's key, a CUDA run the CPU one's
+    section: dict = {**(earlier if args.device == "cuda" else {k: v for k, v in earlier.items() if k == "cuda"}),
+                     "machine": bench.machine, "quick": args.quick}
+    skipped = mnist_missing()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        skipped = "torch sees no CUDA device"
+    if skipped:
+        section["skipped"] = skipped
+        log(f"{KEY}: {skipped}")
         if not args.skip_without_data:
             sys.exit(2)
+    elif args.device == "cuda":
+        section["cuda"] = {"gpu": torch.cuda.get_device_name(0),
+                           **cuda_round(args.workers, args.local_steps, args.batch_size, args.rounds, args.repeats, log)}
     else:
-        log = bench.log
-        section["roofline"] = roofline(args.workers, args.batch_size, args.repeats)
-        r = section["roofline"]
+        r = section["roofline"] = roofline(args.workers, args.batch_size, args.repeats)
         log(f"roofline: per-worker step {r['per_worker_gflops']:.1f} GFLOP/s, stacked "
             + ", ".join(f"{engine} {r['stacked'][engine]['gflops']:.1f}" for engine in ENGINES) + ", "
             f"GEMM {r['gemm_gflops_1_thread']:.1f} (1 thread) / {r['gemm_gflops_2_threads']:.1f} (2); "
@@ -150,5 +156,7 @@ BENCH = Bench(KEY, run, "MNIST LeNet-5 at m = 64: the per-worker path against th
                   option("--workers", type=int, default=64), option("--local-steps", type=int, default=10),
                   option("--batch-size", type=int, default=32), option("--rounds", type=int, default=2),
                   option("--repeats", type=int, default=2),
+                  option("--device", choices=("cpu", "cuda"), default="cpu",
+                         help="cuda: the stacked workers on CUDA against one worker there (key cuda), nothing else"),
                   option("--roofline-only", action="store_true", help="the roofline alone, no runs"),
                   option("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")))

@@ -1,8 +1,12 @@
-"""Time per round on a GPU against the CPU: MNIST LeNet-5, DANE as in its accuracy table; JSON under ``cuda``."""
+"""Time per round on a GPU against the CPU: MNIST LeNet-5, DANE as in its accuracy table; JSON under ``cuda``.
+
+Parts (``--only``): ``convex``, the convex linear models in the simulator; ``network``, the table's LeNet-5 launched
+by torchrun and simulated; ``baseline``, one worker's DANE round against a plain PyTorch loop (in a whole run only
+where the network part ran; ``--only baseline`` on the CPU where there is no GPU).
+"""
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -11,18 +15,16 @@ from pathlib import Path
 import torch
 
 from dane.records.results import read_rounds, read_summary
-from dane.synthetic.launchers import REPO, torchrun
+from dane.synthetic.launchers import torchrun_command
 from scripts.bench_batched import sync
-from scripts.bench_batched_net import cuda_round
-from scripts.bench_scaling import median_round_s
-from scripts.harness import Bench, Run, load, mnist_dir, mnist_missing, now, option, spread
+from scripts.harness import Bench, Run, launch, load, mnist_dir, mnist_missing, now, option, spread, steady
 
 KEY = "cuda"
-BASELINE_KEY = "cuda_baseline"  # --only-baseline's section (a full run keeps it under KEY's "baseline")
-BATCHED_KEY = "cuda_batched_net"  # --only-batched's section
+PARTS = ("convex", "network", "baseline")
 TABLE = ("algorithm=dane", "problem=mnist_lenet5", "algorithm.eta=1.0", "algorithm.mu=0.0", "algorithm.safeguard=false",
          "problem.inner_steps=null", "tol=null", "quiet=true")
 DEVICES = ("cuda", "cpu")
+NO_GPU = "torch sees no CUDA device"
 #: name -> (problem maker in dane.problems, rows N, features d, non-zero fraction of X (1: dense), local solver, λ)
 CONVEX_CASES = {
     "ridge_dense_cholesky": ("Ridge", 40_000, 1000, 1.0, "cholesky", 1e-3),
@@ -32,47 +34,34 @@ CONVEX_CASES = {
 }
 
 
-def launched(tmp: Path, rounds: int, repeats: int) -> dict:
+def network(tmp: Path, rounds: int, repeats: int, workers: list[int], log) -> dict:
+    """The table's DANE on each device: ``torchrun`` at np 1 and 2 (``repeats`` times), then the simulator at each
+    of ``workers``; each run's median round after round 1, or its failure."""
     runs = []
-    for repeat in range(repeats):
-        for device in DEVICES:
-            for np in (1, 2):
-                out, before = tmp / f"launched_{device}_{np}_{repeat}", load()
-                try:
-                    torchrun("dane.experiments.train", [*TABLE, f"rounds={rounds}", f"problem.device={device}",
-                                                   f"out_dir={out}"], np=np, timeout=1200)
-                except (RuntimeError, subprocess.TimeoutExpired) as err:
-                    print(f"launch failed ({device}, np={np}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
-                    runs.append({"device": device, "np": np, "repeat": repeat, "status": "launch_failed"})
-                    continue
-                runs.append({"device": device, "np": np, "repeat": repeat, "round_s": median_round_s(read_rounds(out)),
-                             "final_test_accuracy": read_summary(out).get("final_test_accuracy"),
-                             "load_before": before, "load_after": load()})
-                print(f"launched {device} np={np} repeat {repeat}: {runs[-1]['round_s']:.3f} s per round", flush=True)
-    return {"runs": runs, **{f"{device}_np{np}_round_s": _spread(runs, "round_s", device=device, np=np)
-                             for device in DEVICES for np in (1, 2)}}
-
-
-def simulated(tmp: Path, rounds: int, workers: list[int]) -> dict:
-    runs = []
-    for device in DEVICES:
-        for m in workers:
-            out, before = tmp / f"simulated_{device}_{m}", load()
-            cmd = [sys.executable, "-m", "dane.experiments.simulate", "experiment=table_mnist_lenet5", f"workers={m}",
-                   f"rounds={rounds}", f"problem.device={device}", f"out_dir={out}", "quiet=true"]
-            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-            if proc.returncode != 0:
-                print(f"simulate failed ({device}, m={m}): {proc.stderr[-2000:]}", file=sys.stderr, flush=True)
-                runs.append({"device": device, "workers": m, "status": "failed"})
-                continue
-            s = read_summary(out)
-            runs.append({"device": device, "workers": m, "wall_round_s": s["wall_time_s"] / s["rounds"],
-                         "simulated_round_s": median_round_s(read_rounds(out)), "clock": s.get("simulated_compute_clock"),
-                         "final_test_accuracy": s.get("final_test_accuracy"), "load_before": before,
-                         "load_after": load()})
-            print(f"simulated {device} m={m}: wall {runs[-1]['wall_round_s']:.3f} s, simulated "
-                  f"{runs[-1]['simulated_round_s']:.3f} s per round ({runs[-1]['clock']})", flush=True)
-    return {"runs": runs}
+    for key, m, repeat, device in [*(("np", np, r, d) for r in range(repeats) for d in DEVICES for np in (1, 2)),
+                                   *(("workers", m, 0, d) for d in DEVICES for m in workers)]:
+        out, before = tmp / f"{key}{m}_{device}_{repeat}", load()
+        common = [f"rounds={rounds}", f"problem.device={device}", f"out_dir={out}"]
+        cmd = (torchrun_command("dane.experiments.train", [*TABLE, *common], np=m) if key == "np" else
+               [sys.executable, "-m", "dane.experiments.simulate", "experiment=table_mnist_lenet5", f"workers={m}",
+                *common, "quiet=true"])
+        t = launch(cmd, timeout=1200)
+        row = {"device": device, key: m, **({"repeat": repeat} if key == "np" else {})}
+        if "error" in t:
+            log(f"{device} {key}={m} failed: {t['error']}")
+            runs.append({**row, "status": "launch_failed" if key == "np" else "failed"})
+            continue
+        s, round_s = read_summary(out), statistics.median(steady(read_rounds(out)))
+        row.update({"round_s": round_s} if key == "np" else
+                   {"wall_round_s": s["wall_time_s"] / s["rounds"], "simulated_round_s": round_s,
+                    "clock": s.get("simulated_compute_clock")})
+        runs.append({**row, "final_test_accuracy": s.get("final_test_accuracy"), "load_before": before,
+                     "load_after": load()})
+        log(f"{device} {key}={m}: {round_s:.3f} s a round")
+    launched = [r for r in runs if "np" in r]
+    return {"launched": {"runs": launched, **{f"{d}_np{np}_round_s": _spread(launched, "round_s", device=d, np=np)
+                                              for d in DEVICES for np in (1, 2)}},
+            "simulated": {"runs": [r for r in runs if "workers" in r]}}
 
 
 def convex_data(N: int, d: int, density: float, logistic: bool, seed: int = 0):
@@ -267,71 +256,39 @@ def ratios(result: dict) -> dict:
     return out
 
 
-def batched_net(workers: int, rounds: int, repeats: int) -> dict:
-    """`bench_batched_net.cuda_round`, or why it cannot run here."""
-    if not torch.cuda.is_available():
-        return {"skipped": "torch sees no CUDA device"}
-    if mnist_missing():
-        return {"skipped": mnist_missing()}
-    return {"gpu": torch.cuda.get_device_name(0),
-            **cuda_round(workers, 10, 32, rounds, repeats, lambda line: print(line, flush=True))}
-
-
-def run(bench: Run) -> None:
-    args = bench.args
-    result: dict = {"started_at": now(), "machine": bench.machine, "load_before": load(), "rounds": args.rounds,
-                    "overrides": " ".join(TABLE)}
-    baseline_devices = args.baseline_devices or ["cuda" if torch.cuda.is_available() else "cpu"]
-
-    def done(key: str, line: str) -> None:
-        result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
-        print(line, flush=True)
-        bench.save(result, key)
-
-    if args.only_batched:
-        result["batched_net"] = batched_net(args.batched_workers, min(args.rounds, 3), args.repeats)
-        return done(BATCHED_KEY, f"cuda batched_net: {result['batched_net'].get('skipped') or result['batched_net']['ratio']}")
-    if args.only_baseline:
-        if mnist_missing():
-            result["baseline"] = {"skipped": mnist_missing()}
-        elif "cuda" in baseline_devices and not torch.cuda.is_available():
-            result["baseline"] = {"skipped": "torch sees no CUDA device; --baseline-devices cpu times the CPU"}
-        else:
-            result["baseline"] = baseline(args.rounds, baseline_devices)
-        return done(BASELINE_KEY, f"cuda baseline: {result['baseline'].get('skipped', 'written')}")
-    if not torch.cuda.is_available():
-        result["skipped"] = "torch sees no CUDA device"
-        result["convex"] = {"skipped": result["skipped"]}
-    else:
-        result["gpu"] = torch.cuda.get_device_name(0)
-        result["convex"] = convex(args.rounds, args.convex_workers, args.convex_cases,
-                                  written=lambda partial: bench.save({**result, "convex": partial}))
-        if args.only_convex:
-            result["skipped"] = "--only-convex: the network sections were not run"
-        elif mnist_missing():
-            result["skipped"] = mnist_missing()
+def run(bench: Run) -> dict:
+    args, gpu = bench.args, torch.cuda.is_available()
+    devices = args.baseline_devices or ["cuda" if gpu else "cpu"]
+    earlier = {k: v for k, v in bench.earlier.items() if k != "skipped"} if args.only else {}  # the other parts
+    result: dict = {**earlier, "started_at": now(), "machine": bench.machine, "load_before": load(),
+                    "rounds": args.rounds, "overrides": " ".join(TABLE),
+                    **({"gpu": torch.cuda.get_device_name(0)} if gpu else {})}
+    parts = args.only or PARTS
+    if "convex" in parts:
+        result["convex"] = {"skipped": NO_GPU} if not gpu else convex(
+            args.rounds, args.convex_workers, args.convex_cases,
+            written=lambda partial: bench.save({**result, "convex": partial}))
+    if "network" in parts:
+        if not gpu or mnist_missing():
+            result["skipped"] = mnist_missing() if gpu else NO_GPU
         else:
             with tempfile.TemporaryDirectory() as tmp:
-                result["launched"] = launched(Path(tmp), args.rounds, args.repeats)
-                result["simulated"] = simulated(Path(tmp), args.rounds, args.workers)
+                result.update(network(Path(tmp), args.rounds, args.repeats, args.workers, bench.log))
             result["ratios"] = ratios(result)
-            result["baseline"] = baseline(args.rounds, baseline_devices)
+    if "baseline" in parts and (args.only or "skipped" not in result):  # a whole run: where the network part ran
+        why = mnist_missing() or ("cuda" in devices and not gpu and f"{NO_GPU}; --baseline-devices cpu times the CPU")
+        result["baseline"] = {"skipped": why} if why else baseline(args.rounds, devices)
     result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
-    print(f"cuda: {result.get('skipped') or result['ratios']}", flush=True)  # convex: printed as it ran
-    bench.finish(result)
+    bench.log(f"cuda: {result.get('skipped') or result.get('ratios', 'written')}")
+    return bench.finish(result)
 
 
-BENCH = Bench(KEY, run, "MNIST LeNet-5 and convex rounds on problem.device=cuda against cpu", threads=None, options=(
-    option("--rounds", type=int, default=6), option("--repeats", type=int, default=2),
-    option("--workers", type=int, nargs="+", default=[1, 2, 4, 8]),
-    option("--convex-workers", type=int, nargs="+", default=[1, 8]),
-    option("--only-convex", action="store_true", help="the convex section alone (no MNIST runs)"),
-    option("--only-baseline", action="store_true",
-           help="only the GPU's own baseline: a DANE round against a plain PyTorch loop (MNIST LeNet-5)"),
-    option("--baseline-devices", nargs="+", choices=DEVICES, default=None,
-           help="devices of the baseline comparison (default: cuda where there is one, else cpu)"),
-    option("--only-batched", action="store_true",
-           help="only the batched LeNet-5 workers on CUDA against one worker (section cuda_batched_net)"),
-    option("--batched-workers", type=int, default=64),
-    option("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,
-           help="these convex cases only (default: all)")))
+BENCH = Bench(KEY, run, "MNIST LeNet-5 and convex rounds on problem.device=cuda against cpu", threads=None, only=PARTS,
+              options=(
+                  option("--rounds", type=int, default=6), option("--repeats", type=int, default=2),
+                  option("--workers", type=int, nargs="+", default=[1, 2, 4, 8]),
+                  option("--convex-workers", type=int, nargs="+", default=[1, 8]),
+                  option("--baseline-devices", nargs="+", choices=DEVICES, default=None,
+                         help="devices of the baseline comparison (default: cuda where there is one, else cpu)"),
+                  option("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,
+                         help="these convex cases only (default: all)")))

@@ -1,41 +1,32 @@
-"""Benchmarks of the Horovod path and the simulator; JSON into results/bench.json (`make bench`)."""
+"""Benchmarks of the Horovod path and the simulator; JSON into results/bench.json (`make bench`).
+
+Each of ``SECTIONS`` is a key of its own beside ``synthetic_bench`` (the list of those done); ``--quick``: one launch
+of each, a few short rounds.
+"""
 from __future__ import annotations
 
 import json
-import math
-import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-from dane.errors import say
 from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
+from dane.experiments.config import run_spec
 from dane.loop.launch import execute
 from dane.records.results import read_rounds
 from dane.synthetic.calibrate import calibrate, calibrate_ps
-from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
-from dane.synthetic.sweep import compose_job, ensure
-from dane.experiments.config import run_spec
-from scripts.harness import Bench, Run, interleave, now, option
+from dane.synthetic.launchers import horovodrun, torchrun
+from dane.synthetic.sweep import compose_job
+from scripts.harness import Bench, Run, interleave, load, need_horovod, now, option, steady
 
-SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error",
-            "rounds_to_1e-10", "federated", "batched_workers")
-N_GRID, M_GRID = (6000, 10000, 14000, 18000), (1, 2, 4, 8, 16, 64)
-ALGORITHMS = {  # name in the table -> overrides
-    "dane_safeguarded": ("algorithm=dane", "algorithm.safeguard=true", "algorithm.mu=0.0"),
-    "dane_mu0": ("algorithm=dane", "algorithm.safeguard=false", "algorithm.mu=0.0", "rounds=100"),
-    "admm": ("algorithm=admm",),
-    "gd": ("algorithm=gd",),
-    "osa": ("algorithm=osa", "rounds=5"),
-}
+SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error")
 
 
 def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
     """One horovodrun launch of `synthetic.round_timing`: its medians, and the load average around it."""
     out = tmp / f"round_timing_{k}.json"
-    before = list(os.getloadavg())
+    before = load()
     horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
     timing = json.loads(out.read_text())
     med = timing["medians"]
@@ -95,65 +86,52 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
 def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: Path) -> dict:
     """The simulated DANE round at m=2 on the default problem with cost model ``cost`` (a ring or parameter
     servers), in the steady state the real launches time: all ``n_rounds`` rounds run (no stopping test; the
-    default one ends the run at the optimum within a few rounds) and the mean is taken after round 1, whose
-    compute factors the shards once.  Returns that mean round time, and the simulator's compute and
-    communication per round over the whole run (round 0's evaluation and round 1's factorization included)."""
+    default one ends the run at the optimum within a few rounds) and the mean is taken after round 1
+    (`harness.steady`), whose compute factors the shards once.  Returns that mean round time, and the simulator's
+    compute and communication per round over the whole run (round 0's evaluation and round 1's factorization
+    included)."""
     cfg = compose_job(("workers=2", f"rounds={n_rounds}", "tol=null", "tol_abs=null"))
     cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
     if isinstance(cost, ParameterServerCost):
         cfg.sim.topology, cfg.sim.gamma, cfg.sim.servers = "ps", cost.gamma, cost.servers
     out = Path(tempfile.mkdtemp(prefix="sim_", dir=tmp))
     summary = execute(run_spec(cfg), str(out))
-    return {"round_s": steady_round_s(read_rounds(out)), "compute_s": summary["simulated_compute_s"] / summary["rounds"],
+    return {"round_s": statistics.fmean(steady(read_rounds(out))),
+            "compute_s": summary["simulated_compute_s"] / summary["rounds"],
             "comm_s": summary["simulated_comm_s"] / summary["rounds"]}
-
-
-def steady_round_s(records: list[dict]) -> float:
-    """The mean time of a round after round 1 (round 1 factors the shards; later rounds reuse the factors)."""
-    times = [r["time_s"] for r in records[1:]]
-    return statistics.fmean(b - a for a, b in zip(times, times[1:]))
-
-
-def median_calibration(calibrations: list[dict]) -> dict:
-    """α and β as the medians over separate calibration launches; the measured sizes and
-    times reported beside them are the middle launch's."""
-    return {**calibrations[len(calibrations) // 2],
-            "alpha": statistics.median(c["alpha"] for c in calibrations),
-            "beta": statistics.median(c["beta"] for c in calibrations),
-            "per_launch": [{"alpha": c["alpha"], "beta": c["beta"]} for c in calibrations]}
 
 
 def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path,
                     saved: Path = Path("results/calibration.json")) -> dict:
     """|simulated - measured| / measured mean round time, per interleaved (round timing, calibration) pair.
 
-    Launch k times DANE's round under horovodrun and launch k' (right after it) calibrates
-    α-β, so each pair sees the same load; the simulator then predicts launch k's round
-    from calibration k.  The headline is the median pair; every pair is reported with the
-    split of the error into compute (the simulator's per-thread CPU clock against the
-    launch's measured local compute) and communication (the α-β model against the
-    launch's two raw allreduces), which is where a bad pair shows why it moved.
+    Launch k times DANE's round under horovodrun and launch k' (right after it) calibrates α-β, so each pair sees
+    the same load; the simulator then predicts launch k's round from calibration k.  The headline is the median
+    pair; every pair is reported with the split of the error into compute (the simulator's per-thread CPU clock
+    against the launch's measured local compute) and communication (the α-β model against the launch's two raw
+    allreduces), which is where a bad pair shows why it moved.  α and β of the record are the medians over the
+    calibrations; the sizes and times beside them the middle launch's.
     """
     pairs = []
     for timing, calibration in zip(timings, calibrations):
         sim = simulated_round(AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"]), n_rounds, tmp)
         means = timing["means"]
-        measured_comm = means["allreduce1_s"] + means["allreduce2_s"]
         pairs.append({"error": abs(sim["round_s"] - means["round_s"]) / means["round_s"],
                       "measured_round_s": means["round_s"], "simulated_round_s": sim["round_s"],
                       "measured_median_round_s": timing["round_s"],
                       "measured_compute_s": means["compute_s"], "simulated_compute_s": sim["compute_s"],
-                      "measured_comm_s": measured_comm, "simulated_comm_s": sim["comm_s"],
-                      "alpha": calibration["alpha"], "beta": calibration["beta"],
-                      "load_before": timing["load_before"]})
+                      "measured_comm_s": means["allreduce1_s"] + means["allreduce2_s"], "simulated_comm_s": sim["comm_s"],
+                      "alpha": calibration["alpha"], "beta": calibration["beta"], "load_before": timing["load_before"]})
     errors = [pair["error"] for pair in pairs]
-    calibration = median_calibration(calibrations)
+    calibration = {**calibrations[len(calibrations) // 2],
+                   **{k: statistics.median(c[k] for c in calibrations) for k in ("alpha", "beta")},
+                   "per_launch": [{"alpha": c["alpha"], "beta": c["beta"]} for c in calibrations]}
     out = {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
            "how": "interleaved launches: round timing k, then calibration k (fit to mean call times); the simulator "
                   "predicts launch k's mean round from calibration k; error is the median pair",
            "calibration": {k: calibration[k] for k in ("alpha", "beta", "fit", "sizes_bytes", "mean_s", "median_s",
-                                                        "relative_error",
-                                                        "measured_at", "per_launch") if k in calibration}}
+                                                        "relative_error", "measured_at", "per_launch")
+                           if k in calibration}}
     if saved.exists():
         saved_cost = AlphaBeta.load(saved)
         sim_saved = simulated_round(saved_cost, n_rounds, tmp)["round_s"]
@@ -167,18 +145,17 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
 def ps_simulator_error(tmp: Path, launches: int, n_rounds: int) -> dict:
     """|simulated - measured| / measured mean DANE round time with one parameter server and two workers.
 
-    Interleaved pairs as for ``simulator_error``: launch k runs DANE for real (``torchrun
-    --nproc_per_node 3 ... comm=ps``, the mean of its logged round times), launch k'
-    calibrates `ParameterServerCost` (``synthetic.calibrate --topology ps``), and the
-    simulator (``sim.topology=ps``) predicts launch k from calibration k'.
+    Interleaved pairs as for ``simulator_error``: launch k runs DANE for real (``torchrun --nproc_per_node 3 ...
+    comm=ps``, the mean of its steady rounds), launch k' calibrates `ParameterServerCost` (``synthetic.calibrate
+    --topology ps``), and the simulator (``sim.topology=ps``) predicts launch k from calibration k'.
     """
     pairs = []
     for k in range(launches):
         out = tmp / f"ps_real_{k}"
         torchrun("dane.experiments.train", ["algorithm=dane", "problem=ridge_synthetic", f"rounds={n_rounds}", "tol=null",
-                                       "tol_abs=null", "comm=ps", "comm.servers=1", "quiet=true", f"out_dir={out}"], np=3)
-        times = [r["time_s"] for r in read_rounds(out)[1:]]  # steady rounds, as `simulated_round` takes them
-        rounds = [b - a for a, b in zip(times, times[1:])]
+                                            "tol_abs=null", "comm=ps", "comm.servers=1", "quiet=true", f"out_dir={out}"],
+                 np=3)
+        rounds = steady(read_rounds(out))
         measured = statistics.fmean(rounds)
         calibration = calibrate_ps(2, 1)
         cost = ParameterServerCost(alpha=calibration["alpha"], beta=calibration["beta"], gamma=calibration["gamma"])
@@ -186,48 +163,30 @@ def ps_simulator_error(tmp: Path, launches: int, n_rounds: int) -> dict:
         pairs.append({"error": abs(sim["round_s"] - measured) / measured, "measured_round_s": measured,
                       "measured_median_round_s": statistics.median(rounds), "simulated_round_s": sim["round_s"],
                       "simulated_compute_s": sim["compute_s"], "simulated_comm_s": sim["comm_s"],
-                      "alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma, "load": list(os.getloadavg())})
+                      "alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma, "load": load()})
     errors = [pair["error"] for pair in pairs]
     return {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
             "problem": "dane on ridge_synthetic N=18000 d=500, 2 workers + 1 parameter server (torchrun, comm=ps)"}
 
 
-def rounds_table(results: str, tol: float = 1e-10) -> dict:
-    jobs = {(name, n, m): (*overrides, "problem.covariance=iso", f"problem.n_samples={n}", f"workers={m}")
-            for name, overrides in ALGORITHMS.items() for n in N_GRID for m in M_GRID}
-    runs = ensure(jobs.values(), root=results, sweep="sweeps/figures", timed=False)
-    table = {}
-    for (name, n, m), job in jobs.items():
-        records = read_rounds(runs[job])
-        hit = next((r for r in records if r.get("suboptimality", math.inf) <= tol), None)
-        if hit is not None:
-            table[f"{name}/N={n}/m={m}"] = {"rounds": hit["round"], "comm_rounds": hit["comm_rounds"]}
-        else:
-            status = json.loads((runs[job] / "summary.json").read_text())["status"]
-            final = status in ("diverged", "one_shot")  # one_shot: OSA's one average, not a budget run out
-            table[f"{name}/N={n}/m={m}"] = {"rounds": None, "status": status if final else
-                                            f"not reached in {records[-1]['round']} rounds"}
-    return table
-
-
 def run(bench: Run) -> None:
     args = bench.args
-    only = args.only = args.only or list(SECTIONS)
-    report: dict = {"started_at": bench.started_at, "machine": bench.machine}
+    if args.quick:  # one launch of each, short rounds: a smoke run on a shared machine
+        args.launches, args.blocks, args.rounds, args.pairs, args.reps, args.ps_rounds = 1, 2, 3, 1, 30, 5
+    only, done = args.only or SECTIONS, []
+    if set(only) - {"ps_simulator_error"}:
+        need_horovod()
 
     def record(section: str, value: dict) -> None:
         """Merge one finished section into --out at once (each with its own machine: the load at its end), and the
         list of sections done under ``synthetic_bench``."""
-        report[section] = value
-        machine = {**report["machine"], "load_avg_now": list(os.getloadavg())}
+        machine = {**bench.machine, "load_avg_now": load()}
         bench.save({**value, "machine": machine}, section)
-        bench.finish({"started_at": report["started_at"], "updated_at": now(), "machine": machine,
-                      "sections": [s for s in SECTIONS if s in report]}, "synthetic_bench")
+        done.append(section)
+        bench.finish({"started_at": bench.started_at, "updated_at": now(), "machine": machine,
+                      "sections": [s for s in SECTIONS if s in done]}, "synthetic_bench")
         bench.log(f"{section}: {value.get('ratio', value.get('error', ''))} -> {bench.path}")
 
-    if set(only) & {"dane_round_overhead", "allreduce_latency_ratio", "simulator_error"} and not have_horovod():
-        say("error: horovod.torch is not importable; run `make setup` first")
-        sys.exit(2)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "dane_round_overhead" in only or "simulator_error" in only:  # timed together, interleaved: one load a pair
@@ -240,23 +199,17 @@ def run(bench: Run) -> None:
             if calibrations:
                 record("simulator_error", simulator_error(timings, calibrations, args.blocks * args.rounds, tmp))
         if "ps_simulator_error" in only:
-            record("ps_simulator_error", ps_simulator_error(tmp, args.launches, n_rounds=60))
+            record("ps_simulator_error", ps_simulator_error(tmp, args.launches, args.ps_rounds))
         if "allreduce_latency_ratio" in only:
-            record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, reps=300))
-    if "rounds_to_1e-10" in only:
-        record("rounds_to_1e-10", rounds_table(args.results))
-    for section, name in (("federated", "federated"), ("batched_workers", "batched")):
-        if section in only:  # a section of its own, merged into --out by the runner
-            from scripts import bench as runner
-
-            runner.main([name, "--out", str(bench.path)])
+            record("allreduce_latency_ratio", latency_ratio(tmp, args.pairs, args.reps))
 
 
 BENCH = Bench("synthetic_bench", run, "the Horovod path and the simulator: round overhead, latency, simulator error",
               only=SECTIONS, options=(
-                  option("--results", default="results", help="results root for rounds_to_1e-10"),
                   option("--blocks", type=int, default=12),
                   option("--launches", type=int, default=5, help="horovodrun launches for the round overhead, and "
                          "calibration launches for simulator_error"),
                   option("--rounds", type=int, default=10),
-                  option("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each")))
+                  option("--ps-rounds", type=int, default=60, help="rounds of each ps_simulator_error launch"),
+                  option("--pairs", type=int, default=3, help="interleaved horovodrun/torchrun launches each"),
+                  option("--reps", type=int, default=300, help="4 KB allreduces in each latency launch")))

@@ -11,16 +11,15 @@ from pathlib import Path
 
 import torch
 
-from dane.errors import say
 from dane.numerics.linalg import cholesky_solve
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.quadratic import EIGH_BREAK_EVEN
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
 from dane.records.results import read_rounds, read_summary
 from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
-from dane.synthetic.launchers import REPO, have_horovod, horovodrun, horovodrun_command, horovodrun_side_by_side
-from scripts.harness import (Bench, Run, best_of, interleave, launch, load, mnist_dir, now, option, sections, spread,
-                             spreads)
+from dane.synthetic.launchers import horovodrun, horovodrun_command, horovodrun_side_by_side
+from scripts.harness import (Bench, Run, best_of, interleave, launch, load, mnist_missing, need_horovod, now, option,
+                             sections, spread, spreads, steady)
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -71,7 +70,7 @@ def ridge(tmp: Path, repeats: int) -> dict:
             "rounds": s["rounds"], "final_suboptimality": s["final_suboptimality"], "setup_s": s["setup_s"],
             "time_s": s["time_s"], "time_to_tol_s": s["setup_s"] + s["time_s"]},
             (lambda s, _: {"setup_s": s["setup_s"], "time_s": s["time_s"]}) if variant == "one_thread" else None, tmp)
-        result["variants"][variant] = summarize(runs, repeats, goal=RIDGE_GOAL if variant == "one_thread" else None)
+        result["variants"][variant] = summarize(runs, goal=RIDGE_GOAL if variant == "one_thread" else None)
     judged = result["variants"]["one_thread"]
     result.update(ratio=judged["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=judged["goal_met"],
                   goal_variant="one_thread", ceiling=ridge_ceiling(judged["runs"]))
@@ -89,35 +88,37 @@ def twin_pairs(runs: list[dict], key: str) -> list[tuple[dict, float]]:
 
 
 def ridge_ceiling(runs: list[dict]) -> dict:
-    """The np1 / np2 ratio of a perfect np=2 on the ridge: T1 / (S_beside / 2 + R1), per repeat.
+    """The np1 / np2 ratio of a perfect np=2 on the ridge: T1 / (S_beside / 2 + R1), per repeat (`ceiling`).
 
     T1 = S1 + R1 is np=1's time to the target alone (setup S1, the Gram matrix of all
     rows, then rounds R1: one Newton step), and S_beside the same setup while a twin
     keeps the other core busy.  A perfect np=2 builds half the Gram matrix at the speed a
     rank has beside a busy core and then needs no more round time than np=1's single
-    step: an upper bound on what any μ rule reaches here.  Medians over the repeats.
+    step: an upper bound on what any μ rule reaches here.
     """
-    pairs = twin_pairs(runs, "setup_s")
-    if not pairs:
-        return {"ceiling": None}
-    per_repeat = spread([(a["setup_s"] + a["time_s"]) / (b / 2 + a["time_s"]) for a, b in pairs])
-    return {"ceiling": per_repeat["median"], "ceiling_per_repeat": per_repeat,
-            "twin_setup_s": spread([b for _, b in pairs]),
-            "setup_slowdown_beside_twin": statistics.median(b / a["setup_s"] for a, b in pairs)}
+    return ceiling(runs, "setup_s", lambda a, b: (a["setup_s"] + a["time_s"]) / (b / 2 + a["time_s"]),
+                   "setup_slowdown_beside_twin")
 
 
-def summarize(runs: list[dict], repeats: int, goal: float | None) -> dict:
-    by_np = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
+def np_ratio(runs: dict[int, list[dict]], key: str) -> tuple[float, dict]:
+    """np=1's median ``key`` over np=2's, and the spread of the same ratio per repeat (the pair launched side by
+    side, so under one load)."""
+    ratio = statistics.median(r[key] for r in runs[1]) / statistics.median(r[key] for r in runs[2])
+    return ratio, spread([a[key] / b[key] for a in runs[1] for b in runs[2] if a["repeat"] == b["repeat"]])
+
+
+def summarize(runs: list[dict], goal: float | None) -> dict:
+    """The ridge's np=1 and np=2 launches (`np1_np2`): their spreads, and np1 / np2 of the time to the target and of
+    the launcher's wall time."""
+    ran = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
     out: dict = {"runs": runs, "launches_failed": sum(r["status"] == "launch_failed" for r in runs)}
-    if not (by_np[1] and by_np[2]):
+    if not (ran[1] and ran[2]):
         return {**out, "ratio_time_to_tol": None, "goal": goal, "goal_met": None}
-    for np, rs in by_np.items():
+    for np, rs in ran.items():
         out[f"np{np}"] = {**spreads(rs, ("time_to_tol_s", "setup_s", "time_s", "launcher_wall_s", "rounds")),
                           "all_converged": all(r["status"] == "converged" for r in rs)}
     for key in ("time_to_tol_s", "launcher_wall_s"):
-        out[f"ratio_{key[:-2]}"] = out["np1"][key]["median"] / out["np2"][key]["median"]
-        pairs = [a[key] / b[key] for a in by_np[1] for b in by_np[2] if a["repeat"] == b["repeat"]]  # side by side
-        out[f"ratio_{key[:-2]}_per_repeat"] = spread(pairs)
+        out[f"ratio_{key[:-2]}"], out[f"ratio_{key[:-2]}_per_repeat"] = np_ratio(ran, key)
     if goal is not None:
         out.update(goal=goal, goal_met=out["ratio_time_to_tol"] >= goal)
     return out
@@ -174,23 +175,22 @@ def background_loop(tmp: Path, repeats: int) -> dict:
 
 # ---------------------------------------------------------------------- MNIST LeNet-5
 def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
-    where = mnist_dir()
-    if not where.is_dir():
-        message = f"skipped: no MNIST files in {where} (set DANE_DATA_DIR or data_dir to a folder holding mnist/)"
-        print(f"mnist_lenet5: {message}", flush=True)
-        return {"skipped": message}
+    if mnist_missing():
+        print(f"mnist_lenet5: skipped: {mnist_missing()}", flush=True)
+        return {"skipped": f"skipped: {mnist_missing()}"}
     overrides = ("algorithm=dane", "problem=mnist_lenet5", "problem.inner_steps=null", f"rounds={rounds}",
                  "quiet=true")
     result: dict = {"problem": " ".join(overrides), "variants": {}}
     for variant, extra in MNIST_VARIANTS.items():
         runs = np1_np2(f"mnist_{variant}", (*overrides, *extra), {}, repeats,
-                       lambda _, rounds: {"round_s": median_round_s(rounds), "rounds": len(rounds) - 2},
-                       (lambda _, rounds: {"round_s": median_round_s(rounds)}) if variant == "default" else None, tmp)
+                       lambda _, rounds: {"round_s": statistics.median(steady(rounds)), "rounds": len(rounds) - 2},
+                       (lambda _, rounds: {"round_s": statistics.median(steady(rounds))}) if variant == "default" else None,
+                       tmp)
         result["variants"][variant] = mnist_ratio(runs)
     default = result["variants"]["default"]
     result.update(ratio=default["ratio"], goal=MNIST_GOAL,
                   goal_met=None if default["ratio"] is None else default["ratio"] >= MNIST_GOAL,
-                  ceiling=ceiling(default["runs"]))
+                  ceiling=mnist_ceiling(default["runs"]))
     if default["ratio"] is not None and result["ceiling"]["ceiling"] is not None:
         result["ratio_over_ceiling"] = default["ratio"] / result["ceiling"]["ceiling"]
     return result
@@ -217,46 +217,41 @@ def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, env: dict
     return runs
 
 
-def ceiling(runs: list[dict]) -> dict:
-    """The np1 / np2 ratio of a perfect np=2 here: 2 x (np=1 alone) / (np=1 beside its twin), per repeat.
-
-    A perfect rank of np=2 does half of np=1's work at the speed a rank has while the
-    other core works too, and never waits.  It is an upper bound: a real round also waits
-    for the slower rank and for its allreduces.  Medians over the repeats that have both.
-    """
-    pairs = [(a["round_s"], b) for a, b in twin_pairs(runs, "round_s")]
+def ceiling(runs: list[dict], key: str, perfect, slowdown: str) -> dict:
+    """The np1 / np2 ratio a perfect np=2 would reach here, ``perfect(np=1 run alone, mean ``key`` of its twins)``
+    per repeat that has both (`twin_pairs`): its median and spread, the twins' ``key`` (``twin_<key>``) and how much
+    slower a run is beside its twin (``slowdown``: the median of twins over alone).  For MNIST (`mnist_ceiling`)."""
+    pairs = twin_pairs(runs, key)
     if not pairs:
         return {"ceiling": None}
-    per_repeat = spread([2 * a / b for a, b in pairs])
+    per_repeat = spread([perfect(a, b) for a, b in pairs])
     return {"ceiling": per_repeat["median"], "ceiling_per_repeat": per_repeat,
-            "twin_round_s": spread([b for _, b in pairs]),
-            "slowdown_beside_twin": statistics.median(b / a for a, b in pairs)}
+            f"twin_{key}": spread([b for _, b in pairs]), slowdown: statistics.median(b / a[key] for a, b in pairs)}
 
 
-def median_round_s(records: list[dict]) -> float:
-    """The median of the rounds' ``time_s`` differences from round 1 on (round 0 is the first evaluation)."""
-    times = [r["time_s"] for r in records]
-    return statistics.median(b - a for a, b in zip(times[1:], times[2:]))
+def mnist_ceiling(runs: list[dict]) -> dict:
+    """2 x (np=1 alone) / (np=1 beside its twin), per repeat (`ceiling`): a perfect rank of np=2 does half of np=1's
+    work at the speed a rank has while the other core works too, and never waits.  It is an upper bound: a real
+    round also waits for the slower rank and for its allreduces."""
+    return ceiling(runs, "round_s", lambda a, b: 2 * a["round_s"] / b, "slowdown_beside_twin")
 
 
 def mnist_ratio(runs: list[dict]) -> dict:
-    """np1 / np2 of the median time per round, and per repeat (np=1 and np=2 launched side by side)."""
-    by_np = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
-    if not (by_np[1] and by_np[2]):
+    """np1 / np2 of the median time per round, and per repeat (`np_ratio`)."""
+    ran = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
+    if not (ran[1] and ran[2]):
         return {"runs": runs, "ratio": None}
-    ratio = statistics.median(r["round_s"] for r in by_np[1]) / statistics.median(r["round_s"] for r in by_np[2])
-    return {"runs": runs, "np1_round_s": spread([r["round_s"] for r in by_np[1]]),
-            "np2_round_s": spread([r["round_s"] for r in by_np[2]]), "ratio": ratio,
-            "ratio_per_repeat": spread([a["round_s"] / b["round_s"] for a in by_np[1] for b in by_np[2]
-                                        if a["repeat"] == b["repeat"]])}
+    ratio, per_repeat = np_ratio(ran, "round_s")
+    return {"runs": runs, "np1_round_s": spread([r["round_s"] for r in ran[1]]),
+            "np2_round_s": spread([r["round_s"] for r in ran[2]]), "ratio": ratio, "ratio_per_repeat": per_repeat}
 
 
 # ---------------------------------------------------------------------- main
 def run(bench: Run) -> None:
     args = bench.args
-    if not have_horovod():
-        say("error: horovod.torch is not importable; run `make setup` first")
-        sys.exit(2)
+    if args.quick:  # one repeat, two MNIST rounds: a smoke run on a shared machine
+        args.repeats, args.mnist_rounds = 1, 2
+    need_horovod()
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the caller's thread settings must not leak into launches
         os.environ.pop(key, None)
     report = {**bench.earlier, "started_at": now(), "machine": bench.machine}

@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 from dane.synthetic.lbfgs_baseline import fit, read_rows, value_grad
-from scripts.harness import Bench, Run, interleave, launch, load, option, spread, spreads
-
-REPO = Path(__file__).resolve().parents[1]
+from scripts.harness import Bench, Run, interleave, launch, load, mnist_dir, option, spread, spreads
 
 KEY = "wallclock"
 TARGET = 1e-8                  # relative suboptimality every timed run should reach
@@ -56,15 +53,15 @@ def summarize(runs: list[dict], parts: tuple[str, ...]) -> dict:
 
 def goals(variants: dict) -> dict:
     """np2's answer over the bare horovodrun line, and np2's rounds over L-BFGS-B's fit (medians)."""
-    def median(name, *path):
-        value = variants.get(name, {})
-        for key in path:
+    def median(name: str, *path: str):
+        value = variants.get(name)
+        for key in (*path, "median"):
             value = (value or {}).get(key)
         return value
 
-    np2, bare = median("horovodrun_np2", "answer_s", "median"), median("bare_horovodrun", "total_s", "median")
+    np2, bare = median("horovodrun_np2", "answer_s"), median("bare_horovodrun", "total_s")
     over = None if np2 is None or bare is None else np2 - bare
-    rounds, lbfgs = median("horovodrun_np2", "parts", "rounds", "median"), median("scipy_lbfgsb", "fit_s", "median")
+    rounds, lbfgs = median("horovodrun_np2", "parts", "rounds"), median("scipy_lbfgsb", "fit_s")
     ratio = None if rounds is None or lbfgs is None else rounds / lbfgs
     return {"launch_over_bare_horovodrun": {"np2_answer_s": np2, "bare_s": bare, "over_s": over, "goal_s": LAUNCH_GOAL_S,
                                             "goal_met": None if over is None else over <= LAUNCH_GOAL_S},
@@ -301,16 +298,14 @@ def run(bench: Run) -> dict:
     result = {"machine": bench.machine, "repeats": repeats, "quick": args.quick, "target_rel_suboptimality": TARGET,
               "how_measured": MEASURED, "problems": {}}
     with tempfile.TemporaryDirectory(prefix="bench_wallclock_") as tmp:
-        for problem in problems(Path(tmp), args.data_dir.resolve(), args.quick):
+        for problem in problems(Path(tmp), (args.data_dir or mnist_dir().parent).resolve(), args.quick):
             result["problems"][problem["name"]] = bench_problem(problem, Path(tmp), repeats, args.quick)
             bench.save(result)  # each problem as it is done: a long run is not lost to a crash
-    result["load_avg_end"] = load()
-    bench.finish(result)
-    print(f"bench_wallclock: wrote {KEY} into {args.out}", flush=True)
-    return result
+    bench.log(f"{KEY} -> {args.out}")
+    return bench.finish(result)
 
 
 BENCH = Bench(KEY, run, "launch-to-answer wall time against scipy and scikit-learn in one process", threads=None,
               options=(option("--repeats", type=int, default=3),
-                       option("--data-dir", type=Path,
-                              default=Path(os.environ.get("DANE_DATA_DIR", REPO.parent / "shared" / "data")))))
+                       option("--data-dir", type=Path, help="the folder holding mnist/ (default: DANE_DATA_DIR, "
+                              "else ../shared/data)")))

@@ -428,3 +428,21 @@ def sections(run: Run, names, measure: Callable[[str], dict], report: dict, keys
         run.save(report)
         run.log(f"{run.bench.key}.{name} -> {run.path}")
     return report
+
+
+# ------------------------------------------------------------- the launch sections' pieces (horovod, scaling, cuda)
+def steady(records: list[dict]) -> list[float]:
+    """The seconds of each round after round 1 (differences of the records' ``time_s``): round 0 is the first
+    evaluation and round 1 factors the shards or warms up, so these are the rounds a longer run repeats."""
+    times = [r["time_s"] for r in records[1:]]
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def need_horovod() -> None:
+    """Exit 2 with one line where horovod.torch is not importable: the launch sections start horovodrun."""
+    from dane.errors import say
+    from dane.synthetic.launchers import have_horovod
+
+    if not have_horovod():
+        say("error: horovod.torch is not importable; run `make setup` first")
+        raise SystemExit(2)

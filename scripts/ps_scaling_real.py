@@ -27,6 +27,5 @@ def run(bench: Run) -> None:
         print(f"{out}: done")
 
 
-
 BENCH = Bench("ps_scaling_real", run, "the parameter-server figure's real points at m=2 (results/ps_scaling/real/)",
               threads=None, out="", options=(option("--results", default="results"),))

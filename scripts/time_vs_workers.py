@@ -18,9 +18,9 @@ from dane.loop.launch import execute
 from dane.records.results import atomic_write_text, read_rounds, read_summary
 from dane.experiments.config import run_spec
 from dane.synthetic.calibrate import calibrate
-from dane.synthetic.launchers import have_horovod, horovodrun_command
+from dane.synthetic.launchers import horovodrun_command
 from dane.synthetic.sweep import compose_job, identity
-from scripts.harness import Bench, Run, launch, load, option
+from scripts.harness import Bench, Run, launch, load, need_horovod, option
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -163,12 +163,10 @@ def run(bench: Run) -> int:
             raise UserError(f"need workers >= 1, rounds >= 1 and 0 < target <= 1; got workers {bad or 'ok'}, "
                             f"rounds {args.rounds}, target {args.target}")
         check_data(args.problems)
-        if not have_horovod():
-            raise UserError("horovod.torch is not importable (needed to calibrate α-β and for --real); "
-                            "run `make setup` first")
     except UserError as exc:
         say(f"error: {str(exc).splitlines()[0]}")
         sys.exit(2)
+    need_horovod()  # to calibrate α-β, and for --real
     torch.set_num_threads(1)  # one core per simulated worker
     cost = get_calibration(args.out, args.keep_calibration, args.calibration_reps)
     todo = jobs(args.problems, args.seeds, args.workers, args.real, args.rounds, args.target)

@@ -2,7 +2,7 @@
 
 Writes one JSON line per rank to the file named by argv[1] (appended), with the largest
 error seen, the byte counter, and the cores and torch threads the rank was given.  Launched by
-tests/test_launchers.py and tests/test_bench_scaling.py.
+tests/test_launchers.py and tests/test_bench.py.
 """
 from __future__ import annotations
 

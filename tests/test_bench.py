@@ -1198,3 +1198,122 @@ def test_the_fedprox_synthetic_table_judges_the_papers_claims_from_the_numbers()
     flipped = {**section, "runs": [{**r, "objective": r["objective"][::-1]} if r["method"] == "fedprox" else r
                                    for r in section["runs"]]}  # FedProx's loss now climbs from its last value
     assert "(ends no higher). Here: does not agree;" in fig.render(flipped, "x.json")
+
+
+# ------------------------------------------------------------------ the horovod and scaling sections' arithmetic
+# scripts/bench_scaling.py's ceilings on hand-made runs and its side-by-side launches (never timed here);
+# scripts/bench_horovod.py's simulated round (``simulator_error``): steady rounds, and the cost model's share exactly.
+def test_ceiling_is_twice_the_lone_round_over_the_round_beside_a_twin():
+    from scripts import bench_scaling as scaling
+
+    done = {"status": "max_rounds"}
+    runs = [{"np": 1, "repeat": 0, "round_s": 3.0, **done}, {"np": 2, "repeat": 0, "round_s": 1.7, **done},
+            {"np": "twin", "repeat": 0, "round_s": 3.2, **done}, {"np": "twin", "repeat": 0, "round_s": 3.4, **done},
+            {"np": 1, "repeat": 1, "round_s": 2.8, **done},
+            {"np": "twin", "repeat": 1, "status": "launch_failed"},
+            {"np": 1, "repeat": 2, "status": "launch_failed"},
+            {"np": "twin", "repeat": 2, "round_s": 9.0, **done}, {"np": "twin", "repeat": 2, "round_s": 9.0, **done}]
+    out = scaling.mnist_ceiling(runs)
+    # repeat 1 has no twins and repeat 2 no lone run: only repeat 0 pairs up, with the twins' mean 3.3
+    assert out["ceiling"] == pytest.approx(2 * 3.0 / 3.3, rel=1e-15)
+    assert out["ceiling_per_repeat"]["n"] == 1
+    assert out["twin_round_s"]["median"] == pytest.approx(3.3, rel=1e-15)
+    assert out["slowdown_beside_twin"] == pytest.approx(3.3 / 3.0, rel=1e-15)
+    assert scaling.mnist_ceiling([{"np": 1, "repeat": 0, "round_s": 3.0, **done}]) == {"ceiling": None}
+
+
+def test_ridge_ceiling_is_the_lone_time_over_half_the_setup_beside_a_twin_plus_the_lone_rounds():
+    from scripts import bench_scaling as scaling
+
+    done = {"status": "converged"}
+    runs = [{"np": 1, "repeat": 0, "setup_s": 2.0, "time_s": 0.1, **done}, {"np": 2, "repeat": 0, "setup_s": 1.2,
+                                                                            "time_s": 0.3, **done},
+            {"np": "twin", "repeat": 0, "setup_s": 2.4, "time_s": 0.1, **done},
+            {"np": "twin", "repeat": 0, "setup_s": 2.6, "time_s": 0.1, **done},
+            {"np": 1, "repeat": 1, "setup_s": 2.2, "time_s": 0.1, **done},
+            {"np": "twin", "repeat": 1, "status": "launch_failed"}]
+    out = scaling.ridge_ceiling(runs)
+    # only repeat 0 has twins (mean setup 2.5): (2.0 + 0.1) / (2.5 / 2 + 0.1)
+    assert out["ceiling"] == pytest.approx(2.1 / 1.35, rel=1e-15)
+    assert out["ceiling_per_repeat"]["n"] == 1
+    assert out["twin_setup_s"]["median"] == pytest.approx(2.5, rel=1e-15)
+    assert out["setup_slowdown_beside_twin"] == pytest.approx(2.5 / 2.0, rel=1e-15)
+    assert scaling.ridge_ceiling(runs[:2]) == {"ceiling": None}
+
+
+@pytest.mark.needs_horovod  # horovodrun -np 1, twice
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two usable cores")
+@pytest.mark.slow
+def test_side_by_side_runs_each_hold_one_core_of_their_own(tmp_path):
+    import os
+
+    from dane.synthetic.launchers import horovodrun_side_by_side
+
+    files = [tmp_path / f"probe{k}.jsonl" for k in range(2)]
+    horovodrun_side_by_side("tests.comm_probe", [[str(f)] for f in files], timeout=300)
+    records = [json.loads(f.read_text()) for f in files]
+    assert [r["size"] for r in records] == [1, 1]
+    assert [r["cores"] for r in records] == [[c] for c in sorted(os.sched_getaffinity(0))[:2]]
+    assert [r["threads"] for r in records] == [1, 1]  # the package gives a rank one thread per core of its block
+
+
+@pytest.mark.needs_horovod
+@pytest.mark.slow
+def test_side_by_side_reports_which_run_failed(tmp_path):
+    from dane.synthetic.launchers import horovodrun_side_by_side
+
+    with pytest.raises(RuntimeError, match="exited with"):
+        horovodrun_side_by_side("tests.comm_probe", [[str(tmp_path / "ok.jsonl")], ["/no/such/dir/x.jsonl"]],
+                                timeout=300)
+    assert json.loads((tmp_path / "ok.jsonl").read_text())["allreduce_err"] == 0.0  # the other run still finished
+
+
+def test_simulated_round_is_the_steady_round_with_the_models_communication(tmp_path):
+    """DANE at m = 2 reaches the optimum within a few rounds, where the default stopping test would end the run;
+    the real launches time rounds that keep going on cached factors, so the simulated round must too.  Its
+    communication is the α-β model's: two ring allreduces a round (the gradient with the problem's metrics and
+    the safeguard's objective, then the iterate: d = 500) and round 0's evaluation (`Algorithm.evaluate`: the
+    gradient with the metrics), T(n) = n/β + 2α at m = 2."""
+    from dane.comm import AlphaBeta
+    from dane.problems import RidgeSyntheticConfig
+    from dane.records.results import read_rounds
+    from scripts import bench_horovod as horovod
+
+    cost = AlphaBeta(alpha=1e-3, beta=1e9)
+    n_rounds = 12
+    sim = horovod.simulated_round(cost, n_rounds, tmp_path)
+    metrics = len(RidgeSyntheticConfig().build(0, 2).metric_names)
+    per_round = cost.allreduce_time(8 * (500 + metrics + 1), 2) + cost.allreduce_time(8 * 500, 2)
+    expected_comm = (n_rounds * per_round + cost.allreduce_time(8 * (500 + metrics), 2)) / n_rounds
+    assert sim["comm_s"] == pytest.approx(expected_comm, rel=1e-12)
+    assert sim["compute_s"] > 0 and sim["round_s"] > per_round
+    run_dir, = [p for p in tmp_path.iterdir() if p.name.startswith("sim_")]
+    records = read_rounds(run_dir)
+    assert [r["round"] for r in records] == list(range(n_rounds + 1))  # no stopping test ended it early
+
+
+def test_steady_rounds_leave_out_rounds_zero_and_one():
+    records = [{"time_s": t} for t in (0.0, 5.0, 6.0, 7.5, 8.5)]  # round 1 factors: 5 s; then 1, 1.5, 1
+    assert harness.steady(records) == [1.0, 1.5, 1.0]
+
+
+def test_np1_over_np2_is_the_ratio_of_medians_and_of_each_repeats_pair():
+    """The ridge's and MNIST's ratios: medians over the launches that ran, and per repeat the pair launched side by
+    side; a failed launch is counted, never paired."""
+    from scripts import bench_scaling as scaling
+
+    def launch(np, repeat, t):
+        return {"np": np, "repeat": repeat, "status": "converged", "time_to_tol_s": t, "launcher_wall_s": t + 1,
+                "setup_s": 0.5, "time_s": t - 0.5, "rounds": 3, "round_s": t}
+
+    runs = [launch(1, 0, 4.0), launch(2, 0, 2.0), launch(1, 1, 6.0), launch(2, 1, 4.0),
+            {"np": 2, "repeat": 2, "status": "launch_failed"}]
+    ridge = scaling.summarize(runs, goal=1.5)
+    assert ridge["launches_failed"] == 1 and ridge["np2"]["time_to_tol_s"]["n"] == 2
+    assert ridge["ratio_time_to_tol"] == pytest.approx(5.0 / 3.0, rel=1e-15) and ridge["goal_met"]
+    assert ridge["ratio_time_to_tol_per_repeat"] == {"median": 1.75, "min": 1.5, "max": 2.0, "n": 2}
+    assert ridge["ratio_launcher_wall"] == pytest.approx(6.0 / 4.0, rel=1e-15)
+    mnist = scaling.mnist_ratio(runs)
+    assert mnist["ratio"] == pytest.approx(5.0 / 3.0, rel=1e-15) and mnist["ratio_per_repeat"]["n"] == 2
+    assert scaling.summarize(runs[:1], goal=None)["ratio_time_to_tol"] is None
+    assert scaling.mnist_ratio(runs[:1]) == {"runs": runs[:1], "ratio": None}
