@@ -87,6 +87,10 @@ class Federated(Algorithm):
     lists the package rules that resolved them."""
 
     client_sampling = True  # algorithm.clients_per_round (dane.sampling)
+    #: the `state_dict` keys that are the client's own, where the thread simulator may let the clients outside S_t
+    #: sleep through the round (`dane.comm.roster`; the rest of the state every worker holds alike); None: it may
+    #: not (a round that draws more than once, or changes state, or communicates, before its draw)
+    client_state: tuple[str, ...] | None = None
     synchronous_because = "its rounds average the sampled clients' results from the same iterate"
     columns = (Column("clients", "{:>7d}"),)
     summary_keys = (*Algorithm.summary_keys, "uplink_bytes", "downlink_bytes")  # the participants' (dane.sampling)
@@ -129,6 +133,8 @@ class Federated(Algorithm):
     def members(self) -> tuple[torch.Tensor, bool]:
         """(S_t, whether this worker is in it)."""
         members = self.sampler.draw()
+        if not self.sampler.full:
+            self.comm.drew(members.tolist())  # the thread simulator may park this worker here (`dane.comm.roster`)
         return members, bool((members == self.comm.rank).any())
 
     def payload(self, w: torch.Tensor) -> list[torch.Tensor]:
@@ -144,7 +150,19 @@ class Federated(Algorithm):
                 *, down: list[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Means over S_t of ``sampled`` (and over all of ``rides``); counts ``sampled`` up and ``down`` down."""
         self.traffic.add(len(members), up=sampled, down=down)
-        return sampled_mean(self.comm, members, sampled, rides)
+        return sampled_mean(self.comm, members, sampled, rides, self.absent_message(sampled, rides))
+
+    def absent_message(self, sampled: list[torch.Tensor], rides: list[torch.Tensor]):
+        """What a client outside S_t would send, from its shard, where the simulator parks it (`client_state`):
+        zeros for ``sampled``, the metrics of w (`payload`) and zeros for the rides after them (a method that parks
+        starts its rides with ``payload(self.w)``, the others' zero outside S_t).  None elsewhere, and on every rank
+        but 0, whose the group reads."""
+        if self.client_state is None or self.comm.rank != 0 or \
+                getattr(getattr(self.comm, "group", None), "roster", None) is None:
+            return None
+        w, with_grad = self.w.detach().clone(), self.with_grad
+        zeros = [torch.zeros_like(t) for t in sampled], [torch.zeros_like(t) for t in rides[1 + with_grad:]]
+        return lambda problem: [*zeros[0], *local_payload(problem, w, with_grad=with_grad), *zeros[1]]
 
     def evaluate(self) -> dict[str, float]:
         """The last iterate's metrics (one allreduce, not a round of the method) and the traffic so far."""

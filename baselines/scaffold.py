@@ -97,6 +97,7 @@ from .measure import smoothness_and_lowest
 class Scaffold(Federated):
     name = "scaffold"
     label = "SCAFFOLD"
+    client_state = ("c_i",)  # the clients outside S_t may sleep through the round (`dane.comm.roster`)
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float, server_lr: float = 1.0, option: int = 2,
                  lr_factor: float = 1.9, **kwargs):

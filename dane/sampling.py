@@ -119,13 +119,14 @@ class ClientSampler:
 
 
 def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.Tensor],
-                 rides: list[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+                 rides: list[torch.Tensor] = (), absent=None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(mean over ``members`` of each of ``sampled``, mean over all workers of each of ``rides``), in one
-    grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``."""
+    grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``.  ``absent(problem)``:
+    that worker's whole message from its shard, for a simulator whose non-participants sleep (`dane.comm.roster`)."""
     inside = bool((members == comm.rank).any())
     payload = [t if inside else torch.zeros_like(t) for t in sampled] + list(rides)
-    if len(members) < comm.size:
-        comm.next_participants(members.tolist())  # the simulator charges the participants only
+    if len(members) < comm.size:  # the simulator charges the participants only
+        comm.next_participants(members.tolist(), **({} if absent is None else {"absent": absent}))
     reduced = comm.allreduce_mean(payload)
     scale = comm.size / len(members)
     means = [t if scale == 1.0 else t * scale for t in reduced[: len(sampled)]]
