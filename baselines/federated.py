@@ -91,6 +91,12 @@ class Federated(Algorithm):
     #: sleep through the round (`dane.comm.roster`; the rest of the state every worker holds alike); None: it may
     #: not (a round that draws more than once, or changes state, or communicates, before its draw)
     client_state: tuple[str, ...] | None = None
+
+    @classmethod
+    def sleeps_out(cls, config) -> bool:
+        """Whether a run of ``config`` may let the clients outside S_t sleep (`client_state`; a config whose round
+        draws twice, or takes a collective over every client, says no)."""
+        return cls.client_state is not None
     synchronous_because = "its rounds average the sampled clients' results from the same iterate"
     columns = (Column("clients", "{:>7d}"),)
     summary_keys = (*Algorithm.summary_keys, "uplink_bytes", "downlink_bytes")  # the participants' (dane.sampling)
@@ -154,15 +160,18 @@ class Federated(Algorithm):
 
     def absent_message(self, sampled: list[torch.Tensor], rides: list[torch.Tensor]):
         """What a client outside S_t would send, from its shard, where the simulator parks it (`client_state`):
-        zeros for ``sampled``, the metrics of w (`payload`) and zeros for the rides after them (a method that parks
-        starts its rides with ``payload(self.w)``, the others' zero outside S_t).  None elsewhere, and on every rank
-        but 0, whose the group reads."""
+        zeros for ``sampled`` and, where there are ``rides``, the metrics of w (`payload`) and zeros for the rides
+        after them (a method that parks starts its rides with ``payload(self.w)`` or has none, and its other rides
+        are zero outside S_t).  None elsewhere, and on every rank but 0, whose the group reads."""
         if self.client_state is None or self.comm.rank != 0 or \
                 getattr(getattr(self.comm, "group", None), "roster", None) is None:
             return None
+        zeros = [torch.zeros_like(t) for t in sampled]
+        if not rides:
+            return lambda problem: zeros
         w, with_grad = self.w.detach().clone(), self.with_grad
-        zeros = [torch.zeros_like(t) for t in sampled], [torch.zeros_like(t) for t in rides[1 + with_grad:]]
-        return lambda problem: [*zeros[0], *local_payload(problem, w, with_grad=with_grad), *zeros[1]]
+        after = [torch.zeros_like(t) for t in rides[1 + with_grad:]]
+        return lambda problem: [*zeros, *local_payload(problem, w, with_grad=with_grad), *after]
 
     def evaluate(self) -> dict[str, float]:
         """The last iterate's metrics (one allreduce, not a round of the method) and the traffic so far."""

@@ -47,6 +47,7 @@ __all__ = ["FIXED_POINT", "STALLED", "FedProx", "FedProxConfig"]
 class FedProx(Federated):
     name = "fedprox"
     label = "FedProx"
+    client_state = ()  # no state of a client's own: the clients outside S_t may sleep (`dane.comm.roster`)
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):

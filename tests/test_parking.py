@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import dane
-from dane.baselines import scaffold
+from dane.baselines import feddane, fedred, scaffold, sdane
 from dane.comm import threads
 from dane.loop import kinds, parking
 from dane.sampling import ClientSampler
@@ -32,17 +32,22 @@ def ridge():
     return dane.problems.Ridge(X, X @ rng.standard_normal(6) + 0.1 * rng.standard_normal(240), lam=1e-2)
 
 
-def fit(monkeypatch, parked: bool, **keys):
+def fit(monkeypatch, parked: bool, algorithm: str = "scaffold", **keys):
     monkeypatch.setattr(kinds, "parks", parking.parks if parked else lambda spec: False)
-    return dane.fit(ridge(), "scaffold", workers=M, seed=SEED, clients_per_round=S, local_steps=K, lr=0.05, **keys)
+    if algorithm == "scaffold":
+        keys = dict(local_steps=K, lr=0.05, **keys)
+    return dane.fit(ridge(), algorithm, workers=M, seed=SEED, clients_per_round=S, **keys)
 
 
 def untimed(record: dict) -> dict:
     return {key: value for key, value in record.items() if key != "time_s"}
 
 
-@pytest.mark.parametrize("keys", [dict(rounds=7), dict(rounds=40, tol=0.05), dict(rounds=5, sampling="size")],
-                         ids=["cap", "tol", "size"])
+@pytest.mark.parametrize("keys", [
+    dict(rounds=7), dict(rounds=40, tol=0.05), dict(rounds=5, sampling="size"), dict(algorithm="fedprox", rounds=5),
+    dict(algorithm="fedprox", local_solver="steps", rounds=5), dict(algorithm="feddane", rounds=5),
+    dict(algorithm="sdane", rounds=5), dict(algorithm="sdane", accelerated=True, rounds=5)],
+    ids=["cap", "tol", "size", "fedprox", "fedavg", "feddane", "sdane", "acc-sdane"])
 def test_parked_clients_change_no_record(monkeypatch, keys):
     asleep, awake = fit(monkeypatch, True, **keys), fit(monkeypatch, False, **keys)
     assert [untimed(r) for r in asleep.records] == [untimed(r) for r in awake.records]
@@ -93,7 +98,12 @@ def test_runs_that_need_every_worker_each_round_do_not_park():
     assert not parking.parks(replace_ns(spec, "control", faults=((2, 1),)))
     assert not parking.parks(replace_ns(spec, "algorithm", clients_per_round=M))
     assert not parking.parks(replace_ns(spec, "algorithm", clients_per_round=None))
-    assert not parking.parks(replace_ns(spec, "algorithm", algorithm=dane.baselines.fedprox.FedProx))
+    assert not parking.parks(replace_ns(spec, "algorithm", algorithm=fedred.FedRed))
+    feddane_, sdane_ = feddane.FedDANE, sdane.SDANE
+    assert parking.parks(replace_ns(spec, "algorithm", algorithm=feddane_, resample=False))
+    assert not parking.parks(replace_ns(spec, "algorithm", algorithm=feddane_, resample=True))  # two draws a round
+    assert parking.parks(replace_ns(spec, "algorithm", algorithm=sdane_, adaptive=False))
+    assert not parking.parks(replace_ns(spec, "algorithm", algorithm=sdane_, adaptive=True))  # λ's test: every client
 
 
 def replace_ns(spec: SimpleNamespace, part: str, **keys) -> SimpleNamespace:

@@ -2,7 +2,8 @@
 worker's return to the rounds.
 
 `parks` says which simulated runs let the clients outside S_t sleep: a federated method that declares its
-``client_state`` (`baselines.federated.Federated`), a round that samples (``clients_per_round`` below the
+``client_state`` (`baselines.federated.Federated.sleeps_out`: SCAFFOLD, FedProx, FedDANE without ``resample``,
+S-DANE without ``adaptive``), a round that samples (``clients_per_round`` below the
 workers), and nothing that needs every worker's own progress each round: no ``comm.compress`` (a client outside
 S_t sends its error-feedback residual), no ``checkpoint_every`` or ``resume`` (every worker writes and reads its
 own part), no injected ``faults`` (a worker is lost at a given round).  Any other run keeps every worker in every
@@ -31,7 +32,8 @@ def parks(spec) -> bool:
     docstring)."""
     config, control = spec.algorithm, spec.control
     s = getattr(config, "clients_per_round", None)
-    return (getattr(config.algorithm, "client_state", None) is not None and s is not None
+    sleeps_out = getattr(config.algorithm, "sleeps_out", None)
+    return (sleeps_out is not None and sleeps_out(config) and s is not None
             and s < spec.comm.workers and spec.comm.compress is None and not control.checkpoint_every
             and control.resume is None and not control.faults)
 
@@ -68,14 +70,15 @@ class Parking:
         if self.comm.rank == 0 and self.roster.parked:
             self.roster.wake_all("end", result())
 
-    def rejoin(self, handoff: Handoff, algo, watch, rising) -> dict:
-        """Take rank 0's state from ``handoff`` (module docstring); the state, for the loop to go on from."""
+    def rejoin(self, handoff: Handoff, algo, watch, rising) -> tuple[int, dict, dict | None, list[dict]]:
+        """Take rank 0's state from ``handoff`` (module docstring); the loop goes on from (round, cost, first
+        record, records kept), and keeps no reference to the rest (a snapshot per sleeper would grow with m)."""
         state = handoff.state
         self.load(state["algorithm"], algo)
         watch.load_state_dict(state["early_stop"])
         rising.load_state_dict(state["divergence"])
         self.counters(state["cost"])
-        return state
+        return state["round"], state["cost"], state["first"], list(state["last"])
 
     def load(self, state: dict, algo) -> None:
         own = algo.state_dict()

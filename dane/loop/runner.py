@@ -362,8 +362,7 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
         except Rejoin as woken:  # this worker slept through rounds outside S_t: on from rank 0's state
             if woken.handoff.kind == "end":
                 return parked_to_the_end(parking, woken.handoff.state, algo)
-            state = parking.rejoin(woken.handoff, algo, watch, rising)
-            t, cost, first, records = state["round"], state["cost"], state["first"], list(state["last"])
+            t, cost, first, records = parking.rejoin(woken.handoff, algo, watch, rising)
             snapshot = _work_snapshot(comm, ledger)
             continue
         done = work.reduce_over_workers(comm, snapshot) if ledger is not None else None
