@@ -29,6 +29,8 @@ sent to them), cumulative, and ``clients`` (|S_t|).  The simulator's clock charg
 collective to the participants only (`Communicator.next_participants`): the slowest client of
 S_t sets the compute before it (a client outside S_t does none of the method's work, only the
 metrics) and the modelled allreduce is a ring over the |S_t| participants (no cost at |S_t| = 1).
+In the thread simulator the clients outside S_t of a method that declares its client state do not run the
+round at all (`dane.comm.roster`): the allreduce fills in their zeros and metrics, the same numbers.
 """
 from __future__ import annotations
 

@@ -15,6 +15,12 @@ except for a collective that client sampling gives to the sampled clients only
 (`Communicator.next_participants`, `dane.sampling`): the others' compute before it (the
 round's metrics, not the method's work) and their place in the ring are not charged.
 
+*Sampled rounds.*  With a `dane.comm.roster.Roster` (a federated method that declares its client state,
+`dane.loop.parking`) a worker outside S_t parks at the round's draw: a round's collectives are among S_t and
+rank 0 (`ThreadGroup.set_parties`), and the reduction fills in the parked workers' messages in their places
+(zeros, and the metrics of their shards at w_t), so the mean, the records and the clock are those of a round
+that every worker entered.
+
 A Ctrl-C while `ThreadGroup.run` waits for its workers stops them at their next
 collective (`Interrupted`), so the run ends within a round and its workers can report.
 
@@ -42,6 +48,7 @@ import torch
 from ..errors import ConfigError
 from .base import Communicator
 from .cost import AlphaBeta, ParameterServerCost
+from .roster import Rejoin
 
 
 @dataclass(frozen=True)
@@ -471,8 +478,6 @@ class ThreadCommunicator(PhaseClock, Communicator):
 
     def park(self) -> None:
         """Sleep, off the clock and without a slot, until woken; then unwind the round (`Rejoin`)."""
-        from .roster import Rejoin
-
         self.end()
         self.group.give_slot()
         handoff = self.group.roster.park(self.rank)
