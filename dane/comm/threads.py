@@ -477,7 +477,8 @@ class ThreadCommunicator(PhaseClock, Communicator):
             self.park()
 
     def park(self) -> None:
-        """Sleep, off the clock and without a slot, until woken; then unwind the round (`Rejoin`)."""
+        """Sleep, off the clock and without a slot, until woken; then unwind the round (`Rejoin`), still off the
+        clock: the worker's compute starts again once it has taken rank 0's state (`dane.loop.parking`)."""
         self.end()
         self.group.give_slot()
         handoff = self.group.roster.park(self.rank)
@@ -486,7 +487,6 @@ class ThreadCommunicator(PhaseClock, Communicator):
                 raise Interrupted
             raise threading.BrokenBarrierError
         self.group.take_slot()
-        self.begin()
         raise Rejoin(handoff)
 
     def summary_entries(self) -> dict:

@@ -11,7 +11,9 @@ collective, as before.
 
 A parked worker that wakes for round t (`Parking.rejoin`) takes rank 0's state at the start of round t: the
 algorithm's, less its ``client_state`` keys and its shard's own state (``problem``), which it keeps; the stop
-tests' windows; the record before round t; the collective counters (its own clock is the group's).  Its local-work
+tests' windows; the record before round t; the collective counters (its own clock is the group's).  None of it is
+on the clock: a woken worker's compute phase starts once it has taken the state, and rank 0 takes its snapshot
+off its clock (`dane.comm.threads.PhaseClock.off_the_clock`).  Its local-work
 ledger is its own, unchanged while it slept (it did no work).  That is the state the worker would have reached
 had it run every round: every worker's copy of the server's state is the same, a client outside S_t changes
 only that copy, and its metrics reach the round's allreduce through the group (`dane.comm.roster`).  A worker
@@ -58,7 +60,8 @@ class Parking:
         if final:
             self.comm.group.set_parties(self.comm.size)
         if self.comm.rank == 0:
-            snapshot = state()
+            with self.comm.off_the_clock():  # the simulator's bookkeeping, not rank 0's compute
+                snapshot = state()
             self.roster.snapshot = lambda: snapshot
             if final:
                 self.roster.wake_all("round", snapshot)
@@ -78,6 +81,7 @@ class Parking:
         watch.load_state_dict(state["early_stop"])
         rising.load_state_dict(state["divergence"])
         self.counters(state["cost"])
+        self.comm.begin()  # its compute phase: from here to the round's collective, as a worker that never slept
         return state["round"], state["cost"], state["first"], list(state["last"])
 
     def load(self, state: dict, algo) -> None:

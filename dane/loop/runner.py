@@ -400,6 +400,7 @@ def parked_to_the_end(parking: Parking, state: dict, algo: Rounds) -> RunResult:
     worker but rank 0 keeps)."""
     parking.load(state["algorithm"], algo)
     parking.counters(state["cost"])
+    parking.comm.begin()  # what follows the rounds (the summary's collectives) is timed as on every worker
     result = state["result"]
     parking.finish(lambda: {})
     return RunResult(result.records[-1:], result.status, result.iterate.clone(), result.stopped_by)
