@@ -52,6 +52,11 @@ from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weigh
 class FedDANE(Federated):
     name = "feddane"
     label = "FedDANE"
+    own_state = ()  # the clients outside S_t may sleep (`dane.comm.roster`), unless a second draw picks the solvers
+
+    @classmethod
+    def sleeps_out(cls, config) -> bool:
+        return not config.resample
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float, eta: float = 1.0, resample: bool = False,

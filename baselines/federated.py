@@ -102,6 +102,16 @@ class Federated(Algorithm):
     lists the package rules that resolved them."""
 
     client_sampling = True  # algorithm.clients_per_round (dane.sampling)
+    #: the `state_dict` keys that are the client's own, where the thread simulator may let the clients outside S_t
+    #: sleep through the round (`dane.comm.roster`; the rest of the state every worker holds alike); None: it may
+    #: not (a round that draws more than once, or changes state, or communicates, before its draw)
+    own_state: tuple[str, ...] | None = None
+
+    @classmethod
+    def sleeps_out(cls, config) -> bool:
+        """Whether a run of ``config`` may let the clients outside S_t sleep (`own_state`; a config whose round
+        draws twice, or takes a collective over every client, says no)."""
+        return cls.own_state is not None
     synchronous_because = "its rounds average the sampled clients' results from the same iterate"
     columns = (Column("clients", "{:>7d}"),)
     summary_keys = (*Algorithm.summary_keys, "uplink_bytes", "downlink_bytes")  # the participants' (dane.sampling)
@@ -148,6 +158,8 @@ class Federated(Algorithm):
         (``problem.participants``; the whole stack without sampling), and "in it" is true, its rows being S_t's."""
         members = self.sampler.draw()
         if not stacked(self.comm):
+            if not self.sampler.full:
+                self.comm.drew(members.tolist())  # the thread simulator may park this worker here (`dane.comm.roster`)
             return members, bool((members == self.comm.rank).any())
         full = len(members) == self.comm.size
         self.local_problem = self.problem if full else self.problem.participants(members)
@@ -185,7 +197,22 @@ class Federated(Algorithm):
         On the batched path ``sampled`` holds the participants' rows, and a client's message is one row."""
         up = [t[0] for t in sampled] if stacked(self.comm) else sampled
         self.traffic.add(len(members), up=up, down=down)
-        return sampled_mean(self.comm, members, sampled, rides)
+        return sampled_mean(self.comm, members, sampled, rides, self.absent_message(sampled, rides))
+
+    def absent_message(self, sampled: list[torch.Tensor], rides: list[torch.Tensor]):
+        """What a client outside S_t would send, from its shard, where the simulator parks it (`own_state`):
+        zeros for ``sampled`` and, where there are ``rides``, the metrics of w (`payload`) and zeros for the rides
+        after them (a method that parks starts its rides with ``payload(self.w)`` or has none, and its other rides
+        are zero outside S_t).  None elsewhere, and on every rank but 0, whose the group reads."""
+        if self.own_state is None or self.comm.rank != 0 or \
+                getattr(getattr(self.comm, "group", None), "roster", None) is None:
+            return None
+        zeros = [torch.zeros_like(t) for t in sampled]
+        if not rides:
+            return lambda problem: zeros
+        w, with_grad = self.w.detach().clone(), self.with_grad
+        after = [torch.zeros_like(t) for t in rides[1 + with_grad:]]
+        return lambda problem: [*zeros, *local_payload(problem, w, with_grad=with_grad), *after]
 
     def evaluate(self) -> dict[str, float]:
         """The last iterate's metrics (one allreduce, not a round of the method) and the traffic so far."""

@@ -49,6 +49,7 @@ class FedProx(Federated):
     label = "FedProx"
     batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
     stacked_needs = "gradients"
+    own_state = ()  # no state of a client's own: the clients outside S_t may sleep (`dane.comm.roster`)
     columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):

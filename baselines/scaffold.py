@@ -99,6 +99,7 @@ class Scaffold(Federated):
     label = "SCAFFOLD"
     batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
     stacked_needs = "gradients"
+    own_state = ("c_i",)  # the clients outside S_t may sleep through the round (`dane.comm.roster`)
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float, server_lr: float = 1.0, option: int = 2,
                  lr_factor: float = 1.9, **kwargs):

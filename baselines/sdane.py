@@ -86,6 +86,11 @@ class SDANE(Federated):
     name = "sdane"
     label = "S-DANE"
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
+    own_state = ()  # the clients outside S_t may sleep (`dane.comm.roster`), unless λ's test takes every client
+
+    @classmethod
+    def sleeps_out(cls, config) -> bool:
+        return not config.adaptive
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float, mu: float, accelerated: bool = False,
                  adaptive: bool = False, **kwargs):

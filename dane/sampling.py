@@ -29,6 +29,8 @@ sent to them), cumulative, and ``clients`` (|S_t|).  The simulator's clock charg
 collective to the participants only (`Communicator.next_participants`): the slowest client of
 S_t sets the compute before it (a client outside S_t does none of the method's work, only the
 metrics) and the modelled allreduce is a ring over the |S_t| participants (no cost at |S_t| = 1).
+In the thread simulator the clients outside S_t of a method that declares its client state do not run the
+round at all (`dane.comm.roster`): the allreduce fills in their zeros and metrics, the same numbers.
 """
 from __future__ import annotations
 
@@ -126,11 +128,12 @@ def one_hot(m: int, rank: int, n_local) -> torch.Tensor:
 
 
 def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.Tensor],
-                 rides: list[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+                 rides: list[torch.Tensor] = (), absent=None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(mean over ``members`` of each of ``sampled``, mean over all workers of each of ``rides``), in one
     grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``.  On a batched
     communicator (`dane.comm.batched`) ``sampled`` holds the members' rows alone, (|S|, ...) in their order, and the
-    others' rows are those zeros."""
+    others' rows are those zeros.  ``absent(problem)``: a worker's whole message from its shard, for a simulator whose
+    non-participants sleep (`dane.comm.roster`)."""
     if stacked(comm):
         payload = [t if len(members) == comm.size else
                    t.new_zeros((comm.size, *t.shape[1:])).index_copy_(0, members.to(t.device), t) for t in sampled]
@@ -138,8 +141,8 @@ def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.
         inside = bool((members == comm.rank).any())
         payload = [t if inside else torch.zeros_like(t) for t in sampled]
     payload += list(rides)
-    if len(members) < comm.size:
-        comm.next_participants(members.tolist())  # the simulator charges the participants only
+    if len(members) < comm.size:  # the simulator charges the participants only
+        comm.next_participants(members.tolist(), **({} if absent is None else {"absent": absent}))
     reduced = comm.allreduce_mean(payload)
     scale = comm.size / len(members)
     means = [t if scale == 1.0 else t * scale for t in reduced[: len(sampled)]]

@@ -18,6 +18,7 @@ import torch
 
 from dane.baselines import ScaffoldConfig
 from dane.comm import AlphaBeta, ThreadGroup
+from dane.comm.roster import Roster
 from dane.loop.runner import StopRule, run
 from dane.sampling import ClientSampler, nbytes, sampled_mean
 from helpers import ridge_shards
@@ -61,13 +62,16 @@ def test_a_sampled_allreduce_is_charged_to_its_participants():
     assert group.comm_time == pytest.approx(COST.allreduce_time(n, 2) + COST.allreduce_time(n, 4), rel=1e-12)
 
 
-def test_scaffold_with_two_of_four_clients_is_timed_over_the_sampled_clients():
+@pytest.mark.parametrize("parked", [False, True])
+def test_scaffold_with_two_of_four_clients_is_timed_over_the_sampled_clients(parked):
     """A whole run: every round is one allreduce of S_t's (Δy, Δc) with the metrics riding, then the final
-    evaluation is one allreduce over all four."""
+    evaluation is one allreduce over all four; the same clock when the clients outside S_t sleep through the round
+    (`dane.comm.roster`)."""
     m, s, rounds, seed = 4, 2, 5, 3
     config = ScaffoldConfig(local_steps=3, lr=0.05, clients_per_round=s, seed=seed)
     problems = ridge_shards(m, SMALL)
     group = ThreadGroup(m, COST, meter=FixedCompute())
+    group.roster = Roster(m, problems) if parked else None
 
     def worker(comm):
         algo = config.build(problems[comm.rank], comm)

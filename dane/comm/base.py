@@ -110,10 +110,16 @@ class Communicator(ABC):
         self.reset_clock()
         self._t0 -= elapsed
 
-    def next_participants(self, members: list[int]) -> None:
+    def next_participants(self, members: list[int], absent=None) -> None:
         """Only the ranks in ``members`` take part in this worker's next collective; the others enter it with
         zeros (client sampling, `dane.sampling.sampled_mean`).  A backend that models time (the simulator)
-        charges that collective to the participants only; a real one runs it over every rank as it is."""
+        charges that collective to the participants only; a real one runs it over every rank as it is.
+        ``absent(problem)``: the message of a worker outside ``members`` on its shard ``problem``, for a
+        simulator whose non-participants sleep through the round (`dane.comm.roster`)."""
+
+    def drew(self, members: list[int]) -> None:
+        """A sampled round drew ``members`` (`dane.sampling.ClientSampler.draw`); the thread simulator may park the
+        others (`dane.comm.roster`), every other backend runs every rank as it is."""
 
     def summary_entries(self) -> dict:
         """What this backend adds to a run's summary (a parameter server's counters); by default, under

@@ -15,6 +15,12 @@ except for a collective that client sampling gives to the sampled clients only
 (`Communicator.next_participants`, `dane.sampling`): the others' compute before it (the
 round's metrics, not the method's work) and their place in the ring are not charged.
 
+*Sampled rounds.*  With a `dane.comm.roster.Roster` (a federated method that declares its client state,
+`dane.loop.parking`) a worker outside S_t parks at the round's draw: a round's collectives are among S_t and
+rank 0 (`ThreadGroup.set_parties`), and the reduction fills in the parked workers' messages in their places
+(zeros, and the metrics of their shards at w_t), so the mean, the records and the clock are those of a round
+that every worker entered.
+
 A Ctrl-C while `ThreadGroup.run` waits for its workers stops them at their next
 collective (`Interrupted`), so the run ends within a round and its workers can report.
 
@@ -42,6 +48,7 @@ import torch
 from ..errors import ConfigError
 from .base import Communicator
 from .cost import AlphaBeta, ParameterServerCost
+from .roster import Rejoin
 
 
 @dataclass(frozen=True)
@@ -267,6 +274,7 @@ class ThreadGroup:
         self.compute_time = 0.0  # sum over phases of the slowest worker's compute
         self.comm_time = 0.0
         self.work_board = None  # `dane.work.Board`, made by the first worker's rounds
+        self.roster = None  # `dane.comm.roster.Roster`: sampled rounds run their participants only (`dane.loop.parking`)
 
     @property
     def compute_clock(self) -> str:
@@ -278,7 +286,13 @@ class ThreadGroup:
 
     def _reduce(self) -> None:
         """Runs once, in the last thread to arrive, while the others wait at the barrier."""
-        op, nbytes, root, members, down = self._op
+        op, nbytes, root, members, down, absent = self._op
+        if self._barrier.parties < self.size:  # the parked workers' messages, in their places (`dane.comm.roster`)
+            if absent is None:
+                raise RuntimeError(f"a collective among {self._barrier.parties} of {self.size} workers without the "
+                                   "parked workers' messages: a sampled round's collectives must all be sampled means")
+            for rank in self.roster.absent(self.roster.present(members)):
+                self._inbox[rank] = absent(self.roster.problems[rank])
         if self.work_board is not None:  # the workers' local work as they left it, while none moves (`dane.work`)
             self.work_board.capture()
         delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
@@ -316,7 +330,18 @@ class ThreadGroup:
     def stop(self) -> None:
         """Make every worker raise `Interrupted` at its next collective (or in the one it waits in)."""
         self.interrupted = True
+        self.abort()
+
+    def abort(self) -> None:
+        """Break the collectives for good, and wake the parked workers (`dane.comm.roster`) to end."""
         self._barrier.abort()
+        if self.roster is not None:
+            self.roster.abort()
+
+    def set_parties(self, present: int) -> None:
+        """The next collectives are among ``present`` workers (a sampled round's, or all m); each worker that enters
+        them sets it first, all to the same number, after the previous collective ended."""
+        self._barrier.parties = present
 
     def run(self, fn: Callable[["ThreadCommunicator"], object]) -> list[object]:
         """Run ``fn(comm)`` in m threads; return the m results, re-raising the first failure.
@@ -342,7 +367,7 @@ class ThreadGroup:
                 pass  # the group was stopped; the caller sees ``interrupted``
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors[comm.rank] = exc
-                self._barrier.abort()
+                self.abort()
             finally:
                 try:
                     comm.end()  # the last compute phase: on a GPU, its turn is given back
@@ -429,10 +454,40 @@ class ThreadCommunicator(PhaseClock, Communicator):
         self.rank = rank
         self.size = group.size
         self._participants: list[int] | None = None  # of the next collective (`next_participants`); None: all
+        self._absent = None  # what a parked worker sends to it (`dane.comm.roster`)
         super().__init__()
 
-    def next_participants(self, members: list[int]) -> None:
+    def next_participants(self, members: list[int], absent: Callable | None = None) -> None:
         self._participants = sorted(int(r) for r in members)
+        self._absent = absent
+
+    def drew(self, members: list[int]) -> None:
+        """A sampled round drew ``members``: with a roster, rank 0 wakes the drawn among the parked, and a worker
+        outside them parks until a later draw takes it (`dane.comm.roster.Rejoin`)."""
+        roster = self.group.roster
+        if roster is None:
+            return
+        present = roster.present(members)
+        self.group.set_parties(len(present))
+        if self.rank == 0:
+            roster.draw(members)
+            with self.off_the_clock():  # a wait, none of rank 0's compute (on a GPU, its turn goes to the others)
+                roster.settle()
+        elif self.rank not in present:
+            self.park()
+
+    def park(self) -> None:
+        """Sleep, off the clock and without a slot, until woken; then unwind the round (`Rejoin`), still off the
+        clock: the worker's compute starts again once it has taken rank 0's state (`dane.loop.parking`)."""
+        self.end()
+        self.group.give_slot()
+        handoff = self.group.roster.park(self.rank)
+        if handoff.kind == "abort":
+            if self.group.interrupted:
+                raise Interrupted
+            raise threading.BrokenBarrierError
+        self.group.take_slot()
+        raise Rejoin(handoff)
 
     def summary_entries(self) -> dict:
         """The summary says which path the simulator took (``sim.batched``, `dane.comm.batched`)."""
@@ -447,8 +502,9 @@ class ThreadCommunicator(PhaseClock, Communicator):
             raise Interrupted
         g._inbox[self.rank] = tensors
         members, self._participants = self._participants, None
+        absent, self._absent = self._absent, None
         if self.rank == 0:
-            g._op = (op, nbytes, root, members, down)
+            g._op = (op, nbytes, root, members, down, absent)
         try:
             # The last arrival runs ThreadGroup._reduce.  The result is read before this worker can
             # arrive again, and the next reduction needs every worker's arrival: nobody overwrites

@@ -22,6 +22,8 @@ from ..comm.launcher_signals import LauncherTerminated
 from ..comm.threads import Interrupted, meter_for
 from ..errors import say
 from .faults import RunInterrupted, worker_lost
+from .parking import parks
+from ..comm.roster import Roster
 from ..reference import attach_all, attach_one
 from ..records.results import ROUNDS_FILE
 from ..spec import RunSpec
@@ -107,6 +109,8 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None, declined
         problems[0].notes = [*problems[0].notes, declined]
     group = ThreadGroup(m, spec.comm.cost, spec.comm.stragglers,
                         meter_for(problem.device for problem in problems))
+    if parks(spec):  # a sampled round runs its clients (and rank 0) only; the others sleep through it
+        group.roster = Roster(m, list(problems))
     start = time.perf_counter()
     summary = group.run(lambda comm: run_worker(spec, comm, problems[comm.rank], out_dir, start, max(setups),
                                                 collect))[0]

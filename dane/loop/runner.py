@@ -13,6 +13,7 @@ from ..algorithm import Algorithm, Rounds
 from ..comm.base import restore_traffic_bits, traffic_bits
 from ..errors import ConfigError
 from ..records.projection import ROUND_OFF, Trend, fit
+from .parking import Parking, Rejoin
 
 
 @dataclass(frozen=True)
@@ -348,9 +349,22 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
     records: list[dict] = []
     status = "max_rounds"
     snapshot = _work_snapshot(comm, ledger)
-    for t in range(start, stop.rounds + 1):
+    parking = Parking.of(comm, algo)  # the thread simulator's clients outside S_t sleep (`dane.loop.parking`)
+    t = start
+    while t <= stop.rounds:
+        if parking is not None:
+            parking.round_start(t, t == stop.rounds, lambda: {
+                "round": t, "cost": cost, "first": first, "early_stop": watch.state_dict(),
+                "divergence": rising.state_dict(), "algorithm": algo.state_dict(), "last": records[-1:]})
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
-        metrics = algo.step() if t < stop.rounds else algo.evaluate()
+        try:
+            metrics = algo.step() if t < stop.rounds else algo.evaluate()
+        except Rejoin as woken:  # this worker slept through rounds outside S_t: on from rank 0's state
+            if woken.handoff.kind == "end":
+                return parked_to_the_end(parking, woken.handoff.state, algo)
+            t, cost, first, records = parking.rejoin(woken.handoff, algo, watch, rising)
+            snapshot = _work_snapshot(comm, ledger)
+            continue
         done = work.reduce_over_workers(comm, snapshot) if ledger is not None else None
         record = {"round": t, **cost, **metrics, **(done or {})}
         if keep_records or not records:
@@ -371,10 +385,25 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                            "divergence": rising.state_dict(), "algorithm": algo.state_dict(),
                            **({"work": work.checkpoint_state(comm, ledger, snapshot)} if ledger is not None else {})})
+        t += 1
     # A run stopped by a round's metrics has already moved past the iterate they describe; a safeguard's rejected
     # start is described by the last accepted iterate (`Rounds.described_iterate`).
     iterate = algo.described_iterate(w_t).detach().clone()
-    return RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising))
+    result = RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising))
+    if parking is not None:
+        parking.finish(lambda: {"algorithm": algo.state_dict(), "cost": _cost(comm), "result": result})
+    return result
+
+
+def parked_to_the_end(parking: Parking, state: dict, algo: Rounds) -> RunResult:
+    """A worker asleep when the rounds ended: rank 0's final state and result (its last record alone, as every
+    worker but rank 0 keeps)."""
+    parking.load(state["algorithm"], algo)
+    parking.counters(state["cost"])
+    parking.comm.begin()  # what follows the rounds (the summary's collectives) is timed as on every worker
+    result = state["result"]
+    parking.finish(lambda: {})
+    return RunResult(result.records[-1:], result.status, result.iterate.clone(), result.stopped_by)
 
 
 def why_stopped(algo: Rounds, stop: StopRule, status: str, records: list[dict], first: dict | None,
