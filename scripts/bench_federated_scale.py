@@ -206,7 +206,7 @@ def run(bench: Run) -> None:
                 section["skipped"].append(f"{name}: skipped: {exc} (set DANE_DATA_DIR to the folder of libsvm/)")
                 bench.log(section["skipped"][-1])
                 continue
-            repeats = args.repeats if setting["rows"] < 100_000 else 1
+            repeats = (args.repeats or (1 if args.quick else 3)) if setting["rows"] < 100_000 else 1
             frameworks = {}
             for framework in (f for f in FRAMEWORKS if f not in skipped):
                 runs = [one_run(framework, python if framework in PINS else sys.executable, shards, setting, rounds,
@@ -238,6 +238,7 @@ def run(bench: Run) -> None:
 BENCH = Bench(KEY, run, "dane's FedAvg beside Flower, pfl and a NumPy loop at 100 to 100,000 clients (issue 48)",
               threads=None, only=tuple(SETTINGS), options=(
                   option("--rounds", type=int, default=None, help="rounds a run (default 30; --quick: 5)"),
-                  option("--repeats", type=int, default=3, help="launches per framework on tables under 100,000 rows"),
+                  option("--repeats", type=int, default=None, help="launches per framework on tables under 100,000 rows "
+                         "(default 3; --quick: 1)"),
                   option("--timeout", type=float, default=900, help="seconds per launch"),
                   option("--seed", type=int, default=0, help="the tables', the clients' and the samplers' seed")))
