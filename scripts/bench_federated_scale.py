@@ -184,6 +184,14 @@ def goals(settings: dict, rounds: int) -> list[dict]:
     return rows
 
 
+def misses(section: dict) -> list[str]:
+    """A line per goal not met (or not measured) and per objective that does not agree."""
+    return [f"{g['setting']}: {g['goal']}: {g['value']} (goal {g['target']})" for g in section["goals"]
+            if not g["met"]] + [f"{name}: {f} objective off by {a['rel_diff']:.2g} (tolerance {a['tol']})"
+                                for name, s in section["settings"].items() for f, a in s["agreement"].items()
+                                if not a["agree"]]
+
+
 def run(bench: Run) -> None:
     args = bench.args
     names = args.only or (QUICK if args.quick else tuple(SETTINGS))
@@ -227,10 +235,7 @@ def run(bench: Run) -> None:
             section["settings"][name] = setting
             bench.save(section)
     section["goals"] = goals(section["settings"], rounds)
-    section["misses"] = [f"{g['setting']}: {g['goal']}: {g['value']} (goal {g['target']})" for g in section["goals"]
-                         if not g["met"]] + [f"{name}: {f} objective off by {a['rel_diff']:.2g} (tolerance {a['tol']})"
-                                            for name, s in section["settings"].items()
-                                            for f, a in s["agreement"].items() if not a["agree"]]
+    section["misses"] = misses(section)
     bench.finish(section)
     bench.log(f"done -> {bench.path}")
 
