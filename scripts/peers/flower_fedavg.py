@@ -6,7 +6,7 @@ whose train step is K full-batch gradient steps, on Flower's simulation engine (
 Float64 throughout (Flower's arrays keep NumPy's dtype).  Each client replies ``num-examples`` 1, so that the strategy's
 weighted mean is the plain mean dane's FedAvg takes.  Sampling is Flower's (``fraction_train`` = S/m, Python's
 ``random``, seeded); the round's seconds are the times between the strategy's ``configure_train`` calls (the last
-to the strategy's return).  Each Ray worker reads the shards file once and keeps every client's rows.
+to the strategy's return).  Each Ray worker reads the shards file once (`read_once`) and keeps every client's rows.
 """
 from __future__ import annotations
 
@@ -23,29 +23,19 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from flwr.simulation import run_simulation
 
-from peer_common import answer, arguments, clients, local_steps
+from peer_common import answer, arguments, local_steps, read_once
 
 ARGS = arguments(__doc__)
 os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # Ray's workers import peer_common too
-_TABLE: dict = {}  # one Ray worker's copy of the shards: read at its first client, kept for the next
-
-
-def table() -> tuple[list, int]:
-    if not _TABLE:
-        parts, _, y = clients(ARGS.shards)
-        _TABLE.update(parts=parts, rows=len(y))
-    return _TABLE["parts"], _TABLE["rows"]
-
-
 client_app = ClientApp()
 
 
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
-    parts, rows = table()
+    parts, _, labels = read_once(ARGS.shards)
     X, y = parts[int(context.node_config["partition-id"])]
     w = msg.content["arrays"].to_numpy_ndarrays()[0]
-    w = local_steps(w, X, y, weight=len(parts) / rows, lam=ARGS.lam, lr=ARGS.lr, steps=ARGS.local_steps)
+    w = local_steps(w, X, y, weight=len(parts) / len(labels), lam=ARGS.lam, lr=ARGS.lr, steps=ARGS.local_steps)
     return Message(content=RecordDict({"arrays": ArrayRecord([w]), "metrics": MetricRecord({"num-examples": 1})}),
                    reply_to=msg)
 
@@ -66,15 +56,14 @@ server_app = ServerApp()
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
     random.seed(ARGS.seed)  # Flower draws a round's nodes with Python's random
-    parts, _ = table()
-    m, dim = len(parts), parts[0][0].shape[1]
+    parts, rows, labels = read_once(ARGS.shards)
+    m = len(parts)
     strategy = TimedFedAvg(fraction_train=min(1.0, ARGS.per_round / m), fraction_evaluate=0.0,
                            min_train_nodes=min(ARGS.per_round, m), min_available_nodes=m)
-    result = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(dim)]), num_rounds=ARGS.rounds,
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(rows.shape[1])]), num_rounds=ARGS.rounds,
                             train_config=ConfigRecord())
     strategy.stamps.append(time.perf_counter())
-    _, X, y = clients(ARGS.shards)
-    answer("flower", version("flwr"), strategy.stamps, result.arrays.to_numpy_ndarrays()[0], X, y, ARGS.lam,
+    answer("flower", version("flwr"), strategy.stamps, result.arrays.to_numpy_ndarrays()[0], rows, labels, ARGS.lam,
            clients=m)
 
 

@@ -38,6 +38,17 @@ def clients(path: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray,
     return list(zip(np.split(X, bounds), np.split(y, bounds))), X, y
 
 
+_READ: dict = {}  # path -> `clients` of it, in this process
+
+
+def read_once(path: str) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
+    """`clients`, read once a process: a Flower worker serves many clients.  Kept here, in an imported module, so
+    that pickling a peer's functions (Ray ships them by value from ``__main__``) never carries the rows along."""
+    if path not in _READ:
+        _READ[path] = clients(path)
+    return _READ[path]
+
+
 def local_steps(w: np.ndarray, X: np.ndarray, y: np.ndarray, *, weight: float, lam: float, lr: float,
                 steps: int) -> np.ndarray:
     """``steps`` gradient steps of O_i(w) = weight Σ f_j(w) + (λ/2)‖w‖² from w (weight = m/N)."""
