@@ -27,6 +27,7 @@ from peer_common import answer, arguments, local_steps, read_once
 
 ARGS = arguments(__doc__)
 os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # Ray's workers import peer_common too
+
 client_app = ClientApp()
 
 
