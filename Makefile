@@ -45,6 +45,7 @@ bench: setup
 	$(PY) -m scripts.bench svrg --out results/bench.json
 	$(PY) -m scripts.bench scaling --out results/bench.json
 	$(PY) -m scripts.bench load --out results/bench.json
+	$(PY) -m scripts.bench federated_scale --out results/bench.json
 	$(PY) -m scripts.bench compress --out results/bench.json
 	$(PY) -m scripts.bench cuda --out results/bench.json
 	$(PY) -m scripts.bench wallclock --out results/bench.json

@@ -446,3 +446,63 @@ def need_horovod() -> None:
     if not have_horovod():
         say("error: horovod.torch is not importable; run `make setup` first")
         raise SystemExit(2)
+
+
+# ------------------------------------------------- a process tree timed from outside (bench_federated_scale)
+def tree_memory(pid: int) -> int:
+    """Bytes: the proportional set size (a shared page counted once in all) summed over ``pid`` and its descendants."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    total, todo = 0, [pid]
+    while todo:
+        process = todo.pop()
+        todo += children.get(process, [])
+        try:
+            with open(f"/proc/{process}/smaps_rollup") as rollup:
+                total += sum(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:"))
+        except OSError:
+            pass
+    return total
+
+
+def launched(cmd: list[str], timeout: float, env: dict[str, str]) -> dict:
+    """``cmd`` from the repository root in a session of its own (``env`` added to this one's, output unbuffered),
+    each output line stamped with perf_counter as it arrives, its whole tree killed after ``timeout`` s and at its
+    end (daemons it left, such as Ray's): ``exit_status``, ``timed_out``, ``wall_s``, ``peak_tree_gib`` (`tree_memory`
+    sampled every 0.25 s), ``peak_rss_gib`` (ru_maxrss of its largest waited-for process), ``load_before``,
+    ``load_after`` and ``lines``, (stamp, text) pairs."""
+    import signal
+    import subprocess
+    import threading
+
+    def kill():
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    before, peak, done = load(), [0], threading.Event()
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def watch():
+        while not done.wait(0.25):
+            peak[0] = max(peak[0], tree_memory(proc.pid))
+            if time.perf_counter() - start > timeout:
+                kill()
+
+    threading.Thread(target=watch, daemon=True).start()
+    lines = [(time.perf_counter(), line.rstrip("\n")) for line in proc.stdout]
+    _, status, usage = os.wait4(proc.pid, 0)
+    done.set()
+    wall = time.perf_counter() - start
+    kill()
+    return {"exit_status": os.waitstatus_to_exitcode(status), "timed_out": wall > timeout, "wall_s": wall,
+            "peak_tree_gib": peak[0] / 2 ** 30, "peak_rss_gib": usage.ru_maxrss / 2 ** 20,
+            "load_before": before, "load_after": load(), "lines": lines}

@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -1317,3 +1318,111 @@ def test_np1_over_np2_is_the_ratio_of_medians_and_of_each_repeats_pair():
     assert mnist["ratio"] == pytest.approx(5.0 / 3.0, rel=1e-15) and mnist["ratio_per_repeat"]["n"] == 2
     assert scaling.summarize(runs[:1], goal=None)["ratio_time_to_tol"] is None
     assert scaling.mnist_ratio(runs[:1]) == {"runs": runs[:1], "ratio": None}
+
+
+# ---------------------------------------------------------------- federated_scale (scripts/bench_federated_scale.py)
+# dane's FedAvg beside Flower, pfl and a NumPy loop on the same shards (federated_scale.json: a real --quick run);
+# the peers' shared arithmetic (scripts/peers/peer_common.py, NumPy alone) against dane's own shard, in this process.
+def federated_scale_arithmetic(section: dict) -> None:
+    from scripts.bench_federated_scale import AGREE, goals, misses
+
+    for name, setting in section["settings"].items():
+        reference = setting["frameworks"]["numpy"]["objective"]
+        full = setting["per_round"] >= setting["clients"]
+        for framework, row in setting["frameworks"].items():
+            for run in row["runs"]:  # rounds 2..R; the first apart (where Flower starts Ray's workers)
+                seconds = run["round_seconds"]
+                assert run["rounds"] == len(seconds) == section["rounds"] and run["first_round_s"] == seconds[0]
+                assert (run["round_s"], run["round_s_min"], run["round_s_max"]) == \
+                    (statistics.median(seconds[1:]), min(seconds[1:]), max(seconds[1:]))
+            assert row["round_s"] == statistics.median(r["round_s"] for r in row["runs"])
+            assert row["round_s_min"] <= row["round_s"] <= row["round_s_max"]
+            assert row["peak_gib"] == max(max(r["peak_tree_gib"], r["peak_rss_gib"]) for r in row["runs"])
+            if framework != "numpy":
+                agree = setting["agreement"][framework]
+                assert agree["rel_diff"] == abs(row["objective"] - reference) / abs(reference), (name, framework)
+                assert agree["tol"] == AGREE["float32" if full and framework == "pfl" else "full" if full else "sampled"]
+                assert agree["agree"] == (agree["rel_diff"] <= agree["tol"])
+    for goal in section["goals"]:
+        rows = section["settings"][goal["setting"]]["frameworks"]
+        peer = "pfl" if "pfl's" in goal["goal"] else "numpy"
+        assert goal["value"] == rows["dane"]["round_s"] / rows[peer]["round_s"]
+        assert goal["met"] == (goal["value"] <= goal["target"])
+    assert section["goals"] == goals(section["settings"], section["rounds"])
+    assert section["misses"] == misses(section)
+
+
+SECTIONS["federated_scale"] = (
+    "federated_scale", {"started_at", "machine", "quick", "rounds", "seed", "workload", "peers", "skipped", "settings",
+                        "goals", "misses", "load_avg_after", "wall_s"}, federated_scale_arithmetic)
+
+
+def test_federated_scale_quick_reaches_one_objective_and_records_its_launches():
+    """The --quick run: the two phishing settings, 5 rounds, every framework once; with all 100 clients a round dane,
+    Flower and the NumPy loop reach one objective to 1e-10 and pfl to its float32 differences; every launch kept its
+    load average, exit status 0 and one step 1/max_i L_i for all."""
+    section = canned("federated_scale")["federated_scale"]
+    assert list(section["settings"]) == ["phishing_100", "phishing_1000"] and section["quick"]
+    assert {name: "version" in peer for name, peer in section["peers"].items()} == {"flower": True, "pfl": True}
+    full = section["settings"]["phishing_100"]
+    assert (full["rows"], full["features"], full["clients"], full["per_round"]) == (11055, 68, 100, 100)
+    assert full["agreement"]["dane"]["rel_diff"] <= 1e-10 and full["agreement"]["flower"]["rel_diff"] <= 1e-10
+    assert full["agreement"]["pfl"]["rel_diff"] <= 1e-6
+    for setting in section["settings"].values():
+        assert list(setting["frameworks"]) == ["dane", "flower", "pfl", "numpy"]
+        for row in setting["frameworks"].values():
+            assert all(run["exit_status"] == 0 and len(run["load_before"]) == 3 for run in row["runs"])
+
+
+def peer_common():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("peer_common", REPO / "scripts" / "peers" / "peer_common.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_peers_take_dane_s_local_steps_and_objective(tmp_path):
+    """The peers' clients are the rows of one client value in file order (dane's client column); a local step is
+    w − lr ∇O_i(w) with dane's O_i = (m/N) Σ_{j∈i} f_j + (λ/2)‖w‖² (its `LinearModelShard`, labels ±1), and the
+    objective O(w) = (1/m) Σ_i O_i(w)."""
+    import torch
+
+    from dane.losses import LOSSES
+    from dane.problems.glm import LinearModelShard
+
+    peers, rng = peer_common(), np.random.default_rng(3)
+    X, y = rng.standard_normal((7, 3)), np.array([1.0, 0, 0, 1, 1, 0, 1])
+    client = np.array([2, 0, 1, 0, 2, 1, 2])
+    np.savez(tmp_path / "shards.npz", X=X, y=y, client=client)
+    parts, rows, labels = peers.clients(str(tmp_path / "shards.npz"))
+    for i, (Xi, yi) in enumerate(parts):
+        assert np.array_equal(Xi, X[client == i]) and np.array_equal(yi, y[client == i])
+    assert np.array_equal(rows, np.concatenate([X[client == i] for i in range(3)]))
+    m, lam, lr, w = 3, 1e-2, 0.3, rng.standard_normal(3)
+    shards = [LinearModelShard(torch.from_numpy(Xi), torch.from_numpy(2 * yi - 1), LOSSES["logistic"], l2=lam,
+                               weight=m / len(y)) for Xi, yi in parts]
+    for (Xi, yi), shard in zip(parts, shards):
+        stepped = peers.local_steps(w, Xi, yi, weight=m / len(y), lam=lam, lr=lr, steps=2)
+        once = w - lr * shard.grad(torch.from_numpy(w)).numpy()
+        assert np.allclose(stepped, once - lr * shard.grad(torch.from_numpy(once)).numpy(), rtol=1e-14, atol=1e-15)
+    dane_objective = sum(float(s.objective(torch.from_numpy(w))) for s in shards) / m
+    assert peers.objective(w, rows, labels, lam) == pytest.approx(dane_objective, rel=1e-14)
+
+
+def test_the_federated_scale_figure_is_drawn_from_the_json_alone(tmp_path):
+    from dane.paper_figs import federated_scale as fig
+
+    section = canned("federated_scale")["federated_scale"]
+    (tmp_path / "bench.json").write_text(json.dumps({"federated_scale": section}))
+    written = fig.main(tmp_path, tmp_path / "out")
+    assert sorted(p.name for p in written) == ["federated_scale." + ext for ext in ("json", "md", "pdf", "png")]
+    table = (tmp_path / "out" / "federated_scale.md").read_text()
+    numpy_row = section["settings"]["phishing_100"]["frameworks"]["numpy"]
+    assert f"| phishing_100 | numpy | {numpy_row['version']} | {numpy_row['round_s']:.3g} [" in table
+    assert table.count("| phishing_1000 |") == 4 + sum(g["setting"] == "phishing_1000" for g in section["goals"])
+    sidecar = json.loads((tmp_path / "out" / "federated_scale.json").read_text())
+    assert sidecar["source"] == "results/bench.json federated_scale" and sidecar["machine"] == section["machine"]
+    with pytest.raises(FileNotFoundError, match="run `make bench`"):
+        fig.main(tmp_path / "empty", tmp_path / "out")

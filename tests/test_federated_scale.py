@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
@@ -191,31 +190,3 @@ def test_dane_with_two_thousand_workers_of_two_rows_takes_its_first_step_exactly
     assert relative(w1, expected) <= 1e-10
     # plain DANE (μ = 0) diverges with 2 rows per worker: the safeguard rejects that step and raises μ
     assert results[0][1][1]["accepted"] is False and results[0][1][1]["mu"] > 0
-
-
-def test_the_figure_is_drawn_from_the_benchmark_json_alone(tmp_path):
-    from dane.paper_figs import federated_scale
-
-    def point(m, path, wall, peak, finished=True):
-        run = {"finished": finished, "repeats": 1, "load_1min": [1.5], "rows_per_worker": 100_000 // m,
-               "local_solve": path}
-        if finished:
-            run.update(peak_rss_gib=peak, **{f"{key}{end}": value for key, value in
-                                              (("wall_round_s", wall), ("outside_rounds_s", 2 * wall), ("round_s", 0.1))
-                                              for end in ("", "_min", "_max")})
-        return run
-
-    scale = {"problem": "algorithm=dane problem=ridge_synthetic", "n_samples": 100_000, "dim": 500, "rounds": 10,
-             "points": {"64": point(64, "cholesky", 0.25, 1.5), "10000": point(10000, "woodbury", 9.5, 2.25),
-                        "20000": point(20000, "woodbury", 0, 0, finished=False)}}
-    bench = {"load": {"started_at": "2026-01-01T00:00:00", "machine": {"cpus": 2}, "federated_scale": scale}}
-    (tmp_path / "bench.json").write_text(json.dumps(bench))
-    written = federated_scale.main(tmp_path, tmp_path / "out")
-    assert sorted(p.name for p in written) == ["federated_scale." + ext for ext in ("json", "md", "pdf", "png")]
-    table = (tmp_path / "out" / "federated_scale.md").read_text()
-    assert "| 10,000 | 10 | woodbury | 9.5 [9.5, 9.5] | 19 | 0.1 | 2.25 | 1 | [1.5] |" in table
-    assert "| 20,000 | 5 | woodbury | not finished |" in table
-    sidecar = json.loads((tmp_path / "out" / "federated_scale.json").read_text())
-    assert sidecar["source"] == "results/bench.json load.federated_scale" and sidecar["machine"] == {"cpus": 2}
-    with pytest.raises(FileNotFoundError, match="run `make bench`"):
-        federated_scale.main(tmp_path / "empty", tmp_path / "out")

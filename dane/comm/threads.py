@@ -29,8 +29,8 @@ waiters are released one by one, each handing the gate to the next, so a collect
 costs O(m) wake-ups; `threading.Barrier` wakes all m at once on one condition, and they
 then fight over its lock and the GIL, which grows faster than m), and the reduction
 itself is O(m d).  Worker threads get `WORKER_STACK_BYTES` of stack address space instead
-of the system's default.  ``make bench`` (scripts/bench_load.py, ``federated_scale``)
-measures time per round and peak memory up to m = 10,000.
+of the system's default.  ``make bench`` (scripts/bench_load.py, ``load``; scripts/bench_federated_scale.py)
+measures time per round and peak memory at large m.
 """
 from __future__ import annotations
 

@@ -1,0 +1,249 @@
+"""federated_scale (issue 48): dane's FedAvg beside Flower's, pfl's and a plain NumPy loop on one workload; JSON under
+``federated_scale`` in results/bench.json (docs/benchmarks.md names its keys).
+
+The workload: FedAvg, K = 10 full-batch local gradient steps of one fixed step, logistic regression O(w) = (1/N) Σ_j
+[log(1 + exp(x_jᵀw)) − y_j x_jᵀw] + (λ/2)‖w‖², λ = 1e-3, no intercept, w_0 = 0, float64; client i of m minimises dane's
+O_i(w) = (m/N) Σ_{j∈i} f_j(w) + (λ/2)‖w‖², a round's iterate is the chosen clients' plain mean (scripts/peers/), and the
+step is 1/max_i L_i, L_i = (m/N) ‖X_i‖_F² / 4 + λ ≥ O_i's smoothness.  A setting's shards are written once, seeded,
+into one .npz (X, y ∈ {0, 1}, ``client``): dane reads it with ``data=npz data.sharding=column
+data.client_column=client``, the peers (scripts/peers/, another interpreter) with NumPy.  Each run is a fresh process
+tree timed from outside: its rounds' seconds (dane's progress lines stamped as they arrive; the peers' own), its peak
+memory (the tree's summed PSS sampled every 0.25 s, and the largest process's ru_maxrss), its final objective, the
+load average around it.  Flower and pfl live in ~/.cache/dane/peers-<python> (``DANE_PEERS_VENV``), filled from PyPI
+when absent (`PINS`, else the newest installable, recorded); a peer that cannot be installed or run is one line.
+Goals (unmet ones in ``misses``): dane's s/round at most 0.5 x pfl's and 5 x the NumPy loop's; at 100,000 clients
+2 s a round (30 rounds under a minute), a peak under 4 GiB, and a peak within 5% of its peak at a third of the rounds.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from scripts.harness import Bench, Run, launched, option
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY, LAM, LOCAL_STEPS = "federated_scale", 1e-3, 10
+#: setting -> (the LIBSVM file under data_dir, or (rows, features) of a seeded Gaussian table; clients; per round)
+SETTINGS = {"phishing_100": ("phishing", 100, 100), "phishing_1000": ("phishing", 1_000, 100),
+            "synthetic_10k": ((200_000, 50), 10_000, 1_000), "synthetic_100k": ((2_000_000, 50), 100_000, 1_000)}
+QUICK = ("phishing_100", "phishing_1000")
+#: peer -> (requirement, pinned versions, the distribution that says it is installed, what else it needs)
+PINS = {"flower": ("flwr[simulation]", "1.42.*", "flwr", ()), "pfl": ("pfl", "0.6.*", "pfl", ("torch",))}
+FRAMEWORKS = ("dane", "flower", "pfl", "numpy")
+#: the objectives' agreement with the NumPy loop's: full participation, sampled clients, and pfl's float32 updates
+AGREE = {"full": 1e-10, "sampled": 3e-3, "float32": 1e-6}
+
+
+def write_shards(name: str, folder: Path, seed: int) -> tuple[Path, dict]:
+    """Setting ``name``'s table and its clients (LIBSVM: a seeded permutation dealt round robin; Gaussian: X ~ N(0, I),
+    y ~ Bernoulli(σ(xᵀw♮)), w♮ ~ N(0, I/d), N/m consecutive rows a client), and the step."""
+    table, m, _ = SETTINGS[name]
+    rng = np.random.default_rng(seed)
+    if isinstance(table, str):
+        from sklearn.datasets import load_svmlight_file
+
+        path = Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data")) / "libsvm" / table
+        X, y = load_svmlight_file(str(path))
+        X, y = X.toarray(), (y == y.max()).astype(np.float64)
+        client = rng.permutation(len(y)) % m
+    else:
+        X = rng.standard_normal(table)
+        y = (rng.random(table[0]) < 1 / (1 + np.exp(-X @ rng.standard_normal(table[1]) / np.sqrt(table[1])))) * 1.0
+        client = np.arange(table[0]) // (table[0] // m)
+    shards = folder / f"{name}.npz"
+    np.savez(shards, X=X, y=y, client=client)
+    frobenius = np.bincount(client, weights=np.einsum("ij,ij->i", X, X), minlength=m)
+    lr = float(1 / (m / len(y) * frobenius.max() / 4 + LAM))
+    return shards, {"table": str(table), "rows": X.shape[0], "features": X.shape[1], "clients": m,
+                    "per_round": SETTINGS[name][2], "lr": lr, "lam": LAM, "local_steps": LOCAL_STEPS}
+
+
+def dane_command(shards: Path, setting: dict, rounds: int, seed: int, out: Path) -> list[str]:
+    m, s = setting["clients"], setting["per_round"]
+    return [sys.executable, "-m", "dane.experiments.train", "problem=logreg", "data=npz", f"data.path={shards}",
+            "data.sharding=column", "data.client_column=client", f"workers={m}", "algorithm=fedavg",
+            f"algorithm.lr={setting['lr']!r}", f"algorithm.local_steps={LOCAL_STEPS}", "algorithm.adapt=[]",
+            f"algorithm.clients_per_round={s if s < m else 'null'}", f"problem.lam={LAM}", "problem.fit_intercept=false",
+            f"rounds={rounds}", "tol=null", "diverge_after=null", "progress=table", f"seed={seed}", f"out_dir={out}"]
+
+
+def dane_rounds(lines: list, out: Path) -> dict:
+    """dane's rounds from its progress table (round k's line, stamped: round k's end) and its summary."""
+    stamps = [t for t, line in lines if re.match(r"\s*\d+\s+\S+\s+\S+B\s", line)]
+    summary = json.loads((out / "summary.json").read_text())
+    return {"round_s": [b - a for a, b in zip(stamps, stamps[1:])], "objective": summary["final_objective"],
+            "rounds_s": summary["wall_time_s"], "path": summary.get("simulator_path")}
+
+
+def one_run(framework: str, python: str, shards: Path, setting: dict, rounds: int, args, folder: Path) -> dict:
+    """One launch of ``framework`` on the shards: the launch's record and its rounds (None where it failed)."""
+    out = folder / f"dane_{setting['clients']}_{rounds}_{time.time_ns()}"
+    if framework == "dane":
+        cmd, env = dane_command(shards, setting, rounds, args.seed, out), {"PYTHONPATH": str(ROOT)}
+    else:
+        cmd = [python, str(ROOT / "scripts" / "peers" / f"{framework}_fedavg.py"), "--shards", str(shards),
+               "--rounds", str(rounds), "--per-round", str(setting["per_round"]), "--lr", repr(setting["lr"]),
+               "--local-steps", str(LOCAL_STEPS), "--lam", str(LAM), "--seed", str(args.seed)]
+        env = {"PYTHONPATH": str(ROOT / "scripts" / "peers")}
+    run = launched(cmd, args.timeout, env)
+    lines = run.pop("lines")
+    try:
+        answer = dane_rounds(lines, out) if framework == "dane" else \
+            json.loads(next(line for _, line in reversed(lines) if line.startswith('{"framework"')))
+        seconds = answer.pop("round_s")
+        steady = seconds[1:] or seconds  # round 1 apart: a framework's lazy start (Ray's workers) falls there
+        run.update({k: v for k, v in answer.items() if k != "finished_at"}, round_seconds=seconds,
+                   first_round_s=seconds[0], round_s=statistics.median(steady), round_s_min=min(steady),
+                   round_s_max=max(steady), rounds=len(seconds))
+        run.setdefault("rounds_s", sum(seconds))
+    except (OSError, ValueError, IndexError, KeyError, StopIteration, statistics.StatisticsError):
+        run["error"] = [line for _, line in lines[-5:]]
+        print(f"{framework} failed: {run['error'][-1:]}", flush=True)
+    return run
+
+
+def peer_python(log) -> tuple[str, dict]:
+    """The peers' interpreter (made when absent) and per peer its installed version, or why it is skipped."""
+    venv = Path(os.environ.get("DANE_PEERS_VENV") or
+                Path.home() / ".cache" / "dane" / f"peers-{sys.version_info.major}.{sys.version_info.minor}")
+    python = str(venv / "bin" / "python")
+    if not Path(python).exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True)
+    import torch  # pfl's torch: this environment's version (its CPU wheel where one is in reach)
+
+    found = {}
+    for name, (requirement, pin, distribution, extra) in PINS.items():
+        extra = [f"torch=={torch.__version__.split('+')[0]}" for _ in extra]
+        why = "not installed"
+        for spec in ((), [f"{requirement}=={pin}", *extra], [requirement, *extra]):
+            if spec:
+                log(f"installing {' '.join(spec)} into {venv}")
+                pip = subprocess.run([python, "-m", "pip", "install", "-q", *spec], capture_output=True, text=True)
+                why = f"pip install {' '.join(spec)}: " + (pip.stderr.strip().splitlines() or ["no output"])[-1]
+            ask = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                                  f"print(m.version('{distribution}'), *map(m.version, {[*PINS[name][3]]}))"],
+                                 capture_output=True, text=True)
+            if ask.returncode == 0:
+                version = ask.stdout.split()[0]
+                found[name] = {"version": version, "pinned": fnmatch.fnmatch(version, pin), "with": ask.stdout.split()[1:]}
+                break
+        else:
+            found[name] = {"skipped": why}
+    return python, found
+
+
+def framework_row(runs: list[dict], version: str) -> dict:
+    """The runs' median round (median of their medians), the fastest and slowest round, the largest peak."""
+    done = [r for r in runs if "round_s" in r]
+    row = {"version": version, "runs": runs, "finished": len(done) == len(runs)}
+    if done:
+        row.update(round_s=statistics.median(r["round_s"] for r in done), objective=done[0]["objective"],
+                   round_s_min=min(r["round_s_min"] for r in done), round_s_max=max(r["round_s_max"] for r in done),
+                   rounds_s=statistics.median(r.get("rounds_s", sum(r["round_seconds"])) for r in done),
+                   peak_gib=max(max(r["peak_tree_gib"], r["peak_rss_gib"]) for r in done))
+    return row
+
+
+def agreement(frameworks: dict, full: bool) -> dict:
+    """Each framework's final objective against the NumPy loop's: |O − O_numpy| / |O_numpy| within its tolerance."""
+    reference = frameworks.get("numpy", {}).get("objective")
+    out = {}
+    for name, row in frameworks.items():
+        if "objective" in row and reference is not None and name != "numpy":
+            tol = AGREE["float32" if full and name == "pfl" else "full" if full else "sampled"]
+            diff = abs(row["objective"] - reference) / abs(reference)
+            out[name] = {"rel_diff": diff, "tol": tol, "agree": diff <= tol}
+    return out
+
+
+def goals(settings: dict, rounds: int) -> list[dict]:
+    rows = []
+    for name, setting in settings.items():
+        frameworks, memory = setting["frameworks"], setting.get("dane_memory_vs_rounds", {})
+        dane = frameworks.get("dane", {})
+        ratio = {peer: dane["round_s"] / frameworks[peer]["round_s"] for peer in ("pfl", "numpy")
+                 if "round_s" in dane and "round_s" in frameworks.get(peer, {})}
+        for goal, value, target in (("dane's s/round over pfl's", ratio.get("pfl"), 0.5),
+                                    ("dane's s/round over numpy's", ratio.get("numpy"), 5.0),
+                                    *(((f"dane's {rounds} rounds (s)", dane.get("rounds_s"), 2.0 * rounds),
+                                       ("dane's peak memory (GiB)", dane.get("peak_gib"), 4.0),
+                                       ("dane's peak over its peak at a third of the rounds", memory.get("ratio"), 1.05))
+                                      if name == "synthetic_100k" else ())):
+            rows.append({"setting": name, "goal": goal, "value": value, "target": target,
+                         "met": value is not None and value <= target})
+    return rows
+
+
+def misses(section: dict) -> list[str]:
+    """A line per goal not met (or not measured) and per objective that does not agree."""
+    return [f"{g['setting']}: {g['goal']}: {g['value']} (goal {g['target']})" for g in section["goals"]
+            if not g["met"]] + [f"{name}: {f} objective off by {a['rel_diff']:.2g} (tolerance {a['tol']})"
+                                for name, s in section["settings"].items() for f, a in s["agreement"].items()
+                                if not a["agree"]]
+
+
+def run(bench: Run) -> None:
+    args = bench.args
+    names = args.only or (QUICK if args.quick else tuple(SETTINGS))
+    rounds = args.rounds or (5 if args.quick else 30)
+    python, peers = peer_python(bench.log)
+    skipped = {name: f"{name}: skipped: {p['skipped']}" for name, p in peers.items() if "skipped" in p}
+    for line in skipped.values():
+        print(line, flush=True)
+    from dane.records.provenance import code_version
+
+    versions = {"dane": code_version()["git_commit"], "numpy": np.__version__, **{n: p.get("version") for n, p in peers.items()}}
+    section = {**bench.header(), "quick": args.quick, "rounds": rounds, "seed": args.seed,
+               "workload": "FedAvg, 10 full-batch local gradient steps, logistic regression + (1e-3/2)|w|^2, float64",
+               "peers": peers, "skipped": list(skipped.values()), "settings": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            try:
+                shards, setting = write_shards(name, Path(tmp), args.seed)
+            except FileNotFoundError as exc:  # no LIBSVM file: the setting is a line
+                section["skipped"].append(f"{name}: skipped: {exc} (set DANE_DATA_DIR to the folder of libsvm/)")
+                bench.log(section["skipped"][-1])
+                continue
+            repeats = (args.repeats or (1 if args.quick else 3)) if setting["rows"] < 100_000 else 1
+            frameworks = {}
+            for framework in (f for f in FRAMEWORKS if f not in skipped):
+                runs = [one_run(framework, python if framework in PINS else sys.executable, shards, setting, rounds,
+                                args, Path(tmp)) for _ in range(repeats)]
+                frameworks[framework] = framework_row(runs, versions[framework])
+                bench.log(f"{name} {framework}: {frameworks[framework].get('round_s')} s/round, "
+                          f"objective {frameworks[framework].get('objective')}")
+            setting.update(frameworks=frameworks, repeats=repeats,
+                           agreement=agreement(frameworks, setting["per_round"] >= setting["clients"]))
+            if name == "synthetic_100k" and "peak_gib" in frameworks["dane"]:
+                third = framework_row([one_run("dane", sys.executable, shards, setting, max(1, rounds // 3), args, Path(tmp))],
+                                      versions["dane"])
+                if "peak_gib" in third:
+                    setting["dane_memory_vs_rounds"] = {"rounds": [rounds // 3, rounds], "peak_gib": [
+                        third["peak_gib"], frameworks["dane"]["peak_gib"]],
+                        "ratio": frameworks["dane"]["peak_gib"] / third["peak_gib"]}
+            shards.unlink()
+            section["settings"][name] = setting
+            bench.save(section)
+    section["goals"] = goals(section["settings"], rounds)
+    section["misses"] = misses(section)
+    bench.finish(section)
+    bench.log(f"done -> {bench.path}")
+
+
+BENCH = Bench(KEY, run, "dane's FedAvg beside Flower, pfl and a NumPy loop at 100 to 100,000 clients (issue 48)",
+              threads=None, only=tuple(SETTINGS), options=(
+                  option("--rounds", type=int, default=None, help="rounds a run (default 30; --quick: 5)"),
+                  option("--repeats", type=int, default=None, help="launches per framework on tables under 100,000 rows "
+                         "(default 3; --quick: 1)"),
+                  option("--timeout", type=float, default=900, help="seconds per launch"),
+                  option("--seed", type=int, default=0, help="the tables', the clients' and the samplers' seed")))
