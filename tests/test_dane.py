@@ -10,18 +10,20 @@ import torch
 
 from dane.dane import DANEConfig
 from dane.problems import RidgeSyntheticConfig
-from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
-from helpers import ridge_shards, simulate
+from dane.problems.ridge import generate, ridge_optimum
+from dane.problems.stacked import StackedRidge
+from helpers import ridge_shards, simulate, simulate_stacked
 
 
 def test_identical_shards_eta1_mu0_reach_the_optimum_in_one_round():
-    # With H_i = H for all i, the local solve is w_t - H^{-1} g: one exact Newton step.
+    # With H_i = H for all i, the local solve is w_t - H^{-1} g: one exact Newton step.  The 4 workers' identical
+    # shards stacked (one computation for all 4, `helpers.simulate_stacked`): the identity is the point here.
     X, y = generate(800, 40, "decay", 1.0, 3)
     lam = 0.005
     w_star = ridge_optimum(X, y, lam)
-    problems = [quadratic_shard(X, y, lam, scale=1 / 800, w_star=w_star) for _ in range(4)]
+    problem = StackedRidge(X.expand(4, -1, -1), y.expand(4, -1), lam, scale=1 / 800, w_star=w_star)
     for safeguard in (False, True):
-        (algo, records, _), *_ = simulate(DANEConfig(eta=1.0, mu=0.0, safeguard=safeguard), problems, rounds=1)
+        (algo, records, _), *_ = simulate_stacked(DANEConfig(eta=1.0, mu=0.0, safeguard=safeguard), problem, rounds=1)
         assert records[0]["suboptimality"] > 1.0
         assert records[1]["suboptimality"] <= 1e-10
         torch.testing.assert_close(algo.iterate, w_star, rtol=0, atol=1e-10)
