@@ -40,10 +40,10 @@ def test_synthetic_ridge_n18000_m2_reaches_1e10_within_10_rounds(safeguard):
 
 
 def test_suboptimality_identity_matches_objective_difference():
-    problems = ridge_shards(3, RidgeSyntheticConfig(n_samples=900, dim=30, seed=5))
-    (_, records, _), *_ = simulate(DANEConfig(mu=0.1), problems, rounds=3)
+    problem = RidgeSyntheticConfig(n_samples=900, dim=30, seed=5).build_stacked(3)  # 3 equal shards, stacked
+    (_, records, _), *_ = simulate_stacked(DANEConfig(mu=0.1), problem, rounds=3)
     X, y = generate(900, 30, "iso", 1.0, 5)
-    w_star = problems[0].w_star
+    w_star = problem.w_star
     optimum = float(((X @ w_star - y) ** 2).mean() + 0.005 * w_star @ w_star)
     for record in records:
         assert math.isclose(record["objective"] - optimum, record["suboptimality"], rel_tol=1e-9, abs_tol=1e-9)
