@@ -102,8 +102,9 @@ def test_safeguard_objective_is_monotone_and_converges(n_samples, m, cov):
 def test_spread_estimate_is_the_rms_hessian_deviation_along_the_step(cov):
     # delta^2 = mean_i ||(H_i - H) s||^2 / ||s||^2 and kappa = s^T H s / ||s||^2, measured from
     # gradients alone; the guard keeps delta * min(1, delta / kappa).
-    problems = ridge_shards(4, RidgeSyntheticConfig(n_samples=400, dim=20, seed=1, covariance=cov))
-    (algo, records, iterates), *_ = simulate(DANEConfig(mu=0.5), problems, rounds=2)
+    config = RidgeSyntheticConfig(n_samples=400, dim=20, seed=1, covariance=cov)
+    problems = ridge_shards(4, config)  # for the closed form; the run stacks the same 4 shards (batched path)
+    (algo, records, iterates), *_ = simulate_stacked(DANEConfig(mu=0.5), config.build_stacked(4), rounds=2)
     s = iterates[1] - iterates[0]
     H = sum(p.A for p in problems) / 4 + 2 * 0.005 * torch.eye(20, dtype=torch.float64)
     delta = math.sqrt(sum(float(((p.A + 2 * 0.005 * torch.eye(20, dtype=torch.float64) - H) @ s).square().sum())
