@@ -33,8 +33,8 @@ LOGREG = ("problem=logreg", "problem.optimum=auto", "algorithm=sync_sgd", "algor
 PS = ("sim.topology=ps",)
 FAST_LINK = ("sim.alpha=0", "sim.beta=1e12", "sim.gamma=1e12")  # messages take ~1e-9 s against 1e-3 s per step
 
-# sync_sgd's workers import what a torch optimizer's first step imports (torch._dynamo: 1.3 s of CPU, once a process)
-# as they set up: here, at collection, so that it is not billed to whichever test first steps an optimizer
+# sync_sgd's workers import what a torch optimizer's first step imports (torch._dynamo: seconds, once a process) as
+# they set up: here, at collection, so that it is not billed to whichever test first steps an optimizer
 preload_optimizers()
 
 
