@@ -94,11 +94,25 @@ def uses_shared(item) -> bool:
 
 def pytest_collection_finish(session):
     """Start the shared processes the selected tests read, now: they run beside the in-process tests, and the
-    modules that read them come last (`pytest_collection_modifyitems`)."""
+    modules that read them come last (`pytest_collection_modifyitems`); then learn what `computed_once` learns."""
     if not session.config.option.collectonly:
         for name in SHARED:
             if any(name in getattr(item, "fixturenames", ()) for item in session.items):
                 start(name, session)
+        computed_once()
+
+
+def computed_once() -> None:
+    """The values this process caches after starting a process to learn them, learnt here, before the first test
+    (as the shared processes are started), so that no test starts a process for them: dane's git provenance (`git
+    rev-parse`, `git status`: `dane.records.provenance.code_version`, for every run folder written in-process) and the
+    processor's name (``uname -p``, which ``platform.platform()`` reads for a benchmark's machine record)."""
+    import platform
+
+    from dane.records.provenance import code_version
+
+    code_version()
+    platform.uname().processor  # noqa: B018 - a cached property, computed by a process on first read
 
 
 def start(name: str, session) -> runs.Started:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dane.comm import ThreadGroup
+from dane.comm.batched import BatchedGroup, run_batched
 from dane.problems import RidgeSyntheticConfig
 from dane.loop.runner import StopRule, run
 
@@ -38,6 +39,25 @@ def simulate(config, problems, rounds: int, tol: float | None = None):
         return algo, records, iterates[: len(records)]
 
     return ThreadGroup(len(problems)).run(worker)
+
+
+def simulate_stacked(config, problem, rounds: int, tol: float | None = None):
+    """`simulate` on the batched communicator (`dane.comm.batched`): ``problem`` holds the m workers' shards
+    stacked (``stacked_workers = m``: `ProblemConfig.build_stacked`), and one computation runs them all, where
+    ``config``'s class declares ``batchable``.  Returns [(algorithm, records, iterates w_0..w_T)], rank 0's view,
+    as ``simulate(...)[0]``: the iterate is shared by every worker.  For the tests whose point is an identity on
+    m workers (a method equal to another, or to a closed form), not the per-worker path itself."""
+    assert config.algorithm.batchable, f"{type(config).__name__} has no stacked form"
+    reference = "suboptimality" in getattr(problem, "metric_names", ())
+    stop = StopRule(rounds=rounds, tol_abs=tol) if reference else StopRule(rounds=rounds, tol=tol)
+
+    def worker(comm):
+        algo = config.build(problem, comm)
+        iterates = [algo.iterate.clone()]
+        records, _ = run(algo, stop, lambda record: iterates.append(algo.iterate.clone()))
+        return algo, records, iterates[: len(records)]
+
+    return [run_batched(BatchedGroup(problem.stacked_workers), worker)]
 
 
 def straight_and_resumed(config, shards, rounds: int = 3) -> list[tuple]:

@@ -24,7 +24,7 @@ from dane.loop.runner import StopRule, run
 from dane.synthetic.defaults_data import rare_onehot
 from dane.experiments.config import CONF_DIR, run_spec
 import helpers
-from helpers import simulate
+from helpers import simulate, simulate_stacked
 
 RIDGE = RidgeSyntheticConfig(n_samples=2000, dim=50)
 M = 4
@@ -220,10 +220,10 @@ def test_osa_is_the_mean_of_the_local_optima_and_stops_after_its_one_round():
 # --- local SGD --------------------------------------------------------------------------------------
 
 def test_local_sgd_one_full_batch_step_is_gradient_descent():
-    problems = ridge_shards()
+    problem = RIDGE.build_stacked(M)  # the identity is the point: the 4 workers as one stacked computation
     lr = 0.3
-    gd = simulate(GDConfig(lr=lr), problems, rounds=15)[0][2]
-    local = simulate(LocalSGDConfig(local_steps=1, lr=lr), problems, rounds=15)[0][2]
+    gd = simulate_stacked(GDConfig(lr=lr), problem, rounds=15)[0][2]
+    local = simulate_stacked(LocalSGDConfig(local_steps=1, lr=lr), problem, rounds=15)[0][2]
     assert len(gd) == len(local) == 16
     for w_gd, w_local in zip(gd, local):
         assert torch.allclose(w_gd, w_local, rtol=0, atol=1e-12)

@@ -1,5 +1,6 @@
 """DIANA, ADIANA, MARINA, DASHA and EF21 (baselines/diana.py, adiana.py, marina.py, dasha.py, ef21.py): each reduces
-to GD (ADIANA to the accelerated gradient method) where its paper says so, each equals a NumPy transcription of its paper's algorithm
+to GD (ADIANA to the accelerated gradient method) where its paper says so (DIANA, MARINA and DASHA, which stack, on
+the batched simulator), each equals a NumPy transcription of its paper's algorithm
 on the per-worker simulator, its bits are hand counts, the defaults a run resolves are its rules' values (the rules by hand: test_default_rules.py), and comm.compress is
 refused beside its own compressor."""
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dane.problems import RidgeSyntheticConfig
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig
 from dane.spec import Communication, RunControl, RunSpec
-from helpers import simulate, straight_and_resumed
+from helpers import simulate, simulate_stacked, straight_and_resumed
 
 M, ROUNDS, SEED = 4, 5, 3
 LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-2, seed=0)
@@ -41,9 +42,18 @@ def shards():
     return [LOGREG.build(rank, M) for rank in range(M)]
 
 
+@pytest.fixture(scope="module")
+def stacked():
+    """RIDGE's M equal shards stacked: one computation for the M workers (`helpers.simulate_stacked`), for the
+    identities between methods, where the per-worker path is not the point."""
+    return RIDGE.build_stacked(M)
+
+
 def iterates(config, shards, rounds=ROUNDS):
-    """Worker 0's iterates w_0..w_T and records on the per-worker simulator (`helpers.simulate`)."""
-    _, records, ws = simulate(config, shards, rounds)[0]
+    """Worker 0's iterates w_0..w_T and records on the per-worker simulator (`helpers.simulate`), or on the batched
+    one when ``shards`` is one stacked problem (`helpers.simulate_stacked`)."""
+    run = simulate(config, shards, rounds) if isinstance(shards, list) else simulate_stacked(config, shards, rounds)
+    _, records, ws = run[0]
     return ws, records
 
 
@@ -57,16 +67,16 @@ def fit(algorithm, rounds=ROUNDS, compress=None, error_feedback=False):
 
 
 # ------------------------------------------------------------------ each one GD where its paper says so
-def test_diana_without_compression_is_gd_at_the_same_step(shards):
-    diana, _ = iterates(DIANAConfig(compressor="none", lr=0.3, alpha=1.0), shards)
-    gd, _ = iterates(GDConfig(lr=0.3), shards)
+def test_diana_without_compression_is_gd_at_the_same_step(stacked):
+    diana, _ = iterates(DIANAConfig(compressor="none", lr=0.3, alpha=1.0), stacked)
+    gd, _ = iterates(GDConfig(lr=0.3), stacked)
     for a, b in zip(diana, gd, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-14)  # ĝ = h + (mean ∇ − h): GD's gradient to round-off
 
 
-def test_marina_with_p_one_is_gd_bit_for_bit(shards):
-    marina, records = iterates(MARINAConfig(compressor="randk:3", p=1.0, lr=0.3), shards)
-    gd, gd_records = iterates(GDConfig(lr=0.3), shards)
+def test_marina_with_p_one_is_gd_bit_for_bit(stacked):
+    marina, records = iterates(MARINAConfig(compressor="randk:3", p=1.0, lr=0.3), stacked)
+    gd, gd_records = iterates(GDConfig(lr=0.3), stacked)
     assert all(torch.equal(a, b) for a, b in zip(marina, gd, strict=True))
     assert [r["full_round"] for r in records[:-1]] == [1.0] * ROUNDS
     assert [r["objective"] for r in records] == [r["objective"] for r in gd_records]
@@ -96,9 +106,9 @@ def test_adiana_without_compression_and_p_one_is_the_accelerated_gradient_method
     assert [r["w_refreshed"] for r in records[:-1]] == [1.0] * ROUNDS
 
 
-def test_dasha_without_compression_is_gd(shards):
-    dasha, _ = iterates(DASHAConfig(compressor="none", lr=0.3), shards)  # a = 1/(2·0 + 1) = 1
-    gd, _ = iterates(GDConfig(lr=0.3), shards)
+def test_dasha_without_compression_is_gd(stacked):
+    dasha, _ = iterates(DASHAConfig(compressor="none", lr=0.3), stacked)  # a = 1/(2·0 + 1) = 1
+    gd, _ = iterates(GDConfig(lr=0.3), stacked)
     for a, b in zip(dasha, gd, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-14)  # g + mean(∇O_i − g_i): GD's gradient to round-off
 

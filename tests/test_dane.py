@@ -10,18 +10,20 @@ import torch
 
 from dane.dane import DANEConfig
 from dane.problems import RidgeSyntheticConfig
-from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
-from helpers import ridge_shards, simulate
+from dane.problems.ridge import generate, ridge_optimum
+from dane.problems.stacked import StackedRidge
+from helpers import ridge_shards, simulate, simulate_stacked
 
 
 def test_identical_shards_eta1_mu0_reach_the_optimum_in_one_round():
-    # With H_i = H for all i, the local solve is w_t - H^{-1} g: one exact Newton step.
+    # With H_i = H for all i, the local solve is w_t - H^{-1} g: one exact Newton step.  The 4 workers' identical
+    # shards stacked (one computation for all 4, `helpers.simulate_stacked`): the identity is the point here.
     X, y = generate(800, 40, "decay", 1.0, 3)
     lam = 0.005
     w_star = ridge_optimum(X, y, lam)
-    problems = [quadratic_shard(X, y, lam, scale=1 / 800, w_star=w_star) for _ in range(4)]
+    problem = StackedRidge(X.expand(4, -1, -1), y.expand(4, -1), lam, scale=1 / 800, w_star=w_star)
     for safeguard in (False, True):
-        (algo, records, _), *_ = simulate(DANEConfig(eta=1.0, mu=0.0, safeguard=safeguard), problems, rounds=1)
+        (algo, records, _), *_ = simulate_stacked(DANEConfig(eta=1.0, mu=0.0, safeguard=safeguard), problem, rounds=1)
         assert records[0]["suboptimality"] > 1.0
         assert records[1]["suboptimality"] <= 1e-10
         torch.testing.assert_close(algo.iterate, w_star, rtol=0, atol=1e-10)
@@ -38,10 +40,10 @@ def test_synthetic_ridge_n18000_m2_reaches_1e10_within_10_rounds(safeguard):
 
 
 def test_suboptimality_identity_matches_objective_difference():
-    problems = ridge_shards(3, RidgeSyntheticConfig(n_samples=900, dim=30, seed=5))
-    (_, records, _), *_ = simulate(DANEConfig(mu=0.1), problems, rounds=3)
+    problem = RidgeSyntheticConfig(n_samples=900, dim=30, seed=5).build_stacked(3)  # 3 equal shards, stacked
+    (_, records, _), *_ = simulate_stacked(DANEConfig(mu=0.1), problem, rounds=3)
     X, y = generate(900, 30, "iso", 1.0, 5)
-    w_star = problems[0].w_star
+    w_star = problem.w_star
     optimum = float(((X @ w_star - y) ** 2).mean() + 0.005 * w_star @ w_star)
     for record in records:
         assert math.isclose(record["objective"] - optimum, record["suboptimality"], rel_tol=1e-9, abs_tol=1e-9)
@@ -100,8 +102,9 @@ def test_safeguard_objective_is_monotone_and_converges(n_samples, m, cov):
 def test_spread_estimate_is_the_rms_hessian_deviation_along_the_step(cov):
     # delta^2 = mean_i ||(H_i - H) s||^2 / ||s||^2 and kappa = s^T H s / ||s||^2, measured from
     # gradients alone; the guard keeps delta * min(1, delta / kappa).
-    problems = ridge_shards(4, RidgeSyntheticConfig(n_samples=400, dim=20, seed=1, covariance=cov))
-    (algo, records, iterates), *_ = simulate(DANEConfig(mu=0.5), problems, rounds=2)
+    config = RidgeSyntheticConfig(n_samples=400, dim=20, seed=1, covariance=cov)
+    problems = ridge_shards(4, config)  # for the closed form; the run stacks the same 4 shards (batched path)
+    (algo, records, iterates), *_ = simulate_stacked(DANEConfig(mu=0.5), config.build_stacked(4), rounds=2)
     s = iterates[1] - iterates[0]
     H = sum(p.A for p in problems) / 4 + 2 * 0.005 * torch.eye(20, dtype=torch.float64)
     delta = math.sqrt(sum(float(((p.A + 2 * 0.005 * torch.eye(20, dtype=torch.float64) - H) @ s).square().sum())

@@ -1,15 +1,17 @@
 """The evidence is in the repository: docs/design.md names every module of dane/, nothing cites the design brief
 that is not in the repository, every JSON cited as evidence is tracked, and the generated tables of
-docs/benchmarks.md are what their tracked JSON renders to.  Reads files only (git ls-files once)."""
+docs/benchmarks.md are what their tracked JSON renders to.  Reads files only: the tracked names are listed once a
+session by the shared fresh interpreter (tests/runs.py), which runs the one ``git ls-files``."""
 from __future__ import annotations
 
 import json
 import re
 import subprocess
-from functools import lru_cache
+from pathlib import Path
 
 import pytest
 
+import runs
 from helpers import REPO
 
 DESIGN_PAGE = REPO / "docs" / "design.md"
@@ -28,10 +30,25 @@ RUN_FOLDER = "results/" + "bench_runs/"
 DESTINATION = re.compile(r"(--out[ =]|default=\"?)$")
 
 
-@lru_cache(maxsize=1)
-def tracked() -> frozenset[str]:
+def git_ls_files(tmp: Path) -> list[str]:
+    """In the fresh interpreter: the tracked names (``git ls-files``)."""
     out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    return frozenset(name for name in out.decode().split("\0") if name)
+    return sorted(name for name in out.decode().split("\0") if name)
+
+
+TRACKED = runs.job("design_page:tracked", "test_design_page:git_ls_files")
+LISTED: list[frozenset[str]] = []  # the fresh interpreter's answer, once read (`read_tracked`)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def read_tracked(fresh) -> None:
+    done = fresh["jobs"][TRACKED]
+    assert "ok" in done, done.get("error")
+    LISTED.append(frozenset(done["ok"]))
+
+
+def tracked() -> frozenset[str]:
+    return LISTED[-1]
 
 
 def tracked_text() -> dict[str, str]:

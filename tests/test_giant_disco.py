@@ -33,7 +33,7 @@ from dane.records.results import read_rounds, read_summary
 from dane.loop.runner import StopRule, run
 from dane.experiments.config import CONF_DIR, run_spec
 import helpers
-from helpers import simulate
+from helpers import simulate, simulate_stacked
 
 N, D, M, LAM = 600, 20, 3, 1e-3
 LOSSES = {"ridge": SQUARED, "logistic": LOGISTIC}
@@ -154,8 +154,11 @@ def test_giant_on_one_worker_is_newton_with_a_backtracking_line_search():
 
 
 def test_giant_on_a_quadratic_is_dane_with_eta_1_and_mu_0():
-    problems = helpers.ridge_shards(4, RidgeSyntheticConfig(n_samples=2000, dim=50))
-    _, dane_records, dane_iterates = simulate(DANEConfig(eta=1.0, mu=0.0, safeguard=False), problems, rounds=8)[0]
+    config = RidgeSyntheticConfig(n_samples=2000, dim=50)
+    problems = helpers.ridge_shards(4, config)
+    # DANE, which stacks, on the batched path (GIANT has no stacked form): the same 4 shards, one computation
+    _, dane_records, dane_iterates = simulate_stacked(DANEConfig(eta=1.0, mu=0.0, safeguard=False),
+                                                      config.build_stacked(4), rounds=8)[0]
     _, giant_records, giant_iterates = simulate(GIANTConfig(cg_tol=1e-14), problems, rounds=8)[0]
     assert all(r["step_size"] == 1.0 for r in giant_records[:-1])
     for w_dane, w_giant in zip(dane_iterates, giant_iterates, strict=True):

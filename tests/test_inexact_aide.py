@@ -30,7 +30,7 @@ from dane.problems.glm import LinearModelShard
 from dane.problems.ridge import generate, ridge_optimum
 from dane.loop.runner import StopRule, run
 from dane.experiments.config import CONF_DIR, run_spec
-from helpers import ridge_shards, simulate
+from helpers import ridge_shards, simulate, simulate_stacked
 from dane.synthetic.defaults_data import make as make_defaults
 
 RIDGE = RidgeSyntheticConfig(n_samples=800, dim=30, covariance="iso", lam=0.005, seed=1)
@@ -113,7 +113,7 @@ def test_inexact_dane_reaches_the_ridge_optimum_in_fewer_rounds_than_exact_dane(
     # n_i = 100 ~ 3.3 d: exact DANE with mu = 0 barely converges (58 rounds to 1e-8 when measured);
     # the inexact solve with the safeguard took 9 rounds (passes=auto; 8 with the paper's three passes).
     optimum = ridge_optimal_value()
-    (_, exact, _), *_ = simulate(DANEConfig(safeguard=False), ridge_problems(), rounds=40)
+    (_, exact, _), *_ = simulate_stacked(DANEConfig(safeguard=False), RIDGE.build_stacked(RIDGE_M), rounds=40)
     (_, inexact, _), *_ = simulate(InexactDANEConfig(), ridge_problems(), rounds=20, tol=1e-8 * optimum)
     assert rounds_to(inexact, optimum) <= 20
     assert rounds_to(exact, optimum) > 40
@@ -289,7 +289,7 @@ def test_same_seed_same_iterates_other_seed_other_iterates(config):
 def test_communication_per_round_is_dane_s():
     # Two grouped allreduces per round, gradient (+ metrics) and iterate: the same bytes as DANE's.
     # (AIDE's tau=auto adds one scalar allreduce to round 0: test_tau_auto_is_the_mean_of_the_column_spread_choices)
-    (_, dane, _), *_ = simulate(DANEConfig(safeguard=False), ridge_problems(4), rounds=3)
+    (_, dane, _), *_ = simulate_stacked(DANEConfig(safeguard=False), RIDGE.build_stacked(4), rounds=3)  # DANE stacks
     # InexactDANE without its default safeguard (whose acceptance test adds a scalar to an allreduce)
     for config in (InexactDANEConfig(safeguard=False), AIDEConfig(tau=0.1),
                    InexactDANEConfig(local_solver="cg", safeguard=False)):

@@ -10,7 +10,7 @@ import torch
 from dane.baselines import GDConfig, ScaffoldConfig
 from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
-from helpers import ridge_shards, simulate
+from helpers import ridge_shards, simulate, simulate_stacked
 
 M = 4
 #: 60 rows a shard over 12 features: well conditioned (L/μ̲ about 5)
@@ -48,7 +48,7 @@ def test_one_local_step_at_the_default_step_is_gd_with_that_step():
     L, mu_low = spectrum(WELL)
     lr = min(2 / (L + mu_low), 1.9 / L)
     _, _, w_scaffold = simulate(ScaffoldConfig(local_steps=1), ridge_shards(M, WELL), rounds=6)[0]
-    _, _, w_gd = simulate(GDConfig(lr=lr), ridge_shards(M, WELL), rounds=6)[0]
+    _, _, w_gd = simulate_stacked(GDConfig(lr=lr), WELL.build_stacked(M), rounds=6)[0]  # GD stacks; SCAFFOLD not
     assert len(w_scaffold) == len(w_gd)
     for a, b in zip(w_scaffold, w_gd):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)  # lr agrees to Lanczos' round-off, not bit for bit
