@@ -100,3 +100,88 @@ def test_newton_star_resumes(logistic):
     X, y, _, _, w_star = logistic
     for straight, resumed, w1, w2 in straight_and_resumed(NewtonStarConfig(), shards(X, y, "logistic", w_star)):
         assert straight == resumed and torch.equal(w1, w2)
+
+
+# ------------------------------------------------------------------ TopLEK and RandSeqK (dane/compress.py)
+def test_toplek_by_hand():
+    """x = (1, −4, 2, 3), k = 2, δ = 1/2: ‖x‖² = 30, target (1 − δ)·30 = 15.  Top 2 = {−4, 3} (error 5); dropping 3
+    gives 14 ≤ 15 (dropped); dropping −4 gives 30 > 15: dropped with p = (15 − 14)/(30 − 14) = 1/16."""
+    from dane.compress import TopLEK, make
+
+    c = make("toplek:2")
+    assert isinstance(c, TopLEK) and not c.unbiased and c.delta(4) == 0.5
+    x = torch.tensor([1.0, -4.0, 2.0, 3.0], dtype=torch.float64)
+    assert TopLEK.kept(x, 2, 1 / 16 - 1e-9).tolist() == []
+    assert TopLEK.kept(x, 2, 1 / 16 + 1e-9).tolist() == [1]
+    coin = float(torch.rand(1, generator=torch.Generator().manual_seed(5), dtype=torch.float64))
+    expected = torch.zeros(4, dtype=torch.float64) if coin < 1 / 16 else torch.tensor([0, -4.0, 0, 0], dtype=torch.float64)
+    assert torch.equal(c(x, torch.Generator().manual_seed(5)), expected)
+    # E‖C(x) − x‖² = (15/16)·14 + (1/16)·30 = 15 = (1 − δ)‖x‖²; with k = 3: top 3 error 1, drop 2 → 5 ≤ 7.5, drop 3
+    # → 14 > 7.5, p = 2.5/9
+    assert TopLEK.kept(x, 3, 2.5 / 9 + 1e-9).tolist() == [1, 3]
+    assert TopLEK.kept(x, 3, 2.5 / 9 - 1e-9).tolist() == [1]
+    assert TopLEK.kept(torch.zeros(4, dtype=torch.float64), 2, 0.5).tolist() == []
+    # bits: the count ⌈log₂ 3⌉ = 2, and j (value, ⌈log₂ 4⌉ = 2-bit index) pairs; bits() the most, j = k
+    assert c.message_bits(1, 4) == 2 + 66 and c.bits(4) == 2 + 2 * 66 and c.bits(4, 32) == 2 + 2 * 34
+
+
+def test_toplek_contracts_in_expectation():
+    """E‖C(x) − x‖² = (1 − k/n)‖x‖², exactly: the two outcomes weighted by their probability."""
+    from dane.compress import TopLEK
+
+    x = torch.from_numpy(np.random.default_rng(0).normal(size=40))
+    for k in (1, 5, 17):
+        target = (1 - k / 40) * float(x @ x)
+        order = torch.sort(x.abs(), descending=True, stable=True).indices
+        errors = [float(x @ x) - float((x[order[:j]] ** 2).sum()) for j in range(k + 1)]
+        low = TopLEK.kept(x, k, 1 - 1e-12)  # the larger set
+        j = len(low)
+        assert errors[j] <= target < errors[j - 1]
+        p = (target - errors[j]) / (errors[j - 1] - errors[j])
+        assert len(TopLEK.kept(x, k, p - 1e-12)) == j - 1
+        assert abs(p * errors[j - 1] + (1 - p) * errors[j] - target) < 1e-12 * float(x @ x)
+
+
+def test_randseqk_by_hand():
+    """A uniform start s = randint(n) from the generator, k consecutive entries mod n, scaled n/k; bits 64·k."""
+    from dane.compress import RandSeqK, make
+
+    c = make("randseqk:3")
+    assert isinstance(c, RandSeqK) and c.unbiased and c.omega(5) == 5 / 3 - 1
+    assert c.bits(5) == 3 * 64 and c.bits(5, 32) == 3 * 32
+    x = torch.arange(1.0, 6.0, dtype=torch.float64)
+    start = int(torch.randint(5, (1,), generator=torch.Generator().manual_seed(7)))
+    kept = [(start + j) % 5 for j in range(3)]
+    expected = torch.zeros(5, dtype=torch.float64)
+    expected[kept] = x[kept] * 5 / 3
+    assert torch.equal(c(x, torch.Generator().manual_seed(7)), expected)
+    # unbiased: the mean over the n starts is x, and E‖C(x)‖² = (n/k)‖x‖² (ω = n/k − 1)
+    outs = []
+    for s in range(5):
+        out = torch.zeros(5, dtype=torch.float64)
+        idx = [(s + j) % 5 for j in range(3)]
+        out[idx] = x[idx] * 5 / 3
+        outs.append(out)
+    assert torch.allclose(torch.stack(outs).mean(0), x, rtol=0, atol=1e-14)
+    assert abs(float(torch.stack(outs).pow(2).sum(1).mean()) - 5 / 3 * float(x @ x)) < 1e-12
+
+
+@pytest.mark.parametrize("spec, variant", [("toplek:8", "plain"), ("randseqk:8", "ls")])
+def test_fednl_with_toplek_and_randseqk(logistic, spec, variant):
+    """FedNL takes both on the packed triangle (T = 21 at d = 6): α = 1 for TopLEK, k/T for RandSeqK; it converges,
+    and the stacked clients (`StackedFedNL`) and one client per worker give the same iterates."""
+    from dane.baselines.fednl import FedNLConfig, StackedFedNL
+    from dane.problems.stacked_rows import StackedRows
+
+    X, y, grad, _, w_star = logistic
+    option = 1 if variant == "ls" else 2
+    stacked_run = StackedFedNL(StackedRows(shards(X, y, "logistic")), compressor=spec, variant=variant, seed=2,
+                               option=option)
+    assert stacked_run.alpha == (1.0 if spec.startswith("toplek") else 8 / 21)
+    _, _, ws = simulate(FedNLConfig(compressor=spec, variant=variant, seed=2, option=option), shards(X, y, "logistic"), 4)[0]
+    for w in ws[1:]:
+        stacked_run.step()
+        np.testing.assert_allclose(w.numpy(), stacked_run.x, rtol=0, atol=1e-12)
+    for _ in range(200):
+        stacked_run.step()
+    assert np.linalg.norm(stacked_run.x - w_star) < 1e-10
