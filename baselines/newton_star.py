@@ -46,16 +46,20 @@ from .federated import Federated
 VALUE_BITS = 64
 
 
-def linear_rows(problem: Problem, comm: Communicator, method: str) -> CompactHessians:
-    """The clients' Hessians on their supports (`dane.problems.stacked_hessians`): all m on a batched communicator,
-    else this worker's one; any other problem than a one-output linear model on rows is refused in one line."""
+def client_rows(problem: Problem, comm: Communicator, method: str) -> StackedRows:
+    """The clients' rows: all m on a batched communicator (the stacked rows it holds), else this worker's one; any
+    other problem than a one-output linear model on rows is refused in one line."""
     if not isinstance(problem, StackedRows if stacked(comm) else LinearModelShard) or (
             not stacked(comm) and problem.classes != 1):
         raise ConfigError(f"algorithm={method} needs a linear model with one output on rows (problem=logreg, or "
                           f"problem=ridge with data=...), got {type(problem).__name__}")
-    if stacked(comm):
-        return CompactHessians.kept(problem)
-    return CompactHessians(StackedRows([problem]), ids=[comm.rank])
+    return problem if stacked(comm) else StackedRows([problem])
+
+
+def linear_rows(problem: Problem, comm: Communicator, method: str) -> CompactHessians:
+    """The clients' Hessians on their supports (`dane.problems.stacked_hessians`) over `client_rows`."""
+    rows = client_rows(problem, comm, method)
+    return CompactHessians.kept(rows) if stacked(comm) else CompactHessians(rows, ids=[comm.rank])
 
 
 def packed_message(clients: CompactHessians, compact: np.ndarray, comm: Communicator) -> torch.Tensor | PackedRows:

@@ -276,3 +276,64 @@ def test_fednl_cr_keys():
         FedNLConfig(cubic=1.0)
     with pytest.raises(ConfigError, match="algorithm.cubic must be >= 0, got -1"):
         FedNLConfig(variant="cr", cubic=-1)
+
+
+# ------------------------------------------------------------------ NL1 (baselines/nl1.py)
+@pytest.mark.parametrize("k, eta", [(4, None), (7, 0.1)])
+def test_nl1_against_numpy(logistic, k, eta):
+    """FedNL-Public's ``NL1.method`` round (no line search) in NumPy on the same shards, the RandK indices those of
+    the clients' streams: 3 rounds to 1e-12; bits 64·d(d+1)/2 once, 64·(d + K·d + K) a round, per client."""
+    from dane.baselines.nl1 import NL1Config
+    from dane.problems.stacked_compress import randk_indices
+
+    X, y, grad, _, _ = logistic
+    N, d = X.shape
+    algo, records, ws = simulate(NL1Config(k=k, eta=eta, seed=4), shards(X, y, "logistic"), 3)[0]
+    A = X.toarray()
+    parts = np.array_split(np.arange(N), M)
+
+    def alphas(x, p):
+        s = 1 / (1 + np.exp(-(A[p] @ x)))
+        return s * (1 - s)
+
+    x = np.zeros(d)
+    h = [alphas(x, p) for p in parts]
+    B = sum(A[p].T @ (h_i[:, None] * A[p]) for p, h_i in zip(parts, h)) / N
+    for r in range(3):
+        g = grad(x)
+        changes = []
+        for i, p in enumerate(parts):
+            n = len(p)
+            step = k / n if eta is None else eta
+            picked = randk_indices(4, np.array([i]), r, n, k)[0]
+            compressed = np.zeros(n)
+            compressed[picked] = (alphas(x, p) - h[i])[picked] * n / k
+            new = np.maximum(h[i] + step * compressed, 0)
+            changes.append(A[p].T @ ((new - h[i])[:, None] * A[p]) / N)
+            h[i] = new
+        x = x - np.linalg.solve(B + LAM * np.eye(d), g)
+        B = B + sum(changes)
+        np.testing.assert_allclose(ws[r + 1].numpy(), x, rtol=0, atol=1e-12)
+    T = d * (d + 1) // 2
+    assert records[2]["clients_uplink_bits"] == M * 64 * (T + 3 * (d + k * d + k))
+    assert list(algo.defaults) == ([] if eta is not None else
+                             [{"key": "algorithm.eta", "value": k / 20, "rule": "nl1_step", "stats": {"k": k, "rows": 20}}])
+
+
+def test_nl1_on_a_quadratic_is_newton():
+    """Squared loss: α ≡ 1, so B is the Hessian and the first step lands on the optimum."""
+    from dane.baselines.nl1 import NL1Config
+
+    X, y = data(seed=1)
+    grad, hess = dense(X, y, "squared")
+    w_star = np.linalg.solve(hess(np.zeros(D + 1)), -grad(np.zeros(D + 1)))
+    _, _, ws = simulate(NL1Config(k=2), shards(X, y, "squared"), 2)[0]
+    np.testing.assert_allclose(ws[1].numpy(), w_star, rtol=0, atol=1e-13)
+
+
+def test_nl1_resumes(logistic):
+    from dane.baselines.nl1 import NL1Config
+
+    X, y, *_ = logistic
+    for straight, resumed, w1, w2 in straight_and_resumed(NL1Config(k=3), shards(X, y, "logistic")):
+        assert straight == resumed and torch.equal(w1, w2)
