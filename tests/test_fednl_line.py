@@ -337,3 +337,56 @@ def test_nl1_resumes(logistic):
     X, y, *_ = logistic
     for straight, resumed, w1, w2 in straight_and_resumed(NL1Config(k=3), shards(X, y, "logistic")):
         assert straight == resumed and torch.equal(w1, w2)
+
+
+# ------------------------------------------------------------------ DINGO (baselines/dingo.py)
+def dingo_reference(hessians, grad, x, theta, phi, rho):
+    """One DINGO round (Crane & Roosta 2019, FedNL-Public's ``DINGO`` without its step caps), dense NumPy."""
+    d = len(x)
+    g = grad(x)
+    eye = np.eye(d)
+    Hs = hessians(x)
+    Hg = [H @ g for H in Hs]
+    inv = [np.linalg.pinv(H) @ g for H in Hs]
+    hat = [np.linalg.pinv(np.vstack([H, phi * eye])) @ np.concatenate([g, np.zeros(d)]) for H in Hs]
+    h, h_inv, h_hat = np.mean(Hg, 0), np.mean(inv, 0), np.mean(hat, 0)
+    floor = theta * g @ g
+    if h @ h_inv >= floor:
+        case, p = 1, -h_inv
+    elif h @ h_hat >= floor:
+        case, p = 2, -h_hat
+    else:
+        case, parts = 3, []
+        for H, v in zip(Hs, hat):
+            if v @ h >= floor:
+                parts.append(-v)
+            else:
+                G = np.linalg.inv(H.T @ H + phi ** 2 * eye)
+                parts.append(-v - (floor - v @ h) / (h @ G @ h) * (G @ h))
+        p = np.mean(parts, 0)
+    a = 1.0
+    while np.linalg.norm(grad(x + a * p)) ** 2 > g @ g + 2 * a * rho * p @ h:
+        a /= 2
+    return x + a * p, case, a
+
+
+@pytest.mark.parametrize("theta", [1e-4, 1.5, 30.0])
+def test_dingo_against_numpy(logistic, theta):
+    """3 rounds to 1e-12, the case and step each round as the transcription's.  At x⁰ ⟨h, mean H_i⁻¹g⟩ = 1.196‖g‖² and
+    the clients' ⟨H̃_i†g̃, h⟩ = (1.78, 0.99, 0.82)‖g‖²: θ = 1e-4 takes case 1, θ = 1.5 case 3 with one client's
+    vector kept, θ = 30 case 3 with none (case 2 needs ⟨h, mean H̃_i†g̃⟩ above ⟨h, mean H_i⁻¹g⟩, which a positive
+    definite H_i does not give).  Bits: 64·(4d (+ d in case 3) + d per trial) a round per client."""
+    from dane.baselines.dingo import DINGOConfig
+
+    X, y, grad, _, _ = logistic
+    d = X.shape[1]
+    algo, records, ws = simulate(DINGOConfig(theta=theta), shards(X, y, "logistic"), 3)[0]
+    x, bits, cases = np.zeros(d), 0, []
+    for k in range(1, 4):
+        x, case, a = dingo_reference(lambda z: client_hessians(X, y, z), grad, x, theta, 1e-6, 1e-4)
+        np.testing.assert_allclose(ws[k].numpy(), x, rtol=0, atol=1e-12)
+        assert (records[k - 1]["case"], records[k - 1]["step_size"]) == (case, a)
+        bits += 64 * (4 * d + (d if case == 3 else 0) + (1 - round(np.log2(a))) * d)
+        cases.append(case)
+    assert records[2]["clients_uplink_bits"] == M * bits
+    assert cases[0] == {1e-4: 1, 1.5: 3, 30.0: 3}[theta]
