@@ -390,3 +390,53 @@ def test_dingo_against_numpy(logistic, theta):
         cases.append(case)
     assert records[2]["clients_uplink_bits"] == M * bits
     assert cases[0] == {1e-4: 1, 1.5: 3, 30.0: 3}[theta]
+
+
+# ------------------------------------------------------------------ Newton-3PC (baselines/newton_3pc.py)
+@pytest.mark.parametrize("mechanism, zeta, p", [("lag", 0.5, 0.5), ("lag", 20.0, 0.5), ("clag", 0.5, 0.5),
+                                                ("bag", 1.0, 0.5), ("cbag", 1.0, 0.7)])
+def test_newton_3pc_against_numpy(logistic, mechanism, zeta, p):
+    """4 rounds to 1e-12 against the paper's round in NumPy (dense Hessians; TopK on the packed triangle for clag and
+    cbag, k = 8; the coins from the clients' streams), the senders and bits by hand."""
+    from dane.baselines.newton_3pc import COIN_STREAM, Newton3PCConfig
+
+    X, y, grad, _, _ = logistic
+    d, T = X.shape[1], X.shape[1] * (X.shape[1] + 1) // 2
+    config = Newton3PCConfig(mechanism=mechanism, zeta=zeta, p=p, compressor="topk:8", seed=1)
+    _, records, ws = simulate(config, shards(X, y, "logistic"), 4)[0]
+    x = np.zeros(d)
+    H_i = client_hessians(X, y, x)
+    Y = [H.copy() for H in H_i]
+    bits = M * 64 * T
+    for k in range(4):
+        now = client_hessians(X, y, x)
+        senders = 0
+        for i in range(M):
+            if mechanism in ("bag", "cbag"):
+                fire = np.random.default_rng([1, COIN_STREAM, i, k]).random() < p
+            else:
+                fire = np.linalg.norm(now[i] - H_i[i]) ** 2 > zeta * np.linalg.norm(now[i] - Y[i]) ** 2
+            if fire:
+                senders += 1
+                H_i[i] = now[i] if mechanism in ("lag", "bag") else H_i[i] + packed_topk(now[i] - H_i[i], 8)
+            Y[i] = now[i]
+        H = np.mean(H_i, 0)
+        assert np.linalg.eigvalsh(H).min() > LAM  # the projection [H]_mu leaves it as it is
+        x = x - np.linalg.solve(H, grad(x))
+        np.testing.assert_allclose(ws[k + 1].numpy(), x, rtol=0, atol=1e-12)
+        assert records[k]["hessians_sent"] == senders
+        bits += M * 64 * d + senders * (64 * T if mechanism in ("lag", "bag") else 8 * (64 + 5))
+        assert records[k]["clients_uplink_bits"] == bits
+    sent = [r["hessians_sent"] for r in records[:4]]
+    if mechanism in ("lag", "clag"):
+        assert sent[0] == 0  # round 0: X = H_i⁰, nothing to send
+    assert 0 < sum(sent) < 4 * M  # some clients stay silent, some send
+
+
+def test_newton_3pc_resumes(logistic):
+    from dane.baselines.newton_3pc import Newton3PCConfig
+
+    X, y, *_ = logistic
+    config = Newton3PCConfig(mechanism="cbag", compressor="randk:5", seed=2)
+    for straight, resumed, w1, w2 in straight_and_resumed(config, shards(X, y, "logistic")):
+        assert straight == resumed and torch.equal(w1, w2)
