@@ -49,6 +49,9 @@ FEDRED_LOCAL_STEPS = 10
 FEDRED_MAX_SAMPLED_STEPS = 100
 #: ADIANA's θ₂, the weight of w^k in x^k (Li, Kovalev, Qian & Richtárik 2020: θ₂ = 1/2 in their theorems)
 ADIANA_THETA2 = 0.5
+#: max_z |∂³f(z, y)/∂z³| of a linear model's loss (`cubic_constant`): the logistic loss's σ(1 − σ)(1 − 2σ) peaks at
+#: 1/(6√3); the squared loss has a constant Hessian
+THIRD_DERIVATIVE_BOUND = {"logistic": 1 / (6 * math.sqrt(3)), "squared": 0.0}
 
 
 @dataclass
@@ -316,3 +319,19 @@ def dasha_step(smoothness: float, smoothness_rms: float, omega: float, workers: 
     L̂ = sqrt(mean_i L_i²).  Source: Tyurin & Richtárik 2023, Theorem 6.1 (the gradient setting, a = 1/(2ω + 1),
     g_i⁰ = h_i⁰ = ∇f_i(x⁰)), its largest step.  At ω = 0 it is 1/L̄."""
     return 1.0 / (smoothness + math.sqrt(16.0 * omega * (2.0 * omega + 1.0) / workers) * smoothness_rms)
+
+
+def cubic_constant(third: float, mean_row_cubes: float) -> float:
+    r"""FedNL-CR's cubic weight M = L_*, the Lipschitz constant of ∇²O for O(x) = (1/N)Σ_j f(a_jᵀx) + (λ/2)‖x‖²:
+    ‖∇²O(x) − ∇²O(y)‖ ≤ (max|f⁽³⁾| / N) Σ_j ‖a_j‖³ ‖x − y‖, so M = ``third`` · ``mean_row_cubes``, ``third`` from
+    `THIRD_DERIVATIVE_BOUND`.  Source: Safaryan, Islamov, Qian & Richtárik 2022 (FedNL-CR's model takes L_*), and
+    FedNL-Public's ``FedNL_CR.get_M``, the same bound (c = 1/(6√3), the mean over nodes of each node's mean ‖a‖³:
+    the mean over rows on equal shards)."""
+    return third * mean_row_cubes
+
+
+def nl1_step(k: int, rows: int) -> float:
+    """NL1's coefficient step η_i = 1/(ω + 1) = K/n_i for RandK on a client's n_i coefficients (ω = n_i/K − 1), the
+    largest NL1's theory takes for an unbiased compressor; at it a kept coefficient becomes α_j(x_k) exactly.  Source:
+    Islamov, Qian & Richtárik 2021 (NL1, η ≤ 1/(ω + 1)), and FedNL-Public's ``NL1`` (``eta = k/m``)."""
+    return k / rows

@@ -28,6 +28,15 @@ one more allreduce (the clients' objective values) per trial.  The paper searche
 60 trials (γ⁶⁰ ≈ 1e-18 at γ = 1/2), and where none passes (a direction that is no descent at round-off) the
 round keeps x_k (t = 0, recorded as ``step_size``) rather than take a step no trial tested.
 
+``variant=cr`` (FedNL-CR, the paper's cubic-regularized FedNL): option 2's round, the server step the minimizer of
+the cubic model ⟨∇O(x_k), s⟩ + ½ sᵀ(H + l_k I)s + (M/6)‖s‖³, x_{k+1} = x_k + s (`baselines.fednl_server.cubic_newton`),
+convergent from any start.  M = ``cubic``; null: L_*, the Lipschitz constant of ∇²O, max|f⁽³⁾|·(1/N)Σ_j ‖a_j‖³
+(`baselines.defaults.cubic_constant`, measured before round 0 by one allreduce, `baselines.measure.mean_row_cubes`,
+and listed in the summary's ``defaults``); 0 for the squared loss, where the step is option 2's.  The same messages
+and bits as option 2.  FedNL-Public's ``FedNL_CR`` departs from its paper in three places, which the package does not
+follow: its update of the H_i runs outside the loop over the clients (only the last client's H_i learns), and its
+subproblem solver pairs the shift M t/2 in its equation for t with M√t/2 in its step, and rotates g by U, not Uᵀ.
+
 ``variant=pp`` (FedNL-PP, Algorithm 3): s = ``clients_per_round`` clients a round
 (`dane.sampling`).  Client i keeps w_i, H_i, l_i = ‖H_i − ∇²O_i(w_i)‖_F and
 g_i = (H_i + l_i I) w_i − ∇O_i(w_i); the server keeps their means H, l, g and steps first:
@@ -94,10 +103,12 @@ from dane.problems.stacked_hessians import CompactHessians, PackedRows, frobeniu
 from dane.problems.stacked_rows import StackedRows
 from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
+from .defaults import THIRD_DERIVATIVE_BOUND, Resolution, cubic_constant
 from .federated import Federated
+from .measure import mean_row_cubes
 from .fednl_server import armijo_backtrack, newton_direction, shifted_newton
 
-VARIANTS = ("plain", "ls", "pp")
+VARIANTS = ("plain", "ls", "pp", "cr")
 VALUE_BITS = 64
 #: the phases of a round `StackedFedNL.seconds` times: the clients' gradients and Hessians, the compression of the
 #: Hessian differences, the clients' and server's updates of H_i and H, the server's Newton step (line search included)
@@ -233,8 +244,10 @@ class FedNL(Federated):
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", ls_c: float = 0.5,
-                 ls_gamma: float = 0.5, sampling: SamplingKeys, seed: int = 0):
-        super().__init__(problem, comm, sampling=sampling, seed=seed)
+                 ls_gamma: float = 0.5, sampling: SamplingKeys, seed: int = 0, cubic: float = 0.0,
+                 defaults: tuple[dict, ...] = ()):
+        super().__init__(problem, comm, sampling=sampling, seed=seed, defaults=defaults)
+        self.cubic = cubic  # FedNL-CR's M (0: no cubic term)
         if not isinstance(problem, StackedRows if stacked(comm) else LinearModelShard) or (
                 not stacked(comm) and problem.classes != 1):
             raise ConfigError(f"algorithm=fednl needs a linear model with one output on rows (problem=logreg, or "
@@ -297,7 +310,8 @@ class FedNL(Federated):
         sent = [self.own(grads), self.packed(S), self.own(l_i[:, None])]
         (g, S_mean, l), reduced = sampled_mean(self.comm, members, sent, payload)       # uplink
         g = g.numpy()
-        direction = newton_direction(self.H, g, float(l), option=self.option, mu=self.mu)  # server, with H_k
+        direction = newton_direction(self.H, g, float(l), option=self.option, mu=self.mu,  # server, with H_k
+                                     cubic=self.cubic)
         trials = 0
         if self.variant == "ls":
             self.step_size, trials = armijo_backtrack(self.global_objective, x, float(reduced[0][0]), g, direction,
@@ -364,14 +378,14 @@ class StackedFedNL:
     def __init__(self, rows: StackedRows, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", clients_per_round: int | None = None,
                  ls_c: float = 0.5, ls_gamma: float = 0.5, seed: int = 0, x0: np.ndarray | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, cubic: float = 0.0):
         self.compressor = make(compressor)
         self.rows, self.clients = rows, CompactHessians.kept(rows, whole=self.compressor.matrices)
         clients = self.clients
         self.m, self.d, self.T = clients.m, clients.d, clients.T
         self.alpha = hessian_step(self.compressor, self.d, alpha)
         self.option, self.variant, self.ls_c, self.ls_gamma = option, variant, ls_c, ls_gamma
-        self.mu = clients.l2 if mu is None else mu
+        self.mu, self.cubic = clients.l2 if mu is None else mu, cubic
         self.sampler = ClientSampler(SimpleNamespace(size=self.m, rank=0), clients_per_round, seed=seed)
         self.x = np.zeros(self.d) if x0 is None else np.array(x0, dtype=np.float64)
         self.client = FedNLClients(clients, self.x, compressor=self.compressor, alpha=self.alpha, option=option,
@@ -396,7 +410,7 @@ class StackedFedNL:
         grads, S, l_i = self.client.round(x, self.rounds)
         g = grads.mean(0)
         now = time.perf_counter()
-        direction = newton_direction(self.H, g, float(l_i.mean()), option=self.option, mu=self.mu)
+        direction = newton_direction(self.H, g, float(l_i.mean()), option=self.option, mu=self.mu, cubic=self.cubic)
         trials = 0
         if self.variant == "ls":
             self.step_size, trials = armijo_backtrack(self.rows.mean_objective, x, self.rows.mean_objective(x), g,
@@ -438,6 +452,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
     variant: str = "plain"
     ls_c: float = 0.5
     ls_gamma: float = 0.5
+    cubic: float | None = None  # FedNL-CR's M; null: L_* (module docstring)
     seed: int = 0
     name: str = "fednl"
     algorithm = FedNL
@@ -464,8 +479,14 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         if self.variant != "pp":
             self.refuse_sampling(f"fednl algorithm.variant={self.variant}",
                                  "partial participation is FedNL-PP (algorithm.variant=pp)")
-        if self.variant == "pp" and self.option != 2:
-            raise ConfigError("algorithm.variant=pp steps with H + l I (the paper's FedNL-PP); set algorithm.option=2")
+        if self.variant in ("pp", "cr") and self.option != 2:
+            raise ConfigError(f"algorithm.variant={self.variant} steps with H + l I (the paper's "
+                              f"{'FedNL-PP' if self.variant == 'pp' else 'FedNL-CR'}); set algorithm.option=2")
+        if self.cubic is not None:
+            checks.nonnegative("algorithm.cubic", self.cubic)
+            if self.variant != "cr":
+                raise ConfigError(f"algorithm.cubic is FedNL-CR's cubic weight (algorithm.variant=cr), got "
+                                  f"algorithm.variant={self.variant}; set algorithm.cubic=null")
         checks.integer("algorithm.seed", self.seed)
 
     def recovery(self) -> list[str]:
@@ -498,5 +519,16 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         return rows
 
     def build(self, problem: Problem, comm: Communicator) -> FedNL:
+        """FedNL-CR's M null resolved first (`baselines.defaults.cubic_constant`, one allreduce)."""
+        resolution, cubic = Resolution(), self.cubic or 0.0
+        if self.variant == "cr" and self.cubic is None:
+            third, cubes = THIRD_DERIVATIVE_BOUND.get(problem.loss.name), None
+            if third is None:
+                raise ConfigError(f"algorithm.cubic=null is L_* for the logistic or squared loss, got "
+                                  f"{problem.loss.name}; set algorithm.cubic to a number")
+            cubes = mean_row_cubes(problem, comm)
+            cubic = resolution.add("cubic", cubic_constant(third, cubes), "cubic_constant", third=third,
+                                   mean_row_cubes=cubes)
         return FedNL(problem, comm, compressor=self.compressor, alpha=self.alpha, option=self.option, mu=self.mu,
-                     variant=self.variant, ls_c=self.ls_c, ls_gamma=self.ls_gamma, sampling=self, seed=self.seed)
+                     variant=self.variant, ls_c=self.ls_c, ls_gamma=self.ls_gamma, sampling=self, seed=self.seed,
+                     cubic=cubic, defaults=resolution.entries)

@@ -5,12 +5,14 @@ Each is counted as the run's communication (the allreduces and their bytes appea
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from dane.comm import Communicator
 from dane.comm.batched import stacked
 from dane.errors import ConfigError
 from dane.problems import Problem
+from dane.problems.stacked_rows import shard_rows
 from dane.numerics.similarity import hessian_dissimilarity as measured_dissimilarity
 
 from .defaults import dissimilarity
@@ -87,3 +89,21 @@ def smoothness_moments(problem: Problem, comm: Communicator, *, iters: int, seed
     L_all, moments = comm.allreduce_mean([spread, moments])
     return {"max": float(L_all.max()) * comm.size, "mean": float(moments[1]), "rms": float(moments[2]) ** 0.5,
             "mean_lowest": float(moments[0])}
+
+
+def mean_row_cubes(problem: Problem, comm: Communicator) -> float:
+    """(1/N)Σ_j ‖a_j‖³ over every worker's rows a_j (FedNL-CR's M, `baselines.defaults.cubic_constant`): each worker's
+    row weight m/N times its Σ‖a_j‖³, one allreduce of a scalar (every worker's at once on the stacked rows)."""
+    if stacked(comm):
+        cubes = row_norms(problem.X) ** 3
+        local = torch.from_numpy(problem.weight * np.bincount(problem.row_client, weights=cubes,
+                                                              minlength=problem.stacked_workers)[:, None])
+    else:
+        local = torch.tensor([problem.weight * (row_norms(shard_rows(problem)) ** 3).sum()], dtype=torch.float64)
+    (mean,) = comm.allreduce_mean([local])
+    return float(mean.reshape(-1)[0])
+
+
+def row_norms(X) -> np.ndarray:
+    """‖a_j‖ of each row of a SciPy sparse matrix."""
+    return np.sqrt(np.asarray(X.multiply(X).sum(1)).ravel())

@@ -1,0 +1,155 @@
+r"""NL1, Newton-Learn 1 (Islamov, Qian & Richtárik 2021): Newton's method for a generalized linear model whose
+clients learn the coefficients of their Hessians, not the Hessians.
+
+Client i's objective is O_i(x) = w Σ_{j∈S_i} φ_j(a_jᵀx) + (λ/2)‖x‖² (w = m/N, the package's row weight), its Hessian
+w Σ_j α_j(x) a_j a_jᵀ + λI with α_j(x) = φ_j''(a_jᵀx) ≥ 0.  Client i keeps h_i ∈ ℝ^{n_i}, its estimate of α_i(x)
+(h_i⁰ = α_i(x⁰)); the server keeps B = mean_i w Σ_{j∈S_i} h_j a_j a_jᵀ.  Round k, one allreduce:
+
+.. math::
+    h_i^{k+1} &= \big[h_i^k + \eta_i\,\mathcal C_i\big(\alpha_i(x_k) - h_i^k\big)\big]_+
+        &&\text{(client: sends } \nabla O_i(x_k) \text{ and the rows } a_j \text{ and changes of the entries } \mathcal C_i \text{ kept)}\\
+    x_{k+1} &= x_k - (B_k + \lambda I)^{-1}\,\nabla O(x_k),\qquad
+        B_{k+1} = B_k + \tfrac1m\textstyle\sum_i w \sum_j (h^{k+1}_j - h^k_j)\, a_j a_j^\top &&\text{(server)}
+
+C_i = RandK on n_i coefficients (unbiased, scaled by n_i/K; the indices from the client's own stream,
+`dane.problems.stacked_compress.randk_indices`, drawn per round), [·]_+ the positive part; the step uses B_k, learned
+from α at x_0..x_{k−1}, as FedNL's H_k (round 0 is a Newton step).  η_i = ``eta``; null: 1/(ω_i + 1) = K/n_i
+(`baselines.defaults.nl1_step`, FedNL-Public's default η = K/m), at which a kept h_j becomes α_j(x_k).
+
+*Messages and bits* (record ``clients_uplink_bits``, cumulative, FedNL's convention): before round 0 each client sends
+its B_i⁰ as a packed triangle, 64·d(d+1)/2 bits; each round 64·d (its gradient) + 64·K·d (the K rows, dense) + 64·K
+(the changes) bits.  FedNL-Public's ``NL1`` counts the same messages at 32-bit values (32·d + 32·K·d + 32·K a round,
+32·d(d+1)/2 once).
+
+Departures: none in the round (FedNL-Public's line search, off by default there, is not offered).  The server's B is
+the running sum of the changes the clients send, as the protocol has it.
+
+Linear models with one output on rows (``problem=logreg``, or ``problem=ridge`` with data, where α is constant and
+NL1 is Newton's method), one client per worker or all m on the batched simulator's stacked rows.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import torch
+
+from dane import checks
+from dane.algorithm import AlgorithmConfig, Column
+from dane.comm import Communicator
+from dane.comm.batched import stacked
+from dane.problems import Problem
+from dane.problems.stacked_compress import randk_indices
+from dane.problems.stacked_hessians import pack, packed_size, unpack
+from dane.sampling import SamplingKeys, sampled_mean
+
+from .defaults import Resolution, nl1_step
+from .federated import Federated
+from .newton_star import VALUE_BITS, client_rows
+
+
+class NL1(Federated):
+    """NL1 on one worker = one client, or all m on stacked rows (module docstring); B is kept on every worker."""
+
+    name = "nl1"
+    label = "NL1"
+    batchable = True  # the stacked rows give all m clients' gradients and curvatures at once
+    stacked_needs = "oracles"
+    columns = (*Federated.columns, Column("clients_uplink_bits", "{:>12.4g}"))
+    summary_keys = (*Federated.summary_keys, "clients_uplink_bits")
+
+    def __init__(self, problem: Problem, comm: Communicator, *, k: int, eta: float | None = None,
+                 sampling: SamplingKeys, seed: int = 0, defaults: tuple[dict, ...] = ()):
+        super().__init__(problem, comm, sampling=sampling, seed=seed, defaults=defaults)
+        self.rows = client_rows(problem, comm, self.name)
+        self.ids = np.arange(self.rows.stacked_workers) if stacked(comm) else np.array([comm.rank])
+        self.d, self.k, self.seed, self.draws = self.rows.dim, k, seed, 0
+        sizes = np.diff(self.rows.start)
+        self.eta = np.array([nl1_step(min(k, n), n) if eta is None else eta for n in sizes])
+        self.h = self.rows.rows_at(self.w.numpy(), curvature=True).curv.copy()     # h_i⁰ = α_i(x⁰)
+        first = [self.coefficient_matrix(c, np.arange(n), self.h[self.rows.start[c]:self.rows.start[c + 1]])
+                 for c, n in enumerate(sizes)]
+        (B,), _ = sampled_mean(comm, self.sampler.draw_all(), [self.own(np.stack(first))])  # B_i⁰ up, once
+        self.B = B.numpy().copy()
+        self.uplink_bits = 0
+        self.count(comm.size, VALUE_BITS * packed_size(self.d), down=0)
+
+    def coefficient_matrix(self, c: int, local: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+        """w Σ_j coefficients_j a_j a_jᵀ over client c's rows ``local`` (positions in its shard), packed."""
+        A = self.rows.X[self.rows.start[c] + local]
+        return pack((A.T @ A.multiply(self.rows.weight * coefficients[:, None])).toarray())
+
+    def own(self, rows: np.ndarray) -> torch.Tensor:
+        """This worker's clients' rows as its communicator takes them: stacked, or the one client's row."""
+        return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
+
+    def round(self) -> dict[str, float]:
+        x = self.w.numpy()
+        members = self.sampler.draw_all()
+        grad, payload = self.grad_and_payload(self.w)
+        alpha = self.rows.rows_at(x, curvature=True).curv
+        changes = []
+        for c, client in enumerate(self.ids):                                      # client: C_i, h_i, ΔB_i
+            lo, hi = self.rows.start[c], self.rows.start[c + 1]
+            n, kept = hi - lo, min(self.k, hi - lo)
+            picked = randk_indices(self.seed, np.array([client]), self.draws, n, kept)[0]
+            old = self.h[lo + picked]
+            new = np.maximum(old + self.eta[c] * (n / kept) * (alpha[lo + picked] - old), 0.0)
+            self.h[lo + picked] = new
+            changes.append(self.coefficient_matrix(c, picked, new - old))
+        (g, dB), reduced = sampled_mean(self.comm, members, [grad, self.own(np.stack(changes))], payload)
+        H = unpack(self.B, self.d)
+        H.flat[::self.d + 1] += self.rows.l2
+        step = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H, lower=True), g.to(torch.float64).numpy())
+        self.w = self.w - torch.from_numpy(step).to(self.w.dtype)                   # server, with B_k
+        self.B += dB.numpy()
+        self.draws += 1
+        sent = max(min(self.k, int(n)) for n in np.diff(self.rows.start))
+        self.count(len(members), VALUE_BITS * (self.d + sent * self.d + sent), down=self.d)
+        return {**self.record(reduced, members), "clients_uplink_bits": self.uplink_bits}
+
+    def count(self, clients: int, bits: int, *, down: int) -> None:
+        self.uplink_bits += clients * bits
+        self.traffic.uplink += clients * math.ceil(bits / 8)
+        self.traffic.downlink += clients * down * VALUE_BITS // 8
+
+    def evaluate(self) -> dict[str, float]:
+        return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "h": torch.from_numpy(self.h.copy()), "B": torch.from_numpy(self.B.copy()),
+                "bits": self.uplink_bits, "draws": self.draws}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.h, self.B = state["h"].numpy().copy(), state["B"].numpy().copy()
+        self.uplink_bits, self.draws = int(state["bits"]), int(state["draws"])
+
+
+@dataclass(frozen=True)
+class NL1Config(AlgorithmConfig, SamplingKeys):
+    k: int = 1
+    eta: float | None = None
+    seed: int = 0
+    name: str = "nl1"
+    algorithm = NL1
+
+    def __post_init__(self) -> None:
+        checks.positive_int("algorithm.k", self.k)
+        if self.eta is not None:
+            checks.positive("algorithm.eta", self.eta)
+        self.check_sampling()
+        self.refuse_sampling("nl1", "its step needs every client's gradient")
+        checks.integer("algorithm.seed", self.seed)
+
+    def build(self, problem: Problem, comm: Communicator) -> NL1:
+        """η null: `baselines.defaults.nl1_step` per client, noted for this worker's first client."""
+        resolution = Resolution()
+        if self.eta is None:
+            rows = client_rows(problem, comm, self.name)
+            n = int(rows.start[1] - rows.start[0])
+            resolution.add("eta", nl1_step(min(self.k, n), n), "nl1_step", k=self.k, rows=n)
+        return NL1(problem, comm, k=self.k, eta=self.eta, sampling=self, seed=self.seed,
+                   defaults=resolution.entries)
