@@ -44,7 +44,8 @@ def test_pp_marina_with_every_client_and_p_one_is_gd_bit_for_bit(shards):
 
 def test_pp_marina_equals_its_numpy_transcription_with_the_sampler_and_seeded_randk(shards):
     """Algorithm 4 line by line: c_k from the shared coin; on c_k = 0, I'_k (with replacement) and
-    g^{k+1} = g^k + (1/r) Σ_j Q(∇f_{i_j}(x^{k+1}) − ∇f_{i_j}(x^k)), each drawn client's Q once, from its stream."""
+    g^{k+1} = g^k + (1/r) Σ_j Q(∇f_{i_j}(x^{k+1}) − ∇f_{i_j}(x^k)), each drawn client's Q once, from its
+    stream."""
     data, k, lr, p = numpy_shards(shards), 5, 0.2, 0.4
     coin = np.random.default_rng(np.random.SeedSequence([SEED, COIN_STREAM]))
     draw, w, gens, out, flips, drawn = draws(SEED), np.zeros(D), streams(), [], [], []
