@@ -245,6 +245,20 @@ def marina_step(smoothness: float, smoothness_rms: float, omega: float, p: float
     return 1.0 / (smoothness + smoothness_rms * math.sqrt((1.0 - p) * omega / (p * workers)))
 
 
+def pp_marina_probability(density: int, dim: int, clients: int, workers: int) -> float:
+    """PP-MARINA's p = ζ_Q r/(d m), r of the m clients sampled a compressed round (``clients_per_round``).  Source:
+    Gorbunov, Burlachenko, Li & Richtárik 2021, the p of their Corollary 4.1 (a full round, m dense gradients, then
+    costs in expectation what a compressed one does, r messages of ζ_Q entries)."""
+    return density * clients / (dim * workers)
+
+
+def pp_marina_step(smoothness: float, smoothness_rms: float, omega: float, p: float, clients: int) -> float:
+    r"""PP-MARINA's γ = 1/(L₋ + L₊ sqrt((1 − p)(1 + ω)/(p r))), L₋ ≤ L̄ = mean_i L_i and L₊ = sqrt(mean_i L_i²) as in
+    `marina_step`, r clients drawn uniformly with replacement.  Source: Gorbunov et al. 2021, Theorem 4.1 (its
+    largest step); (1 + ω)/r in place of MARINA's ω/m is the variance of the mean of r i.i.d. draws of Q(Δ_i)."""
+    return 1.0 / (smoothness + smoothness_rms * math.sqrt((1.0 - p) * (1.0 + omega) / (p * clients)))
+
+
 def ef21_step(smoothness: float, smoothness_rms: float, delta: float) -> float:
     r"""EF21's γ = 1/(L + L̃ sqrt(β/θ)), θ = 1 − sqrt(1 − α), β = (1 − α)/(1 − sqrt(1 − α)), α = δ the contraction of
     the compressor (1/(ω + 1) for an unbiased one, used as C/(ω + 1)), L ≤ L̄ = mean_i L_i, L̃ = sqrt(mean_i L_i²).

@@ -27,11 +27,38 @@ communicator counts the message (`dane.comm.compression`, ``precompressed``): a 
 metric per worker, a full round 64 (d + metrics); the downlink, g_k, dense.  The logged ``grad_norm`` is ‖g_k‖.
 It runs on the batched simulator as DIANA does.
 
-Departure: the theorem is for non-convex f (MARINA's main setting); the package runs it on every problem with
-Hessian-vector products for the step rule, or with a given ``lr`` on any.
+*PP-MARINA* (their Algorithm 4, partial participation: ``clients_per_round=r``; null, the default: MARINA above,
+every number as before).  A full round (c_k = 1, and round 0) is MARINA's: every client sends its gradient.  A
+compressed round draws I'_k, r i.i.d. uniform draws of a client with replacement (as the paper; a client drawn twice
+counts twice), from the shared `dane.sampling.ClientSampler` (`ClientSampler.draw_with_replacement`: seeded from the
+run's seed alone, alike on every rank, checkpointed), and only the clients drawn send Q(∇O_i(x_k) − ∇O_i(x_{k−1})),
+each drawing Q from its own stream (the others draw nothing):
+
+.. math:: g_k = g_{k-1} + \tfrac1r\textstyle\sum_{j=1}^{r} Q\big(\nabla O_{i_j}(x_k) - \nabla O_{i_j}(x_{k-1})\big)
+    = g_{k-1} + \tfrac mr\cdot\tfrac1m\sum_i c_i\, Q_i
+
+(c_i the multiplicity of client i in I'_k): every worker enters the allreduce with c_i Q_i, zeros when not drawn,
+and the mean is rescaled by m/r (as `dane.sampling.sampled_mean`, with multiplicities; on the batched path the drawn
+clients' rows are placed among the others' zeros).  With p = 1 every round is full: PP-MARINA is GD at step γ, at
+any r.  ``sampling=size`` is refused (the paper samples uniformly), and r ≤ m (the sampler's bound).  Defaults
+under sampling: p = ζ_Q r/(d m) (`baselines.defaults.pp_marina_probability`, their Corollary 4.1) and
+γ = 1/(L̄ + L₊ sqrt((1 − p)(1 + ω)/(p r))) (`baselines.defaults.pp_marina_step`, their Theorem 4.1).
+
+Its traffic, participants only (records under sampling, cumulative): ``clients_uplink_bits``, what the clients sent
+(a full round m · 64 d, a compressed round bits(Q on d entries) per distinct client drawn: a client drawn twice sends
+once), ``uplink_bytes`` (the same at ⌈bits/8⌉ per message), ``downlink_bytes`` (g_k to every client each round, as
+the paper's broadcast: every client keeps x_k) and ``clients`` (the clients that sent).  The communicator's
+``uplink_bits`` still count the collective as run, every rank's message (`dane.sampling`).
+
+Departures: the theorem is for non-convex f (MARINA's main setting); the package runs it on every problem with
+Hessian-vector products for the step rule, or with a given ``lr`` on any.  Under sampling every client evaluates
+∇O_i at every iterate (the record's metrics need it) and keeps it, where the paper's drawn client evaluates
+∇O_i(x_k) and ∇O_i(x_{k−1}) then: the same numbers.  The draw I'_k is taken on compressed rounds only (the paper
+draws it every round and uses it on compressed ones; the draws being independent of the coin, the law is the same).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,11 +67,13 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
+from dane.comm.batched import stacked
 from dane.compress import Compressor, Sparsifier, make
 from dane.errors import ConfigError
 from dane.problems import Problem
+from dane.sampling import ClientSampler, SamplingKeys, Traffic
 
-from .defaults import Resolution, marina_probability, marina_step
+from .defaults import Resolution, marina_probability, marina_step, pp_marina_probability, pp_marina_step
 from .diana import SENT, CompressedKeys, compress_each, own_compression, unbiased_compressor, worker_streams
 
 COIN_STREAM = 13  # seed stream of the shared coin (`dane.comm.compression` uses 11 for the workers' draws)
@@ -66,10 +95,12 @@ class MARINA(Algorithm):
     compressed_messages = True  # its own Q, its bits counted in the communicator (module docstring)
     synchronous_because = "MARINA's server averages every worker's message at the same iterate"
     columns = (Column("full_round", "{:>5.0f}"),)
+    client_sampling = True  # PP-MARINA: algorithm.clients_per_round (module docstring)
+    summary_keys = (*Algorithm.summary_keys, "clients_uplink_bits", "uplink_bytes", "downlink_bytes")  # PP-MARINA's
     batchable = True  # its round reads the same on stacked tensors, each worker's Q from its own stream
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", lr: float, p: float,
-                 seed: int = 0, defaults: tuple[dict, ...] = ()):
+                 seed: int = 0, sampling: SamplingKeys | None = None, defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm)
         self.compressor = unbiased_compressor(compressor, self.name)
         self.lr, self.p, self.defaults = lr, p, tuple(defaults)
@@ -78,55 +109,116 @@ class MARINA(Algorithm):
         self.generators = worker_streams(comm, self.counter, seed)
         self.g: torch.Tensor | None = None           # g_{k-1}, every worker's copy
         self.last_grad: torch.Tensor | None = None   # ∇O_i(x_{k-1})
+        self.sampler = None  # PP-MARINA's (module docstring); None: MARINA, every client every round
+        if sampling is not None and sampling.clients_per_round is not None:
+            self.sampler = ClientSampler(comm, sampling.clients_per_round, seed=seed)
+            self.traffic, self.uplink_bits = Traffic(), 0
 
     def step(self) -> dict[str, float]:
         grad, metrics = self.problem.evaluate(self.w)
         full = self.g is None or bool(self.coin.random() < self.p)   # round 0, or c_k = 1
+        members = None
         if full:
             sent, kinds = grad, (None,)                               # the whole gradient, counted dense
-        else:
+        elif self.sampler is None:
             sent, kinds = compress_each(self.compressor, grad - self.last_grad, self.generators), (SENT,)
+        else:
+            members, counts = self.sampler.draw_with_replacement()   # I'_k
+            sent, kinds = self.drawn_differences(grad - self.last_grad, members, counts), (SENT,)
+            if len(members) < self.comm.size:
+                self.comm.next_participants(members.tolist())  # the simulator charges the drawn clients only
         self.last_grad = grad
         mean, metrics = self.comm.allreduce_mean([sent, metrics], kinds=kinds)
+        if members is not None:
+            mean = mean * (self.comm.size / self.sampler.s)           # (1/m) Σ c_i Q_i into (1/r) Σ_j Q_{i_j}
         self.g = mean if full else self.g + mean
         self.w = self.w - self.lr * self.g
-        return {**self.metrics(self.g, metrics), "lr": self.lr, "full_round": float(full)}
+        out = {**self.metrics(self.g, metrics), "lr": self.lr, "full_round": float(full)}
+        return out if self.sampler is None else {**out, **self.count(grad, members)}
+
+    def drawn_differences(self, diff: torch.Tensor, members: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """c_i Q(diff_i) for each drawn client i (c_i its multiplicity in I'_k), zeros for the others: this worker's, or
+        the stack's rows; only the drawn clients draw Q, each from its own stream."""
+        if not stacked(self.comm):
+            c = int(counts[self.comm.rank])
+            return compress_each(self.compressor, diff, self.generators) * c if c else torch.zeros_like(diff)
+        rows = members.to(diff.device)
+        drawn = compress_each(self.compressor, diff.index_select(0, rows),
+                              [self.generators[i] for i in members.tolist()])
+        weights = counts.to(device=diff.device, dtype=diff.dtype).index_select(0, rows).unsqueeze(1)
+        return diff.new_zeros(diff.shape).index_copy_(0, rows, drawn * weights)
+
+    def count(self, grad: torch.Tensor, members: torch.Tensor | None) -> dict[str, int]:
+        """PP-MARINA's traffic of the round (``members`` None: a full round, every client sent its gradient)."""
+        d, width = self.w.numel(), grad.element_size() * 8
+        clients = self.comm.size if members is None else len(members)
+        bits = d * width if members is None else self.compressor.bits(d, width)
+        self.uplink_bits += clients * bits
+        self.traffic.uplink += clients * math.ceil(bits / 8)
+        self.traffic.downlink += self.comm.size * d * width // 8  # g_k to every client
+        return {**self.traffic.record(clients), "clients_uplink_bits": self.uplink_bits}
+
+    def evaluate(self) -> dict[str, float]:
+        out = super().evaluate()
+        if self.sampler is None:
+            return out
+        return {**out, **self.traffic.record(self.sampler.s), "clients_uplink_bits": self.uplink_bits}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "g": self.g, "last_grad": self.last_grad,
-                "coin": self.coin.bit_generator.state}
+        state = {**super().state_dict(), "g": self.g, "last_grad": self.last_grad,
+                 "coin": self.coin.bit_generator.state}
+        if self.sampler is not None:
+            state.update(sampler=self.sampler.state_dict(), traffic=self.traffic.state_dict(),
+                         clients_uplink_bits=self.uplink_bits)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.g, self.last_grad = state["g"], state["last_grad"]
         self.coin.bit_generator.state = state["coin"]
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state["sampler"])
+            self.traffic.load_state_dict(state["traffic"])
+            self.uplink_bits = int(state["clients_uplink_bits"])
 
 
 @dataclass(frozen=True)
-class MARINAConfig(AlgorithmConfig, CompressedKeys):
+class MARINAConfig(AlgorithmConfig, CompressedKeys, SamplingKeys):
     p: float | None = None
     name: str = "marina"
     algorithm = MARINA
 
     def __post_init__(self) -> None:
         self.check_keys()
+        self.check_sampling()
         unbiased_compressor(self.compressor, self.name)
         if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
             raise ConfigError(f"algorithm.p must be in (0, 1] (the probability of a full round), got {self.p}")
+        if self.clients_per_round is not None and self.sampling != "uniform":
+            raise ConfigError(f"algorithm=marina samples clients uniformly with replacement (PP-MARINA), got "
+                              f"algorithm.sampling={self.sampling}; set algorithm.sampling=uniform")
 
     def build(self, problem: Problem, comm: Communicator) -> MARINA:
-        """The nulls resolved (`baselines.defaults`): p from the compressor's density, γ from L̄, L₊, ω, p and m."""
+        """The nulls resolved (`baselines.defaults`): p from the compressor's density, γ from L̄, L₊, ω, p and m
+        (PP-MARINA's rules, with r, under ``clients_per_round``)."""
         resolution, compressor, d = Resolution(), make(self.compressor), problem.dim
-        omega = compressor.omega(d)
+        omega, r = compressor.omega(d), self.clients_per_round
         p = self.p
         if p is None:
             zeta = density(compressor, d)
-            p = resolution.add("p", marina_probability(zeta, d), "marina_probability", density=zeta, dim=d)
+            p = resolution.add("p", marina_probability(zeta, d), "marina_probability", density=zeta, dim=d) \
+                if r is None else \
+                resolution.add("p", pp_marina_probability(zeta, d, r, comm.size), "pp_marina_probability",
+                               density=zeta, dim=d, clients=r, workers=comm.size)
         lr = self.lr
         if lr is None:
             found = self.moments(problem, comm)
-            lr = resolution.add("lr", marina_step(found["mean"], found["rms"], omega, p, comm.size), "marina_step",
-                                smoothness=found["mean"], smoothness_rms=found["rms"], omega=omega, p=p,
-                                workers=comm.size)
-        return MARINA(problem, comm, compressor=self.compressor, lr=lr, p=p, seed=self.seed,
+            if r is None:
+                lr = resolution.add("lr", marina_step(found["mean"], found["rms"], omega, p, comm.size),
+                                    "marina_step", smoothness=found["mean"], smoothness_rms=found["rms"], omega=omega,
+                                    p=p, workers=comm.size)
+            else:
+                lr = resolution.add("lr", pp_marina_step(found["mean"], found["rms"], omega, p, r), "pp_marina_step",
+                                    smoothness=found["mean"], smoothness_rms=found["rms"], omega=omega, p=p, clients=r)
+        return MARINA(problem, comm, compressor=self.compressor, lr=lr, p=p, seed=self.seed, sampling=self,
                       defaults=resolution.entries)

@@ -108,6 +108,16 @@ class ClientSampler:
         work.take_part(chosen)  # the clients left out only measure the record's metrics (`dane.work`)
         return chosen.sort().values
 
+    def draw_with_replacement(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """s i.i.d. uniform draws of a client, with replacement (PP-MARINA's I'_k, `baselines.marina`): (the distinct
+        clients drawn, sorted; each client's multiplicity, an m-vector of integers summing to s).  It draws at s = m
+        too (the multiset of m draws is not every client); ``sampling=uniform`` only."""
+        picks = torch.randint(self.m, (self.s,), generator=self.generator)
+        counts = torch.bincount(picks, minlength=self.m)
+        members = torch.nonzero(counts).reshape(-1)
+        work.take_part(members)
+        return members, counts
+
     def draw_all(self) -> torch.Tensor:
         """Every client (no draw): a collective outside the sampled rounds."""
         return torch.arange(self.m)

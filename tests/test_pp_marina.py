@@ -1,0 +1,137 @@
+"""PP-MARINA (baselines/marina.py with algorithm.clients_per_round, Gorbunov et al. 2021, Algorithm 4): GD at p = 1
+and r = m, a NumPy transcription of its sampled rounds with the sampler's and the workers' draws, its participants'
+bits by hand, its defaults, its checkpoint, and the batched path against the per-worker one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dane.baselines.defaults import pp_marina_step
+from dane.baselines.gd import GDConfig
+from dane.baselines.marina import COIN_STREAM, MARINAConfig
+from dane.errors import ConfigError
+from dane.loop.launch import execute
+from dane.loop.runner import StopRule
+from dane.sampling import sampler_seed
+from dane.spec import Communication, RunControl, RunSpec
+from helpers import straight_and_resumed
+from test_compressed_methods import D, LOGREG, M, RIDGE, ROUNDS, SEED, fit, gradient, iterates, numpy_shards, randk, \
+    streams
+
+R = 2  # clients a compressed round draws
+
+
+@pytest.fixture(scope="module")
+def shards():
+    LOGREG.prepare()
+    return [LOGREG.build(rank, M) for rank in range(M)]
+
+
+def draws(seed):
+    """The shared sampler's generator (`dane.sampling.sampler_seed`): I'_k = R i.i.d. uniform clients."""
+    generator = torch.Generator().manual_seed(sampler_seed(seed))
+    return lambda: torch.randint(M, (R,), generator=generator).numpy()
+
+
+def test_pp_marina_with_every_client_and_p_one_is_gd_bit_for_bit(shards):
+    marina, records = iterates(MARINAConfig(compressor="randk:3", p=1.0, lr=0.3, clients_per_round=M), shards)
+    gd, gd_records = iterates(GDConfig(lr=0.3), shards)
+    assert all(torch.equal(a, b) for a, b in zip(marina, gd, strict=True))
+    assert [r["objective"] for r in records] == [r["objective"] for r in gd_records]
+    assert [r["clients_uplink_bits"] for r in records[:-1]] == [(t + 1) * M * 64 * D for t in range(ROUNDS)]
+
+
+def test_pp_marina_equals_its_numpy_transcription_with_the_sampler_and_seeded_randk(shards):
+    """Algorithm 4 line by line: c_k from the shared coin; on c_k = 0, I'_k (with replacement) and
+    g^{k+1} = g^k + (1/r) Σ_j Q(∇f_{i_j}(x^{k+1}) − ∇f_{i_j}(x^k)), each drawn client's Q once, from its
+    stream."""
+    data, k, lr, p = numpy_shards(shards), 5, 0.2, 0.4
+    coin = np.random.default_rng(np.random.SeedSequence([SEED, COIN_STREAM]))
+    draw, w, gens, out, flips, drawn = draws(SEED), np.zeros(D), streams(), [], [], []
+    grads = np.stack([gradient(data[i], w) for i in range(M)])
+    g = grads.mean(0)
+    for _ in range(ROUNDS):
+        out.append(w.copy())
+        w_next = w - lr * g
+        full = coin.random() < p
+        flips.append(float(full))
+        new = np.stack([gradient(data[i], w_next) for i in range(M)])
+        if full:
+            g = new.mean(0)
+        else:
+            picks = draw()
+            drawn.append(len(set(picks.tolist())))
+            q = {i: randk(new[i] - grads[i], k, gens[i]) for i in sorted(set(picks.tolist()))}
+            g = g + sum(q[i] for i in picks) / R
+        w, grads = w_next, new
+    got, records = iterates(MARINAConfig(compressor=f"randk:{k}", lr=lr, p=p, seed=SEED, clients_per_round=R), shards)
+    np.testing.assert_allclose(np.stack([t.numpy() for t in got[:ROUNDS]]), np.stack(out), rtol=0, atol=1e-12)
+    assert [r["full_round"] for r in records[1:ROUNDS]] == flips[:ROUNDS - 1]
+    assert 0 < sum(flips) < ROUNDS  # both kinds of round happen here
+    compressed = [r["clients"] for r in records[1:ROUNDS] if not r["full_round"]]
+    assert compressed == drawn[:len(compressed)]
+
+
+def test_a_sampled_round_sends_the_drawn_clients_bits_by_hand():
+    k, rounds = 5, 8
+    records, summary = fit(MARINAConfig(compressor=f"randk:{k}", lr=0.2, p=0.4, seed=0, clients_per_round=R),
+                           rounds=rounds)
+    flags, draw = [r["full_round"] for r in records[:-1]], draws(0)
+    assert flags[0] == 1.0 and 0 < sum(flags[1:]) < rounds - 1
+    clients = [M if full else len(set(draw().tolist())) for full in flags]   # a client drawn twice sends once
+    assert [r["clients"] for r in records[:-1]] == clients
+    bits = np.cumsum([M * 64 * D if full else c * 64 * k for full, c in zip(flags, clients)]).tolist()
+    assert [r["clients_uplink_bits"] for r in records[:-1]] == bits
+    assert [r["uplink_bytes"] for r in records[:-1]] == [b // 8 for b in bits]
+    assert [r["downlink_bytes"] for r in records[:-1]] == [(t + 1) * M * 8 * D for t in range(rounds)]  # g_k to all
+    assert summary["clients_uplink_bits"] == bits[-1] and records[-1]["clients"] == R
+    plain, _ = fit(MARINAConfig(compressor=f"randk:{k}", lr=0.2, p=0.4, seed=0), rounds=2)
+    assert "clients_uplink_bits" not in plain[-1] and "clients" not in plain[-1]  # MARINA's records as before
+
+
+def test_pp_marina_defaults_are_its_theorem_rules():
+    _, summary = fit(MARINAConfig(compressor="randk:3", clients_per_round=R), rounds=1)
+    p, lr = summary["defaults"]
+    assert (p["rule"], lr["rule"]) == ("pp_marina_probability", "pp_marina_step")
+    assert p["value"] == 3 * R / (D * M)
+    stats, omega = lr["stats"], D / 3 - 1
+    assert stats["omega"] == omega and stats["clients"] == R and stats["p"] == p["value"]
+    assert lr["value"] == pp_marina_step(stats["smoothness"], stats["smoothness_rms"], omega, p["value"], R)
+
+
+def test_checkpointed_pp_marina_goes_on_as_if_never_stopped(shards):
+    config = MARINAConfig(compressor="randk:5", lr=0.2, p=0.4, seed=SEED, clients_per_round=R)
+    for straight, resumed, w_straight, w_resumed in straight_and_resumed(config, shards):
+        assert straight == resumed and torch.equal(w_straight, w_resumed)
+
+
+def test_sampling_by_size_and_too_many_clients_are_refused(shards):
+    with pytest.raises(ConfigError, match="algorithm.sampling=size; set algorithm.sampling=uniform"):
+        MARINAConfig(clients_per_round=2, sampling="size")
+    with pytest.raises(ConfigError, match="algorithm.clients_per_round=5 exceeds the 4 clients"):
+        fit(MARINAConfig(compressor="randk:3", lr=0.1, p=0.5, clients_per_round=5), rounds=1)
+
+
+@pytest.mark.parametrize("clients", [R, 3])
+def test_the_batched_simulator_gives_the_per_worker_records(clients):
+    """The drawn clients' rows among zeros on the stacked path, each one's Q from its own stream: the per-worker
+    path's iterates to round-off and its counts exactly."""
+    algorithm = MARINAConfig(compressor="randk:5", p=0.4, lr=0.05, seed=SEED, clients_per_round=clients)
+    runs = {}
+    for batched in ("false", "true"):
+        spec = RunSpec(problem=RIDGE, algorithm=algorithm,
+                       comm=Communication(backend="local", workers=M, batched=batched),
+                       control=RunControl(stop=StopRule(rounds=ROUNDS), quiet=True, progress="none"))
+        collected: dict = {}
+        summary = execute(spec, None, collect=collected)
+        runs[batched] = collected["records"], summary
+    (threads, per_worker), (stacked, batched) = runs["false"], runs["true"]
+    assert batched["simulator_path"] == "batched"
+    assert sum(r["full_round"] for r in threads[:-1]) < ROUNDS  # a sampled round happened
+    keys = ("uplink_bits", "downlink_bits", "bytes_sent", "comm_rounds", "full_round", "clients",
+            "clients_uplink_bits", "uplink_bytes", "downlink_bytes")
+    for a, b in zip(threads, stacked, strict=True):
+        for key in keys:
+            assert a.get(key) == b.get(key), key
+        assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
