@@ -14,6 +14,8 @@ from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
 from dane.loop.launch import execute
 from dane.records.results import read_rounds
+from dane.comm.tail import tail_entry
+from dane.synthetic.bench_file import machine
 from dane.synthetic.calibrate import calibrate, calibrate_ps
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
 from dane.synthetic.sweep import compose_job, ensure
@@ -39,7 +41,8 @@ def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
     horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
     timing = json.loads(out.read_text())
     med = timing["medians"]
-    return {**med, "ratio": med["round_s"] / med["bare_s"], "means": timing["means"], "load_before": before}
+    return {**med, "ratio": med["round_s"] / med["bare_s"], "means": timing["means"], "load_before": before,
+            "phases": timing["phases"]}
 
 
 def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
@@ -48,6 +51,7 @@ def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
     One launch can land on a slow placement of its threads for its whole life, so the
     ratio and the round time are taken over several separate horovodrun launches.
     """
+    per_launch = [{k: v for k, v in launch.items() if k != "phases"} for launch in per_launch]  # the tail's
     keys = [k for k in per_launch[0] if k not in ("load_before", "means")]
     median = {key: statistics.median(launch[key] for launch in per_launch) for key in keys}
     return {"ratio": median["ratio"], "goal": 1.25, **{k: v for k, v in median.items() if k != "ratio"},
@@ -92,20 +96,24 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
             "torch_launch": "torchrun --standalone --nproc_per_node 2 (gloo)", "reps_per_launch": reps}
 
 
-def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: Path) -> dict:
+def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: Path,
+                    calibration: Path | None = None) -> dict:
     """The simulated DANE round at m=2 on the default problem with cost model ``cost`` (a ring or parameter
     servers), in the steady state the real launches time: all ``n_rounds`` rounds run (no stopping test; the
     default one ends the run at the optimum within a few rounds) and the mean is taken after round 1, whose
     compute factors the shards once.  Returns that mean round time, and the simulator's compute and
-    communication per round over the whole run (round 0's evaluation and round 1's factorization included)."""
+    communication per round over the whole run (round 0's evaluation and round 1's factorization included).
+    ``calibration``: a ring's calibration file whose tail the simulator draws (`dane.comm.tail`); without one,
+    α-β only (the default ``sim.calibration`` is not read: ``cost`` gives α and β)."""
     cfg = compose_job(("workers=2", f"rounds={n_rounds}", "tol=null", "tol_abs=null"))
     cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
+    cfg.sim.calibration = None if calibration is None else str(calibration)
     if isinstance(cost, ParameterServerCost):
         cfg.sim.topology, cfg.sim.gamma, cfg.sim.servers = "ps", cost.gamma, cost.servers
     out = Path(tempfile.mkdtemp(prefix="sim_", dir=tmp))
     summary = execute(run_spec(cfg), str(out))
     return {"round_s": steady_round_s(read_rounds(out)), "compute_s": summary["simulated_compute_s"] / summary["rounds"],
-            "comm_s": summary["simulated_comm_s"] / summary["rounds"]}
+            "comm_s": summary["simulated_comm_s"] / summary["rounds"], "calibration": summary["calibration"]}
 
 
 def steady_round_s(records: list[dict]) -> float:
@@ -146,9 +154,15 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
                       "measured_comm_s": measured_comm, "simulated_comm_s": sim["comm_s"],
                       "alpha": calibration["alpha"], "beta": calibration["beta"],
                       "load_before": timing["load_before"]})
+    tails = with_tail(timings, calibrations, n_rounds, tmp)
+    for pair, tail in zip(pairs, tails):
+        pair.update(tail)
     errors = [pair["error"] for pair in pairs]
     calibration = median_calibration(calibrations)
-    out = {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
+    with_tails = [pair["error_with_tail"] for pair in pairs]
+    out = {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors),
+           "error_with_tail": statistics.median(with_tails), "max_error_with_tail": max(with_tails),
+           "tail_how": TAIL_HOW, "pairs": pairs,
            "how": "interleaved launches: round timing k, then calibration k (fit to mean call times); the simulator "
                   "predicts launch k's mean round from calibration k; error is the median pair",
            "calibration": {k: calibration[k] for k in ("alpha", "beta", "fit", "sizes_bytes", "mean_s", "median_s",
@@ -161,6 +175,30 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
         out["with_saved_calibration"] = {"path": str(saved), "alpha": saved_cost.alpha, "beta": saved_cost.beta,
                                          "simulated_round_s": sim_saved, "measured_round_s": measured,
                                          "error": abs(sim_saved - measured) / measured}
+    return out
+
+
+TAIL_HOW = ("error_with_tail: the simulator also draws each allreduce's excess (dane.comm.tail) from a tail fitted, "
+            "as `dane calibrate --tail` fits it, to the allreduce phases of the other launches' DANE rounds against "
+            "calibration k's alpha-beta (leave-one-out; with one launch, its own); error is the median pair; goal 0.25")
+
+
+def with_tail(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path) -> list[dict]:
+    """Per pair k, the simulated round with calibration k's α-β and the tail of the other launches' phases
+    (`TAIL_HOW`), written as a calibration file the simulator reads, and its error against launch k's mean."""
+    out = []
+    for k, (timing, calibration) in enumerate(zip(timings, calibrations)):
+        cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
+        others = [t["phases"] for j, t in enumerate(timings) if j != k] or [timing["phases"]]
+        rows = [dict(zip(p, values)) for p in others for values in zip(*p.values())]
+        path = tmp / f"calibration_tail_{k}.json"
+        cost.save(path, tail=tail_entry(rows, cost, 2, machine=machine(), launcher="horovodrun -np 2 --gloo", np=2,
+                                        measured_at=now(), launches=[j for j in range(len(timings)) if j != k] or [k]))
+        sim = simulated_round(cost, n_rounds, tmp, calibration=path)
+        measured = timing["means"]["round_s"]
+        out.append({"error_with_tail": abs(sim["round_s"] - measured) / measured,
+                    "simulated_round_s_with_tail": sim["round_s"], "simulated_comm_s_with_tail": sim["comm_s"],
+                    "tail_samples": len(rows)})
     return out
 
 
