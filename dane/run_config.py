@@ -169,7 +169,8 @@ def cost_model(sim: DictConfig, seed: int = 0) -> AlphaBeta | ParameterServerCos
         if path is None or not path.exists():
             return ring
         try:
-            tailed = load_tail(path, ring, (checks.integer("seed", seed), checks.integer("sim.seed", sim.get("seed", 0))))
+            seeds = (checks.integer("seed", seed), checks.integer("sim.seed", sim.get("seed", 0)))
+            tailed = load_tail(path, ring, seeds)
         except ConfigError as exc:
             raise ConfigError(f"sim.{key}: {exc}") from None
         return ring if tailed is None else tailed

@@ -188,8 +188,9 @@ def main(argv: list[str] | None = None) -> None:
               f"model {t * (1 + e) * 1e3:8.3f} ms  ({e:+.0%})")
     if args.tail:
         tail = result["tail"]
-        print(f"tail: {tail['samples']} allreduce phases, excess mean {tail['excess_mean_s'] * 1e3:.3f} ms, median "
-              f"{tail['excess_median_s'] * 1e3:.3f} ms; phase wall mean/median {tail['phase_wall_mean_over_median']:.2f}")
+        print(f"tail: {tail['samples']} allreduce phases, excess mean {tail['excess_mean_s'] * 1e3:.3f} ms, "
+              f"median {tail['excess_median_s'] * 1e3:.3f} ms; "
+              f"phase wall mean/median {tail['phase_wall_mean_over_median']:.2f}")
 
 
 if __name__ == "__main__":

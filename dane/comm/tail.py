@@ -3,7 +3,7 @@ r"""A real machine's tail for the simulator: each allreduce's excess time drawn 
 The α-β ring (`AlphaBeta`) prices an allreduce by its size alone, and the simulator times
 compute on each worker's CPU clock; a real launch also waits: for the scheduler, for the
 other rank's late arrival, for Horovod's background thread.  On a shared machine those
-waits have a heavy tail (a real round's mean 1.8-2x its median), which a fixed price
+waits have a heavy tail (a real round's mean well above its median), which a fixed price
 cannot reproduce.  A *tail calibration* (``dane calibrate --tail``) records, for every
 allreduce k of a real launch of DANE's rounds, the excess
 
@@ -13,8 +13,8 @@ of the phase's wall time w_k (from rank 0's previous allreduce to the end of thi
 over what the simulator charges for it: the slowest rank's CPU time in the phase and the
 α-β price of its n_k bytes.  `Tail` keeps the empirical quantile function of those
 samples as a table (`Tail.fit`: the quantiles at ``points`` evenly spaced probabilities,
-numpy's linear rule, the top one set to keep the samples' mean), and draws by inverting it: u uniform on [0, 1), the table
-interpolated linearly at u.  The draws' mean is the table's integral (`Tail.mean`), the
+numpy's linear rule, the top one set to keep the samples' mean), and draws by inverting
+it: u uniform on [0, 1), the table interpolated linearly at u.  The draws' mean is the table's integral (`Tail.mean`), the
 sample mean; their median, the sample median.
 
 `TailedCost` is the run's cost model with such a table: an allreduce costs
@@ -79,8 +79,8 @@ class Tail:
         .. math:: e_{top} = \frac{2(\bar x - S)}{1 - p_{top-1}} - e_{top-1}
 
         with S the integral of the other segments.  A linear last segment up to the sample's maximum
-        weighs a heavy tail's largest value as a whole segment's (+12 % on the mean of 50,000 log-normal
-        samples, sigma = 1, at 201 points); a run's time is a sum of draws, so the mean is what must hold.
+        would weigh a heavy tail's largest value as if it were half the top segment's mass, and a run's
+        time is a sum of draws: the mean is what must hold.
         Where the other segments already overshoot the mean, the top point is the one below it (flat)."""
         x = np.asarray(samples, dtype=float)
         if x.ndim != 1 or x.size < 2 or not np.all(np.isfinite(x)):
