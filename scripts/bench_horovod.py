@@ -14,9 +14,7 @@ from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.horovod import HorovodOptions
 from dane.loop.launch import execute
 from dane.records.results import read_rounds
-from dane.comm.tail import tail_entry
-from dane.synthetic.bench_file import machine
-from dane.synthetic.calibrate import calibrate, calibrate_ps
+from dane.synthetic.calibrate import calibrate, calibrate_ps, calibrate_tail
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
 from dane.synthetic.sweep import compose_job, ensure
 from dane.experiments.config import run_spec
@@ -41,8 +39,7 @@ def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
     horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
     timing = json.loads(out.read_text())
     med = timing["medians"]
-    return {**med, "ratio": med["round_s"] / med["bare_s"], "means": timing["means"], "load_before": before,
-            "phases": timing["phases"]}
+    return {**med, "ratio": med["round_s"] / med["bare_s"], "means": timing["means"], "load_before": before}
 
 
 def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
@@ -51,7 +48,6 @@ def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
     One launch can land on a slow placement of its threads for its whole life, so the
     ratio and the round time are taken over several separate horovodrun launches.
     """
-    per_launch = [{k: v for k, v in launch.items() if k != "phases"} for launch in per_launch]  # the tail's
     keys = [k for k in per_launch[0] if k not in ("load_before", "means")]
     median = {key: statistics.median(launch[key] for launch in per_launch) for key in keys}
     return {"ratio": median["ratio"], "goal": 1.25, **{k: v for k, v in median.items() if k != "ratio"},
@@ -141,6 +137,8 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
     split of the error into compute (the simulator's per-thread CPU clock against the
     launch's measured local compute) and communication (the α-β model against the
     launch's two raw allreduces), which is where a bad pair shows why it moved.
+    ``error_with_tail`` beside it: calibration k also holds the tail of DANE's rounds, which the
+    simulator then draws (`with_tail`).
     """
     pairs = []
     for timing, calibration in zip(timings, calibrations):
@@ -178,27 +176,34 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
     return out
 
 
-TAIL_HOW = ("error_with_tail: the simulator also draws each allreduce's excess (dane.comm.tail) from a tail fitted, "
-            "as `dane calibrate --tail` fits it, to the allreduce phases of the other launches' DANE rounds against "
-            "calibration k's alpha-beta (leave-one-out; with one launch, its own); error is the median pair; goal 0.25")
+TAIL_HOW = ("error_with_tail: calibration k is `dane calibrate --tail`'s (its alpha-beta launch, then a launch of "
+            "DANE's rounds whose allreduce phases' excess it fits); the simulator also draws each allreduce's excess "
+            "from that tail (dane.comm.tail); error is the median pair; goal 0.25")
+
+
+def calibrate_pair(blocks: int, rounds: int) -> dict:
+    """Calibration k: α-β (`calibrate`), then the tail of DANE's rounds over it (`calibrate_tail`), as
+    ``dane calibrate --tail`` makes them."""
+    calibration = calibrate(2)
+    cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
+    return {**calibration, "tail": calibrate_tail(cost, 2, blocks, rounds)}
 
 
 def with_tail(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path) -> list[dict]:
-    """Per pair k, the simulated round with calibration k's α-β and the tail of the other launches' phases
-    (`TAIL_HOW`), written as a calibration file the simulator reads, and its error against launch k's mean."""
+    """Per pair k, the simulated round drawing calibration k's tail (`TAIL_HOW`), from a calibration file as
+    ``dane calibrate --tail`` writes it, and its error against launch k's mean round."""
     out = []
     for k, (timing, calibration) in enumerate(zip(timings, calibrations)):
         cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
-        others = [t["phases"] for j, t in enumerate(timings) if j != k] or [timing["phases"]]
-        rows = [dict(zip(p, values)) for p in others for values in zip(*p.values())]
         path = tmp / f"calibration_tail_{k}.json"
-        cost.save(path, tail=tail_entry(rows, cost, 2, machine=machine(), launcher="horovodrun -np 2 --gloo", np=2,
-                                        measured_at=now(), launches=[j for j in range(len(timings)) if j != k] or [k]))
+        cost.save(path, tail=calibration["tail"])
         sim = simulated_round(cost, n_rounds, tmp, calibration=path)
         measured = timing["means"]["round_s"]
+        tail = calibration["tail"]
         out.append({"error_with_tail": abs(sim["round_s"] - measured) / measured,
                     "simulated_round_s_with_tail": sim["round_s"], "simulated_comm_s_with_tail": sim["comm_s"],
-                    "tail_samples": len(rows)})
+                    "tail_samples": tail["samples"], "tail_excess_mean_s": tail["excess_mean_s"],
+                    "tail_load_avg": tail["machine"].get("load_avg")})
     return out
 
 
@@ -273,7 +278,7 @@ def run(bench: Run) -> None:
             for k in range(args.launches):
                 timings.append(round_timing(tmp, k, args.blocks, args.rounds))
                 if "simulator_error" in only:
-                    calibrations.append(calibrate(2))
+                    calibrations.append(calibrate_pair(args.blocks, args.rounds))
             record("dane_round_overhead", round_overhead(timings, args.blocks, args.rounds))
             if calibrations:
                 record("simulator_error", simulator_error(timings, calibrations, args.blocks * args.rounds, tmp))

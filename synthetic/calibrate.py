@@ -124,8 +124,7 @@ def calibrate_tail(cost: AlphaBeta, np_: int = 2, blocks: int = 12, rounds: int 
         horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)],
                    np=np_)
         phases = json.loads(out.read_text())["phases"]
-    rows = [dict(zip(phases, values)) for values in zip(*phases.values())]
-    return tail_entry(rows, cost, np_, machine=machine(), launcher=f"horovodrun -np {np_} --gloo", np=np_,
+    return tail_entry(phases, cost, np_, machine=machine(), launcher=f"horovodrun -np {np_} --gloo", np=np_,
                       workload=f"synthetic.round_timing --blocks {blocks} --rounds {rounds} (DANE, default problem)",
                       measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 

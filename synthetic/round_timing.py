@@ -51,21 +51,28 @@ def bare_round(problem, algo, hvd) -> tuple[float, float, float]:
 
 
 class PhaseRecorder:
-    """The allreduce phases of ``comm``'s run: for each allreduce after the first of a `restart`, the wall
-    time from the previous one's end to its end, this rank's CPU time before the call (the phase's compute,
-    as the simulator's clock reads it), and the message bytes the cost model prices."""
+    """The allreduce phases of ``comm``'s run: for each counted allreduce after the first of a `restart`, the
+    wall time from the previous one's end to its end, this rank's CPU time before the call (the phase's
+    compute, as the simulator's clock reads it), and the message bytes the cost model prices.
+
+    An uncounted allreduce (`dane.work`'s totals, one a round in a launched run; the simulator reads them
+    off a board instead and makes none) does not end a phase: its time is part of the next phase's excess."""
 
     def __init__(self, comm):
         self.comm, self._inner = comm, comm._allreduce_mean
         comm._allreduce_mean = self._timed
         self.wall, self.cpu, self.nbytes = [], [], []
         self._mark: tuple[float, float] | None = None
+        self._calls = comm.calls
 
     def restart(self) -> None:
         """The next allreduce opens a phase (what ran since the last one was not the run's: the bare rounds)."""
         self._mark = None
 
     def _timed(self, tensors):
+        if self.comm.calls == self._calls:  # not counted: `Communicator.uncounted_allreduce_mean`
+            return self._inner(tensors)
+        self._calls = self.comm.calls
         cpu = time.thread_time()
         out = self._inner(tensors)
         end = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dane.comm import AlphaBeta
+from dane.comm.tail import tail_entry
 from dane.problems import RidgeSyntheticConfig
 
 from scripts import bench_horovod as bench
@@ -33,21 +34,23 @@ def test_steady_round_leaves_out_round_one():
     assert bench.steady_round_s(records) == pytest.approx((1.0 + 1.5 + 1.0) / 3, rel=1e-15)
 
 
-def test_the_tail_of_pair_k_is_fitted_to_the_other_launches(tmp_path):
-    """``error_with_tail``: pair k's simulator draws the excess of the other launches' allreduce phases over pair
-    k's α-β.  Launch 1's phases exceed it by exactly c each, launch 0's by 0: pair 0 then pays α-β + c for every
-    allreduce (round 0's one and two a round), pair 1 α-β alone."""
+def test_pair_k_draws_calibration_ks_tail(tmp_path):
+    """``error_with_tail``: pair k's simulator draws calibration k's tail.  Calibration 0's phases exceed α-β by
+    exactly c each, calibration 1's by 0: pair 0 then pays α-β + c for every allreduce (round 0's one and two a
+    round), pair 1 α-β alone."""
     cost = AlphaBeta(alpha=1e-3, beta=1e9)
-    c, n_rounds = 2.5e-3, 4
+    c, n_rounds, n = 2.5e-3, 4, 20
 
-    def launch(excess: float) -> dict:
-        n = 20
-        return {"means": {"round_s": 0.01}, "phases": {"wall_s": [1e-3 + cost.allreduce_time(4000, 2) + excess] * n,
-                                                       "cpu_s": [1e-3] * n, "nbytes": [4000] * n}}
+    def calibration(excess: float) -> dict:
+        phases = {"wall_s": [1e-3 + cost.allreduce_time(4000, 2) + excess] * n, "cpu_s": [1e-3] * n,
+                  "nbytes": [4000] * n}
+        return {"alpha": cost.alpha, "beta": cost.beta,
+                "tail": tail_entry(phases, cost, 2, machine={"host": "h", "load_avg": [0.0] * 3}, launcher="l", np=2,
+                                   measured_at="now")}
 
-    calibrations = [{"alpha": cost.alpha, "beta": cost.beta}] * 2
-    pair0, pair1 = bench.with_tail([launch(0.0), launch(c)], calibrations, n_rounds, tmp_path)
+    timings = [{"means": {"round_s": 0.01}}] * 2
+    pair0, pair1 = bench.with_tail(timings, [calibration(c), calibration(0.0)], n_rounds, tmp_path)
     plain = bench.simulated_round(cost, n_rounds, tmp_path)["comm_s"]
     assert pair0["simulated_comm_s_with_tail"] == pytest.approx(plain + c * (2 * n_rounds + 1) / n_rounds, rel=1e-9)
     assert pair1["simulated_comm_s_with_tail"] == pytest.approx(plain, rel=1e-9)
-    assert pair0["tail_samples"] == pair1["tail_samples"] == 20
+    assert pair0["tail_samples"] == pair1["tail_samples"] == n

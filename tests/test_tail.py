@@ -43,7 +43,7 @@ def test_fit_keeps_the_sample_quantiles_and_its_mean_is_the_tables_integral():
 
 def test_excess_is_wall_less_the_slowest_cpu_less_the_alpha_beta_price():
     cost = AlphaBeta(alpha=1e-3, beta=1e9)
-    phases = [{"wall_s": 0.010, "cpu_s": 0.002, "nbytes": 4000}, {"wall_s": 0.005, "cpu_s": 0.001, "nbytes": 0}]
+    phases = {"wall_s": [0.010, 0.005], "cpu_s": [0.002, 0.001], "nbytes": [4000, 0]}
     # T(n) = n/beta + 2 alpha at m = 2
     assert excess_samples(phases, cost, 2) == pytest.approx([0.010 - 0.002 - 4e-6 - 2e-3, 0.005 - 0.001 - 2e-3],
                                                             rel=1e-12)

@@ -186,22 +186,24 @@ def load_tail(path: str | Path, base: AlphaBeta, seed: tuple[int, ...]) -> Taile
                   "host": str(tail["machine"]["host"]), **{k: tail[k] for k in PROVENANCE}}
     except (KeyError, TypeError, ValueError) as err:
         why = f"no {err} entry" if isinstance(err, KeyError) else " ".join(str(err).split())[:120]
-        raise ConfigError(f"{path}: its tail is not a tail calibration ({why}); re-run `{REMAKE}` to remake it, "
-                          "or delete its tail entry for alpha-beta only") from None
+        raise ConfigError(f"{path} is not a tail calibration ({why}); re-run `{REMAKE}` to remake it, or drop its "
+                          "tail entry for alpha-beta only") from None
     return TailedCost(base, table, source, seed)
 
 
-def excess_samples(phases: list[dict], cost: AlphaBeta, m: int) -> list[float]:
-    """Each recorded allreduce phase's excess over the simulator's price: wall - slowest CPU - α-β (seconds)."""
-    return [p["wall_s"] - p["cpu_s"] - cost.allreduce_time(int(p["nbytes"]), m) for p in phases]
+def excess_samples(phases: dict, cost: AlphaBeta, m: int) -> list[float]:
+    """Each recorded allreduce phase's excess over the simulator's price, wall - slowest CPU - α-β (seconds);
+    ``phases`` as `synthetic.round_timing` writes them: lists ``wall_s``, ``cpu_s``, ``nbytes``."""
+    return [wall - cpu - cost.allreduce_time(int(n), m)
+            for wall, cpu, n in zip(phases["wall_s"], phases["cpu_s"], phases["nbytes"], strict=True)]
 
 
-def tail_entry(phases: list[dict], cost: AlphaBeta, m: int, **provenance) -> dict:
-    """The ``tail`` entry of a calibration file: the fitted table, how many phases, their mean, median
-    and mean/median of the wall time, and ``provenance`` (machine, launcher, np, measured_at)."""
+def tail_entry(phases: dict, cost: AlphaBeta, m: int, **provenance) -> dict:
+    """The ``tail`` entry of a calibration file: the fitted table, how many phases, their excess's mean and
+    median, the mean/median of their wall time, and ``provenance`` (machine, launcher, np, measured_at)."""
     samples = excess_samples(phases, cost, m)
     table = Tail.fit(samples)
-    walls = [p["wall_s"] for p in phases]
+    walls = phases["wall_s"]
     return {**table.to_json(), "samples": len(samples), "excess_mean_s": float(np.mean(samples)),
             "excess_median_s": float(np.median(samples)),
             "phase_wall_mean_over_median": float(np.mean(walls) / np.median(walls)),
