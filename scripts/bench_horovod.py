@@ -203,7 +203,11 @@ def with_tail(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp:
         out.append({"error_with_tail": abs(sim["round_s"] - measured) / measured,
                     "simulated_round_s_with_tail": sim["round_s"], "simulated_comm_s_with_tail": sim["comm_s"],
                     "tail_samples": tail["samples"], "tail_excess_mean_s": tail["excess_mean_s"],
-                    "tail_load_avg": tail["machine"].get("load_avg")})
+                    "tail_load_avg": tail["machine"].get("load_avg"),
+                    # the floor under error_with_tail: the tail launch's own mean round against launch k's
+                    "tail_launch_round_s": tail.get("round_mean_s"),
+                    "launch_to_launch": abs(tail["round_mean_s"] - measured) / measured if "round_mean_s" in tail
+                    else None})
     return out
 
 

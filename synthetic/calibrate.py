@@ -123,9 +123,10 @@ def calibrate_tail(cost: AlphaBeta, np_: int = 2, blocks: int = 12, rounds: int 
         out = Path(tmp) / "rounds.json"
         horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)],
                    np=np_)
-        phases = json.loads(out.read_text())["phases"]
-    return tail_entry(phases, cost, np_, machine=machine(), launcher=f"horovodrun -np {np_} --gloo", np=np_,
+        timing = json.loads(out.read_text())
+    return tail_entry(timing["phases"], cost, np_, machine=machine(), launcher=f"horovodrun -np {np_} --gloo", np=np_,
                       workload=f"synthetic.round_timing --blocks {blocks} --rounds {rounds} (DANE, default problem)",
+                      round_mean_s=timing["means"]["round_s"], round_median_s=timing["medians"]["round_s"],
                       measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
