@@ -24,6 +24,7 @@ from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed
 from .loop.elastic import check_elastic
 from .errors import ConfigError
 from .comm.horovod import HorovodOptions
+from .comm.tail import TailedCost, load_tail
 from .spec import PROGRESS, Communication, RunControl, RunSpec
 from .numerics.local_solvers import AUTO_MAX_DIM
 from .problems import RidgeSyntheticConfig
@@ -146,9 +147,11 @@ def ps_workers(launched: str, size: int, workers, servers: int) -> int:
 TOPOLOGIES = ("allreduce", "ps")
 
 
-def cost_model(sim: DictConfig) -> AlphaBeta | ParameterServerCost:
+def cost_model(sim: DictConfig, seed: int = 0) -> AlphaBeta | ParameterServerCost | TailedCost:
     """The simulator's cost of one allreduce: a ring (``sim.topology=allreduce``) or ``sim.servers`` parameter
-    servers (``ps``), from its calibration file when that exists, each of ``sim.alpha/beta/gamma`` overriding it."""
+    servers (``ps``), from its calibration file when that exists, each of ``sim.alpha/beta/gamma`` overriding it.
+    A ring's calibration file with a ``tail`` (``dane calibrate --tail``) makes it a `TailedCost`, its draws
+    seeded with the run's ``seed`` and ``sim.seed``."""
     topology = checks.one_of("sim.topology", sim.get("topology", "allreduce"), TOPOLOGIES)
     ps = topology == "ps"
     model, key = (ParameterServerCost, "ps_calibration") if ps else (AlphaBeta, "calibration")
@@ -162,7 +165,15 @@ def cost_model(sim: DictConfig) -> AlphaBeta | ParameterServerCost:
     alpha = checks.nonnegative("sim.alpha", base.alpha if sim.alpha is None else sim.alpha)
     beta = checks.positive("sim.beta", base.beta if sim.beta is None else sim.beta)
     if not ps:
-        return AlphaBeta(alpha=alpha, beta=beta)
+        ring = AlphaBeta(alpha=alpha, beta=beta)
+        if path is None or not path.exists():
+            return ring
+        try:
+            seeds = (checks.integer("seed", seed), checks.integer("sim.seed", sim.get("seed", 0)))
+            tailed = load_tail(path, ring, seeds)
+        except ConfigError as exc:
+            raise ConfigError(f"sim.{key}: {exc}") from None
+        return ring if tailed is None else tailed
     gamma = checks.positive("sim.gamma", base.gamma if sim.get("gamma") is None else sim.gamma)
     return ParameterServerCost(alpha=alpha, beta=beta, gamma=gamma,
                                servers=checks.positive_int("sim.servers", sim.get("servers", 1)))
@@ -214,7 +225,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         comm=Communication(
             backend=backend,
             workers=workers,
-            cost=cost_model(cfg.sim),
+            cost=cost_model(cfg.sim, seed),
             stragglers=stragglers(cfg.sim),
             simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
             horovod=HorovodOptions(cycle_time_ms=cycle_time(cfg.comm, problem),

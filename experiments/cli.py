@@ -29,7 +29,7 @@ from dane.records.provenance import set_entry_command
 MODULES = {
     "train": ("dane.experiments.train", "one run, or a -m sweep: Hydra overrides of conf/config.yaml"),
     "simulate": ("dane.experiments.simulate", "m simulated workers in one process: overrides of conf/simulate.yaml"),
-    "calibrate": ("dane.synthetic.calibrate", "measure the simulator's alpha-beta network model (--help)"),
+    "calibrate": ("dane.synthetic.calibrate", "measure the simulator's alpha-beta network model, --tail its tail (--help)"),
     "data": ("dane.experiments.data", "dane data push FILE|FOLDER --uri STORE --collection NAME: a data set into MongoDB"),
 }
 FIGURES_HELP = "every figure and table from results/ (--help), or one: dane figures NAME ARGS"

@@ -15,7 +15,7 @@ from dane.comm.horovod import HorovodOptions
 from dane.experiments.config import run_spec
 from dane.loop.launch import execute
 from dane.records.results import read_rounds
-from dane.synthetic.calibrate import calibrate, calibrate_ps
+from dane.synthetic.calibrate import calibrate, calibrate_ps, calibrate_tail
 from dane.synthetic.launchers import horovodrun, torchrun
 from dane.synthetic.sweep import compose_job
 from scripts.harness import Bench, Run, interleave, load, need_horovod, now, option, steady
@@ -83,22 +83,25 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
             "torch_launch": "torchrun --standalone --nproc_per_node 2 (gloo)", "reps_per_launch": reps}
 
 
-def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: Path) -> dict:
+def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: Path,
+                    calibration: Path | None = None) -> dict:
     """The simulated DANE round at m=2 on the default problem with cost model ``cost`` (a ring or parameter
     servers), in the steady state the real launches time: all ``n_rounds`` rounds run (no stopping test; the
     default one ends the run at the optimum within a few rounds) and the mean is taken after round 1
     (`harness.steady`), whose compute factors the shards once.  Returns that mean round time, and the simulator's
     compute and communication per round over the whole run (round 0's evaluation and round 1's factorization
-    included)."""
+    included).  ``calibration``: a ring's calibration file whose tail the simulator draws (`dane.comm.tail`); without
+    one, α-β only (the default ``sim.calibration`` is not read: ``cost`` gives α and β)."""
     cfg = compose_job(("workers=2", f"rounds={n_rounds}", "tol=null", "tol_abs=null"))
     cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
+    cfg.sim.calibration = None if calibration is None else str(calibration)
     if isinstance(cost, ParameterServerCost):
         cfg.sim.topology, cfg.sim.gamma, cfg.sim.servers = "ps", cost.gamma, cost.servers
     out = Path(tempfile.mkdtemp(prefix="sim_", dir=tmp))
     summary = execute(run_spec(cfg), str(out))
     return {"round_s": statistics.fmean(steady(read_rounds(out))),
             "compute_s": summary["simulated_compute_s"] / summary["rounds"],
-            "comm_s": summary["simulated_comm_s"] / summary["rounds"]}
+            "comm_s": summary["simulated_comm_s"] / summary["rounds"], "calibration": summary["calibration"]}
 
 
 def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path,
@@ -110,7 +113,8 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
     pair; every pair is reported with the split of the error into compute (the simulator's per-thread CPU clock
     against the launch's measured local compute) and communication (the α-β model against the launch's two raw
     allreduces), which is where a bad pair shows why it moved.  α and β of the record are the medians over the
-    calibrations; the sizes and times beside them the middle launch's.
+    calibrations; the sizes and times beside them the middle launch's.  ``error_with_tail`` beside it: calibration
+    k also holds the tail of DANE's rounds, which the simulator then draws (`with_tail`).
     """
     pairs = []
     for timing, calibration in zip(timings, calibrations):
@@ -122,11 +126,16 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
                       "measured_compute_s": means["compute_s"], "simulated_compute_s": sim["compute_s"],
                       "measured_comm_s": means["allreduce1_s"] + means["allreduce2_s"], "simulated_comm_s": sim["comm_s"],
                       "alpha": calibration["alpha"], "beta": calibration["beta"], "load_before": timing["load_before"]})
+    for pair, tail in zip(pairs, with_tail(timings, calibrations, n_rounds, tmp)):
+        pair.update(tail)
     errors = [pair["error"] for pair in pairs]
+    with_tails = [pair["error_with_tail"] for pair in pairs]
     calibration = {**calibrations[len(calibrations) // 2],
                    **{k: statistics.median(c[k] for c in calibrations) for k in ("alpha", "beta")},
                    "per_launch": [{"alpha": c["alpha"], "beta": c["beta"]} for c in calibrations]}
-    out = {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors), "pairs": pairs,
+    out = {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors),
+           "error_with_tail": statistics.median(with_tails), "max_error_with_tail": max(with_tails),
+           "tail_how": TAIL_HOW, "pairs": pairs,
            "how": "interleaved launches: round timing k, then calibration k (fit to mean call times); the simulator "
                   "predicts launch k's mean round from calibration k; error is the median pair",
            "calibration": {k: calibration[k] for k in ("alpha", "beta", "fit", "sizes_bytes", "mean_s", "median_s",
@@ -139,6 +148,41 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
         out["with_saved_calibration"] = {"path": str(saved), "alpha": saved_cost.alpha, "beta": saved_cost.beta,
                                          "simulated_round_s": sim_saved, "measured_round_s": measured,
                                          "error": abs(sim_saved - measured) / measured}
+    return out
+
+
+TAIL_HOW = ("error_with_tail: calibration k is `dane calibrate --tail`'s (its alpha-beta launch, then a launch of "
+            "DANE's rounds whose allreduce phases' excess it fits); the simulator also draws each allreduce's excess "
+            "from that tail (dane.comm.tail); error is the median pair; goal 0.25")
+
+
+def calibrate_pair(blocks: int, rounds: int) -> dict:
+    """Calibration k: α-β (`calibrate`), then the tail of DANE's rounds over it (`calibrate_tail`), as
+    ``dane calibrate --tail`` makes them."""
+    calibration = calibrate(2)
+    cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
+    return {**calibration, "tail": calibrate_tail(cost, 2, blocks, rounds)}
+
+
+def with_tail(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path) -> list[dict]:
+    """Per pair k, the simulated round drawing calibration k's tail (`TAIL_HOW`), from a calibration file as
+    ``dane calibrate --tail`` writes it, and its error against launch k's mean round."""
+    out = []
+    for k, (timing, calibration) in enumerate(zip(timings, calibrations)):
+        cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
+        path = tmp / f"calibration_tail_{k}.json"
+        cost.save(path, tail=calibration["tail"])
+        sim = simulated_round(cost, n_rounds, tmp, calibration=path)
+        measured = timing["means"]["round_s"]
+        tail = calibration["tail"]
+        out.append({"error_with_tail": abs(sim["round_s"] - measured) / measured,
+                    "simulated_round_s_with_tail": sim["round_s"], "simulated_comm_s_with_tail": sim["comm_s"],
+                    "tail_samples": tail["samples"], "tail_excess_mean_s": tail["excess_mean_s"],
+                    "tail_load_avg": tail["machine"].get("load_avg"),
+                    # the floor under error_with_tail: the tail launch's own mean round against launch k's
+                    "tail_launch_round_s": tail.get("round_mean_s"),
+                    "launch_to_launch": abs(tail["round_mean_s"] - measured) / measured if "round_mean_s" in tail
+                    else None})
     return out
 
 
@@ -194,7 +238,7 @@ def run(bench: Run) -> None:
             for k in range(args.launches):
                 timings.append(round_timing(tmp, k, args.blocks, args.rounds))
                 if "simulator_error" in only:
-                    calibrations.append(calibrate(2))
+                    calibrations.append(calibrate_pair(args.blocks, args.rounds))
             record("dane_round_overhead", round_overhead(timings, args.blocks, args.rounds))
             if calibrations:
                 record("simulator_error", simulator_error(timings, calibrations, args.blocks * args.rounds, tmp))

@@ -2,6 +2,7 @@ r"""Measure the simulator's α-β allreduce cost model on real Horovod allreduce
 
     python -m synthetic.calibrate [--np 2] [--out results/calibration.json]
     python -m synthetic.calibrate --topology ps [--np 2] [--servers 1]   # -> results/calibration_ps.json
+    python -m synthetic.calibrate --tail [--np 2] [--out ...]          # α, β and the round's tail
 
 Launches ``horovodrun -np NP --gloo`` on `synthetic.allreduce_timing` with
 ``HOROVOD_CYCLE_TIME=0.1`` (the package's default, `dane.comm.horovod.HorovodOptions`), which
@@ -24,6 +25,11 @@ medians are saved beside the means.  The result is saved with
 `dane.comm.AlphaBeta.save`, with the measurements beside it; conf/config.yaml's
 ``sim.calibration`` points the simulator at it.
 
+``--tail`` then launches DANE's rounds (`synthetic.round_timing`, ``horovodrun -np NP --gloo``,
+the default problem) and saves beside α and β the distribution of each allreduce phase's
+excess over what the simulator charges it (`dane.comm.tail`): where a real round's mean is
+well above its median, a price per byte cannot match it; drawing that excess can.
+
 ``--topology ps`` measures `dane.comm.ParameterServerCost` instead, on real ``comm=ps``
 allreduces (``torchrun``, NP workers plus ``--servers`` servers): γ, the servers' summing
 rate, from their own averaging time; α and β from the push-and-pull times (conf's
@@ -40,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from dane.comm import AlphaBeta, ParameterServerCost
+from dane.comm.tail import tail_entry
 from dane.synthetic.allreduce_timing import DEFAULT_SIZES
 from dane.synthetic.bench_file import machine
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
@@ -109,6 +116,20 @@ def calibrate(np_: int = 2, sizes=DEFAULT_SIZES, reps: int = 200, warmup: int = 
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def calibrate_tail(cost: AlphaBeta, np_: int = 2, blocks: int = 12, rounds: int = 10) -> dict:
+    """Launch DANE's rounds under horovodrun and fit the excess of their allreduce phases over ``cost``
+    (`dane.comm.tail.tail_entry`): the ``tail`` entry of a calibration file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rounds.json"
+        horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)],
+                   np=np_)
+        timing = json.loads(out.read_text())
+    return tail_entry(timing["phases"], cost, np_, machine=machine(), launcher=f"horovodrun -np {np_} --gloo", np=np_,
+                      workload=f"synthetic.round_timing --blocks {blocks} --rounds {rounds} (DANE, default problem)",
+                      round_mean_s=timing["means"]["round_s"], round_median_s=timing["medians"]["round_s"],
+                      measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
 def calibrate_ps(workers: int = 2, servers: int = 1, sizes=DEFAULT_SIZES, reps: int = 200, warmup: int = 20) -> dict:
     """``torchrun`` the timing worker with ``comm=ps`` (``workers`` + ``servers`` processes) and fit
     `ParameterServerCost`: γ from the servers' own averaging time over the bytes they averaged, then α and β
@@ -141,6 +162,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--topology", choices=("allreduce", "ps"), default="allreduce",
                         help="ps: torchrun --np workers plus --servers parameter servers (comm=ps)")
     parser.add_argument("--servers", type=int, default=1, help="ps: parameter servers")
+    parser.add_argument("--tail", action="store_true", help="also fit the excess of real DANE rounds' allreduce "
+                        "phases over the model (a second horovodrun launch), which the simulator then draws")
+    parser.add_argument("--blocks", type=int, default=12, help="--tail: blocks of --rounds DANE rounds")
+    parser.add_argument("--rounds", type=int, default=10, help="--tail: DANE rounds per block")
     args = parser.parse_args(argv)
     if args.topology == "ps":
         out = args.out or "results/calibration_ps.json"
@@ -153,12 +178,19 @@ def main(argv: list[str] | None = None) -> None:
     args.out = args.out or "results/calibration.json"
     result = calibrate(args.np_, reps=args.reps)
     cost = AlphaBeta(alpha=result.pop("alpha"), beta=result.pop("beta"))
+    if args.tail:
+        result["tail"] = calibrate_tail(cost, args.np_, args.blocks, args.rounds)
     cost.save(args.out, **result)
     print(f"alpha = {cost.alpha * 1e6:.1f} us, beta = {cost.beta / 1e6:.1f} MB/s "
           f"(m={args.np_}, HOROVOD_CYCLE_TIME={CYCLE_TIME_MS}) -> {args.out}")
     for n, t, med, e in zip(result["sizes_bytes"], result["mean_s"], result["median_s"], result["relative_error"]):
         print(f"  {n:>8d} B  mean {t * 1e3:8.3f} ms (median {med * 1e3:.3f})  "
               f"model {t * (1 + e) * 1e3:8.3f} ms  ({e:+.0%})")
+    if args.tail:
+        tail = result["tail"]
+        print(f"tail: {tail['samples']} allreduce phases, excess mean {tail['excess_mean_s'] * 1e3:.3f} ms, "
+              f"median {tail['excess_median_s'] * 1e3:.3f} ms; "
+              f"phase wall mean/median {tail['phase_wall_mean_over_median']:.2f}")
 
 
 if __name__ == "__main__":

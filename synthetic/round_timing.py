@@ -11,7 +11,9 @@ given Hydra overrides, the package's Horovod settings), then alternates blocks o
   the Cholesky solve with the cached factor) and two raw ``hvd.grouped_allreduce`` calls
   of the same tensors as DANE's two allreduces,
 
-so both see the same load.  Rank 0 writes the per-round times, their medians and their means.
+so both see the same load.  Rank 0 writes the per-round times, their medians and their means, and
+``phases``: each allreduce phase of the DANE rounds (`PhaseRecorder`), which ``dane calibrate --tail``
+fits the simulator's tail to (`dane.comm.tail`).
 """
 from __future__ import annotations
 
@@ -48,6 +50,45 @@ def bare_round(problem, algo, hvd) -> tuple[float, float, float]:
     return (t1 - t0) + (t3 - t2), t2 - t1, t4 - t3
 
 
+class PhaseRecorder:
+    """The allreduce phases of ``comm``'s run: for each counted allreduce after the first of a `restart`, the
+    wall time from the previous one's end to its end, this rank's CPU time before the call (the phase's
+    compute, as the simulator's clock reads it), and the message bytes the cost model prices.
+
+    An uncounted allreduce (`dane.work`'s totals, one a round in a launched run; the simulator reads them
+    off a board instead and makes none) does not end a phase: its time is part of the next phase's excess."""
+
+    def __init__(self, comm):
+        self.comm, self._inner = comm, comm._allreduce_mean
+        comm._allreduce_mean = self._timed
+        self.wall, self.cpu, self.nbytes = [], [], []
+        self._mark: tuple[float, float] | None = None
+        self._calls = comm.calls
+
+    def restart(self) -> None:
+        """The next allreduce opens a phase (what ran since the last one was not the run's: the bare rounds)."""
+        self._mark = None
+
+    def _timed(self, tensors):
+        if self.comm.calls == self._calls:  # not counted: `Communicator.uncounted_allreduce_mean`
+            return self._inner(tensors)
+        self._calls = self.comm.calls
+        cpu = time.thread_time()
+        out = self._inner(tensors)
+        end = time.perf_counter()
+        if self._mark is not None:
+            self.wall.append(end - self._mark[0])
+            self.cpu.append(cpu - self._mark[1])
+            self.nbytes.append(self.comm.message_bytes)
+        self._mark = (end, time.thread_time())
+        return out
+
+    def phases(self, hvd) -> dict:
+        """The phases with the slowest rank's CPU time (the simulator charges a phase its slowest worker)."""
+        cpu = hvd.allgather(torch.tensor([self.cpu], dtype=torch.float64), name="phases.cpu")
+        return {"wall_s": self.wall, "cpu_s": cpu.max(0).values.tolist(), "nbytes": self.nbytes}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -66,16 +107,19 @@ def main(argv: list[str] | None = None) -> None:
         problem = spec.problem.build(comm.rank, comm.size, spec.control.dtype)
         algo = spec.algorithm.build(problem, comm)
         writer = RunWriter(Path(args.out).with_suffix(".run")) if comm.rank == 0 else None  # as a real run logs
+        recorder = PhaseRecorder(comm)
         comm.barrier()
         rounds: list[float] = []
         compute, reduce1, reduce2 = [], [], []
         for _ in range(args.blocks):
+            recorder.restart()
             records, _ = run(algo, StopRule(rounds=args.rounds), writer.write_round if writer else None)
             times = [r["time_s"] for r in records]
             rounds += [b - a for a, b in zip(times, times[1:])]
             for _ in range(args.rounds):
                 c, r1, r2 = bare_round(problem, algo, hvd)
                 compute.append(c), reduce1.append(r1), reduce2.append(r2)
+        phases = recorder.phases(hvd)
         if comm.rank == 0:
             series = {"round_s": rounds, "compute_s": compute, "allreduce1_s": reduce1, "allreduce2_s": reduce2,
                       # whole bare rounds, like whole DANE rounds (a median of sums, not a sum of medians)
@@ -84,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
             means = {name: statistics.fmean(v) for name, v in series.items()}
             Path(args.out).write_text(json.dumps({
                 "medians": med, "means": means, "round_s": rounds, "compute_s": compute, "allreduce1_s": reduce1,
-                "allreduce2_s": reduce2, "workers": comm.size, "overrides": args.overrides,
+                "allreduce2_s": reduce2, "phases": phases, "workers": comm.size, "overrides": args.overrides,
                 "torch_threads": torch.get_num_threads()}, indent=2) + "\n")
     finally:
         comm.shutdown()

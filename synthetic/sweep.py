@@ -33,6 +33,7 @@ from dane.errors import DivergenceError
 from dane.loop.launch import execute
 from dane.records.results import find_runs, read_summary
 from dane.loop.runner import StopRule
+from dane.comm.tail import ALPHA_BETA_ONLY
 from dane.run_config import CONF_DIR, cost_model, run_spec
 
 Job = tuple[str, ...]
@@ -132,8 +133,9 @@ def answers(summary: dict, cfg: dict, timed: bool = True) -> bool:
     if timed and cfg["comm"]["backend"] == "local" and summary.get("backend") not in ("local", "simulator"):
         return False  # a launched run has the same iterates but wall-clock, not simulated, times
     if timed and "alpha" in summary:  # a simulated run: its times hold only for the cost model it was run with
-        wanted = {"topology": "allreduce", **cost_model(OmegaConf.create(cfg["sim"])).describe()}
-        recorded = {"topology": "allreduce", **summary}
+        wanted = {"topology": "allreduce", "calibration": ALPHA_BETA_ONLY,
+                  **cost_model(OmegaConf.create(cfg["sim"]), cfg.get("seed", 0)).describe()}
+        recorded = {"topology": "allreduce", "calibration": ALPHA_BETA_ONLY, **summary}  # before tails: none
         if any(not _same(recorded.get(key), value) for key, value in wanted.items()):
             return False
     tol, tol_abs, rounds = cfg.get("tol"), cfg.get("tol_abs"), cfg.get("rounds")

@@ -151,6 +151,9 @@ CASES = [
          expected="{tmp}/binary.json is not a calibration file (not text)"),
     case("calibration_no_beta", "sim.calibration={tmp}/no_beta.json", *SMALL,
          expected="{tmp}/no_beta.json is not a calibration file (no 'beta' entry)"),
+    case("calibration_bad_tail", "sim.calibration={tmp}/bad_tail.json", *SMALL,
+         expected="sim.calibration: {tmp}/bad_tail.json is not a tail calibration (excess_s must not decrease (a "
+                  "quantile function)); re-run `dane calibrate --tail` to remake it, or drop its tail entry"),
     case("memory_cholesky", *SMALL, "problem.dim=100000", "problem.local_solver=cholesky",
          "problem.factorization=cholesky", "workers=8",
          expected="problem.dim=100000 with problem.n_samples=600 and 8 workers needs about 1280.5 GB of memory"),
@@ -425,6 +428,7 @@ def probe_files(tmp: Path) -> None:
     (tmp / "not_json.json").write_text("alpha = 1e-4\n")
     (tmp / "binary.json").write_bytes(b"\xff\xfe\x00\x81" * 8)
     (tmp / "no_beta.json").write_text('{"alpha": 1e-4}\n')
+    (tmp / "bad_tail.json").write_text('{"alpha": 1e-4, "beta": 1e9, "tail": {"probs": [0, 1], "excess_s": [1, 0]}}\n')
     (tmp / "finished").mkdir()
     (tmp / "finished" / "rounds.jsonl").write_text('{"round": 0, "objective": 1.0}\n')
     (tmp / "finished" / "summary.json").write_text('{"status": "converged"}\n')

@@ -1293,6 +1293,32 @@ def test_simulated_round_is_the_steady_round_with_the_models_communication(tmp_p
     assert [r["round"] for r in records] == list(range(n_rounds + 1))  # no stopping test ended it early
 
 
+def test_pair_k_draws_calibration_ks_tail(tmp_path):
+    """``error_with_tail``: pair k's simulator draws calibration k's tail.  Calibration 0's phases exceed α-β by
+    exactly c each, calibration 1's by 0: pair 0 then pays α-β + c for every allreduce (round 0's one and two a
+    round), pair 1 α-β alone."""
+    from dane.comm import AlphaBeta
+    from dane.comm.tail import tail_entry
+    from scripts import bench_horovod as horovod
+
+    cost = AlphaBeta(alpha=1e-3, beta=1e9)
+    c, n_rounds, n = 2.5e-3, 4, 20
+
+    def calibration(excess: float) -> dict:
+        phases = {"wall_s": [1e-3 + cost.allreduce_time(4000, 2) + excess] * n, "cpu_s": [1e-3] * n,
+                  "nbytes": [4000] * n}
+        return {"alpha": cost.alpha, "beta": cost.beta,
+                "tail": tail_entry(phases, cost, 2, machine={"host": "h", "load_avg": [0.0] * 3}, launcher="l", np=2,
+                                   measured_at="now")}
+
+    timings = [{"means": {"round_s": 0.01}}] * 2
+    pair0, pair1 = horovod.with_tail(timings, [calibration(c), calibration(0.0)], n_rounds, tmp_path)
+    plain = horovod.simulated_round(cost, n_rounds, tmp_path)["comm_s"]
+    assert pair0["simulated_comm_s_with_tail"] == pytest.approx(plain + c * (2 * n_rounds + 1) / n_rounds, rel=1e-9)
+    assert pair1["simulated_comm_s_with_tail"] == pytest.approx(plain, rel=1e-9)
+    assert pair0["tail_samples"] == pair1["tail_samples"] == n
+
+
 def test_steady_rounds_leave_out_rounds_zero_and_one():
     records = [{"time_s": t} for t in (0.0, 5.0, 6.0, 7.5, 8.5)]  # round 1 factors: 5 s; then 1, 1.5, 1
     assert harness.steady(records) == [1.0, 1.5, 1.0]

@@ -25,6 +25,7 @@ import torch
 import yaml
 
 from ..algorithm import Algorithm
+from ..comm.tail import ALPHA_BETA_ONLY
 from .checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint, truncate_rounds
 from ..records.confusion import write_confusion
 from ..errors import ConfigError, say
@@ -229,7 +230,7 @@ class SimulatedCost(Callback):
         group = loop.comm.group  # a `dane.comm.ThreadGroup`, or the asynchronous simulator's totals
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
                        simulated_comm_s=group.comm_time, simulated_compute_clock=group.compute_clock,
-                       **group.cost.describe())
+                       **{"calibration": ALPHA_BETA_ONLY, **group.cost.describe()})  # a drawn tail: its file
 
 
 class Collect(Callback):

@@ -19,6 +19,7 @@ from ..comm import Communicator, ThreadGroup, make_communicator
 from .batching import batched_path
 from ..comm.batched import BatchedGroup, run_batched
 from ..comm.launcher_signals import LauncherTerminated
+from ..comm.tail import drawing
 from ..comm.threads import Interrupted, meter_for
 from ..errors import say
 from .faults import RunInterrupted, worker_lost
@@ -82,7 +83,7 @@ def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) 
         problem = spec.algorithm.build_stacked(spec.problem, m, spec.control.dtype)  # by default the problem's
     setup_s = (time.thread_time() - t0) / m
     timeline.mark("data")
-    group = BatchedGroup(m, spec.comm.cost, spec.comm.stragglers, meter_for([problem.device]))
+    group = BatchedGroup(m, drawing(spec.comm.cost), spec.comm.stragglers, meter_for([problem.device]))
     start = time.perf_counter()
     try:
         summary = run_batched(group, lambda comm: run_worker(spec, comm, problem, out_dir, start, setup_s, collect))
@@ -107,7 +108,7 @@ def simulator(spec: RunSpec, out_dir: str | None, collect: dict | None, declined
         attach_all(spec.problem, problems)
     if declined is not None:  # rank 0 prints its notes before the first round and writes them into the summary
         problems[0].notes = [*problems[0].notes, declined]
-    group = ThreadGroup(m, spec.comm.cost, spec.comm.stragglers,
+    group = ThreadGroup(m, drawing(spec.comm.cost), spec.comm.stragglers,
                         meter_for(problem.device for problem in problems))
     if parks(spec):  # a sampled round runs its clients (and rank 0) only; the others sleep through it
         group.roster = Roster(m, list(problems))

@@ -17,6 +17,7 @@ import torch
 from ..loop.callbacks import Callback, Checkpoints, Collect, Display, Records, save_iterate, shows
 from ..loop.checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint
 from ..comm.launcher_signals import LauncherTerminated
+from ..comm.tail import ALPHA_BETA_ONLY
 from ..records.confusion import write_confusion
 from ..loop.driver import Loop, drive as run_loop
 from ..errors import ConfigError
@@ -145,7 +146,8 @@ def split_entries(spec, algo: SplitRun, last: dict) -> dict:
         "bytes_by_link": dict(algo.bytes_by_link),  # the whole run's, a resumed one's included
     }
     if spec.comm.backend == "local":
-        entries.update(simulated_time_s=last["time_s"], **spec.comm.cost.describe())
+        # its links charge α + bytes/β per message (`SimLink`): a calibration's tail is not drawn here
+        entries.update(simulated_time_s=last["time_s"], **{**spec.comm.cost.describe(), "calibration": ALPHA_BETA_ONLY})
     if config.notes:
         entries["notes"] = list(config.notes)
     return entries
