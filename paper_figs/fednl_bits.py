@@ -103,8 +103,8 @@ def draw(curves: list[dict]):
 
 def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]:
     index = RunIndex(results)
-    found = [index.find(job, timed=False) for job in jobs()]
-    run_dirs = found if all(found) else run_dirs_under(results, "make them with the commands in docs/federated.md (FedNL)")
+    found = index.find_all(jobs(), timed=False)
+    run_dirs = found if found else run_dirs_under(results, "make them with the commands in docs/federated.md (FedNL)")
     curves = [curve(d) for d in run_dirs]
     provenance = figure_provenance(run_dirs, results)
     caption = caption_line("FedNL per compressor beside other methods: relative suboptimality against rounds and "

@@ -105,8 +105,8 @@ def table(curves: list[dict], target: float = TARGET) -> str:
 
 def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]:
     index = RunIndex(results)
-    found = [index.find(job, timed=False) for job in jobs()]
-    run_dirs = found if all(found) else run_dirs_under(
+    found = index.find_all(jobs(), timed=False)
+    run_dirs = found if found else run_dirs_under(
         results, f"make them with dane figures make_all or `dane train ... out_dir={results}/NAME` (problem.optimum=auto)")
     curves = [curve(d) for d in run_dirs]
     provenance = figure_provenance(run_dirs, results)

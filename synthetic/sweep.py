@@ -187,6 +187,17 @@ class RunIndex:
         hits = [r for r in self.runs if r.identity == wanted and answers(r.summary, cfg, timed)]
         return max(hits, key=lambda r: r.mtime).path if hits else None
 
+    def find_all(self, jobs, timed: bool = True) -> list[Path] | None:
+        """The stored runs that answer every one of ``jobs``, in order; None at the first that none answers (the jobs
+        after it are not composed: composing is most of the cost of a figure that finds none)."""
+        found = []
+        for job in jobs:
+            path = self.find(job, timed) if self.runs else None
+            if path is None:
+                return None
+            found.append(path)
+        return found
+
 
 def run_job(job: Job, out_dir: Path) -> dict:
     """Run one job in this process; a diverged run is a result, not an error."""
