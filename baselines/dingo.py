@@ -31,7 +31,6 @@ Linear models with one output on rows (as FedNL), one client per worker or all m
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +45,7 @@ from dane.problems import Problem
 from dane.problems.stacked_hessians import unpack
 from dane.sampling import SamplingKeys, sampled_mean
 
-from .federated import Federated
+from .federated import ClientBits, Federated
 from .fednl_server import LS_TRIALS
 from .newton_star import VALUE_BITS, linear_rows
 
@@ -67,7 +66,7 @@ def fallback(H: np.ndarray, hat: np.ndarray, h: np.ndarray, phi: float, floor: f
     return -hat - (floor - hat @ h) / (h @ solved) * solved
 
 
-class DINGO(Federated):
+class DINGO(ClientBits, Federated):
     """DINGO on one worker = one client, or all m on stacked rows (module docstring)."""
 
     name = "dingo"
@@ -128,20 +127,6 @@ class DINGO(Federated):
         return {**self.record(reduced, members), "step_size": a, "case": case,
                 "clients_uplink_bits": self.uplink_bits}
 
-    def count(self, clients: int, bits: int, *, down: int) -> None:
-        self.uplink_bits += clients * bits
-        self.traffic.uplink += clients * math.ceil(bits / 8)
-        self.traffic.downlink += clients * down * VALUE_BITS // 8
-
-    def evaluate(self) -> dict[str, float]:
-        return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "bits": self.uplink_bits}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.uplink_bits = int(state["bits"])
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ then those wrappers, and the record carries what they changed (``adapted``).
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +95,35 @@ class LocalSolveKeys:
     def solver(self) -> LocalSolver | None:
         """The `LocalSolver` handed to ``problem.prox_solve``; None: the problem's own (or ``steps``)."""
         return None if self.local_solver in ("problem", "steps") else LocalSolver(self.local_solver)
+
+
+#: the width of a value in a message a method counts itself (`ClientBits`): float64
+VALUE_BITS = 64
+
+
+class ClientBits:
+    """For a method that counts its clients' messages itself, exactly (FedNL's line): ``uplink_bits``, the record's
+    ``clients_uplink_bits`` (cumulative, summed over the round's clients), in the records, the last evaluation and
+    the checkpoints (``bits``), and the participants' traffic (`dane.sampling.Traffic`): ⌈bits/8⌉ bytes up and
+    ``down`` values of `VALUE_BITS` down per client.  Listed before `Federated` among the bases."""
+
+    uplink_bits: int = 0
+
+    def count(self, clients: int, bits: int, *, down: int) -> None:
+        """``clients`` clients each sent ``bits`` and received ``down`` values."""
+        self.uplink_bits += clients * bits
+        self.traffic.uplink += clients * math.ceil(bits / 8)
+        self.traffic.downlink += clients * down * VALUE_BITS // 8
+
+    def evaluate(self) -> dict[str, float]:
+        return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "bits": self.uplink_bits}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.uplink_bits = int(state["bits"])
 
 
 class Federated(Algorithm):

@@ -104,12 +104,11 @@ from dane.problems.stacked_rows import StackedRows
 from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
 from .defaults import THIRD_DERIVATIVE_BOUND, Resolution, cubic_constant
-from .federated import Federated
+from .federated import VALUE_BITS, ClientBits, Federated
 from .measure import mean_row_cubes
 from .fednl_server import armijo_backtrack, newton_direction, shifted_newton
 
 VARIANTS = ("plain", "ls", "pp", "cr")
-VALUE_BITS = 64
 #: the phases of a round `StackedFedNL.seconds` times: the clients' gradients and Hessians, the compression of the
 #: Hessian differences, the clients' and server's updates of H_i and H, the server's Newton step (line search included)
 PHASES = ("oracles", "compress", "update", "newton")
@@ -229,7 +228,7 @@ class FedNLClients:
             generator.set_state(saved)
 
 
-class FedNL(Federated):
+class FedNL(ClientBits, Federated):
     """FedNL on one worker = one client (module docstring); the server's H, l, g are kept on every worker.
 
     On the batched simulator's communicator (`dane.comm.batched`) the one worker holds all m clients, on their
@@ -341,13 +340,6 @@ class FedNL(Federated):
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
         return {**self.record(reduced, members), "step_size": 1.0, "clients_uplink_bits": self.uplink_bits}
 
-    def evaluate(self) -> dict[str, float]:
-        return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
-
-    def count(self, clients: int, bits: int, *, down: int) -> None:
-        self.uplink_bits += clients * bits
-        self.traffic.uplink += clients * math.ceil(bits / 8)
-        self.traffic.downlink += clients * down * VALUE_BITS // 8
 
     def global_objective(self, x: np.ndarray) -> float:
         """O(x): one allreduce of the clients' O_i(x) (FedNL-LS's trials)."""
@@ -357,14 +349,13 @@ class FedNL(Federated):
     def state_dict(self) -> dict:
         server = {key: torch.from_numpy(value.copy()) for key, value in self.server().items()}
         return {**super().state_dict(), **server, "client": self.client.state_dict(),
-                "bits": self.uplink_bits, "step_size": self.step_size, "rounds": self.rounds}
+                "step_size": self.step_size, "rounds": self.rounds}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         for key in self.server():
             setattr(self, key, state[key].numpy().copy())
         self.client.load_state_dict(state["client"])
-        self.uplink_bits = int(state["bits"])
         self.step_size, self.rounds = float(state["step_size"]), int(state["rounds"])
 
 

@@ -30,7 +30,6 @@ Linear models with one output on rows (as FedNL), one client per worker or all m
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +45,7 @@ from dane.problems import Problem
 from dane.problems.stacked_hessians import PackedRows, frobenius_norms, packed_size
 from dane.sampling import SamplingKeys, sampled_mean
 
-from .federated import Federated
+from .federated import ClientBits, Federated
 from .fednl import FedNLClients, message_entries
 from .fednl_server import newton_direction
 from .newton_star import VALUE_BITS, linear_rows
@@ -61,7 +60,7 @@ def coins(seed: int, ids: np.ndarray, draw: int) -> np.ndarray:
     return np.array([np.random.default_rng([seed, COIN_STREAM, int(i), draw]).random() for i in ids])
 
 
-class Newton3PC(Federated):
+class Newton3PC(ClientBits, Federated):
     """Newton-3PC on one worker = one client, or all m on stacked rows (module docstring)."""
 
     name = "newton_3pc"
@@ -129,23 +128,16 @@ class Newton3PC(Federated):
         self.rounds += 1
         return {**self.record(reduced, members), "hessians_sent": senders, "clients_uplink_bits": self.uplink_bits}
 
-    def count(self, clients: int, bits: int, *, down: int) -> None:
-        self.uplink_bits += clients * bits
-        self.traffic.uplink += clients * math.ceil(bits / 8)
-        self.traffic.downlink += clients * down * VALUE_BITS // 8
-
-    def evaluate(self) -> dict[str, float]:
-        return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "client": self.client.state_dict(), "Y": torch.from_numpy(self.Y.copy()),
-                "H": torch.from_numpy(self.H.copy()), "bits": self.uplink_bits, "rounds": self.rounds}
+                "H": torch.from_numpy(self.H.copy()), "rounds": self.rounds}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.client.load_state_dict(state["client"])
         self.Y, self.H = state["Y"].numpy().copy(), state["H"].numpy().copy()
-        self.uplink_bits, self.rounds = int(state["bits"]), int(state["rounds"])
+        self.rounds = int(state["rounds"])
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ worker, or all m at once on the batched simulator's stacked rows (`dane.problems
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,9 +40,8 @@ from dane.problems.stacked_hessians import CompactHessians, PackedRows, packed_s
 from dane.problems.stacked_rows import StackedRows
 from dane.sampling import SamplingKeys, sampled_mean
 
-from .federated import Federated
+from .federated import VALUE_BITS, ClientBits, Federated
 
-VALUE_BITS = 64
 
 
 def client_rows(problem: Problem, comm: Communicator, method: str) -> StackedRows:
@@ -69,7 +67,7 @@ def packed_message(clients: CompactHessians, compact: np.ndarray, comm: Communic
     return torch.from_numpy(clients.expand(compact)[0])
 
 
-class NewtonStar(Federated):
+class NewtonStar(ClientBits, Federated):
     """Newton-Star on one worker = one client (module docstring); H_*'s Cholesky factor is kept on every worker."""
 
     name = "newton_star"
@@ -102,20 +100,6 @@ class NewtonStar(Federated):
         self.count(len(members), VALUE_BITS * self.d, down=self.d)
         return {**self.record(reduced, members), "clients_uplink_bits": self.uplink_bits}
 
-    def count(self, clients: int, bits: int, *, down: int) -> None:
-        self.uplink_bits += clients * bits
-        self.traffic.uplink += clients * math.ceil(bits / 8)
-        self.traffic.downlink += clients * down * VALUE_BITS // 8
-
-    def evaluate(self) -> dict[str, float]:
-        return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "bits": self.uplink_bits}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.uplink_bits = int(state["bits"])
 
 
 @dataclass(frozen=True)

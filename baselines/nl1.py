@@ -29,7 +29,6 @@ NL1 is Newton's method), one client per worker or all m on the batched simulator
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,11 +45,11 @@ from dane.problems.stacked_hessians import pack, packed_size, unpack
 from dane.sampling import SamplingKeys, sampled_mean
 
 from .defaults import Resolution, nl1_step
-from .federated import Federated
+from .federated import ClientBits, Federated
 from .newton_star import VALUE_BITS, client_rows
 
 
-class NL1(Federated):
+class NL1(ClientBits, Federated):
     """NL1 on one worker = one client, or all m on stacked rows (module docstring); B is kept on every worker."""
 
     name = "nl1"
@@ -110,22 +109,15 @@ class NL1(Federated):
         self.count(len(members), VALUE_BITS * (self.d + sent * self.d + sent), down=self.d)
         return {**self.record(reduced, members), "clients_uplink_bits": self.uplink_bits}
 
-    def count(self, clients: int, bits: int, *, down: int) -> None:
-        self.uplink_bits += clients * bits
-        self.traffic.uplink += clients * math.ceil(bits / 8)
-        self.traffic.downlink += clients * down * VALUE_BITS // 8
-
-    def evaluate(self) -> dict[str, float]:
-        return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "h": torch.from_numpy(self.h.copy()), "B": torch.from_numpy(self.B.copy()),
-                "bits": self.uplink_bits, "draws": self.draws}
+                "draws": self.draws}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.h, self.B = state["h"].numpy().copy(), state["B"].numpy().copy()
-        self.uplink_bits, self.draws = int(state["bits"]), int(state["draws"])
+        self.draws = int(state["draws"])
 
 
 @dataclass(frozen=True)
