@@ -109,8 +109,23 @@ def cell(config: LinearModelConfig, m: int, method: str, cap: int, seed: int) ->
             "missed_by": None if hit is not None else best / TARGET, "wall_s": wall, "curve": thinned(rel, work)}
 
 
+def projected(c: dict, key: str) -> float | None:
+    """The ``key`` a cell that missed the target would spend to reach it at its curve's log-linear rate over the last
+    half of its rounds (an extrapolation, never a measurement); None where the curve did not fall there."""
+    curve, rounds = c["curve"], c["curve"]["round"]
+    i, j = next(k for k, r in enumerate(rounds) if r >= rounds[-1] / 2), len(rounds) - 1
+    rel, work = curve["rel"], curve[key]
+    if not 0 < rel[j] < rel[i] or work[j] <= work[i]:
+        return None
+    return work[j] + math.log(rel[j] / TARGET) * (work[j] - work[i]) / math.log(rel[i] / rel[j])
+
+
 def spent(c: dict, key: str) -> str:
-    return f"{c[key]:.4g}" if c["reached"] else f"more than {c[key]:.4g} (best {c['best_rel']:.2g} at the cap)"
+    if c["reached"]:
+        return f"{c[key]:.4g}"
+    guess = projected(c, key)
+    return (f"more than {c[key]:.4g} (best {c['best_rel']:.2g} at the cap" +
+            ("" if guess is None else f"; about {guess:.3g} at its last-half rate") + ")")
 
 
 def fewer(cells: dict, a: str, b: str, key: str, name: str) -> tuple[bool | None, str]:
@@ -119,6 +134,8 @@ def fewer(cells: dict, a: str, b: str, key: str, name: str) -> tuple[bool | None
     text = f"{a} {name} {spent(x, key)}, {b} {spent(y, key)}"
     if not x["reached"]:
         return (None, f"undecided: neither reached the target; {text}") if not y["reached"] else (False, text)
+    if not y["reached"] and y[key] < x[key]:
+        return None, f"undecided: {b} missed the target on fewer bits than {a} spent; {text}"
     ok = not y["reached"] or x[key] < y[key]
     return ok, text if ok else f"{text}: {x[key] / y[key]:.3g}x {b}'s"
 

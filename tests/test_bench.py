@@ -1240,14 +1240,19 @@ def test_the_compressed_claims_follow_from_the_numbers():
     from scripts.bench_compressed import claims
 
     def c(reached, bits, **extra):
+        curve = {"round": [0, 50, 100], "rel": [1.0, 1e-2, 1e-4], "uplink_bits": [0.0, bits / 2, bits]}
         return {"status": "converged" if reached else "max_rounds", "reached": reached, "uplink_bits": bits,
-                "total_bits": 2 * bits, "best_rel": 1e-13 if reached else 1e-3, "rounds": 100, **extra}
+                "total_bits": 2 * bits, "best_rel": 1e-13 if reached else 1e-4, "rounds": 100, "curve": curve, **extra}
 
     def first(cells):
         return claims("x", cells)[0]
 
     assert first({"fednl_topk": c(True, 10.0), "diana": c(True, 20.0)})["holds"] is True
-    assert first({"fednl_topk": c(True, 10.0), "diana": c(False, 5.0)})["holds"] is True
+    assert first({"fednl_topk": c(True, 10.0), "diana": c(False, 50.0)})["holds"] is True
+    short = first({"fednl_topk": c(True, 10.0), "diana": c(False, 5.0)})  # DIANA stopped before it spent as much
+    assert short["holds"] is None and short["text"].startswith("undecided: diana missed the target on fewer bits")
+    # its last half fell 2 decades on 2.5 bits: 8 more decades to 1e-12 are 10 more bits, 15 in all
+    assert "diana more than 5 (best 0.0001 at the cap; about 15 at its last-half rate)" in short["text"]
     miss = first({"fednl_topk": c(True, 30.0), "diana": c(True, 20.0)})
     assert miss["holds"] is False and miss["text"].endswith("1.5x diana's")
     assert first({"fednl_topk": c(False, 30.0), "diana": c(False, 20.0)})["holds"] is None
