@@ -1262,3 +1262,24 @@ def test_the_compressed_claims_follow_from_the_numbers():
     assert lazy["holds"] is True and "25.0% of its rounds" in lazy["text"]
     assert claims("x", {"fednl_topk": c(True, 10.0), "newton_3pc": c(True, 10.0, hessian_rounds=26)})[3]["holds"] \
         is False
+
+
+def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
+    """Each present cell is a row of its numbers (a missed one with > and its factor), absent rows one line at the
+    end, each claim a line; the figure draws one row of the four panels per dataset."""
+    from dane.paper_figs import compressed as fig
+
+    section = canned("compressed")["compressed"]
+    text = fig.render(section, "tests/data/bench/compressed.json")
+    gd = section["cells"]["phishing"]["gd"]
+    assert (f"| GD | > {gd['rounds']} | > {gd['uplink_bits']:.3g} | > {gd['total_bits']:.3g} | > "
+            f"{gd['local_passes']:.3g} | best {gd['best_rel']:.2g} ({gd['missed_by']:.2g}x the target) at the cap |"
+            in text)
+    assert "| FedNL (TopK) | " in text and "| DIANA | " in text and text.endswith("Not run: phishing fednl_bc absent.")
+    assert fig.label({"algorithm": "fednl", "keys": {"compressor": "rank:1"}}) == "FedNL (rank-1)"
+    assert text.count("\n- phishing: ") == len(section["claims"]) == 4
+    page = tmp_path / "page.md"
+    page.write_text(f"x\n{fig.BEGIN}\nold\n{fig.END}\n")
+    paths = fig.main(["--json", str(DATA / "compressed.json"), "--out", str(tmp_path), "--page", str(page)])
+    assert (tmp_path / "compressed.png").stat().st_size > 10_000 and len(paths) == 3
+    assert fig.render(section, str(DATA / "compressed.json")) in page.read_text()
