@@ -26,8 +26,9 @@ TARGET = 1e-12
 LAM = 1e-3
 DATASETS = {"a9a": 80, "w8a": 142, "phishing": 100}  # the FedNL paper's clients per table
 NEWTON_CAP, FIRST_CAP = 300, 3000  # rounds; --caps replaces them
-#: row -> (algorithm, its keys: {d} is d with the intercept, {s} round(sqrt d) (the paper's dithering levels),
-#: first-order?); ``compress: none`` (`comm.compress`) counts an uncompressed method's bits.  FedNL's compressors at the paper's k = d, option 2 (bench_fednl's: option 1 wanders from x⁰ = 0)
+#: row -> (algorithm, its keys: {d} is d with the intercept, {s} round(sqrt d), the paper's dithering levels;
+#: first-order?).  FedNL at the paper's k = d, option 2 (bench_fednl's: option 1 wanders from x⁰ = 0);
+#: ``compress: none`` (`comm.compress`) counts an uncompressed method's bits whole
 METHODS = {
     "fednl_topk": ("fednl", {"compressor": "topk:{d}", "option": 2}, False),
     "fednl_randk": ("fednl", {"compressor": "randk:{d}", "option": 2}, False),
@@ -51,13 +52,10 @@ QUICK = ("fednl_topk", "fednl_bc", "diana", "gd")
 WORK = ("uplink_bits", "total_bits", "local_passes")  # per node, to the target
 
 
-def data_dir() -> Path:
-    folder = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
-    return (folder if folder.is_absolute() else Path(__file__).resolve().parents[1] / folder) / "libsvm"
-
-
 def problem(name: str) -> LinearModelConfig:
-    path = data_dir() / name
+    """The table ``libsvm/<name>`` under DANE_DATA_DIR (default ../shared/data, from the repository root)."""
+    folder = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
+    path = (folder if folder.is_absolute() else Path(__file__).resolve().parents[1] / folder) / "libsvm" / name
     if not path.is_file():
         raise SystemExit(f"error: {path} not found; set DANE_DATA_DIR to the folder holding libsvm/{name}")
     return LinearModelConfig(data=LibSVMSource(path=str(path)), loss="logistic", lam=LAM, fit_intercept=True,
@@ -123,9 +121,8 @@ def projected(c: dict, key: str) -> float | None:
 def spent(c: dict, key: str) -> str:
     if c["reached"]:
         return f"{c[key]:.4g}"
-    guess = projected(c, key)
-    return (f"more than {c[key]:.4g} (best {c['best_rel']:.2g} at the cap" +
-            ("" if guess is None else f"; about {guess:.3g} at its last-half rate") + ")")
+    guess = "" if projected(c, key) is None else f"; about {projected(c, key):.3g} at its last-half rate"
+    return f"more than {c[key]:.4g} (best {c['best_rel']:.2g} at the cap{guess})"
 
 
 def fewer(cells: dict, a: str, b: str, key: str, name: str) -> tuple[bool | None, str]:
@@ -161,6 +158,7 @@ CLAIMS = (("FedNL (TopK) reaches 1e-12 with fewer uplink bits per node than DIAN
 
 
 def claims(dataset: str, cells: dict) -> list[dict]:
+    """Each claim on one dataset's cells: holds (True, False) or undecided (None), and its numbers."""
     out = []
     for claim, needs, test in CLAIMS:
         gone = {n: cells.get(n, {}).get("status", "not in this run") for n in needs}
@@ -184,12 +182,17 @@ def run(bench: Run) -> dict:
             cells.setdefault(name, {})[method] = cell(config, DATASETS[name], method, caps[METHODS[method][2]],
                                                       args.seed)
             bench.save(section)
-    section["claims"] = [c for name in cells for c in claims(name, cells[name])]
-    section["misses"] = [f"{c['dataset']}: {c['claim']}: no; {c['text']}" for c in section["claims"]
-                         if c["holds"] is False]
+    judge(section)
     for line in section["claims"]:
         print(f"{line['dataset']}: {line['claim']}: {line['holds']}; {line['text']}")
     return bench.finish(section)
+
+
+def judge(section: dict) -> None:
+    """The section's ``claims`` from its cells, and as ``misses`` (the goals table's) those that do not hold."""
+    section["claims"] = [c for name, cells in section["cells"].items() for c in claims(name, cells)]
+    section["misses"] = [f"{c['dataset']}: {c['claim']}: no; {c['text']}" for c in section["claims"]
+                         if c["holds"] is False]
 
 
 BENCH = Bench(KEY, run, "the FedNL paper's comparison: bits, rounds and passes to 1e-12 (issue 49 item 4)",
