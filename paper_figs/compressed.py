@@ -78,6 +78,7 @@ def draw(section: dict):
     import matplotlib.pyplot as plt
 
     data = section["cells"]
+    methods = list(dict.fromkeys(m for cells in data.values() for m in cells))  # one colour a method, every panel
     fig, axes = plt.subplots(len(data), len(AXES), figsize=(4 * len(AXES), 3.2 * len(data)), squeeze=False)
     for line, (dataset, cells) in zip(axes, data.items()):
         for cell in (c for c in cells.values() if "curve" in c):
@@ -87,7 +88,7 @@ def draw(section: dict):
                 points = [(x, y) for x, y in zip(curve[key], curve["rel"]) if x is not None and y > 0 and
                           (x > 0 or not logx)]
                 if points:
-                    ax.plot(*zip(*points), label=label(cell))
+                    ax.plot(*zip(*points), label=label(cell), color=plt.cm.tab20(methods.index(cell["method"]) % 20))
         for ax, (key, name) in zip(line, AXES):
             ax.set_yscale("log")
             ax.set_xscale("linear" if key == "round" else "log")
