@@ -161,8 +161,8 @@ def claims(dataset: str, cells: dict) -> list[dict]:
     """Each claim on one dataset's cells: holds (True, False) or undecided (None), and its numbers."""
     out = []
     for claim, needs, test in CLAIMS:
-        gone = {n: cells.get(n, {}).get("status", "not in this run") for n in needs}
-        gone = [f"{n} {why}" for n, why in gone.items() if why in ("not in this run", "absent", "error")]
+        gone = [f"{n} {cells.get(n, {}).get('status', 'not in this run')}" for n in needs
+                if "reached" not in cells.get(n, {})]  # absent, failed, unfinished or not asked for
         holds, text = (None, f"not run: {', '.join(gone)}") if gone else test(cells)
         out.append({"dataset": dataset, "claim": claim, "holds": holds, "text": text})
     return out
