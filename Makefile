@@ -52,6 +52,7 @@ bench: setup
 	$(PY) -m scripts.bench defaults --out results/bench.json
 	$(PY) -m scripts.bench fednl --out results/bench.json
 	$(PY) -m scripts.bench fedprox_synthetic --out results/bench.json
+	$(PY) -m scripts.bench compressed --out results/bench.json
 
 ## The --quick runs of four sections through the runner, into a throwaway JSON (CI runs it; the fast tests read
 ## canned JSON cut from such runs, tests/data/bench/, and start no benchmark).

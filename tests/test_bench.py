@@ -1452,3 +1452,88 @@ def test_the_federated_scale_figure_is_drawn_from_the_json_alone(tmp_path):
     assert sidecar["source"] == "results/bench.json federated_scale" and sidecar["machine"] == section["machine"]
     with pytest.raises(FileNotFoundError, match="run `make bench`"):
         fig.main(tmp_path / "empty", tmp_path / "out")
+
+
+# ------------------------------------------------------------------ compressed (issue 49 item 4)
+def compressed_arithmetic(section: dict) -> None:
+    """A cell reached the target iff its best relative suboptimality is at most it (else it missed by best/target);
+    its work is its curve's at that round, bits down add to bits up, one pass a round per node (every quick method
+    reads its shard once a round); GD's uncompressed messages cost the same bits every round; absent rows are one
+    line each."""
+    from scripts.bench_compressed import METHODS, QUICK, claims
+
+    cells = section["cells"]["phishing"]
+    assert section["quick"] and list(cells) == list(QUICK)
+    for method, c in cells.items():
+        if c["status"] == "absent":
+            assert set(c) == {"method", "algorithm", "status", "error"}
+            assert c["error"] == f"not run: {METHODS[method][0]} absent"
+            continue
+        assert c["reached"] == (c["best_rel"] <= section["target"]) and c["rounds"] <= c["round_cap"]
+        assert c["missed_by"] == (None if c["reached"] else pytest.approx(c["best_rel"] / section["target"]))
+        curve = c["curve"]
+        assert curve["round"][-1] == c["rounds"] and curve["uplink_bits"][-1] == c["uplink_bits"]
+        assert c["total_bits"] >= c["uplink_bits"] and c["local_passes"] == c["rounds"] - 1
+        assert all(len(curve[k]) == len(curve["round"]) for k in ("rel", "uplink_bits", "total_bits"))
+        assert curve["uplink_bits"] == sorted(curve["uplink_bits"])
+    gd = cells["gd"]["curve"]
+    steps = {round(b - a) / (r1 - r0) for a, b, r0, r1 in
+             zip(gd["uplink_bits"][2:], gd["uplink_bits"][3:], gd["round"][2:], gd["round"][3:])}
+    assert len(steps) == 1
+    assert section["claims"] == claims("phishing", cells)
+
+
+SECTIONS["compressed"] = (
+    "compressed", {"started_at", "machine", "quick", "target", "lam", "seed", "caps", "clients", "cells", "claims",
+                   "misses", "load_avg_after", "wall_s"}, compressed_arithmetic)
+
+
+def test_the_compressed_claims_follow_from_the_numbers():
+    """FedNL's claim holds where it reaches the target on fewer bits, or where DIANA never does; fails by the ratio
+    where it spends more; is undecided where neither reaches it; is not run where a row is absent."""
+    from scripts.bench_compressed import claims
+
+    def c(reached, bits, **extra):
+        curve = {"round": [0, 50, 100], "rel": [1.0, 1e-2, 1e-4], "uplink_bits": [0.0, bits / 2, bits]}
+        return {"status": "converged" if reached else "max_rounds", "reached": reached, "uplink_bits": bits,
+                "total_bits": 2 * bits, "best_rel": 1e-13 if reached else 1e-4, "rounds": 100, "curve": curve, **extra}
+
+    def first(cells):
+        return claims("x", cells)[0]
+
+    assert first({"fednl_topk": c(True, 10.0), "diana": c(True, 20.0)})["holds"] is True
+    assert first({"fednl_topk": c(True, 10.0), "diana": c(False, 50.0)})["holds"] is True
+    short = first({"fednl_topk": c(True, 10.0), "diana": c(False, 5.0)})  # DIANA stopped before it spent as much
+    assert short["holds"] is None and short["text"].startswith("undecided: diana missed the target on fewer bits")
+    # its last half fell 2 decades on 2.5 bits: 8 more decades to 1e-12 are 10 more bits, 15 in all
+    assert "diana more than 5 (best 0.0001 at the cap; about 15 at its last-half rate)" in short["text"]
+    miss = first({"fednl_topk": c(True, 30.0), "diana": c(True, 20.0)})
+    assert miss["holds"] is False and miss["text"].endswith("1.5x diana's")
+    assert first({"fednl_topk": c(False, 30.0), "diana": c(False, 20.0)})["holds"] is None
+    gone = claims("x", {"fednl_topk": c(True, 1.0), "newton_3pc": {"status": "absent"}})[3]
+    assert gone == {"dataset": "x", "claim": gone["claim"], "holds": None, "text": "not run: newton_3pc absent"}
+    lazy = claims("x", {"fednl_topk": c(True, 10.0), "newton_3pc": c(True, 10.0, hessian_rounds=25)})[3]
+    assert lazy["holds"] is True and "25.0% of its rounds" in lazy["text"]
+    assert claims("x", {"fednl_topk": c(True, 10.0), "newton_3pc": c(True, 10.0, hessian_rounds=26)})[3]["holds"] \
+        is False
+
+
+def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
+    """Each present cell is a row of its numbers (a missed one with > and its factor), absent rows one line at the
+    end, each claim a line; the figure draws one row of the four panels per dataset."""
+    from dane.paper_figs import compressed as fig
+
+    section = canned("compressed")["compressed"]
+    text = fig.render(section, "tests/data/bench/compressed.json")
+    gd = section["cells"]["phishing"]["gd"]
+    assert (f"| GD | > {gd['rounds']} | > {gd['uplink_bits']:.3g} | > {gd['total_bits']:.3g} | > "
+            f"{gd['local_passes']:.3g} | best {gd['best_rel']:.2g} ({gd['missed_by']:.2g}x the target) at the cap |"
+            in text)
+    assert "| FedNL (TopK) | " in text and "| DIANA | " in text and text.endswith("Not run: phishing fednl_bc absent.")
+    assert fig.label({"algorithm": "fednl", "keys": {"compressor": "rank:1"}}) == "FedNL (rank-1)"
+    assert text.count("\n- phishing: ") == len(section["claims"]) == 4
+    page = tmp_path / "page.md"
+    page.write_text(f"x\n{fig.BEGIN}\nold\n{fig.END}\n")
+    paths = fig.main(["--json", str(DATA / "compressed.json"), "--out", str(tmp_path), "--page", str(page)])
+    assert (tmp_path / "compressed.png").stat().st_size > 10_000 and len(paths) == 3
+    assert fig.render(section, str(DATA / "compressed.json")) in page.read_text()

@@ -1,0 +1,203 @@
+"""The FedNL paper's comparison (issue 49 item 4): JSON section ``compressed``.
+
+L2-regularized logistic regression (λ = 1e-3, an intercept, O* from ``optimum=auto``) on LIBSVM a9a over 80 clients,
+w8a over 142 and phishing over 100 (``libsvm/`` under DANE_DATA_DIR, default ../shared/data), each method of
+`METHODS` (one row each: its algorithm and keys) at its defaults, to relative suboptimality `TARGET` or its round
+cap.  Per cell: the rounds, the uplink bits per node, the total bits per node (up and down) and the local passes
+per node spent to reach `TARGET` (`scripts.harness.work_to`), or the best reached and the factor it missed by, and
+the thinned curves ``dane figures compressed`` draws.  Then the paper's claims (`CLAIMS`), measured: each holds, does
+not (by how much), or was not run.  A row whose algorithm this checkout lacks is one ``absent`` line.
+``--quick``: phishing, `QUICK` methods, 30 rounds.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+from dane.api import CONF_DIR, fit
+from dane.data.files import LibSVMSource
+from dane.problems.linear_models import LinearModelConfig
+from scripts.harness import Bench, Run, first_at, kept, optimum_of, option, relative, work_to
+
+KEY = "compressed"
+TARGET = 1e-12
+LAM = 1e-3
+DATASETS = {"a9a": 80, "w8a": 142, "phishing": 100}  # the FedNL paper's clients per table
+NEWTON_CAP, FIRST_CAP = 300, 3000  # rounds; --caps replaces them
+#: row -> (algorithm, its keys: {d} is d with the intercept, {s} round(sqrt d), the paper's dithering levels;
+#: first-order?).  FedNL at the paper's k = d, option 2 (bench_fednl's: option 1 wanders from x⁰ = 0);
+#: ``compress: none`` (`comm.compress`) counts an uncompressed method's bits whole
+METHODS = {
+    "fednl_topk": ("fednl", {"compressor": "topk:{d}", "option": 2}, False),
+    "fednl_randk": ("fednl", {"compressor": "randk:{d}", "option": 2}, False),
+    "fednl_rank1": ("fednl", {"compressor": "rank:1", "option": 2}, False),
+    "fednl_bc": ("fednl_bc", {"compressor": "topk:{d}", "option": 2}, False),
+    "newton_3pc": ("newton_3pc", {}, False),
+    "nl1": ("nl1", {}, False),
+    "dingo": ("dingo", {}, False),
+    "newton_star": ("newton_star", {}, False),
+    "diana": ("diana", {"compressor": "dither:{s}"}, True),
+    "adiana": ("adiana", {"compressor": "dither:{s}"}, True),
+    "marina": ("marina", {}, True),
+    "dasha": ("dasha", {}, True),
+    "ef21": ("ef21", {}, True),
+    "ef21p": ("ef21p", {}, True),
+    "gd": ("gd", {"compress": "none"}, True),
+    "dane": ("dane", {"safeguard": True, "compress": "none"}, False),
+    "giant": ("giant", {"compress": "none"}, False),
+}
+QUICK = ("fednl_topk", "fednl_bc", "diana", "gd")
+WORK = ("uplink_bits", "total_bits", "local_passes")  # per node, to the target
+
+
+def problem(name: str) -> LinearModelConfig:
+    """The table ``libsvm/<name>`` under DANE_DATA_DIR (default ../shared/data, from the repository root)."""
+    folder = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
+    path = (folder if folder.is_absolute() else Path(__file__).resolve().parents[1] / folder) / "libsvm" / name
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found; set DANE_DATA_DIR to the folder holding libsvm/{name}")
+    return LinearModelConfig(data=LibSVMSource(path=str(path)), loss="logistic", lam=LAM, fit_intercept=True,
+                             optimum="auto", name="logreg")
+
+
+def per_node(records: list[dict], m: int) -> list[dict]:
+    """Each record's cumulative work per node: bits up, bits up and down (FedNL's participants' bytes over m, else
+    the per-worker ``uplink_bits``/``downlink_bits``), local passes (None where not counted)."""
+    def bits(r: dict) -> tuple[float, float]:
+        if "uplink_bytes" in r:
+            return 8 * r["uplink_bytes"] / m, 8 * r.get("downlink_bytes", 0) / m
+        return float(r["uplink_bits"]), float(r.get("downlink_bits", 0))
+    return [{"uplink_bits": up, "total_bits": up + down,
+             "local_passes": None if r.get("local_passes") is None else r["local_passes"] / m}
+            for r, (up, down) in ((r, bits(r)) for r in records)]
+
+
+def thinned(rel: list[float], work: list[dict], points: int = 60) -> dict:
+    """The curves at about ``points`` rounds, spaced evenly in log(round); each point's work is what made it."""
+    n = len(rel)
+    keep = sorted({0, n - 1, *(min(n - 1, round(math.expm1(i * math.log(n) / points))) for i in range(points))})
+    spent = [{k: work_to(work, i, k) for k in WORK} for i in keep]
+    return {"round": keep, "rel": [float(f"{rel[i]:.4g}") for i in keep],
+            **{k: [s[k] for s in spent] for k in WORK}}
+
+
+def cell(config: LinearModelConfig, m: int, method: str, cap: int, seed: int) -> dict:
+    algorithm, keys, _ = METHODS[method]
+    row = {"method": method, "algorithm": algorithm}
+    if not (CONF_DIR / "algorithm" / f"{algorithm}.yaml").is_file():
+        return {**row, "status": "absent", "error": f"not run: {algorithm} absent"}
+    config.prepare()
+    d = config.build(0, m).dim
+    keys = {k: v.format(d=d, s=round(math.sqrt(d))) if isinstance(v, str) else v for k, v in keys.items()}
+    start = time.perf_counter()
+    try:
+        result = fit(config, algorithm, workers=m, rounds=cap, tol=TARGET, seed=seed, **keys)
+    except Exception as exc:  # noqa: BLE001 -- a method that fails is a row
+        return {**row, "keys": keys, "status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+    records, wall = result.records, round(time.perf_counter() - start, 1)
+    rel, work = relative(records, optimum_of(records)), per_node(records, m)
+    hit = first_at(rel, TARGET)
+    at = len(records) - 1 if hit is None else hit
+    best, hessians = min(rel), [r.get("local_hessians") or 0 for r in records[:at + 1]]
+    return {**row, "keys": keys, "status": result.status, "round_cap": cap, "reached": hit is not None,
+            "rounds": records[at]["round"], **{k: work_to(work, at, k) for k in WORK}, "best_rel": best,
+            "hessian_rounds": sum(b > a for a, b in zip([0, *hessians], hessians)),
+            "missed_by": None if hit is not None else best / TARGET, "wall_s": wall, "curve": thinned(rel, work)}
+
+
+def projected(c: dict, key: str) -> float | None:
+    """The ``key`` a cell that missed the target would spend to reach it at its curve's log-linear rate over the last
+    half of its rounds (an extrapolation, never a measurement); None where the curve did not fall there."""
+    curve, rounds = c["curve"], c["curve"]["round"]
+    i, j = next(k for k, r in enumerate(rounds) if r >= rounds[-1] / 2), len(rounds) - 1
+    rel, work = curve["rel"], curve[key]
+    if not 0 < rel[j] < rel[i] or work[j] <= work[i]:
+        return None
+    return work[j] + math.log(rel[j] / TARGET) * (work[j] - work[i]) / math.log(rel[i] / rel[j])
+
+
+def spent(c: dict, key: str) -> str:
+    if c["reached"]:
+        return f"{c[key]:.4g}"
+    guess = "" if projected(c, key) is None else f"; about {projected(c, key):.3g} at its last-half rate"
+    return f"more than {c[key]:.4g} (best {c['best_rel']:.2g} at the cap{guess})"
+
+
+def fewer(cells: dict, a: str, b: str, key: str, name: str) -> tuple[bool | None, str]:
+    """Whether row ``a`` reaches the target with less ``key`` than row ``b`` (b missing it counts as more)."""
+    x, y = cells[a], cells[b]
+    text = f"{a} {name} {spent(x, key)}, {b} {spent(y, key)}"
+    if not x["reached"]:
+        return (None, f"undecided: neither reached the target; {text}") if not y["reached"] else (False, text)
+    if not y["reached"] and y[key] < x[key]:
+        return None, f"undecided: {b} missed the target on fewer bits than {a} spent; {text}"
+    ok = not y["reached"] or x[key] < y[key]
+    return ok, text if ok else f"{text}: {x[key] / y[key]:.3g}x {b}'s"
+
+
+def lazy(cells: dict, a: str, b: str) -> tuple[bool | None, str]:
+    """Newton-3PC: Hessians in at most a quarter of its rounds, at no more uplink bits than FedNL."""
+    x, y = cells[a], cells[b]
+    share = x["hessian_rounds"] / max(x["rounds"], 1)
+    ok = share <= 0.25 and x["reached"] and (not y["reached"] or x["uplink_bits"] <= y["uplink_bits"])
+    return ok, (f"{a} computes Hessians in {share:.1%} of its rounds; uplink bits/node {spent(x, 'uplink_bits')}, "
+                f"{b} {spent(y, 'uplink_bits')}")
+
+
+#: (claim, the rows it needs, its test)
+CLAIMS = (("FedNL (TopK) reaches 1e-12 with fewer uplink bits per node than DIANA", ("fednl_topk", "diana"),
+           lambda c: fewer(c, "fednl_topk", "diana", "uplink_bits", "uplink bits/node")),
+          ("FedNL (TopK) reaches 1e-12 with fewer uplink bits per node than ADIANA", ("fednl_topk", "adiana"),
+           lambda c: fewer(c, "fednl_topk", "adiana", "uplink_bits", "uplink bits/node")),
+          ("FedNL-BC reaches 1e-12 with fewer total bits per node than FedNL", ("fednl_bc", "fednl_topk"),
+           lambda c: fewer(c, "fednl_bc", "fednl_topk", "total_bits", "total bits/node")),
+          ("Newton-3PC computes Hessians in at most 1/4 of its rounds at no more uplink bits than FedNL",
+           ("newton_3pc", "fednl_topk"), lambda c: lazy(c, "newton_3pc", "fednl_topk")))
+
+
+def claims(dataset: str, cells: dict) -> list[dict]:
+    """Each claim on one dataset's cells: holds (True, False) or undecided (None), and its numbers."""
+    out = []
+    for claim, needs, test in CLAIMS:
+        gone = [f"{n} {cells.get(n, {}).get('status', 'not in this run')}" for n in needs
+                if "reached" not in cells.get(n, {})]  # absent, failed, unfinished or not asked for
+        holds, text = (None, f"not run: {', '.join(gone)}") if gone else test(cells)
+        out.append({"dataset": dataset, "claim": claim, "holds": holds, "text": text})
+    return out
+
+
+def run(bench: Run) -> dict:
+    args = bench.args
+    datasets, methods = (["phishing"], list(QUICK)) if args.quick else (args.datasets, args.only or list(METHODS))
+    caps = (30, 30) if args.quick else args.caps
+    section = {**kept(bench), **bench.header(), "quick": args.quick, "target": TARGET, "lam": LAM, "seed": args.seed,
+               "caps": {"newton": caps[0], "first_order": caps[1]}, "clients": DATASETS}
+    cells = section.setdefault("cells", {})
+    for name in datasets:
+        config = problem(name)
+        for method in methods:
+            bench.log(f"{name} {method}")
+            cells.setdefault(name, {})[method] = cell(config, DATASETS[name], method, caps[METHODS[method][2]],
+                                                      args.seed)
+            bench.save(section)
+    judge(section)
+    for line in section["claims"]:
+        print(f"{line['dataset']}: {line['claim']}: {line['holds']}; {line['text']}")
+    return bench.finish(section)
+
+
+def judge(section: dict) -> None:
+    """The section's ``claims`` from its cells, and as ``misses`` (the goals table's) those that do not hold."""
+    section["claims"] = [c for name, cells in section["cells"].items() for c in claims(name, cells)]
+    section["misses"] = [f"{c['dataset']}: {c['claim']}: no; {c['text']}" for c in section["claims"]
+                         if c["holds"] is False]
+
+
+BENCH = Bench(KEY, run, "the FedNL paper's comparison: bits, rounds and passes to 1e-12 (issue 49 item 4)",
+              only=tuple(METHODS),
+              options=(option("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS)),
+                       option("--caps", nargs=2, type=int, default=[NEWTON_CAP, FIRST_CAP],
+                              help="round caps: Newton-type, first-order"),
+                       option("--seed", type=int, default=0)))
