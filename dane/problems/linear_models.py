@@ -235,7 +235,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         y = self.labels()
         if keys["sharding"] == "iid":
             return shard(len(y), size, self.seed)[rank].numpy(), []
-        key = (repr(self.source), self.loss, size, self.seed)
+        key = self.shards_key(size)
         if key not in _SHARDS:
             _SHARDS.clear()
             clients = None
@@ -254,6 +254,21 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
                                                      regression=self.loss == "squared", clients=clients)
         shards, notes = _SHARDS[key]
         return shards[rank], notes if rank == 0 else []
+
+    def shards_key(self, size: int) -> tuple:
+        """The key of `_SHARDS` under which `worker_rows` keeps ``size`` workers' rows."""
+        return repr(self.source), self.loss, size, self.seed
+
+    def all_worker_rows(self, size: int) -> list[np.ndarray]:
+        """`worker_rows`' rows for ranks 0 .. size − 1, dealt once (not once per rank: ``iid`` draws its
+        permutation per call, and each call re-reads the sharding keys)."""
+        from ..data.sharding import sharding_keys
+        from .ridge import shard
+
+        if sharding_keys(self.source)["sharding"] == "iid":
+            return [part.numpy() for part in shard(len(self.labels()), size, self.seed)]
+        self.worker_rows(0, size)
+        return list(_SHARDS[self.shards_key(size)][0])
 
     # ------------------------------------------------------------------ all workers stacked (sim.batched)
     def stacked_form(self, size: int) -> str | None:
@@ -276,18 +291,30 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         dim = d + int(self.fit_intercept)
         if self.solver.resolve(dim, False).method != "cholesky":
             return f"problem.local_solver={self.local_solver} has no batched form (the exact solve, cholesky, has)"
-        sizes = {len(self.worker_rows(rank, size)[0]) for rank in range(size)}
+        sizes = {len(rows) for rows in self.all_worker_rows(size)}
         if len(sizes) > 1:
             return f"the {n} rows are dealt in shards of {min(sizes)} to {max(sizes)} rows, not equal ones"
         return None
 
     def build_stacked(self, size: int, dtype: torch.dtype = torch.float64):
-        """The ``size`` shards of `build`, row for row, stacked into one `StackedLinearModel` (equal shards)."""
+        """The ``size`` shards of `build`, row for row, stacked into one `StackedLinearModel` (equal shards).
+
+        Worker 0's shard is built (its notes, its checks, its solver); on a table held in memory and a CPU device
+        the others are its rows gathered at once (m x n row indices into X and y, as `build` takes them one
+        worker at a time, the same values), not m shards built one by one."""
+        from .neural import DTYPES
         from .stacked import StackedLinearModel
 
-        shards = [self.build(rank, size, dtype) for rank in range(size)]
-        first = shards[0]
-        problem = StackedLinearModel(torch.stack([s.X for s in shards]), torch.stack([s.y for s in shards]),
+        first = self.build(0, size, dtype)
+        if self.source.presharded or self.by_id or first.device.type != "cpu":
+            shards = [first, *(self.build(rank, size, dtype) for rank in range(1, size))]
+            X, y = torch.stack([s.X for s in shards]), torch.stack([s.y for s in shards])
+        else:
+            dtype = DTYPES[self.dtype] if self.dtype is not None else dtype
+            table, idx = self.table(), np.stack(self.all_worker_rows(size))
+            X = torch.as_tensor(np.ascontiguousarray(table.X[idx])).to(dtype)
+            y = torch.as_tensor(table.y[idx], dtype=dtype)
+        problem = StackedLinearModel(X, y,
                                      first.loss, l2=first.l2, weight=first.weight, solver=first.solver,
                                      notes=first.notes, device=first.device)
         problem.target_units, problem.data_info = first.target_units, first.data_info

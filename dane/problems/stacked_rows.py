@@ -50,6 +50,7 @@ import torch
 from ..errors import ConfigError
 from ..work import counted
 from .base import Problem, ProblemConfig
+from .row_losses import client_losses
 from .stacked import ROW_VALUES
 
 NOTE = ("sim.batched: the {m} workers ran as one stacked computation, each charged 1/m of its measured "
@@ -310,17 +311,13 @@ def client_sums(X: scipy.sparse.csr_matrix, start: np.ndarray, clients: np.ndarr
 def each_pass(X: scipy.sparse.csr_matrix, y: np.ndarray, start: np.ndarray, xs: np.ndarray, clients: np.ndarray,
               loss, weight: float, *, unit: bool = False) -> RowPass:
     """`row_pass`'s (z, v, g) for ``clients``, each at its own point xs[k] (local steps of a federated method):
-    z by `each_margins`, f and f' by the loss's torch functions on each client's rows alone (as it alone computes
-    them), v and g by `row_pass`'s loop.  ``x`` of the result is ``xs``."""
+    z by `each_margins`, f and f' as the loss's torch functions give them on each client's rows alone (as it alone
+    computes them: `dane.problems.row_losses.client_losses`), v and g by `row_pass`'s loop.  ``x`` of the result
+    is ``xs``."""
     z = each_margins(X, start, xs, clients, unit=unit)
-    values, dz = np.empty(len(z)), np.empty(len(z))
-    at = 0
-    for c in clients:
-        rows, n_c = slice(at, at + start[c + 1] - start[c]), start[c + 1] - start[c]
-        zt, yt = torch.from_numpy(z[rows]), torch.from_numpy(y[start[c]:start[c + 1]])
-        values[rows] = ROW_VALUES[loss.name](zt[:, None], yt[:, None]).numpy()
-        dz[rows] = loss.dz(zt, yt).numpy()
-        at += n_c
+    sizes = start[clients + 1] - start[clients]
+    rows = np.arange(len(z)) + np.repeat(start[clients] - (np.cumsum(sizes) - sizes), sizes)
+    values, dz = client_losses(loss, z, y[rows], sizes)
     sums, grads = client_sums(X, start, clients, weight, dz, unit, values)
     return RowPass(xs, z, weight * sums, grads, None)
 
