@@ -57,9 +57,11 @@ def iterates(config, shards, rounds=ROUNDS):
     return ws, records
 
 
-def fit(algorithm, rounds=ROUNDS, compress=None, error_feedback=False):
-    spec = RunSpec(problem=LOGREG, algorithm=algorithm,
-                   comm=Communication(backend="local", workers=M, compress=compress, error_feedback=error_feedback),
+def fit(algorithm, rounds=ROUNDS, compress=None, error_feedback=False, problem=LOGREG, batched="auto"):
+    """(records, summary) of ``algorithm`` on ``problem``'s M simulated workers."""
+    spec = RunSpec(problem=problem, algorithm=algorithm,
+                   comm=Communication(backend="local", workers=M, compress=compress, error_feedback=error_feedback,
+                                      batched=batched),
                    control=RunControl(stop=StopRule(rounds=rounds), quiet=True, progress="none"))
     collected: dict = {}
     summary = execute(spec, None, collect=collected)
@@ -359,6 +361,11 @@ def test_ef21_runs_one_thread_per_worker():
     assert why_not_batched(spec) == "algorithm=ef21 has no stacked form (its class does not declare batchable)"
 
 
+def on_both_paths(algorithm) -> tuple[tuple[list[dict], dict], tuple[list[dict], dict]]:
+    """`fit` on `RIDGE` (equal shards, which stack) one thread per worker, then as one stacked computation."""
+    return fit(algorithm, problem=RIDGE, batched="false"), fit(algorithm, problem=RIDGE, batched="true")
+
+
 @pytest.mark.parametrize("algorithm", [DIANAConfig(compressor="randk:5", seed=SEED),
                                        DIANAConfig(compressor="natural", lr=0.05, seed=SEED),
                                        MARINAConfig(compressor="randk:5", p=0.4, seed=SEED),
@@ -367,15 +374,7 @@ def test_ef21_runs_one_thread_per_worker():
 def test_the_batched_simulator_gives_the_per_worker_records(algorithm):
     """Each worker's Q from its own stream on both paths: the same draws, the same iterates to round-off, the same
     bits (equal shards of a ridge problem, which stacks)."""
-    runs = {}
-    for batched in ("false", "true"):
-        spec = RunSpec(problem=RIDGE, algorithm=algorithm,
-                       comm=Communication(backend="local", workers=M, batched=batched),
-                       control=RunControl(stop=StopRule(rounds=ROUNDS), quiet=True, progress="none"))
-        collected: dict = {}
-        summary = execute(spec, None, collect=collected)
-        runs[batched] = collected["records"], summary
-    (threads, per_worker), (stacked, batched) = runs["false"], runs["true"]
+    (threads, per_worker), (stacked, batched) = on_both_paths(algorithm)
     assert batched["simulator_path"] == "batched" and per_worker["compression"] == batched["compression"]
     for a, b in zip(threads, stacked, strict=True):
         for key in ("uplink_bits", "downlink_bits", "bytes_sent", "comm_rounds", "full_round", "w_refreshed"):

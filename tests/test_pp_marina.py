@@ -11,13 +11,10 @@ from dane.baselines.defaults import pp_marina_step
 from dane.baselines.gd import GDConfig
 from dane.baselines.marina import COIN_STREAM, MARINAConfig
 from dane.errors import ConfigError
-from dane.loop.launch import execute
-from dane.loop.runner import StopRule
 from dane.sampling import sampler_seed
-from dane.spec import Communication, RunControl, RunSpec
 from helpers import straight_and_resumed
-from test_compressed_methods import D, LOGREG, M, RIDGE, ROUNDS, SEED, fit, gradient, iterates, numpy_shards, randk, \
-    streams
+from test_compressed_methods import D, LOGREG, M, RIDGE, ROUNDS, SEED, fit, gradient, iterates, numpy_shards, \
+    on_both_paths, randk, streams
 
 R = 2  # clients a compressed round draws
 
@@ -118,15 +115,7 @@ def test_the_batched_simulator_gives_the_per_worker_records(clients):
     """The drawn clients' rows among zeros on the stacked path, each one's Q from its own stream: the per-worker
     path's iterates to round-off and its counts exactly."""
     algorithm = MARINAConfig(compressor="randk:5", p=0.4, lr=0.05, seed=SEED, clients_per_round=clients)
-    runs = {}
-    for batched in ("false", "true"):
-        spec = RunSpec(problem=RIDGE, algorithm=algorithm,
-                       comm=Communication(backend="local", workers=M, batched=batched),
-                       control=RunControl(stop=StopRule(rounds=ROUNDS), quiet=True, progress="none"))
-        collected: dict = {}
-        summary = execute(spec, None, collect=collected)
-        runs[batched] = collected["records"], summary
-    (threads, per_worker), (stacked, batched) = runs["false"], runs["true"]
+    (threads, per_worker), (stacked, batched) = on_both_paths(algorithm)
     assert batched["simulator_path"] == "batched"
     assert sum(r["full_round"] for r in threads[:-1]) < ROUNDS  # a sampled round happened
     keys = ("uplink_bits", "downlink_bits", "bytes_sent", "comm_rounds", "full_round", "clients",
