@@ -23,9 +23,11 @@ positive definite and H_i† is its inverse (a Cholesky solve).
 a round 64·d (its gradient) + 3·64·d (the three vectors) + 64·d in case 3 (p_i) + 64·d per line-search trial (its
 gradient there).  FedNL-Public's ``DINGO`` counts 32-bit values in both directions (32·d up and down per exchange).
 
-Departures from FedNL-Public's ``DINGO``, which follows the paper elsewhere: it caps the step at 1e-2 in the first
-five rounds and floors it at 2⁻¹⁰ after the search, which the paper does not (not done here); and in case 3 it sets
-p to the failing client's vector in place of adding it (the paper's mean is taken here).
+Departures from FedNL-Public's ``DINGO``, which follows the paper elsewhere: it caps the step at 1e-2 in its first
+four rounds (``n_steps < 5``, counted from 1) and floors it at 2⁻¹⁰ after the search, which the paper does not (not
+done here); and in case 3 it sets p to the failing client's vector in place of adding it (the paper's mean is taken
+here).  Run side by side (scripts/peers/fednl_public.py, paper_figs/evidence/fednl_public.json), this round from
+each of the reference's iterates gives its next iterate to round-off once the caps are off.
 
 Linear models with one output on rows (as FedNL), one client per worker or all m on the stacked rows.
 """
