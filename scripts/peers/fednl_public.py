@@ -1,7 +1,8 @@
 r"""Side by side with FedNL-Public (Rustem-Islamov/FedNL-Public, the FedNL papers' NumPy code): DIANA, ADIANA,
 FedNL-CR, NL1 and DINGO run in its ``methods.py`` (imported from ``--reference``, unchanged) and in the package (the
-in-process simulator, one thread a client, as ``dane.fit`` runs) on the same shards; per method and round the
-relative iterate difference ‖x_ref − x_dane‖_∞/‖x_ref‖_∞ and the bits each counts, as JSON.
+per-worker in-process simulator, one thread a client: `dane.comm.ThreadGroup` and `dane.loop.runner.run`) on the
+same shards; per method and round the relative iterate difference ‖x_ref − x_dane‖_∞/‖x_ref‖_∞ and the bits each
+counts, as JSON (with the reference's commit, the machine and the load).
 
     python -m scripts.peers.fednl_public --reference /tmp/fednl_public [--dataset phishing --clients 4 --rows 100]
 
