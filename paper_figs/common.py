@@ -262,3 +262,32 @@ def cli(main, doc: str, results: str = "results") -> None:
     args = parser.parse_args()
     for path in main(args.results, args.out):
         print(path)
+
+
+def bench_parser(doc: str, page: str | Path, *, several: str | None = None, figure: bool = False,
+                 page_aliases: Sequence[str] = ()):
+    """The command line every script that renders a benchmark's JSON into a page's block shares: ``--json`` (default
+    results/bench.json; ``several``, the help saying what several files are, takes one or more), ``--out`` where
+    the script also draws a ``figure`` (default results/figures), ``--page`` (default ``page``, also spelled
+    ``page_aliases``), ``--print`` (the block to stdout, not into the page).  The script adds its own options."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    if several is None:
+        parser.add_argument("--json", default="results/bench.json", help="the benchmark's JSON")
+    else:
+        parser.add_argument("--json", nargs="+", default=["results/bench.json"], help=several)
+    if figure:
+        parser.add_argument("--out", default=str(FIG_DIR), help="where the figure goes (default results/figures)")
+    parser.add_argument("--page", *page_aliases, dest="page", default=str(page),
+                        help="the page whose block(s) the output replaces (default: %(default)s)")
+    parser.add_argument("--print", action="store_true", help="write the table(s) to stdout, not into the page")
+    return parser
+
+
+def bench_section(path: str | Path, key: str) -> dict:
+    """Section ``key`` of the benchmark JSON at ``path``; a JSON without it is one line naming the run that writes it."""
+    bench = json.loads(Path(path).read_text())
+    if key not in bench:
+        raise SystemExit(f"error: {path} holds no {key} section; run python -m scripts.bench {key} first")
+    return bench[key]

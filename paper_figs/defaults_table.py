@@ -14,12 +14,11 @@ second-order and first-order methods run side by side): their methods are put to
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from pathlib import Path
 
 from dane.paper_figs.blocks import method_label, publish
+from dane.paper_figs.common import bench_parser, bench_section
 
 BEGIN, END = "<!-- defaults-table:begin -->", "<!-- defaults-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
@@ -109,19 +108,10 @@ def render(report: dict, group: tuple[str, ...] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", nargs="+", default=["results/bench.json"],
-                        help="one JSON, or several runs of the same cells split by --only (their methods together)")
-    parser.add_argument("--page", "--readme", dest="page", default=str(PAGE),
-                        help="the page whose block the tables replace (default: %(default)s)")
-    parser.add_argument("--print", action="store_true", help="write the tables to stdout, not into the page")
-    args = parser.parse_args(argv)
-    reports = []
-    for path in args.json:
-        bench = json.loads(Path(path).read_text())
-        if "defaults" not in bench:
-            raise SystemExit(f"error: {path} has no defaults section; run python -m scripts.bench defaults first")
-        reports.append(bench["defaults"])
+    args = bench_parser(__doc__, PAGE, page_aliases=("--readme",),
+                        several="one JSON, or several runs of the same cells split by --only (their methods together)"
+                        ).parse_args(argv)
+    reports = [bench_section(path, "defaults") for path in args.json]
     report = combine(reports)
     for group, begin, end in ((None, BEGIN, END), (FEDERATED, FEDERATED_BEGIN, FEDERATED_END)):
         if methods_of(report, group):  # a JSON of some methods (--only) leaves the other block as it is

@@ -20,12 +20,12 @@ this.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
 
 from dane.paper_figs.blocks import method_label, publish
+from dane.paper_figs.common import bench_parser
 
 BEGIN, END = "<!-- federated-table:begin -->", "<!-- federated-table:end -->"
 #: JSON section -> the page's markers of its table
@@ -355,13 +355,10 @@ def quadratic_claims(report: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", nargs="+", default=["results/bench.json"],
-                        help="one JSON, or several runs of one setting split by --clients (their rows together)")
+    parser = bench_parser(__doc__, PAGE,
+                          several="one JSON, or several runs of one setting split by --clients (their rows together)")
     parser.add_argument("--section", nargs="+", choices=list(SECTIONS), default=None,
                         help="the settings to render (default: every one the JSON holds)")
-    parser.add_argument("--page", default=str(PAGE), help="the page whose block the table replaces (default: %(default)s)")
-    parser.add_argument("--print", action="store_true", help="write the table to stdout, not into the page")
     args = parser.parse_args(argv)
     benches = [(path, json.loads(Path(path).read_text())) for path in args.json]
     sections = args.section or [k for k in SECTIONS if any(k in bench for _, bench in benches)]

@@ -14,12 +14,10 @@ numbers.  No number is typed by hand: rerun the benchmark, then this.
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 from dane.paper_figs.blocks import method_label, publish
-from dane.paper_figs.common import FIG_DIR, save
+from dane.paper_figs.common import bench_parser, bench_section, save
 
 KEY = "fedprox_synthetic"
 BEGIN, END = "<!-- fedprox-synthetic-table:begin -->", "<!-- fedprox-synthetic-table:end -->"
@@ -143,20 +141,14 @@ def draw(section: dict):
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", default="results/bench.json", help="the benchmark's JSON")
-    parser.add_argument("--out", default=str(FIG_DIR), help="where the figure goes (default results/figures)")
-    parser.add_argument("--page", default=str(PAGE), help="the page whose block the table replaces")
-    parser.add_argument("--print", action="store_true", help="write the table to stdout, not into the page")
+    parser = bench_parser(__doc__, PAGE, figure=True)
     parser.add_argument("--block", choices=list(BLOCKS), default="table",
                         help="the page's block: table (the comparison) or long (the run at the paper's local updates)")
     args = parser.parse_args(argv)
-    bench = json.loads(Path(args.json).read_text())
-    if KEY not in bench:
-        raise SystemExit(f"error: {args.json} holds no {KEY} section; run python -m scripts.bench {KEY} first")
-    table = render(bench[KEY], args.json)
+    section = bench_section(args.json, KEY)
+    table = render(section, args.json)
     publish(table, args.page, *BLOCKS[args.block], args.print)
-    paths = save(draw(bench[KEY]), args.out, KEY if args.block == "table" else f"{KEY}_{args.block}", table)
+    paths = save(draw(section), args.out, KEY if args.block == "table" else f"{KEY}_{args.block}", table)
     for path in paths:
         print(path)
     return paths

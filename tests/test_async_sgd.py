@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -237,14 +236,18 @@ def test_torchrun_a_worker_slowed_three_times_pushes_a_third_as_often_unless_ssp
     assert max(u["clock_lead"] for u in updates) <= 1 and abs(pushes[0] - pushes[1]) <= 2, pushes
 
 
-class Napper:
-    """A worker whose step waits 20 ms without using the CPU, as a step waiting on GPU kernels does."""
+class Idle:
+    """A worker whose step changes nothing: the meters below see only the simulator's calls around it."""
 
     updates_per_round = 1
 
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
-        time.sleep(0.02)
         return [torch.zeros_like(w)]
+
+
+class Failing(Idle):
+    def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
+        raise RuntimeError("step failed")
 
 
 class Server:
@@ -255,24 +258,57 @@ class Server:
         self.w += update[0]
 
 
-@pytest.mark.parametrize("gpu", [False, True])
-def test_measured_step_times_use_the_devices_meter(gpu):
-    """``measured_compute_s`` is read by the synchronous simulator's meter: wall time in GPU turns, CPU time else.
+class ScriptedMeter:
+    """A meter that reads no clock: each step reads 0.25 s, and every call is logged."""
 
-    The modelled clock (``step_time``) is what drives the run either way.
-    """
-    drains = []
-    meter = DeviceTurns(lambda: drains.append(1)) if gpu else None
-    sim = EventSimulator([Napper(), Napper()], Server(), staleness=math.inf, cost=ParameterServerCost(),
+    name = "scripted"
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self) -> float:
+        self.calls.append("start")
+        return 100.0
+
+    def read(self, mark: float) -> float:
+        self.calls.append(("read", mark))
+        return 0.25
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+
+def two_idle_workers(meter, steps=4) -> EventSimulator:
+    """Two workers, fully asynchronous, after ``steps`` server updates: both start at once, and each of the 4 pushes
+    (alternating, ties by rank) starts the next step, so each worker has made 3 steps."""
+    sim = EventSimulator([Idle(), Idle()], Server(), staleness=math.inf, cost=ParameterServerCost(),
                          stragglers=Stragglers(), step_time=1.0, meter=meter)
-    for _ in range(4):
+    for _ in range(steps):
         sim.advance()
-    steps = [3, 3]  # both start at once, and each of the 4 pushes (alternating, ties by rank) starts the next step
-    measured = sim.stats()["measured_compute_s"]
+    return sim
+
+
+def test_measured_step_times_are_the_meters_readings_and_the_modelled_clock_drives_the_run():
+    """``measured_compute_s`` sums the meter's readings, one per step between its start and its stop; the modelled
+    clock (``step_time``) is what drives the run, whatever the meter reads."""
+    meter = ScriptedMeter()
+    sim = two_idle_workers(meter)
+    steps = [3, 3]
+    assert sim.stats()["measured_compute_s"] == [n * 0.25 for n in steps]
     assert sim.stats()["modelled_compute_s"] == [n * 1.0 for n in steps]
-    if gpu:
-        assert len(drains) == 2 * sum(steps)  # at both ends of every step
-        for seconds, n in zip(measured, steps):  # 20 ms of sleep per step, plus 10 ms of slack for a loaded machine
-            assert n * 0.02 <= seconds <= n * 0.03
-    else:
-        assert max(measured) < 0.01  # a sleeping step costs no CPU time: why a GPU needs the other meter
+    assert meter.calls == ["start", ("read", 100.0), "stop"] * sum(steps)
+    failed = ScriptedMeter()
+    with pytest.raises(RuntimeError, match="step failed"):
+        EventSimulator([Failing()], Server(), staleness=math.inf, cost=ParameterServerCost(), stragglers=Stragglers(),
+                       step_time=1.0, meter=failed)
+    assert failed.calls == ["start", "stop"]  # a GPU's turn is given back even when the step fails
+
+
+def test_the_simulator_meters_a_cpu_step_by_its_threads_cpu_time_and_a_gpu_step_by_a_drained_turn():
+    """No meter given: the thread's CPU time (`meter_for` of CPU devices).  `DeviceTurns` (what `meter_for` gives
+    for a GPU; its wall-clock reading is tests/test_simulator.py's) drains the queues at both ends of every step."""
+    assert two_idle_workers(None).meter.name == "thread_cpu_time"
+    drains = []
+    sim = two_idle_workers(DeviceTurns(lambda: drains.append(1)))
+    assert len(drains) == 2 * (3 + 3)
+    assert sim.stats()["modelled_compute_s"] == [3.0, 3.0]

@@ -102,7 +102,7 @@ def test_newton_star_resumes(logistic):
         assert straight == resumed and torch.equal(w1, w2)
 
 
-# ------------------------------------------------------------------ TopLEK and RandSeqK (dane/compress.py)
+# ------------------------------------------------------------------ TopLEK and RandSeqK (dane/compress/sparsifiers.py)
 def test_toplek_by_hand():
     """x = (1, −4, 2, 3), k = 2, δ = 1/2: ‖x‖² = 30, target (1 − δ)·30 = 15.  Top 2 = {−4, 3} (error 5); dropping 3
     gives 14 ≤ 15 (dropped); dropping −4 gives 30 > 15: dropped with p = (15 − 14)/(30 − 14) = 1/16."""
