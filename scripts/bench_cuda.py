@@ -7,23 +7,22 @@ where the network part ran; ``--only baseline`` on the CPU where there is no GPU
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from dane.records.results import read_rounds, read_summary
-from dane.synthetic.launchers import torchrun_command
 from scripts.bench_batched import sync
-from scripts.harness import Bench, Run, launch, load, mnist_dir, mnist_missing, now, option, spread, steady
+from scripts.harness import (Bench, Run, load, matching, mnist_dir, mnist_missing, now, option, over, spread, steady,
+                             trained)
 
 KEY = "cuda"
 PARTS = ("convex", "network", "baseline")
 TABLE = ("algorithm=dane", "problem=mnist_lenet5", "algorithm.eta=1.0", "algorithm.mu=0.0", "algorithm.safeguard=false",
          "problem.inner_steps=null", "tol=null", "quiet=true")
 DEVICES = ("cuda", "cpu")
+CPU_CUDA = ("cpu", "cuda")  # a ratio's numerator and denominator
 NO_GPU = "torch sees no CUDA device"
 #: name -> (problem maker in dane.problems, rows N, features d, non-zero fraction of X (1: dense), local solver, λ)
 CONVEX_CASES = {
@@ -36,30 +35,29 @@ CONVEX_CASES = {
 
 def network(tmp: Path, rounds: int, repeats: int, workers: list[int], log) -> dict:
     """The table's DANE on each device: ``torchrun`` at np 1 and 2 (``repeats`` times), then the simulator at each
-    of ``workers``; each run's median round after round 1, or its failure."""
+    of ``workers``; each run's median round after round 1 (`steady`), or its failure."""
     runs = []
     for key, m, repeat, device in [*(("np", np, r, d) for r in range(repeats) for d in DEVICES for np in (1, 2)),
                                    *(("workers", m, 0, d) for d in DEVICES for m in workers)]:
-        out, before = tmp / f"{key}{m}_{device}_{repeat}", load()
-        common = [f"rounds={rounds}", f"problem.device={device}", f"out_dir={out}"]
-        cmd = (torchrun_command("dane.experiments.train", [*TABLE, *common], np=m) if key == "np" else
-               [sys.executable, "-m", "dane.experiments.simulate", "experiment=table_mnist_lenet5", f"workers={m}",
-                *common, "quiet=true"])
-        t = launch(cmd, timeout=1200)
+        common = [f"rounds={rounds}", f"problem.device={device}"]
+        t = (trained(tmp / f"np{m}_{device}_{repeat}", [*TABLE, *common], np=m, launcher="torchrun", timeout=1200)
+             if key == "np" else
+             trained(tmp / f"workers{m}_{device}_0", ["experiment=table_mnist_lenet5", f"workers={m}", *common,
+                                                      "quiet=true"], module="dane.experiments.simulate", timeout=1200))
         row = {"device": device, key: m, **({"repeat": repeat} if key == "np" else {})}
         if "error" in t:
             log(f"{device} {key}={m} failed: {t['error']}")
             runs.append({**row, "status": "launch_failed" if key == "np" else "failed"})
             continue
-        s, round_s = read_summary(out), statistics.median(steady(read_rounds(out)))
+        s, round_s = t["summary"], statistics.median(steady(t["records"]))
         row.update({"round_s": round_s} if key == "np" else
                    {"wall_round_s": s["wall_time_s"] / s["rounds"], "simulated_round_s": round_s,
                     "clock": s.get("simulated_compute_clock")})
-        runs.append({**row, "final_test_accuracy": s.get("final_test_accuracy"), "load_before": before,
-                     "load_after": load()})
+        runs.append({**row, "final_test_accuracy": s.get("final_test_accuracy"), "load_before": t["load_before"],
+                     "load_after": t["load_after"]})
         log(f"{device} {key}={m}: {round_s:.3f} s a round")
     launched = [r for r in runs if "np" in r]
-    return {"launched": {"runs": launched, **{f"{d}_np{np}_round_s": _spread(launched, "round_s", device=d, np=np)
+    return {"launched": {"runs": launched, **{f"{d}_np{np}_round_s": matching(launched, "round_s", device=d, np=np)
                                               for d in DEVICES for np in (1, 2)}},
             "simulated": {"runs": [r for r in runs if "workers" in r]}}
 
@@ -104,15 +102,11 @@ def convex(rounds: int, workers: list[int], names: list[str] | None = None, writ
     out: dict = {"rounds": rounds, "cases": {}}
     for name in names or CONVEX_CASES:
         maker, N, d, density, solver, lam = CONVEX_CASES[name]
-        if maker == "RidgeSyntheticConfig":  # its rows are made by the workers that hold them
-            def problem(device, N=N, d=d, solver=solver, lam=lam):
-                return dane.problems.RidgeSyntheticConfig(n_samples=N, dim=d, lam=lam, local_solver=solver,
-                                                          device=device)
-        else:
-            X, y = convex_data(N, d, density, logistic=maker != "Ridge")
+        data = () if maker == "RidgeSyntheticConfig" else convex_data(N, d, density, logistic=maker != "Ridge")
 
-            def problem(device, maker=maker, X=X, y=y, solver=solver, lam=lam):
-                return getattr(dane.problems, maker)(X, y, lam=lam, local_solver=solver, device=device)
+        def problem(device):  # the synthetic ridge's rows are made by the workers that hold them
+            return (getattr(dane.problems, maker)(*data, lam=lam, local_solver=solver, device=device) if data else
+                    dane.problems.RidgeSyntheticConfig(n_samples=N, dim=d, lam=lam, local_solver=solver, device=device))
         for m in workers:
             runs = {device: convex_run(problem(device), workers=m, rounds=rounds) for device in DEVICES}
             w_cuda, w_cpu = runs["cuda"].pop("w"), runs["cpu"].pop("w")
@@ -235,24 +229,16 @@ def baseline(rounds: int, devices: list[str], config=None, repeats: int = 2) -> 
     return out
 
 
-def _spread(runs: list[dict], key: str, **match) -> dict | None:
-    return spread([r[key] for r in runs if key in r and all(r.get(k) == v for k, v in match.items())])
-
-
 def ratios(result: dict) -> dict:
     """CPU over CUDA time per round, launched and simulated; the simulator's m = 1 against the launched np = 1."""
-    out: dict = {}
-    launched_runs, simulated_runs = result["launched"]["runs"], result["simulated"]["runs"]
-    for np in (1, 2):
-        cuda, cpu = (_spread(launched_runs, "round_s", device=d, np=np) for d in DEVICES)
-        out[f"launched_np{np}_cpu_over_cuda"] = cpu["median"] / cuda["median"] if cuda and cpu else None
-    for m in sorted({r["workers"] for r in simulated_runs}):
-        cuda, cpu = (_spread(simulated_runs, "wall_round_s", device=d, workers=m) for d in DEVICES)
-        out[f"simulated_m{m}_wall_cpu_over_cuda"] = cpu["median"] / cuda["median"] if cuda and cpu else None
-    for device in DEVICES:
-        sim = _spread(simulated_runs, "simulated_round_s", device=device, workers=1)
-        real = _spread(launched_runs, "round_s", device=device, np=1)
-        out[f"sim_vs_launched_np1_{device}"] = sim["median"] / real["median"] if sim and real else None
+    launched, simulated = result["launched"]["runs"], result["simulated"]["runs"]
+    out = {f"launched_np{np}_cpu_over_cuda": over(*(matching(launched, "round_s", device=d, np=np) for d in CPU_CUDA))
+           for np in (1, 2)}
+    out.update({f"simulated_m{m}_wall_cpu_over_cuda":
+                over(*(matching(simulated, "wall_round_s", device=d, workers=m) for d in CPU_CUDA))
+                for m in sorted({r["workers"] for r in simulated})})
+    out.update({f"sim_vs_launched_np1_{d}": over(matching(simulated, "simulated_round_s", device=d, workers=1),
+                                                 matching(launched, "round_s", device=d, np=1)) for d in DEVICES})
     return out
 
 

@@ -1,59 +1,45 @@
-"""Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json."""
+"""Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json.
+
+``simulator.points[m]`` (``--workers``, one process) and ``oversubscribed.points[k]`` (``horovodrun -np k`` on
+``cores`` cores, ``--np``): per launch (`harness.trained`) ``finished`` and ``exit_status``, ``timed_out``,
+``wall_s``, ``peak_rss_gib`` (its largest process), ``load_before``/``load_after``, ``stderr_tail`` where it
+failed, ``rounds``, ``round_s`` (the median round after round 1, which factors) and the summary's ``status``,
+``setup_s``, ``time_s``, ``simulated_time_s``, ``wall_time_s`` (the simulator's: ``simulated_round_s``).
+``simulator.largest_m_within``: the m at which a least-squares line of peak memory against m reaches ``--memory-gib``.
+"""
 from __future__ import annotations
 
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-from dane.records.results import read_rounds, read_summary
-from dane.synthetic.launchers import venv_bin
-from scripts.harness import Bench, Run, launch, load, now, option
+from scripts.harness import Bench, Run, load, now, option, trained
 
 KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
+SUMMARY = ("status", "setup_s", "time_s", "simulated_time_s", "wall_time_s")
 
 
-def timed(cmd: list[str], out: Path, timeout: float) -> dict:
-    """`harness.launch` of ``cmd`` (its exit status, wall time, peak memory, the load around it) and the run's rounds:
-    their count, the median round after round 1 (round 1 factors), the summary's times."""
-    t = launch(cmd, env={}, timeout=timeout)
-    result = {"exit_status": t["exit_status"], "finished": t["exit_status"] == 0,
-              **{k: t[k] for k in ("timed_out", "wall_s", "peak_rss_gib", "load_before", "load_after")}}
-    if "error" in t:
-        result["stderr_tail"] = t["error"].splitlines()[-5:]
-    if (out / "rounds.jsonl").exists():
-        times = [r["time_s"] for r in read_rounds(out)]
-        steps = [b - a for a, b in zip(times[1:], times[2:])] or [b - a for a, b in zip(times, times[1:])]
-        result["rounds"] = len(times) - 1
-        result["round_s"] = statistics.median(steps) if steps else None
-    if (out / "summary.json").exists():
-        summary = read_summary(out)
-        result.update({k: summary[k] for k in ("status", "setup_s", "time_s", "simulated_time_s", "wall_time_s")
-                       if k in summary})
-    return result
-
-
-def train(*overrides: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "dane.experiments.train", *RUN, *overrides, f"out_dir={out}"]
-
-
-def points(tmp: Path, label: str, ks: list[int], command, timeout: float) -> dict:
-    """`timed` launches of ``command(k, out)``, one per k (in the folder ``label`` k), by ``str(k)``."""
+def points(tmp: Path, label: str, ks: list[int], rounds: int, timeout: float, launched: bool) -> dict:
+    """One launch per k of ``ks`` (``workers=k``; ``launched``: under ``horovodrun -np k``), by ``str(k)``."""
     out = {}
     for k in ks:
-        out[str(k)] = timed(command(k, tmp / f"{label}{k}"), tmp / f"{label}{k}", timeout)
-        print(f"{label}{k}: {out[str(k)]}", flush=True)
-    return out
-
-
-def simulator(tmp: Path, workers: list[int], rounds: int, timeout: float) -> dict:
-    runs = points(tmp, "sim_m", workers, lambda m, out: train(f"workers={m}", f"rounds={rounds}", out=out), timeout)
-    for run in runs.values():
-        if "simulated_time_s" in run:
-            run["simulated_round_s"] = run["simulated_time_s"] / rounds
-    return {"problem": " ".join(RUN) + f" rounds={rounds}", "points": runs}
+        t = trained(tmp / f"{label}{k}", (*RUN, f"workers={k}", f"rounds={rounds}"), np=k if launched else None,
+                    env={}, timeout=timeout)
+        times = [r["time_s"] for r in t["records"]]
+        steps = [b - a for a, b in zip(times[1:], times[2:])] or [b - a for a, b in zip(times, times[1:])]
+        point = {"exit_status": t["exit_status"], "finished": t["exit_status"] == 0,
+                 **{k: t[k] for k in ("timed_out", "wall_s", "peak_rss_gib", "load_before", "load_after")},
+                 **({"stderr_tail": t["error"].splitlines()[-5:]} if "error" in t else {}),
+                 **({"rounds": len(times) - 1, "round_s": statistics.median(steps) if steps else None} if times else {}),
+                 **{key: t["summary"][key] for key in SUMMARY if key in (t["summary"] or {})}}
+        if not launched and "simulated_time_s" in point:
+            point["simulated_round_s"] = point["simulated_time_s"] / rounds
+        out[str(k)] = point
+        print(f"{label}{k}: {point}", flush=True)
+    return {"problem": " ".join(RUN) + f" rounds={rounds}", **({"cores": os.cpu_count()} if launched else {}),
+            "points": out}
 
 
 def largest_m(points: dict, memory_gib: float) -> dict:
@@ -68,27 +54,20 @@ def largest_m(points: dict, memory_gib: float) -> dict:
             "how": "extrapolated: least squares of peak memory = a + b m over the measured points"}
 
 
-def oversubscribed(tmp: Path, nps: list[int], rounds: int, timeout: float) -> dict:
-    def command(k: int, out: Path) -> list[str]:
-        return [venv_bin("horovodrun"), "-np", str(k), "--gloo", *train(f"workers={k}", f"rounds={rounds}", out=out)]
-
-    return {"problem": " ".join(RUN) + f" rounds={rounds}", "cores": os.cpu_count(),
-            "points": points(tmp, "hvd_np", nps, command, timeout)}
-
-
 def run(bench: Run) -> None:
-    args, path = bench.args, bench.path
+    args = bench.args
+    if args.quick:  # two small points of each: a smoke run on a shared machine
+        args.workers, args.np, args.rounds = [8, 16], [2, 3], 3
     report = {"started_at": bench.started_at, "cores": os.cpu_count(), "load_at_start": load(),
               "machine": bench.machine}
     with tempfile.TemporaryDirectory() as tmp:
-        report["simulator"] = simulator(Path(tmp), args.workers, args.rounds, args.timeout)
+        report["simulator"] = points(Path(tmp), "sim_m", args.workers, args.rounds, args.timeout, launched=False)
         report["simulator"]["largest_m_within"] = largest_m(report["simulator"]["points"], args.memory_gib)
         bench.save(report)  # now, so a later failure loses nothing
         if args.np:
-            report["oversubscribed"] = oversubscribed(Path(tmp), args.np, args.rounds, args.timeout)
-    report["finished_at"] = now()
-    bench.finish(report)
-    print(f"load -> {path}")
+            report["oversubscribed"] = points(Path(tmp), "hvd_np", args.np, args.rounds, args.timeout, launched=True)
+    bench.finish({**report, "finished_at": now()})
+    print(f"load -> {bench.path}")
 
 
 BENCH = Bench(KEY, run, "the simulator at large m and oversubscribed horovodrun", threads=None, options=(

@@ -1,4 +1,13 @@
-"""Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json."""
+"""Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json.
+
+Parts (``--only``; docs/benchmarks.md names every key): ``ridge`` (time to 1e-8 on the synthetic ridge) and ``mnist``
+(key ``mnist_lenet5``: time per round of LeNet-5), each per variant ``--repeats`` pairs of ``horovodrun -np 1`` then
+``-np 2`` (a pair sees one load; `np1_np2`): a row per launch with its ``status``, its measure, ``launcher_wall_s``
+and the load around it (``launch_failed`` where it failed), and in the judged variant two np=1 ``twin`` runs side by
+side after each pair (`twins`), from which ``ceiling`` is the ratio a perfect np=2 would reach (`ceiling`);
+``factorization``, one core's Cholesky against its eigendecomposition; ``background_loop``, the share of a core
+Horovod's background loop takes at each cycle time.
+"""
 from __future__ import annotations
 
 import json
@@ -11,15 +20,15 @@ from pathlib import Path
 
 import torch
 
+from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
 from dane.numerics.linalg import cholesky_solve
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.quadratic import EIGH_BREAK_EVEN
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
 from dane.records.results import read_rounds, read_summary
-from dane.comm.horovod import COMPUTE_BOUND_CYCLE_MS, LATENCY_BOUND_CYCLE_MS
-from dane.synthetic.launchers import horovodrun, horovodrun_command, horovodrun_side_by_side
-from scripts.harness import (Bench, Run, best_of, interleave, launch, load, mnist_missing, need_horovod, now, option,
-                             sections, spread, spreads, steady)
+from dane.synthetic.launchers import horovodrun, horovodrun_side_by_side
+from scripts.harness import (Bench, Run, best_of, interleave, load, matching, mnist_missing, need_horovod, now, option,
+                             over, sections, spread, spreads, steady, trained)
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -33,28 +42,90 @@ MNIST_VARIANTS = {"default": (), "cycle_0.1ms": ("comm.horovod_cycle_time_ms=0.1
 
 def np1_np2(name: str, overrides: tuple[str, ...], env: dict[str, str], repeats: int, measure, twin_measure=None,
             tmp: Path = Path()) -> list[dict]:
-    """Per repeat, ``horovodrun -np 1`` then ``-np 2`` (so a repeat's pair sees one load), each its status and
-    ``measure(summary, rounds)``, the launcher's wall time and the load around it (``launch_failed`` where it failed:
-    the error is printed and the other launches go on); then, with ``twin_measure``, `twins` of the np=1 run."""
-    def one(np: int, repeat: int) -> dict:
-        out = tmp / f"{name}_{repeat}_{np}"
-        t = launch(horovodrun_command("dane.experiments.train", [*overrides, f"out_dir={out}"], np=np), env=env,
-                   timeout=900)
-        if "error" in t:
-            print(f"launch failed (np={np}, load {t['load_before']}): {t['error']}", file=sys.stderr, flush=True)
-            return {"np": np, "repeat": repeat, "status": "launch_failed"}
-        summary = read_summary(out)
-        row = {"np": np, "repeat": repeat, "status": summary["status"], **measure(summary, read_rounds(out)),
-               "launcher_wall_s": t["wall_s"], "load_before": t["load_before"], "load_after": t["load_after"]}
-        print(f"{name} np={np} repeat {repeat}: {row}", flush=True)
-        return row
-
+    """Per repeat, ``horovodrun -np 1`` then ``-np 2`` (`harness.trained`), each its status and ``measure(summary,
+    rounds)``, the launcher's wall time and the load around it (``launch_failed`` where it failed: the error is
+    printed and the other launches go on); then, with ``twin_measure``, `twins` of the np=1 run."""
     runs = []
     for repeat in range(repeats):
-        runs += [one(np, repeat) for np in (1, 2)]
+        for np in (1, 2):
+            t = trained(tmp / f"{name}_{repeat}_{np}", overrides, np=np, env=env)
+            if "error" in t:
+                print(f"launch failed (np={np}, load {t['load_before']}): {t['error']}", file=sys.stderr, flush=True)
+                runs.append({"np": np, "repeat": repeat, "status": "launch_failed"})
+                continue
+            runs.append({"np": np, "repeat": repeat, "status": t["summary"]["status"],
+                         **measure(t["summary"], t["records"]), "launcher_wall_s": t["wall_s"],
+                         "load_before": t["load_before"], "load_after": t["load_after"]})
+            print(f"{name} np={np} repeat {repeat}: {runs[-1]}", flush=True)
         if twin_measure is not None:
             runs += twins(overrides, tmp / f"{name}_twins_{repeat}", repeat, twin_measure, env)
     return runs
+
+
+def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, env: dict[str, str]) -> list[dict]:
+    """Two np=1 runs at once, one per core: each rank's speed when the other core is busy too.
+
+    Per core: its status and ``measure(summary, rounds)``; one ``launch_failed`` entry if either failed.
+    """
+    before = load()
+    dirs = [out / f"core{k}" for k in range(2)]
+    try:
+        horovodrun_side_by_side("dane.experiments.train", [[*overrides, f"out_dir={d}"] for d in dirs], env=env,
+                                timeout=900)
+    except RuntimeError as err:  # a run that failed or timed out (killed), named
+        print(f"twin launch failed (load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
+        return [{"np": "twin", "repeat": repeat, "status": "launch_failed"}]
+    runs = []
+    for k, d in enumerate(dirs):
+        summary = read_summary(d)
+        runs.append({"np": "twin", "repeat": repeat, "core": k, "status": summary["status"],
+                     **measure(summary, read_rounds(d)), "load_before": before, "load_after": load()})
+    return runs
+
+
+def launched(runs: list[dict], np) -> list[dict]:
+    """The runs of ``np`` (1, 2 or ``"twin"``) whose launch did not fail."""
+    return [r for r in runs if r["np"] == np and r["status"] != "launch_failed"]
+
+
+def np_ratio(runs: list[dict], key: str) -> tuple[float | None, dict | None]:
+    """np=1's median ``key`` over np=2's, and the spread of the same ratio per repeat (the pair launched one after
+    the other, so under one load)."""
+    per_repeat = [a[key] / b[key] for a in launched(runs, 1) for b in launched(runs, 2) if a["repeat"] == b["repeat"]]
+    return over(matching(runs, key, np=1), matching(runs, key, np=2)), spread(per_repeat)
+
+
+def ceiling(runs: list[dict], key: str, perfect, slowdown: str) -> dict:
+    """The np1 / np2 ratio a perfect np=2 would reach here, ``perfect(np=1 run alone, mean ``key`` of its twins)``
+    per repeat that has both: its median and spread, the twins' ``key`` (``twin_<key>``) and how much slower a run
+    is beside its twin (``slowdown``: the median of twins over alone).  An upper bound: a real round also waits
+    for the slower rank and for its allreduces.
+
+    Ridge: T1 / (S_beside / 2 + R1), T1 = S1 + R1 np=1's time to the target alone (setup S1, the Gram matrix of all
+    rows, then rounds R1: one Newton step), S_beside the same setup beside a busy core: a perfect np=2 builds half
+    the Gram matrix at that speed, then needs no more round time than np=1's single step.  MNIST: 2 x (np=1 alone)
+    / (np=1 beside its twin): a perfect rank of np=2 does half of np=1's work at the speed a rank has while the
+    other core works too, and never waits."""
+    alone, beside = {r["repeat"]: r for r in launched(runs, 1)}, {}
+    for r in launched(runs, "twin"):
+        beside.setdefault(r["repeat"], []).append(r[key])
+    pairs = [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
+    if not pairs:
+        return {"ceiling": None}
+    per_repeat = spread([perfect(a, b) for a, b in pairs])
+    return {"ceiling": per_repeat["median"], "ceiling_per_repeat": per_repeat,
+            f"twin_{key}": spread([b for _, b in pairs]), slowdown: statistics.median(b / a[key] for a, b in pairs)}
+
+
+def ridge_ceiling(runs: list[dict]) -> dict:
+    """`ceiling` of the ridge's time to the target: T1 / (S_beside / 2 + R1)."""
+    return ceiling(runs, "setup_s", lambda a, b: (a["setup_s"] + a["time_s"]) / (b / 2 + a["time_s"]),
+                   "setup_slowdown_beside_twin")
+
+
+def mnist_ceiling(runs: list[dict]) -> dict:
+    """`ceiling` of MNIST's time per round: 2 x (np=1 alone) / (np=1 beside its twin)."""
+    return ceiling(runs, "round_s", lambda a, b: 2 * a["round_s"] / b, "slowdown_beside_twin")
 
 
 # ---------------------------------------------------------------------- the synthetic ridge
@@ -77,48 +148,18 @@ def ridge(tmp: Path, repeats: int) -> dict:
     return result
 
 
-def twin_pairs(runs: list[dict], key: str) -> list[tuple[dict, float]]:
-    """Per repeat that has both: (the np=1 run alone, the mean ``key`` of its twins beside each other)."""
-    alone = {r["repeat"]: r for r in runs if r["np"] == 1 and r["status"] != "launch_failed"}
-    beside: dict[int, list[float]] = {}
-    for r in runs:
-        if r["np"] == "twin" and r["status"] != "launch_failed":
-            beside.setdefault(r["repeat"], []).append(r[key])
-    return [(alone[k], statistics.mean(v)) for k, v in beside.items() if k in alone]
-
-
-def ridge_ceiling(runs: list[dict]) -> dict:
-    """The np1 / np2 ratio of a perfect np=2 on the ridge: T1 / (S_beside / 2 + R1), per repeat (`ceiling`).
-
-    T1 = S1 + R1 is np=1's time to the target alone (setup S1, the Gram matrix of all
-    rows, then rounds R1: one Newton step), and S_beside the same setup while a twin
-    keeps the other core busy.  A perfect np=2 builds half the Gram matrix at the speed a
-    rank has beside a busy core and then needs no more round time than np=1's single
-    step: an upper bound on what any μ rule reaches here.
-    """
-    return ceiling(runs, "setup_s", lambda a, b: (a["setup_s"] + a["time_s"]) / (b / 2 + a["time_s"]),
-                   "setup_slowdown_beside_twin")
-
-
-def np_ratio(runs: dict[int, list[dict]], key: str) -> tuple[float, dict]:
-    """np=1's median ``key`` over np=2's, and the spread of the same ratio per repeat (the pair launched side by
-    side, so under one load)."""
-    ratio = statistics.median(r[key] for r in runs[1]) / statistics.median(r[key] for r in runs[2])
-    return ratio, spread([a[key] / b[key] for a in runs[1] for b in runs[2] if a["repeat"] == b["repeat"]])
-
-
 def summarize(runs: list[dict], goal: float | None) -> dict:
     """The ridge's np=1 and np=2 launches (`np1_np2`): their spreads, and np1 / np2 of the time to the target and of
     the launcher's wall time."""
-    ran = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
     out: dict = {"runs": runs, "launches_failed": sum(r["status"] == "launch_failed" for r in runs)}
-    if not (ran[1] and ran[2]):
+    if not (launched(runs, 1) and launched(runs, 2)):
         return {**out, "ratio_time_to_tol": None, "goal": goal, "goal_met": None}
-    for np, rs in ran.items():
+    for np in (1, 2):
+        rs = launched(runs, np)
         out[f"np{np}"] = {**spreads(rs, ("time_to_tol_s", "setup_s", "time_s", "launcher_wall_s", "rounds")),
                           "all_converged": all(r["status"] == "converged" for r in rs)}
     for key in ("time_to_tol_s", "launcher_wall_s"):
-        out[f"ratio_{key[:-2]}"], out[f"ratio_{key[:-2]}_per_repeat"] = np_ratio(ran, key)
+        out[f"ratio_{key[:-2]}"], out[f"ratio_{key[:-2]}_per_repeat"] = np_ratio(runs, key)
     if goal is not None:
         out.update(goal=goal, goal_met=out["ratio_time_to_tol"] >= goal)
     return out
@@ -196,54 +237,12 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
     return result
 
 
-def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, env: dict[str, str]) -> list[dict]:
-    """Two np=1 runs at once, one per core: each rank's speed when the other core is busy too.
-
-    Per core: its status and ``measure(summary, rounds)``; one ``launch_failed`` entry if either failed.
-    """
-    before = load()
-    dirs = [out / f"core{k}" for k in range(2)]
-    try:
-        horovodrun_side_by_side("dane.experiments.train", [[*overrides, f"out_dir={d}"] for d in dirs], env=env,
-                                timeout=900)
-    except RuntimeError as err:  # a run that failed or timed out (killed), named
-        print(f"twin launch failed (load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
-        return [{"np": "twin", "repeat": repeat, "status": "launch_failed"}]
-    runs = []
-    for k, d in enumerate(dirs):
-        summary = read_summary(d)
-        runs.append({"np": "twin", "repeat": repeat, "core": k, "status": summary["status"],
-                     **measure(summary, read_rounds(d)), "load_before": before, "load_after": load()})
-    return runs
-
-
-def ceiling(runs: list[dict], key: str, perfect, slowdown: str) -> dict:
-    """The np1 / np2 ratio a perfect np=2 would reach here, ``perfect(np=1 run alone, mean ``key`` of its twins)``
-    per repeat that has both (`twin_pairs`): its median and spread, the twins' ``key`` (``twin_<key>``) and how much
-    slower a run is beside its twin (``slowdown``: the median of twins over alone).  For MNIST (`mnist_ceiling`)."""
-    pairs = twin_pairs(runs, key)
-    if not pairs:
-        return {"ceiling": None}
-    per_repeat = spread([perfect(a, b) for a, b in pairs])
-    return {"ceiling": per_repeat["median"], "ceiling_per_repeat": per_repeat,
-            f"twin_{key}": spread([b for _, b in pairs]), slowdown: statistics.median(b / a[key] for a, b in pairs)}
-
-
-def mnist_ceiling(runs: list[dict]) -> dict:
-    """2 x (np=1 alone) / (np=1 beside its twin), per repeat (`ceiling`): a perfect rank of np=2 does half of np=1's
-    work at the speed a rank has while the other core works too, and never waits.  It is an upper bound: a real
-    round also waits for the slower rank and for its allreduces."""
-    return ceiling(runs, "round_s", lambda a, b: 2 * a["round_s"] / b, "slowdown_beside_twin")
-
-
 def mnist_ratio(runs: list[dict]) -> dict:
     """np1 / np2 of the median time per round, and per repeat (`np_ratio`)."""
-    ran = {np: [r for r in runs if r["np"] == np and r["status"] != "launch_failed"] for np in (1, 2)}
-    if not (ran[1] and ran[2]):
-        return {"runs": runs, "ratio": None}
-    ratio, per_repeat = np_ratio(ran, "round_s")
-    return {"runs": runs, "np1_round_s": spread([r["round_s"] for r in ran[1]]),
-            "np2_round_s": spread([r["round_s"] for r in ran[2]]), "ratio": ratio, "ratio_per_repeat": per_repeat}
+    ratio, per_repeat = np_ratio(runs, "round_s")
+    return {"runs": runs, "ratio": None} if ratio is None else {
+        "runs": runs, "np1_round_s": matching(runs, "round_s", np=1), "np2_round_s": matching(runs, "round_s", np=2),
+        "ratio": ratio, "ratio_per_repeat": per_repeat}
 
 
 # ---------------------------------------------------------------------- main

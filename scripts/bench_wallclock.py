@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from dane.synthetic.lbfgs_baseline import fit, read_rows, value_grad
-from scripts.harness import Bench, Run, interleave, launch, load, mnist_dir, option, spread, spreads
+from scripts.harness import Bench, Run, interleave, launch, load, mnist_dir, option, spread, spreads, trained
 
 KEY = "wallclock"
 TARGET = 1e-8                  # relative suboptimality every timed run should reach
@@ -21,23 +21,30 @@ BARE = {"bare_python": "import torch, horovod.torch",
 
 
 # ---------------------------------------------------------------------- arithmetic
+def telescoped(t_cmd: float, ends: dict[str, float], t_answer: float, t_exit: float) -> dict:
+    """A launch's parts (seconds) as differences of consecutive marks on one clock: part k of ``ends`` runs from the
+    mark before it (the command's start first) to ``ends[k]``, then ``write`` to the answer's mtime and ``exit`` to
+    the command's return; they add up to ``total_s`` (and all but ``exit`` to ``answer_s``)."""
+    marks = [t_cmd, *ends.values(), t_answer, t_exit]
+    return {"parts": dict(zip([*ends, "write", "exit"], (b - a for a, b in zip(marks, marks[1:])))),
+            "answer_s": t_answer - t_cmd, "total_s": t_exit - t_cmd}
+
+
 def package_parts(t_cmd: float, t_exit: float, t_answer: float, timeline: dict) -> dict:
-    """A launch's parts (seconds) from its command's start and return, summary.json's mtime and rank 0's marks."""
+    """A launch's `PARTS` from its command's start and return, summary.json's mtime and rank 0's marks."""
     origin = timeline["clock_origin"]
     wall = {k: origin + v for k, v in timeline.items() if k not in ("clock_origin", "process_start")}
     start = origin + (timeline["process_start"] if timeline.get("process_start") is not None else 0.0)
-    before_rounds = wall.get("reference", wall["data"])
-    parts = {"launcher": start - t_cmd, "imports": wall["config"] - start, "data": wall["data"] - wall["config"],
-             "reference": before_rounds - wall["data"], "setup": wall["round0"] - before_rounds,
-             "rounds": wall["end"] - wall["round0"], "write": t_answer - wall["end"], "exit": t_exit - t_answer}
-    return {"parts": parts, "answer_s": t_answer - t_cmd, "total_s": t_exit - t_cmd}
+    return telescoped(t_cmd, {"launcher": start, "imports": wall["config"], "data": wall["data"],
+                              "reference": wall.get("reference", wall["data"]), "setup": wall["round0"],
+                              "rounds": wall["end"]}, t_answer, t_exit)
 
 
 def baseline_parts(t_cmd: float, t_exit: float, t_answer: float, result: dict) -> dict:
-    marks, start = result["marks"], result["process_start"] or t_cmd
-    parts = {"launcher": start - t_cmd, "imports": marks["imports"] - start, "data": marks["data"] - marks["imports"],
-             "fit": marks["fit"] - marks["data"], "write": t_answer - marks["fit"], "exit": t_exit - t_answer}
-    return {"parts": parts, "answer_s": t_answer - t_cmd, "total_s": t_exit - t_cmd}
+    """A baseline's `BASELINE_PARTS`: its process's start tick and its own marks."""
+    marks = result["marks"]
+    return telescoped(t_cmd, {"launcher": result["process_start"] or t_cmd, "imports": marks["imports"],
+                              "data": marks["data"], "fit": marks["fit"]}, t_answer, t_exit)
 
 
 def summarize(runs: list[dict], parts: tuple[str, ...]) -> dict:
@@ -143,18 +150,15 @@ def first_stop(ratios: list[float], good: list[bool]) -> float | None:
 def pick_method(problem: dict, tmp: Path, rounds: int) -> dict:
     """GIANT and DiSCO at their defaults in the simulator (m=2) with O*; the one with fewer allreduces to
     TARGET, and the gradient-norm tol that stops it there."""
-    from dane.records.results import read_rounds, read_summary
-
     tried = {}
     for method in ("giant", "disco"):
-        out = tmp / f"pick_{problem['name']}_{method}"
-        launch([sys.executable, "-m", "dane.experiments.train", *problem["overrides"], f"algorithm={method}", "workers=2",
-                "problem.optimum=auto", "tol=1e-12", f"rounds={rounds}", f"out_dir={out}", "quiet=true"],
-               env={"DANE_CACHE_DIR": str(tmp / f"cache_{problem['name']}")})
-        if not (out / "summary.json").exists():
+        t = trained(tmp / f"pick_{problem['name']}_{method}", [*problem["overrides"], f"algorithm={method}", "workers=2",
+                    "problem.optimum=auto", "tol=1e-12", f"rounds={rounds}", "quiet=true"], np=None, timeout=1800,
+                    env={"DANE_CACHE_DIR": str(tmp / f"cache_{problem['name']}")})
+        if t["summary"] is None:
             tried[method] = {"status": "failed"}
             continue
-        s, records = read_summary(out), read_rounds(out)
+        s, records = t["summary"], t["records"]
         optimum = s["final_objective"] - s["final_suboptimality"]
         rel = [r["suboptimality"] / abs(optimum) for r in records]
         hit = next((i for i, v in enumerate(rel) if v <= TARGET), None)
@@ -211,7 +215,7 @@ def calibrate_baselines(problem: dict, optimum: float, cache: Path) -> dict:
 # ---------------------------------------------------------------------- timed launches
 def timed(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> dict:
     """One launch of ``variant``: its parts and what it reached, or ``status: launch_failed`` and the error."""
-    from dane.synthetic.launchers import horovodrun_command, venv_bin
+    from dane.synthetic.launchers import venv_bin
 
     if variant in BARE:
         cmd = [sys.executable, "-c", BARE[variant]]
@@ -231,14 +235,12 @@ def timed(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> 
         return {**baseline_parts(t["start"], t["end"], t["answer"], result), "fit_s": result["fit_s"],
                 "iterations": result["iterations"],
                 "rel_suboptimality": (result["objective"] - chosen["optimum"]) / abs(chosen["optimum"])}
-    args = [*problem["overrides"], f"algorithm={chosen['method']}", f"tol={chosen['tol']:.6g}", "rounds=200",
-            f"out_dir={out}", "quiet=true"]
     np_ = {"horovodrun_np1": 1, "horovodrun_np2": 2}.get(variant)
-    t = launch(horovodrun_command("dane.experiments.train", args, np=np_) if np_ else
-               [sys.executable, "-m", "dane.experiments.train", *args, "workers=2"], answer=out / "summary.json")
+    t = trained(out, [*problem["overrides"], f"algorithm={chosen['method']}", f"tol={chosen['tol']:.6g}", "rounds=200",
+                      "quiet=true", *([] if np_ else ["workers=2"])], np=np_, timeout=1800)
     if "error" in t:
         return {"status": "launch_failed", "error": t["error"]}
-    s = json.loads((out / "summary.json").read_text())
+    s = t["summary"]
     return {**package_parts(t["start"], t["end"], t["answer"], s["timeline"]), "status": s["status"],
             "rounds": s["rounds"], "allreduces": s["comm_rounds"], "time_s": s["time_s"],
             "rel_suboptimality": (s["final_objective"] - chosen["optimum"]) / abs(chosen["optimum"])}

@@ -390,6 +390,36 @@ def launch(cmd: list[str], *, env: dict[str, str] | None = None, answer: Path | 
     return out
 
 
+def trained(out: Path, overrides, *, np: int | None = None, launcher: str = "horovodrun",
+            env: dict[str, str] | None = None, timeout: float = 900, log: Path | None = None,
+            module: str = "dane.experiments.train") -> dict:
+    """One ``module`` run (``dane.experiments.train``'s) of ``overrides`` into ``out`` (``out_dir`` added), timed from
+    outside by `launch`: ``np`` None in one process (the simulator), else ``launcher`` (``horovodrun`` or
+    ``torchrun``) with ``np`` processes.  Returns `launch`'s record (its ``error`` where the run failed or wrote no
+    summary.json), ``summary`` (None where none was written) and ``records``, the rounds ([] where none)."""
+    import sys
+
+    from dane.records.results import read_rounds, read_summary
+    from dane.synthetic.launchers import horovodrun_command, torchrun_command
+
+    args = [*overrides, f"out_dir={out}"]
+    command = {"horovodrun": horovodrun_command, "torchrun": torchrun_command}[launcher]
+    t = launch([sys.executable, "-m", module, *args] if np is None else command(module, args, np=np), env=env,
+               answer=out / "summary.json", timeout=timeout, log=log)
+    return {**t, "summary": read_summary(out) if (out / "summary.json").exists() else None,
+            "records": read_rounds(out) if (out / "rounds.jsonl").exists() else []}
+
+
+def matching(rows: list[dict], key: str, **match) -> dict | None:
+    """`spread` of ``key`` over the rows that have it and match every ``match`` (a failed launch has no ``key``)."""
+    return spread([r[key] for r in rows if key in r and all(r.get(k) == v for k, v in match.items())])
+
+
+def over(a: dict | None, b: dict | None) -> float | None:
+    """The ratio of two `spread` medians; None where either is missing."""
+    return a["median"] / b["median"] if a and b else None
+
+
 def interleave(variants, repeats: int, measure: Callable[[Any, int], dict], rotate: bool = False) -> dict[Any, list]:
     """``measure(variant, repeat)`` for every repeat and variant, the variants taking turns so that each repeat
     sees them under one load (``rotate``: the order shifted one place a repeat, so none is always first): the

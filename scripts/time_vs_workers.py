@@ -18,9 +18,8 @@ from dane.loop.launch import execute
 from dane.records.results import atomic_write_text, read_rounds, read_summary
 from dane.experiments.config import run_spec
 from dane.synthetic.calibrate import calibrate
-from dane.synthetic.launchers import horovodrun_command
 from dane.synthetic.sweep import compose_job, identity
-from scripts.harness import Bench, Run, launch, load, need_horovod, option
+from scripts.harness import Bench, Run, load, need_horovod, option, trained
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,21 +96,20 @@ def run_simulated(job: Job, out_dir: Path, cost: dict) -> dict:
 
 
 def run_horovod(job: Job, out_dir: Path) -> dict:
-    """``horovodrun -np N --gloo python -m experiments.train ...``; its output goes to ``launch.log`` in the run."""
-    out = str(out_dir.resolve())
-    cmd = horovodrun_command("dane.experiments.train", [*job.overrides(), "quiet=true", f"out_dir={out}",
-                                                        f"hydra.run.dir={out}"], np=job.workers)
-    t = launch(cmd, env={"OMP_NUM_THREADS": "1"}, timeout=REAL_TIMEOUT, log=out_dir / "launch.log")
-    summary = read_summary(out_dir) if (out_dir / "summary.json").exists() else None
+    """``horovodrun -np N --gloo python -m experiments.train ...`` (`harness.trained`, one thread a rank); its output
+    goes to ``launch.log`` in the run.  A run that diverged is a result; a failure raises naming its first error."""
+    out = out_dir.resolve()
+    t = trained(out, [*job.overrides(), "quiet=true", f"hydra.run.dir={out}"], np=job.workers,
+                env={"OMP_NUM_THREADS": "1"}, timeout=REAL_TIMEOUT, log=out_dir / "launch.log")
     if t["timed_out"]:
         raise RuntimeError(f"horovodrun -np {job.workers} ran past {REAL_TIMEOUT} s (output: {out_dir / 'launch.log'})")
-    if t["exit_status"] != 0 and (summary is None or summary.get("status") != "diverged"):
+    if t["exit_status"] != 0 and (t["summary"] or {}).get("status") != "diverged":
         lines = (out_dir / "launch.log").read_text(errors="replace").splitlines()
         cause = next((line.strip() for line in lines if re.search(r"(\w+Error|error): ", line)
                       and "Horovod detected" not in line), "see the log")  # the first worker error
         raise RuntimeError(f"horovodrun -np {job.workers} exited with {t['exit_status']}: {cause} (full output: "
                            f"{out_dir / 'launch.log'})")
-    return summary
+    return t["summary"]
 
 
 def describe(summary: dict, run_dir: Path, target: float) -> str:
