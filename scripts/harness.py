@@ -26,7 +26,8 @@ class Bench:
     """One benchmark section: ``key`` of the JSON, ``run`` the measurement (returns the section; the runner adds
     the record), ``doc`` its one line, ``options`` its own flags as ``(flags, argparse keywords)`` pairs,
     ``only`` the choices of ``--only`` (empty: the section has none), ``threads`` torch's threads (None: as
-    they are; 1: a worker's compute, as the simulator times it), ``out`` the default of ``--out``."""
+    they are; 1: a worker's compute, as the simulator times it), ``out`` the default of ``--out``, ``resumable``
+    a `grid` section (``--resume`` skips the rows ``--out`` holds)."""
 
     key: str
     run: Callable[["Run"], dict]
@@ -35,6 +36,7 @@ class Bench:
     only: tuple[str, ...] = ()
     threads: int | None = 1
     out: str = "results/bench.json"
+    resumable: bool = False
 
 
 def option(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict]:
@@ -143,6 +145,8 @@ def parser(benches: dict[str, Bench]) -> argparse.ArgumentParser:
         if bench.only:
             sub.add_argument("--only", nargs="+", choices=list(bench.only), default=None,
                              help="run these; the others' rows are kept from --out")
+        if bench.resumable:
+            sub.add_argument("--resume", action="store_true", help="skip the rows --out holds (same --quick)")
         for flags, kwargs in bench.options:
             sub.add_argument(*flags, **kwargs)
     return top
@@ -219,6 +223,35 @@ def parts(run: Run, functions: dict[str, Callable], names: list[str]) -> dict:
         section[name] = stamped(lambda: functions[name](run.args, run.log), machine=True)
         run.save(section)
     return run.finish(section)
+
+
+def grid(cells: Callable[[argparse.Namespace], dict[str, Any]], measure: Callable[[Run, Any], dict] | None = None,
+         *, head: Callable[[argparse.Namespace], dict] | None = None, into: str = "rows") -> Callable[[Run], dict]:
+    """A section's run from its declarations, the one cell loop: ``cells(args)`` names its cells in order (a name
+    -> what `measure` needs), ``measure(run, cell)`` measures one (None: a cell is a call, ``cell()``, such as a
+    `functools.partial`), ``head(args)`` the keys that say what the section measures.  The section is the runner's record (``started_at``, ``machine``, ``quick``), ``head``'s
+    keys and, under ``into``, one row per cell `stamped` (its ``started_at``, ``load_avg_before``,
+    ``load_avg_after``, ``wall_s``) and saved into ``--out`` as it ends; ``--only`` measures those cells, the
+    others' rows kept from ``--out`` (`kept`: at the same ``--quick``); ``--resume`` skips the rows kept."""
+    def run(bench: Run) -> dict:
+        todo, args = cells(bench.args), bench.args
+        section = {**kept(bench), **bench.header(), "quick": args.quick, **(head(args) if head else {})}
+        rows = section[into] = dict(section.get(into, {}))
+        for name in [n for n in getattr(args, "only", None) or todo if n in todo]:
+            if not (getattr(args, "resume", False) and name in rows):
+                bench.log(f"{bench.bench.key}.{name}")
+                rows[name] = stamped(lambda: measure(bench, todo[name]) if measure else todo[name]())
+                bench.save(section)
+        return bench.finish(section)
+
+    return run
+
+
+def timer(fn: Callable[[], Any]) -> float:
+    """The wall seconds (perf_counter) of one call of ``fn``."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def paired(jobs: tuple[tuple[str, ...], tuple[str, ...]], repeats: int, log,

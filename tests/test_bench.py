@@ -61,19 +61,28 @@ def federated_arithmetic(section: dict) -> None:
 
 
 def compress_arithmetic(section: dict) -> None:
-    for row in section["compressor_time"]:
-        assert row["bits_over_dense"] == pytest.approx(row["bits"] / (64 * row["n"]))
-        assert row["seconds_min"] <= row["seconds_median"] <= row["seconds_max"]
-    dense, top = section["gd_to_target"][:2]  # top-10 of d = 100 sends fewer bits a round than the dense vector
-    assert dense["compress"] == "none" and top["uplink_bits"] / top["rounds"] < dense["uplink_bits"] / dense["rounds"]
+    for name, row in section["rows"].items():
+        if name.startswith("time "):
+            assert name == f"time n={row['n']} {row['spec']}"
+            assert row["bits_over_dense"] == pytest.approx(row["bits"] / (64 * row["n"]))
+            spread_holds(row["seconds"])
+    dense, top = section["rows"]["gd none"], section["rows"]["gd topk:10"]  # top-10 of d = 100: fewer bits a round
+    assert top["uplink_bits"] / top["rounds"] < dense["uplink_bits"] / dense["rounds"]
+
+
+def spread_holds(spread: dict) -> None:
+    """`harness.spread`'s one format: the median between the least and the most of its n values."""
+    assert set(spread) == {"median", "min", "max", "n"} and spread["n"] >= 1
+    assert spread["min"] <= spread["median"] <= spread["max"]
 
 
 def local_solve_arithmetic(section: dict) -> None:
-    for case in section["cases"]:
+    for name, case in section["rows"].items():
+        assert name == f"d={case['d']} {case['layout']} {case['solver']}"
         if "skipped" not in case:
-            assert case["round_s_min"] <= case["round_s"] <= case["round_s_max"]
-            assert case["first_round_s_min"] <= case["first_round_s"] <= case["first_round_s_max"]
-    assert {c["solver"] for c in section["cases"]} == {"cholesky", "cg"}
+            spread_holds(case["round_s"])
+            spread_holds(case["first_round_s"])
+    assert {c["solver"] for c in section["rows"].values()} == {"cholesky", "cg"}
 
 
 def similarity_arithmetic(section: dict) -> None:
@@ -93,10 +102,10 @@ SECTIONS = {
     "federated": ("federated", {"started_at", "machine", "quick", "setting", "code", "dataset", "workers", "clients",
                                 "sharding", "lam", "seed", "targets", "target", "round_caps", "grids", "methods", "rows",
                                 "similarity", "load_avg_now", "load_avg_after", "wall_s"}, federated_arithmetic),
-    "compress": ("compress", {"machine", "target", "compressor_time", "gd_to_target", "machine_after",
-                              "load_avg_after", "wall_s"}, compress_arithmetic),
-    "local_solve_cost": ("local_solve", {"started_at", "machine", "quick", "what", "time", "memory", "cases",
-                                         "load_avg_before", "load_avg_after", "wall_s"}, local_solve_arithmetic),
+    "compress": ("compress", {"started_at", "machine", "quick", "target", "rows", "load_avg_after", "wall_s"},
+                 compress_arithmetic),
+    "local_solve_cost": ("local_solve", {"started_at", "machine", "quick", "what", "time", "memory", "rows",
+                                         "load_avg_after", "wall_s"}, local_solve_arithmetic),
     "similarity": ("similarity", {"started_at", "machine", "quick", "what", "target", "workers", "lam", "rounds_cap",
                                   "seed", "datasets", "load_avg_before", "load_avg_after", "wall_s"},
                    similarity_arithmetic),
@@ -433,16 +442,26 @@ def test_quick_local_solve_measures_each_case_and_keeps_other_keys():
     assert report["other_bench"] == {"kept": True}
     cost = report[local_solve.KEY]
     assert cost["quick"] and cost["machine"]["cpus"] >= 1
-    assert len(cost["load_avg_before"]) == len(cost["load_avg_after"]) == 3
-    cases = cost["cases"]
-    assert {(c["d"], c["layout"], c["solver"]) for c in cases} == \
-        {(c["d"], c["layout"], c["solver"]) for c in local_solve.cost_cases(quick=True)}
-    for case in cases:
+    assert len(cost["machine"]["load_avg"]) == len(cost["load_avg_after"]) == 3
+    cases = cost["rows"]
+    assert {name: {k: c[k] for k in ("d", "layout", "n_rows", "solver")} for name, c in cases.items()} == \
+        local_solve.cost_cases(argparse.Namespace(quick=True))
+    for case in cases.values():
         assert "failed" not in case and "skipped" not in case
-        assert 0 < case["round_s_min"] <= case["round_s"] <= case["round_s_max"]
-        assert case["first_round_s_min"] <= case["first_round_s"] <= case["first_round_s_max"]
-        assert case["repeats"] == 3 and case["peak_mb"] >= 0 and case["data_mb"] > 0
+        assert 0 < case["round_s"]["min"] and case["round_s"]["n"] == case["first_round_s"]["n"] == 3
+        assert case["peak_mb"] >= 0 and case["data_mb"] > 0 and len(case["load_avg_before"]) == 3
         assert case["relative_gradient_after"] < 1e-8 and math.isfinite(case["baseline_mb"])
+
+
+def test_the_local_solve_figure_and_table_come_from_the_canned_json(tmp_path):
+    from dane.paper_figs import local_solve_cost as figure
+
+    (tmp_path / "bench.json").write_text((DATA / "local_solve.json").read_text())
+    paths = figure.main(tmp_path, tmp_path / "figures")
+    assert {p.suffix for p in paths} >= {".png", ".md"}
+    table = (tmp_path / "figures" / "local_solve_cost.md").read_text()
+    case = canned("local_solve")[local_solve.KEY]["rows"]["d=1000 sparse cg"]
+    assert f"| 1,000 | sparse | cg | {case['first_round_s']['median']:.4g} " in table
 # ------------------------------------------------ bench-fed: the grid sections (bench_defaults, bench_federated)
 # scripts/bench_defaults.py: the --quick JSON's arithmetic, one tiny cell's numbers against numpy, the grid's knobs
 # (`harness.resolve`) and verdicts on hand-made runs; scripts/bench_federated.py and its generated table
