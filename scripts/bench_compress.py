@@ -53,7 +53,8 @@ def gd_to_target(spec: str, ef: bool, lr: float | None, quick: bool) -> dict:
             "simulated_time_s": last["time_s"]}
 
 
-def cells(args) -> dict:
+def cells(run) -> dict:
+    args = run.args
     times = {f"time n={n} {spec}": partial(compressor_time, spec, n, args.repeats, args.quick)
              for n in SIZES[:1 if args.quick else None] for spec in SPECS}
     runs = {f"gd {spec}{' ef' * ef}": partial(gd_to_target, spec, ef, lr, args.quick)

@@ -130,5 +130,5 @@ def head(args) -> dict:
                       "case read 0 MB under it"}
 
 
-BENCH = Bench(KEY, grid(cost_cases, measure, head=head), "one local solve against d: Cholesky and CG time per round, "
+BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure, head=head), "one local solve against d: Cholesky and CG time per round, "
               "peak memory", threads=None, resumable=True, options=(option("--repeats", type=int, default=3),))

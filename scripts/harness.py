@@ -225,24 +225,39 @@ def parts(run: Run, functions: dict[str, Callable], names: list[str]) -> dict:
     return run.finish(section)
 
 
-def grid(cells: Callable[[argparse.Namespace], dict[str, Any]], measure: Callable[[Run, Any], dict] | None = None,
-         *, head: Callable[[argparse.Namespace], dict] | None = None, into: str = "rows") -> Callable[[Run], dict]:
-    """A section's run from its declarations, the one cell loop: ``cells(args)`` names its cells in order (a name
+def grid(cells: Callable[[Run], dict[str, Any]], measure: Callable[[Run, Any], dict] | None = None,
+         *, head: Callable[[argparse.Namespace], dict] | None = None, into: str = "rows",
+         skip: Callable[[argparse.Namespace], str | None] | None = None,
+         after: Callable[[dict], dict] | None = None, optional: tuple[str, ...] = ()) -> Callable[[Run], dict]:
+    """A section's run from its declarations, the one cell loop: ``cells(run)`` names its cells in order (a name
     -> what `measure` needs), ``measure(run, cell)`` measures one (None: a cell is a call, ``cell()``, such as a
     `functools.partial`), ``head(args)`` the keys that say what the section measures.  The section is the runner's record (``started_at``, ``machine``, ``quick``), ``head``'s
     keys and, under ``into``, one row per cell `stamped` (its ``started_at``, ``load_avg_before``,
-    ``load_avg_after``, ``wall_s``) and saved into ``--out`` as it ends; ``--only`` measures those cells, the
-    others' rows kept from ``--out`` (`kept`: at the same ``--quick``); ``--resume`` skips the rows kept."""
+    ``load_avg_after``, ``wall_s``) and saved into ``--out`` as it ends; ``--only NAME`` measures the cells named
+    NAME or ``NAME ...``, the others' rows kept from ``--out`` (`kept`: at the same ``--quick``); ``--resume``
+    skips the rows kept.  ``skip(args)``: why nothing can run here (no data, no device), or None; the section
+    then holds it as ``skipped`` and the command exits 2, unless it has ``--skip-without-data``.  ``after(rows)``:
+    the keys computed from all the rows (kept ones too), added at the end (a winner, a goal).  ``optional``: cells
+    (names or their first word) measured only where ``--only`` names them (a GPU's, a slow variant's)."""
     def run(bench: Run) -> dict:
-        todo, args = cells(bench.args), bench.args
+        args = bench.args
         section = {**kept(bench), **bench.header(), "quick": args.quick, **(head(args) if head else {})}
+        section.pop("skipped", None)  # an earlier run's reason
+        if skip and (why := skip(args)):
+            bench.log(f"{bench.bench.key}: skipped, {why}")
+            section = bench.finish({**section, "skipped": why})
+            if not getattr(args, "skip_without_data", False):
+                raise SystemExit(2)
+            return section
+        todo = cells(bench)
         rows = section[into] = dict(section.get(into, {}))
-        for name in [n for n in getattr(args, "only", None) or todo if n in todo]:
+        only = getattr(args, "only", None) or [n for n in todo if n.split()[0] not in optional]
+        for name in [n for n in todo if any(n == o or n.startswith(f"{o} ") for o in only)]:
             if not (getattr(args, "resume", False) and name in rows):
                 bench.log(f"{bench.bench.key}.{name}")
                 rows[name] = stamped(lambda: measure(bench, todo[name]) if measure else todo[name]())
                 bench.save(section)
-        return bench.finish(section)
+        return bench.finish({**section, **(after(rows) if after else {})})
 
     return run
 
@@ -254,19 +269,19 @@ def timer(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def paired(jobs: tuple[tuple[str, ...], tuple[str, ...]], repeats: int, log,
-           cpu: tuple[str, str] = ("threads_total_cpu_s", "batched_total_cpu_s")) -> dict:
+def paired(jobs: tuple[tuple[str, ...], tuple[str, ...]], repeats: int, log) -> dict:
     """``repeats`` interleaved `timed_run` pairs of a per-worker job and its batched twin (asserted to have run on
     the threads and on the batched path): per pair the rounds' seconds, their ``ratio`` (per-worker over
-    batched), the CPU seconds (under the keys ``cpu``), the largest relative gap of the objectives and the
-    simulated seconds; the ratio's median, min and max and the largest gap."""
+    batched), the CPU seconds and their ``cpu_ratio``, the largest relative gap of the objectives and the
+    simulated seconds; the ratio's median, min and max, the CPU ratio's median and the largest gap."""
     pairs = []
     for _ in range(repeats):
         threads, batched = timed_run(*jobs[0]), timed_run(*jobs[1])
         assert threads["path"] == "threads" and batched["path"] == "batched"
         pairs.append({"threads_rounds_s": threads["rounds_s"], "batched_rounds_s": batched["rounds_s"],
-                      cpu[0]: threads["total_cpu_s"], cpu[1]: batched["total_cpu_s"],
+                      "threads_cpu_s": threads["total_cpu_s"], "batched_cpu_s": batched["total_cpu_s"],
                       "ratio": threads["rounds_s"] / batched["rounds_s"],
+                      "cpu_ratio": threads["total_cpu_s"] / batched["total_cpu_s"],
                       "objective_rel_diff": max(abs(a - b) / abs(a) for a, b in
                                                 zip(threads["objectives"], batched["objectives"])),
                       "threads_simulated_s": threads["simulated_time_s"],
@@ -275,6 +290,7 @@ def paired(jobs: tuple[tuple[str, ...], tuple[str, ...]], repeats: int, log,
             f"ratio {pairs[-1]['ratio']:.2f}")
     ratios = [p["ratio"] for p in pairs]
     return {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "cpu_ratio_median": statistics.median(p["cpu_ratio"] for p in pairs),
             "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
 
 

@@ -86,13 +86,32 @@ def local_solve_arithmetic(section: dict) -> None:
 
 
 def similarity_arithmetic(section: dict) -> None:
-    for data in section["datasets"].values():
-        sizes = {sum(cell["rows"]) for cell in data["cells"]}
-        assert len(sizes) == 1  # every sharding deals the same rows
-        for cell in data["cells"]:
+    from dane.paper_figs.similarity import datasets
+
+    for cells in datasets(section).values():
+        assert len({sum(cell["rows"]) for cell in cells}) == 1  # every sharding deals the same rows
+        for cell in cells:
             assert cell["delta_start"] == max(cell["per_worker_start"])
             assert cell["delta_mean_square_start"] <= cell["delta_start"]
             assert not cell["reached"] or cell["final_relative_suboptimality"] <= 1e-8
+
+
+def svrg_arithmetic(section: dict) -> None:
+    from scripts.bench_svrg import REFERENCE_ROUND_S
+
+    rows = section["rows"]
+    for name, row in rows.items():
+        if name.startswith("pass "):
+            for key in ("full_gradient", "svrg_pass", "reference_pass"):
+                spread_holds(row[key])
+            assert row["pass_over_gradient"] == row["svrg_pass"]["median"] / row["full_gradient"]["median"]
+            assert row["goal_met"] == (row["pass_over_gradient"] <= 3)
+    assert {"import_s", "first_solve_s", "second_solve_s"} <= set(rows["compile"]["cold"]) == set(rows["compile"]["warm"])
+    cold = rows["compile"]["cold"]
+    assert cold["first_solves_total_s"] == pytest.approx(sum(cold["first_solve_s"].values()))
+    spread_holds(rows["round"]["compiled"])
+    assert rows["round"]["ratio_to_public_reference"] == rows["round"]["compiled"]["median"] / REFERENCE_ROUND_S
+    assert rows["launch"]["exit_status"] == 0 and rows["launch"]["round_time"]["n"] == rows["launch"]["rounds"]
 
 
 #: section -> (its canned file, the keys its JSON keeps, the arithmetic between its numbers)
@@ -107,8 +126,9 @@ SECTIONS = {
     "local_solve_cost": ("local_solve", {"started_at", "machine", "quick", "what", "time", "memory", "rows",
                                          "load_avg_after", "wall_s"}, local_solve_arithmetic),
     "similarity": ("similarity", {"started_at", "machine", "quick", "what", "target", "workers", "lam", "rounds_cap",
-                                  "seed", "datasets", "load_avg_before", "load_avg_after", "wall_s"},
-                   similarity_arithmetic),
+                                  "seed", "rows", "load_avg_after", "wall_s"}, similarity_arithmetic),
+    "svrg_local_solver": ("svrg", {"started_at", "machine", "quick", "rows", "load_avg_after", "wall_s"},
+                          svrg_arithmetic),
 }
 
 
@@ -208,9 +228,9 @@ def test_the_tables_render_the_canned_json_with_local_passes():
 # other_bench).
 
 SECTIONS.update({
-    "convex_newton_family": ("convex", {"started_at", "machine", "load_avg_before", "quick", "target", "simulator",
-                                        "cost_model", "counts", "algorithms", "problems", "full_run", "load_avg_after",
-                                        "wall_s"}, lambda section: None),
+    "convex_newton_family": ("convex", {"started_at", "machine", "quick", "target", "simulator", "cost_model",
+                                        "counts", "algorithms", "problems", "load_avg_after", "wall_s"},
+                             lambda section: None),
     "cuda": ("cuda", {"started_at", "machine", "load_before", "rounds", "overrides", "skipped", "convex", "finished_at",
                       "load_after", "torch", "load_avg_after", "wall_s"}, lambda section: None),
 })
@@ -325,7 +345,8 @@ def test_quick_convex_writes_its_key_and_keeps_others():
     family = report[convex.KEY]
     assert family["quick"] and family["cost_model"]["source"].startswith("package default")
     assert "mnist" in family["problems"]["mnist_softmax"]["skipped"].lower()
-    assert len(family["load_avg_before"]) == len(family["load_avg_after"]) == 3
+    assert len(family["machine"]["load_avg"]) == len(family["load_avg_after"]) == 3
+    assert all(len(problem["load_avg_before"]) == 3 for problem in family["problems"].values())
     for name in ("breast_cancer_logreg", "diabetes_ridge", "rcv1_like_logreg"):
         problem = family["problems"][name]
         assert problem["lam"] > 0 and problem["lam_why"] and problem["dim"] >= 11

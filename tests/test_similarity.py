@@ -153,7 +153,7 @@ def test_bench_quick_run_and_its_figure(tmp_path):
 
     runner.main(["similarity", "--quick", "--out", str(tmp_path / "bench.json")])
     report = json.loads((tmp_path / "bench.json").read_text())[bench.KEY]
-    skewed, iid = report["datasets"]["synthetic_logistic"]["cells"]
+    skewed, iid = report["rows"]["synthetic_logistic dirichlet 0.1"], report["rows"]["synthetic_logistic iid"]
     assert (skewed["alpha"], iid["sharding"]) == (0.1, "iid")
     assert sum(skewed["rows"]) == sum(iid["rows"]) == 800 and len(set(iid["rows"])) == 1
     for cell in (skewed, iid):
