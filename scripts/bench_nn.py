@@ -10,11 +10,11 @@ from dane.comm import AlphaBeta
 from dane.errors import DivergenceError
 from dane.experiments.config import run_spec
 from dane.loop.launch import execute
-from dane.paper_figs.accuracy_table import Row, find_run, has_data
+from dane.paper_figs.accuracy_table import Row, has_data
 from dane.paper_figs.common import retime
-from dane.paper_figs.target_table import TARGETS, job, job_cost
+from dane.paper_figs.target_table import TARGETS, job_cost
 from dane.records.results import read_rounds, read_summary
-from dane.synthetic.sweep import RunIndex, compose_job
+from dane.synthetic.sweep import compose_job
 from scripts.harness import Bench, Run, grid, option
 
 KEY = "mnist_lenet5_to_97"
@@ -68,17 +68,13 @@ def costs() -> dict[str, AlphaBeta]:
 
 
 def measure(run: Run, name: str) -> dict:
-    """One algorithm's row: run to the target now, or read from ``--from-runs``'s fixed-budget run."""
+    """One algorithm's row: its run to the target (or the round budget) into ``--runs``/NAME, then `row_from`."""
     target, args = TARGETS[0], run.args
     accuracy = args.target or target.accuracy
-    if args.from_runs is None:
-        overrides = [target.experiment, *target.algorithms[name], f"rounds={args.rounds}", f"early_stop.target={accuracy}"]
-        wall = run_one(overrides, Path(args.runs) / name)
-        return {**row_from(Path(args.runs) / name, accuracy, costs()), "wall_time_s": wall,
-                "settings": list(target.algorithms[name])}
-    if (run_dir := find_run(RunIndex(args.from_runs), job(target, name))) is None:
-        return {"reached": False, "status": "no run", "rounds": None}
-    return {**row_from(run_dir, accuracy, costs()), "settings": list(target.algorithms[name])}
+    overrides = [target.experiment, *target.algorithms[name], f"rounds={args.rounds}", f"early_stop.target={accuracy}"]
+    wall = run_one(overrides, Path(args.runs) / name)
+    return {**row_from(Path(args.runs) / name, accuracy, costs()), "wall_time_s": wall,
+            "settings": list(target.algorithms[name])}
 
 
 def head(args) -> dict:
@@ -88,14 +84,12 @@ def head(args) -> dict:
                      "the first record at the target",
             "cost_models": {label or "default": {"alpha": c.alpha, "beta": c.beta} for label, c in costs().items()},
             "target_test_accuracy": args.target or target.accuracy,
-            "source": f"the fixed-budget runs of paper_figs/target_table.py under {args.from_runs} (nothing rerun)"
-            if args.from_runs is not None else f"fresh runs, stopped at the target or after {args.rounds} rounds"}
+            "source": f"fresh runs, stopped at the target or after {args.rounds} rounds"}
 
 
 def no_data(args) -> str | None:
-    if args.from_runs is None and not has_data(Row(TARGETS[0].problem, TARGETS[0].problem, None)):
-        return "MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data); point DANE_DATA_DIR at the IDX files, " \
-               "or use --from-runs results to read earlier runs"
+    if not has_data(Row(TARGETS[0].problem, TARGETS[0].problem, None)):
+        return "MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data); point DANE_DATA_DIR at the IDX files"
     return None
 
 
@@ -106,7 +100,5 @@ BENCH = Bench(KEY, grid(lambda run: {name: name for name in TARGETS[0].algorithm
                   option("--runs", default="results/bench_nn", help="where the runs' directories go"),
                   option("--rounds", type=int, default=40, help="round budget per algorithm"),
                   option("--target", type=float, default=None, help="test accuracy (default: the target table's)"),
-                  option("--from-runs", metavar="RESULTS", default=None,
-                         help="measure nothing: read the 30-round runs of paper_figs/target_table.py under RESULTS"),
                   option("--skip-without-data", action="store_true",
                          help="exit 0 with a note (not an error) when MNIST is absent; `make bench` uses it")))

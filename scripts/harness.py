@@ -85,12 +85,6 @@ class Run:
 
         merge_section(self.path, key or self.bench.key, section)
 
-    def record(self, body: dict) -> dict:
-        """The common section: the record, ``quick``, then ``body``, written at once (`finish`)."""
-        section = self.finish({**self.header(), "quick": self.args.quick, **body})
-        self.log(f"done -> {self.path}")
-        return section
-
     def finish(self, section: dict, key: str | None = None) -> dict:
         """The last save: the load average after and the wall seconds added, then the goals table."""
         section.update(load_avg_after=load(),
