@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import statistics
 from functools import partial
 
 import torch
@@ -17,7 +16,7 @@ import torch
 from dane.experiments.config import run_spec
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, best_of, grid, load, mnist_missing, option, paired, timed_run
+from scripts.harness import Bench, best_of, grid, interleave, load, mnist_missing, option, paired, spread, timed_run
 
 KEY = "batched_net"
 LR = 0.05
@@ -110,20 +109,21 @@ def roofline(workers: int, batch_size: int, repeats: int) -> dict:
 
 def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,
                device: str = "cuda") -> dict:
-    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (module docstring);
-    ``device`` another device for a check of this code where there is no GPU."""
-    runs: dict[str, list[float]] = {"one": [], "batched": []}
-    for name, m, batched in (("one", 1, "false"), ("batched", workers, "true")):
-        timed_run(*overrides(m, local_steps, batch_size, 1, batched, device))  # warm-up: CUDA context, kernels
-        for _ in range(repeats):
-            run = timed_run(*overrides(m, local_steps, batch_size, rounds, batched, device))
-            runs[name].append(run["rounds_s"] / rounds)
-            log(f"cuda m={m} ({run['path']}): {runs[name][-1]:.4f} s a round")
-    one, many = statistics.median(runs["one"]), statistics.median(runs["batched"])
+    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (module docstring): each a
+    `spread` of the seconds a round over ``repeats`` runs after a warm-up; ``ratio`` of their medians.  ``device``:
+    another device, for a check of this code where there is no GPU."""
+    def round_s(m: int, batched: str, repeat: int) -> float:
+        if repeat == 0:
+            timed_run(*overrides(m, local_steps, batch_size, 1, batched, device))  # warm-up: CUDA context, kernels
+        run = timed_run(*overrides(m, local_steps, batch_size, rounds, batched, device))
+        log(f"{device} m={m} ({run['path']}): {run['rounds_s'] / rounds:.4f} s a round")
+        return run["rounds_s"] / rounds
+
+    runs = interleave([(1, "false"), (workers, "true")], repeats, lambda variant, r: round_s(*variant, r))
+    one, many = spread(runs[(1, "false")]), spread(runs[(workers, "true")])
     return {"device": device, **({"gpu": torch.cuda.get_device_name(0)} if device == "cuda" else {}),
             "workers": workers, "local_steps": local_steps, "batch_size": batch_size, "rounds": rounds, "lr": LR,
-            "one_worker_round_s": one, "batched_round_s": many, "ratio": many / one, "goal": "<= 2",
-            "one_worker_runs_s": runs["one"], "batched_runs_s": runs["batched"]}
+            "one_worker_round_s": one, "batched_round_s": many, "ratio": many["median"] / one["median"], "goal": "<= 2"}
 
 
 def cells(run) -> dict:

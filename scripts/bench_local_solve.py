@@ -1,4 +1,14 @@
-"""The cost of one DANE local solve against d, by Cholesky and by CG: time and peak memory."""
+"""The cost of one DANE local solve against d, by Cholesky and by CG: JSON section ``local_solve_cost``, one row of
+`scripts.harness.grid` per case ``d=D LAYOUT SOLVER``.
+
+A case is one DANE round's local solve w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w> on one worker: ridge (squared
+loss, lam = 1e-3), n_i = 2d rows, w_t = 0 and g = the worker's own gradient (eta = 1, mu = 0); dense rows x ~ N(0, I),
+sparse rows `rcv1_like`; one torch thread (a simulated worker's core), in a fresh process.  ``first_round_s``: the
+spread of the repeats of a solve that forms H_i and its Cholesky factor (a round whose mu changed); ``round_s``: the
+next solve at the same mu (Cholesky reuses the factor; CG solves again).  ``peak_mb``: the process's peak resident set
+(VmHWM, `peak_rss_kb`) minus its own after the imports (``baseline_mb``); ``peak_with_data_only_mb`` the same before
+any solve.  Not ru_maxrss: Linux carries the parent's peak into the child across fork + exec, so every case read 0 MB
+under it.  ``relative_gradient_after``: |grad phi| at the solution over |g|.  ``skipped``: why Cholesky cannot fit."""
 from __future__ import annotations
 
 import os
@@ -56,8 +66,7 @@ def write_case_data(case: dict, folder: Path) -> Path:
 
 
 def peak_rss_kb() -> int:
-    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one (not ru_maxrss: the
-    section's ``memory`` says why), else ru_maxrss."""
+    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one, else ru_maxrss."""
     status = Path("/proc/self/status")
     lines = status.read_text().splitlines() if status.exists() else []
     return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")),
@@ -115,20 +124,5 @@ def measure(run: Run, case: dict) -> dict:
         return {**case, **in_fresh_process("scripts.bench_local_solve:measure_case", case, data, run.args.repeats)}
 
 
-def head(args) -> dict:
-    return {"what": "one DANE round's local solve w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w> on one worker: "
-                    "ridge (squared loss, lam=1e-3), n_i = 2d rows, w_t = 0 and g = the worker's own gradient "
-                    "(eta=1, mu=0); dense rows x ~ N(0, I), sparse rows from synthetic/sparse_data.rcv1_like; "
-                    "one torch thread (a simulated worker's core)",
-            "time": f"spreads of {args.repeats} repeats in one process: first_round_s includes forming H_i and its "
-                    "Cholesky factor (a round whose mu changed); round_s is the next round at the same mu (Cholesky "
-                    "reuses the factor; CG solves again)",
-            "memory": "peak resident set (VmHWM of /proc/self/status) of a fresh subprocess per case minus its own "
-                      "value right after importing torch, numpy, scipy and dane (the idle baseline, baseline_mb); "
-                      "peak_with_data_only_mb is the same after loading X and building the shard, before any solve. "
-                      "Not ru_maxrss: Linux carries the parent's peak into the child across fork + exec, so every "
-                      "case read 0 MB under it"}
-
-
-BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure, head=head), "one local solve against d: Cholesky and CG time per round, "
+BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure), "one local solve against d: Cholesky and CG time per round, "
               "peak memory", threads=None, resumable=True, options=(option("--repeats", type=int, default=3),))

@@ -1,7 +1,9 @@
 """Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4): JSON section
 ``similarity``, one row of `scripts.harness.grid` per data set and sharding (``DATASET SHARDING[ ALPHA]``): DANE's
 ``rounds`` and ``comm_rounds`` to relative `TARGET` (``reached``), and δ (``delta``), its mean-square and Frobenius
-variants and ‖H‖ (``hessian_norm``), each at w_0 = 0 (``_start``) and at the last iterate (``_end``)."""
+variants and ‖H‖ (``hessian_norm``), each at w_0 = 0 (``_start``) and at the last iterate (``_end``): logistic
+regression with an intercept, (λ/2)‖w‖², safeguarded DANE at its defaults on m simulated workers; δ = max_i ‖H_i − H‖₂,
+H_i the Hessian of worker i's O_i (weight m/N per row), `dane.numerics.similarity`."""
 from __future__ import annotations
 
 import atexit
@@ -94,10 +96,7 @@ def cells(run) -> dict:
 
 
 def head(args) -> dict:
-    return {"what": "logistic regression with an intercept, (lam/2)||w||^2, safeguarded DANE at its defaults on m "
-                    "simulated workers; delta = max_i ||H_i - H||_2 at w_0 = 0 (start) and at the last iterate "
-                    "(end), H_i = Hessian of worker i's O_i (weight m/N per row), dane.numerics.similarity",
-            "target": f"relative suboptimality (O - O*)/|O*| <= {TARGET:g}, O* from optimum=auto",
+    return {"target": f"relative suboptimality (O - O*)/|O*| <= {TARGET:g}, O* from optimum=auto",
             "workers": min(args.workers, 4) if args.quick else args.workers, "lam": args.lam,
             "rounds_cap": args.rounds, "seed": args.seed}
 

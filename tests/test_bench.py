@@ -61,13 +61,17 @@ def federated_arithmetic(section: dict) -> None:
 
 
 def compress_arithmetic(section: dict) -> None:
-    for name, row in section["rows"].items():
-        if name.startswith("time "):
-            assert name == f"time n={row['n']} {row['spec']}"
-            assert row["bits_over_dense"] == pytest.approx(row["bits"] / (64 * row["n"]))
-            spread_holds(row["seconds"])
+    from dane.compress import make
+    from scripts.bench_compress import SPECS
+
+    times = {name: row for name, row in section["rows"].items() if name.startswith("time ")}
+    assert {row["spec"] for row in times.values()} == set(SPECS)
+    for name, row in times.items():
+        assert name == f"time n={row['n']} {row['spec']}" and row["bits"] == make(row["spec"]).bits(row["n"])
+        assert row["bits_over_dense"] == pytest.approx(row["bits"] / (64 * row["n"]))
+        spread_holds(row["seconds"])
     dense, top = section["rows"]["gd none"], section["rows"]["gd topk:10"]  # top-10 of d = 100: fewer bits a round
-    assert top["uplink_bits"] / top["rounds"] < dense["uplink_bits"] / dense["rounds"]
+    assert dense["status"] == "converged" and top["uplink_bits"] / top["rounds"] < dense["uplink_bits"] / dense["rounds"]
 
 
 def spread_holds(spread: dict) -> None:
@@ -86,8 +90,13 @@ def local_solve_arithmetic(section: dict) -> None:
 
 
 def similarity_arithmetic(section: dict) -> None:
+    """Every sharding deals the same rows, δ is the largest worker's; on the synthetic set (--quick: 800 rows, 4
+    workers) label skew raises δ and DANE's allreduces."""
     from dane.paper_figs.similarity import datasets
 
+    skewed, iid = section["rows"]["synthetic_logistic dirichlet 0.1"], section["rows"]["synthetic_logistic iid"]
+    assert sum(skewed["rows"]) == sum(iid["rows"]) == 800 and len(set(iid["rows"])) == 1
+    assert skewed["delta_start"] > 5 * iid["delta_start"] and skewed["comm_rounds"] > iid["comm_rounds"]
     for cells in datasets(section).values():
         assert len({sum(cell["rows"]) for cell in cells}) == 1  # every sharding deals the same rows
         for cell in cells:
@@ -123,10 +132,10 @@ SECTIONS = {
                                 "similarity", "load_avg_now", "load_avg_after", "wall_s"}, federated_arithmetic),
     "compress": ("compress", {"started_at", "machine", "quick", "target", "rows", "load_avg_after", "wall_s"},
                  compress_arithmetic),
-    "local_solve_cost": ("local_solve", {"started_at", "machine", "quick", "what", "time", "memory", "rows",
-                                         "load_avg_after", "wall_s"}, local_solve_arithmetic),
-    "similarity": ("similarity", {"started_at", "machine", "quick", "what", "target", "workers", "lam", "rounds_cap",
-                                  "seed", "rows", "load_avg_after", "wall_s"}, similarity_arithmetic),
+    "local_solve_cost": ("local_solve", {"started_at", "machine", "quick", "rows", "load_avg_after", "wall_s"},
+                         local_solve_arithmetic),
+    "similarity": ("similarity", {"started_at", "machine", "quick", "target", "workers", "lam", "rounds_cap", "seed",
+                                  "rows", "load_avg_after", "wall_s"}, similarity_arithmetic),
     "svrg_local_solver": ("svrg", {"started_at", "machine", "quick", "rows", "load_avg_after", "wall_s"},
                           svrg_arithmetic),
 }
@@ -472,6 +481,15 @@ def test_quick_local_solve_measures_each_case_and_keeps_other_keys():
         assert 0 < case["round_s"]["min"] and case["round_s"]["n"] == case["first_round_s"]["n"] == 3
         assert case["peak_mb"] >= 0 and case["data_mb"] > 0 and len(case["load_avg_before"]) == 3
         assert case["relative_gradient_after"] < 1e-8 and math.isfinite(case["baseline_mb"])
+
+
+def test_the_similarity_figure_and_table_come_from_the_canned_json(tmp_path):
+    from dane.paper_figs import similarity as figure
+
+    (tmp_path / "bench.json").write_text((DATA / "similarity.json").read_text())
+    paths = figure.main(tmp_path, tmp_path / "figures")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".md"}
+    assert "| synthetic_logistic | α=0.1 | " in (tmp_path / "figures" / "similarity.md").read_text()
 
 
 def test_the_local_solve_figure_and_table_come_from_the_canned_json(tmp_path):
