@@ -63,5 +63,5 @@ def cells(run) -> dict:
 
 
 BENCH = Bench(KEY, grid(cells, head=lambda args: {"target": TARGET}),
-              "what comm.compress costs and saves (issue 34 item 1)", only=(), resumable=True,
+              "what comm.compress costs and saves (issue 34 item 1)", only=("time", "gd"), resumable=True,
               options=(option("--repeats", type=int, default=5),))

@@ -223,20 +223,21 @@ def grid(cells: Callable[[Run], dict[str, Any]], measure: Callable[[Run, Any], d
          *, head: Callable[[argparse.Namespace], dict] | None = None, into: str = "rows",
          skip: Callable[[argparse.Namespace], str | None] | None = None,
          after: Callable[[dict], dict] | None = None, optional: tuple[str, ...] = ()) -> Callable[[Run], dict]:
-    """A section's run from its declarations, the one cell loop: ``cells(run)`` names its cells in order (a name
-    -> what `measure` needs), ``measure(run, cell)`` measures one (None: a cell is a call, ``cell()``, such as a
-    `functools.partial`), ``head(args)`` the keys that say what the section measures.  The section is the runner's record (``started_at``, ``machine``, ``quick``), ``head``'s
-    keys and, under ``into``, one row per cell `stamped` (its ``started_at``, ``load_avg_before``,
-    ``load_avg_after``, ``wall_s``) and saved into ``--out`` as it ends; ``--only NAME`` measures the cells named
-    NAME or ``NAME ...``, the others' rows kept from ``--out`` (`kept`: at the same ``--quick``); ``--resume``
-    skips the rows kept.  ``skip(args)``: why nothing can run here (no data, no device), or None; the section
-    then holds it as ``skipped`` and the command exits 2, unless it has ``--skip-without-data``.  ``after(rows)``:
-    the keys computed from all the rows (kept ones too), added at the end (a winner, a goal).  ``optional``: cells
-    (names or their first word) measured only where ``--only`` names them (a GPU's, a slow variant's)."""
+    """A section's run from its declarations, the one cell loop.
+
+    ``cells(run)`` names the section's cells in order (a name -> what ``measure(run, cell)`` needs; without
+    ``measure`` a cell is a call, ``cell()``, such as a `functools.partial`); ``head(args)`` gives the keys that say
+    what the section measures.  The section is the runner's record (``started_at``, ``machine``, ``quick``),
+    ``head``'s keys and, under ``into``, one row per cell, `stamped` (its ``started_at``, ``load_avg_before``,
+    ``load_avg_after``, ``wall_s``) and saved into ``--out`` as it ends.  ``--only NAME`` measures the cells named
+    NAME or ``NAME ...`` and keeps the other rows ``--out`` holds (`kept`: at the same ``--quick``); ``--resume``
+    skips the rows it holds.  ``optional``: cells (names or first words) measured only where ``--only`` names them
+    (a GPU's, a slow variant's).  ``skip(args)``: why nothing can run here (no data, no device), or None; the
+    section then holds it as ``skipped`` and the command exits 2, unless it has ``--skip-without-data``.
+    ``after(rows)``: keys computed from all the rows, kept ones too (a winner), added at the end."""
     def run(bench: Run) -> dict:
         args = bench.args
-        section = {**kept(bench), **bench.header(), "quick": args.quick, **(head(args) if head else {})}
-        section.pop("skipped", None)  # an earlier run's reason
+        section = {**bench.header(), "quick": args.quick, **(head(args) if head else {})}
         if skip and (why := skip(args)):
             bench.log(f"{bench.bench.key}: skipped, {why}")
             section = bench.finish({**section, "skipped": why})
@@ -244,7 +245,7 @@ def grid(cells: Callable[[Run], dict[str, Any]], measure: Callable[[Run, Any], d
                 raise SystemExit(2)
             return section
         todo = cells(bench)
-        rows = section[into] = dict(section.get(into, {}))
+        rows = section[into] = dict(kept(bench).get(into, {}))
         only = getattr(args, "only", None) or [n for n in todo if n.split()[0] not in optional]
         for name in [n for n in todo if any(n == o or n.startswith(f"{o} ") for o in only)]:
             if not (getattr(args, "resume", False) and name in rows):

@@ -123,6 +123,25 @@ def svrg_arithmetic(section: dict) -> None:
     assert rows["launch"]["exit_status"] == 0 and rows["launch"]["round_time"]["n"] == rows["launch"]["rounds"]
 
 
+def paired_holds(row: dict) -> None:
+    """`harness.paired`: the ratios are per-worker over batched, pair by pair, their median the headline; the two
+    paths' objectives agree to round-off."""
+    for pair in row["pairs"]:
+        assert pair["ratio"] == pair["threads_rounds_s"] / pair["batched_rounds_s"]
+        assert pair["cpu_ratio"] == pair["threads_cpu_s"] / pair["batched_cpu_s"]
+    assert row["ratio_median"] == statistics.median(p["ratio"] for p in row["pairs"])
+    assert row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"] and row["objective_rel_diff_max"] < 1e-12
+
+
+def batched_arithmetic(section: dict) -> None:
+    speedup, large = section["rows"]["speedup"], section["rows"]["m10000"]
+    paired_holds(speedup)
+    paired_holds(section["rows"]["federated"])
+    assert speedup["steady_ratio_median"] == statistics.median(s["ratio"] for s in speedup["steady"])
+    assert all(s["ratio"] == s["threads_round_s"] / s["batched_round_s"] for s in speedup["steady"])
+    assert large["workers"] == 10 * speedup["workers"] and 0 < large["rounds_s"] < large["total_s"]
+
+
 #: section -> (its canned file, the keys its JSON keeps, the arithmetic between its numbers)
 SECTIONS = {
     "defaults": ("defaults", {"started_at", "machine", "quick", "code", "target", "goals", "methods", "cells", "misses",
@@ -136,6 +155,8 @@ SECTIONS = {
                          local_solve_arithmetic),
     "similarity": ("similarity", {"started_at", "machine", "quick", "target", "workers", "lam", "rounds_cap", "seed",
                                   "rows", "load_avg_after", "wall_s"}, similarity_arithmetic),
+    "batched_workers": ("batched", {"started_at", "machine", "quick", "rows", "load_avg_after", "wall_s"},
+                        batched_arithmetic),
     "svrg_local_solver": ("svrg", {"started_at", "machine", "quick", "rows", "load_avg_after", "wall_s"},
                           svrg_arithmetic),
 }
@@ -167,7 +188,7 @@ def test_every_section_has_one_command_line():
         ("defaults", True, ["gd"], [4], "results/bench.json")
     assert harness.parser(benches).parse_args(["sampled_lambda"]).out == "results/sampled_lambda.json"
     with pytest.raises(SystemExit):
-        harness.parser(benches).parse_args(["compress", "--only", "gd"])  # compress has no --only
+        harness.parser(benches).parse_args(["local_solve", "--only", "gd"])  # local_solve has no --only
 
 
 def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
@@ -185,6 +206,39 @@ def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
     assert table["other"] == {"headline": "ratio", "value": 1.3, "goal": 1.25, "met": False}
     misses = whole["defaults"]["misses"]
     assert table["defaults"] == {"misses": len(misses), "met": not misses, "lines": misses}
+
+
+def test_the_cell_loop_runs_only_resume_optional_skip_and_after(tmp_path):
+    """`harness.grid`: every cell but the optional ones; ``--only`` by name or first word, the other rows kept;
+    ``--resume`` measures none it holds; a skip is recorded, exit 2 without ``--skip-without-data``."""
+    calls = []
+
+    def cells(run):
+        return {name: name for name in ("a x", "a y", "b", "gpu")}
+
+    def measure(run, cell):
+        calls.append(cell)
+        return {"value": len(calls)}
+
+    def bench(skip=None):
+        return {"toy": harness.Bench("toy", harness.grid(cells, measure, head=lambda args: {"unit": "s"}, skip=skip,
+                                                         after=lambda rows: {"cells": len(rows)}, optional=("gpu",)),
+                                     "a toy", only=("a", "b", "gpu"), resumable=True, threads=None,
+                                     options=(harness.option("--skip-without-data", action="store_true"),))}
+
+    out = ["--out", str(tmp_path / "b.json")]
+    harness.main(["toy", *out], bench())
+    assert calls == ["a x", "a y", "b"]
+    harness.main(["toy", "--only", "a", "gpu", *out], bench())
+    harness.main(["toy", "--resume", *out], bench())
+    section = json.loads((tmp_path / "b.json").read_text())["toy"]
+    assert calls == ["a x", "a y", "b", "a x", "a y", "gpu"] and section["cells"] == 4 and section["unit"] == "s"
+    assert {name: row["value"] for name, row in section["rows"].items()} == {"a x": 4, "a y": 5, "b": 3, "gpu": 6}
+    assert all(len(row["load_avg_before"]) == 3 for row in section["rows"].values())
+    with pytest.raises(SystemExit):
+        harness.main(["toy", *out], bench(skip=lambda args: "no data"))
+    harness.main(["toy", "--skip-without-data", *out], bench(skip=lambda args: "no data"))
+    assert json.loads((tmp_path / "b.json").read_text())["toy"]["skipped"] == "no data" and len(calls) == 6
 
 
 def test_work_is_counted_to_the_record_that_reaches_the_target():
