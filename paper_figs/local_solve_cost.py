@@ -39,8 +39,13 @@ def load(results: str | Path) -> dict:
     return report[KEY]
 
 
+def all_cases(cost: dict) -> list[dict]:
+    """The section's rows (one a case), in the order they were measured."""
+    return list(cost["rows"].values())
+
+
 def measured(cost: dict, solver: str) -> list[dict]:
-    return sorted((c for c in cost["cases"] if c["solver"] == solver and "round_s" in c), key=lambda c: c["d"])
+    return sorted((c for c in all_cases(cost) if c["solver"] == solver and "round_s" in c), key=lambda c: c["d"])
 
 
 def draw(cost: dict):
@@ -50,24 +55,24 @@ def draw(cost: dict):
         if not cases:
             continue
         d = [c["d"] for c in cases]
-        mid = [c[key] for c in cases]
-        err = [[c[key] - c[f"{key}_min"] for c in cases], [c[f"{key}_max"] - c[key] for c in cases]]
+        mid = [c[key]["median"] for c in cases]
+        err = [[c[key]["median"] - c[key]["min"] for c in cases], [c[key]["max"] - c[key]["median"] for c in cases]]
         ax_t.errorbar(d, mid, yerr=err, fmt=style, capsize=3, markersize=5, label=label)
     for solver, style in (("cholesky", "s-"), ("cg", "o-")):
         cases = measured(cost, solver)
         if cases:
             ax_m.plot([c["d"] for c in cases], [max(c["peak_mb"], 1e-1) for c in cases], style, label=solver)
-    data = {c["d"]: max(c["data_mb"], 1e-1) for c in cost["cases"] if "data_mb" in c}
+    data = {c["d"]: max(c["data_mb"], 1e-1) for c in all_cases(cost) if "data_mb" in c}
     if data:
         ax_m.plot(sorted(data), [data[d] for d in sorted(data)], "k:", label="the shard's X alone")
-    for case in cost["cases"]:
+    for case in all_cases(cost):
         for ax in (ax_t, ax_m):
             ax.axvline(case["d"], color="grey", linewidth=0.5, alpha=0.4)
         if "skipped" in case:
             ax_t.annotate(f"{case['solver']} skipped at d={case['d']:,}:\n" + case["skipped"].split(": ", 1)[-1],
                           xy=(case["d"], 0.5), xycoords=("data", "axes fraction"), ha="right", va="center",
                           fontsize=6.5, wrap=True, bbox={"boxstyle": "round", "fc": "white", "alpha": 0.8})
-    layouts = ", ".join(f"d={c['d']:,} {c['layout']}" for c in cost["cases"] if c["solver"] == "cg")
+    layouts = ", ".join(f"d={c['d']:,} {c['layout']}" for c in all_cases(cost) if c["solver"] == "cg")
     for ax in (ax_t, ax_m):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -84,17 +89,18 @@ def draw(cost: dict):
 
 def markdown(cost: dict) -> str:
     lines = [f"One DANE round's local solve on one worker (results/bench.json `{KEY}`, {cost.get('started_at', '')}; "
-             f"load average before {cost.get('load_avg_before')}, after {cost.get('load_avg_after')})", "",
+             f"load average before {cost['machine']['load_avg']}, after {cost.get('load_avg_after')})", "",
              "| d | layout | solver | first round (s) | later rounds (s) | peak MB | X alone MB |",
              "|---|---|---|---|---|---|---|"]
-    for c in sorted(cost["cases"], key=lambda c: (c["d"], c["solver"])):
+    for c in sorted(all_cases(cost), key=lambda c: (c["d"], c["solver"])):
         if "round_s" not in c:
             why = c.get("skipped") or f"failed: {c.get('failed')}"
             lines.append(f"| {c['d']:,} | {c['layout']} | {c['solver']} | {why} | | | |")
             continue
-        lines.append(f"| {c['d']:,} | {c['layout']} | {c['solver']} | {c['first_round_s']:.4g} "
-                     f"[{c['first_round_s_min']:.3g}, {c['first_round_s_max']:.3g}] | {c['round_s']:.4g} "
-                     f"[{c['round_s_min']:.3g}, {c['round_s_max']:.3g}] | {c['peak_mb']:.0f} | {c['data_mb']:.0f} |")
+        first, later = c["first_round_s"], c["round_s"]
+        lines.append(f"| {c['d']:,} | {c['layout']} | {c['solver']} | {first['median']:.4g} "
+                     f"[{first['min']:.3g}, {first['max']:.3g}] | {later['median']:.4g} "
+                     f"[{later['min']:.3g}, {later['max']:.3g}] | {c['peak_mb']:.0f} | {c['data_mb']:.0f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -36,6 +36,14 @@ def load(results: str | Path) -> dict:
     return report[KEY]
 
 
+def datasets(report: dict) -> dict[str, list[dict]]:
+    """The section's rows by data set, in the order measured (a skipped one holds ``skipped``)."""
+    out: dict[str, list[dict]] = {}
+    for row in report["rows"].values():
+        out.setdefault(row["dataset"], []).append(row)
+    return out
+
+
 def label(cell: dict) -> str:
     return "iid" if cell["sharding"] == "iid" else f"α={cell['alpha']:g}"
 
@@ -47,9 +55,9 @@ def relative(cell: dict, at: str) -> float:
 
 def draw(report: dict):
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.2), sharey=True)
-    datasets = {name: d["cells"] for name, d in report["datasets"].items() if "cells" in d}
+    measured = {name: [c for c in cells if "skipped" not in c] for name, cells in datasets(report).items()}
     for ax, at in zip(axes, ("start", "end")):
-        for (name, cells), marker in zip(datasets.items(), MARKERS):
+        for (name, cells), marker in zip(((n, c) for n, c in measured.items() if c), MARKERS):
             cells = sorted(cells, key=lambda c: relative(c, at))
             x = [relative(c, at) for c in cells]
             y = [c["comm_rounds"] for c in cells]
@@ -71,15 +79,15 @@ def draw(report: dict):
 
 def markdown(report: dict) -> str:
     lines = [f"DANE's allreduces to {report['target']} against δ (results/bench.json `{KEY}`, "
-             f"{report.get('started_at', '')}; load average before {report.get('load_avg_before')}, after "
+             f"{report.get('started_at', '')}; load average before {report['machine']['load_avg']}, after "
              f"{report.get('load_avg_after')})", "",
              "| data | sharding | rows per worker (min-max) | δ start | δ_A start | δ_F start | ‖H‖ start | δ end | "
              "‖H‖ end | allreduces | reached |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, data in report["datasets"].items():
-        if "cells" not in data:
-            lines.append(f"| {name} | skipped: {data['skipped']} | | | | | | | | | |")
-            continue
-        for c in data["cells"]:
+    for name, cells in datasets(report).items():
+        for c in cells:
+            if "skipped" in c:
+                lines.append(f"| {name} | {label(c)}: skipped, {c['skipped']} | | | | | | | | | |")
+                continue
             lines.append(f"| {name} | {label(c)} | {min(c['rows'])}-{max(c['rows'])} | {c['delta_start']:.4g} | "
                          f"{c['delta_mean_square_start']:.4g} | {c['delta_frobenius_start']:.4g} | "
                          f"{c['hessian_norm_start']:.4g} | {c['delta_end']:.4g} | {c['hessian_norm_end']:.4g} | "

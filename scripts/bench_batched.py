@@ -1,12 +1,23 @@
-"""The batched simulator against the per-worker one (issue 35 item 4): JSON section ``batched_workers``.
+"""The batched simulator against the per-worker one (issues 35 item 4, 48 item 2): JSON section ``batched_workers``,
+rows of `scripts.harness.grid`:
 
-``--only device`` (with ``--device``, CUDA by default) runs DANE's steady rounds on a GPU: batched against threads
-there, batched there against threads on the CPU, and batched there at the large m (the iterates' distances beside).
+- ``speedup``: DANE on ridge_synthetic, `paired` runs of the two paths (``ratio_*``: per-worker over batched) and
+  ``steady``, the rounds after round 0 driven through the two communicators directly (wall and CPU seconds);
+- ``m10000``: the batched path at the large m, the whole run's seconds (``total_s``) and the rounds' (``rounds_s``);
+- ``federated`` (``--only federated``; skipped without LIBSVM's a9a): FedAvg with client sampling (K = 10 local
+  steps at lr `LR`, λ = 1e-3 logistic regression, a9a dealt iid to ``--clients-total`` clients, ``--clients`` a
+  round), `paired` runs of the two paths;
+- ``device`` (``--only device``, on ``--device``, CUDA by default): DANE's steady rounds there, batched against
+  threads there, batched there against threads on the CPU, and batched there at the large m (the iterates'
+  distances beside).
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -14,9 +25,11 @@ from dane.comm.batched import BatchedGroup, run_batched
 from dane.comm.threads import ThreadGroup, meter_for
 from dane.dane import DANE
 from dane.problems import RidgeSyntheticConfig
-from scripts.harness import Bench, Run, kept, load, option, paired, timed_run
+from scripts.harness import Bench, grid, load, option, paired, timed_run
 
 KEY = "batched_workers"
+LR = 0.2  # FedAvg's step, given so that its set-up measures nothing (lr null: a Lanczos estimate per client)
+DATA_DIR = os.environ.get("DANE_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 MU = 1.0
 ALGORITHM = ("algorithm=dane", f"algorithm.mu={MU}")
 
@@ -124,21 +137,34 @@ def on_device(n: int, d: int, m: int, big: int, small: int, rounds: int, device:
     return out
 
 
-def run(bench: Run) -> dict:
-    args, log = bench.args, bench.log
+def federated(m: int, s: int, rounds: int, repeats: int, log) -> dict:
+    """``federated`` (module docstring): seconds of the two paths' rounds and their objectives' largest gap."""
+    if not (Path(DATA_DIR) / "libsvm" / "a9a").is_file():
+        return {"skipped": f"no {DATA_DIR}/libsvm/a9a"}
+    fedavg = ("algorithm=fedavg", f"algorithm.clients_per_round={s}", f"algorithm.lr={LR}", "problem=logreg",
+              "problem.lam=1e-3", "data=libsvm", "data.path=libsvm/a9a", f"data_dir={DATA_DIR}", f"workers={m}",
+              f"rounds={rounds}", "tol=null", "tol_abs=null", "quiet=true")
+    jobs = tuple((*fedavg, f"sim.batched={batched}") for batched in ("false", "true"))
+    return {"workers": m, "clients_per_round": s, "rounds": rounds, "data": "a9a", **paired(jobs, repeats, log)}
+
+
+def cells(run) -> dict:
+    args, log = run.args, run.log
     n, d, m, big = (10_000, 100, 100, 1_000) if args.quick else (100_000, 500, 1_000, 10_000)
-    parts = {"speedup": lambda: speedup(n, d, m, args.rounds, args.repeats, log),
-             "m10000": lambda: large(n, d, big, 10, log),
-             "device": lambda: on_device(n, d, m, big, args.thread_workers, args.rounds, args.device, log)}
-    section = {**kept(bench), "machine": bench.machine, "quick": args.quick}
-    for name in args.only or ("speedup", "m10000"):
-        section[name] = parts[name]()
-    return bench.finish(section)
+    m_fed, s_fed = (100, 10) if args.quick else (args.clients_total, args.clients)
+    return {"speedup": partial(speedup, n, d, m, args.rounds, args.repeats, log),
+            "m10000": partial(large, n, d, big, 10, log),
+            "federated": partial(federated, m_fed, s_fed, args.fed_rounds, args.repeats, log),
+            "device": partial(on_device, n, d, m, big, args.thread_workers, args.rounds, args.device, log)}
 
 
-BENCH = Bench(KEY, run, "the simulator's per-worker path against its batched path (sim.batched)", threads=None,
-              only=("speedup", "m10000", "device"), options=(
+BENCH = Bench(KEY, grid(cells, optional=("federated", "device")),
+              "the simulator's per-worker path against its batched path (sim.batched)", threads=None,
+              only=("speedup", "m10000", "federated", "device"), resumable=True, options=(
                   option("--rounds", type=int, default=10), option("--repeats", type=int, default=2),
                   option("--device", default="cuda", help="--only device: the device (default: %(default)s)"),
                   option("--thread-workers", type=int, default=64,
-                         help="--only device: m of the batched-against-threads pair on the device")))
+                         help="--only device: m of the batched-against-threads pair on the device"),
+                  option("--clients-total", type=int, default=1000, help="--only federated: m"),
+                  option("--clients", type=int, default=100, help="--only federated: clients a round"),
+                  option("--fed-rounds", type=int, default=5, help="--only federated: rounds")))

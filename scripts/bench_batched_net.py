@@ -1,16 +1,22 @@
 """m LeNet-5 workers as one stacked computation against one thread each (issue 35 item 4): JSON section
-``batched_net``; ``--device cuda``: the stacked workers on CUDA against one worker there (key ``cuda``)."""
+``batched_net``, rows of `scripts.harness.grid` (skipped without MNIST):
+
+- ``roofline``: the per-worker and stacked minibatch steps' GFLOP/s (each engine of the stacked problem) against
+  the GEMM rate on 1 and 2 threads; ``cpu_ceiling`` is the 1-thread GEMM rate over the per-worker step's;
+- ``speedup``: `paired` runs of local SGD on the two paths on the CPU (``ratio_*``: per-worker over batched);
+- ``cuda`` (``--only cuda``; skipped without a CUDA device): the stacked workers' round on CUDA over one worker's
+  round there (``ratio``, goal <= 2).
+"""
 from __future__ import annotations
 
-import statistics
-import sys
+from functools import partial
 
 import torch
 
 from dane.experiments.config import run_spec
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, Run, best_of, kept, load, mnist_missing, option, paired, timed_run
+from scripts.harness import Bench, best_of, grid, interleave, load, mnist_missing, option, paired, spread, timed_run
 
 KEY = "batched_net"
 LR = 0.05
@@ -25,12 +31,9 @@ def overrides(workers: int, local_steps: int, batch_size: int, rounds: int, batc
 def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log) -> dict:
     """Per-worker over batched on the CPU (module docstring)."""
     jobs = tuple(overrides(workers, local_steps, batch_size, rounds, batched, "cpu") for batched in ("false", "true"))
-    pairs = paired(jobs, repeats, log, cpu=("threads_cpu_s", "batched_cpu_s"))
-    for pair in pairs["pairs"]:
-        pair["cpu_ratio"] = pair["threads_cpu_s"] / pair["batched_cpu_s"]
     return {"workers": workers, "local_steps": local_steps, "batch_size": batch_size, "rounds": rounds, "lr": LR,
-            "problem": "mnist_lenet5 (float32)", "algorithm": "local_sgd (mean)", "goal": ">= 5", **pairs,
-            "cpu_ratio_median": statistics.median(p["cpu_ratio"] for p in pairs["pairs"])}
+            "problem": "mnist_lenet5 (float32)", "algorithm": "local_sgd (mean)", "goal": ">= 5",
+            **paired(jobs, repeats, log)}
 
 
 def layer_flops(model: torch.nn.Module, in_shape: tuple) -> dict:
@@ -106,57 +109,41 @@ def roofline(workers: int, batch_size: int, repeats: int) -> dict:
 
 def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,
                device: str = "cuda") -> dict:
-    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (module docstring);
-    ``device`` another device for a check of this code where there is no GPU."""
-    runs: dict[str, list[float]] = {"one": [], "batched": []}
-    for name, m, batched in (("one", 1, "false"), ("batched", workers, "true")):
-        timed_run(*overrides(m, local_steps, batch_size, 1, batched, device))  # warm-up: CUDA context, kernels
-        for _ in range(repeats):
-            run = timed_run(*overrides(m, local_steps, batch_size, rounds, batched, device))
-            runs[name].append(run["rounds_s"] / rounds)
-            log(f"cuda m={m} ({run['path']}): {runs[name][-1]:.4f} s a round")
-    one, many = statistics.median(runs["one"]), statistics.median(runs["batched"])
-    return {"device": device, "workers": workers, "local_steps": local_steps, "batch_size": batch_size,
-            "rounds": rounds, "lr": LR, "one_worker_round_s": one, "batched_round_s": many, "ratio": many / one, "goal": "<= 2",
-            "one_worker_runs_s": runs["one"], "batched_runs_s": runs["batched"]}
+    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (module docstring): each a
+    `spread` of the seconds a round over ``repeats`` runs after a warm-up; ``ratio`` of their medians.  ``device``:
+    another device, for a check of this code where there is no GPU."""
+    def round_s(m: int, batched: str, repeat: int) -> float:
+        if repeat == 0:
+            timed_run(*overrides(m, local_steps, batch_size, 1, batched, device))  # warm-up: CUDA context, kernels
+        run = timed_run(*overrides(m, local_steps, batch_size, rounds, batched, device))
+        log(f"{device} m={m} ({run['path']}): {run['rounds_s'] / rounds:.4f} s a round")
+        return run["rounds_s"] / rounds
+
+    runs = interleave([(1, "false"), (workers, "true")], repeats, lambda variant, r: round_s(*variant, r))
+    one, many = spread(runs[(1, "false")]), spread(runs[(workers, "true")])
+    return {"device": device, **({"gpu": torch.cuda.get_device_name(0)} if device == "cuda" else {}),
+            "workers": workers, "local_steps": local_steps, "batch_size": batch_size, "rounds": rounds, "lr": LR,
+            "one_worker_round_s": one, "batched_round_s": many, "ratio": many["median"] / one["median"], "goal": "<= 2"}
 
 
-def run(bench: Run) -> dict:
-    args, log = bench.args, bench.log
+def cells(run) -> dict:
+    args, log = run.args, run.log
     if args.quick:
         args.workers, args.local_steps, args.rounds, args.repeats = 8, 2, 1, 1
-    earlier = kept(bench)  # a CPU run keeps the CUDA one's key, a CUDA run the CPU one's
-    section: dict = {**(earlier if args.device == "cuda" else {k: v for k, v in earlier.items() if k == "cuda"}),
-                     "machine": bench.machine, "quick": args.quick}
-    skipped = mnist_missing()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        skipped = "torch sees no CUDA device"
-    if skipped:
-        section["skipped"] = skipped
-        log(f"{KEY}: {skipped}")
-        if not args.skip_without_data:
-            sys.exit(2)
-    elif args.device == "cuda":
-        section["cuda"] = {"gpu": torch.cuda.get_device_name(0),
-                           **cuda_round(args.workers, args.local_steps, args.batch_size, args.rounds, args.repeats, log)}
-    else:
-        r = section["roofline"] = roofline(args.workers, args.batch_size, args.repeats)
-        log(f"roofline: per-worker step {r['per_worker_gflops']:.1f} GFLOP/s, stacked "
-            + ", ".join(f"{engine} {r['stacked'][engine]['gflops']:.1f}" for engine in ENGINES) + ", "
-            f"GEMM {r['gemm_gflops_1_thread']:.1f} (1 thread) / {r['gemm_gflops_2_threads']:.1f} (2); "
-            f"CPU-time ceiling {r['cpu_ceiling']:.1f}x")
-        if not args.roofline_only:
-            section["speedup"] = speedup(args.workers, args.local_steps, args.batch_size, args.rounds, args.repeats,
-                                         log)
-    return bench.finish(section)
+    shape = (args.workers, args.local_steps, args.batch_size, args.rounds, args.repeats, log)
+    return {"roofline": partial(roofline, args.workers, args.batch_size, args.repeats),
+            "speedup": partial(speedup, *shape), "cuda": partial(cuda_round, *shape)}
 
 
-BENCH = Bench(KEY, run, "MNIST LeNet-5 at m = 64: the per-worker path against the stacked one, and its roofline",
-              threads=None, options=(
+def skipped(args) -> str | None:
+    if "cuda" in (args.only or ()) and not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    return mnist_missing()
+
+
+BENCH = Bench(KEY, grid(cells, skip=skipped, optional=("cuda",)), "MNIST LeNet-5 at m = 64: the per-worker path against the stacked one, "
+              "and its roofline", threads=None, only=("roofline", "speedup", "cuda"), resumable=True, options=(
                   option("--workers", type=int, default=64), option("--local-steps", type=int, default=10),
                   option("--batch-size", type=int, default=32), option("--rounds", type=int, default=2),
                   option("--repeats", type=int, default=2),
-                  option("--device", choices=("cpu", "cuda"), default="cpu",
-                         help="cuda: the stacked workers on CUDA against one worker there (key cuda), nothing else"),
-                  option("--roofline-only", action="store_true", help="the roofline alone, no runs"),
                   option("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")))

@@ -1,16 +1,22 @@
-"""What ``comm.compress`` costs and saves (issue 34 item 1): JSON section ``compress``."""
+"""What ``comm.compress`` costs and saves (issue 34 item 1): JSON section ``compress``, rows (`scripts.harness.grid`)
+
+- ``time n=N SPEC``: one compression of a float64 vector of n entries, ``seconds`` its `spread` over the repeats
+  (each the mean of a loop of calls), ``bits`` its exact size and ``bits_over_dense`` that over the dense 64 n;
+- ``gd SPEC[ ef]``: distributed GD on ridge_synthetic (N = 4000, d = 100, m = 4) to relative `TARGET` with that
+  uplink compressor (``ef``: EF21 error feedback): ``status``, ``rounds``, ``uplink_bits`` and ``downlink_bits``
+  per worker, ``simulated_time_s``, ``lr`` (GD's rule where None below).
+"""
 from __future__ import annotations
 
-import statistics
 import time
+from functools import partial
 
 import torch
 
 from dane.api import fit
 from dane.compress import make
 from dane.problems import RidgeSyntheticConfig
-from dane.synthetic.bench_file import machine
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, grid, option, spread
 
 KEY = "compress"
 SPECS = ("none", "topk:0.1", "randk:0.1", "natural", "dither:4")
@@ -23,47 +29,39 @@ RUNS = (  # (comm.compress, comm.error_feedback, algorithm.lr or None for GD's r
 TARGET = 1e-8
 
 
-def compressor_time(repeats: int, quick: bool) -> list[dict]:
-    rows = []
+def compressor_time(spec: str, n: int, repeats: int, quick: bool) -> dict:
     gen = torch.Generator().manual_seed(0)
-    for n in SIZES[:1] if quick else SIZES:
-        x = torch.randn(n, generator=gen, dtype=torch.float64)
-        for spec in SPECS:
-            compressor = make(spec)
-            loops = max(1, 20000 // n) * (1 if quick else 10)
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                for _ in range(loops):
-                    compressor(x, gen)
-                times.append((time.perf_counter() - start) / loops)
-            bits = compressor.bits(n)
-            rows.append({"spec": spec, "n": n, "seconds_median": statistics.median(times), "seconds_min": min(times),
-                         "seconds_max": max(times), "bits": bits, "bits_over_dense": bits / (64 * n)})
-    return rows
-
-
-def gd_to_target(quick: bool) -> list[dict]:
-    problem = RidgeSyntheticConfig(n_samples=4000, dim=100)
-    rows = []
-    for spec, ef, lr in RUNS[:3] if quick else RUNS:
+    x, compressor = torch.randn(n, generator=gen, dtype=torch.float64), make(spec)
+    loops = max(1, 20000 // n) * (1 if quick else 10)
+    times = []
+    for _ in range(repeats):
         start = time.perf_counter()
-        result = fit(problem, "gd", workers=4, rounds=300 if quick else 3000, tol=TARGET, compress=spec,
-                     error_feedback=ef, **({} if lr is None else {"lr": lr}))
-        last = result.records[-1]
-        rows.append({"compress": spec, "error_feedback": ef, "lr": last.get("lr"), "status": result.status,
-                     "rounds": last["round"], "final_relative_suboptimality": result.summary["final_relative_suboptimality"],
-                     "uplink_bits": last["uplink_bits"], "downlink_bits": last["downlink_bits"],
-                     "simulated_time_s": last["time_s"], "wall_s": time.perf_counter() - start})
-    return rows
+        for _ in range(loops):
+            compressor(x, gen)
+        times.append((time.perf_counter() - start) / loops)
+    bits = compressor.bits(n)
+    return {"spec": spec, "n": n, "seconds": spread(times), "bits": bits, "bits_over_dense": bits / (64 * n)}
 
 
-def run(bench: Run) -> dict:
-    section = {"machine": bench.machine, "target": TARGET,
-               "compressor_time": compressor_time(bench.args.repeats, bench.args.quick),
-               "gd_to_target": gd_to_target(bench.args.quick)}
-    return bench.finish({**section, "machine_after": machine()["load_avg"]})
+def gd_to_target(spec: str, ef: bool, lr: float | None, quick: bool) -> dict:
+    result = fit(RidgeSyntheticConfig(n_samples=4000, dim=100), "gd", workers=4, rounds=300 if quick else 3000,
+                 tol=TARGET, compress=spec, error_feedback=ef, **({} if lr is None else {"lr": lr}))
+    last = result.records[-1]
+    return {"compress": spec, "error_feedback": ef, "lr": last.get("lr"), "status": result.status,
+            "rounds": last["round"], "final_relative_suboptimality": result.summary["final_relative_suboptimality"],
+            "uplink_bits": last["uplink_bits"], "downlink_bits": last["downlink_bits"],
+            "simulated_time_s": last["time_s"]}
 
 
-BENCH = Bench(KEY, run, "what comm.compress costs and saves (issue 34 item 1)",
+def cells(run) -> dict:
+    args = run.args
+    times = {f"time n={n} {spec}": partial(compressor_time, spec, n, args.repeats, args.quick)
+             for n in SIZES[:1 if args.quick else None] for spec in SPECS}
+    runs = {f"gd {spec}{' ef' * ef}": partial(gd_to_target, spec, ef, lr, args.quick)
+            for spec, ef, lr in RUNS[:3 if args.quick else None]}
+    return {**times, **runs}
+
+
+BENCH = Bench(KEY, grid(cells, head=lambda args: {"target": TARGET}),
+              "what comm.compress costs and saves (issue 34 item 1)", only=("time", "gd"), resumable=True,
               options=(option("--repeats", type=int, default=5),))

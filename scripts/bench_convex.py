@@ -1,4 +1,7 @@
-"""Benchmark of the Newton-type family against ADMM and GD on convex problems."""
+"""The Newton-type family against ADMM and GD on convex problems: JSON section ``convex_newton_family``, one row of
+`scripts.harness.grid` per problem under ``problems`` (``--only`` picks them): the data, O* (the distributed reference),
+and per worker count each algorithm's cost to relative `REL_TOL` (`to_target`; ``error`` where it raised) and the two
+goals (`goal_allreduces`, `goal_time`); each run's directory under ``--runs`` (paper_figs/newton_family.py draws them)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +22,7 @@ from dane.errors import UserError
 from dane.problems.linear_models import LinearModelConfig
 from dane.reference import attach_all
 from dane.synthetic.sparse_data import write_sparse_libsvm
-from scripts.harness import Bench, Run, first_at, kept, load, now, option, relative, stamped
+from scripts.harness import Bench, first_at, grid, option, relative
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8
@@ -30,8 +33,6 @@ SETTINGS: dict[str, dict] = {name: {} for name in NEWTON + BASELINES}
 #: round caps; a problem may lower some (its ``caps``), --quick lowers all
 CAPS = {"dane": 100, "inexact_dane": 60, "aide": 60, "giant": 60, "disco": 40, "admm": 500, "gd": 3000}
 QUICK_CAP = 8
-#: what the JSON keeps of the last run over every problem when --problems reruns some of them
-FULL_RUN = ("started_at", "wall_s", "load_avg_before", "load_avg_after")
 
 
 @dataclass(frozen=True)
@@ -253,39 +254,25 @@ def run_problem(case: Problem, args, log) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------------------------- main
-def run(bench: Run) -> dict:
-    """Every chosen problem `stamped` into ``problems`` and saved as it ends; ``--problems`` keeps the others' rows
-    (and the last full run's record, ``full_run``) from ``--out``."""
-    args, cost = bench.args, AlphaBeta()
-    report = {"started_at": now(), "machine": bench.machine, "load_avg_before": load(), "quick": args.quick,
-              "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g}",
-              "simulator": "in-process simulator (dane.fit): one thread and one torch thread per worker; "
-                           "simulated time = each worker's measured compute + the alpha-beta ring-allreduce model",
-              "cost_model": {"alpha_s": cost.alpha, "beta_bytes_per_s": cost.beta,
-                             "source": "package default dane.comm.AlphaBeta(), fixed (not calibrated)"},
-              "counts": "comm_rounds = allreduces and broadcasts, every one counted; bytes = "
-                        "bytes one worker sent; time_s = simulated time of the rounds (setup_s apart)",
-              "algorithms": {a: {"settings": SETTINGS[a], "round_cap": CAPS[a]} for a in args.algorithms},
-              "problems": {}}
-    earlier = kept(bench) if args.problems is not None else {}
-    if earlier:
-        report.update(problems=dict(earlier.get("problems", {})), rerun_of=args.problems,
-                      full_run=earlier.get("full_run") or {k: earlier.get(k) for k in FULL_RUN})
-    for case in problems(args):
-        if args.problems is None or case.name in args.problems:
-            report["problems"][case.name] = stamped(lambda: run_problem(case, args, bench.log))
-            report["wall_s"] = time.perf_counter() - bench.start
-            bench.save(report)
-    report.update(load_avg_after=load(), wall_s=time.perf_counter() - bench.start)
-    if args.problems is None:
-        report["full_run"] = {k: report[k] for k in FULL_RUN}
-    return bench.finish(report)
+def head(args) -> dict:
+    """What the section measures: the target, the simulator, its cost model, what each count counts."""
+    cost = AlphaBeta()
+    return {"target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g}",
+            "simulator": "in-process simulator (dane.fit): one thread and one torch thread per worker; "
+                         "simulated time = each worker's measured compute + the alpha-beta ring-allreduce model",
+            "cost_model": {"alpha_s": cost.alpha, "beta_bytes_per_s": cost.beta,
+                           "source": "package default dane.comm.AlphaBeta(), fixed (not calibrated)"},
+            "counts": "comm_rounds = allreduces and broadcasts, every one counted; bytes = "
+                      "bytes one worker sent; time_s = simulated time of the rounds (setup_s apart)",
+            "algorithms": {a: {"settings": SETTINGS[a], "round_cap": CAPS[a]} for a in args.algorithms}}
 
 
-BENCH = Bench(KEY, run, "rounds, allreduces, bytes and simulated time to 1e-8: the Newton-type family and baselines",
+NAMES = ("mnist_softmax", "breast_cancer_logreg", "diabetes_ridge", "rcv1_like_logreg")
+BENCH = Bench(KEY, grid(lambda run: {case.name: case for case in problems(run.args)},
+                        lambda run, case: run_problem(case, run.args, run.log), head=head, into="problems"),
+              "rounds, allreduces, bytes and simulated time to 1e-8: the Newton-type family and baselines",
+              only=NAMES, resumable=True,
               options=(option("--runs", default="results/bench_convex", help="run directories and the rcv1-like file"),
-                       option("--problems", nargs="+", default=None, help="only these problems (default: all)"),
                        option("--algorithms", nargs="+", default=list(NEWTON + BASELINES),
                               choices=list(NEWTON + BASELINES)),
                        option("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"),

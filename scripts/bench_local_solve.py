@@ -1,27 +1,36 @@
-"""The cost of one DANE local solve against d, by Cholesky and by CG: time and peak memory."""
+"""The cost of one DANE local solve against d, by Cholesky and by CG: JSON section ``local_solve_cost``, one row of
+`scripts.harness.grid` per case ``d=D LAYOUT SOLVER``.
+
+A case is one DANE round's local solve w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w> on one worker: ridge (squared
+loss, lam = 1e-3), n_i = 2d rows, w_t = 0 and g = the worker's own gradient (eta = 1, mu = 0); dense rows x ~ N(0, I),
+sparse rows `rcv1_like`; one torch thread (a simulated worker's core), in a fresh process.  ``first_round_s``: the
+spread of the repeats of a solve that forms H_i and its Cholesky factor (a round whose mu changed); ``round_s``: the
+next solve at the same mu (Cholesky reuses the factor; CG solves again).  ``peak_mb``: the process's peak resident set
+(VmHWM, `peak_rss_kb`) minus its own after the imports (``baseline_mb``); ``peak_with_data_only_mb`` the same before
+any solve.  Not ru_maxrss: Linux carries the parent's peak into the child across fork + exec, so every case read 0 MB
+under it.  ``relative_gradient_after``: |grad phi| at the solution over |g|.  ``skipped``: why Cholesky cannot fit."""
 from __future__ import annotations
 
 import os
 import resource
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from dane.synthetic.sparse_data import rcv1_like
-from scripts.harness import Bench, Run, in_fresh_process, load, option
+from scripts.harness import Bench, Run, grid, in_fresh_process, option, spread, timer
 
 KEY = "local_solve_cost"
 
 
-def cost_cases(quick: bool) -> list[dict]:
-    if quick:
-        return [{"d": 100, "layout": "dense", "n_rows": 200, "solver": "cholesky"},
-                {"d": 1000, "layout": "sparse", "n_rows": 2000, "solver": "cg"}]
-    return [{"d": d, "layout": layout, "n_rows": 2 * d, "solver": solver}
-            for d, layout in ((500, "dense"), (5000, "dense"), (50000, "sparse")) for solver in ("cholesky", "cg")]
+def cost_cases(args) -> dict[str, dict]:
+    """The cases by name, ``d=D LAYOUT SOLVER``: rows ``n_rows`` = 2d (--quick: two small ones)."""
+    cases = ([{"d": 100, "layout": "dense", "n_rows": 200, "solver": "cholesky"},
+              {"d": 1000, "layout": "sparse", "n_rows": 2000, "solver": "cg"}] if args.quick else
+             [{"d": d, "layout": layout, "n_rows": 2 * d, "solver": solver}
+              for d, layout in ((500, "dense"), (5000, "dense"), (50000, "sparse")) for solver in ("cholesky", "cg")])
+    return {f"d={c['d']} {c['layout']} {c['solver']}": c for c in cases}
 
 
 def skip_reason(case: dict, memory_bytes: int) -> str | None:
@@ -57,8 +66,7 @@ def write_case_data(case: dict, folder: Path) -> Path:
 
 
 def peak_rss_kb() -> int:
-    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one (not ru_maxrss: the
-    section's ``memory`` says why), else ru_maxrss."""
+    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one, else ru_maxrss."""
     status = Path("/proc/self/status")
     lines = status.read_text().splitlines() if status.exists() else []
     return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")),
@@ -83,63 +91,38 @@ def measure_case(case: dict, data: str, repeats: int, lam: float = 1e-3) -> dict
         Xs = sp.load_npz(str(arrays["sparse"]))
         X, data_bytes = to_torch(Xs), Xs.nnz * 16 + (Xs.shape[0] + 1) * 8  # float64 values, int64 indices
         del Xs
-    y = torch.from_numpy(arrays["y"])
-    solver = LocalSolver(case["solver"])
+    y, solver = torch.from_numpy(arrays["y"]), LocalSolver(case["solver"])
 
     def fresh_shard():  # no cached factor: the round in which μ changed
         return LinearModelShard(X, y, LOSSES["squared"], l2=lam, weight=1.0 / case["n_rows"], solver=solver)
 
-    shard = fresh_shard()
-    w = torch.zeros(case["d"], dtype=torch.float64)
+    shard, w = fresh_shard(), torch.zeros(case["d"], dtype=torch.float64)
     grad = shard.grad(w)
     linear = grad - grad  # ∇O_i(w_t) − η g with g = ∇O_i(w_t), η = 1
-    data_kb = peak_rss_kb()
-    first, again = [], []
+    data_kb, first, again = peak_rss_kb(), [], []
     for _ in range(repeats):
         del shard
         shard = fresh_shard()
-        t0 = time.perf_counter()
-        shard.prox_solve(w, linear, 0.0, anchor_grad=grad)
-        t1 = time.perf_counter()
-        w_new = shard.prox_solve(w, linear, 0.0, anchor_grad=grad)
-        again.append(time.perf_counter() - t1)
-        first.append(t1 - t0)
+        first.append(timer(lambda: shard.prox_solve(w, linear, 0.0, anchor_grad=grad)))
+        again.append(timer(lambda: shard.prox_solve(w, linear, 0.0, anchor_grad=grad)))
     peak_kb = peak_rss_kb()
+    w_new = shard.prox_solve(w, linear, 0.0, anchor_grad=grad)
     residual = float(torch.linalg.vector_norm(shard.grad(w_new) - linear))  # ∇φ at the local solution
-    times = {}
-    for key, values in (("round_s", again), ("first_round_s", first)):
-        times.update({key: statistics.median(values), f"{key}_min": min(values), f"{key}_max": max(values)})
-    return {**times, "repeats": repeats,
+    return {"round_s": spread(again), "first_round_s": spread(first),
             "peak_mb": (peak_kb - baseline_kb) / 1024, "peak_with_data_only_mb": (data_kb - baseline_kb) / 1024,
             "baseline_mb": baseline_kb / 1024, "data_mb": data_bytes / 2**20,
             "relative_gradient_after": residual / float(torch.linalg.vector_norm(grad))}
 
 
-def run(bench: Run) -> dict:
-    """Each case skipped where the Cholesky path cannot fit, else `measure_case` in a fresh process."""
-    args, log = bench.args, bench.log
-    out = {"what": "one DANE round's local solve w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w> on one worker: "
-                   "ridge (squared loss, lam=1e-3), n_i = 2d rows, w_t = 0 and g = the worker's own gradient "
-                   "(eta=1, mu=0); dense rows x ~ N(0, I), sparse rows from synthetic/sparse_data.rcv1_like; "
-                   "one torch thread (a simulated worker's core)",
-           "time": f"median of {args.repeats} repeats in one process (min, max beside it): first_round_s includes "
-                   "forming H_i and its Cholesky factor (a round whose mu changed); round_s is the next round at the "
-                   "same mu (Cholesky reuses the factor; CG solves again)",
-           "memory": "peak resident set (VmHWM of /proc/self/status) of a fresh subprocess per case minus its "
-                     "own value right after importing torch, numpy, scipy and dane (the idle baseline, baseline_mb); "
-                     "peak_with_data_only_mb is the same after loading X and building the shard, before any solve. "
-                     "Not ru_maxrss: Linux carries the parent's peak into the child across fork + exec, so every "
-                     "case read 0 MB under it",
-           "cases": [], "load_avg_before": load()}
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def measure(run: Run, case: dict) -> dict:
+    """A case skipped where the Cholesky path cannot fit here, else `measure_case` in a fresh process."""
+    why = skip_reason(case, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    if why:
+        return {**case, "skipped": why}
     with tempfile.TemporaryDirectory() as tmp:
-        for case in cost_cases(args.quick):
-            why = skip_reason(case, memory)
-            out["cases"].append({**case, "skipped": why} if why else {**case, **in_fresh_process(
-                "scripts.bench_local_solve:measure_case", case, str(write_case_data(case, Path(tmp))), args.repeats)})
-            log(f"  local solve d={case['d']} {case['layout']} {case['solver']}: {out['cases'][-1].get('round_s')}")
-    return bench.record(out)
+        data = str(write_case_data(case, Path(tmp)))
+        return {**case, **in_fresh_process("scripts.bench_local_solve:measure_case", case, data, run.args.repeats)}
 
 
-BENCH = Bench(KEY, run, "one local solve against d: Cholesky and CG time per round, peak memory", threads=None,
-              options=(option("--repeats", type=int, default=3),))
+BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure), "one local solve against d: Cholesky and CG time per round, "
+              "peak memory", threads=None, resumable=True, options=(option("--repeats", type=int, default=3),))

@@ -1,7 +1,8 @@
-"""Benchmark: rounds, bytes and time to 97% test accuracy on MNIST-LeNet5, 4 workers, DANE and each baseline."""
+"""Rounds, bytes and time to 97% test accuracy on MNIST-LeNet5, 4 workers, DANE and each baseline: JSON section
+``mnist_lenet5_to_97``, one row of `scripts.harness.grid` per algorithm under ``algorithms`` (`row_from` says its
+keys), and ``fewest``, the algorithm with the least of each cost among those that reached the target."""
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -9,12 +10,12 @@ from dane.comm import AlphaBeta
 from dane.errors import DivergenceError
 from dane.experiments.config import run_spec
 from dane.loop.launch import execute
-from dane.paper_figs.accuracy_table import Row, find_run, has_data
+from dane.paper_figs.accuracy_table import Row, has_data
 from dane.paper_figs.common import retime
-from dane.paper_figs.target_table import TARGETS, job, job_cost
+from dane.paper_figs.target_table import TARGETS, job_cost
 from dane.records.results import read_rounds, read_summary
-from dane.synthetic.sweep import RunIndex, compose_job
-from scripts.harness import Bench, Run, now, option
+from dane.synthetic.sweep import compose_job
+from scripts.harness import Bench, Run, grid, option
 
 KEY = "mnist_lenet5_to_97"
 #: a row's costs to the target, each the fewest of which algorithm (`winners`), beside the simulated times
@@ -57,55 +58,47 @@ def winners(rows: dict[str, dict]) -> dict:
     return {key: min(reached, key=lambda name: reached[name][key]) for key in keys}
 
 
-def run(bench: Run) -> dict | None:
-    target, args = TARGETS[0], bench.args
-    args.target = target.accuracy if args.target is None else args.target
-    args.only = args.only or list(target.algorithms)
-    if args.from_runs is None and not has_data(Row(target.problem, target.problem, None)):
-        if args.skip_without_data:
-            print("bench_nn: skipped, MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data)")
-            return None
-        print("error: MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data); point DANE_DATA_DIR at the "
-              "IDX files, or use --from-runs results to read earlier runs", file=sys.stderr)
-        sys.exit(2)
-    costs = {"": job_cost((target.experiment, *target.algorithms["dane"]))}
+def costs() -> dict[str, AlphaBeta]:
+    """The α-β models a row is timed under: the job's own ("") and, where there is one, the calibrated one."""
+    target = TARGETS[0]
+    out = {"": job_cost((target.experiment, *target.algorithms["dane"]))}
     if Path("results/calibration.json").exists():
-        costs["_at_calibration"] = AlphaBeta.load(Path("results/calibration.json"))
-    index = RunIndex(args.from_runs) if args.from_runs is not None else None
-    report = {"started_at": bench.started_at, "machine": bench.machine,
-              "setup": f"{target.problem}, 4 workers in the in-process simulator (one core each), MNIST t10k split "
-                       "8000/2000; simulated_time_s = simulated parallel time (compute + alpha-beta allreduce model) "
-                       "to the first record at the target",
-              "cost_models": {label or "default": {"alpha": c.alpha, "beta": c.beta} for label, c in costs.items()},
-              "target_test_accuracy": args.target, "algorithms": {},
-              "source": f"the fixed-budget runs of paper_figs/target_table.py under {args.from_runs} (nothing rerun)"
-              if index is not None else f"fresh runs, stopped at the target or after {args.rounds} rounds"}
-    for name in args.only:
-        if index is None:
-            overrides = [target.experiment, *target.algorithms[name], f"rounds={args.rounds}",
-                         f"early_stop.target={args.target}"]
-            wall = run_one(overrides, Path(args.runs) / name)
-            row = {**row_from(Path(args.runs) / name, args.target, costs), "wall_time_s": wall}
-        elif (run_dir := find_run(index, job(target, name))) is None:
-            row = {"reached": False, "status": "no run", "rounds": None}
-        else:
-            row = row_from(run_dir, args.target, costs)
-        if row["status"] != "no run":
-            row["settings"] = list(target.algorithms[name])
-        report["algorithms"][name] = row
-        bench.log(f"{name}: {row['rounds']} rounds to the target ({row['status']})")
-    if set(args.only) != set(target.algorithms) and bench.earlier.get("target_test_accuracy") == args.target:
-        report["algorithms"] = {**bench.earlier.get("algorithms", {}), **report["algorithms"]}  # --only: its rows
-    report.update(fewest=winners(report["algorithms"]), finished_at=now())
-    return bench.finish(report)
+        out["_at_calibration"] = AlphaBeta.load(Path("results/calibration.json"))
+    return out
 
 
-BENCH = Bench(KEY, run, "rounds, bytes and time to 97% test accuracy on MNIST LeNet-5, 4 workers",
-              only=tuple(TARGETS[0].algorithms), options=(
+def measure(run: Run, name: str) -> dict:
+    """One algorithm's row: its run to the target (or the round budget) into ``--runs``/NAME, then `row_from`."""
+    target, args = TARGETS[0], run.args
+    accuracy = args.target or target.accuracy
+    overrides = [target.experiment, *target.algorithms[name], f"rounds={args.rounds}", f"early_stop.target={accuracy}"]
+    wall = run_one(overrides, Path(args.runs) / name)
+    return {**row_from(Path(args.runs) / name, accuracy, costs()), "wall_time_s": wall,
+            "settings": list(target.algorithms[name])}
+
+
+def head(args) -> dict:
+    target = TARGETS[0]
+    return {"setup": f"{target.problem}, 4 workers in the in-process simulator (one core each), MNIST t10k split "
+                     "8000/2000; simulated_time_s = simulated parallel time (compute + alpha-beta allreduce model) to "
+                     "the first record at the target",
+            "cost_models": {label or "default": {"alpha": c.alpha, "beta": c.beta} for label, c in costs().items()},
+            "target_test_accuracy": args.target or target.accuracy,
+            "source": f"fresh runs, stopped at the target or after {args.rounds} rounds"}
+
+
+def no_data(args) -> str | None:
+    if not has_data(Row(TARGETS[0].problem, TARGETS[0].problem, None)):
+        return "MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data); point DANE_DATA_DIR at the IDX files"
+    return None
+
+
+BENCH = Bench(KEY, grid(lambda run: {name: name for name in TARGETS[0].algorithms}, measure, head=head,
+                        into="algorithms", skip=no_data, after=lambda rows: {"fewest": winners(rows)}),
+              "rounds, bytes and time to 97% test accuracy on MNIST LeNet-5, 4 workers",
+              only=tuple(TARGETS[0].algorithms), resumable=True, options=(
                   option("--runs", default="results/bench_nn", help="where the runs' directories go"),
                   option("--rounds", type=int, default=40, help="round budget per algorithm"),
                   option("--target", type=float, default=None, help="test accuracy (default: the target table's)"),
-                  option("--from-runs", metavar="RESULTS", default=None,
-                         help="measure nothing: read the 30-round runs of paper_figs/target_table.py under RESULTS"),
                   option("--skip-without-data", action="store_true",
                          help="exit 0 with a note (not an error) when MNIST is absent; `make bench` uses it")))

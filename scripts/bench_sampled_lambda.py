@@ -1,19 +1,19 @@
-"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K)."""
+"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K).
+
+Its own JSON (``--out``, results/sampled_lambda.json), section ``sampled_lambda``: one row of `scripts.harness.grid`
+per kind and cell (a LIBSVM table, m clients, iid or Dirichlet shards, s clients a round), ``KIND TABLE SHARDING``;
+each holds its runs (``rows``: `one`'s keys and a ``role``) and a ``summary`` (`fewest`)."""
 from __future__ import annotations
 
-import argparse
-import json
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
-from dane.experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import run_spec
 from dane.loop.launch import execute
-from scripts.harness import Bench, Run, first_at, option
+from dane.synthetic.sweep import compose_job
+from scripts.harness import Bench, first_at, grid, option
 
 TARGETS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 GRID = (0.25, 0.5, 2.0, 4.0)
@@ -23,17 +23,17 @@ DATA_DIR = os.environ.get("DANE_DATA_DIR", str(Path(__file__).resolve().parents[
 
 def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: float | None,
         extra: tuple[str, ...] = (), tol: float = 1e-8) -> dict:
+    """One in-process run (`dane.loop.launch.execute`): its λ (or K) and the first round at each of `TARGETS`;
+    a run that raises (a diverging λ of the grid) is a row with the error's name as its status."""
     job = [f"algorithm={method}", "problem=logreg", "data=libsvm", f"data.path=libsvm/{table}", f"workers={m}",
            f"data.sharding={shard}", "data.alpha=0.5", f"rounds={rounds}", f"tol={tol!r}", "quiet=true",
            "problem.optimum=auto", f"data_dir={DATA_DIR}"]
     job += [] if s == m else [f"algorithm.clients_per_round={s}"]
     job += [] if lam is None else [f"algorithm.lam={lam!r}"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", job + list(extra))
     collected, start = {}, time.perf_counter()
     try:
-        status = execute(run_spec(cfg), None, collect=collected)["status"]
-    except Exception as error:  # a diverging λ of the grid raises DivergenceError: a row, not the end of the bench
+        status = execute(run_spec(compose_job(tuple(job + list(extra)))), None, collect=collected)["status"]
+    except Exception as error:  # noqa: BLE001 -- a row, not the end of the bench
         status = type(error).__name__
     records = collected.get("records", [])
     rel = [r["suboptimality"] / abs(r["objective"] - r["suboptimality"]) for r in records if "suboptimality" in r]
@@ -107,48 +107,21 @@ def fedred_cell(table: str, m: int, shard: str, s: int, rounds: int, target: flo
             "summary": {**fewest(rows, target), "old_default_rounds_to_target": rows[1]["first_round_at"][f"{target:g}"]}}
 
 
-def cell_key(c: dict) -> tuple:
-    return c["table"], c["m"], c["sharding"], c["s"]
-
-
-def run(bench: Run) -> None:
-    """The cells into ``--out`` (a JSON of its own, not a section of results/bench.json); ``--update`` keeps a rerun
-    cell where it stood in ``--out``'s JSON (a new one goes last) and the other cells as they were."""
-    args = argparse.Namespace(**{k: v for k, v in vars(bench.args).items() if k not in ("section", "quick")})
+def cells(run) -> dict:
+    """``KIND TABLE SHARDING`` -> its cell: ``sdane`` (`cell`), ``acc`` (`acc_cell`), ``fedred`` (`fedred_cell`)."""
+    args = run.args
     s = max(1, round(args.fraction * args.workers))
-    make = fedred_cell if args.fedred else acc_cell if args.acc else cell
-    todo = [(table, args.workers, shard, s, args.rounds, args.target) for table in args.tables for shard in args.shardings]
-    out = Path(args.out)
-    kept = json.loads(out.read_text()) if args.update and out.is_file() else None
-    cells, order = ([], []) if kept is None else (kept["cells"], [cell_key(c) for c in kept["cells"]])
-    with ProcessPoolExecutor(max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for done in pool.map(make, *zip(*todo)):
-            print(json.dumps({k: done.get(k) for k in ("table", "sharding", "default_lam", "old_default_lam",
-                                                        "default_local_steps", "summary")}), flush=True)
-            if kept is None:
-                cells.append(done)
-                document = {"command": "scripts/bench_sampled_lambda.py", "args": vars(args),
-                            "load": os.getloadavg(), "cells": cells}
-            else:
-                done["run"] = {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                               "load": os.getloadavg()}
-                cells = [c for c in cells if cell_key(c) != cell_key(done)] + [done]
-                cells.sort(key=lambda c: order.index(cell_key(c)) if cell_key(c) in order else len(order))
-                document = {**kept, "cells": cells}
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(document, indent=1))
+    return {f"{kind} {table} {shard}": partial(make, table, args.workers, shard, s, args.rounds, args.target)
+            for kind, make in (("sdane", cell), ("acc", acc_cell), ("fedred", fedred_cell))
+            for table in args.tables for shard in args.shardings}
 
 
-BENCH = Bench("sampled_lambda", run, "S-DANE's measured lambda under client sampling (own JSON, --out)", threads=None,
-              out="results/sampled_lambda.json",
+BENCH = Bench("sampled_lambda", grid(cells, optional=("acc", "fedred")),
+              "S-DANE's measured lambda under client sampling (own JSON, --out)", threads=None,
+              out="results/sampled_lambda.json", only=("sdane", "acc", "fedred"), resumable=True,
               options=(option("--tables", nargs="+", default=["phishing", "a9a"]),
                        option("--shardings", nargs="+", default=["iid", "dirichlet"]),
                        option("--workers", type=int, default=80),
                        option("--fraction", type=float, default=0.1, help="s = fraction · m clients a round"),
                        option("--rounds", type=int, default=300),
-                       option("--target", type=float, default=1e-3, help="relative suboptimality of the rounds-to-target"),
-                       option("--acc", action="store_true", help="Acc-S-DANE alone, on its own small grid (acc_cell)"),
-                       option("--fedred", action="store_true", help="FedRed's local step count (fedred_cell)"),
-                       option("--jobs", type=int, default=1, help="cells run in this many processes at once"),
-                       option("--update", action="store_true",
-                              help="replace only these cells in --out's JSON, keeping its other cells (`run`)")))
+                       option("--target", type=float, default=1e-3, help="relative suboptimality of the rounds-to-target")))

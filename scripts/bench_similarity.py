@@ -1,21 +1,29 @@
-"""Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4)."""
+"""Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4): JSON section
+``similarity``, one row of `scripts.harness.grid` per data set and sharding (``DATASET SHARDING[ ALPHA]``): DANE's
+``rounds`` and ``comm_rounds`` to relative `TARGET` (``reached``), and δ (``delta``), its mean-square and Frobenius
+variants and ‖H‖ (``hessian_norm``), each at w_0 = 0 (``_start``) and at the last iterate (``_end``): logistic
+regression with an intercept, (λ/2)‖w‖², safeguarded DANE at its defaults on m simulated workers; δ = max_i ‖H_i − H‖₂,
+H_i the Hessian of worker i's O_i (weight m/N per row), `dane.numerics.similarity`."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from dane.api import fit
 from dane.data.files import LibSVMSource, NPZSource, save_npz
 from dane.problems.linear_models import LinearModelConfig
 from dane.numerics.similarity import measure
-from scripts.harness import Bench, Run, load, option, relative
+from scripts.harness import Bench, grid, option, relative
+
+ROOT = Path(__file__).resolve().parents[1]
 
 KEY = "similarity"
 TARGET = 1e-8
@@ -38,20 +46,22 @@ def synthetic(folder: Path, n: int, d: int, seed: int = 0) -> Path:
     return save_npz(folder / f"synthetic_logistic_{n}x{d}.npz", X, y)
 
 
-def sources(quick: bool, folder: Path) -> dict[str, dict | None]:
-    """name -> the keys of its source (or None and why, when the file is absent)."""
-    out: dict[str, dict | None] = {}
+def sources(quick: bool, folder: Path) -> dict[str, dict | str]:
+    """name -> the keys of its source (or why it is absent)."""
+    out: dict[str, dict | str] = {}
     if not quick:
         a9a = data_dir() / A9A
         out["a9a"] = {"kind": LibSVMSource, "path": str(a9a), "n_features": 123, "zero_based": False} \
-            if a9a.is_file() else None
+            if a9a.is_file() else f"{a9a} not found; set DANE_DATA_DIR to the folder holding libsvm/a9a"
     n, d = (800, 8) if quick else (20000, 40)
     out["synthetic_logistic"] = {"kind": NPZSource, "path": str(synthetic(folder, n, d))}
     return out
 
 
-def one_cell(keys: dict, sharding: str, alpha: float | None, args) -> dict:
+def one_cell(dataset: str, keys: dict | str, sharding: str, alpha: float | None, args) -> dict:
     """DANE's rounds to the target and δ at the start and the end, for one data set and one sharding."""
+    if isinstance(keys, str):
+        return {"dataset": dataset, "sharding": sharding, "alpha": alpha, "skipped": keys}
     kind, file_keys = keys["kind"], {k: v for k, v in keys.items() if k != "kind"}
     source = kind(**file_keys, sharding=sharding, **({"alpha": alpha} if alpha is not None else {}))
     config = LinearModelConfig(data=source, loss="logistic", lam=args.lam, fit_intercept=True, optimum="auto",
@@ -60,7 +70,7 @@ def one_cell(keys: dict, sharding: str, alpha: float | None, args) -> dict:
     result = fit(config, "dane", workers=args.workers, rounds=args.rounds, tol=TARGET, seed=args.seed)
     run_s, final = time.perf_counter() - t0, relative(result.records)[-1]
     problems = [config.build(rank, args.workers) for rank in range(args.workers)]
-    cell = {"sharding": sharding, "alpha": alpha, "rows": [p.n_local for p in problems],
+    cell = {"dataset": dataset, "sharding": sharding, "alpha": alpha, "rows": [p.n_local for p in problems],
             "reached": bool(final <= TARGET), "rounds": len(result.records),
             "comm_rounds": result.records[-1]["comm_rounds"], "final_relative_suboptimality": final,
             "status": result.status, "run_s": run_s}
@@ -74,30 +84,25 @@ def one_cell(keys: dict, sharding: str, alpha: float | None, args) -> dict:
     return cell
 
 
-def run(bench: Run) -> dict:
-    """DANE's rounds and δ per data set and sharding (`one_cell`); a LIBSVM table that is not here is skipped."""
-    args, log = bench.args, bench.log
-    args.workers = min(args.workers, 4) if args.quick else args.workers
-    out = {"what": "logistic regression with an intercept, (lam/2)||w||^2, safeguarded DANE at its defaults on m "
-                   "simulated workers; delta = max_i ||H_i - H||_2 at w_0 = 0 (start) and at the last iterate "
-                   "(end), H_i = Hessian of worker i's O_i (weight m/N per row), dane.numerics.similarity",
-           "target": f"relative suboptimality (O - O*)/|O*| <= {TARGET:g}, O* from optimum=auto",
-           "workers": args.workers, "lam": args.lam, "rounds_cap": args.rounds, "seed": args.seed,
-           "datasets": {}, "load_avg_before": load()}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, keys in sources(args.quick, Path(tmp)).items():
-            if keys is None:
-                out["datasets"][name] = {"skipped": f"{data_dir() / A9A} not found; set DANE_DATA_DIR to the "
-                                                    "folder holding libsvm/a9a"}
-                continue
-            cells = out["datasets"].setdefault(name, {"cells": []})["cells"]
-            for sharding, alpha in (QUICK_SHARDINGS if args.quick else SHARDINGS):
-                cells.append(cell := one_cell(keys, sharding, alpha, args))
-                log(f"{name} {sharding} {alpha}: delta {cell['delta_start']:.4g}, {cell['rounds']} rounds")
-    return bench.record(out)
+def cells(run) -> dict:
+    """``DATASET SHARDING[ ALPHA]`` -> its `one_cell`; the files in a folder that lives as long as the process."""
+    args, folder = run.args, Path(tempfile.mkdtemp(prefix="bench_similarity_"))
+    atexit.register(shutil.rmtree, folder, True)
+    args.workers = head(args)["workers"]
+    return {f"{name} {sharding}{'' if alpha is None else f' {alpha:g}'}": partial(one_cell, name, keys, sharding,
+                                                                                   alpha, args)
+            for name, keys in sources(args.quick, folder).items()
+            for sharding, alpha in (QUICK_SHARDINGS if args.quick else SHARDINGS)}
 
 
-BENCH = Bench(KEY, run, "Hessian dissimilarity against DANE's rounds", threads=None, options=(
+def head(args) -> dict:
+    return {"target": f"relative suboptimality (O - O*)/|O*| <= {TARGET:g}, O* from optimum=auto",
+            "workers": min(args.workers, 4) if args.quick else args.workers, "lam": args.lam,
+            "rounds_cap": args.rounds, "seed": args.seed}
+
+
+BENCH = Bench(KEY, grid(cells, head=head), "Hessian dissimilarity against DANE's rounds", threads=None,
+              only=("a9a", "synthetic_logistic"), resumable=True, options=(
     option("--workers", type=int, default=10), option("--lam", type=float, default=1e-3),
     option("--rounds", type=int, default=200, help="DANE's round cap"),
     option("--iters", type=int, default=30, help="Lanczos iterations where d is above the exact path's"),

@@ -26,7 +26,8 @@ class Bench:
     """One benchmark section: ``key`` of the JSON, ``run`` the measurement (returns the section; the runner adds
     the record), ``doc`` its one line, ``options`` its own flags as ``(flags, argparse keywords)`` pairs,
     ``only`` the choices of ``--only`` (empty: the section has none), ``threads`` torch's threads (None: as
-    they are; 1: a worker's compute, as the simulator times it), ``out`` the default of ``--out``."""
+    they are; 1: a worker's compute, as the simulator times it), ``out`` the default of ``--out``, ``resumable``
+    a `grid` section (``--resume`` skips the rows ``--out`` holds)."""
 
     key: str
     run: Callable[["Run"], dict]
@@ -35,6 +36,7 @@ class Bench:
     only: tuple[str, ...] = ()
     threads: int | None = 1
     out: str = "results/bench.json"
+    resumable: bool = False
 
 
 def option(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict]:
@@ -82,12 +84,6 @@ class Run:
         from dane.synthetic.bench_file import merge_section
 
         merge_section(self.path, key or self.bench.key, section)
-
-    def record(self, body: dict) -> dict:
-        """The common section: the record, ``quick``, then ``body``, written at once (`finish`)."""
-        section = self.finish({**self.header(), "quick": self.args.quick, **body})
-        self.log(f"done -> {self.path}")
-        return section
 
     def finish(self, section: dict, key: str | None = None) -> dict:
         """The last save: the load average after and the wall seconds added, then the goals table."""
@@ -143,6 +139,8 @@ def parser(benches: dict[str, Bench]) -> argparse.ArgumentParser:
         if bench.only:
             sub.add_argument("--only", nargs="+", choices=list(bench.only), default=None,
                              help="run these; the others' rows are kept from --out")
+        if bench.resumable:
+            sub.add_argument("--resume", action="store_true", help="skip the rows --out holds (same --quick)")
         for flags, kwargs in bench.options:
             sub.add_argument(*flags, **kwargs)
     return top
@@ -221,19 +219,64 @@ def parts(run: Run, functions: dict[str, Callable], names: list[str]) -> dict:
     return run.finish(section)
 
 
-def paired(jobs: tuple[tuple[str, ...], tuple[str, ...]], repeats: int, log,
-           cpu: tuple[str, str] = ("threads_total_cpu_s", "batched_total_cpu_s")) -> dict:
+def grid(cells: Callable[[Run], dict[str, Any]], measure: Callable[[Run, Any], dict] | None = None,
+         *, head: Callable[[argparse.Namespace], dict] | None = None, into: str = "rows",
+         skip: Callable[[argparse.Namespace], str | None] | None = None,
+         after: Callable[[dict], dict] | None = None, optional: tuple[str, ...] = ()) -> Callable[[Run], dict]:
+    """A section's run from its declarations, the one cell loop.
+
+    ``cells(run)`` names the section's cells in order (a name -> what ``measure(run, cell)`` needs; without
+    ``measure`` a cell is a call, ``cell()``, such as a `functools.partial`); ``head(args)`` gives the keys that say
+    what the section measures.  The section is the runner's record (``started_at``, ``machine``, ``quick``),
+    ``head``'s keys and, under ``into``, one row per cell, `stamped` (its ``started_at``, ``load_avg_before``,
+    ``load_avg_after``, ``wall_s``) and saved into ``--out`` as it ends.  ``--only NAME`` measures the cells named
+    NAME or ``NAME ...`` and keeps the other rows ``--out`` holds (`kept`: at the same ``--quick``); ``--resume``
+    skips the rows it holds.  ``optional``: cells (names or first words) measured only where ``--only`` names them
+    (a GPU's, a slow variant's).  ``skip(args)``: why nothing can run here (no data, no device), or None; the
+    section then holds it as ``skipped`` and the command exits 2, unless it has ``--skip-without-data``.
+    ``after(rows)``: keys computed from all the rows, kept ones too (a winner), added at the end."""
+    def run(bench: Run) -> dict:
+        args = bench.args
+        section = {**bench.header(), "quick": args.quick, **(head(args) if head else {})}
+        if skip and (why := skip(args)):
+            bench.log(f"{bench.bench.key}: skipped, {why}")
+            section = bench.finish({**section, "skipped": why})
+            if not getattr(args, "skip_without_data", False):
+                raise SystemExit(2)
+            return section
+        todo = cells(bench)
+        rows = section[into] = dict(kept(bench).get(into, {}))
+        only = getattr(args, "only", None) or [n for n in todo if n.split()[0] not in optional]
+        for name in [n for n in todo if any(n == o or n.startswith(f"{o} ") for o in only)]:
+            if not (getattr(args, "resume", False) and name in rows):
+                bench.log(f"{bench.bench.key}.{name}")
+                rows[name] = stamped(lambda: measure(bench, todo[name]) if measure else todo[name]())
+                bench.save(section)
+        return bench.finish({**section, **(after(rows) if after else {})})
+
+    return run
+
+
+def timer(fn: Callable[[], Any]) -> float:
+    """The wall seconds (perf_counter) of one call of ``fn``."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def paired(jobs: tuple[tuple[str, ...], tuple[str, ...]], repeats: int, log) -> dict:
     """``repeats`` interleaved `timed_run` pairs of a per-worker job and its batched twin (asserted to have run on
     the threads and on the batched path): per pair the rounds' seconds, their ``ratio`` (per-worker over
-    batched), the CPU seconds (under the keys ``cpu``), the largest relative gap of the objectives and the
-    simulated seconds; the ratio's median, min and max and the largest gap."""
+    batched), the CPU seconds and their ``cpu_ratio``, the largest relative gap of the objectives and the
+    simulated seconds; the ratio's median, min and max, the CPU ratio's median and the largest gap."""
     pairs = []
     for _ in range(repeats):
         threads, batched = timed_run(*jobs[0]), timed_run(*jobs[1])
         assert threads["path"] == "threads" and batched["path"] == "batched"
         pairs.append({"threads_rounds_s": threads["rounds_s"], "batched_rounds_s": batched["rounds_s"],
-                      cpu[0]: threads["total_cpu_s"], cpu[1]: batched["total_cpu_s"],
+                      "threads_cpu_s": threads["total_cpu_s"], "batched_cpu_s": batched["total_cpu_s"],
                       "ratio": threads["rounds_s"] / batched["rounds_s"],
+                      "cpu_ratio": threads["total_cpu_s"] / batched["total_cpu_s"],
                       "objective_rel_diff": max(abs(a - b) / abs(a) for a, b in
                                                 zip(threads["objectives"], batched["objectives"])),
                       "threads_simulated_s": threads["simulated_time_s"],
@@ -242,6 +285,7 @@ def paired(jobs: tuple[tuple[str, ...], tuple[str, ...]], repeats: int, log,
             f"ratio {pairs[-1]['ratio']:.2f}")
     ratios = [p["ratio"] for p in pairs]
     return {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "cpu_ratio_median": statistics.median(p["cpu_ratio"] for p in pairs),
             "objective_rel_diff_max": max(p["objective_rel_diff"] for p in pairs), "pairs": pairs}
 
 

@@ -61,29 +61,85 @@ def federated_arithmetic(section: dict) -> None:
 
 
 def compress_arithmetic(section: dict) -> None:
-    for row in section["compressor_time"]:
+    from dane.compress import make
+    from scripts.bench_compress import SPECS
+
+    times = {name: row for name, row in section["rows"].items() if name.startswith("time ")}
+    assert {row["spec"] for row in times.values()} == set(SPECS)
+    for name, row in times.items():
+        assert name == f"time n={row['n']} {row['spec']}" and row["bits"] == make(row["spec"]).bits(row["n"])
         assert row["bits_over_dense"] == pytest.approx(row["bits"] / (64 * row["n"]))
-        assert row["seconds_min"] <= row["seconds_median"] <= row["seconds_max"]
-    dense, top = section["gd_to_target"][:2]  # top-10 of d = 100 sends fewer bits a round than the dense vector
-    assert dense["compress"] == "none" and top["uplink_bits"] / top["rounds"] < dense["uplink_bits"] / dense["rounds"]
+        spread_holds(row["seconds"])
+    dense, top = section["rows"]["gd none"], section["rows"]["gd topk:10"]  # top-10 of d = 100: fewer bits a round
+    assert dense["status"] == "converged" and top["uplink_bits"] / top["rounds"] < dense["uplink_bits"] / dense["rounds"]
+
+
+def spread_holds(spread: dict) -> None:
+    """`harness.spread`'s one format: the median between the least and the most of its n values."""
+    assert set(spread) == {"median", "min", "max", "n"} and spread["n"] >= 1
+    assert spread["min"] <= spread["median"] <= spread["max"]
 
 
 def local_solve_arithmetic(section: dict) -> None:
-    for case in section["cases"]:
+    for name, case in section["rows"].items():
+        assert name == f"d={case['d']} {case['layout']} {case['solver']}"
         if "skipped" not in case:
-            assert case["round_s_min"] <= case["round_s"] <= case["round_s_max"]
-            assert case["first_round_s_min"] <= case["first_round_s"] <= case["first_round_s_max"]
-    assert {c["solver"] for c in section["cases"]} == {"cholesky", "cg"}
+            spread_holds(case["round_s"])
+            spread_holds(case["first_round_s"])
+    assert {c["solver"] for c in section["rows"].values()} == {"cholesky", "cg"}
 
 
 def similarity_arithmetic(section: dict) -> None:
-    for data in section["datasets"].values():
-        sizes = {sum(cell["rows"]) for cell in data["cells"]}
-        assert len(sizes) == 1  # every sharding deals the same rows
-        for cell in data["cells"]:
+    """Every sharding deals the same rows, δ is the largest worker's; on the synthetic set (--quick: 800 rows, 4
+    workers) label skew raises δ and DANE's allreduces."""
+    from dane.paper_figs.similarity import datasets
+
+    skewed, iid = section["rows"]["synthetic_logistic dirichlet 0.1"], section["rows"]["synthetic_logistic iid"]
+    assert sum(skewed["rows"]) == sum(iid["rows"]) == 800 and len(set(iid["rows"])) == 1
+    assert skewed["delta_start"] > 5 * iid["delta_start"] and skewed["comm_rounds"] > iid["comm_rounds"]
+    for cells in datasets(section).values():
+        assert len({sum(cell["rows"]) for cell in cells}) == 1  # every sharding deals the same rows
+        for cell in cells:
             assert cell["delta_start"] == max(cell["per_worker_start"])
             assert cell["delta_mean_square_start"] <= cell["delta_start"]
             assert not cell["reached"] or cell["final_relative_suboptimality"] <= 1e-8
+
+
+def svrg_arithmetic(section: dict) -> None:
+    from scripts.bench_svrg import REFERENCE_ROUND_S
+
+    rows = section["rows"]
+    for name, row in rows.items():
+        if name.startswith("pass "):
+            for key in ("full_gradient", "svrg_pass", "reference_pass"):
+                spread_holds(row[key])
+            assert row["pass_over_gradient"] == row["svrg_pass"]["median"] / row["full_gradient"]["median"]
+            assert row["goal_met"] == (row["pass_over_gradient"] <= 3)
+    assert {"import_s", "first_solve_s", "second_solve_s"} <= set(rows["compile"]["cold"]) == set(rows["compile"]["warm"])
+    cold = rows["compile"]["cold"]
+    assert cold["first_solves_total_s"] == pytest.approx(sum(cold["first_solve_s"].values()))
+    spread_holds(rows["round"]["compiled"])
+    assert rows["round"]["ratio_to_public_reference"] == rows["round"]["compiled"]["median"] / REFERENCE_ROUND_S
+    assert rows["launch"]["exit_status"] == 0 and rows["launch"]["round_time"]["n"] == rows["launch"]["rounds"]
+
+
+def paired_holds(row: dict) -> None:
+    """`harness.paired`: the ratios are per-worker over batched, pair by pair, their median the headline; the two
+    paths' objectives agree to round-off."""
+    for pair in row["pairs"]:
+        assert pair["ratio"] == pair["threads_rounds_s"] / pair["batched_rounds_s"]
+        assert pair["cpu_ratio"] == pair["threads_cpu_s"] / pair["batched_cpu_s"]
+    assert row["ratio_median"] == statistics.median(p["ratio"] for p in row["pairs"])
+    assert row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"] and row["objective_rel_diff_max"] < 1e-12
+
+
+def batched_arithmetic(section: dict) -> None:
+    speedup, large = section["rows"]["speedup"], section["rows"]["m10000"]
+    paired_holds(speedup)
+    paired_holds(section["rows"]["federated"])
+    assert speedup["steady_ratio_median"] == statistics.median(s["ratio"] for s in speedup["steady"])
+    assert all(s["ratio"] == s["threads_round_s"] / s["batched_round_s"] for s in speedup["steady"])
+    assert large["workers"] == 10 * speedup["workers"] and 0 < large["rounds_s"] < large["total_s"]
 
 
 #: section -> (its canned file, the keys its JSON keeps, the arithmetic between its numbers)
@@ -93,13 +149,16 @@ SECTIONS = {
     "federated": ("federated", {"started_at", "machine", "quick", "setting", "code", "dataset", "workers", "clients",
                                 "sharding", "lam", "seed", "targets", "target", "round_caps", "grids", "methods", "rows",
                                 "similarity", "load_avg_now", "load_avg_after", "wall_s"}, federated_arithmetic),
-    "compress": ("compress", {"machine", "target", "compressor_time", "gd_to_target", "machine_after",
-                              "load_avg_after", "wall_s"}, compress_arithmetic),
-    "local_solve_cost": ("local_solve", {"started_at", "machine", "quick", "what", "time", "memory", "cases",
-                                         "load_avg_before", "load_avg_after", "wall_s"}, local_solve_arithmetic),
-    "similarity": ("similarity", {"started_at", "machine", "quick", "what", "target", "workers", "lam", "rounds_cap",
-                                  "seed", "datasets", "load_avg_before", "load_avg_after", "wall_s"},
-                   similarity_arithmetic),
+    "compress": ("compress", {"started_at", "machine", "quick", "target", "rows", "load_avg_after", "wall_s"},
+                 compress_arithmetic),
+    "local_solve_cost": ("local_solve", {"started_at", "machine", "quick", "rows", "load_avg_after", "wall_s"},
+                         local_solve_arithmetic),
+    "similarity": ("similarity", {"started_at", "machine", "quick", "target", "workers", "lam", "rounds_cap", "seed",
+                                  "rows", "load_avg_after", "wall_s"}, similarity_arithmetic),
+    "batched_workers": ("batched", {"started_at", "machine", "quick", "rows", "load_avg_after", "wall_s"},
+                        batched_arithmetic),
+    "svrg_local_solver": ("svrg", {"started_at", "machine", "quick", "rows", "load_avg_after", "wall_s"},
+                          svrg_arithmetic),
 }
 
 
@@ -129,7 +188,7 @@ def test_every_section_has_one_command_line():
         ("defaults", True, ["gd"], [4], "results/bench.json")
     assert harness.parser(benches).parse_args(["sampled_lambda"]).out == "results/sampled_lambda.json"
     with pytest.raises(SystemExit):
-        harness.parser(benches).parse_args(["compress", "--only", "gd"])  # compress has no --only
+        harness.parser(benches).parse_args(["local_solve", "--only", "gd"])  # local_solve has no --only
 
 
 def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
@@ -147,6 +206,39 @@ def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
     assert table["other"] == {"headline": "ratio", "value": 1.3, "goal": 1.25, "met": False}
     misses = whole["defaults"]["misses"]
     assert table["defaults"] == {"misses": len(misses), "met": not misses, "lines": misses}
+
+
+def test_the_cell_loop_runs_only_resume_optional_skip_and_after(tmp_path):
+    """`harness.grid`: every cell but the optional ones; ``--only`` by name or first word, the other rows kept;
+    ``--resume`` measures none it holds; a skip is recorded, exit 2 without ``--skip-without-data``."""
+    calls = []
+
+    def cells(run):
+        return {name: name for name in ("a x", "a y", "b", "gpu")}
+
+    def measure(run, cell):
+        calls.append(cell)
+        return {"value": len(calls)}
+
+    def bench(skip=None):
+        return {"toy": harness.Bench("toy", harness.grid(cells, measure, head=lambda args: {"unit": "s"}, skip=skip,
+                                                         after=lambda rows: {"cells": len(rows)}, optional=("gpu",)),
+                                     "a toy", only=("a", "b", "gpu"), resumable=True, threads=None,
+                                     options=(harness.option("--skip-without-data", action="store_true"),))}
+
+    out = ["--out", str(tmp_path / "b.json")]
+    harness.main(["toy", *out], bench())
+    assert calls == ["a x", "a y", "b"]
+    harness.main(["toy", "--only", "a", "gpu", *out], bench())
+    harness.main(["toy", "--resume", *out], bench())
+    section = json.loads((tmp_path / "b.json").read_text())["toy"]
+    assert calls == ["a x", "a y", "b", "a x", "a y", "gpu"] and section["cells"] == 4 and section["unit"] == "s"
+    assert {name: row["value"] for name, row in section["rows"].items()} == {"a x": 4, "a y": 5, "b": 3, "gpu": 6}
+    assert all(len(row["load_avg_before"]) == 3 for row in section["rows"].values())
+    with pytest.raises(SystemExit):
+        harness.main(["toy", *out], bench(skip=lambda args: "no data"))
+    harness.main(["toy", "--skip-without-data", *out], bench(skip=lambda args: "no data"))
+    assert json.loads((tmp_path / "b.json").read_text())["toy"]["skipped"] == "no data" and len(calls) == 6
 
 
 def test_work_is_counted_to_the_record_that_reaches_the_target():
@@ -199,9 +291,9 @@ def test_the_tables_render_the_canned_json_with_local_passes():
 # other_bench).
 
 SECTIONS.update({
-    "convex_newton_family": ("convex", {"started_at", "machine", "load_avg_before", "quick", "target", "simulator",
-                                        "cost_model", "counts", "algorithms", "problems", "full_run", "load_avg_after",
-                                        "wall_s"}, lambda section: None),
+    "convex_newton_family": ("convex", {"started_at", "machine", "quick", "target", "simulator", "cost_model",
+                                        "counts", "algorithms", "problems", "load_avg_after", "wall_s"},
+                             lambda section: None),
     "cuda": ("cuda", {"started_at", "machine", "load_before", "rounds", "overrides", "skipped", "convex", "finished_at",
                       "load_after", "torch", "load_avg_after", "wall_s"}, lambda section: None),
 })
@@ -316,7 +408,8 @@ def test_quick_convex_writes_its_key_and_keeps_others():
     family = report[convex.KEY]
     assert family["quick"] and family["cost_model"]["source"].startswith("package default")
     assert "mnist" in family["problems"]["mnist_softmax"]["skipped"].lower()
-    assert len(family["load_avg_before"]) == len(family["load_avg_after"]) == 3
+    assert len(family["machine"]["load_avg"]) == len(family["load_avg_after"]) == 3
+    assert all(len(problem["load_avg_before"]) == 3 for problem in family["problems"].values())
     for name in ("breast_cancer_logreg", "diabetes_ridge", "rcv1_like_logreg"):
         problem = family["problems"][name]
         assert problem["lam"] > 0 and problem["lam_why"] and problem["dim"] >= 11
@@ -433,16 +526,35 @@ def test_quick_local_solve_measures_each_case_and_keeps_other_keys():
     assert report["other_bench"] == {"kept": True}
     cost = report[local_solve.KEY]
     assert cost["quick"] and cost["machine"]["cpus"] >= 1
-    assert len(cost["load_avg_before"]) == len(cost["load_avg_after"]) == 3
-    cases = cost["cases"]
-    assert {(c["d"], c["layout"], c["solver"]) for c in cases} == \
-        {(c["d"], c["layout"], c["solver"]) for c in local_solve.cost_cases(quick=True)}
-    for case in cases:
+    assert len(cost["machine"]["load_avg"]) == len(cost["load_avg_after"]) == 3
+    cases = cost["rows"]
+    assert {name: {k: c[k] for k in ("d", "layout", "n_rows", "solver")} for name, c in cases.items()} == \
+        local_solve.cost_cases(argparse.Namespace(quick=True))
+    for case in cases.values():
         assert "failed" not in case and "skipped" not in case
-        assert 0 < case["round_s_min"] <= case["round_s"] <= case["round_s_max"]
-        assert case["first_round_s_min"] <= case["first_round_s"] <= case["first_round_s_max"]
-        assert case["repeats"] == 3 and case["peak_mb"] >= 0 and case["data_mb"] > 0
+        assert 0 < case["round_s"]["min"] and case["round_s"]["n"] == case["first_round_s"]["n"] == 3
+        assert case["peak_mb"] >= 0 and case["data_mb"] > 0 and len(case["load_avg_before"]) == 3
         assert case["relative_gradient_after"] < 1e-8 and math.isfinite(case["baseline_mb"])
+
+
+def test_the_similarity_figure_and_table_come_from_the_canned_json(tmp_path):
+    from dane.paper_figs import similarity as figure
+
+    (tmp_path / "bench.json").write_text((DATA / "similarity.json").read_text())
+    paths = figure.main(tmp_path, tmp_path / "figures")
+    assert {p.suffix for p in paths} == {".png", ".pdf", ".md"}
+    assert "| synthetic_logistic | α=0.1 | " in (tmp_path / "figures" / "similarity.md").read_text()
+
+
+def test_the_local_solve_figure_and_table_come_from_the_canned_json(tmp_path):
+    from dane.paper_figs import local_solve_cost as figure
+
+    (tmp_path / "bench.json").write_text((DATA / "local_solve.json").read_text())
+    paths = figure.main(tmp_path, tmp_path / "figures")
+    assert {p.suffix for p in paths} >= {".png", ".md"}
+    table = (tmp_path / "figures" / "local_solve_cost.md").read_text()
+    case = canned("local_solve")[local_solve.KEY]["rows"]["d=1000 sparse cg"]
+    assert f"| 1,000 | sparse | cg | {case['first_round_s']['median']:.4g} " in table
 # ------------------------------------------------ bench-fed: the grid sections (bench_defaults, bench_federated)
 # scripts/bench_defaults.py: the --quick JSON's arithmetic, one tiny cell's numbers against numpy, the grid's knobs
 # (`harness.resolve`) and verdicts on hand-made runs; scripts/bench_federated.py and its generated table

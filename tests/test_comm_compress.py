@@ -219,18 +219,3 @@ def test_a_resumed_compressed_run_equals_the_uninterrupted_one(tmp_path):
     got, expected = read_rounds(cut), read_rounds(whole)
     assert [r["round"] for r in got] == list(range(7)) and got[-1]["uplink_bits"] == 6 * (5 * 64 + METRICS * 64)
     assert without_clock(got) == without_clock(expected)  # exact
-
-
-@pytest.mark.slow
-def test_the_benchmark_writes_its_section():
-    """The section of a --quick run (canned, tests/data/bench/compress.json; make bench-smoke runs it)."""
-    import json
-
-    from scripts import bench_compress as bench
-    from tests.helpers import REPO
-
-    section = json.loads((REPO / "tests" / "data" / "bench" / "compress.json").read_text())["compress"]
-    assert {r["spec"] for r in section["compressor_time"]} == set(bench.SPECS)
-    assert all(r["bits"] == make(r["spec"]).bits(r["n"]) for r in section["compressor_time"])
-    runs = {(r["compress"], r["error_feedback"]): r for r in section["gd_to_target"]}
-    assert runs[("none", False)]["status"] == "converged" and "load_avg" in section["machine"]

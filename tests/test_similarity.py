@@ -140,31 +140,6 @@ def test_auto_picks_exact_for_small_d_and_bad_arguments_are_one_line():
         measure(problems, w, iters=0)
 
 
-@pytest.mark.slow  # imports the whole run path and matplotlib: 30+ s on a loaded 2-core machine
-def test_bench_quick_run_and_its_figure(tmp_path):
-    """scripts/bench_similarity.py --quick: label skew raises δ and DANE's allreduces; the figure reads its JSON."""
-    import json
-
-    from dane.paper_figs import similarity as figure
-    from helpers import REPO
-
-    from scripts import bench as runner
-    from scripts import bench_similarity as bench
-
-    runner.main(["similarity", "--quick", "--out", str(tmp_path / "bench.json")])
-    report = json.loads((tmp_path / "bench.json").read_text())[bench.KEY]
-    skewed, iid = report["datasets"]["synthetic_logistic"]["cells"]
-    assert (skewed["alpha"], iid["sharding"]) == (0.1, "iid")
-    assert sum(skewed["rows"]) == sum(iid["rows"]) == 800 and len(set(iid["rows"])) == 1
-    for cell in (skewed, iid):
-        assert cell["reached"] and cell["final_relative_suboptimality"] <= 1e-8
-        assert cell["delta_start"] == max(cell["per_worker_start"])
-        assert cell["delta_mean_square_start"] <= cell["delta_start"]
-    assert skewed["delta_start"] > 5 * iid["delta_start"] and skewed["comm_rounds"] > iid["comm_rounds"]
-    paths = figure.main(tmp_path, tmp_path / "figures")
-    assert {p.suffix for p in paths} == {".png", ".pdf", ".md"}
-    assert "| synthetic_logistic | α=0.1 | " in (tmp_path / "figures" / "similarity.md").read_text()
-
 
 def test_similarity_true_puts_delta_at_the_start_and_end_into_the_summary_and_changes_no_record(tmp_path):
     """``similarity=true`` (`dane.loop.callbacks.Similarity`): the summary's δ equals `measure` on the run's own shards at
