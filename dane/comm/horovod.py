@@ -38,7 +38,7 @@ class HorovodCommunicator(Communicator):
     every reset, so each attempt makes a communicator for the current (rank, size) and
     leaves the shutdown to that loop.  A communicator that finds Horovod started (a
     program that starts it once and then runs several runs in one launch, as
-    tests/launched_runs.py does) likewise uses it and leaves its shutdown to that program:
+    tests/launched_runs.py does) likewise uses it and leaves its shutdown (and a SIGTERM) to that program:
     under plain horovodrun the rendezvous keeps the first start's addresses, so a second
     ``hvd.init`` after ``hvd.shutdown`` in one process may connect to closed ones (seen:
     ``gloo::IoException`` "Connect timeout", and the process aborts).
