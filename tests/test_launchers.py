@@ -1,6 +1,8 @@
 """Real multi-process launches: horovodrun -np 2 --gloo and torchrun --nproc_per_node 2.
 
-No mocks: these start the launchers, which start the backends' process groups.
+No mocks: these start the launchers, which start the backends' process groups.  The fast tests read one launch per
+launcher a session, each running every run of tests/launched_runs.py one after another (DANE through the command
+line, the compressed methods, the FedNL line and the compressed downlink), against the simulator's runs of the same.
 """
 from __future__ import annotations
 
@@ -14,11 +16,11 @@ import torch
 
 from dane.records.results import read_rounds, read_summary
 from dane.work import KEYS as LOCAL_WORK
+import launched_runs
 import runs
 from helpers import REPO, env, horovodrun, torchrun, train
 
-DANE_SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=4000", "problem.dim=100",
-              "problem.covariance=decay", "rounds=6", "quiet=true", "save_iterate=true"]
+DANE_SMALL = list(launched_runs.CLI["dane"])
 
 
 def probe(launcher: list[str], tmp_path) -> list[dict]:
@@ -44,14 +46,15 @@ def test_allreduce_mean_is_exact_and_counted(launch, tmp_path):
     assert {r["backend"] for r in records} == {expected_backend}
 
 
-SIMULATED = runs.command("launchers:simulated", *DANE_SMALL, "workers=2", "out_dir={tmp}/launchers/simulated")
+#: the simulator's runs of `launched_runs` (workers=2), one row of the session's batch: what each launch is compared with
+SIMULATED = runs.command("launchers:simulated", "{tmp}/launchers/simulated", "--simulate", module="launched_runs",
+                         env={"DANE_CACHE_DIR": "{tmp}/launchers/simulated/cache"})
 
 
 @pytest.fixture(scope="module")
-def simulated_run(commands):
-    """The in-process simulator's run of DANE_SMALL with 2 workers (helpers.simulated_run's command), a row of
-    the session's batch: the reference each launch is compared with."""
-    assert commands[SIMULATED]["rc"] == 0, commands[SIMULATED]["stderr"]
+def simulated(commands) -> Path:
+    """The folder of the simulator's runs, each run's {rc, stderr} in its ``simulated.json``."""
+    assert commands[SIMULATED]["rc"] == 0, commands[SIMULATED]["stderr"][-3000:]
     return commands.tmp / "launchers" / "simulated"
 
 
@@ -59,23 +62,40 @@ LAUNCHERS = {"horovodrun": horovodrun, "torchrun": torchrun}
 
 
 def launched(tmp: Path, name: str) -> dict:
-    """DANE_SMALL under ``name`` with 2 processes, into {tmp}/launchers/<name>: a job of the session's fresh
-    interpreter (tests/runs.py), so that the launch runs in the background beside the in-process tests."""
+    """Every run of tests/launched_runs.py under ``name`` with 2 processes, in one launch, into {tmp}/launchers/<name>:
+    a job of the session's fresh interpreter (tests/runs.py), so that the launch runs in the background beside the
+    in-process tests."""
     out = Path(tmp) / "launchers" / name
-    proc = train(*DANE_SMALL, f"out_dir={out}", launcher=LAUNCHERS[name](2))
-    return {"returncode": proc.returncode, "output": proc.stdout + proc.stderr, "out_dir": str(out)}
+    proc = subprocess.run([*LAUNCHERS[name](2), sys.executable, str(REPO / "tests" / "launched_runs.py"), str(out)],
+                          cwd=REPO, env={**env(), "DANE_CACHE_DIR": str(out / "cache")}, capture_output=True, text=True,
+                          timeout=600)
+    return {"returncode": proc.returncode, "output": proc.stdout[-5000:] + proc.stderr[-5000:], "out_dir": str(out)}
 
 
 LAUNCHED = {name: runs.job(f"launchers:{name}", "test_launchers:launched", name) for name in LAUNCHERS}
 
 
-@pytest.mark.parametrize("name", list(LAUNCHERS))
-def test_launcher_iterates_equal_the_in_process_simulation(name, simulated_run, fresh):
-    LAUNCHERS[name](2)  # skips here where the launcher is absent (the job then holds the same skip as its error)
+def launch(name: str, fresh) -> Path:
+    """The folder of the launch under ``name``, once it ended well; skips here where the launcher is absent (the
+    job then holds the same skip as its error)."""
+    LAUNCHERS[name](2)
     done = fresh["jobs"][LAUNCHED[name]]
     assert "ok" in done, done.get("error")
     assert done["ok"]["returncode"] == 0, done["ok"]["output"]
-    out = Path(done["ok"]["out_dir"])
+    return Path(done["ok"]["out_dir"])
+
+
+def ran(folder: Path, run: str, rank: str) -> dict:
+    """{rc, stderr} of ``run`` on ``rank`` (a rank's number, or "simulated")."""
+    return json.loads((folder / f"{rank}.json" if rank == "simulated" else folder / f"rank{rank}.json").read_text())[run]
+
+
+@pytest.mark.parametrize("name", list(LAUNCHERS))
+def test_launcher_iterates_equal_the_in_process_simulation(name, simulated, fresh):
+    out = launch(name, fresh)
+    assert ran(simulated, "dane", "simulated")["rc"] == 0, ran(simulated, "dane", "simulated")["stderr"][-3000:]
+    assert [ran(out, "dane", rank)["rc"] for rank in (0, 1)] == [0, 0], ran(out, "dane", 0)["stderr"][-3000:]
+    out, simulated_run = out / "dane", simulated / "dane"
     real, sim = read_rounds(out), read_rounds(simulated_run)
     assert len(real) == len(sim) == 7
     for a, b in zip(real, sim):
@@ -94,6 +114,53 @@ def test_launcher_iterates_equal_the_in_process_simulation(name, simulated_run, 
     assert summary["local_work"] == {key: real[-1][key] for key in LOCAL_WORK}
     assert summary["backend"] == ("horovod" if name == "horovodrun" else "torch")
     assert not (REPO / "outputs").exists()  # no rank made a Hydra directory of its own
+
+
+#: a float of a record (objective, gradient norm, a step size, a suboptimality) may differ by this much, relative to
+#: max(1, |value|): both sides run the same float64 kernels on one thread, and the mean of two ranks' values is one
+#: rounding in any order, so on this machine every run is equal bit for bit; the bound leaves room for another
+#: summation order in a collective (eps = 2.2e-16), amplified over 3 rounds by the problem's conditioning (L/mu =
+#: 3.6/1.4e-3, about 3e3, in DIANA's resolved defaults), and stays far below what another draw, coin or client sample
+#: moves (seed=1 moves the objective by 3e-4 to 0.6, relative, within the 3 rounds of DIANA, PP-MARINA, Newton-3PC
+#: and GD with a compressed downlink)
+RTOL = 1e-10
+
+
+def same_record(real: dict, sim: dict) -> list[str]:
+    """The keys of one round where a launched record departs from the simulator's: integers (rounds, bits, bytes,
+    clients, cases) and the local work counts exactly, floats to `RTOL`; ``time_s`` is each side's own clock."""
+    assert set(real) == set(sim), set(real) ^ set(sim)
+    exact = [key for key in sim if key in LOCAL_WORK or not isinstance(sim[key], float)]
+    return [key for key in sim if key != "time_s" and (
+        real[key] != sim[key] if key in exact else abs(real[key] - sim[key]) > RTOL * max(1.0, abs(sim[key])))]
+
+
+@pytest.mark.parametrize("name", list(LAUNCHERS))
+@pytest.mark.parametrize("run", list(launched_runs.RUNS))
+def test_a_method_launched_equals_the_simulator(run, name, simulated, fresh):
+    """Each compressed method, the FedNL line and the compressed downlink under ``name`` (2 ranks, one run after
+    another in one launch: tests/launched_runs.py) against the simulator's 2 workers: every record (bits up and down,
+    bytes, local work, objectives), the resolved defaults and the final iterate."""
+    out = launch(name, fresh)
+    assert ran(simulated, run, "simulated") == {"rc": 0, "stderr": ""}
+    assert [ran(out, run, rank) for rank in (0, 1)] == [{"rc": 0, "stderr": ""}] * 2
+    real, sim = read_rounds(out / run), read_rounds(simulated / run)
+    assert [r["round"] for r in real] == [r["round"] for r in sim] == [0, 1, 2, 3]
+    assert {r["round"]: same_record(a, r) for a, r in zip(real, sim)} == {t: [] for t in range(4)}
+    assert sim[-1][LOCAL_WORK[0]] > 0  # the counts compared are not all zero
+    w = torch.load(simulated / run / "iterate.pt")
+    torch.testing.assert_close(torch.load(out / run / "iterate.pt"), w, rtol=0, atol=RTOL * max(1.0, w.abs().max()))
+    summary, expected = read_summary(out / run), read_summary(simulated / run)
+    assert (summary["workers"], summary["backend"]) == (2, "horovod" if name == "horovodrun" else "torch")
+    for key in ("status", "rounds", "total_bytes", "comm_rounds", "uplink_bits", "downlink_bits", "local_work",
+                "compression"):
+        assert summary.get(key) == expected.get(key), key
+    # the defaults the run resolved (step sizes from the workers' curvature, a coin's probability): to round-off
+    assert [(d["key"], d["rule"]) for d in summary.get("defaults") or []] == \
+        [(d["key"], d["rule"]) for d in expected.get("defaults") or []]
+    for got, want in zip(summary.get("defaults") or [], expected.get("defaults") or []):
+        assert got["value"] == (pytest.approx(want["value"], rel=RTOL, abs=0) if isinstance(want["value"], float)
+                                else want["value"]), got["key"]
 
 
 @pytest.mark.slow

@@ -36,7 +36,12 @@ class HorovodCommunicator(Communicator):
     ``init=False`` takes Horovod as already started: under Horovod elastic (`dane.loop.elastic`)
     the elastic loop owns ``hvd.init``/``hvd.shutdown`` and re-initializes Horovod after
     every reset, so each attempt makes a communicator for the current (rank, size) and
-    leaves the shutdown to that loop.
+    leaves the shutdown to that loop.  A communicator that finds Horovod started (a
+    program that starts it once and then runs several runs in one launch, as
+    tests/launched_runs.py does) likewise uses it and leaves its shutdown (and a SIGTERM) to that program:
+    under plain horovodrun the rendezvous keeps the first start's addresses, so a second
+    ``hvd.init`` after ``hvd.shutdown`` in one process may connect to closed ones (seen:
+    ``gloo::IoException`` "Connect timeout", and the process aborts).
     """
 
     def __init__(self, *, init: bool = True) -> None:
@@ -45,14 +50,15 @@ class HorovodCommunicator(Communicator):
         except ImportError as exc:  # installed but broken (a half-built extension): the same fix
             raise ConfigError(f"{not_installed()} ({exc})") from None
 
-        if init:
+        owns = init and not hvd.is_initialized()
+        if owns:
             hvd.init()
         self._hvd = hvd
-        self._owns = init
+        self._owns = owns
         self.rank = hvd.rank()
         self.size = hvd.size()
         self.local_rank = hvd.local_rank()
-        if init:  # horovodrun SIGTERMs the survivors once a process exits: the one lost-peer line instead
+        if owns:  # horovodrun SIGTERMs the survivors once a process exits: the one lost-peer line instead
             install("horovodrun")
         super().__init__()
 

@@ -7,6 +7,7 @@ alone fails on the first allreduce of a CPU tensor.  So gloo it is, on every mac
 """
 from __future__ import annotations
 
+import itertools
 import os
 
 import torch
@@ -26,6 +27,13 @@ def init_process_group(backend: str) -> None:
     workers' gloo addresses and hang in process-group setup (pytorch issue 135712).  The
     keys of attempt k go under ``dane/attempt_k`` instead.  One node only: each agent
     counts its own restarts.
+
+    A process may start several groups one after another: several runs in one launch (a program that runs
+    `dane.loop.launch.execute` once per configuration, as tests/launched_runs.py does), each starting its group and
+    destroying it at its end.  The g-th group of an attempt (every rank counts alike) takes keys of its own,
+    ``dane/attempt_k/group_g`` (g >= 1; the first keeps ``dane/attempt_k``): with one key space a group's gloo
+    rendezvous could read the addresses of the group before it, closed by then (seen: "Gloo connectFullMesh
+    failed ... Connection refused" at the third run of one launch).
 
     Under torchrun, once the group is up, a SIGTERM (torchrun's stop of the survivors after a
     process exited) becomes the one-line lost-peer error (`launcher_signals.install`): every
@@ -49,9 +57,13 @@ def _start_group(backend: str) -> None:
         return
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size, is_master=False)
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend, store=dist.PrefixStore(f"dane/attempt_{attempt}", store), rank=rank,
-                            world_size=size)
+    attempt, group = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"), next(GROUPS_STARTED)
+    prefix = f"dane/attempt_{attempt}" + (f"/group_{group}" if group else "")  # a single run's keys as before
+    dist.init_process_group(backend, store=dist.PrefixStore(prefix, store), rank=rank, world_size=size)
+
+
+#: the process groups this process has started on torchrun's agent store: each rank counts alike (`_start_group`)
+GROUPS_STARTED = itertools.count()
 
 
 class TorchDistCommunicator(Communicator):
