@@ -49,3 +49,8 @@ SOFTMAX = Loss("softmax", value=lambda z, y: (torch.logsumexp(z, 1) - z.gather(1
                dz=lambda z, y: torch.softmax(z, 1) - F.one_hot(y, z.shape[1]).to(z.dtype),
                hess=_softmax_hess, curvature=0.5)
 LOSSES = {loss.name: loss for loss in (SQUARED, LOGISTIC, SOFTMAX)}
+#: a loss's value summed over each worker's rows of a stack (m, n) (`Loss.value` sums over all of them)
+ROW_VALUES = {
+    "squared": lambda z, y: 0.5 * (z - y).square().sum(-1),
+    "logistic": lambda z, y: F.softplus(-y * z).sum(-1),
+}

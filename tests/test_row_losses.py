@@ -1,9 +1,13 @@
 """`dane.problems.row_losses`: f and f' on many clients' rows at once, bit for bit torch's client by client."""
 import numpy as np
 import pytest
+import torch
 
-from dane.losses import LOSSES
-from dane.problems.row_losses import client_losses, client_loop, exact_split, logistic_scalar
+from dane.losses import LOSSES, ROW_VALUES
+from dane.problems.row_losses import (GRAIN, client_losses, client_loop, exact_split, logistic_scalar, one_pass,
+                                      whole_blocks)
+from dane.problems.stacked import rmatvec
+from dane.problems.stacked_kernels import exact_products
 
 
 def rows(name: str, sizes: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -40,3 +44,41 @@ def test_logistic_scalar_formulas():
     assert values[0] == np.log(2.0) and dz[0] == -0.5
     assert values[1] == 30.0  # x = 30 > 20: x itself
     assert values[2] == np.log1p(np.exp(2.0)) and dz[2] == pytest.approx(1.0 / (1.0 + np.exp(-2.0)), rel=1e-15)
+
+
+@pytest.fixture
+def two_threads():
+    """torch at 2 threads (this machine's), restored after: `whole_blocks` reads the thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_whole_blocks_follows_the_thread_split(two_threads):
+    """2 threads: 2·GRAIN + 32 elements split 32,784 + 32,784 (whole blocks of 16), 2·GRAIN + 48 split 32,792 twice
+    (8 left over in each); up to the grain one thread takes all; a count off the block never holds."""
+    assert whole_blocks(2 * GRAIN + 32, 16) and not whole_blocks(2 * GRAIN + 48, 16)
+    assert whole_blocks(GRAIN, 16) and not whole_blocks(GRAIN - 8, 16)
+
+
+@pytest.mark.parametrize("name", ["logistic", "squared"])
+@pytest.mark.parametrize("shape", [(4_000, 20, 7), (6_000, 24, 3)])
+def test_one_pass_is_the_three_passes_bit_for_bit(two_threads, name, shape):
+    """A stack over several chunks (k clients a chunk, k·n ≤ GRAIN a multiple of B) at a w whose margins reach both
+    sides of softplus' threshold: the three passes' bits (z = Xw, the rows' f summed per client, X_iᵀf'_i); a stack
+    whose rows leave a thread a partial block (19 x 4,001 rows) gets None."""
+    if exact_split(name) is None or not exact_products(*shape[1:]):
+        pytest.skip("torch's loops here are not those exact_split and exact_products check")
+    g = torch.Generator().manual_seed(1)
+    m, n, d = shape
+    X = torch.randn(m, n, d, generator=g, dtype=torch.float64)
+    y = torch.sign(torch.randn(m, n, generator=g, dtype=torch.float64))
+    w = 4.0 * torch.randn(d, generator=g, dtype=torch.float64)
+    loss = LOSSES[name]
+    z = X @ w
+    want = (ROW_VALUES[name](z, y), rmatvec(X, loss.dz(z, y)))
+    got = one_pass(loss, X, y, w)
+    assert got is not None and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert one_pass(loss, torch.randn(4_001, 19, d, dtype=torch.float64), torch.ones(4_001, 19, dtype=torch.float64),
+                    w) is None

@@ -11,7 +11,7 @@ import torch
 
 from dane.losses import LOSSES
 from dane.problems.glm import LinearModelShard, to_torch
-from dane.problems.stacked import ROW_VALUES
+from dane.losses import ROW_VALUES
 from dane.problems.stacked_hessians import CompactHessians, sorted_union
 from dane.problems.stacked_rows import StackedRows
 from test_fednl import LAM, shards_of, sparse_logistic

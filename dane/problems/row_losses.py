@@ -4,7 +4,7 @@ A client's local pass (`dane.problems.stacked_rows.each_pass`) computes, on its 
 
 .. math:: v_j = f(z_j, y_j),\qquad f'_j = \partial f/\partial z\,(z_j, y_j)
 
-by the loss's torch functions (`dane.losses`, `dane.problems.stacked.ROW_VALUES`), as the per-worker path does.
+by the loss's torch functions (`dane.losses`, its ``ROW_VALUES``), as the per-worker path does.
 Torch's CPU loop takes an array in blocks of B = 2 x (its vector's width in doubles) elements by the vectorized
 formula and the last n_c mod B by the scalar one (the C library's exp and log1p), and the two may differ in the
 last bit; the value at a row therefore depends on where the row falls in its client's array.  One torch call on
@@ -20,6 +20,14 @@ clients' tails, through a compiled loop (numba) of the scalar formula, which cal
 B is read from torch's CPU capability, and the split is checked once per process and loss against the
 client-by-client loop on rows of 1 to 3B + 1 rows each and margins on both sides of the threshold
 (`exact_split`): where it does not agree (another platform, another torch), `client_losses` runs that loop.
+
+*One pass over a stack.*  `one_pass` gives a stack of m equal shards X (m, n, d) at a shared w its three passes'
+results, z = Xw (one matrix-vector product over all rows), the rows' f summed per client and X_iᵀf'_i, bit for
+bit, while reading X once instead of twice: a few clients at a time (k of them, k·n ≤ the grain and a multiple of
+B), whose rows are still in cache for the second product.  Each chunk's z is the same product's rows (the BLAS
+product takes each row's sum alone), the per-client sums are per row, and the chunk's f and f' are its whole
+blocks, as the whole array's are where each of torch's threads takes a multiple of B elements
+(`whole_blocks`); elsewhere `one_pass` answers None and the caller makes the three passes.
 """
 from __future__ import annotations
 
@@ -29,8 +37,7 @@ import math
 import numpy as np
 import torch
 
-from ..losses import LOSSES
-from .stacked import ROW_VALUES
+from ..losses import LOSSES, ROW_VALUES
 
 #: torch's vector width in float64 lanes by its CPU capability (`torch.backends.cpu.get_cpu_capability`)
 LANES = {"AVX512": 8, "AVX2": 4, "DEFAULT": 4}
@@ -120,3 +127,36 @@ def _logistic_kernel():
             dz[i] = -y[i] * (1.0 / (1.0 + math.exp(-x)))
 
     return logistic
+
+
+def whole_blocks(numel: int, block: int) -> bool:
+    """Whether torch's elementwise loop over ``numel`` contiguous elements takes every one in a whole block of
+    ``block``: at::parallel_for gives each of min(threads, ⌈numel / GRAIN⌉) threads ⌈numel / threads⌉ elements
+    (the last the rest), and each thread's loop runs its blocks from its first element."""
+    threads = max(1, min(torch.get_num_threads(), -(-numel // GRAIN)))
+    return numel % block == 0 and (-(-numel // threads)) % block == 0
+
+
+def one_pass(loss, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(Σ_{j∈i} f(x_jᵀw, y_j), X_iᵀ f'(X_i w)) for every client of the float64 CPU stack X (m, n, d), y (m, n) at
+    a shared w (d,): shapes (m,) and (m, d), the bits of ``ROW_VALUES[loss](X @ w, y)`` and
+    ``rmatvec(X, loss.dz(X @ w, y))`` (`dane.problems.stacked`) in one pass over X (module docstring); None where
+    the chunks would not reproduce them (a loss without `exact_split`, a thread split off the blocks)."""
+    from .stacked_kernels import exact_products, per_worker_rmatvec
+
+    m, n, d = X.shape
+    block = exact_split(loss.name)
+    if block is None or not (whole_blocks(m * n, block) and X.is_contiguous() and y.is_contiguous()):
+        return None
+    step = block // math.gcd(n, block)  # clients a chunk grows by: k·n stays a multiple of the block
+    k = GRAIN // n // step * step
+    if k == 0 or not exact_products(n, d):
+        return None
+    values, grads = torch.empty(m, dtype=X.dtype), torch.empty(m, d, dtype=X.dtype)
+    row_value, out = ROW_VALUES[loss.name], grads.numpy()
+    for at in range(0, m, k):
+        rows, labels = X[at:at + k], y[at:at + k]
+        z = rows @ w
+        values[at:at + k] = row_value(z, labels)
+        per_worker_rmatvec(rows.numpy(), loss.dz(z, labels).numpy(), out[at:at + k])
+    return values, grads

@@ -24,15 +24,15 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 
 from ..numerics.local_solvers import LocalSolver, flat_slope
-from ..losses import Loss
+from ..losses import ROW_VALUES, Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
 from .quadratic import not_positive_definite
 
 FACTORS_KEPT = 8  # shifts whose batched factors are kept: DANE's safeguard visits a handful of μ
+ONE_PASS_FROM = 131_072  # rows of a stack from which `StackedLinearModel.one_pass` reads X once (above the caches)
 
 
 def rows_of(v: torch.Tensor, m: int) -> torch.Tensor:
@@ -41,16 +41,44 @@ def rows_of(v: torch.Tensor, m: int) -> torch.Tensor:
 
 
 def matvec(M: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """M_i v_i for stacked matrices M (m, a, b) and vectors v (m, b), or a shared v (b,)."""
+    """M_i v_i for stacked matrices M (m, a, b) and vectors v (m, b), or a shared v (b,) (one product over all rows).
+    One per worker on the CPU in float64: `dane.problems.stacked_kernels.per_worker_matvec`, torch's bits in one pass
+    (`compiled`)."""
     if v.dim() == 1:
         return M @ v
+    if compiled(M, v, 2):
+        from .stacked_kernels import per_worker_matvec
+
+        out = torch.empty(M.shape[:2], dtype=M.dtype)
+        per_worker_matvec(M.numpy(), v.contiguous().numpy(), out.numpy())
+        return out
     return (M @ v.unsqueeze(-1)).squeeze(-1)
 
 
 def rmatvec(M: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """M_iᵀ u_i for stacked matrices M (m, a, b) and vectors u (m, a), or a shared u (a,): as the row vector uᵀM_i,
-    which reads M in its own layout (a product with the transposed view copies M first)."""
+    which reads M in its own layout (a product with the transposed view copies M first); one u per worker on the
+    CPU in float64 by `dane.problems.stacked_kernels.per_worker_rmatvec`, torch's bits in one pass (`compiled`)."""
+    if compiled(M, u, 1):
+        from .stacked_kernels import per_worker_rmatvec
+
+        out = torch.empty(M.shape[0], M.shape[2], dtype=M.dtype)
+        per_worker_rmatvec(M.numpy(), u.contiguous().numpy(), out.numpy())
+        return out
     return (u.unsqueeze(-2) @ M).squeeze(-2)
+
+
+def compiled(M: torch.Tensor, v: torch.Tensor, axis: int) -> bool:
+    """Whether the product of M (m, a, b) with one vector per worker v (m, M.shape[axis]) runs compiled: float64
+    on the CPU, M contiguous, no autograd, and the kernels agreeing with torch here bit for bit
+    (`dane.problems.stacked_kernels.exact_products`, checked once per shape)."""
+    if not (M.dim() == 3 and v.dim() == 2 and v.shape == (M.shape[0], M.shape[axis]) and M.device.type == "cpu"
+            and M.dtype == v.dtype == torch.float64 and M.is_contiguous()
+            and not (M.requires_grad or v.requires_grad)):
+        return False
+    from .stacked_kernels import exact_products
+
+    return exact_products(M.shape[1], M.shape[2])
 
 
 def rows_at(M: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -242,13 +270,6 @@ class StackedRidge(Problem):
 
 
 
-#: a loss's value summed over each worker's rows (`dane.losses.Loss.value` sums over all of them)
-ROW_VALUES = {
-    "squared": lambda z, y: 0.5 * (z - y).square().sum(-1),
-    "logistic": lambda z, y: F.softplus(-y * z).sum(-1),
-}
-
-
 class StackedLinearModel(Problem):
     r"""m equal shards of a linear model with one output stacked: the batched form of
     `dane.problems.glm.LinearModelShard` (``problem=ridge`` and ``logreg``),
@@ -282,6 +303,7 @@ class StackedLinearModel(Problem):
                               "each charged 1/m of its measured compute (dane/comm/batched.py)"]
         self._factors: dict[float, torch.Tensor] = {}  # quadratic: per shift
         self._gram: torch.Tensor | None = None
+        self._one_pass: dict[int, bool] = {}  # torch's threads -> whether `one_pass` reproduced `three_passes` here
         self.solving = 1.0  # the workers a factor made now counts for (`dane.work`): all, or prox_solve's active
 
     def initial_point(self) -> torch.Tensor:
@@ -289,14 +311,40 @@ class StackedLinearModel(Problem):
 
     def participants(self, idx: torch.Tensor) -> "StackedLinearModel":
         """The workers ``idx`` alone (`dane.problems.Problem.participants`): their rows of X and y."""
-        return participants_of(self, idx, ("X", "y"), {"_factors": {}, "_gram": None})
+        return participants_of(self, idx, ("X", "y"), {"_factors": {}, "_gram": None, "_one_pass": {}})
 
     # ------------------------------------------------------------------ values and derivatives, per worker
     @counted("local_passes")
     def data_value_grad(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(D_i(w), ∇D_i(w)) for every worker: (m,) and (m, d)."""
+        """(D_i(w), ∇D_i(w)) for every worker: (m,) and (m, d); at a shared w on a large CPU stack in one pass over X
+        (`one_pass`), the same bits."""
+        values, grads = self.one_pass(w) or self.three_passes(w)
+        # the (m, d) gradients scaled in place: the same products, no second (m, d) array (40 MB at 100,000 clients,
+        # which glibc maps and unmaps each time)
+        return self.weight * values, grads.mul_(self.weight)
+
+    def three_passes(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Σ_{j∈i} f(x_jᵀw, y_j), X_iᵀf'(X_i w)) for every worker by z = Xw, then f and f' of all rows, then the
+        products X_iᵀf'_i."""
         z = matvec(self.X, w)
-        return self.weight * self.row_value(z, self.y), self.weight * rmatvec(self.X, self.loss.dz(z, self.y))
+        return self.row_value(z, self.y), rmatvec(self.X, self.loss.dz(z, self.y))
+
+    def one_pass(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`dane.problems.row_losses.one_pass` at a shared w on a CPU stack of at least `ONE_PASS_FROM` rows (fewer
+        stay in cache between the passes), once its bits are seen equal to `three_passes`' on these rows at a seeded
+        point (per thread count: the whole-array calls split by threads); else None."""
+        if w.dim() != 1 or self.device.type != "cpu" or self.dtype != torch.float64 or \
+                self.stacked_workers * self.n_local < ONE_PASS_FROM or w.requires_grad:
+            return None
+        from .row_losses import one_pass
+
+        threads = torch.get_num_threads()
+        if threads not in self._one_pass:
+            probe = torch.randn(self.dim, generator=torch.Generator().manual_seed(0), dtype=self.dtype)
+            fused = one_pass(self.loss, self.X, self.y, probe)
+            self._one_pass[threads] = fused is not None and all(
+                torch.equal(a, b) for a, b in zip(fused, self.three_passes(probe)))
+        return one_pass(self.loss, self.X, self.y, w) if self._one_pass[threads] else None
 
     @counted("local_passes")
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -304,7 +352,7 @@ class StackedLinearModel(Problem):
         where, w = w.device, w.to(self.device)
         value, grad = self.data_value_grad(w)
         objective = value + 0.5 * self.l2 * (w * w).sum(-1)
-        return (grad + self.l2 * w).to(where), torch.stack([objective], -1).to(where)
+        return grad.add_(self.l2 * w).to(where), torch.stack([objective], -1).to(where)
 
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         return self.evaluate(w)[1][:, 0]

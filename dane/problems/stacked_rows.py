@@ -26,7 +26,7 @@ supports, are `dane.problems.stacked_hessians.CompactHessians` over these rows.
 
 `row_pass` gives them for all m workers or for a few (FedNL-PP's sampled clients): z by SciPy's CSR product
 (a few workers' rows: the same loop, compiled, on their row ranges), f, f' and f'' by the loss's own torch
-functions (`dane.losses`, and `dane.problems.stacked.ROW_VALUES` for f; on a few workers' rows worker by
+functions (`dane.losses`, and `dane.losses.ROW_VALUES` for f; on a few workers' rows worker by
 worker, as each worker alone computes them), and the sums v_c and g_c by one compiled loop (numba) that
 scatters each row into its worker's gradient row.  The former pass multiplied an (m·d) x N operator (row (c, a):
 worker c's entries of feature a) by f', which read twice the memory of X and cost about as much as the rest of
@@ -50,8 +50,8 @@ import torch
 from ..errors import ConfigError
 from ..work import counted
 from .base import Problem, ProblemConfig
+from ..losses import ROW_VALUES
 from .row_losses import client_losses
-from .stacked import ROW_VALUES
 
 NOTE = ("sim.batched: the {m} workers ran as one stacked computation, each charged 1/m of its measured "
         "compute (dane/comm/batched.py)")
