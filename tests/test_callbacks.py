@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from dane.baselines import GDConfig
-from dane.loop.callbacks import Callback, Checkpoints, ClosingLine, Collect, Display, Records
+from dane.loop.callbacks import (NOTE_CHARS, SHOWN_NOTES, Callback, Checkpoints, ClosingLine, Collect, Display, Records,
+                                 shown_notes)
 from dane.comm import LocalCommunicator
 from dane.loop.driver import Loop, drive
 from dane.problems import RidgeSyntheticConfig
@@ -167,3 +168,17 @@ def test_the_kind_of_a_run_follows_start_top_to_bottom(monkeypatch):
         "own_driver"
     assert kinds.start(replace(base, comm=Communication(backend="torch")), None, None)[0] == "launched"
     assert kinds.start(replace(base, comm=Communication(backend="horovod", elastic=True)), None, None)[0] == "elastic"
+
+def test_the_display_shows_a_dozen_notes_and_counts_the_rest():
+    """At many clients a note per worker would flood the terminal: the display prints `SHOWN_NOTES` notes, each cut
+    at `NOTE_CHARS` characters, and one line counting the rest (the summary keeps them whole); fewer print as they are."""
+    few = ["a", "b"]
+    assert shown_notes(few) == ["note: a", "note: b"]
+    many = [f"worker {w}: 20 rows" for w in range(100_000)]
+    lines = shown_notes(many)
+    assert len(lines) == SHOWN_NOTES + 1
+    assert lines[:2] == ["note: worker 0: 20 rows", "note: worker 1: 20 rows"]
+    assert lines[-1] == f"note: ... and {100_000 - SHOWN_NOTES} more notes, every one whole in the run summary's notes"
+    long = "rows " + ", ".join(["20"] * 1000)
+    (cut,) = shown_notes([long])
+    assert cut == "note: " + long[:NOTE_CHARS] + " ..."

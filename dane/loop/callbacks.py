@@ -130,6 +130,20 @@ class Records(Callback):
             loop.writer.close()
 
 
+#: the display's share of the problem's notes: at most this many lines of at most `NOTE_CHARS` characters; the run
+#: summary's ``notes`` keeps every note whole (at 100,000 clients a sharding note per worker would be 100,000 lines)
+SHOWN_NOTES, NOTE_CHARS = 12, 400
+
+
+def shown_notes(notes: list[str]) -> list[str]:
+    """The ``note:`` lines a run prints: the first `SHOWN_NOTES` notes, each cut at `NOTE_CHARS` characters, and one
+    line counting the rest, which the summary's ``notes`` holds."""
+    lines = [f"note: {n if len(n) <= NOTE_CHARS else n[:NOTE_CHARS] + ' ...'}" for n in notes[:SHOWN_NOTES]]
+    if len(notes) > SHOWN_NOTES:
+        lines.append(f"note: ... and {len(notes) - SHOWN_NOTES} more notes, every one whole in the run summary's notes")
+    return lines
+
+
 class Display(Callback):
     """Rank 0's per-round display (`display`: the table of ``algorithm``'s columns or a progress bar); with
     ``preamble``, the problem's notes first and the stop rule above the first record."""
@@ -140,8 +154,8 @@ class Display(Callback):
 
     def on_open(self, loop) -> None:
         self.show = display(self.control, self.algorithm)
-        for note in loop.problem.notes if self.preamble else ():
-            say(f"note: {note}")
+        for line in shown_notes(loop.problem.notes if self.preamble else []):
+            say(line)
 
     def on_round(self, loop, record: dict) -> None:
         record = loop.reported(record)
