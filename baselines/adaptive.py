@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from dane.safeguard import accepts, step_ratio_and_cosine
+from dane.safeguard_rules import accepts, step_ratio_and_cosine
 
 #: `SamplingFloor`: a sampled run whose objective has not improved on its best for this many rounds (and for half the
 #: rounds it took to reach that best) is at its floor

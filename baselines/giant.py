@@ -104,7 +104,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.numerics.linalg import cg
 from dane.problems import Problem
-from dane.safeguard import model_curvature, to_floor
+from dane.safeguard_rules import model_curvature, to_floor
 
 
 SHORT_STEP = 3  # on one worker, an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does

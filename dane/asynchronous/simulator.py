@@ -37,7 +37,7 @@ import torch
 
 from ..algorithm import Rounds
 from ..comm import ParameterServerCost, Stragglers, ThreadGroup
-from ..comm.threads import Meter, ThreadCPUTime, meter_for
+from ..comm.meters import Meter, ThreadCPUTime, meter_for
 from ..errors import ConfigError
 from ..loop.driver import Loop, drive
 from ..reference import attach_all

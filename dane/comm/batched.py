@@ -56,7 +56,8 @@ import torch
 
 from .base import Communicator, ring_allreduce_bytes
 from .cost import AlphaBeta, ParameterServerCost
-from .threads import Interrupted, Meter, PhaseClock, Stragglers, ThreadCPUTime
+from .meters import Meter, PhaseClock, Stragglers, ThreadCPUTime
+from .rendezvous import Interrupted
 
 
 def worker_ranks(comm) -> range | tuple[int]:

@@ -31,214 +31,28 @@ then fight over its lock and the GIL, which grows faster than m), and the reduct
 itself is O(m d).  Worker threads get `WORKER_STACK_BYTES` of stack address space instead
 of the system's default.  ``make bench`` (scripts/bench_load.py, ``load``; scripts/bench_federated_scale.py)
 measures time per round and peak memory at large m.
+
+The meters and the compute phases live in `dane.comm.meters`, the barrier, the threads' stack and the Ctrl-C
+handling in `dane.comm.rendezvous`; their names are still imported from here too.
 """
 from __future__ import annotations
 
 import os
-import signal
 import threading
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
 
-from ..errors import ConfigError
 from .base import Communicator
 from .cost import AlphaBeta, ParameterServerCost
+from .meters import DeviceTurns, Meter, PhaseClock, Stragglers, ThreadCPUTime, meter_for
+from .rendezvous import WORKER_STACK_BYTES, Interrupted, Rendezvous, ctrl_c_held, thread_limit
 from .roster import Rejoin
 
-
-@dataclass(frozen=True)
-class Stragglers:
-    """Per-worker compute slowdown factors and seeded random delays per collective phase.
-
-    ``slowdown`` is a list of factors (recycled over the workers) that multiply each
-    worker's measured compute; ``delay_mean`` (seconds) adds an exponential delay drawn
-    per worker and phase from a generator seeded with ``seed``.
-    """
-
-    slowdown: Sequence[float] = (1.0,)
-    delay_mean: float = 0.0
-    seed: int = 0
-
-    def factor(self, rank: int) -> float:
-        return float(self.slowdown[rank % len(self.slowdown)]) if self.slowdown else 1.0
-
-
-class ThreadCPUTime:
-    """A CPU worker's compute: its thread's CPU time, so m threads on fewer cores are timed as m machines."""
-
-    name = "thread_cpu_time"
-
-    def start(self) -> float:
-        return time.thread_time()
-
-    def read(self, mark: float) -> float:
-        return time.thread_time() - mark
-
-    def stop(self) -> None:
-        pass
-
-
-class DeviceTurns:
-    """Workers on GPUs take turns: a worker holds the GPUs from a collective to its next.
-
-    A thread's CPU time misses a GPU's work (kernels run asynchronously, and a wait for
-    them may sleep or spin), and m workers sharing a device slow each other.  So a worker
-    holds a lock over its whole compute phase, and that phase's compute is its wall time
-    with the GPUs' queues drained at both ends (``torch.cuda.synchronize``): the time
-    the worker would take with a GPU of its own.  The turns serialize the m workers' compute
-    (also when the workers are spread over several GPUs: each turn is then timed alone),
-    so a simulated run takes about m times its simulated compute in wall time.
-    """
-
-    name = "gpu_turns"
-
-    def __init__(self, synchronize: Callable[[], None] | None = None):
-        self._turn = threading.Lock()
-        self._synchronize = synchronize or _drain_every_gpu
-
-    def start(self) -> float:
-        self._turn.acquire()
-        self._synchronize()
-        return time.perf_counter()
-
-    def read(self, mark: float) -> float:
-        self._synchronize()
-        return time.perf_counter() - mark
-
-    def stop(self) -> None:
-        self._turn.release()
-
-
-def _drain_every_gpu() -> None:
-    """Wait for every GPU's queue: simulated workers are spread over the GPUs by rank, and a bare
-    ``torch.cuda.synchronize()`` waits for the current device only."""
-    for device in range(torch.cuda.device_count()):
-        torch.cuda.synchronize(device)
-
-
-Meter = ThreadCPUTime | DeviceTurns
-
-
-def meter_for(devices) -> Meter:
-    """`DeviceTurns` when any of the workers' devices is a GPU, else `ThreadCPUTime`."""
-    return DeviceTurns() if any(torch.device(d).type == "cuda" for d in devices) else ThreadCPUTime()
-
-
-#: stack address space per simulated worker thread (touched pages only count as memory); the default is
-#: the process's stack limit (8 MiB here), 80 GB of address space at 10,000 workers
-WORKER_STACK_BYTES = 4 * 2 ** 20
-
-
-def thread_limit(workers: int, started: int, exc: RuntimeError) -> ConfigError:
-    """The line for a simulator whose worker threads could not all start, naming the limit and the fix."""
-    import resource
-
-    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    limit = "" if soft == resource.RLIM_INFINITY else f" (ulimit -v is {soft // 1024} KiB)"
-    total = workers * WORKER_STACK_BYTES
-    total = f"{total / 2 ** 30:.1f} GiB" if total >= 2 ** 30 else f"{total >> 20} MiB"
-    return ConfigError(f"workers={workers}: the simulator started {started} worker threads, then no more ({exc}): "
-                       f"each reserves {WORKER_STACK_BYTES >> 20} MiB of stack, {total} of address space in all, "
-                       f"beyond the process's limit on address space{limit} or threads (ulimit -u); use fewer "
-                       "workers, or raise ulimit -v")
-
-
-class Rendezvous:
-    """A reusable barrier for many threads; the last to arrive runs ``action`` before anyone leaves.
-
-    The waiters of a generation block on that generation's gate, a lock held closed; the
-    last arrival runs the action and releases the gate, and each waiter, once through,
-    releases it for the next: one wake-up per waiter.  `abort` breaks the rendezvous for
-    good: the current gate opens and every wait, now or later, raises
-    `threading.BrokenBarrierError`, as `threading.Barrier.abort` does.  Waiting threads
-    must call `wait` in the same order of generations (the m workers of a collective).
-    """
-
-    def __init__(self, parties: int, action: Callable[[], None] | None = None):
-        self.parties = parties
-        self._action = action
-        self._mutex = threading.Lock()
-        self._arrived = 0
-        self._gate = _closed_gate()
-        self.broken = False
-
-    def wait(self) -> None:
-        with self._mutex:
-            if self.broken:
-                raise threading.BrokenBarrierError
-            gate = self._gate
-            self._arrived += 1
-            last = self._arrived == self.parties
-            if last:
-                self._arrived = 0
-        if last:
-            try:
-                if self._action is not None:
-                    self._action()
-            except BaseException:
-                self.abort()
-                raise
-            with self._mutex:
-                self._gate = _closed_gate()  # the next generation's; nobody can arrive there before `gate` opens
-        else:
-            gate.acquire()  # blocks until the previous thread through hands the gate on
-        _open(gate)
-        if self.broken:
-            raise threading.BrokenBarrierError
-
-    def abort(self) -> None:
-        with self._mutex:
-            self.broken = True
-            _open(self._gate)
-
-
-def _closed_gate() -> threading.Lock:
-    gate = threading.Lock()
-    gate.acquire()
-    return gate
-
-
-def _open(gate: threading.Lock) -> None:
-    """Release ``gate``; an `abort` may have released it first, which is just as open."""
-    try:
-        gate.release()
-    except RuntimeError:
-        pass
-
-
-@contextmanager
-def ctrl_c_held():
-    """Hold a Ctrl-C (SIGINT) back until the block ends, then deliver it to the main thread.
-
-    A `KeyboardInterrupt` raised inside ``Thread.start`` (which waits for the new thread to
-    come up) leaves the caller not knowing which workers run.  Held back, it is raised just
-    after the block, where every worker has started and can be stopped and waited for.
-    Only the main thread can set a signal handler; elsewhere the block runs as it is.
-    """
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
-        yield  # None: a handler set outside Python, which could not be put back
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            signal.raise_signal(signal.SIGINT)  # to the handler that was there before
-
-
-class Interrupted(BaseException):
-    """Raised in a simulated worker at its next collective once the group is stopped (a Ctrl-C).
-
-    A `BaseException`, like `KeyboardInterrupt`, so that no ``except Exception`` in
-    algorithm code swallows it.
-    """
+#: the names moved to `dane.comm.meters` and `dane.comm.rendezvous`, still imported from here
+__all__ = ["DeviceTurns", "Interrupted", "Meter", "PhaseClock", "Rendezvous", "Stragglers", "ThreadCPUTime",
+           "ThreadCommunicator", "ThreadGroup", "WORKER_STACK_BYTES", "ctrl_c_held", "meter_for", "thread_limit"]
 
 
 class ThreadGroup:
@@ -406,44 +220,6 @@ class ThreadGroup:
         if first is not None:
             raise first
         return results
-
-
-class PhaseClock:
-    """The compute phases of a simulated communicator, from one collective to the next, read by its group's
-    ``meter`` (`Meter`): a thread's own work (`ThreadCommunicator`) or all m workers' stacked work
-    (`dane.comm.batched.BatchedCommunicator`)."""
-
-    group: "ThreadGroup"  # or a `dane.comm.batched.BatchedGroup`: what it needs is the meter
-    _mark: float = 0.0
-    _computing: bool = False  # whether a compute phase is open (on a GPU: holds its `DeviceTurns` turn)
-
-    def begin(self) -> None:
-        """A compute phase starts (the run's, or the one after a collective)."""
-        self._mark = self.group.meter.start()
-        self._computing = True
-
-    @contextmanager
-    def off_the_clock(self):
-        """A wait that is none of this worker's compute (`dane.work`'s bookkeeping): the phase pauses, its slot (and
-        GPU turn) goes to the others, and the compute measured so far stays in the phase."""
-        pending = self.end()
-        self.group.give_slot()
-        try:
-            yield
-        finally:
-            self.group.take_slot()
-            self.begin()
-            self._mark -= pending
-
-    def end(self) -> float:
-        """The compute phase ends (at a collective, or the run's end): its measured time."""
-        if not self._computing:
-            return 0.0
-        try:
-            return self.group.meter.read(self._mark)
-        finally:  # the turn is given back even when the device reports an error
-            self._computing = False
-            self.group.meter.stop()
 
 
 class ThreadCommunicator(PhaseClock, Communicator):

@@ -17,7 +17,7 @@ import torch
 
 from ..algorithm import Algorithm
 from .checkpoint import keeps_what_was_written
-from ..comm.threads import Interrupted
+from ..comm.rendezvous import Interrupted
 from ..records.results import in_target_units
 from .runner import RunResult, run
 from ..spec import RunSpec

@@ -20,7 +20,8 @@ from .batching import batched_path
 from ..comm.batched import BatchedGroup, run_batched
 from ..comm.launcher_signals import LauncherTerminated
 from ..comm.tail import drawing
-from ..comm.threads import Interrupted, meter_for
+from ..comm.meters import meter_for
+from ..comm.rendezvous import Interrupted
 from ..errors import say
 from .faults import RunInterrupted, worker_lost
 from .parking import parks

@@ -1,0 +1,134 @@
+"""How a simulated worker's compute is timed: the meter it is read with, its phases between collectives, stragglers.
+
+A worker's compute between two collectives is read by its group's `Meter`: on the CPU its thread's CPU time
+(`ThreadCPUTime`), on a GPU the wall time of its turn on the device (`DeviceTurns`); `PhaseClock` opens and closes
+those phases for a thread's communicator (`dane.comm.threads`) or for all m workers' stacked work
+(`dane.comm.batched`).  `Stragglers` scales each worker's compute and adds seeded delays (the simulated clock of
+a collective phase: `dane.comm.threads`).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Per-worker compute slowdown factors and seeded random delays per collective phase.
+
+    ``slowdown`` is a list of factors (recycled over the workers) that multiply each
+    worker's measured compute; ``delay_mean`` (seconds) adds an exponential delay drawn
+    per worker and phase from a generator seeded with ``seed``.
+    """
+
+    slowdown: Sequence[float] = (1.0,)
+    delay_mean: float = 0.0
+    seed: int = 0
+
+    def factor(self, rank: int) -> float:
+        return float(self.slowdown[rank % len(self.slowdown)]) if self.slowdown else 1.0
+
+
+class ThreadCPUTime:
+    """A CPU worker's compute: its thread's CPU time, so m threads on fewer cores are timed as m machines."""
+
+    name = "thread_cpu_time"
+
+    def start(self) -> float:
+        return time.thread_time()
+
+    def read(self, mark: float) -> float:
+        return time.thread_time() - mark
+
+    def stop(self) -> None:
+        pass
+
+
+class DeviceTurns:
+    """Workers on GPUs take turns: a worker holds the GPUs from a collective to its next.
+
+    A thread's CPU time misses a GPU's work (kernels run asynchronously, and a wait for
+    them may sleep or spin), and m workers sharing a device slow each other.  So a worker
+    holds a lock over its whole compute phase, and that phase's compute is its wall time
+    with the GPUs' queues drained at both ends (``torch.cuda.synchronize``): the time
+    the worker would take with a GPU of its own.  The turns serialize the m workers' compute
+    (also when the workers are spread over several GPUs: each turn is then timed alone),
+    so a simulated run takes about m times its simulated compute in wall time.
+    """
+
+    name = "gpu_turns"
+
+    def __init__(self, synchronize: Callable[[], None] | None = None):
+        self._turn = threading.Lock()
+        self._synchronize = synchronize or _drain_every_gpu
+
+    def start(self) -> float:
+        self._turn.acquire()
+        self._synchronize()
+        return time.perf_counter()
+
+    def read(self, mark: float) -> float:
+        self._synchronize()
+        return time.perf_counter() - mark
+
+    def stop(self) -> None:
+        self._turn.release()
+
+
+def _drain_every_gpu() -> None:
+    """Wait for every GPU's queue: simulated workers are spread over the GPUs by rank, and a bare
+    ``torch.cuda.synchronize()`` waits for the current device only."""
+    for device in range(torch.cuda.device_count()):
+        torch.cuda.synchronize(device)
+
+
+Meter = ThreadCPUTime | DeviceTurns
+
+
+def meter_for(devices) -> Meter:
+    """`DeviceTurns` when any of the workers' devices is a GPU, else `ThreadCPUTime`."""
+    return DeviceTurns() if any(torch.device(d).type == "cuda" for d in devices) else ThreadCPUTime()
+
+
+class PhaseClock:
+    """The compute phases of a simulated communicator, from one collective to the next, read by its group's
+    ``meter`` (`Meter`): a thread's own work (`ThreadCommunicator`) or all m workers' stacked work
+    (`dane.comm.batched.BatchedCommunicator`)."""
+
+    group: "ThreadGroup"  # `dane.comm.threads`'s, or a `dane.comm.batched.BatchedGroup`: what it needs is the meter
+    _mark: float = 0.0
+    _computing: bool = False  # whether a compute phase is open (on a GPU: holds its `DeviceTurns` turn)
+
+    def begin(self) -> None:
+        """A compute phase starts (the run's, or the one after a collective)."""
+        self._mark = self.group.meter.start()
+        self._computing = True
+
+    @contextmanager
+    def off_the_clock(self):
+        """A wait that is none of this worker's compute (`dane.work`'s bookkeeping): the phase pauses, its slot (and
+        GPU turn) goes to the others, and the compute measured so far stays in the phase."""
+        pending = self.end()
+        self.group.give_slot()
+        try:
+            yield
+        finally:
+            self.group.take_slot()
+            self.begin()
+            self._mark -= pending
+
+    def end(self) -> float:
+        """The compute phase ends (at a collective, or the run's end): its measured time."""
+        if not self._computing:
+            return 0.0
+        try:
+            return self.group.meter.read(self._mark)
+        finally:  # the turn is given back even when the device reports an error
+            self._computing = False
+            self.group.meter.stop()
+
