@@ -79,13 +79,13 @@ section ``fednl`` times it beside the simulator's).  Their iterates agree to rou
 draws each client's indices from that client's own stream (`dane.problems.stacked_compress.randk_indices`), natural
 and dithering from a generator per client.  The clients keep H_i on its support only
 (`dane.problems.stacked_hessians`), which changes no iterate.
-
-The client side (`FedNLClients`, α, the bit counts) is `baselines.fednl_clients`, the stacked rounds
-(`StackedFedNL`) `baselines.fednl_stacked`; their names are still imported from here too.
 """
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -94,25 +94,138 @@ from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.comm.batched import stacked
-from dane.compress import make
+from dane.compress import Compressor, RandK, TopK, make
 from dane.errors import ConfigError
 from dane.problems import Problem, ProblemConfig
 from dane.problems.glm import LinearModelShard
-from dane.problems.stacked_hessians import CompactHessians, PackedRows, packed_size, unpack
+from dane.problems.stacked_compress import compress_rows
+from dane.problems.stacked_hessians import CompactHessians, PackedRows, frobenius_norms, packed_size, unpack
 from dane.problems.stacked_rows import StackedRows
-from dane.sampling import SamplingKeys, sampled_mean
+from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
 from .defaults import THIRD_DERIVATIVE_BOUND, Resolution, cubic_constant
 from .federated import VALUE_BITS, ClientBits, Federated
 from .measure import mean_row_cubes
-from .fednl_clients import PHASES, FedNLClients, hessian_step, message_entries, theoretical_alpha, uplink_bits
 from .fednl_server import armijo_backtrack, newton_direction, shifted_newton
-from .fednl_stacked import StackedFedNL
-
-__all__ = ["PHASES", "VALUE_BITS", "VARIANTS", "FedNL", "FedNLClients", "FedNLConfig", "StackedFedNL",
-           "hessian_step", "message_entries", "theoretical_alpha", "uplink_bits"]
 
 VARIANTS = ("plain", "ls", "pp", "cr")
+#: the phases of a round `StackedFedNL.seconds` times: the clients' gradients and Hessians, the compression of the
+#: Hessian differences, the clients' and server's updates of H_i and H, the server's Newton step (line search included)
+PHASES = ("oracles", "compress", "update", "newton")
+
+
+def hessian_step(compressor: Compressor, d: int, alpha: float | None) -> float:
+    """α: ``alpha``, or by the class of ``compressor`` on a d x d Hessian difference (module docstring): 1/(ω + 1)
+    for an unbiased one, 1 for a contractive one."""
+    bound = 1.0 / (compressor.omega(message_entries(compressor, d)) + 1.0) if compressor.unbiased else 1.0
+    if alpha is not None and alpha > bound:  # above the theory's bound H_i overshoots ∇²O_i and the run stalls
+        raise ConfigError(f"algorithm.alpha must be <= 1/(omega + 1) = {bound:.4g} for the unbiased compressor "
+                          f"{compressor.spec} on d = {d} (Safaryan et al. 2022, FedNL's Hessian learning rate), got "
+                          f"{alpha}; leave it null for that bound")
+    return bound if alpha is None else float(alpha)
+
+
+def theoretical_alpha(compressor: Compressor, d: int) -> float:
+    """The paper's other α for a contractive compressor, 1 − sqrt(1 − δ) (module docstring)."""
+    return 1.0 - math.sqrt(max(0.0, 1.0 - compressor.delta(message_entries(compressor, d))))
+
+
+def message_entries(compressor: Compressor, d: int) -> int:
+    """Entries of the Hessian-difference message: d² for a matrix compressor, else the packed triangle."""
+    return d * d if compressor.matrices else packed_size(d)
+
+
+def uplink_bits(compressor: Compressor, d: int, *, variant: str, option: int) -> int:
+    """One participant's uplink bits of a round (the module docstring), line-search trials aside."""
+    hessian = compressor.bits(message_entries(compressor, d), VALUE_BITS)
+    if variant == "pp":
+        return hessian + VALUE_BITS * d + VALUE_BITS
+    return hessian + VALUE_BITS * d + (VALUE_BITS if option == 2 else 0)
+
+
+class FedNLClients:
+    """The client side of FedNL for the clients of ``clients`` (all m in `StackedFedNL`, one in a worker's `FedNL`).
+
+    State, one row per client, Hessians compact (`dane.problems.stacked_hessians`): H_i, and for FedNL-PP l_i and
+    g_i.
+    The random compressors other than RandK (natural, dithering) draw from a generator per client, seeded by
+    the client's id, so that a client draws alike alone or in the stack.
+    ``seconds`` accumulates the wall time of the phases ``oracles``, ``compress`` and ``update``.  ``threads``: the
+    Hessians' product and TopK's selection split over that many threads by clients, the same numbers (1 where a
+    simulated worker holds the clients: the simulator's clock reads its thread's CPU time)."""
+
+    def __init__(self, clients: CompactHessians, x0: np.ndarray, *, compressor: Compressor, alpha: float,
+                 option: int, variant: str, seed: int, threads: int = 1):
+        self.clients, self.compressor, self.alpha, self.option, self.seed = clients, compressor, alpha, option, seed
+        self.threads = threads
+        self.generators = [torch.Generator().manual_seed(seed * 1_000_003 + int(i)) for i in clients.ids]
+        grads, self.H_i = clients.gradients_hessians(x0, threads=threads)       # H_i⁰ = ∇²O_i(x⁰)
+        self.l_i = np.zeros(clients.m)
+        self.g_i = clients.matvec(self.H_i, x0) - grads if variant == "pp" else None  # FedNL-PP's g_i⁰ (l_i⁰ = 0)
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    def clock(self, phase: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[phase] += now - since
+        return now
+
+    def compress(self, diff: np.ndarray, members: np.ndarray | None, draw: int) -> np.ndarray:
+        """C of each row of ``diff`` (the rows of ``members``; None: all), every client on its own stream."""
+        if self.compressor.name == "none" or isinstance(self.compressor, (TopK, RandK)):  # no torch generator
+            return compress_rows(self.compressor, diff, self.clients, members, seed=self.seed, draw=draw,
+                                 threads=self.threads)
+        rows = np.arange(len(diff)) if members is None else members
+        if not len(rows):
+            return diff.copy()
+        return np.concatenate([compress_rows(self.compressor, diff[k:k + 1], self.clients, rows[k:k + 1],
+                                             seed=self.seed, draw=draw, generator=self.generators[c])
+                               for k, c in enumerate(rows)])
+
+    def round(self, x: np.ndarray, draw: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """FedNL's client step at x: (∇O_i(x), α S_i compact, ‖∇²O_i(x) − H_i‖_F (option 2; else 0)) per client,
+        H_i ← H_i + α S_i with S_i = C(∇²O_i(x) − H_i)."""
+        now = time.perf_counter()
+        grads, diff = self.clients.gradients_hessians(x, threads=self.threads)
+        now = self.clock("oracles", now)
+        diff -= self.H_i                                                          # ∇²O_i(x) − H_i, in place
+        l_i = frobenius_norms(diff, self.clients.weights) if self.option == 2 else np.zeros(len(diff))
+        now = self.clock("update", now)
+        S = self.compress(diff, None, draw)                                       # S_i = C(...)
+        now = self.clock("compress", now)
+        if self.alpha != 1.0:
+            S = S * self.alpha if S is diff else np.multiply(S, self.alpha, out=S)
+        self.H_i += S
+        self.clock("update", now)
+        return grads, S, l_i
+
+    def round_pp(self, x: np.ndarray, members: np.ndarray, draw: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """FedNL-PP's client step for the sampled ``members`` (w_i = x): the changes (α S_i, Δl_i, Δg_i) of H_i, l_i
+        and g_i = (H_i + l_i I) x − ∇O_i(x), per member."""
+        now = time.perf_counter()
+        grads, hess = self.clients.gradients_hessians(x, members, threads=self.threads)
+        now = self.clock("oracles", now)
+        S = self.compress(hess - self.H_i[members], members, draw)
+        now = self.clock("compress", now)
+        S *= self.alpha
+        H_new = self.H_i[members] + S
+        l_new = frobenius_norms(H_new - hess, self.clients.weights[members])
+        g_new = self.clients.matvec(H_new, x, members) + l_new[:, None] * x - grads
+        dl, dg = l_new - self.l_i[members], g_new - self.g_i[members]
+        self.H_i[members], self.l_i[members], self.g_i[members] = H_new, l_new, g_new
+        self.clock("update", now)
+        return S, dl, dg
+
+    def state_dict(self) -> dict:
+        state = {"H_i": torch.from_numpy(self.H_i.copy()), "l_i": torch.from_numpy(self.l_i.copy()),
+                 "generators": [generator.get_state() for generator in self.generators]}
+        return state if self.g_i is None else {**state, "g_i": torch.from_numpy(self.g_i.copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.H_i, self.l_i = state["H_i"].numpy().copy(), state["l_i"].numpy().copy()
+        if self.g_i is not None:
+            self.g_i = state["g_i"].numpy().copy()
+        for generator, saved in zip(self.generators, state["generators"]):
+            generator.set_state(saved)
 
 
 class FedNL(ClientBits, Federated):
@@ -245,6 +358,80 @@ class FedNL(ClientBits, Federated):
         self.client.load_state_dict(state["client"])
         self.step_size, self.rounds = float(state["step_size"]), int(state["rounds"])
 
+
+class StackedFedNL:
+    """All m clients' FedNL in one process, stacked (module docstring), on the clients' rows ``rows`` (their Hessians'
+    supports built once per rows, `dane.problems.stacked_hessians.CompactHessians.kept`); `step` runs one round.  No
+    communicator: the mean over clients is a sum over the stack's first axis.  ``seconds``: wall time per phase
+    (`PHASES`).  ``threads``: the clients' (`FedNLClients`; None: torch's intra-op threads, ``torch.get_num_threads``,
+    which ``make bench``'s ``--threads`` sets); the iterates do not depend on it."""
+
+    def __init__(self, rows: StackedRows, *, compressor: str = "none", alpha: float | None = None,
+                 option: int = 1, mu: float | None = None, variant: str = "plain", clients_per_round: int | None = None,
+                 ls_c: float = 0.5, ls_gamma: float = 0.5, seed: int = 0, x0: np.ndarray | None = None,
+                 threads: int | None = None, cubic: float = 0.0):
+        self.compressor = make(compressor)
+        self.rows, self.clients = rows, CompactHessians.kept(rows, whole=self.compressor.matrices)
+        clients = self.clients
+        self.m, self.d, self.T = clients.m, clients.d, clients.T
+        self.alpha = hessian_step(self.compressor, self.d, alpha)
+        self.option, self.variant, self.ls_c, self.ls_gamma = option, variant, ls_c, ls_gamma
+        self.mu, self.cubic = clients.l2 if mu is None else mu, cubic
+        self.sampler = ClientSampler(SimpleNamespace(size=self.m, rank=0), clients_per_round, seed=seed)
+        self.x = np.zeros(self.d) if x0 is None else np.array(x0, dtype=np.float64)
+        self.client = FedNLClients(clients, self.x, compressor=self.compressor, alpha=self.alpha, option=option,
+                                   variant=variant, seed=seed,
+                                   threads=torch.get_num_threads() if threads is None else threads)
+        self.H = clients.packed_sum(self.client.H_i) / self.m
+        self.g = self.client.g_i.mean(0) if variant == "pp" else None
+        self.l = np.zeros(1)
+        self.uplink_bits = self.m * VALUE_BITS * (self.T + (self.d if variant == "pp" else 0))
+        self.step_size, self.rounds = 1.0, 0
+        self.seconds = self.client.seconds
+
+    def step(self) -> dict[str, float]:
+        """One round; returns ``grad_norm`` at the iterate it started from (FedNL, FedNL-LS; FedNL-PP computes no
+        full gradient: nan), ``step_size`` and the cumulative ``clients_uplink_bits``."""
+        record = self.step_pp() if self.variant == "pp" else self.step_plain()
+        self.rounds += 1
+        return {**record, "step_size": self.step_size, "clients_uplink_bits": self.uplink_bits}
+
+    def step_plain(self) -> dict[str, float]:
+        x = self.x
+        grads, S, l_i = self.client.round(x, self.rounds)
+        g = grads.mean(0)
+        now = time.perf_counter()
+        direction = newton_direction(self.H, g, float(l_i.mean()), option=self.option, mu=self.mu, cubic=self.cubic)
+        trials = 0
+        if self.variant == "ls":
+            self.step_size, trials = armijo_backtrack(self.rows.mean_objective, x, self.rows.mean_objective(x), g,
+                                                      direction, c=self.ls_c, gamma=self.ls_gamma)
+        self.x = x + self.step_size * direction
+        now = self.client.clock("newton", now)
+        self.H += self.clients.packed_sum(S) / self.m                                  # H ← H + α mean S_i
+        self.client.clock("update", now)
+        self.uplink_bits += self.m * (uplink_bits(self.compressor, self.d, variant="plain", option=self.option)
+                                      + VALUE_BITS * trials)
+        return {"grad_norm": float(np.linalg.norm(g))}
+
+    def step_pp(self) -> dict[str, float]:
+        now = time.perf_counter()
+        x_next = shifted_newton(unpack(self.H, self.d), self.g, float(self.l[0]))
+        self.client.clock("newton", now)
+        members = self.sampler.draw().numpy()
+        S, dl, dg = self.client.round_pp(x_next, members, self.rounds)
+        now = time.perf_counter()
+        self.H += self.clients.packed_sum(S, members) / self.m
+        self.l += dl.sum(keepdims=True) / self.m
+        self.g += dg.sum(0) / self.m
+        self.x = x_next
+        self.client.clock("update", now)
+        self.uplink_bits += len(members) * uplink_bits(self.compressor, self.d, variant="pp", option=2)
+        return {"grad_norm": float("nan")}
+
+    def grad_norm(self) -> float:
+        """‖∇O(x)‖ at the current iterate (gradients only; not part of a round)."""
+        return float(np.linalg.norm(self.rows.mean_gradient(self.x)))
 
 
 @dataclass(frozen=True)
