@@ -1,15 +1,14 @@
 """The FedNL paper's comparison (issue 49 item 4): JSON section ``compressed``.
 
 L2-regularized logistic regression (λ = 1e-3, an intercept, O* from ``optimum=auto``) on LIBSVM a9a over 80 clients,
-w8a over 142 and phishing over 100 (``libsvm/`` under DANE_DATA_DIR, default ../shared/data), each method of
-`METHODS` (one row each: its algorithm, keys and round cap) at its defaults, to relative suboptimality `TARGET` or
-its cap (``--cap``: one for every row).  Per cell: the rounds, the uplink bits per node, the total bits per node (up
-and down), the local passes per node spent to reach `TARGET` (`scripts.harness.work_to`), or the best reached and the
-factor it missed by, the share of its rounds a node formed a Hessian in, and the thinned curves ``dane figures
-compressed`` draws.  Then the paper's claims (`CLAIMS`), measured: each holds, does not (by how much), or was not
-run.  A row whose algorithm this checkout lacks is one ``absent`` line.  A run of some ``--datasets`` or ``--only``
-rows keeps the other cells of ``--out`` (`kept`); ``parts`` lists each run whose cells remain: its command, start,
-load average before and after and wall seconds.  ``--quick``: phishing, `QUICK` methods, 30 rounds.
+w8a over 142 and phishing over 100 (``libsvm/`` under DANE_DATA_DIR, default ../shared/data), each row of `METHODS` to
+relative suboptimality `TARGET` or its round cap (``--cap``: one for all).  Per cell: the rounds, uplink bits, total
+bits (up and down) and local passes per node to `TARGET` (`scripts.harness.work_to`), or the best reached and the
+factor missed by; the share of its rounds a node formed a Hessian in; the thinned curves ``dane figures compressed``
+draws.  Then the paper's claims (`CLAIMS`): each holds, does not (by how much), or was not run.  A row whose algorithm
+this checkout lacks is one ``absent`` line.  A run of some ``--datasets``/``--only`` keeps ``--out``'s other cells;
+``parts``: each run whose cells remain, its command, start, load before and after and wall seconds.  ``--quick``:
+phishing, `QUICK` methods, 30 rounds.
 """
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from dane.problems.linear_models import LinearModelConfig
 from scripts.harness import Bench, Run, first_at, kept, load, optimum_of, option, relative, work_to
 
 KEY = "compressed"
-TARGET = 1e-12
-LAM = 1e-3
+TARGET, LAM = 1e-12, 1e-3
 DATASETS = {"a9a": 80, "w8a": 142, "phishing": 100}  # the FedNL paper's clients per table
 QUARTER = 0.25  # Newton-3PC's goal: a Hessian in at most this share of its rounds
 #: row -> (algorithm, its keys: {d} is d with the intercept, {s} round(sqrt d), the paper's dithering levels;
@@ -40,15 +38,10 @@ METHODS = {
     "fednl_bc": ("fednl_bc", {"compressor": "topk:{d}", "option": 2}, 300),
     "newton_3pc": ("newton_3pc", {"mechanism": "lag"}, 300),
     "newton_3pc_bag": ("newton_3pc", {"mechanism": "bag", "p": QUARTER}, 300),
-    "nl1": ("nl1", {}, 300),
-    "dingo": ("dingo", {}, 300),
-    "newton_star": ("newton_star", {}, 300),
+    "nl1": ("nl1", {}, 300), "dingo": ("dingo", {}, 300), "newton_star": ("newton_star", {}, 300),
     "diana": ("diana", {"compressor": "dither:{s}"}, 3000),
     "adiana": ("adiana", {"compressor": "dither:{s}"}, 2000),
-    "marina": ("marina", {}, 200),
-    "dasha": ("dasha", {}, 200),
-    "ef21": ("ef21", {}, 200),
-    "ef21p": ("ef21p", {}, 200),
+    "marina": ("marina", {}, 200), "dasha": ("dasha", {}, 200), "ef21": ("ef21", {}, 200), "ef21p": ("ef21p", {}, 200),
     "gd": ("gd", {"compress": "none"}, 200),
     "dane": ("dane", {"safeguard": True, "compress": "none"}, 300),
     "giant": ("giant", {"compress": "none"}, 300),
@@ -68,27 +61,22 @@ def problem(name: str) -> LinearModelConfig:
 
 
 def per_node(records: list[dict], m: int) -> list[dict]:
-    """Each record's cumulative work per node as `work_to` reads it, through its round: bits up, bits up and down
-    (FedNL's participants' bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``; record t counts round
-    t's), local passes and Hessians formed (`dane.work`'s counts, which record t + 1 holds; None where not counted)."""
-    def bits(r: dict) -> tuple[float, float]:
-        if "uplink_bytes" in r:
-            return 8 * r["uplink_bytes"] / m, 8 * r.get("downlink_bytes", 0) / m
-        return float(r["uplink_bits"]), float(r.get("downlink_bits", 0))
-
-    def local(r: dict) -> dict:
-        return {k: None if r.get(k) is None else r[k] / m for k in ("local_passes", "local_hessians")}
-    return [{"uplink_bits": up, "total_bits": up + down, **local(after)}
-            for r, after, (up, down) in zip(records, [*records[1:], records[-1]], map(bits, records))]
+    """Each record's cumulative work per node through its round (`work_to`): bits up, up and down (FedNL's participants'
+    bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``), local passes and Hessians formed (None where
+    not counted; `dane.work`'s counts of round t are record t + 1's)."""
+    def bits(r: dict, way: str) -> float:
+        return 8 * r.get(f"{way}link_bytes", 0) / m if "uplink_bytes" in r else float(r.get(f"{way}link_bits", 0))
+    return [{"uplink_bits": bits(r, "up"), "total_bits": bits(r, "up") + bits(r, "down"),
+             **{k: None if n.get(k) is None else n[k] / m for k in ("local_passes", "local_hessians")}}
+            for r, n in zip(records, [*records[1:], records[-1]])]
 
 
 def thinned(rel: list[float], work: list[dict], points: int = 60) -> dict:
     """The curves at about ``points`` rounds, spaced evenly in log(round); each point's work is what made it."""
     n = len(rel)
     keep = sorted({0, n - 1, *(min(n - 1, round(math.expm1(i * math.log(n) / points))) for i in range(points))})
-    spent = [{k: work_to(work, i, k) for k in WORK} for i in keep]
     return {"round": keep, "rel": [float(f"{rel[i]:.4g}") for i in keep],
-            **{k: [s[k] for s in spent] for k in WORK}}
+            **{k: [work_to(work, i, k) for i in keep] for k in WORK}}
 
 
 def cell(config: LinearModelConfig, m: int, method: str, cap: int, seed: int) -> dict:
@@ -149,16 +137,17 @@ def lazy(cells: dict, a: str, b: str) -> tuple[bool, str]:
     """Newton-3PC: a node forms a Hessian in at most a quarter of its rounds (on average over the nodes), and it
     reaches the target on no more uplink bits than FedNL; where not, by how much."""
     x, y, share = cells[a], cells[b], cells[a]["hessian_share"]
-    misses = ([f"{share / QUARTER:.3g}x a quarter of its rounds"] * (share > QUARTER) + ["no target"] * (not x["reached"])
-              + [f"{x['uplink_bits'] / y['uplink_bits']:.3g}x {b}'s bits"] * (x["reached"] and y["reached"] and
-                                                                             x["uplink_bits"] > y["uplink_bits"]))
-    text = (f"{a} forms a Hessian in {share:.1%} of its rounds per node; uplink bits/node {spent(x, 'uplink_bits')}, "
-            f"{b} {spent(y, 'uplink_bits')}")
-    return not misses, text + (f": {', '.join(misses)}" if misses else "")
+    more = x["reached"] and y["reached"] and x["uplink_bits"] > y["uplink_bits"]
+    misses = ([f"{share / QUARTER:.3g}x a quarter of its rounds"] * (share > QUARTER) + ["no target"] *
+              (not x["reached"]) + [f"{x['uplink_bits'] / y['uplink_bits']:.3g}x {b}'s bits"] * more)
+    return not misses, (f"{a} forms a Hessian in {share:.1%} of its rounds per node; uplink bits/node "
+                        f"{spent(x, 'uplink_bits')}, {b} {spent(y, 'uplink_bits')}" + ": " * bool(misses) +
+                        ", ".join(misses))
 
 
 #: (claim, its rows a and b, the work a must spend less of than b to the target; None: Newton-3PC's, `lazy`)
-CLAIMS = (("FedNL (TopK) reaches 1e-12 with fewer uplink bits per node than DIANA", "fednl_topk", "diana", "uplink_bits"),
+CLAIMS = (("FedNL (TopK) reaches 1e-12 with fewer uplink bits per node than DIANA", "fednl_topk", "diana",
+           "uplink_bits"),
           ("FedNL (TopK) reaches 1e-12 with fewer uplink bits per node than ADIANA", "fednl_topk", "adiana",
            "uplink_bits"),
           ("FedNL-BC reaches 1e-12 with fewer total bits per node than FedNL", "fednl_bc", "fednl_topk", "total_bits"),
@@ -213,8 +202,7 @@ def run(bench: Run) -> dict:
 
 
 def judge(section: dict) -> None:
-    """The cells in `DATASETS`' and `METHODS`' order, the section's ``claims`` from them, and as ``misses`` (the goals
-    table's) those that do not hold."""
+    """The cells in `DATASETS`' and `METHODS`' order; the ``claims`` on them, and as ``misses`` those not holding."""
     cells = section["cells"]
     section["cells"] = {d: {m: cells[d][m] for m in METHODS if m in cells[d]} for d in DATASETS if d in cells}
     section["claims"] = [c for name, cells in section["cells"].items() for c in claims(name, cells)]
