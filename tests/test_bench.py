@@ -1539,7 +1539,7 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
             f"{gd['local_passes']:.3g} | best {gd['best_rel']:.2g} ({gd['missed_by']:.2g}x the target) at the cap |"
             in text)
     assert "| FedNL (TopK) | " in text and "| DIANA | " in text and text.endswith("Not run: phishing nl1 absent.")
-    assert "round caps 30 (FedNL (TopK), FedNL-BC, DIANA, GD)." in text and "1 runs from " in text
+    assert "round caps 30 (FedNL (TopK), FedNL-BC, DIANA, GD)." in text and "(1 run from " in text
     assert fig.label({"algorithm": "fednl", "keys": {"compressor": "rank:1"}}) == "FedNL (rank-1)"
     assert fig.label({"algorithm": "newton_3pc", "keys": {"mechanism": "bag", "p": 0.25}}) == "Newton-3PC (bag, p = 0.25)"
     assert text.count("\n- phishing: ") == len(section["claims"]) == 4
