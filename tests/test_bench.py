@@ -1570,8 +1570,8 @@ def test_the_federated_scale_figure_is_drawn_from_the_json_alone(tmp_path):
 def compressed_arithmetic(section: dict) -> None:
     """A cell reached the target iff its best relative suboptimality is at most it (else it missed by best/target);
     its work is its curve's at that round, bits down add to bits up, one pass a round per node (every quick method
-    reads its shard once a round); GD's uncompressed messages cost the same bits every round; absent rows are one
-    line each."""
+    reads its shard once a round) and FedNL one Hessian; GD's uncompressed messages cost the same bits every round;
+    absent rows are one line each; the run is its one part, its command the quick one."""
     from scripts.bench_compressed import METHODS, QUICK, claims
 
     cells = section["cells"]["phishing"]
@@ -1585,7 +1585,8 @@ def compressed_arithmetic(section: dict) -> None:
         assert c["missed_by"] == (None if c["reached"] else pytest.approx(c["best_rel"] / section["target"]))
         curve = c["curve"]
         assert curve["round"][-1] == c["rounds"] and curve["uplink_bits"][-1] == c["uplink_bits"]
-        assert c["total_bits"] >= c["uplink_bits"] and c["local_passes"] == c["rounds"] - 1
+        assert c["total_bits"] >= c["uplink_bits"] and c["local_passes"] == c["rounds"]
+        assert c["hessian_share"] == (1.0 if method.startswith("fednl") else 0.0)
         assert all(len(curve[k]) == len(curve["round"]) for k in ("rel", "uplink_bits", "total_bits"))
         assert curve["uplink_bits"] == sorted(curve["uplink_bits"])
     gd = cells["gd"]["curve"]
@@ -1593,10 +1594,13 @@ def compressed_arithmetic(section: dict) -> None:
              zip(gd["uplink_bits"][2:], gd["uplink_bits"][3:], gd["round"][2:], gd["round"][3:])}
     assert len(steps) == 1
     assert section["claims"] == claims("phishing", cells)
+    (part,) = section["parts"]
+    assert part["command"] == "python -m scripts.bench compressed --out tests/data/bench/compressed.json --quick" and part["finished"]
+    assert (part["datasets"], part["methods"]) == (["phishing"], list(QUICK))
 
 
 SECTIONS["compressed"] = (
-    "compressed", {"started_at", "machine", "quick", "target", "lam", "seed", "caps", "clients", "cells", "claims",
+    "compressed", {"started_at", "machine", "quick", "target", "lam", "seed", "parts", "clients", "cells", "claims",
                    "misses", "load_avg_after", "wall_s"}, compressed_arithmetic)
 
 
@@ -1622,12 +1626,15 @@ def test_the_compressed_claims_follow_from_the_numbers():
     miss = first({"fednl_topk": c(True, 30.0), "diana": c(True, 20.0)})
     assert miss["holds"] is False and miss["text"].endswith("1.5x diana's")
     assert first({"fednl_topk": c(False, 30.0), "diana": c(False, 20.0)})["holds"] is None
-    gone = claims("x", {"fednl_topk": c(True, 1.0), "newton_3pc": {"status": "absent"}})[3]
-    assert gone == {"dataset": "x", "claim": gone["claim"], "holds": None, "text": "not run: newton_3pc absent"}
-    lazy = claims("x", {"fednl_topk": c(True, 10.0), "newton_3pc": c(True, 10.0, hessian_rounds=25)})[3]
-    assert lazy["holds"] is True and "25.0% of its rounds" in lazy["text"]
-    assert claims("x", {"fednl_topk": c(True, 10.0), "newton_3pc": c(True, 10.0, hessian_rounds=26)})[3]["holds"] \
-        is False
+    gone = claims("x", {"fednl_topk": c(True, 1.0), "newton_3pc_bag": {"status": "absent"}})[3]
+    assert gone == {"dataset": "x", "claim": gone["claim"], "holds": None, "text": "not run: newton_3pc_bag absent"}
+    lazy = claims("x", {"fednl_topk": c(True, 10.0), "newton_3pc_bag": c(True, 10.0, hessian_share=0.25)})[3]
+    assert lazy["holds"] is True and lazy["text"].endswith("25.0% of its rounds per node; uplink bits/node 10, "
+                                                           "fednl_topk 10")
+    over = claims("x", {"fednl_topk": c(True, 10.0), "newton_3pc_bag": c(True, 15.0, hessian_share=0.3)})[3]
+    assert over["holds"] is False and over["text"].endswith(": 1.2x a quarter of its rounds, 1.5x fednl_topk's bits")
+    short = claims("x", {"fednl_topk": c(True, 10.0), "newton_3pc_bag": c(False, 5.0, hessian_share=0.2)})[3]
+    assert short["holds"] is False and short["text"].endswith(": no target")
 
 
 def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
@@ -1636,16 +1643,20 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
     from dane.paper_figs import compressed as fig
 
     section = canned("compressed")["compressed"]
+    section["cells"]["phishing"]["nl1"] = {"method": "nl1", "algorithm": "nl1", "status": "absent",
+                                           "error": "not run: nl1 absent"}
     text = fig.render(section, "tests/data/bench/compressed.json")
     gd = section["cells"]["phishing"]["gd"]
     assert (f"| GD | > {gd['rounds']} | > {gd['uplink_bits']:.3g} | > {gd['total_bits']:.3g} | > "
             f"{gd['local_passes']:.3g} | best {gd['best_rel']:.2g} ({gd['missed_by']:.2g}x the target) at the cap |"
             in text)
-    assert "| FedNL (TopK) | " in text and "| DIANA | " in text and text.endswith("Not run: phishing fednl_bc absent.")
+    assert "| FedNL (TopK) | " in text and "| DIANA | " in text and text.endswith("Not run: phishing nl1 absent.")
+    assert "round caps 30 (FedNL (TopK), FedNL-BC, DIANA, GD)." in text and "(1 run from " in text
     assert fig.label({"algorithm": "fednl", "keys": {"compressor": "rank:1"}}) == "FedNL (rank-1)"
+    assert fig.label({"algorithm": "newton_3pc", "keys": {"mechanism": "bag", "p": 0.25}}) == "Newton-3PC (bag, p = 0.25)"
     assert text.count("\n- phishing: ") == len(section["claims"]) == 4
     page = tmp_path / "page.md"
     page.write_text(f"x\n{fig.BEGIN}\nold\n{fig.END}\n")
     paths = fig.main(["--json", str(DATA / "compressed.json"), "--out", str(tmp_path), "--page", str(page)])
     assert (tmp_path / "compressed.png").stat().st_size > 10_000 and len(paths) == 3
-    assert fig.render(section, str(DATA / "compressed.json")) in page.read_text()
+    assert fig.render(canned("compressed")["compressed"], str(DATA / "compressed.json")) in page.read_text()

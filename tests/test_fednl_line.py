@@ -397,7 +397,7 @@ def test_dingo_against_numpy(logistic, theta):
                                                 ("bag", 1.0, 0.5), ("cbag", 1.0, 0.7)])
 def test_newton_3pc_against_numpy(logistic, mechanism, zeta, p):
     """4 rounds to 1e-12 against the paper's round in NumPy (dense Hessians; TopK on the packed triangle for clag and
-    cbag, k = 8; the coins from the clients' streams), the senders and bits by hand."""
+    cbag, k = 8; the coins from the clients' streams), the senders, bits and Hessians formed by hand."""
     from dane.baselines.newton_3pc import COIN_STREAM, Newton3PCConfig
 
     X, y, grad, _, _ = logistic
@@ -407,7 +407,7 @@ def test_newton_3pc_against_numpy(logistic, mechanism, zeta, p):
     x = np.zeros(d)
     H_i = client_hessians(X, y, x)
     Y = [H.copy() for H in H_i]
-    bits = M * 64 * T
+    bits, formed = M * 64 * T, 0
     for k in range(4):
         now = client_hessians(X, y, x)
         senders = 0
@@ -425,6 +425,8 @@ def test_newton_3pc_against_numpy(logistic, mechanism, zeta, p):
         x = x - np.linalg.solve(H, grad(x))
         np.testing.assert_allclose(ws[k + 1].numpy(), x, rtol=0, atol=1e-12)
         assert records[k]["hessians_sent"] == senders
+        formed += senders if mechanism in ("bag", "cbag") else M  # a coin's loser forms no Hessian
+        assert records[k + 1]["local_hessians"] == formed  # record k + 1: the work that made x_{k+1}
         bits += M * 64 * d + senders * (64 * T if mechanism in ("lag", "bag") else 8 * (64 + 5))
         assert records[k]["clients_uplink_bits"] == bits
     sent = [r["hessians_sent"] for r in records[:4]]
