@@ -15,6 +15,8 @@ config, in the package or beside it (``--config-dir``).
 """
 from __future__ import annotations
 
+import functools
+
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -251,21 +253,28 @@ def known_algorithms() -> dict[str, type[Algorithm]]:
     """The package's algorithms by the name ``algorithm=<name>`` selects: ``conf/algorithm/<name>.yaml`` and the
     `Algorithm` class its config (``_target_``) builds.  It imports every one of them: for the one-line
     refusals that list which algorithms would do, not for a run."""
+    from .layout import CONF_DIR
+
+    found = {path.stem: algorithm_of(path) for path in sorted((CONF_DIR / "algorithm").glob("*.yaml"))}
+    return {name: cls for name, cls in found.items() if cls is not None}
+
+
+def algorithm_of(path) -> type[Algorithm] | None:
+    """The `Algorithm` class the config file ``path`` builds (its ``_target_``), None where it builds no
+    `AlgorithmConfig`."""
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from .layout import CONF_DIR
-
-    found = {}
-    for path in sorted((CONF_DIR / "algorithm").glob("*.yaml")):
-        config = get_class(OmegaConf.load(path)["_target_"])
-        if issubclass(config, AlgorithmConfig):
-            found[path.stem] = config.algorithm
-    return found
+    config = get_class(OmegaConf.load(path)["_target_"])
+    return config.algorithm if issubclass(config, AlgorithmConfig) else None
 
 
+@functools.cache
 def label_of(name: str) -> str:
     """The display name of ``algorithm=<name>``: its class's `Algorithm.label` (``name`` itself where the class
-    declares none, or where no algorithm has that name)."""
-    cls = known_algorithms().get(name)
+    declares none, or where no algorithm has that name).  Reads that one config file, once a process."""
+    from .layout import CONF_DIR
+
+    path = CONF_DIR / "algorithm" / f"{name}.yaml"
+    cls = algorithm_of(path) if path.is_file() else None
     return (cls.label if cls is not None else "") or name
