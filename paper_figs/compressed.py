@@ -11,13 +11,11 @@ best reached and the factor missed by; then the claims the section measured.  No
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 from dane.algorithm import label_of
 from dane.paper_figs.blocks import publish
-from dane.paper_figs.common import FIG_DIR, save
+from dane.paper_figs.common import bench_parser, bench_section, save
 
 KEY = "compressed"
 BEGIN, END = "<!-- compressed-table:begin -->", "<!-- compressed-table:end -->"
@@ -115,18 +113,11 @@ def draw(section: dict):
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", default="results/bench.json", help="the benchmark's JSON")
-    parser.add_argument("--out", default=str(FIG_DIR), help="where the figure goes (default results/figures)")
-    parser.add_argument("--page", default=str(PAGE), help="the page whose block the table replaces")
-    parser.add_argument("--print", action="store_true", help="write the table to stdout, not into the page")
-    args = parser.parse_args(argv)
-    bench = json.loads(Path(args.json).read_text())
-    if KEY not in bench:
-        raise SystemExit(f"error: {args.json} holds no {KEY} section; run python -m scripts.bench {KEY} first")
-    table = render(bench[KEY], args.json)
+    args = bench_parser(__doc__, PAGE, figure=True).parse_args(argv)
+    section = bench_section(args.json, KEY)
+    table = render(section, args.json)
     publish(table, args.page, BEGIN, END, args.print)
-    paths = save(draw(bench[KEY]), args.out, KEY, table)
+    paths = save(draw(section), args.out, KEY, table)
     for path in paths:
         print(path)
     return paths
