@@ -264,8 +264,7 @@ def row_pass(X: scipy.sparse.csr_matrix, y: np.ndarray, start: np.ndarray, x: np
     if every and not unit:
         z = X @ x
     else:
-        z = np.empty(int(sizes.sum()))
-        _kernels()[0](indptr, indices, X.data, unit, x, unsigned(start), unsigned(clients), z)
+        z = each_margins(X, start, np.broadcast_to(x, (len(clients), d)), clients, unit=unit)  # one x, a view
     if every:
         zt, yt = torch.from_numpy(z), torch.from_numpy(y)
         values = ROW_VALUES[loss.name](zt[:, None], yt[:, None]).numpy()
@@ -292,8 +291,8 @@ def each_margins(X: scipy.sparse.csr_matrix, start: np.ndarray, xs: np.ndarray, 
                  unit: bool = False) -> np.ndarray:
     """z_j = x_jᵀ x_c for the rows j of each client c of ``clients`` (in order), at its own point xs[k] (s, d)."""
     z = np.empty(int((start[clients + 1] - start[clients]).sum()))
-    _each_kernel()(unsigned(X.indptr), unsigned(X.indices), X.data, unit, np.ascontiguousarray(xs), unsigned(start),
-                   unsigned(clients), z)
+    _kernels()[0](unsigned(X.indptr), unsigned(X.indices), X.data, unit, np.asarray(xs, dtype=np.float64),
+                  unsigned(start), unsigned(clients), z)
     return z
 
 
@@ -320,30 +319,6 @@ def each_pass(X: scipy.sparse.csr_matrix, y: np.ndarray, start: np.ndarray, xs: 
     values, dz = client_losses(loss, z, y[rows], sizes)
     sums, grads = client_sums(X, start, clients, weight, dz, unit, values)
     return RowPass(xs, z, weight * sums, grads, None)
-
-
-@functools.cache
-def _each_kernel():
-    """`each_margins`' loop, compiled by numba on first use: `_kernels`' margins with a point per client."""
-    import numba
-
-    @numba.njit(cache=True, nogil=True)
-    def margins_each(indptr, indices, data, unit, xs, start, clients, z):
-        at = 0
-        for k in range(len(clients)):
-            c, x = clients[k], xs[k]
-            for j in range(start[c], start[c + 1]):
-                s = 0.0
-                if unit:
-                    for p in range(indptr[j], indptr[j + 1]):
-                        s += x[indices[p]]
-                else:
-                    for p in range(indptr[j], indptr[j + 1]):
-                        s += data[p] * x[indices[p]]
-                z[at] = s
-                at += 1
-
-    return margins_each
 
 
 def block_products(P: scipy.sparse.csc_matrix, slots: np.ndarray, h: np.ndarray, start: np.ndarray,
@@ -410,9 +385,10 @@ def _kernels():
     import numba
 
     @numba.njit(cache=True, nogil=True)
-    def margins(indptr, indices, data, unit, x, start, clients, z):  # z: the clients' rows, in order
+    def margins(indptr, indices, data, unit, xs, start, clients, z):  # z: the clients' rows, in order
         at = 0
-        for c in clients:
+        for k in range(len(clients)):  # client k's rows at its own point xs[k] (one shared x: a broadcast view)
+            c, x = clients[k], xs[k]
             for j in range(start[c], start[c + 1]):
                 s = 0.0
                 if unit:  # 1.0 · x_a is x_a: the same sum without reading the values
