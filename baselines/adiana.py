@@ -143,8 +143,8 @@ class ADIANAConfig(AlgorithmConfig, CompressedKeys):
                 checks.positive(f"algorithm.{key}", getattr(self, key))
         for key in ("p", "beta"):
             value = getattr(self, key)
-            if value is not None and not 0 < value <= 1:
-                raise ConfigError(f"algorithm.{key} must be in (0, 1], got {value}")
+            if value is not None:
+                checks.fraction(f"algorithm.{key}", value)
         if self.theta1 is not None and not 0 < self.theta1 <= 1 - ADIANA_THETA2:
             raise ConfigError(f"algorithm.theta1 must be in (0, {1 - ADIANA_THETA2}] (theta2 = {ADIANA_THETA2}), "
                               f"got {self.theta1}")

@@ -175,11 +175,9 @@ class FedNLBCConfig(FedNLConfig):
         if compressor.matrices:
             raise ConfigError(f"algorithm.model_compressor={self.model_compressor} compresses d×d matrices; the "
                               f"model is a vector: topk:K, randk:K, natural, dither:S or none")
-        if self.model_lr is not None and not 0 < checks.positive("algorithm.model_lr", self.model_lr) <= 1:
-            raise ConfigError(f"algorithm.model_lr must be in (0, 1], got {self.model_lr}")
-        if not 0 < checks.positive("algorithm.p", self.p) <= 1:
-            raise ConfigError(f"algorithm.p must be in (0, 1] (the probability that the clients send gradients), "
-                              f"got {self.p}")
+        if self.model_lr is not None:
+            checks.fraction("algorithm.model_lr", self.model_lr)
+        checks.fraction("algorithm.p", self.p, "the probability that the clients send gradients")
 
     def recovery(self) -> list[str]:
         """FedNL's remedies that apply to its plain round (the line search is algorithm=fednl's), and fresh

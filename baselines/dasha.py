@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 import torch
 
+from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.compress import make
-from dane.errors import ConfigError
 from dane.problems import Problem
 
 from .defaults import Resolution, dasha_momentum, dasha_step
@@ -98,8 +98,8 @@ class DASHAConfig(AlgorithmConfig, CompressedKeys):
     def __post_init__(self) -> None:
         self.check_keys()
         unbiased_compressor(self.compressor, self.name)
-        if self.momentum is not None and not 0 < self.momentum <= 1:
-            raise ConfigError(f"algorithm.momentum must be in (0, 1] (DASHA's a), got {self.momentum}")
+        if self.momentum is not None:
+            checks.fraction("algorithm.momentum", self.momentum, "DASHA's a")
 
     def build(self, problem: Problem, comm: Communicator) -> DASHA:
         """The nulls resolved (`baselines.defaults`): a from ω, γ from L̄, L̂, ω and m."""

@@ -197,8 +197,8 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
             checks.nonnegative("algorithm.lam", self.lam)
         checks.one_of("algorithm.control_variate", self.control_variate, (1, 2))
         checks.one_of("algorithm.averaging", self.averaging, AVERAGING)
-        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
-            raise ConfigError(f"algorithm.p must be in (0, 1] (the chance that a local step is the last), got {self.p}")
+        if self.p is not None:
+            checks.fraction("algorithm.p", self.p, "the chance that a local step is the last")
         if self.cv_weight is not None:
             checks.positive("algorithm.cv_weight", self.cv_weight)
         checks.positive("algorithm.server_lr", self.server_lr)

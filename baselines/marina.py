@@ -192,8 +192,8 @@ class MARINAConfig(AlgorithmConfig, CompressedKeys, SamplingKeys):
         self.check_keys()
         self.check_sampling()
         unbiased_compressor(self.compressor, self.name)
-        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
-            raise ConfigError(f"algorithm.p must be in (0, 1] (the probability of a full round), got {self.p}")
+        if self.p is not None:
+            checks.fraction("algorithm.p", self.p, "the probability of a full round")
         if self.clients_per_round is not None and self.sampling != "uniform":
             raise ConfigError(f"algorithm=marina samples clients uniformly with replacement (PP-MARINA), got "
                               f"algorithm.sampling={self.sampling}; set algorithm.sampling=uniform")

@@ -42,7 +42,6 @@ from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.comm.batched import stacked
 from dane.compress import make
-from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.problems.stacked_hessians import PackedRows, frobenius_norms, packed_size
 from dane.sampling import SamplingKeys, sampled_mean
@@ -164,8 +163,7 @@ class Newton3PCConfig(AlgorithmConfig, SamplingKeys):
     def __post_init__(self) -> None:
         checks.one_of("algorithm.mechanism", self.mechanism, MECHANISMS)
         checks.nonnegative("algorithm.zeta", self.zeta)
-        if not 0 < self.p <= 1:
-            raise ConfigError(f"algorithm.p must be in (0, 1], got {self.p}")
+        checks.fraction("algorithm.p", self.p)
         make(self.compressor)
         if self.mu is not None:
             checks.nonnegative("algorithm.mu", self.mu)

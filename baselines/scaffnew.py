@@ -97,8 +97,8 @@ class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     algorithm = Scaffnew
 
     def __post_init__(self) -> None:
-        if self.p is not None and not 0 < checks.positive("algorithm.p", self.p) <= 1:
-            raise ConfigError(f"algorithm.p must be in (0, 1] (the probability to communicate), got {self.p}")
+        if self.p is not None:
+            checks.fraction("algorithm.p", self.p, "the probability to communicate")
         checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
         checks.positive_int("algorithm.max_local_steps", self.max_local_steps)
         self.check_local()

@@ -30,6 +30,13 @@ def nonnegative(key: str, value) -> float:
     return value
 
 
+def fraction(key: str, value, what: str = "") -> float:
+    """``value`` in (0, 1] (a probability, a step share); ``what``: what it is, said in the error."""
+    if not 0 < _number(key, value) <= 1:
+        raise ConfigError(f"{key} must be in (0, 1]{f' ({what})' if what else ''}, got {value}")
+    return value
+
+
 def positive_int(key: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{key} must be a positive integer, got {value!r}")
