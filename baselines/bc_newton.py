@@ -107,6 +107,9 @@ class FedNLBC(FedNL):
         self.z, self.G = None, None                       # the last gradient point and ∇O there
         self.downlink_bits = 0
 
+    def spent(self) -> dict[str, int]:
+        return {**super().spent(), "clients_downlink_bits": self.downlink_bits}
+
     def step(self) -> dict[str, float]:
         w = self.w.numpy()
         members, full = self.sampler.draw_all(), self.full

@@ -118,6 +118,9 @@ class ClientBits:
     def evaluate(self) -> dict[str, float]:
         return {**super().evaluate(), "clients_uplink_bits": self.uplink_bits}
 
+    def spent(self) -> dict[str, int]:
+        return {**super().spent(), "clients_uplink_bits": self.uplink_bits}
+
     def state_dict(self) -> dict:
         return {**super().state_dict(), "bits": self.uplink_bits}
 
@@ -248,6 +251,9 @@ class Federated(Algorithm):
     def evaluate(self) -> dict[str, float]:
         """The last iterate's metrics (one allreduce, not a round of the method) and the traffic so far."""
         return {**super().evaluate(), **self.traffic.record(self.sampler.s)}
+
+    def spent(self) -> dict[str, int]:
+        return {**super().spent(), **self.traffic.spent()}
 
     def record(self, reduced: list[torch.Tensor], members: torch.Tensor) -> dict[str, float]:
         return {**global_metrics(self, reduced), **self.traffic.record(len(members))}

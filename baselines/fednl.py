@@ -59,7 +59,8 @@ participants as ``uplink_bytes`` is, by the compressor's exact `dane.compress.Co
 ``comm.compress``'s per-worker ``uplink_bits``, which FedNL, compressing its own message, does not
 use): FedNL and FedNL-LS 64·d (its gradient) + bits(S_i) (+ 64 for l_i under option 2, + 64 per
 line-search trial); FedNL-PP bits(S_i) + 64·d (Δg_i) + 64 (Δl_i).  Before round 0 each client sends
-H_i⁰ whole (64·d(d+1)/2 bits), counted in round 0's record.  S_i travels as the packed upper
+H_i⁰ whole (64·d(d+1)/2 bits), which round 0's record holds (a record counts what reaching its
+iterate cost, `dane.algorithm.Algorithm.spent`).  S_i travels as the packed upper
 triangle of the symmetric difference (d(d+1)/2 entries: what u-FedNL sends), so TopK/RandK's k counts
 entries of that triangle and δ, ω are those of the packed vector; ``rank:R`` compresses the d x d
 matrix.
@@ -391,10 +392,12 @@ class StackedFedNL:
 
     def step(self) -> dict[str, float]:
         """One round; returns ``grad_norm`` at the iterate it started from (FedNL, FedNL-LS; FedNL-PP computes no
-        full gradient: nan), ``step_size`` and the cumulative ``clients_uplink_bits``."""
+        full gradient: nan), ``step_size`` and the cumulative ``clients_uplink_bits`` to reach that iterate (as a
+        run's records count them, `dane.algorithm.Algorithm.spent`)."""
+        spent = self.uplink_bits
         record = self.step_pp() if self.variant == "pp" else self.step_plain()
         self.rounds += 1
-        return {**record, "step_size": self.step_size, "clients_uplink_bits": self.uplink_bits}
+        return {**record, "step_size": self.step_size, "clients_uplink_bits": spent}
 
     def step_plain(self) -> dict[str, float]:
         x = self.x

@@ -158,6 +158,11 @@ class MARINA(Algorithm):
         self.traffic.downlink += self.comm.size * d * width // 8  # g_k to every client
         return {**self.traffic.record(clients), "clients_uplink_bits": self.uplink_bits}
 
+    def spent(self) -> dict[str, int]:
+        if self.sampler is None:
+            return super().spent()
+        return {**super().spent(), **self.traffic.spent(), "clients_uplink_bits": self.uplink_bits}
+
     def evaluate(self) -> dict[str, float]:
         out = super().evaluate()
         if self.sampler is None:

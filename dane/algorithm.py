@@ -131,6 +131,14 @@ class Algorithm(Rounds, ABC):
     def step(self) -> dict[str, float]:
         """One round: returns the global metrics of the iterate the round started from, then moves on."""
 
+    def spent(self) -> dict[str, int]:
+        """The method's own cumulative counters (record keys: a federated method's participants' bytes, FedNL's
+        exact bits) as they stand now, before the round that moves on from the current iterate.  The round loop
+        reads them before each round and writes them into that round's record, so that a record's counters, like
+        the communicator's and the local work's, hold what reaching its iterate cost (`dane.loop.runner.run`);
+        none here."""
+        return {}
+
     def evaluate(self) -> dict[str, float]:
         """Global metrics of the current iterate, in one grouped allreduce."""
         local_grad, local_metrics = self.problem.evaluate(self.w)

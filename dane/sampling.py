@@ -25,7 +25,8 @@ are the run's measurement, not part of the method).  So the communicator's ``byt
 ``comm_rounds`` count the collectives as run, all m ranks; the method's own traffic in the
 client-server model, participants only, is `Traffic`: records carry ``uplink_bytes`` (what the
 sampled clients sent to the server, summed over them) and ``downlink_bytes`` (what the server
-sent to them), cumulative, and ``clients`` (|S_t|).  The simulator's clock charges a sampled
+sent to them), cumulative to the record's iterate as every counter is (`Algorithm.spent`), and
+``clients`` (|S_t|, those of the round that moves on from it).  The simulator's clock charges a sampled
 collective to the participants only (`Communicator.next_participants`): the slowest client of
 S_t sets the compute before it (a client outside S_t does none of the method's work, only the
 metrics) and the modelled allreduce is a ring over the |S_t| participants (no cost at |S_t| = 1).
@@ -199,7 +200,13 @@ class Traffic:
         self.downlink += clients * nbytes(list(down))
 
     def record(self, clients: int) -> dict[str, int]:
-        return {"clients": clients, "uplink_bytes": self.uplink, "downlink_bytes": self.downlink}
+        """A round's record of ``clients`` participants; its bytes are replaced by `spent`'s, taken before the
+        round (`dane.algorithm.Algorithm.spent`)."""
+        return {"clients": clients, **self.spent()}
+
+    def spent(self) -> dict[str, int]:
+        """The bytes so far, as records count them: to reach the record's iterate."""
+        return {"uplink_bytes": self.uplink, "downlink_bytes": self.downlink}
 
     def state_dict(self) -> dict:
         return {"uplink": self.uplink, "downlink": self.downlink}

@@ -61,14 +61,14 @@ def problem(name: str) -> LinearModelConfig:
 
 
 def per_node(records: list[dict], m: int) -> list[dict]:
-    """Each record's cumulative work per node through its round (`work_to`): bits up, up and down (FedNL's participants'
-    bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``), local passes and Hessians formed (None where
-    not counted; `dane.work`'s counts of round t are record t + 1's)."""
+    """Each record's cumulative work per node to reach its iterate (`work_to`): bits up, up and down (FedNL's
+    participants' bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``), local passes and Hessians
+    formed (None where not counted)."""
     def bits(r: dict, way: str) -> float:
         return 8 * r.get(f"{way}link_bytes", 0) / m if "uplink_bytes" in r else float(r.get(f"{way}link_bits", 0))
     return [{"uplink_bits": bits(r, "up"), "total_bits": bits(r, "up") + bits(r, "down"),
-             **{k: None if n.get(k) is None else n[k] / m for k in ("local_passes", "local_hessians")}}
-            for r, n in zip(records, [*records[1:], records[-1]])]
+             **{k: None if r.get(k) is None else r[k] / m for k in ("local_passes", "local_hessians")}}
+            for r in records]
 
 
 def thinned(rel: list[float], work: list[dict], points: int = 60) -> dict:

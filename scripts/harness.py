@@ -158,12 +158,10 @@ def main(argv: list[str], benches: dict[str, Bench]) -> dict:
 
 
 def work_to(records: list[dict], hit: int, key: str):
-    """The cumulative ``key`` (``uplink_bytes``, ``local_passes``) spent to reach record ``hit``'s iterate: record
-    t holds w_t's metrics and the work of round t too, which made w_{t+1}, so w_t's is the record before (0 at
-    t = 0); None where the records count no such key."""
-    if records[hit].get(key) is None:
-        return None
-    return records[hit - 1][key] if hit > 0 else 0
+    """The cumulative ``key`` (``uplink_bytes``, ``local_passes``) spent to reach record ``hit``'s iterate: every
+    record counts what reaching its iterate cost (`dane.loop.runner.run`); None where the records count no such
+    key."""
+    return records[hit].get(key)
 
 
 # ---------------------------------------------------------------- in-process sections: rows, targets, parts

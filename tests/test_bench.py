@@ -242,9 +242,10 @@ def test_the_cell_loop_runs_only_resume_optional_skip_and_after(tmp_path):
 
 
 def test_work_is_counted_to_the_record_that_reaches_the_target():
-    """Record t holds the work of round t, which made w_{t+1}: w_t's is the record before; none when uncounted."""
-    records = [{"uplink_bytes": 10 * (k + 1), "local_passes": 3 * (k + 1)} for k in range(4)]
+    """Record t holds what reaching w_t cost (`dane.loop.runner.run`): its own counters; none when uncounted."""
+    records = [{"uplink_bytes": 10 * k, "local_passes": 3 * k} for k in range(4)]
     assert [harness.work_to(records, k, "local_passes") for k in range(4)] == [0, 3, 6, 9]
+    assert [harness.work_to(records, k, "uplink_bytes") for k in range(4)] == [0, 10, 20, 30]
     assert harness.work_to([{"uplink_bytes": None}, {"uplink_bytes": None}], 1, "uplink_bytes") is None
     assert harness.work_to(records, 2, "local_steps") is None
 
@@ -744,9 +745,9 @@ def test_targets_are_the_first_records_at_or_below_them():
     from scripts import bench_federated as bench
     subs = [1.0, 1e-3, 2e-4, 1e-5, 1e-9, 3e-9]  # relative to |O*| = 2: 0.5, 5e-4, 1e-4, 5e-6, 5e-10, 1.5e-9
     found = bench.at_targets([record(k, s) for k, s in enumerate(subs)])
-    # record t carries round t's traffic, which made w_{t+1}: w_2's is record 1's
-    assert found["targets"]["0.0001"] == {"rounds": 2, "comm_rounds": 5, "time_s": 1.0, "uplink_bytes": 10,
-                                          "downlink_bytes": 20, "bytes_sent": 200}
+    # record t counts what reaching w_t cost: w_2's traffic is record 2's
+    assert found["targets"]["0.0001"] == {"rounds": 2, "comm_rounds": 5, "time_s": 1.0, "uplink_bytes": 20,
+                                          "downlink_bytes": 40, "bytes_sent": 200}
     assert found["targets"]["1e-08"]["rounds"] == 4
     assert found["best_rel_suboptimality"] == pytest.approx(5e-10)
     assert bench.at_targets([record(0, 1.0), record(1, float("nan"))])["targets"]["1e-08"] is None

@@ -177,7 +177,8 @@ def test_bits_are_rounds_times_closed_form(problem, spec):
     hessian = {"none": 64 * T, "topk:7": 7 * (64 + (T - 1).bit_length()), "randk:7": 7 * 64, "natural": 12 * T,
                "rank:2": 2 * (d + 1) * 64}[spec]
     assert uplink_bits(make(spec), d, variant="plain", option=1) == hessian + 64 * d
-    assert record["clients_uplink_bits"] == m * 64 * T + 3 * m * (hessian + 64 * d)
+    assert record["clients_uplink_bits"] == m * 64 * T + 2 * m * (hessian + 64 * d)  # to reach x_2, round 2's own
+    assert run.uplink_bits == m * 64 * T + 3 * m * (hessian + 64 * d)
 
 
 def test_default_alpha_per_class():
@@ -260,9 +261,9 @@ def test_worker_level_equals_stacked(overrides):
     records = out[0][1]
     for t, w in enumerate(out[0][2]):
         np.testing.assert_allclose(w.numpy(), stacked.x, rtol=0, atol=1e-12, err_msg=f"round {t}")
+        assert records[t]["clients_uplink_bits"] == stacked.uplink_bits  # cumulative to reach x_t, H_i^0 included
         if t < len(records) - 1:  # the last record is the final iterate's evaluation, after the last round
             stacked.step()
-        assert records[t]["clients_uplink_bits"] == stacked.uplink_bits  # cumulative, H_i^0 included
     for _, records, ws in out[1:]:  # every worker holds the same iterate
         assert all(torch.equal(a, b) for a, b in zip(out[0][2], ws))
 

@@ -104,11 +104,12 @@ def test_bits_both_ways_are_the_hand_counts(data):
     down = kp * (64 + (d - 1).bit_length())                # C_M on d entries
     flags = [r["full_round"] for r in records[:-1]]
     assert flags[0] == 1.0 and 0 < sum(flags[1:]) < ROUNDS - 1
-    # record t: after round t (its bits in it); the last, the final iterate's evaluation, repeats the totals
-    expect_up = np.cumsum([first] + [M * (up_full if f else up) for f in flags]).tolist()[1:]
-    assert [r["clients_uplink_bits"] for r in records] == expect_up + expect_up[-1:]
-    expect_down = [(t + 1) * M * down for t in range(ROUNDS)]
-    assert [r["clients_downlink_bits"] for r in records] == expect_down + expect_down[-1:]
+    # record t: what reaching w_t cost, before round t (record 0: H_i⁰ alone); the last, the final iterate's
+    # evaluation, every round's
+    expect_up = np.cumsum([first] + [M * (up_full if f else up) for f in flags]).tolist()
+    assert [r["clients_uplink_bits"] for r in records] == expect_up
+    expect_down = [t * M * down for t in range(ROUNDS + 1)]
+    assert [r["clients_downlink_bits"] for r in records] == expect_down
     assert records[-1]["downlink_bytes"] == ROUNDS * M * -(-down // 8)
 
 

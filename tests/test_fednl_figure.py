@@ -34,9 +34,10 @@ def test_bits_per_client_and_relative_suboptimality_are_the_records(runs):
     assert got["label"] == "fednl_topk" and got["rounds"] == [r["round"] for r in fednl]
     assert got["bits"] == [r["clients_uplink_bits"] / 4 for r in fednl]  # FedNL's count sums the 4 clients
     assert got["relative"] == pytest.approx([r["suboptimality"] / abs(optimum) for r in fednl], rel=1e-15)
-    # d = 6: round 0's record holds H_i^0 whole (21 packed values at 64 bits) and round 0's message
+    # d = 6: round 0's record holds H_i^0 whole (21 packed values at 64 bits), what reaching x_0 cost; record 1 adds
+    # round 0's message
     per_round = uplink_bits(make("topk:5"), 6, variant="plain", option=2)
-    assert got["bits"][0] == 64 * 21 + per_round and got["bits"][1] - got["bits"][0] == per_round
+    assert got["bits"][0] == 64 * 21 and got["bits"][1] - got["bits"][0] == per_round
     assert curve(runs / "gd")["bits"] == [r["uplink_bits"] for r in gd]  # comm.compress's per-worker count
     summary = json.loads((runs / "fednl_topk" / "summary.json").read_text())  # the summary repeats the last counts
     assert summary["clients_uplink_bits"] == fednl[-1]["clients_uplink_bits"] == 4 * got["bits"][-1]

@@ -84,7 +84,7 @@ def test_newton_star_iterates_and_bits(logistic):
     for k in range(1, 4):
         x = x - np.linalg.inv(H_star) @ grad(x)
         np.testing.assert_allclose(ws[k].numpy(), x, rtol=0, atol=1e-12)
-    assert [r["clients_uplink_bits"] for r in records] == [M * 64 * (21 + k * 6) for k in (1, 2, 3, 3)]  # + the last
+    assert [r["clients_uplink_bits"] for r in records] == [M * 64 * (21 + k * 6) for k in range(4)]  # to reach x_k
     assert d * (d + 1) // 2 == 21
 
 
@@ -264,7 +264,7 @@ def test_fednl_cr_against_numpy(logistic, spec):
     T = d * (d + 1) // 2
     hessian_bits = 64 * T if spec == "none" else 8 * (64 + 5)  # ⌈log₂ 21⌉ = 5 index bits
     per_round = 64 * d + hessian_bits + 64
-    assert records[2]["clients_uplink_bits"] == M * (64 * T + 3 * per_round)
+    assert records[3]["clients_uplink_bits"] == M * (64 * T + 3 * per_round)  # to reach x_3
 
 
 def test_fednl_cr_keys():
@@ -315,7 +315,7 @@ def test_nl1_against_numpy(logistic, k, eta):
         B = B + sum(changes)
         np.testing.assert_allclose(ws[r + 1].numpy(), x, rtol=0, atol=1e-12)
     T = d * (d + 1) // 2
-    assert records[2]["clients_uplink_bits"] == M * 64 * (T + 3 * (d + k * d + k))
+    assert records[3]["clients_uplink_bits"] == M * 64 * (T + 3 * (d + k * d + k))  # to reach x_3
     assert list(algo.defaults) == ([] if eta is not None else
                              [{"key": "algorithm.eta", "value": k / 20, "rule": "nl1_step", "stats": {"k": k, "rows": 20}}])
 
@@ -388,7 +388,7 @@ def test_dingo_against_numpy(logistic, theta):
         assert (records[k - 1]["case"], records[k - 1]["step_size"]) == (case, a)
         bits += 64 * (4 * d + (d if case == 3 else 0) + (1 - round(np.log2(a))) * d)
         cases.append(case)
-    assert records[2]["clients_uplink_bits"] == M * bits
+    assert records[3]["clients_uplink_bits"] == M * bits  # to reach x_3
     assert cases[0] == {1e-4: 1, 1.5: 3, 30.0: 3}[theta]
 
 
@@ -428,7 +428,7 @@ def test_newton_3pc_against_numpy(logistic, mechanism, zeta, p):
         formed += senders if mechanism in ("bag", "cbag") else M  # a coin's loser forms no Hessian
         assert records[k + 1]["local_hessians"] == formed  # record k + 1: the work that made x_{k+1}
         bits += M * 64 * d + senders * (64 * T if mechanism in ("lag", "bag") else 8 * (64 + 5))
-        assert records[k]["clients_uplink_bits"] == bits
+        assert records[k + 1]["clients_uplink_bits"] == bits  # record k + 1: what reaching x_{k+1} cost
     sent = [r["hessians_sent"] for r in records[:4]]
     if mechanism in ("lag", "clag"):
         assert sent[0] == 0  # round 0: X = H_i⁰, nothing to send

@@ -36,7 +36,7 @@ def test_pp_marina_with_every_client_and_p_one_is_gd_bit_for_bit(shards):
     gd, gd_records = iterates(GDConfig(lr=0.3), shards)
     assert all(torch.equal(a, b) for a, b in zip(marina, gd, strict=True))
     assert [r["objective"] for r in records] == [r["objective"] for r in gd_records]
-    assert [r["clients_uplink_bits"] for r in records[:-1]] == [(t + 1) * M * 64 * D for t in range(ROUNDS)]
+    assert [r["clients_uplink_bits"] for r in records] == [t * M * 64 * D for t in range(ROUNDS + 1)]  # to reach w_t
 
 
 def test_pp_marina_equals_its_numpy_transcription_with_the_sampler_and_seeded_randk(shards):
@@ -78,10 +78,10 @@ def test_a_sampled_round_sends_the_drawn_clients_bits_by_hand():
     assert flags[0] == 1.0 and 0 < sum(flags[1:]) < rounds - 1
     clients = [M if full else len(set(draw().tolist())) for full in flags]   # a client drawn twice sends once
     assert [r["clients"] for r in records[:-1]] == clients
-    bits = np.cumsum([M * 64 * D if full else c * 64 * k for full, c in zip(flags, clients)]).tolist()
-    assert [r["clients_uplink_bits"] for r in records[:-1]] == bits
-    assert [r["uplink_bytes"] for r in records[:-1]] == [b // 8 for b in bits]
-    assert [r["downlink_bytes"] for r in records[:-1]] == [(t + 1) * M * 8 * D for t in range(rounds)]  # g_k to all
+    bits = np.cumsum([0] + [M * 64 * D if full else c * 64 * k for full, c in zip(flags, clients)]).tolist()
+    assert [r["clients_uplink_bits"] for r in records] == bits  # record t: what reaching w_t cost
+    assert [r["uplink_bytes"] for r in records] == [b // 8 for b in bits]
+    assert [r["downlink_bytes"] for r in records] == [t * M * 8 * D for t in range(rounds + 1)]  # g_k to all
     assert summary["clients_uplink_bits"] == bits[-1] and records[-1]["clients"] == R
     plain, _ = fit(MARINAConfig(compressor=f"randk:{k}", lr=0.2, p=0.4, seed=0), rounds=2)
     assert "clients_uplink_bits" not in plain[-1] and "clients" not in plain[-1]  # MARINA's records as before

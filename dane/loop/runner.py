@@ -302,8 +302,9 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
         checkpoint_every: int = 0, keep_records: bool = True) -> RunResult:
     """Run rounds until ``stop`` says so; every record describes iterate w_t and what it cost to reach.
 
-    Round t's metrics are measured inside round t's first allreduce, and its time and
-    bytes are the totals when w_t was produced.  The last iterate gets one evaluation.
+    Round t's metrics are measured inside round t's first allreduce, and its time, bytes, local work and the
+    method's own counters (`Algorithm.spent`) are the totals when w_t was produced.  The last iterate gets one
+    evaluation.
 
     Every ``checkpoint_every`` rounds, ``on_checkpoint`` receives the state from which
     ``run(..., resume=state)`` continues exactly as the uninterrupted run would: the next
@@ -357,6 +358,7 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
                 "round": t, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                 "divergence": rising.state_dict(), "algorithm": algo.state_dict(), "last": records[-1:]})
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
+        spent = algo.spent() if isinstance(algo, Algorithm) else {}  # the method's own counters, to reach w_t
         try:
             metrics = algo.step() if t < stop.rounds else algo.evaluate()
         except Rejoin as woken:  # this worker slept through rounds outside S_t: on from rank 0's state
@@ -366,7 +368,7 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
             snapshot = _work_snapshot(comm, ledger)
             continue
         done = work.reduce_over_workers(comm, snapshot) if ledger is not None else None
-        record = {"round": t, **cost, **metrics, **(done or {})}
+        record = {"round": t, **cost, **metrics, **(done or {}), **spent}
         if keep_records or not records:
             records.append(record)
         else:

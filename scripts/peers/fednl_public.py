@@ -143,8 +143,8 @@ def relative(a, b) -> float:
 
 def compare(ref_x, ref_bits, pkg, bits_key, clients, note):
     """Per round k = 0..R: ‖x_ref − x_dane‖_∞/‖x_ref‖_∞; the bits, cumulative as each records them (the reference's
-    after k rounds; the package's record k: DIANA/ADIANA's before round k, the others' with round k's messages), and
-    each round's increment (the package's per client)."""
+    after k rounds; the package's record k: what reaching x_k cost, before round k), and each round's increment
+    (the package's per client)."""
     xs, records = pkg
     diff = [relative(a, b) for a, b in zip(ref_x, xs)]
     pkg_bits = [int(r.get(bits_key, 0)) for r in records]
