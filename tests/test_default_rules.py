@@ -84,9 +84,14 @@ ROWS = [
     (d.ef21_step, (2.0, 3.0, 0.75), {}, 0.2),                            # θ = 1/2, β = 1/2: 1/(2 + 3)
     (d.ef21_step, (2.0, 3.0, 0.19), {}, 1 / 29),                         # θ = 0.1, β = 8.1, sqrt(β/θ) = 9
     (d.ef21_step, (2.0, 3.0, 1.0), {}, 0.5),                             # δ = 1 (no compression): 1/L
-    # EF21-P with an EF21 uplink: EF21's γ at min(δ, δ_P) (this package's rule)
-    (d.ef21p_step, (2.0, 3.0, 0.75, 0.19), {}, 1 / 29),                  # min = 0.19: the row above's 1/29
-    (d.ef21p_step, (2.0, 3.0, 0.19, 0.75), {}, 1 / 29),                  # either direction's
+    # EF21-P: α/(16L) (Gruntkowska, Tyurin & Richtárik 2023, Theorem D.1); with an EF21 uplink the smaller of it and
+    # EF21's γ at δ, EF21's alone at δ_P = 1
+    (d.ef21p_primal_step, (2.0, 0.5), {}, 1 / 64),                       # 0.5/(16·2)
+    (d.ef21p_primal_step, (4.0, 1.0), {}, 1 / 64),
+    (d.ef21p_step, (2.0, 3.0, 1.0, 0.5), {}, 1 / 64),                    # exact uplink: Theorem D.1's 0.5/32 < 1/2
+    (d.ef21p_step, (2.0, 3.0, 0.19, 0.75), {}, 3 / 128),                 # 0.75/32 = 0.0234 below EF21's 1/29
+    (d.ef21p_step, (2.0, 30.0, 0.19, 0.75), {}, 1 / 272),                # sqrt(β/θ) = 9: 1/(2 + 270) below 0.0234
+    (d.ef21p_step, (2.0, 3.0, 0.19, 1.0), {}, 1 / 29),                   # exact downlink: EF21's
     (d.ef21p_step, (2.0, 3.0, 1.0, 1.0), {}, 0.5),                       # exact both ways: 1/L
     # FedNL-BC's η: 1 for a contractive C_M, 1/(ω + 1) for an unbiased one
     (d.model_learning_rate, (None,), {}, 1.0),
