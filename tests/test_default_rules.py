@@ -80,6 +80,10 @@ ROWS = [
     (d.pp_marina_probability, (3, 30, 2, 4), {}, 0.05),                  # 3·2/(30·4)
     (d.pp_marina_step, (2.0, 3.0, 9.0, 0.1, 10), {}, 1 / 11),            # sqrt(0.9·10/(0.1·10)) = 3: 1/(2 + 9)
     (d.pp_marina_step, (2.0, 3.0, 9.0, 1.0, 2), {}, 0.5),                # p = 1: 1/L₋
+    # ... as a coauthor's code has them (burlachenkok/flpytorch, MarinaAlgorithmPP: "Theorem 4.1, p.37"), at
+    # L₋ = L₊ = L: γ = 1/(L(1 + sqrt((1 − p)(1 + ω)/(pr)))), and p = r/(m(1 + ω)) for RandK (the row (3, 30, 2, 4) above)
+    (d.pp_marina_step, (2.0, 2.0, 9.0, 0.1, 10), {}, 1 / 8),             # 1/(2(1 + 3))
+    (d.pp_marina_probability, (3, 30, 2, 4), {}, 2 / (4 * (1 + (30 / 3 - 1)))),
     # EF21's γ = 1/(L + L̃ sqrt(β/θ)), θ = 1 − sqrt(1 − δ), β = (1 − δ)/θ (Richtárik et al. 2021, Theorem 1)
     (d.ef21_step, (2.0, 3.0, 0.75), {}, 0.2),                            # θ = 1/2, β = 1/2: 1/(2 + 3)
     (d.ef21_step, (2.0, 3.0, 0.19), {}, 1 / 29),                         # θ = 0.1, β = 8.1, sqrt(β/θ) = 9
