@@ -271,13 +271,23 @@ def ef21_step(smoothness: float, smoothness_rms: float, delta: float) -> float:
     return 1.0 / (smoothness + smoothness_rms * math.sqrt(beta / theta))
 
 
+def ef21p_primal_step(smoothness: float, delta_down: float) -> float:
+    r"""EF21-P's γ = α/(16L), α = δ_P the contraction of the model's compressor C_P (E‖C_P(x) − x‖² ≤ (1 − α)‖x‖²,
+    their Definition 1.5), L ≤ L̄ = mean_i L_i the smoothness of f.  Source: Gruntkowska, Tyurin & Richtárik 2023
+    (ICML), Theorem D.1, EF21-P with exact gradients at the compressed model (x ← x − γ∇f(w), w ← w + C_P(x − w),
+    their (5)) on μ-strongly convex L-smooth f, its largest step."""
+    return delta_down / (16.0 * smoothness)
+
+
 def ef21p_step(smoothness: float, smoothness_rms: float, delta: float, delta_down: float) -> float:
-    r"""EF21-P with an EF21 uplink (`baselines.ef21p`): `ef21_step` at min(δ, δ_P), δ of the uplink's compressor and
-    δ_P of the model's.  This package's rule, not the paper's: Gruntkowska, Tyurin & Richtárik 2023 state their
-    theorems for EF21-P with DIANA and with DCGD on the uplink and give none for this pairing.  It is EF21's Theorem 1
-    step where the downlink is exact (δ_P = 1, where the method is EF21) and takes the worse of the two compressors
-    otherwise.  At δ = δ_P = 1 it is 1/L̄ (GD's)."""
-    return ef21_step(smoothness, smoothness_rms, min(delta, delta_down))
+    r"""EF21-P with an EF21 uplink (`baselines.ef21p`): min(`ef21_step` at δ, `ef21p_primal_step` at δ_P), δ of the
+    uplink's compressor and δ_P of the model's; `ef21_step` alone where the downlink is exact (δ_P = 1: w = x, the
+    method is EF21).  Each half is its paper's: at δ = 1 (an exact uplink, the paper's EF21-P of its (5)) it is their
+    Theorem D.1's α/(16L), at δ_P = 1 EF21's Theorem 1 step.  The minimum of the two where both are compressed is this
+    package's rule: Gruntkowska, Tyurin & Richtárik 2023 state their bidirectional theorems for DIANA (Theorem 5.1,
+    γ ≤ min(n/(160ωL_max), α/(100L), 1/((ω+1)μ))) and DCGD uplinks, none for EF21's.  At δ = δ_P = 1 it is 1/L̄."""
+    step = ef21_step(smoothness, smoothness_rms, delta)
+    return step if delta_down >= 1.0 else min(step, ef21p_primal_step(smoothness, delta_down))
 
 
 def model_learning_rate(omega: float | None) -> float:

@@ -11,11 +11,20 @@ Round k, one allreduce:
         s_k = C_P(x_{k+1} - w_k) &&\text{(server: sends } s_k\text{)}\\
     w_{k+1} &= w_k + s_k &&\text{(every worker, and the server)}
 
-C = ``compressor`` and C_P = ``compressor_down``, contractive (TopK), or unbiased and used as C/(ω + 1), as in
-`baselines.ef21`.  With ``none`` for both, g_i = ∇O_i(w_k) and w = x: the method is GD at step γ (to round-off);
-with ``compressor_down=none`` it is `baselines.ef21` (w = x).  The update of w is EF21's estimate of x
-(`dane.compress.ErrorFeedback`) in the primal space, the paper's EF21-P; the paper pairs it with DIANA and DCGD
-uplinks, this module with EF21's.
+C = ``compressor`` and C_P = ``compressor_down``, contractive (E‖C(x) − x‖² ≤ (1 − δ)‖x‖²: TopK, δ = K/d), or unbiased
+and used as C/(ω + 1) (δ = 1/(ω + 1)), as in `baselines.ef21`; δ_P is C_P's, the paper's α.  With ``none`` for both,
+g_i = ∇O_i(w_k) and w = x: the method is GD at step γ (to round-off); with ``compressor_down=none`` it is
+`baselines.ef21` (w = x).
+
+*The paper's method and this one.*  The downlink is the paper's EF21-P (Gruntkowska, Tyurin & Richtárik 2023, ICML:
+their (5) and lines 11-16 of their Algorithm 1): x_{t+1} = x_t − γg^t, w_{t+1} = w_t + C_P(x_{t+1} − w_t), w_0 = x_0,
+the workers' gradients taken at w_t.  With an exact uplink (``compressor=none``) this module is their EF21-P (5) on
+f = mean_i O_i, exactly.  The uplink is where it departs: the paper pairs EF21-P with DIANA (their Algorithm 1:
+m_i = C_i^D(∇f_i(w_t) − h_i) with C_i^D unbiased, h_i ← h_i + βm_i, and the server steps with g^t = h^t + mean_i m_i)
+and with DCGD (their Algorithm 2: β = 0, h = 0); this module uses EF21's (`dane.compress.ErrorFeedback`): c_i =
+C(∇O_i(w_k) − g_i) with C contractive, and the server steps with g = mean_i g_i after the update.  For an unbiased Q
+used as C = Q/(ω + 1) the g_i are DIANA's h_i at β = 1/(ω + 1), but the step is taken with the shift h^{t+1} =
+h^t + mean_i m_i/(ω + 1), not with the unbiased h^t + mean_i m_i.  No theorem of the paper covers this pairing.
 
 *Messages.*  The uplink goes through the package's EF21 counter (as `baselines.ef21`: ``comm.compress=C
 comm.error_feedback=true`` installed by the method), the downlink is drawn here from the server's generator of that
@@ -23,13 +32,17 @@ counter (`dane.comm.compression.downlink_seed`: the run's seed alone, so every w
 the same g).  Bits per worker a round: up bits(C on d) + 64 per metric, down bits(C_P on d) + 64 per metric
 (TopK: K (64 + ⌈log₂ d⌉)); the α-β cost model charges each direction at its size (`dane.comm.cost`).
 
-*Default.*  γ = ``lr`` null: `baselines.defaults.ef21p_step`, EF21's Theorem 1 step at min(δ, δ_P) from L̄ and L̃
-(`baselines.measure.smoothness_moments`, one allreduce before round 0), listed in the summary's ``defaults``.
-The paper gives no step for this pairing (its theorems are for the DIANA and DCGD uplinks): the rule is this
-package's, and is EF21's at δ_P = 1.
+*Default.*  γ = ``lr`` null: `baselines.defaults.ef21p_step`, min(1/(L̄ + L̃ sqrt(β/θ)), δ_P/(16 L̄)) with
+θ = 1 − sqrt(1 − δ), β = (1 − δ)/θ: EF21's Theorem 1 step for the uplink and the paper's Theorem D.1 step α/(16L)
+for EF21-P (`baselines.defaults.ef21p_primal_step`); EF21's alone at δ_P = 1.  L̄ = mean_i L_i ≥ L and
+L̃ = sqrt(mean_i L_i²) (`baselines.measure.smoothness_moments`, one allreduce before round 0); the value and its
+statistics are listed in the summary's ``defaults``.  At an exact uplink it is Theorem D.1's step, at an exact
+downlink EF21's; the minimum where both directions are compressed is this package's rule (the paper's Theorem 5.1,
+γ ≤ min(n/(160ωL_max), α/(100L), 1/((ω + 1)μ)) with β = 1/(ω + 1), is for its DIANA uplink).
 
-Departures: the records' objective and ``grad_norm`` are those at w_k, where the workers compute (``grad_norm`` is
-‖g‖, the estimate the server steps with); the last iterate (``iterate.pt``) is w.
+Departures: the uplink (above); g_i start at 0, so round 0 sends C(∇O_i(w_0)) (EF21's g_i⁰); the records' objective
+and ``grad_norm`` are those at w_k, where the workers compute (``grad_norm`` is ‖g‖, the estimate the server steps
+with), where the paper's theorems measure x_T; the last iterate (``iterate.pt``) is w.
 """
 from __future__ import annotations
 
@@ -104,7 +117,8 @@ class EF21PConfig(AlgorithmConfig, CompressedKeys):
                                   f"topk:K, randk:K, natural, dither:S or none")
 
     def build(self, problem: Problem, comm: Communicator) -> EF21P:
-        """``lr`` null resolved (`baselines.defaults.ef21p_step`) from δ and δ_P on d entries, L̄ and L̃."""
+        """``lr`` null resolved (`baselines.defaults.ef21p_step`: EF21's step at δ, the paper's α/(16L) at δ_P) from δ
+        and δ_P on d entries, L̄ and L̃."""
         resolution, lr = Resolution(), self.lr
         if lr is None:
             delta, delta_down = make(self.compressor).delta(problem.dim), make(self.compressor_down).delta(problem.dim)

@@ -80,13 +80,22 @@ ROWS = [
     (d.pp_marina_probability, (3, 30, 2, 4), {}, 0.05),                  # 3·2/(30·4)
     (d.pp_marina_step, (2.0, 3.0, 9.0, 0.1, 10), {}, 1 / 11),            # sqrt(0.9·10/(0.1·10)) = 3: 1/(2 + 9)
     (d.pp_marina_step, (2.0, 3.0, 9.0, 1.0, 2), {}, 0.5),                # p = 1: 1/L₋
+    # ... as a coauthor's code has them (burlachenkok/flpytorch, MarinaAlgorithmPP: "Theorem 4.1, p.37"), at
+    # L₋ = L₊ = L: γ = 1/(L(1 + sqrt((1 − p)(1 + ω)/(pr)))), and p = r/(m(1 + ω)) for RandK (the row (3, 30, 2, 4) above)
+    (d.pp_marina_step, (2.0, 2.0, 9.0, 0.1, 10), {}, 1 / 8),             # 1/(2(1 + 3))
+    (d.pp_marina_probability, (3, 30, 2, 4), {}, 2 / (4 * (1 + (30 / 3 - 1)))),
     # EF21's γ = 1/(L + L̃ sqrt(β/θ)), θ = 1 − sqrt(1 − δ), β = (1 − δ)/θ (Richtárik et al. 2021, Theorem 1)
     (d.ef21_step, (2.0, 3.0, 0.75), {}, 0.2),                            # θ = 1/2, β = 1/2: 1/(2 + 3)
     (d.ef21_step, (2.0, 3.0, 0.19), {}, 1 / 29),                         # θ = 0.1, β = 8.1, sqrt(β/θ) = 9
     (d.ef21_step, (2.0, 3.0, 1.0), {}, 0.5),                             # δ = 1 (no compression): 1/L
-    # EF21-P with an EF21 uplink: EF21's γ at min(δ, δ_P) (this package's rule)
-    (d.ef21p_step, (2.0, 3.0, 0.75, 0.19), {}, 1 / 29),                  # min = 0.19: the row above's 1/29
-    (d.ef21p_step, (2.0, 3.0, 0.19, 0.75), {}, 1 / 29),                  # either direction's
+    # EF21-P: α/(16L) (Gruntkowska, Tyurin & Richtárik 2023, Theorem D.1); with an EF21 uplink the smaller of it and
+    # EF21's γ at δ, EF21's alone at δ_P = 1
+    (d.ef21p_primal_step, (2.0, 0.5), {}, 1 / 64),                       # 0.5/(16·2)
+    (d.ef21p_primal_step, (4.0, 1.0), {}, 1 / 64),
+    (d.ef21p_step, (2.0, 3.0, 1.0, 0.5), {}, 1 / 64),                    # exact uplink: Theorem D.1's 0.5/32 < 1/2
+    (d.ef21p_step, (2.0, 3.0, 0.19, 0.75), {}, 3 / 128),                 # 0.75/32 = 0.0234 below EF21's 1/29
+    (d.ef21p_step, (2.0, 30.0, 0.19, 0.75), {}, 1 / 272),                # sqrt(β/θ) = 9: 1/(2 + 270) below 0.0234
+    (d.ef21p_step, (2.0, 3.0, 0.19, 1.0), {}, 1 / 29),                   # exact downlink: EF21's
     (d.ef21p_step, (2.0, 3.0, 1.0, 1.0), {}, 0.5),                       # exact both ways: 1/L
     # FedNL-BC's η: 1 for a contractive C_M, 1/(ω + 1) for an unbiased one
     (d.model_learning_rate, (None,), {}, 1.0),

@@ -124,8 +124,19 @@ def test_the_resolved_step_is_the_rule_of_the_measured_constants_and_lands_in_th
     assert entry["key"] == "algorithm.lr" and entry["rule"] == "ef21p_step"
     assert stats["delta"] == 0.1 and stats["delta_down"] == 0.5
     assert entry["value"] == ef21p_step(stats["smoothness"], stats["smoothness_rms"], 0.1, 0.5)
-    assert entry["value"] == ef21_step(stats["smoothness"], stats["smoothness_rms"], 0.1)  # the worse δ
+    uplink, downlink = ef21_step(stats["smoothness"], stats["smoothness_rms"], 0.1), 0.5 / (16 * stats["smoothness"])
+    assert entry["value"] == min(uplink, downlink)  # EF21's step at δ, Theorem D.1's α/(16L) at δ_P
     assert ef21p_step(2.0, 3.0, 0.75, 1.0) == ef21_step(2.0, 3.0, 0.75) == 0.2  # an exact downlink: EF21's rule
+    assert ef21p_step(2.0, 3.0, 1.0, 0.25) == 0.25 / 32  # an exact uplink: the paper's EF21-P, Theorem D.1
+
+
+def test_the_default_step_of_an_exact_uplink_is_theorem_d1s_and_of_an_exact_downlink_efs():
+    for compressor, compressor_down, expected in (("none", "topk:15", lambda s: 0.5 / (16 * s["smoothness"])),
+                                                  ("topk:3", "none",
+                                                   lambda s: ef21_step(s["smoothness"], s["smoothness_rms"], 0.1))):
+        _, summary = fit(EF21PConfig(compressor=compressor, compressor_down=compressor_down), rounds=1)
+        (entry,) = summary["defaults"]
+        assert entry["value"] == expected(entry["stats"])
 
 
 def test_checkpointed_ef21p_goes_on_as_if_never_stopped(shards):
