@@ -40,7 +40,15 @@ class Sparsifier(Compressor):
 
 @dataclass(frozen=True)
 class TopK(Sparsifier):
-    """The k entries of largest magnitude (ties broken by ``torch.topk``); biased, δ = k/n.
+    """The k entries of largest magnitude; biased, δ = k/n.
+
+    The rule, the package's own on every path: keep the k largest |x_j|; among the entries tied in magnitude at
+    the k-th place, keep those of the lowest indices.  (Entries of value zero are tied only when a row has fewer
+    than k non-zeros, and keeping them or not gives the same output vector.)  The kept set depends on the row
+    alone, not on the CPU, the device or the selection routine: on the CPU one introselect of each row's k-th
+    largest magnitude τ, then every |x_j| > τ and the first of the |x_j| = τ (`top_k_mask`); on other devices a
+    stable descending sort of |x| and its first k (`top_k_indices`).  The compact rows of FedNL's Hessians keep the
+    same entries by their own kernel (`dane.problems.stacked_compress`).  A NaN counts as larger than any number.
 
     Sends k (index, value) pairs: k·(value_bits + ⌈log₂ n⌉) bits."""
 
@@ -51,11 +59,9 @@ class TopK(Sparsifier):
         n, k = x.shape[1], self.k_of(x.shape[1])
         if k == n:
             return x.clone()
-        if x.device.type == "cpu":  # introselect, O(n) a row: faster than torch.topk on the CPU
-            magnitude = x.abs().numpy()
-            idx = torch.from_numpy(np.argpartition(magnitude, n - k, axis=1)[:, n - k:].copy())
-        else:
-            idx = x.abs().topk(k, dim=1, sorted=False).indices
+        if x.device.type == "cpu":  # O(n) a row: faster than a sort or torch.topk on the CPU
+            return torch.where(torch.from_numpy(top_k_mask(x.abs().numpy(), k)), x, torch.zeros((), dtype=x.dtype))
+        idx = top_k_indices(x, k)
         return torch.zeros_like(x).scatter_(1, idx, x.gather(1, idx))
 
     def bits(self, n: int, value_bits: int = 64) -> int:
@@ -63,6 +69,25 @@ class TopK(Sparsifier):
 
     def delta(self, n: int) -> float:
         return self.k_of(n) / n
+
+
+def top_k_mask(magnitude: np.ndarray, k: int) -> np.ndarray:
+    """(rows, n) booleans: the entries TopK keeps of each row of ``magnitude`` (|x|, 1 ≤ k < n), by `TopK`'s rule.
+
+    τ, the k-th largest of a row, by one ``np.partition`` (its value does not depend on how the partition orders
+    ties); then every entry above τ (a NaN too: ``not <= τ``) and, of those equal to τ, the first k − #{above}."""
+    kth = magnitude.shape[1] - k
+    tau = np.partition(magnitude, kth, axis=1)[:, kth:kth + 1]
+    above = ~(magnitude <= tau)
+    tied = magnitude == tau
+    room = k - above.sum(axis=1, keepdims=True)
+    return above | (tied & (np.cumsum(tied, axis=1) <= room))
+
+
+def top_k_indices(x: torch.Tensor, k: int) -> torch.Tensor:
+    """(rows, k): the indices TopK keeps of each row of x, on x's device: the first k of a stable descending sort of
+    |x| (ties in their index order).  The same set as `top_k_mask`'s (the tests compare them on the CPU)."""
+    return torch.sort(x.abs(), dim=1, descending=True, stable=True).indices[:, :k]
 
 
 @dataclass(frozen=True)

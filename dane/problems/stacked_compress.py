@@ -1,16 +1,16 @@
 r"""A compressor applied to each worker's compact symmetric matrix (`dane.problems.stacked_hessians`), all at once.
 
-`compress_rows` applies a compressor to the compact rows of a `CompactHessians`: TopK by one ``argpartition``
-over (m, S) and RandK by `randk_indices`, k positions of the packed triangle per worker drawn from that worker's
+`compress_rows` applies a compressor to the compact rows of a `CompactHessians`: TopK by `top_k_rows`, each row's
+non-zeros alone, and RandK by `randk_indices`, k positions of the packed triangle per worker drawn from that worker's
 own stream (client id, round; the same draws whether the worker is a row of all m or alone) and found in its
-support by binary search (both numba, one call for all workers), neither forming an (m, T) array; the other
+support by binary search (all numba, one call for all workers), neither forming an (m, T) array; the other
 compressors go through the packed triangle (`CompactHessians.expand`, then back).  FedNL's Hessian differences
 travel this way (`baselines.fednl`).
 
-TopK's choice among entries tied at the k-th largest magnitude (common on binary rows: a9a's rows held about 50
-distinct magnitudes in 2,790 slots) is ``argpartition``'s, which depends on the CPU: NumPy 2.4 kept other sets
-with AVX-512 than without, so a TopK run repeats bit for bit on one kind of CPU, and a faster selection must
-reproduce NumPy's, not merely the top k.
+TopK keeps what `dane.compress.TopK` keeps of the packed triangle: the k largest magnitudes, and among the entries
+tied at the k-th (common on binary rows: a9a's rows held about 50 distinct magnitudes in 2,790 slots) those of
+the lowest indices.  A support is sorted, so a row's slot order is its packed order, and the positions off the
+support are zeros, which TopK keeps only when the row has fewer than k non-zeros (then it keeps the row whole).
 """
 from __future__ import annotations
 
@@ -40,13 +40,8 @@ def compress_rows(compressor: Compressor, diff: np.ndarray, clients: CompactHess
         k = compressor.k_of(T)
         if k >= diff.shape[1]:  # at least the support's size: every non-zero kept
             return diff.copy()
-        out, kth, copy = np.zeros_like(diff), diff.shape[1] - k, copy_kept()
-
-        def select(lo: int, hi: int) -> None:
-            kept = np.argpartition(np.abs(diff[lo:hi]), kth, axis=1)[:, kth:]
-            copy(diff[lo:hi], kept, out[lo:hi])  # out[rows, kept] = diff[rows, kept], without fancy indexing
-
-        in_threads(select, len(diff), threads)
+        out, select = np.zeros_like(diff), top_k_rows()  # compiled here, once, not in the threads
+        in_threads(lambda lo, hi: select(diff[lo:hi], k, out[lo:hi]), len(diff), threads)
         return out
     if isinstance(compressor, RandK):
         k = compressor.k_of(T)
@@ -118,19 +113,82 @@ def _mix(z: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+def top_k_reference(diff: np.ndarray, k: int) -> np.ndarray:
+    """TopK of each row by its definition, a stable sort of −|x| and its first k: the reference the tests compare."""
+    kept = np.argsort(-np.abs(diff), axis=1, kind="stable")[:, :k]
+    out = np.zeros_like(diff)
+    np.put_along_axis(out, kept, np.take_along_axis(diff, kept, axis=1), axis=1)
+    return out
+
+
 @functools.cache
-def copy_kept():
-    """TopK's copy of each row's kept entries (``out[r, kept[r]] = diff[r, kept[r]]``), compiled by numba on first use
-    (``cache=True``: once per machine), in place of NumPy's fancy indexing of the (m, k) positions."""
+def top_k_rows():
+    """TopK's selection, ``top_k_rows()(diff, k, out)`` writing each row's kept entries into ``out`` (zeros), compiled
+    by numba on first use (``cache=True``: once per machine).
+
+    A row's non-zeros alone (a converged FedNL's rows are mostly exact zeros): with at most k of them, all; else τ,
+    the k-th largest of their magnitudes, by a three-way quickselect (ties are many: one pass settles a pivot's
+    copies at once), then in index order every |x| > τ and the first k − #{|x| > τ} of the |x| = τ."""
     import numba
 
-    @numba.njit(cache=True, nogil=True)
-    def copy_kept_(diff, kept, out):
-        for r in range(kept.shape[0]):
-            for i in range(kept.shape[1]):
-                out[r, kept[r, i]] = diff[r, kept[r, i]]
+    @numba.njit(cache=True, nogil=True)  # one function: numba's cache misses a kernel that calls another closure
+    def top_k_rows_(diff, k, out):
+        n = diff.shape[1]
+        a = np.empty(n, dtype=diff.dtype)  # a row's non-zero magnitudes
+        where = np.empty(n, dtype=np.int64)  # and their indices
+        for r in range(diff.shape[0]):
+            nnz = 0
+            for j in range(n):
+                if diff[r, j] != 0:
+                    where[nnz] = j
+                    a[nnz] = abs(diff[r, j])
+                    nnz += 1
+            if nnz <= k:
+                for i in range(nnz):
+                    out[r, where[i]] = diff[r, where[i]]
+                continue
+            lo, hi, t, tau = 0, nnz, nnz - k, -1.0  # τ, of ascending rank t, lies in a[lo:hi]
+            for _ in range(64):
+                if hi - lo <= 1:
+                    break
+                mid = (lo + hi) // 2  # pivot: the median of three
+                p, q, s = a[lo], a[mid], a[hi - 1]
+                pivot = max(min(p, q), min(max(p, q), s))
+                lt, i, gt = lo, lo, hi  # a[lo:lt] < pivot, a[lt:i] == pivot, a[gt:hi] > pivot
+                while i < gt:
+                    v = a[i]
+                    if v < pivot:
+                        a[i], a[lt] = a[lt], v
+                        lt += 1
+                        i += 1
+                    elif v > pivot:
+                        gt -= 1
+                        a[i], a[gt] = a[gt], v
+                    else:
+                        i += 1
+                if t < lt:
+                    hi = lt
+                elif t >= gt:
+                    lo = gt
+                else:
+                    tau = pivot
+                    break
+            if tau < 0:  # a[lo:hi] down to one value, or 64 rounds without τ (adversarial data): sort what is left
+                a[lo:hi].sort()
+                tau = a[t]
+            room = k
+            for i in range(nnz):
+                if not a[i] <= tau:  # a NaN too
+                    room -= 1
+            for i in range(nnz):
+                v = abs(diff[r, where[i]])
+                if not v <= tau:
+                    out[r, where[i]] = diff[r, where[i]]
+                elif v == tau and room > 0:
+                    out[r, where[i]] = diff[r, where[i]]
+                    room -= 1
 
-    return copy_kept_
+    return top_k_rows_
 
 
 @functools.cache

@@ -69,7 +69,7 @@ NOTES = {  # why the iterates or the bits differ, where they do
     "fednl_cr_one_client_M0": "one client, M = 0 on both sides (the reference's get_M overridden): its step is "
                               "-(H + l I)^-1 g, no cubic solve; both departures gone. topk_tie_rounds: the rounds "
                               "whose TopK met entries tied at the k-th magnitude, which the reference breaks "
-                              "toward the larger (i, j) and the package as NumPy's argpartition does; where the two "
+                              "toward the larger (i, j) and the package toward the lower (its TopK's rule); where the two "
                               "keep different entries, the iterates part from the next round on",
     "nl1": "bits: the same messages, 32 a value in the reference, 64 in the package",
     "dingo": "the reference caps the step at 1e-2 in its first four rounds and floors it at 2^-10, which the paper "
