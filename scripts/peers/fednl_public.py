@@ -15,8 +15,10 @@ ADIANA ``arg.eta, prob, alpha, lamda, theta_1, gamma, beta`` → ``lr, p, alpha,
 compressor ``no_comp`` → ``none``, ``rand_sparse`` r → ``randk:r``; FedNL-CR ``TopK`` k, ``upd_rule=2``,
 ``init='nonzero'`` → ``variant=cr, compressor=topk:k`` (α = 1, H_i⁰ = ∇²O_i(x⁰), M by the same L_* rule); NL1
 ``k``, ``eta=None`` (k/m), ``H`` = α(x⁰) → ``k`` (η null: K/n_i); DINGO θ, φ, ρ → the same keys, defaults alike.
-*Randomness*: RandK's indices (DIANA, ADIANA, ``nl1_randk``) and ADIANA's coin are the package's streams, handed to
-the reference by rebinding its names ``rand_sparse``, ``random_k`` and ``bernoulli`` (its arithmetic unchanged).
+*Randomness and ties*: RandK's indices (DIANA, ADIANA, ``nl1_randk``) and ADIANA's coin are the package's streams,
+handed to the reference by rebinding its names ``rand_sparse``, ``random_k`` and ``bernoulli`` (its arithmetic
+unchanged); its ``TopK``, which keeps the larger (i, j) of entries tied at the k-th magnitude, is rebound to the
+package's TopK on the packed triangle, which keeps the lower (`dane.compress.TopK`'s rule).
 *Isolating runs*: FedNL-CR on one client (its H_i update's departure moot) and with M = 0 (``get_M`` overridden:
 no cubic solve); DINGO's round from each of the reference's iterates.  tol = −inf: both run ``--rounds`` rounds.
 *Bits*: the reference counts one node's, 32 bits a value, from a leading 1 (dropped here); the package 64 a value,
@@ -51,6 +53,7 @@ from dane.losses import LOSSES
 from dane.loop.runner import StopRule, run
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.problems.stacked_compress import randk_indices
+from dane.problems.stacked_hessians import pack, unpack
 from dane.synthetic.bench_file import machine
 from scripts.harness import load, now
 
@@ -69,8 +72,8 @@ NOTES = {  # why the iterates or the bits differ, where they do
     "fednl_cr_one_client_M0": "one client, M = 0 on both sides (the reference's get_M overridden): its step is "
                               "-(H + l I)^-1 g, no cubic solve; both departures gone. topk_tie_rounds: the rounds "
                               "whose TopK met entries tied at the k-th magnitude, which the reference breaks "
-                              "toward the larger (i, j) and the package toward the lower (its TopK's rule); where the two "
-                              "keep different entries, the iterates part from the next round on",
+                              "toward the larger (i, j) and the package toward the lower; its TopK is rebound to the "
+                              "package's here, so the two keep the same entries",
     "nl1": "bits: the same messages, 32 a value in the reference, 64 in the package",
     "dingo": "the reference caps the step at 1e-2 in its first four rounds and floors it at 2^-10, which the paper "
              "and the package do not; one_round_from_reference_iterates: the package's round from the reference's "
@@ -214,12 +217,14 @@ class Sides:
 
     def fednl_cr(self, out, topk):
         """FedNL-CR as the reference runs it, on one client, and on one client with M = 0."""
-        methods, ties, top_k = self.methods, [], self.methods.TopK
+        methods, ties = self.methods, []
 
-        def TopK(X, k):  # noqa: N802 -- the reference's, noting ties at the k-th magnitude (each side breaks them)
-            v = np.sort(np.abs(X[np.triu_indices(len(X))]))[::-1]
+        def TopK(X, k):  # noqa: N802 -- the package's rule on the packed triangle, noting ties at the k-th magnitude
+            packed = pack(np.asarray(X, dtype=np.float64))
+            v = np.sort(np.abs(packed))[::-1]
             ties.append(bool(k < len(v) and v[k - 1] == v[k] > 0))
-            return top_k(X, k)
+            kept = unpack(make(f"topk:{k}")(torch.from_numpy(packed)).numpy(), len(X))
+            return kept, 2 * k / (len(X) * (len(X) + 1))  # and δ, as the reference's TopK returns them
 
         methods.TopK = TopK
         for name, nodes, M in (("fednl_cr", self.n, None), ("fednl_cr_one_client", 1, None),
