@@ -8,8 +8,8 @@ compressors go through the packed triangle (`CompactHessians.expand`, then back)
 travel this way (`baselines.fednl`).
 
 TopK keeps what `dane.compress.TopK` keeps of the packed triangle: the k largest magnitudes, and among the entries
-tied at the k-th (common on binary rows: a9a's rows held about 50 distinct magnitudes in 2,790 slots) those of
-the lowest indices.  A support is sorted, so a row's slot order is its packed order, and the positions off the
+tied at the k-th (common on binary rows, whose Hessian entries take few distinct magnitudes) those of the lowest
+indices.  A support is sorted, so a row's slot order is its packed order, and the positions off the
 support are zeros, which TopK keeps only when the row has fewer than k non-zeros (then it keeps the row whole).
 """
 from __future__ import annotations
