@@ -113,14 +113,6 @@ def _mix(z: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def top_k_reference(diff: np.ndarray, k: int) -> np.ndarray:
-    """TopK of each row by its definition, a stable sort of −|x| and its first k: the reference the tests compare."""
-    kept = np.argsort(-np.abs(diff), axis=1, kind="stable")[:, :k]
-    out = np.zeros_like(diff)
-    np.put_along_axis(out, kept, np.take_along_axis(diff, kept, axis=1), axis=1)
-    return out
-
-
 @functools.cache
 def top_k_rows():
     """TopK's selection, ``top_k_rows()(diff, k, out)`` writing each row's kept entries into ``out`` (zeros), compiled
