@@ -67,6 +67,14 @@ class Rounds:
         (DANE's safeguard: the last accepted iterate, `dane.dane.DANE.described_iterate`)."""
         return self.iterate if start is None else start
 
+    def spent(self) -> dict[str, int]:
+        """The method's own cumulative counters (record keys: a federated method's participants' bytes, FedNL's
+        exact bits) as they stand now, before the round that moves on from the current iterate.  The round loop
+        reads them before each round and writes them into that round's record, so that a record's counters, like
+        the communicator's and the local work's, hold what reaching its iterate cost (`dane.loop.runner.run`);
+        none by default."""
+        return {}
+
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, what this method's own state says about why it is slow, naming the override
         to try (appended to ``stopped_by``); None: nothing to add.  ``records``: the run's, last one last."""
@@ -130,14 +138,6 @@ class Algorithm(Rounds, ABC):
     @abstractmethod
     def step(self) -> dict[str, float]:
         """One round: returns the global metrics of the iterate the round started from, then moves on."""
-
-    def spent(self) -> dict[str, int]:
-        """The method's own cumulative counters (record keys: a federated method's participants' bytes, FedNL's
-        exact bits) as they stand now, before the round that moves on from the current iterate.  The round loop
-        reads them before each round and writes them into that round's record, so that a record's counters, like
-        the communicator's and the local work's, hold what reaching its iterate cost (`dane.loop.runner.run`);
-        none here."""
-        return {}
 
     def evaluate(self) -> dict[str, float]:
         """Global metrics of the current iterate, in one grouped allreduce."""

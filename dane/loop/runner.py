@@ -358,7 +358,7 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
                 "round": t, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                 "divergence": rising.state_dict(), "algorithm": algo.state_dict(), "last": records[-1:]})
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
-        spent = algo.spent() if isinstance(algo, Algorithm) else {}  # the method's own counters, to reach w_t
+        spent = algo.spent()  # the method's own counters, to reach w_t
         try:
             metrics = algo.step() if t < stop.rounds else algo.evaluate()
         except Rejoin as woken:  # this worker slept through rounds outside S_t: on from rank 0's state
