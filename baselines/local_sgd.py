@@ -38,22 +38,11 @@ from dane.problems import Problem
 
 from .defaults import Resolution, local_step
 from .metrics import global_metrics, local_payload, logs_gradient
-from .spectral import largest_local_smoothness, one_hot
-from .spectral_stacked import local_spectra
+from .measure import largest_smoothness
+from .spectral import one_hot
 
 AGGREGATES = ("mean", "weighted", "best")
 SAMPLER_STREAM = 3  # worker_seed stream of this algorithm's minibatch generator
-
-
-def largest_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """max_i L_i as `baselines.spectral.largest_local_smoothness` has it, on a stacked problem too: the m local
-    Lanczos estimates (`local_spectra`) shared by one allreduce of one-hot m-vectors."""
-    if not stacked(comm):
-        return largest_local_smoothness(problem, comm, iters=iters, seed=seed)
-    L_local = local_spectra(problem, iters=iters, seed=seed, key="algorithm.lr")[:, 1].tolist()
-    (L_all,) = comm.allreduce_mean(
-        [per_worker(comm, lambda rank: one_hot(L_local[rank], rank, comm.size, problem.dtype))])
-    return float(L_all.max()) * comm.size
 
 
 def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor], *, lr: float,

@@ -16,7 +16,7 @@ from dane.problems.stacked_rows import shard_rows
 from dane.numerics.similarity import hessian_dissimilarity as measured_dissimilarity
 
 from .defaults import dissimilarity
-from .spectral import largest_local_smoothness, one_hot
+from .spectral import largest_local_smoothness
 from .spectral_stacked import local_spectra
 
 
@@ -36,58 +36,51 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap
 
 
 def largest_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """max_i L_i: a local Lanczos each, one allreduce of an m-vector (`baselines.spectral.largest_local_smoothness`;
-    every worker's at once on a stacked problem, `spread_and_lowest`)."""
+    """max_i L_i: a local Lanczos each, every worker's gathered by one collective (`baselines.spectral.
+    largest_local_smoothness`; every worker's at once on a stacked problem)."""
     if not stacked(comm):
         return largest_local_smoothness(problem, comm, iters=iters, seed=seed)
-    spread, _ = spread_and_lowest(problem, comm, iters=iters, seed=seed, key="algorithm.lr")
-    (L_all,) = comm.allreduce_mean([spread])
-    return float(L_all.max()) * comm.size
+    high, _ = highest_and_lowest(problem, comm, iters=iters, seed=seed, key="algorithm.lr")
+    every, _ = comm.gather(high)
+    return float(every.max())
 
 
 def smoothness_and_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int,
                           key: str = "algorithm.lr") -> tuple[float, float]:
-    """(max_i L_i, mean_i λ_min(H_i)) from one local Lanczos each and one allreduce (SCAFFOLD's ``lr`` null)."""
-    spread, low = spread_and_lowest(problem, comm, iters=iters, seed=seed, key=key)
-    L_all, mean_low = comm.allreduce_mean([spread, low])
-    return float(L_all.max()) * comm.size, float(mean_low)
+    """(max_i L_i, mean_i λ_min(H_i)) from one local Lanczos each and one collective (SCAFFOLD's ``lr`` null)."""
+    high, low = highest_and_lowest(problem, comm, iters=iters, seed=seed, key=key)
+    every, (mean_low,) = comm.gather(high, [low])
+    return float(every.max()), float(mean_low)
 
 
 def mean_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int, key: str) -> float:
     """mean_i λ_min(H_i): a local Lanczos each, one allreduce of a scalar (Scaffnew's ``p`` null)."""
-    _, low = spread_and_lowest(problem, comm, iters=iters, seed=seed, key=key)
+    _, low = highest_and_lowest(problem, comm, iters=iters, seed=seed, key=key)
     (mean_low,) = comm.allreduce_mean([low])
     return float(mean_low)
 
 
-def spread_and_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int,
-                      key: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L_i at slot i of an m-vector, [λ_min(H_i)]) from this worker's local Lanczos (`local_spectra`), ready for an
-    allreduce; on a stacked problem every worker's, row i worker i's: (m, m) and (m, 1)."""
+def highest_and_lowest(problem: Problem, comm: Communicator, *, iters: int, seed: int,
+                       key: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """([L_i], [λ_min(H_i)]) from this worker's local Lanczos (`local_spectra`), ready for `Communicator.gather` and
+    an allreduce; on a stacked problem every worker's, row i worker i's: (m, 1) each."""
     spectra = local_spectra(problem, iters=iters, seed=seed, key=key)
     if stacked(comm):
-        low, high = spectra[:, 0].to(problem.dtype), spectra[:, 1].to(problem.dtype)
-        return torch.diag(high), low.unsqueeze(-1)
+        return spectra[:, 1:2].to(problem.dtype), spectra[:, 0:1].to(problem.dtype)
     low, high = spectra
-    return one_hot(high, comm.rank, comm.size, problem.dtype), problem.initial_point().new_tensor([low])
+    point = problem.initial_point()
+    return point.new_tensor([high]), point.new_tensor([low])
 
 
 def smoothness_moments(problem: Problem, comm: Communicator, *, iters: int, seed: int,
                        key: str = "algorithm.lr") -> dict[str, float]:
     """The constants of the compressed methods' step rules, from GD's local Lanczos (`local_spectra`: each worker's
-    extreme Ritz values, no communication; every worker's at once on a stacked problem) and one allreduce:
+    extreme Ritz values, no communication; every worker's at once on a stacked problem) and one collective:
     ``max`` = max_i L_i, ``mean`` = L̄ = mean_i L_i (≥ the global L), ``rms`` = sqrt(mean_i L_i²) and
     ``mean_lowest`` = mean_i λ_min(H_i)."""
-    spectra = local_spectra(problem, iters=iters, seed=seed, key=key)
-    if stacked(comm):  # every worker's row (`dane.comm.batched`): row r of the spread is worker r's one-hot
-        low, high = spectra[:, 0].to(problem.dtype), spectra[:, 1].to(problem.dtype)
-        spread, moments = torch.diag(high), torch.stack([low, high, high * high], -1)
-    else:
-        low, high = spectra
-        spread = one_hot(high, comm.rank, comm.size, problem.dtype)
-        moments = problem.initial_point().new_tensor([low, high, high * high])
-    L_all, moments = comm.allreduce_mean([spread, moments])
-    return {"max": float(L_all.max()) * comm.size, "mean": float(moments[1]), "rms": float(moments[2]) ** 0.5,
+    high, low = highest_and_lowest(problem, comm, iters=iters, seed=seed, key=key)
+    every, (moments,) = comm.gather(high, [torch.cat([low, high, high * high], -1)])
+    return {"max": float(every.max()), "mean": float(moments[1]), "rms": float(moments[2]) ** 0.5,
             "mean_lowest": float(moments[0])}
 
 

@@ -84,10 +84,11 @@ def local_spectrum(problem: Problem, *, iters: int, seed: int, key: str,
 
 
 def largest_local_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """max_i λ_max(H_i): local products cost nothing; one allreduce of an m-vector shares the m estimates."""
+    """max_i λ_max(H_i): local products cost nothing; one collective gathers the m estimates
+    (`dane.comm.Communicator.gather`)."""
     L_local = local_smoothness(problem, iters=iters, seed=seed)
-    (L_all,) = comm.allreduce_mean([one_hot(L_local, comm.rank, comm.size, problem.dtype)])
-    return float(L_all.max()) * comm.size
+    every, _ = comm.gather(torch.tensor([L_local], dtype=problem.dtype))
+    return float(every.max())
 
 
 def one_hot(value: float, rank: int, size: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -92,8 +92,10 @@ class ClientSampler:
             if n_local is None:
                 raise ConfigError("algorithm.sampling=size needs the shard sizes, which this problem does not "
                                   "give; use algorithm.sampling=uniform")
-            (sizes,) = comm.allreduce_mean([per_worker(comm, lambda rank: one_hot(m, rank, n_local))])  # every n_i / m
-            self.weights = (sizes * m).round()
+            sizes = per_worker(comm, lambda rank: torch.tensor([float(n_local[rank] if np.ndim(n_local) else n_local)],
+                                                               dtype=torch.float64))
+            every, _ = comm.gather(sizes)  # every n_i
+            self.weights = every[:, 0].round()
 
     @property
     def full(self) -> bool:
@@ -129,14 +131,6 @@ class ClientSampler:
 
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
-
-
-def one_hot(m: int, rank: int, n_local) -> torch.Tensor:
-    """Worker ``rank``'s shard size in its slot of an m-vector (``n_local``: its own, or on a stacked problem one per
-    worker)."""
-    row = torch.zeros(m, dtype=torch.float64)
-    row[rank] = float(n_local[rank] if np.ndim(n_local) else n_local)
-    return row
 
 
 def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.Tensor],

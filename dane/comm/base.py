@@ -70,6 +70,24 @@ class Communicator(ABC):
         means = [t.clone() for t in tensors] if self.size == 1 else self._allreduce_mean(list(tensors))
         return means if self.compression is None else self.compression.decode_down(means, kinds)
 
+    def gather(self, values: torch.Tensor, rides: Sequence[torch.Tensor] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(every worker's ``values``, a k-vector, as the rows of an (m, k) tensor, row r worker r's; the mean of each
+        of ``rides``), in one collective: the grouped `allreduce_mean` of a one-hot (m, k) block (this worker's
+        ``values`` in row ``rank``, zeros elsewhere) and ``rides``, the block's mean times m.  That is what a launched
+        run sends and what every backend counts and prices; the simulators move only each worker's k values, with
+        the same numbers (`dane.comm.threads`, `dane.comm.batched`), so that a measurement over m simulated workers
+        costs memory in m, not m²."""
+        block = values.new_zeros((self.size, values.shape[-1]))
+        block[self.rank] = values
+        block_mean, *means = self.allreduce_mean([block, *rides])
+        return block_mean * self.size, means
+
+    def _count_allreduce(self, nbytes: int) -> None:
+        """Count one uncompressed allreduce of an ``nbytes`` message, as `allreduce_mean` does."""
+        self.message_bytes = nbytes
+        self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
+        self.calls += 1
+
     def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
         """Every worker receives ``root``'s tensors; returns new tensors."""
         if self.rank == root:

@@ -173,6 +173,24 @@ class BatchedCommunicator(PhaseClock, Communicator):
         # rows summed in rank order then divided by m, as `ThreadGroup._reduce` does
         return [t.sum(0) / self.size for t in tensors]
 
+    def gather(self, values: torch.Tensor, rides=()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """`Communicator.gather` of the stacked (m, k) ``values``: they are the rows (the one-hot blocks' mean times m,
+        bit for bit), counted and priced as rank 0's block and ``rides`` (stacked), as the per-worker path."""
+        rides = self._check(rides) if rides else []
+        self._check([values])
+        if self.compression is not None:  # rank 0's block for the count, as `allreduce_mean` counts rank 0's row
+            if not self.compression.precompressed:
+                raise TypeError("the batched communicator counts messages a method compressed itself only")
+            block = values.new_zeros(values.shape)
+            block[0] = values[0]
+            _, nbytes = self.compression.encode([block, *(t[0] for t in rides)], ())
+        else:
+            nbytes = values.numel() * values.element_size() + sum(t.numel() // self.size * t.element_size()
+                                                                   for t in rides)
+        self._count_allreduce(nbytes)
+        self._phase("allreduce", nbytes)
+        return (values + 0.0) / self.size * self.size, [t.sum(0) / self.size for t in rides]
+
     def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
         """Row ``root`` of each stacked tensor; rank 0's bytes as the per-worker path counts them."""
         tensors = self._check(tensors)

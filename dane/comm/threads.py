@@ -112,13 +112,17 @@ class ThreadGroup:
         delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
         ranks = range(self.size) if members is None else members
         phase_compute = max(self.stragglers.factor(r) * self._compute[r] + delays[r] for r in ranks)
-        phase_comm = self.cost.allreduce_time(nbytes, len(ranks), down) if op == "allreduce" else 0.0
+        phase_comm = self.cost.allreduce_time(nbytes, len(ranks), down) if op in ("allreduce", "gather") else 0.0
         self.compute_time += phase_compute
         self.comm_time += phase_comm
         self.clock += phase_compute + phase_comm
         if op == "allreduce":
             columns = zip(*self._inbox)
             self._result = [torch.stack(list(column)).sum(0) / self.size for column in columns]
+        elif op == "gather":  # the rows of the one-hot blocks' mean times m, bit for bit (`Communicator.gather`)
+            rows, *columns = zip(*self._inbox)
+            self._result = [(torch.stack(list(rows)) + 0.0) / self.size * self.size,
+                            *(torch.stack(list(column)).sum(0) / self.size for column in columns)]
         elif op == "broadcast":
             self._result = [t.clone() for t in self._inbox[root]]  # the root may change its own in place once through
         else:
@@ -299,6 +303,15 @@ class ThreadCommunicator(PhaseClock, Communicator):
         # priced at the sizes the base counted: under comm.compress, the compressed message's (and reply's)
         return [t.clone() for t in self._collective("allreduce", tensors, self.message_bytes,
                                                     down=self.message_down_bytes)]
+
+    def gather(self, values: torch.Tensor, rides=()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """`Communicator.gather`, counted and priced as its one-hot block, with each worker's k values moved alone."""
+        if self.compression is not None or self.size == 1:
+            return super().gather(values, rides)
+        self._count_allreduce(sum(t.numel() * t.element_size() for t in rides)
+                              + self.size * values.numel() * values.element_size())
+        rows, *means = self._collective("gather", [values, *rides], self.message_bytes)
+        return rows.clone(), [t.clone() for t in means]
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
         return [t.clone() for t in self._collective("broadcast", tensors, root=root)]

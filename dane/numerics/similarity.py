@@ -119,12 +119,10 @@ def _summary(per_worker: torch.Tensor, frobenius_sq: torch.Tensor, hessian_norm:
     }
 
 
-def _gather(values: Sequence[float], rank: int, size: int, dtype: torch.dtype, comm: Communicator) -> torch.Tensor:
-    """Every worker's ``values`` (a size x len(values) tensor): one allreduce of a one-hot block."""
-    block = torch.zeros(size, len(values), dtype=dtype)
-    block[rank] = torch.tensor(values, dtype=dtype)
-    (mean,) = comm.allreduce_mean([block])
-    return mean * size
+def _gather(values: Sequence[float], dtype: torch.dtype, comm: Communicator) -> torch.Tensor:
+    """Every worker's ``values`` (a size x len(values) tensor): one collective (`Communicator.gather`)."""
+    every, _ = comm.gather(torch.tensor(values, dtype=dtype))
+    return every
 
 
 def _exact(hv, dim: int, dtype: torch.dtype, comm: Communicator, gap_shift: float | None = None) -> dict:
@@ -137,12 +135,12 @@ def _exact(hv, dim: int, dtype: torch.dtype, comm: Communicator, gap_shift: floa
     spectral, frobenius_sq = float(eig.abs().max()), float((eig * eig).sum())
     hessian_norm = float(torch.linalg.eigvalsh(H).abs().max())  # eigvalsh's, with or without the gap: the same bits
     if gap_shift is None:
-        every = _gather([spectral, frobenius_sq], comm.rank, comm.size, dtype, comm)
+        every = _gather([spectral, frobenius_sq], dtype, comm)
         return _summary(every[:, 0], every[:, 1], hessian_norm, "exact")
     curvatures, basis = torch.linalg.eigh(H)
     weights = [hessian_norm * 2.0 ** -k for k in range(GAP_OCTAVES + 1)]
     gaps = preconditioner_gap(basis.T @ deviation @ basis, curvatures + gap_shift, weights)
-    every = _gather([spectral, frobenius_sq, *gaps], comm.rank, comm.size, dtype, comm)
+    every = _gather([spectral, frobenius_sq, *gaps], dtype, comm)
     return {**_summary(every[:, 0], every[:, 1], hessian_norm, "exact"), "gap_weights": weights,
             "gap": [float(x) for x in every[:, 2:].mean(0)], "curvature_min": float(curvatures[0])}
 
@@ -218,7 +216,7 @@ def _lanczos(hv, dim: int, dtype: torch.dtype, comm: Communicator, *, iters: int
         basis.append(q)
     extremes = [_ritz_extremes([float(a[p]) for a in alphas], [float(b[p]) for b in betas]) for p in range(m + 1)]
     spectral = torch.tensor([max(abs(lo), abs(hi)) for lo, hi in extremes[:m]], dtype=torch.float64)
-    every = _gather([frobenius_local], rank, m, dtype, comm)
+    every = _gather([frobenius_local], dtype, comm)
     return _summary(spectral, every[:, 0], max(abs(v) for v in extremes[m]), "lanczos")
 
 
