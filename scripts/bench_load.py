@@ -6,6 +6,8 @@
 failed, ``rounds``, ``round_s`` (the median round after round 1, which factors) and the summary's ``status``,
 ``setup_s``, ``time_s``, ``simulated_time_s``, ``wall_time_s`` (the simulator's: ``simulated_round_s``).
 ``simulator.largest_m_within``: the m at which a least-squares line of peak memory against m reaches ``--memory-gib``.
+``sampled.points[m]`` (``--sampled-workers``): the same for a sampled method on the per-worker path, FedDANE at its
+measured default μ with 1% of the clients a round (`SAMPLED`), whose set-up measures every client's Hessian.
 """
 from __future__ import annotations
 
@@ -21,11 +23,19 @@ RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
 SUMMARY = ("status", "setup_s", "time_s", "simulated_time_s", "wall_time_s")
 
 
-def points(tmp: Path, label: str, ks: list[int], rounds: int, timeout: float, launched: bool) -> dict:
-    """One launch per k of ``ks`` (``workers=k``; ``launched``: under ``horovodrun -np k``), by ``str(k)``."""
+def sampled(k: int) -> tuple[str, ...]:
+    """FedDANE's run at k clients: 20 rows of d = 50 each, k/100 a round, μ null (measured before round 0)."""
+    return ("algorithm=feddane", "problem=ridge_synthetic", "problem.dim=50", f"problem.n_samples={20 * k}",
+            f"algorithm.clients_per_round={max(k // 100, 1)}", "tol=null", "quiet=true")
+
+
+def points(tmp: Path, label: str, ks: list[int], rounds: int, timeout: float, launched: bool, run=None) -> dict:
+    """One launch per k of ``ks`` (``workers=k``; ``launched``: under ``horovodrun -np k``; ``run(k)``: its
+    overrides, `RUN` by default), by ``str(k)``."""
     out = {}
     for k in ks:
-        t = trained(tmp / f"{label}{k}", (*RUN, f"workers={k}", f"rounds={rounds}"), np=k if launched else None,
+        job = run(k) if run else RUN
+        t = trained(tmp / f"{label}{k}", (*job, f"workers={k}", f"rounds={rounds}"), np=k if launched else None,
                     env={}, timeout=timeout)
         times = [r["time_s"] for r in t["records"]]
         steps = [b - a for a, b in zip(times[1:], times[2:])] or [b - a for a, b in zip(times, times[1:])]
@@ -38,7 +48,9 @@ def points(tmp: Path, label: str, ks: list[int], rounds: int, timeout: float, la
             point["simulated_round_s"] = point["simulated_time_s"] / rounds
         out[str(k)] = point
         print(f"{label}{k}: {point}", flush=True)
-    return {"problem": " ".join(RUN) + f" rounds={rounds}", **({"cores": os.cpu_count()} if launched else {}),
+    problem = " ".join(RUN) if run is None else f"{' '.join(run(ks[0]))} at m = {ks[0]}, scaled with m (`sampled`)"
+    return {"problem": f"{problem} rounds={rounds}",
+            **({"cores": os.cpu_count()} if launched else {}),
             "points": out}
 
 
@@ -57,13 +69,18 @@ def largest_m(points: dict, memory_gib: float) -> dict:
 def run(bench: Run) -> None:
     args = bench.args
     if args.quick:  # two small points of each: a smoke run on a shared machine
-        args.workers, args.np, args.rounds = [8, 16], [2, 3], 3
+        args.workers, args.np, args.rounds, args.sampled_workers = [8, 16], [2, 3], 3, [100, 200]
     report = {"started_at": bench.started_at, "cores": os.cpu_count(), "load_at_start": load(),
               "machine": bench.machine}
     with tempfile.TemporaryDirectory() as tmp:
         report["simulator"] = points(Path(tmp), "sim_m", args.workers, args.rounds, args.timeout, launched=False)
         report["simulator"]["largest_m_within"] = largest_m(report["simulator"]["points"], args.memory_gib)
         bench.save(report)  # now, so a later failure loses nothing
+        if args.sampled_workers:
+            report["sampled"] = points(Path(tmp), "sampled_m", args.sampled_workers, args.rounds, args.timeout,
+                                       launched=False, run=sampled)
+            report["sampled"]["largest_m_within"] = largest_m(report["sampled"]["points"], args.memory_gib)
+            bench.save(report)
         if args.np:
             report["oversubscribed"] = points(Path(tmp), "hvd_np", args.np, args.rounds, args.timeout, launched=True)
     bench.finish({**report, "finished_at": now()})
@@ -73,5 +90,7 @@ def run(bench: Run) -> None:
 BENCH = Bench(KEY, run, "the simulator at large m and oversubscribed horovodrun", threads=None, options=(
     option("--workers", type=int, nargs="+", default=[64, 256, 1024]),
     option("--np", type=int, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)"),
+    option("--sampled-workers", type=int, nargs="*", default=[1000, 2000, 4000],
+           help="sampled's m, FedDANE at 1%% a round (none: skip it)"),
     option("--rounds", type=int, default=10), option("--memory-gib", type=float, default=24.0),
     option("--timeout", type=float, default=900, help="seconds per launch")))
