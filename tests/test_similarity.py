@@ -111,7 +111,7 @@ def test_identical_shards_have_delta_zero(method):
     assert got["delta_frobenius"] <= 1e-13 * got["hessian_norm"]
 
 
-def test_counters_are_restored_and_every_worker_gets_the_same_numbers():
+def test_counters_are_restored_and_every_worker_gets_the_same_numbers_rank_0_the_per_worker_list():
     X, y_reg, _ = data()
     problems = shards("squared", X, y_reg)
 
@@ -123,8 +123,10 @@ def test_counters_are_restored_and_every_worker_gets_the_same_numbers():
 
     results = ThreadGroup(M).run(worker)
     assert all((b, c) == (123, 4) for _, b, c in results)
-    assert all(r[0] == results[0][0] for r in results)
-    assert results[0][0]["bytes_sent"] > 0
+    first = results[0][0]
+    assert all(r[0] == {k: v for k, v in first.items() if k != "per_worker"} for r in results[1:])
+    assert len(first["per_worker"]) == M  # rank 0's alone: m simulated workers would hold m lists of m
+    assert first["bytes_sent"] > 0
 
 
 def test_auto_picks_exact_for_small_d_and_bad_arguments_are_one_line():

@@ -76,7 +76,8 @@ class Communicator(ABC):
         ``values`` in row ``rank``, zeros elsewhere) and ``rides``, the block's mean times m.  That is what a launched
         run sends and what every backend counts and prices; the simulators move only each worker's k values, with
         the same numbers (`dane.comm.threads`, `dane.comm.batched`), so that a measurement over m simulated workers
-        costs memory in m, not m²."""
+        costs memory in m, not m².  The table is read, never written in place: the thread simulator hands every
+        worker the same one."""
         block = values.new_zeros((self.size, values.shape[-1]))
         block[self.rank] = values
         block_mean, *means = self.allreduce_mean([block, *rides])

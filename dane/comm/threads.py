@@ -305,13 +305,15 @@ class ThreadCommunicator(PhaseClock, Communicator):
                                                     down=self.message_down_bytes)]
 
     def gather(self, values: torch.Tensor, rides=()) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """`Communicator.gather`, counted and priced as its one-hot block, with each worker's k values moved alone."""
+        """`Communicator.gather`, counted and priced as its one-hot block, with each worker's k values moved alone.
+        Every worker receives the one (m, k) table, which it reads and does not write: a copy each would be m²k
+        values again."""
         if self.compression is not None or self.size == 1:
             return super().gather(values, rides)
         self._count_allreduce(sum(t.numel() * t.element_size() for t in rides)
                               + self.size * values.numel() * values.element_size())
         rows, *means = self._collective("gather", [values, *rides], self.message_bytes)
-        return rows.clone(), [t.clone() for t in means]
+        return rows, [t.clone() for t in means]
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
         return [t.clone() for t in self._collective("broadcast", tensors, root=root)]

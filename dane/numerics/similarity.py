@@ -58,7 +58,7 @@ def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, metho
     ``method``: exact | lanczos | auto (exact when d ≤ ``exact_dim``). ``iters`` (lanczos): products per
     operator, capped at d. ``probes`` (lanczos): Hutchinson vectors for δ_F. ``seed``: the start and probe
     vectors. Returns a dict of floats: ``delta``, ``delta_mean_square``, ``delta_frobenius``,
-    ``hessian_norm`` (‖H‖₂ without the regularizer), ``per_worker`` (‖H_i − H‖₂ for i < m), ``method``,
+    ``hessian_norm`` (‖H‖₂ without the regularizer), ``per_worker`` (‖H_i − H‖₂ for i < m; rank 0's only), ``method``,
     ``allreduces`` and ``bytes_sent`` (what the measurement cost; the counters are restored).
     With ``gap_shift`` (r ≥ 0, the regularizer's curvature) the exact method also returns `preconditioner_gap`'s
     curve: ``gap_weights`` (λ_k = ‖H‖·2^-k), ``gap`` (its mean over the workers at each λ_k) and
@@ -107,14 +107,17 @@ def _hessian_product(problem, w: torch.Tensor) -> Callable[[torch.Tensor], torch
     return lambda v: problem.hessian_vector(v, at=at, with_reg=False)
 
 
-def _summary(per_worker: torch.Tensor, frobenius_sq: torch.Tensor, hessian_norm: float, method: str) -> dict:
-    norms = [float(x) for x in per_worker]
+def _summary(per_worker: torch.Tensor, frobenius_sq: torch.Tensor, hessian_norm: float, method: str,
+             rank: int) -> dict:
+    """The result's numbers; ``per_worker`` on rank 0 alone (the worker that writes): m simulated workers would
+    otherwise hold m lists of m floats."""
+    norms = per_worker.tolist()
     return {
         "delta": max(norms),
         "delta_mean_square": math.sqrt(sum(x * x for x in norms) / len(norms)),
         "delta_frobenius": math.sqrt(max(float(frobenius_sq.mean()), 0.0)),
         "hessian_norm": hessian_norm,
-        "per_worker": norms,
+        **({"per_worker": norms} if rank == 0 else {}),
         "method": method,
     }
 
@@ -136,13 +139,13 @@ def _exact(hv, dim: int, dtype: torch.dtype, comm: Communicator, gap_shift: floa
     hessian_norm = float(torch.linalg.eigvalsh(H).abs().max())  # eigvalsh's, with or without the gap: the same bits
     if gap_shift is None:
         every = _gather([spectral, frobenius_sq], dtype, comm)
-        return _summary(every[:, 0], every[:, 1], hessian_norm, "exact")
+        return _summary(every[:, 0], every[:, 1], hessian_norm, "exact", comm.rank)
     curvatures, basis = torch.linalg.eigh(H)
     weights = [hessian_norm * 2.0 ** -k for k in range(GAP_OCTAVES + 1)]
     gaps = preconditioner_gap(basis.T @ deviation @ basis, curvatures + gap_shift, weights)
     every = _gather([spectral, frobenius_sq, *gaps], dtype, comm)
-    return {**_summary(every[:, 0], every[:, 1], hessian_norm, "exact"), "gap_weights": weights,
-            "gap": [float(x) for x in every[:, 2:].mean(0)], "curvature_min": float(curvatures[0])}
+    return {**_summary(every[:, 0], every[:, 1], hessian_norm, "exact", comm.rank), "gap_weights": weights,
+            "gap": every[:, 2:].mean(0).tolist(), "curvature_min": float(curvatures[0])}
 
 
 #: `preconditioner_gap`'s weights in `hessian_dissimilarity`: ‖H‖ down to ‖H‖·2^-this, by octaves
@@ -217,7 +220,7 @@ def _lanczos(hv, dim: int, dtype: torch.dtype, comm: Communicator, *, iters: int
     extremes = [_ritz_extremes([float(a[p]) for a in alphas], [float(b[p]) for b in betas]) for p in range(m + 1)]
     spectral = torch.tensor([max(abs(lo), abs(hi)) for lo, hi in extremes[:m]], dtype=torch.float64)
     every = _gather([frobenius_local], dtype, comm)
-    return _summary(spectral, every[:, 0], max(abs(v) for v in extremes[m]), "lanczos")
+    return _summary(spectral, every[:, 0], max(abs(v) for v in extremes[m]), "lanczos", rank)
 
 
 def _ritz_extremes(alphas: list[float], betas: list[float]) -> tuple[float, float]:
