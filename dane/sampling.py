@@ -10,8 +10,8 @@ Every worker holds the same `ClientSampler` (one `torch.Generator` seeded from t
 not the rank) and draws the same sets in the same order, so horovodrun, torchrun and the
 simulator agree without a broadcast; its generator is in the algorithm's state_dict, so a
 resumed run draws the sets it would have drawn.  The shard sizes of ``size`` come from one
-allreduce of an m-vector when the sampler is built (one communication round, counted before
-round 0's).
+gather when the sampler is built (`Communicator.gather`: an allreduce of an m-vector, one communication round,
+counted before round 0's).
 
 *How the non-sampled take part.*  Under a launcher every rank still enters each collective (a
 collective needs all ranks of its group); a client outside S_t contributes zeros, and
