@@ -18,6 +18,13 @@ import torch
 from .compression import MessageCompression
 
 
+def one_hot_rows(rows: torch.Tensor, size: int) -> torch.Tensor:
+    """The (m, k) table `Communicator.gather` returns from the workers' stacked rows: what the mean of their one-hot
+    blocks, times m, gives (row r is v_r/m·m, a sum of v_r and zeros divided by m, then multiplied; + 0.0 as that sum
+    turns a −0.0 into 0.0), bit for bit, for the simulators that move the rows alone."""
+    return (rows + 0.0) / size * size
+
+
 def ring_allreduce_bytes(nbytes: int, size: int) -> int:
     """Bytes one worker sends in a ring allreduce of an ``nbytes`` message: 2(m-1)/m * nbytes."""
     return 0 if size == 1 else (2 * (size - 1) * nbytes) // size

@@ -54,7 +54,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from .base import Communicator, ring_allreduce_bytes
+from .base import Communicator, one_hot_rows
 from .cost import AlphaBeta, ParameterServerCost
 from .meters import Meter, PhaseClock, Stragglers, ThreadCPUTime
 from .rendezvous import Interrupted
@@ -166,9 +166,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
             _, nbytes = self.compression.encode([t[0] for t in tensors], kinds)
         else:
             nbytes = sum(t.numel() // self.size * t.element_size() for t in tensors)
-        self.message_bytes = nbytes
-        self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
-        self.calls += 1
+        self._count_allreduce(nbytes)
         self._phase("allreduce", nbytes)
         # rows summed in rank order then divided by m, as `ThreadGroup._reduce` does
         return [t.sum(0) / self.size for t in tensors]
@@ -189,7 +187,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
                                                                    for t in rides)
         self._count_allreduce(nbytes)
         self._phase("allreduce", nbytes)
-        return (values + 0.0) / self.size * self.size, [t.sum(0) / self.size for t in rides]
+        return one_hot_rows(values, self.size), [t.sum(0) / self.size for t in rides]
 
     def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
         """Row ``root`` of each stacked tensor; rank 0's bytes as the per-worker path counts them."""

@@ -44,7 +44,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .base import Communicator
+from .base import Communicator, one_hot_rows
 from .cost import AlphaBeta, ParameterServerCost
 from .meters import DeviceTurns, Meter, PhaseClock, Stragglers, ThreadCPUTime, meter_for
 from .rendezvous import WORKER_STACK_BYTES, Interrupted, Rendezvous, ctrl_c_held, thread_limit
@@ -119,9 +119,9 @@ class ThreadGroup:
         if op == "allreduce":
             columns = zip(*self._inbox)
             self._result = [torch.stack(list(column)).sum(0) / self.size for column in columns]
-        elif op == "gather":  # the rows of the one-hot blocks' mean times m, bit for bit (`Communicator.gather`)
+        elif op == "gather":  # `Communicator.gather`: the rows, and the rides' means
             rows, *columns = zip(*self._inbox)
-            self._result = [(torch.stack(list(rows)) + 0.0) / self.size * self.size,
+            self._result = [one_hot_rows(torch.stack(list(rows)), self.size),
                             *(torch.stack(list(column)).sum(0) / self.size for column in columns)]
         elif op == "broadcast":
             self._result = [t.clone() for t in self._inbox[root]]  # the root may change its own in place once through
