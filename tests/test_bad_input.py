@@ -23,7 +23,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -515,18 +514,15 @@ def file_size_limit(tmp: Path):
 @contextmanager
 def thread_limit(tmp: Path):
     """A process that can start two simulated worker threads and no third (``RuntimeError: can't start new
-    thread``, as 10,000 workers meet it under ``ulimit -v``); worker 0, started, has opened its run folder."""
+    thread``, as 10,000 workers meet it under ``ulimit -v``).  No worker computes before all have started
+    (`dane.comm.threads.ThreadGroup.run`): the two started go on once the third has failed, worker 0 opens its run
+    folder before its first collective, and there both stop."""
     import threading
 
     start = threading.Thread.start
 
     def limited(self):
         if self.name.startswith("worker-") and int(self.name.removeprefix("worker-")) >= 2:
-            made = tmp / FOLDER / "runs" / "simulator_thread_limit" / "rounds.jsonl"
-            for _ in range(300):  # worker 0 opens the run folder before its first collective: fail after that
-                if made.exists():
-                    break
-                time.sleep(0.01)
             raise RuntimeError("can't start new thread")
         start(self)
 

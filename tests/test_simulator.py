@@ -134,6 +134,35 @@ def test_cpu_workers_compute_at_most_slots_at_once_and_are_timed_alike(slots):
     assert ThreadGroup(2).slots == (os.cpu_count() or 1)  # by default, the machine's cores
 
 
+def test_no_worker_computes_before_every_worker_thread_has_started():
+    """`ThreadGroup.run` holds every slot while it starts the m threads: the first worker to compute finds all m
+    started (a start otherwise waits for computing workers to hand over the interpreter's lock), and the
+    results come back in rank order."""
+    import threading
+
+    seen = []
+
+    def worker(comm):
+        seen.append(sum(t.name.startswith("worker-") for t in threading.enumerate()))
+        (mean,) = comm.allreduce_mean([torch.tensor([float(comm.rank)], dtype=torch.float64)])
+        return comm.rank, float(mean)
+
+    results = ThreadGroup(24, AlphaBeta(alpha=0.0, beta=1e30), slots=2).run(worker)
+    assert seen[0] == 24 and len(seen) == 24
+    assert results == [(rank, 11.5) for rank in range(24)]  # mean of 0..23
+
+
+def test_the_process_start_is_read_once():
+    """`boot_clock_start` reads /proc/self/stat once a process (a read sums over the process's threads, and each
+    of m simulated workers asks at its end): later calls give the same value."""
+    from dane.loop.timeline import boot_clock_start
+
+    first = boot_clock_start()
+    if first is None:
+        pytest.skip("no /proc or boot clock here")
+    assert boot_clock_start() == first and abs(first - time.time()) < 7 * 24 * 3600
+
+
 def test_stragglers_slow_time_by_their_factor():
     compute = [[0.01, 0.01]] * 4
     plain = ThreadGroup(2, AlphaBeta(alpha=0.0, beta=1e30))

@@ -197,10 +197,19 @@ class ThreadGroup:
             with ctrl_c_held():  # a Ctrl-C while a thread starts would leave the others running, unwaited
                 previous = threading.stack_size(WORKER_STACK_BYTES)
                 started = 0
+                # Every slot is held while the threads start, so that no worker computes yet: a thread's start
+                # waits for it to take the interpreter's lock, which computing workers would hold for a switch
+                # interval at a time.  The workers then take the slots in turn, as they arrived.
+                for _ in range(self.slots):
+                    self._slots.acquire()
                 try:
-                    for c in comms:
-                        threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True).start()
-                        started += 1
+                    try:
+                        for c in comms:
+                            threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True).start()
+                            started += 1
+                    finally:
+                        for _ in range(self.slots):
+                            self._slots.release()
                 except RuntimeError as exc:  # "can't start new thread": a limit on threads or address space
                     self.stop()  # the started workers end at their first collective, their run folder released
                     for done in finished[:started]:

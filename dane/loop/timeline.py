@@ -19,6 +19,7 @@ time in whole seconds and so can sit up to a second away from the true start.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -34,6 +35,7 @@ def process_start() -> float | None:
     return psutil.Process().create_time()
 
 
+@functools.cache  # read once a process: /proc/self/stat sums over the threads, and m simulated workers ask at their end
 def boot_clock_start() -> float | None:
     """This process's start as a ``time.time()`` value: its start tick (/proc/self/stat) against CLOCK_BOOTTIME.
 
@@ -45,6 +47,9 @@ def boot_clock_start() -> float | None:
     except (OSError, ValueError, IndexError, AttributeError):
         return None
     return now - (since_boot - start_s)
+
+
+os.register_at_fork(after_in_child=boot_clock_start.cache_clear)  # a forked child started later than its parent
 
 
 def mark(name: str) -> None:
