@@ -5,6 +5,7 @@
   tolerance stops the run with clients asleep;
 - a round computes s clients' local steps (K gradients each, counted by hand) and only S_t and rank 0 enter its
   allreduce; the final evaluation takes all m;
+- a parked client has no thread: at m = 120 and s = 3 a round's start finds at most s + 1 worker threads alive;
 - `parks` says no where a worker's own progress is needed every round (compression, checkpoints, faults).
 """
 from __future__ import annotations
@@ -85,6 +86,34 @@ def test_a_round_computes_its_clients_only(monkeypatch):
     # one allreduce a round among S_t and rank 0, then the final evaluation among all m
     assert arrivals == Counter({rank: sum(rank in d or rank == 0 for d in draws) + 1 for rank in range(M)})
     assert [r["clients"] for r in result.records[:-1]] == [S] * rounds
+
+
+def test_a_round_runs_its_clients_threads_only(monkeypatch):
+    """At m = 120 workers and s = 3 a round, a parked client has no thread: at each round's start (rounds 2 to 7)
+    the live threads are the run's main thread, rank 0 and the last round's clients (at most s + 1 workers)."""
+    m, rounds, live = 120, 8, {}
+    before = threading.active_count()
+    round_start = parking.Parking.round_start
+
+    def counted(self, t, final, state):
+        if self.comm.rank == 0 and 2 <= t < rounds:
+            for _ in range(500):  # a thread that parked may still be unwinding: wait for it to end
+                if threading.active_count() - before <= S + 1:
+                    break
+                threading.Event().wait(0.01)
+            live[t] = threading.active_count() - before
+        return round_start(self, t, final, state)
+
+    monkeypatch.setattr(parking.Parking, "round_start", counted)
+    monkeypatch.setattr(kinds, "parks", parking.parks)
+    monkeypatch.setattr(kinds, "batched_path", lambda spec: (False, None))  # one thread per worker
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((1200, 4))
+    problem = dane.problems.Ridge(X, X @ np.ones(4), lam=1e-2)
+    result = dane.fit(problem, "scaffold", workers=m, seed=SEED, clients_per_round=S, rounds=rounds,
+                      local_steps=K, lr=0.05)
+    assert [r["clients"] for r in result.records[:-1]] == [S] * rounds
+    assert sorted(live) == list(range(2, rounds)) and max(live.values()) <= S + 1, live
 
 
 def test_runs_that_need_every_worker_each_round_do_not_park():

@@ -1,17 +1,21 @@
-"""Which simulated workers take part in a sampled round: the others sleep through it (`dane.comm.threads`).
+"""Which simulated workers take part in a sampled round: the others have no thread until a draw takes them
+(`dane.comm.threads`).
 
 Under client sampling a round of a federated method is the s drawn clients' work; the other m − s clients
 only measure the record's metrics at w_t and send zeros for the method's part of the round's allreduce
 (`dane.sampling`).  With a `Roster` on its `dane.comm.threads.ThreadGroup`, a worker that draws S_t and is
-not in it (rank 0, the record writer, aside) parks on its own event at the draw: it enters no collective,
-computes nothing and keeps no record, so a round runs |S_t ∪ {0}| threads.  What the parked clients would
-have sent, the round's allreduce fills in for them in rank order (`absent`: zeros and the metrics of their
-shards at w_t, the same numbers at the same places, so the mean is the same bit for bit).
+not in it (rank 0, the record writer, aside) parks at the draw: it raises `Parked`, which unwinds its thread
+to the group with the way back into the run loop (`Parked.resume`, which holds its algorithm and its local-work
+ledger), and the thread ends.  A parked worker enters no collective, computes nothing, keeps no record
+and has no thread, so a round runs |S_t ∪ {0}| threads.  What the parked clients would have sent, the round's
+allreduce fills in for them in rank order (`absent`: zeros and the metrics of their shards at w_t, the same
+numbers at the same places, so the mean is the same bit for bit).
 
-A parked worker wakes when a later draw takes it (or when the rounds end): rank 0 hands it its own state at
-the start of that round (`Handoff`: the runner's and the algorithm's, which every worker holds alike), the
-worker keeps its own client state (the algorithm's ``own_state`` keys, its shard's state, its local-work
-ledger) and continues from that round as a resumed run would (`dane.loop.parking`).
+A parked worker wakes when a later draw takes it (or when the rounds end): rank 0 starts a thread for it
+(``Roster.spawn``, the group's) that goes back into the run loop with rank 0's state at the start of that round
+(`Handoff`: the runner's and the algorithm's, which every worker holds alike); the worker keeps its own client
+state (the algorithm's ``own_state`` keys, its shard's state, its local-work ledger) and continues from that
+round as a resumed run would (`dane.loop.parking`).
 
 Which runs park is `dane.loop.parking.parks`; every other run keeps every worker in every collective.
 """
@@ -32,33 +36,50 @@ class Handoff:
     state: Any = None
 
 
-class Rejoin(BaseException):
-    """Raised in a parked worker once it wakes, to unwind its round back to the run loop (`dane.loop.parking`).
+class Parked(BaseException):
+    """Raised in a worker that a draw leaves out, to unwind its thread (`dane.loop.parking`).  The run loop sets
+    ``resume``: ``resume(handoff)`` goes back into the loop from rank 0's state (`dane.loop.runner.run` with its
+    local-work ledger; each caller on the way out wraps it to go on as it would have) and returns what the
+    worker's body returns, or raises `Parked` again.  The thread hands ``resume`` to the roster (`Roster.leave`)
+    and ends.
 
     A `BaseException`, so that no ``except Exception`` in algorithm code takes it."""
 
-    def __init__(self, handoff: Handoff):
-        super().__init__(handoff.kind)
-        self.handoff = handoff
+    def __init__(self):
+        super().__init__("parked")
+        self.resume: Callable[[Handoff], Any] | None = None
+
+
+@dataclass
+class Woken:
+    """What a thread started for a parked worker enters the run loop with: rank 0's ``handoff`` and the worker's
+    own local-work ``ledger`` (`dane.loop.runner.run`)."""
+
+    handoff: Handoff
+    ledger: Any = None
 
 
 class Roster:
-    """The parked workers of a thread group: one event and one handoff each.
+    """The parked workers of a thread group, and the way back into the run loop of each whose thread has ended.
 
-    Only rank 0 wakes workers (at its draw, and when its rounds end); a worker clears its own event once woken,
-    before it can enter another collective, and rank 0 can set it again only after that collective: a wake-up is
-    never lost nor taken twice.  ``problems`` are the workers' shards, which the group's reduction reads for the
-    parked ones' metrics (`absent`)."""
+    Only rank 0 wakes workers (at its draw, and when its rounds end).  A parked worker's thread unwinds and hands
+    over its ``resume`` (`leave`); a wake-up that comes before that waits for it there, so a wake-up is never lost
+    nor taken twice, and a worker runs in one thread at a time.  The group sets ``spawn(starts)`` (for each
+    (rank, resume, handoff), start a thread that runs ``resume(handoff)``) and ``ended(rank)`` (a worker without a thread is done: the
+    group was stopped).  ``problems`` are the workers' shards, which the group's reduction reads for the parked
+    ones' metrics (`absent`)."""
 
     def __init__(self, size: int, problems: list):
         self.size = size
         self.problems = problems
-        self._woken = [threading.Event() for _ in range(size)]
-        self._handoff: list[Handoff | None] = [None] * size
         self.parked: set[int] = set()  # as rank 0 last drew them: the ranks outside its round's collectives
         self.snapshot: Callable[[], dict] | None = None  # rank 0's state at its round's start (`dane.loop.parking`)
         self.aborted = False
-        self._asleep: set[int] = set()  # the ranks waiting in `park`
+        self.spawn: Callable[[list[tuple[int, Callable, Handoff]]], None] | None = None
+        self.ended: Callable[[int], None] | None = None
+        self._resume: dict[int, Callable] = {}  # the parked ranks whose thread has ended: the way back
+        self._pending: dict[int, Handoff] = {}  # wake-ups that came before the woken rank's thread had ended
+        self._asleep: set[int] = set()  # the ranks that parked and were not woken since
         self._settled = threading.Condition()
 
     def present(self, members: list[int]) -> list[int]:
@@ -71,48 +92,58 @@ class Roster:
         waking = sorted(self.parked & present)
         if waking:
             state = self.snapshot()
-            for rank in waking:
-                self._wake(rank, Handoff("round", state))
+            self._wake([(rank, Handoff("round", state)) for rank in waking])
         self.parked = set(range(self.size)) - present
 
     def wake_all(self, kind: str, state: Any = None) -> None:
         """Every parked worker wakes (the final evaluation, the rounds' end)."""
-        for rank in sorted(self.parked):
-            self._wake(rank, Handoff(kind, state))
+        self._wake([(rank, Handoff(kind, state)) for rank in sorted(self.parked)])
         self.parked = set()
 
-    def park(self, rank: int) -> Handoff:
-        """Sleep until rank 0 (or `abort`) wakes this worker; what it woke with."""
+    def leave(self, rank: int, resume: Callable) -> Handoff | None:
+        """A parked worker's thread has unwound: None, and ``resume`` waits for the draw that wakes it (the thread
+        ends); or the wake-up that came first, which the thread goes on with."""
         with self._settled:
-            self._asleep.add(rank)
-            self._settled.notify_all()
-        event = self._woken[rank]
-        event.wait()
-        event.clear()
-        with self._settled:
-            self._asleep.discard(rank)
-        handoff, self._handoff[rank] = self._handoff[rank], None
-        return handoff if not self.aborted else Handoff("abort")
+            if self.aborted:
+                return Handoff("abort")
+            handoff = self._pending.pop(rank, None)
+            if handoff is None:
+                self._resume[rank] = resume
+                self._asleep.add(rank)
+                self._settled.notify_all()
+            return handoff
 
     def settle(self) -> None:
-        """Rank 0 waits until every worker its draw left out is asleep: each left its local-work snapshot on the
-        group's board before its draw (`dane.work.post`), and the round's reduction, which no longer waits for it,
-        must find it there."""
+        """Rank 0 waits until every worker its draw left out has parked and its thread unwound: each left its
+        local-work snapshot on the group's board before its draw (`dane.work.post`), and the round's reduction,
+        which no longer waits for it, must find it there; and m − s threads on their way out would otherwise take
+        turns at the interpreter's lock with the round's clients, one switch interval each."""
         with self._settled:
             while not (self.parked <= self._asleep or self.aborted):
                 self._settled.wait(0.1)
 
     def abort(self) -> None:
-        """A worker failed or the group was stopped: every parked worker wakes to end."""
-        self.aborted = True
-        for event in self._woken:
-            event.set()
+        """A worker failed or the group was stopped: a parked worker without a thread is done (``ended``); one whose
+        thread still unwinds ends in `leave`."""
         with self._settled:
+            self.aborted = True
+            done, self._resume = sorted(self._resume), {}
             self._settled.notify_all()
+        for rank in done:
+            self.ended(rank)
 
-    def _wake(self, rank: int, handoff: Handoff) -> None:
-        self._handoff[rank] = handoff
-        self._woken[rank].set()
+    def _wake(self, wakes: list[tuple[int, Handoff]]) -> None:
+        starts = []
+        with self._settled:
+            for rank, handoff in wakes:
+                self._asleep.discard(rank)
+                resume = self._resume.pop(rank, None)
+                if resume is None:  # its thread still unwinds: it takes the handoff in `leave`
+                    self._pending[rank] = handoff
+                else:
+                    starts.append((rank, resume, handoff))
+        if starts:
+            self.spawn(starts)
 
     def absent(self, present: list[int]) -> list[int]:
         """The ranks a collective among ``present`` fills in (`dane.comm.threads.ThreadGroup`)."""

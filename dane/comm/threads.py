@@ -16,10 +16,11 @@ except for a collective that client sampling gives to the sampled clients only
 round's metrics, not the method's work) and their place in the ring are not charged.
 
 *Sampled rounds.*  With a `dane.comm.roster.Roster` (a federated method that declares its client state,
-`dane.loop.parking`) a worker outside S_t parks at the round's draw: a round's collectives are among S_t and
-rank 0 (`ThreadGroup.set_parties`), and the reduction fills in the parked workers' messages in their places
-(zeros, and the metrics of their shards at w_t), so the mean, the records and the clock are those of a round
-that every worker entered.
+`dane.loop.parking`) a worker outside S_t parks at the round's draw and its thread ends (a draw that takes it
+again starts another, `dane.comm.roster`): a round's collectives are among S_t and rank 0
+(`ThreadGroup.set_parties`), a round runs their threads only, and the reduction fills in the parked workers'
+messages in their places (zeros, and the metrics of their shards at w_t), so the mean, the records and the
+clock are those of a round that every worker entered.
 
 A Ctrl-C while `ThreadGroup.run` waits for its workers stops them at their next
 collective (`Interrupted`), so the run ends within a round and its workers can report.
@@ -37,6 +38,7 @@ handling in `dane.comm.rendezvous`; their names are still imported from here too
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Callable
@@ -48,7 +50,7 @@ from .base import Communicator, one_hot_rows
 from .cost import AlphaBeta, ParameterServerCost
 from .meters import DeviceTurns, Meter, PhaseClock, Stragglers, ThreadCPUTime, meter_for
 from .rendezvous import WORKER_STACK_BYTES, Interrupted, Rendezvous, ctrl_c_held, thread_limit
-from .roster import Rejoin
+from .roster import Parked
 
 #: the names moved to `dane.comm.meters` and `dane.comm.rendezvous`, still imported from here
 __all__ = ["DeviceTurns", "Interrupted", "Meter", "PhaseClock", "Rendezvous", "Stragglers", "ThreadCPUTime",
@@ -74,6 +76,8 @@ class ThreadGroup:
         self.slots = slots or os.cpu_count() or 1
         self._slots = threading.BoundedSemaphore(self.slots)
         self._holding = threading.local()  # whether this thread holds a slot
+        self._starting = threading.Lock()  # one thread start at a time (`_start`)
+        self._threads: list[threading.Thread] = []  # the worker threads started, the ended ones pruned
         self.cost = cost or AlphaBeta()
         self.stragglers = stragglers or Stragglers()
         self.meter = meter or ThreadCPUTime()
@@ -164,6 +168,9 @@ class ThreadGroup:
     def run(self, fn: Callable[["ThreadCommunicator"], object]) -> list[object]:
         """Run ``fn(comm)`` in m threads; return the m results, re-raising the first failure.
 
+        A worker that parks (`dane.comm.roster.Parked`) ends its thread; the roster starts another for it when a
+        draw wakes it (``roster.spawn``), which goes on from there, and its result is that thread's.
+
         A `KeyboardInterrupt` while waiting (or while the threads start: `ctrl_c_held`)
         stops the workers (`stop`) and waits for them:
         a worker that handles `Interrupted` returns its result, one that does not
@@ -175,27 +182,60 @@ class ThreadGroup:
         errors: list[BaseException | None] = [None] * self.size
         finished = [threading.Event() for _ in comms]
 
-        def target(comm: ThreadCommunicator) -> None:
-            try:
-                torch.set_num_threads(1)  # per thread: a fresh thread's first BLAS call may otherwise use more, in another order
-                self.take_slot()
-                comm.begin()
-                results[comm.rank] = fn(comm)
-            except Interrupted:
-                pass  # the group was stopped; the caller sees ``interrupted``
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                errors[comm.rank] = exc
-                self.abort()
-            finally:
+        def target(comm: ThreadCommunicator, body: Callable[[], object], fresh: bool) -> None:
+            while body is not None:
+                parked = None
                 try:
-                    comm.end()  # the last compute phase: on a GPU, its turn is given back
+                    torch.set_num_threads(1)  # per thread: a fresh thread's first BLAS call may otherwise use more, in another order
+                    self.take_slot()
+                    if fresh:  # a woken worker's compute starts once it has taken rank 0's state (`dane.loop.parking`)
+                        comm.begin()
+                    results[comm.rank] = body()
+                except Parked as exc:
+                    if exc.resume is None:  # raised outside the run loop (`dane.loop.runner.run`): no way back
+                        errors[comm.rank] = RuntimeError(f"worker {comm.rank} parked outside the run loop")
+                        self.abort()
+                    else:
+                        parked = exc
+                except Interrupted:
+                    pass  # the group was stopped; the caller sees ``interrupted``
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                    errors[comm.rank] = exc
+                    self.abort()
                 finally:
-                    self.give_slot()
-                    finished[comm.rank].set()  # even if the device failed there: the caller must not wait forever
+                    if parked is None:  # a parked worker's phase ended where it parked
+                        try:
+                            comm.end()  # the last compute phase: on a GPU, its turn is given back
+                        finally:
+                            self.give_slot()
+                            finished[comm.rank].set()  # even if the device failed there: the caller must not wait forever
+                body, fresh = self._rejoin(comm.rank, parked, finished[comm.rank]), False
+                if parked is not None and body is None:
+                    self.give_slot()  # only now: m − s threads unwinding without one wait their turns at the GIL behind the round's clients
 
+        def spawn(starts: list) -> None:
+            """Start a thread for each woken worker (rank, resume, handoff).  The free slots are held while they start
+            (as `run` holds them all), so that no woken worker computes before the starts are done: a thread start
+            waits for the new thread, which would wait its turn at the GIL behind the ones that run."""
+            held = 0
+            while held < self.slots and self._slots.acquire(blocking=False):
+                held += 1
+            try:
+                for i, (rank, resume, handoff) in enumerate(starts):
+                    try:
+                        self._start(comms[rank], target, functools.partial(resume, handoff), False)
+                    except RuntimeError as exc:  # these workers are done (the group fails): none waits for them
+                        for later, *_ in starts[i:]:
+                            finished[later].set()
+                        raise thread_limit(self.size, threading.active_count() - 1, exc) from None
+            finally:
+                for _ in range(held):
+                    self._slots.release()
+
+        if self.roster is not None:
+            self.roster.spawn, self.roster.ended = spawn, lambda rank: finished[rank].set()
         try:
             with ctrl_c_held():  # a Ctrl-C while a thread starts would leave the others running, unwaited
-                previous = threading.stack_size(WORKER_STACK_BYTES)
                 started = 0
                 # Every slot is held while the threads start, so that no worker computes yet: a thread's start
                 # waits for it to take the interpreter's lock, which computing workers would hold for a switch
@@ -205,7 +245,7 @@ class ThreadGroup:
                 try:
                     try:
                         for c in comms:
-                            threading.Thread(target=target, args=(c,), name=f"worker-{c.rank}", daemon=True).start()
+                            self._start(c, target, functools.partial(fn, c), True)
                             started += 1
                     finally:
                         for _ in range(self.slots):
@@ -215,13 +255,13 @@ class ThreadGroup:
                     for done in finished[:started]:
                         done.wait()
                     raise thread_limit(self.size, started, exc) from None
-                finally:
-                    threading.stack_size(previous)
             for done in finished:
                 # In slices: the kernel may hand a Ctrl-C to a worker thread, and CPython runs the
                 # handler only when the main thread wakes; an endless wait would never see it.
                 while not done.wait(0.2):
                     pass
+            for thread in self._threads:  # to their end: a worker thread still ending when the process exits aborts it
+                thread.join()
         except KeyboardInterrupt:
             self.stop()
             for done in finished:  # not join(): after an interrupted join it may return early (Python 3.11)
@@ -233,6 +273,34 @@ class ThreadGroup:
         if first is not None:
             raise first
         return results
+
+    def _start(self, comm: "ThreadCommunicator", target: Callable, body: Callable[[], object], fresh: bool) -> None:
+        """Start ``comm``'s worker thread, with `WORKER_STACK_BYTES` of stack (a setting of the process, so one
+        start at a time: rank 0 starts woken workers while the first ones may still be starting)."""
+        with self._starting:
+            if len(self._threads) > 2 * self.size:  # the ended ones go: a long sampled run starts threads every round
+                self._threads = [thread for thread in self._threads if thread.is_alive()]
+            previous = threading.stack_size(WORKER_STACK_BYTES)
+            try:
+                thread = threading.Thread(target=target, args=(comm, body, fresh), name=f"worker-{comm.rank}",
+                                          daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            finally:
+                threading.stack_size(previous)
+
+    def _rejoin(self, rank: int, parked: Parked | None, finished: threading.Event) -> Callable[[], object] | None:
+        """After a worker's body returned or raised: None, its thread ends; or what it goes on with (a wake-up that
+        came while it unwound, `dane.comm.roster.Roster.leave`)."""
+        if parked is None:
+            return None
+        handoff = self.roster.leave(rank, parked.resume)
+        if handoff is None:
+            return None
+        if handoff.kind == "abort":
+            finished.set()
+            return None
+        return lambda: parked.resume(handoff)
 
 
 class ThreadCommunicator(PhaseClock, Communicator):
@@ -252,7 +320,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
 
     def drew(self, members: list[int]) -> None:
         """A sampled round drew ``members``: with a roster, rank 0 wakes the drawn among the parked, and a worker
-        outside them parks until a later draw takes it (`dane.comm.roster.Rejoin`)."""
+        outside them parks until a later draw takes it (`dane.comm.roster.Parked`)."""
         roster = self.group.roster
         if roster is None:
             return
@@ -266,17 +334,10 @@ class ThreadCommunicator(PhaseClock, Communicator):
             self.park()
 
     def park(self) -> None:
-        """Sleep, off the clock and without a slot, until woken; then unwind the round (`Rejoin`), still off the
-        clock: the worker's compute starts again once it has taken rank 0's state (`dane.loop.parking`)."""
+        """Park, off the clock: unwind the round and end this thread (`Parked`); a draw that takes this worker
+        again starts a thread that goes on from rank 0's state (`dane.loop.parking`)."""
         self.end()
-        self.group.give_slot()
-        handoff = self.group.roster.park(self.rank)
-        if handoff.kind == "abort":
-            if self.group.interrupted:
-                raise Interrupted
-            raise threading.BrokenBarrierError
-        self.group.take_slot()
-        raise Rejoin(handoff)
+        raise Parked  # its slot goes once it has unwound (`ThreadGroup.run`)
 
     def summary_entries(self) -> dict:
         """The summary says which path the simulator took (``sim.batched``, `dane.comm.batched`)."""

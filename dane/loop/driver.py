@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -19,6 +19,7 @@ from ..algorithm import Algorithm
 from .checkpoint import keeps_what_was_written
 from ..comm.rendezvous import Interrupted
 from ..records.results import in_target_units
+from .parking import Parked
 from .runner import RunResult, run
 from ..spec import RunSpec
 from ..work import KEYS as LOCAL_WORK
@@ -82,28 +83,42 @@ class Loop:
 
 
 @keeps_what_was_written  # a full or read-only out_dir: one line saying what it keeps and how to go on
-def drive(loop: Loop, callbacks: list) -> dict:
+def drive(loop: Loop, callbacks: list, resumed: Callable[[], None] | None = None) -> dict:
     """Run ``loop``'s rounds with ``callbacks`` at their fixed points (`dane.loop.callbacks`); returns the summary.
 
     The run directory stays this run's (its lock held) until the summary is written.
+
+    A simulated worker that a sampled round leaves out leaves by `Parked`, no callback of the ends called; its
+    ``resume(handoff)`` is ``drive`` again, ``resumed`` going back into the rounds in place of the start's
+    callbacks and the first call of `rounds` (`dane.loop.parking`).
     """
+    parked = False
     try:
-        for callback in callbacks:
-            callback.on_open(loop)
-        for callback in callbacks:
-            callback.on_start(loop)
-        rounds(loop, callbacks)
+        if resumed is None:
+            for callback in callbacks:
+                callback.on_open(loop)
+            for callback in callbacks:
+                callback.on_start(loop)
+            rounds(loop, callbacks)
+        else:
+            resumed()
         summary = base_summary(loop)
         for callback in callbacks:
             callback.on_end(loop, summary)
         return summary
+    except Parked as exc:
+        parked, inner = True, exc.resume
+        exc.resume = lambda handoff: drive(loop, callbacks, lambda: inner(handoff))
+        raise
     finally:
-        for callback in callbacks:
-            callback.on_close(loop)
+        if not parked:
+            for callback in callbacks:
+                callback.on_close(loop)
 
 
-def rounds(loop: Loop, callbacks: list) -> None:
-    """The rounds, from ``loop.resume`` (None: round 0); a Ctrl-C in the simulator ends them as ``interrupted``."""
+def rounds(loop: Loop, callbacks: list, resumed: Callable[[], RunResult] | None = None) -> None:
+    """The rounds, from ``loop.resume`` (None: round 0), or (``resumed``) a parked worker's, back in from rank 0's
+    state; a Ctrl-C in the simulator ends them as ``interrupted``."""
 
     def on_round(record: dict) -> None:
         if loop.keep_records or not loop.seen:
@@ -117,17 +132,23 @@ def rounds(loop: Loop, callbacks: list) -> None:
         for callback in callbacks:
             callback.on_checkpoint(loop, state)
 
+    parked = False
     try:
-        loop.result = run(loop.algo, loop.spec.control.stop, on_round, resume=loop.resume,
-                          on_checkpoint=on_checkpoint, checkpoint_every=loop.checkpoint_every,
-                          keep_records=loop.keep_records)
+        loop.result = resumed() if resumed is not None else run(
+            loop.algo, loop.spec.control.stop, on_round, resume=loop.resume, on_checkpoint=on_checkpoint,
+            checkpoint_every=loop.checkpoint_every, keep_records=loop.keep_records)
     except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
         if not loop.seen:
             raise
         loop.result = RunResult(loop.seen, "interrupted", loop.algo.described_iterate(None), "interrupted")
+    except Parked as exc:  # its rounds go on in another thread: ``resume`` comes back here (`drive`)
+        parked, inner = True, exc.resume
+        exc.resume = lambda handoff: rounds(loop, callbacks, lambda: inner(handoff))
+        raise
     finally:
-        for callback in callbacks:
-            callback.on_rounds_end(loop)
+        if not parked:
+            for callback in callbacks:
+                callback.on_rounds_end(loop)
 
 
 #: ``time_s_clock``: what ``time_s`` (the last record's, repeated in the summary) measures.  In the simulator the

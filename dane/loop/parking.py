@@ -9,7 +9,10 @@ S_t sends its error-feedback residual), no ``checkpoint_every`` or ``resume`` (e
 own part), no injected ``faults`` (a worker is lost at a given round).  Any other run keeps every worker in every
 collective, as before.
 
-A parked worker that wakes for round t (`Parking.rejoin`) takes rank 0's state at the start of round t: the
+A parked worker's thread ends: `Parked` unwinds it out of the run loop with the way back in (`Parked.resume`:
+`dane.loop.runner.run` with the worker's local-work ledger, wrapped by `dane.loop.driver.drive` to go on with the
+callbacks, none of whose ends is called on the way out), and a draw that takes the worker again starts a thread
+that goes back in with rank 0's state (`dane.comm.roster`).  A worker that wakes for round t (`Parking.rejoin`) takes rank 0's state at the start of round t: the
 algorithm's, less its ``own_state`` keys and its shard's own state (``problem``), which it keeps; the stop
 tests' windows; the record before round t; the collective counters (its own clock is the group's).  None of it is
 on the clock: a woken worker's compute phase starts once it has taken the state, and rank 0 takes its snapshot
@@ -24,9 +27,9 @@ from __future__ import annotations
 from typing import Callable
 
 from ..comm.base import restore_traffic_bits
-from ..comm.roster import Handoff, Rejoin, Roster
+from ..comm.roster import Handoff, Parked, Roster, Woken
 
-__all__ = ["Parking", "Rejoin", "parks"]
+__all__ = ["Parked", "Parking", "Woken", "parks"]
 
 
 def parks(spec) -> bool:

@@ -13,7 +13,7 @@ from ..algorithm import Algorithm, Rounds
 from ..comm.base import restore_traffic_bits, traffic_bits
 from ..errors import ConfigError
 from ..records.projection import ROUND_OFF, Trend, fit
-from .parking import Parking, Rejoin
+from .parking import Parked, Parking, Woken
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ class RunResult:
 
 def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = None, *,
         resume: dict | None = None, on_checkpoint: Callable[[dict], None] | None = None,
-        checkpoint_every: int = 0, keep_records: bool = True) -> RunResult:
+        checkpoint_every: int = 0, keep_records: bool = True, woken: Woken | None = None) -> RunResult:
     """Run rounds until ``stop`` says so; every record describes iterate w_t and what it cost to reach.
 
     Round t's metrics are measured inside round t's first allreduce, and its time, bytes, local work and the
@@ -323,21 +323,44 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     ``finished`` attribute, None until then and afterwards (status, why): the run ends on
     the record that describes that answer, with that status unless a stop test fired first,
     and ``stopped_by`` is ``why`` and what the tolerance measures there.
+
+    In the thread simulator a worker that a sampled round leaves out raises `Parked` out of ``run``
+    (`dane.loop.parking`), whose ``resume(handoff)`` is ``run`` again with ``woken`` (rank 0's handoff and this
+    worker's local-work ledger): the rounds go on from rank 0's state, in the thread a draw that takes it starts.
     """
     comm = algo.comm
     # an algorithm's rounds count its local work (`dane.work`); a split or asynchronous run's do not
-    ledger = work.ledger_for(comm, algo.problem) if isinstance(algo, Algorithm) else None
+    if woken is not None:
+        ledger = woken.ledger
+    else:
+        ledger = work.ledger_for(comm, algo.problem) if isinstance(algo, Algorithm) else None
     with work.opened(ledger):
-        return rounds_of(algo, stop, on_round, ledger, resume=resume, on_checkpoint=on_checkpoint,
-                         checkpoint_every=checkpoint_every, keep_records=keep_records)
+        try:
+            return rounds_of(algo, stop, on_round, ledger, resume=resume, on_checkpoint=on_checkpoint,
+                             checkpoint_every=checkpoint_every, keep_records=keep_records,
+                             handoff=None if woken is None else woken.handoff)
+        except Parked as parked:  # back in with its own ledger: the work it did before it parked
+            parked.resume = lambda handoff: run(algo, stop, on_round, on_checkpoint=on_checkpoint,
+                                                checkpoint_every=checkpoint_every, keep_records=keep_records,
+                                                woken=Woken(handoff, ledger))
+            raise
 
 
 def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None, ledger: work.Ledger | None, *,
               resume: dict | None, on_checkpoint: Callable[[dict], None] | None, checkpoint_every: int,
-              keep_records: bool) -> RunResult:
-    """`run`'s rounds, with this worker's ``ledger`` (None: no local work counted) open."""
+              keep_records: bool, handoff=None) -> RunResult:
+    """`run`'s rounds, with this worker's ``ledger`` (None: no local work counted) open; ``handoff``: a parked
+    worker's, which it goes on from (`dane.loop.parking`)."""
     comm = algo.comm
     watch, rising = EarlyStopping(stop), DivergenceWatch(stop, comm, patient=algo.damps_itself)
+    parking = Parking.of(comm, algo)  # the thread simulator's clients outside S_t park (`dane.loop.parking`)
+    if handoff is not None:  # a parked worker woke: on from rank 0's state
+        if handoff.kind == "end":
+            return parked_to_the_end(parking, handoff.state, algo)
+        t, cost, first, records = parking.rejoin(handoff, algo, watch, rising)
+        return rounds_from(algo, stop, on_round, ledger, watch, rising, parking, t, cost, first, records,
+                           _work_snapshot(comm, ledger), on_checkpoint=on_checkpoint,
+                           checkpoint_every=checkpoint_every, keep_records=keep_records)
     start, cost, first = 0, _cost(comm), None
     if resume is not None:
         algo.load_state_dict(resume["algorithm"])
@@ -347,11 +370,19 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
         start, cost, first = resume["round"], resume["cost"], resume["first"]
         if ledger is not None:
             ledger.load_state_dict(resume.get("work"), comm.size)  # checkpoints from before the counters: zero
-    records: list[dict] = []
+    return rounds_from(algo, stop, on_round, ledger, watch, rising, parking, start, cost, first, [],
+                       _work_snapshot(comm, ledger), on_checkpoint=on_checkpoint, checkpoint_every=checkpoint_every,
+                       keep_records=keep_records)
+
+
+def rounds_from(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None, ledger: work.Ledger | None,
+                watch: EarlyStopping, rising: DivergenceWatch, parking: Parking | None, t: int, cost: dict,
+                first: dict | None, records: list[dict], snapshot, *, on_checkpoint: Callable[[dict], None] | None,
+                checkpoint_every: int, keep_records: bool) -> RunResult:
+    """`rounds_of`'s loop, from round ``t`` with the stop tests' state, the cost so far, round 0's record, the records
+    kept and this worker's local-work ``snapshot`` at the round's start."""
+    comm = algo.comm
     status = "max_rounds"
-    snapshot = _work_snapshot(comm, ledger)
-    parking = Parking.of(comm, algo)  # the thread simulator's clients outside S_t sleep (`dane.loop.parking`)
-    t = start
     while t <= stop.rounds:
         if parking is not None:
             parking.round_start(t, t == stop.rounds, lambda: {
@@ -359,14 +390,7 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
                 "divergence": rising.state_dict(), "algorithm": algo.state_dict(), "last": records[-1:]})
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
         spent = algo.spent()  # the method's own counters, to reach w_t
-        try:
-            metrics = algo.step() if t < stop.rounds else algo.evaluate()
-        except Rejoin as woken:  # this worker slept through rounds outside S_t: on from rank 0's state
-            if woken.handoff.kind == "end":
-                return parked_to_the_end(parking, woken.handoff.state, algo)
-            t, cost, first, records = parking.rejoin(woken.handoff, algo, watch, rising)
-            snapshot = _work_snapshot(comm, ledger)
-            continue
+        metrics = algo.step() if t < stop.rounds else algo.evaluate()  # a parked worker raises `Parked`
         done = work.reduce_over_workers(comm, snapshot) if ledger is not None else None
         record = {"round": t, **cost, **metrics, **(done or {}), **spent}
         if keep_records or not records:
