@@ -38,6 +38,7 @@ handling in `dane.comm.rendezvous`; their names are still imported from here too
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -214,13 +215,8 @@ class ThreadGroup:
                     self.give_slot()  # only now: m − s threads unwinding without one wait their turns at the GIL behind the round's clients
 
         def spawn(starts: list) -> None:
-            """Start a thread for each woken worker (rank, resume, handoff).  The free slots are held while they start
-            (as `run` holds them all), so that no woken worker computes before the starts are done: a thread start
-            waits for the new thread, which would wait its turn at the GIL behind the ones that run."""
-            held = 0
-            while held < self.slots and self._slots.acquire(blocking=False):
-                held += 1
-            try:
+            """Start a thread for each woken worker (rank, resume, handoff), the free slots held (`_slots_held`)."""
+            with self._slots_held():
                 for i, (rank, resume, handoff) in enumerate(starts):
                     try:
                         self._start(comms[rank], target, functools.partial(resume, handoff), False)
@@ -228,28 +224,17 @@ class ThreadGroup:
                         for later, *_ in starts[i:]:
                             finished[later].set()
                         raise thread_limit(self.size, threading.active_count() - 1, exc) from None
-            finally:
-                for _ in range(held):
-                    self._slots.release()
 
         if self.roster is not None:
             self.roster.spawn, self.roster.ended = spawn, lambda rank: finished[rank].set()
         try:
             with ctrl_c_held():  # a Ctrl-C while a thread starts would leave the others running, unwaited
                 started = 0
-                # Every slot is held while the threads start, so that no worker computes yet: a thread's start
-                # waits for it to take the interpreter's lock, which computing workers would hold for a switch
-                # interval at a time.  The workers then take the slots in turn, as they arrived.
-                for _ in range(self.slots):
-                    self._slots.acquire()
                 try:
-                    try:
+                    with self._slots_held():  # every slot: no worker computes before all have started
                         for c in comms:
                             self._start(c, target, functools.partial(fn, c), True)
                             started += 1
-                    finally:
-                        for _ in range(self.slots):
-                            self._slots.release()
                 except RuntimeError as exc:  # "can't start new thread": a limit on threads or address space
                     self.stop()  # the started workers end at their first collective, their run folder released
                     for done in finished[:started]:
@@ -273,6 +258,20 @@ class ThreadGroup:
         if first is not None:
             raise first
         return results
+
+    @contextlib.contextmanager
+    def _slots_held(self):
+        """Hold the free compute slots while worker threads start, so that none of them computes before the starts
+        are done: a thread's start waits for it to take the interpreter's lock, which computing workers would hold
+        for a switch interval at a time.  Then the started workers take the slots in turn, as they arrived."""
+        held = 0
+        while held < self.slots and self._slots.acquire(blocking=False):
+            held += 1
+        try:
+            yield
+        finally:
+            for _ in range(held):
+                self._slots.release()
 
     def _start(self, comm: "ThreadCommunicator", target: Callable, body: Callable[[], object], fresh: bool) -> None:
         """Start ``comm``'s worker thread, with `WORKER_STACK_BYTES` of stack (a setting of the process, so one

@@ -61,8 +61,8 @@ def phases() -> dict[str, float]:
     then the fields ``clock_origin`` and ``process_start`` (see the module docstring)."""
     if not _MARKS:
         return {}
-    origin = boot_clock_start() or process_start() or min(_MARKS.values())
-    marks = {name: round(t - origin, 4) for name, t in sorted(_MARKS.items(), key=lambda item: item[1])}
     start = boot_clock_start()
+    origin = start or process_start() or min(_MARKS.values())
+    marks = {name: round(t - origin, 4) for name, t in sorted(_MARKS.items(), key=lambda item: item[1])}
     fields = {"clock_origin": origin, "process_start": None if start is None else round(start - origin, 4)}
     return {**marks, **fields}
