@@ -34,13 +34,15 @@ from dataclasses import dataclass
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm, Column
+from dane.algorithm import Algorithm, Column, evaluation
 from dane.comm import Communicator
 from dane.comm.batched import per_worker, stacked
 from dane.errors import ConfigError
+from dane.loop.parking import fill_parked
 from dane.numerics.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic, sampled_mean
+from dane.work import uncounted
 
 from .adaptive import ADAPTATIONS, Adaptation, SamplingFloor, chosen
 from .defaults import (GAP_BALANCE, HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Resolution,
@@ -249,7 +251,16 @@ class Federated(Algorithm):
         return lambda problem: [*zeros, *local_payload(problem, w, with_grad=with_grad), *after]
 
     def evaluate(self) -> dict[str, float]:
-        """The last iterate's metrics (one allreduce, not a round of the method) and the traffic so far."""
+        """The last iterate's metrics (one allreduce, not a round of the method) and the traffic so far.  A client
+        the thread simulator parked sends its part from its shard (`dane.loop.parking.fill_parked`), uncounted as
+        every evaluation after the last round's snapshot of the local work."""
+        w = self.w.detach().clone()
+
+        def parked(problem: Problem) -> list[torch.Tensor]:
+            with uncounted():
+                return evaluation(problem, w)
+
+        fill_parked(self.comm, parked)
         return {**super().evaluate(), **self.traffic.record(self.sampler.s)}
 
     def spent(self) -> dict[str, int]:

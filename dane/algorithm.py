@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from .problems import ProblemConfig
 
 
+def evaluation(problem: Problem, w: torch.Tensor) -> list[torch.Tensor]:
+    """A worker's message in `Algorithm.evaluate`: [∇O_i(w), its local metrics of w]."""
+    return list(problem.evaluate(w))
+
+
 class Column(NamedTuple):
     """A record key rank 0's per-round table shows (`dane.loop.progress.RoundTable`), and how."""
 
@@ -141,8 +146,7 @@ class Algorithm(Rounds, ABC):
 
     def evaluate(self) -> dict[str, float]:
         """Global metrics of the current iterate, in one grouped allreduce."""
-        local_grad, local_metrics = self.problem.evaluate(self.w)
-        global_grad, metrics = self.comm.allreduce_mean([local_grad, local_metrics])
+        global_grad, metrics = self.comm.allreduce_mean(evaluation(self.problem, self.w))
         return self.metrics(global_grad, metrics)
 
     def metrics(self, global_grad: torch.Tensor | None, metrics: torch.Tensor) -> dict[str, float]:

@@ -4,7 +4,7 @@
   for bit, whether the clients outside S_t sleep or run the round as before, at the round cap and when the
   tolerance stops the run with clients asleep;
 - a round computes s clients' local steps (K gradients each, counted by hand) and only S_t and rank 0 enter its
-  allreduce; the final evaluation takes all m;
+  allreduce; so does the final evaluation, the last round's S_t and rank 0;
 - a parked client has no thread: at m = 120 and s = 3 a round's start finds at most s + 1 worker threads alive;
 - `parks` says no where a worker's own progress is needed every round (compression, checkpoints, faults).
 """
@@ -21,6 +21,7 @@ import torch
 import dane
 from dane.baselines import feddane, fedred, scaffold, sdane
 from dane.comm import threads
+from dane.comm.roster import Roster
 from dane.loop import kinds, parking
 from dane.sampling import ClientSampler
 
@@ -83,8 +84,10 @@ def test_a_round_computes_its_clients_only(monkeypatch):
     draws = [sampler.draw().tolist() for _ in range(rounds)]
     assert sum(grads.values()) == rounds * S * K  # K local gradients per client of S_t, none elsewhere
     assert grads == Counter({rank: K * sum(rank in d for d in draws) for rank in range(M) if any(rank in d for d in draws)})
-    # one allreduce a round among S_t and rank 0, then the final evaluation among all m
-    assert arrivals == Counter({rank: sum(rank in d or rank == 0 for d in draws) + 1 for rank in range(M)})
+    # one allreduce a round among S_t and rank 0, then the final evaluation among the last round's (the others
+    # filled in from their shards: no thread is started for it)
+    assert arrivals == Counter({rank: sum(rank in d or rank == 0 for d in draws) + (rank in draws[-1] or rank == 0)
+                                for rank in range(M)})
     assert [r["clients"] for r in result.records[:-1]] == [S] * rounds
 
 
@@ -95,14 +98,15 @@ def test_a_round_runs_its_clients_threads_only(monkeypatch):
     before = threading.active_count()
     round_start = parking.Parking.round_start
 
-    def counted(self, t, final, state):
-        if self.comm.rank == 0 and 2 <= t < rounds:
+    def counted(self, state):
+        t = state()["round"] if self.comm.rank == 0 else None
+        if t is not None and 2 <= t < rounds:
             for _ in range(500):  # a thread that parked may still be unwinding: wait for it to end
                 if threading.active_count() - before <= S + 1:
                     break
                 threading.Event().wait(0.01)
             live[t] = threading.active_count() - before
-        return round_start(self, t, final, state)
+        return round_start(self, state)
 
     monkeypatch.setattr(parking.Parking, "round_start", counted)
     monkeypatch.setattr(kinds, "parks", parking.parks)
@@ -120,11 +124,12 @@ def test_runs_that_need_every_worker_each_round_do_not_park():
     spec = SimpleNamespace(
         algorithm=SimpleNamespace(algorithm=scaffold.Scaffold, clients_per_round=S),
         comm=SimpleNamespace(workers=M, compress=None),
-        control=SimpleNamespace(checkpoint_every=0, resume=None, faults=()))
+        control=SimpleNamespace(checkpoint_every=0, resume=None, faults=(), similarity=False))
     assert parking.parks(spec)
     assert not parking.parks(replace_ns(spec, "comm", compress="topk"))
     assert not parking.parks(replace_ns(spec, "control", checkpoint_every=2))
     assert not parking.parks(replace_ns(spec, "control", faults=((2, 1),)))
+    assert not parking.parks(replace_ns(spec, "control", similarity=True))  # every worker's Hessians at the end
     assert not parking.parks(replace_ns(spec, "algorithm", clients_per_round=M))
     assert not parking.parks(replace_ns(spec, "algorithm", clients_per_round=None))
     assert not parking.parks(replace_ns(spec, "algorithm", algorithm=fedred.FedRed))
@@ -137,3 +142,68 @@ def test_runs_that_need_every_worker_each_round_do_not_park():
 
 def replace_ns(spec: SimpleNamespace, part: str, **keys) -> SimpleNamespace:
     return SimpleNamespace(**{**vars(spec), part: SimpleNamespace(**{**vars(getattr(spec, part)), **keys})})
+
+
+def test_after_the_rounds_a_parked_clients_part_is_filled_in(monkeypatch, tmp_path):
+    """A network's test confusion matrix (one allreduce after the rounds) is the same, file for file, whether the
+    clients outside the last round sleep through it (their counts filled in from their shards) or take part; no
+    thread is started for a parked client once the rounds are over."""
+    from hydra import compose, initialize_config_dir
+
+    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.loop.launch import execute
+
+    overrides = ["problem=digits_mlp", "problem.model.hidden=[8]", "algorithm=fedavg", "algorithm.lr=0.05",
+                 "algorithm.clients_per_round=2", "workers=6", "rounds=2", "sim.batched=false", "progress=none"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        spec = run_spec(compose(config_name="config", overrides=overrides))
+    starts, files = Counter(), {}
+    start = threads.ThreadGroup._start
+
+    def counted_start(self, comm, target, body, fresh):
+        starts["woken" if not fresh else "first"] += 1
+        return start(self, comm, target, body, fresh)
+
+    monkeypatch.setattr(threads.ThreadGroup, "_start", counted_start)
+    for parked in (True, False):
+        monkeypatch.setattr(kinds, "parks", parking.parks if parked else lambda spec: False)
+        starts.clear()
+        execute(spec, str(tmp_path / str(parked)))
+        files[parked] = (tmp_path / str(parked) / "confusion.json").read_text()
+        if parked:
+            woken = starts["woken"]
+    assert files[True] == files[False] and '"matrix"' in files[True]
+    draws = ClientSampler(SimpleNamespace(size=6, rank=0), 2, seed=0)
+    drawn = [set(draws.draw().tolist()) for _ in range(2)]
+    assert woken == len((drawn[1] - drawn[0]) - {0})  # round 1's new clients; none for the evaluation or the end
+
+
+def test_a_collective_of_every_worker_charges_each_fill_as_its_compute():
+    """In a collective of every worker (members None) each parked worker's message is filled in from its shard and
+    its compute is the fill's, as the meter reads it; in a sampled round's collective the fill is not charged (the
+    parked clients' metrics are not the method's work), and a message of the wrong shapes is refused."""
+
+    class Scripted:  # each fill reads 0.25 s
+        name = "scripted"
+
+        def start(self):
+            return 0.0
+
+        def read(self, mark):
+            return 0.25
+
+        def stop(self):
+            pass
+
+    group = threads.ThreadGroup(4, meter=Scripted())
+    group.roster = roster = Roster(4, problems=[torch.tensor([float(r)]) for r in range(4)])
+    roster.parked = {2, 3}
+    group.set_parties(2)
+    group._inbox[0], group._compute = [torch.zeros(1)], [0.1, 0.2, 0.0, 0.0]
+    group._fill(None, lambda shard: [shard * 10])
+    assert [t.item() for t, in group._inbox[2:]] == [20.0, 30.0] and group._compute == [0.1, 0.2, 0.25, 0.25]
+    group._compute = [0.1, 0.2, 0.0, 0.0]
+    group._fill([1], lambda shard: [shard])  # a round of client 1 (and rank 0): the others are filled, uncharged
+    assert [t.item() for t, in group._inbox[2:]] == [2.0, 3.0] and group._compute == [0.1, 0.2, 0.0, 0.0]
+    with pytest.raises(RuntimeError, match="worker 2's filled-in message has shapes"):
+        group._fill(None, lambda shard: [torch.zeros(2)])

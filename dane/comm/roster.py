@@ -11,11 +11,14 @@ and has no thread, so a round runs |S_t ∪ {0}| threads.  What the parked clien
 allreduce fills in for them in rank order (`absent`: zeros and the metrics of their shards at w_t, the same
 numbers at the same places, so the mean is the same bit for bit).
 
-A parked worker wakes when a later draw takes it (or when the rounds end): rank 0 starts a thread for it
-(``Roster.spawn``, the group's) that goes back into the run loop with rank 0's state at the start of that round
-(`Handoff`: the runner's and the algorithm's, which every worker holds alike); the worker keeps its own client
-state (the algorithm's ``own_state`` keys, its shard's state, its local-work ledger) and continues from that
-round as a resumed run would (`dane.loop.parking`).
+A parked worker wakes when a later draw takes it: rank 0 starts a thread for it (``Roster.spawn``, the group's)
+that goes back into the run loop with rank 0's state at the start of that round (`Handoff`: the runner's and the
+algorithm's, which every worker holds alike); the worker keeps its own client state (the algorithm's
+``own_state`` keys, its shard's state, its local-work ledger) and continues from that round as a resumed run
+would (`dane.loop.parking`).  The final evaluation and what follows the rounds wake nobody: the collectives
+there are among the workers awake (the last round's clients and rank 0), and the reduction fills in each
+parked worker's message from its shard and charges the clock its measured compute (`dane.comm.threads`); when
+the rounds end rank 0 closes the roster, and a parked worker is done without another thread (`Roster.close`).
 
 Which runs park is `dane.loop.parking.parks`; every other run keeps every worker in every collective.
 """
@@ -29,8 +32,8 @@ from typing import Any, Callable
 @dataclass
 class Handoff:
     """What a parked worker wakes with: ``kind`` "round" (continue from ``state``, rank 0's state at the start of
-    the round that drew it or of the final evaluation), "end" (the rounds ended while it slept: ``state`` holds
-    rank 0's result) or "abort" (a worker failed, or the group was stopped)."""
+    the round that drew it) or "closed" (it is done: the rounds ended, a worker failed, or the group was
+    stopped)."""
 
     kind: str
     state: Any = None
@@ -62,19 +65,19 @@ class Woken:
 class Roster:
     """The parked workers of a thread group, and the way back into the run loop of each whose thread has ended.
 
-    Only rank 0 wakes workers (at its draw, and when its rounds end).  A parked worker's thread unwinds and hands
-    over its ``resume`` (`leave`); a wake-up that comes before that waits for it there, so a wake-up is never lost
-    nor taken twice, and a worker runs in one thread at a time.  The group sets ``spawn(starts)`` (for each
-    (rank, resume, handoff), start a thread that runs ``resume(handoff)``) and ``ended(rank)`` (a worker without a thread is done: the
-    group was stopped).  ``problems`` are the workers' shards, which the group's reduction reads for the parked
-    ones' metrics (`absent`)."""
+    Only rank 0 wakes workers (at its draw), and it closes the roster when its rounds end (`close`).  A parked
+    worker's thread unwinds and hands over its ``resume`` (`leave`); a wake-up that comes before that waits for it
+    there, so a wake-up is never lost nor taken twice, and a worker runs in one thread at a time.  The group sets
+    ``spawn(starts)`` (for each (rank, resume, handoff), start a thread that runs ``resume(handoff)``) and
+    ``ended(rank)`` (a worker without a thread is done).  ``problems`` are the workers' shards, which the group's
+    reduction reads for the parked ones' messages (`absent`)."""
 
     def __init__(self, size: int, problems: list):
         self.size = size
         self.problems = problems
         self.parked: set[int] = set()  # as rank 0 last drew them: the ranks outside its round's collectives
         self.snapshot: Callable[[], dict] | None = None  # rank 0's state at its round's start (`dane.loop.parking`)
-        self.aborted = False
+        self.closed = False
         self.spawn: Callable[[list[tuple[int, Callable, Handoff]]], None] | None = None
         self.ended: Callable[[int], None] | None = None
         self._resume: dict[int, Callable] = {}  # the parked ranks whose thread has ended: the way back
@@ -95,17 +98,12 @@ class Roster:
             self._wake([(rank, Handoff("round", state)) for rank in waking])
         self.parked = set(range(self.size)) - present
 
-    def wake_all(self, kind: str, state: Any = None) -> None:
-        """Every parked worker wakes (the final evaluation, the rounds' end)."""
-        self._wake([(rank, Handoff(kind, state)) for rank in sorted(self.parked)])
-        self.parked = set()
-
     def leave(self, rank: int, resume: Callable) -> Handoff | None:
         """A parked worker's thread has unwound: None, and ``resume`` waits for the draw that wakes it (the thread
         ends); or the wake-up that came first, which the thread goes on with."""
         with self._settled:
-            if self.aborted:
-                return Handoff("abort")
+            if self.closed:
+                return Handoff("closed")
             handoff = self._pending.pop(rank, None)
             if handoff is None:
                 self._resume[rank] = resume
@@ -119,14 +117,14 @@ class Roster:
         which no longer waits for it, must find it there; and m − s threads on their way out would otherwise take
         turns at the interpreter's lock with the round's clients, one switch interval each."""
         with self._settled:
-            while not (self.parked <= self._asleep or self.aborted):
+            while not (self.parked <= self._asleep or self.closed):
                 self._settled.wait(0.1)
 
-    def abort(self) -> None:
-        """A worker failed or the group was stopped: a parked worker without a thread is done (``ended``); one whose
-        thread still unwinds ends in `leave`."""
+    def close(self) -> None:
+        """No parked worker wakes again (the rounds ended, a worker failed or the group was stopped): one without a
+        thread is done (``ended``); one whose thread still unwinds ends in `leave`."""
         with self._settled:
-            self.aborted = True
+            self.closed = True
             done, self._resume = sorted(self._resume), {}
             self._settled.notify_all()
         for rank in done:
@@ -145,7 +143,9 @@ class Roster:
         if starts:
             self.spawn(starts)
 
-    def absent(self, present: list[int]) -> list[int]:
-        """The ranks a collective among ``present`` fills in (`dane.comm.threads.ThreadGroup`)."""
-        inside = set(present)
+    def absent(self, members: list[int] | None) -> list[int]:
+        """The ranks whose messages a collective fills in (`dane.comm.threads.ThreadGroup`): those outside a sampled
+        round's ``members`` and rank 0; for a collective of every worker (``members`` None: the final evaluation,
+        the summary's), the parked ones."""
+        inside = set(self.present(members)) if members is not None else set(range(self.size)) - self.parked
         return [rank for rank in range(self.size) if rank not in inside]

@@ -20,7 +20,9 @@ round's metrics, not the method's work) and their place in the ring are not char
 again starts another, `dane.comm.roster`): a round's collectives are among S_t and rank 0
 (`ThreadGroup.set_parties`), a round runs their threads only, and the reduction fills in the parked workers'
 messages in their places (zeros, and the metrics of their shards at w_t), so the mean, the records and the
-clock are those of a round that every worker entered.
+clock are those of a round that every worker entered.  The final evaluation and the collectives after the rounds
+wake nobody: they are among the workers awake, each parked worker's message is filled in from its shard, and
+each is charged the compute its fill took, as the worker that computed it would have been.
 
 A Ctrl-C while `ThreadGroup.run` waits for its workers stops them at their next
 collective (`Interrupted`), so the run ends within a round and its workers can report.
@@ -107,11 +109,7 @@ class ThreadGroup:
         """Runs once, in the last thread to arrive, while the others wait at the barrier."""
         op, nbytes, root, members, down, absent = self._op
         if self._barrier.parties < self.size:  # the parked workers' messages, in their places (`dane.comm.roster`)
-            if absent is None:
-                raise RuntimeError(f"a collective among {self._barrier.parties} of {self.size} workers without the "
-                                   "parked workers' messages: a sampled round's collectives must all be sampled means")
-            for rank in self.roster.absent(self.roster.present(members)):
-                self._inbox[rank] = absent(self.roster.problems[rank])
+            self._fill(members, absent)
         if self.work_board is not None:  # the workers' local work as they left it, while none moves (`dane.work`)
             self.work_board.capture()
         delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
@@ -132,6 +130,26 @@ class ThreadGroup:
             self._result = [t.clone() for t in self._inbox[root]]  # the root may change its own in place once through
         else:
             self._result = None
+
+    def _fill(self, members: list[int] | None, absent: Callable | None) -> None:
+        """Put each parked worker's message, ``absent(its shard)``, in its place.  In a collective of every worker
+        (``members`` None) each is charged as a worker that computed it: its compute is the fill's, read by the
+        meter.  A message must have the shapes of rank 0's, or the collective is not one they all could enter."""
+        if absent is None:
+            raise RuntimeError(f"a collective among {self._barrier.parties} of {self.size} workers without the "
+                               "parked workers' messages: a sampled round's collectives must all be sampled means, "
+                               "and a collective of every worker must say what a parked one sends")
+        shapes = [t.shape for t in self._inbox[0] or ()]
+        for rank in self.roster.absent(members):
+            mark = self.meter.start() if members is None else None
+            message = absent(self.roster.problems[rank])
+            if mark is not None:
+                self._compute[rank] = self.meter.read(mark)
+                self.meter.stop()
+            if [t.shape for t in message] != shapes:
+                raise RuntimeError(f"worker {rank}'s filled-in message has shapes {[tuple(t.shape) for t in message]}, "
+                                   f"not rank 0's {[tuple(t) for t in shapes]}: its collective cannot be filled in")
+            self._inbox[rank] = message
 
     def take_slot(self) -> None:
         """This worker computes from now on: wait for a slot unless it holds one."""
@@ -156,10 +174,10 @@ class ThreadGroup:
         self.abort()
 
     def abort(self) -> None:
-        """Break the collectives for good, and wake the parked workers (`dane.comm.roster`) to end."""
+        """Break the collectives for good; the parked workers (`dane.comm.roster`) are done."""
         self._barrier.abort()
         if self.roster is not None:
-            self.roster.abort()
+            self.roster.close()
 
     def set_parties(self, present: int) -> None:
         """The next collectives are among ``present`` workers (a sampled round's, or all m); each worker that enters
@@ -296,7 +314,7 @@ class ThreadGroup:
         handoff = self.roster.leave(rank, parked.resume)
         if handoff is None:
             return None
-        if handoff.kind == "abort":
+        if handoff.kind == "closed":
             finished.set()
             return None
         return lambda: parked.resume(handoff)
@@ -313,8 +331,8 @@ class ThreadCommunicator(PhaseClock, Communicator):
         self._absent = None  # what a parked worker sends to it (`dane.comm.roster`)
         super().__init__()
 
-    def next_participants(self, members: list[int], absent: Callable | None = None) -> None:
-        self._participants = sorted(int(r) for r in members)
+    def next_participants(self, members: list[int] | None, absent: Callable | None = None) -> None:
+        self._participants = None if members is None else sorted(int(r) for r in members)
         self._absent = absent
 
     def drew(self, members: list[int]) -> None:

@@ -30,6 +30,7 @@ from .checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_chec
 from ..records.confusion import write_confusion
 from ..errors import ConfigError, say
 from .faults import inject_faults
+from .parking import fill_parked
 from .progress import RoundBar, RoundTable
 from ..records.results import SUMMARY_FILE, RunWriter, atomic_write
 from ..numerics.similarity import hessian_dissimilarity, offered
@@ -262,7 +263,7 @@ class FinalState(Callback):
     """The test confusion matrix (a classifier) and, with ``save_iterate``, the final iterate (rank 0 writes both).
 
     The confusion matrix is one more allreduce after the last record, so no logged cost includes it; every
-    rank joins it.
+    rank joins it (a client the thread simulator parked through its part from its shard: `dane.loop.parking`).
     """
 
     def __init__(self, spec):
@@ -271,7 +272,9 @@ class FinalState(Callback):
     def on_end(self, loop, summary: dict) -> None:
         spec, comm, out_dir = self.spec, loop.comm, loop.out_dir if loop.writer is not None else None
         if loop.problem.confusion_matrix is not None and loop.status not in ("diverged", "interrupted"):
-            (counts,) = comm.allreduce_mean([loop.problem.confusion_matrix(loop.iterate)])
+            iterate = loop.iterate
+            fill_parked(comm, lambda problem: [problem.confusion_matrix(iterate)])  # a client the simulator parked
+            (counts,) = comm.allreduce_mean([loop.problem.confusion_matrix(iterate)])
             if out_dir is not None:
                 write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
                                                          f"{comm.size} worker(s), round {loop.records[-1]['round']}")

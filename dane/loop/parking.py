@@ -4,23 +4,31 @@ worker's return to the rounds.
 `parks` says which simulated runs let the clients outside S_t sleep: a federated method that declares its
 ``own_state`` (`baselines.federated.Federated.sleeps_out`: SCAFFOLD, FedProx, FedDANE without ``resample``,
 S-DANE without ``adaptive``), a round that samples (``clients_per_round`` below the
-workers), and nothing that needs every worker's own progress each round: no ``comm.compress`` (a client outside
-S_t sends its error-feedback residual), no ``checkpoint_every`` or ``resume`` (every worker writes and reads its
-own part), no injected ``faults`` (a worker is lost at a given round).  Any other run keeps every worker in every
-collective, as before.
+workers), and nothing that needs every worker's own progress each round or after the rounds: no ``comm.compress``
+(a client outside S_t sends its error-feedback residual), no ``checkpoint_every`` or ``resume`` (every worker
+writes and reads its own part), no injected ``faults`` (a worker is lost at a given round), no ``similarity``
+(every worker's Hessian products after the rounds).  Any other run keeps every worker in every collective, as
+before.
 
 A parked worker's thread ends: `Parked` unwinds it out of the run loop with the way back in (`Parked.resume`:
 `dane.loop.runner.run` with the worker's local-work ledger, wrapped by `dane.loop.driver.drive` to go on with the
 callbacks, none of whose ends is called on the way out), and a draw that takes the worker again starts a thread
-that goes back in with rank 0's state (`dane.comm.roster`).  A worker that wakes for round t (`Parking.rejoin`) takes rank 0's state at the start of round t: the
-algorithm's, less its ``own_state`` keys and its shard's own state (``problem``), which it keeps; the stop
-tests' windows; the record before round t; the collective counters (its own clock is the group's).  None of it is
-on the clock: a woken worker's compute phase starts once it has taken the state, and rank 0 takes its snapshot
-off its clock (`dane.comm.threads.PhaseClock.off_the_clock`).  Its local-work
-ledger is its own, unchanged while it slept (it did no work).  That is the state the worker would have reached
-had it run every round: every worker's copy of the server's state is the same, a client outside S_t changes
-only that copy, and its metrics reach the round's allreduce through the group (`dane.comm.roster`).  A worker
-asleep when the rounds end (a stop test fired) takes rank 0's final state and result (`Parking.ended`).
+that goes back in with rank 0's state (`dane.comm.roster`).  A worker that wakes for round t (`Parking.rejoin`)
+takes rank 0's state at the start of round t: the algorithm's, less its ``own_state`` keys and its shard's own
+state (``problem``), which it keeps; the stop tests' windows; the record before round t; the collective counters
+(its own clock is the group's).  None of it is on the clock: a woken worker's compute phase starts once it has
+taken the state, and rank 0 takes its snapshot off its clock (`dane.comm.threads.PhaseClock.off_the_clock`).  Its
+local-work ledger is its own, unchanged while it slept (it did no work).  That is the state the worker would have
+reached had it run every round: every worker's copy of the server's state is the same, a client outside S_t
+changes only that copy, and its metrics reach the round's allreduce through the group (`dane.comm.roster`).
+
+The final evaluation and what follows the rounds wake nobody.  Their collectives are among the workers awake (the
+last round's clients and rank 0), each saying what a parked worker would send from its shard (`fill_parked`: the
+evaluation's metrics and gradient, `baselines.federated.Federated.evaluate`; a network's test confusion matrix,
+`dane.loop.callbacks.FinalState`), which the group fills in and charges as that worker's compute.  A parked
+worker's local work is on the group's board as it left it (a round's draw comes before its work, so its counts
+did not move after its last snapshot).  When its rounds end rank 0 closes the roster (`Parking.finish`): a parked
+worker is done, and its result is not read (the run's is rank 0's).
 """
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ from typing import Callable
 from ..comm.base import restore_traffic_bits
 from ..comm.roster import Handoff, Parked, Roster, Woken
 
-__all__ = ["Parked", "Parking", "Woken", "parks"]
+__all__ = ["Parked", "Parking", "Woken", "fill_parked", "parks"]
 
 
 def parks(spec) -> bool:
@@ -40,12 +48,20 @@ def parks(spec) -> bool:
     sleeps_out = getattr(config.algorithm, "sleeps_out", None)
     return (sleeps_out is not None and sleeps_out(config) and s is not None
             and s < spec.comm.workers and spec.comm.compress is None and not control.checkpoint_every
-            and control.resume is None and not control.faults)
+            and control.resume is None and not control.faults and not control.similarity)
+
+
+def fill_parked(comm, absent: Callable) -> None:
+    """The next collective of every worker (the final evaluation, one after the rounds) is entered by the workers
+    awake; ``absent(problem)`` is what a parked worker sends from its shard (module docstring).  A no-op on every
+    other communicator."""
+    if comm.rank == 0 and getattr(getattr(comm, "group", None), "roster", None) is not None:
+        comm.next_participants(None, absent=absent)
 
 
 class Parking:
-    """One simulated worker's part in parking: rank 0 leaves its state at each round's start, every worker sets the
-    collectives' parties where a round ends the sampling, and a woken worker takes rank 0's state."""
+    """One simulated worker's part in parking: rank 0 leaves its state at each round's start and closes the roster
+    at the end, and a woken worker takes rank 0's state."""
 
     def __init__(self, comm, roster: Roster, own_state: tuple[str, ...]):
         self.comm, self.roster = comm, roster
@@ -57,24 +73,17 @@ class Parking:
         own_state = getattr(algo, "own_state", None)
         return None if roster is None or own_state is None else cls(comm, roster, own_state)
 
-    def round_start(self, t: int, final: bool, state: Callable[[], dict]) -> None:
-        """Round ``t`` begins (``final``: the last evaluation, every worker's collective); rank 0's state at its
-        start is what a worker drawn in it wakes with."""
-        if final:
-            self.comm.group.set_parties(self.comm.size)
+    def round_start(self, state: Callable[[], dict]) -> None:
+        """A round begins: rank 0's state at its start is what a worker drawn in it wakes with."""
         if self.comm.rank == 0:
             with self.comm.off_the_clock():  # the simulator's bookkeeping, not rank 0's compute
                 snapshot = state()
             self.roster.snapshot = lambda: snapshot
-            if final:
-                self.roster.wake_all("round", snapshot)
 
-    def finish(self, result: Callable[[], dict]) -> None:
-        """The rounds ended on this worker: what follows (the summary's collectives) takes every worker; rank 0
-        wakes the parked ones with its final state and result."""
-        self.comm.group.set_parties(self.comm.size)
-        if self.comm.rank == 0 and self.roster.parked:
-            self.roster.wake_all("end", result())
+    def finish(self) -> None:
+        """The rounds ended on this worker: rank 0 closes the roster, and the parked workers are done."""
+        if self.comm.rank == 0:
+            self.roster.close()
 
     def rejoin(self, handoff: Handoff, algo, watch, rising) -> tuple[int, dict, dict | None, list[dict]]:
         """Take rank 0's state from ``handoff`` (module docstring); the loop goes on from (round, cost, first

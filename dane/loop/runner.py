@@ -355,8 +355,6 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
     watch, rising = EarlyStopping(stop), DivergenceWatch(stop, comm, patient=algo.damps_itself)
     parking = Parking.of(comm, algo)  # the thread simulator's clients outside S_t park (`dane.loop.parking`)
     if handoff is not None:  # a parked worker woke: on from rank 0's state
-        if handoff.kind == "end":
-            return parked_to_the_end(parking, handoff.state, algo)
         t, cost, first, records = parking.rejoin(handoff, algo, watch, rising)
         return rounds_from(algo, stop, on_round, ledger, watch, rising, parking, t, cost, first, records,
                            _work_snapshot(comm, ledger), on_checkpoint=on_checkpoint,
@@ -384,8 +382,8 @@ def rounds_from(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] |
     comm = algo.comm
     status = "max_rounds"
     while t <= stop.rounds:
-        if parking is not None:
-            parking.round_start(t, t == stop.rounds, lambda: {
+        if parking is not None and t < stop.rounds:  # the final evaluation wakes nobody (`dane.loop.parking`)
+            parking.round_start(lambda: {
                 "round": t, "cost": cost, "first": first, "early_stop": watch.state_dict(),
                 "divergence": rising.state_dict(), "algorithm": algo.state_dict(), "last": records[-1:]})
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
@@ -417,19 +415,8 @@ def rounds_from(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] |
     iterate = algo.described_iterate(w_t).detach().clone()
     result = RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising))
     if parking is not None:
-        parking.finish(lambda: {"algorithm": algo.state_dict(), "cost": _cost(comm), "result": result})
+        parking.finish()
     return result
-
-
-def parked_to_the_end(parking: Parking, state: dict, algo: Rounds) -> RunResult:
-    """A worker asleep when the rounds ended: rank 0's final state and result (its last record alone, as every
-    worker but rank 0 keeps)."""
-    parking.load(state["algorithm"], algo)
-    parking.counters(state["cost"])
-    parking.comm.begin()  # what follows the rounds (the summary's collectives) is timed as on every worker
-    result = state["result"]
-    parking.finish(lambda: {})
-    return RunResult(result.records[-1:], result.status, result.iterate.clone(), result.stopped_by)
 
 
 def why_stopped(algo: Rounds, stop: StopRule, status: str, records: list[dict], first: dict | None,
