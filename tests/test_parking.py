@@ -207,3 +207,34 @@ def test_a_collective_of_every_worker_charges_each_fill_as_its_compute():
     assert [t.item() for t, in group._inbox[2:]] == [2.0, 3.0] and group._compute == [0.1, 0.2, 0.0, 0.0]
     with pytest.raises(RuntimeError, match="worker 2's filled-in message has shapes"):
         group._fill(None, lambda shard: [torch.zeros(2)])
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "size"])
+def test_a_client_never_drawn_never_has_a_thread(monkeypatch, sampling):
+    """Rank 0 starts alone: at its first draw S_0's clients start from the beginning, the others park without a
+    thread, and a client no draw takes never has one.  With ``sampling=size`` a gather of the shard sizes comes
+    before the first draw, and every worker starts there, as without parking."""
+    m, rounds, started = 60, 4, Counter()
+    start = threads.ThreadGroup._start
+
+    def counted_start(self, comm, target, body, fresh):
+        if self.roster is not None:  # the run's group (not the reference optimum's)
+            started[comm.rank, fresh] += 1
+        return start(self, comm, target, body, fresh)
+
+    monkeypatch.setattr(threads.ThreadGroup, "_start", counted_start)
+    monkeypatch.setattr(kinds, "parks", parking.parks)
+    monkeypatch.setattr(kinds, "batched_path", lambda spec: (False, None))  # one thread per worker
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((600, 4))
+    problem = dane.problems.Ridge(X, X @ np.ones(4), lam=1e-2)
+    dane.fit(problem, "scaffold", workers=m, seed=SEED, clients_per_round=S, rounds=rounds, local_steps=K,
+             lr=0.05, sampling=sampling)
+    fresh = {rank for (rank, first), n in started.items() if first}
+    if sampling == "size":
+        assert fresh == set(range(m))
+        return
+    sampler = ClientSampler(SimpleNamespace(size=m, rank=0), S, seed=SEED)
+    draws = [set(sampler.draw().tolist()) for _ in range(rounds)]
+    assert fresh == draws[0] | {0}
+    assert {rank for rank, _ in started} == set().union(*draws) | {0}  # the others: no thread, ever

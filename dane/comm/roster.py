@@ -11,6 +11,12 @@ and has no thread, so a round runs |S_t ∪ {0}| threads.  What the parked clien
 allreduce fills in for them in rank order (`absent`: zeros and the metrics of their shards at w_t, the same
 numbers at the same places, so the mean is the same bit for bit).
 
+A sampled run's workers start late: rank 0 starts alone, and at its first draw the drawn clients start (from the
+beginning, drawing the same S_0) while the others are parked without ever having had a thread; their first
+thread builds the worker and goes into the rounds as a woken one (`ThreadGroup.run`'s ``first_resume``).  Where
+rank 0 reaches a collective first (a measured default takes every worker), every worker starts then, as
+without a roster.  Before its first draw a worker does what every worker does alike, and no work it counts.
+
 A parked worker wakes when a later draw takes it: rank 0 starts a thread for it (``Roster.spawn``, the group's)
 that goes back into the run loop with rank 0's state at the start of that round (`Handoff`: the runner's and the
 algorithm's, which every worker holds alike); the worker keeps its own client state (the algorithm's
@@ -24,6 +30,7 @@ Which runs park is `dane.loop.parking.parks`; every other run keeps every worker
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -78,7 +85,10 @@ class Roster:
         self.parked: set[int] = set()  # as rank 0 last drew them: the ranks outside its round's collectives
         self.snapshot: Callable[[], dict] | None = None  # rank 0's state at its round's start (`dane.loop.parking`)
         self.closed = False
-        self.spawn: Callable[[list[tuple[int, Callable, Handoff]]], None] | None = None
+        self.unstarted: set[int] = set()  # the workers with no thread yet, before rank 0's first draw or collective
+        self.start: Callable[[list[int]], None] | None = None  # the group's: start these workers from the beginning
+        self.first_resume: Callable[[int], Callable[[Handoff], Any]] | None = None  # the group's: a first thread's way in
+        self.spawn: Callable[[list[tuple[int, Callable[[], Any]]]], None] | None = None
         self.ended: Callable[[int], None] | None = None
         self._resume: dict[int, Callable] = {}  # the parked ranks whose thread has ended: the way back
         self._pending: dict[int, Handoff] = {}  # wake-ups that came before the woken rank's thread had ended
@@ -90,13 +100,30 @@ class Roster:
         return sorted(set(members) | {0})
 
     def draw(self, members: list[int]) -> None:
-        """Rank 0 drew ``members``: the parked ones among them wake with rank 0's state at the round's start."""
+        """Rank 0 drew ``members``: the parked ones among them wake with rank 0's state at the round's start.  At its
+        first draw the workers not yet started are the drawn ones, which start from the beginning and draw the same
+        clients, and the others, which park with no thread until a draw takes them (`first_resume`)."""
         present = set(self.present(members))
+        if self.unstarted:
+            drawn, later, self.unstarted = sorted(self.unstarted & present), self.unstarted - present, set()
+            with self._settled:
+                for rank in later:
+                    self._resume[rank] = self.first_resume(rank)
+                    self._asleep.add(rank)
+            if drawn:
+                self.start(drawn)
         waking = sorted(self.parked & present)
         if waking:
             state = self.snapshot()
             self._wake([(rank, Handoff("round", state)) for rank in waking])
         self.parked = set(range(self.size)) - present
+
+    def start_unstarted(self) -> None:
+        """Rank 0 reached a collective before its first draw (a measurement that takes every worker): the workers
+        not yet started start from the beginning, as without a roster."""
+        ranks, self.unstarted = sorted(self.unstarted), set()
+        if ranks:
+            self.start(ranks)
 
     def leave(self, rank: int, resume: Callable) -> Handoff | None:
         """A parked worker's thread has unwound: None, and ``resume`` waits for the draw that wakes it (the thread
@@ -125,7 +152,8 @@ class Roster:
         thread is done (``ended``); one whose thread still unwinds ends in `leave`."""
         with self._settled:
             self.closed = True
-            done, self._resume = sorted(self._resume), {}
+            done, self._resume = sorted({*self._resume, *self.unstarted}), {}
+            self.unstarted = set()
             self._settled.notify_all()
         for rank in done:
             self.ended(rank)
@@ -139,7 +167,7 @@ class Roster:
                 if resume is None:  # its thread still unwinds: it takes the handoff in `leave`
                     self._pending[rank] = handoff
                 else:
-                    starts.append((rank, resume, handoff))
+                    starts.append((rank, functools.partial(resume, handoff)))
         if starts:
             self.spawn(starts)
 

@@ -232,25 +232,37 @@ class ThreadGroup:
                 if parked is not None and body is None:
                     self.give_slot()  # only now: m − s threads unwinding without one wait their turns at the GIL behind the round's clients
 
-        def spawn(starts: list) -> None:
-            """Start a thread for each woken worker (rank, resume, handoff), the free slots held (`_slots_held`)."""
+        def spawn(starts: list, fresh: bool = False) -> None:
+            """Start a thread for each (rank, body): a woken worker's, or (``fresh``) a worker's from the beginning, the
+            free slots held (`_slots_held`)."""
             with self._slots_held():
-                for i, (rank, resume, handoff) in enumerate(starts):
+                for i, (rank, body) in enumerate(starts):
                     try:
-                        self._start(comms[rank], target, functools.partial(resume, handoff), False)
+                        self._start(comms[rank], target, body, fresh)
                     except RuntimeError as exc:  # these workers are done (the group fails): none waits for them
-                        for later, *_ in starts[i:]:
+                        for later, _ in starts[i:]:
                             finished[later].set()
                         raise thread_limit(self.size, threading.active_count() - 1, exc) from None
 
-        if self.roster is not None:
-            self.roster.spawn, self.roster.ended = spawn, lambda rank: finished[rank].set()
+        def first_thread(rank: int, handoff) -> object:
+            """A worker parked before it had a thread: its run from the beginning, into the rounds from ``handoff``
+            (`dane.loop.parking.first_wake`)."""
+            comms[rank].first_handoff = handoff
+            return fn(comms[rank])
+
+        first = comms
+        if self.roster is not None:  # rank 0 starts alone; the others at its first draw or collective (the roster)
+            roster, first = self.roster, comms[:1]
+            roster.spawn, roster.ended = spawn, lambda rank: finished[rank].set()
+            roster.start = lambda ranks: spawn([(rank, functools.partial(fn, comms[rank])) for rank in ranks], True)
+            roster.first_resume = lambda rank: functools.partial(first_thread, rank)
+            roster.unstarted = set(range(1, self.size))
         try:
             with ctrl_c_held():  # a Ctrl-C while a thread starts would leave the others running, unwaited
                 started = 0
                 try:
                     with self._slots_held():  # every slot: no worker computes before all have started
-                        for c in comms:
+                        for c in first:
                             self._start(c, target, functools.partial(fn, c), True)
                             started += 1
                 except RuntimeError as exc:  # "can't start new thread": a limit on threads or address space
@@ -329,6 +341,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
         self.size = group.size
         self._participants: list[int] | None = None  # of the next collective (`next_participants`); None: all
         self._absent = None  # what a parked worker sends to it (`dane.comm.roster`)
+        self.first_handoff = None  # a parked worker's first thread goes into the rounds from this (`dane.loop.parking`)
         super().__init__()
 
     def next_participants(self, members: list[int] | None, absent: Callable | None = None) -> None:
@@ -344,8 +357,8 @@ class ThreadCommunicator(PhaseClock, Communicator):
         present = roster.present(members)
         self.group.set_parties(len(present))
         if self.rank == 0:
-            roster.draw(members)
-            with self.off_the_clock():  # a wait, none of rank 0's compute (on a GPU, its turn goes to the others)
+            with self.off_the_clock():  # thread starts and a wait, none of rank 0's compute (on a GPU its turn goes)
+                roster.draw(members)
                 roster.settle()
         elif self.rank not in present:
             self.park()
@@ -365,6 +378,8 @@ class ThreadCommunicator(PhaseClock, Communicator):
         g = self.group
         g._compute[self.rank] = self.end()
         g.give_slot()  # while it waits, another worker computes
+        if self.rank == 0 and g.roster is not None and g.roster.unstarted:  # a collective before the first draw
+            g.roster.start_unstarted()
         if g.interrupted:
             raise Interrupted
         g._inbox[self.rank] = tensors

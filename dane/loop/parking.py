@@ -37,7 +37,7 @@ from typing import Callable
 from ..comm.base import restore_traffic_bits
 from ..comm.roster import Handoff, Parked, Roster, Woken
 
-__all__ = ["Parked", "Parking", "Woken", "fill_parked", "parks"]
+__all__ = ["Parked", "Parking", "Woken", "fill_parked", "first_wake", "parks"]
 
 
 def parks(spec) -> bool:
@@ -57,6 +57,17 @@ def fill_parked(comm, absent: Callable) -> None:
     other communicator."""
     if comm.rank == 0 and getattr(getattr(comm, "group", None), "roster", None) is not None:
         comm.next_participants(None, absent=absent)
+
+
+def first_wake(comm) -> Woken | None:
+    """The way into the rounds of a worker's first thread where that worker was parked before it had one (its
+    roster's ``first_resume``): rank 0's handoff, with a fresh local-work ledger (it did no work); None
+    elsewhere."""
+    handoff = getattr(comm, "first_handoff", None)
+    if handoff is None:
+        return None
+    comm.first_handoff = None
+    return Woken(handoff)
 
 
 class Parking:

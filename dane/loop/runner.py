@@ -13,7 +13,7 @@ from ..algorithm import Algorithm, Rounds
 from ..comm.base import restore_traffic_bits, traffic_bits
 from ..errors import ConfigError
 from ..records.projection import ROUND_OFF, Trend, fit
-from .parking import Parked, Parking, Woken
+from .parking import Parked, Parking, Woken, first_wake
 
 
 @dataclass(frozen=True)
@@ -327,10 +327,12 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     In the thread simulator a worker that a sampled round leaves out raises `Parked` out of ``run``
     (`dane.loop.parking`), whose ``resume(handoff)`` is ``run`` again with ``woken`` (rank 0's handoff and this
     worker's local-work ledger): the rounds go on from rank 0's state, in the thread a draw that takes it starts.
+    A worker parked before it ever had a thread comes in the same way, with a fresh ledger (`first_wake`).
     """
     comm = algo.comm
+    woken = woken or first_wake(comm)
     # an algorithm's rounds count its local work (`dane.work`); a split or asynchronous run's do not
-    if woken is not None:
+    if woken is not None and woken.ledger is not None:
         ledger = woken.ledger
     else:
         ledger = work.ledger_for(comm, algo.problem) if isinstance(algo, Algorithm) else None
