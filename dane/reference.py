@@ -301,6 +301,11 @@ def _evaluated(problem, comm, w: torch.Tensor, source: str) -> Reference:
     return Reference(w, value, float(torch.linalg.vector_norm(g)), source)
 
 
+def asks_reference(config) -> bool:
+    """Whether a problem config asks for a reference optimum (``optimum`` not none, with an ``attach_reference``)."""
+    return config.attach_reference is not None and config.optimum != "none"
+
+
 def attach_one(config, problem, comm) -> None:
     """The reference a problem config asks for (its ``attach_reference``), made by the workers before the
     run's clock and counters start: its collectives are not the run's."""
@@ -312,11 +317,11 @@ def attach_one(config, problem, comm) -> None:
 
 
 def attach_all(config, problems) -> None:
-    """`attach_one` for m simulated workers, in a thread group of its own (its clock is not the run's)."""
-    if config.attach_reference is not None:
+    """`attach_one` for m simulated workers, in a thread group of its own (its clock is not the run's); none where
+    no reference is asked for (m threads for nothing: seconds at 10,000 workers)."""
+    if asks_reference(config):
         ThreadGroup(len(problems)).run(lambda comm: config.attach_reference(problems[comm.rank], comm))
-        if config.optimum != "none":
-            timeline.mark("reference")
+        timeline.mark("reference")
 
 
 def solve(problems) -> Reference:
