@@ -41,6 +41,18 @@ def fit(monkeypatch, parked: bool, algorithm: str = "scaffold", **keys):
     return dane.fit(ridge(), algorithm, workers=M, seed=SEED, clients_per_round=S, **keys)
 
 
+def many_clients(monkeypatch, m: int, *, rows: int, data_seed: int, rounds: int, **keys):
+    """SCAFFOLD with S of ``m`` clients a round on a seeded ridge table of ``rows`` rows, one thread per worker, its
+    clients outside S_t parked."""
+    monkeypatch.setattr(kinds, "parks", parking.parks)
+    monkeypatch.setattr(kinds, "batched_path", lambda spec: (False, None))  # one thread per worker
+    rng = np.random.default_rng(data_seed)
+    X = rng.standard_normal((rows, 4))
+    problem = dane.problems.Ridge(X, X @ np.ones(4), lam=1e-2)
+    return dane.fit(problem, "scaffold", workers=m, seed=SEED, clients_per_round=S, rounds=rounds, local_steps=K,
+                    lr=0.05, **keys)
+
+
 def untimed(record: dict) -> dict:
     return {key: value for key, value in record.items() if key != "time_s"}
 
@@ -109,13 +121,7 @@ def test_a_round_runs_its_clients_threads_only(monkeypatch):
         return round_start(self, state)
 
     monkeypatch.setattr(parking.Parking, "round_start", counted)
-    monkeypatch.setattr(kinds, "parks", parking.parks)
-    monkeypatch.setattr(kinds, "batched_path", lambda spec: (False, None))  # one thread per worker
-    rng = np.random.default_rng(1)
-    X = rng.standard_normal((1200, 4))
-    problem = dane.problems.Ridge(X, X @ np.ones(4), lam=1e-2)
-    result = dane.fit(problem, "scaffold", workers=m, seed=SEED, clients_per_round=S, rounds=rounds,
-                      local_steps=K, lr=0.05)
+    result = many_clients(monkeypatch, m, rows=1200, data_seed=1, rounds=rounds)
     assert [r["clients"] for r in result.records[:-1]] == [S] * rounds
     assert sorted(live) == list(range(2, rounds)) and max(live.values()) <= S + 1, live
 
@@ -223,13 +229,7 @@ def test_a_client_never_drawn_never_has_a_thread(monkeypatch, sampling):
         return start(self, comm, target, body, fresh)
 
     monkeypatch.setattr(threads.ThreadGroup, "_start", counted_start)
-    monkeypatch.setattr(kinds, "parks", parking.parks)
-    monkeypatch.setattr(kinds, "batched_path", lambda spec: (False, None))  # one thread per worker
-    rng = np.random.default_rng(2)
-    X = rng.standard_normal((600, 4))
-    problem = dane.problems.Ridge(X, X @ np.ones(4), lam=1e-2)
-    dane.fit(problem, "scaffold", workers=m, seed=SEED, clients_per_round=S, rounds=rounds, local_steps=K,
-             lr=0.05, sampling=sampling)
+    many_clients(monkeypatch, m, rows=600, data_seed=2, rounds=rounds, sampling=sampling)
     fresh = {rank for (rank, first), n in started.items() if first}
     if sampling == "size":
         assert fresh == set(range(m))
