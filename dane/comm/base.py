@@ -136,12 +136,13 @@ class Communicator(ABC):
         self.reset_clock()
         self._t0 -= elapsed
 
-    def next_participants(self, members: list[int], absent=None) -> None:
+    def next_participants(self, members: list[int] | None, absent=None) -> None:
         """Only the ranks in ``members`` take part in this worker's next collective; the others enter it with
         zeros (client sampling, `dane.sampling.sampled_mean`).  A backend that models time (the simulator)
         charges that collective to the participants only; a real one runs it over every rank as it is.
         ``absent(problem)``: the message of a worker outside ``members`` on its shard ``problem``, for a
-        simulator whose non-participants sleep through the round (`dane.comm.roster`)."""
+        simulator whose non-participants sleep through the round (`dane.comm.roster`); with ``members`` None every
+        rank takes part and is charged, a sleeping one through ``absent`` (`dane.loop.parking.fill_parked`)."""
 
     def drew(self, members: list[int]) -> None:
         """A sampled round drew ``members`` (`dane.sampling.ClientSampler.draw`); the thread simulator may park the

@@ -75,9 +75,10 @@ class Roster:
     Only rank 0 wakes workers (at its draw), and it closes the roster when its rounds end (`close`).  A parked
     worker's thread unwinds and hands over its ``resume`` (`leave`); a wake-up that comes before that waits for it
     there, so a wake-up is never lost nor taken twice, and a worker runs in one thread at a time.  The group sets
-    ``spawn(starts)`` (for each (rank, resume, handoff), start a thread that runs ``resume(handoff)``) and
-    ``ended(rank)`` (a worker without a thread is done).  ``problems`` are the workers' shards, which the group's
-    reduction reads for the parked ones' messages (`absent`)."""
+    ``spawn(starts)`` (for each (rank, body), start a thread that runs ``body()``), ``start(ranks)`` (start these
+    workers' threads from the beginning), ``first_resume(rank)`` (the way into the rounds of a worker parked before
+    it had a thread) and ``ended(rank)`` (a worker without a thread is done).  ``problems`` are the workers' shards,
+    which the group's reduction reads for the parked ones' messages (`absent`)."""
 
     def __init__(self, size: int, problems: list):
         self.size = size
@@ -105,8 +106,8 @@ class Roster:
         clients, and the others, which park with no thread until a draw takes them (`first_resume`)."""
         present = set(self.present(members))
         if self.unstarted:
-            drawn, later, self.unstarted = sorted(self.unstarted & present), self.unstarted - present, set()
-            with self._settled:
+            with self._settled:  # against a `close` from a failing worker's thread
+                drawn, later, self.unstarted = sorted(self.unstarted & present), self.unstarted - present, set()
                 for rank in later:
                     self._resume[rank] = self.first_resume(rank)
                     self._asleep.add(rank)
@@ -121,7 +122,8 @@ class Roster:
     def start_unstarted(self) -> None:
         """Rank 0 reached a collective before its first draw (a measurement that takes every worker): the workers
         not yet started start from the beginning, as without a roster."""
-        ranks, self.unstarted = sorted(self.unstarted), set()
+        with self._settled:
+            ranks, self.unstarted = sorted(self.unstarted), set()
         if ranks:
             self.start(ranks)
 
