@@ -133,7 +133,7 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
     calibration = {**calibrations[len(calibrations) // 2],
                    **{k: statistics.median(c[k] for c in calibrations) for k in ("alpha", "beta")},
                    "per_launch": [{"alpha": c["alpha"], "beta": c["beta"]} for c in calibrations]}
-    out = {"error": statistics.median(errors), "goal": 0.25, "max_error": max(errors),
+    out = {"error": statistics.median(errors), "goal": 0.25, "headline": "error_with_tail", "max_error": max(errors),
            "error_with_tail": statistics.median(with_tails), "max_error_with_tail": max(with_tails),
            "tail_how": TAIL_HOW, "pairs": pairs,
            "how": "interleaved launches: round timing k, then calibration k (fit to mean call times); the simulator "

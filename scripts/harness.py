@@ -106,19 +106,21 @@ def timed_run(*job: str) -> dict:
             "simulated_time_s": summary["simulated_time_s"], "load_avg": load()}
 
 
-#: a section's headline keys, in the order looked for, beside its ``goal``
+#: a section's headline keys, in the order looked for, beside its ``goal`` (where it names none: ``headline``)
 HEADLINES = ("ratio", "error")
 
 
 def goals(bench: dict) -> dict:
-    """The goals table of a benchmark file: per section with a ``goal``, its headline and whether it is met (a
-    ratio or an error at most its goal; ``>=`` goals are the sections' own ``meets`` key); per section with
-    ``misses``, their count and lines."""
+    """The goals table of a benchmark file: per section with a ``goal``, its headline (the key its ``headline``
+    names, else the first of `HEADLINES` it has) and whether it is met (a ratio or an error at most its goal;
+    ``>=`` goals are the sections' own ``meets`` key); per section with ``misses``, their count and lines."""
     table = {}
     for key, section in bench.items():
         if not isinstance(section, dict) or key == "goals_table":
             continue
-        headline = next((h for h in HEADLINES if isinstance(section.get(h), (int, float))), None)
+        named = section.get("headline")
+        headline = named if isinstance(named, str) else \
+            next((h for h in HEADLINES if isinstance(section.get(h), (int, float))), None)
         if "goal" in section and headline is not None and isinstance(section["goal"], (int, float)):
             met = section.get("meets", section[headline] <= section["goal"])
             table[key] = {"headline": headline, "value": section[headline], "goal": section["goal"], "met": met}

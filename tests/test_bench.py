@@ -195,7 +195,9 @@ def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
     """`harness.Run.finish` merges the section beside the others, adds the load after and the wall seconds, and
     writes the goals table of the whole file: a headline against its goal, a section's misses."""
     out = tmp_path / "bench.json"
-    out.write_text(json.dumps({"other": {"ratio": 1.3, "goal": 1.25}, "defaults": canned("defaults")["defaults"]}))
+    out.write_text(json.dumps({"other": {"ratio": 1.3, "goal": 1.25}, "defaults": canned("defaults")["defaults"],
+                               "named": {"error": 0.4, "error_with_tail": 0.1, "goal": 0.25,
+                                         "headline": "error_with_tail"}}))
     bench = harness.Bench("mine", lambda run: {}, "a test")
     run = harness.Run(bench, argparse.Namespace(out=str(out)))
     run.finish({**run.header(), "error": 0.1, "goal": 0.25})
@@ -204,6 +206,7 @@ def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
     table = whole["goals_table"]
     assert table["mine"] == {"headline": "error", "value": 0.1, "goal": 0.25, "met": True}
     assert table["other"] == {"headline": "ratio", "value": 1.3, "goal": 1.25, "met": False}
+    assert table["named"] == {"headline": "error_with_tail", "value": 0.1, "goal": 0.25, "met": True}  # its own
     misses = whole["defaults"]["misses"]
     assert table["defaults"] == {"misses": len(misses), "met": not misses, "lines": misses}
 
