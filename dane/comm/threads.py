@@ -81,6 +81,7 @@ class ThreadGroup:
         self._holding = threading.local()  # whether this thread holds a slot
         self._starting = threading.Lock()  # one thread start at a time (`_start`)
         self._threads: list[threading.Thread] = []  # the worker threads started, the ended ones pruned
+        self._alive = 0  # how many of them were alive at the last pruning
         self.cost = cost or AlphaBeta()
         self.stragglers = stragglers or Stragglers()
         self.meter = meter or ThreadCPUTime()
@@ -307,8 +308,11 @@ class ThreadGroup:
         """Start ``comm``'s worker thread, with `WORKER_STACK_BYTES` of stack (a setting of the process, so one
         start at a time: rank 0 starts woken workers while the first ones may still be starting)."""
         with self._starting:
-            if len(self._threads) > 2 * self.size:  # the ended ones go: a long sampled run starts threads every round
+            # the ended ones go once the list has doubled since the last pruning (a sampled run starts threads every
+            # round; each ended one keeps its Event, locks and hook, a few KB): O(1) a start, amortized
+            if len(self._threads) > 2 * self._alive + 64:
                 self._threads = [thread for thread in self._threads if thread.is_alive()]
+                self._alive = len(self._threads)
             previous = threading.stack_size(WORKER_STACK_BYTES)
             try:
                 thread = threading.Thread(target=target, args=(comm, body, fresh), name=f"worker-{comm.rank}",
