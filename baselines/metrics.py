@@ -20,10 +20,13 @@ def logs_gradient(problem: Problem) -> bool:
 
 
 def local_payload(problem: Problem, w: torch.Tensor, *, with_grad: bool) -> list[torch.Tensor]:
-    """[local metric vector] or [local metric vector, ∇O_i(w)]: a measurement, not counted as local work."""
+    """[local metric vector] or [local metric vector, ∇O_i(w)]: a measurement, not counted as local work.  Without
+    the gradient, the problem's `local_metrics` (a forward pass where the problem has one)."""
     with uncounted():
+        if not with_grad:
+            return [problem.local_metrics(w)]
         grad, metrics = problem.evaluate(w)
-    return [metrics, grad] if with_grad else [metrics]
+    return [metrics, grad]
 
 
 def global_metrics(algo: Algorithm, reduced: list[torch.Tensor]) -> dict[str, float]:

@@ -219,3 +219,26 @@ def test_svrg_runs_on_a_sparse_shard_and_matches_the_dense_one():
     anchor, linear = torch.zeros(sparse.dim, dtype=torch.float64), torch.full((sparse.dim,), 0.05, dtype=torch.float64)
     w_sparse, w_dense = (p.prox_solve(anchor, linear, 0.5, solver=LocalSolver("svrg", passes=2)) for p in (sparse, dense))
     torch.testing.assert_close(w_sparse, w_dense, rtol=0, atol=1e-12)  # same seeded row order, same steps
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("loss, labels, classes", CASES, ids=lambda c: getattr(c, "name", None))
+def test_local_metrics_are_evaluates_metrics_bit_for_bit(loss, labels, classes, sparse):
+    """The forward-only metric vector (the records' payload where no gradient rides) equals `evaluate`'s, bit for
+    bit, with and without a reference optimum (a quadratic's suboptimality is ½ eᵀHe), and counts no local work."""
+    from dane import work
+
+    X, y = data(classes=labels, sparse=sparse)
+    p = shard(X, y, loss, classes=classes)
+    gen = torch.Generator().manual_seed(3)
+    points = [torch.randn(p.dim, generator=gen, dtype=torch.float64) for _ in range(5)]
+    for with_optimum in (False, True):
+        if with_optimum:
+            p.set_reference(points[0] / 3, float(p.objective(points[0] / 3)))
+        ledger = work.Ledger(range(1), np.ones(len(work.COUNTS)))
+        with work.opened(ledger):
+            for w in points:
+                metrics = p.local_metrics(w)
+                assert len(metrics) == 1 + with_optimum and torch.equal(metrics, p.evaluate(w)[1])
+        passes = ledger.counts[0, work.COUNTS.index("local_passes")]
+        assert passes == len(points) and ledger.counts.sum() == len(points)  # evaluate's passes alone

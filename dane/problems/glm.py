@@ -214,6 +214,15 @@ class LinearModelShard(Problem):
             metrics.append(self._suboptimality(w, objective))
         return (grad + self.l2 * w).to(where), torch.stack(metrics).to(where)
 
+    def local_metrics(self, w: torch.Tensor) -> torch.Tensor:
+        """`evaluate`'s metric vector without its gradient (a forward pass): the same numbers, bit for bit (the same
+        operations in the same order).  A measurement: not counted."""
+        where, w = w.device, self._here(w)
+        with uncounted():
+            objective = self.weight * self.loss.value(self.margins(w), self.y) + 0.5 * self.l2 * (w @ w)
+            metrics = [objective, self._suboptimality(w, objective)] if self.w_star is not None else [objective]
+        return torch.stack(metrics).to(where)
+
     @counted("local_passes")
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         """O_i(w) alone (forward pass only): line searches evaluate several of these."""
