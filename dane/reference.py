@@ -317,8 +317,8 @@ def attach_one(config, problem, comm) -> None:
 
 
 def attach_all(config, problems) -> None:
-    """`attach_one` for m simulated workers, in a thread group of its own (its clock is not the run's); none where
-    no reference is asked for (m threads for nothing: seconds at 10,000 workers)."""
+    """`attach_one` for m simulated workers, in a thread group of its own (its clock is not the run's); no group
+    where no reference is asked for (its m threads would do nothing)."""
     if asks_reference(config):
         ThreadGroup(len(problems)).run(lambda comm: config.attach_reference(problems[comm.rank], comm))
         timeline.mark("reference")
