@@ -106,7 +106,7 @@ def timed_run(*job: str) -> dict:
             "simulated_time_s": summary["simulated_time_s"], "load_avg": load()}
 
 
-#: a section's headline keys, in the order looked for, beside its ``goal`` (where it names none: ``headline``)
+#: a section's headline keys, in the order looked for, beside its ``goal``, where the section names none (``headline``)
 HEADLINES = ("ratio", "error")
 
 

@@ -181,8 +181,9 @@ class ThreadGroup:
             self.roster.close()
 
     def set_parties(self, present: int) -> None:
-        """The next collectives are among ``present`` workers (a sampled round's, or all m); each worker that enters
-        them sets it first, all to the same number, after the previous collective ended."""
+        """The next collectives are among ``present`` workers (a sampled round's clients and rank 0; all m until the
+        first draw); each worker that enters them sets it first, all to the same number, after the previous
+        collective ended."""
         self._barrier.parties = present
 
     def run(self, fn: Callable[["ThreadCommunicator"], object]) -> list[object]:

@@ -209,19 +209,19 @@ class LinearModelShard(Problem):
         where, w = w.device, self._here(w)
         value, grad = self.data_value_grad(w)
         objective = value + 0.5 * self.l2 * (w @ w)
-        metrics = [objective]
-        if self.w_star is not None:
-            metrics.append(self._suboptimality(w, objective))
-        return (grad + self.l2 * w).to(where), torch.stack(metrics).to(where)
+        return (grad + self.l2 * w).to(where), self._metrics(w, objective).to(where)
 
     def local_metrics(self, w: torch.Tensor) -> torch.Tensor:
-        """`evaluate`'s metric vector without its gradient (a forward pass): the same numbers, bit for bit (the same
-        operations in the same order).  A measurement: not counted."""
+        """`evaluate`'s metric vector without its gradient (`objective`'s forward pass): the same numbers, bit for bit
+        (the same operations in the same order).  A measurement: not counted."""
         where, w = w.device, self._here(w)
         with uncounted():
-            objective = self.weight * self.loss.value(self.margins(w), self.y) + 0.5 * self.l2 * (w @ w)
-            metrics = [objective, self._suboptimality(w, objective)] if self.w_star is not None else [objective]
-        return torch.stack(metrics).to(where)
+            return self._metrics(w, self.objective(w)).to(where)
+
+    def _metrics(self, w: torch.Tensor, objective: torch.Tensor) -> torch.Tensor:
+        """The metric vector at ``w`` (on this shard's device) of O_i(w) = ``objective``: it, and the
+        suboptimality where a reference is set."""
+        return torch.stack([objective, self._suboptimality(w, objective)] if self.w_star is not None else [objective])
 
     @counted("local_passes")
     def objective(self, w: torch.Tensor) -> torch.Tensor:
