@@ -29,9 +29,10 @@ if it was drawn (in any of the round's draws): the others' evaluations only meas
 *Summing over the workers* (`reduce_over_workers`).  On the batched path the ledger holds every worker's row.
 In the thread simulator each worker leaves its snapshot on a board its group shares, which the group's
 reduction copies at every collective (no time, bytes or calls); rank 0 reads the copy after the round.
-Under a launcher every rank sends its snapshot in one allreduce of an m x 8 table after the round, by
-`dane.comm.Communicator.uncounted_allreduce_mean`: not in ``bytes_sent``, ``comm_rounds`` or the bit counts (under
-comm=ps not on the servers' links either), a little wall time.
+Under a launcher every rank sends its snapshot as an m x 8 table with the round's first allreduce, in the same call
+(`dane.comm.Communicator.ride_next`; a round that makes no allreduce sends it after the round by
+`dane.comm.Communicator.uncounted_allreduce_mean`, as comm=ps always does): not in ``bytes_sent``, ``comm_rounds`` or
+the bit counts (under comm=ps not on the servers' links either).
 """
 from __future__ import annotations
 
@@ -260,21 +261,27 @@ def board_of(group) -> Board:
 
 
 def post(comm, snapshot: np.ndarray) -> None:
-    """At the round's start: a simulated thread leaves its snapshot (rows x 8) on its group's board."""
-    if _kind(comm) == "threads":
+    """At the round's start: a simulated thread leaves its snapshot (rows x 8) on its group's board; a launched rank
+    sends it with the round's first allreduce (`dane.comm.Communicator.ride_next`)."""
+    kind = _kind(comm)
+    if kind == "threads":
         board_of(comm.group).put(comm.rank, snapshot[0])
+    elif kind == "launched":
+        comm.ride_next([_table_row(comm, snapshot)])
 
 
 def reduce_over_workers(comm, snapshot: np.ndarray) -> dict[str, float] | None:
     """The record's work keys from every worker's snapshot of the round's start (after the round's collectives);
-    None on a rank that writes no record.  Every rank of a launched run must call it (one uncounted allreduce)."""
+    None on a rank that writes no record.  Every rank of a launched run must call it: the table came with the round's
+    first allreduce (`post`), or, in a round that made none, comes by an uncounted allreduce of its own."""
     kind = _kind(comm)
     if kind == "threads":
         if comm.rank != 0:
             return None
         table = board_of(comm.group).captured
     elif kind == "launched":
-        table = gathered(comm, snapshot)
+        ridden = comm.ridden()
+        table = gathered(comm, snapshot) if ridden is None else (ridden[0] * comm.size).numpy()
         if comm.rank != 0:
             return None
     else:
@@ -296,10 +303,16 @@ def checkpoint_state(comm, ledger: Ledger, snapshot: np.ndarray) -> dict:
 
 def gathered(comm, snapshot: np.ndarray) -> np.ndarray:
     """Every rank's snapshot row (ranks x 8), by one `dane.comm.Communicator.uncounted_allreduce_mean`."""
+    (mean,) = comm.uncounted_allreduce_mean([_table_row(comm, snapshot)])
+    return (mean * comm.size).numpy()
+
+
+def _table_row(comm, snapshot: np.ndarray) -> torch.Tensor:
+    """This rank's share of the ranks x 8 table: its snapshot in its row, zeros elsewhere (the mean times m is the
+    table, each entry a sum of one value and zeros, whatever order a backend adds in)."""
     rows = torch.zeros(comm.size, snapshot.shape[1], dtype=torch.float64)
     rows[comm.rank] = torch.from_numpy(snapshot[0])
-    (mean,) = comm.uncounted_allreduce_mean([rows])
-    return (mean * comm.size).numpy()
+    return rows
 
 
 def record_keys(table: np.ndarray) -> dict[str, float]:

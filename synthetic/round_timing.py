@@ -55,8 +55,9 @@ class PhaseRecorder:
     wall time from the previous one's end to its end, this rank's CPU time before the call (the phase's
     compute, as the simulator's clock reads it), and the message bytes the cost model prices.
 
-    An uncounted allreduce (`dane.work`'s totals, one a round in a launched run; the simulator reads them
-    off a board instead and makes none) does not end a phase: its time is part of the next phase's excess."""
+    An uncounted allreduce (`dane.work`'s totals in a round that made no allreduce to carry them, a checkpoint's;
+    the simulator reads them off a board instead and makes none) does not end a phase: its time is part of the next
+    phase's excess."""
 
     def __init__(self, comm):
         self.comm, self._inner = comm, comm._allreduce_mean

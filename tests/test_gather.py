@@ -68,3 +68,32 @@ def test_the_batched_gather_is_the_per_worker_gather():
     assert torch.equal(rows, threads[0]) and torch.equal(means[0], threads[1][0])
     assert (comm.bytes_sent, comm.calls) == (2 * (M - 1) * 8 * (M * K + 2) // M, 1)
     assert comm.group.comm_time == COST.allreduce_time(8 * (M * K + 2), M)
+
+
+def test_a_ride_goes_in_the_next_allreduce_uncounted_and_comes_back_once():
+    """`Communicator.ride_next` (a launched rank's local-work table, `dane.work.post`): the method's means, bytes,
+    calls and clock are those without it; its mean comes back once, from the allreduce that carried it (not a
+    broadcast); a ride no allreduce carried, or one a backend does not carry, gives None and rides no later call."""
+    def worker(comm, ride: bool, carries: bool = True):
+        comm.carries_rides = carries  # as the launched backends declare; the thread group is a real in-process one
+        if ride:
+            comm.ride_next([RIDES[comm.rank]])
+        comm.broadcast([VALUES[0]])
+        (mean,) = comm.allreduce_mean([VALUES[comm.rank]])
+        ridden, again = comm.ridden(), comm.ridden()
+        comm.ride_next([RIDES[comm.rank]])
+        unsent = comm.ridden()  # taken back before any allreduce: it no longer rides
+        comm.allreduce_mean([VALUES[comm.rank]])
+        return mean, ridden, again, unsent, comm.ridden(), comm.bytes_sent, comm.calls
+
+    def run_with(**how):
+        group = ThreadGroup(M, COST)
+        return group.run(lambda comm: worker(comm, **how)), group.comm_time
+
+    (plain, time_plain), (ridden, time_ridden), (ignored, _) = (run_with(ride=False), run_with(ride=True),
+                                                                 run_with(ride=True, carries=False))
+    for without, worker_out, not_carried in zip(plain, ridden, ignored):
+        assert torch.equal(worker_out[0], without[0]) and worker_out[5:] == without[5:]
+        assert torch.equal(worker_out[1][0], RIDES.sum(0) / M) and worker_out[2:5] == (None, None, None)
+        assert without[1] is None and not_carried[1] is None and torch.equal(not_carried[0], without[0])
+    assert time_ridden == time_plain

@@ -101,7 +101,8 @@ def test_launcher_iterates_equal_the_in_process_simulation(name, simulated, fres
     for a, b in zip(real, sim):
         assert a["round"] == b["round"]
         assert a["bytes_sent"] == b["bytes_sent"] and a["comm_rounds"] == b["comm_rounds"]
-        # local work: summed and maxed over the ranks by an uncounted allreduce, as the simulator's board has them
+        # local work: summed and maxed over the ranks (the table rides each round's first allreduce), as the simulator's
+        # board has them
         assert {key: a[key] for key in LOCAL_WORK} == {key: b[key] for key in LOCAL_WORK}
         assert a["local_passes"] >= 2 * a["round"] and a["local_passes_max"] == a["local_passes"] / 2
         assert abs(a["suboptimality"] - b["suboptimality"]) <= 1e-10 * max(1.0, b["suboptimality"])

@@ -43,6 +43,10 @@ class Communicator(ABC):
     is_server: bool = False  # a parameter server's process (`dane.comm.ps_server`) serves instead of running rounds
     #: ``comm.compress``'s state of this worker (`use_compression`); None: every message as it is, no bit counts
     compression: MessageCompression | None = None
+    #: whether `ride_next`'s tensors go with the next allreduce: a backend whose only accounting is this class's
+    carries_rides: bool = False
+    _ride: list[torch.Tensor] | None = None  # to go with the next allreduce (`ride_next`)
+    _ridden: list[torch.Tensor] | None = None  # their mean, once they went (`ridden`)
 
     def __init__(self) -> None:
         self.bytes_sent = 0
@@ -74,7 +78,14 @@ class Communicator(ABC):
         else:  # the ring's reduce-scatter at the uplink's size, its allgather at the downlink's
             self.bytes_sent += (self.size - 1) * (nbytes + self.message_down_bytes) // self.size
         self.calls += 1
-        means = [t.clone() for t in tensors] if self.size == 1 else self._allreduce_mean(list(tensors))
+        ride, self._ride = self._ride, None
+        if self.size == 1:
+            means = [t.clone() for t in tensors]
+        elif ride is None:
+            means = self._allreduce_mean(list(tensors))
+        else:  # in the same call, after the message, on its device: its bytes are not the method's (`ride_next`)
+            means = self._allreduce_mean([*tensors, *(t.to(tensors[0].device) for t in ride)])
+            means, self._ridden = means[:len(tensors)], [t.to(r.device) for t, r in zip(means[len(tensors):], ride)]
         return means if self.compression is None else self.compression.decode_down(means, kinds)
 
     def gather(self, values: torch.Tensor, rides: Sequence[torch.Tensor] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -123,6 +134,20 @@ class Communicator(ABC):
         if self.size == 1:
             return [t.clone() for t in tensors]
         return self._allreduce_mean(list(tensors))
+
+    def ride_next(self, tensors: list[torch.Tensor]) -> None:
+        """Average ``tensors`` with this worker's next `allreduce_mean`, in the same call and outside the run's
+        accounting, as `uncounted_allreduce_mean` would in a call of its own (`dane.work`'s totals over the ranks of
+        a launched run: bookkeeping that then costs no collective).  Every rank must ask the same before the same
+        allreduce.  A backend that does not carry them (`carries_rides` False: the simulators, whose workers share
+        memory, and the parameter servers, whose links count every byte) leaves them; `ridden` then gives None."""
+        self._ride, self._ridden = (list(tensors) if self.carries_rides else None), None
+
+    def ridden(self) -> list[torch.Tensor] | None:
+        """The mean of `ride_next`'s tensors if an allreduce has carried them since, else None; either way they no
+        longer ride."""
+        ridden, self._ride, self._ridden = self._ridden, None, None
+        return ridden
 
     def elapsed(self) -> float:
         """Seconds since this communicator started: wall time, or simulated time in the simulator."""

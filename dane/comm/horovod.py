@@ -44,6 +44,8 @@ class HorovodCommunicator(Communicator):
     ``gloo::IoException`` "Connect timeout", and the process aborts).
     """
 
+    carries_rides = True
+
     def __init__(self, *, init: bool = True) -> None:
         try:
             import horovod.torch as hvd

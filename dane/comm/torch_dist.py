@@ -67,6 +67,8 @@ GROUPS_STARTED = itertools.count()
 
 
 class TorchDistCommunicator(Communicator):
+    carries_rides = True
+
     def __init__(self, backend: str | None = None) -> None:
         import torch.distributed as dist
 
