@@ -20,7 +20,7 @@ import torch
 
 import dane
 from dane.baselines import feddane, fedred, scaffold, sdane
-from dane.comm import threads
+from dane.comm import threads, worker_threads
 from dane.comm.roster import Roster
 from dane.loop import kinds, parking
 from dane.sampling import ClientSampler
@@ -164,13 +164,13 @@ def test_after_the_rounds_a_parked_clients_part_is_filled_in(monkeypatch, tmp_pa
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         spec = run_spec(compose(config_name="config", overrides=overrides))
     starts, files = Counter(), {}
-    start = threads.ThreadGroup._start
+    start = worker_threads.WorkerThreads.start_thread
 
-    def counted_start(self, comm, target, body, fresh):
+    def counted_start(self, comm, body, fresh):
         starts["woken" if not fresh else "first"] += 1
-        return start(self, comm, target, body, fresh)
+        return start(self, comm, body, fresh)
 
-    monkeypatch.setattr(threads.ThreadGroup, "_start", counted_start)
+    monkeypatch.setattr(worker_threads.WorkerThreads, "start_thread", counted_start)
     for parked in (True, False):
         monkeypatch.setattr(kinds, "parks", parking.parks if parked else lambda spec: False)
         starts.clear()
@@ -221,14 +221,14 @@ def test_a_client_never_drawn_never_has_a_thread(monkeypatch, sampling):
     thread, and a client no draw takes never has one.  With ``sampling=size`` a gather of the shard sizes comes
     before the first draw, and every worker starts there, as without parking."""
     m, rounds, started = 60, 4, Counter()
-    start = threads.ThreadGroup._start
+    start = worker_threads.WorkerThreads.start_thread
 
-    def counted_start(self, comm, target, body, fresh):
-        if self.roster is not None:  # the run's group (not the reference optimum's)
+    def counted_start(self, comm, body, fresh):
+        if self.group.roster is not None:  # the run's group (not the reference optimum's)
             started[comm.rank, fresh] += 1
-        return start(self, comm, target, body, fresh)
+        return start(self, comm, body, fresh)
 
-    monkeypatch.setattr(threads.ThreadGroup, "_start", counted_start)
+    monkeypatch.setattr(worker_threads.WorkerThreads, "start_thread", counted_start)
     many_clients(monkeypatch, m, rows=600, data_seed=2, rounds=rounds, sampling=sampling)
     fresh = {rank for (rank, first), n in started.items() if first}
     if sampling == "size":

@@ -41,7 +41,6 @@ handling in `dane.comm.rendezvous`; their names are still imported from here too
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 from typing import Callable
@@ -54,6 +53,7 @@ from .cost import AlphaBeta, ParameterServerCost
 from .meters import DeviceTurns, Meter, PhaseClock, Stragglers, ThreadCPUTime, meter_for
 from .rendezvous import WORKER_STACK_BYTES, Interrupted, Rendezvous, ctrl_c_held, thread_limit
 from .roster import Parked
+from .worker_threads import WorkerThreads
 
 #: the names moved to `dane.comm.meters` and `dane.comm.rendezvous`, still imported from here
 __all__ = ["DeviceTurns", "Interrupted", "Meter", "PhaseClock", "Rendezvous", "Stragglers", "ThreadCPUTime",
@@ -79,9 +79,6 @@ class ThreadGroup:
         self.slots = slots or os.cpu_count() or 1
         self._slots = threading.BoundedSemaphore(self.slots)
         self._holding = threading.local()  # whether this thread holds a slot
-        self._starting = threading.Lock()  # one thread start at a time (`_start`)
-        self._threads: list[threading.Thread] = []  # the worker threads started, the ended ones pruned
-        self._alive = 0  # how many of them were alive at the last pruning
         self.cost = cost or AlphaBeta()
         self.stragglers = stragglers or Stragglers()
         self.meter = meter or ThreadCPUTime()
@@ -187,7 +184,8 @@ class ThreadGroup:
         self._barrier.parties = present
 
     def run(self, fn: Callable[["ThreadCommunicator"], object]) -> list[object]:
-        """Run ``fn(comm)`` in m threads; return the m results, re-raising the first failure.
+        """Run ``fn(comm)`` in m threads (`dane.comm.worker_threads.WorkerThreads`); return the m results, re-raising
+        the first failure.
 
         A worker that parks (`dane.comm.roster.Parked`) ends its thread; the roster starts another for it when a
         draw wakes it (``roster.spawn``), which goes on from there, and its result is that thread's.
@@ -198,101 +196,19 @@ class ThreadGroup:
         returns None; ``interrupted`` is then set for the caller to act on.
         """
         torch.set_num_threads(1)
-        comms = self.communicators()
-        results: list[object] = [None] * self.size
-        errors: list[BaseException | None] = [None] * self.size
-        finished = [threading.Event() for _ in comms]
-
-        def target(comm: ThreadCommunicator, body: Callable[[], object], fresh: bool) -> None:
-            while body is not None:
-                parked = None
-                try:
-                    torch.set_num_threads(1)  # per thread: a fresh thread's first BLAS call may otherwise use more, in another order
-                    self.take_slot()
-                    if fresh:  # a woken worker's compute starts once it has taken rank 0's state (`dane.loop.parking`)
-                        comm.begin()
-                    results[comm.rank] = body()
-                except Parked as exc:
-                    if exc.resume is None:  # raised outside the run loop (`dane.loop.runner.run`): no way back
-                        errors[comm.rank] = RuntimeError(f"worker {comm.rank} parked outside the run loop")
-                        self.abort()
-                    else:
-                        parked = exc
-                except Interrupted:
-                    pass  # the group was stopped; the caller sees ``interrupted``
-                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                    errors[comm.rank] = exc
-                    self.abort()
-                finally:
-                    if parked is None:  # a parked worker's phase ended where it parked
-                        try:
-                            comm.end()  # the last compute phase: on a GPU, its turn is given back
-                        finally:
-                            self.give_slot()
-                            finished[comm.rank].set()  # even if the device failed there: the caller must not wait forever
-                body, fresh = self._rejoin(comm.rank, parked, finished[comm.rank]), False
-                if parked is not None and body is None:
-                    self.give_slot()  # only now: m − s threads unwinding without one wait their turns at the GIL behind the round's clients
-
-        def spawn(starts: list, fresh: bool = False) -> None:
-            """Start a thread for each (rank, body): a woken worker's, or (``fresh``) a worker's from the beginning, the
-            free slots held (`_slots_held`)."""
-            with self._slots_held():
-                for i, (rank, body) in enumerate(starts):
-                    try:
-                        self._start(comms[rank], target, body, fresh)
-                    except RuntimeError as exc:  # these workers are done (the group fails): none waits for them
-                        for later, _ in starts[i:]:
-                            finished[later].set()
-                        raise thread_limit(self.size, threading.active_count() - 1, exc) from None
-
-        def first_thread(rank: int, handoff) -> object:
-            """A worker parked before it had a thread: its run from the beginning, into the rounds from ``handoff``
-            (`dane.loop.parking.first_wake`)."""
-            comms[rank].first_handoff = handoff
-            return fn(comms[rank])
-
-        first = comms
-        if self.roster is not None:  # rank 0 starts alone; the others at its first draw or collective (the roster)
-            roster, first = self.roster, comms[:1]
-            roster.spawn, roster.ended = spawn, lambda rank: finished[rank].set()
-            roster.start = lambda ranks: spawn([(rank, functools.partial(fn, comms[rank])) for rank in ranks], True)
-            roster.first_resume = lambda rank: functools.partial(first_thread, rank)
-            roster.unstarted = set(range(1, self.size))
+        workers = WorkerThreads(self, fn)
+        first = workers.comms if self.roster is None else workers.hand_to(self.roster)
         try:
-            with ctrl_c_held():  # a Ctrl-C while a thread starts would leave the others running, unwaited
-                started = 0
-                try:
-                    with self._slots_held():  # every slot: no worker computes before all have started
-                        for c in first:
-                            self._start(c, target, functools.partial(fn, c), True)
-                            started += 1
-                except RuntimeError as exc:  # "can't start new thread": a limit on threads or address space
-                    self.stop()  # the started workers end at their first collective, their run folder released
-                    for done in finished[:started]:
-                        done.wait()
-                    raise thread_limit(self.size, started, exc) from None
-            for done in finished:
-                # In slices: the kernel may hand a Ctrl-C to a worker thread, and CPython runs the
-                # handler only when the main thread wakes; an endless wait would never see it.
-                while not done.wait(0.2):
-                    pass
-            for thread in self._threads:  # to their end: a worker thread still ending when the process exits aborts it
-                thread.join()
+            workers.start(first)
+            workers.wait()
         except KeyboardInterrupt:
             self.stop()
-            for done in finished:  # not join(): after an interrupted join it may return early (Python 3.11)
+            for done in workers.finished:  # not join(): after an interrupted join it may return early (Python 3.11)
                 done.wait()  # a second Ctrl-C here leaves the (daemon) workers behind
-        broken = (threading.BrokenBarrierError, Interrupted)
-        first = next((e for e in errors if e is not None and not isinstance(e, broken)), None)
-        if first is None:
-            first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
-        return results
+        return workers.outcome()
 
     @contextlib.contextmanager
-    def _slots_held(self):
+    def slots_held(self):
         """Hold the free compute slots while worker threads start, so that none of them computes before the starts
         are done: a thread's start waits for it to take the interpreter's lock, which computing workers would hold
         for a switch interval at a time.  Then the started workers take the slots in turn, as they arrived."""
@@ -304,37 +220,6 @@ class ThreadGroup:
         finally:
             for _ in range(held):
                 self._slots.release()
-
-    def _start(self, comm: "ThreadCommunicator", target: Callable, body: Callable[[], object], fresh: bool) -> None:
-        """Start ``comm``'s worker thread, with `WORKER_STACK_BYTES` of stack (a setting of the process, so one
-        start at a time: rank 0 starts woken workers while the first ones may still be starting)."""
-        with self._starting:
-            # the ended ones go once the list has doubled since the last pruning (a sampled run starts threads every
-            # round; each ended one keeps its Event, locks and hook, a few KB): O(1) a start, amortized
-            if len(self._threads) > 2 * self._alive + 64:
-                self._threads = [thread for thread in self._threads if thread.is_alive()]
-                self._alive = len(self._threads)
-            previous = threading.stack_size(WORKER_STACK_BYTES)
-            try:
-                thread = threading.Thread(target=target, args=(comm, body, fresh), name=f"worker-{comm.rank}",
-                                          daemon=True)
-                thread.start()
-                self._threads.append(thread)
-            finally:
-                threading.stack_size(previous)
-
-    def _rejoin(self, rank: int, parked: Parked | None, finished: threading.Event) -> Callable[[], object] | None:
-        """After a worker's body returned or raised: None, its thread ends; or what it goes on with (a wake-up that
-        came while it unwound, `dane.comm.roster.Roster.leave`)."""
-        if parked is None:
-            return None
-        handoff = self.roster.leave(rank, parked.resume)
-        if handoff is None:
-            return None
-        if handoff.kind == "closed":
-            finished.set()
-            return None
-        return lambda: parked.resume(handoff)
 
 
 class ThreadCommunicator(PhaseClock, Communicator):
@@ -372,7 +257,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
         """Park, off the clock: unwind the round and end this thread (`Parked`); a draw that takes this worker
         again starts a thread that goes on from rank 0's state (`dane.loop.parking`)."""
         self.end()
-        raise Parked  # its slot goes once it has unwound (`ThreadGroup.run`)
+        raise Parked  # its slot goes once it has unwound (`dane.comm.worker_threads.WorkerThreads.target`)
 
     def summary_entries(self) -> dict:
         """The summary says which path the simulator took (``sim.batched``, `dane.comm.batched`)."""
