@@ -159,6 +159,7 @@ def simulated(tmp_path_factory):
 def test_torchrun_ps_iterates_equal_the_simulator(run, simulated, tmp_path):
     """2 workers through 1 or 2 servers: round for round the simulator's objective, suboptimality and cost."""
     from dane.records.results import read_rounds, read_summary
+    from dane.work import KEYS
     from helpers import REPO, torchrun, train
 
     algorithm, servers, processes = RUNS[run]
@@ -171,6 +172,7 @@ def test_torchrun_ps_iterates_equal_the_simulator(run, simulated, tmp_path):
     for a, b in zip(real, sim):
         assert a["round"] == b["round"] and a["comm_rounds"] == b["comm_rounds"]
         assert a["bytes_sent"] == b["bytes_sent"]  # what a worker sends: the message, = the ring's 2(m-1)/m at m=2
+        assert {key: a[key] for key in KEYS} == {key: b[key] for key in KEYS}  # local work, by the servers' MEAN
         assert abs(a["objective"] - b["objective"]) <= 1e-10 * abs(b["objective"])
         assert abs(a["suboptimality"] - b["suboptimality"]) <= 1e-10 * max(1e-300, abs(b["suboptimality"])) + 1e-16
     torch.testing.assert_close(torch.load(tmp_path / "iterate.pt"), torch.load(sim_dir / "iterate.pt"), rtol=0, atol=1e-10)

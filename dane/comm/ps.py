@@ -24,6 +24,8 @@ header from every worker, checks that they agree, and then:
 - ``BROADCAST``: receives the root's slices and sends them to the other workers;
 - ``BARRIER``: once all m headers are in, sends each worker a one-byte ack;
 - ``STATS``: sends its counters (`PSCommunicator.summary_entries`);
+- ``MEAN``: receives the m slices and sends their mean back at once, keeping nothing
+  (`PSCommunicator.uncounted_allreduce_mean`: bookkeeping, such as `dane.work`'s totals);
 - ``SHUTDOWN``: leaves the serve loop (every worker's `PSCommunicator.shutdown` sends one).
 
 ``allreduce_mean`` is `PSCommunicator.push` then `PSCommunicator.pull`: one
@@ -33,7 +35,7 @@ payload to the root's ``bytes_sent``.  Per link (worker -> server, server -> wor
 payload bytes and the messages (headers and acks included; their bytes are counted
 apart as control bytes) are counted on both ends, and each server times how long it
 waited for the workers' headers and how long it was busy (receiving, averaging,
-sending).  ``broadcast_object`` (the run directory) and ``STATS`` are not counted.
+sending).  ``broadcast_object`` (the run directory), ``MEAN`` and ``STATS`` are not counted.
 """
 from __future__ import annotations
 
@@ -43,8 +45,9 @@ from dataclasses import fields
 import torch
 
 from .base import Communicator
-from .ps_protocol import (BARRIER, BROADCAST, OBJECT, PULL, PUSH, SERVER_FIELDS, SHUTDOWN, STATS, TAG_DATA, TAG_HEADER,
-                          TAG_REPLY, UNCOUNTED, Groups, Link, encode, flatten, layout, slice_bounds, unflatten, wait_all)
+from .ps_protocol import (BARRIER, BROADCAST, MEAN, OBJECT, PULL, PUSH, SERVER_FIELDS, SHUTDOWN, STATS, TAG_DATA,
+                          TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, encode, flatten, layout, slice_bounds, unflatten,
+                          wait_all)
 
 class PSCommunicator(Communicator):
     """A worker's view of the parameter servers: rank/size are the worker rank and the number of workers."""
@@ -94,16 +97,18 @@ class PSCommunicator(Communicator):
         return bytes(self._broadcast([buf], root, op=OBJECT)[0].tolist()).decode()
 
     def uncounted_allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The mean through uncounted object broadcasts, one per worker (its push and pull count on the links)."""
-        import json
-
-        total = None
-        for root in range(self.size):
-            text = json.dumps([t.tolist() for t in tensors]) if root == self.rank else ""
-            values = [torch.tensor(v, dtype=t.dtype) for v, t in zip(json.loads(self.broadcast_object(text, root)),
-                                                                      tensors)]
-            total = values if total is None else [a + b for a, b in zip(total, values)]
-        return [t / self.size for t in total]
+        """The mean through the servers in one uncounted exchange (MEAN: each worker's slices in, their mean back),
+        neither in ``bytes_sent`` and ``calls`` nor on the links."""
+        idx, flats = flatten(tensors)
+        groups = tuple((f.dtype, f.numel()) for f in flats)
+        self._header(MEAN, groups)
+        out = [torch.empty(numel, dtype=dtype) for dtype, numel in groups]
+        for flat, mean in zip(flats, out):
+            for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
+                self._send(flat[a:b], server, counted=False)
+                self._receive(mean[a:b], server, counted=False)
+        self._complete()
+        return unflatten(tensors, idx, out)
 
     # -- push and pull -----------------------------------------------------------------------------
     def push(self, tensors: list[torch.Tensor]) -> None:

@@ -10,8 +10,9 @@ import torch
 
 from ..errors import ConfigError
 from .ps import PSCommunicator
-from .ps_protocol import (BARRIER, BROADCAST, HEADER, OBJECT, OP_NAMES, PULL, PUSH, SERVER_FIELDS, SHUTDOWN, STATS,
-                          TAG_DATA, TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, decode, slice_bounds, wait_all)
+from .ps_protocol import (BARRIER, BROADCAST, HEADER, MEAN, OBJECT, OP_NAMES, PULL, PUSH, SERVER_FIELDS, SHUTDOWN,
+                          STATS, TAG_DATA, TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, decode, slice_bounds,
+                          wait_all)
 
 
 class ParameterServer:
@@ -42,7 +43,7 @@ class ParameterServer:
             self.times["wait_s"] += t1 - t0
             if op == SHUTDOWN:
                 break
-            {PUSH: self._push, PULL: self._pull, BARRIER: self._barrier, STATS: self._stats}.get(
+            {PUSH: self._push, PULL: self._pull, BARRIER: self._barrier, STATS: self._stats, MEAN: self._mean}.get(
                 op, self._relay)(op, root, groups)
             if op not in UNCOUNTED:
                 self.times["busy_s"] += time.perf_counter() - t1
@@ -90,6 +91,15 @@ class ParameterServer:
             raise RuntimeError(f"parameter server rank {self.rank}: pull of {groups} after a push of {self._kept_groups}")
         wait_all([self._send(piece, w, True) for piece in self._kept if piece.numel() for w in range(self.workers)])
         self.ops["pulls"] += 1
+
+    def _mean(self, op: int, root: int, groups: Groups) -> None:
+        """MEAN: the m slices in, their mean out to every worker at once, nothing counted or kept (a pull after it
+        still reads the last push)."""
+        received = [[torch.empty(n, dtype=dtype) for _ in range(self.workers)]
+                    for (dtype, _), n in zip(groups, self._slices(groups))]
+        wait_all([self._receive(buf, w, False) for bufs in received for w, buf in enumerate(bufs) if buf.numel()])
+        means = [torch.stack(bufs).sum(0) / self.workers for bufs in received]
+        wait_all([self._send(piece, w, False) for piece in means if piece.numel() for w in range(self.workers)])
 
     def _relay(self, op: int, root: int, groups: Groups) -> None:
         """BROADCAST and OBJECT: the root's slices, sent on to every other worker."""
