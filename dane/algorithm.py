@@ -57,7 +57,7 @@ class Rounds:
     finished: tuple[str, str] | None = None
     #: whether the method raises its own damping when its objective rises (a default proximal weight:
     #: `baselines.adaptive.WeightDoubling`); the divergence watch then waits for the objective to stay above round 0
-    #: and rise (`dane.loop.runner.DivergenceWatch`), as under client sampling
+    #: and rise (`dane.loop.stopping.DivergenceWatch`), as under client sampling
     damps_itself: bool = False
     #: the package's default rules this run's nulls were resolved by, each {"key", "value", "rule", "stats"}
     #: (`baselines.defaults.Resolution`), for the first lines and the summary (`dane.loop.callbacks.Policy`); None: the

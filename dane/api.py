@@ -29,7 +29,7 @@ from .comm import AlphaBeta
 from .errors import ConfigError, DivergenceError, UserError
 from .loop.launch import execute
 from .spec import Communication, RunControl, RunSpec
-from .loop.runner import StopRule
+from .loop.stopping import StopRule
 from .records.trackers import check_loggers
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
@@ -163,7 +163,7 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         **algorithm_keys) -> Result:
     """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
 
-    ``tol`` and ``tol_abs`` are the stop rule's (`dane.loop.runner.StopRule`): with a reference
+    ``tol`` and ``tol_abs`` are the stop rule's (`dane.loop.stopping.StopRule`): with a reference
     optimum, stop once O(w) − O* ≤ max(tol·|O*|, tol_abs); without, once the gradient norm
     is at most ``tol`` times its value at round 0.  ``algorithm_keys`` override the
     algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``

@@ -4,7 +4,7 @@ Suboptimality :math:`O(w_t) - O^*` is a research measurement, not a precondition
 run, so a run asks for it (``problem.optimum``):
 
 - ``none``: no reference.  Records carry ``grad_norm``, and ``tol`` applies to
-  :math:`\|\nabla O(w_t)\| / \|\nabla O(w_0)\|` (`dane.loop.runner.StopRule`).
+  :math:`\|\nabla O(w_t)\| / \|\nabla O(w_0)\|` (`dane.loop.stopping.StopRule`).
 - ``auto``: the problem's closed form when it has one (``ridge_synthetic``); otherwise the
   cached reference for this data set and objective, and when there is none yet, a
   distributed solve by the run's own workers (`distributed_newton`), each holding only

@@ -29,7 +29,7 @@ from .spec import PROGRESS, Communication, RunControl, RunSpec
 from .numerics.local_solvers import AUTO_MAX_DIM
 from .problems import RidgeSyntheticConfig
 from .problems.stacked import FACTORS_KEPT
-from .loop.runner import StopRule
+from .loop.stopping import StopRule
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
 DTYPES = {"float64": torch.float64, "float32": torch.float32}

@@ -31,7 +31,7 @@ from .comm.horovod import HorovodOptions
 from .loop.batching import check_batched
 from .errors import ConfigError
 from .problems import ProblemConfig
-from .loop.runner import StopRule
+from .loop.stopping import StopRule
 from .records.trackers import check_loggers
 
 __all__ = ["AlgorithmConfig", "Communication", "ProblemConfig", "RunControl", "RunSpec"]

@@ -32,7 +32,7 @@ from dane.loop import timeline
 from dane.errors import DivergenceError, UserError, WorkerLost, say
 from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
-from dane.loop.runner import MonitorError
+from dane.loop.stopping import MonitorError
 from dane.experiments.config import rank_zero, run_spec
 from dane.experiments.overrides import check_group_choices, check_keys
 

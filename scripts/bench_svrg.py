@@ -113,7 +113,8 @@ def round_walls(problems, rounds: int) -> list[float]:
     """Worker 0's wall seconds per record of ``rounds`` InexactDANE rounds (defaults), one thread per problem."""
     from dane.baselines import InexactDANEConfig
     from dane.comm import ThreadGroup
-    from dane.loop.runner import StopRule, run
+    from dane.loop.runner import run
+    from dane.loop.stopping import StopRule
 
     def worker(comm):
         torch.set_num_threads(1)

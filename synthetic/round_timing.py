@@ -28,7 +28,8 @@ from hydra import compose, initialize_config_dir
 
 from dane.comm import make_communicator
 from dane.records.results import RunWriter
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 from dane.run_config import CONF_DIR, run_spec
 
 

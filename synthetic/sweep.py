@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from dane.errors import DivergenceError
 from dane.loop.launch import execute
 from dane.records.results import find_runs, read_summary
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from dane.comm.tail import ALPHA_BETA_ONLY
 from dane.run_config import CONF_DIR, cost_model, run_spec
 

@@ -12,7 +12,8 @@ import pytest
 from dane.comm import ThreadGroup
 from dane.comm.batched import BatchedGroup, run_batched
 from dane.problems import RidgeSyntheticConfig
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

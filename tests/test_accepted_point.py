@@ -23,7 +23,7 @@ import dane
 from dane.api import algorithm_config
 from dane.loop.launch import execute
 from dane.run_config import run_spec
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
 from test_giant_stall import N, rare_column_on_one_shard

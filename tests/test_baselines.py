@@ -20,7 +20,8 @@ from dane.loop.launch import execute
 from dane.problems import QuadraticProblem, RidgeSyntheticConfig
 from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
 from dane.records.results import read_rounds, read_summary
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 from dane.synthetic.defaults_data import rare_onehot
 from dane.experiments.config import CONF_DIR, run_spec
 import helpers

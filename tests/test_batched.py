@@ -28,7 +28,7 @@ from dane.experiments.config import run_spec
 from dane.loop.launch import execute
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.arrays import LogReg, Ridge, Softmax
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
 

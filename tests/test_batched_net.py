@@ -32,7 +32,7 @@ from dane.baselines.local_sgd import local_steps
 from dane.problems import neural, stacked_net
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
 from dane.problems.stacked_net import ENGINES
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 
 RTOL = 1e-12  # float64: the stacked sums (vmap, grouped convolutions) run in another order, so round-off, not bits

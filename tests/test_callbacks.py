@@ -15,7 +15,8 @@ from dane.comm import LocalCommunicator
 from dane.loop.driver import Loop, drive
 from dane.problems import RidgeSyntheticConfig
 from dane.reference import attach_one
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 
 ROUNDS = 4

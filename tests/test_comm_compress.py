@@ -14,7 +14,7 @@ from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.problems import RidgeSyntheticConfig
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 
 M = 4

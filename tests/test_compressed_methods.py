@@ -22,7 +22,7 @@ from dane.comm.local import LocalCommunicator
 from dane.errors import ConfigError
 from dane.loop.batching import why_not_batched
 from dane.loop.launch import execute
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig

@@ -19,7 +19,8 @@ from dane.compress import Identity, RandK, TopK, make
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.loop.launch import execute
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig
 from dane.spec import Communication, RunControl, RunSpec

@@ -17,7 +17,7 @@ from dane.comm import AlphaBeta
 from dane.comm.compression import downlink_seed
 from dane.errors import ConfigError
 from dane.loop.launch import execute
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig
 from dane.spec import Communication, RunControl, RunSpec

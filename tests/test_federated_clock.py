@@ -19,7 +19,8 @@ import torch
 from dane.baselines import ScaffoldConfig
 from dane.comm import AlphaBeta, ThreadGroup
 from dane.comm.roster import Roster
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 from dane.sampling import ClientSampler, nbytes, sampled_mean
 from helpers import ridge_shards
 from test_federated import SMALL

@@ -90,7 +90,7 @@ def test_with_a_reference_optimum_and_a_quadratic_loss():
 
 def test_auto_batches_fednl_from_auto_from_workers(logreg):
     from dane.api import algorithm_config
-    from dane.loop.runner import StopRule
+    from dane.loop.stopping import StopRule
     from dane.spec import Communication, RunControl, RunSpec
 
     def spec(workers: int) -> RunSpec:

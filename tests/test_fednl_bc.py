@@ -149,7 +149,7 @@ def test_the_model_step_and_the_projected_product():
 
 def test_the_resolved_model_step_lands_in_the_summary(data):
     from dane.loop.launch import execute
-    from dane.loop.runner import StopRule
+    from dane.loop.stopping import StopRule
     from dane.problems.arrays import LogReg
     from dane.spec import Communication, RunControl, RunSpec
 

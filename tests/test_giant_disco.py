@@ -30,7 +30,8 @@ from dane.problems import Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.reference import solve as solve_reference
 from dane.records.results import read_rounds, read_summary
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 from dane.experiments.config import CONF_DIR, run_spec
 import helpers
 from helpers import simulate, simulate_stacked

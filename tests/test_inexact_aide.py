@@ -28,7 +28,8 @@ from dane.losses import LOGISTIC, SQUARED
 from dane.problems import LogReg, Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard
 from dane.problems.ridge import generate, ridge_optimum
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 from dane.experiments.config import CONF_DIR, run_spec
 from helpers import ridge_shards, simulate, simulate_stacked
 from dane.synthetic.defaults_data import make as make_defaults

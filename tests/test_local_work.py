@@ -213,7 +213,8 @@ def test_a_resumed_run_continues_the_counts():
     """A checkpoint's state carries each worker's counts: rounds 2..4 resumed equal those of the straight run."""
     from dane.api import algorithm_config
     from dane.comm import ThreadGroup
-    from dane.loop.runner import StopRule, run
+    from dane.loop.runner import run
+    from dane.loop.stopping import StopRule
 
     config = algorithm_config("dane", safeguard=False)
     spec = ridge(local_solver="cg", local_tol=1e-6)

@@ -23,7 +23,7 @@ from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig, as_images
 from dane.records.results import read_rounds, read_summary
-from dane.loop.runner import EarlyStopping, MonitorError, StopRule
+from dane.loop.stopping import EarlyStopping, MonitorError, StopRule
 from dane.experiments.config import CONF_DIR, build, run_spec
 import runs
 from helpers import convex_rule_holds

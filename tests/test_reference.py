@@ -10,7 +10,7 @@ import torch
 import dane
 from dane.errors import ConfigError
 from dane.reference import attach_all, check_mode, data_moments, distributed_newton, solve
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from helpers import simulate
 
 

@@ -11,7 +11,8 @@ import torch
 
 import dane
 from dane.algorithm import Rounds
-from dane.loop.runner import DivergenceWatch, StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import DivergenceWatch, StopRule
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

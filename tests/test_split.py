@@ -21,7 +21,7 @@ from dane.numerics.inner import worker_seed
 from dane.loop.launch import execute
 from dane.models import build_model
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
-from dane.loop.runner import StopRule
+from dane.loop.stopping import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 from dane.split.config import SplitConfig
 from dane.split.training import SAMPLER_STREAM

@@ -12,7 +12,8 @@ import torch
 
 import dane
 from dane.algorithm import Rounds
-from dane.loop.runner import DivergenceWatch, StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import DivergenceWatch, StopRule
 
 
 class Scripted(Rounds):

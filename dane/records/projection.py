@@ -16,7 +16,7 @@ spans that later half: a sampled round's objective swings by more than 20 rounds
 over 80 Dirichlet clients, 8 a round: the last 20 rounds fitted 1.040 a round, "not contracting", while the run fell
 from 1.9e-1 to 5.3e-2 over rounds 100 to 300, 0.993 a round over the last 150).
 The least-squares slope (not the ratio of the window's ends) keeps one noisy round (a
-rejected DANE step, ADMM's oscillation) from deciding the verdict.  `dane.loop.runner.StopRule`
+rejected DANE step, ADMM's oscillation) from deciding the verdict.  `dane.loop.stopping.StopRule`
 puts `Trend.describe`'s phrase after ``rounds = N`` in ``stopped_by``.
 """
 from __future__ import annotations

@@ -50,7 +50,8 @@ from dane.comm import ThreadGroup
 from dane.comm.compression import compression_seed
 from dane.compress import make
 from dane.losses import LOSSES
-from dane.loop.runner import StopRule, run
+from dane.loop.runner import run
+from dane.loop.stopping import StopRule
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.problems.stacked_compress import randk_indices
 from dane.problems.stacked_hessians import pack, unpack
