@@ -36,7 +36,8 @@ of the system's default.  ``make bench`` (scripts/bench_load.py, ``load``; scrip
 measures time per round and peak memory at large m.
 
 The meters and the compute phases live in `dane.comm.meters`, the barrier, the threads' stack and the Ctrl-C
-handling in `dane.comm.rendezvous`; their names are still imported from here too.
+handling in `dane.comm.rendezvous` (their names are still imported from here too), and one run's threads in
+`dane.comm.worker_threads`.
 """
 from __future__ import annotations
 
