@@ -56,7 +56,8 @@ RUNS: dict[str, tuple[str, ...]] = {
 
 
 def run_all(folder: Path, simulate: bool) -> dict[str, dict]:
-    """`CLI`, then `RUNS`, each into ``folder/<name>`` (rank 0's, or the simulator's): {name: {rc, stderr}}."""
+    """`CLI`, then `RUNS`, each into ``folder/<name>`` (rank 0's, or the simulator's): {name: {rc, stderr}}, and for
+    `CLI`'s runs ``uncounted``, how many uncounted allreduces this rank made (`counting_uncounted`)."""
     from hydra import compose, initialize_config_dir
 
     import runs
@@ -65,8 +66,12 @@ def run_all(folder: Path, simulate: bool) -> dict[str, dict]:
     from dane.loop.launch import execute
 
     workers = ["workers=2"] if simulate else []
-    done = {name: runs.run_row({"module": "experiments.train", "args": [*args, *workers, f"out_dir={folder / name}"],
-                                "env": {}, "cwd": str(runs.REPO)}, folder) for name, args in CLI.items()}
+    uncounted, done = counting_uncounted(), {}
+    for name, args in CLI.items():
+        before = uncounted[0]
+        row = {"module": "experiments.train", "args": [*args, *workers, f"out_dir={folder / name}"], "env": {},
+               "cwd": str(runs.REPO)}
+        done[name] = {**runs.run_row(row, folder), "uncounted": uncounted[0] - before}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         base = compose("config", overrides=[*LOGREG, *workers])
     for name, overrides in RUNS.items():
@@ -78,6 +83,22 @@ def run_all(folder: Path, simulate: bool) -> dict[str, dict]:
         except UserError as exc:  # a refusal is the same line on every rank, before any collective: go on
             done[name] = {"rc": 2, "stderr": f"error: {exc}\n"}
     return done
+
+
+def counting_uncounted() -> list[int]:
+    """From now on, count this process's uncounted allreduces (`dane.comm.Communicator.uncounted_allreduce_mean`, the
+    real one, called through): [count].  A launched run's local-work table rides its rounds' allreduces
+    (`dane.work.post`), so a run without checkpoints makes none of its own."""
+    from dane.comm.base import Communicator
+
+    calls, inner = [0], Communicator.uncounted_allreduce_mean
+
+    def counted(self, tensors):
+        calls[0] += 1
+        return inner(self, tensors)
+
+    Communicator.uncounted_allreduce_mean = counted
+    return calls
 
 
 def configured(base, overrides: list[str], conf_dir: Path):

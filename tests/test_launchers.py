@@ -95,6 +95,8 @@ def test_launcher_iterates_equal_the_in_process_simulation(name, simulated, fres
     out = launch(name, fresh)
     assert ran(simulated, "dane", "simulated")["rc"] == 0, ran(simulated, "dane", "simulated")["stderr"][-3000:]
     assert [ran(out, "dane", rank)["rc"] for rank in (0, 1)] == [0, 0], ran(out, "dane", 0)["stderr"][-3000:]
+    # the local-work table rode each round's first allreduce: no collective of its own (`dane.work.post`)
+    assert [ran(out, "dane", rank)["uncounted"] for rank in (0, 1)] == [0, 0]
     out, simulated_run = out / "dane", simulated / "dane"
     real, sim = read_rounds(out), read_rounds(simulated_run)
     assert len(real) == len(sim) == 7
