@@ -280,8 +280,7 @@ def reduce_over_workers(comm, snapshot: np.ndarray) -> dict[str, float] | None:
             return None
         table = board_of(comm.group).captured
     elif kind == "launched":
-        ridden = comm.ridden()
-        table = gathered(comm, snapshot) if ridden is None else (ridden[0] * comm.size).numpy()
+        table = gathered(comm, snapshot, comm.ridden())
         if comm.rank != 0:
             return None
     else:
@@ -301,9 +300,10 @@ def checkpoint_state(comm, ledger: Ledger, snapshot: np.ndarray) -> dict:
     return ledger.state_dict(table)
 
 
-def gathered(comm, snapshot: np.ndarray) -> np.ndarray:
-    """Every rank's snapshot row (ranks x 8), by one `dane.comm.Communicator.uncounted_allreduce_mean`."""
-    (mean,) = comm.uncounted_allreduce_mean([_table_row(comm, snapshot)])
+def gathered(comm, snapshot: np.ndarray, ridden: list[torch.Tensor] | None = None) -> np.ndarray:
+    """Every rank's snapshot row (ranks x 8): from the mean of the table's shares that rode an allreduce
+    (``ridden``, `post`), else by one `dane.comm.Communicator.uncounted_allreduce_mean`."""
+    (mean,) = ridden or comm.uncounted_allreduce_mean([_table_row(comm, snapshot)])
     return (mean * comm.size).numpy()
 
 

@@ -104,9 +104,9 @@ class PSCommunicator(Communicator):
         self._header(MEAN, groups)
         out = [torch.empty(numel, dtype=dtype) for dtype, numel in groups]
         for flat, mean in zip(flats, out):
-            for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
-                self._send(flat[a:b], server, counted=False)
-                self._receive(mean[a:b], server, counted=False)
+            for (server, piece), (_, reply) in zip(self._pieces(flat), self._pieces(mean)):
+                self._send(piece, server, counted=False)
+                self._receive(reply, server, counted=False)
         self._complete()
         return unflatten(tensors, idx, out)
 
@@ -121,8 +121,8 @@ class PSCommunicator(Communicator):
         self.bytes_sent += sum(f.numel() * f.element_size() for f in flats)
         self._header(PUSH, tuple((f.dtype, f.numel()) for f in flats))
         for flat in flats:
-            for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
-                self._send(flat[a:b], server, counted=True)
+            for server, piece in self._pieces(flat):
+                self._send(piece, server, counted=True)
 
     def pull(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
         """The servers' mean of the last push, as new tensors shaped (and typed, and placed) like ``like``.
@@ -134,8 +134,8 @@ class PSCommunicator(Communicator):
         self._header(PULL, groups)
         out = [torch.empty(numel, dtype=dtype) for dtype, numel in groups]
         for flat in out:
-            for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
-                self._receive(flat[a:b], server, counted=True)
+            for server, piece in self._pieces(flat):
+                self._receive(piece, server, counted=True)
         self._complete()
         return unflatten(like, idx, out)
 
@@ -153,11 +153,11 @@ class PSCommunicator(Communicator):
         self._header(op, groups, root)
         counted = op not in UNCOUNTED
         for flat in out:
-            for server, (a, b) in zip(self.server_ranks, slice_bounds(flat.numel(), len(self.server_ranks))):
+            for server, piece in self._pieces(flat):
                 if self.rank == root:
-                    self._send(flat[a:b], server, counted)
+                    self._send(piece, server, counted)
                 else:
-                    self._receive(flat[a:b], server, counted)
+                    self._receive(piece, server, counted)
         self._complete()
         return unflatten(tensors, idx, out)  # new tensors on the root too: its flat buffers are copies
 
@@ -230,6 +230,10 @@ class PSCommunicator(Communicator):
             if op not in UNCOUNTED:
                 self.links[server].to_server_messages += 1
                 self.links[server].control_bytes += header.numel() * header.element_size()
+
+    def _pieces(self, flat: torch.Tensor):
+        """(server j, slice j of the flat buffer ``flat``) for each server (`slice_bounds`)."""
+        return zip(self.server_ranks, (flat[a:b] for a, b in slice_bounds(flat.numel(), len(self.server_ranks))))
 
     def _send(self, piece: torch.Tensor, server: int, counted: bool) -> None:
         if piece.numel() == 0:

@@ -76,12 +76,25 @@ class ParameterServer:
     def _slices(self, groups: Groups) -> list[int]:
         return [b - a for a, b in (slice_bounds(numel, self.servers)[self.index] for _, numel in groups)]
 
-    def _push(self, op: int, root: int, groups: Groups) -> None:
+    def _received(self, groups: Groups, counted: bool) -> list[list[torch.Tensor]]:
+        """Every worker's slice of each group of a push or a MEAN, received: [group][worker]."""
         received = [[torch.empty(n, dtype=dtype) for _ in range(self.workers)]
                     for (dtype, _), n in zip(groups, self._slices(groups))]
-        wait_all([self._receive(buf, w) for bufs in received for w, buf in enumerate(bufs) if buf.numel()])
+        wait_all([self._receive(buf, w, counted) for bufs in received for w, buf in enumerate(bufs) if buf.numel()])
+        return received
+
+    def _send_all(self, pieces: list[torch.Tensor], counted: bool) -> None:
+        """Each piece to every worker: a pull's or a MEAN's reply."""
+        wait_all([self._send(piece, w, counted) for piece in pieces if piece.numel() for w in range(self.workers)])
+
+    def _average(self, received: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+        """The workers' mean of each group: summed in worker order, then divided by m (the simulator's arithmetic)."""
+        return [torch.stack(bufs).sum(0) / self.workers for bufs in received]
+
+    def _push(self, op: int, root: int, groups: Groups) -> None:
+        received = self._received(groups, True)
         t0 = time.perf_counter()
-        self._kept = [torch.stack(bufs).sum(0) / self.workers for bufs in received]  # the simulator's arithmetic
+        self._kept = self._average(received)
         self._kept_groups = groups
         self.times["reduce_s"] += time.perf_counter() - t0
         self.ops["pushes"] += 1
@@ -89,17 +102,13 @@ class ParameterServer:
     def _pull(self, op: int, root: int, groups: Groups) -> None:
         if groups != self._kept_groups:
             raise RuntimeError(f"parameter server rank {self.rank}: pull of {groups} after a push of {self._kept_groups}")
-        wait_all([self._send(piece, w, True) for piece in self._kept if piece.numel() for w in range(self.workers)])
+        self._send_all(self._kept, True)
         self.ops["pulls"] += 1
 
     def _mean(self, op: int, root: int, groups: Groups) -> None:
         """MEAN: the m slices in, their mean out to every worker at once, nothing counted or kept (a pull after it
         still reads the last push)."""
-        received = [[torch.empty(n, dtype=dtype) for _ in range(self.workers)]
-                    for (dtype, _), n in zip(groups, self._slices(groups))]
-        wait_all([self._receive(buf, w, False) for bufs in received for w, buf in enumerate(bufs) if buf.numel()])
-        means = [torch.stack(bufs).sum(0) / self.workers for bufs in received]
-        wait_all([self._send(piece, w, False) for piece in means if piece.numel() for w in range(self.workers)])
+        self._send_all(self._average(self._received(groups, False)), False)
 
     def _relay(self, op: int, root: int, groups: Groups) -> None:
         """BROADCAST and OBJECT: the root's slices, sent on to every other worker."""

@@ -15,7 +15,8 @@ A sampled run's workers start late: rank 0 starts alone, and at its first draw t
 beginning, drawing the same S_0) while the others are parked without ever having had a thread; their first
 thread builds the worker and goes into the rounds as a woken one (``first_resume``,
 `dane.comm.worker_threads.WorkerThreads.hand_to`).  Where rank 0 reaches a collective first (a measured default
-takes every worker), every worker starts then, as without a roster.  Before its first draw a worker does what every worker does alike, and no work it counts.
+takes every worker), every worker starts then, as without a roster.  Before its first draw a worker does what
+every worker does alike, and no work it counts.
 
 A parked worker wakes when a later draw takes it: rank 0 starts a thread for it (``Roster.spawn``, the group's)
 that goes back into the run loop with rank 0's state at the start of that round (`Handoff`: the runner's and the
