@@ -204,6 +204,8 @@ def split_backend(cfg: DictConfig, backend: str) -> tuple[str, str | None]:
 
 
 def run_spec(cfg: DictConfig) -> RunSpec:
+    """The run ``cfg`` composes, every value checked before a process group starts (a bad one: one line naming it
+    and the fix, `dane.errors.ConfigError`)."""
     backend, backend_note = split_backend(cfg, resolve_backend(cfg.comm.backend))
     stale = staleness(cfg, backend)
     servers = ps_servers(cfg.comm) if backend == "ps" else 1
@@ -219,51 +221,58 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     problem.check_workers(workers)
     checks.one_of("dtype", cfg.dtype, tuple(DTYPES))
     tol = None if cfg.tol is None else checks.positive("tol", cfg.tol)
-    spec = RunSpec(
-        problem=problem,
-        algorithm=algorithm,
-        comm=Communication(
-            backend=backend,
-            workers=workers,
-            cost=cost_model(cfg.sim, seed),
-            stragglers=stragglers(cfg.sim),
-            simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
-            horovod=HorovodOptions(cycle_time_ms=cycle_time(cfg.comm, problem),
-                                   pin_cores=checks.boolean("comm.pin_cores", cfg.comm.get("pin_cores", True))),
-            torch_backend=torch_backend(cfg.comm.torch_backend),
-            servers=servers,
-            elastic=check_elastic(checks.boolean("comm.elastic", cfg.comm.get("elastic", False)), backend,
-                                  algorithm),
-            staleness=stale,
-            step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
-            worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
-            compress=None if cfg.comm.get("compress") is None else str(cfg.comm.compress),
-            error_feedback=cfg.comm.get("error_feedback", False),
-            compress_down=None if cfg.comm.get("compress_down") is None else str(cfg.comm.compress_down),
-            batched=batched_mode(cfg.sim.get("batched", "auto")),
-        ),
-        control=RunControl(
-            stop=stop_rule(cfg, tol),
-            seed=seed,
-            dtype=DTYPES[cfg.dtype],
-            print_every=checks.positive_int("print_every", cfg.print_every),
-            quiet=checks.boolean("quiet", cfg.quiet),
-            progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
-            checkpoint_every=checkpoint_every(cfg),
-            resume=resume_dir(cfg, workers),
-            restart_unfinished=cfg.get("resume") == "auto",
-            overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
-            faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
-            save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
-            similarity=checks.boolean("similarity", cfg.get("similarity", False)),
-            config_text=OmegaConf.to_yaml(cfg, resolve=True),
-            logger=tuple(cfg.logger) if OmegaConf.is_list(cfg.get("logger")) else cfg.get("logger", "jsonl"),
-            mlflow_uri=cfg.get("mlflow_uri"),
-        ),
-    )
+    spec = RunSpec(problem=problem, algorithm=algorithm,
+                   comm=communication(cfg, backend, workers, servers, stale, problem, algorithm, seed),
+                   control=run_control(cfg, backend, workers, seed, tol))
     check_memory(problem, workers, simulated=backend == "local",
                  batched=backend == "local" and isinstance(problem, RidgeSyntheticConfig) and batched_path(spec)[0])
     return spec
+
+
+def communication(cfg: DictConfig, backend: str, workers: int, servers: int, stale: float, problem,
+                  algorithm, seed: int) -> Communication:
+    """`run_spec`'s ``comm``: how the workers talk, in the simulator or launched, from ``cfg.comm`` and ``cfg.sim``."""
+    return Communication(
+        backend=backend,
+        workers=workers,
+        cost=cost_model(cfg.sim, seed),
+        stragglers=stragglers(cfg.sim),
+        simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
+        horovod=HorovodOptions(cycle_time_ms=cycle_time(cfg.comm, problem),
+                               pin_cores=checks.boolean("comm.pin_cores", cfg.comm.get("pin_cores", True))),
+        torch_backend=torch_backend(cfg.comm.torch_backend),
+        servers=servers,
+        elastic=check_elastic(checks.boolean("comm.elastic", cfg.comm.get("elastic", False)), backend, algorithm),
+        staleness=stale,
+        step_time=checks.positive("sim.step_time", cfg.sim.get("step_time", 1e-3)),
+        worker_slowdown=worker_slowdown(cfg, stale) if backend == "ps" else (1.0,),
+        compress=None if cfg.comm.get("compress") is None else str(cfg.comm.compress),
+        error_feedback=cfg.comm.get("error_feedback", False),
+        compress_down=None if cfg.comm.get("compress_down") is None else str(cfg.comm.compress_down),
+        batched=batched_mode(cfg.sim.get("batched", "auto")),
+    )
+
+
+def run_control(cfg: DictConfig, backend: str, workers: int, seed: int, tol: float | None) -> RunControl:
+    """`run_spec`'s ``control``: when the run stops, what it logs and keeps, and how it resumes."""
+    return RunControl(
+        stop=stop_rule(cfg, tol),
+        seed=seed,
+        dtype=DTYPES[cfg.dtype],
+        print_every=checks.positive_int("print_every", cfg.print_every),
+        quiet=checks.boolean("quiet", cfg.quiet),
+        progress=checks.one_of("progress", cfg.get("progress", "table"), PROGRESS),
+        checkpoint_every=checkpoint_every(cfg),
+        resume=resume_dir(cfg, workers),
+        restart_unfinished=cfg.get("resume") == "auto",
+        overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
+        faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
+        save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
+        similarity=checks.boolean("similarity", cfg.get("similarity", False)),
+        config_text=OmegaConf.to_yaml(cfg, resolve=True),
+        logger=tuple(cfg.logger) if OmegaConf.is_list(cfg.get("logger")) else cfg.get("logger", "jsonl"),
+        mlflow_uri=cfg.get("mlflow_uri"),
+    )
 
 
 def cycle_time(comm: DictConfig, problem) -> float:

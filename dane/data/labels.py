@@ -48,23 +48,33 @@ def check_labels(
         )
     if loss == "squared":
         return y
-    values = np.unique(y)
     if loss == "logistic":
-        if whole and values.size == 1 and values[0] in (-1.0, 0.0, 1.0):
-            raise DataError(
-                f"{source_name}: problem=logreg needs two classes, but every label is {values[0]:g}; check the "
-                "labels it reads (data.target of a CSV, data.y_key of an .npz), or add rows of the other class"
-            )
-        if set(values) <= {0.0, 1.0}:
-            return np.where(y == 0.0, -1.0, 1.0)
-        if set(values) <= {-1.0, 1.0}:
-            return y.copy()
-        if whole and _recoded_pair(values):
-            return np.where(y == values[0], -1.0, 1.0)
+        return _plus_minus_one(y, source_name, whole)
+    return _class_indices(y, source_name, classes)
+
+
+def _plus_minus_one(y: np.ndarray, source_name: str, whole: bool) -> np.ndarray:
+    """`check_labels`' logistic coding: finite float64 ``y`` as -1/+1."""
+    values = np.unique(y)
+    if whole and values.size == 1 and values[0] in (-1.0, 0.0, 1.0):
         raise DataError(
-            f"{source_name}: problem=logreg needs two classes labelled 0/1 or -1/+1, found labels "
-            f"{_show(values)}; use problem=softmax for more classes or map the labels"
+            f"{source_name}: problem=logreg needs two classes, but every label is {values[0]:g}; check the "
+            "labels it reads (data.target of a CSV, data.y_key of an .npz), or add rows of the other class"
         )
+    if set(values) <= {0.0, 1.0}:
+        return np.where(y == 0.0, -1.0, 1.0)
+    if set(values) <= {-1.0, 1.0}:
+        return y.copy()
+    if whole and _recoded_pair(values):
+        return np.where(y == values[0], -1.0, 1.0)
+    raise DataError(
+        f"{source_name}: problem=logreg needs two classes labelled 0/1 or -1/+1, found labels "
+        f"{_show(values)}; use problem=softmax for more classes or map the labels"
+    )
+
+
+def _class_indices(y: np.ndarray, source_name: str, classes: np.ndarray | None) -> np.ndarray:
+    """`check_labels`' softmax coding: finite float64 ``y`` as int64 indices into ``classes`` (default: its values)."""
     not_integer = np.flatnonzero(y != np.round(y))
     if not_integer.size:
         row = not_integer[0]
@@ -72,6 +82,7 @@ def check_labels(
             f"{source_name}: problem=softmax needs integer class labels, row {row} has {y[row]:g}; "
             "map the labels to integers 0..K-1"
         )
+    values = np.unique(y)
     classes = values if classes is None else np.unique(np.asarray(classes, dtype=np.float64))
     unknown = np.setdiff1d(values, classes)
     if unknown.size:
