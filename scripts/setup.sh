@@ -102,8 +102,8 @@ fi
 echo "setup: installing dane (editable) with its dev, horovod and mongo extras"
 "${PIP[@]}" install --no-build-isolation -e ".[dev,horovod,mongo]"
 
-# numba compiles the SVRG, stacked-ridge and FedNL kernels on their first call, several seconds that a user's first
-# InexactDANE round would pay (15.9 times a GIANT round on a fresh machine); cache=True keeps the machine code beside
+# numba compiles the SVRG, stacked-ridge and FedNL kernels on their first call, seconds that a user's first run
+# would pay (make bench section svrg, cell first_round, measures it); cache=True keeps the machine code beside
 # each module (__pycache__/*.nbi, *.nbc), so one tiny run of each path here fills the cache for every later process.
 echo "setup: compiling the numba kernels into their cache (SVRG, stacked ridge, FedNL)"
 "$PY" - <<'WARM' || die "warming the numba kernels failed; run the python block at the end of scripts/setup.sh to see why"

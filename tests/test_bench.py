@@ -121,6 +121,14 @@ def svrg_arithmetic(section: dict) -> None:
     spread_holds(rows["round"]["compiled"])
     assert rows["round"]["ratio_to_public_reference"] == rows["round"]["compiled"]["median"] / REFERENCE_ROUND_S
     assert rows["launch"]["exit_status"] == 0 and rows["launch"]["round_time"]["n"] == rows["launch"]["rounds"]
+    first = rows["first_round"]  # per repeat: InexactDANE cold, then warm, then GIANT; the median repeat's ratio
+    for cache in ("cold", "warm"):
+        spread_holds(first[f"{cache}_first_round_s"])
+        assert first[f"first_over_giant_{cache}"] == statistics.median(
+            r[cache]["first_round_s"] / r["giant"]["first_round_s"] for r in first["runs"])
+    assert first["first_over_giant"] == first["first_over_giant_warm"]
+    assert first["goal_met"] == (first["first_over_giant"] <= 2)
+    assert [r["giant"]["start_up_left_out_s"] for r in first["runs"]] == [0.0] * len(first["runs"])  # no kernel
 
 
 def paired_holds(row: dict) -> None:

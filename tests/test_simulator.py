@@ -24,8 +24,10 @@ import torch
 
 from dane.errors import ConfigError
 from dane.comm import AlphaBeta, ParameterServerCost, Stragglers, ThreadGroup
+from dane.comm.meters import ThreadCPUTime, start_up
 from dane.comm.threads import DeviceTurns, meter_for
 from dane.loop.launch import execute
+from dane.numerics import jit
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 import dane.synthetic.calibrate as calibrate_module
@@ -103,6 +105,36 @@ def test_workers_on_a_gpu_take_turns_timed_by_the_wall_clock():
     cpu.run(worker)
     assert cpu.compute_time < 0.01  # why a GPU needs its own meter: waiting costs no CPU time
     assert meter_for(["cpu", torch.device("cpu")]).name == "thread_cpu_time"
+
+
+def test_start_up_is_left_out_of_a_workers_compute():
+    """`dane.comm.meters.start_up` (numba compiling or loading a kernel): not the worker's compute, nested blocks
+    once (numba's compiler lock is re-entrant), and the meter says how much it left out."""
+    group = ThreadGroup(2, AlphaBeta(alpha=0.0, beta=1e30))
+
+    def worker(comm):
+        if comm.rank == 1:
+            with start_up():
+                burn(0.05)
+                with start_up():
+                    burn(0.02)
+        burn(0.01)
+        comm.allreduce_mean([torch.zeros(1, dtype=torch.float64)])
+
+    group.run(worker)
+    assert group.compute_time == pytest.approx(0.01, abs=3e-3)  # without the block: 0.08
+    assert group.meter.start_up_left_out() == pytest.approx(0.07, abs=3e-3)
+
+
+def test_numba_compiles_are_start_up():
+    """Kernels take numba from `dane.numerics.jit`: a compile at a dispatcher's first call is start-up."""
+    numba = jit.numba()
+    meter = ThreadCPUTime()
+    mark = meter.start()
+    increment = numba.njit(lambda x: x + 1)  # a fresh dispatcher: compiled at its first call
+    assert increment(1) == 2
+    compiled = meter.start_up_left_out()
+    assert compiled > 0 and meter.read(mark) < 0.2 * compiled
 
 
 @pytest.mark.parametrize("slots", [1, 2])

@@ -5,6 +5,11 @@ A worker's compute between two collectives is read by its group's `Meter`: on th
 those phases for a thread's communicator (`dane.comm.threads`) or for all m workers' stacked work
 (`dane.comm.batched`).  `Stragglers` scales each worker's compute and adds seeded delays (the simulated clock of
 a collective phase: `dane.comm.threads`).
+
+*Start-up is not compute.*  What a thread does inside `start_up` (numba compiling a kernel or loading it from its
+cache, `dane.numerics.jit`) is left out of both meters: on m real machines each process pays it before its rounds,
+as it pays its imports, which the simulator does not model either; in one process the first of the m threads to
+need a kernel would pay it for all, in whichever phase that falls.  `start_up_seconds` says how much was left out.
 """
 from __future__ import annotations
 
@@ -34,22 +39,83 @@ class Stragglers:
         return float(self.slowdown[rank % len(self.slowdown)]) if self.slowdown else 1.0
 
 
-class ThreadCPUTime:
-    """A CPU worker's compute: its thread's CPU time, so m threads on fewer cores are timed as m machines."""
+class _StartUp(threading.local):
+    depth = 0  # `start_up` blocks this thread is inside (numba's compiler lock is re-entrant)
+    cpu = wall = 0.0  # this thread's seconds inside them, CPU and wall, closed blocks
+    opened = (0.0, 0.0)  # (CPU, wall) when the outermost open block began
+
+
+_here = _StartUp()
+_total = [0.0]  # CPU seconds in closed `start_up` blocks, every thread (`start_up_seconds`)
+_total_lock = threading.Lock()
+
+
+def start_up_begin() -> None:
+    """A block of start-up work begins on this thread (`start_up`; numba's compiler lock, `dane.numerics.jit`)."""
+    if _here.depth == 0:
+        _here.opened = (time.thread_time(), time.perf_counter())
+    _here.depth += 1
+
+
+def start_up_end() -> None:
+    _here.depth -= 1
+    if _here.depth == 0:
+        cpu, wall = time.thread_time() - _here.opened[0], time.perf_counter() - _here.opened[1]
+        _here.cpu += cpu
+        _here.wall += wall
+        with _total_lock:
+            _total[0] += cpu
+
+
+@contextmanager
+def start_up():
+    """The block is start-up, left out of a simulated worker's compute (module docstring)."""
+    start_up_begin()
+    try:
+        yield
+    finally:
+        start_up_end()
+
+
+def start_up_seconds() -> float:
+    """CPU seconds spent in `start_up` blocks so far, by every thread of this process."""
+    with _total_lock:
+        return _total[0]
+
+
+def _outside_start_up(now: float, spent: float, opened: float) -> float:
+    """``now`` on a clock that stops inside start-up: less the closed blocks' ``spent`` and an open block's time."""
+    return now - spent - (now - opened if _here.depth else 0.0)
+
+
+class StartUpLeftOut:
+    """What a meter left out: this process's `start_up` CPU seconds since the meter was made (the summary's
+    ``simulated_start_up_s``)."""
+
+    def __init__(self) -> None:
+        self.since = start_up_seconds()
+
+    def start_up_left_out(self) -> float:
+        return start_up_seconds() - self.since
+
+
+class ThreadCPUTime(StartUpLeftOut):
+    """A CPU worker's compute: its thread's CPU time outside start-up (module docstring), so m threads on fewer
+    cores are timed as m machines."""
 
     name = "thread_cpu_time"
 
     def start(self) -> float:
-        return time.thread_time()
+        return _outside_start_up(time.thread_time(), _here.cpu, _here.opened[0])
 
     def read(self, mark: float) -> float:
-        return time.thread_time() - mark
+        return self.start() - mark
 
     def stop(self) -> None:
         pass
 
 
-class DeviceTurns:
+class DeviceTurns(StartUpLeftOut):
     """Workers on GPUs take turns: a worker holds the GPUs from a collective to its next.
 
     A thread's CPU time misses a GPU's work (kernels run asynchronously, and a wait for
@@ -64,17 +130,23 @@ class DeviceTurns:
     name = "gpu_turns"
 
     def __init__(self, synchronize: Callable[[], None] | None = None):
+        super().__init__()
         self._turn = threading.Lock()
         self._synchronize = synchronize or _drain_every_gpu
 
     def start(self) -> float:
         self._turn.acquire()
         self._synchronize()
-        return time.perf_counter()
+        return self._now()
 
     def read(self, mark: float) -> float:
         self._synchronize()
-        return time.perf_counter() - mark
+        return self._now() - mark
+
+    @staticmethod
+    def _now() -> float:
+        """Wall time outside start-up (module docstring)."""
+        return _outside_start_up(time.perf_counter(), _here.wall, _here.opened[1])
 
     def stop(self) -> None:
         self._turn.release()

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from ..work import count
+from . import jit
+
+numba = jit.numba()  # with its compiles marked as start-up (`dane.numerics.jit`)
 
 SQUARED, LOGISTIC, SOFTMAX = 0, 1, 2
 LOSS_CODES = {"squared": SQUARED, "logistic": LOGISTIC, "softmax": SOFTMAX}
@@ -299,8 +301,8 @@ def load(rows) -> None:
     (or compiles it, on a machine whose cache is empty) now, not in the first solve.
 
     `dane.numerics.local_solvers.load_svrg` calls it as a method is built, so that numba's start in a process (its import,
-    LLVM's set-up and the cached code: about 0.4 s of CPU on a cache ``make setup`` filled, 4 s compiling without)
-    falls in the run's set-up, not in its first round.  Same argument types as a solve's: 1-d arrays of the rows'
+    LLVM's set-up and the cached code, or a compile where the cache is empty: ``make bench`` section ``svrg``, cell
+    ``first_round``) falls in the run's set-up, not in its first round.  Same argument types as a solve's: 1-d arrays of the rows'
     dtype, int64 ``order``, Python scalars."""
     dtype = rows.X.dtype if rows.X is not None else rows.data.dtype
     empty = np.zeros(0, dtype=dtype)

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from ..losses import LOSSES, ROW_VALUES
+from ..numerics import jit
 
 #: torch's vector width in float64 lanes by its CPU capability (`torch.backends.cpu.get_cpu_capability`)
 LANES = {"AVX512": 8, "AVX2": 4, "DEFAULT": 4}
@@ -117,7 +118,7 @@ def logistic_scalar(z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarra
 @functools.cache
 def _logistic_kernel():
     """`logistic_scalar`'s loop, compiled by numba on first use (no fastmath: the C library's exp and log1p)."""
-    import numba
+    numba = jit.numba()
 
     @numba.njit(cache=True, nogil=True)
     def logistic(z, y, values, dz):

@@ -23,6 +23,7 @@ from ..compress import Compressor, RandK, TopK
 from ..errors import ConfigError
 from .stacked_hessians import CompactHessians, pack, unpack
 from .stacked_rows import in_threads
+from ..numerics import jit
 
 
 def compress_rows(compressor: Compressor, diff: np.ndarray, clients: CompactHessians, members: np.ndarray | None,
@@ -121,7 +122,7 @@ def top_k_rows():
     A row's non-zeros alone (a converged FedNL's rows are mostly exact zeros): with at most k of them, all; else τ,
     the k-th largest of their magnitudes, by a three-way quickselect (ties are many: one pass settles a pivot's
     copies at once), then in index order every |x| > τ and the first k − #{|x| > τ} of the |x| = τ."""
-    import numba
+    numba = jit.numba()
 
     @numba.njit(cache=True, nogil=True)  # one function: numba's cache misses a kernel that calls another closure
     def top_k_rows_(diff, k, out):
@@ -186,7 +187,7 @@ def top_k_rows():
 @functools.cache
 def first_distinct():
     """`randk_indices`' loop, compiled by numba on first use (``cache=True``: once per machine)."""
-    import numba
+    numba = jit.numba()
 
     @numba.njit(cache=True, nogil=True)
     def first_distinct_(keys, n, k, out):  # out[r]: the first k distinct values of row r's sequence

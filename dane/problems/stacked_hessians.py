@@ -15,8 +15,8 @@ the support for every entrywise compressor: RandK, natural and dithering decode 
 of a vector with fewer than k non-zeros keeps them all).  A rank-R approximation is not zero there: with
 ``rank:R`` the support is the whole triangle (``whole=True``).  The m workers' Hessians (and matrices learned from
 them) are therefore kept *compact*: an (m, S) array, row c holding the values at ``support[c]`` and zeros after
-its |support[c]| ≤ S entries (the padding, position T).  On w8a (d = 301, 142 clients, 12 non-zeros a row)
-|support| is about 10k of T = 45,451.
+its |support[c]| ≤ S entries (the padding, position T).  On a sparse table (w8a: d = 301, 142 clients, about
+12 non-zeros a row) the support is a small part of the triangle.
 
 Row j of worker c with non-zeros at columns a_1 < ... < a_k adds :math:`w\,f''(z_j)\,x_{ja}x_{jb}`
 to every a ≤ b among them: k(k+1)/2 products a row instead of d².  They are laid out once as the
@@ -39,6 +39,7 @@ import torch
 
 from ..work import count
 from .stacked_rows import StackedRows, block_products, row_pass, unit_values
+from ..numerics import jit
 
 
 def packed_size(d: int) -> int:
@@ -285,7 +286,7 @@ class PackedRows:
 @functools.cache
 def find_slots():
     """`CompactHessians.slots_of`'s loop, compiled by numba on first use (``cache=True``: once per machine)."""
-    import numba
+    numba = jit.numba()
 
     @numba.njit(cache=True, nogil=True)
     def find_slots_(support, rows, positions, out):  # out[i, c]: slot of positions[i, c] in support[rows[i]], or -1

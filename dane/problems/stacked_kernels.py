@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import functools
 
-import numba
 import numpy as np
 import torch
+
+from ..numerics import jit
+
+numba = jit.numba()  # with its compiles marked as start-up (`dane.numerics.jit`)
 
 #: sums may be reassociated (a dot product then vectorizes) and a*b+c fused; no assumption about inf or nan
 FASTMATH = {"reassoc", "contract"}

@@ -52,6 +52,7 @@ from ..work import counted
 from .base import Problem, ProblemConfig
 from ..losses import ROW_VALUES
 from .row_losses import client_losses
+from ..numerics import jit
 
 NOTE = ("sim.batched: the {m} workers ran as one stacked computation, each charged 1/m of its measured "
         "compute (dane/comm/batched.py)")
@@ -382,7 +383,7 @@ def unsigned(index: np.ndarray) -> np.ndarray:
 @functools.cache
 def _kernels():
     """(margins, sums, block_products), compiled by numba on first use (``cache=True``: once per machine)."""
-    import numba
+    numba = jit.numba()
 
     @numba.njit(cache=True, nogil=True)
     def margins(indptr, indices, data, unit, xs, start, clients, z):  # z: the clients' rows, in order
