@@ -36,7 +36,7 @@ u-steps combine such vectors, so a direction every shard's data ignores (null(A)
 ∩_i null(A_i)) is never visited and its curvature c sets no rate.  Such directions are
 common: a categorical column one-hot encoded with every value beside an intercept (the CSV
 path's encoding) makes A singular on every shard alike, and the whole-space λ_min(H_i) = c
-= λ gave ρ ≈ 50× too small (issue 23's public tables).  A direction only some shards
+= λ gives a ρ far too small.  A direction only some shards
 ignore (a rare value absent from a shard) is in 𝓡 and stays: on such a shard
 λ_min(H_i|𝓡) = c.  For d ≤ ``EXACT_DIM`` each worker forms A_i
 from d local Hessian-vector products, and one allreduce of A_i (d² numbers), of

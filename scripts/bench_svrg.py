@@ -202,8 +202,8 @@ def cells(run) -> dict:
     passes = {f"pass {name}": partial(pass_cost, shard, args.repeats, args.reference_repeats)
               for name, shard in pass_cases(args.quick).items()}
     return {**passes, "compile": compile_cost, "round": partial(inexact_dane_round, args.quick),
-            "launch": partial(sparse_launch, args.quick), "first_round": partial(first_round, 1 if args.quick else args.first_repeats,
-                                                                                  args.quick)}
+            "launch": partial(sparse_launch, args.quick),
+            "first_round": partial(first_round, 1 if args.quick else args.first_repeats, args.quick)}
 
 
 BENCH = Bench(KEY, grid(cells), "the SVRG local solver: pass cost, compile cost, InexactDANE's round, a sparse launch, "

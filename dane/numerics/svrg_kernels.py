@@ -300,10 +300,10 @@ def load(rows) -> None:
     """Dispatch the kernel `run` takes for ``rows``, with no rows to visit: numba loads its machine code from the cache
     (or compiles it, on a machine whose cache is empty) now, not in the first solve.
 
-    `dane.numerics.local_solvers.load_svrg` calls it as a method is built, so that numba's start in a process (its import,
-    LLVM's set-up and the cached code, or a compile where the cache is empty: ``make bench`` section ``svrg``, cell
-    ``first_round``) falls in the run's set-up, not in its first round.  Same argument types as a solve's: 1-d arrays of the rows'
-    dtype, int64 ``order``, Python scalars."""
+    `dane.numerics.local_solvers.load_svrg` calls it as a method is built, so that numba's start in a process (its
+    import, LLVM's set-up and the cached code, or a compile where the cache is empty: ``make bench`` section ``svrg``,
+    cell ``first_round``) falls in the run's set-up, not in its first round.  Same argument types as a solve's: 1-d
+    arrays of the rows' dtype, int64 ``order``, Python scalars."""
     dtype = rows.X.dtype if rows.X is not None else rows.data.dtype
     empty = np.zeros(0, dtype=dtype)
     run(rows, lr=0.0, shrink=0.0, scale=1.0, w=empty.copy(), c0=empty, order=np.zeros(0, dtype=np.int64), steps=1,
