@@ -164,6 +164,8 @@ class FedNLClients:
         self.l_i = np.zeros(clients.m)
         self.g_i = clients.matvec(self.H_i, x0) - grads if variant == "pp" else None  # FedNL-PP's g_i⁰ (l_i⁰ = 0)
         self.seconds = dict.fromkeys(PHASES, 0.0)
+        if isinstance(compressor, (TopK, RandK)):  # its numba kernels, on no rows: loaded now, not in round 0
+            compress_rows(compressor, self.H_i[:0], clients, np.zeros(0, dtype=np.int64), seed=seed, draw=0)
 
     def clock(self, phase: str, since: float) -> float:
         now = time.perf_counter()
