@@ -155,3 +155,12 @@ def test_imports_are_lazy(step, fresh):
     assert set(absent) >= ({"sklearn", "scipy.optimize", "matplotlib", "hydra"} | ({"omegaconf"} if step == 0 else set()))
     loaded = set(fresh["imports"][step])
     assert sorted(m for m in absent if m in loaded) == []
+
+
+def test_numba_is_imported_through_jit_alone():
+    """A kernel module takes numba from `dane.numerics.jit`, whose listener keeps its compiles and cache loads off a
+    simulated worker's clock (`dane.comm.meters.start_up`); one that imported numba itself would charge them."""
+    known = modules()
+    direct = sorted(name for name, path in known.items() for target, _ in imports(name, path, known)
+                    if target.split(".")[0] == "numba" and name != "dane.numerics.jit")
+    assert direct == []
