@@ -7,7 +7,7 @@ those phases for a thread's communicator (`dane.comm.threads`) or for all m work
 a collective phase: `dane.comm.threads`).
 
 *Start-up is not compute.*  What a thread does inside `start_up` (numba compiling a kernel or loading it from its
-cache, `dane.numerics.jit`) is left out of both meters: on m real machines each process pays it before its rounds,
+cache, `dane.numerics.jit`; a module imported at its first use) is left out of both meters: on m real machines each process pays it before its rounds,
 as it pays its imports, which the simulator does not model either; in one process the first of the m threads to
 need a kernel would pay it for all, in whichever phase that falls.  `start_up_seconds` says how much was left out.
 """

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .. import checks
+from ..comm.meters import start_up
 from ..errors import ConfigError
 from ..work import count
 
@@ -65,9 +66,11 @@ class InnerSolver:
 def preload_optimizers() -> None:
     """Import what a torch optimizer's first ``step()`` imports lazily (torch._dynamo, seconds).
 
-    Called while a worker sets up, so that the import is not billed to round 1's compute.
+    Called while a worker sets up, and start-up (`dane.comm.meters.start_up`), so that the import is not billed to
+    round 1's compute, nor in the simulator to whichever worker thread imports it first.
     """
-    import torch._dynamo  # noqa: F401
+    with start_up():
+        import torch._dynamo  # noqa: F401
 
 
 def steps_for(solver: InnerSolver, n_local: int) -> int:

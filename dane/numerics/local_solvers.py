@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from .. import checks
+from ..comm.meters import start_up
 from ..errors import ConfigError
 from ..work import count
 
@@ -338,7 +339,8 @@ def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:
     For answers equal to round-off across devices, use ``cholesky`` or ``cg`` (quadratic convergence stops
     them at round-off) or ``svrg`` (a fixed number of steps).
     """
-    import scipy.optimize  # here, not at import: a run that never asks for L-BFGS does not pay for it
+    with start_up():  # an import at first use: start-up, not this worker's solve (`dane.comm.meters`)
+        import scipy.optimize  # here, not at import: a run that never asks for L-BFGS does not pay for it
 
     dtype, device = sub.anchor.dtype, sub.anchor.device
 
