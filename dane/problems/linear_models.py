@@ -59,13 +59,16 @@ VECTORS_PER_WORKER = 16
 
 def check_memory(X, classes: int, method: str, source: str) -> None:
     """Refuse, before the tensors are made, a worker whose d (from the data: a LIBSVM file's largest index,
-    ``data.n_features``, an .npz's ``X_shape``) cannot fit: its rows as tensors, `VECTORS_PER_WORKER`
-    vectors of d per class, and a d x d Hessian with its factor for a Cholesky local solve."""
+    ``data.n_features``, an .npz's ``X_shape``) cannot fit: its rows as tensors (dense with several classes, twice:
+    `dane.problems.glm.transposed`), `VECTORS_PER_WORKER` vectors of d per class, and a d x d Hessian with its
+    factor for a Cholesky local solve."""
     n, d = X.shape
-    rows = 16 * X.nnz + 8 * n if scipy.sparse.issparse(X) else 8 * n * d
+    twice = classes > 1 and not scipy.sparse.issparse(X)
+    rows = 16 * X.nnz + 8 * n if scipy.sparse.issparse(X) else 8 * n * d * (2 if twice else 1)
     vectors = 8 * VECTORS_PER_WORKER * d * classes
     hessian = 8 * 2 * (d * classes) ** 2 if method == "cholesky" else 0
-    parts = f"{n} rows {checks.gigabytes(rows)}, {VECTORS_PER_WORKER} vectors of d {checks.gigabytes(vectors)}"
+    parts = f"{n} rows{' and their transpose' if twice else ''} {checks.gigabytes(rows)}, {VECTORS_PER_WORKER} vectors " \
+            f"of d {checks.gigabytes(vectors)}"
     parts += f", a d x d Hessian and its factor {checks.gigabytes(hessian)}" if hessian else ""
     fix = "use problem.local_solver=cg (no d x d matrix)" if hessian > rows + vectors else \
         "check the data's feature count (data.n_features, a LIBSVM file's largest index, an .npz's X_shape)"
