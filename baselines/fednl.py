@@ -99,7 +99,7 @@ from dane.compress import Compressor, RandK, TopK, make
 from dane.errors import ConfigError
 from dane.problems import Problem, ProblemConfig
 from dane.problems.glm import LinearModelShard
-from dane.problems.stacked_compress import compress_rows
+from dane.problems.stacked_compress import compress_rows, load as load_kernels
 from dane.problems.stacked_hessians import CompactHessians, PackedRows, frobenius_norms, packed_size, unpack
 from dane.problems.stacked_rows import StackedRows
 from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
@@ -164,8 +164,7 @@ class FedNLClients:
         self.l_i = np.zeros(clients.m)
         self.g_i = clients.matvec(self.H_i, x0) - grads if variant == "pp" else None  # FedNL-PP's g_i⁰ (l_i⁰ = 0)
         self.seconds = dict.fromkeys(PHASES, 0.0)
-        if isinstance(compressor, (TopK, RandK)):  # its numba kernels, on no rows: loaded now, not in round 0
-            compress_rows(compressor, self.H_i[:0], clients, np.zeros(0, dtype=np.int64), seed=seed, draw=0)
+        load_kernels(compressor, clients)  # its numba kernels loaded now, not in round 0
 
     def clock(self, phase: str, since: float) -> float:
         now = time.perf_counter()

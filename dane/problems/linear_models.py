@@ -63,8 +63,9 @@ def check_memory(X, classes: int, method: str, source: str) -> None:
     `dane.problems.glm.transposed`), `VECTORS_PER_WORKER` vectors of d per class, and a d x d Hessian with its
     factor for a Cholesky local solve."""
     n, d = X.shape
-    twice = classes > 1 and not scipy.sparse.issparse(X)
-    rows = 16 * X.nnz + 8 * n if scipy.sparse.issparse(X) else 8 * n * d * (2 if twice else 1)
+    sparse = scipy.sparse.issparse(X)
+    twice = classes > 1 and not sparse
+    rows = 16 * X.nnz + 8 * n if sparse else 8 * n * d * (2 if twice else 1)
     vectors = 8 * VECTORS_PER_WORKER * d * classes
     hessian = 8 * 2 * (d * classes) ** 2 if method == "cholesky" else 0
     parts = f"{n} rows{' and their transpose' if twice else ''} {checks.gigabytes(rows)}, {VECTORS_PER_WORKER} vectors " \

@@ -64,6 +64,15 @@ def compress_rows(compressor: Compressor, diff: np.ndarray, clients: CompactHess
     return clients.restrict(decoded, members)
 
 
+def load(compressor: Compressor, clients: CompactHessians) -> None:
+    """Dispatch the numba kernels `compress_rows` takes for ``compressor`` (TopK's selection; RandK's draw and slot
+    lookup), on no rows: numba loads them from its cache (or compiles them) now, as the method is built, not in its
+    first round (`dane.numerics.svrg_kernels.load`'s reason).  Other compressors have none."""
+    if isinstance(compressor, (TopK, RandK)):
+        empty = np.zeros((0, clients.S), dtype=np.float64)
+        compress_rows(compressor, empty, clients, np.zeros(0, dtype=np.int64), seed=0, draw=0)
+
+
 def randk_indices(seed: int, ids: np.ndarray, draw: int, n: int, k: int) -> np.ndarray:
     """(len(ids), k): for each client id, a uniform k-subset of range(n) from the stream (seed, id, draw).
 
