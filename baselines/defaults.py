@@ -152,9 +152,14 @@ def local_step(smoothness: float, shift: float = 0.0) -> float:
     return 1.0 / (smoothness + shift)
 
 
-def strong_convexity_bound(l2: float, mean_lowest: float) -> float:
-    """μ̲ = max(the ℓ2 weight, mean_i λ_min(H_i)) ≤ μ (λ_min is concave on symmetric matrices).  Source: Weyl."""
-    return max(l2, mean_lowest)
+def strong_convexity_bound(l2: float, mean_lowest: float | None, *, quadratic: bool) -> float:
+    """μ̲ ≤ μ: on a quadratic, max(the ℓ2 weight, mean_i λ_min(H_i)) (λ_min is concave on symmetric matrices; source:
+    Weyl); otherwise the ℓ2 weight alone.
+
+    A non-quadratic problem's H_i here is its curvature majorant (`dane.problems.glm`: (m/N) c_f X_iᵀX_i + λI), whose
+    λ_min bounds the curvature from above, not below: the logistic loss's curvature falls towards 0 away from the
+    data, so λ is the only strong convexity every point shares."""
+    return max(l2, mean_lowest) if quadratic else l2
 
 
 def scaffold_local_step(smoothness: float, mu_low: float, local_steps: int, lr_factor: float) -> float:

@@ -31,10 +31,11 @@ O_i(y) − ⟨c_i − c, y⟩, which is L_i-smooth and μ_i-strongly convex, so 
 .. math::
     \eta_l = \min\Big(\frac{2}{L + \underline\mu}, \frac{\text{lr\_factor}}{L}, \frac1{K\underline\mu}\Big),
     \qquad L = \max_i L_i, \quad
-    \underline\mu = \max\big(\lambda_{\ell_2}, \operatorname{mean}_i \lambda_{\min}(H_i)\big) \le \mu
+    \underline\mu \le \mu \quad (\text{`baselines.defaults.strong_convexity_bound`})
 
-(mean_i λ_min(H_i) ≤ λ_min(mean_i H_i): λ_min is concave), L_i and λ_min(H_i) from one local Lanczos each,
-shared by the one allreduce before round 0 (for a GLM, at its Hessian majorant, ≥ the curvature anywhere).
+(on a quadratic max(λ_ℓ2, mean_i λ_min(H_i)), as mean_i λ_min(H_i) ≤ λ_min(mean_i H_i): λ_min is concave; otherwise
+λ_ℓ2, as a GLM's H_i here is its Hessian majorant, ≥ the curvature anywhere), L_i and λ_min(H_i) from one local
+Lanczos each, shared by the one allreduce before round 0.
 2/(L + μ) is the fixed gradient step with the best linear rate on a μ-strongly convex L-smooth function
 (Nesterov, *Introductory Lectures on Convex Optimization*, 2004, Theorem 2.1.15); where μ̲ ≪ L it nears 2/L,
 and ``lr_factor``/L (``lr_factor`` ∈ (0, 2), 1.9) caps it with room for a Lanczos L_i short of λ_max(H_i):
@@ -178,8 +179,8 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         if lr is None:
             L, mean_low = smoothness_and_lowest(problem, comm, iters=self.power_iters, seed=self.seed)
             if convex:  # no theorem for 2/(L + μ) off the convex problems: 1/L there
-                mu_low = strong_convexity_bound(float(problem.strong_convexity), mean_low) \
-                    if problem.strong_convexity else 0.0
+                mu_low = strong_convexity_bound(float(problem.strong_convexity), mean_low,
+                                                quadratic=problem.quadratic) if problem.strong_convexity else 0.0
                 lr = resolution.add("lr", scaffold_local_step(L, mu_low, K, self.lr_factor), "scaffold_local_step",
                                     smoothness=L, mu_low=mu_low, local_steps=K, lr_factor=self.lr_factor)
             else:

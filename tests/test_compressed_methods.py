@@ -312,10 +312,14 @@ def test_resolved_defaults_are_the_rules_of_the_measured_constants_and_land_in_t
     omega, smoothness = D / 3 - 1, found["lr"]["stats"]["smoothness"]
     assert value["alpha"] == diana_shift_step(omega) and value["p"] == adiana_probability(omega, M)
     assert value["lr"] == adiana_step(smoothness, omega, M, value["p"])
-    assert value["mu"] >= LOGREG.lam  # μ̲: at least the ℓ2 weight
+    # μ̲ on the logistic loss is the ℓ2 weight: the Lanczos λ_min(H_i) there is the curvature majorant's, an upper bound
+    assert value["mu"] == LOGREG.lam < found["mu"]["stats"]["mean_lowest"]
     assert value["theta1"] == adiana_theta1(value["lr"], value["mu"], value["p"])
     assert value["gamma"] == adiana_gamma(value["lr"], value["mu"], value["theta1"])
     assert value["beta"] == adiana_beta(value["gamma"], value["mu"])
+    _, summary = fit(ADIANAConfig(compressor="randk:3"), rounds=1, problem=RIDGE)
+    (mu,) = [e for e in summary["defaults"] if e["key"] == "algorithm.mu"]
+    assert mu["value"] == max(RIDGE.lam, mu["stats"]["mean_lowest"]) > RIDGE.lam  # a quadratic's: its Hessians' λ_min
     _, summary = fit(DASHAConfig(compressor="randk:3"), rounds=1)
     momentum, lr = summary["defaults"]
     stats = lr["stats"]

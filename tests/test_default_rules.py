@@ -40,8 +40,11 @@ ROWS = [
     # local gradient steps
     (d.local_step, (4.0,), {}, 0.25),
     (d.local_step, (4.0, 1.0), {}, 0.2),
-    (d.strong_convexity_bound, (0.01, 0.3), {}, 0.3),
-    (d.strong_convexity_bound, (0.01, -0.2), {}, 0.01),
+    (d.strong_convexity_bound, (0.01, 0.3), {"quadratic": True}, 0.3),
+    (d.strong_convexity_bound, (0.01, -0.2), {"quadratic": True}, 0.01),
+    # a non-quadratic's λ_min(H_i) is its curvature majorant's, an upper bound: the ℓ2 weight alone
+    (d.strong_convexity_bound, (0.01, 0.3), {"quadratic": False}, 0.01),
+    (d.strong_convexity_bound, (0.01, None), {"quadratic": False}, 0.01),
     # SCAFFOLD's η_l = min(2/(L + μ̲), f/L, 1/(K μ̲)): each branch binding once
     (d.scaffold_local_step, (10.0, 0.0, 10, 1.9), {}, 0.19),            # μ̲ = 0: f/L
     (d.scaffold_local_step, (10.0, 0.01, 10, 1.9), {}, 0.19),           # 2/10.01 > 0.19, 1/(10·0.01) = 10

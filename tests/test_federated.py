@@ -460,3 +460,21 @@ def test_fedprox_calls_a_stalled_objective_its_floor_only_where_the_suboptimalit
     fedavg = FedProxConfig(mu=0.0, local_solver="steps", lr=0.1).build(ridge_shards(1, SMALL)[0], LocalCommunicator())
     assert "FedAvg's fixed point" in fedavg.diagnosis(records(flat))  # no prox term: its knobs are K and the step
     assert "fewer algorithm.local_steps (now 10) or a smaller algorithm.lr" in fedavg.diagnosis(records(flat))
+
+
+def test_scaffnew_default_p_reads_a_true_lower_bound_of_the_strong_convexity():
+    """p = sqrt(μ̲/L): μ̲ is the ℓ2 weight on the logistic loss (its Lanczos λ_min would be the curvature majorant's, an
+    upper bound, and is not measured), the larger mean λ_min(H_i) on a quadratic."""
+    import numpy as np
+
+    import dane
+
+    X = np.random.default_rng(0).standard_normal((80, 4))
+    y = (X @ np.ones(4) > 0).astype(float)
+    for problem, quadratic in ((dane.problems.LogReg(X, y, lam=1e-3), False),
+                               (dane.problems.Ridge(X, X @ np.ones(4), lam=1e-3), True)):
+        result = dane.fit(problem, "scaffnew", workers=4, rounds=1)
+        (p,) = [e for e in result.summary["defaults"] if e["key"] == "algorithm.p"]
+        mu_low, smoothness = p["stats"]["mu_low"], p["stats"]["smoothness"]
+        assert (mu_low > 1e-3) if quadratic else (mu_low == 1e-3)
+        assert p["value"] == math.sqrt(mu_low / smoothness)
