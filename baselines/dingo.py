@@ -22,6 +22,8 @@ positive definite and H_i† is its inverse (a Cholesky solve).
 *Bits* (record ``clients_uplink_bits``, cumulative, FedNL's convention; ``step_size`` a, ``case`` 1-3): per client
 a round 64·d (its gradient) + 3·64·d (the three vectors) + 64·d in case 3 (p_i) + 64·d per line-search trial (its
 gradient there).  FedNL-Public's ``DINGO`` counts 32-bit values in both directions (32·d up and down per exchange).
+*Work* per client a round: one pass forms ∇O_i(x_k) and H_i; two factorizations (H_i's Cholesky factor, H_i² + φ²I's
+LU; one more in case 3, for (H̃_iᵀH̃_i)⁻¹h); one pass per line-search trial.
 
 Departures from FedNL-Public's ``DINGO``, which follows the paper elsewhere: it caps the step at 1e-2 in its first
 four rounds (``n_steps < 5``, counted from 1) and floors it at 2⁻¹⁰ after the search, which the paper does not (not
@@ -46,6 +48,7 @@ from dane.comm.batched import stacked
 from dane.problems import Problem
 from dane.problems.stacked_hessians import unpack
 from dane.sampling import SamplingKeys, sampled_mean
+from dane.work import count
 
 from .federated import ClientBits, Federated
 from .fednl_server import LS_TRIALS
@@ -98,12 +101,12 @@ class DINGO(ClientBits, Federated):
     def round(self) -> dict[str, float]:
         x, d = self.w.numpy(), self.d
         members = self.sampler.draw_all()
-        grad, payload = self.grad_and_payload(self.w)
-        (g,), reduced = sampled_mean(self.comm, members, [grad], payload)                 # g = ∇O(x_k)
+        grads, compact = self.clients.gradients_hessians(x)                              # ∇O_i, ∇²O_i: one pass
+        (g,), reduced = sampled_mean(self.comm, members, [self.own(grads)], self.payload(self.w))  # g = ∇O(x_k)
         g = g.to(torch.float64).numpy()
-        _, compact = self.clients.gradients_hessians(x)
         hessians = unpack(self.clients.expand(compact), d)                               # H_i, (clients, d, d)
         vectors = np.stack([np.concatenate(client_vectors(H, g, self.phi)) for H in hessians])
+        count("local_factorizations", 2.0)  # per client: H_i's Cholesky factor, H_i² + φ²I's LU
         (means,) = self.comm.allreduce_mean([self.own(vectors)])
         h, inverse, hat = np.split(means.numpy(), 3)
         floor, sent = self.theta * float(g @ g), 4 * d
@@ -114,6 +117,7 @@ class DINGO(ClientBits, Federated):
         else:
             case, sent = 3, sent + d
             mine = np.stack([fallback(H, v[2 * d:], h, self.phi, floor) for H, v in zip(hessians, vectors)])
+            count("local_factorizations", 1.0)  # per client: H_i² + φ²I's LU again, for h
             (p,) = self.comm.allreduce_mean([self.own(mine)])
             p = p.numpy()
         a, trials, slope = 1.0, 0, 2 * self.rho * float(p @ h)

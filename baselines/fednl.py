@@ -57,8 +57,8 @@ somewhat above plain FedNL's (``make bench`` section ``fednl``, ``w8a_pp``).
 What a client sends a round, in bits (records: ``clients_uplink_bits``, cumulative, summed over the
 participants as ``uplink_bytes`` is, by the compressor's exact `dane.compress.Compressor.bits`; not
 ``comm.compress``'s per-worker ``uplink_bits``, which FedNL, compressing its own message, does not
-use): FedNL and FedNL-LS 64·d (its gradient) + bits(S_i) (+ 64 for l_i under option 2, + 64 per
-line-search trial); FedNL-PP bits(S_i) + 64·d (Δg_i) + 64 (Δl_i).  Before round 0 each client sends
+use): FedNL 64·d (its gradient) + bits(S_i) (+ 64 for l_i under option 2); FedNL-LS also 64 for f_i(x_k), the
+value its search starts from, and 64 per trial; FedNL-PP bits(S_i) + 64·d (Δg_i) + 64 (Δl_i).  Before round 0 each client sends
 H_i⁰ whole (64·d(d+1)/2 bits), which round 0's record holds (a record counts what reaching its
 iterate cost, `dane.algorithm.Algorithm.spent`).  S_i travels as the packed upper
 triangle of the symmetric difference (d(d+1)/2 entries: what u-FedNL sends), so TopK/RandK's k counts
@@ -141,7 +141,7 @@ def uplink_bits(compressor: Compressor, d: int, *, variant: str, option: int) ->
     hessian = compressor.bits(message_entries(compressor, d), VALUE_BITS)
     if variant == "pp":
         return hessian + VALUE_BITS * d + VALUE_BITS
-    return hessian + VALUE_BITS * d + (VALUE_BITS if option == 2 else 0)
+    return hessian + VALUE_BITS * d + (VALUE_BITS if option == 2 else 0) + (VALUE_BITS if variant == "ls" else 0)
 
 
 class FedNLClients:
@@ -319,7 +319,7 @@ class FedNL(ClientBits, Federated):
                                                       c=self.ls_c, gamma=self.ls_gamma)
         self.w = torch.from_numpy(x + self.step_size * direction)
         self.H += S_mean.numpy()                                                        # H ← H + α mean S_i
-        self.count(len(members), uplink_bits(self.compressor, self.d, variant="plain", option=self.option)
+        self.count(len(members), uplink_bits(self.compressor, self.d, variant=self.variant, option=self.option)
                    + VALUE_BITS * trials, down=self.d * (1 + trials))
         return {**self.record(reduced, members), "step_size": self.step_size,
                 "clients_uplink_bits": self.uplink_bits}
@@ -414,7 +414,7 @@ class StackedFedNL:
         now = self.client.clock("newton", now)
         self.H += self.clients.packed_sum(S) / self.m                                  # H ← H + α mean S_i
         self.client.clock("update", now)
-        self.uplink_bits += self.m * (uplink_bits(self.compressor, self.d, variant="plain", option=self.option)
+        self.uplink_bits += self.m * (uplink_bits(self.compressor, self.d, variant=self.variant, option=self.option)
                                       + VALUE_BITS * trials)
         return {"grad_norm": float(np.linalg.norm(g))}
 

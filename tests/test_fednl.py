@@ -177,6 +177,9 @@ def test_bits_are_rounds_times_closed_form(problem, spec):
     hessian = {"none": 64 * T, "topk:7": 7 * (64 + (T - 1).bit_length()), "randk:7": 7 * 64, "natural": 12 * T,
                "rank:2": 2 * (d + 1) * 64}[spec]
     assert uplink_bits(make(spec), d, variant="plain", option=1) == hessian + 64 * d
+    # FedNL-LS also sends f_i(x_k), the value its search starts from (its trials are counted apart); option 2 its l_i
+    assert uplink_bits(make(spec), d, variant="ls", option=1) == hessian + 64 * d + 64
+    assert uplink_bits(make(spec), d, variant="ls", option=2) == hessian + 64 * d + 128
     assert record["clients_uplink_bits"] == m * 64 * T + 2 * m * (hessian + 64 * d)  # to reach x_2, round 2's own
     assert run.uplink_bits == m * 64 * T + 3 * m * (hessian + 64 * d)
 

@@ -8,6 +8,8 @@ tests/test_launchers.py.
 """
 from __future__ import annotations
 
+import math
+
 import json
 import threading
 from collections import Counter
@@ -101,6 +103,25 @@ def test_fednl_is_one_hessian_a_round_per_client():
         assert column(result.records, "local_hessians") == [M * t for t in range(4)]
         assert column(result.records, "local_hessians_max") == list(range(4))
         assert column(result.records, "local_passes") == [M * t for t in range(4)]  # its gradient, same pass
+
+
+def test_newton_3pc_and_dingo_take_their_gradient_from_the_hessians_pass():
+    """Newton-3PC (lag) forms ∇O_i and ∇²O_i in one pass, as FedNL; DINGO too, then one pass a line-search trial
+    (a = 2^-(trials - 1)) and two factorizations a round per client (H_i's Cholesky, H_i² + φ²I's LU), three in
+    case 3."""
+    for batched in (False, True):
+        run = dane.fit if not batched else fit_batched
+        result = run(logreg(), "newton_3pc", **({"workers": M} if not batched else {}), rounds=3)
+        assert column(result.records, "local_hessians") == [M * t for t in range(4)]
+        assert column(result.records, "local_passes") == [M * t for t in range(4)]
+        result = run(logreg(), "dingo", **({"workers": M} if not batched else {}), rounds=3)
+        steps = result.records[:-1]  # record t: the round from w_t (its step and case); its work: reaching w_t
+        trials = [1 + round(math.log2(1 / r["step_size"])) for r in steps]
+        cases = [r["case"] for r in steps]
+        assert column(result.records, "local_hessians") == [M * t for t in range(4)]
+        assert column(result.records, "local_passes")[1:] == [M * (t + sum(trials[:t])) for t in range(1, 4)]
+        assert column(result.records, "local_factorizations")[1:] == \
+            [M * (2 * t + sum(c == 3 for c in cases[:t])) for t in range(1, 4)]
 
 
 def fit_batched(problem, algorithm: str, rounds: int, **keys):
