@@ -7,7 +7,8 @@ PY     := $(VENV)/bin/python
 NP     ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup run test test-slow docs bench bench-smoke figures tables publish-figures clean time-vs-workers ps-scaling
+.PHONY: setup run test test-slow test-gpu docs bench bench-gpu bench-smoke figures tables publish-figures clean \
+	time-vs-workers ps-scaling
 
 setup: $(VENV)/.setup-done
 
@@ -27,6 +28,21 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -m slow -q
+
+## The checks that need a GPU, on a machine where torch sees one (elsewhere: one line, exit 2): the tests that run
+## on CUDA (skipped by `make test` without one), then `bench-gpu`'s cells into results/gpu.json.
+GPU_OR_STOP := $(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
+	'error: torch sees no CUDA device; run make test-gpu / make bench-gpu where it does')"
+test-gpu: setup
+	@$(GPU_OR_STOP) || exit 2
+	$(PY) -m pytest -m "slow or not slow" -q -rs -k cuda
+
+bench-gpu: setup
+	@$(GPU_OR_STOP) || exit 2
+	$(PY) -m scripts.bench batched --only device --out results/gpu.json
+	$(PY) -m scripts.bench batched_net --only cuda --skip-without-data --out results/gpu.json
+	$(PY) -m scripts.bench cuda --out results/gpu.json
+	$(PY) -m scripts.bench federated_scale --only synthetic_10k --device cuda --repeats 1 --out results/gpu.json
 
 ## The documentation: docs/ (mkdocs.yml) into site/ (untracked), warnings as errors; offline, the API reference
 ## read from the docstrings.  tests/test_docs.py runs or checks every code block of the pages.

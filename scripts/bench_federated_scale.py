@@ -68,9 +68,10 @@ def write_shards(name: str, folder: Path, seed: int) -> tuple[Path, dict]:
                     "per_round": SETTINGS[name][2], "lr": lr, "lam": LAM, "local_steps": LOCAL_STEPS}
 
 
-def dane_command(shards: Path, setting: dict, rounds: int, seed: int, out: Path) -> list[str]:
+def dane_command(shards: Path, setting: dict, rounds: int, seed: int, out: Path, device: str = "cpu") -> list[str]:
     m, s = setting["clients"], setting["per_round"]
-    return [sys.executable, "-m", "dane.experiments.train", "problem=logreg", "data=npz", f"data.path={shards}",
+    return [sys.executable, "-m", "dane.experiments.train", "problem=logreg", f"problem.device={device}", "data=npz",
+            f"data.path={shards}",
             "data.sharding=column", "data.client_column=client", f"workers={m}", "algorithm=fedavg",
             f"algorithm.lr={setting['lr']!r}", f"algorithm.local_steps={LOCAL_STEPS}", "algorithm.adapt=[]",
             f"algorithm.clients_per_round={s if s < m else 'null'}", f"problem.lam={LAM}", "problem.fit_intercept=false",
@@ -89,7 +90,7 @@ def one_run(framework: str, python: str, shards: Path, setting: dict, rounds: in
     """One launch of ``framework`` on the shards: the launch's record and its rounds (None where it failed)."""
     out = folder / f"dane_{setting['clients']}_{rounds}_{time.time_ns()}"
     if framework == "dane":
-        cmd, env = dane_command(shards, setting, rounds, args.seed, out), {"PYTHONPATH": str(ROOT)}
+        cmd, env = dane_command(shards, setting, rounds, args.seed, out, args.device), {"PYTHONPATH": str(ROOT)}
     else:
         cmd = [python, str(ROOT / "scripts" / "peers" / f"{framework}_fedavg.py"), "--shards", str(shards),
                "--rounds", str(rounds), "--per-round", str(setting["per_round"]), "--lr", repr(setting["lr"]),
@@ -203,7 +204,7 @@ def run(bench: Run) -> None:
     from dane.records.provenance import code_version
 
     versions = {"dane": code_version()["git_commit"], "numpy": np.__version__, **{n: p.get("version") for n, p in peers.items()}}
-    section = {**bench.header(), "quick": args.quick, "rounds": rounds, "seed": args.seed,
+    section = {**bench.header(), "quick": args.quick, "rounds": rounds, "seed": args.seed, "dane_device": args.device,
                "workload": "FedAvg, 10 full-batch local gradient steps, logistic regression + (1e-3/2)|w|^2, float64",
                "peers": peers, "skipped": list(skipped.values()), "settings": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -246,4 +247,6 @@ BENCH = Bench(KEY, run, "dane's FedAvg beside Flower, pfl and a NumPy loop at 10
                   option("--repeats", type=int, default=None, help="launches per framework on tables under 100,000 rows "
                          "(default 3; --quick: 1)"),
                   option("--timeout", type=float, default=900, help="seconds per launch"),
-                  option("--seed", type=int, default=0, help="the tables', the clients' and the samplers' seed")))
+                  option("--seed", type=int, default=0, help="the tables', the clients' and the samplers' seed"),
+                  option("--device", default="cpu", choices=("cpu", "cuda"),
+                         help="dane's problem.device (the peers run as scripts/peers/ has them)")))

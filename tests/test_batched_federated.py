@@ -76,6 +76,17 @@ def test_batched_records_equal_the_per_worker_records(make, name, clients):
     assert last["local_passes"] > 0 and last["uplink_bytes"] > 0 and last["clients"] == (clients or M)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+@pytest.mark.parametrize("name,clients", [("fedavg", S), ("fedprox", S), ("scaffold", S), ("scaffnew", None),
+                                          ("fedred", S), ("fedred_type2", None)])
+@pytest.mark.parametrize("make", [dense_logreg, sparse_logreg], ids=["dense", "sparse"])
+def test_on_cuda_the_batched_records_equal_the_cpu_per_worker_records(make, name, clients):
+    """Issue 48 item 2 on a GPU: the stacked participants on CUDA against one thread a client on the CPU."""
+    batched = federated(dataclasses.replace(make(), device="cuda"), name, clients, "true")
+    assert batched["w"].device.type == "cuda"
+    assert_same_records({**batched, "w": batched["w"].cpu()}, federated(make(), name, clients, "false"))
+
+
 @pytest.mark.parametrize("make", [lambda: Ridge(*sparse_rows(n=63, d=7), lam=1e-2, optimum="auto"),
                                   lambda: dataclasses.replace(sparse_logreg(), optimum="auto")],
                          ids=["ridge", "logreg"])

@@ -1503,8 +1503,8 @@ def federated_scale_arithmetic(section: dict) -> None:
 
 
 SECTIONS["federated_scale"] = (
-    "federated_scale", {"started_at", "machine", "quick", "rounds", "seed", "workload", "peers", "skipped", "settings",
-                        "goals", "misses", "load_avg_after", "wall_s"}, federated_scale_arithmetic)
+    "federated_scale", {"started_at", "machine", "quick", "rounds", "seed", "dane_device", "workload", "peers", "skipped",
+                        "settings", "goals", "misses", "load_avg_after", "wall_s"}, federated_scale_arithmetic)
 
 
 def test_federated_scale_quick_reaches_one_objective_and_records_its_launches():

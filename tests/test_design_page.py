@@ -23,7 +23,7 @@ OUTSIDE_BRIEF = "DESIGN" + ".md"
 #: tracked, so a results/ path is allowed only as where a documented command writes, never as evidence
 OUTPUTS = {"results/bench.json": "make bench", "results/calibration.json": "dane calibrate",
            "results/calibration_ps.json": "dane calibrate --topology ps",
-           "results/sampled_lambda.json": "python -m scripts.bench sampled_lambda"}
+           "results/sampled_lambda.json": "python -m scripts.bench sampled_lambda", "results/gpu.json": "make bench-gpu"}
 #: the git-ignored folder the benchmarks' side runs went to, spelled so that this file does not cite it
 RUN_FOLDER = "results/" + "bench_runs/"
 #: a path after one of these is where a command writes, not a citation
