@@ -20,6 +20,8 @@ from typing import Any
 
 from dane.numerics.local_solvers import LocalSolver
 
+#: below 2 (a fixed step below 2/L decreases an L-smooth f): room for a Lanczos L short of λ_max, as GD's lr_factor
+LANCZOS_STEP_FACTOR = 1.9
 #: `dissimilarity`: δ_A at least this times ‖H‖ (identical shards: δ_A = 0, and λ = 0 is no regularizer)
 DISSIMILARITY_FLOOR = 1e-6
 #: `balanced_prox_weight`'s balance for S-DANE, FedDANE (``make bench`` section ``defaults``: at 1/2, nearer the
@@ -152,14 +154,22 @@ def local_step(smoothness: float, shift: float = 0.0) -> float:
     return 1.0 / (smoothness + shift)
 
 
-def strong_convexity_bound(l2: float, mean_lowest: float | None, *, quadratic: bool) -> float:
-    """μ̲ ≤ μ: on a quadratic, max(the ℓ2 weight, mean_i λ_min(H_i)) (λ_min is concave on symmetric matrices; source:
-    Weyl); otherwise the ℓ2 weight alone.
+def strong_convexity_bound(l2: float, mean_lowest: float | None, *, exact: bool) -> float:
+    """μ̲ ≤ μ: where ``mean_lowest`` is the mean of the H_i's exact smallest eigenvalues (``exact``: a quadratic's
+    Hessians, their Lanczos run to d products, `lanczos_is_exact`), max(the ℓ2 weight, it) (λ_min is concave on
+    symmetric matrices; source: Weyl); otherwise the ℓ2 weight alone.
 
-    A non-quadratic problem's H_i here is its curvature majorant (`dane.problems.glm`: (m/N) c_f X_iᵀX_i + λI), whose
-    λ_min bounds the curvature from above, not below: the logistic loss's curvature falls towards 0 away from the
-    data, so λ is the only strong convexity every point shares."""
-    return max(l2, mean_lowest) if quadratic else l2
+    Neither other estimate bounds μ from below: a shorter Lanczos's smallest Ritz value lies above λ_min(H_i), and a
+    non-quadratic problem's H_i here is its curvature majorant (`dane.problems.glm`: (m/N) c_f X_iᵀX_i + λI), whose
+    λ_min bounds the curvature from above (the logistic loss's curvature falls towards 0 away from the data, so λ is
+    the only strong convexity every point shares)."""
+    return max(l2, mean_lowest) if exact else l2
+
+
+def lanczos_is_exact(problem, iters: int) -> bool:
+    """Whether ``iters`` Lanczos products give a quadratic's H_i's exact extreme eigenvalues: ``iters`` ≥ d (the
+    Krylov space is then the whole space; `baselines.spectral.lanczos_extremes` reorthogonalizes fully)."""
+    return bool(problem.quadratic) and iters >= problem.dim
 
 
 def scaffold_local_step(smoothness: float, mu_low: float, local_steps: int, lr_factor: float) -> float:
@@ -232,8 +242,9 @@ def diana_step(smoothness: float, mu_low: float, omega: float, workers: int, alp
     every f_i L-smooth), μ = μ̲ (`strong_convexity_bound`).  Source: Horváth et al. 2019 (arXiv:1904.05115), the
     DIANA step for μ-strongly convex L-smooth f_i with full local gradients (σ = 0), the rule the FedNL paper's
     public code (Rustem-Islamov/FedNL-Public, ``diana``) runs DIANA with.  At ω = 0 it is 2/(L + μ), GD's best fixed
-    step (Nesterov 2004, Theorem 2.1.15)."""
-    step = 2.0 / ((smoothness + mu_low) * (1.0 + 6.0 * omega / workers))
+    step (Nesterov 2004, Theorem 2.1.15), which an L short of the true one (a Lanczos estimate is) would carry past
+    2/L: as `baselines.gd`'s, the step is held at `LANCZOS_STEP_FACTOR`/L."""
+    step = min(2.0 / ((smoothness + mu_low) * (1.0 + 6.0 * omega / workers)), LANCZOS_STEP_FACTOR / smoothness)
     return min(alpha / (2.0 * mu_low), step) if mu_low > 0 else step
 
 

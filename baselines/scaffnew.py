@@ -15,8 +15,8 @@ the state_dict.  The record of a round is the common iterate x̄ it starts from.
 
 γ = ``lr`` (null: 1/max_i L_i, `baselines.federated`); p = ``p`` (null: the paper's
 p = sqrt(μ/L), L = max_i L_i and μ = μ̲, a lower bound of the strong convexity
-(`baselines.defaults.strong_convexity_bound`: on a quadratic max(the ℓ2 weight, mean_i λ_min(H_i)), the λ_min(H_i)
-by local Lanczos and one allreduce before round 0; otherwise the ℓ2 weight), which gives the
+(`baselines.defaults.strong_convexity_bound`: max(the ℓ2 weight, mean_i λ_min(H_i)) on a quadratic whose local
+Lanczos runs d products, ``power_iters`` ≥ d, and one allreduce before round 0; otherwise the ℓ2 weight), which gives the
 O(sqrt(L/μ) log 1/ε) communications of Mishchenko et al., Theorem 3.6).  With p = 1 every
 iteration communicates and the round is a step of distributed gradient descent with step γ.
 Client sampling is not defined for ProxSkip (h_i's update needs every client's x̂_i at every
@@ -36,7 +36,7 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .defaults import Resolution, local_step, scaffnew_probability, strong_convexity_bound
+from .defaults import Resolution, lanczos_is_exact, local_step, scaffnew_probability, strong_convexity_bound
 from .federated import Federated, LocalSolveKeys, PolicyKeys
 from .measure import mean_lowest
 
@@ -109,8 +109,8 @@ class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "Scaffnew":
-        """The nulls resolved (`baselines.defaults`): γ from max_i L_i, p from it and μ̲ (an allreduce each; μ̲'s on a
-        quadratic only)."""
+        """The nulls resolved (`baselines.defaults`): γ from max_i L_i, p from it and μ̲ (an allreduce each; μ̲'s
+        only where its Lanczos is exact)."""
         resolution, p = Resolution(), self.p
         smoothness = self.measured_smoothness(problem, comm, resolution)
         gamma = self.lr if self.lr is not None else resolution.add("lr", local_step(smoothness), "local_step",
@@ -121,9 +121,10 @@ class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
                 raise ConfigError("algorithm.p=null is sqrt(mu/L) from the strong convexity and the estimated L, "
                                   "which needs a strongly convex problem and algorithm.lr=null; set algorithm.p "
                                   "(in (0, 1])")
+            exact = lanczos_is_exact(problem, self.power_iters)  # else its λ_min would bound nothing from below
             lowest = mean_lowest(problem, comm, iters=self.power_iters, seed=self.seed, key="algorithm.p") \
-                if problem.quadratic else None  # a majorant's λ_min bounds nothing from below
-            mu_low = strong_convexity_bound(float(l2), lowest, quadratic=problem.quadratic)
+                if exact else None
+            mu_low = strong_convexity_bound(float(l2), lowest, exact=exact)
             p = resolution.add("p", scaffnew_probability(mu_low, smoothness), "scaffnew_probability", mu_low=mu_low,
                                smoothness=smoothness)
         return Scaffnew(problem, comm, gamma=gamma, p=p, max_local_steps=self.max_local_steps, sampling=self,

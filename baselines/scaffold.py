@@ -33,9 +33,10 @@ O_i(y) − ⟨c_i − c, y⟩, which is L_i-smooth and μ_i-strongly convex, so 
     \qquad L = \max_i L_i, \quad
     \underline\mu \le \mu \quad (\text{`baselines.defaults.strong_convexity_bound`})
 
-(on a quadratic max(λ_ℓ2, mean_i λ_min(H_i)), as mean_i λ_min(H_i) ≤ λ_min(mean_i H_i): λ_min is concave; otherwise
-λ_ℓ2, as a GLM's H_i here is its Hessian majorant, ≥ the curvature anywhere), L_i and λ_min(H_i) from one local
-Lanczos each, shared by the one allreduce before round 0.
+(max(λ_ℓ2, mean_i λ_min(H_i)) on a quadratic whose Lanczos runs d products, ``power_iters`` ≥ d, as
+mean_i λ_min(H_i) ≤ λ_min(mean_i H_i): λ_min is concave; otherwise λ_ℓ2, as a shorter Lanczos's λ_min lies above
+the true one and a GLM's H_i here is its Hessian majorant, ≥ the curvature anywhere), L_i and λ_min(H_i) from one
+local Lanczos each, shared by the one allreduce before round 0.
 2/(L + μ) is the fixed gradient step with the best linear rate on a μ-strongly convex L-smooth function
 (Nesterov, *Introductory Lectures on Convex Optimization*, 2004, Theorem 2.1.15); where μ̲ ≪ L it nears 2/L,
 and ``lr_factor``/L (``lr_factor`` ∈ (0, 2), 1.9) caps it with room for a Lanczos L_i short of λ_max(H_i):
@@ -90,7 +91,8 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .defaults import Resolution, local_step, scaffold_local_step, scaffold_server_step, strong_convexity_bound
+from .defaults import (Resolution, lanczos_is_exact, local_step, scaffold_local_step, scaffold_server_step,
+                       strong_convexity_bound)
 from .federated import Federated, LocalSolveKeys, PolicyKeys
 from .measure import smoothness_and_lowest
 
@@ -180,7 +182,8 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
             L, mean_low = smoothness_and_lowest(problem, comm, iters=self.power_iters, seed=self.seed)
             if convex:  # no theorem for 2/(L + μ) off the convex problems: 1/L there
                 mu_low = strong_convexity_bound(float(problem.strong_convexity), mean_low,
-                                                quadratic=problem.quadratic) if problem.strong_convexity else 0.0
+                                                exact=lanczos_is_exact(problem, self.power_iters)) \
+                    if problem.strong_convexity else 0.0
                 lr = resolution.add("lr", scaffold_local_step(L, mu_low, K, self.lr_factor), "scaffold_local_step",
                                     smoothness=L, mu_low=mu_low, local_steps=K, lr_factor=self.lr_factor)
             else:

@@ -40,11 +40,11 @@ ROWS = [
     # local gradient steps
     (d.local_step, (4.0,), {}, 0.25),
     (d.local_step, (4.0, 1.0), {}, 0.2),
-    (d.strong_convexity_bound, (0.01, 0.3), {"quadratic": True}, 0.3),
-    (d.strong_convexity_bound, (0.01, -0.2), {"quadratic": True}, 0.01),
-    # a non-quadratic's λ_min(H_i) is its curvature majorant's, an upper bound: the ℓ2 weight alone
-    (d.strong_convexity_bound, (0.01, 0.3), {"quadratic": False}, 0.01),
-    (d.strong_convexity_bound, (0.01, None), {"quadratic": False}, 0.01),
+    (d.strong_convexity_bound, (0.01, 0.3), {"exact": True}, 0.3),
+    (d.strong_convexity_bound, (0.01, -0.2), {"exact": True}, 0.01),
+    # a short Lanczos's or a majorant's λ_min(H_i) lies above the true one: the ℓ2 weight alone
+    (d.strong_convexity_bound, (0.01, 0.3), {"exact": False}, 0.01),
+    (d.strong_convexity_bound, (0.01, None), {"exact": False}, 0.01),
     # SCAFFOLD's η_l = min(2/(L + μ̲), f/L, 1/(K μ̲)): each branch binding once
     (d.scaffold_local_step, (10.0, 0.0, 10, 1.9), {}, 0.19),            # μ̲ = 0: f/L
     (d.scaffold_local_step, (10.0, 0.01, 10, 1.9), {}, 0.19),           # 2/10.01 > 0.19, 1/(10·0.01) = 10
@@ -75,6 +75,7 @@ ROWS = [
     (d.diana_step, (4.0, 0.5, 9.0, 3, 0.1), {}, 2 / (4.5 * 19)),         # 0.0234 below α/(2μ) = 0.1
     (d.diana_step, (4.0, 0.5, 9.0, 3, 0.001), {}, 0.001),                # α/(2μ) binds
     (d.diana_step, (4.0, 1.0, 0.0, 4, 1.0), {}, 0.4),                    # ω = 0: 2/(L + μ), GD's best fixed step
+    (d.diana_step, (4.0, 0.0, 0.0, 4, 1.0), {}, 1.9 / 4),                # ... held at 1.9/L (2/L at μ = 0)
     # MARINA's p = ζ_Q/d and γ = 1/(L₋ + L₊ sqrt((1 − p)ω/(pm))) (Gorbunov et al. 2021, Theorem 2.1)
     (d.marina_probability, (3, 30), {}, 0.1),
     (d.marina_step, (2.0, 3.0, 9.0, 0.1, 4), {}, 1 / 15.5),              # sqrt(0.9·9/0.4) = 4.5: 1/(2 + 13.5)

@@ -1,6 +1,6 @@
 """SCAFFOLD's default local step (baselines/scaffold.py): η_l = min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)),
-L = max_i L_i, μ̲ = max(ℓ2 curvature, mean_i λ_min(H_i)), each branch against the closed form from eigvalsh
-(Lanczos is exact here: d = 12 below its 20 iterations), and SCAFFOLD with one local step and η_g = 1 at that
+L = max_i L_i, μ̲ = max(ℓ2 curvature, mean_i λ_min(H_i)) (a quadratic whose Lanczos is exact: d = 12 below its 20
+iterations), each branch against the closed form from eigvalsh, and SCAFFOLD with one local step and η_g = 1 at that
 default step is GD with the same step."""
 from __future__ import annotations
 
