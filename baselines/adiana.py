@@ -41,9 +41,10 @@ counting the already compressed message): per worker a round ``uplink_bits`` += 
 metric, ``downlink_bits`` += 64 (2d + metrics) (the two means, dense: from them every worker forms g^k and h).
 
 *The logged point* is y^k, the paper's output sequence (FedNL-Public's curves are f(y^k) too): each round evaluates
-O_i at y^k, whose gradient is ∇O_i(w^{k+1}) when the coin refreshes w, so a round computes two local gradients
-(at y^k and x^k; w^0 = y^0).  The logged ``grad_norm`` is ‖g^k‖, the estimate ADIANA steps with (at x^k).  It runs
-on the batched simulator as DIANA does.
+O_i at y^k for the record, and its gradient is ∇O_i(w^{k+1}) when the coin refreshes w.  ``local_passes`` counts the
+method's gradients: ∇O_i(x^k) every round, ∇O_i(y^k) at round 0 (w^0 = y^0) and where the coin refreshes w, 1 + p a
+round in expectation; the evaluation for the record alone is not counted.  The logged ``grad_norm`` is ‖g^k‖, the
+estimate ADIANA steps with (at x^k).  It runs on the batched simulator as DIANA does.
 
 Departures: none in the round; as DIANA's, L is a Lanczos estimate of max_i λ_max(H_i) at w_0 and μ̲ a lower
 bound of μ.  The theorem's parameters are taken from the case split the public code implements; the paper's
@@ -61,6 +62,7 @@ from dane.comm import Communicator
 from dane.compress import make
 from dane.errors import ConfigError
 from dane.problems import Problem
+from dane.work import count, uncounted
 
 from .defaults import (ADIANA_THETA2, Resolution, adiana_beta, adiana_gamma, adiana_probability, adiana_step,
                        adiana_theta1, diana_shift_step)
@@ -92,9 +94,11 @@ class ADIANA(Algorithm):
         self.generators = worker_streams(comm, self.counter, seed)
 
     def step(self) -> dict[str, float]:
-        grad_y, metrics = self.problem.evaluate(self.y)
+        with uncounted():                             # the record's metrics; its gradient is work only where used:
+            grad_y, metrics = self.problem.evaluate(self.y)
         if self.grad_w is None:                       # round 0: w^0 = y^0
             self.grad_w = grad_y
+            count("local_passes", 1.0)
         x = self.theta1 * self.z + self.theta2 * self.x_w + (1 - self.theta1 - self.theta2) * self.y
         grad_x, _ = self.problem.evaluate(x)
         delta = compress_each(self.compressor, grad_x - self.h_i, self.generators)          # Q(∇O_i(x^k) − h_i)
@@ -108,6 +112,7 @@ class ADIANA(Algorithm):
         refresh = bool(self.coin.random() < self.p)   # c_k: w^{k+1} = y^k
         if refresh:
             self.x_w, self.grad_w = self.y, grad_y
+            count("local_passes", 1.0)
         self.y = y_next
         self.w = self.y
         return {**self.metrics(g, metrics), "lr": self.lr, "w_refreshed": float(refresh)}

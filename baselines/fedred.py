@@ -109,6 +109,7 @@ class FedRed(Federated):
     def round(self) -> dict[str, float]:
         x = self.w
         members, inside = self.members()
+        grad = None  # the participants' ∇O_i(x̃) where this round computes it: the local solve's first gradient
         if self.control_variate == 1 or self.h is None:
             grad, payload = self.grad_and_payload(x)
             grad = self.held(grad, members)                                     # the participants' ∇O_i(x̃)
@@ -122,7 +123,7 @@ class FedRed(Federated):
             rides, reduced = self.payload(x), None  # x̃'s metrics ride in the averaging allreduce
         steps = self.local_step_count()
         h = self.held(self.h, members)                                      # the participants' h_i
-        x_i = self.local_solve(x, h, steps) if inside else x                 # 2. x_i ≈ argmin F_i
+        x_i = self.local_solve(x, h, steps, grad) if inside else x           # 2. x_i ≈ argmin F_i
         if self.averaging == "mean":
             (x_mean,), late = self.average(members, [x_i], rides, down=[x])
             x_next = x + self.server_lr * (x_mean - x) if self.server_lr != 1.0 else x_mean
@@ -149,12 +150,15 @@ class FedRed(Federated):
             steps += 1
         return steps
 
-    def local_solve(self, x: torch.Tensor, h: torch.Tensor, steps: int) -> torch.Tensor:
+    def local_solve(self, x: torch.Tensor, h: torch.Tensor, steps: int,
+                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
+        """x_i from x̃ = ``x``; ``anchor_grad``: ∇O_i(x̃) where the round has it (type 1), not computed again."""
         if self.local.local_solver != "steps":
-            return self.prox(x, h, self.lam)                                  # DANE+: any inexact solver
+            return self.prox(x, h, self.lam, anchor_grad=anchor_grad)         # DANE+: any inexact solver
         z, inv = x, 1.0 / self.gamma
-        for _ in range(steps):                                                # FedRed: doubly regularized steps
-            z = (inv * z + self.lam * x - self.local_grad(z) + h) / (inv + self.lam)
+        for k in range(steps):                                                # FedRed: doubly regularized steps
+            grad = anchor_grad if k == 0 and anchor_grad is not None else self.local_grad(z)
+            z = (inv * z + self.lam * x - grad + h) / (inv + self.lam)
         return z
 
     def floor_diagnosis(self, floor) -> str:

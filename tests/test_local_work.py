@@ -124,6 +124,26 @@ def test_newton_3pc_and_dingo_take_their_gradient_from_the_hessians_pass():
             [M * (2 * t + sum(c == 3 for c in cases[:t])) for t in range(1, 4)]
 
 
+def test_adiana_counts_its_gradient_at_y_only_where_the_method_uses_it():
+    """∇O_i(x^k) every round; ∇O_i(y^k) at round 0 (w^0 = y^0) and where the coin refreshes w^{k+1} = y^k; the
+    evaluation at y^k for the record is not work."""
+    result = dane.fit(logreg(), "adiana", workers=M, rounds=8, compressor="none", p=0.5)
+    used = [1 + (k == 0 or bool(r["w_refreshed"])) for k, r in enumerate(result.records[:-1])]
+    assert 0 < sum(r["w_refreshed"] for r in result.records[:-1]) < 8
+    assert column(result.records, "local_passes") == [M * sum(used[:t]) for t in range(9)]
+
+
+@pytest.mark.parametrize("control_variate", [1, 2])
+def test_fedred_takes_its_first_local_gradient_from_the_round_that_has_it(control_variate):
+    """K steps cost K passes a round, type 1 (whose first step reads the ∇O_i(x̃) its control variate took) as type
+    2; DANE+ with an exact solve costs what DANE at μ = λ does, the iterates being the same."""
+    result = dane.fit(logreg(), "fedred", workers=M, rounds=3, lam=0.1, local_steps=3, control_variate=control_variate)
+    assert column(result.records, "local_passes") == [M * 3 * t for t in range(4)]
+    plus = dane.fit(ridge(), "fedred", workers=M, rounds=3, lam=0.1, local_solver="cholesky")
+    dane_mu = dane.fit(ridge(), "dane", workers=M, rounds=3, mu=0.1, safeguard=False)
+    assert column(plus.records, "local_passes") == column(dane_mu.records, "local_passes") == [M * t for t in range(4)]
+
+
 def fit_batched(problem, algorithm: str, rounds: int, **keys):
     """`dane.fit` with the simulator's batched path forced (``sim.batched=true``)."""
     from dataclasses import replace
