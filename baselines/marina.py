@@ -53,12 +53,14 @@ the paper's broadcast: every client keeps x_k) and ``clients`` (the clients that
 Departures: the theorem is for non-convex f (MARINA's main setting); the package runs it on every problem with
 Hessian-vector products for the step rule, or with a given ``lr`` on any.  Under sampling every client evaluates
 ∇O_i at every iterate (the record's metrics need it) and keeps it, where the paper's drawn client evaluates
-∇O_i(x_k) and ∇O_i(x_{k−1}) then: the same numbers.  The draw I'_k is taken on compressed rounds only (the paper
+∇O_i(x_k) and ∇O_i(x_{k−1}) then: the same numbers.  ``local_passes`` counts the paper's: a full round one a client,
+a compressed round two a distinct drawn client, none for the others.  The draw I'_k is taken on compressed rounds only (the paper
 draws it every round and uses it on compressed ones; the draws being independent of the coin, the law is the same).
 """
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +74,7 @@ from dane.compress import Compressor, Sparsifier, make
 from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic
+from dane.work import count, uncounted
 
 from .defaults import Resolution, marina_probability, marina_step, pp_marina_probability, pp_marina_step
 from .diana import SENT, CompressedKeys, compress_each, own_compression, unbiased_compressor, worker_streams
@@ -115,15 +118,19 @@ class MARINA(Algorithm):
             self.traffic, self.uplink_bits = Traffic(), 0
 
     def step(self) -> dict[str, float]:
-        grad, metrics = self.problem.evaluate(self.w)
+        with uncounted() if self.sampler is not None else nullcontext():  # PP-MARINA: counted as the paper spends it
+            grad, metrics = self.problem.evaluate(self.w)
         full = self.g is None or bool(self.coin.random() < self.p)   # round 0, or c_k = 1
         members = None
         if full:
             sent, kinds = grad, (None,)                               # the whole gradient, counted dense
+            if self.sampler is not None:
+                count("local_passes", 1.0)                            # every client's ∇O_i(x_k)
         elif self.sampler is None:
             sent, kinds = compress_each(self.compressor, grad - self.last_grad, self.generators), (SENT,)
         else:
             members, counts = self.sampler.draw_with_replacement()   # I'_k
+            count("local_passes", 2.0)                                # a drawn client's ∇O_i(x_k) and ∇O_i(x_{k−1})
             sent, kinds = self.drawn_differences(grad - self.last_grad, members, counts), (SENT,)
             if len(members) < self.comm.size:
                 self.comm.next_participants(members.tolist())  # the simulator charges the drawn clients only

@@ -105,8 +105,10 @@ class SDANE(Federated):
         a = extrapolation(lam, A, B) if self.accelerated else 1.0 / lam
         centre = (A * x + a * v) / (A + a) if self.accelerated else v          # y (Acc-S-DANE) or v
         members, inside = self.members()                                      # S
-        grad_x, payload = self.grad_and_payload(x)                           # x_r's metrics ride along
-        grad_c = grad_x if torch.equal(centre, x) else self.local_grad(centre)
+        if torch.equal(centre, x):                                            # x_r's metrics ride along
+            grad_c, payload = self.grad_and_payload(x)
+        else:  # the metrics alone at x_r (uncounted: only the record reads them), the method's gradient at the centre
+            grad_c, payload = self.local_grad(centre), self.payload(x)
         (g_bar,), reduced = self.average(members, [grad_c], payload, down=[centre])   # 1. mean_S ∇O_j(centre)
         x_i, grad_i = self.local_solve(centre, grad_c - g_bar, grad_c) if inside else (centre, grad_c)  # 2. argmin F_i
         (x_bar, G), _ = self.average(members, [x_i, grad_i], down=[g_bar])   # 3. x = mean x_i, G = mean ∇O_i(x_i)

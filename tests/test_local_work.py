@@ -144,7 +144,28 @@ def test_fedred_takes_its_first_local_gradient_from_the_round_that_has_it(contro
     assert column(plus.records, "local_passes") == column(dane_mu.records, "local_passes") == [M * t for t in range(4)]
 
 
-def fit_batched(problem, algorithm: str, rounds: int, **keys):
+@pytest.mark.parametrize("algorithm", ["sdane", "acc_sdane"])
+def test_sdane_counts_no_pass_for_the_records_metrics(algorithm):
+    """An exact solve on a quadratic: ∇O_i at the centre and at x_i, 2 passes a round; the evaluation at x_r that
+    only the record reads (the centre moved off x_r after round 0) is not work."""
+    result = dane.fit(ridge(), algorithm, workers=M, rounds=4, lam=0.1, local_solver="cholesky")
+    assert column(result.records, "local_passes") == [2 * M * t for t in range(5)]
+
+
+def test_pp_marina_counts_the_papers_gradients():
+    """A full round: one gradient a client; a compressed one: two (at x_k and x_{k−1}) a distinct drawn client."""
+    m = 8
+    for batched in (False, True):
+        keys = dict(rounds=8, compressor="randk:2", p=0.3, clients_per_round=2, lr=0.05)
+        result = dane.fit(logreg(), "marina", workers=m, **keys) if not batched else \
+            fit_batched(logreg(), "marina", workers=m, **keys)
+        steps = result.records[:-1]
+        spent = [m if r["full_round"] else 2 * r["clients"] for r in steps]
+        assert 0 < sum(r["full_round"] for r in steps) < len(steps)
+        assert column(result.records, "local_passes") == [sum(spent[:t]) for t in range(len(result.records))]
+
+
+def fit_batched(problem, algorithm: str, rounds: int, workers: int = M, **keys):
     """`dane.fit` with the simulator's batched path forced (``sim.batched=true``)."""
     from dataclasses import replace
 
@@ -158,7 +179,7 @@ def fit_batched(problem, algorithm: str, rounds: int, **keys):
 
     try:
         api.Communication = batched
-        result = dane.fit(problem, algorithm, workers=M, rounds=rounds, **keys)
+        result = dane.fit(problem, algorithm, workers=workers, rounds=rounds, **keys)
     finally:
         api.Communication = original
     assert result.summary["simulator_path"] == "batched"
