@@ -21,6 +21,7 @@ from .api import build
 from .loop.batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
 from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed
+from .records.results import ROUNDS_FILE, SUMMARY_FILE
 from .loop.elastic import check_elastic
 from .errors import ConfigError
 from .comm.horovod import HorovodOptions
@@ -384,6 +385,7 @@ def resume_dir(cfg: DictConfig, workers: int) -> str | None:
             raise ConfigError("resume=auto continues the run in out_dir; set out_dir")
         path = Path(str(cfg.out_dir)).expanduser()
         if committed(path) is None:
+            keep_unfinished(path, int(cfg.get("checkpoint_every") or 0))
             return None
     else:
         path = Path(str(resume)).expanduser()
@@ -392,6 +394,23 @@ def resume_dir(cfg: DictConfig, workers: int) -> str | None:
                               "point it at the run directory of a run made with checkpoint_every > 0")
     check_resume(path, workers, checks.positive_int("rounds", cfg.rounds), OmegaConf.to_yaml(cfg, resolve=True))
     return str(path)
+
+
+def keep_unfinished(path: Path, checkpoint_every: int) -> None:
+    """``resume=auto`` found no committed checkpoint in ``path``: it starts the run again there, replacing an
+    unfinished run's records, only where they are what a restart before the first checkpoint loses (at most
+    ``checkpoint_every`` rounds after round 0); other records are refused in one line, before anything changes."""
+    rounds = path / ROUNDS_FILE
+    if not rounds.is_file() or (path / SUMMARY_FILE).exists():
+        return  # nothing there, or a finished run, which the run directory itself refuses to replace
+    with open(rounds, "rb") as log:
+        held = sum(1 for line in log if line.strip())
+    if checkpoint_every == 0 or held > checkpoint_every + 1:
+        why = "it ran without checkpoint_every" if checkpoint_every == 0 else \
+            f"more than the checkpoint_every={checkpoint_every} rounds a restart before the first checkpoint loses"
+        raise ConfigError(f"resume=auto: {path} holds {held} records of an unfinished run and no committed checkpoint "
+                          f"to continue from ({why}); they are kept: start again with overwrite=true (its records are "
+                          "replaced), or use a new out_dir")
 
 
 def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, int], ...]:

@@ -4,6 +4,8 @@ within a round and keeps its records.
 """
 from __future__ import annotations
 
+import re
+
 import os
 import shutil
 import signal
@@ -64,6 +66,16 @@ def test_resume_auto_restarts_a_run_that_crashed_before_its_first_checkpoint(tmp
     execute_with(run_dir, *RIDGE, "workers=2", "rounds=8", "checkpoint_every=5", "sim.fail_at=[[3,1]]",
                  f"out_dir={run_dir}", "resume=auto")
     assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+    # the records of an unfinished run that resume=auto cannot continue stay, unless they are a restart's to lose
+    crashed = tmp_path / "crashed"
+    with pytest.raises(SimulatedFault):
+        execute_with(crashed, *RIDGE, "workers=2", "rounds=8", "sim.fail_at=[[3,1]]", f"out_dir={crashed}")
+    held = read_rounds(crashed)
+    for every in ("checkpoint_every=0", "checkpoint_every=1"):
+        with pytest.raises(ConfigError, match=rf"^resume=auto: {re.escape(str(crashed))} holds {len(held)} records of "
+                                              r"an unfinished run .* they are kept: start again with overwrite=true"):
+            execute_with(crashed, *RIDGE, "workers=2", "rounds=8", every, f"out_dir={crashed}", "resume=auto")
+    assert read_rounds(crashed) == held
     # a finished run without checkpoints is not started over by resume=auto
     finished = shutil.copytree(whole, tmp_path / "finished")
     with pytest.raises(ConfigError, match="already holds a run"):
