@@ -4,9 +4,8 @@ within a round and keeps its records.
 """
 from __future__ import annotations
 
-import re
-
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -76,6 +75,12 @@ def test_resume_auto_restarts_a_run_that_crashed_before_its_first_checkpoint(tmp
                                               r"an unfinished run .* they are kept: start again with overwrite=true"):
             execute_with(crashed, *RIDGE, "workers=2", "rounds=8", every, f"out_dir={crashed}", "resume=auto")
     assert read_rounds(crashed) == held
+    # overwrite=true replaces a run's checkpoints with its records: resume=auto then starts the new run afresh
+    replaced = tmp_path / "replaced"
+    execute_with(replaced, *RIDGE, "workers=2", "rounds=5", "checkpoint_every=2", f"out_dir={replaced}")
+    assert committed(replaced)["round"] == 4
+    execute_with(replaced, *RIDGE, "workers=2", "rounds=3", f"out_dir={replaced}", "overwrite=true")
+    assert committed(replaced) is None and not (replaced / "checkpoint").exists() and len(read_rounds(replaced)) == 4
     # a finished run without checkpoints is not started over by resume=auto
     finished = shutil.copytree(whole, tmp_path / "finished")
     with pytest.raises(ConfigError, match="already holds a run"):

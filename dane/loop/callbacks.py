@@ -19,6 +19,7 @@ result.  A callback holds what it needs from the spec, and nothing else calls ba
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 import torch
@@ -26,7 +27,8 @@ import yaml
 
 from ..algorithm import Algorithm
 from ..comm.tail import ALPHA_BETA_ONLY
-from .checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint, truncate_rounds
+from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, load_checkpoint, part_meta, save_checkpoint,
+                         truncate_rounds)
 from ..records.confusion import write_confusion
 from ..errors import ConfigError, say
 from .faults import inject_faults
@@ -109,6 +111,8 @@ class Records(Callback):
         overwrite = control.overwrite or (control.restart_unfinished and
                                           not os.path.exists(os.path.join(loop.out_dir, SUMMARY_FILE)))
         loop.writer = RunWriter(loop.out_dir, resume=loop.continuing, overwrite=overwrite)  # on_close releases it
+        if control.overwrite and not loop.continuing:  # the replaced run's checkpoints: no later resume may find them
+            shutil.rmtree(os.path.join(loop.out_dir, CHECKPOINT_DIR), ignore_errors=True)
         if control.config_text:
             loop.writer.write_text("config.yaml", control.config_text)
         if len(control.logger) > 1:
