@@ -160,14 +160,15 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         tol_abs: float | None = None, seed: int = 0, dtype: torch.dtype = torch.float64, out_dir: str | None = None,
         sim_alpha: float | None = None, sim_beta: float | None = None, quiet: bool = True, logger=("jsonl",),
         compress: str | None = None, error_feedback: bool = False, compress_down: str | None = None,
-        **algorithm_keys) -> Result:
+        overwrite: bool = False, **algorithm_keys) -> Result:
     """Run ``algorithm`` (a name from conf/algorithm/, or a built config) on ``problem`` with m simulated workers.
 
     ``tol`` and ``tol_abs`` are the stop rule's (`dane.loop.stopping.StopRule`): with a reference
     optimum, stop once O(w) − O* ≤ max(tol·|O*|, tol_abs); without, once the gradient norm
     is at most ``tol`` times its value at round 0.  ``algorithm_keys`` override the
     algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
-    also writes the usual rounds.jsonl, summary.json and iterate.pt there, and ``logger``
+    also writes the usual rounds.jsonl, summary.json and iterate.pt there (a folder that holds a run's: refused,
+    unless ``overwrite``, which replaces it), and ``logger``
     (``["tensorboard", "mlflow"]``, `dane.records.trackers`) sends the records to those trackers too.  ``sim_alpha``
     (seconds) and ``sim_beta`` (bytes/s) set the simulator's allreduce cost model, ``sim.alpha`` and ``sim.beta``
     on the command line (default: the package's); ``alpha=`` is an algorithm's key (FedNL's α), refused for an
@@ -185,6 +186,9 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
         raise ConfigError(f"rounds must be an integer >= 0 (0: only evaluate w_0), got {rounds!r}")
+    for key, value in (("tol", tol), ("tol_abs", tol_abs)):  # as the command line checks them
+        if value is not None:
+            checks.positive(key, value)
     problem.check_workers(workers)
     if out_dir is None and check_loggers(logger) != ("jsonl",):
         raise ConfigError(f"logger={list(check_loggers(logger))} writes into the run directory; give out_dir")
@@ -199,7 +203,7 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
                          compress_down=compress_down)
     spec = RunSpec(problem=problem, algorithm=algorithm, comm=comm,
                    control=RunControl(stop=StopRule(rounds=rounds, tol=tol, tol_abs=tol_abs), dtype=dtype, seed=seed, quiet=quiet,
-                                      save_iterate=out_dir is not None, logger=logger))
+                                      save_iterate=out_dir is not None, logger=logger, overwrite=bool(overwrite)))
     collected: dict = {}
     try:
         summary = execute(spec, out_dir, collect=collected)

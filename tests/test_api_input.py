@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from dane.compress import make
 from dane.dane import DANE
 from dane.errors import ConfigError
 from dane.loop.faults import RunInterrupted
+from dane.records.results import read_rounds
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,24 @@ def test_negative_rounds_is_one_line(problem):
     with pytest.raises(ConfigError) as error:
         dane.fit(problem, "dane", workers=2, rounds=-1)
     assert one_line(error) == "rounds must be an integer >= 0 (0: only evaluate w_0), got -1"
+
+
+@pytest.mark.parametrize("keys, expected", [({"tol": "1e-8"}, "tol must be a number, got '1e-8'"),
+                                            ({"tol": float("nan")}, "tol must be a finite number, got nan"),
+                                            ({"tol": -1.0}, "tol must be > 0, got -1.0"),
+                                            ({"tol_abs": "x"}, "tol_abs must be a number, got 'x'"),
+                                            ({"tol_abs": 0.0}, "tol_abs must be > 0, got 0.0")])
+def test_the_stop_rule_is_checked_as_on_the_command_line(problem, keys, expected):
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}$"):
+        dane.fit(problem, "gd", workers=2, rounds=2, **keys)
+
+
+def test_a_used_out_dir_is_refused_and_overwrite_replaces_it(problem, tmp_path):
+    dane.fit(problem, "gd", workers=2, rounds=2, out_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"already holds a run .* \(dane.fit: overwrite=True\)$"):
+        dane.fit(problem, "gd", workers=2, rounds=1, out_dir=str(tmp_path))
+    dane.fit(problem, "gd", workers=2, rounds=1, out_dir=str(tmp_path), overwrite=True)
+    assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1]
 
 
 def test_numpy_scalars_are_the_numbers_they_hold(problem):

@@ -161,6 +161,9 @@ CASES = [
     case("workers_mismatch_rank1", "workers=3", *SMALL, env={"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"},
          expected="", lines=0),
     # comm=ps (a parameter server): servers, staleness, the launcher
+    case("torch_without_launcher", "comm=torch", *SMALL,
+         expected="comm=torch needs a launcher that sets RANK and WORLD_SIZE: torchrun --nproc_per_node <n> (or srun "
+                  "under Slurm); use workers=<m> for the in-process simulator"),
     case("ps_without_launcher", "comm=ps", *SMALL,
          expected="comm=ps needs torchrun (its servers are processes of their own: torchrun --nproc_per_node "
                   "<workers + comm.servers> -m experiments.train comm=ps ...), not without a launcher; use workers=<m>"),

@@ -45,6 +45,9 @@ def resolve_backend(backend: str) -> str:
     if backend == "horovod" and "HOROVOD_RANK" not in os.environ and slurm_task() is not None:
         raise ConfigError("comm=horovod cannot start under srun: Horovod's gloo rendezvous needs horovodrun; "
                           "use comm=auto or comm=torch under Slurm (or run horovodrun inside the allocation)")
+    if backend == "torch" and "RANK" not in os.environ and slurm_task() is None:
+        raise ConfigError("comm=torch needs a launcher that sets RANK and WORLD_SIZE: torchrun --nproc_per_node <n> "
+                          "(or srun under Slurm); use workers=<m> for the in-process simulator")
     resolved = detect_launcher()[0] if backend == "auto" else backend
     if resolved == "horovod":  # an extra (dane[horovod]): refused in one line before anything starts
         from .horovod import check_installed

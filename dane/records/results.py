@@ -94,7 +94,8 @@ class RunWriter:
             if old and not resume:
                 if not overwrite:
                     raise ConfigError(f"out_dir={out_dir} already holds a run ({', '.join(old)}); choose a new "
-                                      "out_dir, continue it with resume=, or replace it with overwrite=true")
+                                      "out_dir, continue it with resume=, or replace it with overwrite=true "
+                                      "(dane.fit: overwrite=True)")
                 for name in old:
                     (self.out_dir / name).unlink()
             self.provenance = run_provenance()
