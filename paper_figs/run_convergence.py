@@ -54,9 +54,12 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="a run directory holding rounds.jsonl (and summary.json)")
     args = parser.parse_args(argv)
+    if not Path(args.run_dir).is_dir():
+        say(f"error: {args.run_dir} is not a run directory (a folder holding rounds.jsonl)")
+        sys.exit(2)
     try:
         paths = save(draw(args.run_dir), args.run_dir, "convergence")
-    except FileNotFoundError as exc:
+    except FileNotFoundError as exc:  # DataError too: a damaged log
         say(f"error: {exc}")
         sys.exit(2)
     for path in paths:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -133,3 +134,17 @@ def test_a_run_without_records_leaves_the_folder_as_it_was(tmp_path):
     writer.write_summary({"status": "max_rounds"})  # a result: kept with the rounds file
     writer.close()
     assert sorted(p.name for p in (tmp_path / "summary_only").iterdir()) == [results.ROUNDS_FILE, results.SUMMARY_FILE]
+
+
+def test_read_rounds_leaves_out_a_torn_last_line_and_names_a_damaged_one(tmp_path):
+    """A crash or a full disk mid-write leaves a last line without its newline: the records before it are read (as a
+    resume keeps them); a line that is no record elsewhere is one DataError naming the file and the line."""
+    from dane.errors import DataError
+    from dane.records.results import read_rounds
+
+    log = tmp_path / "rounds.jsonl"
+    log.write_text('{"round": 0, "objective": 1.5}\n{"round": 1, "objective": 1.25}\n{"round": 2, "obje')
+    assert read_rounds(tmp_path) == [{"round": 0, "objective": 1.5}, {"round": 1, "objective": 1.25}]
+    log.write_text('{"round": 0, "objective": 1.5}\n{"round": 1, "obje\n{"round": 2, "objective": 1.0}\n')
+    with pytest.raises(DataError, match=rf"^{re.escape(str(log))}, line 2, is not a record \("):
+        read_rounds(tmp_path)

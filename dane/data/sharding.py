@@ -230,7 +230,11 @@ class ShardingKeys:
         source that has none, which refuses ``sharding=column``.
         """
         self._check_client_column(prefix, columns)
-        checks.one_of(f"{prefix}.sharding", self.sharding, SCHEMES if columns is None else SHARDINGS)
+        if columns is None and self.sharding not in SCHEMES:  # column: a file's client column (docs/own_data.md)
+            raise ConfigError(f"{prefix}.sharding must be one of {'|'.join(SCHEMES)} here, got {self.sharding!r} "
+                              f"({COLUMN} needs a file with a client column: data=csv|npz|libsvm|mongo and "
+                              "data.client_column)")
+        checks.one_of(f"{prefix}.sharding", self.sharding, SHARDINGS)
         checks.positive(f"{prefix}.alpha", self.alpha)
         checks.positive_int(f"{prefix}.classes_per_worker", self.classes_per_worker)
         checks.nonnegative(f"{prefix}.exponent", self.exponent)

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from .provenance import run_provenance
 
 LOCK_FILE = ".lock"
@@ -286,9 +286,22 @@ def _number(value):
 
 
 def read_rounds(run_dir: str | Path) -> list[dict]:
+    """The records of ``run_dir``'s rounds.jsonl.  A torn last line (no newline: a crash or a full disk mid-write)
+    is left out, as a resume drops it; any other line that is no record is a `DataError` naming it."""
     path = Path(run_dir) / ROUNDS_FILE
-    with open(path) as f:
-        return [{k: _number(v) for k, v in json.loads(line).items()} for line in f if line.strip()]
+    text = path.read_text()
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append({k: _number(v) for k, v in json.loads(line).items()})
+        except (json.JSONDecodeError, AttributeError) as exc:
+            if number == len(lines):  # the last line, unterminated: the write a crash cut short
+                break
+            raise DataError(f"{path}, line {number}, is not a record ({exc}); the run's log is damaged") from None
+    return records
 
 
 def read_summary(run_dir: str | Path) -> dict:
