@@ -54,7 +54,13 @@ def run_module(module: str, prog: str, args: list[str]) -> None:
         sys.path.insert(0, str(CHECKOUT))
     sys.argv = [prog, *args]
     set_entry_command([*prog.split(), *args])  # runpy replaces argv[0] with the module's file
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except KeyboardInterrupt as exc:  # a Ctrl-C the run did not take (in the imports, say): one line, status 130
+        if isinstance(exc, SystemExit):  # the run's own (`dane.loop.faults.RunInterrupted`): its line is said
+            raise
+        say(f"{prog}: interrupted")
+        sys.exit(130)
 
 
 def figure_names() -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 
 import numpy as np
@@ -154,6 +155,30 @@ def test_ctrl_c_after_a_record_names_the_records(problem, monkeypatch, tmp_path)
     line, _ = interrupted_line(lambda: dane.fit(problem, "dane", workers=2, rounds=5, out_dir=str(out)))
     assert line == f"interrupted after round 1; records so far are in {out}"
     assert len((out / "rounds.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("at", [1, 3])
+def test_ctrl_c_in_one_process_is_one_line_and_keeps_the_records(problem, monkeypatch, tmp_path, at):
+    """One process (workers=1, no simulator): a KeyboardInterrupt in round 2's step (at=3) ends the rounds as the
+    simulator's Ctrl-C does, records kept and the summary saying interrupted; in round 0's (at=1), before any
+    record, one line and nothing left."""
+    step, calls = DANE.step, []
+
+    def interrupt(self):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return step(self)
+
+    monkeypatch.setattr(DANE, "step", interrupt)
+    out = tmp_path / "run"
+    line, err = interrupted_line(lambda: dane.fit(problem, "dane", workers=1, rounds=5, out_dir=str(out)))
+    if at == 1:
+        assert line == "interrupted before round 0; nothing was written" and not out.exists()
+        return
+    assert line == f"interrupted after round 1; records so far are in {out}" and err == line + "\n"
+    assert len((out / "rounds.jsonl").read_text().splitlines()) == 2  # rounds 0 and 1, as the simulator's above
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
 
 
 @pytest.mark.parametrize("where", ["stacked problem", "algorithm"])

@@ -18,6 +18,7 @@ import torch
 from ..algorithm import Algorithm
 from .checkpoint import keeps_what_was_written
 from ..comm.rendezvous import Interrupted
+from .faults import RunInterrupted
 from ..records.results import in_target_units
 from .parking import Parked
 from .runner import RunResult, run
@@ -137,8 +138,9 @@ def rounds(loop: Loop, callbacks: list, resumed: Callable[[], RunResult] | None 
         loop.result = resumed() if resumed is not None else run(
             loop.algo, loop.spec.control.stop, on_round, resume=loop.resume, on_checkpoint=on_checkpoint,
             checkpoint_every=loop.checkpoint_every, keep_records=loop.keep_records)
-    except Interrupted:  # a Ctrl-C in the simulator: this worker stopped at a collective
-        if not loop.seen:
+    except (Interrupted, KeyboardInterrupt) as exc:  # a Ctrl-C: in the simulator at a collective, or in one process
+        one_process = loop.spec.comm.backend == "local" and not loop.spec.comm.simulated
+        if not loop.seen or (not isinstance(exc, Interrupted) and (not one_process or isinstance(exc, RunInterrupted))):
             raise
         loop.result = RunResult(loop.seen, "interrupted", loop.algo.described_iterate(None), "interrupted")
     except Parked as exc:  # its rounds go on in another thread: ``resume`` comes back here (`drive`)

@@ -165,7 +165,14 @@ def launched(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
         if comm.is_server:
             return serve(spec, comm)
         out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's
-        return launched_worker(spec, comm, out_dir, collect)
+        summary = launched_worker(spec, comm, out_dir, collect)
+        if spec.comm.backend == "local" and summary.get("status") == "interrupted":  # one process: as the simulator
+            raise interrupted(f"interrupted after round {summary['rounds']}{records_kept(out_dir)}")
+        return summary
+    except KeyboardInterrupt as exc:  # one process, before its first record: one line, exit status 130
+        if spec.comm.backend != "local" or isinstance(exc, RunInterrupted):
+            raise
+        raise interrupted(f"interrupted{records_kept(out_dir) or ' before round 0; nothing was written'}") from None
     except (RuntimeError, LauncherTerminated) as exc:  # the latter a BaseException: no except Exception takes it
         lost = worker_lost(exc, "a parameter server" if comm.is_server else f"worker {comm.rank}", out_dir,
                            spec.control.checkpoint_every)
