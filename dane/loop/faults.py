@@ -61,7 +61,8 @@ def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, o
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise SimulatedFault(f"simulated worker {rank} was lost at round {round_} (sim.fail_at); "
-                             "the last committed checkpoint stays: rerun with resume=auto to continue")
+                             "the last committed checkpoint stays: rerun with resume=auto to continue (a run with "
+                             "checkpoint_every)")
 
 
 #: what the backends say when a peer's connection goes: gloo (torch.distributed, comm=ps) and Horovod
