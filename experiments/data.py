@@ -19,6 +19,7 @@ The push is idempotent and completes an interrupted one (`dane.data.mongo_push`)
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -92,12 +93,25 @@ def push(args) -> str:
                       client_column=args.client_column)
 
 
+#: the data keys a source's message names, as this command's flags (a source's checks speak of a run's config)
+FLAGS = ((re.compile(r"data\.categorical=\[([^\]]*)\]"), lambda m: "--categorical " + m[1].replace(",", " ")),
+         (re.compile(r"\bdata\.(target|categorical|delimiter|standardize|client_column)\b"),
+          lambda m: "--" + m[1].replace("_", "-")))
+
+
+def as_flags(message: str) -> str:
+    """``message`` with the data keys it names written as ``dane data push``'s flags."""
+    for pattern, flag in FLAGS:
+        message = pattern.sub(flag, message)
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         print(push(args))
     except UserError as err:
-        say(f"error: {err}")
+        say(f"error: {as_flags(str(err))}")
         sys.exit(2)
 
 

@@ -332,3 +332,21 @@ def test_split_agents_read_each_minibatch_by_id_from_their_list(files, tmp_path,
             assert fetched == [assigned[batch.numpy()].tolist()]
             seen += fetched[0]
     assert sorted(seen) == sorted(data.train_x.ids.tolist())
+
+
+def test_a_push_error_names_the_commands_flags(tmp_path, capsys):
+    """The CSV source's checks speak of a run's keys (data.categorical=[gre], data.target); dane data push says its
+    own flags."""
+    from dane.experiments.data import as_flags, main
+
+    assert as_flags("list it under data.categorical=[gre,rank] to one-hot encode it") == \
+        "list it under --categorical gre rank to one-hot encode it"
+    assert as_flags("set data.target / data.categorical, data.client_column") == \
+        "set --target / --categorical, --client-column"
+    text = tmp_path / "text.csv"
+    text.write_text("gre,admit\n3.5,1\nabc,0\n")
+    with pytest.raises(SystemExit) as stopped:
+        main(["push", str(text), "--target", "admit", "--uri", str(tmp_path / "store"), "--collection", "t"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (f"error: {text} line 3, column 'gre': 'abc' is not a number; list it under "
+                                       "--categorical gre to one-hot encode it, or clean the file\n")
