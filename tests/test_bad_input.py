@@ -235,6 +235,9 @@ CASES = [
          expected="out_dir={tmp}/finished already holds a run (rounds.jsonl, summary.json); choose a new out_dir"),
     case("out_dir_is_a_file", *SMALL, out_dir="{tmp}/a_file",
          expected="out_dir={tmp}/a_file is a file, not a directory; choose another out_dir"),
+    case("out_dir_under_a_file", *SMALL, out_dir="{tmp}/a_file/sub",
+         expected="out_dir={tmp}/a_file/sub cannot be made: {tmp}/a_file is a file, not a directory; choose another "
+                  "out_dir"),
     case("libsvm_nan", *LOGREG, "data=libsvm", "data.path={tmp}/nan.svm",
          expected="{tmp}/nan.svm holds 1 non-finite values (nan/inf), the first at line 3, feature 2; clean the file"),
     case("libsvm_inf_label", *LOGREG, "data=libsvm", "data.path={tmp}/inf_label.svm",

@@ -80,7 +80,9 @@ class RunWriter:
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
-            raise ConfigError(f"out_dir={out_dir} is a file, not a directory; choose another out_dir") from None
+            file = next((p for p in (self.out_dir, *self.out_dir.parents) if p.exists()), self.out_dir)
+            what = f"out_dir={out_dir} is" if file == self.out_dir else f"out_dir={out_dir} cannot be made: {file} is"
+            raise ConfigError(f"{what} a file, not a directory; choose another out_dir") from None
         except OSError as err:  # permission denied, a read-only file system, a path under /proc
             raise ConfigError(f"out_dir={out_dir} cannot be created ({err.strerror.lower()}); "
                               "choose another out_dir") from None
