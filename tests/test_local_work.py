@@ -311,3 +311,22 @@ def test_an_elastic_state_gives_each_rank_its_row_of_the_table():
     for ledger in grown:
         ledger.load_state_dict(state, size=3)
     assert [ledger.counts[0, 0] for ledger in grown] == [4.0, 0.0, 0.0]
+
+
+def test_an_lbfgs_local_solve_evaluates_each_point_once(monkeypatch):
+    """The tolerance's ∇φ(x0) and scipy's first evaluation are one pass, and a point scipy asks for again (a line
+    search's last trial) is not a second: no two evaluations in a row at one point within a solve."""
+    from dane.numerics import local_solvers
+
+    seen, value_grad = [], local_solvers.Subproblem.value_grad
+
+    def spy(self, w):
+        seen.append((id(self), w.clone()))
+        return value_grad(self, w)
+
+    monkeypatch.setattr(local_solvers.Subproblem, "value_grad", spy)
+    X, y = table()
+    dane.fit(dane.problems.LogReg(X, (y > 0).astype(float), lam=1e-2, local_solver="lbfgs"), "dane", workers=1,
+             rounds=3)
+    assert len(seen) > 6
+    assert not any(a == b and torch.equal(v, w) for (a, v), (b, w) in zip(seen, seen[1:]))

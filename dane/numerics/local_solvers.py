@@ -343,10 +343,15 @@ def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:
         import scipy.optimize  # here, not at import: a run that never asks for L-BFGS does not pay for it
 
     dtype, device = sub.anchor.dtype, sub.anchor.device
+    last: dict = {}
 
     def fun(x: np.ndarray):
-        value, grad = sub.value_grad(torch.from_numpy(x).to(device, dtype))
-        return value, grad.double().cpu().numpy()
+        """φ and ∇φ at x, a pass over the rows; at the point just evaluated (x0 for the tolerance then for scipy, a line
+        search's last trial) the same numbers again, no pass."""
+        if last.get("x") is None or not np.array_equal(last["x"], x):
+            value, grad = sub.value_grad(torch.from_numpy(x).to(device, dtype))
+            last.update(x=x.copy(), value=value, grad=grad.double().cpu().numpy())
+        return last["value"], last["grad"].copy()
 
     x0 = sub.anchor.double().cpu().numpy()
     _, grad0 = fun(x0)
