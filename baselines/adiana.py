@@ -29,7 +29,7 @@ strongly convex ADIANA theorem, α = 1/(ω + 1), θ₂ = 1/2, β = 1 − γμ, �
 - η = ``lr`` null: min(1/(2L), m/(64ωL(2p(ω + 1) + 1)²)) (`baselines.defaults.adiana_step`; 1/(2L) at ω = 0),
   L = max_i L_i;
 - μ = ``mu`` null: μ̲, max(ℓ2 weight, mean_i λ_min(H_i)) on a quadratic whose Lanczos ran d products
-  (``power_iters`` ≥ d), else the ℓ2 weight (`baselines.defaults.strong_convexity_bound`), refused at 0;
+  (``power_iters`` ≥ d, or d ≤ 2000), else the ℓ2 weight (`baselines.defaults.strong_convexity_bound`), refused at 0;
 - θ₁, γ, β = ``theta1``, ``gamma``, ``beta`` null: `adiana_theta1`, `adiana_gamma`, `adiana_beta`; θ₂ = 1/2
   (`baselines.defaults.ADIANA_THETA2`).
 

@@ -22,6 +22,8 @@ from dane.numerics.local_solvers import LocalSolver
 
 #: below 2 (a fixed step below 2/L decreases an L-smooth f): room for a Lanczos L short of λ_max, as GD's lr_factor
 LANCZOS_STEP_FACTOR = 1.9
+#: `lanczos_iters`: a quadratic up to this d runs its Lanczos to d products (exact); the dense local solves' limit
+EXACT_SPECTRUM_MAX_DIM = 2000
 #: `dissimilarity`: δ_A at least this times ‖H‖ (identical shards: δ_A = 0, and λ = 0 is no regularizer)
 DISSIMILARITY_FLOOR = 1e-6
 #: `balanced_prox_weight`'s balance for S-DANE, FedDANE (``make bench`` section ``defaults``: at 1/2, nearer the
@@ -170,6 +172,16 @@ def lanczos_is_exact(problem, iters: int) -> bool:
     """Whether ``iters`` Lanczos products give a quadratic's H_i's exact extreme eigenvalues: ``iters`` ≥ d (the
     Krylov space is then the whole space; `baselines.spectral.lanczos_extremes` reorthogonalizes fully)."""
     return bool(problem.quadratic) and iters >= problem.dim
+
+
+def lanczos_iters(problem, power_iters: int) -> int:
+    """The local Lanczos products a default's statistics take: ``power_iters``, or d on a quadratic of d ≤
+    `EXACT_SPECTRUM_MAX_DIM`, whose extreme eigenvalues are then exact (`lanczos_is_exact`) and its μ̲ the mean
+    λ_min(H_i), not the ℓ2 weight alone (`strong_convexity_bound`).  This package's rule: d local products, no
+    communication, before round 0."""
+    if problem.quadratic and power_iters < problem.dim <= EXACT_SPECTRUM_MAX_DIM:
+        return int(problem.dim)
+    return power_iters
 
 
 def scaffold_local_step(smoothness: float, mu_low: float, local_steps: int, lr_factor: float) -> float:

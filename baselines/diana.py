@@ -18,8 +18,8 @@ run's first lines and the summary's ``defaults``):
 - α = ``alpha`` null: 1/(ω + 1) (`baselines.defaults.diana_shift_step`); a larger α is refused;
 - γ = ``lr`` null: min(α/(2μ̲), 2/((L + μ̲)(1 + 6ω/m))) (`baselines.defaults.diana_step`, Horváth et al. 2019),
   L = max_i L_i, μ̲ = `baselines.defaults.strong_convexity_bound` (max(ℓ2 weight, mean_i λ_min(H_i)) on a quadratic
-  whose Lanczos ran d products, ``power_iters`` ≥ d; else the ℓ2 weight), from GD's local Lanczos (`baselines.gd`)
-  and one allreduce
+  whose Lanczos ran d products: ``power_iters`` ≥ d, or d ≤ 2000, `baselines.defaults.lanczos_iters`; else the ℓ2
+  weight), from GD's local Lanczos (`baselines.gd`) and one allreduce
   before round 0 (`baselines.measure.smoothness_moments`, counted in round 0's ``comm_rounds`` and ``bytes_sent``;
   ``uplink_bits`` and ``downlink_bits`` count the method's rounds, from round 0 on).
 
@@ -55,7 +55,8 @@ from dane.compress import Compressor, make
 from dane.errors import ConfigError
 from dane.problems import Problem
 
-from .defaults import Resolution, diana_shift_step, diana_step, lanczos_is_exact, strong_convexity_bound
+from .defaults import (Resolution, diana_shift_step, diana_step, lanczos_is_exact, lanczos_iters,
+                       strong_convexity_bound)
 from .measure import smoothness_moments
 
 #: the kind of the message a method compresses itself (`dane.comm.compression`, ``precompressed``)
@@ -152,9 +153,10 @@ class CompressedKeys:
 
     def moments(self, problem: Problem, comm: Communicator) -> dict[str, float]:
         """`baselines.measure.smoothness_moments` (one allreduce before round 0), with μ̲ (`strong_convexity_bound`)."""
-        found = smoothness_moments(problem, comm, iters=self.power_iters, seed=self.seed)
+        iters = lanczos_iters(problem, self.power_iters)
+        found = smoothness_moments(problem, comm, iters=iters, seed=self.seed)
         l2 = float(problem.strong_convexity or 0.0)
-        mu_low = strong_convexity_bound(l2, found["mean_lowest"], exact=lanczos_is_exact(problem, self.power_iters))
+        mu_low = strong_convexity_bound(l2, found["mean_lowest"], exact=lanczos_is_exact(problem, iters))
         return {**found, "mu_low": max(0.0, mu_low)}
 
 

@@ -16,7 +16,8 @@ the state_dict.  The record of a round is the common iterate x̄ it starts from.
 γ = ``lr`` (null: 1/max_i L_i, `baselines.federated`); p = ``p`` (null: the paper's
 p = sqrt(μ/L), L = max_i L_i and μ = μ̲, a lower bound of the strong convexity
 (`baselines.defaults.strong_convexity_bound`: max(the ℓ2 weight, mean_i λ_min(H_i)) on a quadratic whose local
-Lanczos runs d products, ``power_iters`` ≥ d, and one allreduce before round 0; otherwise the ℓ2 weight), which gives the
+Lanczos runs d products, ``power_iters`` ≥ d or d ≤ 2000 (`baselines.defaults.lanczos_iters`), and one allreduce
+before round 0; otherwise the ℓ2 weight), which gives the
 O(sqrt(L/μ) log 1/ε) communications of Mishchenko et al., Theorem 3.6).  With p = 1 every
 iteration communicates and the round is a step of distributed gradient descent with step γ.
 Client sampling is not defined for ProxSkip (h_i's update needs every client's x̂_i at every
@@ -36,7 +37,8 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .defaults import Resolution, lanczos_is_exact, local_step, scaffnew_probability, strong_convexity_bound
+from .defaults import (Resolution, lanczos_is_exact, lanczos_iters, local_step, scaffnew_probability,
+                       strong_convexity_bound)
 from .federated import Federated, LocalSolveKeys, PolicyKeys
 from .measure import mean_lowest
 
@@ -121,9 +123,9 @@ class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
                 raise ConfigError("algorithm.p=null is sqrt(mu/L) from the strong convexity and the estimated L, "
                                   "which needs a strongly convex problem and algorithm.lr=null; set algorithm.p "
                                   "(in (0, 1])")
-            exact = lanczos_is_exact(problem, self.power_iters)  # else its λ_min would bound nothing from below
-            lowest = mean_lowest(problem, comm, iters=self.power_iters, seed=self.seed, key="algorithm.p") \
-                if exact else None
+            iters = lanczos_iters(problem, self.power_iters)
+            exact = lanczos_is_exact(problem, iters)  # else its λ_min would bound nothing from below
+            lowest = mean_lowest(problem, comm, iters=iters, seed=self.seed, key="algorithm.p") if exact else None
             mu_low = strong_convexity_bound(float(l2), lowest, exact=exact)
             p = resolution.add("p", scaffnew_probability(mu_low, smoothness), "scaffnew_probability", mu_low=mu_low,
                                smoothness=smoothness)

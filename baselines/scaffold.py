@@ -33,7 +33,7 @@ O_i(y) − ⟨c_i − c, y⟩, which is L_i-smooth and μ_i-strongly convex, so 
     \qquad L = \max_i L_i, \quad
     \underline\mu \le \mu \quad (\text{`baselines.defaults.strong_convexity_bound`})
 
-(max(λ_ℓ2, mean_i λ_min(H_i)) on a quadratic whose Lanczos runs d products, ``power_iters`` ≥ d, as
+(max(λ_ℓ2, mean_i λ_min(H_i)) on a quadratic whose Lanczos runs d products, ``power_iters`` ≥ d or d ≤ 2000, as
 mean_i λ_min(H_i) ≤ λ_min(mean_i H_i): λ_min is concave; otherwise λ_ℓ2, as a shorter Lanczos's λ_min lies above
 the true one and a GLM's H_i here is its Hessian majorant, ≥ the curvature anywhere), L_i and λ_min(H_i) from one
 local Lanczos each, shared by the one allreduce before round 0.
@@ -91,8 +91,8 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .defaults import (Resolution, lanczos_is_exact, local_step, scaffold_local_step, scaffold_server_step,
-                       strong_convexity_bound)
+from .defaults import (Resolution, lanczos_is_exact, lanczos_iters, local_step, scaffold_local_step,
+                       scaffold_server_step, strong_convexity_bound)
 from .federated import Federated, LocalSolveKeys, PolicyKeys
 from .measure import smoothness_and_lowest
 
@@ -179,10 +179,11 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         resolution, lr, server_lr, K = Resolution(), self.lr, self.server_lr, self.local_steps
         convex = problem.strong_convexity is not None
         if lr is None:
-            L, mean_low = smoothness_and_lowest(problem, comm, iters=self.power_iters, seed=self.seed)
+            iters = lanczos_iters(problem, self.power_iters)
+            L, mean_low = smoothness_and_lowest(problem, comm, iters=iters, seed=self.seed)
             if convex:  # no theorem for 2/(L + μ) off the convex problems: 1/L there
                 mu_low = strong_convexity_bound(float(problem.strong_convexity), mean_low,
-                                                exact=lanczos_is_exact(problem, self.power_iters)) \
+                                                exact=lanczos_is_exact(problem, iters)) \
                     if problem.strong_convexity else 0.0
                 lr = resolution.add("lr", scaffold_local_step(L, mu_low, K, self.lr_factor), "scaffold_local_step",
                                     smoothness=L, mu_low=mu_low, local_steps=K, lr_factor=self.lr_factor)

@@ -151,6 +151,17 @@ def test_the_balanced_weight_is_the_crossing_by_hand(gaps, mu, balance, expected
     assert found == expected if expected is None else found == pytest.approx(expected, rel=1e-14)
 
 
+def test_a_small_quadratics_lanczos_runs_to_d_products():
+    """`lanczos_iters`: d products on a quadratic of d ≤ 2000 (exact, so μ̲ reads its λ_min), power_iters otherwise."""
+    from types import SimpleNamespace as P
+
+    small, large, logistic = P(quadratic=True, dim=21), P(quadratic=True, dim=2001), P(quadratic=False, dim=21)
+    assert d.lanczos_iters(small, 20) == 21 and d.lanczos_is_exact(small, 21) and not d.lanczos_is_exact(small, 20)
+    assert d.lanczos_iters(P(quadratic=True, dim=12), 20) == 20
+    assert d.lanczos_iters(large, 20) == 20 and not d.lanczos_is_exact(large, 20)
+    assert d.lanczos_iters(logistic, 20) == 20 and not d.lanczos_is_exact(logistic, 30)
+
+
 def test_the_constants_are_the_documented_ones():
     """The tuning constants the docs and the yaml comments quote."""
     assert (d.GAP_BALANCE, d.ACC_GAP_BALANCE, d.PROX_PER_DISSIMILARITY) == (1.0, 2.0, 1 / 512)

@@ -464,8 +464,8 @@ def test_fedprox_calls_a_stalled_objective_its_floor_only_where_the_suboptimalit
 
 def test_scaffnew_default_p_reads_a_true_lower_bound_of_the_strong_convexity():
     """p = sqrt(μ̲/L): μ̲ is the ℓ2 weight on the logistic loss (its Lanczos λ_min would be the curvature majorant's, an
-    upper bound, and is not measured) and on a quadratic whose Lanczos stops short of d products (its smallest Ritz
-    value lies above λ_min), the larger mean λ_min(H_i) on a quadratic whose Lanczos is exact."""
+    upper bound, and is not measured), the larger mean λ_min(H_i) on a quadratic, whose Lanczos runs to d products
+    (a shorter one's smallest Ritz value lies above λ_min: `test_default_rules`)."""
     import numpy as np
 
     import dane
@@ -473,9 +473,8 @@ def test_scaffnew_default_p_reads_a_true_lower_bound_of_the_strong_convexity():
     X = np.random.default_rng(0).standard_normal((80, 4))
     y = (X @ np.ones(4) > 0).astype(float)
     ridge = dane.problems.Ridge(X, X @ np.ones(4), lam=1e-3)
-    for problem, quadratic, iters in ((dane.problems.LogReg(X, y, lam=1e-3), False, 20), (ridge, True, 20),
-                                      (ridge, False, 3)):
-        result = dane.fit(problem, "scaffnew", workers=4, rounds=1, power_iters=iters)
+    for problem, quadratic in ((dane.problems.LogReg(X, y, lam=1e-3), False), (ridge, True)):
+        result = dane.fit(problem, "scaffnew", workers=4, rounds=1)
         (p,) = [e for e in result.summary["defaults"] if e["key"] == "algorithm.p"]
         mu_low, smoothness = p["stats"]["mu_low"], p["stats"]["smoothness"]
         assert (mu_low > 1e-3) if quadratic else (mu_low == 1e-3)
