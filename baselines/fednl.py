@@ -98,7 +98,6 @@ from dane.comm.batched import stacked
 from dane.compress import Compressor, RandK, TopK, make
 from dane.errors import ConfigError
 from dane.problems import Problem, ProblemConfig
-from dane.problems.glm import LinearModelShard
 from dane.problems.stacked_compress import compress_rows, load as load_kernels
 from dane.problems.stacked_hessians import CompactHessians, PackedRows, frobenius_norms, packed_size, unpack
 from dane.problems.stacked_rows import StackedRows
@@ -107,6 +106,7 @@ from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 from .defaults import THIRD_DERIVATIVE_BOUND, Resolution, cubic_constant
 from .federated import VALUE_BITS, ClientBits, Federated
 from .measure import mean_row_cubes
+from .newton_star import require_rows
 from .fednl_server import armijo_backtrack, newton_direction, shifted_newton
 
 VARIANTS = ("plain", "ls", "pp", "cr")
@@ -249,10 +249,7 @@ class FedNL(ClientBits, Federated):
                  defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, sampling=sampling, seed=seed, defaults=defaults)
         self.cubic = cubic  # FedNL-CR's M (0: no cubic term)
-        if not isinstance(problem, StackedRows if stacked(comm) else LinearModelShard) or (
-                not stacked(comm) and problem.classes != 1):
-            raise ConfigError(f"algorithm=fednl needs a linear model with one output on rows (problem=logreg, or "
-                              f"problem=ridge with data=...), got {type(problem).__name__}")
+        require_rows(problem, comm, "fednl")
         self.compressor = make(compressor)
         if stacked(comm):  # the clients' Hessians built with their rows (`FedNLConfig.build_stacked`)
             clients = CompactHessians.kept(problem, whole=self.compressor.matrices)

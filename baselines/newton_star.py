@@ -44,13 +44,22 @@ from .federated import VALUE_BITS, ClientBits, Federated
 
 
 
+def require_rows(problem: Problem, comm: Communicator, method: str) -> None:
+    """Refuse, in one line, any problem but a one-output linear model on rows (the stacked rows on a batched
+    communicator)."""
+    if isinstance(problem, StackedRows if stacked(comm) else LinearModelShard) and (
+            stacked(comm) or problem.classes == 1):
+        return
+    got = f"a softmax model ({problem.classes} outputs)" if isinstance(problem, LinearModelShard) else \
+        f"a problem without rows of a linear model ({type(problem).__name__})"
+    raise ConfigError(f"algorithm={method} needs a linear model with one output on rows (problem=logreg, or "
+                      f"problem=ridge with data=...), got {got}")
+
+
 def client_rows(problem: Problem, comm: Communicator, method: str) -> StackedRows:
-    """The clients' rows: all m on a batched communicator (the stacked rows it holds), else this worker's one; any
-    other problem than a one-output linear model on rows is refused in one line."""
-    if not isinstance(problem, StackedRows if stacked(comm) else LinearModelShard) or (
-            not stacked(comm) and problem.classes != 1):
-        raise ConfigError(f"algorithm={method} needs a linear model with one output on rows (problem=logreg, or "
-                          f"problem=ridge with data=...), got {type(problem).__name__}")
+    """The clients' rows: all m on a batched communicator (the stacked rows it holds), else this worker's one
+    (`require_rows`)."""
+    require_rows(problem, comm, method)
     return problem if stacked(comm) else StackedRows([problem])
 
 

@@ -200,6 +200,9 @@ CASES = [
                   "iterate; set comm.staleness=0 (only local_sgd and sync_sgd run asynchronously)"),
     case("staleness_inexact_dane", "algorithm=inexact_dane", "comm.staleness=1", "workers=2", *SMALL,
          expected="comm.staleness=1 with algorithm=inexact_dane: DANE's local solve needs the global gradient"),
+    case("nl1_softmax", "algorithm=nl1", "problem=softmax", "workers=2", "rounds=1",
+         expected="algorithm=nl1 needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
+                  "data=...), got a softmax model (10 outputs)"),
     case("staleness_giant", "algorithm=giant", "comm.staleness=1", "workers=2", *SMALL,
          expected="comm.staleness=1 with algorithm=giant: GIANT averages Newton directions and line-searches at the "
                   "same iterate; set comm.staleness=0"),
