@@ -20,7 +20,7 @@ from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
 from .api import build
 from .loop.batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
-from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed
+from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed, whole_records
 from .records.results import ROUNDS_FILE, SUMMARY_FILE
 from .loop.elastic import check_elastic
 from .errors import ConfigError
@@ -400,12 +400,10 @@ def keep_unfinished(path: Path, checkpoint_every: int) -> None:
     """``resume=auto`` found no committed checkpoint in ``path``: it starts the run again there, replacing an
     unfinished run's records, only where they are what a restart before the first checkpoint loses (at most
     ``checkpoint_every`` rounds after round 0); other records are refused in one line, before anything changes."""
-    rounds = path / ROUNDS_FILE
-    if not rounds.is_file() or (path / SUMMARY_FILE).exists():
-        return  # nothing there, or a finished run, which the run directory itself refuses to replace
-    with open(rounds, "rb") as log:
-        held = sum(1 for line in log if line.strip())
-    if checkpoint_every == 0 or held > checkpoint_every + 1:
+    if (path / SUMMARY_FILE).exists():
+        return  # a finished run, which the run directory itself refuses to replace
+    held = whole_records(path / ROUNDS_FILE)  # 0 where there is no log
+    if held and (checkpoint_every == 0 or held > checkpoint_every + 1):
         why = "it ran without checkpoint_every" if checkpoint_every == 0 else \
             f"more than the checkpoint_every={checkpoint_every} rounds a restart before the first checkpoint loses"
         raise ConfigError(f"resume=auto: {path} holds {held} records of an unfinished run and no committed checkpoint "

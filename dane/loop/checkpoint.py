@@ -127,7 +127,7 @@ def unwritable(run_dir: str | Path, err: OSError, checkpoint_every: int) -> Outp
         path = path.relative_to(run_dir) if path.is_relative_to(run_dir) else path
         temporary = re.fullmatch(r"\.(.+)\.\d+\.tmp", path.name)  # `atomic_write`'s name for the file it writes
         name = f": {path.with_name(temporary.group(1)) if temporary else path}"
-    rounds = _whole_records(run_dir / ROUNDS_FILE)
+    rounds = whole_records(run_dir / ROUNDS_FILE)
     try:
         marker = committed(run_dir)
     except ConfigError:
@@ -145,7 +145,7 @@ def unwritable(run_dir: str | Path, err: OSError, checkpoint_every: int) -> Outp
                        f"kept: {kept}; free space or make it writable, then {again}")
 
 
-def _whole_records(path: Path) -> int:
+def whole_records(path: Path) -> int:
     """How many lines of ``path`` are whole round records (a write that failed can leave a torn last one)."""
     try:
         lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True)

@@ -140,7 +140,8 @@ def rounds(loop: Loop, callbacks: list, resumed: Callable[[], RunResult] | None 
             checkpoint_every=loop.checkpoint_every, keep_records=loop.keep_records)
     except (Interrupted, KeyboardInterrupt) as exc:  # a Ctrl-C: in the simulator at a collective, or in one process
         one_process = loop.spec.comm.backend == "local" and not loop.spec.comm.simulated
-        if not loop.seen or (not isinstance(exc, Interrupted) and (not one_process or isinstance(exc, RunInterrupted))):
+        taken = isinstance(exc, Interrupted) or (one_process and not isinstance(exc, RunInterrupted))
+        if not (taken and loop.seen):
             raise
         loop.result = RunResult(loop.seen, "interrupted", loop.algo.described_iterate(None), "interrupted")
     except Parked as exc:  # its rounds go on in another thread: ``resume`` comes back here (`drive`)
