@@ -97,13 +97,23 @@ def build(cfg, group_name: str):
             raise as_typed(cause, cfg, group_name) from None
         unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
         if unexpected:
-            known = [f.name for f in dataclasses.fields(get_class(cfg[group_name]._target_))]
-            raise ConfigError(f"{group_name}.{unexpected.group(1)} is not a key of {group_name}="
-                              f"{cfg[group_name].get('name', '?')}; its keys: {', '.join(known)}") from None
+            raise as_typed(unknown_key(cfg, group_name, unexpected.group(1), str(exc)), cfg, group_name) from None
         lines = [line for line in str(exc).splitlines() if line and not line.startswith("full_key")]
         raise ConfigError(f"{group_name}: {lines[-1] if lines else exc}") from None
     check_booleans(built, group_name)
     return built
+
+
+def unknown_key(cfg, group_name: str, key: str, message: str) -> ConfigError:
+    """``key`` refused by the dataclass of the node Hydra's ``message`` names (``full_key: problem.model``: a nested
+    one), with that dataclass's keys."""
+    found = re.search(r"full_key: (\S+)", message)
+    path = found.group(1) if found else group_name
+    node = OmegaConf.select(cfg, path)
+    known = [f.name for f in dataclasses.fields(get_class(node._target_))]
+    owner = f"{group_name}={cfg[group_name].get('name', '?')}"
+    where = owner if path == group_name else f"{path} of {owner}"
+    return ConfigError(f"{path}.{key} is not a key of {where}; its keys: {', '.join(known)}")
 
 
 def as_typed(error: UserError, cfg, group_name: str) -> UserError:

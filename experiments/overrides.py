@@ -91,6 +91,12 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
         try:
             cfg = loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
         except Exception as exc:  # noqa: BLE001 - whatever else fails here, Hydra reports in its own words
+            twice = re.match(r"Multiple values for ([\w/@.]+)\.", str(exc))
+            if twice:
+                typed = next((o.lstrip("+") for o in overrides if o.lstrip("+").startswith(twice.group(1) + "=")),
+                             twice.group(1) + "=...")
+                raise ConfigError(f"+{typed} adds a group that the config's defaults already have; drop the +: "
+                                  f"{typed}") from None
             key = _unknown_key(exc)
             if key is None:
                 return
@@ -98,7 +104,31 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
             raise ConfigError(f"{key} is not a config key{choice}"
                               f"{owners or _closest(loader, name, overrides, key) + ' (--cfg job prints every key)'}"
                               ) from None
+        check_added(loader, name, overrides, choice, config_dirs(argv, conf_dir) or [conf_dir])
         check_required(cfg, choice)
+
+
+#: the groups whose dataclasses refuse a key they do not take, naming their keys (`dane.api.build`)
+TYPED_GROUPS = ("algorithm", "problem", "data", "model")
+
+
+def check_added(loader: ConfigLoaderImpl, name: str, overrides: list[str], choice: str, dirs: list[Path]) -> None:
+    """Reject ``+roundz=3``: a key that ``+`` (or ``++``) adds and nothing reads, which Hydra allows and the run would
+    ignore.  A group choice (``+experiment=x``), ``hydra.*`` and the `TYPED_GROUPS`' keys are left to their owners."""
+    added = [o.partition("=")[0].lstrip("+") for o in overrides if o.startswith("+")]
+    added = [key for key in added if key.split(".")[0] not in TYPED_GROUPS and not key.startswith("hydra")
+             and not any((d / key).is_dir() for d in dirs)]
+    if not added:
+        return
+    rest = [o for o in overrides if o.partition("=")[0].lstrip("+") not in added]
+    try:
+        known = set(_dotted_keys(loader.load_configuration(name, rest, run_mode=RunMode.RUN)))
+    except Exception:  # noqa: BLE001 - another problem: Hydra will report it
+        return
+    for key in added:
+        if key not in known:
+            raise ConfigError(f"{key} is not a config key{choice}, and nothing reads a key that + adds"
+                              f"{_closest(loader, name, overrides, key)} (--cfg job prints every key)")
 
 
 def check_required(cfg: DictConfig, choice: str = "") -> None:

@@ -69,6 +69,15 @@ CASES = [
     case("delete_missing_key", "~algorithm.etta", *SMALL, expected="algorithm.etta is not a config key"),
     case("added_key_the_config_does_not_take", "+algorithm.foo=1", *SMALL,
          expected="algorithm.foo is not a key of algorithm=dane; its keys: eta, mu, safeguard, name"),
+    case("added_top_key_nothing_reads", "+roundz=3", *SMALL,
+         expected="roundz is not a config key, and nothing reads a key that + adds; did you mean rounds?"),
+    case("added_sim_key_nothing_reads", "++sim.alpah=1e-3", *SMALL,
+         expected="sim.alpah is not a config key, and nothing reads a key that + adds; did you mean sim.alpha?"),
+    case("added_group_the_defaults_have", "+experiment=speedup", *SMALL,
+         expected="+experiment=speedup adds a group that the config's defaults already have; drop the +: "
+                  "experiment=speedup"),
+    case("added_key_of_a_nested_config", "problem=digits_mlp", "+problem.model.width=3", "rounds=1", "quiet=true",
+         expected="problem.model.width is not a key of problem.model of problem=digits_mlp; its keys: name, hidden"),
     case("sweep_key_typo", "-m", "algorithm.etta=1,2", *SMALL, "hydra.sweep.dir={tmp}/sweep",
          expected="algorithm.etta is not a config key; did you mean algorithm.eta?"),
     case("sweep_key_missing_in_a_later_choice", "-m", "algorithm=dane,admm", "algorithm.eta=1", *SMALL,
@@ -711,7 +720,9 @@ def test_memory_counts_the_batched_simulators_copies(monkeypatch):
 
 
 @pytest.mark.parametrize("line", [
-    ["+algorithm.extra=1"],                                     # + adds a key: Hydra's to allow
+    ["+algorithm.extra=1"],                                     # + adds a key: its dataclass refuses it (`build`)
+    ["++rounds=4", "++sim.alpha=1e-3"],                         # ++ of a key the config has: an override
+    ["+hydra.job.env_set.OMP_NUM_THREADS=1"],                   # Hydra's own keys: Hydra's to allow
     ["~early_stop"],
     ["-m", "algorithm.eta=1,2", "rounds=1,2"],                  # a sweep of values
     ["-m", "algorithm=dane,inexact_dane,aide", "algorithm.mu=0.1"],  # a key every swept choice has
