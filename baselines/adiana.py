@@ -180,7 +180,7 @@ class ADIANAConfig(AlgorithmConfig, CompressedKeys):
                 raise ConfigError("algorithm=adiana's theorem needs mu > 0 and the measured lower bound is "
                                   f"{found['mu_low']:.3g}; set algorithm.mu (or theta1, gamma and beta)")
             mu = resolution.add("mu", found["mu_low"], "strong_convexity_bound", mean_lowest=found["mean_lowest"],
-                                l2=float(problem.strong_convexity or 0.0))
+                                lanczos_exact=found["lanczos_exact"], l2=float(problem.strong_convexity or 0.0))
         theta1 = self.theta1 if self.theta1 is not None else resolution.add(
             "theta1", adiana_theta1(lr, mu, p), "adiana_theta1", lr=lr, mu=mu, p=p)
         gamma = self.gamma if self.gamma is not None else resolution.add(

@@ -156,8 +156,9 @@ class CompressedKeys:
         iters = lanczos_iters(problem, self.power_iters)
         found = smoothness_moments(problem, comm, iters=iters, seed=self.seed)
         l2 = float(problem.strong_convexity or 0.0)
-        mu_low = strong_convexity_bound(l2, found["mean_lowest"], exact=lanczos_is_exact(problem, iters))
-        return {**found, "mu_low": max(0.0, mu_low)}
+        exact = lanczos_is_exact(problem, iters)
+        mu_low = strong_convexity_bound(l2, found["mean_lowest"], exact=exact)
+        return {**found, "mu_low": max(0.0, mu_low), "lanczos_exact": exact}
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ class DIANAConfig(AlgorithmConfig, CompressedKeys):
         if lr is None:
             found = self.moments(problem, comm)
             lr = resolution.add("lr", diana_step(found["max"], found["mu_low"], omega, comm.size, alpha), "diana_step",
-                                smoothness=found["max"], mu_low=found["mu_low"], omega=omega, workers=comm.size,
-                                alpha=alpha)
+                                smoothness=found["max"], mu_low=found["mu_low"], lanczos_exact=found["lanczos_exact"],
+                                omega=omega, workers=comm.size, alpha=alpha)
         return DIANA(problem, comm, compressor=self.compressor, lr=lr, alpha=alpha, seed=self.seed,
                      defaults=resolution.entries)

@@ -128,6 +128,6 @@ class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
             lowest = mean_lowest(problem, comm, iters=iters, seed=self.seed, key="algorithm.p") if exact else None
             mu_low = strong_convexity_bound(float(l2), lowest, exact=exact)
             p = resolution.add("p", scaffnew_probability(mu_low, smoothness), "scaffnew_probability", mu_low=mu_low,
-                               smoothness=smoothness)
+                               lanczos_exact=exact, smoothness=smoothness)
         return Scaffnew(problem, comm, gamma=gamma, p=p, max_local_steps=self.max_local_steps, sampling=self,
                         local=self, seed=self.seed, smoothness=smoothness, defaults=resolution.entries)

@@ -301,6 +301,7 @@ def test_resolved_defaults_are_the_rules_of_the_measured_constants_and_land_in_t
     stats = lr["stats"]
     assert lr["key"] == "algorithm.lr" and stats["workers"] == M and stats["omega"] == D / 3 - 1
     assert lr["value"] == diana_step(stats["smoothness"], stats["mu_low"], stats["omega"], M, stats["alpha"])
+    assert stats["lanczos_exact"] is False and stats["mu_low"] == LOGREG.lam
     _, summary = fit(MARINAConfig(compressor="randk:3"), rounds=1)
     assert [(e["key"], e["rule"]) for e in summary["defaults"]] == [("algorithm.p", "marina_probability"),
                                                                    ("algorithm.lr", "marina_step")]
@@ -314,12 +315,14 @@ def test_resolved_defaults_are_the_rules_of_the_measured_constants_and_land_in_t
     assert value["lr"] == adiana_step(smoothness, omega, M, value["p"])
     # μ̲ on the logistic loss is the ℓ2 weight: the Lanczos λ_min(H_i) there is the curvature majorant's, an upper bound
     assert value["mu"] == LOGREG.lam < found["mu"]["stats"]["mean_lowest"]
+    assert found["mu"]["stats"]["lanczos_exact"] is False  # and the summary says why it was not read
     assert value["theta1"] == adiana_theta1(value["lr"], value["mu"], value["p"])
     assert value["gamma"] == adiana_gamma(value["lr"], value["mu"], value["theta1"])
     assert value["beta"] == adiana_beta(value["gamma"], value["mu"])
     _, summary = fit(ADIANAConfig(compressor="randk:3"), rounds=1, problem=RIDGE)
     (mu,) = [e for e in summary["defaults"] if e["key"] == "algorithm.mu"]
     assert mu["value"] == max(RIDGE.lam, mu["stats"]["mean_lowest"]) > RIDGE.lam  # a quadratic's: its Hessians' λ_min
+    assert mu["stats"]["lanczos_exact"] is True
     _, summary = fit(DASHAConfig(compressor="randk:3"), rounds=1)
     momentum, lr = summary["defaults"]
     stats = lr["stats"]

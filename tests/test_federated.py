@@ -478,4 +478,5 @@ def test_scaffnew_default_p_reads_a_true_lower_bound_of_the_strong_convexity():
         (p,) = [e for e in result.summary["defaults"] if e["key"] == "algorithm.p"]
         mu_low, smoothness = p["stats"]["mu_low"], p["stats"]["smoothness"]
         assert (mu_low > 1e-3) if quadratic else (mu_low == 1e-3)
+        assert p["stats"]["lanczos_exact"] is quadratic  # the summary says which bound it read
         assert p["value"] == math.sqrt(mu_low / smoothness)
