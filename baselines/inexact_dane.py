@@ -43,7 +43,7 @@ from dane.algorithm import AlgorithmConfig
 from dane.dane import DANE
 from dane.errors import ConfigError
 from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, check_passes
-from dane.problems import Problem
+from dane.problems import Problem, ProblemConfig
 
 INEXACT_SOLVERS = ("svrg", "cg")
 
@@ -120,6 +120,12 @@ class InexactDANEConfig(InexactSolverKeys, AlgorithmConfig):
         checks.nonnegative("algorithm.mu", self.mu)
         checks.boolean("algorithm.safeguard", self.safeguard)
         self.solver()  # validates the local-solver keys now
+
+    def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
+        """Never: the stacked problems' local solve is Newton's with batched Cholesky directions
+        (`dane.problems.stacked`), not this method's SVRG or CG."""
+        return (f"algorithm.local_solver={self.local_solver} solves each worker's problem on its own (the batched path "
+                "solves exactly: algorithm=dane)")
 
     def build(self, problem: Problem, comm: Communicator) -> "InexactDANE":
         return InexactDANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard,

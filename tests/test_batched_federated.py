@@ -152,6 +152,9 @@ def test_the_stacked_rows_answer_at_each_clients_own_point():
     (("algorithm=fedprox", "algorithm.local_solver=problem"), "algorithm.local_solver=problem solves each client's"),
     (("algorithm=fedred", "algorithm.lam=0.1", "algorithm.averaging=random"), "algorithm.averaging=random"),
     (("algorithm=fedred",), "algorithm.lam=null"),
+    # DANE's class is batchable, but the stacked problem's solve is the exact one: InexactDANE's SVRG or CG stays per worker
+    (("algorithm=inexact_dane",), "algorithm.local_solver=svrg solves each worker's problem on its own"),
+    (("algorithm=inexact_dane", "algorithm.local_solver=cg"), "algorithm.local_solver=cg solves each worker's"),
 ])
 def test_what_the_batched_path_does_not_run_is_one_clause(overrides, why):
     job = ("workers=4", "problem.n_samples=80", "problem.dim=5", *overrides)
