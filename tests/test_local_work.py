@@ -330,3 +330,28 @@ def test_an_lbfgs_local_solve_evaluates_each_point_once(monkeypatch):
              rounds=3)
     assert len(seen) > 6
     assert not any(a == b and torch.equal(v, w) for (a, v), (b, w) in zip(seen, seen[1:]))
+
+
+@pytest.mark.parametrize("algorithm", ["dane", "feddane"])
+def test_a_newton_local_solve_takes_the_anchors_value_from_the_rounds_evaluation(monkeypatch, algorithm):
+    """The round's evaluation at w_t gave O_i(w_t): the Newton line search's φ(w_t) = O_i(w_t) − ⟨linear, w_t⟩ reads
+    it, so no solve evaluates φ at its anchor (a second pass there before); the first trial point comes first."""
+    from dane.numerics import local_solvers
+
+    seen, value_grad, newton = [], local_solvers.Subproblem.value_grad, local_solvers.newton
+
+    def spy(self, w):
+        seen.append(torch.equal(w, self.anchor))
+        return value_grad(self, w)
+
+    def solves(sub, solver, **keys):
+        seen.append("solve")
+        return newton(sub, solver, **keys)
+
+    monkeypatch.setattr(local_solvers.Subproblem, "value_grad", spy)
+    monkeypatch.setattr(local_solvers, "newton", solves)
+    result = dane.fit(logreg(local_solver="cholesky"), algorithm, workers=M, rounds=3)
+    assert seen.count("solve") >= 3 * M and len(seen) > 2 * seen.count("solve")  # every solve searched a line
+    assert True not in seen
+    trials = len(seen) - seen.count("solve")
+    assert result.records[-1]["local_passes"] == 3 * M + trials  # a pass a round at w_t, one a trial point

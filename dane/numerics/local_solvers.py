@@ -145,21 +145,29 @@ class Subproblem:
 
 def prox_solve(shard: Shard, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool,
                solver: LocalSolver, generator: torch.Generator | None = None,
-               anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
-    """≈ argmin_w φ(w) by ``solver`` (already resolved), started at the anchor."""
+               anchor_grad: torch.Tensor | None = None, anchor_value=None) -> torch.Tensor:
+    """≈ argmin_w φ(w) by ``solver`` (already resolved), started at the anchor; ``anchor_grad`` and ``anchor_value``:
+    ∇O_i(anchor) and O_i(anchor) where the caller has them (`newton`)."""
     sub = Subproblem(shard, anchor, linear, float(mu), shard.l2 if with_reg else 0.0)
     if solver.method in ("cholesky", "cg"):
-        return newton(sub, solver, anchor_grad=anchor_grad if with_reg else None)
+        return newton(sub, solver, **(dict(anchor_grad=anchor_grad, anchor_value=anchor_value) if with_reg else {}))
     if solver.method == "svrg":
         return svrg(sub, solver, generator)
     return lbfgs(sub, solver)
 
 
-def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
-    """Newton's method on φ, directions by `Shard.solve_hessian` (Cholesky or CG)."""
+def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | None = None,
+           anchor_value=None) -> torch.Tensor:
+    """Newton's method on φ, directions by `Shard.solve_hessian` (Cholesky or CG).
+
+    ``anchor_grad`` = ∇O_i(a) and ``anchor_value`` = O_i(a) (with the ℓ2 term), where the caller has them (DANE's round
+    evaluated them): then ∇φ(a) = ∇O_i(a) − linear and φ(a) = O_i(a) − ⟨linear, a⟩, the same numbers as
+    `Subproblem.value_grad` computes, without a pass over the rows; without the value, the first line search
+    evaluates φ(a)."""
     w = sub.anchor
-    if anchor_grad is not None:  # ∇O_i(a) given by the caller (DANE has it): ∇φ(a) = ∇O_i(a) − linear
-        grad, value = anchor_grad - sub.linear, None
+    if anchor_grad is not None:
+        grad = anchor_grad - sub.linear
+        value = None if anchor_value is None else float(anchor_value) - float(sub.linear @ w)
     else:
         value, grad = sub.value_grad(w)
     grad0 = float(torch.linalg.vector_norm(grad))

@@ -179,6 +179,7 @@ class LinearModelShard(Problem):
         self._last_factor: tuple[float, torch.Tensor, torch.Tensor] | None = None  # (shift, point, factor)
         self._row_smoothness: float | None = None
         self._last_margins: tuple[torch.Tensor, torch.Tensor] | None = None  # (point, X_i point): `_margins_at`
+        self._last_objective: tuple[torch.Tensor, torch.Tensor] | None = None  # (point, O_i(point)) of `evaluate`
         self._svrg_rows: SVRGRows | None = None
 
     # ------------------------------------------------------------------ the Problem protocol
@@ -219,6 +220,7 @@ class LinearModelShard(Problem):
         where, w = w.device, self._here(w)
         value, grad = self.data_value_grad(w)
         objective = value + 0.5 * self.l2 * (w @ w)
+        self._last_objective = (w.detach().clone(), objective)  # `prox_solve` at this anchor reads it
         return (grad + self.l2 * w).to(where), self._metrics(w, objective).to(where)
 
     def local_metrics(self, w: torch.Tensor) -> torch.Tensor:
@@ -268,12 +270,19 @@ class LinearModelShard(Problem):
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
-        r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||² by the local solver (or ``solver``)."""
+        r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||² by the local solver (or ``solver``).
+
+        Where the caller gives ``anchor_grad`` and `evaluate` last ran at the anchor (DANE's round), that evaluation's
+        O_i(anchor) is the Newton line search's first value (`dane.numerics.local_solvers.newton`): no second pass."""
         solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
-        where = anchor.device
+        where, anchor = anchor.device, self._here(anchor)
         anchor_grad = None if anchor_grad is None else self._here(anchor_grad)
-        return prox_solve(self, self._here(anchor), self._here(linear), mu, with_reg=with_reg, solver=solver,
-                          generator=self.generator, anchor_grad=anchor_grad).to(where)
+        last = self._last_objective
+        known = anchor_grad is not None and last is not None and last[0].shape == anchor.shape and \
+            torch.equal(last[0], anchor)
+        return prox_solve(self, anchor, self._here(linear), mu, with_reg=with_reg, solver=solver,
+                          generator=self.generator, anchor_grad=anchor_grad,
+                          anchor_value=last[1] if known else None).to(where)
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         r"""argmin_z (λ/2)||z||² + (ρ/2)||z − v||² = ρ v / (ρ + λ): the shared regularizer's prox (ADMM's z-step)."""

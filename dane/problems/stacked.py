@@ -305,13 +305,15 @@ class StackedLinearModel(Problem):
         self._gram: torch.Tensor | None = None
         self._one_pass: dict[int, bool] = {}  # torch's threads -> whether `one_pass` reproduced `three_passes` here
         self.solving = 1.0  # the workers a factor made now counts for (`dane.work`): all, or prox_solve's active
+        self._last_objective: tuple[torch.Tensor, torch.Tensor] | None = None  # (point, O_i(point)) of `evaluate`
 
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
 
     def participants(self, idx: torch.Tensor) -> "StackedLinearModel":
         """The workers ``idx`` alone (`dane.problems.Problem.participants`): their rows of X and y."""
-        return participants_of(self, idx, ("X", "y"), {"_factors": {}, "_gram": None, "_one_pass": {}})
+        return participants_of(self, idx, ("X", "y"),
+                               {"_factors": {}, "_gram": None, "_one_pass": {}, "_last_objective": None})
 
     # ------------------------------------------------------------------ values and derivatives, per worker
     @counted("local_passes")
@@ -352,6 +354,7 @@ class StackedLinearModel(Problem):
         where, w = w.device, w.to(self.device)
         value, grad = self.data_value_grad(w)
         objective = value + 0.5 * self.l2 * (w * w).sum(-1)
+        self._last_objective = (w.detach().clone(), objective)  # `prox_solve` at this anchor reads it
         return grad.add_(self.l2 * w).to(where), torch.stack([objective], -1).to(where)
 
     def objective(self, w: torch.Tensor) -> torch.Tensor:
@@ -429,8 +432,10 @@ class StackedLinearModel(Problem):
             return value, grad + l2 * w - linear + mu * diff
 
         w = rows_of(anchor, m).clone()
-        if anchor_grad is not None and with_reg:
-            grad, value = rows_of(anchor_grad.to(self.device), m) - linear, None
+        if anchor_grad is not None and with_reg:  # φ(a) from `evaluate`'s O_i(a) where it last ran at the anchor
+            grad, value, last = rows_of(anchor_grad.to(self.device), m) - linear, None, self._last_objective
+            if last is not None and last[0].shape == anchor.shape and torch.equal(last[0], anchor):
+                value = last[1] - (linear * w).sum(-1)
         else:
             value, grad = value_grad(w)
         grad0 = torch.linalg.vector_norm(grad, dim=-1)
