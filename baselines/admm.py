@@ -83,7 +83,6 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
-from dane.work import uncounted
 
 from .metrics import global_metrics, local_payload, logs_gradient
 from .spectral import local_spectrum, require_hessian_vector
@@ -172,8 +171,9 @@ class ADMM(Algorithm):
 
     def step(self) -> dict[str, float]:
         if self.refresh is not None and self.t >= REFRESH_FIRST and self.t & (self.t - 1) == 0:  # 8, 16, 32, ...
-            with uncounted():  # the default ρ's measurement, not the method's local work (`dane.work`)
-                rho = self.refresh(at=self.w)  # one allreduce: ρ from the local Hessians at z
+            # one allreduce: ρ from the local Hessians at z.  Spent inside the rounds, so counted as their work and
+            # traffic are (the measurement before round 0 is set-up: `dane.work`)
+            rho = self.refresh(at=self.w)
             self.u, self.rho = self.u * (self.rho / rho), rho
         self.t += 1
         z, u, rho = self.w, self.u, self.rho

@@ -9,7 +9,8 @@ per-client total (the busiest client):
 - ``local_hvps``: Hessian-vector products; ``local_hessians``: Hessians formed (a dense ∇²O_i, a Gram matrix);
 - ``local_factorizations``: Cholesky factorizations and eigendecompositions; a factor of a fixed matrix (a
   quadratic's H_i + sI, kept by shift) once per worker and run (`count_once`), however often it is reused or made
-  again after a cache eviction or a restart, one at a new point (a Newton step on a logistic loss) each time;
+  again after a cache eviction or a restart, and at its first use in the rounds if it was made before them (by the
+  reference solve), one at a new point (a Newton step on a logistic loss) each time;
 - ``local_solver_iters``: iterations of a local solver as run: CG/PCG iterations (operator products),
   SVRG inner steps, L-BFGS iterations;
 - ``local_inner_steps`` and ``local_inner_samples``: the inner torch optimizer's steps and the rows they drew;

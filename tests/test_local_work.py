@@ -44,6 +44,11 @@ def logreg(**keys):
     return dane.problems.LogReg(X, (y > 0).astype(float), lam=1e-2, **keys)
 
 
+def method_name(local_solver: str) -> str:
+    """The function of `dane.numerics.local_solvers` that runs ``local_solver``."""
+    return "newton" if local_solver in ("cholesky", "cg") else local_solver
+
+
 def column(records: list[dict], key: str) -> list[float]:
     return [r[key] for r in records]
 
@@ -332,13 +337,14 @@ def test_an_lbfgs_local_solve_evaluates_each_point_once(monkeypatch):
     assert not any(a == b and torch.equal(v, w) for (a, v), (b, w) in zip(seen, seen[1:]))
 
 
-@pytest.mark.parametrize("algorithm", ["dane", "feddane"])
-def test_a_newton_local_solve_takes_the_anchors_value_from_the_rounds_evaluation(monkeypatch, algorithm):
-    """The round's evaluation at w_t gave O_i(w_t): the Newton line search's φ(w_t) = O_i(w_t) − ⟨linear, w_t⟩ reads
-    it, so no solve evaluates φ at its anchor (a second pass there before); the first trial point comes first."""
+@pytest.mark.parametrize("algorithm,method", [("dane", "cholesky"), ("feddane", "cholesky"), ("dane", "lbfgs")])
+def test_a_local_solve_takes_the_anchors_value_from_the_rounds_evaluation(monkeypatch, algorithm, method):
+    """The round's evaluation at w_t gave O_i(w_t) and ∇O_i(w_t): φ(w_t) = O_i(w_t) − ⟨linear, w_t⟩ and ∇φ(w_t) are
+    read from it, so no solve evaluates φ at its anchor (a second pass there before): Newton's line search and
+    L-BFGS-B evaluate trial points only."""
     from dane.numerics import local_solvers
 
-    seen, value_grad, newton = [], local_solvers.Subproblem.value_grad, local_solvers.newton
+    seen, value_grad, solve = [], local_solvers.Subproblem.value_grad, getattr(local_solvers, method_name(method))
 
     def spy(self, w):
         seen.append(torch.equal(w, self.anchor))
@@ -346,12 +352,32 @@ def test_a_newton_local_solve_takes_the_anchors_value_from_the_rounds_evaluation
 
     def solves(sub, solver, **keys):
         seen.append("solve")
-        return newton(sub, solver, **keys)
+        return solve(sub, solver, **keys)
 
     monkeypatch.setattr(local_solvers.Subproblem, "value_grad", spy)
-    monkeypatch.setattr(local_solvers, "newton", solves)
-    result = dane.fit(logreg(local_solver="cholesky"), algorithm, workers=M, rounds=3)
+    monkeypatch.setattr(local_solvers, method_name(method), solves)
+    result = dane.fit(logreg(local_solver=method), algorithm, workers=M, rounds=3)
     assert seen.count("solve") >= 3 * M and len(seen) > 2 * seen.count("solve")  # every solve searched a line
     assert True not in seen
     trials = len(seen) - seen.count("solve")
     assert result.records[-1]["local_passes"] == 3 * M + trials  # a pass a round at w_t, one a trial point
+
+
+@pytest.mark.parametrize("algorithm", ["dane", "disco"])
+def test_a_factor_the_reference_solve_made_counts_at_its_first_use_in_the_rounds(monkeypatch, tmp_path, algorithm):
+    """The reference optimum (a solve before round 0, preconditioned by worker 0's factor) fills the factor cache
+    when no cached optimum exists: the counts must not depend on that, so a cold and a warm cache count alike."""
+    monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path))
+    cold, warm = (dane.fit(ridge(optimum="auto"), algorithm, workers=2, rounds=2) for _ in range(2))
+    assert {k: cold.records[-1][k] for k in work.KEYS} == {k: warm.records[-1][k] for k in work.KEYS}
+    assert cold.records[-1]["local_factorizations"] >= 1
+
+
+def test_admms_refresh_of_rho_inside_the_rounds_is_counted():
+    """ADMM's default ρ is measured again from the local Hessians at z at round 8 (then 16, 32, ...): its Lanczos
+    products (d = 7 with the intercept, on each of the M workers) are work spent in the rounds, counted as its
+    allreduce is; the measurement before round 0 is set-up."""
+    result = dane.fit(logreg(), "admm", workers=M, rounds=10)
+    step = lambda key: [b[key] - a[key] for a, b in zip(result.records, result.records[1:])]  # noqa: E731
+    assert step("local_hvps") == [0.0] * 8 + [7.0 * M, 0.0]
+    assert step("comm_rounds") == [1] * 8 + [2, 1]

@@ -149,11 +149,12 @@ def prox_solve(shard: Shard, anchor: torch.Tensor, linear: torch.Tensor, mu: flo
     """≈ argmin_w φ(w) by ``solver`` (already resolved), started at the anchor; ``anchor_grad`` and ``anchor_value``:
     ∇O_i(anchor) and O_i(anchor) where the caller has them (`newton`)."""
     sub = Subproblem(shard, anchor, linear, float(mu), shard.l2 if with_reg else 0.0)
+    known = dict(anchor_grad=anchor_grad, anchor_value=anchor_value) if with_reg else {}
     if solver.method in ("cholesky", "cg"):
-        return newton(sub, solver, **(dict(anchor_grad=anchor_grad, anchor_value=anchor_value) if with_reg else {}))
+        return newton(sub, solver, **known)
     if solver.method == "svrg":
         return svrg(sub, solver, generator)
-    return lbfgs(sub, solver)
+    return lbfgs(sub, solver, **known)
 
 
 def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | None = None,
@@ -335,8 +336,10 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:
-    """scipy L-BFGS-B on φ, from the anchor, to tol x the anchor's gradient (max norm).
+def lbfgs(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | None = None,
+          anchor_value=None) -> torch.Tensor:
+    """scipy L-BFGS-B on φ, from the anchor, to tol x the anchor's gradient (max norm); with both ``anchor_grad`` and
+    ``anchor_value`` (as `newton` takes them) its first evaluation, at the anchor, makes no pass.
 
     Departure from that contract, and why two devices' answers differ by more than round-off: L-BFGS-B also
     stops where φ's value no longer decreases (its factr test, with ftol=0, fires on φ's round-off), which
@@ -362,6 +365,9 @@ def lbfgs(sub: Subproblem, solver: LocalSolver) -> torch.Tensor:
         return last["value"], last["grad"].copy()
 
     x0 = sub.anchor.double().cpu().numpy()
+    if anchor_grad is not None and anchor_value is not None:  # φ(a) and ∇φ(a), the bits `Subproblem.value_grad` gives
+        last.update(x=x0.copy(), value=float(anchor_value) - float(sub.linear @ sub.anchor),
+                    grad=(anchor_grad - sub.linear).double().cpu().numpy())
     _, grad0 = fun(x0)
     gtol = solver.tol * float(np.abs(grad0).max())
     result = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",

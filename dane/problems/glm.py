@@ -370,6 +370,8 @@ class LinearModelShard(Problem):
     def _factor(self, at: torch.Tensor, shift: float) -> torch.Tensor:
         key = float(shift)
         if self.quadratic and key in self._factors:  # a quadratic's Hessian does not depend on the point
+            # one made before the rounds (the reference solve's) counts at its first use in them, as one made there
+            count_once(("cholesky", key), ("local_hessians", "local_factorizations"))
             return self._factors[key]
         last = self._last_factor
         if last is not None and last[0] == float(shift) and torch.equal(last[1], at):

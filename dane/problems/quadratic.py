@@ -123,7 +123,7 @@ class QuadraticProblem(Problem):
                 self._factors.pop(next(iter(self._factors)))
             self._factors[key] = L
             self._choleskys += 1
-            count_once(("cholesky", key), ("local_factorizations",))
+        count_once(("cholesky", key), ("local_factorizations",))  # once in the rounds, wherever it was made
         return self._factors[key]
 
     def eigen(self) -> tuple[torch.Tensor, torch.Tensor]:

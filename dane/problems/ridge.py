@@ -374,7 +374,7 @@ class RidgeShard(QuadraticProblem):
     def A(self) -> torch.Tensor:
         if self._A is None:
             self._A = gram(self.X).mul_(2 * self.scale)
-            count_once(("gram",), ("local_hessians",))  # in the rounds (one formed while the shard is built is set-up)
+        count_once(("gram",), ("local_hessians",))  # once, at its first use in the rounds (also one formed at set-up)
         return self._A
 
     @A.setter
@@ -416,13 +416,14 @@ class RidgeShard(QuadraticProblem):
         if L is None:
             if self._row_gram is None:
                 self._row_gram = gram(self.X.T)
-                count_once(("row_gram",), ("local_hessians",))  # the n_i x n_i row Gram stands in for H_i
             L, ok = capacitance_factor(self._row_gram, 2 * self.scale, key)
-            count_once(("capacitance", key), ("local_factorizations",))
             if not ok:
                 raise not_positive_definite(key)
             while len(self._capacitance) >= WOODBURY_FACTORS:
                 self._capacitance.popitem(last=False)
+        # each once in the rounds, at its first use there, wherever it was made (the reference solve's: before them)
+        count_once(("row_gram",), ("local_hessians",))  # the n_i x n_i row Gram stands in for H_i
+        count_once(("capacitance", key), ("local_factorizations",))
         self._capacitance[key] = L
         return L
 

@@ -248,7 +248,9 @@ class StackedRidge(Problem):
             if len(self._factors) >= FACTORS_KEPT:
                 self._factors.pop(next(iter(self._factors)))
             self._factors[shift] = stacked_cholesky(self.A.clone(), shift)
-            count_once(("cholesky", float(shift)), ("local_factorizations",))
+        # once in the rounds, wherever made: the Gram A_i (formed with the stack) and its factor, as each worker's shard
+        count_once(("gram",), ("local_hessians",))
+        count_once(("cholesky", float(shift)), ("local_factorizations",))
         return self._factors[shift]
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
@@ -383,7 +385,8 @@ class StackedLinearModel(Problem):
 
     def _factor(self, at: torch.Tensor, shift: float) -> torch.Tensor:
         """Lower factors of ∇²D_i(at) + shift I for every worker (a quadratic's kept per shift)."""
-        if self.quadratic and shift in self._factors:
+        if self.quadratic and shift in self._factors:  # one made before the rounds counts at its first use in them
+            count_once(("cholesky", float(shift)), ("local_hessians", "local_factorizations"), self.solving)
             return self._factors[shift]
         if self.quadratic:
             if self._gram is None:
