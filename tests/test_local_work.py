@@ -81,6 +81,18 @@ def test_dane_with_cholesky_is_one_pass_a_round_and_one_factorization():
     assert result.records[-1]["local_hvps"] == result.records[-1]["local_solver_iters"] == 0
 
 
+def test_a_quadratics_hessian_is_formed_once_and_factored_once_per_shift():
+    """The safeguard moves μ: each new shift is one factorization, of the one Hessian H_i kept since the first, on the
+    per-worker shards and on the stacked one alike."""
+    X, y, m = *table(3), 8  # 30 rows a shard: the safeguard moves μ once
+    for fit in (lambda p: dane.fit(p, "dane", workers=m, rounds=6), lambda p: fit_batched(p, "dane", 6, m)):
+        result = fit(dane.problems.Ridge(X, y, lam=1e-3, local_solver="cholesky"))
+        shifts = {r["mu"] for r in result.records if "mu" in r}
+        assert len(shifts) == 2
+        assert result.records[-1]["local_hessians"] == m
+        assert result.records[-1]["local_factorizations"] == m * len(shifts)
+
+
 def test_cg_counts_its_iterations_as_run(monkeypatch):
     """Newton-CG on a quadratic: one CG solve a round; each iteration one Hessian-vector product."""
     spent: list[int] = []

@@ -176,6 +176,7 @@ class LinearModelShard(Problem):
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
         self.notes = list(notes)
         self._factors: dict[float, torch.Tensor] = {}  # quadratic: the factor per shift (the Hessian is constant)
+        self._hessian: torch.Tensor | None = None  # quadratic: ∇²D_i, formed at the first factor
         self._last_factor: tuple[float, torch.Tensor, torch.Tensor] | None = None  # (shift, point, factor)
         self._row_smoothness: float | None = None
         self._last_margins: tuple[torch.Tensor, torch.Tensor] | None = None  # (point, X_i point): `_margins_at`
@@ -370,16 +371,17 @@ class LinearModelShard(Problem):
     def _factor(self, at: torch.Tensor, shift: float) -> torch.Tensor:
         key = float(shift)
         if self.quadratic and key in self._factors:  # a quadratic's Hessian does not depend on the point
-            # one made before the rounds (the reference solve's) counts at its first use in them, as one made there
-            count_once(("cholesky", key), ("local_hessians", "local_factorizations"))
+            self._count_quadratic(key)
             return self._factors[key]
         last = self._last_factor
         if last is not None and last[0] == float(shift) and torch.equal(last[1], at):
             return last[2]  # the same point again (DiSCO's preconditioner, once per PCG iteration)
-        if self.quadratic:  # one Hessian and factor per shift, kept: counted once, however often it is made
-            with uncounted():
-                H = self.dense_hessian(at)
-            count_once(("cholesky", key), ("local_hessians", "local_factorizations"))
+        if self.quadratic:  # its one Hessian, formed once and kept, and a factor per shift
+            if self._hessian is None:
+                with uncounted():
+                    self._hessian = self.dense_hessian(at)
+            H = self._hessian.clone()
+            self._count_quadratic(key)
         else:
             H = self.dense_hessian(at)
             count("local_factorizations")
@@ -395,6 +397,13 @@ class LinearModelShard(Problem):
         else:
             self._last_factor = (float(shift), at.clone(), L)
         return L
+
+    @staticmethod
+    def _count_quadratic(shift: float) -> None:
+        """A quadratic's Hessian once and its factor once per shift, each counted at its first use in the rounds
+        (also one made before them, by the reference solve), however often it is used or made again."""
+        count_once(("hessian",), ("local_hessians",))
+        count_once(("cholesky", shift), ("local_factorizations",))
 
     def set_reference(self, w_star: torch.Tensor, f_star: float) -> None:
         """From now on, records carry suboptimality against (w*, O*) (`dane.reference.attach`)."""

@@ -312,6 +312,11 @@ class StackedLinearModel(Problem):
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)
 
+    def _count_quadratic(self, shift: float) -> None:
+        """`dane.problems.glm.LinearModelShard`'s count of a quadratic's Hessian and factor, for the solving workers."""
+        count_once(("hessian",), ("local_hessians",), self.solving)
+        count_once(("cholesky", float(shift)), ("local_factorizations",), self.solving)
+
     def participants(self, idx: torch.Tensor) -> "StackedLinearModel":
         """The workers ``idx`` alone (`dane.problems.Problem.participants`): their rows of X and y."""
         return participants_of(self, idx, ("X", "y"),
@@ -386,7 +391,7 @@ class StackedLinearModel(Problem):
     def _factor(self, at: torch.Tensor, shift: float) -> torch.Tensor:
         """Lower factors of ∇²D_i(at) + shift I for every worker (a quadratic's kept per shift)."""
         if self.quadratic and shift in self._factors:  # one made before the rounds counts at its first use in them
-            count_once(("cholesky", float(shift)), ("local_hessians", "local_factorizations"), self.solving)
+            self._count_quadratic(shift)
             return self._factors[shift]
         if self.quadratic:
             if self._gram is None:
@@ -397,8 +402,8 @@ class StackedLinearModel(Problem):
             d2 = self.loss.hess(matvec(self.X, at), self.y, torch.ones_like(self.y))
             H = self.weight * ((self.X.mT * d2.unsqueeze(-2)) @ self.X)
         L = stacked_cholesky(H, shift)
-        if self.quadratic:  # a factor made: a Hessian formed and factored, as the per-worker shard counts them
-            count_once(("cholesky", float(shift)), ("local_hessians", "local_factorizations"), self.solving)
+        if self.quadratic:  # as the per-worker shard counts them: the Gram once, a factor per shift
+            self._count_quadratic(shift)
         else:
             count("local_hessians", self.solving)
             count("local_factorizations", self.solving)
