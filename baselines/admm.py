@@ -247,7 +247,7 @@ class ADMMConfig(AlgorithmConfig):
         if self.adaptive_rho is not None:
             checks.boolean("algorithm.adaptive_rho", self.adaptive_rho)
         checks.positive_int("algorithm.power_iters", self.power_iters)
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
         for key in ("balance_mu", "balance_tau"):
             if not checks.positive(f"algorithm.{key}", getattr(self, key)) > 1:
                 raise ConfigError(f"algorithm.{key} must be > 1, got {getattr(self, key)}")

@@ -149,7 +149,7 @@ class CompressedKeys:
         if self.lr is not None:
             checks.positive("algorithm.lr", self.lr)
         checks.positive_int("algorithm.power_iters", self.power_iters)
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
 
     def moments(self, problem: Problem, comm: Communicator) -> dict[str, float]:
         """`baselines.measure.smoothness_moments` (one allreduce before round 0), with μ̲ (`strong_convexity_bound`)."""

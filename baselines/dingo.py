@@ -150,7 +150,7 @@ class DINGOConfig(AlgorithmConfig, SamplingKeys):
         checks.positive("algorithm.rho", self.rho)
         self.check_sampling()
         self.refuse_sampling("dingo", "its step needs every client's gradient and Hessian products")
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> DINGO:
         return DINGO(problem, comm, theta=self.theta, phi=self.phi, rho=self.rho, sampling=self, seed=self.seed)

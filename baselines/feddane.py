@@ -107,7 +107,7 @@ class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         checks.boolean("algorithm.resample", self.resample)
         self.check_local()
         self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
         self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "FedDANE":

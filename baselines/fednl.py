@@ -479,7 +479,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
             if self.variant != "cr":
                 raise ConfigError(f"algorithm.cubic is FedNL-CR's cubic weight (algorithm.variant=cr), got "
                                   f"algorithm.variant={self.variant}; set algorithm.cubic=null")
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
 
     def recovery(self) -> list[str]:
         """Plain FedNL converges locally (the paper's theory): far from x*, a learned H that a compressor left

@@ -108,7 +108,7 @@ class FedProxConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         checks.nonnegative("algorithm.mu", self.mu)
         self.check_local()
         self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
         self.check_policy()
 
     def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:

@@ -210,7 +210,7 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         LocalSolveKeys(local_solver=self.local_solver, local_steps=steps, lr=self.lr,
                        power_iters=self.power_iters).check_local()
         self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
         if self.local_solver != "steps" and self.lam == 0:
             raise ConfigError(f"algorithm.lam=0 leaves DANE+'s local problem without its proximal term under "
                               f"algorithm.local_solver={self.local_solver}; set algorithm.lam > 0")

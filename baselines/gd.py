@@ -104,7 +104,7 @@ class GDConfig(AlgorithmConfig):
             raise ConfigError(f"algorithm.lr_factor must be in (0, 2) (a step of 2/L or more can diverge), "
                               f"got {self.lr_factor}")
         checks.positive_int("algorithm.power_iters", self.power_iters)
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> "GD":
         return GD(problem, comm, lr=self.lr, lr_factor=self.lr_factor, power_iters=self.power_iters, seed=self.seed)

@@ -145,7 +145,7 @@ class LocalSGDConfig(AlgorithmConfig):
             checks.positive("algorithm.lr", self.lr)
         checks.one_of("algorithm.aggregate", self.aggregate, AGGREGATES)
         checks.positive_int("algorithm.power_iters", self.power_iters)
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> "LocalSGD":
         """``lr`` null resolved first (`baselines.defaults.local_step`: 1/max_i L_i, one allreduce before round 0)."""

@@ -174,7 +174,7 @@ class Newton3PCConfig(AlgorithmConfig, SamplingKeys):
             checks.nonnegative("algorithm.mu", self.mu)
         self.check_sampling()
         self.refuse_sampling("newton_3pc", "its step needs every client's gradient")
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> Newton3PC:
         return Newton3PC(problem, comm, mechanism=self.mechanism, zeta=self.zeta, p=self.p,

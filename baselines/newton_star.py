@@ -120,7 +120,7 @@ class NewtonStarConfig(AlgorithmConfig, SamplingKeys):
     def __post_init__(self) -> None:
         self.check_sampling()
         self.refuse_sampling("newton_star", "its step needs every client's gradient")
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> NewtonStar:
         return NewtonStar(problem, comm, sampling=self, seed=self.seed)

@@ -134,7 +134,7 @@ class NL1Config(AlgorithmConfig, SamplingKeys):
             checks.positive("algorithm.eta", self.eta)
         self.check_sampling()
         self.refuse_sampling("nl1", "its step needs every client's gradient")
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> NL1:
         """η null: `baselines.defaults.nl1_step` per client, noted for this worker's first client."""

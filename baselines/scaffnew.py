@@ -107,7 +107,7 @@ class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         self.check_sampling()
         self.refuse_sampling(self.name, "ProxSkip's control variates need every client's local iterate at each "
                                         "communication (partial participation is TAMUNA's or 5GCS's, not Scaffnew's)")
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
         self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "Scaffnew":

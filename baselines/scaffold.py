@@ -171,7 +171,7 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         checks.one_of("algorithm.local_solver", self.local_solver, ("steps",))
         self.check_local()
         self.check_sampling()
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
         self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "Scaffold":

@@ -212,7 +212,7 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         if self.adaptive:
             self.refuse_sampling(self.name + " algorithm.adaptive=true", "the line search's test averages over every "
                                  "client (the paper's and mlolab/S-DANE's adaptive lambda is for full participation)")
-        checks.integer("algorithm.seed", self.seed)
+        checks.seed("algorithm.seed", self.seed)
         self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "SDANE":

@@ -61,6 +61,18 @@ def integer(key: str, value) -> int:
     return value
 
 
+#: the largest seed: numpy's and torch's generators take every seed in [0, SEED_MAX] (and the per-worker seeds
+#: derived from it), numpy no negative one
+SEED_MAX = 2**32 - 1
+
+
+def seed(key: str, value) -> int:
+    """A random seed: an integer in [0, `SEED_MAX`]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MAX:
+        raise ConfigError(f"{key} must be an integer in [0, 2**32 - 1], got {value!r}")
+    return value
+
+
 def integer_fields(config, prefix: str) -> None:
     """Every field declared ``int`` of a config dataclass (and of the dataclasses it holds) is an integer.
 
@@ -72,7 +84,7 @@ def integer_fields(config, prefix: str) -> None:
     for f in dataclasses.fields(config):
         value = getattr(config, f.name, None)
         if f.type in ("int", int):
-            integer(f"{prefix}.{f.name}", value)
+            (seed if f.name.endswith("seed") else integer)(f"{prefix}.{f.name}", value)
         integer_fields(value, f"{prefix}.{f.name}")
 
 

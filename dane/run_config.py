@@ -170,7 +170,7 @@ def cost_model(sim: DictConfig, seed: int = 0) -> AlphaBeta | ParameterServerCos
         if path is None or not path.exists():
             return ring
         try:
-            seeds = (checks.integer("seed", seed), checks.integer("sim.seed", sim.get("seed", 0)))
+            seeds = (checks.seed("seed", seed), checks.seed("sim.seed", sim.get("seed", 0)))
             tailed = load_tail(path, ring, seeds)
         except ConfigError as exc:
             raise ConfigError(f"sim.{key}: {exc}") from None
@@ -212,7 +212,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     servers = ps_servers(cfg.comm) if backend == "ps" else 1
     workers = workers_for(backend, cfg.workers, servers)
     check_data_used(cfg)
-    seed = checks.integer("seed", cfg.seed)  # before the groups, whose seeds are ${seed}
+    seed = checks.seed("seed", cfg.seed)  # before the groups, whose seeds are ${seed}
     algorithm = build(cfg, "algorithm")
     if backend_note is not None:
         algorithm = replace(algorithm, notes=(*algorithm.notes, backend_note))
@@ -298,7 +298,7 @@ def stragglers(sim: DictConfig) -> Stragglers:
                           f"(recycled over the workers), got {sim.slowdown!r}")
     return Stragglers(slowdown=tuple(checks.positive("sim.slowdown", s) for s in sim.slowdown),
                       delay_mean=checks.nonnegative("sim.delay_mean", sim.delay_mean),
-                      seed=checks.integer("sim.seed", sim.seed))
+                      seed=checks.seed("sim.seed", sim.seed))
 
 
 def torch_backend(value) -> str | None:

@@ -125,7 +125,7 @@ class RunControl:
 
     def __post_init__(self):
         object.__setattr__(self, "logger", check_loggers(self.logger))  # a missing extra: one line, pip install ...
-        checks.integer("seed", self.seed)
+        checks.seed("seed", self.seed)
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be float64 or float32, got {self.dtype}")
         checks.positive_int("print_every", self.print_every)

@@ -131,12 +131,34 @@ def check_added(loader: ConfigLoaderImpl, name: str, overrides: list[str], choic
                               f"{_closest(loader, name, overrides, key)} (--cfg job prints every key)")
 
 
+def check_sweep_out_dir(argv: list[str]) -> None:
+    """Reject a ``-m`` sweep of several jobs with one fixed ``out_dir``: every job would write the same run directory
+    (each refused as "already holds a run", or with ``overwrite=true`` each replacing the last).  An ``out_dir``
+    that is swept itself or names the job (``${hydra:job.num}``) is the user's layout."""
+    if not any(arg in ("-m", "--multirun") or arg.startswith("hydra.mode=MULTIRUN") for arg in argv):
+        return
+    try:
+        parsed = OverridesParser.create().parse_overrides([a for a in argv if "=" in a and not a.startswith("-")])
+    except Exception:  # noqa: BLE001 - a malformed override: Hydra says so
+        return
+    fixed = [o for o in parsed if o.key_or_group == "out_dir" and not o.is_sweep_override()
+             and "${" not in o.input_line]
+    swept = [o.input_line for o in parsed if o.is_sweep_override() and o.key_or_group != "out_dir"]
+    if fixed and swept:
+        raise ConfigError(f"{fixed[0].input_line} with -m puts every job of the sweep ({', '.join(swept)}) in one "
+                          "directory; drop out_dir (each job writes under hydra.sweep.dir) or name the job in it: "
+                          "out_dir='DIR/${hydra:job.num}'")
+
+
 def check_required(cfg: DictConfig, choice: str = "") -> None:
     """Reject a config that leaves a required value (``???``, e.g. ``data.path`` of ``data=csv``) unset, naming it."""
     job = cfg.copy()
     with open_dict(job):
         job.pop("hydra", None)  # its interpolations (${now:...}) resolve only inside a Hydra run
-    missing = sorted(OmegaConf.missing_keys(job))
+    try:
+        missing = sorted(OmegaConf.missing_keys(job))
+    except Exception:  # noqa: BLE001 - an interpolation only a Hydra run resolves (out_dir='d/${hydra:job.num}')
+        return
     if not missing:
         return
     if all(key.startswith("data.") for key in missing):

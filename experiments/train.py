@@ -8,7 +8,8 @@ Bad input exits with status 2 and one line on stderr; a diverged run exits with 
 after writing its results; a launched worker whose peer crashed or was killed exits with
 status 4 and one line (`dane.errors.WorkerLost`), its records kept.  In a ``-m`` sweep
 none stops the sweep: a diverged job is a result (status: diverged), an invalid or
-broken one leaves its line in ``<job dir>/error.txt``.
+broken one leaves its line in ``<job dir>/error.txt``, and a sweep with such jobs exits
+with status 2 once every job has run (`experiments.callbacks.SweepSummary`).
 
 A single run writes only its own run directory: ``out_dir``, or by default
 ``results/runs/<date>_<time>-<microseconds>_<algorithm>_<problem>_<pid>`` (unique even for
@@ -34,7 +35,8 @@ from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
 from dane.experiments.config import rank_zero, run_spec
-from dane.experiments.overrides import check_group_choices, check_keys
+from dane.experiments.callbacks import SweepSummary
+from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir
 
 
 def multirun() -> bool:
@@ -150,10 +152,13 @@ def cli(entry=None, config_name: str = "config") -> None:
     try:
         check_group_choices(sys.argv[1:])
         check_keys(sys.argv[1:], config_name)
+        check_sweep_out_dir(sys.argv[1:])
     except UserError as exc:
         fail(exc, speak=rank_zero())  # every rank parses the same command line: rank 0 speaks for all
     sys.argv = [sys.argv[0], *hydra_argv(sys.argv[1:])]
     (entry or main)()
+    if SweepSummary.failed:  # a sweep whose jobs were refused went on to the end: its status says so
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -107,10 +107,11 @@ def test_default_run_directories_are_unique_for_runs_started_together(tmp_path):
 @pytest.mark.slow
 def test_an_invalid_job_is_recorded_and_the_sweep_goes_on(tmp_path):
     proc = run_in(tmp_path, "-m", "algorithm.mu=-1,0.0", *SMALL, "hydra.sweep.dir=sweep")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # every job ran; the status says one was refused
     bad, good = sorted((tmp_path / "sweep").glob("[01]_*"))
     assert (bad / "error.txt").read_text() == "error: algorithm.mu must be >= 0, got -1\n"
     assert read_summary(good)["rounds"] == 3
+    assert f"sweep: 2 jobs (1 failed: sweep/{bad.name}/error.txt) in sweep;" in proc.stdout
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ class BuiltinSource(ShardingKeys):
 
     def __post_init__(self) -> None:
         checks.one_of("data.dataset", self.dataset, BUILTIN_DATASETS)
-        checks.integer("data.split_seed", self.split_seed)
+        checks.seed("data.split_seed", self.split_seed)
         self.check_sharding()
         if not (isinstance(self.test_fraction, (int, float)) and 0.0 < self.test_fraction < 1.0):
             raise ConfigError(f"data.test_fraction must be in (0, 1), got {self.test_fraction!r}")

@@ -87,7 +87,7 @@ def check_synthetic(alpha, beta, iid, clients, seed, prefix: str = "data") -> No
     checks.nonnegative(f"{prefix}.beta", beta)
     checks.boolean(f"{prefix}.iid", iid)
     checks.positive_int(f"{prefix}.clients", clients)
-    checks.integer(f"{prefix}.seed", seed)
+    checks.seed(f"{prefix}.seed", seed)
     if iid and (alpha != 0 or beta != 0):
         raise ConfigError(f"{prefix}.iid=true shares one model and v_k = 0 on every client, so alpha and beta play "
                           f"no part; set {prefix}.alpha=0 {prefix}.beta=0 (got {alpha:g}, {beta:g})")
