@@ -21,7 +21,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from dane.errors import say
+from dane.errors import UserError, say
 from dane.layout import CHECKOUT
 from dane.records.provenance import set_entry_command
 
@@ -77,7 +77,11 @@ def figures(args: list[str]) -> None:
     if args[0] not in names:
         say(f"error: dane figures: no figure or table {args[0]!r}; choose one of {', '.join(names)}")
         sys.exit(2)
-    run_module(f"dane.paper_figs.{args[0]}", f"dane figures {args[0]}", args[1:])
+    try:
+        run_module(f"dane.paper_figs.{args[0]}", f"dane figures {args[0]}", args[1:])
+    except (UserError, FileNotFoundError) as exc:  # results missing or damaged: the figure's own words, one line
+        say(f"error: dane figures {args[0]}: {' '.join(str(exc).split())}")
+        sys.exit(2)
 
 
 #: the sections of ``python -m scripts.bench`` that are not a scripts/bench_X.py: the figures' run helpers

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from dane.errors import say
+from dane.errors import DataError, say
 from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
 from dane.paper_figs.common import first_reaching
 
@@ -33,6 +33,7 @@ CONFIG_FILE = "config.yaml"
 ERROR_FILES = ("error", "error.txt", "error.log", "*.err")
 RUNNING = "running or crashed"
 FAILED = "failed"
+DAMAGED = "damaged summary.json"
 
 
 def natural_key(path: Path) -> list:
@@ -85,9 +86,22 @@ def read_config(run_dir: str | Path) -> dict:
     return loaded if isinstance(loaded, dict) else {}
 
 
+def summary_of(run_dir: Path) -> dict | None:
+    """The job's summary.json; {} where it has none, None where it is damaged (its status then says so)."""
+    if not (run_dir / SUMMARY_FILE).exists():
+        return {}
+    try:
+        return read_summary(run_dir)
+    except DataError:
+        return None
+
+
 def status_of(run_dir: Path) -> str:
-    if (run_dir / SUMMARY_FILE).exists():
-        return str(read_summary(run_dir).get("status", "-"))
+    summary = summary_of(run_dir)
+    if summary is None:
+        return DAMAGED
+    if summary:
+        return str(summary.get("status", "-"))
     if has_error_file(os.listdir(run_dir)):
         return FAILED
     return RUNNING if (run_dir / ROUNDS_FILE).exists() else FAILED
@@ -96,7 +110,7 @@ def status_of(run_dir: Path) -> str:
 def row(run_dir: Path, root: Path, tol: float, key: str) -> dict:
     """One job's line of the table, as plain values (None where unknown)."""
     records, _ = read_records(run_dir)
-    summary = read_summary(run_dir) if (run_dir / SUMMARY_FILE).exists() else {}
+    summary = summary_of(run_dir) or {}
     config = read_config(run_dir)
     last = records[-1] if records else {}
     hit = first_reaching(records, tol, key)

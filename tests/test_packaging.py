@@ -91,6 +91,20 @@ def test_a_wrong_command_is_one_line_and_exit_2(argv, expect, capfd):
     assert done.value.code == 2 and err.count("\n") == 1 and expect in err
 
 
+@pytest.mark.parametrize("figure, expect", [
+    ("convergence", "dane figures convergence: 10 run(s) missing under {tmp}: "),
+    ("local_work", "dane figures local_work: no runs under {tmp}; make them with dane figures make_all"),
+])
+def test_a_figure_without_its_runs_is_one_line_and_exit_2(figure, expect, tmp_path, capfd, monkeypatch):
+    """The figure's own message (what is missing, the command that makes it), as one line, not its traceback."""
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # runpy rewrites argv: restored after the test
+    monkeypatch.setattr("dane.records.provenance._entry_command", None)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["figures", figure, "--results", str(tmp_path), "--out", str(tmp_path / "figs")])
+    err = capfd.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and f"error: {expect.format(tmp=tmp_path)}" in err
+
+
 def test_a_run_records_the_dane_command_as_typed(tmp_path, monkeypatch):
     # runpy puts the module's file (train.py) in argv[0]; the summary's provenance must say `dane train ...`
     (tmp_path / "probe_command.py").write_text(

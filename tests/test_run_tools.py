@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dane.errors import DivergenceError
+from dane.errors import DataError, DivergenceError
 from dane.loop.launch import execute
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
@@ -76,6 +76,19 @@ def test_summary_rows_are_the_logs_numbers(sweep):
     assert (killed["status"], killed["algorithm"], killed["rounds"]) == ("running or crashed", "dane", 2)
     assert killed["final_suboptimality"] == dane_records[2]["suboptimality"]
     assert rows["3_no_records"]["status"] == rows["10_error"]["status"] == "failed"
+
+
+def test_a_damaged_summary_is_a_row_that_says_so(sweep, tmp_path):
+    """A summary.json cut short: the job's row comes from its records and config, its status says what is wrong, and
+    read_summary names the file in one line."""
+    damaged = tmp_path / "0_damaged"
+    shutil.copytree(sweep / "0_dane", damaged)
+    (damaged / "summary.json").write_text("garbage")
+    (row,) = summary.summarize(tmp_path, tol=TOL)
+    assert (row["status"], row["algorithm"], row["rounds"]) == ("damaged summary.json", "dane",
+                                                                read_rounds(damaged)[-1]["round"])
+    with pytest.raises(DataError, match="0_damaged/summary.json is damaged .*; rerun the job, or remove its folder"):
+        read_summary(damaged)
 
 
 def test_summary_cli_markdown_and_json(sweep, capsys):

@@ -307,7 +307,16 @@ def read_rounds(run_dir: str | Path) -> list[dict]:
 
 
 def read_summary(run_dir: str | Path) -> dict:
-    return {k: _number(v) for k, v in json.loads((Path(run_dir) / SUMMARY_FILE).read_text()).items()}
+    """The run's summary.json; a `DataError` naming the file where it is not a JSON object (a write cut short)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    try:
+        loaded = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is damaged ({exc}); rerun the job, or remove its folder") from None
+    if not isinstance(loaded, dict):
+        raise DataError(f"{path} is damaged (a JSON {type(loaded).__name__}, not an object); rerun the job, or "
+                        "remove its folder")
+    return {k: _number(v) for k, v in loaded.items()}
 
 
 def find_runs(root: str | Path) -> list[Path]:
