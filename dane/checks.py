@@ -1,6 +1,8 @@
 """One-line validation of config values, raised before any process group starts."""
 from __future__ import annotations
 
+import argparse
+
 import dataclasses
 import math
 import os
@@ -58,6 +60,17 @@ def boolean(key: str, value) -> bool:
 def integer(key: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{key} must be an integer, got {value!r}")
+    return value
+
+
+def positive_int_argument(text: str) -> int:
+    """An ``argparse`` type: a positive integer (``--np 0`` is argparse's one usage error, not a failure later)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
 
 

@@ -95,7 +95,7 @@ def push(args) -> str:
 
 #: the data keys a source's message names, as this command's flags (a source's checks speak of a run's config)
 FLAGS = ((re.compile(r"data\.categorical=\[([^\]]*)\]"), lambda m: "--categorical " + m[1].replace(",", " ")),
-         (re.compile(r"\bdata\.(target|categorical|delimiter|standardize|client_column)\b"),
+         (re.compile(r"\bdata\.(target|categorical|delimiter|standardize|client_column|uri)\b"),
           lambda m: "--" + m[1].replace("_", "-")))
 
 

@@ -350,3 +350,18 @@ def test_a_push_error_names_the_commands_flags(tmp_path, capsys):
     assert stopped.value.code == 2
     assert capsys.readouterr().err == (f"error: {text} line 3, column 'gre': 'abc' is not a number; list it under "
                                        "--categorical gre to one-hot encode it, or clean the file\n")
+
+
+def test_a_push_to_a_uri_that_is_a_file_is_one_line(tmp_path, capsys):
+    """--uri naming a file (the data file itself, say) is no store's folder: one line, nothing written (was mongita's
+    FileExistsError traceback)."""
+    from dane.experiments.data import main
+
+    table = tmp_path / "t.csv"
+    table.write_text("a,y\n1,0\n2,1\n")
+    with pytest.raises(SystemExit) as stopped:
+        main(["push", str(table), "--target", "y", "--uri", str(table), "--collection", "t"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (f"error: --uri={table} is a file, not a store's folder; give a folder (made if "
+                                       "absent) or a mongodb:// URI\n")
+    assert table.read_text() == "a,y\n1,0\n2,1\n"

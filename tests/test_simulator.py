@@ -345,3 +345,14 @@ def test_one_worker_runs_in_the_simulator_when_asked_and_computes_the_same(tmp_p
     strip = lambda records: [{k: v for k, v in r.items() if k != "time_s"} for r in records]  # noqa: E731
     assert strip(read_rounds(tmp_path / "cpu")) == strip(read_rounds(tmp_path / "wall"))
     assert cpu["simulated_comm_s"] == 0.0 and cpu["total_bytes"] == 0
+
+
+@pytest.mark.parametrize("argv", [["--np", "0"], ["--reps", "-1"], ["--topology", "ps", "--servers", "0"]])
+def test_calibrate_refuses_a_count_below_one_before_it_launches(argv, capsys):
+    """argparse's one usage error (exit 2), not a launch that fails later (--servers 0 divided by zero)."""
+    from dane.synthetic import calibrate
+
+    with pytest.raises(SystemExit) as done:
+        calibrate.main(argv)
+    assert done.value.code == 2
+    assert f"error: argument {argv[-2]}: must be a positive integer, got '{argv[-1]}'" in capsys.readouterr().err

@@ -164,6 +164,9 @@ def connect(uri: str, *, create: bool = False) -> Store:
     if not create and not folder.is_dir():
         raise DataError(f"data.uri={uri}: no store there ({folder} is not a folder); push one first: "
                         f"dane data push FILE --uri {uri} --collection NAME")
+    if create and folder.exists() and not folder.is_dir():
+        raise DataError(f"data.uri={uri} is a file, not a store's folder; give a folder (made if absent) or a "
+                        "mongodb:// URI")
     try:
         from mongita import MongitaClientDisk
     except ImportError:
