@@ -7,6 +7,7 @@ closest key, for runs and sweeps alike, with the user's own ``--config-dir`` sea
 from __future__ import annotations
 
 import difflib
+import itertools
 import os
 import re
 from pathlib import Path
@@ -61,6 +62,9 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         if not groups:
             continue
         known = sorted({p.stem for group in groups for p in group.glob("*.yaml")})
+        if value in ("", "null"):
+            raise ConfigError(f"{key}={value} leaves the group {key} without a choice; choose one of: "
+                              f"{', '.join(known)} (or leave {key}= out for its default)")
         for choice in value.split(","):
             if choice and choice not in known and choice != "null":
                 where = " or ".join(str(g) for g in groups)
@@ -75,9 +79,11 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
     ``hydra.searchpath``), config name (``--config-name``) and overrides, ``+key=``, ``~key``
     and ``hydra.*`` included, each sweep ``a=1,2`` at its first value; once for a run, and
     for a sweep once more per further choice of a swept group (``algorithm=dane,admm``),
-    whose keys differ.  Any other composition problem is left for Hydra to report.
+    whose keys differ.  Any other composition problem is Hydra's message on one line (`hydra_said`).
     """
     args = _hydra_args(argv)
+    if args is not None:
+        check_grammar(args.overrides)
     variants = None if args is None else _sweep_variants(args.overrides, config_dirs(argv, conf_dir))
     if variants is None or args.config_path is not None:
         return  # not ours to parse (Hydra explains), or a --config-path relative to a module
@@ -90,7 +96,7 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
     for overrides, choice in variants:
         try:
             cfg = loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
-        except Exception as exc:  # noqa: BLE001 - whatever else fails here, Hydra reports in its own words
+        except Exception as exc:  # noqa: BLE001 - what else fails here is said in Hydra's words, on one line
             twice = re.match(r"Multiple values for ([\w/@.]+)\.", str(exc))
             if twice:
                 typed = next((o.lstrip("+") for o in overrides if o.lstrip("+").startswith(twice.group(1) + "=")),
@@ -99,7 +105,7 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
                                   f"{typed}") from None
             key = _unknown_key(exc)
             if key is None:
-                return
+                raise ConfigError(hydra_said(exc) + choice) from None
             owners = _owners(loader, name, overrides, key, config_dirs(argv, conf_dir) or [conf_dir])
             raise ConfigError(f"{key} is not a config key{choice}"
                               f"{owners or _closest(loader, name, overrides, key) + ' (--cfg job prints every key)'}"
@@ -209,6 +215,37 @@ def _sweep_variants(overrides: list[str], dirs: list[Path] | None) -> list[tuple
     return [(first, f" with {', '.join(swept)}" if swept else "")] + [
         (first[:i] + [f"{element}={value}"] + first[i + 1:], f" with {element.lstrip('+~')}={value}")
         for i, element, value in more]
+
+
+def check_grammar(overrides: list[str]) -> None:
+    """An override Hydra's grammar cannot read (``data.path=part-{rank}.csv``, ``algorithm.mu=[1``, a bare ``rounds``)
+    gets one line naming it, with the quoting that passes such a value through."""
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except Exception as exc:  # noqa: BLE001 - Hydra's grammar error, whatever its class
+            key, sep, value = override.partition("=")
+            said = " ".join(line.strip() for line in str(exc).splitlines()
+                            if line.strip() and not line.startswith(("See https", "Error parsing")))
+            fix = (f"quote a value with special characters: \"{key}='{value}'\"" if sep else
+                   f"an override is key=value ({override}=...)")
+            raise ConfigError(f"{override} cannot be read as an override ({said}); {fix}") from None
+
+
+def hydra_said(exc: Exception) -> str:
+    """Hydra's message on one line: its sentences up to the first listing (``Config search path:``), and the choices
+    where the listing is ``Available options in 'group':``."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = []
+    for i, line in enumerate(lines):
+        if line.endswith(":"):
+            if line.startswith("Available options"):
+                options = [o for o in itertools.takewhile(lambda o: not o.endswith(":"), lines[i + 1:])]
+                said[-1] += f"; choose one of: {', '.join(options)}"
+            break
+        said.append(line)
+    return " ".join(said) or type(exc).__name__
 
 
 def _unknown_key(exc: Exception) -> str | None:

@@ -139,9 +139,16 @@ def hydra_argv(argv: list[str]) -> list[str]:
     """
     quiet_hydra = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
     if rank_zero():
-        return argv if is_multirun(argv) else argv + quiet_hydra
-    return argv + ["hydra.run.dir=.", "hydra.output_subdir=null",
-                   "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+        return argv if is_multirun(argv) else beside_overrides(argv, quiet_hydra)
+    return beside_overrides(argv, ["hydra.run.dir=.", "hydra.output_subdir=null",
+                                   "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"])
+
+
+def beside_overrides(argv: list[str], more: list[str]) -> list[str]:
+    """``argv`` with the overrides ``more`` right after its last override: Hydra's parser takes its overrides as
+    one run of positional arguments, which an option after them (``rounds=1 --config-name x``) would split."""
+    last = max((i for i, arg in enumerate(argv) if "=" in arg and not arg.startswith("-")), default=len(argv) - 1)
+    return [*argv[:last + 1], *more, *argv[last + 1:]]
 
 
 def cli(entry=None, config_name: str = "config") -> None:

@@ -177,3 +177,14 @@ def test_a_run_holds_its_directory_until_its_summary_is_written(tmp_path, monkey
     dane.fit(dane.problems.Ridge(X, X @ np.ones(3), lam=0.1), "gd", workers=2, rounds=2, out_dir=str(tmp_path / "r"))
     assert held == [True]
     assert not (tmp_path / "r" / ".lock").exists()
+
+
+def test_the_single_runs_hydra_overrides_join_the_users_overrides():
+    """Hydra reads its overrides as one run of positional arguments: the ones a single run adds go right after the
+    user's last override, so that an option typed after them (``rounds=1 --config-name x``) splits nothing."""
+    from dane.experiments.train import beside_overrides
+
+    assert beside_overrides(["rounds=1", "--config-name", "x"], ["a=1"]) == ["rounds=1", "a=1", "--config-name", "x"]
+    assert beside_overrides(["--config-name", "x", "rounds=1"], ["a=1"]) == ["--config-name", "x", "rounds=1", "a=1"]
+    assert beside_overrides(["--config-name", "x"], ["a=1"]) == ["--config-name", "x", "a=1"]
+    assert beside_overrides([], ["a=1"]) == ["a=1"]
