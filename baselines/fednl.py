@@ -457,7 +457,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
                               f"for a contractive one; null picks that bound")
         if self.option is None:
             object.__setattr__(self, "option", 1 if self.variant == "ls" else 2)
-        if self.option not in (1, 2):
+        if isinstance(self.option, bool) or self.option not in (1, 2):
             raise ConfigError(f"algorithm.option must be 1 (projection onto H >= mu I) or 2 (H + l I), "
                               f"got {self.option!r}")
         if self.mu is not None:

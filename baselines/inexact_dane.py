@@ -64,7 +64,8 @@ def inexact_local_solver(method: str, *, passes: int | str, batch_size: int, lr:
     checks.one_of("algorithm.svrg_variant", svrg_variant, SVRG_VARIANTS)
     if lr is not None:
         checks.positive("algorithm.lr", lr)
-    checks.nonnegative("algorithm.cg_tol", cg_tol)
+    if not 0 <= checks.nonnegative("algorithm.cg_tol", cg_tol) < 1:  # a relative residual: 1 stops CG at once
+        raise ConfigError(f"algorithm.cg_tol must be in [0, 1), got {cg_tol}")
     if cg_max_iter is not None:
         checks.positive_int("algorithm.cg_max_iter", cg_max_iter)
     if method == "cg" and cg_tol == 0 and cg_max_iter is None:

@@ -46,7 +46,8 @@ def positive_int(key: str, value) -> int:
 
 
 def one_of(key: str, value, choices) -> str:
-    if value not in choices:
+    # true == 1 in Python: a boolean is no choice among numbers (algorithm.option=true)
+    if value not in choices or (isinstance(value, bool) and not any(isinstance(c, bool) for c in choices)):
         raise ConfigError(f"{key} must be one of {'|'.join(map(str, choices))}, got {value!r}")
     return value
 
