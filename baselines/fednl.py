@@ -514,6 +514,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         """FedNL-CR's M null resolved first (`baselines.defaults.cubic_constant`, one allreduce)."""
         resolution, cubic = Resolution(), self.cubic or 0.0
         if self.variant == "cr" and self.cubic is None:
+            require_rows(problem, comm, self.name)  # before its rows' loss is read
             third, cubes = THIRD_DERIVATIVE_BOUND.get(problem.loss.name), None
             if third is None:
                 raise ConfigError(f"algorithm.cubic=null is L_* for the logistic or squared loss, got "

@@ -99,6 +99,9 @@ CASES = [
          expected="algorithm.cg_tol must be in (0, 1), got 1.5"),
     case("inexact_cg_tol_of_one", "algorithm=inexact_dane", "algorithm.local_solver=cg", "algorithm.cg_tol=1.5",
          *SMALL, expected="algorithm.cg_tol must be in [0, 1), got 1.5"),
+    case("fednl_cr_without_rows", "algorithm=fednl", "algorithm.variant=cr", *SMALL,
+         expected="algorithm=fednl needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
+                  "data=...), got a problem without rows of a linear model (RidgeShard)"),
     case("sweep_into_one_out_dir", "-m", "algorithm=dane,gd", "overwrite=true", *SMALL, "hydra.sweep.dir={tmp}/sweep",
          expected="with -m puts every job of the sweep (algorithm=dane,gd) in one directory; drop out_dir"),
     case("negative_seed", "seed=-1", *SMALL, expected="seed must be an integer in [0, 2**32 - 1], got -1"),
