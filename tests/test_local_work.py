@@ -393,3 +393,16 @@ def test_admms_refresh_of_rho_inside_the_rounds_is_counted():
     step = lambda key: [b[key] - a[key] for a, b in zip(result.records, result.records[1:])]  # noqa: E731
     assert step("local_hvps") == [0.0] * 8 + [7.0 * M, 0.0]
     assert step("comm_rounds") == [1] * 8 + [2, 1]
+
+
+def test_newton_stops_at_round_off_where_its_relative_tolerance_lies_below_it():
+    """Past convergence DANE's local gradient η g is near round-off, and 1e-10 of it lies below what float64 attains
+    (about 1-3 eps of the gradient's terms): each solve ran all 50 Newton steps, a factorization each, moving w by
+    round-off.  The round-off floor stops it after the step that reaches it: a few factorizations a worker."""
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((320, 8))
+    y = (X @ rng.standard_normal(8) + rng.standard_normal(320) > 0).astype(float)
+    result = dane.fit(dane.problems.LogReg(X, y, lam=1e-2, optimum="auto"), "dane", workers=8, rounds=14)
+    factorizations = np.diff(column(result.records, "local_factorizations"))
+    assert result.records[10]["suboptimality"] < 1e-14  # converged: the rounds after move by round-off
+    assert factorizations[10:].max() <= 2 * 8  # was 50 a worker (the newton_steps cap) in each of these rounds

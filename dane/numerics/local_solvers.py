@@ -174,10 +174,12 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
     grad0 = float(torch.linalg.vector_norm(grad))
     if grad0 == 0.0:
         return w.clone()
+    floor = round_off_floor(grad, sub.linear)
     shift = sub.mu + sub.l2
     for step in range(solver.newton_steps):
-        rel = float(torch.linalg.vector_norm(grad)) / grad0
-        if step > 0 and rel <= solver.tol:
+        gnorm = float(torch.linalg.vector_norm(grad))
+        rel = gnorm / grad0
+        if step > 0 and (rel <= solver.tol or gnorm <= floor):
             break
         # forcing term of an inexact Newton method: loose far from the solution, tight close to it
         rtol = solver.tol if sub.shard.quadratic else min(0.5, rel ** 0.5)
@@ -209,6 +211,20 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
 
 #: |predicted decrease| / max(1, |φ|) below which float64's Armijo test cannot tell steps apart (`newton`)
 FLAT_SLOPE = 1e-12
+#: ‖∇φ‖ at most this many machine epsilons of the size of its terms is round-off (`round_off_floor`)
+ROUND_OFF_GRADIENT = 16
+
+
+def round_off_floor(grad: torch.Tensor, linear: torch.Tensor) -> torch.Tensor | float:
+    """`ROUND_OFF_GRADIENT` · eps · (‖∇O_i(a)‖ + ‖linear‖), from ∇φ(a) = ∇O_i(a) − linear (per row where stacked): the
+    gradient norm below which ∇φ = ∇O_i(w) − linear + μ(w − a) is round-off, so Newton stops there.
+
+    The tolerance is relative to ‖∇φ(a)‖; near the optimum that is itself near round-off (DANE's ∇φ(w_t) = η g), and
+    tol·‖∇φ(a)‖ then lies below what float arithmetic attains (about 1-3 eps of the terms' size): without the floor
+    each solve ran all ``newton_steps``, a factorization each, changing w by round-off only."""
+    scale = torch.linalg.vector_norm(grad + linear, dim=-1) + torch.linalg.vector_norm(linear, dim=-1)
+    floor = ROUND_OFF_GRADIENT * torch.finfo(grad.dtype).eps * scale
+    return float(floor) if floor.dim() == 0 else floor
 
 
 def flat_slope(dtype: torch.dtype) -> float:

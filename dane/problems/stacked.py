@@ -25,7 +25,7 @@ import copy
 
 import torch
 
-from ..numerics.local_solvers import LocalSolver, flat_slope
+from ..numerics.local_solvers import LocalSolver, flat_slope, round_off_floor
 from ..losses import ROW_VALUES, Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
@@ -448,12 +448,14 @@ class StackedLinearModel(Problem):
             value, grad = value_grad(w)
         grad0 = torch.linalg.vector_norm(grad, dim=-1)
         active = grad0 != 0.0
+        floor = round_off_floor(grad, linear)  # per worker, as `newton`'s
         shift = mu + l2
         tol = (solver or self.solver).tol
         for step in range(self.solver.newton_steps):
-            rel = torch.linalg.vector_norm(grad, dim=-1) / torch.where(active, grad0, torch.ones_like(grad0))
+            gnorm = torch.linalg.vector_norm(grad, dim=-1)
+            rel = gnorm / torch.where(active, grad0, torch.ones_like(grad0))
             if step > 0:
-                active &= ~(rel <= tol)
+                active &= ~((rel <= tol) | (gnorm <= floor))
             if not bool(active.any()):
                 break
             self.solving = active.double().numpy()  # a factor made now is made by the active workers only
