@@ -6,7 +6,8 @@
 
 Bad input exits with status 2 and one line on stderr; a diverged run exits with status 3
 after writing its results; a launched worker whose peer crashed or was killed exits with
-status 4 and one line (`dane.errors.WorkerLost`), its records kept.  In a ``-m`` sweep
+status 4 and one line (`dane.errors.WorkerLost`), its records kept; so does a run whose
+simulated worker ``sim.fail_at`` loses (`dane.loop.faults.SimulatedFault`).  In a ``-m`` sweep
 none stops the sweep: a diverged job is a result (status: diverged), an invalid or
 broken one leaves its line in ``<job dir>/error.txt``, and a sweep with such jobs exits
 with status 2 once every job has run (`experiments.callbacks.SweepSummary`).
@@ -31,6 +32,7 @@ from omegaconf import DictConfig
 
 from dane.loop import timeline
 from dane.errors import DivergenceError, UserError, WorkerLost, say
+from dane.loop.faults import SimulatedFault
 from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
@@ -68,7 +70,7 @@ def main(cfg: DictConfig) -> None:
         if multirun():
             return  # in a sweep a diverged job is a result (written, status: diverged): go on to the next
         sys.exit(3)
-    except WorkerLost as exc:  # a peer crashed or was killed: each survivor says so in one line
+    except (WorkerLost, SimulatedFault) as exc:  # a peer crashed or was killed (or sim.fail_at lost one): one line
         if multirun():
             return reject(exc)  # the job's error.txt, and the sweep goes on
         say(f"error: {exc}")

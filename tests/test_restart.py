@@ -384,3 +384,19 @@ def test_a_worker_killed_without_restarts_leaves_its_peers_one_line_and_its_reco
     assert f"the rounds logged so far are in {run_dir}" in next(line for line in lines if "worker 0" in line)
     assert "experiments/train.py" not in output and "dane/loop/launch.py" not in output, output[-3000:]  # no traceback of ours
     assert [r["round"] for r in read_rounds(run_dir)] == [0, 1, 2]
+
+
+LOST = runs.command("restart:fail_at_line", "workers=4", "rounds=12", "checkpoint_every=3", "sim.fail_at=[[8,1]]",
+                    "problem.n_samples=400", "problem.dim=10", "quiet=true", "out_dir={tmp}/restart_fail_at_line",
+                    cwd="{tmp}")
+
+
+def test_a_simulated_loss_ends_the_command_in_one_line_with_its_records_kept(commands):
+    """sim.fail_at on the command line: the lost worker's line and status 4, as a launched run's lost peer (was
+    Hydra's page of traceback and status 1); the committed checkpoint and the rounds before the loss stay."""
+    proc = commands[LOST]
+    assert proc["rc"] == 4 and proc["stderr"].splitlines() == [
+        "error: simulated worker 1 was lost at round 8 (sim.fail_at); the last committed checkpoint stays: rerun with "
+        "resume=auto to continue (a run with checkpoint_every)"]
+    run_dir = commands.tmp / "restart_fail_at_line"
+    assert committed(run_dir) is not None and len(read_rounds(run_dir)) >= 6
