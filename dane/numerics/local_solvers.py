@@ -28,7 +28,8 @@ subproblem without the shared regularizer).  The methods (``problem.local_solver
   else ``cg``; the problem says which in its notes.
 
 Newton steps on a non-quadratic φ take a backtracking (Armijo) line search and stop once
-:math:`\|\nabla\phi(w)\| \le \text{tol}\,\|\nabla\phi(a)\|` or after ``newton_steps``.
+:math:`\|\nabla\phi(w)\| \le \text{tol}\,\|\nabla\phi(a)\|`, or once ∇φ(w) is round-off (`round_off_floor`), or
+after ``newton_steps``.
 
 Every solver runs on the device of the anchor it is given (the shard's, `dane.problems.glm`);
 ``lbfgs`` keeps scipy's own vectors on the host and evaluates φ on the device.
