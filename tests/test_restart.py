@@ -52,6 +52,8 @@ def test_resume_auto_starts_then_continues(tmp_path, whole):
     assert second["resumed_from_round"] == 4
     assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
     assert_same_iterate(run_dir, whole)
+    # what reads the whole run (the stop line's trend over its rounds) reads the records before the resume too
+    assert second["stopped_by"] == read_summary(whole)["stopped_by"]
     with pytest.raises(ConfigError, match="resume=auto continues the run in out_dir; set out_dir"):
         run_spec(config(*RIDGE, "workers=2", "resume=auto"))
 
@@ -400,3 +402,17 @@ def test_a_simulated_loss_ends_the_command_in_one_line_with_its_records_kept(com
         "resume=auto to continue (a run with checkpoint_every)"]
     run_dir = commands.tmp / "restart_fail_at_line"
     assert committed(run_dir) is not None and len(read_rounds(run_dir)) >= 6
+
+
+def test_a_resumed_runs_summary_reads_the_records_from_before_its_resume(tmp_path):
+    """The stop line's trend (over the run's last rounds) and the adaptations are the whole run's: a resume goes on
+    with the records it kept in hand (they were this call's alone: "stalled over the last 6 rounds" against the
+    uninterrupted "shrinking 0.998x per round over the last 12 rounds")."""
+    args = (*RIDGE, "algorithm=adiana", "workers=4", "rounds=12", "checkpoint_every=3")
+    whole = execute_with(tmp_path / "whole", *args)
+    run_dir = tmp_path / "run"
+    with pytest.raises(SimulatedFault):
+        execute_with(run_dir, *args, "sim.fail_at=[[8,1]]", f"out_dir={run_dir}", "resume=auto")
+    resumed = execute_with(run_dir, *args, "sim.fail_at=[[8,1]]", f"out_dir={run_dir}", "resume=auto")
+    assert resumed["resumed_from_round"] == 6 and "over the last 12 rounds" in whole["stopped_by"]
+    assert (resumed["stopped_by"], resumed.get("adaptations")) == (whole["stopped_by"], whole.get("adaptations"))

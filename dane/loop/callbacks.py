@@ -34,7 +34,7 @@ from ..errors import ConfigError, say
 from .faults import inject_faults
 from .parking import fill_parked
 from .progress import RoundBar, RoundTable
-from ..records.results import SUMMARY_FILE, RunWriter, atomic_write
+from ..records.results import SUMMARY_FILE, RunWriter, atomic_write, in_target_units, read_rounds
 from ..numerics.similarity import hessian_dissimilarity, offered
 from ..records.trackers import open_trackers
 from . import timeline
@@ -86,6 +86,10 @@ class Checkpoints(Callback):
         loop.continuing, loop.resumed_from = True, loop.resume["round"]
         if loop.comm.rank == 0:
             truncate_rounds(self.control.resume, loop.resume["round"])  # rank 0 cuts the records back to it
+            # and goes on with them in hand, so that what reads the whole run (the stop line's trend, a method's
+            # diagnosis, the summary's adaptations) reads the same as in a run that never stopped
+            loop.resume["history"] = [in_target_units(r, loop.units, back=True)
+                                      for r in read_rounds(self.control.resume)]
 
     def on_checkpoint(self, loop, state: dict) -> None:
         if loop.out_dir and self.control.checkpoint_every:

@@ -46,7 +46,7 @@ def start_state(algo: Rounds, stop: StopRule) -> dict:
 
 @dataclass(frozen=True)
 class RunResult:
-    """How `run` ended: this call's ``records``, the ``status``, the ``iterate`` the last record describes and
+    """How `run` ended: the ``records`` (this call's, after a resume's ``history``), the ``status``, the ``iterate`` the last record describes and
     ``stopped_by``, the test that ended the run (`StopRule.stopped_by`).  Unpacks as ``records, status``."""
 
     records: list[dict]
@@ -70,8 +70,9 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     Every ``checkpoint_every`` rounds, ``on_checkpoint`` receives the state from which
     ``run(..., resume=state)`` continues exactly as the uninterrupted run would: the next
     round, the cost counters, the first record, the early-stopping state, the divergence
-    window and ``algo.state_dict()``.  Only the records of this call are returned
-    (`RunResult`), with the iterate the last record describes (w_t when a stop rule fired
+    window and ``algo.state_dict()``.  The records returned (`RunResult`) are this call's, after the state's
+    ``history`` where it has one (the records before a resume, which rank 0 reads back: `dane.loop.callbacks`), with
+    the iterate the last record describes (w_t when a stop rule fired
     on round t's own metrics; on a round DANE's safeguard rejected, and at the end on a trial it would
     reject, the records describe the last accepted iterate instead, and so does the iterate returned) and the test that ended the run.  The algorithm is
     only stepped and evaluated: nothing is set on it.
@@ -122,16 +123,17 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
         return rounds_from(algo, stop, on_round, ledger, watch, rising, parking, t, cost, first, records,
                            _work_snapshot(comm, ledger), on_checkpoint=on_checkpoint,
                            checkpoint_every=checkpoint_every, keep_records=keep_records)
-    start, cost, first = 0, _cost(comm), None
+    start, cost, first, records = 0, _cost(comm), None, []
     if resume is not None:
         algo.load_state_dict(resume["algorithm"])
         watch.load_state_dict(resume["early_stop"])
         rising.load_state_dict(resume.get("divergence", {"above": 0}))  # checkpoints from before the rule: 0
         restore_cost(comm, resume["cost"])
         start, cost, first = resume["round"], resume["cost"], resume["first"]
+        records = list(resume.get("history", ())) if keep_records else []  # rank 0's records before ``start``
         if ledger is not None:
             ledger.load_state_dict(resume.get("work"), comm.size)  # checkpoints from before the counters: zero
-    return rounds_from(algo, stop, on_round, ledger, watch, rising, parking, start, cost, first, [],
+    return rounds_from(algo, stop, on_round, ledger, watch, rising, parking, start, cost, first, records,
                        _work_snapshot(comm, ledger), on_checkpoint=on_checkpoint, checkpoint_every=checkpoint_every,
                        keep_records=keep_records)
 

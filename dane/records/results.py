@@ -324,12 +324,14 @@ def find_runs(root: str | Path) -> list[Path]:
     return sorted(p.parent for p in Path(root).rglob(SUMMARY_FILE))
 
 
-def in_target_units(record: dict, units: tuple[float, float] | None) -> dict:
+def in_target_units(record: dict, units: tuple[float, float] | None, *, back: bool = False) -> dict:
     """A record of a problem whose target was standardized (y = ȳ + s y', ``units`` = (ȳ, s):
-    `dane.problems.linear_models`) in the target's units: objective and suboptimality times s², grad_norm times s;
-    ``units`` None: the record itself."""
+    `dane.problems.linear_models`) in the target's units: objective and suboptimality times s², grad_norm times s
+    (``back``: a logged record in the standardized units again, divided by them); ``units`` None: the record itself."""
     if units is None:
         return record
     scale = units[1]
     factors = {"objective": scale ** 2, "suboptimality": scale ** 2, "grad_norm": scale}
+    if back:
+        return {k: v / factors[k] if k in factors else v for k, v in record.items()}
     return {k: v * factors[k] if k in factors else v for k, v in record.items()}
