@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
 from dane.comm import AlphaBeta  # noqa: E402
+from dane.errors import say  # noqa: E402
 from dane.records.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
 from dane.synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
 
@@ -260,7 +261,12 @@ def cli(main, doc: str, results: str = "results") -> None:
     parser.add_argument("--results", default=results)
     parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     args = parser.parse_args()
-    for path in main(args.results, args.out):
+    written = main(args.results, args.out)
+    if not written:  # a figure whose runs are missing draws nothing (make_all says so for all of them): say it here
+        say(f"error: nothing drawn: the runs it reads are missing under {args.results}; make tables (dane figures "
+            "--nn) makes them")
+        raise SystemExit(2)
+    for path in written:
         print(path)
 
 

@@ -105,6 +105,19 @@ def test_a_figure_without_its_runs_is_one_line_and_exit_2(figure, expect, tmp_pa
     assert done.value.code == 2 and err.count("\n") == 1 and f"error: {expect.format(tmp=tmp_path)}" in err
 
 
+def test_a_figure_that_draws_nothing_says_so_and_exits_2(tmp_path, capfd, monkeypatch):
+    """dane_vs_admm without its network runs drew nothing and exited 0 (make_all reports those runs for all the
+    tables; alone, the figure now says so)."""
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr("dane.records.provenance._entry_command", None)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["figures", "dane_vs_admm", "--results", str(tmp_path), "--out", str(tmp_path / "figs")])
+    assert done.value.code == 2 and capfd.readouterr().err.splitlines()[-1] == (
+        f"error: nothing drawn: the runs it reads are missing under {tmp_path}; make tables (dane figures --nn) "
+        "makes them")
+    assert not (tmp_path / "figs").exists()
+
+
 def test_a_run_records_the_dane_command_as_typed(tmp_path, monkeypatch):
     # runpy puts the module's file (train.py) in argv[0]; the summary's provenance must say `dane train ...`
     (tmp_path / "probe_command.py").write_text(
