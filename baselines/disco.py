@@ -185,8 +185,7 @@ class DiSCOConfig(AlgorithmConfig):
 
     def __post_init__(self) -> None:
         checks.nonnegative("algorithm.mu", self.mu)
-        if not 0 < checks.positive("algorithm.pcg_tol", self.pcg_tol) < 1:
-            raise ConfigError(f"algorithm.pcg_tol must be in (0, 1), got {self.pcg_tol}")
+        checks.relative_tolerance("algorithm.pcg_tol", self.pcg_tol)
         if self.pcg_max_iter is not None:
             checks.positive_int("algorithm.pcg_max_iter", self.pcg_max_iter)
         if self.self_concordance is not None:

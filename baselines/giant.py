@@ -245,8 +245,7 @@ class GIANTConfig(AlgorithmConfig):
     algorithm = GIANT
 
     def __post_init__(self) -> None:
-        if not 0 < checks.positive("algorithm.cg_tol", self.cg_tol) < 1:  # a relative residual: 1 stops CG at once
-            raise ConfigError(f"algorithm.cg_tol must be in (0, 1), got {self.cg_tol}")
+        checks.relative_tolerance("algorithm.cg_tol", self.cg_tol)
         if self.cg_max_iter is not None:
             checks.positive_int("algorithm.cg_max_iter", self.cg_max_iter)
         checks.positive_int("algorithm.line_search_steps", self.line_search_steps)

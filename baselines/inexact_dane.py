@@ -64,8 +64,7 @@ def inexact_local_solver(method: str, *, passes: int | str, batch_size: int, lr:
     checks.one_of("algorithm.svrg_variant", svrg_variant, SVRG_VARIANTS)
     if lr is not None:
         checks.positive("algorithm.lr", lr)
-    if not 0 <= checks.nonnegative("algorithm.cg_tol", cg_tol) < 1:  # a relative residual: 1 stops CG at once
-        raise ConfigError(f"algorithm.cg_tol must be in [0, 1), got {cg_tol}")
+    checks.relative_tolerance("algorithm.cg_tol", cg_tol, zero=True)  # 0: a fixed count of products
     if cg_max_iter is not None:
         checks.positive_int("algorithm.cg_max_iter", cg_max_iter)
     if method == "cg" and cg_tol == 0 and cg_max_iter is None:

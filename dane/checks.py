@@ -39,6 +39,15 @@ def fraction(key: str, value, what: str = "") -> float:
     return value
 
 
+def relative_tolerance(key: str, value, *, zero: bool = False) -> float:
+    """A relative residual or gradient tolerance: in (0, 1), or [0, 1) where 0 means a fixed count (``zero``); 1 or
+    more stops the iteration at once."""
+    (nonnegative if zero else positive)(key, value)
+    if not value < 1:
+        raise ConfigError(f"{key} must be in {'[' if zero else '('}0, 1), got {value}")
+    return value
+
+
 def positive_int(key: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{key} must be a positive integer, got {value!r}")

@@ -143,6 +143,12 @@ class Subproblem:
         value = float(value) + 0.5 * self.l2 * float(w @ w) - float(self.linear @ w) + 0.5 * self.mu * float(diff @ diff)
         return value, grad + self.l2 * w - self.linear + self.mu * diff
 
+    def at_anchor(self, anchor_grad: torch.Tensor, anchor_value=None) -> tuple[float | None, torch.Tensor]:
+        """(φ(a), ∇φ(a)) from the caller's ∇O_i(a) and O_i(a) (with the ℓ2 term; None: φ(a) unknown): ∇O_i(a) − linear
+        and O_i(a) − ⟨linear, a⟩, the numbers `value_grad` computes at the anchor, without a pass over the rows."""
+        value = None if anchor_value is None else float(anchor_value) - float(self.linear @ self.anchor)
+        return value, anchor_grad - self.linear
+
 
 def prox_solve(shard: Shard, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool,
                solver: LocalSolver, generator: torch.Generator | None = None,
@@ -162,16 +168,11 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
            anchor_value=None) -> torch.Tensor:
     """Newton's method on φ, directions by `Shard.solve_hessian` (Cholesky or CG).
 
-    ``anchor_grad`` = ∇O_i(a) and ``anchor_value`` = O_i(a) (with the ℓ2 term), where the caller has them (DANE's round
-    evaluated them): then ∇φ(a) = ∇O_i(a) − linear and φ(a) = O_i(a) − ⟨linear, a⟩, the same numbers as
-    `Subproblem.value_grad` computes, without a pass over the rows; without the value, the first line search
+    ``anchor_grad`` = ∇O_i(a) and ``anchor_value`` = O_i(a), where the caller has them (DANE's round evaluated them),
+    give φ and ∇φ at the anchor without a pass (`Subproblem.at_anchor`); without the value, the first line search
     evaluates φ(a)."""
     w = sub.anchor
-    if anchor_grad is not None:
-        grad = anchor_grad - sub.linear
-        value = None if anchor_value is None else float(anchor_value) - float(sub.linear @ w)
-    else:
-        value, grad = sub.value_grad(w)
+    value, grad = sub.value_grad(w) if anchor_grad is None else sub.at_anchor(anchor_grad, anchor_value)
     grad0 = float(torch.linalg.vector_norm(grad))
     if grad0 == 0.0:
         return w.clone()
@@ -382,9 +383,9 @@ def lbfgs(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | N
         return last["value"], last["grad"].copy()
 
     x0 = sub.anchor.double().cpu().numpy()
-    if anchor_grad is not None and anchor_value is not None:  # φ(a) and ∇φ(a), the bits `Subproblem.value_grad` gives
-        last.update(x=x0.copy(), value=float(anchor_value) - float(sub.linear @ sub.anchor),
-                    grad=(anchor_grad - sub.linear).double().cpu().numpy())
+    if anchor_grad is not None and anchor_value is not None:  # φ(a) and ∇φ(a) without a pass (`Subproblem.at_anchor`)
+        value, grad = sub.at_anchor(anchor_grad, anchor_value)
+        last.update(x=x0.copy(), value=value, grad=grad.double().cpu().numpy())
     _, grad0 = fun(x0)
     gtol = solver.tol * float(np.abs(grad0).max())
     result = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",

@@ -279,8 +279,7 @@ class LinearModelShard(Problem):
         where, anchor = anchor.device, self._here(anchor)
         anchor_grad = None if anchor_grad is None else self._here(anchor_grad)
         last = self._last_objective
-        known = anchor_grad is not None and last is not None and last[0].shape == anchor.shape and \
-            torch.equal(last[0], anchor)
+        known = anchor_grad is not None and last is not None and torch.equal(last[0], anchor)
         return prox_solve(self, anchor, self._here(linear), mu, with_reg=with_reg, solver=solver,
                           generator=self.generator, anchor_grad=anchor_grad,
                           anchor_value=last[1] if known else None).to(where)

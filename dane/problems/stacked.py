@@ -442,7 +442,7 @@ class StackedLinearModel(Problem):
         w = rows_of(anchor, m).clone()
         if anchor_grad is not None and with_reg:  # φ(a) from `evaluate`'s O_i(a) where it last ran at the anchor
             grad, value, last = rows_of(anchor_grad.to(self.device), m) - linear, None, self._last_objective
-            if last is not None and last[0].shape == anchor.shape and torch.equal(last[0], anchor):
+            if last is not None and torch.equal(last[0], anchor):  # another shape is another point
                 value = last[1] - (linear * w).sum(-1)
         else:
             value, grad = value_grad(w)
