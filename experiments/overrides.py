@@ -137,15 +137,21 @@ def check_added(loader: ConfigLoaderImpl, name: str, overrides: list[str], choic
                               f"{_closest(loader, name, overrides, key)} (--cfg job prints every key)")
 
 
+def is_multirun(argv: list[str]) -> bool:
+    """Whether the command line asks Hydra for a sweep (``-m``, ``--multirun``, ``hydra.mode=MULTIRUN``)."""
+    return any(arg in ("-m", "--multirun") or arg.startswith("hydra.mode=MULTIRUN") for arg in argv)
+
+
 def check_sweep_out_dir(argv: list[str]) -> None:
     """Reject a ``-m`` sweep of several jobs with one fixed ``out_dir``: every job would write the same run directory
     (each refused as "already holds a run", or with ``overwrite=true`` each replacing the last).  An ``out_dir``
     that is swept itself or names the job (``${hydra:job.num}``) is the user's layout."""
-    if not any(arg in ("-m", "--multirun") or arg.startswith("hydra.mode=MULTIRUN") for arg in argv):
+    args = _hydra_args(argv) if is_multirun(argv) else None
+    if args is None:
         return
     try:
-        parsed = OverridesParser.create().parse_overrides([a for a in argv if "=" in a and not a.startswith("-")])
-    except Exception:  # noqa: BLE001 - a malformed override: Hydra says so
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception:  # noqa: BLE001 - a malformed override: `check_grammar` says so
         return
     fixed = [o for o in parsed if o.key_or_group == "out_dir" and not o.is_sweep_override()
              and "${" not in o.input_line]

@@ -38,7 +38,7 @@ from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
 from dane.experiments.config import rank_zero, run_spec
 from dane.experiments.callbacks import SweepSummary
-from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir
+from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
 
 def multirun() -> bool:
@@ -126,10 +126,6 @@ def take_back(out_dir: str | None, before: set[str] | None) -> None:
         (path / name).unlink(missing_ok=True)
     if before is None and not any(path.iterdir()):
         path.rmdir()
-
-
-def is_multirun(argv: list[str]) -> bool:
-    return any(arg in ("-m", "--multirun") or arg.startswith("hydra.mode=MULTIRUN") for arg in argv)
 
 
 def hydra_argv(argv: list[str]) -> list[str]:

@@ -156,17 +156,18 @@ def calibrate_ps(workers: int = 2, servers: int = 1, sizes=DEFAULT_SIZES, reps: 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--np", type=checks.positive_int_argument, default=2, dest="np_", help="Horovod processes (default 2)")
+    count = checks.positive_int_argument  # argparse's own line for a count below 1
+    parser.add_argument("--np", type=count, default=2, dest="np_", help="Horovod processes (default 2)")
     parser.add_argument("--out", default=None,
                         help="default results/calibration.json (allreduce) or results/calibration_ps.json (ps)")
-    parser.add_argument("--reps", type=checks.positive_int_argument, default=200)
+    parser.add_argument("--reps", type=count, default=200)
     parser.add_argument("--topology", choices=("allreduce", "ps"), default="allreduce",
                         help="ps: torchrun --np workers plus --servers parameter servers (comm=ps)")
-    parser.add_argument("--servers", type=checks.positive_int_argument, default=1, help="ps: parameter servers")
+    parser.add_argument("--servers", type=count, default=1, help="ps: parameter servers")
     parser.add_argument("--tail", action="store_true", help="also fit the excess of real DANE rounds' allreduce "
                         "phases over the model (a second horovodrun launch), which the simulator then draws")
-    parser.add_argument("--blocks", type=checks.positive_int_argument, default=12, help="--tail: blocks of --rounds DANE rounds")
-    parser.add_argument("--rounds", type=checks.positive_int_argument, default=10, help="--tail: DANE rounds per block")
+    parser.add_argument("--blocks", type=count, default=12, help="--tail: blocks of --rounds DANE rounds")
+    parser.add_argument("--rounds", type=count, default=10, help="--tail: DANE rounds per block")
     args = parser.parse_args(argv)
     if args.topology == "ps":
         out = args.out or "results/calibration_ps.json"

@@ -46,8 +46,9 @@ def start_state(algo: Rounds, stop: StopRule) -> dict:
 
 @dataclass(frozen=True)
 class RunResult:
-    """How `run` ended: the ``records`` (this call's, after a resume's ``history``), the ``status``, the ``iterate`` the last record describes and
-    ``stopped_by``, the test that ended the run (`StopRule.stopped_by`).  Unpacks as ``records, status``."""
+    """How `run` ended: the ``records`` (this call's, after a resume's ``history``), the ``status``, the ``iterate``
+    the last record describes and ``stopped_by``, the test that ended the run (`StopRule.stopped_by`).  Unpacks as
+    ``records, status``."""
 
     records: list[dict]
     status: str
