@@ -29,7 +29,8 @@ from .comm import AlphaBeta
 from .errors import ConfigError, DivergenceError, UserError
 from .loop.launch import execute
 from .spec import Communication, RunControl, RunSpec
-from .loop.stopping import StopRule
+from .loop.stopping import ROUNDS_ZERO, StopRule
+from .problems.base import ProblemConfig
 from .records.trackers import check_loggers
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
@@ -185,6 +186,9 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     algorithm without one.  ``compress``, ``error_feedback`` and ``compress_down`` are ``comm.compress``,
     ``comm.error_feedback`` and ``comm.compress_down`` (`dane.comm.compression`).  NumPy scalars are taken as the numbers they hold (`plain`).
     """
+    if not isinstance(problem, ProblemConfig):
+        raise ConfigError(f"problem must be a problem object, such as dane.problems.LogReg(X, y, lam=1e-3) or "
+                          f"dane.problems.RidgeSyntheticConfig() (dane.problems lists them), got {problem!r}")
     workers, rounds, seed = plain("workers", workers), plain("rounds", rounds), plain("seed", seed)
     tol, tol_abs = plain("tol", tol), plain("tol_abs", tol_abs)
     sim_alpha, sim_beta = plain("sim_alpha", sim_alpha), plain("sim_beta", sim_beta)
@@ -194,8 +198,7 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         raise ConfigError("keyword overrides apply to an algorithm given by name; set them on the config instead")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
-    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
-        raise ConfigError(f"rounds must be an integer >= 0 (0: only evaluate w_0), got {rounds!r}")
+    checks.count("rounds", rounds, ROUNDS_ZERO)
     for key, value in (("tol", tol), ("tol_abs", tol_abs)):  # as the command line checks them
         if value is not None:
             checks.positive(key, value)

@@ -54,6 +54,13 @@ def positive_int(key: str, value) -> int:
     return value
 
 
+def count(key: str, value, zero: str) -> int:
+    """An integer >= 0; ``zero`` says what 0 means (``never``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{key} must be an integer >= 0 (0: {zero}), got {value!r}")
+    return value
+
+
 def one_of(key: str, value, choices) -> str:
     # true == 1 in Python: a boolean is no choice among numbers (algorithm.option=true)
     if value not in choices or (isinstance(value, bool) and not any(isinstance(c, bool) for c in choices)):

@@ -30,7 +30,7 @@ from .spec import PROGRESS, Communication, RunControl, RunSpec
 from .numerics.local_solvers import AUTO_MAX_DIM
 from .problems import RidgeSyntheticConfig
 from .problems.stacked import FACTORS_KEPT
-from .loop.stopping import StopRule
+from .loop.stopping import ROUNDS_ZERO, StopRule
 
 from .layout import CONF_DIR  # noqa: E402 - conf/ beside dane/ in a checkout, inside it in a wheel
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -351,7 +351,7 @@ def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:
     early = cfg.get("early_stop") or {}
     patience, target = early.get("patience"), early.get("target")
     return StopRule(
-        rounds=checks.positive_int("rounds", cfg.rounds),
+        rounds=checks.count("rounds", cfg.rounds, ROUNDS_ZERO),
         tol=tol,
         tol_abs=None if cfg.get("tol_abs") is None else checks.positive("tol_abs", cfg.tol_abs),
         diverge_after=None if cfg.get("diverge_after", 5) is None else
@@ -364,10 +364,7 @@ def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:
 
 
 def checkpoint_every(cfg: DictConfig) -> int:
-    every = cfg.get("checkpoint_every", 0)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ConfigError(f"checkpoint_every must be an integer >= 0 (0: never), got {every!r}")
-    return every
+    return checks.count("checkpoint_every", cfg.get("checkpoint_every", 0), "never")
 
 
 def resume_dir(cfg: DictConfig, workers: int) -> str | None:
@@ -392,7 +389,7 @@ def resume_dir(cfg: DictConfig, workers: int) -> str | None:
         if not (path / CHECKPOINT_DIR).is_dir():
             raise ConfigError(f"resume={resume} has no checkpoint/ folder; "
                               "point it at the run directory of a run made with checkpoint_every > 0")
-    check_resume(path, workers, checks.positive_int("rounds", cfg.rounds), OmegaConf.to_yaml(cfg, resolve=True))
+    check_resume(path, workers, checks.count("rounds", cfg.rounds, ROUNDS_ZERO), OmegaConf.to_yaml(cfg, resolve=True))
     return str(path)
 
 

@@ -130,9 +130,7 @@ class RunControl:
             raise ConfigError(f"dtype must be float64 or float32, got {self.dtype}")
         checks.positive_int("print_every", self.print_every)
         checks.one_of("progress", self.progress, PROGRESS)
-        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
-                or self.checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every must be an integer >= 0 (0: never), got {self.checkpoint_every!r}")
+        checks.count("checkpoint_every", self.checkpoint_every, "never")
         for key in ("quiet", "restart_unfinished", "overwrite", "save_iterate", "similarity"):
             checks.boolean(key, getattr(self, key))
 

@@ -44,19 +44,28 @@ def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None
     return [d.expanduser().resolve() for d in dirs]
 
 
+#: the keys that say what a run is: its group's choice sets them (``algorithm=dane``), an override never does
+LABELS = ("algorithm.name", "problem.name")
+
+
 def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Reject ``algorithm=foo`` with one line before Hydra prints a page about it.
+    """Reject ``algorithm=foo`` with one line before Hydra prints a page about it, and ``algorithm.name=foo``
+    (`LABELS`), which would run DANE recorded as foo.
 
     A choice is known if any config folder Hydra searches (`config_dirs`) has it, so a
-    user's own ``--config-dir my_conf`` with ``problem/mine.yaml`` is accepted.
+    user's own ``--config-dir my_conf`` with ``problem/mine.yaml`` is accepted (a pkg:// search path is
+    left to Hydra).
     """
     dirs = config_dirs(argv, conf_dir)
-    if dirs is None:
-        return  # a pkg:// search path: leave the check to Hydra
     for arg in argv:
         key, sep, value = arg.partition("=")
         key = key.lstrip("+~")
-        if not sep or "." in key or "/" in key or key.startswith("-"):
+        if sep and key in LABELS:
+            group = key.split(".")[0]
+            raise ConfigError(f"{key}={value} would label another {group}'s run as {value} (its summary, folder and "
+                              f"table rows); choose the {group} with {group}=<name>, or give a variant of your own its "
+                              f"name in a yaml of a --config-dir")
+        if dirs is None or not sep or "." in key or "/" in key or key.startswith("-"):
             continue
         groups = [d / key for d in dirs if (d / key).is_dir()]
         if not groups:

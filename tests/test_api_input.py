@@ -47,6 +47,24 @@ def test_negative_rounds_is_one_line(problem):
     assert one_line(error) == "rounds must be an integer >= 0 (0: only evaluate w_0), got -1"
 
 
+def test_a_problem_given_by_name_is_one_line():
+    with pytest.raises(ConfigError) as error:
+        dane.fit("ridge_synthetic", "dane", workers=2, rounds=1)
+    assert one_line(error).startswith("problem must be a problem object, such as dane.problems.LogReg(X, y, lam=1e-3)")
+    assert one_line(error).endswith("got 'ridge_synthetic'")
+
+
+def test_zero_rounds_evaluate_w0_alone_in_the_api_and_on_the_command_line(problem):
+    from dane.experiments.config import run_spec
+    from dane.synthetic.sweep import compose_job
+
+    result = dane.fit(problem, "dane", workers=2, rounds=0)
+    assert [r["round"] for r in result.records] == [0] and result.records[0]["comm_rounds"] == 0
+    w0 = torch.zeros_like(result.w)
+    assert torch.equal(result.w, w0)  # no step taken
+    assert run_spec(compose_job(("rounds=0",))).control.stop.rounds == 0
+
+
 @pytest.mark.parametrize("keys, expected", [({"tol": "1e-8"}, "tol must be a number, got '1e-8'"),
                                             ({"tol": float("nan")}, "tol must be a finite number, got nan"),
                                             ({"tol": -1.0}, "tol must be > 0, got -1.0"),

@@ -78,6 +78,11 @@ CASES = [
                   "experiment=speedup"),
     case("added_key_of_a_nested_config", "problem=digits_mlp", "+problem.model.width=3", "rounds=1", "quiet=true",
          expected="problem.model.width is not a key of problem.model of problem=digits_mlp; its keys: name, hidden"),
+    case("algorithm_relabelled", "algorithm.name=foo", *SMALL,
+         expected="algorithm.name=foo would label another algorithm's run as foo (its summary, folder and table rows); "
+                  "choose the algorithm with algorithm=<name>"),
+    case("problem_relabelled", "+problem.name=ridge", *SMALL,
+         expected="problem.name=ridge would label another problem's run as ridge"),
     case("group_without_a_choice", "algorithm=null", *SMALL,
          expected="algorithm=null leaves the group algorithm without a choice; choose one of: acc_sdane, adiana"),
     case("hydra_group_typo", "hydra/launcher=slurmm", *SMALL,
@@ -132,7 +137,7 @@ CASES = [
     case("fewer_rows_than_workers", *SMALL, "problem.n_samples=3", "workers=4",
          expected="problem.n_samples=3 is fewer than workers=4"),
     case("unknown_problem", "problem=imagenet", *SMALL, expected="problem=imagenet is unknown; choose one of:"),
-    case("rounds_zero", *SMALL, "rounds=0", expected="rounds must be a positive integer, got 0"),
+    case("rounds_negative", *SMALL, "rounds=-1", expected="rounds must be an integer >= 0 (0: only evaluate w_0), got -1"),
     # issue 45, item 5: FedNL's alpha beyond the paper's bound (it stalled at 2.5x O*); a data key named as typed
     case("fednl_alpha_above_one", "algorithm=fednl", "algorithm.alpha=3", *LOGREG,
          expected="algorithm.alpha must be in (0, 1], got 3: FedNL's theory (Safaryan et al. 2022) takes alpha <= "

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..records.projection import ROUND_OFF, Trend, fit
 
+#: what ``rounds=0`` runs: round 0's record of w_0 and no step
+ROUNDS_ZERO = "only evaluate w_0"
+
 
 @dataclass(frozen=True)
 class StopRule:
