@@ -91,16 +91,12 @@ class FedNLBC(FedNL):
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 2, mu: float | None = None, model_compressor: str = "topk:0.1",
-                 model_lr: float | None = None, p: float = 0.5, sampling: SamplingKeys, seed: int = 0):
+                 model_lr: float | None = None, p: float = 0.5, sampling: SamplingKeys, seed: int = 0,
+                 defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, compressor=compressor, alpha=alpha, option=option, mu=mu, variant="plain",
-                         sampling=sampling, seed=seed)
+                         sampling=sampling, seed=seed, defaults=defaults)
         self.model_compressor = make(model_compressor)
         self.eta, self.p = model_step(self.model_compressor, self.d, model_lr), p
-        if model_lr is None:  # the resolved η, for the run's first lines and the summary's defaults
-            resolution = Resolution()
-            omega = self.model_compressor.omega(self.d) if self.model_compressor.unbiased else None
-            resolution.add("model_lr", self.eta, "model_learning_rate", omega=omega, d=self.d)
-            self.defaults = tuple(resolution.entries)
         self.server_generator = torch.Generator().manual_seed(downlink_seed(seed))
         self.coin = np.random.default_rng(np.random.SeedSequence([seed, COIN_STREAM]))
         self.full = True                                  # ξ_0 = 1
@@ -187,10 +183,18 @@ class FedNLBCConfig(FedNLConfig):
         gradients every round."""
         hints = ["algorithm.p=1 (the clients' gradients every round)",
                  "algorithm=fednl (algorithm.variant=ls: FedNL-LS, a line search on O, with an exact broadcast)"]
-        return hints if self.option == 2 else hints + ["algorithm.option=2 (the step shifted by the learned "
+        return hints if self.chosen_option == 2 else hints + ["algorithm.option=2 (the step shifted by the learned "
                                                        "Hessians' error)"]
 
     def build(self, problem: Problem, comm: Communicator) -> FedNLBC:
-        return FedNLBC(problem, comm, compressor=self.compressor, alpha=self.alpha, option=self.option, mu=self.mu,
-                       model_compressor=self.model_compressor, model_lr=self.model_lr, p=self.p, sampling=self,
-                       seed=self.seed)
+        """FedNL's nulls (`baselines.fednl.FedNLConfig.numbers`), then η (`model_step`)."""
+        resolution = Resolution()
+        numbers = self.numbers(problem, resolution)
+        model_lr = self.model_lr
+        if model_lr is None:
+            compressor, d = make(self.model_compressor), problem.dim
+            omega = compressor.omega(d) if compressor.unbiased else None
+            model_lr = resolution.add("model_lr", model_step(compressor, d, None), "model_learning_rate", omega=omega,
+                                      d=d)
+        return FedNLBC(problem, comm, compressor=self.compressor, **numbers, model_compressor=self.model_compressor,
+                       model_lr=model_lr, p=self.p, sampling=self, seed=self.seed, defaults=resolution.entries)

@@ -318,6 +318,13 @@ def ef21p_step(smoothness: float, smoothness_rms: float, delta: float, delta_dow
     return step if delta_down >= 1.0 else min(step, ef21p_primal_step(smoothness, delta_down))
 
 
+def hessian_learning_rate(omega: float | None) -> float:
+    r"""FedNL's α, the clients' Hessian learning rate (H_i ← H_i + α C(∇²O_i − H_i)): 1/(ω + 1) for an unbiased C,
+    1 for a contractive one (``omega`` None).  Source: Safaryan et al. 2022, FedNL's theory (FedNL-Public's default
+    rule; its other rule for a contractive C, 1 − sqrt(1 − δ), is `baselines.fednl.theoretical_alpha`)."""
+    return 1.0 if omega is None else 1.0 / (omega + 1.0)
+
+
 def model_learning_rate(omega: float | None) -> float:
     r"""FedNL-BC's η, the step of the clients' model toward the server's compressed shift (w ← w + η C_M(x − w)):
     1 for a contractive C_M (``omega`` None), 1/(ω + 1) for an unbiased one.  Source: Safaryan et al. 2022, FedNL-BC

@@ -103,7 +103,7 @@ from dane.problems.stacked_hessians import CompactHessians, PackedRows, frobeniu
 from dane.problems.stacked_rows import StackedRows
 from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
-from .defaults import THIRD_DERIVATIVE_BOUND, Resolution, cubic_constant
+from .defaults import THIRD_DERIVATIVE_BOUND, Resolution, cubic_constant, hessian_learning_rate
 from .federated import VALUE_BITS, ClientBits, Federated
 from .measure import mean_row_cubes
 from .newton_star import require_rows
@@ -118,12 +118,17 @@ PHASES = ("oracles", "compress", "update", "newton")
 def hessian_step(compressor: Compressor, d: int, alpha: float | None) -> float:
     """α: ``alpha``, or by the class of ``compressor`` on a d x d Hessian difference (module docstring): 1/(ω + 1)
     for an unbiased one, 1 for a contractive one."""
-    bound = 1.0 / (compressor.omega(message_entries(compressor, d)) + 1.0) if compressor.unbiased else 1.0
+    bound = hessian_learning_rate(hessian_omega(compressor, d))
     if alpha is not None and alpha > bound:  # above the theory's bound H_i overshoots ∇²O_i and the run stalls
         raise ConfigError(f"algorithm.alpha must be <= 1/(omega + 1) = {bound:.4g} for the unbiased compressor "
                           f"{compressor.spec} on d = {d} (Safaryan et al. 2022, FedNL's Hessian learning rate), got "
                           f"{alpha}; leave it null for that bound")
     return bound if alpha is None else float(alpha)
+
+
+def hessian_omega(compressor: Compressor, d: int) -> float | None:
+    """ω of ``compressor`` on FedNL's Hessian-difference message; None for a contractive one."""
+    return compressor.omega(message_entries(compressor, d)) if compressor.unbiased else None
 
 
 def theoretical_alpha(compressor: Compressor, d: int) -> float:
@@ -455,9 +460,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
             raise ConfigError(f"algorithm.alpha must be in (0, 1], got {self.alpha}: FedNL's theory (Safaryan et al. "
                               f"2022) takes alpha <= 1/(omega + 1) for an unbiased compressor, 1 - sqrt(1 - delta) or 1 "
                               f"for a contractive one; null picks that bound")
-        if self.option is None:
-            object.__setattr__(self, "option", 1 if self.variant == "ls" else 2)
-        if isinstance(self.option, bool) or self.option not in (1, 2):
+        if self.option is not None and (isinstance(self.option, bool) or self.option not in (1, 2)):
             raise ConfigError(f"algorithm.option must be 1 (projection onto H >= mu I) or 2 (H + l I), "
                               f"got {self.option!r}")
         if self.mu is not None:
@@ -471,7 +474,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         if self.variant != "pp":
             self.refuse_sampling(f"fednl algorithm.variant={self.variant}",
                                  "partial participation is FedNL-PP (algorithm.variant=pp)")
-        if self.variant in ("pp", "cr") and self.option != 2:
+        if self.variant in ("pp", "cr") and self.chosen_option != 2:
             raise ConfigError(f"algorithm.variant={self.variant} steps with H + l I (the paper's "
                               f"{'FedNL-PP' if self.variant == 'pp' else 'FedNL-CR'}); set algorithm.option=2")
         if self.cubic is not None:
@@ -480,6 +483,28 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
                 raise ConfigError(f"algorithm.cubic is FedNL-CR's cubic weight (algorithm.variant=cr), got "
                                   f"algorithm.variant={self.variant}; set algorithm.cubic=null")
         checks.seed("algorithm.seed", self.seed)
+
+    @property
+    def chosen_option(self) -> int:
+        """``option``, or where it is null the package's choice: 1 for FedNL-LS (its projected direction), else 2
+        (`recovery` says why)."""
+        return self.option if self.option is not None else 1 if self.variant == "ls" else 2
+
+    def numbers(self, problem: Problem, resolution: Resolution) -> dict:
+        """α, μ and the option, each null resolved and noted in ``resolution``: α by
+        `baselines.defaults.hessian_learning_rate` (the paper's bound for the compressor's class), option 1's μ the
+        problem's strong-convexity bound (its ℓ2 weight), the option by `chosen_option`."""
+        compressor = make(self.compressor)
+        alpha = hessian_step(compressor, problem.dim, self.alpha)
+        if self.alpha is None:
+            resolution.add("alpha", alpha, "hessian_learning_rate", omega=hessian_omega(compressor, problem.dim))
+        mu = self.mu if self.mu is not None else float(problem.strong_convexity or 0.0)
+        if self.mu is None and self.chosen_option == 1:  # option 2 reads no μ
+            resolution.add("mu", mu, "the problem's (its l2 weight)")
+        if self.option is None:
+            resolution.add("option", self.chosen_option, f"variant={self.variant}: "
+                           + ("FedNL-LS's projected direction" if self.variant == "ls" else "H + l I (recovery)"))
+        return {"alpha": alpha, "mu": mu, "option": self.chosen_option}
 
     def recovery(self) -> list[str]:
         """Plain FedNL converges locally (the paper's theory): far from x*, a learned H that a compressor left
@@ -490,7 +515,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         if self.variant != "plain":
             return []
         hints = ["algorithm.variant=ls (FedNL-LS: a line search on O, convergent from any start)"]
-        if self.option == 1:
+        if self.chosen_option == 1:
             hints.append("algorithm.option=2 (the step shifted by the learned Hessians' error)")
         return hints
 
@@ -522,6 +547,6 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
             cubes = mean_row_cubes(problem, comm)
             cubic = resolution.add("cubic", cubic_constant(third, cubes), "cubic_constant", third=third,
                                    mean_row_cubes=cubes)
-        return FedNL(problem, comm, compressor=self.compressor, alpha=self.alpha, option=self.option, mu=self.mu,
+        return FedNL(problem, comm, compressor=self.compressor, **self.numbers(problem, resolution),
                      variant=self.variant, ls_c=self.ls_c, ls_gamma=self.ls_gamma, sampling=self, seed=self.seed,
                      cubic=cubic, defaults=resolution.entries)

@@ -235,11 +235,31 @@ def test_option_follows_the_variant_and_divergence_names_the_line_search():
     """``option`` null is the shifted step (2), FedNL-PP's and the robust one from a far start, except for FedNL-LS,
     whose direction is the projected one (1); a diverging plain run is told FedNL-LS first (plain FedNL converges
     locally), then option 2 where it stepped with option 1."""
-    assert FedNLConfig(variant="pp", clients_per_round=2).option == 2
-    assert FedNLConfig().option == 2 and FedNLConfig(variant="ls").option == 1
+    assert FedNLConfig(variant="pp", clients_per_round=2).chosen_option == 2
+    assert FedNLConfig().chosen_option == 2 and FedNLConfig(variant="ls").chosen_option == 1
+    assert FedNLConfig(variant="ls", option=2).chosen_option == 2
     assert [h.split(" ")[0] for h in FedNLConfig(option=1).recovery()] == ["algorithm.variant=ls", "algorithm.option=2"]
     assert [h.split(" ")[0] for h in FedNLConfig().recovery()] == ["algorithm.variant=ls"]
     assert FedNLConfig(variant="ls").recovery() == []
+
+
+def test_the_resolved_nulls_land_in_the_summary():
+    """α by the compressor's class (1/(ω + 1) = k/T for RandK on the T-entry packed triangle), option 1's μ the ℓ2
+    weight, the option by the variant; a run given every number says no package rule applied."""
+    import dane
+
+    X, y = sparse_logistic()
+    problem = dane.problems.LogReg(X, y, lam=1e-3, fit_intercept=False)
+    T = X.shape[1] * (X.shape[1] + 1) // 2
+    ls = dane.fit(problem, "fednl", workers=2, rounds=1, compressor="randk:9", variant="ls")
+    entries = {e["key"]: (e["value"], e["rule"]) for e in ls.summary["defaults"]}
+    assert entries["algorithm.alpha"][0] == pytest.approx(9 / T, rel=1e-15)
+    assert entries["algorithm.mu"][0] == 1e-3 and entries["algorithm.option"][0] == 1
+    plain = dane.fit(problem, "fednl", workers=2, rounds=1, compressor="topk:9")
+    assert {e["key"]: e["value"] for e in plain.summary["defaults"]} == {"algorithm.alpha": 1.0, "algorithm.option": 2}
+    given = dane.fit(problem, "fednl", workers=2, rounds=1, compressor="topk:9", alpha=1.0, option=2)
+    assert given.summary["defaults"] == [] and given.summary["package_rules_applied"] is False
+    assert [r["objective"] for r in given.records] == [r["objective"] for r in plain.records]
 
 
 # ------------------------------------------------------------------ one worker per client (the simulator's threads)
@@ -260,7 +280,7 @@ def test_worker_level_equals_stacked(overrides):
     m, rounds = 4, 6
     config = FedNLConfig(**overrides)
     out = simulate(config, shards_of(X, y, m), rounds)
-    stacked = StackedFedNL(StackedRows(shards_of(X, y, m)), **{**overrides, "option": config.option})  # null resolved
+    stacked = StackedFedNL(StackedRows(shards_of(X, y, m)), **{**overrides, "option": config.chosen_option})  # null resolved
     records = out[0][1]
     for t, w in enumerate(out[0][2]):
         np.testing.assert_allclose(w.numpy(), stacked.x, rtol=0, atol=1e-12, err_msg=f"round {t}")

@@ -158,10 +158,10 @@ def test_the_resolved_model_step_lands_in_the_summary(data):
         run_spec = RunSpec(problem=LogReg(X, y, lam=LAM), algorithm=FedNLBCConfig(model_compressor=spec),
                            comm=Communication(backend="local", workers=2),
                            control=RunControl(stop=StopRule(rounds=1), quiet=True, progress="none"))
-        (entry,) = execute(run_spec, None)["defaults"]
-        assert entry["key"] == "algorithm.model_lr" and entry["rule"] == "model_learning_rate"
+        (entry,) = [e for e in execute(run_spec, None)["defaults"] if e["key"] == "algorithm.model_lr"]
+        assert entry["rule"] == "model_learning_rate"
         assert entry["value"] == pytest.approx(value, rel=1e-15)
-    run_spec = RunSpec(problem=LogReg(X, y, lam=LAM), algorithm=FedNLBCConfig(model_lr=0.5),
+    run_spec = RunSpec(problem=LogReg(X, y, lam=LAM), algorithm=FedNLBCConfig(model_lr=0.5, alpha=1.0, option=2),
                        comm=Communication(backend="local", workers=2),
                        control=RunControl(stop=StopRule(rounds=1), quiet=True, progress="none"))
     assert execute(run_spec, None).get("defaults", []) == []  # every number given
