@@ -137,11 +137,13 @@ class NL1Config(AlgorithmConfig, SamplingKeys):
         checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> NL1:
-        """η null: `baselines.defaults.nl1_step` per client, noted for this worker's first client."""
+        """η null: `baselines.defaults.nl1_step` of each client's own n_i (clients of unequal shards step
+        differently), noted as that rule with this worker's first client's n_i and η (a worker knows its own rows)."""
         resolution = Resolution()
         if self.eta is None:
             rows = client_rows(problem, comm, self.name)
             n = int(rows.start[1] - rows.start[0])
-            resolution.add("eta", nl1_step(min(self.k, n), n), "nl1_step", k=self.k, rows=n)
+            resolution.add("eta", "min(k, n_i)/n_i, each client's own", "nl1_step", k=self.k,
+                           first_client_rows=n, first_client_eta=nl1_step(min(self.k, n), n))
         return NL1(problem, comm, k=self.k, eta=self.eta, sampling=self, seed=self.seed,
                    defaults=resolution.entries)
