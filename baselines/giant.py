@@ -81,7 +81,9 @@ beyond that round-off.
 
 Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu`` (the
 largest μ_i of the round), ``armijo_met``, ``cg_iters`` (the mean over workers of the local
-CG products; it rides in allreduce 2) and ``p_norm``.
+CG products; it rides in allreduce 2) and ``p_norm``; a round that changes the largest μ_i also
+carries ``adapted`` ({"key": "mu", "from", "to", "trigger"}: ``full_step``, ``flatter_than_objective``,
+``step_cut_back`` or ``rejected``, the cases above), which the summary lists as ``adaptations``.
 
 The curvature gᵀp/‖p‖² and the return to μ = 0 are DANE's safeguard's rules
 (`dane.safeguard.model_curvature`, `dane.safeguard.to_floor`), GIANT's direction p being
@@ -167,6 +169,7 @@ class GIANT(Algorithm):
         self.mus = [0.0] * comm.size  # every worker's Levenberg-Marquardt shift μ_i (module docstring), on every worker
         self.mu_floor = 0.0           # below it, μ_i returns to 0: 1e-6 of the first μ raised
         self.rejected = False         # whether the last round was rejected
+        self.defaults = ()            # no null resolved; the summary lists the shifts' changes (``adapted``)
 
     def step(self) -> dict[str, float]:
         w, m = self.w, self.comm.size
@@ -195,35 +198,41 @@ class GIANT(Algorithm):
             k = k if met else 0
             self.w = w - steps[k] * p
         used = max(self.mus)
-        self.update_mus(accepted, k, curvatures, slope=slope, p=p, g=g)
+        trigger = self.update_mus(accepted, k, curvatures, slope=slope, p=p, g=g)
+        adapted = [{"key": "mu", "from": used, "to": max(self.mus), "trigger": trigger}] if max(self.mus) != used else []
         return {**self.metrics(g, metrics), "step_size": float(steps[k]) if accepted else 0.0, "accepted": accepted,
                 "mu": used, "armijo_met": met, "cg_iters": float(cg_iters),
-                "p_norm": float(torch.linalg.vector_norm(p))}
+                "p_norm": float(torch.linalg.vector_norm(p)), **({"adapted": adapted} if adapted else {})}
 
     def update_mus(self, accepted: bool, k: int, curvatures: list[float], *, slope: float, p: torch.Tensor,
-                   g: torch.Tensor) -> None:
-        """Every worker's next μ_i from the round's outcome (module docstring, *Monotone globalization*)."""
+                   g: torch.Tensor) -> str:
+        """Every worker's next μ_i from the round's outcome (module docstring, *Monotone globalization*); returns
+        which case it was, the trigger the record's ``adapted`` names where the largest μ_i changed."""
         kappa = sum(curvatures) / len(curvatures)               # uᵀ∇²O(w_t)u, the objective's curvature along p
         deficits = [kappa - c for c in curvatures]              # how much flatter than O each local model is along p
         lacking = any(d > 1e-12 * abs(kappa) for d in deficits)
         short = 1 if len(self.mus) > 1 else SHORT_STEP  # m > 1: any cut says the local models misjudge O
         if accepted and k == 0:  # the full step: the local models were right, regularize less
-            self.mus = [to_floor(mu / 2, self.mu_floor) for mu in self.mus]
+            self.mus, trigger = [to_floor(mu / 2, self.mu_floor) for mu in self.mus], "full_step"
         elif accepted and k < short:  # a middle cut on one worker: the objective's own nonlinearity
-            pass
+            trigger = "short_cut"
         elif lacking and not (self.rejected and not accepted):  # shift the local models flatter than O along p
             self.mus = [max(4 * mu, d) if d > 1e-12 * abs(kappa) else mu for mu, d in zip(self.mus, deficits)]
+            trigger = "flatter_than_objective"
         elif accepted:  # cut back, every local model alike: regularize more
             p_sq = float(p @ p)
             self.mus = [max(4 * mu, model_curvature(-slope, p_sq)) if p_sq > 0 else 4 * mu for mu in self.mus]
+            trigger = "step_cut_back"
         else:  # a second rejection in a row, or alike models: shorter than every step that failed
             p_norm, g_norm = float(torch.linalg.vector_norm(p)), float(torch.linalg.vector_norm(g))
             shortest = float(self.steps[-1]) * self.backtrack
             self.mus = [rejected_mu(mu, slope=slope, g_norm=g_norm, p_norm=p_norm, curvature=kappa, shortest=shortest)
                         for mu in self.mus]
+            trigger = "rejected"
         if max(self.mus) > 0:
             self.mu_floor = self.mu_floor or 1e-6 * max(self.mus)
         self.rejected = not accepted
+        return trigger
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "mus": list(self.mus), "mu_floor": self.mu_floor, "rejected": self.rejected}

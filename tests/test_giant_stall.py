@@ -60,6 +60,13 @@ def test_one_rejected_round_then_the_optimum(lam):
     # measured: 9 rounds (λ = 0), 7 (λ = 1e-8); the old rule stalled (λ = 0) or was rejected 5 times (λ = 1e-8)
     assert result.status == "converged" and len(records) - 1 <= 12
     assert 0 <= (ridge_objective(X, y, lam, result.w.numpy()) - f_star) / f_star <= 1e-8
+    # every change of the largest shift is an event of the round that made it (the last round's shows in no later
+    # record), and the summary lists them all; the rejection shifted the worker without the column
+    changes = [(a["round"], a["mu"], b["mu"]) for a, b in zip(records, records[1:]) if a["mu"] != b["mu"]]
+    events = [(e["round"], e["from"], e["to"]) for e in result.summary["adaptations"]]
+    assert changes and events[:len(changes)] == changes and {e[0] for e in events[len(changes):]} <= {records[-1]["round"]}
+    assert result.summary["adaptations"][0]["trigger"] == "flatter_than_objective"
+    assert result.summary["package_rules_applied"] is True and result.summary["defaults"] == []
 
 
 @pytest.mark.parametrize("lam", [0.0, 1e-5])
