@@ -151,7 +151,7 @@ def framework_row(runs: list[dict], version: str) -> dict:
         row.update(round_s=statistics.median(r["round_s"] for r in done), objective=done[0]["objective"],
                    round_s_min=min(r["round_s_min"] for r in done), round_s_max=max(r["round_s_max"] for r in done),
                    rounds_s=statistics.median(r.get("rounds_s", sum(r["round_seconds"])) for r in done),
-                   peak_gib=max(max(r["peak_tree_gib"], r["peak_rss_gib"]) for r in done))
+                   peak_gib=max(max(r["peak_tree_gib"], r["peak_rss_gib"] or 0.0) for r in done))
     return row
 
 

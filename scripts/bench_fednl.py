@@ -22,7 +22,7 @@ from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
 from dane.problems.stacked_rows import StackedRows  # noqa: E402
-from scripts.harness import Bench, Run, in_fresh_process, in_process, option  # noqa: E402
+from scripts.harness import Bench, Run, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "libsvm"
 LAM = 1e-3
@@ -168,7 +168,7 @@ def memory_point(clients: int, d: int) -> dict:
     return {"clients": clients, "d": stacked.dim, "rows": int(stacked.X.shape[0]),
             "support_per_client": int(run.clients.S), "packed_entries": run.clients.T, "setup_s": setup_s,
             "s_per_round": (time.perf_counter() - start) / MEMORY_ROUNDS,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": peak_rss_kb() / 1024}  # VmHWM: not the harness's size, which ru_maxrss would count
 
 
 def bench_memory(log) -> dict:

@@ -6,20 +6,18 @@ loss, lam = 1e-3), n_i = 2d rows, w_t = 0 and g = the worker's own gradient (eta
 sparse rows `rcv1_like`; one torch thread (a simulated worker's core), in a fresh process.  ``first_round_s``: the
 spread of the repeats of a solve that forms H_i and its Cholesky factor (a round whose mu changed); ``round_s``: the
 next solve at the same mu (Cholesky reuses the factor; CG solves again).  ``peak_mb``: the process's peak resident set
-(VmHWM, `peak_rss_kb`) minus its own after the imports (``baseline_mb``); ``peak_with_data_only_mb`` the same before
-any solve.  Not ru_maxrss: Linux carries the parent's peak into the child across fork + exec, so every case read 0 MB
-under it.  ``relative_gradient_after``: |grad phi| at the solution over |g|.  ``skipped``: why Cholesky cannot fit."""
+(VmHWM, `scripts.harness.peak_rss_kb`) minus its own after the imports (``baseline_mb``); ``peak_with_data_only_mb``
+the same before any solve.  ``relative_gradient_after``: |grad phi| at the solution over |g|.  ``skipped``: why Cholesky cannot fit."""
 from __future__ import annotations
 
 import os
-import resource
 import tempfile
 from pathlib import Path
 
 import torch
 
 from dane.synthetic.sparse_data import rcv1_like
-from scripts.harness import Bench, Run, grid, in_fresh_process, option, spread, timer
+from scripts.harness import Bench, Run, grid, in_fresh_process, option, peak_rss_kb, spread, timer
 
 KEY = "local_solve_cost"
 
@@ -63,14 +61,6 @@ def write_case_data(case: dict, folder: Path) -> Path:
         sp.save_npz(folder / f"X_{d}.npz", X, compressed=False)
         np.savez(path, y=np.asarray(X.sum(1)).ravel() + rng.standard_normal(n), sparse=str(folder / f"X_{d}.npz"))
     return path
-
-
-def peak_rss_kb() -> int:
-    """This process's peak resident set (kB): VmHWM of /proc/self/status where there is one, else ru_maxrss."""
-    status = Path("/proc/self/status")
-    lines = status.read_text().splitlines() if status.exists() else []
-    return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")),
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def measure_case(case: dict, data: str, repeats: int, lam: float = 1e-3) -> dict:

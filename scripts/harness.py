@@ -404,11 +404,12 @@ def launch(cmd: list[str], *, env: dict[str, str] | None = None, answer: Path | 
     the checkout on PYTHONPATH), its output into ``log`` (kept) or a temporary file.
 
     Returns ``start`` and ``end`` (time.time() around it), ``answer`` (``answer``'s modification time: the result on
-    disk; ``end`` where no file is asked for), ``wall_s`` (perf_counter), ``exit_status``, ``timed_out`` (killed
-    after ``timeout`` s), ``peak_rss_gib`` (ru_maxrss of its largest waited-for process: the kernel keeps the largest
-    of the tree, so a launcher's largest rank), ``load_before``, ``load_after``, and where it failed (an exit status,
-    or no ``answer`` file) ``error``: the output's last 10 lines.  The wait blocks (no polling): ``end`` is the
-    return to within the scheduler's wake-up."""
+    disk; ``end`` where no file is asked for), ``wall_s`` (perf_counter), ``exit_status``, ``timed_out`` (its session
+    killed after ``timeout`` s), ``peak_rss_gib`` (`with_peak`: the largest resident set of its waited-for processes,
+    so a launcher's largest rank), ``load_before``, ``load_after``, and where it failed (an exit status, or no
+    ``answer`` file) ``error``: the output's last 10 lines.  The wait blocks (no polling): ``end`` is the return to
+    within the scheduler's wake-up (the wrapper's start is inside ``wall_s``: a few ms)."""
+    import signal
     import subprocess
     import tempfile
     import threading
@@ -416,22 +417,60 @@ def launch(cmd: list[str], *, env: dict[str, str] | None = None, answer: Path | 
     from dane.synthetic.launchers import REPO, launch_env
 
     before = load()
-    with (open(log, "w+") if log else tempfile.TemporaryFile("w+")) as output:
+    with (open(log, "w+") if log else tempfile.TemporaryFile("w+")) as output, \
+            tempfile.NamedTemporaryFile("r") as peak:
         start, t0 = time.time(), time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=launch_env(env), stdout=output, stderr=subprocess.STDOUT, text=True)
-        killer = threading.Timer(timeout, proc.kill)
+        proc = subprocess.Popen(with_peak(cmd, peak.name), cwd=REPO, env=launch_env(env), stdout=output,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        killer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
         killer.start()
-        _, status, usage = os.wait4(proc.pid, 0)
+        _, status, _ = os.wait4(proc.pid, 0)
         end, wall = time.time(), time.perf_counter() - t0
         killer.cancel()
         proc.returncode = code = os.waitstatus_to_exitcode(status)
         out = {"start": start, "end": end, "wall_s": wall, "exit_status": code, "timed_out": wall > timeout,
-               "peak_rss_gib": usage.ru_maxrss / 2 ** 20, "load_before": before, "load_after": load(),
+               "peak_rss_gib": peak_of(peak.name), "load_before": before, "load_after": load(),
                "answer": end if answer is None else answer.stat().st_mtime if answer.exists() else None}
         if code != 0 or out["answer"] is None:
             output.seek(0)
             out["error"] = "\n".join(output.read().strip().splitlines()[-10:])
     return out
+
+
+#: the small interpreter `with_peak` runs a command under: it writes the largest resident set (KiB, ru_maxrss) of the
+#: command's waited-for processes into the file ``argv[1]`` and ends as the command did (its status, or its signal)
+PEAK_WRAPPER = ("import os, resource, subprocess, sys; code = subprocess.call(sys.argv[2:]); "
+                "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
+                "code < 0 and os.kill(os.getpid(), -code); sys.exit(code)")
+
+
+def with_peak(cmd: list[str], peak_file: str) -> list[str]:
+    """``cmd`` under `PEAK_WRAPPER`, which writes its peak into ``peak_file`` (`peak_of` reads it).  Linux counts into a
+    process's ru_maxrss the resident set of the process it was forked from, so a command forked from the benchmark
+    read at least the benchmark's own size (a few hundred MiB: every NumPy loop's peak was that floor); forked from
+    this interpreter, at least its ~10 MiB."""
+    import sys
+
+    return [sys.executable, "-c", PEAK_WRAPPER, peak_file, *cmd]
+
+
+def peak_of(peak_file: str) -> float | None:
+    """GiB: the peak `with_peak` wrote; None where it wrote none (the command was killed)."""
+    try:
+        return int(Path(peak_file).read_text()) / 2 ** 20
+    except (OSError, ValueError):
+        return None
+
+
+def peak_rss_kb() -> int:
+    """This process's peak resident set (kB): VmHWM of /proc/self/status (since its exec, unlike ru_maxrss, which
+    counts the process it was forked from: `with_peak`) where there is one, else ru_maxrss."""
+    import resource
+
+    status = Path("/proc/self/status")
+    lines = status.read_text().splitlines() if status.exists() else []
+    return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")),
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def trained(out: Path, overrides, *, np: int | None = None, launcher: str = "horovodrun",
@@ -547,10 +586,11 @@ def launched(cmd: list[str], timeout: float, env: dict[str, str]) -> dict:
     """``cmd`` from the repository root in a session of its own (``env`` added to this one's, output unbuffered),
     each output line stamped with perf_counter as it arrives, its whole tree killed after ``timeout`` s and at its
     end (daemons it left, such as Ray's): ``exit_status``, ``timed_out``, ``wall_s``, ``peak_tree_gib`` (`tree_memory`
-    sampled every 0.25 s), ``peak_rss_gib`` (ru_maxrss of its largest waited-for process), ``load_before``,
-    ``load_after`` and ``lines``, (stamp, text) pairs."""
+    sampled every 0.25 s), ``peak_rss_gib`` (`with_peak`: the largest resident set of its waited-for processes),
+    ``load_before``, ``load_after`` and ``lines``, (stamp, text) pairs."""
     import signal
     import subprocess
+    import tempfile
     import threading
 
     def kill():
@@ -560,8 +600,10 @@ def launched(cmd: list[str], timeout: float, env: dict[str, str]) -> dict:
             pass
 
     before, peak, done = load(), [0], threading.Event()
+    peak_file = tempfile.NamedTemporaryFile("r")
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], text=True, start_new_session=True,
+    proc = subprocess.Popen(with_peak(cmd, peak_file.name), cwd=Path(__file__).resolve().parents[1], text=True,
+                            start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -573,10 +615,12 @@ def launched(cmd: list[str], timeout: float, env: dict[str, str]) -> dict:
 
     threading.Thread(target=watch, daemon=True).start()
     lines = [(time.perf_counter(), line.rstrip("\n")) for line in proc.stdout]
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, _ = os.wait4(proc.pid, 0)
     done.set()
     wall = time.perf_counter() - start
     kill()
+    with peak_file:
+        peak_rss = peak_of(peak_file.name)
     return {"exit_status": os.waitstatus_to_exitcode(status), "timed_out": wall > timeout, "wall_s": wall,
-            "peak_tree_gib": peak[0] / 2 ** 30, "peak_rss_gib": usage.ru_maxrss / 2 ** 20,
+            "peak_tree_gib": peak[0] / 2 ** 30, "peak_rss_gib": peak_rss,
             "load_before": before, "load_after": load(), "lines": lines}
