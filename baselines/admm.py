@@ -68,6 +68,10 @@ Hessian and is never refreshed.
 when s > μ r, and the scaled duals u_i ← u_i ρ_old/ρ_new.  Departure from Boyd: the
 residuals of z_t arrive in round t's allreduce, after x^{t+1} was solved with the old
 ρ, so the change applies from round t+1 (one round later than in the book).
+
+What a null resolved to (ρ with μ̲ and L̄, ``adaptive_rho``) is in the summary's ``defaults``; every change of ρ
+during the run (a refresh, a rebalance) is its round's ``adapted`` event (``trigger``: ``refresh`` or
+``residual_balance``), which the summary lists as ``adaptations``.
 """
 from __future__ import annotations
 
@@ -84,6 +88,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 
+from .defaults import Resolution
 from .metrics import global_metrics, local_payload, logs_gradient
 from .spectral import local_spectrum, require_hessian_vector
 
@@ -95,15 +100,17 @@ REFRESH_FIRST = 8
 
 
 def spectral_penalty(problem: Problem, comm: Communicator, *, iters: int, seed: int,
-                     at: torch.Tensor | None = None) -> float:
-    """ρ = sqrt(μ̲ L̄) from each worker's local spectrum (its Hessian at ``at``; None: the majorant): one allreduce."""
-    if problem.dim > EXACT_DIM:
+                     at: torch.Tensor | None = None) -> tuple[float, dict]:
+    """ρ = sqrt(μ̲ L̄) from each worker's local spectrum (its Hessian at ``at``; None: the majorant): one allreduce.
+    Returns ρ and the statistics it read (μ̲, L̄ and whether they are over range(A), `range_bounds`)."""
+    exact = problem.dim <= EXACT_DIM
+    if not exact:
         lo, hi = local_spectrum(problem, iters=iters, seed=seed, key="algorithm.rho", at=at)
         (means,) = comm.allreduce_mean([problem.initial_point().new_tensor([lo, hi])])  # (μ̲, L̄)
         mu_low, L_bar = float(means[0]), float(means[1])
     else:
         mu_low, L_bar = range_bounds(problem, comm, at=at)
-    return math.sqrt(max(mu_low, 1e-6 * L_bar) * L_bar)
+    return math.sqrt(max(mu_low, 1e-6 * L_bar) * L_bar), {"mu_low": mu_low, "L_bar": L_bar, "over_range": exact}
 
 
 def range_bounds(problem: Problem, comm: Communicator, at: torch.Tensor | None = None) -> tuple[float, float]:
@@ -154,14 +161,16 @@ class ADMM(Algorithm):
                Column("dual_residual", "{:>13.3e}", shown_with="rho"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, rho: float = 1.0, adaptive_rho: bool = False,
-                 balance_mu: float = 10.0, balance_tau: float = 2.0, refresh: Callable[..., float] | None = None,
-                 w0: torch.Tensor | None = None):
+                 balance_mu: float = 10.0, balance_tau: float = 2.0,
+                 refresh: Callable[..., tuple[float, dict]] | None = None, w0: torch.Tensor | None = None,
+                 defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, w0)  # self.w is z, the consensus iterate
         if problem.prox_regularizer is None:
             raise ConfigError(f"algorithm=admm needs {type(problem).__name__}.prox_regularizer; use another algorithm")
         self.rho, self.adaptive_rho = rho, adaptive_rho
         self.balance_mu, self.balance_tau = balance_mu, balance_tau
         self.refresh, self.t = refresh, 0
+        self.defaults = tuple(defaults)  # ρ's and adaptive_rho's nulls as resolved; ρ's changes are ``adapted``
         self.u = torch.zeros_like(self.w)
         self.with_grad = logs_gradient(problem)
         self._zero = torch.zeros_like(self.w)
@@ -173,8 +182,11 @@ class ADMM(Algorithm):
         if self.refresh is not None and self.t >= REFRESH_FIRST and self.t & (self.t - 1) == 0:  # 8, 16, 32, ...
             # one allreduce: ρ from the local Hessians at z.  Spent inside the rounds, so counted as their work and
             # traffic are (the measurement before round 0 is set-up: `dane.work`)
-            rho = self.refresh(at=self.w)
+            rho, _ = self.refresh(at=self.w)
+            adapted = [{"key": "rho", "from": self.rho, "to": rho, "trigger": "refresh"}]
             self.u, self.rho = self.u * (self.rho / rho), rho
+        else:
+            adapted = []
         self.t += 1
         z, u, rho = self.w, self.u, self.rho
         x = self.problem.prox_solve(z - u, self._zero, rho, with_reg=False)                  # x-update (local solve)
@@ -190,7 +202,9 @@ class ADMM(Algorithm):
             self.rho = residual_balance(rho, record["primal_residual"], record["dual_residual"],
                                         mu=self.balance_mu, tau=self.balance_tau)
             self.u = self.u * (rho / self.rho)
-        return record
+            if self.rho != rho:
+                adapted.append({"key": "rho", "from": rho, "to": self.rho, "trigger": "residual_balance"})
+        return {**record, "adapted": adapted} if adapted else record
 
     def evaluate(self) -> dict[str, float]:
         primal_sq, *reduced = self.comm.allreduce_mean(
@@ -253,10 +267,23 @@ class ADMMConfig(AlgorithmConfig):
                 raise ConfigError(f"algorithm.{key} must be > 1, got {getattr(self, key)}")
 
     def build(self, problem: Problem, comm: Communicator) -> "ADMM":
+        """ρ null: `spectral_penalty` (one allreduce), or 1 for a problem without Hessian-vector products (a network);
+        ``adaptive_rho`` null: residual balancing of a given ρ (or a network's 1), none of an estimated one; each
+        null noted in the summary's ``defaults``."""
+        resolution = Resolution()
         given = self.rho is not None or problem.hessian_vector is None  # a network: ρ = 1, balanced
         estimate = partial(spectral_penalty, problem, comm, iters=self.power_iters, seed=self.seed)
-        rho = (self.rho or 1.0) if given else estimate()
-        adaptive = self.adaptive_rho if self.adaptive_rho is not None else given
+        if self.rho is not None:
+            rho = self.rho
+        elif given:
+            rho = resolution.add("rho", 1.0, "a network's (no Hessian-vector products to estimate it from)")
+        else:
+            rho, stats = estimate()
+            rho = resolution.add("rho", rho, "spectral_penalty (Giselsson & Boyd 2017)", **stats)
+        adaptive = self.adaptive_rho
+        if adaptive is None:
+            adaptive = resolution.add("adaptive_rho", given, "residual balancing of a given rho (Boyd et al. 2011, "
+                                      "section 3.4.1), none of an estimated one")
         return ADMM(problem, comm, rho=rho, adaptive_rho=adaptive, balance_mu=self.balance_mu,
-                    balance_tau=self.balance_tau,
-                    refresh=None if given or problem.quadratic else estimate)
+                    balance_tau=self.balance_tau, refresh=None if given or problem.quadratic else estimate,
+                    defaults=resolution.entries)

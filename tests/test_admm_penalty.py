@@ -120,3 +120,27 @@ def test_the_estimated_rho_is_refreshed_from_the_hessian_at_z_on_nearly_separabl
     L_bar = sum(c + float(e[-1]) for e in eigs) / m
     assert refreshed.records[8]["rho"] == pytest.approx(math.sqrt(mu_low * L_bar), rel=1e-9)
     assert refreshed.records[8]["rho"] < first / 2 and refreshed.records[7]["rho"] == first
+    # the estimate and each refresh are in the summary: the first as a resolved default, the rest as adaptations
+    (rho_default,) = [e for e in refreshed.summary["defaults"] if e["key"] == "algorithm.rho"]
+    assert rho_default["value"] == first and rho_default["stats"]["over_range"] is True
+    assert math.sqrt(rho_default["stats"]["mu_low"] * rho_default["stats"]["L_bar"]) == pytest.approx(first, rel=1e-12)
+    changes = [(a["round"] + 1, a["rho"], b["rho"]) for a, b in zip(refreshed.records, refreshed.records[1:])
+               if a["rho"] != b["rho"]]
+    assert [(e["round"], e["from"], e["to"]) for e in refreshed.summary["adaptations"]] == changes
+    assert {e["trigger"] for e in refreshed.summary["adaptations"]} == {"refresh"} and changes[0][0] == 8
+
+
+def test_a_given_rho_is_balanced_by_default_and_every_change_is_recorded():
+    """``adaptive_rho`` null balances a given ρ (Boyd's eq. 3.13: ×2 or ÷2 after the round whose residuals are out
+    of balance); each change is that round's event, and a ρ given with ``adaptive_rho=false`` is no package rule."""
+    X, y = collinear_table()
+    problem = dane.problems.LogReg(X, (y > np.median(y)).astype(float), lam=1e-4)
+    balanced = dane.fit(problem, "admm", workers=2, rounds=12, tol=None, rho=1e-3)
+    changes = [(a["round"], a["rho"], b["rho"]) for a, b in zip(balanced.records, balanced.records[1:])
+               if a["rho"] != b["rho"]]
+    events = balanced.summary["adaptations"]
+    assert changes and [(e["round"], e["from"], e["to"]) for e in events][:len(changes)] == changes
+    assert all(e["trigger"] == "residual_balance" and e["to"] / e["from"] in (2.0, 0.5) for e in events)
+    assert [(e["key"], e["value"]) for e in balanced.summary["defaults"]] == [("algorithm.adaptive_rho", True)]
+    fixed = dane.fit(problem, "admm", workers=2, rounds=12, tol=None, rho=1e-3, adaptive_rho=False)
+    assert fixed.summary["package_rules_applied"] is False and {r["rho"] for r in fixed.records} == {1e-3}
