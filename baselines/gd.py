@@ -15,15 +15,17 @@ communication), and the pair rides in round 0's gradient allreduce: the estimate
 communication round (the global λ_max by distributed Lanczos costs one allreduce per
 product, 20 rounds before the first step).  2/(L + μ) is the fixed step with the best
 linear rate, (L − μ)/(L + μ), on a μ-strongly convex L-smooth function, and bounds
-μ̲ ≤ μ, L̄ ≥ L keep that guarantee with them in its place (Nesterov, *Introductory
-Lectures on Convex Optimization*, 2004, Theorem 2.1.15).  Where μ̲ ≪ L̄ that step nears
-2/L̄, so ``lr_factor`` / L̄ (``lr_factor`` ∈ (0, 2), 1.9 by default) caps it with room
-for a Lanczos L_i that falls short of λ_max(H_i): any step below 2/L decreases O every
-round (Theorem 2.1.14).  The textbook 1/L would pay the looseness L̄/L ≥ 1 in full, and
+μ̲ ≤ μ, L̄ ≥ L would keep that guarantee with them in its place (Nesterov, *Introductory
+Lectures on Convex Optimization*, 2004, Theorem 2.1.15).  Ritz values lie inside
+[λ_min(H_i), λ_max(H_i)], so the estimates err the other way: a μ̲ above μ only shortens the
+step, and an L_i short of λ_max(H_i) is why ``lr_factor`` / L̄ (``lr_factor`` ∈ (0, 2), 1.9 by
+default) caps it, which also governs where μ̲ ≪ L̄ makes the first term near 2/L̄: any step
+below 2/L decreases O every round (Theorem 2.1.14).  The textbook 1/L would pay the looseness L̄/L ≥ 1 in full, and
 on the logistic loss, whose curvature along the path falls below the start's, longer
 steps pay; ``make bench`` (section ``defaults``) measures the rule against the grid
 lr = c / L, c ∈ {1, 1.5, 1.9}, with the exact L.  Records carry ``lr`` and, when
-estimated, ``L_est`` = L̄ and ``mu_est`` = μ̲.  Hessians are taken at the start (for the
+estimated, ``L_est`` = L̄ and ``mu_est`` = μ̲; the summary's ``defaults`` holds the resolved lr with
+them (resolved in round 0, so the run's first lines cannot show it).  Hessians are taken at the start (for the
 logistic loss, the problem's curvature majorant, `dane.problems.glm`, whose μ̲ only
 shortens the step).
 """
@@ -39,6 +41,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 
+from .defaults import Resolution
 from .spectral_stacked import local_spectra
 
 
@@ -60,6 +63,7 @@ class GD(Algorithm):
         self.mu_est: float | None = None  # μ̲, likewise
         self.spectrum = None if lr is not None else local_spectra(problem, iters=power_iters, seed=seed,
                                                                   key="algorithm.lr")  # (μ_i, L_i), stacked: (m, 2)
+        self.defaults = () if lr is not None else None  # lr=None: known after round 0 (`resolved`)
 
     def step(self) -> dict[str, float]:
         local_grad, local_metrics = self.problem.evaluate(self.w)
@@ -70,11 +74,19 @@ class GD(Algorithm):
         if pending:
             self.mu_est, self.L_est = max(float(spectrum[0][0]), 0.0), float(spectrum[0][1])
             self.lr = min(2.0 / (self.L_est + self.mu_est), self.lr_factor / self.L_est)
+            self.defaults = self.resolved()
         self.w = self.w - self.lr * g
         return {**self.metrics(g, metrics), **self.extra()}
 
     def evaluate(self) -> dict[str, float]:
         return {**super().evaluate(), **self.extra()}
+
+    def resolved(self) -> tuple[dict, ...]:
+        """The summary's ``defaults`` once round 0 resolved lr (module docstring)."""
+        resolution = Resolution()
+        resolution.add("lr", self.lr, "min(2/(L_bar + mu_low), lr_factor/L_bar) (Nesterov 2004, Theorem 2.1.15)",
+                       L_bar=self.L_est, mu_low=self.mu_est, lr_factor=self.lr_factor)
+        return tuple(resolution.entries)
 
     def extra(self) -> dict[str, float]:
         estimates = {"L_est": self.L_est, "mu_est": self.mu_est} if self.L_est is not None else {}
@@ -86,6 +98,8 @@ class GD(Algorithm):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.lr, self.L_est, self.mu_est = (state.get(k, getattr(self, k)) for k in ("lr", "L_est", "mu_est"))
+        if self.L_est is not None:  # a resumed run's summary as the uninterrupted one's
+            self.defaults = self.resolved()
 
 
 @dataclass(frozen=True)

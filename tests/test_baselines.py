@@ -143,6 +143,9 @@ def test_gd_step_comes_from_bounds_on_the_global_spectrum_sent_with_round_0(cova
     assert all(a.lr == algo.lr for a, _, _ in results)  # every worker agrees
     assert records[0]["comm_rounds"] == 0 and records[1]["comm_rounds"] == 1  # (μ_i, L_i) rode in round 0's allreduce
     assert records[0]["L_est"] == algo.L_est and records[0]["lr"] == algo.lr
+    (entry,) = algo.defaults  # the summary's: the resolved lr with what it read
+    assert entry["key"] == "algorithm.lr" and entry["value"] == algo.lr
+    assert entry["stats"] == {"L_bar": algo.L_est, "mu_low": algo.mu_est, "lr_factor": 1.9}
     if covariance == "iso":
         assert records[-1]["suboptimality"] <= 1e-8
     # lr < 2 / L: the objective never increases (descent lemma)

@@ -416,3 +416,18 @@ def test_a_resumed_runs_summary_reads_the_records_from_before_its_resume(tmp_pat
     resumed = execute_with(run_dir, *args, "sim.fail_at=[[8,1]]", f"out_dir={run_dir}", "resume=auto")
     assert resumed["resumed_from_round"] == 6 and "over the last 12 rounds" in whole["stopped_by"]
     assert (resumed["stopped_by"], resumed.get("adaptations")) == (whole["stopped_by"], whole.get("adaptations"))
+
+
+@pytest.mark.parametrize("method", [("algorithm=gd",), ("algorithm=admm", "algorithm.rho=0.01")])
+def test_a_resumed_runs_summary_keeps_what_the_method_resolved_and_adapted(tmp_path, method):
+    """GD resolves its lr in round 0 and ADMM rebalances a given ρ: a resume after both lists the same defaults and
+    adaptations as the uninterrupted run."""
+    args = (*RIDGE, *method, "workers=4", "rounds=12", "checkpoint_every=3", "tol=null")
+    whole = execute_with(tmp_path / "whole", *args)
+    run_dir = tmp_path / "run"
+    with pytest.raises(SimulatedFault):
+        execute_with(run_dir, *args, "sim.fail_at=[[8,1]]", f"out_dir={run_dir}", "resume=auto")
+    resumed = execute_with(run_dir, *args, "sim.fail_at=[[8,1]]", f"out_dir={run_dir}", "resume=auto")
+    assert resumed["resumed_from_round"] == 6 and whole["defaults"]
+    assert (resumed["defaults"], resumed["adaptations"]) == (whole["defaults"], whole["adaptations"])
+    assert whole["adaptations"] or method[0] == "algorithm=gd"
