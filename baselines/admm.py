@@ -183,7 +183,7 @@ class ADMM(Algorithm):
             # one allreduce: ρ from the local Hessians at z.  Spent inside the rounds, so counted as their work and
             # traffic are (the measurement before round 0 is set-up: `dane.work`)
             rho, _ = self.refresh(at=self.w)
-            adapted = [{"key": "rho", "from": self.rho, "to": rho, "trigger": "refresh"}]
+            adapted = [{"key": "algorithm.rho", "from": self.rho, "to": rho, "trigger": "refresh"}]
             self.u, self.rho = self.u * (self.rho / rho), rho
         else:
             adapted = []
@@ -203,7 +203,7 @@ class ADMM(Algorithm):
                                         mu=self.balance_mu, tau=self.balance_tau)
             self.u = self.u * (rho / self.rho)
             if self.rho != rho:
-                adapted.append({"key": "rho", "from": rho, "to": self.rho, "trigger": "residual_balance"})
+                adapted.append({"key": "algorithm.rho", "from": rho, "to": self.rho, "trigger": "residual_balance"})
         return {**record, "adapted": adapted} if adapted else record
 
     def evaluate(self) -> dict[str, float]:

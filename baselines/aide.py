@@ -83,6 +83,8 @@ however τ is chosen.  Our choice, in that spirit: AIDE's SVRG takes c = ln(1/q)
 problem's flattest direction (curvature λ + τ + μ) shrinks by e^{-c} = q per solve.  τ = 0
 (q = 1) gives InexactDANE's passes.
 
+Round 0's τ is the summary's resolved ``algorithm.tau`` (``defaults``); each growth (``algorithm.tau``) and
+restart (``alpha``, back to α_0) is its round's ``adapted`` event, which the summary lists as ``adaptations``.
 Resumed runs keep τ, q, α and the restart evidence (they are in the state).  The rule reads
 the worker's rows: set τ by hand on problems without them.  A number (``tau=0.1``) is used
 as given, with neither restarts nor growth (the paper's method); τ = 0 is InexactDANE.  The
@@ -204,6 +206,7 @@ class AIDE(Algorithm):
         self.y = self.w.clone()
         # τ=auto's evidence: O at the last round's start, O at the last restart, whether the last round restarted
         self.previous, self.at_restart, self.restarted = math.inf, math.inf, True
+        self.defaults = None if self.adaptive else ()  # τ=auto: known in round 0 (`resolved`)
 
     def _set_tau(self, tau: float) -> None:
         """τ, q, α anew (α_0 = √q: the momentum starts over) and the local solver for this τ."""
@@ -214,20 +217,29 @@ class AIDE(Algorithm):
         if isinstance(self.local_solver, LocalSolver) and self.local_solver.method == "svrg":
             self.solver = replace(self.local_solver, contraction=inner_contraction(self.q))
 
-    def _adapt(self, objective: float, w: torch.Tensor) -> bool:
+    def resolved(self) -> tuple[dict, ...]:
+        """The summary's ``defaults`` once round 0 agreed on τ=auto's first τ (`spread_tau`)."""
+        return ({"key": "algorithm.tau", "value": self.first_tau, "rule": "spread_tau (this package's; module docstring)",
+                 "stats": {"column_contraction": COLUMN_CONTRACTION, "strong_convexity":
+                           self.problem.strong_convexity}},)
+
+    def _adapt(self, objective: float, w: torch.Tensor) -> list[dict]:
         """τ=auto, from round 1 on: restart the momentum where O rose (y = w_t), and grow τ where the last round failed
-        its subproblem (`failed_subproblem`).  Whether this round restarts."""
-        restart = objective > self.previous
+        its subproblem (`failed_subproblem`).  What it did, as the record's ``adapted`` events (a restart sets α
+        back to α_0 and y to w_t)."""
+        restart, events, tau, alpha = objective > self.previous, [], self.tau, self.alpha
         if failed_subproblem(objective, self.previous, self.at_restart, self.restarted):
             scale = max(self.tau, self.problem.strong_convexity) or float(self.mean_curvature.max())
             self._set_tau(TAU_GROWTH * scale)
+            events.append({"key": "algorithm.tau", "from": tau, "to": self.tau, "trigger": "failed subproblem"})
         elif restart:
             self.alpha = catalyst_alpha0(self.q)
         if restart:
             self.y = w.clone()
             self.at_restart = objective
+            events.append({"key": "alpha", "from": alpha, "to": self.alpha, "trigger": "objective rose"})
         self.previous, self.restarted = objective, restart
-        return restart
+        return events
 
     def step(self) -> dict[str, float]:
         w = self.w
@@ -240,10 +252,13 @@ class AIDE(Algorithm):
             self._set_tau(float(tau))  # every worker's subproblem takes the same τ = mean τ_i
             self.mean_curvature = mean_curvature
             self.previous = self.at_restart = float(metrics[0])  # "objective" first (Problem)
-            restart = True  # y_0 = w_0
+            self.first_tau = self.tau
+            self.defaults = self.resolved()
+            restart, adapted = True, []  # y_0 = w_0
         else:
             g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])   # 1. g = mean ∇O_i(w_t)
-            restart = self.adaptive and self._adapt(float(metrics[0]), w)
+            adapted = self._adapt(float(metrics[0]), w) if self.adaptive else []
+            restart = any(e["key"] == "alpha" for e in adapted)
         g_aug = g + self.tau * (w - self.y)                                       # g̃ = ∇Õ(w_t)
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g_aug, self.mu + self.tau,  # 2. local solve
                                           anchor_grad=local_grad, **solver_arg(self.solver))
@@ -252,7 +267,8 @@ class AIDE(Algorithm):
         zeta = catalyst_zeta(self.alpha, alpha_next)
         self.y = w_next + zeta * (w_next - w)                                     # Catalyst extrapolation
         self.w, self.alpha = w_next, alpha_next
-        return {**self.metrics(g, metrics), "tau": self.tau, "zeta": zeta, "restart": float(restart)}
+        return {**self.metrics(g, metrics), "tau": self.tau, "zeta": zeta, "restart": float(restart),
+                **({"adapted": adapted} if adapted else {})}
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "y": self.y.detach().clone()}
@@ -260,7 +276,7 @@ class AIDE(Algorithm):
             state.update(tau=self.tau, alpha=self.alpha, previous=self.previous, at_restart=self.at_restart,
                          restarted=self.restarted)
             if self.adaptive:
-                state["mean_curvature"] = self.mean_curvature
+                state.update(mean_curvature=self.mean_curvature, first_tau=self.first_tau)
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -272,6 +288,8 @@ class AIDE(Algorithm):
             self.previous, self.at_restart, self.restarted = state["previous"], state["at_restart"], state["restarted"]
             if "mean_curvature" in state:
                 self.mean_curvature = state["mean_curvature"]
+                self.first_tau = state.get("first_tau", state["tau"])  # a checkpoint before first_tau: its τ
+                self.defaults = self.resolved()
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,7 @@ def test_tau_auto_is_the_mean_of_the_column_spread_choices():
     expected = (18 / 7 - 0.5 + 0.0) / 2
     (algo, records, _), (other, other_records, _) = simulate(AIDEConfig(), tau_problems(lam), rounds=3)
     assert algo.tau == other.tau == pytest.approx(expected, rel=1e-14)
+    assert [(e["key"], e["value"]) for e in algo.defaults] == [("algorithm.tau", algo.tau)]
     assert all(r["tau"] == algo.tau for r in records[:-1] + other_records[:-1])
     q = lam / (lam + expected)
     assert records[0]["zeta"] == pytest.approx((1 - math.sqrt(q)) / (1 + math.sqrt(q)), rel=1e-12)
@@ -315,13 +316,14 @@ def test_a_resumed_run_continues_exactly(config):
         resume = resume_from[comm.rank] if resume_from else None
         records, _ = run(algo, StopRule(rounds=4), resume=resume, checkpoint_every=2,
                          on_checkpoint=lambda state: saved.setdefault(state["round"], state))
-        return records, saved, algo.iterate
+        return records, saved, algo.iterate, algo.defaults
 
     whole = ThreadGroup(4).run(worker)
-    resumed = ThreadGroup(4).run(lambda comm: worker(comm, [saved[2] for _, saved, _ in whole]))
+    resumed = ThreadGroup(4).run(lambda comm: worker(comm, [saved[2] for _, saved, _, _ in whole]))
     strip = lambda records: [{k: v for k, v in r.items() if k != "time_s"} for r in records]  # noqa: E731
     assert strip(resumed[0][0]) == strip(whole[0][0][2:])
     assert torch.equal(resumed[0][2], whole[0][2])
+    assert resumed[0][3] == whole[0][3]  # the defaults the summary lists: round 0's τ (auto), kept by the checkpoint
 
 
 @pytest.mark.parametrize("factory,key,value", [
@@ -404,6 +406,12 @@ def test_tau_auto_grows_where_the_column_rule_cannot_see_the_disagreement():
     assert max(r["objective"] for r in fixed_records) > 1e3 * fixed_records[0]["objective"]
     assert sorted({r["tau"] for r in records[:-1]}) == [0.0, 4 * lam]  # one growth, after round 1's rise
     assert records[1]["objective"] > records[0]["objective"] and records[1]["restart"] == 1.0
+    # what the summary lists: round 0's τ as a resolved default, then each growth and restart as round 1's events
+    assert algo.defaults[0]["key"] == "algorithm.tau" and algo.defaults[0]["value"] == 0.0
+    growths = [(r["round"], e["from"], e["to"]) for r in records for e in r.get("adapted", ()) if e["key"] == "algorithm.tau"]
+    assert growths == [(1, 0.0, 4 * lam)]
+    assert [r["round"] for r in records if r.get("restart") and r["round"] > 0] == \
+        [r["round"] for r in records if any(e["key"] == "alpha" for e in r.get("adapted", ()))]
     assert records[-1]["objective"] - optimum <= 1e-8 * optimum and len(records) - 1 <= 30  # measured: 22 rounds
     # the solve of the grown tau's subproblem: c = ln(1/q) times InexactDANE's SVRG steps (Catalyst wants it accurate)
     q = lam / (lam + 4 * lam)
