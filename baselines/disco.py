@@ -68,6 +68,8 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.work import count
 
+from .defaults import Resolution
+
 MatVec = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -128,13 +130,15 @@ class DiSCO(Algorithm):
     columns = (Column("step_size", "{:>9.3g}"), Column("pcg_iters", "{:>9.0f}"), Column("delta", "{:>9.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.0, pcg_tol: float = 0.05,
-                 pcg_max_iter: int | None = None, self_concordance: float = 1.0, w0: torch.Tensor | None = None):
+                 pcg_max_iter: int | None = None, self_concordance: float = 1.0, w0: torch.Tensor | None = None,
+                 defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, w0)
         for method, offered in (("hessian_vector", problem.hessian_vector), ("solve_hessian", problem.solve_hessian)):
             if offered is None:
                 raise ConfigError(f"algorithm=disco needs {type(problem).__name__}.{method}; use another algorithm")
         self.mu, self.pcg_tol, self.self_concordance = mu, pcg_tol, self_concordance
         self.pcg_max_iter = problem.dim if pcg_max_iter is None else pcg_max_iter
+        self.defaults = tuple(defaults)
         self.first_grad_norm: float | None = None  # ‖g_0‖, the forcing term's unit
 
     def step(self) -> dict[str, float]:
@@ -192,8 +196,14 @@ class DiSCOConfig(AlgorithmConfig):
             checks.nonnegative("algorithm.self_concordance", self.self_concordance)
 
     def build(self, problem: Problem, comm: Communicator) -> "DiSCO":
-        M = self.self_concordance
+        """The nulls, noted in the summary's ``defaults``: M 0 on a quadratic, else the paper's 1 (module
+        docstring); ``pcg_max_iter`` d, where exact PCG ends at the latest."""
+        resolution, M, cap = Resolution(), self.self_concordance, self.pcg_max_iter
         if M is None:
-            M = 0.0 if problem.quadratic else 1.0
-        return DiSCO(problem, comm, mu=self.mu, pcg_tol=self.pcg_tol, pcg_max_iter=self.pcg_max_iter,
-                     self_concordance=M)
+            M = resolution.add("self_concordance", 0.0 if problem.quadratic else 1.0,
+                               "0 on a quadratic (self-concordant with constant 0), else the paper's 1",
+                               quadratic=problem.quadratic)
+        if cap is None:
+            cap = resolution.add("pcg_max_iter", problem.dim, "d (PCG in exact arithmetic ends within d steps)")
+        return DiSCO(problem, comm, mu=self.mu, pcg_tol=self.pcg_tol, pcg_max_iter=cap, self_concordance=M,
+                     defaults=resolution.entries)

@@ -322,9 +322,13 @@ def test_disco_takes_the_full_newton_step_on_a_quadratic():
     # A quadratic is self-concordant with constant 0: DiSCO's default step is the plain Newton step,
     # so with an exact PCG solve it lands on the ridge optimum in one round.
     problems = helpers.ridge_shards(3, RidgeSyntheticConfig(n_samples=600, dim=20, covariance="decay", seed=1))
-    _, records, _ = simulate(DiSCOConfig(pcg_tol=1e-13), problems, rounds=1)[0]
+    algo, records, _ = simulate(DiSCOConfig(pcg_tol=1e-13), problems, rounds=1)[0]
     assert records[0]["step_size"] == 1.0
     assert records[1]["suboptimality"] <= 1e-12 * records[0]["suboptimality"]
+    assert [(e["key"], e["value"]) for e in algo.defaults] == [("algorithm.self_concordance", 0.0),
+                                                                ("algorithm.pcg_max_iter", 20)]
+    given, _, _ = simulate(DiSCOConfig(pcg_tol=1e-13, self_concordance=0.0, pcg_max_iter=20), problems, rounds=1)[0]
+    assert given.defaults == ()
 
 
 # --- safe on a shard that misjudges the global Hessian -------------------------------------------------
