@@ -11,10 +11,13 @@ the `Communicator` instead of importing horovod: one allreduce per minibatch ste
 workers start from the same w and apply the same averaged gradient with the same
 deterministic optimizer, so their iterates stay identical without a broadcast.
 
-A logged *round* is ``steps_per_round`` steps (null: one pass over the local shard, as
-DANE's inner solve with ``inner_steps=null``), so ``comm_rounds`` grows by
+A logged *round* is ``steps_per_round`` steps, so ``comm_rounds`` grows by
 ``steps_per_round`` per round; the metrics of the round's starting iterate ride in its
-first allreduce.  The learning rate is used as given (Horovod's recipe of scaling it by
+first allreduce.  Null: one pass over the mean shard, n̄ // ``batch_size`` steps, n̄ the mean
+of the workers' row counts, which rides in round 0's first allreduce (8 bytes, no round): every
+worker must take the same number of steps, and unequal shards (``data.sharding``) give each its
+own n_i.  The summary's ``defaults`` holds the count.  Asynchronous workers (``comm.staleness``)
+need no agreement: each takes one pass over its own shard per round.  The learning rate is used as given (Horovod's recipe of scaling it by
 m is left to the config); the global batch is m × ``batch_size``.
 """
 from __future__ import annotations
@@ -53,7 +56,10 @@ class SyncSGD(Algorithm):
             if offered is None:
                 raise ConfigError(f"algorithm=sync_sgd needs minibatch gradients ({type(problem).__name__}.{needed}); "
                                   "use algorithm=gd on this problem")
-        self.steps_per_round = steps_per_round or max(1, problem.n_local // batch_size)
+        self.batch_size = batch_size
+        self.steps_per_round = steps_per_round or max(1, problem.n_local // batch_size)  # null: this worker's own,
+        self.agree = steps_per_round is None  # until round 0 agrees on the mean shard's (module docstring)
+        self.defaults = None if self.agree else ()
         self.sampler = MinibatchSampler(problem.n_local, batch_size, worker_seed(seed, comm.rank, SAMPLER_STREAM))
         preload_optimizers()
         self.w.requires_grad_(True)  # the optimizer's one parameter is the flat vector itself
@@ -64,16 +70,27 @@ class SyncSGD(Algorithm):
         return self.problem.local_metrics(self.w.detach())  # a network: forward passes only, no gradient
 
     def step(self) -> dict[str, float]:
-        metrics = self.local_metrics()
-        for s in range(self.steps_per_round):
+        metrics, s = self.local_metrics(), 0
+        while s < self.steps_per_round:
             grad = self.problem.batch_grad(self.w.detach(), self.sampler.next())
             if s == 0:
-                g, metrics = self.comm.allreduce_mean([grad, metrics])  # w_t's metrics ride along
+                rows = [grad.new_tensor([float(self.problem.n_local)])] if self.agree else []
+                g, metrics, *rows = self.comm.allreduce_mean([grad, metrics, *rows])  # w_t's metrics ride along
+                if rows:  # round 0 of steps_per_round=null: n̄ rode along too
+                    self.agreed(float(rows[0][0]))
             else:
                 (g,) = self.comm.allreduce_mean([grad])                  # g = mean_i minibatch gradient
             self.w.grad = g
             self.optimizer.step()                                        # w <- opt.step(w, g)
+            s += 1
         return self.metrics(None, metrics)
+
+    def agreed(self, mean_rows: float) -> None:
+        """steps_per_round=null: n̄ // batch_size steps on every worker from now on, noted for the summary."""
+        self.steps_per_round, self.agree = max(1, int(mean_rows // self.batch_size)), False
+        self.defaults = ({"key": "algorithm.steps_per_round", "value": self.steps_per_round,
+                          "rule": "one pass over the mean shard (mean rows // batch_size)",
+                          "stats": {"mean_rows": mean_rows, "batch_size": self.batch_size}},)
 
     # Asynchronous and stale-synchronous SGD (comm.staleness > 0, dane.asynchronous): the worker's half of a step;
     # the server's half is GradientServer (SyncSGDConfig.async_server).
@@ -86,12 +103,15 @@ class SyncSGD(Algorithm):
         return self.metrics(None, metrics)
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "sampler": self.sampler.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {**super().state_dict(), "sampler": self.sampler.state_dict(), "optimizer": self.optimizer.state_dict(),
+                **({"mean_rows": self.defaults[0]["stats"]["mean_rows"]} if self.defaults else {})}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.sampler.load_state_dict(state["sampler"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.agree and "mean_rows" in state:  # agreed in round 0 of the run this one resumes
+            self.agreed(state["mean_rows"])
 
 
 @dataclass(frozen=True)
@@ -100,7 +120,7 @@ class SyncSGDConfig(AlgorithmConfig):
     optimizer: str = "sgd"
     momentum: float = 0.0
     batch_size: int = 100
-    steps_per_round: int | None = 10  # None: one pass over the local shard, n_i // batch_size steps
+    steps_per_round: int | None = 10  # None: one pass over the mean shard, mean n_i // batch_size steps (agreed)
     seed: int = 0
     name: str = "sync_sgd"
     algorithm = SyncSGD

@@ -365,3 +365,21 @@ def test_a_resumed_run_continues_exactly(config, every):
     resumed = ThreadGroup(M).run(lambda comm: worker(comm, again, checkpoints))
     strip = lambda records: [{k: v for k, v in r.items() if k != "time_s"} for r in records]  # noqa: E731
     assert strip(resumed[0][0]) == strip(whole[0][0][every:])
+
+
+def test_sync_sgd_agrees_on_one_step_count_over_unequal_shards():
+    """steps_per_round=null is one pass over the mean shard: shards of 150 and 350 rows (each worker's own pass: 1
+    and 3 steps of 100, whose allreduces did not pair up) take 250 // 100 = 2 steps each, agreed in round 0."""
+    from dane.baselines.sync_sgd import SyncSGDConfig
+    from dane.problems.glm import LinearModelShard
+    from dane.losses import LOSSES
+
+    rng = np.random.default_rng(0)
+    sizes = (150, 350)
+    shards = [LinearModelShard(torch.from_numpy(rng.standard_normal((n, 5))), torch.from_numpy((rng.random(n) < 0.5)
+              * 1.0), LOSSES["logistic"], l2=1e-3, weight=2 / sum(sizes)) for n in sizes]
+    results = simulate(SyncSGDConfig(steps_per_round=None, batch_size=100), shards, rounds=3)
+    for algo, records, _ in results:
+        assert algo.steps_per_round == 2 and [r["comm_rounds"] for r in records] == [0, 2, 4, 6]
+        assert [(e["key"], e["value"], e["stats"]["mean_rows"]) for e in algo.defaults] == \
+            [("algorithm.steps_per_round", 2, 250.0)]
