@@ -39,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--client-column", help="a table's client column (a CSV header, an .npz key, qid for "
                       "LIBSVM), stored per row, not a feature: for data.sharding=column")
     push.add_argument("--standardize", default="none", help="numeric | all | none (default: none)")
+    push.add_argument("--data-dir", default="../shared/data",
+                      help="where a relative source is looked for first, then the working folder, as a run's "
+                           "data_dir (default: %(default)s, from the repository root)")
     push.add_argument("--replace", action="store_true", help="drop a different data set stored under the name")
     return p
 
@@ -71,10 +74,14 @@ def push(args) -> str:
     from dane.data.table import resolve_dir
 
     MongoSource(uri=args.uri, collection=args.collection)  # the same checks of the URI and name a run makes
-    path = Path(args.source)
-    if not path.exists():
-        raise UserError(f"dane data push: {args.source} not found; give a CSV, LIBSVM or NPZ file, or a folder "
-                        "of images FOLDER/<label>/<image>")
+    given = Path(args.source).expanduser()
+    tried = [given] if given.is_absolute() else [*([resolve_dir(args.data_dir) / given] if args.data_dir else []),
+                                                 Path.cwd() / given]
+    path = next((p for p in tried if p.exists()), None)
+    if path is None:
+        raise UserError(f"dane data push: {args.source} not found (tried {', '.join(map(str, tried))}); give a CSV, "
+                        "LIBSVM or NPZ file, or a folder of images FOLDER/<label>/<image>, or --data-dir FOLDER")
+    args.source = str(path)  # `read_table` reads what was found
     uri = args.uri if args.uri.startswith("mongodb") else str(resolve_dir(args.uri))
     store = connect(uri, create=True)
     if path.is_dir():

@@ -82,6 +82,9 @@ def test_push_reads_back_the_file_source_table_exactly(files, tmp_path, kind):
         assert doc["a"] == expected.X[1, 0] and doc["_id"] == "2"
     assert push(args).endswith("nothing to do")
     assert stored.store().count("t") == expected.n
+    # a relative name is looked for under --data-dir as a run's data.path is under data_dir: the same data set
+    again = push_args(f"t.{kind}", "--data-dir", str(files), "--uri", str(tmp_path), "--collection", "t", *extra)
+    assert push(again).endswith("nothing to do")
 
 
 def test_images_and_gridfs_chunks(files, tmp_path):

@@ -52,7 +52,8 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
     if not own_driver and summary.get("status") == "diverged":
         raise DivergenceError(
             f"{summary['algorithm']} diverged at round {summary['rounds']} (objective {summary['final_objective']:.3g}); "
-            f"results so far are in {out_dir}; try {' or '.join(recovery_overrides(spec.algorithm))}"
+            f"results so far are in {out_dir}; try {' or '.join(recovery_overrides(spec.algorithm))}; where its "
+            f"objective overshot and is falling back (`{summary['stopped_by']}`), diverge_after=null lets it go on"
         )
     return summary
 
