@@ -6,7 +6,7 @@
     dane simulate -m experiment=speedup      # a sweep defined in conf/experiment/
 
 The config is conf/simulate.yaml: conf/config.yaml with comm=local and the simulator
-defaults of conf/experiment/simulator.yaml (tol_abs=1e-10, rounds=200, quiet).  A multirun
+defaults of conf/experiment/simulator.yaml (tol_abs=1e-10, rounds=200, progress=none: each run's closing line).  A multirun
 writes one run directory per job under one sweep directory (conf/config.yaml, hydra.sweep).
 A diverged job ends a single run with status 3 but not a sweep (as in experiments.train).  Each simulated worker
 gets one core: torch runs single-threaded, also at workers=1, so that times are

@@ -125,6 +125,20 @@ def test_records_and_collect_write_what_the_run_returns(tmp_path, capsys):
                                                                         f"max_rounds (rounds = {ROUNDS}")
 
 
+@pytest.mark.parametrize("control, lines", [({"progress": "none"}, 1), ({"quiet": True}, 0),
+                                            ({"progress": "none", "quiet": True}, 0)])
+def test_progress_none_keeps_the_closing_line_and_quiet_says_nothing(capsys, control, lines):
+    """``dane simulate``'s defaults (progress=none) print how each run ended and where it wrote; quiet nothing."""
+    from dane.loop.callbacks import worker_callbacks
+
+    run_spec = spec(**control)
+    loop = loop_for(run_spec)
+    drive(loop, worker_callbacks(run_spec, loop))
+    out, err = capsys.readouterr()
+    assert err == "" and len(out.splitlines()) == lines
+    assert all(line.startswith("gd on ridge_synthetic, 1 worker(s)") for line in out.splitlines())
+
+
 def test_checkpoints_resume_the_run_at_its_committed_round_as_if_never_stopped(tmp_path):
     whole = loop_for(spec())
     drive(whole, [])

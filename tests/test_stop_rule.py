@@ -258,6 +258,11 @@ def test_without_a_reference_the_projection_reads_the_gradient_norm():
     records, _ = result = run(ScriptedGradient([1.0] * 26, grads), StopRule(rounds=25))  # no tol: the rate alone
     assert result.stopped_by == (f"rounds = 25; grad_norm {0.8 ** 25:.1e} x its round-0 value, shrinking 0.80x per "
                                "round over the last 20 rounds")
+    # tol_abs bounds a suboptimality these records cannot show: the line says it tested nothing
+    _, _ = result = run(ScriptedGradient([1.0] * 26, grads), StopRule(rounds=25, tol_abs=1e-10))
+    assert result.stopped_by.endswith("over the last 20 rounds; tol_abs 1e-10 not applied: the run has no reference "
+                                      "optimum to measure the suboptimality by, which problem.optimum=auto gives "
+                                      "where the problem can solve for it")
 
 
 def test_gd_stopped_at_its_cap_converges_where_the_projection_said():

@@ -169,7 +169,9 @@ class Display(Callback):
     def on_round(self, loop, record: dict) -> None:
         record = loop.reported(record)
         if self.preamble and len(loop.seen) == 1:  # the records' keys now say which test tol applies to
-            say(f"stop: {' or '.join(filter(None, (self.stop.rule(record), f'{self.stop.rounds} rounds')))}")
+            unapplied = self.stop.unapplied(record)
+            say(f"stop: {' or '.join(filter(None, (self.stop.rule(record), f'{self.stop.rounds} rounds')))}"
+                + (f"; {unapplied}" if unapplied else ""))
         self.show(record)
 
     def on_rounds_end(self, loop) -> None:
@@ -378,4 +380,6 @@ def worker_callbacks(spec, loop, collect: dict | None = None, *, start: list[Cal
         callbacks.append(Records(control))
     if rank == 0 and shows(control):
         callbacks += [Display(control, spec.algorithm.algorithm), ClosingLine()]  # the table: its declared columns
+    elif rank == 0 and not control.quiet:  # progress=none: no rounds, but how the run ended and where it wrote
+        callbacks.append(ClosingLine())
     return [*callbacks, *end]

@@ -90,6 +90,14 @@ class StopRule:
             return None
         return f"grad_norm <= {self.tol:g} x grad_norm at round 0"
 
+    def unapplied(self, record: dict) -> str | None:
+        """Why ``tol_abs`` tests nothing in runs whose records look like ``record``: it bounds the suboptimality,
+        which a run without a reference optimum does not measure; None where it applies or is not set."""
+        if self.tol_abs is None or "suboptimality" in record:
+            return None
+        return (f"tol_abs {self.tol_abs:g} not applied: the run has no reference optimum to measure the "
+                "suboptimality by, which problem.optimum=auto gives where the problem can solve for it")
+
     def stopped_by(self, status: str, record: dict, first: dict, records: list[dict] | None = None, *,
                    sampled: bool = False) -> str:
         """The test that ended a run with ``status`` on ``record`` (``first``: round 0's record): log and summary.
@@ -108,7 +116,9 @@ class StopRule:
             return f"objective above its round-0 value in {self.diverge_after} of the last {2 * self.diverge_after} rounds"
         if status == "max_rounds":
             trend = self.trend(records, first, sampled=sampled) if records else None
-            return f"rounds = {self.rounds}" + (f"; {trend.describe(self.rounds)}" if trend is not None else "")
+            unapplied = self.unapplied(record)
+            return f"rounds = {self.rounds}" + (f"; {trend.describe(self.rounds)}" if trend is not None else "") + \
+                (f"; {unapplied}" if unapplied else "")
         if status == "target_reached":
             return f"{self.monitor} >= {self.target:g}"
         if status == "early_stopped":
