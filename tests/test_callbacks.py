@@ -3,6 +3,7 @@ in their order, what each callback adds, and a round object that nothing sets at
 from __future__ import annotations
 
 import json
+import time
 import math
 
 import pytest
@@ -198,3 +199,28 @@ def test_the_display_shows_a_dozen_notes_and_counts_the_rest():
     long = "rows " + ", ".join(["20"] * 1000)
     (cut,) = shown_notes([long])
     assert cut == "note: " + long[:NOTE_CHARS] + " ..."
+
+
+def test_the_run_directorys_writes_are_off_a_simulated_workers_clock():
+    """Records' work (a tracker's start-up, each record's writes) is bookkeeping: 50 ms of CPU inside `off_clock`
+    leave a simulated worker's clock where it was, and the same work outside it is charged."""
+    from dane.comm import ThreadGroup
+    from dane.loop.callbacks import off_clock
+
+    def burn(seconds: float = 0.05) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    def worker(comm):
+        before = comm.elapsed()
+        with off_clock(comm):
+            burn()
+        off = comm.elapsed() - before
+        burn()
+        return off, comm.elapsed() - before - off
+
+    ((off, on),) = ThreadGroup(1).run(worker)
+    assert off < 0.005 and on >= 0.05
+    with off_clock(LocalCommunicator()):  # a launched worker's clock is the wall's: nothing to take off
+        pass

@@ -18,6 +18,7 @@ result.  A callback holds what it needs from the spec, and nothing else calls ba
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -105,12 +106,17 @@ class Checkpoints(Callback):
 
 class Records(Callback):
     """Rank 0's run directory (`dane.records.results.RunWriter`): config.yaml, every record, the summary; the
-    trackers beside rounds.jsonl get each record once it is on disk."""
+    trackers beside rounds.jsonl get each record once it is on disk.  In the simulator none of it is rank 0's compute
+    (`off_clock`): a tracker's start-up (tensorboard, mlflow) and its writes left ``time_s`` depending on the logger."""
 
     def __init__(self, control):
         self.control = control
 
     def on_open(self, loop) -> None:
+        with off_clock(loop.comm):
+            self.open(loop)
+
+    def open(self, loop) -> None:
         control = self.control
         overwrite = control.overwrite or (control.restart_unfinished and
                                           not os.path.exists(os.path.join(loop.out_dir, SUMMARY_FILE)))
@@ -125,7 +131,8 @@ class Records(Callback):
                                              continuing=loop.continuing, mlflow_uri=control.mlflow_uri))
 
     def on_round(self, loop, record: dict) -> None:
-        loop.writer.write_round(loop.reported(record))
+        with off_clock(loop.comm):
+            loop.writer.write_round(loop.reported(record))
 
     def on_rounds_end(self, loop) -> None:
         if loop.writer is not None:
@@ -151,6 +158,12 @@ def shown_notes(notes: list[str]) -> list[str]:
     if len(notes) > SHOWN_NOTES:
         lines.append(f"note: ... and {len(notes) - SHOWN_NOTES} more notes, every one whole in the run summary's notes")
     return lines
+
+
+def off_clock(comm):
+    """A simulated worker's bookkeeping, off its compute clock (`dane.comm.meters.PhaseClock.off_the_clock`); a
+    launched worker's clock is the wall's, which it stays on."""
+    return comm.off_the_clock() if hasattr(comm, "off_the_clock") else contextlib.nullcontext()
 
 
 class Display(Callback):
