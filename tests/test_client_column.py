@@ -158,5 +158,7 @@ def test_the_keys_are_checked_where_they_are_read(tmp_path):
     with pytest.raises(ConfigError, match="^data.sharding=column with per-worker parts"):
         CSVSource("part-{rank}.csv", target="income", sharding="column", client_column="country")
     save_npz(tmp_path / "two.npz", np.eye(2), [0.0, 1.0])
-    with pytest.raises(DataError, match="has no array 'site' \\(data.client_column\\); its keys are: X, y"):
+    with pytest.raises(DataError, match="has no array 'site' \\(data.client_column\\); its keys are: X, y; set "
+                                        "data.client_column to one of them, or add the clients' array to the archive "
+                                        "\\(np.savez\\(path, ..., site=clients\\)\\)"):
         NPZSource(str(tmp_path / "two.npz"), sharding="column", client_column="site").load()

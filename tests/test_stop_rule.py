@@ -303,3 +303,12 @@ def test_under_client_sampling_the_projection_fits_the_later_half_of_the_run():
     full = why_stopped(Rounds(), stop, "max_rounds", records, records[0], None)
     assert f"shrinking {math.exp(slope):.4f}x per round over the last 50 rounds" in sampled
     assert "not contracting" in full
+
+
+def test_a_rate_never_reads_one_or_zero():
+    """Two significant digits of the distance from 1, or of the rate itself below 0.1 (it read "0.00" for a run
+    contracting by 1e-3 a round)."""
+    from dane.records.projection import rate_text
+
+    assert [rate_text(r) for r in (0.996, 0.988, 1.02, 0.9, 0.5, 0.0012, 3.4e-5)] == \
+        ["0.9960", "0.988", "1.020", "0.90", "0.50", "0.0012", "3.4e-05"]

@@ -93,7 +93,9 @@ class NPZSource(FileSource, ShardingKeys):
             if key not in keys and not (sparse and key == self.x_key):
                 raise DataError(
                     f"{file} has no array '{key}' (data.{setting}); its keys are: {', '.join(keys) or 'none'}; "
-                    f"set data.{setting} to one of them, or {FIX}"
+                    f"set data.{setting} to one of them, or "
+                    + (f"add the clients' array to the archive (np.savez(path, ..., {key}=clients))"
+                       if setting == "client_column" else FIX)
                 )
         return sparse
 

@@ -365,7 +365,9 @@ class ClosingLine(Callback):
         if "final_test_accuracy" in summary:
             tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
         print(f"{summary['algorithm']} on {summary['problem']}, {loop.comm.size} worker(s), {summary['backend']}: "
-              f"{summary['status']} ({summary['stopped_by']}) after {summary['rounds']} rounds, {tail}, "
+              f"{summary['status']}"
+              + (f" ({summary['stopped_by']})" if summary["stopped_by"] != summary["status"] else "")
+              + f" after {summary['rounds']} rounds, {tail}, "
               f"{summary['total_bytes']} bytes sent, {summary['time_s']:.3f} s"
               + (" simulated" if loop.spec.comm.simulated else "")
               + (f" -> {loop.out_dir}" if loop.out_dir else ""), flush=True)

@@ -114,7 +114,10 @@ def tail_rate(tail: list[dict], key: str) -> tuple[float, int]:
 
 
 def rate_text(rate: float) -> str:
-    """``rate`` with two significant digits of its distance from 1 (0.9960, 0.988, 1.02), so it never reads 1."""
+    """``rate`` with two significant digits of its distance from 1 (0.9960, 0.988, 1.02), so it never reads 1; a rate
+    below 0.1 with two of its own (0.012, 3.4e-05), so it never reads 0."""
+    if 0 <= rate < 0.1:
+        return f"{rate:.2g}"
     gap = float(f"{abs(1.0 - rate):.2g}")  # rounded first: 0.0999999 is 0.1, and reads 0.90, not 0.900
     digits = 2 if gap == 0 else max(2, 1 - math.floor(math.log10(gap)))
     return f"{rate:.{digits}f}"
