@@ -220,7 +220,11 @@ def test_the_run_directorys_writes_are_off_a_simulated_workers_clock():
         burn()
         return off, comm.elapsed() - before - off
 
+    from dane.comm.batched import BatchedGroup, run_batched
+
     ((off, on),) = ThreadGroup(1).run(worker)
     assert off < 0.005 and on >= 0.05
+    off, on = run_batched(BatchedGroup(2), worker)  # the stacked workers' clock: their share, on for 50 ms / 2
+    assert off < 0.005 and on >= 0.025
     with off_clock(LocalCommunicator()):  # a launched worker's clock is the wall's: nothing to take off
         pass

@@ -100,6 +100,12 @@ class BatchedGroup:
         """What the stacked computation is read with (its share per worker: the reading / m)."""
         return self.meter.name
 
+    def give_slot(self) -> None:
+        """One computation for all m workers holds no slot (`dane.comm.threads.ThreadGroup.give_slot`)."""
+
+    def take_slot(self) -> None:
+        """As `give_slot`."""
+
     def phase(self, op: str, measured: float, nbytes: int, members: Sequence[int] | None) -> None:
         """Advance the clock by one collective: each worker's compute is ``measured`` / m (module docstring)."""
         delays = (self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0

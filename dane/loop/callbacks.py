@@ -66,7 +66,7 @@ class Faults(Callback):
         self.faults = faults
 
     def on_round(self, loop, record: dict) -> None:
-        inject_faults(self.faults, loop.comm.rank, record["round"], loop.out_dir)
+        inject_faults(self.faults, loop.comm.rank, record["round"], loop.out_dir, loop.spec.control.checkpoint_every)
 
 
 class Checkpoints(Callback):

@@ -41,18 +41,21 @@ class SimulatedFault(RuntimeError):
     """A simulated worker lost on purpose (``sim.fail_at``): the run ends as a crashed job would."""
 
 
-def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, out_dir: str | None) -> None:
+def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, out_dir: str | None,
+                  checkpoint_every: int = 0) -> None:
     """``sim.fail_at`` (and the test-only `TEST_KILL_ENV`): lose this worker at ``round_``, once per run directory.
 
     A marker in the run's checkpoint folder remembers a fault that fired, so the restarted
-    run (``resume=auto``, same command) gets past it, as a restarted job on healthy machines would.
+    run (``resume=auto``, same command) gets past it, as a restarted job on healthy machines would; a run without
+    ``checkpoint_every`` has nothing to resume from, so its fault leaves no marker and its line says so.
     """
     kill_at, kill_rank = os.environ.get(TEST_KILL_ENV), int(os.environ.get(TEST_KILL_RANK_ENV, 1))
     planned = [(r, w, "fault") for r, w in faults] + ([(int(kill_at), kill_rank, "kill")] if kill_at else [])
     for r, w, kind in planned:
         if (r, w) != (round_, rank):
             continue
-        marker = os.path.join(out_dir, CHECKPOINT_DIR, f"{kind}_round{r}_worker{w}") if out_dir else None
+        resumable = out_dir is not None and (checkpoint_every > 0 or kind == "kill")
+        marker = os.path.join(out_dir, CHECKPOINT_DIR, f"{kind}_round{r}_worker{w}") if resumable else None
         if marker is not None:
             if os.path.exists(marker):
                 continue
@@ -60,9 +63,13 @@ def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, o
             open(marker, "w").close()
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
-        raise SimulatedFault(f"simulated worker {rank} was lost at round {round_} (sim.fail_at); "
-                             "the last committed checkpoint stays: rerun with resume=auto to continue (a run with "
-                             "checkpoint_every)")
+        if resumable:
+            then = "the last committed checkpoint stays: rerun with resume=auto to continue"
+        else:
+            kept = f"the records before it stay in {out_dir}; " if out_dir else ""
+            then = (f"{kept}without checkpoint_every there is no checkpoint to resume from (checkpoint_every=K "
+                    "writes one every K rounds)")
+        raise SimulatedFault(f"simulated worker {rank} was lost at round {round_} (sim.fail_at); {then}")
 
 
 #: what the backends say when a peer's connection goes: gloo (torch.distributed, comm=ps) and Horovod

@@ -31,7 +31,8 @@ def run_split(spec, out_dir: str | None, collect: dict | None = None) -> dict:
     if backend == "local":
         proto, info = build_parties(spec, set(range(m + 1)), SimLink(spec.comm.cost))
         algo = SplitRun(proto, info, SplitClock(m, simulated=True), proto.link, launched=False)
-        algo.on_epoch = lambda _, epoch: [inject_faults(spec.control.faults, a, epoch, out_dir)  # sim.fail_at
+        algo.on_epoch = lambda _, epoch: [inject_faults(spec.control.faults, a, epoch, out_dir,
+                                                        spec.control.checkpoint_every)  # sim.fail_at
                                           for a in range(m)]
         return drive(spec, algo, out_dir, collect)
     if backend != "ps" or spec.comm.servers != 1:
@@ -58,7 +59,8 @@ def launched(spec, out_dir: str | None, collect: dict | None) -> dict:
         out_dir = shared[0] or None
         link = DistLink(rank)
         proto, info = build_parties(spec, {rank}, link)
-        faults = lambda r, epoch: inject_faults(spec.control.faults, r, epoch, out_dir)  # noqa: E731 - test hook
+        faults = lambda r, epoch: inject_faults(spec.control.faults, r, epoch, out_dir,  # noqa: E731 - test hook
+                                                spec.control.checkpoint_every)
         if rank == 0:
             algo = SplitRun(proto, info, SplitClock(m, simulated=False), link, launched=True)
             algo.on_epoch = faults
