@@ -189,6 +189,8 @@ def latex(data: dict[str, dict], caption: str = "") -> str:
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     data = collect(RunIndex(results))
+    if not any(row["runs"] for row in data.values()):
+        return []  # no run of the table's: nothing drawn (`common.cli` says so), not a table of dashes
     provenance = figure_provenance([r for row in data.values() for r in row["runs"]], root=results,
                                    data={label: row["data"] for label, row in data.items()},
                                    cells={label: row["cells"] for label, row in data.items()},

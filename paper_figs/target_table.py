@@ -124,6 +124,8 @@ def markdown(data: dict[Target, dict[str, dict | None]]) -> str:
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     data = collect(RunIndex(results))
     cells = [c for rows in data.values() for c in rows.values() if c is not None]
+    if not cells:
+        return []  # no run of the table's: nothing drawn (`common.cli` says so), not a table of dashes
     sizes = {t.problem: {"data": [c["data"] for c in rows.values() if c is not None and c["data"]][:1]}
              for t, rows in data.items()}
     provenance = figure_provenance([c["run_dir"] for c in cells], root=results, data=sizes)

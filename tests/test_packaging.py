@@ -105,13 +105,14 @@ def test_a_figure_without_its_runs_is_one_line_and_exit_2(figure, expect, tmp_pa
     assert done.value.code == 2 and err.count("\n") == 1 and f"error: {expect.format(tmp=tmp_path)}" in err
 
 
-def test_a_figure_that_draws_nothing_says_so_and_exits_2(tmp_path, capfd, monkeypatch):
-    """dane_vs_admm without its network runs drew nothing and exited 0 (make_all reports those runs for all the
-    tables; alone, the figure now says so)."""
+@pytest.mark.parametrize("figure", ["dane_vs_admm", "accuracy_table", "target_table"])
+def test_a_figure_that_draws_nothing_says_so_and_exits_2(tmp_path, capfd, monkeypatch, figure):
+    """dane_vs_admm without its network runs drew nothing and exited 0, and the two tables wrote tables of dashes
+    (make_all reports those runs for all the tables; alone, each figure now says so)."""
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr("dane.records.provenance._entry_command", None)
     with pytest.raises(SystemExit) as done:
-        cli.main(["figures", "dane_vs_admm", "--results", str(tmp_path), "--out", str(tmp_path / "figs")])
+        cli.main(["figures", figure, "--results", str(tmp_path), "--out", str(tmp_path / "figs")])
     assert done.value.code == 2 and capfd.readouterr().err.splitlines()[-1] == (
         f"error: nothing drawn: the runs it reads are missing under {tmp_path}; make tables (dane figures --nn) "
         "makes them")
