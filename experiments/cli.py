@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from dane.errors import UserError, say
-from dane.layout import CHECKOUT
+from dane.layout import CHECKOUT, scripts_in
 from dane.records.provenance import set_entry_command
 
 #: command -> (module run as __main__, what it does)
@@ -53,7 +53,7 @@ def run_module(module: str, prog: str, args: list[str]) -> None:
         # sys.path (an editable install's import hook does not list a namespace package's modules)
         sys.path.insert(0, str(CHECKOUT))
     sys.argv = [prog, *args]
-    set_entry_command([*prog.split(), *args])  # runpy replaces argv[0] with the module's file
+    set_entry_command([*prog.split(), *args], prog)  # runpy replaces argv[0] with the module's file
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except KeyboardInterrupt as exc:  # a Ctrl-C the run did not take (in the imports, say): one line, status 130
@@ -64,10 +64,8 @@ def run_module(module: str, prog: str, args: list[str]) -> None:
 
 
 def figure_names() -> list[str]:
-    from dane import paper_figs  # a folder of the checkout, or of the installed package (dane/layout.py)
-
-    folder = Path(paper_figs.__file__).parent
-    return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "common"))
+    """What ``dane figures NAME`` draws: paper_figs/'s scripts, but make_all (``dane figures`` alone)."""
+    return [name for name in scripts_in("paper_figs") if name != "make_all"]
 
 
 def figures(args: list[str]) -> None:

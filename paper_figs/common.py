@@ -29,6 +29,7 @@ from dane.comm import AlphaBeta  # noqa: E402
 from dane.errors import say  # noqa: E402
 from dane.records.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
 from dane.synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
+from dane.records.provenance import command_name  # noqa: E402
 
 #: where figures and tables are written (untracked); `make publish-figures` copies them to PUBLISHED_DIR
 FIG_DIR = Path("results") / "figures"
@@ -257,7 +258,7 @@ def cli(main, doc: str, results: str = "results") -> None:
     folder), ``--out`` for the files; prints their paths."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=doc.splitlines()[0])
     parser.add_argument("--results", default=results)
     parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     args = parser.parse_args()
@@ -278,7 +279,7 @@ def bench_parser(doc: str, page: str | Path, *, several: str | None = None, figu
     ``page_aliases``), ``--print`` (the block to stdout, not into the page).  The script adds its own options."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=doc.splitlines()[0])
     if several is None:
         parser.add_argument("--json", default="results/bench.json", help="the benchmark's JSON")
     else:

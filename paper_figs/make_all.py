@@ -27,6 +27,8 @@ from pathlib import Path
 from dane.errors import say
 from dane.paper_figs.common import FIG_DIR
 from dane.synthetic.sweep import RunIndex, ensure
+from dane.layout import scripts_in
+from dane.records.provenance import command_name
 
 #: figure modules of paper_figs/, each with jobs() and main(results, out)
 FIGURES = ("dane.paper_figs.speedup", "dane.paper_figs.convergence", "dane.paper_figs.rounds_table", "dane.paper_figs.ps_scaling",
@@ -65,7 +67,9 @@ def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_mis
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0],
+                                     epilog=f"one of them: {command_name() or 'make_all.py'} NAME [--help], NAME one "
+                                            f"of {', '.join(n for n in scripts_in('paper_figs') if n != 'make_all')}")
     parser.add_argument("--results", default="results", help="results root to read (and to add missing runs to)")
     parser.add_argument("--out", default=str(FIG_DIR), help="where the figures, tables and their .json sidecars go")
     parser.add_argument("--no-run", action="store_true", help="draw from what is there; fail if runs are missing")

@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt
 from dane.errors import say
 from dane.paper_figs.common import positive, save
 from dane.paper_figs.summary import job_dirs, read_config, read_records
+from dane.records.provenance import command_name
 
 Y_AXES = {  # record key -> (axis label, log scale)
     "objective": ("objective O(w)", False),
@@ -156,7 +157,7 @@ def title_for(configs: Sequence[dict], x: str, y: str, n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, or folders holding them (a sweep)")
     parser.add_argument("--y", choices=sorted(Y_AXES), default="suboptimality")
     parser.add_argument("--x", choices=sorted(X_AXES), default="round")

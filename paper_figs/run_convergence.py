@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 from dane.errors import say
 from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import positive, save
+from dane.records.provenance import command_name
 
 METRICS = ("suboptimality", "grad_norm", "objective")
 
@@ -51,7 +52,7 @@ def draw(run_dir: str | Path):
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="a run directory holding rounds.jsonl (and summary.json)")
     args = parser.parse_args(argv)
     if not Path(args.run_dir).is_dir():

@@ -34,6 +34,7 @@ import matplotlib.pyplot as plt
 from dane.paper_figs.common import FIG_DIR, caption_line, data_text, figure_provenance, locate, save
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import Job, RunIndex, ensure
+from dane.records.provenance import command_name
 
 AGENTS = (1, 2, 3, 4)
 NETWORKS = {  # label -> (overrides, epochs)
@@ -164,7 +165,7 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
 def cli() -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="results")
     parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     parser.add_argument("--run-missing", action="store_true", help="make the missing runs in the simulator first")

@@ -27,6 +27,7 @@ import yaml
 from dane.errors import DataError, say
 from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
 from dane.paper_figs.common import first_reaching
+from dane.records.provenance import command_name
 
 CONFIG_FILE = "config.yaml"
 #: a file a launcher or wrapper leaves when a job fails
@@ -164,7 +165,7 @@ def _finite(value):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", help="a sweep directory, or any folder holding run directories")
     parser.add_argument("--tol", type=float, default=1e-8, help="the tolerance of the 'to tol' column (default 1e-8)")
     parser.add_argument("--key", default="suboptimality", help="the record key compared with --tol "

@@ -23,6 +23,7 @@ import torch
 
 from dane.comm import make_communicator
 from dane.comm.horovod import HorovodOptions
+from dane.records.provenance import command_name
 
 
 def process_cpu() -> float:
@@ -31,7 +32,7 @@ def process_cpu() -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)

@@ -51,6 +51,7 @@ from dane.comm.tail import tail_entry
 from dane.synthetic.allreduce_timing import DEFAULT_SIZES
 from dane.synthetic.bench_file import machine
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
+from dane.records.provenance import command_name
 
 CYCLE_TIME_MS = "0.1"
 
@@ -155,7 +156,7 @@ def calibrate_ps(workers: int = 2, servers: int = 1, sizes=DEFAULT_SIZES, reps: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     count = checks.positive_int_argument  # argparse's own line for a count below 1
     parser.add_argument("--np", type=count, default=2, dest="np_", help="Horovod processes (default 2)")
     parser.add_argument("--out", default=None,

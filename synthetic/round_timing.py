@@ -31,6 +31,7 @@ from dane.records.results import RunWriter
 from dane.loop.runner import run
 from dane.loop.stopping import StopRule
 from dane.run_config import CONF_DIR, run_spec
+from dane.records.provenance import command_name
 
 
 def bare_round(problem, algo, hvd) -> tuple[float, float, float]:
@@ -92,7 +93,7 @@ class PhaseRecorder:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--blocks", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=10, help="DANE rounds (and bare repetitions) per block")

@@ -99,6 +99,7 @@ def test_a_figure_without_its_runs_is_one_line_and_exit_2(figure, expect, tmp_pa
     """The figure's own message (what is missing, the command that makes it), as one line, not its traceback."""
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # runpy rewrites argv: restored after the test
     monkeypatch.setattr("dane.records.provenance._entry_command", None)
+    monkeypatch.setattr("dane.records.provenance._entry_prog", None)
     with pytest.raises(SystemExit) as done:
         cli.main(["figures", figure, "--results", str(tmp_path), "--out", str(tmp_path / "figs")])
     err = capfd.readouterr().err
@@ -111,6 +112,7 @@ def test_a_figure_that_draws_nothing_says_so_and_exits_2(tmp_path, capfd, monkey
     (make_all reports those runs for all the tables; alone, each figure now says so)."""
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr("dane.records.provenance._entry_command", None)
+    monkeypatch.setattr("dane.records.provenance._entry_prog", None)
     with pytest.raises(SystemExit) as done:
         cli.main(["figures", figure, "--results", str(tmp_path), "--out", str(tmp_path / "figs")])
     assert done.value.code == 2 and capfd.readouterr().err.splitlines()[-1] == (
@@ -289,3 +291,19 @@ def test_the_dane_command_runs_under_each_launcher(tmp_path, launcher):
     assert launched["backend"] == {"horovodrun": "horovod", "torchrun": "torch"}[launcher]
     assert launched["rounds"] == simulated["rounds"] == 4
     assert launched["final_objective"] == pytest.approx(simulated["final_objective"], rel=1e-9)
+
+
+def test_figures_help_names_the_command_and_every_figure(capsys, monkeypatch):
+    """``dane figures --help`` read "usage: make_all.py" and listed no figure; ``blocks`` (a helper module) was
+    offered as one and drew nothing."""
+    from dane.experiments.cli import figure_names
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr("dane.records.provenance._entry_command", None)
+    monkeypatch.setattr("dane.records.provenance._entry_prog", None)
+    names = figure_names()
+    assert {"summary", "accuracy_table", "plot_runs"} <= set(names) and not {"blocks", "common", "make_all"} & set(names)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["figures", "--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and out.startswith("usage: dane figures [-h]") and all(n in out for n in names)

@@ -98,17 +98,25 @@ def slurm_layout(env) -> dict:
 
 
 _entry_command: list[str] | None = None  # set once by the dane command, for this process only
+_entry_prog: str | None = None  # its command without the arguments (``dane figures summary``)
 
 
-def set_entry_command(argv: list[str]) -> None:
+def command_name() -> str | None:
+    """What a usage line calls this process's command (``dane figures summary``) when the ``dane`` command started
+    it, else None (argparse's own: the script's file).  `runpy` puts the module's file in ``sys.argv[0]``, which
+    argparse would name."""
+    return _entry_prog
+
+
+def set_entry_command(argv: list[str], prog: str | None = None) -> None:
     """Record this process's command line as typed (``dane train ...``).
 
     The ``dane`` command runs a module with `runpy`, which puts the module's file in
     ``sys.argv[0]``; a module attribute, unlike an environment variable, is not inherited
     by the runs a sweep launches in processes of their own.
     """
-    global _entry_command
-    _entry_command = list(argv)
+    global _entry_command, _entry_prog
+    _entry_command, _entry_prog = list(argv), prog
 
 
 def run_command() -> list[str]:
