@@ -64,8 +64,8 @@ def run_module(module: str, prog: str, args: list[str]) -> None:
 
 
 def figure_names() -> list[str]:
-    """What ``dane figures NAME`` draws: paper_figs/'s scripts, but make_all (``dane figures`` alone)."""
-    return [name for name in scripts_in("paper_figs") if name != "make_all"]
+    """What ``dane figures NAME`` draws: paper_figs/'s scripts (make_all: every one, as ``dane figures`` alone)."""
+    return scripts_in("paper_figs")
 
 
 def figures(args: list[str]) -> None:

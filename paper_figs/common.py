@@ -49,11 +49,11 @@ M_GRID = (1, 2, 4, 8, 16, 64)
 
 
 class MissingRuns(FileNotFoundError):
+    """The runs a figure reads that ``root`` lacks, in one line (the first named: each is a whole job's overrides)."""
+
     def __init__(self, jobs: Sequence[Job], root: Path):
-        shown = "\n  ".join(job_name(j) for j in jobs[:5])
-        more = f"\n  ... and {len(jobs) - 5} more" if len(jobs) > 5 else ""
-        super().__init__(f"{len(jobs)} run(s) missing under {root}:\n  {shown}{more}\n"
-                         f"run `make figures` (dane figures make_all) to produce them")
+        super().__init__(f"{len(jobs)} run(s) missing under {root} (the first: {job_name(jobs[0])}); run `make "
+                         f"figures` (dane figures make_all) to produce them")
 
 
 def locate(index: RunIndex, jobs: Sequence[Job], timed: bool = True) -> dict[Job, Path]:

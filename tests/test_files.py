@@ -361,8 +361,11 @@ def test_check_labels_codes_each_loss():
     # the whole set: any two values, the smaller -1 (LIBSVM's mushrooms {1, 2}, breast-cancer {2, 4}); a part alone cannot tell
     np.testing.assert_array_equal(check_labels(np.array([2.0, 1.0, 2.0]), "logistic", "t", whole=True), [1.0, -1.0, 1.0])
     np.testing.assert_array_equal(check_labels(np.array([4.0, 2.0]), "logistic", "t", whole=True), [1.0, -1.0])
-    with pytest.raises(DataError, match="found labels {1, 2}"):
+    with pytest.raises(DataError, match="^t: problem=logreg on per-worker parts needs labels 0/1 or -1/\\+1, found "
+                                        "{1, 2}; a part cannot tell which of two other values is the positive class"):
         check_labels(np.array([1.0, 2.0]), "logistic", "t")
+    with pytest.raises(DataError, match="found labels {1, 2, 3}; use problem=softmax"):  # a part or the whole
+        check_labels(np.array([1.0, 2.0, 3.0]), "logistic", "t")
     assert two_class_note(np.array([2.0, 1.0]), "logistic") == "labels 1 and 2 coded -1 and +1 (the larger value is the positive class)"
     assert two_class_note(np.array([0.0, 1.0]), "logistic") is None and two_class_note(np.array([1.0, 2.0]), "softmax") is None
     np.testing.assert_array_equal(check_labels(np.array([2.5, -1.0]), "squared", "t"), [2.5, -1.0])

@@ -92,7 +92,7 @@ def test_a_wrong_command_is_one_line_and_exit_2(argv, expect, capfd):
 
 
 @pytest.mark.parametrize("figure, expect", [
-    ("convergence", "dane figures convergence: 10 run(s) missing under {tmp}: "),
+    ("convergence", "dane figures convergence: 10 run(s) missing under {tmp} (the first: "),
     ("local_work", "dane figures local_work: no runs under {tmp}; make them with dane figures make_all"),
 ])
 def test_a_figure_without_its_runs_is_one_line_and_exit_2(figure, expect, tmp_path, capfd, monkeypatch):
@@ -302,7 +302,7 @@ def test_figures_help_names_the_command_and_every_figure(capsys, monkeypatch):
     monkeypatch.setattr("dane.records.provenance._entry_command", None)
     monkeypatch.setattr("dane.records.provenance._entry_prog", None)
     names = figure_names()
-    assert {"summary", "accuracy_table", "plot_runs"} <= set(names) and not {"blocks", "common", "make_all"} & set(names)
+    assert {"summary", "accuracy_table", "plot_runs"} <= set(names) and not {"blocks", "common"} & set(names)
     with pytest.raises(SystemExit) as done:
         cli.main(["figures", "--help"])
     out = capsys.readouterr().out

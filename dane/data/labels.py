@@ -67,6 +67,12 @@ def _plus_minus_one(y: np.ndarray, source_name: str, whole: bool) -> np.ndarray:
         return y.copy()
     if whole and _recoded_pair(values):
         return np.where(y == values[0], -1.0, 1.0)
+    if not whole and values.size <= 2:  # {1, 2} reads on a whole file; a part alone cannot tell which is positive
+        raise DataError(
+            f"{source_name}: problem=logreg on per-worker parts needs labels 0/1 or -1/+1, found {_show(values)}; a "
+            "part cannot tell which of two other values is the positive class (a part may hold one): map them in "
+            "the parts, or read the whole file"
+        )
     raise DataError(
         f"{source_name}: problem=logreg needs two classes labelled 0/1 or -1/+1, found labels "
         f"{_show(values)}; use problem=softmax for more classes or map the labels"
