@@ -41,7 +41,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 
-from .defaults import Resolution
+from .defaults import LANCZOS_STEP_FACTOR, Resolution
 from .spectral_stacked import local_spectra
 
 
@@ -55,8 +55,9 @@ class GD(Algorithm):
     compressible = ("gradient",)  # a compressed mean gradient is a (biased or unbiased) gradient step
     batchable = True  # its step reads the same on stacked tensors; the spectra are stacked by `local_spectra`
 
-    def __init__(self, problem: Problem, comm: Communicator, *, lr: float | None = None, lr_factor: float = 1.9,
-                 power_iters: int = 20, seed: int = 0, w0: torch.Tensor | None = None):
+    def __init__(self, problem: Problem, comm: Communicator, *, lr: float | None = None,
+                 lr_factor: float = LANCZOS_STEP_FACTOR, power_iters: int = 20, seed: int = 0,
+                 w0: torch.Tensor | None = None):
         super().__init__(problem, comm, w0)
         self.lr, self.lr_factor = lr, lr_factor
         self.L_est: float | None = None  # L̄, known after round 0's allreduce when lr is None
@@ -105,7 +106,7 @@ class GD(Algorithm):
 @dataclass(frozen=True)
 class GDConfig(AlgorithmConfig):
     lr: float | None = None
-    lr_factor: float = 1.9  # lr=None: lr = min(2 / (L̄ + μ̲), lr_factor / L̄), lr_factor in (0, 2)
+    lr_factor: float = LANCZOS_STEP_FACTOR  # lr=None: lr = min(2 / (L̄ + μ̲), lr_factor / L̄), lr_factor in (0, 2)
     power_iters: int = 20
     seed: int = 0
     name: str = "gd"

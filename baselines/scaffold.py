@@ -91,8 +91,8 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
-from .defaults import (Resolution, lanczos_is_exact, lanczos_iters, local_step, scaffold_local_step,
-                       scaffold_server_step, strong_convexity_bound)
+from .defaults import (LANCZOS_STEP_FACTOR, Resolution, lanczos_is_exact, lanczos_iters, local_step,
+                       scaffold_local_step, scaffold_server_step, strong_convexity_bound)
 from .federated import Federated, LocalSolveKeys, PolicyKeys
 from .measure import smoothness_and_lowest
 
@@ -105,7 +105,7 @@ class Scaffold(Federated):
     own_state = ("c_i",)  # the clients outside S_t may sleep through the round (`dane.comm.roster`)
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float, server_lr: float = 1.0, option: int = 2,
-                 lr_factor: float = 1.9, **kwargs):
+                 lr_factor: float = LANCZOS_STEP_FACTOR, **kwargs):
         super().__init__(problem, comm, **kwargs)
         self.lr, self.server_lr, self.option = lr, server_lr, option
         self.lr_factor = lr_factor  # the config's, named in `diagnosis`
@@ -155,7 +155,7 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     local_steps: int = 10  # module docstring: K = 3 stalled on label-skewed shards
     server_lr: float | None = None  # η_g; null: `baselines.defaults.scaffold_server_step` (module docstring)
     option: int = 2        # the control variate: 2, the mean corrected gradient of the K steps; 1, ∇O_i(w_t)
-    lr_factor: float = 1.9  # lr null: η_l = min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), lr_factor in (0, 2)
+    lr_factor: float = LANCZOS_STEP_FACTOR  # lr null: η_l = min(2/(L + μ̲), lr_factor/L, 1/(K μ̲)), in (0, 2)
     local_solver: str = "steps"
     seed: int = 0
     name: str = "scaffold"
