@@ -17,8 +17,9 @@ first allreduce.  Null: one pass over the mean shard, n̄ // ``batch_size`` step
 of the workers' row counts, which rides in round 0's first allreduce (8 bytes, no round): every
 worker must take the same number of steps, and unequal shards (``data.sharding``) give each its
 own n_i.  The summary's ``defaults`` holds the count.  Asynchronous workers (``comm.staleness``)
-need no agreement: each takes one pass over its own shard per round.  The learning rate is used as given (Horovod's recipe of scaling it by
-m is left to the config); the global batch is m × ``batch_size``.
+need no agreement: each takes one pass over its own shard per round.  The learning rate is used
+as given (Horovod's recipe of scaling it by m is left to the config); the global batch is
+m × ``batch_size``.
 """
 from __future__ import annotations
 
