@@ -258,6 +258,11 @@ def test_without_a_reference_the_projection_reads_the_gradient_norm():
     records, _ = result = run(ScriptedGradient([1.0] * 26, grads), StopRule(rounds=25))  # no tol: the rate alone
     assert result.stopped_by == (f"rounds = 25; grad_norm {0.8 ** 25:.1e} x its round-0 value, shrinking 0.80x per "
                                "round over the last 20 rounds")
+    # a gradient norm flat at 1e-16 of round 0's (far below 64 ulps): its round-off, though the window still falls
+    floor = [5.0 * 0.5 ** t if t < 16 else 5e-16 for t in range(26)]
+    _, _ = result = run(ScriptedGradient([1.0] * 26, floor), StopRule(rounds=25))
+    assert result.stopped_by == "rounds = 25; grad_norm 1.0e-16 x its round-0 value, at the gradient's round-off (set " \
+                                "tol to stop sooner)"
     # tol_abs bounds a suboptimality these records cannot show: the line says it tested nothing
     _, _ = result = run(ScriptedGradient([1.0] * 26, grads), StopRule(rounds=25, tol_abs=1e-10))
     assert result.stopped_by.endswith("over the last 20 rounds; tol_abs 1e-10 not applied: the run has no reference "

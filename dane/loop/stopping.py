@@ -154,8 +154,12 @@ class StopRule:
         if fitted is None:
             return None
         rate, span, value = fitted  # value is records[-1]'s, the one measure shows (fit ends at the last record)
-        round_off = measure.key == "suboptimality" and value <= ROUND_OFF * abs(records[-1]["objective"])
-        return Trend(str(measure), value, rate, span, measure.target, measure.target_label, round_off)
+        if measure.key == "suboptimality":
+            floor, whose = ROUND_OFF * abs(records[-1]["objective"]), "the objective's"
+        else:  # the gradient norm, whose terms at round 0 set its scale
+            floor, whose = ROUND_OFF * (first.get("grad_norm") or 0.0), "the gradient's"
+        return Trend(str(measure), value, rate, span, measure.target, measure.target_label,
+                     whose if value <= floor else "")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 WINDOW = 20
 #: |fitted change of log v over the window| below which the run is "stalled"
 STALL = 0.01
-#: a suboptimality at most this times |O| is the objective's round-off (64 ulps of float64)
+#: a suboptimality at most this times |O| is the objective's round-off (64 ulps of float64); a gradient norm at most
+#: this times round 0's is the gradient's
 ROUND_OFF = 64 * 2.0 ** -52
 
 
@@ -52,7 +53,8 @@ class Trend:
     span: int
     target: float | None = None
     target_label: str = ""
-    round_off: bool = False  # the value is within the round-off of the objective: no stop test can ask for less
+    round_off: str = ""  # whose round-off the value is within ("the objective's", "the gradient's"): no stop test
+    # can ask for less; "" where it is not
 
     @property
     def moved(self) -> float:
@@ -70,7 +72,7 @@ class Trend:
         (``rounds``: the cap the run hit, for the suggested override)."""
         over = f"over the last {self.span} rounds"
         if self.round_off:
-            return f"{self.shown}, at the objective's round-off (set tol to stop sooner)"
+            return f"{self.shown}, at {self.round_off} round-off (set tol to stop sooner)"
         if abs(self.moved) < STALL:
             return f"{self.shown}, stalled (no progress {over})"
         if self.moved > 0:
