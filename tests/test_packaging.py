@@ -306,4 +306,5 @@ def test_figures_help_names_the_command_and_every_figure(capsys, monkeypatch):
     with pytest.raises(SystemExit) as done:
         cli.main(["figures", "--help"])
     out = capsys.readouterr().out
-    assert done.value.code == 0 and out.startswith("usage: dane figures [-h]") and all(n in out for n in names)
+    assert done.value.code == 0 and out.startswith("usage: dane figures [-h]")
+    assert all(n in out for n in names if n != "make_all")  # make_all is what dane figures alone runs
