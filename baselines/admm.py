@@ -70,8 +70,8 @@ residuals of z_t arrive in round t's allreduce, after x^{t+1} was solved with th
 ρ, so the change applies from round t+1 (one round later than in the book).
 
 What a null resolved to (ρ with μ̲ and L̄, ``adaptive_rho``) is in the summary's ``defaults``; every change of ρ
-during the run (a refresh, a rebalance) is its round's ``adapted`` event (``trigger``: ``refresh`` or
-``residual_balance``), which the summary lists as ``adaptations``.
+during the run (a refresh, a rebalance) is its round's ``adapted`` event (``trigger``: "refresh" or
+"residual balance"), which the summary lists as ``adaptations``.
 """
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ class ADMM(Algorithm):
                                         mu=self.balance_mu, tau=self.balance_tau)
             self.u = self.u * (rho / self.rho)
             if self.rho != rho:
-                adapted.append({"key": "algorithm.rho", "from": rho, "to": self.rho, "trigger": "residual_balance"})
+                adapted.append({"key": "algorithm.rho", "from": rho, "to": self.rho, "trigger": "residual balance"})
         return {**record, "adapted": adapted} if adapted else record
 
     def evaluate(self) -> dict[str, float]:

@@ -113,6 +113,7 @@ from dane.errors import ConfigError
 from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, load_svrg
 from dane.problems import Problem
 
+from .defaults import Resolution
 from .inexact_dane import InexactSolverKeys, require_convex_shard
 
 
@@ -206,7 +207,7 @@ class AIDE(Algorithm):
         self.y = self.w.clone()
         # τ=auto's evidence: O at the last round's start, O at the last restart, whether the last round restarted
         self.previous, self.at_restart, self.restarted = math.inf, math.inf, True
-        self.defaults = None if self.adaptive else ()  # τ=auto: known in round 0 (`resolved`)
+        self.defaults = None  # τ=auto: known in round 0 (`resolved`); a given τ: its solver's passes=auto is untracked
 
     def _set_tau(self, tau: float) -> None:
         """τ, q, α anew (α_0 = √q: the momentum starts over) and the local solver for this τ."""
@@ -219,9 +220,10 @@ class AIDE(Algorithm):
 
     def resolved(self) -> tuple[dict, ...]:
         """The summary's ``defaults`` once round 0 agreed on τ=auto's first τ (`spread_tau`)."""
-        return ({"key": "algorithm.tau", "value": self.first_tau, "rule": "spread_tau (this package's; module docstring)",
-                 "stats": {"column_contraction": COLUMN_CONTRACTION, "strong_convexity":
-                           self.problem.strong_convexity}},)
+        resolution = Resolution()
+        resolution.add("tau", self.first_tau, "spread_tau (this package's; module docstring)",
+                       column_contraction=COLUMN_CONTRACTION, strong_convexity=self.problem.strong_convexity)
+        return tuple(resolution.entries)
 
     def _adapt(self, objective: float, w: torch.Tensor) -> list[dict]:
         """τ=auto, from round 1 on: restart the momentum where O rose (y = w_t), and grow τ where the last round failed

@@ -41,7 +41,8 @@ w8a over 142 clients, 14 a round: sampled_lambda_fedred_w8a.json, where the defa
 bit for bit.
 
 The type-2 weight c is ``cv_weight`` (null: p/γ with steps, as in the paper's Scaffnew-like choice, p = 1/K for a
-fixed K; the starting λ with a prox solver, which a λ doubled later by ``double_weight`` leaves as it is); type 2 costs one allreduce a round (type 1: two). The record of a round is x̃ (its
+fixed K; the starting λ with a prox solver, which a λ doubled later by ``double_weight`` leaves as it
+is); type 2 costs one allreduce a round (type 1: two). The record of a round is x̃ (its
 metrics ride in its first allreduce).
 
 Departure from the paper in type 2: the correction is taken against x̄, the mean of the participants' local iterates,

@@ -82,8 +82,8 @@ beyond that round-off.
 Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu`` (the
 largest μ_i of the round), ``armijo_met``, ``cg_iters`` (the mean over workers of the local
 CG products; it rides in allreduce 2) and ``p_norm``; a round that changes the largest μ_i also
-carries ``adapted`` ({"key": "mu", "from", "to", "trigger"}: ``full_step``, ``flatter_than_objective``,
-``step_cut_back`` or ``rejected``, the cases above), which the summary lists as ``adaptations``.
+carries ``adapted`` ({"key": "mu", "from", "to", "trigger"}: "full step", "flatter than objective",
+"step cut back" or "rejected", the cases above), which the summary lists as ``adaptations``.
 
 The curvature gᵀp/‖p‖² and the return to μ = 0 are DANE's safeguard's rules
 (`dane.safeguard.model_curvature`, `dane.safeguard.to_floor`), GIANT's direction p being
@@ -107,6 +107,8 @@ from dane.errors import ConfigError
 from dane.numerics.linalg import cg
 from dane.problems import Problem
 from dane.safeguard_rules import model_curvature, to_floor
+
+from .defaults import Resolution
 
 
 SHORT_STEP = 3  # on one worker, an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does
@@ -158,7 +160,7 @@ class GIANT(Algorithm):
 
     def __init__(self, problem: Problem, comm: Communicator, *, cg_tol: float = 1e-10, cg_max_iter: int | None = None,
                  line_search_steps: int = 10, backtrack: float = 0.5, armijo: float = 1e-4,
-                 w0: torch.Tensor | None = None):
+                 w0: torch.Tensor | None = None, defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, w0)
         for method, offered in (("hessian_vector", problem.hessian_vector), ("objective", problem.objective)):
             if offered is None:
@@ -169,7 +171,7 @@ class GIANT(Algorithm):
         self.mus = [0.0] * comm.size  # every worker's Levenberg-Marquardt shift μ_i (module docstring), on every worker
         self.mu_floor = 0.0           # below it, μ_i returns to 0: 1e-6 of the first μ raised
         self.rejected = False         # whether the last round was rejected
-        self.defaults = ()            # no null resolved; the summary lists the shifts' changes (``adapted``)
+        self.defaults = tuple(defaults)  # the nulls resolved; the summary lists the shifts' changes (``adapted``)
 
     def step(self) -> dict[str, float]:
         w, m = self.w, self.comm.size
@@ -213,16 +215,16 @@ class GIANT(Algorithm):
         lacking = any(d > 1e-12 * abs(kappa) for d in deficits)
         short = 1 if len(self.mus) > 1 else SHORT_STEP  # m > 1: any cut says the local models misjudge O
         if accepted and k == 0:  # the full step: the local models were right, regularize less
-            self.mus, trigger = [to_floor(mu / 2, self.mu_floor) for mu in self.mus], "full_step"
+            self.mus, trigger = [to_floor(mu / 2, self.mu_floor) for mu in self.mus], "full step"
         elif accepted and k < short:  # a middle cut on one worker: the objective's own nonlinearity
-            trigger = "short_cut"
+            trigger = "short cut"
         elif lacking and not (self.rejected and not accepted):  # shift the local models flatter than O along p
             self.mus = [max(4 * mu, d) if d > 1e-12 * abs(kappa) else mu for mu, d in zip(self.mus, deficits)]
-            trigger = "flatter_than_objective"
+            trigger = "flatter than objective"
         elif accepted:  # cut back, every local model alike: regularize more
             p_sq = float(p @ p)
             self.mus = [max(4 * mu, model_curvature(-slope, p_sq)) if p_sq > 0 else 4 * mu for mu in self.mus]
-            trigger = "step_cut_back"
+            trigger = "step cut back"
         else:  # a second rejection in a row, or alike models: shorter than every step that failed
             p_norm, g_norm = float(torch.linalg.vector_norm(p)), float(torch.linalg.vector_norm(g))
             shortest = float(self.steps[-1]) * self.backtrack
@@ -264,5 +266,9 @@ class GIANTConfig(AlgorithmConfig):
             raise ConfigError(f"algorithm.armijo must be in (0, 1), got {self.armijo}")
 
     def build(self, problem: Problem, comm: Communicator) -> "GIANT":
-        return GIANT(problem, comm, cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter,
-                     line_search_steps=self.line_search_steps, backtrack=self.backtrack, armijo=self.armijo)
+        """``cg_max_iter`` null: CG's own cap, 10 d products (`dane.numerics.linalg.cg`), noted in the summary."""
+        resolution, cap = Resolution(), self.cg_max_iter
+        if cap is None:
+            cap = resolution.add("cg_max_iter", 10 * problem.dim, "10 d (CG's cap)")
+        return GIANT(problem, comm, cg_tol=self.cg_tol, cg_max_iter=cap, line_search_steps=self.line_search_steps,
+                     backtrack=self.backtrack, armijo=self.armijo, defaults=resolution.entries)

@@ -17,7 +17,7 @@ first allreduce.  Null: one pass over the mean shard, n̄ // ``batch_size`` step
 of the workers' row counts, which rides in round 0's first allreduce (8 bytes, no round): every
 worker must take the same number of steps, and unequal shards (``data.sharding``) give each its
 own n_i.  The summary's ``defaults`` holds the count.  Asynchronous workers (``comm.staleness``)
-need no agreement: each takes one pass over its own shard per round.  The learning rate is used
+need no agreement (the server's updates per round are counted from rank 0's pass, `dane.asynchronous`).  The learning rate is used
 as given (Horovod's recipe of scaling it by m is left to the config); the global batch is
 m × ``batch_size``.
 """
@@ -33,6 +33,8 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.numerics.inner import MinibatchSampler, preload_optimizers, worker_seed
 from dane.problems import Problem
+
+from .defaults import Resolution
 
 OPTIMIZERS = ("sgd", "adam")
 SAMPLER_STREAM = 2  # worker_seed stream of this algorithm's minibatch generator
@@ -89,9 +91,10 @@ class SyncSGD(Algorithm):
     def agreed(self, mean_rows: float) -> None:
         """steps_per_round=null: n̄ // batch_size steps on every worker from now on, noted for the summary."""
         self.steps_per_round, self.agree = max(1, int(mean_rows // self.batch_size)), False
-        self.defaults = ({"key": "algorithm.steps_per_round", "value": self.steps_per_round,
-                          "rule": "one pass over the mean shard (mean rows // batch_size)",
-                          "stats": {"mean_rows": mean_rows, "batch_size": self.batch_size}},)
+        resolution = Resolution()
+        resolution.add("steps_per_round", self.steps_per_round, "one pass over the mean shard (mean rows // batch_size)",
+                       mean_rows=mean_rows, batch_size=self.batch_size)
+        self.defaults = tuple(resolution.entries)
 
     # Asynchronous and stale-synchronous SGD (comm.staleness > 0, dane.asynchronous): the worker's half of a step;
     # the server's half is GradientServer (SyncSGDConfig.async_server).

@@ -193,6 +193,9 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     tol, tol_abs = plain("tol", tol), plain("tol_abs", tol_abs)
     sim_alpha, sim_beta = plain("sim_alpha", sim_alpha), plain("sim_beta", sim_beta)
     if isinstance(algorithm, str):
+        if "name" in algorithm_keys:  # as algorithm.name= on the command line (`experiments.overrides.LABELS`)
+            raise ConfigError(f"name={algorithm_keys['name']!r} would label a run of {algorithm} as another method's; "
+                              "the method is fit's second argument")
         algorithm = algorithm_config(algorithm, seed=seed, **algorithm_keys)
     elif algorithm_keys:
         raise ConfigError("keyword overrides apply to an algorithm given by name; set them on the config instead")

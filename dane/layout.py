@@ -33,5 +33,7 @@ def scripts_in(part: str) -> list[str]:
     """The modules of ``part`` (one of `MAPPED`) that run a command line (``if __name__ == "__main__":``), by name."""
     folder = (CHECKOUT or PACKAGE) / part
     return sorted(p.stem for p in folder.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
+
+
 #: Hydra's config groups (conf/config.yaml, conf/simulate.yaml and their groups)
 CONF_DIR = (CHECKOUT or PACKAGE) / "conf"

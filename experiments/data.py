@@ -19,6 +19,7 @@ The push is idempotent and completes an interrupted one (`dane.data.mongo_push`)
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--client-column", help="a table's client column (a CSV header, an .npz key, qid for "
                       "LIBSVM), stored per row, not a feature: for data.sharding=column")
     push.add_argument("--standardize", default="none", help="numeric | all | none (default: none)")
-    push.add_argument("--data-dir", default="../shared/data",
+    push.add_argument("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"),
                       help="where a relative source is looked for first, then the working folder, as a run's "
                            "data_dir (default: %(default)s, from the repository root)")
     push.add_argument("--replace", action="store_true", help="drop a different data set stored under the name")

@@ -58,7 +58,7 @@ def make_all(results: str | Path = "results", out: str | Path = FIG_DIR, run_mis
         index = RunIndex(results)
         missing = sum(module.find_run(index, job) is None for module in tables for job in module.jobs())
         if missing:
-            print(f"make_all: {missing} neural-network table runs are missing; their cells show '—'. "
+            print(f"make_all: {missing} neural-network table runs are missing; their cells show '—' (a table with none is not drawn). "
                   "`make tables` makes them (three seeds each: the slow part).", file=sys.stderr)
     written: list[Path] = []
     for module in figures + tables:

@@ -423,10 +423,16 @@ def launch(cmd: list[str], *, env: dict[str, str] | None = None, answer: Path | 
         proc = subprocess.Popen(with_peak(cmd, peak.name), cwd=REPO, env=launch_env(env), stdout=output,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         killer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        killer.daemon = True
         killer.start()
-        _, status, _ = os.wait4(proc.pid, 0)
+        try:
+            _, status, _ = os.wait4(proc.pid, 0)
+        except BaseException:  # a Ctrl-C reaches this process only (the command has its own session): end it too
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        finally:
+            killer.cancel()
         end, wall = time.time(), time.perf_counter() - t0
-        killer.cancel()
         proc.returncode = code = os.waitstatus_to_exitcode(status)
         out = {"start": start, "end": end, "wall_s": wall, "exit_status": code, "timed_out": wall > timeout,
                "peak_rss_gib": peak_of(peak.name), "load_before": before, "load_after": load(),

@@ -140,7 +140,7 @@ def test_a_given_rho_is_balanced_by_default_and_every_change_is_recorded():
                if a["rho"] != b["rho"]]
     events = balanced.summary["adaptations"]
     assert changes and [(e["round"], e["from"], e["to"]) for e in events][:len(changes)] == changes
-    assert all(e["trigger"] == "residual_balance" and e["to"] / e["from"] in (2.0, 0.5) for e in events)
+    assert all(e["trigger"] == "residual balance" and e["to"] / e["from"] in (2.0, 0.5) for e in events)
     assert [(e["key"], e["value"]) for e in balanced.summary["defaults"]] == [("algorithm.adaptive_rho", True)]
     fixed = dane.fit(problem, "admm", workers=2, rounds=12, tol=None, rho=1e-3, adaptive_rho=False)
     assert fixed.summary["package_rules_applied"] is False and {r["rho"] for r in fixed.records} == {1e-3}

@@ -47,6 +47,13 @@ def test_negative_rounds_is_one_line(problem):
     assert one_line(error) == "rounds must be an integer >= 0 (0: only evaluate w_0), got -1"
 
 
+def test_a_relabelled_method_is_one_line(problem):
+    with pytest.raises(ConfigError) as error:  # it was a TypeError (name given twice)
+        dane.fit(problem, "dane", workers=2, rounds=1, name="foo")
+    assert one_line(error) == "name='foo' would label a run of dane as another method's; the method is fit's second " \
+                              "argument"
+
+
 def test_a_problem_given_by_name_is_one_line():
     with pytest.raises(ConfigError) as error:
         dane.fit("ridge_synthetic", "dane", workers=2, rounds=1)

@@ -226,5 +226,27 @@ def test_the_run_directorys_writes_are_off_a_simulated_workers_clock():
     assert off < 0.005 and on >= 0.05
     off, on = run_batched(BatchedGroup(2), worker)  # the stacked workers' clock: their share, on for 50 ms / 2
     assert off < 0.005 and on >= 0.025
-    with off_clock(LocalCommunicator()):  # a launched worker's clock is the wall's: nothing to take off
-        pass
+
+
+def test_a_slow_writer_leaves_the_simulated_time_as_it_was(tmp_path, monkeypatch):
+    """Records' writes are off rank 0's clock: 30 ms of CPU per record written (a tracker's) add nothing to the
+    simulated time of a run, where they added 30 ms a round before."""
+    import dane
+    from dane.records.results import RunWriter
+
+    def run(name: str) -> float:
+        result = dane.fit(RidgeSyntheticConfig(n_samples=200, dim=5), "gd", workers=2, rounds=4,
+                          out_dir=str(tmp_path / name))
+        return result.records[-1]["time_s"]
+
+    quick = run("quick")
+    write_round = RunWriter.write_round
+
+    def slow(self, record):
+        end = time.thread_time() + 0.03
+        while time.thread_time() < end:
+            pass
+        return write_round(self, record)
+
+    monkeypatch.setattr(RunWriter, "write_round", slow)
+    assert run("slow") < quick + 0.02  # 5 records x 30 ms were charged before

@@ -65,8 +65,9 @@ def test_one_rejected_round_then_the_optimum(lam):
     changes = [(a["round"], a["mu"], b["mu"]) for a, b in zip(records, records[1:]) if a["mu"] != b["mu"]]
     events = [(e["round"], e["from"], e["to"]) for e in result.summary["adaptations"]]
     assert changes and events[:len(changes)] == changes and {e[0] for e in events[len(changes):]} <= {records[-1]["round"]}
-    assert result.summary["adaptations"][0]["trigger"] == "flatter_than_objective"
-    assert result.summary["package_rules_applied"] is True and result.summary["defaults"] == []
+    assert result.summary["adaptations"][0]["trigger"] == "flatter than objective"
+    assert result.summary["package_rules_applied"] is True
+    assert [(e["key"], e["value"]) for e in result.summary["defaults"]] == [("algorithm.cg_max_iter", 10 * (D + 1))]
 
 
 @pytest.mark.parametrize("lam", [0.0, 1e-5])

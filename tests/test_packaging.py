@@ -130,6 +130,7 @@ def test_a_run_records_the_dane_command_as_typed(tmp_path, monkeypatch):
     monkeypatch.setitem(cli.MODULES, "train", ("probe_command", "a probe"))
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # runpy rewrites argv[0]: restored after the test
     monkeypatch.setattr("dane.records.provenance._entry_command", None)  # and the command recorded, after it
+    monkeypatch.setattr("dane.records.provenance._entry_prog", None)
     out = tmp_path / "command.json"
     cli.main(["train", str(out), "workers=2"])
     assert json.loads(out.read_text()) == ["dane", "train", str(out), "workers=2"]

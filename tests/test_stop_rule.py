@@ -317,3 +317,29 @@ def test_a_rate_never_reads_one_or_zero():
 
     assert [rate_text(r) for r in (0.996, 0.988, 1.02, 0.9, 0.5, 0.0012, 3.4e-5)] == \
         ["0.9960", "0.988", "1.020", "0.90", "0.50", "0.0012", "3.4e-05"]
+
+
+def test_only_a_counted_divergence_is_told_it_may_turn_the_watch_off():
+    """diverge_after=null turns off the count test (an overshoot that falls back trips it), not the blow-up test: the
+    line offers it for the one, not the other (a gd past blowup was told it too)."""
+    from sklearn.datasets import load_diabetes
+
+    import dane
+    from dane.api import algorithm_config
+    from dane.errors import DivergenceError
+    from dane.loop.launch import execute
+    from dane.spec import Communication, RunControl, RunSpec
+
+    X, y = load_diabetes(return_X_y=True)
+    L = float(np.linalg.eigvalsh(X.T @ X / len(X)).max()) + 1e-3
+
+    def line(lr: float) -> str:
+        spec = RunSpec(problem=dane.problems.Ridge(X, y, lam=1e-3), algorithm=algorithm_config("gd", lr=lr),
+                       comm=Communication(workers=2), control=RunControl(stop=StopRule(rounds=300), quiet=True))
+        with pytest.raises(DivergenceError) as diverged:
+            execute(spec, None)
+        return str(diverged.value)
+
+    assert line(2.2 / L).endswith("; where its objective overshot and is falling back, diverge_after=null lets it "
+                                  "go on")
+    assert "diverge_after" not in line(100.0 / L)  # past blowup at once

@@ -59,6 +59,12 @@ class Callback:
     def on_close(self, loop) -> None: ...
 
 
+def off_clock(comm):
+    """A simulated worker's bookkeeping, off its compute clock (`dane.comm.meters.PhaseClock.off_the_clock`); a
+    launched worker's clock is the wall's, which it stays on."""
+    return comm.off_the_clock() if hasattr(comm, "off_the_clock") else contextlib.nullcontext()
+
+
 class Faults(Callback):
     """``sim.fail_at`` (and the test-only kill): lose this worker at a planned round (`dane.loop.faults.inject_faults`)."""
 
@@ -94,10 +100,12 @@ class Checkpoints(Callback):
 
     def on_checkpoint(self, loop, state: dict) -> None:
         if loop.out_dir and self.control.checkpoint_every:
-            save_checkpoint(loop.out_dir, loop.comm.rank, state, self.meta(loop, loop.comm.rank))
+            with off_clock(loop.comm):  # the disk's time is none of a simulated worker's compute (`Records`)
+                save_checkpoint(loop.out_dir, loop.comm.rank, state, self.meta(loop, loop.comm.rank))
             loop.comm.barrier()  # every rank's part is on disk before the round is committed
             if loop.comm.rank == 0:
-                commit_checkpoint(loop.out_dir, state["round"], loop.comm.size, self.control.config_text)
+                with off_clock(loop.comm):
+                    commit_checkpoint(loop.out_dir, state["round"], loop.comm.size, self.control.config_text)
 
     def on_end(self, loop, summary: dict) -> None:
         if loop.resumed_from is not None:
@@ -158,12 +166,6 @@ def shown_notes(notes: list[str]) -> list[str]:
     if len(notes) > SHOWN_NOTES:
         lines.append(f"note: ... and {len(notes) - SHOWN_NOTES} more notes, every one whole in the run summary's notes")
     return lines
-
-
-def off_clock(comm):
-    """A simulated worker's bookkeeping, off its compute clock (`dane.comm.meters.PhaseClock.off_the_clock`); a
-    launched worker's clock is the wall's, which it stays on."""
-    return comm.off_the_clock() if hasattr(comm, "off_the_clock") else contextlib.nullcontext()
 
 
 class Display(Callback):

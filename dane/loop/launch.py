@@ -50,10 +50,12 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
         summary = start(spec, out_dir, collect)
     own_driver = spec.algorithm.run_job is not None  # split learning says so in its own summary, and returns
     if not own_driver and summary.get("status") == "diverged":
+        counted = summary["stopped_by"] == spec.control.stop.counted_divergence()
         raise DivergenceError(
             f"{summary['algorithm']} diverged at round {summary['rounds']} (objective {summary['final_objective']:.3g}); "
-            f"results so far are in {out_dir}; try {' or '.join(recovery_overrides(spec.algorithm))}; where its "
-            f"objective overshot and is falling back (`{summary['stopped_by']}`), diverge_after=null lets it go on"
+            f"results so far are in {out_dir}; try {' or '.join(recovery_overrides(spec.algorithm))}"
+            + ("; where its objective overshot and is falling back, diverge_after=null lets it go on" if counted
+               else "")
         )
     return summary
 

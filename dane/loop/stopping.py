@@ -98,6 +98,11 @@ class StopRule:
         return (f"tol_abs {self.tol_abs:g} not applied: the run has no reference optimum to measure the "
                 "suboptimality by, which problem.optimum=auto gives where the problem can solve for it")
 
+    def counted_divergence(self) -> str:
+        """The line of ``diverge_after``'s count test (a run above its start in that many of twice as many rounds),
+        the one test a method that overshoots and falls back can trip."""
+        return f"objective above its round-0 value in {self.diverge_after} of the last {2 * self.diverge_after} rounds"
+
     def stopped_by(self, status: str, record: dict, first: dict, records: list[dict] | None = None, *,
                    sampled: bool = False) -> str:
         """The test that ended a run with ``status`` on ``record`` (``first``: round 0's record): log and summary.
@@ -113,7 +118,7 @@ class StopRule:
                 return "objective not finite"
             if self.blown_up(record, first):
                 return f"|objective| > {self.blowup:g} x max(1, |objective at round 0|)"
-            return f"objective above its round-0 value in {self.diverge_after} of the last {2 * self.diverge_after} rounds"
+            return self.counted_divergence()
         if status == "max_rounds":
             trend = self.trend(records, first, sampled=sampled) if records else None
             unapplied = self.unapplied(record)

@@ -53,7 +53,7 @@ class Trend:
     span: int
     target: float | None = None
     target_label: str = ""
-    round_off: str = ""  # whose round-off the value is within ("the objective's", "the gradient's"): no stop test
+    round_off_of: str = ""  # whose round-off the value is within ("the objective's", "the gradient's"): no stop test
     # can ask for less; "" where it is not
 
     @property
@@ -71,8 +71,8 @@ class Trend:
         """One phrase: the value, the rate over the window and, when contracting, the rounds to the target
         (``rounds``: the cap the run hit, for the suggested override)."""
         over = f"over the last {self.span} rounds"
-        if self.round_off:
-            return f"{self.shown}, at {self.round_off} round-off (set tol to stop sooner)"
+        if self.round_off_of:
+            return f"{self.shown}, at {self.round_off_of} round-off (set tol to stop sooner)"
         if abs(self.moved) < STALL:
             return f"{self.shown}, stalled (no progress {over})"
         if self.moved > 0:
