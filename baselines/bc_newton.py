@@ -61,7 +61,7 @@ COIN_STREAM = 14  # seed stream of FedNL-BC's shared coin (11, 12: compression; 
 
 def model_step(compressor: Compressor, d: int, eta: float | None) -> float:
     """η: ``eta``, or `baselines.defaults.model_learning_rate` of C_M on d entries (module docstring)."""
-    bound = model_learning_rate(compressor.omega(d) if compressor.unbiased else None)
+    bound = model_learning_rate(compressor.unbiased_omega(d))
     if eta is not None and compressor.unbiased and eta > bound * (1 + 1e-12):
         raise ConfigError(f"algorithm.model_lr must be <= 1/(omega + 1) = {bound:.4g} for the unbiased model "
                           f"compressor {compressor.spec} on d = {d}, got {eta}; leave it null for that bound")
@@ -193,8 +193,7 @@ class FedNLBCConfig(FedNLConfig):
         model_lr = self.model_lr
         if model_lr is None:
             compressor, d = make(self.model_compressor), problem.dim
-            omega = compressor.omega(d) if compressor.unbiased else None
-            model_lr = resolution.add("model_lr", model_step(compressor, d, None), "model_learning_rate", omega=omega,
-                                      d=d)
+            model_lr = resolution.add("model_lr", model_step(compressor, d, None), "model_learning_rate",
+                                      omega=compressor.unbiased_omega(d), d=d)
         return FedNLBC(problem, comm, compressor=self.compressor, **numbers, model_compressor=self.model_compressor,
                        model_lr=model_lr, p=self.p, sampling=self, seed=self.seed, defaults=resolution.entries)

@@ -128,7 +128,7 @@ def hessian_step(compressor: Compressor, d: int, alpha: float | None) -> float:
 
 def hessian_omega(compressor: Compressor, d: int) -> float | None:
     """ω of ``compressor`` on FedNL's Hessian-difference message; None for a contractive one."""
-    return compressor.omega(message_entries(compressor, d)) if compressor.unbiased else None
+    return compressor.unbiased_omega(message_entries(compressor, d))
 
 
 def theoretical_alpha(compressor: Compressor, d: int) -> float:

@@ -199,8 +199,7 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
         algorithm = algorithm_config(algorithm, seed=seed, **algorithm_keys)
     elif algorithm_keys:
         raise ConfigError("keyword overrides apply to an algorithm given by name; set them on the config instead")
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ConfigError(f"workers must be a positive integer, got {workers!r}")
+    checks.positive_int("workers", workers)
     checks.count("rounds", rounds, ROUNDS_ZERO)
     for key, value in (("tol", tol), ("tol_abs", tol_abs)):  # as the command line checks them
         if value is not None:

@@ -90,10 +90,10 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
     for a sweep once more per further choice of a swept group (``algorithm=dane,admm``),
     whose keys differ.  Any other composition problem is Hydra's message on one line (`hydra_said`).
     """
-    args = _hydra_args(argv)
+    args, dirs = _hydra_args(argv), config_dirs(argv, conf_dir)
     if args is not None:
         check_grammar(args.overrides)
-    variants = None if args is None else _sweep_variants(args.overrides, config_dirs(argv, conf_dir))
+    variants = None if args is None else _sweep_variants(args.overrides, dirs)
     if variants is None or args.config_path is not None:
         return  # not ours to parse (Hydra explains), or a --config-path relative to a module
     search_path = create_config_search_path(str(conf_dir))
@@ -115,11 +115,11 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
             key = _unknown_key(exc)
             if key is None:
                 raise ConfigError(hydra_said(exc) + choice) from None
-            owners = _owners(loader, name, overrides, key, config_dirs(argv, conf_dir) or [conf_dir])
+            owners = _owners(loader, name, overrides, key, dirs or [conf_dir])
             raise ConfigError(f"{key} is not a config key{choice}"
                               f"{owners or _closest(loader, name, overrides, key) + ' (--cfg job prints every key)'}"
                               ) from None
-        check_added(loader, name, overrides, choice, config_dirs(argv, conf_dir) or [conf_dir])
+        check_added(loader, name, overrides, choice, dirs or [conf_dir])
         check_required(cfg, choice)
 
 

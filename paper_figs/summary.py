@@ -97,8 +97,8 @@ def summary_of(run_dir: Path) -> dict | None:
         return None
 
 
-def status_of(run_dir: Path) -> str:
-    summary = summary_of(run_dir)
+def status_of(run_dir: Path, summary: dict | None) -> str:
+    """The job's status from its `summary_of` (read once by the caller, which also reads its keys)."""
     if summary is None:
         return DAMAGED
     if summary:
@@ -111,7 +111,8 @@ def status_of(run_dir: Path) -> str:
 def row(run_dir: Path, root: Path, tol: float, key: str) -> dict:
     """One job's line of the table, as plain values (None where unknown)."""
     records, _ = read_records(run_dir)
-    summary = summary_of(run_dir) or {}
+    found = summary_of(run_dir)
+    summary = found or {}
     config = read_config(run_dir)
     last = records[-1] if records else {}
     hit = first_reaching(records, tol, key)
@@ -119,7 +120,7 @@ def row(run_dir: Path, root: Path, tol: float, key: str) -> dict:
     name = run_dir.relative_to(root).as_posix()
     return {
         "job": run_dir.name if name == "." else name,
-        "status": status_of(run_dir),
+        "status": status_of(run_dir, found),
         "algorithm": summary.get("algorithm") or (algorithm.get("name") if isinstance(algorithm, dict) else None),
         "workers": summary.get("workers") or config.get("workers"),
         "rounds": last.get("round", summary.get("rounds")),

@@ -46,6 +46,11 @@ class Compressor:
         """ω with E‖C(x) − x‖² ≤ ω‖x‖² for an unbiased compressor; inf for a biased one."""
         return math.inf
 
+    def unbiased_omega(self, n: int) -> float | None:
+        """`omega` of an unbiased compressor, None for a contractive one: what the default rules that take 1/(ω + 1)
+        or 1 by the compressor's class read (`baselines.defaults.hessian_learning_rate`, `model_learning_rate`)."""
+        return self.omega(n) if self.unbiased else None
+
     def delta(self, n: int) -> float:
         """δ with ‖C(x) − x‖² ≤ (1 − δ)‖x‖²; for an unbiased compressor, that of C/(ω+1): 1/(ω+1)."""
         return 1.0 / (1.0 + self.omega(n))
