@@ -88,7 +88,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 
-from .defaults import Resolution
+from .defaults import NETWORK_PENALTY, Resolution, admm_penalty, residual_balancing
 from .metrics import global_metrics, local_payload, logs_gradient
 from .spectral import local_spectrum, require_hessian_vector
 
@@ -110,7 +110,7 @@ def spectral_penalty(problem: Problem, comm: Communicator, *, iters: int, seed: 
         mu_low, L_bar = float(means[0]), float(means[1])
     else:
         mu_low, L_bar = range_bounds(problem, comm, at=at)
-    return math.sqrt(max(mu_low, 1e-6 * L_bar) * L_bar), {"mu_low": mu_low, "L_bar": L_bar, "over_range": exact}
+    return admm_penalty(mu_low, L_bar), {"mu_low": mu_low, "L_bar": L_bar, "over_range": exact}
 
 
 def range_bounds(problem: Problem, comm: Communicator, at: torch.Tensor | None = None) -> tuple[float, float]:
@@ -276,14 +276,13 @@ class ADMMConfig(AlgorithmConfig):
         if self.rho is not None:
             rho = self.rho
         elif given:
-            rho = resolution.add("rho", 1.0, "a network's (no Hessian-vector products to estimate it from)")
+            rho = resolution.add("rho", NETWORK_PENALTY, "NETWORK_PENALTY")
         else:
             rho, stats = estimate()
-            rho = resolution.add("rho", rho, "spectral_penalty (Giselsson & Boyd 2017)", **stats)
+            rho = resolution.add("rho", rho, "admm_penalty", **stats)
         adaptive = self.adaptive_rho
         if adaptive is None:
-            adaptive = resolution.add("adaptive_rho", given, "residual balancing of a given rho (Boyd et al. 2011, "
-                                      "section 3.4.1), none of an estimated one")
+            adaptive = resolution.add("adaptive_rho", residual_balancing(given), "residual_balancing", given=given)
         return ADMM(problem, comm, rho=rho, adaptive_rho=adaptive, balance_mu=self.balance_mu,
                     balance_tau=self.balance_tau, refresh=None if given or problem.quadratic else estimate,
                     defaults=resolution.entries)

@@ -113,7 +113,7 @@ from dane.errors import ConfigError
 from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, load_svrg
 from dane.problems import Problem
 
-from .defaults import Resolution
+from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
 from .inexact_dane import InexactSolverKeys, require_convex_shard
 
 
@@ -136,20 +136,8 @@ def column_curvature(problem: Problem) -> torch.Tensor:
     return torch.from_numpy(r.weight * rows.loss.curvature * sq).to(torch.float64)
 
 
-#: τ=auto's first τ asks one DANE round on the augmented problem to shrink each column's error by this factor
-COLUMN_CONTRACTION = 0.7
 #: τ=auto: a round that fails its subproblem (see `failed_subproblem`) multiplies τ by this
 TAU_GROWTH = 4.0
-
-
-def spread_tau(local: torch.Tensor, mean: torch.Tensor, strong_convexity: float) -> float:
-    """τ_i = max(0, max_k (|D_k − D_ik| / ρ − D_ik) − λ), ρ = `COLUMN_CONTRACTION`: the least τ with
-    |D_k − D_ik| ≤ ρ (D_ik + λ + τ) on every column, i.e. a DANE round on O + (τ/2)‖w − y‖² shrinking each
-    coordinate's error by ρ (module docstring)."""
-    if not local.numel():
-        return 0.0
-    need = ((mean - local).abs() / COLUMN_CONTRACTION - local).max()
-    return max(0.0, float(need) - strong_convexity)
 
 
 def catalyst_q(strong_convexity: float, tau: float) -> float:
@@ -221,7 +209,7 @@ class AIDE(Algorithm):
     def resolved(self) -> tuple[dict, ...]:
         """The summary's ``defaults`` once round 0 agreed on τ=auto's first τ (`spread_tau`)."""
         resolution = Resolution()
-        resolution.add("tau", self.first_tau, "spread_tau (this package's; module docstring)",
+        resolution.add("tau", self.first_tau, "spread_tau",
                        column_contraction=COLUMN_CONTRACTION, strong_convexity=self.problem.strong_convexity)
         return tuple(resolution.entries)
 

@@ -1,4 +1,5 @@
-r"""The federated line's default rules: small pure functions of measured statistics, resolved before a method is built.
+r"""Every method's default rules: small pure functions of measured statistics, resolved before a method is built
+(or, where the statistics ride in round 0's allreduce, in round 0: GD, AIDE, synchronous SGD).
 
 A federated method (`baselines.federated`) takes numbers, as a torch optimizer does.  A key left ``null`` in its
 config is filled in by its config's ``build`` before the algorithm exists: the statistics a rule reads are measured
@@ -53,6 +54,9 @@ FEDRED_LOCAL_STEPS = 10
 FEDRED_MAX_SAMPLED_STEPS = 100
 #: ADIANA's θ₂, the weight of w^k in x^k (Li, Kovalev, Qian & Richtárik 2020: θ₂ = 1/2 in their theorems)
 ADIANA_THETA2 = 0.5
+#: AIDE's τ=auto (`spread_tau`): its first τ asks one DANE round on the augmented problem to shrink each column's error
+#: by this factor
+COLUMN_CONTRACTION = 0.7
 #: max_z |∂³f(z, y)/∂z³| of a linear model's loss (`cubic_constant`): the logistic loss's σ(1 − σ)(1 − 2σ) peaks at
 #: 1/(6√3); the squared loss has a constant Hessian
 THIRD_DERIVATIVE_BOUND = {"logistic": 1 / (6 * math.sqrt(3)), "squared": 0.0}
@@ -65,8 +69,8 @@ class Resolution:
     entries: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, key: str, value, rule: str, **stats) -> Any:
-        """Note that ``algorithm.<key>`` was ``null`` and ``rule`` (a function of this module, or "the problem's")
-        set it to ``value`` from ``stats``; returns ``value``."""
+        """Note that ``algorithm.<key>`` was ``null`` and ``rule`` (the name of a function or constant of this module,
+        or "the problem's") set it to ``value`` from ``stats``; returns ``value``."""
         self.entries.append({"key": f"algorithm.{key}", "value": value, "rule": rule,
                              "stats": {k: v for k, v in stats.items() if v is not None}})
         return value
@@ -191,7 +195,7 @@ def scaffold_local_step(smoothness: float, mu_low: float, local_steps: int, lr_f
     step with the best rate on a μ-strongly convex L-smooth function (Nesterov 2004, Theorem 2.1.15), lr_factor/L
     keeps it below 2/L with room for a Lanczos L_i short of λ_max(H_i), and 1/(Kμ̲) keeps option II's K steps short
     of settling (where its control variate learns Kη_l L_i times more slowly).  The paper tunes η_l."""
-    lr = min(2.0 / (smoothness + mu_low), lr_factor / smoothness)
+    lr = gd_step(smoothness, mu_low, lr_factor)
     return min(lr, 1.0 / (local_steps * mu_low)) if mu_low > 0 else lr
 
 
@@ -394,3 +398,68 @@ def nl1_step(k: int, rows: int) -> float:
     largest NL1's theory takes for an unbiased compressor; at it a kept coefficient becomes α_j(x_k) exactly.  Source:
     Islamov, Qian & Richtárik 2021 (NL1, η ≤ 1/(ω + 1)), and FedNL-Public's ``NL1`` (``eta = k/m``)."""
     return k / rows
+
+
+# --------------------------------------------------------------------- the Newton-type family, ADMM, GD and SGD
+def gd_step(smoothness: float, mu_low: float, lr_factor: float) -> float:
+    """GD's lr = min(2/(L̄ + μ̲), ``lr_factor``/L̄), L̄ and μ̲ the mean local extreme Ritz values.  Source: 2/(L + μ) is
+    the fixed step with the best linear rate on a μ-strongly convex L-smooth function (Nesterov 2004, Theorem
+    2.1.15); the cap below 2/L̄ is this package's (`LANCZOS_STEP_FACTOR`; `baselines.gd` says why)."""
+    return min(2.0 / (smoothness + mu_low), lr_factor / smoothness)
+
+
+#: ADMM's ρ on a problem without Hessian-vector products (a network), where no spectrum can be read
+NETWORK_PENALTY = 1.0
+
+
+def admm_penalty(mu_low: float, L_bar: float) -> float:
+    """ADMM's ρ = sqrt(μ̲ L̄), μ̲ floored at 1e-6 L̄ (a convex, not strongly convex, shard).  Source: Giselsson & Boyd
+    2017 (the penalty that minimizes their linear-rate bound is sqrt(μ L)); the floor is this package's."""
+    return math.sqrt(max(mu_low, 1e-6 * L_bar) * L_bar)
+
+
+def residual_balancing(given: bool) -> bool:
+    """ADMM's ``adaptive_rho``: residual balancing (Boyd et al. 2011, section 3.4.1) of a ρ the user gave (or
+    `NETWORK_PENALTY`), none of `admm_penalty`'s, which is already the rate bound's minimizer."""
+    return given
+
+
+def self_concordance(quadratic: bool) -> float:
+    """DiSCO's M: 0 on a quadratic (self-concordant with constant 0: the damped step is the Newton step), else the
+    paper's 1 (Zhang & Xiao 2015, the standard self-concordant losses' constant after scaling)."""
+    return 0.0 if quadratic else 1.0
+
+
+def pcg_cap(dim: int) -> int:
+    """DiSCO's ``pcg_max_iter``: d, where (P)CG in exact arithmetic has ended (Hestenes & Stiefel 1952)."""
+    return int(dim)
+
+
+def cg_cap(dim: int) -> int:
+    """GIANT's ``cg_max_iter``: 10 d, this package's cap: exact CG ends within d steps (Hestenes & Stiefel 1952),
+    and the margin is for round-off on ill-conditioned local Hessians."""
+    return 10 * int(dim)
+
+
+def fednl_option(variant: str) -> int:
+    """FedNL's step option: 1 (the projected Hessian [H]_μ) for FedNL-LS, whose line search is the paper's with it;
+    otherwise 2 (H + l I, l the learned Hessians' error), this package's choice, because option 1 far from x* can
+    take a long step along a direction the compressor left short (`baselines.fednl.FedNLConfig.recovery`)."""
+    return 1 if variant == "ls" else 2
+
+
+def spread_tau(local, mean, strong_convexity: float) -> float:
+    """AIDE's τ_i = max(0, max_k (|D_k − D_ik| / ρ − D_ik) − λ), ρ = `COLUMN_CONTRACTION`, D_i worker i's column curvatures
+    (tensors; D their mean): the least τ with |D_k − D_ik| ≤ ρ (D_ik + λ + τ) on every column, i.e. a DANE round on
+    O + (τ/2)‖w − y‖² shrinking each coordinate's error by ρ.  This package's rule (`baselines.aide` says why; the
+    paper tunes τ)."""
+    if not local.numel():
+        return 0.0
+    need = ((mean - local).abs() / COLUMN_CONTRACTION - local).max()
+    return max(0.0, float(need) - strong_convexity)
+
+
+def sgd_steps_per_round(mean_rows: float, batch_size: int) -> int:
+    """Synchronous SGD's steps a round: one pass over the mean shard, mean n_i // ``batch_size`` (at least 1), agreed
+    by every worker (a worker's own n_i would leave the allreduces unpaired on unequal shards)."""
+    return max(1, int(mean_rows // batch_size))

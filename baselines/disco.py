@@ -68,7 +68,7 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.work import count
 
-from .defaults import Resolution
+from .defaults import Resolution, pcg_cap, self_concordance
 
 MatVec = Callable[[torch.Tensor], torch.Tensor]
 
@@ -200,10 +200,9 @@ class DiSCOConfig(AlgorithmConfig):
         docstring); ``pcg_max_iter`` d, where exact PCG ends at the latest."""
         resolution, M, cap = Resolution(), self.self_concordance, self.pcg_max_iter
         if M is None:
-            M = resolution.add("self_concordance", 0.0 if problem.quadratic else 1.0,
-                               "0 on a quadratic (self-concordant with constant 0), else the paper's 1",
+            M = resolution.add("self_concordance", self_concordance(problem.quadratic), "self_concordance",
                                quadratic=problem.quadratic)
         if cap is None:
-            cap = resolution.add("pcg_max_iter", problem.dim, "d (PCG in exact arithmetic ends within d steps)")
+            cap = resolution.add("pcg_max_iter", pcg_cap(problem.dim), "pcg_cap", dim=problem.dim)
         return DiSCO(problem, comm, mu=self.mu, pcg_tol=self.pcg_tol, pcg_max_iter=cap, self_concordance=M,
                      defaults=resolution.entries)

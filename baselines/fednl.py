@@ -103,7 +103,7 @@ from dane.problems.stacked_hessians import CompactHessians, PackedRows, frobeniu
 from dane.problems.stacked_rows import StackedRows
 from dane.sampling import ClientSampler, SamplingKeys, sampled_mean
 
-from .defaults import THIRD_DERIVATIVE_BOUND, Resolution, cubic_constant, hessian_learning_rate
+from .defaults import THIRD_DERIVATIVE_BOUND, Resolution, cubic_constant, fednl_option, hessian_learning_rate
 from .federated import VALUE_BITS, ClientBits, Federated
 from .measure import mean_row_cubes
 from .newton_star import require_rows
@@ -488,7 +488,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
     def chosen_option(self) -> int:
         """``option``, or where it is null the package's choice: 1 for FedNL-LS (its projected direction), else 2
         (`recovery` says why)."""
-        return self.option if self.option is not None else 1 if self.variant == "ls" else 2
+        return self.option if self.option is not None else fednl_option(self.variant)
 
     def numbers(self, problem: Problem, resolution: Resolution) -> dict:
         """α, μ and the option, each null resolved and noted in ``resolution``: α by
@@ -500,10 +500,9 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
             resolution.add("alpha", alpha, "hessian_learning_rate", omega=hessian_omega(compressor, problem.dim))
         mu = self.mu if self.mu is not None else float(problem.strong_convexity or 0.0)
         if self.mu is None and self.chosen_option == 1:  # option 2 reads no μ
-            resolution.add("mu", mu, "the problem's (its l2 weight)")
+            resolution.add("mu", mu, "the problem's")
         if self.option is None:
-            resolution.add("option", self.chosen_option, f"variant={self.variant}: "
-                           + ("FedNL-LS's projected direction" if self.variant == "ls" else "H + l I (recovery)"))
+            resolution.add("option", self.chosen_option, "fednl_option", variant=self.variant)
         return {"alpha": alpha, "mu": mu, "option": self.chosen_option}
 
     def recovery(self) -> list[str]:

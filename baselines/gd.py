@@ -41,7 +41,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 
-from .defaults import LANCZOS_STEP_FACTOR, Resolution
+from .defaults import LANCZOS_STEP_FACTOR, Resolution, gd_step
 from .spectral_stacked import local_spectra
 
 
@@ -74,7 +74,7 @@ class GD(Algorithm):
         g, metrics, *spectrum = self.comm.allreduce_mean(payload, kinds=("gradient",))  # g = mean ∇O_i(w_t) (and (μ̲, L̄))
         if pending:
             self.mu_est, self.L_est = max(float(spectrum[0][0]), 0.0), float(spectrum[0][1])
-            self.lr = min(2.0 / (self.L_est + self.mu_est), self.lr_factor / self.L_est)
+            self.lr = gd_step(self.L_est, self.mu_est, self.lr_factor)
             self.defaults = self.resolved()
         self.w = self.w - self.lr * g
         return {**self.metrics(g, metrics), **self.extra()}
@@ -85,8 +85,7 @@ class GD(Algorithm):
     def resolved(self) -> tuple[dict, ...]:
         """The summary's ``defaults`` once round 0 resolved lr (module docstring)."""
         resolution = Resolution()
-        resolution.add("lr", self.lr, "min(2/(L_bar + mu_low), lr_factor/L_bar) (Nesterov 2004, Theorem 2.1.15)",
-                       L_bar=self.L_est, mu_low=self.mu_est, lr_factor=self.lr_factor)
+        resolution.add("lr", self.lr, "gd_step", L_bar=self.L_est, mu_low=self.mu_est, lr_factor=self.lr_factor)
         return tuple(resolution.entries)
 
     def extra(self) -> dict[str, float]:

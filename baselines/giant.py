@@ -108,7 +108,7 @@ from dane.numerics.linalg import cg
 from dane.problems import Problem
 from dane.safeguard_rules import model_curvature, to_floor
 
-from .defaults import Resolution
+from .defaults import Resolution, cg_cap
 
 
 SHORT_STEP = 3  # on one worker, an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does
@@ -269,6 +269,6 @@ class GIANTConfig(AlgorithmConfig):
         """``cg_max_iter`` null: CG's own cap, 10 d products (`dane.numerics.linalg.cg`), noted in the summary."""
         resolution, cap = Resolution(), self.cg_max_iter
         if cap is None:
-            cap = resolution.add("cg_max_iter", 10 * problem.dim, "10 d (CG's cap)")
+            cap = resolution.add("cg_max_iter", cg_cap(problem.dim), "cg_cap", dim=problem.dim)
         return GIANT(problem, comm, cg_tol=self.cg_tol, cg_max_iter=cap, line_search_steps=self.line_search_steps,
                      backtrack=self.backtrack, armijo=self.armijo, defaults=resolution.entries)

@@ -143,7 +143,6 @@ class NL1Config(AlgorithmConfig, SamplingKeys):
         if self.eta is None:
             rows = client_rows(problem, comm, self.name)
             n = int(rows.start[1] - rows.start[0])
-            resolution.add("eta", nl1_step(min(self.k, n), n), "nl1_step: min(k, n_i)/n_i, each client's own (the "
-                           "value: the first client's)", k=self.k, first_client_rows=n)
+            resolution.add("eta", nl1_step(min(self.k, n), n), "nl1_step", k=self.k, first_client_rows=n)
         return NL1(problem, comm, k=self.k, eta=self.eta, sampling=self, seed=self.seed,
                    defaults=resolution.entries)

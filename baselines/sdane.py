@@ -230,7 +230,7 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
                 (watched and self.allows("double_weight"))
             adaptations += [Restart()] * (watched and self.accelerated and self.allows("restart"))
         if mu is None:
-            mu = resolution.add("mu", float(problem.strong_convexity or 0.0), "problem.strong_convexity")
+            mu = resolution.add("mu", float(problem.strong_convexity or 0.0), "the problem's")
         if smoothness:
             resolution.add("lr", local_step(smoothness, lam), "local_step", smoothness=smoothness, shift=lam)
         adaptations += [FloorStop()] * (s < m and self.allows("sampling_floor"))

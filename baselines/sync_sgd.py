@@ -34,7 +34,7 @@ from dane.errors import ConfigError
 from dane.numerics.inner import MinibatchSampler, preload_optimizers, worker_seed
 from dane.problems import Problem
 
-from .defaults import Resolution
+from .defaults import Resolution, sgd_steps_per_round
 
 OPTIMIZERS = ("sgd", "adam")
 SAMPLER_STREAM = 2  # worker_seed stream of this algorithm's minibatch generator
@@ -90,9 +90,9 @@ class SyncSGD(Algorithm):
 
     def agreed(self, mean_rows: float) -> None:
         """steps_per_round=null: n̄ // batch_size steps on every worker from now on, noted for the summary."""
-        self.steps_per_round, self.agree = max(1, int(mean_rows // self.batch_size)), False
+        self.steps_per_round, self.agree = sgd_steps_per_round(mean_rows, self.batch_size), False
         resolution = Resolution()
-        resolution.add("steps_per_round", self.steps_per_round, "one pass over the mean shard (mean rows // batch_size)",
+        resolution.add("steps_per_round", self.steps_per_round, "sgd_steps_per_round",
                        mean_rows=mean_rows, batch_size=self.batch_size)
         self.defaults = tuple(resolution.entries)
 

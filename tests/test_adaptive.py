@@ -124,7 +124,7 @@ def test_a_defaulted_runs_summary_lists_each_resolved_value_and_its_statistics()
     assert lam["rule"] == "prox_weight" and lam["value"] == result.records[0]["lam"]
     assert {"delta_a", "hessian_norm", "balanced", "s", "m", "divisor"} <= set(lam["stats"])
     assert lam["stats"]["s"] == lam["stats"]["m"] == 4
-    assert entries["algorithm.mu"] == {"key": "algorithm.mu", "value": 1e-2, "rule": "problem.strong_convexity",
+    assert entries["algorithm.mu"] == {"key": "algorithm.mu", "value": 1e-2, "rule": "the problem's",
                                        "stats": {}}
     assert result.summary["package_rules_applied"] is True
     assert result.summary["adaptations_attached"] == ["double_weight"]

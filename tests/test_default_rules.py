@@ -123,6 +123,23 @@ ROWS = [
     (d.dasha_step, (2.0, 3.0, 0.0, 4), {}, 0.5),                         # ω = 0: 1/L
     (d.dasha_step, (2.0, 3.0, 1.0, 3), {}, 1 / 14),                      # sqrt(16·1·3/3) = 4: 1/(2 + 12)
     (d.dasha_step, (2.0, 3.0, 9.0, 4), {}, 1 / (2 + 18 * 19 ** 0.5)),    # sqrt(16·9·19/4) = 6 sqrt(19), times 3
+    # GD: min(2/(L̄ + μ̲), lr_factor/L̄)
+    (d.gd_step, (10.0, 1.0, 1.9), {}, 2 / 11),                           # 0.1818 < 0.19
+    (d.gd_step, (10.0, 0.0, 1.9), {}, 0.19),                             # μ̲ = 0: 2/L̄ capped at 1.9/L̄
+    # ADMM: ρ = sqrt(max(μ̲, 1e-6 L̄) L̄)
+    (d.admm_penalty, (1.0, 4.0), {}, 2.0),
+    (d.admm_penalty, (0.0, 4.0), {}, 4e-3),                              # sqrt(4e-6 · 4)
+    (d.residual_balancing, (True,), {}, True),
+    (d.residual_balancing, (False,), {}, False),
+    # DiSCO's M and PCG cap, GIANT's CG cap, FedNL's option, synchronous SGD's steps
+    (d.self_concordance, (True,), {}, 0.0),
+    (d.self_concordance, (False,), {}, 1.0),
+    (d.pcg_cap, (7,), {}, 7),
+    (d.cg_cap, (7,), {}, 70),
+    (d.fednl_option, ("ls",), {}, 1),
+    (d.fednl_option, ("plain",), {}, 2),
+    (d.sgd_steps_per_round, (250.5, 50), {}, 5),                         # 250.5 // 50
+    (d.sgd_steps_per_round, (20.0, 50), {}, 1),                          # less than a batch: one step
 ]
 
 
@@ -170,6 +187,25 @@ def test_the_constants_are_the_documented_ones():
     assert d.ADIANA_THETA2 == 0.5
     assert (d.SERVER_STEP, d.FEDRED_LOCAL_STEPS, d.FEDRED_MAX_SAMPLED_STEPS, d.DISSIMILARITY_FLOOR) == (1.5, 10, 100,
                                                                                                        1e-6)
+
+
+def test_every_noted_rule_names_a_rule_of_the_defaults_module():
+    """A summary's ``defaults`` entry names its rule as a function or constant of `baselines.defaults` (or "the
+    problem's"), so a reader finds its formula and source there: every ``resolution.add`` of the algorithms, read
+    from their source."""
+    import ast
+    from pathlib import Path
+
+    found = {}
+    for path in sorted(Path(d.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "resolution":
+                rule = node.args[2]
+                found[f"{path.name}:{node.lineno}"] = rule.value if isinstance(rule, ast.Constant) else None
+    assert len(found) >= 40  # every method with a null
+    bad = {where: rule for where, rule in found.items() if rule != "the problem's" and not hasattr(d, str(rule))}
+    assert bad == {}
 
 
 def test_a_resolution_notes_key_value_rule_and_the_statistics_it_read():

@@ -17,8 +17,8 @@ from hydra import compose, initialize_config_dir
 
 from dane.baselines import AIDEConfig, InexactDANEConfig
 import dane
-from dane.baselines.aide import (COLUMN_CONTRACTION, catalyst_alpha, catalyst_q, catalyst_zeta, column_curvature,
-                                 inner_contraction, spread_tau)
+from dane.baselines.aide import catalyst_alpha, catalyst_q, catalyst_zeta, column_curvature, inner_contraction
+from dane.baselines.defaults import COLUMN_CONTRACTION, spread_tau
 from dane.comm import ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
