@@ -132,7 +132,10 @@ def goals(bench: dict) -> dict:
 
 def parser(benches: dict[str, Bench]) -> argparse.ArgumentParser:
     """The one command line: ``SECTION`` and, for each, ``--out``, ``--quick``, ``--only`` and its options."""
-    top = argparse.ArgumentParser(prog="python -m scripts.bench", description="a benchmark section, JSON into --out")
+    from dane.records.provenance import command_name
+
+    top = argparse.ArgumentParser(prog=command_name() or "python -m scripts.bench",
+                                  description="a benchmark section, JSON into --out")
     sections = top.add_subparsers(dest="section", required=True, metavar="SECTION")
     for name, bench in benches.items():
         sub = sections.add_parser(name, help=bench.doc.replace("%", "%%"), description=bench.doc)

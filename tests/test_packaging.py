@@ -91,6 +91,16 @@ def test_a_wrong_command_is_one_line_and_exit_2(argv, expect, capfd):
     assert done.value.code == 2 and err.count("\n") == 1 and expect in err
 
 
+def test_a_benchmarks_help_names_the_command_typed(capsys, monkeypatch):
+    """``dane bench compress --help``'s usage line is ``dane bench compress``, not the runner's module."""
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # runpy rewrites argv: restored after the test
+    monkeypatch.setattr("dane.records.provenance._entry_command", None)
+    monkeypatch.setattr("dane.records.provenance._entry_prog", None)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["bench", "compress", "--help"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("usage: dane bench compress [-h]")
+
+
 @pytest.mark.parametrize("figure, expect", [
     ("convergence", "dane figures convergence: 10 run(s) missing under {tmp} (the first: "),
     ("local_work", "dane figures local_work: no runs under {tmp}; make them with dane figures make_all"),
