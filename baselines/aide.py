@@ -114,7 +114,7 @@ from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, lo
 from dane.problems import Problem
 
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
-from .inexact_dane import InexactSolverKeys, require_convex_shard
+from .inexact_dane import InexactSolverKeys, noted_passes, require_convex_shard
 
 
 TAU_AUTO = "auto"
@@ -195,7 +195,7 @@ class AIDE(Algorithm):
         self.y = self.w.clone()
         # τ=auto's evidence: O at the last round's start, O at the last restart, whether the last round restarted
         self.previous, self.at_restart, self.restarted = math.inf, math.inf, True
-        self.defaults = None  # τ=auto: known in round 0 (`resolved`); a given τ: its solver's passes=auto is untracked
+        self.defaults = None if self.adaptive else self.resolved()  # τ=auto: known in round 0 (`resolved`)
 
     def _set_tau(self, tau: float) -> None:
         """τ, q, α anew (α_0 = √q: the momentum starts over) and the local solver for this τ."""
@@ -207,10 +207,17 @@ class AIDE(Algorithm):
             self.solver = replace(self.local_solver, contraction=inner_contraction(self.q))
 
     def resolved(self) -> tuple[dict, ...]:
-        """The summary's ``defaults`` once round 0 agreed on τ=auto's first τ (`spread_tau`)."""
+        """The summary's ``defaults``: τ=auto's first τ (`spread_tau`, agreed in round 0) and ``passes=auto``'s passes
+        at the first τ (`baselines.inexact_dane.noted_passes`: proximal weight μ + τ, contraction ln(1/q))."""
         resolution = Resolution()
-        resolution.add("tau", self.first_tau, "spread_tau",
-                       column_contraction=COLUMN_CONTRACTION, strong_convexity=self.problem.strong_convexity)
+        tau = self.first_tau if self.adaptive else self.tau
+        if self.adaptive:
+            resolution.add("tau", tau, "spread_tau",
+                           column_contraction=COLUMN_CONTRACTION, strong_convexity=self.problem.strong_convexity)
+        solver = self.local_solver
+        if isinstance(solver, LocalSolver) and solver.method == "svrg":
+            solver = replace(solver, contraction=inner_contraction(catalyst_q(self.problem.strong_convexity, tau)))
+            resolution.entries += noted_passes(self.problem, solver, self.mu + tau, self.comm)
         return tuple(resolution.entries)
 
     def _adapt(self, objective: float, w: torch.Tensor) -> list[dict]:

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dane.numerics.local_solvers import LocalSolver
+from dane.numerics.local_solvers import LocalSolver, svrg_passes  # svrg_passes: InexactDANE's and AIDE's passes=auto
 
 #: below 2 (a fixed step below 2/L decreases an L-smooth f): room for a Lanczos L short of λ_max, as GD's lr_factor
 LANCZOS_STEP_FACTOR = 1.9
@@ -69,8 +69,9 @@ class Resolution:
     entries: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, key: str, value, rule: str, **stats) -> Any:
-        """Note that ``algorithm.<key>`` was ``null`` and ``rule`` (the name of a function or constant of this module,
-        or "the problem's") set it to ``value`` from ``stats``; returns ``value``."""
+        """Note that ``algorithm.<key>`` was ``null`` (or ``auto``) and ``rule`` (the name of a function or constant of
+        this module, `svrg_passes` among them, or "the problem's") set it to ``value`` from ``stats``; returns
+        ``value``."""
         self.entries.append({"key": f"algorithm.{key}", "value": value, "rule": rule,
                              "stats": {k: v for k, v in stats.items() if v is not None}})
         return value

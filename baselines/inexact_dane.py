@@ -42,8 +42,10 @@ from dane.comm import Communicator
 from dane.algorithm import AlgorithmConfig
 from dane.dane import DANE
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, check_passes
+from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, auto_passes, check_passes
 from dane.problems import Problem, ProblemConfig
+
+from .defaults import Resolution
 
 INEXACT_SOLVERS = ("svrg", "cg")
 
@@ -128,5 +130,21 @@ class InexactDANEConfig(InexactSolverKeys, AlgorithmConfig):
                 "solves exactly: algorithm=dane)")
 
     def build(self, problem: Problem, comm: Communicator) -> "InexactDANE":
-        return InexactDANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard,
-                           local_solver=self.solver())
+        """``passes=auto`` noted in the summary's ``defaults`` (`noted_passes`)."""
+        solver = self.solver()
+        algo = InexactDANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard, local_solver=solver)
+        algo.defaults = noted_passes(problem, solver, self.mu, comm)
+        return algo
+
+
+def noted_passes(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
+    """The ``defaults`` entry of ``passes=auto`` (`dane.numerics.local_solvers.svrg_passes`) at the proximal weight
+    ``mu``: this worker's passes (each worker's from its own rows; a safeguard's larger μ takes fewer) and what the
+    rule read; none for a given count, another local solver, or a problem without rows (no SVRG solve runs)."""
+    rows = problem.rows if getattr(problem, "rows", None) is not None else problem  # whose SVRG solves run
+    if getattr(rows, "row_smoothness", None) is None:
+        return ()
+    resolution, found = Resolution(), auto_passes(rows, solver, mu)
+    if found is not None:
+        resolution.add("passes", found.pop("passes"), "svrg_passes", worker=comm.rank, **found)
+    return tuple(resolution.entries)

@@ -312,6 +312,18 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
     return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
 
 
+def auto_passes(shard: Shard, solver: LocalSolver, mu: float) -> dict | None:
+    """What ``passes=auto`` resolves to in ``shard``'s SVRG solves at the proximal weight ``mu`` (with the shard's ℓ2
+    term, as DANE's round solves): ``passes`` (`svrg_passes`) and what it read (``kappa`` = 1/(γ(λ + μ)), the rows
+    n_i, the batch b, the contraction c); None where ``solver`` is not SVRG with ``passes=auto``."""
+    if solver.method != "svrg" or solver.passes != PASSES_AUTO:
+        return None
+    sub = Subproblem(shard, anchor=None, linear=None, mu=float(mu), l2=shard.l2)
+    lr, shrink, _, b, passes = svrg_constants(sub, solver)
+    return {"passes": passes, "kappa": 1.0 / (lr * shrink) if shrink > 0 else math.inf, "rows": shard.n_local,
+            "batch_size": b, "contraction": solver.contraction}
+
+
 def svrg_schedule(n: int, b: int, steps: int, passes: int, variant: str,
                   generator: torch.Generator | None) -> list[torch.Tensor]:
     """The rows of every step, one tensor per snapshot (``steps`` x b rows each); see `SVRG_VARIANTS`."""
