@@ -375,8 +375,11 @@ def resume_dir(cfg: DictConfig, workers: int) -> str | None:
     every restart (torchrun --max-restarts, a rerun after a crash).
     """
     resume = cfg.get("resume")
-    if resume is None:
+    if resume is None or resume is False:  # resume=false: start, as with no resume
         return None
+    if resume is True:
+        raise ConfigError("resume takes auto (continue out_dir from its newest checkpoint, or start there) or a run "
+                          "directory, got true; use resume=auto")
     if resume == "auto":
         if not cfg.out_dir:
             raise ConfigError("resume=auto continues the run in out_dir; set out_dir")

@@ -360,6 +360,8 @@ CASES = [
          expected="out_dir={tmp}/checkpoint_read_only cannot be written (Permission denied: checkpoint/round2); kept: "
                   "rounds 0-1 in rounds.jsonl (no checkpoint yet); free space or make it writable, then run again "
                   "with overwrite=true"),
+    case("resume_true", *SMALL, "resume=true", expected="resume takes auto (continue out_dir from its newest "
+         "checkpoint, or start there) or a run directory, got true; use resume=auto"),
     case("resume_nul_filled_log", *SMALL, "rounds=9", "checkpoint_every=3", "resume=auto", out_dir="{tmp}/nul_log",
          around="nul_filled_log", expected="{tmp}/nul_log/rounds.jsonl line 1 is not a round record ("),
     # issue 35: the last inputs that end badly
