@@ -242,6 +242,7 @@ class FedNL(ClientBits, Federated):
     stacked rows (`dane.problems.stacked_rows.StackedRows`): the same round, its messages stacked."""
 
     name = "fednl"
+    needs_rows = True  # its clients' rows (`require_rows`)
     label = "FedNL"
     batchable = True  # its clients are rows of one stack whether it holds one or all m (`FedNLClients`)
     stacked_needs = "oracles"  # gradients, Hessians and values at the server's iterate: any rows stack

@@ -80,6 +80,7 @@ class NewtonStar(ClientBits, Federated):
     """Newton-Star on one worker = one client (module docstring); H_*'s Cholesky factor is kept on every worker."""
 
     name = "newton_star"
+    needs_rows = True  # its clients' rows (`require_rows`)
     label = "Newton-Star"
     batchable = True  # the stacked rows give all m clients' gradients at once
     stacked_needs = "oracles"

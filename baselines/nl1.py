@@ -53,6 +53,7 @@ class NL1(ClientBits, Federated):
     """NL1 on one worker = one client, or all m on stacked rows (module docstring); B is kept on every worker."""
 
     name = "nl1"
+    needs_rows = True  # its clients' rows (`require_rows`)
     label = "NL1"
     batchable = True  # the stacked rows give all m clients' gradients and curvatures at once
     stacked_needs = "oracles"

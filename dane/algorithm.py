@@ -124,6 +124,9 @@ class Algorithm(Rounds, ABC):
     #: m workers or of a round's participants, ``participants``: the problem's own stacked form where it has one,
     #: else its rows stacked)
     stacked_needs: ClassVar[str] = "solves"
+    #: builds its clients' Hessians or coefficients from their rows: it takes a linear model with one output on rows
+    #: (problem=logreg or ridge) and `dane.spec.refuse_rowless` refuses any other problem before its data is read
+    needs_rows: bool = False
     #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
     columns: ClassVar[tuple[Column, ...]] = ()
     #: the last record's counts that summary.json repeats, where the record has them: traffic by direction

@@ -31,6 +31,7 @@ from .comm.horovod import HorovodOptions
 from .loop.batching import check_batched
 from .errors import ConfigError
 from .problems import ProblemConfig
+from .problems.stacked_rows import rows_form
 from .loop.stopping import StopRule
 from .records.trackers import check_loggers
 
@@ -144,6 +145,7 @@ class RunSpec:
 
     def __post_init__(self):
         refuse_compression(self.algorithm, self.comm)
+        refuse_rowless(self.algorithm, self.problem)
         check_batched(self)
         for r, w in self.control.faults:  # lost workers must exist
             if r < 0 or not 0 <= w < self.comm.workers:
@@ -175,6 +177,18 @@ def check_compression(comm: Communication) -> None:
         which = "comm=ps" if comm.backend == "ps" else "comm.elastic=true" if comm.elastic else "comm.staleness > 0"
         raise ConfigError(f"comm.compress is not available with {which} yet (that run drives its own messages); "
                           f"set comm.compress=null")
+
+
+def refuse_rowless(algorithm: AlgorithmConfig, problem: ProblemConfig) -> None:
+    """A method that builds its clients' Hessians from their rows (`dane.algorithm.Algorithm.needs_rows`: the FedNL
+    line) takes a linear model with one output on rows (`dane.problems.stacked_rows.rows_form`); any other problem is
+    refused here, in the line its build would say, before the data is read."""
+    if not getattr(getattr(algorithm, "algorithm", None), "needs_rows", False) or rows_form(problem, 1) is None:
+        return
+    got = "a softmax model (problem.loss=softmax)" if getattr(problem, "loss", None) == "softmax" else \
+        f"problem={problem.name}, which has no rows of a linear model"
+    raise ConfigError(f"algorithm={algorithm.name} needs a linear model with one output on rows (problem=logreg, or "
+                      f"problem=ridge with data=...), got {got}")
 
 
 def refuse_compression(algorithm: AlgorithmConfig, comm: Communication) -> None:

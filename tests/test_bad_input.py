@@ -106,7 +106,7 @@ CASES = [
          *SMALL, expected="algorithm.cg_tol must be in [0, 1), got 1.5"),
     case("fednl_cr_without_rows", "algorithm=fednl", "algorithm.variant=cr", *SMALL,
          expected="algorithm=fednl needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
-                  "data=...), got a problem without rows of a linear model (RidgeShard)"),
+                  "data=...), got problem=ridge_synthetic, which has no rows of a linear model"),
     case("sweep_into_one_out_dir", "-m", "algorithm=dane,gd", "overwrite=true", *SMALL, "hydra.sweep.dir={tmp}/sweep",
          expected="with -m puts every job of the sweep (algorithm=dane,gd) in one directory; drop out_dir"),
     case("negative_seed", "seed=-1", *SMALL, expected="seed must be an integer in [0, 2**32 - 1], got -1"),
@@ -243,9 +243,12 @@ CASES = [
                   "iterate; set comm.staleness=0 (only local_sgd and sync_sgd run asynchronously)"),
     case("staleness_inexact_dane", "algorithm=inexact_dane", "comm.staleness=1", "workers=2", *SMALL,
          expected="comm.staleness=1 with algorithm=inexact_dane: DANE's local solve needs the global gradient"),
+    case("fednl_on_a_network", "algorithm=fednl", "problem=digits_mlp", "rounds=1", "quiet=true",
+         expected="algorithm=fednl needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
+                  "data=...), got problem=digits_mlp, which has no rows of a linear model"),
     case("nl1_softmax", "algorithm=nl1", "problem=softmax", "workers=2", "rounds=1",
          expected="algorithm=nl1 needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
-                  "data=...), got a softmax model (10 outputs)"),
+                  "data=...), got a softmax model (problem.loss=softmax)"),
     case("staleness_giant", "algorithm=giant", "comm.staleness=1", "workers=2", *SMALL,
          expected="comm.staleness=1 with algorithm=giant: GIANT averages Newton directions and line-searches at the "
                   "same iterate; set comm.staleness=0"),
