@@ -1,11 +1,6 @@
-"""Every benchmark behind one command line (`scripts.harness`), JSON into --out (`make bench`, `dane bench`).
-
-    python -m scripts.bench SECTION [--out results/bench.json] [--quick] [--only NAME ...] [options]
-    python -m scripts.bench SECTION --help
-
-``SECTION`` is ``X`` for scripts/bench_X.py, or a figure's run helper (``time_vs_workers``, ``ps_scaling_real``);
-the module's ``BENCH`` (a `scripts.harness.Bench`) declares it.
-"""
+"""Every benchmark behind one command line (`scripts.harness`), JSON into --out (`make bench`, `dane bench`):
+``python -m scripts.bench SECTION [--help]``, SECTION ``X`` of scripts/bench_X.py or a figure's run helper, declared by
+its module's ``BENCH`` (a `scripts.harness.Bench`); docs/benchmarks.md, section Benchmarks."""
 from __future__ import annotations
 
 import importlib

@@ -1,23 +1,11 @@
 """The batched simulator against the per-worker one (issues 35 item 4, 48 item 2): JSON section ``batched_workers``,
-rows of `scripts.harness.grid`:
-
-- ``speedup``: DANE on ridge_synthetic, `paired` runs of the two paths (``ratio_*``: per-worker over batched) and
-  ``steady``, the rounds after round 0 driven through the two communicators directly (wall and CPU seconds);
-- ``m10000``: the batched path at the large m, the whole run's seconds (``total_s``) and the rounds' (``rounds_s``);
-- ``federated`` (``--only federated``; skipped without LIBSVM's a9a): FedAvg with client sampling (K = 10 local
-  steps at lr `LR`, λ = 1e-3 logistic regression, a9a dealt iid to ``--clients-total`` clients, ``--clients`` a
-  round), `paired` runs of the two paths;
-- ``device`` (``--only device``, on ``--device``, CUDA by default): DANE's steady rounds there, batched against
-  threads there, batched there against threads on the CPU, and batched there at the large m (the iterates'
-  distances beside).
-"""
+rows of `scripts.harness.grid` ``speedup`` (``ratio_*``: per-worker over batched; ``steady``), ``m10000`` (``total_s``,
+``rounds_s``), ``federated`` and ``device``; docs/benchmarks.md, section `batched`."""
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from functools import partial
-from pathlib import Path
 
 import torch
 
@@ -25,11 +13,11 @@ from dane.comm.batched import BatchedGroup, run_batched
 from dane.comm.threads import ThreadGroup, meter_for
 from dane.dane import DANE
 from dane.problems import RidgeSyntheticConfig
-from scripts.harness import Bench, grid, load, option, paired, timed_run
+from scripts.harness import Bench, data_dir, grid, load, option, paired, timed_run
 
 KEY = "batched_workers"
 LR = 0.2  # FedAvg's step, given so that its set-up measures nothing (lr null: a Lanczos estimate per client)
-DATA_DIR = os.environ.get("DANE_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA_DIR = data_dir()
 MU = 1.0
 ALGORITHM = ("algorithm=dane", f"algorithm.mu={MU}")
 
@@ -138,8 +126,8 @@ def on_device(n: int, d: int, m: int, big: int, small: int, rounds: int, device:
 
 
 def federated(m: int, s: int, rounds: int, repeats: int, log) -> dict:
-    """``federated`` (module docstring): seconds of the two paths' rounds and their objectives' largest gap."""
-    if not (Path(DATA_DIR) / "libsvm" / "a9a").is_file():
+    """``federated`` (docs/benchmarks.md, section `batched`): seconds of the two paths' rounds and their objectives' largest gap."""
+    if not (DATA_DIR / "libsvm" / "a9a").is_file():
         return {"skipped": f"no {DATA_DIR}/libsvm/a9a"}
     fedavg = ("algorithm=fedavg", f"algorithm.clients_per_round={s}", f"algorithm.lr={LR}", "problem=logreg",
               "problem.lam=1e-3", "data=libsvm", "data.path=libsvm/a9a", f"data_dir={DATA_DIR}", f"workers={m}",

@@ -1,12 +1,6 @@
 """m LeNet-5 workers as one stacked computation against one thread each (issue 35 item 4): JSON section
-``batched_net``, rows of `scripts.harness.grid` (skipped without MNIST):
-
-- ``roofline``: the per-worker and stacked minibatch steps' GFLOP/s (each engine of the stacked problem) against
-  the GEMM rate on 1 and 2 threads; ``cpu_ceiling`` is the 1-thread GEMM rate over the per-worker step's;
-- ``speedup``: `paired` runs of local SGD on the two paths on the CPU (``ratio_*``: per-worker over batched);
-- ``cuda`` (``--only cuda``; skipped without a CUDA device): the stacked workers' round on CUDA over one worker's
-  round there (``ratio``, goal <= 2).
-"""
+``batched_net``, rows ``roofline``, ``speedup`` and ``cuda`` of `scripts.harness.grid` (skipped without MNIST);
+docs/benchmarks.md, section `batched_net`."""
 from __future__ import annotations
 
 from functools import partial
@@ -29,7 +23,7 @@ def overrides(workers: int, local_steps: int, batch_size: int, rounds: int, batc
 
 
 def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log) -> dict:
-    """Per-worker over batched on the CPU (module docstring)."""
+    """Per-worker over batched on the CPU (docs/benchmarks.md, section `batched_net`)."""
     jobs = tuple(overrides(workers, local_steps, batch_size, rounds, batched, "cpu") for batched in ("false", "true"))
     return {"workers": workers, "local_steps": local_steps, "batch_size": batch_size, "rounds": rounds, "lr": LR,
             "problem": "mnist_lenet5 (float32)", "algorithm": "local_sgd (mean)", "goal": ">= 5",
@@ -37,7 +31,8 @@ def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeat
 
 
 def layer_flops(model: torch.nn.Module, in_shape: tuple) -> dict:
-    """Forward and backward FLOPs of one image through ``model``'s Conv2d and Linear layers (module docstring)."""
+    """Forward and backward FLOPs of one image through ``model``'s Conv2d and Linear layers (docs/benchmarks.md,
+    section `batched_net`)."""
     macs: list[int] = []
 
     def count(module, inputs, output):
@@ -77,9 +72,9 @@ def gemm_gflops(n_threads: int, size: int = 2048, repeats: int = 3) -> float:
 
 
 def roofline(workers: int, batch_size: int, repeats: int) -> dict:
-    """The per-worker and stacked minibatch steps' GFLOP/s against the GEMM rate (module docstring); the stacked
-    step by each engine of `StackedNeuralProblem`, interleaved with ``workers`` per-worker steps, best of
-    ``repeats + 1``."""
+    """The per-worker and stacked minibatch steps' GFLOP/s against the GEMM rate (docs/benchmarks.md, section
+    `batched_net`); the stacked step by each engine of `StackedNeuralProblem`, interleaved with ``workers`` per-worker
+    steps, best of ``repeats + 1``."""
     job = (*overrides(workers, 1, batch_size, 1, "true", "cpu"), f"problem.inner_batch_size={batch_size}")
     config = run_spec(compose_job(job)).problem  # the problem's sampler draws the local loop's batches
     one, stacked = config.build(0, workers), config.build_stacked(workers)
@@ -109,9 +104,9 @@ def roofline(workers: int, batch_size: int, repeats: int) -> dict:
 
 def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,
                device: str = "cuda") -> dict:
-    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (module docstring): each a
-    `spread` of the seconds a round over ``repeats`` runs after a warm-up; ``ratio`` of their medians.  ``device``:
-    another device, for a check of this code where there is no GPU."""
+    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (docs/benchmarks.md,
+    section `batched_net`): each a `spread` of the seconds a round over ``repeats`` runs after a warm-up; ``ratio``
+    of their medians.  ``device``: another device, for a check of this code where there is no GPU."""
     def round_s(m: int, batched: str, repeat: int) -> float:
         if repeat == 0:
             timed_run(*overrides(m, local_steps, batch_size, 1, batched, device))  # warm-up: CUDA context, kernels

@@ -1,11 +1,5 @@
 """What ``comm.compress`` costs and saves (issue 34 item 1): JSON section ``compress``, rows (`scripts.harness.grid`)
-
-- ``time n=N SPEC``: one compression of a float64 vector of n entries, ``seconds`` its `spread` over the repeats
-  (each the mean of a loop of calls), ``bits`` its exact size and ``bits_over_dense`` that over the dense 64 n;
-- ``gd SPEC[ ef]``: distributed GD on ridge_synthetic (N = 4000, d = 100, m = 4) to relative `TARGET` with that
-  uplink compressor (``ef``: EF21 error feedback): ``status``, ``rounds``, ``uplink_bits`` and ``downlink_bits``
-  per worker, ``simulated_time_s``, ``lr`` (GD's rule where None below).
-"""
+``time n=N SPEC`` and ``gd SPEC[ ef]``; docs/benchmarks.md, section `compress`."""
 from __future__ import annotations
 
 import time

@@ -1,26 +1,15 @@
-"""The FedNL paper's comparison (issue 49 item 4): JSON section ``compressed``.
-
-L2-regularized logistic regression (λ = 1e-3, an intercept, O* from ``optimum=auto``) on LIBSVM a9a over 80 clients,
-w8a over 142 and phishing over 100 (``libsvm/`` under DANE_DATA_DIR, default ../shared/data), each row of `METHODS` to
-relative suboptimality `TARGET` or its round cap (``--cap``: one for all).  Per cell: the rounds, uplink bits, total
-bits (up and down) and local passes per node to `TARGET` (`scripts.harness.work_to`), or the best reached and the
-factor missed by; the share of its rounds a node formed a Hessian in; the thinned curves ``dane figures compressed``
-draws.  Then the paper's claims (`CLAIMS`): each holds, does not (by how much), or was not run.  A row whose algorithm
-this checkout lacks is one ``absent`` line.  A run of some ``--datasets``/``--only`` keeps ``--out``'s other cells;
-``parts``: each run whose cells remain, its command, start, load before and after and wall seconds.  ``--quick``:
-phishing, `QUICK` methods, 30 rounds.
-"""
+"""The FedNL paper's comparison (issue 49 item 4): JSON section ``compressed``, per dataset and row of `METHODS`
+the work per node to relative suboptimality `TARGET`, then the paper's `CLAIMS`; docs/benchmarks.md, section
+`compressed`."""
 from __future__ import annotations
 
 import math
-import os
 import time
-from pathlib import Path
 
 from dane.api import CONF_DIR, fit
 from dane.data.files import LibSVMSource
 from dane.problems.linear_models import LinearModelConfig
-from scripts.harness import Bench, Run, first_at, kept, load, optimum_of, option, relative, work_to
+from scripts.harness import Bench, Run, data_dir, first_at, kept, load, optimum_of, option, relative, work_to
 
 KEY = "compressed"
 TARGET, LAM = 1e-12, 1e-3
@@ -51,9 +40,8 @@ WORK = ("uplink_bits", "total_bits", "local_passes")  # per node, to the target
 
 
 def problem(name: str) -> LinearModelConfig:
-    """The table ``libsvm/<name>`` under DANE_DATA_DIR (default ../shared/data, from the repository root)."""
-    folder = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
-    path = (folder if folder.is_absolute() else Path(__file__).resolve().parents[1] / folder) / "libsvm" / name
+    """The table ``libsvm/<name>`` of `scripts.harness.data_dir`."""
+    path = data_dir() / "libsvm" / name
     if not path.is_file():
         raise SystemExit(f"error: {path} not found; set DANE_DATA_DIR to the folder holding libsvm/{name}")
     return LinearModelConfig(data=LibSVMSource(path=str(path)), loss="logistic", lam=LAM, fit_intercept=True,

@@ -1,12 +1,10 @@
-"""The Newton-type family against ADMM and GD on convex problems: JSON section ``convex_newton_family``, one row of
-`scripts.harness.grid` per problem under ``problems`` (``--only`` picks them): the data, O* (the distributed reference),
-and per worker count each algorithm's cost to relative `REL_TOL` (`to_target`; ``error`` where it raised) and the two
-goals (`goal_allreduces`, `goal_time`); each run's directory under ``--runs`` (paper_figs/newton_family.py draws them)."""
+"""The Newton-type family against ADMM and GD on convex problems: JSON section ``convex_newton_family``, a grid row
+per problem under ``problems``: the data, O* (the distributed reference), per worker count each algorithm's cost to
+relative `REL_TOL` (`to_target`; ``error`` where it raised) and the goals; docs/benchmarks.md, section `convex`."""
 from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -22,7 +20,7 @@ from dane.errors import UserError
 from dane.problems.linear_models import LinearModelConfig
 from dane.reference import attach_all
 from dane.synthetic.sparse_data import write_sparse_libsvm
-from scripts.harness import Bench, first_at, grid, option, relative
+from scripts.harness import Bench, data_dir, first_at, grid, option, relative
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8
@@ -275,6 +273,6 @@ BENCH = Bench(KEY, grid(lambda run: {case.name: case for case in problems(run.ar
               options=(option("--runs", default="results/bench_convex", help="run directories and the rcv1-like file"),
                        option("--algorithms", nargs="+", default=list(NEWTON + BASELINES),
                               choices=list(NEWTON + BASELINES)),
-                       option("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"),
+                       option("--data-dir", default=str(data_dir()),
                               help="MNIST's folder (relative: from the repository root)"),
                        option("--svm-rows", type=int, default=5000), option("--svm-features", type=int, default=20000)))

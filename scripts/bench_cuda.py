@@ -1,9 +1,6 @@
-"""Time per round on a GPU against the CPU: MNIST LeNet-5, DANE as in its accuracy table; JSON under ``cuda``.
-
-Parts (``--only``): ``convex``, the convex linear models in the simulator; ``network``, the table's LeNet-5 launched
-by torchrun and simulated; ``baseline``, one worker's DANE round against a plain PyTorch loop (in a whole run only
-where the network part ran; ``--only baseline`` on the CPU where there is no GPU).
-"""
+"""Time per round on a GPU against the CPU: MNIST LeNet-5 (DANE as in its accuracy table), the convex models and a
+plain PyTorch loop (parts ``--only``: ``convex``, ``network``, ``baseline``); JSON under ``cuda``; docs/benchmarks.md,
+section `cuda`."""
 from __future__ import annotations
 
 import statistics
@@ -95,8 +92,8 @@ def convex_run(problem, *, workers: int, rounds: int) -> dict:
 
 
 def convex(rounds: int, workers: list[int], names: list[str] | None = None, written=None) -> dict:
-    """`CONVEX_CASES` (those in ``names``, default all) on CUDA and on the CPU, in the simulator (module docstring);
-    ``written(out)`` after each case, so a run stopped by a time limit keeps the cases it finished."""
+    """`CONVEX_CASES` (those in ``names``, default all) on CUDA and on the CPU, in the simulator (docs/benchmarks.md,
+    section `cuda`); ``written(out)`` after each case, so a run stopped by a time limit keeps the cases it finished."""
     import dane.problems
 
     out: dict = {"rounds": rounds, "cases": {}}

@@ -13,7 +13,6 @@ from scripts.harness import Bench, Run, default_and_grid, first_at, fit_setting,
 
 ROOT = Path(__file__).resolve().parents[1]
 
-KEY = "defaults"
 REL_TOL = 1e-8
 MU_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0)
 LAMS = (1e-3, 1e-5)

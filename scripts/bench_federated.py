@@ -18,7 +18,7 @@ from dane.problems.linear_models import LinearModelConfig
 from dane.records.provenance import code_version
 from dane.synthetic.bench_file import read_bench
 from scripts.bench_defaults import SCAFFOLD_GRID
-from scripts.harness import Bench, Run, default_and_grid, first_at, fit_setting, load, now, optimum_of, option, relative, work_to
+from scripts.harness import Bench, Run, data_dir, default_and_grid, first_at, fit_setting, load, now, optimum_of, option, relative, work_to
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "federated"
@@ -73,7 +73,7 @@ def problem_config(args, folder: Path) -> LinearModelConfig | ControlledQuadrati
     if args.quick:
         source = NPZSource(path=str(quick_table(folder)), **sharding)
     else:
-        path = Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data")) / "libsvm" / args.dataset
+        path = data_dir() / "libsvm" / args.dataset
         if not path.is_file():
             raise SystemExit(f"error: {path} not found; set DANE_DATA_DIR to the folder holding libsvm/{args.dataset}")
         source = LibSVMSource(path=str(path), **sharding)

@@ -1,19 +1,5 @@
-"""federated_scale (issue 48): dane's FedAvg beside Flower's, pfl's and a plain NumPy loop on one workload; JSON under
-``federated_scale`` in results/bench.json (docs/benchmarks.md names its keys).
-
-The workload: FedAvg, K = 10 full-batch local gradient steps of one fixed step, logistic regression O(w) = (1/N) Σ_j
-[log(1 + exp(x_jᵀw)) − y_j x_jᵀw] + (λ/2)‖w‖², λ = 1e-3, no intercept, w_0 = 0, float64; client i of m minimises dane's
-O_i(w) = (m/N) Σ_{j∈i} f_j(w) + (λ/2)‖w‖², a round's iterate is the chosen clients' plain mean (scripts/peers/), and the
-step is 1/max_i L_i, L_i = (m/N) ‖X_i‖_F² / 4 + λ ≥ O_i's smoothness.  A setting's shards are written once, seeded,
-into one .npz (X, y ∈ {0, 1}, ``client``): dane reads it with ``data=npz data.sharding=column
-data.client_column=client``, the peers (scripts/peers/, another interpreter) with NumPy.  Each run is a fresh process
-tree timed from outside: its rounds' seconds (dane's progress lines stamped as they arrive; the peers' own), its peak
-memory (the tree's summed PSS sampled every 0.25 s, and the largest process's ru_maxrss), its final objective, the
-load average around it.  Flower and pfl live in ~/.cache/dane/peers-<python> (``DANE_PEERS_VENV``), filled from PyPI
-when absent (`PINS`, else the newest installable, recorded); a peer that cannot be installed or run is one line.
-Goals (unmet ones in ``misses``): dane's s/round at most 0.5 x pfl's and 5 x the NumPy loop's; at 100,000 clients
-2 s a round (30 rounds under a minute), a peak under 4 GiB, and a peak within 5% of its peak at a third of the rounds.
-"""
+"""dane's FedAvg beside Flower's, pfl's and a plain NumPy loop on one workload at 100 to 100,000 clients (issue 48):
+section ``federated_scale`` of results/bench.json; docs/benchmarks.md, section `federated_scale`."""
 from __future__ import annotations
 
 import fnmatch
@@ -29,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.harness import Bench, Run, launched, option
+from scripts.harness import Bench, Run, data_dir, launched, option
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY, LAM, LOCAL_STEPS = "federated_scale", 1e-3, 10
@@ -52,7 +38,7 @@ def write_shards(name: str, folder: Path, seed: int) -> tuple[Path, dict]:
     if isinstance(table, str):
         from sklearn.datasets import load_svmlight_file
 
-        path = Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data")) / "libsvm" / table
+        path = data_dir() / "libsvm" / table
         X, y = load_svmlight_file(str(path))
         X, y = X.toarray(), (y == y.max()).astype(np.float64)
         client = rng.permutation(len(y)) % m

@@ -22,9 +22,8 @@ from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
 from dane.problems.stacked_rows import StackedRows  # noqa: E402
-from scripts.harness import Bench, Run, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
+from scripts.harness import Bench, Run, data_dir, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "libsvm"
 LAM = 1e-3
 #: FedNL's option 2 (H + l I): from x⁰ = 0 RandK with option 1 (the projection at μ = λ) wandered at a gradient norm
 #: of 0.2-0.9 over 300 rounds on a9a, option 2 reached 1e-17 within 125 (FedNL's theory is local)
@@ -224,6 +223,6 @@ def run(bench: Run) -> dict:
 BENCH = Bench("fednl", run, "FedNL with its clients stacked, at u-FedNL's workloads", threads=None,
               only=(*TABLES, "memory"),
               options=(option("--rounds", type=int, default=1000), option("--repeats", type=int, default=2),
-                       option("--data-dir", type=Path, default=DATA_DIR),
+                       option("--data-dir", type=Path, default=data_dir() / "libsvm"),
                        option("--threads", type=int, default=1,
                               help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")))

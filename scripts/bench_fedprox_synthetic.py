@@ -1,11 +1,6 @@
-"""The FedProx paper's Synthetic comparison (issue 47 item 2): JSON section ``fedprox_synthetic``.
-
-Softmax regression on Synthetic-IID, (0,0), (0.5,0.5), (1,1) (`dane.data.synthetic_source`, seed 0), the 30
-clients as 30 workers, 10 sampled uniformly a round, 200 rounds; FedAvg, FedProx μ = 1, and FedDANE, S-DANE,
-SCAFFOLD beside them, every local solve `LOCAL` (20 full-gradient steps at the paper's step 0.01: its 20 epochs
-as 20 passes over the client's rows), each method as its paper states it (``paper=true``).  Each row logs the
-training objective every round; ``dane figures fedprox_synthetic --json FILE`` draws and tabulates them.
-"""
+"""The FedProx paper's Synthetic comparison (issue 47 item 2): JSON section ``fedprox_synthetic``, per setting and
+method the objective every round (``dane figures fedprox_synthetic`` draws it); docs/benchmarks.md, section
+`fedprox_synthetic`."""
 from __future__ import annotations
 
 import time

@@ -34,11 +34,8 @@ def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
 
 
 def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
-    """DANE round over bare round, each launch's medians; the median launch is reported.
-
-    One launch can land on a slow placement of its threads for its whole life, so the
-    ratio and the round time are taken over several separate horovodrun launches.
-    """
+    """``dane_round_overhead`` (docs/benchmarks.md, section `horovod`): DANE round over bare round, the median of
+    separate launches' medians (one launch can keep a slow placement of its threads for its whole life)."""
     keys = [k for k in per_launch[0] if k not in ("load_before", "means")]
     median = {key: statistics.median(launch[key] for launch in per_launch) for key in keys}
     return {"ratio": median["ratio"], "goal": 1.25, **{k: v for k, v in median.items() if k != "ratio"},
@@ -49,12 +46,9 @@ def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
 
 
 def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
-    """Median 4 KB allreduce latency, horovodrun vs torchrun, over ``pairs`` interleaved launches of each.
-
-    torchrun runs twice per pair: as torch.distributed comes (no core binding; the
-    headline ratio), and with each rank bound to its own core as the package binds
-    Horovod's ranks, so the gain from binding is not credited to Horovod alone.
-    """
+    """``allreduce_latency_ratio`` (docs/benchmarks.md, section `horovod`): median 4 KB allreduce latency, horovodrun
+    over torchrun as torch.distributed comes, over ``pairs`` interleaved launches of each (``ratio_vs_pinned_gloo``:
+    over torchrun with each rank bound to its own core, as the package binds Horovod's ranks)."""
     variants = {"horovod": (horovodrun, ["--synchronize"]), "torch_gloo": (torchrun, []),
                 "torch_gloo_pinned": (torchrun, ["--pin"])}
 
@@ -106,16 +100,10 @@ def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: P
 
 def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path,
                     saved: Path = Path("results/calibration.json")) -> dict:
-    """|simulated - measured| / measured mean round time, per interleaved (round timing, calibration) pair.
-
-    Launch k times DANE's round under horovodrun and launch k' (right after it) calibrates α-β, so each pair sees
-    the same load; the simulator then predicts launch k's round from calibration k.  The headline is the median
-    pair; every pair is reported with the split of the error into compute (the simulator's per-thread CPU clock
-    against the launch's measured local compute) and communication (the α-β model against the launch's two raw
-    allreduces), which is where a bad pair shows why it moved.  α and β of the record are the medians over the
-    calibrations; the sizes and times beside them the middle launch's.  ``error_with_tail`` beside it: calibration
-    k also holds the tail of DANE's rounds, which the simulator then draws (`with_tail`).
-    """
+    """``simulator_error`` (docs/benchmarks.md, section `horovod`): |simulated - measured| / measured mean round time
+    per interleaved (round timing k, calibration k) pair, the median pair the headline, every pair split into compute
+    and communication.  The record's α and β are the calibrations' medians, the sizes and times beside them the
+    middle launch's; ``error_with_tail`` (`with_tail`) beside it."""
     pairs = []
     for timing, calibration in zip(timings, calibrations):
         sim = simulated_round(AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"]), n_rounds, tmp)

@@ -1,14 +1,9 @@
-"""Load: the simulator at many workers, and horovodrun oversubscribed; JSON under ``load`` in results/bench.json.
-
-``simulator.points[m]`` (``--workers``, one process) and ``oversubscribed.points[k]`` (``horovodrun -np k`` on
-``cores`` cores, ``--np``): per launch (`harness.trained`) ``finished`` and ``exit_status``, ``timed_out``,
-``wall_s``, ``peak_rss_gib`` (its largest process), ``load_before``/``load_after``, ``stderr_tail`` where it
-failed, ``rounds``, ``round_s`` (the median round after round 1, which factors) and the summary's ``status``,
-``setup_s``, ``time_s``, ``simulated_time_s``, ``wall_time_s`` (the simulator's: ``simulated_round_s``).
-``simulator.largest_m_within``: the m at which a least-squares line of peak memory against m reaches ``--memory-gib``.
-``sampled.points[m]`` (``--sampled-workers``): the same for a sampled method on the per-worker path, FedDANE at its
-measured default μ with 1% of the clients a round (`SAMPLED`), whose set-up measures every client's Hessian.
-"""
+"""The simulator at many workers and horovodrun oversubscribed: JSON section ``load`` (docs/benchmarks.md, section
+`load`).  ``simulator.points[m]``, ``sampled.points[m]`` (FedDANE at its measured default μ, 1% of the clients a round,
+on the per-worker path: `sampled`) and ``oversubscribed.points[k]``: per launch (`harness.trained`) ``finished``,
+``exit_status``, ``timed_out``, ``wall_s``, ``peak_rss_gib`` (its largest process), ``load_before``/``load_after``,
+``stderr_tail`` where it failed, ``rounds``, ``round_s`` (the median round after round 1) and the summary's `SUMMARY`
+(the simulator's: ``simulated_round_s``); ``simulator.largest_m_within`` (`largest_m`)."""
 from __future__ import annotations
 
 import os

@@ -1,13 +1,10 @@
 """The cost of one DANE local solve against d, by Cholesky and by CG: JSON section ``local_solve_cost``, one row of
-`scripts.harness.grid` per case ``d=D LAYOUT SOLVER``.
-
-A case is one DANE round's local solve w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w> on one worker: ridge (squared
-loss, lam = 1e-3), n_i = 2d rows, w_t = 0 and g = the worker's own gradient (eta = 1, mu = 0); dense rows x ~ N(0, I),
-sparse rows `rcv1_like`; one torch thread (a simulated worker's core), in a fresh process.  ``first_round_s``: the
-spread of the repeats of a solve that forms H_i and its Cholesky factor (a round whose mu changed); ``round_s``: the
-next solve at the same mu (Cholesky reuses the factor; CG solves again).  ``peak_mb``: the process's peak resident set
-(VmHWM, `scripts.harness.peak_rss_kb`) minus its own after the imports (``baseline_mb``); ``peak_with_data_only_mb``
-the same before any solve.  ``relative_gradient_after``: |grad phi| at the solution over |g|.  ``skipped``: why Cholesky cannot fit."""
+`scripts.harness.grid` per case ``d=D LAYOUT SOLVER`` (docs/benchmarks.md, section `local_solve`).  The solve:
+w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w>, lam = 1e-3, w_t = 0, g the worker's own gradient (eta = 1, mu = 0),
+one torch thread.  ``first_round_s`` forms H_i and its Cholesky factor (a round whose mu changed), ``round_s`` is the
+next solve at the same mu (Cholesky reuses the factor; CG solves again); ``peak_mb``: VmHWM minus ``baseline_mb``
+(after the imports), ``peak_with_data_only_mb`` the same before any solve; ``relative_gradient_after``: |grad phi| at
+the solution over |g|."""
 from __future__ import annotations
 
 import os

@@ -1,24 +1,20 @@
-"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K).
-
-Its own JSON (``--out``, results/sampled_lambda.json), section ``sampled_lambda``: one row of `scripts.harness.grid`
-per kind and cell (a LIBSVM table, m clients, iid or Dirichlet shards, s clients a round), ``KIND TABLE SHARDING``;
-each holds its runs (``rows``: `one`'s keys and a ``role``) and a ``summary`` (`fewest`)."""
+"""The sampled DANE line's default λ beside a λ grid: S-DANE and Acc-S-DANE under client sampling (and FedRed's K);
+section ``sampled_lambda`` of its own JSON, a grid row ``KIND TABLE SHARDING`` holding its runs (``rows``: `one`'s
+keys and a ``role``) and a ``summary`` (`fewest`); docs/benchmarks.md, section `sampled_lambda`."""
 from __future__ import annotations
 
-import os
 import time
 from functools import partial
-from pathlib import Path
 
 from dane.experiments.config import run_spec
 from dane.loop.launch import execute
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, first_at, grid, option
+from scripts.harness import Bench, data_dir, first_at, grid, option
 
 TARGETS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 GRID = (0.25, 0.5, 2.0, 4.0)
 STEP_GRID = (0.5, 2.0, 4.0)  # --fedred: multiples of the default's local step count K
-DATA_DIR = os.environ.get("DANE_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA_DIR = data_dir()
 
 
 def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: float | None,

@@ -1,13 +1,8 @@
-"""Strong scaling under horovodrun, np=2 against np=1; JSON under ``strong_scaling`` in results/bench.json.
-
-Parts (``--only``; docs/benchmarks.md names every key): ``ridge`` (time to 1e-8 on the synthetic ridge) and ``mnist``
-(key ``mnist_lenet5``: time per round of LeNet-5), each per variant ``--repeats`` pairs of ``horovodrun -np 1`` then
-``-np 2`` (a pair sees one load; `np1_np2`): a row per launch with its ``status``, its measure, ``launcher_wall_s``
-and the load around it (``launch_failed`` where it failed), and in the judged variant two np=1 ``twin`` runs side by
-side after each pair (`twins`), from which ``ceiling`` is the ratio a perfect np=2 would reach (`ceiling`);
-``factorization``, one core's Cholesky against its eigendecomposition; ``background_loop``, the share of a core
-Horovod's background loop takes at each cycle time.
-"""
+"""Strong scaling under horovodrun, np=2 against np=1: JSON section ``strong_scaling``, parts (``--only``) ``ridge``,
+``factorization``, ``background_loop`` and ``mnist`` (key ``mnist_lenet5``); docs/benchmarks.md, section `scaling`.
+Per launch of each ``--repeats`` pair (`np1_np2`) a row with its ``status``, its measure, ``launcher_wall_s`` and the
+load around it (``launch_failed`` where it failed); two np=1 ``twin`` runs side by side after each judged pair
+(`twins`) give ``ceiling`` (`ceiling`)."""
 from __future__ import annotations
 
 import json
@@ -28,7 +23,7 @@ from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synth
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.launchers import horovodrun, horovodrun_side_by_side
 from scripts.harness import (Bench, Run, best_of, interleave, load, matching, mnist_missing, need_horovod, now, option,
-                             over, sections, spread, spreads, steady, trained)
+                             over, spread, spreads, steady, trained)
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -258,7 +253,11 @@ def run(bench: Run) -> None:
         measures = {"ridge": lambda: ridge(Path(tmp), args.repeats), "factorization": factorization,
                     "background_loop": lambda: background_loop(Path(tmp), args.repeats),
                     "mnist": lambda: mnist(Path(tmp), args.repeats, args.mnist_rounds)}
-        sections(bench, SECTIONS, lambda name: measures[name](), report, keys={"mnist": "mnist_lenet5"})
+        for name in args.only or SECTIONS:  # each merged into --out as it ends: a later failure loses nothing
+            report["mnist_lenet5" if name == "mnist" else name] = measures[name]()
+            report.update(updated_at=now(), load_avg_now=load())
+            bench.save(report)
+            bench.log(f"{KEY}.{name} -> {bench.path}")
     bench.finish(report)
 
 

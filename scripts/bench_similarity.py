@@ -1,13 +1,11 @@
-"""Hessian dissimilarity δ against DANE's rounds, across Dirichlet label skew (issue 33 item 4): JSON section
-``similarity``, one row of `scripts.harness.grid` per data set and sharding (``DATASET SHARDING[ ALPHA]``): DANE's
-``rounds`` and ``comm_rounds`` to relative `TARGET` (``reached``), and δ (``delta``), its mean-square and Frobenius
-variants and ‖H‖ (``hessian_norm``), each at w_0 = 0 (``_start``) and at the last iterate (``_end``): logistic
-regression with an intercept, (λ/2)‖w‖², safeguarded DANE at its defaults on m simulated workers; δ = max_i ‖H_i − H‖₂,
-H_i the Hessian of worker i's O_i (weight m/N per row), `dane.numerics.similarity`."""
+"""Hessian dissimilarity δ against DANE's rounds under Dirichlet label skew (issue 33 item 4): JSON section
+``similarity``, a grid row per ``DATASET SHARDING[ ALPHA]`` (docs/benchmarks.md, section `similarity`): ``rounds``
+and ``comm_rounds`` to relative `TARGET` (``reached``), δ = max_i ‖H_i − H‖₂ (``delta``; H_i of worker i's O_i,
+weight m/N per row), its mean-square and Frobenius variants and ‖H‖ (``hessian_norm``), each at w_0 = 0 (``_start``)
+and at the last iterate (``_end``)."""
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import tempfile
 import time
@@ -21,19 +19,13 @@ from dane.api import fit
 from dane.data.files import LibSVMSource, NPZSource, save_npz
 from dane.problems.linear_models import LinearModelConfig
 from dane.numerics.similarity import measure
-from scripts.harness import Bench, grid, option, relative
-
-ROOT = Path(__file__).resolve().parents[1]
+from scripts.harness import Bench, data_dir, grid, option, relative
 
 KEY = "similarity"
 TARGET = 1e-8
 SHARDINGS = (("dirichlet", 0.1), ("dirichlet", 0.5), ("dirichlet", 1.0), ("iid", None))
 QUICK_SHARDINGS = (("dirichlet", 0.1), ("iid", None))
 A9A = Path("libsvm") / "a9a"
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 
 def synthetic(folder: Path, n: int, d: int, seed: int = 0) -> Path:

@@ -1,23 +1,6 @@
-"""InexactDANE's and AIDE's local solver, SVRG: its cost compiled and in torch, a compile, a round, a launch.
-
-JSON section ``svrg_local_solver``, rows of `scripts.harness.grid` (times are `spread`s, in seconds):
-
-- ``pass CASE`` (one per `pass_cases`): ``svrg_pass`` one compiled SVRG pass (3 passes timed / 3),
-  ``full_gradient`` one full local gradient, ``reference_pass`` one pass of the torch reference, repeats
-  interleaved in one process; ``pass_over_gradient`` and ``reference_over_compiled`` are ratios of medians;
-- ``compile``: ``cold`` and ``warm``, a fresh process each (`compile_child`) with an empty, then the left numba cache;
-- ``round``: InexactDANE's rounds at the defaults on worker 0 (``compiled``), against the public Octave + mex
-  reference's `REFERENCE_ROUND_S` (``ratio_to_public_reference``); the torch loop's cost is the ``pass`` rows';
-- ``launch``: ``dane.experiments.train`` of InexactDANE on a sparse LIBSVM file, timed from outside
-  (`scripts.harness.launch`), and ``round_time`` from its rounds.jsonl;
-- ``first_round``: a machine's first run against its later ones: per repeat a fresh numba cache, then fresh processes
-  of ``dane.experiments.train`` (logreg on breast_cancer, 2 simulated workers, the defaults): InexactDANE with the
-  cache empty (``cold``: no ``make setup``), again with the cache it left (``warm``: as ``make setup`` leaves it),
-  and GIANT (no kernel).  Per run the first round's and the later rounds' simulated seconds, the start-up the
-  clock left out (``simulated_start_up_s``) and the set-up's wall time; ``first_over_giant``: InexactDANE's first
-  round over GIANT's, the median repeat (goal 2).
-
-Rounds to 1e-8 at the defaults are the ``convex`` section's rows (its inexact_dane and aide)."""
+"""InexactDANE's and AIDE's local solver, SVRG: its pass and compile cost, InexactDANE's round, a sparse launch and a
+machine's first round (JSON section ``svrg_local_solver``, rows of `scripts.harness.grid`, times `spread`s in seconds);
+docs/benchmarks.md, section `svrg`."""
 from __future__ import annotations
 
 import statistics
@@ -75,7 +58,7 @@ def subproblem(shard):
 
 
 def pass_cost(shard, repeats: int, reference_repeats: int) -> dict:
-    """One case of ``pass CASE`` (module docstring); lam = 1e-4, w = anchor = 0, one torch thread."""
+    """One case of ``pass CASE`` (docs/benchmarks.md, section `svrg`); lam = 1e-4, w = anchor = 0, one torch thread."""
     from dane.numerics.local_solvers import LocalSolver, svrg, svrg_reference
 
     w, sub = subproblem(shard)
@@ -133,7 +116,8 @@ def round_walls(problems, rounds: int) -> list[float]:
 
 
 def inexact_dane_round(quick: bool, m: int = 4) -> dict:
-    """``round``: m simulated workers (threads) x n_i dense rows, d = 14, lam = 1e-4 (module docstring)."""
+    """``round`` (docs/benchmarks.md, section `svrg`): m simulated workers (threads) x n_i dense rows, d = 14,
+    lam = 1e-4; worker 0's seconds per round (``compiled``) over `REFERENCE_ROUND_S` (``ratio_to_public_reference``)."""
     n_i = 600 if quick else 5160
     X, y = dense_logistic(m * n_i)
 
@@ -149,7 +133,8 @@ def inexact_dane_round(quick: bool, m: int = 4) -> dict:
 
 
 def sparse_launch(quick: bool) -> dict:
-    """``launch`` (module docstring): 2 workers on `write_sparse_libsvm`'s file, lam = 1e-4, no intercept."""
+    """``launch`` (docs/benchmarks.md, section `svrg`): 2 workers on `write_sparse_libsvm`'s file, lam = 1e-4,
+    no intercept."""
     from dane.records.results import read_rounds
     from dane.synthetic.sparse_data import write_sparse_libsvm
 
@@ -166,7 +151,7 @@ def sparse_launch(quick: bool) -> dict:
 
 
 def first_round(repeats: int, quick: bool) -> dict:
-    """``first_round`` (module docstring)."""
+    """``first_round`` (docs/benchmarks.md, section `svrg`)."""
     rounds = 3 if quick else 8
 
     def one(method: str, cache: Path, out: Path) -> dict:

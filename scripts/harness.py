@@ -1,14 +1,6 @@
-"""The benchmarks' one runner: a section is a `Bench` (data), this turns it into JSON.
-
-    python -m scripts.bench SECTION [--out results/bench.json] [--quick] [--only NAME ...] [section options]
-
-A section declares its JSON key, its measurement (``run(Run) -> dict``), its own options and the choices of
-``--only``; the runner gives every section the same command line (one parser, `parser`), the same record
-around the numbers (``started_at``, ``machine`` with the load average before, ``load_avg_after``, ``wall_s``),
-the earlier section of ``--out`` for a resumed or ``--only`` run (`Run.earlier`), a merge into ``--out`` after
-each row (`Run.save`: an interrupted run keeps what it measured) and, after every section, the goals table of
-the whole file (`goals`, key ``goals_table``): each section's headline against its goal, and its listed misses.
-"""
+"""The benchmarks' one runner: a section is a `Bench` (data), this turns it into JSON: one command line (`parser`),
+one record around the numbers (`Run`), a merge into ``--out`` after each row (`Run.save`) and the goals table of the
+whole file (`goals`); docs/benchmarks.md, section Benchmarks."""
 from __future__ import annotations
 
 import argparse
@@ -169,13 +161,11 @@ def work_to(records: list[dict], hit: int, key: str):
     return records[hit].get(key)
 
 
-# ---------------------------------------------------------------- in-process sections: rows, targets, parts
-def stamped(measure: Callable[[], dict], *, machine: bool = False) -> dict:
-    """``measure()`` between its record: ``started_at``, ``load_avg_before`` (and ``machine``) before it,
-    ``load_avg_after`` and ``wall_s`` after it."""
-    from dane.synthetic.bench_file import machine as machine_now
-
-    head = {"started_at": now(), **({"machine": machine_now()} if machine else {}), "load_avg_before": load()}
+# ---------------------------------------------------------------- in-process sections: rows, targets
+def stamped(measure: Callable[[], dict]) -> dict:
+    """``measure()`` between its record: ``started_at`` and ``load_avg_before`` before it, ``load_avg_after`` and
+    ``wall_s`` after it."""
+    head = {"started_at": now(), "load_avg_before": load()}
     start = time.perf_counter()
     body = measure()
     return {**head, **body, "load_avg_after": load(), "wall_s": time.perf_counter() - start}
@@ -211,31 +201,17 @@ def first_at(values: list[float], tol: float) -> int | None:
     return next((i for i, value in enumerate(values) if value <= tol), None)
 
 
-def parts(run: Run, functions: dict[str, Callable], names: list[str]) -> dict:
-    """A section of parts (``functions[name](args, log) -> dict``): each of ``names`` `stamped` with the machine,
-    saved into ``--out`` as it ends; the other parts kept from ``--out`` (`kept`)."""
-    section = {**kept(run), "quick": run.args.quick}
-    for name in names:
-        run.log(name)
-        section[name] = stamped(lambda: functions[name](run.args, run.log), machine=True)
-        run.save(section)
-    return run.finish(section)
-
-
 def grid(cells: Callable[[Run], dict[str, Any]], measure: Callable[[Run, Any], dict] | None = None,
          *, head: Callable[[argparse.Namespace], dict] | None = None, into: str = "rows",
          skip: Callable[[argparse.Namespace], str | None] | None = None,
          after: Callable[[dict], dict] | None = None, optional: tuple[str, ...] = ()) -> Callable[[Run], dict]:
-    """A section's run from its declarations, the one cell loop.
-
-    ``cells(run)`` names the section's cells in order (a name -> what ``measure(run, cell)`` needs; without
-    ``measure`` a cell is a call, ``cell()``, such as a `functools.partial`); ``head(args)`` gives the keys that say
-    what the section measures.  The section is the runner's record (``started_at``, ``machine``, ``quick``),
-    ``head``'s keys and, under ``into``, one row per cell, `stamped` (its ``started_at``, ``load_avg_before``,
-    ``load_avg_after``, ``wall_s``) and saved into ``--out`` as it ends.  ``--only NAME`` measures the cells named
-    NAME or ``NAME ...`` and keeps the other rows ``--out`` holds (`kept`: at the same ``--quick``); ``--resume``
-    skips the rows it holds.  ``optional``: cells (names or first words) measured only where ``--only`` names them
-    (a GPU's, a slow variant's).  ``skip(args)``: why nothing can run here (no data, no device), or None; the
+    """A section's run from its declarations, the one cell loop (docs/benchmarks.md, section Benchmarks, says how
+    it treats ``--only`` and ``--resume``).  ``cells(run)`` names the section's cells in order (a name -> what
+    ``measure(run, cell)`` needs; without ``measure`` a cell is a call, ``cell()``, such as a `functools.partial`);
+    ``head(args)`` gives the keys that say what the section measures.  The section is the runner's record
+    (``started_at``, ``machine``, ``quick``), ``head``'s keys and, under ``into``, one row per cell, `stamped` and
+    saved into ``--out`` as it ends.  ``optional``: cells (names or first words) measured only where ``--only`` names
+    them (a GPU's, a slow variant's).  ``skip(args)``: why nothing can run here (no data, no device), or None; the
     section then holds it as ``skipped`` and the command exits 2, unless it has ``--skip-without-data``.
     ``after(rows)``: keys computed from all the rows, kept ones too (a winner), added at the end."""
     def run(bench: Run) -> dict:
@@ -310,10 +286,16 @@ def in_fresh_process(function: str, *arguments, env: dict | None = None) -> dict
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def data_dir() -> Path:
+    """DANE_DATA_DIR (default ../shared/data) as an absolute folder, a relative one from the repository root."""
+    from dane.data.table import resolve_dir
+
+    return resolve_dir(os.environ.get("DANE_DATA_DIR", "../shared/data"))
+
+
 def mnist_dir() -> Path:
-    """The ``mnist`` folder of DANE_DATA_DIR (default ../shared/data; a relative one from the repository root)."""
-    data_dir = Path(os.environ.get("DANE_DATA_DIR", "../shared/data"))
-    return (data_dir if data_dir.is_absolute() else Path(__file__).resolve().parents[1] / data_dir) / "mnist"
+    """The ``mnist`` folder of `data_dir`."""
+    return data_dir() / "mnist"
 
 
 def mnist_missing() -> str | None:
@@ -454,10 +436,9 @@ PEAK_WRAPPER = ("import os, resource, subprocess, sys; code = subprocess.call(sy
 
 
 def with_peak(cmd: list[str], peak_file: str) -> list[str]:
-    """``cmd`` under `PEAK_WRAPPER`, which writes its peak into ``peak_file`` (`peak_of` reads it).  Linux counts into a
-    process's ru_maxrss the resident set of the process it was forked from, so a command forked from the benchmark
-    read at least the benchmark's own size (a few hundred MiB: every NumPy loop's peak was that floor); forked from
-    this interpreter, at least its ~10 MiB."""
+    """``cmd`` under `PEAK_WRAPPER`, which writes its peak into ``peak_file`` (`peak_of` reads it): forked from this
+    small interpreter, not the benchmark, whose size Linux counts into the command's ru_maxrss (docs/benchmarks.md,
+    section `federated_scale`)."""
     import sys
 
     return [sys.executable, "-c", PEAK_WRAPPER, peak_file, *cmd]
@@ -527,29 +508,12 @@ def interleave(variants, repeats: int, measure: Callable[[Any, int], dict], rota
 
 def best_of(fn: Callable[[], Any], repeats: int) -> float:
     """The least wall time (perf_counter) of ``repeats`` calls of ``fn``: its cost with the least interference."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(timer(fn) for _ in range(repeats))
 
 
 def spreads(runs: list[dict], keys) -> dict:
     """`spread` of each of ``keys`` over ``runs`` (a run without the key left out)."""
     return {key: spread([r.get(key) for r in runs]) for key in keys}
-
-
-def sections(run: Run, names, measure: Callable[[str], dict], report: dict, keys: dict | None = None) -> dict:
-    """``report[key] = measure(name)`` for each of ``--only`` (else all ``names``; ``key`` the name unless ``keys``
-    says), merged into ``--out`` after each with the time and the load average (``updated_at``, ``load_avg_now``):
-    a later failure loses nothing."""
-    for name in run.args.only or names:
-        report[(keys or {}).get(name, name)] = measure(name)
-        report.update(updated_at=now(), load_avg_now=load())
-        run.save(report)
-        run.log(f"{run.bench.key}.{name} -> {run.path}")
-    return report
 
 
 # ------------------------------------------------------------- the launch sections' pieces (horovod, scaling, cuda)
