@@ -50,6 +50,7 @@ class DANE(Algorithm):
         load_svrg(problem, local_solver)  # numba's start-up in the set-up, not in round 0
         convex = problem.convex
         self.guard = MuSafeguard(mu, convex=convex, forget=not (convex and problem.quadratic)) if safeguard else None
+        self.defaults, self.adaptations = (), (self.guard,) if self.guard else ()  # η and μ are numbers; μ's moves
         self.described: torch.Tensor | None = None  # the iterate the last record describes (`described_iterate`)
 
     def step(self) -> dict[str, float]:

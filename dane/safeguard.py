@@ -107,9 +107,16 @@ class MuSafeguard:
        below the floor;
     5. a rejection that left μ = 0: `curvature_scale_mu`.
 
+    A round whose μ differs from the last round's carries the change as its ``adapted`` event (key ``mu``, from, to,
+    and the trigger in words: the rejection, the steps' reading, or the δ rule), which the summary lists with every
+    other method's adaptations (`dane.loop.callbacks.Policy`).
+
     ``forget`` (default: not convex; DANE sets it for every non-quadratic problem) makes the
     spread decay and the memory of rejected μ fade, as the Hessians move with w.
     """
+
+    #: its name in the summary's ``adaptations_attached``
+    name = "safeguard"
 
     def __init__(self, mu: float, *, scale: float = 0.4, grow: float = 4.0, rtol: float = 1e-12,
                  convex: bool = True, forget: bool | None = None, slack: float = 0.25, shrink: float = 2.0,
@@ -130,6 +137,7 @@ class MuSafeguard:
         self.rejected_mu = -1.0  # the largest μ whose step was rejected (convex rule: μ stays above it)
         self.octaves, self.last_move = 2.0, 0  # the convex rule's next move of log2 μ, and the last one's sign
         self.last_ratio: float | None = None  # ‖s_{t-1}‖/‖s_{t-2}‖, both at the last μ (convex rule: has the rate settled?)
+        self.reading = UNRESOLVED  # the last two steps' reading (`mode`) where the convex rule read one
 
     def local_stats(self, w: torch.Tensor, local_grad: torch.Tensor) -> torch.Tensor:
         """‖∇O_i(w) - ∇O_i(w_accepted)‖², this worker's share of δ²; fused into allreduce 1."""
@@ -176,7 +184,19 @@ class MuSafeguard:
         # 5. no spread measured yet: start from the curvature scale
         if not accepted and self.mu == 0.0:
             self.mu = curvature_scale_mu(self.scale, float(torch.linalg.vector_norm(grad_change)), step_sq)
-        return (*self.accepted, {"accepted": accepted, "spread": self.spread})
+        extra = {"accepted": accepted, "spread": self.spread}
+        if self.mu != mu_used:
+            extra["adapted"] = [{"key": "mu", "from": mu_used, "to": self.mu, "trigger": self.trigger(accepted)}]
+        return (*self.accepted, extra)
+
+    def trigger(self, accepted: bool) -> str:
+        """Why μ moved this round, in words (the ``adapted`` event's trigger)."""
+        if not accepted:
+            return "objective rose (round redone)"
+        if not self.convex:
+            return "delta rule"
+        return {OVERSHOOT: "steps overshoot", UNDERSHOOT: "steps undershoot"}.get(self.reading,
+                                                                                  "slow, no dominant direction")
 
     def would_accept(self, objective: float) -> bool:
         """The guard's verdict (`accepts`) on an iterate with global objective ``objective``, state unchanged:
@@ -207,7 +227,7 @@ class MuSafeguard:
         is_settled, self.last_ratio = settled(ratio, self.last_ratio, self.settle), ratio
         slow = slow_ratio(is_settled, mu_used, cosine, contraction=self.contraction,
                           settled_contraction=self.settled_contraction, turn=self.turn)
-        reading = mode(ratio, cosine, slow=slow, turn=self.turn)
+        reading = self.reading = mode(ratio, cosine, slow=slow, turn=self.turn)
         if reading == FAST:
             return mu_used
         curvature = float(step @ grad_change) / step_sq

@@ -323,3 +323,22 @@ def test_shortening_mu_gives_a_one_dimensional_quadratic_its_newton_step(k, mu, 
     assert shortening_mu(mu, g * s, s * s, before, before - 1e-3) == 0.0  # no rise: nothing to shorten
     assert shortening_mu(mu, g * s, s * s, before, math.inf) == 0.0  # no model from inf or nan
     assert shortening_mu(mu, g * s, s * s, before, math.nan) == 0.0
+
+
+def test_the_safeguards_moves_of_mu_are_the_summarys_adaptations():
+    """Each round whose μ differs from the last round's carries the move as its ``adapted`` event, and the summary
+    lists exactly those (round, from, to) with a trigger; without the safeguard the run applied no package rule."""
+    import dane
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 8)) * np.logspace(-1, 1, 8)
+    problem = dane.problems.LogReg(X, np.where(rng.standard_normal(400) > 0, 1.0, -1.0), lam=1e-3)
+    result = dane.fit(problem, "dane", workers=8, rounds=12)
+    mus = [r["mu"] for r in result.records[:-1]]  # each round's μ (the last record is the final evaluation)
+    moves = [(t, mus[t - 1], mus[t]) for t in range(1, len(mus)) if mus[t] != mus[t - 1]]
+    events = result.summary["adaptations"]
+    assert len(moves) >= 2 and [(e["round"], e["from"], e["to"]) for e in events] == moves
+    assert {e["key"] for e in events} == {"mu"} and all(e["trigger"] for e in events)
+    assert result.summary["adaptations_attached"] == ["safeguard"] and result.summary["package_rules_applied"]
+    plain = dane.fit(problem, "dane", workers=8, rounds=3, safeguard=False)
+    assert plain.summary["adaptations"] == [] and plain.summary["package_rules_applied"] is False
