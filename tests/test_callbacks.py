@@ -250,3 +250,19 @@ def test_a_slow_writer_leaves_the_simulated_time_as_it_was(tmp_path, monkeypatch
 
     monkeypatch.setattr(RunWriter, "write_round", slow)
     assert run("slow") < quick + 0.02  # 5 records x 30 ms were charged before
+
+
+@pytest.mark.parametrize("safeguard, lines", [
+    (True, ["default: none (every number given)", "adapting: safeguard (each firing is its round's adapted event)"]),
+    (False, ["default: none (every number given)"]),
+])
+def test_rank_0_shows_the_defaults_and_the_adaptations_attached_before_round_0(safeguard, lines, capfd):
+    from types import SimpleNamespace
+
+    from dane.dane import DANE
+    from dane.loop.callbacks import Policy
+
+    problem = RidgeSyntheticConfig(n_samples=40, dim=3).build(0, 1)
+    algo = DANE(problem, LocalCommunicator(), safeguard=safeguard)
+    Policy(show=True).on_start(SimpleNamespace(algo=algo, comm=LocalCommunicator()))
+    assert capfd.readouterr().err.splitlines() == lines

@@ -234,7 +234,8 @@ class ProblemFacts(Callback):
 
 class Policy(Callback):
     """The package's default rules as a run applied them (a method that tracks them sets ``algo.defaults``:
-    `dane.algorithm.Rounds.defaults`): rank 0 shows each resolved default before round 0, and the summary lists them
+    `dane.algorithm.Rounds.defaults`): rank 0 shows each resolved default and the adaptations attached before round 0,
+    and the summary lists them
     (``defaults``), every mid-run adaptation its records carry (``adaptations``: round, key, from, to, trigger) and
     whether any package rule applied (``package_rules_applied``: false for a run given every number), and the
     adaptations that were watching (``adaptations_attached``, `baselines.adaptive`)."""
@@ -252,6 +253,9 @@ class Policy(Callback):
             say(f"default: {entry['key']} = {value} ({entry['rule']}" + (f": {stats})" if stats else ")"))
         if not defaults:
             say("default: none (every number given)")
+        attached = [a.name for a in getattr(loop.algo, "adaptations", ())]
+        if attached:
+            say(f"adapting: {', '.join(attached)} (each firing is its round's adapted event)")
 
     def on_end(self, loop, summary: dict) -> None:
         defaults = getattr(loop.algo, "defaults", None)
