@@ -47,6 +47,7 @@ from dane.problems import Problem
 from dane.problems.stacked_hessians import PackedRows, frobenius_norms, packed_size
 from dane.sampling import SamplingKeys, sampled_mean
 
+from .defaults import Resolution
 from .federated import ClientBits, Federated
 from .fednl import FedNLClients, message_entries
 from .fednl_server import newton_direction
@@ -74,8 +75,8 @@ class Newton3PC(ClientBits, Federated):
 
     def __init__(self, problem: Problem, comm: Communicator, *, mechanism: str = "lag", zeta: float = 1.0,
                  p: float = 0.5, compressor: str = "none", mu: float | None = None, sampling: SamplingKeys,
-                 seed: int = 0):
-        super().__init__(problem, comm, sampling=sampling, seed=seed)
+                 seed: int = 0, defaults: tuple[dict, ...] = ()):
+        super().__init__(problem, comm, sampling=sampling, seed=seed, defaults=defaults)
         self.compressor = make(compressor)
         clients = linear_rows(problem, comm, self.name)
         self.d, self.mechanism, self.zeta, self.p, self.seed = clients.d, mechanism, zeta, p, seed
@@ -177,5 +178,9 @@ class Newton3PCConfig(AlgorithmConfig, SamplingKeys):
         checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> Newton3PC:
-        return Newton3PC(problem, comm, mechanism=self.mechanism, zeta=self.zeta, p=self.p,
-                         compressor=self.compressor, mu=self.mu, sampling=self, seed=self.seed)
+        """μ null: the problem's ℓ2 weight, noted in the summary's ``defaults``."""
+        resolution, mu = Resolution(), self.mu
+        if mu is None:
+            mu = resolution.add("mu", float(problem.strong_convexity or 0.0), "the problem's")
+        return Newton3PC(problem, comm, mechanism=self.mechanism, zeta=self.zeta, p=self.p, compressor=self.compressor,
+                         mu=mu, sampling=self, seed=self.seed, defaults=resolution.entries)

@@ -33,6 +33,7 @@ class OneShotAveraging(Algorithm):
         self.with_grad = logs_gradient(problem)
         self.averaged = False
         self._final: dict[str, float] | None = None  # metrics of the fixed average, once evaluated
+        self.defaults = ()  # it takes no number: no package rule applies
 
     def step(self) -> dict[str, float]:
         if self.averaged:

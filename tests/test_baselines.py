@@ -193,6 +193,7 @@ def test_osa_is_the_mean_of_the_local_optima_and_stops_after_its_one_round():
 
     def osa(comm):
         algo = OSAConfig().build(problems[comm.rank], comm)
+        assert algo.defaults == ()  # it takes no number: its summary says no package rule applied
         iterates = [algo.iterate.clone()]  # on_round(record t) sees w_{t+1}
         result = run(algo, StopRule(rounds=10), lambda record: iterates.append(algo.iterate.clone()))
         return algo, result, iterates

@@ -403,7 +403,8 @@ def test_newton_3pc_against_numpy(logistic, mechanism, zeta, p):
     X, y, grad, _, _ = logistic
     d, T = X.shape[1], X.shape[1] * (X.shape[1] + 1) // 2
     config = Newton3PCConfig(mechanism=mechanism, zeta=zeta, p=p, compressor="topk:8", seed=1)
-    _, records, ws = simulate(config, shards(X, y, "logistic"), 4)[0]
+    algo, records, ws = simulate(config, shards(X, y, "logistic"), 4)[0]
+    assert [(e["key"], e["value"], e["rule"]) for e in algo.defaults] == [("algorithm.mu", LAM, "the problem's")]
     x = np.zeros(d)
     H_i = client_hessians(X, y, x)
     Y = [H.copy() for H in H_i]

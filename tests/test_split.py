@@ -142,6 +142,15 @@ def test_logged_bytes_per_link_are_the_formula(schedule, labels):
         assert record["activations_messages"] == steps * (2 if u else 1)
     assert records[-1]["bytes_sent"] == 2 * sum(expected.values())
     assert summary["cut_width"] == width and summary["bottom_params"] == bottom
+    assert summary["defaults"] == [] and summary["package_rules_applied"] is False  # cut=net.2 given
+
+
+def test_cut_null_is_the_smallest_valid_bottom_noted_as_a_default():
+    _, _, summary = split_run(2, epochs=1, cut=None)
+    assert summary["cut"] == "net.1" and summary["package_rules_applied"] is True  # after the first Linear (net.0: Flatten)
+    assert summary["defaults"] == [{"key": "algorithm.cut", "value": "net.1", "rule": "cut_model (the smallest valid "
+                                    "bottom)", "stats": {"cut_share": summary["cut_share"]}}]
+    assert summary["bottom_params"] == 64 * 32 + 32
 
 
 def test_a_bad_cut_lists_the_valid_cuts_with_their_shares():

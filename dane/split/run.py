@@ -146,6 +146,11 @@ def split_entries(spec, algo: SplitRun, last: dict) -> dict:
         "cut_width": info["cut_width"], "bottom_params": count(parts.bottom), "top_params": count(parts.top),
         "head_params": count(parts.head), "data": info["data"].info(),
         "bytes_by_link": dict(algo.bytes_by_link),  # the whole run's, a resumed one's included
+        # the defaults policy's keys, as every other method's summary has them: cut=null is the one package rule
+        "defaults": [] if config.cut is not None else [
+            {"key": "algorithm.cut", "value": info["cut"], "rule": "cut_model (the smallest valid bottom)",
+             "stats": {"cut_share": info["cut_share"]}}],
+        "adaptations": [], "package_rules_applied": config.cut is None, "adaptations_attached": [],
     }
     if spec.comm.backend == "local":
         # its links charge α + bytes/β per message (`SimLink`): a calibration's tail is not drawn here
