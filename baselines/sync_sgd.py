@@ -88,18 +88,21 @@ class SyncSGD(Algorithm):
             s += 1
         return self.metrics(None, metrics)
 
-    def agreed(self, mean_rows: float) -> None:
-        """steps_per_round=null: n̄ // batch_size steps on every worker from now on, noted for the summary."""
+    def agreed(self, mean_rows: float, stat: str = "mean_rows") -> None:
+        """steps_per_round=null: n̄ // batch_size steps on every worker from now on, noted for the summary (``stat``:
+        the rows' name there; an asynchronous worker's are its own)."""
         self.steps_per_round, self.agree = sgd_steps_per_round(mean_rows, self.batch_size), False
         resolution = Resolution()
         resolution.add("steps_per_round", self.steps_per_round, "sgd_steps_per_round",
-                       mean_rows=mean_rows, batch_size=self.batch_size)
+                       **{stat: mean_rows}, batch_size=self.batch_size)
         self.defaults = tuple(resolution.entries)
 
     # Asynchronous and stale-synchronous SGD (comm.staleness > 0, dane.asynchronous): the worker's half of a step;
     # the server's half is GradientServer (SyncSGDConfig.async_server).
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
         """One worker step at the parameters it pulled: its minibatch gradient, pushed to the server."""
+        if self.agree:  # steps_per_round=null, asynchronous: no round 0 to agree in; a pass over its own rows, noted
+            self.agreed(float(self.problem.n_local), "rows")
         return [self.problem.batch_grad(w, self.sampler.next())]
 
     def evaluate(self) -> dict[str, float]:

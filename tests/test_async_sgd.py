@@ -312,3 +312,17 @@ def test_the_simulator_meters_a_cpu_step_by_its_threads_cpu_time_and_a_gpu_step_
     sim = two_idle_workers(DeviceTurns(lambda: drains.append(1)))
     assert len(drains) == 2 * (3 + 3)
     assert sim.stats()["modelled_compute_s"] == [3.0, 3.0]
+
+
+def test_an_asynchronous_run_notes_its_workers_defaults():
+    """steps_per_round=null: a pass over the worker's own rows (no round 0 to agree in), noted as
+    `sgd_steps_per_round`; local_sgd's lr=null as `local_step`: the summary holds worker 0's as a synchronous run's."""
+    base = [a for a in LOGREG if not a.startswith("algorithm.steps_per_round")]
+    summary, _ = run(*base, *PS, *FAST_LINK, "comm.staleness=1", "workers=2", "rounds=1", "algorithm.steps_per_round=null")
+    (entry,) = summary["defaults"]
+    assert (entry["key"], entry["rule"], entry["stats"]) == ("algorithm.steps_per_round", "sgd_steps_per_round",
+                                                            {"rows": 285.0, "batch_size": 20})  # 569 rows over 2
+    assert entry["value"] == 285 // 20 and summary["package_rules_applied"] is True
+    local, _ = run("problem=logreg", "algorithm=local_sgd", "quiet=true", *PS, *FAST_LINK, "comm.staleness=1",
+                   "workers=2", "rounds=1")
+    assert [(e["key"], e["rule"]) for e in local["defaults"]] == [("algorithm.lr", "local_step")]

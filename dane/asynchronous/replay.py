@@ -31,6 +31,15 @@ class Replay(Rounds):
     def iterate(self) -> torch.Tensor:
         return self.results["iterates"][self.t].view_as(self.algo.iterate)
 
+    @property
+    def defaults(self) -> tuple[dict, ...] | None:
+        """This worker's resolved defaults (`dane.algorithm.Rounds.defaults`), for the run's first lines and summary."""
+        return self.algo.defaults
+
+    @property
+    def adaptations(self) -> tuple:
+        return getattr(self.algo, "adaptations", ())
+
     def evaluate(self) -> dict[str, float]:
         with torch.no_grad():
             self.algo.w.copy_(self.iterate)

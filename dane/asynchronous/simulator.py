@@ -233,6 +233,15 @@ class AsyncRun(Rounds):
     def iterate(self) -> torch.Tensor:
         return self.sim.server.w.detach()
 
+    @property
+    def defaults(self) -> tuple[dict, ...] | None:
+        """Worker 0's resolved defaults (`dane.algorithm.Rounds.defaults`), for the run's first lines and summary."""
+        return self.workers[0].defaults
+
+    @property
+    def adaptations(self) -> tuple:
+        return getattr(self.workers[0], "adaptations", ())
+
     def evaluate(self) -> dict[str, float]:
         """Every worker's synchronous ``evaluate`` at the server's parameters, in lockstep; untimed."""
         w = self.iterate.clone()
