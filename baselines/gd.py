@@ -65,6 +65,7 @@ class GD(Algorithm):
         self.spectrum = None if lr is not None else local_spectra(problem, iters=power_iters, seed=seed,
                                                                   key="algorithm.lr")  # (μ_i, L_i), stacked: (m, 2)
         self.defaults = () if lr is not None else None  # lr=None: known after round 0 (`resolved`)
+        self.pending_defaults = {} if lr is not None else {"algorithm.lr": "gd_step"}
 
     def step(self) -> dict[str, float]:
         local_grad, local_metrics = self.problem.evaluate(self.w)

@@ -63,6 +63,7 @@ class SyncSGD(Algorithm):
         self.steps_per_round = steps_per_round or max(1, problem.n_local // batch_size)  # null: this worker's own,
         self.agree = steps_per_round is None  # until round 0 agrees on the mean shard's (module docstring)
         self.defaults = None if self.agree else ()
+        self.pending_defaults = {"algorithm.steps_per_round": "sgd_steps_per_round"} if self.agree else {}
         self.sampler = MinibatchSampler(problem.n_local, batch_size, worker_seed(seed, comm.rank, SAMPLER_STREAM))
         preload_optimizers()
         self.w.requires_grad_(True)  # the optimizer's one parameter is the flat vector itself

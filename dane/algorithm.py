@@ -63,6 +63,10 @@ class Rounds:
     #: (`baselines.defaults.Resolution`), for the first lines and the summary (`dane.loop.callbacks.Policy`); None: the
     #: method does not track them
     defaults: tuple[dict, ...] | None = None
+    #: while ``defaults`` is None, the keys whose null a rule resolves in round 0 (its statistics ride in that round's
+    #: allreduce: GD's lr, AIDE's τ, synchronous SGD's steps), key -> rule: shown before round 0, and in the summary
+    #: as ``defaults_unresolved`` where no round ran (rounds=0)
+    pending_defaults: dict[str, str] = {}
 
     def described_iterate(self, start: torch.Tensor | None) -> torch.Tensor:
         """The iterate the last `step`'s or final evaluation's record describes (what `dane.loop.runner.run` returns).

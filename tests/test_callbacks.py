@@ -266,3 +266,27 @@ def test_rank_0_shows_the_defaults_and_the_adaptations_attached_before_round_0(s
     algo = DANE(problem, LocalCommunicator(), safeguard=safeguard)
     Policy(show=True).on_start(SimpleNamespace(algo=algo, comm=LocalCommunicator()))
     assert capfd.readouterr().err.splitlines() == lines
+
+
+@pytest.mark.parametrize("algorithm, keys, pending", [
+    ("gd", {}, {"algorithm.lr": "gd_step"}),
+    ("gd", {"lr": 0.1}, None),                                  # given: nothing pending, nothing resolved
+    ("aide", {}, {"algorithm.tau": "spread_tau", "algorithm.passes": "svrg_passes"}),
+    ("sync_sgd", {"steps_per_round": None}, {"algorithm.steps_per_round": "sgd_steps_per_round"}),
+])
+def test_a_run_of_no_rounds_names_the_round_0_rules_it_never_ran(algorithm, keys, pending):
+    """rounds=0 evaluates w_0 only: a rule whose statistics ride in round 0's allreduce never ran, and the summary
+    says which (``defaults_unresolved``) beside empty ``defaults``; one round resolves them."""
+    import numpy as np
+
+    import dane
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 4))
+    problem = dane.problems.LogReg(X, np.where(rng.standard_normal(120) > 0, 1.0, -1.0), lam=1e-2)
+    none = dane.fit(problem, algorithm, workers=2, rounds=0, **keys).summary
+    assert none["defaults"] == [] and none["package_rules_applied"] is False
+    assert {e["key"]: e["rule"] for e in none.get("defaults_unresolved", [])} == (pending or {})
+    one = dane.fit(problem, algorithm, workers=2, rounds=1, **keys).summary
+    assert "defaults_unresolved" not in one
+    assert {e["key"]: e["rule"] for e in one["defaults"]} == (pending or {})

@@ -245,7 +245,11 @@ class Policy(Callback):
 
     def on_start(self, loop) -> None:
         defaults = getattr(loop.algo, "defaults", None)
-        if not self.show or defaults is None or loop.comm.rank != 0:
+        if not self.show or loop.comm.rank != 0:
+            return
+        if defaults is None:
+            for key, rule in getattr(loop.algo, "pending_defaults", {}).items():
+                say(f"default: {key} in round 0 ({rule})")
             return
         for entry in defaults:
             stats = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry["stats"].items())
@@ -260,6 +264,10 @@ class Policy(Callback):
     def on_end(self, loop, summary: dict) -> None:
         defaults = getattr(loop.algo, "defaults", None)
         if defaults is None:
+            pending = getattr(loop.algo, "pending_defaults", {})
+            if pending:  # no round ran (rounds=0): the round-0 rules never did
+                summary.update(defaults=[], defaults_unresolved=[{"key": k, "rule": r} for k, r in pending.items()],
+                               adaptations=[], package_rules_applied=False, adaptations_attached=[])
             return
         adaptations = [{"round": r["round"], **event} for r in loop.records for event in r.get("adapted", ())]
         summary.update(defaults=list(defaults), adaptations=adaptations,
