@@ -114,7 +114,7 @@ from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, Lo
 from dane.problems import Problem
 
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
-from .inexact_dane import InexactSolverKeys, noted_passes, require_convex_shard
+from .inexact_dane import InexactSolverKeys, noted_svrg, require_convex_shard
 
 
 TAU_AUTO = "auto"
@@ -196,9 +196,11 @@ class AIDE(Algorithm):
         # τ=auto's evidence: O at the last round's start, O at the last restart, whether the last round restarted
         self.previous, self.at_restart, self.restarted = math.inf, math.inf, True
         self.defaults = None if self.adaptive else self.resolved()  # τ=auto: known in round 0 (`resolved`)
-        auto = isinstance(local_solver, LocalSolver) and local_solver.method == "svrg" and local_solver.passes == PASSES_AUTO
-        self.pending_defaults = {"algorithm.tau": "spread_tau", **({"algorithm.passes": "svrg_passes"} if auto else {})} \
-            if self.adaptive else {}
+        svrg = isinstance(local_solver, LocalSolver) and local_solver.method == "svrg"
+        self.pending_defaults = {"algorithm.tau": "spread_tau",
+                                 **({"algorithm.lr": "svrg_step"} if svrg and local_solver.lr is None else {}),
+                                 **({"algorithm.passes": "svrg_passes"} if svrg and local_solver.passes == PASSES_AUTO
+                                    else {})} if self.adaptive else {}
 
     def _set_tau(self, tau: float) -> None:
         """τ, q, α anew (α_0 = √q: the momentum starts over) and the local solver for this τ."""
@@ -211,7 +213,8 @@ class AIDE(Algorithm):
 
     def resolved(self) -> tuple[dict, ...]:
         """The summary's ``defaults``: τ=auto's first τ (`spread_tau`, agreed in round 0) and ``passes=auto``'s passes
-        at the first τ (`baselines.inexact_dane.noted_passes`: proximal weight μ + τ, contraction ln(1/q))."""
+        at the first τ with SVRG's null step (`baselines.inexact_dane.noted_svrg`: proximal weight μ + τ, contraction
+        ln(1/q))."""
         resolution = Resolution()
         tau = self.first_tau if self.adaptive else self.tau
         if self.adaptive:
@@ -220,7 +223,7 @@ class AIDE(Algorithm):
         solver = self.local_solver
         if isinstance(solver, LocalSolver) and solver.method == "svrg":
             solver = replace(solver, contraction=inner_contraction(catalyst_q(self.problem.strong_convexity, tau)))
-            resolution.entries += noted_passes(self.problem, solver, self.mu + tau, self.comm)
+            resolution.entries += noted_svrg(self.problem, solver, self.mu + tau, self.comm)
         return tuple(resolution.entries)
 
     def _adapt(self, objective: float, w: torch.Tensor) -> list[dict]:

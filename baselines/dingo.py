@@ -75,6 +75,7 @@ class DINGO(ClientBits, Federated):
     """DINGO on one worker = one client, or all m on stacked rows (module docstring)."""
 
     name = "dingo"
+    needs_rows = True  # its clients' rows (`baselines.newton_star.linear_rows`)
     label = "DINGO"
     batchable = True
     stacked_needs = "oracles"

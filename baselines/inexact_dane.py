@@ -42,7 +42,7 @@ from dane.comm import Communicator
 from dane.algorithm import AlgorithmConfig
 from dane.dane import DANE
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, auto_passes, check_passes
+from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, check_passes, svrg_resolved
 from dane.problems import Problem, ProblemConfig
 
 from .defaults import Resolution
@@ -130,21 +130,24 @@ class InexactDANEConfig(InexactSolverKeys, AlgorithmConfig):
                 "solves exactly: algorithm=dane)")
 
     def build(self, problem: Problem, comm: Communicator) -> "InexactDANE":
-        """``passes=auto`` noted in the summary's ``defaults`` (`noted_passes`)."""
+        """SVRG's null step and ``passes=auto`` noted in the summary's ``defaults`` (`noted_svrg`)."""
         solver = self.solver()
         algo = InexactDANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard, local_solver=solver)
-        algo.defaults = noted_passes(problem, solver, self.mu, comm)
+        algo.defaults = noted_svrg(problem, solver, self.mu, comm)
         return algo
 
 
-def noted_passes(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
-    """The ``defaults`` entry of ``passes=auto`` (`dane.numerics.local_solvers.svrg_passes`) at the proximal weight
-    ``mu``: this worker's passes (each worker's from its own rows; a safeguard's larger μ takes fewer) and what the
-    rule read; none for a given count, another local solver, or a problem without rows (no SVRG solve runs)."""
+def noted_svrg(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
+    """The ``defaults`` entries of an SVRG local solve's nulls at the proximal weight ``mu``: ``lr``
+    (`dane.numerics.local_solvers.svrg_step`) and ``passes=auto`` (`svrg_passes`), this worker's (each worker's from
+    its own rows; a safeguard's larger μ takes a longer step and fewer passes), with what the rules read; none for
+    given numbers, another local solver, or a problem without rows (no SVRG solve runs)."""
     rows = problem.rows if getattr(problem, "rows", None) is not None else problem  # whose SVRG solves run
     if getattr(rows, "row_smoothness", None) is None:
         return ()
-    resolution, found = Resolution(), auto_passes(rows, solver, mu)
-    if found is not None:
-        resolution.add("passes", found.pop("passes"), "svrg_passes", worker=comm.rank, **found)
+    resolution, found = Resolution(), svrg_resolved(rows, solver, mu)
+    if "lr" in found:
+        resolution.add("lr", found["lr"].pop("value"), "svrg_step", worker=comm.rank, **found["lr"])
+    if "passes" in found:
+        resolution.add("passes", found["passes"].pop("value"), "svrg_passes", worker=comm.rank, **found["passes"])
     return tuple(resolution.entries)

@@ -67,6 +67,7 @@ class Newton3PC(ClientBits, Federated):
     """Newton-3PC on one worker = one client, or all m on stacked rows (module docstring)."""
 
     name = "newton_3pc"
+    needs_rows = True  # its clients' rows (`baselines.newton_star.linear_rows`)
     label = "Newton-3PC"
     batchable = True
     stacked_needs = "oracles"

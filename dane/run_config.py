@@ -93,7 +93,7 @@ def staleness(cfg: DictConfig, backend: str) -> float:
                           f"comm.servers={cfg.comm.get('servers')}; set comm.servers=1")
     if backend == "local" and cfg.sim.get("topology") != "ps":
         raise ConfigError(f"comm.staleness={shown} simulates workers pushing to a parameter server; add sim.topology=ps")
-    if cfg.get("checkpoint_every", 0) or cfg.get("resume") is not None or cfg.sim.get("fail_at"):
+    if cfg.get("checkpoint_every", 0) or cfg.get("resume") not in (None, False) or cfg.sim.get("fail_at"):
         raise ConfigError(f"comm.staleness={shown}: the asynchronous simulator does not checkpoint, resume or lose "
                           "workers yet; drop checkpoint_every, resume and sim.fail_at")
     return value

@@ -287,10 +287,11 @@ def in_fresh_process(function: str, *arguments, env: dict | None = None) -> dict
 
 
 def data_dir() -> Path:
-    """DANE_DATA_DIR (default ../shared/data) as an absolute folder, a relative one from the repository root."""
+    """DANE_DATA_DIR (default, also where it is empty: ../shared/data) as an absolute folder, a relative one from the
+    repository root."""
     from dane.data.table import resolve_dir
 
-    return resolve_dir(os.environ.get("DANE_DATA_DIR", "../shared/data"))
+    return resolve_dir(os.environ.get("DANE_DATA_DIR") or "../shared/data")
 
 
 def mnist_dir() -> Path:

@@ -324,5 +324,5 @@ def test_an_asynchronous_run_notes_its_workers_defaults():
                                                             {"rows": 285.0, "batch_size": 20})  # 569 rows over 2
     assert entry["value"] == 285 // 20 and summary["package_rules_applied"] is True
     local, _ = run("problem=logreg", "algorithm=local_sgd", "quiet=true", *PS, *FAST_LINK, "comm.staleness=1",
-                   "workers=2", "rounds=1")
+                   "workers=2", "rounds=1", "resume=false")  # resume=false: no resume, which this path allows
     assert [(e["key"], e["rule"]) for e in local["defaults"]] == [("algorithm.lr", "local_step")]

@@ -246,6 +246,9 @@ CASES = [
     case("fednl_on_a_network", "algorithm=fednl", "problem=digits_mlp", "rounds=1", "quiet=true",
          expected="algorithm=fednl needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
                   "data=...), got problem=digits_mlp, which has no rows of a linear model"),
+    case("newton_3pc_on_ridge_synthetic", "algorithm=newton_3pc", *SMALL,
+         expected="algorithm=newton_3pc needs a linear model with one output on rows (problem=logreg, or problem=ridge "
+                  "with data=...), got problem=ridge_synthetic, which has no rows of a linear model"),
     case("nl1_softmax", "algorithm=nl1", "problem=softmax", "workers=2", "rounds=1",
          expected="algorithm=nl1 needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
                   "data=...), got a softmax model (problem.loss=softmax)"),

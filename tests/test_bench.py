@@ -184,6 +184,17 @@ def test_the_docs_name_every_section(key):
     assert f"| `{key}` |" in (REPO / "docs" / "benchmarks.md").read_text()
 
 
+@pytest.mark.parametrize("value, expected", [(None, "../shared/data"), ("", "../shared/data"), ("/data/x", "/data/x"),
+                                             ("rel/data", "rel/data")])
+def test_the_sections_data_folder_is_dane_data_dir_from_the_repository_root(value, expected, monkeypatch):
+    """Unset or empty: ../shared/data; a relative folder from the repository root (as a run's data_dir)."""
+    if value is None:
+        monkeypatch.delenv("DANE_DATA_DIR", raising=False)
+    else:
+        monkeypatch.setenv("DANE_DATA_DIR", value)
+    assert harness.data_dir() == (REPO / expected).resolve() and harness.mnist_dir() == harness.data_dir() / "mnist"
+
+
 def test_every_section_has_one_command_line():
     """One parser: every module of scripts/ declares its section; each answers ``--out``, ``--quick`` and its flags."""
     benches = {name: runner.importlib.import_module(module).BENCH for name, module in runner.MODULES.items()}

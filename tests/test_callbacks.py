@@ -271,7 +271,7 @@ def test_rank_0_shows_the_defaults_and_the_adaptations_attached_before_round_0(s
 @pytest.mark.parametrize("algorithm, keys, pending", [
     ("gd", {}, {"algorithm.lr": "gd_step"}),
     ("gd", {"lr": 0.1}, None),                                  # given: nothing pending, nothing resolved
-    ("aide", {}, {"algorithm.tau": "spread_tau", "algorithm.passes": "svrg_passes"}),
+    ("aide", {}, {"algorithm.tau": "spread_tau", "algorithm.lr": "svrg_step", "algorithm.passes": "svrg_passes"}),
     ("sync_sgd", {"steps_per_round": None}, {"algorithm.steps_per_round": "sgd_steps_per_round"}),
 ])
 def test_a_run_of_no_rounds_names_the_round_0_rules_it_never_ran(algorithm, keys, pending):

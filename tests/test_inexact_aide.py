@@ -217,7 +217,7 @@ def test_tau_auto_is_the_mean_of_the_column_spread_choices():
     expected = (18 / 7 - 0.5 + 0.0) / 2
     (algo, records, _), (other, other_records, _) = simulate(AIDEConfig(), tau_problems(lam), rounds=3)
     assert algo.tau == other.tau == pytest.approx(expected, rel=1e-14)
-    assert [(e["key"], e["rule"]) for e in algo.defaults] == [("algorithm.tau", "spread_tau"),
+    assert [(e["key"], e["rule"]) for e in algo.defaults] == [("algorithm.tau", "spread_tau"), ("algorithm.lr", "svrg_step"),
                                                                ("algorithm.passes", "svrg_passes")]
     assert algo.defaults[0]["value"] == algo.tau
     assert all(r["tau"] == algo.tau for r in records[:-1] + other_records[:-1])
@@ -425,9 +425,9 @@ def test_tau_auto_grows_where_the_column_rule_cannot_see_the_disagreement():
     ("inexact_dane", {}, 0.0),                        # DANE's μ = 0: the subproblem's curvature is λ
     ("aide", {"tau": 0.5}, 0.5),                      # AIDE: μ + τ, and the Catalyst contraction ln(1/q)
 ])
-def test_auto_passes_are_noted_with_what_they_read(algorithm, keys, mu_shift):
-    """passes=auto's count in the summary is `svrg_passes` by hand: ⌈c b/(γ (λ + μ) n_i)⌉, clipped to [3, 1000],
-    γ = 1/(n_i L_row + λ + μ), L_row the shard's largest row curvature; given passes, nothing is noted."""
+def test_svrg_step_and_auto_passes_are_noted_with_what_they_read(algorithm, keys, mu_shift):
+    """The null step is `svrg_step` by hand, γ = 1/(n_i L_row + λ + μ), L_row the shard's largest row curvature, and
+    passes=auto's count `svrg_passes`: ⌈c b/(γ (λ + μ) n_i)⌉, clipped to [3, 1000]; given numbers note nothing."""
     rng = np.random.default_rng(3)
     X = rng.standard_normal((120, 5)) * np.logspace(-1, 1, 5)
     problem = LogReg(X, np.where(rng.standard_normal(120) > 0, 1.0, -1.0), lam=1e-2)
@@ -441,5 +441,7 @@ def test_auto_passes_are_noted_with_what_they_read(algorithm, keys, mu_shift):
     assert entry["stats"]["kappa"] == pytest.approx(1 / (gamma * shrink), rel=1e-12)
     assert entry["stats"]["contraction"] == pytest.approx(c, rel=1e-12)
     assert entry["value"] == min(max(math.ceil(c / (gamma * shrink * n)), 3), 1000)
-    given = dane.fit(problem, algorithm, workers=2, rounds=1, passes=4, **keys)
-    assert [e for e in given.summary["defaults"] if e["key"] == "algorithm.passes"] == []
+    (step,) = [e for e in result.summary["defaults"] if e["key"] == "algorithm.lr"]
+    assert step["rule"] == "svrg_step" and step["value"] == gamma and step["stats"]["shrink"] == shrink
+    given = dane.fit(problem, algorithm, workers=2, rounds=1, passes=4, lr=gamma, **keys)
+    assert [e for e in given.summary["defaults"] if e["key"] in ("algorithm.passes", "algorithm.lr")] == []

@@ -148,3 +148,22 @@ def test_read_rounds_leaves_out_a_torn_last_line_and_names_a_damaged_one(tmp_pat
     log.write_text('{"round": 0, "objective": 1.5}\n{"round": 1, "obje\n{"round": 2, "objective": 1.0}\n')
     with pytest.raises(DataError, match=rf"^{re.escape(str(log))}, line 2, is not a record \("):
         read_rounds(tmp_path)
+
+
+def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_json(tmp_path):
+    """A default's statistics (κ = inf where λ + μ = 0) or an adaptation's value sit inside lists and dicts: written
+    as strings there too, so a strict JSON reader (no Infinity, no NaN) reads both files."""
+    import json
+    import math
+
+    def strict(text: str):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+
+    writer = RunWriter(tmp_path / "run")
+    writer.write_round({"round": 0, "objective": math.inf, "adapted": [{"key": "mu", "from": 0.0, "to": math.nan}]})
+    writer.write_summary({"status": "diverged", "defaults": [{"stats": {"kappa": math.inf, "rows": 3}}]})
+    writer.close()
+    record = strict((tmp_path / "run" / results.ROUNDS_FILE).read_text())
+    summary = strict((tmp_path / "run" / results.SUMMARY_FILE).read_text())
+    assert record == {"round": 0, "objective": "inf", "adapted": [{"key": "mu", "from": 0.0, "to": "nan"}]}
+    assert summary["defaults"] == [{"stats": {"kappa": "inf", "rows": 3}}]

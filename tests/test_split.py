@@ -148,8 +148,8 @@ def test_logged_bytes_per_link_are_the_formula(schedule, labels):
 def test_cut_null_is_the_smallest_valid_bottom_noted_as_a_default():
     _, _, summary = split_run(2, epochs=1, cut=None)
     assert summary["cut"] == "net.1" and summary["package_rules_applied"] is True  # after the first Linear (net.0: Flatten)
-    assert summary["defaults"] == [{"key": "algorithm.cut", "value": "net.1", "rule": "cut_model (the smallest valid "
-                                    "bottom)", "stats": {"cut_share": summary["cut_share"]}}]
+    assert summary["defaults"] == [{"key": "algorithm.cut", "value": "net.1", "rule": "cut_model",
+                                    "stats": {"cut_share": summary["cut_share"]}}]
     assert summary["bottom_params"] == 64 * 32 + 32
 
 

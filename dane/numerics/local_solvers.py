@@ -282,7 +282,7 @@ def svrg_constants(sub: Subproblem, solver: LocalSolver) -> tuple[float, float, 
     shard = sub.shard
     n, b = shard.n_local, min(solver.batch_size, shard.n_local)
     shrink = sub.l2 + sub.mu  # the deterministic part's curvature: ∇R(w) = shrink·w − linear − μ·anchor
-    lr = solver.lr if solver.lr is not None else 1.0 / (n * shard.row_smoothness() + shrink)
+    lr = solver.lr if solver.lr is not None else svrg_step(n, shard.row_smoothness(), shrink)
     passes = svrg_passes(solver.passes, lr=lr, shrink=shrink, n=n, b=b, contraction=solver.contraction)
     steps = n // b if solver.variant == "epochs" else passes * n // b
     return lr, shrink, steps, b, passes
@@ -312,16 +312,28 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
     return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
 
 
-def auto_passes(shard: Shard, solver: LocalSolver, mu: float) -> dict | None:
-    """What ``passes=auto`` resolves to in ``shard``'s SVRG solves at the proximal weight ``mu`` (with the shard's ℓ2
-    term, as DANE's round solves): ``passes`` (`svrg_passes`) and what it read (``kappa`` = 1/(γ(λ + μ)), the rows
-    n_i, the batch b, the contraction c); None where ``solver`` is not SVRG with ``passes=auto``."""
-    if solver.method != "svrg" or solver.passes != PASSES_AUTO:
-        return None
+def svrg_step(rows: int, row_smoothness: float, shrink: float) -> float:
+    """SVRG's step where ``lr`` is null: γ = 1/L_max = 1/(n_i L_row + λ + μ), the inverse of the largest smoothness of
+    the row terms n_i f_j + ((λ + μ)/2)‖·‖² whose mean the solve minimizes (the step of SAG's and SVRG's practice;
+    Johnson & Zhang 2013's theorem asks γ < 1/(4 L_max) for its rate)."""
+    return 1.0 / (rows * row_smoothness + shrink)
+
+
+def svrg_resolved(shard: Shard, solver: LocalSolver, mu: float) -> dict:
+    """What an SVRG solve's nulls resolve to on ``shard`` at the proximal weight ``mu`` (with the shard's ℓ2 term, as
+    DANE's round solves): ``lr`` (`svrg_step`, where ``solver.lr`` is None) and ``passes`` (`svrg_passes`, where
+    ``passes=auto``), each with what it read; {} for another solver or where both are given."""
+    if solver.method != "svrg":
+        return {}
     sub = Subproblem(shard, anchor=None, linear=None, mu=float(mu), l2=shard.l2)
     lr, shrink, _, b, passes = svrg_constants(sub, solver)
-    return {"passes": passes, "kappa": 1.0 / (lr * shrink) if shrink > 0 else math.inf, "rows": shard.n_local,
-            "batch_size": b, "contraction": solver.contraction}
+    found = {}
+    if solver.lr is None:
+        found["lr"] = {"value": lr, "rows": shard.n_local, "row_smoothness": shard.row_smoothness(), "shrink": shrink}
+    if solver.passes == PASSES_AUTO:
+        found["passes"] = {"value": passes, "kappa": 1.0 / (lr * shrink) if shrink > 0 else math.inf,
+                           "rows": shard.n_local, "batch_size": b, "contraction": solver.contraction}
+    return found
 
 
 def svrg_schedule(n: int, b: int, steps: int, passes: int, variant: str,

@@ -49,9 +49,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def _clean(value):
-    """JSON has no inf or nan; write them as strings so a diverged run is still readable."""
+    """JSON has no inf or nan; write them as strings so a diverged run is still readable (also inside a record's or
+    the summary's lists and dicts: a default's statistics, an adaptation's values)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
     return value
 
 

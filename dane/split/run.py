@@ -148,7 +148,7 @@ def split_entries(spec, algo: SplitRun, last: dict) -> dict:
         "bytes_by_link": dict(algo.bytes_by_link),  # the whole run's, a resumed one's included
         # the defaults policy's keys, as every other method's summary has them: cut=null is the one package rule
         "defaults": [] if config.cut is not None else [
-            {"key": "algorithm.cut", "value": info["cut"], "rule": "cut_model (the smallest valid bottom)",
+            {"key": "algorithm.cut", "value": info["cut"], "rule": "cut_model",  # the smallest valid bottom
              "stats": {"cut_share": info["cut_share"]}}],
         "adaptations": [], "package_rules_applied": config.cut is None, "adaptations_attached": [],
     }
