@@ -110,11 +110,11 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, LocalSolver, load_svrg
+from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, load_svrg
 from dane.problems import Problem
 
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
-from .inexact_dane import InexactSolverKeys, noted_svrg, require_convex_shard
+from .inexact_dane import InexactSolverKeys, noted_svrg, require_convex_shard, svrg_nulls
 
 
 TAU_AUTO = "auto"
@@ -196,11 +196,7 @@ class AIDE(Algorithm):
         # τ=auto's evidence: O at the last round's start, O at the last restart, whether the last round restarted
         self.previous, self.at_restart, self.restarted = math.inf, math.inf, True
         self.defaults = None if self.adaptive else self.resolved()  # τ=auto: known in round 0 (`resolved`)
-        svrg = isinstance(local_solver, LocalSolver) and local_solver.method == "svrg"
-        self.pending_defaults = {"algorithm.tau": "spread_tau",
-                                 **({"algorithm.lr": "svrg_step"} if svrg and local_solver.lr is None else {}),
-                                 **({"algorithm.passes": "svrg_passes"} if svrg and local_solver.passes == PASSES_AUTO
-                                    else {})} if self.adaptive else {}
+        self.pending_defaults = {"algorithm.tau": "spread_tau", **svrg_nulls(local_solver)} if self.adaptive else {}
 
     def _set_tau(self, tau: float) -> None:
         """τ, q, α anew (α_0 = √q: the momentum starts over) and the local solver for this τ."""

@@ -137,6 +137,14 @@ class InexactDANEConfig(InexactSolverKeys, AlgorithmConfig):
         return algo
 
 
+def svrg_nulls(solver: LocalSolver | None) -> dict[str, str]:
+    """The keys of an SVRG local solve that a package rule resolves (its null ``lr``, ``passes=auto``), key -> rule."""
+    if not isinstance(solver, LocalSolver) or solver.method != "svrg":
+        return {}
+    return {**({"algorithm.lr": "svrg_step"} if solver.lr is None else {}),
+            **({"algorithm.passes": "svrg_passes"} if solver.passes == PASSES_AUTO else {})}
+
+
 def noted_svrg(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
     """The ``defaults`` entries of an SVRG local solve's nulls at the proximal weight ``mu``: ``lr``
     (`dane.numerics.local_solvers.svrg_step`) and ``passes=auto`` (`svrg_passes`), this worker's (each worker's from
