@@ -114,7 +114,7 @@ from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, lo
 from dane.problems import Problem
 
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
-from .inexact_dane import InexactSolverKeys, noted_svrg, require_convex_shard, svrg_nulls
+from .inexact_dane import InexactSolverKeys, noted_solve, require_convex_shard, solve_nulls
 
 
 TAU_AUTO = "auto"
@@ -196,7 +196,7 @@ class AIDE(Algorithm):
         # τ=auto's evidence: O at the last round's start, O at the last restart, whether the last round restarted
         self.previous, self.at_restart, self.restarted = math.inf, math.inf, True
         self.defaults = None if self.adaptive else self.resolved()  # τ=auto: known in round 0 (`resolved`)
-        self.pending_defaults = {"algorithm.tau": "spread_tau", **svrg_nulls(local_solver)} if self.adaptive else {}
+        self.pending_defaults = {"algorithm.tau": "spread_tau", **solve_nulls(local_solver)} if self.adaptive else {}
 
     def _set_tau(self, tau: float) -> None:
         """τ, q, α anew (α_0 = √q: the momentum starts over) and the local solver for this τ."""
@@ -209,7 +209,7 @@ class AIDE(Algorithm):
 
     def resolved(self) -> tuple[dict, ...]:
         """The summary's ``defaults``: τ=auto's first τ (`spread_tau`, agreed in round 0) and ``passes=auto``'s passes
-        at the first τ with SVRG's null step (`baselines.inexact_dane.noted_svrg`: proximal weight μ + τ, contraction
+        at the first τ with SVRG's null step (`baselines.inexact_dane.noted_solve`: proximal weight μ + τ, contraction
         ln(1/q))."""
         resolution = Resolution()
         tau = self.first_tau if self.adaptive else self.tau
@@ -217,9 +217,10 @@ class AIDE(Algorithm):
             resolution.add("tau", tau, "spread_tau",
                            column_contraction=COLUMN_CONTRACTION, strong_convexity=self.problem.strong_convexity)
         solver = self.local_solver
-        if isinstance(solver, LocalSolver) and solver.method == "svrg":
-            solver = replace(solver, contraction=inner_contraction(catalyst_q(self.problem.strong_convexity, tau)))
-            resolution.entries += noted_svrg(self.problem, solver, self.mu + tau, self.comm)
+        if isinstance(solver, LocalSolver):
+            if solver.method == "svrg":
+                solver = replace(solver, contraction=inner_contraction(catalyst_q(self.problem.strong_convexity, tau)))
+            resolution.entries += noted_solve(self.problem, solver, self.mu + tau, self.comm)
         return tuple(resolution.entries)
 
     def _adapt(self, objective: float, w: torch.Tensor) -> list[dict]:

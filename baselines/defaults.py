@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 # rules of the layers below, named here so that every rule a summary names is found in this module: InexactDANE's and
-# AIDE's SVRG step and passes=auto (the local solver's), split learning's cut=null (the smallest valid bottom)
-from dane.numerics.local_solvers import LocalSolver, svrg_passes, svrg_step
+# AIDE's SVRG step, passes=auto and CG cap (the local solver's), split learning's cut=null (the smallest valid bottom)
+from dane.numerics.local_solvers import LocalSolver, cg_products, svrg_passes, svrg_step
 from dane.split.cut import cut_model
 
 #: below 2 (a fixed step below 2/L decreases an L-smooth f): room for a Lanczos L short of λ_max, as GD's lr_factor
@@ -73,7 +73,7 @@ class Resolution:
 
     def add(self, key: str, value, rule: str, **stats) -> Any:
         """Note that ``algorithm.<key>`` was ``null`` (or ``auto``) and ``rule`` (the name of a function or constant of
-        this module, `svrg_step`, `svrg_passes` and `cut_model` among them, or "the problem's") set it to ``value`` from ``stats``; returns
+        this module, `svrg_step`, `svrg_passes`, `cg_products` and `cut_model` among them, or "the problem's") set it to ``value`` from ``stats``; returns
         ``value``."""
         self.entries.append({"key": f"algorithm.{key}", "value": value, "rule": rule,
                              "stats": {k: v for k, v in stats.items() if v is not None}})

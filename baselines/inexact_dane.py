@@ -42,7 +42,7 @@ from dane.comm import Communicator
 from dane.algorithm import AlgorithmConfig
 from dane.dane import DANE
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, check_passes, svrg_resolved
+from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, cg_products, check_passes, svrg_resolved
 from dane.problems import Problem, ProblemConfig
 
 from .defaults import Resolution
@@ -130,30 +130,37 @@ class InexactDANEConfig(InexactSolverKeys, AlgorithmConfig):
                 "solves exactly: algorithm=dane)")
 
     def build(self, problem: Problem, comm: Communicator) -> "InexactDANE":
-        """SVRG's null step and ``passes=auto`` noted in the summary's ``defaults`` (`noted_svrg`)."""
+        """SVRG's null step and ``passes=auto`` noted in the summary's ``defaults`` (`noted_solve`)."""
         solver = self.solver()
         algo = InexactDANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard, local_solver=solver)
-        algo.defaults = noted_svrg(problem, solver, self.mu, comm)
+        algo.defaults = noted_solve(problem, solver, self.mu, comm)
         return algo
 
 
-def svrg_nulls(solver: LocalSolver | None) -> dict[str, str]:
-    """The keys of an SVRG local solve that a package rule resolves (its null ``lr``, ``passes=auto``), key -> rule."""
+def solve_nulls(solver: LocalSolver | None) -> dict[str, str]:
+    """The keys of the local solve that a package rule resolves (SVRG's null ``lr`` and ``passes=auto``, CG's null
+    ``cg_max_iter``), key -> rule."""
+    if isinstance(solver, LocalSolver) and solver.method == "cg" and solver.max_iter is None:
+        return {"algorithm.cg_max_iter": "cg_products"}
     if not isinstance(solver, LocalSolver) or solver.method != "svrg":
         return {}
     return {**({"algorithm.lr": "svrg_step"} if solver.lr is None else {}),
             **({"algorithm.passes": "svrg_passes"} if solver.passes == PASSES_AUTO else {})}
 
 
-def noted_svrg(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
-    """The ``defaults`` entries of an SVRG local solve's nulls at the proximal weight ``mu``: ``lr``
+def noted_solve(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
+    """The ``defaults`` entries of the local solve's nulls: CG's ``cg_max_iter`` (`cg_products`) and, at the
+    proximal weight ``mu``, an SVRG solve's ``lr``
     (`dane.numerics.local_solvers.svrg_step`) and ``passes=auto`` (`svrg_passes`), this worker's (each worker's from
     its own rows; a safeguard's larger μ takes a longer step and fewer passes), with what the rules read; none for
     given numbers, another local solver, or a problem without rows (no SVRG solve runs)."""
+    resolution = Resolution()
+    if solver.method == "cg" and solver.max_iter is None:  # the problem's own Newton systems (not its rows)
+        resolution.add("cg_max_iter", cg_products(problem), "cg_products", dim=problem.dim)
     rows = problem.rows if getattr(problem, "rows", None) is not None else problem  # whose SVRG solves run
     if getattr(rows, "row_smoothness", None) is None:
-        return ()
-    resolution, found = Resolution(), svrg_resolved(rows, solver, mu)
+        return tuple(resolution.entries)
+    found = svrg_resolved(rows, solver, mu)
     if "lr" in found:
         resolution.add("lr", found["lr"].pop("value"), "svrg_step", worker=comm.rank, **found["lr"])
     if "passes" in found:

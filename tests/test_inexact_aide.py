@@ -445,3 +445,19 @@ def test_svrg_step_and_auto_passes_are_noted_with_what_they_read(algorithm, keys
     assert step["rule"] == "svrg_step" and step["value"] == gamma and step["stats"]["shrink"] == shrink
     given = dane.fit(problem, algorithm, workers=2, rounds=1, passes=4, lr=gamma, **keys)
     assert [e for e in given.summary["defaults"] if e["key"] in ("algorithm.passes", "algorithm.lr")] == []
+
+
+@pytest.mark.parametrize("dtype, per_dim", [("float64", 1), ("float32", 10)])
+def test_the_cg_cap_of_a_null_cg_max_iter_is_noted_as_the_solves_take_it(dtype, per_dim):
+    """local_solver=cg with cg_max_iter null: the linear model's own cap, CG_PRODUCTS_PER_DIM[dtype] x d products."""
+    from dane.problems.glm import CG_PRODUCTS_PER_DIM
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((80, 5))
+    problem = LogReg(X, np.where(rng.standard_normal(80) > 0, 1.0, -1.0), lam=1e-2, dtype=dtype)
+    result = dane.fit(problem, "inexact_dane", workers=2, rounds=1, local_solver="cg")
+    shard = problem.build(0, 2, getattr(torch, dtype))
+    assert CG_PRODUCTS_PER_DIM[getattr(torch, dtype)] == per_dim
+    assert [(e["key"], e["value"], e["rule"]) for e in result.summary["defaults"]] == \
+        [("algorithm.cg_max_iter", per_dim * shard.dim, "cg_products")] == [("algorithm.cg_max_iter",
+                                                                             shard.cg_default_products, "cg_products")]

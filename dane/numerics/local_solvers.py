@@ -319,6 +319,13 @@ def svrg_step(rows: int, row_smoothness: float, shrink: float) -> float:
     return 1.0 / (rows * row_smoothness + shrink)
 
 
+def cg_products(shard) -> int:
+    """CG's Hessian-vector products per solve where ``max_iter`` is null: the shard's own count (a linear model's
+    `dane.problems.glm.CG_PRODUCTS_PER_DIM` × d: d in float64, more in float32, where CG loses conjugacy sooner),
+    else d, where CG in exact arithmetic has ended (Hestenes & Stiefel 1952)."""
+    return int(getattr(shard, "cg_default_products", shard.dim))
+
+
 def svrg_resolved(shard: Shard, solver: LocalSolver, mu: float) -> dict:
     """What an SVRG solve's nulls resolve to on ``shard`` at the proximal weight ``mu`` (with the shard's ℓ2 term, as
     DANE's round solves): ``lr`` (`svrg_step`, where ``solver.lr`` is None) and ``passes`` (`svrg_passes`, where
