@@ -203,9 +203,13 @@ class AIDE(Algorithm):
         self.tau = tau
         self.q = catalyst_q(self.problem.strong_convexity, tau)
         self.alpha = catalyst_alpha0(self.q)
-        self.solver = self.local_solver
+        self.solver = self.solver_at(self.q)
+
+    def solver_at(self, q: float):
+        """The local solver for Catalyst's q: an SVRG solve contracting by ``inner_contraction(q)``, else as given."""
         if isinstance(self.local_solver, LocalSolver) and self.local_solver.method == "svrg":
-            self.solver = replace(self.local_solver, contraction=inner_contraction(self.q))
+            return replace(self.local_solver, contraction=inner_contraction(q))
+        return self.local_solver
 
     def resolved(self) -> tuple[dict, ...]:
         """The summary's ``defaults``: τ=auto's first τ (`spread_tau`, agreed in round 0) and ``passes=auto``'s passes
@@ -216,10 +220,8 @@ class AIDE(Algorithm):
         if self.adaptive:
             resolution.add("tau", tau, "spread_tau",
                            column_contraction=COLUMN_CONTRACTION, strong_convexity=self.problem.strong_convexity)
-        solver = self.local_solver
+        solver = self.solver_at(catalyst_q(self.problem.strong_convexity, tau))
         if isinstance(solver, LocalSolver):
-            if solver.method == "svrg":
-                solver = replace(solver, contraction=inner_contraction(catalyst_q(self.problem.strong_convexity, tau)))
             resolution.entries += noted_solve(self.problem, solver, self.mu + tau, self.comm)
         return tuple(resolution.entries)
 

@@ -73,8 +73,8 @@ class Resolution:
 
     def add(self, key: str, value, rule: str, **stats) -> Any:
         """Note that ``algorithm.<key>`` was ``null`` (or ``auto``) and ``rule`` (the name of a function or constant of
-        this module, `svrg_step`, `svrg_passes`, `cg_products` and `cut_model` among them, or "the problem's") set it to ``value`` from ``stats``; returns
-        ``value``."""
+        this module, `svrg_step`, `svrg_passes`, `cg_products` and `cut_model` among them, or "the problem's") set it
+        to ``value`` from ``stats``; returns ``value``."""
         self.entries.append({"key": f"algorithm.{key}", "value": value, "rule": rule,
                              "stats": {k: v for k, v in stats.items() if v is not None}})
         return value

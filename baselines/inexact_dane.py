@@ -130,7 +130,8 @@ class InexactDANEConfig(InexactSolverKeys, AlgorithmConfig):
                 "solves exactly: algorithm=dane)")
 
     def build(self, problem: Problem, comm: Communicator) -> "InexactDANE":
-        """SVRG's null step and ``passes=auto`` noted in the summary's ``defaults`` (`noted_solve`)."""
+        """The local solve's nulls (SVRG's step and ``passes=auto``, CG's cap) noted in the summary's ``defaults``
+        (`noted_solve`)."""
         solver = self.solver()
         algo = InexactDANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard, local_solver=solver)
         algo.defaults = noted_solve(problem, solver, self.mu, comm)
@@ -150,10 +151,10 @@ def solve_nulls(solver: LocalSolver | None) -> dict[str, str]:
 
 def noted_solve(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
     """The ``defaults`` entries of the local solve's nulls: CG's ``cg_max_iter`` (`cg_products`) and, at the
-    proximal weight ``mu``, an SVRG solve's ``lr``
-    (`dane.numerics.local_solvers.svrg_step`) and ``passes=auto`` (`svrg_passes`), this worker's (each worker's from
-    its own rows; a safeguard's larger μ takes a longer step and fewer passes), with what the rules read; none for
-    given numbers, another local solver, or a problem without rows (no SVRG solve runs)."""
+    proximal weight ``mu``, an SVRG solve's ``lr`` (`dane.numerics.local_solvers.svrg_step`) and ``passes=auto``
+    (`svrg_passes`), this worker's (each worker's from its own rows; a safeguard's larger μ takes a longer step and
+    fewer passes), with what the rules read; none for given numbers, another local solver, or a problem without rows
+    (no SVRG solve runs)."""
     resolution = Resolution()
     if solver.method == "cg" and solver.max_iter is None:  # the problem's own Newton systems (not its rows)
         resolution.add("cg_max_iter", cg_products(problem), "cg_products", dim=problem.dim)

@@ -37,7 +37,7 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.problems.glm import LinearModelShard
 from dane.problems.stacked_hessians import CompactHessians, PackedRows, packed_size, unpack
-from dane.problems.stacked_rows import StackedRows
+from dane.problems.stacked_rows import StackedRows, rows_refusal
 from dane.sampling import SamplingKeys, sampled_mean
 
 from .federated import VALUE_BITS, ClientBits, Federated
@@ -52,8 +52,7 @@ def require_rows(problem: Problem, comm: Communicator, method: str) -> None:
         return
     got = f"a softmax model ({problem.classes} outputs)" if isinstance(problem, LinearModelShard) else \
         f"a problem without rows of a linear model ({type(problem).__name__})"
-    raise ConfigError(f"algorithm={method} needs a linear model with one output on rows (problem=logreg, or "
-                      f"problem=ridge with data=...), got {got}")
+    raise ConfigError(rows_refusal(method, got))
 
 
 def client_rows(problem: Problem, comm: Communicator, method: str) -> StackedRows:

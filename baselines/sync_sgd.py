@@ -60,7 +60,7 @@ class SyncSGD(Algorithm):
                 raise ConfigError(f"algorithm=sync_sgd needs minibatch gradients ({type(problem).__name__}.{needed}); "
                                   "use algorithm=gd on this problem")
         self.batch_size = batch_size
-        self.steps_per_round = steps_per_round or max(1, problem.n_local // batch_size)  # null: this worker's own,
+        self.steps_per_round = steps_per_round or sgd_steps_per_round(problem.n_local, batch_size)  # null: its own,
         self.agree = steps_per_round is None  # until round 0 agrees on the mean shard's (module docstring)
         self.defaults = None if self.agree else ()
         self.pending_defaults = {"algorithm.steps_per_round": "sgd_steps_per_round"} if self.agree else {}

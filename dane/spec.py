@@ -31,7 +31,7 @@ from .comm.horovod import HorovodOptions
 from .loop.batching import check_batched
 from .errors import ConfigError
 from .problems import ProblemConfig
-from .problems.stacked_rows import rows_form
+from .problems.stacked_rows import rows_form, rows_refusal
 from .loop.stopping import StopRule
 from .records.trackers import check_loggers
 
@@ -187,8 +187,7 @@ def refuse_rowless(algorithm: AlgorithmConfig, problem: ProblemConfig) -> None:
         return
     got = "a softmax model (problem.loss=softmax)" if getattr(problem, "loss", None) == "softmax" else \
         f"problem={problem.name}, which has no rows of a linear model"
-    raise ConfigError(f"algorithm={algorithm.name} needs a linear model with one output on rows (problem=logreg, or "
-                      f"problem=ridge with data=...), got {got}")
+    raise ConfigError(rows_refusal(algorithm.name, got))
 
 
 def refuse_compression(algorithm: AlgorithmConfig, comm: Communication) -> None:

@@ -68,6 +68,12 @@ def rows_form(problem: ProblemConfig, size: int) -> str | None:
     return None
 
 
+def rows_refusal(method: str, got: str) -> str:
+    """The one line of ``algorithm=method``, which needs what `rows_form` accepts, given ``got`` instead."""
+    return (f"algorithm={method} needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
+            f"data=...), got {got}")
+
+
 def build_rows(problem: ProblemConfig, size: int, dtype: torch.dtype) -> StackedRows:
     """The ``size`` shards of ``problem`` stacked on their rows, the reference optimum (``problem.optimum``) attached
     to them as on the per-worker path (`dane.reference.attach_all`; in the summary's ``setup_s``, which it is not

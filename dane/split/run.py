@@ -14,7 +14,7 @@ import contextlib
 
 import torch
 
-from ..loop.callbacks import Callback, Checkpoints, Collect, Display, Records, save_iterate, shows
+from ..loop.callbacks import Callback, Checkpoints, Collect, Display, Policy, Records, save_iterate, shows
 from ..loop.checkpoint import commit_checkpoint, load_checkpoint, part_meta, save_checkpoint
 from ..comm.launcher_signals import LauncherTerminated
 from ..comm.tail import ALPHA_BETA_ONLY
@@ -97,7 +97,11 @@ def drive(spec, algo: SplitRun, out_dir: str | None, collect: dict | None) -> di
     backend = "simulator" if spec.comm.backend == "local" else spec.comm.backend
     loop = Loop(spec, algo, algo.comm, out_dir, backend=backend,
                 checkpoint_every=control.checkpoint_every)
-    callbacks: list[Callback] = [SplitCheckpoints(spec), SplitEnd()]
+    # the defaults policy's entry, shown and summarized by `Policy` as every method's: cut=null is the one package rule
+    algo.defaults = () if spec.algorithm.cut is not None else (
+        {"key": "algorithm.cut", "value": algo.info["cut"], "rule": "cut_model",  # the smallest valid bottom
+         "stats": {"cut_share": algo.info["cut_share"]}},)
+    callbacks: list[Callback] = [SplitCheckpoints(spec), SplitEnd(), Policy(shows(control))]
     if collect is not None:
         callbacks.append(Collect(collect))
     if out_dir:
@@ -146,11 +150,6 @@ def split_entries(spec, algo: SplitRun, last: dict) -> dict:
         "cut_width": info["cut_width"], "bottom_params": count(parts.bottom), "top_params": count(parts.top),
         "head_params": count(parts.head), "data": info["data"].info(),
         "bytes_by_link": dict(algo.bytes_by_link),  # the whole run's, a resumed one's included
-        # the defaults policy's keys, as every other method's summary has them: cut=null is the one package rule
-        "defaults": [] if config.cut is not None else [
-            {"key": "algorithm.cut", "value": info["cut"], "rule": "cut_model",  # the smallest valid bottom
-             "stats": {"cut_share": info["cut_share"]}}],
-        "adaptations": [], "package_rules_applied": config.cut is None, "adaptations_attached": [],
     }
     if spec.comm.backend == "local":
         # its links charge α + bytes/β per message (`SimLink`): a calibration's tail is not drawn here
