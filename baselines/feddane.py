@@ -13,10 +13,8 @@ S'_t = S_t by default, as in the authors' code (litian96/FedProx, ``trainers/fed
 ``select_clients(round)``, which reseeds NumPy with the round, so they return the same set); ``resample=true``
 draws S'_t afresh, as the paper's Algorithm 1 is printed.  The two differ in what the local solves invert:
 the correction's heterogeneous part g_t − ∇O_i(w_t) comes from S_t's data, and a client of S'_t outside S_t
-may have no curvature along it but μ and the l2 weight, so its step (H_i + μI)⁻¹ g_t is large.  On phishing
-over 20 Dirichlet clients (α = 1) with 10 a round, ``resample=true`` at the default μ climbed above the
-start and diverged within 40 rounds; S'_t = S_t did not (the paper reports FedDANE diverging under low
-participation and heterogeneity).  With S'_t = S_t and η = 1 FedDANE is S-DANE with exact local solves, round for
+may have no curvature along it but μ and the l2 weight, so its step (H_i + μI)⁻¹ g_t can be large (the paper
+reports FedDANE diverging under low participation and heterogeneity).  With S'_t = S_t and η = 1 FedDANE is S-DANE with exact local solves, round for
 round (`baselines.sdane`).  With ``resample=true`` a client of S'_t outside S_t computes ∇O_i(w_t) for its own
 solve (local work, no communication).
 

@@ -185,8 +185,8 @@ def run_one(problem: LinearModelConfig, algorithm: str, workers: int, cap: int, 
 def baseline_cap(case: Problem, algorithm: str, rows: dict, quick: bool) -> tuple[int, str]:
     """The round cap and the rule that set it.
 
-    The baselines a problem names in ``auto_caps`` (ADMM's exact local solves cost ~1 s of wall
-    time a round on MNIST, 0.2 s on the rcv1-like file) run 3 x (the best Newton-type allreduce
+    The baselines a problem names in ``auto_caps`` (where ADMM's exact local solves make its rounds
+    the section's costliest: MNIST, the rcv1-like file) run 3 x (the best Newton-type allreduce
     count) + 1 rounds, one allreduce or more each: exactly enough to decide goal (a) either
     way, at the least cost.
     Goal (b) is then undetermined where ADMM's simulated time at that cap is still below

@@ -24,7 +24,7 @@ NO_GPU = "torch sees no CUDA device"
 #: name -> (problem maker in dane.problems, rows N, features d, non-zero fraction of X (1: dense), local solver, λ)
 CONVEX_CASES = {
     "ridge_dense_cholesky": ("Ridge", 40_000, 1000, 1.0, "cholesky", 1e-3),
-    "logreg_dense_cg": ("LogReg", 20_000, 1000, 1.0, "cg", 1e-3),  # 40,000 rows: 5.5 s a CPU round at m = 1
+    "logreg_dense_cg": ("LogReg", 20_000, 1000, 1.0, "cg", 1e-3),
     "logreg_sparse_cg": ("LogReg", 100_000, 20_000, 0.002, "cg", 1e-3),
     "ridge_synthetic_cholesky": ("RidgeSyntheticConfig", 100_000, 500, 1.0, "cholesky", 0.005),  # the paper's ridge
 }

@@ -25,11 +25,12 @@ from dane.problems.stacked_rows import StackedRows  # noqa: E402
 from scripts.harness import Bench, Run, data_dir, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
 
 LAM = 1e-3
-#: FedNL's option 2 (H + l I): from x⁰ = 0 RandK with option 1 (the projection at μ = λ) wandered at a gradient norm
-#: of 0.2-0.9 over 300 rounds on a9a, option 2 reached 1e-17 within 125 (FedNL's theory is local)
+#: FedNL's option 2 (H + l I), the globally safe one from x⁰ = 0 (option 1's projection at μ = λ rests on FedNL's
+#: local theory)
 OPTION = 2
-#: issue 34's u-FedNL seconds per round on the real files (FedNL-PP: the w8a-sized synthetic table, the upper
-#: end of its range), 1000 rounds, both cores of a 2-core AMD EPYC VM
+#: u-FedNL's seconds per round on the real files (FedNL-PP: the w8a-sized synthetic table, the upper end of its
+#: range), 1000 rounds, both cores of a 2-core AMD EPYC VM: the C++ build's figures this section is held to
+#: (docs/design.md, "Public reference implementations")
 UFEDNL_S_PER_ROUND = {
     ("a9a", "topk"): 0.0216, ("a9a", "randk"): 0.0221, ("a9a", "none"): 0.0195,
     ("w8a", "topk"): 0.1363, ("w8a", "randk"): 0.1478, ("w8a", "none"): 0.1441,
@@ -39,7 +40,7 @@ TABLES = {"a9a": ("a9a", 80, None), "w8a": ("w8a", 142, None), "w8a_pp": ("w8a",
 MEMORY_LIMIT_GIB = 24  # these machines' memory (docs/design.md, "The machines")
 MEMORY_ROUNDS = 2
 MEMORY_DIMS = (1000, 2000, 4000, 6000)   # at MEMORY_BASE_CLIENTS clients
-MEMORY_CLIENTS = (142, 284, 568)  # at d = MEMORY_BASE_DIM (1136 clients took 5 minutes of setup under load)
+MEMORY_CLIENTS = (142, 284, 568)  # at d = MEMORY_BASE_DIM
 MEMORY_BASE_CLIENTS, MEMORY_BASE_DIM = 142, 300
 ROWS_PER_CLIENT = 350  # w8a's 49,749 rows over 142 clients
 NNZ_PER_ROW = 12
@@ -204,7 +205,7 @@ def run(bench: Run) -> dict:
     torch.set_num_threads(args.threads)
     report = {"machine": bench.machine, "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
-              "(issue 34)", "option": OPTION,
+              "(docs/design.md, Public reference implementations)", "option": OPTION,
               "tables": bench.earlier.get("tables", {})}  # --only keeps the other tables
     args.only = args.only or [*TABLES, "memory"]
     if "memory" in args.only:

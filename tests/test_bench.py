@@ -659,7 +659,9 @@ def test_the_readme_table_is_generated_from_the_json(quick, tmp_path):
     bench.write_text(json.dumps(whole))
     readme.write_text(f"before\n{BEGIN}\nold numbers\n{END}\nafter\n")
     main(["--json", str(bench), "--readme", str(readme)])
-    assert readme.read_text() == f"before\n{BEGIN}\n{text}\n{END}\nafter\n"
+    named = render(report, sources=[str(bench)])  # the caption names the JSON it was rendered from
+    assert f"defaults.py's JSON {bench} (" in named and named.replace(f" {bench}", "", 1) == text
+    assert readme.read_text() == f"before\n{BEGIN}\n{named}\n{END}\nafter\n"
 
 
 def test_each_method_row_records_the_code_it_ran(quick):
@@ -750,12 +752,14 @@ def test_the_federated_methods_have_their_own_block(tmp_path):
     page.write_text(f"a\n{BEGIN}\nold\n{END}\nb\n{FEDERATED_BEGIN}\nold\n{FEDERATED_END}\n")
     data.write_text(json.dumps({"defaults": report}))
     main(["--json", str(data), "--page", str(page)])
-    assert page.read_text() == f"a\n{BEGIN}\nold\n{END}\nb\n{FEDERATED_BEGIN}\n{render(report, FEDERATED)}\n{FEDERATED_END}\n"
+    assert page.read_text() == \
+        f"a\n{BEGIN}\nold\n{END}\nb\n{FEDERATED_BEGIN}\n{render(report, FEDERATED, [str(data)])}\n{FEDERATED_END}\n"
     other = {**report, "started_at": "u", "cells": {"c/ridge": {"methods": {"scaffold": row("converged", 30, 20)}}}}
     (tmp_path / "other.json").write_text(json.dumps({"defaults": other}))
     main(["--json", str(data), str(tmp_path / "other.json"), "--page", str(page)])  # runs split by --only
     text = page.read_text()
     assert "| c/ridge | 12 (8) | floor (5) | 30 (20) |" in text and "(t, load average [1.0]; u, load average" in text
+    assert f"JSON {data}, {tmp_path / 'other.json'} (t," in text  # the caption names both files
 
 
 def record(k, sub, objective_star=-2.0, **extra):

@@ -182,10 +182,12 @@ def test_the_defaults_tables_are_what_their_tracked_json_renders_to():
     for command in commands:  # each writes the block of every group its JSON holds, as `main` does
         sources = command.split()
         assert all(path.startswith(f"{EVIDENCE}/") for path in sources), sources
-        report = combine([load(path)["defaults"] for path in sources])
+        reports = [load(path)["defaults"] for path in sources]
+        report = combine(reports)
         for group, begin, end in ((None, BEGIN, END), (FEDERATED, FEDERATED_BEGIN, FEDERATED_END)):
             if methods_of(report, group):
-                rendered[begin] = (render(report, group), end)
+                named = [path for path, one in zip(sources, reports) if methods_of(one, group)]
+                rendered[begin] = (render(report, group, named), end)
     assert set(rendered) == {BEGIN, FEDERATED_BEGIN}, "a defaults block has no command that renders it"
     for begin, (table, end) in rendered.items():
         assert table == block(text, begin, end), f"the {begin} block is not its JSON's: rerun {commands}"

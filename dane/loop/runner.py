@@ -80,7 +80,7 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
 
     ``keep_records=False`` keeps only the last record (and round 0's, for the stop tests): a simulated worker other
     than rank 0, whose records are rank 0's and whose summary nobody reads (`dane.loop.worker.run_worker`), so that m
-    simulated workers hold the run's records once, not m times (about 0.8 KB a round each).
+    simulated workers hold the run's records once, not m times.
 
     An algorithm whose answer is final before the cap (one-shot averaging) says so with a
     ``finished`` attribute, None until then and afterwards (status, why): the run ends on

@@ -23,8 +23,8 @@ to every a ≤ b among them: k(k+1)/2 products a row instead of d².  They are l
 sparse (m·S) x N matrix P with :math:`P_{(c,\,slot(a,b)),\,j} = w\,x_{ja}x_{jb}`, so that a round's
 Hessians are one product, compact(H) = P f''(z): `dane.problems.stacked_rows.block_products`, over P held by
 columns (CSC) with each entry's slot in its client's row (``slots``, 2 bytes where S ≤ 65,536), the sums in the
-order of SciPy's CSR product, bit for bit (that product, and a numba loop over P's rows, took about twice as long
-on a9a and w8a: each slot sums a few products, 17 on a9a and 5 on w8a on average).  The margins, losses,
+order of SciPy's CSR product, bit for bit (`make bench` section `fednl` times the round this serves).  The
+margins, losses,
 gradients and f''(z) come from one compiled pass over the rows (`dane.problems.stacked_rows.row_pass`), all m
 workers' or a few's.  Compressing the compact rows: `dane.problems.stacked_compress`.
 """
