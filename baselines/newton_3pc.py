@@ -17,7 +17,10 @@ The 3PC of X = ∇²O_i(x_k), with h = H_i, y = Y_i (``mechanism``):
 - ``bag`` (Bernoulli aggregation): X with probability p, else h;
 - ``cbag``: h + C(X − h) with probability p, else h.
 
-ζ = ``zeta``, p = ``p``, C = ``compressor`` (`dane.compress`, on the packed triangle as FedNL's); the coins come from
+ζ = ``zeta``, p = ``p``, C = ``compressor`` (`dane.compress`, on the packed triangle as FedNL's).  The paper's
+``clag`` and ``cbag`` take a contractive C (E‖C(x) − x‖² ≤ (1 − δ)‖x‖²: TopK); an unbiased one (RandK, natural,
+dithering) is used as the contractive C/(ω + 1), ω of the packed triangle's length, as EF21 uses it (`baselines.ef21`):
+unscaled, its variance ω‖x‖² can exceed ‖x‖² and H_i wanders off.  The coins come from
 each client's own stream (NumPy's generator seeded by (seed, `COIN_STREAM`, client id, round)), the same whether a
 client is alone or in the stack.  [H]_μ is FedNL's projection onto {H ⪰ μI} (μ = ``mu``; null: the
 problem's ℓ2 weight; `baselines.fednl_server.newton_direction`).
@@ -81,6 +84,8 @@ class Newton3PC(ClientBits, Federated):
         self.compressor = make(compressor)
         clients = linear_rows(problem, comm, self.name)
         self.d, self.mechanism, self.zeta, self.p, self.seed = clients.d, mechanism, zeta, p, seed
+        omega = self.compressor.unbiased_omega(message_entries(self.compressor, self.d))
+        self.shrink = 1.0 if omega is None else 1.0 / (1.0 + omega)  # C/(ω + 1) for an unbiased C (docstring)
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.client = FedNLClients(clients, self.w.numpy(), compressor=self.compressor, alpha=1.0, option=1,
                                    variant="plain", seed=seed)                  # H_i⁰ = ∇²O_i(x⁰)
@@ -124,7 +129,7 @@ class Newton3PC(ClientBits, Federated):
             grad, payload = self.own(grads), self.payload(self.w)
         change = X - self.client.H_i
         if self.mechanism in ("clag", "cbag"):
-            change = self.client.compress(change, None, self.rounds)
+            change = self.client.compress(change, None, self.rounds) * self.shrink
         change[~fired] = 0.0
         self.client.H_i += change
         if self.mechanism in ("lag", "bag"):  # exactly X, not H_i + (X − H_i): LAG's next trigger then compares
