@@ -119,7 +119,7 @@ class FedNLBC(FedNL):
                                                       mu=self.mu) + self.G
         x_next = w + newton_direction(self.H, g, l, option=self.option, mu=self.mu)  # server: w_k − H_k⁻¹ g_k
         s = self.model_compressor(torch.from_numpy(x_next - w), self.server_generator)  # s_k = C_M(x − w_k)
-        self.w = torch.from_numpy(w) + self.eta * s                                    # w_{k+1} = w_k + η s_k
+        self.w = (torch.from_numpy(w) + self.eta * s).to(self.w.dtype)                 # w_{k+1} = w_k + η s_k
         self.H += S_mean.numpy()                                                       # H ← H + α mean S_i
         self.count_bc(len(members), full)
         self.rounds += 1

@@ -320,7 +320,7 @@ class FedNL(ClientBits, Federated):
         if self.variant == "ls":
             self.step_size, trials = armijo_backtrack(self.global_objective, x, float(reduced[0][0]), g, direction,
                                                       c=self.ls_c, gamma=self.ls_gamma)
-        self.w = torch.from_numpy(x + self.step_size * direction)
+        self.w = torch.from_numpy(x + self.step_size * direction).to(self.w.dtype)  # the server's float64, cast back
         self.H += S_mean.numpy()                                                        # H ← H + α mean S_i
         self.count(len(members), uplink_bits(self.compressor, self.d, variant=self.variant, option=self.option)
                    + VALUE_BITS * trials, down=self.d * (1 + trials))
@@ -341,14 +341,14 @@ class FedNL(ClientBits, Federated):
         S_mean, l, g, *reduced = self.comm.allreduce_mean(sent + self.payload(self.w))  # uplink: (1/m) Σ_{S_k}
         for key, delta in (("H", S_mean), ("l", l), ("g", g)):
             getattr(self, key)[...] += delta.numpy()
-        self.w = torch.from_numpy(x_next)
+        self.w = torch.from_numpy(x_next).to(self.w.dtype)
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
         return {**self.record(reduced, members), "step_size": 1.0, "clients_uplink_bits": self.uplink_bits}
 
 
     def global_objective(self, x: np.ndarray) -> float:
         """O(x): one allreduce of the clients' O_i(x) (FedNL-LS's trials)."""
-        (value,) = self.comm.allreduce_mean([self.problem.objective(torch.from_numpy(x)).reshape(-1)])
+        (value,) = self.comm.allreduce_mean([self.problem.objective(torch.from_numpy(x).to(self.w.dtype)).reshape(-1)])
         return float(value)
 
     def state_dict(self) -> dict:

@@ -468,6 +468,22 @@ def test_newton_3pc_uses_an_unbiased_compressor_as_the_contractive_one(logistic,
     assert moved > 0
 
 
+@pytest.mark.parametrize("method, keys", [("fednl", {}), ("fednl", {"variant": "ls"}),
+                                         ("fednl", {"variant": "pp", "clients_per_round": 2}), ("fednl_bc", {})])
+def test_the_fednl_line_keeps_a_float32_run_in_float32(method, keys):
+    """The server's Newton step is float64 NumPy; the iterate it hands back (and FedNL-LS's trial points) are cast to
+    the problem's dtype, so a float32 run stays one (a float64 iterate met float32 rows in the next round's product
+    and the run ended in a dtype error), and it lands where the float64 run does to float32's round-off."""
+    import dane
+
+    X, y = data()
+    problem = dane.problems.LogReg(X, y, lam=LAM)
+    runs = {dtype: dane.fit(problem, method, workers=M, rounds=6, dtype=dtype, quiet=True, **keys)
+            for dtype in (torch.float32, torch.float64)}
+    assert runs[torch.float32].w.dtype == torch.float32 and runs[torch.float32].status == "max_rounds"
+    np.testing.assert_allclose(runs[torch.float32].w.numpy(), runs[torch.float64].w.numpy(), rtol=0, atol=1e-5)
+
+
 def test_newton_3pc_resumes(logistic):
     from dane.baselines.newton_3pc import Newton3PCConfig
 
