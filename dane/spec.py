@@ -203,10 +203,12 @@ def refuse_compression(algorithm: AlgorithmConfig, comm: Communication) -> None:
                           f"{which} does not run yet; use comm=local, torch or horovod")
     if comm.compress is None or algorithm.algorithm.compressible:
         return
-    if all(spec is None or isinstance(compress.make(spec), compress.Identity)
-           for spec in (comm.compress, comm.compress_down)) and not comm.error_feedback:
+    fixes = [f"comm.{key}=none or null" for key in ("compress", "compress_down")
+             if getattr(comm, key) is not None and not isinstance(compress.make(getattr(comm, key)), compress.Identity)]
+    fixes += ["comm.error_feedback=false"] * bool(comm.error_feedback)  # the keys that compress, named as given
+    if not fixes:
         return
     offered = [name for name, cls in known_algorithms().items() if cls.compressible]
     raise ConfigError(f"algorithm={algorithm.name} declares no message safe to compress (its update needs exact "
-                      f"averages); set comm.compress=none or null, or use an algorithm that declares some: "
+                      f"averages); set {' and '.join(fixes)}, or use an algorithm that declares some: "
                       f"{', '.join(offered)}")
