@@ -419,6 +419,11 @@ def test_a_resumed_runs_summary_reads_the_records_from_before_its_resume(tmp_pat
     resumed = execute_with(run_dir, *args, "sim.fail_at=[[8,1]]", f"out_dir={run_dir}", "resume=auto")
     assert resumed["resumed_from_round"] == 6 and "over the last 12 rounds" in whole["stopped_by"]
     assert (resumed["stopped_by"], resumed.get("adaptations")) == (whole["stopped_by"], whole.get("adaptations"))
+    # the clock's split is the whole run's too (it was the rounds' after the resume): the alpha-beta cost of the same
+    # messages, and compute the rest of the clock
+    assert resumed["simulated_comm_s"] == pytest.approx(whole["simulated_comm_s"], rel=1e-12)
+    assert resumed["simulated_compute_s"] + resumed["simulated_comm_s"] == \
+        pytest.approx(resumed["simulated_time_s"], rel=1e-12)
 
 
 @pytest.mark.parametrize("method", [("algorithm=gd",), ("algorithm=admm", "algorithm.rho=0.01")])

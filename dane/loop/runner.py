@@ -26,13 +26,23 @@ def _work_snapshot(comm, ledger: work.Ledger | None):
     return snapshot
 
 
-def restore_cost(comm, cost: dict) -> None:
-    """Continue a communicator's counters and clock from a checkpoint's ``cost``."""
+def clock_split(comm) -> dict:
+    """The simulator's clock, split: the seconds of it spent in collectives (``comm_s``; the rest is compute), which a
+    checkpoint keeps beside ``cost`` so that a resumed run's summary splits its whole clock, not the part after."""
+    group = getattr(comm, "group", None)
+    return {} if group is None else {"clock_split": {"comm_s": group.comm_time}}
+
+
+def restore_cost(comm, cost: dict, split: dict | None = None) -> None:
+    """Continue a communicator's counters and clock from a checkpoint's ``cost`` (and `clock_split`'s ``split``)."""
     comm.bytes_sent, comm.calls = int(cost["bytes_sent"]), int(cost["comm_rounds"])
     restore_traffic_bits(comm, cost)
     group = getattr(comm, "group", None)
     if group is not None:  # the simulator: its clock is the simulated parallel time
         group.clock = float(cost["time_s"])
+        if split is not None:  # checkpoints from before the split: the summary's parts cover the rounds after
+            group.comm_time = float(split["comm_s"])
+            group.compute_time = group.clock - group.comm_time
     else:
         comm.restore_clock(float(cost["time_s"]))
 
@@ -129,7 +139,7 @@ def rounds_of(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | N
         algo.load_state_dict(resume["algorithm"])
         watch.load_state_dict(resume["early_stop"])
         rising.load_state_dict(resume.get("divergence", {"above": 0}))  # checkpoints from before the rule: 0
-        restore_cost(comm, resume["cost"])
+        restore_cost(comm, resume["cost"], resume.get("clock_split"))
         start, cost, first = resume["round"], resume["cost"], resume["first"]
         records = list(resume.get("history", ())) if keep_records else []  # rank 0's records before ``start``
         if ledger is not None:
@@ -173,7 +183,7 @@ def rounds_from(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] |
         cost, snapshot = _cost(comm), _work_snapshot(comm, ledger)
         if on_checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t < stop.rounds:
             on_checkpoint({"round": t + 1, "cost": cost, "first": first, "early_stop": watch.state_dict(),
-                           "divergence": rising.state_dict(), "algorithm": algo.state_dict(),
+                           "divergence": rising.state_dict(), "algorithm": algo.state_dict(), **clock_split(comm),
                            **({"work": work.checkpoint_state(comm, ledger, snapshot)} if ledger is not None else {})})
         t += 1
     # A run stopped by a round's metrics has already moved past the iterate they describe; a safeguard's rejected
