@@ -7,6 +7,8 @@ imports ``synthetic/``'s launch commands, so ``synthetic/`` must not import ``ex
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -180,6 +182,20 @@ def cost_model(sim: DictConfig, seed: int = 0) -> AlphaBeta | ParameterServerCos
                                servers=checks.positive_int("sim.servers", sim.get("servers", 1)))
 
 
+def calibration_file(sim: DictConfig) -> dict | None:
+    """The calibration file `cost_model` reads (``sim.calibration``, or ``sim.ps_calibration`` under
+    ``sim.topology=ps``) as a simulated run's summary names it (``calibration_file``): its path, sha256, and the
+    machine and time it was measured on, as far as it records them; None where no file is read (the defaults)."""
+    key = "ps_calibration" if sim.get("topology", "allreduce") == "ps" else "calibration"
+    path = Path(sim[key]) if sim.get(key) else None
+    if path is None or not path.exists():
+        return None
+    raw = path.read_bytes()
+    data = json.loads(raw)  # `cost_model` has read it already: a file that is not JSON was refused there
+    return {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(),
+            "host": (data.get("machine") or {}).get("host"), "measured_at": data.get("measured_at")}
+
+
 def split_backend(cfg: DictConfig, backend: str) -> tuple[str, str | None]:
     """Split learning's backend and a note where it was chosen for the user: a launched split run needs a
     server rank of its own, which only ``comm=ps`` has, so under torchrun ``comm=torch`` (or ``auto``) becomes
@@ -237,6 +253,7 @@ def communication(cfg: DictConfig, backend: str, workers: int, servers: int, sta
         backend=backend,
         workers=workers,
         cost=cost_model(cfg.sim, seed),
+        cost_file=calibration_file(cfg.sim),
         stragglers=stragglers(cfg.sim),
         simulate_single=checks.boolean("sim.single_worker", cfg.sim.get("single_worker", False)),
         horovod=HorovodOptions(cycle_time_ms=cycle_time(cfg.comm, problem),

@@ -70,6 +70,7 @@ class Communication:
     error_feedback: bool = False     # comm.error_feedback: EF21 on the compressed messages
     compress_down: str | None = None  # comm.compress_down: a dane.compress spec for the server's reply; None: dense
     batched: str = "auto"            # sim.batched: auto | true | false, the m workers as one stacked computation
+    cost_file: dict | None = None    # the calibration file ``cost`` was read from (`dane.run_config.calibration_file`)
 
     def __post_init__(self):
         checks.one_of("comm.backend", self.backend, BACKENDS)

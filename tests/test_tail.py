@@ -91,6 +91,7 @@ def test_a_tailed_run_names_its_calibration_and_draws_the_same_times_on_both_pat
                                     "np": 2, "measured_at": canned["tail"]["measured_at"],
                                     "samples": canned["tail"]["samples"]}
     assert (first["alpha"], first["beta"]) == (canned["alpha"], canned["beta"])
+    assert first["calibration_file"]["sha256"] == first["calibration"]["sha256"] and "calibration_file" not in plain
     # the batched path meets the same allreduces in the same order: the same draws
     assert again["simulated_comm_s"] == first["simulated_comm_s"]
     assert [r["round"] for r in records_again] == [r["round"] for r in records]
@@ -112,6 +113,10 @@ def test_without_a_tail_the_times_are_the_alpha_beta_models(tmp_path):
     by_hand, records_hand = simulate(tmp_path, "hand", "sim.calibration=null", f"sim.alpha={data['alpha']!r}",
                                      f"sim.beta={data['beta']!r}")
     assert by_file["calibration"] == by_hand["calibration"] == ALPHA_BETA_ONLY
+    # but the run names the file its alpha and beta came from, which the run given them by hand has none of
+    assert by_file["calibration_file"] == {"path": str(ab_only), "sha256": hashlib.sha256(ab_only.read_bytes()).hexdigest(),
+                                           "host": data["machine"]["host"], "measured_at": data["measured_at"]}
+    assert "calibration_file" not in by_hand
     assert by_file["simulated_comm_s"] == by_hand["simulated_comm_s"]
     cost = AlphaBeta(alpha=data["alpha"], beta=data["beta"])
     metrics = len(RidgeSyntheticConfig().build(0, 2).metric_names)  # the messages as test_bench_simulator counts them

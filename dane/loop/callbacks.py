@@ -283,6 +283,8 @@ class SimulatedCost(Callback):
         summary.update(simulated_time_s=group.clock, simulated_compute_s=group.compute_time,
                        simulated_comm_s=group.comm_time, simulated_compute_clock=group.compute_clock,
                        **{"calibration": ALPHA_BETA_ONLY, **group.cost.describe()})  # a drawn tail: its file
+        if loop.spec.comm.cost_file is not None:  # alpha and beta (and a tail) from a file: which one
+            summary["calibration_file"] = loop.spec.comm.cost_file
         left_out = getattr(getattr(group, "meter", None), "start_up_left_out", None)
         if left_out is not None:  # numba's compiles and cache loads: start-up, off the clock (`dane.comm.meters`)
             summary["simulated_start_up_s"] = left_out()

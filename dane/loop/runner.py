@@ -29,8 +29,8 @@ def _work_snapshot(comm, ledger: work.Ledger | None):
 def clock_split(comm) -> dict:
     """The simulator's clock, split: the seconds of it spent in collectives (``comm_s``; the rest is compute), which a
     checkpoint keeps beside ``cost`` so that a resumed run's summary splits its whole clock, not the part after."""
-    group = getattr(comm, "group", None)
-    return {} if group is None else {"clock_split": {"comm_s": group.comm_time}}
+    comm_time = getattr(getattr(comm, "group", None), "comm_time", None)  # split learning's clock keeps no split
+    return {} if comm_time is None else {"clock_split": {"comm_s": comm_time}}
 
 
 def restore_cost(comm, cost: dict, split: dict | None = None) -> None:

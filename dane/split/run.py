@@ -154,6 +154,8 @@ def split_entries(spec, algo: SplitRun, last: dict) -> dict:
     if spec.comm.backend == "local":
         # its links charge α + bytes/β per message (`SimLink`): a calibration's tail is not drawn here
         entries.update(simulated_time_s=last["time_s"], **{**spec.comm.cost.describe(), "calibration": ALPHA_BETA_ONLY})
+        if spec.comm.cost_file is not None:
+            entries["calibration_file"] = spec.comm.cost_file
     if config.notes:
         entries["notes"] = list(config.notes)
     return entries
