@@ -228,24 +228,27 @@ class Federated(Algorithm):
         return grad, [metrics, grad] if self.with_grad else [metrics]
 
     def average(self, members: torch.Tensor, sampled: list[torch.Tensor], rides: list[torch.Tensor] = (),
-                *, down: list[torch.Tensor] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+                *, down: list[torch.Tensor] = (), metrics: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Means over S_t of ``sampled`` (and over all of ``rides``); counts ``sampled`` up and ``down`` down.
-        On the batched path ``sampled`` holds the participants' rows, and a client's message is one row."""
+        On the batched path ``sampled`` holds the participants' rows, and a client's message is one row.
+        ``metrics``: ``rides`` start with ``payload(self.w)`` (where there are rides), else they are all zero outside
+        S_t (`absent_message`)."""
         up = [t[0] for t in sampled] if stacked(self.comm) else sampled
         self.traffic.add(len(members), up=up, down=down)
-        return sampled_mean(self.comm, members, sampled, rides, self.absent_message(sampled, rides))
+        return sampled_mean(self.comm, members, sampled, rides, self.absent_message(sampled, rides, metrics))
 
-    def absent_message(self, sampled: list[torch.Tensor], rides: list[torch.Tensor]):
+    def absent_message(self, sampled: list[torch.Tensor], rides: list[torch.Tensor], metrics: bool = True):
         """What a client outside S_t would send, from its shard, where the simulator parks it (`own_state`):
-        zeros for ``sampled`` and, where there are ``rides``, the metrics of w (`payload`) and zeros for the rides
-        after them (a method that parks starts its rides with ``payload(self.w)`` or has none, and its other rides
-        are zero outside S_t).  None elsewhere, and on every rank but 0, whose the group reads."""
+        zeros for ``sampled`` and, where there are ``rides``, the metrics of w (`payload`; not where ``metrics`` is
+        False) and zeros for the rides after them (a method that parks starts its rides with ``payload(self.w)``,
+        or says it does not, and its other rides are zero outside S_t).  None elsewhere, and on every rank but 0,
+        whose the group reads."""
         if self.own_state is None or self.comm.rank != 0 or \
                 getattr(getattr(self.comm, "group", None), "roster", None) is None:
             return None
         zeros = [torch.zeros_like(t) for t in sampled]
-        if not rides:
-            return lambda problem: zeros
+        if not rides or not metrics:
+            return lambda problem: [*zeros, *(torch.zeros_like(t) for t in rides)]
         w, with_grad = self.w.detach().clone(), self.with_grad
         after = [torch.zeros_like(t) for t in rides[1 + with_grad:]]
         return lambda problem: [*zeros, *local_payload(problem, w, with_grad=with_grad), *after]

@@ -95,6 +95,7 @@ class FedRed(Federated):
     label = "FedRed"
     batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
     stacked_needs = "gradients"
+    own_state = ("h",)  # the client's control variate: the clients outside S_t may sleep (`dane.comm.roster`)
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float, local_steps: int, cv_weight: float,
@@ -105,19 +106,18 @@ class FedRed(Federated):
         self.control_variate, self.averaging, self.p, self.server_lr = control_variate, averaging, p, server_lr
         seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
         self.coin = torch.Generator().manual_seed(int(seq))
-        self.h: torch.Tensor | None = None  # type 2: set from type 1 at round 0
+        self.h = self.client_state(torch.zeros_like(self.w))  # type 2 outside S_0: h_i = 0 keeps Σ_i h_i = 0
+        self.first = True  # round 0, whose h_i are of type 1 under either type (module docstring)
 
     def round(self) -> dict[str, float]:
         x = self.w
         members, inside = self.members()
         grad = None  # the participants' ∇O_i(x̃) where this round computes it: the local solve's first gradient
-        if self.control_variate == 1 or self.h is None:
+        if self.control_variate == 1 or self.first:
             grad, payload = self.grad_and_payload(x)
             grad = self.held(grad, members)                                     # the participants' ∇O_i(x̃)
             (g_bar,), reduced = self.average(members, [grad], payload, down=[x])  # 1. h_i = ∇O_i(x̃) − mean_S ∇O_j(x̃)
             rides = []
-            if self.h is None:  # type 2 outside S_0: h_i = 0 keeps Σ_i h_i = 0 (module docstring)
-                self.h = self.client_state(torch.zeros_like(x))
             if inside:
                 self.h = self.hold(self.h, members, grad - g_bar)
         else:
@@ -134,12 +134,12 @@ class FedRed(Federated):
         else:  # type 2 also needs x̄ = mean_S x_i: x_j rides in the same allreduce
             chosen = int(members[torch.randint(len(members), (1,), generator=self.coin)])
             picked = x_i if self.comm.rank == chosen else torch.zeros_like(x_i)
-            (x_mean,), late = self.average(members, [x_i], [*rides, picked], down=[x])
+            (x_mean,), late = self.average(members, [x_i], [*rides, picked], down=[x], metrics=bool(rides))
             x_next, late = late[-1] * self.comm.size, late[:-1]               # 3. x_{r+1} = x_j
         reduced = reduced or late
         if self.control_variate == 2 and inside:
             self.h = self.hold(self.h, members, h + self.cv_weight * (x_mean - x_i))  # type-2 control variate: Σ_S = 0
-        self.w = x_next
+        self.w, self.first = x_next, False
         return {**self.record(reduced, members), "local_steps": steps, "lam": self.lam}
 
     def local_step_count(self) -> int:
@@ -173,14 +173,16 @@ class FedRed(Federated):
                 f"variates keep the optimum a fixed point under sampling)")
 
     def state_dict(self) -> dict:
-        state = {**super().state_dict(), "coin": self.coin.get_state(), "lam": self.lam}  # a default λ may have doubled
-        return state | ({"h": self.h.clone()} if isinstance(self.h, torch.Tensor) else {})
+        return {**super().state_dict(), "coin": self.coin.get_state(), "lam": self.lam,  # a default λ may have doubled
+                "h": self.h.clone(), "first": self.first}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.coin.set_state(state["coin"])
-        self.h = state["h"].clone() if "h" in state else None
         self.lam = float(state.get("lam", self.lam))
+        self.first = bool(state.get("first", "h" not in state))  # a checkpoint from before the flag: h set after round 0
+        if "h" in state:
+            self.h = state["h"].clone()
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ class PaperFedRed(FedRed):
     def round(self) -> dict[str, float]:
         x = self.w
         members, inside = self.members()
-        if self.h is None:
+        if self.first:
             grad, payload = self.grad_and_payload(x)
             (g_bar,), reduced = self.average(members, [grad], payload, down=[x])
             rides = []
@@ -122,7 +122,7 @@ class PaperFedRed(FedRed):
             (x_next,), late = self.average(chosen, [x_i], rides, down=[x])
         if inside:
             self.h = self.h + self.cv_weight * (x_next - x_i)
-        self.w = x_next
+        self.w, self.first = x_next, False
         return self.record(reduced if reduced is not None else late, members)
 
 

@@ -60,8 +60,11 @@ def untimed(record: dict) -> dict:
 @pytest.mark.parametrize("keys", [
     dict(rounds=7), dict(rounds=40, tol=0.05), dict(rounds=5, sampling="size"), dict(algorithm="fedprox", rounds=5),
     dict(algorithm="fedprox", local_solver="steps", rounds=5), dict(algorithm="feddane", rounds=5),
-    dict(algorithm="sdane", rounds=5), dict(algorithm="sdane", accelerated=True, rounds=5)],
-    ids=["cap", "tol", "size", "fedprox", "fedavg", "feddane", "sdane", "acc-sdane"])
+    dict(algorithm="sdane", rounds=5), dict(algorithm="sdane", accelerated=True, rounds=5),
+    dict(algorithm="fedred", rounds=5), dict(algorithm="fedred", control_variate=2, rounds=6),
+    dict(algorithm="fedred", control_variate=2, averaging="random", rounds=6)],
+    ids=["cap", "tol", "size", "fedprox", "fedavg", "feddane", "sdane", "acc-sdane", "fedred", "fedred-type2",
+         "fedred-type2-random"])
 def test_parked_clients_change_no_record(monkeypatch, keys):
     asleep, awake = fit(monkeypatch, True, **keys), fit(monkeypatch, False, **keys)
     assert [untimed(r) for r in asleep.records] == [untimed(r) for r in awake.records]
@@ -138,7 +141,7 @@ def test_runs_that_need_every_worker_each_round_do_not_park():
     assert not parking.parks(replace_ns(spec, "control", similarity=True))  # every worker's Hessians at the end
     assert not parking.parks(replace_ns(spec, "algorithm", clients_per_round=M))
     assert not parking.parks(replace_ns(spec, "algorithm", clients_per_round=None))
-    assert not parking.parks(replace_ns(spec, "algorithm", algorithm=fedred.FedRed))
+    assert parking.parks(replace_ns(spec, "algorithm", algorithm=fedred.FedRed))  # its h_i kept by each client
     feddane_, sdane_ = feddane.FedDANE, sdane.SDANE
     assert parking.parks(replace_ns(spec, "algorithm", algorithm=feddane_, resample=False))
     assert not parking.parks(replace_ns(spec, "algorithm", algorithm=feddane_, resample=True))  # two draws a round

@@ -2,8 +2,8 @@
 worker's return to the rounds.
 
 `parks` says which simulated runs let the clients outside S_t sleep: a federated method that declares its
-``own_state`` (`baselines.federated.Federated.sleeps_out`: SCAFFOLD, FedProx, FedDANE without ``resample``,
-S-DANE without ``adaptive``), a round that samples (``clients_per_round`` below the
+``own_state`` (`baselines.federated.Federated.sleeps_out`: SCAFFOLD, FedProx, FedRed, FedDANE without
+``resample``, S-DANE without ``adaptive``), a round that samples (``clients_per_round`` below the
 workers), and nothing that needs every worker's own progress each round or after the rounds: no ``comm.compress``
 (a client outside S_t sends its error-feedback residual), no ``checkpoint_every`` or ``resume`` (every worker
 writes and reads its own part), no injected ``faults`` (a worker is lost at a given round), no ``similarity``
