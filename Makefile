@@ -81,7 +81,9 @@ bench-smoke: setup
 	rm -f $(BENCH_SMOKE)
 
 ## Every figure and table from results/ into results/figures/ (untracked), each with a .json provenance sidecar;
-## the runs the figures need that results/ lacks are made first with the simulator.
+## the runs the figures need that results/ lacks are made first with the simulator.  The benchmarks' figures
+## (compressed, fedprox_synthetic, fedprox_synthetic_long, federated_scale) are drawn from their tracked JSON in
+## paper_figs/evidence/, no run; their sidecars name those files.
 figures: setup
 	$(VENV)/bin/dane figures --out results/figures
 

@@ -30,10 +30,14 @@ from dane.errors import say  # noqa: E402
 from dane.records.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
 from dane.synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
 from dane.records.provenance import command_name  # noqa: E402
+from dane.layout import CHECKOUT  # noqa: E402
 
 #: where figures and tables are written (untracked); `make publish-figures` copies them to PUBLISHED_DIR
 FIG_DIR = Path("results") / "figures"
 PUBLISHED_DIR = Path(__file__).resolve().parent
+#: the benchmark JSON the pages' tables are rendered from, tracked (docs/design.md, "Evidence"); `make_all` draws the
+#: figures of those benchmarks from it
+EVIDENCE_DIR = PUBLISHED_DIR / "evidence"
 #: the α-β every figure's simulated times are put on (`retime`), whatever the runs were simulated with:
 #: Horovod over loopback on a 2-core machine (docs/design.md, "The machines"), fixed so that a figure does not
 #: move with the last calibration; the caption and sidecar state it
@@ -271,12 +275,13 @@ def cli(main, doc: str, results: str = "results") -> None:
         print(path)
 
 
-def bench_parser(doc: str, page: str | Path, *, several: str | None = None, figure: bool = False,
+def bench_parser(doc: str, page: str | Path | None, *, several: str | None = None, figure: bool = False,
                  page_aliases: Sequence[str] = ()):
     """The command line every script that renders a benchmark's JSON into a page's block shares: ``--json`` (default
     results/bench.json; ``several``, the help saying what several files are, takes one or more), ``--out`` where
     the script also draws a ``figure`` (default results/figures), ``--page`` (default ``page``, also spelled
-    ``page_aliases``), ``--print`` (the block to stdout, not into the page).  The script adds its own options."""
+    ``page_aliases``), ``--print`` (the block to stdout, not into the page); ``page`` None: a figure that writes no
+    block (no ``--page``, ``--print``).  The script adds its own options."""
     import argparse
 
     parser = argparse.ArgumentParser(prog=command_name(), description=doc.splitlines()[0])
@@ -286,10 +291,40 @@ def bench_parser(doc: str, page: str | Path, *, several: str | None = None, figu
         parser.add_argument("--json", nargs="+", default=["results/bench.json"], help=several)
     if figure:
         parser.add_argument("--out", default=str(FIG_DIR), help="where the figure goes (default results/figures)")
-    parser.add_argument("--page", *page_aliases, dest="page", default=str(page),
-                        help="the page whose block(s) the output replaces (default: %(default)s)")
-    parser.add_argument("--print", action="store_true", help="write the table(s) to stdout, not into the page")
+    if page is not None:
+        parser.add_argument("--page", *page_aliases, dest="page", default=str(page),
+                            help="the page whose block(s) the output replaces (default: %(default)s)")
+        parser.add_argument("--print", action="store_true", help="write the table(s) to stdout, not into the page")
     return parser
+
+
+def repo_path(path: str | Path) -> str:
+    """``path`` as the repository names it (``paper_figs/evidence/compressed.json``) where it lies in this checkout,
+    else as given: what a sidecar shows, whatever the working directory."""
+    try:
+        return Path(path).resolve().relative_to(CHECKOUT).as_posix() if CHECKOUT is not None else str(path)
+    except ValueError:
+        return str(path)
+
+
+#: what a benchmark's section records about its run that a figure's sidecar repeats, where the section has it
+BENCH_RUN_KEYS = ("started_at", "quick", "wall_s", "machine", "load_avg_after", "parts", "peers", "skipped")
+
+
+def bench_provenance(sources: Sequence[str | Path], sections: Sequence[dict], command: str, **extra) -> dict:
+    """The sidecar of a figure drawn from benchmark JSON, not from runs: the files read (``json``, `repo_path`), the
+    benchmark section that writes such a file (``command``; a tracked file's own options are in docs/design.md,
+    "Evidence"), and per file what its run recorded (`BENCH_RUN_KEYS`); ``extra`` is the figure's own."""
+    return {"json": [repo_path(p) for p in sources], "command": command,
+            "benchmarks": [{"json": repo_path(p), **{k: s[k] for k in BENCH_RUN_KEYS if k in s}}
+                           for p, s in zip(sources, sections)], **extra}
+
+
+def bench_caption(what: str, provenance: dict) -> str:
+    """One line: what the figure shows, then the JSON it was drawn from, each with its run's start and load."""
+    runs = [f"{b['json']} (started {b.get('started_at')}, load avg {b.get('machine', {}).get('load_avg')})"
+            for b in provenance["benchmarks"]]
+    return f"{what.rstrip('.')}; from {', '.join(runs)}."
 
 
 def bench_section(path: str | Path, key: str) -> dict:

@@ -8,6 +8,8 @@ suboptimality (O(w) − O*)/|O*|, log y, against the uplink bits per node, the t
 rounds and the local passes per node.  The table, between docs/benchmarks.md's ``<!-- compressed-table:begin -->``
 and ``...:end -->`` lines (``--print``: to stdout), gives per dataset and method what reaching 1e-12 cost, or the
 best reached and the factor missed by; then the claims the section measured.  No number is typed by hand.
+Beside the figure, ``compressed.md`` holds the table and ``compressed.json`` the sidecar naming the JSON read
+(`figure`: what `make_all` draws from paper_figs/evidence/compressed.json, the page untouched).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from dane.algorithm import label_of
 from dane.paper_figs.blocks import publish
-from dane.paper_figs.common import bench_parser, bench_section, save
+from dane.paper_figs.common import bench_caption, bench_parser, bench_provenance, bench_section, repo_path, save
 
 KEY = "compressed"
 BEGIN, END = "<!-- compressed-table:begin -->", "<!-- compressed-table:end -->"
@@ -112,12 +114,19 @@ def draw(section: dict):
     return fig
 
 
+def figure(sources: list[str | Path], out: str | Path, name: str = KEY) -> list[Path]:
+    """The figure ``name`` from the one JSON in ``sources``, its table as ``name``.md and its sidecar; no page."""
+    (source,) = sources
+    section = bench_section(source, KEY)
+    sidecar = bench_provenance(sources, [section], "python -m scripts.bench compressed (make bench)")
+    return save(draw(section), out, name, render(section, repo_path(source)), provenance=sidecar,
+                caption=bench_caption(__doc__.splitlines()[0].replace("Figure and table: the", "The"), sidecar))
+
+
 def main(argv: list[str] | None = None) -> list[Path]:
     args = bench_parser(__doc__, PAGE, figure=True).parse_args(argv)
-    section = bench_section(args.json, KEY)
-    table = render(section, args.json)
-    publish(table, args.page, BEGIN, END, args.print)
-    paths = save(draw(section), args.out, KEY, table)
+    publish(render(bench_section(args.json, KEY), args.json), args.page, BEGIN, END, args.print)
+    paths = figure([args.json], args.out)
     for path in paths:
         print(path)
     return paths

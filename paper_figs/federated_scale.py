@@ -1,8 +1,10 @@
 """Figure: dane's FedAvg beside Flower, pfl and a plain NumPy loop at 100 to 100,000 clients.
 
-From the ``federated_scale`` key of results/bench.json that ``scripts/bench_federated_scale.py``
-writes (``make bench``): FedAvg, 10 full-batch local gradient steps, L2-regularised logistic
-regression, the same seeded shards fed to every framework, each run a fresh process tree.
+From the ``federated_scale`` section of the JSON that ``scripts/bench_federated_scale.py`` writes
+(``make bench``: results/bench.json; tracked: paper_figs/evidence/federated_scale_phishing.json and
+paper_figs/evidence/federated_scale_synthetic.json, which ``--json`` takes together, each setting with its
+run's rounds): FedAvg, 10 full-batch local gradient steps, L2-regularised logistic regression, the same
+seeded shards fed to every framework, each run a fresh process tree.
 
 - left: seconds per round, the median of rounds 2..R (round 1, where a framework starts its
   workers, apart), bars from the fastest to the slowest such round;
@@ -11,18 +13,20 @@ regression, the same seeded shards fed to every framework, each run a fresh proc
   setting as a line.
 
 The table beside it gives each run's final objective against the NumPy loop's and the
-section's goals (dane at most 0.5x pfl's and 5x the NumPy loop's seconds per round).
+section's goals (dane at most 0.5x pfl's and 5x the NumPy loop's seconds per round).  The sidecar
+(federated_scale.json) names the JSON read, with each run's start, machine, load average and peers.
 
-    dane figures federated_scale [--results results] [--out results/figures]
+    dane figures federated_scale [--json results/bench.json ...] [--out results/figures]
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Sequence
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import FIG_DIR, cli, save
+from dane.paper_figs.common import bench_caption, bench_parser, bench_provenance, save
 
 KEY = "federated_scale"
 FRAMEWORKS = ("dane", "flower", "pfl", "numpy")
@@ -34,13 +38,33 @@ class MissingScale(FileNotFoundError):
         super().__init__(f"{path} has no '{KEY}' key; run `make bench` (scripts/bench_federated_scale.py) first")
 
 
-def load(results: str | Path) -> dict:
-    """The federated_scale section of results/bench.json."""
-    path = Path(results) / "bench.json"
-    report = json.loads(path.read_text()) if path.exists() else {}
+def load(path: str | Path) -> dict:
+    """The federated_scale section of the JSON at ``path``."""
+    report = json.loads(Path(path).read_text()) if Path(path).exists() else {}
     if KEY not in report:
-        raise MissingScale(path)
+        raise MissingScale(Path(path))
     return report[KEY]
+
+
+def combine(sections: Sequence[dict]) -> dict:
+    """One section from several runs' (the tracked phishing and synthetic ones): their settings in order, each with
+    its run's ``rounds``, and their goals and skipped lines; one section is returned as it is."""
+    if len(sections) == 1:
+        return sections[0]
+    return {**sections[0], "settings": {name: {"rounds": section["rounds"], **setting} for section in sections
+                                        for name, setting in section["settings"].items()},
+            "goals": [g for section in sections for g in section.get("goals", [])],
+            "skipped": [line for section in sections for line in section.get("skipped", [])]}
+
+
+def rounds(section: dict) -> str:
+    """``5 rounds``; where the settings were run for different counts, each count with its settings."""
+    per: dict = {}
+    for name, setting in section["settings"].items():
+        per.setdefault(setting.get("rounds", section["rounds"]), []).append(name)
+    if len(per) == 1:
+        return f"{next(iter(per))} rounds"
+    return "; ".join(f"{count} rounds ({', '.join(names)})" for count, names in per.items())
 
 
 def draw(section: dict):
@@ -61,7 +85,7 @@ def draw(section: dict):
                 ax_t.annotate("not run" if not row else "did not finish", xy=(i + (k - 1.5) * width, 0.02),
                               xycoords=("data", "axes fraction"), rotation=90, fontsize=6, ha="center")
     ax_m.axhline(MEMORY_GOAL_GIB, color="k", linestyle="--", linewidth=1, label=f"{MEMORY_GOAL_GIB} GiB (100k goal)")
-    labels = [f"{s}\n{section['settings'][s]['clients']:,} clients, {section['settings'][s]['per_round']:,} a round"
+    labels = [f"{s}\n{section['settings'][s]['clients']:,} clients\n{section['settings'][s]['per_round']:,} a round"
               for s in settings]
     for ax in (ax_t, ax_m):
         ax.set_xticks(range(len(settings)), labels, fontsize=7)
@@ -70,13 +94,13 @@ def draw(section: dict):
         ax.legend(fontsize=7)
     ax_t.set_ylabel("seconds per round (median of rounds 2..R)")
     ax_m.set_ylabel("peak memory of the process tree (GiB)")
-    fig.suptitle(f"FedAvg, {section['rounds']} rounds: dane beside Flower, pfl and a NumPy loop (same shards)",
+    fig.suptitle(f"FedAvg, {rounds(section)}: dane beside Flower, pfl and a NumPy loop (same shards)",
                  fontsize=10)
     return fig
 
 
-def markdown(section: dict) -> str:
-    lines = [f"{section['workload']}; {section['rounds']} rounds (results/bench.json `{KEY}`)", "",
+def markdown(section: dict, sources: Sequence[str]) -> str:
+    lines = [f"{section['workload']}; {rounds(section)} ({', '.join(sources)} `{KEY}`)", "",
              "| setting | framework | version | s/round [min, max] | first round (s) | objective | vs NumPy's | "
              "peak (GiB) | load (1 min) |", "|---|---|---|---|---|---|---|---|---|"]
     for name, setting in section["settings"].items():
@@ -98,24 +122,33 @@ def markdown(section: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def provenance(section: dict) -> dict:
-    """The sidecar: where the numbers came from (the bench run's time, machine, load and peers) and the command."""
+def provenance(sources: Sequence[str | Path], sections: Sequence[dict]) -> dict:
+    """The sidecar: the JSON read, each run's time, machine, load and peers (`bench_provenance`), and the command."""
+    section = combine(sections)
     loads = [x for s in section["settings"].values() for r in s["frameworks"].values() for run in r["runs"]
              for x in (run["load_before"][0], run["load_after"][0])]
-    return {"source": f"results/bench.json {KEY}", "command": "python -m scripts.bench federated_scale (make bench)",
-            "workload": section["workload"], "rounds": section["rounds"], "started_at": section.get("started_at"),
-            "machine": section.get("machine"), "peers": section.get("peers"), "skipped": section.get("skipped"),
-            "load_avg_1min": [min(loads), max(loads)] if loads else None}
+    return bench_provenance(sources, sections, "python -m scripts.bench federated_scale (make bench)",
+                            workload=section["workload"], rounds=rounds(section),
+                            load_avg_1min=[min(loads), max(loads)] if loads else None)
 
 
-def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
-    section = load(results)
-    sidecar = provenance(section)
-    caption = (f"dane's FedAvg beside Flower, pfl and a NumPy loop: seconds per round and peak memory, "
-               f"{section['rounds']} rounds; bench run {sidecar['started_at']}; load avg (1 min) "
-               f"{sidecar['load_avg_1min']}.")
-    return save(draw(section), out, "federated_scale", markdown(section), caption=caption, provenance=sidecar)
+def figure(sources: Sequence[str | Path], out: str | Path, name: str = KEY) -> list[Path]:
+    """The figure ``name`` from the JSON at ``sources`` (their settings side by side), with its table and sidecar."""
+    sections = [load(path) for path in sources]
+    section, sidecar = combine(sections), provenance(sources, sections)
+    caption = bench_caption(f"dane's FedAvg beside Flower, pfl and a NumPy loop: seconds per round and peak memory, "
+                            f"{rounds(section)}", sidecar)
+    return save(draw(section), out, name, markdown(section, sidecar["json"]), caption=caption, provenance=sidecar)
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    args = bench_parser(__doc__, None, several="the benchmark's JSON: several (the tracked phishing and synthetic "
+                        "runs) are drawn side by side", figure=True).parse_args(argv)
+    paths = figure(args.json, args.out)
+    for path in paths:
+        print(path)
+    return paths
 
 
 if __name__ == "__main__":
-    cli(main, __doc__)
+    main()

@@ -10,14 +10,16 @@ table, written between docs/benchmarks.md's ``<!-- fedprox-synthetic-table:begin
 lines (``--block long``: ``fedprox-synthetic-long-table``, a run with more local steps; ``--print``: to
 stdout), gives per setting and method the last training objective and its rises (the sum of the round-to-round
 increases, `rises`: 0 for a loss that never goes up), then the paper's claims (`CLAIMS`), each judged from the
-numbers.  No number is typed by hand: rerun the benchmark, then this.
+numbers.  No number is typed by hand: rerun the benchmark, then this.  Beside the figure (``fedprox_synthetic``,
+``--block long``: ``fedprox_synthetic_long``), NAME.md holds the table and NAME.json the sidecar naming the JSON
+read (`figure`: what `make_all` draws from paper_figs/evidence/, the page untouched).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from dane.paper_figs.blocks import method_label, publish
-from dane.paper_figs.common import bench_parser, bench_section, save
+from dane.paper_figs.common import bench_caption, bench_parser, bench_provenance, bench_section, repo_path, save
 
 KEY = "fedprox_synthetic"
 BEGIN, END = "<!-- fedprox-synthetic-table:begin -->", "<!-- fedprox-synthetic-table:end -->"
@@ -140,15 +142,22 @@ def draw(section: dict):
     return fig
 
 
+def figure(sources: list[str | Path], out: str | Path, name: str = KEY) -> list[Path]:
+    """The figure ``name`` from the one JSON in ``sources``, its table as ``name``.md and its sidecar; no page."""
+    (source,) = sources
+    section = bench_section(source, KEY)
+    sidecar = bench_provenance(sources, [section], "python -m scripts.bench fedprox_synthetic")
+    return save(draw(section), out, name, render(section, repo_path(source)), provenance=sidecar,
+                caption=bench_caption(__doc__.splitlines()[0].replace("Figure and table: the", "The"), sidecar))
+
+
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = bench_parser(__doc__, PAGE, figure=True)
     parser.add_argument("--block", choices=list(BLOCKS), default="table",
                         help="the page's block: table (the comparison) or long (the run at the paper's local updates)")
     args = parser.parse_args(argv)
-    section = bench_section(args.json, KEY)
-    table = render(section, args.json)
-    publish(table, args.page, *BLOCKS[args.block], args.print)
-    paths = save(draw(section), args.out, KEY if args.block == "table" else f"{KEY}_{args.block}", table)
+    publish(render(bench_section(args.json, KEY), args.json), args.page, *BLOCKS[args.block], args.print)
+    paths = figure([args.json], args.out, KEY if args.block == "table" else f"{KEY}_{args.block}")
     for path in paths:
         print(path)
     return paths

@@ -1581,16 +1581,17 @@ def test_the_federated_scale_figure_is_drawn_from_the_json_alone(tmp_path):
 
     section = canned("federated_scale")["federated_scale"]
     (tmp_path / "bench.json").write_text(json.dumps({"federated_scale": section}))
-    written = fig.main(tmp_path, tmp_path / "out")
+    written = fig.main(["--json", str(tmp_path / "bench.json"), "--out", str(tmp_path / "out")])
     assert sorted(p.name for p in written) == ["federated_scale." + ext for ext in ("json", "md", "pdf", "png")]
     table = (tmp_path / "out" / "federated_scale.md").read_text()
     numpy_row = section["settings"]["phishing_100"]["frameworks"]["numpy"]
     assert f"| phishing_100 | numpy | {numpy_row['version']} | {numpy_row['round_s']:.3g} [" in table
     assert table.count("| phishing_1000 |") == 4 + sum(g["setting"] == "phishing_1000" for g in section["goals"])
     sidecar = json.loads((tmp_path / "out" / "federated_scale.json").read_text())
-    assert sidecar["source"] == "results/bench.json federated_scale" and sidecar["machine"] == section["machine"]
+    assert sidecar["json"] == [str(tmp_path / "bench.json")]
+    assert sidecar["benchmarks"][0]["machine"] == section["machine"]
     with pytest.raises(FileNotFoundError, match="run `make bench`"):
-        fig.main(tmp_path / "empty", tmp_path / "out")
+        fig.main(["--json", str(tmp_path / "empty.json"), "--out", str(tmp_path / "out")])
 
 
 # ------------------------------------------------------------------ compressed (issue 49 item 4)
@@ -1685,5 +1686,8 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(f"x\n{fig.BEGIN}\nold\n{fig.END}\n")
     paths = fig.main(["--json", str(DATA / "compressed.json"), "--out", str(tmp_path), "--page", str(page)])
-    assert (tmp_path / "compressed.png").stat().st_size > 10_000 and len(paths) == 3
+    assert (tmp_path / "compressed.png").stat().st_size > 10_000 and len(paths) == 4
+    sidecar = json.loads((tmp_path / "compressed.json").read_text())  # the JSON it was drawn from, as the repo names it
+    assert sidecar["json"] == ["tests/data/bench/compressed.json"] and "tests/data/bench/compressed.json (" in \
+        sidecar["caption"]
     assert fig.render(canned("compressed")["compressed"], str(DATA / "compressed.json")) in page.read_text()

@@ -1,5 +1,6 @@
 """Figure scripts draw non-empty PNG + PDF from a small fake results tree whose numbers are known,
-and the numbers they extract (time to 1e-8, rounds to 1e-10, the best μ) are the right ones."""
+and the numbers they extract (time to 1e-8, rounds to 1e-10, the best μ) are the right ones; the figures of the
+benchmarks are drawn from the tracked JSON in paper_figs/evidence/, their sidecars naming it."""
 from __future__ import annotations
 
 import json
@@ -11,11 +12,12 @@ from omegaconf import OmegaConf
 
 from dane.records.results import RunWriter
 from dane.experiments.config import cost_model
-from dane.paper_figs import (convergence, fednl_bits, local_work, make_all, ps_scaling, rounds_table, run_convergence,
-                             speedup, staleness)
+from dane.paper_figs import (convergence, federated_scale, fednl_bits, local_work, make_all, ps_scaling, rounds_table,
+                             run_convergence, speedup, staleness)
 from dane.records.provenance import code_version
-from dane.paper_figs.common import FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
+from dane.paper_figs.common import EVIDENCE_DIR, FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
 from dane.synthetic.sweep import RunIndex, composed_job, job_name
+from helpers import REPO
 
 
 def fake_run(root, job, subopts, *, times=None, status=None, setup_s=0.0, extra=None):
@@ -183,9 +185,51 @@ def test_convergence_reads_all_panels(convergence_runs, tmp_path):
 def test_make_all_draws_every_figure_without_running(results, tmp_path):
     written = make_all.make_all(results, tmp_path, run_missing=False)
     figures = {f"{name}.{ext}" for name in ("speedup", "convergence", "rounds_table", "ps_scaling", "staleness",
-                                            "fednl_bits", "local_work") for ext in ("png", "pdf")}
+                                            "fednl_bits", "local_work", *(e[2] for e in make_all.EVIDENCE_FIGURES))
+               for ext in ("png", "pdf")}
     assert figures <= {p.name for p in written}  # the NN tables are drawn too when their runs exist
     assert all(p.stat().st_size > 1000 for p in written if p.name in figures)
+
+
+def docs_bytes() -> dict:
+    return {p: p.read_bytes() for p in sorted((REPO / "docs").rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("entry", make_all.EVIDENCE_FIGURES, ids=lambda entry: entry[2])
+def test_make_all_draws_the_benchmarks_figures_from_the_tracked_evidence(entry, tmp_path):
+    """`make figures` draws these with no run, from paper_figs/evidence/, each with a sidecar naming the files it
+    read (and a caption heading its table); the pages' blocks are not rewritten."""
+    module, files, name = entry
+    docs = docs_bytes()
+    written = make_all.evidence_figures(tmp_path, table=(entry,))
+    assert sorted(p.name for p in written) == sorted(f"{name}.{ext}" for ext in ("png", "pdf", "md", "json"))
+    assert all(p.stat().st_size > 1000 for p in written if p.suffix in (".png", ".pdf"))
+    sidecar = json.loads((tmp_path / f"{name}.json").read_text())
+    named = [f"paper_figs/evidence/{file}" for file in files]
+    assert sidecar["figure"] == name and sidecar["json"] == named == [b["json"] for b in sidecar["benchmarks"]]
+    assert all(b["started_at"] and b["machine"]["load_avg"] for b in sidecar["benchmarks"])
+    assert all(path in sidecar["caption"] for path in named) and "results/bench.json" not in json.dumps(sidecar)
+    assert (tmp_path / f"{name}.md").read_text().splitlines()[0] == sidecar["caption"]
+    assert docs_bytes() == docs
+
+
+def test_an_evidence_figure_without_its_files_is_one_line(tmp_path, capfd):
+    assert make_all.evidence_figures(tmp_path / "out", evidence=tmp_path) == []
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == len(make_all.EVIDENCE_FIGURES) and err[0].startswith("make_all: no compressed: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_federated_scale_names_the_evidence_json_it_read(tmp_path, capsys):
+    """--json of a tracked file: the sidecar and the table name that file, not results/bench.json."""
+    path = EVIDENCE_DIR / "federated_scale_phishing.json"
+    written = federated_scale.main(["--json", str(path), "--out", str(tmp_path)])
+    assert [str(p) for p in written] == capsys.readouterr().out.split()
+    sidecar = json.loads((tmp_path / "federated_scale.json").read_text())
+    assert sidecar["json"] == ["paper_figs/evidence/federated_scale_phishing.json"] and sidecar["rounds"] == "5 rounds"
+    assert sidecar["benchmarks"][0]["started_at"] == json.loads(path.read_text())["federated_scale"]["started_at"]
+    assert "(paper_figs/evidence/federated_scale_phishing.json `federated_scale`)" in \
+        (tmp_path / "federated_scale.md").read_text().splitlines()[2]
 
 
 def test_missing_runs_are_named(tmp_path):
