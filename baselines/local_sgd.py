@@ -34,7 +34,7 @@ from dane.comm import Communicator
 from dane.comm.batched import per_worker, stacked, worker_ranks
 from dane.errors import ConfigError
 from dane.numerics.inner import worker_samplers
-from dane.problems import Problem
+from dane.problems import Problem, ProblemConfig
 
 from .defaults import Resolution, local_step
 from .metrics import global_metrics, local_payload, logs_gradient
@@ -58,6 +58,7 @@ class LocalSGD(Algorithm):
     label = "local SGD"
     asynchronous = True  # worker_update: K local steps; AveragingServer applies the change
     batchable = True  # its step reads the same on stacked tensors; the samplers and spectra are stacked by helpers
+    stacked_needs = "gradients"  # gradients only: where the problem has no stacked form, its rows stacked
     columns = (Column("L_est", "{:>8.4g}"),)
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float, local_steps: int = 10,
@@ -146,6 +147,14 @@ class LocalSGDConfig(AlgorithmConfig):
         checks.one_of("algorithm.aggregate", self.aggregate, AGGREGATES)
         checks.positive_int("algorithm.power_iters", self.power_iters)
         checks.seed("algorithm.seed", self.seed)
+
+    def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
+        """Minibatches and weighted averaging read the problem's own stacked form (its batched samplers and shard
+        sizes); full-batch mean or best-election rounds also run on its rows stacked (sparse or unequal shards)."""
+        own = problem.stacked_form(size)
+        if own is not None and (self.batch_size is not None or self.aggregate == "weighted"):
+            return f"{own} (algorithm.batch_size and algorithm.aggregate=weighted need that form)"
+        return super().stacked_form(problem, size)
 
     def build(self, problem: Problem, comm: Communicator) -> "LocalSGD":
         """``lr`` null resolved first (`baselines.defaults.local_step`: 1/max_i L_i, one allreduce before round 0)."""

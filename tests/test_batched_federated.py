@@ -76,6 +76,20 @@ def test_batched_records_equal_the_per_worker_records(make, name, clients):
     assert last["local_passes"] > 0 and last["uplink_bytes"] > 0 and last["clients"] == (clients or M)
 
 
+@pytest.mark.parametrize("keys", [{}, {"aggregate": "best"}, {"lr": 0.5}], ids=["mean", "best", "lr"])
+def test_local_sgd_on_sparse_rows_runs_batched_as_per_worker(keys):
+    """Full-batch local SGD on the stacked rows (sparse, unequal shards): the per-worker run's records; its
+    minibatches and weighted mean need the problem's own stacked form, and say so in one clause."""
+    batched, threads = (run(sparse_logreg(), "local_sgd", M, mode, rounds=3, local_steps=3, **keys)
+                        for mode in ("true", "false"))
+    assert_same_records(batched, threads)
+    assert batched["summary"]["simulator_path"] == "batched"
+    for refused in ({"batch_size": 4}, {"aggregate": "weighted"}):
+        with pytest.raises(ConfigError, match="sparse rows have no batched form .algorithm.batch_size and "
+                                              "algorithm.aggregate=weighted need that form"):
+            run(sparse_logreg(), "local_sgd", M, "true", rounds=1, **refused)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 @pytest.mark.parametrize("name,clients", [("fedavg", S), ("fedprox", S), ("scaffold", S), ("scaffnew", None),
                                           ("fedred", S), ("fedred_type2", None)])
