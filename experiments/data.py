@@ -43,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"),
                       help="where a relative source is looked for first, then the working folder, as a run's "
                            "data_dir (default: %(default)s, from the repository root)")
-    push.add_argument("--replace", action="store_true", help="drop a different data set stored under the name")
+    push.add_argument("--replace", action="store_true", help="drop the data set stored under the name, whatever it "
+                      "holds, and upload this one")
     return p
 
 

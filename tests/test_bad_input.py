@@ -172,6 +172,11 @@ CASES = [
          expected="data.collection=u: no such data set in {tmp}/store (it holds: short, t)"),
     case("mongo_short_store", *LOGREG, "data=mongo", "data.uri={tmp}/store", "data.collection=short",
          expected="is short: 8 of 9 samples (uploading); push it again to complete it"),
+    case("mongo_too_many_documents", *LOGREG, "data=mongo", "data.uri={tmp}/extra_store", "data.collection=t",
+         expected="holds 10 documents for 9 samples (complete); push it again to repair it"),
+    case("mongo_unreadable_store", *LOGREG, "data=mongo", "data.uri={tmp}/cut_store", "data.collection=t",
+         expected="cut_store cannot be read (AssertionError); push it again: dane data push FILE --uri {tmp}/cut_store "
+                  "--collection t"),
     case("mongo_column_sharding_without_clients", *LOGREG, "data=mongo", "data.uri={tmp}/store", "data.collection=t",
          "data.sharding=column", "data.client_column=site", "workers=2",
          expected="error: data.client_column=site: data set t in {tmp}/store was pushed without a client column; push "
@@ -437,7 +442,9 @@ OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), in
 
 
 def mongo_stores(tmp: Path, X: np.ndarray, y: np.ndarray) -> None:
-    """{tmp}/store: data set t (complete) and data set short (9 rows, one lost: its manifest still uploading)."""
+    """{tmp}/store: data set t (complete) and data set short (9 rows, one lost: its manifest still uploading);
+    {tmp}/extra_store: data set t, 9 rows and a copy of row 5; {tmp}/cut_store: data set t, its data file cut in half
+    (between two documents: the engine's assert, where a cut inside one is InvalidBSON, tests/test_mongo_store.py)."""
     import importlib.util
 
     if importlib.util.find_spec("mongita") is None:
@@ -451,6 +458,12 @@ def mongo_stores(tmp: Path, X: np.ndarray, y: np.ndarray) -> None:
     push_table(store, "short", Table(X=np.ones((9, 2)), y=np.zeros(9), name="s", notes=[]), fingerprint_of="s")
     store.db["dane_manifest"].update_one({"_id": "short"}, {"$set": {"state": "uploading"}})
     store.db["short"].delete_one({"id": 9})
+    extra = connect(str(tmp / "extra_store"), create=True)
+    push_table(extra, "t", Table(X=np.ones((9, 2)), y=np.zeros(9), name="t", notes=[]))
+    extra.db["t"].insert_one({**extra.db["t"].find_one({"id": 5}), "_id": "copy of 5"})
+    push_table(connect(str(tmp / "cut_store"), create=True), "t", Table(X=X, y=y.astype(float), name="t", notes=[]))
+    data = tmp / "cut_store" / "dane.t" / "$.data"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
 
 
 #: the rows' folder inside the session batch's (``{tmp}`` of a row below): their files, their working folder,

@@ -22,7 +22,7 @@ pytest.importorskip("mongita", reason="the embedded store needs mongita: pip ins
 
 from dane.data.files import CSVSource, LibSVMSource, NPZSource, save_npz  # noqa: E402
 from dane.data.mongo_source import MongoSource  # noqa: E402
-from dane.data import mongo_store  # noqa: E402
+from dane.data import mongo_source, mongo_store  # noqa: E402
 from dane.data.mongo_store import CHUNK_SIZE, Store, connect, server_database  # noqa: E402
 from dane.errors import ConfigError, DataError  # noqa: E402
 from dane.experiments.data import parser, push  # noqa: E402
@@ -168,6 +168,66 @@ def test_a_store_the_engine_cannot_read_is_uploaded_again(files, tmp_path):
     assert said and "cannot be read back" in said[0] and line.startswith("uploaded 57"), (said, line)
     assert np.array_equal(MongoSource(uri=uri, collection="t").load().X, table.X)
     assert np.array_equal(MongoSource(uri=uri, collection="other").load().X, NPZSource(str(files / "t.npz")).load().X)
+
+
+def as_a_new_run(uri: str, collection: str = "t") -> MongoSource:
+    """The data set as a run started now reads it: no store handle or labels kept from a read before."""
+    mongo_source._STORES.clear()
+    mongo_source._LABELS.clear()
+    return MongoSource(uri=uri, collection=collection)
+
+
+def test_a_push_repairs_a_data_set_a_run_refuses(files, tmp_path):
+    """A complete data set holding a duplicate of sample 5 (58 documents for 57 samples), or sample 9 under id 4000,
+    is refused by a run; the same push drops the documents that are not samples 1..57 under their own ids and
+    uploads those missing (it said "nothing to do": a dead end), and --replace uploads it whatever it holds."""
+    uri = str(tmp_path)
+    args = push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t")
+    push(args)
+    expected = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none").load()
+    store = connect(uri)
+    duplicate = store.db["t"].find_one({"id": 5})
+    duplicate["_id"] = "dup5"
+    store.db["t"].insert_one(duplicate)
+    with pytest.raises(DataError, match=r"^collection t of .* holds 58 documents for 57 samples \(complete\); push it "
+                                        r"again to repair it: dane data push \.\.\. --collection t$"):
+        as_a_new_run(uri).manifest()
+    assert push(args) == (f"repaired (dropped 1 document(s) other than samples 1..57; found 57 of 57 samples) 57 "
+                          f"samples into collection t of {uri}")
+    got = as_a_new_run(uri).load()
+    assert np.array_equal(got.X, expected.X) and np.array_equal(got.y, expected.y)
+    assert connect(uri).count("t") == 57
+
+    connect(uri).db["t"].update_one({"_id": "9"}, {"$set": {"id": 4000}})
+    with pytest.raises(DataError, match=r"the ids are not 1\.\.57"):
+        as_a_new_run(uri).labels()
+    assert push(args).startswith("repaired (dropped 1 document(s) other than samples 1..57; found 56 of 57 samples)")
+    got = as_a_new_run(uri).load()
+    assert np.array_equal(got.X, expected.X) and np.array_equal(got.y, expected.y)
+    assert [doc["id"] for doc in connect(uri).find("t", {"_id": "9"})] == [9]
+    assert push(args).endswith("nothing to do")
+    assert push(push_args(*[str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri,
+                            "--collection", "t", "--replace"])) == f"uploaded 57 samples into collection t of {uri}"
+
+
+@pytest.mark.parametrize("cut, error", [("half", "InvalidBSON: objsize too large"), ("all", "AssertionError")])
+def test_a_run_on_a_store_the_engine_cannot_read_is_one_line(files, tmp_path, cut, error):
+    """A data file cut short (half of it, or all: its documents' locations lie past its end) was a traceback from
+    the engine's reads (InvalidBSON, mongita's assert); a run now gets one line naming the push that uploads it again,
+    and after that push reads the rows."""
+    uri = str(tmp_path)
+    args = push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t")
+    push(args)
+    data = tmp_path / "dane.t" / "$.data"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2] if cut == "half" else b"")
+    with pytest.raises(DataError) as refused:
+        as_a_new_run(uri).load()
+    assert str(refused.value) == (f"collection t of {uri} cannot be read ({error}); push it again: dane data push "
+                                  f"FILE --uri {uri} --collection t")
+    assert push(args) == f"uploaded 57 samples into collection t of {uri}"
+    got = as_a_new_run(uri).load()
+    assert np.array_equal(got.X, CSVSource(str(files / "t.csv"), target="y", categorical=("kind",),
+                                           standardize="none").load().X)
 
 
 def test_each_worker_fetches_exactly_its_shard(files, tmp_path, monkeypatch):

@@ -1,9 +1,12 @@
 """``dane data push``: upload a table (CSV, LIBSVM, NPZ) or a folder of labelled images into a store.
 
 The layout and the crash-safety protocol are `dane.data.mongo_store`'s. A push is idempotent: the
-same source (same bytes, same options) into a complete data set changes nothing; into a data set
-left ``uploading`` by a killed push it completes it; a different source into a used name is refused
-unless ``replace``. The table is read by the file sources (`dane.data.files`) exactly as ``data=csv``
+same source (same bytes, same options) into a complete data set (exactly ``n`` documents, sample ``i``
+under ``_id`` ``"i"`` for i = 1..n) changes nothing; into a data set left ``uploading`` by a killed push
+it completes it; into one that holds other documents too (a duplicate, a changed ``id``), those are
+dropped and the missing samples uploaded again; a different source into a used name is refused
+unless ``replace``, which drops the data set stored under the name, whatever it holds, and uploads
+this one. The table is read by the file sources (`dane.data.files`) exactly as ``data=csv``
 (or libsvm, npz) reads it with the same options, so a run on the store sees the rows such a run sees.
 
 A table read with a client column (``--client-column``: ``Table.clients``, one value per row, not a
@@ -23,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from dane.data.mongo_store import (BATCH, CLIENT, MANIFEST, Store, column_fields, drop, drop_embedded_files,
+from dane.data.mongo_store import (BATCH, CLIENT, IN_BATCH, MANIFEST, Store, column_fields, drop, drop_embedded_files,
                                    gridfs_documents, row_documents)
 from dane.errors import DataError
 
@@ -95,7 +98,7 @@ def _push(store: Store, name: str, manifest: dict, write, *, print_fn, replace: 
     n = manifest["n"]
     try:
         old = store.manifest(name)
-        present = _present_ids(store, name) if old is not None else set()
+        present, stray = _scan(store, name, n) if old is not None else (set(), [])
     except Exception as err:  # the engine cannot read what a killed push left: drop it and start again
         if not store.embedded:
             raise
@@ -106,21 +109,27 @@ def _push(store: Store, name: str, manifest: dict, write, *, print_fn, replace: 
 
         store = connect(store.uri, create=True)
         drop(store, name)
-        old, present = None, set()
-    if old is not None and old.get("fingerprint") != manifest["fingerprint"]:
+        old, present, stray = None, set(), []
+    if old is not None and (replace or old.get("fingerprint") != manifest["fingerprint"]):
         if not replace:
             raise DataError(f"{store.where(name)} holds another data set ({old.get('source')}); push into another "
                             "--collection, or add --replace to drop it and upload this one")
         drop(store, name)
-        old, present = None, set()
-    if old is not None and old.get("state") == "complete" and len(present) == n == old.get("n"):
+        old, present, stray = None, set(), []
+    if old is not None and old.get("state") == "complete" and old.get("n") == n and len(present) == n and not stray:
         return f"{store.where(name)} already holds the {n} samples (complete); nothing to do"
     if old is None:
         drop(store, name)  # pieces of a data set whose manifest never got written
         store.db[MANIFEST].insert_one(manifest)
         action = "uploaded"
+    elif old.get("state") == "complete":  # a reader refuses it: documents added, lost or changed since
+        store.db[MANIFEST].update_one({"_id": name}, {"$set": {"state": "uploading"}})
+        action = (f"repaired (dropped {len(stray)} document(s) other than samples 1..{n}; found {len(present)} of "
+                  f"{n} samples)")
     else:
         action = f"completed (found {len(present)} of {n} samples from an interrupted push)"
+    for start in range(0, len(stray), IN_BATCH):
+        store.db[name].delete_many({"_id": {"$in": stray[start:start + IN_BATCH]}})
     store.db[name].create_index([("id", 1)])
     if manifest["kind"] == "images":
         _drop_orphans(store, name, present)
@@ -128,16 +137,26 @@ def _push(store: Store, name: str, manifest: dict, write, *, print_fn, replace: 
     for start, stop in _runs(missing):
         for at in range(start, stop, BATCH):
             write(at - 1, min(at + BATCH, stop) - 1)
-    stored = _present_ids(store, name)
-    if stored != set(range(1, n + 1)):
-        raise DataError(f"{store.where(name)} holds {len(stored)} samples after the push, not ids 1..{n}; "
-                        "push again with --replace")
+    stored, stray = _scan(store, name, n)
+    if stray or stored != set(range(1, n + 1)):
+        raise DataError(f"{store.where(name)} holds {len(stored) + len(stray)} documents after the push, not samples "
+                        f"1..{n}; push again with --replace")
     store.db[MANIFEST].update_one({"_id": name}, {"$set": {"state": "complete"}})
     return f"{action} {n} samples into {store.where(name)}"
 
 
-def _present_ids(store: Store, name: str) -> set[int]:
-    return {int(doc["id"]) for doc in store.find(name, {}, ["id"])}
+def _scan(store: Store, name: str, n: int) -> tuple[set[int], list]:
+    """The ids of the samples stored as a push writes them (sample ``i`` under ``_id`` ``"i"``, 1 <= i <= n), and
+    the ``_id`` of every other document (a duplicate of a sample, a changed or missing ``id``): a reader refuses
+    a data set holding any."""
+    present, stray = set(), []
+    for doc in store.find(name, {}, ["_id", "id"]):
+        i = doc.get("id")
+        if type(i) is int and 1 <= i <= n and doc["_id"] == str(i):
+            present.add(i)
+        else:
+            stray.append(doc["_id"])
+    return present, stray
 
 
 def _drop_orphans(store: Store, name: str, present: set[int]) -> None:

@@ -23,19 +23,37 @@ the shards, and the notes, are those of the file source on the file pushed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from dane.data.mongo_store import CLIENT, Store, connect, is_server
+from dane.data.mongo_store import CLIENT, Store, connect, is_server, unreadable
 from dane.data.sharding import COLUMN, ShardingKeys
 from dane.data.table import Table, resolve_dir
 from dane.errors import ConfigError, DataError
 
 _STORES: dict[str, Store] = {}
 _LABELS: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, dict]] = {}
+
+
+def reads_the_store(method):
+    """``method`` of `MongoSource`, with what a damaged store raises when read (`unreadable`) as one line that
+    names the data set and the push that uploads it again (the push drops what it cannot read)."""
+    @functools.wraps(method)
+    def reading(self, *args):
+        try:
+            return method(self, *args)
+        except Exception as err:
+            if not unreadable(err):
+                raise
+            detail = " ".join(str(err).split())[:100]
+            raise DataError(f"{self.store().where(self.collection)} cannot be read ({type(err).__name__}"
+                            f"{': ' + detail if detail else ''}); push it again: dane data push FILE --uri {self.uri} "
+                            f"--collection {self.collection}") from None
+    return reading
 
 
 @dataclass(frozen=True)
@@ -73,8 +91,10 @@ class MongoSource(ShardingKeys):
             _STORES[self.location] = connect(self.location)
         return _STORES[self.location]
 
+    @reads_the_store
     def manifest(self) -> dict:
-        """The data set's manifest, checked complete: one line for a missing or a short data set."""
+        """The data set's manifest, checked complete: one line for a missing data set, or one whose count of
+        documents is not its ``n``."""
         store = self.store()
         manifest = store.manifest(self.collection)
         if manifest is None:
@@ -82,13 +102,16 @@ class MongoSource(ShardingKeys):
             raise DataError(f"data.collection={self.collection}: no such data set in {self.uri} (it holds: "
                             f"{', '.join(known) or 'none'}); push it first: dane data push FILE --uri {self.uri} "
                             f"--collection {self.collection}")
-        count = store.count(self.collection)
-        if manifest.get("state") != "complete" or count != manifest.get("n"):
-            raise DataError(f"{store.where(self.collection)} is short: {count} of {manifest.get('n')} samples "
-                            f"({manifest.get('state')}); push it again to complete it: dane data push ... "
-                            f"--collection {self.collection}")
+        count, n, state = store.count(self.collection), manifest.get("n"), manifest.get("state")
+        if isinstance(n, int) and count > n:
+            raise DataError(f"{store.where(self.collection)} holds {count} documents for {n} samples ({state}); push "
+                            f"it again to repair it: dane data push ... --collection {self.collection}")
+        if state != "complete" or count != n:
+            raise DataError(f"{store.where(self.collection)} is short: {count} of {n} samples ({state}); push it "
+                            f"again to complete it: dane data push ... --collection {self.collection}")
         return manifest
 
+    @reads_the_store
     def labels(self) -> tuple[np.ndarray, np.ndarray, dict]:
         """Every sample's id and label, in id order, read as the projection ``(id, y)``, and the manifest."""
         key = (self.location, self.collection)
@@ -104,6 +127,7 @@ class MongoSource(ShardingKeys):
             _LABELS[key] = ids, np.array([doc["y"] for doc in docs], dtype=np.float64), manifest
         return _LABELS[key]
 
+    @reads_the_store
     def column(self, which: str | int) -> tuple[np.ndarray, str]:
         """One feature over every row, in id order, read as the projection ``(id, <its field>)``, and its name:
         ``which`` a feature name or a 0-based index (``data.skew_on``; a column-sharding key reads the same)."""
@@ -127,6 +151,7 @@ class MongoSource(ShardingKeys):
         name = names[j] if manifest["feature_names"] else f"column {j}"
         return np.array([doc[columns[j]] for doc in docs], dtype=np.float64), name
 
+    @reads_the_store
     def clients(self) -> np.ndarray:
         """Every row's client (``data.client_column``), in id order, read as the projection ``(id, client)``:
         one line where the data set was pushed without that client column."""
@@ -141,6 +166,7 @@ class MongoSource(ShardingKeys):
         self.store().release()
         return np.array([doc[CLIENT] for doc in docs])
 
+    @reads_the_store
     def fetch(self, ids) -> Table:
         """The rows of ``ids`` (in that order), fetched with ``$in``: X dense or CSR as pushed, y as pushed."""
         _, _, manifest = self.labels()
@@ -168,6 +194,7 @@ class MongoSource(ShardingKeys):
         ids, _, _ = self.labels()
         return self.fetch(ids)
 
+    @reads_the_store
     def images(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """The images of ``ids`` (decoded from their GridFS files, uint8, stacked) and their labels."""
         from dane.data.mongo_push import decode_image

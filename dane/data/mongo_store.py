@@ -25,7 +25,8 @@ bytes do), then the manifest is marked ``complete`` after the stored ids are che
 A later push of the same source finds an ``uploading`` manifest, drops the orphan GridFS pieces of ids
 that have no sample document and inserts the missing samples (``_id`` from ``id``: a document is
 never stored twice); a store the engine cannot read back (a write cut mid-file) is dropped and uploaded
-again. A reader refuses any data set whose manifest is not ``complete`` or whose count is not ``n``.
+again. A reader refuses any data set whose manifest is not ``complete`` or whose count is not ``n``, and
+one the engine cannot decode (`unreadable`), in one line that gives the push to make.
 
 Engines (`connect`): a ``mongodb://`` or ``mongodb+srv://`` URI is a server, through PyMongo; any other
 ``uri`` is a folder holding an embedded store, mongita's disk engine (PyMongo's API over BSON files:
@@ -245,6 +246,23 @@ def read_gridfs(store: Store, bucket: str, file_ids: list[str]) -> dict[str, byt
                             f"({len(data)} of {lengths.get(file_id, '?')} bytes); push the data again")
         out[file_id] = data
     return out
+
+
+def unreadable(err: BaseException) -> bool:
+    """Whether ``err`` is what reading a damaged store raises: BSON that does not decode (``InvalidBSON``: a data
+    file cut short or overwritten), or mongita's check that a stored document has a length (its location lies past
+    the end of a data file cut between documents).  Anything else is no sign of damage."""
+    try:
+        from bson.errors import BSONError  # PyMongo's, which mongita reads its files with
+    except ImportError:  # no PyMongo: no store was read
+        return False
+    if isinstance(err, BSONError):
+        return True
+    if isinstance(err, AssertionError) and err.__traceback__ is not None:
+        import traceback
+
+        return "mongita" in Path(traceback.extract_tb(err.__traceback__)[-1].filename).parts
+    return False
 
 
 def drop(store: Store, name: str) -> None:
