@@ -123,3 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         return bench(args)
     say(f"error: dane: no command {command!r}; choose one of {', '.join([*MODULES, 'figures', 'bench'])} (dane --help)")
     sys.exit(2)
+
+
+if __name__ == "__main__":  # python -m dane.experiments.cli, as the dane command
+    main()

@@ -91,6 +91,20 @@ def test_a_wrong_command_is_one_line_and_exit_2(argv, expect, capfd):
     assert done.value.code == 2 and err.count("\n") == 1 and expect in err
 
 
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules")  # runpy re-running the imported cli module
+def test_python_m_cli_is_the_dane_command(capfd, monkeypatch):
+    """``python -m dane.experiments.cli ARGS`` runs ``dane ARGS`` (it ran nothing and exited 0): a wrong command
+    is its one line and exit 2, run as ``python -m`` runs the module (`runpy`, as ``__main__``)."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["cli", "trian"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("dane.experiments.cli", run_name="__main__")
+    assert done.value.code == 2
+    assert capfd.readouterr().err == ("error: dane: no command 'trian'; choose one of train, simulate, calibrate, "
+                                      "data, figures, bench (dane --help)\n")
+
+
 def test_a_benchmarks_help_names_the_command_typed(capsys, monkeypatch):
     """``dane bench compress --help``'s usage line is ``dane bench compress``, not the runner's module."""
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # runpy rewrites argv: restored after the test
