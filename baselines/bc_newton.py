@@ -167,10 +167,7 @@ class FedNLBCConfig(FedNLConfig):
             raise ConfigError(f"algorithm=fednl_bc runs FedNL's plain round with a compressed broadcast, got "
                               f"algorithm.variant={self.variant}; use algorithm=fednl for ls and pp")
         super().__post_init__()
-        try:
-            compressor = make(self.model_compressor)
-        except ConfigError as err:
-            raise ConfigError(f"algorithm.model_compressor={self.model_compressor}: {err}") from None
+        compressor = make(self.model_compressor, "algorithm.model_compressor")
         if compressor.matrices:
             raise ConfigError(f"algorithm.model_compressor={self.model_compressor} compresses d×d matrices; the "
                               f"model is a vector: topk:K, randk:K, natural, dither:S or none")

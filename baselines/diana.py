@@ -90,10 +90,7 @@ def compress_each(compressor: Compressor, x: torch.Tensor, generators: list[torc
 
 def unbiased_compressor(spec: str, method: str) -> Compressor:
     """``spec`` built (`dane.compress.make`), refused in one line unless it is an unbiased compressor of vectors."""
-    try:
-        compressor = make(spec)
-    except ConfigError as err:
-        raise ConfigError(f"algorithm.compressor={spec}: {err}") from None
+    compressor = make(spec, "algorithm.compressor")
     if compressor.matrices or not compressor.unbiased:
         raise ConfigError(f"algorithm={method} needs an unbiased compressor of vectors (randk:K, natural, dither:S, "
                           f"none), got algorithm.compressor={spec}; a biased one (topk:K) is algorithm=ef21's")
@@ -145,7 +142,7 @@ class CompressedKeys:
     seed: int = 0
 
     def check_keys(self) -> None:
-        make(self.compressor)
+        make(self.compressor, "algorithm.compressor")
         if self.lr is not None:
             checks.positive("algorithm.lr", self.lr)
         checks.positive_int("algorithm.power_iters", self.power_iters)

@@ -108,10 +108,7 @@ class EF21PConfig(AlgorithmConfig, CompressedKeys):
     def __post_init__(self) -> None:
         self.check_keys()
         for key, spec in (("compressor", self.compressor), ("compressor_down", self.compressor_down)):
-            try:
-                compressor = make(spec)
-            except ConfigError as err:
-                raise ConfigError(f"algorithm.{key}={spec}: {err}") from None
+            compressor = make(spec, f"algorithm.{key}")
             if compressor.matrices:
                 raise ConfigError(f"algorithm.{key}={spec} compresses d×d matrices; EF21-P sends vectors: "
                                   f"topk:K, randk:K, natural, dither:S or none")

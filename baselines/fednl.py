@@ -456,7 +456,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
     algorithm = FedNL
 
     def __post_init__(self) -> None:
-        make(self.compressor)  # a bad spec is one line now
+        make(self.compressor, "algorithm.compressor")  # a bad spec is one line now
         if self.alpha is not None and not 0 < checks.positive("algorithm.alpha", self.alpha) <= 1:
             raise ConfigError(f"algorithm.alpha must be in (0, 1], got {self.alpha}: FedNL's theory (Safaryan et al. "
                               f"2022) takes alpha <= 1/(omega + 1) for an unbiased compressor, 1 - sqrt(1 - delta) or 1 "

@@ -176,7 +176,7 @@ class Newton3PCConfig(AlgorithmConfig, SamplingKeys):
         checks.one_of("algorithm.mechanism", self.mechanism, MECHANISMS)
         checks.nonnegative("algorithm.zeta", self.zeta)
         checks.fraction("algorithm.p", self.p)
-        make(self.compressor)
+        make(self.compressor, "algorithm.compressor")
         if self.mu is not None:
             checks.nonnegative("algorithm.mu", self.mu)
         self.check_sampling()

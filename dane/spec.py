@@ -167,10 +167,7 @@ def check_compression(comm: Communication) -> None:
     for key, spec in (("comm.compress", comm.compress), ("comm.compress_down", comm.compress_down)):
         if spec is None:
             continue
-        try:
-            compressor = compress.make(spec)
-        except ConfigError as err:
-            raise ConfigError(f"{key}={spec}: {err}") from None
+        compressor = compress.make(spec, key)
         if compressor.matrices:
             raise ConfigError(f"{key}={spec} compresses d×d matrices, and {key} acts on the "
                               f"vectors an algorithm sends; choose topk, randk, natural or dither")

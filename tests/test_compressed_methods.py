@@ -389,3 +389,15 @@ def test_the_batched_simulator_gives_the_per_worker_records(algorithm):
         assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
     assert [e["value"] for e in per_worker["defaults"]] == pytest.approx([e["value"] for e in batched["defaults"]],
                                                                          rel=1e-10)  # Lanczos, stacked or not
+
+
+@pytest.mark.parametrize("method", ["diana", "adiana", "marina", "dasha", "ef21", "ef21p", "fednl", "fednl_bc",
+                                    "newton_3pc"])
+def test_a_bad_compressor_is_named_by_its_key(method):
+    """Every method that takes ``algorithm.compressor`` names the key in a bad spec's line, as ``comm.compress``'s
+    does (some named only the spec)."""
+    from dane.api import algorithm_config
+
+    with pytest.raises(ConfigError, match=r"^algorithm\.compressor=randk:0: randk:K needs K >= 1, got 0; write e\.g\. "
+                                          r"randk:8$"):
+        algorithm_config(method, compressor="randk:0")

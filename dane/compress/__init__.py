@@ -47,8 +47,18 @@ SPECS = ("none", "topk:K", "randk:K", "toplek:K", "randseqk:K", "natural", "dith
 SPARSIFIERS = {"topk": TopK, "randk": RandK, "toplek": TopLEK, "randseqk": RandSeqK}
 
 
-def make(spec: str) -> Compressor:
-    """The compressor ``spec`` names (the package's docstring); anything else is a one-line `ConfigError`."""
+def make(spec: str, key: str | None = None) -> Compressor:
+    """The compressor ``spec`` names (the package's docstring); anything else is a one-line `ConfigError`, which
+    starts with ``key=spec`` where the spec is a config key's (``algorithm.compressor=randk:0: ...``)."""
+    try:
+        return _build(spec)
+    except ConfigError as err:
+        if key is None:
+            raise
+        raise ConfigError(f"{key}={spec}: {err}") from None
+
+
+def _build(spec: str) -> Compressor:
     text = str(spec).strip().lower()
     name, _, arg = text.partition(":")
     if name in ("none", "identity") and not arg:
