@@ -327,6 +327,17 @@ def bench_caption(what: str, provenance: dict) -> str:
     return f"{what.rstrip('.')}; from {', '.join(runs)}."
 
 
+def bench_figure(source: str | Path, key: str, out: str | Path, name: str, *, draw, render, command: str,
+                 what: str) -> list[Path]:
+    """The figure ``name`` of section ``key`` of the one JSON ``source``: ``draw(section)``, its table
+    ``render(section, source)`` as ``name``.md, and the sidecar (`bench_provenance`) and caption (`bench_caption`,
+    ``what`` first) naming the file; no page is written."""
+    section = bench_section(source, key)
+    sidecar = bench_provenance([source], [section], command)
+    return save(draw(section), out, name, render(section, repo_path(source)), provenance=sidecar,
+                caption=bench_caption(what, sidecar))
+
+
 def bench_section(path: str | Path, key: str) -> dict:
     """Section ``key`` of the benchmark JSON at ``path``; a JSON without it is one line naming the run that writes it."""
     bench = json.loads(Path(path).read_text())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dane.algorithm import label_of
 from dane.paper_figs.blocks import publish
-from dane.paper_figs.common import bench_caption, bench_parser, bench_provenance, bench_section, repo_path, save
+from dane.paper_figs.common import bench_figure, bench_parser, bench_section
 
 KEY = "compressed"
 BEGIN, END = "<!-- compressed-table:begin -->", "<!-- compressed-table:end -->"
@@ -117,10 +117,8 @@ def draw(section: dict):
 def figure(sources: list[str | Path], out: str | Path, name: str = KEY) -> list[Path]:
     """The figure ``name`` from the one JSON in ``sources``, its table as ``name``.md and its sidecar; no page."""
     (source,) = sources
-    section = bench_section(source, KEY)
-    sidecar = bench_provenance(sources, [section], "python -m scripts.bench compressed (make bench)")
-    return save(draw(section), out, name, render(section, repo_path(source)), provenance=sidecar,
-                caption=bench_caption(__doc__.splitlines()[0].replace("Figure and table: the", "The"), sidecar))
+    return bench_figure(source, KEY, out, name, draw=draw, render=render, command="python -m scripts.bench compressed (make bench)",
+                        what=__doc__.splitlines()[0].replace("Figure and table: the", "The"))
 
 
 def main(argv: list[str] | None = None) -> list[Path]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dane.paper_figs.blocks import method_label, publish
-from dane.paper_figs.common import bench_caption, bench_parser, bench_provenance, bench_section, repo_path, save
+from dane.paper_figs.common import bench_figure, bench_parser, bench_section
 
 KEY = "fedprox_synthetic"
 BEGIN, END = "<!-- fedprox-synthetic-table:begin -->", "<!-- fedprox-synthetic-table:end -->"
@@ -145,10 +145,8 @@ def draw(section: dict):
 def figure(sources: list[str | Path], out: str | Path, name: str = KEY) -> list[Path]:
     """The figure ``name`` from the one JSON in ``sources``, its table as ``name``.md and its sidecar; no page."""
     (source,) = sources
-    section = bench_section(source, KEY)
-    sidecar = bench_provenance(sources, [section], "python -m scripts.bench fedprox_synthetic")
-    return save(draw(section), out, name, render(section, repo_path(source)), provenance=sidecar,
-                caption=bench_caption(__doc__.splitlines()[0].replace("Figure and table: the", "The"), sidecar))
+    return bench_figure(source, KEY, out, name, draw=draw, render=render, command="python -m scripts.bench fedprox_synthetic",
+                        what=__doc__.splitlines()[0].replace("Figure and table: the", "The"))
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
