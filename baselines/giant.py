@@ -81,9 +81,10 @@ beyond that round-off.
 
 Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu`` (the
 largest μ_i of the round), ``armijo_met``, ``cg_iters`` (the mean over workers of the local
-CG products; it rides in allreduce 2) and ``p_norm``; a round that changes the largest μ_i also
-carries ``adapted`` ({"key": "mu", "from", "to", "trigger"}: "full step", "flatter than objective",
-"step cut back" or "rejected", the cases above), which the summary lists as ``adaptations``.
+CG products; it rides in allreduce 2) and ``p_norm``; a round that changes any μ_i also carries
+``adapted`` ({"key": "mu", "from", "to": the largest μ_i before and after, "trigger": "full step", "flatter than
+objective", "step cut back" or "rejected", the cases above, "workers": [i, from, to] for each μ_i that moved}),
+which the summary lists as ``adaptations``.
 
 The curvature gᵀp/‖p‖² and the return to μ = 0 are DANE's safeguard's rules
 (`dane.safeguard.model_curvature`, `dane.safeguard.to_floor`), GIANT's direction p being
@@ -199,9 +200,11 @@ class GIANT(Algorithm):
         if accepted:
             k = k if met else 0
             self.w = w - steps[k] * p
-        used = max(self.mus)
+        before = list(self.mus)
+        used = max(before)
         trigger = self.update_mus(accepted, k, curvatures, slope=slope, p=p, g=g)
-        adapted = [{"key": "mu", "from": used, "to": max(self.mus), "trigger": trigger}] if max(self.mus) != used else []
+        moved = [[i, a, b] for i, (a, b) in enumerate(zip(before, self.mus)) if a != b]  # [worker, from, to]
+        adapted = [{"key": "mu", "from": used, "to": max(self.mus), "trigger": trigger, "workers": moved}] * bool(moved)
         return {**self.metrics(g, metrics), "step_size": float(steps[k]) if accepted else 0.0, "accepted": accepted,
                 "mu": used, "armijo_met": met, "cg_iters": float(cg_iters),
                 "p_norm": float(torch.linalg.vector_norm(p)), **({"adapted": adapted} if adapted else {})}
@@ -209,7 +212,7 @@ class GIANT(Algorithm):
     def update_mus(self, accepted: bool, k: int, curvatures: list[float], *, slope: float, p: torch.Tensor,
                    g: torch.Tensor) -> str:
         """Every worker's next μ_i from the round's outcome (module docstring, *Monotone globalization*); returns
-        which case it was, the trigger the record's ``adapted`` names where the largest μ_i changed."""
+        which case it was, the trigger the record's ``adapted`` names where a μ_i changed."""
         kappa = sum(curvatures) / len(curvatures)               # uᵀ∇²O(w_t)u, the objective's curvature along p
         deficits = [kappa - c for c in curvatures]              # how much flatter than O each local model is along p
         lacking = any(d > 1e-12 * abs(kappa) for d in deficits)

@@ -63,8 +63,13 @@ def test_one_rejected_round_then_the_optimum(lam):
     # every change of the largest shift is an event of the round that made it (the last round's shows in no later
     # record), and the summary lists them all; the rejection shifted the worker without the column
     changes = [(a["round"], a["mu"], b["mu"]) for a, b in zip(records, records[1:]) if a["mu"] != b["mu"]]
-    events = [(e["round"], e["from"], e["to"]) for e in result.summary["adaptations"]]
+    events = [(e["round"], e["from"], e["to"]) for e in result.summary["adaptations"] if e["from"] != e["to"]]
     assert changes and events[:len(changes)] == changes and {e[0] for e in events[len(changes):]} <= {records[-1]["round"]}
+    # and every move of any worker's shift is one (its worker, from, to), the largest unchanged or not
+    for event in result.summary["adaptations"]:
+        assert event["workers"] and all(a != b for _, a, b in event["workers"])
+        assert event["to"] == max([b for _, _, b in event["workers"]] + [event["from"]]) or event["to"] < event["from"]
+    assert result.summary["adaptations"][0]["workers"] == [[1, 0.0, result.summary["adaptations"][0]["to"]]]
     assert result.summary["adaptations"][0]["trigger"] == "flatter than objective"
     assert result.summary["package_rules_applied"] is True
     assert [(e["key"], e["value"]) for e in result.summary["defaults"]] == [("algorithm.cg_max_iter", 10 * (D + 1))]
@@ -151,3 +156,28 @@ def test_unit_survives_overflow():
     inf = torch.tensor([math.inf, 1.0, -math.inf, math.nan], dtype=torch.float64)
     torch.testing.assert_close(unit(inf), torch.tensor([1.0, 0.0, -1.0, 0.0], dtype=torch.float64) / math.sqrt(2))
     assert not unit(torch.zeros(3, dtype=torch.float64)).any()
+
+
+def test_a_move_of_a_shift_below_the_largest_is_recorded(monkeypatch):
+    """A round whose rule moves a worker's μ_i while the largest stays is an ``adapted`` event too (it named only
+    moves of the largest): its worker, from and to, beside the largest before and after."""
+    from dane.baselines.giant import GIANT
+
+    update = GIANT.update_mus
+
+    def raise_worker_2(self, accepted, k, curvatures, **keys):
+        trigger = update(self, accepted, k, curvatures, **keys)
+        if self.rounds_seen in (1, 2):  # round 1: workers 0 and 2 shifted to 1 and 0.5; round 2: worker 2 alone moves
+            self.mus[:] = [1.0, self.mus[1], 0.5 if self.rounds_seen == 1 else 0.25]
+        self.rounds_seen += 1
+        return trigger
+
+    monkeypatch.setattr(GIANT, "rounds_seen", 0, raising=False)
+    monkeypatch.setattr(GIANT, "update_mus", raise_worker_2)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((90, 4))
+    result = dane.fit(dane.problems.Ridge(X, X @ np.ones(4), lam=1e-2), "giant", workers=3, rounds=4, tol=None)
+    first, second = [e for e in result.summary["adaptations"] if e["round"] in (1, 2)]
+    assert first["workers"] == [[0, 0.0, 1.0], [2, 0.0, 0.5]] and (first["from"], first["to"]) == (0.0, 1.0)
+    assert second["workers"] == [[2, 0.5, 0.25]] and (second["from"], second["to"]) == (1.0, 1.0)
+    assert [r["mu"] for r in result.records[1:4]] == [0.0, 1.0, 1.0]  # the record's column: the largest
