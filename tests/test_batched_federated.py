@@ -10,7 +10,7 @@
 - the stacked rows answer at a point per client, for a round's participants, as each shard at its own point;
 - an exact local solve, random averaging, and FedRed's measured λ are refused batched in one clause;
 - FedAvg and FedProx on a stacked network (LeNet-5), 2 of 3 clients a round, have the per-worker records;
-- ``sim.batched=auto`` batches these methods from AUTO_FROM clients on.
+- ``sim.batched=auto`` batches these methods from AUTO_FROM clients on, with checkpoints and sim.fail_at too.
 
 RTOL (`test_batched.assert_same_records`: 1e-12 relative, 1e-15 absolute): the stacked sums (a client's gradient over
 its rows, the mean over the clients) run in another order than the per-worker ones, so the two paths agree to
@@ -183,6 +183,17 @@ def test_auto_batches_them_from_its_threshold(algorithm):
     extra = ("algorithm.lam=0.1",) if algorithm == "fedred" else ()
     spec = run_spec(compose_job((f"workers={AUTO_FROM}", "problem.n_samples=640", "problem.dim=10",
                                  f"algorithm={algorithm}", *extra)))
+    assert batched_path(spec) == (True, None)
+
+
+@pytest.mark.parametrize("kept", [("checkpoint_every=2",), ("checkpoint_every=2", "sim.fail_at=[[3,1]]")],
+                         ids=["checkpoints", "faults"])
+def test_auto_batches_a_sampled_run_with_checkpoints_and_faults(kept):
+    """Checkpoints, resumes and sim.fail_at run on the batched path (one part for the m workers:
+    `dane.loop.checkpoint`), so a checkpointed sampled run keeps it (it took one thread per client, and a part each
+    per checkpoint)."""
+    spec = run_spec(compose_job((f"workers={AUTO_FROM}", "problem.n_samples=640", "problem.dim=10",
+                                 "algorithm=scaffold", "algorithm.clients_per_round=4", *kept)))
     assert batched_path(spec) == (True, None)
 
 

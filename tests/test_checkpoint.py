@@ -1,5 +1,9 @@
 """Checkpoint and resume: a resumed run continues exactly as the uninterrupted one (same seed,
 deterministic data order), record for record, and bad resumes are one-line config errors.
+
+On the simulator's batched path (``sim.batched``) a checkpoint is one part holding the m workers' stacked state
+(SCAFFOLD's c_i, FedRed's h, the sampler, the local-work rows), committed as batched; a resumed sampled run is the
+uninterrupted one, record for record and in its clock's split, and a checkpoint resumes only on the path that wrote it.
 """
 from __future__ import annotations
 
@@ -181,6 +185,83 @@ def test_resume_with_another_config_is_refused_before_records_are_cut(tmp_path, 
     # what may change: rounds, checkpoint_every, display and output settings
     run_spec(config(*SMALL_RIDGE, "rounds=9", "checkpoint_every=1", "print_every=2", "progress=none",
                     "save_iterate=true", "quiet=false", f"resume={run_dir}"))
+
+
+# --- the batched simulator: one part for the m workers ---------------------------------------------------------
+
+BATCHED = ("problem=ridge_synthetic", "problem.n_samples=240", "problem.dim=10", "workers=6", "sim.batched=true",
+           "quiet=true", "save_iterate=true")
+SAMPLED = ("algorithm.clients_per_round=3", "algorithm.local_steps=3")
+
+
+def batched_cut_and_resumed(tmp_path, *overrides: str) -> tuple:
+    """The uninterrupted batched run (7 rounds, no checkpoint) and one stopped after round 5 (committed at 4), then
+    resumed (resume=auto, as a restart repeats its command): their run directories and the resume's summary."""
+    whole, run_dir = tmp_path / "whole", tmp_path / "run"
+    execute_with(whole, *BATCHED, *overrides, "rounds=7")
+    again = (*BATCHED, *overrides, "checkpoint_every=2", f"out_dir={run_dir}", "resume=auto")
+    first = execute_with(run_dir, *again, "rounds=5")
+    assert first["simulator_path"] == "batched" and "resumed_from_round" not in first
+    marker = committed(run_dir)
+    assert (marker["round"], marker["workers"], marker["batched"]) == (4, 6, True)
+    # one part holds every worker's state: no rank<r>.pt for r > 0, and older rounds are gone
+    assert sorted(p.name for p in (run_dir / "checkpoint").iterdir()) == ["COMMITTED", "round4"]
+    assert [p.name for p in (run_dir / "checkpoint" / "round4").iterdir()] == ["rank0.pt"]
+    return whole, run_dir, execute_with(run_dir, *again, "rounds=7")
+
+
+@pytest.mark.parametrize("overrides", [
+    pytest.param(("algorithm=scaffold", *SAMPLED), id="scaffold-sampled"),
+    pytest.param(("algorithm=fedred", "algorithm.lam=0.1", "algorithm.control_variate=2", *SAMPLED),
+                 id="fedred-type2-sampled"),
+    pytest.param(("algorithm=dane",), id="dane-ridge"),
+])
+def test_a_batched_run_resumes_from_its_one_part_as_the_uninterrupted_run(tmp_path, overrides):
+    whole, run_dir, summary = batched_cut_and_resumed(tmp_path, *overrides)
+    assert summary["resumed_from_round"] == 4 and summary["simulator_path"] == "batched"
+    expected, got = read_rounds(whole), read_rounds(run_dir)
+    assert [r["round"] for r in got] == list(range(8))
+    assert without_time(got) == without_time(expected)  # exact: the stacked client state came back whole
+    assert torch.equal(torch.load(run_dir / "iterate.pt"), torch.load(whole / "iterate.pt"))
+    straight = read_summary(whole)
+    assert summary["simulated_comm_s"] == straight["simulated_comm_s"]  # the same messages, priced alike
+    assert summary["simulated_compute_s"] + summary["simulated_comm_s"] == \
+        pytest.approx(summary["simulated_time_s"], rel=1e-12)  # the split covers the whole clock, not the rounds after
+    assert all(b["time_s"] >= a["time_s"] for a, b in zip(got, got[1:]))  # the clock continues
+
+
+def test_a_checkpoint_resumes_only_on_the_path_that_wrote_it(tmp_path):
+    """A batched checkpoint (one part) on the per-worker path, or a per-worker one (m parts) on the batched path:
+    one line naming the sim.batched that resumes it, before anything in the run directory changes."""
+    batched, threads = tmp_path / "batched", tmp_path / "threads"
+    args = ("algorithm=scaffold", *SAMPLED, "checkpoint_every=2")
+    execute_with(batched, *BATCHED, *args, "rounds=2")
+    execute_with(threads, *BATCHED, *args, "rounds=2", "sim.batched=false")
+    assert committed(threads)["batched"] is False and len(list((threads / "checkpoint" / "round2").iterdir())) == 6
+    before = {run_dir: (run_dir / "rounds.jsonl").read_bytes() for run_dir in (batched, threads)}
+    # sim.batched may change (it only chooses the path): the path the run takes is what is checked, whichever
+    # decided it (sim.batched, or under auto the workers and the device), on the command line and the Python API
+    for run_dir, mode, fix in ((batched, "false", "resume it in the simulator with sim.batched=true"),
+                               (threads, "true", "resume it with sim.batched=false")):
+        message = f"^resume={run_dir} holds a checkpoint of .*; {fix}$"
+        with pytest.raises(ConfigError, match=message) as err:
+            execute_with(run_dir, *BATCHED, *args, "rounds=4", f"sim.batched={mode}", f"resume={run_dir}")
+        assert "\n" not in str(err.value)
+        spec = run_spec(config(*BATCHED, *args, "rounds=4", f"sim.batched={mode}"))
+        with pytest.raises(ConfigError, match=message):
+            execute(replace(spec, control=replace(spec.control, resume=str(run_dir))), None)
+    assert {run_dir: (run_dir / "rounds.jsonl").read_bytes() for run_dir in (batched, threads)} == before
+    # and the fix it names resumes
+    assert execute_with(threads, *BATCHED, *args, "rounds=4", "sim.batched=false",
+                        f"resume={threads}")["resumed_from_round"] == 2
+
+
+def test_a_batched_checkpoint_lacking_its_part_is_one_line(tmp_path):
+    execute_with(tmp_path, *BATCHED, "rounds=2", "checkpoint_every=2")
+    checkpoint_path(tmp_path, 0, 2).unlink()
+    with pytest.raises(ConfigError, match=r"round2 lacks rank0.pt for workers=6 \(batched: one part holds every "
+                                          r"worker\); the checkpoint is inconsistent"):
+        run_spec(config(*BATCHED, "rounds=4", f"resume={tmp_path}"))
 
 
 def test_calibration_is_written_atomically(tmp_path):

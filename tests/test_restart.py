@@ -108,6 +108,44 @@ def test_a_lost_simulated_worker_and_the_same_command_rerun_finish_like_the_unin
     assert_same_iterate(run_dir, whole)
 
 
+BATCHED = ("problem=ridge_synthetic", "problem.n_samples=240", "problem.dim=10", "workers=6", "sim.batched=true",
+           "algorithm=scaffold", "algorithm.clients_per_round=3", "algorithm.local_steps=3", "quiet=true",
+           "save_iterate=true")
+
+
+def test_a_batched_run_that_lost_a_worker_resumes_like_the_uninterrupted_run(tmp_path):
+    """On the batched path one process holds every worker: sim.fail_at loses worker 1 and with it the run, as losing
+    its thread does on the per-worker path; the same command then continues from the one-part checkpoint."""
+    whole, run_dir = tmp_path / "whole", tmp_path / "run"
+    execute_with(whole, *BATCHED, "rounds=7")
+    command = (*BATCHED, "rounds=7", "checkpoint_every=2", "sim.fail_at=[[3,1]]", f"out_dir={run_dir}", "resume=auto")
+    with pytest.raises(SimulatedFault, match="simulated worker 1 was lost at round 3 \\(sim.fail_at\\); the last "
+                                             "committed checkpoint stays"):
+        execute_with(run_dir, *command)
+    assert committed(run_dir)["round"] == 2 and [r["round"] for r in read_rounds(run_dir)] == [0, 1, 2]
+    summary = execute_with(run_dir, *command)
+    assert summary["resumed_from_round"] == 2 and summary["simulator_path"] == "batched"
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+    assert_same_iterate(run_dir, whole)
+
+
+def test_a_killed_batched_run_and_the_same_command_rerun_finish_like_the_uninterrupted_run(tmp_path):
+    """SIGKILL of the batched simulator's one process at round 5 (the test hook, worker 1, once per run directory):
+    the checkpoint committed at round 4 stays whole, and the rerun of the same command finishes the run."""
+    whole, run_dir = tmp_path / "whole", tmp_path / "run"
+    execute_with(whole, *BATCHED, "rounds=7")
+    command = (*BATCHED, "rounds=7", "checkpoint_every=2", f"out_dir={run_dir}", "resume=auto")
+    killed = train(*command, extra_env={"DANE_TEST_KILL_AT_ROUND": "5"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert committed(run_dir)["batched"] and (run_dir / "checkpoint" / "kill_round5_worker1").exists()
+    finished = train(*command, extra_env={"DANE_TEST_KILL_AT_ROUND": "5"})
+    assert finished.returncode == 0, finished.stderr
+    summary = read_summary(run_dir)
+    assert summary["resumed_from_round"] == 4 and summary["simulator_path"] == "batched"
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+    assert_same_iterate(run_dir, whole)
+
+
 def test_fail_at_is_checked(tmp_path):
     with pytest.raises(ConfigError, match=r"sim.fail_at must be a list of \[round, worker\] pairs"):
         run_spec(config(*RIDGE, "workers=2", "sim.fail_at=[3,1]"))

@@ -5,7 +5,9 @@
 a stacked form for m workers (`dane.problems.ProblemConfig.stacked_form`, or the algorithm's own:
 `dane.algorithm.AlgorithmConfig.stacked_form`) that pays off on its
 device (`ProblemConfig.batched_by_default`: a network stacks on a GPU, not on the CPU), and the run
-asks for nothing kept per worker; ``true`` takes it at any m > 1 and refuses in one line where
+asks for nothing kept per worker (a compressor's state, each worker's Hessian); checkpoints, resumes and
+``sim.fail_at`` run on either path (one checkpoint part holds the m workers' stacked state:
+`dane.loop.checkpoint`); ``true`` takes it at any m > 1 and refuses in one line where
 it cannot run; ``false`` always runs one thread per worker.
 
 Below `AUTO_FROM` workers ``auto`` keeps the per-worker path: there m threads cost little,
@@ -32,10 +34,6 @@ def why_not_batched(spec) -> str | None:
         return f"algorithm={spec.algorithm.name} has no stacked form (its class does not declare batchable)"
     if spec.comm.compress is not None:
         return "comm.compress draws and keeps a compressor's state per worker"
-    if spec.control.checkpoint_every or spec.control.resume:
-        return "checkpoints are written and resumed per worker"
-    if spec.control.faults:
-        return "sim.fail_at loses one worker's thread"
     if spec.control.similarity:
         return "similarity=true measures each worker's own Hessian"
     return spec.algorithm.stacked_form(spec.problem, spec.comm.workers)  # by default the problem's

@@ -27,6 +27,7 @@ import torch
 import yaml
 
 from ..algorithm import Algorithm
+from ..comm.batched import stacked, worker_ranks
 from ..comm.tail import ALPHA_BETA_ONLY
 from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, load_checkpoint, part_meta, save_checkpoint,
                          truncate_rounds)
@@ -71,13 +72,15 @@ class Faults(Callback):
     def __init__(self, faults: tuple[tuple[int, int], ...]):
         self.faults = faults
 
-    def on_round(self, loop, record: dict) -> None:
-        inject_faults(self.faults, loop.comm.rank, record["round"], loop.out_dir, loop.spec.control.checkpoint_every)
+    def on_round(self, loop, record: dict) -> None:  # on the batched path every worker is rank 0's to lose
+        inject_faults(self.faults, worker_ranks(loop.comm), record["round"], loop.out_dir,
+                      loop.spec.control.checkpoint_every)
 
 
 class Checkpoints(Callback):
     """Checkpoints on disk (`dane.loop.checkpoint`): resume from ``resume=``'s committed round, write this rank's
-    part every ``checkpoint_every`` rounds and (rank 0) commit it once every part is on disk.  With
+    part every ``checkpoint_every`` rounds and (rank 0) commit it once every part is on disk (on the simulator's
+    batched path one part, every worker's state stacked, committed as batched).  With
     ``load=False`` (Horovod elastic, which starts from its state in memory) the run does not start from disk."""
 
     def __init__(self, spec, *, load: bool = True):
@@ -100,12 +103,15 @@ class Checkpoints(Callback):
 
     def on_checkpoint(self, loop, state: dict) -> None:
         if loop.out_dir and self.control.checkpoint_every:
+            batched = stacked(loop.comm)  # one part, every worker's state stacked (`dane.loop.checkpoint`)
             with off_clock(loop.comm):  # the disk's time is none of a simulated worker's compute (`Records`)
                 save_checkpoint(loop.out_dir, loop.comm.rank, state, self.meta(loop, loop.comm.rank))
-            loop.comm.barrier()  # every rank's part is on disk before the round is committed
+            if not batched:  # the batched path's one part is on disk already: no other rank to wait for
+                loop.comm.barrier()  # every rank's part is on disk before the round is committed
             if loop.comm.rank == 0:
                 with off_clock(loop.comm):
-                    commit_checkpoint(loop.out_dir, state["round"], loop.comm.size, self.control.config_text)
+                    commit_checkpoint(loop.out_dir, state["round"], loop.comm.size, self.control.config_text,
+                                      batched=batched)
 
     def on_end(self, loop, summary: dict) -> None:
         if loop.resumed_from is not None:

@@ -9,8 +9,14 @@ the round, the world size and the run's resolved config), then deletes every oth
 round.  A kill at any moment therefore leaves one committed round whose parts all
 exist; the parts of a round that was never committed are ignored.
 
+On the simulator's batched path (`dane.comm.batched`) one process holds every worker's state, stacked: the run
+writes one part, ``rank0.pt``, and commits it with a marker that says so (``"batched": true``) and no barrier
+(nothing else writes).  A checkpoint continues on the path that wrote it: `check_resume` expects one part of a
+batched commit and m of any other, and refuses in one line a batched checkpoint on the per-worker path (threads,
+launched processes) or a per-worker one on the batched path, naming the ``sim.batched`` that resumes it.
+
 Resuming first checks the committed round against this run (`check_resume`: world
-size, every part present and not truncated, the same config up to `MAY_CHANGE`), before
+size, the path, every part present and not truncated, the same config up to `MAY_CHANGE`), before
 anything in the run directory changes; then each rank loads its own part and rank 0
 cuts ``rounds.jsonl`` back to the rounds before the checkpoint (dropping a line torn by
 a crash), so that the finished run directory reads exactly like one uninterrupted run.
@@ -44,8 +50,11 @@ COMMITTED = "COMMITTED"
 
 #: config keys a resumed run may change: how long it runs and what it shows or writes, not what it computes.
 #: ``save_iterate`` only adds an output file, ``similarity`` a summary entry; ``sim.fail_at`` injects the faults that the resume recovers from.
+#: ``sim.batched`` only chooses the simulator's path, and `check_path` compares the path taken with the checkpoint's
+#: (a per-worker checkpoint written under auto before the batched path checkpointed resumes with false).
 MAY_CHANGE = ("rounds", "resume", "out_dir", "quiet", "print_every", "progress", "checkpoint_every",
-              "early_stop", "overwrite", "save_iterate", "similarity", "sim.fail_at", "logger", "mlflow_uri")
+              "early_stop", "overwrite", "save_iterate", "similarity", "sim.fail_at", "sim.batched", "logger",
+              "mlflow_uri")
 
 
 def round_dir(run_dir: str | Path, round_: int) -> Path:
@@ -66,9 +75,11 @@ def save_checkpoint(run_dir: str | Path, rank: int, state: dict, meta: dict) -> 
     atomic_write(checkpoint_path(run_dir, rank, state["round"]), lambda f: torch.save(_plain({**state, "meta": meta}), f))
 
 
-def commit_checkpoint(run_dir: str | Path, round_: int, workers: int, config_text: str) -> None:
-    """Rank 0, once every rank's part of ``round_`` is on disk: mark it committed, then delete every other round."""
-    marker = {"round": round_, "workers": workers, "config": config_text}
+def commit_checkpoint(run_dir: str | Path, round_: int, workers: int, config_text: str, *,
+                      batched: bool = False) -> None:
+    """Rank 0, once every rank's part of ``round_`` is on disk: mark it committed, then delete every other round.
+    ``batched``: the batched simulator's one part (rank0.pt) holds all ``workers`` (module docstring)."""
+    marker = {"round": round_, "workers": workers, "config": config_text, "batched": batched}
     atomic_write(Path(run_dir) / CHECKPOINT_DIR / COMMITTED, lambda f: f.write(json.dumps(marker).encode()))
     for old in (Path(run_dir) / CHECKPOINT_DIR).glob("round*"):
         if old.is_dir() and old.name != f"round{round_}":
@@ -160,11 +171,18 @@ def whole_records(path: Path) -> int:
     return count
 
 
-def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: str = "") -> int:
-    """The committed round of ``run_dir`` if this run (``workers``, ``rounds``, config) can continue it.
+def parts(marker: dict) -> range:
+    """The ranks whose parts a commit ``marker`` holds: rank 0 alone for the batched simulator's, else every rank."""
+    return range(1) if marker.get("batched") else range(int(marker["workers"]))
+
+
+def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: str = "",
+                 batched: bool | None = None) -> int:
+    """The committed round of ``run_dir`` if this run (``workers``, ``rounds``, config, path) can continue it.
 
     Refused, with one line, before anything changes: no committed round, another world
-    size, a missing, empty or truncated part, fewer ``rounds`` than done, or a config
+    size, a checkpoint of the other simulator path (``batched``: whether this run takes the batched path; None:
+    not known yet, not checked), a missing, empty or truncated part, fewer ``rounds`` than done, or a config
     that differs in anything but `MAY_CHANGE` (skipped when ``config_text`` is empty).
     """
     marker = committed(run_dir)
@@ -175,15 +193,18 @@ def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: st
     if size != workers:
         raise ConfigError(f"resume={run_dir} was a run with workers={size}, this one has workers={workers}; "
                           "resume with the same workers")
-    parts = round_dir(run_dir, k)
-    names = {p.name for p in parts.glob("rank*.pt")} if parts.is_dir() else set()
-    expected = {f"rank{r}.pt" for r in range(size)}
+    if batched is not None:
+        check_path(run_dir, marker, batched)
+    folder = round_dir(run_dir, k)
+    names = {p.name for p in folder.glob("rank*.pt")} if folder.is_dir() else set()
+    expected = {f"rank{r}.pt" for r in parts(marker)}
     if names != expected:
         missing, extra = sorted(expected - names), sorted(names - expected)
         what = f"lacks {', '.join(missing)}" if missing else f"has parts of other ranks ({', '.join(extra)})"
-        raise ConfigError(f"resume={run_dir}: the committed checkpoint {parts} {what} for workers={size}; "
+        whose = " (batched: one part holds every worker)" if marker.get("batched") else ""
+        raise ConfigError(f"resume={run_dir}: the committed checkpoint {folder} {what} for workers={size}{whose}; "
                           "the checkpoint is inconsistent, remove the checkpoint/ folder and start again")
-    for r in range(size):
+    for r in parts(marker):
         _check_file(checkpoint_path(run_dir, r, k))
     if k > rounds:
         raise ConfigError(f"resume={run_dir} is at round {k} but rounds={rounds}; set rounds >= {k}")
@@ -196,6 +217,20 @@ def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: st
                               f"its config (only rounds, checkpoint_every, early_stop and display or output "
                               f"settings may change), or use a new out_dir")
     return k
+
+
+def check_path(run_dir: str | Path, marker: dict, batched: bool) -> None:
+    """A checkpoint continues on the simulator path that wrote it (module docstring): one line naming the
+    ``sim.batched`` that resumes it otherwise."""
+    was = bool(marker.get("batched"))
+    if was == batched:
+        return
+    if was:
+        raise ConfigError(f"resume={run_dir} holds a checkpoint of the batched simulator (the {marker['workers']} "
+                          "workers' state stacked in one part), and this run keeps one thread or process per worker; "
+                          "resume it in the simulator with sim.batched=true")
+    raise ConfigError(f"resume={run_dir} holds a checkpoint of one part per worker (threads or launched processes), "
+                      "and this run takes the batched simulator; resume it with sim.batched=false")
 
 
 def _check_file(path: Path) -> None:

@@ -41,9 +41,11 @@ class SimulatedFault(RuntimeError):
     """A simulated worker lost on purpose (``sim.fail_at``): the run ends as a crashed job would."""
 
 
-def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, out_dir: str | None,
-                  checkpoint_every: int = 0) -> None:
-    """``sim.fail_at`` (and the test-only `TEST_KILL_ENV`): lose this worker at ``round_``, once per run directory.
+def inject_faults(faults: tuple[tuple[int, int], ...], rank: int | range | tuple[int, ...], round_: int,
+                  out_dir: str | None, checkpoint_every: int = 0) -> None:
+    """``sim.fail_at`` (and the test-only `TEST_KILL_ENV`): lose this worker at ``round_``, once per run directory
+    (``rank``: the worker, or the ranks this process holds: all m on the simulator's batched path, where losing one
+    ends the run as losing its thread does on the per-worker path).
 
     A marker in the run's checkpoint folder remembers a fault that fired, so the restarted
     run (``resume=auto``, same command) gets past it, as a restarted job on healthy machines would; a run without
@@ -51,8 +53,9 @@ def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, o
     """
     kill_at, kill_rank = os.environ.get(TEST_KILL_ENV), int(os.environ.get(TEST_KILL_RANK_ENV, 1))
     planned = [(r, w, "fault") for r, w in faults] + ([(int(kill_at), kill_rank, "kill")] if kill_at else [])
+    ranks = (rank,) if isinstance(rank, int) else rank
     for r, w, kind in planned:
-        if (r, w) != (round_, rank):
+        if r != round_ or w not in ranks:
             continue
         resumable = out_dir is not None and (checkpoint_every > 0 or kind == "kill")
         marker = os.path.join(out_dir, CHECKPOINT_DIR, f"{kind}_round{r}_worker{w}") if resumable else None
@@ -69,7 +72,7 @@ def inject_faults(faults: tuple[tuple[int, int], ...], rank: int, round_: int, o
             kept = f"the records before it stay in {out_dir}; " if out_dir else ""
             then = (f"{kept}without checkpoint_every there is no checkpoint to resume from (checkpoint_every=K "
                     "writes one every K rounds)")
-        raise SimulatedFault(f"simulated worker {rank} was lost at round {round_} (sim.fail_at); {then}")
+        raise SimulatedFault(f"simulated worker {w} was lost at round {round_} (sim.fail_at); {then}")
 
 
 #: what the backends say when a peer's connection goes: gloo (torch.distributed, comm=ps) and Horovod

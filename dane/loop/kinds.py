@@ -59,6 +59,14 @@ def start(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     return launched(spec, out_dir, collect)
 
 
+def runs_batched(spec: RunSpec) -> bool:
+    """Whether `start` runs ``spec`` on the simulator's batched path (one stacked computation for the m workers), as
+    a resume checks against the checkpoint's path (`dane.loop.checkpoint.check_resume`)."""
+    comm = spec.comm
+    return (spec.algorithm.run_job is None and comm.backend == "local" and not comm.asynchronous and comm.simulated
+            and batched_path(spec)[0])
+
+
 def own_driver(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """A method that runs the whole job itself (its config's ``run_job``): split learning (`dane.split.run`),
     one network cut between agents and a server, whose rank 0 drives the same run loop."""

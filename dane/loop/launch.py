@@ -23,7 +23,7 @@ import torch
 
 from .checkpoint import check_resume
 from ..errors import ConfigError, DivergenceError
-from .kinds import start
+from .kinds import runs_batched, start
 from ..spec import RunSpec
 
 __all__ = ["execute"]
@@ -44,7 +44,8 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
         torch.manual_seed(control.seed)
         if control.resume is not None:
             out_dir = control.resume  # a resumed run continues in its own directory
-            check_resume(control.resume, spec.comm.workers, control.stop.rounds, control.config_text)  # before anything there changes
+            check_resume(control.resume, spec.comm.workers, control.stop.rounds, control.config_text,  # before anything
+                         batched=runs_batched(spec))  # there changes; on the path that wrote the checkpoint
         if control.checkpoint_every and not out_dir and spec.comm.simulated:
             raise ConfigError(f"checkpoint_every={control.checkpoint_every} needs a run directory; set out_dir")
         summary = start(spec, out_dir, collect)
