@@ -22,7 +22,8 @@ which is DANE's closed-form round with η = 1 and μ = 0 (docs/design.md, "Count
 iterates, at three allreduces per round instead of two.
 
 *Monotone globalization* (a departure from the paper, whose method takes some step
-whatever happens).  When no candidate meets the Armijo condition, the round is rejected:
+whatever happens: the smallest candidate where none meets the Armijo condition, which ``safeguard=false`` runs,
+with every μ_i at 0 and no round rejected).  When no candidate meets the Armijo condition, the round is rejected:
 w_{t+1} = w_t, and the next rounds solve the Levenberg-Marquardt systems
 :math:`(H_i + \mu_i I) p_i = g_t`, one shift per worker.  A rejection is the case of a shard
 whose Hessian misjudges the global one in some direction (a rare feature absent from the
@@ -98,6 +99,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
@@ -113,6 +115,8 @@ from .defaults import Resolution, cg_cap
 
 
 SHORT_STEP = 3  # on one worker, an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does
+#: the monotone globalization's per-worker shifts, as the summary's ``adaptations_attached`` names them
+SHIFTS = SimpleNamespace(name="shifts")
 
 
 def armijo_step(objective: float, slope: float, steps: torch.Tensor, values: torch.Tensor,
@@ -160,7 +164,7 @@ class GIANT(Algorithm):
     columns = (Column("mu", "{:>8.3g}"), Column("step_size", "{:>9.3g}"), Column("cg_iters", "{:>8.1f}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, cg_tol: float = 1e-10, cg_max_iter: int | None = None,
-                 line_search_steps: int = 10, backtrack: float = 0.5, armijo: float = 1e-4,
+                 line_search_steps: int = 10, backtrack: float = 0.5, armijo: float = 1e-4, safeguard: bool = True,
                  w0: torch.Tensor | None = None, defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, w0)
         for method, offered in (("hessian_vector", problem.hessian_vector), ("objective", problem.objective)):
@@ -173,6 +177,8 @@ class GIANT(Algorithm):
         self.mu_floor = 0.0           # below it, μ_i returns to 0: 1e-6 of the first μ raised
         self.rejected = False         # whether the last round was rejected
         self.defaults = tuple(defaults)  # the nulls resolved; the summary lists the shifts' changes (``adapted``)
+        self.safeguard = safeguard     # False: the paper's round (module docstring), no shift and no rejection
+        self.adaptations = (SHIFTS,) if safeguard else ()
 
     def step(self) -> dict[str, float]:
         w, m = self.w, self.comm.size
@@ -188,8 +194,9 @@ class GIANT(Algorithm):
         u = unit(p)  # p/‖p‖, even when p overflowed
         if not bool(u.any()):  # p is nan throughout (CG on a singular system at μ = 0): the curvature along g
             u = unit(g)
-        own = torch.zeros(m, dtype=w.dtype)
-        own[self.comm.rank] = u @ self.problem.hessian_vector(u, at=w)  # uᵀH_i u, in this worker's slot
+        own = torch.zeros(m if self.safeguard else 0, dtype=w.dtype)  # the paper's round reads no curvature
+        if self.safeguard:
+            own[self.comm.rank] = u @ self.problem.hessian_vector(u, at=w)  # uᵀH_i u, in this worker's slot
         local_values = torch.cat([torch.stack([self.problem.objective(w - alpha * p) for alpha in steps]), own])
         (values,) = self.comm.allreduce_mean([local_values])          # 3. O(w - α_k p), every k; every uᵀH_i u
         values, curvatures = values[:len(steps)], (values[len(steps):] * m).tolist()
@@ -197,12 +204,15 @@ class GIANT(Algorithm):
         k, met = armijo_step(objective, slope, steps, values, armijo=self.armijo)
         flat = abs(slope) <= 1e-12 * max(1.0, abs(objective))  # gᵀp below O's round-off: Armijo cannot tell
         accepted = met or (flat and float(values[0]) <= objective + 1e-12 * max(1.0, abs(objective)))
-        if accepted:
+        if not self.safeguard:  # the paper's round: the first candidate that meets Armijo, else the smallest
+            accepted = True
+        elif accepted:
             k = k if met else 0
+        if accepted:
             self.w = w - steps[k] * p
         before = list(self.mus)
         used = max(before)
-        trigger = self.update_mus(accepted, k, curvatures, slope=slope, p=p, g=g)
+        trigger = self.update_mus(accepted, k, curvatures, slope=slope, p=p, g=g) if self.safeguard else None
         moved = [[i, a, b] for i, (a, b) in enumerate(zip(before, self.mus)) if a != b]  # [worker, from, to]
         adapted = [{"key": "mu", "from": used, "to": max(self.mus), "trigger": trigger, "workers": moved}] * bool(moved)
         return {**self.metrics(g, metrics), "step_size": float(steps[k]) if accepted else 0.0, "accepted": accepted,
@@ -255,6 +265,7 @@ class GIANTConfig(AlgorithmConfig):
     line_search_steps: int = 10
     backtrack: float = 0.5
     armijo: float = 1e-4
+    safeguard: bool = True
     name: str = "giant"
     algorithm = GIANT
 
@@ -267,6 +278,7 @@ class GIANTConfig(AlgorithmConfig):
             raise ConfigError(f"algorithm.backtrack must be in (0, 1), got {self.backtrack}")
         if not 0 < checks.positive("algorithm.armijo", self.armijo) < 1:
             raise ConfigError(f"algorithm.armijo must be in (0, 1), got {self.armijo}")
+        checks.boolean("algorithm.safeguard", self.safeguard)
 
     def build(self, problem: Problem, comm: Communicator) -> "GIANT":
         """``cg_max_iter`` null: CG's own cap, 10 d products (`dane.numerics.linalg.cg`), noted in the summary."""
@@ -274,4 +286,5 @@ class GIANTConfig(AlgorithmConfig):
         if cap is None:
             cap = resolution.add("cg_max_iter", cg_cap(problem.dim), "cg_cap", dim=problem.dim)
         return GIANT(problem, comm, cg_tol=self.cg_tol, cg_max_iter=cap, line_search_steps=self.line_search_steps,
-                     backtrack=self.backtrack, armijo=self.armijo, defaults=resolution.entries)
+                     backtrack=self.backtrack, armijo=self.armijo, safeguard=self.safeguard,
+                     defaults=resolution.entries)

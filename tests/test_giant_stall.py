@@ -181,3 +181,25 @@ def test_a_move_of_a_shift_below_the_largest_is_recorded(monkeypatch):
     assert first["workers"] == [[0, 0.0, 1.0], [2, 0.0, 0.5]] and (first["from"], first["to"]) == (0.0, 1.0)
     assert second["workers"] == [[2, 0.5, 0.25]] and (second["from"], second["to"]) == (1.0, 1.0)
     assert [r["mu"] for r in result.records[1:4]] == [0.0, 1.0, 1.0]  # the record's column: the largest
+
+
+def test_safeguard_false_is_the_papers_round():
+    """``safeguard=false``: no shift and no rejected round; where no candidate meets Armijo the smallest is taken
+    (the paper's method steps whatever happens), and no curvature rides in allreduce 3 (m values fewer a round).
+    Where every full step is safe the iterates are the safeguarded run's."""
+    X, y = rare_column_on_one_shard()
+    problem = dane.problems.Ridge(X, y, lam=0.0)
+    plain = dane.fit(problem, "giant", workers=2, rounds=3, tol=None, safeguard=False, cg_max_iter=40)
+    first = plain.records[0]
+    assert (first["accepted"], first["armijo_met"], first["step_size"]) == (True, False, 0.5 ** 9)  # α_{K-1}
+    assert all(r["mu"] == 0.0 for r in plain.records) and plain.summary["adaptations"] == []
+    assert plain.summary["adaptations_attached"] == [] and plain.summary["package_rules_applied"] is False
+    rng = np.random.default_rng(5)
+    easy = rng.standard_normal((120, 4))
+    ridge = dane.problems.Ridge(easy, easy @ np.ones(4) + 0.1 * rng.standard_normal(120), lam=1e-2)
+    runs = {flag: dane.fit(ridge, "giant", workers=3, rounds=3, tol=None, safeguard=flag) for flag in (True, False)}
+    assert [r["objective"] for r in runs[True].records] == [r["objective"] for r in runs[False].records]
+    assert all(r["step_size"] == 1.0 for r in runs[True].records[:-1]) and runs[True].summary["adaptations"] == []
+    assert runs[True].summary["adaptations_attached"] == ["shifts"]
+    per_round = [runs[flag].records[2]["bytes_sent"] - runs[flag].records[1]["bytes_sent"] for flag in (True, False)]
+    assert per_round[0] - per_round[1] == 2 * (3 - 1) / 3 * (3 * 8)  # the m curvatures uᵀH_i u, in a ring of 3
