@@ -91,8 +91,9 @@ class Communication:
 
     @property
     def simulated(self) -> bool:
-        """The in-process simulator: m threads in this process, timed by the cost model."""
-        return self.backend == "local" and (self.workers > 1 or self.simulate_single)
+        """The in-process simulator: m workers in this process, timed by the cost model (an asynchronous run in one
+        process is always the event simulator's, one worker too)."""
+        return self.backend == "local" and (self.workers > 1 or self.simulate_single or self.asynchronous)
 
     @property
     def asynchronous(self) -> bool:

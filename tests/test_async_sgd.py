@@ -69,6 +69,9 @@ def test_one_asynchronous_worker_is_sync_sgd_with_one_worker(momentum):
     assert torch.equal(sync["w"], asynchronous["w"])
     assert objectives(sync) == objectives(asynchronous)
     assert summary["asynchronous"]["staleness_histogram"] == {"0": 20}
+    # one worker in the event simulator is a simulated run too: its time is the modelled clock, named so
+    assert (summary["backend"], summary["time_s_clock"]) == ("simulator", "simulated")
+    assert summary["simulated_time_s"] == summary["time_s"] and summary["calibration"] == "alpha-beta only"
 
 
 def test_one_asynchronous_local_sgd_worker_is_local_sgd():

@@ -83,9 +83,10 @@ def assert_same(records, w, losses, w_ref, tol=1e-12):
 
 
 def test_one_agent_sequential_is_plain_sgd():
-    records, w, _ = split_run(1, epochs=3, agent_momentum=0.9, server_momentum=0.9)
+    records, w, summary = split_run(1, epochs=3, agent_momentum=0.9, server_momentum=0.9)
     losses, w_ref = plain_sgd(1, 3, momentum=0.9)
     assert_same(records, w, losses, w_ref)
+    assert (summary["backend"], summary["time_s_clock"]) == ("simulator", "simulated")  # one agent: simulated too
     assert records[-1]["objective"] < records[0]["objective"] / 2  # and it trains
 
 
