@@ -206,6 +206,13 @@ def test_torchrun_one_asynchronous_worker_follows_sync_sgd(tmp_path):
     assert [r["objective"] for r in rounds] == pytest.approx(objectives(sync), rel=1e-12, abs=0)
     assert summary["backend"] == "ps" and summary["asynchronous"]["staleness_histogram"] == {"0": 20}
     assert [u["version"] for u in updates] == list(range(1, 21))
+    # the pushes and replies are on the link, counted alike at both ends: 20 updates up, 19 parameters down (the
+    # 20th push is answered with stop), over the evaluations' messages; they are the server's pushes too
+    ps, payload = summary["parameter_server"], rounds[-1]["bytes_sent"] // 20  # the records' bytes: the pushes
+    (link,) = ps["links"]
+    assert ps["worker_links"] == ps["links"] and ps["server"][0]["pushes"] >= 20
+    assert link["to_server_bytes"] >= 20 * payload and link["to_worker_bytes"] >= 19 * payload
+    assert link["to_server_bytes"] - 20 * payload < 20 * payload  # the evaluations' metrics, a few values a round
 
 
 @pytest.mark.slow  # two torchrun launches (about 40 s); the simulator tests cover staleness fast

@@ -22,6 +22,12 @@ the server answers every worker with stop and discards the pushes that were stil
 flight.
 
 End.  The server sends every worker the kept iterates, their times and the update log.
+
+Counted on both ends of each worker-server link (`dane.comm.ps_protocol.Link`, the summary's ``parameter_server``),
+as the synchronous protocol's messages are: every push (its header, control bytes, and its update, payload) and
+every reply (its header, and the parameters where it has them); the server's ``pushes`` and its ``busy_s`` (from a
+push's arrival to its replies) and ``wait_s`` (for the next push).  The start and the final transfer of the kept
+iterates are the replay's bookkeeping, not counted (as ``STATS``).
 """
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
         dist.send(w, dst=server, tag=TAG_START)
     pushes = nbytes = 0
     reply = torch.zeros(2, dtype=torch.int64)
+    link = comm.links[server]
     while True:
         started = time.perf_counter()
         (update,) = algo.worker_update(w.clone())
@@ -60,13 +67,34 @@ def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
         dist.send(torch.tensor([pushes], dtype=torch.int64), dst=server, tag=TAG_PUSH)
         dist.send(flat, dst=server, tag=TAG_DATA)
         pushes, nbytes = pushes + 1, nbytes + flat.numel() * flat.element_size()
+        count_push(link, flat)
         dist.recv(reply, src=server, tag=TAG_REPLY)
+        count_reply(link, None if reply[1] else w)
         if reply[1]:
             break
         dist.recv(w, src=server, tag=TAG_REPLY)
         if slowdown > 1:
             time.sleep((slowdown - 1) * (time.perf_counter() - started))
     return {**receive_results(server, w), "pushes": pushes, "bytes": nbytes}
+
+
+#: the bytes of a push's header and of a reply's: one and two int64
+PUSH_HEADER_BYTES, REPLY_HEADER_BYTES = 8, 16
+
+
+def count_push(link, update: torch.Tensor) -> None:
+    """One push on ``link`` (either end's count): its header and its update."""
+    link.to_server_messages += 2
+    link.control_bytes += PUSH_HEADER_BYTES
+    link.to_server_bytes += update.numel() * update.element_size()
+
+
+def count_reply(link, w: torch.Tensor | None) -> None:
+    """One reply on ``link``: its header, and the parameters unless it says stop (``w`` None)."""
+    link.to_worker_messages += 1 if w is None else 2
+    link.control_bytes += REPLY_HEADER_BYTES
+    if w is not None:
+        link.to_worker_bytes += w.numel() * w.element_size()
 
 
 def receive_results(server: int, like: torch.Tensor) -> dict:
@@ -85,7 +113,7 @@ class AsyncServer:
     """The server's side: the push loop of the module docstring."""
 
     def __init__(self, comm, spec):
-        self.m, self.spec = comm.workers, spec
+        self.m, self.spec, self.comm = comm.workers, spec, comm
         self.staleness = spec.comm.staleness
 
     def serve(self) -> None:
@@ -103,12 +131,19 @@ class AsyncServer:
         waiting: set[int] = set()
         version, stopped, t0 = 0, 0, time.perf_counter()
         header, update = torch.zeros(1, dtype=torch.int64), torch.empty(numel, dtype=dtype)
+        spent, ops = self.comm.times, self.comm.ops  # the server's counters (`dane.comm.ps_server`)
         while stopped < m:
+            waited = time.perf_counter()
             src = dist.recv(header, tag=TAG_PUSH)  # from whichever worker pushes first
+            arrived = time.perf_counter()
+            spent["wait_s"] += arrived - waited
             dist.recv(update, src=src, tag=TAG_DATA)
+            count_push(self.comm.links[src], update)
+            ops["pushes"] += 1
             if version >= target:  # a push still in flight when the run ended: answered, not applied
                 self._reply(src, version, None)
                 stopped += 1
+                spent["busy_s"] += time.perf_counter() - arrived
                 continue
             server.apply([update.clone()], src)
             clocks[src] += 1
@@ -131,12 +166,14 @@ class AsyncServer:
                     waiting.discard(j)
                     pulled[j], lead[j] = version, clocks[j] - slowest
                     self._reply(j, version, server.w.detach())
+            spent["busy_s"] += time.perf_counter() - arrived
         self._send_results(iterates, times, log)
 
     def _reply(self, worker: int, version: int, w: torch.Tensor | None) -> None:
         dist.send(torch.tensor([version, int(w is None)], dtype=torch.int64), dst=worker, tag=TAG_REPLY)
         if w is not None:
             dist.send(w.contiguous(), dst=worker, tag=TAG_REPLY)
+        count_reply(self.comm.links[worker], w)
 
     def _send_results(self, iterates: list[torch.Tensor], times: list[float], log: list[list[float]]) -> None:
         stacked = torch.stack(iterates)
