@@ -81,6 +81,19 @@ def test_one_asynchronous_local_sgd_worker_is_local_sgd():
     torch.testing.assert_close(asynchronous["w"], sync["w"], rtol=0, atol=1e-12)
 
 
+def test_the_set_up_collective_is_counted_as_a_synchronous_run_counts_it():
+    """local_sgd's lr=null takes one allreduce before round 0: round 0 of the asynchronous run counts it (its bytes
+    and call), as the synchronous run's does; each later round adds the m pushes' mean."""
+    common = ("problem=logreg", "algorithm=local_sgd", "workers=2", "rounds=2", "quiet=true", *PS)
+    _, sync = run(*common)
+    _, asynchronous = run(*common, "comm.staleness=1")
+    first = [(r["bytes_sent"], r["comm_rounds"]) for r in (sync["records"][0], asynchronous["records"][0])]
+    assert first[0] == first[1] and first[0][1] == 1 and first[0][0] > 0
+    d = asynchronous["w"].numel()
+    assert [r["comm_rounds"] for r in asynchronous["records"]] == [1, 2, 3]
+    assert [r["bytes_sent"] - first[1][0] for r in asynchronous["records"]] == [0, 8 * d, 16 * d]
+
+
 @pytest.mark.parametrize("s", [1, 4])
 def test_ssp_never_lets_a_worker_run_more_than_s_clocks_ahead(s, tmp_path):
     summary, collect = run(*LOGREG, *PS, "workers=3", "sim.slowdown=[1,1,3]", "sim.alpha=1e-5", "rounds=12",

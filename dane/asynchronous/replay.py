@@ -25,6 +25,7 @@ class Replay(Rounds):
     def __init__(self, algo, comm, results: dict, log: list[Update], updates_per_round: int, staleness: float):
         self.algo, self.results, self.log, self.staleness, self.t = algo, results, log, staleness, 0
         self.updates_per_round = comm.size * updates_per_round
+        self.setup = comm.bytes_sent, comm.calls  # the set-up's collectives (local_sgd's lr=null), before the pushes
         self.comm = ReplayView(comm, self)
 
     @property
@@ -62,14 +63,14 @@ class ReplayView:
         return getattr(self._comm, name)
 
     @property
-    def bytes_sent(self) -> int:  # the workers' mean: every push carries the same number of bytes
+    def bytes_sent(self) -> int:  # the set-up's, then the workers' mean: every push carries the same number of bytes
         replay = self._replay
         per_push = replay.algo.iterate.numel() * replay.algo.iterate.element_size()
-        return replay.t * replay.updates_per_round * per_push // self._comm.size
+        return replay.setup[0] + replay.t * replay.updates_per_round * per_push // self._comm.size
 
     @property
     def calls(self) -> int:
-        return self._replay.t * self._replay.updates_per_round // self._comm.size
+        return self._replay.setup[1] + self._replay.t * self._replay.updates_per_round // self._comm.size
 
     def elapsed(self) -> float:
         return self._replay.results["times"][self._replay.t]

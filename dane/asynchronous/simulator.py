@@ -155,24 +155,25 @@ class EventSimulator:
 class ServerView:
     """The simulated run as the round loop (`dane.loop.driver.drive`) sees one worker's communicator.
 
-    ``bytes_sent`` and ``calls`` are the workers' means; ``elapsed`` is the simulated time of
-    the server's current version; ``allreduce_mean`` returns its input, because the
-    simulator already hands over global values (see `AllWorkers`).
+    ``bytes_sent`` and ``calls`` are the workers' means of their pushes, after what the set-up's collectives
+    counted (``setup``: a worker's bytes and calls before the first update, as a synchronous run's round 0 counts
+    them: local_sgd's lr=null); ``elapsed`` is the simulated time of the server's current version;
+    ``allreduce_mean`` returns its input, because the simulator already hands over global values (see `AllWorkers`).
     """
 
     rank = 0
 
-    def __init__(self, sim: EventSimulator):
-        self.sim, self.size = sim, sim.size
+    def __init__(self, sim: EventSimulator, setup: tuple[int, int] = (0, 0)):
+        self.sim, self.size, self.setup = sim, sim.size, setup
         self.group = _GroupTimes(sim)
 
     @property
     def bytes_sent(self) -> int:
-        return sum(self.sim.bytes) // self.size
+        return self.setup[0] + sum(self.sim.bytes) // self.size
 
     @property
     def calls(self) -> int:
-        return len(self.sim.log) // self.size
+        return self.setup[1] + len(self.sim.log) // self.size
 
     def elapsed(self) -> float:
         return self.sim.time
@@ -226,7 +227,7 @@ class AsyncRun(Rounds):
 
     def __init__(self, workers: Sequence[AsyncAlgorithm], group: ThreadGroup, sim: EventSimulator):
         self.workers, self.group, self.sim = list(workers), group, sim
-        self.comm = ServerView(sim)
+        self.comm = ServerView(sim, (self.workers[0].comm.bytes_sent, self.workers[0].comm.calls))  # the set-up's
         self.updates_per_round = sim.size * workers[0].updates_per_round
 
     @property
