@@ -10,8 +10,11 @@ number, and `Resolution` keeps (key, value, rule, statistics) for the run's firs
 Each rule's docstring names its source: a paper, or "this package's rule" and the ``make bench`` section whose
 measurements chose it (scripts/bench_defaults.py: section ``defaults``; scripts/bench_federated.py: ``federated``;
 scripts/bench_sampled_lambda.py: ``sampled``).  The module-level constants are those rules' tuning constants; no
-algorithm class holds one.  What adapts during a run (λ doubling, Acc-S-DANE's restart, the stops) is
-`baselines.adaptive`'s.
+algorithm class holds one.  They are this package's heuristics, not the papers' numbers: each was chosen on the
+cells of the section it names (the values tried there and how they failed are said beside it), not swept across
+problem families, or is a round number no benchmark varied ("not swept").  Section ``defaults`` runs every default
+beside the best setting of its own grid on every cell, so a constant that is wrong for a family shows there as a
+ratio.  What adapts during a run (λ doubling, Acc-S-DANE's restart, the stops) is `baselines.adaptive`'s.
 """
 from __future__ import annotations
 
@@ -49,16 +52,17 @@ SAMPLED_PROX_PER_CURVATURE = 0.5
 ACC_SAMPLED_PROX_PER_CURVATURE = 1.0
 #: `scaffold_server_step`'s η_g for an even K at the rule's local step
 SERVER_STEP = 1.5
-#: S-DANE's re-solves (`tighter`) of an iterative local solver whose result fails the accuracy test
+#: S-DANE's re-solves (`tighter`) of an iterative local solver whose result fails the accuracy test (not swept)
 LOCAL_RETRIES = 3
-#: `fedred_local_steps`: K under full participation and the least under sampling ...
+#: `fedred_local_steps`: K under full participation and the least under sampling (not swept) ...
 FEDRED_LOCAL_STEPS = 10
-#: ... and the most under sampling (1/(γλ_S) grows as 1/q without bound as s nears m)
+#: ... and the most under sampling, a bound on a round's local work (1/(γλ_S) grows as 1/q without bound as s nears m;
+#: not swept)
 FEDRED_MAX_SAMPLED_STEPS = 100
 #: ADIANA's θ₂, the weight of w^k in x^k (Li, Kovalev, Qian & Richtárik 2020: θ₂ = 1/2 in their theorems)
 ADIANA_THETA2 = 0.5
 #: AIDE's τ=auto (`spread_tau`): its first τ asks one DANE round on the augmented problem to shrink each column's error
-#: by this factor
+#: by this factor (not swept)
 COLUMN_CONTRACTION = 0.7
 #: max_z |∂³f(z, y)/∂z³| of a linear model's loss (`cubic_constant`): the logistic loss's σ(1 − σ)(1 − 2σ) peaks at
 #: 1/(6√3); the squared loss has a constant Hessian
@@ -328,8 +332,10 @@ def ef21p_step(smoothness: float, smoothness_rms: float, delta: float, delta_dow
 
 def hessian_learning_rate(omega: float | None) -> float:
     r"""FedNL's α, the clients' Hessian learning rate (H_i ← H_i + α C(∇²O_i − H_i)): 1/(ω + 1) for an unbiased C,
-    1 for a contractive one (``omega`` None).  Source: Safaryan et al. 2022, FedNL's theory (FedNL-Public's default
-    rule; its other rule for a contractive C, 1 − sqrt(1 − δ), is `baselines.fednl.theoretical_alpha`)."""
+    1 for a contractive one (``omega`` None).  Source: Safaryan et al. 2022, FedNL's α options; in FedNL-Public's
+    ``methods.py`` α = 1 for a contractive C is ``upd_rule=2``, the one its example notebook runs (its default,
+    ``upd_rule=1``, is 1 − sqrt(1 − δ): `baselines.fednl.theoretical_alpha`).  Departure: FedNL-Public's FedNL-LS
+    takes 0.5/(ω + 1) for an unbiased C; this rule is 1/(ω + 1) for every variant."""
     return 1.0 if omega is None else 1.0 / (omega + 1.0)
 
 

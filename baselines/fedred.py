@@ -248,8 +248,10 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
             delta_a, norm = found["delta_a"], found["hessian_norm"]
             sampled = prox_weight(delta_a, norm, s=s, m=m)  # S-DANE's λ_S without the balanced weight
             if lam is None:  # DANE+ under sampling is FedDANE's round; FedRed's steps keep the full default
+                # FedRed's steps take the full-participation weight whatever the sampling (module docstring): the
+                # rule's inputs are δ_A and ‖H‖ alone there, DANE+'s add the run's s of m
                 lam = resolution.add("lam", prox_weight(delta_a, norm) if steps else sampled, "prox_weight",
-                                     delta_a=delta_a, hessian_norm=norm, s=1 if steps else s, m=1 if steps else m)
+                                     delta_a=delta_a, hessian_norm=norm, **({} if steps else {"s": s, "m": m}))
                 watched = self.averaging == "mean" and s == m and problem.strong_convexity is not None
                 adaptations += [WeightDoubling("lam", delta_a)] * (watched and self.allows("double_weight"))
             if rule:

@@ -6,7 +6,7 @@ With ``lr=None`` the step is
 
 .. math:: \text{lr} = \min\Big(\frac{2}{\bar L + \underline\mu},\ \frac{\text{lr\_factor}}{\bar L}\Big),
     \qquad \bar L = \frac1m\sum_i \lambda_{\max}(H_i) \ge L,
-    \quad \underline\mu = \frac1m\sum_i \max(\lambda_{\min}(H_i), 0) \le \mu,
+    \quad \underline\mu = \max\Big(\frac1m\sum_i \lambda_{\min}(H_i),\ 0\Big) \le \mu,
 
 L and μ the extreme eigenvalues of H = (1/m) Σ_i H_i (λ_max is convex and λ_min concave
 on symmetric matrices).  Each worker takes its two extreme Ritz values from

@@ -144,6 +144,7 @@ class NL1Config(AlgorithmConfig, SamplingKeys):
         if self.eta is None:
             rows = client_rows(problem, comm, self.name)
             n = int(rows.start[1] - rows.start[0])
-            resolution.add("eta", nl1_step(min(self.k, n), n), "nl1_step", k=self.k, first_client_rows=n)
+            k = min(self.k, n)  # the rule's inputs as the step takes them: a K above n_i keeps all n_i
+            resolution.add("eta", nl1_step(k, n), "nl1_step", k=k, first_client_rows=n)
         return NL1(problem, comm, k=self.k, eta=self.eta, sampling=self, seed=self.seed,
                    defaults=resolution.entries)
