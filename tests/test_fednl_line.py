@@ -459,8 +459,9 @@ def test_newton_3pc_uses_an_unbiased_compressor_as_the_contractive_one(logistic,
     config = Newton3PCConfig(mechanism=mechanism, zeta=0.5, p=0.7, compressor=f"randk:{K}", seed=4)
     simulate(config, shards(X, y, "logistic"), 5)
     moved = 0
-    for (client, before, out), (later, after, _) in zip(calls, calls[1:]):
-        if later is client:  # the same worker's next round: H_i changed by the scaled C where it was sent
+    for client in {id(c): c for c, _, _ in calls}.values():  # each worker's rounds in order (the threads interleave)
+        own = [(before, out) for c, before, out in calls if c is client]
+        for (before, out), (after, _) in zip(own, own[1:]):  # H_i changed by the scaled C where it was sent
             step = after - before
             sent = np.abs(step).sum(axis=tuple(range(1, step.ndim))) > 0
             np.testing.assert_allclose(step[sent], out[sent] / (1 + (T / K - 1)), rtol=1e-15, atol=0)

@@ -25,5 +25,6 @@ def test_each_suggested_override_is_accepted(name, overrides):
         field = key.removeprefix("algorithm.")
         built = algorithm_config(name, **{**overrides, field: yaml.safe_load(value)})
         assert getattr(built, field) == yaml.safe_load(value)
-    if name == "giant":  # GIANT has no mu and no safeguard: it must not be told to set them
-        assert not any(h.startswith(("algorithm.mu", "algorithm.safeguard")) for h in hints)
+    if name == "giant":  # GIANT has no mu; its safeguard (the shifts) is named only where it was turned off
+        assert not any(h.startswith("algorithm.mu") for h in hints)
+        assert ("algorithm.safeguard=true" in hints) == (overrides.get("safeguard") is False)

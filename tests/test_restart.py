@@ -129,6 +129,7 @@ def test_a_batched_run_that_lost_a_worker_resumes_like_the_uninterrupted_run(tmp
     assert_same_iterate(run_dir, whole)
 
 
+@pytest.mark.slow  # two processes, killed and rerun; the in-process loss above is the fast suite's resume check
 def test_a_killed_batched_run_and_the_same_command_rerun_finish_like_the_uninterrupted_run(tmp_path):
     """SIGKILL of the batched simulator's one process at round 5 (the test hook, worker 1, once per run directory):
     the checkpoint committed at round 4 stays whole, and the rerun of the same command finishes the run."""
