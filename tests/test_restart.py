@@ -195,6 +195,29 @@ def test_ctrl_c_that_the_kernel_hands_to_a_worker_thread_still_stops_the_simulat
     assert max(done) < 20000 and time.monotonic() - start < 10, (done, time.monotonic() - start)
 
 
+def test_ctrl_c_stops_one_simulated_worker_alone():
+    """One simulated worker (``sim.single_worker``, the m = 1 jobs of a workers sweep) never meets the group at a
+    collective (the communicator answers size 1 itself), so it went on to its last round after a Ctrl-C; it now stops
+    at its next allreduce as m workers do."""
+    group, done = ThreadGroup(1), [0]
+    previous = (signal.signal(signal.SIGINT, signal.default_int_handler),
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}))
+
+    def worker(comm):
+        for n in range(200000):
+            if n == 50:
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+            comm.allreduce_mean([torch.ones(3)])
+            done[0] = n + 1
+
+    try:
+        group.run(worker)
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous[1])
+    assert group.interrupted and done[0] < 200000, done
+
+
 def ctrl_c(tmp, path: str) -> dict:
     """In the session's fresh interpreter (tests/runs.py): a simulated run of 10^8 rounds on ``path``, SIGINT
     once it has logged 5 rounds; {returncode, stderr, stopped_s (from the signal to its exit), run_dir}."""

@@ -292,6 +292,13 @@ class ThreadCommunicator(PhaseClock, Communicator):
         self.begin()
         return result
 
+    def allreduce_mean(self, tensors: list[torch.Tensor], kinds=()) -> list[torch.Tensor]:
+        """`Communicator.allreduce_mean`; one simulated worker alone (``sim.single_worker``), which never reaches a
+        collective of the group, still stops at it once Ctrl-C has interrupted the group."""
+        if self.size == 1 and self.group.interrupted:
+            raise Interrupted
+        return super().allreduce_mean(tensors, kinds)
+
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         # priced at the sizes the base counted: under comm.compress, the compressed message's (and reply's)
         return [t.clone() for t in self._collective("allreduce", tensors, self.message_bytes,
