@@ -23,7 +23,7 @@ from .api import build
 from .loop.batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
 from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed, whole_records
-from .records.results import ROUNDS_FILE, SUMMARY_FILE
+from .records.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
 from .loop.elastic import check_elastic
 from .errors import ConfigError
 from .comm.horovod import HorovodOptions
@@ -409,8 +409,25 @@ def resume_dir(cfg: DictConfig, workers: int) -> str | None:
         if not (path / CHECKPOINT_DIR).is_dir():
             raise ConfigError(f"resume={resume} has no checkpoint/ folder; "
                               "point it at the run directory of a run made with checkpoint_every > 0")
-    check_resume(path, workers, checks.count("rounds", cfg.rounds, ROUNDS_ZERO), OmegaConf.to_yaml(cfg, resolve=True))
+    rounds = checks.count("rounds", cfg.rounds, ROUNDS_ZERO)
+    refuse_finished(path, rounds)
+    check_resume(path, workers, rounds, OmegaConf.to_yaml(cfg, resolve=True))
     return str(path)
+
+
+def refuse_finished(path: Path, rounds: int) -> None:
+    """A run that finished (its summary written, not ``interrupted``) has nothing to continue, unless it stopped at
+    its round cap and ``rounds`` asks for more: the same command again would redo its last rounds from the
+    checkpoint and replace its summary.  One line, before anything changes."""
+    if not (path / SUMMARY_FILE).is_file():
+        return
+    summary = read_summary(path)
+    status, done = summary.get("status"), summary.get("rounds")
+    if status == "interrupted" or (status == "max_rounds" and isinstance(done, int) and rounds > done):
+        return
+    raise ConfigError(f"resume: {path} holds a finished run ({status} after {done} rounds); there is nothing to "
+                      f"continue: rounds above {done} extends a run that stopped at its cap, overwrite=true starts "
+                      "it again, or use a new out_dir")
 
 
 def keep_unfinished(path: Path, checkpoint_every: int) -> None:

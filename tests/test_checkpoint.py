@@ -78,6 +78,9 @@ def test_resume_refuses_another_worker_count(tmp_path):
 
 def test_resume_needs_enough_rounds_and_a_checkpoint(tmp_path):
     execute_with(tmp_path, *SMALL_RIDGE, "rounds=4", "checkpoint_every=4")
+    with pytest.raises(ConfigError, match="holds a finished run .max_rounds after 4 rounds."):
+        execute_with(tmp_path, *SMALL_RIDGE, "rounds=3", f"resume={tmp_path}")
+    (tmp_path / "summary.json").unlink()  # as a run killed after its checkpoint at round 4 leaves it
     with pytest.raises(ConfigError, match="is at round 4 but rounds=3; set rounds >= 4"):
         execute_with(tmp_path, *SMALL_RIDGE, "rounds=3", f"resume={tmp_path}")
     empty = tmp_path / "empty"

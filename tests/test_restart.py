@@ -54,6 +54,13 @@ def test_resume_auto_starts_then_continues(tmp_path, whole):
     assert_same_iterate(run_dir, whole)
     # what reads the whole run (the stop line's trend over its rounds) reads the records before the resume too
     assert second["stopped_by"] == read_summary(whole)["stopped_by"]
+    # the same command again: the run finished, nothing to continue (it redid rounds 4-8 and replaced the summary)
+    kept = (run_dir / "rounds.jsonl").read_bytes(), (run_dir / "summary.json").read_bytes()
+    with pytest.raises(ConfigError, match=r"holds a finished run \(max_rounds after 8 rounds\); there is nothing to "
+                                          r"continue: rounds above 8 extends"):
+        execute_with(run_dir, *RIDGE, "workers=2", "rounds=8", "checkpoint_every=2", f"out_dir={run_dir}",
+                     "resume=auto")
+    assert ((run_dir / "rounds.jsonl").read_bytes(), (run_dir / "summary.json").read_bytes()) == kept
     with pytest.raises(ConfigError, match="resume=auto continues the run in out_dir; set out_dir"):
         run_spec(config(*RIDGE, "workers=2", "resume=auto"))
 
