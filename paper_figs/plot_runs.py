@@ -8,7 +8,8 @@ A DIR is a run directory (``rounds.jsonl``, ``summary.json``, ``config.yaml`` as
 in job order).  Legend labels are what differs between the runs' saved configs
 ("algorithm=admm, workers=4"), else the directory names; ``--labels`` names the runs
 in the order found.  Suboptimality and gradient norm are drawn on a log axis.  A run whose
-``rounds.jsonl`` is missing or torn, or lacks the key, is named in one line and skipped;
+``rounds.jsonl`` is missing, torn, damaged or unreadable, or lacks the key, is named in one line
+(a damaged or unreadable file with the fix) and skipped;
 with no run found the script says so and exits with status 2.  Writes FILE.png and
 FILE.pdf (default ``results/figures/plot_runs``) and prints their paths.
 """
@@ -24,7 +25,7 @@ import matplotlib.pyplot as plt
 
 from dane.errors import say
 from dane.paper_figs.common import positive, save
-from dane.paper_figs.summary import job_dirs, read_config, read_records
+from dane.paper_figs.summary import UNFINISHED, job_dirs, read_config, records_of
 from dane.records.provenance import command_name
 
 Y_AXES = {  # record key -> (axis label, log scale)
@@ -117,7 +118,10 @@ def curves(runs: Sequence[Path], x: str, y: str, labels: Sequence[str] | None = 
     log = log or sys.stderr
     out = []
     for k, run in enumerate(runs):
-        records, problem = read_records(run)
+        records, problem, line = records_of(run)
+        if line is not None and not problem.startswith(UNFINISHED):  # damaged or unreadable: the file and the fix
+            print(f"skipped: {' '.join(line.split())}", file=log)
+            continue
         if problem is None and not any(r.get(y) is not None for r in records):
             problem = f"no '{y}' in its records"
         if problem is None and not all(x in r for r in records):

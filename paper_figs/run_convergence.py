@@ -13,26 +13,32 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.errors import say
-from dane.records.results import read_rounds, read_summary
+from dane.errors import DataError, UserError, say
+from dane.records.results import ROUNDS_FILE, read_rounds, read_summary
 from dane.paper_figs.common import positive, save
 from dane.records.provenance import command_name
 
 METRICS = ("suboptimality", "grad_norm", "objective")
 
 
-def metric_of(records: list[dict]) -> str:
-    """The first of suboptimality, grad_norm, objective that every record has."""
-    return next(key for key in METRICS if all(key in r for r in records))
+def metric_of(records: list[dict]) -> str | None:
+    """The first of suboptimality, grad_norm, objective that every record has (None: none of them)."""
+    return next((key for key in METRICS if all(key in r for r in records)), None)
 
 
 def draw(run_dir: str | Path):
-    records = read_rounds(run_dir)
+    records = read_rounds(run_dir)  # a missing, unreadable or damaged log: one DataError naming it and the fix
+    path = Path(run_dir) / ROUNDS_FILE
     if not records:
-        raise FileNotFoundError(f"{Path(run_dir) / 'rounds.jsonl'} has no rounds")
+        raise DataError(f"{path} has no rounds (the run stopped before its first record); rerun the run")
+    key = metric_of(records)
+    bad = next((r for r in records if "time_s" not in r or key not in r), None)  # key None: in no record
+    if bad is not None:
+        what = "time_s" if "time_s" not in bad else f"{' or '.join(METRICS)} that every record has"
+        raise DataError(f"{path}: the record of round {bad['round']} has no {what}; the file was damaged or not "
+                        "written by a run: restore it, or rerun the run")
     summary_file = Path(run_dir) / "summary.json"
     summary = read_summary(run_dir) if summary_file.exists() else {}
-    key = metric_of(records)
     values = positive([r[key] for r in records])
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
     left.plot([r["round"] for r in records], values, "o-", markersize=3)
@@ -60,8 +66,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
         sys.exit(2)
     try:
         paths = save(draw(args.run_dir), args.run_dir, "convergence")
-    except FileNotFoundError as exc:  # DataError too: a damaged log
-        say(f"error: {exc}")
+    except (UserError, FileNotFoundError) as exc:  # a missing, unreadable or damaged log (DataError): its one line
+        say(f"error: {' '.join(str(exc).split())}")
         sys.exit(2)
     for path in paths:
         print(path)

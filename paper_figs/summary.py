@@ -10,6 +10,13 @@ summary it is ``running or crashed``, with an error file or nothing at all ``fai
 ``--key`` is at most ``--tol``, ``-`` if none is.  Final values come from ``summary.json``
 when there is one, else from the last complete record.  Prints a markdown table, or
 with ``--json`` a list of objects (non-finite numbers as the strings "inf", "nan").
+
+A damaged file is in its job's status: ``damaged summary.json``, or the summary's status
+and what is wrong with ``rounds.jsonl`` (``max_rounds; rounds.jsonl damaged (line 3)``,
+``max_rounds; no rounds.jsonl``: a finished run's log missing, unreadable, damaged or cut
+short); its rounds then come from the summary and "to tol" is ``?`` where the records
+before the damage did not reach it.  After the table each such file gets one line naming
+it and the fix, and the exit status is 2.
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from dane.errors import DataError, say
-from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
+from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, RoundsUnreadable, read_summary, scan_rounds
 from dane.paper_figs.common import first_reaching
 from dane.records.provenance import command_name
 
@@ -57,43 +64,47 @@ def job_dirs(root: str | Path) -> list[Path]:
 
 
 def read_records(run_dir: str | Path) -> tuple[list[dict], str | None]:
-    """The complete records of ``rounds.jsonl`` and what is wrong with the file (None if nothing).
+    """The complete records of ``rounds.jsonl`` and what is wrong with the file (None if nothing), in a few words.
 
     A run still writing, or killed mid-line, leaves a torn last line: the records before it
-    are returned with the problem named, so a caller can use them or skip the run.
+    are returned with the problem named, so a caller can use them or skip the run.  A missing or
+    unreadable file, or a damaged line before the last, is named the same way, with the records
+    before the damage (`dane.records.results.scan_rounds`; ``read_rounds`` raises its one line).
     """
-    path = Path(run_dir) / ROUNDS_FILE
-    if not path.exists():
-        return [], f"no {ROUNDS_FILE}"
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    records = []
-    for k, line in enumerate(lines, 1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            where = "torn last line" if k == len(lines) else "unreadable line"
-            return records, f"{ROUNDS_FILE} has a {where} (line {k} of {len(lines)})"
-        records.append({key: float(v) if v in ("inf", "-inf", "nan") else v for key, v in record.items()})
-    return records, None if records else f"{ROUNDS_FILE} is empty"
+    return records_of(run_dir)[:2]
+
+
+def records_of(run_dir: str | Path) -> tuple[list[dict], str | None, str | None]:
+    """`read_records`, and the line naming the file and the fix where it is unreadable or damaged (None else)."""
+    try:
+        records, torn = scan_rounds(run_dir)
+    except RoundsUnreadable as exc:
+        return exc.records, exc.problem, str(exc)
+    if torn is not None:
+        return records, f"{ROUNDS_FILE} has a torn last line (line {torn} of {torn})", None
+    return records, None if records else f"{ROUNDS_FILE} is empty", None
 
 
 def read_config(run_dir: str | Path) -> dict:
-    """The run's saved config (``config.yaml``), or {} when there is none or it does not parse."""
+    """The run's saved config (``config.yaml``), or {} when there is none or it does not parse (or read)."""
     path = Path(run_dir) / CONFIG_FILE
     try:
         loaded = yaml.safe_load(path.read_text()) if path.exists() else {}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, OSError, UnicodeDecodeError):  # not YAML, not text, a directory: as no config
         return {}
     return loaded if isinstance(loaded, dict) else {}
 
 
-def summary_of(run_dir: Path) -> dict | None:
-    """The job's summary.json; {} where it has none, None where it is damaged (its status then says so)."""
+def summary_of(run_dir: Path, notes: list[str] | None = None) -> dict | None:
+    """The job's summary.json; {} where it has none, None where it is damaged (its status then says so, and
+    ``notes`` gets `read_summary`'s line naming the file and the fix)."""
     if not (run_dir / SUMMARY_FILE).exists():
         return {}
     try:
         return read_summary(run_dir)
-    except DataError:
+    except DataError as exc:
+        if notes is not None:
+            notes.append(str(exc))
         return None
 
 
@@ -108,22 +119,48 @@ def status_of(run_dir: Path, summary: dict | None) -> str:
     return RUNNING if (run_dir / ROUNDS_FILE).exists() else FAILED
 
 
-def row(run_dir: Path, root: Path, tol: float, key: str) -> dict:
-    """One job's line of the table, as plain values (None where unknown)."""
-    records, _ = read_records(run_dir)
-    found = summary_of(run_dir)
+#: what `read_records` says of a job that has not logged (yet) or was cut short mid-line: a row of its own only
+#: where the job also has a summary (it finished, so its log should hold every round)
+UNFINISHED = (f"no {ROUNDS_FILE}", f"{ROUNDS_FILE} is empty", f"{ROUNDS_FILE} has a torn last line")
+
+
+def records_problem(run_dir: Path, problem: str | None, line: str | None, finished: bool) -> str | None:
+    """One line naming the job's rounds.jsonl and the fix, where its records cannot be the run's whole log: the
+    file is unreadable or damaged before its last line, or the job finished and the file is missing, empty or cut
+    short (its rows' rounds and "to tol" would disagree with its summary); None where the log is as it should be.
+    ``problem`` and ``line`` are `records_of`'s."""
+    if problem is None or (not finished and problem.startswith(UNFINISHED)):
+        return None
+    if line is not None:
+        return line
+    return (f"{run_dir / ROUNDS_FILE}: {problem}, though the run has a {SUMMARY_FILE}; the file was cut short or "
+            f"damaged after the run; restore it, or rerun the run (out_dir={run_dir} overwrite=true replaces it)")
+
+
+def row(run_dir: Path, root: Path, tol: float, key: str, notes: list[str] | None = None) -> dict:
+    """One job's line of the table, as plain values (None where unknown).  A damaged summary.json or rounds.jsonl
+    is in the status (``max_rounds; rounds.jsonl damaged (line 3)``), and ``notes`` gets a line naming the file and
+    the fix; the rounds then come from the summary, and "to tol" only from the records before the damage."""
+    records, problem, line = records_of(run_dir)
+    found = summary_of(run_dir, notes)
     summary = found or {}
     config = read_config(run_dir)
+    status = status_of(run_dir, found)
+    note = records_problem(run_dir, problem, line, finished=found != {})
+    if note is not None:
+        status = f"{status}; {problem}"
+        if notes is not None:
+            notes.append(note)
     last = records[-1] if records else {}
     hit = first_reaching(records, tol, key)
     algorithm = config.get("algorithm")
     name = run_dir.relative_to(root).as_posix()
     return {
         "job": run_dir.name if name == "." else name,
-        "status": status_of(run_dir, found),
+        "status": status,
         "algorithm": summary.get("algorithm") or (algorithm.get("name") if isinstance(algorithm, dict) else None),
         "workers": summary.get("workers") or config.get("workers"),
-        "rounds": last.get("round", summary.get("rounds")),
+        "rounds": summary.get("rounds", last.get("round")) if note else last.get("round", summary.get("rounds")),
         "rounds_to_tol": hit["round"] if hit else None,
         "comm_rounds_to_tol": hit.get("comm_rounds") if hit else None,
         "final_objective": summary.get("final_objective", last.get("objective")),
@@ -133,9 +170,11 @@ def row(run_dir: Path, root: Path, tol: float, key: str) -> dict:
     }
 
 
-def summarize(root: str | Path, tol: float = 1e-8, key: str = "suboptimality") -> list[dict]:
+def summarize(root: str | Path, tol: float = 1e-8, key: str = "suboptimality",
+              notes: list[str] | None = None) -> list[dict]:
+    """The rows of every job under ``root``; ``notes`` (when given) gets one line per damaged file (`row`)."""
     root = Path(root)
-    return [row(run_dir, root, tol, key) for run_dir in job_dirs(root)]
+    return [row(run_dir, root, tol, key, notes) for run_dir in job_dirs(root)]
 
 
 def _cell(value, fmt: str = "") -> str:
@@ -152,7 +191,8 @@ def markdown(rows: list[dict], tol: float, key: str) -> str:
             "final objective", "final suboptimality", *(["final test accuracy"] if accuracy else []), "time_s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        to_tol = "-" if r["rounds_to_tol"] is None else f"{r['rounds_to_tol']}/{_cell(r['comm_rounds_to_tol'])}"
+        unknown = "?" if ROUNDS_FILE in r["status"] else "-"  # the records before the damage did not reach it
+        to_tol = unknown if r["rounds_to_tol"] is None else f"{r['rounds_to_tol']}/{_cell(r['comm_rounds_to_tol'])}"
         cells = [r["job"], r["status"], _cell(r["algorithm"]), _cell(r["workers"]), _cell(r["rounds"]), to_tol,
                  _cell(r["final_objective"], ".10g"), _cell(r["final_suboptimality"], ".3e"),
                  *([_cell(r["final_test_accuracy"], ".4f")] if accuracy else []), _cell(r["time_s"], ".4g")]
@@ -176,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.sweep_dir).is_dir():
         say(f"error: {args.sweep_dir} is not a directory")
         return 2
-    rows = summarize(args.sweep_dir, args.tol, args.key)
+    notes: list[str] = []
+    rows = summarize(args.sweep_dir, args.tol, args.key, notes)
     if not rows:
         print(f"error: no runs under {args.sweep_dir} (no {ROUNDS_FILE}, {SUMMARY_FILE} or .hydra/ in it)",
               file=sys.stderr)
@@ -185,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([{k: _finite(v) for k, v in r.items()} for r in rows], indent=2))
     else:
         print(markdown(rows, args.tol, args.key))
-    return 0
+    for note in notes:  # after the table, whose rows say which jobs: one line per damaged file, and status 2
+        say(f"error: {' '.join(note.split())}")
+    return 2 if notes else 0
 
 
 if __name__ == "__main__":

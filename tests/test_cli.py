@@ -121,7 +121,7 @@ def test_a_second_run_into_a_finished_run_directory_is_refused_unless_overwrite(
     proc = train(*SMALL, "rounds=2", f"out_dir={tmp_path}")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"error: out_dir={tmp_path} already holds a run (rounds.jsonl, summary.json); choose a new out_dir, "
-        "continue it with resume=, or replace it with overwrite=true (dane.fit: overwrite=True)"]
+        "or replace it with overwrite=true (dane.fit: overwrite=True)"]  # no checkpoint: resume= could not continue it
     assert ((tmp_path / "rounds.jsonl").read_bytes(), (tmp_path / "summary.json").read_bytes()) == before
     assert train(*SMALL, "rounds=2", "overwrite=true", f"out_dir={tmp_path}").returncode == 0
     assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1, 2]  # replaced, not appended

@@ -278,3 +278,113 @@ def test_dane_vs_admm_picks_the_best_admm_start_and_draws_the_central_reference(
     assert "8,000 train / 2,000 test (t10k split)" in sidecar["caption"] and "paper: 60,000/10,000" in sidecar["caption"]
     assert {p.suffix for p in paths} == {".png", ".pdf", ".md", ".json"}
     assert read_rounds(tmp_path / job_name(dane_vs_admm.admm_job(0.3)))[-1]["test_loss"] == 0.2
+
+
+def logged_run(root, name, rounds=5):
+    """A finished run directory whose suboptimality 10^-k reaches 1e-3 at round 3 (job 0 of a sweep, say)."""
+    writer = RunWriter(root / name)
+    for k in range(rounds + 1):
+        writer.write_round({"round": k, "time_s": 0.01 * k, "bytes_sent": 0, "comm_rounds": k,
+                            "objective": 1 + 10.0 ** -k, "suboptimality": 10.0 ** -k})
+    writer.write_summary({"algorithm": "gd", "workers": 1, "status": "converged", "rounds": rounds,
+                          "final_objective": 1 + 10.0 ** -rounds, "final_suboptimality": 10.0 ** -rounds,
+                          "time_s": 0.01 * rounds})
+    writer.close()
+    return root / name
+
+
+def damage(run, how):
+    """rounds.jsonl of ``run`` moved away, with line 3 garbage, invalid UTF-8 appended, a directory, or a record
+    without its round; the problem the summary's status names."""
+    log = run / "rounds.jsonl"
+    if how == "missing":
+        log.rename(run.parent / "moved.jsonl")
+        return "no rounds.jsonl"
+    if how == "directory":
+        log.unlink()
+        log.mkdir()
+        return "rounds.jsonl unreadable (is a directory)"
+    lines = log.read_bytes().splitlines(keepends=True)
+    if how == "line3":
+        lines[2] = b"garbage\n"
+    elif how == "utf8":
+        lines.append(b"\xff\xfe\x00garbage\n")
+    elif how == "no_round":
+        lines[2] = lines[2].replace(b'"round": 2, ', b"")
+    log.write_bytes(b"".join(lines))
+    return f"rounds.jsonl damaged (line {7 if how == 'utf8' else 3})"
+
+
+DAMAGES = ("missing", "line3", "utf8", "directory", "no_round")
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_the_summary_table_names_a_missing_or_damaged_log_in_its_row_and_one_line(tmp_path, capsys, how):
+    """A job whose rounds.jsonl is gone or damaged: its row says so (not "-", as if the target was never reached,
+    nor round 1 beside the summary's round-5 numbers), one line names the file and the fix, and the status is 2."""
+    from dane.paper_figs import summary
+
+    bad, good = logged_run(tmp_path, "0_job"), logged_run(tmp_path, "1_job")
+    problem = damage(bad, how)
+    assert summary.main([str(tmp_path), "--tol", "1e-3"]) == 2
+    out, err = capsys.readouterr()
+    rows = {line.split(" | ")[0][2:]: line for line in out.splitlines()[2:]}
+    to_tol = "?" if how in ("missing", "directory", "line3", "no_round") else "3/3"  # the records before the damage
+    assert rows["0_job"].startswith(f"| 0_job | converged; {problem} | gd | 1 | 5 | {to_tol} | ")
+    assert rows["1_job"].startswith("| 1_job | converged | gd | 1 | 5 | 3/3 | ")
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: {bad / 'rounds.jsonl'}") and "Traceback" not in err
+    assert line.endswith(f"rerun the run (out_dir={bad} overwrite=true replaces it)")
+    assert [r["status"] for r in summary.summarize(tmp_path, tol=1e-3)] == [f"converged; {problem}", "converged"]
+
+
+def test_a_running_job_and_a_failed_one_are_no_damage(tmp_path, capsys):
+    """A job still writing (a torn last line, no summary) or one that never logged is what a sweep leaves: its
+    row as before, no line, status 0."""
+    from dane.paper_figs import summary
+
+    running = logged_run(tmp_path, "0_running")
+    (running / "summary.json").unlink()
+    with open(running / "rounds.jsonl", "a") as f:
+        f.write('{"round": 6, "obj')
+    (tmp_path / "1_failed" / ".hydra").mkdir(parents=True)
+    assert summary.main([str(tmp_path), "--tol", "1e-3"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "| 0_running | running or crashed | - | - | 5 | 3/3 |" in out
+    assert "| 1_failed | failed |" in out
+
+
+@pytest.mark.filterwarnings("ignore:'dane.paper_figs.run_convergence' found in sys.modules:RuntimeWarning")
+@pytest.mark.parametrize("how", DAMAGES)
+def test_run_convergence_and_plot_runs_name_an_unreadable_log_in_one_line(tmp_path, capsys, how):
+    """`dane figures run_convergence RUN` on a log that cannot be read: one line naming the file and the fix, status
+    2, no traceback; `dane figures plot_runs` skips that run with the same line and draws the others."""
+    from dane.experiments.cli import main as dane
+    from dane.paper_figs import plot_runs
+
+    bad = logged_run(tmp_path / "runs", "0_job")
+    logged_run(tmp_path / "runs", "1_job")
+    damage(bad, how)
+    with pytest.raises(SystemExit) as exit_:
+        dane(["figures", "run_convergence", str(bad)])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert exit_.value.code == 2 and line.startswith(f"error: {bad / 'rounds.jsonl'}")
+    assert line.endswith(f"rerun the run (out_dir={bad} overwrite=true replaces it)")
+    assert plot_runs.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig" / "overlay.png")]) == 0
+    out, err = capsys.readouterr()
+    if how == "missing":  # as a job that never logged
+        assert err.splitlines() == [f"skipped {bad}: no rounds.jsonl"]
+    else:
+        assert err.splitlines() == [f"skipped: {line.removeprefix('error: ')}"]
+    assert out.split() == [str(tmp_path / "fig" / "overlay.png"), str(tmp_path / "fig" / "overlay.pdf")]
+
+
+def test_run_convergence_names_a_record_without_its_time(tmp_path, capsys):
+    run = logged_run(tmp_path, "run")
+    log = run / "rounds.jsonl"
+    log.write_text(log.read_text().replace('"time_s": 0.02, ', ""))
+    with pytest.raises(SystemExit) as exit_:
+        run_convergence.main([str(run)])
+    assert exit_.value.code == 2 and capsys.readouterr().err == (
+        f"error: {log}: the record of round 2 has no time_s; the file was damaged or not written by a run: restore "
+        "it, or rerun the run\n")

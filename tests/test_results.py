@@ -150,6 +150,61 @@ def test_read_rounds_leaves_out_a_torn_last_line_and_names_a_damaged_one(tmp_pat
         read_rounds(tmp_path)
 
 
+ROUNDS = '{"round": 0, "objective": 1.5}\n{"round": 1, "objective": 1.25}\n'
+
+
+@pytest.mark.parametrize("damage, where", [
+    ("utf8", r", line 3, is not a record \('utf-8' codec can't decode"),
+    ("no_round", r", line 2, is not a record \(no 'round'\)"),
+    ("a_list", r", line 2, is not a record \(a JSON list, not an object\)"),
+    ("directory", r" cannot be read \(is a directory\)"),
+    ("missing", r" is missing; not a run directory, or its log was moved"),
+])
+def test_read_rounds_names_an_unreadable_log_and_the_fix_in_one_data_error(tmp_path, damage, where):
+    """Bytes that are no UTF-8 (a line a disk fault left), a record without its round, a directory or no file where
+    rounds.jsonl belongs: one DataError naming the file (and line) and the fix, not a UnicodeDecodeError,
+    KeyError or IsADirectoryError from whatever reads the records."""
+    from dane.errors import DataError
+    from dane.records.results import read_rounds
+
+    log = tmp_path / "rounds.jsonl"
+    if damage == "utf8":
+        log.write_bytes(ROUNDS.encode() + b"\xff\xfe\x00garbage\n")
+    elif damage == "no_round":
+        log.write_text(ROUNDS.replace('"round": 1, ', "") + '{"round": 2, "objective": 1.0}\n')
+    elif damage == "a_list":
+        log.write_text(ROUNDS.replace('{"round": 1, "objective": 1.25}', "[1, 1.25]") + '{"round": 2}\n')
+    elif damage == "directory":
+        log.mkdir()
+    with pytest.raises(DataError) as err:
+        read_rounds(tmp_path)
+    message = str(err.value)
+    assert re.match(re.escape(str(log)) + where, message) and "\n" not in message
+    assert message.endswith(f"; restore it, or rerun the run (out_dir={tmp_path} overwrite=true replaces it)")
+    if damage == "utf8":  # a torn last line of such bytes is a write cut short, left out like any torn line
+        log.write_bytes(ROUNDS.encode() + b"\xff\xfe")
+        assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1]
+
+
+def test_a_run_directory_names_resume_only_where_a_checkpoint_can_continue_it(tmp_path):
+    """A finished run without a committed checkpoint cannot be continued with resume= (it says "no checkpoint/
+    folder"): the refusal names resume=auto only where checkpoint/COMMITTED is there."""
+    for name in ("plain", "checkpointed"):
+        writer = RunWriter(tmp_path / name)
+        writer.write_round({"round": 0})
+        writer.write_summary({"status": "max_rounds"})
+        writer.close()
+    (tmp_path / "checkpointed" / "checkpoint").mkdir()
+    (tmp_path / "checkpointed" / "checkpoint" / "COMMITTED").write_text('{"round": 0, "workers": 1}')
+    with pytest.raises(ConfigError) as plain:
+        RunWriter(tmp_path / "plain")
+    assert str(plain.value) == (f"out_dir={tmp_path / 'plain'} already holds a run (rounds.jsonl, summary.json); "
+                                "choose a new out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)")
+    with pytest.raises(ConfigError, match=r"; choose a new out_dir, continue it from its checkpoint with resume=auto, "
+                                          r"or replace it with overwrite=true \(dane.fit: overwrite=True\)$"):
+        RunWriter(tmp_path / "checkpointed")
+
+
 def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_json(tmp_path):
     """A default's statistics (κ = inf where λ + μ = 0) or an adaptation's value sit inside lists and dicts: written
     as strings there too, so a strict JSON reader (no Infinity, no NaN) reads both files."""

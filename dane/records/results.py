@@ -60,6 +60,14 @@ def _clean(value):
     return value
 
 
+def _checkpointed(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a committed checkpoint (`dane.loop.checkpoint`, which imports this module), the
+    one thing ``resume=`` continues a run from."""
+    from ..loop.checkpoint import CHECKPOINT_DIR, COMMITTED
+
+    return (run_dir / CHECKPOINT_DIR / COMMITTED).is_file()
+
+
 class RunWriter:
     """Appends round records and writes the summary; flushes every line so a crash loses nothing.
 
@@ -99,9 +107,11 @@ class RunWriter:
         try:
             old = [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (self.out_dir / name).exists()]
             if old and not resume:
-                if not overwrite:
+                if not overwrite:  # resume is named only where it can continue the run: a committed checkpoint
+                    resume_it = " continue it from its checkpoint with resume=auto," if _checkpointed(self.out_dir) \
+                        else ""
                     raise ConfigError(f"out_dir={out_dir} already holds a run ({', '.join(old)}); choose a new "
-                                      "out_dir, continue it with resume=, or replace it with overwrite=true "
+                                      f"out_dir,{resume_it} or replace it with overwrite=true "
                                       "(dane.fit: overwrite=True)")
                 for name in old:
                     (self.out_dir / name).unlink()
@@ -292,23 +302,66 @@ def _number(value):
     return float(value) if isinstance(value, str) and value in ("inf", "-inf", "nan") else value
 
 
-def read_rounds(run_dir: str | Path) -> list[dict]:
-    """The records of ``run_dir``'s rounds.jsonl.  A torn last line (no newline: a crash or a full disk mid-write)
-    is left out, as a resume drops it; any other line that is no record is a `DataError` naming it."""
-    path = Path(run_dir) / ROUNDS_FILE
-    text = path.read_text()
-    lines = text.split("\n")
+#: the keys a reader may index in every record (the module docstring lists what a run writes)
+RECORD_KEYS = ("round",)
+
+
+class RoundsUnreadable(DataError):
+    """A rounds.jsonl that cannot be read whole: missing, not a readable file, or a line before the last that is
+    no record.  ``problem`` is the short form a table shows (``no rounds.jsonl``, ``rounds.jsonl damaged (line 3)``),
+    ``records`` the whole records before the damage; the message names the file (and line) and the fix."""
+
+    def __init__(self, message: str, problem: str, records: list[dict] | None = None):
+        super().__init__(message)
+        self.problem, self.records = problem, records or []
+
+
+def _fix(run_dir: Path, why: str = "the run was cut short or the file damaged") -> str:
+    return f"{why}; restore it, or rerun the run (out_dir={run_dir} overwrite=true replaces it)"
+
+
+def scan_rounds(run_dir: str | Path) -> tuple[list[dict], int | None]:
+    """The records of ``run_dir``'s rounds.jsonl and the number of a torn last line left out (None where there is
+    none): a last line without its newline (a crash or a full disk mid-write, or a run still writing) is left out,
+    as a resume drops it.  A missing or unreadable file (a directory, no permission), and any other line that is
+    no record (not JSON, not UTF-8, not an object, or without `RECORD_KEYS`), is a `RoundsUnreadable` naming the
+    file, the line and the fix."""
+    run_dir = Path(run_dir)
+    path = run_dir / ROUNDS_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RoundsUnreadable(f"{path} is missing; {_fix(run_dir, 'not a run directory, or its log was moved')}",
+                               f"no {ROUNDS_FILE}") from None
+    except OSError as err:  # a directory, no permission, an I/O error
+        why = (err.strerror or str(err)).lower()
+        raise RoundsUnreadable(f"{path} cannot be read ({why}); {_fix(run_dir)}",
+                               f"{ROUNDS_FILE} unreadable ({why})") from None
+    lines = data.split(b"\n")
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            records.append({k: _number(v) for k, v in json.loads(line).items()})
-        except (json.JSONDecodeError, AttributeError) as exc:
+            record = json.loads(line.decode())
+            if not isinstance(record, dict):
+                raise ValueError(f"a JSON {type(record).__name__}, not an object")
+            missing = [key for key in RECORD_KEYS if key not in record]
+            if missing:
+                raise ValueError(f"no {', '.join(repr(k) for k in missing)}")
+        except ValueError as exc:  # not JSON, not UTF-8 (both ValueErrors), or not a record
             if number == len(lines):  # the last line, unterminated: the write a crash cut short
-                break
-            raise DataError(f"{path}, line {number}, is not a record ({exc}); the run's log is damaged") from None
-    return records
+                return records, number
+            raise RoundsUnreadable(f"{path}, line {number}, is not a record ({exc}); {_fix(run_dir)}",
+                                   f"{ROUNDS_FILE} damaged (line {number})", records) from None
+        records.append({k: _number(v) for k, v in record.items()})
+    return records, None
+
+
+def read_rounds(run_dir: str | Path) -> list[dict]:
+    """The records of ``run_dir``'s rounds.jsonl (`scan_rounds`: a torn last line is left out; a missing or
+    unreadable file, or any other line that is no record, is a `DataError` naming it and the fix)."""
+    return scan_rounds(run_dir)[0]
 
 
 def read_summary(run_dir: str | Path) -> dict:
@@ -318,6 +371,10 @@ def read_summary(run_dir: str | Path) -> dict:
         loaded = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path} is damaged ({exc}); rerun the job, or remove its folder") from None
+    except OSError as err:  # missing, a directory, no permission
+        what = "is missing" if isinstance(err, FileNotFoundError) else \
+            f"cannot be read ({(err.strerror or str(err)).lower()})"
+        raise DataError(f"{path} {what} (a run writes it when it ends); rerun the job, or remove its folder") from None
     if not isinstance(loaded, dict):
         raise DataError(f"{path} is damaged (a JSON {type(loaded).__name__}, not an object); rerun the job, or "
                         "remove its folder")
