@@ -187,22 +187,29 @@ def test_read_rounds_names_an_unreadable_log_and_the_fix_in_one_data_error(tmp_p
 
 
 def test_a_run_directory_names_resume_only_where_a_checkpoint_can_continue_it(tmp_path):
-    """A finished run without a committed checkpoint cannot be continued with resume= (it says "no checkpoint/
-    folder"): the refusal names resume=auto only where checkpoint/COMMITTED is there."""
-    for name in ("plain", "checkpointed"):
+    """A run without a committed checkpoint cannot be continued with resume= (it says "no checkpoint/ folder"), nor
+    can a finished one (refused as finished): the refusal names resume=auto only where the run's checkpoint can go
+    on (`dane.loop.callbacks.continuable`: committed, and no summary or an interrupted one's)."""
+    from dane.loop.callbacks import continuable
+
+    for name, status in (("plain", "max_rounds"), ("finished", "max_rounds"), ("interrupted", "interrupted")):
         writer = RunWriter(tmp_path / name)
         writer.write_round({"round": 0})
-        writer.write_summary({"status": "max_rounds"})
+        writer.write_summary({"status": status})
         writer.close()
-    (tmp_path / "checkpointed" / "checkpoint").mkdir()
-    (tmp_path / "checkpointed" / "checkpoint" / "COMMITTED").write_text('{"round": 0, "workers": 1}')
+        if name != "plain":
+            (tmp_path / name / "checkpoint").mkdir()
+            (tmp_path / name / "checkpoint" / "COMMITTED").write_text('{"round": 0, "workers": 1}')
+    assert [continuable(str(tmp_path / n)) for n in ("plain", "finished", "interrupted")] == [False, False, True]
+    (tmp_path / "finished" / "summary.json").unlink()  # killed after its checkpoint: no summary
+    assert continuable(str(tmp_path / "finished"))
     with pytest.raises(ConfigError) as plain:
-        RunWriter(tmp_path / "plain")
+        RunWriter(tmp_path / "plain", continuable=False)
     assert str(plain.value) == (f"out_dir={tmp_path / 'plain'} already holds a run (rounds.jsonl, summary.json); "
                                 "choose a new out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)")
     with pytest.raises(ConfigError, match=r"; choose a new out_dir, continue it from its checkpoint with resume=auto, "
                                           r"or replace it with overwrite=true \(dane.fit: overwrite=True\)$"):
-        RunWriter(tmp_path / "checkpointed")
+        RunWriter(tmp_path / "interrupted", continuable=True)
 
 
 def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_json(tmp_path):

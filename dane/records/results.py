@@ -60,14 +60,6 @@ def _clean(value):
     return value
 
 
-def _checkpointed(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a committed checkpoint (`dane.loop.checkpoint`, which imports this module), the
-    one thing ``resume=`` continues a run from."""
-    from ..loop.checkpoint import CHECKPOINT_DIR, COMMITTED
-
-    return (run_dir / CHECKPOINT_DIR / COMMITTED).is_file()
-
-
 class RunWriter:
     """Appends round records and writes the summary; flushes every line so a crash loses nothing.
 
@@ -78,13 +70,15 @@ class RunWriter:
     holding host and pid; released by `close`, after the summary), so a second run into the same directory
     stops with one line.  A run that ends before its first record leaves the directory as it was (`close`).  A directory that already holds a run's records is refused
     unless ``resume`` (the run continues there: its records were cut back to the
-    checkpoint) or ``overwrite`` (the old records are removed first).
+    checkpoint) or ``overwrite`` (the old records are removed first); the refusal names ``resume=auto`` only where
+    ``continuable`` (the caller found a committed checkpoint there, `dane.loop.checkpoint.committed`).
 
     ``trackers`` (`dane.records.trackers.Trackers`, set by `attach`) get each record and the summary after they are
     on disk, so a tracker that fails loses none of them.
     """
 
-    def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False):
+    def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
+                 continuable: bool = False):
         self.out_dir = Path(out_dir)
         self.trackers = None
         self._wrote = 0  # records and the summary written: close keeps a directory that has any
@@ -108,8 +102,7 @@ class RunWriter:
             old = [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (self.out_dir / name).exists()]
             if old and not resume:
                 if not overwrite:  # resume is named only where it can continue the run: a committed checkpoint
-                    resume_it = " continue it from its checkpoint with resume=auto," if _checkpointed(self.out_dir) \
-                        else ""
+                    resume_it = " continue it from its checkpoint with resume=auto," if continuable else ""
                     raise ConfigError(f"out_dir={out_dir} already holds a run ({', '.join(old)}); choose a new "
                                       f"out_dir,{resume_it} or replace it with overwrite=true "
                                       "(dane.fit: overwrite=True)")
