@@ -3,7 +3,7 @@
 `SweepSummary` ends a ``-m`` multirun of `experiments.train` or `experiments.simulate`
 with one line saying where the jobs went and the command that tabulates them:
 
-    sweep: 12 jobs in results/sweeps/2024-05-01_12-00-00; summary: dane figures summary results/sweeps/...
+    sweep: 12 jobs in results/sweeps/2024-05-01_12-00-00-123456_4242; summary: dane figures summary results/sweeps/...
 
 It only prints the command (experiments do not import paper_figs).  A job that raises
 stops Hydra's sweep with its traceback before ``on_multirun_end``, so no line then;

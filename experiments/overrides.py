@@ -96,12 +96,7 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
     variants = None if args is None else _sweep_variants(args.overrides, dirs)
     if variants is None or args.config_path is not None:
         return  # not ours to parse (Hydra explains), or a --config-path relative to a module
-    search_path = create_config_search_path(str(conf_dir))
-    if args.config_dir is not None:  # where Hydra puts it: before the schema source, which must stay last
-        search_path.prepend("command-line", f"file://{os.path.abspath(args.config_dir)}",
-                            anchor=SearchPathQuery(provider="schema"))
-    loader = ConfigLoaderImpl(config_search_path=search_path)
-    name = args.config_name or config_name
+    loader, name = _loader(args, conf_dir), args.config_name or config_name
     for overrides, choice in variants:
         try:
             cfg = loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
@@ -151,10 +146,14 @@ def is_multirun(argv: list[str]) -> bool:
     return any(arg in ("-m", "--multirun") or arg.startswith("hydra.mode=MULTIRUN") for arg in argv)
 
 
-def check_sweep_out_dir(argv: list[str]) -> None:
+def check_sweep_out_dir(argv: list[str], config_name: str = "config", conf_dir: Path = CONF_DIR) -> None:
     """Reject a ``-m`` sweep of several jobs with one fixed ``out_dir``: every job would write the same run directory
     (each refused as "already holds a run", or with ``overwrite=true`` each replacing the last).  An ``out_dir``
-    that is swept itself or names the job (``${hydra:job.num}``) is the user's layout."""
+    that is swept itself or names the job (``${hydra:job.num}``) is the user's layout.
+
+    The sweep is the command line's and the composed config's ``hydra.sweeper.params`` (an experiment file's,
+    ``dane simulate -m experiment=speedup``), merged as Hydra's basic sweeper merges them: the command line's
+    value of a key replaces the file's; so is ``out_dir``, which the config may also set."""
     args = _hydra_args(argv) if is_multirun(argv) else None
     if args is None:
         return
@@ -166,9 +165,65 @@ def check_sweep_out_dir(argv: list[str]) -> None:
              and "${" not in o.input_line]
     swept = [o.input_line for o in parsed if o.is_sweep_override() and o.key_or_group != "out_dir"]
     if fixed and swept:
-        raise ConfigError(f"{fixed[0].input_line} with -m puts every job of the sweep ({', '.join(swept)}) in one "
-                          "directory; drop out_dir (each job writes under hydra.sweep.dir) or name the job in it: "
-                          "out_dir='DIR/${hydra:job.num}'")
+        raise _one_directory(fixed[0].input_line, swept)
+    if any(o.key_or_group == "out_dir" for o in parsed) and not fixed:
+        return  # swept, or naming the job: the user's layout
+    given = {o.get_key_element() for o in parsed}  # a key on the command line replaces the file's
+    for cfg in _composed(argv, args, config_name, conf_dir):
+        try:
+            params = [o for o in OverridesParser.create().parse_overrides(
+                [f"{k}={v}" for k, v in (OmegaConf.select(cfg, "hydra.sweeper.params") or {}).items()])
+                if o.get_key_element() not in given]
+        except Exception:  # noqa: BLE001 - a malformed sweep of the file: Hydra's sweeper says so
+            continue
+        file_swept = [o.input_line for o in params if o.is_sweep_override() and o.key_or_group != "out_dir"]
+        sweep = swept + ([f"hydra.sweeper.params: {', '.join(file_swept)}"] if file_swept else [])
+        if not sweep:
+            continue
+        out_dir = next((o for o in params if o.key_or_group == "out_dir"), None)
+        if out_dir is not None:
+            line = None if out_dir.is_sweep_override() or "${" in out_dir.input_line else out_dir.input_line
+        else:
+            line = fixed[0].input_line if fixed else _fixed_out_dir(cfg)
+        if line is not None and line.partition("=")[2] not in ("", "null"):
+            raise _one_directory(line, sweep)
+
+
+def _one_directory(out_dir: str, swept: list[str]) -> ConfigError:
+    return ConfigError(f"{out_dir} with -m puts every job of the sweep ({', '.join(swept)}) in one "
+                       "directory; drop out_dir (each job writes under hydra.sweep.dir) or name the job in it: "
+                       "out_dir='DIR/${hydra:job.num}'")
+
+
+def _fixed_out_dir(cfg: DictConfig) -> str | None:
+    """``out_dir=DIR`` where the composed config sets one directory for every job; None where it sets none or
+    an interpolation (``${hydra:job.num}``, resolved per job)."""
+    if "out_dir" not in cfg or OmegaConf.is_interpolation(cfg, "out_dir") or cfg.out_dir is None:
+        return None  # an interpolation, also within a string ('DIR/${hydra:job.num}'): the user's layout
+    return f"out_dir={cfg.out_dir}"
+
+
+def _composed(argv: list[str], args, config_name: str, conf_dir: Path):
+    """The config as Hydra will compose it for each variant of `_sweep_variants` (hydra node included); nothing
+    where the command line is not ours to compose (`check_keys` has said what fails)."""
+    variants = _sweep_variants(args.overrides, config_dirs(argv, conf_dir))
+    if variants is None or args.config_path is not None:
+        return
+    loader, name = _loader(args, conf_dir), args.config_name or config_name
+    for overrides, _ in variants:
+        try:
+            yield loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
+        except Exception:  # noqa: BLE001 - `check_keys` reports it, or Hydra does
+            continue
+
+
+def _loader(args, conf_dir: Path) -> ConfigLoaderImpl:
+    """Hydra's config loader with the search path Hydra builds from the command line's ``--config-dir``."""
+    search_path = create_config_search_path(str(conf_dir))
+    if args.config_dir is not None:  # where Hydra puts it: before the schema source, which must stay last
+        search_path.prepend("command-line", f"file://{os.path.abspath(args.config_dir)}",
+                            anchor=SearchPathQuery(provider="schema"))
+    return ConfigLoaderImpl(config_search_path=search_path)
 
 
 def check_required(cfg: DictConfig, choice: str = "") -> None:

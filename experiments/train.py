@@ -19,10 +19,8 @@ folder behind.  A sweep's jobs write under Hydra's sweep directory.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import hydra
@@ -36,7 +34,7 @@ from dane.loop.faults import SimulatedFault
 from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
-from dane.experiments.config import rank_zero, run_spec
+from dane.experiments.config import rank_zero, run_spec, unique_name
 from dane.experiments.callbacks import SweepSummary
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
@@ -50,8 +48,7 @@ def run_dir(cfg: DictConfig) -> str:
         return cfg.out_dir
     if multirun():
         return HydraConfig.get().runtime.output_dir
-    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
-    return str(Path("results") / "runs" / f"{stamp}_{cfg.algorithm.name}_{cfg.problem.name}_{os.getpid()}")
+    return str(Path("results") / "runs" / unique_name(cfg.algorithm.name, cfg.problem.name))
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -157,7 +154,7 @@ def cli(entry=None, config_name: str = "config") -> None:
     try:
         check_group_choices(sys.argv[1:])
         check_keys(sys.argv[1:], config_name)
-        check_sweep_out_dir(sys.argv[1:])
+        check_sweep_out_dir(sys.argv[1:], config_name)
     except UserError as exc:
         fail(exc, speak=rank_zero())  # every rank parses the same command line: rank 0 speaks for all
     sys.argv = [sys.argv[0], *hydra_argv(sys.argv[1:])]

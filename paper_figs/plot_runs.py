@@ -1,6 +1,6 @@
 """Overlay any runs: one line per run of a record key against rounds, allreduces, bytes or time.
 
-    dane figures plot_runs results/sweeps/2024-05-01_12-00-00            # every run of a sweep
+    dane figures plot_runs results/sweeps/2024-05-01_12-00-00-123456_4242  # every run of a sweep
     dane figures plot_runs RUN_A RUN_B --y test_accuracy --x comm_rounds --out results/figures/ab.png
 
 A DIR is a run directory (``rounds.jsonl``, ``summary.json``, ``config.yaml`` as

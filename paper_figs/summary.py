@@ -1,6 +1,6 @@
 """One row per job of a sweep (or any folder of runs): how it ended, and how soon it reached a tolerance.
 
-    dane figures summary results/sweeps/2024-05-01_12-00-00 [--tol 1e-8] [--key suboptimality] [--json]
+    dane figures summary results/sweeps/2024-05-01_12-00-00-123456_4242 [--tol 1e-8] [--key suboptimality] [--json]
 
 A job is a directory under the folder that holds ``rounds.jsonl`` or ``summary.json``
 (as `dane.records.results` writes them), an error file, or Hydra's ``.hydra/`` (a job that

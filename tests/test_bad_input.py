@@ -109,6 +109,11 @@ CASES = [
                   "data=...), got problem=ridge_synthetic, which has no rows of a linear model"),
     case("sweep_into_one_out_dir", "-m", "algorithm=dane,gd", "overwrite=true", *SMALL, "hydra.sweep.dir={tmp}/sweep",
          expected="with -m puts every job of the sweep (algorithm=dane,gd) in one directory; drop out_dir"),
+    # the sweep of an experiment file (hydra.sweeper.params): refused alike, before any job runs (n_samples is fixed)
+    case("experiment_sweep_into_one_out_dir", "-m", "experiment=speedup", "overwrite=true", *SMALL,
+         "hydra.sweep.dir={tmp}/sweep", module="experiments.simulate",
+         expected="with -m puts every job of the sweep (hydra.sweeper.params: workers=1,2,4,8,16,64) in one directory; "
+                  "drop out_dir"),
     case("negative_seed", "seed=-1", *SMALL, expected="seed must be an integer in [0, 2**32 - 1], got -1"),
     case("seed_beyond_the_generators", "problem.seed=99999999999999999999", *SMALL,
          expected="problem.seed must be an integer in [0, 2**32 - 1], got 99999999999999999999"),
@@ -790,3 +795,26 @@ def test_valid_overrides_pass_the_key_check(line):
     from dane.experiments.overrides import check_keys
 
     check_keys(line, "config")
+
+
+@pytest.mark.parametrize("line, refused", [
+    (["-m", "experiment=speedup", "out_dir=y"], "workers=1,2,4,8,16,64, problem.n_samples=6000,10000,14000,18000"),
+    (["-m", "experiment=speedup", "workers=2", "out_dir=y"], "problem.n_samples=6000,10000,14000,18000)"),
+    (["-m", "experiment=convergence", "algorithm.mu=0.1", "out_dir=y"], "algorithm=dane,admm,gd,osa"),
+    (["-m", "experiment=speedup", "rounds=1,2", "out_dir=y"], "(rounds=1,2)"),  # the command line's sweep: as before
+    (["-m", "experiment=speedup"], None),                                     # each job under hydra.sweep.dir
+    (["-m", "experiment=speedup", "out_dir=d/${hydra:job.num}"], None),       # the user's layout
+    (["-m", "experiment=speedup", "out_dir=a,b"], None),
+    (["-m", "experiment=speedup", "workers=2", "problem.n_samples=600", "out_dir=y"], None),  # one job: a run
+    (["experiment=speedup", "out_dir=y"], None),                             # no -m: one run
+])
+def test_a_sweep_of_an_experiment_file_into_one_out_dir_is_refused(line, refused):
+    from dane.errors import ConfigError
+    from dane.experiments.overrides import check_sweep_out_dir
+
+    if refused is None:
+        check_sweep_out_dir(line, "simulate")
+        return
+    with pytest.raises(ConfigError, match="with -m puts every job of the sweep") as said:
+        check_sweep_out_dir(line, "simulate")
+    assert refused in str(said.value) and str(said.value).startswith("out_dir=y ") and "\n" not in str(said.value)

@@ -2,18 +2,22 @@
 experiment file composes and runs when shrunk, and `synthetic.sweep` reuses stored runs."""
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from dane.records.results import find_runs, read_rounds, read_summary
+from dane.experiments import config
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.loop.launch import execute
 from dane.synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name
 
-from runs import command
+from runs import command, prepare
 
 TINY = ("problem.n_samples=600", "problem.dim=20")
 # the synthetic-ridge experiments; the neural-network ones (table_*, target_*) are shrunk in test_nn_tables.py
@@ -23,8 +27,21 @@ EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")
 
 SIMULATE_SWEEP = command("sweep:simulate", "-m", "algorithm.safeguard=false,true", "workers=16,1,2", *TINY,
                          "hydra.sweep.dir={tmp}/sweep/simulate", module="experiments.simulate")
+#: an experiment file's sweep (hydra.sweeper.params) with Hydra's default sweep directory, results/sweeps/<unique>
+EXPERIMENT_SWEEP = command("sweep:experiment", "-m", "experiment=speedup", *TINY, "rounds=2",
+                           module="experiments.simulate", cwd="{tmp}/sweep_default")
 TRAIN_SWEEP = command("sweep:train", "-m", "algorithm.safeguard=false", "workers=16,2", "rounds=30", "quiet=true", *TINY,
                       "hydra.sweep.dir={tmp}/sweep/train")
+
+
+def sweep_default_folder(tmp: Path) -> None:
+    (tmp / "sweep_default").mkdir()
+
+
+prepare(sweep_default_folder)
+
+#: a sweep folder's name (conf/config.yaml, hydra.sweep.dir): <date>_<time>-<microseconds>_<pid>
+SWEEP_NAME = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}_\d+")
 
 
 def test_multirun_writes_one_dir_per_job(commands):
@@ -55,6 +72,50 @@ def sweeper_params(name: str) -> dict[str, list[str]]:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="simulate", overrides=[f"experiment={name}"], return_hydra_config=True)
     return {key: str(values).split(",") for key, values in (cfg.hydra.sweeper.params or {}).items()}
+
+
+def test_an_experiment_files_sweep_writes_every_job_into_one_folder_of_its_own(commands):
+    proc, cwd = commands[EXPERIMENT_SWEEP], commands.tmp / "sweep_default"
+    assert proc["rc"] == 0, proc["stderr"][-2000:]
+    [sweep] = (cwd / "results" / "sweeps").iterdir()  # the launcher and every job read one (cached) sweep directory
+    assert SWEEP_NAME.fullmatch(sweep.name), sweep.name
+    assert f"sweep: 6 jobs in results/sweeps/{sweep.name};" in proc["stdout"]
+    runs = sorted(find_runs(sweep), key=lambda p: int(p.name.split("_")[0]))
+    assert [read_summary(p)["workers"] for p in runs] == [1, 2, 4, 8, 16, 64]
+    assert (sweep / "multirun.yaml").exists()
+
+
+def sweep_dirs(*overrides: str) -> list[str]:
+    """hydra.sweep.dir of the simulator's config, composed once per override list, as Hydra resolves it."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfgs = [compose(config_name="simulate", overrides=[o], return_hydra_config=True) for o in overrides]
+    return [str(cfg.hydra.sweep.dir) for cfg in cfgs]
+
+
+def test_sweeps_started_in_the_same_second_get_folders_of_their_own(monkeypatch):
+    # sweeps of identical or different overrides, composed one after another in the same second: one folder each
+    dirs = sweep_dirs("workers=2", "workers=2", "algorithm=gd")
+    assert len(set(dirs)) == 3 and all(d.startswith("results/sweeps/") for d in dirs)
+    assert all(SWEEP_NAME.fullmatch(d.removeprefix("results/sweeps/")) for d in dirs), dirs
+    assert sorted(reversed(dirs)) == dirs  # named by start: sorted by start
+    # the same microsecond in two processes started together: the pid tells them apart
+    same = datetime(2024, 5, 1, 12, 0, 0, 123456)
+    monkeypatch.setattr(config, "datetime", type("Frozen", (), {"now": staticmethod(lambda: same)}))
+    names = []
+    for pid in (4242, 4243):
+        monkeypatch.setattr(config.os, "getpid", lambda pid=pid: pid)
+        names += sweep_dirs("workers=2")
+    assert names == ["results/sweeps/2024-05-01_12-00-00-123456_4242", "results/sweeps/2024-05-01_12-00-00-123456_4243"]
+
+
+def test_a_sweeps_folder_is_one_for_the_launcher_and_every_job():
+    # resolved again, and in a job's config (Hydra copies the resolver cache into it, load_sweep_config): the same
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="simulate", overrides=["workers=1"], return_hydra_config=True)
+        job = compose(config_name="simulate", overrides=["workers=2"], return_hydra_config=True)
+    first = str(cfg.hydra.sweep.dir)
+    OmegaConf.copy_cache(from_config=cfg, to_config=job)
+    assert str(cfg.hydra.sweep.dir) == first == str(job.hydra.sweep.dir)
 
 
 def test_train_multirun_goes_on_past_a_diverged_job(commands):
