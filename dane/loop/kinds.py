@@ -33,9 +33,8 @@ from .worker import build_problem, run_worker
 from . import timeline
 
 
-def start(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
-    """Start the kind of run ``spec`` is, decided here and nowhere else, read top to bottom; its summary (on
-    every rank).
+def kind(spec: RunSpec) -> str:
+    """The kind of run ``spec`` is, decided here and nowhere else, read top to bottom.
 
     A method that runs the whole job itself comes first (split learning); then the single-process backend
     (``comm=local``): the asynchronous simulator, the simulator (its m workers stacked into one computation where
@@ -44,17 +43,28 @@ def start(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     """
     comm = spec.comm
     if spec.algorithm.run_job is not None:
-        return own_driver(spec, out_dir, collect)
+        return "own driver"
     if comm.backend == "local":
         if comm.asynchronous:
-            return asynchronous_simulator(spec, out_dir, collect)
+            return "asynchronous simulator"
         if comm.simulated:
-            batched, declined = batched_path(spec)
-            if batched:
-                return batched_simulator(spec, out_dir, collect)
-            return simulator(spec, out_dir, collect, declined)
-        return launched(spec, out_dir, collect)  # one process, one worker
-    if comm.elastic:
+            return "batched simulator" if batched_path(spec)[0] else "simulator"
+        return "launched"  # one process, one worker
+    return "elastic" if comm.elastic else "launched"
+
+
+def start(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
+    """Start the `kind` of run ``spec`` is; its summary (on every rank)."""
+    chosen = kind(spec)
+    if chosen == "own driver":
+        return own_driver(spec, out_dir, collect)
+    if chosen == "asynchronous simulator":
+        return asynchronous_simulator(spec, out_dir, collect)
+    if chosen == "batched simulator":
+        return batched_simulator(spec, out_dir, collect)
+    if chosen == "simulator":
+        return simulator(spec, out_dir, collect, batched_path(spec)[1])  # why sim.batched=auto kept threads
+    if chosen == "elastic":
         return elastic(spec, out_dir, collect)
     return launched(spec, out_dir, collect)
 
@@ -62,9 +72,7 @@ def start(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
 def runs_batched(spec: RunSpec) -> bool:
     """Whether `start` runs ``spec`` on the simulator's batched path (one stacked computation for the m workers), as
     a resume checks against the checkpoint's path (`dane.loop.checkpoint.check_resume`)."""
-    comm = spec.comm
-    return (spec.algorithm.run_job is None and comm.backend == "local" and not comm.asynchronous and comm.simulated
-            and batched_path(spec)[0])
+    return kind(spec) == "batched simulator"
 
 
 def own_driver(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
