@@ -22,8 +22,8 @@ from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
 from .api import build
 from .loop.batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
-from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed, whole_records
-from .records.results import ROUNDS_FILE, SUMMARY_FILE, read_summary
+from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed, finished, whole_records
+from .records.results import ROUNDS_FILE, SUMMARY_FILE
 from .loop.elastic import check_elastic
 from .errors import ConfigError
 from .comm.horovod import HorovodOptions
@@ -419,15 +419,15 @@ def refuse_finished(path: Path, rounds: int) -> None:
     """A run that finished (its summary written, not ``interrupted``) has nothing to continue, unless it stopped at
     its round cap and ``rounds`` asks for more: the same command again would redo its last rounds from the
     checkpoint and replace its summary.  One line, before anything changes."""
-    if not (path / SUMMARY_FILE).is_file():
+    summary = finished(path)
+    if summary is None:
         return
-    summary = read_summary(path)
     status, done = summary.get("status"), summary.get("rounds")
-    if status == "interrupted" or (status == "max_rounds" and isinstance(done, int) and rounds > done):
+    if status == "max_rounds" and isinstance(done, int) and rounds > done:
         return
+    extend = f"rounds above {done} extends a run that stopped at its cap, " if status == "max_rounds" else ""
     raise ConfigError(f"resume: {path} holds a finished run ({status} after {done} rounds); there is nothing to "
-                      f"continue: rounds above {done} extends a run that stopped at its cap, overwrite=true starts "
-                      "it again, or use a new out_dir")
+                      f"continue: {extend}drop resume and set overwrite=true to start it again, or use a new out_dir")
 
 
 def keep_unfinished(path: Path, checkpoint_every: int) -> None:

@@ -57,7 +57,8 @@ def test_resume_auto_starts_then_continues(tmp_path, whole):
     # the same command again: the run finished, nothing to continue (it redid rounds 4-8 and replaced the summary)
     kept = (run_dir / "rounds.jsonl").read_bytes(), (run_dir / "summary.json").read_bytes()
     with pytest.raises(ConfigError, match=r"holds a finished run \(max_rounds after 8 rounds\); there is nothing to "
-                                          r"continue: rounds above 8 extends"):
+                                          r"continue: rounds above 8 extends a run that stopped at its cap, drop resume "
+                                          r"and set overwrite=true to start it again, or use a new out_dir$"):
         execute_with(run_dir, *RIDGE, "workers=2", "rounds=8", "checkpoint_every=2", f"out_dir={run_dir}",
                      "resume=auto")
     assert ((run_dir / "rounds.jsonl").read_bytes(), (run_dir / "summary.json").read_bytes()) == kept

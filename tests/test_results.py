@@ -188,28 +188,33 @@ def test_read_rounds_names_an_unreadable_log_and_the_fix_in_one_data_error(tmp_p
 
 def test_a_run_directory_names_resume_only_where_a_checkpoint_can_continue_it(tmp_path):
     """A run without a committed checkpoint cannot be continued with resume= (it says "no checkpoint/ folder"), nor
-    can a finished one (refused as finished): the refusal names resume=auto only where the run's checkpoint can go
-    on (`dane.loop.callbacks.continuable`: committed, and no summary or an interrupted one's)."""
-    from dane.loop.callbacks import continuable
+    can a finished one (refused as finished), unless it stopped at its cap and more rounds extend it: the refusal's
+    offer (`dane.loop.checkpoint.resume_offer`) follows `finished`, as resume's own refusal does; a damaged summary
+    leaves the checkpoint to continue."""
+    from dane.loop.checkpoint import finished, resume_offer
 
-    for name, status in (("plain", "max_rounds"), ("finished", "max_rounds"), ("interrupted", "interrupted")):
+    for name, status in (("plain", "max_rounds"), ("capped", "max_rounds"), ("converged", "converged"),
+                         ("interrupted", "interrupted"), ("damaged", "max_rounds")):
         writer = RunWriter(tmp_path / name)
         writer.write_round({"round": 0})
-        writer.write_summary({"status": status})
+        writer.write_summary({"status": status, "rounds": 6})
         writer.close()
         if name != "plain":
             (tmp_path / name / "checkpoint").mkdir()
-            (tmp_path / name / "checkpoint" / "COMMITTED").write_text('{"round": 0, "workers": 1}')
-    assert [continuable(str(tmp_path / n)) for n in ("plain", "finished", "interrupted")] == [False, False, True]
-    (tmp_path / "finished" / "summary.json").unlink()  # killed after its checkpoint: no summary
-    assert continuable(str(tmp_path / "finished"))
+            (tmp_path / name / "checkpoint" / "COMMITTED").write_text('{"round": 4, "workers": 1}')
+    (tmp_path / "damaged" / "summary.json").write_text("{bad")
+    assert [finished(tmp_path / n) is None for n in ("capped", "converged", "interrupted", "damaged")] == \
+        [False, False, True, True]
+    assert [resume_offer(tmp_path / n) for n in ("plain", "capped", "converged", "interrupted", "damaged")] == \
+        ["", " extend it with resume=auto and rounds above 6,", "", *[" continue it from its checkpoint with "
+                                                                      "resume=auto,"] * 2]
     with pytest.raises(ConfigError) as plain:
-        RunWriter(tmp_path / "plain", continuable=False)
+        RunWriter(tmp_path / "plain", resume_offer=resume_offer(tmp_path / "plain"))
     assert str(plain.value) == (f"out_dir={tmp_path / 'plain'} already holds a run (rounds.jsonl, summary.json); "
                                 "choose a new out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)")
     with pytest.raises(ConfigError, match=r"; choose a new out_dir, continue it from its checkpoint with resume=auto, "
                                           r"or replace it with overwrite=true \(dane.fit: overwrite=True\)$"):
-        RunWriter(tmp_path / "interrupted", continuable=True)
+        RunWriter(tmp_path / "interrupted", resume_offer=resume_offer(tmp_path / "interrupted"))
 
 
 def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_json(tmp_path):

@@ -29,14 +29,14 @@ import yaml
 from ..algorithm import Algorithm
 from ..comm.batched import stacked, worker_ranks
 from ..comm.tail import ALPHA_BETA_ONLY
-from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, committed, load_checkpoint, part_meta, save_checkpoint,
-                         truncate_rounds)
+from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, load_checkpoint, part_meta, resume_offer,
+                         save_checkpoint, truncate_rounds)
 from ..records.confusion import write_confusion
-from ..errors import ConfigError, UserError, say
+from ..errors import ConfigError, say
 from .faults import inject_faults
 from .parking import fill_parked
 from .progress import RoundBar, RoundTable
-from ..records.results import SUMMARY_FILE, RunWriter, atomic_write, in_target_units, read_rounds, read_summary
+from ..records.results import SUMMARY_FILE, RunWriter, atomic_write, in_target_units, read_rounds
 from ..numerics.similarity import hessian_dissimilarity, offered
 from ..records.trackers import open_trackers
 from . import timeline
@@ -118,17 +118,6 @@ class Checkpoints(Callback):
             summary["resumed_from_round"] = loop.resumed_from
 
 
-def continuable(out_dir: str) -> bool:
-    """Whether ``resume=auto`` continues the run in ``out_dir``: a committed checkpoint of a run that has not
-    finished (no summary, or an interrupted one's: `dane.run_config.refuse_finished` refuses the others)."""
-    if committed(out_dir) is None:
-        return False
-    try:
-        return read_summary(out_dir).get("status") == "interrupted"
-    except UserError:  # no summary (killed), or a damaged one: the checkpoint is what is left to continue
-        return True
-
-
 class Records(Callback):
     """Rank 0's run directory (`dane.records.results.RunWriter`): config.yaml, every record, the summary; the
     trackers beside rounds.jsonl get each record once it is on disk.  In the simulator none of it is rank 0's compute
@@ -146,7 +135,7 @@ class Records(Callback):
         overwrite = control.overwrite or (control.restart_unfinished and
                                           not os.path.exists(os.path.join(loop.out_dir, SUMMARY_FILE)))
         loop.writer = RunWriter(loop.out_dir, resume=loop.continuing, overwrite=overwrite,  # on_close releases it
-                                continuable=continuable(loop.out_dir))
+                                resume_offer=resume_offer(loop.out_dir))
         if control.overwrite and not loop.continuing:  # the replaced run's checkpoints: no later resume may find them
             shutil.rmtree(os.path.join(loop.out_dir, CHECKPOINT_DIR), ignore_errors=True)
         if control.config_text:

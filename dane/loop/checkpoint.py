@@ -43,7 +43,7 @@ import torch
 import yaml
 
 from ..errors import ConfigError, OutputError, UserError
-from ..records.results import ROUNDS_FILE, atomic_write
+from ..records.results import ROUNDS_FILE, atomic_write, read_summary
 
 CHECKPOINT_DIR = "checkpoint"
 COMMITTED = "COMMITTED"
@@ -98,6 +98,31 @@ def committed(run_dir: str | Path) -> dict | None:
         raise ConfigError(f"{path} is not a checkpoint commit marker (damaged); "
                           "remove the checkpoint/ folder and start the run again") from None
     return marker
+
+
+def finished(run_dir: str | Path) -> dict | None:
+    """The summary of a run that ended in ``run_dir`` (written, readable, not ``interrupted``); None where the run
+    can go on from its checkpoint: no summary (a killed run), an interrupted one's, or a damaged one (the checkpoint
+    is then what is left).  What ``resume`` refuses (`dane.run_config.refuse_finished`) and what an occupied run
+    directory's refusal offers (`dane.loop.callbacks.Records`) both read this."""
+    try:
+        summary = read_summary(run_dir)
+    except UserError:
+        return None
+    return None if summary.get("status") == "interrupted" else summary
+
+
+def resume_offer(run_dir: str | Path) -> str:
+    """The clause an occupied run directory's refusal offers for continuing it with ``resume=auto`` (`finished`):
+    where a committed checkpoint can go on, or a run that stopped at its round cap can be extended; else none."""
+    if committed(run_dir) is None:
+        return ""
+    summary = finished(run_dir)
+    if summary is None:
+        return " continue it from its checkpoint with resume=auto,"
+    if summary.get("status") == "max_rounds":
+        return f" extend it with resume=auto and rounds above {summary.get('rounds')},"
+    return ""
 
 
 #: what a write into a full, over-quota, too-large or read-only file system fails with, whatever the file

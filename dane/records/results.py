@@ -70,15 +70,15 @@ class RunWriter:
     holding host and pid; released by `close`, after the summary), so a second run into the same directory
     stops with one line.  A run that ends before its first record leaves the directory as it was (`close`).  A directory that already holds a run's records is refused
     unless ``resume`` (the run continues there: its records were cut back to the
-    checkpoint) or ``overwrite`` (the old records are removed first); the refusal names ``resume=auto`` only where
-    ``continuable`` (the caller found a committed checkpoint there, `dane.loop.checkpoint.committed`).
+    checkpoint) or ``overwrite`` (the old records are removed first); the refusal offers ``resume_offer``, the
+    caller's clause for continuing it (`dane.loop.checkpoint.resume_offer`: none where no checkpoint can).
 
     ``trackers`` (`dane.records.trackers.Trackers`, set by `attach`) get each record and the summary after they are
     on disk, so a tracker that fails loses none of them.
     """
 
     def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
-                 continuable: bool = False):
+                 resume_offer: str = ""):
         self.out_dir = Path(out_dir)
         self.trackers = None
         self._wrote = 0  # records and the summary written: close keeps a directory that has any
@@ -102,9 +102,8 @@ class RunWriter:
             old = [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (self.out_dir / name).exists()]
             if old and not resume:
                 if not overwrite:  # resume is named only where it can continue the run: a committed checkpoint
-                    resume_it = " continue it from its checkpoint with resume=auto," if continuable else ""
                     raise ConfigError(f"out_dir={out_dir} already holds a run ({', '.join(old)}); choose a new "
-                                      f"out_dir,{resume_it} or replace it with overwrite=true "
+                                      f"out_dir,{resume_offer} or replace it with overwrite=true "
                                       "(dane.fit: overwrite=True)")
                 for name in old:
                     (self.out_dir / name).unlink()
