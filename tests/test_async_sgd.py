@@ -226,6 +226,8 @@ def test_torchrun_one_asynchronous_worker_follows_sync_sgd(tmp_path):
     assert ps["worker_links"] == ps["links"] and ps["server"][0]["pushes"] >= 20
     assert link["to_server_bytes"] >= 20 * payload and link["to_worker_bytes"] >= 19 * payload
     assert link["to_server_bytes"] - 20 * payload < 20 * payload  # the evaluations' metrics, a few values a round
+    server = ps["server"][0]  # its busy and waiting stretches are disjoint, within its uptime over all three phases
+    assert 0 < server["busy_s"] and server["busy_s"] + server["wait_s"] <= server["uptime_s"]
 
 
 @pytest.mark.slow  # two torchrun launches (about 40 s); the simulator tests cover staleness fast

@@ -159,6 +159,7 @@ class AsyncServer:
                     self._reply(j, version, None)
                 stopped += len(waiting)
                 waiting.clear()
+                spent["busy_s"] += time.perf_counter() - arrived
                 continue
             slowest = min(clocks)
             for j in [src] + sorted(waiting - {src}):
