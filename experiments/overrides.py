@@ -162,17 +162,18 @@ def check_sweep_out_dir(argv: list[str], config_name: str = "config", conf_dir: 
     except Exception:  # noqa: BLE001 - a malformed override: `check_grammar` says so
         return
     fixed = [o for o in parsed if o.key_or_group == "out_dir" and not o.is_sweep_override()
-             and "${" not in o.input_line]
+             and "${" not in o.input_line and o.input_line.partition("=")[2] not in ("", "null")]
     swept = [o.input_line for o in parsed if o.is_sweep_override() and o.key_or_group != "out_dir"]
     if fixed and swept:
         raise _one_directory(fixed[0].input_line, swept)
     if any(o.key_or_group == "out_dir" for o in parsed) and not fixed:
-        return  # swept, or naming the job: the user's layout
+        return  # swept, naming the job, or null (a run directory of its own per job): the user's layout
     given = {o.get_key_element() for o in parsed}  # a key on the command line replaces the file's
     for cfg in _composed(argv, args, config_name, conf_dir):
         try:
-            params = [o for o in OverridesParser.create().parse_overrides(
-                [f"{k}={v}" for k, v in (OmegaConf.select(cfg, "hydra.sweeper.params") or {}).items()])
+            sweeper = OmegaConf.to_container(cfg.hydra.sweeper, resolve=False) if "hydra" in cfg else {}
+            params = [o for o in OverridesParser.create().parse_overrides(  # unresolved: ${hydra:job.num} as typed
+                [f"{k}={v}" for k, v in ((sweeper or {}).get("params") or {}).items()])
                 if o.get_key_element() not in given]
         except Exception:  # noqa: BLE001 - a malformed sweep of the file: Hydra's sweeper says so
             continue

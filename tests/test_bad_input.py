@@ -807,6 +807,9 @@ def test_valid_overrides_pass_the_key_check(line):
     (["-m", "experiment=speedup", "out_dir=a,b"], None),
     (["-m", "experiment=speedup", "workers=2", "problem.n_samples=600", "out_dir=y"], None),  # one job: a run
     (["experiment=speedup", "out_dir=y"], None),                             # no -m: one run
+    (["-m", "workers=1,2", "out_dir=null"], None),                           # null: each job's own directory
+    # the file's out_dir names the job, but the command line's fixed one replaces it (read unresolved: it was skipped)
+    (["-m", "experiment=speedup", "+hydra.sweeper.params.out_dir=d/${hydra:job.num}", "out_dir=y"], "workers=1,2,4"),
 ])
 def test_a_sweep_of_an_experiment_file_into_one_out_dir_is_refused(line, refused):
     from dane.errors import ConfigError
