@@ -18,7 +18,8 @@ ceil(c L_max / ((λ + μ) n_i)) with c = 1, at least the paper's 3 and at most 1
 solve rough where L_max/λ is far above 3 n_i, so that the rounds run into the hundreds.
 Local passes are cheap (compiled); rounds are what the method is there to save.
 ``local_solver="cg"`` instead runs Newton-CG to the loose relative residual ``cg_tol``,
-or a fixed ``cg_max_iter`` Hessian-vector products per Newton system with ``cg_tol=0``.
+or a fixed ``cg_max_iter`` Hessian-vector products per Newton system with ``cg_tol=0`` (on a non-quadratic loss
+Newton then runs to round-off, at most `LocalSolver`'s ``newton_steps`` systems).
 
 Defaults are the paper's method (η = 1, μ = 0) with the passes above (the paper and its
 public MATLAB reference take three) inside DANE's μ safeguard (`MuSafeguard`), a departure from the paper: on a

@@ -60,9 +60,9 @@ class Rounds:
     #: and rise (`dane.loop.stopping.DivergenceWatch`), as under client sampling
     damps_itself: bool = False
     #: the package's default rules this run's nulls were resolved by, each {"key", "value", "rule", "stats"}
-    #: (`baselines.defaults.Resolution`), for the first lines and the summary (`dane.loop.callbacks.Policy`); None: the
-    #: method does not track them
-    defaults: tuple[dict, ...] | None = None
+    #: (`baselines.defaults.Resolution`), for the first lines and the summary (`dane.loop.callbacks.Policy`); () for a
+    #: method given every number (a method of one's own, unless it resolves some); None: resolved in round 0 (below)
+    defaults: tuple[dict, ...] | None = ()
     #: while ``defaults`` is None, the keys whose null a rule resolves in round 0 (its statistics ride in that round's
     #: allreduce: GD's lr, AIDE's τ, synchronous SGD's steps), key -> rule: shown before round 0, and in the summary
     #: as ``defaults_unresolved`` where no round ran (rounds=0)

@@ -74,6 +74,10 @@ def test_an_outside_algorithm_through_the_python_api_equals_its_closed_form():
     result = dane.fit(RidgeSyntheticConfig(n_samples=N, dim=D, lam=LAM), MyFedProxConfig(mu=MU), workers=M,
                       rounds=ROUNDS)
     assert_closed_form(result.records, result.w)
+    # given every number, it says so as the package's methods do: the defaults policy's four keys, no rule applied
+    assert {k: result.summary[k] for k in ("defaults", "adaptations", "adaptations_attached",
+                                           "package_rules_applied")} == \
+        {"defaults": [], "adaptations": [], "adaptations_attached": [], "package_rules_applied": False}
 
 
 @contextmanager

@@ -461,3 +461,26 @@ def test_the_cg_cap_of_a_null_cg_max_iter_is_noted_as_the_solves_take_it(dtype, 
     assert [(e["key"], e["value"], e["rule"]) for e in result.summary["defaults"]] == \
         [("algorithm.cg_max_iter", per_dim * shard.dim, "cg_products")] == [("algorithm.cg_max_iter",
                                                                              shard.cg_default_products, "cg_products")]
+
+
+def test_cg_tol_zero_takes_cg_max_iter_products_per_newton_system_on_a_logistic_loss(monkeypatch):
+    """``cg_tol=0``: every Newton system takes exactly ``cg_max_iter`` Hessian-vector products, on a non-quadratic loss
+    too (the inexact Newton forcing term cut them to 1 or 2 there), and the records count them."""
+    import dane.problems.glm as glm
+
+    solves = []
+    cg = glm.cg
+
+    def counted(*args, **keys):
+        out = cg(*args, **keys)
+        solves.append((keys["rtol"], out.iters))
+        return out
+
+    monkeypatch.setattr(glm, "cg", counted)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((90, 6))
+    problem = dane.problems.LogReg(X, (X @ np.ones(6) > 0).astype(float), lam=0.01)
+    result = dane.fit(problem, "inexact_dane", workers=3, rounds=1, local_solver="cg", cg_tol=0.0, cg_max_iter=3,
+                      safeguard=False)
+    assert solves and set(solves) == {(0.0, 3)}
+    assert result.records[-1]["local_hvps"] == 3 * len(solves)

@@ -183,8 +183,9 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
         rel = gnorm / grad0
         if step > 0 and (rel <= solver.tol or gnorm <= floor):
             break
-        # forcing term of an inexact Newton method: loose far from the solution, tight close to it
-        rtol = solver.tol if sub.shard.quadratic else min(0.5, rel ** 0.5)
+        # forcing term of an inexact Newton method: loose far from the solution, tight close to it; tol = 0 asks a
+        # fixed count of products per system (cg's max_iter), which no forcing term may cut short
+        rtol = solver.tol if sub.shard.quadratic or solver.tol == 0 else min(0.5, rel ** 0.5)
         direction = sub.shard.solve_hessian(-grad, at=w, shift=shift, with_reg=False, solver=solver, rtol=rtol)
         if sub.shard.quadratic:
             return w + direction  # φ is quadratic: the Newton step is the minimizer (to the solve's accuracy)
