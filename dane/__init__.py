@@ -29,6 +29,10 @@ _PUBLIC = {
     # to write a method or a problem of one's own (docstrings of dane.algorithm and dane.problems.base)
     "Algorithm": "algorithm", "AlgorithmConfig": "algorithm", "Column": "algorithm", "known_algorithms": "algorithm",
     "Problem": "problems.base", "ProblemConfig": "problems.base", "Communicator": "comm", "ConfigError": "errors",
+    "counted": "work",  # a problem of one's own counts its local work (docs/results.md)
+    # one's own files, read as data=csv|libsvm|npz reads them (docs/python_api.md, docs/own_data.md)
+    "CSVSource": "data.csv_source", "LibSVMSource": "data.libsvm_source", "NPZSource": "data.npz_source",
+    "save_npz": "data.npz_source",
 }
 __all__ = sorted([*_PUBLIC, "problems"])
 
