@@ -86,8 +86,12 @@ def plain(key: str, value):
 def build(cfg, group_name: str):
     """Instantiate a config group's dataclass; its __post_init__ validates the values.
 
-    A `UserError` raised inside is re-raised as itself (one line), not as Hydra's wrapper.
+    A `UserError` raised inside is re-raised as itself (one line), not as Hydra's wrapper; a node without a
+    ``_target_`` (a yaml of one's own that names no config class) is one line too.
     """
+    if not isinstance(cfg[group_name].get("_target_"), str):
+        raise ConfigError(f"{group_name}={cfg[group_name].get('name', '?')} names no _target_: its yaml needs "
+                          f"_target_: <module>.<its config class> (docs/extending.md)")
     try:
         built = instantiate(cfg[group_name])
     except InstantiationException as exc:

@@ -203,8 +203,9 @@ def split_backend(cfg: DictConfig, backend: str) -> tuple[str, str | None]:
     (and by rank 0 alone).  Every other algorithm keeps ``backend``."""
     from .split.config import SplitConfig
 
+    target = cfg.algorithm.get("_target_")
     try:
-        config = get_class(cfg.algorithm.get("_target_"))
+        config = get_class(target) if isinstance(target, str) else None
     except Exception:  # noqa: BLE001 - not a class: algorithm_class says so when it is asked
         return backend, None
     if not (isinstance(config, type) and issubclass(config, SplitConfig)) or backend == "local":

@@ -232,3 +232,17 @@ def test_simulated_workers_keep_the_records_once(problem, monkeypatch):
     assert kept == {0: (6, 6), 1: (1, 1), 2: (1, 1)}
     assert [r["round"] for r in result.records] == [0, 1, 2, 3, 4, 5]
     assert by_rank[1].result.records[0]["objective"] == result.records[-1]["objective"]
+
+
+def test_a_yaml_of_ones_own_without_a_target_is_one_line():
+    """A config group node that names no ``_target_`` (a user's algorithm yaml missing it) is refused in one line
+    naming the fix; it was a Hydra traceback ("Missing key run_job")."""
+    from omegaconf import OmegaConf
+
+    from dane.api import build
+    from dane.errors import ConfigError
+
+    cfg = OmegaConf.create({"algorithm": {"name": "mine", "lr": 0.1}})
+    with pytest.raises(ConfigError, match=r"^algorithm=mine names no _target_: its yaml needs _target_: "
+                                          r"<module>\.<its config class> \(docs/extending\.md\)$"):
+        build(cfg, "algorithm")
