@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import torch
 
 from .comm import Communicator
-from .errors import ConfigError
+from .errors import ConfigError, MissingMethod
 from .problems import Problem
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ class AlgorithmConfig:
 
     def build(self, problem: Problem, comm: Communicator) -> Algorithm:
         """This worker's algorithm on ``problem``."""
-        raise NotImplementedError(f"{type(self).__name__} must define build(problem, comm)")
+        raise MissingMethod(f"{type(self).__name__} must define build(problem, comm) (docs/extending.md)")
 
     def async_server(self, w0: torch.Tensor, sizes: Sequence[float]) -> Any:
         """The server's half of an asynchronous run (``algorithm.asynchronous``), from w_0 and the workers' shard

@@ -13,6 +13,11 @@ class ConfigError(UserError, ValueError):
     """An invalid configuration value: ``algorithm.mu must be >= 0, got -1``."""
 
 
+class MissingMethod(UserError, NotImplementedError):
+    """A class of one's own (a problem, an algorithm's config) lacks a method a run calls: the message names it and
+    where it is described (docs/extending.md)."""
+
+
 class DataError(UserError, FileNotFoundError):
     """Missing or malformed data files; the message lists the files expected."""
 

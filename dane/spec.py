@@ -29,7 +29,7 @@ from .algorithm import AlgorithmConfig, known_algorithms
 from .comm import AlphaBeta, Stragglers
 from .comm.horovod import HorovodOptions
 from .loop.batching import check_batched
-from .errors import ConfigError
+from .errors import ConfigError, MissingMethod
 from .problems import ProblemConfig
 from .problems.stacked_rows import rows_form, rows_refusal
 from .loop.stopping import StopRule
@@ -146,12 +146,23 @@ class RunSpec:
     control: RunControl = field(default_factory=RunControl)
 
     def __post_init__(self):
+        refuse_unfinished(self.algorithm)
         refuse_compression(self.algorithm, self.comm)
         refuse_rowless(self.algorithm, self.problem)
         check_batched(self)
         for r, w in self.control.faults:  # lost workers must exist
             if r < 0 or not 0 <= w < self.comm.workers:
                 raise ConfigError(f"sim.fail_at entry [{r},{w}] needs round >= 0 and 0 <= worker < {self.comm.workers}")
+
+
+def refuse_unfinished(algorithm) -> None:
+    """An `Algorithm` of one's own that lacks an abstract method (its round, ``step``): one line naming it, before any
+    worker builds it (a worker thread's traceback otherwise)."""
+    cls = getattr(algorithm, "algorithm", None)
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        raise MissingMethod(f"{cls.__name__} (algorithm={algorithm.name}) must define {', '.join(missing)} "
+                            f"(docs/extending.md)")
 
 
 def check_compression(comm: Communication) -> None:

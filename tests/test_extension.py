@@ -107,3 +107,35 @@ def test_an_outside_algorithm_under_torchrun_equals_its_closed_form(tmp_path):
     proc = train(*COMMAND, "quiet=true", f"out_dir={tmp_path}", launcher=torchrun(M), extra_env=OUTSIDE_ON_PATH)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_closed_form(read_rounds(tmp_path), torch.load(tmp_path / "iterate.pt"))
+
+
+def test_a_class_of_ones_own_lacking_a_method_is_one_line():
+    """An Algorithm without its round, a config without build, a problem without the local solve DANE calls: each is
+    one line naming the class, the method and the page that describes it (tracebacks before)."""
+    from dataclasses import dataclass
+
+    from dane.errors import MissingMethod
+
+    class NoRound(dane.Algorithm):
+        name = "noround"
+
+    @dataclass(frozen=True)
+    class NoRoundConfig(dane.AlgorithmConfig):
+        name: str = "noround"
+        algorithm = NoRound
+
+        def build(self, problem, comm):
+            return NoRound(problem, comm)
+
+    @dataclass(frozen=True)
+    class NoBuild(dane.AlgorithmConfig):
+        name: str = "nobuild"
+        algorithm = NoRound
+
+    ridge = RidgeSyntheticConfig(n_samples=N, dim=D, lam=LAM)
+    with pytest.raises(MissingMethod, match=r"^NoRound \(algorithm=noround\) must define step \(docs/extending\.md\)$"):
+        dane.fit(ridge, NoRoundConfig(), workers=2, rounds=1)
+    with pytest.raises(MissingMethod, match=r"^NoBuild must define build\(problem, comm\) \(docs/extending\.md\)$"):
+        NoBuild().build(None, None)
+    with pytest.raises(MissingMethod, match=r"must define prox_solve\(anchor, linear, mu\) \(docs/extending\.md\)"):
+        dane.Problem.prox_solve(object.__new__(dane.Problem), None, None, 0.0)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, ContextManager, Seque
 
 import torch
 
+from ..errors import MissingMethod
 from ..work import uncounted
 
 if TYPE_CHECKING:
@@ -92,11 +93,11 @@ class Problem:
 
     # -------------------------------------------------------------- required
     def initial_point(self) -> torch.Tensor:
-        raise NotImplementedError(f"{type(self).__name__} must define initial_point()")
+        raise MissingMethod(f"{type(self).__name__} must define initial_point() (docs/extending.md)")
 
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(∇O_i(w), local metric contributions); their allreduced means are the global ones."""
-        raise NotImplementedError(f"{type(self).__name__} must define evaluate(w)")
+        raise MissingMethod(f"{type(self).__name__} must define evaluate(w) (docs/extending.md)")
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
@@ -106,7 +107,7 @@ class Problem:
         into its z-step instead).  ``anchor_grad``, if given, is ∇O_i(anchor), which the
         caller may already have (DANE does); a solver that needs it need not recompute it.
         """
-        raise NotImplementedError(f"{type(self).__name__} must define prox_solve(anchor, linear, mu)")
+        raise MissingMethod(f"{type(self).__name__} must define prox_solve(anchor, linear, mu) (docs/extending.md)")
 
     # -------------------------------------------------------------- optional methods with a default
     def local_metrics(self, w: torch.Tensor) -> torch.Tensor:
@@ -145,7 +146,7 @@ class ProblemConfig:
 
     def build(self, rank: int, size: int, dtype: torch.dtype) -> Problem:
         """Worker ``rank``'s shard of ``size``."""
-        raise NotImplementedError(f"{type(self).__name__} must define build(rank, size, dtype)")
+        raise MissingMethod(f"{type(self).__name__} must define build(rank, size, dtype) (docs/extending.md)")
 
     def stacked_form(self, size: int) -> str | None:
         """None when `build_stacked` gives the ``size`` workers' shards as one stacked problem; else why not, as a
