@@ -28,3 +28,18 @@ def test_each_suggested_override_is_accepted(name, overrides):
     if name == "giant":  # GIANT has no mu; its safeguard (the shifts) is named only where it was turned off
         assert not any(h.startswith("algorithm.mu") for h in hints)
         assert ("algorithm.safeguard=true" in hints) == (overrides.get("safeguard") is False)
+
+
+def test_a_step_that_is_not_positive_is_not_shrunk():
+    """A config of one's own that does not check its lr ran lr=-5 to divergence and was told algorithm.lr=-0.5."""
+    from dataclasses import dataclass
+
+    import dane
+
+    @dataclass(frozen=True)
+    class Unchecked(dane.AlgorithmConfig):
+        lr: float = -5.0
+        name: str = "unchecked"
+
+    assert not any(h.startswith("algorithm.lr") for h in recovery_overrides(Unchecked()))
+    assert "algorithm.lr=0.5" in recovery_overrides(Unchecked(lr=5.0))

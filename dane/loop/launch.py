@@ -72,7 +72,7 @@ def recovery_overrides(algorithm) -> list[str]:
         out.append(f"algorithm.mu={max(1e-3, 10 * float(keys['mu'])):g}")
     if keys.get("adaptive_rho") is False:
         out.append("algorithm.adaptive_rho=true")
-    if isinstance(keys.get("lr"), (int, float)):
+    if isinstance(keys.get("lr"), (int, float)) and keys["lr"] > 0:  # a smaller step; a step <= 0 is no step to shrink
         out.append(f"algorithm.lr={float(keys['lr']) / 10:g}")
     if getattr(algorithm, "name", None) != "dane":
         out.append("algorithm=dane (safeguarded)")
