@@ -234,3 +234,18 @@ def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_jso
     summary = strict((tmp_path / "run" / results.SUMMARY_FILE).read_text())
     assert record == {"round": 0, "objective": "inf", "adapted": [{"key": "mu", "from": 0.0, "to": "nan"}]}
     assert summary["defaults"] == [{"stats": {"kappa": "inf", "rows": 3}}]
+
+
+def test_a_run_folder_is_read_back_through_public_names(tmp_path):
+    """``dane.read_rounds`` and ``dane.read_summary`` read what ``dane.fit(out_dir=...)`` wrote: the records it
+    returned, the summary it returned (a notebook needs no internal import)."""
+    import numpy as np
+
+    import dane
+
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    result = dane.fit(dane.problems.Ridge(X, X @ np.ones(3), lam=1e-2), "gd", workers=2, rounds=3,
+                      out_dir=str(tmp_path / "run"), quiet=True)
+    read = dane.read_rounds(tmp_path / "run")
+    assert [r["objective"] for r in read] == [r["objective"] for r in result.records] and len(read) == 4
+    assert dane.read_summary(tmp_path / "run")["final_objective"] == result.summary["final_objective"]
