@@ -157,7 +157,10 @@ class RunSpec:
 
 def refuse_unfinished(algorithm) -> None:
     """An `Algorithm` of one's own that lacks an abstract method (its round, ``step``): one line naming it, before any
-    worker builds it (a worker thread's traceback otherwise)."""
+    worker builds it (a worker thread's traceback otherwise).  A method with a driver of its own (``run_job``: split
+    learning) builds no `Algorithm` of its config's."""
+    if getattr(algorithm, "run_job", None) is not None:
+        return
     cls = getattr(algorithm, "algorithm", None)
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
     if missing:
