@@ -49,7 +49,8 @@ def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
     step it sleeps (slowdown - 1) times that step's time (compute, push and reply), so its
     steps take ``slowdown`` times as long as they would.
 
-    Returns what the server recorded (`serve` ``results``) and this worker's push count and bytes.
+    Returns what the server recorded (`serve` ``results``); this worker's pushes and replies are on its link
+    (`count_push`, `count_reply`).
     """
     server = comm.server_ranks[0]
     w = algo.iterate.detach().clone().reshape(-1)
@@ -57,7 +58,7 @@ def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
     dist.send(start, dst=server, tag=TAG_START)
     if comm.rank == 0:
         dist.send(w, dst=server, tag=TAG_START)
-    pushes = nbytes = 0
+    pushes = 0
     reply = torch.zeros(2, dtype=torch.int64)
     link = comm.links[server]
     while True:
@@ -66,7 +67,7 @@ def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
         flat = update.detach().reshape(-1).to(w.dtype)
         dist.send(torch.tensor([pushes], dtype=torch.int64), dst=server, tag=TAG_PUSH)
         dist.send(flat, dst=server, tag=TAG_DATA)
-        pushes, nbytes = pushes + 1, nbytes + flat.numel() * flat.element_size()
+        pushes += 1
         count_push(link, flat)
         dist.recv(reply, src=server, tag=TAG_REPLY)
         count_reply(link, None if reply[1] else w)
@@ -75,7 +76,7 @@ def work(comm, algo, updates_per_round: int, slowdown: float = 1.0) -> dict:
         dist.recv(w, src=server, tag=TAG_REPLY)
         if slowdown > 1:
             time.sleep((slowdown - 1) * (time.perf_counter() - started))
-    return {**receive_results(server, w), "pushes": pushes, "bytes": nbytes}
+    return receive_results(server, w)
 
 
 #: the bytes of a push's header and of a reply's: one and two int64
@@ -137,37 +138,37 @@ class AsyncServer:
             src = dist.recv(header, tag=TAG_PUSH)  # from whichever worker pushes first
             arrived = time.perf_counter()
             spent["wait_s"] += arrived - waited
-            dist.recv(update, src=src, tag=TAG_DATA)
-            count_push(self.comm.links[src], update)
-            ops["pushes"] += 1
-            if version >= target:  # a push still in flight when the run ended: answered, not applied
-                self._reply(src, version, None)
-                stopped += 1
+            try:  # busy from the push's arrival to its replies, whichever way it is answered
+                dist.recv(update, src=src, tag=TAG_DATA)
+                count_push(self.comm.links[src], update)
+                ops["pushes"] += 1
+                if version >= target:  # a push still in flight when the run ended: answered, not applied
+                    self._reply(src, version, None)
+                    stopped += 1
+                    continue
+                server.apply([update.clone()], src)
+                clocks[src] += 1
+                version += 1
+                now = time.perf_counter() - t0
+                log.append([version, src, clocks[src], pulled[src], version - 1 - pulled[src], lead[src], now])
+                if version % every == 0:
+                    iterates.append(server.w.detach().clone())
+                    times.append(now)
+                waiting.add(src)
+                if version >= target:
+                    for j in sorted(waiting):
+                        self._reply(j, version, None)
+                    stopped += len(waiting)
+                    waiting.clear()
+                    continue
+                slowest = min(clocks)
+                for j in [src] + sorted(waiting - {src}):
+                    if j in waiting and clocks[j] - slowest <= self.staleness:
+                        waiting.discard(j)
+                        pulled[j], lead[j] = version, clocks[j] - slowest
+                        self._reply(j, version, server.w.detach())
+            finally:
                 spent["busy_s"] += time.perf_counter() - arrived
-                continue
-            server.apply([update.clone()], src)
-            clocks[src] += 1
-            version += 1
-            now = time.perf_counter() - t0
-            log.append([version, src, clocks[src], pulled[src], version - 1 - pulled[src], lead[src], now])
-            if version % every == 0:
-                iterates.append(server.w.detach().clone())
-                times.append(now)
-            waiting.add(src)
-            if version >= target:
-                for j in sorted(waiting):
-                    self._reply(j, version, None)
-                stopped += len(waiting)
-                waiting.clear()
-                spent["busy_s"] += time.perf_counter() - arrived
-                continue
-            slowest = min(clocks)
-            for j in [src] + sorted(waiting - {src}):
-                if j in waiting and clocks[j] - slowest <= self.staleness:
-                    waiting.discard(j)
-                    pulled[j], lead[j] = version, clocks[j] - slowest
-                    self._reply(j, version, server.w.detach())
-            spent["busy_s"] += time.perf_counter() - arrived
         self._send_results(iterates, times, log)
 
     def _reply(self, worker: int, version: int, w: torch.Tensor | None) -> None:
