@@ -155,12 +155,11 @@ def cost_model(sim: DictConfig, seed: int = 0) -> AlphaBeta | ParameterServerCos
     servers (``ps``), from its calibration file when that exists, each of ``sim.alpha/beta/gamma`` overriding it.
     A ring's calibration file with a ``tail`` (``dane calibrate --tail``) makes it a `TailedCost`, its draws
     seeded with the run's ``seed`` and ``sim.seed``."""
-    topology = checks.one_of("sim.topology", sim.get("topology", "allreduce"), TOPOLOGIES)
-    ps = topology == "ps"
-    model, key = (ParameterServerCost, "ps_calibration") if ps else (AlphaBeta, "calibration")
+    ps = checks.one_of("sim.topology", sim.get("topology", "allreduce"), TOPOLOGIES) == "ps"
+    model = ParameterServerCost if ps else AlphaBeta
+    key, path = calibration_path(sim)
     base = model()
-    path = Path(sim[key]) if sim.get(key) else None
-    if path is not None and path.exists():
+    if path is not None:
         try:
             base = model.load(path)
         except ConfigError as exc:
@@ -169,7 +168,7 @@ def cost_model(sim: DictConfig, seed: int = 0) -> AlphaBeta | ParameterServerCos
     beta = checks.positive("sim.beta", base.beta if sim.beta is None else sim.beta)
     if not ps:
         ring = AlphaBeta(alpha=alpha, beta=beta)
-        if path is None or not path.exists():
+        if path is None:
             return ring
         try:
             seeds = (checks.seed("seed", seed), checks.seed("sim.seed", sim.get("seed", 0)))
@@ -182,13 +181,20 @@ def cost_model(sim: DictConfig, seed: int = 0) -> AlphaBeta | ParameterServerCos
                                servers=checks.positive_int("sim.servers", sim.get("servers", 1)))
 
 
-def calibration_file(sim: DictConfig) -> dict | None:
-    """The calibration file `cost_model` reads (``sim.calibration``, or ``sim.ps_calibration`` under
-    ``sim.topology=ps``) as a simulated run's summary names it (``calibration_file``): its path, sha256, and the
-    machine and time it was measured on, as far as it records them; None where no file is read (the defaults)."""
+def calibration_path(sim: DictConfig) -> tuple[str, Path | None]:
+    """The key of the calibration file the topology reads (``sim.calibration``, or ``sim.ps_calibration`` under
+    ``sim.topology=ps``) and the file, None where it names none or none exists (the package's defaults)."""
     key = "ps_calibration" if sim.get("topology", "allreduce") == "ps" else "calibration"
     path = Path(sim[key]) if sim.get(key) else None
-    if path is None or not path.exists():
+    return key, path if path is not None and path.exists() else None
+
+
+def calibration_file(sim: DictConfig) -> dict | None:
+    """The calibration file `cost_model` reads (`calibration_path`) as a simulated run's summary names it
+    (``calibration_file``): its path, sha256, and the machine and time it was measured on, as far as it records
+    them; None where no file is read (the defaults)."""
+    _, path = calibration_path(sim)
+    if path is None:
         return None
     raw = path.read_bytes()
     data = json.loads(raw)  # `cost_model` has read it already: a file that is not JSON was refused there
