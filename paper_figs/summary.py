@@ -63,19 +63,15 @@ def job_dirs(root: str | Path) -> list[Path]:
     return sorted(found, key=natural_key)
 
 
-def read_records(run_dir: str | Path) -> tuple[list[dict], str | None]:
-    """The complete records of ``rounds.jsonl`` and what is wrong with the file (None if nothing), in a few words.
+def records_of(run_dir: str | Path) -> tuple[list[dict], str | None, str | None]:
+    """The complete records of ``rounds.jsonl``, what is wrong with the file in a few words (None if nothing), and
+    the line naming the file and the fix where it is unreadable or damaged (None else).
 
     A run still writing, or killed mid-line, leaves a torn last line: the records before it
     are returned with the problem named, so a caller can use them or skip the run.  A missing or
     unreadable file, or a damaged line before the last, is named the same way, with the records
     before the damage (`dane.records.results.scan_rounds`; ``read_rounds`` raises its one line).
     """
-    return records_of(run_dir)[:2]
-
-
-def records_of(run_dir: str | Path) -> tuple[list[dict], str | None, str | None]:
-    """`read_records`, and the line naming the file and the fix where it is unreadable or damaged (None else)."""
     try:
         records, torn = scan_rounds(run_dir)
     except RoundsUnreadable as exc:
@@ -119,7 +115,7 @@ def status_of(run_dir: Path, summary: dict | None) -> str:
     return RUNNING if (run_dir / ROUNDS_FILE).exists() else FAILED
 
 
-#: what `read_records` says of a job that has not logged (yet) or was cut short mid-line: a row of its own only
+#: what `records_of` says of a job that has not logged (yet) or was cut short mid-line: a row of its own only
 #: where the job also has a summary (it finished, so its log should hold every round)
 UNFINISHED = (f"no {ROUNDS_FILE}", f"{ROUNDS_FILE} is empty", f"{ROUNDS_FILE} has a torn last line")
 
