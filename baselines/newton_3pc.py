@@ -129,7 +129,9 @@ class Newton3PC(ClientBits, Federated):
             grad, payload = self.own(grads), self.payload(self.w)
         change = X - self.client.H_i
         if self.mechanism in ("clag", "cbag"):
-            change = self.client.compress(change, None, self.rounds) * self.shrink
+            change = self.client.compress(change, None, self.rounds)
+            if self.shrink != 1.0:  # an unbiased C, used as the contractive C/(ω + 1); a contractive one as it is
+                change = change * self.shrink
         change[~fired] = 0.0
         self.client.H_i += change
         if self.mechanism in ("lag", "bag"):  # exactly X, not H_i + (X − H_i): LAG's next trigger then compares
