@@ -74,7 +74,9 @@ class FedDANE(Federated):
         w_local = w
         if solves:
             w_local = self.prox(w, local_grad - self.eta * g, self.mu, anchor_grad=local_grad)  # 2. local solve
-        (self.w,), _ = self.average(solve_set, [w_local], down=[w, g])            # 3. w_{t+1} = mean_S' w_i
+        (self.w,), _ = self.average(solve_set, [w_local], down=[g])               # 3. w_{t+1} = mean_S' w_i
+        if self.resample:  # a solver outside S_t needed w_t too
+            self.traffic.add(len(set(solve_set.tolist()) - set(gradient_set.tolist())), down=[w])
         return {**self.record(reduced, solve_set), "mu": self.mu}
 
     def state_dict(self) -> dict:

@@ -98,7 +98,7 @@ class FedRed(Federated):
     own_state = ("h",)  # the client's control variate: the clients outside S_t may sleep (`dane.comm.roster`)
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
 
-    def __init__(self, problem: Problem, comm: Communicator, *, lam: float, local_steps: int, cv_weight: float,
+    def __init__(self, problem: Problem, comm: Communicator, *, lam: float, local_steps: int, cv_weight: float | None,
                  gamma: float | None = None, control_variate: int = 1, averaging: str = "mean",
                  p: float | None = None, server_lr: float = 1.0, seed: int = 0, **kwargs):
         super().__init__(problem, comm, seed=seed, **kwargs)
@@ -123,19 +123,21 @@ class FedRed(Federated):
         else:
             rides, reduced = self.payload(x), None  # x̃'s metrics ride in the averaging allreduce
         steps = self.local_step_count()
+        self.traffic.add(len(members), down=[x])  # what step 2 needs: mean_S ∇O_j(x̃) (type 1, round 0) or x̃ (type 2)
         h = self.held(self.h, members)                                      # the participants' h_i
         x_i = self.local_solve(x, h, steps, grad) if inside else x           # 2. x_i ≈ argmin F_i
         if self.averaging == "mean":
-            (x_mean,), late = self.average(members, [x_i], rides, down=[x])
+            (x_mean,), late = self.average(members, [x_i], rides)
             x_next = x + self.server_lr * (x_mean - x) if self.server_lr != 1.0 else x_mean
         elif self.control_variate == 1:
             chosen = members[torch.randint(len(members), (1,), generator=self.coin)]
-            (x_next,), late = self.average(chosen, [x_i], rides, down=[x])     # 3. x_{r+1} = x_j
+            (x_next,), late = self.average(chosen, [x_i], rides)                # 3. x_{r+1} = x_j
         else:  # type 2 also needs x̄ = mean_S x_i: x_j rides in the same allreduce
             chosen = int(members[torch.randint(len(members), (1,), generator=self.coin)])
             picked = x_i if self.comm.rank == chosen else torch.zeros_like(x_i)
-            (x_mean,), late = self.average(members, [x_i], [*rides, picked], down=[x], metrics=bool(rides))
+            (x_mean,), late = self.average(members, [x_i], [*rides, picked], metrics=bool(rides))
             x_next, late = late[-1] * self.comm.size, late[:-1]               # 3. x_{r+1} = x_j
+            self.traffic.add(len(members), down=[x_mean])  # x̄ for the participants' h_i (x_{r+1} is not x̄ here)
         reduced = reduced or late
         if self.control_variate == 2 and inside:
             self.h = self.hold(self.h, members, h + self.cv_weight * (x_mean - x_i))  # type-2 control variate: Σ_S = 0
@@ -209,6 +211,9 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         if self.cv_weight is not None:
             checks.positive("algorithm.cv_weight", self.cv_weight)
         checks.positive("algorithm.server_lr", self.server_lr)
+        if self.averaging == "random" and self.server_lr != 1.0:
+            raise ConfigError(f"algorithm.server_lr={self.server_lr:g} is the step of mean averaging; "
+                              f"algorithm.averaging=random takes one client's iterate as it is: set server_lr=1")
         steps = FEDRED_LOCAL_STEPS if self.local_steps is None else self.local_steps
         LocalSolveKeys(local_solver=self.local_solver, local_steps=steps, lr=self.lr,
                        power_iters=self.power_iters).check_local()
@@ -257,11 +262,11 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
             if rule:
                 K = resolution.add("local_steps", fedred_local_steps(gamma, sampled, True), "fedred_local_steps",
                                    lr=gamma, sampled_lam=sampled)
-        if K is None:  # unused by DANE+'s prox solver: noted only for the gradient steps
-            K = resolution.add("local_steps", FEDRED_LOCAL_STEPS, "fedred_local_steps", s=s, m=m) if steps \
-                else FEDRED_LOCAL_STEPS
+        if K is None:  # unused by DANE+'s prox solver and by a Geometric(p) count: noted only where the steps use it
+            K = resolution.add("local_steps", FEDRED_LOCAL_STEPS, "fedred_local_steps", s=s, m=m) \
+                if steps and self.p is None else FEDRED_LOCAL_STEPS
         cv_weight = self.cv_weight
-        if cv_weight is None:
+        if cv_weight is None and self.control_variate == 2:  # type 1 has no weight
             cv_weight = resolution.add("cv_weight", fedred_cv_weight(gamma, K, self.p, lam), "fedred_cv_weight",
                                        lr=gamma, local_steps=K, p=self.p, lam=lam)
         adaptations += [FloorStop()] * (self.control_variate == 1 and s < m and self.allows("sampling_floor"))

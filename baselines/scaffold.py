@@ -47,8 +47,8 @@ only through the bounded displacement w_t − y_i divided by Kη_l: the drift co
 Kη_l L_i times more slowly, and rounds grow with K (option I's do not: its c_i⁺ is ∇O_i(w_t) at any K).
 Gradient steps of η_l on a μ_i-strongly convex O_i settle after about 1/(η_l μ_i) of them, so the K steps'
 reach is held within that time, 1/(Kμ̲).  It binds only where the local problems are well conditioned,
-L/μ̲ < K (ridge on iid features); on ill-conditioned or weakly regularized shards (every logistic cell of
-``make bench``) the step is lr_factor/L.  On those cells SCAFFOLD's rounds fall as Kη_lη_g, the step of the
+L/μ̲ < min(2K − 1, 1.9K) (ridge on iid features); on ill-conditioned or weakly regularized shards the step is
+lr_factor/L.  On those cells SCAFFOLD's rounds fall as Kη_lη_g, the step of the
 slow (μ-) directions, grows, until the stiff directions near their edge of stability or option II's stall
 above sets in: the textbook 1/L paid the looseness of the majorant (on a logistic shard its curvature near
 the optimum is several times below the start's) in rounds; ``make bench`` (section ``defaults``, its

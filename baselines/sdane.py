@@ -137,7 +137,7 @@ class SDANE(Federated):
         """
         grad_bar = self.local_grad(x_bar)
         local = (grad_i - grad_bar) @ (centre - x_i)
-        (g_at_bar, inner), _ = self.average(self.sampler.draw_all(), [grad_bar, local.reshape(1)])
+        (g_at_bar, inner), _ = self.average(self.sampler.draw_all(), [grad_bar, local.reshape(1)], down=[x_bar])
         lhs = float(inner) + float(g_at_bar @ (centre - x_bar))
         return lhs >= float(G @ G) / (2.0 * self.lam)
 

@@ -204,6 +204,56 @@ def test_feddane_under_sampling_matches_a_hand_computation(resample):
     torch.testing.assert_close(w[1], sum(local) / s, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("config, up, down", [
+    # FedDANE, 4 clients: ∇O_i(w_t) and w_i up; w_t, then g down (w_t was counted twice)
+    (FedDANEConfig(mu=0.3), [8, 8], [8, 8]),
+    # adaptive S-DANE, 4 clients: its acceptance test's x̄ goes down too (was not counted)
+    (SDANEConfig(lam=0.3, adaptive=True), None, [12, 12]),
+    # FedRed type 1, random averaging, 3 of 4: ∇O_i(x̃) up from 3 and x_j from 1; x̃ and mean_S ∇O_j down to all 3
+    (FedRedConfig(lam=0.3, lr=0.2, local_steps=5, averaging="random", clients_per_round=3), [4, 4], [6, 6]),
+    # type 2: round 0's ∇O_i(x̃) and x_i up, x̃, mean_S ∇O_j and x̄ down; then x_i up, x̃ and x̄ down
+    (FedRedConfig(lam=0.3, lr=0.2, local_steps=5, averaging="random", control_variate=2, clients_per_round=3),
+     [6, 3], [9, 6]),
+])
+def test_a_round_counts_the_vectors_its_clients_send_and_need(config, up, down):
+    """The participants' traffic of two rounds, in vectors of d float64 summed over the clients (`dane.sampling.Traffic`):
+    what each client sends and what it must receive before its part of the round."""
+    _, records = iterates(config, m=4, rounds=2)
+    d = SMALL.dim * 8
+    assert [r["downlink_bytes"] for r in records[1:3]] == [down[0] * d, (down[0] + down[1]) * d]
+    if up is not None:
+        assert [r["uplink_bytes"] for r in records[1:3]] == [up[0] * d, (up[0] + up[1]) * d]
+
+
+def test_feddane_resampled_counts_w_for_the_solvers_outside_the_gradient_set():
+    m, s = 4, 2
+    _, records = iterates(FedDANEConfig(mu=0.05, clients_per_round=s, seed=3, resample=True), m=m, rounds=2)
+    sampler, d, down = ClientSampler(FakeComm(0, m), s, seed=3), SMALL.dim * 8, 0
+    for t in range(2):
+        S, S_solve = set(sampler.draw().tolist()), set(sampler.draw().tolist())
+        down += len(S) + len(S_solve) + len(S_solve - S)  # w_t to S, g to S', w_t to S' \ S
+        assert records[t + 1]["downlink_bytes"] == down * d
+    assert down > 2 * 2 * s  # seed 3's draws differ, so the test sees the extra w_t
+
+
+def test_fedred_random_averaging_takes_no_server_step():
+    with pytest.raises(ConfigError, match=r"^algorithm.server_lr=2 is the step of mean averaging; algorithm.averaging="
+                                          r"random takes one client's iterate as it is: set server_lr=1$"):
+        FedRedConfig(averaging="random", server_lr=2.0)
+
+
+def test_fedred_notes_only_the_defaults_its_round_reads():
+    """Type 1 has no weight c and a Geometric(p) count replaces K: neither is a default the run applied."""
+    from dane.api import fit
+
+    for keys in ({}, {"p": 0.3}):
+        summary = fit(SMALL, "fedred", workers=4, rounds=1, lam=0.3, lr=0.2, **keys,
+                      **({} if keys else {"local_steps": 5})).summary
+        assert summary["defaults"] == [] and summary["package_rules_applied"] is False
+    summary = fit(SMALL, "fedred", workers=4, rounds=1, lam=0.3, lr=0.2, local_steps=5, control_variate=2).summary
+    assert [(e["key"], e["value"]) for e in summary["defaults"]] == [("algorithm.cv_weight", 1 / 5 / 0.2)]
+
+
 @pytest.mark.parametrize("method, knob", [("feddane", "mu"), ("sdane", "lam")])
 def test_a_sampled_run_ends_at_its_floor_and_says_why(method, knob):
     """With 2 of 4 clients the sampled gradient at w* is mean_S ∇O_i(w*) ≠ 0: the objective stalls above O*, and the
