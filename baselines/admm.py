@@ -87,6 +87,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
+from dane.work import count
 
 from .defaults import NETWORK_PENALTY, Resolution, admm_penalty, residual_balancing
 from .metrics import global_metrics, local_payload, logs_gradient
@@ -130,6 +131,7 @@ def range_bounds(problem: Problem, comm: Communicator, at: torch.Tensor | None =
     c = float(hv(eye[0], with_reg=True)[0]) - float(A_i[0, 0])  # H_i e_0 - A_i e_0 = c e_0
     A_i = (A_i + A_i.T) / 2
     eig = torch.linalg.eigvalsh(A_i)
+    count("local_factorizations")  # the client's eigendecomposition (the mean's below is the server's)
     rank = numerical_rank(eig, problem.dtype)
     slots = A_i.new_zeros(d + 1)
     slots[rank] = float(eig[-rank]) if rank else 0.0  # λ⁺_min(A_i): the smallest of the rank nonzero eigenvalues

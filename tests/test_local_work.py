@@ -406,3 +406,18 @@ def test_newton_stops_at_round_off_where_its_relative_tolerance_lies_below_it():
     factorizations = np.diff(column(result.records, "local_factorizations"))
     assert result.records[10]["suboptimality"] < 1e-14  # converged: the rounds after move by round-off
     assert factorizations[10:].max() <= 2 * 8  # was 50 a worker (the newton_steps cap) in each of these rounds
+
+
+def test_admm_refresh_counts_the_clients_eigendecomposition():
+    """ADMM's penalty from the local Hessians (`range_bounds`): A_i from d Hessian-vector products and one more for
+    the regulariser's curvature, then one eigendecomposition of A_i on the client; the mean's is the server's."""
+    from dane.baselines.admm import range_bounds
+    from dane.comm import LocalCommunicator
+
+    X, y = table()
+    problem = dane.problems.LogReg(X, (y > 0).astype(float), lam=1e-2).build(0, 1, torch.float64)
+    ledger = work.Ledger(range(1), np.ones(len(work.COUNTS)))
+    with work.opened(ledger):
+        range_bounds(problem, LocalCommunicator())
+    counts = dict(zip(work.COUNTS, ledger.counts[0]))
+    assert (counts["local_hvps"], counts["local_factorizations"]) == (problem.dim + 1, 1)
