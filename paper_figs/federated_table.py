@@ -67,11 +67,12 @@ def passes(run: dict, target: str) -> str:
 
 
 def fewest(rows: list[dict], target: str) -> str:
-    """Which default reaches ``target`` with the fewest rounds, uplink bytes (the communicator's where a method
-    has no uplink) and local passes, each with its number; ties named together, a count no row holds: —."""
+    """Which default reaches ``target`` with the fewest rounds, clients' uplink bits and local passes, each with its
+    number; ties named together, a count no row holds: —.  Uplink bits rank only the methods with a server (their
+    records' ``uplink_bytes``, summed over the participants): GD's and DANE's communicator bytes are one worker's
+    share of a ring, another unit."""
     measures = {"rounds": lambda hit: hit["rounds"],
-                "uplink bits": lambda hit: 8 * (hit["uplink_bytes"] if hit.get("uplink_bytes") is not None
-                                                else hit["bytes_sent"]),
+                "clients' uplink bits": lambda hit: None if hit.get("uplink_bytes") is None else 8 * hit["uplink_bytes"],
                 "local passes": lambda hit: hit.get("local_passes")}
     hits = [(row["method"], row["default"].get("targets", {}).get(target)) for row in rows]
     hits = [(method, hit) for method, hit in hits if hit is not None]

@@ -288,7 +288,7 @@ def test_the_labels_are_the_algorithm_classes():
 
 def test_the_tables_render_the_canned_json_with_local_passes():
     """The defaults and federated tables read the runner's JSON; a record without ``local_passes`` shows —, and each
-    federated table names the fewest rounds, uplink bits and local passes to its last target."""
+    federated table names the fewest rounds, clients' uplink bits and local passes to its last target."""
     from dane.paper_figs import defaults_table, federated_table
 
     text = defaults_table.render(canned("defaults")["defaults"])
@@ -300,9 +300,12 @@ def test_the_tables_render_the_canned_json_with_local_passes():
         assert text.count("To 1e-08 at defaults: fewest rounds: ") == len(section["clients"])
     row = section["rows"]["s=8/sdane"]
     hit = dict(row["default"]["targets"]["1e-08"], local_passes=120)
-    line = federated_table.fewest([{**row, "default": {**row["default"], "targets": {"1e-08": hit}}}], "1e-08")
-    assert line == (f"To 1e-08 at defaults: fewest rounds: S-DANE ({hit['rounds']}); fewest uplink bits: S-DANE "
-                    f"({8 * hit['uplink_bytes']}); fewest local passes: S-DANE (120).")
+    # DANE has no server: its communicator's bytes (one worker's share of a ring) are not ranked with clients' uplink
+    ring = {"rounds": hit["rounds"] + 1, "bytes_sent": 8, "uplink_bytes": None}
+    line = federated_table.fewest([{**row, "default": {**row["default"], "targets": {"1e-08": hit}}},
+                                   {"method": "dane", "default": {"targets": {"1e-08": ring}}}], "1e-08")
+    assert line == (f"To 1e-08 at defaults: fewest rounds: S-DANE ({hit['rounds']}); fewest clients' uplink bits: "
+                    f"S-DANE ({8 * hit['uplink_bytes']}); fewest local passes: S-DANE (120).")
 
 
 # ---------------------------------------------------------------- convex_newton_family, cuda, local_solve_cost
@@ -832,7 +835,7 @@ def test_the_table_shows_defaults_beside_the_best_setting():
     text = render(report(rows))
     assert "| SCAFFOLD | 5 (4) | 20 (11) | 2.50 | — | 9.0e-09 | converged | {\"local_steps\": 5} |" in text
     assert "| GD | 9 (8) | — (—) | — | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" in text
-    assert "To 1e-08 at defaults: fewest rounds: SCAFFOLD (20); fewest uplink bits: SCAFFOLD (20000000); fewest " \
+    assert "To 1e-08 at defaults: fewest rounds: SCAFFOLD (20); fewest clients' uplink bits: SCAFFOLD (20000000); fewest " \
            "local passes: —." in text  # GD reached 1e-4 only; no record of these counts local passes
     assert "delta = 1.50e+00, delta_A = 5.00e-01, ||H|| = 2.50e-01" in text
     assert "**s = 2 of 4" not in text and "At s < m: GD not run (no client sampling)." in text
