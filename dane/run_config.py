@@ -448,8 +448,8 @@ def keep_unfinished(path: Path, checkpoint_every: int) -> None:
         why = "it ran without checkpoint_every" if checkpoint_every == 0 else \
             f"more than the checkpoint_every={checkpoint_every} rounds a restart before the first checkpoint loses"
         raise ConfigError(f"resume=auto: {path} holds {held} records of an unfinished run and no committed checkpoint "
-                          f"to continue from ({why}); they are kept: start again with overwrite=true (its records are "
-                          "replaced), or use a new out_dir")
+                          f"to continue from ({why}); they are kept: drop resume and set overwrite=true to start again (its "
+                          "records are replaced), or use a new out_dir")
 
 
 def fail_at(sim: DictConfig, workers: int, simulated: bool) -> tuple[tuple[int, int], ...]:

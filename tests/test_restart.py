@@ -85,7 +85,7 @@ def test_resume_auto_restarts_a_run_that_crashed_before_its_first_checkpoint(tmp
     held = read_rounds(crashed)
     for every in ("checkpoint_every=0", "checkpoint_every=1"):
         with pytest.raises(ConfigError, match=rf"^resume=auto: {re.escape(str(crashed))} holds {len(held)} records of "
-                                              r"an unfinished run .* they are kept: start again with overwrite=true"):
+                                              r"an unfinished run .* they are kept: drop resume and set overwrite=true to start again"):
             execute_with(crashed, *RIDGE, "workers=2", "rounds=8", every, f"out_dir={crashed}", "resume=auto")
     assert read_rounds(crashed) == held
     # overwrite=true replaces a run's checkpoints with its records: resume=auto then starts the new run afresh

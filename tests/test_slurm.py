@@ -96,6 +96,15 @@ def test_single_task_slurm_job_and_torchrun_inside_srun(srun_env):
     assert detect_launcher() == ("torch", 3) and launcher_rank() == 2
 
 
+def test_comm_horovod_under_torchrun_is_refused(srun_env):
+    """Under torchrun each process's hvd.init() would be a job of its own, one worker each, and the run exit 0."""
+    srun_env({"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2"})
+    with pytest.raises(ConfigError, match="^comm=horovod cannot start under torchrun: each process would be a Horovod "
+                                          "job of its own"):
+        resolve_backend("horovod")
+    assert resolve_backend("auto") == "torch"
+
+
 def test_provenance_under_srun_records_the_step_and_the_jobs_command(srun_env, monkeypatch):
     """summary.json's provenance of a Slurm job: the srun step's layout, and the job's overrides as its command
     (the process's own argv is submitit's _submit.py)."""

@@ -42,6 +42,9 @@ def launcher_rank() -> int:
 def resolve_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ConfigError(f"comm={backend} is not a backend; choose one of {', '.join(BACKENDS)}")
+    if backend == "horovod" and "HOROVOD_RANK" not in os.environ and "RANK" in os.environ:
+        raise ConfigError("comm=horovod cannot start under torchrun: each process would be a Horovod job of its own "
+                          "(one worker each); use comm=auto or comm=torch under torchrun, or launch with horovodrun")
     if backend == "horovod" and "HOROVOD_RANK" not in os.environ and slurm_task() is not None:
         raise ConfigError("comm=horovod cannot start under srun: Horovod's gloo rendezvous needs horovodrun; "
                           "use comm=auto or comm=torch under Slurm (or run horovodrun inside the allocation)")
