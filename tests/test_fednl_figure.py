@@ -72,3 +72,5 @@ def test_make_figures_jobs_compose_into_runs_of_the_figure(monkeypatch):
     assert [s.algorithm.name for s in specs] == ["fednl"] * 3 + list(fednl_bits.OTHERS)
     assert [s.algorithm.compressor for s in specs[:3]] == ["none", "topk:248", "randk:248"]
     assert all(s.problem.optimum == "auto" and s.comm.workers == fednl_bits.WORKERS for s in specs)
+    # to 1e-12 relative, as the docs' commands: not the simulator's absolute floor of 1e-10 (conf/experiment)
+    assert all((s.control.stop.tol, s.control.stop.tol_abs) == (1e-12, None) for s in specs)
