@@ -124,6 +124,10 @@ def test_each_worker_is_charged_its_share_of_the_stacked_compute():
     assert group.comm_time == pytest.approx(cost.allreduce_time(80, m) + cost.allreduce_time(80, 2), rel=1e-15)
     assert group.clock == pytest.approx(group.compute_time + group.comm_time, rel=1e-15)
     assert comm.elapsed() == pytest.approx(group.clock + share, rel=1e-15)  # rank 0's share of the pending phase
+    before = group.comm_time
+    comm.broadcast([torch.zeros(m, 10, dtype=torch.float64)], root=1)  # priced as the per-worker path prices it
+    assert group.comm_time - before == pytest.approx(cost.broadcast_time(80, m), rel=1e-12)
+    assert cost.broadcast_time(80, m) == pytest.approx(2 * (1e-3 + 80 / 1e8), rel=1e-15)  # ⌈log₂ 4⌉ = 2
 
 
 def test_stacked_lanczos_gives_each_workers_ritz_values():

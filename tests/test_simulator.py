@@ -69,6 +69,24 @@ def test_clock_is_max_compute_plus_alpha_beta_cost():
     assert group.clock == pytest.approx(group.compute_time + group.comm_time, rel=1e-12)
 
 
+def test_a_broadcast_is_charged_a_binomial_tree_and_a_string_nothing():
+    """A broadcast of n bytes over m workers costs ⌈log₂ m⌉(α + n/β) (DiSCO's preconditioned vector each PCG step, local
+    SGD's elected model); `broadcast_object`'s run directory is not the method's traffic and costs nothing."""
+    cost = AlphaBeta(alpha=0.01, beta=1e6)
+    group = ThreadGroup(5, cost)
+
+    def worker(comm):
+        comm.broadcast_object("run dir")
+        comm.broadcast([torch.zeros(1000, dtype=torch.float64)], root=2)
+
+    group.run(worker)
+    assert cost.broadcast_time(8000, 5) == pytest.approx(3 * (0.01 + 8000 / 1e6), rel=1e-15)  # ⌈log₂ 5⌉ = 3
+    assert group.comm_time == pytest.approx(3 * (0.01 + 8000 / 1e6), rel=1e-12)
+    assert cost.broadcast_time(8000, 1) == 0.0
+    assert ParameterServerCost(alpha=0.01, beta=1e6, servers=2).broadcast_time(8000, 5) == \
+        pytest.approx(5 * (0.01 + 4000 / 1e6), rel=1e-15)  # the root's push, then 4 pulls, a slice per server
+
+
 class FakeDevice:
     """A GPU's queue for `DeviceTurns`: counts drains and checks that no two workers compute at once."""
 

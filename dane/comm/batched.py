@@ -33,7 +33,7 @@ stacked computation of all m workers, by the simulator's meter (thread CPU time;
 wall time with the queue drained, `dane.comm.threads.DeviceTurns`), and each worker is
 charged an equal share, measured / m.  The collective's simulated time is then the
 per-worker path's formula, max_{i in S}(slowdown_i * compute_i + delay_i) +
-cost.allreduce_time(bytes, |S|), with the same seeded delays.  The equal share is the
+cost.allreduce_time(bytes, |S|) (a broadcast's ``cost.broadcast_time``), with the same seeded delays.  The equal share is the
 departure from the per-worker path, which times each worker alone: shards of one size
 cost alike, up to the noise of timing them one by one.  Under client sampling
 (`next_participants`) the phase before a sampled collective holds the participants' local work
@@ -113,7 +113,8 @@ class BatchedGroup:
         ranks = np.arange(self.size) if members is None else np.asarray(members, dtype=np.int64)
         share = measured / self.size
         phase_compute = float(np.max(self._factors[ranks] * share + delays[ranks]))
-        phase_comm = self.cost.allreduce_time(nbytes, len(ranks)) if op == "allreduce" else 0.0
+        phase_comm = self.cost.allreduce_time(nbytes, len(ranks)) if op == "allreduce" else \
+            self.cost.broadcast_time(nbytes, len(ranks)) if op == "broadcast" and nbytes else 0.0
         self.compute_time += phase_compute
         self.comm_time += phase_comm
         self.clock += phase_compute + phase_comm
@@ -198,10 +199,11 @@ class BatchedCommunicator(PhaseClock, Communicator):
     def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
         """Row ``root`` of each stacked tensor; rank 0's bytes as the per-worker path counts them."""
         tensors = self._check(tensors)
+        nbytes = sum(t.numel() // self.size * t.element_size() for t in tensors)  # the root's payload
         if root == 0:
-            self.bytes_sent += sum(t.numel() // self.size * t.element_size() for t in tensors) * (self.size - 1)
+            self.bytes_sent += nbytes * (self.size - 1)
         self.calls += 1
-        self._phase("broadcast")
+        self._phase("broadcast", nbytes)
         return [t[root].clone() for t in tensors]
 
     def broadcast_object(self, text: str, root: int = 0) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -39,6 +40,11 @@ class AlphaBeta:
         if down_bytes is None:
             return 2 * (size - 1) / size * nbytes / self.beta + 2 * (size - 1) * self.alpha
         return (size - 1) / size * (nbytes + down_bytes) / self.beta + 2 * (size - 1) * self.alpha
+
+    def broadcast_time(self, nbytes: int, size: int) -> float:
+        r"""Time of a broadcast of ``nbytes`` from one worker to the other m − 1, a binomial tree (Thakur,
+        Rabenseifner & Gropp 2005, the textbook model of MPI's): :math:`\lceil\log_2 m\rceil(\alpha + n/\beta)`."""
+        return 0.0 if size == 1 else math.ceil(math.log2(size)) * (self.alpha + nbytes / self.beta)
 
     def describe(self) -> dict:
         """What a run's summary records of its cost model."""
@@ -88,6 +94,11 @@ class ParameterServerCost:
             return 2 * size * (self.alpha + slice_bytes / self.beta) + size * slice_bytes / self.gamma
         pushes_pulls = (slice_bytes + down_bytes / self.servers) / self.beta
         return size * (2 * self.alpha + pushes_pulls) + size * slice_bytes / self.gamma
+
+    def broadcast_time(self, nbytes: int, size: int) -> float:
+        """Time of a broadcast through the servers: the root's push of its n/k-byte slice to each server, then the
+        other m − 1 workers' pulls of it, one after another on each server's link: m(α + n/(kβ))."""
+        return 0.0 if size == 1 else size * (self.alpha + nbytes / self.servers / self.beta)
 
     def describe(self) -> dict:
         return {"topology": "ps", **asdict(self)}

@@ -136,6 +136,10 @@ class TailedCost:
             return 0.0
         return max(0.0, self.base.allreduce_time(nbytes, size, down_bytes) + self.tail.mean)
 
+    def broadcast_time(self, nbytes: int, size: int) -> float:
+        """The base model's: the tail was measured on allreduces."""
+        return self.base.broadcast_time(nbytes, size)
+
     def describe(self) -> dict:
         """The summary's cost model: α, β and ``calibration`` (which a cached run must share, `synthetic.sweep`)."""
         return {**self.base.describe(), "calibration": dict(self.source)}
@@ -156,6 +160,11 @@ class DrawnCost:
         if size == 1:
             return 0.0
         return max(0.0, self.model.base.allreduce_time(nbytes, size, down_bytes) + self.model.tail.draw(self._rng))
+
+    def broadcast_time(self, nbytes: int, size: int) -> float:
+        """The base model's, drawing nothing: the tail was measured on allreduces, and the allreduces' draws stay
+        the run's."""
+        return self.model.base.broadcast_time(nbytes, size)
 
     def describe(self) -> dict:
         return self.model.describe()

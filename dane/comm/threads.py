@@ -9,7 +9,7 @@ collective phase is
 
     max_{i in S}(slowdown_i * compute_i + delay_i) + cost.allreduce_time(bytes, |S|)
 
-with the cost of a ring (`AlphaBeta`) or of parameter servers (`ParameterServerCost`):
+(a broadcast's, ``cost.broadcast_time(bytes, |S|)``, at the root's payload) with the cost of a ring (`AlphaBeta`) or of parameter servers (`ParameterServerCost`):
 the parallel wall time the m workers would have taken on m machines.  S is every worker,
 except for a collective that client sampling gives to the sampled clients only
 (`Communicator.next_participants`, `dane.sampling`): the others' compute before it (the
@@ -114,7 +114,8 @@ class ThreadGroup:
         delays = self._rng.exponential(self.stragglers.delay_mean, self.size) if self.stragglers.delay_mean > 0 else np.zeros(self.size)
         ranks = range(self.size) if members is None else members
         phase_compute = max(self.stragglers.factor(r) * self._compute[r] + delays[r] for r in ranks)
-        phase_comm = self.cost.allreduce_time(nbytes, len(ranks), down) if op in ("allreduce", "gather") else 0.0
+        phase_comm = self.cost.allreduce_time(nbytes, len(ranks), down) if op in ("allreduce", "gather") else \
+            self.cost.broadcast_time(nbytes, len(ranks)) if op == "broadcast" and nbytes else 0.0
         self.compute_time += phase_compute
         self.comm_time += phase_comm
         self.clock += phase_compute + phase_comm
@@ -233,6 +234,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
         self._participants: list[int] | None = None  # of the next collective (`next_participants`); None: all
         self._absent = None  # what a parked worker sends to it (`dane.comm.roster`)
         self.first_handoff = None  # a parked worker's first thread goes into the rounds from this (`dane.loop.parking`)
+        self._priced = 0  # the payload of the broadcast in progress (`broadcast`)
         super().__init__()
 
     def next_participants(self, members: list[int] | None, absent: Callable | None = None) -> None:
@@ -315,8 +317,17 @@ class ThreadCommunicator(PhaseClock, Communicator):
         rows, *means = self._collective("gather", [values, *rides], self.message_bytes)
         return rows, [t.clone() for t in means]
 
+    def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
+        """`Communicator.broadcast`, priced by the cost model at the root's payload (`broadcast_object`'s short
+        strings, which are not the method's traffic, are not)."""
+        self._priced = sum(t.numel() * t.element_size() for t in tensors)
+        try:
+            return super().broadcast(tensors, root)
+        finally:
+            self._priced = 0
+
     def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
-        return [t.clone() for t in self._collective("broadcast", tensors, root=root)]
+        return [t.clone() for t in self._collective("broadcast", tensors, nbytes=self._priced, root=root)]
 
     def barrier(self) -> None:
         self._collective("barrier", None)
