@@ -384,6 +384,7 @@ def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:
         monitor=str(early.get("monitor", "test_accuracy")),
         min_delta=checks.nonnegative("early_stop.min_delta", early.get("min_delta", 0.0)),
         target=None if target is None else float(checks.nonnegative("early_stop.target", target)),
+        mode=checks.one_of("early_stop.mode", early.get("mode", "max"), ("max", "min")),
     )
 
 

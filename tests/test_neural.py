@@ -253,6 +253,27 @@ def test_early_stopping_patience_and_target():
     assert EarlyStopping(StopRule(patience=1)).update({"round": 0, "test_accuracy": float("nan")}) is None
 
 
+def test_early_stopping_on_a_loss_watches_it_fall():
+    """``mode=min``: a loss reaches its target from above and improves by falling (``mode=max`` stopped a test_loss
+    run at round 0, its first loss being above the target)."""
+    from omegaconf import OmegaConf
+
+    from dane.run_config import stop_rule
+
+    rule = StopRule(monitor="test_loss", target=0.3, mode="min")
+    watch = EarlyStopping(rule)
+    assert [watch.update({"round": t, "test_loss": v}) for t, v in enumerate([2.3, 0.9, 0.31, 0.3])] == \
+        [None, None, None, "target_reached"]
+    assert rule.stopped_by("target_reached", {}, {}) == "test_loss <= 0.3"
+    patient = EarlyStopping(StopRule(monitor="test_loss", patience=2, min_delta=0.01, mode="min"))
+    # 0.995 and 0.99 do not fall below 1.0 by more than 0.01: the second of them ends the run
+    assert [patient.update({"round": t, "test_loss": v}) for t, v in enumerate([2.0, 1.0, 0.995, 0.99])] == \
+        [None, None, None, "early_stopped"]
+    with pytest.raises(ConfigError, match=r"^early_stop.mode must be one of max\|min, got 'down'$"):
+        stop_rule(OmegaConf.create({"rounds": 3, "early_stop": {"mode": "down"}}), None)
+    assert stop_rule(OmegaConf.create({"rounds": 3}), None).mode == "max"  # a config without the key: as before
+
+
 # ---------------------------------------------------------------- configs and errors
 # the network and inner-optimizer problems (the convex problems have their own tests)
 PROBLEMS = sorted(p.stem for p in (CONF_DIR / "problem").glob("*.yaml")

@@ -44,9 +44,9 @@ class StopRule:
     at round 7 and converges when let run (its recorded objectives are in
     tests/test_sampled_divergence.py; the benchmark's cell, rerun under this rule, is in
     scripts/bench_sampled_lambda.py's phishing Dirichlet cell); one that diverges stays above its start and climbs.
-    Optionally (`EarlyStopping`) a run also stops once ``monitor`` (higher is better,
-    e.g. test_accuracy) reaches ``target``, or after ``patience`` rounds without
-    improving it by more than ``min_delta``.
+    Optionally (`EarlyStopping`) a run also stops once ``monitor`` reaches ``target``, or after ``patience``
+    rounds without improving it by more than ``min_delta``: higher is better under ``mode`` ``max`` (e.g.
+    test_accuracy), lower under ``min`` (test_loss).
     """
 
     rounds: int = 30
@@ -58,6 +58,7 @@ class StopRule:
     monitor: str = "test_accuracy"
     min_delta: float = 0.0
     target: float | None = None
+    mode: str = "max"
 
     def status(self, record: dict, first: dict) -> str | None:
         """"diverged" on the stateless tests (non-finite, past ``blowup``), "converged" within tolerance, else None."""
@@ -125,7 +126,7 @@ class StopRule:
             return f"rounds = {self.rounds}" + (f"; {trend.describe(self.rounds)}" if trend is not None else "") + \
                 (f"; {unapplied}" if unapplied else "")
         if status == "target_reached":
-            return f"{self.monitor} >= {self.target:g}"
+            return f"{self.monitor} {'>=' if self.mode == 'max' else '<='} {self.target:g}"
         if status == "early_stopped":
             return f"{self.monitor} not better by {self.min_delta:g} for {self.patience} rounds"
         return status
@@ -242,8 +243,10 @@ class EarlyStopping:
         value = record.get(self.stop.monitor)
         if value is None or not math.isfinite(value):
             return None
-        if self.stop.target is not None and value >= self.stop.target:
+        sign = 1.0 if self.stop.mode == "max" else -1.0  # ``best`` is kept as sign x value: higher is better
+        if self.stop.target is not None and sign * value >= sign * self.stop.target:
             return "target_reached"
+        value = sign * value
         if value > self.best + self.stop.min_delta or self.best_round is None:
             self.best, self.best_round = max(value, self.best), record["round"]
         elif self.stop.patience is not None and record["round"] - self.best_round >= self.stop.patience:
