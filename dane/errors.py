@@ -13,6 +13,11 @@ class ConfigError(UserError, ValueError):
     """An invalid configuration value: ``algorithm.mu must be >= 0, got -1``."""
 
 
+class SharedRefusal(ConfigError):
+    """A refusal rank 0 found and sent to every rank of a launched job before any of them started (an occupied run
+    directory, which only rank 0 reads): every rank stops, rank 0 says it."""
+
+
 class MissingMethod(UserError, NotImplementedError):
     """A class of one's own (a problem, an algorithm's config) lacks a method a run calls: the message names it and
     where it is described (docs/extending.md)."""

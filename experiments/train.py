@@ -29,7 +29,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dane.loop import timeline
-from dane.errors import DivergenceError, UserError, WorkerLost, say
+from dane.errors import DivergenceError, SharedRefusal, UserError, WorkerLost, say
 from dane.loop.faults import SimulatedFault
 from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
@@ -75,7 +75,7 @@ def main(cfg: DictConfig) -> None:
     except UserError as exc:  # a data file, the run directory, a monitor no record has: per rank
         if isinstance(exc, MonitorError):
             take_back(out_dir, before)  # raised at the first record, in the run directory this run holds
-        reject(exc)
+        reject(exc, every_rank=not isinstance(exc, SharedRefusal))  # rank 0's, sent to all: rank 0 says it
 
 
 def reject(exc: UserError, *, every_rank: bool = True) -> None:

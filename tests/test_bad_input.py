@@ -295,6 +295,9 @@ CASES = [
          expected="early_stop.monitor=test_acc is not a key of this run's records; set it to one of: "),
     case("rerun_finished_out_dir", *SMALL, out_dir="{tmp}/finished",
          expected="out_dir={tmp}/finished already holds a run (rounds.jsonl, summary.json); choose a new out_dir"),
+    # one launched process (comm=local): rank 0 finds it before any collective and sends it to every rank
+    case("rerun_finished_out_dir_launched", "comm=local", *SMALL, out_dir="{tmp}/finished",
+         expected="out_dir={tmp}/finished already holds a run (rounds.jsonl, summary.json); choose a new out_dir"),
     case("out_dir_is_a_file", *SMALL, out_dir="{tmp}/a_file",
          expected="out_dir={tmp}/a_file is a file, not a directory; choose another out_dir"),
     case("out_dir_under_a_file", *SMALL, out_dir="{tmp}/a_file/sub",
@@ -716,6 +719,21 @@ for _row in CASES:  # the session's batch runs the rows of the modules it tests
     register(_row)
 runs.prepare(probe_folder)
 runs.job("bad_input:own_process", "test_bad_input:own_process", list(OWN_PROCESS))
+
+
+@pytest.mark.slow
+def test_an_occupied_out_dir_stops_every_rank_with_rank_0s_line(tmp_path):
+    """Only rank 0 reads the run directory: it sends its refusal to the others before any collective, so they stop
+    with it, silent, instead of waiting for rank 0 and then saying they lost a peer mid-run; the run there is kept."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "rounds.jsonl").write_text('{"round": 0, "objective": 1.0}\n')
+    (held / "summary.json").write_text('{"status": "converged"}\n')
+    proc = train(*SMALL, f"out_dir={held}", launcher=horovodrun(2))
+    said = [line for line in proc.stderr.splitlines() if "error: " in line]
+    assert said == [f"[0]<stderr>:error: out_dir={held} already holds a run (rounds.jsonl, summary.json); choose a "
+                    "new out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)"], proc.stderr
+    assert (held / "rounds.jsonl").read_text() == '{"round": 0, "objective": 1.0}\n'
 
 
 @pytest.mark.slow

@@ -36,7 +36,8 @@ from ..errors import ConfigError, say
 from .faults import inject_faults
 from .parking import fill_parked
 from .progress import RoundBar, RoundTable
-from ..records.results import SUMMARY_FILE, RunWriter, atomic_write, in_target_units, read_rounds
+from ..records.results import (SUMMARY_FILE, RunWriter, atomic_write, held_run, in_target_units, occupied,
+                               read_rounds)
 from ..numerics.similarity import hessian_dissimilarity, offered
 from ..records.trackers import open_trackers
 from . import timeline
@@ -118,6 +119,22 @@ class Checkpoints(Callback):
             summary["resumed_from_round"] = loop.resumed_from
 
 
+def replaces(control, out_dir: str) -> bool:
+    """Whether the run replaces a run ``out_dir`` holds: ``overwrite``, or ``resume=auto`` that found no checkpoint
+    to continue and no summary (an unfinished run's records, `dane.run_config.keep_unfinished`)."""
+    return control.overwrite or (control.restart_unfinished and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
+
+
+def refusal(control, out_dir: str | None) -> str | None:
+    """What `Records` will refuse ``out_dir`` with (a run there, neither continued nor replaced), or None: a launched
+    job's rank 0 finds it before any collective and sends it to every rank (`dane.loop.kinds.launched`), so that the
+    others stop with it instead of waiting in a collective for a rank 0 that has gone."""
+    if out_dir is None or control.resume is not None or replaces(control, out_dir):
+        return None
+    held = held_run(out_dir)
+    return occupied(out_dir, held, resume_offer(out_dir)) if held else None
+
+
 class Records(Callback):
     """Rank 0's run directory (`dane.records.results.RunWriter`): config.yaml, every record, the summary; the
     trackers beside rounds.jsonl get each record once it is on disk.  In the simulator none of it is rank 0's compute
@@ -132,10 +149,8 @@ class Records(Callback):
 
     def open(self, loop) -> None:
         control = self.control
-        overwrite = control.overwrite or (control.restart_unfinished and
-                                          not os.path.exists(os.path.join(loop.out_dir, SUMMARY_FILE)))
-        loop.writer = RunWriter(loop.out_dir, resume=loop.continuing, overwrite=overwrite,  # on_close releases it
-                                resume_offer=resume_offer(loop.out_dir))
+        loop.writer = RunWriter(loop.out_dir, resume=loop.continuing, overwrite=replaces(control, loop.out_dir),
+                                resume_offer=resume_offer(loop.out_dir))  # on_close releases it
         if control.overwrite and not loop.continuing:  # the replaced run's checkpoints: no later resume may find them
             shutil.rmtree(os.path.join(loop.out_dir, CHECKPOINT_DIR), ignore_errors=True)
         if control.config_text:

@@ -10,6 +10,7 @@ function here and one branch in `start`.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 
@@ -22,13 +23,14 @@ from ..comm.launcher_signals import LauncherTerminated
 from ..comm.tail import drawing
 from ..comm.meters import meter_for
 from ..comm.rendezvous import Interrupted
-from ..errors import say
+from ..errors import SharedRefusal, say
 from .faults import RunInterrupted, worker_lost
 from .parking import parks
 from ..comm.roster import Roster
 from ..reference import attach_all, attach_one
 from ..records.results import ROUNDS_FILE
 from ..spec import RunSpec
+from .callbacks import refusal
 from .worker import build_problem, run_worker
 from . import timeline
 
@@ -180,7 +182,12 @@ def launched(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
     try:
         if comm.is_server:
             return serve(spec, comm)
-        out_dir = comm.broadcast_object(out_dir or "", root=0) or None  # every rank agrees on rank 0's
+        # every rank agrees on rank 0's run directory, and stops with rank 0 where it refuses it
+        told = json.dumps([out_dir or "", refusal(spec.control, out_dir) or ""] if comm.rank == 0 else [])
+        out_dir, refused = json.loads(comm.broadcast_object(told, root=0))
+        out_dir = out_dir or None
+        if refused:
+            raise SharedRefusal(refused)
         summary = launched_worker(spec, comm, out_dir, collect)
         if spec.comm.backend == "local" and summary.get("status") == "interrupted":  # one process: as the simulator
             raise interrupted(f"interrupted after round {summary['rounds']}{records_kept(out_dir)}")

@@ -60,6 +60,18 @@ def _clean(value):
     return value
 
 
+def held_run(out_dir: str | Path) -> list[str]:
+    """The run files ``out_dir`` holds (rounds.jsonl, summary.json): a run's, which a new run may not mix with."""
+    return [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (Path(out_dir) / name).exists()]
+
+
+def occupied(out_dir: str | Path, held: list[str], resume_offer: str = "") -> str:
+    """The refusal of a run directory that holds a run (``held``, `held_run`); resume is named only where it can
+    continue the run (``resume_offer``: a committed checkpoint)."""
+    return (f"out_dir={out_dir} already holds a run ({', '.join(held)}); choose a new out_dir,{resume_offer} or "
+            "replace it with overwrite=true (dane.fit: overwrite=True)")
+
+
 class RunWriter:
     """Appends round records and writes the summary; flushes every line so a crash loses nothing.
 
@@ -99,12 +111,10 @@ class RunWriter:
             self._remove_made_dirs()
             raise
         try:
-            old = [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (self.out_dir / name).exists()]
+            old = held_run(self.out_dir)
             if old and not resume:
-                if not overwrite:  # resume is named only where it can continue the run: a committed checkpoint
-                    raise ConfigError(f"out_dir={out_dir} already holds a run ({', '.join(old)}); choose a new "
-                                      f"out_dir,{resume_offer} or replace it with overwrite=true "
-                                      "(dane.fit: overwrite=True)")
+                if not overwrite:
+                    raise ConfigError(occupied(out_dir, old, resume_offer))
                 for name in old:
                     (self.out_dir / name).unlink()
             self.provenance = run_provenance()
