@@ -163,9 +163,15 @@ def check_sweep_out_dir(argv: list[str], config_name: str = "config", conf_dir: 
         return
     fixed = [o for o in parsed if o.key_or_group == "out_dir" and not o.is_sweep_override()
              and "${" not in o.input_line and o.input_line.partition("=")[2] not in ("", "null")]
-    swept = [o.input_line for o in parsed if o.is_sweep_override() and o.key_or_group != "out_dir"]
+    swept = [o.input_line for o in parsed if o.is_sweep_override() and o.key_or_group not in ("out_dir", "resume")]
     if fixed and swept:
         raise _one_directory(fixed[0].input_line, swept)
+    resumed = [o.input_line for o in parsed if o.key_or_group == "resume" and not o.is_sweep_override()
+               and o.input_line.partition("=")[2] not in ("", "null", "auto", "false", "False")]
+    if resumed and swept:  # every job would continue the one run in place, each replacing the last's records
+        raise ConfigError(f"{resumed[0]} with -m continues one run in every job of the sweep ({', '.join(swept)}), "
+                          "each replacing the last; resume one run without -m, or sweep with resume=auto and "
+                          "out_dir='DIR/${hydra:job.num}'")
     if any(o.key_or_group == "out_dir" for o in parsed) and not fixed:
         return  # swept, naming the job, or null (a run directory of its own per job): the user's layout
     given = {o.get_key_element() for o in parsed}  # a key on the command line replaces the file's

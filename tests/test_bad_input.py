@@ -839,3 +839,35 @@ def test_a_sweep_of_an_experiment_file_into_one_out_dir_is_refused(line, refused
     with pytest.raises(ConfigError, match="with -m puts every job of the sweep") as said:
         check_sweep_out_dir(line, "simulate")
     assert refused in str(said.value) and str(said.value).startswith("out_dir=y ") and "\n" not in str(said.value)
+
+
+@pytest.mark.parametrize("line, refused", [
+    (["-m", "rounds=6,8", "resume=runs/ck"], True),       # every job would continue runs/ck, each replacing the last
+    (["-m", "rounds=6,8", "resume=auto", "out_dir=d/${hydra:job.num}"], False),  # each job its own directory
+    (["-m", "resume=runs/a,runs/b", "rounds=8"], False),  # a run resumed per job
+    (["rounds=8", "resume=runs/ck"], False),              # no -m: one run
+])
+def test_a_sweep_that_resumes_one_run_in_every_job_is_refused(line, refused):
+    from dane.errors import ConfigError
+    from dane.experiments.overrides import check_sweep_out_dir
+
+    if not refused:
+        check_sweep_out_dir(line, "config")
+        return
+    with pytest.raises(ConfigError, match=r"^resume=runs/ck with -m continues one run in every job of the sweep "
+                                          r"\(rounds=6,8\), each replacing the last; resume one run without -m"):
+        check_sweep_out_dir(line, "config")
+
+
+def test_resume_with_another_out_dir_is_refused(tmp_path):
+    """resume=DIR continues DIR in place: an out_dir naming another directory was ignored, never made."""
+    from omegaconf import OmegaConf
+
+    from dane.errors import ConfigError
+    from dane.run_config import resume_dir
+
+    (tmp_path / "ck" / "checkpoint").mkdir(parents=True)
+    cfg = OmegaConf.create({"resume": str(tmp_path / "ck"), "out_dir": str(tmp_path / "other"), "rounds": 8})
+    with pytest.raises(ConfigError, match=rf"^resume={tmp_path}/ck continues that run in its own directory, but "
+                                          rf"out_dir={tmp_path}/other names another; drop out_dir"):
+        resume_dir(cfg, 2)
