@@ -53,7 +53,8 @@ def workers_for(backend: str, workers, servers: int = 1) -> int:
             )
         return size
     if launched != "local":
-        raise ConfigError(f"comm=local inside a {launched} launch; drop comm=local or run with plain python")
+        raise ConfigError(f"comm=local inside a {launched} launch; drop comm=local (dane simulate sets it: launch "
+                          f"dane train) or run with plain python")
     return 1 if workers is None else checks.positive_int("workers", workers)
 
 

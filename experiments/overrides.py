@@ -283,7 +283,10 @@ def _sweep_variants(overrides: list[str], dirs: list[Path] | None) -> list[tuple
             continue
         if not override.is_discrete_sweep() or override.value_type == ValueType.GLOB_CHOICE_SWEEP:
             return None
-        values = list(override.sweep_string_iterator())
+        try:
+            values = list(override.sweep_string_iterator())
+        except ValueError as exc:  # range(0,1,0)
+            raise ConfigError(f"{override.input_line}: {exc}; give the sweep a non-zero step") from None
         element = override.get_key_element()
         first.append(f"{element}={values[0] if values else ''}")
         if dirs and any((d / override.key_or_group).is_dir() for d in dirs):

@@ -841,6 +841,15 @@ def test_a_sweep_of_an_experiment_file_into_one_out_dir_is_refused(line, refused
     assert refused in str(said.value) and str(said.value).startswith("out_dir=y ") and "\n" not in str(said.value)
 
 
+def test_a_sweep_of_a_range_of_step_zero_is_one_line():
+    from dane.errors import ConfigError
+    from dane.experiments.overrides import _sweep_variants
+
+    with pytest.raises(ConfigError, match=r"^algorithm.mu=range\(0,1,0\): range\(\) arg 3 must not be zero; give "
+                                          r"the sweep a non-zero step$"):
+        _sweep_variants(["algorithm.mu=range(0,1,0)"], None)
+
+
 @pytest.mark.parametrize("line, refused", [
     (["-m", "rounds=6,8", "resume=runs/ck"], True),       # every job would continue runs/ck, each replacing the last
     (["-m", "rounds=6,8", "resume=auto", "out_dir=d/${hydra:job.num}"], False),  # each job its own directory
