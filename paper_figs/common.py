@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import textwrap
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -117,9 +119,89 @@ def retime(records: list[dict], summary: dict, cost: AlphaBeta = FIGURE_COST) ->
             for r in records]
 
 
+def alpha_beta_text(alpha: float, beta: float) -> str:
+    """α and β in words: "α=550 µs, β=0.4 GB/s"."""
+    latency = f"{alpha * 1e3:.3g} ms" if alpha >= 1e-3 else f"{alpha * 1e6:.3g} µs"
+    return f"α={latency}, β={beta / 1e9:.3g} GB/s"
+
+
 def cost_caption(cost: AlphaBeta = FIGURE_COST, source: str = FIGURE_COST_SOURCE) -> str:
-    alpha = f"{cost.alpha * 1e3:.3g} ms" if cost.alpha >= 1e-3 else f"{cost.alpha * 1e6:.3g} µs"
-    return f"α={alpha}, β={cost.beta / 1e9:.3g} GB/s ({source})"
+    return f"{alpha_beta_text(cost.alpha, cost.beta)} ({source})"
+
+
+def run_cost_text(summary: dict, cfg: dict | None = None) -> str | None:
+    """The cost model a simulated run's times were charged under, in words, from its ``summary.json`` (and
+    ``config.yaml``, ``cfg``): α, β (and γ and the servers of ``sim.topology=ps``), and whether they were calibrated,
+    the file named (``calibration_file``: its path, host and date), set by hand (``sim.alpha``/``sim.beta``) or the
+    package's defaults; a drawn tail is named.  None for a run that records none (a launched run: wall time)."""
+    if "alpha" not in summary or "beta" not in summary:
+        return None
+    sim = (cfg or {}).get("sim") or {}
+    by_hand = [f"sim.{k}" for k in ("alpha", "beta", "gamma") if sim.get(k) is not None]
+    source = summary.get("calibration_file")
+    if source:
+        words = (f"calibrated: {source.get('path')}" + (f" on {source['host']}" if source.get("host") else "") +
+                 (f", {str(source['measured_at'])[:10]}" if source.get("measured_at") else ""))
+    elif (summary["alpha"], summary["beta"]) == (AlphaBeta.alpha, AlphaBeta.beta) and not by_hand:
+        words = "not calibrated: the package's default α-β"
+    else:
+        words = "not calibrated"
+    if by_hand:
+        words += f", {' and '.join(by_hand)} set by hand"
+    if isinstance(summary.get("calibration"), dict):
+        words += ", its tail drawn"
+    text = f"{alpha_beta_text(summary['alpha'], summary['beta'])} ({words})"
+    if summary.get("topology") == "ps":
+        text = f"{summary.get('servers', 1)} parameter server(s), γ={summary['gamma'] / 1e9:.3g} GB/s, " + text
+    return text
+
+
+#: a data source's note in a run's summary: "569 rows x 30 features" (`dane.data`)
+_SHAPE = re.compile(r"(\d+) rows x (\d+) (features|pixels)")
+
+
+def run_setting(run_dir: str | Path) -> dict[str, str | None]:
+    """What a logged run was, from its ``summary.json`` and ``config.yaml`` (None where neither records it: a run
+    made by `dane.fit` has no config): the problem, the data set, its rows x features (the data source's note in
+    the summary), the workers m, λ and the stop rule."""
+    summary, cfg = read_summary(run_dir), run_config(run_dir)
+    problem = cfg.get("problem") or {}
+    data = problem.get("data") or {}
+    name = data.get("dataset") or (Path(str(data["path"])).name if data.get("path") else None) or data.get("name")
+    shape = next((found for note in summary.get("notes", []) if (found := _SHAPE.search(str(note)))), None)
+    lam = problem.get("lam")
+    return {"problem": summary.get("problem") or problem.get("name"), "data": name,
+            "size": f"{int(shape[1]):,} rows x {shape[2]} {shape[3]}" if shape else None,
+            "m": None if summary.get("workers") is None else str(summary["workers"]),
+            "λ": None if lam is None else f"{lam:g}", "stop": summary.get("stop_rule")}
+
+
+def setting_text(run_dirs: Iterable[str | Path]) -> str:
+    """The runs' `run_setting` in one line: "logreg on breast_cancer (569 rows x 30 features), m = 8, λ = 0.001,
+    runs stop at suboptimality <= 1e-12 x |O*|"; a value the runs differ in is each of them ("m = 4 / 8", "?" for
+    a run that records none), and what none records is named as such."""
+    settings = [run_setting(d) for d in run_dirs]
+
+    def value(key: str) -> str | None:
+        values = list(dict.fromkeys(s[key] or "?" for s in settings))
+        return None if values in ([], ["?"]) else " / ".join(values)
+
+    problem, data, size, m, lam, stop = (value(k) for k in ("problem", "data", "size", "m", "λ", "stop"))
+    head = (problem or "?") + (f" on {data}" if data else "") + (f" ({size})" if size else "")
+    parts = [head] + [f"{name} = {v}" for name, v in (("m", m), ("λ", lam)) if v]
+    if stop:
+        parts.append(f"runs stop at {stop}")
+    missing = [name for name, v in (("data set", data), ("λ", lam), ("stop rule", stop)) if not v]
+    if missing:
+        parts.append(f"{', '.join(missing)} not recorded")
+    return ", ".join(parts)
+
+
+def wrapped(text: str, width_in: float, fontsize: float = 10) -> str:
+    """``text`` broken into lines that fit a title ``width_in`` inches wide at ``fontsize`` points (its own line
+    breaks kept)."""
+    chars = max(20, int(width_in * 72 / (0.55 * fontsize)))
+    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
 
 
 def data_text(info: dict) -> str:

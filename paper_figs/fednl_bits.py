@@ -15,7 +15,9 @@ participants) over the workers; any other method's ``uplink_bits``, the per-work
 intercept) on a9a (``libsvm/a9a`` under ``data_dir``) where the file is, else the built-in breast_cancer
 table, over `WORKERS` clients; FedNL (option 2) with none, TopK and RandK (k = 8d) beside DANE, GIANT,
 DiSCO, ADMM and GD; the docs' commands make the same runs by hand.  `main` draws those runs when
-``--results`` holds them (a results root), else every run directory under ``--results``.
+``--results`` holds them (a results root), else every run directory under ``--results``.  The title and the
+caption name the problem, data set (rows x features), m, λ and stop rule of the runs drawn, as their config.yaml and
+summary.json record them (`paper_figs.common.setting_text`), not as `jobs` asks for them.
 
     dane figures fednl_bits [--results results/fednl_bits] [--out results/figures]
 """
@@ -28,7 +30,7 @@ import matplotlib.pyplot as plt
 from dane.data.table import resolve_dir
 from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
-                                    run_dirs_under, save, uplink_bits_per_client)
+                                    run_dirs_under, save, setting_text, uplink_bits_per_client, wrapped)
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 RESULTS = "results/fednl_bits"
@@ -36,6 +38,7 @@ TIMED = False  # `make figures`: the runs' iterates and bits matter, not their s
 WORKERS = 8
 ROUNDS = 300
 OTHERS = ("dane", "giant", "disco", "admm", "gd")
+WHAT = "FedNL per compressor beside other methods: relative suboptimality against rounds and uplink bits per client"
 
 
 def data_overrides() -> tuple[tuple[str, ...], int]:
@@ -84,8 +87,16 @@ def curve(run_dir: Path) -> dict:
             "relative": [r["suboptimality"] / optimum for r in records]}
 
 
-def draw(curves: list[dict]):
-    fig, (by_round, by_bits) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+def title(run_dirs: list[Path]) -> str:
+    """The figure's title and caption: what it shows, then the runs' problem, data, m, λ and stop rule as their
+    summaries and configs record them (`setting_text`), whichever runs it was drawn from."""
+    return f"{WHAT}\n{setting_text(run_dirs)}"
+
+
+def draw(curves: list[dict], heading: str | None = None):
+    fig, (by_round, by_bits) = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True)
+    if heading:
+        fig.suptitle(wrapped(heading, 10), fontsize=10)
     for c in curves:
         style = "-" if c["label"].startswith("FedNL") else "--"
         by_round.plot(c["rounds"], positive(c["relative"]), style, label=c["label"])
@@ -107,11 +118,12 @@ def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]
     run_dirs = found if found else run_dirs_under(results, "make them with the commands in docs/federated.md (FedNL)")
     curves = [curve(d) for d in run_dirs]
     provenance = figure_provenance(run_dirs, results)
-    caption = caption_line("FedNL per compressor beside other methods: relative suboptimality against rounds and "
-                           "uplink bits per client", provenance)
+    heading = title(run_dirs)
+    caption = caption_line(heading.replace("\n", "; "), provenance)
     rows = ["| run | rounds | uplink bits per client | last relative suboptimality |", "|---|---|---|---|"]
     rows += [f"| {c['label']} | {c['rounds'][-1]} | {c['bits'][-1]:.4g} | {c['relative'][-1]:.3g} |" for c in curves]
-    return save(draw(curves), out, "fednl_bits", "\n".join(rows) + "\n", caption=caption, provenance=provenance)
+    return save(draw(curves, heading), out, "fednl_bits", "\n".join(rows) + "\n", caption=caption,
+                provenance=provenance)
 
 
 if __name__ == "__main__":

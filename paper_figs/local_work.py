@@ -14,7 +14,9 @@ uploads) times 8; else ``comm.compress``'s per-worker ``uplink_bits`` (run the m
 ``make figures`` (`dane.paper_figs.make_all`) makes the runs `jobs` names where results/ lacks them (``TIMED =
 False``): logistic regression (λ = 1e-3, an intercept) on the built-in breast_cancer table over `WORKERS`
 clients, every client each round, the methods of `METHODS` at their defaults.  `main` draws those runs when
-``--results`` holds them (a results root), else every run directory under ``--results``.
+``--results`` holds them (a results root), else every run directory under ``--results``.  The title and the
+caption name the problem, data set (rows x features), m, λ and stop rule of the runs drawn, as their config.yaml and
+summary.json record them (`paper_figs.common.setting_text`), and the table's target.
 
     dane figures local_work [--results results/local_work] [--out results/figures]
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
-                                    run_dirs_under, save, uplink_bits_per_client)
+                                    run_dirs_under, save, setting_text, uplink_bits_per_client, wrapped)
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import Job, RunIndex
 
@@ -77,8 +79,19 @@ def to_target(c: dict, target: float = TARGET) -> tuple[int, float, float] | Non
     return None
 
 
-def draw(curves: list[dict]):
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), sharey=True)
+WHAT = "Relative suboptimality against rounds, uplink bits per client and local gradient passes per client"
+
+
+def title(run_dirs: list[Path], target: float = TARGET) -> str:
+    """The figure's title and caption: what it shows, then the runs' problem, data, m, λ and stop rule as their
+    summaries and configs record them (`setting_text`), whichever runs it was drawn from, and the table's target."""
+    return f"{WHAT}\n{setting_text(run_dirs)}; the table: cost to {target:g} relative"
+
+
+def draw(curves: list[dict], heading: str | None = None):
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4), sharey=True)
+    if heading:
+        fig.suptitle(wrapped(heading, 14), fontsize=10)
     for c in curves:
         for ax, x in zip(axes, ("rounds", "bits", "passes")):
             ax.plot(c[x], positive(c["relative"]), label=c["label"])
@@ -110,9 +123,9 @@ def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]
         results, f"make them with dane figures make_all or `dane train ... out_dir={results}/NAME` (problem.optimum=auto)")
     curves = [curve(d) for d in run_dirs]
     provenance = figure_provenance(run_dirs, results)
-    caption = caption_line("relative suboptimality against rounds, uplink bits per client and local gradient passes "
-                           "per client", provenance)
-    return save(draw(curves), out, "local_work", table(curves), caption=caption, provenance=provenance)
+    heading = title(run_dirs)
+    caption = caption_line(heading.replace("\n", "; "), provenance)
+    return save(draw(curves, heading), out, "local_work", table(curves), caption=caption, provenance=provenance)
 
 
 if __name__ == "__main__":

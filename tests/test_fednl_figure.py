@@ -52,6 +52,40 @@ def test_the_figure_and_its_table_are_written(runs, tmp_path):
     assert len(json.loads((tmp_path / "fednl_bits.json").read_text())["runs"]) == 2
 
 
+def test_the_title_names_what_the_runs_record(runs, tmp_path, monkeypatch):
+    """The suptitle and the caption are the runs' own setting: runs made by dane.fit record the problem and m, not
+    the data, λ or a stop rule, and the title says so rather than the module's a9a/breast_cancer."""
+    from dane.paper_figs import fednl_bits
+
+    drawn = []
+    real = fednl_bits.save
+    monkeypatch.setattr(fednl_bits, "save", lambda fig, *a, **k: drawn.append(fig) or real(fig, *a, **k))
+    main(runs, tmp_path)
+    setting = "logreg, m = 4, data set, λ, stop rule not recorded"
+    assert " ".join(drawn[0].get_suptitle().split()) == f"{fednl_bits.WHAT} {setting}"
+    caption = json.loads((tmp_path / "fednl_bits.json").read_text())["caption"]
+    assert caption.startswith(f"{fednl_bits.WHAT}; {setting}; 2 runs;")
+    assert (tmp_path / "fednl_bits.md").read_text().splitlines()[0] == caption
+
+
+def test_the_title_reads_a_simulated_runs_config_and_summary(tmp_path):
+    """A run of `jobs` on a9a: its data set from config.yaml's data.path, rows x features from the data source's
+    note in summary.json, λ from the config, the stop rule from the summary; runs that differ show each value."""
+    from dane.paper_figs.fednl_bits import WHAT, title
+
+    for name, workers in (("a", 8), ("b", 16)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.yaml").write_text("problem:\n  name: logreg\n  lam: 0.001\n  data:\n    path: libsvm/a9a\n"
+                                            "    name: libsvm\n")
+        (folder / "summary.json").write_text(json.dumps({
+            "problem": "logreg", "workers": workers, "stop_rule": "suboptimality <= 1e-12 x |O*|",
+            "notes": ["read 32561 rows x 123 features (451592 non-zeros, sparse) from data/libsvm/a9a"]}))
+    assert title([tmp_path / "a", tmp_path / "b"]) == (f"{WHAT}\nlogreg on a9a (32,561 rows x 123 features), "
+                                                       "m = 8 / 16, λ = 0.001, runs stop at suboptimality <= 1e-12 x "
+                                                       "|O*|")
+
+
 def test_a_run_without_bit_counts_is_named_with_its_fix(runs, tmp_path_factory):
     plain = next(tmp_path_factory.getbasetemp().glob("plain*/gd"))
     with pytest.raises(NoBits, match="run it with comm.compress=none"):

@@ -9,10 +9,19 @@ from dane.paper_figs import local_work, make_all
 from dane.paper_figs.local_work import MissingCount, curve, main, to_target
 
 
-def write_run(folder, records: list[dict], workers: int = 4) -> None:
+#: what a simulated run's config.yaml and summary.json say of its setting (no algorithm: the legend is the folder)
+CONFIG = {"problem": {"name": "logreg", "lam": 0.001, "data": {"dataset": "breast_cancer"}}}
+SETTING = {"problem": "logreg", "stop_rule": "suboptimality <= 1e-10 x |O*|",
+           "notes": ["scikit-learn's bundled breast_cancer data: 569 rows x 30 features"]}
+
+
+def write_run(folder, records: list[dict], workers: int = 4, setting: bool = False) -> None:
     folder.mkdir(parents=True)
     (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (folder / "summary.json").write_text(json.dumps({"workers": workers, "status": "converged"}))
+    (folder / "summary.json").write_text(json.dumps({"workers": workers, "status": "converged",
+                                                     **(SETTING if setting else {})}))
+    if setting:
+        (folder / "config.yaml").write_text(json.dumps(CONFIG))  # JSON is YAML
 
 
 def record(t: int, suboptimality: float, passes: float, **traffic) -> dict:
@@ -24,8 +33,10 @@ def record(t: int, suboptimality: float, passes: float, **traffic) -> dict:
 def runs(tmp_path):
     """Two canned runs of 4 clients, O* = 2: a federated one counting its participants' bytes (2 passes a client
     a round) and one counting comm.compress's per-worker bits (1 pass a client a round)."""
-    write_run(tmp_path / "fed", [record(t, 10.0 ** (-4 * t), 8.0 * t, uplink_bytes=400 * t) for t in range(4)])
-    write_run(tmp_path / "gd", [record(t, 10.0 ** (-2 * t), 4.0 * t, uplink_bits=64 * t) for t in range(6)])
+    write_run(tmp_path / "fed", [record(t, 10.0 ** (-4 * t), 8.0 * t, uplink_bytes=400 * t) for t in range(4)],
+              setting=True)
+    write_run(tmp_path / "gd", [record(t, 10.0 ** (-2 * t), 4.0 * t, uplink_bits=64 * t) for t in range(6)],
+              setting=True)
     return tmp_path
 
 
@@ -49,6 +60,28 @@ def test_the_figure_and_its_table_are_written(runs, tmp_path_factory):
     table = (out / "local_work.md").read_text()
     assert "| fed | 2 | 1600 | 4 | 5e-13 |" in table and "| gd | 4 | 256 | 4 | 5e-11 |" in table
     assert len(json.loads((out / "local_work.json").read_text())["runs"]) == 2
+
+
+def test_the_title_and_caption_name_the_runs_data_and_settings(runs, tmp_path_factory, monkeypatch):
+    """The problem, data set, rows x features, m, λ and stop rule are the runs' config.yaml and summary.json (not
+    the module's constants), on the image (the suptitle) and in the caption; the table's target beside them."""
+    drawn = []
+    real = local_work.save
+    monkeypatch.setattr(local_work, "save", lambda fig, *a, **k: drawn.append(fig) or real(fig, *a, **k))
+    out = tmp_path_factory.mktemp("figures")
+    main(runs, out)
+    setting = ("logreg on breast_cancer (569 rows x 30 features), m = 4, λ = 0.001, runs stop at suboptimality "
+               "<= 1e-10 x |O*|; the table: cost to 1e-08 relative")
+    assert local_work.title([runs / "fed", runs / "gd"]) == f"{local_work.WHAT}\n{setting}"
+    assert " ".join(drawn[0].get_suptitle().split()) == f"{local_work.WHAT} {setting}"
+    assert (out / "local_work.md").read_text().startswith(f"{local_work.WHAT}; {setting}; 2 runs;")
+    assert json.loads((out / "local_work.json").read_text())["caption"].startswith(f"{local_work.WHAT}; {setting};")
+    # runs that differ say each value; what no run records is named
+    write_run(tmp_path_factory.mktemp("bare") / "x", [record(0, 0.5, 0.0, uplink_bits=0)], workers=8)
+    bare = next(tmp_path_factory.getbasetemp().glob("bare*/x"))
+    assert local_work.title([bare]).endswith("\n?, m = 8, data set, λ, stop rule not recorded; the table: cost to "
+                                             "1e-08 relative")
+    assert ", m = 4 / 8, " in local_work.title([runs / "fed", bare])
 
 
 def test_a_run_without_a_count_is_named_with_its_fix(tmp_path):
