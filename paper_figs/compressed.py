@@ -88,11 +88,19 @@ def render(section: dict, source: str) -> str:
 
 
 def draw(section: dict):
+    """One row of the four panels per dataset, one colour a method; one legend below them all (outside the axes),
+    and a title naming the problem, λ, the datasets with their clients m, and the target (the dashed line), all
+    from ``section``."""
     import matplotlib.pyplot as plt
+
+    from dane.paper_figs.common import wrapped
 
     data = section["cells"]
     methods = list(dict.fromkeys(m for cells in data.values() for m in cells))  # one colour a method, every panel
-    fig, axes = plt.subplots(len(data), len(AXES), figsize=(4 * len(AXES), 3.2 * len(data)), squeeze=False)
+    width = 4 * len(AXES)
+    fig, axes = plt.subplots(len(data), len(AXES), figsize=(width, 3.2 * len(data) + 1.6), squeeze=False,
+                             layout="constrained")
+    handles: dict = {}  # label -> its line, in the methods' order, once for the whole figure
     for line, (dataset, cells) in zip(axes, data.items()):
         for cell in (c for c in cells.values() if "curve" in c):
             curve = cell["curve"]
@@ -101,16 +109,25 @@ def draw(section: dict):
                 points = [(x, y) for x, y in zip(curve[key], curve["rel"]) if x is not None and y > 0 and
                           (x > 0 or not logx)]
                 if points:
-                    ax.plot(*zip(*points), label=label(cell), color=plt.cm.tab20(methods.index(cell["method"]) % 20))
+                    (drawn,) = ax.plot(*zip(*points), label=label(cell),
+                                       color=plt.cm.tab20(methods.index(cell["method"]) % 20))
+                    handles.setdefault(label(cell), drawn)
         for ax, (key, name) in zip(line, AXES):
             ax.set_yscale("log")
             ax.set_xscale("linear" if key == "round" else "log")
             ax.set_xlabel(name)
             ax.axhline(section["target"], color="grey", lw=0.5, ls="--")
             ax.grid(True, alpha=0.3)
-        line[0].set_ylabel(f"{dataset}: (O(w) − O*)/|O*|")
-        line[-1].legend(fontsize=7)
-    axes[0][0].set_title("relative suboptimality, log scales", fontsize=9, loc="left")
+        clients = section.get("clients", {}).get(dataset)
+        line[0].set_ylabel(f"{dataset}" + (f" (m = {clients})" if clients else "") + ": (O(w) − O*)/|O*|")
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(6, len(handles)),
+                   fontsize=8, frameon=False)
+    sets = ", ".join(f"{dataset} (m = {section['clients'][dataset]} clients)" if dataset in section.get("clients", {})
+                     else dataset for dataset in data)
+    fig.suptitle(wrapped(f"Logistic regression (λ = {section['lam']:g}, intercept) on {sets}: relative suboptimality "
+                         f"(O(w) − O*)/|O*| against bits, rounds and local passes per node, log scales; the dashed "
+                         f"line: the target {section['target']:g}", width), fontsize=10)
     return fig
 
 

@@ -124,11 +124,26 @@ def render(section: dict, source: str) -> str:
     return "\n".join([*lines, "", *claims(settings)])
 
 
+def title(section: dict) -> str:
+    """The figure's title, from ``section``: the settings drawn, the model and λ, the clients (and those sampled a
+    round), the local steps K a round and their step size, the rounds and the seed."""
+    local = section["local"]
+    sets = ", ".join(TITLES[s] for s in by_setting(section))
+    return (f"FedProx's Synthetic(α, β) data, {sets}: softmax regression (λ = {section['lam']:g}, intercept), "
+            f"seed {section['seed']}\n{section['workers']} clients, {section['clients_per_round']} sampled a round, "
+            f"K = {local['local_steps']} local full-gradient steps (lr {local['lr']:g}) a round, {section['rounds']} "
+            "rounds")
+
+
 def draw(section: dict):
     import matplotlib.pyplot as plt
 
+    from dane.paper_figs.common import wrapped
+
     settings = by_setting(section)
-    fig, axes = plt.subplots(1, len(settings), figsize=(4 * len(settings), 3.5), sharey=True, squeeze=False)
+    width = max(4 * len(settings), 6.5)  # one panel (the long run) still has room for its title
+    fig, axes = plt.subplots(1, len(settings), figsize=(width, 4.3), sharey=True, squeeze=False)
+    fig.suptitle(wrapped(title(section), width), fontsize=10)
     for ax, (setting, runs) in zip(axes[0], settings.items()):
         for run in runs.values():
             ax.plot(range(len(run["objective"])), run["objective"], label=label(run))

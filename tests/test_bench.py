@@ -1343,6 +1343,26 @@ def test_the_fedprox_synthetic_table_judges_the_papers_claims_from_the_numbers()
     assert "(ends no higher). Here: does not agree;" in fig.render(flipped, "x.json")
 
 
+def test_the_fedprox_synthetic_figure_names_its_setting_from_the_json():
+    """The suptitle is the section's setting (the settings drawn, λ, clients and those sampled, K local steps, rounds),
+    so the 20-step and the 322-step figures differ on the image, not only by their x axis."""
+    import matplotlib.pyplot as plt
+
+    from dane.paper_figs import fedprox_synthetic as fig
+
+    section = canned("fedprox_synthetic")["fedprox_synthetic"]
+    drawn = fig.draw(section)
+    heading = ("FedProx's Synthetic(α, β) data, Synthetic(1,1): softmax regression (λ = 0.001, intercept), seed 0 "
+               "30 clients, 10 sampled a round, K = 20 local full-gradient steps (lr 0.01) a round, 10 rounds")
+    assert " ".join(drawn.get_suptitle().split()) == heading == " ".join(fig.title(section).split())
+    longer = {**section, "local": {**section["local"], "local_steps": 322}, "rounds": 100}
+    long_figure = fig.draw(longer)
+    long_title = " ".join(long_figure.get_suptitle().split())
+    assert "K = 322 local full-gradient steps (lr 0.01) a round, 100 rounds" in long_title
+    plt.close(drawn)
+    plt.close(long_figure)
+
+
 # ------------------------------------------------------------------ the horovod and scaling sections' arithmetic
 # scripts/bench_scaling.py's ceilings on hand-made runs and its side-by-side launches (never timed here);
 # scripts/bench_horovod.py's simulated round (``simulator_error``): steady rounds, and the cost model's share exactly.
@@ -1694,3 +1714,27 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
     assert sidecar["json"] == ["tests/data/bench/compressed.json"] and "tests/data/bench/compressed.json (" in \
         sidecar["caption"]
     assert fig.render(canned("compressed")["compressed"], str(DATA / "compressed.json")) in page.read_text()
+
+
+def test_the_compressed_figure_has_one_legend_below_the_panels_and_a_title_from_the_json():
+    """One figure-level legend, outside every panel (below their tick labels and x labels), one entry a method; the
+    suptitle names λ, the datasets drawn with their clients m, and the target, as the JSON's section gives them."""
+    import matplotlib.pyplot as plt
+
+    from dane.paper_figs import compressed as fig
+
+    section = canned("compressed")["compressed"]
+    drawn = fig.draw(section)
+    drawn.canvas.draw()
+    axes = drawn.get_axes()
+    assert len(axes) == 4 and all(ax.get_legend() is None for ax in axes) and len(drawn.legends) == 1
+    (legend,) = drawn.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["FedNL (TopK)", "FedNL-BC", "DIANA", "GD"]
+    renderer = drawn.canvas.get_renderer()
+    assert legend.get_window_extent(renderer).y1 < min(ax.get_tightbbox(renderer).y0 for ax in axes)
+    assert " ".join(drawn.get_suptitle().split()) == (
+        "Logistic regression (λ = 0.001, intercept) on phishing (m = 100 clients): relative suboptimality "
+        "(O(w) − O*)/|O*| against bits, rounds and local passes per node, log scales; the dashed line: the target "
+        "1e-12")
+    assert axes[0].get_ylabel() == "phishing (m = 100): (O(w) − O*)/|O*|"
+    plt.close(drawn)
