@@ -4,7 +4,7 @@ DANE with a fixed μ (plain, μ=0 as in the paper), safeguarded DANE, consensus 
 (its default ρ = √(μ̲ L̄)), distributed GD (its default step) and one-shot averaging on the synthetic ridge at N=18000, m=8; top row
 isotropic x, bottom row the ill-conditioned covariance (feature j scaled by j^-0.6).
 The rounds axis counts allreduces (``comm_rounds``): a DANE round is two of them.  Times
-are put on the figures' fixed α-β (`paper_figs.common.FIGURE_COST`).
+are put on the figures' fixed α-β (`paper_figs.common.FIGURE_COST`), which the time axes and the title state.
 
     dane figures convergence [--results results] [--out results/figures]
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, figure_provenance, locate, positive, retime,
-                               save)
+from dane.paper_figs.common import (FIG_DIR, FIGURE_COST, alpha_beta_text, caption_line, cli, cost_caption,
+                                    figure_provenance, locate, positive, retime, save, wrapped)
 from dane.synthetic.sweep import Job, RunIndex
 
 N, M = 18000, 8
@@ -56,10 +56,13 @@ def curves(index: RunIndex) -> dict[tuple[str, str], dict[str, list[float]]]:
 
 
 def draw(data: dict[tuple[str, str], dict[str, list[float]]]):
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharey="row")
+    fig, axes = plt.subplots(2, 2, figsize=(10, 8), sharey="row")
+    fig.suptitle(wrapped(f"Simulated times re-timed to one ring-allreduce α-β, not calibrated: {cost_caption()}", 10),
+                 fontsize=10)
+    at = alpha_beta_text(FIGURE_COST.alpha, FIGURE_COST.beta)
     for row, cov in enumerate(COVARIANCES):
         for col, (xkey, xlabel) in enumerate((("comm_rounds", "communication rounds (allreduces)"),
-                                               ("time_s", "simulated time (s)"))):
+                                               ("time_s", f"simulated time (s) at {at}"))):
             ax = axes[row, col]
             for label in METHODS:
                 if (cov, label) not in data:
@@ -72,7 +75,7 @@ def draw(data: dict[tuple[str, str], dict[str, list[float]]]):
             if end > 5 * dane_end:  # DANE needs a handful of rounds where ADMM and GD need hundreds:
                 ax.set_xscale("symlog", linthresh=1.2 * dane_end, linscale=2)  # linear over DANE's, log beyond
                 ax.set_xlim(left=0)
-                xlabel += f" (log scale beyond {1.2 * dane_end:.3g})"
+                xlabel += f"\n(log scale beyond {1.2 * dane_end:.3g})"
             ax.set_xlabel(xlabel)
             ax.set_ylabel("suboptimality O(w) - O(w*)")
             ax.set_title(f"{'isotropic' if cov == 'iso' else 'decaying (j^-0.6)'} covariance, N={N}, m={M}")

@@ -3,7 +3,9 @@
     dane figures run_convergence results/main      # writes convergence.png and .pdf there
 
 Plots the suboptimality when the problem knows its optimum, otherwise the gradient
-norm (or, failing that, the objective), against the round and against the run's time.
+norm (or, failing that, the objective), against the round and against the run's time.  The time axis says
+which clock it is: a simulated run's (the cost model it was charged under, α and β and whether calibrated, from
+its summary.json: `paper_figs.common.run_cost_text`) or a launched run's wall clock.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import matplotlib.pyplot as plt
 
 from dane.errors import DataError, UserError, say
 from dane.records.results import ROUNDS_FILE, read_rounds, read_summary
-from dane.paper_figs.common import positive, save
+from dane.paper_figs.common import alpha_beta_text, positive, run_config, run_cost_text, save, wrapped
 from dane.records.provenance import command_name
 
 METRICS = ("suboptimality", "grad_norm", "objective")
@@ -24,6 +26,20 @@ METRICS = ("suboptimality", "grad_norm", "objective")
 def metric_of(records: list[dict]) -> str | None:
     """The first of suboptimality, grad_norm, objective that every record has (None: none of them)."""
     return next((key for key in METRICS if all(key in r for r in records)), None)
+
+
+def simulated(summary: dict) -> bool:
+    return summary.get("time_s_clock") == "simulated" or summary.get("backend") == "simulator"
+
+
+def time_label(summary: dict) -> str:
+    """The time axis: simulated at the run's α and β (the title says whether calibrated), else the launched run's
+    wall clock."""
+    if not simulated(summary):
+        return "time (s)" + (f", wall clock ({summary['backend']})" if summary.get("backend") else "")
+    if "alpha" in summary and "beta" in summary:
+        return f"simulated time (s) at {alpha_beta_text(summary['alpha'], summary['beta'])}"
+    return "simulated time (s)"
 
 
 def draw(run_dir: str | Path):
@@ -40,11 +56,11 @@ def draw(run_dir: str | Path):
     summary_file = Path(run_dir) / "summary.json"
     summary = read_summary(run_dir) if summary_file.exists() else {}
     values = positive([r[key] for r in records])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4), sharey=True)
     left.plot([r["round"] for r in records], values, "o-", markersize=3)
     right.plot([r["time_s"] for r in records], values, "o-", markersize=3)
     left.set_xlabel("round")
-    right.set_xlabel("time (s)" + (" (simulated)" if summary.get("backend") == "simulator" else ""))
+    right.set_xlabel(time_label(summary))
     left.set_ylabel(key.replace("_", " "))
     for ax in (left, right):
         if key != "objective" or min(v for v in values if v == v) > 0:
@@ -53,7 +69,10 @@ def draw(run_dir: str | Path):
     title = " ".join(str(summary[k]) for k in ("algorithm", "problem") if k in summary)
     if summary:
         title += f", {summary.get('workers', '?')} worker(s), {summary.get('backend', '')}: {summary.get('status', '')}"
-    fig.suptitle(title or str(run_dir), fontsize=10)
+    cost = run_cost_text(summary, run_config(run_dir)) if simulated(summary) else None
+    if cost:  # the cost model the simulated times were charged under, and whether it was calibrated
+        title += f"\nsimulated time: {cost}"
+    fig.suptitle(wrapped(title or str(run_dir), 9), fontsize=10)
     return fig
 
 
