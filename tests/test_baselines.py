@@ -12,7 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import dane
-from dane.baselines import (ADMMConfig, GDConfig, LocalSGDConfig, OSAConfig, lanczos_max_eig, local_steps,
+from dane.baselines import (ADMM, ADMMConfig, GDConfig, LocalSGDConfig, OSAConfig, lanczos_max_eig, local_steps,
                        residual_balance)
 from dane.comm import ThreadGroup
 from dane.errors import ConfigError
@@ -115,6 +115,77 @@ def test_admm_adaptive_rho_rescues_a_bad_penalty(rho):
     assert fixed[-1]["suboptimality"] > 1e-5
     assert adaptive[-1]["suboptimality"] <= 1e-8 and len(adaptive) <= 40
     assert adaptive[-1]["rho"] != rho
+
+
+def numpy_admm(problems, rho: float, rounds: int, *, balance: bool = False, refresh_to: float | None = None):
+    """Scaled consensus ADMM on ridge shards in NumPy, as the module docstring states it (Boyd et al. 2011, 7.1.1 and
+    3.4.1): x_i = (A_i + ρI)⁻¹(b_i + ρ(z - u_i)), z' = ρ/(ρ+2λ) mean_i(x_i + u_i), u_i += x_i - z'.  The record of z_t
+    carries the residuals of z_t (r = sqrt(Σ_i ||x_i^t - z_t||²), s = ρ sqrt(m) ||z_t - z_{t-1}||); records 0..rounds.  ``balance``:
+    after round t, ρ' = eq. 3.13 (μ=10, τ=2) of record t's residuals; ``refresh_to``: before round 8, ρ' = that value.
+    Either way u_i ← u_i ρ/ρ' (section 3.4.1).  Returns per record (ρ, r, s) and the iterates z_0..z_rounds."""
+    A = [p.A.numpy() for p in problems]
+    b = [p.b.numpy() for p in problems]
+    lam, m, d = problems[0].lam, len(problems), problems[0].dim
+    z, u = np.zeros(d), [np.zeros(d) for _ in problems]
+    residuals, rows, iterates = None, [], []
+    for t in range(rounds):
+        if refresh_to is not None and t == 8:
+            u, rho = [ui * (rho / refresh_to) for ui in u], refresh_to
+        rows.append((rho, *(residuals or (None, None))))
+        iterates.append(z)
+        x = [np.linalg.solve(Ai + rho * np.eye(d), bi + rho * (z - ui)) for Ai, bi, ui in zip(A, b, u)]
+        z_next = rho / (rho + 2 * lam) * np.mean([xi + ui for xi, ui in zip(x, u)], axis=0)
+        u = [ui + xi - z_next for ui, xi in zip(u, x)]
+        residuals = (math.sqrt(sum(np.sum((xi - z_next) ** 2) for xi in x)),
+                     rho * math.sqrt(m) * np.linalg.norm(z_next - z))
+        z = z_next
+        if balance and rows[-1][1] is not None:
+            r, s = rows[-1][1:]
+            new = rho * 2 if r > 10 * s else rho / 2 if s > 10 * r else rho
+            u, rho = [ui * (rho / new) for ui in u], new
+    rows.append((rho, *residuals))  # the run's last record: z_T evaluated after the last round
+    iterates.append(z)
+    return rows, iterates
+
+
+def assert_admm_matches(records, iterates, rows, numpy_iterates):
+    assert [r["rho"] for r in records] == [row[0] for row in rows] and len(iterates) == len(numpy_iterates)
+    for record, (_, r, s) in zip(records, rows):
+        if r is None:
+            assert "primal_residual" not in record
+        else:
+            assert record["primal_residual"] == pytest.approx(r, rel=1e-8, abs=1e-13)
+            assert record["dual_residual"] == pytest.approx(s, rel=1e-8, abs=1e-13)
+    for z, ref in zip(iterates, numpy_iterates):
+        np.testing.assert_allclose(z.numpy(), ref, rtol=0, atol=1e-10 * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("rho", [0.01, 100.0])
+def test_admm_residual_balancing_matches_a_numpy_transcription_round_by_round(rho):
+    """ρ doubles or halves after each round whose residuals are out of balance by 10x, and the scaled duals follow
+    (u ← u ρ/ρ'): without that rescaling (u kept) the iterates leave the transcription's at the first change."""
+    problems = ridge_shards(M, RidgeSyntheticConfig(n_samples=400, dim=10))
+    (algo, records, iterates), *_ = simulate(ADMMConfig(rho=rho, adaptive_rho=True), problems, rounds=20)
+    rows, numpy_iterates = numpy_admm(problems, rho, 20, balance=True)
+    assert len({row[0] for row in rows}) >= 3  # ρ changed at least twice in these rounds
+    assert_admm_matches(records, iterates, rows, numpy_iterates)
+
+
+def test_admm_refreshed_rho_rescales_the_scaled_duals():
+    """A refresh (round 8, where an estimated ρ of a non-quadratic loss is re-estimated at z_8) rescales u as residual
+    balancing does; here a stand-in estimate on ridge shards so the transcription stays closed form."""
+    problems = ridge_shards(M, RidgeSyntheticConfig(n_samples=400, dim=10))
+
+    def worker(comm):
+        algo = ADMM(problems[comm.rank], comm, rho=0.05, refresh=lambda at: (3.0, {}))
+        iterates = [algo.iterate.clone()]
+        records, _ = run(algo, StopRule(rounds=14), lambda record: iterates.append(algo.iterate.clone()))
+        return records, iterates[: len(records)]
+
+    records, iterates = ThreadGroup(M).run(worker)[0]
+    rows, numpy_iterates = numpy_admm(problems, 0.05, 14, refresh_to=3.0)
+    assert [row[0] for row in rows[7:10]] == [0.05, 3.0, 3.0]
+    assert_admm_matches(records, iterates, rows, numpy_iterates)
 
 
 def test_residual_balance_is_boyds_rule():
