@@ -91,6 +91,26 @@ def test_the_mean_is_the_thread_groups_and_the_bytes_are_the_rings():
     assert torch.equal(per_worker(comm, lambda r: torch.tensor([float(r)])), torch.arange(m, dtype=torch.float32)[:, None])
 
 
+def test_a_broadcast_counts_the_roots_payload_once_for_each_other_worker():
+    """bytes_sent of a broadcast from root 0: (m - 1) copies of its payload on the root (7 float64 and 3 float32 =
+    68 bytes, m = 5: 272), nothing on the others; the batched communicator counts rank 0's, the same number."""
+    m = 5
+    rows = torch.randn(m, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    small = torch.randn(m, 3, dtype=torch.float32, generator=torch.Generator().manual_seed(2))
+
+    def worker(comm):
+        got = comm.broadcast([rows[comm.rank], small[comm.rank]], root=0)
+        return comm.bytes_sent, comm.calls, got
+
+    threads = ThreadGroup(m).run(worker)
+    assert [b for b, _, _ in threads] == [(m - 1) * (7 * 8 + 3 * 4)] + [0] * (m - 1) == [272, 0, 0, 0, 0]
+    assert all(calls == 1 and torch.equal(got[0], rows[0]) and torch.equal(got[1], small[0])
+               for _, calls, got in threads)
+    comm = BatchedCommunicator(BatchedGroup(m))
+    got = comm.broadcast([rows, small], root=0)
+    assert comm.bytes_sent == 272 and comm.calls == 1
+    assert torch.equal(got[0], rows[0]) and torch.equal(got[1], small[0])
+
 class FixedMeter:
     """Every compute phase reads ``seconds`` (the stacked computation of all m workers)."""
 
