@@ -1,7 +1,8 @@
 """Run under a launcher: checks the Communicator's collectives against their exact results.
 
 Writes one JSON line per rank to the file named by argv[1] (appended), with the largest
-error seen, the byte counter, and the cores and torch threads the rank was given.  Launched by
+error seen, the communicator's byte counter (``bytes_sent``) after the allreduce and after
+the broadcast, and the cores and torch threads the rank was given.  Launched by
 tests/test_launchers.py and tests/test_bench.py.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 
 import torch
 
-from dane.comm import make_communicator, ring_allreduce_bytes
+from dane.comm import make_communicator
 
 
 def main(out: str) -> None:
@@ -26,13 +27,14 @@ def main(out: str) -> None:
     reduced = comm.allreduce_mean(inputs[r])
     err = max(float((got - sum(x[i] for x in inputs) / m).abs().max()) for i, got in enumerate(reduced))
     shapes_ok = all(got.shape == inputs[r][i].shape and got.dtype == inputs[r][i].dtype for i, got in enumerate(reduced))
-    nbytes = sum(t.numel() * t.element_size() for t in inputs[r])
+    bytes_after_allreduce = comm.bytes_sent  # the communicator's own counter, as the run's records read it
     (bcast,) = comm.broadcast([inputs[r][0]], root=0)
     bcast_err = float((bcast - inputs[0][0]).abs().max())
     text = comm.broadcast_object("run-dir-of-rank-0" if r == 0 else "", root=0)
     comm.barrier()
     record = {"rank": r, "size": m, "backend": type(comm).__name__, "allreduce_err": err, "shapes_ok": shapes_ok,
-              "bytes_after_allreduce": ring_allreduce_bytes(nbytes, m), "broadcast_err": bcast_err, "text": text,
+              "bytes_after_allreduce": bytes_after_allreduce, "bytes_after_broadcast": comm.bytes_sent,
+              "broadcast_err": bcast_err, "text": text,
               "cores": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads()}
     with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")

@@ -42,6 +42,10 @@ def test_allreduce_mean_is_exact_and_counted(launch, tmp_path):
         assert r["shapes_ok"]
         assert r["broadcast_err"] == 0.0
         assert r["text"] == "run-dir-of-rank-0"
+        # the ring's 2(m-1)/m of the 500 + 12 float64 and 7 float32 = 4124 bytes, at m = 2 the whole message;
+        # the broadcast adds the root's 500 float64 once for the other worker, on the root only
+        assert r["bytes_after_allreduce"] == 4124
+        assert r["bytes_after_broadcast"] == 4124 + (4000 if r["rank"] == 0 else 0)
     expected_backend = "HorovodCommunicator" if launch is horovodrun else "TorchDistCommunicator"
     assert {r["backend"] for r in records} == {expected_backend}
 
