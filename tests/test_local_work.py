@@ -21,9 +21,10 @@ import torch
 
 import dane
 from dane import work
-from dane.baselines import federated
+from dane.baselines import SDANEConfig, federated
 from dane.sampling import ClientSampler
 import runs
+from helpers import simulate
 
 M = 4
 
@@ -231,7 +232,58 @@ def test_sdane_steps_counts_the_steps_its_accuracy_test_took(monkeypatch):
     # the final record's evaluation is outside the rounds; every call above is inside them
     assert last["local_passes"] == sum(calls.values())
     assert last["local_passes_max"] == max(calls.values())
-    assert last["local_passes"] > 3 * M * 4  # the accuracy test took more than one step somewhere
+    # the hand count of `numpy_sdane_steps`: 16 steps per worker and round, 17 on one worker in rounds 3 and 4,
+    # plus one gradient at v each (the accuracy test with λ in place of λ/2 stops after 10 steps)
+    _, passes = numpy_sdane_steps([ridge().build(rank, M) for rank in range(M)], lam=1.0, lr=0.05, rounds=4)
+    assert column(result.records, "local_passes") == passes == [0, 68, 136, 205, 274]
+
+
+def numpy_sdane_steps(shards, *, lam: float, lr: float, rounds: int, local_steps: int = 1000):
+    """S-DANE (Jiang, Rodomanov & Stich 2024, Algorithm 1; B = 1, a = 1/λ, μ the problem's ℓ2 weight) in NumPy with
+    local_solver=steps: from the centre v, z ← z − lr(∇O_i(z) − h_i + λ(z − v)) until ‖∇F_i(z)‖ <= (λ/2)‖z − v‖
+    (at most ``local_steps``).  ∇O_i(w) = weight X_iᵀ(X_i w − y_i) + ℓ2 w on each shard's rows.  Returns the
+    iterates x_0..x_rounds and the passes each record counts (one gradient at v a round and one per step, summed
+    over the workers)."""
+    data = [(s.X.numpy(), s.y.numpy(), s.weight) for s in shards]
+    mu = shards[0].l2
+
+    def grad(i, w):
+        X, y, weight = data[i]
+        return weight * X.T @ (X @ w - y) + mu * w
+
+    v = x = np.zeros(shards[0].dim)
+    iterates, passes = [x], [0]
+    for _ in range(rounds):
+        grads = [grad(i, v) for i in range(len(data))]
+        g_bar = np.mean(grads, axis=0)
+        points, local, spent = [], [], 0
+        for i, grad_c in enumerate(grads):
+            h, z, grad_z, steps = grad_c - g_bar, v, grad_c, 0
+            while steps < local_steps:
+                z = z - lr * (grad_z - h + lam * (z - v))
+                grad_z, steps = grad(i, z), steps + 1
+                if np.linalg.norm(grad_z - h + lam * (z - v)) <= lam / 2 * np.linalg.norm(z - v):
+                    break
+            points.append(z)
+            local.append(grad_z)
+            spent += 1 + steps
+        passes.append(passes[-1] + spent)
+        x, G = np.mean(points, axis=0), np.mean(local, axis=0)
+        v = (v + mu / lam * x - G / lam) / (1 + mu / lam)
+        iterates.append(x)
+    return iterates, passes
+
+
+def test_sdane_steps_is_its_numpy_transcription():
+    """S-DANE with local_solver=steps, round by round: the iterates x_r and the passes counted (the steps its accuracy
+    test ‖∇F_i(x_i)‖ <= (λ/2)‖x_i − v‖ took; each stop lies 0.35% or more on its side of the test)."""
+    shards = [ridge().build(rank, M) for rank in range(M)]
+    (_, records, iterates), *_ = simulate(SDANEConfig(lam=1.0, lr=0.05, local_solver="steps"), shards, rounds=4)
+    reference, passes = numpy_sdane_steps(shards, lam=1.0, lr=0.05, rounds=4)
+    for x, ref in zip(iterates, reference, strict=True):
+        np.testing.assert_allclose(x.numpy(), ref, rtol=0, atol=1e-12)
+    assert column(records, "local_passes") == passes
+    assert [r["local_failed"] for r in records[:-1]] == [False] * 4
 
 
 def test_a_sampled_round_counts_its_participants_only():
