@@ -22,12 +22,13 @@ from dane.baselines.spectral import lanczos_extremes, start_vector
 from dane.baselines.spectral_stacked import stacked_lanczos_extremes
 from dane.loop.batching import AUTO_FROM, batched_path
 from dane.comm import AlphaBeta, Stragglers, ThreadGroup
-from dane.comm.batched import BatchedCommunicator, BatchedGroup, per_worker
+from dane.comm.batched import BatchedCommunicator, BatchedGroup, per_worker, run_batched
 from dane.errors import ConfigError
 from dane.experiments.config import run_spec
 from dane.loop.launch import execute
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.arrays import LogReg, Ridge, Softmax
+from dane.loop.runner import run as loop_run
 from dane.loop.stopping import StopRule
 from dane.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
@@ -149,6 +150,35 @@ def test_each_worker_is_charged_its_share_of_the_stacked_compute():
     assert group.comm_time - before == pytest.approx(cost.broadcast_time(80, m), rel=1e-12)
     assert cost.broadcast_time(80, m) == pytest.approx(2 * (1e-3 + 80 / 1e8), rel=1e-15)  # ⌈log₂ 4⌉ = 2
 
+
+
+@pytest.mark.parametrize("algorithm", ["gd", "dane"])
+def test_seeded_straggler_delays_give_both_paths_the_same_clock(algorithm):
+    """sim.delay_mean > 0: the batched group draws the per-worker path's delays, draw for draw (one exponential per
+    worker and collective from the seeded generator), so a run of 3 rounds on ridge shards with every compute phase
+    read as 1 ms a worker (the batched meter reads the stacked 4 ms, shared by 4) has the per-worker path's clock at
+    every record, to round-off.  The delays (mean 5 ms) are most of it: left out, the batched clock falls short."""
+    m, rounds, each = 4, 3, 1e-3
+    cost, stragglers = AlphaBeta(alpha=1e-4, beta=1e8), Stragglers(slowdown=(1.0, 2.0), delay_mean=5e-3, seed=3)
+    config = RidgeSyntheticConfig(n_samples=48, dim=6)
+    algo_config = algorithm_config(algorithm, **({"lr": 0.1} if algorithm == "gd" else {}))
+
+    def worker(problem):
+        def go(comm):
+            records, _ = loop_run(algo_config.build(problem(comm), comm), StopRule(rounds=rounds))
+            return [(r["time_s"], r["comm_rounds"]) for r in records], (comm.group.compute_time, comm.group.comm_time)
+        return go
+
+    threads = ThreadGroup(m, cost, stragglers, FixedMeter(each)).run(worker(lambda comm: config.build(comm.rank, m)))
+    batched = run_batched(BatchedGroup(m, cost, stragglers, FixedMeter(m * each)),
+                          worker(lambda comm: config.build_stacked(m)))
+    (times, split), (batched_times, batched_split) = threads[0], batched
+    assert [c for _, c in batched_times] == [c for _, c in times] and times[-1][1] >= rounds
+    assert [t for t, _ in batched_times] == pytest.approx([t for t, _ in times], rel=1e-12, abs=0)
+    assert batched_split == pytest.approx(split, rel=1e-12, abs=0)
+    rng = np.random.default_rng(3)
+    delays = sum(rng.exponential(5e-3, m).max() for _ in range(times[-1][1]))
+    assert split[0] >= delays  # every phase's slowest worker waited at least the largest delay drawn
 
 def test_stacked_lanczos_gives_each_workers_ritz_values():
     m, d, iters = 3, 12, 6
