@@ -126,8 +126,11 @@ def test_toplek_by_hand():
 
 
 def test_toplek_contracts_in_expectation():
-    """E‖C(x) − x‖² = (1 − k/n)‖x‖², exactly: the two outcomes weighted by their probability."""
-    from dane.compress import TopLEK
+    """E‖C(x) − x‖² = (1 − k/n)‖x‖², exactly: the larger set (error e_j <= target) is kept unless the row's coin falls
+    below p = (target − e_j)/(e_{j−1} − e_j), which drops x_(j) (error e_{j−1} > target), so the mean error is
+    p e_{j−1} + (1 − p) e_j = target.  The switch is at p from both sides, and the compressor's outputs (the coin
+    drawn as the by-hand test draws it) have the error of the branch their coin picks."""
+    from dane.compress import TopLEK, make
 
     x = torch.from_numpy(np.random.default_rng(0).normal(size=40))
     for k in (1, 5, 17):
@@ -138,8 +141,14 @@ def test_toplek_contracts_in_expectation():
         j = len(low)
         assert errors[j] <= target < errors[j - 1]
         p = (target - errors[j]) / (errors[j - 1] - errors[j])
-        assert len(TopLEK.kept(x, k, p - 1e-12)) == j - 1
-        assert abs(p * errors[j - 1] + (1 - p) * errors[j] - target) < 1e-12 * float(x @ x)
+        assert len(TopLEK.kept(x, k, p - 1e-12)) == j - 1 and len(TopLEK.kept(x, k, p + 1e-12)) == j
+        branches = set()
+        for seed in range(40):
+            coin = float(torch.rand(1, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+            out = make(f"toplek:{k}")(x, torch.Generator().manual_seed(seed))
+            branches.add(coin < p)
+            assert float(((out - x) ** 2).sum()) == pytest.approx(errors[j - 1] if coin < p else errors[j], rel=1e-12)
+        assert branches == {True, False}  # both outcomes drawn: p is neither 0 nor 1 here
 
 
 def test_randseqk_by_hand():
