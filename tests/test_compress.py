@@ -145,6 +145,21 @@ def test_randk_same_seed_same_indices():
     torch.testing.assert_close(a[a != 0], (x.expand(3, -1) * 200 / 7)[a != 0])
 
 
+
+@pytest.mark.parametrize("spec, k", [(5, 5), (0.3, 15)])
+def test_randk_keeps_exactly_k_entries_each_scaled_by_n_over_k(spec, k):
+    """RandK's output, with no statistics: row r keeps the first k of the r-th uniform permutation drawn from the
+    generator (``torch.randperm``), each kept entry exactly x_j·n/k, the rest 0 (the unbiasedness check above,
+    at 100x its expected deviation, lets a scale n/(k+1) through on its own)."""
+    x, rows, n = message(), 40, 50
+    out = RandK(k=spec)(x.expand(rows, -1).clone(), torch.Generator().manual_seed(3))
+    gen, expected = torch.Generator().manual_seed(3), torch.zeros(rows, n, dtype=x.dtype)
+    for r in range(rows):
+        kept = torch.randperm(n, generator=gen)[:k]
+        expected[r, kept] = x[kept] * (n / k)
+    assert torch.equal(out, expected)
+    assert ((out != 0).sum(1) == k).all() and bool((x != 0).all())
+
 def test_contraction_constants():
     assert TopK(k=8).delta(100) == 0.08 and LowRank(r=2).delta(100) == 0.2
     assert RandK(k=8).omega(100) == 100 / 8 - 1 and RandK(k=8).delta(100) == 8 / 100
