@@ -120,9 +120,10 @@ def test_admm_adaptive_rho_rescues_a_bad_penalty(rho):
 def numpy_admm(problems, rho: float, rounds: int, *, balance: bool = False, refresh_to: float | None = None):
     """Scaled consensus ADMM on ridge shards in NumPy, as the module docstring states it (Boyd et al. 2011, 7.1.1 and
     3.4.1): x_i = (A_i + ρI)⁻¹(b_i + ρ(z - u_i)), z' = ρ/(ρ+2λ) mean_i(x_i + u_i), u_i += x_i - z'.  The record of z_t
-    carries the residuals of z_t (r = sqrt(Σ_i ||x_i^t - z_t||²), s = ρ sqrt(m) ||z_t - z_{t-1}||); records 0..rounds.  ``balance``:
-    after round t, ρ' = eq. 3.13 (μ=10, τ=2) of record t's residuals; ``refresh_to``: before round 8, ρ' = that value.
-    Either way u_i ← u_i ρ/ρ' (section 3.4.1).  Returns per record (ρ, r, s) and the iterates z_0..z_rounds."""
+    carries the residuals of z_t (r = sqrt(Σ_i ||x_i^t - z_t||²), s = ρ sqrt(m) ||z_t - z_{t-1}||); records
+    0..rounds.  ``balance``: after round t, ρ' = eq. 3.13 (μ=10, τ=2) of record t's residuals; ``refresh_to``:
+    before round 8, ρ' = that value.  Either way u_i ← u_i ρ/ρ' (section 3.4.1).  Returns per record (ρ, r, s)
+    and the iterates z_0..z_rounds."""
     A = [p.A.numpy() for p in problems]
     b = [p.b.numpy() for p in problems]
     lam, m, d = problems[0].lam, len(problems), problems[0].dim

@@ -112,6 +112,7 @@ def test_a_broadcast_counts_the_roots_payload_once_for_each_other_worker():
     assert comm.bytes_sent == 272 and comm.calls == 1
     assert torch.equal(got[0], rows[0]) and torch.equal(got[1], small[0])
 
+
 class FixedMeter:
     """Every compute phase reads ``seconds`` (the stacked computation of all m workers)."""
 
@@ -151,7 +152,6 @@ def test_each_worker_is_charged_its_share_of_the_stacked_compute():
     assert cost.broadcast_time(80, m) == pytest.approx(2 * (1e-3 + 80 / 1e8), rel=1e-15)  # ⌈log₂ 4⌉ = 2
 
 
-
 @pytest.mark.parametrize("algorithm", ["gd", "dane"])
 def test_seeded_straggler_delays_give_both_paths_the_same_clock(algorithm):
     """sim.delay_mean > 0: the batched group draws the per-worker path's delays, draw for draw (one exponential per
@@ -179,6 +179,7 @@ def test_seeded_straggler_delays_give_both_paths_the_same_clock(algorithm):
     rng = np.random.default_rng(3)
     delays = sum(rng.exponential(5e-3, m).max() for _ in range(times[-1][1]))
     assert split[0] >= delays  # every phase's slowest worker waited at least the largest delay drawn
+
 
 def test_stacked_lanczos_gives_each_workers_ritz_values():
     m, d, iters = 3, 12, 6

@@ -145,7 +145,6 @@ def test_randk_same_seed_same_indices():
     torch.testing.assert_close(a[a != 0], (x.expand(3, -1) * 200 / 7)[a != 0])
 
 
-
 @pytest.mark.parametrize("spec, k", [(5, 5), (0.3, 15)])
 def test_randk_keeps_exactly_k_entries_each_scaled_by_n_over_k(spec, k):
     """RandK's output, with no statistics: row r keeps the first k of the r-th uniform permutation drawn from the
@@ -159,6 +158,7 @@ def test_randk_keeps_exactly_k_entries_each_scaled_by_n_over_k(spec, k):
         expected[r, kept] = x[kept] * (n / k)
     assert torch.equal(out, expected)
     assert ((out != 0).sum(1) == k).all() and bool((x != 0).all())
+
 
 def test_contraction_constants():
     assert TopK(k=8).delta(100) == 0.08 and LowRank(r=2).delta(100) == 0.2
