@@ -11,10 +11,13 @@ minibatch estimate on ``batch_size`` rows, epoch-shuffled by a per-worker
 - ``mean``: :math:`\frac1m\sum_i w_i`, one allreduce;
 - ``weighted``: :math:`\sum_i n_i w_i / \sum_i n_i` by shard size, one allreduce of
   :math:`(n_i w_i, n_i)`;
-- ``best`` ("best election"): each worker scores its own w_i (the problem's
-  ``validation_objective`` if it has one, else its local objective O_i(w_i)); an allreduce
-  of the one-hot-scaled scores tells every worker the argmin, whose model is broadcast
-  from that rank.  Two collectives per round; records carry ``elected``.
+- ``best`` ("best election"): each worker scores its own w_i by its mean loss per row on its
+  own shard plus the regularizer (the problem's ``validation_objective``: O_i(w_i) with the
+  shard weight m n_i / N divided out, which O_i carries so that the mean of the O_i is the
+  loss over all rows, and which would make the smallest shard win on unequal shards; on
+  equal shards O_i(w_i) itself), by a forward pass where the problem has one, counted as one
+  pass; an allreduce of the one-hot-scaled scores tells every worker the argmin, whose model
+  is broadcast from that rank.  Two collectives per round; records carry ``elected``.
 
 With K=1, full batches and ``mean`` this is distributed gradient descent, iterate by
 iterate.  ``lr=None`` takes 1/max_i L_i, the largest local smoothness constant, so that
@@ -106,8 +109,9 @@ class LocalSGD(Algorithm):
         return [local_steps(w, self.gradient, lr=self.lr, steps=self.local_steps) - w]
 
     def score(self, w: torch.Tensor) -> list[float]:
-        """The election score of this worker's model (of each worker's, on a stacked problem): validation
-        objective if the problem has one, else O_i(w)."""
+        """The election score of this worker's model (of each worker's, on a stacked problem): the problem's
+        `dane.problems.Problem.validation_objective`, its mean loss per row plus the regularizer (O_i(w) with the
+        shard weight divided out: comparable across shards of unequal size)."""
         return torch.as_tensor(self.problem.validation_objective(w)).reshape(-1).tolist()
 
     def evaluate(self) -> dict[str, float]:

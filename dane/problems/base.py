@@ -117,7 +117,17 @@ class Problem:
             return self.evaluate(w)[1]
 
     def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
-        """The score local SGD's best election compares (lower is better); by default O_i(w)."""
+        r"""The score local SGD's best election compares across the workers (lower is better): worker i's mean loss
+        per row on its own shard plus the regularizer, i.e. O_i(w) with its shard weight s_i = m n_i / Σ_j n_j
+        divided out of the data term, (O_i(w) − R(w)) / s_i + R(w).  O_i itself carries s_i (so that the mean of the
+        O_i is the loss over all rows), which on shards of unequal size would favour the smallest shard whatever its
+        model.  A scalar; (m,) on a stacked problem, row i worker i's (at w shared or one row each).
+
+        By default O_i(w) from `evaluate`: right where every shard weighs alike (s_i = 1, equal shards) or the problem
+        has no rows.  A problem whose shards may differ in size overrides it (`dane.problems.glm.LinearModelShard`,
+        the networks, `dane.problems.stacked_rows.StackedRows`, `dane.problems.ridge.RidgeShard`), equal to O_i(w)
+        bit for bit where s_i = 1, and where it can by a forward pass alone (no gradient), counted as one pass:
+        the election's work (`dane.work`)."""
         return self.evaluate(w)[1][..., 0]  # (m,) on a stacked problem
 
     def state_dict(self) -> dict:

@@ -242,6 +242,17 @@ class LinearModelShard(Problem):
         where, w = w.device, self._here(w)
         return (self.weight * self.loss.value(self.margins(w), self.y) + 0.5 * self.l2 * (w @ w)).to(where)
 
+    @counted("local_passes")
+    def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
+        """Local SGD's election score (`dane.problems.Problem.validation_objective`): the mean loss per row on this
+        shard plus the regularizer, (1/n_i) Σ_j f(x_jᵀw, y_j) + (λ/2)‖w‖², by `objective`'s forward pass.  On equal
+        shards (row weight m/N with m n_i = N) it is O_i(w) bit for bit: 1/n_i and m/N round to the same number.  An
+        empty shard scores inf (no rows to judge its model by)."""
+        where, w = w.device, self._here(w)
+        if not self.n_local:
+            return torch.tensor(float("inf"), dtype=self.dtype, device=where)
+        return ((1.0 / self.n_local) * self.loss.value(self.margins(w), self.y) + 0.5 * self.l2 * (w @ w)).to(where)
+
     @counted("local_hvps")
     def hessian_vector(self, v: torch.Tensor, *, at: torch.Tensor | None = None, with_reg: bool = True) -> torch.Tensor:
         """∇²O_i(at) v; without ``at``, the majorant (m/N) c_f X_iᵀX_i v + λ v (see the module docstring)."""

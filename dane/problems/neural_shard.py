@@ -66,6 +66,21 @@ class NeuralProblem(Problem):
         self._load(w)
         return self._metrics(self._train_loss(), w)
 
+    @counted("local_passes")
+    def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
+        """Local SGD's election score (`dane.problems.Problem.validation_objective`): the mean cross-entropy per row
+        on this shard plus (l2/2)‖w‖², O_i(w) with its weight m n_i / Σ_j n_j divided out.  `evaluate`'s value
+        computed as it computes it, with that weight 1 and no backward pass: on equal shards (weight 1) O_i(w) bit
+        for bit.  An empty shard scores inf (no rows to judge its model by)."""
+        if not self.n_local:
+            return torch.tensor(float("inf"), dtype=w.dtype)
+        self._load(w)
+        if self.grad_batches is None:
+            data_loss = self._data_loss(torch.arange(self.n_local, device=self.device), weight=1.0)
+        else:
+            data_loss = self._train_loss(weight=1.0)
+        return (data_loss.double().cpu() + 0.5 * self.l2 * float(w.double() @ w.double())).to(w.dtype)
+
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Unbiased estimate of ∇O_i(w) from the local rows ``idx``."""
         self._load(w)
@@ -154,13 +169,24 @@ class NeuralProblem(Problem):
             total += loss.detach()
         return total
 
+    def _data_loss(self, idx: torch.Tensor, *, weight: float) -> torch.Tensor:
+        """``weight`` × mean CE over rows ``idx``, forward passes only, summed as `_data_loss_backward` sums it."""
+        total = torch.zeros((), dtype=self.dtype, device=self.device)
+        factor = weight / len(idx)
+        with torch.no_grad():
+            for start in range(0, len(idx), self.eval_batch_size):
+                rows = idx[start:start + self.eval_batch_size]
+                total += factor * F.cross_entropy(self.model(self.train_x[rows]), self.train_y[rows], reduction="sum")
+        return total
+
     # The sums are float64 on the model's device and come to the host once (one synchronization, not one per chunk).
-    def _train_loss(self) -> torch.Tensor:
+    def _train_loss(self, weight: float | None = None) -> torch.Tensor:
+        """``weight`` (None: the shard's, m n_i / Σ_j n_j) × mean CE over the shard, summed in float64."""
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         with torch.no_grad():
             for x, y in self._chunks(self.train_x, self.train_y):
                 total += F.cross_entropy(self.model(x), y, reduction="sum").double()
-        return total.cpu() * (self.weight / self.n_local)
+        return total.cpu() * ((self.weight if weight is None else weight) / self.n_local)
 
     def _metrics(self, data_loss: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # test loss, correct

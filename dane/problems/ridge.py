@@ -444,6 +444,20 @@ class RidgeShard(QuadraticProblem):
     def row_nonzeros(self) -> int:
         return self.X.numel()
 
+    @counted("local_passes")
+    def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
+        """Local SGD's election score (`dane.problems.Problem.validation_objective`): the mean squared residual per
+        row plus λ‖w‖², (1/n_i)‖X_i w − y_i‖² + λ‖w‖², O_i(w) with its shard weight scale · n_i = m n_i / N divided
+        out.  On an equal shard (scale = m/N = 1/n_i, the same number) O_i(w) as `evaluate` gives it; on another
+        by one product with X_i.  An empty shard scores inf."""
+        if not self.n_local:
+            return torch.tensor(float("inf"), dtype=w.dtype, device=w.device)
+        if self.scale == 1.0 / self.n_local:
+            return super().validation_objective(w)
+        where, x = w.device, w.to(self.device)
+        r = self.X @ x - self.y
+        return ((1.0 / self.n_local) * (r @ r) + self.lam * (x @ x)).to(where)
+
     def state_dict(self) -> dict:
         return self.rows.state_dict()  # the SVRG solver's generator
 

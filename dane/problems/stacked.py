@@ -367,6 +367,16 @@ class StackedLinearModel(Problem):
     def objective(self, w: torch.Tensor) -> torch.Tensor:
         return self.evaluate(w)[1][:, 0]
 
+    @counted("local_passes")
+    def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
+        """Local SGD's election score for every worker (`dane.problems.Problem.validation_objective`): its mean loss
+        per row plus (λ/2)‖w_i‖², (1/n) Σ_{j∈i} f(x_jᵀw_i, y_j) + (λ/2)‖w_i‖², (m,), by `three_passes`' forward pass
+        alone.  The shards are equal (m n = N), so 1/n is the row weight m/N, the same number, and this is
+        `evaluate`'s O_i bit for bit."""
+        where, w = w.device, w.to(self.device)
+        values = (1.0 / self.n_local) * self.row_value(matvec(self.X, w), self.y)
+        return (values + 0.5 * self.l2 * (w * w).sum(-1)).to(where)
+
     @counted("local_passes", rows_fraction)
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]`` (idx (m, B)): (m, d), row i

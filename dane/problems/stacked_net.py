@@ -177,6 +177,17 @@ class StackedNeuralProblem(Problem):
         W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
         return self._metrics(self._train_loss(W), W).to(w.device, w.dtype)
 
+    @counted("local_passes")
+    def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
+        """Local SGD's election score for every worker (`dane.problems.Problem.validation_objective`): its mean
+        cross-entropy per row plus (l2/2)‖w_i‖², (m,), O_i with its weight m n / N divided out (1 here: the shards
+        are equal).  `evaluate`'s value computed as it computes it (the same chunks, sums and factor), without the
+        backward pass: on the CPU O_i bit for bit with either engine."""
+        W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
+        data_loss = self._data_value(W, 1.0) if self.grad_batches is None else self._train_loss(W, weight=1.0)
+        Wd = W.double()
+        return (data_loss.double() + 0.5 * self.l2 * (Wd * Wd).sum(-1)).to(w.device, w.dtype)
+
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]``: (m, P)."""
         W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
@@ -268,15 +279,39 @@ class StackedNeuralProblem(Problem):
             totals[i] = total
         return grads, totals
 
-    def _train_loss(self, W: torch.Tensor) -> torch.Tensor:
-        """weight × mean CE over each worker's whole shard, summed in float64: (m,)."""
+    def _data_value(self, W: torch.Tensor, weight: float) -> torch.Tensor:
+        """``weight`` × mean CE over each worker's whole shard, forward passes only, in the chunks and the sums of
+        `_data_grad` (its value, bit for bit, at the weight it was given): (m,)."""
+        factor = weight / self.n_local
+        chunks = [(start, min(start + self.eval_batch_size, self.n_local))
+                  for start in range(0, self.n_local, self.eval_batch_size)]
+        with torch.no_grad():
+            if self.engine == "vmap":
+                params, total = self._views(W), None
+                for start, stop in chunks:
+                    loss = vmap(self._loss, in_dims=(0, 0, 0, None))(params, self.train_x[:, start:stop],
+                                                                      self.train_y[:, start:stop], factor)
+                    total = loss if total is None else total + loss
+                return total
+            totals = W.new_zeros(self.stacked_workers)
+            for i in range(self.stacked_workers):
+                self._load(W[i])
+                total = torch.zeros((), dtype=self.dtype, device=self.device)
+                for start, stop in chunks:
+                    total += factor * F.cross_entropy(self.model(self.train_x[i, start:stop]),
+                                                      self.train_y[i, start:stop], reduction="sum")
+                totals[i] = total
+            return totals
+
+    def _train_loss(self, W: torch.Tensor, weight: float | None = None) -> torch.Tensor:
+        """``weight`` (None: the shards', m n / N) × mean CE over each worker's whole shard, summed in float64: (m,)."""
         total = torch.zeros(self.stacked_workers, dtype=torch.float64, device=self.device)
         with torch.no_grad():
             for start in range(0, self.n_local, self.eval_batch_size):
                 x, y = self.train_x[:, start:start + self.eval_batch_size], self.train_y[:, start:start + self.eval_batch_size]
                 logits = self._logits(W, x)
                 total += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).double().sum(1)
-        return total * (self.weight / self.n_local)
+        return total * ((self.weight if weight is None else weight) / self.n_local)
 
     def _test_logits(self, W: torch.Tensor) -> torch.Tensor:
         """Each worker's logits on its (padded) test slice: (m, L, C)."""

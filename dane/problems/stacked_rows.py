@@ -154,6 +154,27 @@ class StackedRows(Problem):
                           unit=self.unit).values
         return torch.from_numpy(values + 0.5 * self.l2 * float(x @ x))
 
+    @counted("local_passes")
+    def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
+        r"""Local SGD's election score (`dane.problems.Problem.validation_objective`) for every worker this stack
+        answers for, at x shared (d,) or one per worker (m, d): (1/n_c) Σ_{j∈S_c} f(x_jᵀx_c, y_j) + (λ/2)‖x_c‖², O_c
+        with its shard weight w n_c = m n_c / N divided out, (m,).  `evaluate`'s pass without its gradients, its sums
+        scaled by 1/n_c instead of w: on equal shards (w = m/N = 1/n_c, the same number) `evaluate`'s O_c bit for
+        bit.  An empty shard scores inf (no rows to judge its model by)."""
+        if w.dim() == 2 or self.clients is not None:  # as `evaluate_each`
+            clients, xs = self.points(w)
+            sums = each_pass(self.X, self.y, self.start, xs, clients, self.loss, 1.0, unit=self.unit,
+                             gradients=False).values
+            regularizer = 0.5 * self.l2 * (xs * xs).sum(-1)
+        else:  # as `evaluate` at a shared x
+            clients, x = np.arange(self.stacked_workers), w.detach().to(torch.float64).numpy()
+            sums = row_pass(self.X, self.y, self.start, x, self.loss, 1.0, gradients=False, unit=self.unit).values
+            regularizer = 0.5 * self.l2 * float(x @ x)
+        sizes = self.start[clients + 1] - self.start[clients]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            means = np.where(sizes > 0, (1.0 / sizes) * sums, np.inf)
+        return torch.from_numpy(means + regularizer).to(self.dtype)
+
     def participants(self, idx: torch.Tensor) -> "StackedRows":
         """The workers ``idx`` alone (`dane.problems.Problem.participants`): the same rows, its passes over theirs."""
         view = copy.copy(self)
@@ -304,28 +325,30 @@ def each_margins(X: scipy.sparse.csr_matrix, start: np.ndarray, xs: np.ndarray, 
 
 
 def client_sums(X: scipy.sparse.csr_matrix, start: np.ndarray, clients: np.ndarray, weight: float, dz: np.ndarray,
-                unit: bool, values: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                unit: bool, values: np.ndarray | None = None, *,
+                gradients: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(Σ_{j ∈ S_c} values_j (zeros without ``values``), w Σ_{j ∈ S_c} x_j dz_j) for ``clients``: (s,) and (s, d),
-    ``dz`` and ``values`` given at their rows in order (`row_pass`'s loop)."""
-    grads, sums = np.zeros((len(clients), X.shape[1])), np.zeros(len(clients))
+    ``dz`` and ``values`` given at their rows in order (`row_pass`'s loop); without ``gradients`` the second is
+    (s, 0), not computed."""
+    grads, sums = np.zeros((len(clients), X.shape[1] if gradients else 0)), np.zeros(len(clients))
     _kernels()[1](unsigned(X.indptr), unsigned(X.indices), X.data, unit, float(weight), dz,
-                  np.zeros(0) if values is None else values, unsigned(start), unsigned(clients), True,
+                  np.zeros(0) if values is None else values, unsigned(start), unsigned(clients), gradients,
                   values is not None, grads, sums)
     return sums, grads
 
 
 def each_pass(X: scipy.sparse.csr_matrix, y: np.ndarray, start: np.ndarray, xs: np.ndarray, clients: np.ndarray,
-              loss, weight: float, *, unit: bool = False) -> RowPass:
+              loss, weight: float, *, unit: bool = False, gradients: bool = True) -> RowPass:
     """`row_pass`'s (z, v, g) for ``clients``, each at its own point xs[k] (local steps of a federated method):
     z by `each_margins`, f and f' as the loss's torch functions give them on each client's rows alone (as it alone
-    computes them: `dane.problems.row_losses.client_losses`), v and g by `row_pass`'s loop.  ``x`` of the result
-    is ``xs``."""
+    computes them: `dane.problems.row_losses.client_losses`), v and g by `row_pass`'s loop (g None without
+    ``gradients``).  ``x`` of the result is ``xs``."""
     z = each_margins(X, start, xs, clients, unit=unit)
     sizes = start[clients + 1] - start[clients]
     rows = np.arange(len(z)) + np.repeat(start[clients] - (np.cumsum(sizes) - sizes), sizes)
     values, dz = client_losses(loss, z, y[rows], sizes)
-    sums, grads = client_sums(X, start, clients, weight, dz, unit, values)
-    return RowPass(xs, z, weight * sums, grads, None)
+    sums, grads = client_sums(X, start, clients, weight, dz, unit, values, gradients=gradients)
+    return RowPass(xs, z, weight * sums, grads if gradients else None, None)
 
 
 def block_products(P: scipy.sparse.csc_matrix, slots: np.ndarray, h: np.ndarray, start: np.ndarray,
