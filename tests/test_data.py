@@ -255,6 +255,44 @@ def test_admissions_missing_is_a_data_error(tmp_path):
         load_dataset("admissions", data_dir=tmp_path, seed=0)
 
 
+def test_admissions_with_a_class_of_one_is_one_line(tmp_path):
+    """A stratified split a class of one sample makes impossible: the data set, the class counts and the fix, as a
+    DataError (was scikit-learn's ValueError "The least populated class in y has only 1 member")."""
+    rows = ["admit,gre,gpa,rank"] + [f"{int(i == 0)},{400 + i},3.5,2" for i in range(5)]
+    (tmp_path / "admissions.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(DataError) as raised:
+        load_dataset("admissions", data_dir=tmp_path, seed=0)
+    assert str(raised.value) == ("admissions: class 1 has only 1 sample (samples per class: 0=4, 1=1); a stratified "
+                                 "hold-out needs at least 2 of each class: add samples of it, or remove the class")
+
+
+@pytest.mark.parametrize("y, fraction, line", [
+    ([3], 0.2, "d: class 3 has only 1 sample (samples per class: 3=1); a stratified hold-out needs at least 2 of each "
+               "class: add samples of it, or remove the class"),
+    ([0, 0, 1, 1], 0.2, "d: data.test_fraction=0.2 of its 4 samples leaves 1 in the test set, fewer than its 2 classes "
+                        "(samples per class: 0=2, 1=2); a stratified hold-out needs as many rows in each set as "
+                        "classes: set data.test_fraction between 0.26 and 0.5, or add samples"),
+    ([0, 0, 1, 1, 2, 2, 2, 2, 2, 2], 0.9,
+     "d: data.test_fraction=0.9 of its 10 samples leaves 1 in the train set, fewer than its 3 classes (samples per "
+     "class: 0=2, 1=2, 2=6); a stratified hold-out needs as many rows in each set as classes: set data.test_fraction "
+     "between 0.21 and 0.7, or add samples"),
+])
+def test_a_split_that_cannot_be_made_is_one_line(y, fraction, line):
+    """Each of scikit-learn's refusals (a class of one, one sample in all, fewer test or train rows than classes)
+    is one DataError line; the fractions it proposes split."""
+    from dane.data.dataset import split_problem, stratified_split
+
+    y = np.array(y)
+    with pytest.raises(DataError) as raised:
+        stratified_split(y, y, test_fraction=fraction, seed=0, name="d")
+    assert str(raised.value) == line
+    if "between" in line:
+        low, high = (float(v) for v in line.split("between ")[1].split(", or")[0].split(" and "))
+        for f in (low, high):
+            assert split_problem(y, f) is None
+            assert len(stratified_split(y, y, test_fraction=f, seed=0)[3]) == np.ceil(f * len(y))
+
+
 # ---------------------------------------------------------------- registry
 def test_unknown_dataset_lists_known_names():
     with pytest.raises(ConfigError, match="unknown dataset 'mnsit'; use one of: admissions, breast_cancer, cifar10"):

@@ -120,7 +120,7 @@ def load_mnist(data_dir: Path, *, seed: int, test_fraction: float, pad_to_32: bo
     elif has_test and not any(n in found for n in TRAIN_FILES):
         images, labels = _read_pair(folder, found, TEST_FILES)
         train_x, train_y, test_x, test_y = stratified_split(
-            images, labels, test_fraction=test_fraction, seed=seed
+            images, labels, test_fraction=test_fraction, seed=seed, name=f"the MNIST t10k files in {folder}"
         )
         note = (
             f"MNIST SPLIT MODE: only the t10k files are in {folder}, so their {len(images)} images "

@@ -264,8 +264,11 @@ def image_dataset(source: MongoSource, seed: int):
     if manifest["kind"] != "images":
         raise ConfigError(f"data.collection={source.collection} holds a table ({manifest['kind']}); a network here "
                           "reads images (push a folder FOLDER/<label>/<image>), a table trains a linear model")
-    train_ids, train_y, test_ids, test_y = stratified_split(ids, y.astype(np.int64), test_fraction=source.test_fraction,
-                                                            seed=seed)
+    train_ids, train_y, test_ids, test_y = stratified_split(
+        ids, y.astype(np.int64), test_fraction=source.test_fraction, seed=seed,
+        name=source.store().where(source.collection), key="problem.data.test_fraction", classes=manifest["classes"],
+        then=f"then push the folder again: dane data push FOLDER --uri {source.uri} --collection {source.collection} "
+             "--replace")
     first = pixel_tensor(source.images(ids[:1])[0])
     shape = tuple(first.shape[1:])
     order, test_order = np.argsort(train_ids, kind="stable"), np.argsort(test_ids, kind="stable")

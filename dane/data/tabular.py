@@ -39,7 +39,7 @@ ADMISSIONS_HEADER = ["admit", "gre", "gpa", "rank"]
 def _split_and_scale(
     x: np.ndarray, y: np.ndarray, *, name: str, seed: int, test_fraction: float
 ) -> Dataset:
-    train_x, train_y, test_x, test_y = stratified_split(x, y, test_fraction=test_fraction, seed=seed)
+    train_x, train_y, test_x, test_y = stratified_split(x, y, test_fraction=test_fraction, seed=seed, name=name)
     train_x, test_x = standardize(train_x, test_x)
     return to_dataset(
         train_x, train_y, test_x, test_y, num_classes=int(y.max()) + 1, name=name,
