@@ -15,6 +15,8 @@ The push is idempotent and completes an interrupted one (`dane.data.mongo_push`)
 ``--client-column NAME`` (a CSV header, an ``.npz`` key, ``qid`` for LIBSVM) reads that column as
 ``data.sharding=column data.client_column=NAME`` does: each row's value is stored in the field
 ``client`` (not a feature), for ``data=mongo data.sharding=column data.client_column=NAME``.
+``--x-key``, ``--y-key``: an ``.npz`` archive's arrays, as ``data.x_key``, ``data.y_key``. An image
+folder's images are each decoded before anything is uploaded (`dane.data.mongo_push.check_images`).
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--delimiter", default=",", help="CSV: one character")
     push.add_argument("--client-column", help="a table's client column (a CSV header, an .npz key, qid for "
                       "LIBSVM), stored per row, not a feature: for data.sharding=column")
+    push.add_argument("--x-key", help="NPZ: the features' array (default X), as data.x_key")
+    push.add_argument("--y-key", help="NPZ: the labels' array (default y), as data.y_key")
     push.add_argument("--standardize", default="none", help="numeric | all | none (default: none)")
     push.add_argument("--data-dir", default=os.environ.get("DANE_DATA_DIR", "../shared/data"),
                       help="where a relative source is looked for first, then the working folder, as a run's "
@@ -57,6 +61,11 @@ def read_table(args):
     if args.client_column is not None:  # only then: the fingerprints of pushes without one stay as they were
         options["client_column"] = args.client_column
     keys = {"sharding": "column"} if args.client_column is not None else {}
+    arrays = {k: v for k, v in (("x_key", args.x_key), ("y_key", args.y_key)) if v is not None}
+    if arrays and path.suffix.lower() != ".npz":
+        raise UserError(f"dane data push {args.source}: --{next(iter(arrays)).replace('_', '-')} names an array of an "
+                        ".npz archive; this is not one (push it without it)")
+    options.update(arrays)  # only when given: the fingerprints of pushes without them stay as they were
     if path.suffix.lower() == ".csv":
         if not args.target:
             raise UserError(f"dane data push {args.source}: a CSV needs --target COLUMN (the label column)")
@@ -71,11 +80,16 @@ def read_table(args):
 
 def push(args) -> str:
     from dane.data.mongo_push import push_images, push_table
-    from dane.data.mongo_store import connect, fingerprint
+    from dane.data.mongo_store import EMBEDDED_NAME_MAX, MANIFEST, connect, fingerprint, is_server, name_problem
     from dane.data.mongo_source import MongoSource
     from dane.data.table import resolve_dir
 
-    MongoSource(uri=args.uri, collection=args.collection)  # the same checks of the URI and name a run makes
+    problem = name_problem(args.collection, embedded=not is_server(args.uri))
+    if problem:
+        suggestion = re.sub(r"[^A-Za-z0-9_-]+", "_", args.collection).strip("_")[:EMBEDDED_NAME_MAX].strip("_")
+        raise UserError(f"--collection {args.collection!r}: {problem}; choose another name (letters, digits, '_' and "
+                        f"'-'){f', e.g. --collection {suggestion}' if suggestion not in ('', MANIFEST) else ''}")
+    MongoSource(uri=args.uri, collection=args.collection)  # the same checks of the URI a run makes
     given = Path(args.source).expanduser()
     tried = [given] if given.is_absolute() else [*([resolve_dir(args.data_dir) / given] if args.data_dir else []),
                                                  Path.cwd() / given]
@@ -85,17 +99,18 @@ def push(args) -> str:
                         "LIBSVM or NPZ file, or a folder of images FOLDER/<label>/<image>, or --data-dir FOLDER")
     args.source = str(path)  # `read_table` reads what was found
     uri = args.uri if args.uri.startswith("mongodb") else str(resolve_dir(args.uri))
-    store = connect(uri, create=True)
     if path.is_dir():
-        from dane.data.mongo_push import image_files
+        from dane.data.mongo_push import check_images
 
         if args.client_column is not None:
             raise UserError(f"dane data push {args.source}: --client-column names a column of a table; an image "
                             "folder has none (push it without --client-column)")
 
-        files = [f for f, _ in image_files(path)[1]]
+        files = [f for f, _ in check_images(path)[1]]  # every image decoded, before the store is touched
         stamp = fingerprint(files, {"images": [str(f.relative_to(path)) for f in files]})
-        return push_images(store, args.collection, path, fingerprint_of=stamp, replace=args.replace)
+        return push_images(connect(uri, create=True), args.collection, path, fingerprint_of=stamp,
+                           replace=args.replace, checked=True)
+    store = connect(uri, create=True)
     table, options = read_table(args)
     stamp = fingerprint([path], options)
     return push_table(store, args.collection, table, fingerprint_of=stamp, replace=args.replace,
@@ -104,8 +119,9 @@ def push(args) -> str:
 
 #: the data keys a source's message names, as this command's flags (a source's checks speak of a run's config)
 FLAGS = ((re.compile(r"data\.categorical=\[([^\]]*)\]"), lambda m: "--categorical " + m[1].replace(",", " ")),
-         (re.compile(r"\bdata\.(target|categorical|delimiter|standardize|client_column|uri)\b"),
-          lambda m: "--" + m[1].replace("_", "-")))
+         (re.compile(r"\bdata\.(target|categorical|delimiter|standardize|client_column|uri|collection|x_key|y_key)\b"),
+          lambda m: "--" + m[1].replace("_", "-")),
+         (re.compile(r"\bdata\.path\b"), lambda m: "the path given"))
 
 
 def as_flags(message: str) -> str:

@@ -428,3 +428,140 @@ def test_a_push_to_a_uri_that_is_a_file_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == (f"error: --uri={table} is a file, not a store's folder; give a folder (made if "
                                        "absent) or a mongodb:// URI\n")
     assert table.read_text() == "a,y\n1,0\n2,1\n"
+
+
+def store_files(folder: Path) -> dict[str, bytes]:
+    """Every file of an embedded store, by path: what a refused push must leave as it was."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_push_of_a_file_that_is_no_image_uploads_nothing(files, tmp_path, capsys):
+    """An image folder holding a file Pillow cannot read (text named .png, a cut PNG), or images of two shapes: one
+    line naming the file, exit 2, and the store as it was, before a byte is uploaded (was "uploaded 6 samples", then
+    PIL's UnidentifiedImageError in the run)."""
+    import shutil
+
+    from PIL import Image
+
+    from dane.experiments.data import main
+
+    folder, store = tmp_path / "img", tmp_path / "store"
+    shutil.copytree(files / "img", folder)
+    push(push_args(str(files / "t.npz"), "--uri", str(store), "--collection", "t"))
+    before = store_files(store)
+    bad = folder / "square" / "2.png"
+    png = (folder / "circle" / "0.png").read_bytes()
+    fix = "then push again (nothing was uploaded)"
+    for write, line in (
+            (lambda: bad.write_text("not an image\n"),
+             f"{bad} is not an image Pillow can read (not an image file Pillow knows); replace it with an image or "
+             f"remove it, {fix}"),
+            (lambda: bad.write_bytes(png[:len(png) // 2]),
+             f"{bad} is not an image Pillow can read (OSError: image file is truncated); replace it with an image or "
+             f"remove it, {fix}"),
+            (lambda: Image.fromarray(np.zeros((5, 5), np.uint8)).save(bad),
+             f"{bad} has shape (5, 5), not (9, 7) as {folder / 'circle' / '0.png'} (2 shapes in {folder}): a run "
+             f"stacks the images, so they must be one size; resize them, {fix}")):
+        write()
+        for uri in (store, tmp_path / "fresh"):
+            with pytest.raises(SystemExit) as stopped:
+                main(["push", str(folder), "--uri", str(uri), "--collection", "shapes"])
+            assert stopped.value.code == 2 and capsys.readouterr().err == f"error: {line}\n"
+        assert store_files(store) == before and not (tmp_path / "fresh").exists()
+    (folder / "circle" / "1.png").write_text("")
+    bad.write_text("not an image\n")
+    with pytest.raises(DataError, match=rf"^{folder / 'circle' / '1.png'} is not an image Pillow can read \(not an "
+                                        rf"image file Pillow knows\), nor are 1 more of the 6 files in {folder}; "
+                                        "replace them with images or remove them, then push again"):
+        push(push_args(str(folder), "--uri", str(store), "--collection", "shapes"))
+
+
+def test_a_stored_image_no_run_can_decode_is_one_line(files, tmp_path):
+    """A data set holding a file that is no image (pushed before a push checked them): the run's line names the
+    sample and the push that repairs it, not PIL's traceback."""
+    import shutil
+
+    from dane.data.mongo_push import push_images
+
+    folder, uri = tmp_path / "img", tmp_path / "store"
+    shutil.copytree(files / "img", folder)
+    (folder / "square" / "1.png").write_text("not an image\n")
+    push_images(connect(str(uri), create=True), "shapes", folder, checked=True, print_fn=lambda line: None)
+    source = MongoSource(uri=str(uri), collection="shapes")
+    assert source.images([1, 4])[0].shape == (2, 9, 7)
+    with pytest.raises(DataError) as raised:
+        source.images([1, 5])
+    assert str(raised.value) == (f"collection shapes of {uri}: sample 5 (square/1.png) is not an image Pillow can read "
+                                 "(not an image file Pillow knows); replace that file in the folder and push it again: "
+                                 f"dane data push FOLDER --uri {uri} --collection shapes --replace")
+
+
+@pytest.mark.parametrize("keep, line", [
+    ({"circle": 1, "square": 2}, "class circle has only 1 sample (samples per class: circle=1, square=2)"),
+    ({"circle": 1}, "class circle has only 1 sample (samples per class: circle=1)"),
+])
+def test_an_image_class_of_one_is_one_line(files, tmp_path, keep, line):
+    """A pushed image folder whose stratified hold-out cannot be made (a class of one image, one image in all): one
+    DataError line naming the data set, the class counts and the fix (was scikit-learn's ValueError)."""
+    import shutil
+
+    from dane.data.mongo_source import image_dataset
+
+    folder, uri = tmp_path / "img", tmp_path / "store"
+    for label, count in keep.items():
+        (folder / label).mkdir(parents=True)
+        for k in range(count):
+            shutil.copy(files / "img" / label / f"{k}.png", folder / label)
+    push(push_args(str(folder), "--uri", str(uri), "--collection", "few"))
+    with pytest.raises(DataError) as raised:
+        image_dataset(MongoSource(uri=str(uri), collection="few"), seed=0)
+    assert str(raised.value) == (f"collection few of {uri}: {line}; a stratified hold-out needs at least 2 of each "
+                                 "class: add samples of it, or remove the class, then push the folder again: dane data "
+                                 f"push FOLDER --uri {uri} --collection few --replace")
+
+
+@pytest.mark.parametrize("name, uri, line", [
+    ("a$b", "{tmp}", "--collection 'a$b': '$' (character 2) is not allowed in a collection name; choose another name "
+                     "(letters, digits, '_' and '-'), e.g. --collection a_b"),
+    ("a b", "{tmp}", "--collection 'a b': ' ' (character 2) is not allowed in an embedded store's collection name; "
+                     "choose another name (letters, digits, '_' and '-'), e.g. --collection a_b"),
+    ("x\\y", "{tmp}", "--collection 'x\\\\y': '\\\\' (character 2) is not allowed in an embedded store's collection "
+                      "name; choose another name (letters, digits, '_' and '-'), e.g. --collection x_y"),
+    ("dane_manifest", "{tmp}", "--collection 'dane_manifest': dane_manifest is the store's list of data sets; choose "
+                               "another name (letters, digits, '_' and '-')"),
+    ("system.t", "mongodb://localhost/dane", "--collection 'system.t': a collection name cannot start with 'system.'; "
+                                             "choose another name (letters, digits, '_' and '-'), e.g. --collection "
+                                             "system_t"),
+])
+def test_a_bad_collection_name_is_one_line_naming_the_character(files, tmp_path, capsys, name, uri, line):
+    """--collection a store cannot hold: push's own flag and the character at fault (was "data.collection must name
+    a data set pushed with dane data push, got 'a$b'", or mongita's InvalidName traceback); nothing written."""
+    from dane.experiments.data import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["push", str(files / "t.npz"), "--uri", uri.format(tmp=tmp_path / "store"), "--collection", name])
+    assert stopped.value.code == 2 and capsys.readouterr().err == f"error: {line}\n"
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_push_names_npz_keys_as_its_own_flags(files, tmp_path, capsys):
+    """An archive without the array X: the line names --x-key, which push now has (was "set data.x_key"); with it the
+    archive is pushed, and read back as data=npz data.x_key reads it. A run's bad name still names data.collection
+    and the character."""
+    from dane.experiments.data import as_flags, main
+
+    archive = tmp_path / "a.npz"
+    np.savez(archive, A=np.arange(6.0).reshape(3, 2), y=np.array([0.0, 1.0, 0.0]))
+    uri = str(tmp_path / "store")
+    with pytest.raises(SystemExit):
+        main(["push", str(archive), "--uri", uri, "--collection", "a"])
+    assert capsys.readouterr().err == (f"error: {archive} has no array 'X' (--x-key); its keys are: A, y; set --x-key "
+                                       "to one of them, or write it with dane.data.files.save_npz(path, X, y)\n")
+    assert push(push_args(str(archive), "--uri", uri, "--collection", "a", "--x-key", "A")).startswith("uploaded 3")
+    assert np.array_equal(MongoSource(uri=uri, collection="a").load().X, NPZSource(str(archive), x_key="A").load().X)
+    assert as_flags("check data.path; set data.y_key or data.collection") == \
+        "check the path given; set --y-key or --collection"
+    with pytest.raises(ConfigError) as raised:
+        MongoSource(uri=uri, collection="a$b")
+    assert str(raised.value) == ("data.collection='a$b': '$' (character 2) is not allowed in a collection name; give "
+                                 "the name of a data set pushed with dane data push ... --collection NAME")

@@ -16,7 +16,9 @@ the file, from the ``(id, client)`` projection.
 
 Images: ``FOLDER/<label>/<image>``, labels the sub-folder names in sorted order (0, 1, ...), samples in
 (label, file name) order; each image's file bytes are stored unchanged in GridFS and decoded at read
-time (Pillow), so the stored file is the one pushed.
+time (Pillow), so the stored file is the one pushed. Every image is decoded once at push time too, as a run
+decodes it (`check_images`): a file Pillow cannot read, or images of more than one shape, are refused in
+one line before anything is uploaded.
 """
 
 from __future__ import annotations
@@ -41,6 +43,31 @@ def image_files(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
     if not samples:
         raise DataError(f"{folder} holds no images in sub-folders (FOLDER/<label>/<image>.png); "
                         "put each class's images in a folder named by its label")
+    return classes, samples
+
+
+def check_images(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
+    """`image_files`, each decoded as a run decodes it (`decode_image`): one line naming the first file that does not
+    decode, or the first whose shape is not the first image's (a run stacks them), before anything is uploaded."""
+    classes, samples = image_files(folder)
+    bad: list[tuple[Path, str]] = []
+    shapes: dict[tuple, Path] = {}  # each shape met, and its first file
+    for path, _ in samples:
+        try:
+            shapes.setdefault(decode_image(path.read_bytes()).shape, path)
+        except UnreadableImage as err:
+            bad.append((path, str(err)))
+    if bad:
+        path, reason = bad[0]
+        others = f", nor are {len(bad) - 1} more of the {len(samples)} files in {folder}" if len(bad) > 1 else ""
+        it = "them with images or remove them" if len(bad) > 1 else "it with an image or remove it"
+        raise DataError(f"{path} is not an image Pillow can read ({reason}){others}; replace {it}, then push again "
+                        "(nothing was uploaded)")
+    if len(shapes) > 1:
+        (shape, path), (other, first) = list(shapes.items())[1], list(shapes.items())[0]
+        raise DataError(f"{path} has shape {shape}, not {other} as {first} ({len(shapes)} shapes in {folder}): a "
+                        "run stacks the images, so they must be one size; resize them, then push again (nothing was "
+                        "uploaded)")
     return classes, samples
 
 
@@ -70,9 +97,10 @@ def push_table(store: Store, name: str, table, *, print_fn: Callable[[str], None
 
 
 def push_images(store: Store, name: str, folder: Path, *, print_fn: Callable[[str], None] = print,
-                fingerprint_of: str = "", replace: bool = False) -> str:
-    """Upload the labelled images of ``folder`` as data set ``name`` (bytes in GridFS bucket ``name``)."""
-    classes, samples = image_files(folder)
+                fingerprint_of: str = "", replace: bool = False, checked: bool = False) -> str:
+    """Upload the labelled images of ``folder`` as data set ``name`` (bytes in GridFS bucket ``name``), each checked
+    first (`check_images`; ``checked``: the caller has just done so)."""
+    classes, samples = image_files(folder) if checked else check_images(folder)
     manifest = {"_id": name, "state": "uploading", "n": len(samples), "kind": "images", "d": 0, "columns": [],
                 "feature_names": [], "classes": classes, "fingerprint": fingerprint_of, "source": str(folder)}
 
@@ -179,11 +207,21 @@ def _runs(ids: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
+class UnreadableImage(ValueError):
+    """Bytes Pillow cannot decode as an image; the message says why (the caller names the file)."""
+
+
 def decode_image(data: bytes) -> np.ndarray:
-    """An image file's pixels as a uint8 array (H x W, or H x W x C), as Pillow reads it."""
+    """An image file's pixels as a uint8 array (H x W, or H x W x C), as Pillow reads it; `UnreadableImage` for
+    bytes it cannot decode (not an image, a truncated one)."""
     import io
 
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
-    with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image)
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image)
+    except UnidentifiedImageError:
+        raise UnreadableImage("not an image file Pillow knows") from None
+    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as err:
+        raise UnreadableImage(f"{type(err).__name__}: {' '.join(str(err).split())[:80]}") from None

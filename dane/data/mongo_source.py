@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from dane.data.mongo_store import CLIENT, Store, connect, is_server, unreadable
+from dane.data.mongo_store import CLIENT, Store, connect, is_server, name_problem, unreadable
 from dane.data.sharding import COLUMN, ShardingKeys
 from dane.data.table import Table, resolve_dir
 from dane.errors import ConfigError, DataError
@@ -73,10 +73,10 @@ class MongoSource(ShardingKeys):
     def __post_init__(self) -> None:
         if not isinstance(self.uri, str) or not self.uri:
             raise ConfigError("data.uri is empty; set data.uri=mongodb://HOST/DATABASE or data.uri=/folder/of/store")
-        if not isinstance(self.collection, str) or not self.collection or self.collection.startswith(("$", ".")) \
-                or self.collection.startswith("system.") or "$" in self.collection:
-            raise ConfigError(f"data.collection must name a data set pushed with dane data push, got "
-                              f"{self.collection!r}")
+        problem = name_problem(self.collection, embedded=False)  # any store's rules: a run reads what a push wrote
+        if problem:
+            raise ConfigError(f"data.collection={self.collection!r}: {problem}; give the name of a data set pushed "
+                              "with dane data push ... --collection NAME")
         self.check_sharding(columns="the client column of a table pushed with dane data push FILE --client-column NAME")
         if not (isinstance(self.test_fraction, float) and 0.0 < self.test_fraction < 1.0):
             raise ConfigError(f"data.test_fraction must be in (0, 1), got {self.test_fraction!r}")
@@ -197,16 +197,24 @@ class MongoSource(ShardingKeys):
     @reads_the_store
     def images(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """The images of ``ids`` (decoded from their GridFS files, uint8, stacked) and their labels."""
-        from dane.data.mongo_push import decode_image
+        from dane.data.mongo_push import UnreadableImage, decode_image
         from dane.data.mongo_store import read_gridfs
 
         _, _, manifest = self.labels()
         if manifest["kind"] != "images":
             raise ConfigError(f"data.collection={self.collection} holds a table, not images; push a folder of "
                               "images (FOLDER/<label>/<image>) for a network")
-        docs = self.store().by_ids(self.collection, np.asarray(ids), ["y", "file_id"])
+        docs = self.store().by_ids(self.collection, np.asarray(ids), ["y", "file_id", "filename"])
         data = read_gridfs(self.store(), self.collection, [doc["file_id"] for doc in docs])
-        pixels = [decode_image(data[doc["file_id"]]) for doc in docs]
+        pixels = []
+        for doc in docs:
+            try:
+                pixels.append(decode_image(data[doc["file_id"]]))
+            except UnreadableImage as err:  # pushed before a push checked its images, or changed in the store since
+                raise DataError(f"{self.store().where(self.collection)}: sample {doc['id']} ({doc.get('filename')}) is "
+                                f"not an image Pillow can read ({err}); replace that file in the folder and push it "
+                                f"again: dane data push FOLDER --uri {self.uri} --collection {self.collection} "
+                                "--replace") from None
         shapes = {p.shape for p in pixels}
         if len(shapes) > 1:
             raise DataError(f"{self.store().where(self.collection)}: the images have {len(shapes)} shapes "

@@ -67,6 +67,36 @@ def is_server(uri: str) -> bool:
     return str(uri).startswith(SERVER_SCHEMES)
 
 
+#: the characters of a data set's name the embedded engine keeps as they are (mongita refuses some others and drops
+#: the rest from the collection's folder name, where two names could then share one folder)
+EMBEDDED_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+EMBEDDED_NAME_MAX = 64 - len("_chunks")  # mongita's longest collection name, less the GridFS bucket's suffix
+
+
+def name_problem(name: str, *, embedded: bool) -> str | None:
+    """Why ``name`` cannot name a data set in a store, in a few words naming the bad character (None: it can).
+    Any store: MongoDB's rules (no ``$`` or NUL, not empty, no leading ``.`` or ``system.``); the embedded engine
+    (``embedded``, for a push): letters, digits, ``_`` and ``-`` only, no ``_`` first or last, at most
+    `EMBEDDED_NAME_MAX` characters, and not the manifest's own collection."""
+    if not isinstance(name, str) or not name:
+        return "the name is empty"
+    bad = next((i for i, ch in enumerate(name) if ch in "$\0"), None)
+    if bad is None and embedded:
+        bad = next((i for i, ch in enumerate(name) if ch not in EMBEDDED_NAME), None)
+    if bad is not None:
+        where = "an embedded store's" if embedded and name[bad] not in "$\0" else "a"
+        return f"{name[bad]!r} (character {bad + 1}) is not allowed in {where} collection name"
+    if name.startswith((".", "system.")):
+        return f"a collection name cannot start with {'.' if name.startswith('.') else 'system.'!r}"
+    if embedded and (name[0] == "_" or name[-1] == "_"):
+        return "an embedded store's collection name cannot start or end with '_'"
+    if embedded and len(name) > EMBEDDED_NAME_MAX:
+        return f"an embedded store's collection name has at most {EMBEDDED_NAME_MAX} characters, not {len(name)}"
+    if name == MANIFEST:
+        return f"{MANIFEST} is the store's list of data sets"
+    return None
+
+
 def server_database(uri: str) -> str:
     """The database a server URI names (``mongodb://host/NAME``), or `DATABASE`; one line for a bad URI."""
     try:
