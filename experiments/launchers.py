@@ -148,10 +148,13 @@ class ProcessLauncher(Launcher):
             try:
                 if timer is not None:
                     timer.start()
-                for line in proc.stdout:  # shown as it comes
-                    sys.stdout.write(line)
+                said = False  # after a rank's error line, the launcher's own report of the exit (horovodrun's
+                for line in proc.stdout:  # traceback) goes to launch.log only; the rest is shown as it comes
+                    if not said:
+                        sys.stdout.write(line)
                     logfile.write(line)
                     tail.append(line.rstrip("\n"))
+                    said = said or ERROR_LINE.match(tail[-1]) is not None
                 returncode = proc.wait()
             except BaseException:  # Ctrl-C: stop the launch too
                 _kill_group(proc)

@@ -54,6 +54,20 @@ def test_the_programs_error_line_is_found_under_either_launcher():
         "error: algorithm.mu must be >= 0, got -1", "error: workers=3 but the launcher started 2"]
 
 
+def test_after_a_ranks_error_line_the_launchers_own_report_goes_to_the_log_only(tmp_path, capsys):
+    """horovodrun follows a rank's one line with its own 20-line traceback of the exit: kept in launch.log, not shown
+    (the sweep's line for the job repeats the error)."""
+    from dane.experiments.launchers import LOG_FILE, HorovodLauncher
+
+    said = ["[0]<stdout>:round 0", "[0]<stderr>:error: algorithm.mu must be >= 0, got -1",
+            "Traceback (most recent call last):", "RuntimeError: Horovod detected that one or more processes exited"]
+    code = "import sys; print(*sys.argv[1:], sep='\\n'); sys.exit(2)"
+    status, tail = HorovodLauncher()._run([sys.executable, "-c", code, *said], tmp_path)
+    assert status == 2 and tail == said
+    assert capsys.readouterr().out.splitlines() == said[:2]
+    assert (tmp_path / LOG_FILE).read_text().splitlines()[1:] == said
+
+
 def sweep(launcher: str, overrides: list[str], sweep_dir) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "experiments.train", "-m", f"hydra/launcher={launcher}", *overrides,
            f"hydra.sweep.dir={sweep_dir}"]
