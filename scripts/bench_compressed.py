@@ -9,7 +9,8 @@ import time
 from dane.api import CONF_DIR, fit
 from dane.data.files import LibSVMSource
 from dane.problems.linear_models import LinearModelConfig
-from scripts.harness import Bench, Run, data_dir, first_at, kept, load, optimum_of, option, relative, work_to
+from scripts.harness import (LOCAL_WORK, Bench, Run, data_dir, first_at, kept, load, local_work_to, optimum_of, option,
+                             relative, work_to)
 
 KEY = "compressed"
 TARGET, LAM = 1e-12, 1e-3
@@ -36,7 +37,9 @@ METHODS = {
     "giant": ("giant", {"compress": "none"}, 300),
 }
 QUICK = ("fednl_topk", "fednl_bc", "diana", "gd")
-WORK = ("uplink_bits", "total_bits", "local_passes")  # per node, to the target
+WORK = ("uplink_bits", "total_bits", "local_passes")  # per node, to the target, and each curve's
+#: beside them at the target: the second-order work per node (`scripts.harness.LOCAL_WORK`), where counted
+SECOND_ORDER = tuple(k for k in LOCAL_WORK if k != "local_passes")
 
 
 def problem(name: str) -> LinearModelConfig:
@@ -50,12 +53,13 @@ def problem(name: str) -> LinearModelConfig:
 
 def per_node(records: list[dict], m: int) -> list[dict]:
     """Each record's cumulative work per node to reach its iterate (`work_to`): bits up, up and down (FedNL's
-    participants' bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``), local passes and Hessians
-    formed (None where not counted)."""
+    participants' bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``), and each count of
+    `scripts.harness.LOCAL_WORK` over m: local passes, HVPs, Hessians formed, factorizations (None where not
+    counted)."""
     def bits(r: dict, way: str) -> float:
         return 8 * r.get(f"{way}link_bytes", 0) / m if "uplink_bytes" in r else float(r.get(f"{way}link_bits", 0))
     return [{"uplink_bits": bits(r, "up"), "total_bits": bits(r, "up") + bits(r, "down"),
-             **{k: None if r.get(k) is None else r[k] / m for k in ("local_passes", "local_hessians")}}
+             **{k: None if r.get(k) is None else r[k] / m for k in LOCAL_WORK}}
             for r in records]
 
 
@@ -86,7 +90,8 @@ def cell(config: LinearModelConfig, m: int, method: str, cap: int, seed: int) ->
     at = len(records) - 1 if hit is None else hit
     best, rounds, hessians = min(rel), records[at]["round"], work_to(work, at, "local_hessians")
     return {**row, "keys": keys, "status": result.status, "round_cap": cap, "reached": hit is not None,
-            "rounds": rounds, **{k: work_to(work, at, k) for k in WORK}, "best_rel": best,
+            "rounds": rounds, **{k: work_to(work, at, k) for k in WORK},
+            **{k: v for k, v in local_work_to(work, at).items() if k in SECOND_ORDER}, "best_rel": best,
             "hessian_share": None if hessians is None else hessians / max(rounds, 1),
             "missed_by": None if hit is not None else best / TARGET, "wall_s": wall, "curve": thinned(rel, work)}
 

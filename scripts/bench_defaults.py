@@ -9,7 +9,7 @@ import numpy as np
 import dane
 from dane.records.provenance import code_version
 from dane.synthetic.defaults_data import FAMILIES, make
-from scripts.harness import Bench, Run, default_and_grid, first_at, fit_setting, optimum_of, option, relative, work_to
+from scripts.harness import Bench, Run, default_and_grid, first_at, fit_setting, local_work_to, optimum_of, option, relative
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,8 @@ def smoothness(X: np.ndarray, loss: str, lam: float, fit_intercept: bool) -> flo
 
 def to_target(records: list[dict]) -> dict:
     """Rounds and allreduces to the first record with (O − O*)/|O*| <= REL_TOL; the best reached; peak_rise; the
-    clients' local gradient passes to it where the records count them (`work_to`)."""
+    clients' local passes, HVPs, Hessians formed and factorizations to it where the records count them
+    (`local_work_to`)."""
     star = optimum_of(records)
     if star is None:
         return {"reached": False, "rounds": None, "comm_rounds": None, "best_rel_suboptimality": None}
@@ -75,8 +76,8 @@ def to_target(records: list[dict]) -> dict:
            "best_rel_suboptimality": min(rel)}
     if hit is not None and rel[0] > 0:
         row["peak_rise"] = max(rel[: hit + 1]) / rel[0]
-    if hit is not None and work_to(records, hit, "local_passes") is not None:
-        row["local_passes"] = work_to(records, hit, "local_passes")
+    if hit is not None:
+        row.update(local_work_to(records, hit))
     return row
 
 

@@ -18,7 +18,7 @@ from dane.problems.linear_models import LinearModelConfig
 from dane.records.provenance import code_version
 from dane.synthetic.bench_file import read_bench
 from scripts.bench_defaults import SCAFFOLD_GRID
-from scripts.harness import Bench, Run, data_dir, default_and_grid, first_at, fit_setting, load, now, optimum_of, option, relative, work_to
+from scripts.harness import Bench, Run, data_dir, default_and_grid, first_at, fit_setting, load, local_work_to, now, optimum_of, option, relative, work_to
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "federated"
@@ -94,11 +94,12 @@ def at_targets(records: list[dict]) -> dict:
 
 def reached(records: list[dict], hit: int) -> dict:
     """Record ``hit``'s rounds, allreduces, simulated time and communicator bytes, and the work spent to reach it
-    (`work_to`): the participants' uplink and downlink bytes, the clients' local passes where counted."""
-    r, passes = records[hit], work_to(records, hit, "local_passes")
+    (`work_to`): the participants' uplink and downlink bytes, the clients' local passes, HVPs, Hessians formed and
+    factorizations where counted (`local_work_to`)."""
+    r = records[hit]
     return {"rounds": r["round"], "comm_rounds": r["comm_rounds"], "time_s": float(r["time_s"]),
             **{k: work_to(records, hit, k) for k in ("uplink_bytes", "downlink_bytes")}, "bytes_sent": r["bytes_sent"],
-            **({} if passes is None else {"local_passes": passes})}
+            **local_work_to(records, hit)}
 
 
 def run_method(config, method: str, s: int, args, similarity: dict, grid: list[dict]) -> tuple[dict, list[dict]]:

@@ -161,6 +161,17 @@ def work_to(records: list[dict], hit: int, key: str):
     return records[hit].get(key)
 
 
+#: the local-work counts a benchmark keeps at its target (`dane.work`, docs/results.md's schema): passes beside the
+#: second-order work, since a table that ranks methods on passes alone understates a Newton-type method's work
+LOCAL_WORK = ("local_passes", "local_hvps", "local_hessians", "local_factorizations")
+
+
+def local_work_to(records: list[dict], hit: int) -> dict:
+    """Each count of `LOCAL_WORK` spent to reach record ``hit``'s iterate (`work_to`); a count the records do not
+    hold (records from before it was counted, or None) is left out, not zero."""
+    return {key: value for key in LOCAL_WORK if (value := work_to(records, hit, key)) is not None}
+
+
 # ---------------------------------------------------------------- in-process sections: rows, targets
 def stamped(measure: Callable[[], dict]) -> dict:
     """``measure()`` between its record: ``started_at`` and ``load_avg_before`` before it, ``load_avg_after`` and
