@@ -6,8 +6,9 @@ Reads the section ``compressed`` of scripts/bench_compressed.py's JSON (each cel
 trains) and draws one row of four panels per dataset, as the FedNL paper's figures (Safaryan et al. 2022): relative
 suboptimality (O(w) − O*)/|O*|, log y, against the uplink bits per node, the total bits per node (up and down), the
 rounds and the local passes per node.  The table, between docs/benchmarks.md's ``<!-- compressed-table:begin -->``
-and ``...:end -->`` lines (``--print``: to stdout), gives per dataset and method what reaching 1e-12 cost, or the
-best reached and the factor missed by; then the claims the section measured.  No number is typed by hand.
+and ``...:end -->`` lines (``--print``: to stdout), gives per dataset and method what reaching 1e-12 cost (rounds,
+bits, and the local work per node: passes, HVPs, Hessians formed, factorizations), or the best reached and the factor
+missed by; then the claims the section measured.  No number is typed by hand.
 Beside the figure, ``compressed.md`` holds the table and ``compressed.json`` the sidecar naming the JSON read
 (`figure`: what `make_all` draws from paper_figs/evidence/compressed.json, the page untouched).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dane.algorithm import label_of
-from dane.paper_figs.blocks import publish
+from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count, publish
 from dane.paper_figs.common import bench_figure, bench_parser, bench_section
 
 KEY = "compressed"
@@ -47,10 +48,12 @@ def num(x: float | None) -> str:
 
 
 def row(cell: dict) -> str:
-    work = [num(cell[k]) for k in ("rounds", "uplink_bits", "total_bits", "local_passes")]
+    """A cell's rounds, bits and local work per node to the target (a second-order count it did not record: —)."""
+    work = [num(cell[k]) for k in ("rounds", "uplink_bits", "total_bits", "local_passes")] + \
+        [count(cell.get(k), ".3g") for k in SECOND_ORDER]
     if cell["reached"]:
         return f"| {label(cell)} | " + " | ".join(work) + " | |"
-    return (f"| {label(cell)} | " + " | ".join(f"> {w}" for w in work) +
+    return (f"| {label(cell)} | " + " | ".join(w if w == "—" else f"> {w}" for w in work) +
             f" | best {cell['best_rel']:.2g} ({cell['missed_by']:.2g}x the target) at the cap |")
 
 
@@ -69,13 +72,15 @@ def render(section: dict, source: str) -> str:
              f"({len(parts)} run{'s' * (len(parts) > 1)} from {min(p['started_at'] for p in parts)}, load average {min(loads):g}-"
              f"{max(loads):g}; their commands in its `parts`). Logistic regression (lam={section['lam']:g}, "
              f"intercept), relative suboptimality target {section['target']:g}; round caps {caps(section)}. Per cell: "
-             "rounds, uplink bits, total bits (up + down) and local passes per node to the target; a cell that "
-             "missed it shows what it spent by the cap (>) and its best.", ""]
+             "rounds, uplink bits, total bits (up + down), local passes and the second-order work per node to the "
+             f"target; a cell that missed it shows what it spent by the cap (>) and its best. {SECOND_ORDER_NOTE}, "
+             f"per node (—: {NOT_RECORDED}).", ""]
     absent = []
     for dataset, cells in section["cells"].items():
         lines += [f"**{dataset}** ({section['clients'][dataset]} clients)", "",
-                  "| method | rounds | uplink bits/node | total bits/node | passes/node | missed |",
-                  "|---|---|---|---|---|---|"]
+                  "| method | rounds | uplink bits/node | total bits/node | passes/node | " +
+                  " | ".join(f"{name}/node" for name in SECOND_ORDER.values()) + " | missed |",
+                  "|---|---|---|---|---|" + "---|" * len(SECOND_ORDER) + "---|"]
         for cell in cells.values():
             if "curve" not in cell:  # absent, failed or unfinished: its one line
                 absent.append(f"{dataset} {cell['error'].removeprefix('not run: ')}")

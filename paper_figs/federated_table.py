@@ -8,10 +8,11 @@ fewer clients, a larger α; ``federated_quadratic``: the S-DANE paper's quadrati
 docs/benchmarks.md's ``<!-- federated-table:begin -->`` and ``<!-- federated-table:end -->`` lines (the others':
 ``federated-mild-table``, ``federated-quadratic-table``; ``--print``: to stdout instead): per number of sampled
 clients s and method, the rounds to each target at its defaults with the fewest of its grid in parentheses, the
-participants' uplink bytes and the clients' local gradient passes (``local_passes``) to the last target at
-defaults, the best relative suboptimality the defaults
-reached and how the default run ended, then which default reaches the last target with the fewest rounds,
-uplink bits and local passes; a provenance line names the JSON file(s) as given to ``--json`` (give
+participants' uplink bytes and the clients' local work to the last target at defaults (gradient passes,
+``local_passes``, and beside them the Hessian-vector products, Hessians formed and factorizations), the best
+relative suboptimality the defaults reached and how the default run ended, then which default reaches the last
+target with the fewest rounds, uplink bits and local passes, the passes ranked only among rows of one kind (`fewest`);
+a provenance line names the JSON file(s) as given to ``--json`` (give
 them relative to the checkout's root), each run's start and load average, the data, the sharding and the
 measured Hessian dissimilarity.  The quadratic's block adds the rounds of DANE, S-DANE and Acc-S-DANE at each
 prox weight of its grid (multiples of δ_A, DANE's μ on the same multiples) and the comparisons the S-DANE paper
@@ -24,7 +25,8 @@ import json
 import math
 from pathlib import Path
 
-from dane.paper_figs.blocks import method_label, publish
+from dane.paper_figs.blocks import (NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count, kind, method_label, publish,
+                                    second_order_cells, second_order_text)
 from dane.paper_figs.common import bench_parser
 
 BEGIN, END = "<!-- federated-table:begin -->", "<!-- federated-table:end -->"
@@ -62,18 +64,18 @@ def passes(run: dict, target: str) -> str:
     """Local gradient passes to ``target`` (the records' cumulative ``local_passes``, summed over clients); —
     where it was not reached or a record of old holds no count."""
     hit = run.get("targets", {}).get(target)
-    value = None if hit is None else hit.get("local_passes")
-    return "—" if value is None else str(int(value) if float(value).is_integer() else value)
+    return count(None if hit is None else hit.get("local_passes"))
 
 
 def fewest(rows: list[dict], target: str) -> str:
     """Which default reaches ``target`` with the fewest rounds, clients' uplink bits and local passes, each with its
     number; ties named together, a count no row holds: —.  Uplink bits rank only the methods with a server (their
     records' ``uplink_bytes``, summed over the participants): GD's and DANE's communicator bytes are one worker's
-    share of a ring, another unit."""
+    share of a ring, another unit.  Local passes rank only among rows of one `kind`: the first-order rows, and
+    apart from them the rows with second-order work, whose winner's HVPs, Hessians and factorizations are named
+    beside its passes; a row that did not record those counts is named, not ranked."""
     measures = {"rounds": lambda hit: hit["rounds"],
-                "clients' uplink bits": lambda hit: None if hit.get("uplink_bytes") is None else 8 * hit["uplink_bytes"],
-                "local passes": lambda hit: hit.get("local_passes")}
+                "clients' uplink bits": lambda hit: None if hit.get("uplink_bytes") is None else 8 * hit["uplink_bytes"]}
     hits = [(row["method"], row["default"].get("targets", {}).get(target)) for row in rows]
     hits = [(method, hit) for method, hit in hits if hit is not None]
     parts = []
@@ -84,8 +86,29 @@ def fewest(rows: list[dict], target: str) -> str:
             continue
         low = min(values.values())
         winners = " and ".join(method_label(m) for m, v in values.items() if v == low)
-        parts.append(f"fewest {name}: {winners} ({int(low) if float(low).is_integer() else low})")
-    return f"To {target} at defaults: " + "; ".join(parts) + "."
+        parts.append(f"fewest {name}: {winners} ({count(low)})")
+    return f"To {target} at defaults: " + "; ".join(parts + [fewest_passes(hits)]) + "."
+
+
+def fewest_passes(hits: list[tuple[str, dict]]) -> str:
+    """`fewest`'s local passes: per `kind`, the fewest passes (for the second-order rows with the winners' other
+    counts); the rows whose kind was not recorded, named with their passes."""
+    counted = [(method, hit) for method, hit in hits if hit.get("local_passes") is not None]
+    if not counted:
+        return "fewest local passes: —"
+    parts = []
+    for group, name in (("first-order", "first-order rows"), ("second-order", "rows with second-order work")):
+        values = {method: hit for method, hit in counted if kind(hit) == group}
+        if values:
+            low = min(hit["local_passes"] for hit in values.values())
+            winners = [(m, hit) for m, hit in values.items() if hit["local_passes"] == low]
+            named = [f"{method_label(m)} ({count(low)} passes; {second_order_text(hit)})" for m, hit in winners] \
+                if group == "second-order" else [" and ".join(method_label(m) for m, _ in winners) + f" ({count(low)})"]
+            parts.append(f"fewest local passes among {name}: {' and '.join(named)}")
+    unknown = [f"{method_label(m)} ({count(hit['local_passes'])})" for m, hit in counted if kind(hit) is None]
+    if unknown:
+        parts.append(f"local passes not ranked ({', '.join(SECOND_ORDER.values())} not recorded): {', '.join(unknown)}")
+    return "; ".join(parts)
 
 
 def best_per_target(row: dict, targets: list[str]) -> dict:
@@ -112,7 +135,9 @@ def method_row(row: dict, targets: list[str]) -> str:
     else:
         setting = "—"
     return (f"| {method_label(row['method'])} | " + " | ".join(cells) +
-            f" | {megabytes(default, targets[-1])} | {passes(default, targets[-1])} | {rel_text} | {default['status']} | {setting} |")
+            f" | {megabytes(default, targets[-1])} | {passes(default, targets[-1])} | "
+            + " | ".join(second_order_cells(default.get("targets", {}).get(targets[-1]))) +
+            f" | {rel_text} | {default['status']} | {setting} |")
 
 
 SETTING = ("dataset", "workers", "sharding", "lam", "seed", "quick", "targets", "round_caps")  # what combined runs share
@@ -181,7 +206,11 @@ def render(report: dict, sources: list[str] = ()) -> str:
     lines = [f"{provenance(report, sources)} {setting}{problem_text(report)} Target: {report['target']}. Rounds at defaults "
              f"(the fewest of its grid, the default included, in parentheses{grids}; —: not reached within the round cap); uplink: the sampled "
              f"clients' bytes to the last target at defaults (*: the communicator's bytes, GD and DANE have no "
-             f"server); local passes: the clients' local gradient passes to it, summed (—: not recorded)."]
+             f"server); local passes: the clients' local gradient passes to it, summed (—: not recorded); "
+             f"{SECOND_ORDER_NOTE} (—: not reached, or {NOT_RECORDED}). The fewest local passes are ranked only among rows of one kind, the first-order "
+             f"rows (no HVP, Hessian or factorization counted) apart from the rows with second-order work, whose "
+             f"winner's counts are named beside its passes; a row whose run did not record them is named, not "
+             f"ranked."]
     for s in report["clients"]:
         rows = sorted((row for key, row in report["rows"].items() if key.startswith(f"s={s}/") and "default" in row),
                       key=lambda row: ORDER.get(row["method"], len(ORDER)))
@@ -189,9 +218,9 @@ def render(report: dict, sources: list[str] = ()) -> str:
             continue
         lines += ["", f"**s = {s} of {report['workers']} clients per round**", "",
                   "| method | " + " | ".join(f"rounds to {t}" for t in targets) +
-                  f" | uplink MB to {targets[-1]} | local passes to {targets[-1]} | best rel. suboptimality | "
-                  "default ended | best setting |",
-                  "|---|" + "---|" * (len(targets) + 5)]
+                  f" | uplink MB to {targets[-1]} | local passes to {targets[-1]} | " +
+                  " | ".join(SECOND_ORDER.values()) + " | best rel. suboptimality | default ended | best setting |",
+                  "|---|" + "---|" * (len(targets) + 5 + len(SECOND_ORDER))]
         lines += [method_row(row, targets) for row in rows]
         lines += ["", fewest(rows, targets[-1])]
     skipped = sorted({key.split("/", 1)[1] for key, row in report["rows"].items() if "skipped" in row} |

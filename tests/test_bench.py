@@ -272,6 +272,17 @@ def test_work_is_counted_to_the_record_that_reaches_the_target():
     assert harness.work_to(records, 2, "local_steps") is None
 
 
+def test_every_local_work_count_is_kept_at_the_target_and_an_uncounted_one_stays_absent():
+    """`harness.local_work_to`: passes, HVPs, Hessians formed and factorizations at record ``hit``; a key the records
+    lack (a run from before the count) or hold as None is left out, never made 0."""
+    records = [{"local_passes": 2.0 * k, "local_hvps": 5 * k, "local_hessians": k, "local_factorizations": k,
+                "local_flops": 99} for k in range(3)]
+    assert harness.local_work_to(records, 2) == {"local_passes": 4.0, "local_hvps": 10, "local_hessians": 2,
+                                                 "local_factorizations": 2}
+    old = [{"local_passes": 7.0, "local_hessians": None}]
+    assert harness.local_work_to(old, 0) == {"local_passes": 7.0} and harness.local_work_to([{}], 0) == {}
+
+
 def test_the_labels_are_the_algorithm_classes():
     """A table's method names are the classes' declared labels, a variant's qualifier beside them."""
     from dane.algorithm import known_algorithms
@@ -304,8 +315,34 @@ def test_the_tables_render_the_canned_json_with_local_passes():
     ring = {"rounds": hit["rounds"] + 1, "bytes_sent": 8, "uplink_bytes": None}
     line = federated_table.fewest([{**row, "default": {**row["default"], "targets": {"1e-08": hit}}},
                                    {"method": "dane", "default": {"targets": {"1e-08": ring}}}], "1e-08")
+    # the canned run predates the second-order counts: its passes are named, not ranked
     assert line == (f"To 1e-08 at defaults: fewest rounds: S-DANE ({hit['rounds']}); fewest clients' uplink bits: "
-                    f"S-DANE ({8 * hit['uplink_bytes']}); fewest local passes: S-DANE (120).")
+                    f"S-DANE ({8 * hit['uplink_bytes']}); local passes not ranked (HVPs, Hessians, factorizations not "
+                    f"recorded): S-DANE (120).")
+
+
+def test_local_passes_rank_only_among_rows_of_one_kind():
+    """DANE's few passes come with a Hessian and a factorization per client and round: the sentence ranks passes
+    among the first-order rows and, apart, among the rows with second-order work, naming the winner's counts; a row of
+    old (no second-order counts) is named with its passes, not ranked."""
+    from dane.paper_figs.federated_table import fewest
+
+    def row(method, passes, **counts):
+        return {"method": method, "default": {"targets": {"1e-08": {"rounds": 10, "uplink_bytes": None,
+                                                                    "bytes_sent": 8, "local_passes": passes, **counts}}}}
+
+    second = {"local_hvps": 0, "local_hessians": 3000, "local_factorizations": 3000}
+    first = {"local_hvps": 0, "local_hessians": 0, "local_factorizations": 0}
+    rows = [row("dane", 22801, **second), row("scaffnew", 989900, **first), row("scaffold", 34800, **first),
+            row("sdane", 4765, local_hvps=1200, local_hessians=0, local_factorizations=0), row("fedavg", 500)]
+    assert fewest(rows, "1e-08").split("; ", 2)[2] == (
+        "fewest local passes among first-order rows: SCAFFOLD (34800); fewest local passes among rows with "
+        "second-order work: S-DANE (4765 passes; 1200 HVPs); local passes not ranked (HVPs, Hessians, factorizations "
+        "not recorded): FedAvg (500).")
+    rows[3] = row("sdane", 22801, local_hvps=0, local_hessians=100, local_factorizations=0)  # a tie: each one's work
+    assert "second-order work: DANE (safeguarded) (22801 passes; 3000 Hessians, 3000 factorizations) and S-DANE " \
+           "(22801 passes; 100 Hessians)" in fewest(rows, "1e-08")
+    assert fewest([row("gd", None)], "1e-08").endswith("; fewest local passes: —.")
 
 
 # ---------------------------------------------------------------- convex_newton_family, cuda, local_solve_cost
@@ -667,6 +704,46 @@ def test_the_readme_table_is_generated_from_the_json(quick, tmp_path):
     assert readme.read_text() == f"before\n{BEGIN}\n{named}\n{END}\nafter\n"
 
 
+def test_the_defaults_row_keeps_each_local_work_count_to_the_target():
+    """`bench_defaults.to_target`: the counts of record ``hit`` (the first at relative 1e-8), none where not reached
+    or not counted."""
+    from scripts.bench_defaults import to_target
+
+    subs = [1.0, 1e-3, 1e-9, 1e-12]  # relative to |O*| = 2: the target is first met at round 2
+    runs = [record(k, s, local_passes=3.0 * k, local_hessians=k, local_factorizations=k, local_hvps=0)
+            for k, s in enumerate(subs)]
+    row = to_target(runs)
+    assert (row["rounds"], row["local_passes"], row["local_hvps"], row["local_hessians"],
+            row["local_factorizations"]) == (2, 6.0, 0, 2, 2)
+    assert "local_hvps" not in to_target([record(k, s, local_passes=k) for k, s in enumerate(subs)])
+    assert "local_passes" not in to_target(runs[:2])  # not reached
+
+
+def test_the_defaults_table_gives_the_median_of_each_local_work_count():
+    """Per method the median over cells of passes, HVPs, Hessians and factorizations to the target at defaults, each
+    over the cells that recorded it (— where none did)."""
+    from dane.paper_figs.defaults_table import render
+
+    def row(**work):
+        return {"default": {"status": "converged", "reached": True, "comm_rounds": 10, **work},
+                "best": {"comm_rounds": 10}, "ratio": 1.0, "factor": 2.0, "no_divergence": True, "within_factor": True}
+
+    cells = {"a": {"giant": row(local_passes=30.0, local_hvps=0, local_hessians=0, local_factorizations=0),
+                   "dane": row(local_passes=48.0, local_hvps=0, local_hessians=24, local_factorizations=24)},
+             "b": {"giant": row(local_passes=50.0, local_hvps=0, local_hessians=0, local_factorizations=0),
+                   "dane": row(local_passes=52.0, local_hvps=0, local_hessians=26, local_factorizations=27)},
+             "c": {"giant": row(local_passes=70.0), "dane": row(local_passes=60.0)}}  # a run of old: passes alone
+    report = {"started_at": "t", "machine": {"load_avg": [1.0]}, "target": "relative 1e-8",
+              "cells": {key: {"methods": methods} for key, methods in cells.items()}}
+    text = render(report)
+    assert "| median local passes to target | median HVPs | median Hessians | median factorizations |" in text
+    assert "| GIANT | 3/3 | 0 | 3/3 | 2x | 1.00 | 1.00 (a) | 50 | 0 | 0 | 0 |" in text
+    assert "| DANE (safeguarded) | 3/3 | 0 | 3/3 | 2x | 1.00 | 1.00 (a) | 52 | 0 | 25 | 25.5 |" in text
+    cells["a"]["dane"]["default"] = {"status": "converged", "reached": True, "comm_rounds": 10, "local_passes": 9.0}
+    cells["b"]["dane"]["default"] = dict(cells["a"]["dane"]["default"])
+    assert "| 1.00 (a) | 9 | — | — | — |" in render(report)
+
+
 def test_each_method_row_records_the_code_it_ran(quick):
     _, whole = quick
     report = whole["defaults"]
@@ -778,6 +855,10 @@ def test_targets_are_the_first_records_at_or_below_them():
     assert found["targets"]["0.0001"] == {"rounds": 2, "comm_rounds": 5, "time_s": 1.0, "uplink_bytes": 20,
                                           "downlink_bytes": 40, "bytes_sent": 200}
     assert found["targets"]["1e-08"]["rounds"] == 4
+    work = {"local_passes": 1.5, "local_hvps": 4, "local_hessians": 2, "local_factorizations": 1, "local_flops": 9}
+    counted = bench.at_targets([record(k, s, **{key: k * v for key, v in work.items()}) for k, s in enumerate(subs)])
+    assert counted["targets"]["1e-08"] == {**found["targets"]["1e-08"], "local_passes": 6.0, "local_hvps": 16,
+                                           "local_hessians": 8, "local_factorizations": 4}  # w_4's, no flops
     assert found["best_rel_suboptimality"] == pytest.approx(5e-10)
     assert bench.at_targets([record(0, 1.0), record(1, float("nan"))])["targets"]["1e-08"] is None
 
@@ -833,8 +914,9 @@ def test_the_table_shows_defaults_beside_the_best_setting():
                        "grid": [run({"lr_factor": 1.0}, hit(8, None), None, 4e-6, "max_rounds")]},
             "s=2/gd": {"skipped": "gd has no client sampling; run at s=m only"}}
     text = render(report(rows))
-    assert "| SCAFFOLD | 5 (4) | 20 (11) | 2.50 | — | 9.0e-09 | converged | {\"local_steps\": 5} |" in text
-    assert "| GD | 9 (8) | — (—) | — | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" in text
+    assert "| SCAFFOLD | 5 (4) | 20 (11) | 2.50 | — | — | — | — | 9.0e-09 | converged | {\"local_steps\": 5} |" in text
+    assert "| GD | 9 (8) | — (—) | — | — | — | — | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" in text
+    assert "| local passes to 1e-08 | HVPs | Hessians | factorizations | best rel. suboptimality |" in text
     assert "To 1e-08 at defaults: fewest rounds: SCAFFOLD (20); fewest clients' uplink bits: SCAFFOLD (20000000); fewest " \
            "local passes: —." in text  # GD reached 1e-4 only; no record of these counts local passes
     assert "delta = 1.50e+00, delta_A = 5.00e-01, ||H|| = 2.50e-01" in text
@@ -852,6 +934,34 @@ def test_the_table_shows_defaults_beside_the_best_setting():
            "scaffold adds them)." in text and "Not in this JSON at s = 4" not in text
     del rows["s=2/gd"]  # a method without client sampling is named as such at s < m from the run's methods alone
     assert "At s < m: GD not run (no client sampling)." in render(report(rows, methods=methods))
+
+
+def test_a_row_shows_its_second_order_work_beside_its_passes():
+    """Each row's passes to the last target, then its HVPs, Hessians formed and factorizations (0 where counted and
+    none made); a run from before those counts shows its passes and — for each; a target not reached, — for all."""
+    from dane.paper_figs.federated_table import render
+
+    def run(t8):
+        return {"settings": {}, "targets": {"0.0001": {"rounds": 3, "uplink_bytes": None, "bytes_sent": 8},
+                                            "1e-08": t8}, "best_rel_suboptimality": 5e-9, "status": "converged"}
+
+    hit = {"rounds": 30, "uplink_bytes": None, "bytes_sent": 70_000, "local_passes": 22801.0}
+    rows = {"s=4/dane": {"method": "dane", "default": run({**hit, "local_hvps": 0, "local_hessians": 3000,
+                                                           "local_factorizations": 3000}), "grid": []},
+            "s=4/scaffnew": {"method": "scaffnew", "default": run({**hit, "uplink_bytes": 10 ** 7, "local_passes": 989900,
+                                                                   "local_hvps": 0, "local_hessians": 0,
+                                                                   "local_factorizations": 0}), "grid": []},
+            "s=4/gd": {"method": "gd", "default": run({**hit, "local_passes": 480.0}), "grid": []},
+            "s=4/fedavg": {"method": "fedavg", "default": run(None), "grid": []}}
+    text = render(report(rows, clients=[4]))
+    assert "| DANE (safeguarded) | 3 (3) | 30 (30) | 0.07* | 22801 | 0 | 3000 | 3000 | 5.0e-09 | converged |" in text
+    assert "| Scaffnew | 3 (3) | 30 (30) | 10.00 | 989900 | 0 | 0 | 0 | 5.0e-09 | converged |" in text
+    assert "| GD | 3 (3) | 30 (30) | 0.07* | 480 | — | — | — | 5.0e-09 | converged |" in text
+    assert "| FedAvg | 3 (3) | — (—) | — | — | — | — | — | 5.0e-09 | converged |" in text
+    assert "fewest local passes among first-order rows: Scaffnew (989900); fewest local passes among rows with " \
+           "second-order work: DANE (safeguarded) (22801 passes; 3000 Hessians, 3000 factorizations); local passes " \
+           "not ranked (HVPs, Hessians, factorizations not recorded): GD (480)." in text
+    assert "The fewest local passes are ranked only among rows of one kind" in text.splitlines()[0]
 
 
 @pytest.mark.parametrize("section", ["federated", "federated_mild", "federated_quadratic"])
@@ -1688,6 +1798,26 @@ def test_the_compressed_claims_follow_from_the_numbers():
     assert short["holds"] is False and short["text"].endswith(": no target")
 
 
+def test_the_compressed_rows_show_the_second_order_work_per_node():
+    """`bench_compressed.per_node`: every local-work count over m (None where not counted); a row shows passes, HVPs,
+    Hessians and factorizations per node, a missed cell each after >, a count it did not record —."""
+    from dane.paper_figs.compressed import row
+    from scripts.bench_compressed import per_node
+
+    (node,) = per_node([{"uplink_bits": 64, "downlink_bits": 32, "local_passes": 40.0, "local_hvps": 0,
+                         "local_hessians": 24, "local_factorizations": 6}], 4)
+    assert node == {"uplink_bits": 64.0, "total_bits": 96.0, "local_passes": 10.0, "local_hvps": 0.0,
+                    "local_hessians": 6.0, "local_factorizations": 1.5}
+    assert per_node([{"uplink_bits": 8, "local_passes": 4.0}], 2)[0]["local_hessians"] is None
+    cell = {"algorithm": "dane", "keys": {}, "reached": True, "rounds": 8, "uplink_bits": 7.22e4, "total_bits": 1.44e5,
+            "local_passes": 64.6, "local_hvps": 0.0, "local_hessians": 8.0, "local_factorizations": 23 / 3}
+    assert row(cell) == "| DANE | 8 | 7.22e+04 | 1.44e+05 | 64.6 | 0 | 8 | 7.67 | |"
+    missed = {**cell, "reached": False, "best_rel": 1e-9, "missed_by": 1e3}
+    del missed["local_hvps"]
+    assert row(missed) == ("| DANE | > 8 | > 7.22e+04 | > 1.44e+05 | > 64.6 | — | > 8 | > 7.67 | best 1e-09 (1e+03x "
+                           "the target) at the cap |")
+
+
 def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
     """Each present cell is a row of its numbers (a missed one with > and its factor), absent rows one line at the
     end, each claim a line; the figure draws one row of the four panels per dataset."""
@@ -1699,8 +1829,8 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
     text = fig.render(section, "tests/data/bench/compressed.json")
     gd = section["cells"]["phishing"]["gd"]
     assert (f"| GD | > {gd['rounds']} | > {gd['uplink_bits']:.3g} | > {gd['total_bits']:.3g} | > "
-            f"{gd['local_passes']:.3g} | best {gd['best_rel']:.2g} ({gd['missed_by']:.2g}x the target) at the cap |"
-            in text)
+            f"{gd['local_passes']:.3g} | — | — | — | best {gd['best_rel']:.2g} ({gd['missed_by']:.2g}x the target) at "
+            "the cap |" in text)  # the canned run predates the second-order counts
     assert "| FedNL (TopK) | " in text and "| DIANA | " in text and text.endswith("Not run: phishing nl1 absent.")
     assert "round caps 30 (FedNL (TopK), FedNL-BC, DIANA, GD)." in text and "(1 run from " in text
     assert fig.label({"algorithm": "fednl", "keys": {"compressor": "rank:1"}}) == "FedNL (rank-1)"
