@@ -90,6 +90,17 @@ def positive_int_argument(text: str) -> int:
     return value
 
 
+def positive_number_argument(text: str) -> float:
+    """An ``argparse`` type: a finite number > 0 (seconds, GiB)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
 #: the largest seed: numpy's and torch's generators take every seed in [0, SEED_MAX] (and the per-worker seeds
 #: derived from it), numpy no negative one
 SEED_MAX = 2**32 - 1

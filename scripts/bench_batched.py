@@ -13,7 +13,7 @@ from dane.comm.batched import BatchedGroup, run_batched
 from dane.comm.threads import ThreadGroup, meter_for
 from dane.dane import DANE
 from dane.problems import RidgeSyntheticConfig
-from scripts.harness import Bench, data_dir, grid, load, option, paired, timed_run
+from scripts.harness import Bench, count, data_dir, grid, load, option, paired, timed_run
 
 KEY = "batched_workers"
 LR = 0.2  # FedAvg's step, given so that its set-up measures nothing (lr null: a Lanczos estimate per client)
@@ -149,10 +149,10 @@ def cells(run) -> dict:
 BENCH = Bench(KEY, grid(cells, optional=("federated", "device")),
               "the simulator's per-worker path against its batched path (sim.batched)", threads=None,
               only=("speedup", "m10000", "federated", "device"), resumable=True, options=(
-                  option("--rounds", type=int, default=10), option("--repeats", type=int, default=2),
+                  option("--rounds", type=count, default=10), option("--repeats", type=count, default=2),
                   option("--device", default="cuda", help="--only device: the device (default: %(default)s)"),
-                  option("--thread-workers", type=int, default=64,
+                  option("--thread-workers", type=count, default=64,
                          help="--only device: m of the batched-against-threads pair on the device"),
-                  option("--clients-total", type=int, default=1000, help="--only federated: m"),
-                  option("--clients", type=int, default=100, help="--only federated: clients a round"),
-                  option("--fed-rounds", type=int, default=5, help="--only federated: rounds")))
+                  option("--clients-total", type=count, default=1000, help="--only federated: m"),
+                  option("--clients", type=count, default=100, help="--only federated: clients a round"),
+                  option("--fed-rounds", type=count, default=5, help="--only federated: rounds")))

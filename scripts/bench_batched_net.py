@@ -10,7 +10,8 @@ import torch
 from dane.experiments.config import run_spec
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, best_of, grid, interleave, load, mnist_missing, option, paired, spread, timed_run
+from scripts.harness import (Bench, best_of, count, grid, interleave, load, mnist_missing, option, paired, spread,
+                             timed_run)
 
 KEY = "batched_net"
 LR = 0.05
@@ -138,7 +139,7 @@ def skipped(args) -> str | None:
 
 BENCH = Bench(KEY, grid(cells, skip=skipped, optional=("cuda",)), "MNIST LeNet-5 at m = 64: the per-worker path against the stacked one, "
               "and its roofline", threads=None, only=("roofline", "speedup", "cuda"), resumable=True, options=(
-                  option("--workers", type=int, default=64), option("--local-steps", type=int, default=10),
-                  option("--batch-size", type=int, default=32), option("--rounds", type=int, default=2),
-                  option("--repeats", type=int, default=2),
+                  option("--workers", type=count, default=64), option("--local-steps", type=count, default=10),
+                  option("--batch-size", type=count, default=32), option("--rounds", type=count, default=2),
+                  option("--repeats", type=count, default=2),
                   option("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")))

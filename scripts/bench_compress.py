@@ -10,7 +10,7 @@ import torch
 from dane.api import fit
 from dane.compress import make
 from dane.problems import RidgeSyntheticConfig
-from scripts.harness import Bench, grid, option, spread
+from scripts.harness import Bench, count, grid, option, spread
 
 KEY = "compress"
 SPECS = ("none", "topk:0.1", "randk:0.1", "natural", "dither:4")
@@ -58,4 +58,4 @@ def cells(run) -> dict:
 
 BENCH = Bench(KEY, grid(cells, head=lambda args: {"target": TARGET}),
               "what comm.compress costs and saves (issue 34 item 1)", only=("time", "gd"), resumable=True,
-              options=(option("--repeats", type=int, default=5),))
+              options=(option("--repeats", type=count, default=5),))

@@ -9,8 +9,8 @@ import time
 from dane.api import CONF_DIR, fit
 from dane.data.files import LibSVMSource
 from dane.problems.linear_models import LinearModelConfig
-from scripts.harness import (LOCAL_WORK, Bench, Run, data_dir, first_at, kept, load, local_work_to, optimum_of, option,
-                             relative, work_to)
+from scripts.harness import (LOCAL_WORK, Bench, Run, count, data_dir, first_at, kept, load, local_work_to, optimum_of,
+                             option, relative, work_to)
 
 KEY = "compressed"
 TARGET, LAM = 1e-12, 1e-3
@@ -206,5 +206,5 @@ def judge(section: dict) -> None:
 BENCH = Bench(KEY, run, "the FedNL paper's comparison: bits, rounds and passes to 1e-12 (issue 49 item 4)",
               only=tuple(METHODS),
               options=(option("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS)),
-                       option("--cap", type=int, default=None, help="every row's round cap (default: its own)"),
+                       option("--cap", type=count, default=None, help="every row's round cap (default: its own)"),
                        option("--seed", type=int, default=0)))

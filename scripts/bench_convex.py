@@ -20,7 +20,7 @@ from dane.errors import UserError
 from dane.problems.linear_models import LinearModelConfig
 from dane.reference import attach_all
 from dane.synthetic.sparse_data import write_sparse_libsvm
-from scripts.harness import Bench, data_dir, first_at, grid, option, relative
+from scripts.harness import Bench, count, data_dir, first_at, grid, option, relative
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8
@@ -275,4 +275,5 @@ BENCH = Bench(KEY, grid(lambda run: {case.name: case for case in problems(run.ar
                               choices=list(NEWTON + BASELINES)),
                        option("--data-dir", default=str(data_dir()),
                               help="MNIST's folder (relative: from the repository root)"),
-                       option("--svm-rows", type=int, default=5000), option("--svm-features", type=int, default=20000)))
+                       option("--svm-rows", type=count, default=5000),
+                       option("--svm-features", type=count, default=20000)))

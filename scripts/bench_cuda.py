@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from scripts.bench_batched import sync
-from scripts.harness import (Bench, Run, load, matching, mnist_dir, mnist_missing, now, option, over, spread, steady,
-                             trained)
+from scripts.harness import (Bench, Run, count, load, matching, mnist_dir, mnist_missing, now, option, over, spread,
+                             steady, trained)
 
 KEY = "cuda"
 PARTS = ("convex", "network", "baseline")
@@ -268,9 +268,9 @@ def run(bench: Run) -> dict:
 
 BENCH = Bench(KEY, run, "MNIST LeNet-5 and convex rounds on problem.device=cuda against cpu", threads=None, only=PARTS,
               options=(
-                  option("--rounds", type=int, default=6), option("--repeats", type=int, default=2),
-                  option("--workers", type=int, nargs="+", default=[1, 2, 4, 8]),
-                  option("--convex-workers", type=int, nargs="+", default=[1, 8]),
+                  option("--rounds", type=count, default=6), option("--repeats", type=count, default=2),
+                  option("--workers", type=count, nargs="+", default=[1, 2, 4, 8]),
+                  option("--convex-workers", type=count, nargs="+", default=[1, 8]),
                   option("--baseline-devices", nargs="+", choices=DEVICES, default=None,
                          help="devices of the baseline comparison (default: cuda where there is one, else cpu)"),
                   option("--convex-cases", nargs="+", choices=sorted(CONVEX_CASES), default=None,

@@ -18,7 +18,7 @@ from dane.problems.linear_models import LinearModelConfig
 from dane.records.provenance import code_version
 from dane.synthetic.bench_file import read_bench
 from scripts.bench_defaults import SCAFFOLD_GRID
-from scripts.harness import Bench, Run, data_dir, default_and_grid, first_at, fit_setting, load, local_work_to, now, optimum_of, option, relative, work_to
+from scripts.harness import Bench, Run, count, data_dir, default_and_grid, first_at, fit_setting, load, local_work_to, now, optimum_of, option, relative, work_to
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "federated"
@@ -266,8 +266,8 @@ BENCH = Bench(KEY, run, "the federated methods on a LIBSVM table under label ske
            help="the settings to run, each into its own section (hard: federated, mild: federated_mild); "
                 "--dataset, --workers, --clients, --alpha override every one given"),
     option("--dataset", default=None, help="a two-class file of $DANE_DATA_DIR/libsvm/"),
-    option("--workers", type=int, default=None, help="m clients"),
-    option("--clients", type=int, nargs="+", default=None, help="s sampled per round, each a row"),
+    option("--workers", type=count, default=None, help="m clients"),
+    option("--clients", type=count, nargs="+", default=None, help="s sampled per round, each a row"),
     option("--alpha", type=float, default=None, help="Dirichlet label skew (omit with --iid)"),
     option("--iid", action="store_true", help="iid shards instead of Dirichlet"),
     option("--lam", type=float, default=None,
@@ -275,8 +275,9 @@ BENCH = Bench(KEY, run, "the federated methods on a LIBSVM table under label ske
     option("--delta", type=float, default=None,
            help="quadratic: the Hessian dissimilarity max_i ||H_i - H|| (default 0.1; L = 1)"),
     option("--seed", type=int, default=0),
-    option("--repeats", type=int, default=1, help="runs of each default, for the simulated time's spread"),
-    option("--caps", type=int, nargs=2, default=None, metavar=("NEWTON_TYPE", "FIRST_ORDER"),
+    option("--repeats", type=count, default=1, help="runs of each default, for the simulated time's spread"),
+    option("--caps", type=count, nargs=2, default=None, metavar=("NEWTON_TYPE", "FIRST_ORDER"),
            help="round caps of the methods with local solves and of those with local gradient steps"),
     option("--defaults-only", action="store_true",
-           help="run each method at its defaults only, without its grid (a shorter run)")), only=tuple(METHODS))
+           help="run each method at its defaults only, without its grid (a shorter run)")), only=tuple(METHODS),
+    sections=lambda args: [SETTINGS[name]["key"] for name in (args.setting[:1] if args.quick else args.setting)])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.harness import Bench, Run, data_dir, launched, option
+from scripts.harness import Bench, Run, amount, count, data_dir, launched, option
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY, LAM, LOCAL_STEPS = "federated_scale", 1e-3, 10
@@ -229,10 +229,10 @@ def run(bench: Run) -> None:
 
 BENCH = Bench(KEY, run, "dane's FedAvg beside Flower, pfl and a NumPy loop at 100 to 100,000 clients (issue 48)",
               threads=None, only=tuple(SETTINGS), options=(
-                  option("--rounds", type=int, default=None, help="rounds a run (default 30; --quick: 5)"),
-                  option("--repeats", type=int, default=None, help="launches per framework on tables under 100,000 rows "
-                         "(default 3; --quick: 1)"),
-                  option("--timeout", type=float, default=900, help="seconds per launch"),
+                  option("--rounds", type=count, default=None, help="rounds a run (default 30; --quick: 5)"),
+                  option("--repeats", type=count, default=None,
+                         help="launches per framework on tables under 100,000 rows (default 3; --quick: 1)"),
+                  option("--timeout", type=amount, default=900, help="seconds per launch"),
                   option("--seed", type=int, default=0, help="the tables', the clients' and the samplers' seed"),
                   option("--device", default="cpu", choices=("cpu", "cuda"),
                          help="dane's problem.device (the peers run as scripts/peers/ has them)")))

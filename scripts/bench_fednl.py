@@ -9,7 +9,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy and SciPy loa
 
 import resource  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -22,7 +21,7 @@ from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
 from dane.problems.stacked_rows import StackedRows  # noqa: E402
-from scripts.harness import Bench, Run, data_dir, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
+from scripts.harness import Bench, Run, count, data_dir, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
 
 LAM = 1e-3
 #: FedNL's option 2 (H + l I), the globally safe one from x⁰ = 0 (option 1's projection at μ = λ rests on FedNL's
@@ -200,8 +199,6 @@ def run(bench: Run) -> dict:
     np.seterr(over="ignore")  # as in `memory_point`
     if args.quick:
         args.only, args.rounds, args.repeats = args.only or ["a9a"], 3, 1
-    if args.rounds < 1 or args.repeats < 1:
-        sys.exit(f"error: --rounds and --repeats must be >= 1, got {args.rounds} and {args.repeats}")
     torch.set_num_threads(args.threads)
     report = {"machine": bench.machine, "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
@@ -223,7 +220,7 @@ def run(bench: Run) -> dict:
 
 BENCH = Bench("fednl", run, "FedNL with its clients stacked, at u-FedNL's workloads", threads=None,
               only=(*TABLES, "memory"),
-              options=(option("--rounds", type=int, default=1000), option("--repeats", type=int, default=2),
+              options=(option("--rounds", type=count, default=1000), option("--repeats", type=count, default=2),
                        option("--data-dir", type=Path, default=data_dir() / "libsvm"),
-                       option("--threads", type=int, default=1,
+                       option("--threads", type=count, default=1,
                               help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")))

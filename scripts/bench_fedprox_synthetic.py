@@ -8,7 +8,7 @@ import time
 from dane.api import fit
 from dane.data.synthetic_source import PAPER_SETS, SyntheticSource
 from dane.problems.linear_models import LinearModelConfig
-from scripts.harness import Bench, Run, option
+from scripts.harness import Bench, Run, count, kept, option
 
 KEY = "fedprox_synthetic"
 SETTINGS = ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")
@@ -41,20 +41,20 @@ def run(bench: Run) -> dict:
     """Each (setting, method) run saved as it ends; the runs of ``--out``'s section that this one does not redo kept."""
     args = bench.args
     rounds, local = 10 if args.quick else args.rounds, {**LOCAL, "local_steps": args.local_steps}
-    kept = {f"{r['setting']}/{r['method']}": r for r in bench.earlier.get("runs", [])}
+    runs = {f"{r['setting']}/{r['method']}": r for r in kept(bench).get("runs", [])}  # those at the same --quick
     section = {**bench.header(), "quick": args.quick, "workers": 30, "clients_per_round": args.clients,
                "rounds": rounds, "seed": args.seed, "lam": LAM, "local": local, "runs": []}
     for setting in SETTINGS[-1:] if args.quick else args.settings:
         for method in args.only or list(METHODS):
             bench.log(f"{setting} {method}")
-            kept[f"{setting}/{method}"] = one(setting, method, rounds, args.clients, args.seed, local)
-            bench.save({**section, "runs": list(kept.values())})
-    return bench.finish({**section, "runs": list(kept.values())})
+            runs[f"{setting}/{method}"] = one(setting, method, rounds, args.clients, args.seed, local)
+            bench.save({**section, "runs": list(runs.values())})
+    return bench.finish({**section, "runs": list(runs.values())})
 
 
 BENCH = Bench(KEY, run, "the FedProx paper's Synthetic(a,b) comparison: FedAvg, FedProx mu=1, FedDANE, S-DANE, "
               "SCAFFOLD, training loss per round (issue 47 item 2)", only=tuple(METHODS),
-              options=(option("--rounds", type=int, default=200), option("--clients", type=int, default=10),
+              options=(option("--rounds", type=count, default=200), option("--clients", type=count, default=10),
                        option("--seed", type=int, default=0),
-                       option("--local-steps", type=int, default=LOCAL["local_steps"]),
+                       option("--local-steps", type=count, default=LOCAL["local_steps"]),
                        option("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))))

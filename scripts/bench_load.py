@@ -11,7 +11,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from scripts.harness import Bench, Run, load, now, option, trained
+from scripts.harness import Bench, Run, amount, count, load, now, option, trained
 
 KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
@@ -83,9 +83,9 @@ def run(bench: Run) -> None:
 
 
 BENCH = Bench(KEY, run, "the simulator at large m and oversubscribed horovodrun", threads=None, options=(
-    option("--workers", type=int, nargs="+", default=[64, 256, 1024]),
-    option("--np", type=int, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)"),
-    option("--sampled-workers", type=int, nargs="*", default=[1000, 2000, 4000],
+    option("--workers", type=count, nargs="+", default=[64, 256, 1024]),
+    option("--np", type=count, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)"),
+    option("--sampled-workers", type=count, nargs="*", default=[1000, 2000, 4000],
            help="sampled's m, FedDANE at 1%% a round (none: skip it)"),
-    option("--rounds", type=int, default=10), option("--memory-gib", type=float, default=24.0),
-    option("--timeout", type=float, default=900, help="seconds per launch")))
+    option("--rounds", type=count, default=10), option("--memory-gib", type=amount, default=24.0),
+    option("--timeout", type=amount, default=900, help="seconds per launch")))

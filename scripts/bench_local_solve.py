@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from dane.synthetic.sparse_data import rcv1_like
-from scripts.harness import Bench, Run, grid, in_fresh_process, option, peak_rss_kb, spread, timer
+from scripts.harness import Bench, Run, count, grid, in_fresh_process, option, peak_rss_kb, spread, timer
 
 KEY = "local_solve_cost"
 
@@ -112,4 +112,4 @@ def measure(run: Run, case: dict) -> dict:
 
 
 BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure), "one local solve against d: Cholesky and CG time per round, "
-              "peak memory", threads=None, resumable=True, options=(option("--repeats", type=int, default=3),))
+              "peak memory", threads=None, resumable=True, options=(option("--repeats", type=count, default=3),))

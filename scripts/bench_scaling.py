@@ -22,8 +22,8 @@ from dane.problems.quadratic import EIGH_BREAK_EVEN
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.launchers import horovodrun, horovodrun_side_by_side
-from scripts.harness import (Bench, Run, best_of, interleave, load, matching, mnist_missing, need_horovod, now, option,
-                             over, spread, spreads, steady, trained)
+from scripts.harness import (Bench, Run, best_of, count, interleave, load, matching, mnist_missing, need_horovod, now,
+                             option, over, spread, spreads, steady, trained)
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -262,5 +262,5 @@ def run(bench: Run) -> None:
 
 
 BENCH = Bench(KEY, run, "strong scaling under horovodrun -np 2 over -np 1: ridge, MNIST LeNet-5, Horovod's loop",
-              threads=None, only=SECTIONS, options=(option("--repeats", type=int, default=3),
-                                                    option("--mnist-rounds", type=int, default=3)))
+              threads=None, only=SECTIONS, options=(option("--repeats", type=count, default=3),
+                                                    option("--mnist-rounds", type=count, default=3)))

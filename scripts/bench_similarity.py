@@ -19,7 +19,7 @@ from dane.api import fit
 from dane.data.files import LibSVMSource, NPZSource, save_npz
 from dane.problems.linear_models import LinearModelConfig
 from dane.numerics.similarity import measure
-from scripts.harness import Bench, data_dir, grid, option, relative
+from scripts.harness import Bench, count, data_dir, grid, option, relative
 
 KEY = "similarity"
 TARGET = 1e-8
@@ -95,7 +95,7 @@ def head(args) -> dict:
 
 BENCH = Bench(KEY, grid(cells, head=head), "Hessian dissimilarity against DANE's rounds", threads=None,
               only=("a9a", "synthetic_logistic"), resumable=True, options=(
-    option("--workers", type=int, default=10), option("--lam", type=float, default=1e-3),
-    option("--rounds", type=int, default=200, help="DANE's round cap"),
-    option("--iters", type=int, default=30, help="Lanczos iterations where d is above the exact path's"),
+    option("--workers", type=count, default=10), option("--lam", type=float, default=1e-3),
+    option("--rounds", type=count, default=200, help="DANE's round cap"),
+    option("--iters", type=count, default=30, help="Lanczos iterations where d is above the exact path's"),
     option("--seed", type=int, default=0)))

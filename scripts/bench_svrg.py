@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from scripts.harness import Bench, grid, in_fresh_process, interleave, launch, option, spread, timer, trained
+from scripts.harness import Bench, count, grid, in_fresh_process, interleave, launch, option, spread, timer, trained
 
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes
@@ -193,6 +193,6 @@ def cells(run) -> dict:
 
 BENCH = Bench(KEY, grid(cells), "the SVRG local solver: pass cost, compile cost, InexactDANE's round, a sparse launch, "
               "a first run", only=("pass", "compile", "round", "launch", "first_round"), resumable=True, options=(
-                  option("--first-repeats", type=int, default=5, help="first_round: fresh caches (3 runs each)"),
-                  option("--repeats", type=int, default=7),
+                  option("--first-repeats", type=count, default=5, help="first_round: fresh caches (3 runs each)"),
+                  option("--repeats", type=count, default=7),
                   option("--reference-repeats", type=int, default=1, help="torch-reference passes per case (slow)")))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from dane import checks
+
 
 @dataclass(frozen=True)
 class Bench:
@@ -19,7 +21,9 @@ class Bench:
     the record), ``doc`` its one line, ``options`` its own flags as ``(flags, argparse keywords)`` pairs,
     ``only`` the choices of ``--only`` (empty: the section has none), ``threads`` torch's threads (None: as
     they are; 1: a worker's compute, as the simulator times it), ``out`` the default of ``--out``, ``resumable``
-    a `grid` section (``--resume`` skips the rows ``--out`` holds)."""
+    a `grid` section (``--resume`` skips the rows ``--out`` holds), ``sections(args)`` the keys of ``--out`` a run
+    writes where they are not ``key`` alone (`checked_out` checks them), ``json`` False where ``--out`` is no JSON
+    of sections (a folder of runs: the section checks it)."""
 
     key: str
     run: Callable[["Run"], dict]
@@ -29,11 +33,20 @@ class Bench:
     threads: int | None = 1
     out: str = "results/bench.json"
     resumable: bool = False
+    sections: Callable[[argparse.Namespace], list[str]] | None = None
+    json: bool = True
 
 
 def option(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict]:
     """One flag of a section, as ``parser.add_argument(*flags, **kwargs)`` takes it."""
     return flags, kwargs
+
+
+#: the ``type`` of a section's option that is a count (rounds, repeats, workers): 0 or less is argparse's one usage
+#: line and exit 2, before any work (``--repeats 0`` measured nothing and exited 0)
+count = checks.positive_int_argument
+#: the ``type`` of one that is an amount (seconds, GiB): a finite number > 0
+amount = checks.positive_number_argument
 
 
 def now() -> str:
@@ -58,13 +71,13 @@ class Run:
     held it before), the record's ``started_at`` and ``machine``."""
 
     def __init__(self, bench: Bench, args: argparse.Namespace):
+        self.earlier = checked_out(bench, args).get(bench.key, {}) if bench.json else {}  # first: a refusal is quick
         # imported here: a section's module stays light to import (bench_wallclock's one-process baselines, no torch)
-        from dane.synthetic.bench_file import elapsed_logger, machine, read_bench
+        from dane.synthetic.bench_file import elapsed_logger, machine
 
         self.bench, self.args, self.path = bench, args, Path(args.out)
         self.start = time.perf_counter()
         self.log = elapsed_logger(self.start)
-        self.earlier = read_bench(self.path).get(bench.key, {}) if self.path.is_file() else {}
         self.started_at, self.machine = now(), machine()
 
     def header(self) -> dict:
@@ -144,14 +157,63 @@ def parser(benches: dict[str, Bench]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str], benches: dict[str, Bench]) -> dict:
-    """Parse ``argv`` and run its section; returns what the section wrote."""
+    """Parse ``argv`` and run its section; returns what the section wrote.  A `dane.errors.UserError` (a bad
+    ``--out``, a value the package refuses) is one line and exit 2; ``--out`` is checked before the work
+    (`checked_out`), and what the section saved before a later one is kept."""
+    from dane.errors import UserError, say
+
     args = parser(benches).parse_args(argv)
     bench = benches[args.section]
-    if bench.threads is not None:
-        import torch
+    try:
+        run = Run(bench, args)
+        if bench.threads is not None:
+            import torch
 
-        torch.set_num_threads(bench.threads)
-    return bench.run(Run(bench, args))
+            torch.set_num_threads(bench.threads)
+        return bench.run(run)
+    except UserError as exc:
+        say(f"error: {' '.join(str(exc).split())}")
+        raise SystemExit(2) from None
+
+
+def checked_out(bench: Bench, args: argparse.Namespace) -> dict:
+    """The JSON ``--out`` holds ({} where there is none yet), checked before the section's work, each problem a
+    `dane.errors.ConfigError` naming ``--out`` and the fix: a path the section could not write once its work is
+    done (a folder, a path under a file, an unwritable folder: `dane.records.results.output_file`), a file that
+    is not a JSON object of sections, and a run that keeps rows of ``--out``'s section (``--only``, ``--resume``)
+    where that section was taken at the other ``--quick`` (its rows would be mixed with or replaced by this
+    run's)."""
+    import json
+
+    from dane.errors import ConfigError
+    from dane.records.results import output_file
+
+    path = output_file(args.out, "--out", "bench.json")
+    if not path.exists():
+        return {}
+    try:
+        whole = json.loads(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"--out {path} cannot be read ({(err.strerror or str(err)).lower()}); "
+                          "choose another --out") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        why = f"{err.msg} at line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else \
+            "not UTF-8 text"
+        raise ConfigError(f"--out {path} is not JSON ({why}); repair or remove it, or choose another --out") from None
+    if not isinstance(whole, dict):
+        raise ConfigError(f"--out {path} holds a JSON {type(whole).__name__}, not an object of benchmark sections; "
+                          "choose another --out")
+    keeps, quick = next((f for f in ("only", "resume") if getattr(args, f, None)), None), getattr(args, "quick", False)
+    for key in bench.sections(args) if bench.sections else [bench.key]:
+        section = whole.get(key)
+        if key in whole and not isinstance(section, dict):
+            raise ConfigError(f"--out {path} holds {key} as a JSON {type(section).__name__}, not a section; "
+                              "remove that key, or choose another --out")
+        if keeps and isinstance(section, dict) and "quick" in section and section["quick"] != quick:
+            taken = "with" if section["quick"] else "without"
+            raise ConfigError(f"--out {path} holds section {key} taken {taken} --quick, and --{keeps} would keep "
+                              f"its rows beside this run's; rerun {taken} --quick, or choose another --out")
+    return whole
 
 
 def work_to(records: list[dict], hit: int, key: str):

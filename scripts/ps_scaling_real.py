@@ -28,4 +28,4 @@ def run(bench: Run) -> None:
 
 
 BENCH = Bench("ps_scaling_real", run, "the parameter-server figure's real points at m=2 (results/ps_scaling/real/)",
-              threads=None, out="", options=(option("--results", default="results"),))
+              threads=None, out="", json=False, options=(option("--results", default="results"),))

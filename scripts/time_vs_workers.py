@@ -15,11 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from dane.errors import DivergenceError, UserError, say
 from dane.loop.launch import execute
-from dane.records.results import atomic_write_text, read_rounds, read_summary
+from dane.records.results import atomic_write_text, output_folder, read_rounds, read_summary
 from dane.experiments.config import run_spec
 from dane.synthetic.calibrate import calibrate
 from dane.synthetic.sweep import compose_job, identity
-from scripts.harness import Bench, Run, load, need_horovod, option, trained
+from scripts.harness import Bench, Run, count, load, need_horovod, option, trained
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -156,10 +156,9 @@ def settle(args):
 def run(bench: Run) -> int:
     args = settle(bench.args)
     try:
-        bad = [m for m in [*args.workers, *args.real] if m < 1]
-        if bad or args.rounds < 1 or not 0 < args.target <= 1:
-            raise UserError(f"need workers >= 1, rounds >= 1 and 0 < target <= 1; got workers {bad or 'ok'}, "
-                            f"rounds {args.rounds}, target {args.target}")
+        if not 0 < args.target <= 1:  # the counts are argparse's (`harness.count`)
+            raise UserError(f"--target must be in (0, 1], got {args.target}")
+        output_folder(args.out, "--out")  # the runs' folder: before the calibration's launches
         check_data(args.problems)
     except UserError as exc:
         say(f"error: {str(exc).splitlines()[0]}")
@@ -195,15 +194,15 @@ def run(bench: Run) -> int:
 
 
 BENCH = Bench("time_vs_workers", run, "the runs of the time-against-workers figure (MNIST LeNet-3/5)", threads=None,
-              out="", options=(
+              out="", json=False, options=(
                   option("--problems", nargs="+", default=list(PROBLEMS)),
                   option("--seeds", nargs="+", type=int, default=list(SEEDS)),
-                  option("--workers", nargs="*", type=int, default=list(WORKERS),
+                  option("--workers", nargs="*", type=count, default=list(WORKERS),
                          help="simulated worker counts (none: horovodrun only)"),
-                  option("--real", nargs="*", type=int, default=list(REAL),
+                  option("--real", nargs="*", type=count, default=list(REAL),
                          help="horovodrun -np values (none: simulator only)"),
-                  option("--rounds", type=int, default=ROUNDS, help="round budget of every run"),
+                  option("--rounds", type=count, default=ROUNDS, help="round budget of every run"),
                   option("--target", type=float, default=TARGET, help="test accuracy at which a run stops"),
                   option("--keep-calibration", action="store_true",
                          help="reuse the output folder's calibration.json instead of measuring"),
-                  option("--calibration-reps", type=int, default=200)))
+                  option("--calibration-reps", type=count, default=200)))

@@ -48,6 +48,48 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
+def output_file(path: str | Path, option: str, example: str) -> Path:
+    """``path`` where a command's ``option`` (``--out``) names the file it writes after its work (a benchmark's
+    JSON, a calibration, a figure), checked before that work: a folder, a path under a file or in a folder this
+    process cannot write is a `ConfigError` naming ``option`` and the fix (``example``: a file name to suggest in
+    a folder), not a traceback once the work is done.  `atomic_write` makes the missing folders."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a folder, not a file; name a file, such as {path / example}")
+    if path.exists() and not path.is_file():  # a device or a pipe: the write would replace it
+        raise ConfigError(f"{option} {path} is not a regular file; choose another {option}")
+    _writable_place(path, option)
+    return path
+
+
+def output_folder(path: str | Path, option: str) -> Path:
+    """As `output_file`, for an ``option`` that names the folder a command writes its files into: a file there,
+    or a folder that cannot be made or written, is a `ConfigError`."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path} is a file, not a folder; choose another {option}")
+    _writable_place(path, option, itself=True)
+    return path
+
+
+def _writable_place(path: Path, option: str, itself: bool = False) -> None:
+    """The nearest folder that exists of ``path``'s parents (and of ``path``, ``itself``) is a folder this process
+    can make a file in: tried, with an empty hidden file removed at once (permissions alone do not say it for
+    root, nor for a read-only or a virtual file system)."""
+    import tempfile
+
+    place = next((p for p in ((path,) if itself else ()) + tuple(path.parents) if p.exists()), Path("."))
+    if not place.is_dir():
+        raise ConfigError(f"{option} {path} cannot be made: {place} is a file, not a folder; choose another {option}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=place)
+    except OSError as err:
+        raise ConfigError(f"{option} {path} cannot be written: {place} takes no new file "
+                          f"({(err.strerror or str(err)).lower()}); choose another {option}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def _clean(value):
     """JSON has no inf or nan; write them as strings so a diverged run is still readable (also inside a record's or
     the summary's lists and dicts: a default's statistics, an adaptation's values)."""
