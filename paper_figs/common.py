@@ -13,6 +13,7 @@ the same logs gives identical files.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -28,8 +29,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
 from dane.comm import AlphaBeta  # noqa: E402
-from dane.errors import say  # noqa: E402
-from dane.records.results import atomic_write_text, read_rounds, read_summary  # noqa: E402
+from dane.errors import UserError, say  # noqa: E402
+from dane.records.results import (atomic_write_text, output_file, output_folder, read_rounds,  # noqa: E402
+                                  read_summary)
 from dane.synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
 from dane.records.provenance import command_name  # noqa: E402
 from dane.layout import CHECKOUT  # noqa: E402
@@ -339,15 +341,34 @@ def positive(values: Sequence[float], floor: float = 1e-16) -> list[float]:
     return [max(float(v), floor) if v is not None and math.isfinite(float(v)) else math.nan for v in values]
 
 
+def checked_out(out: str | Path, file: str | None = None) -> Path:
+    """A figure command's ``--out``, checked before its work (reading runs, making missing ones): the folder its
+    files go into (`dane.records.results.output_folder`), or with ``file`` (a name to suggest) the one file it names
+    (`dane.records.results.output_file`); a path it could not write is one line and exit 2."""
+    try:
+        return output_file(out, "--out", file) if file else output_folder(out, "--out")
+    except UserError as exc:
+        say(f"error: {exc}")
+        raise SystemExit(2) from None
+
+
+class _FigureParser(argparse.ArgumentParser):
+    """`bench_parser`'s with a figure: ``--out`` is `checked_out` once parsed."""
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        checked_out(parsed.out)
+        return parsed
+
+
 def cli(main, doc: str, results: str = "results") -> None:
     """The command line every figure script shares: ``--results`` in (default ``results``, or the script's own run
     folder), ``--out`` for the files; prints their paths."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog=command_name(), description=doc.splitlines()[0])
     parser.add_argument("--results", default=results)
     parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     args = parser.parse_args()
+    checked_out(args.out)
     written = main(args.results, args.out)
     if not written:  # a figure whose runs are missing draws nothing (make_all says so for all of them): say it here
         say(f"error: nothing drawn: the runs it reads are missing under {args.results}; make tables (dane figures "
@@ -364,9 +385,8 @@ def bench_parser(doc: str, page: str | Path | None, *, several: str | None = Non
     the script also draws a ``figure`` (default results/figures), ``--page`` (default ``page``, also spelled
     ``page_aliases``), ``--print`` (the block to stdout, not into the page); ``page`` None: a figure that writes no
     block (no ``--page``, ``--print``).  The script adds its own options."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog=command_name(), description=doc.splitlines()[0])
+    parser = (_FigureParser if figure else argparse.ArgumentParser)(prog=command_name(),
+                                                                     description=doc.splitlines()[0])
     if several is None:
         parser.add_argument("--json", default="results/bench.json", help="the benchmark's JSON")
     else:

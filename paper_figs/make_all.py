@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from dane.errors import say
-from dane.paper_figs.common import EVIDENCE_DIR, FIG_DIR
+from dane.paper_figs.common import EVIDENCE_DIR, FIG_DIR, checked_out
 from dane.synthetic.sweep import RunIndex, ensure
 from dane.layout import scripts_in
 from dane.records.provenance import command_name
@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--evidence", default=str(EVIDENCE_DIR), help="the tracked benchmark JSON the evidence "
                         "figures are drawn from (default paper_figs/evidence/)")
     args = parser.parse_args(argv)
+    checked_out(args.out)  # before the missing runs are made
     start = time.perf_counter()
     try:
         written = make_all(args.results, args.out, run_missing=not args.no_run, nn=args.nn, evidence=args.evidence)

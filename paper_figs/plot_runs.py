@@ -24,7 +24,7 @@ from typing import NamedTuple, Sequence
 import matplotlib.pyplot as plt
 
 from dane.errors import say
-from dane.paper_figs.common import positive, save
+from dane.paper_figs.common import checked_out, positive, save
 from dane.paper_figs.summary import UNFINISHED, job_dirs, read_config, records_of
 from dane.records.provenance import command_name
 
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the PNG; a PDF is written beside it (default {DEFAULT_OUT})")
     parser.add_argument("--labels", nargs="+", help="one legend label per run, in the order found")
     args = parser.parse_args(argv)
+    checked_out(args.out, DEFAULT_OUT.name)  # before the runs are read
     runs = find(args.dirs)
     if not runs:
         print(f"error: no runs in {' '.join(args.dirs)} (no directory with rounds.jsonl or summary.json)",

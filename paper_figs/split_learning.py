@@ -31,7 +31,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import FIG_DIR, caption_line, data_text, figure_provenance, locate, save
+from dane.paper_figs.common import FIG_DIR, caption_line, checked_out, data_text, figure_provenance, locate, save
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import Job, RunIndex, ensure
 from dane.records.provenance import command_name
@@ -170,6 +170,7 @@ def cli() -> None:
     parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     parser.add_argument("--run-missing", action="store_true", help="make the missing runs in the simulator first")
     args = parser.parse_args()
+    checked_out(args.out)  # before the missing runs are made
     if args.run_missing:
         ensure(jobs(), root=args.results, log=sys.stdout)
     for path in main(args.results, args.out):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +49,8 @@ import numpy as np
 from dane import checks
 from dane.comm import AlphaBeta, ParameterServerCost
 from dane.comm.tail import tail_entry
+from dane.errors import UserError, say
+from dane.records.results import output_file
 from dane.synthetic.allreduce_timing import DEFAULT_SIZES
 from dane.synthetic.bench_file import machine
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
@@ -170,15 +173,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--blocks", type=count, default=12, help="--tail: blocks of --rounds DANE rounds")
     parser.add_argument("--rounds", type=count, default=10, help="--tail: DANE rounds per block")
     args = parser.parse_args(argv)
+    default = "calibration_ps.json" if args.topology == "ps" else "calibration.json"
+    args.out = args.out or f"results/{default}"
+    try:  # before the launches: a path the result cannot be written to is refused, not found after measuring
+        output_file(args.out, "--out", default)
+    except UserError as exc:
+        say(f"error: {exc}")
+        sys.exit(2)
     if args.topology == "ps":
-        out = args.out or "results/calibration_ps.json"
         result = calibrate_ps(args.np_, args.servers, reps=args.reps)
         cost = ParameterServerCost(alpha=result.pop("alpha"), beta=result.pop("beta"), gamma=result.pop("gamma"))
-        cost.save(out, **result)
+        cost.save(args.out, **result)
         print(f"alpha = {cost.alpha * 1e6:.1f} us, beta = {cost.beta / 1e6:.1f} MB/s, gamma = {cost.gamma / 1e6:.1f} "
-              f"MB/s (m={args.np_} workers, {args.servers} server(s)) -> {out}")
+              f"MB/s (m={args.np_} workers, {args.servers} server(s)) -> {args.out}")
         return
-    args.out = args.out or "results/calibration.json"
     result = calibrate(args.np_, reps=args.reps)
     cost = AlphaBeta(alpha=result.pop("alpha"), beta=result.pop("beta"))
     if args.tail:

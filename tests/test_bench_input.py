@@ -1,5 +1,5 @@
-"""Bad input to the benchmarks: one line naming the problem and the fix, exit 2, before any work, and ``--out`` as it
-was (docs/benchmarks.md, section Benchmarks).  In process, a toy section where
+"""Bad input to the benchmarks, the calibration and the figures: one line naming the problem and the fix, exit 2,
+before any work, and ``--out`` as it was (docs/benchmarks.md, section Benchmarks).  In process, a toy section where
 the runner is under test; nothing is measured or launched."""
 from __future__ import annotations
 
@@ -161,3 +161,43 @@ def test_the_dane_bench_command_names_the_out_it_refuses(tmp_path, capsys):
     line = refused(capsys, lambda: cli.main(["bench", "compress", "--quick", "--out", str(tmp_path / "adir")]))
     assert line == (f"error: --out {tmp_path}/adir is a folder, not a file; name a file, such as "
                     f"{tmp_path}/adir/bench.json")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--out", "{tmp}/adir"], "error: --out {tmp}/adir is a folder, not a file; name a file, such as "
+                              "{tmp}/adir/calibration.json"),
+    (["--topology", "ps", "--out", "{tmp}/afile/c.json"], "error: --out {tmp}/afile/c.json cannot be made: "
+                                                          "{tmp}/afile is a file, not a folder; choose another --out"),
+])
+def test_calibrate_refuses_its_out_before_measuring(argv, expected, tmp_path, capsys, monkeypatch):
+    from dane.synthetic import calibrate
+
+    def launched(*args, **kwargs):
+        raise AssertionError("measured before --out was checked")
+
+    monkeypatch.setattr(calibrate, "calibrate", launched)
+    monkeypatch.setattr(calibrate, "calibrate_ps", launched)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    line = refused(capsys, lambda: calibrate.main([a.format(tmp=tmp_path) for a in argv]))
+    assert line == expected.format(tmp=tmp_path)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["plot_runs", "{tmp}/runs", "--out", "{tmp}/afile/x.png"],
+     "error: --out {tmp}/afile/x.png cannot be made: {tmp}/afile is a file, not a folder; choose another --out"),
+    (["plot_runs", "{tmp}/runs", "--out", "{tmp}/runs"],
+     "error: --out {tmp}/runs is a folder, not a file; name a file, such as {tmp}/runs/plot_runs.png"),
+    (["convergence", "--results", "{tmp}/runs", "--out", "{tmp}/afile"],
+     "error: --out {tmp}/afile is a file, not a folder; choose another --out"),
+    (["compressed", "--json", "{tmp}/none.json", "--out", "{tmp}/afile"],
+     "error: --out {tmp}/afile is a file, not a folder; choose another --out"),
+    (["make_all", "--no-run", "--results", "{tmp}/runs", "--out", "{tmp}/afile/figs"],
+     "error: --out {tmp}/afile/figs cannot be made: {tmp}/afile is a file, not a folder; choose another --out"),
+])
+def test_a_figure_refuses_its_out_before_reading_runs(argv, expected, tmp_path, capsys):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "afile").write_text("x")
+    line = refused(capsys, lambda: cli.main(["figures", *(a.format(tmp=tmp_path) for a in argv)]))
+    assert line == expected.format(tmp=tmp_path)
+    assert (tmp_path / "afile").read_text() == "x" and list((tmp_path / "runs").iterdir()) == []
