@@ -29,8 +29,8 @@ problem's ℓ2 weight; `baselines.fednl_server.newton_direction`).
 64·d(d+1)/2 a client before round 0; a round 64·d per client (its gradient) and per sender 64·d(d+1)/2 (``lag``,
 ``bag``: the new Hessian, packed) or C's bits (``clag``, ``cbag``).  A silent client's absence is not counted.
 *Work*: under ``lag``/``clag`` every client forms ∇O_i(x_k) and ∇²O_i(x_k) in one pass each round (the trigger
-reads the Hessian); under ``bag``/``cbag`` every client makes a gradient pass and only the coin's winners form
-∇²O_i(x_k), in a pass of their own (records ``local_passes`` and ``local_hessians``, summed over clients).
+reads the Hessian); under ``bag``/``cbag`` every client makes one pass a round, the coin's winners forming
+∇²O_i(x_k) with their gradient in it (records ``local_passes`` and ``local_hessians``, summed over clients).
 
 Linear models with one output on rows (as FedNL), one client per worker or all m on the stacked rows.
 """
@@ -102,18 +102,21 @@ class Newton3PC(ClientBits, Federated):
     def own(self, rows: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
 
-    def fires(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Which clients send this round, the Hessians X they hold, and the clients' gradients where the pass that
-        formed X gave every one (else None): under ``lag``/``clag`` every client's ∇O_i(x) and ∇²O_i(x) from one
-        pass, and the trigger on it; under ``bag``/``cbag`` the coin first, and only its winners form ∇²O_i(x)
-        (the others' rows of X are their H_i: nothing to send, and no Hessian counted in ``local_hessians``)."""
+    def fires(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which clients send this round, the Hessians X they hold, and every client's gradient, one pass each:
+        under ``lag``/``clag`` every client's ∇O_i(x) and ∇²O_i(x) from one pass, and the trigger on it; under
+        ``bag``/``cbag`` the coin first, its winners' ∇O_i(x) and ∇²O_i(x) from one pass and the others' ∇O_i(x)
+        alone (their rows of X are their H_i: nothing to send, and no Hessian counted in ``local_hessians``)."""
         clients = self.client.clients
         if self.mechanism in ("bag", "cbag"):
             fired = coins(self.seed, clients.ids, self.rounds) < self.p
-            X = self.client.H_i.copy()
-            if fired.any():
-                X[fired] = clients.gradients_hessians(x, np.flatnonzero(fired))[1]
-            return fired, X, None
+            X, grads = self.client.H_i.copy(), np.empty((len(fired), x.shape[0]))
+            won, lost = np.flatnonzero(fired), np.flatnonzero(~fired)
+            if won.size:
+                grads[won], X[won] = clients.gradients_hessians(x, won)
+            if lost.size:
+                grads[lost] = clients.gradients(x, lost)
+            return fired, X, grads
         grads, X = clients.gradients_hessians(x)
         weights = clients.weights
         change, last = frobenius_norms(X - self.client.H_i, weights), frobenius_norms(X - self.Y, weights)
@@ -123,10 +126,7 @@ class Newton3PC(ClientBits, Federated):
         x = self.w.numpy()
         members = self.sampler.draw_all()
         fired, X, grads = self.fires(x)
-        if grads is None:  # bag/cbag: every client's gradient pass; a winner's Hessian took a pass of its own
-            grad, payload = self.grad_and_payload(self.w)
-        else:
-            grad, payload = self.own(grads), self.payload(self.w)
+        grad, payload = self.own(grads), self.payload(self.w)
         change = X - self.client.H_i
         if self.mechanism in ("clag", "cbag"):
             change = self.client.compress(change, None, self.rounds)

@@ -132,6 +132,12 @@ def test_newton_3pc_and_dingo_take_their_gradient_from_the_hessians_pass():
         result = run(logreg(), "newton_3pc", **({"workers": M} if not batched else {}), rounds=3)
         assert column(result.records, "local_hessians") == [M * t for t in range(4)]
         assert column(result.records, "local_passes") == [M * t for t in range(4)]
+        # bag: one pass a client and round, the coin's winners forming their Hessian with their gradient in it
+        # (a winner made a second pass for its gradient: 5, 6 and 7 passes over 4 clients here)
+        result = run(logreg(), "newton_3pc", **({"workers": M} if not batched else {}), rounds=3, mechanism="bag",
+                     p=0.5)
+        assert column(result.records, "local_passes") == [M * t for t in range(4)]
+        assert 0 < column(result.records, "local_hessians")[-1] < 3 * M  # the coins fired, not always
         result = run(logreg(), "dingo", **({"workers": M} if not batched else {}), rounds=3)
         steps = result.records[:-1]  # record t: the round from w_t (its step and case); its work: reaching w_t
         trials = [1 + round(math.log2(1 / r["step_size"])) for r in steps]

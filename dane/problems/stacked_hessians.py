@@ -216,6 +216,15 @@ class CompactHessians:
         hess[np.arange(len(diag))[:, None], diag] += self.l2
         return grads, hess
 
+    def gradients(self, x: np.ndarray, clients: np.ndarray) -> np.ndarray:
+        """∇O_c(x) stacked (s, d) for ``clients``, from one gradient pass over their rows (no Hessian formed): the
+        clients that form no Hessian this round beside those `gradients_hessians` serves (Newton-3PC's Bernoulli
+        aggregation)."""
+        count("local_passes", np.isin(np.arange(self.m), clients).astype(np.float64))
+        rows = self.rows
+        grads = row_pass(rows.X, rows.y, rows.start, x, rows.loss, self.weight, clients, unit=rows.unit).grads
+        return grads + self.l2 * x
+
     # ------------------------------------------------------------------ compact rows and the packed triangle
     def rows_of(self, clients: np.ndarray | None) -> np.ndarray | slice:
         return slice(None) if clients is None else clients
