@@ -205,12 +205,13 @@ def render(report: dict, sources: list[str] = ()) -> str:
     grids = grid_note(report)
     lines = [f"{provenance(report, sources)} {setting}{problem_text(report)} Target: {report['target']}. Rounds at defaults "
              f"(the fewest of its grid, the default included, in parentheses{grids}; —: not reached within the round cap); uplink: the sampled "
-             f"clients' bytes to the last target at defaults, summed over them (*: GD and DANE have no server: one worker's "
-             f"bytes under the ring's count, not comparable with a sum over the clients, and not ranked); local passes: the clients' local gradient passes to it, summed (—: not recorded); "
-             f"{SECOND_ORDER_NOTE} (—: not reached, or {NOT_RECORDED}). The fewest local passes are ranked only among rows of one kind, the first-order "
-             f"rows (no HVP, Hessian or factorization counted) apart from the rows with second-order work, whose "
-             f"winner's counts are named beside its passes; a row whose run did not record them is named, not "
-             f"ranked."]
+             f"clients' bytes to the last target at defaults, summed over them (*: GD and DANE have no server: one "
+             f"worker's bytes under the ring's count, not comparable with a sum over the clients, and not ranked); "
+             f"local passes: the clients' local gradient passes to it, summed (—: not recorded); "
+             f"{SECOND_ORDER_NOTE} (—: not reached, or {NOT_RECORDED}). The fewest local passes are ranked only "
+             f"among rows of one kind, the first-order rows (no HVP, Hessian or factorization counted) apart from the "
+             f"rows with second-order work, whose winner's counts are named beside its passes; a row whose run did "
+             f"not record them is named, not ranked."]
     for s in report["clients"]:
         rows = sorted((row for key, row in report["rows"].items() if key.startswith(f"s={s}/") and "default" in row),
                       key=lambda row: ORDER.get(row["method"], len(ORDER)))
