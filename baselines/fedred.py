@@ -137,7 +137,10 @@ class FedRed(Federated):
             picked = x_i if self.comm.rank == chosen else torch.zeros_like(x_i)
             (x_mean,), late = self.average(members, [x_i], [*rides, picked], metrics=bool(rides))
             x_next, late = late[-1] * self.comm.size, late[:-1]               # 3. x_{r+1} = x_j
-            self.traffic.add(len(members), down=[x_mean])  # x̄ for the participants' h_i (x_{r+1} is not x̄ here)
+        if self.control_variate == 2 and (self.averaging == "random" or len(members) < self.comm.size):
+            # x̄ for the participants' h_i: every client has it from x_{r+1} only under full participation and mean
+            # averaging (x̄ = x̃ + (x_{r+1} − x̃)/η_g); else x_{r+1} is another point, or goes to another sample
+            self.traffic.add(len(members), down=[x_mean])
         reduced = reduced or late
         if self.control_variate == 2 and inside:
             self.h = self.hold(self.h, members, h + self.cv_weight * (x_mean - x_i))  # type-2 control variate: Σ_S = 0

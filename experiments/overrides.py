@@ -167,6 +167,7 @@ def check_sweep_out_dir(argv: list[str], config_name: str = "config", conf_dir: 
     if fixed and swept:
         raise _one_directory(fixed[0].input_line, swept)
     resumed = [o.input_line for o in parsed if o.key_or_group == "resume" and not o.is_sweep_override()
+               and "${" not in o.input_line  # names the job: a run of its own per job
                and o.input_line.partition("=")[2] not in ("", "null", "auto", "false", "False")]
     if resumed and swept:  # every job would continue the one run in place, each replacing the last's records
         raise ConfigError(f"{resumed[0]} with -m continues one run in every job of the sweep ({', '.join(swept)}), "

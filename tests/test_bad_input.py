@@ -854,6 +854,7 @@ def test_a_sweep_of_a_range_of_step_zero_is_one_line():
     (["-m", "rounds=6,8", "resume=runs/ck"], True),       # every job would continue runs/ck, each replacing the last
     (["-m", "rounds=6,8", "resume=auto", "out_dir=d/${hydra:job.num}"], False),  # each job its own directory
     (["-m", "resume=runs/a,runs/b", "rounds=8"], False),  # a run resumed per job
+    (["-m", "seed=1,2", "resume=runs/${hydra:job.num}"], False),  # a run of its own per job
     (["rounds=8", "resume=runs/ck"], False),              # no -m: one run
 ])
 def test_a_sweep_that_resumes_one_run_in_every_job_is_refused(line, refused):

@@ -293,6 +293,17 @@ def test_a_split_that_cannot_be_made_is_one_line(y, fraction, line):
             assert len(stratified_split(y, y, test_fraction=f, seed=0)[3]) == np.ceil(f * len(y))
 
 
+def test_a_networks_split_names_its_own_key():
+    """A network's data sits under problem.data: its refusal names problem.data.test_fraction, which the run takes
+    (data.test_fraction is no key of a network run)."""
+    from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
+
+    config = NeuralProblemConfig(data=DataConfig(dataset="digits", test_fraction=0.001), model=ModelConfig(hidden=(4,)))
+    with pytest.raises(DataError, match=r"^digits: problem.data.test_fraction=0.001 of its 1797 samples leaves 2 in the "
+                                        r"test set, .*: set problem.data.test_fraction between 0.01 and 0.99, or add"):
+        config.build(0, 1)
+
+
 # ---------------------------------------------------------------- registry
 def test_unknown_dataset_lists_known_names():
     with pytest.raises(ConfigError, match="unknown dataset 'mnsit'; use one of: admissions, breast_cancer, cifar10"):

@@ -214,6 +214,10 @@ def test_feddane_under_sampling_matches_a_hand_computation(resample):
     # type 2: round 0's ∇O_i(x̃) and x_i up, x̃, mean_S ∇O_j and x̄ down; then x_i up, x̃ and x̄ down
     (FedRedConfig(lam=0.3, lr=0.2, local_steps=5, averaging="random", control_variate=2, clients_per_round=3),
      [6, 3], [9, 6]),
+    # mean averaging under sampling: x̄ too, since x_{r+1} goes to the next sample, not to all of this one
+    (FedRedConfig(lam=0.3, lr=0.2, local_steps=5, control_variate=2, clients_per_round=3), [6, 3], [9, 6]),
+    # every client and mean averaging: x_{r+1} gives every client x̄ (x̃ and mean_S ∇O_j down in round 0, then x̃)
+    (FedRedConfig(lam=0.3, lr=0.2, local_steps=5, control_variate=2, server_lr=0.5), [8, 4], [8, 4]),
 ])
 def test_a_round_counts_the_vectors_its_clients_send_and_need(config, up, down):
     """The participants' traffic of two rounds, in vectors of d float64 summed over the clients (`dane.sampling.Traffic`):

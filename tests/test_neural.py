@@ -272,6 +272,15 @@ def test_early_stopping_on_a_loss_watches_it_fall():
     with pytest.raises(ConfigError, match=r"^early_stop.mode must be one of max\|min, got 'down'$"):
         stop_rule(OmegaConf.create({"rounds": 3, "early_stop": {"mode": "down"}}), None)
     assert stop_rule(OmegaConf.create({"rounds": 3}), None).mode == "max"  # a config without the key: as before
+    # a resume that turns max into min watches afresh: the max-mode best (a loss's highest) would stop it at once
+    before = EarlyStopping(StopRule(monitor="test_loss", patience=2))
+    [before.update({"round": t, "test_loss": v}) for t, v in enumerate([2.0, 1.0])]
+    after = EarlyStopping(StopRule(monitor="test_loss", patience=2, mode="min"))
+    after.load_state_dict(before.state_dict())
+    assert [after.update({"round": t, "test_loss": v}) for t, v in enumerate([0.9, 0.8, 0.7], start=2)] == [None] * 3
+    same = EarlyStopping(StopRule(monitor="test_loss", patience=2))
+    same.load_state_dict(before.state_dict())
+    assert (same.best, same.best_round) == (2.0, 0)  # the same mode: the best so far carries on
 
 
 # ---------------------------------------------------------------- configs and errors

@@ -102,7 +102,8 @@ def _read_pair(folder: Path, found: dict[str, Path], pair: tuple[str, str]) -> t
     return images, labels
 
 
-def load_mnist(data_dir: Path, *, seed: int, test_fraction: float, pad_to_32: bool) -> Dataset:
+def load_mnist(data_dir: Path, *, seed: int, test_fraction: float, pad_to_32: bool,
+               key: str = "data.test_fraction") -> Dataset:
     """Load MNIST as N x 1 x 28 x 28 floats in [0, 1] (32 x 32, zero-padded, if ``pad_to_32``).
 
     With all four files, the standard train/t10k split is used and ``seed`` and
@@ -120,7 +121,7 @@ def load_mnist(data_dir: Path, *, seed: int, test_fraction: float, pad_to_32: bo
     elif has_test and not any(n in found for n in TRAIN_FILES):
         images, labels = _read_pair(folder, found, TEST_FILES)
         train_x, train_y, test_x, test_y = stratified_split(
-            images, labels, test_fraction=test_fraction, seed=seed, name=f"the MNIST t10k files in {folder}"
+            images, labels, test_fraction=test_fraction, seed=seed, name=f"the MNIST t10k files in {folder}", key=key
         )
         note = (
             f"MNIST SPLIT MODE: only the t10k files are in {folder}, so their {len(images)} images "

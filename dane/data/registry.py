@@ -27,19 +27,21 @@ def load_dataset(
     seed: int,
     test_fraction: float = 0.2,
     pad_to_32: bool = True,
+    key: str = "data.test_fraction",
 ) -> Dataset:
     """Load ``name`` from ``data_dir`` (unused by the scikit-learn datasets).
 
     ``seed`` fixes every train/test split that is not given by the files (all but
     full MNIST and CIFAR-10), and draws FedProx's Synthetic sets (`dane.data.synthetic_source`). ``test_fraction`` is the share held out in those splits.
-    ``pad_to_32`` applies to MNIST only: it zero-pads 28 x 28 to the 32 x 32 LeNet input.
+    ``pad_to_32`` applies to MNIST only: it zero-pads 28 x 28 to the 32 x 32 LeNet input.  ``key``: the config key
+    of ``test_fraction``, which a bad value or a split that cannot be made names.
     """
     if name not in DATASET_NAMES:
         raise ConfigError(f"unknown dataset '{name}'; use one of: {', '.join(sorted(DATASET_NAMES))}")
     if not 0.0 < test_fraction < 1.0:
-        raise ConfigError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
+        raise ConfigError(f"{key} must be in (0, 1), got {test_fraction}")
     if name in SKLEARN_LOADERS:
-        return load_sklearn(name, seed=seed, test_fraction=test_fraction)
+        return load_sklearn(name, seed=seed, test_fraction=test_fraction, key=key)
     if name in PAPER_SETS:  # generated from the seed; each client's own held-out share, the generator's 0.1
         return synthetic_dataset(name, seed=seed)
     if data_dir is None:
@@ -49,7 +51,7 @@ def load_dataset(
         )
     data_dir = resolve_dir(data_dir)  # relative: from the repository root, not the working folder
     if name == "mnist":
-        return load_mnist(data_dir, seed=seed, test_fraction=test_fraction, pad_to_32=pad_to_32)
+        return load_mnist(data_dir, seed=seed, test_fraction=test_fraction, pad_to_32=pad_to_32, key=key)
     if name == "cifar10":
         return load_cifar10(data_dir)
-    return load_admissions(data_dir, seed=seed, test_fraction=test_fraction)
+    return load_admissions(data_dir, seed=seed, test_fraction=test_fraction, key=key)

@@ -37,9 +37,10 @@ ADMISSIONS_HEADER = ["admit", "gre", "gpa", "rank"]
 
 
 def _split_and_scale(
-    x: np.ndarray, y: np.ndarray, *, name: str, seed: int, test_fraction: float
+    x: np.ndarray, y: np.ndarray, *, name: str, seed: int, test_fraction: float, key: str = "data.test_fraction"
 ) -> Dataset:
-    train_x, train_y, test_x, test_y = stratified_split(x, y, test_fraction=test_fraction, seed=seed, name=name)
+    train_x, train_y, test_x, test_y = stratified_split(x, y, test_fraction=test_fraction, seed=seed, name=name,
+                                                        key=key)
     train_x, test_x = standardize(train_x, test_x)
     return to_dataset(
         train_x, train_y, test_x, test_y, num_classes=int(y.max()) + 1, name=name,
@@ -47,11 +48,12 @@ def _split_and_scale(
     )
 
 
-def load_sklearn(name: str, *, seed: int, test_fraction: float) -> Dataset:
-    """One of scikit-learn's bundled datasets (``digits``, ``iris``, ``breast_cancer``)."""
+def load_sklearn(name: str, *, seed: int, test_fraction: float, key: str = "data.test_fraction") -> Dataset:
+    """One of scikit-learn's bundled datasets (``digits``, ``iris``, ``breast_cancer``); ``key``: the fraction's
+    config key, which a split that cannot be made names."""
     bunch = SKLEARN_LOADERS[name]()
     return _split_and_scale(
-        bunch.data, bunch.target, name=name, seed=seed, test_fraction=test_fraction
+        bunch.data, bunch.target, name=name, seed=seed, test_fraction=test_fraction, key=key
     )
 
 
@@ -95,11 +97,11 @@ def read_admissions(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return table[:, 1:], table[:, 0].astype(np.int64)
 
 
-def load_admissions(data_dir: Path, *, seed: int, test_fraction: float) -> Dataset:
+def load_admissions(data_dir: Path, *, seed: int, test_fraction: float, key: str = "data.test_fraction") -> Dataset:
     """The admissions CSV in ``data_dir``: binary admit label from gre, gpa and rank.
 
     ``rank`` (1-4, the undergraduate institution's tier) is kept as one numeric feature,
     as in the usual logistic regression of this dataset, not one-hot encoded.
     """
     x, y = read_admissions(Path(data_dir) / ADMISSIONS_FILE)
-    return _split_and_scale(x, y, name="admissions", seed=seed, test_fraction=test_fraction)
+    return _split_and_scale(x, y, name="admissions", seed=seed, test_fraction=test_fraction, key=key)

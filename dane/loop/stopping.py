@@ -265,7 +265,10 @@ class EarlyStopping:
                            f"set it to one of: {', '.join(keys)}")
 
     def state_dict(self) -> dict:
-        return {"best": self.best, "best_round": self.best_round}
+        return {"best": self.best, "best_round": self.best_round, "mode": self.stop.mode}
 
     def load_state_dict(self, state: dict) -> None:
-        self.best, self.best_round = state["best"], state["best_round"]
+        """The best so far, where the resumed run watches it the same way (``mode``, which a resume may change: then
+        the watch starts afresh at the resumed round)."""
+        if state.get("mode", "max") == self.stop.mode:
+            self.best, self.best_round = state["best"], state["best_round"]

@@ -309,7 +309,8 @@ def _store_dataset(source, seed: int) -> Dataset:
 @lru_cache(maxsize=4)
 def _load(dataset: str, data_dir: str | None, seed: int, test_fraction: float, pad_to_32: bool,
           image_size: int | None) -> Dataset:
-    data = load_dataset(dataset, data_dir=data_dir, seed=seed, test_fraction=test_fraction, pad_to_32=pad_to_32)
+    data = load_dataset(dataset, data_dir=data_dir, seed=seed, test_fraction=test_fraction, pad_to_32=pad_to_32,
+                        key="problem.data.test_fraction")
     return data if image_size is None else as_images(data, image_size)
 
 
