@@ -28,6 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from dane.comm.launcher_signals import LauncherTerminated
 from dane.loop import timeline
 from dane.errors import DivergenceError, SharedRefusal, UserError, WorkerLost, say
 from dane.loop.faults import SimulatedFault
@@ -100,7 +101,10 @@ def fail(exc: UserError, *, speak: bool = True) -> None:
     if speak:
         say(f"error: {exc}")
     else:
-        time.sleep(SILENT_EXIT_DELAY_S)  # rank 0's exit ends this rank sooner
+        try:
+            time.sleep(SILENT_EXIT_DELAY_S)  # rank 0's exit ends this rank sooner
+        except LauncherTerminated:  # torchrun's SIGTERM once rank 0 has exited: the silent exit it was waiting for
+            pass
     sys.exit(2)
 
 

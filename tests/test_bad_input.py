@@ -34,7 +34,7 @@ import scipy.sparse
 
 from dane.data.files import save_npz
 import runs
-from helpers import REPO, horovodrun, train
+from helpers import REPO, horovodrun, torchrun, train
 
 SMALL = ("problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true")
 LOGREG = ("problem=logreg", "rounds=3", "quiet=true")
@@ -722,17 +722,21 @@ runs.job("bad_input:own_process", "test_bad_input:own_process", list(OWN_PROCESS
 
 
 @pytest.mark.slow
-def test_an_occupied_out_dir_stops_every_rank_with_rank_0s_line(tmp_path):
+@pytest.mark.parametrize("launcher", ["horovodrun", "torchrun"])
+def test_an_occupied_out_dir_stops_every_rank_with_rank_0s_line(tmp_path, launcher):
     """Only rank 0 reads the run directory: it sends its refusal to the others before any collective, so they stop
     with it, silent, instead of waiting for rank 0 and then saying they lost a peer mid-run; the run there is kept."""
     held = tmp_path / "held"
     held.mkdir()
     (held / "rounds.jsonl").write_text('{"round": 0, "objective": 1.0}\n')
     (held / "summary.json").write_text('{"status": "converged"}\n')
-    proc = train(*SMALL, f"out_dir={held}", launcher=horovodrun(2))
+    proc = train(*SMALL, f"out_dir={held}", launcher=horovodrun(2) if launcher == "horovodrun" else torchrun(2))
     said = [line for line in proc.stderr.splitlines() if "error: " in line]
-    assert said == [f"[0]<stderr>:error: out_dir={held} already holds a run (rounds.jsonl, summary.json); choose a "
-                    "new out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)"], proc.stderr
+    line = (f"error: out_dir={held} already holds a run (rounds.jsonl, summary.json); choose a new out_dir, or "
+            "replace it with overwrite=true (dane.fit: overwrite=True)")
+    assert said == [f"[0]<stderr>:{line}" if launcher == "horovodrun" else line], proc.stderr
+    # the silent rank: no traceback (torchrun's SIGTERM once rank 0 had exited was one, LauncherTerminated)
+    assert "[1]<stderr>:Traceback" not in proc.stderr and "[rank1]:" not in proc.stderr, proc.stderr
     assert (held / "rounds.jsonl").read_text() == '{"round": 0, "objective": 1.0}\n'
 
 
