@@ -53,7 +53,8 @@ def row(cell: dict) -> str:
         [count(cell.get(k), ".3g") for k in SECOND_ORDER]
     if cell["reached"]:
         return f"| {label(cell)} | " + " | ".join(work) + " | |"
-    return (f"| {label(cell)} | " + " | ".join(w if w == "—" else f"> {w}" for w in work) +
+    # what a missed cell spent by the cap is a lower bound of its cost, but a count it never makes stays 0
+    return (f"| {label(cell)} | " + " | ".join(w if w in ("—", "0") else f"> {w}" for w in work) +
             f" | best {cell['best_rel']:.2g} ({cell['missed_by']:.2g}x the target) at the cap |")
 
 

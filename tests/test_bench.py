@@ -1816,6 +1816,9 @@ def test_the_compressed_rows_show_the_second_order_work_per_node():
     del missed["local_hvps"]
     assert row(missed) == ("| DANE | > 8 | > 7.22e+04 | > 1.44e+05 | > 64.6 | — | > 8 | > 7.67 | best 1e-09 (1e+03x "
                            "the target) at the cap |")
+    # a count the cell never makes is 0 by the cap and at any later round: not "> 0"
+    first_order = {**missed, "algorithm": "gd", "local_hvps": 0.0, "local_hessians": 0.0, "local_factorizations": 0.0}
+    assert row(first_order).startswith("| GD | > 8 | > 7.22e+04 | > 1.44e+05 | > 64.6 | 0 | 0 | 0 | best")
 
 
 def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
