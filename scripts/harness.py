@@ -183,26 +183,12 @@ def checked_out(bench: Bench, args: argparse.Namespace) -> dict:
     is not a JSON object of sections, and a run that keeps rows of ``--out``'s section (``--only``, ``--resume``)
     where that section was taken at the other ``--quick`` (its rows would be mixed with or replaced by this
     run's)."""
-    import json
-
     from dane.errors import ConfigError
     from dane.records.results import output_file
+    from dane.synthetic.bench_file import read_bench
 
     path = output_file(args.out, "--out", "bench.json")
-    if not path.exists():
-        return {}
-    try:
-        whole = json.loads(path.read_text())
-    except OSError as err:
-        raise ConfigError(f"--out {path} cannot be read ({(err.strerror or str(err)).lower()}); "
-                          "choose another --out") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        why = f"{err.msg} at line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else \
-            "not UTF-8 text"
-        raise ConfigError(f"--out {path} is not JSON ({why}); repair or remove it, or choose another --out") from None
-    if not isinstance(whole, dict):
-        raise ConfigError(f"--out {path} holds a JSON {type(whole).__name__}, not an object of benchmark sections; "
-                          "choose another --out")
+    whole = read_bench(path)  # {} where there is none yet; a file that is no JSON object is refused there
     keeps, quick = next((f for f in ("only", "resume") if getattr(args, f, None)), None), getattr(args, "quick", False)
     for key in bench.sections(args) if bench.sections else [bench.key]:
         section = whole.get(key)

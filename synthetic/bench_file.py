@@ -24,7 +24,25 @@ def elapsed_logger(start: float):
 
 
 def read_bench(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+    """The sections of the benchmark JSON at ``path`` (``--out``; {} where there is no file yet).  A file that cannot
+    be read, or is not a JSON object, is a `dane.errors.ConfigError` naming ``--out`` and the fix."""
+    from dane.errors import ConfigError
+
+    if not path.exists():
+        return {}
+    try:
+        whole = json.loads(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"--out {path} cannot be read ({(err.strerror or str(err)).lower()}); "
+                          "choose another --out") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        why = f"{err.msg} at line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else \
+            "not UTF-8 text"
+        raise ConfigError(f"--out {path} is not JSON ({why}); repair or remove it, or choose another --out") from None
+    if not isinstance(whole, dict):
+        raise ConfigError(f"--out {path} holds a JSON {type(whole).__name__}, not an object of benchmark sections; "
+                          "choose another --out")
+    return whole
 
 
 def merge_section(path: Path, key: str, value: dict) -> dict:
