@@ -353,7 +353,7 @@ def checked_out(out: str | Path, file: str | None = None) -> Path:
 
 
 class _FigureParser(argparse.ArgumentParser):
-    """`bench_parser`'s with a figure: ``--out`` is `checked_out` once parsed."""
+    """A figure command's parser (`cli`'s, `bench_parser`'s with a figure): ``--out`` is `checked_out` once parsed."""
 
     def parse_args(self, args=None, namespace=None):
         parsed = super().parse_args(args, namespace)
@@ -364,11 +364,10 @@ class _FigureParser(argparse.ArgumentParser):
 def cli(main, doc: str, results: str = "results") -> None:
     """The command line every figure script shares: ``--results`` in (default ``results``, or the script's own run
     folder), ``--out`` for the files; prints their paths."""
-    parser = argparse.ArgumentParser(prog=command_name(), description=doc.splitlines()[0])
+    parser = _FigureParser(prog=command_name(), description=doc.splitlines()[0])
     parser.add_argument("--results", default=results)
     parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     args = parser.parse_args()
-    checked_out(args.out)
     written = main(args.results, args.out)
     if not written:  # a figure whose runs are missing draws nothing (make_all says so for all of them): say it here
         say(f"error: nothing drawn: the runs it reads are missing under {args.results}; make tables (dane figures "
