@@ -20,7 +20,7 @@ from dane.errors import UserError
 from dane.problems.linear_models import LinearModelConfig
 from dane.reference import attach_all
 from dane.synthetic.sparse_data import write_sparse_libsvm
-from scripts.harness import Bench, count, data_dir, first_at, grid, option, relative
+from scripts.harness import Bench, count, data_dir, first_at, folder, grid, option, relative
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8
@@ -273,7 +273,7 @@ BENCH = Bench(KEY, grid(lambda run: {case.name: case for case in problems(run.ar
               options=(option("--runs", default="results/bench_convex", help="run directories and the rcv1-like file"),
                        option("--algorithms", nargs="+", default=list(NEWTON + BASELINES),
                               choices=list(NEWTON + BASELINES)),
-                       option("--data-dir", default=str(data_dir()),
+                       option("--data-dir", type=folder, default=data_dir(),
                               help="MNIST's folder (relative: from the repository root)"),
                        option("--svm-rows", type=count, default=5000),
                        option("--svm-features", type=count, default=20000)))

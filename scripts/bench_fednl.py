@@ -21,7 +21,7 @@ from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
 from dane.problems.stacked_rows import StackedRows  # noqa: E402
-from scripts.harness import Bench, Run, count, data_dir, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
+from scripts.harness import Bench, Run, count, data_dir, folder, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
 
 LAM = 1e-3
 #: FedNL's option 2 (H + l I), the globally safe one from x⁰ = 0 (option 1's projection at μ = λ rests on FedNL's
@@ -221,6 +221,6 @@ def run(bench: Run) -> dict:
 BENCH = Bench("fednl", run, "FedNL with its clients stacked, at u-FedNL's workloads", threads=None,
               only=(*TABLES, "memory"),
               options=(option("--rounds", type=count, default=1000), option("--repeats", type=count, default=2),
-                       option("--data-dir", type=Path, default=data_dir() / "libsvm"),
+                       option("--data-dir", type=folder, default=data_dir() / "libsvm"),
                        option("--threads", type=count, default=1,
                               help="torch's intra-op threads; 1 measured faster than 2 on the shared 2-core machine")))

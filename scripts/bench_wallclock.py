@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from dane.synthetic.lbfgs_baseline import fit, read_rows, value_grad
-from scripts.harness import Bench, Run, count, interleave, launch, load, mnist_dir, option, spread, spreads, trained
+from scripts.harness import Bench, Run, count, folder, interleave, launch, load, mnist_dir, option, spread, spreads, trained
 
 KEY = "wallclock"
 TARGET = 1e-8                  # relative suboptimality every timed run should reach
@@ -309,5 +309,5 @@ def run(bench: Run) -> dict:
 
 BENCH = Bench(KEY, run, "launch-to-answer wall time against scipy and scikit-learn in one process", threads=None,
               options=(option("--repeats", type=count, default=3),
-                       option("--data-dir", type=Path, help="the folder holding mnist/ (default: DANE_DATA_DIR, "
+                       option("--data-dir", type=folder, help="the folder holding mnist/ (default: DANE_DATA_DIR, "
                               "else ../shared/data)")))

@@ -49,6 +49,18 @@ count = checks.positive_int_argument
 amount = checks.positive_number_argument
 
 
+def folder(text: str) -> Path:
+    """The ``type`` of a section's ``--data-dir``: an existing folder, a relative one from the repository root (as the
+    package reads ``data_dir``); a missing one is argparse's one usage line and exit 2 (its tables were skipped and
+    the command exited 0).  The default, a `data_dir` that may be absent, is no string and is not checked."""
+    from dane.data.table import resolve_dir
+
+    path = resolve_dir(text)
+    if path is None or not path.is_dir():
+        raise argparse.ArgumentTypeError(f"no folder {text!r}; give a folder that holds the data")
+    return path
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 

@@ -195,6 +195,18 @@ def test_the_sections_data_folder_is_dane_data_dir_from_the_repository_root(valu
     assert harness.data_dir() == (REPO / expected).resolve() and harness.mnist_dir() == harness.data_dir() / "mnist"
 
 
+@pytest.mark.parametrize("section", ["convex", "fednl", "wallclock"])
+def test_a_data_folder_that_is_not_there_is_one_usage_line(section, tmp_path, capsys):
+    """``--data-dir`` names a folder that exists (relative: from the repository root): a missing one is argparse's
+    exit 2 naming it, before any work (it skipped every table and exited 0); the default is not checked."""
+    benches = {section: runner.importlib.import_module(runner.MODULES[section]).BENCH}
+    with pytest.raises(SystemExit) as stop:
+        harness.parser(benches).parse_args([section, "--data-dir", str(tmp_path / "nowhere")])
+    assert stop.value.code == 2 and "argument --data-dir: no folder" in capsys.readouterr().err
+    args = harness.parser(benches).parse_args([section, "--data-dir", "tests"])
+    assert args.data_dir == REPO / "tests"
+
+
 def test_every_section_has_one_command_line():
     """One parser: every module of scripts/ declares its section; each answers ``--out``, ``--quick`` and its flags."""
     benches = {name: runner.importlib.import_module(module).BENCH for name, module in runner.MODULES.items()}
@@ -348,7 +360,7 @@ def test_local_passes_rank_only_among_rows_of_one_kind():
 # ---------------------------------------------------------------- convex_newton_family, cuda, local_solve_cost
 # The cost-to-target extraction, the two goals and the rcv1-like generator of scripts/bench_convex.py on tiny inputs;
 # its --quick run (tests/data/bench/convex.json, made with an --out that held other_bench and a --data-dir without
-# MNIST) against its own run directories (convex_runs/: each run's rounds.jsonl, cut to the keys read here); the
+# MNIST, a folder without mnist/) against its own run directories (convex_runs/: each run's rounds.jsonl, cut to the keys read here); the
 # CUDA section's ratios from hand-made runs and its skip without a GPU (cuda.json, an --out that held
 # strong_scaling); the local solve's Cholesky skip and its --quick run (local_solve.json, an --out that held
 # other_bench).
@@ -1154,7 +1166,7 @@ def test_relative_suboptimality_starts_from_the_first_finite_record():
 
 # ------------------------------------------------------------------ the launch sections (wallclock, time_vs_workers)
 # The wallclock rows read tests/data/bench/wallclock.json, a real `python -m scripts.bench wallclock --quick --out F
-# --data-dir NOWHERE` whose F held {"other": {"kept": True}} before; the time_vs_workers rows read the tree of a real
+# --data-dir EMPTY` (a folder without mnist/) whose F held {"other": {"kept": True}} before; the time_vs_workers rows read the tree of a real
 # `python -m scripts.bench time_vs_workers --quick --problems mnist_lenet3 --real --out DIR` (tests/data/bench/
 # time_vs_workers/: its calibration and the two simulated runs) or a hand-made tree whose answers are known.
 
