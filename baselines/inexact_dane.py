@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from dane import checks
 from dane.comm import Communicator
 from dane.algorithm import AlgorithmConfig
-from dane.dane import DANE
+from dane.dane import DANE, DANEConfig
 from dane.errors import ConfigError
 from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, cg_products, check_passes, svrg_resolved
 from dane.problems import Problem, ProblemConfig
@@ -111,17 +111,14 @@ class InexactDANE(DANE):
 
 
 @dataclass(frozen=True)
-class InexactDANEConfig(InexactSolverKeys, AlgorithmConfig):
-    eta: float = 1.0
-    mu: float = 0.0
-    safeguard: bool = True
+class InexactDANEConfig(InexactSolverKeys, DANEConfig):
+    """DANE's keys and checks (η, μ, the safeguard) and the local solver's."""
+
     name: str = "inexact_dane"
     algorithm = InexactDANE
 
     def __post_init__(self) -> None:
-        checks.positive("algorithm.eta", self.eta)
-        checks.nonnegative("algorithm.mu", self.mu)
-        checks.boolean("algorithm.safeguard", self.safeguard)
+        super().__post_init__()
         self.solver()  # validates the local-solver keys now
 
     def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:

@@ -25,7 +25,7 @@ if CHECKOUT is not None:  # a checkout: dane.baselines, dane.experiments, ... ar
 _PUBLIC = {
     "ArraySource": "problems.arrays", "Result": "api", "algorithm_config": "api", "fit": "api", "shards": "api",
     "DANE": "dane", "DANEConfig": "dane",
-    "LOCAL_SOLVERS": "local_solvers", "LocalSolver": "local_solvers",
+    "LOCAL_SOLVERS": "numerics.local_solvers", "LocalSolver": "numerics.local_solvers",
     # to write a method or a problem of one's own (docstrings of dane.algorithm and dane.problems.base)
     "Algorithm": "algorithm", "AlgorithmConfig": "algorithm", "Column": "algorithm", "known_algorithms": "algorithm",
     "Problem": "problems.base", "ProblemConfig": "problems.base", "Communicator": "comm", "ConfigError": "errors",

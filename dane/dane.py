@@ -125,6 +125,7 @@ class DANEConfig(AlgorithmConfig):
     def __post_init__(self) -> None:
         checks.positive("algorithm.eta", self.eta)
         checks.nonnegative("algorithm.mu", self.mu)
+        checks.boolean("algorithm.safeguard", self.safeguard)
 
     def build(self, problem: Problem, comm: Communicator) -> "DANE":
         return DANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard)

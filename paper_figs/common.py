@@ -89,14 +89,6 @@ def outcome(run_dir: Path, tol: float) -> tuple[str, dict | None]:
     return ("diverged" if read_summary(run_dir)["status"] == "diverged" else "not reached"), None
 
 
-def time_to(run_dir: Path, tol: float) -> float:
-    """Seconds from the start until suboptimality <= tol, counting the workers' setup; nan if never."""
-    status, hit = outcome(run_dir, tol)
-    if hit is None:
-        return math.nan
-    return read_summary(run_dir).get("setup_s", 0.0) + hit["time_s"]
-
-
 def retime(records: list[dict], summary: dict, cost: AlphaBeta = FIGURE_COST) -> list[dict]:
     r"""The records with ``time_s`` as if simulated under ``cost`` instead of the run's own α-β.
 

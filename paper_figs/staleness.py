@@ -57,8 +57,8 @@ STALENESS = {"sync SGD (s=0)": "0", "SSP s=1": "1", "SSP s=4": "4", "async SGD (
 #: the iterate as far as synchronous SGD's does, and what is left between the curves is staleness
 LR = 0.05
 ASYNC_LR = round(LR / WORKERS, 6)  # short enough for a run directory's name
-#: modelled seconds of one worker's minibatch step (sim.step_time): long enough next to the server's
-#: ~1.3 ms per push and pull that the workers' compute, not the server, sets the pace
+#: modelled seconds of one worker's minibatch step (sim.step_time): long enough next to the server's cost of a
+#: push and a pull (its message cost, docs/parameter_server.md) that the workers' compute, not the server, sets the pace
 STEP_TIME = 0.01
 
 

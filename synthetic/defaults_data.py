@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 
 FAMILIES = ("rare_onehot", "large_targets", "ill_conditioned")
-LOSSES = ("squared", "logistic")
 
 
 def _labels(margin: np.ndarray, loss: str, rng: np.random.Generator, noise: float = 0.3) -> np.ndarray:

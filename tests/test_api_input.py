@@ -246,3 +246,20 @@ def test_a_yaml_of_ones_own_without_a_target_is_one_line():
     with pytest.raises(ConfigError, match=r"^algorithm=mine names no _target_: its yaml needs _target_: "
                                           r"<module>\.<its config class> \(docs/extending\.md\)$"):
         build(cfg, "algorithm")
+
+
+def test_every_public_name_is_there():
+    """Each name `dane.__all__` lists resolves (two pointed at a module that had moved, and raised)."""
+    for name in dane.__all__:
+        assert getattr(dane, name) is not None, name
+    assert dane.LocalSolver.__module__ == "dane.numerics.local_solvers" and "svrg" in dane.LOCAL_SOLVERS
+
+
+@pytest.mark.parametrize("config", ["DANEConfig", "InexactDANEConfig"])
+def test_a_safeguard_that_is_no_boolean_is_refused_by_the_config_object(config):
+    """The config object checks ``safeguard`` as the command line does: a string 'off' ran with it on."""
+    from dane.baselines.inexact_dane import InexactDANEConfig
+
+    make_config = dane.DANEConfig if config == "DANEConfig" else InexactDANEConfig
+    with pytest.raises(ConfigError, match=r"^algorithm.safeguard must be true or false, got 'off'$"):
+        make_config(safeguard="off")

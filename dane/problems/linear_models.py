@@ -49,7 +49,6 @@ from ..losses import LOSSES
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch
 
-PROBLEM_LOSSES = {"ridge": "squared", "logreg": "logistic", "softmax": "softmax"}
 _TABLES: dict[tuple, Any] = {}
 _SHARDS: dict[tuple, Any] = {}  # (source, loss, workers, seed) -> (every worker's rows, notes): non-iid schemes
 #: d-vectors (per class) a worker holds besides its data: the iterate, gradients, the local solver's and the
