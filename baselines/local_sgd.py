@@ -9,8 +9,18 @@ minibatch estimate on ``batch_size`` rows, epoch-shuffled by a per-worker
 `dane.numerics.inner.MinibatchSampler` (its generator seeded from ``seed`` and the rank).  The aggregations:
 
 - ``mean``: :math:`\frac1m\sum_i w_i`, one allreduce;
-- ``weighted``: :math:`\sum_i n_i w_i / \sum_i n_i` by shard size, one allreduce of
-  :math:`(n_i w_i, n_i)`;
+- ``weighted`` (FedAvg's weighting, McMahan et al. 2017): each worker steps on its mean loss
+  per row, :math:`O_i / s_i` with :math:`s_i = n_i / \bar n` the shard weight
+  :math:`m n_i / N` that :math:`O_i` carries (so that the mean of the :math:`O_i` is the loss
+  over all rows), i.e. at ``lr`` / :math:`s_i`, and the server averages
+  :math:`\sum_i n_i w_i / \sum_i n_i`, one allreduce of :math:`(n_i w_i, n_i)`; :math:`\bar n`
+  comes from one allreduce before round 0 (counted in round 0).  With K=1 and full batches a
+  round is a gradient step on O, as ``mean``'s.  Stepping on :math:`O_i` itself and weighting
+  by :math:`n_i` would count the shard weight twice (K=1 would step on
+  :math:`\sum_i (n_i/N) s_i \nabla F_i`, whose fixed point is not O's optimum).  Departure
+  from the paper: the shared regulariser R enters worker i's local objective as
+  :math:`R / s_i` (the paper's clients carry R whole; the same where R = 0 or the shards are
+  equal);
 - ``best`` ("best election"): each worker scores its own w_i by its mean loss per row on its
   own shard plus the regularizer (the problem's ``validation_objective``: O_i(w_i) with the
   shard weight m n_i / N divided out, which O_i carries so that the mean of the O_i is the
@@ -20,9 +30,10 @@ minibatch estimate on ``batch_size`` rows, epoch-shuffled by a per-worker
   is broadcast from that rank.  Two collectives per round; records carry ``elected``.
 
 With K=1, full batches and ``mean`` this is distributed gradient descent, iterate by
-iterate.  ``lr=None`` takes 1/max_i L_i, the largest local smoothness constant, so that
-full-batch local steps cannot diverge (local Lanczos estimates, no communication except
-one allreduce of an m-vector, counted in round 0); minibatches may need a smaller lr.
+iterate.  ``lr=None`` takes 1/max_i L_i, the largest local smoothness constant (``weighted``:
+of the objective a worker steps on, max_i L_i / s_i), so that full-batch local steps cannot
+diverge (local Lanczos estimates, no communication except one allreduce of an m-vector,
+counted in round 0); minibatches may need a smaller lr.
 """
 from __future__ import annotations
 
@@ -66,10 +77,15 @@ class LocalSGD(Algorithm):
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float, local_steps: int = 10,
                  batch_size: int | None = None, aggregate: str = "mean", seed: int = 0, L_est: float | None = None,
-                 w0: torch.Tensor | None = None, defaults: tuple[dict, ...] = ()):
+                 shard_weight: torch.Tensor | None = None, w0: torch.Tensor | None = None,
+                 defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, w0)
         check_problem(problem, batch_size, aggregate)
+        if aggregate == "weighted" and shard_weight is None:
+            shard_weight = shard_weights(problem, comm)
         self.local_steps, self.batch_size, self.aggregate = local_steps, batch_size, aggregate
+        # the local step: lr on O_i; weighted, lr / s_i (on O_i / s_i, the mean loss per row), (m, 1) when stacked
+        self.local_lr = lr if aggregate != "weighted" else lr / shard_weight.to(self.w)
         self.with_grad = logs_gradient(problem)
         self.sampler = (worker_samplers(problem.n_local, batch_size, seed, SAMPLER_STREAM, worker_ranks(comm),
                                         stacked=stacked(comm)) if batch_size is not None else None)
@@ -83,7 +99,7 @@ class LocalSGD(Algorithm):
 
     def step(self) -> dict[str, float]:
         payload = local_payload(self.problem, self.w, with_grad=self.with_grad)  # w_t's metrics ride along
-        w_local = local_steps(self.w, self.gradient, lr=self.lr, steps=self.local_steps)
+        w_local = local_steps(self.w, self.gradient, lr=self.local_lr, steps=self.local_steps)
         if self.aggregate == "mean":
             self.w, *reduced = self.comm.allreduce_mean([w_local, *payload])
             extra = {}
@@ -106,7 +122,7 @@ class LocalSGD(Algorithm):
     # the server's is AveragingServer (LocalSGDConfig.async_server).
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
         """K local steps from the parameters the worker pulled; it pushes the change w_i - w."""
-        return [local_steps(w, self.gradient, lr=self.lr, steps=self.local_steps) - w]
+        return [local_steps(w, self.gradient, lr=self.local_lr, steps=self.local_steps) - w]
 
     def score(self, w: torch.Tensor) -> list[float]:
         """The election score of this worker's model (of each worker's, on a stacked problem): the problem's
@@ -163,11 +179,13 @@ class LocalSGDConfig(AlgorithmConfig):
     def build(self, problem: Problem, comm: Communicator) -> "LocalSGD":
         """``lr`` null resolved first (`baselines.defaults.local_step`: 1/max_i L_i, one allreduce before round 0)."""
         resolution, lr, L_est = Resolution(), self.lr, None
+        check_problem(problem, self.batch_size, self.aggregate)
+        weights = shard_weights(problem, comm) if self.aggregate == "weighted" else None
         if lr is None:
-            L_est = largest_smoothness(problem, comm, iters=self.power_iters, seed=self.seed)
+            L_est = largest_smoothness(problem, comm, iters=self.power_iters, seed=self.seed, per=weights)
             lr = resolution.add("lr", local_step(L_est), "local_step", smoothness=L_est)
         return LocalSGD(problem, comm, local_steps=self.local_steps, batch_size=self.batch_size, lr=lr, L_est=L_est,
-                        aggregate=self.aggregate, seed=self.seed, defaults=resolution.entries)
+                        aggregate=self.aggregate, seed=self.seed, shard_weight=weights, defaults=resolution.entries)
 
     def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "AveragingServer":
         """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""
@@ -185,6 +203,14 @@ def check_problem(problem: Problem, batch_size: int | None, aggregate: str) -> N
                               f"use a smaller batch or null for the full shard")
     if aggregate == "weighted" and problem.n_local is None:
         raise ConfigError(f"algorithm.aggregate=weighted needs shard sizes, which {name} lacks; use mean or best")
+
+
+def shard_weights(problem: Problem, comm: Communicator) -> torch.Tensor:
+    """s_i = n_i / mean_j n_j, the weight m n_i / N of worker i's shard in O_i (each worker's, (m, 1), on a stacked
+    problem), from one allreduce of n_i."""
+    n_i = per_worker(comm, lambda rank: torch.tensor([float(problem.n_local)], dtype=torch.float64))
+    (mean,) = comm.allreduce_mean([n_i])
+    return n_i / mean
 
 
 def shares(sizes: list[float], aggregate: str) -> list[float]:

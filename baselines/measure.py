@@ -35,13 +35,15 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap
     return {**found, "delta_a": dissimilarity(found["delta_mean_square"], found["hessian_norm"]), "shift": shift}
 
 
-def largest_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """max_i L_i: a local Lanczos each, every worker's gathered by one collective (`baselines.spectral.
-    largest_local_smoothness`; every worker's at once on a stacked problem)."""
+def largest_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int,
+                       per: torch.Tensor | None = None) -> float:
+    """max_i L_i (``per``: max_i L_i / per_i, this worker's divisor, (m, 1) on a stacked problem): a local Lanczos
+    each, every worker's gathered by one collective (`baselines.spectral.largest_local_smoothness`; every worker's
+    at once on a stacked problem)."""
     if not stacked(comm):
-        return largest_local_smoothness(problem, comm, iters=iters, seed=seed)
+        return largest_local_smoothness(problem, comm, iters=iters, seed=seed, per=per)
     high, _ = highest_and_lowest(problem, comm, iters=iters, seed=seed, key="algorithm.lr")
-    every, _ = comm.gather(high)
+    every, _ = comm.gather(high if per is None else high / per.to(high))
     return float(every.max())
 
 

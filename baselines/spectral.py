@@ -83,10 +83,11 @@ def local_spectrum(problem: Problem, *, iters: int, seed: int, key: str,
     return lanczos_extremes(hv, start_vector(problem.dim, problem.dtype, seed), iters)
 
 
-def largest_local_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int) -> float:
-    """max_i λ_max(H_i): local products cost nothing; one collective gathers the m estimates
-    (`dane.comm.Communicator.gather`)."""
-    L_local = local_smoothness(problem, iters=iters, seed=seed)
+def largest_local_smoothness(problem: Problem, comm: Communicator, *, iters: int, seed: int,
+                             per: torch.Tensor | None = None) -> float:
+    """max_i λ_max(H_i) (``per``: max_i λ_max(H_i) / per_i, this worker's divisor): local products cost nothing;
+    one collective gathers the m estimates (`dane.comm.Communicator.gather`)."""
+    L_local = local_smoothness(problem, iters=iters, seed=seed) / (1.0 if per is None else float(per))
     every, _ = comm.gather(torch.tensor([L_local], dtype=problem.dtype))
     return float(every.max())
 
