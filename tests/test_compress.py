@@ -114,14 +114,20 @@ def test_identity_returns_the_message():
     (TopK(k=10), 1025, 64, 10 * (64 + 11)),
     (TopK(k=0.1), 1000, 64, 100 * (64 + 10)),     # a fraction: k = 0.1·n
     (TopK(k=5), 3, 64, 3 * (64 + 2)),             # k capped at n
+    (TopK(k=0.3), 12, 64, 4 * (64 + 4)),          # round(3.6) = 4 pairs, ⌈log₂ 12⌉ = 4
+    (TopK(k=0.01), 10, 64, 1 * (64 + 4)),         # round(0.1) = 0, kept at 1
+    (RandK(k=0.01), 10, 64, 64),
     (RandK(k=10), 1000, 64, 640),                 # values only: the indices come from the shared seed
     (Natural(), 1000, 64, 12000),                 # sign + 11 exponent bits
     (Natural(), 1000, 32, 9000),                  # sign + 8 exponent bits
+    (Natural(), 1000, 16, 6000),                  # sign + 5 exponent bits
     (Dither(s=4), 1000, 64, 64 + 1000 * (1 + 3)),  # norm, then sign + a level in {0..4}
     (Dither(s=1), 10, 64, 64 + 10 * 2),
     (Dither(s=7), 10, 32, 32 + 10 * 4),
     (LowRank(r=2), 100, 64, 2 * 11 * 64),         # 2 eigenvectors of 10 and their eigenvalues
     (LowRank(r=2, symmetric=False), 100, 64, 2 * 20 * 64),
+    (LowRank(r=5), 16, 64, 4 * 5 * 64),           # r capped at d = 4: 4 eigenvectors of 4 and their eigenvalues
+    (LowRank(r=5, symmetric=False), 16, 64, 4 * 8 * 64),
 ])
 def test_bit_counts_equal_the_hand_derived_ones(compressor, n, value_bits, bits):
     assert compressor.bits(n, value_bits) == bits
@@ -132,6 +138,13 @@ def test_bit_count_refusals():
         LowRank(r=1).bits(10)
     with pytest.raises(ConfigError, match="value_bits=8"):
         Natural().bits(10, 8)
+
+
+@pytest.mark.parametrize("compressor", [Natural(), Dither(s=4), TopK(k=2), RandK(k=2)])
+def test_an_all_zero_row_is_sent_as_zeros(compressor):
+    """A zero row stays zero, exactly: dithering's levels s|x_j|/‖x‖ are 0 there, not 0/0."""
+    x = torch.zeros(2, 5, dtype=torch.float64)
+    assert torch.equal(compressor(x, torch.Generator().manual_seed(0)), x)
 
 
 def test_randk_same_seed_same_indices():
@@ -162,6 +175,8 @@ def test_randk_keeps_exactly_k_entries_each_scaled_by_n_over_k(spec, k):
 
 def test_contraction_constants():
     assert TopK(k=8).delta(100) == 0.08 and LowRank(r=2).delta(100) == 0.2
+    assert TopK(k=0.3).delta(12) == 4 / 12 and TopK(k=0.01).delta(10) == 1 / 10  # k = round(k n) in [1, n]
+    assert LowRank(r=5).delta(16) == 1.0  # r capped at d = 4: the whole matrix
     assert RandK(k=8).omega(100) == 100 / 8 - 1 and RandK(k=8).delta(100) == 8 / 100
     assert Natural().omega(5) == 1 / 8 and Dither(s=2).omega(100) == min(100 / 4, 10 / 2)
     assert math.isinf(TopK(k=1).omega(10)) and not TopK.unbiased

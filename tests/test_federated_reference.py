@@ -8,8 +8,10 @@ option II; Scaffnew: Mishchenko et al. 2022, Algorithm 2; FedRed: Jiang, Rodoman
 doubly regularized gradient steps) with NumPy only: dense local Hessians, Newton's method to round-off for the
 exact local solves, every client in one loop, no communicator.  On the same shards (`dane.shards`) and with the
 same explicit step sizes the package's iterates must agree to round-off: float64 full-gradient rounds differ only in
-the order of summation.  Scaffnew's communication coin is the package's shared generator; the reference takes the
-coins from the run's records (the local steps each round took), which is the mapping "identical seeds" asks for.
+the order of summation.  Scaffnew's communication coin and FedRed's Geometric(p) local steps come from the package's
+shared generator; the reference takes them from the run's records (the local steps each round took), which is the
+mapping "identical seeds" asks for, and the records equal a transcription of that generator's stream
+(`geometric_draws`).
 """
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from scipy.special import expit
 
 import dane
+from dane.baselines import fedred, scaffnew
 
 LAM, M = 1e-2, 4
 ROUNDS = 6
@@ -82,6 +86,19 @@ def check(result, reference, clients):
     assert objectives[-1] < 0.8 * objectives[0]  # it moved: the comparison is not of two starting points
     np.testing.assert_allclose(objectives, [objective(clients, w) for w in reference], rtol=1e-12, atol=0)
     np.testing.assert_allclose(result.w.numpy(), reference[-1], rtol=0, atol=1e-12)
+
+
+def geometric_draws(stream, p, rounds, seed=0):
+    """Per round, the draws of a shared coin up to and including its first one below p (Geometric(p) on 1, 2, ...):
+    a torch generator seeded with the top 63 bits of SeedSequence([seed, stream]), one float64 uniform a draw."""
+    state = np.random.SeedSequence([seed, stream]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
+    coin, counts = torch.Generator().manual_seed(int(state)), []
+    for _ in range(rounds):
+        k = 1
+        while not float(torch.rand(1, generator=coin, dtype=torch.float64)) < p:
+            k += 1
+        counts.append(k)
+    return counts
 
 
 def reference_sdane(clients, lam, mu, rounds, accelerated):
@@ -166,15 +183,18 @@ def test_scaffnew_iterates_equal_proxskip_with_the_runs_coins(setting):
     gamma, p = 0.5, 0.3
     result = dane.fit(dane.problems.LogReg(X, y, lam=LAM), "scaffnew", workers=M, rounds=ROUNDS, lr=gamma, p=p)
     steps = [r["local_steps"] for r in result.records[:-1]]
-    assert len(set(steps)) > 1 and sum(steps) > ROUNDS  # the coin skipped communications, unevenly
+    # the coin communicates after a local step with probability p, from its own stream of the run's seed
+    assert steps == geometric_draws(scaffnew.COIN_STREAM, p, ROUNDS) == [2, 1, 3, 2, 5, 3]
     check(result, reference_scaffnew(clients, gamma, p, steps), clients)
 
 
 def reference_fedred(clients, lam, gamma, K, control_variate, rounds):
+    """K local steps a round, or round r's K[r] (a list: type 1 only)."""
     d = clients[0].X.shape[1]
     x, h, iterates = np.zeros(d), None, []
-    cv_weight = 1 / (K * gamma)                                           # the paper's p/γ with p = 1/K
-    for _ in range(rounds):
+    steps = K if isinstance(K, list) else [K] * rounds
+    cv_weight = None if isinstance(K, list) else 1 / (K * gamma)         # the paper's p/γ with p = 1/K
+    for k in steps:
         iterates.append(x)
         if control_variate == 1 or h is None:
             g_bar = np.mean([c.grad(x) for c in clients], axis=0)
@@ -182,7 +202,7 @@ def reference_fedred(clients, lam, gamma, K, control_variate, rounds):
         local = []
         for c, h_i in zip(clients, h):
             z = x.copy()
-            for _ in range(K):                                            # doubly regularized gradient steps
+            for _ in range(k):                                            # doubly regularized gradient steps
                 z = (z / gamma + lam * x - c.grad(z) + h_i) / (1 / gamma + lam)
             local.append(z)
         x_next = np.mean(local, axis=0)
@@ -201,6 +221,17 @@ def test_fedred_iterates_equal_the_papers_rounds(setting, control_variate):
     result = dane.fit(dane.problems.LogReg(X, y, lam=LAM), "fedred", workers=M, rounds=ROUNDS, lam=lam, lr=gamma,
                       local_steps=K, control_variate=control_variate, cv_weight=1 / (K * gamma))
     check(result, reference, clients)
+
+
+def test_fedred_with_p_takes_geometric_local_steps_from_its_shared_coin(setting):
+    """K ~ Geometric(p) a round (the paper's randomized local steps), from the coin's own stream of the run's seed;
+    the iterates are the paper's rounds with those K."""
+    X, y, clients = setting
+    lam, gamma, p = 0.05, 0.5, 0.5
+    result = dane.fit(dane.problems.LogReg(X, y, lam=LAM), "fedred", workers=M, rounds=ROUNDS, lam=lam, lr=gamma, p=p)
+    steps = [r["local_steps"] for r in result.records[:-1]]
+    assert steps == geometric_draws(fedred.COIN_STREAM, p, ROUNDS) == [1, 3, 1, 3, 2, 3]
+    check(result, reference_fedred(clients, lam, gamma, steps, 1, ROUNDS), clients)
 
 
 def reference_feddane(clients, mu, rounds):
@@ -244,3 +275,19 @@ def test_fedprox_and_fedavg_iterates_equal_the_papers_rounds(setting, method, mu
     result = dane.fit(dane.problems.LogReg(X, y, lam=LAM), method, workers=M, rounds=ROUNDS, mu=mu, lr=lr,
                       local_steps=K)
     check(result, reference_fedprox(clients, mu, lr, K, ROUNDS), clients)
+
+
+def test_fedprox_default_step_is_one_over_l_plus_mu(setting):
+    """lr null: the local step 1/(L + μ) (`baselines.defaults.local_step`, L = max_i L_i measured before round 0) on
+    O_i + (μ/2)‖· − w_t‖², the step the summary notes, in the rounds as in the note."""
+    X, y, clients = setting
+    mu, K = 0.1, 5
+    result = dane.fit(dane.problems.LogReg(X, y, lam=LAM), "fedprox", workers=M, rounds=ROUNDS, mu=mu, local_steps=K)
+    (note,) = result.summary["defaults"]
+    L = note["stats"]["smoothness"]
+    assert note == {"key": "algorithm.lr", "value": 1 / (L + mu), "rule": "local_step",
+                    "stats": {"smoothness": L, "shift": mu}}
+    reference = reference_fedprox(clients, mu, 1 / (L + mu), K, ROUNDS)
+    np.testing.assert_allclose([r["objective"] for r in result.records], [objective(clients, w) for w in reference],
+                               rtol=1e-12, atol=0)
+    np.testing.assert_allclose(result.w.numpy(), reference[-1], rtol=0, atol=1e-12)

@@ -99,6 +99,17 @@ def test_type2_reaches_the_optimum_under_random_averaging_and_a_server_step(aver
     assert min(float((x - w_star).norm()) for x in paper[100:]) > 1e-2
 
 
+def test_a_server_step_moves_x_by_eta_g_towards_the_mean_round_by_round():
+    """x_{r+1} = x_r + η_g(x̄ − x_r) at η_g = 1/2: three rounds of the run equal the hand recursion (the slow test
+    above follows it for 40 rounds to the optimum)."""
+    shards = ridge_shards(M, SMALL)
+    config = FedRedConfig(lam=LAM, local_steps=STEPS, control_variate=2, server_lr=0.5, seed=SEED)
+    history, gamma = run_rounds(config, shards, 3)
+    hand, _ = hand_rounds(shards, gamma, 3, averaging="mean", server_lr=0.5, paper=False)
+    for t, ((x, _), y) in enumerate(zip(history, hand, strict=True)):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-12, msg=f"round {t}")
+
+
 class PaperFedRed(FedRed):
     """The paper's type-2 correction c(x_{r+1} − x_i), as FedRed's round read before the x̄ form (type 2 only)."""
 

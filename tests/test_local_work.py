@@ -22,6 +22,7 @@ import torch
 import dane
 from dane import work
 from dane.baselines import SDANEConfig, federated
+from dane.numerics.local_solvers import LocalSolver
 from dane.sampling import ClientSampler
 import runs
 from helpers import simulate
@@ -290,6 +291,33 @@ def test_sdane_steps_is_its_numpy_transcription():
         np.testing.assert_allclose(x.numpy(), ref, rtol=0, atol=1e-12)
     assert column(records, "local_passes") == passes
     assert [r["local_failed"] for r in records[:-1]] == [False] * 4
+
+
+class OneProductCG(SDANEConfig):
+    """S-DANE with ``local_solver=cg`` held to one Newton step of one CG product a solve: a tighter tolerance cannot
+    lift that cap, so the solve fails the accuracy test as often as it is re-solved (where λ is small)."""
+
+    def solver(self) -> LocalSolver:
+        return LocalSolver("cg", tol=1e-6, max_iter=1, newton_steps=1)
+
+
+@pytest.mark.parametrize("lam, tols, failed", [(1e-2, [1e-6, 1e-8, 1e-10, 1e-12], True), (1.0, [1e-6], False)])
+def test_sdane_re_solves_a_failed_local_solve_three_times_each_100_times_tighter(lam, tols, failed):
+    """`baselines.sdane`: an iterative local solve whose x_i fails ‖∇F_i(x_i)‖ <= (λ/2)‖x_i − v‖ is solved again
+    with the tolerance divided by 100 (`baselines.defaults.tighter`), `LOCAL_RETRIES` = 3 times at most; the record
+    says it failed.  The tolerances each worker's solves were given, round by round, at a λ where every solve fails
+    and at one where the first passes."""
+    shards = [logreg().build(rank, M) for rank in range(M)]
+    given = [[] for _ in shards]
+    for shard, seen in zip(shards, given):
+        def spy(*args, _solve=shard.prox_solve, _seen=seen, **keys):
+            _seen.append(keys["solver"].tol)
+            return _solve(*args, **keys)
+
+        shard.prox_solve = spy
+    workers = simulate(OneProductCG(lam=lam, local_solver="cg"), shards, rounds=2)
+    assert given == [tols * 2] * M
+    assert [[r["local_failed"] for r in records[:-1]] for _, records, _ in workers] == [[failed] * 2] * M
 
 
 def test_a_sampled_round_counts_its_participants_only():
