@@ -66,7 +66,8 @@ from dane.work import count, uncounted
 
 from .defaults import (ADIANA_THETA2, Resolution, adiana_beta, adiana_gamma, adiana_probability, adiana_step,
                        adiana_theta1, diana_shift_step)
-from .diana import SENT, CompressedKeys, compress_each, own_compression, unbiased_compressor, worker_streams
+from .diana import (SENT, CompressedKeys, compress_each, load_streams, own_compression, streams_state,
+                    unbiased_compressor, worker_streams)
 from .marina import coin_generator
 
 
@@ -120,7 +121,7 @@ class ADIANA(Algorithm):
     def state_dict(self) -> dict:
         return {**super().state_dict(), "y": self.y.clone(), "z": self.z.clone(), "x_w": self.x_w.clone(),
                 "h_i": self.h_i.clone(), "h": self.h.clone(), "grad_w": self.grad_w,
-                "coin": self.coin.bit_generator.state}
+                "coin": self.coin.bit_generator.state, **streams_state(self.comm, self.generators)}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -128,6 +129,7 @@ class ADIANA(Algorithm):
         self.w = self.y
         self.h_i, self.h, self.grad_w = state["h_i"].clone(), state["h"].clone(), state["grad_w"]
         self.coin.bit_generator.state = state["coin"]
+        load_streams(self.generators, state)
 
 
 @dataclass(frozen=True)

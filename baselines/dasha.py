@@ -44,7 +44,8 @@ from dane.compress import make
 from dane.problems import Problem
 
 from .defaults import Resolution, dasha_momentum, dasha_step
-from .diana import SENT, CompressedKeys, compress_each, own_compression, unbiased_compressor, worker_streams
+from .diana import (SENT, CompressedKeys, compress_each, load_streams, own_compression, streams_state,
+                    unbiased_compressor, worker_streams)
 
 
 class DASHA(Algorithm):
@@ -82,11 +83,13 @@ class DASHA(Algorithm):
         return {**self.metrics(self.g, metrics), "lr": self.lr}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "g": self.g, "g_i": self.g_i, "h_i": self.h_i}
+        return {**super().state_dict(), "g": self.g, "g_i": self.g_i, "h_i": self.h_i,
+                **streams_state(self.comm, self.generators)}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.g, self.g_i, self.h_i = state["g"], state["g_i"], state["h_i"]
+        load_streams(self.generators, state)
 
 
 @dataclass(frozen=True)

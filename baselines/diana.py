@@ -34,8 +34,8 @@ compressed again): per worker a round, ``uplink_bits`` += bits(Q on d entries) +
 (`dane.comm.compression.compression_seed`: the run's seed and the rank), checkpointed with the algorithm.
 The logged ``grad_norm`` is ‖ĝ‖, the estimate DIANA steps with (as under ``comm.compress``).  On the batched
 simulator (``sim.batched``, `dane.comm.batched`) the round runs on the stacked rows, each worker's Q drawn from a
-generator seeded as that worker's (`worker_streams`), and the communicator counts rank 0's message: the per-worker
-path's records to round-off (tests/test_compressed_methods.py).
+generator seeded as that worker's (`worker_streams`, each checkpointed: `streams_state`), and the communicator
+counts rank 0's message: the per-worker path's records to round-off (tests/test_compressed_methods.py).
 
 Departures: none in the round; the step rule's L is a Lanczos estimate of max_i λ_max(H_i) at w_0 (for the
 logistic loss, at its curvature majorant), μ̲ a lower bound of μ.
@@ -79,6 +79,18 @@ def worker_streams(comm: Communicator, counter: MessageCompression, seed: int) -
     if not stacked(comm):
         return [counter.generator]
     return [torch.Generator().manual_seed(compression_seed(seed, rank)) for rank in range(comm.size)]
+
+
+def streams_state(comm: Communicator, generators: list[torch.Generator]) -> dict:
+    """The checkpoint entry of `worker_streams`'s generators: on the batched simulator each worker's state (what the
+    resumed run draws next), on a worker's own path none (its stream is the counter's, in `Algorithm.state_dict`)."""
+    return {"streams": [generator.get_state() for generator in generators]} if stacked(comm) else {}
+
+
+def load_streams(generators: list[torch.Generator], state: dict) -> None:
+    """Set ``generators`` to the states `streams_state` saved in ``state`` (none saved: none set)."""
+    for generator, saved in zip(generators, state["streams"], strict=True) if "streams" in state else ():
+        generator.set_state(saved)
 
 
 def compress_each(compressor: Compressor, x: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
@@ -125,11 +137,13 @@ class DIANA(Algorithm):
         return {**self.metrics(g, metrics), "lr": self.lr}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "h_i": self.h_i.clone(), "h": self.h.clone()}
+        return {**super().state_dict(), "h_i": self.h_i.clone(), "h": self.h.clone(),
+                **streams_state(self.comm, self.generators)}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.h_i, self.h = state["h_i"].clone(), state["h"].clone()
+        load_streams(self.generators, state)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,8 @@ from dane.sampling import ClientSampler, SamplingKeys, Traffic
 from dane.work import count, uncounted
 
 from .defaults import Resolution, marina_probability, marina_step, pp_marina_probability, pp_marina_step
-from .diana import SENT, CompressedKeys, compress_each, own_compression, unbiased_compressor, worker_streams
+from .diana import (SENT, CompressedKeys, compress_each, load_streams, own_compression, streams_state,
+                    unbiased_compressor, worker_streams)
 
 COIN_STREAM = 13  # seed stream of the shared coin (`dane.comm.compression` uses 11 for the workers' draws)
 
@@ -178,7 +179,7 @@ class MARINA(Algorithm):
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "g": self.g, "last_grad": self.last_grad,
-                 "coin": self.coin.bit_generator.state}
+                 "coin": self.coin.bit_generator.state, **streams_state(self.comm, self.generators)}
         if self.sampler is not None:
             state.update(sampler=self.sampler.state_dict(), traffic=self.traffic.state_dict(),
                          clients_uplink_bits=self.uplink_bits)
@@ -188,6 +189,7 @@ class MARINA(Algorithm):
         super().load_state_dict(state)
         self.g, self.last_grad = state["g"], state["last_grad"]
         self.coin.bit_generator.state = state["coin"]
+        load_streams(self.generators, state)
         if self.sampler is not None:
             self.sampler.load_state_dict(state["sampler"])
             self.traffic.load_state_dict(state["traffic"])

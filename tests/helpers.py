@@ -63,21 +63,26 @@ def simulate_stacked(config, problem, rounds: int, tol: float | None = None):
 
 def straight_and_resumed(config, shards, rounds: int = 3) -> list[tuple]:
     """Per worker of a ThreadGroup over ``shards``: (records, records, iterate, iterate) of ``rounds`` rounds
-    after ``rounds`` rounds, once straight on and once from a fresh build loaded with the state_dict there."""
+    after ``rounds`` rounds, once straight on and once from a fresh build loaded with the state_dict there.  Where
+    ``shards`` is one stacked problem, the same on the batched communicator over it: [rank 0's tuple], as
+    `simulate_stacked`."""
 
     def run(comm):
-        algo = config.build(shards[comm.rank], comm)
+        problem = shards[comm.rank] if isinstance(shards, list) else shards
+        algo = config.build(problem, comm)
         for _ in range(rounds):
             algo.step()
         state = algo.state_dict()
         straight = [algo.step() for _ in range(rounds)]
         w_straight = algo.iterate.clone()
-        resumed = config.build(shards[comm.rank], comm)
+        resumed = config.build(problem, comm)
         resumed.load_state_dict(state)
         again = [resumed.step() for _ in range(rounds)]
         return straight, again, w_straight, resumed.iterate
 
-    return ThreadGroup(len(shards)).run(run)
+    if isinstance(shards, list):
+        return ThreadGroup(len(shards)).run(run)
+    return [run_batched(BatchedGroup(shards.stacked_workers), run)]
 
 
 def unused_pid() -> int:

@@ -257,12 +257,16 @@ def test_ef21_equals_its_numpy_transcription_with_topk(shards):
     np.testing.assert_allclose(np.stack([t.numpy() for t in got[:ROUNDS]]), np.stack(out), rtol=0, atol=1e-13)
 
 
-def test_checkpointed_diana_and_marina_go_on_as_if_never_stopped(shards):
+@pytest.mark.parametrize("path", ["threads", "batched"])
+def test_checkpointed_diana_and_marina_go_on_as_if_never_stopped(path, shards, stacked):
+    """On the batched simulator the state holds every worker's compression stream (`baselines.diana.streams_state`),
+    on a worker's own path the counter's (`Algorithm.state_dict`): the resumed draws are the straight run's."""
     for config in (DIANAConfig(compressor="randk:5", lr=0.2, seed=SEED),
                    MARINAConfig(compressor="randk:5", lr=0.2, p=0.4, seed=SEED),
                    ADIANAConfig(compressor="randk:5", p=0.4, seed=SEED, **ADIANA_GIVEN),
                    DASHAConfig(compressor="randk:5", lr=0.2, seed=SEED)):
-        for straight, resumed, w_straight, w_resumed in straight_and_resumed(config, shards):
+        for straight, resumed, w_straight, w_resumed in straight_and_resumed(
+                config, shards if path == "threads" else stacked):
             assert straight == resumed and torch.equal(w_straight, w_resumed)
 
 

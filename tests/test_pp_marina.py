@@ -97,9 +97,11 @@ def test_pp_marina_defaults_are_its_theorem_rules():
     assert lr["value"] == pp_marina_step(stats["smoothness"], stats["smoothness_rms"], omega, p["value"], R)
 
 
-def test_checkpointed_pp_marina_goes_on_as_if_never_stopped(shards):
+@pytest.mark.parametrize("path", ["threads", "batched"])
+def test_checkpointed_pp_marina_goes_on_as_if_never_stopped(path, shards):
     config = MARINAConfig(compressor="randk:5", lr=0.2, p=0.4, seed=SEED, clients_per_round=R)
-    for straight, resumed, w_straight, w_resumed in straight_and_resumed(config, shards):
+    problem = shards if path == "threads" else RIDGE.build_stacked(M)  # batched: each worker's stream saved
+    for straight, resumed, w_straight, w_resumed in straight_and_resumed(config, problem):
         assert straight == resumed and torch.equal(w_straight, w_resumed)
 
 
