@@ -78,6 +78,18 @@ def test_batched_records_equal_the_per_worker_records(logreg, keys):
     assert batched["records"][-1]["clients_uplink_bits"] > batched["records"][0]["clients_uplink_bits"]
 
 
+def test_a_float32_fednl_ls_run_sends_the_per_worker_bytes(logreg):
+    """FedNL-LS's trials allreduce each client's O_i(x), in the problem's dtype on both paths (the stacked rows'
+    objective came back float64: 4 bytes a trial more than a float32 worker sends)."""
+    problem = dataclasses.replace(logreg, dtype="float32")
+    batched, threads = (run(problem, "fednl", 5, path, rounds=3, compressor="randk:10", variant="ls")
+                        for path in ("true", "false"))
+    assert batched["summary"]["simulator_path"] == "batched" and batched["w"].dtype == torch.float32
+    for ours, theirs in zip(batched["records"], threads["records"], strict=True):
+        counts = {key for key, value in theirs.items() if isinstance(value, int)}
+        assert "bytes_sent" in counts and {key: ours[key] for key in counts} == {key: theirs[key] for key in counts}
+
+
 def test_with_a_reference_optimum_and_a_quadratic_loss():
     """problem.optimum=auto (attached to the stacked shards as on the per-worker path) and ridge's quadratic
     suboptimality ½ eᵀ∇²O_i e."""

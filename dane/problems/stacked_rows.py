@@ -148,11 +148,11 @@ class StackedRows(Problem):
 
     @counted("local_passes")
     def objective(self, w: torch.Tensor) -> torch.Tensor:
-        """O_c(w) for every worker: (m,)."""
+        """O_c(w) for every worker: (m,), in the problem's dtype (what a worker of the per-worker path sends)."""
         x = w.detach().to(torch.float64).numpy()
         values = row_pass(self.X, self.y, self.start, x, self.loss, self.weight, gradients=False,
                           unit=self.unit).values
-        return torch.from_numpy(values + 0.5 * self.l2 * float(x @ x))
+        return torch.from_numpy(values + 0.5 * self.l2 * float(x @ x)).to(self.dtype)
 
     @counted("local_passes")
     def validation_objective(self, w: torch.Tensor) -> torch.Tensor:
