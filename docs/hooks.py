@@ -17,7 +17,8 @@ from pathlib import Path
 CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm"
 MARKER = re.compile(r"^<!-- methods-table(?::\s*(\w+))? -->$", re.M)
 #: capability (a class attribute of `dane.algorithm.Algorithm`) -> column heading
-CAPABILITIES = {"compressed_messages": "compressed", "elastic": "Horovod elastic", "asynchronous": "asynchronous"}
+CAPABILITIES = {"compressed_messages": "compressed", "elastic": "Horovod elastic", "asynchronous": "asynchronous",
+                "batchable": "batched simulator"}
 #: declarations a table can be filtered by without a column in every table: the tuple the class declares is shown
 #: (``compressible``: the kinds of message ``comm.compress`` may compress, `dane.comm.compression`)
 LISTS = {"compressible": "messages comm.compress compresses"}

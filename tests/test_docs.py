@@ -16,6 +16,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from doc_blocks import DOCS, REPO, blocks, check_command, commands, pages, quoted_measurements
+from dane.api import algorithm_config
 from dane.errors import ConfigError
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.experiments.overrides import check_group_choices, check_keys
@@ -142,6 +143,10 @@ def test_the_methods_tables_are_the_registrys():
     takers = sorted(p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml")
                     if re.search(r"^clients_per_round:", p.read_text(), re.M))
     assert re.findall(r"^\| `(\w+)` \|", sampled, re.M) == takers and takers
+    batched = module.methods_table("batchable")  # docs/simulator.md's list of the methods sim.batched runs stacked
+    batchable = [r["name"] for r in rows if algorithm_config(r["name"]).algorithm.batchable]
+    assert re.findall(r"^\| `(\w+)` \|", batched, re.M) == batchable and {"diana", "fednl", "nl1"} <= set(batchable)
+    assert "batched simulator" in table.splitlines()[0] and "ef21" not in batchable
     with pytest.raises(ValueError, match="neither a capability"):
         module.methods_table("fast")
 
