@@ -95,6 +95,26 @@ def test_a_quadratics_hessian_is_formed_once_and_factored_once_per_shift():
         assert result.records[-1]["local_factorizations"] == m * len(shifts)
 
 
+@pytest.mark.parametrize("n_samples, algorithm, keys, shift", [
+    (240, "dane", {"mu": 0.0}, "mu"),                    # 60 rows a shard >= d: the Gram X_iᵀX_i, formed at set-up
+    (80, "dane", {}, "mu"),                              # 20 rows < d: the Woodbury path's row Gram X_iX_iᵀ
+    (240, "admm", {"rho": 0.01, "adaptive_rho": True}, "rho"),
+])
+def test_a_ridge_shards_gram_counts_once_a_run_and_a_factor_once_a_shift(n_samples, algorithm, keys, shift):
+    """docs/results.md: ridge_synthetic's Gram, though formed with the shard, is one Hessian per client and run,
+    in the round of its first factorization; then one factorization per client for each shift the run solves with
+    for the first time (each μ DANE's safeguard tries, each ρ residual balancing moves to).  Record t + 1 holds the
+    work of the round from w_t, which solved with record t's shift."""
+    config = dane.problems.RidgeSyntheticConfig(n_samples=n_samples, dim=30)
+    records = dane.fit(config, algorithm, workers=M, rounds=6, **keys).records
+    shifts = [r[shift] for r in records[:-1]]
+    assert column(records, "local_hessians") == [0] + [M] * 6
+    assert column(records, "local_factorizations") == [0] + [M * len(set(shifts[:t])) for t in range(1, 7)]
+    assert len(set(shifts)) >= 3  # the shift moved twice
+    gd = dane.fit(config, "gd", workers=M, rounds=2).records  # it multiplies by the Gram and factors nothing
+    assert gd[-1]["local_hessians"] == gd[-1]["local_factorizations"] == 0
+
+
 def test_cg_counts_its_iterations_as_run(monkeypatch):
     """Newton-CG on a quadratic: one CG solve a round; each iteration one Hessian-vector product."""
     spent: list[int] = []
