@@ -38,7 +38,7 @@ from dane.algorithm import Algorithm, Column, evaluation
 from dane.comm import Communicator
 from dane.comm.batched import per_worker, stacked
 from dane.errors import ConfigError
-from dane.loop.parking import fill_parked
+from dane.comm.roster import fill_parked
 from dane.numerics.local_solvers import LocalSolver
 from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic, sampled_mean
@@ -255,7 +255,7 @@ class Federated(Algorithm):
 
     def evaluate(self) -> dict[str, float]:
         """The last iterate's metrics (one allreduce, not a round of the method) and the traffic so far.  A client
-        the thread simulator parked sends its part from its shard (`dane.loop.parking.fill_parked`), uncounted as
+        the thread simulator parked sends its part from its shard (`dane.comm.roster.fill_parked`), uncounted as
         every evaluation after the last round's snapshot of the local work."""
         w = self.w.detach().clone()
 

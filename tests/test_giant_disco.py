@@ -28,7 +28,7 @@ from dane.numerics.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems import Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard, to_torch
-from dane.reference import solve as solve_reference
+from dane.problems.optimum import solve as solve_reference
 from dane.records.results import read_rounds, read_summary
 from dane.loop.runner import run
 from dane.loop.stopping import StopRule

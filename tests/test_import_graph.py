@@ -12,6 +12,18 @@ from helpers import REPO
 
 PACKAGES = ("dane", "baselines", "experiments", "synthetic", "paper_figs")
 ABOVE_DANE = ("baselines", "experiments", "synthetic", "paper_figs", "scripts")
+#: docs/extending.md's layers ("Layout"), from the bottom: the modules it names, each a module or a folder (a name
+#: stands for the modules under it; the longest that matches decides).  A module imports only from its layer and
+#: those below; one the page does not name is not checked.
+LAYERS = (
+    ("dane.numerics.linalg", "dane.losses", "dane.checks", "dane.errors", "dane.records.results",
+     "dane.records.projection"),
+    ("dane.comm",),
+    ("dane.data", "dane.problems", "dane.numerics.local_solvers"),
+    ("dane.dane", "baselines"),
+    ("dane.run_config", "dane.reference", "dane.spec", "dane.loop", "dane.asynchronous", "dane.api"),
+    ("experiments", "synthetic", "paper_figs", "scripts"),
+)
 
 
 def modules(root: Path = REPO) -> dict[str, Path]:
@@ -107,6 +119,20 @@ def folders(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
+def layer(module: str, layers=LAYERS) -> int | None:
+    """The layer (1 at the bottom) of ``module`` in ``layers``, by the longest name that is it or holds it."""
+    found = [(len(name), number) for number, names in enumerate(layers, 1) for name in names
+             if module == name or module.startswith(name + ".")]
+    return max(found)[1] if found else None
+
+
+def upward(edges: dict[str, set[str]], layers=LAYERS) -> list[tuple[str, int, str, int]]:
+    """(module, its layer, module imported, that one's layer) for every import of a layer above."""
+    return sorted((src, layer(src, layers), dst, layer(dst, layers)) for src, dsts in edges.items() for dst in dsts
+                  if layer(src, layers) is not None and layer(dst, layers) is not None
+                  and layer(dst, layers) > layer(src, layers))
+
+
 def test_the_graph_finds_a_cycle_when_there_is_one():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
@@ -135,6 +161,28 @@ def test_dane_imports_nothing_from_the_layers_above_it():
     upward = sorted((src, dst) for src, dsts in graph().items() if src.split(".")[0] == "dane"
                     for dst in dsts if dst.split(".")[0] in ABOVE_DANE)
     assert upward == []
+
+
+def test_the_layer_check_finds_an_import_from_above(tmp_path):
+    """An import of a layer above, at a module's top or inside a function, is found; one of the same layer or below,
+    or of a module no layer names, is not."""
+    layers = (("low",), ("mid", "low.up"), ("top",))
+    assert [layer(m, layers) for m in ("low", "low.x", "low.up", "low.up.y", "mid.z", "top", "lower", "other")] == [
+        1, 1, 2, 2, 2, 3, None, None]
+    for name, text in {"low/__init__.py": "", "low/x.py": "def f():\n    from top import t\n",
+                       "low/up.py": "import mid\n", "mid.py": "from low import x\nimport other\n",
+                       "top.py": "", "other.py": "import top\n"}.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    known = {"low": tmp_path / "low/__init__.py", "low.x": tmp_path / "low/x.py", "low.up": tmp_path / "low/up.py",
+             "mid": tmp_path / "mid.py", "top": tmp_path / "top.py", "other": tmp_path / "other.py"}
+    edges = {name: {target for target, _ in imports(name, path, known)} for name, path in known.items()}
+    assert upward(edges, layers) == [("low.x", 1, "top", 3)]
+
+
+def test_no_module_imports_from_a_layer_above_it():
+    """docs/extending.md's layers (`LAYERS`): a problem does not call the run, an algorithm not the run loop."""
+    assert upward(graph()) == []
 
 
 def test_no_private_name_is_imported_from_another_module():

@@ -13,7 +13,8 @@ from dane.errors import ConfigError
 from dane.numerics.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SOFTMAX, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
-from dane.reference import attach_all, solve as solve_reference
+from dane.problems.optimum import solve as solve_reference
+from dane.reference import attach_all
 
 
 def data(n=240, d=12, *, classes=None, sparse=False, seed=0):

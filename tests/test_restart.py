@@ -350,7 +350,7 @@ def test_a_launchers_sigterm_becomes_the_lost_peer_line_naming_the_peer_that_exi
 
 
 def test_a_launchers_sigterm_is_not_swallowed_by_an_except_exception_on_the_way(monkeypatch, tmp_path):
-    """The SIGTERM lands wherever the main thread is: here inside `dane.reference.read_saved`, whose
+    """The SIGTERM lands wherever the main thread is: here inside `dane.problems.optimum.read_saved`, whose
     ``except Exception`` turns a damaged file into a ConfigError.  `LauncherTerminated` is a BaseException, so it
     passes through (as a RuntimeError it became "cannot read the saved optimum", and torchrun's SIGKILL 30 s later
     ended the process with no line)."""
@@ -359,7 +359,7 @@ def test_a_launchers_sigterm_is_not_swallowed_by_an_except_exception_on_the_way(
     import numpy as np
 
     from dane.comm import launcher_signals
-    from dane.reference import read_saved
+    from dane.problems.optimum import read_saved
 
     def terminated_while_reading(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)

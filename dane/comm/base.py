@@ -167,7 +167,7 @@ class Communicator(ABC):
         charges that collective to the participants only; a real one runs it over every rank as it is.
         ``absent(problem)``: the message of a worker outside ``members`` on its shard ``problem``, for a
         simulator whose non-participants sleep through the round (`dane.comm.roster`); with ``members`` None every
-        rank takes part and is charged, a sleeping one through ``absent`` (`dane.loop.parking.fill_parked`)."""
+        rank takes part and is charged, a sleeping one through ``absent`` (`dane.comm.roster.fill_parked`)."""
 
     def drew(self, members: list[int]) -> None:
         """A sampled round drew ``members`` (`dane.sampling.ClientSampler.draw`); the thread simulator may park the

@@ -70,6 +70,14 @@ class Woken:
     ledger: Any = None
 
 
+def fill_parked(comm, absent: Callable) -> None:
+    """The next collective of every worker (the final evaluation, one after the rounds) is entered by the workers
+    awake; ``absent(problem)`` is what a parked worker sends from its shard (`dane.loop.parking`).  A no-op on every
+    other communicator."""
+    if comm.rank == 0 and getattr(getattr(comm, "group", None), "roster", None) is not None:
+        comm.next_participants(None, absent=absent)
+
+
 class Roster:
     """The parked workers of a thread group, and the way back into the run loop of each whose thread has ended.
 

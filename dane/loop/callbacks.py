@@ -34,7 +34,7 @@ from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, load_checkpoint, par
 from ..records.confusion import write_confusion
 from ..errors import ConfigError, say
 from .faults import inject_faults
-from .parking import fill_parked
+from ..comm.roster import fill_parked
 from .progress import RoundBar, RoundTable
 from ..records.results import (SUMMARY_FILE, RunWriter, atomic_write, held_run, in_target_units, occupied,
                                read_rounds)

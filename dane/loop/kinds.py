@@ -27,6 +27,7 @@ from ..errors import SharedRefusal, say
 from .faults import RunInterrupted, worker_lost
 from .parking import parks
 from ..comm.roster import Roster
+from ..problems.optimum import asks_reference
 from ..reference import attach_all, attach_one
 from ..records.results import ROUNDS_FILE
 from ..spec import RunSpec
@@ -100,6 +101,8 @@ def batched_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) 
         spec.problem.prepare()
         t0 = time.thread_time()
         problem = spec.algorithm.build_stacked(spec.problem, m, spec.control.dtype)  # by default the problem's
+        if asks_reference(spec.problem):  # attached to the stacked rows' shards (`build_rows`)
+            timeline.mark("reference")
     setup_s = (time.thread_time() - t0) / m
     timeline.mark("data")
     group = BatchedGroup(m, drawing(spec.comm.cost), spec.comm.stragglers, meter_for([problem.device]))

@@ -23,12 +23,12 @@ reached had it run every round: every worker's copy of the server's state is the
 changes only that copy, and its metrics reach the round's allreduce through the group (`dane.comm.roster`).
 
 The final evaluation and what follows the rounds wake nobody.  Their collectives are among the workers awake (the
-last round's clients and rank 0), each saying what a parked worker would send from its shard (`fill_parked`: the
-evaluation's metrics and gradient, `baselines.federated.Federated.evaluate`; a network's test confusion matrix,
-`dane.loop.callbacks.FinalState`), which the group fills in and charges as that worker's compute.  A parked
-worker's local work is on the group's board as it left it (a round's draw comes before its work, so its counts
-did not move after its last snapshot).  When its rounds end rank 0 closes the roster (`Parking.finish`): a parked
-worker is done, and its result is not read (the run's is rank 0's).
+last round's clients and rank 0), each saying what a parked worker would send from its shard
+(`dane.comm.roster.fill_parked`: the evaluation's metrics and gradient, `baselines.federated.Federated.evaluate`;
+a network's test confusion matrix, `dane.loop.callbacks.FinalState`), which the group fills in and charges as that
+worker's compute.  A parked worker's local work is on the group's board as it left it (a round's draw comes before
+its work, so its counts did not move after its last snapshot).  When its rounds end rank 0 closes the roster
+(`Parking.finish`): a parked worker is done, and its result is not read (the run's is rank 0's).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from typing import Callable
 from ..comm.base import restore_traffic_bits
 from ..comm.roster import Handoff, Parked, Roster, Woken
 
-__all__ = ["Parked", "Parking", "Woken", "fill_parked", "first_wake", "parks"]
+__all__ = ["Parked", "Parking", "Woken", "first_wake", "parks"]
 
 
 def parks(spec) -> bool:
@@ -49,14 +49,6 @@ def parks(spec) -> bool:
     return (sleeps_out is not None and sleeps_out(config) and s is not None
             and s < spec.comm.workers and spec.comm.compress is None and not control.checkpoint_every
             and control.resume is None and not control.faults and not control.similarity)
-
-
-def fill_parked(comm, absent: Callable) -> None:
-    """The next collective of every worker (the final evaluation, one after the rounds) is entered by the workers
-    awake; ``absent(problem)`` is what a parked worker sends from its shard (module docstring).  A no-op on every
-    other communicator."""
-    if comm.rank == 0 and getattr(getattr(comm, "group", None), "roster", None) is not None:
-        comm.next_participants(None, absent=absent)
 
 
 def first_wake(comm) -> Woken | None:

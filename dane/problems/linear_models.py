@@ -6,7 +6,7 @@ seeded permutation; Dirichlet label skew, C classes per worker, power-law sizes;
 value of a column of the file), identical on every backend; a presharded source (``data.path``
 with ``{rank}``) gives each process only its own file, so no process holds more than its shard.
 
-No process solves the whole problem before round 0.  ``problem.optimum`` (`dane.reference`)
+No process solves the whole problem before round 0.  ``problem.optimum`` (`dane.problems.optimum`)
 asks for a reference optimum when suboptimality is wanted: ``auto`` reads it from the
 cache or has the run's own workers compute it (distributed Newton-CG, each on its
 shard), a path reads a saved one, and ``none`` (the default) computes nothing: records
@@ -42,12 +42,13 @@ import numpy as np
 import scipy.sparse
 import torch
 
-from .. import checks, reference
+from .. import checks
 from ..errors import ConfigError
 from ..numerics.inner import worker_seed
 from ..losses import LOSSES
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch
+from .optimum import attach, check_mode
 
 _TABLES: dict[tuple, Any] = {}
 _SHARDS: dict[tuple, Any] = {}  # (source, loss, workers, seed) -> (every worker's rows, notes): non-iid schemes
@@ -84,7 +85,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
     lam: float = 1e-3
     fit_intercept: bool = False
     classes: int | None = None   # softmax with presharded data: the number of classes (a part may lack some)
-    optimum: Any = "none"        # none | auto | a saved w* (dane.reference): records then carry suboptimality
+    optimum: Any = "none"        # none | auto | a saved w* (dane.problems.optimum): records then carry suboptimality
     standardize_target: bool = False  # ridge: fit (y - mean)/std, report in y's units (the module docstring)
     device: str = "cpu"          # cpu | cuda | auto (the module docstring)
     dtype: str | None = None     # null: the run's dtype; float32 | float64
@@ -95,7 +96,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         checks.one_of("problem.loss", self.loss, tuple(LOSSES))
         checks.nonnegative("problem.lam", self.lam)
         checks.boolean("problem.fit_intercept", self.fit_intercept)
-        object.__setattr__(self, "optimum", reference.check_mode("problem.optimum", self.optimum))
+        object.__setattr__(self, "optimum", check_mode("problem.optimum", self.optimum))
         if self.classes is not None:
             checks.positive_int("problem.classes", self.classes)
         if self.data is None:
@@ -202,7 +203,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         """Collective: give the built worker ``problem`` its reference optimum (``problem.optimum``)."""
         key = (f"{self.loss}|lam={self.lam!r}|intercept={self.fit_intercept}|classes={problem.classes}|"
                f"d={problem.dim}")
-        note = reference.attach(problem, comm, self.optimum, key)
+        note = attach(problem, comm, self.optimum, key)
         if note is not None:
             problem.notes.append(note)
 

@@ -21,7 +21,7 @@ matrix XᵀX accumulated chunk by chunk, then one Cholesky solve; CG on the full
 d > `AUTO_MAX_DIM`), kept per process, and kept on disk under
 ``$DANE_CACHE_DIR/ridge_optimum`` (default ``~/.cache/dane``) when computing it costs at
 least `DISK_CACHE_MIN_WORK` multiply-adds: a synthetic problem's closed form, which is
-``problem.optimum=auto`` here (`dane.reference`).  ``problem.optimum=none`` skips it: the
+``problem.optimum=auto`` here (`dane.problems.optimum`).  ``problem.optimum=none`` skips it: the
 records then carry no suboptimality and ``tol`` applies to the relative gradient norm.
 """
 from __future__ import annotations
@@ -40,7 +40,6 @@ import torch
 
 from .. import checks
 from ..errors import ConfigError
-from ..reference import OPTIMUM_MODES, check_mode
 from ..numerics.linalg import capacitance_factor, cg, woodbury_solve
 from ..numerics.local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
@@ -48,6 +47,7 @@ from ..numerics.inner import worker_seed
 from ..work import count_once, counted, rows_fraction
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
+from .optimum import OPTIMUM_MODES, check_mode
 from .quadratic import FACTORIZATIONS, QuadraticProblem, not_positive_definite
 
 COVARIANCES = ("iso", "decay")

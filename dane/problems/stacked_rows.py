@@ -15,7 +15,7 @@ per-worker form reads (LIBSVM, CSV, NPZ, arrays, built-ins) and under every ``da
 
 for every worker from one pass over all rows (`row_pass`), and the suboptimality O_c(x) − O* (a quadratic f:
 ½ eᵀ∇²O_c e, e = x − x*, as the shard computes it), the reference optimum attached to the built shards as the
-per-worker simulator attaches it (`dane.reference.attach_all`).  The sums run over the rows in another order than
+per-worker simulator attaches it (`dane.problems.optimum.attach_shards`).  The sums run over the rows in another order than
 a shard's own, so records agree with the per-worker run's to round-off.  The workers' Hessians, kept on their
 supports, are `dane.problems.stacked_hessians.CompactHessians` over these rows.
 
@@ -50,6 +50,7 @@ import torch
 from ..errors import ConfigError
 from ..work import counted
 from .base import Problem, ProblemConfig
+from .optimum import attach_shards
 from ..losses import ROW_VALUES
 from .row_losses import client_losses
 from ..numerics import jit
@@ -76,12 +77,10 @@ def rows_refusal(method: str, got: str) -> str:
 
 def build_rows(problem: ProblemConfig, size: int, dtype: torch.dtype) -> StackedRows:
     """The ``size`` shards of ``problem`` stacked on their rows, the reference optimum (``problem.optimum``) attached
-    to them as on the per-worker path (`dane.reference.attach_all`; in the summary's ``setup_s``, which it is not
-    there)."""
-    from ..reference import attach_all
-
+    to them as on the per-worker path (`dane.problems.optimum.attach_shards`; in the summary's ``setup_s``, which it
+    is not there; the batched simulator marks its end on the timeline, `dane.loop.kinds.batched_simulator`)."""
     shards = [problem.build(rank, size, dtype) for rank in range(size)]
-    attach_all(problem, shards)
+    attach_shards(problem, shards)
     return StackedRows(shards)
 
 
