@@ -21,6 +21,7 @@ import argparse
 import json
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -62,29 +63,29 @@ class PhaseRecorder:
     phase's excess."""
 
     def __init__(self, comm):
-        self.comm, self._inner = comm, comm._allreduce_mean
-        comm._allreduce_mean = self._timed
+        self.comm = comm
+        comm.allreduce_timer = self.timed  # `dane.comm.base.Communicator.allreduce_timer`
         self.wall, self.cpu, self.nbytes = [], [], []
         self._mark: tuple[float, float] | None = None
-        self._calls = comm.calls
 
     def restart(self) -> None:
         """The next allreduce opens a phase (what ran since the last one was not the run's: the bare rounds)."""
         self._mark = None
 
-    def _timed(self, tensors):
-        if self.comm.calls == self._calls:  # not counted: `Communicator.uncounted_allreduce_mean`
-            return self._inner(tensors)
-        self._calls = self.comm.calls
+    @contextmanager
+    def timed(self, counted: bool):
+        """Around one backend allreduce of ``comm``: a counted one ends a phase."""
+        if not counted:  # `Communicator.uncounted_allreduce_mean`
+            yield
+            return
         cpu = time.thread_time()
-        out = self._inner(tensors)
+        yield
         end = time.perf_counter()
         if self._mark is not None:
             self.wall.append(end - self._mark[0])
             self.cpu.append(cpu - self._mark[1])
             self.nbytes.append(self.comm.message_bytes)
         self._mark = (end, time.thread_time())
-        return out
 
     def phases(self, hvd) -> dict:
         """The phases with the slowest rank's CPU time (the simulator charges a phase its slowest worker)."""

@@ -6,6 +6,8 @@ bit for bit, the same bytes, calls and simulated clock as the one-hot allreduce,
 values, not m x k (a measurement over 10,000 simulated workers otherwise held m² values)."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from dane.comm import AlphaBeta, ThreadGroup
@@ -97,3 +99,34 @@ def test_a_ride_goes_in_the_next_allreduce_uncounted_and_comes_back_once():
         assert torch.equal(worker_out[1][0], RIDES.sum(0) / M) and worker_out[2:5] == (None, None, None)
         assert without[1] is None and not_carried[1] is None and torch.equal(not_carried[0], without[0])
     assert time_ridden == time_plain
+
+
+def test_the_allreduce_timer_is_around_each_backend_allreduce_and_says_which_are_counted():
+    """`Communicator.allreduce_timer`: entered before the backend's `_allreduce_mean` and left after it, once per
+    allreduce, counted or not (a ride goes in its allreduce's one call); the means and counters are those without."""
+    def worker(comm, timed: bool):
+        events = []
+
+        @contextlib.contextmanager
+        def timer(counted):
+            events.append(("enter", counted, comm.calls))
+            yield
+            events.append(("exit", counted, comm.calls))
+
+        if timed:
+            comm.allreduce_timer = timer
+        comm.carries_rides = True
+        comm.ride_next([RIDES[comm.rank]])
+        (first,) = comm.allreduce_mean([VALUES[comm.rank]])
+        (uncounted,) = comm.uncounted_allreduce_mean([VALUES[comm.rank]])
+        comm.broadcast([VALUES[0]])  # not an allreduce
+        (second,) = comm.allreduce_mean([VALUES[comm.rank]])
+        return events, first, uncounted, second, comm.bytes_sent, comm.calls
+
+    timed = ThreadGroup(M).run(lambda comm: worker(comm, True))
+    plain = ThreadGroup(M).run(lambda comm: worker(comm, False))
+    for with_timer, without in zip(timed, plain):
+        assert with_timer[0] == [("enter", True, 1), ("exit", True, 1), ("enter", False, 1), ("exit", False, 1),
+                                 ("enter", True, 3), ("exit", True, 3)]
+        assert without[0] == []
+        assert all(torch.equal(a, b) for a, b in zip(with_timer[1:4], without[1:4])) and with_timer[4:] == without[4:]

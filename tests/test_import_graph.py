@@ -194,6 +194,70 @@ def test_no_private_name_is_imported_from_another_module():
     assert taken == []
 
 
+#: private names of other libraries' objects the package uses: a torch sparse tensor's ``_nnz``, a namedtuple's
+#: ``_replace``, ``_asdict``, ``_fields`` and ``_make``, a Hydra config's ``_target_``
+FOREIGN_PRIVATE = frozenset({"_nnz", "_replace", "_asdict", "_fields", "_make", "_target_"})
+#: libraries whose private functions the package calls by their module (``torch._foreach_add_``)
+FOREIGN_ROOTS = frozenset({"torch"})
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def own_private(tree: ast.Module) -> set[str]:
+    """The private attributes a module defines: set on ``self`` or ``cls``, or named in a class's body."""
+    own = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) \
+                and node.value.id in ("self", "cls"):
+            own.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    own.add(item.name)
+                targets = item.targets if isinstance(item, ast.Assign) else [item.target] \
+                    if isinstance(item, ast.AnnAssign) else []
+                own.update(t.id for t in targets if isinstance(t, ast.Name))
+    return {name for name in own if private(name)}
+
+
+def private_attributes(path: Path) -> list[tuple[int, str]]:
+    """(line, ``X._name``) for each private attribute, read or set, of an object X other than ``self`` or ``cls``
+    that the module does not define itself (`own_private`): another module's private part."""
+    tree = ast.parse(path.read_text())
+    own, found = own_private(tree), []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not private(node.attr) or node.attr in own | FOREIGN_PRIVATE:
+            continue
+        root = node.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if isinstance(root, ast.Name) and root.id in FOREIGN_ROOTS:
+            continue
+        found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_private_attribute_check_finds_another_modules_private_part(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("class A:\n    _kept = 1\n    def __init__(self):\n        self._own = 0\n"
+                    "    def f(self, other, comm):\n        other._own, other._kept = self._own, torch._foreach_add\n"
+                    "        comm._allreduce_mean = self._x\n        return comm._inner(), t._nnz(), cls._y\n")
+    assert private_attributes(path) == [(7, "comm._allreduce_mean"), (8, "comm._inner")]
+
+
+def test_no_private_attribute_of_another_module_is_used():
+    """Outside tests/, no module reaches into another's private part through an object (``comm._allreduce_mean``):
+    what it needs is a public name or hook there (`dane.comm.base.Communicator.allreduce_timer`)."""
+    scripts = {f"scripts.{p.stem}": p for p in (REPO / "scripts").rglob("*.py")}
+    used = sorted((name, line, text) for name, path in {**modules(), **scripts}.items()
+                  for line, text in private_attributes(path))
+    assert used == []
+
+
 @pytest.mark.parametrize("step", [0, 1], ids=["import dane", "import dane.loop.launch"])
 def test_imports_are_lazy(step, fresh):
     """A run imports what it uses: scikit-learn, scipy.optimize, matplotlib and Hydra are not paid for at import.

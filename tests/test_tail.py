@@ -9,16 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from dane.comm import AlphaBeta
+from dane.comm import AlphaBeta, ThreadGroup
 from dane.comm.tail import ALPHA_BETA_ONLY, Tail, TailedCost, drawing, excess_samples, load_tail, tail_entry
 from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
 from dane.loop.launch import execute
 from dane.records.results import read_rounds
 from dane.run_config import CONF_DIR, cost_model, run_spec
+from dane.synthetic.round_timing import PhaseRecorder
 from dane.synthetic.sweep import answers
 
 CANNED = Path(__file__).parent / "data" / "calibration_tail.json"
@@ -155,3 +157,22 @@ def test_a_cached_run_answers_only_a_job_with_its_calibration():
     assert answers(before_tails, cfg)  # summaries written before tails: alpha-beta only
     assert answers({**before_tails, "calibration": ALPHA_BETA_ONLY}, cfg)
     assert not answers({**before_tails, "calibration": {"path": "c.json", "sha256": "ab"}}, cfg)
+
+
+def test_the_phase_recorder_ends_a_phase_at_each_counted_allreduce_after_the_first_of_a_restart():
+    """`synthetic.round_timing.PhaseRecorder` (what ``dane calibrate --tail`` fits) through the communicator's
+    ``allreduce_timer``: an uncounted allreduce ends no phase, and a restart opens none; each phase's bytes are its
+    allreduce's message."""
+    def worker(comm):
+        recorder = PhaseRecorder(comm)
+        for size, uncounted_before in ((2, False), (3, True), (7, False)):
+            if uncounted_before:
+                comm.uncounted_allreduce_mean([torch.ones(11, dtype=torch.float64)])
+            comm.allreduce_mean([torch.ones(size, dtype=torch.float64)])
+        recorder.restart()
+        comm.allreduce_mean([torch.ones(4, dtype=torch.float64)])
+        comm.allreduce_mean([torch.ones(5, dtype=torch.float64)])
+        return recorder.nbytes, len(recorder.wall), len(recorder.cpu)
+
+    for nbytes, walls, cpus in ThreadGroup(2).run(worker):
+        assert nbytes == [8 * 3, 8 * 7, 8 * 5] and walls == cpus == 3

@@ -3,7 +3,7 @@
 Algorithms never import horovod or torch.distributed; they receive a `Communicator`.
 Each backend implements `_allreduce_mean`, `_broadcast` and `barrier`; this base class
 counts what the worker sends and keeps the clock, so the accounting is identical on
-every backend.  With ``comm.compress`` (`dane.comm.compression`) the base also compresses the
+every backend, and calls ``allreduce_timer`` (a profiler's hook) around each backend allreduce.  With ``comm.compress`` (`dane.comm.compression`) the base also compresses the
 tensors an algorithm marks as compressible before the backend sees them (and, with a downlink
 compressor, the averaged reply after), and counts uplink and downlink bits.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Callable, ContextManager
 
 import torch
 
@@ -45,6 +46,12 @@ class Communicator(ABC):
     compression: MessageCompression | None = None
     #: whether `ride_next`'s tensors go with the next allreduce: a backend whose only accounting is this class's
     carries_rides: bool = False
+    #: a profiler's hook around each backend allreduce: ``allreduce_timer(counted)`` is a context manager entered just
+    #: before the backend's `_allreduce_mean` and left just after it returns, ``counted`` False for
+    #: `uncounted_allreduce_mean` (`synthetic.round_timing.PhaseRecorder`); None: none.  A single worker makes no
+    #: backend call; the backends whose collectives are their own (the parameter server, the batched simulator) do
+    #: not call it
+    allreduce_timer: Callable[[bool], ContextManager] | None = None
     _ride: list[torch.Tensor] | None = None  # to go with the next allreduce (`ride_next`)
     _ridden: list[torch.Tensor] | None = None  # their mean, once they went (`ridden`)
 
@@ -82,9 +89,9 @@ class Communicator(ABC):
         if self.size == 1:
             means = [t.clone() for t in tensors]
         elif ride is None:
-            means = self._allreduce_mean(list(tensors))
+            means = self._timed_allreduce(list(tensors), counted=True)
         else:  # in the same call, after the message, on its device: its bytes are not the method's (`ride_next`)
-            means = self._allreduce_mean([*tensors, *(t.to(tensors[0].device) for t in ride)])
+            means = self._timed_allreduce([*tensors, *(t.to(tensors[0].device) for t in ride)], counted=True)
             means, self._ridden = means[:len(tensors)], [t.to(r.device) for t, r in zip(means[len(tensors):], ride)]
         return means if self.compression is None else self.compression.decode_down(means, kinds)
 
@@ -133,7 +140,14 @@ class Communicator(ABC):
         is not the method's traffic: `dane.work`'s totals over the ranks of a launched run)."""
         if self.size == 1:
             return [t.clone() for t in tensors]
-        return self._allreduce_mean(list(tensors))
+        return self._timed_allreduce(list(tensors), counted=False)
+
+    def _timed_allreduce(self, tensors: list[torch.Tensor], counted: bool) -> list[torch.Tensor]:
+        """The backend's `_allreduce_mean`, inside ``allreduce_timer(counted)`` where there is one."""
+        if self.allreduce_timer is None:
+            return self._allreduce_mean(tensors)
+        with self.allreduce_timer(counted):
+            return self._allreduce_mean(tensors)
 
     def ride_next(self, tensors: list[torch.Tensor]) -> None:
         """Average ``tensors`` with this worker's next `allreduce_mean`, in the same call and outside the run's
