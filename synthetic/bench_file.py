@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import socket
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from dane.records.results import atomic_write_text
+from dane.records.results import atomic_write_text, json_safe
 
 
 def elapsed_logger(start: float):
@@ -48,22 +47,11 @@ def read_bench(path: Path) -> dict:
 def merge_section(path: Path, key: str, value: dict) -> dict:
     """Put ``value`` under ``key`` in the JSON at ``path``, other keys kept, atomically; returns the whole file.
 
-    inf and nan are written as strings (`finite`), so the JSON stays strict."""
+    inf and nan are written as strings (`dane.records.results.json_safe`), so the JSON stays strict."""
     merged = read_bench(path)
-    merged[key] = finite(value)
+    merged[key] = json_safe(value)
     atomic_write_text(path, json.dumps(merged, indent=2, allow_nan=False, default=str) + "\n")
     return merged
-
-
-def finite(value):
-    """``value`` with every inf or nan float as its string, in dicts and lists too."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
 
 
 def machine() -> dict:

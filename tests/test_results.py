@@ -249,3 +249,40 @@ def test_a_run_folder_is_read_back_through_public_names(tmp_path):
     read = dane.read_rounds(tmp_path / "run")
     assert [r["objective"] for r in read] == [r["objective"] for r in result.records] and len(read) == 4
     assert dane.read_summary(tmp_path / "run")["final_objective"] == result.summary["final_objective"]
+
+
+def test_json_safe_writes_inf_and_nan_as_strings_at_any_depth_for_records_and_benchmarks():
+    """`json_safe`: one function for a run's records and summary and for a benchmark's JSON
+    (`synthetic.bench_file.merge_section`)."""
+    from dane.synthetic import bench_file
+
+    value = {"a": [float("inf"), (float("nan"), 1.5)], "b": {"c": -float("inf")}, "d": 2, "e": "x"}
+    assert results.json_safe(value) == {"a": ["inf", ["nan", 1.5]], "b": {"c": "-inf"}, "d": 2, "e": "x"}
+    assert bench_file.json_safe is results.json_safe
+
+
+def test_a_cache_write_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_path, monkeypatch):
+    """The reference optimum's cache (`dane.problems.optimum.save`) and the synthetic ridge's
+    (`dane.problems.ridge.reference_optimum`) are written by `atomic_write`: a failed write leaves the folder as it
+    was."""
+    import torch
+
+    from dane.problems import optimum, ridge
+
+    def half_then_fail(obj, f):
+        (open(f, "wb") if isinstance(f, (str, Path)) else f).write(b"half")
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ridge, "DISK_CACHE_MIN_WORK", 0)
+    monkeypatch.setattr(torch, "save", half_then_fail)
+    (tmp_path / "optimum").mkdir()
+    (tmp_path / "optimum" / "kept.pt").write_bytes(b"old")
+    with pytest.raises(RuntimeError, match="the disk went away"):
+        optimum.save(tmp_path / "optimum" / "kept.pt", optimum.Reference(torch.zeros(3), 1.0, 0.0, "test"), "key")
+    ridge.reference_optimum.cache_clear()
+    with pytest.raises(RuntimeError, match="the disk went away"):
+        ridge.reference_optimum(40, 3, "iso", 1.0, 0, 0.1)
+    ridge.reference_optimum.cache_clear()
+    assert sorted((p.relative_to(tmp_path).as_posix(), p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()) \
+        == [("optimum/kept.pt", b"old")]

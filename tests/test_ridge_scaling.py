@@ -169,3 +169,19 @@ def test_dane_with_eigh_follows_dane_with_cholesky():
 def test_invalid_factorization_names_the_key():
     with pytest.raises(ConfigError, match=re.escape("problem.factorization must be one of auto|cholesky|eigh|woodbury, got 'lu'")):
         RidgeSyntheticConfig(factorization="lu")
+
+
+def test_the_ridge_cache_and_the_reference_cache_are_one_folders_parts(tmp_path, monkeypatch):
+    """`dane.problems.optimum.cache_dir`: $DANE_CACHE_DIR, else $XDG_CACHE_HOME/dane, else ~/.cache/dane."""
+    from dane.problems.optimum import cache_dir
+
+    key = (800, 25, "decay", 1.0, 6, 0.01)
+    monkeypatch.delenv("DANE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert ridge.optimum_cache_path(*key).parent == cache_dir("ridge_optimum") == tmp_path / "xdg/dane/ridge_optimum"
+    assert cache_dir() == tmp_path / "xdg/dane/optimum"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert ridge.optimum_cache_path(*key).parent == tmp_path / "home/.cache/dane/ridge_optimum"
+    monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path / "own"))
+    assert (ridge.optimum_cache_path(*key).parent, cache_dir()) == (tmp_path / "own/ridge_optimum", tmp_path / "own/optimum")

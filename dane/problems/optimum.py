@@ -53,6 +53,7 @@ import torch
 from ..comm.threads import ThreadGroup
 from ..errors import ConfigError
 from ..numerics.linalg import cg
+from ..records.results import atomic_write
 
 OPTIMUM_MODES = ("auto", "none")
 FINGERPRINT_DIGITS = 10
@@ -113,10 +114,13 @@ def fingerprint(problem, comm, objective_key: str) -> str:
     return hashlib.sha256(f"{objective_key}|{rounded}".encode()).hexdigest()[:32]
 
 
-def cache_dir() -> Path:
+def cache_dir(part: str = "optimum") -> Path:
+    """The folder of the package's cache ``part``: under $DANE_CACHE_DIR, else $XDG_CACHE_HOME/dane, else
+    ~/.cache/dane (the reference optima of this module, ``optimum``; the synthetic ridge's closed forms,
+    ``ridge_optimum``, `dane.problems.ridge`)."""
     base = os.environ.get("DANE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "dane")
-    return Path(base) / "optimum"
+    return Path(base) / part
 
 
 _READ_LOCK = threading.Lock()
@@ -164,12 +168,11 @@ def _read_saved(path: str, dim: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def save(path: Path, reference: Reference, key: str) -> None:
-    """Write a reference atomically (a crash leaves the old file or none, never half of one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save({"w": reference.w.detach().to(torch.float64).clone(), "objective": reference.objective,
-                "grad_norm": reference.grad_norm, "key": key, "source": reference.source}, tmp)
-    os.replace(tmp, path)
+    """Write a reference atomically (`dane.records.results.atomic_write`: a crash or a failed write leaves the old
+    file or none, never half of one, and no temporary file)."""
+    saved = {"w": reference.w.detach().to(torch.float64).clone(), "objective": reference.objective,
+             "grad_norm": reference.grad_norm, "key": key, "source": reference.source}
+    atomic_write(path, lambda f: torch.save(saved, f))
 
 
 # ---------------------------------------------------------------------- the distributed solve

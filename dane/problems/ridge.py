@@ -19,16 +19,14 @@ m shards built in rank order draw each block once even when a shard has a few ro
 *Reference optimum.*  w* = argmin O is computed once from the stream in chunks (the Gram
 matrix XᵀX accumulated chunk by chunk, then one Cholesky solve; CG on the full X when
 d > `AUTO_MAX_DIM`), kept per process, and kept on disk under
-``$DANE_CACHE_DIR/ridge_optimum`` (default ``~/.cache/dane``) when computing it costs at
-least `DISK_CACHE_MIN_WORK` multiply-adds: a synthetic problem's closed form, which is
+``$DANE_CACHE_DIR/ridge_optimum`` (default ``~/.cache/dane/ridge_optimum``: `dane.problems.optimum.cache_dir`)
+when computing it costs at least `DISK_CACHE_MIN_WORK` multiply-adds: a synthetic problem's closed form, which is
 ``problem.optimum=auto`` here (`dane.problems.optimum`).  ``problem.optimum=none`` skips it: the
 records then carry no suboptimality and ``tol`` applies to the relative gradient norm.
 """
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,10 +42,11 @@ from ..numerics.linalg import capacitance_factor, cg, woodbury_solve
 from ..numerics.local_solvers import AUTO_MAX_DIM, LocalSolver
 from ..losses import SQUARED
 from ..numerics.inner import worker_seed
+from ..records.results import atomic_write
 from ..work import count_once, counted, rows_fraction
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
-from .optimum import OPTIMUM_MODES, check_mode
+from .optimum import OPTIMUM_MODES, cache_dir, check_mode
 from .quadratic import FACTORIZATIONS, QuadraticProblem, not_positive_definite
 
 COVARIANCES = ("iso", "decay")
@@ -255,11 +254,10 @@ def reference_optimum(n_samples: int, dim: int, covariance: str, noise_std: floa
 
 
 def optimum_cache_path(n_samples: int, dim: int, covariance: str, noise_std: float, seed: int, lam: float) -> Path:
-    """Where `reference_optimum` keeps this optimum: $DANE_CACHE_DIR (else $XDG_CACHE_HOME/dane, ~/.cache/dane)."""
-    base = os.environ.get("DANE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dane")
+    """Where `reference_optimum` keeps this optimum: ``ridge_optimum`` of the package's cache
+    (`dane.problems.optimum.cache_dir`: $DANE_CACHE_DIR, else $XDG_CACHE_HOME/dane, ~/.cache/dane)."""
     key = (n_samples, dim, covariance, float(noise_std), seed, float(lam))
-    return Path(base) / "ridge_optimum" / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.pt"
+    return cache_dir("ridge_optimum") / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.pt"
 
 
 def _load_optimum(path: Path, key: tuple) -> torch.Tensor | None:
@@ -273,13 +271,10 @@ def _load_optimum(path: Path, key: tuple) -> torch.Tensor | None:
 
 
 def _save_optimum(path: Path, key: tuple, w_star: torch.Tensor) -> None:
-    """Atomic: a temporary file in the same folder, then os.replace (concurrent writers leave one whole file)."""
+    """Atomic (`dane.records.results.atomic_write`: a temporary file of this process in the same folder, then
+    os.replace, so concurrent processes leave one whole file, and a failed write no temporary one)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"key": list(key + (ROW_BLOCK,)), "w_star": w_star}, f)
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: torch.save({"key": list(key + (ROW_BLOCK,)), "w_star": w_star}, f))
     except OSError:
         pass  # a read-only cache folder costs a recomputation next time, nothing else
 

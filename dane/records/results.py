@@ -90,15 +90,16 @@ def _writable_place(path: Path, option: str, itself: bool = False) -> None:
     os.unlink(probe)
 
 
-def _clean(value):
-    """JSON has no inf or nan; write them as strings so a diverged run is still readable (also inside a record's or
-    the summary's lists and dicts: a default's statistics, an adaptation's values)."""
+def json_safe(value):
+    """``value`` with every inf or nan float as its string ("inf", "-inf", "nan"), in dicts, lists and tuples too
+    (tuples become lists): JSON has no inf or nan, and a diverged run's records, a default's statistics or a
+    benchmark's table stay readable as strict JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -173,7 +174,7 @@ class RunWriter:
 
     def write_round(self, record: dict) -> None:
         try:
-            self._rounds.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+            self._rounds.write(json.dumps({k: json_safe(v) for k, v in record.items()}) + "\n")
         except OSError as err:  # a write names no file: say which (a full or read-only file system)
             raise OSError(err.errno, err.strerror, str(self.out_dir / ROUNDS_FILE)) from None
         self._wrote += 1
@@ -183,7 +184,8 @@ class RunWriter:
     def write_summary(self, summary: dict) -> None:
         summary = {**summary, "provenance": summary.get("provenance", self.provenance)}
         self._wrote += 1
-        atomic_write_text(self.out_dir / SUMMARY_FILE, json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2) + "\n")
+        atomic_write_text(self.out_dir / SUMMARY_FILE,
+                          json.dumps({k: json_safe(v) for k, v in summary.items()}, indent=2) + "\n")
         if self.trackers is not None:
             self.trackers.finish(summary)
 
