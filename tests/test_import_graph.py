@@ -17,7 +17,7 @@ ABOVE_DANE = ("baselines", "experiments", "synthetic", "paper_figs", "scripts")
 #: those below; one the page does not name is not checked.
 LAYERS = (
     ("dane.numerics.linalg", "dane.losses", "dane.checks", "dane.errors", "dane.records.results",
-     "dane.records.projection"),
+     "dane.records.lock", "dane.records.projection"),
     ("dane.comm",),
     ("dane.data", "dane.problems", "dane.numerics.local_solvers"),
     ("dane.dane", "baselines"),

@@ -1,4 +1,4 @@
-"""The run directory's lock and its clean-up (`dane.records.results.take_lock`, `RunWriter`): a lock never outlives a
+"""The run directory's lock and its clean-up (`dane.records.lock.take_lock`, `RunWriter`): a lock never outlives a
 run that did not start, never holds no owner, and a stale one is taken over or named with its fix."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from dane.records import results
 from dane.errors import ConfigError
-from dane.records.results import LOCK_FILE, OWNERLESS_STALE_S, RunWriter, take_lock
+from dane.records.lock import LOCK_FILE, OWNERLESS_STALE_S, take_lock
+from dane.records.results import RunWriter
 
 
 def full_disk(monkeypatch, after: int = 0):

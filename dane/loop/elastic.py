@@ -74,7 +74,7 @@ from ..comm import Communicator
 from .driver import Loop, drive
 from ..errors import ConfigError, say
 from ..reference import attach_one
-from ..records.results import LOCK_FILE
+from ..records.lock import LOCK_FILE
 
 
 def elastic_algorithms() -> list[str]:

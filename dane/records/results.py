@@ -8,19 +8,14 @@ rank 0 sent.  Figures read these files and nothing else.
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import socket
-import threading
-import time
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
+from .lock import take_lock
 from .provenance import run_provenance
-
-LOCK_FILE = ".lock"
 
 ROUNDS_FILE = "rounds.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -121,7 +116,7 @@ class RunWriter:
     The summary also gets ``provenance`` (`dane.records.provenance.run_provenance`, taken when the
     writer opens: commit, command, start time, host, load average).
 
-    A run owns its directory: the writer takes ``<out_dir>/.lock`` (`take_lock`: created exclusively,
+    A run owns its directory: the writer takes ``<out_dir>/.lock`` (`dane.records.lock.take_lock`: created exclusively,
     holding host and pid; released by `close`, after the summary), so a second run into the same directory
     stops with one line.  A run that ends before its first record leaves the directory as it was (`close`).  A directory that already holds a run's records is refused
     unless ``resume`` (the run continues there: its records were cut back to the
@@ -234,114 +229,6 @@ class RunWriter:
                 folder.rmdir()
             except OSError:  # not empty (a tracker's files, another run's), or gone: keep what is there
                 return
-
-
-#: a lock with no owner in it (an older version's, or a file system without hard links that failed between the
-#: create and the write) older than this is stale: a run writes its owner microseconds after the create
-OWNERLESS_STALE_S = 60.0
-
-
-def take_lock(run_dir: Path) -> Path:
-    """Take ``run_dir/.lock``, holding ``<host> <pid>``; one line naming the problem and the fix where it cannot.
-
-    The owner is written to a temporary file first and hard-linked to ``.lock`` (``os.link`` fails if it
-    exists), so a lock is never empty and a failed write (a full disk) leaves no lock behind.  A lock left
-    by a dead process on this host, or one with no owner older than `OWNERLESS_STALE_S`, is taken over; a
-    younger ownerless one is refused with the fix.  A file system without hard links gets an exclusive
-    create and write, the lock removed if the write fails.
-    """
-    path = run_dir / LOCK_FILE
-    me = f"{socket.gethostname()} {os.getpid()}"
-    tmp = run_dir / f"{LOCK_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        tmp.write_text(me)
-    except OSError as err:  # permission denied, a read-only or a full file system
-        tmp.unlink(missing_ok=True)
-        raise _not_writable(run_dir, err) from None
-    try:
-        for _ in range(2):
-            try:
-                _link_or_create(tmp, path, me)
-                return path
-            except FileExistsError:
-                if _stale(path) and _removed(path):
-                    continue
-                owner = _owner(path)
-                if owner is None:
-                    raise ConfigError(f"out_dir={run_dir} is locked by {path}, which names no run; remove {path} "
-                                      "if no run uses the directory") from None
-                raise ConfigError(f"out_dir={run_dir} is in use by another run ({' pid '.join(owner)}); choose "
-                                  f"another out_dir, or wait for that run to end (remove {path} if no run uses the "
-                                  "directory)") from None
-            except OSError as err:
-                raise _not_writable(run_dir, err) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    raise ConfigError(f"out_dir={run_dir}: could not take {path}; remove it if no run uses the directory")
-
-
-def _not_writable(run_dir: Path, err: OSError) -> ConfigError:
-    fix = "free space there or choose another out_dir" if err.errno in (errno.ENOSPC, errno.EDQUOT) else \
-        "choose another out_dir"
-    return ConfigError(f"out_dir={run_dir} is not writable ({(err.strerror or str(err)).lower()}); {fix}")
-
-
-def _link_or_create(tmp: Path, path: Path, owner: str) -> None:
-    """``path`` made, holding ``owner``, or FileExistsError: a hard link of ``tmp``, or where the file system has
-    none, an exclusive create whose failed write removes it again."""
-    try:
-        os.link(tmp, path)
-        return
-    except FileExistsError:
-        raise
-    except OSError as err:
-        if err.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.ENOSYS):
-            raise
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(owner)
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-
-
-def _owner(path: Path) -> list[str] | None:
-    """``[host, pid]`` from a lock; None where it names none (empty, unreadable, not ``<host> <pid>``)."""
-    try:
-        owner = path.read_text().split()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return owner if len(owner) == 2 and owner[1].isdigit() else None
-
-
-def _removed(path: Path) -> bool:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:  # not ours to remove (another user's lock in a shared folder): the line names the fix
-        return False
-    return True
-
-
-def _stale(path: Path) -> bool:
-    """A lock no run holds: its owner is a process of this host that is gone, or it names no owner and is old."""
-    owner = _owner(path)
-    if owner is not None:
-        return owner[0] == socket.gethostname() and not _alive(int(owner[1]))
-    try:
-        return time.time() - path.stat().st_mtime > OWNERLESS_STALE_S
-    except FileNotFoundError:
-        return True  # released since: try again
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _number(value):
