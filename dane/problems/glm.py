@@ -416,7 +416,7 @@ class LinearModelShard(Problem):
         count_once(("cholesky", shift), ("local_factorizations",))
 
     def set_reference(self, w_star: torch.Tensor, f_star: float) -> None:
-        """From now on, records carry suboptimality against (w*, O*) (`dane.reference.attach`)."""
+        """From now on, records carry suboptimality against (w*, O*) (`dane.problems.optimum.attach`)."""
         self.w_star, self.f_star = w_star.to(self.device, self.dtype), float(f_star)
         self.metric_names = ("objective", "suboptimality")
 
