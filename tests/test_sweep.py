@@ -15,7 +15,8 @@ from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments import config
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.loop.launch import execute
-from dane.synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name
+from dane.loop import timeline
+from dane.synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name, run_job
 
 from runs import command, prepare
 
@@ -170,6 +171,19 @@ def test_ensure_runs_missing_jobs_once_and_matches_by_config(tmp_path):
     recalibrated = {**job, "sim": {"alpha": 1.0, "beta": 1.0, "calibration": None}}
     assert not answers(summary, recalibrated) and answers(summary, recalibrated, timed=False)  # same iterates
     assert not answers({**summary, "backend": "horovod"}, job)  # wall-clock times are not simulated ones
+
+
+def test_each_run_of_one_process_records_its_own_timeline(tmp_path):
+    """Two runs in one process (as `ensure` runs them): the second's marks are its own, after the first's, on the
+    same clock; ``config`` belongs to the process's first run only (`dane.loop.timeline`)."""
+    first = run_job(("algorithm=dane", "workers=2", "rounds=2", *TINY), tmp_path / "a")["timeline"]
+    timeline.mark("config")  # an entry point configured after the first run: not the second run's mark
+    second = run_job(("algorithm=dane", "workers=2", "rounds=2", "problem.n_samples=1200", "problem.dim=20"),
+                     tmp_path / "b")["timeline"]
+    assert second["clock_origin"] == first["clock_origin"]
+    assert first["data"] <= first["round0"] <= first["end"] < second["data"] <= second["round0"] <= second["end"]
+    assert "config" not in second
+    assert read_summary(tmp_path / "b")["timeline"] == second
 
 
 def test_identity_ignores_output_settings():

@@ -24,6 +24,7 @@ import torch
 from .checkpoint import check_resume
 from ..errors import ConfigError, DivergenceError
 from .kinds import runs_batched, start
+from . import timeline
 from ..spec import RunSpec
 
 __all__ = ["execute"]
@@ -48,6 +49,7 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
                          batched=runs_batched(spec))  # there changes; on the path that wrote the checkpoint
         if control.checkpoint_every and not out_dir and spec.comm.simulated:
             raise ConfigError(f"checkpoint_every={control.checkpoint_every} needs a run directory; set out_dir")
+        timeline.begin_run()  # this run's marks are its own, not an earlier run's of this process
         summary = start(spec, out_dir, collect)
     own_driver = spec.algorithm.run_job is not None  # split learning says so in its own summary, and returns
     if not own_driver and summary.get("status") == "diverged":
