@@ -402,21 +402,70 @@ def repo_path(path: str | Path) -> str:
 
 #: what a benchmark's section records about its run that a figure's sidecar repeats, where the section has it
 BENCH_RUN_KEYS = ("started_at", "quick", "wall_s", "machine", "load_avg_after", "parts", "peers", "skipped")
+#: the page whose table says how each tracked evidence file was made (its "Evidence" section)
+DESIGN_PAGE = Path("docs") / "design.md"
+
+
+def evidence_command(path: str | Path) -> str | None:
+    """How a tracked evidence file was made: its row's "written by" cell in docs/design.md's Evidence table (the one
+    place that records the options of a file whose JSON does not); None for any other file, or outside a checkout."""
+    shown = repo_path(path)
+    if CHECKOUT is None or not shown.startswith("paper_figs/evidence/") or not (CHECKOUT / DESIGN_PAGE).is_file():
+        return None
+    for line in (CHECKOUT / DESIGN_PAGE).read_text().splitlines():
+        cells = line.strip().strip("|").split(" | ")
+        if len(cells) == 3 and cells[0].strip() == f"`{shown}`":
+            return cells[1].strip().replace("`", "")  # the page's code spans: the command's words
+    return None
+
+
+def bench_run(path: str | Path, section: dict, command: str) -> dict:
+    """What the run(s) that wrote benchmark ``section`` (the JSON at ``path``) record (`BENCH_RUN_KEYS`), with the
+    commands that made it (``commands``, and where they were read: ``commands_from``).
+
+    A section written in ``parts`` (`scripts/bench_compressed.py`: each run's command line, start, loads and wall
+    seconds) gives its parts' commands and is dated by the range of their starts (``dates``: first, last), its load by
+    the range of its parts' 1-minute loads (``load_avg_1min``), its ``wall_s`` the sum of theirs: the section's own
+    ``started_at``, ``wall_s``, ``load_avg_after`` and ``machine``'s load are the last part's (each run's save
+    overwrites them), so they are not repeated.  Another section's command is docs/design.md's for a tracked file
+    (`evidence_command`), else ``command`` (the section's, without the options the file does not record)."""
+    entry = {"json": repo_path(path)}
+    parts = section.get("parts")
+    if parts:
+        starts = sorted(p["started_at"] for p in parts)
+        loads = [p[k][0] for p in parts for k in ("load_avg_before", "load_avg_after") if k in p]
+        entry.update(commands=[p["command"] for p in parts], commands_from="the file's parts", dates=[starts[0], starts[-1]],
+                     load_avg_1min=[min(loads), max(loads)] if loads else None,
+                     wall_s=round(sum(p.get("wall_s", 0.0) for p in parts), 1))
+        if "machine" in section:
+            entry["machine"] = {k: v for k, v in section["machine"].items() if k != "load_avg"}
+        return {**entry, **{k: section[k] for k in ("quick", "parts", "peers", "skipped") if k in section}}
+    documented = evidence_command(path)
+    entry.update(commands=[documented or f"{command} (its options are not recorded in {entry['json']})"],
+                 commands_from=f"{DESIGN_PAGE.as_posix()}, Evidence" if documented else "the section")
+    return {**entry, **{k: section[k] for k in BENCH_RUN_KEYS if k in section}}
 
 
 def bench_provenance(sources: Sequence[str | Path], sections: Sequence[dict], command: str, **extra) -> dict:
     """The sidecar of a figure drawn from benchmark JSON, not from runs: the files read (``json``, `repo_path`), the
-    benchmark section that writes such a file (``command``; a tracked file's own options are in docs/design.md,
-    "Evidence"), and per file what its run recorded (`BENCH_RUN_KEYS`); ``extra`` is the figure's own."""
-    return {"json": [repo_path(p) for p in sources], "command": command,
-            "benchmarks": [{"json": repo_path(p), **{k: s[k] for k in BENCH_RUN_KEYS if k in s}}
-                           for p, s in zip(sources, sections)], **extra}
+    commands that made them (``commands``) and per file what its run(s) recorded (`bench_run`; ``command`` is the
+    benchmark section's, for a file that records no command of its own); ``extra`` is the figure's own."""
+    runs = [bench_run(p, s, command) for p, s in zip(sources, sections)]
+    return {"json": [repo_path(p) for p in sources], "commands": [c for run in runs for c in run["commands"]],
+            "benchmarks": runs, **extra}
 
 
 def bench_caption(what: str, provenance: dict) -> str:
-    """One line: what the figure shows, then the JSON it was drawn from, each with its run's start and load."""
-    runs = [f"{b['json']} (started {b.get('started_at')}, load avg {b.get('machine', {}).get('load_avg')})"
-            for b in provenance["benchmarks"]]
+    """One line: what the figure shows, then the JSON it was drawn from, each with its run's start and load (a file
+    written in parts: how many, the range of their starts and of their loads)."""
+    def when(b: dict) -> str:
+        if "dates" not in b:
+            return f"started {b.get('started_at')}, load avg {b.get('machine', {}).get('load_avg')}"
+        load = b.get("load_avg_1min")
+        return (f"{len(b['parts'])} runs started {b['dates'][0]} to {b['dates'][1]}" +
+                (f", load avg {load[0]:g}-{load[1]:g}" if load else ""))
+
+    runs = [f"{b['json']} ({when(b)})" for b in provenance["benchmarks"]]
     return f"{what.rstrip('.')}; from {', '.join(runs)}."
 
 

@@ -140,7 +140,7 @@ def draw(section: dict):
 def figure(sources: list[str | Path], out: str | Path, name: str = KEY) -> list[Path]:
     """The figure ``name`` from the one JSON in ``sources``, its table as ``name``.md and its sidecar; no page."""
     (source,) = sources
-    return bench_figure(source, KEY, out, name, draw=draw, render=render, command="python -m scripts.bench compressed (make bench)",
+    return bench_figure(source, KEY, out, name, draw=draw, render=render, command="python -m scripts.bench compressed",
                         what=__doc__.splitlines()[0].replace("Figure and table: the", "The"))
 
 

@@ -123,11 +123,11 @@ def markdown(section: dict, sources: Sequence[str]) -> str:
 
 
 def provenance(sources: Sequence[str | Path], sections: Sequence[dict]) -> dict:
-    """The sidecar: the JSON read, each run's time, machine, load and peers (`bench_provenance`), and the command."""
+    """The sidecar: the JSON read, each run's time, machine, load and peers and the commands that made the files (`bench_provenance`)."""
     section = combine(sections)
     loads = [x for s in section["settings"].values() for r in s["frameworks"].values() for run in r["runs"]
              for x in (run["load_before"][0], run["load_after"][0])]
-    return bench_provenance(sources, sections, "python -m scripts.bench federated_scale (make bench)",
+    return bench_provenance(sources, sections, "python -m scripts.bench federated_scale",
                             workload=section["workload"], rounds=rounds(section),
                             load_avg_1min=[min(loads), max(loads)] if loads else None)
 

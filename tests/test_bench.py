@@ -1861,6 +1861,40 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
     assert fig.render(canned("compressed")["compressed"], str(DATA / "compressed.json")) in page.read_text()
 
 
+def test_an_evidence_figures_sidecar_names_the_commands_that_made_its_json_and_the_span_of_its_parts(tmp_path):
+    """The sidecar's commands are the ones that wrote the file: compressed.json's 15 parts (its own record), the
+    k322 run's row of docs/design.md's Evidence table (a file that records none), the section's bare command for a
+    file of neither; a file written in parts is dated by its first and last part, not by the last part's start."""
+    from dane.paper_figs import fedprox_synthetic
+    from dane.paper_figs.common import bench_caption, bench_provenance, bench_section
+
+    evidence = REPO / "paper_figs" / "evidence"
+    compressed = bench_section(evidence / "compressed.json", "compressed")
+    sidecar = bench_provenance([evidence / "compressed.json"], [compressed], "python -m scripts.bench compressed")
+    (run,) = sidecar["benchmarks"]
+    assert len(compressed["parts"]) == 15 and sidecar["commands"] == run["commands"] == \
+        [part["command"] for part in compressed["parts"]]
+    assert run["commands"][0] == "python -m scripts.bench compressed --out paper_figs/evidence/compressed.json " \
+        "--datasets phishing"
+    assert run["dates"] == ["2026-11-29T12:06:11+0000", "2026-11-30T14:09:08+0000"] and "started_at" not in run
+    assert run["load_avg_1min"] == [0.7, 10.33] and run["wall_s"] == 4296.0  # the parts' 267.4 + ... + 318.6
+    assert bench_caption("x", sidecar) == ("x; from paper_figs/evidence/compressed.json (15 runs started "
+                                           "2026-11-29T12:06:11+0000 to 2026-11-30T14:09:08+0000, load avg 0.7-10.33).")
+
+    written = fedprox_synthetic.figure([evidence / "fedprox_synthetic_k322.json"], tmp_path, "fedprox_synthetic_long")
+    long = json.loads((tmp_path / "fedprox_synthetic_long.json").read_text())
+    assert tmp_path / "fedprox_synthetic_long.json" in written
+    assert long["commands"] == ["scripts/bench_fedprox_synthetic.py --settings synthetic_1_1 --only fedavg fedprox "
+                                "--local-steps 322 --rounds 100"]
+    assert long["benchmarks"][0]["commands_from"] == "docs/design.md, Evidence"
+    assert "(started 2026-11-29T04:23:23+0000, load avg [13.2, 16.57, 16.35])" in long["caption"]
+
+    elsewhere = tmp_path / "bench.json"  # a make bench file: no parts, no row; its options are not claimed
+    elsewhere.write_text((evidence / "fedprox_synthetic_k322.json").read_text())
+    made = bench_provenance([elsewhere], [bench_section(elsewhere, "fedprox_synthetic")], "python -m scripts.bench x")
+    assert made["commands"] == [f"python -m scripts.bench x (its options are not recorded in {elsewhere})"]
+
+
 def test_the_compressed_figure_has_one_legend_below_the_panels_and_a_title_from_the_json():
     """One figure-level legend, outside every panel (below their tick labels and x labels), one entry a method; the
     suptitle names λ, the datasets drawn with their clients m, and the target, as the JSON's section gives them."""

@@ -212,7 +212,11 @@ def test_make_all_draws_the_benchmarks_figures_from_the_tracked_evidence(entry, 
     sidecar = json.loads((tmp_path / f"{name}.json").read_text())
     named = [f"paper_figs/evidence/{file}" for file in files]
     assert sidecar["figure"] == name and sidecar["json"] == named == [b["json"] for b in sidecar["benchmarks"]]
-    assert all(b["started_at"] and b["machine"]["load_avg"] for b in sidecar["benchmarks"])
+    # each file dated and loaded: by its one run, or (written in parts) by the range of its parts
+    assert all((b["started_at"] and b["machine"]["load_avg"]) if "parts" not in b else
+               (b["dates"][0] < b["dates"][1] and b["load_avg_1min"]) for b in sidecar["benchmarks"])
+    # the commands that made them, every one from the file itself or the Evidence table
+    assert sidecar["commands"] and not any("not recorded" in c for c in sidecar["commands"])
     assert all(path in sidecar["caption"] for path in named) and "results/bench.json" not in json.dumps(sidecar)
     assert (tmp_path / f"{name}.md").read_text().splitlines()[0] == sidecar["caption"]
     assert docs_bytes() == docs
