@@ -157,32 +157,43 @@ _SHAPE = re.compile(r"(\d+) rows x (\d+) (features|pixels)")
 def run_setting(run_dir: str | Path) -> dict[str, str | None]:
     """What a logged run was, from its ``summary.json`` and ``config.yaml`` (None where neither records it: a run
     made by `dane.fit` has no config): the problem, the data set, its rows x features (the data source's note in
-    the summary), the workers m, λ and the stop rule."""
+    the summary), the rows N and features d of a generated data set (its config's ``n_samples`` and ``dim``: the
+    synthetic ridge, its data named by its covariance), the workers m, λ and the stop rule."""
     summary, cfg = read_summary(run_dir), run_config(run_dir)
     problem = cfg.get("problem") or {}
     data = problem.get("data") or {}
     name = data.get("dataset") or (Path(str(data["path"])).name if data.get("path") else None) or data.get("name")
+    generated = not data and "n_samples" in problem
+    if generated:
+        name = "generated data" + (f" ({problem['covariance']} covariance)" if problem.get("covariance") else "")
     shape = next((found for note in summary.get("notes", []) if (found := _SHAPE.search(str(note)))), None)
     lam = problem.get("lam")
     return {"problem": summary.get("problem") or problem.get("name"), "data": name,
             "size": f"{int(shape[1]):,} rows x {shape[2]} {shape[3]}" if shape else None,
+            "N": f"{int(problem['n_samples']):,}" if generated else None,
+            "d": str(problem["dim"]) if generated and problem.get("dim") is not None else None,
             "m": None if summary.get("workers") is None else str(summary["workers"]),
             "λ": None if lam is None else f"{lam:g}", "stop": summary.get("stop_rule")}
 
 
+def setting_value(settings: Sequence[dict], key: str) -> str | None:
+    """One `run_setting` key over several runs: each value once, in the runs' order, " / " between them ("?" for a
+    run that records none); None where none records it."""
+    values = list(dict.fromkeys(s[key] or "?" for s in settings))
+    return None if values in ([], ["?"]) else " / ".join(values)
+
+
 def setting_text(run_dirs: Iterable[str | Path]) -> str:
     """The runs' `run_setting` in one line: "logreg on breast_cancer (569 rows x 30 features), m = 8, λ = 0.001,
-    runs stop at suboptimality <= 1e-12 x |O*|"; a value the runs differ in is each of them ("m = 4 / 8", "?" for
-    a run that records none), and what none records is named as such."""
+    runs stop at suboptimality <= 1e-12 x |O*|" ("ridge_synthetic on generated data (iso covariance), N = 18,000,
+    d = 500, m = 8, λ = 0.005, ..." for a generated set); a value the runs differ in is each of them ("m = 4 / 8",
+    "?" for a run that records none), and what none records is named as such."""
     settings = [run_setting(d) for d in run_dirs]
-
-    def value(key: str) -> str | None:
-        values = list(dict.fromkeys(s[key] or "?" for s in settings))
-        return None if values in ([], ["?"]) else " / ".join(values)
-
-    problem, data, size, m, lam, stop = (value(k) for k in ("problem", "data", "size", "m", "λ", "stop"))
+    value = lambda key: setting_value(settings, key)  # noqa: E731
+    problem, data, size, rows, dim, m, lam, stop = (value(k) for k in ("problem", "data", "size", "N", "d", "m", "λ",
+                                                                       "stop"))
     head = (problem or "?") + (f" on {data}" if data else "") + (f" ({size})" if size else "")
-    parts = [head] + [f"{name} = {v}" for name, v in (("m", m), ("λ", lam)) if v]
+    parts = [head] + [f"{name} = {v}" for name, v in (("N", rows), ("d", dim), ("m", m), ("λ", lam)) if v]
     if stop:
         parts.append(f"runs stop at {stop}")
     missing = [name for name, v in (("data set", data), ("λ", lam), ("stop rule", stop)) if not v]

@@ -3,7 +3,8 @@
 Three panels (and a markdown table): plain DANE with μ=0, plain DANE with the best
 fixed μ from {0.01, 0.03, 0.1, 0.3, 1, 3} for that cell (chosen after the fact, which
 favours it), and safeguarded DANE, which needs no tuning.  Cells say "div" where the
-run diverged and "—" where it had not reached 1e-10 within its round budget.
+run diverged and "—" where it had not reached 1e-10 within its round budget.  The title and the caption (which
+heads the table) name the setting as the runs record it (`paper_figs.common.setting_text`: the data, N, d, m, λ).
 
     dane figures rounds_table [--results results] [--out results/figures]
 """
@@ -15,7 +16,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from dane.paper_figs.common import FIG_DIR, M_GRID, N_GRID, caption_line, cli, figure_provenance, locate, outcome, save
+from dane.paper_figs.common import (FIG_DIR, M_GRID, N_GRID, caption_line, cli, figure_provenance, locate, outcome, save,
+                                    setting_text, wrapped)
 from dane.synthetic.sweep import Job, RunIndex
 
 TOL = 1e-10
@@ -77,8 +79,7 @@ def label(c: Cell, with_mu: bool = False) -> str:
 
 
 def markdown(data: dict[str, dict[tuple[int, int], Cell]], ns=N_GRID, ms=M_GRID) -> str:
-    parts = [f"Rounds of DANE to suboptimality {TOL:g} on the isotropic synthetic ridge (d=500); "
-             f"div = diverged, — = not reached (plain DANE: {ROUNDS} rounds, safeguarded: 200).\n"]
+    parts = [f"Rounds of DANE to suboptimality {TOL:g}; div = diverged, — = not reached (plain DANE: {ROUNDS} rounds, safeguarded: 200).\n"]
     for name, cells in data.items():
         head = f"| {name}: N \\ m | " + " | ".join(map(str, ms)) + " |\n" + "|---" * (len(ms) + 1) + "|\n"
         rows = "".join(f"| {n} | " + " | ".join(label(cells[n, m], name == "best fixed μ") for m in ms) + " |\n"
@@ -87,7 +88,8 @@ def markdown(data: dict[str, dict[tuple[int, int], Cell]], ns=N_GRID, ms=M_GRID)
     return "\n".join(parts)
 
 
-def draw(data: dict[str, dict[tuple[int, int], Cell]], ns=N_GRID, ms=M_GRID):
+def draw(data: dict[str, dict[tuple[int, int], Cell]], ns=N_GRID, ms=M_GRID, setting: str | None = None):
+    """One panel per row of `table`; ``setting`` (`setting_text` of the runs) in the title."""
     fig, axes = plt.subplots(1, len(data), figsize=(4.2 * len(data), 3.8), sharey=True,
                              layout="constrained")
     for ax, (name, cells) in zip(np.atleast_1d(axes), data.items()):
@@ -105,16 +107,21 @@ def draw(data: dict[str, dict[tuple[int, int], Cell]], ns=N_GRID, ms=M_GRID):
         ax.set_title(f"DANE, {name}")
     np.atleast_1d(axes)[0].set_ylabel("samples N")
     fig.colorbar(image, ax=axes, label=f"log10 rounds to {TOL:g}", shrink=0.8)
+    if setting:
+        fig.suptitle(wrapped(f"Rounds of DANE to suboptimality {TOL:g}: {setting}", 4.2 * len(data)), fontsize=10)
     return fig
 
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     index = RunIndex(results)
     data = table(index)
-    provenance = figure_provenance(locate(index, jobs(), timed=False).values(), root=results, tolerance=TOL)
-    caption = caption_line(f"Rounds of DANE to suboptimality {TOL:g} on the isotropic synthetic ridge (d=500): "
-                           "μ=0, the best fixed μ, safeguarded", provenance)
-    return save(draw(data), out, "rounds_table", markdown(data), caption=caption, provenance=provenance)
+    runs = list(locate(index, jobs(), timed=False).values())
+    provenance = figure_provenance(runs, root=results, tolerance=TOL)
+    setting = setting_text(runs)
+    caption = caption_line(f"Rounds of DANE to suboptimality {TOL:g}, μ=0, the best fixed μ, safeguarded: {setting}",
+                           provenance)
+    return save(draw(data, setting=setting), out, "rounds_table", markdown(data), caption=caption,
+                provenance=provenance)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ same times split into compute (setup plus each phase's slowest worker) and
 communication (the α-β model: bytes/β + 2(m-1)α per allreduce, exactly what the
 simulator charged).  Every time is put on one fixed α-β (`paper_figs.common.FIGURE_COST`,
 stated on the figure) by `retime`, so the figure does not move with the last
-calibration; its compute part is each simulated worker's measured CPU time.
+calibration; its compute part is each simulated worker's measured CPU time.  The title, the panels and the
+caption name the setting as the runs record it (`paper_figs.common.setting_text`: the data, N, d, m, λ).
 
     dane figures speedup [--results results] [--out results/figures]
 """
@@ -30,7 +31,8 @@ import matplotlib.pyplot as plt
 
 from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import (FIG_DIR, FIGURE_COST, M_GRID, N_GRID, caption_line, cli, cost_caption, first_reaching,
-                               figure_provenance, locate, positive, retime, save)
+                                    figure_provenance, locate, positive, retime, run_setting, save, setting_text,
+                                    setting_value, wrapped)
 from dane.synthetic.sweep import Job, RunIndex
 
 TOL = 1e-8
@@ -47,8 +49,8 @@ class Regime:
 
 
 REGIMES = (
-    Regime("latency-dominated: d=500 (the paper's grid)", 500, N_GRID, M_GRID),
-    Regime("compute-dominated: d=2000, N=64000", 2000, (64000,), (1, 2, 4, 8, 16, 32)),
+    Regime("latency-dominated (the paper's grid)", 500, N_GRID, M_GRID),
+    Regime("compute-dominated", 2000, (64000,), (1, 2, 4, 8, 16, 32)),
 )
 
 
@@ -84,6 +86,21 @@ def point(run_dir: Path) -> Point:
 Table = dict[Regime, dict[int, list[Point]]]
 
 
+def runs_of(times: Table) -> list[str]:
+    """The run directories drawn, regime by regime, N by N, m by m."""
+    return [p.run for panel in times.values() for row in panel.values() for p in row]
+
+
+def panel_setting(panel: dict[int, list[Point]], key: str) -> str | None:
+    """A `run_setting` key over one regime's runs (``"N"``, ``"d"``), as they record it."""
+    return setting_value([run_setting(p.run) for row in panel.values() for p in row], key)
+
+
+def heading(regime: Regime, panel: dict[int, list[Point]]) -> str:
+    """A regime's name with its N and d as its runs record them ("compute-dominated: N = 64,000, d = 2000")."""
+    return f"{regime.title}: N = {panel_setting(panel, 'N')}, d = {panel_setting(panel, 'd')}"
+
+
 def table(index: RunIndex, regimes=REGIMES) -> Table:
     """{regime: {N: [Point at each m]}}."""
     runs = locate(index, jobs(regimes))
@@ -107,7 +124,7 @@ def draw(times: Table):
         ax.set_xticks(ms, [str(m) for m in ms])
         ax.set_xlabel("workers m")
         ax.set_ylabel(f"simulated time to suboptimality {TOL:g} (s)")
-        ax.set_title(regime.title, fontsize=10)
+        ax.set_title(wrapped(heading(regime, panel), 5.6), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         n = max(panel)
@@ -127,7 +144,8 @@ def draw(times: Table):
         ax.set_title(f"where the time goes, N = {n}", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Safeguarded DANE, synthetic ridge: simulated time under {cost_caption()}", fontsize=10)
+    fig.suptitle(wrapped(f"Safeguarded DANE, {setting_text(runs_of(times))}: simulated time under {cost_caption()}",
+                         5.6 * len(regimes)), fontsize=10)
     return fig
 
 
@@ -135,7 +153,7 @@ def markdown(times: Table) -> str:
     parts = [f"Simulated time (s) to suboptimality {TOL:g}, safeguarded DANE, setup included: "
              "total = compute + communication\n"]
     for regime, panel in times.items():
-        head = f"| {regime.title}: N \\ m | " + " | ".join(str(m) for m in regime.ms) + " |\n" + \
+        head = f"| {regime.title}, d = {panel_setting(panel, 'd')}: N \\ m | " + " | ".join(str(m) for m in regime.ms) + " |\n" + \
             "|---" * (len(regime.ms) + 1) + "|\n"
         rows = "".join(f"| {n} | " + " | ".join("not reached" if math.isnan(p.total) else
                                                   f"{p.total:.3f} = {p.compute:.3f} + {p.comm:.3f}" for p in row)
@@ -146,10 +164,10 @@ def markdown(times: Table) -> str:
 
 def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Path]:
     times = table(RunIndex(results))
-    provenance = figure_provenance([p.run for panel in times.values() for row in panel.values() for p in row],
-                                   root=results, cost=cost_caption(), tolerance=TOL)
-    caption = caption_line("Safeguarded DANE on the synthetic ridge: simulated time to 1e-8 against workers, "
-                           "split into compute and communication, latency- and compute-dominated regimes", provenance)
+    provenance = figure_provenance(runs_of(times), root=results, cost=cost_caption(), tolerance=TOL)
+    caption = caption_line(f"Safeguarded DANE: simulated time to {TOL:g} against workers, split into compute and "
+                           f"communication, latency- and compute-dominated regimes: {setting_text(runs_of(times))}",
+                           provenance)
     return save(draw(times), out, "speedup", markdown(times), caption=caption, provenance=provenance)
 
 

@@ -125,7 +125,17 @@ def test_speedup_extracts_time_to_1e8_and_splits_it(speedup_runs, tmp_path):
             assert p.compute + p.comm == pytest.approx(p.total, rel=1e-12)
     assert [p.total for p in compute[64000]] == pytest.approx([0.5 / m + 3 * 0.064 / m for m in (1, 2, 4, 8, 16, 32)])
     assert "| 18000 | 0.554 = 0.554 + 0.000 |" in speedup.markdown(times)
-    paths = save(speedup.draw(times), tmp_path, "speedup")
+    # the setting from the runs' configs: N, d and m per regime, λ over all
+    assert "| compute-dominated, d = 2000: N \\ m | 1 | 2 |" in speedup.markdown(times)
+    drawn = speedup.draw(times)
+    assert [" ".join(ax.get_title().split()) for ax in drawn.axes[:2]] == [
+        "latency-dominated (the paper's grid): N = 6,000 / 10,000 / 14,000 / 18,000, d = 500",
+        "compute-dominated: N = 64,000, d = 2000"]
+    assert " ".join(drawn.get_suptitle().split()).startswith(
+        "Safeguarded DANE, ridge_synthetic on generated data (iso covariance), N = 6,000 / 10,000 / 14,000 / 18,000 / "
+        "64,000, d = 500 / 2000, m = 1 / 2 / 4 / 8 / 16 / 64 / 32, λ = 0.005, stop rule not recorded: simulated time "
+        "under α=550 µs")
+    paths = save(drawn, tmp_path, "speedup")
     assert all(p.stat().st_size > 1000 for p in paths) and {p.suffix for p in paths} == {".png", ".pdf"}
 
 
@@ -169,6 +179,15 @@ def test_rounds_table_marks_divergence_and_best_mu(rounds_runs, tmp_path):
     assert "5 (μ=0.1)" in text and "—" in text
     paths = save(rounds_table.draw(data), tmp_path, "rounds_table")
     assert all(p.stat().st_size > 1000 for p in paths)
+    written = rounds_table.main(rounds_runs, tmp_path / "out")  # title and caption: the runs' setting
+    setting = ("ridge_synthetic on generated data (iso covariance), N = 6,000 / 10,000 / 14,000 / 18,000, d = 500, "
+               "m = 1 / 2 / 4 / 8 / 16 / 64, λ = 0.005, stop rule not recorded")
+    caption = json.loads((tmp_path / "out" / "rounds_table.json").read_text())["caption"]
+    assert caption.startswith(f"Rounds of DANE to suboptimality 1e-10, μ=0, the best fixed μ, safeguarded: {setting}; ")
+    assert (tmp_path / "out" / "rounds_table.md").read_text().startswith(caption + "\n\nRounds of DANE to ")
+    assert " ".join(rounds_table.draw(data, setting=setting).get_suptitle().split()) == \
+        f"Rounds of DANE to suboptimality 1e-10: {setting}"
+    assert len(written) == 4
 
 
 def test_convergence_reads_all_panels(convergence_runs, tmp_path):
@@ -180,10 +199,24 @@ def test_convergence_reads_all_panels(convergence_runs, tmp_path):
     fig = convergence.draw(data)
     # the α-β every time is put on (FIGURE_COST, the package default: 550 µs, 0.4 GB/s) is on the image
     assert all(ax.get_xlabel().startswith("simulated time (s) at α=550 µs, β=0.4 GB/s") for ax in fig.axes[1::2])
-    assert " ".join(fig.get_suptitle().split()) == ("Simulated times re-timed to one ring-allreduce α-β, not calibrated: α=550 µs, "
-                                  "β=0.4 GB/s (package default α-β (Horovod, loopback, 2 cores))")
+    # the setting as the runs' config.yaml records it (the fake summaries carry no stop rule)
+    setting = ("ridge_synthetic on generated data (iso covariance) / generated data (decay covariance), N = 18,000, "
+               "d = 500, m = 8, λ = 0.005, stop rule not recorded")
+    assert " ".join(fig.get_suptitle().split()) == (f"{setting} Simulated times re-timed to one ring-allreduce α-β, not "
+                                                    "calibrated: α=550 µs, β=0.4 GB/s (package default α-β (Horovod, "
+                                                    "loopback, 2 cores))")
     paths = save(fig, tmp_path, "convergence")
     assert all(p.stat().st_size > 1000 for p in paths)
+    # its table, under the caption: 10^-k reaches 1e-8 at round 8 (16 allreduces, 0.08 s); the safeguarded iso run
+    # (the speedup grid's) at round 3, 6 allreduces, 3 x 18000 / (1e6 x 8) s
+    written = convergence.main(convergence_runs, tmp_path / "out")
+    assert sorted(p.name for p in written) == [f"convergence.{ext}" for ext in ("json", "md", "pdf", "png")]
+    caption, _, intro, _, head, rule, *rows = (tmp_path / "out" / "convergence.md").read_text().splitlines()
+    assert caption == json.loads((tmp_path / "out" / "convergence.json").read_text())["caption"]
+    assert caption.startswith(f"Suboptimality against allreduces and simulated time: {setting}; 10 runs;")
+    assert head == "| covariance | method | rounds | allreduces | simulated time (s) |" and len(rows) == 10
+    assert rows[0] == "| iso | DANE (μ=0, fixed) | 8 | 16 | 0.08 |"
+    assert rows[1] == "| iso | DANE (safeguarded) | 3 | 6 | 0.00675 |"
 
 
 @pytest.mark.slow
