@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dane.errors import DivergenceError
 from dane.loop.launch import execute
+from dane.records.provenance import command_of_run
 from dane.records.results import find_runs, read_summary
 from dane.loop.stopping import StopRule
 from dane.comm.tail import ALPHA_BETA_ONLY
@@ -199,15 +200,23 @@ class RunIndex:
         return found
 
 
+def job_command(job: Job, out_dir: str | Path) -> list[str]:
+    """The command line that makes the run `run_job` makes: the job's overrides of conf/simulate.yaml (`compose_job`)
+    with its run folder, under ``dane simulate``."""
+    return ["dane", "simulate", *job, f"out_dir={out_dir}", "quiet=true"]
+
+
 def run_job(job: Job, out_dir: Path) -> dict:
-    """Run one job in this process; a diverged run is a result, not an error."""
+    """Run one job in this process; a diverged run is a result, not an error.  The run's provenance names
+    `job_command`, the command that makes it, not this process's own (``dane figures``, a script)."""
     cfg = compose_job(job)
     cfg.out_dir, cfg.quiet = str(out_dir), True
     spec = run_spec(cfg)
-    try:
-        return execute(spec, str(out_dir))
-    except DivergenceError:
-        return read_summary(out_dir)
+    with command_of_run(job_command(job, out_dir)):
+        try:
+            return execute(spec, str(out_dir))
+        except DivergenceError:
+            return read_summary(out_dir)
 
 
 def ensure(jobs: Iterable[Job], root: str | Path = "results", sweep: str = "sweeps/figures",

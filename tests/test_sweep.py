@@ -16,7 +16,9 @@ from dane.experiments import config
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.loop.launch import execute
 from dane.loop import timeline
-from dane.synthetic.sweep import RunIndex, answers, compose_job, ensure, grid, identity, job_name, run_job
+from dane.records.provenance import run_command
+from dane.synthetic.sweep import (RunIndex, answers, compose_job, composed_job, ensure, grid, identity, job_name,
+                                  run_job)
 
 from runs import command, prepare
 
@@ -184,6 +186,18 @@ def test_each_run_of_one_process_records_its_own_timeline(tmp_path):
     assert first["data"] <= first["round0"] <= first["end"] < second["data"] <= second["round0"] <= second["end"]
     assert "config" not in second
     assert read_summary(tmp_path / "b")["timeline"] == second
+
+
+def test_a_run_made_for_a_figure_records_the_command_that_makes_it(tmp_path):
+    """`run_job`'s run (as `make figures` makes it) names ``dane simulate`` with its overrides and folder, which
+    compose to the config it saved, not the command of the process that made it."""
+    job = ("algorithm=dane", "workers=2", "rounds=2", *TINY)
+    before = run_command()
+    run_job(job, tmp_path / "run")
+    command = read_summary(tmp_path / "run")["provenance"]["command"]
+    assert command == ["dane", "simulate", *job, f"out_dir={tmp_path / 'run'}", "quiet=true"]
+    assert composed_job(tuple(command[2:])) == yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert run_command() == before  # the process's own again
 
 
 def test_identity_ignores_output_settings():

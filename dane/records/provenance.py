@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 import socket
 import subprocess
 import sys
@@ -119,9 +120,27 @@ def set_entry_command(argv: list[str], prog: str | None = None) -> None:
     _entry_command, _entry_prog = list(argv), prog
 
 
+_made_for: list[str] | None = None  # the command of the run this process makes for a caller (`command_of_run`)
+
+
+@contextmanager
+def command_of_run(argv: list[str]):
+    """Within: `run_command` is ``argv``, the command line that makes the run this process is making on a caller's
+    behalf (`synthetic.sweep.run_job`: ``dane simulate <its overrides>``), not the caller's own (``dane figures``)."""
+    global _made_for
+    before, _made_for = _made_for, list(argv)
+    try:
+        yield
+    finally:
+        _made_for = before
+
+
 def run_command() -> list[str]:
-    """The run's command line: `RUN_COMMAND_ENV` where a launcher's script is this process's argv, else the
-    command typed (`set_entry_command`), else argv."""
+    """The run's command line: the one `command_of_run` names while a caller makes the run in its process, else
+    `RUN_COMMAND_ENV` where a launcher's script is this process's argv, else the command typed
+    (`set_entry_command`), else argv."""
+    if _made_for is not None:
+        return list(_made_for)
     if RUN_COMMAND_ENV in os.environ:
         try:
             return list(json.loads(os.environ[RUN_COMMAND_ENV]))
