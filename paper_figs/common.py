@@ -285,6 +285,26 @@ def uplink_bits_per_client(records: list[dict], workers: int) -> list[float]:
     raise MissingCount("its records count no uplink traffic; run it with comm.compress=none")
 
 
+def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[MissingCount] = MissingCount) -> dict:
+    """One run's ``rounds``, uplink ``bits`` per client (`uplink_bits_per_client`) and ``relative`` suboptimality
+    (O(w) − O*)/|O*| (O* from its first record), under ``label``; with ``passes`` also its local gradient passes per
+    client.  A count its records lack is ``error`` (a `MissingCount`), naming the run and how to make one that has it."""
+    records, workers = read_rounds(run_dir), read_summary(run_dir)["workers"]
+    if not records or "suboptimality" not in records[0]:
+        raise error(f"{run_dir}: its records have no suboptimality; run it with problem.optimum=auto")
+    if passes and "local_passes" not in records[0]:
+        raise error(f"{run_dir}: its records count no local work (written before dane.work); run it again")
+    try:
+        bits = uplink_bits_per_client(records, workers)
+    except MissingCount as exc:
+        raise error(f"{run_dir}: {exc}") from None
+    optimum = abs(records[0]["objective"] - records[0]["suboptimality"])
+    out = {"label": label, "rounds": [r["round"] for r in records], "bits": bits}
+    if passes:
+        out["passes"] = [r["local_passes"] / workers for r in records]
+    return {**out, "relative": [r["suboptimality"] / optimum for r in records]}
+
+
 def run_dirs_under(results: str | Path, how_to_make: str) -> list[Path]:
     """Every run directory directly under ``results`` (one holding rounds.jsonl), sorted; none is one line naming
     ``how_to_make`` them."""

@@ -28,9 +28,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.data.table import resolve_dir
-from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
-                                    run_dirs_under, save, setting_text, uplink_bits_per_client, wrapped)
+                                    run_curve, run_dirs_under, save, setting_text, wrapped)
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 RESULTS = "results/fednl_bits"
@@ -74,17 +73,8 @@ def label(run_dir: Path) -> str:
 
 
 def curve(run_dir: Path) -> dict:
-    """rounds, bits per client and relative suboptimality of one run."""
-    records, workers = read_rounds(run_dir), read_summary(run_dir)["workers"]
-    if not records or "suboptimality" not in records[0]:
-        raise NoBits(f"{run_dir}: its records have no suboptimality; run it with problem.optimum=auto")
-    try:
-        bits = uplink_bits_per_client(records, workers)
-    except MissingCount as exc:
-        raise NoBits(f"{run_dir}: {exc}") from None
-    optimum = abs(records[0]["objective"] - records[0]["suboptimality"])
-    return {"label": label(run_dir), "rounds": [r["round"] for r in records], "bits": bits,
-            "relative": [r["suboptimality"] / optimum for r in records]}
+    """rounds, bits per client and relative suboptimality of one run (`run_curve`); a count it lacks is `NoBits`."""
+    return run_curve(run_dir, label(run_dir), error=NoBits)
 
 
 def title(run_dirs: list[Path]) -> str:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
-                                    run_dirs_under, save, setting_text, uplink_bits_per_client, wrapped)
-from dane.records.results import read_rounds, read_summary
+from dane.paper_figs.common import MissingCount  # noqa: F401  what `curve` raises (`run_curve`), named here too
+from dane.paper_figs.common import (FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, run_curve,
+                                    run_dirs_under, save, setting_text, wrapped)
 from dane.synthetic.sweep import Job, RunIndex
 
 RESULTS = "results/local_work"
@@ -55,20 +55,8 @@ def label(run_dir: Path) -> str:
 
 
 def curve(run_dir: Path) -> dict:
-    """rounds, uplink bits and local passes per client, and relative suboptimality, of one run."""
-    records, workers = read_rounds(run_dir), read_summary(run_dir)["workers"]
-    if not records or "suboptimality" not in records[0]:
-        raise MissingCount(f"{run_dir}: its records have no suboptimality; run it with problem.optimum=auto")
-    if "local_passes" not in records[0]:
-        raise MissingCount(f"{run_dir}: its records count no local work (written before dane.work); run it again")
-    try:
-        bits = uplink_bits_per_client(records, workers)
-    except MissingCount as exc:
-        raise MissingCount(f"{run_dir}: {exc}") from None
-    optimum = abs(records[0]["objective"] - records[0]["suboptimality"])
-    return {"label": label(run_dir), "rounds": [r["round"] for r in records], "bits": bits,
-            "passes": [r["local_passes"] / workers for r in records],
-            "relative": [r["suboptimality"] / optimum for r in records]}
+    """rounds, uplink bits and local passes per client, and relative suboptimality, of one run (`run_curve`)."""
+    return run_curve(run_dir, label(run_dir), passes=True)
 
 
 def to_target(c: dict, target: float = TARGET) -> tuple[int, float, float] | None:
