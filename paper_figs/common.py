@@ -177,10 +177,22 @@ def run_setting(run_dir: str | Path) -> dict[str, str | None]:
 
 
 def setting_value(settings: Sequence[dict], key: str) -> str | None:
-    """One `run_setting` key over several runs: each value once, in the runs' order, " / " between them ("?" for a
-    run that records none); None where none records it."""
+    """One `run_setting` key over several runs: each value once, " / " between them ("?" for a run that records
+    none), in increasing order where all are numbers (m = 1 / 2 / 4 / 8), else in the runs' order; None where none
+    records it."""
     values = list(dict.fromkeys(s[key] or "?" for s in settings))
+    numbers = [number(v) for v in values]
+    if None not in numbers:
+        values = [v for _, v in sorted(zip(numbers, values))]
     return None if values in ([], ["?"]) else " / ".join(values)
+
+
+def number(text: str) -> float | None:
+    """``text`` ("18,000", "0.005") as a number; None where it is none."""
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
 
 
 def setting_text(run_dirs: Iterable[str | Path]) -> str:

@@ -133,7 +133,7 @@ def test_speedup_extracts_time_to_1e8_and_splits_it(speedup_runs, tmp_path):
         "compute-dominated: N = 64,000, d = 2000"]
     assert " ".join(drawn.get_suptitle().split()).startswith(
         "Safeguarded DANE, ridge_synthetic on generated data (iso covariance), N = 6,000 / 10,000 / 14,000 / 18,000 / "
-        "64,000, d = 500 / 2000, m = 1 / 2 / 4 / 8 / 16 / 64 / 32, λ = 0.005, stop rule not recorded: simulated time "
+        "64,000, d = 500 / 2000, m = 1 / 2 / 4 / 8 / 16 / 32 / 64, λ = 0.005, stop rule not recorded: simulated time "
         "under α=550 µs")
     paths = save(drawn, tmp_path, "speedup")
     assert all(p.stat().st_size > 1000 for p in paths) and {p.suffix for p in paths} == {".png", ".pdf"}
