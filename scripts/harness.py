@@ -114,7 +114,7 @@ class Run:
 
 
 def timed_run(*job: str) -> dict:
-    """One in-process simulated run of the ``dane train`` overrides ``job`` (`in_process`): the call's wall and CPU
+    """One in-process simulated run of the ``dane simulate`` overrides ``job`` (`in_process`): the call's wall and CPU
     seconds (``total_s``, ``total_cpu_s``), the rounds' wall time (``rounds_s``, the summary's), the simulator's path,
     the objectives, the simulated time and the load average after."""
     summary, records, total, cpu = in_process(job)
@@ -437,7 +437,7 @@ def default_and_grid(run: Callable[[dict, dict | None], tuple[dict, dict | None]
 
 
 def in_process(job, *, write: bool = False) -> tuple[dict, list[dict], float, float]:
-    """The run ``dane train <job>`` makes, in this process (`dane.loop.launch.execute`): its summary, its records
+    """The run ``dane simulate <job>`` makes, in this process (`dane.loop.launch.execute`): its summary, its records
     and the call's wall and CPU seconds; ``write``: into a temporary run folder, as the command writes its own."""
     import tempfile
     from contextlib import nullcontext
