@@ -181,6 +181,26 @@ def test_seeded_straggler_delays_give_both_paths_the_same_clock(algorithm):
     assert split[0] >= delays  # every phase's slowest worker waited at least the largest delay drawn
 
 
+@pytest.mark.parametrize("path", ["threads", "batched"])
+def test_a_barrier_off_the_clock_draws_no_delay(path):
+    """A barrier entered off the clock (a checkpoint's wait for every part, `dane.loop.callbacks.Checkpoints`) ends no
+    phase and draws no delay: the clocked barrier after it is the run's first phase, 1 ms of compute a worker plus the
+    larger of the generator's first two delays."""
+    m, stragglers = 2, Stragglers(delay_mean=5e-3, seed=3)
+
+    def worker(comm):
+        with comm.off_the_clock():
+            comm.barrier()
+        comm.barrier()
+        return comm.group.clock
+
+    if path == "threads":
+        clock = ThreadGroup(m, AlphaBeta(), stragglers, FixedMeter(1e-3)).run(worker)[0]
+    else:
+        clock = run_batched(BatchedGroup(m, AlphaBeta(), stragglers, FixedMeter(m * 1e-3)), worker)
+    assert clock == pytest.approx(1e-3 + np.random.default_rng(3).exponential(5e-3, m).max(), rel=1e-15)
+
+
 def test_stacked_lanczos_gives_each_workers_ritz_values():
     m, d, iters = 3, 12, 6
     gen = torch.Generator().manual_seed(0)

@@ -15,8 +15,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from dane.loop import kinds
 from dane.loop.checkpoint import checkpoint_path, committed, config_differences, load_checkpoint, truncate_rounds
 from dane.comm import AlphaBeta
+from dane.comm.meters import StartUpLeftOut
 from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.records.results import read_rounds, read_summary
@@ -265,6 +267,46 @@ def test_a_batched_checkpoint_lacking_its_part_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"round2 lacks rank0.pt for workers=6 \(batched: one part holds every "
                                           r"worker\); the checkpoint is inconsistent"):
         run_spec(config(*BATCHED, "rounds=4", f"resume={tmp_path}"))
+
+
+# --- the simulated clock across checkpoints and resumes -----------------------------------------------------------
+
+class NoCompute(StartUpLeftOut):
+    """Every compute phase reads 0 s: the simulated clock is then the seeded straggler delays and the cost model's
+    prices alone, the same in every run of a config, so that two runs' ``time_s`` compare exactly."""
+
+    name = "none"
+
+    def start(self) -> float:
+        return 0.0
+
+    def read(self, mark: float) -> float:
+        return 0.0
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    monkeypatch.setattr(kinds, "meter_for", lambda devices: NoCompute())
+
+
+DELAYED = ("problem=ridge_synthetic", "problem.n_samples=240", "problem.dim=10", "workers=6", "quiet=true",
+           "tol=null", "sim.delay_mean=1.0")
+
+
+def test_a_checkpoint_leaves_the_clock_alone(tmp_path, no_compute):
+    """The per-worker path's checkpoint waits at a barrier for every rank's part; off the clock it draws no straggler
+    delays (a phase of its own would charge the largest of 6 draws, H_6 = 2.45 s on average at mean 1 s, at every checkpoint)."""
+    without = execute_with(tmp_path / "without", *DELAYED, "sim.batched=false", "rounds=4")
+    checkpointed = execute_with(tmp_path / "with", *DELAYED, "sim.batched=false", "rounds=4", "checkpoint_every=1")
+    assert committed(tmp_path / "with")["round"] == 4
+    got, expected = read_rounds(tmp_path / "with"), read_rounds(tmp_path / "without")
+    assert got == expected  # time_s too: exact
+    assert expected[-1]["time_s"] > expected[-1]["comm_rounds"] * 1.0  # the delays are in it: slowest of 6 > mean
+    assert [checkpointed[k] for k in ("simulated_time_s", "simulated_compute_s", "simulated_comm_s")] == \
+        [without[k] for k in ("simulated_time_s", "simulated_compute_s", "simulated_comm_s")]
 
 
 def test_calibration_is_written_atomically(tmp_path):

@@ -210,7 +210,10 @@ class BatchedCommunicator(PhaseClock, Communicator):
         return text
 
     def barrier(self) -> None:
-        self._phase("barrier")
+        """A collective phase; off the clock (`PhaseClock.off_the_clock`) nothing: one process waits for nobody, and
+        the clock does not move (the per-worker path's `dane.comm.threads.ThreadCommunicator.barrier`)."""
+        if self._computing:
+            self._phase("barrier")
 
     def _allreduce_mean(self, tensors):  # pragma: no cover - allreduce_mean is overridden whole
         raise NotImplementedError

@@ -107,6 +107,9 @@ class ThreadGroup:
     def _reduce(self) -> None:
         """Runs once, in the last thread to arrive, while the others wait at the barrier."""
         op, nbytes, root, members, down, absent = self._op
+        if op == "wait":  # a barrier off the clock (`ThreadCommunicator.barrier`): nothing to reduce, nothing charged
+            self._result = None
+            return
         if self._barrier.parties < self.size:  # the parked workers' messages, in their places (`dane.comm.roster`)
             self._fill(members, absent)
         if self.work_board is not None:  # the workers' local work as they left it, while none moves (`dane.work`)
@@ -290,8 +293,9 @@ class ThreadCommunicator(PhaseClock, Communicator):
             if g.interrupted:
                 raise Interrupted from None
             raise
-        g.take_slot()
-        self.begin()
+        if op != "wait":  # a wait off the clock leaves the phase closed, as `off_the_clock` found it
+            g.take_slot()
+            self.begin()
         return result
 
     def allreduce_mean(self, tensors: list[torch.Tensor], kinds=()) -> list[torch.Tensor]:
@@ -330,7 +334,10 @@ class ThreadCommunicator(PhaseClock, Communicator):
         return [t.clone() for t in self._collective("broadcast", tensors, nbytes=self._priced, root=root)]
 
     def barrier(self) -> None:
-        self._collective("barrier", None)
+        """A collective phase like any other; entered off the clock (`PhaseClock.off_the_clock`: a checkpoint's, whose
+        parts must all be on disk before rank 0 commits, `dane.loop.callbacks.Checkpoints`) it only waits for the
+        others: no phase ends, no straggler delay is drawn, the clock does not move."""
+        self._collective("barrier" if self._computing else "wait", None)
 
     def elapsed(self) -> float:
         """Simulated parallel time: the group's clock plus this worker's compute since the last collective."""

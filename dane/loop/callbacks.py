@@ -105,12 +105,13 @@ class Checkpoints(Callback):
     def on_checkpoint(self, loop, state: dict) -> None:
         if loop.out_dir and self.control.checkpoint_every:
             batched = stacked(loop.comm)  # one part, every worker's state stacked (`dane.loop.checkpoint`)
-            with off_clock(loop.comm):  # the disk's time is none of a simulated worker's compute (`Records`)
+            # the disk's time, and the wait for the other ranks' parts, are none of the simulated clock (`Records`;
+            # a barrier off the clock draws no straggler delay: `dane.comm.threads.ThreadCommunicator.barrier`)
+            with off_clock(loop.comm):
                 save_checkpoint(loop.out_dir, loop.comm.rank, state, self.meta(loop, loop.comm.rank))
-            if not batched:  # the batched path's one part is on disk already: no other rank to wait for
-                loop.comm.barrier()  # every rank's part is on disk before the round is committed
-            if loop.comm.rank == 0:
-                with off_clock(loop.comm):
+                if not batched:  # the batched path's one part is on disk already: no other rank to wait for
+                    loop.comm.barrier()  # every rank's part is on disk before the round is committed
+                if loop.comm.rank == 0:
                     commit_checkpoint(loop.out_dir, state["round"], loop.comm.size, self.control.config_text,
                                       batched=batched)
 
