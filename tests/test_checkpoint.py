@@ -7,6 +7,7 @@ uninterrupted one, record for record and in its clock's split, and a checkpoint 
 """
 from __future__ import annotations
 
+import json
 import shutil
 import zipfile
 from dataclasses import replace
@@ -16,6 +17,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from dane.loop import kinds
+from dane.loop.faults import SimulatedFault
 from dane.loop.checkpoint import checkpoint_path, committed, config_differences, load_checkpoint, truncate_rounds
 from dane.comm import AlphaBeta
 from dane.comm.meters import StartUpLeftOut
@@ -307,6 +309,39 @@ def test_a_checkpoint_leaves_the_clock_alone(tmp_path, no_compute):
     assert expected[-1]["time_s"] > expected[-1]["comm_rounds"] * 1.0  # the delays are in it: slowest of 6 > mean
     assert [checkpointed[k] for k in ("simulated_time_s", "simulated_compute_s", "simulated_comm_s")] == \
         [without[k] for k in ("simulated_time_s", "simulated_compute_s", "simulated_comm_s")]
+
+
+def tail_file(path) -> str:
+    """A hand-written tail calibration (docs/simulator.md's format): excess uniform on [0, 10 ms]."""
+    path.write_text(json.dumps({"alpha": 1e-4, "beta": 1e8, "tail": {
+        "probs": [0.0, 1.0], "excess_s": [0.0, 0.01], "samples": 2, "machine": {"host": "here"}, "launcher": "horovodrun",
+        "np": 2, "measured_at": "2025-01-01T00:00:00"}}))
+    return str(path)
+
+
+@pytest.mark.parametrize("batched", ["false", "true"])
+@pytest.mark.parametrize("draws", ["delays", "tail"])
+def test_a_resumed_run_draws_what_the_uninterrupted_run_draws(tmp_path, no_compute, batched, draws):
+    """The straggler delays and a tail's excesses come from seeded generators; a checkpoint keeps where they stand,
+    so a run lost after round 3 (committed at 2) and resumed has the uninterrupted run's clock at every record (drawn
+    again from the seeds, the rounds after the resume repeated the first rounds' draws)."""
+    extra = ("sim.delay_mean=1.0",) if draws == "delays" else (f"sim.calibration={tail_file(tmp_path / 'tail.json')}",)
+    args = (*DELAYED[:-1], *extra, f"sim.batched={batched}", "rounds=6")
+    straight = execute_with(tmp_path / "straight", *args)
+    again = (*args, "checkpoint_every=2", f"out_dir={tmp_path / 'cut'}", "resume=auto")
+    with pytest.raises(SimulatedFault, match="simulated worker 1 was lost at round 3"):
+        execute_with(tmp_path / "cut", *again, "sim.fail_at=[[3,1]]")  # worker 1 lost after round 3
+    assert committed(tmp_path / "cut")["round"] == 2
+    resumed = execute_with(tmp_path / "cut", *again)
+    assert resumed["resumed_from_round"] == 2
+    got, expected = read_rounds(tmp_path / "cut"), read_rounds(tmp_path / "straight")
+    assert [r["time_s"] for r in got] == [r["time_s"] for r in expected]  # exact
+    assert got == expected
+    for key in ("simulated_time_s", "simulated_comm_s"):
+        assert resumed[key] == straight[key]
+    assert resumed["simulated_compute_s"] == pytest.approx(straight["simulated_compute_s"], rel=1e-12)
+    if draws == "tail":  # drawn: the summary names the tail's file
+        assert resumed["calibration"]["path"] == straight["calibration"]["path"] == str(tmp_path / "tail.json")
 
 
 def test_calibration_is_written_atomically(tmp_path):

@@ -56,7 +56,7 @@ import torch
 
 from .base import Communicator, one_hot_rows
 from .cost import AlphaBeta, ParameterServerCost
-from .meters import Meter, PhaseClock, Stragglers, ThreadCPUTime
+from .meters import Meter, PhaseClock, SeededDraws, Stragglers, ThreadCPUTime
 from .rendezvous import Interrupted
 
 
@@ -77,8 +77,9 @@ def stacked(comm) -> bool:
     return isinstance(comm, BatchedCommunicator)
 
 
-class BatchedGroup:
-    """The simulated clock of a batched run; the same totals as a `ThreadGroup` (the summary reads them)."""
+class BatchedGroup(SeededDraws):
+    """The simulated clock of a batched run; the same totals (and seeded draws, `SeededDraws`) as a `ThreadGroup` (the
+    summary reads them)."""
 
     path = "batched"
 

@@ -17,9 +17,12 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,31 @@ class Stragglers:
 
     def factor(self, rank: int) -> float:
         return float(self.slowdown[rank % len(self.slowdown)]) if self.slowdown else 1.0
+
+
+class SeededDraws:
+    """The seeded generators a simulated clock draws from (a group's, `dane.comm.threads.ThreadGroup` and
+    `dane.comm.batched.BatchedGroup`): the stragglers' delays (``_rng``, seeded with `Stragglers` ``seed``) and, for a
+    cost model that draws (a calibrated tail, `dane.comm.tail.DrawnCost`), its ``rng``.  A checkpoint keeps where they
+    stand (`draw_states`, beside the clock: `dane.loop.runner.clock_split`) and a resumed run goes on from there
+    (`restore_draws`): it draws what the uninterrupted run would have drawn, so the same config and seeds give the same
+    times, stopped and resumed or not."""
+
+    _rng: "np.random.Generator"
+    cost: object
+
+    def draw_states(self) -> dict:
+        """The generators' states: ``delays`` and, where the cost model draws, ``tail``."""
+        tail = getattr(self.cost, "rng", None)
+        return {"delays": self._rng.bit_generator.state,
+                **({"tail": tail.bit_generator.state} if tail is not None else {})}
+
+    def restore_draws(self, states: dict) -> None:
+        """Set the generators to `draw_states`' ``states``."""
+        self._rng.bit_generator.state = states["delays"]
+        tail = getattr(self.cost, "rng", None)
+        if tail is not None and "tail" in states:
+            tail.bit_generator.state = states["tail"]
 
 
 class _StartUp(threading.local):

@@ -20,8 +20,8 @@ sample mean; their median, the sample median.
 `TailedCost` is the run's cost model with such a table: an allreduce costs
 :math:`\max(0, T_{\alpha\beta}(n, m) + e)` with e drawn per allreduce, in the order the
 simulator meets them, from a generator seeded with the run's ``seed`` and ``sim.seed``
-(`TailedCost.drawing`, one per run: the same config and seeds give the same times, bit
-for bit, on the per-worker and the batched path alike).  The draw is charged to the
+(`TailedCost.drawing`, one per run, its state kept by a checkpoint: `dane.comm.meters.SeededDraws`; the same
+config and seeds give the same times, bit for bit, on the per-worker and the batched path alike).  The draw is charged to the
 communication clock (``simulated_comm_s``).  Departures: e is drawn independently of n,
 of m and of the phase's compute (the calibration's workload is DANE's two allreduces of
 a few KB at its own m); the excess is the calibrating machine's, not a model of a network.
@@ -153,13 +153,13 @@ class DrawnCost:
     """A run's `TailedCost`: every allreduce of more than one worker draws its excess from the run's generator."""
 
     def __init__(self, model: TailedCost, rng: np.random.Generator):
-        self.model, self._rng = model, rng
+        self.model, self.rng = model, rng  # its state: `dane.comm.meters.SeededDraws`
         self.alpha, self.beta = model.alpha, model.beta
 
     def allreduce_time(self, nbytes: int, size: int, down_bytes: int | None = None) -> float:
         if size == 1:
             return 0.0
-        return max(0.0, self.model.base.allreduce_time(nbytes, size, down_bytes) + self.model.tail.draw(self._rng))
+        return max(0.0, self.model.base.allreduce_time(nbytes, size, down_bytes) + self.model.tail.draw(self.rng))
 
     def broadcast_time(self, nbytes: int, size: int) -> float:
         """The base model's, drawing nothing: the tail was measured on allreduces, and the allreduces' draws stay

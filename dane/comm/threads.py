@@ -51,7 +51,7 @@ import torch
 
 from .base import Communicator, one_hot_rows
 from .cost import AlphaBeta, ParameterServerCost
-from .meters import DeviceTurns, Meter, PhaseClock, Stragglers, ThreadCPUTime, meter_for
+from .meters import DeviceTurns, Meter, PhaseClock, SeededDraws, Stragglers, ThreadCPUTime, meter_for
 from .rendezvous import WORKER_STACK_BYTES, Interrupted, Rendezvous, ctrl_c_held, thread_limit
 from .roster import Parked
 from .worker_threads import WorkerThreads
@@ -61,8 +61,9 @@ __all__ = ["DeviceTurns", "Interrupted", "Meter", "PhaseClock", "Rendezvous", "S
            "ThreadCommunicator", "ThreadGroup", "WORKER_STACK_BYTES", "ctrl_c_held", "meter_for", "thread_limit"]
 
 
-class ThreadGroup:
-    """Shared state of m simulated workers: the barrier, the mailbox and the simulated clock.
+class ThreadGroup(SeededDraws):
+    """Shared state of m simulated workers: the barrier, the mailbox and the simulated clock (its seeded draws:
+    `SeededDraws`).
 
     At most ``slots`` workers (default: the machine's cores) compute at once: a worker holds a slot from a
     collective to its next and gives it back while it waits there, so the others sleep until one is free.

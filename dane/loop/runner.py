@@ -28,9 +28,15 @@ def _work_snapshot(comm, ledger: work.Ledger | None):
 
 def clock_split(comm) -> dict:
     """The simulator's clock, split: the seconds of it spent in collectives (``comm_s``; the rest is compute), which a
-    checkpoint keeps beside ``cost`` so that a resumed run's summary splits its whole clock, not the part after."""
-    comm_time = getattr(getattr(comm, "group", None), "comm_time", None)  # split learning's clock keeps no split
-    return {} if comm_time is None else {"clock_split": {"comm_s": comm_time}}
+    checkpoint keeps beside ``cost`` so that a resumed run's summary splits its whole clock, not the part after; and
+    where its seeded draws stand (``draws``, `dane.comm.meters.SeededDraws`), so that a resumed run draws the
+    straggler delays and tail excesses the uninterrupted run would have."""
+    group = getattr(comm, "group", None)
+    comm_time = getattr(group, "comm_time", None)  # split learning's clock keeps no split
+    if comm_time is None:
+        return {}
+    draws = group.draw_states() if hasattr(group, "draw_states") else None
+    return {"clock_split": {"comm_s": comm_time, **({"draws": draws} if draws is not None else {})}}
 
 
 def restore_cost(comm, cost: dict, split: dict | None = None) -> None:
@@ -43,6 +49,8 @@ def restore_cost(comm, cost: dict, split: dict | None = None) -> None:
         if split is not None:  # checkpoints from before the split: the summary's parts cover the rounds after
             group.comm_time = float(split["comm_s"])
             group.compute_time = group.clock - group.comm_time
+            if "draws" in split:  # checkpoints from before: the draws start again from the seeds
+                group.restore_draws(split["draws"])
     else:
         comm.restore_clock(float(cost["time_s"]))
 
