@@ -206,6 +206,17 @@ CASES = [
     case("calibration_bad_tail", "sim.calibration={tmp}/bad_tail.json", *SMALL,
          expected="sim.calibration: {tmp}/bad_tail.json is not a tail calibration (excess_s must not decrease (a "
                   "quantile function)); re-run `dane calibrate --tail` to remake it, or drop its tail entry"),
+    case("calibration_of_ps_as_ring", "sim.calibration={tmp}/ps_calibration.json", *SMALL,
+         expected="sim.calibration: {tmp}/ps_calibration.json is a calibration of topology ps, not allreduce: give it "
+                  "as sim.ps_calibration with sim.topology=ps"),
+    case("calibration_of_ring_as_ps", "sim.topology=ps", "sim.ps_calibration={tmp}/no_tail.json", *SMALL,
+         expected="sim.ps_calibration: {tmp}/no_tail.json is a calibration of topology allreduce, not ps: give it as "
+                  "sim.calibration,"),
+    case("calibration_negative_alpha", "sim.calibration={tmp}/negative_alpha.json", *SMALL,
+         expected="sim.calibration: {tmp}/negative_alpha.json is not a calibration file (comm cost alpha must be >= 0 "
+                  "seconds, got -1.0)"),
+    case("calibration_of_an_unknown_topology", "sim.calibration={tmp}/odd_topology.json", *SMALL,
+         expected="{tmp}/odd_topology.json is not a calibration file (topology 'tree' is neither allreduce nor ps)"),
     case("memory_cholesky", *SMALL, "problem.dim=100000", "problem.local_solver=cholesky",
          "problem.factorization=cholesky", "workers=8",
          expected="problem.dim=100000 with problem.n_samples=600 and 8 workers needs about 1280.5 GB of memory"),
@@ -508,6 +519,10 @@ def probe_files(tmp: Path) -> None:
     (tmp / "not_json.json").write_text("alpha = 1e-4\n")
     (tmp / "binary.json").write_bytes(b"\xff\xfe\x00\x81" * 8)
     (tmp / "no_beta.json").write_text('{"alpha": 1e-4}\n')
+    (tmp / "ps_calibration.json").write_text('{"alpha": 3e-4, "beta": 5e8, "gamma": 1e9, "topology": "ps"}\n')
+    (tmp / "no_tail.json").write_text('{"alpha": 1e-4, "beta": 1e8}\n')
+    (tmp / "negative_alpha.json").write_text('{"alpha": -1, "beta": 1e8}\n')
+    (tmp / "odd_topology.json").write_text('{"alpha": 1e-4, "beta": 1e8, "topology": "tree"}\n')
     (tmp / "bad_tail.json").write_text('{"alpha": 1e-4, "beta": 1e9, "tail": {"probs": [0, 1], "excess_s": [1, 0]}}\n')
     (tmp / "finished").mkdir()
     (tmp / "finished" / "rounds.jsonl").write_text('{"round": 0, "objective": 1.0}\n')

@@ -57,7 +57,7 @@ class AlphaBeta:
     @classmethod
     def load(cls, path: str | Path) -> "AlphaBeta":
         """The model `save` wrote to ``path``; a file that is not one is a one-line `ConfigError` naming it."""
-        return _load(cls, path, "dane calibrate")
+        return _load(cls, path, "dane calibrate", "allreduce")
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class ParameterServerCost:
 
     @classmethod
     def load(cls, path: str | Path, servers: int = 1) -> "ParameterServerCost":
-        return replace(_load(cls, path, "dane calibrate --topology ps"), servers=servers)
+        return replace(_load(cls, path, "dane calibrate --topology ps", "ps"), servers=servers)
 
 
 def _check_link(alpha: float, beta: float) -> None:
@@ -120,17 +120,27 @@ def _check_link(alpha: float, beta: float) -> None:
         raise ConfigError(f"comm cost beta must be > 0 bytes/s, got {beta}")
 
 
-def _load(cls, path: str | Path, remake: str):
+#: where a calibration file of each topology (its ``topology`` entry; none: a ring's) is given to the simulator
+CALIBRATION_KEYS = {"allreduce": "sim.calibration", "ps": "sim.ps_calibration with sim.topology=ps"}
+
+
+def _load(cls, path: str | Path, remake: str, topology: str):
     """``cls`` from the JSON `save` wrote (its float fields; a missing optional one keeps its default);
-    a file that is not one is a one-line `ConfigError` naming it and the command that remakes it."""
+    a file that is not one is a one-line `ConfigError` naming it and the command that remakes it, and a file of
+    the other ``topology`` one naming its topology and the key that takes it (`CALIBRATION_KEYS`)."""
     try:
         data = json.loads(Path(path).read_text())
-        required = {"alpha", "beta"}
-        values = {f.name: float(data[f.name]) for f in fields(cls)
-                  if f.name in required or (f.type in ("float", float) and f.name in data)}
-        return cls(**values)
+        found = data.get("topology", "allreduce") if isinstance(data, dict) else topology
+        if found != topology and not (isinstance(found, str) and found in CALIBRATION_KEYS):
+            raise ValueError(f"topology {found!r} is neither allreduce nor ps")
+        if found == topology:
+            required = {"alpha", "beta"}
+            values = {f.name: float(data[f.name]) for f in fields(cls)
+                      if f.name in required or (f.type in ("float", float) and f.name in data)}
+            return cls(**values)
     except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: not JSON or text, a bad number
         raise ConfigError(f"{path} is not a calibration file ({_why(err)}); re-run `{remake}` to remake it") from None
+    raise ConfigError(f"{path} is a calibration of topology {found}, not {topology}: give it as {CALIBRATION_KEYS[found]}")
 
 
 def _why(err: Exception) -> str:
