@@ -182,12 +182,27 @@ def cost_model(sim: DictConfig, seed: int = 0) -> AlphaBeta | ParameterServerCos
                                servers=checks.positive_int("sim.servers", sim.get("servers", 1)))
 
 
+#: conf/config.yaml's calibration files, which a run reads where they exist (else the package's defaults), and the
+#: commands that make them
+DEFAULT_CALIBRATION = {"calibration": ("results/calibration.json", "dane calibrate"),
+                       "ps_calibration": ("results/calibration_ps.json", "dane calibrate --topology ps")}
+
+
 def calibration_path(sim: DictConfig) -> tuple[str, Path | None]:
     """The key of the calibration file the topology reads (``sim.calibration``, or ``sim.ps_calibration`` under
-    ``sim.topology=ps``) and the file, None where it names none or none exists (the package's defaults)."""
+    ``sim.topology=ps``) and the file, None where it names none or it is the config's default
+    (`DEFAULT_CALIBRATION`) and does not exist (the package's defaults).  Any other file that does not exist is a
+    one-line `ConfigError` naming it."""
     key = "ps_calibration" if sim.get("topology", "allreduce") == "ps" else "calibration"
-    path = Path(sim[key]) if sim.get(key) else None
-    return key, path if path is not None and path.exists() else None
+    if not sim.get(key):
+        return key, None
+    path, (default, make) = Path(sim[key]), DEFAULT_CALIBRATION[key]
+    if path.exists():
+        return key, path
+    if str(sim[key]) == default:
+        return key, None
+    raise ConfigError(f"sim.{key}={sim[key]}: no such file; make it with `{make} --out {sim[key]}`, or set "
+                      f"sim.{key}=null for the package's defaults")
 
 
 def calibration_file(sim: DictConfig) -> dict | None:

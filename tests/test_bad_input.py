@@ -206,6 +206,12 @@ CASES = [
     case("calibration_bad_tail", "sim.calibration={tmp}/bad_tail.json", *SMALL,
          expected="sim.calibration: {tmp}/bad_tail.json is not a tail calibration (excess_s must not decrease (a "
                   "quantile function)); re-run `dane calibrate --tail` to remake it, or drop its tail entry"),
+    case("calibration_missing", "sim.calibration={tmp}/no_such_calibration.json", *SMALL,
+         expected="sim.calibration={tmp}/no_such_calibration.json: no such file; make it with `dane calibrate --out "
+                  "{tmp}/no_such_calibration.json`, or set sim.calibration=null for the package's defaults"),
+    case("ps_calibration_missing", "sim.topology=ps", "sim.ps_calibration={tmp}/no_such_calibration.json", *SMALL,
+         expected="sim.ps_calibration={tmp}/no_such_calibration.json: no such file; make it with `dane calibrate "
+                  "--topology ps --out {tmp}/no_such_calibration.json`"),
     case("calibration_of_ps_as_ring", "sim.calibration={tmp}/ps_calibration.json", *SMALL,
          expected="sim.calibration: {tmp}/ps_calibration.json is a calibration of topology ps, not allreduce: give it "
                   "as sim.ps_calibration with sim.topology=ps"),

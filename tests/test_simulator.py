@@ -29,6 +29,7 @@ from dane.comm.threads import DeviceTurns, meter_for
 from dane.loop.launch import execute
 from dane.numerics import jit
 from dane.records.results import read_rounds, read_summary
+from dane.run_config import DEFAULT_CALIBRATION, cost_model
 from dane.experiments.config import run_spec
 import dane.synthetic.calibrate as calibrate_module
 from dane.synthetic.calibrate import fit_alpha_beta, fit_parameter_server, relative_errors
@@ -254,6 +255,20 @@ def test_simulated_run_time_is_the_group_clock(tmp_path):
     assert records[-1]["time_s"] <= summary["simulated_time_s"] <= records[-1]["time_s"] + 0.05
     assert summary["setup_s"] > 0
     assert summary["simulated_compute_clock"] == "thread_cpu_time"  # a convex problem is on the CPU
+
+
+def test_only_the_default_calibration_files_may_be_missing(tmp_path, monkeypatch):
+    """conf/config.yaml's sim.calibration and sim.ps_calibration (`DEFAULT_CALIBRATION`) fall back to the package's
+    costs where the file is not there; a file the user named that is not there is refused (tests/test_bad_input.py)."""
+    monkeypatch.chdir(tmp_path)  # no results/ here
+    cfg = compose_job(("workers=2",))
+    assert {key: cfg.sim[key] for key in DEFAULT_CALIBRATION} == {k: v[0] for k, v in DEFAULT_CALIBRATION.items()}
+    assert cost_model(cfg.sim) == AlphaBeta() and cost_model(compose_job(("sim.topology=ps",)).sim) == \
+        ParameterServerCost()
+    cfg.sim.calibration = str(tmp_path / "calibration.json")
+    with pytest.raises(ConfigError, match=f"sim.calibration={tmp_path}/calibration.json: no such file; make it with "
+                                          f"`dane calibrate --out {tmp_path}/calibration.json`"):
+        cost_model(cfg.sim)
 
 
 def test_parameter_server_cost_is_push_sum_pull_per_server_slice():
