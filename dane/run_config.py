@@ -209,13 +209,18 @@ def calibration_file(sim: DictConfig) -> dict | None:
     """The calibration file `cost_model` reads (`calibration_path`) as a simulated run's summary names it
     (``calibration_file``): its path, sha256, and the machine and time it was measured on, as far as it records
     them; None where no file is read (the defaults)."""
-    _, path = calibration_path(sim)
+    key, path = calibration_path(sim)
     if path is None:
         return None
     raw = path.read_bytes()
     data = json.loads(raw)  # `cost_model` has read it already: a file that is not JSON was refused there
+    machine = data.get("machine") or {}
+    if not isinstance(machine, dict):
+        raise ConfigError(f"sim.{key}: {path} is not a calibration file (its machine is {machine!r}, not an object "
+                          f"with a host); re-run `{DEFAULT_CALIBRATION[key][1]}` to remake it, or set sim.{key}=null "
+                          "for the defaults")
     return {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(),
-            "host": (data.get("machine") or {}).get("host"), "measured_at": data.get("measured_at")}
+            "host": machine.get("host"), "measured_at": data.get("measured_at")}
 
 
 def split_backend(cfg: DictConfig, backend: str) -> tuple[str, str | None]:

@@ -161,7 +161,7 @@ def calibrate_ps(workers: int = 2, servers: int = 1, sizes=DEFAULT_SIZES, reps: 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     count = checks.positive_int_argument  # argparse's own line for a count below 1
-    parser.add_argument("--np", type=count, default=2, dest="np_", help="Horovod processes (default 2)")
+    parser.add_argument("--np", type=count, default=2, dest="np_", help="Horovod processes, at least 2 (default 2); --topology ps: workers")
     parser.add_argument("--out", default=None,
                         help="default results/calibration.json (allreduce) or results/calibration_ps.json (ps)")
     parser.add_argument("--reps", type=count, default=200)
@@ -173,6 +173,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--blocks", type=count, default=12, help="--tail: blocks of --rounds DANE rounds")
     parser.add_argument("--rounds", type=count, default=10, help="--tail: DANE rounds per block")
     args = parser.parse_args(argv)
+    if args.topology == "allreduce" and args.np_ < 2:  # before the launch: `fit_alpha_beta` needs two
+        parser.error(f"argument --np: a ring allreduce needs at least 2 processes, got {args.np_}")
+    if args.topology == "ps" and args.tail:
+        parser.error("argument --tail: the tail is the ring's (horovodrun; sim.topology=ps draws none); drop --tail "
+                     "with --topology ps")
     default = "calibration_ps.json" if args.topology == "ps" else "calibration.json"
     args.out = args.out or f"results/{default}"
     try:  # before the launches: a path the result cannot be written to is refused, not found after measuring

@@ -221,6 +221,12 @@ CASES = [
     case("calibration_negative_alpha", "sim.calibration={tmp}/negative_alpha.json", *SMALL,
          expected="sim.calibration: {tmp}/negative_alpha.json is not a calibration file (comm cost alpha must be >= 0 "
                   "seconds, got -1.0)"),
+    case("calibration_machine_not_an_object", "sim.calibration={tmp}/machine_vm.json", *SMALL,
+         expected="sim.calibration: {tmp}/machine_vm.json is not a calibration file (its machine is 'vm', not an object "
+                  "with a host); re-run `dane calibrate` to remake it"),
+    case("calibration_infinite_beta", "sim.calibration={tmp}/infinite_beta.json", *SMALL,
+         expected="sim.calibration: {tmp}/infinite_beta.json is not a calibration file (its beta is inf, not a finite "
+                  "number); re-run `dane calibrate` to remake it"),
     case("calibration_of_an_unknown_topology", "sim.calibration={tmp}/odd_topology.json", *SMALL,
          expected="{tmp}/odd_topology.json is not a calibration file (topology 'tree' is neither allreduce nor ps)"),
     case("memory_cholesky", *SMALL, "problem.dim=100000", "problem.local_solver=cholesky",
@@ -528,6 +534,8 @@ def probe_files(tmp: Path) -> None:
     (tmp / "ps_calibration.json").write_text('{"alpha": 3e-4, "beta": 5e8, "gamma": 1e9, "topology": "ps"}\n')
     (tmp / "no_tail.json").write_text('{"alpha": 1e-4, "beta": 1e8}\n')
     (tmp / "negative_alpha.json").write_text('{"alpha": -1, "beta": 1e8}\n')
+    (tmp / "machine_vm.json").write_text('{"alpha": 1e-4, "beta": 1e8, "machine": "vm"}\n')
+    (tmp / "infinite_beta.json").write_text('{"alpha": 1e-4, "beta": Infinity}\n')
     (tmp / "odd_topology.json").write_text('{"alpha": 1e-4, "beta": 1e8, "topology": "tree"}\n')
     (tmp / "bad_tail.json").write_text('{"alpha": 1e-4, "beta": 1e9, "tail": {"probs": [0, 1], "excess_s": [1, 0]}}\n')
     (tmp / "finished").mkdir()

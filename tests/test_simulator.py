@@ -389,3 +389,22 @@ def test_calibrate_refuses_a_count_below_one_before_it_launches(argv, capsys):
         calibrate.main(argv)
     assert done.value.code == 2
     assert f"error: argument {argv[-2]}: must be a positive integer, got '{argv[-1]}'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--np", "1", "--reps", "1"], "argument --np: a ring allreduce needs at least 2 processes, got 1"),
+    (["--topology", "ps", "--tail"], "argument --tail: the tail is the ring's (horovodrun; sim.topology=ps draws "
+                                     "none); drop --tail with --topology ps"),
+])
+def test_calibrate_refuses_what_it_cannot_measure_before_it_launches(argv, line, capsys, monkeypatch):
+    """One ring worker has no allreduce to time (`fit_alpha_beta` needs m >= 2), and the tail is measured on the
+    ring's rounds only: argparse's one line (exit 2), nothing launched."""
+    def launched(*args, **kwargs):
+        raise AssertionError("launched")
+
+    for name in ("horovodrun", "torchrun", "calibrate", "calibrate_ps", "calibrate_tail"):
+        monkeypatch.setattr(calibrate_module, name, launched)
+    with pytest.raises(SystemExit) as done:
+        calibrate_module.main(argv)
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f": error: {line}")

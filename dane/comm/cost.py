@@ -137,6 +137,9 @@ def _load(cls, path: str | Path, remake: str, topology: str):
             required = {"alpha", "beta"}
             values = {f.name: float(data[f.name]) for f in fields(cls)
                       if f.name in required or (f.type in ("float", float) and f.name in data)}
+            for name, value in values.items():  # JSON's Infinity and NaN are numbers to Python's reader
+                if not math.isfinite(value):
+                    raise ValueError(f"its {name} is {value}, not a finite number")
             return cls(**values)
     except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: not JSON or text, a bad number
         raise ConfigError(f"{path} is not a calibration file ({_why(err)}); re-run `{remake}` to remake it") from None
