@@ -343,3 +343,27 @@ def test_only_a_counted_divergence_is_told_it_may_turn_the_watch_off():
     assert line(2.2 / L).endswith("; where its objective overshot and is falling back, diverge_after=null lets it "
                                   "go on")
     assert "diverge_after" not in line(100.0 / L)  # past blowup at once
+
+
+def test_a_blow_up_under_diverge_after_null_is_the_divergence_line(tmp_path):
+    """diverge_after=null turns off the count test only: a gd past blowup still stops with the one-line
+    DivergenceError (exit 3), its summary written; the line has no count test to offer (it raised TypeError on 2 *
+    None)."""
+    import dane
+    from dane.api import algorithm_config
+    from dane.errors import DivergenceError
+    from dane.loop.launch import execute
+    from dane.records.results import read_summary
+    from dane.spec import Communication, RunControl, RunSpec
+
+    stop = StopRule(rounds=50, diverge_after=None)
+    assert stop.counted_divergence() is None
+    spec = RunSpec(problem=dane.problems.RidgeSyntheticConfig(n_samples=48, dim=10),
+                   algorithm=algorithm_config("gd", lr=5.0), comm=Communication(workers=4),
+                   control=RunControl(stop=stop, quiet=True))
+    with pytest.raises(DivergenceError, match=r"^gd diverged at round 2 \(objective 2.35e\+05\); results so far are "
+                                              r"in .*; try algorithm.lr=0.5 or algorithm=dane \(safeguarded\)$"):
+        execute(spec, str(tmp_path))
+    summary = read_summary(tmp_path)
+    assert (summary["status"], summary["stopped_by"]) == ("diverged", "|objective| > 10000 x max(1, |objective at "
+                                                                      "round 0|)")

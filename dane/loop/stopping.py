@@ -99,9 +99,12 @@ class StopRule:
         return (f"tol_abs {self.tol_abs:g} not applied: the run has no reference optimum to measure the "
                 "suboptimality by, which problem.optimum=auto gives where the problem can solve for it")
 
-    def counted_divergence(self) -> str:
+    def counted_divergence(self) -> str | None:
         """The line of ``diverge_after``'s count test (a run above its start in that many of twice as many rounds),
-        the one test a method that overshoots and falls back can trip."""
+        the one test a method that overshoots and falls back can trip; None under ``diverge_after=null`` (no count
+        test)."""
+        if self.diverge_after is None:
+            return None
         return f"objective above its round-0 value in {self.diverge_after} of the last {2 * self.diverge_after} rounds"
 
     def stopped_by(self, status: str, record: dict, first: dict, records: list[dict] | None = None, *,
@@ -119,7 +122,7 @@ class StopRule:
                 return "objective not finite"
             if self.blown_up(record, first):
                 return f"|objective| > {self.blowup:g} x max(1, |objective at round 0|)"
-            return self.counted_divergence()
+            return self.counted_divergence() or status
         if status == "max_rounds":
             trend = self.trend(records, first, sampled=sampled) if records else None
             unapplied = self.unapplied(record)
