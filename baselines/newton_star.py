@@ -8,7 +8,7 @@ The server knows H_* = ∇²O(x*) = mean_i ∇²O_i(x*) and steps, one allreduce
 On a quadratic H_* is the Hessian everywhere and the first step lands on x* (to round-off); on a strongly convex
 O with a Lipschitz Hessian the rate is local and quadratic, ‖x_{k+1} − x*‖ ≤ (L_H / 2μ)‖x_k − x*‖².  It is no
 practical method: x* is what the run looks for.  Here x* is the run's reference optimum (``problem.optimum=auto``
-or a saved file, `dane.reference`), required: without it the method refuses to start in one line.
+or a saved file, `dane.problems.optimum`), required: without it the method refuses to start in one line.
 
 *Messages and bits* (record ``clients_uplink_bits``, cumulative, FedNL's convention, `baselines.fednl`): before
 round 0 each client sends ∇²O_i(x*) once as its packed upper triangle, 64·d(d+1)/2 bits (counted in round 0's

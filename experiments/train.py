@@ -54,7 +54,7 @@ def run_dir(cfg: DictConfig) -> str:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    timeline.mark("config")
+    timeline.configured()
     try:
         spec = run_spec(cfg)
     except UserError as exc:

@@ -214,7 +214,7 @@ def title(case: Problem, table) -> str:
 
 
 def reference_optimum(problem: LinearModelConfig, workers: int) -> tuple[float, float]:
-    """(O*, ||grad O(w*)||) from the distributed reference (`dane.reference`; cached on disk for the runs that follow)."""
+    """(O*, ||grad O(w*)||) from the distributed reference (`dane.problems.optimum`; cached on disk for the runs that follow)."""
     shards = [problem.build(rank, workers) for rank in range(workers)]
     attach_all(problem, shards)
     grads = [shard.evaluate(shards[0].w_star)[0] for shard in shards]

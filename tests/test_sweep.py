@@ -177,14 +177,17 @@ def test_ensure_runs_missing_jobs_once_and_matches_by_config(tmp_path):
 
 def test_each_run_of_one_process_records_its_own_timeline(tmp_path):
     """Two runs in one process (as `ensure` runs them): the second's marks are its own, after the first's, on the
-    same clock; ``config`` belongs to the process's first run only (`dane.loop.timeline`)."""
+    same clock; a ``config`` marked between them (a multirun's next job, configured by its entry point) is the
+    second's, none the first's (`dane.loop.timeline`)."""
+    timeline.end_run()  # whatever an earlier test's refused job left
     first = run_job(("algorithm=dane", "workers=2", "rounds=2", *TINY), tmp_path / "a")["timeline"]
-    timeline.mark("config")  # an entry point configured after the first run: not the second run's mark
+    timeline.configured()  # the entry point of the next job (experiments/train.py marks it so)
     second = run_job(("algorithm=dane", "workers=2", "rounds=2", "problem.n_samples=1200", "problem.dim=20"),
                      tmp_path / "b")["timeline"]
     assert second["clock_origin"] == first["clock_origin"]
-    assert first["data"] <= first["round0"] <= first["end"] < second["data"] <= second["round0"] <= second["end"]
-    assert "config" not in second
+    assert first["data"] <= first["round0"] <= first["end"] < second["config"] <= second["data"] <= \
+        second["round0"] <= second["end"]
+    assert "config" not in first  # run_job's run has no entry point of its own
     assert read_summary(tmp_path / "b")["timeline"] == second
 
 

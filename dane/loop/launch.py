@@ -49,8 +49,10 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
                          batched=runs_batched(spec))  # there changes; on the path that wrote the checkpoint
         if control.checkpoint_every and not out_dir and spec.comm.simulated:
             raise ConfigError(f"checkpoint_every={control.checkpoint_every} needs a run directory; set out_dir")
-        timeline.begin_run()  # this run's marks are its own, not an earlier run's of this process
-        summary = start(spec, out_dir, collect)
+        try:
+            summary = start(spec, out_dir, collect)
+        finally:
+            timeline.end_run()  # the next run of this process marks its own phases
     own_driver = spec.algorithm.run_job is not None  # split learning says so in its own summary, and returns
     if not own_driver and summary.get("status") == "diverged":
         counted = summary["stopped_by"] == spec.control.stop.counted_divergence()

@@ -18,7 +18,7 @@ class StopRule:
     """Stop after ``rounds`` rounds, once the run is within ``tol`` of the optimum, or once it diverges.
 
     Within ``tol`` (relative, so it does not change when the objective is scaled):
-    with a reference optimum (``problem.optimum``, `dane.reference`) the suboptimality
+    with a reference optimum (``problem.optimum``, `dane.problems.optimum`) the suboptimality
     O(w_t) − O* at most ``tol`` · |O*|; without one, the gradient norm at most ``tol``
     times its value at round 0.  ``tol_abs`` is an absolute floor on the suboptimality
     test (the run stops once O(w_t) − O* ≤ max(tol · |O*|, tol_abs)); with ``tol`` None

@@ -7,11 +7,11 @@ summary carries them as ``timeline`` (`dane.loop.worker`): ``config`` (the entry
 its configuration: imports and Hydra done), ``data`` (the data read and the worker's
 shard built), ``reference`` (the reference optimum, when asked for), ``round0`` (the
 first round starts) and ``end`` (the last record written).  A mark made twice in one run
-keeps the first.  A run's marks are its own: `begin_run` (`dane.loop.launch.execute`, as a run starts) drops
-an earlier run's, so the second run of one process (an in-process sweep, `synthetic.sweep.ensure`; `dane.fit`
-called again) records its own ``data`` ... ``end``, later than the first run's.  ``config`` belongs to the
-process's first run only (its entry point configured it before the run started); a later run has none, and
-the time before its first mark is partly the earlier runs'.  The launcher's own start-up is what lies before this process's start: a
+keeps the first.  A run's marks are its own: `end_run` (`dane.loop.launch.execute`, as a run ends, however it
+ends) drops them, so the next run of one process (an in-process sweep, `synthetic.sweep.ensure`; a Hydra
+multirun's next job; `dane.fit` called again) records its own ``data`` ... ``end``, later than the earlier
+run's, and its own ``config`` where its entry point marks one (a multirun's job does; `dane.fit` and
+`ensure` do not, and the time before such a run's first mark is partly the earlier runs').  The launcher's own start-up is what lies before this process's start: a
 caller that timed the launch from outside subtracts (``scripts/bench_wallclock.py``).
 
 Two fields let such a caller put the marks on its own clock: ``clock_origin``, the
@@ -28,7 +28,6 @@ import os
 import time
 
 _MARKS: dict[str, float] = {}
-_runs = 0  # how many runs this process has begun (`begin_run`)
 
 
 def process_start() -> float | None:
@@ -57,13 +56,16 @@ def boot_clock_start() -> float | None:
 os.register_at_fork(after_in_child=boot_clock_start.cache_clear)  # a forked child started later than its parent
 
 
-def begin_run() -> None:
-    """A run starts in this process: the marks of the process's earlier run go (``config`` with them), the first
-    run's ``config`` stays."""
-    global _runs
-    if _runs:
-        _MARKS.clear()
-    _runs += 1
+def configured() -> None:
+    """The entry point has its configuration: the ``config`` mark of the run it starts next, which an earlier
+    job's left over (one refused before its run, in a multirun) does not hold back."""
+    _MARKS.pop("config", None)
+    mark("config")
+
+
+def end_run() -> None:
+    """A run of this process has ended (its summary holds its marks): they go, so that the next run's are its own."""
+    _MARKS.clear()
 
 
 def mark(name: str) -> None:

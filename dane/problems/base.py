@@ -146,7 +146,7 @@ class ProblemConfig:
 
     name: str
     #: none | auto | a saved w*: whether the workers compute a reference optimum (records then carry
-    #: suboptimality, `dane.reference`)
+    #: suboptimality, `dane.problems.optimum`)
     optimum: Any = "none"
     #: rounds take seconds of compute, so Horovod's background loop may wake less often (`HorovodOptions`)
     compute_bound: ClassVar[bool] = False

@@ -18,7 +18,7 @@ Cholesky solver asks for one).  ``hessian_vector(v)`` without a point applies th
 majorant :math:`\frac mN c_f X_i^\top X_i + \lambda I` (c_f the loss's curvature bound),
 so that step sizes 1/L built from it are safe everywhere.
 
-Suboptimality, when the run asks for a reference optimum (`dane.reference`), is
+Suboptimality, when the run asks for a reference optimum (`dane.problems.optimum`), is
 :math:`O_i(w) - O^*` per worker (mean O(w) − O*); for the squared loss it is the exact
 quadratic identity :math:`\tfrac12 e^\top H_i e`, e = w − w*.
 
