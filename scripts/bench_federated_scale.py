@@ -65,10 +65,13 @@ def dane_command(shards: Path, setting: dict, rounds: int, seed: int, out: Path,
 
 
 def dane_rounds(lines: list, out: Path) -> dict:
-    """dane's rounds from its progress table (round k's line, stamped: round k's end) and its summary."""
+    """dane's rounds from its progress table (round k's line, stamped as it arrives) and its summary.  A record's
+    metrics ride in the next round's first allreduce, so round k's line comes during round k + 1 and the last one
+    after the final evaluation alone: the intervals between lines are whole rounds but the last, which is left
+    out (it read as the fastest round)."""
     stamps = [t for t, line in lines if re.match(r"\s*\d+\s+\S+\s+\S+B\s", line)]
     summary = json.loads((out / "summary.json").read_text())
-    return {"round_s": [b - a for a, b in zip(stamps, stamps[1:])], "objective": summary["final_objective"],
+    return {"round_s": [b - a for a, b in zip(stamps, stamps[1:])][:-1], "objective": summary["final_objective"],
             "rounds_s": summary["wall_time_s"], "path": summary.get("simulator_path")}
 
 

@@ -1633,6 +1633,18 @@ def test_np1_over_np2_is_the_ratio_of_medians_and_of_each_repeats_pair():
 # ---------------------------------------------------------------- federated_scale (scripts/bench_federated_scale.py)
 # dane's FedAvg beside Flower, pfl and a NumPy loop on the same shards (federated_scale.json: a real --quick run);
 # the peers' shared arithmetic (scripts/peers/peer_common.py, NumPy alone) against dane's own shard, in this process.
+def test_danes_rounds_leave_out_the_final_evaluations_line(tmp_path):
+    """dane's progress line k comes during round k + 1 (its metrics ride in that round's first allreduce), the last
+    after the final evaluation alone: R + 1 lines give R − 1 whole rounds (the last interval read as the fastest)."""
+    from scripts.bench_federated_scale import dane_rounds
+
+    (tmp_path / "summary.json").write_text(json.dumps({"final_objective": 0.5, "wall_time_s": 3.0}))
+    head = "round     time_s  bytes_sent       objective"
+    rows = [(0.0, head), (1.0, "    0     0.0045         48B  6.16e+00"), (2.0, "    1     0.0090        144B  1.0e+00"),
+            (3.5, "    2     0.0130        240B  1.0e+00"), (3.6, "    3     0.0131        336B  1.0e+00")]
+    assert dane_rounds(rows, tmp_path)["round_s"] == [1.0, 1.5]
+
+
 def federated_scale_arithmetic(section: dict) -> None:
     from scripts.bench_federated_scale import AGREE, goals, misses
 
