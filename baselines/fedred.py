@@ -233,9 +233,11 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         if self.averaging != "mean":
             return "algorithm.averaging=random sends one drawn client's iterate (the batched path averages)"
         s = size if self.clients_per_round is None else self.clients_per_round
-        if self.lam is None or (self.local_steps is None and self.p is None and s < size):
-            return ("algorithm.lam=null (and algorithm.local_steps=null under client sampling) measure the Hessian "
-                    "dissimilarity worker by worker; set them to run batched")
+        if self.lam is None:
+            return "algorithm.lam=null measures the Hessian dissimilarity worker by worker; set it to run batched"
+        if self.local_steps is None and self.p is None and s < size:
+            return ("algorithm.local_steps=null under client sampling measures the Hessian dissimilarity worker by "
+                    "worker; set it to run batched")
         return self.stacked_solve() or super().stacked_form(problem, size)
 
     def build(self, problem: Problem, comm: Communicator) -> "FedRed":

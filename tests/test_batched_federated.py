@@ -165,7 +165,10 @@ def test_the_stacked_rows_answer_at_each_clients_own_point():
 @pytest.mark.parametrize("overrides,why", [
     (("algorithm=fedprox", "algorithm.local_solver=problem"), "algorithm.local_solver=problem solves each client's"),
     (("algorithm=fedred", "algorithm.lam=0.1", "algorithm.averaging=random"), "algorithm.averaging=random"),
-    (("algorithm=fedred",), "algorithm.lam=null"),
+    (("algorithm=fedred",), "algorithm.lam=null measures"),
+    # a λ given: the clause names the null that is left (it named lam=null beside it)
+    (("algorithm=fedred", "algorithm.lam=0.1", "algorithm.clients_per_round=2"),
+     "algorithm.local_steps=null under client sampling measures"),
     # DANE's class is batchable, but the stacked problem's solve is the exact one: InexactDANE's SVRG or CG stays per worker
     (("algorithm=inexact_dane",), "algorithm.local_solver=svrg solves each worker's problem on its own"),
     (("algorithm=inexact_dane", "algorithm.local_solver=cg"), "algorithm.local_solver=cg solves each worker's"),
