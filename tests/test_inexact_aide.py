@@ -447,20 +447,35 @@ def test_svrg_step_and_auto_passes_are_noted_with_what_they_read(algorithm, keys
     assert [e for e in given.summary["defaults"] if e["key"] in ("algorithm.passes", "algorithm.lr")] == []
 
 
-@pytest.mark.parametrize("dtype, per_dim", [("float64", 1), ("float32", 10)])
-def test_the_cg_cap_of_a_null_cg_max_iter_is_noted_as_the_solves_take_it(dtype, per_dim):
-    """local_solver=cg with cg_max_iter null: the linear model's own cap, CG_PRODUCTS_PER_DIM[dtype] x d products."""
-    from dane.problems.glm import CG_PRODUCTS_PER_DIM
-
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_cg_cap_of_a_null_cg_max_iter_is_noted_as_the_solves_take_it(dtype):
+    """local_solver=cg with cg_max_iter null: the linear model's own cap, 10 d products in either precision."""
     rng = np.random.default_rng(4)
     X = rng.standard_normal((80, 5))
     problem = LogReg(X, np.where(rng.standard_normal(80) > 0, 1.0, -1.0), lam=1e-2, dtype=dtype)
     result = dane.fit(problem, "inexact_dane", workers=2, rounds=1, local_solver="cg")
     shard = problem.build(0, 2, getattr(torch, dtype))
-    assert CG_PRODUCTS_PER_DIM[getattr(torch, dtype)] == per_dim
     assert [(e["key"], e["value"], e["rule"]) for e in result.summary["defaults"]] == \
-        [("algorithm.cg_max_iter", per_dim * shard.dim, "cg_products")] == [("algorithm.cg_max_iter",
-                                                                             shard.cg_default_products, "cg_products")]
+        [("algorithm.cg_max_iter", 10 * shard.dim, "cg_products")] == [("algorithm.cg_max_iter",
+                                                                         shard.cg_default_products, "cg_products")]
+
+
+def test_a_cg_local_solve_on_an_ill_conditioned_float64_shard_reaches_its_tolerance():
+    """CG's finite termination in d products is exact arithmetic's: on a float64 shard whose Hessian has condition
+    number 1e8 the local solve stopped at d products with a relative residual far above its tolerance (and the
+    answer it returned was the step); with 10 d (`CG_PRODUCTS_PER_DIM`) the prox solve equals the dense solve."""
+    rng = np.random.default_rng(0)
+    n, d = 400, 40
+    X = rng.standard_normal((n, d)) * np.logspace(0, -4, d)  # column scales 1 .. 1e-4: H's condition number ~1e8
+    y = X @ rng.standard_normal(d) + 0.01 * rng.standard_normal(n)
+    problem = dane.problems.Ridge(X, y, lam=1e-9, local_solver="cg")
+    shard = problem.build(0, 1, torch.float64)
+    anchor, linear = torch.zeros(d, dtype=torch.float64), torch.zeros(d, dtype=torch.float64)
+    w = shard.prox_solve(anchor, linear, 0.0)
+    H = 2 * (X.T @ X) / n + 2 * 1e-9 * np.eye(d)
+    exact = np.linalg.solve(H, 2 * X.T @ y / n)
+    assert np.linalg.cond(H) > 1e7
+    assert np.linalg.norm(w.numpy() - exact) <= 1e-6 * np.linalg.norm(exact)
 
 
 def test_cg_tol_zero_takes_cg_max_iter_products_per_newton_system_on_a_logistic_loss(monkeypatch):

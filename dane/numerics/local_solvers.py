@@ -60,6 +60,10 @@ PASSES_AUTO = "auto"
 AUTO_PASSES_CONTRACTION = 1.0
 AUTO_PASSES_MIN = 3      # the paper's (and the public MATLAB reference's) passes: auto never takes fewer
 AUTO_PASSES_MAX = 1000   # a cap on one solve's cost where κ is far above n_i (ill-conditioned data, tiny λ + μ)
+#: CG products per solve without a cap given, per dimension: CG ends in d products in exact arithmetic (Hestenes &
+#: Stiefel 1952), but round-off breaks that termination on an ill-conditioned shard, in float64 too, and d products
+#: then stop short of the tolerance; 10 d, scipy's cg's cap and GIANT's
+CG_PRODUCTS_PER_DIM = 10
 AUTO_MAX_DIM = 2000  # a dense d x d Cholesky costs d^3/3 flops: ~3 Gflop at 2000, once per mu
 
 
@@ -321,10 +325,9 @@ def svrg_step(rows: int, row_smoothness: float, shrink: float) -> float:
 
 
 def cg_products(shard) -> int:
-    """CG's Hessian-vector products per solve where ``max_iter`` is null: the shard's own count (a linear model's
-    `dane.problems.glm.CG_PRODUCTS_PER_DIM` × d: d in float64, more in float32, where CG loses conjugacy sooner),
-    else d, where CG in exact arithmetic has ended (Hestenes & Stiefel 1952)."""
-    return int(getattr(shard, "cg_default_products", shard.dim))
+    """CG's Hessian-vector products per solve where ``max_iter`` is null: the shard's own count, else
+    `CG_PRODUCTS_PER_DIM` × d."""
+    return int(getattr(shard, "cg_default_products", CG_PRODUCTS_PER_DIM * shard.dim))
 
 
 def svrg_resolved(shard: Shard, solver: LocalSolver, mu: float) -> dict:

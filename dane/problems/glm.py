@@ -42,7 +42,7 @@ import torch
 
 from ..errors import ConfigError
 from ..numerics.linalg import cg, cholesky_solve
-from ..numerics.local_solvers import LocalSolver, prox_solve
+from ..numerics.local_solvers import CG_PRODUCTS_PER_DIM, LocalSolver, prox_solve
 from ..losses import Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
@@ -50,9 +50,6 @@ from .base import Problem
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 SOLVER_STREAM = 5  # worker_seed stream of the SVRG local solver's generator
-#: CG products per solve without ``problem.local_max_iter``, per dimension: d in float64 (CG's finite termination);
-#: in float32 round-off breaks that termination on ill-conditioned shards, and CG needs several sweeps
-CG_PRODUCTS_PER_DIM = {torch.float64: 1, torch.float32: 10}
 
 
 @dataclass(frozen=True)
@@ -194,7 +191,7 @@ class LinearModelShard(Problem):
     @property
     def cg_default_products(self) -> int:
         """CG's products per solve when ``problem.local_max_iter`` is null (`CG_PRODUCTS_PER_DIM`)."""
-        return CG_PRODUCTS_PER_DIM.get(self.dtype, 1) * self.dim
+        return CG_PRODUCTS_PER_DIM * self.dim
 
     def _here(self, t: torch.Tensor) -> torch.Tensor:
         """A caller's tensor on this shard's device (the same tensor when it is there already)."""

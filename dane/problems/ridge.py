@@ -381,7 +381,8 @@ class RidgeShard(QuadraticProblem):
         where, v = v.device, v.to(self.device)
         if self._A is not None:
             return super().hessian_vector(v, with_reg=with_reg).to(where)
-        return (self.rows.hessian_vector(v, at=v, with_reg=False) + (2 * self.lam * v if with_reg else 0.0)).to(where)
+        # the squared loss's Hessian is its majorant, the same at every point: no margins at a point to compute
+        return (self.rows.hessian_vector(v, with_reg=False) + (2 * self.lam * v if with_reg else 0.0)).to(where)
 
     def evaluate(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         grad, metrics = super().evaluate(w.to(self.device))
