@@ -27,12 +27,14 @@ shard that misjudges the global Hessian (a rare feature it lacks) the paper's me
 diverges, and the safeguard never accepts an ascent.  ``safeguard=False`` is the paper's
 method exactly.
 
-Departure from the MATLAB reference: its SVRG takes one full-gradient snapshot per round
-and then ``passes * n_i`` steps on rows drawn with replacement; here, by default
+Departure from the MATLAB reference: its InexactDANE SVRG takes one full-gradient snapshot
+per round and then ``passes * n_i`` steps, each pass on a fresh permutation of the rows (its
+AIDE SVRG draws the rows with replacement instead); here, by default
 (``svrg_variant="epochs"``), the snapshot is refreshed at the start of every pass and each
-pass visits the rows in a fresh random order (SVRG's outer loop, Johnson & Zhang 2013,
-with its rows reshuffled instead of drawn with replacement).
-``svrg_variant="matlab"`` is the reference's sampling (`dane.numerics.local_solvers.SVRG_VARIANTS`).
+pass visits the rows in a fresh random order (SVRG's outer loop, Johnson & Zhang 2013).
+``svrg_variant="matlab"`` is the reference's AIDE sampling, one snapshot and rows with
+replacement (`dane.numerics.local_solvers.SVRG_VARIANTS`); the InexactDANE solver's one
+snapshot with per-pass permutations is neither variant.
 """
 from __future__ import annotations
 

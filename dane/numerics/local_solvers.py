@@ -52,8 +52,10 @@ from ..work import count
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
 #: ``epochs``: a full-gradient snapshot at the start of every pass (SVRG's outer loop, Johnson & Zhang
 #: 2013, option I), then n_i / b steps on a fresh random permutation of the rows (every row once per pass).
-#: ``matlab``: the public MATLAB/Octave reference's: one snapshot (at the anchor) per solve, then
-#: passes * n_i / b steps on rows drawn uniformly with replacement.
+#: ``matlab``: the public MATLAB/Octave reference's AIDE solver's (``AIDELinSVRG.m``): one snapshot (at the anchor)
+#: per solve, then passes * n_i / b steps on rows drawn uniformly with replacement.  Its InexactDANE solver
+#: (``InexactDANELinSVRG.m``) takes the same one snapshot but visits the rows in a fresh permutation each pass:
+#: neither variant here.
 SVRG_VARIANTS = ("epochs", "matlab")
 PASSES_AUTO = "auto"
 #: passes=auto (`svrg_passes`): SVRG steps per solve = AUTO_PASSES_CONTRACTION x κ, κ = 1 / (γ (λ + μ))
