@@ -125,6 +125,16 @@ for rows in (X, scipy.sparse.csr_matrix(np.where(np.abs(X) > 1, X, 0.0))):  # de
 for dtype in ("float64", "float32"):  # the low-rank stacked ridge (n_i < d): its Gram and Woodbury products
     execute(run_spec(compose_job(("problem=ridge_synthetic", "problem.n_samples=64", "problem.dim=8", "workers=32",
                                   "sim.batched=true", "rounds=2", "quiet=true", f"dtype={dtype}"))), None)
+import tempfile
+from sklearn.datasets import dump_svmlight_file
+with tempfile.TemporaryDirectory() as folder:  # a linear model's stacked rows on the batched path (FedNL at one
+    table = f"{folder}/rows.svm"                # point, FedAvg's local steps at each client's): their margins, sums
+    dump_svmlight_file(scipy.sparse.csr_matrix(np.where(np.abs(X) > 1, X, 0.0)), 2 * binary - 1, table)
+    for algorithm in ("fednl", "fedavg"):       # and Hessian blocks, and the logistic loss's loop
+        for dtype in ("float64", "float32"):
+            execute(run_spec(compose_job(("problem=logreg", "data=libsvm", f"data.path={table}", "data.n_features=6",
+                                          f"algorithm={algorithm}", "workers=4", "sim.batched=true", "rounds=2",
+                                          "quiet=true", f"dtype={dtype}"))), None)
 WARM
 
 "$VENV/bin/horovodrun" --check-build | grep -E '\[X\] (PyTorch|Gloo)' | tr '\n' ' ' | grep -q 'PyTorch.*Gloo' \
