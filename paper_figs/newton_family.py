@@ -16,19 +16,22 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from dane.algorithm import label_of
 from dane.records.results import read_rounds
 from dane.paper_figs.common import FIG_DIR, cli, first_reaching, positive, save
 
 TARGET = 1e-8
-ALGORITHMS = {  # algorithm directory -> (label, style, colour): the same colour in every panel
-    "dane": ("DANE (safeguarded)", "s-", "tab:blue"),
-    "inexact_dane": ("InexactDANE (SVRG)", "d-", "tab:cyan"),
-    "aide": ("AIDE", "p-", "tab:olive"),
-    "giant": ("GIANT", "o-", "tab:orange"),
-    "disco": ("DiSCO", "*-", "tab:green"),
-    "admm": ("ADMM (default ρ)", "^--", "tab:red"),
-    "gd": ("GD (default step)", "v--", "tab:purple"),
-}
+#: algorithm directory -> (its label: the class's display name, `dane.algorithm.label_of`, in the run's setting),
+#: style, colour): the same colour in every panel
+ALGORITHMS = {name: (form.format(label_of(name)), style, colour) for name, form, style, colour in (
+    ("dane", "{} (safeguarded)", "s-", "tab:blue"),
+    ("inexact_dane", "{} (SVRG)", "d-", "tab:cyan"),
+    ("aide", "{}", "p-", "tab:olive"),
+    ("giant", "{}", "o-", "tab:orange"),
+    ("disco", "{}", "*-", "tab:green"),
+    ("admm", "{} (default ρ)", "^--", "tab:red"),
+    ("gd", "{} (default step)", "v--", "tab:purple"),
+)}
 ORDER = ("mnist_softmax", "rcv1_like_logreg", "breast_cancer_logreg", "diabetes_ridge")
 
 
