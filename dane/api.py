@@ -181,7 +181,10 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     ``tol`` and ``tol_abs`` are the stop rule's (`dane.loop.stopping.StopRule`): with a reference
     optimum, stop once O(w) − O* ≤ max(tol·|O*|, tol_abs); without, once the gradient norm
     is at most ``tol`` times its value at round 0.  ``algorithm_keys`` override the
-    algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``out_dir``
+    algorithm's yaml (``fit(p, "dane", mu=0.1)``).  ``seed`` seeds the run and the algorithm (its minibatches,
+    client draws, compressors); the data's draws and shards are the problem's ``seed`` (``Ridge(X, y, seed=s)``,
+    ``RidgeSyntheticConfig(seed=s)``), which the command line's ``seed=`` sets too: a sweep over seeds for error
+    bars sets both.  ``out_dir``
     also writes the usual rounds.jsonl, summary.json and iterate.pt there (a folder that holds a run's: refused,
     unless ``overwrite``, which replaces it), and ``logger``
     (``["tensorboard", "mlflow"]``, `dane.records.trackers`) sends the records to those trackers too.  ``sim_alpha``
@@ -192,7 +195,8 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     """
     if not isinstance(problem, ProblemConfig):
         raise ConfigError(f"problem must be a problem object, such as dane.problems.LogReg(X, y, lam=1e-3) or "
-                          f"dane.problems.RidgeSyntheticConfig() (dane.problems lists them), got {problem!r}")
+                          f"dane.problems.RidgeSyntheticConfig() (dane.problems lists them), got "
+                          f"{repr(problem) if isinstance(problem, str) else 'a ' + type(problem).__name__}")
     workers, rounds, seed = plain("workers", workers), plain("rounds", rounds), plain("seed", seed)
     tol, tol_abs = plain("tol", tol), plain("tol_abs", tol_abs)
     sim_alpha, sim_beta = plain("sim_alpha", sim_alpha), plain("sim_beta", sim_beta)

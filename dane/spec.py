@@ -130,7 +130,7 @@ class RunControl:
         object.__setattr__(self, "logger", check_loggers(self.logger))  # a missing extra: one line, pip install ...
         checks.seed("seed", self.seed)
         if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype must be float64 or float32, got {self.dtype}")
+            raise ConfigError(f"dtype must be torch.float64 or torch.float32, got {self.dtype!r}")
         checks.positive_int("print_every", self.print_every)
         checks.one_of("progress", self.progress, PROGRESS)
         checks.count("checkpoint_every", self.checkpoint_every, "never")

@@ -59,6 +59,25 @@ def test_a_problem_given_by_name_is_one_line():
         dane.fit("ridge_synthetic", "dane", workers=2, rounds=1)
     assert one_line(error).startswith("problem must be a problem object, such as dane.problems.LogReg(X, y, lam=1e-3)")
     assert one_line(error).endswith("got 'ridge_synthetic'")
+    with pytest.raises(ConfigError) as error:  # arrays are named by their type, not printed whole
+        dane.fit((np.zeros((500, 3)), np.zeros(500)), "dane", workers=2, rounds=1)
+    assert one_line(error).endswith("(dane.problems lists them), got a tuple")
+
+
+def test_arrays_are_the_problems_own_copy_and_default_to_no_intercept():
+    """A problem holds the arrays it was given: a later change of the caller's X reached a run only once the cached
+    table was evicted; arrays wrapped as data=ArraySource(X, y) take no intercept, as X, y do; text labels are one
+    line."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((60, 4)), rng.standard_normal(60)
+    problem = dane.problems.Ridge(X, y, lam=1e-2)
+    before = dane.fit(problem, "gd", workers=2, rounds=3).records
+    X *= 3.0
+    assert dane.fit(problem, "gd", workers=2, rounds=3).records[-1]["objective"] == before[-1]["objective"]
+    assert not np.shares_memory(problem.data.X, X)
+    assert dane.problems.Ridge(data=dane.ArraySource(X, y)).fit_intercept is False
+    with pytest.raises(ConfigError, match=r"^X and y must hold numbers \(could not convert string to float"):
+        dane.problems.LogReg(X, np.where(y > 0, "yes", "no"))
 
 
 def test_zero_rounds_evaluate_w0_alone_in_the_api_and_on_the_command_line(problem):

@@ -218,6 +218,19 @@ def test_a_run_directory_names_resume_only_where_a_checkpoint_can_continue_it(tm
         RunWriter(tmp_path / "interrupted", resume_offer=resume_offer(tmp_path / "interrupted"))
 
 
+def test_overwrite_removes_the_replaced_runs_own_files_and_keeps_the_users(tmp_path):
+    """overwrite=true replaces a run: its config.yaml, iterate.pt and confusion.json go with its records (a dane.fit
+    run that writes no config.yaml left the command line's beside its summary, naming another method); a file the
+    user put there stays."""
+    for name in ("rounds.jsonl", "summary.json", "config.yaml", "iterate.pt", "confusion.json", "notes.txt"):
+        (tmp_path / name).write_text("old")
+    writer = RunWriter(tmp_path, overwrite=True)
+    writer.write_round({"round": 0})
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "rounds.jsonl"]
+    assert (tmp_path / "rounds.jsonl").read_text() == '{"round": 0}\n'
+
+
 def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_json(tmp_path):
     """A default's statistics (κ = inf where λ + μ = 0) or an adaptation's value sit inside lists and dicts: written
     as strings there too, so a strict JSON reader (no Infinity, no NaN) reads both files."""

@@ -24,7 +24,7 @@ from dane.synthetic.sweep import compose_job
     (Communication, {"step_time": 0}, "sim.step_time must be > 0, got 0"),
     (Communication, {"worker_slowdown": (1.0, 0.5)}, "comm.slowdown factors must be >= 1"),
     (RunControl, {"seed": 1.5}, "seed must be an integer in [0, 2**32 - 1], got 1.5"),
-    (RunControl, {"dtype": torch.int64}, "dtype must be float64 or float32, got torch.int64"),
+    (RunControl, {"dtype": torch.int64}, "dtype must be torch.float64 or torch.float32, got torch.int64"),
     (RunControl, {"print_every": 0}, "print_every must be a positive integer, got 0"),
     (RunControl, {"progress": "dots"}, "progress must be one of table|bar|auto|none, got 'dots'"),
     (RunControl, {"checkpoint_every": -1}, "checkpoint_every must be an integer >= 0 (0: never), got -1"),

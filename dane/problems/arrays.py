@@ -8,8 +8,8 @@ source from `dane.data.files` (the command line's ``data=csv|npz|libsvm``)::
     problem = dane.problems.Ridge(data=CSVSource("housing.csv", target="price", categorical=("region",)),
                                   lam=1e-5, optimum="auto")
 
-``fit_intercept`` defaults to what each input expects: false on arrays (the design matrix is
-yours as given), true on a file source (as ``conf/problem/*.yaml``: the source standardizes
+``fit_intercept`` defaults to what each input expects: false on arrays, given as X and y or as
+``data=ArraySource(X, y)`` (the design matrix is yours as given), true on a file source (as ``conf/problem/*.yaml``: the source standardizes
 the columns and the intercept carries the mean).
 """
 from __future__ import annotations
@@ -35,8 +35,15 @@ class ArraySource:
     fingerprint: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        X = self.X if scipy.sparse.issparse(self.X) else np.asarray(self.X, dtype=np.float64)
-        y = np.asarray(self.y, dtype=np.float64).reshape(-1)
+        # copies: the problem holds the rows it was given (a caller's later change of its array would reach some
+        # runs of it and not others, the table being cached by this fingerprint)
+        try:
+            X = scipy.sparse.csr_matrix(self.X, dtype=np.float64, copy=True) if scipy.sparse.issparse(self.X) else \
+                np.array(self.X, dtype=np.float64, copy=True)
+            y = np.array(self.y, dtype=np.float64, copy=True).reshape(-1)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"X and y must hold numbers ({' '.join(str(err).split())}); encode text labels as "
+                              "numbers first (for example with numpy.unique(y, return_inverse=True))") from None
         if X.ndim != 2:
             raise ConfigError(f"X must be a 2-D array (rows x features), got shape {X.shape}")
         if X.shape[0] != y.shape[0]:
@@ -44,7 +51,6 @@ class ArraySource:
         data = X.data if scipy.sparse.issparse(X) else X
         if not (np.isfinite(data).all() and np.isfinite(y).all()):
             raise ConfigError("X or y holds nan or inf; drop or impute those rows first")
-        X = scipy.sparse.csr_matrix(X, dtype=np.float64) if scipy.sparse.issparse(X) else X
         digest = hashlib.sha1()
         for part in ((X.data, X.indices, X.indptr) if scipy.sparse.issparse(X) else (X,)) + (y,):
             digest.update(np.ascontiguousarray(part).tobytes())
@@ -69,14 +75,14 @@ def _linear(loss: str, name: str, public: str):
             raise ConfigError(f"dane.problems.{public} takes arrays X and y, or data= a file source "
                               "(dane.data.files.CSVSource, NPZSource, LibSVMSource), not both or neither")
         source = ArraySource(X, y) if data is None else data
-        intercept = data is not None if fit_intercept is None else fit_intercept
+        intercept = not isinstance(source, ArraySource) if fit_intercept is None else fit_intercept
         return LinearModelConfig(data=source, loss=loss, lam=lam, fit_intercept=intercept,
                                  local_solver=local_solver, seed=seed, name=name, **solver_keys)
 
     make.__name__ = make.__qualname__ = public
     make.__doc__ = (f"problem={name} on arrays X (n x d, dense or scipy sparse) and y, or on data= a file source; "
                     f"keywords as in conf/problem/{name}.yaml (lam is the weight of (lam/2)||w||^2; optimum='auto' "
-                    "for suboptimality; fit_intercept: false on arrays, true on a source, unless given).")
+                    "for suboptimality; fit_intercept: false on arrays, true on a file source, unless given).")
     return make
 
 

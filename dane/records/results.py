@@ -98,6 +98,12 @@ def json_safe(value):
     return value
 
 
+#: the other files a run writes into its directory beside its records (the command line's config, the final
+#: iterate, split learning's confusion matrix): ``overwrite`` removes them with the records, so that none of the
+#: replaced run's is left beside the new one's summary
+RUN_FILES = ("config.yaml", "iterate.pt", "confusion.json")
+
+
 def held_run(out_dir: str | Path) -> list[str]:
     """The run files ``out_dir`` holds (rounds.jsonl, summary.json): a run's, which a new run may not mix with."""
     return [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (Path(out_dir) / name).exists()]
@@ -153,8 +159,8 @@ class RunWriter:
             if old and not resume:
                 if not overwrite:
                     raise ConfigError(occupied(out_dir, old, resume_offer))
-                for name in old:
-                    (self.out_dir / name).unlink()
+                for name in (*old, *RUN_FILES):
+                    (self.out_dir / name).unlink(missing_ok=True)
             self.provenance = run_provenance()
             self._note_made(ROUNDS_FILE)
             self._rounds = open(self.out_dir / ROUNDS_FILE, "a", buffering=1)
