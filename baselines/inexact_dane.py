@@ -54,10 +54,12 @@ INEXACT_SOLVERS = ("svrg", "cg")
 
 
 def require_convex_shard(problem: Problem, algorithm: str) -> None:
-    """The SVRG and CG local solvers exist on the convex shards only (ridge, logreg, softmax, ridge_synthetic)."""
+    """The SVRG and CG local solvers exist on the linear models' strongly convex shards only (ridge, logreg, softmax,
+    ridge_synthetic)."""
     if problem.strong_convexity is None:
-        raise ConfigError(f"algorithm={algorithm} needs a convex problem (ridge, logreg, softmax, ridge_synthetic), "
-                          f"got {type(problem).__name__}; use algorithm=dane for networks")
+        raise ConfigError(f"algorithm={algorithm} needs a linear model's strongly convex shard for its SVRG or CG local "
+                          f"solve (ridge, logreg, softmax, ridge_synthetic), got {type(problem).__name__}; use "
+                          "algorithm=dane for other problems")
 
 
 def inexact_local_solver(method: str, *, passes: int | str, batch_size: int, lr: float | None, cg_tol: float,

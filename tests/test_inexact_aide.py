@@ -348,7 +348,7 @@ def test_cg_with_zero_tolerance_needs_a_fixed_count():
 
 @pytest.mark.parametrize("config", [InexactDANEConfig(), AIDEConfig()], ids=["inexact_dane", "aide"])
 def test_a_problem_without_the_convex_local_solvers_is_refused(config):
-    with pytest.raises(ConfigError, match=rf"algorithm={config.name} needs a convex problem"):
+    with pytest.raises(ConfigError, match=rf"algorithm={config.name} needs a linear model's strongly convex shard"):
         config.build(Problem(), comm=None)  # strong_convexity None: not a convex linear-model shard
 
 
