@@ -49,6 +49,8 @@ import torch
 #: the counters, in the ledger's column order
 COUNTS = ("local_passes", "local_hvps", "local_hessians", "local_factorizations", "local_solver_iters",
           "local_inner_steps", "local_inner_samples")
+#: each count's column in a ledger's table
+COLUMN = {key: column for column, key in enumerate(COUNTS)}
 FLOPS = "local_flops"
 #: every record key this module writes, totals then maxima
 KEYS = (*COUNTS, FLOPS, *(f"{key}_max" for key in (*COUNTS, FLOPS)))
@@ -77,7 +79,7 @@ class Ledger:
     def add(self, key: str, amount) -> None:
         if self.depth or self.quiet:
             return
-        self.counts[:, COUNTS.index(key)] += np.asarray(amount, dtype=np.float64) * self.active
+        self.counts[:, COLUMN[key]] += np.asarray(amount, dtype=np.float64) * self.active
 
     def take_part(self, members: torch.Tensor) -> None:
         """This round's draw of clients: counts from now on stand for the drawn rows (and those of earlier draws)."""
@@ -324,13 +326,19 @@ def record_keys(table: np.ndarray) -> dict[str, float]:
 
 
 def _kind(comm) -> str:
+    kind = _kind_of(type(comm))
+    return "local" if comm.size == 1 else kind  # one worker alone makes no collective the board reads at
+
+
+@functools.cache  # read twice a round on every worker: the class's answer once
+def _kind_of(cls: type) -> str:
     from .comm.base import Communicator
     from .comm.batched import BatchedCommunicator
     from .comm.threads import ThreadCommunicator
 
-    if not isinstance(comm, Communicator) or comm.size == 1 or isinstance(comm, BatchedCommunicator):
-        return "local"  # every count is this ledger's (one worker alone makes no collective the board reads at)
-    if isinstance(comm, ThreadCommunicator):
+    if not issubclass(cls, Communicator) or issubclass(cls, BatchedCommunicator):
+        return "local"  # every count is this ledger's
+    if issubclass(cls, ThreadCommunicator):
         return "threads"
     return "launched"
 

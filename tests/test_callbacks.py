@@ -252,6 +252,29 @@ def test_a_slow_writer_leaves_the_simulated_time_as_it_was(tmp_path, monkeypatch
     assert run("slow") < quick + 0.02  # 5 records x 30 ms were charged before
 
 
+def test_the_shown_table_leaves_the_simulated_time_as_it_was(monkeypatch):
+    """The progress table is off rank 0's clock as the records are: 30 ms of CPU per line shown add nothing to the
+    simulated time (they added 30 ms a round, so time_s depended on quiet)."""
+    import dane
+    from dane.loop import progress
+
+    def run() -> float:
+        result = dane.fit(RidgeSyntheticConfig(n_samples=200, dim=5), "gd", workers=2, rounds=4, quiet=False)
+        return result.records[-1]["time_s"]
+
+    quick = run()
+    show = progress.RoundTable.__call__
+
+    def slow(self, record):
+        end = time.thread_time() + 0.03
+        while time.thread_time() < end:
+            pass
+        return show(self, record)
+
+    monkeypatch.setattr(progress.RoundTable, "__call__", slow)
+    assert run() < quick + 0.02  # 5 lines x 30 ms were charged before
+
+
 @pytest.mark.parametrize("safeguard, lines", [
     (True, ["default: none (every number given)", "adapting: safeguard (each firing is its round's adapted event)"]),
     (False, ["default: none (every number given)"]),

@@ -231,6 +231,22 @@ def test_overwrite_removes_the_replaced_runs_own_files_and_keeps_the_users(tmp_p
     assert (tmp_path / "rounds.jsonl").read_text() == '{"round": 0}\n'
 
 
+def test_a_record_line_is_the_checked_encoding_whether_or_not_it_holds_an_inf():
+    """`results.line` writes the plain encoding where a record has no inf or nan, the `json_safe` one where it does:
+    the same text either way as the checked encoding (tuples as lists, numpy floats as floats)."""
+    import json
+
+    import numpy as np
+
+    def checked(record):
+        return json.dumps({k: results.json_safe(v) for k, v in record.items()})
+
+    finite = {"round": 3, "objective": np.float64(0.1) + 0.2, "pair": (1, 2.5), "events": [{"mu": 1e-300}]}
+    odd = {**finite, "lr": float("inf"), "stats": {"kappa": float("nan")}, "path": [float("-inf")]}
+    assert results.line(finite) == checked(finite) == json.dumps(finite)
+    assert results.line(odd) == checked(odd) and json.loads(results.line(odd))["stats"] == {"kappa": "nan"}
+
+
 def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_json(tmp_path):
     """A default's statistics (κ = inf where λ + μ = 0) or an adaptation's value sit inside lists and dicts: written
     as strings there too, so a strict JSON reader (no Infinity, no NaN) reads both files."""

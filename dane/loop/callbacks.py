@@ -205,12 +205,13 @@ class Display(Callback):
             say(line)
 
     def on_round(self, loop, record: dict) -> None:
-        record = loop.reported(record)
-        if self.preamble and len(loop.seen) == 1:  # the records' keys now say which test tol applies to
-            unapplied = self.stop.unapplied(record)
-            say(f"stop: {' or '.join(filter(None, (self.stop.rule(record), f'{self.stop.rounds} rounds')))}"
-                + (f"; {unapplied}" if unapplied else ""))
-        self.show(record)
+        with off_clock(loop.comm):  # what is shown is no worker's compute: quiet=true or not, the same time_s
+            record = loop.reported(record)
+            if self.preamble and len(loop.seen) == 1:  # the records' keys now say which test tol applies to
+                unapplied = self.stop.unapplied(record)
+                say(f"stop: {' or '.join(filter(None, (self.stop.rule(record), f'{self.stop.rounds} rounds')))}"
+                    + (f"; {unapplied}" if unapplied else ""))
+            self.show(record)
 
     def on_rounds_end(self, loop) -> None:
         if isinstance(self.show, RoundBar):

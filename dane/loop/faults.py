@@ -51,7 +51,10 @@ def inject_faults(faults: tuple[tuple[int, int], ...], rank: int | range | tuple
     run (``resume=auto``, same command) gets past it, as a restarted job on healthy machines would; a run without
     ``checkpoint_every`` has nothing to resume from, so its fault leaves no marker and its line says so.
     """
-    kill_at, kill_rank = os.environ.get(TEST_KILL_ENV), int(os.environ.get(TEST_KILL_RANK_ENV, 1))
+    kill_at = os.environ.get(TEST_KILL_ENV)
+    if not faults and not kill_at:  # the common case, every round on every worker
+        return
+    kill_rank = int(os.environ.get(TEST_KILL_RANK_ENV, 1))
     planned = [(r, w, "fault") for r, w in faults] + ([(int(kill_at), kill_rank, "kill")] if kill_at else [])
     ranks = (rank,) if isinstance(rank, int) else rank
     for r, w, kind in planned:

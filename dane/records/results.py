@@ -98,6 +98,15 @@ def json_safe(value):
     return value
 
 
+def line(record: dict) -> str:
+    """``record`` as one line of JSON, its inf and nan as strings (`json_safe`); the plain encoding where it has
+    none (the same text: `json_safe` changes nothing else that JSON writes differently)."""
+    try:
+        return json.dumps(record, allow_nan=False)
+    except ValueError:  # an inf or a nan somewhere in it
+        return json.dumps({k: json_safe(v) for k, v in record.items()})
+
+
 #: the other files a run writes into its directory beside its records (the command line's config, the final
 #: iterate, split learning's confusion matrix): ``overwrite`` removes them with the records, so that none of the
 #: replaced run's is left beside the new one's summary
@@ -175,7 +184,7 @@ class RunWriter:
 
     def write_round(self, record: dict) -> None:
         try:
-            self._rounds.write(json.dumps({k: json_safe(v) for k, v in record.items()}) + "\n")
+            self._rounds.write(line(record) + "\n")
         except OSError as err:  # a write names no file: say which (a full or read-only file system)
             raise OSError(err.errno, err.strerror, str(self.out_dir / ROUNDS_FILE)) from None
         self._wrote += 1
