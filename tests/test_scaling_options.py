@@ -202,8 +202,10 @@ def test_scaled_sparse_fit_is_the_standardized_fit_exactly_when_the_intercept_is
             w_fp, _, _ = ridge_optimum(full, y, lam, penalize_intercept=True)
             assert np.abs(w_sp - w_fp).max() > 1e-3 * lam * np.abs(w_fp).max()
     problem = LinearModelConfig(data=scaled, loss="squared", lam=0.0, fit_intercept=True)
-    # DiSCO: its PCG needs no shard's Hessian to be invertible, as λ = 0 with a rare 0/1 column does not give
-    result = dane.fit(problem, "disco", workers=2, rounds=20, tol=1e-12)
+    # DiSCO: its PCG needs no shard's Hessian to be invertible, as λ = 0 with a rare 0/1 column does not give, but
+    # its preconditioner (worker 0's Hessian + μI) does: μ > 0, as the paper takes it (at μ = 0 the preconditioner's
+    # CG on a singular system only got there by stopping at d products)
+    result = dane.fit(problem, "disco", workers=2, rounds=20, tol=1e-12, mu=1e-3)
     assert result.status == "converged"
     np.testing.assert_allclose(result.w.numpy(), np.r_[w_f, b_f - w_f @ shift], rtol=1e-8)
     assert result.summary["final_objective"] == pytest.approx(o_f, rel=1e-10)
