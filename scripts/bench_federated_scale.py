@@ -94,7 +94,7 @@ def one_run(framework: str, python: str, shards: Path, setting: dict, rounds: in
         steady = seconds[1:] or seconds  # round 1 apart: a framework's lazy start (Ray's workers) falls there
         run.update({k: v for k, v in answer.items() if k != "finished_at"}, round_seconds=seconds,
                    first_round_s=seconds[0], round_s=statistics.median(steady), round_s_min=min(steady),
-                   round_s_max=max(steady), rounds=len(seconds))
+                   round_s_max=max(steady), rounds=rounds, timed_rounds=len(seconds))
         run.setdefault("rounds_s", sum(seconds))
     except (OSError, ValueError, IndexError, KeyError, StopIteration, statistics.StatisticsError):
         run["error"] = [line for _, line in lines[-5:]]

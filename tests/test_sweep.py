@@ -182,12 +182,13 @@ def test_each_run_of_one_process_records_its_own_timeline(tmp_path):
     timeline.end_run()  # whatever an earlier test's refused job left
     first = run_job(("algorithm=dane", "workers=2", "rounds=2", *TINY), tmp_path / "a")["timeline"]
     timeline.configured()  # the entry point of the next job (experiments/train.py marks it so)
+    timeline.mark("reference")  # made between the runs (a benchmark's optimum): not the second run's
     second = run_job(("algorithm=dane", "workers=2", "rounds=2", "problem.n_samples=1200", "problem.dim=20"),
                      tmp_path / "b")["timeline"]
     assert second["clock_origin"] == first["clock_origin"]
     assert first["data"] <= first["round0"] <= first["end"] < second["config"] <= second["data"] <= \
         second["round0"] <= second["end"]
-    assert "config" not in first  # run_job's run has no entry point of its own
+    assert "config" not in first and "reference" not in second  # run_job's run has no entry point of its own
     assert read_summary(tmp_path / "b")["timeline"] == second
 
 

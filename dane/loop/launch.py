@@ -49,6 +49,7 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
                          batched=runs_batched(spec))  # there changes; on the path that wrote the checkpoint
         if control.checkpoint_every and not out_dir and spec.comm.simulated:
             raise ConfigError(f"checkpoint_every={control.checkpoint_every} needs a run directory; set out_dir")
+        timeline.begin_run()  # marks made since the last run (but the entry point's config) are not this run's
         try:
             summary = start(spec, out_dir, collect)
         finally:

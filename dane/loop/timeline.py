@@ -7,8 +7,8 @@ summary carries them as ``timeline`` (`dane.loop.worker`): ``config`` (the entry
 its configuration: imports and Hydra done), ``data`` (the data read and the worker's
 shard built), ``reference`` (the reference optimum, when asked for), ``round0`` (the
 first round starts) and ``end`` (the last record written).  A mark made twice in one run
-keeps the first.  A run's marks are its own: `end_run` (`dane.loop.launch.execute`, as a run ends, however it
-ends) drops them, so the next run of one process (an in-process sweep, `synthetic.sweep.ensure`; a Hydra
+keeps the first.  A run's marks are its own: `begin_run` drops what was marked since the last run but the entry
+point's ``config``, and `end_run` (`dane.loop.launch.execute`, as a run ends, however it ends) drops them all, so the next run of one process (an in-process sweep, `synthetic.sweep.ensure`; a Hydra
 multirun's next job; `dane.fit` called again) records its own ``data`` ... ``end``, later than the earlier
 run's, and its own ``config`` where its entry point marks one (a multirun's job does; `dane.fit` and
 `ensure` do not, and the time before such a run's first mark is partly the earlier runs').  The launcher's own start-up is what lies before this process's start: a
@@ -23,8 +23,8 @@ time in whole seconds and so can sit up to a second away from the true start.
 """
 from __future__ import annotations
 
-import functools
 import os
+import threading
 import time
 
 _MARKS: dict[str, float] = {}
@@ -39,11 +39,23 @@ def process_start() -> float | None:
     return psutil.Process().create_time()
 
 
-@functools.cache  # read once a process: /proc/self/stat sums over the threads, and m simulated workers ask at their end
+_START: list[float | None] = []  # `boot_clock_start`'s one reading in this process
+_START_LOCK = threading.Lock()
+
+
 def boot_clock_start() -> float | None:
     """This process's start as a ``time.time()`` value: its start tick (/proc/self/stat) against CLOCK_BOOTTIME.
 
-    Exact to the kernel's tick (10 ms); None where there is no /proc or no boot clock."""
+    Exact to the kernel's tick (10 ms); None where there is no /proc or no boot clock.  Read once a process, under a
+    lock: /proc/self/stat sums over the threads, and m simulated workers ask at their end, at once (two readings
+    differ in their last bits: time.time() and the boot clock are read a moment apart)."""
+    with _START_LOCK:
+        if not _START:
+            _START.append(_read_start())
+        return _START[0]
+
+
+def _read_start() -> float | None:
     try:
         after_name = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
         start_s = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime; the list starts at field 3
@@ -53,7 +65,7 @@ def boot_clock_start() -> float | None:
     return now - (since_boot - start_s)
 
 
-os.register_at_fork(after_in_child=boot_clock_start.cache_clear)  # a forked child started later than its parent
+os.register_at_fork(after_in_child=_START.clear)  # a forked child started later than its parent
 
 
 def configured() -> None:
@@ -61,6 +73,13 @@ def configured() -> None:
     job's left over (one refused before its run, in a multirun) does not hold back."""
     _MARKS.pop("config", None)
     mark("config")
+
+
+def begin_run() -> None:
+    """A run of this process starts: marks made since the last run ended go (a reference optimum made between runs,
+    by a benchmark), but its entry point's ``config``."""
+    for name in [name for name in _MARKS if name != "config"]:
+        del _MARKS[name]
 
 
 def end_run() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
@@ -107,10 +108,11 @@ def line(record: dict) -> str:
         return json.dumps({k: json_safe(v) for k, v in record.items()})
 
 
-#: the other files a run writes into its directory beside its records (the command line's config, the final
-#: iterate, split learning's confusion matrix): ``overwrite`` removes them with the records, so that none of the
-#: replaced run's is left beside the new one's summary
-RUN_FILES = ("config.yaml", "iterate.pt", "confusion.json")
+#: the other files and folders a run writes into its directory beside its records (the command line's config, the
+#: final iterate, a network's confusion matrix and its plot, an asynchronous run's update log, the TensorBoard
+#: events): ``overwrite`` removes them with the records, so that none of the replaced run's is left beside the new
+#: one's summary (MLflow's store, which keeps runs apart by itself, stays)
+RUN_FILES = ("config.yaml", "iterate.pt", "confusion.json", "confusion.png", "updates.jsonl", "tensorboard")
 
 
 def held_run(out_dir: str | Path) -> list[str]:
@@ -169,7 +171,8 @@ class RunWriter:
                 if not overwrite:
                     raise ConfigError(occupied(out_dir, old, resume_offer))
                 for name in (*old, *RUN_FILES):
-                    (self.out_dir / name).unlink(missing_ok=True)
+                    path = self.out_dir / name
+                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
             self.provenance = run_provenance()
             self._note_made(ROUNDS_FILE)
             self._rounds = open(self.out_dir / ROUNDS_FILE, "a", buffering=1)
