@@ -70,7 +70,7 @@ bench: setup
 	$(PY) -m scripts.bench fedprox_synthetic --out results/bench.json
 	$(PY) -m scripts.bench compressed --out results/bench.json
 
-## The --quick runs of four sections through the runner, into a throwaway JSON (CI runs it; the fast tests read
+## The --quick runs of eleven sections through the runner, into a throwaway JSON (CI runs it; the fast tests read
 ## canned JSON cut from such runs, tests/data/bench/, and start no benchmark).
 BENCH_SMOKE := $(shell mktemp -u /tmp/bench-smoke-XXXXXX).json
 bench-smoke: setup
@@ -78,6 +78,13 @@ bench-smoke: setup
 	$(PY) -m scripts.bench defaults --quick --only gd dane --out $(BENCH_SMOKE)
 	$(PY) -m scripts.bench federated --quick --out $(BENCH_SMOKE)
 	$(PY) -m scripts.bench local_solve --quick --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench batched --quick --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench svrg --quick --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench similarity --quick --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench fedprox_synthetic --quick --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench convex --quick --only breast_cancer_logreg diabetes_ridge rcv1_like_logreg --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench load --quick --out $(BENCH_SMOKE)
+	$(PY) -m scripts.bench cuda --quick --out $(BENCH_SMOKE)
 	rm -f $(BENCH_SMOKE)
 
 ## Every figure and table from results/ into results/figures/ (untracked), each with a .json provenance sidecar;

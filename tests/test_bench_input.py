@@ -132,6 +132,22 @@ def test_a_user_error_in_the_section_is_one_line_and_its_saved_rows_stay(tmp_pat
     assert calls == ["a", "b"] and list(json.loads(out.read_text())["toy"]["rows"]) == ["a"]
 
 
+def test_sampled_lambda_without_its_tables_is_skipped_in_one_line(tmp_path, monkeypatch):
+    """Without the LIBSVM tables every run was refused and the section died on a TypeError (a λ of None times a grid
+    factor): it now says which tables are missing, exit 2 (0 with --skip-without-data), the JSON holding why."""
+    from scripts import bench_sampled_lambda
+
+    monkeypatch.setattr(bench_sampled_lambda, "DATA_DIR", tmp_path)
+    benches = {"sampled_lambda": bench_sampled_lambda.BENCH}
+    with pytest.raises(SystemExit) as stop:
+        harness.main(["sampled_lambda", "--quick", "--out", str(tmp_path / "b.json")], benches)
+    assert stop.value.code == 2
+    section = harness.main(["sampled_lambda", "--quick", "--skip-without-data", "--out", str(tmp_path / "c.json")],
+                           benches)
+    assert section["skipped"] == (f"no LIBSVM table phishing, a9a in {tmp_path / 'libsvm'} (set DANE_DATA_DIR to "
+                                  "the folder holding libsvm/)")
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["compress", "--quick", "--repeats", "0"], "argument --repeats: must be a positive integer, got '0'"),
     (["convex", "--quick", "--svm-rows", "-5"], "argument --svm-rows: must be a positive integer, got '-5'"),
