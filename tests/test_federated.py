@@ -21,7 +21,7 @@ from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
 from dane.sampling import ClientSampler, sampled_mean
-from helpers import ridge_shards, simulate, straight_and_resumed
+from helpers import ridge_shards, simulate, simulate_stacked, straight_and_resumed
 
 SMALL = RidgeSyntheticConfig(n_samples=240, dim=12, lam=0.01, noise_std=0.5)
 
@@ -35,6 +35,13 @@ def iterates(config, m=4, rounds=6, problem=SMALL, tol=None):
     return out[0][2], out[0][1]
 
 
+def stacked_iterates(config, m=4, rounds=6, problem=SMALL):
+    """`iterates` on the batched communicator (`helpers.simulate_stacked`): the m shards stacked, one computation
+    for all m workers, where the method is batchable: for the identities, whose point is not the per-worker path."""
+    (_, records, ws), = simulate_stacked(config, problem.build_stacked(m), rounds)
+    return ws, records
+
+
 def assert_same_iterates(a, b, atol=1e-12):
     assert len(a) == len(b)
     for x, y in zip(a, b):
@@ -43,14 +50,14 @@ def assert_same_iterates(a, b, atol=1e-12):
 
 # ------------------------------------------------------------------ closed forms
 def test_scaffold_with_one_local_step_is_gd():
-    w_scaffold, _ = iterates(ScaffoldConfig(local_steps=1, lr=0.05))
-    w_gd, _ = iterates(GDConfig(lr=0.05))
+    w_scaffold, _ = stacked_iterates(ScaffoldConfig(local_steps=1, lr=0.05))
+    w_gd, _ = stacked_iterates(GDConfig(lr=0.05))
     assert_same_iterates(w_scaffold, w_gd)
 
 
 def test_scaffnew_with_p_one_is_gd_with_its_step():
-    w_new, records = iterates(ScaffnewConfig(p=1.0, lr=0.05))
-    w_gd, _ = iterates(GDConfig(lr=0.05))
+    w_new, records = stacked_iterates(ScaffnewConfig(p=1.0, lr=0.05))
+    w_gd, _ = stacked_iterates(GDConfig(lr=0.05))
     assert_same_iterates(w_new, w_gd)
     assert all(r["local_steps"] == 1 for r in records[:-1])  # the last record is the final evaluation
 
@@ -68,7 +75,7 @@ def test_sdane_with_one_client_and_an_exact_solve_is_the_proximal_point_method()
 
 def test_fedprox_with_one_client_solves_the_proximal_step_exactly():
     mu = 0.2
-    w, _ = iterates(FedProxConfig(mu=mu, local_solver="problem"), m=1, rounds=3)
+    w, _ = stacked_iterates(FedProxConfig(mu=mu, local_solver="problem"), m=1, rounds=3)
     (shard,) = ridge_shards(1, SMALL)
     H = shard.A + 2 * shard.lam * torch.eye(SMALL.dim, dtype=torch.float64)
     prox = torch.linalg.solve(H + mu * torch.eye(SMALL.dim, dtype=torch.float64), shard.b)  # argmin O + (μ/2)‖w‖²
@@ -78,16 +85,16 @@ def test_fedprox_with_one_client_solves_the_proximal_step_exactly():
 def test_fedavg_is_local_sgd_with_a_mean():
     from dane.api import algorithm_config
 
-    w_fedavg, _ = iterates(algorithm_config("fedavg"))
-    w_local, _ = iterates(LocalSGDConfig(aggregate="mean"))
+    w_fedavg, _ = stacked_iterates(algorithm_config("fedavg"))
+    w_local, _ = stacked_iterates(LocalSGDConfig(aggregate="mean"))
     assert 2 <= len(w_fedavg) <= len(w_local)  # FedAvg may end early at its drift floor (FedProx.finished)
     assert_same_iterates(w_fedavg, w_local[: len(w_fedavg)], atol=0)
 
 
 def test_feddane_and_dane_plus_without_sampling_are_dane():
-    w_dane, _ = iterates(DANEConfig(mu=0.1, safeguard=False))
-    w_fed, _ = iterates(FedDANEConfig(mu=0.1))
-    w_plus, _ = iterates(FedRedConfig(lam=0.1, local_solver="problem"))
+    w_dane, _ = stacked_iterates(DANEConfig(mu=0.1, safeguard=False))
+    w_fed, _ = iterates(FedDANEConfig(mu=0.1))  # FedDANE has no stacked form: one thread per worker
+    w_plus, _ = stacked_iterates(FedRedConfig(lam=0.1, local_solver="problem"))
     assert_same_iterates(w_fed, w_dane)
     assert_same_iterates(w_plus, w_dane)
 
@@ -158,7 +165,7 @@ def test_sampled_mean_is_the_mean_over_the_members():
 def test_scaffold_control_variates_under_sampling_match_a_hand_computation(option):
     m, s, lr, K, rounds = 4, 2, 0.05, 3, 4
     config = ScaffoldConfig(local_steps=K, lr=lr, clients_per_round=s, seed=3, option=option)
-    w_run, records = iterates(config, m=m, rounds=rounds)
+    w_run, records = stacked_iterates(config, m=m, rounds=rounds)
     shards = ridge_shards(m, SMALL)
     sampler = ClientSampler(FakeComm(0, m), s, seed=3)
     w, c = torch.zeros(SMALL.dim, dtype=torch.float64), torch.zeros(SMALL.dim, dtype=torch.float64)

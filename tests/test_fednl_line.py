@@ -12,7 +12,8 @@ from dane.baselines.newton_star import NewtonStarConfig
 from dane.errors import ConfigError
 from dane.losses import LOSSES
 from dane.problems.glm import LinearModelShard, add_intercept, to_torch
-from helpers import simulate, straight_and_resumed
+from dane.problems.stacked_rows import StackedRows
+from helpers import simulate, simulate_stacked, straight_and_resumed
 
 LAM, M, D = 1e-2, 3, 5  # d = D + 1 with the intercept
 
@@ -57,6 +58,12 @@ def shards(X, y, loss, w_star=None):
     return out
 
 
+def stacked(config, shards, rounds):
+    """`simulate` on the batched communicator: the shards' rows stacked (`StackedRows`), one computation for the M
+    clients (`helpers.simulate_stacked`), for the transcriptions, whose point is not the per-worker path."""
+    return simulate_stacked(config, StackedRows(shards), rounds)
+
+
 @pytest.fixture(scope="module")
 def logistic():
     X, y = data()
@@ -79,7 +86,7 @@ def test_newton_star_iterates_and_bits(logistic):
     """x_{k+1} = x_k − ∇²O(x*)⁻¹∇O(x_k) (FedNL-Public's ``Newton_Star.step``), 3 rounds, and the bits: 64·d(d+1)/2
     once, 64·d a round, per client."""
     X, y, grad, hess, w_star = logistic
-    algo, records, ws = simulate(NewtonStarConfig(), shards(X, y, "logistic", w_star), 3)[0]
+    algo, records, ws = stacked(NewtonStarConfig(), shards(X, y, "logistic", w_star), 3)[0]
     d, H_star, x = D + 1, hess(w_star), np.zeros(D + 1)
     for k in range(1, 4):
         x = x - np.linalg.inv(H_star) @ grad(x)
@@ -258,7 +265,8 @@ def test_fednl_cr_against_numpy(logistic, spec):
     X, y, grad, _, _ = logistic
     N, d = X.shape
     M_star = 1 / (6 * np.sqrt(3)) * np.mean(np.linalg.norm(X.toarray(), axis=1) ** 3)
-    algo, records, ws = simulate(FedNLConfig(compressor=spec, variant="cr", seed=0), shards(X, y, "logistic"), 3)[0]
+    run = simulate if spec == "none" else stacked  # FedNL-CR's one run on one thread per worker, the other stacked
+    algo, records, ws = run(FedNLConfig(compressor=spec, variant="cr", seed=0), shards(X, y, "logistic"), 3)[0]
     assert algo.cubic == pytest.approx(M_star, rel=1e-14)
     assert algo.defaults[0]["key"] == "algorithm.cubic" and algo.defaults[0]["rule"] == "cubic_constant"
     x = np.zeros(d)
@@ -297,7 +305,7 @@ def test_nl1_against_numpy(logistic, k, eta):
 
     X, y, grad, _, _ = logistic
     N, d = X.shape
-    algo, records, ws = simulate(NL1Config(k=k, eta=eta, seed=4), shards(X, y, "logistic"), 3)[0]
+    algo, records, ws = stacked(NL1Config(k=k, eta=eta, seed=4), shards(X, y, "logistic"), 3)[0]
     A = X.toarray()
     parts = np.array_split(np.arange(N), M)
 
@@ -389,7 +397,7 @@ def test_dingo_against_numpy(logistic, theta):
 
     X, y, grad, _, _ = logistic
     d = X.shape[1]
-    algo, records, ws = simulate(DINGOConfig(theta=theta), shards(X, y, "logistic"), 3)[0]
+    algo, records, ws = stacked(DINGOConfig(theta=theta), shards(X, y, "logistic"), 3)[0]
     x, bits, cases = np.zeros(d), 0, []
     for k in range(1, 4):
         x, case, a = dingo_reference(lambda z: client_hessians(X, y, z), grad, x, theta, 1e-6, 1e-4)
@@ -412,7 +420,7 @@ def test_newton_3pc_against_numpy(logistic, mechanism, zeta, p):
     X, y, grad, _, _ = logistic
     d, T = X.shape[1], X.shape[1] * (X.shape[1] + 1) // 2
     config = Newton3PCConfig(mechanism=mechanism, zeta=zeta, p=p, compressor="topk:8", seed=1)
-    algo, records, ws = simulate(config, shards(X, y, "logistic"), 4)[0]
+    algo, records, ws = stacked(config, shards(X, y, "logistic"), 4)[0]
     assert [(e["key"], e["value"], e["rule"]) for e in algo.defaults] == [("algorithm.mu", LAM, "the problem's")]
     x = np.zeros(d)
     H_i = client_hessians(X, y, x)

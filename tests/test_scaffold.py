@@ -47,8 +47,9 @@ def test_the_default_step_is_the_smallest_of_its_three_bounds():
 def test_one_local_step_at_the_default_step_is_gd_with_that_step():
     L, mu_low = spectrum(WELL)
     lr = min(2 / (L + mu_low), 1.9 / L)
-    _, _, w_scaffold = simulate(ScaffoldConfig(local_steps=1), ridge_shards(M, WELL), rounds=6)[0]
-    _, _, w_gd = simulate_stacked(GDConfig(lr=lr), WELL.build_stacked(M), rounds=6)[0]  # GD stacks; SCAFFOLD not
+    problem = WELL.build_stacked(M)  # the identity is the point: the M workers as one stacked computation
+    _, _, w_scaffold = simulate_stacked(ScaffoldConfig(local_steps=1), problem, rounds=6)[0]
+    _, _, w_gd = simulate_stacked(GDConfig(lr=lr), problem, rounds=6)[0]
     assert len(w_scaffold) == len(w_gd)
     for a, b in zip(w_scaffold, w_gd):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)  # lr agrees to Lanczos' round-off, not bit for bit
