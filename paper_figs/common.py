@@ -14,6 +14,8 @@ the same logs gives identical files.
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import math
 import re
@@ -228,9 +230,18 @@ def data_text(info: dict) -> str:
 
 
 def run_config(run_dir: str | Path) -> dict:
-    """A run's saved config (``config.yaml``), or {} where it has none."""
+    """A run's saved config (``config.yaml``), or {} where it has none (a figure reads each run's twice: its
+    setting and its sidecar; parsed once per version of the file)."""
     path = Path(run_dir) / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    if not path.exists():
+        return {}
+    stat = path.stat()
+    return copy.deepcopy(_parsed(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(path: str, mtime_ns: int, size: int) -> dict:
+    return yaml.safe_load(Path(path).read_text()) or {}
 
 
 def _run_entry(run_dir: Path, root: Path | None) -> dict:
