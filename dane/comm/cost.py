@@ -131,7 +131,7 @@ def _load(cls, path: str | Path, remake: str, topology: str):
     try:
         data = json.loads(Path(path).read_text())
         found = data.get("topology", "allreduce") if isinstance(data, dict) else topology
-        if found != topology and not (isinstance(found, str) and found in CALIBRATION_KEYS):
+        if not (isinstance(found, str) and found in CALIBRATION_KEYS):
             raise ValueError(f"topology {found!r} is neither allreduce nor ps")
         if found == topology:
             required = {"alpha", "beta"}
