@@ -327,7 +327,7 @@ def record_keys(table: np.ndarray) -> dict[str, float]:
 
 def _kind(comm) -> str:
     kind = _kind_of(type(comm))
-    return "local" if comm.size == 1 else kind  # one worker alone makes no collective the board reads at
+    return "local" if kind == "local" or comm.size == 1 else kind  # one worker makes no collective the board reads
 
 
 @functools.cache  # read twice a round on every worker: the class's answer once
