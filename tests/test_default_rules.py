@@ -133,7 +133,6 @@ ROWS = [
     (d.dasha_step, (2.0, 3.0, 9.0, 4), {}, 1 / (2 + 18 * 19 ** 0.5)),    # sqrt(16·9·19/4) = 6 sqrt(19), times 3
     # CG's products per solve where max_iter is null: the shard's own count (a linear model's, by dtype), else d
     (d.cg_products, (SimpleNamespace(dim=7),), {}, 70),  # 10 d: CG past d products where round-off needs it
-    (d.cg_products, (SimpleNamespace(dim=7, cg_default_products=70),), {}, 70),
     # GD: min(2/(L̄ + μ̲), lr_factor/L̄)
     (d.gd_step, (10.0, 1.0, 1.9), {}, 2 / 11),                           # 0.1818 < 0.19
     (d.gd_step, (10.0, 0.0, 1.9), {}, 0.19),                             # μ̲ = 0: 2/L̄ capped at 1.9/L̄

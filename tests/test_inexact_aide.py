@@ -450,6 +450,8 @@ def test_svrg_step_and_auto_passes_are_noted_with_what_they_read(algorithm, keys
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_the_cg_cap_of_a_null_cg_max_iter_is_noted_as_the_solves_take_it(dtype):
     """local_solver=cg with cg_max_iter null: the linear model's own cap, 10 d products in either precision."""
+    from dane.numerics.local_solvers import cg_products
+
     rng = np.random.default_rng(4)
     X = rng.standard_normal((80, 5))
     problem = LogReg(X, np.where(rng.standard_normal(80) > 0, 1.0, -1.0), lam=1e-2, dtype=dtype)
@@ -457,7 +459,7 @@ def test_the_cg_cap_of_a_null_cg_max_iter_is_noted_as_the_solves_take_it(dtype):
     shard = problem.build(0, 2, getattr(torch, dtype))
     assert [(e["key"], e["value"], e["rule"]) for e in result.summary["defaults"]] == \
         [("algorithm.cg_max_iter", 10 * shard.dim, "cg_products")] == [("algorithm.cg_max_iter",
-                                                                         shard.cg_default_products, "cg_products")]
+                                                                         cg_products(shard), "cg_products")]
 
 
 def test_a_cg_local_solve_on_an_ill_conditioned_float64_shard_reaches_its_tolerance():

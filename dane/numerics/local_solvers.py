@@ -327,9 +327,9 @@ def svrg_step(rows: int, row_smoothness: float, shrink: float) -> float:
 
 
 def cg_products(shard) -> int:
-    """CG's Hessian-vector products per solve where ``max_iter`` is null: the shard's own count, else
-    `CG_PRODUCTS_PER_DIM` × d."""
-    return int(getattr(shard, "cg_default_products", CG_PRODUCTS_PER_DIM * shard.dim))
+    """CG's Hessian-vector products per solve where ``max_iter`` is null, `CG_PRODUCTS_PER_DIM` × d: what a convex
+    shard's CG takes (`dane.problems.glm`, `dane.problems.quadratic`) and InexactDANE's summary notes."""
+    return CG_PRODUCTS_PER_DIM * shard.dim
 
 
 def svrg_resolved(shard: Shard, solver: LocalSolver, mu: float) -> dict:

@@ -42,7 +42,7 @@ import torch
 
 from ..errors import ConfigError
 from ..numerics.linalg import cg, cholesky_solve
-from ..numerics.local_solvers import CG_PRODUCTS_PER_DIM, LocalSolver, prox_solve
+from ..numerics.local_solvers import LocalSolver, cg_products, prox_solve
 from ..losses import Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
@@ -188,11 +188,6 @@ class LinearModelShard(Problem):
     def initial_point(self) -> torch.Tensor:
         return torch.zeros(self.dim, dtype=self.dtype)  # in host memory, where the algorithms keep their vectors
 
-    @property
-    def cg_default_products(self) -> int:
-        """CG's products per solve when ``problem.local_max_iter`` is null (`CG_PRODUCTS_PER_DIM`)."""
-        return CG_PRODUCTS_PER_DIM * self.dim
-
     def _here(self, t: torch.Tensor) -> torch.Tensor:
         """A caller's tensor on this shard's device (the same tensor when it is there already)."""
         return t.to(self.device)
@@ -306,7 +301,7 @@ class LinearModelShard(Problem):
         if solver.method == "cholesky":
             return cholesky_solve(self._factor(at, shift), r).to(where)
         result = cg(lambda v: self.hessian_vector(v, at=at, with_reg=False) + shift * v, r,
-                    rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or self.cg_default_products)
+                    rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or cg_products(self))
         return result.x.to(where)
 
     @counted("local_passes", rows_fraction)

@@ -39,7 +39,7 @@ import torch
 from .. import checks
 from ..errors import ConfigError
 from ..numerics.linalg import cg, cholesky_solve
-from ..numerics.local_solvers import CG_PRODUCTS_PER_DIM, LocalSolver
+from ..numerics.local_solvers import LocalSolver, cg_products
 from ..work import count_once, counted
 from .base import Problem
 
@@ -164,7 +164,7 @@ class QuadraticProblem(Problem):
                               f"{type(self).__name__} has only its Hessian: use cholesky or cg")
         return cg(lambda v: self.hessian_vector(v, with_reg=with_reg) + shift * v, r,
                   rtol=solver.tol if rtol is None else rtol,
-                  max_iter=solver.max_iter or CG_PRODUCTS_PER_DIM * self.dim).x
+                  max_iter=solver.max_iter or cg_products(self)).x
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
