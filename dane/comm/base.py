@@ -1,11 +1,11 @@
 """The one communication interface every algorithm talks to.
 
 Algorithms never import horovod or torch.distributed; they receive a `Communicator`.
-Each backend implements `_allreduce_mean`, `_broadcast` and `barrier`; this base class
-counts what the worker sends and keeps the clock, so the accounting is identical on
-every backend, and calls ``allreduce_timer`` (a profiler's hook) around each backend allreduce.  With ``comm.compress`` (`dane.comm.compression`) the base also compresses the
-tensors an algorithm marks as compressible before the backend sees them (and, with a downlink
-compressor, the averaged reply after), and counts uplink and downlink bits.
+Each backend implements `_allreduce_mean`, `_broadcast` and `barrier`; this base class counts what the worker sends
+and keeps the clock, so the accounting is identical on every backend, and calls ``allreduce_timer`` (a profiler's
+hook) around each backend allreduce. With ``comm.compress`` (`dane.comm.compression`) the base also compresses the
+tensors an algorithm marks as compressible before the backend sees them (and, with a downlink compressor, the
+averaged reply after), and counts uplink and downlink bits.
 """
 from __future__ import annotations
 

@@ -143,7 +143,8 @@ def _load(cls, path: str | Path, remake: str, topology: str):
             return cls(**values)
     except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: not JSON or text, a bad number
         raise ConfigError(f"{path} is not a calibration file ({_why(err)}); re-run `{remake}` to remake it") from None
-    raise ConfigError(f"{path} is a calibration of topology {found}, not {topology}: give it as {CALIBRATION_KEYS[found]}")
+    raise ConfigError(f"{path} is a calibration of topology {found}, not {topology}: give it as "
+                      f"{CALIBRATION_KEYS[found]}")
 
 
 def _why(err: Exception) -> str:

@@ -6,13 +6,14 @@ interpreter's start and the imports before the first mark are counted too).  Ran
 summary carries them as ``timeline`` (`dane.loop.worker`): ``config`` (the entry point has
 its configuration: imports and Hydra done), ``data`` (the data read and the worker's
 shard built), ``reference`` (the reference optimum, when asked for), ``round0`` (the
-first round starts) and ``end`` (the last record written).  A mark made twice in one run
-keeps the first.  A run's marks are its own: `begin_run` drops what was marked since the last run but the entry
-point's ``config``, and `end_run` (`dane.loop.launch.execute`, as a run ends, however it ends) drops them all, so the next run of one process (an in-process sweep, `synthetic.sweep.ensure`; a Hydra
-multirun's next job; `dane.fit` called again) records its own ``data`` ... ``end``, later than the earlier
-run's, and its own ``config`` where its entry point marks one (a multirun's job does; `dane.fit` and
-`ensure` do not, and the time before such a run's first mark is partly the earlier runs').  The launcher's own start-up is what lies before this process's start: a
-caller that timed the launch from outside subtracts (``scripts/bench_wallclock.py``).
+first round starts) and ``end`` (the last record written). A mark made twice in one run keeps the first. A run's
+marks are its own: `begin_run` drops what was marked since the last run but the entry point's ``config``, and
+`end_run` (`dane.loop.launch.execute`, as a run ends, however it ends) drops them all, so the next run of one
+process (an in-process sweep, `synthetic.sweep.ensure`; a Hydra multirun's next job; `dane.fit` called again)
+records its own ``data`` ... ``end``, later than the earlier run's, and its own ``config`` where its entry point
+marks one (a multirun's job does; `dane.fit` and `ensure` do not, and the time before such a run's first mark is
+partly the earlier runs'). The launcher's own start-up is what lies before this process's start: a caller that timed
+the launch from outside subtracts (``scripts/bench_wallclock.py``).
 
 Two fields let such a caller put the marks on its own clock: ``clock_origin``, the
 ``time.time()`` value the marks count from (so mark + clock_origin is the mark's wall

@@ -9,8 +9,8 @@ source from `dane.data.files` (the command line's ``data=csv|npz|libsvm``)::
                                   lam=1e-5, optimum="auto")
 
 ``fit_intercept`` defaults to what each input expects: false on arrays, given as X and y or as
-``data=ArraySource(X, y)`` (the design matrix is yours as given), true on a file source (as ``conf/problem/*.yaml``: the source standardizes
-the columns and the intercept carries the mean).
+``data=ArraySource(X, y)`` (the design matrix is yours as given), true on a file source (as
+``conf/problem/*.yaml``: the source standardizes the columns and the intercept carries the mean).
 """
 from __future__ import annotations
 

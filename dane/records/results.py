@@ -133,10 +133,10 @@ class RunWriter:
     The summary also gets ``provenance`` (`dane.records.provenance.run_provenance`, taken when the
     writer opens: commit, command, start time, host, load average).
 
-    A run owns its directory: the writer takes ``<out_dir>/.lock`` (`dane.records.lock.take_lock`: created exclusively,
-    holding host and pid; released by `close`, after the summary), so a second run into the same directory
-    stops with one line.  A run that ends before its first record leaves the directory as it was (`close`).  A directory that already holds a run's records is refused
-    unless ``resume`` (the run continues there: its records were cut back to the
+    A run owns its directory: the writer takes ``<out_dir>/.lock`` (`dane.records.lock.take_lock`: created
+    exclusively, holding host and pid; released by `close`, after the summary), so a second run into the same
+    directory stops with one line.  A run that ends before its first record leaves the directory as it was
+    (`close`).  A directory that already holds a run's records is refused unless ``resume`` (the run continues there: its records were cut back to the
     checkpoint) or ``overwrite`` (the old records are removed first); the refusal offers ``resume_offer``, the
     caller's clause for continuing it (`dane.loop.checkpoint.resume_offer`: none where no checkpoint can).
 
