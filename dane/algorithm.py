@@ -101,7 +101,7 @@ class Algorithm(Rounds, ABC):
     #: the committed state carries over a change of world size: Horovod elastic (``comm.elastic=true``,
     #: `dane.loop.elastic`) restores rank 0's state on every worker through `load_elastic_state`
     elastic: ClassVar[bool] = False
-    #: an asynchronous or stale-synchronous form (``comm.staleness > 0``, `dane.asynchronous`): the worker's half
+    #: an asynchronous or stale-synchronous form (``comm.staleness > 0``, `dane.loop.asynchronous`): the worker's half
     #: is `worker_update`, the server's is its config's `AlgorithmConfig.async_server`
     asynchronous: ClassVar[bool] = False
     #: why the method needs every worker at the same iterate: the refusal of ``comm.staleness > 0`` says it
@@ -111,7 +111,7 @@ class Algorithm(Rounds, ABC):
     client_sampling: ClassVar[bool] = False
     #: compresses its own messages with its own compressor and has the communicator count them at their compressed
     #: size (`dane.comm.compression`, ``precompressed``: DIANA, MARINA, EF21); ``comm.compress`` is then refused,
-    #: as it would compress them twice (`dane.spec.refuse_compression`)
+    #: as it would compress them twice (`dane.loop.spec.refuse_compression`)
     compressed_messages: ClassVar[bool] = False
     #: the kinds of message (``allreduce_mean(..., kinds=...)``) that ``comm.compress`` may compress: those
     #: whose compressed form the method tolerates (a gradient that is averaged into a step, say); empty: the
@@ -129,7 +129,7 @@ class Algorithm(Rounds, ABC):
     #: else its rows stacked)
     stacked_needs: ClassVar[str] = "solves"
     #: builds its clients' Hessians or coefficients from their rows: it takes a linear model with one output on rows
-    #: (problem=logreg or ridge) and `dane.spec.refuse_rowless` refuses any other problem before its data is read
+    #: (problem=logreg or ridge) and `dane.loop.spec.refuse_rowless` refuses any other problem before its data is read
     needs_rows: bool = False
     #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
     columns: ClassVar[tuple[Column, ...]] = ()

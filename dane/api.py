@@ -28,7 +28,7 @@ from . import checks
 from .comm import AlphaBeta
 from .errors import ConfigError, DivergenceError, UserError
 from .loop.launch import execute
-from .spec import Communication, RunControl, RunSpec
+from .loop.spec import Communication, RunControl, RunSpec
 from .loop.stopping import ROUNDS_ZERO, StopRule
 from .problems.base import ProblemConfig
 from .records.trackers import check_loggers

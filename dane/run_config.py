@@ -28,7 +28,7 @@ from .loop.elastic import check_elastic
 from .errors import ConfigError
 from .comm.horovod import HorovodOptions
 from .comm.tail import TailedCost, load_tail
-from .spec import PROGRESS, Communication, RunControl, RunSpec
+from .loop.spec import PROGRESS, Communication, RunControl, RunSpec
 from .numerics.local_solvers import AUTO_MAX_DIM
 from .problems import RidgeSyntheticConfig
 from .problems.stacked import FACTORS_KEPT
@@ -72,7 +72,7 @@ def algorithm_class(node: DictConfig) -> type[Algorithm]:
 def staleness(cfg: DictConfig, backend: str) -> float:
     """``comm.staleness``: 0 (synchronous), a bound s > 0 (SSP) or inf (asynchronous), which only the algorithms
     whose class says ``asynchronous`` take (sync_sgd, local_sgd), in the simulator or under torchrun with comm=ps
-    and one server (`dane.asynchronous`)."""
+    and one server (`dane.loop.asynchronous`)."""
     value = cfg.comm.get("staleness", 0)
     if isinstance(value, bool) or not (isinstance(value, int) or value == math.inf) or value < 0:
         raise ConfigError(f"comm.staleness must be an integer >= 0 or inf (fully asynchronous), got {value!r}")

@@ -46,7 +46,7 @@ steps with; the objective and suboptimality ride uncompressed.
 `dane.algorithm.Algorithm`'s ``compressed_messages``) installs this counter itself, with ``precompressed=True``
 where it compresses its messages itself (DIANA, ADIANA, MARINA and DASHA keep what they sent: the shifts learn from
 it): a tensor of a named kind is then counted at `Compressor.bits`, as above, and passed on as it is, never
-compressed a second time.  Such a method refuses ``comm.compress`` (`dane.spec.refuse_compression`).
+compressed a second time.  Such a method refuses ``comm.compress`` (`dane.loop.spec.refuse_compression`).
 
 Randomness: one `torch.Generator` per worker seeded from the run's seed and the rank (the
 server, knowing the seeds, draws RandK's indices itself: they are not sent), checkpointed with

@@ -205,7 +205,7 @@ class PSCommunicator(Communicator):
 
     def pause_servers(self) -> None:
         """End the servers' synchronous loop (`ParameterServer.serve` returns) and keep the process group, so
-        that another protocol on tags of its own can run (`dane.asynchronous.protocol`); the servers' next
+        that another protocol on tags of its own can run (`dane.loop.asynchronous.protocol`); the servers' next
         ``serve()`` answers this protocol again.  Every worker calls it."""
         self._header(SHUTDOWN, ())
         self._complete()

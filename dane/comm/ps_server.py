@@ -35,7 +35,7 @@ class ParameterServer:
 
     def serve(self) -> dict:
         """Answer headers until every worker has sent SHUTDOWN; returns this server's counters (``uptime_s`` since it
-        was made: an asynchronous run serves its set-up, `dane.asynchronous.protocol`'s phase and its evaluations,
+        was made: an asynchronous run serves its set-up, `dane.loop.asynchronous.protocol`'s phase and its evaluations,
         and the counters add up all three)."""
         while True:
             t0 = time.perf_counter()

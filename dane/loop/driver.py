@@ -22,7 +22,7 @@ from .faults import RunInterrupted
 from ..records.results import in_target_units
 from .parking import Parked
 from .runner import RunResult, run
-from ..spec import RunSpec
+from .spec import RunSpec
 from ..work import KEYS as LOCAL_WORK
 
 

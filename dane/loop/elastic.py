@@ -73,7 +73,7 @@ from .checkpoint import truncate_rounds
 from ..comm import Communicator
 from .driver import Loop, drive
 from ..errors import ConfigError, say
-from ..reference import attach_one
+from .reference import attach_one
 from ..records.lock import LOCK_FILE
 
 

@@ -28,9 +28,9 @@ from .faults import RunInterrupted, worker_lost
 from .parking import parks
 from ..comm.roster import Roster
 from ..problems.optimum import asks_reference
-from ..reference import attach_all, attach_one
+from .reference import attach_all, attach_one
 from ..records.results import ROUNDS_FILE
-from ..spec import RunSpec
+from .spec import RunSpec
 from .callbacks import refusal
 from .worker import build_problem, run_worker
 from . import timeline
@@ -85,8 +85,8 @@ def own_driver(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict
 
 
 def asynchronous_simulator(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
-    """Asynchronous or stale-synchronous workers simulated event by event (`dane.asynchronous.simulator`)."""
-    from ..asynchronous.simulator import run_async
+    """Asynchronous or stale-synchronous workers simulated event by event (`dane.loop.asynchronous.simulator`)."""
+    from .asynchronous.simulator import run_async
 
     return run_async(spec, out_dir, collect)
 
@@ -213,7 +213,7 @@ def launched(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
 def serve(spec: RunSpec, comm) -> dict:
     """A parameter server's part (comm=ps): it answers the workers until they shut it down; its counters."""
     if spec.comm.asynchronous:  # asynchronous: set-up, the workers' pushes, then their evaluations
-        from ..asynchronous.protocol import AsyncServer
+        from .asynchronous.protocol import AsyncServer
 
         comm.serve()
         AsyncServer(comm, spec).serve()
@@ -228,7 +228,7 @@ def launched_worker(spec: RunSpec, comm: Communicator, out_dir: str | None, coll
     comm.barrier()
     comm.reset_clock()
     if spec.comm.asynchronous:
-        from ..asynchronous.replay import run_async_ps
+        from .asynchronous.replay import run_async_ps
 
         return run_async_ps(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)
     return run_worker(spec, comm, problem, out_dir, time.perf_counter(), setup_s, collect)

@@ -25,7 +25,7 @@ from .checkpoint import check_resume
 from ..errors import ConfigError, DivergenceError
 from .kinds import runs_batched, start
 from . import timeline
-from ..spec import RunSpec
+from .spec import RunSpec
 
 __all__ = ["execute"]
 

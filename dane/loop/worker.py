@@ -4,7 +4,7 @@
 runs the one round loop (`dane.loop.driver.drive`) with `dane.loop.callbacks.worker_callbacks`: the
 records, the checkpoints, the display and the summary's parts, rank 0 writing the run directory.  The
 run kinds (`dane.loop.kinds`) call it once per launched process or simulated thread; Horovod
-elastic (`dane.loop.elastic`) and the asynchronous runs (`dane.asynchronous`) drive their own
+elastic (`dane.loop.elastic`) and the asynchronous runs (`dane.loop.asynchronous`) drive their own
 round objects with the same callbacks.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..comm import Communicator
 from ..comm.compression import MessageCompression
 from .driver import Loop, drive
 from ..problems import Problem
-from ..spec import RunSpec
+from .spec import RunSpec
 from . import timeline
 
 

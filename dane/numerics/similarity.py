@@ -33,7 +33,7 @@ the same numbers. Two methods, from Hessian-vector products only:
 The collectives are kept off the run's accounting: ``comm.bytes_sent`` and ``comm.calls``
 are restored on return, and the dict says what the measurement cost (``allreduces``,
 ``bytes_sent``). A simulator's clock is its own: run the measurement in a thread group
-of its own (`measure`), as `dane.reference.attach_all` does.
+of its own (`measure`), as `dane.loop.reference.attach_all` does.
 """
 from __future__ import annotations
 

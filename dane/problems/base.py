@@ -151,7 +151,7 @@ class ProblemConfig:
     #: rounds take seconds of compute, so Horovod's background loop may wake less often (`HorovodOptions`)
     compute_bound: ClassVar[bool] = False
     #: ``attach_reference(problem, comm)``: the workers agree on the reference optimum before the run's clock and
-    #: counters start (`dane.reference.attach_one`); None: this problem has none
+    #: counters start (`dane.loop.reference.attach_one`); None: this problem has none
     attach_reference: Callable[[Problem, Communicator], None] | None = None
 
     def build(self, rank: int, size: int, dtype: torch.dtype) -> Problem:

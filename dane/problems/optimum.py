@@ -1,5 +1,5 @@
 r"""The reference optimum of a convex problem, computed by the workers themselves and cached on disk; a run makes it
-before its clock and counters start (`dane.reference`).
+before its clock and counters start (`dane.loop.reference`).
 
 Suboptimality :math:`O(w_t) - O^*` is a research measurement, not a precondition of a
 run, so a run asks for it (``problem.optimum``):

@@ -1,7 +1,7 @@
 r"""The asynchronous simulator: m workers and one server in this process, on a modelled clock.
 
 ``workers=m`` under plain python with ``sim.topology=ps`` and ``comm.staleness=s > 0``
-(the rule for s, the algorithm's two halves and the records: `dane.asynchronous`).
+(the rule for s, the algorithm's two halves and the records: `dane.loop.asynchronous`).
 
 Time is modelled, so that the update order depends only on the seed and the straggler
 model.  Step k of worker i takes
@@ -35,14 +35,14 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from ..algorithm import Rounds
-from ..comm import ParameterServerCost, Stragglers, ThreadGroup
-from ..comm.meters import Meter, ThreadCPUTime, meter_for
-from ..errors import ConfigError
-from ..loop.driver import Loop, drive
+from ...algorithm import Rounds
+from ...comm import ParameterServerCost, Stragglers, ThreadGroup
+from ...comm.meters import Meter, ThreadCPUTime, meter_for
+from ...errors import ConfigError
+from ..driver import Loop, drive
 from ..reference import attach_all
-from ..loop.callbacks import worker_callbacks
-from ..loop.worker import build_problem
+from ..callbacks import worker_callbacks
+from ..worker import build_problem
 from .updates import KeepUpdates, Update, log_stats, round_stats
 
 class AsyncServer(Protocol):

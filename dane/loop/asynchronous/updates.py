@@ -22,8 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..loop.callbacks import Callback
-from ..records.results import atomic_write_text
+from ..callbacks import Callback
+from ...records.results import atomic_write_text
 
 UPDATES_FILE = "updates.jsonl"
 

@@ -1,19 +1,19 @@
 """Real asynchronous and stale-synchronous runs (``torchrun ... comm=ps comm.staleness=s``), one worker's side.
 
-The messages are `dane.asynchronous.protocol`'s.  This module turns their result, the
+The messages are `dane.loop.asynchronous.protocol`'s.  This module turns their result, the
 iterate kept at every round boundary and the server's update log, into the records of an
 ordinary run.  Each kept iterate is evaluated by every worker in lockstep through the
 servers (`Replay`), so rounds.jsonl, updates.jsonl and summary.json have the simulator's
-form (`dane.asynchronous.simulator`).  ``time`` is the server's wall clock, counted from
+form (`dane.loop.asynchronous.simulator`).  ``time`` is the server's wall clock, counted from
 the start of the asynchronous phase; the update order is whatever the machines produce.
 """
 from __future__ import annotations
 
 import torch
 
-from ..algorithm import Rounds
-from ..loop.callbacks import worker_callbacks
-from ..loop.driver import Loop, drive
+from ...algorithm import Rounds
+from ..callbacks import worker_callbacks
+from ..driver import Loop, drive
 from .protocol import work
 from .updates import LOG_FIELDS, KeepUpdates, Update, log_stats, round_stats
 
@@ -82,7 +82,7 @@ class ReplayView:
 
 
 def run_async_ps(spec, comm, problem, out_dir: str | None, start: float, setup_s: float, collect: dict | None) -> dict:
-    """A worker of a real asynchronous run (`dane.asynchronous.protocol`), then its records (the run loop,
+    """A worker of a real asynchronous run (`dane.loop.asynchronous.protocol`), then its records (the run loop,
     `dane.loop.driver.drive`, over the replayed iterates).
 
     The algorithm is built while the servers still answer the synchronous protocol (local_sgd's

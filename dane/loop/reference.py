@@ -3,8 +3,8 @@ and counters start, its collectives not the run's, and its end marked ``referenc
 (`dane.loop.timeline`)."""
 from __future__ import annotations
 
-from .loop import timeline
-from .problems.optimum import asks_reference, attach_shards
+from . import timeline
+from ..problems.optimum import asks_reference, attach_shards
 
 
 def attach_one(config, problem, comm) -> None:

@@ -1,6 +1,6 @@
 """Asynchronous and stale-synchronous SGD on the real parameter server (``torchrun ... comm=ps comm.staleness=s``).
 
-The event loop of `dane.asynchronous.simulator.EventSimulator`, but with real processes and
+The event loop of `dane.loop.asynchronous.simulator.EventSimulator`, but with real processes and
 `torch.distributed` point-to-point messages.  It runs between the synchronous parts of a
 ``comm=ps`` run (set-up before it; the evaluation of the recorded iterates after it, with
 `dane.comm.ps`'s own protocol), on tags of its own, and with one server only.  It is a
@@ -36,7 +36,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..comm.ps_protocol import DTYPES
+from ...comm.ps_protocol import DTYPES
 from .updates import LOG_FIELDS
 
 TAG_START, TAG_PUSH, TAG_DATA, TAG_REPLY, TAG_RESULT = 11, 12, 13, 14, 15

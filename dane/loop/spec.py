@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import checks, compress
-from .algorithm import AlgorithmConfig, known_algorithms
-from .comm import AlphaBeta, Stragglers
-from .comm.horovod import HorovodOptions
-from .loop.batching import check_batched
-from .errors import ConfigError, MissingMethod
-from .problems import ProblemConfig
-from .problems.stacked_rows import rows_form, rows_refusal
-from .loop.stopping import StopRule
-from .records.trackers import check_loggers
+from .. import checks, compress
+from ..algorithm import AlgorithmConfig, known_algorithms
+from ..comm import AlphaBeta, Stragglers
+from ..comm.horovod import HorovodOptions
+from .batching import check_batched
+from ..errors import ConfigError, MissingMethod
+from ..problems import ProblemConfig
+from ..problems.stacked_rows import rows_form, rows_refusal
+from .stopping import StopRule
+from ..records.trackers import check_loggers
 
 __all__ = ["AlgorithmConfig", "Communication", "ProblemConfig", "RunControl", "RunSpec"]
 
@@ -50,7 +50,7 @@ class Communication:
     ``backend`` is horovod, torch, ps or local; local with ``workers`` > 1 (or
     ``simulate_single``) is the in-process simulator, timed with ``cost`` and
     ``stragglers``.  ``staleness`` > 0 (inf: fully asynchronous) runs workers against a
-    parameter server (`dane.asynchronous`), simulated with ``step_time`` seconds per step
+    parameter server (`dane.loop.asynchronous`), simulated with ``step_time`` seconds per step
     or real under comm=ps, where ``worker_slowdown`` slows real workers on purpose.
     """
 
@@ -63,7 +63,7 @@ class Communication:
     torch_backend: str | None = None
     servers: int = 1                 # comm=ps: the last `servers` launched ranks are parameter servers
     elastic: bool = False            # Horovod elastic: lost or added workers change the world size (dane.loop.elastic)
-    staleness: float = 0             # comm.staleness: 0 synchronous; > 0 (inf: asynchronous) dane.asynchronous
+    staleness: float = 0             # comm.staleness: 0 synchronous; > 0 (inf: asynchronous) dane.loop.asynchronous
     step_time: float = 1e-3          # sim.step_time: the asynchronous simulator's modelled seconds per worker step
     worker_slowdown: tuple[float, ...] = (1.0,)  # comm.slowdown: real asynchronous workers slowed on purpose
     compress: str | None = None      # comm.compress: a dane.compress spec for the messages the algorithm declares; None: off
