@@ -320,3 +320,57 @@ def test_a_cache_write_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_p
     ridge.reference_optimum.cache_clear()
     assert sorted((p.relative_to(tmp_path).as_posix(), p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()) \
         == [("optimum/kept.pt", b"old")]
+
+
+def test_two_threads_writing_one_file_at_once_each_replace_it_with_their_own_whole_file(tmp_path, monkeypatch):
+    """`atomic_write` from two threads of one process (the simulator's workers, progress, trackers): each writes
+    its own temporary file, so both writes succeed, each replaces ``path`` with its own whole content, and no
+    temporary file is left.  ``os.replace`` waits on a barrier, so both temporary files are written before either
+    is renamed: with one temporary name per process the second write truncated the first's file and the second
+    rename found no file (FileNotFoundError)."""
+    import threading
+
+    path, contents = tmp_path / "summary.json", {"a": b"A" * 100_000, "b": b"B" * 70_000}
+    barrier, replace, renamed, failed = threading.Barrier(2), os.replace, {}, {}
+
+    def together(src, dst):
+        barrier.wait(timeout=10)
+        renamed[threading.current_thread().name] = (Path(src).name, Path(src).read_bytes())
+        replace(src, dst)
+
+    def write(name):
+        try:
+            results.atomic_write(path, lambda f: f.write(contents[name]))
+        except Exception as err:  # noqa: BLE001 (the test counts them)
+            failed[name] = repr(err)
+
+    monkeypatch.setattr(os, "replace", together)
+    threads = [threading.Thread(target=write, args=(name,), name=name) for name in contents]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert failed == {}
+    assert {name: data for name, (_, data) in renamed.items()} == contents
+    assert len({tmp for tmp, _ in renamed.values()}) == 2
+    assert path.read_bytes() in contents.values()
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # made by open, as any new file: not mkstemp's 0o600
+
+
+def test_a_failed_rename_names_the_target_not_the_temporary_file(tmp_path, monkeypatch):
+    """`dane.loop.checkpoint.unwritable` reads `atomic_write`'s temporary name (`results.TEMPORARY`) back to the
+    file the run was writing."""
+    from dane.loop.checkpoint import unwritable
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), src)
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError) as err:
+        results.atomic_write(tmp_path / "checkpoint" / "COMMITTED", lambda f: f.write(b"{}"))
+    monkeypatch.undo()
+    assert results.TEMPORARY.fullmatch(Path(err.value.filename).name).group(1) == "COMMITTED"
+    assert str(unwritable(tmp_path, err.value, 0)).startswith(
+        f"out_dir={tmp_path} cannot be written (No space left on device: checkpoint/COMMITTED); kept: no round record")
+    assert list((tmp_path / "checkpoint").iterdir()) == []

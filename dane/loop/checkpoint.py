@@ -33,7 +33,6 @@ from __future__ import annotations
 import errno
 import functools
 import json
-import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -43,7 +42,7 @@ import torch
 import yaml
 
 from ..errors import ConfigError, OutputError, UserError
-from ..records.results import ROUNDS_FILE, atomic_write, read_summary
+from ..records.results import ROUNDS_FILE, TEMPORARY, atomic_write, read_summary
 
 CHECKPOINT_DIR = "checkpoint"
 COMMITTED = "COMMITTED"
@@ -161,7 +160,7 @@ def unwritable(run_dir: str | Path, err: OSError, checkpoint_every: int) -> Outp
     if err.filename:
         path = Path(err.filename)
         path = path.relative_to(run_dir) if path.is_relative_to(run_dir) else path
-        temporary = re.fullmatch(r"\.(.+)\.\d+\.tmp", path.name)  # `atomic_write`'s name for the file it writes
+        temporary = TEMPORARY.fullmatch(path.name)  # `atomic_write`'s name for the file it writes
         name = f": {path.with_name(temporary.group(1)) if temporary else path}"
     rounds = whole_records(run_dir / ROUNDS_FILE)
     try:

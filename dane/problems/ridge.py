@@ -271,7 +271,7 @@ def _load_optimum(path: Path, key: tuple) -> torch.Tensor | None:
 
 
 def _save_optimum(path: Path, key: tuple, w_star: torch.Tensor) -> None:
-    """Atomic (`dane.records.results.atomic_write`: a temporary file of this process in the same folder, then
+    """Atomic (`dane.records.results.atomic_write`: a temporary file of this thread in the same folder, then
     os.replace, so concurrent processes leave one whole file, and a failed write no temporary one)."""
     try:
         atomic_write(path, lambda f: torch.save({"key": list(key + (ROW_BLOCK,)), "w_star": w_star}, f))

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
+import threading
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
@@ -22,11 +24,19 @@ ROUNDS_FILE = "rounds.jsonl"
 SUMMARY_FILE = "summary.json"
 
 
+TEMPORARY = re.compile(r"\.(.+)\.\d+\.\d+\.tmp")  # `atomic_write`'s temporary file: group 1 names its target
+
+
 def atomic_write(path: str | Path, write) -> None:
-    """``write(file)`` into a temporary file next to ``path``, flushed to disk, then renamed over ``path``."""
+    """``write(file)`` into a temporary file next to ``path``, flushed to disk, then renamed over ``path``.
+
+    The temporary file is this thread's (``.NAME.PID.THREAD.tmp``): the simulator's workers, its progress and its
+    trackers are threads of one process, and two of them writing one ``path`` at once each replace it with a whole
+    file of their own, never with the other's half-written one.  It is made by `open`, so ``path`` gets the mode
+    any new file gets here."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as f:
             write(f)
