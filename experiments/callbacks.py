@@ -9,26 +9,68 @@ It only prints the command (experiments do not import paper_figs).  A job that r
 stops Hydra's sweep with its traceback before ``on_multirun_end``, so no line then;
 a diverged job is a result, not a failure (experiments/train.py), and is counted.  A job
 refused on bad input (or whose worker was lost) leaves its line in ``<job dir>/error.txt``
-and the sweep goes on; the line then names those jobs, and the sweep exits with status 2
-(`failed`, read by ``experiments.train.cli``).
+(`failure_file`), or, where its folder holds a run the job did not write (a sweep run again into
+its folder: each finished job's folder is refused), in ``<sweep dir>/refused/<job dir>.txt``, so
+that a run's folder never holds a later job's refusal.  The sweep goes on; the line then names
+those files, and the sweep exits with status 2 (`failed`, read by ``experiments.train.cli``).
 """
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from dane.experiments.config import rank_zero
+from dane.records.lock import LOCK_FILE
+from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, atomic_write_text
+
+ERROR_FILE = "error.txt"  # a failed job's line in its folder; paper_figs.summary lists such a job as failed
+REFUSED_DIR = "refused"  # <sweep dir>/refused/<job dir>.txt: the line of a job whose folder holds a run not its own
+
+
+def run_files(folder: str | Path | None) -> dict[str, tuple[int, int]]:
+    """The run's files in ``folder`` (rounds.jsonl, summary.json, another run's .lock): name -> (size, mtime in ns)."""
+    found = {}
+    for name in (ROUNDS_FILE, SUMMARY_FILE, LOCK_FILE):
+        try:
+            stat = (Path(folder) / name).stat() if folder else None
+        except OSError:
+            continue
+        if stat is not None:
+            found[name] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def failure_file(job_dir: str | Path, sweep_dir: str | Path, before: dict[str, tuple[int, int]]) -> Path:
+    """Where a sweep's job that ended without a result leaves its one line, given ``before``, the `run_files` of
+    its folder when the job started: ``<job dir>/error.txt``, unless the folder holds a run this job did not
+    write (a run's files there before the job, unchanged; or another run's lock): then
+    ``<sweep dir>/refused/<job dir>.txt``.  A sweep run again into its folder refuses each finished job's folder
+    (`dane.records.results.occupied`), and that folder stays as the finished run left it, as a single run's does."""
+    job_dir = Path(job_dir)
+    if not before or (LOCK_FILE not in before and run_files(job_dir) != before):
+        return job_dir / ERROR_FILE  # nothing there before, or this job's own records (overwrite, resume)
+    return Path(sweep_dir) / REFUSED_DIR / f"{os.path.relpath(job_dir, sweep_dir)}.txt"
+
+
+def record_failure(line: str, before: dict[str, tuple[int, int]]) -> Path:
+    """Write ``line`` to the current Hydra job's `failure_file`; where it went."""
+    hydra = HydraConfig.get()
+    path = failure_file(hydra.runtime.output_dir, hydra.sweep.dir, before)
+    atomic_write_text(path, line + "\n")
+    return path
 
 
 class SweepSummary(Callback):
     """Counts the jobs of a multirun and prints where they are and how to summarize them."""
 
-    #: the error.txt files of the last sweep's failed jobs (`on_multirun_end`)
+    #: the error.txt and refused/ files of the last sweep's failed jobs (`on_multirun_end`)
     failed: list[Path] = []
 
     def __init__(self) -> None:
@@ -47,8 +89,9 @@ class SweepSummary(Callback):
         sweep_dir = str(config.hydra.sweep.dir)
         # a launcher that runs jobs in other processes calls on_job_end there: count the job directories instead
         jobs = self.jobs or sum(1 for p in Path(sweep_dir).glob("*/.hydra"))
-        # this sweep's failures: an error.txt of an earlier sweep into the same folder is older than its start
-        failed = sorted(p for p in Path(sweep_dir).glob("*/error.txt") if p.stat().st_mtime >= self.started - 1.0)
+        # this sweep's failures: a file of an earlier sweep into the same folder is older than its start
+        written = [*Path(sweep_dir).glob(f"*/{ERROR_FILE}"), *Path(sweep_dir).glob(f"{REFUSED_DIR}/**/*.txt")]
+        failed = sorted(p for p in written if p.stat().st_mtime >= self.started - 1.0)
         SweepSummary.failed = failed
         note = f" ({len(failed)} failed: {', '.join(str(p) for p in failed[:3])}{', ...' if len(failed) > 3 else ''})" \
             if failed else ""

@@ -11,7 +11,8 @@ itself (`dane.comm.horovod.HorovodOptions`), as any horovodrun run does; Horovod
 of this shell (`synthetic.launchers.HOROVOD_KEYS`) are not passed on.  The job directory gets
 Hydra's ``.hydra/`` (config, overrides) from this process, the run's records from rank 0,
 ``launch.log`` (the launch's whole output), and ``error.txt`` when the job failed without a
-result: a non-zero exit is that job's failure, and the sweep goes on, as with the basic
+result (`experiments.callbacks.failure_file`: in ``<sweep dir>/refused/`` where the folder holds a run
+the job did not write): a non-zero exit is that job's failure, and the sweep goes on, as with the basic
 launcher.  A run that diverged wrote its summary (status: diverged): that is a result.
 The launch command is in the run's ``summary.json`` (``provenance.launch.command``).
 
@@ -41,6 +42,7 @@ from omegaconf import DictConfig, open_dict
 
 from dane import checks
 from dane.errors import ConfigError, say
+from dane.experiments.callbacks import record_failure, run_files
 from dane.records.provenance import LAUNCH_COMMAND_ENV
 from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
@@ -49,7 +51,6 @@ log = logging.getLogger(__name__)
 
 LOG_FILE = "launch.log"
 TIMED_OUT = 124
-ERROR_FILE = "error.txt"  # what experiments/train.py writes for a rejected job, and paper_figs.summary reads
 #: a program's one-line error, as the launchers pass it on (horovodrun prefixes ``[rank]<stderr>:``)
 ERROR_LINE = re.compile(r"^(?:\[\d+\]<std(?:err|out)>:)?(error: .*)$")
 
@@ -95,32 +96,34 @@ class ProcessLauncher(Launcher):
     def launch_job(self, cfg: DictConfig) -> int:
         """Run one job (``cfg``, Hydra's job config is current) in ``workers`` new processes; returns the exit status.
 
-        A failure is written to the job's ``error.txt``, never raised: Hydra would stop the sweep.
+        A failure is written to the job's `failure_file` (``error.txt``), never raised: Hydra would stop the sweep.
         """
         job_dir = Path(HydraConfig.get().runtime.output_dir)
+        job = run_files(job_dir)  # a failure is not written beside a run the job did not write
         overrides = list(HydraConfig.get().overrides.task)
         try:
             np = 1 if cfg.workers is None else checks.positive_int("workers", cfg.workers)
             if not cfg.get("out_dir"):
                 overrides.append(f"out_dir={quote(str(job_dir))}")
         except ConfigError as exc:
-            return self._failed(job_dir, f"error: {exc}", 2)
+            return self._failed(f"error: {exc}", 2, job)
         run_dir = Path(cfg.out_dir) if cfg.get("out_dir") else job_dir
+        held = run_files(run_dir).get(SUMMARY_FILE)
         cmd = self.command(main_module(), overrides, np)
         returncode, tail = self._run(cmd, job_dir)
         if returncode == 0:
             return 0
         if returncode == TIMED_OUT:
-            return self._failed(job_dir, f"error: the job ran past hydra.launcher.timeout_s={self.timeout_s} and was "
-                                         f"stopped; its output is in {job_dir / LOG_FILE}", returncode)
-        if (run_dir / SUMMARY_FILE).exists():  # a diverged run wrote its result before exiting with status 3
+            return self._failed(f"error: the job ran past hydra.launcher.timeout_s={self.timeout_s} and was "
+                                f"stopped; its output is in {job_dir / LOG_FILE}", returncode, job)
+        if run_files(run_dir).get(SUMMARY_FILE) not in (None, held):  # a diverged run wrote its result (status 3)
             status = json.loads((run_dir / SUMMARY_FILE).read_text()).get("status")
             log.info(f"job {job_dir.name}: {status} (exit status {returncode})")
             return returncode
         errors = [m.group(1) for line in tail if (m := ERROR_LINE.match(line))]
         message = errors[-1] if errors else (f"error: {cmd[0]} exited with status {returncode}; "
                                              f"its output is in {job_dir / LOG_FILE}")
-        return self._failed(job_dir, message, returncode)
+        return self._failed(message, returncode, job)
 
     def _run(self, cmd: list[str], job_dir: Path) -> tuple[int, list[str]]:
         """Run ``cmd`` in its own process group, its output shown and kept in ``launch.log``; (status, last lines).
@@ -165,10 +168,9 @@ class ProcessLauncher(Launcher):
         return (TIMED_OUT if timed_out.is_set() else returncode), list(tail)
 
     @staticmethod
-    def _failed(job_dir: Path, message: str, returncode: int) -> int:
+    def _failed(message: str, returncode: int, job: dict) -> int:
         say(message)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / ERROR_FILE).write_text(message + "\n")
+        record_failure(message, job)
         return returncode
 
 

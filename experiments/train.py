@@ -9,8 +9,9 @@ after writing its results; a launched worker whose peer crashed or was killed ex
 status 4 and one line (`dane.errors.WorkerLost`), its records kept; so does a run whose
 simulated worker ``sim.fail_at`` loses (`dane.loop.faults.SimulatedFault`).  In a ``-m`` sweep
 none stops the sweep: a diverged job is a result (status: diverged), an invalid or
-broken one leaves its line in ``<job dir>/error.txt``, and a sweep with such jobs exits
-with status 2 once every job has run (`experiments.callbacks.SweepSummary`).
+broken one leaves its line in ``<job dir>/error.txt`` (in ``<sweep dir>/refused/`` where its folder
+holds a run the job did not write: `experiments.callbacks.failure_file`), and a sweep with such jobs
+exits with status 2 once every job has run (`experiments.callbacks.SweepSummary`).
 
 A single run writes only its own run directory: ``out_dir``, or by default
 ``results/runs/<date>_<time>-<microseconds>_<algorithm>_<problem>_<pid>`` (unique even for
@@ -36,7 +37,7 @@ from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
 from dane.experiments.config import rank_zero, run_spec, unique_name
-from dane.experiments.callbacks import SweepSummary
+from dane.experiments.callbacks import SweepSummary, record_failure, run_files
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
 
@@ -55,10 +56,12 @@ def run_dir(cfg: DictConfig) -> str:
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     timeline.configured()
+    # in a sweep, the run files the job's folder holds before the job: a refusal is not written beside another run's
+    job = run_files(HydraConfig.get().runtime.output_dir) if multirun() and rank_zero() else {}
     try:
         spec = run_spec(cfg)
     except UserError as exc:
-        return reject(exc, every_rank=False)  # the config is the same on every rank: rank 0 speaks for all
+        return reject(exc, job, every_rank=False)  # the config is the same on every rank: rank 0 speaks for all
     out_dir = run_dir(cfg) if rank_zero() else None
     before = listing(out_dir)
     try:
@@ -70,24 +73,23 @@ def main(cfg: DictConfig) -> None:
         sys.exit(3)
     except (WorkerLost, SimulatedFault) as exc:  # a peer crashed or was killed (or sim.fail_at lost one): one line
         if multirun():
-            return reject(exc)  # the job's error.txt, and the sweep goes on
+            return reject(exc, job)  # the job's error.txt, and the sweep goes on
         say(f"error: {exc}")
         sys.exit(4)
     except UserError as exc:  # a data file, the run directory, a monitor no record has: per rank
         if isinstance(exc, MonitorError):
             take_back(out_dir, before)  # raised at the first record, in the run directory this run holds
-        reject(exc, every_rank=not isinstance(exc, SharedRefusal))  # rank 0's, sent to all: rank 0 says it
+        reject(exc, job, every_rank=not isinstance(exc, SharedRefusal))  # rank 0's, sent to all: rank 0 says it
 
 
-def reject(exc: UserError, *, every_rank: bool = True) -> None:
-    """Bad input: one line and exit 2; in a sweep the job's ``error.txt`` holds the line and the sweep goes on."""
+def reject(exc: UserError, job: dict, *, every_rank: bool = True) -> None:
+    """Bad input: one line and exit 2; in a sweep the job's `failure_file` holds the line (``job``: the run files
+    of the job's folder when it started) and the sweep goes on."""
     if multirun():  # under hydra/launcher=slurm every task of a job runs this: rank 0 speaks and writes
         if every_rank or rank_zero():
             say(f"error: {exc}")
         if rank_zero():
-            job_dir = Path(HydraConfig.get().runtime.output_dir)
-            job_dir.mkdir(parents=True, exist_ok=True)
-            (job_dir / "error.txt").write_text(f"error: {exc}\n")
+            record_failure(f"error: {exc}", job)
         return
     fail(exc, speak=every_rank or rank_zero())
 
@@ -162,6 +164,7 @@ def cli(entry=None, config_name: str = "config") -> None:
     except UserError as exc:
         fail(exc, speak=rank_zero())  # every rank parses the same command line: rank 0 speaks for all
     sys.argv = [sys.argv[0], *hydra_argv(sys.argv[1:])]
+    SweepSummary.failed = []  # this command's sweep, not one an earlier command of this process ran
     (entry or main)()
     if SweepSummary.failed:  # a sweep whose jobs were refused went on to the end: its status says so
         sys.exit(2)

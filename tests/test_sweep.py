@@ -13,9 +13,11 @@ from omegaconf import OmegaConf
 
 from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments import config
+from dane.experiments.callbacks import failure_file, run_files
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.loop.launch import execute
 from dane.loop import timeline
+from dane.paper_figs.summary import job_dirs
 from dane.records.provenance import run_command
 from dane.synthetic.sweep import (RunIndex, answers, compose_job, composed_job, ensure, grid, identity, job_name,
                                   run_job)
@@ -35,6 +37,13 @@ EXPERIMENT_SWEEP = command("sweep:experiment", "-m", "experiment=speedup", *TINY
                            module="experiments.simulate", cwd="{tmp}/sweep_default")
 TRAIN_SWEEP = command("sweep:train", "-m", "algorithm.safeguard=false", "workers=16,2", "rounds=30", "quiet=true", *TINY,
                       "hydra.sweep.dir={tmp}/sweep/train")
+
+#: a 2-job sweep, then the same sweep again into its folder: each job's folder holds a finished run and is refused
+RERUN_ARGS = ("-m", "workers=1,2", *TINY, "rounds=2", "hydra.sweep.dir={tmp}/sweep/rerun")
+RERUN_JOBS = [f"{k}_problem.dim=20,problem.n_samples=600,rounds=2,workers={k + 1}" for k in range(2)]
+FIRST_SWEEP = command("sweep:first", *RERUN_ARGS, module="experiments.simulate")
+SWEEP_AGAIN = command("sweep:again", *RERUN_ARGS, module="experiments.simulate",
+                      watch=f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}")
 
 
 def sweep_default_folder(tmp: Path) -> None:
@@ -68,6 +77,49 @@ def test_multirun_writes_one_dir_per_job(commands):
     saved = yaml.safe_load((runs[1] / "config.yaml").read_text())
     assert saved["tol_abs"] == 1e-10 and saved["tol"] is None  # absolute: conf/experiment/simulator.yaml
     assert saved["comm"]["backend"] == "local" and saved["problem"]["dim"] == 20
+
+
+def test_a_sweep_run_again_into_its_folder_leaves_each_finished_run_as_it_was(commands):
+    """Each job of the second sweep is refused (its folder holds a finished run) and says so on stderr; the line
+    goes to ``<sweep dir>/refused/<job>.txt``, not into the finished run's folder, which stays byte for byte
+    (Hydra's .hydra/ is rewritten with the same bytes); the sweep names those files and exits with status 2."""
+    first, again, sweep = commands[FIRST_SWEEP], commands[SWEEP_AGAIN], commands.tmp / "sweep" / "rerun"
+    assert first["rc"] == 0, first["stderr"][-2000:]
+    refusals = [f"error: out_dir={sweep / job} already holds a run (rounds.jsonl, summary.json); choose a new "
+                "out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)" for job in RERUN_JOBS]
+    assert again["rc"] == 2 and again["stderr"].splitlines() == refusals
+    assert again["existed"] and again["unchanged"]  # job 0's folder: no error.txt beside its run
+    assert [sorted(p.name for p in (sweep / job).iterdir()) for job in RERUN_JOBS] == \
+        [[".hydra", "config.yaml", "rounds.jsonl", "simulate.log", "summary.json"]] * 2
+    assert [(read_summary(sweep / job)["rounds"], len(read_rounds(sweep / job))) for job in RERUN_JOBS] == \
+        [(1, 2), (2, 3)]  # workers=1: one exact Newton step; workers=2: the 2-round cap
+    written = [sweep / "refused" / f"{job}.txt" for job in RERUN_JOBS]
+    assert sorted(p.relative_to(sweep).as_posix() for p in (sweep / "refused").rglob("*")) == \
+        [f"refused/{job}.txt" for job in RERUN_JOBS]
+    assert [p.read_text() for p in written] == [line + "\n" for line in refusals]
+    assert f"sweep: 2 jobs (2 failed: {written[0]}, {written[1]}) in {sweep};" in again["stdout"]
+    assert [p.name for p in job_dirs(sweep)] == RERUN_JOBS  # `dane figures summary`: refused/ is no job of its own
+
+
+def test_a_failed_jobs_line_goes_into_its_folder_unless_the_folder_holds_a_run_not_its_own(tmp_path, monkeypatch):
+    """`failure_file`: ``<job>/error.txt`` where the folder held no run when the job started, or holds the job's
+    own records (overwrite=true replaced the run, resume=auto continued it); ``<sweep>/refused/<job>.txt`` where it
+    holds a run the job did not write (files unchanged since the job started) or another run's lock."""
+    monkeypatch.chdir(tmp_path)
+    job = tmp_path / "sweep" / "0_workers=2"
+    job.mkdir(parents=True)
+    refused = Path("sweep", "refused", "0_workers=2.txt")  # under the sweep folder as named (here relative)
+    assert failure_file(job, "sweep", run_files(job)) == job / "error.txt"  # a job refused on bad input
+    (job / "rounds.jsonl").write_text('{"round": 0}\n')
+    (job / "summary.json").write_text("{}\n")
+    before = run_files(job)
+    assert sorted(before) == ["rounds.jsonl", "summary.json"]
+    assert failure_file(job, "sweep", before) == refused  # a finished run's folder, refused
+    with open(job / "rounds.jsonl", "a") as f:  # resume=auto: the job continued the run, then failed
+        f.write('{"round": 1}\n')
+    assert failure_file(job, "sweep", before) == job / "error.txt"
+    (job / ".lock").write_text("host 42")  # another run holds it
+    assert failure_file(job, tmp_path / "sweep", run_files(job)) == tmp_path / refused
 
 
 def sweeper_params(name: str) -> dict[str, list[str]]:

@@ -68,6 +68,41 @@ def test_after_a_ranks_error_line_the_launchers_own_report_goes_to_the_log_only(
     assert (tmp_path / LOG_FILE).read_text().splitlines()[1:] == said
 
 
+def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tmp_path, monkeypatch, capsys):
+    """A sweep run again into its folder under hydra/launcher=torchrun: the launched program refuses the job's
+    folder (exit 2; its summary.json is the finished run's, not one this launch wrote), so the job is a failure
+    whose line goes to ``<sweep>/refused/<job>.txt``; a launch that diverged (exit 3, a summary it wrote) is a
+    result, as before."""
+    from omegaconf import OmegaConf
+
+    from dane.experiments import launchers
+
+    sweep_dir, job = tmp_path, tmp_path / "0_workers=2"
+    job.mkdir()
+    (job / "summary.json").write_text('{"status": "converged"}\n')
+    hydra = OmegaConf.create({"runtime": {"output_dir": str(job)}, "sweep": {"dir": str(sweep_dir)},
+                              "overrides": {"task": ["workers=2"]}})
+    monkeypatch.setattr(launchers.HydraConfig, "get", staticmethod(lambda: hydra))
+    monkeypatch.setattr(launchers, "main_module", lambda: "experiments.train")
+    line = f"error: out_dir={job} already holds a run (summary.json); choose a new out_dir, or replace it ..."
+    launcher = launchers.TorchrunLauncher()
+    monkeypatch.setattr(launcher, "_run", lambda cmd, job_dir: (2, [line]))
+    assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 2
+    assert capsys.readouterr().err == line + "\n"
+    assert sorted(p.relative_to(sweep_dir).as_posix() for p in sweep_dir.rglob("*") if p.is_file()) == \
+        ["0_workers=2/summary.json", "refused/0_workers=2.txt"]
+    assert (sweep_dir / "refused" / "0_workers=2.txt").read_text() == line + "\n"
+
+    def diverged(cmd, job_dir):
+        (job_dir / "summary.json").write_text('{"status": "diverged"}\n')
+        return 3, ["error: dane diverged ..."]
+
+    (sweep_dir / "refused" / "0_workers=2.txt").unlink()
+    monkeypatch.setattr(launcher, "_run", diverged)
+    assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 3  # as with overwrite=true
+    assert sorted(p.name for p in sweep_dir.rglob("*") if p.is_file()) == ["summary.json"]
+
+
 def sweep(launcher: str, overrides: list[str], sweep_dir) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "experiments.train", "-m", f"hydra/launcher={launcher}", *overrides,
            f"hydra.sweep.dir={sweep_dir}"]
