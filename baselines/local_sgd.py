@@ -90,7 +90,7 @@ class LocalSGD(Algorithm):
         self.sampler = (worker_samplers(problem.n_local, batch_size, seed, SAMPLER_STREAM, worker_ranks(comm),
                                         stacked=stacked(comm)) if batch_size is not None else None)
         self.lr, self.L_est, self.defaults = lr, L_est, tuple(defaults)  # L_est: the max_i L_i lr null was set from
-        self.updates_per_round = 1  # per worker, when asynchronous (dane.asynchronous)
+        self.updates_per_round = 1  # per worker, when asynchronous (dane.loop.asynchronous)
 
     def gradient(self, w: torch.Tensor) -> torch.Tensor:
         if self.sampler is None:
@@ -118,7 +118,7 @@ class LocalSGD(Algorithm):
             extra = {"elected": elected}
         return {**global_metrics(self, reduced), **extra, **self.extra()}
 
-    # Asynchronous and stale-synchronous local SGD (comm.staleness > 0, dane.asynchronous): the worker's half;
+    # Asynchronous and stale-synchronous local SGD (comm.staleness > 0, dane.loop.asynchronous): the worker's half;
     # the server's is AveragingServer (LocalSGDConfig.async_server).
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
         """K local steps from the parameters the worker pulled; it pushes the change w_i - w."""

@@ -17,7 +17,7 @@ first allreduce.  Null: one pass over the mean shard, n̄ // ``batch_size`` step
 of the workers' row counts, which rides in round 0's first allreduce (8 bytes, no round): every
 worker must take the same number of steps, and unequal shards (``data.sharding``) give each its
 own n_i.  The summary's ``defaults`` holds the count.  Asynchronous workers (``comm.staleness``)
-need no agreement (the server's updates per round are counted from rank 0's pass, `dane.asynchronous`).  The learning rate is used
+need no agreement (the server's updates per round are counted from rank 0's pass, `dane.loop.asynchronous`).  The learning rate is used
 as given (Horovod's recipe of scaling it by m is left to the config); the global batch is
 m × ``batch_size``.
 """
@@ -68,7 +68,7 @@ class SyncSGD(Algorithm):
         preload_optimizers()
         self.w.requires_grad_(True)  # the optimizer's one parameter is the flat vector itself
         self.optimizer = make_optimizer(optimizer, self.w, lr=lr, momentum=momentum)
-        self.updates_per_round = self.steps_per_round  # per worker, when asynchronous (dane.asynchronous)
+        self.updates_per_round = self.steps_per_round  # per worker, when asynchronous (dane.loop.asynchronous)
 
     def local_metrics(self) -> torch.Tensor:
         return self.problem.local_metrics(self.w.detach())  # a network: forward passes only, no gradient
@@ -98,7 +98,7 @@ class SyncSGD(Algorithm):
                        **{stat: mean_rows}, batch_size=self.batch_size)
         self.defaults = tuple(resolution.entries)
 
-    # Asynchronous and stale-synchronous SGD (comm.staleness > 0, dane.asynchronous): the worker's half of a step;
+    # Asynchronous and stale-synchronous SGD (comm.staleness > 0, dane.loop.asynchronous): the worker's half of a step;
     # the server's half is GradientServer (SyncSGDConfig.async_server).
     def worker_update(self, w: torch.Tensor) -> list[torch.Tensor]:
         """One worker step at the parameters it pulled: its minibatch gradient, pushed to the server."""

@@ -10,7 +10,7 @@ round takes m times as many steps as a synchronous one: the SSP and asynchronous
 lr/m (`ASYNC_LR`), so that without staleness a pass over the data would move the iterate as far.
 
 **One time base.**  The asynchronous and SSP runs are timed by the event simulator's model
-(`dane.asynchronous.simulator`): a push costs ``sim.step_time`` × slowdown_i of compute, and the server
+(`dane.loop.asynchronous.simulator`): a push costs ``sim.step_time`` × slowdown_i of compute, and the server
 handles one message at a time (α + n/β to receive or send, n/γ to apply).  A synchronous run
 (``comm.staleness=0``) logs measured CPU compute instead, so the figure re-times it on the same
 model (`sync_time`): each synchronous step costs

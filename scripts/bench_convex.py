@@ -18,7 +18,7 @@ from dane.comm import AlphaBeta
 from dane.data.files import BuiltinSource, LibSVMSource
 from dane.errors import UserError
 from dane.problems.linear_models import LinearModelConfig
-from dane.reference import attach_all
+from dane.loop.reference import attach_all
 from dane.synthetic.sparse_data import write_sparse_libsvm
 from scripts.harness import Bench, count, data_dir, first_at, folder, grid, option, relative
 

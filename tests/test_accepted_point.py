@@ -24,7 +24,7 @@ from dane.api import algorithm_config
 from dane.loop.launch import execute
 from dane.run_config import run_spec
 from dane.loop.stopping import StopRule
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
 from test_giant_stall import N, rare_column_on_one_shard
 

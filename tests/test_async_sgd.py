@@ -1,5 +1,5 @@
-"""Asynchronous and stale-synchronous SGD (comm.staleness, dane.asynchronous): the event-driven simulator first,
-then real torchrun runs through the parameter server (dane.asynchronous.protocol).
+"""Asynchronous and stale-synchronous SGD (comm.staleness, dane.loop.asynchronous): the event-driven simulator first,
+then real torchrun runs through the parameter server (dane.loop.asynchronous.protocol).
 
 - s=0 is today's synchronous sync_sgd, bit for bit; one asynchronous worker is sync_sgd with one worker;
 - SSP never lets a worker start more than s clocks ahead of the slowest (the bound is reached);
@@ -18,7 +18,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from dane.asynchronous.simulator import EventSimulator
+from dane.loop.asynchronous.simulator import EventSimulator
 from dane.comm import ParameterServerCost, Stragglers
 from dane.comm.threads import DeviceTurns
 from dane.records.confusion import JSON_FILE
@@ -201,7 +201,7 @@ def test_stored_runs_are_told_apart_by_staleness():
     assert identity(ssp) != identity({**ssp, "sim": {**sim, "step_time": 5e-3}})
 
 
-# ---------------------------------------------------------------- real runs: torchrun, comm=ps (dane.asynchronous.protocol)
+# ---------------------------------------------------------------- real runs: torchrun, comm=ps (dane.loop.asynchronous.protocol)
 def torchrun_train(tmp_path: Path, processes: int, *overrides: str) -> tuple[dict, list[dict], list[dict]]:
     from helpers import torchrun, train
 

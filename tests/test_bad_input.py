@@ -268,7 +268,7 @@ CASES = [
                   "iterate; set comm.staleness=0"),
     case("ps_staleness_negative", "comm=ps", "comm.staleness=-1", "algorithm=gd", *SMALL,
          expected="comm.staleness must be an integer >= 0 or inf (fully asynchronous), got -1"),
-    # comm.staleness > 0: sync_sgd and local_sgd only, through a parameter server (dane.asynchronous)
+    # comm.staleness > 0: sync_sgd and local_sgd only, through a parameter server (dane.loop.asynchronous)
     case("staleness_text", "comm.staleness=fast", "workers=2", *SMALL,
          expected="comm.staleness must be an integer >= 0 or inf (fully asynchronous), got 'fast'"),
     case("staleness_dane_simulated", "comm.staleness=inf", "workers=2", "sim.topology=ps", *SMALL,

@@ -30,7 +30,7 @@ from dane.problems import RidgeSyntheticConfig
 from dane.problems.arrays import LogReg, Ridge, Softmax
 from dane.loop.runner import run as loop_run
 from dane.loop.stopping import StopRule
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
 
 RTOL = 1e-12  # the stacked sums run in another order than the per-worker ones: round-off, not bits

@@ -30,7 +30,7 @@ from dane.experiments.config import run_spec
 from dane.loop.batching import AUTO_FROM, batched_path, why_not_batched
 from dane.problems import stacked, stacked_rows
 from dane.problems.arrays import LogReg, Ridge
-from dane.reference import attach_all
+from dane.loop.reference import attach_all
 from dane.synthetic.sweep import compose_job
 from test_batched import assert_same_records, run
 from test_fednl_batched import sparse_rows

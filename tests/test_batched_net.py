@@ -33,7 +33,7 @@ from dane.problems import neural, stacked_net
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
 from dane.problems.stacked_net import ENGINES
 from dane.loop.stopping import StopRule
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 
 RTOL = 1e-12  # float64: the stacked sums (vmap, grouped convolutions) run in another order, so round-off, not bits
 #: float32 on random images: the sums' other order costs a few float32 ulps of the largest entry (1e-7 relative);

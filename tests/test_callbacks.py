@@ -15,10 +15,10 @@ from dane.loop.callbacks import (NOTE_CHARS, SHOWN_NOTES, Callback, Checkpoints,
 from dane.comm import LocalCommunicator
 from dane.loop.driver import Loop, drive
 from dane.problems import RidgeSyntheticConfig
-from dane.reference import attach_one
+from dane.loop.reference import attach_one
 from dane.loop.runner import run
 from dane.loop.stopping import StopRule
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 
 ROUNDS = 4
 

@@ -15,7 +15,7 @@ from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.problems import RidgeSyntheticConfig
 from dane.loop.stopping import StopRule
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 
 M = 4
 PROBLEM = RidgeSyntheticConfig(n_samples=800, dim=40, lam=0.05)

@@ -23,7 +23,7 @@ from dane.loop.runner import run
 from dane.loop.stopping import StopRule
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 
 M, ROUNDS, SEED = 4, 5, 3
 LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-2, seed=0)

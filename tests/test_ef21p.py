@@ -20,7 +20,7 @@ from dane.loop.launch import execute
 from dane.loop.stopping import StopRule
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 from helpers import simulate, straight_and_resumed
 
 M, ROUNDS, SEED = 4, 5, 3

@@ -21,7 +21,7 @@ import torch
 from dane.problems.stacked_rows import StackedRows
 from dane.loop.batching import AUTO_FROM, batched_path
 from dane.problems.arrays import LogReg, Ridge
-from dane.reference import attach_all
+from dane.loop.reference import attach_all
 from test_batched import assert_same_records, run
 
 
@@ -103,7 +103,7 @@ def test_with_a_reference_optimum_and_a_quadratic_loss():
 def test_auto_batches_fednl_from_auto_from_workers(logreg):
     from dane.api import algorithm_config
     from dane.loop.stopping import StopRule
-    from dane.spec import Communication, RunControl, RunSpec
+    from dane.loop.spec import Communication, RunControl, RunSpec
 
     def spec(workers: int) -> RunSpec:
         return RunSpec(problem=logreg, algorithm=algorithm_config("fednl", compressor="topk:10"),

@@ -151,7 +151,7 @@ def test_the_resolved_model_step_lands_in_the_summary(data):
     from dane.loop.launch import execute
     from dane.loop.stopping import StopRule
     from dane.problems.arrays import LogReg
-    from dane.spec import Communication, RunControl, RunSpec
+    from dane.loop.spec import Communication, RunControl, RunSpec
 
     X, y = data
     for spec, value in (("randk:4", 4 / 13), ("topk:4", 1.0)):

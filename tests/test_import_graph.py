@@ -21,7 +21,7 @@ LAYERS = (
     ("dane.comm",),
     ("dane.data", "dane.problems", "dane.numerics.local_solvers"),
     ("dane.dane", "baselines"),
-    ("dane.run_config", "dane.reference", "dane.spec", "dane.loop", "dane.asynchronous", "dane.api"),
+    ("dane.run_config", "dane.loop", "dane.api"),
     ("experiments", "synthetic", "paper_figs", "scripts"),
 )
 
@@ -104,15 +104,20 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def folders(edges: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The graph between top-level folders (``dane``, ``baselines``, ...): a -> b when a module of a imports one of b.
+def folders(edges: dict[str, set[str]], depth: int = 1) -> dict[str, set[str]]:
+    """The graph between folders: a -> b when a module of a imports one of b.  ``depth`` 1: the top-level folders
+    (``dane``, ``baselines``, ...); 2: ``dane``'s folders (``dane.loop``, ``dane.comm``, ...), each of its top-level
+    modules a node of its own.
 
     Each folder can be free of module cycles while two folders import each other (a.x -> b.y, b.z -> a.w); then
     neither is below the other, and the layers of docs/extending.md's layout do not hold."""
+    def node(module: str) -> str:
+        return ".".join(module.split(".")[:depth])
+
     out: dict[str, set[str]] = {}
     for src, dsts in edges.items():
-        top = src.split(".")[0]
-        out.setdefault(top, set()).update(d.split(".")[0] for d in dsts if d.split(".")[0] != top)
+        top = node(src)
+        out.setdefault(top, set()).update(node(d) for d in dsts if node(d) != top)
     for dsts in list(out.values()):
         for d in dsts:
             out.setdefault(d, set())
@@ -155,6 +160,14 @@ def test_no_import_cycles_between_folders():
                       if src.split(".")[0] in circle and dst.split(".")[0] in circle
                       and src.split(".")[0] != dst.split(".")[0])
     assert circles == [], f"folders that import each other: {circles}; the imports between them: {crossing}"
+
+
+def test_no_import_cycles_between_the_folders_of_dane():
+    """``dane.loop`` and ``dane.comm`` ... each below or above another, never both (the run's spec, reference and
+    asynchronous kinds once sat beside ``dane.loop`` and imported from it while it imported them)."""
+    edges = {src: {d for d in dsts if d.split(".")[0] == "dane"} for src, dsts in graph().items()
+             if src.split(".")[0] == "dane"}
+    assert cycles(folders(edges, depth=2)) == []
 
 
 def test_dane_imports_nothing_from_the_layers_above_it():

@@ -14,7 +14,7 @@ from dane.numerics.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SOFTMAX, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.problems.optimum import solve as solve_reference
-from dane.reference import attach_all
+from dane.loop.reference import attach_all
 
 
 def data(n=240, d=12, *, classes=None, sparse=False, seed=0):

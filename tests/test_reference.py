@@ -1,4 +1,4 @@
-"""The reference optimum (`dane.problems.optimum`, `dane.reference`): made by the workers, to round-off, cached by content, off the clock."""
+"""The reference optimum (`dane.problems.optimum`, `dane.loop.reference`): made by the workers, to round-off, cached by content, off the clock."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ import torch
 import dane
 from dane.errors import ConfigError
 from dane.problems.optimum import check_mode, data_moments, distributed_newton, solve
-from dane.reference import attach_all
+from dane.loop.reference import attach_all
 from dane.loop.stopping import StopRule
 from helpers import simulate
 

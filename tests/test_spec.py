@@ -10,7 +10,7 @@ import torch
 from dane.comm import AlphaBeta
 from dane.errors import ConfigError
 from dane.experiments.config import run_spec
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
 
 

@@ -22,7 +22,7 @@ from dane.loop.launch import execute
 from dane.models import build_model
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
 from dane.loop.stopping import StopRule
-from dane.spec import Communication, RunControl, RunSpec
+from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.split.config import SplitConfig
 from dane.split.training import SAMPLER_STREAM
 

@@ -328,7 +328,7 @@ def test_only_a_counted_divergence_is_told_it_may_turn_the_watch_off():
     from dane.api import algorithm_config
     from dane.errors import DivergenceError
     from dane.loop.launch import execute
-    from dane.spec import Communication, RunControl, RunSpec
+    from dane.loop.spec import Communication, RunControl, RunSpec
 
     X, y = load_diabetes(return_X_y=True)
     L = float(np.linalg.eigvalsh(X.T @ X / len(X)).max()) + 1e-3
@@ -354,7 +354,7 @@ def test_a_blow_up_under_diverge_after_null_is_the_divergence_line(tmp_path):
     from dane.errors import DivergenceError
     from dane.loop.launch import execute
     from dane.records.results import read_summary
-    from dane.spec import Communication, RunControl, RunSpec
+    from dane.loop.spec import Communication, RunControl, RunSpec
 
     stop = StopRule(rounds=50, diverge_after=None)
     assert stop.counted_divergence() is None
