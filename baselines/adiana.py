@@ -42,8 +42,9 @@ metric, ``downlink_bits`` += 64 (2d + metrics) (the two means, dense: from them 
 
 *The logged point* is y^k, the paper's output sequence (FedNL-Public's curves are f(y^k) too): each round evaluates
 O_i at y^k for the record, and its gradient is ∇O_i(w^{k+1}) when the coin refreshes w.  ``local_passes`` counts the
-method's gradients: ∇O_i(x^k) every round, ∇O_i(y^k) at round 0 (w^0 = y^0) and where the coin refreshes w, 1 + p a
-round in expectation; the evaluation for the record alone is not counted.  The logged ``grad_norm`` is ‖g^k‖, the
+method's gradients: ∇O_i(x^k) every round, ∇O_i(y^k) at round 0 (w^0 = y^0) and where the coin refreshes w at k ≥ 1,
+once per point (a refresh at round 0 sets w^1 = y^0 = w^0, whose gradient is counted), 1 + p a round in expectation
+after round 0; the evaluation for the record alone is not counted.  The logged ``grad_norm`` is ‖g^k‖, the
 estimate ADIANA steps with (at x^k).  It runs on the batched simulator as DIANA does.
 
 Departures: none in the round; as DIANA's, L is a Lanczos estimate of max_i λ_max(H_i) at w_0 and μ̲ a lower
@@ -97,7 +98,8 @@ class ADIANA(Algorithm):
     def step(self) -> dict[str, float]:
         with uncounted():                             # the record's metrics; its gradient is work only where used:
             grad_y, metrics = self.problem.evaluate(self.y)
-        if self.grad_w is None:                       # round 0: w^0 = y^0
+        first = self.grad_w is None
+        if first:                                     # round 0: w^0 = y^0
             self.grad_w = grad_y
             count("local_passes", 1.0)
         x = self.theta1 * self.z + self.theta2 * self.x_w + (1 - self.theta1 - self.theta2) * self.y
@@ -113,7 +115,8 @@ class ADIANA(Algorithm):
         refresh = bool(self.coin.random() < self.p)   # c_k: w^{k+1} = y^k
         if refresh:
             self.x_w, self.grad_w = self.y, grad_y
-            count("local_passes", 1.0)
+            if not first:                             # at round 0 w^1 = y^0 = w^0: its gradient is counted above
+                count("local_passes", 1.0)
         self.y = y_next
         self.w = self.y
         return {**self.metrics(g, metrics), "lr": self.lr, "w_refreshed": float(refresh)}

@@ -178,6 +178,17 @@ def test_adiana_counts_its_gradient_at_y_only_where_the_method_uses_it():
     assert column(result.records, "local_passes") == [M * sum(used[:t]) for t in range(9)]
 
 
+def test_adiana_counts_one_pass_for_w_and_y_at_round_zero_when_the_coin_refreshes_there():
+    """At p = 1 the coin refreshes w every round, round 0 included, where w^1 = y^0 = w^0: one gradient at that point,
+    with ∇O_i(x^k), two passes a round from round 0 on, on the per-worker and the batched path."""
+    for batched in (False, True):
+        keys = dict(compressor="none", p=1.0, alpha=1.0, lr=0.2, theta1=0.2, gamma=0.5, beta=0.9)
+        result = fit_batched(logreg(), "adiana", 4, **keys) if batched else \
+            dane.fit(logreg(), "adiana", workers=M, rounds=4, **keys)
+        assert [r["w_refreshed"] for r in result.records[:-1]] == [1.0] * 4
+        assert column(result.records, "local_passes") == [2 * M * t for t in range(5)]
+
+
 @pytest.mark.parametrize("control_variate", [1, 2])
 def test_fedred_takes_its_first_local_gradient_from_the_round_that_has_it(control_variate):
     """K steps cost K passes a round, type 1 (whose first step reads the ∇O_i(x̃) its control variate took) as type
