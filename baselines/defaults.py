@@ -295,7 +295,8 @@ def pp_marina_probability(density: int, dim: int, clients: int, workers: int) ->
 def pp_marina_step(smoothness: float, smoothness_rms: float, omega: float, p: float, clients: int) -> float:
     r"""PP-MARINA's γ = 1/(L₋ + L₊ sqrt((1 − p)(1 + ω)/(p r))), L₋ ≤ L̄ = mean_i L_i and L₊ = sqrt(mean_i L_i²) as in
     `marina_step`, r clients drawn uniformly with replacement.  Source: Gorbunov et al. 2021, Theorem 4.1 (its
-    largest step); (1 + ω)/r in place of MARINA's ω/m is the variance of the mean of r i.i.d. draws of Q(Δ_i)."""
+    largest step); (1 + ω)/r in place of MARINA's ω/m bounds the variance of the mean of r i.i.d. draws of Q(Δ_i), each
+    draw its own client and its own Q (`baselines.marina`: a client drawn twice sends two independent Q)."""
     return 1.0 / (smoothness + smoothness_rms * math.sqrt((1.0 - p) * (1.0 + omega) / (p * clients)))
 
 

@@ -32,30 +32,33 @@ every number as before).  A full round (c_k = 1, and round 0) is MARINA's: every
 compressed round draws I'_k, r i.i.d. uniform draws of a client with replacement (as the paper; a client drawn twice
 counts twice), from the shared `dane.sampling.ClientSampler` (`ClientSampler.draw_with_replacement`: seeded from the
 run's seed alone, alike on every rank, checkpointed), and only the clients drawn send Q(∇O_i(x_k) − ∇O_i(x_{k−1})),
-each drawing Q from its own stream (the others draw nothing):
+one message a draw, each with its own Q (as the paper's, whose variance (1 + ω)/r the step rule reads): a client
+drawn c_i times draws c_i independent Q in turn from its own stream (the others draw nothing):
 
-.. math:: g_k = g_{k-1} + \tfrac1r\textstyle\sum_{j=1}^{r} Q\big(\nabla O_{i_j}(x_k) - \nabla O_{i_j}(x_{k-1})\big)
-    = g_{k-1} + \tfrac mr\cdot\tfrac1m\sum_i c_i\, Q_i
+.. math:: g_k = g_{k-1} + \tfrac1r\textstyle\sum_{j=1}^{r} Q_j\big(\nabla O_{i_j}(x_k) - \nabla O_{i_j}(x_{k-1})\big)
+    = g_{k-1} + \tfrac mr\cdot\tfrac1m\sum_i \textstyle\sum_{l=1}^{c_i} Q_i^l
 
-(c_i the multiplicity of client i in I'_k): every worker enters the allreduce with c_i Q_i, zeros when not drawn,
-and the mean is rescaled by m/r (as `dane.sampling.sampled_mean`, with multiplicities; on the batched path the drawn
-clients' rows are placed among the others' zeros).  With p = 1 every round is full: PP-MARINA is GD at step γ, at
+(c_i the multiplicity of client i in I'_k, Q_i^l its l-th draw): every worker enters the allreduce with
+Q_i^1 + … + Q_i^{c_i}, zeros when not drawn, and the mean is rescaled by m/r (as `dane.sampling.sampled_mean`, with
+multiplicities; on the batched path the drawn clients' rows, drawn from the same streams in the same order, are
+placed among the others' zeros).  With p = 1 every round is full: PP-MARINA is GD at step γ, at
 any r.  ``sampling=size`` is refused (the paper samples uniformly), and r ≤ m (the sampler's bound).  Defaults
 under sampling: p = ζ_Q r/(d m) (`baselines.defaults.pp_marina_probability`, their Corollary 4.1) and
 γ = 1/(L̄ + L₊ sqrt((1 − p)(1 + ω)/(p r))) (`baselines.defaults.pp_marina_step`, their Theorem 4.1).
 
 Its traffic, participants only (records under sampling, cumulative): ``clients_uplink_bits``, what the clients sent
-(a full round m · 64 d, a compressed round bits(Q on d entries) per distinct client drawn: a client drawn twice sends
-once), ``uplink_bytes`` (the same at ⌈bits/8⌉ per message), ``downlink_bytes`` (g_k to every client each round, as
-the paper's broadcast: every client keeps x_k) and ``clients`` (the clients that sent).  The communicator's
+(a full round m · 64 d, a compressed round bits(Q on d entries) per draw, r messages: a client drawn twice sends
+two), ``uplink_bytes`` (the same at ⌈bits/8⌉ per message), ``downlink_bytes`` (g_k to every client each round, as
+the paper's broadcast: every client keeps x_k) and ``clients`` (the distinct clients that sent).  The communicator's
 ``uplink_bits`` still count the collective as run, every rank's message (`dane.sampling`).
 
 Departures: the theorem is for non-convex f (MARINA's main setting); the package runs it on every problem with
 Hessian-vector products for the step rule, or with a given ``lr`` on any.  Under sampling every client evaluates
 ∇O_i at every iterate (the record's metrics need it) and keeps it, where the paper's drawn client evaluates
 ∇O_i(x_k) and ∇O_i(x_{k−1}) then: the same numbers.  ``local_passes`` counts the paper's: a full round one a client,
-a compressed round two a distinct drawn client, none for the others.  The draw I'_k is taken on compressed rounds only (the paper
-draws it every round and uses it on compressed ones; the draws being independent of the coin, the law is the same).
+a compressed round two a distinct drawn client (a client drawn twice compresses the same difference twice), none for
+the others.  The draw I'_k is taken on compressed rounds only (the paper draws it every round and uses it on
+compressed ones; the draws being independent of the coin, the law is the same).
 """
 from __future__ import annotations
 
@@ -138,31 +141,38 @@ class MARINA(Algorithm):
         self.last_grad = grad
         mean, metrics = self.comm.allreduce_mean([sent, metrics], kinds=kinds)
         if members is not None:
-            mean = mean * (self.comm.size / self.sampler.s)           # (1/m) Σ c_i Q_i into (1/r) Σ_j Q_{i_j}
+            mean = mean * (self.comm.size / self.sampler.s)           # (1/m) Σ_i Σ_l Q_i^l into (1/r) Σ_j Q_j
         self.g = mean if full else self.g + mean
         self.w = self.w - self.lr * self.g
         out = {**self.metrics(self.g, metrics), "lr": self.lr, "full_round": float(full)}
         return out if self.sampler is None else {**out, **self.count(grad, members)}
 
     def drawn_differences(self, diff: torch.Tensor, members: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """c_i Q(diff_i) for each drawn client i (c_i its multiplicity in I'_k), zeros for the others: this worker's, or
-        the stack's rows; only the drawn clients draw Q, each from its own stream."""
+        """Q¹(diff_i) + … + Q^{c_i}(diff_i) for each drawn client i (c_i its multiplicity in I'_k, one independent Q
+        a draw, in turn from the client's own stream), zeros for the others: this worker's, or the stack's rows; only
+        the drawn clients draw Q."""
         if not stacked(self.comm):
-            c = int(counts[self.comm.rank])
-            return compress_each(self.compressor, diff, self.generators) * c if c else torch.zeros_like(diff)
-        rows = members.to(diff.device)
-        drawn = compress_each(self.compressor, diff.index_select(0, rows),
-                              [self.generators[i] for i in members.tolist()])
-        weights = counts.to(device=diff.device, dtype=diff.dtype).index_select(0, rows).unsqueeze(1)
-        return diff.new_zeros(diff.shape).index_copy_(0, rows, drawn * weights)
+            total = torch.zeros_like(diff)
+            for draw in range(int(counts[self.comm.rank])):
+                q = compress_each(self.compressor, diff, self.generators)
+                total = q if draw == 0 else total + q
+            return total
+        total, multiplicity = diff.new_zeros(diff.shape), counts.index_select(0, members)
+        for draw in range(int(multiplicity.max())):   # the clients drawn more than `draw` times draw their next Q
+            rows = members[multiplicity > draw]
+            index = rows.to(diff.device)
+            q = compress_each(self.compressor, diff.index_select(0, index), [self.generators[i] for i in rows.tolist()])
+            total = total.index_copy_(0, index, q) if draw == 0 else total.index_add_(0, index, q)
+        return total
 
     def count(self, grad: torch.Tensor, members: torch.Tensor | None) -> dict[str, int]:
         """PP-MARINA's traffic of the round (``members`` None: a full round, every client sent its gradient)."""
         d, width = self.w.numel(), grad.element_size() * 8
         clients = self.comm.size if members is None else len(members)
+        messages = clients if members is None else self.sampler.s    # one a draw: a client drawn twice sends two
         bits = d * width if members is None else self.compressor.bits(d, width)
-        self.uplink_bits += clients * bits
-        self.traffic.uplink += clients * math.ceil(bits / 8)
+        self.uplink_bits += messages * bits
+        self.traffic.uplink += messages * math.ceil(bits / 8)
         self.traffic.downlink += self.comm.size * d * width // 8  # g_k to every client
         return {**self.traffic.record(clients), "clients_uplink_bits": self.uplink_bits}
 
