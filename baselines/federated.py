@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -94,9 +94,17 @@ class LocalSolveKeys:
         return (f"algorithm.local_solver={self.local_solver} solves each client's problem on its own (the batched "
                 f"path runs algorithm.local_solver=steps)")
 
-    def solver(self) -> LocalSolver | None:
-        """The `LocalSolver` handed to ``problem.prox_solve``; None: the problem's own (or ``steps``)."""
-        return None if self.local_solver in ("problem", "steps") else LocalSolver(self.local_solver)
+    def solver(self, problem: LocalSolver | None = None) -> LocalSolver | None:
+        """The `LocalSolver` handed to ``problem.prox_solve``: the method ``local_solver`` with every other setting the
+        problem's (``problem``: its resolved solver, the ``problem.local_tol``, ``local_max_iter``, ``newton_steps``
+        and ``svrg_*`` keys; None: `LocalSolver`'s defaults); None: the problem's own (or ``steps``)."""
+        if self.local_solver in ("problem", "steps"):
+            return None
+        problem = problem or LocalSolver()
+        if self.local_solver == "cg" and problem.tol == 0 and problem.max_iter is None:
+            raise ConfigError("algorithm.local_solver=cg with problem.local_tol=0 needs problem.local_max_iter "
+                              "(a fixed count of CG products)")
+        return replace(problem, method=self.local_solver)
 
 
 #: the width of a value in a message a method counts itself (`ClientBits`): float64
@@ -161,7 +169,7 @@ class Federated(Algorithm):
         self.traffic = Traffic()
         self.with_grad = logs_gradient(problem)
         self.local = local or LocalSolveKeys()
-        self.solver = self.local.solver()
+        self.solver = self.local.solver(problem.solver)  # its tolerance and caps: the problem's keys
         if self.solver is not None and problem.strong_convexity is None:
             raise ConfigError(f"algorithm.local_solver={self.local.local_solver} exists on the convex problems only, "
                               f"got {type(problem).__name__}; use algorithm.local_solver=problem (the inner optimizer)")

@@ -22,10 +22,11 @@ the start).  With one client and an exact solve, S-DANE is the proximal point me
 
 The local solve is ``local_solver`` (`baselines.federated`): ``problem`` (exact on a quadratic, Newton
 to the problem's tolerance on a GLM, the inner torch optimizer on a network), ``cholesky``, ``cg``,
-``svrg``, ``lbfgs`` (re-solved with a 100 times tighter tolerance, or twice the SVRG passes, up to
-three times while the accuracy test fails), or ``steps``: gradient steps on F_i from the centre with
-step 1/(max_i L_i + λ) until the test holds (at most ``local_steps``).  Records carry ``local_failed``:
-whether this worker's last solve ended without passing the test (``problem`` on a network is not tested).
+``svrg``, ``lbfgs`` (with the problem's ``local_tol``, caps and SVRG keys; re-solved with a 100 times tighter
+tolerance, or twice the SVRG passes, up to three times while the accuracy test fails), or ``steps``: gradient
+steps on F_i from the centre with step 1/(max_i L_i + λ) until the test holds (at most ``local_steps``).  Records
+carry ``local_failed``: whether this worker's last solve ended without passing the test (``problem`` on a network
+is not tested).
 
 Acc-S-DANE is mlolab/S-DANE's ``SDANE(acceleration=True)`` line by line: a from λa² = (A + a)B with the B before
 the round (its ``update_a``) and the round's λ (after an adaptive halving or doubling), y = (A x + a v)/(A + a)

@@ -104,6 +104,8 @@ CASES = [
          expected="algorithm.cg_tol must be in (0, 1), got 1.5"),
     case("inexact_cg_tol_of_one", "algorithm=inexact_dane", "algorithm.local_solver=cg", "algorithm.cg_tol=1.5",
          *SMALL, expected="algorithm.cg_tol must be in [0, 1), got 1.5"),
+    case("federated_cg_fixed_count_without_a_cap", "algorithm=sdane", "algorithm.local_solver=cg",
+         "problem.local_tol=0", *LOGREG, expected="algorithm.local_solver=cg with problem.local_tol=0 needs problem.local_max_iter"),
     case("fednl_cr_without_rows", "algorithm=fednl", "algorithm.variant=cr", *SMALL,
          expected="algorithm=fednl needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
                   "data=...), got problem=ridge_synthetic, which has no rows of a linear model"),

@@ -21,8 +21,7 @@ import torch
 
 import dane
 from dane import work
-from dane.baselines import SDANEConfig, federated
-from dane.numerics.local_solvers import LocalSolver
+from dane.baselines import AccSDANEConfig, FedDANEConfig, FedProxConfig, FedRedConfig, SDANEConfig, federated
 from dane.sampling import ClientSampler
 import runs
 from helpers import simulate
@@ -324,12 +323,20 @@ def test_sdane_steps_is_its_numpy_transcription():
     assert [r["local_failed"] for r in records[:-1]] == [False] * 4
 
 
-class OneProductCG(SDANEConfig):
-    """S-DANE with ``local_solver=cg`` held to one Newton step of one CG product a solve: a tighter tolerance cannot
-    lift that cap, so the solve fails the accuracy test as often as it is re-solved (where λ is small)."""
-
-    def solver(self) -> LocalSolver:
-        return LocalSolver("cg", tol=1e-6, max_iter=1, newton_steps=1)
+@pytest.mark.parametrize("config", [
+    SDANEConfig(lam=1.0, local_solver="cg"), AccSDANEConfig(lam=1.0, local_solver="cg"),
+    FedDANEConfig(mu=1.0, local_solver="cg"), FedProxConfig(mu=1.0, local_solver="cg"),
+    FedRedConfig(lam=1.0, local_solver="cg")], ids=lambda c: c.name)
+def test_an_algorithms_local_solver_runs_with_the_problems_tolerance_and_caps(config):
+    """``algorithm.local_solver=cg`` names the method; its tolerance and caps are the problem's keys
+    (`baselines.federated.LocalSolveKeys.solver`).  At ``local_tol=0, local_max_iter=2, newton_steps=1`` every local
+    solve is one Newton step of exactly 2 CG products: 2 M a round (at λ = 1 every S-DANE solve passes its accuracy
+    test, so none is re-solved).  It was `LocalSolver`'s defaults (tol 1e-10, 10 d products, 50 Newton steps),
+    whatever the problem said."""
+    shards = [logreg(local_tol=0, local_max_iter=2, newton_steps=1).build(rank, M) for rank in range(M)]
+    (_, records, _), *_ = simulate(config, shards, rounds=3)
+    assert column(records, "local_hvps") == [2 * M * t for t in range(4)]
+    assert column(records, "local_solver_iters") == [2 * M * t for t in range(4)]
 
 
 @pytest.mark.parametrize("lam, tols, failed", [(1e-2, [1e-6, 1e-8, 1e-10, 1e-12], True), (1.0, [1e-6], False)])
@@ -338,7 +345,7 @@ def test_sdane_re_solves_a_failed_local_solve_three_times_each_100_times_tighter
     with the tolerance divided by 100 (`baselines.defaults.tighter`), `LOCAL_RETRIES` = 3 times at most; the record
     says it failed.  The tolerances each worker's solves were given, round by round, at a λ where every solve fails
     and at one where the first passes."""
-    shards = [logreg().build(rank, M) for rank in range(M)]
+    shards = [logreg(local_tol=1e-6, local_max_iter=1, newton_steps=1).build(rank, M) for rank in range(M)]
     given = [[] for _ in shards]
     for shard, seen in zip(shards, given):
         def spy(*args, _solve=shard.prox_solve, _seen=seen, **keys):
@@ -346,7 +353,7 @@ def test_sdane_re_solves_a_failed_local_solve_three_times_each_100_times_tighter
             return _solve(*args, **keys)
 
         shard.prox_solve = spy
-    workers = simulate(OneProductCG(lam=lam, local_solver="cg"), shards, rounds=2)
+    workers = simulate(SDANEConfig(lam=lam, local_solver="cg"), shards, rounds=2)
     assert given == [tols * 2] * M
     assert [[r["local_failed"] for r in records[:-1]] for _, records, _ in workers] == [[failed] * 2] * M
 
