@@ -23,8 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 # rules of the layers below, named here so that every rule a summary names is found in this module: InexactDANE's and
-# AIDE's SVRG step, passes=auto and CG cap (the local solver's), split learning's cut=null (the smallest valid bottom)
-from dane.numerics.local_solvers import LocalSolver, cg_products, svrg_passes, svrg_step
+# AIDE's SVRG step, passes=auto and CG cap (the local solver's), split learning's cut=null (the smallest valid bottom);
+# svrg_passes_at: what passes=auto ran, which `tighter` doubles
+from dane.numerics.local_solvers import (LBFGS_MAX_ITER, PASSES_AUTO, LocalSolver, cg_products, svrg_passes,
+                                         svrg_passes_at, svrg_step)
 from dane.split.cut import cut_model
 
 #: below 2 (a fixed step below 2/L decreases an L-smooth f): room for a Lanczos L short of λ_max, as GD's lr_factor
@@ -243,13 +245,20 @@ def scaffnew_probability(mu_low: float, smoothness: float) -> float:
     return min(1.0, math.sqrt(mu_low / smoothness))
 
 
-def tighter(solver: LocalSolver) -> LocalSolver:
-    """The same local solver asked for more, for S-DANE's re-solve after a failed accuracy test: twice the SVRG
-    passes (3 where they are automatic), else a 100 times smaller tolerance.  This package's rule: the paper's test
-    asks for an accuracy, not for a solver's settings."""
+def tighter(solver: LocalSolver, passes: int | None = None) -> LocalSolver:
+    """The same local solver asked for more, for S-DANE's re-solve after a failed accuracy test: SVRG twice the passes
+    the failed solve ran, ``passes`` (for ``passes=auto`` what it resolved to on the caller's shard at its weight,
+    `dane.numerics.local_solvers.svrg_passes_at`; None: ``solver.passes``, a number), with no cap; a fixed count
+    (CG or L-BFGS at ``tol=0``) twice its products per CG system or its iterations (null: `LBFGS_MAX_ITER`); else a
+    100 times smaller tolerance.  This package's rule: the paper's test asks for an accuracy, not for a solver's
+    settings."""
     if solver.method == "svrg":
-        passes = solver.passes if isinstance(solver.passes, int) else 3
-        return replace(solver, passes=2 * passes)
+        ran = solver.passes if passes is None else passes
+        if ran == PASSES_AUTO:
+            raise ValueError("tighter: an SVRG solve at passes=auto needs the passes it ran (svrg_passes_at)")
+        return replace(solver, passes=2 * int(ran))
+    if solver.tol == 0 and solver.method in ("cg", "lbfgs"):
+        return replace(solver, max_iter=2 * (solver.max_iter or LBFGS_MAX_ITER))
     return replace(solver, tol=solver.tol / 100)
 
 

@@ -22,11 +22,12 @@ the start).  With one client and an exact solve, S-DANE is the proximal point me
 
 The local solve is ``local_solver`` (`baselines.federated`): ``problem`` (exact on a quadratic, Newton
 to the problem's tolerance on a GLM, the inner torch optimizer on a network), ``cholesky``, ``cg``,
-``svrg``, ``lbfgs`` (with the problem's ``local_tol``, caps and SVRG keys; re-solved with a 100 times tighter
-tolerance, or twice the SVRG passes, up to three times while the accuracy test fails), or ``steps``: gradient
-steps on F_i from the centre with step 1/(max_i L_i + λ) until the test holds (at most ``local_steps``).  Records
-carry ``local_failed``: whether this worker's last solve ended without passing the test (``problem`` on a network
-is not tested).
+``svrg``, ``lbfgs`` (with the problem's ``local_tol``, caps and SVRG keys; re-solved, up to three times while the
+accuracy test fails, with twice the SVRG passes the failed solve ran, ``auto``'s as resolved, twice a fixed count's
+products or iterations at ``local_tol=0``, else a 100 times tighter tolerance: `baselines.defaults.tighter`), or
+``steps``: gradient steps on F_i from the centre with step 1/(max_i L_i + λ) until the test holds (at most
+``local_steps``).  Records carry ``local_failed``: whether this worker's last solve ended without passing the test
+(``problem`` on a network is not tested).
 
 Acc-S-DANE is mlolab/S-DANE's ``SDANE(acceleration=True)`` line by line: a from λa² = (A + a)B with the B before
 the round (its ``update_a``) and the round's λ (after an adaptive halving or doubling), y = (A x + a v)/(A + a)
@@ -67,6 +68,7 @@ import torch
 from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
+from dane.numerics.local_solvers import svrg_passes_at
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
 
@@ -165,7 +167,9 @@ class SDANE(Federated):
         for _ in range(LOCAL_RETRIES if solver and solver.method in ("cg", "svrg", "lbfgs") else 0):
             if passes(z, grad_z):
                 break
-            solver = tighter(solver)
+            # the passes the failed SVRG solve ran (``auto`` resolved on this shard at λ), which `tighter` doubles
+            ran = svrg_passes_at(self.local_problem, solver, lam) if solver.method == "svrg" else None
+            solver = tighter(solver, ran)
             z = self.problem.prox_solve(centre, h, lam, anchor_grad=grad_c, solver=solver)
             grad_z = self.local_grad(z)
         self.local_failed = self.problem.strong_convexity is not None and not passes(z, grad_z)

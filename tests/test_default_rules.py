@@ -70,12 +70,16 @@ ROWS = [
     # Scaffnew's p = min(1, sqrt(μ/L))
     (d.scaffnew_probability, (0.01, 4.0), {}, 0.05),
     (d.scaffnew_probability, (8.0, 4.0), {}, 1.0),
-    # S-DANE's re-solve after a failed accuracy test: twice the SVRG passes (twice the 3 the automatic ones never go
-    # below), else a 100 times smaller tolerance; every other setting kept
+    # S-DANE's re-solve after a failed accuracy test: twice the SVRG passes the failed solve ran (passes=auto: the
+    # count it resolved to, given), twice a fixed count's products or iterations (tol = 0), else a 100 times smaller
+    # tolerance; every other setting kept
     (d.tighter, (LocalSolver("svrg", passes=2),), {}, LocalSolver("svrg", passes=4)),
-    (d.tighter, (LocalSolver("svrg", passes="auto"),), {}, LocalSolver("svrg", passes=6)),
+    (d.tighter, (LocalSolver("svrg", passes="auto"), 7), {}, LocalSolver("svrg", passes=14)),
+    (d.tighter, (LocalSolver("svrg", passes=14), 14), {}, LocalSolver("svrg", passes=28)),
     (d.tighter, (LocalSolver("cg", tol=1e-6, max_iter=7),), {}, LocalSolver("cg", tol=1e-8, max_iter=7)),
+    (d.tighter, (LocalSolver("cg", tol=0, max_iter=7),), {}, LocalSolver("cg", tol=0, max_iter=14)),
     (d.tighter, (LocalSolver("lbfgs"),), {}, LocalSolver("lbfgs", tol=1e-12)),
+    (d.tighter, (LocalSolver("lbfgs", tol=0),), {}, LocalSolver("lbfgs", tol=0, max_iter=2000)),
     # DIANA's α = 1/(ω + 1) and γ = min(α/(2μ), 2/((L + μ)(1 + 6ω/m))) (Horváth et al. 2019)
     (d.diana_shift_step, (9.0,), {}, 0.1),
     (d.diana_shift_step, (0.0,), {}, 1.0),

@@ -346,16 +346,56 @@ def test_sdane_re_solves_a_failed_local_solve_three_times_each_100_times_tighter
     says it failed.  The tolerances each worker's solves were given, round by round, at a λ where every solve fails
     and at one where the first passes."""
     shards = [logreg(local_tol=1e-6, local_max_iter=1, newton_steps=1).build(rank, M) for rank in range(M)]
-    given = [[] for _ in shards]
-    for shard, seen in zip(shards, given):
-        def spy(*args, _solve=shard.prox_solve, _seen=seen, **keys):
-            _seen.append(keys["solver"].tol)
-            return _solve(*args, **keys)
-
-        shard.prox_solve = spy
+    given = spied(shards, "tol")
     workers = simulate(SDANEConfig(lam=lam, local_solver="cg"), shards, rounds=2)
     assert given == [tols * 2] * M
     assert [[r["local_failed"] for r in records[:-1]] for _, records, _ in workers] == [[failed] * 2] * M
+
+
+def spied(shards, field: str) -> list[list]:
+    """Per shard, the ``field`` of the solver each of its ``prox_solve`` calls is given, in order."""
+    given = [[] for _ in shards]
+    for shard, seen in zip(shards, given):
+        def spy(*args, _solve=shard.prox_solve, _seen=seen, **keys):
+            _seen.append(getattr(keys["solver"], field))
+            return _solve(*args, **keys)
+
+        shard.prox_solve = spy
+    return given
+
+
+def test_sdane_re_solves_a_failed_fixed_count_with_twice_the_products():
+    """At ``local_tol=0`` (a fixed count: one Newton step of ``local_max_iter`` = 2 CG products) a tighter tolerance
+    asks nothing more (0/100 = 0 re-ran the same solve); each re-solve doubles the count: 2, 4, 8, 16 products, and
+    at λ = 0.01 one Newton step fails the accuracy test at each, so a round is 30 products a worker."""
+    shards = [logreg(local_tol=0, local_max_iter=2, newton_steps=1).build(rank, M) for rank in range(M)]
+    given = spied(shards, "max_iter")
+    workers = simulate(SDANEConfig(lam=1e-2, local_solver="cg"), shards, rounds=2)
+    assert given == [[2, 4, 8, 16] * 2] * M
+    assert column(workers[0][1], "local_hvps") == [0, 30 * M, 60 * M]
+    assert [[r["local_failed"] for r in records[:-1]] for _, records, _ in workers] == [[True] * 2] * M
+
+
+def test_sdane_re_solves_an_automatic_svrg_solve_with_twice_the_passes_it_ran():
+    """SVRG at ``passes=auto`` runs a = clip(⌈b/(γ(λ + l2) n_i)⌉, 3, 1000) passes, γ = 1/(n_i L_row + λ + l2)
+    (`dane.numerics.local_solvers.svrg_passes`, by hand, b = 1); each re-solve after a failed accuracy test runs
+    twice the passes of the solve it follows: 2a, 4a, ... (it was 6, then 12, 24: twice the 3 of the paper's
+    setting, whatever a), and the records' SVRG steps are n_i a pass."""
+    lam, (X, y) = 1e-4, table()
+    problem = dane.problems.LogReg(X, (y > 0).astype(float), lam=1e-3, local_solver="svrg", svrg_passes="auto")
+    shards = [problem.build(rank, M) for rank in range(M)]
+    given = spied(shards, "passes")
+    workers = simulate(SDANEConfig(lam=lam, local_solver="svrg"), shards, rounds=2)
+    steps = 0
+    for shard, seen in zip(shards, given):
+        n, shrink = shard.n_local, shard.l2 + lam
+        auto = min(max(math.ceil((n * shard.row_smoothness() + shrink) / (shrink * n)), 3), 1000)
+        ran = [auto if passes == "auto" else passes for passes in seen]
+        resolves = [(ran[k], ran[k + 1]) for k in range(len(seen) - 1) if seen[k + 1] != "auto"]
+        assert seen[0] == "auto" and auto > 2 * 3 and resolves  # the old rule's first re-solve ran fewer than a
+        assert [after for _, after in resolves] == [2 * before for before, _ in resolves]
+        steps += n * sum(ran)
+    assert workers[0][1][-1]["local_solver_iters"] == steps
 
 
 def test_a_sampled_round_counts_its_participants_only():

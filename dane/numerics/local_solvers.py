@@ -66,6 +66,8 @@ AUTO_PASSES_MAX = 1000   # a cap on one solve's cost where κ is far above n_i (
 #: Stiefel 1952), but round-off breaks that termination on an ill-conditioned shard, in float64 too, and d products
 #: then stop short of the tolerance; 10 d, scipy's cg's cap and GIANT's
 CG_PRODUCTS_PER_DIM = 10
+#: L-BFGS-B's iterations per solve where ``max_iter`` is null
+LBFGS_MAX_ITER = 1000
 AUTO_MAX_DIM = 2000  # a dense d x d Cholesky costs d^3/3 flops: ~3 Gflop at 2000, once per mu
 
 
@@ -75,7 +77,8 @@ class LocalSolver:
 
     method: str = "auto"
     tol: float = 1e-10
-    max_iter: int | None = None     # cg: products per linear solve (None: d); lbfgs: iterations (None: 1000)
+    max_iter: int | None = None     # cg: products per linear solve (None: `cg_products`); lbfgs: iterations
+                                    # (None: `LBFGS_MAX_ITER`)
     newton_steps: int = 50          # Newton iterations at most (non-quadratic losses)
     passes: int | str = 3           # svrg: epochs per solve, or "auto" (`svrg_passes`)
     batch_size: int = 1             # svrg: rows per step
@@ -319,6 +322,12 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
     return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
 
 
+def svrg_passes_at(shard: Shard, solver: LocalSolver, mu: float) -> int:
+    """The passes an SVRG solve by ``solver`` runs on ``shard`` at the proximal weight ``mu``, with the shard's ℓ2
+    term (`prox_solve` with ``with_reg``): ``passes`` as given, or what ``auto`` resolves to there (`svrg_passes`)."""
+    return svrg_constants(Subproblem(shard, anchor=None, linear=None, mu=float(mu), l2=shard.l2), solver)[4]
+
+
 def svrg_step(rows: int, row_smoothness: float, shrink: float) -> float:
     """SVRG's step where ``lr`` is null: γ = 1/L_max = 1/(n_i L_row + λ + μ), the inverse of the largest smoothness of
     the row terms n_i f_j + ((λ + μ)/2)‖·‖² whose mean the solve minimizes (the step of SAG's and SVRG's practice;
@@ -426,7 +435,7 @@ def lbfgs(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | N
     _, grad0 = fun(x0)
     gtol = solver.tol * float(np.abs(grad0).max())
     result = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",
-                                     options={"maxiter": solver.max_iter or 1000, "gtol": gtol, "ftol": 0.0,
+                                     options={"maxiter": solver.max_iter or LBFGS_MAX_ITER, "gtol": gtol, "ftol": 0.0,
                                               "maxcor": 20})
     count("local_solver_iters", result.nit)  # its evaluations of φ are counted as passes
     return torch.from_numpy(result.x).to(device, dtype)
