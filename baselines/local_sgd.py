@@ -13,10 +13,11 @@ minibatch estimate on ``batch_size`` rows, epoch-shuffled by a per-worker
   per row, :math:`O_i / s_i` with :math:`s_i = n_i / \bar n` the shard weight
   :math:`m n_i / N` that :math:`O_i` carries (so that the mean of the :math:`O_i` is the loss
   over all rows), i.e. at ``lr`` / :math:`s_i`, and the server averages
-  :math:`\sum_i n_i w_i / \sum_i n_i`, one allreduce of :math:`(n_i w_i, n_i)`; :math:`\bar n`
-  comes from one allreduce before round 0 (counted in round 0).  With K=1 and full batches a
-  round is a gradient step on O, as ``mean``'s.  Stepping on :math:`O_i` itself and weighting
-  by :math:`n_i` would count the shard weight twice (K=1 would step on
+  :math:`\sum_i n_i w_i / \sum_i n_i = \frac1m\sum_i n_i w_i / \bar n`, one allreduce of
+  :math:`n_i w_i`; :math:`\bar n` comes from one allreduce of :math:`n_i` before round 0
+  (counted in round 0), the one that gives :math:`s_i`.  With K=1 and full batches a round is
+  a gradient step on O, as ``mean``'s.  Stepping on :math:`O_i` itself and weighting by
+  :math:`n_i` would count the shard weight twice (K=1 would step on
   :math:`\sum_i (n_i/N) s_i \nabla F_i`, whose fixed point is not O's optimum).  Departure
   from the paper: the shared regulariser R enters worker i's local objective as
   :math:`R / s_i` (the paper's clients carry R whole; the same where R = 0 or the shards are
@@ -77,15 +78,19 @@ class LocalSGD(Algorithm):
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float, local_steps: int = 10,
                  batch_size: int | None = None, aggregate: str = "mean", seed: int = 0, L_est: float | None = None,
-                 shard_weight: torch.Tensor | None = None, w0: torch.Tensor | None = None,
+                 sizes: tuple[torch.Tensor, torch.Tensor] | None = None, w0: torch.Tensor | None = None,
                  defaults: tuple[dict, ...] = ()):
+        """``sizes``: (n_i, n̄) of `shard_sizes`, read by ``weighted`` only (None: measured here)."""
         super().__init__(problem, comm, w0)
         check_problem(problem, batch_size, aggregate)
-        if aggregate == "weighted" and shard_weight is None:
-            shard_weight = shard_weights(problem, comm)
+        if aggregate == "weighted" and sizes is None:
+            sizes = shard_sizes(problem, comm)
         self.local_steps, self.batch_size, self.aggregate = local_steps, batch_size, aggregate
-        # the local step: lr on O_i; weighted, lr / s_i (on O_i / s_i, the mean loss per row), (m, 1) when stacked
-        self.local_lr = lr if aggregate != "weighted" else lr / shard_weight.to(self.w)
+        self.local_lr, self.shard_size, self.mean_shard_size = lr, None, None  # the local step: lr on O_i
+        if aggregate == "weighted":  # lr / s_i (on O_i / s_i, the mean loss per row), (m, 1) when stacked
+            self.local_lr = lr / (sizes[0] / sizes[1]).to(self.w)
+            # n_i and n̄ on the iterate's dtype and device (a stacked net: on the GPU), for the server's average
+            self.shard_size, self.mean_shard_size = (t.to(self.w) for t in sizes)
         self.with_grad = logs_gradient(problem)
         self.sampler = (worker_samplers(problem.n_local, batch_size, seed, SAMPLER_STREAM, worker_ranks(comm),
                                         stacked=stacked(comm)) if batch_size is not None else None)
@@ -104,10 +109,8 @@ class LocalSGD(Algorithm):
             self.w, *reduced = self.comm.allreduce_mean([w_local, *payload])
             extra = {}
         elif self.aggregate == "weighted":
-            n_i = per_worker(self.comm, lambda rank: torch.tensor([float(self.problem.n_local)], dtype=self.w.dtype,
-                                                                  device=self.w.device))  # a stacked net: on the GPU
-            nw, n, *reduced = self.comm.allreduce_mean([n_i * w_local, n_i, *payload])
-            self.w = nw / n  # Σ n_i w_i / Σ n_i
+            nw, *reduced = self.comm.allreduce_mean([self.shard_size * w_local, *payload])
+            self.w = nw / self.mean_shard_size  # Σ n_i w_i / Σ n_i, n̄ from before round 0
             extra = {}
         else:
             own = dict(zip(worker_ranks(self.comm), self.score(w_local)))  # this worker's score (each one's, stacked)
@@ -180,12 +183,13 @@ class LocalSGDConfig(AlgorithmConfig):
         """``lr`` null resolved first (`baselines.defaults.local_step`: 1/max_i L_i, one allreduce before round 0)."""
         resolution, lr, L_est = Resolution(), self.lr, None
         check_problem(problem, self.batch_size, self.aggregate)
-        weights = shard_weights(problem, comm) if self.aggregate == "weighted" else None
+        sizes = shard_sizes(problem, comm) if self.aggregate == "weighted" else None
         if lr is None:
-            L_est = largest_smoothness(problem, comm, iters=self.power_iters, seed=self.seed, per=weights)
+            L_est = largest_smoothness(problem, comm, iters=self.power_iters, seed=self.seed,
+                                       per=None if sizes is None else sizes[0] / sizes[1])
             lr = resolution.add("lr", local_step(L_est), "local_step", smoothness=L_est)
         return LocalSGD(problem, comm, local_steps=self.local_steps, batch_size=self.batch_size, lr=lr, L_est=L_est,
-                        aggregate=self.aggregate, seed=self.seed, shard_weight=weights, defaults=resolution.entries)
+                        aggregate=self.aggregate, seed=self.seed, sizes=sizes, defaults=resolution.entries)
 
     def async_server(self, w0: torch.Tensor, sizes: list[float]) -> "AveragingServer":
         """The server of an asynchronous run (``comm.staleness > 0``), from w_0 and the workers' shard sizes."""
@@ -205,12 +209,12 @@ def check_problem(problem: Problem, batch_size: int | None, aggregate: str) -> N
         raise ConfigError(f"algorithm.aggregate=weighted needs shard sizes, which {name} lacks; use mean or best")
 
 
-def shard_weights(problem: Problem, comm: Communicator) -> torch.Tensor:
-    """s_i = n_i / mean_j n_j, the weight m n_i / N of worker i's shard in O_i (each worker's, (m, 1), on a stacked
-    problem), from one allreduce of n_i."""
+def shard_sizes(problem: Problem, comm: Communicator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n_i, n̄ = mean_j n_j), float64, from one allreduce of n_i: this worker's shard size (each worker's, (m, 1),
+    on a stacked problem) and their mean.  s_i = n_i / n̄ is the weight m n_i / N of worker i's shard in O_i."""
     n_i = per_worker(comm, lambda rank: torch.tensor([float(problem.n_local)], dtype=torch.float64))
     (mean,) = comm.allreduce_mean([n_i])
-    return n_i / mean
+    return n_i, mean
 
 
 def shares(sizes: list[float], aggregate: str) -> list[float]:

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 import dane
 from dane.baselines import (ADMM, ADMMConfig, GDConfig, LocalSGDConfig, OSAConfig, lanczos_max_eig, local_steps,
                        residual_balance)
-from dane.comm import ThreadGroup
+from dane.comm import ThreadGroup, ring_allreduce_bytes
 from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.problems import QuadraticProblem, RidgeSyntheticConfig
@@ -344,6 +344,21 @@ def test_weighted_local_sgd_with_one_full_step_is_gradient_descent_on_unequal_sh
     weighted = simulate(LocalSGDConfig(local_steps=1, lr=lr, aggregate="weighted"), problems, rounds=6)[0][2]
     for w_gd, w_weighted in zip(gd, weighted):
         assert torch.allclose(w_gd, w_weighted, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["threads", "batched"])
+def test_weighted_round_sends_what_a_mean_round_sends(stacked):
+    """A weighted round allreduces n_i w_i and the metrics, mean's message at mean's size: n̄ is known from the one
+    allreduce of n_i before round 0 (it allreduced n_i again every round, one float64 more a round: 12 bytes at
+    m=4, on both paths)."""
+    def counts(aggregate):
+        config = LocalSGDConfig(local_steps=2, lr=0.1, aggregate=aggregate)
+        run = simulate_stacked(config, RIDGE.build_stacked(M), rounds=3) if stacked else \
+            simulate(config, unequal_shards(), rounds=3)
+        return [(r["bytes_sent"], r["comm_rounds"]) for r in run[0][1]]
+
+    sizes = ring_allreduce_bytes(8, M)  # n_i, one float64, allreduced once before round 0
+    assert counts("weighted") == [(sent + sizes, calls + 1) for sent, calls in counts("mean")]
 
 
 def test_best_election_keeps_the_model_of_the_worker_with_the_lowest_score():
