@@ -80,9 +80,9 @@ class LocalSGD(Algorithm):
                  batch_size: int | None = None, aggregate: str = "mean", seed: int = 0, L_est: float | None = None,
                  sizes: tuple[torch.Tensor, torch.Tensor] | None = None, w0: torch.Tensor | None = None,
                  defaults: tuple[dict, ...] = ()):
-        """``sizes``: (n_i, n̄) of `shard_sizes`, read by ``weighted`` only (None: measured here)."""
+        """``sizes``: (n_i, n̄) of `shard_sizes`, read by ``weighted`` only (None: measured here).  The problem is
+        checked by `LocalSGDConfig.build` (`check_problem`), before any collective."""
         super().__init__(problem, comm, w0)
-        check_problem(problem, batch_size, aggregate)
         if aggregate == "weighted" and sizes is None:
             sizes = shard_sizes(problem, comm)
         self.local_steps, self.batch_size, self.aggregate = local_steps, batch_size, aggregate

@@ -361,6 +361,13 @@ def test_weighted_round_sends_what_a_mean_round_sends(stacked):
     assert counts("weighted") == [(sent + sizes, calls + 1) for sent, calls in counts("mean")]
 
 
+def test_local_sgd_checks_its_problem_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr("dane.baselines.local_sgd.check_problem", lambda *args: calls.append(args))
+    simulate(LocalSGDConfig(local_steps=1, lr=0.1, aggregate="weighted"), unequal_shards(), rounds=1)
+    assert len(calls) == M  # one per worker, in LocalSGDConfig.build (the constructor checked again)
+
+
 def test_best_election_keeps_the_model_of_the_worker_with_the_lowest_score():
     shards = unequal_shards((300, 300, 300, 300))
     offsets = [5.0, 3.0, -50.0, 1.0]  # worker 2's local objective is lowest by construction
