@@ -450,11 +450,6 @@ def self_concordance(quadratic: bool) -> float:
     return 0.0 if quadratic else 1.0
 
 
-def pcg_cap(dim: int) -> int:
-    """DiSCO's ``pcg_max_iter``: d, where (P)CG in exact arithmetic has ended (Hestenes & Stiefel 1952)."""
-    return int(dim)
-
-
 def cg_cap(dim: int) -> int:
     """GIANT's ``cg_max_iter``: 10 d, this package's cap: exact CG ends within d steps (Hestenes & Stiefel 1952),
     and the margin is for round-off on ill-conditioned local Hessians."""

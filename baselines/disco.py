@@ -25,7 +25,12 @@ The paper's master-worker implementation counts a broadcast of u and the reduce 
 asks, so DiSCO's rounds are about twice the paper's.
 
 PCG stops once :math:`\|r\| \le \varepsilon_t = \text{pcg\_tol}\cdot\|g_t\|\cdot\min(1, \|g_t\|/\|g_0\|)`
-or after ``pcg_max_iter`` iterations.  The rule of the paper's analysis is
+or after ``pcg_max_iter`` iterations.  The paper's PCG has no cap: it runs until
+:math:`\|r\| \le \varepsilon_t`.  The cap is a backstop where round-off stalls PCG; null takes
+the package's CG cap, 10 d products (`dane.numerics.local_solvers.cg_products`).  Exact-arithmetic
+PCG ends within d iterations (Hestenes & Stiefel 1952), but on an ill-conditioned
+:math:`P^{-1}H` floating-point PCG loses conjugacy and needs more, and a cap of d would stop it
+short of :math:`\varepsilon_t`.  The rule of the paper's analysis is
 :math:`\varepsilon_t = \beta\sqrt{\lambda/L}\,\|g_t\|`, β = 1/20: a fixed relative residual,
 which leaves the method linearly convergent near the optimum.  ``pcg_tol`` plays
 β√(λ/L) (L is not known here), and the factor min(1, ‖g_t‖) makes the forcing term vanish
@@ -65,10 +70,11 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
+from dane.numerics.local_solvers import cg_products
 from dane.problems import Problem
 from dane.work import count
 
-from .defaults import Resolution, pcg_cap, self_concordance
+from .defaults import Resolution, self_concordance
 
 MatVec = Callable[[torch.Tensor], torch.Tensor]
 
@@ -137,7 +143,7 @@ class DiSCO(Algorithm):
             if offered is None:
                 raise ConfigError(f"algorithm=disco needs {type(problem).__name__}.{method}; use another algorithm")
         self.mu, self.pcg_tol, self.self_concordance = mu, pcg_tol, self_concordance
-        self.pcg_max_iter = problem.dim if pcg_max_iter is None else pcg_max_iter
+        self.pcg_max_iter = cg_products(problem) if pcg_max_iter is None else pcg_max_iter
         self.defaults = tuple(defaults)
         self.first_grad_norm: float | None = None  # ‖g_0‖, the forcing term's unit
 
@@ -197,12 +203,12 @@ class DiSCOConfig(AlgorithmConfig):
 
     def build(self, problem: Problem, comm: Communicator) -> "DiSCO":
         """The nulls, noted in the summary's ``defaults``: M 0 on a quadratic, else the paper's 1 (module
-        docstring); ``pcg_max_iter`` d, where exact PCG ends at the latest."""
+        docstring); ``pcg_max_iter`` the package's CG cap, 10 d (`cg_products`; the paper's PCG has none)."""
         resolution, M, cap = Resolution(), self.self_concordance, self.pcg_max_iter
         if M is None:
             M = resolution.add("self_concordance", self_concordance(problem.quadratic), "self_concordance",
                                quadratic=problem.quadratic)
         if cap is None:
-            cap = resolution.add("pcg_max_iter", pcg_cap(problem.dim), "pcg_cap", dim=problem.dim)
+            cap = resolution.add("pcg_max_iter", cg_products(problem), "cg_products", dim=problem.dim)
         return DiSCO(problem, comm, mu=self.mu, pcg_tol=self.pcg_tol, pcg_max_iter=cap, self_concordance=M,
                      defaults=resolution.entries)

@@ -26,7 +26,7 @@ from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.numerics.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SQUARED
-from dane.problems import Problem, RidgeSyntheticConfig
+from dane.problems import Problem, QuadraticProblem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.problems.optimum import solve as solve_reference
 from dane.records.results import read_rounds, read_summary
@@ -385,9 +385,36 @@ def test_disco_takes_the_full_newton_step_on_a_quadratic():
     assert records[0]["step_size"] == 1.0
     assert records[1]["suboptimality"] <= 1e-12 * records[0]["suboptimality"]
     assert [(e["key"], e["value"]) for e in algo.defaults] == [("algorithm.self_concordance", 0.0),
-                                                                ("algorithm.pcg_max_iter", 20)]
-    given, _, _ = simulate(DiSCOConfig(pcg_tol=1e-13, self_concordance=0.0, pcg_max_iter=20), problems, rounds=1)[0]
+                                                                ("algorithm.pcg_max_iter", 200)]
+    given, _, _ = simulate(DiSCOConfig(pcg_tol=1e-13, self_concordance=0.0, pcg_max_iter=200), problems,
+                           rounds=1)[0]
     assert given.defaults == ()
+
+
+def ill_conditioned_quadratic(d: int = 10, condition: float = 1e8, m: int = 4) -> list[QuadraticProblem]:
+    """m equal shards of ½ wᵀAw − bᵀw, A = Q diag(logspace(0, −8, d)) Qᵀ (Q a seeded random rotation)."""
+    g = torch.Generator().manual_seed(0)
+    Q, _ = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=g))
+    A = Q @ torch.diag(torch.logspace(0, -math.log10(condition), d, dtype=torch.float64)) @ Q.T
+    b = torch.randn(d, dtype=torch.float64, generator=g)
+    return [QuadraticProblem(A, b, 0.0, 0.0, torch.linalg.solve(A, b)) for _ in range(m)]
+
+
+def test_disco_pcg_runs_past_d_products_where_round_off_needs_them():
+    """The paper's PCG runs until ‖r‖ <= ε_t.  On P⁻¹H of condition ~1e8 (P = H + I: μ = 1) floating-point PCG needs
+    more than d products to get there; the null cap is the package's CG cap, 10 d (`cg_products`), so the round's
+    PCG ends at ε_0 and the Newton step lands on the optimum.  The cap was d: PCG stopped at d = 10 products with
+    ‖r‖ ≈ 0.77 ‖g‖, and the round barely moved O."""
+    problems = ill_conditioned_quadratic()
+    d, pcg_tol = problems[0].dim, 1e-8
+    algo, records, _ = simulate(DiSCOConfig(mu=1.0, pcg_tol=pcg_tol), problems, rounds=1)[0]
+    assert [(e["key"], e["value"], e["rule"]) for e in algo.defaults] == [
+        ("algorithm.self_concordance", 0.0, "self_concordance"), ("algorithm.pcg_max_iter", 10 * d, "cg_products")]
+    first = records[0]
+    assert d < first["pcg_iters"] < 10 * d                         # past d, and stopped by ε_0, not by the cap
+    assert first["pcg_residual"] <= pcg_tol
+    assert records[1]["comm_rounds"] == 2 * first["pcg_iters"] + 1
+    assert records[1]["suboptimality"] <= 1e-12 * records[0]["suboptimality"]
 
 
 # --- safe on a shard that misjudges the global Hessian -------------------------------------------------
