@@ -450,12 +450,6 @@ def self_concordance(quadratic: bool) -> float:
     return 0.0 if quadratic else 1.0
 
 
-def cg_cap(dim: int) -> int:
-    """GIANT's ``cg_max_iter``: 10 d, this package's cap: exact CG ends within d steps (Hestenes & Stiefel 1952),
-    and the margin is for round-off on ill-conditioned local Hessians."""
-    return 10 * int(dim)
-
-
 def fednl_option(variant: str) -> int:
     """FedNL's step option: 1 (the projected Hessian [H]_μ) for FedNL-LS, whose line search is the paper's with it;
     otherwise 2 (H + l I, l the learned Hessians' error), this package's choice, because option 1 far from x* can

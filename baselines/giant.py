@@ -108,10 +108,11 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.numerics.linalg import cg
+from dane.numerics.local_solvers import cg_products
 from dane.problems import Problem
 from dane.safeguard_rules import model_curvature, to_floor
 
-from .defaults import Resolution, cg_cap
+from .defaults import Resolution
 
 
 SHORT_STEP = 3  # on one worker, an accepted step of backtrack^3 (1/8) or shorter raises μ as a rejection does
@@ -281,10 +282,10 @@ class GIANTConfig(AlgorithmConfig):
         checks.boolean("algorithm.safeguard", self.safeguard)
 
     def build(self, problem: Problem, comm: Communicator) -> "GIANT":
-        """``cg_max_iter`` null: CG's own cap, 10 d products (`dane.numerics.linalg.cg`), noted in the summary."""
+        """``cg_max_iter`` null: the package's CG cap, 10 d products (`cg_products`), noted in the summary."""
         resolution, cap = Resolution(), self.cg_max_iter
         if cap is None:
-            cap = resolution.add("cg_max_iter", cg_cap(problem.dim), "cg_cap", dim=problem.dim)
+            cap = resolution.add("cg_max_iter", cg_products(problem), "cg_products", dim=problem.dim)
         return GIANT(problem, comm, cg_tol=self.cg_tol, cg_max_iter=cap, line_search_steps=self.line_search_steps,
                      backtrack=self.backtrack, armijo=self.armijo, safeguard=self.safeguard,
                      defaults=resolution.entries)

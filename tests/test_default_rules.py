@@ -145,10 +145,9 @@ ROWS = [
     (d.admm_penalty, (0.0, 4.0), {}, 4e-3),                              # sqrt(4e-6 · 4)
     (d.residual_balancing, (True,), {}, True),
     (d.residual_balancing, (False,), {}, False),
-    # DiSCO's M, GIANT's CG cap, FedNL's option, synchronous SGD's steps
+    # DiSCO's M, FedNL's option, synchronous SGD's steps
     (d.self_concordance, (True,), {}, 0.0),
     (d.self_concordance, (False,), {}, 1.0),
-    (d.cg_cap, (7,), {}, 70),
     (d.fednl_option, ("ls",), {}, 1),
     (d.fednl_option, ("plain",), {}, 2),
     (d.sgd_steps_per_round, (250.5, 50), {}, 5),                         # 250.5 // 50

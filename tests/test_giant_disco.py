@@ -24,6 +24,7 @@ from dane.comm import LocalCommunicator, ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.loop.launch import execute
+from dane.numerics.linalg import CG_PRODUCTS_PER_DIM, cg
 from dane.numerics.local_solvers import LocalSolver
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems import Problem, QuadraticProblem, RidgeSyntheticConfig
@@ -415,6 +416,17 @@ def test_disco_pcg_runs_past_d_products_where_round_off_needs_them():
     assert first["pcg_residual"] <= pcg_tol
     assert records[1]["comm_rounds"] == 2 * first["pcg_iters"] + 1
     assert records[1]["suboptimality"] <= 1e-12 * records[0]["suboptimality"]
+
+
+def test_giant_and_disco_take_the_packages_cg_cap():
+    """A null cg_max_iter (GIANT) or pcg_max_iter (DiSCO) is `cg_products`, CG_PRODUCTS_PER_DIM × d, the cap every
+    CG of the package reads (`dane.numerics.linalg.cg`'s own default too)."""
+    problems = helpers.ridge_shards(2, RidgeSyntheticConfig(n_samples=200, dim=7))
+    noted = [(e["key"], e["value"], e["rule"]) for config in (GIANTConfig(), DiSCOConfig())
+             for e in simulate(config, problems, rounds=0)[0][0].defaults if e["key"].endswith("cg_max_iter")]
+    assert noted == [("algorithm.cg_max_iter", 70, "cg_products"), ("algorithm.pcg_max_iter", 70, "cg_products")]
+    quadratic = ill_conditioned_quadratic()[0]  # d = 10; rtol 0: round-off keeps ‖r‖ > 0, CG runs to its cap
+    assert cg(lambda v: quadratic.A @ v, quadratic.b, rtol=0.0).iters == CG_PRODUCTS_PER_DIM * 10 == 100
 
 
 # --- safe on a shard that misjudges the global Hessian -------------------------------------------------

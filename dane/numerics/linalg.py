@@ -27,6 +27,12 @@ import torch
 
 from ..work import count
 
+#: CG products per solve without a cap given, per dimension: CG ends in d products in exact arithmetic (Hestenes &
+#: Stiefel 1952), but round-off breaks that termination on an ill-conditioned system, in float64 too, and d products
+#: then stop short of the tolerance; 10 d, scipy's cg's cap.  Every CG cap of the package reads it: `cg`'s own
+#: default and `dane.numerics.local_solvers.cg_products` (the shards' CG, InexactDANE, AIDE, GIANT, DiSCO's PCG)
+CG_PRODUCTS_PER_DIM = 10
+
 MatVec = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -40,7 +46,7 @@ class CGResult:
 def cg(matvec: MatVec, b: torch.Tensor, *, x0: torch.Tensor | None = None, rtol: float = 1e-10,
        max_iter: int | None = None, precond: MatVec | None = None) -> CGResult:
     """Solve A x = b by (preconditioned) conjugate gradient, warm-started at ``x0``."""
-    max_iter = 10 * b.numel() if max_iter is None else max_iter
+    max_iter = CG_PRODUCTS_PER_DIM * b.numel() if max_iter is None else max_iter
     b_norm = float(torch.linalg.vector_norm(b))
     x = torch.zeros_like(b) if x0 is None else x0.clone()
     if b_norm == 0.0:

@@ -47,6 +47,7 @@ import torch
 from .. import checks
 from ..comm.meters import start_up
 from ..errors import ConfigError
+from .linalg import CG_PRODUCTS_PER_DIM
 from ..work import count
 
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
@@ -62,10 +63,6 @@ PASSES_AUTO = "auto"
 AUTO_PASSES_CONTRACTION = 1.0
 AUTO_PASSES_MIN = 3      # the paper's (and the public MATLAB reference's) passes: auto never takes fewer
 AUTO_PASSES_MAX = 1000   # a cap on one solve's cost where κ is far above n_i (ill-conditioned data, tiny λ + μ)
-#: CG products per solve without a cap given, per dimension: CG ends in d products in exact arithmetic (Hestenes &
-#: Stiefel 1952), but round-off breaks that termination on an ill-conditioned shard, in float64 too, and d products
-#: then stop short of the tolerance; 10 d, scipy's cg's cap and GIANT's
-CG_PRODUCTS_PER_DIM = 10
 #: L-BFGS-B's iterations per solve where ``max_iter`` is null
 LBFGS_MAX_ITER = 1000
 AUTO_MAX_DIM = 2000  # a dense d x d Cholesky costs d^3/3 flops: ~3 Gflop at 2000, once per mu
@@ -337,7 +334,8 @@ def svrg_step(rows: int, row_smoothness: float, shrink: float) -> float:
 
 def cg_products(shard) -> int:
     """CG's Hessian-vector products per solve where ``max_iter`` is null, `CG_PRODUCTS_PER_DIM` × d: what a convex
-    shard's CG takes (`dane.problems.glm`, `dane.problems.quadratic`) and InexactDANE's summary notes."""
+    shard's CG takes (`dane.problems.glm`, `dane.problems.quadratic`) and the null caps of InexactDANE, AIDE, GIANT
+    and DiSCO's PCG (their summaries note it)."""
     return CG_PRODUCTS_PER_DIM * shard.dim
 
 
