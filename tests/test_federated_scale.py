@@ -5,20 +5,35 @@
 - DANE's iterates on a ridge_synthetic with n_i < d follow those of the Cholesky path to 1e-10;
 - such a shard holds no d x d tensor, before and after a run;
 - `dane.comm.threads.Rendezvous` and the allreduce at m = 2000 threads: the mean of the
-  inputs, in rank order, and a broken rendezvous releases every waiter.
+  inputs, in rank order, and a broken rendezvous releases every waiter;
+- what a sampled FedAvg or SCAFFOLD run holds at its end (`retained`: every object its workers' run loops reach, each
+  tensor's storage once) grows from R to 3R rounds by at most twice its records' growth, on the batched path
+  (m = 1000, 100 a round) and on the thread path (m = 100, 50 a round); each simulated worker keeping its own copy of
+  every round's record would add s or m record dictionaries a round where rank 0's records add one.
 """
 from __future__ import annotations
 
+import gc
+import sys
 import threading
+import types
 
+import numpy as np
 import pytest
 import torch
 
+import dane.loop.worker
+from dane.api import algorithm_config
 from dane.comm import ThreadGroup
 from dane.comm.threads import Rendezvous
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
+from dane.loop.callbacks import Callback, worker_callbacks
+from dane.loop.launch import execute
+from dane.loop.spec import Communication, RunControl, RunSpec
+from dane.loop.stopping import StopRule
 from dane.problems import RidgeSyntheticConfig
+from dane.problems.arrays import LogReg
 from dane.problems.ridge import RidgeShard
 from helpers import ridge_shards, simulate
 
@@ -190,3 +205,81 @@ def test_dane_with_two_thousand_workers_of_two_rows_takes_its_first_step_exactly
     assert relative(w1, expected) <= 1e-10
     # plain DANE (μ = 0) diverges with 2 rows per worker: the safeguard rejects that step and raises μ
     assert results[0][1][1]["accepted"] is False and results[0][1][1]["mu"] > 0
+
+
+#: what `retained` does not walk into: the code (modules, classes, functions, frames) and the threads themselves, which
+#: the thread path starts and prunes in amortized batches (`dane.comm.worker_threads`), not memory a round keeps
+CODE_AND_THREADS = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                    types.FrameType, types.TracebackType, types.CodeType, threading.Thread, threading.local)
+
+
+def retained(roots) -> int:
+    """Bytes reachable from ``roots``: each object's sys.getsizeof once and each tensor's storage once (torch's memory,
+    which tracemalloc does not see), not through `CODE_AND_THREADS`.  A seeded run ends in the same state every time
+    (the thread path's records too, bit for bit), so the count does not vary from run to run: no margin for noise.
+    tracemalloc's traced memory, read at rank 0's end of the thread path, moves with the thread list's pruning and
+    with the other workers still closing, by more than the records a round add."""
+    seen, storages, total, stack = set(), set(), 0, list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, CODE_AND_THREADS):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, torch.Tensor) and obj.layout == torch.strided:
+            storage = obj.untyped_storage()
+            if storage.data_ptr() not in storages:
+                storages.add(storage.data_ptr())
+                total += storage.nbytes()
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+class KeepLoops(Callback):
+    """Every worker's run loop (`dane.loop.driver.Loop`), kept past the run's end: what the run held then."""
+
+    def __init__(self):
+        self.loops = []
+
+    def on_start(self, loop) -> None:
+        self.loops.append(loop)
+
+
+#: path -> (sim.batched, clients m, clients a round s)
+SAMPLED = {"batched": ("true", 1000, 100), "threads": ("false", 100, 50)}
+
+
+def held_at_end(monkeypatch, method: str, path: str, rounds: int) -> tuple[int, int, int]:
+    """A sampled run of ``method`` on ``path`` for ``rounds`` rounds: what its loops hold at its end, its records'
+    own size (`retained` of rank 0's records alone), and how many workers ran a loop."""
+    batched, m, s = SAMPLED[path]
+    keep = KeepLoops()
+    monkeypatch.setattr(dane.loop.worker, "worker_callbacks",
+                        lambda spec, loop, collect=None: [*worker_callbacks(spec, loop, collect), keep])
+    X = np.random.default_rng(0).standard_normal((2 * m, 4))  # two rows of d = 4 a client
+    spec = RunSpec(problem=LogReg(X, (X @ np.arange(1.0, 5.0) > 0).astype(float), lam=1e-2),
+                   algorithm=algorithm_config(method, clients_per_round=s, local_steps=2),
+                   comm=Communication(backend="local", workers=m, batched=batched),
+                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True))
+    collected: dict = {}
+    execute(spec, None, collect=collected)
+    assert collected["summary"]["simulator_path"] == path and len(collected["records"]) == rounds + 1
+    return retained(keep.loops), retained([collected["records"]]), len(keep.loops)
+
+
+@pytest.mark.parametrize("path", list(SAMPLED))
+@pytest.mark.parametrize("method", ["fedavg", "scaffold"])
+def test_what_a_sampled_run_holds_grows_with_rounds_by_its_records_alone(monkeypatch, method, path):
+    """From R to 3R rounds the loops' memory grows by the records rank 0 keeps (`dane.loop.runner.run`: the other
+    simulated workers keep their last record only) and, on the thread path, by the last record of each client first
+    drawn after round R (with s = m/2 a client is left out of the first R = 8 rounds with probability 2⁻⁸): at most
+    twice the records' growth.  A copy of every round's record per simulated worker would add a record dictionary a
+    round per client drawn on the thread path (s = 50) and per client on the batched path (m = 1000), where rank 0's
+    records add one."""
+    rounds = 8
+    held, records, workers = held_at_end(monkeypatch, method, path, rounds)
+    held_3, records_3, workers_3 = held_at_end(monkeypatch, method, path, 3 * rounds)
+    # the thread path: a loop per client, every one started for round 0's measured step size (lr null)
+    assert workers == workers_3 == (1 if path == "batched" else SAMPLED[path][1])
+    assert records_3 - records > 2 * rounds * 1000  # 16 records of over 1 kB each: the bound below is not vacuous
+    assert held_3 - held <= 2 * (records_3 - records), (held, held_3, records, records_3)
