@@ -110,8 +110,8 @@ def push(args) -> str:
         stamp = fingerprint(files, {"images": [str(f.relative_to(path)) for f in files]})
         return push_images(connect(uri, create=True), args.collection, path, fingerprint_of=stamp,
                            replace=args.replace, checked=True)
+    table, options = read_table(args)  # the file read and checked, before the store is touched
     store = connect(uri, create=True)
-    table, options = read_table(args)
     stamp = fingerprint([path], options)
     return push_table(store, args.collection, table, fingerprint_of=stamp, replace=args.replace,
                       client_column=args.client_column)

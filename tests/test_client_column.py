@@ -162,3 +162,47 @@ def test_the_keys_are_checked_where_they_are_read(tmp_path):
                                         "data.client_column to one of them, or add the clients' array to the archive "
                                         "\\(np.savez\\(path, ..., site=clients\\)\\)"):
         NPZSource(str(tmp_path / "two.npz"), sharding="column", client_column="site").load()
+
+
+@pytest.mark.parametrize("site, shown, row", [
+    (np.array([7.0, 2.0, 2.0, 10.0, 10.0, np.nan, 3.0, 3.0]), "nan", 5),
+    (np.array([7.0, 2.0, np.inf, 10.0, 10.0, 3.0, 3.0, 1.0]), "inf", 2),
+    (np.array(["a", "b", "", "a", "b", "a", "b", "a"]), "''", 2),
+    (np.array(["a", "b", "a", "b", "a", "b", "a", " NaN "]), "' NaN '", 7),
+    (np.array([b"a", b"b", b"a", b"na", b"a", b"?", b"a", b"b"]), "'na'", 3),
+])
+def test_an_npz_row_without_a_client_is_one_line_naming_the_file_and_row(tmp_path, site, shown, row):
+    """A NaN or inf float, or a text the CSV reader reads as missing ('', NA, NaN, ?, any case, stripped), is no
+    client: refused when the archive is read (a run, or `dane data push` before it stores anything), naming the
+    file, the row as the arrays index it and the count, as the CSV reader refuses an empty cell. It was stored and
+    dealt (''), or refused only when dealt, by a line naming no file."""
+    path = tmp_path / "m.npz"
+    np.savez(path, X=np.arange(16.0).reshape(8, 2), y=np.array(LABELS[:8], dtype=float), site=site)
+    missing = 2 if shown == "'na'" else 1
+    with pytest.raises(DataError) as refused:
+        NPZSource(str(path), sharding="column", client_column="site").load()
+    assert str(refused.value) == (
+        f"{path}: 'site' (data.client_column) is {shown} at row {row} (0-based, site[{row}]; {missing} of 8 rows have "
+        "no client); every row needs a client: fill them in (e.g. -1 or 'unknown') and save the archive again, or "
+        "drop those rows from X, y and 'site'")
+    # the same values in a CSV's client column: refused by the same rule (the floats as the text they print as)
+    cells = ["" if isinstance(v, float) and np.isinf(v) else str(v.decode() if isinstance(v, bytes) else v)
+             for v in site.tolist()]
+    csv = tmp_path / "m.csv"
+    csv.write_text("x,site,y\n" + "".join(f"{i},{c},{LABELS[i]}\n" for i, c in enumerate(cells)))
+    with pytest.raises(DataError, match=f"^{csv} line {row + 2}, column 'site' \\(data.client_column\\): value "
+                                        "missing"):
+        CSVSource(str(csv), target="y", sharding="column", client_column="site").load()
+
+
+def test_text_that_is_a_value_is_a_client_and_column_shards_refuses_the_missing():
+    """'inf' and '0' are text, clients as the CSV reader reads them; column_shards refuses '' and 'nan', which it
+    dealt as a client of its own (labels ['', '1', '2'])."""
+    shards, labels = column_shards(np.array(["inf", "0", "inf"]), 2)
+    assert labels == ["0", "inf"] and [s.tolist() for s in shards] == [[1], [0, 2]]
+    for values, shown, row in ((np.array(["1", "", "2", "1"]), "''", 1), (["1", "2", "nan", "1"], "'nan'", 2),
+                               (np.array([1.0, 2.0, 1.0, np.nan]), "nan", 3)):
+        with pytest.raises(DataError, match=f"^data.client_column=site is {shown} at row {row} \\(0-based\\); every "
+                                            "row needs a client, fill it in$"):
+            column_shards(values, 3, name="data.client_column=site")
+

@@ -163,3 +163,37 @@ def test_a_store_without_the_client_column_says_how_to_push_it(files, tmp_path):
     (tmp_path / "img" / "one").mkdir(parents=True)
     with pytest.raises(UserError, match="--client-column names a column of a table; an image folder has none"):
         push(push_args(str(tmp_path / "img"), "--client-column", "x", "--uri", str(tmp_path), "--collection", "i"))
+
+
+def test_a_client_missing_is_refused_before_the_push_and_named_by_sample_in_a_store(tmp_path, capsys):
+    """An .npz whose client array holds NaN at row 5 was stored ("uploaded 12 samples") and refused only by the run,
+    in a line naming no store and no push. Now the push refuses it before it touches the store (no folder made);
+    a data set pushed so before is refused by the run in one line naming the store, the sample id (row 5 is
+    sample 6) and the push that replaces it."""
+    from dane.data.mongo_push import push_table
+    from dane.data.mongo_store import connect
+    from dane.data.table import Table
+    from dane.experiments.data import main
+
+    sites = np.array([7.0, 2, 2, 10, 10, np.nan, 3, 3, 7, np.nan, 2, 3])
+    path = tmp_path / "nan.npz"
+    np.savez(path, X=np.arange(24.0).reshape(12, 2), y=(np.arange(12) % 2).astype(float), site=sites)
+    store = tmp_path / "store"
+    with pytest.raises(SystemExit) as stopped:
+        main(["push", str(path), "--client-column", "site", "--uri", str(store), "--collection", "nanx"])
+    assert stopped.value.code == 2 and not store.exists()
+    assert capsys.readouterr().err.strip() == (
+        f"error: {path}: 'site' (--client-column) is nan at row 5 (0-based, site[5]; 2 of 12 rows have no client); "
+        "every row needs a client: fill them in (e.g. -1 or 'unknown') and save the archive again, or drop those "
+        "rows from X, y and 'site'")
+    # as an earlier push stored it: the rows with their clients, NaN included
+    table = Table(X=np.ones((12, 2)), y=np.arange(12) % 2.0, name="nan.npz", notes=[], clients=sites)
+    push_table(connect(str(store), create=True), "nanx", table, client_column="site")
+    config = LinearModelConfig(data=MongoSource(uri=str(store), collection="nanx", sharding="column",
+                                                client_column="site"), loss="logistic")
+    with pytest.raises(DataError) as refused:
+        config.check_workers(4)
+    assert str(refused.value) == (
+        f"collection nanx of {store}: sample 6 has no client (data.client_column=site is nan; 2 of 12 samples); "
+        "every row needs a client: fill the column in, then push the file again: dane data push FILE "
+        f"--client-column site --uri {store} --collection nanx --replace")

@@ -23,10 +23,9 @@ import numpy as np
 from dane import checks
 from dane.data.parts import FileSource, count_lines
 from dane.data.sharding import ShardingKeys
-from dane.data.table import Table, is_number, not_utf8, standardize_columns
+from dane.data.table import MISSING, Table, is_number, missing_rows, not_utf8, standardize_columns
 from dane.errors import ConfigError, DataError
 
-MISSING = frozenset({"", "na", "nan", "?"})  # compared stripped and lower-cased
 IMPUTE = ("mean", "median", "error")
 
 
@@ -193,8 +192,8 @@ def _no_column(file: Path, column: str, header: list[str], delimiter: str, setti
 def _clients(cells: tuple[str, ...], file: Path, column: str, lines: list[int]) -> np.ndarray:
     """The client column as stripped text; a missing cell is one line (a client the data does not name)."""
     tokens = np.array([cell.strip() for cell in cells])
-    missing = [i for i, t in enumerate(tokens) if t.lower() in MISSING]
-    if missing:
+    missing = np.flatnonzero(missing_rows(tokens))
+    if missing.size:
         raise DataError(
             f"{file} line {lines[missing[0]]}, column '{column}' (data.client_column): value missing "
             f"({cells[missing[0]]!r}); every row needs a client: fill it in (e.g. 'unknown') or remove the row"

@@ -32,7 +32,7 @@ import torch
 
 from dane.data.mongo_store import CLIENT, Store, connect, is_server, name_problem, unreadable
 from dane.data.sharding import COLUMN, ShardingKeys
-from dane.data.table import Table, resolve_dir
+from dane.data.table import Table, missing_rows, resolve_dir
 from dane.errors import ConfigError, DataError
 
 _STORES: dict[str, Store] = {}
@@ -164,7 +164,16 @@ class MongoSource(ShardingKeys):
                             f"--uri {self.uri} --collection {self.collection} --replace")
         docs = sorted(self.store().find(self.collection, {}, ["id", CLIENT]), key=lambda doc: doc["id"])
         self.store().release()
-        return np.array([doc[CLIENT] for doc in docs])
+        clients = np.array([doc.get(CLIENT) for doc in docs])
+        missing = np.flatnonzero(missing_rows(clients))
+        if missing.size:  # pushed before a push refused a row without a client (dane.data.npz_source)
+            first = docs[missing[0]]
+            raise DataError(f"{self.store().where(self.collection)}: sample {first['id']} has no client "
+                            f"(data.client_column={self.client_column} is {first.get(CLIENT)!r}; {missing.size} of "
+                            f"{len(docs)} samples); every row needs a client: fill the column in, then push the file "
+                            f"again: dane data push FILE --client-column {self.client_column} --uri {self.uri} "
+                            f"--collection {self.collection} --replace")
+        return clients
 
     @reads_the_store
     def fetch(self, ids) -> Table:

@@ -10,7 +10,8 @@ Layout (keys shown for the defaults ``x_key="X"``, ``y_key="y"``):
 The archive is opened with ``allow_pickle=False``, so object arrays are refused.
 With ``sharding=column``, ``client_column`` names one more array of the archive holding each
 row's client (integers, or strings saved as a NumPy string array, e.g. ``groups``); it is not
-part of X.
+part of X. A row without a client (NaN or inf, or a text the CSV reader reads as missing: empty,
+``NA``, ``NaN``, ``?``) is refused in one line, as the CSV reader refuses it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dane import checks
 from dane.data.parts import FileSource
 from dane.data.scaling import standardize_matrix
 from dane.data.sharding import ShardingKeys
-from dane.data.table import Table
+from dane.data.table import Table, missing_rows
 from dane.errors import ConfigError, DataError, UserError
 
 SPARSE_SUFFIXES = ("_data", "_indices", "_indptr", "_shape")
@@ -225,7 +226,15 @@ def _clients(file: Path, clients: np.ndarray, key: str, n: int) -> np.ndarray:
     if clients.dtype.kind not in "biufUS":
         raise DataError(f"{file}: '{key}' (data.client_column) has dtype {clients.dtype}; save the clients as "
                         "integers or strings")
-    return clients.astype(str) if clients.dtype.kind == "S" else clients
+    clients = clients.astype(str) if clients.dtype.kind == "S" else clients
+    missing = np.flatnonzero(missing_rows(clients))
+    if missing.size:  # the CSV reader's rule (`dane.data.table.missing_rows`): a run or a push stops here
+        row = int(missing[0])
+        raise DataError(f"{file}: '{key}' (data.client_column) is {clients[row].item()!r} at row {row} (0-based, "
+                        f"{key}[{row}]; {missing.size} of {n} rows have no client); every row needs a client: fill "
+                        f"them in (e.g. -1 or 'unknown') and save the archive again, or drop those rows from X, y and "
+                        f"'{key}'")
+    return clients
 
 
 def _member_shape(file: Path, key: str) -> tuple[int, ...]:

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from dane import checks
-from dane.data.table import is_number
+from dane.data.table import is_number, missing_rows
 from dane.errors import ConfigError, DataError
 
 SCHEMES = ("iid", "dirichlet", "classes", "quantity")
@@ -139,17 +139,20 @@ def column_shards(values, workers: int, *, name: str = "the client column"
 
     Clients are in the order of their values: numerically when every value is a number (so
     ``2`` before ``10``), else as text; so the client of worker i depends on the data alone.
-    ``values`` may be numbers or strings (a NumPy array or a sequence); a value that is not a
-    finite number where the values are numbers (nan) is refused, as is a count of distinct values
-    other than ``workers``: one line, naming ``name`` (the setting that chose the column, e.g.
-    ``data.client_column=country``) and the worker count to use.
+    ``values`` may be numbers or strings (a NumPy array or a sequence); a value that names no client
+    (`dane.data.table.missing_rows`: NaN, inf, or a text the CSV reader reads as missing such as ``''``
+    or ``'nan'``) is refused, as is a count of distinct values other than ``workers``: one line, naming
+    ``name`` (the setting that chose the column, e.g. ``data.client_column=country``) and the worker
+    count to use.
     """
     column = np.asarray(values)
     if column.ndim != 1:
         raise DataError(f"{name} must hold one value per row, got shape {column.shape}")
-    if column.dtype.kind == "f" and not np.all(np.isfinite(column)):
-        row = int(np.flatnonzero(~np.isfinite(column))[0])
-        raise DataError(f"{name} is {column[row]} at row {row}; every row needs a client, fill it in")
+    missing = np.flatnonzero(missing_rows(column))
+    if missing.size:  # the sources refuse these when they read them; this is for any other caller
+        row = int(missing[0])
+        raise DataError(f"{name} is {column[row].item()!r} at row {row} (0-based); every row needs a client, "
+                        "fill it in")
     distinct, codes = np.unique(column if column.dtype.kind in "biuf" else column.astype(str), return_inverse=True)
     labels = [_client_label(v) for v in distinct]
     if distinct.dtype.kind not in "biuf" and all(is_number(v) for v in labels):

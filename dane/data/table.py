@@ -18,6 +18,8 @@ from dane.errors import ConfigError, DataError
 
 from dane.layout import CHECKOUT  # noqa: E402
 
+MISSING = frozenset({"", "na", "nan", "?"})  # a cell that holds no value, compared stripped and lower-cased
+
 
 @dataclass
 class Table:
@@ -65,6 +67,28 @@ def is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def missing_rows(values) -> np.ndarray:
+    """Which of ``values`` (one per row) hold no value, as a boolean array: a text in `MISSING` (stripped, any
+    case), a float that is not finite (NaN, inf), or None; an integer never. Text is text: ``"inf"`` is a value."""
+    column = np.asarray(values)
+    if column.dtype.kind in "biu":
+        return np.zeros(column.shape, dtype=bool)
+    if column.dtype.kind == "f":
+        return ~np.isfinite(column)
+    if column.dtype.kind in "US":
+        return np.isin(np.char.lower(np.char.strip(column.astype(str))), list(MISSING))
+    return np.array([_missing(v) for v in column.ravel()], dtype=bool).reshape(column.shape)
+
+
+def _missing(value) -> bool:
+    """`missing_rows` of one value of an object array (a store's documents: Python ints, floats, str, None)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    if isinstance(value, (float, np.floating)):
+        return not np.isfinite(value)
+    return value is None or isinstance(value, str) and value.strip().lower() in MISSING
 
 
 def resolve_dir(data_dir: str | Path | None) -> Path | None:
