@@ -469,7 +469,7 @@ CASES = [
                                                        "a key of the archive holding one value per row"),
     case("column_sharding_of_a_builtin_set", *LOGREG, "data=breast_cancer", "data.sharding=column", "workers=3",
          expected="error: data.sharding=column reads each row's client from a column of a data file, which this "
-                  "data set has not; use data=csv|libsvm|npz with data.client_column=NAME"),
+                  "data set has not; use data=csv|npz|libsvm|mongo with data.client_column=NAME"),
 ]
 OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
 

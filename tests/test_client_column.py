@@ -206,3 +206,17 @@ def test_text_that_is_a_value_is_a_client_and_column_shards_refuses_the_missing(
                                             "row needs a client, fill it in$"):
             column_shards(values, 3, name="data.client_column=site")
 
+
+def test_the_two_lines_about_column_sources_name_the_same_sources():
+    """Both refusals of sharding=column on a source without a client column name data=mongo too (one said
+    data=csv|libsvm|npz)."""
+    from dane.data.sharding import ShardingKeys
+
+    with pytest.raises(ConfigError) as column:
+        ShardingKeys(sharding="column", client_column="site").check_sharding()
+    with pytest.raises(ConfigError) as other:
+        ShardingKeys(sharding="natural").check_sharding()
+    assert str(column.value) == ("data.sharding=column reads each row's client from a column of a data file, which "
+                                 "this data set has not; use data=csv|npz|libsvm|mongo with data.client_column=NAME")
+    assert "(column needs a file with a client column: data=csv|npz|libsvm|mongo and data.client_column)" \
+        in str(other.value)

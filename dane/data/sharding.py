@@ -49,6 +49,7 @@ from dane.errors import ConfigError, DataError
 SCHEMES = ("iid", "dirichlet", "classes", "quantity")
 COLUMN = "column"  # clients from a column of the data: `column_shards`, not a scheme of `shard_indices`
 SHARDINGS = (*SCHEMES, COLUMN)
+COLUMN_SOURCES = "data=csv|npz|libsvm|mongo"  # the sources a client column is read from (data.client_column)
 GROUPED = ("dirichlet", "classes")  # the schemes that deal by group (label or quantile bin)
 SKEW_ON_Y = "y"
 
@@ -235,7 +236,7 @@ class ShardingKeys:
         self._check_client_column(prefix, columns)
         if columns is None and self.sharding not in SCHEMES:  # column: a file's client column (docs/own_data.md)
             raise ConfigError(f"{prefix}.sharding must be one of {'|'.join(SCHEMES)} here, got {self.sharding!r} "
-                              f"({COLUMN} needs a file with a client column: data=csv|npz|libsvm|mongo and "
+                              f"({COLUMN} needs a file with a client column: {COLUMN_SOURCES} and "
                               "data.client_column)")
         checks.one_of(f"{prefix}.sharding", self.sharding, SHARDINGS)
         checks.positive(f"{prefix}.alpha", self.alpha)
@@ -260,7 +261,7 @@ class ShardingKeys:
             return
         if columns is None:
             raise ConfigError(f"{prefix}.sharding=column reads each row's client from a column of a data file, "
-                              "which this data set has not; use data=csv|libsvm|npz with data.client_column=NAME")
+                              f"which this data set has not; use {COLUMN_SOURCES} with data.client_column=NAME")
         if column is None:
             raise ConfigError(f"{prefix}.sharding=column needs {prefix}.client_column=NAME, {columns}")
         if not (isinstance(column, str) and column):
