@@ -565,3 +565,24 @@ def test_a_push_names_npz_keys_as_its_own_flags(files, tmp_path, capsys):
         MongoSource(uri=uri, collection="a$b")
     assert str(raised.value) == ("data.collection='a$b': '$' (character 2) is not allowed in a collection name; give "
                                  "the name of a data set pushed with dane data push ... --collection NAME")
+
+
+def test_a_complete_upload_not_marked_finished_is_named_by_its_state(files, tmp_path):
+    """Every sample stored but the manifest still ``uploading`` (a push stopped before its last step): the run
+    refuses it (it was "short: 57 of 57 samples (uploading)", short though none is missing); the next push finishes it
+    and the run reads the rows. One sample lost as well: short, as before."""
+    uri = str(tmp_path)
+    args = push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t")
+    push(args)
+    connect(uri).db["dane_manifest"].update_one({"_id": "t"}, {"$set": {"state": "uploading"}})
+    with pytest.raises(DataError) as refused:
+        as_a_new_run(uri).manifest()
+    assert str(refused.value) == (f"collection t of {uri} holds all 57 samples, but its upload was not marked finished "
+                                  "(state uploading: the push stopped before its last step); push it again to finish "
+                                  "it: dane data push ... --collection t")
+    connect(uri).db["t"].delete_one({"id": 57})
+    with pytest.raises(DataError, match=r"^collection t of .* is short: 56 of 57 samples \(uploading\); push it again"):
+        as_a_new_run(uri).manifest()
+    assert push(args) == (f"completed (found 56 of 57 samples from an interrupted push) 57 samples into collection t "
+                          f"of {uri}")
+    assert as_a_new_run(uri).manifest()["state"] == "complete"

@@ -93,8 +93,8 @@ class MongoSource(ShardingKeys):
 
     @reads_the_store
     def manifest(self) -> dict:
-        """The data set's manifest, checked complete: one line for a missing data set, or one whose count of
-        documents is not its ``n``."""
+        """The data set's manifest, checked complete: one line for a missing data set, one whose count of
+        documents is not its ``n``, or one whose push did not mark it complete."""
         store = self.store()
         manifest = store.manifest(self.collection)
         if manifest is None:
@@ -106,6 +106,10 @@ class MongoSource(ShardingKeys):
         if isinstance(n, int) and count > n:
             raise DataError(f"{store.where(self.collection)} holds {count} documents for {n} samples ({state}); push "
                             f"it again to repair it: dane data push ... --collection {self.collection}")
+        if state != "complete" and count == n:
+            raise DataError(f"{store.where(self.collection)} holds all {n} samples, but its upload was not marked "
+                            f"finished (state {state}: the push stopped before its last step); push it again to "
+                            f"finish it: dane data push ... --collection {self.collection}")
         if state != "complete" or count != n:
             raise DataError(f"{store.where(self.collection)} is short: {count} of {n} samples ({state}); push it "
                             f"again to complete it: dane data push ... --collection {self.collection}")
