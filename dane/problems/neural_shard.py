@@ -3,6 +3,8 @@ inexact local solve): its shard and model on a flat vector, built by `dane.probl
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
@@ -52,11 +54,11 @@ class NeuralProblem(Problem):
         """(∇O_i(w), [O_i(w), test-loss and test-accuracy contributions])."""
         self._load(w)
         if self.grad_batches is None:
-            data_loss = self._data_loss_backward(torch.arange(self.n_local, device=self.device))
+            data_loss = self._data_loss(torch.arange(self.n_local, device=self.device))
         else:
             self._zero_grad()
             for _ in range(self.grad_batches):  # gradient estimated on minibatches, objective still exact
-                self._data_loss_backward(self.sampler.next_on(self.device), scale=1 / self.grad_batches, zero=False)
+                self._data_loss(self.sampler.next_on(self.device), scale=1 / self.grad_batches, zero=False)
             data_loss = self._train_loss()
         grad = self._flat_grads() + self.l2 * w.to(self.dtype)
         return grad, self._metrics(data_loss, w)
@@ -76,7 +78,7 @@ class NeuralProblem(Problem):
             return torch.tensor(float("inf"), dtype=w.dtype)
         self._load(w)
         if self.grad_batches is None:
-            data_loss = self._data_loss(torch.arange(self.n_local, device=self.device), weight=1.0)
+            data_loss = self._data_loss(torch.arange(self.n_local, device=self.device), weight=1.0, backward=False)
         else:
             data_loss = self._train_loss(weight=1.0)
         return (data_loss.double().cpu() + 0.5 * self.l2 * float(w.double() @ w.double())).to(w.dtype)
@@ -84,7 +86,7 @@ class NeuralProblem(Problem):
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Unbiased estimate of ∇O_i(w) from the local rows ``idx``."""
         self._load(w)
-        self._data_loss_backward(idx.to(self.device), augmented=True)
+        self._data_loss(idx.to(self.device), augmented=True)
         return self._flat_grads() + self.l2 * w.to(self.dtype)
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
@@ -93,7 +95,7 @@ class NeuralProblem(Problem):
         self._load(anchor)
         anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]
         linear_parts = [g.view_as(p) for g, p in zip(linear.to(self.device, self.dtype).split(self._sizes), self.params)]
-        solve(self.inner, self.params, lambda idx: self._data_loss_backward(idx, augmented=True),
+        solve(self.inner, self.params, lambda idx: self._data_loss(idx, augmented=True),
               lambda: self.sampler.next_on(self.device),
               anchor_parts, linear_parts, mu, self.l2 if with_reg else 0.0, steps_for(self.inner, self.n_local))
         return self._flat_params().to(anchor.dtype)
@@ -151,32 +153,27 @@ class NeuralProblem(Problem):
             yield x[start:start + self.eval_batch_size], y[start:start + self.eval_batch_size]
 
     @counted("local_passes", lambda self, idx, **kwargs: len(idx) / self.n_local)
-    def _data_loss_backward(self, idx: torch.Tensor, *, scale: float = 1.0, zero: bool = True,
-                            augmented: bool = False) -> torch.Tensor:
-        """weight × mean CE over rows ``idx`` (chunked), its gradient accumulated into ``p.grad``; ``augmented``
-        (a training step) shifts and rotates the images when ``problem.augment`` is on."""
-        if zero:
+    def _data_loss(self, idx: torch.Tensor, *, weight: float | None = None, scale: float = 1.0,
+                   backward: bool = True, zero: bool = True, augmented: bool = False) -> torch.Tensor:
+        """``scale`` × ``weight`` (None: the shard's, m n_i / Σ_j n_j) × mean CE over rows ``idx``, in chunks of
+        ``eval_batch_size`` rows, their losses summed in the problem's dtype.  ``backward``: each chunk's gradient
+        accumulated into ``p.grad`` (cleared first when ``zero``); otherwise forward passes only, without autograd.
+        ``augmented`` (a training step) shifts and rotates the images when ``problem.augment`` is on."""
+        if backward and zero:
             self._zero_grad()
         total = torch.zeros((), dtype=self.dtype, device=self.device)
-        factor = scale * self.weight / len(idx)
-        for start in range(0, len(idx), self.eval_batch_size):
-            rows = idx[start:start + self.eval_batch_size]
-            x = self.train_x[rows]
-            if augmented and self.augmenter is not None:
-                x = augment(x, self.augmenter)
-            loss = factor * F.cross_entropy(self.model(x), self.train_y[rows], reduction="sum")
-            loss.backward()
-            total += loss.detach()
-        return total
-
-    def _data_loss(self, idx: torch.Tensor, *, weight: float) -> torch.Tensor:
-        """``weight`` × mean CE over rows ``idx``, forward passes only, summed as `_data_loss_backward` sums it."""
-        total = torch.zeros((), dtype=self.dtype, device=self.device)
-        factor = weight / len(idx)
-        with torch.no_grad():
+        factor = scale * (self.weight if weight is None else weight) / len(idx)
+        with contextlib.nullcontext() if backward else torch.no_grad():
             for start in range(0, len(idx), self.eval_batch_size):
                 rows = idx[start:start + self.eval_batch_size]
-                total += factor * F.cross_entropy(self.model(self.train_x[rows]), self.train_y[rows], reduction="sum")
+                x = self.train_x[rows]
+                if augmented and self.augmenter is not None:
+                    x = augment(x, self.augmenter)
+                loss = factor * F.cross_entropy(self.model(x), self.train_y[rows], reduction="sum")
+                if backward:
+                    loss.backward()
+                    loss = loss.detach()
+                total += loss
         return total
 
     # The sums are float64 on the model's device and come to the host once (one synchronization, not one per chunk).

@@ -50,6 +50,7 @@ worker).  The test slices may differ by one row: they are padded and masked.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Sequence
 
@@ -114,6 +115,7 @@ class StackedNeuralProblem(Problem):
         self._test_rows = torch.stack([torch.cat([s, s.new_zeros(longest - len(s))]) for s in test_slices]).to(self.device)
         self._test_mask = torch.stack([torch.arange(longest) < len(s) for s in test_slices]).to(self.device)
         self._grad_value = vmap(grad_and_value(self._loss), in_dims=(0, 0, 0, None))
+        self._value = vmap(self._loss, in_dims=(0, 0, 0, None))
         self._vmap_logits = vmap(self._forward)
 
     # ------------------------------------------------------------------ the model on one worker's parameters (vmap)
@@ -165,9 +167,9 @@ class StackedNeuralProblem(Problem):
         """(∇O_i(w), [O_i(w), test-loss and test-accuracy contributions]) for every worker: (m, P) and (m, 3)."""
         W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
         if self.grad_batches is None:
-            grads, data_loss = self._data_grad(W, None)
+            grads, data_loss = self._data_loss(W, None)
         else:  # gradient estimated on minibatches, objective still exact
-            grads = sum(self._data_grad(W, self.sampler.next(), scale=1 / self.grad_batches)[0]
+            grads = sum(self._data_loss(W, self.sampler.next(), scale=1 / self.grad_batches)[0]
                         for _ in range(self.grad_batches))
             data_loss = self._train_loss(W)
         return (grads + self.l2 * W).to(w.device), self._metrics(data_loss, W).to(w.device, w.dtype)
@@ -184,14 +186,17 @@ class StackedNeuralProblem(Problem):
         are equal).  `evaluate`'s value computed as it computes it (the same chunks, sums and factor), without the
         backward pass: on the CPU O_i bit for bit with either engine."""
         W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
-        data_loss = self._data_value(W, 1.0) if self.grad_batches is None else self._train_loss(W, weight=1.0)
+        if self.grad_batches is None:
+            data_loss = self._data_loss(W, None, weight=1.0, backward=False)[1]
+        else:
+            data_loss = self._train_loss(W, weight=1.0)
         Wd = W.double()
         return (data_loss.double() + 0.5 * self.l2 * (Wd * Wd).sum(-1)).to(w.device, w.dtype)
 
     def batch_grad(self, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Each worker's unbiased estimate of ∇O_i(w) from its rows ``idx[i]``: (m, P)."""
         W = rows_of(w.to(self.device, self.dtype), self.stacked_workers)
-        return (self._data_grad(W, idx)[0] + self.l2 * W).to(w.device)
+        return (self._data_loss(W, idx)[0] + self.l2 * W).to(w.device)
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
@@ -207,7 +212,7 @@ class StackedNeuralProblem(Problem):
             idx = self.sampler.next()
             count("local_inner_steps")
             count("local_inner_samples", idx.shape[-1])
-            step = self._data_grad(W, idx)[0]
+            step = self._data_loss(W, idx)[0]
             step.add_(l2 * W - lin + mu * (W - A))  # `dane.numerics.inner.add_proximal_terms`
             if momentum:
                 buf = step.clone() if buf is None else buf.mul_(momentum).add_(step)
@@ -236,72 +241,59 @@ class StackedNeuralProblem(Problem):
 
     # ------------------------------------------------------------------ plumbing
     @counted("local_passes", lambda self, W, idx, **kwargs: 1.0 if idx is None else idx.shape[-1] / self.n_local)
-    def _data_grad(self, W: torch.Tensor, idx: torch.Tensor | None, *, scale: float = 1.0
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """weight × mean CE over each worker's rows ``idx[i]`` (None: its whole shard) and its gradient, in chunks of
-        ``eval_batch_size`` rows as `NeuralProblem._data_loss_backward` takes them: ((m, P), (m,))."""
+    def _data_loss(self, W: torch.Tensor, idx: torch.Tensor | None, *, weight: float | None = None,
+                   scale: float = 1.0, backward: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``scale`` × ``weight`` (None: the shards', m n / N) × mean CE over each worker's rows ``idx[i]`` (None: its
+        whole shard) and, with ``backward``, its gradient (otherwise forward passes only, without autograd, and
+        None for it), in chunks of ``eval_batch_size`` rows as `NeuralProblem._data_loss` takes them:
+        ((m, P), (m,))."""
         idx = None if idx is None else idx.to(self.device)  # the samplers draw on the CPU
         rows = self.n_local if idx is None else idx.shape[1]
-        factor = scale * self.weight / rows
-        if self.engine == "loop":
-            return self._data_grad_loop(W, idx, rows, factor)
-        workers = torch.arange(self.stacked_workers, device=self.device).unsqueeze(1)
-        params = self._views(W)
-        grads, total = None, None
-        for start in range(0, rows, self.eval_batch_size):
-            stop = min(start + self.eval_batch_size, rows)
-            if idx is None:
-                x, y = self.train_x[:, start:stop], self.train_y[:, start:stop]
-            else:
-                x, y = self.train_x[workers, idx[:, start:stop]], self.train_y[workers, idx[:, start:stop]]
-            g, loss = self._grad_value(params, x, y, factor)
-            g = torch.cat([g[name].reshape(len(W), -1) for name in self.names], 1)
-            grads, total = (g, loss) if grads is None else (grads + g, total + loss)
-        return grads, total
+        factor = scale * (self.weight if weight is None else weight) / rows
+        with contextlib.nullcontext() if backward else torch.no_grad():
+            if self.engine == "loop":
+                return self._data_loss_loop(W, idx, rows, factor, backward)
+            workers = torch.arange(self.stacked_workers, device=self.device).unsqueeze(1)
+            params = self._views(W)
+            grads, total = None, None
+            for start in range(0, rows, self.eval_batch_size):
+                stop = min(start + self.eval_batch_size, rows)
+                if idx is None:
+                    x, y = self.train_x[:, start:stop], self.train_y[:, start:stop]
+                else:
+                    x, y = self.train_x[workers, idx[:, start:stop]], self.train_y[workers, idx[:, start:stop]]
+                if backward:
+                    g, loss = self._grad_value(params, x, y, factor)
+                    g = torch.cat([g[name].reshape(len(W), -1) for name in self.names], 1)
+                    grads = g if grads is None else grads + g
+                else:
+                    loss = self._value(params, x, y, factor)
+                total = loss if total is None else total + loss
+            return grads, total
 
-    def _data_grad_loop(self, W: torch.Tensor, idx: torch.Tensor | None, rows: int, factor: float
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`_data_grad` as the per-worker path computes it, worker by worker (`NeuralProblem._data_loss_backward`:
-        the chunks' gradients accumulated in ``p.grad``, their losses summed in the problem's dtype)."""
-        grads, totals = torch.empty_like(W), W.new_zeros(self.stacked_workers)
+    def _data_loss_loop(self, W: torch.Tensor, idx: torch.Tensor | None, rows: int, factor: float, backward: bool
+                        ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """`_data_loss` as the per-worker path computes it, worker by worker (`NeuralProblem._data_loss`: the chunks'
+        gradients accumulated in ``p.grad``, their losses summed in the problem's dtype)."""
+        grads, totals = torch.empty_like(W) if backward else None, W.new_zeros(self.stacked_workers)
         for i in range(self.stacked_workers):
             self._load(W[i])
-            for p in self.params:
-                p.grad = None
+            if backward:
+                for p in self.params:
+                    p.grad = None
             total = torch.zeros((), dtype=self.dtype, device=self.device)
             for start in range(0, rows, self.eval_batch_size):
                 stop = min(start + self.eval_batch_size, rows)
                 own = slice(start, stop) if idx is None else idx[i, start:stop]
                 loss = factor * F.cross_entropy(self.model(self.train_x[i, own]), self.train_y[i, own], reduction="sum")
-                loss.backward()
-                total += loss.detach()
-            grads[i] = parameters_to_vector([p.grad for p in self.params])
+                if backward:
+                    loss.backward()
+                    loss = loss.detach()
+                total += loss
+            if backward:
+                grads[i] = parameters_to_vector([p.grad for p in self.params])
             totals[i] = total
         return grads, totals
-
-    def _data_value(self, W: torch.Tensor, weight: float) -> torch.Tensor:
-        """``weight`` × mean CE over each worker's whole shard, forward passes only, in the chunks and the sums of
-        `_data_grad` (its value, bit for bit, at the weight it was given): (m,)."""
-        factor = weight / self.n_local
-        chunks = [(start, min(start + self.eval_batch_size, self.n_local))
-                  for start in range(0, self.n_local, self.eval_batch_size)]
-        with torch.no_grad():
-            if self.engine == "vmap":
-                params, total = self._views(W), None
-                for start, stop in chunks:
-                    loss = vmap(self._loss, in_dims=(0, 0, 0, None))(params, self.train_x[:, start:stop],
-                                                                      self.train_y[:, start:stop], factor)
-                    total = loss if total is None else total + loss
-                return total
-            totals = W.new_zeros(self.stacked_workers)
-            for i in range(self.stacked_workers):
-                self._load(W[i])
-                total = torch.zeros((), dtype=self.dtype, device=self.device)
-                for start, stop in chunks:
-                    total += factor * F.cross_entropy(self.model(self.train_x[i, start:stop]),
-                                                      self.train_y[i, start:stop], reduction="sum")
-                totals[i] = total
-            return totals
 
     def _train_loss(self, W: torch.Tensor, weight: float | None = None) -> torch.Tensor:
         """``weight`` (None: the shards', m n / N) × mean CE over each worker's whole shard, summed in float64: (m,)."""
