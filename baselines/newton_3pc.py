@@ -19,8 +19,9 @@ The 3PC of X = ∇²O_i(x_k), with h = H_i, y = Y_i (``mechanism``):
 
 ζ = ``zeta``, p = ``p``, C = ``compressor`` (`dane.compress`, on the packed triangle as FedNL's).  The paper's
 ``clag`` and ``cbag`` take a contractive C (E‖C(x) − x‖² ≤ (1 − δ)‖x‖²: TopK); an unbiased one (RandK, natural,
-dithering) is used as the contractive C/(ω + 1), ω of the packed triangle's length, as EF21 uses it (`baselines.ef21`):
-unscaled, its variance ω‖x‖² can exceed ‖x‖² and H_i wanders off.  The coins come from
+dithering) is used as the contractive C/(ω + 1), ω of the packed triangle's length, as EF21 uses it (`baselines.ef21`;
+the scale both take from `dane.compress.Compressor.contractive_divisor`): unscaled, its variance ω‖x‖² can
+exceed ‖x‖² and H_i wanders off.  The coins come from
 each client's own stream (NumPy's generator seeded by (seed, `COIN_STREAM`, client id, round)), the same whether a
 client is alone or in the stack.  [H]_μ is FedNL's projection onto {H ⪰ μI} (μ = ``mu``; null: the
 problem's ℓ2 weight; `baselines.fednl_server.newton_direction`).
@@ -84,8 +85,8 @@ class Newton3PC(ClientBits, Federated):
         self.compressor = make(compressor)
         clients = linear_rows(problem, comm, self.name)
         self.d, self.mechanism, self.zeta, self.p, self.seed = clients.d, mechanism, zeta, p, seed
-        omega = self.compressor.unbiased_omega(message_entries(self.compressor, self.d))
-        self.shrink = 1.0 if omega is None else 1.0 / (1.0 + omega)  # C/(ω + 1) for an unbiased C (docstring)
+        # C/(ω + 1) for an unbiased C, as EF21 takes it (docstring)
+        self.shrink = 1.0 / self.compressor.contractive_divisor(message_entries(self.compressor, self.d))
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.client = FedNLClients(clients, self.w.numpy(), compressor=self.compressor, alpha=1.0, option=1,
                                    variant="plain", seed=seed)                  # H_i⁰ = ∇²O_i(x⁰)

@@ -51,6 +51,13 @@ class Compressor:
         or 1 by the compressor's class read (`baselines.defaults.hessian_learning_rate`, `model_learning_rate`)."""
         return self.omega(n) if self.unbiased else None
 
+    def contractive_divisor(self, n: int) -> float:
+        """What a message of C on n entries is divided by to be one of a contractive compressor: 1 + ω for an
+        unbiased C (C/(ω + 1) has δ = 1/(ω + 1), `delta`; unscaled, its variance ω‖x‖² may exceed ‖x‖²), 1 for
+        a contractive C, used as it is.  EF21 (`ErrorFeedback`) and Newton-3PC's clag and cbag
+        (`baselines.newton_3pc`) take an unbiased C so."""
+        return 1.0 + self.omega(n) if self.unbiased else 1.0
+
     def delta(self, n: int) -> float:
         """δ with ‖C(x) − x‖² ≤ (1 − δ)‖x‖²; for an unbiased compressor, that of C/(ω+1): 1/(ω+1)."""
         return 1.0 / (1.0 + self.omega(n))
@@ -92,7 +99,8 @@ class ErrorFeedback:
             self.g = torch.zeros_like(x)
         c = self.compressor(x - self.g, generator)
         if self.compressor.unbiased:
-            c = c / (1.0 + self.compressor.omega(x.shape[-1] if not self.compressor.matrices else x.shape[-1] ** 2))
+            n = x.shape[-1] if not self.compressor.matrices else x.shape[-1] ** 2
+            c = c / self.compressor.contractive_divisor(n)
         self.g = self.g + c
         return self.g
 
