@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,16 +131,31 @@ main(["push", {csv!r}, "--target", "y", "--uri", {uri!r}, "--collection", "big_t
 """
 
 
-def test_sigkill_mid_upload_is_detected_then_completed(tmp_path):
-    """A push killed (SIGKILL) after 1000 of 2400 rows leaves a store a run refuses as short; the next push
-    completes it with every row once, equal to the file."""
+def killed_push(tmp) -> dict:
+    """In the session's fresh interpreter (tests/runs.py): ``tmp/sigkill/big.csv`` (2400 rows) pushed to the store
+    ``tmp/sigkill/store`` by a child process that SIGKILLs itself after 1000 rows: {returncode, stderr}."""
+    folder = tmp / "sigkill"
+    folder.mkdir()
     rng = np.random.default_rng(0)
-    csv = tmp_path / "big.csv"
+    csv = folder / "big.csv"
     csv.write_text("y,a,b\n" + "".join(f"{i % 2},{rng.normal():.17g},{i}\n" for i in range(2400)))
-    uri = str(tmp_path / "store")
-    code = KILLER.format(repo=str(REPO), after=1000, csv=str(csv), uri=uri)
+    code = KILLER.format(repo=str(REPO), after=1000, csv=str(csv), uri=str(folder / "store"))
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    return {"returncode": proc.returncode, "stderr": proc.stderr}
+
+
+KILLED = runs.job("mongo_store:killed_push", "test_mongo_store:killed_push")
+
+
+def test_sigkill_mid_upload_is_detected_then_completed(fresh, tmp_path):
+    """A push killed (SIGKILL) after 1000 of 2400 rows leaves a store a run refuses as short; the next push
+    completes it with every row once, equal to the file.  The killed push is the fresh interpreter's job; its folder
+    is copied here, so that the completing push leaves the shared one as the job wrote it."""
+    done = fresh["jobs"][KILLED]
+    assert "ok" in done, done.get("error")
+    assert done["ok"]["returncode"] == -signal.SIGKILL, done["ok"]["stderr"]
+    shutil.copytree(fresh.tmp / "sigkill", tmp_path, dirs_exist_ok=True)
+    csv, uri = tmp_path / "big.csv", str(tmp_path / "store")
     source = MongoSource(uri=uri, collection="big_t")
     with pytest.raises(DataError, match=r"is short: 1000 of 2400 samples \(uploading\)"):
         source.manifest()

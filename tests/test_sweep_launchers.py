@@ -24,6 +24,7 @@ from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments.config import CONF_DIR
 from dane.experiments.launchers import ERROR_LINE, quote
 from helpers import REPO, env, horovodrun, torchrun, train
+import runs
 
 SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "rounds=5"]
 LAUNCHERS = {"horovod": ("horovodrun", "horovod", horovodrun), "torchrun": ("torchrun", "torch", torchrun)}
@@ -54,18 +55,41 @@ def test_the_programs_error_line_is_found_under_either_launcher():
         "error: algorithm.mu must be >= 0, got -1", "error: workers=3 but the launcher started 2"]
 
 
-def test_after_a_ranks_error_line_the_launchers_own_report_goes_to_the_log_only(tmp_path, capsys):
+#: what the fake launcher prints: a rank's output, its error line, then horovodrun's own report of the exit
+SAID = ["[0]<stdout>:round 0", "[0]<stderr>:error: algorithm.mu must be >= 0, got -1",
+        "Traceback (most recent call last):", "RuntimeError: Horovod detected that one or more processes exited"]
+
+
+def launcher_report(tmp) -> dict:
+    """In the session's fresh interpreter (tests/runs.py): `HorovodLauncher._run` on a fake launcher (``python -c``)
+    that prints `SAID` and exits 2, its job folder ``tmp/launcher_report``: {status, tail, shown (what it wrote to
+    stdout, by line)}."""
+    import contextlib
+    import io
+
+    from dane.experiments.launchers import HorovodLauncher
+
+    code = "import sys; print(*sys.argv[1:], sep='\\n'); sys.exit(2)"
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        status, tail = HorovodLauncher()._run([sys.executable, "-c", code, *SAID], tmp / "launcher_report")
+    return {"status": status, "tail": tail, "shown": shown.getvalue().splitlines()}
+
+
+LAUNCHER_REPORT = runs.job("sweep_launchers:launcher_report", "test_sweep_launchers:launcher_report")
+
+
+def test_after_a_ranks_error_line_the_launchers_own_report_goes_to_the_log_only(fresh):
     """horovodrun follows a rank's one line with its own 20-line traceback of the exit: kept in launch.log, not shown
     (the sweep's line for the job repeats the error)."""
-    from dane.experiments.launchers import LOG_FILE, HorovodLauncher
+    from dane.experiments.launchers import LOG_FILE
 
-    said = ["[0]<stdout>:round 0", "[0]<stderr>:error: algorithm.mu must be >= 0, got -1",
-            "Traceback (most recent call last):", "RuntimeError: Horovod detected that one or more processes exited"]
-    code = "import sys; print(*sys.argv[1:], sep='\\n'); sys.exit(2)"
-    status, tail = HorovodLauncher()._run([sys.executable, "-c", code, *said], tmp_path)
-    assert status == 2 and tail == said
-    assert capsys.readouterr().out.splitlines() == said[:2]
-    assert (tmp_path / LOG_FILE).read_text().splitlines()[1:] == said
+    done = fresh["jobs"][LAUNCHER_REPORT]
+    assert "ok" in done, done.get("error")
+    status, tail, shown = (done["ok"][k] for k in ("status", "tail", "shown"))
+    assert status == 2 and tail == SAID
+    assert shown == SAID[:2]
+    assert (fresh.tmp / "launcher_report" / LOG_FILE).read_text().splitlines()[1:] == SAID
 
 
 def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tmp_path, monkeypatch, capsys):
