@@ -29,6 +29,7 @@ counted differ).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -84,13 +85,20 @@ NOTES = {  # why the iterates or the bits differ, where they do
 
 
 def reference(folder: str):
-    """FedNL-Public's modules, imported from ``folder``; refused in one line where it is not that repository."""
-    if not (Path(folder) / "methods.py").is_file():
-        raise SystemExit(f"error: {folder}/methods.py not found; fetch github:Rustem-Islamov/FedNL-Public and pass "
-                         f"its folder as --reference")
-    sys.path.insert(0, str(Path(folder).resolve()))
-    import methods, oracles, utils  # noqa: E401 -- its three modules, by its own names
-    return methods, oracles, utils
+    """FedNL-Public's modules (methods, oracles, utils), loaded from ``folder``'s files under their own names, without
+    touching sys.path: ``methods.py`` imports ``utils`` by that name, so each goes into sys.modules before the next
+    runs; refused in one line where it is not that repository."""
+    root = Path(folder).resolve()
+    modules = {}
+    for name in ("utils", "oracles", "methods"):
+        path = root / f"{name}.py"
+        if not path.is_file():
+            raise SystemExit(f"error: {folder}/{name}.py not found; fetch github:Rustem-Islamov/FedNL-Public and pass "
+                             f"its folder as --reference")
+        spec = importlib.util.spec_from_file_location(name, path)
+        modules[name] = sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    return modules["methods"], modules["oracles"], modules["utils"]
 
 
 def package(config, A, b, n, lam, rounds, start=None):
