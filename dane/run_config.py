@@ -248,9 +248,10 @@ def split_backend(cfg: DictConfig, backend: str) -> tuple[str, str | None]:
     return backend, None
 
 
-def run_spec(cfg: DictConfig) -> RunSpec:
+def run_spec(cfg: DictConfig, out_dir_key: str = "out_dir") -> RunSpec:
     """The run ``cfg`` composes, every value checked before a process group starts (a bad one: one line naming it
-    and the fix, `dane.errors.ConfigError`)."""
+    and the fix, `dane.errors.ConfigError`); ``out_dir_key``: the setting a refusal of an occupied out_dir names
+    (`dane.loop.spec.RunControl.out_dir_key`)."""
     backend, backend_note = split_backend(cfg, resolve_backend(cfg.comm.backend))
     stale = staleness(cfg, backend)
     servers = ps_servers(cfg.comm) if backend == "ps" else 1
@@ -268,7 +269,7 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     tol = None if cfg.tol is None else checks.positive("tol", cfg.tol)
     spec = RunSpec(problem=problem, algorithm=algorithm,
                    comm=communication(cfg, backend, workers, servers, stale, problem, algorithm, seed),
-                   control=run_control(cfg, backend, workers, seed, tol))
+                   control=run_control(cfg, backend, workers, seed, tol, out_dir_key))
     check_memory(problem, workers, simulated=backend == "local",
                  batched=backend == "local" and isinstance(problem, RidgeSyntheticConfig) and batched_path(spec)[0])
     return spec
@@ -299,7 +300,8 @@ def communication(cfg: DictConfig, backend: str, workers: int, servers: int, sta
     )
 
 
-def run_control(cfg: DictConfig, backend: str, workers: int, seed: int, tol: float | None) -> RunControl:
+def run_control(cfg: DictConfig, backend: str, workers: int, seed: int, tol: float | None,
+                out_dir_key: str = "out_dir") -> RunControl:
     """`run_spec`'s ``control``: when the run stops, what it logs and keeps, and how it resumes."""
     return RunControl(
         stop=stop_rule(cfg, tol),
@@ -312,6 +314,7 @@ def run_control(cfg: DictConfig, backend: str, workers: int, seed: int, tol: flo
         resume=resume_dir(cfg, workers),
         restart_unfinished=cfg.get("resume") == "auto",
         overwrite=checks.boolean("overwrite", cfg.get("overwrite", False)),
+        out_dir_key=out_dir_key,
         faults=fail_at(cfg.sim, workers, simulated=backend == "local"),
         save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
         similarity=checks.boolean("similarity", cfg.get("similarity", False)),

@@ -32,6 +32,9 @@ from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, atomic_write_text
 
 ERROR_FILE = "error.txt"  # a failed job's line in its folder; paper_figs.summary lists such a job as failed
 REFUSED_DIR = "refused"  # <sweep dir>/refused/<job dir>.txt: the line of a job whose folder holds a run not its own
+#: the job folder a process launcher (experiments.launchers) passes as its launched run's out_dir: that run is a
+#: sweep's job in the folder the sweep chose, and its refusal names hydra.sweep.dir (experiments.train.out_dir_key)
+SWEEP_OUT_DIR_ENV = "DANE_SWEEP_OUT_DIR"
 
 
 def run_files(folder: str | Path | None) -> dict[str, tuple[int, int]]:

@@ -14,7 +14,8 @@ Hydra's ``.hydra/`` (config, overrides) from this process, the run's records fro
 result (`experiments.callbacks.failure_file`: in ``<sweep dir>/refused/`` where the folder holds a run
 the job did not write): a non-zero exit is that job's failure, and the sweep goes on, as with the basic
 launcher.  A run that diverged wrote its summary (status: diverged): that is a result.
-The launch command is in the run's ``summary.json`` (``provenance.launch.command``).
+The launch command is in the run's ``summary.json`` (``provenance.launch.command``); the launched run's
+refusal of an occupied job folder names hydra.sweep.dir (`experiments.callbacks.SWEEP_OUT_DIR_ENV`).
 
 Hydra instantiates launchers only from the ``hydra_plugins`` package: these classes are
 found as ``hydra_plugins.dane_launchers`` (a shim in hydra_plugins/, which ``pip install -e .``
@@ -42,7 +43,7 @@ from omegaconf import DictConfig, open_dict
 
 from dane import checks
 from dane.errors import ConfigError, say
-from dane.experiments.callbacks import record_failure, run_files
+from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, record_failure, run_files
 from dane.records.provenance import LAUNCH_COMMAND_ENV
 from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
@@ -101,16 +102,18 @@ class ProcessLauncher(Launcher):
         job_dir = Path(HydraConfig.get().runtime.output_dir)
         job = run_files(job_dir)  # a failure is not written beside a run the job did not write
         overrides = list(HydraConfig.get().overrides.task)
+        env = {}
         try:
             np = 1 if cfg.workers is None else checks.positive_int("workers", cfg.workers)
             if not cfg.get("out_dir"):
                 overrides.append(f"out_dir={quote(str(job_dir))}")
+                env[SWEEP_OUT_DIR_ENV] = str(job_dir)  # its refusal of the folder names hydra.sweep.dir
         except ConfigError as exc:
             return self._failed(f"error: {exc}", 2, job)
         run_dir = Path(cfg.out_dir) if cfg.get("out_dir") else job_dir
         held = run_files(run_dir).get(SUMMARY_FILE)
         cmd = self.command(main_module(), overrides, np)
-        returncode, tail = self._run(cmd, job_dir)
+        returncode, tail = self._run(cmd, job_dir, env)
         if returncode == 0:
             return 0
         if returncode == TIMED_OUT:
@@ -125,8 +128,9 @@ class ProcessLauncher(Launcher):
                                              f"its output is in {job_dir / LOG_FILE}")
         return self._failed(message, returncode, job)
 
-    def _run(self, cmd: list[str], job_dir: Path) -> tuple[int, list[str]]:
-        """Run ``cmd`` in its own process group, its output shown and kept in ``launch.log``; (status, last lines).
+    def _run(self, cmd: list[str], job_dir: Path, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
+        """Run ``cmd`` (``env`` added to its environment) in its own process group, its output shown and kept in
+        ``launch.log``; (status, last lines).
 
         The launch command reaches the run's provenance through `LAUNCH_COMMAND_ENV`.  On a
         timeout or an interrupt the whole group goes (horovodrun leaves its workers otherwise).
@@ -136,8 +140,9 @@ class ProcessLauncher(Launcher):
         with open(job_dir / LOG_FILE, "w") as logfile:
             logfile.write(" ".join(cmd) + "\n")
             try:
-                proc = subprocess.Popen(cmd, env=launch_env({LAUNCH_COMMAND_ENV: json.dumps(cmd)}), stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                proc = subprocess.Popen(cmd, env=launch_env({**(env or {}), LAUNCH_COMMAND_ENV: json.dumps(cmd)}),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True)
             except OSError as exc:
                 logfile.write(f"error: could not start {cmd[0]}: {exc}\n")
                 return 127, [f"error: could not start {cmd[0]}: {exc}"]

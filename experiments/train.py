@@ -20,6 +20,7 @@ folder behind.  A sweep's jobs write under Hydra's sweep directory.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
 from dane.experiments.config import rank_zero, run_spec, unique_name
-from dane.experiments.callbacks import SweepSummary, record_failure, run_files
+from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, SweepSummary, record_failure, run_files
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
 
@@ -53,13 +54,23 @@ def run_dir(cfg: DictConfig) -> str:
     return str(Path("results") / "runs" / unique_name(cfg.algorithm.name, cfg.problem.name))
 
 
+def out_dir_key(out_dir: str | None, swept: bool) -> str:
+    """The setting a refusal of an occupied run directory asks to change (`dane.records.results.occupied`):
+    ``hydra.sweep.dir`` where the sweep chose the job's folder (a job of a ``-m`` sweep, ``swept``, without out_dir;
+    a run a process launcher started with the job's folder as out_dir, which it names in `SWEEP_OUT_DIR_ENV`),
+    else ``out_dir``."""
+    if (swept and not out_dir) or (out_dir and os.environ.get(SWEEP_OUT_DIR_ENV) == str(out_dir)):
+        return "hydra.sweep.dir"
+    return "out_dir"
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     timeline.configured()
     # in a sweep, the run files the job's folder holds before the job: a refusal is not written beside another run's
     job = run_files(HydraConfig.get().runtime.output_dir) if multirun() and rank_zero() else {}
     try:
-        spec = run_spec(cfg)
+        spec = run_spec(cfg, out_dir_key(cfg.out_dir, multirun()))
     except UserError as exc:
         return reject(exc, job, every_rank=False)  # the config is the same on every rank: rank 0 speaks for all
     out_dir = run_dir(cfg) if rank_zero() else None

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments import config
-from dane.experiments.callbacks import failure_file, run_files
+from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, failure_file, run_files
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.loop.launch import execute
 from dane.loop import timeline
@@ -44,6 +44,11 @@ RERUN_JOBS = [f"{k}_problem.dim=20,problem.n_samples=600,rounds=2,workers={k + 1
 FIRST_SWEEP = command("sweep:first", *RERUN_ARGS, module="experiments.simulate")
 SWEEP_AGAIN = command("sweep:again", *RERUN_ARGS, module="experiments.simulate",
                       watch=f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}")
+#: job 0 again as hydra/launcher=torchrun launches it: a single run into the job's folder, which the launcher names
+LAUNCHED_AGAIN = command("sweep:launched-again", "workers=1", *TINY, "rounds=2",
+                        f"out_dir='{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}'", module="experiments.simulate",
+                        env={SWEEP_OUT_DIR_ENV: f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}"},
+                        watch=f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}")
 
 
 def sweep_default_folder(tmp: Path) -> None:
@@ -86,7 +91,7 @@ def test_a_sweep_run_again_into_its_folder_leaves_each_finished_run_as_it_was(co
     first, again, sweep = commands[FIRST_SWEEP], commands[SWEEP_AGAIN], commands.tmp / "sweep" / "rerun"
     assert first["rc"] == 0, first["stderr"][-2000:]
     refusals = [f"error: out_dir={sweep / job} already holds a run (rounds.jsonl, summary.json); choose a new "
-                "out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)" for job in RERUN_JOBS]
+                "hydra.sweep.dir, or replace it with overwrite=true (dane.fit: overwrite=True)" for job in RERUN_JOBS]
     assert again["rc"] == 2 and again["stderr"].splitlines() == refusals
     assert again["existed"] and again["unchanged"]  # job 0's folder: no error.txt beside its run
     assert [sorted(p.name for p in (sweep / job).iterdir()) for job in RERUN_JOBS] == \
@@ -99,6 +104,9 @@ def test_a_sweep_run_again_into_its_folder_leaves_each_finished_run_as_it_was(co
     assert [p.read_text() for p in written] == [line + "\n" for line in refusals]
     assert f"sweep: 2 jobs (2 failed: {written[0]}, {written[1]}) in {sweep};" in again["stdout"]
     assert [p.name for p in job_dirs(sweep)] == RERUN_JOBS  # `dane figures summary`: refused/ is no job of its own
+    launched = commands[LAUNCHED_AGAIN]  # under a process launcher the refusal names the sweep's setting too
+    assert launched["rc"] == 2 and launched["stderr"].splitlines() == refusals[:1]
+    assert launched["existed"] and launched["unchanged"]
 
 
 def test_a_failed_jobs_line_goes_into_its_folder_unless_the_folder_holds_a_run_not_its_own(tmp_path, monkeypatch):

@@ -100,6 +100,7 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
     from omegaconf import OmegaConf
 
     from dane.experiments import launchers
+    from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV
 
     sweep_dir, job = tmp_path, tmp_path / "0_workers=2"
     job.mkdir()
@@ -108,16 +109,18 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
                               "overrides": {"task": ["workers=2"]}})
     monkeypatch.setattr(launchers.HydraConfig, "get", staticmethod(lambda: hydra))
     monkeypatch.setattr(launchers, "main_module", lambda: "experiments.train")
-    line = f"error: out_dir={job} already holds a run (summary.json); choose a new out_dir, or replace it ..."
+    line = f"error: out_dir={job} already holds a run (summary.json); choose a new hydra.sweep.dir, or replace it ..."
     launcher = launchers.TorchrunLauncher()
-    monkeypatch.setattr(launcher, "_run", lambda cmd, job_dir: (2, [line]))
+    given = {}
+    monkeypatch.setattr(launcher, "_run", lambda cmd, job_dir, env: (given.update(env), (2, [line]))[1])
     assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 2
+    assert given == {SWEEP_OUT_DIR_ENV: str(job)}  # the launched run's refusal names hydra.sweep.dir
     assert capsys.readouterr().err == line + "\n"
     assert sorted(p.relative_to(sweep_dir).as_posix() for p in sweep_dir.rglob("*") if p.is_file()) == \
         ["0_workers=2/summary.json", "refused/0_workers=2.txt"]
     assert (sweep_dir / "refused" / "0_workers=2.txt").read_text() == line + "\n"
 
-    def diverged(cmd, job_dir):
+    def diverged(cmd, job_dir, env):
         (job_dir / "summary.json").write_text('{"status": "diverged"}\n')
         return 3, ["error: dane diverged ..."]
 
@@ -125,6 +128,19 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
     monkeypatch.setattr(launcher, "_run", diverged)
     assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 3  # as with overwrite=true
     assert sorted(p.name for p in sweep_dir.rglob("*") if p.is_file()) == ["summary.json"]
+
+
+def test_the_refusal_of_an_occupied_folder_names_the_setting_its_user_changes(monkeypatch):
+    """`experiments.train.out_dir_key`: ``hydra.sweep.dir`` for a sweep's job in the folder the sweep chose (no
+    out_dir in a -m sweep; out_dir named by a process launcher), ``out_dir`` for a run given its out_dir."""
+    from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV
+    from dane.experiments.train import out_dir_key
+
+    monkeypatch.delenv(SWEEP_OUT_DIR_ENV, raising=False)
+    assert [out_dir_key(None, True), out_dir_key("runs/a", True), out_dir_key("runs/a", False)] == \
+        ["hydra.sweep.dir", "out_dir", "out_dir"]
+    monkeypatch.setenv(SWEEP_OUT_DIR_ENV, "sweep/0_workers=2")
+    assert [out_dir_key("sweep/0_workers=2", False), out_dir_key("runs/a", False)] == ["hydra.sweep.dir", "out_dir"]
 
 
 def sweep(launcher: str, overrides: list[str], sweep_dir) -> subprocess.CompletedProcess:

@@ -133,7 +133,7 @@ def refusal(control, out_dir: str | None) -> str | None:
     if out_dir is None or control.resume is not None or replaces(control, out_dir):
         return None
     held = held_run(out_dir)
-    return occupied(out_dir, held, resume_offer(out_dir)) if held else None
+    return occupied(out_dir, held, resume_offer(out_dir), control.out_dir_key) if held else None
 
 
 class Records(Callback):
@@ -151,7 +151,8 @@ class Records(Callback):
     def open(self, loop) -> None:
         control = self.control
         loop.writer = RunWriter(loop.out_dir, resume=loop.continuing, overwrite=replaces(control, loop.out_dir),
-                                resume_offer=resume_offer(loop.out_dir))  # on_close releases it
+                                resume_offer=resume_offer(loop.out_dir),
+                                out_dir_key=control.out_dir_key)  # on_close releases it
         if control.overwrite and not loop.continuing:  # the replaced run's checkpoints: no later resume may find them
             shutil.rmtree(os.path.join(loop.out_dir, CHECKPOINT_DIR), ignore_errors=True)
         if control.config_text:

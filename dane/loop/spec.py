@@ -119,6 +119,7 @@ class RunControl:
     resume: str | None = None        # a run directory to continue in place from its checkpoint
     restart_unfinished: bool = False  # resume=auto found no committed checkpoint: an unfinished run's records are replaced
     overwrite: bool = False          # replace the records of a finished run in out_dir (else refused)
+    out_dir_key: str = "out_dir"     # the setting that refusal asks to change (a sweep's job: hydra.sweep.dir)
     faults: tuple[tuple[int, int], ...] = ()  # (round, worker): that simulated worker is lost there (once per run dir)
     save_iterate: bool = False       # rank 0 writes the final iterate to <out_dir>/iterate.pt
     similarity: bool = False         # measure the Hessian dissimilarity at the first and last iterate (summary)

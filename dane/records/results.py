@@ -130,11 +130,13 @@ def held_run(out_dir: str | Path) -> list[str]:
     return [name for name in (ROUNDS_FILE, SUMMARY_FILE) if (Path(out_dir) / name).exists()]
 
 
-def occupied(out_dir: str | Path, held: list[str], resume_offer: str = "") -> str:
+def occupied(out_dir: str | Path, held: list[str], resume_offer: str = "", out_dir_key: str = "out_dir") -> str:
     """The refusal of a run directory that holds a run (``held``, `held_run`); resume is named only where it can
-    continue the run (``resume_offer``: a committed checkpoint)."""
-    return (f"out_dir={out_dir} already holds a run ({', '.join(held)}); choose a new out_dir,{resume_offer} or "
-            "replace it with overwrite=true (dane.fit: overwrite=True)")
+    continue the run (``resume_offer``: a committed checkpoint).  ``out_dir_key`` is the setting the user changes
+    to choose a new directory: ``out_dir``, or ``hydra.sweep.dir`` for a sweep's job in the folder the sweep chose
+    (`dane.loop.spec.RunControl.out_dir_key`)."""
+    return (f"out_dir={out_dir} already holds a run ({', '.join(held)}); choose a new {out_dir_key},{resume_offer} "
+            "or replace it with overwrite=true (dane.fit: overwrite=True)")
 
 
 class RunWriter:
@@ -148,14 +150,15 @@ class RunWriter:
     directory stops with one line.  A run that ends before its first record leaves the directory as it was
     (`close`).  A directory that already holds a run's records is refused unless ``resume`` (the run continues there: its records were cut back to the
     checkpoint) or ``overwrite`` (the old records are removed first); the refusal offers ``resume_offer``, the
-    caller's clause for continuing it (`dane.loop.checkpoint.resume_offer`: none where no checkpoint can).
+    caller's clause for continuing it (`dane.loop.checkpoint.resume_offer`: none where no checkpoint can), and names
+    ``out_dir_key`` as the setting to change (`occupied`).
 
     ``trackers`` (`dane.records.trackers.Trackers`, set by `attach`) get each record and the summary after they are
     on disk, so a tracker that fails loses none of them.
     """
 
     def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
-                 resume_offer: str = ""):
+                 resume_offer: str = "", out_dir_key: str = "out_dir"):
         self.out_dir = Path(out_dir)
         self.trackers = None
         self._wrote = 0  # records and the summary written: close keeps a directory that has any
@@ -179,7 +182,7 @@ class RunWriter:
             old = held_run(self.out_dir)
             if old and not resume:
                 if not overwrite:
-                    raise ConfigError(occupied(out_dir, old, resume_offer))
+                    raise ConfigError(occupied(out_dir, old, resume_offer, out_dir_key))
                 for name in (*old, *RUN_FILES):
                     path = self.out_dir / name
                     shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
