@@ -12,8 +12,9 @@ of this shell (`synthetic.launchers.HOROVOD_KEYS`) are not passed on.  The job d
 Hydra's ``.hydra/`` (config, overrides) from this process, the run's records from rank 0,
 ``launch.log`` (the launch's whole output), and ``error.txt`` when the job failed without a
 result (`experiments.callbacks.failure_file`: in ``<sweep dir>/refused/`` where the folder holds a run
-the job did not write): a non-zero exit is that job's failure, and the sweep goes on, as with the basic
-launcher.  A run that diverged wrote its summary (status: diverged): that is a result.
+the job did not write, and the launch's output beside it, as ``<job dir>.log``: `launch_log`): a non-zero
+exit is that job's failure, and the sweep goes on, as with the basic launcher.  A run that diverged wrote its
+summary (status: diverged): that is a result.
 The launch command is in the run's ``summary.json`` (``provenance.launch.command``); the launched run's
 refusal of an occupied job folder names hydra.sweep.dir (`experiments.callbacks.SWEEP_OUT_DIR_ENV`).
 
@@ -28,6 +29,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +45,7 @@ from omegaconf import DictConfig, open_dict
 
 from dane import checks
 from dane.errors import ConfigError, say
-from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, record_failure, run_files
+from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, failure_file, record_failure, run_files
 from dane.records.provenance import LAUNCH_COMMAND_ENV
 from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
@@ -99,9 +101,10 @@ class ProcessLauncher(Launcher):
 
         A failure is written to the job's `failure_file` (``error.txt``), never raised: Hydra would stop the sweep.
         """
-        job_dir = Path(HydraConfig.get().runtime.output_dir)
+        hydra = HydraConfig.get()
+        job_dir = Path(hydra.runtime.output_dir)
         job = run_files(job_dir)  # a failure is not written beside a run the job did not write
-        overrides = list(HydraConfig.get().overrides.task)
+        overrides = list(hydra.overrides.task)
         env = {}
         try:
             np = 1 if cfg.workers is None else checks.positive_int("workers", cfg.workers)
@@ -113,31 +116,35 @@ class ProcessLauncher(Launcher):
         run_dir = Path(cfg.out_dir) if cfg.get("out_dir") else job_dir
         held = run_files(run_dir).get(SUMMARY_FILE)
         cmd = self.command(main_module(), overrides, np)
-        returncode, tail = self._run(cmd, job_dir, env)
+        logged = launch_log(job_dir, hydra.sweep.dir, job)
+        try:
+            returncode, tail = self._run(cmd, logged, env)
+        finally:  # into the job's folder once the job wrote there (overwrite, resume); beside its refusal if not
+            logged = settle(logged, launch_log(job_dir, hydra.sweep.dir, job))
         if returncode == 0:
             return 0
         if returncode == TIMED_OUT:
             return self._failed(f"error: the job ran past hydra.launcher.timeout_s={self.timeout_s} and was "
-                                f"stopped; its output is in {job_dir / LOG_FILE}", returncode, job)
+                                f"stopped; its output is in {logged}", returncode, job)
         if run_files(run_dir).get(SUMMARY_FILE) not in (None, held):  # a diverged run wrote its result (status 3)
             status = json.loads((run_dir / SUMMARY_FILE).read_text()).get("status")
             log.info(f"job {job_dir.name}: {status} (exit status {returncode})")
             return returncode
         errors = [m.group(1) for line in tail if (m := ERROR_LINE.match(line))]
         message = errors[-1] if errors else (f"error: {cmd[0]} exited with status {returncode}; "
-                                             f"its output is in {job_dir / LOG_FILE}")
+                                             f"its output is in {logged}")
         return self._failed(message, returncode, job)
 
-    def _run(self, cmd: list[str], job_dir: Path, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
+    def _run(self, cmd: list[str], logged: Path, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
         """Run ``cmd`` (``env`` added to its environment) in its own process group, its output shown and kept in
-        ``launch.log``; (status, last lines).
+        ``logged`` (`launch_log`); (status, last lines).
 
         The launch command reaches the run's provenance through `LAUNCH_COMMAND_ENV`.  On a
         timeout or an interrupt the whole group goes (horovodrun leaves its workers otherwise).
         """
         tail: collections.deque[str] = collections.deque(maxlen=200)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        with open(job_dir / LOG_FILE, "w") as logfile:
+        logged.parent.mkdir(parents=True, exist_ok=True)
+        with open(logged, "w") as logfile:
             logfile.write(" ".join(cmd) + "\n")
             try:
                 proc = subprocess.Popen(cmd, env=launch_env({**(env or {}), LAUNCH_COMMAND_ENV: json.dumps(cmd)}),
@@ -195,6 +202,24 @@ class TorchrunLauncher(ProcessLauncher):
 
     def command(self, module: str, args: list[str], np: int) -> list[str]:
         return torchrun_command(module, args, np=np, extra=self.extra_args)
+
+
+def launch_log(job_dir: Path, sweep_dir: str | Path, job: dict[str, tuple[int, int]]) -> Path:
+    """Where a job's launch output goes: ``<job dir>/launch.log``, unless the job's folder holds a run the job did
+    not write (``job``: its `run_files` when the job started; `failure_file`): then beside the job's refusal,
+    ``<sweep dir>/refused/<job dir>.log``, so that a refused launch (a sweep run again into its folder) leaves the
+    finished run's launch.log as it was.  Asked again after the launch, it is the folder's where the launch wrote
+    its records there (overwrite, resume), and `settle` moves the log in."""
+    refusal = failure_file(job_dir, sweep_dir, job)
+    return job_dir / LOG_FILE if refusal.parent == job_dir else refusal.with_suffix(".log")
+
+
+def settle(logged: Path, place: Path) -> Path:
+    """The launch log ``logged`` moved to ``place`` (`launch_log` after the launch); where it is."""
+    if logged == place or not logged.exists():
+        return logged
+    shutil.move(logged, place)
+    return place
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
+from omegaconf import OmegaConf
 
 from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments.config import CONF_DIR
@@ -67,12 +68,12 @@ def launcher_report(tmp) -> dict:
     import contextlib
     import io
 
-    from dane.experiments.launchers import HorovodLauncher
+    from dane.experiments.launchers import LOG_FILE, HorovodLauncher
 
     code = "import sys; print(*sys.argv[1:], sep='\\n'); sys.exit(2)"
     shown = io.StringIO()
     with contextlib.redirect_stdout(shown):
-        status, tail = HorovodLauncher()._run([sys.executable, "-c", code, *SAID], tmp / "launcher_report")
+        status, tail = HorovodLauncher()._run([sys.executable, "-c", code, *SAID], tmp / "launcher_report" / LOG_FILE)
     return {"status": status, "tail": tail, "shown": shown.getvalue().splitlines()}
 
 
@@ -97,8 +98,6 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
     folder (exit 2; its summary.json is the finished run's, not one this launch wrote), so the job is a failure
     whose line goes to ``<sweep>/refused/<job>.txt``; a launch that diverged (exit 3, a summary it wrote) is a
     result, as before."""
-    from omegaconf import OmegaConf
-
     from dane.experiments import launchers
     from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV
 
@@ -112,7 +111,7 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
     line = f"error: out_dir={job} already holds a run (summary.json); choose a new hydra.sweep.dir, or replace it ..."
     launcher = launchers.TorchrunLauncher()
     given = {}
-    monkeypatch.setattr(launcher, "_run", lambda cmd, job_dir, env: (given.update(env), (2, [line]))[1])
+    monkeypatch.setattr(launcher, "_run", lambda cmd, logged, env: (given.update(env), (2, [line]))[1])
     assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 2
     assert given == {SWEEP_OUT_DIR_ENV: str(job)}  # the launched run's refusal names hydra.sweep.dir
     assert capsys.readouterr().err == line + "\n"
@@ -120,14 +119,86 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
         ["0_workers=2/summary.json", "refused/0_workers=2.txt"]
     assert (sweep_dir / "refused" / "0_workers=2.txt").read_text() == line + "\n"
 
-    def diverged(cmd, job_dir, env):
-        (job_dir / "summary.json").write_text('{"status": "diverged"}\n')
+    def diverged(cmd, logged, env):
+        (job / "summary.json").write_text('{"status": "diverged"}\n')
         return 3, ["error: dane diverged ..."]
 
     (sweep_dir / "refused" / "0_workers=2.txt").unlink()
     monkeypatch.setattr(launcher, "_run", diverged)
     assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 3  # as with overwrite=true
     assert sorted(p.name for p in sweep_dir.rglob("*") if p.is_file()) == ["summary.json"]
+
+
+class Launch:
+    """`subprocess.Popen` for `ProcessLauncher._run`, without a process: the launched program writes ``writes``
+    (path -> text), prints ``lines`` and exits with ``status``; ``env`` is the environment it was given."""
+
+    def __init__(self, lines: list[str], status: int, writes: dict | None = None):
+        self.lines, self.status, self.writes, self.env = lines, status, writes or {}, None
+
+    def __call__(self, cmd, *, env, **kwargs):
+        self.env = env
+        for path, text in self.writes.items():
+            Path(path).write_text(text)
+        self.stdout = iter([line + "\n" for line in self.lines])
+        return self
+
+    def wait(self) -> int:
+        return self.status
+
+
+def launched_job(monkeypatch, job: Path, files: dict[str, str], overrides: list[str]):
+    """The torchrun launcher, Hydra's current job ``job`` (under the sweep folder ``job.parent``, its ``overrides``)
+    holding ``files`` (name -> text); returns the launcher and a function of the job's launch command."""
+    from omegaconf import OmegaConf
+
+    from dane.experiments import launchers
+
+    for name, text in files.items():
+        (job / name).parent.mkdir(parents=True, exist_ok=True)
+        (job / name).write_text(text)
+    hydra = OmegaConf.create({"runtime": {"output_dir": str(job)}, "sweep": {"dir": str(job.parent)},
+                              "overrides": {"task": overrides}})
+    monkeypatch.setattr(launchers.HydraConfig, "get", staticmethod(lambda: hydra))
+    monkeypatch.setattr(launchers, "main_module", lambda: "experiments.train")
+    launcher = launchers.TorchrunLauncher()
+    return launcher, " ".join(launcher.command("experiments.train", [*overrides, f"out_dir={quote(str(job))}"], 2))
+
+
+def tree(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_refused_launch_leaves_the_finished_runs_launch_log_and_writes_its_own_beside_its_refusal(
+        tmp_path, monkeypatch, capsys):
+    """A sweep run again into its folder under hydra/launcher=torchrun: the job's folder holds a finished run with
+    its launch.log.  The refused launch's output goes to ``<sweep>/refused/<job>.log``, beside its line, and the
+    folder stays byte for byte; the launched run is told that the sweep chose its out_dir (its refusal then names
+    hydra.sweep.dir).  With overwrite=true the launch writes its records into the folder, and its output is then
+    the folder's launch.log."""
+    from dane.experiments import launchers
+    from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV
+
+    sweep_dir, job = tmp_path, tmp_path / "0_workers=2"
+    finished = {"rounds.jsonl": '{"round": 0}\n', "summary.json": '{"status": "converged"}\n',
+                "launch.log": "torchrun ... workers=2\nround 0\n", ".hydra/overrides.yaml": "- workers=2\n"}
+    launcher, cmd = launched_job(monkeypatch, job, finished, ["workers=2"])
+    line = f"error: out_dir={job} already holds a run (rounds.jsonl, summary.json); choose a new hydra.sweep.dir, ..."
+    launch = Launch([line], 2)
+    monkeypatch.setattr(launchers.subprocess, "Popen", launch)
+    assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 2
+    assert tree(job) == finished
+    assert tree(sweep_dir / "refused") == {"0_workers=2.log": f"{cmd}\n{line}\n", "0_workers=2.txt": f"{line}\n"}
+    assert launch.env[SWEEP_OUT_DIR_ENV] == str(job)
+    assert capsys.readouterr().err == line + "\n"
+
+    launcher, cmd = launched_job(monkeypatch, job, {}, ["workers=2", "overwrite=true"])
+    replaced = {"rounds.jsonl": '{"round": 0}\n{"round": 1}\n', "summary.json": '{"status": "max_rounds"}\n'}
+    launch = Launch(["round 1"], 0, {job / name: text for name, text in replaced.items()})
+    monkeypatch.setattr(launchers.subprocess, "Popen", launch)
+    assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 0
+    assert tree(job) == {**finished, **replaced, "launch.log": f"{cmd}\nround 1\n"}
+    assert tree(sweep_dir / "refused") == {"0_workers=2.txt": f"{line}\n"}  # the first launch's line
 
 
 def test_the_refusal_of_an_occupied_folder_names_the_setting_its_user_changes(monkeypatch):
