@@ -12,7 +12,8 @@ refused on bad input (or whose worker was lost) leaves its line in ``<job dir>/e
 (`failure_file`), or, where its folder holds a run the job did not write (a sweep run again into
 its folder: each finished job's folder is refused), in ``<sweep dir>/refused/<job dir>.txt``, so
 that a run's folder never holds a later job's refusal.  The sweep goes on; the line then names
-those files, and the sweep exits with status 2 (`failed`, read by ``experiments.train.cli``).
+those files, and the sweep exits with status 2 (`failed`, read by ``experiments.train.cli``).  A job
+that finishes in a folder where an earlier job failed removes that job's error.txt (`clear_failure`).
 """
 from __future__ import annotations
 
@@ -68,6 +69,13 @@ def record_failure(line: str, before: dict[str, tuple[int, int]]) -> Path:
     path = failure_file(hydra.runtime.output_dir, hydra.sweep.dir, before)
     atomic_write_text(path, line + "\n")
     return path
+
+
+def clear_failure(job_dir: str | Path) -> None:
+    """A sweep's job that finished (its summary written) removes the ``error.txt`` an earlier job left in its folder
+    (refused on bad input, then run again once the input was fixed): the folder holds this job's result, not a
+    failure it no longer has."""
+    (Path(job_dir) / ERROR_FILE).unlink(missing_ok=True)
 
 
 class SweepSummary(Callback):

@@ -14,9 +14,10 @@ Hydra's ``.hydra/`` (config, overrides) from this process, the run's records fro
 result (`experiments.callbacks.failure_file`: in ``<sweep dir>/refused/`` where the folder holds a run
 the job did not write, and the launch's output beside it, as ``<job dir>.log``: `launch_log`): a non-zero
 exit is that job's failure, and the sweep goes on, as with the basic launcher.  A run that diverged wrote its
-summary (status: diverged): that is a result.
-The launch command is in the run's ``summary.json`` (``provenance.launch.command``); the launched run's
-refusal of an occupied job folder names hydra.sweep.dir (`experiments.callbacks.SWEEP_OUT_DIR_ENV`).
+summary (status: diverged): that is a result.  A job with a result removes an earlier job's error.txt from its
+folder (`experiments.callbacks.clear_failure`).  The launch command is in the run's ``summary.json``
+(``provenance.launch.command``); the launched run's refusal of an occupied job folder names hydra.sweep.dir
+(`experiments.callbacks.SWEEP_OUT_DIR_ENV`).
 
 Hydra instantiates launchers only from the ``hydra_plugins`` package: these classes are
 found as ``hydra_plugins.dane_launchers`` (a shim in hydra_plugins/, which ``pip install -e .``
@@ -45,7 +46,7 @@ from omegaconf import DictConfig, open_dict
 
 from dane import checks
 from dane.errors import ConfigError, say
-from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, failure_file, record_failure, run_files
+from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, clear_failure, failure_file, record_failure, run_files
 from dane.records.provenance import LAUNCH_COMMAND_ENV
 from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
@@ -122,6 +123,7 @@ class ProcessLauncher(Launcher):
         finally:  # into the job's folder once the job wrote there (overwrite, resume); beside its refusal if not
             logged = settle(logged, launch_log(job_dir, hydra.sweep.dir, job))
         if returncode == 0:
+            clear_failure(job_dir)
             return 0
         if returncode == TIMED_OUT:
             return self._failed(f"error: the job ran past hydra.launcher.timeout_s={self.timeout_s} and was "
@@ -129,6 +131,7 @@ class ProcessLauncher(Launcher):
         if run_files(run_dir).get(SUMMARY_FILE) not in (None, held):  # a diverged run wrote its result (status 3)
             status = json.loads((run_dir / SUMMARY_FILE).read_text()).get("status")
             log.info(f"job {job_dir.name}: {status} (exit status {returncode})")
+            clear_failure(job_dir)
             return returncode
         errors = [m.group(1) for line in tail if (m := ERROR_LINE.match(line))]
         message = errors[-1] if errors else (f"error: {cmd[0]} exited with status {returncode}; "

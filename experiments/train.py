@@ -38,7 +38,7 @@ from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
 from dane.experiments.config import rank_zero, run_spec, unique_name
-from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, SweepSummary, record_failure, run_files
+from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, SweepSummary, clear_failure, record_failure, run_files
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
 
@@ -80,7 +80,7 @@ def main(cfg: DictConfig) -> None:
     except DivergenceError as exc:
         say(f"error: {exc}")
         if multirun():
-            return  # in a sweep a diverged job is a result (written, status: diverged): go on to the next
+            return finished()  # in a sweep a diverged job is a result (written, status: diverged): go on
         sys.exit(3)
     except (WorkerLost, SimulatedFault) as exc:  # a peer crashed or was killed (or sim.fail_at lost one): one line
         if multirun():
@@ -91,6 +91,14 @@ def main(cfg: DictConfig) -> None:
         if isinstance(exc, MonitorError):
             take_back(out_dir, before)  # raised at the first record, in the run directory this run holds
         reject(exc, job, every_rank=not isinstance(exc, SharedRefusal))  # rank 0's, sent to all: rank 0 says it
+    else:
+        finished()
+
+
+def finished() -> None:
+    """A sweep's job wrote its result: an error.txt an earlier job left in its folder goes (`clear_failure`)."""
+    if multirun() and rank_zero():
+        clear_failure(HydraConfig.get().runtime.output_dir)
 
 
 def reject(exc: UserError, job: dict, *, every_rank: bool = True) -> None:

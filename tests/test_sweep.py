@@ -17,7 +17,7 @@ from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, failure_file, run_file
 from dane.experiments.config import CONF_DIR, run_spec
 from dane.loop.launch import execute
 from dane.loop import timeline
-from dane.paper_figs.summary import job_dirs
+from dane.paper_figs.summary import job_dirs, summarize
 from dane.records.provenance import run_command
 from dane.synthetic.sweep import (RunIndex, answers, compose_job, composed_job, ensure, grid, identity, job_name,
                                   run_job)
@@ -49,13 +49,23 @@ LAUNCHED_AGAIN = command("sweep:launched-again", "workers=1", *TINY, "rounds=2",
                         f"out_dir='{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}'", module="experiments.simulate",
                         env={SWEEP_OUT_DIR_ENV: f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}"},
                         watch=f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}")
+#: before the first sweep, job 1's folder holds the line of an earlier job refused on bad input (logger is no part
+#: of the job's name: a fixed logger=... runs in the same folder)
+STALE_ERROR = "error: logger must be a list of jsonl, tensorboard, mlflow (e.g. logger=[jsonl,tensorboard]), got 'x'\n"
 
 
 def sweep_default_folder(tmp: Path) -> None:
     (tmp / "sweep_default").mkdir()
 
 
+def refused_job_folder(tmp: Path) -> None:
+    folder = tmp / "sweep" / "rerun" / RERUN_JOBS[1]
+    folder.mkdir(parents=True)
+    (folder / "error.txt").write_text(STALE_ERROR)
+
+
 prepare(sweep_default_folder)
+prepare(refused_job_folder)
 
 #: a sweep folder's name (conf/config.yaml, hydra.sweep.dir): <date>_<time>-<microseconds>_<pid>
 SWEEP_NAME = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}_\d+")
@@ -107,6 +117,17 @@ def test_a_sweep_run_again_into_its_folder_leaves_each_finished_run_as_it_was(co
     launched = commands[LAUNCHED_AGAIN]  # under a process launcher the refusal names the sweep's setting too
     assert launched["rc"] == 2 and launched["stderr"].splitlines() == refusals[:1]
     assert launched["existed"] and launched["unchanged"]
+
+
+def test_a_job_that_finishes_removes_the_error_file_an_earlier_job_left_in_its_folder(commands):
+    """Job 1's folder held an earlier job's refusal (error.txt) when the first sweep ran it: the job finished, and
+    its folder holds its run alone; `dane figures summary` reads each job's summary, and the sweep failed no job."""
+    first, sweep = commands[FIRST_SWEEP], commands.tmp / "sweep" / "rerun"
+    assert first["rc"] == 0 and f"sweep: 2 jobs in {sweep};" in first["stdout"]
+    assert sorted(p.name for p in (sweep / RERUN_JOBS[1]).iterdir()) == \
+        [".hydra", "config.yaml", "rounds.jsonl", "simulate.log", "summary.json"]
+    assert [(row["job"], row["status"]) for row in summarize(sweep)] == \
+        [(RERUN_JOBS[0], "converged"), (RERUN_JOBS[1], "max_rounds")]
 
 
 def test_a_failed_jobs_line_goes_into_its_folder_unless_the_folder_holds_a_run_not_its_own(tmp_path, monkeypatch):

@@ -201,6 +201,23 @@ def test_a_refused_launch_leaves_the_finished_runs_launch_log_and_writes_its_own
     assert tree(sweep_dir / "refused") == {"0_workers=2.txt": f"{line}\n"}  # the first launch's line
 
 
+def test_a_launched_job_with_a_result_removes_an_earlier_jobs_error_file(tmp_path, monkeypatch):
+    """A job refused on bad input left its line in its folder's error.txt; run again once the input is fixed, it
+    finishes (exit 0), or diverges (exit 3, its summary written): either is a result, and the error.txt goes."""
+    from dane.experiments import launchers
+
+    job = tmp_path / "0_workers=2"
+    failed = {"error.txt": "error: logger must be a list of jsonl, tensorboard, mlflow, got 'nosuch'\n",
+              "launch.log": "torchrun ... workers=2\n", ".hydra/overrides.yaml": "- workers=2\n"}
+    for status, summary in ((0, '{"status": "max_rounds"}\n'), (3, '{"status": "diverged"}\n')):
+        launcher, cmd = launched_job(monkeypatch, job, failed, ["workers=2"])
+        (job / "summary.json").unlink(missing_ok=True)
+        monkeypatch.setattr(launchers.subprocess, "Popen", Launch(["round 0"], status, {job / "summary.json": summary}))
+        assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == status
+        assert tree(tmp_path) == {"0_workers=2/.hydra/overrides.yaml": "- workers=2\n",
+                                  "0_workers=2/launch.log": f"{cmd}\nround 0\n", "0_workers=2/summary.json": summary}
+
+
 def test_the_refusal_of_an_occupied_folder_names_the_setting_its_user_changes(monkeypatch):
     """`experiments.train.out_dir_key`: ``hydra.sweep.dir`` for a sweep's job in the folder the sweep chose (no
     out_dir in a -m sweep; out_dir named by a process launcher), ``out_dir`` for a run given its out_dir."""
