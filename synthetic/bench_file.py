@@ -9,6 +9,8 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import numpy as np
+import scipy
 import torch
 
 from dane.records.results import atomic_write_text, json_safe
@@ -54,12 +56,22 @@ def merge_section(path: Path, key: str, value: dict) -> dict:
     return merged
 
 
+def linear_algebra() -> dict:
+    """The BLAS and LAPACK numpy was built with (``np.linalg``'s), as ``np.show_config(mode="dicts")`` names them:
+    {"blas": {"name", "version"}, "lapack": {"name", "version"}}, None where the build does not say."""
+    built = np.show_config(mode="dicts").get("Build Dependencies", {})
+    return {key: {"name": built.get(key, {}).get("name"), "version": built.get(key, {}).get("version")}
+            for key in ("blas", "lapack")}
+
+
 def machine() -> dict:
     """What a benchmark or a calibration ran on, and the load average when it started.
 
     ``kernel`` (``uname -r``) and ``cpu`` (the model name) are there because timings of
     threads that share a core (Horovod's background thread and a waiting rank) depend on
-    the kernel's scheduler as much as on the CPU."""
+    the kernel's scheduler as much as on the CPU; ``numpy``, ``scipy`` and numpy's ``blas``
+    and ``lapack`` (`linear_algebra`) because results can depend on the build: an SVD's
+    singular-vector signs are LAPACK's choice."""
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
@@ -70,4 +82,5 @@ def machine() -> dict:
     return {"host": socket.gethostname(), "platform": platform.platform(), "kernel": platform.release(),
             "python": platform.python_version(),
             "cpu": cpu, "cpus": os.cpu_count(), "torch": torch.__version__, "horovod": horovod,
+            "numpy": np.__version__, "scipy": scipy.__version__, **linear_algebra(),
             "load_avg": [round(x, 2) for x in os.getloadavg()]}

@@ -1,5 +1,6 @@
 """HorovodCommunicator's wait for a collective: Horovod's own loop (poll, then sched_yield), which a launcher's
-SIGTERM still interrupts; and the machine record every benchmark JSON carries (kernel, CPU model)."""
+SIGTERM still interrupts; and the machine record every benchmark JSON carries (kernel, CPU model, numpy,
+scipy and numpy's BLAS and LAPACK)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,9 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy
 
 from dane.comm import launcher_signals
 from dane.comm.horovod import HorovodCommunicator
@@ -74,3 +77,13 @@ def test_every_benchmark_records_the_kernel_and_the_cpu_model():
                  if line.startswith("model name")]
         assert not names or record["cpu"] == names[0]
     assert len(record["load_avg"]) == 3
+
+
+def test_every_benchmark_records_numpy_scipy_and_the_blas_and_lapack_numpy_was_built_with():
+    """An SVD's singular-vector signs are LAPACK's choice (FedNL-Public's FedNL-CR step depends on them): the record
+    names the build, as numpy's own config does."""
+    record = machine()
+    built = np.show_config(mode="dicts")["Build Dependencies"]
+    assert (record["numpy"], record["scipy"]) == (np.__version__, scipy.__version__)
+    assert {key: record[key] for key in ("blas", "lapack")} == \
+        {key: {"name": built[key]["name"], "version": built[key]["version"]} for key in ("blas", "lapack")}

@@ -68,9 +68,12 @@ NOTES = {  # why the iterates or the bits differ, where they do
               "two go up (Q at x^k and at w^k); the package counts both",
     "fednl_cr": "the reference departs from its paper twice: its H_i update runs after the loop over the clients "
                 "(only the last client's H_i learns) and its cubic solver solves t = sum (Ug)_i^2/(l_i + M t/2)^2 "
-                "(U g for U^T g) and steps with the shift M sqrt(t)/2; the package follows the paper. bits: the "
-                "reference's TopK 32 a value, no indices; the package 64 + ceil(log2 T) an entry",
-    "fednl_cr_one_client": "one client of all the rows: the H_i update's departure gone, the solver's left",
+                "(U g for U^T g) and steps with the shift M sqrt(t)/2; the package follows the paper. U g, unlike "
+                "U^T g, changes with the signs of U's columns, which np.linalg.svd leaves to LAPACK: these rows "
+                "depend on the LAPACK build (the machine's lapack). bits: the reference's TopK 32 a value, no "
+                "indices; the package 64 + ceil(log2 T) an entry",
+    "fednl_cr_one_client": "one client of all the rows: the H_i update's departure gone, the solver's left (and "
+                           "with it the dependence on the LAPACK build)",
     "fednl_cr_one_client_M0": "one client, M = 0 on both sides (the reference's get_M overridden): its step is "
                               "-(H + l I)^-1 g, no cubic solve; both departures gone. topk_tie_rounds: the rounds "
                               "whose TopK met entries tied at the k-th magnitude, which the reference breaks "
