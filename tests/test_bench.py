@@ -1733,6 +1733,27 @@ def test_the_peers_take_dane_s_local_steps_and_objective(tmp_path):
     assert peers.objective(w, rows, labels, lam) == pytest.approx(dane_objective, rel=1e-14)
 
 
+
+def test_fednl_public_records_the_references_own_commit_and_refuses_a_given_one_git_contradicts(tmp_path):
+    """scripts/peers/fednl_public.py's --reference commit: git's HEAD only where the folder is the top of its own
+    work tree (a folder inside another repository would give that one's HEAD), a --commit there checked against it;
+    elsewhere --commit as given (``commit_source`` says which), or none."""
+    from scripts.peers.fednl_public import reference_commit
+
+    ref, head, other = tmp_path / "ref", "a" * 40, "b" * 40
+    ref.mkdir()
+    (tmp_path / "link").symlink_to(ref)
+    assert reference_commit(str(ref), str(ref), head, None) == (head, "git")
+    assert reference_commit(str(tmp_path / "link"), str(ref), head, head) == (head, "git")
+    with pytest.raises(SystemExit, match=rf"^error: --commit {other} is not --reference {ref}'s HEAD {head}; "
+                                         rf"check out {other} there, or drop --commit$"):
+        reference_commit(str(ref), str(ref), head, other)
+    inside = ref / "sub"  # a copy unpacked inside another repository: that repository's HEAD is not its commit
+    assert reference_commit(str(inside), str(ref), head, None) == (None, None)
+    assert reference_commit(str(inside), str(ref), head, other) == (other, "given")
+    assert reference_commit(str(ref), None, None, other) == (other, "given")  # a plain folder
+    assert reference_commit(str(ref), None, None, None) == (None, None)
+
 def test_the_federated_scale_figure_is_drawn_from_the_json_alone(tmp_path):
     from dane.paper_figs import federated_scale as fig
 

@@ -104,6 +104,28 @@ def reference(folder: str):
     return modules["methods"], modules["oracles"], modules["utils"]
 
 
+def git_line(folder: str, *args: str) -> str | None:
+    """``git -C folder args``'s one line of output; None where git fails or is absent."""
+    try:
+        done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True)
+    except OSError:
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def reference_commit(folder: str, toplevel: str | None, head: str | None, given: str | None):
+    """(commit, commit_source) to record for the reference in ``folder``: git's ``head`` where ``folder`` is the top
+    of its own work tree (``toplevel``: ``git rev-parse --show-toplevel`` there; a folder inside another repository
+    would name that one's HEAD), and there a ``given`` --commit must be that head (refused in one line otherwise);
+    elsewhere ``given`` as given, or (None, None)."""
+    if toplevel is not None and head is not None and Path(toplevel).resolve() == Path(folder).resolve():
+        if given is not None and given != head:
+            raise SystemExit(f"error: --commit {given} is not --reference {folder}'s HEAD {head}; check out "
+                             f"{given} there, or drop --commit")
+        return head, "git"
+    return (given, "given") if given is not None else (None, None)
+
+
 def package(config, A, b, n, lam, rounds, start=None):
     """Iterates x_0..x_R and records of ``config`` on n threads, client i's rows i·m .. (i+1)·m − 1, from ``start``
     (default 0)."""
@@ -276,7 +298,8 @@ class Sides:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", required=True, help="a checkout of Rustem-Islamov/FedNL-Public")
-    parser.add_argument("--commit", default=None, help="its commit (default: git rev-parse in --reference)")
+    parser.add_argument("--commit", default=None, help="its commit, recorded as given where --reference is no "
+                        "git work tree of its own (default: its HEAD; where it is one, --commit must be that HEAD)")
     parser.add_argument("--dataset", default="phishing")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--rows", type=int, default=100, help="rows a client")
@@ -286,8 +309,8 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     modules = reference(args.reference)
-    commit = args.commit or subprocess.run(["git", "-C", args.reference, "rev-parse", "HEAD"], capture_output=True,
-                                           text=True).stdout.strip() or None
+    commit, commit_source = reference_commit(args.reference, git_line(args.reference, "rev-parse", "--show-toplevel"),
+                                             git_line(args.reference, "rev-parse", "HEAD"), args.commit)
     data = Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data")) / "libsvm" / args.dataset
     if not data.is_file():
         raise SystemExit(f"error: {data} not found; set DANE_DATA_DIR to the folder holding libsvm/{args.dataset}")
@@ -299,7 +322,8 @@ def main() -> None:
     sides.fednl_cr(out, args.topk)
     sides.nl1(out, m)
     sides.dingo(out)
-    result = {"reference": {"repository": "Rustem-Islamov/FedNL-Public", "commit": commit, "file": "methods.py"},
+    result = {"reference": {"repository": "Rustem-Islamov/FedNL-Public", "commit": commit,
+                            "commit_source": commit_source, "file": "methods.py"},
               "dataset": args.dataset, "clients": n, "rows_per_client": m, "dim": d, "lam": args.lam,
               "rounds": args.rounds, "topk": args.topk, "started_at": started, "load": load(), "machine": machine(),
               "command": "python -m scripts.peers.fednl_public " + " ".join(sys.argv[1:]), "methods": out}
