@@ -1,16 +1,29 @@
 """Hydra config -> validated `RunSpec`, before any process group starts: `dane.run_config`'s names, for the
-entry points, and rank 0 of a launch; and the ``${dane.unique:}`` resolver of the folders they name."""
+entry points, and rank 0 of a launch; and the ``${dane.unique:}`` resolver of the folders they name.
+
+`dane.run_config` imports torch: its names are imported on first use (PEP 562, `_RUN_CONFIG`), so that the
+entry points' ``--help`` and the command-line checks (`experiments.overrides`) import no torch."""
 from __future__ import annotations
 
+import importlib
 import os
 from datetime import datetime
 
 from omegaconf import OmegaConf
 
 from dane.comm import launcher_rank
-from dane.run_config import (  # noqa: F401 - re-exported: the entry points, scripts and tests import them from here
-    CONF_DIR, build, cost_model, run_spec, stop_rule, workers_for,
-)
+from dane.layout import CONF_DIR  # noqa: F401 - re-exported: the entry points, scripts and tests import it from here
+
+#: re-exported from `dane.run_config`: the entry points, scripts and tests import them from here
+_RUN_CONFIG = ("build", "cost_model", "run_spec", "stop_rule", "workers_for")
+
+
+def __getattr__(name: str):
+    if name in _RUN_CONFIG:
+        value = getattr(importlib.import_module("dane.run_config"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: the time in a folder's name: sortable, and to the microsecond
 STAMP_FORMAT = "%Y-%m-%d_%H-%M-%S-%f"

@@ -22,7 +22,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dane.errors import ConfigError
 from dane.experiments.config import CONF_DIR
-from dane.run_config import check_data_used
 
 
 def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None:
@@ -246,6 +245,8 @@ def check_required(cfg: DictConfig, choice: str = "") -> None:
     if not missing:
         return
     if all(key.startswith("data.") for key in missing):
+        from dane.run_config import check_data_used  # imports torch, which the command line's checks do not need
+
         check_data_used(cfg)  # data=csv with a problem that reads no data: say that, not which data keys to add
     groups = OmegaConf.select(cfg, "hydra.runtime.choices", default={}) or {}
     chosen = sorted({f"{key.split('.')[0]}={groups[key.split('.')[0]]}" for key in missing

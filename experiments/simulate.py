@@ -15,7 +15,6 @@ comparable across m.
 from __future__ import annotations
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from dane.experiments import train
@@ -23,6 +22,8 @@ from dane.experiments import train
 
 @hydra.main(config_path="../conf", config_name="simulate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    import torch  # here, not at the top: --help (Hydra's, which never calls main) needs no torch
+
     torch.set_num_threads(1)
     train.main.__wrapped__(cfg)  # the training entry point's body, without a second @hydra.main
 

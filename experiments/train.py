@@ -33,11 +33,9 @@ from omegaconf import DictConfig
 from dane.comm.launcher_signals import LauncherTerminated
 from dane.loop import timeline
 from dane.errors import DivergenceError, SharedRefusal, UserError, WorkerLost, say
-from dane.loop.faults import SimulatedFault
-from dane.loop.launch import execute
 from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
-from dane.experiments.config import rank_zero, run_spec, unique_name
+from dane.experiments.config import rank_zero, unique_name
 from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, SweepSummary, clear_failure, record_failure, run_files
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
@@ -66,6 +64,11 @@ def out_dir_key(out_dir: str | None, swept: bool) -> str:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    # the run's modules import torch: here, not at the top, so that --help (Hydra's, which never calls main) needs none
+    from dane.loop.faults import SimulatedFault
+    from dane.loop.launch import execute
+    from dane.run_config import run_spec
+
     timeline.configured()
     # in a sweep, the run files the job's folder holds before the job: a refusal is not written beside another run's
     job = run_files(HydraConfig.get().runtime.output_dir) if multirun() and rank_zero() else {}

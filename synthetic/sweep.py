@@ -11,7 +11,8 @@ whatever their directory names.
 
 `ensure` runs the missing jobs one after another in this process with the in-process
 simulator, each into ``<root>/<sweep>/<job name>``; figure scripts then look the runs up
-with `RunIndex`.
+with `RunIndex`.  What imports torch (the run, the cost model) is imported where it is used, so that a
+figure's ``--help`` imports no torch.
 """
 from __future__ import annotations
 
@@ -23,19 +24,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import torch
 import yaml
 from tqdm import tqdm
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from dane.errors import DivergenceError
-from dane.loop.launch import execute
 from dane.records.provenance import command_of_run
 from dane.records.results import find_runs, read_summary
 from dane.loop.stopping import StopRule
 from dane.comm.tail import ALPHA_BETA_ONLY
-from dane.run_config import CONF_DIR, cost_model, run_spec
+from dane.layout import CONF_DIR
 
 Job = tuple[str, ...]
 
@@ -134,6 +133,8 @@ def answers(summary: dict, cfg: dict, timed: bool = True) -> bool:
     if timed and cfg["comm"]["backend"] == "local" and summary.get("backend") not in ("local", "simulator"):
         return False  # a launched run has the same iterates but wall-clock, not simulated, times
     if timed and "alpha" in summary:  # a simulated run: its times hold only for the cost model it was run with
+        from dane.run_config import cost_model  # torch: imported at use (see the module's docstring)
+
         wanted = {"topology": "allreduce", "calibration": ALPHA_BETA_ONLY,
                   **cost_model(OmegaConf.create(cfg["sim"]), cfg.get("seed", 0)).describe()}
         recorded = {"topology": "allreduce", "calibration": ALPHA_BETA_ONLY, **summary}  # before tails: none
@@ -209,6 +210,9 @@ def job_command(job: Job, out_dir: str | Path) -> list[str]:
 def run_job(job: Job, out_dir: Path) -> dict:
     """Run one job in this process; a diverged run is a result, not an error.  The run's provenance names
     `job_command`, the command that makes it, not this process's own (``dane figures``, a script)."""
+    from dane.loop.launch import execute  # torch: imported at use (see the module's docstring)
+    from dane.run_config import run_spec
+
     cfg = compose_job(job)
     cfg.out_dir, cfg.quiet = str(out_dir), True
     spec = run_spec(cfg)
@@ -226,6 +230,8 @@ def ensure(jobs: Iterable[Job], root: str | Path = "results", sweep: str = "swee
     ``timed=False`` when only the iterates matter (rounds, suboptimality): runs simulated
     with another cost model then still count.
     """
+    import torch  # imported at use (see the module's docstring)
+
     torch.set_num_threads(1)  # one core per simulated worker, also at workers=1 (see experiments/simulate.py)
     index = RunIndex(root)
     jobs = list(dict.fromkeys(tuple(j) for j in jobs))

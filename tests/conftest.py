@@ -140,5 +140,6 @@ def commands(request) -> runs.Batch:
 @pytest.fixture(scope="session")
 def fresh(request) -> runs.Batch:
     """One fresh interpreter: ``fresh["imports"]``: sys.modules after each step of `runs.FRESH_IMPORTS`;
+    ``fresh["forks"]``: {value, modules} or {error} of each statement of `runs.FRESH_FORKS`;
     ``fresh["jobs"][name]``: {ok: what the `runs.job` returned} or {error: its traceback}."""
     return start("fresh", request.session).result()

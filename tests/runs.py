@@ -8,7 +8,8 @@ everything registered by the modules of the session's selected tests, once:
   costs a config composition (and its run), not an interpreter and a torch import.  For a test whose point
   is an exit status, a one-line error or the records of a small run.
 - `job` functions -> the ``fresh`` fixture: ONE fresh interpreter first imports step by step and notes what
-  each step loaded (`FRESH_IMPORTS`: import laziness needs a process that imported nothing), then calls each
+  each step loaded (`FRESH_IMPORTS`: import laziness needs a process that imported nothing; `FRESH_FORKS` in
+  forks of it, before torch is imported), then calls each
   registered ``module:function`` (for what needs processes of its own: a real exit, a signal, sibling
   processes), each returning what its test asserts on (JSON).
 
@@ -185,14 +186,68 @@ FRESH_IMPORTS = (
 )
 
 
+#: the commands whose help imports no torch (`FRESH_FORKS`)
+HELPS = (("--help",), ("train", "--help"), ("simulate", "--help"), ("figures", "--help"), ("bench", "--help"))
+#: statements each run in a fork of the fresh interpreter after `FRESH_IMPORTS`' first step (``import dane``), before a
+#: step imports torch, so that no later step sees what they loaded (a command's help loads Hydra, which the next step
+#: must not): (statement, which sets ``value``; modules it must not have loaded).  A fork starts no interpreter.
+FRESH_FORKS = (
+    ("import runs; value = runs.exit_statuses('dane.experiments.cli:main', runs.HELPS)", ("torch",)),
+)
+
+
+def exit_statuses(function: str, argvs) -> list[int]:
+    """``function(argv)``'s exit status for each of ``argvs``, its output (a help's page) captured and dropped."""
+    import contextlib
+    import io
+
+    statuses = []
+    for argv in argvs:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                _context(function)(list(argv))
+                statuses.append(0)
+            except SystemExit as exc:
+                statuses.append(exc.code if isinstance(exc.code, int) else int(exc.code is not None))
+    return statuses
+
+
+def forked(statement: str) -> dict:
+    """``statement`` run in a fork of this interpreter (`FRESH_FORKS`): {value: its ``value``, modules: sys.modules
+    after it}, or {error: its traceback}; this interpreter's modules are untouched."""
+    sys.stdout.flush()
+    sys.stderr.flush()  # nothing buffered for the child to write a second time
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            namespace: dict = {}
+            exec(statement, namespace)  # noqa: S102 - the statements of FRESH_FORKS, nothing from outside
+            answer = {"value": namespace.get("value"), "modules": sorted(sys.modules)}
+        except BaseException:  # noqa: BLE001 - the test shows it
+            answer = {"error": traceback.format_exc()}
+        with os.fdopen(write, "w") as pipe:
+            json.dump(answer, pipe)
+        os._exit(0)  # the answer is written and closed; the parent's atexit handlers and exit are not the child's
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        answer = json.load(pipe)
+    os.waitpid(pid, 0)
+    return answer
+
+
 def run_fresh(jobs_file: str) -> None:
-    """In a fresh interpreter: `FRESH_IMPORTS` (the modules loaded after each step), then each job."""
+    """In a fresh interpreter: `FRESH_IMPORTS` (the modules loaded after each step; `FRESH_FORKS` after the first),
+    then each job."""
     tmp = Path(jobs_file).parent
-    imports = []
-    for statement, _, _ in FRESH_IMPORTS:
+    imports, forks = [], []
+    for step, (statement, _, _) in enumerate(FRESH_IMPORTS):
         exec(statement, {})  # noqa: S102 - the statements above, nothing from outside
         imports.append(sorted(sys.modules))
-    results = {"imports": imports, "jobs": {}}
+        if step == 0:
+            forks = [forked(fork) for fork, _ in FRESH_FORKS]
+    results = {"imports": imports, "forks": forks, "jobs": {}}
     for spec in json.loads(Path(jobs_file).read_text()):
         try:
             value = {"ok": _context(spec["function"])(tmp, *spec["args"])}

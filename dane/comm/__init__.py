@@ -1,14 +1,29 @@
-"""Communicator backends behind one interface; `make_communicator` picks one from the launcher."""
+"""Communicator backends behind one interface; `make_communicator` picks one from the launcher.
+
+The communicators import torch; they are imported on first use (PEP 562, `_TORCH_BACKED`), so that
+what needs only the launcher's rank or the cost model (``dane train --help``, the figures) imports no torch.
+"""
 from __future__ import annotations
 
+import importlib
 import os
 
 from ..errors import ConfigError
-from .base import Communicator, ring_allreduce_bytes
 from .cost import AlphaBeta, ParameterServerCost
-from .local import LocalCommunicator
 from .slurm import slurm_task
-from .threads import Stragglers, ThreadCommunicator, ThreadGroup
+
+#: name -> the module of this package that defines it, imported when the name is first read
+_TORCH_BACKED = {"Communicator": "base", "ring_allreduce_bytes": "base", "LocalCommunicator": "local",
+                 "Stragglers": "threads", "ThreadCommunicator": "threads", "ThreadGroup": "threads"}
+
+
+def __getattr__(name: str):
+    if name in _TORCH_BACKED:
+        value = getattr(importlib.import_module(f".{_TORCH_BACKED[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 BACKENDS = ("auto", "horovod", "torch", "local", "ps")
 
@@ -77,6 +92,8 @@ def make_communicator(backend: str = "auto", *, torch_backend: str | None = None
         from .torch_dist import TorchDistCommunicator
 
         return TorchDistCommunicator(torch_backend)
+    from .local import LocalCommunicator
+
     return LocalCommunicator()
 
 
