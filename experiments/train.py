@@ -35,6 +35,7 @@ from dane.loop import timeline
 from dane.errors import DivergenceError, SharedRefusal, UserError, WorkerLost, say
 from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
+from dane.experiments.cli import freeze_at_exit
 from dane.experiments.config import rank_zero, unique_name
 from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, SweepSummary, clear_failure, record_failure, run_files
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
@@ -179,6 +180,7 @@ def cli(entry=None, config_name: str = "config") -> None:
 
     ``config_name`` is the one ``entry`` composes (``config`` here, ``simulate`` for experiments.simulate).
     """
+    freeze_at_exit()  # also where a launcher or a sweep runs python -m dane.experiments.train, not dane
     try:
         check_group_choices(sys.argv[1:])
         check_keys(sys.argv[1:], config_name)

@@ -188,3 +188,42 @@ def test_the_single_runs_hydra_overrides_join_the_users_overrides():
     assert beside_overrides(["--config-name", "x", "rounds=1"], ["a=1"]) == ["--config-name", "x", "rounds=1", "a=1"]
     assert beside_overrides(["--config-name", "x"], ["a=1"]) == ["--config-name", "x", "a=1"]
     assert beside_overrides([], ["a=1"]) == ["a=1"]
+
+
+def test_a_command_collects_once_at_exit_then_freezes_what_is_left(monkeypatch):
+    """The dane command and experiments.train's cli (python -m, a launched worker) register `collect_then_freeze`
+    at exit: a garbage cycle is finalized, as at any shutdown, and every object left is frozen, so that the
+    collections of CPython's shutdown pass over none of them (the older generations are empty)."""
+    import atexit
+    import gc
+
+    from dane.experiments import cli, train
+
+    registered = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(atexit, "unregister", lambda function: None)
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    monkeypatch.setattr(sys, "argv", ["dane train"])
+    train.cli(lambda: None)
+    assert registered == [cli.collect_then_freeze, cli.collect_then_freeze]
+
+    finalized = []
+
+    class Cycle:
+        def __del__(self):
+            finalized.append(True)
+
+    cycle = Cycle()
+    cycle.itself = cycle
+    del cycle
+    gc.disable()  # no collection of the youngest generation moves an object into an older one while we count
+    try:
+        cli.collect_then_freeze()
+        older = [len(gc.get_objects(generation)) for generation in (1, 2)]
+        frozen = gc.get_freeze_count()
+    finally:
+        gc.unfreeze()
+        gc.enable()
+    assert finalized == [True]
+    assert older == [0, 0] and frozen > 0
