@@ -30,10 +30,11 @@ if it was drawn (in any of the round's draws): the others' evaluations only meas
 *Summing over the workers* (`reduce_over_workers`).  On the batched path the ledger holds every worker's row.
 In the thread simulator each worker leaves its snapshot on a board its group shares, which the group's
 reduction copies at every collective (no time, bytes or calls); rank 0 reads the copy after the round.
-Under a launcher every rank sends its snapshot as an m x 8 table with the round's first allreduce, in the same call
+Under a launcher every rank sends its snapshot as an m x 16 table with the round's first allreduce, in the same call
 (`dane.comm.Communicator.ride_next`; a round that makes no allreduce sends it after the round by
 `dane.comm.Communicator.uncounted_allreduce_mean`, as comm=ps always does): not in ``bytes_sent``, ``comm_rounds`` or
-the bit counts (under comm=ps not on the servers' links either).
+the bit counts (under comm=ps not on the servers' links either).  The table comes back exact, every count as the rank
+counted it, whatever the backend's mean (`gathered`).
 """
 from __future__ import annotations
 
@@ -304,18 +305,38 @@ def checkpoint_state(comm, ledger: Ledger, snapshot: np.ndarray) -> dict:
 
 
 def gathered(comm, snapshot: np.ndarray, ridden: list[torch.Tensor] | None = None) -> np.ndarray:
-    """Every rank's snapshot row (ranks x 8): from the mean of the table's shares that rode an allreduce
-    (``ridden``, `post`), else by one `dane.comm.Communicator.uncounted_allreduce_mean`."""
+    """Every rank's snapshot row (ranks x 8), exactly: from the mean of the table's shares that rode an allreduce
+    (``ridden``, `post`), else by one `dane.comm.Communicator.uncounted_allreduce_mean`.
+
+    A backend's mean is a sum divided by m (torch.distributed, the servers of comm=ps) or multiplied by fl(1/m)
+    (Horovod's average), so a value v sent as it is comes back as fl(v/m), and m times that is v only to round-off
+    (m = 3, v = 25: 24.999999999999996 after fl(1/3)).  So each value goes as two halves of 26 significant bits each,
+    v = hi + lo (`_halves`), each times m, exact for m < 2^27.  Each entry of the sum is that of one rank and zeros,
+    exact in any order; the mean is then hi (lo) within a few units in the last place, and the nearest number of 26
+    significant bits to it is hi (lo) itself: whatever rounding the mean makes, hi + lo is v."""
     (mean,) = ridden or comm.uncounted_allreduce_mean([_table_row(comm, snapshot)])
-    return (mean * comm.size).numpy()
+    hi, lo = mean.double().chunk(2, dim=1)
+    return (_halves(hi)[0] + _halves(lo)[0]).numpy()
 
 
 def _table_row(comm, snapshot: np.ndarray) -> torch.Tensor:
-    """This rank's share of the ranks x 8 table: its snapshot in its row, zeros elsewhere (the mean times m is the
-    table, each entry a sum of one value and zeros, whatever order a backend adds in)."""
-    rows = torch.zeros(comm.size, snapshot.shape[1], dtype=torch.float64)
-    rows[comm.rank] = torch.from_numpy(snapshot[0])
+    """This rank's share of the ranks x 16 table: its snapshot's halves (`_halves`) times m in its row, zeros
+    elsewhere (`gathered`)."""
+    rows = torch.zeros(comm.size, 2 * snapshot.shape[1], dtype=torch.float64)
+    rows[comm.rank] = torch.cat(_halves(torch.from_numpy(snapshot[0]).double())) * comm.size
     return rows
+
+
+#: Dekker's splitter for float64: 2^27 + 1 cuts 53 significant bits into two parts of at most 26 each
+_SPLITTER = 2.0 ** 27 + 1
+
+
+def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo), hi the nearest number of 26 significant bits to ``x`` and lo = x - hi, also of at most 26 (Dekker's
+    split, exact in round-to-nearest float64 for |x| below about 1e300)."""
+    scaled = x * _SPLITTER
+    hi = scaled - (scaled - x)
+    return hi, x - hi
 
 
 def record_keys(table: np.ndarray) -> dict[str, float]:

@@ -452,6 +452,71 @@ def test_record_keys_sum_and_max_over_the_workers():
     assert set(keys) == set(work.KEYS)
 
 
+class ReciprocalMean:
+    """A launched backend of ``size`` ranks (threads here) whose mean is the sum times fl(1/m), as Horovod's average
+    is, or, ``divide``, the sum over m (torch.distributed, comm=ps): `dane.comm.Communicator`'s own accounting."""
+
+    def __init__(self, size: int, divide: bool = False):
+        from dane.comm.base import Communicator
+
+        shares, barrier = [None] * size, threading.Barrier(size)
+
+        class Launched(Communicator):
+            carries_rides = True
+
+            def __init__(self, rank):
+                super().__init__()
+                self.rank, self.size = rank, size
+
+            def _allreduce_mean(self, tensors):
+                shares[self.rank] = tensors
+                barrier.wait()
+                total = [torch.stack(column).sum(0) for column in zip(*shares)]
+                barrier.wait()
+                return [t / size if divide else t * (1 / size) for t in total]
+
+            def _broadcast(self, tensors, root):
+                raise NotImplementedError
+
+            def barrier(self):
+                barrier.wait()
+
+        self.comms = [Launched(rank) for rank in range(size)]
+
+    def run(self, worker):
+        out = [None] * len(self.comms)
+        threads = [threading.Thread(target=lambda c: out.__setitem__(c.rank, worker(c)), args=(c,)) for c in self.comms]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return out
+
+
+@pytest.mark.parametrize("divide", [False, True])
+@pytest.mark.parametrize("ride", [True, False])
+def test_a_launched_runs_table_is_every_ranks_counts_exactly_whatever_the_backends_mean(ride, divide):
+    """Three ranks' snapshots through a mean that multiplies by fl(1/3) (Horovod's) or divides: the record's keys
+    are those of the ranks' own table, bit for bit, on the round's first allreduce and without one.  25 is a count
+    whose share 25/3 of the mean, times 3, is 24.999999999999996; 1 + 15/240 passes and a flop count with d^3/3 in it
+    are not integers."""
+    snapshots = np.array([[[25.0, 60, 0, 1, 55, 0, 0, 6965875.666666667]],
+                          [[1 + 15 / 240, 59, 1, 0, 54, 3, 96, 2016911.6666666667]],
+                          [[24.0, 58, 0, 1, 53, 0, 0, 4969114.0]]])
+    assert 25 * (1 / 3) * 3 != 25  # the parent's table under Horovod's mean
+
+    def rank(comm):
+        work.post(comm, snapshots[comm.rank])
+        if ride:
+            comm.allreduce_mean([torch.zeros(2, dtype=torch.float64)])
+        return work.reduce_over_workers(comm, snapshots[comm.rank])
+
+    keys = ReciprocalMean(3, divide).run(rank)
+    assert keys[1:] == [None, None]
+    assert keys[0] == work.record_keys(snapshots[:, 0])
+    assert keys[0]["local_passes_max"] == 25.0 and keys[0]["local_flops_max"] == 6965875.666666667
+
+
 def test_a_resumed_run_continues_the_counts():
     """A checkpoint's state carries each worker's counts: rounds 2..4 resumed equal those of the straight run."""
     from dane.api import algorithm_config
