@@ -1,6 +1,6 @@
 """HorovodCommunicator's wait for a collective: Horovod's own loop (poll, then sched_yield), which a launcher's
-SIGTERM still interrupts; and the machine record every benchmark JSON carries (kernel, CPU model, numpy,
-scipy and numpy's BLAS and LAPACK)."""
+SIGTERM still interrupts; its mean, the simulator's; and the machine record every benchmark JSON carries (kernel,
+CPU model, numpy, scipy and numpy's BLAS and LAPACK)."""
 from __future__ import annotations
 
 import os
@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy
+import torch
 
-from dane.comm import launcher_signals
+from dane.comm import ThreadGroup, launcher_signals
 from dane.comm.horovod import HorovodCommunicator
 from dane.synthetic.bench_file import machine
 
@@ -66,6 +67,37 @@ def test_a_sigterm_while_waiting_for_a_collective_that_never_completes_raises_la
     finally:
         timer.cancel()
         signal.signal(signal.SIGTERM, previous)
+
+
+class SummingHorovod(FakeHorovod):
+    """Rank 0 of ``len(messages)`` ranks, each sending its list of ``messages``: a grouped allreduce returns the sum,
+    or under Average, as Horovod's postscale does, the sum times fl(1/m)."""
+
+    Sum, Average = "sum", "average"
+
+    def __init__(self, messages: list[list[torch.Tensor]]):
+        super().__init__(pending=0)
+        self.messages = messages
+
+    def grouped_allreduce_async(self, tensors, op, name):
+        totals = [sum(column[1:], column[0]) for column in zip(tensors, *self.messages[1:])]
+        return [total * (1 / len(self.messages)) for total in totals] if op == self.Average else totals
+
+    def synchronize(self, handle):
+        return handle
+
+
+def test_horovods_mean_is_the_simulators_bit_for_bit_at_three_workers():
+    """The sum divided by m, as torch.distributed's and the simulator's: Horovod's Average multiplies by fl(1/3),
+    and 25 * fl(1/3) = 8.333333333333332 is not 25 / 3.  One rank's value in each entry, so that the three add it
+    alike whatever their order."""
+    X = torch.tensor([[25.0, 0, 0, 1 / 3], [0, 7.0, 0, 0], [0, 0, 2016911.6666666667, 0]], dtype=torch.float64)
+    simulated = ThreadGroup(3).run(lambda comm: comm.allreduce_mean([X[comm.rank]])[0])[0]
+    comm = communicator(SummingHorovod([[row] for row in X]))
+    comm.size = 3
+    (mean,) = comm._allreduce_mean([X[0].clone()])
+    assert torch.equal(mean, simulated) and torch.equal(mean, X.sum(0) / 3)
+    assert mean[0] == 25 / 3 != 25 * (1 / 3)
 
 
 def test_every_benchmark_records_the_kernel_and_the_cpu_model():

@@ -74,9 +74,10 @@ class HorovodCommunicator(Communicator):
         return f"dane.{kind}.{shapes}"
 
     def _allreduce_mean(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        handle = self._hvd.grouped_allreduce_async(tensors, op=self._hvd.Average,
-                                                   name=self._name("allreduce", tensors))
-        return list(self._wait(handle))
+        # The sum, then divided by m, as torch.distributed's mean and the simulators' are: Horovod's Average
+        # multiplies by fl(1/m), which for m not a power of two is another number (25 * fl(1/3) * 3 != 25).
+        handle = self._hvd.grouped_allreduce_async(tensors, op=self._hvd.Sum, name=self._name("allreduce", tensors))
+        return [total.div_(self.size) for total in self._wait(handle)]
 
     def _broadcast(self, tensors: list[torch.Tensor], root: int) -> list[torch.Tensor]:
         handles = [self._hvd.broadcast_async(t, root_rank=root, name=self._name(f"broadcast{root}", [t]))
