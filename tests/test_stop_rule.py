@@ -364,6 +364,11 @@ def test_a_blow_up_under_diverge_after_null_is_the_divergence_line(tmp_path):
     with pytest.raises(DivergenceError, match=r"^gd diverged at round 2 \(objective 2.35e\+05\); results so far are "
                                               r"in .*; try algorithm.lr=0.5 or algorithm=dane \(safeguarded\)$"):
         execute(spec, str(tmp_path))
+    # a process that writes no folder (a launched rank other than 0, which gets out_dir None): no folder named
+    with pytest.raises(DivergenceError) as diverged:
+        execute(spec, None)
+    assert str(diverged.value) == "gd diverged at round 2 (objective 2.35e+05); try algorithm.lr=0.5 or " \
+                                  "algorithm=dane (safeguarded)"
     summary = read_summary(tmp_path)
     assert (summary["status"], summary["stopped_by"]) == ("diverged", "|objective| > 10000 x max(1, |objective at "
                                                                       "round 0|)")

@@ -57,9 +57,11 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
     own_driver = spec.algorithm.run_job is not None  # split learning says so in its own summary, and returns
     if not own_driver and summary.get("status") == "diverged":
         counted = summary["stopped_by"] == spec.control.stop.counted_divergence()
+        # out_dir is None where this process writes nothing: a launched rank other than 0, a run without a folder
+        kept = f"; results so far are in {out_dir}" if out_dir else ""
         raise DivergenceError(
-            f"{summary['algorithm']} diverged at round {summary['rounds']} (objective {summary['final_objective']:.3g}); "
-            f"results so far are in {out_dir}; try {' or '.join(recovery_overrides(spec.algorithm))}"
+            f"{summary['algorithm']} diverged at round {summary['rounds']} (objective {summary['final_objective']:.3g})"
+            f"{kept}; try {' or '.join(recovery_overrides(spec.algorithm))}"
             + ("; where its objective overshot and is falling back, diverge_after=null lets it go on" if counted
                else "")
         )
