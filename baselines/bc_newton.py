@@ -166,6 +166,9 @@ class FedNLBCConfig(FedNLConfig):
         if self.variant != "plain":
             raise ConfigError(f"algorithm=fednl_bc runs FedNL's plain round with a compressed broadcast, got "
                               f"algorithm.variant={self.variant}; use algorithm=fednl for ls and pp")
+        self.check_sampling()
+        self.refuse_sampling("fednl_bc", "FedNL-BC's round takes every client; partial participation is FedNL-PP "
+                                         "(use algorithm=fednl algorithm.variant=pp)")  # before FedNL's own line
         super().__post_init__()
         compressor = make(self.model_compressor, "algorithm.model_compressor")
         if compressor.matrices:

@@ -106,6 +106,12 @@ CASES = [
          *SMALL, expected="algorithm.cg_tol must be in [0, 1), got 1.5"),
     case("federated_cg_fixed_count_without_a_cap", "algorithm=sdane", "algorithm.local_solver=cg",
          "problem.local_tol=0", *LOGREG, expected="algorithm.local_solver=cg with problem.local_tol=0 needs problem.local_max_iter"),
+    # FedNL-BC under sampling: its own name and a fix that runs (it named algorithm=fednl variant=plain and offered
+    # algorithm.variant=pp, which fednl_bc refuses)
+    case("fednl_bc_sampled", "algorithm=fednl_bc", "workers=4", "algorithm.clients_per_round=2", *LOGREG,
+         expected="algorithm=fednl_bc does not take algorithm.clients_per_round=2: FedNL-BC's round takes every "
+                  "client; partial participation is FedNL-PP (use algorithm=fednl algorithm.variant=pp); set "
+                  "algorithm.clients_per_round=null"),
     case("fednl_cr_without_rows", "algorithm=fednl", "algorithm.variant=cr", *SMALL,
          expected="algorithm=fednl needs a linear model with one output on rows (problem=logreg, or problem=ridge with "
                   "data=...), got problem=ridge_synthetic, which has no rows of a linear model"),
