@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 
-from .layout import CHECKOUT
+from .layout import CHECKOUT, lazy_names
 
 if CHECKOUT is not None:  # a checkout: dane.baselines, dane.experiments, ... are its root folders (dane/layout.py)
     __path__.append(str(CHECKOUT))
@@ -38,14 +38,13 @@ _PUBLIC = {
 __all__ = sorted([*_PUBLIC, "problems"])
 
 
+_public = lazy_names(__name__, {name: f".{module}" for name, module in _PUBLIC.items()})
+
+
 def __getattr__(name: str):
     if name == "problems":
         return importlib.import_module(".problems", __name__)
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dane' has no attribute {name!r}")
+    return _public(name)
 
 
 def __dir__() -> list[str]:

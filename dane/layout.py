@@ -10,7 +10,10 @@ etc. in both layouts: in a checkout the package root adds the checkout to its
 """
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
+from typing import Any, Callable
 
 #: the parts a wheel holds inside dane/ and a checkout beside it
 MAPPED = ("baselines", "experiments", "synthetic", "paper_figs", "conf")
@@ -37,3 +40,19 @@ def scripts_in(part: str) -> list[str]:
 
 #: Hydra's config groups (conf/config.yaml, conf/simulate.yaml and their groups)
 CONF_DIR = (CHECKOUT or PACKAGE) / "conf"
+
+
+def lazy_names(package: str, where: dict[str, str]) -> Callable[[str], Any]:
+    """A module's ``__getattr__`` (PEP 562) for names it exports without importing them: ``where[name]`` is the
+    module that defines ``name`` (relative to ``package``, or absolute), imported when the name is first read and
+    the name then kept in ``package``'s namespace; any other name is the usual AttributeError.  So that importing
+    ``package`` costs nothing a caller does not use (`dane/__init__.py`: a launched worker's imports; `dane.comm`:
+    the torch of the communicators, which ``--help`` does not need)."""
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where[name], package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

@@ -5,25 +5,19 @@ entry points, and rank 0 of a launch; and the ``${dane.unique:}`` resolver of th
 entry points' ``--help`` and the command-line checks (`experiments.overrides`) import no torch."""
 from __future__ import annotations
 
-import importlib
 import os
 from datetime import datetime
 
 from omegaconf import OmegaConf
 
 from dane.comm import launcher_rank
-from dane.layout import CONF_DIR  # noqa: F401 - re-exported: the entry points, scripts and tests import it from here
+from dane.layout import CONF_DIR, lazy_names  # noqa: F401 - re-exported: the entry points, scripts and tests import it from here
 
 #: re-exported from `dane.run_config`: the entry points, scripts and tests import them from here
 _RUN_CONFIG = ("build", "cost_model", "run_spec", "stop_rule", "workers_for")
 
 
-def __getattr__(name: str):
-    if name in _RUN_CONFIG:
-        value = getattr(importlib.import_module("dane.run_config"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {name: "dane.run_config" for name in _RUN_CONFIG})
 
 #: the time in a folder's name: sortable, and to the microsecond
 STAMP_FORMAT = "%Y-%m-%d_%H-%M-%S-%f"

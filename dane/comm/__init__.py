@@ -5,24 +5,19 @@ what needs only the launcher's rank or the cost model (``dane train --help``, th
 """
 from __future__ import annotations
 
-import importlib
 import os
 
 from ..errors import ConfigError
+from ..layout import lazy_names
 from .cost import AlphaBeta, ParameterServerCost
 from .slurm import slurm_task
 
 #: name -> the module of this package that defines it, imported when the name is first read
-_TORCH_BACKED = {"Communicator": "base", "ring_allreduce_bytes": "base", "LocalCommunicator": "local",
-                 "Stragglers": "threads", "ThreadCommunicator": "threads", "ThreadGroup": "threads"}
+_TORCH_BACKED = {"Communicator": ".base", "ring_allreduce_bytes": ".base", "LocalCommunicator": ".local",
+                 "Stragglers": ".threads", "ThreadCommunicator": ".threads", "ThreadGroup": ".threads"}
 
 
-def __getattr__(name: str):
-    if name in _TORCH_BACKED:
-        value = getattr(importlib.import_module(f".{_TORCH_BACKED[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _TORCH_BACKED)
 
 
 BACKENDS = ("auto", "horovod", "torch", "local", "ps")
