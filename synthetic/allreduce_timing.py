@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 
 from dane.comm import make_communicator, resolve_backend
+from dane.comm.cost import CALIBRATION_SIZES
 from dane.comm.horovod import HorovodOptions, pin_local_rank
 from dane.records.provenance import command_name
 
-DEFAULT_SIZES = (8, 64, 512, 4096, 32768, 262144, 1048576, 4194304)
 
 
 def time_calls(calls: dict, reps: int, warmup: int) -> dict[object, list[float]]:
@@ -72,7 +72,7 @@ def measure(comm, sizes, reps: int, warmup: int, hvd=None) -> dict[object, dict[
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="message sizes in bytes")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(CALIBRATION_SIZES), help="message sizes in bytes")
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--out", required=True)

@@ -10,8 +10,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
-import scipy
-import torch
 
 from dane.records.results import atomic_write_text, json_safe
 
@@ -72,6 +70,9 @@ def machine() -> dict:
     the kernel's scheduler as much as on the CPU; ``numpy``, ``scipy`` and numpy's ``blas``
     and ``lapack`` (`linear_algebra`) because results can depend on the build: an SVD's
     singular-vector signs are LAPACK's choice."""
+    import scipy
+    import torch  # here, not at the top: a command's --help (dane calibrate's) imports this module
+
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())

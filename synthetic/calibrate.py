@@ -48,10 +48,10 @@ import numpy as np
 
 from dane import checks
 from dane.comm import AlphaBeta, ParameterServerCost
+from dane.comm.cost import CALIBRATION_SIZES
 from dane.comm.tail import tail_entry
 from dane.errors import UserError, say
 from dane.records.results import output_file
-from dane.synthetic.allreduce_timing import DEFAULT_SIZES
 from dane.synthetic.bench_file import machine
 from dane.synthetic.launchers import have_horovod, horovodrun, torchrun
 from dane.records.provenance import command_name
@@ -101,7 +101,7 @@ def per_size(timing: dict) -> tuple[list[int], list[float], list[float]]:
             [timing["sizes"][str(s)]["median_s"] for s in sizes])
 
 
-def calibrate(np_: int = 2, sizes=DEFAULT_SIZES, reps: int = 200, warmup: int = 20) -> dict:
+def calibrate(np_: int = 2, sizes=CALIBRATION_SIZES, reps: int = 200, warmup: int = 20) -> dict:
     """Launch the timing worker under horovodrun and fit; returns {alpha, beta, measurements...}."""
     if not have_horovod():
         raise RuntimeError("horovod.torch is not importable here; run `make setup` (it builds Horovod) first")
@@ -135,7 +135,7 @@ def calibrate_tail(cost: AlphaBeta, np_: int = 2, blocks: int = 12, rounds: int 
                       measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
-def calibrate_ps(workers: int = 2, servers: int = 1, sizes=DEFAULT_SIZES, reps: int = 200, warmup: int = 20) -> dict:
+def calibrate_ps(workers: int = 2, servers: int = 1, sizes=CALIBRATION_SIZES, reps: int = 200, warmup: int = 20) -> dict:
     """``torchrun`` the timing worker with ``comm=ps`` (``workers`` + ``servers`` processes) and fit
     `ParameterServerCost`: γ from the servers' own averaging time over the bytes they averaged, then α and β
     from the workers' allreduce (push + pull) times; returns {alpha, beta, gamma, measurements...}."""

@@ -187,7 +187,8 @@ FRESH_IMPORTS = (
 
 
 #: the commands whose help imports no torch (`FRESH_FORKS`)
-HELPS = (("--help",), ("train", "--help"), ("simulate", "--help"), ("figures", "--help"), ("bench", "--help"))
+HELPS = (("--help",), ("train", "--help"), ("simulate", "--help"), ("figures", "--help"), ("bench", "--help"),
+         ("calibrate", "--help"))
 #: statements each run in a fork of the fresh interpreter after `FRESH_IMPORTS`' first step (``import dane``), before a
 #: step imports torch, so that no later step sees what they loaded (a command's help loads Hydra, which the next step
 #: must not): (statement, which sets ``value``; modules it must not have loaded).  A fork starts no interpreter.

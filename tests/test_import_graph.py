@@ -283,16 +283,16 @@ def test_imports_are_lazy(step, fresh):
 
 
 def test_a_commands_help_imports_no_torch(fresh):
-    """``dane --help``, ``dane train --help`` (Hydra's page: the config composed), ``simulate``, ``figures`` and ``bench``
-    print their help without torch, run in a fork of the session's fresh interpreter after ``import dane``
+    """``dane --help``, ``dane train --help`` (Hydra's page: the config composed), ``simulate``, ``figures``, ``bench``
+    and ``calibrate`` print their help without torch, run in a fork of the session's fresh interpreter after ``import dane``
     (`runs.FRESH_FORKS`); ``bench --help`` lists the benchmarks and exits 2."""
     (statement, absent), = runs.FRESH_FORKS
     assert "runs.HELPS" in statement and absent == ("torch",)
     assert runs.HELPS == (("--help",), ("train", "--help"), ("simulate", "--help"), ("figures", "--help"),
-                          ("bench", "--help"))
+                          ("bench", "--help"), ("calibrate", "--help"))
     answer = fresh["forks"][0]
     assert "error" not in answer, answer.get("error")
-    assert answer["value"] == [0, 0, 0, 0, 2]
+    assert answer["value"] == [0, 0, 0, 0, 2, 0]
     # the commands ran as __main__ (runpy), which sys.modules keeps no name of: what they imported is there
     assert {"hydra", "omegaconf", "dane.experiments.train", "dane.paper_figs.common"} <= set(answer["modules"])
     assert "torch" not in answer["modules"]

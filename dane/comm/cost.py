@@ -10,6 +10,9 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..records.results import atomic_write_text
 
+#: the message sizes (bytes) a calibration times, 8 B to 4 MB (`dane.synthetic.calibrate`)
+CALIBRATION_SIZES = (8, 64, 512, 4096, 32768, 262144, 1048576, 4194304)
+
 
 @dataclass(frozen=True)
 class AlphaBeta:
