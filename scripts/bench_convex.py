@@ -17,8 +17,8 @@ import dane
 from dane.comm import AlphaBeta
 from dane.data.files import BuiltinSource, LibSVMSource
 from dane.errors import UserError
-from dane.problems.linear_models import LinearModelConfig
 from dane.loop.reference import attach_all
+from dane.problems.linear_models import LinearModelConfig
 from dane.synthetic.sparse_data import write_sparse_libsvm
 from scripts.harness import Bench, count, data_dir, first_at, folder, grid, option, relative
 
@@ -26,16 +26,17 @@ KEY = "convex_newton_family"
 REL_TOL = 1e-8
 NEWTON = ("dane", "inexact_dane", "aide", "giant", "disco")
 BASELINES = ("admm", "gd")
-#: algorithm -> overrides of its conf/algorithm yaml (everything else at its defaults)
-SETTINGS: dict[str, dict] = {name: {} for name in NEWTON + BASELINES}
-#: round caps; a problem may lower some (its ``caps``), --quick lowers all
+#: round caps; a problem may lower some (its ``caps``), --quick lowers all to `QUICK_CAP`
 CAPS = {"dane": 100, "inexact_dane": 60, "aide": 60, "giant": 60, "disco": 40, "admm": 500, "gd": 3000}
 QUICK_CAP = 8
+MODELS = {"squared": ("ridge", "ridge"), "logistic": ("logreg", "logistic regression"),
+          "softmax": ("softmax", "softmax regression")}  # loss -> (problem name, the model in a figure's title)
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One benchmark problem: a linear model on one data set, run at each worker count."""
+    """One benchmark problem: a linear model on one data set (``label``: its name in figure titles), run at each
+    worker count; ``auto_caps``: the baselines `baseline_cap` caps by the best Newton-type count, not `CAPS`."""
 
     name: str
     loss: str
@@ -44,14 +45,10 @@ class Problem:
     workers: tuple[int, ...]
     source: Callable[[], object]
     data: str
+    label: str
     fit_intercept: bool = True
-    label: str = ""                    # the data set's name in figure titles
     caps: dict = field(default_factory=dict)
-    auto_caps: tuple[str, ...] = ()    # baselines capped by `baseline_cap`'s rule instead of CAPS
-
-    def problem(self, source) -> LinearModelConfig:
-        return LinearModelConfig(data=source, loss=self.loss, lam=self.lam, fit_intercept=self.fit_intercept,
-                                 optimum="auto", name={"squared": "ridge", "logistic": "logreg"}.get(self.loss, self.loss))
+    auto_caps: tuple[str, ...] = ()
 
 
 def problems(args) -> list[Problem]:
@@ -71,36 +68,32 @@ def problems(args) -> list[Problem]:
     svrg = ("inexact_dane", "aide")
     return [
         Problem("mnist_softmax", "softmax", 1e-3,
-              "8/N (N=8000): the conf default; at 1/N = 1.25e-4 one trial cost ~4x the wall time per method "
-              "(DANE: 30 rounds, 234 s, relative suboptimality 1.9e-2) and the whole benchmark would not fit 25 min",
-              (4,) if quick else (4, 16),
-              lambda: BuiltinSource("mnist", data_dir=args.data_dir),
-              "MNIST t10k in the loader's split mode (training side of a seeded stratified 8000/2000 split), "
-              "784 pixels in [0, 1] + intercept, 10 classes: d = 7,850", label="MNIST", caps=dict.fromkeys(svrg, 200),
-              auto_caps=("admm", "gd")),
+                "8/N (N=8000): the conf default; at 1/N = 1.25e-4 one trial cost ~4x the wall time per method "
+                "(DANE: 30 rounds, 234 s, relative suboptimality 1.9e-2) and the whole benchmark would not fit 25 min",
+                (4,) if quick else (4, 16), lambda: BuiltinSource("mnist", data_dir=args.data_dir),
+                "MNIST t10k in the loader's split mode (training side of a seeded stratified 8000/2000 split), "
+                "784 pixels in [0, 1] + intercept, 10 classes: d = 7,850", "MNIST",
+                caps=dict.fromkeys(svrg, 200), auto_caps=("admm", "gd")),
         Problem("breast_cancer_logreg", "logistic", 1e-3, "~1/N (N=569)", (4,) if quick else (4, 8),
-              lambda: BuiltinSource("breast_cancer"),
-              "scikit-learn's breast_cancer, 569 rows, 30 features standardized + intercept: d = 31",
-              label="breast_cancer", caps=dict.fromkeys(svrg, 1200)),
+                lambda: BuiltinSource("breast_cancer"),
+                "scikit-learn's breast_cancer, 569 rows, 30 features standardized + intercept: d = 31",
+                "breast_cancer", caps=dict.fromkeys(svrg, 1200)),
         Problem("diabetes_ridge", "squared", 1e-3, "~1/N (N=442)", (4,) if quick else (4, 8),
-              lambda: BuiltinSource("diabetes"),
-              "scikit-learn's diabetes, 442 rows, 10 features standardized + intercept, raw targets: d = 11",
-              label="diabetes"),
+                lambda: BuiltinSource("diabetes"),
+                "scikit-learn's diabetes, 442 rows, 10 features standardized + intercept, raw targets: d = 11",
+                "diabetes"),
         Problem("rcv1_like_logreg", "logistic", 1.0 / svm_rows, f"1/N (N={svm_rows}), as for rcv1 in the literature",
-              (2,) if quick else (4,), sparse_source,
-              f"synthetic rcv1-like LIBSVM file ({svm_rows} rows x {svm_features} features, tf-idf rows of unit "
-              f"norm, 50-100 non-zeros each, Zipf vocabulary; synthetic/sparse_data.py, seed 0), no intercept",
-              label="rcv1-like sparse (synthetic)", fit_intercept=False, caps=dict.fromkeys(svrg, 60),
-              auto_caps=("admm",)),
+                (2,) if quick else (4,), sparse_source,
+                f"synthetic rcv1-like LIBSVM file ({svm_rows} rows x {svm_features} features, tf-idf rows of unit "
+                f"norm, 50-100 non-zeros each, Zipf vocabulary; synthetic/sparse_data.py, seed 0), no intercept",
+                "rcv1-like sparse (synthetic)", fit_intercept=False, caps=dict.fromkeys(svrg, 60), auto_caps=("admm",)),
     ]
 
 
 # ---------------------------------------------------------------------------------------------- numbers
 def to_target(records: list[dict], f_star: float, rel_tol: float = REL_TOL) -> dict:
-    """Cost to the first record with (O(w) - O*) / |O*| <= rel_tol, else nulls and the best reached.
-
-    The suboptimality is the record's own (O(w) - O*, or ½ eᵀHe for a quadratic).
-    """
+    """Cost to the first record with (O(w) - O*) / |O*| <= rel_tol (the record's own suboptimality: O(w) - O*, or
+    ½ eᵀHe for a quadratic), else nulls; the best and final relative suboptimality, the counts at the end."""
     rel = relative(records, f_star)
     hit = first_at(rel, rel_tol)
     fields = {"rounds": "round", "comm_rounds": "comm_rounds", "bytes": "bytes_sent", "time_s": "time_s"}
@@ -111,32 +104,26 @@ def to_target(records: list[dict], f_star: float, rel_tol: float = REL_TOL) -> d
 
 
 def goal_allreduces(rows: dict[str, dict]) -> dict:
-    """(a): the best Newton-type method needs at most 1/3 of the allreduces of the better of ADMM and GD.
-
-    A method that hit its cap needs more allreduces than it spent, so its count is a lower
-    bound (``>`` in the text); the goal is met only where the numbers prove it.
-    """
+    """(a): the best Newton-type method needs at most 1/3 of the allreduces of the better of ADMM and GD.  A capped
+    baseline's count is a lower bound (``>`` in the text): the goal is met or missed only where the numbers prove it."""
+    text = "best Newton-type method <= 1/3 of the allreduces of the better of ADMM and GD"
     newton = {a: rows[a]["comm_rounds"] for a in NEWTON if a in rows and rows[a]["reached"]}
     base = {a: (rows[a]["comm_rounds"], True) if rows[a]["reached"] else (rows[a]["at_end"]["comm_rounds"], False)
             for a in BASELINES if a in rows and "error" not in rows[a]}
-    text = "best Newton-type method <= 1/3 of the allreduces of the better of ADMM and GD"
     if not base:
         return {"goal": text, "status": "not evaluated", "detail": "no ADMM or GD run"}
     better = min(base, key=lambda a: base[a][0])
-    bound, exact = base[better]
-    exact = exact and all(count >= bound for count, _ in base.values())
+    bound, exact = base[better]  # the others count at least as many: the better one's bound is the pair's
     shown = f"{better} {'' if exact else '> '}{bound}"
     out = {"goal": text, "better_baseline": better, "baseline_comm_rounds": bound, "baseline_exact": exact}
     if not newton:
         return {**out, "status": "not met", "detail": f"no Newton-type method reached {REL_TOL:g} ({shown})"}
     best = min(newton, key=newton.get)
-    out.update(best_newton=best, best_newton_comm_rounds=newton[best], ratio=newton[best] / bound)
-    if newton[best] * 3 <= bound:
-        status = "met"
-    else:
-        status = "not met" if exact else "undetermined (the baseline's cap is below 3x the Newton count)"
-    detail = f"{best} {newton[best]} allreduces vs {shown}: ratio {'<= ' if not exact else ''}{newton[best] / bound:.3f}"
-    return {**out, "status": status, "detail": detail}
+    ratio = newton[best] / bound
+    status = "met" if newton[best] * 3 <= bound else \
+        "not met" if exact else "undetermined (the baseline's cap is below 3x the Newton count)"
+    return {**out, "best_newton": best, "best_newton_comm_rounds": newton[best], "ratio": ratio, "status": status,
+            "detail": f"{best} {newton[best]} allreduces vs {shown}: ratio {'' if exact else '<= '}{ratio:.3f}"}
 
 
 def goal_time(rows: dict[str, dict]) -> dict:
@@ -155,43 +142,35 @@ def goal_time(rows: dict[str, dict]) -> dict:
     if not a["reached"]:
         shown += (f" (ADMM stopped by its cap at round {a['at_end'].get('round')}, relative suboptimality "
                   f"{a.get('best_rel_suboptimality', math.nan):.1e})")
-    if d["time_s"] <= admm_t:
-        return {**out, "status": "met", "ratio": d["time_s"] / admm_t, "detail": shown}
-    status = "not met" if a["reached"] else "undetermined (ADMM's cap ends before DANE's time)"
+    status = "met" if d["time_s"] <= admm_t else \
+        "not met" if a["reached"] else "undetermined (ADMM's cap ends before DANE's time)"
     return {**out, "status": status, "ratio": d["time_s"] / admm_t, "detail": shown}
 
 
 # ---------------------------------------------------------------------------------------------- runs
 def run_one(problem: LinearModelConfig, algorithm: str, workers: int, cap: int, f_star: float, run_dir: Path) -> dict:
-    """One `dane.fit` run into ``run_dir``; its cost to the target.  An error is a result (``error``), not a crash."""
+    """One `dane.fit` run into ``run_dir`` (every algorithm at its conf/algorithm defaults: ``settings`` {}); its
+    cost to the target.  An error is a result (``error``), not a crash."""
     shutil.rmtree(run_dir, ignore_errors=True)
     start = time.perf_counter()
     try:
         result = dane.fit(problem, algorithm, workers=workers, rounds=cap, tol=REL_TOL,  # relative (StopRule)
-                          out_dir=str(run_dir), **SETTINGS[algorithm])
+                          out_dir=str(run_dir))
     except Exception as exc:  # noqa: BLE001 -- a method that crashes on a problem is reported, the others still run
         return {"reached": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "round_cap": cap,
-                "settings": SETTINGS[algorithm], "wall_s": time.perf_counter() - start, "run_dir": str(run_dir)}
-    row = to_target(result.records, f_star)
-    row.update(settings=SETTINGS[algorithm], round_cap=cap, status=result.status,
-               setup_s=result.summary.get("setup_s"), wall_s=time.perf_counter() - start, run_dir=str(run_dir))
+                "settings": {}, "wall_s": time.perf_counter() - start, "run_dir": str(run_dir)}
+    row = {**to_target(result.records, f_star), "settings": {}, "round_cap": cap, "status": result.status,
+           "setup_s": result.summary.get("setup_s"), "wall_s": time.perf_counter() - start, "run_dir": str(run_dir)}
     if algorithm == "dane":  # the safeguard's trace: μ and whether the averaged iterate was accepted, per round
-        steps = result.records[1:]
-        row["safeguard"] = {key: [r.get(key) for r in steps] for key in ("mu", "accepted")}
-        row["safeguard"]["rejected_rounds"] = row["safeguard"]["accepted"].count(False)
+        trace = {key: [r.get(key) for r in result.records[1:]] for key in ("mu", "accepted")}
+        row["safeguard"] = {**trace, "rejected_rounds": trace["accepted"].count(False)}
     return row
 
 
 def baseline_cap(case: Problem, algorithm: str, rows: dict, quick: bool) -> tuple[int, str]:
-    """The round cap and the rule that set it.
-
-    The baselines a problem names in ``auto_caps`` (where ADMM's exact local solves make its rounds
-    the section's costliest: MNIST, the rcv1-like file) run 3 x (the best Newton-type allreduce
-    count) + 1 rounds, one allreduce or more each: exactly enough to decide goal (a) either
-    way, at the least cost.
-    Goal (b) is then undetermined where ADMM's simulated time at that cap is still below
-    DANE's time to the target (running ADMM on until it passes would cost minutes more).
-    """
+    """The round cap and the rule that set it.  An ``auto_caps`` baseline (ADMM's exact local solves make its rounds
+    the costliest: MNIST, the rcv1-like file) runs 3 x (the best Newton-type allreduce count) + 1 rounds: exactly
+    enough to decide goal (a), at the least cost; goal (b) may then be undetermined."""
     if quick:
         return QUICK_CAP, "--quick"
     fixed = case.caps.get(algorithm, CAPS[algorithm])
@@ -203,18 +182,8 @@ def baseline_cap(case: Problem, algorithm: str, rows: dict, quick: bool) -> tupl
     return max(3 * min(reached) + 1, 30), f"3 x {min(reached)} (best Newton-type allreduces) + 1, at least 30"
 
 
-def title(case: Problem, table) -> str:
-    """A figure title's data part: the model, the set, its size (and MNIST's split mode, when the loader used it)."""
-    model = {"softmax": "softmax regression", "logistic": "logistic regression", "squared": "ridge"}[case.loss]
-    n, d = table.X.shape
-    data = case.label
-    if any("SPLIT MODE" in note for note in table.notes):
-        data += " t10k, split mode"
-    return f"{model}, {data} ({n:,} rows x {d:,} features)"
-
-
 def reference_optimum(problem: LinearModelConfig, workers: int) -> tuple[float, float]:
-    """(O*, ||grad O(w*)||) from the distributed reference (`dane.problems.optimum`; cached on disk for the runs that follow)."""
+    """(O*, ||grad O(w*)||) from the distributed reference (`dane.problems.optimum`; cached on disk for the runs)."""
     shards = [problem.build(rank, workers) for rank in range(workers)]
     attach_all(problem, shards)
     grads = [shard.evaluate(shards[0].w_star)[0] for shard in shards]
@@ -222,24 +191,28 @@ def reference_optimum(problem: LinearModelConfig, workers: int) -> tuple[float, 
 
 
 def run_problem(case: Problem, args, log) -> dict:
+    """One problem's row: its data and O*, then per worker count every algorithm's row and the goals; each (problem,
+    workers) folder of ``--runs`` gets a problem.json (paper_figs/newton_family.py's panel)."""
     try:
-        problem = case.problem(case.source())
+        problem = LinearModelConfig(data=case.source(), loss=case.loss, lam=case.lam, fit_intercept=case.fit_intercept,
+                                    optimum="auto", name=MODELS[case.loss][0])
         table = problem.table()
     except UserError as exc:
         log(f"{case.name}: skipped, {str(exc).splitlines()[0]}")
         return {"skipped": str(exc).splitlines()[0], "data": case.data}
     start = time.perf_counter()
     f_star, grad_norm = reference_optimum(problem, min(case.workers))
-    out = {"data": case.data, "rows": int(table.X.shape[0]),
-           "dim": int(table.X.shape[1]) * problem.num_classes(table.y), "loss": case.loss, "lam": case.lam,
-           "lam_convention": "(lam/2)||w||^2", "lam_why": case.lam_why, "data_notes": list(table.notes),
+    (n, d), split = table.X.shape, any("SPLIT MODE" in note for note in table.notes)
+    out = {"data": case.data, "rows": int(n), "dim": int(d) * problem.num_classes(table.y), "loss": case.loss,
+           "lam": case.lam, "lam_convention": "(lam/2)||w||^2", "lam_why": case.lam_why, "data_notes": list(table.notes),
            "f_star": f_star, "grad_norm_at_optimum": grad_norm, "optimum_s": time.perf_counter() - start,
            "workers": {}}
     log(f"{case.name}: {out['rows']} rows, d={out['dim']}, O*={f_star:.12g} ({out['optimum_s']:.1f} s)")
+    title = f"{MODELS[case.loss][1]}, {case.label}{' t10k, split mode' if split else ''} ({n:,} rows x {d:,} features)"
     for m in case.workers:
         base = Path(args.runs) / case.name / f"m{m}"
         base.mkdir(parents=True, exist_ok=True)
-        meta = {"problem": case.name, "title": title(case, table), "workers": m,
+        meta = {"problem": case.name, "title": title, "workers": m,
                 **{k: out[k] for k in ("data", "rows", "dim", "loss", "lam", "f_star")}}
         (base / "problem.json").write_text(json.dumps(meta, indent=2) + "\n")
         rows: dict[str, dict] = {}
@@ -247,8 +220,8 @@ def run_problem(case: Problem, args, log) -> dict:
             cap, rule = baseline_cap(case, algorithm, rows, args.quick)
             rows[algorithm] = {**run_one(problem, algorithm, m, cap, f_star, base / algorithm), "cap_rule": rule}
             log(f"  {case.name} m={m} {algorithm}: {rows[algorithm].get('error') or rows[algorithm]['rounds']}")
-        goals = {"a_allreduces": goal_allreduces(rows), "b_time": goal_time(rows)}
-        out["workers"][str(m)] = {"algorithms": rows, "goals": goals}
+        out["workers"][str(m)] = {"algorithms": rows,
+                                  "goals": {"a_allreduces": goal_allreduces(rows), "b_time": goal_time(rows)}}
     return out
 
 
@@ -262,14 +235,13 @@ def head(args) -> dict:
                            "source": "package default dane.comm.AlphaBeta(), fixed (not calibrated)"},
             "counts": "comm_rounds = allreduces and broadcasts, every one counted; bytes = "
                       "bytes one worker sent; time_s = simulated time of the rounds (setup_s apart)",
-            "algorithms": {a: {"settings": SETTINGS[a], "round_cap": CAPS[a]} for a in args.algorithms}}
+            "algorithms": {a: {"settings": {}, "round_cap": CAPS[a]} for a in args.algorithms}}
 
 
-NAMES = ("mnist_softmax", "breast_cancer_logreg", "diabetes_ridge", "rcv1_like_logreg")
 BENCH = Bench(KEY, grid(lambda run: {case.name: case for case in problems(run.args)},
                         lambda run, case: run_problem(case, run.args, run.log), head=head, into="problems"),
               "rounds, allreduces, bytes and simulated time to 1e-8: the Newton-type family and baselines",
-              only=NAMES, resumable=True,
+              only=("mnist_softmax", "breast_cancer_logreg", "diabetes_ridge", "rcv1_like_logreg"), resumable=True,
               options=(option("--runs", default="results/bench_convex", help="run directories and the rcv1-like file"),
                        option("--algorithms", nargs="+", default=list(NEWTON + BASELINES),
                               choices=list(NEWTON + BASELINES)),

@@ -1,4 +1,5 @@
-"""Launch-to-answer wall clock, split into its parts; JSON under ``wallclock`` in results/bench.json."""
+"""Launch-to-answer wall clock, split into its parts, against one-process L-BFGS baselines: JSON section
+``wallclock``; docs/benchmarks.md, section `wallclock`."""
 from __future__ import annotations
 
 import json
@@ -7,24 +8,39 @@ import tempfile
 from pathlib import Path
 
 from dane.synthetic.lbfgs_baseline import fit, read_rows, value_grad
-from scripts.harness import Bench, Run, count, folder, interleave, launch, load, mnist_dir, option, spread, spreads, trained
+from scripts.harness import (Bench, Run, count, first_at, folder, interleave, launch, load, mnist_dir, option,
+                             relative, spread, spreads, trained)
 
 KEY = "wallclock"
 TARGET = 1e-8                  # relative suboptimality every timed run should reach
 LAUNCH_GOAL_S = 2.0            # np2's answer over the bare horovodrun line, at most
 PARTS = ("launcher", "imports", "data", "reference", "setup", "rounds", "write", "exit")
-BASELINE_PARTS = ("launcher", "imports", "data", "fit", "write", "exit")
 PACKAGE = ("horovodrun_np1", "horovodrun_np2", "simulator_m2")
 BASELINES = ("scipy_lbfgsb", "sklearn_lbfgs")
 BARE = {"bare_python": "import torch, horovod.torch",
         "bare_horovodrun": "import torch, horovod.torch as h; h.init()"}
+MEASURED = {
+    "launcher": "command start (time.time() in the benchmark) to rank 0's process start (/proc start tick against "
+                "CLOCK_BOOTTIME, `dane.loop.timeline.process_start`; 10 ms ticks)",
+    "imports": "rank 0's process start to its `config` mark (interpreter, imports, Hydra)",
+    "data": "`config` to `data` (the file read, the shard built)",
+    "reference": "`data` to `reference` (0: the timed runs ask for no optimum; O* is made untimed beforehand)",
+    "setup": "`data` (or `reference`) to `round0` (the algorithm built, the run directory opened)",
+    "rounds": "`round0` to `end` (rank 0's marks, on its clock)",
+    "write": "`end` to summary.json's modification time (the answer on disk)",
+    "exit": "summary.json's mtime to the command's return (time.time() in the benchmark)",
+    "baselines": "the same clock: command start, the process's start tick, its own marks (imports, data, fit, "
+                 "as time.time()), result.json's mtime, the return; fit_s is perf_counter around the fit alone",
+    "parts_sum": "the parts telescope: they add up to total_s (and all but exit to answer_s) to the marks' "
+                 "4-decimal rounding",
+}
 
 
 # ---------------------------------------------------------------------- arithmetic
 def telescoped(t_cmd: float, ends: dict[str, float], t_answer: float, t_exit: float) -> dict:
-    """A launch's parts (seconds) as differences of consecutive marks on one clock: part k of ``ends`` runs from the
-    mark before it (the command's start first) to ``ends[k]``, then ``write`` to the answer's mtime and ``exit`` to
-    the command's return; they add up to ``total_s`` (and all but ``exit`` to ``answer_s``)."""
+    """A launch's parts (seconds) between consecutive marks on one clock: part k of ``ends`` ends at ``ends[k]``
+    (the first starts with the command), then ``write`` to the answer's mtime and ``exit`` to the command's return;
+    they add up to ``total_s`` (all but ``exit`` to ``answer_s``)."""
     marks = [t_cmd, *ends.values(), t_answer, t_exit]
     return {"parts": dict(zip([*ends, "write", "exit"], (b - a for a, b in zip(marks, marks[1:])))),
             "answer_s": t_answer - t_cmd, "total_s": t_exit - t_cmd}
@@ -34,28 +50,21 @@ def package_parts(t_cmd: float, t_exit: float, t_answer: float, timeline: dict) 
     """A launch's `PARTS` from its command's start and return, summary.json's mtime and rank 0's marks."""
     origin = timeline["clock_origin"]
     wall = {k: origin + v for k, v in timeline.items() if k not in ("clock_origin", "process_start")}
-    start = origin + (timeline["process_start"] if timeline.get("process_start") is not None else 0.0)
+    start = origin + (timeline.get("process_start") or 0.0)
     return telescoped(t_cmd, {"launcher": start, "imports": wall["config"], "data": wall["data"],
                               "reference": wall.get("reference", wall["data"]), "setup": wall["round0"],
                               "rounds": wall["end"]}, t_answer, t_exit)
 
 
-def baseline_parts(t_cmd: float, t_exit: float, t_answer: float, result: dict) -> dict:
-    """A baseline's `BASELINE_PARTS`: its process's start tick and its own marks."""
-    marks = result["marks"]
-    return telescoped(t_cmd, {"launcher": result["process_start"] or t_cmd, "imports": marks["imports"],
-                              "data": marks["data"], "fit": marks["fit"]}, t_answer, t_exit)
-
-
-def summarize(runs: list[dict], parts: tuple[str, ...]) -> dict:
+def summarize(runs: list[dict]) -> dict:
+    """A launched variant's runs and the spreads of the ones that did not fail: times, parts, what they reached."""
     ok = [r for r in runs if r.get("status") != "launch_failed"]
-    out = {"runs": runs, "launches_failed": len(runs) - len(ok)}
-    if ok:
-        out.update(spreads(ok, ("answer_s", "total_s")),
-                   parts=spreads([r["parts"] for r in ok], [p for p in parts if p in ok[0]["parts"]]))
-        out.update(spreads(ok, [k for k in ("rel_suboptimality", "fit_s", "time_s", "rounds", "allreduces") if k in ok[0]]))
-        out["all_reached_target"] = all(r["rel_suboptimality"] <= TARGET for r in ok if "rel_suboptimality" in r)
-    return out
+    if not ok:
+        return {"runs": runs, "launches_failed": len(runs)}
+    reached = [k for k in ("rel_suboptimality", "fit_s", "time_s", "rounds", "allreduces") if k in ok[0]]
+    return {"runs": runs, "launches_failed": len(runs) - len(ok), **spreads(ok, ("answer_s", "total_s")),
+            "parts": spreads([r["parts"] for r in ok], list(ok[0]["parts"])), **spreads(ok, reached),
+            "all_reached_target": all(r["rel_suboptimality"] <= TARGET for r in ok if "rel_suboptimality" in r)}
 
 
 def goals(variants: dict) -> dict:
@@ -67,10 +76,11 @@ def goals(variants: dict) -> dict:
         return value
 
     np2, bare = median("horovodrun_np2", "answer_s"), median("bare_horovodrun", "total_s")
-    over = None if np2 is None or bare is None else np2 - bare
     rounds, lbfgs = median("horovodrun_np2", "parts", "rounds"), median("scipy_lbfgsb", "fit_s")
+    over = None if np2 is None or bare is None else np2 - bare
     ratio = None if rounds is None or lbfgs is None else rounds / lbfgs
-    return {"launch_over_bare_horovodrun": {"np2_answer_s": np2, "bare_s": bare, "over_s": over, "goal_s": LAUNCH_GOAL_S,
+    return {"launch_over_bare_horovodrun": {"np2_answer_s": np2, "bare_s": bare, "over_s": over,
+                                            "goal_s": LAUNCH_GOAL_S,
                                             "goal_met": None if over is None else over <= LAUNCH_GOAL_S},
             "rounds_over_lbfgs_fit": {"np2_rounds_s": rounds, "lbfgs_fit_s": lbfgs, "ratio": ratio, "goal": 1.0,
                                       "goal_met": None if ratio is None else ratio <= 1.0}}
@@ -78,23 +88,42 @@ def goals(variants: dict) -> dict:
 
 # ---------------------------------------------------------------------- problems
 def problems(tmp: Path, data_dir: Path, quick: bool) -> list[dict]:
-    """Each problem: its overrides, how a baseline reads it, or why it is skipped."""
+    """Each problem: its overrides and how a baseline reads it, or why it is skipped."""
     from dane.synthetic.sparse_data import write_sparse_libsvm
 
-    folder = data_dir / "mnist"
-    if not all((folder / f).exists() for f in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")):
-        softmax = {"name": "mnist_softmax", "skipped": f"the MNIST t10k files are not in {folder}"}
-    else:
-        softmax = {"name": "mnist_softmax", "skipped": "--quick"} if quick else mnist(tmp, data_dir)
+    where = data_dir / "mnist"
+    no_mnist = not all((where / f).exists() for f in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"))
+    why = f"the MNIST t10k files are not in {where}" if no_mnist else "--quick" if quick else None
+    softmax = {"name": "mnist_softmax", "skipped": why} if why else mnist(tmp, data_dir)
     if quick:
         return [dense(tmp, rows=600, cols=5, name="tiny_dense_logreg"), softmax]
     svm = write_sparse_libsvm(tmp / "rcv1_like.svm", 10_000, 20_000, seed=0)
-    out = [{"name": "rcv1_like_logreg", "loss": "logistic", "lam": 1e-4, "fit_intercept": False, "classes": 1,
-            "data": "rcv1-like sparse, 10,000 x 20,000 (synthetic.sparse_data, seed 0), LIBSVM file",
-            "overrides": ["problem=logreg", "data=libsvm", f"data.path={svm}", "data.n_features=20000",
-                          "problem.lam=1e-4", "problem.fit_intercept=false"],
-            "read": {"kind": "svmlight", "path": str(svm), "n_features": 20000, "loss": "logistic"}}]
-    return [*out, softmax, dense(tmp, rows=20_000, cols=50, name="dense_logreg")]
+    rcv1 = logreg("rcv1_like_logreg", "rcv1-like sparse, 10,000 x 20,000 (synthetic.sparse_data, seed 0), LIBSVM file",
+                  ["data=libsvm", f"data.path={svm}", "data.n_features=20000"],
+                  {"kind": "svmlight", "path": str(svm), "n_features": 20000}, fit_intercept=False)
+    return [rcv1, softmax, dense(tmp, rows=20_000, cols=50, name="dense_logreg")]
+
+
+def logreg(name: str, data: str, overrides: list[str], read: dict, *, fit_intercept: bool) -> dict:
+    """Logistic regression at λ = 1e-4 on the data that ``overrides`` name and ``read`` reads."""
+    return {"name": name, "loss": "logistic", "lam": 1e-4, "fit_intercept": fit_intercept, "classes": 1, "data": data,
+            "overrides": ["problem=logreg", *overrides, "problem.lam=1e-4",
+                          f"problem.fit_intercept={str(fit_intercept).lower()}"],
+            "read": {**read, "loss": "logistic"}}
+
+
+def dense(tmp: Path, *, rows: int, cols: int, name: str) -> dict:
+    """Dense logistic regression, column scales 10^-1..10^1, labels from a noisy linear concept, seeded."""
+    import numpy as np
+    from dane.data.npz_source import save_npz
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((rows, cols)) * np.logspace(-1, 1, cols)
+    margin = X @ (rng.standard_normal(cols) / np.logspace(-1, 1, cols)) / np.sqrt(cols)
+    y = np.where(rng.random(rows) < 1 / (1 + np.exp(-2 * margin)), 1.0, 0.0)
+    path = save_npz(tmp / f"{name}.npz", X, y)
+    return logreg(name, f"dense {rows} x {cols}, columns scaled 10^-1..10^1, labels 0/1 (seed 0), .npz",
+                  ["data=npz", f"data.path={path}"], {"kind": "npz", "path": str(path)}, fit_intercept=True)
 
 
 def mnist(tmp: Path, data_dir: Path) -> dict:
@@ -109,30 +138,12 @@ def mnist(tmp: Path, data_dir: Path) -> dict:
     np.save(tmp / "mnist_rows.npy", rows)
     read = {"kind": "mnist", "folder": str(data_dir / "mnist"), "rows": str(tmp / "mnist_rows.npy"),
             "loss": "softmax"}
-    table = BuiltinSource(dataset="mnist", data_dir=str(data_dir)).load()
-    X, _ = read_rows(read, fit_intercept=False)
-    if not np.array_equal(X, table.X):
+    if not np.array_equal(read_rows(read, fit_intercept=False)[0],
+                          BuiltinSource(dataset="mnist", data_dir=str(data_dir)).load().X):
         raise RuntimeError("the baseline's MNIST rows differ from the package's; fix read_rows")
     return {"name": "mnist_softmax", "loss": "softmax", "lam": 1e-3, "fit_intercept": True, "classes": 10,
             "data": f"MNIST t10k split, {len(rows)} training rows x 784 pixels in [0, 1] (conf/problem/softmax.yaml)",
             "overrides": ["problem=softmax", "data=mnist", f"data_dir={data_dir}"], "read": read}
-
-
-def dense(tmp: Path, *, rows: int, cols: int, name: str) -> dict:
-    """Dense logistic regression, column scales 10^-1..10^1, labels from a noisy linear concept, seeded."""
-    import numpy as np
-    from dane.data.npz_source import save_npz
-
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((rows, cols)) * np.logspace(-1, 1, cols)
-    margin = X @ (rng.standard_normal(cols) / np.logspace(-1, 1, cols)) / np.sqrt(cols)
-    y = np.where(rng.random(rows) < 1 / (1 + np.exp(-2 * margin)), 1.0, 0.0)
-    path = save_npz(tmp / f"{name}.npz", X, y)
-    return {"name": name, "loss": "logistic", "lam": 1e-4, "fit_intercept": True, "classes": 1,
-            "data": f"dense {rows} x {cols}, columns scaled 10^-1..10^1, labels 0/1 (seed 0), .npz",
-            "overrides": ["problem=logreg", "data=npz", f"data.path={path}", "problem.lam=1e-4",
-                          "problem.fit_intercept=true"],
-            "read": {"kind": "npz", "path": str(path), "loss": "logistic"}}
 
 
 # ---------------------------------------------------------------------- untimed: O*, the method, the tolerances
@@ -148,25 +159,26 @@ def first_stop(ratios: list[float], good: list[bool]) -> float | None:
 
 
 def pick_method(problem: dict, tmp: Path, rounds: int) -> dict:
-    """GIANT and DiSCO at their defaults in the simulator (m=2) with O*; the one with fewer allreduces to
-    TARGET, and the gradient-norm tol that stops it there."""
+    """GIANT and DiSCO at their defaults in the simulator (m=2) with O*: the one with fewer allreduces to `TARGET`,
+    and the gradient-norm tol that stops it there."""
     tried = {}
     for method in ("giant", "disco"):
-        t = trained(tmp / f"pick_{problem['name']}_{method}", [*problem["overrides"], f"algorithm={method}", "workers=2",
-                    "problem.optimum=auto", "tol=1e-12", f"rounds={rounds}", "quiet=true"], np=None, timeout=1800,
-                    env={"DANE_CACHE_DIR": str(tmp / f"cache_{problem['name']}")})
+        t = trained(tmp / f"pick_{problem['name']}_{method}",
+                    [*problem["overrides"], f"algorithm={method}", "workers=2", "problem.optimum=auto", "tol=1e-12",
+                     f"rounds={rounds}", "quiet=true"], env={"DANE_CACHE_DIR": str(tmp / f"cache_{problem['name']}")},
+                    np=None, timeout=1800)
         if t["summary"] is None:
             tried[method] = {"status": "failed"}
             continue
         s, records = t["summary"], t["records"]
         optimum = s["final_objective"] - s["final_suboptimality"]
-        rel = [r["suboptimality"] / abs(optimum) for r in records]
-        hit = next((i for i, v in enumerate(rel) if v <= TARGET), None)
-        ratios = [r["grad_norm"] / records[0]["grad_norm"] for r in records]
+        rel = relative(records, optimum)
+        hit = first_at(rel, TARGET)
+        at = {} if hit is None else records[hit]
         tried[method] = {"status": s["status"], "optimum": optimum, "rounds_to_target": hit,
-                         "allreduces_to_target": None if hit is None else records[hit]["comm_rounds"],
-                         "rounds_time_to_target_s": None if hit is None else records[hit]["time_s"],
-                         "tol": first_stop(ratios, [v <= TARGET for v in rel])}
+                         "allreduces_to_target": at.get("comm_rounds"), "rounds_time_to_target_s": at.get("time_s"),
+                         "tol": first_stop([r["grad_norm"] / records[0]["grad_norm"] for r in records],
+                                           [v <= TARGET for v in rel])}
     reached = [m for m, t in tried.items() if t.get("allreduces_to_target") is not None and t["tol"] is not None]
     if not reached:
         return {"tried": tried, "method": None}
@@ -183,33 +195,39 @@ def calibrate_baselines(problem: dict, optimum: float, cache: Path) -> dict:
     import torch
 
     X, y = read_rows(problem["read"], problem["fit_intercept"])
-    args = (problem["lam"], problem["loss"])
-    trace = [value_grad(np.zeros(X.shape[1] * problem["classes"]), X, y, *args)]
+    args, classes = (problem["lam"], problem["loss"]), problem["classes"]
+    trace = [value_grad(np.zeros(X.shape[1] * classes), X, y, *args)]
+
+    def stopping_gtol() -> float | None:  # the largest gradient tolerance that stops the trace at TARGET, if any
+        return first_stop([float(np.max(np.abs(g))) for _, g in trace],
+                          [gap(f, optimum) <= TARGET for f, _ in trace])
 
     def record(intermediate_result):
         trace.append(value_grad(intermediate_result.x, X, y, *args))
-        rel = [(f - optimum) / abs(optimum) for f, _ in trace]
-        if first_stop([np.max(np.abs(g)) for _, g in trace], [v <= TARGET for v in rel]) is not None:
+        if stopping_gtol() is not None:
             raise StopIteration
 
-    fit("scipy_lbfgsb", X, y, *args, 1e-14, problem["classes"], callback=record)
-    rel = [(f - optimum) / abs(optimum) for f, _ in trace]
-    gtol = first_stop([float(np.max(np.abs(g))) for _, g in trace], [v <= TARGET for v in rel])
-    tol, tries = gtol, []
+    fit("scipy_lbfgsb", X, y, *args, 1e-14, classes, callback=record)
+    gtol = tol = stopping_gtol()
+    tries = []
     for _ in range(6):
-        w, _ = fit("sklearn_lbfgs", X, y, *args, tol, problem["classes"])
-        tries.append({"tol": tol, "rel_suboptimality": (value_grad(w, X, y, *args)[0] - optimum) / abs(optimum)})
+        w, _ = fit("sklearn_lbfgs", X, y, *args, tol, classes)
+        tries.append({"tol": tol, "rel_suboptimality": gap(value_grad(w, X, y, *args)[0], optimum)})
         if tries[-1]["rel_suboptimality"] <= TARGET:
             break
         tol /= 10
-    saved = sorted(cache.glob("optimum/*.pt"))
     check = None
-    if saved:
-        w_star = torch.load(saved[0])["w"].numpy()
-        check = {"baseline_objective_at_package_optimum": value_grad(w_star, X, y, *args)[0], "package_optimum": optimum}
-        check["rel_difference"] = abs(check["baseline_objective_at_package_optimum"] - optimum) / abs(optimum)
+    if saved := sorted(cache.glob("optimum/*.pt")):
+        at_optimum = value_grad(torch.load(saved[0])["w"].numpy(), X, y, *args)[0]
+        check = {"baseline_objective_at_package_optimum": at_optimum, "package_optimum": optimum,
+                 "rel_difference": abs(at_optimum - optimum) / abs(optimum)}
     return {"scipy_gtol": gtol, "scipy_ftol": 0.0, "sklearn_tol": tol, "sklearn_tries": tries,
             "sklearn_C": 1.0 / (X.shape[0] * problem["lam"]), "objective_check": check}
+
+
+def gap(objective: float, optimum: float) -> float:
+    """The relative suboptimality (O(w) - O*) / |O*|."""
+    return (objective - optimum) / abs(optimum)
 
 
 # ---------------------------------------------------------------------- timed launches
@@ -232,9 +250,9 @@ def timed(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> 
         if "error" in t:
             return {"status": "launch_failed", "error": t["error"]}
         result = json.loads((out / "result.json").read_text())
-        return {**baseline_parts(t["start"], t["end"], t["answer"], result), "fit_s": result["fit_s"],
-                "iterations": result["iterations"],
-                "rel_suboptimality": (result["objective"] - chosen["optimum"]) / abs(chosen["optimum"])}
+        ends = {"launcher": result["process_start"] or t["start"], **result["marks"]}  # marks: imports, data, fit
+        return {**telescoped(t["start"], ends, t["answer"], t["end"]), "fit_s": result["fit_s"],
+                "iterations": result["iterations"], "rel_suboptimality": gap(result["objective"], chosen["optimum"])}
     np_ = {"horovodrun_np1": 1, "horovodrun_np2": 2}.get(variant)
     t = trained(out, [*problem["overrides"], f"algorithm={chosen['method']}", f"tol={chosen['tol']:.6g}", "rounds=200",
                       "quiet=true", *([] if np_ else ["workers=2"])], np=np_, timeout=1800)
@@ -243,10 +261,11 @@ def timed(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> 
     s = t["summary"]
     return {**package_parts(t["start"], t["end"], t["answer"], s["timeline"]), "status": s["status"],
             "rounds": s["rounds"], "allreduces": s["comm_rounds"], "time_s": s["time_s"],
-            "rel_suboptimality": (s["final_objective"] - chosen["optimum"]) / abs(chosen["optimum"])}
+            "rel_suboptimality": gap(s["final_objective"], chosen["optimum"])}
 
 
 def bench_problem(problem: dict, tmp: Path, repeats: int, quick: bool) -> dict:
+    """One problem: the untimed choices, then every variant ``repeats`` times, taking turns, and the goals."""
     from dane.synthetic.launchers import have_horovod
 
     if "skipped" in problem:
@@ -265,33 +284,14 @@ def bench_problem(problem: dict, tmp: Path, repeats: int, quick: bool) -> dict:
     def measure(variant: str, repeat: int) -> dict:
         run = {"repeat": repeat, "load_before": load(),
                **timed(variant, problem, chosen, calib, tmp / f"{problem['name']}_{variant}_{repeat}")}
-        print(f"{problem['name']} {variant} repeat {repeat}: " + (f"failed: {run['error']}" if "error" in run else
-              f"answer {run.get('answer_s', run.get('total_s', 0)):.2f} s") + f", load {run['load_before']}", flush=True)
+        what = f"failed: {run['error']}" if "error" in run else f"answer {run.get('answer_s', run.get('total_s', 0)):.2f} s"
+        print(f"{problem['name']} {variant} repeat {repeat}: {what}, load {run['load_before']}", flush=True)
         return run
 
     runs = interleave(variants, repeats, measure, rotate=True)
-    result["variants"] = {v: summarize(rs, BASELINE_PARTS if v in BASELINES else PARTS) if v not in BARE else
-                          {"runs": rs, "total_s": spread([r.get("total_s") for r in rs])} for v, rs in runs.items()}
-    result["goals"] = goals(result["variants"])
-    result["load_avg_end"] = load()
-    return result
-
-
-MEASURED = {
-    "launcher": "command start (time.time() in the benchmark) to rank 0's process start (/proc start tick against "
-                "CLOCK_BOOTTIME, `dane.loop.timeline.process_start`; 10 ms ticks)",
-    "imports": "rank 0's process start to its `config` mark (interpreter, imports, Hydra)",
-    "data": "`config` to `data` (the file read, the shard built)",
-    "reference": "`data` to `reference` (0: the timed runs ask for no optimum; O* is made untimed beforehand)",
-    "setup": "`data` (or `reference`) to `round0` (the algorithm built, the run directory opened)",
-    "rounds": "`round0` to `end` (rank 0's marks, on its clock)",
-    "write": "`end` to summary.json's modification time (the answer on disk)",
-    "exit": "summary.json's mtime to the command's return (time.time() in the benchmark)",
-    "baselines": "the same clock: command start, the process's start tick, its own marks (imports, data, fit, "
-                 "as time.time()), result.json's mtime, the return; fit_s is perf_counter around the fit alone",
-    "parts_sum": "the parts telescope: they add up to total_s (and all but exit to answer_s) to the marks' "
-                 "4-decimal rounding",
-}
+    result["variants"] = {v: {"runs": rs, "total_s": spread([r.get("total_s") for r in rs])} if v in BARE else
+                          summarize(rs) for v, rs in runs.items()}
+    return {**result, "goals": goals(result["variants"]), "load_avg_end": load()}
 
 
 def run(bench: Run) -> dict:
