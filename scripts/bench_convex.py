@@ -204,9 +204,9 @@ def run_problem(case: Problem, args, log) -> dict:
     f_star, grad_norm = reference_optimum(problem, min(case.workers))
     (n, d), split = table.X.shape, any("SPLIT MODE" in note for note in table.notes)
     out = {"data": case.data, "rows": int(n), "dim": int(d) * problem.num_classes(table.y), "loss": case.loss,
-           "lam": case.lam, "lam_convention": "(lam/2)||w||^2", "lam_why": case.lam_why, "data_notes": list(table.notes),
-           "f_star": f_star, "grad_norm_at_optimum": grad_norm, "optimum_s": time.perf_counter() - start,
-           "workers": {}}
+           "lam": case.lam, "lam_convention": "(lam/2)||w||^2", "lam_why": case.lam_why,
+           "data_notes": list(table.notes), "f_star": f_star, "grad_norm_at_optimum": grad_norm,
+           "optimum_s": time.perf_counter() - start, "workers": {}}
     log(f"{case.name}: {out['rows']} rows, d={out['dim']}, O*={f_star:.12g} ({out['optimum_s']:.1f} s)")
     title = f"{MODELS[case.loss][1]}, {case.label}{' t10k, split mode' if split else ''} ({n:,} rows x {d:,} features)"
     for m in case.workers:

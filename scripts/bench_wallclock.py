@@ -37,10 +37,14 @@ MEASURED = {
 
 
 # ---------------------------------------------------------------------- arithmetic
+def gap(objective: float, optimum: float) -> float:
+    """The relative suboptimality (O(w) - O*) / |O*|."""
+    return (objective - optimum) / abs(optimum)
+
+
 def telescoped(t_cmd: float, ends: dict[str, float], t_answer: float, t_exit: float) -> dict:
-    """A launch's parts (seconds) between consecutive marks on one clock: part k of ``ends`` ends at ``ends[k]``
-    (the first starts with the command), then ``write`` to the answer's mtime and ``exit`` to the command's return;
-    they add up to ``total_s`` (all but ``exit`` to ``answer_s``)."""
+    """A launch's parts between consecutive marks on one clock: the command's start, ``ends`` (each ends its part),
+    the answer's mtime (``write``), the return (``exit``); they add up to ``total_s`` (but ``exit``: ``answer_s``)."""
     marks = [t_cmd, *ends.values(), t_answer, t_exit]
     return {"parts": dict(zip([*ends, "write", "exit"], (b - a for a, b in zip(marks, marks[1:])))),
             "answer_s": t_answer - t_cmd, "total_s": t_exit - t_cmd}
@@ -225,11 +229,6 @@ def calibrate_baselines(problem: dict, optimum: float, cache: Path) -> dict:
             "sklearn_C": 1.0 / (X.shape[0] * problem["lam"]), "objective_check": check}
 
 
-def gap(objective: float, optimum: float) -> float:
-    """The relative suboptimality (O(w) - O*) / |O*|."""
-    return (objective - optimum) / abs(optimum)
-
-
 # ---------------------------------------------------------------------- timed launches
 def timed(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> dict:
     """One launch of ``variant``: its parts and what it reached, or ``status: launch_failed`` and the error."""
@@ -284,7 +283,8 @@ def bench_problem(problem: dict, tmp: Path, repeats: int, quick: bool) -> dict:
     def measure(variant: str, repeat: int) -> dict:
         run = {"repeat": repeat, "load_before": load(),
                **timed(variant, problem, chosen, calib, tmp / f"{problem['name']}_{variant}_{repeat}")}
-        what = f"failed: {run['error']}" if "error" in run else f"answer {run.get('answer_s', run.get('total_s', 0)):.2f} s"
+        answer = run.get("answer_s", run.get("total_s", 0))
+        what = f"failed: {run['error']}" if "error" in run else f"answer {answer:.2f} s"
         print(f"{problem['name']} {variant} repeat {repeat}: {what}, load {run['load_before']}", flush=True)
         return run
 
