@@ -1,4 +1,5 @@
-"""The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting."""
+"""The defaults benchmark (issue 23, item 7): each method at its defaults beside its own best setting; section
+``defaults``, one entry per cell and method (docs/benchmarks.md, section `defaults`)."""
 from __future__ import annotations
 
 import os
@@ -6,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-import dane
+from dane.problems import LogReg, Ridge
 from dane.records.provenance import code_version
 from dane.synthetic.defaults_data import FAMILIES, make
-from scripts.harness import Bench, Run, default_and_grid, first_at, fit_setting, local_work_to, optimum_of, option, relative
-
-ROOT = Path(__file__).resolve().parents[1]
+from scripts.harness import (Bench, Run, default_and_grid, first_at, fit_setting, kept, local_work_to, optimum_of,
+                             option, relative)
 
 REL_TOL = 1e-8
 MU_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0)
@@ -47,13 +47,12 @@ METHODS: dict[str, tuple[str, dict, list[dict], float]] = {
     "scaffnew": ("scaffnew", {}, [{"p_times_default": c} for c in (0.5, 4.0)] +
                  [{"lr_times_default": 0.5, "p_times_default": 1.0}], 2.0),  # p = null needs lr = null: both given
 }
-CAPS = {"admm": 1300, "gd": 6400,  # at least twice the best grid setting's allreduces in every cell, so "within 2x" is measurable
-        "sdane": 150, "acc_sdane": 150, "feddane": 150}  # (2 allreduces a round)
+#: round caps: at least twice the best grid setting's allreduces in every cell, so that "within 2x" is measurable
+CAPS = {"admm": 1300, "gd": 6400, "sdane": 150, "acc_sdane": 150, "feddane": 150}  # (the last three: 2 a round)
 #: methods whose fixed point is not the optimum on differing shards (FedProx's client drift): they reach a
 #: floor, not the target, and end there with their diagnosis; judged on that, not on "within 2x"
 FLOORED = ("fedprox", "fedavg")
-CAP = 300
-QUICK_CAP = 200
+CAP, QUICK_CAP = 300, 200
 
 
 def smoothness(X: np.ndarray, loss: str, lam: float, fit_intercept: bool) -> float:
@@ -63,40 +62,33 @@ def smoothness(X: np.ndarray, loss: str, lam: float, fit_intercept: bool) -> flo
 
 
 def to_target(records: list[dict]) -> dict:
-    """Rounds and allreduces to the first record with (O − O*)/|O*| <= REL_TOL; the best reached; peak_rise; the
-    clients' local passes, HVPs, Hessians formed and factorizations to it where the records count them
-    (`local_work_to`)."""
+    """Rounds and allreduces to the first record at relative suboptimality REL_TOL, the best reached, and for a run
+    that got there ``peak_rise`` and the clients' local work to it (`local_work_to`)."""
     star = optimum_of(records)
-    if star is None:
-        return {"reached": False, "rounds": None, "comm_rounds": None, "best_rel_suboptimality": None}
-    rel = relative(records, star)
+    rel = [] if star is None else relative(records, star)
     hit = first_at(rel, REL_TOL)
-    row = {"reached": hit is not None, "rounds": None if hit is None else records[hit]["round"],
-           "comm_rounds": None if hit is None else records[hit]["comm_rounds"],
-           "best_rel_suboptimality": min(rel)}
-    if hit is not None and rel[0] > 0:
-        row["peak_rise"] = max(rel[: hit + 1]) / rel[0]
+    row = {"reached": hit is not None, "rounds": None, "comm_rounds": None,
+           "best_rel_suboptimality": min(rel, default=None)}
     if hit is not None:
+        row.update(rounds=records[hit]["round"], comm_rounds=records[hit]["comm_rounds"])
+        if rel[0] > 0:
+            row["peak_rise"] = max(rel[: hit + 1]) / rel[0]
         row.update(local_work_to(records, hit))
     return row
 
 
-def measure_run(result, settings: dict, keys: dict) -> dict:
-    """A run's row (after its settings): its status, its cost to the target (`to_target`), and ``stopped_by``, the one
-    line that says why a run ended without it (a method's diagnosis); the keys a setting resolved to."""
-    return {"status": result.status, "stopped_by": result.summary.get("stopped_by"), **to_target(result.records),
-            **({"keys": keys} if keys != settings else {})}
-
-
 def run_method(problem, method: str, workers: int, L: float, cap: int) -> tuple[dict, list[dict]]:
-    """The method's default run (keeping what it chose, ``first_record``: `scripts.harness.CHOSEN` of its first
-    record, for its grid's ``X_times_default``) and a run per setting of its grid (`scripts.harness`)."""
+    """The method's default run (``first_record``: what it chose, which its grid's ``X_times_default`` multiplies)
+    and a run per setting of its grid (`scripts.harness.fit_setting`)."""
     algorithm, default_keys, grid, _ = METHODS[method]
 
+    def measure(result, settings: dict, keys: dict) -> dict:  # stopped_by: why a run ended short (its diagnosis)
+        return {"status": result.status, "stopped_by": result.summary.get("stopped_by"), **to_target(result.records),
+                **({"keys": keys} if keys != settings else {})}
+
     def run(settings: dict, chosen: dict | None) -> tuple[dict, dict | None]:
-        return fit_setting(problem, algorithm, settings, measure_run, {"reached": False},
-                           given={"L": L, "chosen": chosen}, extra={}, digits=3, workers=workers, rounds=cap,
-                           tol=REL_TOL)
+        return fit_setting(problem, algorithm, settings, measure, {"reached": False}, given={"L": L, "chosen": chosen},
+                           extra={}, digits=3, workers=workers, rounds=cap, tol=REL_TOL)
 
     default, runs, chosen = default_and_grid(run, default_keys, grid)
     if chosen is not None:
@@ -121,36 +113,14 @@ def judge(method: str, default: dict, grid: list[dict]) -> dict:
     return out
 
 
-def run_cell(family: str, loss: str, lam: float, workers: int, methods: list[str], quick: bool, log,
-             code: dict) -> dict:
-    X, y, fit_intercept = make(family, loss, **({"n": 400} if quick else {}))
-    make_problem = dane.problems.Ridge if loss == "squared" else dane.problems.LogReg
-    problem = make_problem(X, y, lam=lam, fit_intercept=fit_intercept, optimum="auto")
-    L = smoothness(X, loss, lam, fit_intercept)
-    cell = {"family": family, "loss": loss, "lam": lam, "workers": workers, "rows": int(X.shape[0]),
-            "dim": int(X.shape[1]) + int(fit_intercept), "L": L, "methods": {}}
-    for method in methods:
-        cap = QUICK_CAP if quick else CAPS.get(METHODS[method][0], CAP)
-        default, runs = run_method(problem, method, workers, L, cap)
-        cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs,
-                                   **judge(method, default, runs), "code": code}
-        log(f"  {method}: default {default['comm_rounds']} allreduces ({default['status']})")
-    return cell
-
-
 def cells(args) -> list[tuple[str, str, float, int]]:
+    """(family, loss, λ, m) per cell: ``--quick``'s well-conditioned one (every method reaches the target), else the
+    flags' product (large_targets: ridge only)."""
     if args.quick:
-        return [("large_targets", "squared", 1e-3, 4)]  # well conditioned: every method reaches the target
-    out = []
-    for family in args.families:
-        for loss in ("squared",) if family == "large_targets" else ("squared", "logistic"):
-            if loss in args.losses:
-                out += [(family, loss, lam, m) for lam in args.lams for m in args.workers]
-    return out
-
-
-def cell_key(family: str, loss: str, lam: float, workers: int) -> str:
-    return f"{family}/{'ridge' if loss == 'squared' else 'logistic'}/lam={lam:g}/m={workers}"
+        return [("large_targets", "squared", 1e-3, 4)]
+    return [(family, loss, lam, m) for family in args.families for loss in ("squared", "logistic")
+            if loss in args.losses and (loss == "squared" or family != "large_targets")
+            for lam in args.lams for m in args.workers]
 
 
 def misses(report: dict) -> list[str]:
@@ -171,9 +141,10 @@ def misses(report: dict) -> list[str]:
 
 
 def run(bench: Run) -> dict:
+    """Each cell saved as it ends; with ``--only``, the other methods' rows of ``--out`` (same ``--quick``) kept."""
     args = bench.args
-    os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
-    methods, keep = args.only or list(METHODS), args.only is not None and bench.earlier.get("quick") == args.quick
+    os.environ.setdefault("DANE_CACHE_DIR", str(Path(__file__).resolve().parents[1] / "results" / "cache"))  # O* once
+    methods, earlier = args.only or list(METHODS), kept(bench) if args.only else {}
     code = code_version()  # per method row too: --only reruns one method on newer code
     report = {**bench.header(), "quick": args.quick, "code": code,
               "target": f"relative suboptimality (O(w) - O*) / |O*| <= {REL_TOL:g} (dane.fit tol)",
@@ -181,14 +152,23 @@ def run(bench: Run) -> dict:
                        "(safeguarded DANE: 1.5x of the best fixed mu)",
               "methods": {m: {"algorithm": a, "default": d, "grid": g, "goal_factor": f}
                           for m, (a, d, g, f) in METHODS.items()},
-              "cells": dict(bench.earlier.get("cells", {})) if keep else {}, **({"rerun_of": methods} if keep else {})}
+              "cells": dict(earlier.get("cells", {})), **({"rerun_of": methods} if earlier else {})}
     for family, loss, lam, m in cells(args):
-        key = cell_key(family, loss, lam, m)
+        key = f"{family}/{'ridge' if loss == 'squared' else 'logistic'}/lam={lam:g}/m={m}"
         bench.log(key)
-        cell = run_cell(family, loss, lam, m, methods, args.quick, bench.log, code)
-        if keep and key in report["cells"]:
-            cell["methods"] = {**report["cells"][key]["methods"], **cell["methods"]}
-        report["cells"][key] = cell
+        X, y, fit_intercept = make(family, loss, **({"n": 400} if args.quick else {}))
+        problem = (Ridge if loss == "squared" else LogReg)(X, y, lam=lam, fit_intercept=fit_intercept, optimum="auto")
+        L = smoothness(X, loss, lam, fit_intercept)
+        cell = report["cells"][key] = {
+            "family": family, "loss": loss, "lam": lam, "workers": m, "rows": int(X.shape[0]),
+            "dim": int(X.shape[1]) + int(fit_intercept), "L": L,
+            "methods": dict(report["cells"].get(key, {}).get("methods", {}))}  # an earlier run's others kept
+        for method in methods:
+            cap = QUICK_CAP if args.quick else CAPS.get(METHODS[method][0], CAP)
+            default, runs = run_method(problem, method, m, L, cap)
+            cell["methods"][method] = {"round_cap": cap, "default": default, "grid": runs,
+                                       **judge(method, default, runs), "code": code}
+            bench.log(f"  {method}: default {default['comm_rounds']} allreduces ({default['status']})")
         report["misses"] = misses(report)
         bench.save(report)  # after each cell, so an interrupted run keeps what it measured
     return bench.finish(report)

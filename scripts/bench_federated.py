@@ -1,4 +1,5 @@
-"""The federated benchmark (issue 33, item 5): the S-DANE paper's setting on a LIBSVM table (docs/benchmarks.md)."""
+"""The federated benchmark (issue 33, item 5): the S-DANE paper's setting on a LIBSVM table, each setting of
+`SETTINGS` into its own section (docs/benchmarks.md, section `federated`)."""
 from __future__ import annotations
 
 import argparse
@@ -18,19 +19,10 @@ from dane.problems.linear_models import LinearModelConfig
 from dane.records.provenance import code_version
 from dane.synthetic.bench_file import read_bench
 from scripts.bench_defaults import SCAFFOLD_GRID
-from scripts.harness import Bench, Run, count, data_dir, default_and_grid, first_at, fit_setting, load, local_work_to, now, optimum_of, option, relative, work_to
+from scripts.harness import (Bench, Run, count, data_dir, default_and_grid, first_at, fit_setting, load,
+                             local_work_to, now, optimum_of, option, relative)
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = "federated"
-#: the settings: ``hard`` is the S-DANE paper's (m = 100 under Dirichlet 0.5, where few methods reach 1e-8 within
-#: the caps); ``mild`` has fewer clients and a larger α, where they do and can be ranked by rounds and uplink bytes
-SETTINGS = {"hard": {"dataset": "phishing", "workers": 100, "clients": [100, 10], "alpha": 0.5, "key": KEY,
-                     "lam": 1e-3},
-            "mild": {"dataset": "phishing", "workers": 20, "clients": [20, 10], "alpha": 1.0, "key": f"{KEY}_mild",
-                     "lam": 1e-3},
-            "quadratic": {"dataset": "quadratic", "workers": 5, "clients": [5], "alpha": None, "iid": True,
-                          "key": f"{KEY}_quadratic", "caps": [200, 200], "lam": 1e-6, "delta": 0.1}}
-QUADRATIC_METHODS = ("dane", "sdane", "acc_sdane")
 #: the quadratic's prox weights, multiples of δ_A: the theory's λ = δ_A down to S-DANE's full-participation default
 #: floor δ_A/512; DANE's μ runs on the same multiples (and at 0), so that the three compare at equal prox weight
 QUADRATIC_PROX = (1.0, 1 / 8, 1 / 32, 1 / 512)
@@ -38,16 +30,26 @@ QUADRATIC_GRIDS = {"dane": [{"safeguard": False, "mu": 0.0},
                             *({"safeguard": False, "mu_per_delta": c} for c in QUADRATIC_PROX)],
                    "sdane": [{"lam_per_delta": c} for c in QUADRATIC_PROX],
                    "acc_sdane": [{"lam_per_delta": c} for c in QUADRATIC_PROX]}
-SETTINGS["quadratic"]["grids_of"] = QUADRATIC_GRIDS
+#: the settings: ``hard`` is the S-DANE paper's (m = 100 under Dirichlet 0.5, where few methods reach 1e-8 within
+#: the caps); ``mild`` has fewer clients and a larger α, where they do and can be ranked by rounds and uplink bytes;
+#: ``quadratic`` (any run on it) runs DANE, S-DANE and Acc-S-DANE, on its own grids
+SETTINGS = {"hard": {"dataset": "phishing", "workers": 100, "clients": [100, 10], "alpha": 0.5, "key": KEY,
+                     "lam": 1e-3},
+            "mild": {"dataset": "phishing", "workers": 20, "clients": [20, 10], "alpha": 1.0, "key": f"{KEY}_mild",
+                     "lam": 1e-3},
+            "quadratic": {"dataset": "quadratic", "workers": 5, "clients": [5], "alpha": None, "iid": True,
+                          "key": f"{KEY}_quadratic", "caps": [200, 200], "lam": 1e-6, "delta": 0.1,
+                          "grids_of": QUADRATIC_GRIDS}}
 TARGETS = (1e-4, 1e-8)
 SECOND_ORDER_CAP, FIRST_ORDER_CAP = 60, 200  # the caps of a setting that gives none (hard, mild)
+PROX_PER_DELTA = (1.0, 1 / 8, 1 / 32)  # the DANE line's prox weights, as multiples of δ_A
 #: method -> (algorithm, samples clients, round cap, grid: `scripts.harness.resolve`'s settings, ``X_per_delta``
 #: multiples of δ_A; SCAFFOLD's and FedAvg's at their defaults' local work per round, K = 10, as bench_defaults's)
 METHODS: dict[str, tuple[str, bool, int, list[dict]]] = {
-    "sdane": ("sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
-    "acc_sdane": ("acc_sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
-    "feddane": ("feddane", True, SECOND_ORDER_CAP, [{"mu_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
-    "fedred": ("fedred", True, FIRST_ORDER_CAP, [{"lam_per_delta": c} for c in (1.0, 1 / 8, 1 / 32)]),
+    "sdane": ("sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in PROX_PER_DELTA]),
+    "acc_sdane": ("acc_sdane", True, SECOND_ORDER_CAP, [{"lam_per_delta": c} for c in PROX_PER_DELTA]),
+    "feddane": ("feddane", True, SECOND_ORDER_CAP, [{"mu_per_delta": c} for c in PROX_PER_DELTA]),
+    "fedred": ("fedred", True, FIRST_ORDER_CAP, [{"lam_per_delta": c} for c in PROX_PER_DELTA]),
     "fedprox": ("fedprox", True, FIRST_ORDER_CAP, [{"mu": mu} for mu in (1e-3, 0.1, 1.0)]),  # the paper's grid
     "scaffold": ("scaffold", True, FIRST_ORDER_CAP, SCAFFOLD_GRID),
     "fedavg": ("fedavg", True, FIRST_ORDER_CAP, [{"lr_times_L": c} for c in (0.25, 1.0)]),
@@ -82,24 +84,30 @@ def problem_config(args, folder: Path) -> LinearModelConfig | ControlledQuadrati
 
 
 def at_targets(records: list[dict]) -> dict:
-    """Per target, the first record at or below it (`reached`); the best relative suboptimality reached."""
+    """Per target, the first record at or below it: its rounds, allreduces, simulated time, communicator bytes and
+    the work spent to reach it (uplink and downlink bytes, `local_work_to`); the best relative suboptimality."""
     star = optimum_of(records)
     if star is None:
         return {"targets": {}, "best_rel_suboptimality": None}
     rel = relative(records, star)
+
+    def reached(hit: int) -> dict:
+        r = records[hit]
+        return {"rounds": r["round"], "comm_rounds": r["comm_rounds"], "time_s": float(r["time_s"]),
+                "uplink_bytes": r.get("uplink_bytes"), "downlink_bytes": r.get("downlink_bytes"),
+                "bytes_sent": r["bytes_sent"], **local_work_to(records, hit)}
+
     hits = {f"{target:g}": first_at(rel, target) for target in TARGETS}
-    return {"targets": {t: None if hit is None else reached(records, hit) for t, hit in hits.items()},
+    return {"targets": {t: None if hit is None else reached(hit) for t, hit in hits.items()},
             "best_rel_suboptimality": min(rel)}
 
 
-def reached(records: list[dict], hit: int) -> dict:
-    """Record ``hit``'s rounds, allreduces, simulated time and communicator bytes, and the work spent to reach it
-    (`work_to`): the participants' uplink and downlink bytes, the clients' local passes, HVPs, Hessians formed and
-    factorizations where counted (`local_work_to`)."""
-    r = records[hit]
-    return {"rounds": r["round"], "comm_rounds": r["comm_rounds"], "time_s": float(r["time_s"]),
-            **{k: work_to(records, hit, k) for k in ("uplink_bytes", "downlink_bytes")}, "bytes_sent": r["bytes_sent"],
-            **local_work_to(records, hit)}
+def prox_weight(records: list[dict]) -> float | None:
+    """The proximal weight the run started with (round 0's λ of S-DANE, μ of DANE and FedDANE): a null default's
+    resolved value; None for a method that records none."""
+    first = records[0] if records else {}
+    value = first.get("lam", first.get("mu"))
+    return None if value is None else float(value)
 
 
 def run_method(config, method: str, s: int, args, similarity: dict, grid: list[dict]) -> tuple[dict, list[dict]]:
@@ -121,14 +129,6 @@ def run_method(config, method: str, s: int, args, similarity: dict, grid: list[d
 
     default, runs, _ = default_and_grid(run, {}, grid)
     return default, runs
-
-
-def prox_weight(records: list[dict]) -> float | None:
-    """The proximal weight the run started with (round 0's λ of S-DANE, μ of DANE and FedDANE): a null default's
-    resolved value; None for a method that records none."""
-    first = records[0] if records else {}
-    value = first.get("lam", first.get("mu"))
-    return None if value is None else float(value)
 
 
 def rounds_to(run: dict, target: float = TARGETS[-1]) -> int | None:
@@ -154,16 +154,11 @@ def judge(default: dict, grid: list[dict]) -> dict:
 
 def time_spread(runs: list[dict]) -> dict | None:
     """Simulated time to the last target over the repeats of a default (rounds and bytes are deterministic)."""
-    times = [run["targets"].get(f"{TARGETS[-1]:g}") for run in runs]
-    if any(t is None for t in times):
+    hits = [run["targets"].get(f"{TARGETS[-1]:g}") for run in runs]
+    if any(hit is None for hit in hits):
         return None
-    values = [t["time_s"] for t in times]
+    values = [hit["time_s"] for hit in hits]
     return {"repeats": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
-def run_stamp(report: dict) -> dict:
-    """When a run started and the load average then (the table's provenance)."""
-    return {"started_at": report.get("started_at", "?"), "load_avg": report.get("machine", {}).get("load_avg")}
 
 
 def dissimilarity(config, m: int) -> dict:
@@ -188,29 +183,17 @@ def with_earlier(report: dict, earlier: dict, args) -> dict:
         s, method = key.removeprefix("s=").split("/", 1)
         return (clients.index(int(s)) if int(s) in clients else len(clients), list(METHODS).index(method))
 
+    def stamp(run: dict) -> dict:
+        return {"started_at": run.get("started_at", "?"), "load_avg": run.get("machine", {}).get("load_avg")}
+
     return {**report, "clients": clients, "rows": {k: rows[k] for k in sorted(rows, key=order)},
             "methods": {**earlier.get("methods", {}), **report.get("methods", {})},
-            "runs": [*earlier.get("runs", [run_stamp(earlier)]), run_stamp(report)]}
+            "runs": [*earlier.get("runs", [stamp(earlier)]), stamp(report)]}
 
 
 def grid_of(args, method: str) -> list[dict]:
     """The method's grid in this setting: the setting's own (``grids_of``, the quadratic's) or `METHODS`'."""
     return (getattr(args, "grids_of", None) or {}).get(method, METHODS[method][3])
-
-
-def header(args, bench: Run, methods: list[str]) -> dict:
-    """What a setting's section states before its rows."""
-    quadratic = args.dataset == "quadratic"
-    return {"started_at": now(), "machine": bench.machine, "quick": args.quick, "setting": args.setting,
-            "code": code_version(), "dataset": args.dataset, "workers": args.workers, "clients": args.clients,
-            "sharding": "iid" if args.alpha is None else f"dirichlet alpha={args.alpha:g}", "lam": args.lam,
-            **({"delta": args.delta, "problem": ControlledQuadratic.__doc__.splitlines()[0]} if quadratic else {}),
-            "seed": args.seed, "targets": [f"{t:g}" for t in TARGETS],
-            "target": "relative suboptimality (O(w) - O*) / |O*|, O* from optimum=auto",
-            "round_caps": {"newton_type": args.caps[0], "first_order": args.caps[1]}, "grids": not args.defaults_only,
-            "methods": {m: {"algorithm": a, "samples_clients": sc, "round_cap": c, "grid": grid_of(args, m)}
-                        for m, (a, sc, c, _) in METHODS.items() if m in methods},
-            "rows": {}}
 
 
 def run_setting_rows(args, bench: Run) -> dict:
@@ -220,15 +203,24 @@ def run_setting_rows(args, bench: Run) -> dict:
     quadratic = args.dataset == "quadratic"
     if args.quick and not quadratic:
         args.workers, args.clients, args.dataset = 8, [8, 4], "quick"
-    methods = args.only or (list(QUADRATIC_METHODS) if quadratic else list(QUICK_METHODS) if args.quick
-                            else list(METHODS))
-    os.environ.setdefault("DANE_CACHE_DIR", str(ROOT / "results" / "cache"))  # O* once per problem, then read
-    bench.start, log = time.perf_counter(), bench.log  # wall_s: this setting's
-    report, earlier = header(args, bench, methods), read_bench(bench.path).get(args.key, {})
+    methods = args.only or list(QUADRATIC_GRIDS if quadratic else QUICK_METHODS if args.quick else METHODS)
+    os.environ.setdefault("DANE_CACHE_DIR", str(Path(__file__).resolve().parents[1] / "results" / "cache"))  # O* once
+    bench.start = time.perf_counter()  # wall_s: this setting's
+    report = {"started_at": now(), "machine": bench.machine, "quick": args.quick, "setting": args.setting,
+              "code": code_version(), "dataset": args.dataset, "workers": args.workers, "clients": args.clients,
+              "sharding": "iid" if args.alpha is None else f"dirichlet alpha={args.alpha:g}", "lam": args.lam,
+              **({"delta": args.delta, "problem": ControlledQuadratic.__doc__.splitlines()[0]} if quadratic else {}),
+              "seed": args.seed, "targets": [f"{t:g}" for t in TARGETS],
+              "target": "relative suboptimality (O(w) - O*) / |O*|, O* from optimum=auto",
+              "round_caps": {"newton_type": args.caps[0], "first_order": args.caps[1]}, "grids": not args.defaults_only,
+              "methods": {m: {"algorithm": a, "samples_clients": sc, "round_cap": c, "grid": grid_of(args, m)}
+                          for m, (a, sc, c, _) in METHODS.items() if m in methods}, "rows": {}}
+    earlier = read_bench(bench.path).get(args.key, {})
     with tempfile.TemporaryDirectory() as tmp:
         config = problem_config(args, Path(tmp))
         similarity = report["similarity"] = dissimilarity(config, args.workers)
-        log(f"{args.dataset}, m={args.workers}, {report['sharding']}: delta_A {similarity['delta_mean_square']:.3g}")
+        bench.log(f"{args.dataset}, m={args.workers}, {report['sharding']}: "
+                  f"delta_A {similarity['delta_mean_square']:.3g}")
         for s in args.clients:
             for method in methods:
                 key = f"s={s}/{method}"
@@ -242,7 +234,7 @@ def run_setting_rows(args, bench: Run) -> dict:
                 if args.repeats > 1:
                     again = [run_method(config, method, s, args, similarity, [])[0] for _ in range(args.repeats - 1)]
                     row["time_s_at_defaults"] = time_spread([default, *again])
-                log(f"  {key}: default {rounds_to(default)} rounds ({default['status']}), best {row['best']}")
+                bench.log(f"  {key}: default {rounds_to(default)} rounds ({default['status']}), best {row['best']}")
                 report["load_avg_now"] = load()
                 bench.save(with_earlier(report, earlier, args), args.key)
         config.release()

@@ -20,17 +20,14 @@ METHODS = {"fedavg": ("fedavg", {}), "fedprox": ("fedprox", {"mu": 1.0}),
 LAM = 1e-3  # the paper's model declares l2_regularizer(0.001) (its TF code never adds it to the loss it minimizes)
 
 
-def problem(setting: str, seed: int) -> LinearModelConfig:
-    alpha, beta, iid = PAPER_SETS[setting]
-    return LinearModelConfig(name="softmax", loss="softmax", classes=10, lam=LAM, seed=seed,
-                             data=SyntheticSource(alpha=alpha, beta=beta, iid=iid, seed=seed))
-
-
 def one(setting: str, method: str, rounds: int, clients: int, seed: int, local: dict) -> dict:
-    algorithm, keys = METHODS[method]
+    """One `dane.api.fit` of ``method`` on the paper's softmax model of ``setting``: its keys, status and objectives."""
+    (algorithm, keys), (alpha, beta, iid) = METHODS[method], PAPER_SETS[setting]
     keys = {**local, **keys, "clients_per_round": clients, "paper": True}
+    problem = LinearModelConfig(name="softmax", loss="softmax", classes=10, lam=LAM, seed=seed,
+                                data=SyntheticSource(alpha=alpha, beta=beta, iid=iid, seed=seed))
     start = time.perf_counter()
-    result = fit(problem(setting, seed), algorithm, workers=30, rounds=rounds, seed=seed, **keys)
+    result = fit(problem, algorithm, workers=30, rounds=rounds, seed=seed, **keys)
     objective = [float(f"{r['objective']:.8g}") for r in result.records]
     return {"setting": setting, "method": method, "algorithm": algorithm, "keys": keys, "status": result.status,
             "rounds": result.records[-1]["round"], "objective": objective,
@@ -48,8 +45,9 @@ def run(bench: Run) -> dict:
         for method in args.only or list(METHODS):
             bench.log(f"{setting} {method}")
             runs[f"{setting}/{method}"] = one(setting, method, rounds, args.clients, args.seed, local)
-            bench.save({**section, "runs": list(runs.values())})
-    return bench.finish({**section, "runs": list(runs.values())})
+            section["runs"] = list(runs.values())
+            bench.save(section)
+    return bench.finish(section)
 
 
 BENCH = Bench(KEY, run, "the FedProx paper's Synthetic(a,b) comparison: FedAvg, FedProx mu=1, FedDANE, S-DANE, "

@@ -13,11 +13,11 @@ from scripts.harness import Bench, count, data_dir, first_at, grid, option
 
 TARGETS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 GRID = (0.25, 0.5, 2.0, 4.0)
-STEP_GRID = (0.5, 2.0, 4.0)  # --fedred: multiples of the default's local step count K
+STEP_GRID = (0.5, 2.0, 4.0)  # fedred: multiples of the default's local step count K
 DATA_DIR = data_dir()
 
 
-def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: float | None,
+def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: float | None = None,
         extra: tuple[str, ...] = (), tol: float = 1e-8) -> dict:
     """One in-process run (`dane.loop.launch.execute`): its λ (or K) and the first round at each of `TARGETS`;
     a run that raises (a diverging λ of the grid) is a row with the error's name as its status."""
@@ -27,7 +27,7 @@ def one(method: str, table: str, m: int, shard: str, s: int, rounds: int, lam: f
     job += [] if s == m else [f"algorithm.clients_per_round={s}"]
     job += [] if lam is None else [f"algorithm.lam={lam!r}"]
     collected, start = {}, time.perf_counter()
-    try:
+    try:  # not harness.in_process: a run that diverges raises after it collected the records this row keeps
         status = execute(run_spec(compose_job(tuple(job + list(extra)))), None, collect=collected)["status"]
     except Exception as error:  # noqa: BLE001 -- a row, not the end of the bench
         status = type(error).__name__
@@ -53,54 +53,54 @@ def fewest(rows: list[dict], target: float) -> dict:
             "ratio": None if mine is None or best is None else mine / best}
 
 
-def beside(default: dict, method: str, cell: tuple, variants, tol: float = 1e-8) -> list[dict]:
-    """``default`` and a run of ``method`` per ``(role, lam, extra overrides)`` of ``variants`` in ``cell``."""
-    return [dict(default, role="default"),
-            *(dict(one(method, *cell, lam, extra, tol), role=role) for role, lam, extra in variants)]
+def lam_rows(method: str, here: tuple, old: float, factors) -> list[dict]:
+    """``method`` in ``here`` at its default λ, at ``old`` (the full-participation default it replaced) and at the
+    default times each of ``factors``, each row with its ``role``."""
+    default = one(method, *here)
+    return [dict(default, role="default"), dict(one(method, *here, old), role="old_default"),
+            *(dict(one(method, *here, f * default["lam"]), role=f"default x {f:g}") for f in factors)]
 
 
 def cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
-    old = one("sdane", table, m, shard, m, 1, None)["lam"]  # the full-participation defaults (δ_A rules)
-    old_acc = one("acc_sdane", table, m, shard, m, 1, None)["lam"]
+    """``sdane``: S-DANE at its default, its full-participation default and the default times `GRID`; Acc-S-DANE at
+    its two defaults."""
+    old = one("sdane", table, m, shard, m, 1)["lam"]  # the full-participation defaults (δ_A rules)
+    old_acc = one("acc_sdane", table, m, shard, m, 1)["lam"]
     here = (table, m, shard, s, rounds)
-    default = one("sdane", *here, None)
-    rows = beside(default, "sdane", here, [("old_default", old, ()),
-                                           *((f"default x {f:g}", f * default["lam"], ()) for f in GRID)])
-    rows += beside(one("acc_sdane", *here, None), "acc_sdane", here, [("old_default", old_acc, ())])
+    rows = lam_rows("sdane", here, old, GRID) + lam_rows("acc_sdane", here, old_acc, ())
     return {**where(table, m, shard, s), "old_default_lam": old, "acc_old_default_lam": old_acc,
-            "default_lam": default["lam"], "target": target, "rows": rows,
+            "default_lam": rows[0]["lam"], "target": target, "rows": rows,
             "summary": {**fewest([r for r in rows if r["method"] == "sdane"], target),
-                        "default_floor": default["best_rel"], "old_default_floor": rows[1]["best_rel"]}}
+                        "default_floor": rows[0]["best_rel"], "old_default_floor": rows[1]["best_rel"]}}
 
 
 def acc_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
-    """``--acc``: Acc-S-DANE alone at its default, its full-participation default and the default times 1/2 and 2."""
-    old = one("acc_sdane", table, m, shard, m, 1, None)["lam"]
-    here = (table, m, shard, s, rounds)
-    default = one("acc_sdane", *here, None)
-    rows = beside(default, "acc_sdane", here, [("old_default", old, ()),
-                                               *((f"default x {f:g}", f * default["lam"], ()) for f in (0.5, 2.0))])
+    """``acc``: Acc-S-DANE alone at its default, its full-participation default and the default times 1/2 and 2."""
+    old = one("acc_sdane", table, m, shard, m, 1)["lam"]
+    rows = lam_rows("acc_sdane", (table, m, shard, s, rounds), old, (0.5, 2.0))
     summary = fewest(rows, target)
     del summary["ratio"]
-    return {**where(table, m, shard, s), "old_default_lam": old, "default_lam": default["lam"], "target": target,
-            "rows": rows, "summary": {**summary, "default_floor": default["best_rel"],
+    return {**where(table, m, shard, s), "old_default_lam": old, "default_lam": rows[0]["lam"], "target": target,
+            "rows": rows, "summary": {**summary, "default_floor": rows[0]["best_rel"],
                                       "old_default_floor": rows[1]["best_rel"],
                                       "grid_best_floor": min(r["best_rel"] for r in rows if r["best_rel"] is not None)}}
 
 
 def fedred_cell(table: str, m: int, shard: str, s: int, rounds: int, target: float) -> dict:
-    """``--fedred``: FedRed's default beside ten steps, the default's K times `STEP_GRID` and S-DANE's sampled λ."""
-    sdane_lam = one("sdane", table, m, shard, s, 1, None)["lam"]  # S-DANE's sampled default λ_S (one round)
-    here, ten = (table, m, shard, s, rounds), ("algorithm.local_steps=10",)
-    default = one("fedred", *here, None, tol=target)
+    """``fedred``: FedRed's default beside ten steps, the default's K times `STEP_GRID` and S-DANE's sampled λ, each
+    run to ``target``."""
+    sdane_lam = one("sdane", table, m, shard, s, 1)["lam"]  # S-DANE's sampled default λ_S (one round)
+    run, ten = partial(one, "fedred", table, m, shard, s, rounds, tol=target), ("algorithm.local_steps=10",)
+    default = run()
     steps = default["local_steps"]
-    rows = beside(default, "fedred", here, [
-        ("old_default", None, ten),
-        *((f"local_steps x {f:g}", None, (f"algorithm.local_steps={max(1, round(f * steps))}",)) for f in STEP_GRID),
-        ("sdane_sampled_lam", sdane_lam, ten)], tol=target)
+    rows = [dict(default, role="default"), dict(run(extra=ten), role="old_default"),
+            *(dict(run(extra=(f"algorithm.local_steps={max(1, round(f * steps))}",)), role=f"local_steps x {f:g}")
+              for f in STEP_GRID),
+            dict(run(sdane_lam, ten), role="sdane_sampled_lam")]
     return {**where(table, m, shard, s), "default_local_steps": steps, "default_lam": default["lam"],
             "sdane_sampled_lam": sdane_lam, "target": target, "rows": rows,
-            "summary": {**fewest(rows, target), "old_default_rounds_to_target": rows[1]["first_round_at"][f"{target:g}"]}}
+            "summary": {**fewest(rows, target),
+                        "old_default_rounds_to_target": rows[1]["first_round_at"][f"{target:g}"]}}
 
 
 def missing_tables(args) -> str | None:
@@ -128,6 +128,7 @@ BENCH = Bench("sampled_lambda", grid(cells, optional=("acc", "fedred"), skip=mis
                        option("--workers", type=count, default=80),
                        option("--fraction", type=float, default=0.1, help="s = fraction · m clients a round"),
                        option("--rounds", type=count, default=300),
-                       option("--target", type=float, default=1e-3, help="relative suboptimality of the rounds-to-target"),
+                       option("--target", type=float, default=1e-3,
+                              help="relative suboptimality of the rounds-to-target"),
                        option("--skip-without-data", action="store_true",
                               help="exit 0 where the tables are missing (the section then says so)")))
