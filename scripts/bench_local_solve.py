@@ -1,20 +1,20 @@
-"""The cost of one DANE local solve against d, by Cholesky and by CG: JSON section ``local_solve_cost``, one row of
-`scripts.harness.grid` per case ``d=D LAYOUT SOLVER`` (docs/benchmarks.md, section `local_solve`).  The solve:
-w_i = argmin O_i(w) - <grad O_i(w_t) - eta g, w>, lam = 1e-3, w_t = 0, g the worker's own gradient (eta = 1, mu = 0),
-one torch thread.  ``first_round_s`` forms H_i and its Cholesky factor (a round whose mu changed), ``round_s`` is the
-next solve at the same mu (Cholesky reuses the factor; CG solves again); ``peak_mb``: VmHWM minus ``baseline_mb``
-(after the imports), ``peak_with_data_only_mb`` the same before any solve; ``relative_gradient_after``: |grad phi| at
-the solution over |g|."""
+"""The cost of one DANE local solve against d, by Cholesky and by CG: JSON section ``local_solve_cost``, a grid row per
+case ``d=D LAYOUT SOLVER``, each measured in a fresh process (docs/benchmarks.md, section `local_solve`)."""
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 
+from dane.losses import LOSSES
+from dane.numerics.local_solvers import LocalSolver
+from dane.problems.glm import LinearModelShard, to_torch
 from dane.synthetic.sparse_data import rcv1_like
-from scripts.harness import Bench, Run, count, grid, in_fresh_process, option, peak_rss_kb, spread, timer
+from scripts.harness import Bench, count, grid, in_fresh_process, option, peak_rss_kb, spread, timer
 
 KEY = "local_solve_cost"
 
@@ -30,26 +30,19 @@ def cost_cases(args) -> dict[str, dict]:
 
 def skip_reason(case: dict, memory_bytes: int) -> str | None:
     """Why the Cholesky path cannot run this case here (it would need over half the memory), or None."""
-    d, n = case["d"], case["n_rows"]
-    need = 8 * (2 * d * d + (n * d if case["layout"] == "sparse" else 0))
-    if case["solver"] != "cholesky" or need <= memory_bytes // 2:
+    d, n, sparse = case["d"], case["n_rows"], case["layout"] == "sparse"
+    if case["solver"] != "cholesky" or 8 * (2 * d * d + (n * d if sparse else 0)) <= memory_bytes // 2:
         return None
     gb = 8 * d * d / 1e9
     return (f"cannot fit: the Cholesky path forms the dense {d} x {d} Hessian ({gb:.0f} GB in float64) and its "
-            f"factor ({gb:.0f} GB)" + (f", and densifies X ({8 * n * d / 1e9:.0f} GB)" if case["layout"] == "sparse"
-                                       else "") + f", against {memory_bytes / 2**30:.0f} GiB of memory here")
+            f"factor ({gb:.0f} GB)" + (f", and densifies X ({8 * n * d / 1e9:.0f} GB)" if sparse else "")
+            + f", against {memory_bytes / 2**30:.0f} GiB of memory here")
 
 
 def write_case_data(case: dict, folder: Path) -> Path:
-    """Generate a case's rows (dense x ~ N(0, I), or `rcv1_like`) and y = <x, 1> + noise into ``folder``."""
-    import numpy as np
-    import scipy.sparse as sp
-
-    d, n = case["d"], case["n_rows"]
-    rng = np.random.default_rng(0)
+    """A case's rows (dense x ~ N(0, I), or `rcv1_like`) and y = <x, 1> + noise, into ``folder``."""
+    d, n, rng = case["d"], case["n_rows"], np.random.default_rng(0)
     path = folder / f"case_{d}_{case['layout']}.npz"
-    if path.exists():
-        return path
     if case["layout"] == "dense":
         X = rng.standard_normal((n, d))
         np.savez(path, X=X, y=X.sum(1) + rng.standard_normal(n))
@@ -61,23 +54,17 @@ def write_case_data(case: dict, folder: Path) -> Path:
 
 
 def measure_case(case: dict, data: str, repeats: int, lam: float = 1e-3) -> dict:
-    """In a fresh process: one DANE local solve (ridge, w_t = 0, g = this worker's gradient) timed ``repeats`` times."""
-    import numpy as np
-    import scipy.sparse as sp
-    from dane.numerics.local_solvers import LocalSolver
-    from dane.losses import LOSSES
-    from dane.problems.glm import LinearModelShard, to_torch
-
+    """The fresh process: ridge, w_t = 0, g = this worker's gradient (η = 1, μ = 0), one thread.  ``first_round_s``
+    forms H_i and its factor (μ changed), ``round_s`` solves again at that μ; memory in MB over ``baseline_mb`` (VmHWM
+    after the imports); ``relative_gradient_after``: |∇φ| at the solution over |g|."""
     torch.set_num_threads(1)  # one core per worker, as in the simulator
-    baseline_kb = peak_rss_kb()
-    arrays = np.load(data)
+    baseline_kb, arrays = peak_rss_kb(), np.load(data)
     if case["layout"] == "dense":
         X = torch.from_numpy(arrays["X"])
         data_bytes = X.numel() * 8
-    else:
-        Xs = sp.load_npz(str(arrays["sparse"]))
-        X, data_bytes = to_torch(Xs), Xs.nnz * 16 + (Xs.shape[0] + 1) * 8  # float64 values, int64 indices
-        del Xs
+    else:  # float64 values, int64 indices
+        X = to_torch(sp.load_npz(str(arrays["sparse"])))
+        data_bytes = X.values().numel() * 16 + X.crow_indices().numel() * 8
     y, solver = torch.from_numpy(arrays["y"]), LocalSolver(case["solver"])
 
     def fresh_shard():  # no cached factor: the round in which μ changed
@@ -93,23 +80,22 @@ def measure_case(case: dict, data: str, repeats: int, lam: float = 1e-3) -> dict
         first.append(timer(lambda: shard.prox_solve(w, linear, 0.0, anchor_grad=grad)))
         again.append(timer(lambda: shard.prox_solve(w, linear, 0.0, anchor_grad=grad)))
     peak_kb = peak_rss_kb()
-    w_new = shard.prox_solve(w, linear, 0.0, anchor_grad=grad)
-    residual = float(torch.linalg.vector_norm(shard.grad(w_new) - linear))  # ∇φ at the local solution
+    residual = shard.grad(shard.prox_solve(w, linear, 0.0, anchor_grad=grad)) - linear  # ∇φ at the local solution
     return {"round_s": spread(again), "first_round_s": spread(first),
             "peak_mb": (peak_kb - baseline_kb) / 1024, "peak_with_data_only_mb": (data_kb - baseline_kb) / 1024,
             "baseline_mb": baseline_kb / 1024, "data_mb": data_bytes / 2**20,
-            "relative_gradient_after": residual / float(torch.linalg.vector_norm(grad))}
+            "relative_gradient_after": float(torch.linalg.vector_norm(residual) / torch.linalg.vector_norm(grad))}
 
 
-def measure(run: Run, case: dict) -> dict:
+def measure(run, case: dict) -> dict:
     """A case skipped where the Cholesky path cannot fit here, else `measure_case` in a fresh process."""
-    why = skip_reason(case, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    if why:
+    if why := skip_reason(case, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")):
         return {**case, "skipped": why}
     with tempfile.TemporaryDirectory() as tmp:
         data = str(write_case_data(case, Path(tmp)))
         return {**case, **in_fresh_process("scripts.bench_local_solve:measure_case", case, data, run.args.repeats)}
 
 
-BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure), "one local solve against d: Cholesky and CG time per round, "
-              "peak memory", threads=None, resumable=True, options=(option("--repeats", type=count, default=3),))
+BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure), "one local solve against d: Cholesky and CG "
+              "time per round, peak memory", threads=None, resumable=True, options=(option("--repeats", type=count,
+                                                                                             default=3),))
