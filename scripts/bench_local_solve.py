@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,31 +38,30 @@ def skip_reason(case: dict, memory_bytes: int) -> str | None:
             + f", against {memory_bytes / 2**30:.0f} GiB of memory here")
 
 
-def write_case_data(case: dict, folder: Path) -> Path:
-    """A case's rows (dense x ~ N(0, I), or `rcv1_like`) and y = <x, 1> + noise, into ``folder``."""
+def write_case_data(case: dict, folder: str) -> None:
+    """A case's rows into ``folder``: y = <x, 1> + noise in data.npz, beside dense X (x ~ N(0, I)), else `rcv1_like`'s
+    in X.npz."""
     d, n, rng = case["d"], case["n_rows"], np.random.default_rng(0)
-    path = folder / f"case_{d}_{case['layout']}.npz"
     if case["layout"] == "dense":
         X = rng.standard_normal((n, d))
-        np.savez(path, X=X, y=X.sum(1) + rng.standard_normal(n))
+        np.savez(f"{folder}/data.npz", X=X, y=X.sum(1) + rng.standard_normal(n))
     else:
         X, _ = rcv1_like(n, d, seed=0)
-        sp.save_npz(folder / f"X_{d}.npz", X, compressed=False)
-        np.savez(path, y=np.asarray(X.sum(1)).ravel() + rng.standard_normal(n), sparse=str(folder / f"X_{d}.npz"))
-    return path
+        sp.save_npz(f"{folder}/X.npz", X, compressed=False)
+        np.savez(f"{folder}/data.npz", y=np.asarray(X.sum(1)).ravel() + rng.standard_normal(n))
 
 
-def measure_case(case: dict, data: str, repeats: int, lam: float = 1e-3) -> dict:
+def measure_case(case: dict, folder: str, repeats: int, lam: float = 1e-3) -> dict:
     """The fresh process: ridge, w_t = 0, g = this worker's gradient (η = 1, μ = 0), one thread.  ``first_round_s``
     forms H_i and its factor (μ changed), ``round_s`` solves again at that μ; memory in MB over ``baseline_mb`` (VmHWM
     after the imports); ``relative_gradient_after``: |∇φ| at the solution over |g|."""
     torch.set_num_threads(1)  # one core per worker, as in the simulator
-    baseline_kb, arrays = peak_rss_kb(), np.load(data)
+    baseline_kb, arrays = peak_rss_kb(), np.load(f"{folder}/data.npz")
     if case["layout"] == "dense":
         X = torch.from_numpy(arrays["X"])
         data_bytes = X.numel() * 8
     else:  # float64 values, int64 indices
-        X = to_torch(sp.load_npz(str(arrays["sparse"])))
+        X = to_torch(sp.load_npz(f"{folder}/X.npz"))
         data_bytes = X.values().numel() * 16 + X.crow_indices().numel() * 8
     y, solver = torch.from_numpy(arrays["y"]), LocalSolver(case["solver"])
 
@@ -91,11 +89,11 @@ def measure(run, case: dict) -> dict:
     """A case skipped where the Cholesky path cannot fit here, else `measure_case` in a fresh process."""
     if why := skip_reason(case, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")):
         return {**case, "skipped": why}
-    with tempfile.TemporaryDirectory() as tmp:
-        data = str(write_case_data(case, Path(tmp)))
-        return {**case, **in_fresh_process("scripts.bench_local_solve:measure_case", case, data, run.args.repeats)}
+    with tempfile.TemporaryDirectory() as folder:
+        write_case_data(case, folder)
+        return {**case, **in_fresh_process("scripts.bench_local_solve:measure_case", case, folder, run.args.repeats)}
 
 
-BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure), "one local solve against d: Cholesky and CG "
-              "time per round, peak memory", threads=None, resumable=True, options=(option("--repeats", type=count,
-                                                                                             default=3),))
+BENCH = Bench(KEY, grid(lambda run: cost_cases(run.args), measure),
+              "one local solve against d: Cholesky and CG time per round, peak memory", threads=None, resumable=True,
+              options=(option("--repeats", type=count, default=3),))
