@@ -263,6 +263,11 @@ def timed(variant: str, problem: dict, chosen: dict, calib: dict, out: Path) -> 
             "rel_suboptimality": gap(s["final_objective"], chosen["optimum"])}
 
 
+def variants_here(horovod: bool) -> list[str]:
+    """The variants a problem times: without Horovod none that imports it (both bare lines, the horovodrun ones)."""
+    return [v for v in [*BARE, *PACKAGE, *BASELINES] if horovod or (v not in BARE and "horovod" not in v)]
+
+
 def bench_problem(problem: dict, tmp: Path, repeats: int, quick: bool) -> dict:
     """One problem: the untimed choices, then every variant ``repeats`` times, taking turns, and the goals."""
     from dane.synthetic.launchers import have_horovod
@@ -275,9 +280,8 @@ def bench_problem(problem: dict, tmp: Path, repeats: int, quick: bool) -> dict:
     if chosen["method"] is None:
         return {**result, "skipped": "neither GIANT nor DiSCO reached 1e-8 relative suboptimality"}
     calib = result["baselines"] = calibrate_baselines(problem, chosen["optimum"], tmp / f"cache_{problem['name']}")
-    variants = [*BARE, *PACKAGE, *BASELINES]
+    variants = variants_here(have_horovod())
     if not have_horovod():
-        variants = [v for v in variants if "horovod" not in v]
         result["horovod"] = "not importable here: the horovodrun variants and both bare lines are left out"
 
     def measure(variant: str, repeat: int) -> dict:

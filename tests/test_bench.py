@@ -1211,6 +1211,13 @@ def test_wallclock_package_parts_add_up_to_the_answer_and_the_total():
     assert with_reference["parts"]["setup"] == pytest.approx(0.05, abs=1e-6)
 
 
+def test_wallclock_without_horovod_times_nothing_that_imports_it():
+    assert wallclock.variants_here(True) == ["bare_python", "bare_horovodrun", "horovodrun_np1", "horovodrun_np2",
+                                             "simulator_m2", "scipy_lbfgsb", "sklearn_lbfgs"]
+    # the bare python line imports horovod.torch too: it failed there, though the section said it was left out
+    assert wallclock.variants_here(False) == ["simulator_m2", "scipy_lbfgsb", "sklearn_lbfgs"]
+
+
 def test_wallclock_first_stop_stops_the_sequence_where_it_is_good():
     # ratios fall, rise at index 2, fall again: a threshold must be below every earlier ratio
     ratios, good = [1.0, 0.1, 0.2, 0.01, 0.001], [False, False, False, True, True]
