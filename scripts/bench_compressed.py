@@ -10,9 +10,8 @@ from dane.api import CONF_DIR, fit
 from dane.data.files import LibSVMSource
 from dane.problems.linear_models import LinearModelConfig
 from scripts.harness import (LOCAL_WORK, Bench, Run, count, data_dir, first_at, kept, load, local_work_to, optimum_of,
-                             option, relative, work_to)
+                             option, relative)
 
-KEY = "compressed"
 TARGET, LAM = 1e-12, 1e-3
 DATASETS = {"a9a": 80, "w8a": 142, "phishing": 100}  # the FedNL paper's clients per table
 QUARTER = 0.25  # Newton-3PC's goal: a Hessian in at most this share of its rounds
@@ -38,8 +37,6 @@ METHODS = {
 }
 QUICK = ("fednl_topk", "fednl_bc", "diana", "gd")
 WORK = ("uplink_bits", "total_bits", "local_passes")  # per node, to the target, and each curve's
-#: beside them at the target: the second-order work per node (`scripts.harness.LOCAL_WORK`), where counted
-SECOND_ORDER = tuple(k for k in LOCAL_WORK if k != "local_passes")
 
 
 def problem(name: str) -> LinearModelConfig:
@@ -52,10 +49,9 @@ def problem(name: str) -> LinearModelConfig:
 
 
 def per_node(records: list[dict], m: int) -> list[dict]:
-    """Each record's cumulative work per node to reach its iterate (`work_to`): bits up, up and down (FedNL's
-    participants' bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``), and each count of
-    `scripts.harness.LOCAL_WORK` over m: local passes, HVPs, Hessians formed, factorizations (None where not
-    counted)."""
+    """Each record's cumulative work per node to reach its iterate: bits up, up and down (FedNL's participants'
+    bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``), and each count of
+    `scripts.harness.LOCAL_WORK` over m (None where not counted)."""
     def bits(r: dict, way: str) -> float:
         return 8 * r.get(f"{way}link_bytes", 0) / m if "uplink_bytes" in r else float(r.get(f"{way}link_bits", 0))
     return [{"uplink_bits": bits(r, "up"), "total_bits": bits(r, "up") + bits(r, "down"),
@@ -68,10 +64,11 @@ def thinned(rel: list[float], work: list[dict], points: int = 60) -> dict:
     n = len(rel)
     keep = sorted({0, n - 1, *(min(n - 1, round(math.expm1(i * math.log(n) / points))) for i in range(points))})
     return {"round": keep, "rel": [float(f"{rel[i]:.4g}") for i in keep],
-            **{k: [work_to(work, i, k) for i in keep] for k in WORK}}
+            **{k: [work[i][k] for i in keep] for k in WORK}}
 
 
 def cell(config: LinearModelConfig, m: int, method: str, cap: int, seed: int) -> dict:
+    """One method's run on one dataset: its work per node at the target (or at its best, and by how much it missed)."""
     algorithm, keys, _ = METHODS[method]
     row = {"method": method, "algorithm": algorithm}
     if not (CONF_DIR / "algorithm" / f"{algorithm}.yaml").is_file():
@@ -88,20 +85,18 @@ def cell(config: LinearModelConfig, m: int, method: str, cap: int, seed: int) ->
     rel, work = relative(records, optimum_of(records)), per_node(records, m)
     hit = first_at(rel, TARGET)
     at = len(records) - 1 if hit is None else hit
-    best, rounds, hessians = min(rel), records[at]["round"], work_to(work, at, "local_hessians")
+    rounds, hessians = records[at]["round"], work[at]["local_hessians"]
     return {**row, "keys": keys, "status": result.status, "round_cap": cap, "reached": hit is not None,
-            "rounds": rounds, **{k: work_to(work, at, k) for k in WORK},
-            **{k: v for k, v in local_work_to(work, at).items() if k in SECOND_ORDER}, "best_rel": best,
+            "rounds": rounds, **{k: work[at][k] for k in WORK}, **local_work_to(work, at), "best_rel": min(rel),
             "hessian_share": None if hessians is None else hessians / max(rounds, 1),
-            "missed_by": None if hit is not None else best / TARGET, "wall_s": wall, "curve": thinned(rel, work)}
+            "missed_by": None if hit is not None else min(rel) / TARGET, "wall_s": wall, "curve": thinned(rel, work)}
 
 
 def projected(c: dict, key: str) -> float | None:
     """The ``key`` a cell that missed the target would spend to reach it at its curve's log-linear rate over the last
     half of its rounds (an extrapolation, never a measurement); None where the curve did not fall there."""
-    curve, rounds = c["curve"], c["curve"]["round"]
+    rounds, rel, work = c["curve"]["round"], c["curve"]["rel"], c["curve"][key]
     i, j = next(k for k, r in enumerate(rounds) if r >= rounds[-1] / 2), len(rounds) - 1
-    rel, work = curve["rel"], curve[key]
     if not 0 < rel[j] < rel[i] or work[j] <= work[i]:
         return None
     return work[j] + math.log(rel[j] / TARGET) * (work[j] - work[i]) / math.log(rel[i] / rel[j])
@@ -114,10 +109,10 @@ def spent(c: dict, key: str) -> str:
     return f"more than {c[key]:.4g} (best {c['best_rel']:.2g} at the cap{guess})"
 
 
-def fewer(cells: dict, a: str, b: str, key: str, name: str) -> tuple[bool | None, str]:
+def fewer(cells: dict, a: str, b: str, key: str) -> tuple[bool | None, str]:
     """Whether row ``a`` reaches the target with less ``key`` than row ``b`` (b missing it counts as more)."""
     x, y = cells[a], cells[b]
-    text = f"{a} {name} {spent(x, key)}, {b} {spent(y, key)}"
+    text = f"{a} {key.replace('_', ' ')}/node {spent(x, key)}, {b} {spent(y, key)}"
     if not x["reached"]:
         return (None, f"undecided: neither reached the target; {text}") if not y["reached"] else (False, text)
     if not y["reached"] and y[key] < x[key]:
@@ -130,12 +125,14 @@ def lazy(cells: dict, a: str, b: str) -> tuple[bool, str]:
     """Newton-3PC: a node forms a Hessian in at most a quarter of its rounds (on average over the nodes), and it
     reaches the target on no more uplink bits than FedNL; where not, by how much."""
     x, y, share = cells[a], cells[b], cells[a]["hessian_share"]
-    more = x["reached"] and y["reached"] and x["uplink_bits"] > y["uplink_bits"]
-    misses = ([f"{share / QUARTER:.3g}x a quarter of its rounds"] * (share > QUARTER) + ["no target"] *
-              (not x["reached"]) + [f"{x['uplink_bits'] / y['uplink_bits']:.3g}x {b}'s bits"] * more)
-    return not misses, (f"{a} forms a Hessian in {share:.1%} of its rounds per node; uplink bits/node "
-                        f"{spent(x, 'uplink_bits')}, {b} {spent(y, 'uplink_bits')}" + ": " * bool(misses) +
-                        ", ".join(misses))
+    misses = [f"{share / QUARTER:.3g}x a quarter of its rounds"] if share > QUARTER else []
+    if not x["reached"]:
+        misses.append("no target")
+    elif y["reached"] and x["uplink_bits"] > y["uplink_bits"]:
+        misses.append(f"{x['uplink_bits'] / y['uplink_bits']:.3g}x {b}'s bits")
+    text = (f"{a} forms a Hessian in {share:.1%} of its rounds per node; uplink bits/node {spent(x, 'uplink_bits')}, "
+            f"{b} {spent(y, 'uplink_bits')}")
+    return not misses, text + (f": {', '.join(misses)}" if misses else "")
 
 
 #: (claim, its rows a and b, the work a must spend less of than b to the target; None: Newton-3PC's, `lazy`)
@@ -154,14 +151,16 @@ def claims(dataset: str, cells: dict) -> list[dict]:
     for claim, a, b, key in CLAIMS:
         gone = [f"{n} {cells.get(n, {}).get('status', 'not in this run')}" for n in (a, b)
                 if "reached" not in cells.get(n, {})]  # absent, failed, unfinished or not asked for
-        holds, text = ((None, f"not run: {', '.join(gone)}") if gone else lazy(cells, a, b) if key is None else
-                       fewer(cells, a, b, key, f"{key.replace('_', ' ')}/node"))
+        if gone:
+            holds, text = None, f"not run: {', '.join(gone)}"
+        else:
+            holds, text = lazy(cells, a, b) if key is None else fewer(cells, a, b, key)
         out.append({"dataset": dataset, "claim": claim, "holds": holds, "text": text})
     return out
 
 
 def command(args) -> str:
-    """The run's command line, as `parts` records it."""
+    """The run's command line, as its ``parts`` record it."""
     flags = {"--datasets": args.datasets != list(DATASETS) and args.datasets, "--only": args.only,
              "--cap": args.cap and [args.cap], "--seed": args.seed and [args.seed]}
     return " ".join(["python -m scripts.bench compressed --out", args.out, *["--quick"] * args.quick,
@@ -169,6 +168,7 @@ def command(args) -> str:
 
 
 def run(bench: Run) -> dict:
+    """The cells asked for, each saved as it ends beside those ``--out`` held (a part per run); then the claims."""
     args = bench.args
     datasets, methods = (["phishing"], list(QUICK)) if args.quick else (args.datasets, args.only or list(METHODS))
     cap = 30 if args.quick else args.cap
@@ -184,26 +184,20 @@ def run(bench: Run) -> dict:
         config = problem(name)
         for method in methods:
             bench.log(f"{name} {method}")
-            cells.setdefault(name, {})[method] = cell(config, DATASETS[name], method, cap or METHODS[method][2],
-                                                      args.seed)
+            cap_here = cap or METHODS[method][2]
+            cells.setdefault(name, {})[method] = cell(config, DATASETS[name], method, cap_here, args.seed)
             bench.save(section)
-    judge(section)
+    section["cells"] = {d: {m: cells[d][m] for m in METHODS if m in cells[d]} for d in DATASETS if d in cells}
+    section["claims"] = [c for name, cells in section["cells"].items() for c in claims(name, cells)]
+    section["misses"] = [f"{c['dataset']}: {c['claim']}: no; {c['text']}" for c in section["claims"]
+                         if c["holds"] is False]
     for line in section["claims"]:
         print(f"{line['dataset']}: {line['claim']}: {line['holds']}; {line['text']}")
     part.update(finished=True, load_avg_after=load(), wall_s=round(time.perf_counter() - bench.start, 1))
     return bench.finish(section)
 
 
-def judge(section: dict) -> None:
-    """The cells in `DATASETS`' and `METHODS`' order; the ``claims`` on them, and as ``misses`` those not holding."""
-    cells = section["cells"]
-    section["cells"] = {d: {m: cells[d][m] for m in METHODS if m in cells[d]} for d in DATASETS if d in cells}
-    section["claims"] = [c for name, cells in section["cells"].items() for c in claims(name, cells)]
-    section["misses"] = [f"{c['dataset']}: {c['claim']}: no; {c['text']}" for c in section["claims"]
-                         if c["holds"] is False]
-
-
-BENCH = Bench(KEY, run, "the FedNL paper's comparison: bits, rounds and passes to 1e-12 (issue 49 item 4)",
+BENCH = Bench("compressed", run, "the FedNL paper's comparison: bits, rounds and passes to 1e-12 (issue 49 item 4)",
               only=tuple(METHODS),
               options=(option("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS)),
                        option("--cap", type=count, default=None, help="every row's round cap (default: its own)"),

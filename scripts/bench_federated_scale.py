@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,8 @@ import numpy as np
 from scripts.harness import Bench, Run, amount, count, data_dir, launched, option
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY, LAM, LOCAL_STEPS = "federated_scale", 1e-3, 10
+PEERS = ROOT / "scripts" / "peers"
+LAM, LOCAL_STEPS = 1e-3, 10
 #: setting -> (the LIBSVM file under data_dir, or (rows, features) of a seeded Gaussian table; clients; per round)
 SETTINGS = {"phishing_100": ("phishing", 100, 100), "phishing_1000": ("phishing", 1_000, 100),
             "synthetic_10k": ((200_000, 50), 10_000, 1_000), "synthetic_100k": ((2_000_000, 50), 100_000, 1_000)}
@@ -33,13 +35,12 @@ AGREE = {"full": 1e-10, "sampled": 3e-3, "float32": 1e-6}
 def write_shards(name: str, folder: Path, seed: int) -> tuple[Path, dict]:
     """Setting ``name``'s table and its clients (LIBSVM: a seeded permutation dealt round robin; Gaussian: X ~ N(0, I),
     y ~ Bernoulli(σ(xᵀw♮)), w♮ ~ N(0, I/d), N/m consecutive rows a client), and the step."""
-    table, m, _ = SETTINGS[name]
+    table, m, per_round = SETTINGS[name]
     rng = np.random.default_rng(seed)
     if isinstance(table, str):
         from sklearn.datasets import load_svmlight_file
 
-        path = data_dir() / "libsvm" / table
-        X, y = load_svmlight_file(str(path))
+        X, y = load_svmlight_file(str(data_dir() / "libsvm" / table))
         X, y = X.toarray(), (y == y.max()).astype(np.float64)
         client = rng.permutation(len(y)) % m
     else:
@@ -51,24 +52,28 @@ def write_shards(name: str, folder: Path, seed: int) -> tuple[Path, dict]:
     frobenius = np.bincount(client, weights=np.einsum("ij,ij->i", X, X), minlength=m)
     lr = float(1 / (m / len(y) * frobenius.max() / 4 + LAM))
     return shards, {"table": str(table), "rows": X.shape[0], "features": X.shape[1], "clients": m,
-                    "per_round": SETTINGS[name][2], "lr": lr, "lam": LAM, "local_steps": LOCAL_STEPS}
+                    "per_round": per_round, "lr": lr, "lam": LAM, "local_steps": LOCAL_STEPS}
 
 
-def dane_command(shards: Path, setting: dict, rounds: int, seed: int, out: Path, device: str = "cpu") -> list[str]:
-    m, s = setting["clients"], setting["per_round"]
-    return [sys.executable, "-m", "dane.experiments.train", "problem=logreg", f"problem.device={device}", "data=npz",
-            f"data.path={shards}",
-            "data.sharding=column", "data.client_column=client", f"workers={m}", "algorithm=fedavg",
-            f"algorithm.lr={setting['lr']!r}", f"algorithm.local_steps={LOCAL_STEPS}", "algorithm.adapt=[]",
-            f"algorithm.clients_per_round={s if s < m else 'null'}", f"problem.lam={LAM}", "problem.fit_intercept=false",
-            f"rounds={rounds}", "tol=null", "diverge_after=null", "progress=table", f"seed={seed}", f"out_dir={out}"]
+def command(framework: str, python: str, shards: Path, setting: dict, rounds: int, args, out: Path) -> list[str]:
+    """The launch of ``framework`` on the shards: dane's ``algorithm=fedavg`` into ``out``, else a peer's script."""
+    m, s, lr = setting["clients"], setting["per_round"], repr(setting["lr"])
+    if framework != "dane":
+        return [python, str(PEERS / f"{framework}_fedavg.py"), "--shards", str(shards), "--rounds", str(rounds),
+                "--per-round", str(s), "--lr", lr, "--local-steps", str(LOCAL_STEPS), "--lam", str(LAM),
+                "--seed", str(args.seed)]
+    return [sys.executable, "-m", "dane.experiments.train", "problem=logreg", f"problem.device={args.device}",
+            "data=npz", f"data.path={shards}", "data.sharding=column", "data.client_column=client", f"workers={m}",
+            "algorithm=fedavg", f"algorithm.lr={lr}", f"algorithm.local_steps={LOCAL_STEPS}", "algorithm.adapt=[]",
+            f"algorithm.clients_per_round={s if s < m else 'null'}", f"problem.lam={LAM}",
+            "problem.fit_intercept=false", f"rounds={rounds}", "tol=null", "diverge_after=null", "progress=table",
+            f"seed={args.seed}", f"out_dir={out}"]
 
 
 def dane_rounds(lines: list, out: Path) -> dict:
-    """dane's rounds from its progress table (round k's line, stamped as it arrives) and its summary.  A record's
-    metrics ride in the next round's first allreduce, so round k's line comes during round k + 1 and the last one
-    after the final evaluation alone: the intervals between lines are whole rounds but the last, which is left
-    out (it read as the fastest round)."""
+    """dane's rounds from its progress lines (stamped as they arrive) and its summary.  Round k's line comes during
+    round k + 1 (its metrics ride in that round's first allreduce) and the last after the final evaluation alone:
+    the last interval is no whole round and is left out."""
     stamps = [t for t, line in lines if re.match(r"\s*\d+\s+\S+\s+\S+B\s", line)]
     summary = json.loads((out / "summary.json").read_text())
     return {"round_s": [b - a for a, b in zip(stamps, stamps[1:])][:-1], "objective": summary["final_objective"],
@@ -76,16 +81,10 @@ def dane_rounds(lines: list, out: Path) -> dict:
 
 
 def one_run(framework: str, python: str, shards: Path, setting: dict, rounds: int, args, folder: Path) -> dict:
-    """One launch of ``framework`` on the shards: the launch's record and its rounds (None where it failed)."""
+    """One launch of ``framework`` on the shards: the launch's record and its rounds (``error`` where it failed)."""
     out = folder / f"dane_{setting['clients']}_{rounds}_{time.time_ns()}"
-    if framework == "dane":
-        cmd, env = dane_command(shards, setting, rounds, args.seed, out, args.device), {"PYTHONPATH": str(ROOT)}
-    else:
-        cmd = [python, str(ROOT / "scripts" / "peers" / f"{framework}_fedavg.py"), "--shards", str(shards),
-               "--rounds", str(rounds), "--per-round", str(setting["per_round"]), "--lr", repr(setting["lr"]),
-               "--local-steps", str(LOCAL_STEPS), "--lam", str(LAM), "--seed", str(args.seed)]
-        env = {"PYTHONPATH": str(ROOT / "scripts" / "peers")}
-    run = launched(cmd, args.timeout, env)
+    env = {"PYTHONPATH": str(ROOT if framework == "dane" else PEERS)}
+    run = launched(command(framework, python, shards, setting, rounds, args, out), args.timeout, env)
     lines = run.pop("lines")
     try:
         answer = dane_rounds(lines, out) if framework == "dane" else \
@@ -102,33 +101,34 @@ def one_run(framework: str, python: str, shards: Path, setting: dict, rounds: in
     return run
 
 
-def peer_python(log) -> tuple[str, dict]:
-    """The peers' interpreter (made when absent) and per peer its installed version, or why it is skipped."""
-    venv = Path(os.environ.get("DANE_PEERS_VENV") or
-                Path.home() / ".cache" / "dane" / f"peers-{sys.version_info.major}.{sys.version_info.minor}")
+def peers(log) -> tuple[str, dict]:
+    """The peers' interpreter, in a venv of their own made where absent, and per peer its installed version
+    (installed where absent: pinned, else the newest) or why it is skipped."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    venv = Path(os.environ.get("DANE_PEERS_VENV") or Path.home() / ".cache" / "dane" / f"peers-{version}")
     python = str(venv / "bin" / "python")
     if not Path(python).exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True)
-    import torch  # pfl's torch: this environment's version (its CPU wheel where one is in reach)
+
+    def installed(names: list[str]) -> list[str] | None:
+        ask = subprocess.run([python, "-c", f"import importlib.metadata as m; print(*map(m.version, {names}))"],
+                             capture_output=True, text=True)
+        return ask.stdout.split() if ask.returncode == 0 else None
 
     found = {}
     for name, (requirement, pin, distribution, extra) in PINS.items():
-        extra = [f"torch=={torch.__version__.split('+')[0]}" for _ in extra]
-        why = "not installed"
-        for spec in ((), [f"{requirement}=={pin}", *extra], [requirement, *extra]):
-            if spec:
-                log(f"installing {' '.join(spec)} into {venv}")
-                pip = subprocess.run([python, "-m", "pip", "install", "-q", *spec], capture_output=True, text=True)
-                why = f"pip install {' '.join(spec)}: " + (pip.stderr.strip().splitlines() or ["no output"])[-1]
-            ask = subprocess.run([python, "-c", "import importlib.metadata as m; "
-                                  f"print(m.version('{distribution}'), *map(m.version, {[*PINS[name][3]]}))"],
-                                 capture_output=True, text=True)
-            if ask.returncode == 0:
-                version = ask.stdout.split()[0]
-                found[name] = {"version": version, "pinned": fnmatch.fnmatch(version, pin), "with": ask.stdout.split()[1:]}
+        # what else it needs at this environment's version (pfl's torch: its CPU wheel where one is in reach)
+        extra_pins = [f"{other}=={metadata.version(other).split('+')[0]}" for other in extra]
+        versions, why = installed([distribution, *extra]), "not installed"
+        for spec in ([f"{requirement}=={pin}", *extra_pins], [requirement, *extra_pins]):
+            if versions:
                 break
-        else:
-            found[name] = {"skipped": why}
+            log(f"installing {' '.join(spec)} into {venv}")
+            pip = subprocess.run([python, "-m", "pip", "install", "-q", *spec], capture_output=True, text=True)
+            why = f"pip install {' '.join(spec)}: " + (pip.stderr.strip().splitlines() or ["no output"])[-1]
+            versions = installed([distribution, *extra])
+        found[name] = ({"version": versions[0], "pinned": fnmatch.fnmatch(versions[0], pin), "with": versions[1:]}
+                       if versions else {"skipped": why})
     return python, found
 
 
@@ -139,7 +139,7 @@ def framework_row(runs: list[dict], version: str) -> dict:
     if done:
         row.update(round_s=statistics.median(r["round_s"] for r in done), objective=done[0]["objective"],
                    round_s_min=min(r["round_s_min"] for r in done), round_s_max=max(r["round_s_max"] for r in done),
-                   rounds_s=statistics.median(r.get("rounds_s", sum(r["round_seconds"])) for r in done),
+                   rounds_s=statistics.median(r["rounds_s"] for r in done),
                    peak_gib=max(max(r["peak_tree_gib"], r["peak_rss_gib"] or 0.0) for r in done))
     return row
 
@@ -157,20 +157,21 @@ def agreement(frameworks: dict, full: bool) -> dict:
 
 
 def goals(settings: dict, rounds: int) -> list[dict]:
+    """Per setting dane's s/round over pfl's and the NumPy loop's; at 100,000 clients its seconds and memory too."""
     rows = []
     for name, setting in settings.items():
         frameworks, memory = setting["frameworks"], setting.get("dane_memory_vs_rounds", {})
         dane = frameworks.get("dane", {})
         ratio = {peer: dane["round_s"] / frameworks[peer]["round_s"] for peer in ("pfl", "numpy")
                  if "round_s" in dane and "round_s" in frameworks.get(peer, {})}
-        for goal, value, target in (("dane's s/round over pfl's", ratio.get("pfl"), 0.5),
-                                    ("dane's s/round over numpy's", ratio.get("numpy"), 5.0),
-                                    *(((f"dane's {rounds} rounds (s)", dane.get("rounds_s"), 2.0 * rounds),
-                                       ("dane's peak memory (GiB)", dane.get("peak_gib"), 4.0),
-                                       ("dane's peak over its peak at a third of the rounds", memory.get("ratio"), 1.05))
-                                      if name == "synthetic_100k" else ())):
-            rows.append({"setting": name, "goal": goal, "value": value, "target": target,
-                         "met": value is not None and value <= target})
+        targets = [("dane's s/round over pfl's", ratio.get("pfl"), 0.5),
+                   ("dane's s/round over numpy's", ratio.get("numpy"), 5.0)]
+        if name == "synthetic_100k":
+            targets += [(f"dane's {rounds} rounds (s)", dane.get("rounds_s"), 2.0 * rounds),
+                        ("dane's peak memory (GiB)", dane.get("peak_gib"), 4.0),
+                        ("dane's peak over its peak at a third of the rounds", memory.get("ratio"), 1.05)]
+        rows += [{"setting": name, "goal": goal, "value": value, "target": target,
+                  "met": value is not None and value <= target} for goal, value, target in targets]
     return rows
 
 
@@ -183,19 +184,21 @@ def misses(section: dict) -> list[str]:
 
 
 def run(bench: Run) -> None:
+    """Per setting: its shards written once, each framework launched ``--repeats`` times on them; then the goals."""
     args = bench.args
     names = args.only or (QUICK if args.quick else tuple(SETTINGS))
     rounds = args.rounds or (5 if args.quick else 30)
-    python, peers = peer_python(bench.log)
-    skipped = {name: f"{name}: skipped: {p['skipped']}" for name, p in peers.items() if "skipped" in p}
+    python, found = peers(bench.log)
+    skipped = {name: f"{name}: skipped: {p['skipped']}" for name, p in found.items() if "skipped" in p}
     for line in skipped.values():
         print(line, flush=True)
     from dane.records.provenance import code_version
 
-    versions = {"dane": code_version()["git_commit"], "numpy": np.__version__, **{n: p.get("version") for n, p in peers.items()}}
+    versions = {"dane": code_version()["git_commit"], "numpy": np.__version__,
+                **{name: p.get("version") for name, p in found.items()}}
     section = {**bench.header(), "quick": args.quick, "rounds": rounds, "seed": args.seed, "dane_device": args.device,
                "workload": "FedAvg, 10 full-batch local gradient steps, logistic regression + (1e-3/2)|w|^2, float64",
-               "peers": peers, "skipped": list(skipped.values()), "settings": {}}
+               "peers": found, "skipped": list(skipped.values()), "settings": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             try:
@@ -209,18 +212,18 @@ def run(bench: Run) -> None:
             for framework in (f for f in FRAMEWORKS if f not in skipped):
                 runs = [one_run(framework, python if framework in PINS else sys.executable, shards, setting, rounds,
                                 args, Path(tmp)) for _ in range(repeats)]
-                frameworks[framework] = framework_row(runs, versions[framework])
-                bench.log(f"{name} {framework}: {frameworks[framework].get('round_s')} s/round, "
-                          f"objective {frameworks[framework].get('objective')}")
+                frameworks[framework] = row = framework_row(runs, versions[framework])
+                bench.log(f"{name} {framework}: {row.get('round_s')} s/round, objective {row.get('objective')}")
             setting.update(frameworks=frameworks, repeats=repeats,
                            agreement=agreement(frameworks, setting["per_round"] >= setting["clients"]))
-            if name == "synthetic_100k" and "peak_gib" in frameworks["dane"]:
-                third = framework_row([one_run("dane", sys.executable, shards, setting, max(1, rounds // 3), args, Path(tmp))],
-                                      versions["dane"])
+            dane = frameworks["dane"]
+            if name == "synthetic_100k" and "peak_gib" in dane:  # is dane's peak independent of the rounds?
+                third = framework_row([one_run("dane", sys.executable, shards, setting, max(1, rounds // 3), args,
+                                                Path(tmp))], "")
                 if "peak_gib" in third:
-                    setting["dane_memory_vs_rounds"] = {"rounds": [rounds // 3, rounds], "peak_gib": [
-                        third["peak_gib"], frameworks["dane"]["peak_gib"]],
-                        "ratio": frameworks["dane"]["peak_gib"] / third["peak_gib"]}
+                    setting["dane_memory_vs_rounds"] = {"rounds": [rounds // 3, rounds],
+                                                        "peak_gib": [third["peak_gib"], dane["peak_gib"]],
+                                                        "ratio": dane["peak_gib"] / third["peak_gib"]}
             shards.unlink()
             section["settings"][name] = setting
             bench.save(section)
@@ -230,7 +233,8 @@ def run(bench: Run) -> None:
     bench.log(f"done -> {bench.path}")
 
 
-BENCH = Bench(KEY, run, "dane's FedAvg beside Flower, pfl and a NumPy loop at 100 to 100,000 clients (issue 48)",
+BENCH = Bench("federated_scale", run,
+              "dane's FedAvg beside Flower, pfl and a NumPy loop at 100 to 100,000 clients (issue 48)",
               threads=None, only=tuple(SETTINGS), options=(
                   option("--rounds", type=count, default=None, help="rounds a run (default 30; --quick: 5)"),
                   option("--repeats", type=count, default=None,

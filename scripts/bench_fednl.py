@@ -21,7 +21,8 @@ from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
 from dane.problems.stacked_rows import StackedRows  # noqa: E402
-from scripts.harness import Bench, Run, count, data_dir, folder, in_fresh_process, in_process, option, peak_rss_kb  # noqa: E402
+from scripts.harness import (Bench, Run, count, data_dir, folder, in_fresh_process, in_process, load,  # noqa: E402
+                             option, peak_rss_kb)
 
 LAM = 1e-3
 #: FedNL's option 2 (H + l I), the globally safe one from x⁰ = 0 (option 1's projection at μ = λ rests on FedNL's
@@ -45,22 +46,15 @@ ROWS_PER_CLIENT = 350  # w8a's 49,749 rows over 142 clients
 NNZ_PER_ROW = 12
 
 
-def stacked_clients(path: Path, clients: int) -> tuple[StackedRows, float]:
-    """The clients of ``problem=logreg data=libsvm data.path=<path>`` with ``workers=<clients>``, stacked with their
-    Hessians' supports (shared by every run on the table), and the seconds that took."""
-    config = LinearModelConfig(data=LibSVMSource(path=str(path)), loss="logistic", lam=LAM, fit_intercept=True,
-                               name="logreg")
-    config.prepare()
-    start = time.perf_counter()
-    stacked = StackedRows([config.build(rank, clients) for rank in range(clients)])
-    CompactHessians.kept(stacked)
-    return stacked, time.perf_counter() - start
+def stacked(config, clients: int) -> StackedRows:
+    """The ``clients`` shards of ``config`` (a `dane.problems` config), stacked into one problem."""
+    return StackedRows([config.build(rank, clients) for rank in range(clients)])
 
 
-def timed_run(clients: StackedRows, spec: str, rounds: int, pp: int | None, seed: int, alpha: float | None = None
-              ) -> dict:
-    options = dict(variant="pp", clients_per_round=pp) if pp else {}
-    run = StackedFedNL(clients, compressor=spec, seed=seed, option=OPTION, alpha=alpha, **options)
+def stacked_run(clients: StackedRows, spec: str, rounds: int, pp: int | None, seed: int, alpha: float | None) -> dict:
+    """``rounds`` rounds of `StackedFedNL`: seconds (wall and CPU, per phase) and uplink bits a round."""
+    run = StackedFedNL(clients, compressor=spec, seed=seed, option=OPTION, alpha=alpha,
+                       **(dict(variant="pp", clients_per_round=pp) if pp else {}))
     start, cpu = time.perf_counter(), time.process_time()
     for _ in range(rounds):
         run.step()
@@ -73,7 +67,7 @@ def timed_run(clients: StackedRows, spec: str, rounds: int, pp: int | None, seed
 
 def user_overrides(path: Path, clients: int, spec: str, rounds: int, pp: int | None, seed: int,
                    alpha: float | None) -> list[str]:
-    """The command line of the user's run (``dane train <these>``) that `timed_run` times stacked."""
+    """The command line of the user's run (``dane train <these>``) that `stacked_run` times stacked."""
     overrides = ["algorithm=fednl", "problem=logreg", "data=libsvm", f"data.path={path}", f"problem.lam={LAM}",
                  "problem.fit_intercept=true", f"workers={clients}", f"rounds={rounds}", f"seed={seed}",
                  f"algorithm.option={OPTION}", f"algorithm.compressor={spec}", "quiet=true"]
@@ -104,33 +98,41 @@ def timings(runs: list[dict], reference: float) -> dict:
 
 
 def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> dict:
+    """One table of `TABLES`: its clients stacked once, then per compressor the stacked runs and the user's."""
     file, m, pp = TABLES[name]
     path = data_dir / file
     if not path.exists():
         return {"skipped": f"{path} not found"}
-    clients, setup_s = stacked_clients(path, m)
-    k = 8 * clients.dim
+    config = LinearModelConfig(data=LibSVMSource(path=str(path)), loss="logistic", lam=LAM, fit_intercept=True,
+                               name="logreg")
+    config.prepare()
+    start = time.perf_counter()
+    clients = stacked(config, m)
+    CompactHessians.kept(clients)  # the Hessians' supports, shared by every run on the table
+    k, setup_s = 8 * clients.dim, time.perf_counter() - start
     out = {"file": str(path), "clients": m, "clients_per_round": pp, "d": clients.dim, "rows": int(clients.X.shape[0]),
            "nnz_per_row": clients.X.nnz / clients.X.shape[0], "hessian_products": int(clients.hessians.P.nnz),
            "support_per_client": int(clients.hessians.S), "packed_entries": clients.hessians.T,
            "setup_s": setup_s, "rounds": rounds, "repeats": repeats, "compressors": {}}
     # FedNL-PP with TopK also at the paper's other α, 1 − sqrt(1 − δ) (baselines/fednl.py: the default is 1)
     for compressor in (("topk", "randk", "topk_theory") if pp else ("topk", "randk", "none")):
-        spec = compressor if compressor == "none" else f"{compressor.split('_')[0]}:{k}"
+        kind = compressor.split("_")[0]
+        spec = kind if kind == "none" else f"{kind}:{k}"
         alpha = theoretical_alpha(make(spec), clients.dim) if compressor == "topk_theory" else None
-        runs = [timed_run(clients, spec, rounds, pp, seed, alpha) for seed in range(repeats)]
+        runs = [stacked_run(clients, spec, rounds, pp, seed, alpha) for seed in range(repeats)]
         users = [user_run(user_overrides(path, m, spec, rounds, pp, seed, alpha)) for seed in range(repeats)]
-        reference = UFEDNL_S_PER_ROUND[(name, compressor.split("_")[0])]
-        spec = f"{spec} alpha={alpha:.4g}" if alpha is not None else spec
-        stacked, user = timings(runs, reference), timings(users, reference)
-        user["ratio_to_stacked"] = user["median_s_per_round"] / stacked["median_s_per_round"]
+        reference = UFEDNL_S_PER_ROUND[(name, kind)]
+        spec = f"{spec} alpha={alpha:.4g}" if alpha is not None else spec  # the key, and (as before) the command's
+        stacked_times, user = timings(runs, reference), timings(users, reference)
+        user["ratio_to_stacked"] = user["median_s_per_round"] / stacked_times["median_s_per_round"]
         out["compressors"][spec] = {
-            **stacked, "ufednl_s_per_round": reference, "alpha": runs[0]["alpha"],
+            **stacked_times, "ufednl_s_per_round": reference, "alpha": runs[0]["alpha"],
             "phase_s_per_round": [r["phase_s_per_round"] for r in runs],
             "uplink_bits_per_client_round": runs[0]["uplink_bits_per_client_round"],
             "user_path": {"command": "dane train " + " ".join(user_overrides(path, m, spec, rounds, pp, 0, alpha)),
                           **user, "wall_s": [u["wall_s"] for u in users], "simulator_path": users[0]["simulator_path"]}}
-        log(f"{name} {spec}: x{stacked['ratio_to_ufednl']:.2f} of u-FedNL, dane train x{user['ratio_to_ufednl']:.2f}")
+        log(f"{name} {spec}: x{stacked_times['ratio_to_ufednl']:.2f} of u-FedNL, "
+            f"dane train x{user['ratio_to_ufednl']:.2f}")
     return out
 
 
@@ -149,8 +151,7 @@ def synthetic_clients(clients: int, d: int, seed: int = 0) -> StackedRows:
     X.sum_duplicates()
     X.data[:] = 1.0
     y = np.where(X @ gen.standard_normal(d) + 0.5 * gen.standard_normal(n) > 0, 1.0, -1.0)
-    config = LogReg(X, y, lam=LAM, fit_intercept=True)
-    return StackedRows([config.build(rank, clients) for rank in range(clients)])
+    return stacked(LogReg(X, y, lam=LAM, fit_intercept=True), clients)
 
 
 def memory_point(clients: int, d: int) -> dict:
@@ -158,13 +159,13 @@ def memory_point(clients: int, d: int) -> dict:
     np.seterr(over="ignore")  # exp overflow in a far-off line-search trial is harmless (the trial is refused)
     torch.set_num_threads(1)
     start = time.perf_counter()
-    stacked = synthetic_clients(clients, d)
+    table = synthetic_clients(clients, d)
     setup_s = time.perf_counter() - start
-    run = StackedFedNL(stacked, compressor=f"topk:{8 * stacked.dim}", option=OPTION)
+    run = StackedFedNL(table, compressor=f"topk:{8 * table.dim}", option=OPTION)
     start = time.perf_counter()
     for _ in range(MEMORY_ROUNDS):
         run.step()
-    return {"clients": clients, "d": stacked.dim, "rows": int(stacked.X.shape[0]),
+    return {"clients": clients, "d": table.dim, "rows": int(table.X.shape[0]),
             "support_per_client": int(run.clients.S), "packed_entries": run.clients.T, "setup_s": setup_s,
             "s_per_round": (time.perf_counter() - start) / MEMORY_ROUNDS,
             "peak_rss_mib": peak_rss_kb() / 1024}  # VmHWM: not the harness's size, which ru_maxrss would count
@@ -195,6 +196,7 @@ def bench_memory(log) -> dict:
 
 
 def run(bench: Run) -> dict:
+    """The tables and the memory key ``--only`` names (default: all), the others kept from ``--out``."""
     args = bench.args
     np.seterr(over="ignore")  # as in `memory_point`
     if args.quick:
@@ -203,16 +205,16 @@ def run(bench: Run) -> dict:
     report = {"machine": bench.machine, "goal": "median s/round <= u-FedNL's (ratio_to_ufednl <= 1) at the same final "
               "gradient norm", "ufednl_machine": "2-core AMD EPYC VM, u-FedNL's multithreaded build on both cores "
               "(docs/design.md, Public reference implementations)", "option": OPTION,
-              "tables": bench.earlier.get("tables", {})}  # --only keeps the other tables
-    args.only = args.only or [*TABLES, "memory"]
-    if "memory" in args.only:
-        report["memory"] = {**bench_memory(bench.log), "load_after": list(os.getloadavg())}
+              "tables": bench.earlier.get("tables", {})}
+    only = args.only or [*TABLES, "memory"]
+    if "memory" in only:
+        report["memory"] = {**bench_memory(bench.log), "load_after": load()}
     elif "memory" in bench.earlier:
         report["memory"] = bench.earlier["memory"]
-    for name in (name for name in args.only if name in TABLES):
+    for name in (name for name in only if name in TABLES):
         report["tables"][name] = {**bench_table(name, args.data_dir, args.rounds, args.repeats, bench.log),
-                                  "torch_threads": args.threads, "load_before": report["machine"]["load_avg"],
-                                  "load_after": list(os.getloadavg()),
+                                  "torch_threads": args.threads, "load_before": bench.machine["load_avg"],
+                                  "load_after": load(),
                                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                                   "rounds_note": "fewer than u-FedNL's 1000" if args.rounds < 1000 else ""}
     return bench.finish(report)
