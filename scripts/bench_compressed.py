@@ -15,11 +15,9 @@ from scripts.harness import (LOCAL_WORK, Bench, Run, count, data_dir, first_at, 
 TARGET, LAM = 1e-12, 1e-3
 DATASETS = {"a9a": 80, "w8a": 142, "phishing": 100}  # the FedNL paper's clients per table
 QUARTER = 0.25  # Newton-3PC's goal: a Hessian in at most this share of its rounds
-#: row -> (algorithm, its keys: {d} is d with the intercept, {s} round(sqrt d), the paper's dithering levels;
-#: its round cap: a few hundred for the Newton-type, DIANA and ADIANA as long as it takes to spend more bits than
-#: FedNL (TopK) does to 1e-12 on w8a, the other first-order rows 200).  FedNL at the paper's k = d, option 2
-#: (bench_fednl's: option 1 wanders from x⁰ = 0); Newton-3PC lazy (``lag``) and with the coin p = 1/4 (``bag``);
-#: ``compress: none`` (`comm.compress`) counts an uncompressed method's bits whole
+#: row -> (algorithm, its keys: {d} is d with the intercept, {s} round(sqrt d), the dithering levels; its round cap:
+#: docs/benchmarks.md, "The compressed comparison").  FedNL at option 2 (option 1 wanders from x⁰ = 0);
+#: ``compress: none`` counts an uncompressed method's bits whole
 METHODS = {
     "fednl_topk": ("fednl", {"compressor": "topk:{d}", "option": 2}, 300),
     "fednl_randk": ("fednl", {"compressor": "randk:{d}", "option": 2}, 300),
@@ -49,9 +47,8 @@ def problem(name: str) -> LinearModelConfig:
 
 
 def per_node(records: list[dict], m: int) -> list[dict]:
-    """Each record's cumulative work per node to reach its iterate: bits up, up and down (FedNL's participants'
-    bytes over m, else the per-worker ``uplink_bits``/``downlink_bits``), and each count of
-    `scripts.harness.LOCAL_WORK` over m (None where not counted)."""
+    """Each record's cumulative work per node to reach its iterate: bits up, up and down (FedNL's participants' bytes
+    over m, else the per-worker bits), and each count of `scripts.harness.LOCAL_WORK` over m (None: not counted)."""
     def bits(r: dict, way: str) -> float:
         return 8 * r.get(f"{way}link_bytes", 0) / m if "uplink_bytes" in r else float(r.get(f"{way}link_bits", 0))
     return [{"uplink_bits": bits(r, "up"), "total_bits": bits(r, "up") + bits(r, "down"),

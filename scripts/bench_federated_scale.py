@@ -71,9 +71,8 @@ def command(framework: str, python: str, shards: Path, setting: dict, rounds: in
 
 
 def dane_rounds(lines: list, out: Path) -> dict:
-    """dane's rounds from its progress lines (stamped as they arrive) and its summary.  Round k's line comes during
-    round k + 1 (its metrics ride in that round's first allreduce) and the last after the final evaluation alone:
-    the last interval is no whole round and is left out."""
+    """dane's rounds from its progress lines (stamped as they arrive) and its summary: round k's line comes during
+    round k + 1 and the last after the final evaluation alone, so the last interval (no whole round) is left out."""
     stamps = [t for t, line in lines if re.match(r"\s*\d+\s+\S+\s+\S+B\s", line)]
     summary = json.loads((out / "summary.json").read_text())
     return {"round_s": [b - a for a, b in zip(stamps, stamps[1:])][:-1], "objective": summary["final_objective"],
@@ -102,8 +101,8 @@ def one_run(framework: str, python: str, shards: Path, setting: dict, rounds: in
 
 
 def peers(log) -> tuple[str, dict]:
-    """The peers' interpreter, in a venv of their own made where absent, and per peer its installed version
-    (installed where absent: pinned, else the newest) or why it is skipped."""
+    """The peers' interpreter (a venv of their own, made where absent) and per peer its version (installed where
+    absent: pinned, else the newest) or why it is skipped."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     venv = Path(os.environ.get("DANE_PEERS_VENV") or Path.home() / ".cache" / "dane" / f"peers-{version}")
     python = str(venv / "bin" / "python")

@@ -25,12 +25,9 @@ from scripts.harness import (Bench, Run, count, data_dir, folder, in_fresh_proce
                              option, peak_rss_kb)
 
 LAM = 1e-3
-#: FedNL's option 2 (H + l I), the globally safe one from x⁰ = 0 (option 1's projection at μ = λ rests on FedNL's
-#: local theory)
-OPTION = 2
-#: u-FedNL's seconds per round on the real files (FedNL-PP: the w8a-sized synthetic table, the upper end of its
-#: range), 1000 rounds, both cores of a 2-core AMD EPYC VM: the C++ build's figures this section is held to
-#: (docs/design.md, "Public reference implementations")
+OPTION = 2  # FedNL's H + l I, the globally safe one from x⁰ = 0 (option 1 rests on FedNL's local theory)
+#: u-FedNL's seconds per round (FedNL-PP: on the w8a-sized synthetic table), 1000 rounds, both cores of a 2-core AMD
+#: EPYC VM: the C++ build's figures this section is held to (docs/design.md, "Public reference implementations")
 UFEDNL_S_PER_ROUND = {
     ("a9a", "topk"): 0.0216, ("a9a", "randk"): 0.0221, ("a9a", "none"): 0.0195,
     ("w8a", "topk"): 0.1363, ("w8a", "randk"): 0.1478, ("w8a", "none"): 0.1441,
@@ -86,9 +83,8 @@ def user_run(overrides: list[str]) -> dict:
 
 
 def timings(runs: list[dict], reference: float) -> dict:
-    """Seconds per round over the repeats (each, their median and spread), CPU seconds per round, both against
-    u-FedNL's ``reference`` (CPU seconds of this one-thread process over u-FedNL's wall seconds: what a quiet
-    machine's ratio nears), and the final gradient norms."""
+    """Seconds and CPU seconds per round over the repeats against u-FedNL's ``reference`` (the CPU ratio: what a
+    quiet machine's ratio nears), and the final gradient norms."""
     per_round = [r["s_per_round"] for r in runs]
     median = statistics.median(per_round)
     return {"s_per_round": per_round, "median_s_per_round": median, "spread_s": max(per_round) - min(per_round),
@@ -122,16 +118,17 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
         runs = [stacked_run(clients, spec, rounds, pp, seed, alpha) for seed in range(repeats)]
         users = [user_run(user_overrides(path, m, spec, rounds, pp, seed, alpha)) for seed in range(repeats)]
         reference = UFEDNL_S_PER_ROUND[(name, kind)]
-        spec = f"{spec} alpha={alpha:.4g}" if alpha is not None else spec  # the key, and (as before) the command's
-        stacked_times, user = timings(runs, reference), timings(users, reference)
-        user["ratio_to_stacked"] = user["median_s_per_round"] / stacked_times["median_s_per_round"]
-        out["compressors"][spec] = {
-            **stacked_times, "ufednl_s_per_round": reference, "alpha": runs[0]["alpha"],
+        key = spec if alpha is None else f"{spec} alpha={alpha:.4g}"
+        stacked_timings, user = timings(runs, reference), timings(users, reference)
+        user["ratio_to_stacked"] = user["median_s_per_round"] / stacked_timings["median_s_per_round"]
+        out["compressors"][key] = {
+            **stacked_timings, "ufednl_s_per_round": reference, "alpha": runs[0]["alpha"],
             "phase_s_per_round": [r["phase_s_per_round"] for r in runs],
             "uplink_bits_per_client_round": runs[0]["uplink_bits_per_client_round"],
-            "user_path": {"command": "dane train " + " ".join(user_overrides(path, m, spec, rounds, pp, 0, alpha)),
+            # the command names the compressor by the row's key, as the evidence holds it (with α, no runnable line)
+            "user_path": {"command": "dane train " + " ".join(user_overrides(path, m, key, rounds, pp, 0, alpha)),
                           **user, "wall_s": [u["wall_s"] for u in users], "simulator_path": users[0]["simulator_path"]}}
-        log(f"{name} {spec}: x{stacked_times['ratio_to_ufednl']:.2f} of u-FedNL, "
+        log(f"{name} {key}: x{stacked_timings['ratio_to_ufednl']:.2f} of u-FedNL, "
             f"dane train x{user['ratio_to_ufednl']:.2f}")
     return out
 
