@@ -1,6 +1,6 @@
 """The batched simulator against the per-worker one (issues 35 item 4, 48 item 2): JSON section ``batched_workers``,
-rows of `scripts.harness.grid` ``speedup`` (``ratio_*``: per-worker over batched; ``steady``), ``m10000`` (``total_s``,
-``rounds_s``), ``federated`` and ``device``; docs/benchmarks.md, section `batched`."""
+rows ``speedup``, ``m10000``, ``federated`` and ``device`` of `scripts.harness.grid`; docs/benchmarks.md, section
+`batched`."""
 from __future__ import annotations
 
 import statistics
@@ -15,11 +15,19 @@ from dane.dane import DANE
 from dane.problems import RidgeSyntheticConfig
 from scripts.harness import Bench, count, data_dir, grid, load, option, paired, timed_run
 
-KEY = "batched_workers"
 LR = 0.2  # FedAvg's step, given so that its set-up measures nothing (lr null: a Lanczos estimate per client)
-DATA_DIR = data_dir()
 MU = 1.0
 ALGORITHM = ("algorithm=dane", f"algorithm.mu={MU}")
+
+
+def gpu(device: str) -> dict:
+    """The GPU's name under ``gpu`` where ``device`` is CUDA, else nothing."""
+    return {"gpu": torch.cuda.get_device_name(0)} if device == "cuda" else {}
+
+
+def rel_diff(w: torch.Tensor, reference: torch.Tensor) -> float:
+    """‖w − reference‖ / ‖reference‖, on the CPU."""
+    return float((w.cpu() - reference.cpu()).norm() / reference.cpu().norm())
 
 
 def job(n: int, d: int, m: int, rounds: int, batched: str) -> tuple[str, ...]:
@@ -28,35 +36,16 @@ def job(n: int, d: int, m: int, rounds: int, batched: str) -> tuple[str, ...]:
             "tol_abs=null", "quiet=true", f"sim.batched={batched}", *ALGORITHM)
 
 
-def steady_batched(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float, float]:
-    """DANE's rounds after round 0 (which factors the shards), on the batched communicator directly: the final
-    iterate, the wall seconds a round and the process's CPU seconds a round (all threads)."""
-    problem = config.build_stacked(m)
-    group = BatchedGroup(m, meter=meter_for([problem.device]))
-
-    def rounds_of(comm):
-        algo = DANE(problem, comm, mu=MU)
-        algo.step()  # round 0 factors the shards; the rounds after it are timed
-        sync(problem.device)
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        for _ in range(rounds - 1):
-            algo.step()
-        sync(problem.device)
-        return (algo.iterate, (time.perf_counter() - t0) / (rounds - 1),
-                (time.process_time() - cpu0) / (rounds - 1))
-
-    return run_batched(group, rounds_of)
-
-
-def steady_threads(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[torch.Tensor, float, float]:
-    """The same on m threads (`dane.comm.ThreadGroup`), rank 0 reading the clock between two barriers."""
-    problems = [config.build(rank, m) for rank in range(m)]
-    group = ThreadGroup(m, meter=meter_for([p.device for p in problems]))
-    marks: list[tuple[float, float]] = []
+def steady(config: RidgeSyntheticConfig, m: int, rounds: int, batched: bool) -> tuple[torch.Tensor, float, float]:
+    """DANE's rounds after round 0 (which factors the shards) through the batched communicator or m threads, rank 0
+    reading the clock after a barrier (which, on a GPU, drains its queue): the final iterate, the wall seconds a round
+    and the process's CPU seconds a round (all threads)."""
+    problems = [config.build_stacked(m)] if batched else [config.build(rank, m) for rank in range(m)]
+    meter, marks = meter_for([p.device for p in problems]), []
 
     def rounds_of(comm):
         algo = DANE(problems[comm.rank], comm, mu=MU)
-        for steps in (1, rounds - 1):  # round 1 (the factorization), then the steady rounds, each marked
+        for steps in (1, rounds - 1):
             for _ in range(steps):
                 algo.step()
             comm.barrier()
@@ -64,31 +53,28 @@ def steady_threads(config: RidgeSyntheticConfig, m: int, rounds: int) -> tuple[t
                 marks.append((time.perf_counter(), time.process_time()))
         return algo.iterate
 
-    w = group.run(rounds_of)[0]
+    if batched:
+        w = run_batched(BatchedGroup(m, meter=meter), rounds_of)
+    else:
+        w = ThreadGroup(m, meter=meter).run(rounds_of)[0]
     (t0, cpu0), (t1, cpu1) = marks
     return w, (t1 - t0) / (rounds - 1), (cpu1 - cpu0) / (rounds - 1)
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
     pairs = paired((job(n, d, m, rounds, "false"), job(n, d, m, rounds, "true")), repeats, log)
-    config = RidgeSyntheticConfig(n_samples=n, dim=d)
-    steady = []
+    config, rows = RidgeSyntheticConfig(n_samples=n, dim=d), []
     for _ in range(repeats):  # the rounds after round 0, whose factorizations both paths share
-        _, threads_s, threads_cpu = steady_threads(config, m, rounds)
-        _, batched_s, batched_cpu = steady_batched(config, m, rounds)
-        steady.append({"threads_round_s": threads_s, "batched_round_s": batched_s, "ratio": threads_s / batched_s,
-                       "threads_round_cpu_s": threads_cpu, "batched_round_cpu_s": batched_cpu,
-                       "cpu_ratio": threads_cpu / batched_cpu, "load_avg": load()})
+        (_, threads_s, threads_cpu), (_, batched_s, batched_cpu) = (steady(config, m, rounds, batched)
+                                                                    for batched in (False, True))
+        rows.append({"threads_round_s": threads_s, "batched_round_s": batched_s, "ratio": threads_s / batched_s,
+                     "threads_round_cpu_s": threads_cpu, "batched_round_cpu_s": batched_cpu,
+                     "cpu_ratio": threads_cpu / batched_cpu, "load_avg": load()})
         log(f"m={m}, a round after round 0: per-worker {threads_s:.3f} s ({threads_cpu:.3f} s CPU), batched "
-            f"{batched_s:.3f} s ({batched_cpu:.3f} s CPU), ratio {steady[-1]['ratio']:.1f} (CPU "
-            f"{steady[-1]['cpu_ratio']:.1f})")
-    return {"steady_ratio_median": statistics.median(s["ratio"] for s in steady),
-            "steady_cpu_ratio_median": statistics.median(s["cpu_ratio"] for s in steady), "steady": steady,
+            f"{batched_s:.3f} s ({batched_cpu:.3f} s CPU), ratio {rows[-1]['ratio']:.1f} (CPU "
+            f"{rows[-1]['cpu_ratio']:.1f})")
+    return {"steady_ratio_median": statistics.median(s["ratio"] for s in rows),
+            "steady_cpu_ratio_median": statistics.median(s["cpu_ratio"] for s in rows), "steady": rows,
             "n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": ">= 5",
             **pairs}
 
@@ -96,41 +82,41 @@ def speedup(n: int, d: int, m: int, rounds: int, repeats: int, log) -> dict:
 def large(n: int, d: int, m: int, rounds: int, log) -> dict:
     run = timed_run(*job(n, d, m, rounds, "true"))
     log(f"m={m} batched: {run['total_s']:.1f} s in all, {run['rounds_s']:.1f} s of rounds")
-    return {"n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM), "goal": "total_s < 120",
-            "total_s": run["total_s"], "rounds_s": run["rounds_s"], "load_avg": run["load_avg"]}
+    return {"n_samples": n, "dim": d, "workers": m, "rounds": rounds, "algorithm": list(ALGORITHM),
+            "goal": "total_s < 120", "total_s": run["total_s"], "rounds_s": run["rounds_s"], "load_avg": run["load_avg"]}
 
 
 def on_device(n: int, d: int, m: int, big: int, small: int, rounds: int, device: str, log) -> dict:
-    """DANE's steady rounds (`steady_batched`, `steady_threads`) on ``device``: batched against ``small`` threads
-    there (each thread holds its own GPU library handles), batched there against threads on the CPU at ``m``, and
-    batched there at ``big`` workers; each pair with the relative distance of its final iterates."""
+    """DANE's `steady` rounds on ``device``: batched against ``small`` threads there (each thread holds its own GPU
+    library handles), batched there against threads on the CPU at ``m``, and batched there at ``big`` workers; each
+    pair with the relative distance of its final iterates."""
     if device == "cuda" and not torch.cuda.is_available():
         return {"skipped": "torch sees no CUDA device"}
     torch.set_num_threads(1)  # one intra-op thread, as each simulated worker runs
     there, cpu = (RidgeSyntheticConfig(n_samples=n, dim=d, device=where) for where in (device, "cpu"))
     there.prepare()
-    out: dict = {"device": device, **({"gpu": torch.cuda.get_device_name(0)} if device == "cuda" else {}),
-                 "n_samples": n, "dim": d, "rounds": rounds, "algorithm": list(ALGORITHM)}
+    out: dict = {"device": device, **gpu(device), "n_samples": n, "dim": d, "rounds": rounds,
+                 "algorithm": list(ALGORITHM)}
     for name, workers, threads_on in (("small", min(small, m), there), ("cpu", m, cpu)):
-        w_batched, batched_s, _ = steady_batched(there, workers, rounds)
-        w_threads, threads_s, _ = steady_threads(threads_on, workers, rounds)
+        w_batched, batched_s, _ = steady(there, workers, rounds, batched=True)
+        w_threads, threads_s, _ = steady(threads_on, workers, rounds, batched=False)
         out[name] = {"workers": workers, "batched_round_s": batched_s, "threads_round_s": threads_s,
-                     "ratio": threads_s / batched_s,
-                     "iterate_rel_diff": float((w_batched.cpu() - w_threads.cpu()).norm() / w_threads.cpu().norm())}
+                     "ratio": threads_s / batched_s, "iterate_rel_diff": rel_diff(w_batched, w_threads)}
         log(f"{device} batched against threads on {threads_on.device} at m={workers}: ratio {out[name]['ratio']:.1f}")
     start = time.perf_counter()
-    _, round_s, _ = steady_batched(there, big, rounds)
+    _, round_s, _ = steady(there, big, rounds, batched=True)
     out["large"] = {"workers": big, "batched_round_s": round_s, "total_s": time.perf_counter() - start,
                     "load_avg": load()}
     return out
 
 
 def federated(m: int, s: int, rounds: int, repeats: int, log) -> dict:
-    """``federated`` (docs/benchmarks.md, section `batched`): seconds of the two paths' rounds and their objectives' largest gap."""
-    if not (DATA_DIR / "libsvm" / "a9a").is_file():
-        return {"skipped": f"no {DATA_DIR}/libsvm/a9a"}
+    """FedAvg with client sampling on a9a, the two paths' `paired` runs (docs/benchmarks.md, section `batched`)."""
+    where = data_dir()
+    if not (where / "libsvm" / "a9a").is_file():
+        return {"skipped": f"no {where}/libsvm/a9a"}
     fedavg = ("algorithm=fedavg", f"algorithm.clients_per_round={s}", f"algorithm.lr={LR}", "problem=logreg",
-              "problem.lam=1e-3", "data=libsvm", "data.path=libsvm/a9a", f"data_dir={DATA_DIR}", f"workers={m}",
+              "problem.lam=1e-3", "data=libsvm", "data.path=libsvm/a9a", f"data_dir={where}", f"workers={m}",
               f"rounds={rounds}", "tol=null", "tol_abs=null", "quiet=true")
     jobs = tuple((*fedavg, f"sim.batched={batched}") for batched in ("false", "true"))
     return {"workers": m, "clients_per_round": s, "rounds": rounds, "data": "a9a", **paired(jobs, repeats, log)}
@@ -146,7 +132,7 @@ def cells(run) -> dict:
             "device": partial(on_device, n, d, m, big, args.thread_workers, args.rounds, args.device, log)}
 
 
-BENCH = Bench(KEY, grid(cells, optional=("federated", "device")),
+BENCH = Bench("batched_workers", grid(cells, optional=("federated", "device")),
               "the simulator's per-worker path against its batched path (sim.batched)", threads=None,
               only=("speedup", "m10000", "federated", "device"), resumable=True, options=(
                   option("--rounds", type=count, default=10), option("--repeats", type=count, default=2),

@@ -10,10 +10,10 @@ import torch
 from dane.experiments.config import run_spec
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
+from scripts.bench_batched import gpu
 from scripts.harness import (Bench, best_of, count, grid, interleave, load, mnist_missing, option, paired, spread,
                              timed_run)
 
-KEY = "batched_net"
 LR = 0.05
 
 
@@ -24,7 +24,7 @@ def overrides(workers: int, local_steps: int, batch_size: int, rounds: int, batc
 
 
 def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log) -> dict:
-    """Per-worker over batched on the CPU (docs/benchmarks.md, section `batched_net`)."""
+    """Per-worker over batched on the CPU, `paired` runs."""
     jobs = tuple(overrides(workers, local_steps, batch_size, rounds, batched, "cpu") for batched in ("false", "true"))
     return {"workers": workers, "local_steps": local_steps, "batch_size": batch_size, "rounds": rounds, "lr": LR,
             "problem": "mnist_lenet5 (float32)", "algorithm": "local_sgd (mean)", "goal": ">= 5",
@@ -32,8 +32,7 @@ def speedup(workers: int, local_steps: int, batch_size: int, rounds: int, repeat
 
 
 def layer_flops(model: torch.nn.Module, in_shape: tuple) -> dict:
-    """Forward and backward FLOPs of one image through ``model``'s Conv2d and Linear layers (docs/benchmarks.md,
-    section `batched_net`)."""
+    """Forward and backward FLOPs of one image through ``model``'s Conv2d and Linear layers."""
     macs: list[int] = []
 
     def count(module, inputs, output):
@@ -56,7 +55,7 @@ def layer_flops(model: torch.nn.Module, in_shape: tuple) -> dict:
 
 
 def best_time(fn, repeats: int) -> float:
-    """The shortest of ``repeats`` timed calls after one warm-up (the one the machine's load disturbed least)."""
+    """The shortest of ``repeats`` timed calls after one warm-up."""
     fn()
     return best_of(fn, repeats)
 
@@ -73,31 +72,29 @@ def gemm_gflops(n_threads: int, size: int = 2048, repeats: int = 3) -> float:
 
 
 def roofline(workers: int, batch_size: int, repeats: int) -> dict:
-    """The per-worker and stacked minibatch steps' GFLOP/s against the GEMM rate (docs/benchmarks.md, section
-    `batched_net`); the stacked step by each engine of `StackedNeuralProblem`, interleaved with ``workers`` per-worker
-    steps, best of ``repeats + 1``."""
+    """The per-worker and stacked minibatch steps' GFLOP/s against the GEMM rate; the stacked step by each engine of
+    `StackedNeuralProblem`, interleaved with ``workers`` per-worker steps, best of ``repeats + 1``."""
     job = (*overrides(workers, 1, batch_size, 1, "true", "cpu"), f"problem.inner_batch_size={batch_size}")
     config = run_spec(compose_job(job)).problem  # the problem's sampler draws the local loop's batches
     one, stacked = config.build(0, workers), config.build_stacked(workers)
     flops = layer_flops(one.model, tuple(one.train_x.shape[1:]))
-    step_flops = flops["total"] * batch_size
-    w, W = one.initial_point(), stacked.initial_point()
-    times: dict[str, list[float]] = {"per_worker": [], **{engine: [] for engine in ENGINES}}
+    step_flops, w, W = flops["total"] * batch_size, one.initial_point(), stacked.initial_point()
+
+    def step_s(variant: str, repeat: int) -> float:
+        if variant == "per_worker":  # m steps in a row, as long as the stacked step: the load disturbs both alike
+            return best_time(lambda: [one.batch_grad(w, one.sampler.next()) for _ in range(workers)], 1) / workers
+        stacked.engine = variant
+        return best_time(lambda: stacked.batch_grad(W, stacked.sampler.next()), 1)
+
     with config.numerics():  # one intra-op thread, as each simulated worker and the batched path run
-        for _ in range(repeats + 1):
-            # m steps in a row, as long a stretch as the stacked step, so the load disturbs both alike
-            times["per_worker"].append(best_time(lambda: [one.batch_grad(w, one.sampler.next())
-                                                          for _ in range(workers)], 1) / workers)
-            for engine in ENGINES:
-                stacked.engine = engine
-                times[engine].append(best_time(lambda: stacked.batch_grad(W, stacked.sampler.next()), 1))
-    gemm = {n: gemm_gflops(n) for n in (1, 2)}
-    one_s = min(times["per_worker"])
+        best = {variant: min(times) for variant, times in interleave(["per_worker", *ENGINES], repeats + 1,
+                                                                     step_s).items()}
+    gemm, one_s = {n: gemm_gflops(n) for n in (1, 2)}, best["per_worker"]
     per_worker = step_flops / one_s / 1e9
     return {"flops_per_image": flops, "batch_size": batch_size, "workers": workers, "dtype": str(one.dtype),
             "per_worker_step_s": one_s, "per_worker_gflops": per_worker,
-            "stacked": {engine: {"step_s": min(times[engine]), "gflops": workers * step_flops / min(times[engine]) / 1e9,
-                                 "over_per_worker": workers * one_s / min(times[engine])} for engine in ENGINES},
+            "stacked": {engine: {"step_s": best[engine], "gflops": workers * step_flops / best[engine] / 1e9,
+                                 "over_per_worker": workers * one_s / best[engine]} for engine in ENGINES},
             "stacked_default_engine": default_engine(stacked.device),
             "gemm_gflops_1_thread": gemm[1], "gemm_gflops_2_threads": gemm[2],
             "cpu_ceiling": gemm[1] / per_worker, "load_avg": load()}
@@ -105,9 +102,9 @@ def roofline(workers: int, batch_size: int, repeats: int) -> dict:
 
 def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,
                device: str = "cuda") -> dict:
-    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA (docs/benchmarks.md,
-    section `batched_net`): each a `spread` of the seconds a round over ``repeats`` runs after a warm-up; ``ratio``
-    of their medians.  ``device``: another device, for a check of this code where there is no GPU."""
+    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA: each a `spread` of the
+    seconds a round over ``repeats`` runs after a warm-up; ``ratio`` of their medians.  ``device``: another device,
+    for a check of this code where there is no GPU."""
     def round_s(m: int, batched: str, repeat: int) -> float:
         if repeat == 0:
             timed_run(*overrides(m, local_steps, batch_size, 1, batched, device))  # warm-up: CUDA context, kernels
@@ -117,9 +114,9 @@ def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, rep
 
     runs = interleave([(1, "false"), (workers, "true")], repeats, lambda variant, r: round_s(*variant, r))
     one, many = spread(runs[(1, "false")]), spread(runs[(workers, "true")])
-    return {"device": device, **({"gpu": torch.cuda.get_device_name(0)} if device == "cuda" else {}),
-            "workers": workers, "local_steps": local_steps, "batch_size": batch_size, "rounds": rounds, "lr": LR,
-            "one_worker_round_s": one, "batched_round_s": many, "ratio": many["median"] / one["median"], "goal": "<= 2"}
+    return {"device": device, **gpu(device), "workers": workers, "local_steps": local_steps, "batch_size": batch_size,
+            "rounds": rounds, "lr": LR, "one_worker_round_s": one, "batched_round_s": many,
+            "ratio": many["median"] / one["median"], "goal": "<= 2"}
 
 
 def cells(run) -> dict:
@@ -137,8 +134,9 @@ def skipped(args) -> str | None:
     return mnist_missing()
 
 
-BENCH = Bench(KEY, grid(cells, skip=skipped, optional=("cuda",)), "MNIST LeNet-5 at m = 64: the per-worker path against the stacked one, "
-              "and its roofline", threads=None, only=("roofline", "speedup", "cuda"), resumable=True, options=(
+BENCH = Bench("batched_net", grid(cells, skip=skipped, optional=("cuda",)),
+              "MNIST LeNet-5 at m = 64: the per-worker path against the stacked one, and its roofline", threads=None,
+              only=("roofline", "speedup", "cuda"), resumable=True, options=(
                   option("--workers", type=count, default=64), option("--local-steps", type=count, default=10),
                   option("--batch-size", type=count, default=32), option("--rounds", type=count, default=2),
                   option("--repeats", type=count, default=2),

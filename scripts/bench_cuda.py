@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
-from scripts.bench_batched import sync
-from scripts.harness import (Bench, Run, count, load, matching, mnist_dir, mnist_missing, now, option, over, spread,
-                             steady, trained)
+from scripts.bench_batched import gpu, rel_diff
+from scripts.harness import (Bench, Run, count, data_dir, load, matching, mnist_missing, now, option, over, spread,
+                             steady, timer, trained)
 
-KEY = "cuda"
 PARTS = ("convex", "network", "baseline")
 TABLE = ("algorithm=dane", "problem=mnist_lenet5", "algorithm.eta=1.0", "algorithm.mu=0.0", "algorithm.safeguard=false",
          "problem.inner_steps=null", "tol=null", "quiet=true")
 DEVICES = ("cuda", "cpu")
-CPU_CUDA = ("cpu", "cuda")  # a ratio's numerator and denominator
 NO_GPU = "torch sees no CUDA device"
 #: name -> (problem maker in dane.problems, rows N, features d, non-zero fraction of X (1: dense), local solver, λ)
 CONVEX_CASES = {
@@ -36,27 +33,41 @@ def network(tmp: Path, rounds: int, repeats: int, workers: list[int], log) -> di
     runs = []
     for key, m, repeat, device in [*(("np", np, r, d) for r in range(repeats) for d in DEVICES for np in (1, 2)),
                                    *(("workers", m, 0, d) for d in DEVICES for m in workers)]:
-        common = [f"rounds={rounds}", f"problem.device={device}"]
+        common, launched = [f"rounds={rounds}", f"problem.device={device}"], key == "np"
         t = (trained(tmp / f"np{m}_{device}_{repeat}", [*TABLE, *common], np=m, launcher="torchrun", timeout=1200)
-             if key == "np" else
+             if launched else
              trained(tmp / f"workers{m}_{device}_0", ["experiment=table_mnist_lenet5", f"workers={m}", *common,
                                                       "quiet=true"], module="dane.experiments.simulate", timeout=1200))
-        row = {"device": device, key: m, **({"repeat": repeat} if key == "np" else {})}
+        row = {"device": device, key: m, **({"repeat": repeat} if launched else {})}
         if "error" in t:
             log(f"{device} {key}={m} failed: {t['error']}")
-            runs.append({**row, "status": "launch_failed" if key == "np" else "failed"})
+            runs.append({**row, "status": "launch_failed" if launched else "failed"})
             continue
         s, round_s = t["summary"], statistics.median(steady(t["records"]))
-        row.update({"round_s": round_s} if key == "np" else
-                   {"wall_round_s": s["wall_time_s"] / s["rounds"], "simulated_round_s": round_s,
-                    "clock": s.get("simulated_compute_clock")})
-        runs.append({**row, "final_test_accuracy": s.get("final_test_accuracy"), "load_before": t["load_before"],
+        runs.append({**row, **({"round_s": round_s} if launched else
+                               {"wall_round_s": s["wall_time_s"] / s["rounds"], "simulated_round_s": round_s,
+                                "clock": s.get("simulated_compute_clock")}),
+                     "final_test_accuracy": s.get("final_test_accuracy"), "load_before": t["load_before"],
                      "load_after": t["load_after"]})
         log(f"{device} {key}={m}: {round_s:.3f} s a round")
     launched = [r for r in runs if "np" in r]
     return {"launched": {"runs": launched, **{f"{d}_np{np}_round_s": matching(launched, "round_s", device=d, np=np)
                                               for d in DEVICES for np in (1, 2)}},
             "simulated": {"runs": [r for r in runs if "workers" in r]}}
+
+
+def ratios(result: dict) -> dict:
+    """CPU over CUDA time per round, launched and simulated; the simulator's m = 1 against the launched np = 1."""
+    launched, simulated = result["launched"]["runs"], result["simulated"]["runs"]
+
+    def cpu_over_cuda(runs: list[dict], key: str, **match) -> float | None:
+        return over(*(matching(runs, key, device=d, **match) for d in ("cpu", "cuda")))
+
+    return {**{f"launched_np{np}_cpu_over_cuda": cpu_over_cuda(launched, "round_s", np=np) for np in (1, 2)},
+            **{f"simulated_m{m}_wall_cpu_over_cuda": cpu_over_cuda(simulated, "wall_round_s", workers=m)
+               for m in sorted({r["workers"] for r in simulated})},
+            **{f"sim_vs_launched_np1_{d}": over(matching(simulated, "simulated_round_s", device=d, workers=1),
+                                                matching(launched, "round_s", device=d, np=1)) for d in DEVICES}}
 
 
 def convex_data(N: int, d: int, density: float, logistic: bool, seed: int = 0):
@@ -91,74 +102,61 @@ def convex_run(problem, *, workers: int, rounds: int) -> dict:
             "w": result.w, "load_before": before, "load_after": load()}
 
 
-def convex(rounds: int, workers: list[int], names: list[str] | None = None, written=None) -> dict:
-    """`CONVEX_CASES` (those in ``names``, default all) on CUDA and on the CPU, in the simulator (docs/benchmarks.md,
-    section `cuda`); ``written(out)`` after each case, so a run stopped by a time limit keeps the cases it finished."""
+def convex(rounds: int, workers: list[int], names: list[str] | None, written) -> dict:
+    """`CONVEX_CASES` (those in ``names``, default all) on CUDA and on the CPU, in the simulator; ``written(out)``
+    after each case, so a run stopped by a time limit keeps the cases it finished."""
     import dane.problems
 
     out: dict = {"rounds": rounds, "cases": {}}
     for name in names or CONVEX_CASES:
         maker, N, d, density, solver, lam = CONVEX_CASES[name]
-        data = () if maker == "RidgeSyntheticConfig" else convex_data(N, d, density, logistic=maker != "Ridge")
-
-        def problem(device):  # the synthetic ridge's rows are made by the workers that hold them
-            return (getattr(dane.problems, maker)(*data, lam=lam, local_solver=solver, device=device) if data else
-                    dane.problems.RidgeSyntheticConfig(n_samples=N, dim=d, lam=lam, local_solver=solver, device=device))
+        synthetic = maker == "RidgeSyntheticConfig"  # its rows are made by the workers that hold them
+        data = () if synthetic else convex_data(N, d, density, logistic=maker == "LogReg")
+        sizes = {"n_samples": N, "dim": d} if synthetic else {}
         for m in workers:
-            runs = {device: convex_run(problem(device), workers=m, rounds=rounds) for device in DEVICES}
+            runs = {device: convex_run(getattr(dane.problems, maker)(*data, **sizes, lam=lam, local_solver=solver,
+                                                                     device=device), workers=m, rounds=rounds)
+                    for device in DEVICES}
             w_cuda, w_cpu = runs["cuda"].pop("w"), runs["cpu"].pop("w")
-            case = {"N": N, "d": d, "density": density, "local_solver": solver, "lam": lam, "workers": m, **runs,
-                    "iterate_rel_diff": float((w_cuda - w_cpu).norm() / w_cpu.norm()),
-                    **{f"{key}_cpu_over_cuda": runs["cpu"][key] / runs["cuda"][key]
-                       for key in ("wall_round_s", "simulated_round_s")}}
-            out["cases"][f"{name}_m{m}"] = case
-            if written is not None:
-                written(out)
+            out["cases"][f"{name}_m{m}"] = case = {
+                "N": N, "d": d, "density": density, "local_solver": solver, "lam": lam, "workers": m, **runs,
+                "iterate_rel_diff": rel_diff(w_cuda, w_cpu),
+                **{f"{key}_cpu_over_cuda": runs["cpu"][key] / runs["cuda"][key]
+                   for key in ("wall_round_s", "simulated_round_s")}}
+            written(out)
             print(f"convex {name} m={m}: wall s/round cuda {runs['cuda']['wall_round_s']:.4f} cpu "
                   f"{runs['cpu']['wall_round_s']:.4f}, iterate rel diff {case['iterate_rel_diff']:.2e}", flush=True)
     return out
 
 
-def baseline_config(device: str, dataset: str = "mnist", data_dir: str | None = None, batch_size: int = 100):
+def baseline_config(device: str, dataset: str = "mnist"):
     """The table's problem (conf/problem/mnist_lenet5.yaml: LeNet-5, SGD lr 0.05 momentum 0.9, batch 100, one pass
     a round, chunks of 1000, float32) on ``device``; ``dataset="digits"`` (32 x 32) for a test without MNIST."""
     from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
 
-    data = DataConfig(dataset=dataset, data_dir=data_dir if data_dir is not None else str(mnist_dir().parent),
-                      image_size=32 if dataset == "digits" else None)
+    data = DataConfig(dataset=dataset, data_dir=str(data_dir()), image_size=32 if dataset == "digits" else None)
     return NeuralProblemConfig(data=data, model=ModelConfig("lenet5"), inner_lr=0.05, inner_steps=None,
-                               inner_batch_size=batch_size, inner_momentum=0.9, device=device, dtype="float32")
-
-
-def dane_rounds(problem, rounds: int) -> tuple[list[float], torch.Tensor]:
-    """`timed_rounds` of one worker's DANE (η = 1, μ = 0, no safeguard), and the final iterate."""
-    from dane.comm.local import LocalCommunicator
-    from dane.dane import DANE
-
-    algorithm = DANE(problem, LocalCommunicator(), eta=1.0, mu=0.0, safeguard=False)
-    return timed_rounds(algorithm.step, problem.device, rounds), algorithm.w
+                               inner_batch_size=100, inner_momentum=0.9, device=device, dtype="float32")
 
 
 def timed_rounds(step, device: torch.device, rounds: int) -> list[float]:
     """Wall seconds of each of ``rounds`` calls of ``step`` after a first, untimed one (the first kernels'
-    start-up), the device synchronized around each."""
-    step()
-    times = []
-    for _ in range(rounds):
-        sync(device)
-        start = time.perf_counter()
+    start-up), the device synchronized after each."""
+    def synced():
         step()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return times
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    synced()
+    return [timer(synced) for _ in range(rounds)]
 
 
 def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Tensor]:
-    """The same work as `dane_rounds` as a plain PyTorch loop on ``problem``'s model, rows and device: per round the
-    full gradient (chunks of ``eval_batch_size``), the test loss and accuracy, and one pass of SGD (a fresh
-    optimizer, as each local solve makes) over the minibatches DANE's sampler draws (its seed, drawn the same
-    way, the epoch's permutation moved to the device once); one host transfer a round, for the metrics.  At
-    m = 1, η = 1, μ = 0 DANE's correction term is zero, so the iterates are DANE's (tests/test_bench.py)."""
+    """A DANE round's work as a plain PyTorch loop on ``problem``'s model, rows and device: per round the full
+    gradient (chunks of ``eval_batch_size``), the test loss and accuracy, and one pass of SGD (a fresh optimizer, as
+    each local solve makes) over the minibatches DANE's sampler draws (its ``seed``, the epoch's permutation moved to
+    the device once); one host transfer a round, for the metrics.  At m = 1, η = 1, μ = 0 DANE's correction term is
+    zero, so the iterates are DANE's (tests/test_bench.py)."""
     import torch.nn.functional as F
 
     model, device, inner = problem.model, problem.device, problem.inner
@@ -197,26 +195,26 @@ def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Te
     return times, torch.nn.utils.parameters_to_vector(model.parameters()).detach().cpu()
 
 
-def baseline(rounds: int, devices: list[str], config=None, repeats: int = 2) -> dict:
-    """Issue 35 item 5, the GPU's own baseline: one worker's DANE round of the MNIST LeNet-5 table against
-    `plain_rounds` on the same device, interleaved (DANE, plain, DANE, plain ...: the same load for both);
+def baseline(rounds: int, devices: list[str], config=baseline_config, repeats: int = 2) -> dict:
+    """Issue 35 item 5, the GPU's own baseline: one worker's DANE round (η = 1, μ = 0, no safeguard) of the MNIST
+    LeNet-5 table against `plain_rounds` on the same device, interleaved (the same load for both);
     ``dane_round_over_plain_loop`` = median DANE round / median plain round (goal <= 1.3 on CUDA)."""
+    from dane.comm.local import LocalCommunicator
+    from dane.dane import DANE
     from dane.numerics.inner import worker_seed
     from dane.problems.neural import SAMPLER_STREAM
 
     out: dict = {"rounds": rounds}
     for device in devices:
-        cfg = config(device) if config is not None else baseline_config(device)
+        cfg = config(device)
         with cfg.numerics():
-            before = load()
-            dane_times, plain_times, iterates = [], [], {}
+            before, dane_times, plain_times = load(), [], []
             for _ in range(repeats):
-                times, iterates["dane"] = dane_rounds(cfg.build(0, 1), rounds)
-                dane_times += times
-                times, iterates["plain"] = plain_rounds(cfg.build(0, 1), rounds, worker_seed(cfg.seed, 0, SAMPLER_STREAM))
+                dane = DANE(cfg.build(0, 1), LocalCommunicator(), eta=1.0, mu=0.0, safeguard=False)
+                dane_times += timed_rounds(dane.step, dane.problem.device, rounds)
+                times, plain_w = plain_rounds(cfg.build(0, 1), rounds, worker_seed(cfg.seed, 0, SAMPLER_STREAM))
                 plain_times += times
-        dane_s, plain_s = statistics.median(dane_times), statistics.median(plain_times)
-        diff = float((iterates["dane"] - iterates["plain"]).norm() / iterates["plain"].norm())
+        dane_s, plain_s, diff = statistics.median(dane_times), statistics.median(plain_times), rel_diff(dane.w, plain_w)
         out[device] = {"dane_round_s": spread(dane_times), "plain_loop_round_s": spread(plain_times),
                        "dane_round_over_plain_loop": dane_s / plain_s, "iterate_rel_diff": diff,
                        "goal": 1.3, "goal_met": dane_s / plain_s <= 1.3 if device == "cuda" else None,
@@ -226,48 +224,34 @@ def baseline(rounds: int, devices: list[str], config=None, repeats: int = 2) -> 
     return out
 
 
-def ratios(result: dict) -> dict:
-    """CPU over CUDA time per round, launched and simulated; the simulator's m = 1 against the launched np = 1."""
-    launched, simulated = result["launched"]["runs"], result["simulated"]["runs"]
-    out = {f"launched_np{np}_cpu_over_cuda": over(*(matching(launched, "round_s", device=d, np=np) for d in CPU_CUDA))
-           for np in (1, 2)}
-    out.update({f"simulated_m{m}_wall_cpu_over_cuda":
-                over(*(matching(simulated, "wall_round_s", device=d, workers=m) for d in CPU_CUDA))
-                for m in sorted({r["workers"] for r in simulated})})
-    out.update({f"sim_vs_launched_np1_{d}": over(matching(simulated, "simulated_round_s", device=d, workers=1),
-                                                 matching(launched, "round_s", device=d, np=1)) for d in DEVICES})
-    return out
-
-
 def run(bench: Run) -> dict:
-    args, gpu = bench.args, torch.cuda.is_available()
-    devices = args.baseline_devices or ["cuda" if gpu else "cpu"]
+    args, has_gpu = bench.args, torch.cuda.is_available()
     earlier = {k: v for k, v in bench.earlier.items() if k != "skipped"} if args.only else {}  # the other parts
     result: dict = {**earlier, "started_at": now(), "machine": bench.machine, "load_before": load(),
-                    "rounds": args.rounds, "overrides": " ".join(TABLE),
-                    **({"gpu": torch.cuda.get_device_name(0)} if gpu else {})}
+                    "rounds": args.rounds, "overrides": " ".join(TABLE), **(gpu("cuda") if has_gpu else {})}
     parts = args.only or PARTS
     if "convex" in parts:
-        result["convex"] = {"skipped": NO_GPU} if not gpu else convex(
+        result["convex"] = {"skipped": NO_GPU} if not has_gpu else convex(
             args.rounds, args.convex_workers, args.convex_cases,
             written=lambda partial: bench.save({**result, "convex": partial}))
     if "network" in parts:
-        if not gpu or mnist_missing():
-            result["skipped"] = mnist_missing() if gpu else NO_GPU
+        if why := (NO_GPU if not has_gpu else mnist_missing()):
+            result["skipped"] = why
         else:
             with tempfile.TemporaryDirectory() as tmp:
                 result.update(network(Path(tmp), args.rounds, args.repeats, args.workers, bench.log))
             result["ratios"] = ratios(result)
     if "baseline" in parts and (args.only or "skipped" not in result):  # a whole run: where the network part ran
-        why = mnist_missing() or ("cuda" in devices and not gpu and f"{NO_GPU}; --baseline-devices cpu times the CPU")
+        devices = args.baseline_devices or ["cuda" if has_gpu else "cpu"]
+        why = mnist_missing() or ("cuda" in devices and not has_gpu and f"{NO_GPU}; --baseline-devices cpu times the CPU")
         result["baseline"] = {"skipped": why} if why else baseline(args.rounds, devices)
     result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
     bench.log(f"cuda: {result.get('skipped') or result.get('ratios', 'written')}")
     return bench.finish(result)
 
 
-BENCH = Bench(KEY, run, "MNIST LeNet-5 and convex rounds on problem.device=cuda against cpu", threads=None, only=PARTS,
-              options=(
+BENCH = Bench("cuda", run, "MNIST LeNet-5 and convex rounds on problem.device=cuda against cpu", threads=None,
+              only=PARTS, options=(
                   option("--rounds", type=count, default=6), option("--repeats", type=count, default=2),
                   option("--workers", type=count, nargs="+", default=[1, 2, 4, 8]),
                   option("--convex-workers", type=count, nargs="+", default=[1, 8]),

@@ -1,9 +1,9 @@
 """Rounds, bytes and time to 97% test accuracy on MNIST-LeNet5, 4 workers, DANE and each baseline: JSON section
-``mnist_lenet5_to_97``, one row of `scripts.harness.grid` per algorithm under ``algorithms`` (`row_from` says its
-keys), and ``fewest``, the algorithm with the least of each cost among those that reached the target."""
+``mnist_lenet5_to_97``, one row of `scripts.harness.grid` per algorithm under ``algorithms`` (`row_from`), and
+``fewest``, the algorithm with the least of each cost among those that reached the target."""
 from __future__ import annotations
 
-import time
+from contextlib import suppress
 from pathlib import Path
 
 from dane.comm import AlphaBeta
@@ -15,9 +15,9 @@ from dane.paper_figs.common import retime
 from dane.paper_figs.target_table import TARGETS, job_cost
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, Run, count, grid, option
+from scripts.harness import Bench, Run, count, grid, option, timer
 
-KEY = "mnist_lenet5_to_97"
+TARGET = TARGETS[0]
 #: a row's costs to the target, each the fewest of which algorithm (`winners`), beside the simulated times
 COSTS = ("rounds", "comm_rounds", "bytes_sent_per_worker")
 
@@ -38,18 +38,6 @@ def row_from(run_dir: Path, accuracy: float, costs: dict[str, AlphaBeta]) -> dic
     return row
 
 
-def run_one(overrides: list[str], out_dir: Path) -> float:
-    """``dane simulate <overrides>`` into ``out_dir``, in this process (a divergence is a result); its wall seconds."""
-    for name in ("rounds.jsonl", "summary.json"):
-        (out_dir / name).unlink(missing_ok=True)
-    start = time.perf_counter()
-    try:
-        execute(run_spec(compose_job(tuple(overrides))), str(out_dir))
-    except DivergenceError:
-        pass
-    return time.perf_counter() - start
-
-
 def winners(rows: dict[str, dict]) -> dict:
     reached = {name: row for name, row in rows.items() if row["reached"]}
     if not reached:
@@ -60,43 +48,48 @@ def winners(rows: dict[str, dict]) -> dict:
 
 def costs() -> dict[str, AlphaBeta]:
     """The α-β models a row is timed under: the job's own ("") and, where there is one, the calibrated one."""
-    target = TARGETS[0]
-    out = {"": job_cost((target.experiment, *target.algorithms["dane"]))}
+    out = {"": job_cost((TARGET.experiment, *TARGET.algorithms["dane"]))}
     if Path("results/calibration.json").exists():
         out["_at_calibration"] = AlphaBeta.load(Path("results/calibration.json"))
     return out
 
 
 def measure(run: Run, name: str) -> dict:
-    """One algorithm's row: its run to the target (or the round budget) into ``--runs``/NAME, then `row_from`."""
-    target, args = TARGETS[0], run.args
-    accuracy = args.target or target.accuracy
-    overrides = [target.experiment, *target.algorithms[name], f"rounds={args.rounds}", f"early_stop.target={accuracy}"]
-    wall = run_one(overrides, Path(args.runs) / name)
-    return {**row_from(Path(args.runs) / name, accuracy, costs()), "wall_time_s": wall,
-            "settings": list(target.algorithms[name])}
+    """One algorithm's row: ``dane simulate`` in this process (a divergence is a result) to the target or the round
+    budget, into ``--runs``/NAME, then `row_from`."""
+    args, out_dir = run.args, Path(run.args.runs) / name
+    accuracy = args.target or TARGET.accuracy
+    job = (TARGET.experiment, *TARGET.algorithms[name], f"rounds={args.rounds}", f"early_stop.target={accuracy}")
+    for stale in ("rounds.jsonl", "summary.json"):
+        (out_dir / stale).unlink(missing_ok=True)
+
+    def simulate():
+        with suppress(DivergenceError):
+            execute(run_spec(compose_job(job)), str(out_dir))
+
+    wall = timer(simulate)
+    return {**row_from(out_dir, accuracy, costs()), "wall_time_s": wall, "settings": list(TARGET.algorithms[name])}
 
 
 def head(args) -> dict:
-    target = TARGETS[0]
-    return {"setup": f"{target.problem}, 4 workers in the in-process simulator (one core each), MNIST t10k split "
+    return {"setup": f"{TARGET.problem}, 4 workers in the in-process simulator (one core each), MNIST t10k split "
                      "8000/2000; simulated_time_s = simulated parallel time (compute + alpha-beta allreduce model) to "
                      "the first record at the target",
             "cost_models": {label or "default": {"alpha": c.alpha, "beta": c.beta} for label, c in costs().items()},
-            "target_test_accuracy": args.target or target.accuracy,
+            "target_test_accuracy": args.target or TARGET.accuracy,
             "source": f"fresh runs, stopped at the target or after {args.rounds} rounds"}
 
 
 def no_data(args) -> str | None:
-    if not has_data(Row(TARGETS[0].problem, TARGETS[0].problem, None)):
+    if not has_data(Row(TARGET.problem, TARGET.problem, None)):
         return "MNIST is not in data_dir (DANE_DATA_DIR or ../shared/data); point DANE_DATA_DIR at the IDX files"
     return None
 
 
-BENCH = Bench(KEY, grid(lambda run: {name: name for name in TARGETS[0].algorithms}, measure, head=head,
-                        into="algorithms", skip=no_data, after=lambda rows: {"fewest": winners(rows)}),
+BENCH = Bench("mnist_lenet5_to_97", grid(lambda run: {name: name for name in TARGET.algorithms}, measure, head=head,
+                                         into="algorithms", skip=no_data, after=lambda rows: {"fewest": winners(rows)}),
               "rounds, bytes and time to 97% test accuracy on MNIST LeNet-5, 4 workers",
-              only=tuple(TARGETS[0].algorithms), resumable=True, options=(
+              only=tuple(TARGET.algorithms), resumable=True, options=(
                   option("--runs", default="results/bench_nn", help="where the runs' directories go"),
                   option("--rounds", type=count, default=40, help="round budget per algorithm"),
                   option("--target", type=float, default=None, help="test accuracy (default: the target table's)"),
