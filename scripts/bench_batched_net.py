@@ -102,9 +102,8 @@ def roofline(workers: int, batch_size: int, repeats: int) -> dict:
 
 def cuda_round(workers: int, local_steps: int, batch_size: int, rounds: int, repeats: int, log,
                device: str = "cuda") -> dict:
-    """The batched path's ``workers`` LeNet-5 workers on CUDA against one worker on CUDA: each a `spread` of the
-    seconds a round over ``repeats`` runs after a warm-up; ``ratio`` of their medians.  ``device``: another device,
-    for a check of this code where there is no GPU."""
+    """A round of the batched path's ``workers`` LeNet-5 workers against one worker's, a `spread` over ``repeats``
+    runs after a warm-up each; ``device``: another than CUDA, to check this code where there is no GPU."""
     def round_s(m: int, batched: str, repeat: int) -> float:
         if repeat == 0:
             timed_run(*overrides(m, local_steps, batch_size, 1, batched, device))  # warm-up: CUDA context, kernels

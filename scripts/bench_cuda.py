@@ -152,11 +152,9 @@ def timed_rounds(step, device: torch.device, rounds: int) -> list[float]:
 
 
 def plain_rounds(problem, rounds: int, seed: int) -> tuple[list[float], torch.Tensor]:
-    """A DANE round's work as a plain PyTorch loop on ``problem``'s model, rows and device: per round the full
-    gradient (chunks of ``eval_batch_size``), the test loss and accuracy, and one pass of SGD (a fresh optimizer, as
-    each local solve makes) over the minibatches DANE's sampler draws (its ``seed``, the epoch's permutation moved to
-    the device once); one host transfer a round, for the metrics.  At m = 1, η = 1, μ = 0 DANE's correction term is
-    zero, so the iterates are DANE's (tests/test_bench.py)."""
+    """One worker's DANE round as a plain PyTorch loop (`timed_rounds`, the final iterate): the full gradient, the
+    evaluation and one pass of SGD over the minibatches DANE's sampler draws from ``seed``, one host transfer a round.
+    At m = 1, η = 1, μ = 0 DANE's correction term is zero: the iterates are DANE's (tests/test_bench.py)."""
     import torch.nn.functional as F
 
     model, device, inner = problem.model, problem.device, problem.inner
@@ -210,11 +208,12 @@ def baseline(rounds: int, devices: list[str], config=baseline_config, repeats: i
         with cfg.numerics():
             before, dane_times, plain_times = load(), [], []
             for _ in range(repeats):
-                dane = DANE(cfg.build(0, 1), LocalCommunicator(), eta=1.0, mu=0.0, safeguard=False)
-                dane_times += timed_rounds(dane.step, dane.problem.device, rounds)
+                algorithm = DANE(cfg.build(0, 1), LocalCommunicator(), eta=1.0, mu=0.0, safeguard=False)
+                dane_times += timed_rounds(algorithm.step, algorithm.problem.device, rounds)
                 times, plain_w = plain_rounds(cfg.build(0, 1), rounds, worker_seed(cfg.seed, 0, SAMPLER_STREAM))
                 plain_times += times
-        dane_s, plain_s, diff = statistics.median(dane_times), statistics.median(plain_times), rel_diff(dane.w, plain_w)
+        dane_s, plain_s = statistics.median(dane_times), statistics.median(plain_times)
+        diff = rel_diff(algorithm.w, plain_w)
         out[device] = {"dane_round_s": spread(dane_times), "plain_loop_round_s": spread(plain_times),
                        "dane_round_over_plain_loop": dane_s / plain_s, "iterate_rel_diff": diff,
                        "goal": 1.3, "goal_met": dane_s / plain_s <= 1.3 if device == "cuda" else None,
@@ -243,7 +242,8 @@ def run(bench: Run) -> dict:
             result["ratios"] = ratios(result)
     if "baseline" in parts and (args.only or "skipped" not in result):  # a whole run: where the network part ran
         devices = args.baseline_devices or ["cuda" if has_gpu else "cpu"]
-        why = mnist_missing() or ("cuda" in devices and not has_gpu and f"{NO_GPU}; --baseline-devices cpu times the CPU")
+        why = mnist_missing() or ("cuda" in devices and not has_gpu
+                                  and f"{NO_GPU}; --baseline-devices cpu times the CPU")
         result["baseline"] = {"skipped": why} if why else baseline(args.rounds, devices)
     result.update(finished_at=now(), load_after=load(), torch=torch.__version__)
     bench.log(f"cuda: {result.get('skipped') or result.get('ratios', 'written')}")
