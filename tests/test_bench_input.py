@@ -217,3 +217,18 @@ def test_a_figure_refuses_its_out_before_reading_runs(argv, expected, tmp_path, 
     line = refused(capsys, lambda: cli.main(["figures", *(a.format(tmp=tmp_path) for a in argv)]))
     assert line == expected.format(tmp=tmp_path)
     assert (tmp_path / "afile").read_text() == "x" and list((tmp_path / "runs").iterdir()) == []
+
+
+def test_batched_device_refuses_thread_workers_that_do_not_deal_equal_shards(tmp_path, capsys):
+    """The batched path stacks equal shards: 64 threads over the section's 100,000 rows (its old default) failed on the
+    GPU after the section had started; now one line before any work, and the default deals 10,000 and 100,000."""
+    from scripts import bench_batched
+
+    out = tmp_path / "bench.json"
+    line = refused(capsys, lambda: runner.main(["batched", "--only", "device", "--device", "cpu", "--quick",
+                                               "--thread-workers", "64", "--out", str(out)]))
+    assert line == ("error: --thread-workers 64 does not deal the 10,000 rows into equal shards; give a divisor of "
+                    "10000, such as 50")
+    assert not out.exists()
+    default = next(kw["default"] for flags, kw in bench_batched.BENCH.options if flags == ("--thread-workers",))
+    assert 10_000 % default == 0 and 100_000 % default == 0
