@@ -1,8 +1,5 @@
-"""Benchmarks of the Horovod path and the simulator; JSON into results/bench.json (`make bench`).
-
-Each of ``SECTIONS`` is a key of its own beside ``synthetic_bench`` (the list of those done); ``--quick``: one launch
-of each, a few short rounds.
-"""
+"""The Horovod path and the simulator: each of ``SECTIONS`` (``--only``) a JSON key of its own, with
+``synthetic_bench`` (the list of those done) beside them; docs/benchmarks.md, section `horovod`."""
 from __future__ import annotations
 
 import json
@@ -21,12 +18,19 @@ from dane.synthetic.sweep import compose_job
 from scripts.harness import Bench, Run, count, interleave, load, need_horovod, now, option, steady
 
 SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error")
+TAIL_HOW = ("error_with_tail: calibration k is `dane calibrate --tail`'s (its alpha-beta launch, then a launch of "
+            "DANE's rounds whose allreduce phases' excess it fits); the simulator also draws each allreduce's excess "
+            "from that tail (dane.comm.tail); error is the median pair; goal 0.25")
+
+
+def gap(simulated: float, measured: float) -> float:
+    """The simulator's relative error: |simulated - measured| / measured."""
+    return abs(simulated - measured) / measured
 
 
 def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
-    """One horovodrun launch of `synthetic.round_timing`: its medians, and the load average around it."""
-    out = tmp / f"round_timing_{k}.json"
-    before = load()
+    """One horovodrun launch of `synthetic.round_timing`: its medians, and the load average before it."""
+    out, before = tmp / f"round_timing_{k}.json", load()
     horovodrun("dane.synthetic.round_timing", ["--out", str(out), "--blocks", str(blocks), "--rounds", str(rounds)])
     timing = json.loads(out.read_text())
     med = timing["medians"]
@@ -34,11 +38,11 @@ def round_timing(tmp: Path, k: int, blocks: int, rounds: int) -> dict:
 
 
 def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
-    """``dane_round_overhead`` (docs/benchmarks.md, section `horovod`): DANE round over bare round, the median of
-    separate launches' medians (one launch can keep a slow placement of its threads for its whole life)."""
-    keys = [k for k in per_launch[0] if k not in ("load_before", "means")]
-    median = {key: statistics.median(launch[key] for launch in per_launch) for key in keys}
-    return {"ratio": median["ratio"], "goal": 1.25, **{k: v for k, v in median.items() if k != "ratio"},
+    """DANE round over bare round, the median of separate launches' medians (one launch can keep a slow placement
+    of its threads for its whole life)."""
+    median = {key: statistics.median(launch[key] for launch in per_launch)
+              for key in per_launch[0] if key not in ("load_before", "means")}
+    return {"ratio": median.pop("ratio"), "goal": 1.25, **median,
             "per_launch": per_launch, "rounds_timed_per_launch": blocks * (rounds - 1),
             "problem": "ridge_synthetic N=18000 d=500 iso, m=2",
             "algorithm": "dane (defaults: safeguard=true, mu=0, eta=1)",
@@ -46,9 +50,8 @@ def round_overhead(per_launch: list[dict], blocks: int, rounds: int) -> dict:
 
 
 def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
-    """``allreduce_latency_ratio`` (docs/benchmarks.md, section `horovod`): median 4 KB allreduce latency, horovodrun
-    over torchrun as torch.distributed comes, over ``pairs`` interleaved launches of each (``ratio_vs_pinned_gloo``:
-    over torchrun with each rank bound to its own core, as the package binds Horovod's ranks)."""
+    """Median 4 KB allreduce latency, horovodrun over torchrun (and over torchrun with each rank bound to its own
+    core, as the package binds Horovod's), over ``pairs`` interleaved launches of each."""
     variants = {"horovod": (horovodrun, ["--synchronize"]), "torch_gloo": (torchrun, []),
                 "torch_gloo_pinned": (torchrun, ["--pin"])}
 
@@ -62,12 +65,13 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
     times = {name: [t["sizes"]["4096"]["median_s"] for t in ts] for name, ts in timings.items()}
     # the same launches' hvd.synchronize, taking turns with the package's call
     synchronize = [t["synchronize_sizes"]["4096"]["median_s"] for t in timings["horovod"]]
+    wait_over_synchronize = [p / s for p, s in zip(times["horovod"], synchronize)]
     h, t, tp = (statistics.median(times[name]) for name in variants)
     options = HorovodOptions()
     return {"ratio": h / t, "goal": 1.2, "ratio_vs_pinned_gloo": h / tp,
             # the package's wait against Horovod's own, launch by launch (goal <= 1.2 as well)
-            "horovod_wait_over_synchronize": statistics.median(p / s for p, s in zip(times["horovod"], synchronize)),
-            "horovod_wait_over_synchronize_per_launch": [p / s for p, s in zip(times["horovod"], synchronize)],
+            "horovod_wait_over_synchronize": statistics.median(wait_over_synchronize),
+            "horovod_wait_over_synchronize_per_launch": wait_over_synchronize,
             "horovod_4KB_s": h, "horovod_synchronize_4KB_s": statistics.median(synchronize),
             "torch_gloo_4KB_s": t, "torch_gloo_pinned_4KB_s": tp,
             **{f"{name}_per_launch_s": v for name, v in times.items()},
@@ -79,13 +83,10 @@ def latency_ratio(tmp: Path, pairs: int, reps: int) -> dict:
 
 def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: Path,
                     calibration: Path | None = None) -> dict:
-    """The simulated DANE round at m=2 on the default problem with cost model ``cost`` (a ring or parameter
-    servers), in the steady state the real launches time: all ``n_rounds`` rounds run (no stopping test; the
-    default one ends the run at the optimum within a few rounds) and the mean is taken after round 1
-    (`harness.steady`), whose compute factors the shards once.  Returns that mean round time, and the simulator's
-    compute and communication per round over the whole run (round 0's evaluation and round 1's factorization
-    included).  ``calibration``: a ring's calibration file whose tail the simulator draws (`dane.comm.tail`); without
-    one, α-β only (the default ``sim.calibration`` is not read: ``cost`` gives α and β)."""
+    """The simulated DANE round at m=2 on the default problem under ``cost`` (a ring or parameter servers), as the
+    launches time it: every round run (no stopping test), the mean round after round 1 (`harness.steady`); and the
+    compute and communication per round over the whole run.  ``calibration``: a ring's calibration file whose tail
+    the simulator draws (`dane.comm.tail`); without one, α-β alone."""
     cfg = compose_job(("workers=2", f"rounds={n_rounds}", "tol=null", "tol_abs=null"))
     cfg.sim.alpha, cfg.sim.beta, cfg.quiet = cost.alpha, cost.beta, True
     cfg.sim.calibration = None if calibration is None else str(calibration)
@@ -98,26 +99,34 @@ def simulated_round(cost: AlphaBeta | ParameterServerCost, n_rounds: int, tmp: P
             "comm_s": summary["simulated_comm_s"] / summary["rounds"], "calibration": summary["calibration"]}
 
 
+def ring(calibration: dict) -> AlphaBeta:
+    return AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
+
+
+def calibrate_pair(blocks: int, rounds: int) -> dict:
+    """Calibration k as ``dane calibrate --tail`` makes it: α-β (`calibrate`), then the tail of DANE's rounds."""
+    calibration = calibrate(2)
+    return {**calibration, "tail": calibrate_tail(ring(calibration), 2, blocks, rounds)}
+
+
 def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path,
                     saved: Path = Path("results/calibration.json")) -> dict:
-    """``simulator_error`` (docs/benchmarks.md, section `horovod`): |simulated - measured| / measured mean round time
-    per interleaved (round timing k, calibration k) pair, the median pair the headline, every pair split into compute
-    and communication.  The record's α and β are the calibrations' medians, the sizes and times beside them the
-    middle launch's; ``error_with_tail`` (`with_tail`) beside it."""
+    """The simulator's error per interleaved (round timing k, calibration k) pair, the median pair the headline,
+    every pair split into compute and communication; α and β the calibrations' medians, the rest of the record
+    the middle launch's; ``error_with_tail`` (`with_tail`) beside it."""
     pairs = []
     for timing, calibration in zip(timings, calibrations):
-        sim = simulated_round(AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"]), n_rounds, tmp)
-        means = timing["means"]
-        pairs.append({"error": abs(sim["round_s"] - means["round_s"]) / means["round_s"],
+        sim, means = simulated_round(ring(calibration), n_rounds, tmp), timing["means"]
+        pairs.append({"error": gap(sim["round_s"], means["round_s"]),
                       "measured_round_s": means["round_s"], "simulated_round_s": sim["round_s"],
                       "measured_median_round_s": timing["round_s"],
                       "measured_compute_s": means["compute_s"], "simulated_compute_s": sim["compute_s"],
-                      "measured_comm_s": means["allreduce1_s"] + means["allreduce2_s"], "simulated_comm_s": sim["comm_s"],
+                      "measured_comm_s": means["allreduce1_s"] + means["allreduce2_s"],
+                      "simulated_comm_s": sim["comm_s"],
                       "alpha": calibration["alpha"], "beta": calibration["beta"], "load_before": timing["load_before"]})
     for pair, tail in zip(pairs, with_tail(timings, calibrations, n_rounds, tmp)):
         pair.update(tail)
-    errors = [pair["error"] for pair in pairs]
-    with_tails = [pair["error_with_tail"] for pair in pairs]
+    errors, with_tails = [p["error"] for p in pairs], [p["error_with_tail"] for p in pairs]
     calibration = {**calibrations[len(calibrations) // 2],
                    **{k: statistics.median(c[k] for c in calibrations) for k in ("alpha", "beta")},
                    "per_launch": [{"alpha": c["alpha"], "beta": c["beta"]} for c in calibrations]}
@@ -131,68 +140,47 @@ def simulator_error(timings: list[dict], calibrations: list[dict], n_rounds: int
                            if k in calibration}}
     if saved.exists():
         saved_cost = AlphaBeta.load(saved)
-        sim_saved = simulated_round(saved_cost, n_rounds, tmp)["round_s"]
+        simulated = simulated_round(saved_cost, n_rounds, tmp)["round_s"]
         measured = statistics.median(t["means"]["round_s"] for t in timings)
         out["with_saved_calibration"] = {"path": str(saved), "alpha": saved_cost.alpha, "beta": saved_cost.beta,
-                                         "simulated_round_s": sim_saved, "measured_round_s": measured,
-                                         "error": abs(sim_saved - measured) / measured}
+                                         "simulated_round_s": simulated, "measured_round_s": measured,
+                                         "error": gap(simulated, measured)}
     return out
 
 
-TAIL_HOW = ("error_with_tail: calibration k is `dane calibrate --tail`'s (its alpha-beta launch, then a launch of "
-            "DANE's rounds whose allreduce phases' excess it fits); the simulator also draws each allreduce's excess "
-            "from that tail (dane.comm.tail); error is the median pair; goal 0.25")
-
-
-def calibrate_pair(blocks: int, rounds: int) -> dict:
-    """Calibration k: α-β (`calibrate`), then the tail of DANE's rounds over it (`calibrate_tail`), as
-    ``dane calibrate --tail`` makes them."""
-    calibration = calibrate(2)
-    cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
-    return {**calibration, "tail": calibrate_tail(cost, 2, blocks, rounds)}
-
-
 def with_tail(timings: list[dict], calibrations: list[dict], n_rounds: int, tmp: Path) -> list[dict]:
-    """Per pair k, the simulated round drawing calibration k's tail (`TAIL_HOW`), from a calibration file as
+    """Per pair k, the simulated round drawing calibration k's tail (`TAIL_HOW`) from a calibration file as
     ``dane calibrate --tail`` writes it, and its error against launch k's mean round."""
     out = []
     for k, (timing, calibration) in enumerate(zip(timings, calibrations)):
-        cost = AlphaBeta(alpha=calibration["alpha"], beta=calibration["beta"])
-        path = tmp / f"calibration_tail_{k}.json"
-        cost.save(path, tail=calibration["tail"])
+        path, tail, measured = tmp / f"calibration_tail_{k}.json", calibration["tail"], timing["means"]["round_s"]
+        cost = ring(calibration)
+        cost.save(path, tail=tail)
         sim = simulated_round(cost, n_rounds, tmp, calibration=path)
-        measured = timing["means"]["round_s"]
-        tail = calibration["tail"]
-        out.append({"error_with_tail": abs(sim["round_s"] - measured) / measured,
+        out.append({"error_with_tail": gap(sim["round_s"], measured),
                     "simulated_round_s_with_tail": sim["round_s"], "simulated_comm_s_with_tail": sim["comm_s"],
                     "tail_samples": tail["samples"], "tail_excess_mean_s": tail["excess_mean_s"],
                     "tail_load_avg": tail["machine"].get("load_avg"),
                     # the floor under error_with_tail: the tail launch's own mean round against launch k's
                     "tail_launch_round_s": tail.get("round_mean_s"),
-                    "launch_to_launch": abs(tail["round_mean_s"] - measured) / measured if "round_mean_s" in tail
-                    else None})
+                    "launch_to_launch": gap(tail["round_mean_s"], measured) if "round_mean_s" in tail else None})
     return out
 
 
 def ps_simulator_error(tmp: Path, launches: int, n_rounds: int) -> dict:
-    """|simulated - measured| / measured mean DANE round time with one parameter server and two workers.
-
-    Interleaved pairs as for ``simulator_error``: launch k runs DANE for real (``torchrun --nproc_per_node 3 ...
-    comm=ps``, the mean of its steady rounds), launch k' calibrates `ParameterServerCost` (``synthetic.calibrate
-    --topology ps``), and the simulator (``sim.topology=ps``) predicts launch k from calibration k'.
-    """
+    """The same for one parameter server and two workers: launch k runs DANE for real (``torchrun
+    --nproc_per_node 3 ... comm=ps``), then `calibrate_ps` gives the cost the simulator predicts it from."""
     pairs = []
     for k in range(launches):
         out = tmp / f"ps_real_{k}"
-        torchrun("dane.experiments.train", ["algorithm=dane", "problem=ridge_synthetic", f"rounds={n_rounds}", "tol=null",
-                                            "tol_abs=null", "comm=ps", "comm.servers=1", "quiet=true", f"out_dir={out}"],
-                 np=3)
+        torchrun("dane.experiments.train", ["algorithm=dane", "problem=ridge_synthetic", f"rounds={n_rounds}",
+                                            "tol=null", "tol_abs=null", "comm=ps", "comm.servers=1", "quiet=true",
+                                            f"out_dir={out}"], np=3)
         rounds = steady(read_rounds(out))
-        measured = statistics.fmean(rounds)
-        calibration = calibrate_ps(2, 1)
+        measured, calibration = statistics.fmean(rounds), calibrate_ps(2, 1)
         cost = ParameterServerCost(alpha=calibration["alpha"], beta=calibration["beta"], gamma=calibration["gamma"])
         sim = simulated_round(cost, n_rounds, tmp)
-        pairs.append({"error": abs(sim["round_s"] - measured) / measured, "measured_round_s": measured,
+        pairs.append({"error": gap(sim["round_s"], measured), "measured_round_s": measured,
                       "measured_median_round_s": statistics.median(rounds), "simulated_round_s": sim["round_s"],
                       "simulated_compute_s": sim["compute_s"], "simulated_comm_s": sim["comm_s"],
                       "alpha": cost.alpha, "beta": cost.beta, "gamma": cost.gamma, "load": load()})
@@ -210,8 +198,8 @@ def run(bench: Run) -> None:
         need_horovod()
 
     def record(section: str, value: dict) -> None:
-        """Merge one finished section into --out at once (each with its own machine: the load at its end), and the
-        list of sections done under ``synthetic_bench``."""
+        """Merge one finished section into --out at once (with its own machine: the load at its end), and the
+        list of those done under ``synthetic_bench``."""
         machine = {**bench.machine, "load_avg_now": load()}
         bench.save({**value, "machine": machine}, section)
         done.append(section)

@@ -1,9 +1,6 @@
-"""The simulator at many workers and horovodrun oversubscribed: JSON section ``load`` (docs/benchmarks.md, section
-`load`).  ``simulator.points[m]``, ``sampled.points[m]`` (FedDANE at its measured default μ, 1% of the clients a round,
-on the per-worker path: `sampled`) and ``oversubscribed.points[k]``: per launch (`harness.trained`) ``finished``,
-``exit_status``, ``timed_out``, ``wall_s``, ``peak_rss_gib`` (its largest process), ``load_before``/``load_after``,
-``stderr_tail`` where it failed, ``rounds``, ``round_s`` (the median round after round 1) and the summary's `SUMMARY`
-(the simulator's: ``simulated_round_s``); ``simulator.largest_m_within`` (`largest_m`)."""
+"""The simulator at many workers and horovodrun oversubscribed: JSON section ``load``, parts ``simulator``,
+``sampled`` (FedDANE, 1% of the clients a round) and ``oversubscribed``, one point a launch; docs/benchmarks.md,
+section `load`."""
 from __future__ import annotations
 
 import os
@@ -11,9 +8,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from scripts.harness import Bench, Run, amount, count, load, now, option, trained
+from scripts.harness import Bench, Run, amount, count, load, now, option, steady, trained
 
-KEY = "load"
 RUN = ("algorithm=dane", "problem=ridge_synthetic", "tol=null", "quiet=true")
 SUMMARY = ("status", "setup_s", "time_s", "simulated_time_s", "wall_time_s")
 
@@ -24,29 +20,27 @@ def sampled(k: int) -> tuple[str, ...]:
             f"algorithm.clients_per_round={max(k // 100, 1)}", "tol=null", "quiet=true")
 
 
-def points(tmp: Path, label: str, ks: list[int], rounds: int, timeout: float, launched: bool, run=None) -> dict:
-    """One launch per k of ``ks`` (``workers=k``; ``launched``: under ``horovodrun -np k``; ``run(k)``: its
-    overrides, `RUN` by default), by ``str(k)``."""
+def points(tmp: Path, label: str, ks: list[int], rounds: int, timeout: float, launched: bool, job=None) -> dict:
+    """One launch per k of ``ks`` (``workers=k``; ``launched``: under ``horovodrun -np k``) of ``job(k)`` (`RUN`
+    where None), by ``str(k)``: how it ended, its peak memory, rounds and median round after round 1."""
     out = {}
     for k in ks:
-        job = run(k) if run else RUN
-        t = trained(tmp / f"{label}{k}", (*job, f"workers={k}", f"rounds={rounds}"), np=k if launched else None,
-                    env={}, timeout=timeout)
+        t = trained(tmp / f"{label}{k}", (*(job(k) if job else RUN), f"workers={k}", f"rounds={rounds}"),
+                    np=k if launched else None, env={}, timeout=timeout)
         times = [r["time_s"] for r in t["records"]]
-        steps = [b - a for a, b in zip(times[1:], times[2:])] or [b - a for a, b in zip(times, times[1:])]
+        steps = steady(t["records"]) or [b - a for a, b in zip(times, times[1:])]  # too few rounds: from round 0
         point = {"exit_status": t["exit_status"], "finished": t["exit_status"] == 0,
-                 **{k: t[k] for k in ("timed_out", "wall_s", "peak_rss_gib", "load_before", "load_after")},
+                 **{key: t[key] for key in ("timed_out", "wall_s", "peak_rss_gib", "load_before", "load_after")},
                  **({"stderr_tail": t["error"].splitlines()[-5:]} if "error" in t else {}),
-                 **({"rounds": len(times) - 1, "round_s": statistics.median(steps) if steps else None} if times else {}),
+                 **({"rounds": len(times) - 1, "round_s": statistics.median(steps) if steps else None}
+                    if times else {}),
                  **{key: t["summary"][key] for key in SUMMARY if key in (t["summary"] or {})}}
         if not launched and "simulated_time_s" in point:
             point["simulated_round_s"] = point["simulated_time_s"] / rounds
         out[str(k)] = point
         print(f"{label}{k}: {point}", flush=True)
-    problem = " ".join(RUN) if run is None else f"{' '.join(run(ks[0]))} at m = {ks[0]}, scaled with m (`sampled`)"
-    return {"problem": f"{problem} rounds={rounds}",
-            **({"cores": os.cpu_count()} if launched else {}),
-            "points": out}
+    problem = " ".join(RUN) if job is None else f"{' '.join(job(ks[0]))} at m = {ks[0]}, scaled with m (`sampled`)"
+    return {"problem": f"{problem} rounds={rounds}", **({"cores": os.cpu_count()} if launched else {}), "points": out}
 
 
 def largest_m(points: dict, memory_gib: float) -> dict:
@@ -67,22 +61,21 @@ def run(bench: Run) -> None:
         args.workers, args.np, args.rounds, args.sampled_workers = [8, 16], [2, 3], 3, [100, 200]
     report = {"started_at": bench.started_at, "cores": os.cpu_count(), "load_at_start": load(),
               "machine": bench.machine}
+    parts = {"simulator": ("sim_m", args.workers, None), "sampled": ("sampled_m", args.sampled_workers, sampled),
+             "oversubscribed": ("hvd_np", args.np, None)}  # part -> launch label, its ks, its job
     with tempfile.TemporaryDirectory() as tmp:
-        report["simulator"] = points(Path(tmp), "sim_m", args.workers, args.rounds, args.timeout, launched=False)
-        report["simulator"]["largest_m_within"] = largest_m(report["simulator"]["points"], args.memory_gib)
-        bench.save(report)  # now, so a later failure loses nothing
-        if args.sampled_workers:
-            report["sampled"] = points(Path(tmp), "sampled_m", args.sampled_workers, args.rounds, args.timeout,
-                                       launched=False, run=sampled)
-            report["sampled"]["largest_m_within"] = largest_m(report["sampled"]["points"], args.memory_gib)
-            bench.save(report)
-        if args.np:
-            report["oversubscribed"] = points(Path(tmp), "hvd_np", args.np, args.rounds, args.timeout, launched=True)
+        for part, (label, ks, job) in parts.items():
+            if ks:  # each saved as it ends: a later failure loses nothing
+                launched = part == "oversubscribed"
+                report[part] = points(Path(tmp), label, ks, args.rounds, args.timeout, launched, job)
+                if not launched:
+                    report[part]["largest_m_within"] = largest_m(report[part]["points"], args.memory_gib)
+                bench.save(report)
     bench.finish({**report, "finished_at": now()})
     print(f"load -> {bench.path}")
 
 
-BENCH = Bench(KEY, run, "the simulator at large m and oversubscribed horovodrun", threads=None, options=(
+BENCH = Bench("load", run, "the simulator at large m and oversubscribed horovodrun", threads=None, options=(
     option("--workers", type=count, nargs="+", default=[64, 256, 1024]),
     option("--np", type=count, nargs="*", default=[4, 8], help="oversubscribed's k (none: skip it)"),
     option("--sampled-workers", type=count, nargs="*", default=[1000, 2000, 4000],

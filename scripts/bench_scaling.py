@@ -1,8 +1,5 @@
 """Strong scaling under horovodrun, np=2 against np=1: JSON section ``strong_scaling``, parts (``--only``) ``ridge``,
-``factorization``, ``background_loop`` and ``mnist`` (key ``mnist_lenet5``); docs/benchmarks.md, section `scaling`.
-Per launch of each ``--repeats`` pair (`np1_np2`) a row with its ``status``, its measure, ``launcher_wall_s`` and the
-load around it (``launch_failed`` where it failed); two np=1 ``twin`` runs side by side after each judged pair
-(`twins`) give ``ceiling`` (`ceiling`)."""
+``factorization``, ``background_loop`` and ``mnist`` (key ``mnist_lenet5``); docs/benchmarks.md, section `scaling`."""
 from __future__ import annotations
 
 import json
@@ -10,7 +7,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -23,7 +19,7 @@ from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synth
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.launchers import horovodrun, horovodrun_side_by_side
 from scripts.harness import (Bench, Run, best_of, count, interleave, load, matching, mnist_missing, need_horovod, now,
-                             option, over, spread, spreads, steady, trained)
+                             option, over, spread, spreads, steady, timer, trained)
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -35,11 +31,11 @@ THREADS = {"default": {}, "one_thread": {"OMP_NUM_THREADS": "1"}}
 MNIST_VARIANTS = {"default": (), "cycle_0.1ms": ("comm.horovod_cycle_time_ms=0.1",)}
 
 
-def np1_np2(name: str, overrides: tuple[str, ...], env: dict[str, str], repeats: int, measure, twin_measure=None,
-            tmp: Path = Path()) -> list[dict]:
-    """Per repeat, ``horovodrun -np 1`` then ``-np 2`` (`harness.trained`), each its status and ``measure(summary,
-    rounds)``, the launcher's wall time and the load around it (``launch_failed`` where it failed: the error is
-    printed and the other launches go on); then, with ``twin_measure``, `twins` of the np=1 run."""
+def np1_np2(name: str, overrides: tuple[str, ...], env: dict[str, str], repeats: int, measure,
+            twin_keys: tuple[str, ...] = (), tmp: Path = Path()) -> list[dict]:
+    """Per repeat, a row per launch of ``horovodrun -np 1`` then ``-np 2``: its status, ``measure(summary, rounds)``,
+    the launcher's wall time and the load around it (``launch_failed`` where it failed; the others go on); then,
+    with ``twin_keys``, two np=1 runs at once, one a core, each row those keys of ``measure``."""
     runs = []
     for repeat in range(repeats):
         for np in (1, 2):
@@ -52,30 +48,29 @@ def np1_np2(name: str, overrides: tuple[str, ...], env: dict[str, str], repeats:
                          **measure(t["summary"], t["records"]), "launcher_wall_s": t["wall_s"],
                          "load_before": t["load_before"], "load_after": t["load_after"]})
             print(f"{name} np={np} repeat {repeat}: {runs[-1]}", flush=True)
-        if twin_measure is not None:
-            runs += twins(overrides, tmp / f"{name}_twins_{repeat}", repeat, twin_measure, env)
+        if twin_keys:
+            runs += twins(overrides, tmp / f"{name}_twins_{repeat}", repeat, measure, twin_keys, env)
     return runs
 
 
-def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, env: dict[str, str]) -> list[dict]:
-    """Two np=1 runs at once, one per core: each rank's speed when the other core is busy too.
-
-    Per core: its status and ``measure(summary, rounds)``; one ``launch_failed`` entry if either failed.
-    """
-    before = load()
-    dirs = [out / f"core{k}" for k in range(2)]
+def twins(overrides: tuple[str, ...], out: Path, repeat: int, measure, keys: tuple[str, ...],
+          env: dict[str, str]) -> list[dict]:
+    """Two np=1 runs at once, one per core (each rank's speed while the other core works): a row per core, or one
+    ``launch_failed`` row where either failed."""
+    before, dirs = load(), [out / f"core{k}" for k in range(2)]
     try:
         horovodrun_side_by_side("dane.experiments.train", [[*overrides, f"out_dir={d}"] for d in dirs], env=env,
                                 timeout=900)
     except RuntimeError as err:  # a run that failed or timed out (killed), named
         print(f"twin launch failed (load {before}): {str(err)[-2000:]}", file=sys.stderr, flush=True)
         return [{"np": "twin", "repeat": repeat, "status": "launch_failed"}]
-    runs = []
+    rows = []
     for k, d in enumerate(dirs):
         summary = read_summary(d)
-        runs.append({"np": "twin", "repeat": repeat, "core": k, "status": summary["status"],
-                     **measure(summary, read_rounds(d)), "load_before": before, "load_after": load()})
-    return runs
+        measured = measure(summary, read_rounds(d))
+        rows.append({"np": "twin", "repeat": repeat, "core": k, "status": summary["status"],
+                     **{key: measured[key] for key in keys}, "load_before": before, "load_after": load()})
+    return rows
 
 
 def launched(runs: list[dict], np) -> list[dict]:
@@ -84,23 +79,15 @@ def launched(runs: list[dict], np) -> list[dict]:
 
 
 def np_ratio(runs: list[dict], key: str) -> tuple[float | None, dict | None]:
-    """np=1's median ``key`` over np=2's, and the spread of the same ratio per repeat (the pair launched one after
-    the other, so under one load)."""
+    """np=1's median ``key`` over np=2's, and the spread of that ratio per repeat (a pair launched under one load)."""
     per_repeat = [a[key] / b[key] for a in launched(runs, 1) for b in launched(runs, 2) if a["repeat"] == b["repeat"]]
     return over(matching(runs, key, np=1), matching(runs, key, np=2)), spread(per_repeat)
 
 
 def ceiling(runs: list[dict], key: str, perfect, slowdown: str) -> dict:
-    """The np1 / np2 ratio a perfect np=2 would reach here, ``perfect(np=1 run alone, mean ``key`` of its twins)``
-    per repeat that has both: its median and spread, the twins' ``key`` (``twin_<key>``) and how much slower a run
-    is beside its twin (``slowdown``: the median of twins over alone).  An upper bound: a real round also waits
-    for the slower rank and for its allreduces.
-
-    Ridge: T1 / (S_beside / 2 + R1), T1 = S1 + R1 np=1's time to the target alone (setup S1, the Gram matrix of all
-    rows, then rounds R1: one Newton step), S_beside the same setup beside a busy core: a perfect np=2 builds half
-    the Gram matrix at that speed, then needs no more round time than np=1's single step.  MNIST: 2 x (np=1 alone)
-    / (np=1 beside its twin): a perfect rank of np=2 does half of np=1's work at the speed a rank has while the
-    other core works too, and never waits."""
+    """The np1 / np2 ratio a perfect np=2 would reach here, ``perfect(np=1 run alone, mean key of its twins)`` per
+    repeat with both (docs/benchmarks.md, section `scaling`): its median and spread, the twins' ``key`` and
+    ``slowdown``, the median of twins over alone.  An upper bound: a real round also waits for the slower rank."""
     alone, beside = {r["repeat"]: r for r in launched(runs, 1)}, {}
     for r in launched(runs, "twin"):
         beside.setdefault(r["repeat"], []).append(r[key])
@@ -113,30 +100,30 @@ def ceiling(runs: list[dict], key: str, perfect, slowdown: str) -> dict:
 
 
 def ridge_ceiling(runs: list[dict]) -> dict:
-    """`ceiling` of the ridge's time to the target: T1 / (S_beside / 2 + R1)."""
+    """The ridge's time to the target: T1 / (S_beside / 2 + R1), setup S and rounds R (a perfect np=2 builds half
+    the Gram matrix at the speed beside a busy core, then needs no more round time than np=1's one step)."""
     return ceiling(runs, "setup_s", lambda a, b: (a["setup_s"] + a["time_s"]) / (b / 2 + a["time_s"]),
                    "setup_slowdown_beside_twin")
 
 
 def mnist_ceiling(runs: list[dict]) -> dict:
-    """`ceiling` of MNIST's time per round: 2 x (np=1 alone) / (np=1 beside its twin)."""
+    """MNIST's time per round: 2 x (np=1 alone) / (np=1 beside its twin)."""
     return ceiling(runs, "round_s", lambda a, b: 2 * a["round_s"] / b, "slowdown_beside_twin")
 
 
-# ---------------------------------------------------------------------- the synthetic ridge
 def ridge(tmp: Path, repeats: int) -> dict:
     config = RidgeSyntheticConfig(n_samples=18000, dim=2000)
     cached = optimum_cache_path(*config.data_key, config.lam).exists()
-    start = time.perf_counter()
-    config.prepare()  # the reference optimum: computed once (or read from the cache) as a first run would
-    result: dict = {"problem": " ".join(RIDGE), "reference_optimum_s": time.perf_counter() - start,
+    # the reference optimum: computed once (or read from the cache) as a first run would
+    result: dict = {"problem": " ".join(RIDGE), "reference_optimum_s": timer(config.prepare),
                     "reference_optimum_was_cached": cached, "variants": {}}
-    for variant, extra in THREADS.items():
-        runs = np1_np2(f"ridge_{variant}", RIDGE, extra, repeats, lambda s, _: {
+    for variant, env in THREADS.items():
+        judged = variant == "one_thread"
+        runs = np1_np2(f"ridge_{variant}", RIDGE, env, repeats, lambda s, _: {
             "rounds": s["rounds"], "final_suboptimality": s["final_suboptimality"], "setup_s": s["setup_s"],
             "time_s": s["time_s"], "time_to_tol_s": s["setup_s"] + s["time_s"]},
-            (lambda s, _: {"setup_s": s["setup_s"], "time_s": s["time_s"]}) if variant == "one_thread" else None, tmp)
-        result["variants"][variant] = summarize(runs, goal=RIDGE_GOAL if variant == "one_thread" else None)
+            ("setup_s", "time_s") if judged else (), tmp)
+        result["variants"][variant] = summarize(runs, goal=RIDGE_GOAL if judged else None)
     judged = result["variants"]["one_thread"]
     result.update(ratio=judged["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=judged["goal_met"],
                   goal_variant="one_thread", ceiling=ridge_ceiling(judged["runs"]))
@@ -144,8 +131,8 @@ def ridge(tmp: Path, repeats: int) -> dict:
 
 
 def summarize(runs: list[dict], goal: float | None) -> dict:
-    """The ridge's np=1 and np=2 launches (`np1_np2`): their spreads, and np1 / np2 of the time to the target and of
-    the launcher's wall time."""
+    """The ridge's launches (`np1_np2`): their spreads, and np1 / np2 of the time to the target and of the
+    launcher's wall time."""
     out: dict = {"runs": runs, "launches_failed": sum(r["status"] == "launch_failed" for r in runs)}
     if not (launched(runs, 1) and launched(runs, 2)):
         return {**out, "ratio_time_to_tol": None, "goal": goal, "goal_met": None}
@@ -176,22 +163,22 @@ def factorization(dim: int = 2000, rows: int = 9000, reps: int = 3) -> dict:
 
         L, r = torch.linalg.cholesky(A), torch.ones(dim, dtype=A.dtype)
         before = load()
-        chol = best_of(shifted_cholesky, reps)
-        solves = {"lapack_potrs_s": best_of(lambda: torch.cholesky_solve(r.unsqueeze(1), L), reps),
-                  "two_triangular_s": best_of(lambda: cholesky_solve(L, r), reps)}
-        eigh = best_of(lambda: torch.linalg.eigh(A), reps)
-        gram_s = best_of(lambda: gram(X[:rows]), reps)
-        matmul_s = best_of(lambda: X[:rows].T @ X[:rows], reps)
+        calls = {"cholesky_s": shifted_cholesky,
+                 "lapack_potrs_s": lambda: torch.cholesky_solve(r.unsqueeze(1), L),
+                 "two_triangular_s": lambda: cholesky_solve(L, r), "eigh_s": lambda: torch.linalg.eigh(A),
+                 "gram_s": lambda: gram(X[:rows]), "xt_x_matmul_s": lambda: X[:rows].T @ X[:rows]}
+        best = {name: best_of(call, reps) for name, call in calls.items()}
     finally:
         torch.set_num_threads(threads)
-    return {"dim": dim, "threads": 1, "cholesky_s": chol, "eigh_s": eigh, "break_even_measured": eigh / chol,
-            "EIGH_BREAK_EVEN": EIGH_BREAK_EVEN, "one_rhs_solve": solves,
-            "gram_rows": rows, "gram_s": gram_s, "xt_x_matmul_s": matmul_s,
+    return {"dim": dim, "threads": 1, "cholesky_s": best["cholesky_s"], "eigh_s": best["eigh_s"],
+            "break_even_measured": best["eigh_s"] / best["cholesky_s"], "EIGH_BREAK_EVEN": EIGH_BREAK_EVEN,
+            "one_rhs_solve": {key: best[key] for key in ("lapack_potrs_s", "two_triangular_s")},
+            "gram_rows": rows, "gram_s": best["gram_s"], "xt_x_matmul_s": best["xt_x_matmul_s"],
             "load_before": before, "load_after": load()}
 
 
-# ---------------------------------------------------------------------- Horovod's background loop
 def background_loop(tmp: Path, repeats: int) -> dict:
+    """The CPU share of Horovod's background loop in a computing rank, at three cycle times taking turns."""
     cycles = (LATENCY_BOUND_CYCLE_MS, 1.0, COMPUTE_BOUND_CYCLE_MS)
 
     def share(cycle: float, repeat: int) -> float:
@@ -209,19 +196,17 @@ def background_loop(tmp: Path, repeats: int) -> dict:
             "load": load()}
 
 
-# ---------------------------------------------------------------------- MNIST LeNet-5
 def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
-    if mnist_missing():
-        print(f"mnist_lenet5: skipped: {mnist_missing()}", flush=True)
-        return {"skipped": f"skipped: {mnist_missing()}"}
+    if why := mnist_missing():
+        print(f"mnist_lenet5: skipped: {why}", flush=True)
+        return {"skipped": f"skipped: {why}"}
     overrides = ("algorithm=dane", "problem=mnist_lenet5", "problem.inner_steps=null", f"rounds={rounds}",
                  "quiet=true")
     result: dict = {"problem": " ".join(overrides), "variants": {}}
     for variant, extra in MNIST_VARIANTS.items():
         runs = np1_np2(f"mnist_{variant}", (*overrides, *extra), {}, repeats,
                        lambda _, rounds: {"round_s": statistics.median(steady(rounds)), "rounds": len(rounds) - 2},
-                       (lambda _, rounds: {"round_s": statistics.median(steady(rounds))}) if variant == "default" else None,
-                       tmp)
+                       ("round_s",) if variant == "default" else (), tmp)
         result["variants"][variant] = mnist_ratio(runs)
     default = result["variants"]["default"]
     result.update(ratio=default["ratio"], goal=MNIST_GOAL,
@@ -240,7 +225,6 @@ def mnist_ratio(runs: list[dict]) -> dict:
         "ratio": ratio, "ratio_per_repeat": per_repeat}
 
 
-# ---------------------------------------------------------------------- main
 def run(bench: Run) -> None:
     args = bench.args
     if args.quick:  # one repeat, two MNIST rounds: a smoke run on a shared machine

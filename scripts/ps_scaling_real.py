@@ -12,17 +12,16 @@ LAUNCHES = {  # folder under results/ -> (launcher, processes, extra overrides)
     "ps_scaling/real/ps_1server_np3": (torchrun, 3, ("comm=ps", "comm.servers=1")),
 }
 assert set(LAUNCHES) == set(REAL), "the figure's real points and this script's launches must name the same folders"
+OVERRIDES = [o for o in BASE if not o.startswith("sim.")]  # the figure's job; a launched run has no simulator
 
 
 def run(bench: Run) -> None:
-    args = bench.args
     for folder, (launcher, processes, extra) in LAUNCHES.items():
-        out = Path(args.results) / folder
+        out = Path(bench.args.results) / folder
         if (out / "summary.json").exists():
             print(f"{out}: kept (finished earlier)")
             continue
-        overrides = [o for o in BASE if not o.startswith("sim.")]
-        launcher("dane.experiments.train", [*overrides, *extra, "quiet=true", f"out_dir={out}", "overwrite=true"],
+        launcher("dane.experiments.train", [*OVERRIDES, *extra, "quiet=true", f"out_dir={out}", "overwrite=true"],
                  np=processes)
         print(f"{out}: done")
 
