@@ -31,8 +31,8 @@ THREADS = {"default": {}, "one_thread": {"OMP_NUM_THREADS": "1"}}
 MNIST_VARIANTS = {"default": (), "cycle_0.1ms": ("comm.horovod_cycle_time_ms=0.1",)}
 
 
-def np1_np2(name: str, overrides: tuple[str, ...], env: dict[str, str], repeats: int, measure,
-            twin_keys: tuple[str, ...] = (), tmp: Path = Path()) -> list[dict]:
+def np1_np2(tmp: Path, name: str, overrides: tuple[str, ...], env: dict[str, str], repeats: int, measure,
+            twin_keys: tuple[str, ...] = ()) -> list[dict]:
     """Per repeat, a row per launch of ``horovodrun -np 1`` then ``-np 2``: its status, ``measure(summary, rounds)``,
     the launcher's wall time and the load around it (``launch_failed`` where it failed; the others go on); then,
     with ``twin_keys``, two np=1 runs at once, one a core, each row those keys of ``measure``."""
@@ -118,15 +118,15 @@ def ridge(tmp: Path, repeats: int) -> dict:
     result: dict = {"problem": " ".join(RIDGE), "reference_optimum_s": timer(config.prepare),
                     "reference_optimum_was_cached": cached, "variants": {}}
     for variant, env in THREADS.items():
-        judged = variant == "one_thread"
-        runs = np1_np2(f"ridge_{variant}", RIDGE, env, repeats, lambda s, _: {
+        judged = variant == "one_thread"  # its pairs get twins, and the goal
+        runs = np1_np2(tmp, f"ridge_{variant}", RIDGE, env, repeats, lambda s, _: {
             "rounds": s["rounds"], "final_suboptimality": s["final_suboptimality"], "setup_s": s["setup_s"],
             "time_s": s["time_s"], "time_to_tol_s": s["setup_s"] + s["time_s"]},
-            ("setup_s", "time_s") if judged else (), tmp)
+            ("setup_s", "time_s") if judged else ())
         result["variants"][variant] = summarize(runs, goal=RIDGE_GOAL if judged else None)
-    judged = result["variants"]["one_thread"]
-    result.update(ratio=judged["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=judged["goal_met"],
-                  goal_variant="one_thread", ceiling=ridge_ceiling(judged["runs"]))
+    one_thread = result["variants"]["one_thread"]
+    result.update(ratio=one_thread["ratio_time_to_tol"], goal=RIDGE_GOAL, goal_met=one_thread["goal_met"],
+                  goal_variant="one_thread", ceiling=ridge_ceiling(one_thread["runs"]))
     return result
 
 
@@ -204,9 +204,9 @@ def mnist(tmp: Path, repeats: int, rounds: int) -> dict:
                  "quiet=true")
     result: dict = {"problem": " ".join(overrides), "variants": {}}
     for variant, extra in MNIST_VARIANTS.items():
-        runs = np1_np2(f"mnist_{variant}", (*overrides, *extra), {}, repeats,
+        runs = np1_np2(tmp, f"mnist_{variant}", (*overrides, *extra), {}, repeats,
                        lambda _, rounds: {"round_s": statistics.median(steady(rounds)), "rounds": len(rounds) - 2},
-                       ("round_s",) if variant == "default" else (), tmp)
+                       ("round_s",) if variant == "default" else ())
         result["variants"][variant] = mnist_ratio(runs)
     default = result["variants"]["default"]
     result.update(ratio=default["ratio"], goal=MNIST_GOAL,
