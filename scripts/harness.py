@@ -214,22 +214,16 @@ def checked_out(bench: Bench, args: argparse.Namespace) -> dict:
     return whole
 
 
-def work_to(records: list[dict], hit: int, key: str):
-    """The cumulative ``key`` (``uplink_bytes``, ``local_passes``) spent to reach record ``hit``'s iterate: every
-    record counts what reaching its iterate cost (`dane.loop.runner.run`); None where the records count no such
-    key."""
-    return records[hit].get(key)
-
-
 #: the local-work counts a benchmark keeps at its target (`dane.work`, docs/results.md's schema): passes beside the
 #: second-order work, since a table that ranks methods on passes alone understates a Newton-type method's work
 LOCAL_WORK = ("local_passes", "local_hvps", "local_hessians", "local_factorizations")
 
 
 def local_work_to(records: list[dict], hit: int) -> dict:
-    """Each count of `LOCAL_WORK` spent to reach record ``hit``'s iterate (`work_to`); a count the records do not
-    hold (records from before it was counted, or None) is left out, not zero."""
-    return {key: value for key in LOCAL_WORK if (value := work_to(records, hit, key)) is not None}
+    """Each count of `LOCAL_WORK` spent to reach record ``hit``'s iterate (a record counts what reaching its iterate
+    cost: `dane.loop.runner.run`); a count the records do not hold (from before it was counted, or None) is left
+    out, not zero."""
+    return {key: value for key in LOCAL_WORK if (value := records[hit].get(key)) is not None}
 
 
 # ---------------------------------------------------------------- in-process sections: rows, targets

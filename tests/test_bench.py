@@ -275,15 +275,6 @@ def test_the_cell_loop_runs_only_resume_optional_skip_and_after(tmp_path):
     assert json.loads((tmp_path / "b.json").read_text())["toy"]["skipped"] == "no data" and len(calls) == 6
 
 
-def test_work_is_counted_to_the_record_that_reaches_the_target():
-    """Record t holds what reaching w_t cost (`dane.loop.runner.run`): its own counters; none when uncounted."""
-    records = [{"uplink_bytes": 10 * k, "local_passes": 3 * k} for k in range(4)]
-    assert [harness.work_to(records, k, "local_passes") for k in range(4)] == [0, 3, 6, 9]
-    assert [harness.work_to(records, k, "uplink_bytes") for k in range(4)] == [0, 10, 20, 30]
-    assert harness.work_to([{"uplink_bytes": None}, {"uplink_bytes": None}], 1, "uplink_bytes") is None
-    assert harness.work_to(records, 2, "local_steps") is None
-
-
 def test_every_local_work_count_is_kept_at_the_target_and_an_uncounted_one_stays_absent():
     """`harness.local_work_to`: passes, HVPs, Hessians formed and factorizations at record ``hit``; a key the records
     lack (a run from before the count) or hold as None is left out, never made 0."""
@@ -1957,3 +1948,4 @@ def test_the_compressed_figure_has_one_legend_below_the_panels_and_a_title_from_
         "1e-12")
     assert axes[0].get_ylabel() == "phishing (m = 100): (O(w) − O*)/|O*|"
     plt.close(drawn)
+
