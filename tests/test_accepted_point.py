@@ -11,6 +11,8 @@ anew from the shards, (1/m) Σ_i O_i(w).
 """
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from pathlib import Path
 
@@ -63,17 +65,29 @@ CASES = {
 }
 
 
+@functools.cache
+def _fitted(name: str, rounds: int) -> dane.api.Result:
+    algorithm, keys, make, workers, _, _ = CASES[name]
+    return dane.fit(make(), algorithm, workers=workers, rounds=rounds, **keys)
+
+
+def fitted(name: str, rounds: int) -> dane.api.Result:
+    """`CASES`' ``name`` run for ``rounds`` rounds, each run made once a session (a copy: a test may change it): the
+    long run's cap and a short run's may be one run, and so may a short run and another test's."""
+    return copy.deepcopy(_fitted(name, rounds))
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_a_run_ending_on_a_rejected_step_reports_and_returns_the_accepted_point(name):
     algorithm, keys, make, workers, rounds, monotone = CASES[name]
     problem = make()
-    long = dane.fit(problem, algorithm, workers=workers, rounds=rounds, **keys)
+    long = fitted(name, rounds)
     rejected = [r["round"] for r in long.records if r.get("accepted") is False]
     assert rejected, "the case must exercise a rejection"
     # DANE's record t rejects the trial w_t (a run with rounds=t ends on it); GIANT's and S-DANE's record t rejects
     # the step from w_t (a run with rounds=t+1 ends after it)
     for cap in sorted({t for t in rejected if t > 0} | {t + 1 for t in rejected if t < rounds}):
-        short = dane.fit(problem, algorithm, workers=workers, rounds=cap, **keys)
+        short = fitted(name, cap)
         last = short.records[-1]
         assert last["round"] == cap
         assert short.summary["final_objective"] == last["objective"]
@@ -88,7 +102,7 @@ def test_dane_ends_on_the_accepted_point_not_the_trial():
     """breast_cancer over 2 workers, λ = 1e-3: round 1 rejects plain DANE's first step (μ = 0), so a run of 1 round
     ends at w_0 = 0, objective log 2, where the trial it would have returned has a higher objective."""
     problem = breast_cancer()
-    result = dane.fit(problem, "dane", workers=2, rounds=1)
+    result = fitted("dane", 1)  # CASES["dane"] is this run for 1 round
     assert [r.get("accepted") for r in result.records] == [True, False]
     assert result.records[-1]["objective"] == pytest.approx(np.log(2), rel=1e-15)
     assert torch.equal(result.w, torch.zeros_like(result.w))

@@ -43,6 +43,28 @@ def without_time(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
 
 
+class Ran:
+    """This module's runs, each made once a session by its overrides (`execute_with`) in a folder of its own, and
+    handed to a test as a copy (``ran(to, *overrides)``: the run directory at ``to``), which the test may resume,
+    damage or cut without another test seeing it."""
+
+    def __init__(self, root):
+        self.root, self.folders = root, {}
+
+    def __call__(self, to, *overrides: str):
+        if overrides not in self.folders:
+            folder = self.root / str(len(self.folders))
+            execute_with(folder, *overrides)
+            self.folders[overrides] = folder
+        shutil.copytree(self.folders[overrides], to, dirs_exist_ok=True)
+        return to
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> Ran:
+    return Ran(tmp_path_factory.mktemp("ran"))
+
+
 @pytest.mark.parametrize("overrides", [
     pytest.param(SMALL_MLP, id="dane-mlp"),
     pytest.param((*SMALL_MLP, "algorithm=sync_sgd", "algorithm.optimizer=adam", "algorithm.lr=0.01",
@@ -51,11 +73,11 @@ def without_time(records: list[dict]) -> list[dict]:
                  id="dane-adam-stochastic-gradient"),
     pytest.param(SMALL_RIDGE, id="dane-ridge"),
 ])
-def test_resumed_run_equals_the_uninterrupted_run(tmp_path, overrides):
+def test_resumed_run_equals_the_uninterrupted_run(tmp_path, overrides, ran):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    execute_with(whole, *overrides, "rounds=6", "checkpoint_every=3")
+    ran(whole, *overrides, "rounds=6", "checkpoint_every=3")
     # "Crash" after round 4 (one round past the checkpoint at round 3), then resume to 6.
-    execute_with(cut, *overrides, "rounds=4", "checkpoint_every=3")
+    ran(cut, *overrides, "rounds=4", "checkpoint_every=3")
     assert [r["round"] for r in read_rounds(cut)] == [0, 1, 2, 3, 4]
     summary = execute_with(cut, *overrides, "rounds=6", "checkpoint_every=3", f"resume={cut}")
     expected, got = read_rounds(whole), read_rounds(cut)
@@ -68,14 +90,14 @@ def test_resumed_run_equals_the_uninterrupted_run(tmp_path, overrides):
     assert sorted(p.name for p in (cut / "checkpoint").iterdir()) == ["COMMITTED", "round6"]  # older rounds deleted
 
 
-def test_resume_refuses_another_algorithm(tmp_path):
-    execute_with(tmp_path, *SMALL_RIDGE, "rounds=2", "checkpoint_every=2")
+def test_resume_refuses_another_algorithm(tmp_path, ran):
+    ran(tmp_path, *SMALL_RIDGE, "rounds=2", "checkpoint_every=2")
     with pytest.raises(ConfigError, match="was run with another config: algorithm.name: dane -> gd; "):
         execute_with(tmp_path, *SMALL_RIDGE, "algorithm=gd", "algorithm.lr=0.1", "rounds=4", f"resume={tmp_path}")
 
 
-def test_resume_refuses_another_worker_count(tmp_path):
-    execute_with(tmp_path, *SMALL_RIDGE, "rounds=2", "checkpoint_every=2")
+def test_resume_refuses_another_worker_count(tmp_path, ran):
+    ran(tmp_path, *SMALL_RIDGE, "rounds=2", "checkpoint_every=2")
     with pytest.raises(ConfigError, match="was a run with workers=4, this one has workers=5"):
         execute_with(tmp_path, *SMALL_RIDGE, "workers=5", "rounds=4", f"resume={tmp_path}")
 
@@ -97,24 +119,22 @@ def test_resume_needs_enough_rounds_and_a_checkpoint(tmp_path):
 
 # --- a checkpoint is one consistent unit across ranks ---------------------------------------------------------
 
-def cut_run(tmp_path):
-    """A run "crashed" after round 4, its last committed checkpoint at round 3."""
-    execute_with(tmp_path, *SMALL_RIDGE, "rounds=4", "checkpoint_every=3")
-    return tmp_path
+def cut_run(ran: Ran, tmp_path):
+    """A run "crashed" after round 4, its last committed checkpoint at round 3 (a copy of the module's one run)."""
+    return ran(tmp_path, *SMALL_RIDGE, "rounds=4", "checkpoint_every=3")
 
 
-def test_a_round_is_committed_once_every_part_is_written(tmp_path):
-    run_dir = cut_run(tmp_path)
+def test_a_round_is_committed_once_every_part_is_written(tmp_path, ran):
+    run_dir = cut_run(ran, tmp_path)
     marker = committed(run_dir)
     assert (marker["round"], marker["workers"]) == (3, 4)
     assert "dim: 20" in marker["config"]  # the run's resolved config, for the resume check
     assert sorted(p.name for p in (run_dir / "checkpoint" / "round3").iterdir()) == [f"rank{r}.pt" for r in range(4)]
 
 
-def test_the_parts_of_an_uncommitted_round_are_ignored(tmp_path):
-    whole = tmp_path / "whole"
-    execute_with(whole, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3")
-    run_dir = cut_run(tmp_path / "cut")
+def test_the_parts_of_an_uncommitted_round_are_ignored(tmp_path, ran):
+    whole = ran(tmp_path / "whole", *SMALL_RIDGE, "rounds=6", "checkpoint_every=3")
+    run_dir = cut_run(ran, tmp_path / "cut")
     # a crash while round 6 was being written: two of four parts, one of them half written, no commit
     (run_dir / "checkpoint" / "round6").mkdir()
     shutil.copy(checkpoint_path(run_dir, 0, 3), checkpoint_path(run_dir, 0, 6))
@@ -130,8 +150,8 @@ def test_the_parts_of_an_uncommitted_round_are_ignored(tmp_path):
     ("empty", r"checkpoint file \S+/round3/rank2.pt is empty"),
     ("truncated", r"checkpoint file \S+/round3/rank2.pt is truncated or corrupt"),
 ])
-def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_changes(tmp_path, damage, message):
-    run_dir = cut_run(tmp_path)
+def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_changes(tmp_path, damage, message, ran):
+    run_dir = cut_run(ran, tmp_path)
     part = checkpoint_path(run_dir, 2, 3)
     if damage == "missing":
         part.unlink()
@@ -150,8 +170,8 @@ def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_chang
     assert (run_dir / "rounds.jsonl").read_bytes() == rounds_before
 
 
-def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path):
-    run_dir = cut_run(tmp_path)
+def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path, ran):
+    run_dir = cut_run(ran, tmp_path)
     part = checkpoint_path(run_dir, 1, 3)
     meta = {"algorithm": "dane", "problem": "ridge_synthetic", "workers": 4, "rank": 1}
     with zipfile.ZipFile(part, "w") as f:  # a zip archive, but not one torch wrote
@@ -167,10 +187,9 @@ def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path):
         run_spec(config(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
 
 
-def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path):
-    whole = tmp_path / "whole"
-    execute_with(whole, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3")
-    run_dir = cut_run(tmp_path / "cut")
+def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path, ran):
+    whole = ran(tmp_path / "whole", *SMALL_RIDGE, "rounds=6", "checkpoint_every=3")
+    run_dir = cut_run(ran, tmp_path / "cut")
     with open(run_dir / "rounds.jsonl", "a") as f:
         f.write('{"round": 5, "time_s": 0.1, "obj')  # a crash in the middle of a write
     execute_with(run_dir, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3", f"resume={run_dir}")
@@ -183,8 +202,8 @@ def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path):
 
 @pytest.mark.parametrize("change, key", [("problem.dim=21", "problem.dim: 20 -> 21"), ("seed=1", "problem.seed: 0 -> 1; seed: 0 -> 1"),
                                          ("dtype=float32", "dtype: float64 -> float32")])
-def test_resume_with_another_config_is_refused_before_records_are_cut(tmp_path, change, key):
-    run_dir = cut_run(tmp_path)
+def test_resume_with_another_config_is_refused_before_records_are_cut(tmp_path, change, key, ran):
+    run_dir = cut_run(ran, tmp_path)
     before = {name: (run_dir / name).read_bytes() for name in ("rounds.jsonl", "config.yaml", "summary.json")}
     with pytest.raises(ConfigError, match=f"was run with another config: {key}"):
         run_spec(config(*SMALL_RIDGE, change, "rounds=6", f"resume={run_dir}"))

@@ -5,6 +5,8 @@ CUDA where torch sees a GPU, comparing the GPU's iterates with the CPU's to 1e-1
 """
 from __future__ import annotations
 
+import copy
+import functools
 import math
 
 import numpy as np
@@ -43,6 +45,16 @@ def fit(loss: str, layout: str, *, workers: int = 3, rounds: int = 3, **keys):
     return dane.fit(MAKERS[loss](X, y, lam=1e-2, **keys), "dane", workers=workers, rounds=rounds)
 
 
+@functools.cache
+def _on_the_cpu(loss: str, layout: str):
+    return fit(loss, layout, device="cpu")
+
+
+def on_the_cpu(loss: str, layout: str):
+    """``fit(loss, layout, device="cpu")``, run once a session for the tests that compare with it (a copy)."""
+    return copy.deepcopy(_on_the_cpu(loss, layout))
+
+
 def untimed(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
 
@@ -57,7 +69,7 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("layout", ["dense", "sparse"])
 def test_explicit_cpu_gives_bit_identical_records_to_the_default(loss, layout):
     default = fit(loss, layout)
-    explicit = fit(loss, layout, device="cpu")
+    explicit = on_the_cpu(loss, layout)
     assert untimed(explicit.records) == untimed(default.records)
     assert torch.equal(explicit.w, default.w)
     if not torch.cuda.is_available():  # auto is the CPU here: the same bits, and the note says what it chose
@@ -72,7 +84,7 @@ def test_explicit_cpu_gives_bit_identical_records_to_the_default(loss, layout):
 def test_a_run_on_each_device_has_the_cpus_iterates(device, loss, layout):
     """The simulator's workers share the one device (the GPU's turns clock their compute) and reach the CPU's
     iterate."""
-    cpu = fit(loss, layout, device="cpu")
+    cpu = on_the_cpu(loss, layout)
     run = cpu if device == "cpu" else fit(loss, layout, device=device)  # cpu: the bit-identical test's case
     assert run.w.device.type == "cpu"  # the algorithm's vectors stay in host memory
     assert relative(run.w, cpu.w) <= RTOL

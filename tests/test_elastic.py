@@ -24,10 +24,16 @@ from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 import runs
 from helpers import BIN, REPO, env
-from test_checkpoint import config, execute_with, without_time
+from test_checkpoint import Ran, config, execute_with, without_time
 
 RIDGE = ("problem=ridge_synthetic", "problem.n_samples=4000", "problem.dim=50", "quiet=true", "save_iterate=true")
 ROUNDS = 12
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> Ran:
+    """The uninterrupted runs the tests compare with, each made once (`test_checkpoint.Ran`: a copy a test)."""
+    return Ran(tmp_path_factory.mktemp("ran"))
 
 
 class FakeHorovod:
@@ -101,11 +107,11 @@ def test_every_row_is_in_one_shard_whatever_the_world_size_and_a_rebuilt_shard_i
 
 @pytest.mark.needs_horovod  # ElasticSession's state is horovod.common.elastic.ObjectState
 @pytest.mark.parametrize("algorithm", ["dane", "gd", "giant", "disco"])
-def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_run(tmp_path, algorithm):
+def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_run(tmp_path, algorithm, ran):
     """Commit, restore and `load_elastic_state` round-trip: rank 0's state on every worker (for DANE, with the
     safeguard's local gradient recomputed on each shard) gives the uninterrupted records and iterate."""
     whole, run_dir = tmp_path / "whole", tmp_path / "run"
-    execute_with(whole, *RIDGE, f"algorithm={algorithm}", "workers=2", f"rounds={ROUNDS}")
+    ran(whole, *RIDGE, f"algorithm={algorithm}", "workers=2", f"rounds={ROUNDS}")
     sessions = lose_worker_1(run_dir, 7, 3, f"algorithm={algorithm}")
     assert sessions[0].state.progress["round"] == 6 and sessions[0].state.progress["workers"] == 2
     spec = run_spec(config(*RIDGE, f"algorithm={algorithm}", "workers=2", f"rounds={ROUNDS}", "checkpoint_every=3",
@@ -121,10 +127,10 @@ def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_r
 
 
 @pytest.mark.needs_horovod  # ElasticSession's state is horovod.common.elastic.ObjectState
-def test_an_elastic_run_continues_a_checkpoint_on_disk(tmp_path):
+def test_an_elastic_run_continues_a_checkpoint_on_disk(tmp_path, ran):
     """resume= with comm.elastic: rank 0's committed part on disk is the first committed state, broadcast to all."""
     whole, run_dir = tmp_path / "whole", tmp_path / "run"
-    execute_with(whole, *RIDGE, "workers=2", f"rounds={ROUNDS}")
+    ran(whole, *RIDGE, "algorithm=dane", "workers=2", f"rounds={ROUNDS}")  # the reset test's uninterrupted DANE run
     execute_with(run_dir, *RIDGE, "workers=2", "rounds=5", "checkpoint_every=2", f"out_dir={run_dir}")
     spec = run_spec(config(*RIDGE, "workers=2", f"rounds={ROUNDS}", "checkpoint_every=2", f"resume={run_dir}"))
     sessions = [ElasticSession(FakeHorovod(rank), str(run_dir), disk_progress(spec, 2) if rank == 0 else None)

@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from dane.baselines import DiSCOConfig, GIANTConfig, distributed_pcg
 from dane.baselines.giant import armijo_step
 import dane
+from dane.api import algorithm_config
 from dane.comm import LocalCommunicator, ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
@@ -474,7 +475,8 @@ def test_giant_default_is_within_2x_of_its_best_backtrack_on_the_rare_value_fami
         return result
 
     default = run_giant()
-    best = min(run_giant(backtrack=b).records[-1]["comm_rounds"] for b in (0.25, 0.5, 0.8))
+    own = algorithm_config("giant").backtrack  # the default's own backtrack: that point of the grid is its run
+    best = min((default if b == own else run_giant(backtrack=b)).records[-1]["comm_rounds"] for b in (0.25, 0.5, 0.8))
     assert default.records[-1]["comm_rounds"] <= 2 * best, (default.records[-1]["comm_rounds"], best)
     mus = [r["mu"] for r in default.records]
     cut = [t for t, r in enumerate(default.records[:-1]) if 0 < r["step_size"] < 1]

@@ -8,6 +8,8 @@ tests/test_launchers.py.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import math
 
 import json
@@ -52,6 +54,19 @@ def method_name(local_solver: str) -> str:
 
 def column(records: list[dict], key: str) -> list[float]:
     return [r[key] for r in records]
+
+
+@functools.cache
+def _fitted(make: str, algorithm: str, rounds: int, keys: tuple, problem_keys: tuple = ()) -> dane.api.Result:
+    problem = {"ridge": ridge, "logreg": logreg, "ridge_synthetic": dane.problems.RidgeSyntheticConfig}[make]
+    return dane.fit(problem(**dict(problem_keys)), algorithm, workers=M, rounds=rounds, **dict(keys))
+
+
+def fitted(make: str, algorithm: str, rounds: int, problem_keys: dict | None = None, **keys) -> dane.api.Result:
+    """``dane.fit(<make>(**problem_keys), algorithm, workers=M, rounds=rounds, **keys)``, made once a session for the
+    cases that read the same run (a copy)."""
+    return copy.deepcopy(_fitted(make, algorithm, rounds, tuple(sorted(keys.items())),
+                                 tuple(sorted((problem_keys or {}).items()))))
 
 
 def test_gd_is_one_pass_a_round_per_client():
@@ -110,7 +125,7 @@ def test_a_ridge_shards_gram_counts_once_a_run_and_a_factor_once_a_shift(n_sampl
     assert column(records, "local_hessians") == [0] + [M] * 6
     assert column(records, "local_factorizations") == [0] + [M * len(set(shifts[:t])) for t in range(1, 7)]
     assert len(set(shifts)) >= 3  # the shift moved twice
-    gd = dane.fit(config, "gd", workers=M, rounds=2).records  # it multiplies by the Gram and factors nothing
+    gd = fitted("ridge_synthetic", "gd", 2, dict(n_samples=n_samples, dim=30)).records  # Gram products, no factor
     assert gd[-1]["local_hessians"] == gd[-1]["local_factorizations"] == 0
 
 
@@ -194,8 +209,8 @@ def test_fedred_takes_its_first_local_gradient_from_the_round_that_has_it(contro
     2; DANE+ with an exact solve costs what DANE at μ = λ does, the iterates being the same."""
     result = dane.fit(logreg(), "fedred", workers=M, rounds=3, lam=0.1, local_steps=3, control_variate=control_variate)
     assert column(result.records, "local_passes") == [M * 3 * t for t in range(4)]
-    plus = dane.fit(ridge(), "fedred", workers=M, rounds=3, lam=0.1, local_solver="cholesky")
-    dane_mu = dane.fit(ridge(), "dane", workers=M, rounds=3, mu=0.1, safeguard=False)
+    plus = fitted("ridge", "fedred", 3, lam=0.1, local_solver="cholesky")  # the same for either control_variate
+    dane_mu = fitted("ridge", "dane", 3, mu=0.1, safeguard=False)
     assert column(plus.records, "local_passes") == column(dane_mu.records, "local_passes") == [M * t for t in range(4)]
 
 

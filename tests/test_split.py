@@ -7,6 +7,8 @@ agent equals sequential; the logged bytes per link equal the protocol's formula.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import math
 
 import pytest
@@ -35,8 +37,21 @@ def problem(model: str = "mlp", **data) -> NeuralProblemConfig:
 
 
 def split_run(m: int, epochs: int = 2, out_dir=None, model: str = "mlp", data: dict | None = None, **algorithm):
-    algorithm = {"cut": "net.2", "batch_size": 64, **algorithm}
-    spec = RunSpec(problem=problem(model, **(data or {})), algorithm=SplitConfig(**algorithm),
+    """(records, w, summary) of ``m`` agents' split run for ``epochs`` epochs.  Without ``out_dir`` on the default
+    problem, each config's run is made once a session (a copy): tests that spell one config two ways share it."""
+    config = SplitConfig(**{"cut": "net.2", "batch_size": 64, **algorithm})
+    if out_dir is None and model == "mlp" and not data:
+        return copy.deepcopy(_split_run(m, epochs, config))
+    return _run_split(m, epochs, config, out_dir, model, data)
+
+
+@functools.cache
+def _split_run(m: int, epochs: int, config: SplitConfig) -> tuple:
+    return _run_split(m, epochs, config, None, "mlp", None)
+
+
+def _run_split(m: int, epochs: int, config: SplitConfig, out_dir, model: str, data: dict | None) -> tuple:
+    spec = RunSpec(problem=problem(model, **(data or {})), algorithm=config,
                    comm=Communication(workers=m, cost=AlphaBeta(alpha=1e-4, beta=1e8)),
                    control=RunControl(stop=StopRule(rounds=epochs, diverge_after=None), quiet=True))
     collect: dict = {}
