@@ -59,7 +59,7 @@ def untimed(record: dict) -> dict:
 
 @pytest.mark.parametrize("keys", [
     dict(rounds=7), dict(rounds=40, tol=0.05), dict(rounds=5, sampling="size"), dict(algorithm="fedprox", rounds=5),
-    dict(algorithm="fedprox", local_solver="steps", rounds=5), dict(algorithm="feddane", rounds=5),
+    dict(algorithm="fedavg", rounds=5), dict(algorithm="feddane", rounds=5),
     dict(algorithm="sdane", rounds=5), dict(algorithm="sdane", accelerated=True, rounds=5),
     dict(algorithm="fedred", rounds=5), dict(algorithm="fedred", control_variate=2, rounds=6),
     dict(algorithm="fedred", control_variate=2, averaging="random", rounds=6)],
