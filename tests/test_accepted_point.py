@@ -92,7 +92,8 @@ def test_a_run_ending_on_a_rejected_step_reports_and_returns_the_accepted_point(
         assert last["round"] == cap
         assert short.summary["final_objective"] == last["objective"]
         assert objective_at(problem, workers, short.w) == pytest.approx(last["objective"], rel=1e-12, abs=1e-15)
-        assert [r["objective"] for r in short.records[:-1]] == [r["objective"] for r in long.records[:cap]]
+        if cap < rounds:  # (at cap = rounds the short run is the long one, shared)
+            assert [r["objective"] for r in short.records[:-1]] == [r["objective"] for r in long.records[:cap]]
         if monotone:  # every record describes an accepted point, and none raised the objective
             objectives = [r["objective"] for r in short.records]
             assert all(b <= a * (1 + 1e-12) for a, b in zip(objectives, objectives[1:])), (cap, objectives)
