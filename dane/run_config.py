@@ -96,9 +96,13 @@ def staleness(cfg: DictConfig, backend: str) -> float:
                           f"comm.servers={cfg.comm.get('servers')}; set comm.servers=1")
     if backend == "local" and cfg.sim.get("topology") != "ps":
         raise ConfigError(f"comm.staleness={shown} simulates workers pushing to a parameter server; add sim.topology=ps")
-    if cfg.get("checkpoint_every", 0) or cfg.get("resume") not in (None, False) or cfg.sim.get("fail_at"):
+    resumes = cfg.get("checkpoint_every", 0) or cfg.get("resume") not in (None, False)
+    if backend == "local" and (resumes or cfg.sim.get("fail_at")):
         raise ConfigError(f"comm.staleness={shown}: the asynchronous simulator does not checkpoint, resume or lose "
                           "workers yet; drop checkpoint_every, resume and sim.fail_at")
+    if resumes:  # comm=ps; sim.fail_at, a simulated worker's loss, is refused under a launcher by `fail_at`
+        raise ConfigError(f"comm.staleness={shown}: an asynchronous run under comm=ps does not checkpoint or resume "
+                          "yet; drop checkpoint_every and resume")
     return value
 
 

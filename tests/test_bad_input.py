@@ -317,6 +317,14 @@ CASES = [
          "checkpoint_every=2", *SMALL,
          expected="comm.staleness=1: the asynchronous simulator does not checkpoint, resume or lose workers yet; "
                   "drop checkpoint_every, resume and sim.fail_at"),
+    case("staleness_checkpoint_ps", "algorithm=sync_sgd", "comm=ps", "comm.staleness=inf", "checkpoint_every=2",
+         *SMALL, env=TORCHRUN_3,
+         expected="comm.staleness=inf: an asynchronous run under comm=ps does not checkpoint or resume yet; drop "
+                  "checkpoint_every and resume"),
+    case("staleness_fail_at_ps", "algorithm=sync_sgd", "comm=ps", "comm.staleness=inf", "sim.fail_at=[[1,1]]",
+         *SMALL, env=TORCHRUN_3,
+         expected="sim.fail_at loses a simulated worker; it needs workers > 1 under plain python (under a launcher, "
+                  "kill a process instead)"),
     case("step_time_zero", "algorithm=sync_sgd", "comm.staleness=1", "workers=2", "sim.topology=ps",
          "sim.step_time=0", *SMALL, expected="sim.step_time must be > 0, got 0"),
     case("ps_nccl", "comm=ps", "comm.torch_backend=nccl", *SMALL, env=TORCHRUN_3,
