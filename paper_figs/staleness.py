@@ -20,9 +20,8 @@ model (`sync_time`): each synchronous step costs
 
 `ParameterServerCost.allreduce_time`, which is what m pushes and pulls arriving together take
 in the event simulator.  A record's ``comm_rounds`` counts its steps and its ``bytes_sent`` (a
-ring allreduce's 2(m-1)/m of each message, `dane.comm.base.ring_allreduce_bytes`) gives the
-bytes of all its allreduces (to within the floor of that share, under a byte per allreduce); T_ps is
-linear in n, so charging every step the mean message is exact.  The model's constants (step_time,
+parameter server's worker sends each allreduce's whole message, `ParameterServerCost.allreduce_sent`) the
+bytes of all its allreduces; T_ps is linear in n, so charging every step the mean message is exact.  The model's constants (step_time,
 the slowdowns, α, β, γ) are stated in the caption and the sidecar.
 
 Left: test accuracy against simulated time.  Right: against minibatch gradients computed (the same
@@ -115,8 +114,7 @@ def sync_time(record: dict, *, cost: ParameterServerCost, workers: int, step_tim
     if steps == 0:
         return 0.0
     factors = [slowdown[i % len(slowdown)] for i in range(workers)]  # recycled over workers, as Stragglers does
-    payload = record["bytes_sent"] * workers / (2 * (workers - 1))   # undo the ring's 2(m-1)/m per worker
-    return steps * (step_time * max(factors) + cost.allreduce_time(payload / steps, workers))
+    return steps * (step_time * max(factors) + cost.allreduce_time(record["bytes_sent"] / steps, workers))
 
 
 @dataclass(frozen=True)

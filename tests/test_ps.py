@@ -5,8 +5,10 @@
   worker pushes and pulls exactly its slice of the message to and from each server
   (`slice_bounds`), headers, acks and broadcasts counted as the protocol sends them;
 - ``torchrun --nproc_per_node 3 comm=ps`` (2 workers, 1 server) and 4 processes with
-  ``comm.servers=2`` give the same rounds as the in-process simulator with workers=2
-  (float64, 1e-10) for DANE, GD, ADMM and DiSCO (which broadcasts);
+  ``comm.servers=2`` give the same rounds as the in-process simulator with workers=2 and
+  ``sim.topology=ps`` (float64, 1e-10; ``bytes_sent`` exactly) for DANE, GD and ADMM, and 4 processes
+  with one server for DiSCO (which broadcasts) with 3 workers, where a parameter server's
+  ``bytes_sent`` is no longer a ring's;
 - bad input (servers, staleness, the launcher) is in tests/test_bad_input.py.
 
 Run as a script under torchrun (``python tests/test_ps.py <out.jsonl> <servers>``), this file is the probe.
@@ -133,22 +135,23 @@ RUNS = {  # id: (algorithm overrides, servers, processes)
     "dane_2servers": (["algorithm=dane"], 2, 4),
     "gd": (["algorithm=gd"], 1, 3),
     "admm": (["algorithm=admm"], 1, 3),
-    "disco": (["algorithm=disco"], 1, 3),  # a broadcast from worker 0 every PCG step
+    "disco": (["algorithm=disco"], 1, 4),  # 3 workers, a broadcast from worker 0 every PCG step
 }
 SLOW = ("gd", "admm", "disco")  # the same path as DANE's; about 30 s each here
 
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
-    """The in-process simulator's run with workers=2, once per algorithm."""
+    """The in-process simulator's run with ``workers`` and ``sim.topology=ps``, once per algorithm and m."""
     from helpers import simulated_run
 
     runs = {}
 
-    def get(algorithm: list[str]):
-        key = tuple(algorithm)
+    def get(algorithm: list[str], workers: int):
+        key = (tuple(algorithm), workers)
         if key not in runs:
-            runs[key] = simulated_run(tmp_path_factory.mktemp("sim"), *algorithm, *SMALL)
+            runs[key] = simulated_run(tmp_path_factory.mktemp("sim"), *algorithm, *SMALL, "sim.topology=ps",
+                                      workers=workers)
         return runs[key]
 
     return get
@@ -157,37 +160,39 @@ def simulated(tmp_path_factory):
 @pytest.mark.parametrize("run", [pytest.param(k, marks=[pytest.mark.slow] if k in SLOW else []) for k in RUNS])
 @pytest.mark.slow
 def test_torchrun_ps_iterates_equal_the_simulator(run, simulated, tmp_path):
-    """2 workers through 1 or 2 servers: round for round the simulator's objective, suboptimality and cost."""
+    """2 workers (DiSCO: 3) through 1 or 2 servers: round for round the objective, suboptimality and cost of the
+    simulator's ``sim.topology=ps``, whose workers count what a parameter server's worker sends."""
     from dane.records.results import read_rounds, read_summary
     from dane.work import KEYS
     from helpers import REPO, torchrun, train
 
     algorithm, servers, processes = RUNS[run]
+    m = processes - servers
     proc = train(*algorithm, *SMALL, "comm=ps", f"comm.servers={servers}", f"out_dir={tmp_path}",
                  launcher=torchrun(processes))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    sim_dir = simulated(algorithm)
+    sim_dir = simulated(algorithm, m)
     real, sim = read_rounds(tmp_path), read_rounds(sim_dir)
     assert len(real) == len(sim) == 7
     for a, b in zip(real, sim):
         assert a["round"] == b["round"] and a["comm_rounds"] == b["comm_rounds"]
-        assert a["bytes_sent"] == b["bytes_sent"]  # what a worker sends: the message, = the ring's 2(m-1)/m at m=2
+        assert a["bytes_sent"] == b["bytes_sent"]  # what a worker sends: the message, = the ring's 2(m-1)/m at m=2 only
         assert {key: a[key] for key in KEYS} == {key: b[key] for key in KEYS}  # local work, by the servers' MEAN
         assert abs(a["objective"] - b["objective"]) <= 1e-10 * abs(b["objective"])
         assert abs(a["suboptimality"] - b["suboptimality"]) <= 1e-10 * max(1e-300, abs(b["suboptimality"])) + 1e-16
     torch.testing.assert_close(torch.load(tmp_path / "iterate.pt"), torch.load(sim_dir / "iterate.pt"), rtol=0, atol=1e-10)
     summary = read_summary(tmp_path)
-    assert summary["backend"] == "ps" and summary["workers"] == 2
+    assert summary["backend"] == "ps" and summary["workers"] == m
     ps = summary["parameter_server"]
-    assert ps["server_ranks"] == list(range(2, processes))
+    assert ps["server_ranks"] == list(range(m, processes))
     assert ps["worker_links"] == [link for link in ps["links"] if link["worker"] == 0]  # both ends counted alike
     for server in ps["server"]:
         assert server["pulls"] == server["pushes"] >= summary["comm_rounds"] - server["broadcasts"]
         assert 0 < server["busy_s"] <= server["uptime_s"]
-    per_worker = [sum(link["to_server_bytes"] for link in ps["links"] if link["worker"] == w) for w in (0, 1)]
+    per_worker = [sum(link["to_server_bytes"] for link in ps["links"] if link["worker"] == w) for w in range(m)]
     assert per_worker[0] >= summary["total_bytes"]  # and what follows the last record: the final evaluation
     if ps["server"][0]["broadcasts"] == 0:
-        assert per_worker[0] == per_worker[1]
+        assert per_worker == [per_worker[0]] * m
         for link in ps["links"]:
             assert link["to_worker_bytes"] == link["to_server_bytes"]  # each worker pulls what it pushed
     if servers == 2:  # each server holds half of every buffer: at most one element (8 bytes) more per push

@@ -300,6 +300,43 @@ def test_simulated_parameter_server_run_is_charged_the_ps_cost(tmp_path):
     assert "topology" not in ring  # the ring's summary is as before: alpha and beta
 
 
+TOPOLOGIES = {"ring": AlphaBeta(), "ps": ParameterServerCost(servers=2)}
+
+
+@pytest.mark.parametrize("topology", list(TOPOLOGIES))
+def test_a_simulated_worker_counts_what_its_topology_sends(topology):
+    """``bytes_sent`` at m = 3, on the per-worker and the batched path: in a ring a worker sends 2(m−1)/m of each
+    allreduce's n bytes (floored) and a broadcast's root (m−1) times its payload; through parameter servers
+    (``sim.topology=ps``) a worker sends its whole message per allreduce and the root its payload once, as a
+    launched ``comm=ps`` worker counts them (`dane.comm.ps.PSCommunicator`)."""
+    from dane.comm.batched import BatchedGroup, run_batched
+
+    cost, m = TOPOLOGIES[topology], 3
+    message = 600 * 8 + 3 * 4  # a float64 600-vector and a float32 3-vector in one grouped allreduce
+    block = m * 2 * 8 + 5 * 8  # a gather of 2 float64 values a worker: the (m, 2) one-hot block and a 5-vector ride
+    payload = 50 * 8
+    sent = {"ring": lambda n: 2 * (m - 1) * n // m, "ps": lambda n: n}[topology]
+    root_sends = {"ring": (m - 1) * payload, "ps": payload}[topology]
+    assert (sent(message), sent(block)) == {"ring": (6416, 117), "ps": (4812, 88)}[topology]
+
+    def worker(comm):
+        comm.allreduce_mean([torch.zeros(600, dtype=torch.float64), torch.zeros(3, dtype=torch.float32)])
+        comm.gather(torch.zeros(2, dtype=torch.float64), [torch.zeros(5, dtype=torch.float64)])
+        comm.broadcast([torch.zeros(50, dtype=torch.float64)], root=1)
+        return comm.bytes_sent, comm.calls
+
+    expected = [(sent(message) + sent(block) + (rank == 1) * root_sends, 3) for rank in range(m)]
+    assert ThreadGroup(m, cost).run(worker) == expected
+
+    def stacked(comm):
+        comm.allreduce_mean([torch.zeros(m, 600, dtype=torch.float64), torch.zeros(m, 3, dtype=torch.float32)])
+        comm.gather(torch.zeros(m, 2, dtype=torch.float64), [torch.zeros(m, 5, dtype=torch.float64)])
+        comm.broadcast([torch.zeros(m, 50, dtype=torch.float64)], root=0)
+        return comm.bytes_sent, comm.calls
+
+    assert run_batched(BatchedGroup(m, cost), stacked) == (sent(message) + sent(block) + root_sends, 3)  # rank 0's
+
+
 def test_calibration_fit_recovers_alpha_beta():
     truth = AlphaBeta(alpha=1.5e-4, beta=2.5e8)
     sizes = [8, 64, 512, 4096, 32768, 262144, 1048576, 4194304]

@@ -15,7 +15,7 @@ from dane.paper_figs import make_all, staleness
 from dane.synthetic.sweep import composed_job, job_name
 
 WHERE = staleness.Setting("digits MLP", "digits_mlp", rounds=3, steps_per_round=2)
-PAYLOAD = 3000  # bytes of one synchronous allreduce; a worker's ring share is 2(m-1)/m of it: 4000 at m=3
+PAYLOAD = 3000  # bytes of one synchronous allreduce, all of which a parameter server's worker sends (its bytes_sent)
 #: one synchronous step by hand: the 3x slower worker's 3 x 10 ms, then 3 pushes and 3 pulls of 3000 bytes
 #: through one server, 2*3*(550 µs + 3000/4e8 s), and the server's sum 3*3000/2e9 s
 SYNC_STEP = 0.03 + 6 * (5.5e-4 + 7.5e-6) + 4.5e-6
@@ -35,7 +35,7 @@ def fake_run(root, job, variant: int, staleness: str):
     writer.write_text("config.yaml", yaml.safe_dump(cfg))
     for k in range(WHERE.rounds + 1):
         steps = WHERE.steps_per_round * k
-        writer.write_round({"round": k, "time_s": 0.1 * (variant + 1) * k, "bytes_sent": 4000 * steps,
+        writer.write_round({"round": k, "time_s": 0.1 * (variant + 1) * k, "bytes_sent": PAYLOAD * steps,
                             "comm_rounds": steps, "test_accuracy": accuracy(variant, k)})
     summary = {"algorithm": "sync_sgd", "workers": 3, "status": "max_rounds", "rounds": WHERE.rounds,
                "backend": "simulator", **cost_model(OmegaConf.create(cfg["sim"])).describe()}
@@ -55,7 +55,7 @@ def results(tmp_path_factory):
 
 def test_sync_time_is_the_slowest_step_plus_a_server_allreduce_per_step():
     cost = ParameterServerCost(alpha=1e-3, beta=1e6, gamma=1e7)
-    # 2 workers, slowdown [1, 4] of 5 ms; 3 steps of 1000 bytes (ring share 1000 per worker at m=2):
+    # 2 workers, slowdown [1, 4] of 5 ms; 3 steps of 1000 bytes (a worker's bytes_sent: the whole message):
     # per step 20 ms + 2*2*(1 ms + 1 ms) + 2*1000/1e7 s = 28.2 ms
     record = {"comm_rounds": 3, "bytes_sent": 3000}
     assert staleness.sync_time(record, cost=cost, workers=2, step_time=5e-3, slowdown=[1.0, 4.0]) == \
@@ -99,3 +99,19 @@ def test_jobs_are_four_distinct_runs_with_one_seed():
     assert [composed_job(j)["comm"]["staleness"] for j in jobs] == [0, 1, 4, float("inf")]
     # an asynchronous server steps once per gradient: lr/m, so a pass over the data moves as far as sync SGD's
     assert [composed_job(j)["algorithm"]["lr"] for j in jobs] == pytest.approx([0.05] + [0.05 / 3] * 3, rel=1e-4)
+
+
+def test_a_stored_run_that_counted_a_rings_share_is_not_retimed(results):
+    """A synchronous ``sim.topology=ps`` run stored before its ``bytes_sent`` counted each allreduce's whole message
+    (a ring's 2(m-1)/m share then) has no ``bytes_sent_per_allreduce`` in its summary: it answers no timed job, so
+    the figure re-runs it rather than re-time a share as a message."""
+    from dane.records.results import read_summary
+    from dane.synthetic.sweep import RunIndex, answers
+
+    job = staleness.job("sync SGD (s=0)", WHERE)
+    run = RunIndex(results).find(job)
+    summary = read_summary(run)
+    assert summary["bytes_sent_per_allreduce"] == "message"
+    before = {k: v for k, v in summary.items() if k != "bytes_sent_per_allreduce"}
+    cfg = composed_job(tuple(job))
+    assert answers(summary, cfg) and not answers(before, cfg) and answers(before, cfg, timed=False)

@@ -9,11 +9,11 @@ import os
 
 from ..errors import ConfigError
 from ..layout import lazy_names
-from .cost import AlphaBeta, ParameterServerCost
+from .cost import AlphaBeta, ParameterServerCost, ring_allreduce_bytes
 from .slurm import slurm_task
 
 #: name -> the module of this package that defines it, imported when the name is first read
-_TORCH_BACKED = {"Communicator": ".base", "ring_allreduce_bytes": ".base", "LocalCommunicator": ".local",
+_TORCH_BACKED = {"Communicator": ".base", "LocalCommunicator": ".local",
                  "Stragglers": ".threads", "ThreadCommunicator": ".threads", "ThreadGroup": ".threads"}
 
 

@@ -17,6 +17,7 @@ from typing import Callable, ContextManager
 import torch
 
 from .compression import MessageCompression
+from .cost import AlphaBeta, ParameterServerCost
 
 
 def one_hot_rows(rows: torch.Tensor, size: int) -> torch.Tensor:
@@ -26,16 +27,11 @@ def one_hot_rows(rows: torch.Tensor, size: int) -> torch.Tensor:
     return (rows + 0.0) / size * size
 
 
-def ring_allreduce_bytes(nbytes: int, size: int) -> int:
-    """Bytes one worker sends in a ring allreduce of an ``nbytes`` message: 2(m-1)/m * nbytes."""
-    return 0 if size == 1 else (2 * (size - 1) * nbytes) // size
-
-
 class Communicator(ABC):
     """rank, size, a grouped `allreduce_mean`, `broadcast`, `barrier` and a byte counter.
 
-    ``bytes_sent`` follows the ring-allreduce model (each worker sends 2(m-1)/m of the
-    message) and counts the root's payload times (m-1) for a broadcast; ``calls`` counts
+    ``bytes_sent`` counts what this worker sends as ``traffic`` says: by default the ring-allreduce model (each
+    worker sends 2(m-1)/m of the message, and a broadcast's root its payload times (m-1)); ``calls`` counts
     communication rounds (one grouped allreduce or one broadcast is one round).
     """
 
@@ -52,6 +48,11 @@ class Communicator(ABC):
     #: backend call; the backends whose collectives are their own (the parameter server, the batched simulator) do
     #: not call it
     allreduce_timer: Callable[[bool], ContextManager] | None = None
+    #: what one worker sends in an allreduce and a broadcast's root sends (`bytes_sent`): a cost model's
+    #: ``allreduce_sent`` and ``broadcast_sent`` (`dane.comm.cost`).  A ring's by default (Horovod,
+    #: torch.distributed); the simulators' is their cost model, so that under ``sim.topology=ps`` a worker counts
+    #: what a parameter server's worker sends (`dane.comm.ps`)
+    traffic: AlphaBeta | ParameterServerCost = AlphaBeta()
     _ride: list[torch.Tensor] | None = None  # to go with the next allreduce (`ride_next`)
     _ridden: list[torch.Tensor] | None = None  # their mean, once they went (`ridden`)
 
@@ -80,10 +81,7 @@ class Communicator(ABC):
         else:
             nbytes = sum(t.numel() * t.element_size() for t in tensors)
         self.message_bytes = nbytes
-        if self.message_down_bytes is None:
-            self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
-        else:  # the ring's reduce-scatter at the uplink's size, its allgather at the downlink's
-            self.bytes_sent += (self.size - 1) * (nbytes + self.message_down_bytes) // self.size
+        self.bytes_sent += self.traffic.allreduce_sent(nbytes, self.size, self.message_down_bytes)
         self.calls += 1
         ride, self._ride = self._ride, None
         if self.size == 1:
@@ -111,14 +109,14 @@ class Communicator(ABC):
     def _count_allreduce(self, nbytes: int) -> None:
         """Count one uncompressed allreduce of an ``nbytes`` message, as `allreduce_mean` does."""
         self.message_bytes = nbytes
-        self.bytes_sent += ring_allreduce_bytes(nbytes, self.size)
+        self.bytes_sent += self.traffic.allreduce_sent(nbytes, self.size)
         self.calls += 1
 
     def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
         """Every worker receives ``root``'s tensors; returns new tensors."""
         if self.rank == root:
-            nbytes = sum(t.numel() * t.element_size() for t in tensors)
-            self.bytes_sent += nbytes * (self.size - 1)
+            self.bytes_sent += self.traffic.broadcast_sent(sum(t.numel() * t.element_size() for t in tensors),
+                                                           self.size)
         if self.compression is not None:
             self.compression.count_broadcast(tensors, root=self.rank == root)
         self.calls += 1

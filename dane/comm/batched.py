@@ -134,6 +134,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
         self.group = group
         self.rank = 0
         self.size = group.size
+        self.traffic = group.cost  # rank 0 counts what the topology has it send (`Communicator.traffic`)
         self._participants: list[int] | None = None
         super().__init__()
 
@@ -202,7 +203,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
         tensors = self._check(tensors)
         nbytes = sum(t.numel() // self.size * t.element_size() for t in tensors)  # the root's payload
         if root == 0:
-            self.bytes_sent += nbytes * (self.size - 1)
+            self.bytes_sent += self.traffic.broadcast_sent(nbytes, self.size)
         self.calls += 1
         self._phase("broadcast", nbytes)
         return [t[root].clone() for t in tensors]

@@ -1,5 +1,6 @@
 """Cost models of one allreduce for the in-process simulator: a ring (`AlphaBeta`) or parameter servers
-(`ParameterServerCost`); ``sim.topology`` picks one."""
+(`ParameterServerCost`); ``sim.topology`` picks one.  Each says what a collective takes (``allreduce_time``,
+``broadcast_time``) and what a worker sends in it (``allreduce_sent``, ``broadcast_sent``: ``bytes_sent``)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,11 @@ from ..records.results import atomic_write_text
 
 #: the message sizes (bytes) a calibration times, 8 B to 4 MB (`dane.synthetic.calibrate`)
 CALIBRATION_SIZES = (8, 64, 512, 4096, 32768, 262144, 1048576, 4194304)
+
+
+def ring_allreduce_bytes(nbytes: int, size: int) -> int:
+    """Bytes one worker sends in a ring allreduce of an ``nbytes`` message: 2(m-1)/m * nbytes."""
+    return 0 if size == 1 else (2 * (size - 1) * nbytes) // size
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,19 @@ class AlphaBeta:
         if down_bytes is None:
             return 2 * (size - 1) / size * nbytes / self.beta + 2 * (size - 1) * self.alpha
         return (size - 1) / size * (nbytes + down_bytes) / self.beta + 2 * (size - 1) * self.alpha
+
+    def allreduce_sent(self, nbytes: int, size: int, down_bytes: int | None = None) -> int:
+        """Bytes one worker sends in a ring allreduce of an ``nbytes`` message (a record's ``bytes_sent``):
+        2(m−1)/m·n, floored; under ``comm.compress_down`` its reduce-scatter at n and its allgather at the reply's
+        ``down_bytes``, (m−1)(n + n_down)/m."""
+        if down_bytes is None:
+            return ring_allreduce_bytes(nbytes, size)
+        return (size - 1) * (nbytes + down_bytes) // size
+
+    def broadcast_sent(self, nbytes: int, size: int) -> int:
+        """Bytes the root sends in a broadcast of ``nbytes``, counted at the root: (m−1)·n, the payload for each of
+        the others."""
+        return nbytes * (size - 1)
 
     def broadcast_time(self, nbytes: int, size: int) -> float:
         r"""Time of a broadcast of ``nbytes`` from one worker to the other m − 1, a binomial tree (Thakur,
@@ -98,13 +117,26 @@ class ParameterServerCost:
         pushes_pulls = (slice_bytes + down_bytes / self.servers) / self.beta
         return size * (2 * self.alpha + pushes_pulls) + size * slice_bytes / self.gamma
 
+    def allreduce_sent(self, nbytes: int, size: int, down_bytes: int | None = None) -> int:
+        """Bytes one worker sends in an allreduce through the servers (a record's ``bytes_sent``, as
+        `dane.comm.ps.PSCommunicator` counts it): its push, the whole n-byte message (slice j to server j), whatever
+        m; the reply it pulls, ``down_bytes`` under ``comm.compress_down``, it receives."""
+        return nbytes
+
+    def broadcast_sent(self, nbytes: int, size: int) -> int:
+        """Bytes the root sends in a broadcast through the servers: its payload once, which the servers relay."""
+        return nbytes
+
     def broadcast_time(self, nbytes: int, size: int) -> float:
         """Time of a broadcast through the servers: the root's push of its n/k-byte slice to each server, then the
         other m − 1 workers' pulls of it, one after another on each server's link: m(α + n/(kβ))."""
         return 0.0 if size == 1 else size * (self.alpha + nbytes / self.servers / self.beta)
 
     def describe(self) -> dict:
-        return {"topology": "ps", **asdict(self)}
+        """What a run's summary records of its cost model: α, β, γ, the servers, and that its ``bytes_sent`` counts
+        each allreduce's whole message (a stored run without that entry counted a ring's share: it answers no timed
+        job, `synthetic.sweep.answers`)."""
+        return {"topology": "ps", **asdict(self), "bytes_sent_per_allreduce": "message"}
 
     def save(self, path: str | Path, **extra) -> None:
         """As `AlphaBeta.save` (the server count is the run's choice, not the machine's: not saved)."""

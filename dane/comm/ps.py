@@ -31,7 +31,8 @@ header from every worker, checks that they agree, and then:
 ``allreduce_mean`` is `PSCommunicator.push` then `PSCommunicator.pull`: one
 communication round, and ``bytes_sent`` grows by the message's bytes (what a worker
 sends; for m = 2 this equals the ring model's 2(m-1)/m share).  A broadcast adds the
-payload to the root's ``bytes_sent``.  Per link (worker -> server, server -> worker) the
+payload to the root's ``bytes_sent`` once.  Both are `ParameterServerCost`'s ``allreduce_sent`` and
+``broadcast_sent``, which the simulator's workers count under ``sim.topology=ps``.  Per link (worker -> server, server -> worker) the
 payload bytes and the messages (headers and acks included; their bytes are counted
 apart as control bytes) are counted on both ends, and each server times how long it
 waited for the workers' headers and how long it was busy (receiving, averaging,
@@ -45,6 +46,7 @@ from dataclasses import fields
 import torch
 
 from .base import Communicator
+from .cost import ParameterServerCost
 from .ps_protocol import (BARRIER, BROADCAST, MEAN, OBJECT, PULL, PUSH, SERVER_FIELDS, SHUTDOWN, STATS, TAG_DATA,
                           TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, encode, flatten, layout, slice_bounds, unflatten,
                           wait_all)
@@ -53,6 +55,7 @@ class PSCommunicator(Communicator):
     """A worker's view of the parameter servers: rank/size are the worker rank and the number of workers."""
 
     is_server = False
+    traffic = ParameterServerCost()  # what a worker sends: the message per push, the payload per broadcast
 
     def __init__(self, dist, workers: int) -> None:
         self._dist = dist
@@ -82,7 +85,8 @@ class PSCommunicator(Communicator):
     def broadcast(self, tensors: list[torch.Tensor], root: int = 0) -> list[torch.Tensor]:
         """Every worker receives ``root``'s tensors, relayed by the servers: the root sends each payload once."""
         if self.rank == root:
-            self.bytes_sent += sum(t.numel() * t.element_size() for t in tensors)
+            payload = sum(t.numel() * t.element_size() for t in tensors)
+            self.bytes_sent += self.traffic.broadcast_sent(payload, self.size)
         self.calls += 1
         start = time.perf_counter()
         result = self._broadcast(list(tensors), root)
@@ -118,7 +122,7 @@ class PSCommunicator(Communicator):
         next `pull` (or any other call) completes them.
         """
         idx, flats = flatten(tensors)
-        self.bytes_sent += sum(f.numel() * f.element_size() for f in flats)
+        self.bytes_sent += self.traffic.allreduce_sent(sum(f.numel() * f.element_size() for f in flats), self.size)
         self._header(PUSH, tuple((f.dtype, f.numel()) for f in flats))
         for flat in flats:
             for server, piece in self._pieces(flat):

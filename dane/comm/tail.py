@@ -140,6 +140,13 @@ class TailedCost:
         """The base model's: the tail was measured on allreduces."""
         return self.base.broadcast_time(nbytes, size)
 
+    def allreduce_sent(self, nbytes: int, size: int, down_bytes: int | None = None) -> int:
+        """The ring's bytes (`AlphaBeta.allreduce_sent`): the tail is time, not traffic."""
+        return self.base.allreduce_sent(nbytes, size, down_bytes)
+
+    def broadcast_sent(self, nbytes: int, size: int) -> int:
+        return self.base.broadcast_sent(nbytes, size)
+
     def describe(self) -> dict:
         """The summary's cost model: α, β and ``calibration`` (which a cached run must share, `synthetic.sweep`)."""
         return {**self.base.describe(), "calibration": dict(self.source)}
@@ -165,6 +172,12 @@ class DrawnCost:
         """The base model's, drawing nothing: the tail was measured on allreduces, and the allreduces' draws stay
         the run's."""
         return self.model.base.broadcast_time(nbytes, size)
+
+    def allreduce_sent(self, nbytes: int, size: int, down_bytes: int | None = None) -> int:
+        return self.model.allreduce_sent(nbytes, size, down_bytes)
+
+    def broadcast_sent(self, nbytes: int, size: int) -> int:
+        return self.model.broadcast_sent(nbytes, size)
 
     def describe(self) -> dict:
         return self.model.describe()

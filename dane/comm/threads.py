@@ -235,6 +235,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
         self.group = group
         self.rank = rank
         self.size = group.size
+        self.traffic = group.cost  # a worker counts what the topology has it send (`Communicator.traffic`)
         self._participants: list[int] | None = None  # of the next collective (`next_participants`); None: all
         self._absent = None  # what a parked worker sends to it (`dane.comm.roster`)
         self.first_handoff = None  # a parked worker's first thread goes into the rounds from this (`dane.loop.parking`)
