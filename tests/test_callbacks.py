@@ -313,3 +313,23 @@ def test_a_run_of_no_rounds_names_the_round_0_rules_it_never_ran(algorithm, keys
     one = dane.fit(problem, algorithm, workers=2, rounds=1, **keys).summary
     assert "defaults_unresolved" not in one
     assert {e["key"]: e["rule"] for e in one["defaults"]} == (pending or {})
+
+
+@pytest.mark.parametrize("resumed_from", [None, 4])
+def test_a_parameter_servers_counters_say_from_which_round_they_count(resumed_from):
+    """comm=ps: the servers' and links' counters are the last process's (its servers start with it), so the summary's
+    ``parameter_server`` says from which round they count: the round a resumed run went on from, else 0."""
+    from dane.loop.callbacks import CommEntries
+
+    class Servers(LocalCommunicator):
+        def summary_entries(self) -> dict:
+            return {"parameter_server": {"workers": 1, "links": []}}
+
+    loop = loop_for(spec())
+    loop.comm, loop.resumed_from = Servers(), resumed_from
+    summary = {}
+    CommEntries().on_end(loop, summary)
+    assert summary == {"parameter_server": {"since_round": resumed_from or 0, "workers": 1, "links": []}}
+    loop.comm = LocalCommunicator()  # any other backend's entries as they are
+    CommEntries().on_end(loop, summary := {})
+    assert summary == {}

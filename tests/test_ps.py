@@ -184,7 +184,7 @@ def test_torchrun_ps_iterates_equal_the_simulator(run, simulated, tmp_path):
     summary = read_summary(tmp_path)
     assert summary["backend"] == "ps" and summary["workers"] == m
     ps = summary["parameter_server"]
-    assert ps["server_ranks"] == list(range(m, processes))
+    assert ps["server_ranks"] == list(range(m, processes)) and ps["since_round"] == 0
     assert ps["worker_links"] == [link for link in ps["links"] if link["worker"] == 0]  # both ends counted alike
     for server in ps["server"]:
         assert server["pulls"] == server["pushes"] >= summary["comm_rounds"] - server["broadcasts"]

@@ -388,10 +388,15 @@ class Similarity(Callback):
 
 class CommEntries(Callback):
     """What the backend adds to the summary (`dane.comm.Communicator.summary_entries`; comm=ps: the servers'
-    busy time and per-link traffic, a collective that every worker joins)."""
+    busy time and per-link traffic, a collective that every worker joins).  Those counters are this process's and
+    its servers', which start with it: ``parameter_server``'s ``since_round`` says from which round they count
+    (the round a resumed run went on from, 0 for a run from its start), where the records count from round 0."""
 
     def on_end(self, loop, summary: dict) -> None:
-        summary.update(loop.comm.summary_entries())
+        entries = loop.comm.summary_entries()
+        if "parameter_server" in entries:
+            entries["parameter_server"] = {"since_round": loop.resumed_from or 0, **entries["parameter_server"]}
+        summary.update(entries)
 
 
 class ClosingLine(Callback):
