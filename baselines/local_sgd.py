@@ -48,7 +48,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.comm.batched import per_worker, stacked, worker_ranks
 from dane.errors import ConfigError
-from dane.numerics.inner import worker_samplers
+from dane.numerics.inner import refuse_oversized, worker_samplers
 from dane.problems import Problem, ProblemConfig
 
 from .defaults import Resolution, local_step
@@ -202,9 +202,7 @@ def check_problem(problem: Problem, batch_size: int | None, aggregate: str) -> N
         if problem.batch_grad is None:
             raise ConfigError(f"algorithm.batch_size={batch_size} needs minibatch gradients, which {name} lacks; "
                               f"set algorithm.batch_size=null")
-        if batch_size > problem.n_local:
-            raise ConfigError(f"algorithm.batch_size={batch_size} exceeds this worker's {problem.n_local} samples; "
-                              f"use a smaller batch or null for the full shard")
+        refuse_oversized("algorithm.batch_size", batch_size, problem.n_local)
     if aggregate == "weighted" and problem.n_local is None:
         raise ConfigError(f"algorithm.aggregate=weighted needs shard sizes, which {name} lacks; use mean or best")
 

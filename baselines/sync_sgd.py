@@ -19,7 +19,8 @@ worker must take the same number of steps, and unequal shards (``data.sharding``
 own n_i.  The summary's ``defaults`` holds the count.  Asynchronous workers (``comm.staleness``)
 need no agreement (the server's updates per round are counted from rank 0's pass, `dane.loop.asynchronous`).  The learning rate is used
 as given (Horovod's recipe of scaling it by m is left to the config); the global batch is
-m × ``batch_size``.
+m × ``batch_size``, so a ``batch_size`` above a worker's rows is refused as it is built
+(`dane.numerics.inner.refuse_oversized`) rather than drawn as its whole shard.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.numerics.inner import MinibatchSampler, preload_optimizers, worker_seed
+from dane.numerics.inner import MinibatchSampler, preload_optimizers, refuse_oversized, worker_seed
 from dane.problems import Problem
 
 from .defaults import Resolution, sgd_steps_per_round
@@ -59,6 +60,7 @@ class SyncSGD(Algorithm):
             if offered is None:
                 raise ConfigError(f"algorithm=sync_sgd needs minibatch gradients ({type(problem).__name__}.{needed}); "
                                   "use algorithm=gd on this problem")
+        refuse_oversized("algorithm.batch_size", batch_size, problem.n_local, null=False)  # before any collective
         self.batch_size = batch_size
         self.steps_per_round = steps_per_round or sgd_steps_per_round(problem.n_local, batch_size)  # null: its own,
         self.agree = steps_per_round is None  # until round 0 agrees on the mean shard's (module docstring)

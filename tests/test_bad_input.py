@@ -162,6 +162,21 @@ CASES = [
          expected="error: data.alpha must be > 0, got -1"),
     case("network_data_key_named_as_typed", "problem=digits_mlp", "problem.data.sharding=quantity",
          "problem.data.exponent=-1", "rounds=1", "quiet=true", expected="error: problem.data.exponent must be >= 0"),
+    # a minibatch larger than a worker's shard (digits_mlp: 1437 training rows, 479 on each of 3 workers) is refused,
+    # not drawn as the whole shard; the inner solve's at its first use (sync_sgd leaves it unused: runs with 500)
+    *[case(f"batch_over_the_shard_{name}", "problem=digits_mlp", "workers=3", "rounds=1", "quiet=true", *args,
+           expected=f"error: {key}=500 exceeds this worker's 479 samples; use {fix}")
+      for name, key, fix, args in [
+          ("sync_sgd", "algorithm.batch_size", "a batch no larger than the smallest shard",
+           ("algorithm=sync_sgd", "algorithm.batch_size=500")),
+          ("local_sgd", "algorithm.batch_size", "a smaller batch or null for the full shard",
+           ("algorithm=local_sgd", "algorithm.lr=0.05", "algorithm.batch_size=500")),
+          ("dane", "problem.inner_batch_size", "a smaller batch or null for the full shard",
+           ("problem.inner_batch_size=500",)),
+          ("dane_stacked", "problem.inner_batch_size", "a smaller batch or null for the full shard",
+           ("problem.inner_batch_size=500", "sim.batched=true")),
+          ("grad_batches", "problem.inner_batch_size", "a smaller batch or null for the full shard",
+           ("algorithm=gd", "algorithm.lr=0.05", "problem.grad_batches=2", "problem.inner_batch_size=500"))]],
     case("covariance_choice", "problem.covariance=wishart", *SMALL,
          expected="problem.covariance must be one of iso|decay, got 'wishart'"),
     # booleans take only true/false: Python would read any of these strings as true

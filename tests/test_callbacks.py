@@ -295,7 +295,7 @@ def test_rank_0_shows_the_defaults_and_the_adaptations_attached_before_round_0(s
     ("gd", {}, {"algorithm.lr": "gd_step"}),
     ("gd", {"lr": 0.1}, None),                                  # given: nothing pending, nothing resolved
     ("aide", {}, {"algorithm.tau": "spread_tau", "algorithm.lr": "svrg_step", "algorithm.passes": "svrg_passes"}),
-    ("sync_sgd", {"steps_per_round": None}, {"algorithm.steps_per_round": "sgd_steps_per_round"}),
+    ("sync_sgd", {"steps_per_round": None, "batch_size": 20}, {"algorithm.steps_per_round": "sgd_steps_per_round"}),
 ])
 def test_a_run_of_no_rounds_names_the_round_0_rules_it_never_ran(algorithm, keys, pending):
     """rounds=0 evaluates w_0 only: a rule whose statistics ride in round 0's allreduce never ran, and the summary

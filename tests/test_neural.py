@@ -113,6 +113,24 @@ def test_sgd_local_solve_with_a_huge_mu_stays_at_the_anchor():
     assert torch.linalg.vector_norm(w - anchor) < 1e-4 * torch.linalg.vector_norm(anchor)
 
 
+def test_an_inner_batch_over_the_shard_is_refused_where_it_is_drawn_not_drawn_as_the_whole_shard():
+    """problem.inner_batch_size=500 on 479 rows: a local solve (or grad_batches' estimate) refuses it in one line;
+    what never draws an inner batch (a method without local solves: batch_grad, the full gradient) is left alone."""
+    line = ("problem.inner_batch_size=500 exceeds this worker's 479 samples; use a smaller batch or null for the "
+            "full shard")
+    problem = mlp_problem(inner_batch_size=500).build(0, 3)
+    w = problem.initial_point()
+    assert problem.n_local == 479 and problem.batch_grad(w, torch.arange(479)).shape == (problem.dim,)
+    problem.evaluate(w)
+    with pytest.raises(ConfigError) as err:
+        problem.prox_solve(w, torch.zeros_like(w), 0.0)
+    assert str(err.value) == line
+    with pytest.raises(ConfigError) as err:
+        mlp_problem(inner_batch_size=500, grad_batches=2).build(0, 3).evaluate(w)
+    assert str(err.value) == line
+    assert mlp_problem(inner_batch_size=479).build(0, 3).prox_solve(w, torch.zeros_like(w), 0.0).shape == w.shape
+
+
 def test_digits_as_images_repeats_each_pixel_in_a_4x4_block():
     flat = NeuralProblemConfig(data=DataConfig(dataset="digits")).dataset()
     images = as_images(flat, 32)
@@ -220,8 +238,9 @@ def test_safeguard_on_convex_logistic_regression_keeps_the_convex_rule(tmp_path)
 
 def test_sync_sgd_with_whole_shard_batches_is_gradient_descent(tmp_path):
     lr, steps = 0.3, 4
-    summary, rounds = run(tmp_path, *SMALL_MLP, "algorithm=sync_sgd", "workers=2", "rounds=2", "problem.dtype=float64",
-                          f"algorithm.lr={lr}", "algorithm.momentum=0", "algorithm.batch_size=100000",
+    # 3 workers of 479 of the 1437 training rows: a batch of 479 is each one's whole shard (a larger one is refused)
+    summary, rounds = run(tmp_path, *SMALL_MLP, "algorithm=sync_sgd", "workers=3", "rounds=2", "problem.dtype=float64",
+                          f"algorithm.lr={lr}", "algorithm.momentum=0", "algorithm.batch_size=479",
                           f"algorithm.steps_per_round={steps}", "save_iterate=true")
     problem = build(config(*SMALL_MLP, "problem.dtype=float64"), "problem").build(0, 1)
     w = problem.initial_point()

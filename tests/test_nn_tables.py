@@ -107,13 +107,13 @@ def test_mnist_table_on_the_four_standard_files_says_standard_split(tmp_path):
     from tests.test_data import write_mnist_pair
 
     data_dir = tmp_path / "data"
-    write_mnist_pair(data_dir, "train", 40, seed=1)
+    write_mnist_pair(data_dir, "train", 200, seed=1)  # 100 rows a worker: one inner batch of mnist_lenet5
     write_mnist_pair(data_dir, "t10k", 20, seed=2)
     row = next(r for r in accuracy_table.ROWS if r.problem == "mnist_lenet5")
     job = (*accuracy_table.job(row, 2), f"data_dir={data_dir}")
     (run_dir,) = ensure([job], root=tmp_path / "results", log=None).values()
-    assert read_summary(run_dir)["data"] == {"name": "mnist", "train_size": 40, "test_size": 20, "split": "standard"}
+    assert read_summary(run_dir)["data"] == {"name": "mnist", "train_size": 200, "test_size": 20, "split": "standard"}
     data = accuracy_table.collect(RunIndex(tmp_path / "results"), [row])
     assert data["MNIST-LeNet5"]["cells"][0]["values"] == [read_summary(run_dir)["final_test_accuracy"]]
-    assert "MNIST-LeNet5: 40 train / 20 test;" in accuracy_table.what(data) + ";"
+    assert "MNIST-LeNet5: 200 train / 20 test;" in accuracy_table.what(data) + ";"
     assert "split" not in accuracy_table.data_caption(data)

@@ -38,8 +38,9 @@ class InnerSolver:
     """How the local subproblem is solved: ``steps`` steps of ``optimizer`` at ``lr``.
 
     For sgd and adam one step is one minibatch of ``batch_size`` rows (null: the whole
-    shard), and ``steps=None`` means one pass over the shard (n_i // batch_size steps, at
-    least one), so that a round costs every worker one epoch of its data whatever m is.
+    shard; a batch larger than the shard is refused where the problem first draws one,
+    `refuse_oversized`), and ``steps=None`` means one pass over the shard (n_i // batch_size
+    steps, at least one), so that a round costs every worker one epoch of its data whatever m is.
     For lbfgs, ``steps`` is the iteration budget of one L-BFGS run with a
     strong-Wolfe line search on one fixed batch (by default the whole shard, so the
     subproblem is solved to near optimality: the convex reference path).
@@ -164,12 +165,22 @@ def solve(solver: InnerSolver, params: Sequence[torch.Tensor], data_loss: Callab
         optimizer.step()
 
 
+def refuse_oversized(key: str, batch_size: int | None, n: int, *, null: bool = True) -> None:
+    """A minibatch of ``batch_size`` rows (``key``) from this worker's ``n``: refused in one line where it exceeds them,
+    since `MinibatchSampler` would draw the whole shard instead, a smaller batch than the one asked for (``null``:
+    the key takes null for the whole shard, and the line says so)."""
+    if batch_size is not None and batch_size > n:
+        fix = "a smaller batch or null for the full shard" if null else "a batch no larger than the smallest shard"
+        raise ConfigError(f"{key}={batch_size} exceeds this worker's {n} samples; use {fix}")
+
+
 class MinibatchSampler:
     """Epoch-shuffled minibatches of ``range(n)`` from a private seeded `torch.Generator`.
 
     Each epoch is a fresh permutation cut into full batches (the ragged tail is
     dropped, so every step sees ``batch_size`` rows).  ``batch_size=None`` (or >= n)
-    means the whole range every time.
+    means the whole range every time; a configured batch is refused before it gets here
+    (`refuse_oversized`).
     """
 
     def __init__(self, n: int, batch_size: int | None, seed: int):

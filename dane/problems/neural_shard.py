@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from ..data.augment import augment
-from ..numerics.inner import InnerSolver, MinibatchSampler, preload_optimizers, solve, steps_for
+from ..numerics.inner import InnerSolver, MinibatchSampler, preload_optimizers, refuse_oversized, solve, steps_for
 from ..models import LogisticRegression
 from ..work import counted
 from .base import Problem
@@ -57,8 +57,9 @@ class NeuralProblem(Problem):
             data_loss = self._data_loss(torch.arange(self.n_local, device=self.device))
         else:
             self._zero_grad()
+            sampler = self._inner_sampler()
             for _ in range(self.grad_batches):  # gradient estimated on minibatches, objective still exact
-                self._data_loss(self.sampler.next_on(self.device), scale=1 / self.grad_batches, zero=False)
+                self._data_loss(sampler.next_on(self.device), scale=1 / self.grad_batches, zero=False)
             data_loss = self._train_loss()
         grad = self._flat_grads() + self.l2 * w.to(self.dtype)
         return grad, self._metrics(data_loss, w)
@@ -92,13 +93,21 @@ class NeuralProblem(Problem):
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
         r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||², by the inner solver started at the anchor."""
+        sampler = self._inner_sampler()
         self._load(anchor)
         anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]
         linear_parts = [g.view_as(p) for g, p in zip(linear.to(self.device, self.dtype).split(self._sizes), self.params)]
         solve(self.inner, self.params, lambda idx: self._data_loss(idx, augmented=True),
-              lambda: self.sampler.next_on(self.device),
+              lambda: sampler.next_on(self.device),
               anchor_parts, linear_parts, mu, self.l2 if with_reg else 0.0, steps_for(self.inner, self.n_local))
         return self._flat_params().to(anchor.dtype)
+
+    def _inner_sampler(self) -> MinibatchSampler:
+        """The sampler of the inner solve and of ``grad_batches``, once ``problem.inner_batch_size`` is known to fit
+        the shard: refused at its first use, not at build, since a method that never solves locally (sync_sgd,
+        local_sgd, gd) leaves the key unused on shards of any size."""
+        refuse_oversized("problem.inner_batch_size", self.inner.batch_size, self.n_local)
+        return self.sampler
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         r"""argmin_z (l2/2)||z||² + (ρ/2)||z − v||² = ρ v / (ρ + l2): the shared regulariser's prox (ADMM's z-step)."""

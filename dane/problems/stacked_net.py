@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parameters_to_vector
 
-from ..numerics.inner import InnerSolver, StackedSampler, proximal_step, steps_for
+from ..numerics.inner import InnerSolver, StackedSampler, proximal_step, refuse_oversized, steps_for
 from ..work import count, counted
 from .base import Problem
 from .stacked import rows_of
@@ -169,7 +169,8 @@ class StackedNeuralProblem(Problem):
         if self.grad_batches is None:
             grads, data_loss = self._data_loss(W, None)
         else:  # gradient estimated on minibatches, objective still exact
-            grads = sum(self._data_loss(W, self.sampler.next(), scale=1 / self.grad_batches)[0]
+            sampler = self._inner_sampler()
+            grads = sum(self._data_loss(W, sampler.next(), scale=1 / self.grad_batches)[0]
                         for _ in range(self.grad_batches))
             data_loss = self._train_loss(W)
         return (grads + self.l2 * W).to(w.device), self._metrics(data_loss, W).to(w.device, w.dtype)
@@ -207,9 +208,9 @@ class StackedNeuralProblem(Problem):
         lin = rows_of(linear.to(self.device, self.dtype), m)
         l2 = self.l2 if with_reg else 0.0
         lr, momentum = proximal_step(self.inner.lr, mu), self.inner.momentum
-        W, buf = A.clone(), None
+        W, buf, sampler = A.clone(), None, self._inner_sampler()
         for _ in range(steps_for(self.inner, self.n_local)):
-            idx = self.sampler.next()
+            idx = sampler.next()
             count("local_inner_steps")
             count("local_inner_samples", idx.shape[-1])
             step = self._data_loss(W, idx)[0]
@@ -219,6 +220,12 @@ class StackedNeuralProblem(Problem):
                 step = buf
             W.add_(step, alpha=-lr)
         return W.to(where, anchor.dtype)
+
+    def _inner_sampler(self) -> StackedSampler:
+        """`dane.problems.neural_shard.NeuralProblem._inner_sampler`'s: the samplers, ``problem.inner_batch_size``
+        refused at their first use where it exceeds the (equal) shards."""
+        refuse_oversized("problem.inner_batch_size", self.inner.batch_size, self.n_local)
+        return self.sampler
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         return (rho / (rho + self.l2)) * v
