@@ -31,27 +31,30 @@ from dane.split.training import SAMPLER_STREAM
 HIDDEN = (32, 16)
 
 
-def problem(model: str = "mlp", **data) -> NeuralProblemConfig:
+def problem(model: str = "mlp", device: str = "cpu", **data) -> NeuralProblemConfig:
     return NeuralProblemConfig(data=DataConfig(dataset="digits", **data), model=ModelConfig(name=model, hidden=HIDDEN),
-                               dtype="float64", device="cpu", seed=0)
+                               dtype="float64", device=device, seed=0)
 
 
-def split_run(m: int, epochs: int = 2, out_dir=None, model: str = "mlp", data: dict | None = None, **algorithm):
+def split_run(m: int, epochs: int = 2, out_dir=None, model: str = "mlp", data: dict | None = None,
+              device: str = "cpu", **algorithm):
     """(records, w, summary) of ``m`` agents' split run for ``epochs`` epochs.  Without ``out_dir`` on the default
-    problem, each config's run is made once a session (a copy): tests that spell one config two ways share it."""
+    problem and device, each config's run is made once a session (a copy): tests that spell one config two ways
+    share it."""
     config = SplitConfig(**{"cut": "net.2", "batch_size": 64, **algorithm})
-    if out_dir is None and model == "mlp" and not data:
+    if out_dir is None and model == "mlp" and not data and device == "cpu":
         return copy.deepcopy(_split_run(m, epochs, config))
-    return _run_split(m, epochs, config, out_dir, model, data)
+    return _run_split(m, epochs, config, out_dir, model, data, device)
 
 
 @functools.cache
 def _split_run(m: int, epochs: int, config: SplitConfig) -> tuple:
-    return _run_split(m, epochs, config, None, "mlp", None)
+    return _run_split(m, epochs, config, None, "mlp", None, "cpu")
 
 
-def _run_split(m: int, epochs: int, config: SplitConfig, out_dir, model: str, data: dict | None) -> tuple:
-    spec = RunSpec(problem=problem(model, **(data or {})), algorithm=config,
+def _run_split(m: int, epochs: int, config: SplitConfig, out_dir, model: str, data: dict | None,
+               device: str) -> tuple:
+    spec = RunSpec(problem=problem(model, device, **(data or {})), algorithm=config,
                    comm=Communication(workers=m, cost=AlphaBeta(alpha=1e-4, beta=1e8)),
                    control=RunControl(stop=StopRule(rounds=epochs, diverge_after=None), quiet=True))
     collect: dict = {}
@@ -132,26 +135,30 @@ def test_splitfed_with_one_agent_equals_sequential():
     assert torch.equal(w_seq, w_fed)
 
 
-def formula(m: int, n: int, width: int, bottom: int, state: int, schedule: str, z: int = 0, u_shaped: bool = False,
+def formula(m: int, n: int, width: int, part: int, state: int, schedule: str, z: int = 0, u_shaped: bool = False,
             batches: int = 0) -> dict:
-    """docs/split_learning.md's bytes per epoch (float64: 8 bytes an element; labels int64)."""
+    """docs/split_learning.md's bytes per epoch (float64: 8 bytes an element; labels int64), with ``part`` the
+    agent's part, |bottom| (+ |head| U-shaped), and ``state`` its optimizer state's elements."""
     out = {"activations": 8 * (width + z) * n, "cut_gradients": 8 * (width + z) * n,
            "labels": 0 if u_shaped else 8 * n, "handover": 0, "averaging": 0}
     if schedule == "sequential" and m > 1:
-        out["handover"] = m * 8 * (bottom + state)
+        out["handover"] = m * 8 * (part + state)
     if schedule == "splitfed":
-        out["averaging"] = 2 * m * 8 * bottom
+        out["averaging"] = 2 * m * 8 * part
     return out
 
 
-@pytest.mark.parametrize("schedule,labels", [("sequential", "server"), ("splitfed", "server"), ("sequential", "agent")])
+@pytest.mark.parametrize("schedule,labels", [("sequential", "server"), ("splitfed", "server"), ("sequential", "agent"),
+                                             ("splitfed", "agent")])
 def test_logged_bytes_per_link_are_the_formula(schedule, labels):
     records, _, summary = split_run(3, epochs=2, schedule=schedule, labels=labels, agent_momentum=0.9,
                                     server_momentum=0.9)
     n, width, bottom = 1437, 32, 64 * 32 + 32
     u = labels == "agent"
-    head = 16 * 10 + 10 if u else 0
+    head = 16 * 10 + 10 if u else 0  # U-shaped, the agent's part is the bottom and the head: both hand over, average
     expected = formula(3, n, width, bottom + head, bottom + head, schedule, z=16 if u else 0, u_shaped=u)
+    if (schedule, labels) == ("splitfed", "agent"):  # 2m(|bottom| + |head|) float64 values: 108,000 bytes
+        assert expected["averaging"] == 2 * 3 * 8 * (2080 + 170) == 108000
     for record in records[1:]:
         assert {k: record[f"{k}_bytes"] for k in expected} == expected
         steps = sum(math.ceil(len(s) / 64) for s in shard_indices(problem().dataset().train_y, 3, seed=0))
@@ -159,6 +166,16 @@ def test_logged_bytes_per_link_are_the_formula(schedule, labels):
     assert records[-1]["bytes_sent"] == 2 * sum(expected.values())
     assert summary["cut_width"] == width and summary["bottom_params"] == bottom
     assert summary["defaults"] == [] and summary["package_rules_applied"] is False  # cut=net.2 given
+
+
+def test_a_cuda_device_is_refused_in_one_line_not_run_on_the_cpu():
+    """The parties are host tensors (models, rows, messages, hand-overs): problem.device=cuda is refused before any
+    party is built, instead of a run on the CPU that the config said would be on the GPU."""
+    with pytest.raises(ConfigError) as err:
+        split_run(1, epochs=1, device="cuda")
+    assert str(err.value) == ("algorithm=split runs its agents and server on the CPU; set problem.device=cpu (or "
+                              "auto, which means the CPU for split learning)")
+    assert split_run(1, epochs=1, device="auto")[0][-1]["round"] == 1
 
 
 def test_cut_null_is_the_smallest_valid_bottom_noted_as_a_default():

@@ -11,12 +11,15 @@ epoch's end.  ``labels=agent`` is U-shaped: the agent also keeps the last layer 
 loss.
 
 Invariants (float64, tests/test_split.py): sequential split training is plain minibatch
-SGD on the uncut network over the agents' minibatches in turn order (one agent: exactly
-plain SGD); U-shaped equals labels at the server; SplitFed with one agent equals
-sequential; a torchrun run equals the simulator.  Bytes per epoch, with N rows, cut
-width |h| and B-row batches: activations and cut gradients |h|·N each (U-shaped, plus
-the server's output |z|·N each way), labels 8·N, hand-overs m·(|bottom| + |optimizer
-state|) for sequential with m > 1 (the last back to agent 0), 2m·|bottom| for SplitFed.
+SGD on the uncut network over the agents' minibatches in turn order, to round-off (one
+agent too); U-shaped equals labels at the server; SplitFed with one agent equals
+sequential; a torchrun run equals the simulator.  Bytes per epoch, with N rows, cut width
+|h| and B-row batches, in values of the run's dtype: activations and cut gradients |h|·N
+each (U-shaped, plus the server's output |z|·N each way), labels N int64 (8·N bytes;
+none U-shaped), hand-overs m·(|agent part| + |its optimizer state|) for sequential with
+m > 1 (the last back to agent 0), 2m·|agent part| for SplitFed, where |agent part| =
+|bottom| (+ |head| when U-shaped).  The parties run on the CPU (``problem.device=cuda``
+is refused; ``auto`` means the CPU here).
 
 Modules, by role: `cut` (cut names, the parts, each cut's share of the parameters),
 `parties` (an agent's and the server's step, the hand-over snapshot), `links` (messages

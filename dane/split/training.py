@@ -51,6 +51,11 @@ def check_problem(problem_config) -> None:
         raise ConfigError("algorithm=split does not augment its agents' minibatches; set problem.augment=false")
     if problem_config.l2:
         raise ConfigError(f"algorithm=split trains the plain cross-entropy; set problem.l2=0 (got {problem_config.l2})")
+    # the parties' models, rows, messages, hand-overs and checkpoints are host tensors (gloo point-to-point between
+    # processes); a CUDA run would need each of them moved, so it is refused rather than run on the CPU unasked
+    if getattr(problem_config, "device", "cpu") == "cuda":
+        raise ConfigError("algorithm=split runs its agents and server on the CPU; set problem.device=cpu (or auto, "
+                          "which means the CPU for split learning)")
 
 
 def build_parties(spec, local: set[int], link) -> tuple[EpochProtocol, dict]:
