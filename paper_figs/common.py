@@ -409,12 +409,17 @@ class _FigureParser(argparse.ArgumentParser):
 
 def cli(main, doc: str, results: str = "results") -> None:
     """The command line every figure script shares: ``--results`` in (default ``results``, or the script's own run
-    folder), ``--out`` for the files; prints their paths."""
+    folder), ``--out`` for the files; prints their paths.  A run the figure cannot use (`MissingCount`: a count its
+    records lack) or another `UserError` is one line naming the run and the fix, and exit 2."""
     parser = _FigureParser(prog=command_name(), description=doc.splitlines()[0])
     parser.add_argument("--results", default=results)
     parser.add_argument("--out", default=str(FIG_DIR), help="where the files go (default results/figures)")
     args = parser.parse_args()
-    written = main(args.results, args.out)
+    try:
+        written = main(args.results, args.out)
+    except (MissingCount, UserError) as exc:
+        say(f"error: {parser.prog}: {' '.join(str(exc).split())}")
+        raise SystemExit(2) from None
     if not written:  # a figure whose runs are missing draws nothing (make_all says so for all of them): say it here
         say(f"error: nothing drawn: the runs it reads are missing under {args.results}; make tables (dane figures "
             "--nn) makes them")

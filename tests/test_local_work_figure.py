@@ -93,6 +93,24 @@ def test_a_run_without_a_count_is_named_with_its_fix(tmp_path):
         curve(tmp_path / "quiet")
 
 
+@pytest.mark.filterwarnings("ignore:'dane.paper_figs.local_work' found in sys.modules:RuntimeWarning")
+def test_dane_figures_local_work_on_a_run_without_the_count_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """`dane figures local_work` on an ordinary run, whose records count no uplink traffic: `MissingCount`'s line
+    (the run and its fix), status 2, no traceback, nothing drawn."""
+    from dane.experiments.cli import main as dane
+
+    for name in ("_entry_command", "_entry_prog"):  # the dane command records its line: not for the tests after
+        monkeypatch.setattr(f"dane.records.provenance.{name}", None)
+    write_run(tmp_path / "runs" / "gd", [record(0, 0.5, 0.0), record(1, 0.25, 1.0)])
+    with pytest.raises(SystemExit) as exit_:
+        dane(["figures", "local_work", "--results", str(tmp_path / "runs"), "--out", str(tmp_path / "figs")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: dane figures local_work: {tmp_path / 'runs' / 'gd'}: its records count no uplink traffic; run it "
+        "with comm.compress=none"]
+    assert not any((tmp_path / "figs").glob("local_work*"))
+
+
 def test_make_figures_registers_the_figure_and_its_jobs_compose():
     from dane.experiments.config import run_spec
     from dane.synthetic.sweep import compose_job
