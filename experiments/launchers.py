@@ -3,9 +3,10 @@
     python -m experiments.train -m hydra/launcher=horovod workers=1,2 algorithm=dane problem=ridge_synthetic
     python -m experiments.train -m hydra/launcher=torchrun workers=1,2,4 ...
 
-Job k is ``horovodrun -np <workers> --gloo python -m experiments.train <its overrides>
-out_dir=<its job directory>`` (or ``torchrun --standalone --nproc_per_node <workers>``),
-the jobs one after another; ``workers`` unset is one process.  The commands come from
+Job k is ``horovodrun -np <workers> --gloo python -m experiments.train [--config-dir <folder>] <its overrides>
+out_dir=<its job directory> [hydra.searchpath=[...]]`` (or ``torchrun --standalone --nproc_per_node <workers>``),
+the config folders being those the sweep's command line added (`config_search_args`), the jobs one after
+another; ``workers`` unset is one process.  The commands come from
 `synthetic.launchers`, and each launched rank applies the job's ``comm.*`` Horovod settings
 itself (`dane.comm.horovod.HorovodOptions`), as any horovodrun run does; Horovod tuning variables
 of this shell (`synthetic.launchers.HOROVOD_KEYS`) are not passed on.  The job directory gets
@@ -42,7 +43,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dane import checks
 from dane.errors import ConfigError, say
@@ -112,11 +113,12 @@ class ProcessLauncher(Launcher):
             if not cfg.get("out_dir"):
                 overrides.append(f"out_dir={quote(str(job_dir))}")
                 env[SWEEP_OUT_DIR_ENV] = str(job_dir)  # its refusal of the folder names hydra.sweep.dir
+            options, searchpath = config_search_args(hydra)  # the launched program composes the job again
         except ConfigError as exc:
             return self._failed(f"error: {exc}", 2, job)
         run_dir = Path(cfg.out_dir) if cfg.get("out_dir") else job_dir
         held = run_files(run_dir).get(SUMMARY_FILE)
-        cmd = self.command(main_module(), overrides, np)
+        cmd = self.command(main_module(), [*options, *overrides, *searchpath], np)
         logged = launch_log(job_dir, hydra.sweep.dir, job)
         try:
             returncode, tail = self._run(cmd, logged, env)
@@ -242,9 +244,33 @@ def main_module() -> str:
     return spec.name
 
 
+def config_search_args(hydra: DictConfig) -> tuple[list[str], list[str]]:
+    """The config search path the sweep's command line added, as (options, overrides) of a command that composes a
+    job again in a new process: ``--config-dir <folder>`` (Hydra made it absolute), and ``hydra.searchpath=[...]``
+    as typed, its ``file://`` entries made absolute against the sweep's working folder (``hydra.runtime.cwd``).
+
+    The launched program composes the job from its own command line only: without these a job of a user's own
+    algorithm or problem (a yaml in a ``--config-dir``) would be refused as unknown.  Read from the job's
+    ``hydra.runtime.config_sources``, where Hydra lists every folder it searched and who added it."""
+    cwd = Path(str(OmegaConf.select(hydra, "runtime.cwd", default=None) or os.getcwd()))
+    options, searchpath = [], []
+    for source in OmegaConf.select(hydra, "runtime.config_sources", default=None) or []:
+        if source.provider == "command-line":  # --config-dir / -cd
+            options += ["--config-dir", str(source.path)]
+        elif source.provider == "hydra.searchpath in command-line":
+            path = str(cwd / source.path) if source.schema == "file" else str(source.path)
+            searchpath.append(_quoted(f"{source.schema}://{path}", "the config search path entry",
+                                      "choose a plainer folder for it"))
+    return options, ([f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else [])
+
+
 def quote(value: str) -> str:
     """``value`` as one quoted Hydra override value (a job directory's name holds ``=`` and ``,``)."""
+    return _quoted(value, "the job directory", "choose a plainer hydra.sweep.dir")
+
+
+def _quoted(value: str, what: str, fix: str) -> str:
     for mark in ("'", '"'):
         if mark not in value and not value.endswith("\\"):
             return mark + value + mark
-    raise ConfigError(f"the job directory {value} holds both kinds of quotes; choose a plainer hydra.sweep.dir")
+    raise ConfigError(f"{what} {value} holds both kinds of quotes; {fix}")

@@ -39,6 +39,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from dane.comm import launcher_rank
 from dane.errors import ConfigError
+from dane.experiments.launchers import config_search_args
 from dane.records.provenance import RUN_COMMAND_ENV
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info(f"Slurm sweep output dir: {sweep_dir}")
         self.entry = Path(sys.argv[0]).name  # the program that submitted: each job's command starts with it
+        self.job_command([])  # a search path no command can carry stops the sweep here, before any job is queued
         groups: dict[int, list[int]] = {}  # task count -> the jobs with it (one executor, one job array each)
         for i, overrides in enumerate(job_overrides):
             groups.setdefault(self.tasks_for(overrides), []).append(i)
@@ -106,12 +108,21 @@ class SlurmLauncher(SubmititSlurmLauncher):
         params["tasks_per_node"] = tasks // int(self.params["nodes"])
         return params
 
+    def job_command(self, sweep_overrides: Sequence[str]) -> list[str]:
+        """A job's command line as its run records it: the program that submitted, the config folders the sweep's
+        command line added (``--config-dir``, ``hydra.searchpath``: `experiments.launchers.config_search_args`),
+        the job's overrides.  The jobs themselves compose with the sweep's own config loader, which searches
+        those folders already."""
+        assert self.config is not None
+        options, searchpath = config_search_args(self.config.hydra)
+        return [getattr(self, "entry", "train.py"), *options, *sweep_overrides, *searchpath]
+
     def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
                  singleton_state: dict[type, Singleton]) -> JobReturn:
         """One task of a job: rank 0 through Hydra's `run_job` (which writes the job directory); the others
         with the same Hydra config and task config, writing nothing.  The run's provenance records the job's
         command line (`RUN_COMMAND_ENV`), not submitit's ``_submit.py``."""
-        os.environ[RUN_COMMAND_ENV] = json.dumps([getattr(self, "entry", "train.py"), *sweep_overrides])
+        os.environ[RUN_COMMAND_ENV] = json.dumps(self.job_command(sweep_overrides))
         if launcher_rank() == 0:
             return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
         import submitit

@@ -132,6 +132,39 @@ def test_slurm_launcher_config_composes():
     assert "export SLURM_KILL_BAD_EXIT=1" in launcher.setup
 
 
+def test_a_slurm_jobs_recorded_command_keeps_the_config_folders_its_sweep_searched(tmp_path, monkeypatch):
+    """The command a Slurm job's run records (provenance.command) holds the sweep's ``--config-dir`` (absolute) and
+    ``hydra.searchpath`` (made absolute against the sweep's folder), which its own algorithm or problem needs."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.types import RunMode
+    from hydra.utils import instantiate
+
+    from dane.experiments import slurm_launcher
+    from dane.records.provenance import RUN_COMMAND_ENV
+
+    outside = Path(__file__).resolve().parent / "outside" / "conf"
+    (tmp_path / "more").mkdir()
+    monkeypatch.chdir(tmp_path)
+    search_path = create_config_search_path(str(CONF_DIR))
+    search_path.prepend("command-line", f"file://{outside}", anchor=SearchPathQuery(provider="schema"))
+    cfg = ConfigLoaderImpl(config_search_path=search_path).load_configuration(
+        "config", ["algorithm=my_fedprox", "hydra.searchpath=[file://more]", "hydra/launcher=slurm"],
+        run_mode=RunMode.MULTIRUN)
+    launcher = instantiate(cfg.hydra.launcher)
+    launcher.setup(hydra_context=None, task_function=None, config=cfg)
+    launcher.entry = "train.py"
+    # task 0 of the job, up to Hydra's job set-up (submitit's own __call__, which would run the job)
+    monkeypatch.setattr(slurm_launcher, "launcher_rank", lambda: 0)
+    monkeypatch.setattr(slurm_launcher.SubmititSlurmLauncher, "__call__", lambda self, *args: None)
+    monkeypatch.setenv(RUN_COMMAND_ENV, "")  # restored after
+    launcher(["algorithm=my_fedprox", "workers=2"], "hydra.sweep.dir", 0, "job_id_for_0", {})
+    assert json.loads(os.environ[RUN_COMMAND_ENV]) == [
+        "train.py", "--config-dir", str(outside), "algorithm=my_fedprox", "workers=2",
+        f"hydra.searchpath=['file://{tmp_path / 'more'}']"]
+
+
 # --- a real cluster --------------------------------------------------------------------------------------------
 
 SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "rounds=10",

@@ -218,6 +218,47 @@ def test_a_launched_job_with_a_result_removes_an_earlier_jobs_error_file(tmp_pat
                                   "0_workers=2/launch.log": f"{cmd}\nround 0\n", "0_workers=2/summary.json": summary}
 
 
+def test_a_launched_job_keeps_the_config_folders_its_sweep_searched(tmp_path, monkeypatch):
+    """``dane train -m --config-dir DIR hydra.searchpath=[file://REL] hydra/launcher=torchrun algorithm=<DIR's own>
+    problem=<REL's own>``: each job's command passes the folder with ``--config-dir`` (absolute, as Hydra made it) and
+    the search path with REL made absolute against the sweep's folder, so the launched program knows both choices
+    (its first check, `check_group_choices`, refused them as unknown when the command held only the overrides)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path, get_args_parser
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.types import RunMode
+    from omegaconf import open_dict
+
+    from dane.experiments import launchers
+    from dane.experiments.overrides import check_group_choices
+
+    outside = Path(__file__).resolve().parent / "outside" / "conf"
+    (tmp_path / "more" / "problem").mkdir(parents=True)
+    (tmp_path / "more" / "problem" / "my_ridge.yaml").write_text((CONF_DIR / "problem" / "ridge_synthetic.yaml").read_text())
+    monkeypatch.chdir(tmp_path)  # where the sweep was typed: REL is relative to it
+    search_path = create_config_search_path(str(CONF_DIR))
+    search_path.prepend("command-line", f"file://{outside}", anchor=SearchPathQuery(provider="schema"))
+    task = ["algorithm=my_fedprox", "problem=my_ridge", "workers=2"]
+    cfg = ConfigLoaderImpl(config_search_path=search_path).load_configuration(
+        "config", [*task, "hydra.searchpath=[file://more]", "hydra/launcher=torchrun"], run_mode=RunMode.MULTIRUN)
+    job = tmp_path / "sweep" / "0_job"
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir, cfg.hydra.sweep.dir, cfg.hydra.overrides.task = str(job), str(job.parent), task
+    monkeypatch.setattr(launchers.HydraConfig, "get", staticmethod(lambda: cfg.hydra))
+    monkeypatch.setattr(launchers, "main_module", lambda: "experiments.train")
+    cmd = []
+    monkeypatch.setattr(launchers.TorchrunLauncher, "_run", lambda self, c, logged, env: (cmd.extend(c), (0, []))[1])
+    assert launchers.TorchrunLauncher().launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 0
+    args = ["--config-dir", str(outside), *task, f"out_dir={quote(str(job))}",
+            f"hydra.searchpath=['file://{tmp_path / 'more'}']"]
+    assert cmd == launchers.torchrun_command("experiments.train", args, np=2)
+    launched = cmd[cmd.index("experiments.train") + 1:]
+    monkeypatch.chdir(REPO)  # the launched program's own first check, from elsewhere
+    check_group_choices(launched)
+    parsed = get_args_parser().parse_args(launched)
+    assert parsed.config_dir == str(outside) and parsed.overrides == args[2:]
+
+
 def test_the_refusal_of_an_occupied_folder_names_the_setting_its_user_changes(monkeypatch):
     """`experiments.train.out_dir_key`: ``hydra.sweep.dir`` for a sweep's job in the folder the sweep chose (no
     out_dir in a -m sweep; out_dir named by a process launcher), ``out_dir`` for a run given its out_dir."""
@@ -231,8 +272,8 @@ def test_the_refusal_of_an_occupied_folder_names_the_setting_its_user_changes(mo
     assert [out_dir_key("sweep/0_workers=2", False), out_dir_key("runs/a", False)] == ["hydra.sweep.dir", "out_dir"]
 
 
-def sweep(launcher: str, overrides: list[str], sweep_dir) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "experiments.train", "-m", f"hydra/launcher={launcher}", *overrides,
+def sweep(launcher: str, overrides: list[str], sweep_dir, options: list[str] = ()) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "experiments.train", "-m", *options, f"hydra/launcher={launcher}", *overrides,
            f"hydra.sweep.dir={sweep_dir}"]
     return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
 
@@ -254,7 +295,8 @@ def simulated(tmp_path_factory):
 def test_a_sweep_launches_each_job_with_its_workers(launcher, simulated, tmp_path):
     program, backend, available = LAUNCHERS[launcher]
     available()  # skips when the launcher is not installed
-    proc = sweep(launcher, ["workers=1,2", *SMALL, "quiet=true"], tmp_path)
+    # a --config-dir of the user's own (relative, as typed; nothing of it chosen here): each job's command carries it
+    proc = sweep(launcher, ["workers=1,2", *SMALL, "quiet=true"], tmp_path, ["--config-dir", "tests/outside/conf"])
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     runs = sorted(find_runs(tmp_path))
     assert [p.name.split("_")[0] for p in runs] == ["0", "1"]
@@ -267,6 +309,7 @@ def test_a_sweep_launches_each_job_with_its_workers(launcher, simulated, tmp_pat
         command = launch["command"]
         assert command[0].endswith(program) and str(workers) in command[1:4]
         assert f"out_dir={quote(str(run))}" in command and f"workers={workers}" in command
+        assert command[command.index("--config-dir") + 1] == str(REPO / "tests" / "outside" / "conf")
         assert (run / "launch.log").read_text().splitlines()[0] == " ".join(command)
         assert (run / ".hydra" / "overrides.yaml").exists() and not (run / "error.txt").exists()
         real, sim = read_rounds(run), simulated[workers]
