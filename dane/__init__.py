@@ -33,6 +33,7 @@ _PUBLIC = {
     # one's own files, read as data=csv|libsvm|npz reads them (docs/python_api.md, docs/own_data.md)
     "CSVSource": "data.csv_source", "LibSVMSource": "data.libsvm_source", "NPZSource": "data.npz_source",
     "save_npz": "data.npz_source",
+    "Table": "data.table",  # what a data source of one's own returns from load() (docs/extending.md)
     "read_rounds": "records.results", "read_summary": "records.results",  # a run folder read back (docs/results.md)
 }
 __all__ = sorted([*_PUBLIC, "problems"])

@@ -3,6 +3,7 @@ modules, layers that only look down, lazy imports."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,25 @@ def test_the_layer_check_finds_an_import_from_above(tmp_path):
              "mid": tmp_path / "mid.py", "top": tmp_path / "top.py", "other": tmp_path / "other.py"}
     edges = {name: {target for target, _ in imports(name, path, known)} for name, path in known.items()}
     assert upward(edges, layers) == [("low.x", 1, "top", 3)]
+
+
+def layout_list() -> dict[int, list[str]]:
+    """docs/extending.md's "Layout" list: item number -> the paths it names (in backticks, with a / or a .py)."""
+    section = (REPO / "docs" / "extending.md").read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    items = re.findall(r"^(\d+)\. (.*?)(?=^\d+\. |^$)", section, re.M | re.S)
+    return {int(n): [p for p in re.findall(r"`([^`]+)`", body) if "/" in p or p.endswith(".py")] for n, body in items}
+
+
+def test_the_layout_list_names_files_that_exist_each_in_its_layer():
+    """Every path the page's layers name exists (it named ``api.py`` under dane/loop/ and ``results.py`` among
+    dane/numerics/), sits in the layer `LAYERS` gives it, and every name of `LAYERS` is on the page in its layer."""
+    named = layout_list()
+    assert sorted(named) == list(range(1, len(LAYERS) + 1))
+    assert [p for paths in named.values() for p in paths if not (REPO / p).exists()] == []
+    module = {p: p.removesuffix("/").removesuffix(".py").replace("/", ".") for paths in named.values() for p in paths}
+    assert [(p, n, layer(module[p])) for n, paths in named.items() for p in paths if layer(module[p]) != n] == []
+    assert [(name, n) for n, names in enumerate(LAYERS, 1) for name in names
+            if name not in {module[p] for p in named[n]}] == []
 
 
 def test_no_module_imports_from_a_layer_above_it():

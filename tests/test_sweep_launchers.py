@@ -234,7 +234,8 @@ def test_a_launched_job_keeps_the_config_folders_its_sweep_searched(tmp_path, mo
 
     outside = Path(__file__).resolve().parent / "outside" / "conf"
     (tmp_path / "more" / "problem").mkdir(parents=True)
-    (tmp_path / "more" / "problem" / "my_ridge.yaml").write_text((CONF_DIR / "problem" / "ridge_synthetic.yaml").read_text())
+    ridge = (CONF_DIR / "problem" / "ridge_synthetic.yaml").read_text()
+    (tmp_path / "more" / "problem" / "my_ridge.yaml").write_text(ridge)
     monkeypatch.chdir(tmp_path)  # where the sweep was typed: REL is relative to it
     search_path = create_config_search_path(str(CONF_DIR))
     search_path.prepend("command-line", f"file://{outside}", anchor=SearchPathQuery(provider="schema"))

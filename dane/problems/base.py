@@ -36,7 +36,10 @@ class Problem:
 
     dim: int
     dtype: torch.dtype
-    #: names of the entries of the metric vector returned by `evaluate`; "objective" first
+    #: names of the entries of the metric vector returned by `evaluate`; "objective" first.  A problem whose optimum
+    #: O* is known adds "suboptimality", its entry a local contribution whose mean over the workers is O(w) − O*
+    #: (such as O_i(w) − O*; `dane.problems.glm.LinearModelShard` has one once given its reference): the records
+    #: carry it, and ``tol`` tests it against |O*| (`dane.loop.stopping.StopRule`)
     metric_names: tuple[str, ...]
 
     # -------------------------------------------------------------- optional facts, with their defaults
@@ -75,7 +78,12 @@ class Problem:
     # -------------------------------------------------------------- optional methods: None where not offered
     #: O_i(w) alone (GIANT's line search)
     objective: Callable[[torch.Tensor], torch.Tensor] | None = None
-    #: ``hessian_vector(v, *, at=None, with_reg=True)``: ∇²O_i(at) v (GIANT, DiSCO, spectral estimates, ADMM's ρ)
+    #: ``hessian_vector(v, *, at=None, with_reg=True)``: ∇²O_i(at) v (GIANT, DiSCO, ADMM's refreshed ρ).  Without
+    #: ``at``: M_i v for one fixed symmetric M_i ⪰ ∇²O_i(w) at every w (the Hessian itself on a quadratic; a linear
+    #: model's majorant (m/N) c_f X_iᵀX_i + λI), whose extreme eigenvalues set the step sizes and penalties
+    #: estimated before the first round (`baselines.spectral`: GD's ``algorithm.lr=null``, ADMM's
+    #: ``algorithm.rho=null``), so a step built from them is safe everywhere.  ``with_reg=False``: without the
+    #: regularizer the workers share
     hessian_vector: Callable[..., torch.Tensor] | None = None
     #: ``solve_hessian(r, *, at, shift, with_reg, ...)``: (∇²O_i(at) + shift I)⁻¹ r (DiSCO's preconditioner)
     solve_hessian: Callable[..., torch.Tensor] | None = None
