@@ -243,3 +243,82 @@ def test_local_metrics_are_evaluates_metrics_bit_for_bit(loss, labels, classes, 
                 assert len(metrics) == 1 + with_optimum and torch.equal(metrics, p.evaluate(w)[1])
         passes = ledger.counts[0, work.COUNTS.index("local_passes")]
         assert passes == len(points) and ledger.counts.sum() == len(points)  # evaluate's passes alone
+
+
+def _ridge_closed_form(X, y, lam):
+    """w* and O* of ridge with an intercept column (penalized, as `LinearModelConfig` fits it), in float64."""
+    A = np.hstack([X, np.ones((len(y), 1))])
+    w = np.linalg.solve(A.T @ A / len(y) + lam * np.eye(A.shape[1]), A.T @ y / len(y))
+    return w, 0.5 * np.mean((A @ w - y) ** 2) + 0.5 * lam * w @ w
+
+
+@pytest.mark.parametrize("kind", ["csv", "npz"])
+def test_a_data_file_rewritten_in_the_process_is_read_again(tmp_path, kind):
+    """The process keeps the table it read, keyed by the file's stamp (path, size, mtime, inode), not by the source's
+    repr alone: a notebook that rewrites its file and fits the same problem again fits the new rows (it fitted the
+    old ones), while an unchanged file is not read again.  The npz is rewritten with arrays of the same shapes, so
+    the file's size is the same."""
+    from dane.data.files import CSVSource, NPZSource, save_npz
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((40, 3))
+    path = tmp_path / f"rows.{kind}"
+
+    def write(y):
+        if kind == "npz":
+            save_npz(path, X, y)
+        else:
+            lines = ["a,b,c,t"] + [",".join(repr(float(v)) for v in (*row, t)) for row, t in zip(X, y)]
+            path.write_text("\n".join(lines) + "\n")
+
+    source = (NPZSource(str(path)) if kind == "npz" else CSVSource(str(path), target="t", standardize="none"))
+    problem = dane.problems.Ridge(data=source, lam=1e-2)
+    for y in (X @ [1.0, 2.0, 3.0], 10 * X @ [1.0, -2.0, 0.5] + 5):
+        write(y)
+        result = dane.fit(problem, "dane", workers=2, rounds=20, tol=1e-14)
+        w_star, objective = _ridge_closed_form(X, y, 1e-2)
+        np.testing.assert_allclose(result.w, w_star, rtol=0, atol=1e-10)
+        assert result.records[-1]["objective"] == pytest.approx(objective, rel=1e-12)
+        assert problem.table() is problem.table()  # unchanged since: kept, not read again
+
+
+def test_a_source_of_ones_own_without_a_repr_is_not_taken_for_the_one_before_it_at_its_address():
+    """A source of one's own (docs/extending.md: ``name``, ``presharded``, ``load()``) without a ``__repr__`` is keyed
+    by its address; the cache holds the source, so a new source cannot take the address of the one whose table
+    it keeps (CPython gave the next object the freed one's address, and the new source was served the old rows)."""
+    from dane.data.table import Table
+
+    class Scaled:
+        presharded, name = False, "scaled"
+
+        def __init__(self, scale):
+            self.scale = scale
+
+        def load(self):
+            X = np.arange(12.0).reshape(6, 2)
+            return Table(X, self.scale * X.sum(1), self.name, [])
+
+    for scale in (1.0, 2.0, 3.0):
+        source = Scaled(scale)
+        y = dane.problems.Ridge(data=source, fit_intercept=False).table().y
+        np.testing.assert_array_equal(y, scale * np.arange(12.0).reshape(6, 2).sum(1))
+        del source  # its address free for the next one, but for the cache's hold on it
+
+
+def test_a_builtin_data_file_rewritten_in_the_process_is_read_again(tmp_path):
+    """The built-in sets read from files (admissions here) are kept per process by the files' stamps too, by the
+    convex problems (``data=builtin``) and by the networks."""
+    from dane.data.builtin_source import BuiltinSource
+    from dane.problems.neural import DataConfig, NeuralProblemConfig
+
+    def write(admit):
+        rows = [f"{a},{400 + 10 * k},{3.0 + k / 100},{1 + k % 4}" for k, a in enumerate(admit)]
+        (tmp_path / "admissions.csv").write_text("admit,gre,gpa,rank\n" + "\n".join(rows) + "\n")
+
+    network = NeuralProblemConfig(data=DataConfig(dataset="admissions", data_dir=str(tmp_path)))
+    convex = dane.problems.LogReg(data=BuiltinSource(dataset="admissions", data_dir=str(tmp_path)))
+    for admit in ([0, 1] * 10, [1, 1, 0, 1] * 5):
+        write(admit)
+        data = network.dataset()
+        assert sorted(data.train_y.tolist() + data.test_y.tolist()) == sorted(admit)
+        np.testing.assert_array_equal(convex.table().y, 2.0 * np.array(admit) - 1.0)  # the logistic loss's ±1

@@ -37,6 +37,12 @@ def _locate(data_dir: Path) -> Path:
     )
 
 
+def cifar_files(data_dir: Path) -> list[Path]:
+    """The batch files `load_cifar10` reads from ``data_dir``; one line where they are not all there."""
+    folder = _locate(Path(data_dir))
+    return [folder / name for name in TRAIN_BATCHES + (TEST_BATCH,)]
+
+
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One batch as (uint8 N x 3 x 32 x 32 images, int64 N labels), checked for shape and range."""
     try:

@@ -86,6 +86,11 @@ def _locate(data_dir: Path) -> tuple[Path, dict[str, Path]]:
     )
 
 
+def mnist_files(data_dir: Path) -> list[Path]:
+    """The MNIST files `load_mnist` reads from ``data_dir`` (or its mnist/ subfolder); one line where there are none."""
+    return list(_locate(Path(data_dir))[1].values())
+
+
 def _read_pair(folder: Path, found: dict[str, Path], pair: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
     """Read one images/labels pair and check they agree with each other and with MNIST."""
     images = read_idx(found[pair[0]], magic=IMAGES_MAGIC)

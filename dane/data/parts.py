@@ -17,8 +17,8 @@ from typing import Sequence
 
 from dane import checks
 from dane.data.scaling import STANDARDIZE, standardize_mode
-from dane.data.table import Table, resolve
-from dane.errors import ConfigError, DataError
+from dane.data.table import Table, file_stamps, resolve
+from dane.errors import ConfigError, DataError, UserError
 
 PLACEHOLDER = "{rank}"
 
@@ -138,6 +138,17 @@ class FileSource:
                 f"data.standardize={self.standardize} with per-worker parts (data.path={self.path}) would scale "
                 "each part by its own statistics; standardize when you write the parts and set data.standardize=none"
             )
+
+    def content_stamp(self) -> tuple | None:
+        """`dane.data.table.file_stamps` of the file `load` reads, so that a process reads it again once it is
+        rewritten; None for per-worker parts (read by each worker as it builds, and kept by none) and for a file
+        not found (`load` says so in one line)."""
+        if self.presharded:
+            return None
+        try:
+            return file_stamps([resolve(self.path, self.data_dir)])
+        except (UserError, OSError):
+            return None
 
     def load(self) -> Table:
         """Read the whole data set from ``path`` (not presharded)."""

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dane.data.cifar import load_cifar10
+from dane.data.cifar import cifar_files, load_cifar10
 from dane.data.dataset import Dataset
-from dane.data.mnist import load_mnist
+from dane.data.mnist import load_mnist, mnist_files
 from dane.data.synthetic_source import PAPER_SETS, synthetic_dataset
-from dane.data.table import resolve_dir
-from dane.data.tabular import SKLEARN_LOADERS, load_admissions, load_sklearn
-from dane.errors import ConfigError
+from dane.data.table import file_stamps, resolve_dir
+from dane.data.tabular import ADMISSIONS_FILE, SKLEARN_LOADERS, load_admissions, load_sklearn
+from dane.errors import ConfigError, UserError
 
 FILE_DATASETS = ("mnist", "cifar10", "admissions")  # read from data_dir
 DATASET_NAMES = FILE_DATASETS + tuple(SKLEARN_LOADERS) + tuple(PAPER_SETS)  # sklearn's and FedProx's Synthetic need no files
@@ -55,3 +55,18 @@ def load_dataset(
     if name == "cifar10":
         return load_cifar10(data_dir)
     return load_admissions(data_dir, seed=seed, test_fraction=test_fraction, key=key)
+
+
+def dataset_stamp(name: str, data_dir: str | Path | None) -> tuple | None:
+    """`dane.data.table.file_stamps` of the files `load_dataset` reads for ``name`` from ``data_dir``, so that a
+    process that keeps a loaded set (`dane.problems.neural`) reads it again once they are rewritten; None for a
+    set that is generated or ships with scikit-learn, and where the files are not there (the loader says so)."""
+    folder = resolve_dir(data_dir)
+    if name not in FILE_DATASETS or folder is None:
+        return None
+    try:
+        files = (mnist_files(folder) if name == "mnist" else cifar_files(folder) if name == "cifar10"
+                 else [folder / ADMISSIONS_FILE])
+        return file_stamps(files)
+    except (UserError, OSError):
+        return None

@@ -129,6 +129,20 @@ def resolve(
     raise DataError(f"data file {path} not found; tried {where}; {fix}")
 
 
+def file_stamps(files) -> tuple[tuple[str, int, int, int], ...]:
+    """What identifies the content of ``files`` without reading them: each one's resolved path, size,
+    modification time (ns) and inode, the key under which a process keeps what it read from them
+    (`dane.problems.linear_models.LinearModelConfig.data_key`).  A file rewritten in place or replaced gets a
+    new stamp; the one rewrite it misses keeps the size and lands within the same tick of the file system's
+    clock as the write before it."""
+    stamps = []
+    for file in files:
+        path = Path(file).resolve()
+        stat = path.stat()
+        stamps.append((str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino))
+    return tuple(stamps)
+
+
 def readable(file: Path) -> Path:
     """``file``, once opened for reading: a file without read permission is one line here, not a reader's traceback."""
     try:

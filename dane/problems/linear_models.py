@@ -50,8 +50,11 @@ from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch
 from .optimum import attach, check_mode
 
+# Each process keeps one data set: key (`LinearModelConfig.data_key`, ...) -> (the source, what was read); the
+# source is held so that no other object takes its address while its key is in use (a source of one's own
+# without a __repr__ is keyed by its address).
 _TABLES: dict[tuple, Any] = {}
-_SHARDS: dict[tuple, Any] = {}  # (source, loss, workers, seed) -> (every worker's rows, notes): non-iid schemes
+_SHARDS: dict[tuple, Any] = {}  # (data key, loss, workers, seed) -> (source, (every worker's rows, notes)): non-iid
 #: d-vectors (per class) a worker holds besides its data: the iterate, gradients, the local solver's and the
 #: algorithm's state; a generous count, since the check is there to refuse a d that cannot fit at all
 VECTORS_PER_WORKER = 16
@@ -146,12 +149,12 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         return self._by_id_labels()[0]
 
     def _by_id_labels(self) -> tuple[np.ndarray, tuple[float, float] | None, list[str]]:
-        key = ("labels", repr(self.source), self.loss, self.standardize_target)
+        key = ("labels", self.data_key(), self.loss, self.standardize_target)
         if key not in _TABLES:
             _, y, _ = self.source.labels()
             _TABLES.clear()
-            _TABLES[key] = self._fitted_labels(y, f"mongo:{self.source.collection}")
-        return _TABLES[key]
+            _TABLES[key] = self.source, self._fitted_labels(y, f"mongo:{self.source.collection}")
+        return _TABLES[key][1]
 
     def _fitted_labels(self, y: np.ndarray, name: str) -> tuple[np.ndarray, tuple[float, float] | None, list[str]]:
         """Every row's label checked for the loss (all rows: one class is refused) and, with ``standardize_target``,
@@ -170,10 +173,17 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         """(ȳ, s) of ``standardize_target`` (the module docstring)."""
         return self._by_id_labels()[1] if self.by_id else self.table().target_units
 
+    def data_key(self) -> tuple:
+        """What identifies the source's rows in this process's caches: its repr (an `ArraySource`'s holds a digest
+        of its arrays) and, for a source read from files, their `dane.data.table.file_stamps` (``content_stamp``),
+        so that a file rewritten since it was read is read again."""
+        stamp = getattr(self.source, "content_stamp", None)
+        return repr(self.source), stamp() if callable(stamp) else None
+
     def table(self):
-        """The whole data set, labels checked for the loss (cached per process, per source and per everything this
-        method does to the rows: the loss's labels, the intercept column, the target's units)."""
-        key = (repr(self.source), self.loss, self.fit_intercept, self.standardize_target)
+        """The whole data set, labels checked for the loss (cached per process, per `data_key` and per everything
+        this method does to the rows: the loss's labels, the intercept column, the target's units)."""
+        key = (self.data_key(), self.loss, self.fit_intercept, self.standardize_target)
         if key not in _TABLES:
             table = self.source.load()
             table.y, units, notes = self._fitted_labels(table.y, table.name)
@@ -183,8 +193,8 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             if self.fit_intercept:
                 table.X = add_intercept(table.X)
             _TABLES.clear()  # one data set at a time: a sweep over problems must not pile them up
-            _TABLES[key] = table
-        return _TABLES[key]
+            _TABLES[key] = self.source, table
+        return _TABLES[key][1]
 
     def num_classes(self, y: np.ndarray) -> int:
         if self.loss != "softmax":
@@ -232,14 +242,22 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         """Worker ``rank``'s rows of the whole table (``data.sharding``: `dane.data.sharding`), and on rank 0 the
         notes that give every worker's size and histogram.  ``iid`` deals by `ridge.shard`'s permutation, as
         ever; the other schemes are dealt once per process and kept for the other ranks it builds."""
-        from ..data.sharding import COLUMN, ShardingKeys, sharding_keys
+        from ..data.sharding import sharding_keys
         from .ridge import shard
 
         keys = sharding_keys(self.source)
         y = self.labels()
         if keys["sharding"] == "iid":
             return shard(len(y), size, self.seed)[rank].numpy(), []
-        key = self.shards_key(size)
+        shards, notes = self._dealt(size, keys, y)
+        return shards[rank], notes if rank == 0 else []
+
+    def _dealt(self, size: int, keys: dict, y: np.ndarray) -> tuple[list[np.ndarray], list[str]]:
+        """Every worker's rows under a scheme other than ``iid`` and the notes, dealt once per process and kept
+        (`_SHARDS`, per `data_key`) for the other ranks it builds."""
+        from ..data.sharding import COLUMN, ShardingKeys
+
+        key = (self.data_key(), self.loss, size, self.seed)
         if key not in _SHARDS:
             _SHARDS.clear()
             clients = None
@@ -254,14 +272,9 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
                 X, names, keys = column[:, None], [name], {**keys, "skew_on": name}
             else:
                 X = names = None  # by id: the labels alone
-            _SHARDS[key] = ShardingKeys(**keys).deal(y, size, seed=self.seed, X=X, feature_names=names,
-                                                     regression=self.loss == "squared", clients=clients)
-        shards, notes = _SHARDS[key]
-        return shards[rank], notes if rank == 0 else []
-
-    def shards_key(self, size: int) -> tuple:
-        """The key of `_SHARDS` under which `worker_rows` keeps ``size`` workers' rows."""
-        return repr(self.source), self.loss, size, self.seed
+            _SHARDS[key] = self.source, ShardingKeys(**keys).deal(y, size, seed=self.seed, X=X, feature_names=names,
+                                                                  regression=self.loss == "squared", clients=clients)
+        return _SHARDS[key][1]
 
     def all_worker_rows(self, size: int) -> list[np.ndarray]:
         """`worker_rows`' rows for ranks 0 .. size − 1, dealt once (not once per rank: ``iid`` draws its
@@ -269,10 +282,10 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         from ..data.sharding import sharding_keys
         from .ridge import shard
 
-        if sharding_keys(self.source)["sharding"] == "iid":
-            return [part.numpy() for part in shard(len(self.labels()), size, self.seed)]
-        self.worker_rows(0, size)
-        return list(_SHARDS[self.shards_key(size)][0])
+        keys, y = sharding_keys(self.source), self.labels()
+        if keys["sharding"] == "iid":
+            return [part.numpy() for part in shard(len(y), size, self.seed)]
+        return list(self._dealt(size, keys, y)[0])
 
     # ------------------------------------------------------------------ all workers stacked (sim.batched)
     def stacked_form(self, size: int) -> str | None:

@@ -59,6 +59,7 @@ import torch
 from .. import checks
 from ..data import Dataset, load_dataset, shard_indices
 from ..data.overlap import check_factors, describe, overlap_shards
+from ..data.registry import dataset_stamp
 from ..data.sharding import ShardingKeys
 from ..errors import ConfigError
 from ..numerics.inner import InnerSolver, worker_seed
@@ -198,7 +199,8 @@ class NeuralProblemConfig(ProblemConfig):
         d = self.data
         if getattr(d, "by_id", False):  # data@problem.data=mongo: labels now, each worker's images by id
             return _store_dataset(d, self.seed)
-        return _load(d.dataset, d.data_dir, self.seed, d.test_fraction, d.pad_to_32, d.image_size)
+        return _load(d.dataset, d.data_dir, self.seed, d.test_fraction, d.pad_to_32, d.image_size,
+                     dataset_stamp(d.dataset, d.data_dir))
 
     def prepare(self) -> None:
         """Load the shared data set (cached), so that a worker's timed setup is only its own shard and model."""
@@ -308,7 +310,9 @@ def _store_dataset(source, seed: int) -> Dataset:
 
 @lru_cache(maxsize=4)
 def _load(dataset: str, data_dir: str | None, seed: int, test_fraction: float, pad_to_32: bool,
-          image_size: int | None) -> Dataset:
+          image_size: int | None, stamp: tuple | None) -> Dataset:
+    """`load_dataset`, kept per process by its arguments and ``stamp`` (`dane.data.registry.dataset_stamp`: the files
+    read, so that files rewritten since are read again)."""
     data = load_dataset(dataset, data_dir=data_dir, seed=seed, test_fraction=test_fraction, pad_to_32=pad_to_32,
                         key="problem.data.test_fraction")
     return data if image_size is None else as_images(data, image_size)
