@@ -94,7 +94,9 @@ class Algorithm(Rounds, ABC):
     """One worker's state and round.  The class declares what the method supports; every default is "no"."""
 
     name: ClassVar[str]
-    #: the method's display name in tables, figures and benchmark reports (`label_of`); the paper's spelling
+    #: the method's display name, the paper's spelling ("": the name): a run records it in its summary.json
+    #: (``label``, `recorded_label`), where ``dane figures local_work`` and ``fednl_bits`` take it (`label_of_run`),
+    #: and the package's other figures and benchmark reports name the package's algorithms by it (`label_of`)
     label: ClassVar[str] = ""
 
     # -------------------------------------------------------------- capabilities, asked of the class
@@ -290,10 +292,27 @@ def algorithm_of(path) -> type[Algorithm] | None:
 
 @functools.cache
 def label_of(name: str) -> str:
-    """The display name of ``algorithm=<name>``: its class's `Algorithm.label` (``name`` itself where the class
-    declares none, or where no algorithm has that name).  Reads that one config file, once a process."""
+    """The display name of the package's ``algorithm=<name>``: its class's `Algorithm.label` (``name`` itself where
+    the class declares none, or where the package has no algorithm of that name: one of one's own, from
+    ``--config-dir`` or `dane.fit`, is known by its run's summary, `label_of_run`).  Reads that one config file of
+    the package's conf/, once a process."""
     from .layout import CONF_DIR
 
     path = CONF_DIR / "algorithm" / f"{name}.yaml"
     cls = algorithm_of(path) if path.is_file() else None
     return (cls.label if cls is not None else "") or name
+
+
+def recorded_label(config: AlgorithmConfig, algo) -> str:
+    """What a run's summary.json records as its ``label``: the `Algorithm.label` of the class that ran (the round
+    object built, else the config's ``algorithm`` where the round object is a split or asynchronous run's), else
+    the config's ``name``."""
+    cls = type(algo) if isinstance(algo, Algorithm) else getattr(config, "algorithm", Algorithm)
+    return getattr(cls, "label", "") or config.name
+
+
+def label_of_run(summary: dict, name: str) -> str:
+    """The display name of ``algorithm=<name>`` as a run of it ran: the ``label`` its summary.json records
+    (`recorded_label`: its class's, a class of one's own included), else (a summary written before runs recorded
+    one) `label_of` ``name``."""
+    return summary.get("label") or label_of(name)

@@ -27,9 +27,11 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from dane.algorithm import label_of_run
 from dane.data.table import resolve_dir
 from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
                                     run_curve, run_dirs_under, save, setting_text, wrapped)
+from dane.records.results import read_summary
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 RESULTS = "results/fednl_bits"
@@ -64,12 +66,15 @@ class NoBits(MissingCount):
 
 
 def label(run_dir: Path) -> str:
-    """The legend entry: the algorithm, and FedNL's compressor, from the run's ``config.yaml``; a run without
-    one (made by `dane.fit`) goes by its directory's name."""
+    """The legend entry: the algorithm the run's ``config.yaml`` names, FedNL with its compressor and another by
+    the display name its summary.json records (`dane.algorithm.label_of_run`: its class's ``label``, one's own
+    class's too); a run without a config (made by `dane.fit`) goes by its directory's name."""
     algorithm = run_config(run_dir).get("algorithm")
     if not algorithm:
         return run_dir.name
-    return f"FedNL ({algorithm.get('compressor', 'none')})" if algorithm["name"] == "fednl" else algorithm["name"]
+    if algorithm["name"] == "fednl":
+        return f"FedNL ({algorithm.get('compressor', 'none')})"
+    return label_of_run(read_summary(run_dir), algorithm["name"])
 
 
 def curve(run_dir: Path) -> dict:

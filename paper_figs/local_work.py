@@ -26,9 +26,11 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from dane.algorithm import label_of_run
 from dane.paper_figs.common import MissingCount  # noqa: F401  what `curve` raises (`run_curve`), named here too
 from dane.paper_figs.common import (FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, run_curve,
                                     run_dirs_under, save, setting_text, wrapped)
+from dane.records.results import read_summary
 from dane.synthetic.sweep import Job, RunIndex
 
 RESULTS = "results/local_work"
@@ -49,9 +51,11 @@ def jobs() -> list[Job]:
 
 
 def label(run_dir: Path) -> str:
-    """The algorithm's name from the run's ``config.yaml``; a run without one (`dane.fit`) goes by its directory."""
+    """The display name of the algorithm the run's ``config.yaml`` names, as its summary.json records it
+    (`dane.algorithm.label_of_run`: its class's ``label``, one's own class's too); a run without a config (`dane.fit`)
+    goes by its directory."""
     algorithm = run_config(run_dir).get("algorithm")
-    return algorithm["name"] if algorithm else run_dir.name
+    return label_of_run(read_summary(run_dir), algorithm["name"]) if algorithm else run_dir.name
 
 
 def curve(run_dir: Path) -> dict:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from dane.paper_figs import local_work, make_all
+from dane.paper_figs import fednl_bits, local_work, make_all
 from dane.paper_figs.local_work import MissingCount, curve, main, to_target
 
 
@@ -119,3 +119,65 @@ def test_make_figures_registers_the_figure_and_its_jobs_compose():
     specs = [run_spec(compose_job(job)) for job in local_work.jobs()]
     assert [s.algorithm.name for s in specs] == [name for name, _ in local_work.METHODS]
     assert all(s.problem.optimum == "auto" and s.comm.workers == local_work.WORKERS for s in specs)
+
+
+def test_a_class_of_ones_own_is_named_by_its_label_in_its_summary_and_the_figure(tmp_path, monkeypatch):
+    """`Algorithm.label` is the display name of a class of one's own too: the run's summary.json records it (the
+    package's `label_of` reads the package's conf/ only, and the figures named a command-line run of a
+    ``--config-dir`` algorithm by its name), and local_work and fednl_bits name a run whose config.yaml names the
+    algorithm by it; a class without one is named by its config's name, and a package algorithm by its class's
+    label, as `label_of` gives it.  The runs are `dane.fit`'s, each given the config.yaml a command-line run
+    writes (``algorithm.name``): the summary is written by the same code."""
+    from dataclasses import dataclass
+
+    import numpy as np
+
+    import dane
+    from dane.algorithm import Algorithm, AlgorithmConfig, label_of
+
+    class Plain(Algorithm):
+        name = "plain_gd"
+
+        def __init__(self, problem, comm, lr):
+            super().__init__(problem, comm)
+            self.lr = lr
+
+        def step(self):
+            local_grad, local_metrics = self.problem.evaluate(self.w)
+            g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])
+            self.w = self.w - self.lr * g
+            return self.metrics(g, metrics)
+
+    class Labelled(Plain):
+        name, label = "my_gd", "My GD (fixed step)"
+
+    @dataclass(frozen=True)
+    class PlainConfig(AlgorithmConfig):
+        name: str = "plain_gd"
+        lr: float = 0.5
+        algorithm = Plain
+
+        def build(self, problem, comm):
+            return self.algorithm(problem, comm, self.lr)
+
+    @dataclass(frozen=True)
+    class LabelledConfig(PlainConfig):
+        name: str = "my_gd"
+        algorithm = Labelled
+
+    monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    problem = dane.problems.Ridge(X, X @ [1.0, 2.0, 3.0] + rng.standard_normal(40), lam=0.1, optimum="auto")
+    runs = tmp_path / "runs"
+    for folder, algorithm in (("mine", LabelledConfig()), ("plain", PlainConfig()), ("package", "gd")):
+        dane.fit(problem, algorithm, workers=2, rounds=3, compress="none", out_dir=str(runs / folder))
+        name = algorithm if isinstance(algorithm, str) else algorithm.name
+        (runs / folder / "config.yaml").write_text(json.dumps({"algorithm": {"name": name}}))  # JSON is YAML
+    labels = {folder: dane.read_summary(runs / folder)["label"] for folder in ("mine", "plain", "package")}
+    assert labels == {"mine": "My GD (fixed step)", "plain": "plain_gd", "package": label_of("gd")}
+    assert label_of("gd") != "gd"  # the package's gd declares a label: the case above is not the name's fallback
+    assert [local_work.label(runs / folder) for folder in ("mine", "plain")] == ["My GD (fixed step)", "plain_gd"]
+    assert fednl_bits.label(runs / "mine") == "My GD (fixed step)"  # the other figure that names runs by method
+    table = (main(runs, tmp_path / "figures")[0].parent / "local_work.md").read_text()
+    assert all(f"\n| {label} | " in table for label in labels.values())

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..algorithm import Algorithm
+from ..algorithm import Algorithm, recorded_label
 from .checkpoint import keeps_what_was_written
 from ..comm.rendezvous import Interrupted
 from .faults import RunInterrupted
@@ -165,6 +165,7 @@ def base_summary(loop: Loop) -> dict[str, Any]:
     spec, last = loop.spec, loop.records[-1]
     summary: dict[str, Any] = {
         "algorithm": spec.algorithm.name,
+        "label": recorded_label(spec.algorithm, loop.algo),  # a class of one's own's too: what figures name it by
         "problem": spec.problem.name,
         "workers": loop.comm.size,
         "backend": loop.backend,
