@@ -125,6 +125,11 @@ class InexactDANEConfig(InexactSolverKeys, DANEConfig):
         super().__post_init__()
         self.solver()  # validates the local-solver keys now
 
+    def step_recovery(self) -> list[str]:
+        """This method's own SVRG step, where it is given (`DANEConfig.recovery`)."""
+        return ["algorithm.lr=null (SVRG's step 1/L_max)"] if self.local_solver == "svrg" and self.lr is not None \
+            else []
+
     def stacked_form(self, problem: ProblemConfig, size: int) -> str | None:
         """Never: the stacked problems' local solve is Newton's with batched Cholesky directions
         (`dane.problems.stacked`), not this method's SVRG or CG."""

@@ -12,8 +12,9 @@ For a quadratic the local solve is :math:`w_i = w_t - \eta (H_i + \mu I)^{-1} g_
 
 Departure from the paper: with ``safeguard=True`` (the default) μ is adapted so that
 the method cannot diverge (on a non-convex problem: so that the objective stays bounded
-and μ comes back down; see `dane.safeguard`).  The check needs the global objective of
-w_{t+1}, which rides in the next round's first allreduce, so an accepted round costs
+and μ comes back down; see `dane.safeguard`); where the local solves return trials that are not finite and μ
+cannot bring them back, the run ends diverged, naming what to change (`DANE.remedy`).  The check needs the global
+objective of w_{t+1}, which rides in the next round's first allreduce, so an accepted round costs
 no extra communication; a rejected one costs the round it undoes.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 
 from .algorithm import Algorithm, AlgorithmConfig, Column
 from .comm import Communicator
-from .numerics.local_solvers import load_svrg
+from .numerics.local_solvers import LocalSolver, load_svrg
 from . import checks
 from .problems import Problem
 from .safeguard import MuSafeguard
@@ -65,11 +66,31 @@ class DANE(Algorithm):
         if self.guard is not None:
             w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics, stats)
             self.mu = self.guard.mu
+            if self.guard.gave_up is not None:  # μ cannot bring the trials back: no solve, the run ends diverged,
+                self.w = self.described = w      # on the last accepted iterate (the same verdict on every worker)
+                self.finished = ("diverged", f"{self.guard.gave_up}: {self.remedy()}")
+                return {**self.metrics(g, metrics), "mu": self.mu, **extra}
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g, self.mu,    # 2. local solve
                                           anchor_grad=local_grad, **solver_arg(self.local_solver))
         (self.w,) = self.comm.allreduce_mean([w_local], kinds=("iterate",))          # 3. w_{t+1} = mean w_i
         self.described = w if self.guard is not None else None
         return {**self.metrics(g, metrics), "mu": self.mu, **extra}
+
+    def remedy(self) -> str:
+        """What to change where the safeguard gave up on trials that are not finite (`MuSafeguard.gave_up`): an SVRG
+        local solve's given step (its key: ``algorithm.lr`` where the method chose the solver, else
+        ``problem.svrg_lr``), a network's inner step, else an η above the paper's 1, else a μ floor (a local model
+        that is singular at μ = 0)."""
+        solver = self.local_solver if self.local_solver is not None else getattr(self.problem, "solver", None)
+        if isinstance(solver, LocalSolver) and solver.method == "svrg" and solver.lr is not None:
+            key = "algorithm.lr" if self.local_solver is not None else "problem.svrg_lr"
+            return f"set {key} below {solver.lr:g} (SVRG's given step diverges), or null (1/L_max)"
+        inner_lr = getattr(getattr(self.problem, "inner", None), "lr", None)  # a network's inner optimizer
+        if self.eta > 1:
+            return f"set algorithm.eta below {self.eta:g} (the paper's is 1)"
+        if inner_lr is not None:
+            return f"set problem.inner_lr below {inner_lr:g} (the inner optimizer's step diverges)"
+        return "set algorithm.mu > 0 (a floor on mu: the local models may be singular at mu = 0)"
 
     def evaluate(self) -> dict[str, float]:
         """The last record's metrics: of the current iterate, or with the safeguard, of the last accepted one
@@ -129,6 +150,19 @@ class DANEConfig(AlgorithmConfig):
 
     def build(self, problem: Problem, comm: Communicator) -> "DANE":
         return DANE(problem, comm, eta=self.eta, mu=self.mu, safeguard=self.safeguard)
+
+    def recovery(self) -> list[str]:
+        """Where the safeguard gave up on local solves whose trials are not finite (`MuSafeguard.gave_up`, the one
+        way a safeguarded run on a convex problem diverges; the summary's ``stopped_by`` names the key of the run's
+        solver, `DANE.remedy`): an η above the paper's 1, and the local solver's step."""
+        if not self.safeguard:
+            return []
+        return (["algorithm.eta=1 (the paper's step)"] if self.eta > 1 else []) + self.step_recovery()
+
+    def step_recovery(self) -> list[str]:
+        """`recovery`'s override of the local solver's step: the problem's SVRG step (an algorithm of one's own
+        that chooses the solver overrides this)."""
+        return ["problem.svrg_lr=null (where problem.local_solver=svrg: 1/L_max)"]
 
 
 def solver_arg(local_solver) -> dict:

@@ -10,7 +10,14 @@ holds the memory they need between rounds and applies them in the order of
 (up to ``rtol``; nan and inf are rejected: `accepts`).  On a rejection the worker returns
 to the last accepted iterate, whose gradients it kept, and redoes the local solve with a
 larger μ.  With a convex objective and exact local solves a large enough μ makes the step
-a descent step, so the run cannot diverge.
+a descent step, so the objective never rises (a run ends diverged only on trials that are not finite, below).
+
+*Trials that are not finite* (a step, gradient change or objective of nan or inf: a local solve that diverged or
+overflowed, `finite_trial`) are rejected and measure nothing: μ moves up by the rejection's rules alone (its
+shortening μ and curvature scale are 0 there).  Where μ then has no scale to go up by (0), or after
+`NON_FINITE_TRIALS` such trials in a row, μ is not what fails (`gives_up`): the safeguard says why in ``gave_up``
+and DANE ends the run as diverged, its records kept, the line naming the key to change (the local solver's step,
+η; `dane.dane.DANE`).
 
 *Spread.* Along the step s = w_{t+1} - w_t each worker knows
 y_i = ∇O_i(w_{t+1}) - ∇O_i(w_t) ≈ H_i s, and the mean of the y_i is the global
@@ -75,16 +82,17 @@ import math
 
 import torch
 
-from .safeguard_rules import (FAST, OVERSHOOT, ROUND_OFF_STEP, UNDERSHOOT, UNRESOLVED, accepts, after_rejection,
-                              balanced_damping, curvature_scale_mu, delta_rule, halfway_mu, mode, model_curvature,
-                              moved_mu, next_boost, remembered_spread, round_off_sq, rprop_octaves, settled,
-                              shortening_mu, slow_ratio, snap, spread_along_step, step_ratio_and_cosine, to_floor,
-                              undamp)
+from .safeguard_rules import (FAST, NON_FINITE_TRIALS, OVERSHOOT, ROUND_OFF_STEP, UNDERSHOOT, UNRESOLVED, accepts,
+                              after_rejection, balanced_damping, curvature_scale_mu, delta_rule, finite_trial,
+                              gives_up, halfway_mu, mode, model_curvature, moved_mu, next_boost, remembered_spread,
+                              round_off_sq, rprop_octaves, settled, shortening_mu, slow_ratio, snap,
+                              spread_along_step, step_ratio_and_cosine, to_floor, undamp)
 
-__all__ = ["MuSafeguard", "ROUND_OFF_STEP", "FAST", "OVERSHOOT", "UNDERSHOOT", "UNRESOLVED", "snap", "round_off_sq",
-           "model_curvature", "to_floor", "accepts", "spread_along_step", "remembered_spread", "delta_rule",
-           "next_boost", "step_ratio_and_cosine", "settled", "slow_ratio", "mode", "balanced_damping", "undamp",
-           "halfway_mu", "rprop_octaves", "moved_mu", "shortening_mu", "after_rejection", "curvature_scale_mu"]
+__all__ = ["MuSafeguard", "ROUND_OFF_STEP", "NON_FINITE_TRIALS", "FAST", "OVERSHOOT", "UNDERSHOOT", "UNRESOLVED",
+           "snap", "round_off_sq", "model_curvature", "to_floor", "finite_trial", "accepts", "spread_along_step",
+           "remembered_spread", "delta_rule", "next_boost", "step_ratio_and_cosine", "settled", "slow_ratio", "mode",
+           "balanced_damping", "undamp", "halfway_mu", "rprop_octaves", "moved_mu", "shortening_mu",
+           "after_rejection", "curvature_scale_mu", "gives_up"]
 
 
 # ---------------------------------------------------------------- the state and the order
@@ -98,14 +106,15 @@ class MuSafeguard:
     this order:
 
     1. spread: δ along the step (`spread_along_step`), kept by `remembered_spread`; not from a
-       step at round-off, unless the spread forgets;
-    2. guard: `accepts` (non-convex: against the lowest accepted objective, with ``slack``);
+       step at round-off, unless the spread forgets, nor from a trial that is not finite (`finite_trial`);
+    2. guard: `finite_trial` and `accepts` (non-convex: against the lowest accepted objective, with ``slack``);
     3. boost: `next_boost`;
     4. μ, convex: a rejection moves up (`moved_mu`) and then `after_rejection` with
        `shortening_mu`; an acceptance reads the two last steps at one μ (`mode`) and moves up,
        down (`undamp` when settled) or halfway to the δ rule.  Non-convex: the δ rule, not
        below the floor;
-    5. a rejection that left μ = 0: `curvature_scale_mu`.
+    5. a rejection that left μ = 0: `curvature_scale_mu`;
+    6. trials not finite: `gives_up` sets ``gave_up`` (why), and the run stops.
 
     A round whose μ differs from the last round's carries the change as its ``adapted`` event (key ``mu``, from, to,
     and the trigger in words: the rejection, the steps' reading, or the δ rule), which the summary lists with every
@@ -138,6 +147,8 @@ class MuSafeguard:
         self.octaves, self.last_move = 2.0, 0  # the convex rule's next move of log2 μ, and the last one's sign
         self.last_ratio: float | None = None  # ‖s_{t-1}‖/‖s_{t-2}‖, both at the last μ (convex rule: has the rate settled?)
         self.reading = UNRESOLVED  # the last two steps' reading (`mode`) where the convex rule read one
+        self.non_finite = 0  # trials in a row that were not finite (`finite_trial`)
+        self.gave_up: str | None = None  # why the rules cannot go on (`gives_up`): the run stops (`dane.dane.DANE`)
 
     def local_stats(self, w: torch.Tensor, local_grad: torch.Tensor) -> torch.Tensor:
         """‖∇O_i(w) - ∇O_i(w_accepted)‖², this worker's share of δ²; fused into allreduce 1."""
@@ -153,19 +164,20 @@ class MuSafeguard:
         w0, _, g0, metrics0 = self.accepted
         step, grad_change = w - w0, g - g0
         step_sq = float(torch.linalg.vector_norm(step).square())
+        grad_change_sq = float(torch.linalg.vector_norm(grad_change).square())
+        objective, best = float(metrics[0]), float(metrics0[0])
+        finite = finite_trial(step_sq, grad_change_sq, objective)  # else it measures nothing, and is rejected
         round_off = round_off_sq(w0)
         # 1. spread
-        if step_sq > (0.0 if self.forget else round_off):  # a forgetting spread keeps no noise for long
+        if finite and step_sq > (0.0 if self.forget else round_off):  # a forgetting spread keeps no noise for long
             curvature = float(step @ grad_change) / step_sq
-            delta = spread_along_step(float(stats[0]), float(torch.linalg.vector_norm(grad_change).square()),
-                                      step_sq, curvature)
+            delta = spread_along_step(float(stats[0]), grad_change_sq, step_sq, curvature)
             if delta is not None:
                 self.spread = remembered_spread(self.spread, delta, self.decay if self.forget else 1.0)
         # 2. guard
-        objective, best = float(metrics[0]), float(metrics0[0])
         if not self.convex:
             self.best = min(self.best, best)
-        accepted = self.would_accept(objective)
+        accepted = finite and self.would_accept(objective)
         mu_used = self.mu
         if accepted:
             self.accepted = (w, local_grad, g, metrics)
@@ -177,13 +189,21 @@ class MuSafeguard:
         if self.convex:
             self.mu = self._convex_mu(accepted, mu_used, step, grad_change, step_sq, round_off)
             if not accepted:  # the step was too long: at least the μ that shortens it to the model's best length
-                short = shortening_mu(mu_used, float(g0 @ step), step_sq, best, objective)
+                short = shortening_mu(mu_used, float(g0 @ step), step_sq, best, objective) if finite else 0.0
                 self.mu = after_rejection(self.mu, mu_used, short)
         else:
             self.mu = max(self.mu_floor, self._rule())
         # 5. no spread measured yet: start from the curvature scale
         if not accepted and self.mu == 0.0:
-            self.mu = curvature_scale_mu(self.scale, float(torch.linalg.vector_norm(grad_change)), step_sq)
+            self.mu = curvature_scale_mu(self.scale, math.sqrt(grad_change_sq), step_sq)
+        # 6. trials that are not finite: give up where μ cannot bring them back
+        self.non_finite = 0 if finite else self.non_finite + 1
+        if gives_up(self.mu, self.non_finite):
+            trials = "the trial" if self.non_finite == 1 else f"{self.non_finite} trials in a row, the last"
+            self.gave_up = (f"{trials} at mu = {mu_used:.3g} not finite (a local solve diverged or overflowed); " +
+                            ("nothing measured to raise mu by" if self.mu == 0 else
+                             f"raising mu (to {self.mu:.3g}) does not bring them back" if self.mu > mu_used else
+                             "mu does not bring them back"))
         extra = {"accepted": accepted, "spread": self.spread}
         if self.mu != mu_used:
             extra["adapted"] = [{"key": "mu", "from": mu_used, "to": self.mu, "trigger": self.trigger(accepted)}]
@@ -192,7 +212,7 @@ class MuSafeguard:
     def trigger(self, accepted: bool) -> str:
         """Why μ moved this round, in words (the ``adapted`` event's trigger)."""
         if not accepted:
-            return "objective rose (round redone)"
+            return "trial not finite (round redone)" if self.non_finite else "objective rose (round redone)"
         if not self.convex:
             return "delta rule"
         return {OVERSHOOT: "steps overshoot", UNDERSHOOT: "steps undershoot"}.get(self.reading,
@@ -276,7 +296,8 @@ class MuSafeguard:
     def state_dict(self) -> dict:
         return {"mu": self.mu, "boost": self.boost, "spread": self.spread, "best": self.best, "accepted": self.accepted,
                 "last_step": self.last_step, "last_step_mu": self.last_step_mu, "rejected_mu": self.rejected_mu,
-                "octaves": self.octaves, "last_move": self.last_move, "last_ratio": self.last_ratio}
+                "octaves": self.octaves, "last_move": self.last_move, "last_ratio": self.last_ratio,
+                "non_finite": self.non_finite}
 
     def load_state_dict(self, state: dict) -> None:
         self.mu, self.boost, self.spread = state["mu"], state["boost"], state["spread"]
@@ -285,4 +306,5 @@ class MuSafeguard:
         self.last_step_mu = state.get("last_step_mu", math.nan)
         self.octaves, self.last_move = state.get("octaves", 2.0), state.get("last_move", 0)
         self.last_ratio = state.get("last_ratio")
+        self.non_finite = state.get("non_finite", 0)
         self.accepted = None if state["accepted"] is None else tuple(state["accepted"])

@@ -50,6 +50,15 @@ def to_floor(mu: float, negligible: float, floor: float = 0.0) -> float:
 
 
 # ---------------------------------------------------------------- the guard and the δ rule
+def finite_trial(step_sq: float, grad_change_sq: float, objective: float) -> bool:
+    """Whether a trial measured anything: its step ‖s‖², gradient change ‖g_{t+1} - g_t‖² and objective all finite.
+
+    A trial that is not (a local solve that diverged or overflowed) is rejected, and none of its numbers enters a
+    rule: a nan compares false and an inf divides to 0 or nan, so each rule would read it as something it is not
+    (a μ of nan, a spread or curvature of 0).  Source: the package's."""
+    return math.isfinite(step_sq) and math.isfinite(grad_change_sq) and math.isfinite(objective)
+
+
 def accepts(objective: float, reference: float, tol: float) -> bool:
     """Whether O(w_{t+1}) ≤ reference + tol·|reference| (False for nan and inf).
 
@@ -222,5 +231,24 @@ def after_rejection(mu: float, mu_used: float, short: float) -> float:
 
 def curvature_scale_mu(scale: float, grad_change_norm: float, step_sq: float) -> float:
     """snap(scale·‖g_{t+1} - g_t‖/‖s‖): a first μ on the scale of the curvature along the step, when nothing
-    else has measured one.  Source: the secant estimate of the curvature (Nocedal & Wright, section 6.1)."""
+    else has measured one; 0 where the secant is not a finite number (a step that is 0 or not finite, a gradient
+    change that is not finite: no scale measured, `gives_up`).  Source: the secant estimate of the curvature
+    (Nocedal & Wright, section 6.1)."""
+    if not (0 < step_sq < math.inf and math.isfinite(grad_change_norm)):
+        return 0.0
     return snap(scale * grad_change_norm / math.sqrt(step_sq))
+
+
+#: `gives_up`: non-finite trials in a row after which the safeguard stops the run
+NON_FINITE_TRIALS = 5
+
+
+def gives_up(mu: float, non_finite: int, limit: int = NON_FINITE_TRIALS) -> bool:
+    """Whether the safeguard stops the run after ``non_finite`` trials in a row that were not finite (`finite_trial`),
+    μ being what the rules made of the last one: a μ of 0 (nothing measured to scale it by: the next trial, from
+    the same point with the same μ, is this one again, up to an SVRG solve's draws) or not finite, or ``limit``
+    such trials in a row.  Each raised μ where the convex rule moves it (`moved_mu`: up to 2 octaves a move); a
+    local solve that still fails that far up is not the proximal weight's to fix: the local solver's own step or
+    DANE's η is (a larger μ makes a given SVRG step γ less stable: its factor 1 - γ(λ + μ) on the iterate falls
+    below -1 once γ(λ + μ) > 2).  Source: the package's."""
+    return non_finite > 0 and (not 0 < mu < math.inf or non_finite >= limit)

@@ -342,3 +342,65 @@ def test_the_safeguards_moves_of_mu_are_the_summarys_adaptations():
     assert result.summary["adaptations_attached"] == ["safeguard"] and result.summary["package_rules_applied"]
     plain = dane.fit(problem, "dane", workers=8, rounds=3, safeguard=False)
     assert plain.summary["adaptations"] == [] and plain.summary["package_rules_applied"] is False
+
+
+def _diverged_run(tmp_path, algorithm: str, rounds: int, problem: dict, **algorithm_keys):
+    """A small ridge_synthetic run to its end through `dane.loop.launch.execute` (the command line's path, in
+    process): its DivergenceError's line, its records and its summary."""
+    from dane.api import algorithm_config
+    from dane.errors import DivergenceError
+    from dane.loop.launch import execute
+    from dane.loop.spec import Communication, RunControl, RunSpec
+    from dane.loop.stopping import StopRule
+    from dane.records.results import read_rounds, read_summary
+
+    spec = RunSpec(problem=RidgeSyntheticConfig(n_samples=200, dim=10, **problem),
+                   algorithm=algorithm_config(algorithm, **algorithm_keys), comm=Communication(workers=2),
+                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True))
+    with pytest.raises(DivergenceError) as diverged:
+        execute(spec, str(tmp_path))
+    return str(diverged.value), read_rounds(tmp_path), read_summary(tmp_path)
+
+
+def test_a_local_solve_that_diverges_at_mu_0_ends_the_run_diverged_naming_its_step(tmp_path):
+    """SVRG's given step 1 on ridge_synthetic (L_max far above 1) returns a nan trial.  The safeguard rejects it, and
+    at μ = 0 with nothing measured has no scale to raise μ by (`gives_up`): the run ends at round 1 with the
+    divergence line (exit 3 on the command line), its records and summary kept, the key named.  It took μ to nan,
+    and ran nan trials to the round cap (exit 0); InexactDANE's passes=auto raised ValueError at the next solve."""
+    line, records, summary = _diverged_run(tmp_path, "dane", 8, {"local_solver": "svrg", "svrg_lr": 1.0})
+    assert line == (f"dane diverged at round 1 (objective {records[0]['objective']:.3g}); results so far are in "
+                    f"{tmp_path}; try problem.svrg_lr=null (where problem.local_solver=svrg: 1/L_max) or "
+                    "algorithm.mu=0.001")
+    assert [(r["round"], r["accepted"], r["mu"]) for r in records] == [(0, True, 0.0), (1, False, 0.0)]
+    assert records[1]["objective"] == records[0]["objective"]  # the last accepted iterate's record
+    assert summary["status"] == "diverged"
+    assert summary["stopped_by"].startswith(
+        "the trial at mu = 0 not finite (a local solve diverged or overflowed); nothing measured to raise mu by: "
+        "set problem.svrg_lr below 1 (SVRG's given step diverges), or null (1/L_max)")
+
+
+def test_trials_that_stay_nan_as_mu_rises_end_the_run_after_five(tmp_path):
+    """From a μ floor of 1 each nan trial is rejected and μ goes up by the rejection's Rprop move, x4 on the grid
+    (finite: the shortening μ and the curvature scale read nothing from it); SVRG's given step only gets less stable
+    as μ grows, and after `NON_FINITE_TRIALS` = 5 in a row the run ends diverged, naming InexactDANE's own key.
+    It ran rejected rounds to the cap (exit 0)."""
+    line, records, summary = _diverged_run(tmp_path, "inexact_dane", 12, {}, lr=1.0, mu=1.0)
+    assert line == (f"inexact_dane diverged at round 5 (objective {records[0]['objective']:.3g}); results so far are in "
+                    f"{tmp_path}; try algorithm.lr=null (SVRG's step 1/L_max) or algorithm.mu=10 or algorithm.lr=0.1 "
+                    "or algorithm=dane (safeguarded)")
+    assert [r["mu"] for r in records] == [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0]
+    assert [r["accepted"] for r in records] == [True] + [False] * 5
+    assert summary["stopped_by"].startswith(
+        "5 trials in a row, the last at mu = 256 not finite (a local solve diverged or overflowed); raising mu (to "
+        "1.02e+03) does not bring them back: set algorithm.lr below 1 (SVRG's given step diverges), or null (1/L_max)")
+
+
+def test_an_eta_that_overflows_the_step_names_algorithm_eta(tmp_path):
+    """η = 1e300 with the exact (Cholesky) solve: a step of ~1e300 whose objective overflows to inf.  It took μ to
+    nan and stopped with "the local Hessian plus nan I is not positive definite on this shard; use mu > 0"."""
+    line, records, summary = _diverged_run(tmp_path, "dane", 8, {}, eta=1e300)
+    assert line.endswith("; try algorithm.eta=1 (the paper's step) or problem.svrg_lr=null (where "
+                         "problem.local_solver=svrg: 1/L_max) or algorithm.mu=0.001")
+    assert [(r["round"], r["accepted"], r["mu"]) for r in records] == [(0, True, 0.0), (1, False, 0.0)]
+    assert summary["stopped_by"].startswith("the trial at mu = 0 not finite (a local solve diverged or overflowed); "
+                                            "nothing measured to raise mu by: set algorithm.eta below 1e+300")

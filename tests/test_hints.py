@@ -1,4 +1,5 @@
-"""Every hint a divergence message gives names an override the algorithm's config accepts."""
+"""Every hint a divergence message gives names an override the algorithm's config accepts (or, for a problem's local
+solver key, one a convex problem's config accepts)."""
 from __future__ import annotations
 
 import pytest
@@ -21,6 +22,12 @@ def test_each_suggested_override_is_accepted(name, overrides):
         key, _, value = hint.split(" ")[0].partition("=")
         if key == "algorithm":
             assert (CONF_DIR / "algorithm" / f"{value}.yaml").is_file()
+            continue
+        if key.startswith("problem."):  # DANE's safeguard on a local solve that diverged: the convex problems' key
+            from dane.problems import RidgeSyntheticConfig
+
+            field = key.removeprefix("problem.")
+            assert getattr(RidgeSyntheticConfig(**{field: yaml.safe_load(value)}), field) == yaml.safe_load(value)
             continue
         field = key.removeprefix("algorithm.")
         built = algorithm_config(name, **{**overrides, field: yaml.safe_load(value)})

@@ -197,6 +197,73 @@ def test_curvature_scale_is_the_secant_curvature_times_scale():
     assert sg.curvature_scale_mu(0.4, h * s, s * s) == snap(0.4 * h)
 
 
+@pytest.mark.parametrize("grad_change_norm, step_sq", [(math.nan, math.nan), (math.nan, 1.0), (math.inf, 1.0),
+                                                       (1.0, math.inf), (math.inf, math.inf), (1.0, math.nan),
+                                                       (1.0, 0.0)])
+def test_curvature_scale_of_a_trial_that_measured_nothing_is_0(grad_change_norm, step_sq):
+    # a secant of nan, inf or 0/0 gave μ = nan (or 0 from 1/inf, or ZeroDivisionError): no scale is 0, finite
+    assert sg.curvature_scale_mu(0.4, grad_change_norm, step_sq) == 0.0
+
+
+def test_a_trial_is_finite_when_its_step_gradient_change_and_objective_are():
+    assert sg.finite_trial(1.0, 2.0, -3.0) and sg.finite_trial(0.0, 0.0, 0.0)
+    for bad in (math.nan, math.inf, -math.inf):
+        assert not sg.finite_trial(bad, 1.0, 1.0) and not sg.finite_trial(1.0, bad, 1.0)
+        assert not sg.finite_trial(1.0, 1.0, bad)
+
+
+def test_gives_up_at_mu_0_or_after_the_limit_of_non_finite_trials_in_a_row():
+    assert sg.NON_FINITE_TRIALS == 5
+    assert not sg.gives_up(0.0, 0) and not sg.gives_up(4.0, 0)  # a finite trial: never
+    assert sg.gives_up(0.0, 1)  # nothing to scale μ by: the next trial would be this one
+    assert sg.gives_up(math.inf, 1) and sg.gives_up(math.nan, 1)
+    assert [sg.gives_up(4.0 ** k, k) for k in range(1, 7)] == [False] * 4 + [True, True]
+    assert not sg.gives_up(1.0, 2, limit=3) and sg.gives_up(1.0, 3, limit=3)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_review_of_a_non_finite_trial_rejects_it_and_keeps_mu_finite(bad):
+    # A local solve that diverged: its iterate, gradient and objective are nan (or inf).  From μ = 0 with no spread
+    # measured the rules have no scale: μ stays 0 and the guard gives up (μ was nan).  From μ = 1 it goes up by the
+    # rejection's Rprop move, x4, five times, the spread untouched, and gives up at the fifth; a finite trial between
+    # starts the count again.
+    def trial(value):
+        x = torch.full((2,), value, dtype=torch.float64)
+        return x, x.clone(), x.clone(), torch.tensor([value], dtype=torch.float64)
+
+    def start(mu):
+        guard = MuSafeguard(mu)
+        w0, grad0, g0, m0 = trial(0.0)
+        guard.review(w0, grad0, g0 + 1.0, m0 + 1.0, guard.local_stats(w0, grad0))
+        return guard
+
+    guard = start(0.0)
+    w, grad, g, metrics = trial(bad)
+    *back, extras = guard.review(w, grad, g, metrics, guard.local_stats(w, grad))
+    assert (guard.mu, guard.spread, guard.non_finite, extras["accepted"]) == (0.0, 0.0, 1, False)
+    assert float(back[0].abs().sum()) == 0.0  # the worker solves again from the last accepted point
+    assert guard.gave_up == "the trial at mu = 0 not finite (a local solve diverged or overflowed); nothing measured " \
+                           "to raise mu by"
+
+    guard, mus = start(1.0), []
+    for _ in range(5):
+        assert guard.gave_up is None
+        *_, extras = guard.review(w, grad, g, metrics, guard.local_stats(w, grad))
+        mus.append(guard.mu)
+        assert extras["adapted"][0]["trigger"] == "trial not finite (round redone)"
+    assert mus == [4.0, 16.0, 64.0, 256.0, 1024.0] and guard.spread == 0.0 and guard.non_finite == 5
+    assert guard.gave_up == "5 trials in a row, the last at mu = 256 not finite (a local solve diverged or " \
+                           "overflowed); raising mu (to 1.02e+03) does not bring them back"
+    assert guard.state_dict()["non_finite"] == 5
+
+    guard = start(1.0)
+    for _ in range(4):
+        guard.review(w, grad, g, metrics, guard.local_stats(w, grad))
+    near = trial(0.0)  # a finite trial (an ascent: rejected) ends the run of non-finite ones
+    guard.review(near[0], near[1], near[2] + 1.0, near[3] + 2.0, guard.local_stats(near[0], near[1]))
+    assert guard.non_finite == 0 and guard.gave_up is None and math.isfinite(guard.mu)
+
+
 def test_review_applies_the_rules_in_order_on_a_rejected_plain_dane_step():
     # One dimension, O(w) = h w²/2 - b w seen through a local model of curvature k < h/2: the step from w0 = 0 is
     # -g/k, the objective rises, the step is rejected, and μ jumps to the shortening μ h - k alone (step 4).
@@ -224,8 +291,10 @@ def test_review_applies_the_rules_in_order_on_a_rejected_plain_dane_step():
 def test_state_dict_keeps_the_checkpoint_keys():
     # checkpoints written before dane.safeguard existed load: the same keys, the same meaning
     assert set(MuSafeguard(0.0).state_dict()) == {"mu", "boost", "spread", "best", "accepted", "last_step",
-                                                  "last_step_mu", "rejected_mu", "octaves", "last_move", "last_ratio"}
+                                                  "last_step_mu", "rejected_mu", "octaves", "last_move", "last_ratio",
+                                                  "non_finite"}
     old = {"mu": 0.5, "boost": 4.0, "spread": 1.0, "accepted": None}  # the oldest keys only
     guard = MuSafeguard(0.0)
     guard.load_state_dict(old)
     assert (guard.mu, guard.boost, guard.best, guard.rejected_mu, guard.octaves) == (0.5, 4.0, math.inf, -1.0, 2.0)
+    assert guard.non_finite == 0
