@@ -104,6 +104,9 @@ CASES = [
          expected="algorithm.cg_tol must be in (0, 1), got 1.5"),
     case("inexact_cg_tol_of_one", "algorithm=inexact_dane", "algorithm.local_solver=cg", "algorithm.cg_tol=1.5",
          *SMALL, expected="algorithm.cg_tol must be in [0, 1), got 1.5"),
+    # local_tol >= 1 stopped every local solve at once (CG: 0 products, no progress, exit 0)
+    case("local_tol_of_one", "problem.local_solver=cg", "problem.local_tol=5", *SMALL,
+         expected="problem.local_tol must be in [0, 1), got 5"),
     case("federated_cg_fixed_count_without_a_cap", "algorithm=sdane", "algorithm.local_solver=cg",
          "problem.local_tol=0", *LOGREG, expected="algorithm.local_solver=cg with problem.local_tol=0 needs problem.local_max_iter"),
     # FedNL-BC under sampling: its own name and a fix that runs (it named algorithm=fednl variant=plain and offered

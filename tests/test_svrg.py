@@ -120,6 +120,27 @@ def test_auto_passes_are_c_kappa_steps_between_the_papers_three_and_the_cap():
     assert passes == min(max(math.ceil(c * kappa / problem.n_local), 3), AUTO_PASSES_MAX) > 3
 
 
+@pytest.mark.parametrize("lr, shrink", [(1e-2, math.nan), (math.nan, 1e-2), (0.0, math.inf), (math.inf, 1e-2),
+                                        (-1e-2, 1e-2)])
+def test_auto_passes_of_a_nan_curvature_or_a_step_that_is_no_step_name_it(lr, shrink):
+    """A λ + μ of nan (DANE's safeguard's μ was nan) raised "cannot convert float NaN to integer" from math.ceil;
+    γ = 1/(n L_row + inf) = 0 the same; a step of inf or below 0 gave the paper's 3 passes silently."""
+    with pytest.raises(ValueError, match=rf"^svrg_passes: passes=auto needs a finite step lr > 0 and a curvature "
+                                         rf"shrink = lambda \+ mu that is a number, got lr={lr!r}, shrink={shrink!r}$"):
+        svrg_passes("auto", lr=lr, shrink=shrink, n=100, b=1)
+    assert svrg_passes(7, lr=lr, shrink=shrink, n=100, b=1) == 7  # a number is used as given
+    assert svrg_passes("auto", lr=lr, shrink=shrink, n=0, b=1) == AUTO_PASSES_MIN  # no rows: no step taken
+
+
+def test_local_tol_is_a_relative_tolerance_in_0_1():
+    """``problem.local_tol`` >= 1 stopped CG, Newton and L-BFGS at once (0 products, no progress, exit 0); 0 is a
+    fixed count (`LocalSolver`'s check)."""
+    for bad in (1, 1.0, 5):
+        with pytest.raises(ConfigError, match=rf"^problem\.local_tol must be in \[0, 1\), got {bad}$"):
+            LocalSolver("cg", tol=bad)
+    assert LocalSolver("cg", tol=0, max_iter=4).tol == 0 and LocalSolver("lbfgs", tol=0.999).tol == 0.999
+
+
 def test_auto_passes_solve_the_subproblem_to_a_fixed_accuracy_where_three_do_not():
     # From w = 0, the error relative to the start is ||w - w*|| / ||w*||; auto promises about e^-c whatever
     # kappa / n_i (~5 and ~50 here, 6 and 53 passes), three passes do not where kappa >> n_i.

@@ -85,7 +85,7 @@ class LocalSolver:
 
     def __post_init__(self) -> None:
         checks.one_of("problem.local_solver", self.method, LOCAL_SOLVERS)
-        checks.nonnegative("problem.local_tol", self.tol)
+        checks.relative_tolerance("problem.local_tol", self.tol, zero=True)  # 0: a fixed count (cg: local_max_iter)
         if self.max_iter is not None:
             checks.positive_int("problem.local_max_iter", self.max_iter)
         checks.positive_int("problem.newton_steps", self.newton_steps)
@@ -310,11 +310,18 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
     Theorem 1: m ∝ L/μ for a fixed rate); the paper's fixed 3 passes (Reddi et al. 2016, and their
     MATLAB reference) is this rule where κ ≤ 3 n_i/c.  With λ + μ = 0 there is no such bound: P_max.
     ``contraction`` is c (a caller that needs a more accurate solve, AIDE's Catalyst loop, raises it).
+    A step γ that is not a finite positive number, or a λ + μ of nan, is a caller's bug (a μ the caller failed to
+    check): a ValueError that names it, not a κ of nan.
     """
     if passes != PASSES_AUTO:
         return int(passes)
-    if shrink <= 0 or n == 0:
-        return AUTO_PASSES_MAX if n else AUTO_PASSES_MIN
+    if n == 0:
+        return AUTO_PASSES_MIN
+    if not (0 < lr < math.inf) or math.isnan(shrink):
+        raise ValueError(f"svrg_passes: passes=auto needs a finite step lr > 0 and a curvature shrink = lambda + mu "
+                         f"that is a number, got lr={lr!r}, shrink={shrink!r}")
+    if shrink <= 0:
+        return AUTO_PASSES_MAX
     wanted = math.ceil(contraction * b / (lr * shrink * n))
     return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
 
