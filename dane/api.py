@@ -14,6 +14,7 @@ workers in this process, on the same shards a ``horovodrun -np m`` run would use
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from . import checks
+from .algorithm import AlgorithmConfig
 from .comm import AlphaBeta
 from .errors import ConfigError, DivergenceError, UserError
 from .loop.launch import execute
@@ -152,6 +154,12 @@ def check_booleans(config, prefix: str) -> None:
         check_booleans(value, f"{prefix}.{f.name}")
 
 
+def kind(value) -> str:
+    """``value`` as a refusal names it: a string or number as itself, anything else by its type (an array is not
+    printed whole)."""
+    return repr(value) if isinstance(value, (str, int, float)) else f"a {type(value).__name__}"
+
+
 @dataclass
 class Result:
     """What ``fit`` returns: one record per round (the rounds.jsonl schema), the summary and the final iterate."""
@@ -200,6 +208,13 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     workers, rounds, seed = plain("workers", workers), plain("rounds", rounds), plain("seed", seed)
     tol, tol_abs = plain("tol", tol), plain("tol_abs", tol_abs)
     sim_alpha, sim_beta = plain("sim_alpha", sim_alpha), plain("sim_beta", sim_beta)
+    checks.seed("seed", seed)  # before the algorithm's yaml, whose seed is ${seed} (as `dane.run_config.run_spec`)
+    if not isinstance(algorithm, (str, AlgorithmConfig)):
+        raise ConfigError(f"algorithm must be a method's name, such as 'dane' (conf/algorithm/ lists them), or its "
+                          f"config, such as dane.algorithm_config('dane', mu=0.1), got {kind(algorithm)}")
+    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+        raise ConfigError(f"out_dir must be a folder's path (a str or a pathlib.Path), or None to write no "
+                          f"folder, got {kind(out_dir)}")
     if isinstance(algorithm, str):
         if "name" in algorithm_keys:  # as algorithm.name= on the command line (`experiments.overrides.LABELS`)
             raise ConfigError(f"name={algorithm_keys['name']!r} would label a run of {algorithm} as another method's; "
@@ -212,6 +227,8 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     for key, value in (("tol", tol), ("tol_abs", tol_abs)):  # as the command line checks them
         if value is not None:
             checks.positive(key, value)
+    checks.integer_fields(algorithm, "algorithm")  # as the command line checks them (`dane.run_config.run_spec`)
+    checks.integer_fields(problem, "problem")      # e.g. Ridge(X, y, seed=-1): a seed numpy would refuse mid-run
     problem.check_workers(workers)
     if out_dir is None and check_loggers(logger) != ("jsonl",):
         raise ConfigError(f"logger={list(check_loggers(logger))} writes into the run directory; give out_dir")
@@ -226,7 +243,8 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
                          compress_down=compress_down)
     spec = RunSpec(problem=problem, algorithm=algorithm, comm=comm,
                    control=RunControl(stop=StopRule(rounds=rounds, tol=tol, tol_abs=tol_abs), dtype=dtype, seed=seed, quiet=quiet,
-                                      save_iterate=out_dir is not None, logger=logger, overwrite=bool(overwrite)))
+                                      save_iterate=out_dir is not None, logger=logger,
+                                      overwrite=checks.boolean("overwrite", overwrite)))
     collected: dict = {}
     try:
         summary = execute(spec, out_dir, collect=collected)

@@ -7,6 +7,7 @@ Ctrl-C in the main thread into `ThreadGroup.stop`, which is what the hooks call.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import re
@@ -107,6 +108,58 @@ def test_a_used_out_dir_is_refused_and_overwrite_replaces_it(problem, tmp_path):
         dane.fit(problem, "gd", workers=2, rounds=1, out_dir=str(tmp_path))
     dane.fit(problem, "gd", workers=2, rounds=1, out_dir=str(tmp_path), overwrite=True)
     assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1]
+
+
+@pytest.mark.parametrize("overwrite", ["no", 0, None])
+def test_an_overwrite_that_is_no_boolean_leaves_the_finished_run(problem, tmp_path, overwrite):
+    """overwrite="no" read as bool("no") == True and replaced the run: it is refused as the command line refuses
+    overwrite=no, and the finished run's files stay byte for byte."""
+    dane.fit(problem, "gd", workers=2, rounds=2, out_dir=str(tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ConfigError) as error:
+        dane.fit(problem, "dane", workers=2, rounds=1, out_dir=str(tmp_path), overwrite=overwrite)
+    assert one_line(error) == f"overwrite must be true or false, got {overwrite!r}"
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("call, expected", [
+    (lambda p: dane.fit(p, 42, workers=2, rounds=2),
+     "algorithm must be a method's name, such as 'dane' (conf/algorithm/ lists them), or its config, such as "
+     "dane.algorithm_config('dane', mu=0.1), got 42"),
+    (lambda p: dane.fit(p, dane.DANEConfig, workers=2, rounds=2),  # the class, not a config
+     "algorithm must be a method's name, such as 'dane' (conf/algorithm/ lists them), or its config, such as "
+     "dane.algorithm_config('dane', mu=0.1), got a type"),
+    (lambda p: dane.fit(p, "gd", workers=2, rounds=2, out_dir=5),
+     "out_dir must be a folder's path (a str or a pathlib.Path), or None to write no folder, got 5"),
+    (lambda p: dane.fit(p, "gd", workers=2, rounds=2, seed=-1), "seed must be an integer in [0, 2**32 - 1], got -1"),
+    # a config built in Python, whose own class leaves its seed to the run's checks
+    (lambda p: dane.fit(p, dataclasses.replace(algorithm_config("sync_sgd"), seed=1.5), workers=2, rounds=2),
+     "algorithm.seed must be an integer in [0, 2**32 - 1], got 1.5"),
+], ids=["algorithm_int", "algorithm_class", "out_dir_int", "seed", "config_seed"])
+def test_a_wrong_argument_of_fit_is_one_line(problem, call, expected):
+    """Each was a traceback from deep inside the run (an AttributeError in the loop, a TypeError in the checkpoint
+    code); now one line naming the argument, as the command line's."""
+    with pytest.raises(ConfigError) as error:
+        call(problem)
+    assert one_line(error) == expected
+
+
+@pytest.mark.parametrize("make_problem, seed", [
+    (lambda seed: dane.problems.Ridge(np.eye(40, 3), np.ones(40), lam=1e-3, seed=seed), -1),
+    (lambda seed: dane.problems.RidgeSyntheticConfig(n_samples=200, dim=10, seed=seed), 1.5),
+    (lambda seed: dane.problems.RidgeSyntheticConfig(n_samples=200, dim=10, seed=seed), 2**32),
+], ids=["arrays_negative", "synthetic_fraction", "synthetic_too_large"])
+def test_a_problems_seed_is_checked_as_on_the_command_line(make_problem, seed):
+    """A problem's seed numpy cannot take was its ValueError or TypeError mid-run."""
+    with pytest.raises(ConfigError) as error:
+        dane.fit(make_problem(seed), "gd", workers=2, rounds=2)
+    assert one_line(error) == f"problem.seed must be an integer in [0, 2**32 - 1], got {seed!r}"
+
+
+def test_a_path_is_an_out_dir(problem, tmp_path):
+    result = dane.fit(problem, "gd", workers=2, rounds=1, out_dir=tmp_path / "run")
+    assert [r["round"] for r in read_rounds(tmp_path / "run")] == [0, 1] == [r["round"] for r in result.records]
 
 
 def test_numpy_scalars_are_the_numbers_they_hold(problem):
