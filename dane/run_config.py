@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError
 
 from . import checks
 from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
@@ -256,6 +258,7 @@ def run_spec(cfg: DictConfig, out_dir_key: str = "out_dir") -> RunSpec:
     """The run ``cfg`` composes, every value checked before a process group starts (a bad one: one line naming it
     and the fix, `dane.errors.ConfigError`); ``out_dir_key``: the setting a refusal of an occupied out_dir names
     (`dane.loop.spec.RunControl.out_dir_key`)."""
+    check_interpolations(cfg)
     backend, backend_note = split_backend(cfg, resolve_backend(cfg.comm.backend))
     stale = staleness(cfg, backend)
     servers = ps_servers(cfg.comm) if backend == "ps" else 1
@@ -277,6 +280,39 @@ def run_spec(cfg: DictConfig, out_dir_key: str = "out_dir") -> RunSpec:
     check_memory(problem, workers, simulated=backend == "local",
                  batched=backend == "local" and isinstance(problem, RidgeSyntheticConfig) and batched_path(spec)[0])
     return spec
+
+
+def check_interpolations(cfg: DictConfig) -> None:
+    """Every ``${...}`` of ``cfg`` resolves (the run resolves the whole config for its config.yaml), else one line naming
+    the key, what failed and the fix: an unset ``${oc.env:NAME}``, a ``${key}`` the config has not, a resolver it
+    does not know were OmegaConf's traceback from wherever the value was first read."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as exc:
+        key = exc.full_key or "?"
+        message = (exc.msg or str(exc)).splitlines()[0]
+        raised = re.fullmatch(r"\w+ raised while resolving interpolation: (.*)", message)
+        message = raised.group(1).strip('"') if raised else message  # KeyError's text is quoted
+        written = raw_value(cfg, key)
+        where = f" (in {written})" if isinstance(written, str) else ""
+        variable = re.search(r"Environment variable '([^']+)' not found", message)
+        if variable:
+            fix = f"set {variable.group(1)} in the environment, or give {key} its value"
+        elif isinstance(exc, InterpolationKeyError):
+            fix = "a ${key} names a key of the config (--cfg job prints every key)"
+        else:
+            fix = f"correct the ${{...}} in {key}, or give {key} its value"
+        raise ConfigError(f"{key}: {message}{where}; {fix}") from None
+
+
+def raw_value(cfg: DictConfig, key: str):
+    """The value at the dotted ``key`` as written, its interpolations unresolved; None where there is none."""
+    node = OmegaConf.to_container(cfg, resolve=False)
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def communication(cfg: DictConfig, backend: str, workers: int, servers: int, stale: float, problem,

@@ -68,12 +68,13 @@ def main(cfg: DictConfig) -> None:
     # the run's modules import torch: here, not at the top, so that --help (Hydra's, which never calls main) needs none
     from dane.loop.faults import SimulatedFault
     from dane.loop.launch import execute
-    from dane.run_config import run_spec
+    from dane.run_config import check_interpolations, run_spec
 
     timeline.configured()
     # in a sweep, the run files the job's folder holds before the job: a refusal is not written beside another run's
     job = run_files(HydraConfig.get().runtime.output_dir) if multirun() and rank_zero() else {}
     try:
+        check_interpolations(cfg)  # before cfg.out_dir is read
         spec = run_spec(cfg, out_dir_key(cfg.out_dir, multirun()))
     except UserError as exc:
         return reject(exc, job, every_rank=False)  # the config is the same on every rank: rank 0 speaks for all

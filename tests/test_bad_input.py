@@ -502,6 +502,25 @@ CASES = [
     case("column_sharding_of_a_builtin_set", *LOGREG, "data=breast_cancer", "data.sharding=column", "workers=3",
          expected="error: data.sharding=column reads each row's client from a column of a data file, which this "
                   "data set has not; use data=csv|npz|libsvm|mongo with data.client_column=NAME"),
+    # an interpolation that does not resolve: OmegaConf's traceback from wherever the value was first read, exit 1
+    # ({{ }}: a brace of the command line, the rows being format strings)
+    case("interpolation_of_an_unset_variable", *LOGREG, "data=libsvm",
+         "data.path=${{oc.env:DANE_TEST_UNSET_VARIABLE}}/phishing",
+         expected="error: data.path: Environment variable 'DANE_TEST_UNSET_VARIABLE' not found (in "
+                  "${{oc.env:DANE_TEST_UNSET_VARIABLE}}/phishing); set DANE_TEST_UNSET_VARIABLE in the environment, "
+                  "or give data.path its value"),
+    case("interpolation_of_a_missing_key", "algorithm.mu=${{nonexistent}}", *SMALL,
+         expected="error: algorithm.mu: Interpolation key 'nonexistent' not found (in ${{nonexistent}}); a ${{key}} "
+                  "names a key of the config (--cfg job prints every key)"),
+    case("interpolation_of_an_unknown_resolver", "rounds=${{nope:3}}", "quiet=true", module="experiments.simulate",
+         expected="error: rounds: Unsupported interpolation type nope (in ${{nope:3}}); correct the ${{...}} in "
+                  "rounds, or give rounds its value"),
+    # out_dir, which the entry point reads before the run's checks
+    case("interpolation_in_out_dir", *SMALL, out_dir="${{oc.env:DANE_TEST_UNSET_VARIABLE}}/run",
+         module="experiments.simulate",
+         expected="error: out_dir: Environment variable 'DANE_TEST_UNSET_VARIABLE' not found (in "
+                  "${{oc.env:DANE_TEST_UNSET_VARIABLE}}/run); set DANE_TEST_UNSET_VARIABLE in the environment, or "
+                  "give out_dir its value"),
 ]
 OWN_PROCESS = ("key_typo", "seed_text", "monitor_typo")  # cli(), run_spec(), inside the run
 
