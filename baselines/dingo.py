@@ -16,7 +16,9 @@ and with h = mean_i H_i g (= ∇²O(x_k) g) the server picks the first direction
 
 Then x_{k+1} = x_k + a p, a the first of 1, 1/2, 1/4, … with ‖∇O(x_k + a p)‖² ≤ ‖g‖² + 2aρ⟨p, h⟩ (one allreduce of
 gradients a trial; at most `LS_TRIALS`, after which the round keeps x_k, a = 0).  θ = ``theta``, φ = ``phi``,
-ρ = ``rho``: the paper's and FedNL-Public's 1e-4, 1e-6, 1e-4.  H_i includes the ℓ2 term λI; where λ > 0 it is
+ρ = ``rho``: the paper's and FedNL-Public's 1e-4, 1e-6, 1e-4.  The paper takes θ, φ > 0 and ρ ∈ (0, 1), as any
+Armijo condition must: on a quadratic ‖∇O(x_k + a p)‖² = ‖g‖² + 2a⟨p, h⟩ + a²‖∇²O p‖², so where ⟨p, h⟩ < 0 no
+a > 0 passes with ρ ≥ 1 and every round would spend its `LS_TRIALS` trials to keep x_k.  H_i includes the ℓ2 term λI; where λ > 0 it is
 positive definite and H_i† is its inverse (a Cholesky solve).
 
 *Bits* (record ``clients_uplink_bits``, cumulative, FedNL's convention; ``step_size`` a, ``case`` 1-3): per client
@@ -45,6 +47,7 @@ from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.comm.batched import stacked
+from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.problems.stacked_hessians import unpack
 from dane.sampling import SamplingKeys, sampled_mean
@@ -148,7 +151,10 @@ class DINGOConfig(AlgorithmConfig, SamplingKeys):
     def __post_init__(self) -> None:
         checks.positive("algorithm.theta", self.theta)
         checks.positive("algorithm.phi", self.phi)
-        checks.positive("algorithm.rho", self.rho)
+        if not 0 < checks.positive("algorithm.rho", self.rho) < 1:
+            raise ConfigError(f"algorithm.rho must be in (0, 1), got {self.rho}: DINGO's Armijo constant (Crane & "
+                              f"Roosta 2019 take ρ ∈ (0, 1); from 1 on no step passes on a quadratic, and each round "
+                              f"keeps x_k); the default is 1e-4")
         self.check_sampling()
         self.refuse_sampling("dingo", "its step needs every client's gradient and Hessian products")
         checks.seed("algorithm.seed", self.seed)

@@ -409,6 +409,19 @@ def test_dingo_against_numpy(logistic, theta):
     assert cases[0] == {1e-4: 1, 1.5: 3, 30.0: 3}[theta]
 
 
+@pytest.mark.parametrize("rho", [1, 1.5, 1e300])
+def test_dingo_refuses_an_armijo_constant_of_1_or_more(rho):
+    """ρ ≥ 1 ran, every round spending its line search to keep x_k (step 0, 62 allreduces a round, exit 0)."""
+    from dane.baselines.dingo import DINGOConfig
+
+    with pytest.raises(ConfigError) as error:
+        DINGOConfig(rho=rho)
+    assert str(error.value) == (f"algorithm.rho must be in (0, 1), got {rho}: DINGO's Armijo constant (Crane & Roosta "
+                                f"2019 take ρ ∈ (0, 1); from 1 on no step passes on a quadratic, and each round keeps "
+                                f"x_k); the default is 1e-4")
+    assert DINGOConfig(rho=0.9999).rho == 0.9999
+
+
 # ------------------------------------------------------------------ Newton-3PC (baselines/newton_3pc.py)
 @pytest.mark.parametrize("mechanism, zeta, p", [("lag", 0.5, 0.5), ("lag", 20.0, 0.5), ("clag", 0.5, 0.5),
                                                 ("bag", 1.0, 0.5), ("cbag", 1.0, 0.7)])
