@@ -145,6 +145,7 @@ class ADIANAConfig(AlgorithmConfig, CompressedKeys):
     beta: float | None = None
     name: str = "adiana"
     algorithm = ADIANA
+    mu_role = "strong_convexity"
 
     def __post_init__(self) -> None:
         self.check_keys()

@@ -301,6 +301,7 @@ class AIDEConfig(InexactSolverKeys, AlgorithmConfig):
     mu: float = 0.0
     name: str = "aide"
     algorithm = AIDE
+    mu_role = "damping"
 
     def __post_init__(self) -> None:
         if self.tau != TAU_AUTO:

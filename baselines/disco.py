@@ -192,6 +192,7 @@ class DiSCOConfig(AlgorithmConfig):
     self_concordance: float | None = None  # M of the damped step 1/(1 + M δ); null: 0 on a quadratic, else 1
     name: str = "disco"
     algorithm = DiSCO
+    mu_role = "damping"
 
     def __post_init__(self) -> None:
         checks.nonnegative("algorithm.mu", self.mu)

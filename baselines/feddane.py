@@ -99,6 +99,7 @@ class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     seed: int = 0
     name: str = "feddane"
     algorithm = FedDANE
+    mu_role = "damping"
 
     def __post_init__(self) -> None:
         checks.positive("algorithm.eta", self.eta)

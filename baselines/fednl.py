@@ -454,6 +454,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
     seed: int = 0
     name: str = "fednl"
     algorithm = FedNL
+    mu_role = "damping"
 
     def __post_init__(self) -> None:
         make(self.compressor, "algorithm.compressor")  # a bad spec is one line now

@@ -103,6 +103,7 @@ class FedProxConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     seed: int = 0
     name: str = "fedprox"
     algorithm = FedProx
+    mu_role = "damping"
 
     def __post_init__(self) -> None:
         checks.nonnegative("algorithm.mu", self.mu)

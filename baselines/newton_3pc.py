@@ -174,6 +174,7 @@ class Newton3PCConfig(AlgorithmConfig, SamplingKeys):
     seed: int = 0
     name: str = "newton_3pc"
     algorithm = Newton3PC
+    mu_role = "damping"
 
     def __post_init__(self) -> None:
         checks.one_of("algorithm.mechanism", self.mechanism, MECHANISMS)

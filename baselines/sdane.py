@@ -204,6 +204,7 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     seed: int = 0
     name: str = "sdane"
     algorithm = SDANE
+    mu_role = "strong_convexity"
 
     def __post_init__(self) -> None:
         if self.lam is not None:

@@ -220,6 +220,11 @@ class AlgorithmConfig:
     name: str
     #: the class `build` returns; the base's capabilities (all "no") until a subclass names its own
     algorithm: ClassVar[type[Algorithm]] = Algorithm
+    #: what the config's ``mu`` is, for the divergence hint (`dane.loop.launch.recovery_overrides`): "damping" where a
+    #: larger μ makes the step shorter (a proximal weight, a floor or shift of the Hessian), and the hint is a ten-fold
+    #: μ; "strong_convexity" where μ is the objective's strong convexity that the step trusts (S-DANE's, ADIANA's),
+    #: which an overestimate breaks, and the hint is the method's own estimate (null); None: no hint on μ
+    mu_role: ClassVar[str | None] = None
 
     def build(self, problem: Problem, comm: Communicator) -> Algorithm:
         """This worker's algorithm on ``problem``."""

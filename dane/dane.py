@@ -142,6 +142,7 @@ class DANEConfig(AlgorithmConfig):
     safeguard: bool = True
     name: str = "dane"
     algorithm = DANE
+    mu_role = "damping"
 
     def __post_init__(self) -> None:
         checks.positive("algorithm.eta", self.eta)

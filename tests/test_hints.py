@@ -50,3 +50,47 @@ def test_a_step_that_is_not_positive_is_not_shrunk():
 
     assert not any(h.startswith("algorithm.lr") for h in recovery_overrides(Unchecked()))
     assert "algorithm.lr=0.5" in recovery_overrides(Unchecked(lr=5.0))
+
+
+@pytest.mark.parametrize("name, mu, expected", [
+    ("dane", 0.1, "algorithm.mu=1"),                    # a proximal weight: ten-fold
+    ("fedprox", 1e-5, "algorithm.mu=0.001"),            # at least 1e-3
+    ("fednl", 0.2, "algorithm.mu=2"),                   # option 1's Hessian floor: a larger one, a shorter step
+    ("acc_sdane", 1e300, "algorithm.mu=null (the default, from the problem: a μ above the objective's strong "
+                         "convexity overstates it)"),  # was algorithm.mu=1e+301
+    ("sdane", 0.5, "algorithm.mu=null (the default, from the problem: a μ above the objective's strong "
+                   "convexity overstates it)"),
+    ("adiana", 0.5, "algorithm.mu=null (the default, from the problem: a μ above the objective's strong "
+                    "convexity overstates it)"),
+])
+def test_the_mu_hint_follows_what_mu_is(name, mu, expected):
+    """A larger μ is safer where it damps the step (a proximal weight, a Hessian floor); where it is the objective's
+    strong convexity (S-DANE, Acc-S-DANE, ADIANA), raising an overestimate was the wrong advice."""
+    hints = [h for h in recovery_overrides(algorithm_config(name, mu=mu)) if h.startswith("algorithm.mu=")]
+    assert hints == [expected]
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_every_config_with_a_mu_says_what_it_is(name):
+    """The hint reads ``mu_role`` from the config class, not the key's name: each method with a ``mu`` declares it."""
+    keys = yaml.safe_load((CONF_DIR / "algorithm" / f"{name}.yaml").read_text())
+    role = type(algorithm_config(name)).mu_role
+    assert role in (("damping", "strong_convexity") if "mu" in keys else (None,)), (name, role)
+
+
+def test_a_mu_of_ones_own_gets_no_hint_unless_declared():
+    from dataclasses import dataclass
+
+    import dane
+
+    @dataclass(frozen=True)
+    class Own(dane.AlgorithmConfig):
+        mu: float = 0.1
+        name: str = "own"
+
+    @dataclass(frozen=True)
+    class Damped(Own):
+        mu_role = "damping"
+
+    assert not any(h.startswith("algorithm.mu") for h in recovery_overrides(Own()))
+    assert "algorithm.mu=1" in recovery_overrides(Damped())

@@ -75,8 +75,13 @@ def recovery_overrides(algorithm) -> list[str]:
     out = list(algorithm.recovery()) if hasattr(algorithm, "recovery") else []
     if keys.get("safeguard") is False:
         out.append("algorithm.safeguard=true")
-    if isinstance(keys.get("mu"), (int, float)):
-        out.append(f"algorithm.mu={max(1e-3, 10 * float(keys['mu'])):g}")
+    role, mu = getattr(algorithm, "mu_role", None), keys.get("mu")
+    if isinstance(mu, (int, float)) and not isinstance(mu, bool):
+        if role == "damping":
+            out.append(f"algorithm.mu={max(1e-3, 10 * float(mu)):g}")
+        elif role == "strong_convexity":  # a larger μ overstates it: the step then overshoots
+            out.append("algorithm.mu=null (the default, from the problem: a μ above the objective's strong "
+                       "convexity overstates it)")
     if keys.get("adaptive_rho") is False:
         out.append("algorithm.adaptive_rho=true")
     if isinstance(keys.get("lr"), (int, float)) and keys["lr"] > 0:  # a smaller step; a step <= 0 is no step to shrink
