@@ -164,7 +164,8 @@ class ADIANAConfig(AlgorithmConfig, CompressedKeys):
     def build(self, problem: Problem, comm: Communicator) -> ADIANA:
         """The nulls resolved in the theorem's order (`baselines.defaults`): α and p from ω and m, η from L, ω, m
         and p, then θ₁, γ, β from η, μ and p."""
-        resolution, omega, m = Resolution(), make(self.compressor).omega(problem.dim), comm.size
+        resolution, m = Resolution(), comm.size
+        omega = make(self.compressor, "algorithm.compressor").omega(problem.dim)
         bound = diana_shift_step(omega)
         if self.alpha is not None and self.alpha > bound * (1 + 1e-12):
             raise ConfigError(f"algorithm.alpha must be <= 1/(omega + 1) = {bound:.4g} for {self.compressor} on "

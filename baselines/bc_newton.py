@@ -95,7 +95,7 @@ class FedNLBC(FedNL):
                  defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, compressor=compressor, alpha=alpha, option=option, mu=mu, variant="plain",
                          sampling=sampling, seed=seed, defaults=defaults)
-        self.model_compressor = make(model_compressor)
+        self.model_compressor = make(model_compressor, "algorithm.model_compressor")
         self.eta, self.p = model_step(self.model_compressor, self.d, model_lr), p
         self.server_generator = torch.Generator().manual_seed(downlink_seed(seed))
         self.coin = np.random.default_rng(np.random.SeedSequence([seed, COIN_STREAM]))
@@ -192,7 +192,7 @@ class FedNLBCConfig(FedNLConfig):
         numbers = self.numbers(problem, resolution)
         model_lr = self.model_lr
         if model_lr is None:
-            compressor, d = make(self.model_compressor), problem.dim
+            compressor, d = make(self.model_compressor, "algorithm.model_compressor"), problem.dim
             model_lr = resolution.add("model_lr", model_step(compressor, d, None), "model_learning_rate",
                                       omega=compressor.unbiased_omega(d), d=d)
         return FedNLBC(problem, comm, compressor=self.compressor, **numbers, model_compressor=self.model_compressor,

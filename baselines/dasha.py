@@ -106,7 +106,7 @@ class DASHAConfig(AlgorithmConfig, CompressedKeys):
 
     def build(self, problem: Problem, comm: Communicator) -> DASHA:
         """The nulls resolved (`baselines.defaults`): a from ω, γ from L̄, L̂, ω and m."""
-        resolution, omega = Resolution(), make(self.compressor).omega(problem.dim)
+        resolution, omega = Resolution(), make(self.compressor, "algorithm.compressor").omega(problem.dim)
         momentum = self.momentum
         if momentum is None:
             momentum = resolution.add("momentum", dasha_momentum(omega), "dasha_momentum", omega=omega)

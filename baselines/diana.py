@@ -186,7 +186,7 @@ class DIANAConfig(AlgorithmConfig, CompressedKeys):
 
     def build(self, problem: Problem, comm: Communicator) -> DIANA:
         """The nulls resolved (`baselines.defaults`): α from ω, γ from max_i L_i, μ̲, ω and m."""
-        resolution, omega = Resolution(), make(self.compressor).omega(problem.dim)
+        resolution, omega = Resolution(), make(self.compressor, "algorithm.compressor").omega(problem.dim)
         bound = diana_shift_step(omega)
         if self.alpha is not None and self.alpha > bound * (1 + 1e-12):
             raise ConfigError(f"algorithm.alpha must be <= 1/(omega + 1) = {bound:.4g} for {self.compressor} on "

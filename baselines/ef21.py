@@ -51,7 +51,7 @@ class EF21(GD):
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "topk:0.1", lr: float,
                  seed: int = 0, defaults: tuple[dict, ...] = ()):
-        compressor_ = make(compressor)
+        compressor_ = make(compressor, "algorithm.compressor")
         # before GD's first allreduce: its "gradient" message goes through EF21 from round 0 on
         comm.use_compression(MessageCompression(compressor_, ("gradient",), error_feedback=True, seed=seed,
                                                 rank=comm.rank))
@@ -75,7 +75,7 @@ class EF21Config(AlgorithmConfig, CompressedKeys):
         """``lr`` null resolved (`baselines.defaults.ef21_step`) from δ of the compressor on d entries, L̄ and L̃."""
         resolution, lr = Resolution(), self.lr
         if lr is None:
-            delta = make(self.compressor).delta(problem.dim)
+            delta = make(self.compressor, "algorithm.compressor").delta(problem.dim)
             found = self.moments(problem, comm)
             lr = resolution.add("lr", ef21_step(found["mean"], found["rms"], delta), "ef21_step",
                                 smoothness=found["mean"], smoothness_rms=found["rms"], delta=delta)

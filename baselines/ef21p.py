@@ -72,7 +72,8 @@ class EF21P(GD):
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "topk:0.1",
                  compressor_down: str = "topk:0.1", lr: float, seed: int = 0, defaults: tuple[dict, ...] = ()):
-        self.compressor, self.compressor_down = make(compressor), make(compressor_down)
+        self.compressor = make(compressor, "algorithm.compressor")
+        self.compressor_down = make(compressor_down, "algorithm.compressor_down")
         self.counter = MessageCompression(self.compressor, ("gradient",), error_feedback=True, seed=seed,
                                           rank=comm.rank, downlink=self.compressor_down, own_downlink=True)
         comm.use_compression(self.counter)  # before GD's first allreduce
@@ -118,7 +119,8 @@ class EF21PConfig(AlgorithmConfig, CompressedKeys):
         and δ_P on d entries, L̄ and L̃."""
         resolution, lr = Resolution(), self.lr
         if lr is None:
-            delta, delta_down = make(self.compressor).delta(problem.dim), make(self.compressor_down).delta(problem.dim)
+            delta = make(self.compressor, "algorithm.compressor").delta(problem.dim)
+            delta_down = make(self.compressor_down, "algorithm.compressor_down").delta(problem.dim)
             found = self.moments(problem, comm)
             lr = resolution.add("lr", ef21p_step(found["mean"], found["rms"], delta, delta_down), "ef21p_step",
                                 smoothness=found["mean"], smoothness_rms=found["rms"], delta=delta,

@@ -256,7 +256,7 @@ class FedNL(ClientBits, Federated):
         super().__init__(problem, comm, sampling=sampling, seed=seed, defaults=defaults)
         self.cubic = cubic  # FedNL-CR's M (0: no cubic term)
         require_rows(problem, comm, "fednl")
-        self.compressor = make(compressor)
+        self.compressor = make(compressor, "algorithm.compressor")
         if stacked(comm):  # the clients' Hessians built with their rows (`FedNLConfig.build_stacked`)
             clients = CompactHessians.kept(problem, whole=self.compressor.matrices)
         else:
@@ -375,7 +375,7 @@ class StackedFedNL:
                  option: int = 1, mu: float | None = None, variant: str = "plain", clients_per_round: int | None = None,
                  ls_c: float = 0.5, ls_gamma: float = 0.5, seed: int = 0, x0: np.ndarray | None = None,
                  threads: int | None = None, cubic: float = 0.0):
-        self.compressor = make(compressor)
+        self.compressor = make(compressor, "algorithm.compressor")
         self.rows, self.clients = rows, CompactHessians.kept(rows, whole=self.compressor.matrices)
         clients = self.clients
         self.m, self.d, self.T = clients.m, clients.d, clients.T
@@ -496,7 +496,7 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         """α, μ and the option, each null resolved and noted in ``resolution``: α by
         `baselines.defaults.hessian_learning_rate` (the paper's bound for the compressor's class), option 1's μ the
         problem's strong-convexity bound (its ℓ2 weight), the option by `chosen_option`."""
-        compressor = make(self.compressor)
+        compressor = make(self.compressor, "algorithm.compressor")
         alpha = hessian_step(compressor, problem.dim, self.alpha)
         if self.alpha is None:
             resolution.add("alpha", alpha, "hessian_learning_rate", omega=hessian_omega(compressor, problem.dim))

@@ -225,7 +225,7 @@ class MARINAConfig(AlgorithmConfig, CompressedKeys, SamplingKeys):
     def build(self, problem: Problem, comm: Communicator) -> MARINA:
         """The nulls resolved (`baselines.defaults`): p from the compressor's density, γ from L̄, L₊, ω, p and m
         (PP-MARINA's rules, with r, under ``clients_per_round``)."""
-        resolution, compressor, d = Resolution(), make(self.compressor), problem.dim
+        resolution, compressor, d = Resolution(), make(self.compressor, "algorithm.compressor"), problem.dim
         omega, r = compressor.omega(d), self.clients_per_round
         p = self.p
         if p is None:

@@ -82,7 +82,7 @@ class Newton3PC(ClientBits, Federated):
                  p: float = 0.5, compressor: str = "none", mu: float | None = None, sampling: SamplingKeys,
                  seed: int = 0, defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, sampling=sampling, seed=seed, defaults=defaults)
-        self.compressor = make(compressor)
+        self.compressor = make(compressor, "algorithm.compressor")
         clients = linear_rows(problem, comm, self.name)
         self.d, self.mechanism, self.zeta, self.p, self.seed = clients.d, mechanism, zeta, p, seed
         # C/(ω + 1) for an unbiased C, as EF21 takes it (docstring)

@@ -502,6 +502,14 @@ CASES = [
     case("column_sharding_of_a_builtin_set", *LOGREG, "data=breast_cancer", "data.sharding=column", "workers=3",
          expected="error: data.sharding=column reads each row's client from a column of a data file, which this "
                   "data set has not; use data=csv|npz|libsvm|mongo with data.client_column=NAME"),
+    # a count K above the message it compresses ran dense while the records named the spec: refused as the method
+    # is built (d = 20 here), or at the first message
+    case("compressor_count_above_d", "algorithm=ef21", "algorithm.compressor=randk:1000", *SMALL,
+         expected="error: algorithm.compressor=randk:1000 keeps K = 1000 entries of a message of 20; choose K <= 20 "
+                  "(randk:20 keeps them all), or a fraction of each message (randk:0.1)"),
+    case("comm_compress_count_above_d", "algorithm=gd", "comm.compress=topk:21", *SMALL,
+         expected="error: comm.compress=topk:21 keeps K = 21 entries of a message of 20; choose K <= 20 "
+                  "(topk:20 keeps them all), or a fraction of each message (topk:0.1)"),
     # an interpolation that does not resolve: OmegaConf's traceback from wherever the value was first read, exit 1
     # ({{ }}: a brace of the command line, the rows being format strings)
     case("interpolation_of_an_unset_variable", *LOGREG, "data=libsvm",

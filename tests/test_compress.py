@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from dane.compress import Dither, ErrorFeedback, Identity, LowRank, Natural, RandK, TopK, make
+from dane.compress import Dither, ErrorFeedback, Identity, LowRank, Natural, RandK, RandSeqK, TopK, TopLEK, make
 from dane.errors import ConfigError
 
 DRAWS = 20000
@@ -113,7 +113,7 @@ def test_identity_returns_the_message():
     (TopK(k=10), 1024, 32, 10 * (32 + 10)),       # ⌈log₂ 1024⌉ = 10
     (TopK(k=10), 1025, 64, 10 * (64 + 11)),
     (TopK(k=0.1), 1000, 64, 100 * (64 + 10)),     # a fraction: k = 0.1·n
-    (TopK(k=5), 3, 64, 3 * (64 + 2)),             # k capped at n
+    (TopK(k=3), 3, 64, 3 * (64 + 2)),             # K = n: every entry, with its index
     (TopK(k=0.3), 12, 64, 4 * (64 + 4)),          # round(3.6) = 4 pairs, ⌈log₂ 12⌉ = 4
     (TopK(k=0.01), 10, 64, 1 * (64 + 4)),         # round(0.1) = 0, kept at 1
     (RandK(k=0.01), 10, 64, 64),
@@ -131,6 +131,33 @@ def test_identity_returns_the_message():
 ])
 def test_bit_counts_equal_the_hand_derived_ones(compressor, n, value_bits, bits):
     assert compressor.bits(n, value_bits) == bits
+
+
+@pytest.mark.parametrize("make_it", [lambda: make("randk:1000"), lambda: TopK(k=11), lambda: TopLEK(k=11),
+                                     lambda: RandSeqK(k=11)], ids=["randk", "topk", "toplek", "randseqk"])
+def test_a_count_above_the_message_is_refused(make_it):
+    """K > n ran dense (K was capped at n) while the records named the spec: refused wherever the compressor meets a
+    message of n < K entries (its bits, ω or δ, or the message itself); K = n keeps every entry."""
+    compressor = make_it()
+    expected = (f"{compressor.spec} keeps K = {compressor.k} entries of a message of 10; choose K <= 10 "
+                f"({compressor.name}:10 keeps them all), or a fraction of each message ({compressor.name}:0.1)")
+    for use in (lambda c: c.bits(10), lambda c: c.delta(10), lambda c: c(torch.ones(10), torch.Generator())):
+        with pytest.raises(ConfigError) as error:
+            use(compressor)
+        assert str(error.value) == expected
+    x = torch.arange(1.0, 11.0)
+    kept = type(compressor)(k=10)
+    assert torch.equal(kept(x, torch.Generator()), x) and kept.delta(10) == 1.0
+
+
+def test_a_count_above_the_message_names_the_key_it_was_given_as():
+    compressor = make("topk:20", "algorithm.compressor")
+    assert compressor == make("topk:20") and compressor.key == "algorithm.compressor"
+    with pytest.raises(ConfigError, match=r"^algorithm\.compressor=topk:20 keeps K = 20 entries of a message of 19; "
+                                          r"choose K <= 19 \(topk:19 keeps them all\), or a fraction of each message "
+                                          r"\(topk:0\.1\)$"):
+        compressor.delta(19)
+    assert make("topk:1e-9").k_of(10) == 1  # a fraction: of each message, at least one entry
 
 
 def test_bit_count_refusals():

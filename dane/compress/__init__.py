@@ -15,7 +15,10 @@ The two classes the analyses use (Beznosikov et al. 2020; Safaryan et al. 2022):
 
 ``make(spec)`` builds one from its text: ``none``, ``topk:K``, ``randk:K``, ``toplek:K``, ``randseqk:K``,
 ``natural``, ``dither:S``, ``rank:R``; K is a count (an integer ≥ 1) or a fraction of n in (0, 1] (``0.1``),
-resolved per message by `Sparsifier.k_of`.
+resolved per message by `Sparsifier.k_of`.  A count is at most the length of every message the compressor is given
+(K = n keeps them all): a larger one is refused where it first meets a shorter message, at the latest its first
+message, and most methods size theirs as they are built, before round 0 (ω or δ of a d-vector); for messages of
+several lengths (a network's tensors, a packed Hessian beside a vector) a fraction fits each.
 
 Error feedback, EF21 (Richtárik, Sokolov & Fatkhullin 2021), for the biased ones: the sender keeps
 g, sends c = C(x − g) and both sides update g ← g + c; the receiver's estimate of x is g
@@ -31,6 +34,8 @@ sparsifiers TopK, RandK, TopLEK and RandSeqK (`dane.compress.sparsifiers`); natu
 from here (``from dane.compress import RandK``).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from ..errors import ConfigError
 from .base import Compressor, ErrorFeedback, Identity, index_bits
@@ -49,13 +54,15 @@ SPARSIFIERS = {"topk": TopK, "randk": RandK, "toplek": TopLEK, "randseqk": RandS
 
 def make(spec: str, key: str | None = None) -> Compressor:
     """The compressor ``spec`` names (the package's docstring); anything else is a one-line `ConfigError`, which
-    starts with ``key=spec`` where the spec is a config key's (``algorithm.compressor=randk:0: ...``)."""
+    starts with ``key=spec`` where the spec is a config key's (``algorithm.compressor=randk:0: ...``).  The
+    compressor keeps ``key`` for the refusals that wait for a message's length (`Sparsifier.k_of`)."""
     try:
-        return _build(spec)
+        built = _build(spec)
     except ConfigError as err:
         if key is None:
             raise
         raise ConfigError(f"{key}={spec}: {err}") from None
+    return built if key is None else dataclasses.replace(built, key=key)
 
 
 def _build(spec: str) -> Compressor:

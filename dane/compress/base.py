@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -28,6 +28,9 @@ class Compressor:
     unbiased: ClassVar[bool]
     #: compresses (rows, d, d) matrices instead of (rows, n) vectors
     matrices: ClassVar[bool] = False
+    #: the config key the spec was given as (``algorithm.compressor``), which a refusal that needs the message's
+    #: length names (`dane.compress.make`); None: a compressor built in code
+    key: str | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         one = x.dim() == (2 if self.matrices else 1)

@@ -28,10 +28,16 @@ class Sparsifier(Compressor):
                               f"write e.g. {self.name}:0.1 or a count {self.name}:8")
 
     def k_of(self, n: int) -> int:
-        """k for a message of n entries: a count capped at n, or round(fraction·n) kept in [1, n]."""
+        """k for a message of n entries: a count, at most n (K = n keeps every entry), or round(fraction·n) kept in
+        [1, n].  A count above n is refused in one line naming the message's length (and the config key the spec
+        was made for, `dane.compress.make`): the run would send every entry while its records name the spec."""
         if isinstance(self.k, float):
             return min(n, max(1, round(self.k * n)))
-        return min(n, self.k)
+        if self.k > n:
+            where = f"{self.key}={self.spec}" if self.key else self.spec
+            raise ConfigError(f"{where} keeps K = {self.k} entries of a message of {n}; choose K <= {n} "
+                              f"({self.name}:{n} keeps them all), or a fraction of each message ({self.name}:0.1)")
+        return self.k
 
     @property
     def spec(self) -> str:

@@ -37,8 +37,9 @@ def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str
     """One worker's run: the algorithm on ``problem``, resumed from ``resume=``'s checkpoint, rank 0 writing
     ``out_dir``.  Returns the summary."""
     if spec.comm.compress is not None:  # before the algorithm is built: its first collective may be compressed
-        downlink = None if spec.comm.compress_down is None else compress.make(spec.comm.compress_down)
-        comm.use_compression(MessageCompression(compress.make(spec.comm.compress), spec.algorithm.algorithm.compressible,
+        downlink = None if spec.comm.compress_down is None else compress.make(spec.comm.compress_down, "comm.compress_down")
+        comm.use_compression(MessageCompression(compress.make(spec.comm.compress, "comm.compress"),
+                                                spec.algorithm.algorithm.compressible,
                                                 error_feedback=spec.comm.error_feedback, seed=spec.control.seed,
                                                 rank=comm.rank, downlink=downlink))
     # in the simulator rank 0's records and summary are the run's: the other workers keep only their last record
