@@ -125,8 +125,7 @@ def bench_table(name: str, data_dir: Path, rounds: int, repeats: int, log) -> di
             **stacked_timings, "ufednl_s_per_round": reference, "alpha": runs[0]["alpha"],
             "phase_s_per_round": [r["phase_s_per_round"] for r in runs],
             "uplink_bits_per_client_round": runs[0]["uplink_bits_per_client_round"],
-            # the command names the compressor by the row's key, as the evidence holds it (with α, no runnable line)
-            "user_path": {"command": "dane train " + " ".join(user_overrides(path, m, key, rounds, pp, 0, alpha)),
+            "user_path": {"command": "dane train " + " ".join(user_overrides(path, m, spec, rounds, pp, 0, alpha)),
                           **user, "wall_s": [u["wall_s"] for u in users], "simulator_path": users[0]["simulator_path"]}}
         log(f"{name} {key}: x{stacked_timings['ratio_to_ufednl']:.2f} of u-FedNL, "
             f"dane train x{user['ratio_to_ufednl']:.2f}")
