@@ -1949,3 +1949,20 @@ def test_the_compressed_figure_has_one_legend_below_the_panels_and_a_title_from_
     assert axes[0].get_ylabel() == "phishing (m = 100): (O(w) − O*)/|O*|"
     plt.close(drawn)
 
+
+def test_the_fednl_evidence_names_each_rows_user_run_as_a_command_that_composes():
+    """Each row of paper_figs/evidence/fednl.json names the ``dane train`` line it timed; the α row named its key
+    (``topk:2408 alpha=0.02685``, two tokens) where the override is ``algorithm.compressor=topk:2408``."""
+    from dane.synthetic.sweep import compose_job
+
+    section = json.loads((REPO / "paper_figs" / "evidence" / "fednl.json").read_text())["fednl"]
+    rows = [(name, key, row) for name, table in section["tables"].items() for key, row in
+            table.get("compressors", {}).items()]
+    assert len(rows) == 9
+    for name, key, row in rows:
+        command = row["user_path"]["command"].split()
+        assert command[:2] == ["dane", "train"] and all("=" in token for token in command[2:]), (name, key)
+        config = compose_job(tuple(command[2:]))
+        assert config.algorithm.compressor == key.split()[0] and config.workers == section["tables"][name]["clients"]
+        if "alpha=" in key:
+            assert config.algorithm.alpha == pytest.approx(float(key.split("alpha=")[1]), rel=1e-3)
