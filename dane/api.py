@@ -14,6 +14,7 @@ workers in this process, on the same shards a ``horovodrun -np m`` run would use
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 from dataclasses import dataclass
@@ -91,9 +92,7 @@ def build(cfg, group_name: str):
     A `UserError` raised inside is re-raised as itself (one line), not as Hydra's wrapper; a node without a
     ``_target_`` (a yaml of one's own that names no config class) is one line too.
     """
-    if not isinstance(cfg[group_name].get("_target_"), str):
-        raise ConfigError(f"{group_name}={cfg[group_name].get('name', '?')} names no _target_: its yaml needs "
-                          f"_target_: <module>.<its config class> (docs/extending.md)")
+    check_target(cfg[group_name], group_name)
     try:
         built = instantiate(cfg[group_name])
     except InstantiationException as exc:
@@ -109,6 +108,62 @@ def build(cfg, group_name: str):
         raise ConfigError(f"{group_name}: {lines[-1] if lines else exc}") from None
     check_booleans(built, group_name)
     return built
+
+
+def check_target(node, group_name: str) -> None:
+    """The group's ``_target_`` (and any nested one) names a module Python can import, else one line naming the
+    module, the group choice, the yaml it came from and the fix.  Checked before Hydra is asked for the class, as
+    Hydra's lookup logs three lines of its own and then raises a line without the fix."""
+    target = node.get("_target_")
+    choice = group_choice(group_name) or node.get("name", "?")
+    if not isinstance(target, str):
+        raise ConfigError(f"{group_name}={choice} names no _target_: its yaml needs "
+                          f"_target_: <module>.<its config class> (docs/extending.md)")
+    for key, named in targets(node, group_name):
+        module = named.split(".")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            yaml = group_yaml(group_name, choice)
+            raise ConfigError(f"{group_name}={choice}{f' ({yaml})' if yaml else ''}: {key}={named} names module "
+                              f"{module}, which is not on the Python path; put the folder holding {module} on "
+                              f"PYTHONPATH, e.g. PYTHONPATH=. dane train ... from that folder")
+
+
+def targets(node, path: str):
+    """(key, value) of every string ``_target_`` in ``node`` and the configs it holds, the node's own first."""
+    if not OmegaConf.is_dict(node):
+        return
+    if isinstance(node.get("_target_"), str):
+        yield f"{path}._target_", node._target_
+    for key in node:
+        if key != "_target_" and OmegaConf.is_dict(node._get_node(key)):
+            yield from targets(node[key], f"{path}.{key}")
+
+
+def group_choice(group_name: str) -> str | None:
+    """The yaml Hydra chose for ``group_name`` (``algorithm=heavy_ball``: heavy_ball), None outside a Hydra run."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return OmegaConf.select(HydraConfig.get(), f"runtime.choices.{group_name}", default=None)
+
+
+def group_yaml(group_name: str, choice: str) -> str | None:
+    """The file Hydra composed ``group_name=choice`` from: the first folder of its search path holding it (as Hydra
+    looks it up), None outside a Hydra run or where none is a folder on disk."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    for source in OmegaConf.select(HydraConfig.get(), "runtime.config_sources", default=None) or []:
+        path = Path(str(source.path)) / group_name / f"{choice}.yaml"
+        if source.schema == "file" and path.is_file():
+            return str(path)
+    return None
 
 
 def unknown_key(cfg, group_name: str, key: str, message: str) -> ConfigError:

@@ -21,7 +21,7 @@ from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError
 
 from . import checks
 from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
-from .api import build
+from .api import build, check_target
 from .loop.batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
 from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed, finished, whole_records
@@ -64,6 +64,8 @@ def algorithm_class(node: DictConfig) -> type[Algorithm]:
     """The `Algorithm` class the ``algorithm`` group's config (its ``_target_``) builds, so that its capabilities
     are asked before anything is built."""
     target = node.get("_target_")
+    if isinstance(target, str):
+        check_target(node, "algorithm")
     config = get_class(target) if isinstance(target, str) else None
     if not (isinstance(config, type) and issubclass(config, AlgorithmConfig)):
         raise ConfigError(f"algorithm._target_={target} is not a dane.algorithm.AlgorithmConfig; subclass it and set "
@@ -237,6 +239,8 @@ def split_backend(cfg: DictConfig, backend: str) -> tuple[str, str | None]:
     from .split.config import SplitConfig
 
     target = cfg.algorithm.get("_target_")
+    if isinstance(target, str):
+        check_target(cfg.algorithm, "algorithm")  # a module not on the path: its line, not Hydra's logged lines
     try:
         config = get_class(target) if isinstance(target, str) else None
     except Exception:  # noqa: BLE001 - not a class: algorithm_class says so when it is asked

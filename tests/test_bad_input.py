@@ -136,6 +136,12 @@ CASES = [
          expected="problem.dimm is not a config key; did you mean problem.dim?"),
     case("own_config_dir_key_typo", "--config-dir", "{tmp}/my_conf", "problem=mine", "problem.n_sampless=600",
          expected="problem.n_sampless is not a config key; did you mean problem.n_samples?"),
+    # a yaml of one's own whose _target_ module is not on the Python path (the dane console script does not put the
+    # working folder on it): the module, the group, the yaml and the fix, without Hydra's logged lines
+    case("own_target_module_not_on_the_path", "--config-dir", "{tmp}/my_conf", "algorithm=nowhere", *SMALL,
+         expected="error: algorithm=nowhere ({tmp}/my_conf/algorithm/nowhere.yaml): algorithm._target_="
+                  "dane_s68_nowhere.NowhereConfig names module dane_s68_nowhere, which is not on the Python path; put "
+                  "the folder holding dane_s68_nowhere on PYTHONPATH, e.g. PYTHONPATH=. dane train ... from that folder"),
     case("unknown_algorithm", "algorithm=newton", *SMALL,
          expected="algorithm=newton is unknown; choose one of: acc_sdane, adiana, admm, aide, dane"),
     case("unknown_comm", "comm=mpi", *SMALL, expected="comm=mpi is unknown; choose one of: auto, horovod, local, ps, torch"),
@@ -639,6 +645,9 @@ def probe_files(tmp: Path) -> None:
     (tmp / "checkpoint_read_only" / "checkpoint").chmod(0o555)
     (tmp / "my_conf" / "problem").mkdir(parents=True)
     (tmp / "my_conf" / "problem" / "mine.yaml").write_text((REPO / "conf/problem/ridge_synthetic.yaml").read_text())
+    (tmp / "my_conf" / "algorithm").mkdir()
+    (tmp / "my_conf" / "algorithm" / "nowhere.yaml").write_text("_target_: dane_s68_nowhere.NowhereConfig\n"
+                                                                "name: nowhere\nlr: 0.1\n")
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
