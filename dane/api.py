@@ -14,9 +14,12 @@ workers in this process, on the same shards a ``horovodrun -np m`` run would use
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import os
 import re
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +96,7 @@ def build(cfg, group_name: str):
     ``_target_`` (a yaml of one's own that names no config class) is one line too.
     """
     check_target(cfg[group_name], group_name)
+    check_annotations(cfg[group_name], group_name)
     try:
         built = instantiate(cfg[group_name])
     except InstantiationException as exc:
@@ -101,6 +105,11 @@ def build(cfg, group_name: str):
             cause = cause.__cause__ or cause.__context__
         if cause is not None:
             raise as_typed(cause, cfg, group_name) from None
+        refused = exc.__cause__
+        if isinstance(refused, ValueError):  # a config of one's own refusing a value: its message is the line
+            text = str(refused)
+            owner = f"{group_name}={cfg[group_name].get('name', '?')}: "
+            raise ConfigError(text if text.startswith(f"{group_name}.") else owner + text) from None
         unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
         if unexpected:
             raise as_typed(unknown_key(cfg, group_name, unexpected.group(1), str(exc)), cfg, group_name) from None
@@ -130,6 +139,54 @@ def check_target(node, group_name: str) -> None:
             raise ConfigError(f"{group_name}={choice}{f' ({yaml})' if yaml else ''}: {key}={named} names module "
                               f"{module}, which is not on the Python path; put the folder holding {module} on "
                               f"PYTHONPATH, e.g. PYTHONPATH=. dane train ... from that folder")
+
+
+def check_annotations(node, group_name: str) -> None:
+    """A config dataclass of one's own (not the package's, which check their own values): each value given for a
+    field annotated float, int, bool or str (``Optional[...]``: null too) is of that kind, else one line naming the
+    key, as the package's configs say it (`dane.checks`).  Hydra passes ``lr=abc`` on as text and ``lr=true`` as a
+    bool, which a comparison in the config's checks would fail on with a TypeError, or take as 1."""
+    config = located(node._target_)
+    if not dataclasses.is_dataclass(config) or config.__module__.split(".")[0] == "dane":
+        return
+    try:
+        hints = typing.get_type_hints(config)
+    except Exception:  # noqa: BLE001 - an annotation Python cannot resolve: the config's own checks decide
+        return
+    for f in dataclasses.fields(config):
+        if f.name not in node or OmegaConf.is_config(node._get_node(f.name)):
+            continue
+        kind, optional = annotated_kind(hints.get(f.name))
+        value = node[f.name]
+        if kind is None or (value is None and optional):
+            continue
+        key = f"{group_name}.{f.name}"
+        if kind is str:
+            if not isinstance(value, str):
+                raise ConfigError(f"{key} must be a string, got {value!r}")
+        else:
+            {float: checks.number, int: checks.integer, bool: checks.boolean}[kind](key, value)
+
+
+def annotated_kind(hint) -> tuple[type | None, bool]:
+    """(float, int, bool or str, whether None is allowed) of an annotation; (None, _) for any other."""
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        optional = type(None) in args
+        rest = [a for a in args if a is not type(None)]
+        hint = rest[0] if len(rest) == 1 else None
+    return (hint if hint in (float, int, bool, str) else None), optional
+
+
+def located(target: str):
+    """The object ``module.name`` names, None where it cannot be imported (instantiating it then says why); unlike
+    Hydra's lookup, without logging."""
+    module, _, name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001 - an import error of the user's module: Hydra's instantiate reports it
+        return None
 
 
 def targets(node, path: str):

@@ -11,9 +11,15 @@ from pathlib import Path
 from .errors import ConfigError
 
 
-def _number(key: str, value) -> float:
+def number(key: str, value) -> float:
+    """A number (inf included), not a bool (true == 1 in Python) nor text."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ConfigError(f"{key} must be a number, got {value!r}")
+    return value
+
+
+def _number(key: str, value) -> float:
+    number(key, value)
     if not math.isfinite(value):  # inf and nan compare as valid or invalid by accident, and break the math later
         raise ConfigError(f"{key} must be a finite number, got {value}")
     return float(value)

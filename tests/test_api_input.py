@@ -320,6 +320,59 @@ def test_a_yaml_of_ones_own_without_a_target_is_one_line():
         build(cfg, "algorithm")
 
 
+@dataclasses.dataclass(frozen=True)
+class OwnStepConfig(dane.algorithm.AlgorithmConfig):
+    """A config of one's own as docs/extending.md's first version wrote it: a ValueError, a comparison that text or
+    a bool would reach."""
+
+    name: str = "own_step"
+    lr: float = 0.1
+    steps: int = 1
+    nesterov: bool = False
+    label: str | None = None
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise ValueError(f"algorithm.lr must be > 0, got {self.lr}")
+        if self.steps > 9:
+            raise ValueError(f"at most 9 steps, got {self.steps}")
+
+
+@pytest.mark.parametrize("given, line", [
+    ({"lr": "abc"}, "algorithm.lr must be a number, got 'abc'"),  # was TypeError("'>' not supported ...")
+    ({"lr": True}, "algorithm.lr must be a number, got True"),    # was taken as lr=1
+    ({"lr": None}, "algorithm.lr must be a number, got None"),
+    ({"steps": 1.5}, "algorithm.steps must be an integer, got 1.5"),
+    ({"steps": True}, "algorithm.steps must be an integer, got True"),
+    ({"nesterov": "yes"}, "algorithm.nesterov must be true or false, got 'yes'"),
+    ({"label": 3}, "algorithm.label must be a string, got 3"),
+    ({"lr": -1}, "algorithm.lr must be > 0, got -1"),             # was algorithm: ValueError('algorithm.lr ...')
+    ({"steps": 10}, "algorithm=own_step: at most 9 steps, got 10"),  # a message without the key: the group names it
+])
+def test_a_config_of_ones_own_refuses_a_value_of_the_wrong_kind_in_one_line(given, line):
+    """Each value given for a field annotated float, int, bool or str is of that kind before the dataclass is built
+    (as the package's configs check theirs, `dane.checks`), and a ValueError of its own checks is its message."""
+    from omegaconf import OmegaConf
+
+    from dane.api import build
+
+    cfg = OmegaConf.create({"algorithm": {"_target_": f"{__name__}.OwnStepConfig", "name": "own_step", **given}})
+    with pytest.raises(ConfigError) as error:
+        build(cfg, "algorithm")
+    assert one_line(error) == line
+
+
+def test_a_config_of_ones_own_takes_the_values_its_annotations_allow():
+    """An int for a float, null for an Optional, and the values the annotations name, built as given."""
+    from omegaconf import OmegaConf
+
+    from dane.api import build
+
+    given = {"lr": 2, "steps": 3, "nesterov": True, "label": None}
+    cfg = OmegaConf.create({"algorithm": {"_target_": f"{__name__}.OwnStepConfig", "name": "own_step", **given}})
+    assert build(cfg, "algorithm") == OwnStepConfig(lr=2, steps=3, nesterov=True, label=None)
+
+
 def test_every_public_name_is_there():
     """Each name `dane.__all__` lists resolves (two pointed at a module that had moved, and raised)."""
     for name in dane.__all__:
