@@ -52,6 +52,29 @@ def test_a_step_that_is_not_positive_is_not_shrunk():
     assert "algorithm.lr=0.5" in recovery_overrides(Unchecked(lr=5.0))
 
 
+def test_a_hint_is_a_finite_value():
+    """algorithm.lr=1e400 (Hydra reads inf) diverged and was told algorithm.lr=inf; a μ of 1e308 damping the step,
+    algorithm.mu=inf.  A hint is a value one can set, or no hint for that key."""
+    from dataclasses import dataclass
+
+    import dane
+
+    @dataclass(frozen=True)
+    class Unchecked(dane.AlgorithmConfig):
+        lr: float = float("inf")
+        mu: float = 0.0
+        name: str = "unchecked"
+        mu_role = "damping"
+
+    for config in (Unchecked(), Unchecked(mu=1e308), Unchecked(mu=float("inf")), Unchecked(lr=5e-324)):
+        hints = recovery_overrides(config)
+        assert not any(h.endswith(("=inf", "=0")) for h in hints), hints
+    assert recovery_overrides(Unchecked()) == \
+        ["algorithm.mu=0.001", "algorithm=dane (safeguarded)"]
+    assert "algorithm.mu=1e+308" in recovery_overrides(Unchecked(mu=1e307))
+    assert "algorithm.lr=1e+307" in recovery_overrides(Unchecked(lr=1e308))
+
+
 @pytest.mark.parametrize("name, mu, expected", [
     ("dane", 0.1, "algorithm.mu=1"),                    # a proximal weight: ten-fold
     ("fedprox", 1e-5, "algorithm.mu=0.001"),            # at least 1e-3

@@ -18,6 +18,7 @@ and a Ctrl-C stops every worker at its next collective, writes the summary with
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -77,15 +78,17 @@ def recovery_overrides(algorithm) -> list[str]:
         out.append("algorithm.safeguard=true")
     role, mu = getattr(algorithm, "mu_role", None), keys.get("mu")
     if isinstance(mu, (int, float)) and not isinstance(mu, bool):
-        if role == "damping":
+        if role == "damping" and math.isfinite(10 * float(mu)):  # a hint is a value one can set: never inf
             out.append(f"algorithm.mu={max(1e-3, 10 * float(mu)):g}")
         elif role == "strong_convexity":  # a larger μ overstates it: the step then overshoots
             out.append("algorithm.mu=null (the default, from the problem: a μ above the objective's strong "
                        "convexity overstates it)")
     if keys.get("adaptive_rho") is False:
         out.append("algorithm.adaptive_rho=true")
-    if isinstance(keys.get("lr"), (int, float)) and keys["lr"] > 0:  # a smaller step; a step <= 0 is no step to shrink
-        out.append(f"algorithm.lr={float(keys['lr']) / 10:g}")
+    lr = keys.get("lr")
+    # a smaller step; a step <= 0 is no step to shrink, and an infinite one (lr=1e400, read as inf) has no tenth
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < float(lr) / 10 < math.inf:
+        out.append(f"algorithm.lr={float(lr) / 10:g}")
     if getattr(algorithm, "name", None) != "dane":
         out.append("algorithm=dane (safeguarded)")
     return out
