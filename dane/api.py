@@ -153,8 +153,9 @@ def check_annotations(node, group_name: str) -> None:
         hints = typing.get_type_hints(config)
     except Exception:  # noqa: BLE001 - an annotation Python cannot resolve: the config's own checks decide
         return
+    raw = OmegaConf.to_container(node, resolve=False)  # a nested config is a dict here, unresolved
     for f in dataclasses.fields(config):
-        if f.name not in node or OmegaConf.is_config(node._get_node(f.name)):
+        if f.name not in raw or isinstance(raw[f.name], (dict, list)):
             continue
         kind, optional = annotated_kind(hints.get(f.name))
         value = node[f.name]
@@ -195,8 +196,9 @@ def targets(node, path: str):
         return
     if isinstance(node.get("_target_"), str):
         yield f"{path}._target_", node._target_
+    raw = OmegaConf.to_container(node, resolve=False)
     for key in node:
-        if key != "_target_" and OmegaConf.is_dict(node._get_node(key)):
+        if key != "_target_" and isinstance(raw[key], dict):
             yield from targets(node[key], f"{path}.{key}")
 
 
