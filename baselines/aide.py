@@ -81,7 +81,8 @@ directions only part of the way, and the outer loop then runs at a fraction of t
 however τ is chosen.  Our choice, in that spirit: AIDE's SVRG takes c = ln(1/q)
 (at least InexactDANE's c₀ = 1) times the `svrg_passes` steps: its error along the augmented
 problem's flattest direction (curvature λ + τ + μ) shrinks by e^{-c} = q per solve.  τ = 0
-(q = 1) gives InexactDANE's passes.
+(q = 1) gives InexactDANE's passes; λ = 0 with τ > 0 (q = 0, c = ∞) the cap P_max, as `svrg_passes` takes where
+λ + μ = 0.
 
 Round 0's τ is the summary's resolved ``algorithm.tau`` (``defaults``); each growth (``algorithm.tau``) and
 restart (``alpha``, back to α_0) is its round's ``adapted`` event, which the summary lists as ``adaptations``.
@@ -110,7 +111,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver, load_svrg
+from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, LocalSolver, load_svrg
 from dane.problems import Problem
 
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
@@ -147,7 +148,11 @@ def catalyst_q(strong_convexity: float, tau: float) -> float:
 
 def inner_contraction(q: float) -> float:
     """c = max(c_0, ln(1/q)) of passes=auto (c_0 = `AUTO_PASSES_CONTRACTION`, InexactDANE's): the SVRG solve of the
-    τ-augmented subproblem shrinks its error along the flattest direction (curvature λ + τ + μ) by e^{-c} = q."""
+    τ-augmented subproblem shrinks its error along the flattest direction (curvature λ + τ + μ) by e^{-c} = q.
+    q = 0 (λ = 0, τ > 0) asks for an exact solve, c = ∞: `svrg_passes` then runs its cap P_max, as where the
+    curvature is 0."""
+    if q <= 0:
+        return math.inf
     return AUTO_PASSES_CONTRACTION if q >= 1 else max(AUTO_PASSES_CONTRACTION, math.log(1 / q))
 
 
@@ -206,8 +211,10 @@ class AIDE(Algorithm):
         self.solver = self.solver_at(self.q)
 
     def solver_at(self, q: float):
-        """The local solver for Catalyst's q: an SVRG solve contracting by ``inner_contraction(q)``, else as given."""
-        if isinstance(self.local_solver, LocalSolver) and self.local_solver.method == "svrg":
+        """The local solver for Catalyst's q: an SVRG solve with passes=auto contracting by ``inner_contraction(q)``,
+        else as given (a fixed count of passes reads no contraction)."""
+        if isinstance(self.local_solver, LocalSolver) and self.local_solver.method == "svrg" \
+                and self.local_solver.passes == PASSES_AUTO:
             return replace(self.local_solver, contraction=inner_contraction(q))
         return self.local_solver
 

@@ -23,7 +23,7 @@ from dane.comm import ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.loop.launch import execute
-from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, LocalSolver
+from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, AUTO_PASSES_MAX, LocalSolver
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems import LogReg, Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard
@@ -419,6 +419,23 @@ def test_tau_auto_grows_where_the_column_rule_cannot_see_the_disagreement():
     q = lam / (lam + 4 * lam)
     assert algo.solver.contraction == inner_contraction(q) == pytest.approx(math.log(5), rel=1e-15)
     assert inner_contraction(1.0) == inner_contraction(0.5) == AUTO_PASSES_CONTRACTION  # never below InexactDANE's
+
+
+@pytest.mark.parametrize("keys", [{"tau": 0.5, "passes": 3}, {"tau": 0.5}, {}], ids=["passes=3", "auto", "defaults"])
+def test_aide_runs_at_lambda_zero_with_svrg(keys):
+    """λ = 0 with τ > 0: q = 0, α_0 = 1, ζ_0 = 0, α_1 = (√5 − 1)/2 (the module docstring); SVRG's passes=auto asks
+    for c = ln(1/q) = ∞ and runs the cap P_max, as `svrg_passes` does where the curvature is 0."""
+    rng = np.random.default_rng(0)
+    problem = dane.problems.Ridge(rng.standard_normal((30, 4)), rng.standard_normal(30), lam=0.0)
+    result = dane.fit(problem, "aide", workers=3, rounds=3, **keys)
+    a0, a1 = 1.0, (math.sqrt(5) - 1) / 2
+    a2 = catalyst_alpha(a1, 0.0)
+    assert [r["zeta"] for r in result.records[:2]] == pytest.approx([0.0, catalyst_zeta(a1, a2)], rel=1e-12, abs=0)
+    assert catalyst_zeta(a1, a2) == pytest.approx(a1 * (1 - a1) / (a1 * a1 + a2), rel=1e-15)
+    assert round(catalyst_zeta(a1, a2), 4) == 0.2818 and catalyst_zeta(a0, a1) == 0.0
+    passes = [e["value"] for e in result.summary["defaults"] if e["key"] == "algorithm.passes"]
+    assert passes == ([] if "passes" in keys else [AUTO_PASSES_MAX])
+    assert inner_contraction(0.0) == math.inf
 
 
 @pytest.mark.parametrize("algorithm, keys, mu_shift", [

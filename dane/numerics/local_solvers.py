@@ -94,7 +94,8 @@ class LocalSolver:
         if self.lr is not None:
             checks.positive("problem.svrg_lr", self.lr)
         checks.one_of("problem.svrg_variant", self.variant, SVRG_VARIANTS)
-        checks.positive("problem.svrg_contraction", self.contraction)
+        if self.contraction != math.inf:  # ∞: an exact solve asked for (AIDE's q = 0), the cap P_max
+            checks.positive("problem.svrg_contraction", self.contraction)
         if self.method == "cg" and self.tol == 0 and self.max_iter is None:
             raise ConfigError("problem.local_solver=cg with local_tol=0 needs problem.local_max_iter (a fixed count)")
 
@@ -308,7 +309,7 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
     1 − γ(λ + μ) at best, so c κ steps contract it by about e^{-c}, and a solve is equally accurate
     whatever κ/n_i.  SVRG's theory sets its inner loop in proportion to κ (Johnson & Zhang 2013,
     Theorem 1: m ∝ L/μ for a fixed rate); the paper's fixed 3 passes (Reddi et al. 2016, and their
-    MATLAB reference) is this rule where κ ≤ 3 n_i/c.  With λ + μ = 0 there is no such bound: P_max.
+    MATLAB reference) is this rule where κ ≤ 3 n_i/c.  With λ + μ = 0, or c = ∞, there is no such bound: P_max.
     ``contraction`` is c (a caller that needs a more accurate solve, AIDE's Catalyst loop, raises it).
     A step γ that is not a finite positive number, or a λ + μ of nan, is a caller's bug (a μ the caller failed to
     check): a ValueError that names it, not a κ of nan.
@@ -320,7 +321,7 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
     if not (0 < lr < math.inf) or math.isnan(shrink):
         raise ValueError(f"svrg_passes: passes=auto needs a finite step lr > 0 and a curvature shrink = lambda + mu "
                          f"that is a number, got lr={lr!r}, shrink={shrink!r}")
-    if shrink <= 0:
+    if shrink <= 0 or contraction == math.inf:
         return AUTO_PASSES_MAX
     wanted = math.ceil(contraction * b / (lr * shrink * n))
     return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
