@@ -111,7 +111,8 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, LocalSolver, load_svrg
+from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, LocalSolver, load_svrg, \
+    refuse_oversized_svrg
 from dane.problems import Problem
 
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
@@ -187,6 +188,7 @@ class AIDE(Algorithm):
     def __init__(self, problem: Problem, comm: Communicator, *, tau: float | str = TAU_AUTO, eta: float = 1.0,
                  mu: float = 0.0, local_solver: LocalSolver | None = None, w0: torch.Tensor | None = None):
         require_convex_shard(problem, self.name)
+        refuse_oversized_svrg("algorithm.batch_size", local_solver, problem.n_local)  # before any collective
         super().__init__(problem, comm, w0)
         self.eta, self.mu = eta, mu
         self.local_solver = local_solver  # None: the problem's own

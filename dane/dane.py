@@ -25,7 +25,7 @@ import torch
 
 from .algorithm import Algorithm, AlgorithmConfig, Column
 from .comm import Communicator
-from .numerics.local_solvers import LocalSolver, load_svrg
+from .numerics.local_solvers import LocalSolver, load_svrg, refuse_oversized_svrg
 from . import checks
 from .problems import Problem
 from .safeguard import MuSafeguard
@@ -48,6 +48,7 @@ class DANE(Algorithm):
         self.eta = eta
         self.mu = mu
         self.local_solver = local_solver  # a dane.numerics.local_solvers.LocalSolver, or None: the problem's own
+        refuse_oversized_svrg("algorithm.batch_size", local_solver, problem.n_local)  # before any collective
         load_svrg(problem, local_solver)  # numba's start-up in the set-up, not in round 0
         convex = problem.convex
         self.guard = MuSafeguard(mu, convex=convex, forget=not (convex and problem.quadratic)) if safeguard else None

@@ -8,6 +8,7 @@ SVRG against its torch reference is tests/test_svrg.py.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -344,6 +345,23 @@ def test_cg_with_zero_tolerance_needs_a_fixed_count():
     with pytest.raises(ConfigError, match="algorithm.cg_max_iter"):
         InexactDANEConfig(local_solver="cg", cg_tol=0.0)
     assert InexactDANEConfig(local_solver="cg", cg_tol=0.0, cg_max_iter=5).solver().max_iter == 5
+
+
+def test_an_svrg_batch_larger_than_the_shard_is_refused_not_cut():
+    """SVRG's rows per step beyond the worker's rows: one line naming the key (the algorithm's, or the problem's where
+    the problem's own solver runs), as sync_sgd's and local_sgd's batches; a batch of the whole shard runs."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((30, 4)), rng.standard_normal(30)   # 3 shards of 10 rows
+    line = "{}=11 exceeds this worker's 10 samples; use a batch no larger than the smallest shard"
+    for algorithm in ("inexact_dane", "aide"):
+        with pytest.raises(ConfigError, match="^" + re.escape(line.format("algorithm.batch_size")) + "$"):
+            dane.fit(dane.problems.Ridge(X, y, lam=0.1), algorithm, workers=3, rounds=1, batch_size=11)
+        assert dane.fit(dane.problems.Ridge(X, y, lam=0.1), algorithm, workers=3, rounds=1, batch_size=10,
+                        passes=3).status == "max_rounds"
+    for algorithm in ("dane", "osa"):
+        with pytest.raises(ConfigError, match="^" + re.escape(line.format("problem.svrg_batch_size")) + "$"):
+            dane.fit(dane.problems.Ridge(X, y, lam=0.1, local_solver="svrg", svrg_batch_size=11), algorithm,
+                     workers=3, rounds=1)
 
 
 @pytest.mark.parametrize("config", [InexactDANEConfig(), AIDEConfig()], ids=["inexact_dane", "aide"])

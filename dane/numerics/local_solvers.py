@@ -47,6 +47,7 @@ import torch
 from .. import checks
 from ..comm.meters import start_up
 from ..errors import ConfigError
+from .inner import refuse_oversized
 from .linalg import CG_PRODUCTS_PER_DIM
 from ..work import count
 
@@ -285,10 +286,18 @@ def load_svrg(problem, solver: LocalSolver | None) -> None:
     svrg_kernels.load(problem.svrg_rows())
 
 
+def refuse_oversized_svrg(key: str, solver: LocalSolver | None, n: int) -> None:
+    """An SVRG solver's rows per step (``key``) beyond this worker's ``n`` rows: refused in one line, as sync_sgd's and
+    local_sgd's batches are (`dane.numerics.inner.refuse_oversized`), not cut to the shard, a smaller batch than the
+    one asked for (an empty shard takes no step, so any batch passes there)."""
+    if isinstance(solver, LocalSolver) and solver.method == "svrg" and n:
+        refuse_oversized(key, solver.batch_size, n, null=False)
+
+
 def svrg_constants(sub: Subproblem, solver: LocalSolver) -> tuple[float, float, int, int, int]:
     """(step γ, deterministic curvature λ + μ, steps per snapshot, rows per step, passes) of an SVRG solve."""
     shard = sub.shard
-    n, b = shard.n_local, min(solver.batch_size, shard.n_local)
+    n, b = shard.n_local, min(solver.batch_size, shard.n_local)  # the min: an empty shard (`refuse_oversized_svrg`)
     shrink = sub.l2 + sub.mu  # the deterministic part's curvature: ∇R(w) = shrink·w − linear − μ·anchor
     lr = solver.lr if solver.lr is not None else svrg_step(n, shard.row_smoothness(), shrink)
     passes = svrg_passes(solver.passes, lr=lr, shrink=shrink, n=n, b=b, contraction=solver.contraction)

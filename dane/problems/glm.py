@@ -42,7 +42,7 @@ import torch
 
 from ..errors import ConfigError
 from ..numerics.linalg import cg, cholesky_solve
-from ..numerics.local_solvers import LocalSolver, cg_products, prox_solve
+from ..numerics.local_solvers import LocalSolver, cg_products, prox_solve, refuse_oversized_svrg
 from ..losses import Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
@@ -168,6 +168,7 @@ class LinearModelShard(Problem):
         self.quadratic = loss.quadratic
         self.strong_convexity = self.l2
         self.solver = solver.resolve(self.dim, self.sparse)
+        refuse_oversized_svrg("problem.svrg_batch_size", self.solver, X.shape[0])
         self.generator = torch.Generator().manual_seed(seed)
         self.w_star, self.f_star = None if w_star is None else self._here(w_star), f_star
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
