@@ -183,6 +183,7 @@ class AIDE(Algorithm):
     name = "aide"
     label = "AIDE"
     synchronous_because = "DANE's local solve needs the global gradient of the same iterate"
+    singular_remedy = " or algorithm.mu > 0"  # μ + τ shifts the local Hessian of the solve
     columns = (Column("tau", "{:>8.3g}"), Column("zeta", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, tau: float | str = TAU_AUTO, eta: float = 1.0,

@@ -98,6 +98,9 @@ class Algorithm(Rounds, ABC):
     #: (``label``, `recorded_label`), where ``dane figures local_work`` and ``fednl_bits`` take it (`label_of_run`),
     #: and the package's other figures and benchmark reports name the package's algorithms by it (`label_of`)
     label: ClassVar[str] = ""
+    #: what the method's own keys can do where a shard's local Hessian is singular (`dane.errors.NotPositiveDefinite`),
+    #: appended to the problem's remedy: " or algorithm.mu > 0" where μ shifts that Hessian; "": the problem's only
+    singular_remedy: ClassVar[str] = ""
 
     # -------------------------------------------------------------- capabilities, asked of the class
     #: the committed state carries over a change of world size: Horovod elastic (``comm.elastic=true``,

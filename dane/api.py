@@ -65,8 +65,9 @@ def algorithm_config(name: str, *, seed: int = 0, **overrides):
     if unknown:
         simulator = ", ".join(f"sim_{key}=" for key in unknown if key in SIMULATOR_KEYS)
         hint = f"; the simulator's allreduce cost is fit's {simulator}" if simulator else ""
-        raise ConfigError(f"algorithm {name} has no key(s) {', '.join(unknown)}; its keys: "
-                          f"{', '.join(k for k in node.keys() if k not in ('_target_', 'name'))}{hint}")
+        keys = [k for k in node.keys() if k not in ('_target_', 'name')]
+        takes = f"its keys: {', '.join(keys)}" if keys else "it takes none"
+        raise ConfigError(f"algorithm {name} has no key(s) {', '.join(unknown)}; {takes}{hint}")
     root = OmegaConf.create({"seed": seed, "algorithm": node})
     root.algorithm = OmegaConf.merge(root.algorithm, {key: plain(f"algorithm.{key}", value)
                                                         for key, value in overrides.items()})

@@ -38,6 +38,7 @@ class DANE(Algorithm):
     label = "DANE"
     elastic = True  # μ and the safeguard's memory follow a change of workers (`load_elastic_state`)
     synchronous_because = "DANE's local solve needs the global gradient of the same iterate"
+    singular_remedy = " or algorithm.mu > 0"  # μ shifts the local Hessian of the solve
     columns = (Column("mu", "{:>8.3g}"),)
     compressible = ("gradient",)  # the global gradient of step 1; the averaged iterate of step 3 is sent exactly
     batchable = True  # its step reads the same on stacked tensors (`dane.comm.batched`)

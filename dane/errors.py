@@ -13,6 +13,12 @@ class ConfigError(UserError, ValueError):
     """An invalid configuration value: ``algorithm.mu must be >= 0, got -1``."""
 
 
+class NotPositiveDefinite(ConfigError):
+    """A shard's local Hessian plus its shift has no Cholesky factor (a singular local model): the problem names its
+    own remedy, and the run's loop appends the method's (`dane.algorithm.Algorithm.singular_remedy`), which the
+    problem cannot know."""
+
+
 class SharedRefusal(ConfigError):
     """A refusal rank 0 found and sent to every rank of a launched job before any of them started (an occupied run
     directory, which only rank 0 reads): every rank stops, rank 0 says it."""

@@ -388,3 +388,18 @@ def test_a_safeguard_that_is_no_boolean_is_refused_by_the_config_object(config):
     make_config = dane.DANEConfig if config == "DANEConfig" else InexactDANEConfig
     with pytest.raises(ConfigError, match=r"^algorithm.safeguard must be true or false, got 'off'$"):
         make_config(safeguard="off")
+
+
+def test_a_singular_local_model_names_only_the_running_methods_keys():
+    """The problem names its own remedy and the run appends the method's: OSA has no μ (no keys at all), so its line
+    names problem.lam only; DANE's adds algorithm.mu.  A key OSA lacks: "it takes none", not an empty list."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((6, 4)), rng.standard_normal(6)   # 3 shards of 2 rows in d = 4: singular
+    fact = "the local Hessian plus 0.0 I is not positive definite on this shard; use problem.lam > 0"
+    for algorithm, remedy in (("osa", ""), ("dane", " or algorithm.mu > 0")):
+        with pytest.raises(ConfigError) as error:
+            dane.fit(dane.problems.Ridge(X, y, lam=0.0), algorithm, workers=3, rounds=2)
+        assert one_line(error) == fact + remedy
+    with pytest.raises(ConfigError) as error:
+        dane.fit(dane.problems.Ridge(X, y, lam=0.0), "osa", workers=3, rounds=2, mu=0.1)
+    assert one_line(error) == "algorithm osa has no key(s) mu; it takes none"

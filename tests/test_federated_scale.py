@@ -90,7 +90,7 @@ def test_woodbury_refuses_a_singular_hessian_and_a_problem_without_rows():
     config = RidgeSyntheticConfig(**SMALL, lam=0.0)
     (low,) = [config.build(0, 20)]
     r = torch.ones(60, dtype=torch.float64)
-    with pytest.raises(ConfigError, match="plus 0.0 I is not positive definite on this shard; use mu > 0"):
+    with pytest.raises(ConfigError, match=r"plus 0.0 I is not positive definite on this shard; use a strongly convex problem \(problem.lam > 0; "):
         low.shifted_solve(r, 0.0)  # rank 30 < 60: A_i alone is singular
     x = low.shifted_solve(r, 0.1)  # any μ > 0 is fine
     assert relative(low.hessian_vector(x, with_reg=False) + 0.1 * x, r) <= 1e-12

@@ -9,6 +9,7 @@ import torch
 from .. import work
 from ..algorithm import Algorithm, Rounds
 from ..comm.base import restore_traffic_bits, traffic_bits
+from ..errors import NotPositiveDefinite
 from .parking import Parked, Parking, Woken, first_wake
 from .stopping import DivergenceWatch, EarlyStopping, StopRule
 
@@ -172,7 +173,10 @@ def rounds_from(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] |
                 "divergence": rising.state_dict(), "algorithm": algo.state_dict(), "last": records[-1:]})
         w_t = algo.iterate.detach().clone() if t < stop.rounds else None
         spent = algo.spent()  # the method's own counters, to reach w_t
-        metrics = algo.step() if t < stop.rounds else algo.evaluate()  # a parked worker raises `Parked`
+        try:
+            metrics = algo.step() if t < stop.rounds else algo.evaluate()  # a parked worker raises `Parked`
+        except NotPositiveDefinite as singular:  # the problem's remedy, then the method's own (its keys only)
+            raise NotPositiveDefinite(f"{singular}{getattr(algo, 'singular_remedy', '')}") from None
         done = work.reduce_over_workers(comm, snapshot) if ledger is not None else None
         record = {"round": t, **cost, **metrics, **(done or {}), **spent}
         if keep_records or not records:

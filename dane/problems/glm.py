@@ -40,7 +40,7 @@ import numpy as np
 import scipy.sparse
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, NotPositiveDefinite
 from ..numerics.linalg import cg, cholesky_solve
 from ..numerics.local_solvers import LocalSolver, cg_products, prox_solve, refuse_oversized_svrg
 from ..losses import Loss
@@ -391,8 +391,8 @@ class LinearModelShard(Problem):
         H.diagonal().add_(shift)
         L, info = torch.linalg.cholesky_ex(H)
         if info.item() != 0:
-            raise ConfigError(f"the local Hessian plus {shift} I is not positive definite on this shard; "
-                              "use problem.lam > 0 or algorithm.mu > 0")
+            raise NotPositiveDefinite(f"the local Hessian plus {shift} I is not positive definite on this shard; "
+                                      "use problem.lam > 0")
         if self.quadratic:
             if len(self._factors) >= 8:
                 self._factors.pop(next(iter(self._factors)))

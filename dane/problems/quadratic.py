@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 
 from .. import checks
-from ..errors import ConfigError
+from ..errors import ConfigError, NotPositiveDefinite
 from ..numerics.linalg import cg, cholesky_solve
 from ..numerics.local_solvers import LocalSolver, cg_products
 from ..work import count_once, counted
@@ -175,5 +175,6 @@ class QuadraticProblem(Problem):
         return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg, solver=solver)
 
 
-def not_positive_definite(shift: float) -> ConfigError:
-    return ConfigError(f"the local Hessian plus {shift} I is not positive definite on this shard; use mu > 0")
+def not_positive_definite(shift: float) -> NotPositiveDefinite:
+    return NotPositiveDefinite(f"the local Hessian plus {shift} I is not positive definite on this shard; use a "
+                               f"strongly convex problem (problem.lam > 0; controlled_quadratic: problem.mu > 0)")
