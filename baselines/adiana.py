@@ -60,7 +60,6 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
-from dane.compress import make
 from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.work import count, uncounted
@@ -165,7 +164,7 @@ class ADIANAConfig(AlgorithmConfig, CompressedKeys):
         """The nulls resolved in the theorem's order (`baselines.defaults`): α and p from ω and m, η from L, ω, m
         and p, then θ₁, γ, β from η, μ and p."""
         resolution, m = Resolution(), comm.size
-        omega = make(self.compressor, "algorithm.compressor").omega(problem.dim)
+        omega = self.compressor_built().omega(problem.dim)
         bound = diana_shift_step(omega)
         if self.alpha is not None and self.alpha > bound * (1 + 1e-12):
             raise ConfigError(f"algorithm.alpha must be <= 1/(omega + 1) = {bound:.4g} for {self.compressor} on "

@@ -40,7 +40,6 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
-from dane.compress import make
 from dane.problems import Problem
 
 from .defaults import Resolution, dasha_momentum, dasha_step
@@ -106,7 +105,7 @@ class DASHAConfig(AlgorithmConfig, CompressedKeys):
 
     def build(self, problem: Problem, comm: Communicator) -> DASHA:
         """The nulls resolved (`baselines.defaults`): a from ω, γ from L̄, L̂, ω and m."""
-        resolution, omega = Resolution(), make(self.compressor, "algorithm.compressor").omega(problem.dim)
+        resolution, omega = Resolution(), self.compressor_built().omega(problem.dim)
         momentum = self.momentum
         if momentum is None:
             momentum = resolution.add("momentum", dasha_momentum(omega), "dasha_momentum", omega=omega)

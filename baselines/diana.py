@@ -155,8 +155,13 @@ class CompressedKeys:
     power_iters: int = 20
     seed: int = 0
 
+    def compressor_built(self) -> Compressor:
+        """The compressor ``algorithm.compressor`` names, a bad spec refused in one line naming that key
+        (`dane.compress.make`)."""
+        return make(self.compressor, "algorithm.compressor")
+
     def check_keys(self) -> None:
-        make(self.compressor, "algorithm.compressor")
+        self.compressor_built()
         if self.lr is not None:
             checks.positive("algorithm.lr", self.lr)
         checks.positive_int("algorithm.power_iters", self.power_iters)
@@ -186,7 +191,7 @@ class DIANAConfig(AlgorithmConfig, CompressedKeys):
 
     def build(self, problem: Problem, comm: Communicator) -> DIANA:
         """The nulls resolved (`baselines.defaults`): α from ω, γ from max_i L_i, μ̲, ω and m."""
-        resolution, omega = Resolution(), make(self.compressor, "algorithm.compressor").omega(problem.dim)
+        resolution, omega = Resolution(), self.compressor_built().omega(problem.dim)
         bound = diana_shift_step(omega)
         if self.alpha is not None and self.alpha > bound * (1 + 1e-12):
             raise ConfigError(f"algorithm.alpha must be <= 1/(omega + 1) = {bound:.4g} for {self.compressor} on "

@@ -75,7 +75,7 @@ class EF21Config(AlgorithmConfig, CompressedKeys):
         """``lr`` null resolved (`baselines.defaults.ef21_step`) from δ of the compressor on d entries, L̄ and L̃."""
         resolution, lr = Resolution(), self.lr
         if lr is None:
-            delta = make(self.compressor, "algorithm.compressor").delta(problem.dim)
+            delta = self.compressor_built().delta(problem.dim)
             found = self.moments(problem, comm)
             lr = resolution.add("lr", ef21_step(found["mean"], found["rms"], delta), "ef21_step",
                                 smoothness=found["mean"], smoothness_rms=found["rms"], delta=delta)

@@ -119,7 +119,7 @@ class EF21PConfig(AlgorithmConfig, CompressedKeys):
         and δ_P on d entries, L̄ and L̃."""
         resolution, lr = Resolution(), self.lr
         if lr is None:
-            delta = make(self.compressor, "algorithm.compressor").delta(problem.dim)
+            delta = self.compressor_built().delta(problem.dim)
             delta_down = make(self.compressor_down, "algorithm.compressor_down").delta(problem.dim)
             found = self.moments(problem, comm)
             lr = resolution.add("lr", ef21p_step(found["mean"], found["rms"], delta, delta_down), "ef21p_step",

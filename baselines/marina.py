@@ -73,7 +73,7 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.comm.batched import stacked
-from dane.compress import Compressor, Sparsifier, make
+from dane.compress import Compressor, Sparsifier
 from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic
@@ -225,7 +225,7 @@ class MARINAConfig(AlgorithmConfig, CompressedKeys, SamplingKeys):
     def build(self, problem: Problem, comm: Communicator) -> MARINA:
         """The nulls resolved (`baselines.defaults`): p from the compressor's density, γ from L̄, L₊, ω, p and m
         (PP-MARINA's rules, with r, under ``clients_per_round``)."""
-        resolution, compressor, d = Resolution(), make(self.compressor, "algorithm.compressor"), problem.dim
+        resolution, compressor, d = Resolution(), self.compressor_built(), problem.dim
         omega, r = compressor.omega(d), self.clients_per_round
         p = self.p
         if p is None:
