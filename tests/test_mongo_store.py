@@ -193,6 +193,50 @@ def as_a_new_run(uri: str, collection: str = "t") -> MongoSource:
     return MongoSource(uri=uri, collection=collection)
 
 
+def test_a_data_set_pushed_again_is_read_afresh_and_an_unchanged_one_from_the_process_cache(files, tmp_path,
+                                                                                         monkeypatch):
+    """The labels a process read are kept under the data set's push (its manifest's push_id): read again unchanged,
+    no sample is scanned; pushed again with --replace (by the command, or by push_table through another spelling of
+    the folder, or through an engine of its own, as another process pushes), the new rows are read, not the 57 of
+    the first push (it served those, and fetched ids 34..57 the 33 new rows lack)."""
+    uri = str(tmp_path / "store")
+    csv_args = ("--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t")
+    push(push_args(str(files / "t.csv"), *csv_args))
+    csv = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none").load()
+    npz = NPZSource(str(files / "t.npz")).load()
+    source = as_a_new_run(uri)
+    first = source.labels()
+    scanned = []
+    find = Store.find
+    monkeypatch.setattr(Store, "find", lambda self, name, *rest: (scanned.append(name), find(self, name, *rest))[1])
+    assert source.labels() is first and MongoSource(uri=uri, collection="t").labels() is first and scanned == []
+    assert push(push_args(str(files / "t.csv"), *csv_args)).endswith("nothing to do")
+    scanned.clear()  # the push's own check of the samples
+    assert source.labels() is first and scanned == []
+
+    push(push_args(str(files / "t.npz"), "--uri", uri, "--collection", "t", "--replace"))
+    scanned.clear()
+    ids, y, manifest = source.labels()
+    assert scanned == ["t"] and manifest["source"] == "npz:t.npz"
+    assert np.array_equal(ids, np.arange(1, 34)) and np.array_equal(y, npz.y)
+    assert np.array_equal(source.load().X, npz.X)
+
+    from dane.data.mongo_push import push_table
+
+    monkeypatch.chdir(tmp_path)
+    source.labels()  # the manifest as the engine caches it
+    push_table(connect("store"), "t", csv, print_fn=lambda line: None, replace=True)
+    assert np.array_equal(source.held_labels()[1], csv.y) and np.array_equal(source.load().X, csv.X)
+
+    from mongita import MongitaClientDisk
+
+    source.labels()
+    elsewhere = MongitaClientDisk(uri + "/")  # another name for the folder: an engine and a cache of its own
+    push_table(Store(elsewhere[mongo_store.DATABASE], uri, embedded=True, client=elsewhere), "t", npz,
+               print_fn=lambda line: None, replace=True)
+    assert np.array_equal(source.labels()[1], npz.y) and np.array_equal(source.load().X, npz.X)
+
+
 def test_a_push_repairs_a_data_set_a_run_refuses(files, tmp_path):
     """A complete data set holding a duplicate of sample 5 (58 documents for 57 samples), or sample 9 under id 4000,
     is refused by a run; the same push drops the documents that are not samples 1..57 under their own ids and

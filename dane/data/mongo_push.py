@@ -23,6 +23,7 @@ one line before anything is uploaded.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -169,7 +170,7 @@ def _push(store: Store, name: str, manifest: dict, write, *, print_fn, replace: 
     if stray or stored != set(range(1, n + 1)):
         raise DataError(f"{store.where(name)} holds {len(stored) + len(stray)} documents after the push, not samples "
                         f"1..{n}; push again with --replace")
-    store.db[MANIFEST].update_one({"_id": name}, {"$set": {"state": "complete"}})
+    store.db[MANIFEST].update_one({"_id": name}, {"$set": {"state": "complete", "push_id": uuid.uuid4().hex}})
     return f"{action} {n} samples into {store.where(name)}"
 
 

@@ -36,7 +36,7 @@ from dane.data.table import Table, missing_rows, resolve_dir
 from dane.errors import ConfigError, DataError
 
 _STORES: dict[str, Store] = {}
-_LABELS: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, dict]] = {}
+_LABELS: dict[tuple[str, str, str | None], tuple[np.ndarray, np.ndarray, dict]] = {}
 
 
 def reads_the_store(method):
@@ -117,10 +117,23 @@ class MongoSource(ShardingKeys):
 
     @reads_the_store
     def labels(self) -> tuple[np.ndarray, np.ndarray, dict]:
-        """Every sample's id and label, in id order, read as the projection ``(id, y)``, and the manifest."""
-        key = (self.location, self.collection)
-        if key not in _LABELS:
+        """Every sample's id and label, in id order, read as the projection ``(id, y)``, and the manifest:
+        `held_labels` with the store's manifest read as it is now (embedded: what the engine cached is released
+        first, since another process may have pushed the data set again)."""
+        self.store().release()
+        return self.held_labels()
+
+    @reads_the_store
+    def held_labels(self) -> tuple[np.ndarray, np.ndarray, dict]:
+        """`labels`, kept for the process under the data set's push (its manifest's ``push_id``, new at every push
+        that writes): a repeated read costs one manifest lookup, and a data set pushed again, by this process or
+        seen since a release, is read afresh. `images` asks here, each minibatch, without the release, which would
+        make the embedded engine decode every stored image again."""
+        held = self.store().manifest(self.collection)  # one lookup: the push the store holds now
+        key = (self.location, self.collection, held.get("push_id") if held else None)
+        if key not in _LABELS or not held or held.get("state") != "complete":
             manifest = self.manifest()
+            key = (self.location, self.collection, manifest.get("push_id"))
             docs = sorted(self.store().find(self.collection, {}, ["id", "y"]), key=lambda doc: doc["id"])
             self.store().release()  # embedded: mongita read (and cached) whole documents for this projection
             ids = np.array([doc["id"] for doc in docs], dtype=np.int64)
@@ -213,7 +226,7 @@ class MongoSource(ShardingKeys):
         from dane.data.mongo_push import UnreadableImage, decode_image
         from dane.data.mongo_store import read_gridfs
 
-        _, _, manifest = self.labels()
+        _, _, manifest = self.held_labels()
         if manifest["kind"] != "images":
             raise ConfigError(f"data.collection={self.collection} holds a table, not images; push a folder of "
                               "images (FOLDER/<label>/<image>) for a network")

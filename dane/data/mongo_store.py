@@ -15,9 +15,11 @@ Layout of a data set named ``NAME`` in database ``dane`` (the URI's database on 
   ``_id`` is its sample's ``_id`` (the id as a string), a chunk's ``"<file _id>:<n>"``.
 - ``dane_manifest``: one document per data set, ``_id = NAME``: ``state`` (uploading | complete), ``n``,
   ``kind`` (dense | sparse | images), ``d``, ``columns`` (the feature fields, in order),
-  ``feature_names``, ``classes`` (an image folder's label names) and ``fingerprint`` (the source's
-  bytes and the push options, SHA-256); with a client column, ``client_column`` (its name in the
-  file: a header, an ``.npz`` key, ``qid``) and ``client_field`` (``client``, the field holding it).
+  ``feature_names``, ``classes`` (an image folder's label names), ``fingerprint`` (the source's
+  bytes and the push options, SHA-256) and ``push_id`` (random, new each time a push completes an
+  upload or a repair: a reader keeps what it read under it, `dane.data.mongo_source.MongoSource.held_labels`);
+  with a client column, ``client_column`` (its name in the file: a header, an ``.npz`` key, ``qid``)
+  and ``client_field`` (``client``, the field holding it).
 
 Crash safety (`push`): the manifest is written first (``uploading``), then the samples in id order, an
 image's chunks and files document before its sample document (a sample document exists only once its
@@ -204,7 +206,9 @@ def connect(uri: str, *, create: bool = False) -> Store:
         raise ConfigError(f"data.uri={uri} is an embedded store, which needs mongita: pip install mongita "
                           "(make setup installs it)") from None
     folder.mkdir(parents=True, exist_ok=True)
-    client = MongitaClientDisk(str(folder))
+    # mongita keeps one engine, and its cache of documents, per folder name: the resolved name gives every handle
+    # on this folder one engine, so what one writes (a push) the others read, and a new handle clears the cache
+    client = MongitaClientDisk(str(folder.resolve()))
     return Store(client[DATABASE], str(folder), embedded=True, client=client)
 
 
