@@ -255,6 +255,60 @@ def test_admissions_missing_is_a_data_error(tmp_path):
         load_dataset("admissions", data_dir=tmp_path, seed=0)
 
 
+def test_a_file_sets_stamp_serves_both_loaders_and_moves_with_its_file(tmp_path, monkeypatch):
+    """`dataset_stamp` is the stamp both keepers use (`load_dataset`'s networks, `BuiltinSource.content_stamp`'s
+    tables): the admissions file found in data_dir, or in the working folder where the table source reads it with no
+    data_dir (the registry's own rule stamped nothing there); MNIST's files; nothing for a set without files.  Read
+    again unchanged, a stamp is equal; the file touched (mtime), grown (size) or replaced by a copy of the same size
+    and time (inode) moves exactly that field."""
+    from dane.data.builtin_source import BuiltinSource
+    from dane.data.registry import dataset_stamp
+
+    def admissions(folder: Path, rows: int) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = ["admit,gre,gpa,rank"] + [f"{i % 2},{400 + 10 * i},{3 + i / 100},{1 + i % 4}" for i in range(rows)]
+        (folder / "admissions.csv").write_text("\n".join(lines) + "\n")
+        return folder / "admissions.csv"
+
+    def stat(file: Path) -> tuple:
+        st = os.stat(file)
+        return ((str(file.resolve()), st.st_size, st.st_mtime_ns, st.st_ino),)
+
+    given = admissions(tmp_path / "given", 20)
+    assert dataset_stamp("admissions", str(tmp_path / "given")) == stat(given)
+    assert BuiltinSource("admissions", data_dir=str(tmp_path / "given")).content_stamp() == stat(given)
+    cwd = admissions(tmp_path / "cwd", 12)
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert len(BuiltinSource("admissions").load().y) == 12
+    assert dataset_stamp("admissions", None) == BuiltinSource("admissions").content_stamp() == stat(cwd)
+    assert dataset_stamp("admissions", str(tmp_path / "given")) == stat(given)  # data_dir's first, as both read
+
+    before = dataset_stamp("admissions", None)
+    assert dataset_stamp("admissions", None) == before
+    os.utime(cwd, ns=(before[0][2] + 10**9, before[0][2] + 10**9))
+    touched = dataset_stamp("admissions", None)
+    assert touched == ((before[0][0], before[0][1], before[0][2] + 10**9, before[0][3]),)
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(cwd.read_bytes())
+    os.utime(copy, ns=(touched[0][2], touched[0][2]))
+    os.replace(copy, cwd)
+    replaced = dataset_stamp("admissions", None)
+    assert replaced[0][:3] == touched[0][:3] and replaced[0][3] != touched[0][3]
+    admissions(tmp_path / "cwd", 13)
+    assert dataset_stamp("admissions", None)[0][1] > replaced[0][1]
+
+    write_mnist_pair(tmp_path / "mnist", "t10k", 20, seed=0)
+    files = sorted((tmp_path / "mnist").iterdir())
+    stamp = dataset_stamp("mnist", str(tmp_path / "mnist"))
+    assert stamp == BuiltinSource("mnist", data_dir=str(tmp_path / "mnist")).content_stamp()
+    assert sorted(stamp) == sorted(s for f in files for s in stat(f))
+    assert [dataset_stamp(name, str(tmp_path / "mnist")) for name in ("digits", "cifar10", "synthetic_1_1")] == \
+        [None, None, None]
+    assert BuiltinSource("admissions", data_dir=str(tmp_path / "mnist")).content_stamp() == stat(cwd)
+    monkeypatch.chdir(tmp_path)
+    assert dataset_stamp("admissions", None) is None and dataset_stamp("mnist", None) is None
+
+
 def test_admissions_with_a_class_of_one_is_one_line(tmp_path):
     """A stratified split a class of one sample makes impossible: the data set, the class counts and the fix, as a
     DataError (was scikit-learn's ValueError "The least populated class in y has only 1 member")."""

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dane import checks
-from dane.data.mnist import load_mnist, mnist_files
+from dane.data.mnist import load_mnist
+from dane.data.registry import dataset_stamp
 from dane.data.sharding import ShardingKeys
-from dane.data.table import Table, file_stamps, resolve, resolve_dir, standardize_columns
+from dane.data.table import Table, resolve, resolve_dir, standardize_columns
 from dane.data.tabular import ADMISSIONS_FILE, SKLEARN_LOADERS, load_bundled, read_admissions
-from dane.errors import ConfigError, UserError
+from dane.errors import ConfigError
 
 SKLEARN_SETS = {**SKLEARN_LOADERS, "diabetes": load_bundled("load_diabetes", scaled=False)}
 BUILTIN_DATASETS = (*SKLEARN_SETS, "admissions", "mnist")
@@ -58,16 +59,9 @@ class BuiltinSource(ShardingKeys):
         return False
 
     def content_stamp(self) -> tuple | None:
-        """`dane.data.table.file_stamps` of the files `load` reads (admissions, MNIST), so that a process reads them
-        again once they are rewritten; None for scikit-learn's sets, and for files not found (`load` says so)."""
-        try:
-            if self.dataset == "admissions":
-                return file_stamps([resolve(ADMISSIONS_FILE, self.data_dir)])
-            if self.dataset == "mnist" and resolve_dir(self.data_dir) is not None:
-                return file_stamps(mnist_files(resolve_dir(self.data_dir)))
-        except (UserError, OSError):
-            pass
-        return None
+        """`dane.data.registry.dataset_stamp`: the stamps of the files `load` reads (admissions, MNIST), so that a
+        process reads them again once they are rewritten; None for scikit-learn's sets, and for files not found."""
+        return dataset_stamp(self.dataset, self.data_dir)
 
     def load(self) -> Table:
         """The whole data set; see the module docstring for what each one holds."""

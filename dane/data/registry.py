@@ -12,7 +12,7 @@ from dane.data.cifar import cifar_files, load_cifar10
 from dane.data.dataset import Dataset
 from dane.data.mnist import load_mnist, mnist_files
 from dane.data.synthetic_source import PAPER_SETS, synthetic_dataset
-from dane.data.table import file_stamps, resolve_dir
+from dane.data.table import file_stamps, resolve, resolve_dir
 from dane.data.tabular import ADMISSIONS_FILE, SKLEARN_LOADERS, load_admissions, load_sklearn
 from dane.errors import ConfigError, UserError
 
@@ -58,15 +58,20 @@ def load_dataset(
 
 
 def dataset_stamp(name: str, data_dir: str | Path | None) -> tuple | None:
-    """`dane.data.table.file_stamps` of the files `load_dataset` reads for ``name`` from ``data_dir``, so that a
-    process that keeps a loaded set (`dane.problems.neural`) reads it again once they are rewritten; None for a
-    set that is generated or ships with scikit-learn, and where the files are not there (the loader says so)."""
-    folder = resolve_dir(data_dir)
-    if name not in FILE_DATASETS or folder is None:
-        return None
+    """`dane.data.table.file_stamps` of the files a loader reads for the set ``name`` from ``data_dir``: `load_dataset`
+    and `dane.data.builtin_source.BuiltinSource.load` (its ``content_stamp``), so that a process that keeps a loaded
+    set (`dane.problems.neural`, `dane.problems.linear_models`) reads it again once they are rewritten; None for a set
+    that is generated or ships with scikit-learn, and where the files are not there (the loader says so).
+
+    The admissions file is the one `dane.data.table.resolve` finds, in ``data_dir`` and then in the working folder,
+    as the built-in table reads it; `load_dataset` reads ``data_dir``'s alone, the first of the two, and where that
+    one is absent it raises, and keeps nothing under the stamp."""
     try:
-        files = (mnist_files(folder) if name == "mnist" else cifar_files(folder) if name == "cifar10"
-                 else [folder / ADMISSIONS_FILE])
-        return file_stamps(files)
+        if name == "admissions":
+            return file_stamps([resolve(ADMISSIONS_FILE, data_dir)])
+        folder = resolve_dir(data_dir)
+        if name not in FILE_DATASETS or folder is None:
+            return None
+        return file_stamps(mnist_files(folder) if name == "mnist" else cifar_files(folder))
     except (UserError, OSError):
         return None
