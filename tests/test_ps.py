@@ -1,4 +1,4 @@
-"""The parameter-server communicator (comm=ps) under real torchrun launches.
+"""The parameter-server communicator (comm=ps), under real torchrun launches and between threads.
 
 - the collectives through the servers are exact (the same arithmetic as the simulator's
   mean, so bit for bit), and every link's bytes and messages equal the model: each
@@ -9,19 +9,33 @@
   ``sim.topology=ps`` (float64, 1e-10; ``bytes_sent`` exactly) for DANE, GD and ADMM, and 4 processes
   with one server for DiSCO (which broadcasts) with 3 workers, where a parameter server's
   ``bytes_sent`` is no longer a ring's;
+- the reference optimum the workers solve before round 0 (problem.optimum=auto) is on no counter of the run, the
+  servers' and the links' included: in this process (`Wires`, the point-to-point calls between threads) and
+  under torchrun;
 - bad input (servers, staleness, the launcher) is in tests/test_bad_input.py.
 
 Run as a script under torchrun (``python tests/test_ps.py <out.jsonl> <servers>``), this file is the probe.
 """
 from __future__ import annotations
 
+import collections
 import json
+import queue
 import sys
+import threading
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
+from dane.comm.ps import PSCommunicator
 from dane.comm.ps_protocol import HEADER, slice_bounds
+from dane.comm.ps_server import ParameterServer
+from dane.loop.reference import attach_one
+from dane.losses import SQUARED
+from dane.problems.glm import LinearModelShard, to_torch
+from dane.problems.optimum import attach
 
 ROOT_OF_BROADCAST = -1  # the last worker: a root other than rank 0
 
@@ -84,6 +98,83 @@ def expected_link(worker: int, m: int, servers: int, j: int) -> dict:
         "to_worker_messages": 2 * message_pieces + (not root) * bcast_pieces + 1,  # + the barrier's ack
         "control_bytes": headers * HEADER * 8 + 1,
     }
+
+
+class Wires:
+    """torch.distributed's point-to-point calls between the threads of this process, each (sender, receiver, tag) a
+    first-in first-out line, as gloo matches a receive to the sends of its peer and tag in order."""
+
+    def __init__(self, size: int):
+        self.size, self.lock = size, threading.Lock()
+        self.lines: dict[tuple, queue.Queue] = collections.defaultdict(queue.Queue)
+
+    def line(self, src: int, dst: int, tag: int) -> queue.Queue:
+        with self.lock:
+            return self.lines[src, dst, tag]
+
+    def end(self, rank: int) -> SimpleNamespace:
+        """What `PSCommunicator` and `ParameterServer` ask of ``torch.distributed`` on rank ``rank``."""
+        def isend(tensor, dst, tag):
+            self.line(rank, dst, tag).put(tensor.clone())
+            return SimpleNamespace(wait=lambda: None)
+
+        def irecv(buf, src, tag):
+            return SimpleNamespace(wait=lambda: buf.copy_(self.line(src, rank, tag).get(timeout=30)))
+
+        return SimpleNamespace(get_rank=lambda: rank, get_world_size=lambda: self.size, isend=isend, irecv=irecv,
+                               is_initialized=lambda: True, destroy_process_group=lambda: None)
+
+
+def on_servers(workers: int, servers: int, work) -> list:
+    """``work(comm)`` on ``workers`` `PSCommunicator` threads through ``servers`` `ParameterServer` threads: each
+    worker's result, then each server's counters."""
+    wires = Wires(workers + servers)
+    out: list = [None] * (workers + servers)
+
+    def rank(r: int) -> None:
+        if r >= workers:
+            out[r] = ParameterServer(wires.end(r), workers).serve()
+            return
+        comm = PSCommunicator(wires.end(r), workers)
+        out[r] = work(comm)
+        comm.shutdown()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(workers + servers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(result is not None for result in out)
+    return out
+
+
+def test_the_reference_optimums_collectives_are_on_no_count_of_the_parameter_servers(tmp_path, monkeypatch):
+    """problem.optimum=auto under comm=ps: the workers' reference solve (a fingerprint, a cache look-up, Newton-CG:
+    dozens of pushes and broadcasts) is on none of the run's counters, the servers' and the links' included.  After
+    it, one allreduce of 3 float64 numbers: every counter says that one round, as a run without a reference would."""
+    monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 3)), rng.standard_normal(40)
+    config = SimpleNamespace(optimum="auto", attach_reference=lambda problem, comm: attach(
+        problem, comm, "auto", "squared|test"))
+
+    def work(comm):
+        rows = slice(comm.rank, None, comm.size)
+        problem = LinearModelShard(to_torch(X[rows]), torch.from_numpy(y[rows]), SQUARED, l2=0.1, weight=2 / 40)
+        attach_one(config, problem, comm)
+        assert problem.f_star is not None
+        comm.allreduce_mean([torch.ones(3, dtype=torch.float64)])
+        return comm.calls, comm.bytes_sent, comm.summary_entries()["parameter_server"]
+
+    (calls, sent, ps), *_, server = on_servers(2, 1, work)
+    assert (calls, sent) == (1, 24)
+    assert {key: server[key] for key in ("pushes", "pulls", "broadcasts", "barriers")} == \
+        {"pushes": 1, "pulls": 1, "broadcasts": 0, "barriers": 0}
+    one_round = {"to_server_bytes": 24, "to_server_messages": 3, "to_worker_bytes": 24, "to_worker_messages": 1,
+                 "control_bytes": 2 * HEADER * 8}  # a push and a pull header, a slice each way
+    assert [{k: v for k, v in link.items() if k not in ("worker", "server")} for link in server["links"]] == \
+        [one_round, one_round]
+    assert ps["worker_links"] == [{"worker": 0, "server": 2, **one_round}]
 
 
 def test_slices_cover_the_buffer_in_order():
@@ -199,6 +290,28 @@ def test_torchrun_ps_iterates_equal_the_simulator(run, simulated, tmp_path):
         halves = [link["to_server_bytes"] for link in ps["links"] if link["worker"] == 0]
         assert 0 <= halves[0] - halves[1] <= 8 * ps["server"][0]["pushes"] and halves[1] > 0
     assert not (REPO / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_a_launched_runs_reference_optimum_is_on_no_count_of_the_parameter_servers(tmp_path):
+    """torchrun, 2 workers and a server, DANE on logreg with problem.optimum=auto solved by the workers (a cache of
+    its own): the servers count the run's rounds alone, as without a reference (Newton-CG's hundreds of pushes and
+    broadcasts were theirs)."""
+    from dane.records.results import read_summary
+    from helpers import torchrun, train
+
+    proc = train("algorithm=dane", "problem=logreg", "problem.optimum=auto", "comm=ps", "comm.servers=1", "rounds=2",
+                 "quiet=true", f"out_dir={tmp_path / 'run'}", launcher=torchrun(3),
+                 extra_env={"DANE_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = read_summary(tmp_path / "run")
+    assert any(note.startswith("reference optimum from distributed Newton-CG") for note in summary["notes"])
+    (server,) = summary["parameter_server"]["server"]
+    # 2 rounds of 2 allreduces and the final evaluation; the barrier before round 0
+    assert (server["pushes"], server["pulls"], server["broadcasts"], server["barriers"]) == (5, 5, 0, 1)
+    message = 8 * (31 + 2)  # the final evaluation's: the gradient (30 features and the intercept), O and O - O*
+    assert [link["to_server_bytes"] for link in summary["parameter_server"]["links"]] == \
+        [summary["total_bytes"] + message] * 2
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Callable, ContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -160,6 +161,25 @@ class Communicator(ABC):
         longer ride."""
         ridden, self._ride, self._ridden = self._ridden, None, None
         return ridden
+
+    @contextmanager
+    def uncounted(self) -> Iterator[None]:
+        """Collectives that are not the method's (the reference optimum, made before the run: `dane.loop.reference`):
+        once the block ends, what this worker counts (``bytes_sent``, ``calls``, ``comm.compress``'s bits) and what its
+        backend counts beside it (comm=ps: both ends of every link, and the servers' operations and busy time) is as it
+        was when the block began.  Inside, they count as ever (a caller may read what its block cost).  Every rank
+        enters and leaves the block together; a block left by an exception restores nothing (the run ends)."""
+        saved = self._counted()
+        yield
+        self._restore_counted(saved)
+
+    def _counted(self) -> Any:
+        """What `uncounted` puts back: this worker's counters (a backend that counts more keeps that too)."""
+        return self.bytes_sent, self.calls, traffic_bits(self)
+
+    def _restore_counted(self, saved: Any) -> None:
+        self.bytes_sent, self.calls, bits = saved
+        restore_traffic_bits(self, bits)
 
     def elapsed(self) -> float:
         """Seconds since this communicator started: wall time, or simulated time in the simulator."""

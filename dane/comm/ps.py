@@ -26,6 +26,8 @@ header from every worker, checks that they agree, and then:
 - ``STATS``: sends its counters (`PSCommunicator.summary_entries`);
 - ``MEAN``: receives the m slices and sends their mean back at once, keeping nothing
   (`PSCommunicator.uncounted_allreduce_mean`: bookkeeping, such as `dane.work`'s totals);
+- ``SAVE`` and ``RESTORE``: keep its counters, and later put them back (`Communicator.uncounted`: the
+  collectives between, such as the reference optimum's before the run, are on no link's count);
 - ``SHUTDOWN``: leaves the serve loop (every worker's `PSCommunicator.shutdown` sends one).
 
 ``allreduce_mean`` is `PSCommunicator.push` then `PSCommunicator.pull`: one
@@ -36,20 +38,22 @@ payload to the root's ``bytes_sent`` once.  Both are `ParameterServerCost`'s ``a
 payload bytes and the messages (headers and acks included; their bytes are counted
 apart as control bytes) are counted on both ends, and each server times how long it
 waited for the workers' headers and how long it was busy (receiving, averaging,
-sending).  ``broadcast_object`` (the run directory), ``MEAN`` and ``STATS`` are not counted.
+sending).  ``broadcast_object`` (the run directory), ``MEAN`` and ``STATS`` are not counted, nor is anything inside
+`Communicator.uncounted`.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
+from typing import Any
 
 import torch
 
 from .base import Communicator
 from .cost import ParameterServerCost
-from .ps_protocol import (BARRIER, BROADCAST, MEAN, OBJECT, PULL, PUSH, SERVER_FIELDS, SHUTDOWN, STATS, TAG_DATA,
-                          TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, encode, flatten, layout, slice_bounds, unflatten,
-                          wait_all)
+from .ps_protocol import (BARRIER, BROADCAST, MEAN, OBJECT, PULL, PUSH, RESTORE, SAVE, SERVER_FIELDS, SHUTDOWN, STATS,
+                          TAG_DATA, TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, encode, flatten, layout, slice_bounds,
+                          unflatten, wait_all)
 
 class PSCommunicator(Communicator):
     """A worker's view of the parameter servers: rank/size are the worker rank and the number of workers."""
@@ -175,6 +179,18 @@ class PSCommunicator(Communicator):
             self.links[server].control_bytes += 1
         self._complete()
         self.comm_s += time.perf_counter() - start
+
+    def _counted(self) -> Any:
+        """The base's counters, this worker's end of each link and ``comm_s``; the servers keep theirs (SAVE)."""
+        self._header(SAVE, ())
+        self._complete()
+        return super()._counted(), {s: replace(link) for s, link in self.links.items()}, self.comm_s
+
+    def _restore_counted(self, saved: Any) -> None:
+        base, self.links, self.comm_s = saved
+        super()._restore_counted(base)
+        self._header(RESTORE, ())
+        self._complete()
 
     def reset_clock(self) -> None:
         """Restart the clock and ``comm_s`` (the driver calls this once every worker is set up)."""

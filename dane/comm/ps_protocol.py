@@ -11,10 +11,11 @@ from dataclasses import dataclass, fields
 
 import torch
 
-PUSH, PULL, BROADCAST, OBJECT, BARRIER, STATS, SHUTDOWN, MEAN = range(1, 9)
+PUSH, PULL, BROADCAST, OBJECT, BARRIER, STATS, SHUTDOWN, MEAN, SAVE, RESTORE = range(1, 11)
 OP_NAMES = {PUSH: "push", PULL: "pull", BROADCAST: "broadcast", OBJECT: "broadcast_object", BARRIER: "barrier",
-            STATS: "stats", SHUTDOWN: "shutdown", MEAN: "uncounted_allreduce_mean"}
-UNCOUNTED = (OBJECT, STATS, SHUTDOWN, MEAN)  # bookkeeping, not the algorithm's traffic
+            STATS: "stats", SHUTDOWN: "shutdown", MEAN: "uncounted_allreduce_mean", SAVE: "uncounted (its start)",
+            RESTORE: "uncounted (its end)"}
+UNCOUNTED = (OBJECT, STATS, SHUTDOWN, MEAN, SAVE, RESTORE)  # bookkeeping, not the algorithm's traffic
 DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
           torch.int8, torch.uint8, torch.bool)
 HEADER = 3 + 2 * len(DTYPES)  # one (dtype, numel) pair per group, one group per dtype

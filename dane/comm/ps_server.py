@@ -5,14 +5,15 @@ The protocol (headers, operations, slices, what is counted) is described in `dan
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 
 from ..errors import ConfigError
 from .ps import PSCommunicator
-from .ps_protocol import (BARRIER, BROADCAST, HEADER, MEAN, OBJECT, OP_NAMES, PULL, PUSH, SERVER_FIELDS, SHUTDOWN,
-                          STATS, TAG_DATA, TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, decode, slice_bounds,
-                          wait_all)
+from .ps_protocol import (BARRIER, BROADCAST, HEADER, MEAN, OBJECT, OP_NAMES, PULL, PUSH, RESTORE, SAVE, SERVER_FIELDS,
+                          SHUTDOWN, STATS, TAG_DATA, TAG_HEADER, TAG_REPLY, UNCOUNTED, Groups, Link, decode,
+                          slice_bounds, wait_all)
 
 
 class ParameterServer:
@@ -32,6 +33,7 @@ class ParameterServer:
         self._kept: list[torch.Tensor] = []  # the mean of the last push, one slice per group
         self._kept_groups: Groups = ()
         self._started = time.perf_counter()
+        self._saved: list[tuple] = []  # the counters at each SAVE not yet restored, which RESTORE puts back
 
     def serve(self) -> dict:
         """Answer headers until every worker has sent SHUTDOWN; returns this server's counters (``uptime_s`` since it
@@ -44,8 +46,8 @@ class ParameterServer:
             self.times["wait_s"] += t1 - t0
             if op == SHUTDOWN:
                 break
-            {PUSH: self._push, PULL: self._pull, BARRIER: self._barrier, STATS: self._stats, MEAN: self._mean}.get(
-                op, self._relay)(op, root, groups)
+            {PUSH: self._push, PULL: self._pull, BARRIER: self._barrier, STATS: self._stats, MEAN: self._mean,
+             SAVE: self._save, RESTORE: self._restore}.get(op, self._relay)(op, root, groups)
             if op not in UNCOUNTED:
                 self.times["busy_s"] += time.perf_counter() - t1
         self.times["uptime_s"] = time.perf_counter() - self._started
@@ -129,6 +131,18 @@ class ParameterServer:
             link.to_worker_messages += 1
             link.control_bytes += 1
         self.ops["barriers"] += 1
+
+    def _save(self, op: int, root: int, groups: Groups) -> None:
+        """SAVE: keep the counters (links, operations, times but ``uptime_s``) that RESTORE puts back."""
+        self._saved.append(([replace(link) for link in self.links], dict(self.times), dict(self.ops)))
+
+    def _restore(self, op: int, root: int, groups: Groups) -> None:
+        """RESTORE: the counters as SAVE kept them; what was served between is on none of them."""
+        if not self._saved:
+            raise RuntimeError(f"parameter server rank {self.rank}: a restore of its counters without a save")
+        links, times, self.ops = self._saved.pop()
+        self.links = links
+        self.times = {**times, "uptime_s": self.times["uptime_s"]}
 
     def _stats(self, op: int, root: int, groups: Groups) -> None:
         self.times["uptime_s"] = time.perf_counter() - self._started
