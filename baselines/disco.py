@@ -40,7 +40,10 @@ relative to the first round's gradient g_0, so the rounds do not change when the
 objective is scaled (targets in other units, say).
 
 Records carry ``pcg_iters``, ``pcg_residual`` (‖r‖/‖g_t‖ at exit), ``delta`` (δ_t) and
-``step_size`` (1/(1 + M δ_t)).
+``step_size`` (1/(1 + M δ_t)).  Record t's ``pcg_iters`` is round t's PCG, from w_t; its products and
+collectives are in record t+1's ``local_hvps`` and ``comm_rounds`` (a record's counters are what reaching its
+iterate cost), so the PCG of the round whose record stops the run, which moved past the iterate returned, is in
+no record.
 
 M (``self_concordance``): the paper's damped step 1/(1 + δ) is for a standard
 self-concordant objective; a function self-concordant with constant M takes

@@ -629,6 +629,20 @@ def test_a_factor_the_reference_solve_made_counts_at_its_first_use_in_the_rounds
     assert cold.records[-1]["local_factorizations"] >= 1
 
 
+def test_disco_counts_a_rounds_pcg_in_the_next_record_and_the_stopping_rounds_in_none(monkeypatch, tmp_path):
+    """Record t holds what reaching w_t cost: round t's PCG (its ``pcg_iters``, k_t) moves w_t to w_{t+1} and is in
+    record t+1, 2 k_t + 1 collectives (the gradient, P^-1 g, then per product an allreduce and, but after the last,
+    a broadcast) and M k_t products.  The run stopped by its tolerance at record 3 returns w_3: the PCG its round
+    ran (7 products a worker) is in no record, nor in the summary."""
+    monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path))
+    result = dane.fit(ridge(optimum="auto"), "disco", workers=M, rounds=30, tol=1e-10)
+    assert result.status == "converged" and column(result.records, "pcg_iters") == [3, 4, 6, 7]
+    assert column(result.records, "comm_rounds") == [0, 7, 7 + 9, 7 + 9 + 13]
+    assert column(result.records, "local_hvps") == [0, M * 3, M * (3 + 4), M * (3 + 4 + 6)]
+    assert column(result.records, "local_hvps_max") == [0, 3, 3 + 4, 3 + 4 + 6]
+    assert result.summary["comm_rounds"] == 29 and result.summary["local_work"]["local_hvps"] == M * 13
+
+
 def test_admms_refresh_of_rho_inside_the_rounds_is_counted():
     """ADMM's default ρ is measured again from the local Hessians at z at round 8 (then 16, 32, ...): its Lanczos
     products (d = 7 with the intercept, on each of the M workers) are work spent in the rounds, counted as its
