@@ -72,6 +72,9 @@ def ran(tmp_path_factory) -> Ran:
     pytest.param((*SMALL_MLP, "problem.inner_optimizer=adam", "problem.inner_lr=0.01", "problem.grad_batches=2"),
                  id="dane-adam-stochastic-gradient"),
     pytest.param(SMALL_RIDGE, id="dane-ridge"),
+    # ρ estimated before round 0 (one allreduce, in round 0's comm_rounds), halved by residual balancing before the
+    # checkpoint: the resumed run's build estimates it again, and the checkpoint's ρ and counters replace it
+    pytest.param((*SMALL_RIDGE, "algorithm=admm", "algorithm.adaptive_rho=true"), id="admm-ridge-balanced-rho"),
 ])
 def test_resumed_run_equals_the_uninterrupted_run(tmp_path, overrides, ran):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
