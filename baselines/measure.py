@@ -29,9 +29,7 @@ def hessian_dissimilarity(problem: Problem, comm: Communicator, key: str, *, gap
         raise ConfigError(f"{key}=null is the Hessian dissimilarity of the local Hessians, which "
                           f"{type(problem).__name__} cannot give (no Hessian-vector products); set {key} to a number")
     shift = float(problem.strong_convexity or 0.0) if gap else None
-    found = measured_dissimilarity(problem, comm, problem.initial_point(), gap_shift=shift)
-    comm.calls += found["allreduces"]  # the measurement restores the counters; here it is the method's traffic
-    comm.bytes_sent += found["bytes_sent"]
+    found = measured_dissimilarity(problem, comm, problem.initial_point(), gap_shift=shift, counted=True)
     return {**found, "delta_a": dissimilarity(found["delta_mean_square"], found["hessian_norm"]), "shift": shift}
 
 

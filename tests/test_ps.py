@@ -33,6 +33,7 @@ from dane.comm.ps import PSCommunicator
 from dane.comm.ps_protocol import HEADER, slice_bounds
 from dane.comm.ps_server import ParameterServer
 from dane.loop.reference import attach_one
+from dane.numerics.similarity import hessian_dissimilarity
 from dane.losses import SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.problems.optimum import attach
@@ -175,6 +176,28 @@ def test_the_reference_optimums_collectives_are_on_no_count_of_the_parameter_ser
     assert [{k: v for k, v in link.items() if k not in ("worker", "server")} for link in server["links"]] == \
         [one_round, one_round]
     assert ps["worker_links"] == [{"worker": 0, "server": 2, **one_round}]
+
+
+@pytest.mark.parametrize("counted", [False, True], ids=["similarity_summary", "default_rule"])
+def test_a_dissimilarity_measurement_is_on_the_servers_counts_exactly_when_it_is_the_methods(counted):
+    """similarity=true's measurement (`dane.numerics.similarity.hessian_dissimilarity`) is on no counter, the servers'
+    and the links' included; a default rule's (``counted=True``, `baselines.measure`) is on every one, the worker's
+    and the servers' alike: its cost, then one allreduce of 3 float64 numbers."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 3)), rng.standard_normal(40)
+
+    def work(comm):
+        rows = slice(comm.rank, None, comm.size)
+        problem = LinearModelShard(to_torch(X[rows]), torch.from_numpy(y[rows]), SQUARED, l2=0.1, weight=2 / 40)
+        found = hessian_dissimilarity(problem, comm, torch.zeros(3, dtype=torch.float64), counted=counted)
+        comm.allreduce_mean([torch.ones(3, dtype=torch.float64)])
+        return found, comm.calls, comm.bytes_sent, comm.summary_entries()["parameter_server"]
+
+    (found, calls, sent, _), *_, server = on_servers(2, 1, work)
+    cost = (found["allreduces"], found["bytes_sent"]) if counted else (0, 0)
+    assert found["allreduces"] == 2 and (calls, sent) == (1 + cost[0], 24 + cost[1])  # exact method: two allreduces
+    assert (server["pushes"], server["pulls"]) == (1 + cost[0], 1 + cost[0])
+    assert sum(link["to_server_bytes"] for link in server["links"]) == 2 * (24 + cost[1])
 
 
 def test_slices_cover_the_buffer_in_order():

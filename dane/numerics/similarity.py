@@ -30,14 +30,17 @@ the same numbers. Two methods, from Hessian-vector products only:
   whose products ride in the first allreduce. ``iters`` + 1 allreduces of (2m + 1 + s)
   d-vectors; each worker does m + 1 products per iteration and holds (m + 1)·iters d-vectors.
 
-The collectives are kept off the run's accounting: ``comm.bytes_sent`` and ``comm.calls``
-are restored on return, and the dict says what the measurement cost (``allreduces``,
-``bytes_sent``). A simulator's clock is its own: run the measurement in a thread group
-of its own (`measure`), as `dane.loop.reference.attach_all` does.
+The collectives are kept off the run's accounting (`dane.comm.Communicator.uncounted`: this
+worker's counters and its backend's, comm=ps's links and servers), and the dict says what the
+measurement cost (``allreduces``, ``bytes_sent``); ``counted=True`` counts them as the caller's
+traffic (a default rule's measurement, `baselines.measure`). A simulator's clock is its own:
+run the measurement in a thread group of its own (`measure`), as `dane.loop.reference.attach_all`
+does.
 """
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Callable, Sequence
 
 import torch
@@ -51,7 +54,7 @@ EXACT_DIM = 512  # auto: exact up to this d (d products and a d x d allreduce), 
 
 def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, method: str = "auto",
                           iters: int = 30, probes: int = 8, exact_dim: int = EXACT_DIM, seed: int = 0,
-                          gap_shift: float | None = None) -> dict:
+                          gap_shift: float | None = None, counted: bool = False) -> dict:
     """Collective: δ, δ_A and δ_F of the workers' Hessians at ``w`` (module docstring), the same on every worker.
 
     ``problem`` is this worker's shard, with ``hessian_vector(v, at=w, with_reg=False)`` (∇²O_i(w) v).
@@ -59,7 +62,7 @@ def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, metho
     operator, capped at d. ``probes`` (lanczos): Hutchinson vectors for δ_F. ``seed``: the start and probe
     vectors. Returns a dict of floats: ``delta``, ``delta_mean_square``, ``delta_frobenius``,
     ``hessian_norm`` (‖H‖₂ without the regularizer), ``per_worker`` (‖H_i − H‖₂ for i < m; rank 0's only), ``method``,
-    ``allreduces`` and ``bytes_sent`` (what the measurement cost; the counters are restored).
+    ``allreduces`` and ``bytes_sent`` (what the measurement cost; on no counter unless ``counted``).
     With ``gap_shift`` (r ≥ 0, the regularizer's curvature) the exact method also returns `preconditioner_gap`'s
     curve: ``gap_weights`` (λ_k = ‖H‖·2^-k), ``gap`` (its mean over the workers at each λ_k) and
     ``curvature_min`` (λ_min(H)), riding in the same two allreduces.
@@ -75,16 +78,14 @@ def hessian_dissimilarity(problem, comm: Communicator, w: torch.Tensor, *, metho
     dim = int(problem.dim)
     use_exact = method == "exact" or (method == "auto" and dim <= exact_dim)
     hv = _hessian_product(problem, w)
-    counters = (comm.bytes_sent, comm.calls)
-    try:
+    with nullcontext() if counted else comm.uncounted():
+        counters = (comm.bytes_sent, comm.calls)
         if use_exact:
             result = _exact(hv, dim, problem.dtype, comm, gap_shift)
         else:
             result = _lanczos(hv, dim, problem.dtype, comm, iters=min(iters, dim), probes=probes, seed=seed)
         result["allreduces"] = comm.calls - counters[1]
         result["bytes_sent"] = comm.bytes_sent - counters[0]
-    finally:
-        comm.bytes_sent, comm.calls = counters
     return result
 
 
