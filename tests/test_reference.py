@@ -1,6 +1,8 @@
 """The reference optimum (`dane.problems.optimum`, `dane.loop.reference`): made by the workers, to round-off, cached by content, off the clock."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.optimize
@@ -9,7 +11,8 @@ import torch
 
 import dane
 from dane.errors import ConfigError
-from dane.problems.optimum import check_mode, data_moments, distributed_newton, solve
+from dane.comm import ThreadGroup
+from dane.problems.optimum import check_mode, data_moments, distributed_newton, global_value_grad, solve
 from dane.loop.reference import attach_all
 from dane.loop.stopping import StopRule
 from helpers import simulate
@@ -190,10 +193,38 @@ def test_a_record_without_grad_norm_never_stops_on_tol():
 def test_distributed_newton_counts_its_collectives():
     X, y = data()
     problems = [dane.problems.LogReg(X, y, lam=1e-3).build(rank, 2) for rank in range(2)]
-    from dane.comm import ThreadGroup
 
     results = ThreadGroup(2).run(lambda comm: (distributed_newton(problems[comm.rank], comm), comm.calls))
     ((ref, rounds), calls), _ = results
     assert rounds == calls > 0 and f"({rounds} collectives)" in ref.source
     attach_all(dane.problems.LogReg(X, y, lam=1e-3), problems)  # optimum=none: nothing attached
     assert problems[0].metric_names == ("objective",)
+
+
+def test_a_float32_run_makes_the_float64_reference_a_float64_run_reads(tmp_path, monkeypatch):
+    """The reference is solved in float64 whatever the run's dtype, so the cache entry (keyed by the data, not the
+    dtype) that a float32 run leaves is the one a float64 run solves for itself, bit for bit.
+
+    Rows of 0s and 1s, exact in float32, have one key in both dtypes: a float32 run's reference, once solved in
+    float32, was read by the float64 run with ‖∇O(w*)‖ at float32's round-off, and its suboptimality went negative.
+    The float32 run's O* is O(w*) as it computes it, in float32."""
+    monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+    X = (rng.random((400, 10)) < 0.3).astype(float)
+    y = np.where(X @ rng.standard_normal(10) + 0.5 * rng.standard_normal(400) > 0.6, 1.0, -1.0)
+    config = dane.problems.LogReg(scipy.sparse.csr_matrix(X), y, lam=1e-4, fit_intercept=True, optimum="auto",
+                                  local_solver="cg")
+    runs = {}
+    for dtype in ("float32", "float64"):
+        precision = dataclasses.replace(config, dtype=dtype)
+        runs[dtype] = [precision.build(rank, 2) for rank in range(2)]
+        attach_all(precision, runs[dtype])
+    assert len(list((tmp_path / "optimum").glob("*.pt"))) == 1
+    exact = solve([dataclasses.replace(config, optimum="none").build(rank, 2) for rank in range(2)])
+    cached = runs["float64"][0]
+    assert torch.equal(cached.w_star, exact.w) and cached.f_star == exact.objective
+    single = runs["float32"][0]
+    assert single.w_star.dtype == torch.float32 and torch.equal(single.w_star, exact.w.float())
+    in_float32 = ThreadGroup(2).run(lambda comm: global_value_grad(runs["float32"][comm.rank], comm, single.w_star))
+    assert single.f_star == in_float32[0][0] != exact.objective
+    assert "from cache" in cached.notes[-1] and "in float64" in single.notes[-1]

@@ -413,6 +413,18 @@ class LinearModelShard(Problem):
         self.w_star, self.f_star = w_star.to(self.device, self.dtype), float(f_star)
         self.metric_names = ("objective", "suboptimality")
 
+    def with_dtype(self, dtype: torch.dtype) -> LinearModelShard:
+        """These rows, labels, loss, λ, row weight, classes and local solver in ``dtype``, on this shard's device;
+        the shard itself when it is in ``dtype`` already (`dane.problems.optimum.attach` solves a float32 run's
+        reference on a float64 copy, released after it)."""
+        if dtype == self.dtype:
+            return self
+        y = self.y.to(dtype) if self.y.is_floating_point() else self.y  # softmax's class indices stay int64
+        # built from the host copy, as the shard itself was: one CSR-transpose path on every device
+        return LinearModelShard(self.X.cpu().to(dtype), y.cpu(), self.loss, l2=self.l2, weight=self.weight,
+                                classes=self.classes, solver=self.solver, seed=self.generator.initial_seed(),
+                                device=self.device)
+
     def _suboptimality(self, w: torch.Tensor, objective: torch.Tensor) -> torch.Tensor:
         if self.quadratic:
             e = w - self.w_star

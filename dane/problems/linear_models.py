@@ -31,7 +31,8 @@ default stays ``cpu``: a small convex problem gains nothing from a GPU, and a ru
 bit-identical wherever it runs.  The device each worker resolved is in its notes.
 ``problem.dtype`` (null: the run's ``dtype``, float64 by default; ``float32`` is an opt-in whose
 accuracy against float64 tests/test_device.py measures) is the precision of the rows, the
-iterate and every solve.
+iterate and every solve but the reference optimum's, which is float64 in every run
+(`dane.problems.optimum`).
 """
 from __future__ import annotations
 

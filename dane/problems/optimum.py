@@ -25,14 +25,18 @@ Hessian, and unpreconditioned otherwise.  The step length comes from a backtrack
 forcing term :math:`\min(\tfrac12, \sqrt{\|g\|/\|g_0\|})` of the inexact Newton method
 (Dembo, Eisenstat & Steihaug 1982) becomes 1e-14, and the method stops once the gradient
 norm stops falling: the reference is as accurate as float64 allows on this data, and its
-final ‖∇O(w*)‖ is recorded beside it.
+final ‖∇O(w*)‖ is recorded beside it.  The solve is in float64 whatever the run's dtype: a
+float32 run's workers solve on float64 copies of their shards (`LinearModelShard.with_dtype`,
+released after it), and its O* is O(w*) as the run itself computes it, in float32 (one more
+allreduce), as for a file.
 
 *The cache* (``$DANE_CACHE_DIR/optimum``, else ``$XDG_CACHE_HOME/dane/optimum``,
 ``~/.cache/dane/optimum``) is keyed by the objective (loss, λ, intercept, classes,
 dimension) and by a fingerprint of the data that does not depend on how the rows are
-dealt to workers: the allreduced sums of a few fixed functions of the rows (counts,
-random projections and their powers, the labels), rounded to 10 significant digits so
-that a backend's summation order does not change the key.  The optimum of
+dealt to workers, nor on the run's dtype (every reference is solved in float64; rows that
+float32 rounds have other sums, so another key): the allreduced sums of a few fixed
+functions of the rows (counts, random projections and their powers, the labels), rounded
+to 10 significant digits so that a backend's summation order does not change the key.  The optimum of
 :math:`O = \frac1N\sum_j f(x_j, y_j) + \frac\lambda2\|w\|^2` depends only on the set of rows,
 so a reference made with 2 workers serves 8, and a rerun on the same data reads it in
 milliseconds.
@@ -263,6 +267,7 @@ def attach(problem, comm, mode: str, objective_key: str) -> str | None:
         return None
     start = time.perf_counter()
     dim, dtype = problem.dim, problem.dtype
+    precision = ""
     if mode != "auto":
         w = read_saved(mode, dim, dtype)
         reference = _evaluated(problem, comm, w, f"file {mode}")
@@ -276,22 +281,27 @@ def attach(problem, comm, mode: str, objective_key: str) -> str | None:
             except ConfigError:
                 found = None  # a damaged cache entry is recomputed and replaced
         (hit,) = comm.broadcast([torch.tensor([float(found is not None)], dtype=torch.float64)], root=0)
+        in_float64 = problem.with_dtype(torch.float64)  # the shard itself in a float64 run
         if bool(hit.item()):
             w = found if comm.rank == 0 else torch.zeros(dim, dtype=torch.float64)
             (w,) = comm.broadcast([w], root=0)
-            reference = _evaluated(problem, comm, w.to(dtype), f"cache {path}")
+            reference = _evaluated(in_float64, comm, w, f"cache {path}")
         else:
-            reference, _ = distributed_newton(problem, comm)
+            reference, _ = distributed_newton(in_float64, comm)
             if comm.rank == 0:
                 try:
                     save(path, reference, objective_key)
                 except OSError as exc:  # a read-only or full cache: the run goes on, recomputing next time
                     reference = Reference(reference.w, reference.objective, reference.grad_norm,
                                           f"{reference.source}; not cached ({exc.strerror or exc})")
+        if in_float64 is not problem:  # O* as this run computes it; ‖∇O(w*)‖ stays the float64 solve's
+            value, _ = global_value_grad(problem, comm, reference.w.to(dtype))
+            reference = Reference(reference.w, value, reference.grad_norm, reference.source)
+            precision = f" (w* and ||grad O(w*)|| in float64, O* = O(w*) in this run's {str(dtype)[6:]})"
     problem.set_reference(reference.w.to(dtype), reference.objective)
     norm = f"{reference.grad_norm:.2e}" if reference.grad_norm is not None else "not recorded"
     return (f"reference optimum from {reference.source} in {time.perf_counter() - start:.2f} s: "
-            f"O* = {reference.objective:.17g}, ||grad O(w*)|| = {norm}")
+            f"O* = {reference.objective:.17g}, ||grad O(w*)|| = {norm}{precision}")
 
 
 def _evaluated(problem, comm, w: torch.Tensor, source: str) -> Reference:
