@@ -12,7 +12,7 @@ from dane.problems.stacked_kernels import exact_products
 
 def rows(name: str, sizes: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    z = rng.normal(0.0, 15.0, int(sizes.sum()))  # both sides of softplus' threshold 20 after −y z
+    z = rng.normal(0.0, 15.0, int(sizes.sum()))  # both sides of softplus' threshold (48 ln 2) after −y z
     y = rng.choice([-1.0, 1.0], len(z)) if name == "logistic" else rng.normal(0.0, 2.0, len(z))
     return z, y
 
@@ -38,12 +38,32 @@ def test_exact_split_blocks():
 
 
 def test_logistic_scalar_formulas():
-    """x = −y z; f = x above 20 (softplus' threshold), log1p(exp(x)) else; f' = −y σ(x), at hand-checked points."""
-    z, y = np.array([0.0, -30.0, 2.0]), np.array([1.0, 1.0, -1.0])
+    """x = −y z; f = x above 48 ln 2 (the softplus threshold), log1p(exp(x)) else; f' = −y σ(x), at hand-checked
+    points."""
+    z, y = np.array([0.0, -40.0, 2.0, 30.0]), np.array([1.0, 1.0, -1.0, -1.0])
     values, dz = logistic_scalar(z, y)
     assert values[0] == np.log(2.0) and dz[0] == -0.5
-    assert values[1] == 30.0  # x = 30 > 20: x itself
+    assert values[1] == 40.0  # x = 40 > 48 ln 2: x itself
     assert values[2] == np.log1p(np.exp(2.0)) and dz[2] == pytest.approx(1.0 / (1.0 + np.exp(-2.0)), rel=1e-15)
+    assert values[3] == np.log1p(np.exp(30.0)) != 30.0  # x = 30: below the threshold, so not x
+
+
+def test_the_logistic_loss_is_float64_exact_above_torchs_threshold_on_both_paths():
+    """f(x) = x + log1p(e^{−x}) to an ulp for x above torch's softplus threshold 20, which returned x (at 20.0001 off
+    by e^{−20.0001}); up to 20 the rows' values are torch's default softplus bit for bit; the compiled scalar loop
+    gives torch's own scalar values (one row a call) around the new threshold 48 ln 2."""
+    x = np.array([20.0001, 25.0, 30.0, 33.0, 33.27, 33.3, 34.0, 40.0, 100.0])
+    value = np.array([float(LOSSES["logistic"].value(torch.tensor([-v]), torch.tensor([1.0]))) for v in x])
+    exact = x + np.log1p(np.exp(-x))
+    assert np.all(np.abs(value - exact) <= np.spacing(exact)), (value - exact).tolist()
+    assert np.array_equal(value[-3:], x[-3:])  # above 48 ln 2: x itself
+    below = torch.linspace(-30.0, 20.0, 5001, dtype=torch.float64)  # x = −y z with y = 1
+    rows = ROW_VALUES["logistic"](-below[:, None], torch.ones(len(below), 1, dtype=torch.float64))
+    assert torch.equal(rows, torch.nn.functional.softplus(below))
+    around = np.linspace(30.0, 36.0, 601)
+    scalar, _ = logistic_scalar(-around, np.ones_like(around))
+    torch_scalar = np.array([float(ROW_VALUES["logistic"](torch.tensor([[-v]]), torch.ones(1, 1))[0]) for v in around])
+    assert same_bits(scalar, torch_scalar)
 
 
 @pytest.fixture

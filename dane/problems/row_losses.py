@@ -13,7 +13,8 @@ all clients' rows moves those boundaries, so `client_losses` splits the rows ins
 torch's parallel grain (a piece split across threads would start a scalar tail mid-array); the rest, the
 clients' tails, through a compiled loop (numba) of the scalar formula, which calls the same C library:
 
-- logistic: x = −y z, f = x if x > 20 else log1p(exp(x)) (torch's softplus, β = 1, threshold 20),
+- logistic: x = −y z, f = x if x > T else log1p(exp(x)) (torch's softplus, β = 1, threshold T =
+  `dane.losses.SOFTPLUS_THRESHOLD`, passed to the compiled loop: numba's cache would keep a constant it read),
   f' = −y / (1 + exp(−x)) (−y times torch's sigmoid);
 - squared: no transcendental function; the whole array in one torch call.
 
@@ -37,7 +38,7 @@ import math
 import numpy as np
 import torch
 
-from ..losses import LOSSES, ROW_VALUES
+from ..losses import LOSSES, ROW_VALUES, SOFTPLUS_THRESHOLD
 from ..numerics import jit
 
 #: torch's vector width in float64 lanes by its CPU capability (`torch.backends.cpu.get_cpu_capability`)
@@ -111,7 +112,7 @@ def split(loss, z: np.ndarray, y: np.ndarray, sizes: np.ndarray, block: int) -> 
 def logistic_scalar(z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The logistic loss's (f, f') by torch's scalar formulas (module docstring), row by row."""
     values, dz = np.empty(len(z)), np.empty(len(z))
-    _logistic_kernel()(z, y, values, dz)
+    _logistic_kernel()(z, y, values, dz, SOFTPLUS_THRESHOLD)
     return values, dz
 
 
@@ -121,10 +122,10 @@ def _logistic_kernel():
     numba = jit.numba()
 
     @numba.njit(cache=True, nogil=True)
-    def logistic(z, y, values, dz):
+    def logistic(z, y, values, dz, threshold):
         for i in range(len(z)):
             x = -y[i] * z[i]
-            values[i] = x if x > 20.0 else math.log1p(math.exp(x))
+            values[i] = x if x > threshold else math.log1p(math.exp(x))
             dz[i] = -y[i] * (1.0 / (1.0 + math.exp(-x)))
 
     return logistic
