@@ -162,6 +162,7 @@ class FedNLClients:
 
     def __init__(self, clients: CompactHessians, x0: np.ndarray, *, compressor: Compressor, alpha: float,
                  option: int, variant: str, seed: int, threads: int = 1):
+        compressor.check_fits(message_entries(compressor, clients.d))  # a K or R too large: refused before round 0
         self.clients, self.compressor, self.alpha, self.option, self.seed = clients, compressor, alpha, option, seed
         self.threads = threads
         self.generators = [torch.Generator().manual_seed(seed * 1_000_003 + int(i)) for i in clients.ids]

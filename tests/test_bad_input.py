@@ -516,6 +516,10 @@ CASES = [
     case("comm_compress_count_above_d", "algorithm=gd", "comm.compress=topk:21", *SMALL,
          expected="error: comm.compress=topk:21 keeps K = 21 entries of a message of 20; choose K <= 20 "
                   "(topk:20 keeps them all), or a fraction of each message (topk:0.1)"),
+    # a rank R above the side d of FedNL's Hessian differences ran as rank d under the spec's name (d = 31 here)
+    case("fednl_rank_above_d", "algorithm=fednl", "algorithm.compressor=rank:32", *LOGREG,
+         expected="error: algorithm.compressor=rank:32 keeps rank R = 32 of a 31×31 matrix; choose R <= 31 "
+                  "(rank:31 sends the whole matrix)"),
     # an interpolation that does not resolve: OmegaConf's traceback from wherever the value was first read, exit 1
     # ({{ }}: a brace of the command line, the rows being format strings)
     case("interpolation_of_an_unset_variable", *LOGREG, "data=libsvm",

@@ -126,8 +126,8 @@ def test_identity_returns_the_message():
     (Dither(s=7), 10, 32, 32 + 10 * 4),
     (LowRank(r=2), 100, 64, 2 * 11 * 64),         # 2 eigenvectors of 10 and their eigenvalues
     (LowRank(r=2, symmetric=False), 100, 64, 2 * 20 * 64),
-    (LowRank(r=5), 16, 64, 4 * 5 * 64),           # r capped at d = 4: 4 eigenvectors of 4 and their eigenvalues
-    (LowRank(r=5, symmetric=False), 16, 64, 4 * 8 * 64),
+    (LowRank(r=4), 16, 64, 4 * 5 * 64),           # r = d = 4: 4 eigenvectors of 4 and their eigenvalues
+    (LowRank(r=4, symmetric=False), 16, 64, 4 * 8 * 64),
 ])
 def test_bit_counts_equal_the_hand_derived_ones(compressor, n, value_bits, bits):
     assert compressor.bits(n, value_bits) == bits
@@ -158,6 +158,28 @@ def test_a_count_above_the_message_names_the_key_it_was_given_as():
                                           r"\(topk:0\.1\)$"):
         compressor.delta(19)
     assert make("topk:1e-9").k_of(10) == 1  # a fraction: of each message, at least one entry
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_a_rank_above_the_side_is_refused(symmetric):
+    """R > d ran as rank d (R was capped at d) while the records named the spec: refused wherever the compressor
+    meets a d×d matrix (its bits, δ, `check_fits` as FedNL's clients are built, or the matrix itself), naming the
+    key it was made for; R = d sends the whole matrix."""
+    compressor = LowRank(r=5, symmetric=symmetric)
+    expected = "rank:5 keeps rank R = 5 of a 4×4 matrix; choose R <= 4 (rank:4 sends the whole matrix)"
+    for use in (lambda c: c.bits(16), lambda c: c.delta(16), lambda c: c.check_fits(16),
+                lambda c: c(torch.eye(4, dtype=torch.float64))):
+        with pytest.raises(ConfigError) as error:
+            use(compressor)
+        assert str(error.value) == expected
+    with pytest.raises(ConfigError) as error:
+        make("rank:5", "algorithm.compressor").check_fits(16)
+    assert str(error.value) == f"algorithm.compressor={expected}"
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x = x + x.T if symmetric else x
+    whole = LowRank(r=4, symmetric=symmetric)
+    torch.testing.assert_close(whole(x), x, rtol=0, atol=1e-12)
+    assert whole.delta(16) == 1.0 and whole.check_fits(16) is None
 
 
 def test_bit_count_refusals():
@@ -203,7 +225,7 @@ def test_randk_keeps_exactly_k_entries_each_scaled_by_n_over_k(spec, k):
 def test_contraction_constants():
     assert TopK(k=8).delta(100) == 0.08 and LowRank(r=2).delta(100) == 0.2
     assert TopK(k=0.3).delta(12) == 4 / 12 and TopK(k=0.01).delta(10) == 1 / 10  # k = round(k n) in [1, n]
-    assert LowRank(r=5).delta(16) == 1.0  # r capped at d = 4: the whole matrix
+    assert LowRank(r=4).delta(16) == 1.0  # r = d = 4: the whole matrix
     assert RandK(k=8).omega(100) == 100 / 8 - 1 and RandK(k=8).delta(100) == 8 / 100
     assert Natural().omega(5) == 1 / 8 and Dither(s=2).omega(100) == min(100 / 4, 10 / 2)
     assert math.isinf(TopK(k=1).omega(10)) and not TopK.unbiased

@@ -219,6 +219,27 @@ def test_same_seed_same_iterates(problem):
     assert not np.array_equal(runs[0].x, runs[2].x)
 
 
+@pytest.mark.parametrize("spec, expected", [
+    ("rank:14", "algorithm.compressor=rank:14 keeps rank R = 14 of a 13×13 matrix; choose R <= 13 (rank:13 sends the "
+                "whole matrix)"),
+    ("topk:92", "algorithm.compressor=topk:92 keeps K = 92 entries of a message of 91; choose K <= 91 (topk:91 keeps "
+                "them all), or a fraction of each message (topk:0.1)"),
+])
+def test_a_compressor_beyond_the_message_is_refused_as_the_clients_are_built(problem, monkeypatch, spec, expected):
+    """d = 13 (12 features and the intercept), a packed triangle of 91: rank:14 ran as rank 13 under its own name;
+    it and topk:92 are refused as the clients are built, before their Hessians (`Compressor.check_fits`)."""
+    X, y, _, _ = problem
+    rows = StackedRows(shards_of(X, y, 4))
+
+    def no_hessians(*args, **kwargs):
+        raise AssertionError("the Hessians were built before the refusal")
+
+    monkeypatch.setattr(CompactHessians, "gradients_hessians", no_hessians)
+    with pytest.raises(ConfigError) as error:
+        StackedFedNL(rows, compressor=spec)
+    assert str(error.value) == expected
+
+
 @pytest.mark.parametrize("overrides, words", [
     ({"variant": "ls", "clients_per_round": 2}, "algorithm.variant=pp"),
     ({"variant": "pp", "option": 1}, "algorithm.option=2"),

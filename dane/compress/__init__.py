@@ -18,7 +18,9 @@ The two classes the analyses use (Beznosikov et al. 2020; Safaryan et al. 2022):
 resolved per message by `Sparsifier.k_of`.  A count is at most the length of every message the compressor is given
 (K = n keeps them all): a larger one is refused where it first meets a shorter message, at the latest its first
 message, and most methods size theirs as they are built, before round 0 (ω or δ of a d-vector); for messages of
-several lengths (a network's tensors, a packed Hessian beside a vector) a fraction fits each.
+several lengths (a network's tensors, a packed Hessian beside a vector) a fraction fits each.  Likewise a rank R is
+at most the side d of the d×d matrices it compresses (R = d sends them whole); FedNL's line sizes its compressor as
+its clients are built (`Compressor.check_fits`).
 
 Error feedback, EF21 (Richtárik, Sokolov & Fatkhullin 2021), for the biased ones: the sender keeps
 g, sends c = C(x − g) and both sides update g ← g + c; the receiver's estimate of x is g

@@ -45,6 +45,11 @@ class Compressor:
         """Exact bits of one compressed message of n entries."""
         raise NotImplementedError
 
+    def check_fits(self, n: int) -> None:
+        """Refuses, in one line naming the config key (`dane.compress.make`), a compressor sized beyond a message of
+        n entries: a sparsifier's count K > n (`Sparsifier.k_of`), a rank R > d of d×d matrices, n = d²
+        (`LowRank.rank_of`).  What a method calls as it is built, before its first message; the others fit every n."""
+
     def omega(self, n: int) -> float:
         """ω with E‖C(x) − x‖² ≤ ω‖x‖² for an unbiased compressor; inf for a biased one."""
         return math.inf

@@ -18,8 +18,9 @@ class LowRank(Compressor):
     ``symmetric=True`` (FedNL's Hessian differences, the default of ``rank:R``): compresses the
     symmetric part (x + xᵀ)/2, the matrix itself when symmetric, by its r eigenpairs of largest
     |λ|; sends r eigenvectors and eigenvalues, r·(d+1)·value_bits bits.  ``symmetric=False``: the
-    truncated SVD, with the singular values folded into U: r·2d·value_bits bits.  r ≥ d sends the
-    whole factorisation (and decodes x)."""
+    truncated SVD, with the singular values folded into U: r·2d·value_bits bits.  r = d sends the
+    whole factorisation (and decodes x); r > d is refused where the compressor first meets a d×d matrix
+    (`rank_of`)."""
 
     r: int = 1
     symmetric: bool = True
@@ -34,7 +35,7 @@ class LowRank(Compressor):
     def _rows(self, x, generator):
         if x.dim() != 3 or x.shape[1] != x.shape[2]:
             raise ValueError(f"rank:{self.r} compresses square matrices (rows, d, d), got shape {tuple(x.shape)}")
-        r = min(self.r, x.shape[1])
+        r = self.rank_of(x.shape[1])
         if self.symmetric:
             evals, evecs = torch.linalg.eigh((x + x.mT) / 2)
             idx = evals.abs().topk(r, dim=1).indices
@@ -43,6 +44,19 @@ class LowRank(Compressor):
             return (vecs * lam.unsqueeze(1)) @ vecs.mT
         u, sv, vh = torch.linalg.svd(x, full_matrices=False)
         return (u[..., :r] * sv[:, None, :r]) @ vh[:, :r, :]
+
+    def rank_of(self, d: int) -> int:
+        """r for a d×d matrix: at most d (r = d sends the whole matrix).  r > d is refused in one line naming d (and
+        the config key the spec was made for, `dane.compress.make`): the run would send rank d while its records name
+        the spec."""
+        if self.r > d:
+            where = f"{self.key}={self.spec}" if self.key else self.spec
+            raise ConfigError(f"{where} keeps rank R = {self.r} of a {d}×{d} matrix; choose R <= {d} "
+                              f"(rank:{d} sends the whole matrix)")
+        return self.r
+
+    def check_fits(self, n: int) -> None:
+        self.rank_of(self.side(n))
 
     def side(self, n: int) -> int:
         """d of a d×d matrix of n entries."""
@@ -53,11 +67,12 @@ class LowRank(Compressor):
 
     def bits(self, n: int, value_bits: int = 64) -> int:
         d = self.side(n)
-        r = min(self.r, d)
+        r = self.rank_of(d)
         return r * (d + 1) * value_bits if self.symmetric else r * 2 * d * value_bits
 
     def delta(self, n: int) -> float:
-        return min(self.r, self.side(n)) / self.side(n)
+        d = self.side(n)
+        return self.rank_of(d) / d
 
     @property
     def spec(self) -> str:

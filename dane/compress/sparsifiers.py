@@ -39,6 +39,9 @@ class Sparsifier(Compressor):
                               f"({self.name}:{n} keeps them all), or a fraction of each message ({self.name}:0.1)")
         return self.k
 
+    def check_fits(self, n: int) -> None:
+        self.k_of(n)
+
     @property
     def spec(self) -> str:
         return f"{self.name}:{self.k}"
