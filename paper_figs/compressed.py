@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dane.algorithm import label_of
 from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count, publish
 from dane.paper_figs.common import bench_figure, bench_parser, bench_section
 
@@ -32,6 +31,8 @@ COMPRESSORS = {"topk": "TopK", "randk": "RandK", "rank": "rank-"}
 def label(cell: dict) -> str:
     """The algorithm class's label, with FedNL's compressor (``FedNL (TopK)``, ``FedNL (rank-1)``) and Newton-3PC's
     mechanism (``Newton-3PC (bag, p = 0.25)``)."""
+    from dane.algorithm import label_of  # imported here, not for --help: the classes import torch
+
     name, keys = label_of(cell["algorithm"]), cell.get("keys", {})
     if "mechanism" in keys:
         coin = f", p = {keys['p']:g}" if "p" in keys else ""

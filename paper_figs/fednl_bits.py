@@ -27,8 +27,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.algorithm import label_of_run
-from dane.data.table import resolve_dir
 from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
                                     run_curve, run_dirs_under, save, setting_text, wrapped)
 from dane.records.results import read_summary
@@ -45,6 +43,8 @@ WHAT = "FedNL per compressor beside other methods: relative suboptimality agains
 def data_overrides() -> tuple[tuple[str, ...], int]:
     """The data's overrides and d (with the intercept): a9a where ``libsvm/a9a`` is under ``data_dir``, else the
     built-in breast_cancer table (30 features)."""
+    from dane.data.table import resolve_dir  # imported here, not for --help: dane.data imports torch
+
     folder = resolve_dir(compose_job(("problem=logreg",))["data_dir"])
     if folder is not None and (folder / "libsvm" / "a9a").is_file():
         return ("data=libsvm", "data.path=libsvm/a9a"), 124
@@ -69,6 +69,8 @@ def label(run_dir: Path) -> str:
     """The legend entry: the algorithm the run's ``config.yaml`` names, FedNL with its compressor and another by
     the display name its summary.json records (`dane.algorithm.label_of_run`: its class's ``label``, one's own
     class's too); a run without a config (made by `dane.fit`) goes by its directory's name."""
+    from dane.algorithm import label_of_run  # imported here, not for --help: the classes import torch
+
     algorithm = run_config(run_dir).get("algorithm")
     if not algorithm:
         return run_dir.name

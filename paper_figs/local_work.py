@@ -26,7 +26,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.algorithm import label_of_run
 from dane.paper_figs.common import MissingCount  # noqa: F401  what `curve` raises (`run_curve`), named here too
 from dane.paper_figs.common import (FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, run_curve,
                                     run_dirs_under, save, setting_text, wrapped)
@@ -54,6 +53,8 @@ def label(run_dir: Path) -> str:
     """The display name of the algorithm the run's ``config.yaml`` names, as its summary.json records it
     (`dane.algorithm.label_of_run`: its class's ``label``, one's own class's too); a run without a config (`dane.fit`)
     goes by its directory."""
+    from dane.algorithm import label_of_run  # imported here, not for --help: the classes import torch
+
     algorithm = run_config(run_dir).get("algorithm")
     return label_of_run(read_summary(run_dir), algorithm["name"]) if algorithm else run_dir.name
 

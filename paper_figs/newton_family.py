@@ -16,23 +16,30 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.algorithm import label_of
 from dane.records.results import read_rounds
 from dane.paper_figs.common import FIG_DIR, cli, first_reaching, positive, save
 
 TARGET = 1e-8
-#: algorithm directory -> (its label: the class's display name, `dane.algorithm.label_of`, in the run's setting),
-#: style, colour): the same colour in every panel
-ALGORITHMS = {name: (form.format(label_of(name)), style, colour) for name, form, style, colour in (
-    ("dane", "{} (safeguarded)", "s-", "tab:blue"),
-    ("inexact_dane", "{} (SVRG)", "d-", "tab:cyan"),
-    ("aide", "{}", "p-", "tab:olive"),
-    ("giant", "{}", "o-", "tab:orange"),
-    ("disco", "{}", "*-", "tab:green"),
-    ("admm", "{} (default ρ)", "^--", "tab:red"),
-    ("gd", "{} (default step)", "v--", "tab:purple"),
-)}
+#: algorithm directory -> (its label's form around the class's display name, `label`; style; colour): the same colour
+#: in every panel
+ALGORITHMS = {
+    "dane": ("{} (safeguarded)", "s-", "tab:blue"),
+    "inexact_dane": ("{} (SVRG)", "d-", "tab:cyan"),
+    "aide": ("{}", "p-", "tab:olive"),
+    "giant": ("{}", "o-", "tab:orange"),
+    "disco": ("{}", "*-", "tab:green"),
+    "admm": ("{} (default ρ)", "^--", "tab:red"),
+    "gd": ("{} (default step)", "v--", "tab:purple"),
+}
 ORDER = ("mnist_softmax", "rcv1_like_logreg", "breast_cancer_logreg", "diabetes_ridge")
+
+
+def label(name: str) -> str:
+    """The legend's name of the algorithm directory ``name``: its class's display name (`dane.algorithm.label_of`) in
+    the run's setting (`ALGORITHMS`)."""
+    from dane.algorithm import label_of  # imported here, not for --help: the classes import torch
+
+    return ALGORITHMS[name][0].format(label_of(name))
 
 
 class MissingBench(FileNotFoundError):
@@ -75,10 +82,10 @@ def draw(data: list[dict]):
                              layout="constrained")
     for ax, panel in zip(axes.flat, data):
         curves = panel["curves"]
-        for name, (label, style, colour) in ALGORITHMS.items():
+        for name, (_, style, colour) in ALGORITHMS.items():
             if name in curves:
                 ax.plot(curves[name]["comm_rounds"], positive(curves[name]["rel"]), style, color=colour,
-                        markersize=3, markevery=max(1, len(curves[name]["rel"]) // 25), label=label)
+                        markersize=3, markevery=max(1, len(curves[name]["rel"]) // 25), label=label(name))
         ax.axhline(TARGET, color="grey", linestyle=":", linewidth=1)
         ax.set_yscale("log")
         newton_end = max((c["comm_rounds"][-1] for n, c in curves.items() if n not in ("admm", "gd")), default=0)
@@ -96,9 +103,9 @@ def draw(data: list[dict]):
         ax.axis("off")
     legend = {}
     for ax in axes.flat:  # every algorithm once, in ALGORITHMS' order, though a panel may lack some
-        legend.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels())})
-    labels = [spec[0] for spec in ALGORITHMS.values() if spec[0] in legend]
-    fig.legend([legend[label] for label in labels], labels, loc="outside lower center", ncol=len(labels), fontsize=8,
+        legend.update({text: handle for handle, text in zip(*ax.get_legend_handles_labels())})
+    labels = [label(name) for name in ALGORITHMS if label(name) in legend]
+    fig.legend([legend[text] for text in labels], labels, loc="outside lower center", ncol=len(labels), fontsize=8,
                frameon=False)
     return fig
 
@@ -108,7 +115,7 @@ def markdown(data: list[dict]) -> str:
              "from results/bench_convex/ (scripts/bench_convex.py; the in-process simulator, the package's "
              "default α-β)", ""]
     names = [n for n in ALGORITHMS if any(n in p["curves"] for p in data)]
-    lines.append("| problem | m | λ | " + " | ".join(ALGORITHMS[n][0] for n in names) + " |")
+    lines.append("| problem | m | λ | " + " | ".join(label(n) for n in names) + " |")
     lines.append("|---|---|---|" + "---|" * len(names))
     for panel in data:
         cells = []

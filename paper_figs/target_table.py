@@ -22,7 +22,6 @@ from omegaconf import OmegaConf
 
 from dane.comm import AlphaBeta
 from dane.records.results import read_rounds, read_summary
-from dane.experiments.config import cost_model
 from dane.paper_figs.accuracy_table import Row, data_caption, find_run, has_data
 from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save
 from dane.synthetic.sweep import Job, RunIndex, composed_job
@@ -76,6 +75,8 @@ def reach(run_dir: Path, accuracy: float, cost: AlphaBeta) -> dict:
 
 
 def job_cost(j: Job) -> AlphaBeta:
+    from dane.experiments.config import cost_model  # imported here, not for --help: dane.run_config imports torch
+
     return cost_model(OmegaConf.create(composed_job(tuple(j))["sim"]))
 
 

@@ -186,31 +186,41 @@ FRESH_IMPORTS = (
 )
 
 
-#: the commands whose help imports no torch (`FRESH_FORKS`)
+#: the commands whose help imports no torch (`FRESH_FORKS`), with every figure's (`helps`)
 HELPS = (("--help",), ("train", "--help"), ("simulate", "--help"), ("figures", "--help"), ("bench", "--help"),
          ("calibrate", "--help"))
+
+
+def helps() -> tuple[tuple[str, ...], ...]:
+    """`HELPS`, then ``figures NAME --help`` for each figure and table of paper_figs/ (what ``dane figures NAME``
+    draws): a figure reads results and never trains, so its help needs no torch either."""
+    from dane.experiments.cli import figure_names  # not at the top: this module imports only the standard library
+
+    return HELPS + tuple(("figures", name, "--help") for name in figure_names())
 #: statements each run in a fork of the fresh interpreter after `FRESH_IMPORTS`' first step (``import dane``), before a
 #: step imports torch, so that no later step sees what they loaded (a command's help loads Hydra, which the next step
 #: must not): (statement, which sets ``value``; modules it must not have loaded).  A fork starts no interpreter.
 FRESH_FORKS = (
-    ("import runs; value = runs.exit_statuses('dane.experiments.cli:main', runs.HELPS)", ("torch",)),
+    ("import runs; value = runs.exit_statuses('dane.experiments.cli:main', runs.helps())", ("torch",)),
 )
 
 
-def exit_statuses(function: str, argvs) -> list[int]:
-    """``function(argv)``'s exit status for each of ``argvs``, its output (a help's page) captured and dropped."""
+def exit_statuses(function: str, argvs, watched: str = "torch") -> list[list]:
+    """[``function(argv)``'s exit status, whether module ``watched`` is loaded after it] for each of ``argvs`` in turn,
+    its output (a help's page) captured and dropped: the first ``True`` is the command that loaded it."""
     import contextlib
     import io
 
-    statuses = []
+    said = []
     for argv in argvs:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             try:
                 _context(function)(list(argv))
-                statuses.append(0)
+                status = 0
             except SystemExit as exc:
-                statuses.append(exc.code if isinstance(exc.code, int) else int(exc.code is not None))
-    return statuses
+                status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        said.append([status, watched in sys.modules])
+    return said
 
 
 def forked(statement: str) -> dict:

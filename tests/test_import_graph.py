@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dane.layout import scripts_in
 import runs
 from helpers import REPO
 
@@ -303,16 +304,25 @@ def test_imports_are_lazy(step, fresh):
 
 
 def test_a_commands_help_imports_no_torch(fresh):
-    """``dane --help``, ``dane train --help`` (Hydra's page: the config composed), ``simulate``, ``figures``, ``bench``
-    and ``calibrate`` print their help without torch, run in a fork of the session's fresh interpreter after ``import dane``
-    (`runs.FRESH_FORKS`); ``bench --help`` lists the benchmarks and exits 2."""
+    """``dane --help``, ``dane train --help`` (Hydra's page: the config composed), ``simulate``, ``figures``, ``bench``,
+    ``calibrate`` and every figure's ``dane figures NAME --help`` print their help without torch, run in turn in a fork
+    of the session's fresh interpreter after ``import dane`` (`runs.FRESH_FORKS`); ``bench --help`` lists the
+    benchmarks and exits 2.  Each command's row says whether torch was loaded after it: the first that loads it fails
+    by name."""
     (statement, absent), = runs.FRESH_FORKS
-    assert "runs.HELPS" in statement and absent == ("torch",)
-    assert runs.HELPS == (("--help",), ("train", "--help"), ("simulate", "--help"), ("figures", "--help"),
-                          ("bench", "--help"), ("calibrate", "--help"))
+    assert "runs.helps()" in statement and absent == ("torch",)
+    helps = runs.helps()
+    figures = scripts_in("paper_figs")
+    assert helps == (("--help",), ("train", "--help"), ("simulate", "--help"), ("figures", "--help"),
+                     ("bench", "--help"), ("calibrate", "--help"), *(("figures", name, "--help") for name in figures))
+    assert {"compressed", "fednl_bits", "local_work", "newton_family", "target_table", "make_all"} <= set(figures)
     answer = fresh["forks"][0]
     assert "error" not in answer, answer.get("error")
-    assert answer["value"] == [0, 0, 0, 0, 2, 0]
+    said = {" ".join(argv): row for argv, row in zip(helps, answer["value"], strict=True)}
+    first = next((command for command, (_, loaded) in said.items() if loaded), None)
+    assert first is None  # the first command whose help loaded torch
+    assert {command: status for command, (status, _) in said.items()} == \
+        {" ".join(argv): 2 if argv == ("bench", "--help") else 0 for argv in helps}
     # the commands ran as __main__ (runpy), which sys.modules keeps no name of: what they imported is there
     assert {"hydra", "omegaconf", "dane.experiments.train", "dane.paper_figs.common"} <= set(answer["modules"])
     assert "torch" not in answer["modules"]
