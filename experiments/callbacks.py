@@ -25,7 +25,8 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from dane.experiments.config import rank_zero
 from dane.records.lock import LOCK_FILE
@@ -51,22 +52,41 @@ def run_files(folder: str | Path | None) -> dict[str, tuple[int, int]]:
     return found
 
 
-def failure_file(job_dir: str | Path, sweep_dir: str | Path, before: dict[str, tuple[int, int]]) -> Path:
+def job_run_dir(cfg: DictConfig, job_dir: str | Path) -> Path:
+    """The folder a sweep's job writes its run to: its ``out_dir`` where it sets one (resolved for the job:
+    ``out_dir='DIR/${hydra:job.num}'``), else its job folder, as also where ``out_dir`` does not resolve (the job
+    refuses it then)."""
+    try:
+        out_dir = OmegaConf.select(cfg, "out_dir")
+    except OmegaConfBaseException:
+        out_dir = None
+    return Path(str(out_dir)) if out_dir else Path(job_dir)
+
+
+def refused_path(job_dir: str | Path, sweep_dir: str | Path, suffix: str) -> Path:
+    """``<sweep dir>/refused/<job dir><suffix>``: a refused job's file, beside the folder it was refused."""
+    return Path(sweep_dir) / REFUSED_DIR / f"{os.path.relpath(job_dir, sweep_dir)}{suffix}"
+
+
+def failure_file(job_dir: str | Path, sweep_dir: str | Path, before: dict[str, tuple[int, int]],
+                 run_dir: str | Path | None = None) -> Path:
     """Where a sweep's job that ended without a result leaves its one line, given ``before``, the `run_files` of
-    its folder when the job started: ``<job dir>/error.txt``, unless the folder holds a run this job did not
-    write (a run's files there before the job, unchanged; or another run's lock): then
-    ``<sweep dir>/refused/<job dir>.txt``.  A sweep run again into its folder refuses each finished job's folder
-    (`dane.records.results.occupied`), and that folder stays as the finished run left it, as a single run's does."""
+    its run's folder (``run_dir``: its out_dir, `job_run_dir`; the job folder by default) when the job started:
+    ``<job dir>/error.txt``, unless that folder holds a run this job did not write (a run's files there before
+    the job, unchanged; or another run's lock): then ``<sweep dir>/refused/<job dir>.txt``.  A sweep run again
+    into its folder refuses each finished job's folder (`dane.records.results.occupied`), and that folder stays as
+    the finished run left it, as a single run's does."""
     job_dir = Path(job_dir)
-    if not before or (LOCK_FILE not in before and run_files(job_dir) != before):
+    run_dir = job_dir if run_dir is None else Path(run_dir)
+    if not before or (LOCK_FILE not in before and run_files(run_dir) != before):
         return job_dir / ERROR_FILE  # nothing there before, or this job's own records (overwrite, resume)
-    return Path(sweep_dir) / REFUSED_DIR / f"{os.path.relpath(job_dir, sweep_dir)}.txt"
+    return refused_path(job_dir, sweep_dir, ".txt")
 
 
-def record_failure(line: str, before: dict[str, tuple[int, int]]) -> Path:
+def record_failure(line: str, before: dict[str, tuple[int, int]], run_dir: str | Path | None = None) -> Path:
     """Write ``line`` to the current Hydra job's `failure_file`; where it went."""
     hydra = HydraConfig.get()
-    path = failure_file(hydra.runtime.output_dir, hydra.sweep.dir, before)
+    path = failure_file(hydra.runtime.output_dir, hydra.sweep.dir, before, run_dir)
     atomic_write_text(path, line + "\n")
     return path
 

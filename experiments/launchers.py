@@ -5,6 +5,8 @@
 
 Job k is ``horovodrun -np <workers> --gloo python -m experiments.train [--config-dir <folder>] <its overrides>
 out_dir=<its job directory> [hydra.searchpath=[...]]`` (or ``torchrun --standalone --nproc_per_node <workers>``),
+an override with an interpolation resolved for the job (``out_dir='DIR/${hydra:job.num}'`` passes as
+``out_dir='DIR/k'``: `job_overrides`),
 the config folders being those the sweep's command line added (`config_search_args`), the jobs one after
 another; ``workers`` unset is one process.  The commands come from
 `synthetic.launchers`, and each launched rank applies the job's ``comm.*`` Horovod settings
@@ -12,8 +14,9 @@ itself (`dane.comm.horovod.HorovodOptions`), as any horovodrun run does; Horovod
 of this shell (`synthetic.launchers.HOROVOD_KEYS`) are not passed on.  The job directory gets
 Hydra's ``.hydra/`` (config, overrides) from this process, the run's records from rank 0,
 ``launch.log`` (the launch's whole output), and ``error.txt`` when the job failed without a
-result (`experiments.callbacks.failure_file`: in ``<sweep dir>/refused/`` where the folder holds a run
-the job did not write, and the launch's output beside it, as ``<job dir>.log``: `launch_log`): a non-zero
+result (`experiments.callbacks.failure_file`: in ``<sweep dir>/refused/`` where the job's run folder, its
+out_dir or else its job directory, holds a run the job did not write, and the launch's output beside it,
+as ``<job dir>.log``: `launch_log`): a non-zero
 exit is that job's failure, and the sweep goes on, as with the basic launcher.  A run that diverged wrote its
 summary (status: diverged): that is a result.  A job with a result removes an earlier job's error.txt from its
 folder (`experiments.callbacks.clear_failure`).  The launch command is in the run's ``summary.json``
@@ -41,13 +44,16 @@ from typing import Sequence
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from dane import checks
 from dane.errors import ConfigError, say
-from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, clear_failure, failure_file, record_failure, run_files
+from dane.experiments.callbacks import (SWEEP_OUT_DIR_ENV, clear_failure, failure_file, job_run_dir, record_failure,
+                                        run_files)
 from dane.records.provenance import LAUNCH_COMMAND_ENV
 from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
@@ -105,31 +111,31 @@ class ProcessLauncher(Launcher):
         """
         hydra = HydraConfig.get()
         job_dir = Path(hydra.runtime.output_dir)
-        job = run_files(job_dir)  # a failure is not written beside a run the job did not write
-        overrides = list(hydra.overrides.task)
+        run_dir = job_run_dir(cfg, job_dir)  # out_dir='DIR/${hydra:job.num}': DIR/<job number>
+        job = run_files(run_dir)  # a failure is not written beside a run the job did not write
         env = {}
         try:
             np = 1 if cfg.workers is None else checks.positive_int("workers", cfg.workers)
+            overrides = job_overrides(list(hydra.overrides.task), cfg)
             if not cfg.get("out_dir"):
                 overrides.append(f"out_dir={quote(str(job_dir))}")
                 env[SWEEP_OUT_DIR_ENV] = str(job_dir)  # its refusal of the folder names hydra.sweep.dir
             options, searchpath = config_search_args(hydra)  # the launched program composes the job again
         except ConfigError as exc:
-            return self._failed(f"error: {exc}", 2, job)
-        run_dir = Path(cfg.out_dir) if cfg.get("out_dir") else job_dir
+            return self._failed(f"error: {exc}", 2, job, run_dir)
         held = run_files(run_dir).get(SUMMARY_FILE)
         cmd = self.command(main_module(), [*options, *overrides, *searchpath], np)
-        logged = launch_log(job_dir, hydra.sweep.dir, job)
+        logged = launch_log(job_dir, hydra.sweep.dir, job, run_dir)
         try:
             returncode, tail = self._run(cmd, logged, env)
         finally:  # into the job's folder once the job wrote there (overwrite, resume); beside its refusal if not
-            logged = settle(logged, launch_log(job_dir, hydra.sweep.dir, job))
+            logged = settle(logged, launch_log(job_dir, hydra.sweep.dir, job, run_dir))
         if returncode == 0:
             clear_failure(job_dir)
             return 0
         if returncode == TIMED_OUT:
             return self._failed(f"error: the job ran past hydra.launcher.timeout_s={self.timeout_s} and was "
-                                f"stopped; its output is in {logged}", returncode, job)
+                                f"stopped; its output is in {logged}", returncode, job, run_dir)
         if run_files(run_dir).get(SUMMARY_FILE) not in (None, held):  # a diverged run wrote its result (status 3)
             status = json.loads((run_dir / SUMMARY_FILE).read_text()).get("status")
             log.info(f"job {job_dir.name}: {status} (exit status {returncode})")
@@ -138,7 +144,7 @@ class ProcessLauncher(Launcher):
         errors = [m.group(1) for line in tail if (m := ERROR_LINE.match(line))]
         message = errors[-1] if errors else (f"error: {cmd[0]} exited with status {returncode}; "
                                              f"its output is in {logged}")
-        return self._failed(message, returncode, job)
+        return self._failed(message, returncode, job, run_dir)
 
     def _run(self, cmd: list[str], logged: Path, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
         """Run ``cmd`` (``env`` added to its environment) in its own process group, its output shown and kept in
@@ -185,9 +191,9 @@ class ProcessLauncher(Launcher):
         return (TIMED_OUT if timed_out.is_set() else returncode), list(tail)
 
     @staticmethod
-    def _failed(message: str, returncode: int, job: dict) -> int:
+    def _failed(message: str, returncode: int, job: dict, run_dir: Path) -> int:
         say(message)
-        record_failure(message, job)
+        record_failure(message, job, run_dir)
         return returncode
 
 
@@ -209,13 +215,15 @@ class TorchrunLauncher(ProcessLauncher):
         return torchrun_command(module, args, np=np, extra=self.extra_args)
 
 
-def launch_log(job_dir: Path, sweep_dir: str | Path, job: dict[str, tuple[int, int]]) -> Path:
-    """Where a job's launch output goes: ``<job dir>/launch.log``, unless the job's folder holds a run the job did
-    not write (``job``: its `run_files` when the job started; `failure_file`): then beside the job's refusal,
-    ``<sweep dir>/refused/<job dir>.log``, so that a refused launch (a sweep run again into its folder) leaves the
-    finished run's launch.log as it was.  Asked again after the launch, it is the folder's where the launch wrote
-    its records there (overwrite, resume), and `settle` moves the log in."""
-    refusal = failure_file(job_dir, sweep_dir, job)
+def launch_log(job_dir: Path, sweep_dir: str | Path, job: dict[str, tuple[int, int]],
+               run_dir: Path | None = None) -> Path:
+    """Where a job's launch output goes: ``<job dir>/launch.log``, unless the job's run folder (``run_dir``: its
+    out_dir, else the job folder) holds a run the job did not write (``job``: its `run_files` when the job started;
+    `failure_file`): then beside the job's refusal, ``<sweep dir>/refused/<job dir>.log``, so that a refused launch
+    (a sweep run again into its folder) leaves the finished job's launch.log as it was.  Asked again after the
+    launch, it is the folder's where the launch wrote its records there (overwrite, resume), and `settle` moves the
+    log in."""
+    refusal = failure_file(job_dir, sweep_dir, job, run_dir)
     return job_dir / LOG_FILE if refusal.parent == job_dir else refusal.with_suffix(".log")
 
 
@@ -262,6 +270,36 @@ def config_search_args(hydra: DictConfig) -> tuple[list[str], list[str]]:
             searchpath.append(_quoted(f"{source.schema}://{path}", "the config search path entry",
                                       "choose a plainer folder for it"))
     return options, ([f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else [])
+
+
+def job_overrides(overrides: list[str], cfg: DictConfig) -> list[str]:
+    """The job's overrides as its launched program must read them: a value with an interpolation resolved here, in
+    the sweep, where ``out_dir='DIR/${hydra:job.num}'`` (or ``resume=...``) names the job's number; the launched
+    program is a run of its own, where ``hydra:job.num`` is None (every job's out_dir was DIR/None).  A list or a
+    mapping, or a value that does not resolve (the launched program refuses it), passes as typed."""
+    parser = OverridesParser.create()
+    resolved = []
+    for text in overrides:
+        override = parser.parse_override(text)
+        value = None
+        if isinstance(override.value(), str) and "${" in override.value():
+            try:
+                value = OmegaConf.select(cfg, override.key_or_group)
+            except OmegaConfBaseException:
+                value = None
+        if value is None or isinstance(value, (DictConfig, ListConfig)):
+            resolved.append(text)
+            continue
+        add = "++" if override.is_force_add() else "+" if override.is_add() else ""
+        resolved.append(f"{add}{override.key_or_group}={override_value(override.key_or_group, value)}")
+    return resolved
+
+
+def override_value(key: str, value) -> str:
+    """``value``, a resolved scalar, as an override's value of the same type: a string quoted (`quote`)."""
+    if isinstance(value, str):
+        return _quoted(value, f"the value of {key}", f"choose a plainer {key}")
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def quote(value: str) -> str:

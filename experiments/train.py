@@ -37,7 +37,8 @@ from dane.records.results import ROUNDS_FILE
 from dane.loop.stopping import MonitorError
 from dane.experiments.cli import freeze_at_exit
 from dane.experiments.config import rank_zero, unique_name
-from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV, SweepSummary, clear_failure, record_failure, run_files
+from dane.experiments.callbacks import (SWEEP_OUT_DIR_ENV, SweepSummary, clear_failure, job_run_dir, record_failure,
+                                        run_files)
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
 
@@ -65,19 +66,27 @@ def out_dir_key(out_dir: str | None, swept: bool) -> str:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    timeline.configured()
+    if not (multirun() and rank_zero()):
+        return train(cfg, {})
+    # in a sweep, the run files the job's run folder (its out_dir, else its job folder) holds before the job: a
+    # refusal is not written beside another run's
+    run_at = job_run_dir(cfg, HydraConfig.get().runtime.output_dir)
+    train(cfg, run_files(run_at), run_at)
+
+
+def train(cfg: DictConfig, job: dict, run_at: Path | None = None) -> None:
+    """The run of ``cfg``; in a sweep, ``job`` is the `run_files` of its run folder ``run_at`` at the job's start."""
     # the run's modules import torch: here, not at the top, so that --help (Hydra's, which never calls main) needs none
     from dane.loop.faults import SimulatedFault
     from dane.loop.launch import execute
     from dane.run_config import check_interpolations, run_spec
 
-    timeline.configured()
-    # in a sweep, the run files the job's folder holds before the job: a refusal is not written beside another run's
-    job = run_files(HydraConfig.get().runtime.output_dir) if multirun() and rank_zero() else {}
     try:
         check_interpolations(cfg)  # before cfg.out_dir is read
         spec = run_spec(cfg, out_dir_key(cfg.out_dir, multirun()))
     except UserError as exc:
-        return reject(exc, job, every_rank=False)  # the config is the same on every rank: rank 0 speaks for all
+        return reject(exc, job, run_at, every_rank=False)  # the config is the same on every rank: rank 0 speaks
     out_dir = run_dir(cfg) if rank_zero() else None
     before = listing(out_dir)
     try:
@@ -89,13 +98,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(3)
     except (WorkerLost, SimulatedFault) as exc:  # a peer crashed or was killed (or sim.fail_at lost one): one line
         if multirun():
-            return reject(exc, job)  # the job's error.txt, and the sweep goes on
+            return reject(exc, job, run_at)  # the job's error.txt, and the sweep goes on
         say(f"error: {exc}")
         sys.exit(4)
     except UserError as exc:  # a data file, the run directory, a monitor no record has: per rank
         if isinstance(exc, MonitorError):
             take_back(out_dir, before)  # raised at the first record, in the run directory this run holds
-        reject(exc, job, every_rank=not isinstance(exc, SharedRefusal))  # rank 0's, sent to all: rank 0 says it
+        reject(exc, job, run_at, every_rank=not isinstance(exc, SharedRefusal))  # rank 0 says it, sent to all
     else:
         finished()
 
@@ -106,14 +115,14 @@ def finished() -> None:
         clear_failure(HydraConfig.get().runtime.output_dir)
 
 
-def reject(exc: UserError, job: dict, *, every_rank: bool = True) -> None:
+def reject(exc: UserError, job: dict, run_at: Path | None = None, *, every_rank: bool = True) -> None:
     """Bad input: one line and exit 2; in a sweep the job's `failure_file` holds the line (``job``: the run files
-    of the job's folder when it started) and the sweep goes on."""
+    of its run folder ``run_at`` when it started) and the sweep goes on."""
     if multirun():  # under hydra/launcher=slurm every task of a job runs this: rank 0 speaks and writes
         if every_rank or rank_zero():
             say(f"error: {exc}")
         if rank_zero():
-            record_failure(f"error: {exc}", job)
+            record_failure(f"error: {exc}", job, run_at)
         return
     fail(exc, speak=every_rank or rank_zero())
 

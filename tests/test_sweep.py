@@ -133,7 +133,8 @@ def test_a_job_that_finishes_removes_the_error_file_an_earlier_job_left_in_its_f
 def test_a_failed_jobs_line_goes_into_its_folder_unless_the_folder_holds_a_run_not_its_own(tmp_path, monkeypatch):
     """`failure_file`: ``<job>/error.txt`` where the folder held no run when the job started, or holds the job's
     own records (overwrite=true replaced the run, resume=auto continued it); ``<sweep>/refused/<job>.txt`` where it
-    holds a run the job did not write (files unchanged since the job started) or another run's lock."""
+    holds a run the job did not write (files unchanged since the job started) or another run's lock.  The folder is
+    the job's run folder: its out_dir where it sets one (out_dir='DIR/${hydra:job.num}'), not its job folder."""
     monkeypatch.chdir(tmp_path)
     job = tmp_path / "sweep" / "0_workers=2"
     job.mkdir(parents=True)
@@ -149,6 +150,12 @@ def test_a_failed_jobs_line_goes_into_its_folder_unless_the_folder_holds_a_run_n
     assert failure_file(job, "sweep", before) == job / "error.txt"
     (job / ".lock").write_text("host 42")  # another run holds it
     assert failure_file(job, tmp_path / "sweep", run_files(job)) == tmp_path / refused
+    out, empty = tmp_path / "out" / "1", tmp_path / "sweep" / "1_workers=2"  # out_dir='out/${hydra:job.num}'
+    for folder in (out, empty):
+        folder.mkdir(parents=True)
+    (out / "summary.json").write_text("{}\n")  # the job's run folder holds a finished run, its job folder none
+    assert failure_file(empty, "sweep", run_files(out), out) == Path("sweep", "refused", "1_workers=2.txt")
+    assert failure_file(empty, "sweep", {}, out) == empty / "error.txt"
 
 
 def sweeper_params(name: str) -> dict[str, list[str]]:

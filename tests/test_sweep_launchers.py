@@ -201,6 +201,45 @@ def test_a_refused_launch_leaves_the_finished_runs_launch_log_and_writes_its_own
     assert tree(sweep_dir / "refused") == {"0_workers=2.txt": f"{line}\n"}  # the first launch's line
 
 
+def test_a_job_that_names_its_number_in_out_dir_launches_there_and_a_refused_launch_leaves_the_finished_job(
+        tmp_path, monkeypatch, capsys):
+    """``-m hydra/launcher=torchrun out_dir='DIR/${hydra:job.num}'``: the launched program is a run of its own, where
+    hydra:job.num is None, so it was passed the override as typed and every job wrote DIR/None (job 1 refused as
+    DIR/None held job 0's run).  It is passed the job's out_dir, resolved in the sweep (DIR/3).  Run again into the
+    same sweep folder, the job's run folder DIR/3 holds the finished run: the refused launch's output goes beside
+    its line in ``<sweep>/refused/``, and the finished job's folder (its launch.log, .hydra/) stays byte for byte."""
+    from hydra.core.utils import setup_globals
+
+    from dane.experiments import launchers
+
+    setup_globals()  # the ${hydra:...} resolver, as a sweep has it
+    sweep_dir, job, out = tmp_path / "sweep", tmp_path / "sweep" / "3_workers=2", tmp_path / "out" / "3"
+    typed = f"out_dir={tmp_path}/out/$\\{{hydra\\:job.num\\}}"  # as Hydra's sweeper escapes it in the job's overrides
+    finished_job = {"launch.log": "torchrun ... workers=2\nround 0\n", ".hydra/overrides.yaml": "- workers=2\n"}
+    finished_run = {"rounds.jsonl": '{"round": 0}\n', "summary.json": '{"status": "converged"}\n'}
+    for folder, files in ((job, finished_job), (out, finished_run)):
+        for name, text in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+    hydra = OmegaConf.create({"runtime": {"output_dir": str(job)}, "sweep": {"dir": str(sweep_dir)},
+                              "overrides": {"task": ["workers=2", typed]}, "job": {"num": 3}})
+    monkeypatch.setattr(launchers.HydraConfig, "get", staticmethod(lambda: hydra))
+    monkeypatch.setattr(launchers, "main_module", lambda: "experiments.train")
+    line = f"error: out_dir={out} already holds a run (rounds.jsonl, summary.json); choose a new out_dir, ..."
+    launch = Launch([line], 2)
+    monkeypatch.setattr(launchers.subprocess, "Popen", launch)
+    launcher = launchers.TorchrunLauncher()
+    cfg = OmegaConf.create({"workers": 2, "out_dir": f"{tmp_path}/out/${{hydra:job.num}}"})
+    assert launcher.launch_job(cfg) == 2
+    cmd = " ".join(launcher.command("experiments.train", ["workers=2", f"out_dir='{out}'"], 2))
+    assert capsys.readouterr().err == line + "\n"
+    assert tree(job) == finished_job and tree(out) == finished_run
+    assert tree(sweep_dir / "refused") == {"3_workers=2.log": f"{cmd}\n{line}\n", "3_workers=2.txt": f"{line}\n"}
+    typed_cfg = OmegaConf.create({"seed": "${hydra:job.num}", "tag": "j${hydra:job.num}", "logger": ["jsonl"]})
+    assert launchers.job_overrides(["seed=${hydra:job.num}", "+tag='j${hydra:job.num}'", "logger=[jsonl]"],
+                                   typed_cfg) == ["seed=3", "+tag='j3'", "logger=[jsonl]"]  # a number, a string
+
+
 def test_a_launched_job_with_a_result_removes_an_earlier_jobs_error_file(tmp_path, monkeypatch):
     """A job refused on bad input left its line in its folder's error.txt; run again once the input is fixed, it
     finishes (exit 0), or diverges (exit 3, its summary written): either is a result, and the error.txt goes."""
