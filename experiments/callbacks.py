@@ -14,26 +14,36 @@ its folder: each finished job's folder is refused), in ``<sweep dir>/refused/<jo
 that a run's folder never holds a later job's refusal.  The sweep goes on; the line then names
 those files, and the sweep exits with status 2 (`failed`, read by ``experiments.train.cli``).  A job
 that finishes in a folder where an earlier job failed removes that job's error.txt (`clear_failure`).
+
+Such a job's Hydra config goes beside its line too, as ``<sweep dir>/refused/<job dir>.hydra/``
+(``hydra.output_subdir: ${dane.job_config_dir:}`` in conf/config.yaml, `job_config_dir`), so that the
+finished run's ``.hydra/`` stays byte for byte; a job that then writes its records there (overwrite, resume)
+moves it in (`settle_job_config`).  A sweep whose every job was refused so puts back the ``multirun.yaml``
+the folder held (`SweepSummary`), which Hydra's sweeper rewrites before any job runs.
 """
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dane.experiments.config import rank_zero
 from dane.records.lock import LOCK_FILE
-from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, atomic_write_text
+from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, atomic_write, atomic_write_text
 
 ERROR_FILE = "error.txt"  # a failed job's line in its folder; paper_figs.summary lists such a job as failed
 REFUSED_DIR = "refused"  # <sweep dir>/refused/<job dir>.txt: the line of a job whose folder holds a run not its own
+JOB_CONFIG_DIR = ".hydra"  # Hydra's config of a sweep's job, in its folder (hydra.output_subdir)
+SWEEP_CONFIG_FILE = "multirun.yaml"  # Hydra's config of a sweep, in its folder
 #: the job folder a process launcher (experiments.launchers) passes as its launched run's out_dir: that run is a
 #: sweep's job in the folder the sweep chose, and its refusal names hydra.sweep.dir (experiments.train.out_dir_key)
 SWEEP_OUT_DIR_ENV = "DANE_SWEEP_OUT_DIR"
@@ -91,6 +101,37 @@ def record_failure(line: str, before: dict[str, tuple[int, int]], run_dir: str |
     return path
 
 
+def job_config_dir(*, _root_: DictConfig) -> str:
+    """``hydra.output_subdir`` of a sweep's job (``${dane.job_config_dir:}``, resolved by Hydra's ``run_job`` before
+    the job runs, once it knows the job's folder): ``.hydra`` (in the job folder), unless the job's run folder
+    (`job_run_dir`) holds a run then (`run_files`): ``<sweep dir>/refused/<job dir>.hydra``, an absolute path, so
+    that a refused job writes no config over the finished run's.  A single run has no ``.hydra``
+    (experiments/train.py, `hydra_argv`); outside a sweep this is ``.hydra``."""
+    hydra = _root_.hydra
+    if hydra.mode != RunMode.MULTIRUN:
+        return JOB_CONFIG_DIR
+    job_dir, sweep_dir = str(hydra.runtime.output_dir), str(hydra.sweep.dir)
+    if not run_files(job_run_dir(_root_, job_dir)):
+        return JOB_CONFIG_DIR
+    return os.path.abspath(refused_path(job_dir, sweep_dir, JOB_CONFIG_DIR))
+
+
+OmegaConf.register_new_resolver("dane.job_config_dir", job_config_dir, replace=True)
+
+
+def settle_job_config(job_dir: str | Path, sweep_dir: str | Path, before: dict[str, tuple[int, int]],
+                      run_dir: str | Path | None = None) -> None:
+    """After a job that `job_config_dir` sent to ``<sweep dir>/refused/`` (``before``, its run folder's
+    `run_files` at its start, not empty): where it wrote its own records there (overwrite=true, resume; as
+    `failure_file` decides), its config replaces the folder's ``.hydra/``; refused, it stays beside its line."""
+    staged = refused_path(job_dir, sweep_dir, JOB_CONFIG_DIR)
+    if not before or not staged.is_dir() or failure_file(job_dir, sweep_dir, before, run_dir).parent != Path(job_dir):
+        return
+    target = Path(job_dir) / JOB_CONFIG_DIR
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.move(staged, target)
+
+
 def clear_failure(job_dir: str | Path) -> None:
     """A sweep's job that finished (its summary written) removes the ``error.txt`` an earlier job left in its folder
     (refused on bad input, then run again once the input was fixed): the folder holds this job's result, not a
@@ -107,9 +148,14 @@ class SweepSummary(Callback):
     def __init__(self) -> None:
         self.jobs = 0
         self.started = time.time()
+        self.sweep_config: bytes | None = None  # the multirun.yaml the sweep's folder held before this sweep
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()
+        try:  # Hydra's sweeper writes this sweep's multirun.yaml over it next, before any job runs
+            self.sweep_config = (Path(str(config.hydra.sweep.dir)) / SWEEP_CONFIG_FILE).read_bytes()
+        except OSError:
+            self.sweep_config = None
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         self.jobs += 1
@@ -124,6 +170,10 @@ class SweepSummary(Callback):
         written = [*Path(sweep_dir).glob(f"*/{ERROR_FILE}"), *Path(sweep_dir).glob(f"{REFUSED_DIR}/**/*.txt")]
         failed = sorted(p for p in written if p.stat().st_mtime >= self.started - 1.0)
         SweepSummary.failed = failed
+        refused = [p for p in failed if Path(os.path.relpath(p, sweep_dir)).parts[0] == REFUSED_DIR]
+        if self.sweep_config is not None and failed and len(refused) == len(failed) >= jobs:
+            # every job refused: the folder holds the earlier sweep's runs alone, and its config with them
+            atomic_write(Path(sweep_dir) / SWEEP_CONFIG_FILE, lambda f: f.write(self.sweep_config))
         note = f" ({len(failed)} failed: {', '.join(str(p) for p in failed[:3])}{', ...' if len(failed) > 3 else ''})" \
             if failed else ""
         print(f"sweep: {jobs} job{'s' * (jobs != 1)}{note} in {sweep_dir}; "

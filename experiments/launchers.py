@@ -15,8 +15,9 @@ of this shell (`synthetic.launchers.HOROVOD_KEYS`) are not passed on.  The job d
 Hydra's ``.hydra/`` (config, overrides) from this process, the run's records from rank 0,
 ``launch.log`` (the launch's whole output), and ``error.txt`` when the job failed without a
 result (`experiments.callbacks.failure_file`: in ``<sweep dir>/refused/`` where the job's run folder, its
-out_dir or else its job directory, holds a run the job did not write, and the launch's output beside it,
-as ``<job dir>.log``: `launch_log`): a non-zero
+out_dir or else its job directory, holds a run the job did not write, and the launch's output and Hydra's
+config beside it, as ``<job dir>.log`` and ``<job dir>.hydra/``: `launch_log`,
+`experiments.callbacks.job_config_dir`): a non-zero
 exit is that job's failure, and the sweep goes on, as with the basic launcher.  A run that diverged wrote its
 summary (status: diverged): that is a result.  A job with a result removes an earlier job's error.txt from its
 folder (`experiments.callbacks.clear_failure`).  The launch command is in the run's ``summary.json``
@@ -53,7 +54,7 @@ from omegaconf.errors import OmegaConfBaseException
 from dane import checks
 from dane.errors import ConfigError, say
 from dane.experiments.callbacks import (SWEEP_OUT_DIR_ENV, clear_failure, failure_file, job_run_dir, record_failure,
-                                        run_files)
+                                        run_files, settle_job_config)
 from dane.records.provenance import LAUNCH_COMMAND_ENV
 from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
@@ -130,6 +131,7 @@ class ProcessLauncher(Launcher):
             returncode, tail = self._run(cmd, logged, env)
         finally:  # into the job's folder once the job wrote there (overwrite, resume); beside its refusal if not
             logged = settle(logged, launch_log(job_dir, hydra.sweep.dir, job, run_dir))
+            settle_job_config(job_dir, hydra.sweep.dir, job, run_dir)
         if returncode == 0:
             clear_failure(job_dir)
             return 0

@@ -38,7 +38,7 @@ from dane.loop.stopping import MonitorError
 from dane.experiments.cli import freeze_at_exit
 from dane.experiments.config import rank_zero, unique_name
 from dane.experiments.callbacks import (SWEEP_OUT_DIR_ENV, SweepSummary, clear_failure, job_run_dir, record_failure,
-                                        run_files)
+                                        run_files, settle_job_config)
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
 
@@ -70,9 +70,15 @@ def main(cfg: DictConfig) -> None:
     if not (multirun() and rank_zero()):
         return train(cfg, {})
     # in a sweep, the run files the job's run folder (its out_dir, else its job folder) holds before the job: a
-    # refusal is not written beside another run's
-    run_at = job_run_dir(cfg, HydraConfig.get().runtime.output_dir)
-    train(cfg, run_files(run_at), run_at)
+    # refusal is not written beside another run's, and the job's .hydra/, which Hydra wrote beside the refusal's
+    # place then (`job_config_dir`), goes into the job folder once the job writes its records there
+    hydra = HydraConfig.get()
+    run_at = job_run_dir(cfg, hydra.runtime.output_dir)
+    job = run_files(run_at)
+    try:
+        train(cfg, job, run_at)
+    finally:
+        settle_job_config(hydra.runtime.output_dir, hydra.sweep.dir, job, run_at)
 
 
 def train(cfg: DictConfig, job: dict, run_at: Path | None = None) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from hydra.types import RunMode
+from omegaconf import OmegaConf, open_dict, read_write
 
 from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments import config
@@ -39,10 +40,11 @@ TRAIN_SWEEP = command("sweep:train", "-m", "algorithm.safeguard=false", "workers
                       "hydra.sweep.dir={tmp}/sweep/train")
 
 #: a 2-job sweep, then the same sweep again into its folder: each job's folder holds a finished run and is refused
+#: (print_every is no part of a job's name: the second sweep's jobs have the first's folders, and another config)
 RERUN_ARGS = ("-m", "workers=1,2", *TINY, "rounds=2", "hydra.sweep.dir={tmp}/sweep/rerun")
 RERUN_JOBS = [f"{k}_problem.dim=20,problem.n_samples=600,rounds=2,workers={k + 1}" for k in range(2)]
 FIRST_SWEEP = command("sweep:first", *RERUN_ARGS, module="experiments.simulate")
-SWEEP_AGAIN = command("sweep:again", *RERUN_ARGS, module="experiments.simulate",
+SWEEP_AGAIN = command("sweep:again", *RERUN_ARGS, "print_every=2", module="experiments.simulate",
                       watch=f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}")
 #: job 0 again as hydra/launcher=torchrun launches it: a single run into the job's folder, which the launcher names
 LAUNCHED_AGAIN = command("sweep:launched-again", "workers=1", *TINY, "rounds=2",
@@ -96,8 +98,9 @@ def test_multirun_writes_one_dir_per_job(commands):
 
 def test_a_sweep_run_again_into_its_folder_leaves_each_finished_run_as_it_was(commands):
     """Each job of the second sweep is refused (its folder holds a finished run) and says so on stderr; the line
-    goes to ``<sweep dir>/refused/<job>.txt``, not into the finished run's folder, which stays byte for byte
-    (Hydra's .hydra/ is rewritten with the same bytes); the sweep names those files and exits with status 2."""
+    goes to ``<sweep dir>/refused/<job>.txt``, and the job's Hydra config to ``<sweep dir>/refused/<job>.hydra/``,
+    not into the finished run's folder, which stays byte for byte (its .hydra/ too, though the refused config
+    differs: print_every=2); the sweep names those files and exits with status 2."""
     first, again, sweep = commands[FIRST_SWEEP], commands[SWEEP_AGAIN], commands.tmp / "sweep" / "rerun"
     assert first["rc"] == 0, first["stderr"][-2000:]
     refusals = [f"error: out_dir={sweep / job} already holds a run (rounds.jsonl, summary.json); choose a new "
@@ -110,7 +113,8 @@ def test_a_sweep_run_again_into_its_folder_leaves_each_finished_run_as_it_was(co
         [(1, 2), (2, 3)]  # workers=1: one exact Newton step; workers=2: the 2-round cap
     written = [sweep / "refused" / f"{job}.txt" for job in RERUN_JOBS]
     assert sorted(p.relative_to(sweep).as_posix() for p in (sweep / "refused").rglob("*")) == \
-        [f"refused/{job}.txt" for job in RERUN_JOBS]
+        sorted(f"refused/{job}{name}" for job in RERUN_JOBS for name in (
+            ".txt", ".hydra", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"))
     assert [p.read_text() for p in written] == [line + "\n" for line in refusals]
     assert f"sweep: 2 jobs (2 failed: {written[0]}, {written[1]}) in {sweep};" in again["stdout"]
     assert [p.name for p in job_dirs(sweep)] == RERUN_JOBS  # `dane figures summary`: refused/ is no job of its own
@@ -156,6 +160,116 @@ def test_a_failed_jobs_line_goes_into_its_folder_unless_the_folder_holds_a_run_n
     (out / "summary.json").write_text("{}\n")  # the job's run folder holds a finished run, its job folder none
     assert failure_file(empty, "sweep", run_files(out), out) == Path("sweep", "refused", "1_workers=2.txt")
     assert failure_file(empty, "sweep", {}, out) == empty / "error.txt"
+
+
+#: a finished job's folder as its sweep left it: the run's records and Hydra's config of the job
+FINISHED_JOB = {"rounds.jsonl": '{"round": 0}\n', "summary.json": '{"status": "converged"}\n',
+                ".hydra/config.yaml": "workers: 2\n", ".hydra/hydra.yaml": "hydra: {}\n",
+                ".hydra/overrides.yaml": "- workers=2\n"}
+
+
+def write_tree(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
+def tree(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def sweep_job(sweep: Path, *overrides: str):
+    """Job 0 of ``-m <overrides> hydra.sweep.dir=<sweep>`` as a launcher hands it to Hydra's `run_job`."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, f"hydra.sweep.dir={sweep}"], return_hydra_config=True)
+    with read_write(cfg), open_dict(cfg):
+        cfg.hydra.mode, cfg.hydra.job.num, cfg.hydra.job.id = RunMode.MULTIRUN, 0, "0"
+    return cfg
+
+
+def test_a_refused_job_writes_its_hydra_config_beside_its_refusal_not_over_the_finished_jobs(tmp_path, capsys):
+    """A sweep run again into its folder with a setting that is no part of a job's name (print_every=2): Hydra's
+    `run_job` writes the job's .hydra/ before the job runs, so it replaced the finished job's config with the
+    refused one's.  ``hydra.output_subdir`` (`job_config_dir`) sends it beside the refusal's line, to
+    ``<sweep>/refused/<job>.hydra/``, and the finished folder stays byte for byte."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext
+
+    from dane.experiments import train
+
+    sweep, name = tmp_path / "sweep", "0_problem.dim=3,problem.n_samples=60,rounds=2,workers=2"
+    write_tree(sweep / name, FINISHED_JOB)
+    cfg = sweep_job(sweep, "workers=2", "rounds=2", "problem.n_samples=60", "problem.dim=3", "print_every=2")
+    run_job(task_function=train.main.__wrapped__, config=cfg, job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir", hydra_context=HydraContext(config_loader=None, callbacks=Callbacks()),
+            configure_logging=False)
+    line = (f"error: out_dir={sweep / name} already holds a run (rounds.jsonl, summary.json); choose a new "
+            "hydra.sweep.dir, or replace it with overwrite=true (dane.fit: overwrite=True)")
+    assert capsys.readouterr().err == line + "\n"
+    assert tree(sweep / name) == FINISHED_JOB
+    refused = tree(sweep / "refused")
+    assert sorted(refused) == [f"{name}.hydra/config.yaml", f"{name}.hydra/hydra.yaml", f"{name}.hydra/overrides.yaml",
+                               f"{name}.txt"]
+    assert refused[f"{name}.txt"] == line + "\n"
+    assert yaml.safe_load(refused[f"{name}.hydra/overrides.yaml"])[-1] == "print_every=2"
+
+
+def test_a_jobs_hydra_config_goes_beside_its_refusal_and_in_once_it_writes_its_records(tmp_path):
+    """`job_config_dir`: ``.hydra`` where the job's run folder (its out_dir, else its job folder) holds no run when
+    Hydra writes the job's config, else ``<sweep>/refused/<job>.hydra`` (absolute: Hydra joins it to the job
+    folder).  `settle_job_config`: a job that then wrote its own records there (overwrite=true, resume) takes it
+    into its folder's .hydra/; a refused one leaves it beside its line, and a config an earlier sweep staged is
+    not taken by a job whose folder held no run."""
+    from dane.experiments.callbacks import job_config_dir, settle_job_config
+
+    sweep, job, out = tmp_path / "sweep", tmp_path / "sweep" / "0_workers=2", tmp_path / "out" / "0"
+
+    def place(mode=RunMode.MULTIRUN, out_dir=None) -> str:
+        return job_config_dir(_root_=OmegaConf.create({"out_dir": out_dir, "hydra": {
+            "mode": mode, "runtime": {"output_dir": str(job)}, "sweep": {"dir": str(sweep)}}}))
+
+    staged = sweep / "refused" / "0_workers=2.hydra"
+    assert [place(), place(out_dir=str(out))] == [".hydra", ".hydra"]  # nothing there yet
+    write_tree(out, {"summary.json": "{}\n"})
+    assert [place(), place(out_dir=str(out))] == [".hydra", str(staged)]  # out_dir='DIR/${hydra:job.num}'
+    write_tree(job, FINISHED_JOB)
+    assert [place(), place(RunMode.RUN)] == [str(staged), ".hydra"]
+    before = run_files(job)
+    write_tree(staged, {"overrides.yaml": "- workers=2\n- overwrite=true\n"})
+    settle_job_config(job, sweep, before)  # refused: its config stays beside its line
+    assert tree(job) == FINISHED_JOB and tree(staged) == {"overrides.yaml": "- workers=2\n- overwrite=true\n"}
+    settle_job_config(job, sweep, {})  # a job that found its folder empty: not its config
+    assert tree(job) == FINISHED_JOB
+    (job / "rounds.jsonl").write_text('{"round": 0}\n{"round": 1}\n')  # overwrite=true: its own records
+    settle_job_config(job, sweep, before)
+    assert tree(job) == {"rounds.jsonl": '{"round": 0}\n{"round": 1}\n', "summary.json": FINISHED_JOB["summary.json"],
+                         ".hydra/overrides.yaml": "- workers=2\n- overwrite=true\n"}
+    assert not staged.exists()
+
+
+def test_a_sweep_whose_every_job_was_refused_puts_back_the_sweep_config_its_folder_held(tmp_path, monkeypatch):
+    """Hydra's sweeper writes its multirun.yaml into the sweep folder before any job runs.  Where every job of the
+    sweep was then refused (each folder held a finished run), `SweepSummary` puts back the multirun.yaml the folder
+    held, byte for byte; a sweep with a job that ran, or into a folder that held none, keeps its own."""
+    from dane.experiments.callbacks import SweepSummary
+
+    monkeypatch.setattr(SweepSummary, "failed", [])
+    kept = {}
+    for case, held, refused in (("all_refused", True, 2), ("one_ran", True, 1), ("new_folder", False, 2)):
+        sweep = tmp_path / case
+        if held:
+            write_tree(sweep, {"multirun.yaml": "params: {seed: 0,1}\n"})
+        summary, config = SweepSummary(), OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+        summary.on_multirun_start(config)
+        write_tree(sweep, {"multirun.yaml": "params: {seed: 0,1}\nprint_every: 2\n"})  # the sweeper's
+        for k in range(2):
+            write_tree(sweep, {f"refused/{k}_seed={k}.txt" if k < refused else f"{k}_seed={k}/summary.json": "x\n"})
+            summary.on_job_end(config, None)
+        summary.on_multirun_end(config)
+        kept[case] = (sweep / "multirun.yaml").read_text()
+    assert kept == {"all_refused": "params: {seed: 0,1}\n", "one_ran": "params: {seed: 0,1}\nprint_every: 2\n",
+                    "new_folder": "params: {seed: 0,1}\nprint_every: 2\n"}
 
 
 def sweeper_params(name: str) -> dict[str, list[str]]:
