@@ -48,13 +48,25 @@ class Column(NamedTuple):
     shown_with: str | None = None
 
 
+class Finished(NamedTuple):
+    """How a method ends its run itself (`Rounds.finished`): the run's ``status`` and ``why``, and where the method
+    knows what to change, its ``remedy`` ("set <key> ...": DANE's safeguard giving up on trials that are not finite,
+    `dane.dane.DANE.remedy`).  ``stopped_by`` reads "<why>: <remedy>"; the summary's ``remedy`` holds it alone, and
+    the divergence line names it in place of the config's guesses (`dane.loop.launch.execute`)."""
+
+    status: str
+    why: str
+    remedy: str | None = None
+
+
 class Rounds:
     """What `dane.loop.runner.run` drives: an `Algorithm`, or a split-learning or asynchronous run behind the
     same interface (``iterate``, ``step``, ``state_dict``), which declares no final answer and no diagnosis."""
 
-    #: None until the method's answer is final before the round cap (one-shot averaging), then (status, why):
-    #: the run ends on the record that describes that answer (`dane.loop.runner.run`)
-    finished: tuple[str, str] | None = None
+    #: None until the method's answer is final before the round cap (one-shot averaging) or the method ends the run
+    #: itself (DANE's safeguard giving up), then (status, why) or a `Finished` with its remedy: the run ends on the
+    #: record that describes that answer (`dane.loop.runner.run`)
+    finished: tuple[str, str] | Finished | None = None
     #: whether the method raises its own damping when its objective rises (a default proximal weight:
     #: `baselines.adaptive.WeightDoubling`); the divergence watch then waits for the objective to stay above round 0
     #: and rise (`dane.loop.stopping.DivergenceWatch`), as under client sampling

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .algorithm import Algorithm, AlgorithmConfig, Column
+from .algorithm import Algorithm, AlgorithmConfig, Column, Finished
 from .comm import Communicator
 from .numerics.local_solvers import LocalSolver, load_svrg, refuse_oversized_svrg
 from . import checks
@@ -70,7 +70,7 @@ class DANE(Algorithm):
             self.mu = self.guard.mu
             if self.guard.gave_up is not None:  # μ cannot bring the trials back: no solve, the run ends diverged,
                 self.w = self.described = w      # on the last accepted iterate (the same verdict on every worker)
-                self.finished = ("diverged", f"{self.guard.gave_up}: {self.remedy()}")
+                self.finished = Finished("diverged", self.guard.gave_up, remedy=self.remedy())
                 return {**self.metrics(g, metrics), "mu": self.mu, **extra}
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g, self.mu,    # 2. local solve
                                           anchor_grad=local_grad, **solver_arg(self.local_solver))
@@ -156,8 +156,9 @@ class DANEConfig(AlgorithmConfig):
 
     def recovery(self) -> list[str]:
         """Where the safeguard gave up on local solves whose trials are not finite (`MuSafeguard.gave_up`, the one
-        way a safeguarded run on a convex problem diverges; the summary's ``stopped_by`` names the key of the run's
-        solver, `DANE.remedy`): an η above the paper's 1, and the local solver's step."""
+        way a safeguarded run on a convex problem diverges; the summary's ``remedy`` names the key of the run's
+        solver, `DANE.remedy`, and the divergence line names it in place of these): an η above the paper's 1, and
+        the local solver's step."""
         if not self.safeguard:
             return []
         return (["algorithm.eta=1 (the paper's step)"] if self.eta > 1 else []) + self.step_recovery()

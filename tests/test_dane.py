@@ -376,6 +376,7 @@ def test_a_local_solve_that_diverges_at_mu_0_ends_the_run_diverged_naming_its_st
     assert summary["stopped_by"].startswith(
         "the trial at mu = 0 not finite (a local solve diverged or overflowed); nothing measured to raise mu by: "
         "set problem.svrg_lr below 1 (SVRG's given step diverges), or null (1/L_max)")
+    assert summary["remedy"] == "set problem.svrg_lr below 1 (SVRG's given step diverges), or null (1/L_max)"
 
 
 def test_trials_that_stay_nan_as_mu_rises_end_the_run_after_five(tmp_path):
@@ -391,6 +392,7 @@ def test_trials_that_stay_nan_as_mu_rises_end_the_run_after_five(tmp_path):
     assert summary["stopped_by"].startswith(
         "5 trials in a row, the last at mu = 256 not finite (a local solve diverged or overflowed); raising mu (to "
         "1.02e+03) does not bring them back: set algorithm.lr below 1 (SVRG's given step diverges), or null (1/L_max)")
+    assert summary["remedy"] == "set algorithm.lr below 1 (SVRG's given step diverges), or null (1/L_max)"
 
 
 def test_an_eta_that_overflows_the_step_names_algorithm_eta(tmp_path):
@@ -401,3 +403,4 @@ def test_an_eta_that_overflows_the_step_names_algorithm_eta(tmp_path):
     assert [(r["round"], r["accepted"], r["mu"]) for r in records] == [(0, True, 0.0), (1, False, 0.0)]
     assert summary["stopped_by"].startswith("the trial at mu = 0 not finite (a local solve diverged or overflowed); "
                                             "nothing measured to raise mu by: set algorithm.eta below 1e+300")
+    assert summary["remedy"] == "set algorithm.eta below 1e+300 (the paper's is 1)"

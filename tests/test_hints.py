@@ -117,3 +117,29 @@ def test_a_mu_of_ones_own_gets_no_hint_unless_declared():
 
     assert not any(h.startswith("algorithm.mu") for h in recovery_overrides(Own()))
     assert "algorithm.mu=1" in recovery_overrides(Damped())
+
+
+@pytest.mark.parametrize("stopped_by, remedy", [
+    ("a note of one's own: set algorithm.eta below 2, it says", None),  # prose, not a remedy: the config's guesses
+    ("the method's own reason", "set algorithm.eta below 2 (the paper's is 1)"),  # declared: named alone
+])
+def test_the_divergence_line_names_the_declared_remedy_not_what_stopped_by_says(monkeypatch, tmp_path, stopped_by,
+                                                                                 remedy):
+    """The line reads the summary's ``remedy`` (what the method declared, `dane.algorithm.Finished`), never the text
+    of ``stopped_by``: a ": set <key> ..." in that text was taken for a remedy, and a remedy the text did not spell
+    that way was lost to the config's guesses."""
+    from dane.errors import DivergenceError
+    from dane.loop import launch
+    from dane.loop.spec import Communication, RunControl, RunSpec
+    from dane.loop.stopping import StopRule
+    from dane.problems import RidgeSyntheticConfig
+
+    spec = RunSpec(problem=RidgeSyntheticConfig(n_samples=200, dim=10), algorithm=algorithm_config("dane"),
+                   comm=Communication(workers=2), control=RunControl(stop=StopRule(rounds=3), quiet=True))
+    summary = {"algorithm": "dane", "rounds": 1, "final_objective": 1.5, "status": "diverged",
+               "stopped_by": stopped_by, "remedy": remedy}
+    monkeypatch.setattr(launch, "start", lambda *args: summary)
+    with pytest.raises(DivergenceError) as diverged:
+        launch.execute(spec, str(tmp_path))
+    told = remedy or "try " + " or ".join(recovery_overrides(spec.algorithm))
+    assert str(diverged.value) == f"dane diverged at round 1 (objective 1.5); results so far are in {tmp_path}; {told}"

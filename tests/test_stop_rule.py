@@ -372,3 +372,21 @@ def test_a_blow_up_under_diverge_after_null_is_the_divergence_line(tmp_path):
     summary = read_summary(tmp_path)
     assert (summary["status"], summary["stopped_by"]) == ("diverged", "|objective| > 10000 x max(1, |objective at "
                                                                       "round 0|)")
+
+
+def test_a_methods_own_ending_gives_stopped_by_its_reason_and_remedy_and_the_result_its_remedy():
+    """`dane.algorithm.Finished`: ``stopped_by`` reads "<why>: <remedy>" (as DANE's safeguard wrote it), and the
+    remedy is kept apart for the summary; a plain (status, why) names none, and a stop test's status none either."""
+    from dane.algorithm import Finished
+    from dane.loop.runner import own_ending, why_stopped
+
+    records, stop = [{"round": 0, "objective": 2.0}, {"round": 1, "objective": 2.0}], StopRule(rounds=5)
+    algo = Rounds()
+    algo.finished = Finished("diverged", "gave up", remedy="set algorithm.eta below 2 (the paper's is 1)")
+    assert why_stopped(algo, stop, "diverged", records, records[0]) == \
+        "gave up: set algorithm.eta below 2 (the paper's is 1)"
+    assert own_ending(algo, "diverged", records, None).remedy == "set algorithm.eta below 2 (the paper's is 1)"
+    assert own_ending(algo, "max_rounds", records, None) is None
+    algo.finished = ("one_shot", "the one-shot average is final")
+    assert why_stopped(algo, stop, "one_shot", records, records[0]) == "the one-shot average is final"
+    assert own_ending(algo, "one_shot", records, None) == ("one_shot", "the one-shot average is final", None)

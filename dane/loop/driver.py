@@ -181,6 +181,7 @@ def base_summary(loop: Loop) -> dict[str, Any]:
         "wall_time_s": time.perf_counter() - loop.start,
         "stop_rule": spec.control.stop.rule(last),
         "stopped_by": loop.result.stopped_by,
+        "remedy": loop.result.remedy,  # what to change, where the method ended the run itself and named it
     }
     summary.update({f"final_{key}": last[key] for key in ("test_loss", "test_accuracy") if key in last})
     # the counts the round object declares (`Algorithm.summary_keys`: traffic by direction, where the run counts it)

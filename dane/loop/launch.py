@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 import torch
 
@@ -61,21 +60,15 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
         counted = summary["stopped_by"] == spec.control.stop.counted_divergence()
         # out_dir is None where this process writes nothing: a launched rank other than 0, a run without a folder
         kept = f"; results so far are in {out_dir}" if out_dir else ""
+        # the method's own remedy where it ended the run itself and named one (`dane.algorithm.Finished`), which
+        # knows the run's solver and problem; else the config's guesses
         raise DivergenceError(
             f"{summary['algorithm']} diverged at round {summary['rounds']} (objective {summary['final_objective']:.3g})"
-            f"{kept}; {declared_remedy(summary['stopped_by']) or 'try ' + ' or '.join(recovery_overrides(spec.algorithm))}"
+            f"{kept}; {summary['remedy'] or 'try ' + ' or '.join(recovery_overrides(spec.algorithm))}"
             + ("; where its objective overshot and is falling back, diverge_after=null lets it go on" if counted
                else "")
         )
     return summary
-
-
-def declared_remedy(stopped_by: str) -> str | None:
-    """The change named by an algorithm that declared its own divergence (``finished``: DANE's safeguard giving up on
-    trials that are not finite, "<why>: set <key> ...", `dane.dane.DANE.remedy`), which knows the run's solver and
-    problem; None where a stop test ended the run, and the config's guesses (`recovery_overrides`) are the hint."""
-    found = re.search(r": (set [\w.]+ [^;]*)", stopped_by)
-    return found.group(1) if found else None
 
 
 def recovery_overrides(algorithm) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from .. import work
-from ..algorithm import Algorithm, Rounds
+from ..algorithm import Algorithm, Finished, Rounds
 from ..comm.base import restore_traffic_bits, traffic_bits
 from ..errors import NotPositiveDefinite
 from .parking import Parked, Parking, Woken, first_wake
@@ -66,13 +66,15 @@ def start_state(algo: Rounds, stop: StopRule) -> dict:
 @dataclass(frozen=True)
 class RunResult:
     """How `run` ended: the ``records`` (this call's, after a resume's ``history``), the ``status``, the ``iterate``
-    the last record describes and ``stopped_by``, the test that ended the run (`StopRule.stopped_by`).  Unpacks as
-    ``records, status``."""
+    the last record describes, ``stopped_by``, the test that ended the run (`StopRule.stopped_by`), and ``remedy``,
+    what to change where the method ended the run itself and named it (`dane.algorithm.Finished`; else None).
+    Unpacks as ``records, status``."""
 
     records: list[dict]
     status: str
     iterate: torch.Tensor
     stopped_by: str
+    remedy: str | None = None
 
     def __iter__(self):
         return iter((self.records, self.status))
@@ -201,7 +203,9 @@ def rounds_from(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] |
     # A run stopped by a round's metrics has already moved past the iterate they describe; a safeguard's rejected
     # start is described by the last accepted iterate (`Rounds.described_iterate`).
     iterate = algo.described_iterate(w_t).detach().clone()
-    result = RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising))
+    own = own_ending(algo, status, records, rising)
+    result = RunResult(records, status, iterate, why_stopped(algo, stop, status, records, first, rising),
+                       None if own is None else own.remedy)
     if parking is not None:
         parking.finish()
     return result
@@ -214,15 +218,25 @@ def why_stopped(algo: Rounds, stop: StopRule, status: str, records: list[dict], 
     round cap, its ``diagnosis``."""
     if status == "diverged" and divergence is not None and divergence.reason:
         return divergence.reason
-    done = algo.finished
-    if records and done is not None and status == done[0]:
+    own = own_ending(algo, status, records, divergence)
+    if own is not None:
         measure = stop.measure(records[-1], first)
-        return done[1] + ("" if measure is None else f"; {measure}" +
-                          (f", above {measure.target_label}" if measure.target_label else ""))
+        why = own.why if own.remedy is None else f"{own.why}: {own.remedy}"
+        return why + ("" if measure is None else f"; {measure}" +
+                      (f", above {measure.target_label}" if measure.target_label else ""))
     sampled = divergence is not None and bool(records) and divergence.sampled(records[-1])
     said = stop.stopped_by(status, records[-1], first, records, sampled=sampled) if records else status
     extra = algo.diagnosis(records) if status == "max_rounds" and records else None
     return f"{said}; {extra}" if extra else said
+
+
+def own_ending(algo: Rounds, status: str, records: list[dict], divergence: DivergenceWatch | None) -> Finished | None:
+    """The method's own ending (its ``finished``), where it is what ended the run: its status, and not the
+    divergence window's under client sampling, which names its own rule; None otherwise."""
+    done = algo.finished
+    if not records or done is None or status != done[0] or (divergence is not None and divergence.reason):
+        return None
+    return Finished(*done)
 
 
 def finished(algo: Rounds) -> str | None:
