@@ -134,6 +134,7 @@ def forcing_tolerance(grad_norm: float, pcg_tol: float, first_grad_norm: float) 
 class DiSCO(Algorithm):
     name = "disco"
     label = "DiSCO"
+    singular_remedy = " or algorithm.mu > 0"  # μ shifts worker 0's Hessian in the preconditioner P = ∇²O_0 + μI
     elastic = True  # its state is the iterate and ‖g_0‖
     synchronous_because = "DiSCO's distributed CG needs Hessian-vector products at the same iterate"
     columns = (Column("step_size", "{:>9.3g}"), Column("pcg_iters", "{:>9.0f}"), Column("delta", "{:>9.3g}"))

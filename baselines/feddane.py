@@ -50,6 +50,7 @@ from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weigh
 class FedDANE(Federated):
     name = "feddane"
     label = "FedDANE"
+    singular_remedy = " or algorithm.mu > 0"  # μ shifts the local Hessian of an exact solve (local_solver not steps)
     own_state = ()  # the clients outside S_t may sleep (`dane.comm.roster`), unless a second draw picks the solvers
 
     @classmethod

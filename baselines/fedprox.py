@@ -47,6 +47,7 @@ __all__ = ["FIXED_POINT", "STALLED", "FedProx", "FedProxConfig"]
 class FedProx(Federated):
     name = "fedprox"
     label = "FedProx"
+    singular_remedy = " or algorithm.mu > 0"  # μ shifts the local Hessian of an exact solve (local_solver not steps)
     batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
     stacked_needs = "gradients"
     own_state = ()  # no state of a client's own: the clients outside S_t may sleep (`dane.comm.roster`)

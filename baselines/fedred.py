@@ -93,6 +93,8 @@ COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and
 class FedRed(Federated):
     name = "fedred"
     label = "FedRed"
+    # λ shifts the local Hessian of DANE+'s exact solve (λ = 0 is refused there); one below its round-off fails
+    singular_remedy = " or a larger algorithm.lam"
     batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
     stacked_needs = "gradients"
     own_state = ("h",)  # the client's control variate: the clients outside S_t may sleep (`dane.comm.roster`)

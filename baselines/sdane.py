@@ -88,6 +88,8 @@ def extrapolation(lam: float, A: float, B: float) -> float:
 class SDANE(Federated):
     name = "sdane"
     label = "S-DANE"
+    # λ (> 0 already) shifts the local Hessian of an exact solve; one below the round-off of the shard's curvature fails
+    singular_remedy = " or a larger algorithm.lam"
     columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
     own_state = ()  # the clients outside S_t may sleep (`dane.comm.roster`), unless λ's test takes every client
 

@@ -111,7 +111,8 @@ class Algorithm(Rounds, ABC):
     #: and the package's other figures and benchmark reports name the package's algorithms by it (`label_of`)
     label: ClassVar[str] = ""
     #: what the method's own keys can do where a shard's local Hessian is singular (`dane.errors.NotPositiveDefinite`),
-    #: appended to the problem's remedy: " or algorithm.mu > 0" where μ shifts that Hessian; "": the problem's only
+    #: appended to the problem's remedy: " or algorithm.mu > 0" where μ shifts that Hessian (DANE, FedProx, DiSCO),
+    #: " or a larger algorithm.lam" where the shift must be positive already (S-DANE, FedRed); "": the problem's only
     singular_remedy: ClassVar[str] = ""
 
     # -------------------------------------------------------------- capabilities, asked of the class

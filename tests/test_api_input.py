@@ -403,3 +403,28 @@ def test_a_singular_local_model_names_only_the_running_methods_keys():
     with pytest.raises(ConfigError) as error:
         dane.fit(dane.problems.Ridge(X, y, lam=0.0), "osa", workers=3, rounds=2, mu=0.1)
     assert one_line(error) == "algorithm osa has no key(s) mu; it takes none"
+
+
+SINGULAR = "the local Hessian plus {} I is not positive definite on this shard; use problem.lam > 0"
+
+
+@pytest.mark.parametrize("algorithm, keys, lam, line", [
+    ("fedprox", {"mu": 0.0, "local_solver": "cholesky"}, 0.0, SINGULAR.format(0.0) + " or algorithm.mu > 0"),
+    ("fedavg", {"local_solver": "cholesky"}, 0.0, SINGULAR.format(0.0) + " or algorithm.mu > 0"),
+    ("feddane", {"mu": 0.0}, 0.0, SINGULAR.format(0.0) + " or algorithm.mu > 0"),
+    ("disco", {"mu": 0.0}, 0.0, SINGULAR.format(0.0) + " or algorithm.mu > 0"),
+    # λ > 0 is checked (S-DANE) or refused at 0 with an exact solve (FedRed): a λ below round-off is what fails
+    ("sdane", {"lam": 1e-300, "local_solver": "cholesky"}, 0.0, SINGULAR.format(1e-300) + " or a larger algorithm.lam"),
+    ("acc_sdane", {"lam": 1e-300, "local_solver": "cholesky"}, 0.0,
+     SINGULAR.format(1e-300) + " or a larger algorithm.lam"),
+    ("fedred", {"lam": 1e-300, "local_solver": "cholesky"}, 0.0, SINGULAR.format(1e-300) + " or a larger algorithm.lam"),
+])
+def test_a_singular_local_model_names_the_key_of_each_method_that_shifts_it(algorithm, keys, lam, line):
+    """Each method whose local system is a factorization names the key of its own that shifts that Hessian (its
+    ``singular_remedy``), after the problem's (GIANT's CG, InexactDANE's SVRG or CG and the first-order methods' steps
+    factor nothing); the lines named problem.lam alone."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((6, 4)), rng.standard_normal(6)   # 3 shards of 2 rows in d = 4: singular
+    with pytest.raises(ConfigError) as error:
+        dane.fit(dane.problems.Ridge(X, y, lam=lam), algorithm, workers=3, rounds=2, **keys)
+    assert one_line(error) == line
