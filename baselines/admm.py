@@ -85,7 +85,7 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
-from dane.errors import ConfigError
+from dane.errors import ConfigError, NotPositiveDefinite
 from dane.problems import Problem
 from dane.work import count
 
@@ -158,6 +158,7 @@ def residual_balance(rho: float, primal: float, dual: float, *, mu: float = 10.0
 class ADMM(Algorithm):
     name = "admm"
     label = "ADMM"
+    singular_remedy = ""  # its x-update's line names algorithm.rho itself (`local_solve`): problem.lam is not in it
     synchronous_because = "ADMM's consensus step needs every worker's x_i + u_i of the same round"
     columns = (Column("rho", "{:>8.3g}"), Column("primal_residual", "{:>15.3e}", shown_with="rho"),
                Column("dual_residual", "{:>13.3e}", shown_with="rho"))
@@ -191,7 +192,7 @@ class ADMM(Algorithm):
             adapted = []
         self.t += 1
         z, u, rho = self.w, self.u, self.rho
-        x = self.problem.prox_solve(z - u, self._zero, rho, with_reg=False)                  # x-update (local solve)
+        x = self.local_solve(z - u, rho)                                                      # x-update (local solve)
         payload = [self._pending_primal_sq(), *local_payload(self.problem, z, with_grad=self.with_grad)]
         v, primal_sq, *reduced = self.comm.allreduce_mean([x + u, *payload])                  # the one allreduce
         z_next = self.problem.prox_regularizer(v, rho)                                        # z-update
@@ -235,6 +236,16 @@ class ADMM(Algorithm):
         super().load_state_dict(state)
         self.u, self.rho, self.t = state["u"].clone(), state["rho"], state.get("t", 0)  # "t": since ρ refreshes
         self._primal_sq, self._dual = state["primal_sq"], state["dual"]
+
+    def local_solve(self, v: torch.Tensor, rho: float) -> torch.Tensor:
+        """argmin_x f_i(x) + (ρ/2)‖x − v‖².  f_i has no regulariser (the z-update holds it), so where f_i's Hessian is
+        singular (fewer rows than features) only ρ shifts it: the line names algorithm.rho, not the problem's
+        problem.lam, which is not in this system."""
+        try:
+            return self.problem.prox_solve(v, self._zero, rho, with_reg=False)
+        except NotPositiveDefinite:
+            raise NotPositiveDefinite(f"the local Hessian without the regulariser (ADMM's z-update holds it) plus {rho:g} "
+                                      f"I is not positive definite on this shard; use a larger algorithm.rho") from None
 
     def _pending_primal_sq(self) -> torch.Tensor:
         return self._primal_sq if self._primal_sq is not None else torch.zeros(1, dtype=self.w.dtype)

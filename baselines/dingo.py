@@ -19,7 +19,9 @@ gradients a trial; at most `LS_TRIALS`, after which the round keeps x_k, a = 0).
 ρ = ``rho``: the paper's and FedNL-Public's 1e-4, 1e-6, 1e-4.  The paper takes θ, φ > 0 and ρ ∈ (0, 1), as any
 Armijo condition must: on a quadratic ‖∇O(x_k + a p)‖² = ‖g‖² + 2a⟨p, h⟩ + a²‖∇²O p‖², so where ⟨p, h⟩ < 0 no
 a > 0 passes with ρ ≥ 1 and every round would spend its `LS_TRIALS` trials to keep x_k.  H_i includes the ℓ2 term λI; where λ > 0 it is
-positive definite and H_i† is its inverse (a Cholesky solve).
+positive definite and H_i† is its inverse (a Cholesky solve).  Departure from the paper: H_i† is that inverse only, not
+the pseudo-inverse of a singular H_i (λ = 0 and fewer rows than features), which the run refuses in one line
+(`client_vectors`); no key of DINGO's shifts H_i (φ regularizes the third vector only).
 
 *Bits* (record ``clients_uplink_bits``, cumulative, FedNL's convention; ``step_size`` a, ``case`` 1-3): per client
 a round 64·d (its gradient) + 3·64·d (the three vectors) + 64·d in case 3 (p_i) + 64·d per line-search trial (its
@@ -47,7 +49,7 @@ from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.comm.batched import stacked
-from dane.errors import ConfigError
+from dane.errors import ConfigError, NotPositiveDefinite
 from dane.problems import Problem
 from dane.problems.stacked_hessians import unpack
 from dane.sampling import SamplingKeys, sampled_mean
@@ -59,9 +61,14 @@ from .newton_star import VALUE_BITS, linear_rows
 
 
 def client_vectors(H: np.ndarray, g: np.ndarray, phi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(H g, H⁻¹g, (H² + φ²I)⁻¹ H g) of one client's symmetric positive definite Hessian H."""
+    """(H g, H⁻¹g, (H² + φ²I)⁻¹ H g) of one client's symmetric positive definite Hessian H (else one line)."""
     Hg = H @ g
-    inverse = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H, lower=True), g)
+    try:
+        factor = scipy.linalg.cho_factor(H, lower=True)
+    except np.linalg.LinAlgError:
+        raise NotPositiveDefinite("the local Hessian is not positive definite on this shard (DINGO's H_i^-1 g is a "
+                                  "Cholesky solve); use problem.lam > 0") from None
+    inverse = scipy.linalg.cho_solve(factor, g)
     regularized = np.linalg.solve(H @ H + phi * phi * np.eye(len(g)), Hg)
     return Hg, inverse, regularized
 

@@ -418,11 +418,18 @@ SINGULAR = "the local Hessian plus {} I is not positive definite on this shard; 
     ("acc_sdane", {"lam": 1e-300, "local_solver": "cholesky"}, 0.0,
      SINGULAR.format(1e-300) + " or a larger algorithm.lam"),
     ("fedred", {"lam": 1e-300, "local_solver": "cholesky"}, 0.0, SINGULAR.format(1e-300) + " or a larger algorithm.lam"),
+    # the x-update leaves the regulariser to the z-update: problem.lam = 1 does not shift it, ρ does
+    ("admm", {"rho": 1e-300}, 1.0, "the local Hessian without the regulariser (ADMM's z-update holds it) plus 1e-300 I "
+                                   "is not positive definite on this shard; use a larger algorithm.rho"),
+    # no key of DINGO's shifts H_i (φ regularizes its third vector only); it raised LinAlgError, a traceback
+    ("dingo", {}, 0.0, "the local Hessian is not positive definite on this shard (DINGO's H_i^-1 g is a Cholesky "
+                       "solve); use problem.lam > 0"),
 ])
 def test_a_singular_local_model_names_the_key_of_each_method_that_shifts_it(algorithm, keys, lam, line):
     """Each method whose local system is a factorization names the key of its own that shifts that Hessian (its
     ``singular_remedy``), after the problem's (GIANT's CG, InexactDANE's SVRG or CG and the first-order methods' steps
-    factor nothing); the lines named problem.lam alone."""
+    factor nothing).  The lines named problem.lam alone, ADMM's though its x-update leaves the regulariser out, and
+    DINGO's Cholesky solve raised a LinAlgError traceback."""
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((6, 4)), rng.standard_normal(6)   # 3 shards of 2 rows in d = 4: singular
     with pytest.raises(ConfigError) as error:
