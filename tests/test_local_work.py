@@ -183,6 +183,22 @@ def test_newton_3pc_and_dingo_take_their_gradient_from_the_hessians_pass():
             [M * (2 * t + sum(c == 3 for c in cases[:t])) for t in range(1, 4)]
 
 
+@pytest.mark.parametrize("make, algorithm, keys, passes", [
+    ("ridge", "inexact_dane", dict(svrg_variant="epochs", safeguard=False), 1 + 2 + 3 * 2),
+    ("ridge", "inexact_dane", dict(svrg_variant="matlab", safeguard=False), 1 + 3 * 2),
+    ("logreg", "inexact_dane", dict(svrg_variant="epochs", safeguard=False), 1 + 2 + 3 * 2),
+    ("logreg", "aide", dict(tau=0.1), 1 + 2 + 3 * 2)])
+def test_an_svrg_solve_takes_its_first_snapshots_gradient_from_the_rounds_evaluation(make, algorithm, keys, passes):
+    """3 SVRG passes of b = 1 row a step, per worker and round: the evaluation at w_t (1 pass), the full gradients of
+    the later snapshots (``epochs``: passes 2 and 3; ``matlab`` takes one snapshot) and two row gradients a step, 3 n_i
+    steps (6 passes).  The first snapshot is w_t, whose ∇D_i(w_t) the round's evaluation gave: not a pass again (it
+    was, 10 and 8 passes a round)."""
+    result = fitted(make, algorithm, 3, passes=3, **keys)
+    assert column(result.records, "local_passes") == [M * passes * t for t in range(4)]
+    assert column(result.records, "local_passes_max") == [passes * t for t in range(4)]
+    assert column(result.records, "local_solver_iters_max") == [3 * 60 * t for t in range(4)]  # n_i = 240 / M
+
+
 def test_adiana_counts_its_gradient_at_y_only_where_the_method_uses_it():
     """∇O_i(x^k) every round; ∇O_i(y^k) at round 0 (w^0 = y^0) and where the coin refreshes w^{k+1} = y^k; the
     evaluation at y^k for the record is not work."""

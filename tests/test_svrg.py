@@ -60,6 +60,56 @@ def test_compiled_svrg_equals_the_torch_reference(loss, layout, variant):
         assert float(torch.linalg.vector_norm(fast - reference)) <= 1e-12 * float(torch.linalg.vector_norm(reference))
 
 
+@pytest.mark.parametrize("variant, passes", [("epochs", 3 * (1 + 2) - 1), ("matlab", 1 + 2 * 3 - 1)])
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+def test_the_first_snapshot_takes_the_anchors_gradient_from_the_caller(loss, layout, variant, passes):
+    """The first snapshot is the anchor a, where the caller's round evaluated ∇O_i(a): with it (``anchor_grad``) neither
+    path computes ∇D_i(a) again, so a solve of 3 passes of b = 1 costs 3·(1 + 2) − 1 = 8 passes (``epochs``: a full
+    gradient and n_i two-row corrections a pass, the first gradient the caller's) and 1 + 2·3 − 1 = 6 (``matlab``: one
+    snapshot, 3 n_i corrections), one fewer than without it (it was 9 and 7 in a DANE round), with the same iterates
+    to round-off (∇D_i(a) = ∇O_i(a) − l2·a, another summation order)."""
+    from dane import work
+
+    problem = shard(loss, sparse=layout == "sparse", n=40)  # few rows: the reference takes one call a step
+    sub = subproblem(problem)
+    anchor_grad = problem.grad(sub.anchor)  # ∇O_i(a), with the ℓ2 term, as `evaluate` gives it
+    solver = LocalSolver("svrg", passes=3, variant=variant)
+    for solve in (svrg, svrg_reference):
+        counted = []
+        for given in (anchor_grad, None):
+            ledger = work.Ledger(range(1), np.ones(len(work.COUNTS)))
+            with work.opened(ledger):
+                counted.append(solve(sub, solver, torch.Generator().manual_seed(11), given))
+            counted.append(ledger.counts[0, work.COUNTS.index("local_passes")])
+        taken, taken_passes, computed, computed_passes = counted
+        assert (taken_passes, computed_passes) == pytest.approx((passes, passes + 1), abs=1e-12)
+        assert float(torch.linalg.vector_norm(taken - computed)) <= 1e-12 * float(torch.linalg.vector_norm(computed))
+        assert float(torch.linalg.vector_norm(computed - sub.anchor)) > 0.1  # the solve went somewhere
+
+
+def test_the_reference_reads_the_anchors_gradient_and_evaluates_only_later_snapshots(monkeypatch):
+    """`svrg_reference` with ``anchor_grad``: the data gradient at the anchor is ∇O_i(a) − l2·a, no evaluation there;
+    the ``epochs`` variant's later snapshots (2 of 3 passes) are evaluated at their own points."""
+    problem = shard("logistic", sparse=False, n=20)
+    sub = subproblem(problem)
+    anchor_grad = problem.grad(sub.anchor)
+    torch.testing.assert_close(sub.data_grad_at_anchor(anchor_grad), problem.data_value_grad(sub.anchor)[1],
+                               rtol=0, atol=1e-15)
+    seen, data_value_grad = [], LinearModelShard.data_value_grad
+
+    def spy(self, w):
+        seen.append(torch.equal(w, sub.anchor))
+        return data_value_grad(self, w)
+
+    monkeypatch.setattr(LinearModelShard, "data_value_grad", spy)
+    svrg_reference(sub, LocalSolver("svrg", passes=3), torch.Generator().manual_seed(11), anchor_grad)
+    assert seen == [False, False]
+    seen.clear()
+    svrg_reference(sub, LocalSolver("svrg", passes=3), torch.Generator().manual_seed(11))
+    assert seen == [True, False, False]
+
+
 def test_sparse_rescaling_keeps_the_iterates_when_the_prox_weight_dominates():
     # mu = 50 against row smoothness ~1: 1 - lr (l2 + mu) ~ 0.02, so the kernel folds alpha into u every step or two
     problem = shard("logistic", sparse=True)

@@ -157,18 +157,24 @@ class Subproblem:
         value = None if anchor_value is None else float(anchor_value) - float(self.linear @ self.anchor)
         return value, anchor_grad - self.linear
 
+    def data_grad_at_anchor(self, anchor_grad: torch.Tensor) -> torch.Tensor:
+        """∇D_i(a) = ∇O_i(a) − l2·a from the caller's ∇O_i(a) (with the ℓ2 term, as `at_anchor` takes it): SVRG's first
+        snapshot's full gradient, at the anchor, without a pass over the rows."""
+        return anchor_grad - self.l2 * self.anchor
+
 
 def prox_solve(shard: Shard, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool,
                solver: LocalSolver, generator: torch.Generator | None = None,
                anchor_grad: torch.Tensor | None = None, anchor_value=None) -> torch.Tensor:
     """≈ argmin_w φ(w) by ``solver`` (already resolved), started at the anchor; ``anchor_grad`` and ``anchor_value``:
-    ∇O_i(anchor) and O_i(anchor) where the caller has them (`newton`)."""
+    ∇O_i(anchor) and O_i(anchor) where the caller has them (`newton`, `lbfgs`; SVRG's first snapshot takes
+    ``anchor_grad``, `svrg_reference`)."""
     sub = Subproblem(shard, anchor, linear, float(mu), shard.l2 if with_reg else 0.0)
     known = dict(anchor_grad=anchor_grad, anchor_value=anchor_value) if with_reg else {}
     if solver.method in ("cholesky", "cg"):
         return newton(sub, solver, **known)
     if solver.method == "svrg":
-        return svrg(sub, solver, generator)
+        return svrg(sub, solver, generator, anchor_grad=known.get("anchor_grad"))
     return lbfgs(sub, solver, **known)
 
 
@@ -245,30 +251,34 @@ def flat_slope(dtype: torch.dtype) -> float:
     return FLAT_SLOPE * torch.finfo(dtype).eps / torch.finfo(torch.float64).eps
 
 
-def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None) -> torch.Tensor:
+def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None,
+         anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
     """`svrg_reference`'s iterate, compiled (`dane.numerics.svrg_kernels`) where the shard gives its rows.
 
-    The same draws from ``generator`` as the reference; without numba installed, the
-    reference itself (with a warning, once); on a GPU, the reference on the device.
+    The same draws from ``generator`` as the reference, and the same first snapshot's gradient (``anchor_grad``);
+    without numba installed, the reference itself (with a warning, once); on a GPU, the reference on the device.
     """
     if sub.anchor.device.type != "cpu":  # the compiled kernels read host arrays: torch SVRG where the rows are
-        return svrg_reference(sub, solver, generator)
+        return svrg_reference(sub, solver, generator, anchor_grad)
     rows = sub.shard.svrg_rows() if sub.shard.svrg_rows is not None else None
     if rows is None:
-        return svrg_reference(sub, solver, generator)
+        return svrg_reference(sub, solver, generator, anchor_grad)
     try:
         from . import svrg_kernels  # numba: imported on the first SVRG solve, never at ``import dane``
     except ImportError as exc:
         _warn_once(f"numba is not importable ({exc}); SVRG runs its torch reference, one call per step "
                    "(slow): pip install numba")
-        return svrg_reference(sub, solver, generator)
+        return svrg_reference(sub, solver, generator, anchor_grad)
     lr, shrink, steps, b, passes = svrg_constants(sub, solver)
     order = torch.cat(svrg_schedule(sub.shard.n_local, b, steps, passes, solver.variant, generator))
     if steps == 0:  # no rows
         return sub.anchor.clone()
     w = sub.anchor.to(rows.dtype).numpy().copy()
-    c0 = (-sub.linear - sub.mu * sub.anchor).to(rows.dtype).numpy()
-    w = svrg_kernels.run(rows, lr=lr, shrink=shrink, scale=sub.shard.n_local / b, w=w, c0=c0,
+    c0 = -sub.linear - sub.mu * sub.anchor
+    # the first snapshot's c = ∇D_i(a) + c0 from the round's gradient; empty: the kernel computes it
+    c_first = c0.new_empty(0) if anchor_grad is None else sub.data_grad_at_anchor(anchor_grad) + c0
+    w = svrg_kernels.run(rows, lr=lr, shrink=shrink, scale=sub.shard.n_local / b, w=w,
+                         c0=c0.to(rows.dtype).numpy(), c_first=c_first.to(rows.dtype).numpy(),
                          order=order.numpy(), steps=steps, b=b)
     return torch.from_numpy(w).to(sub.anchor.dtype)
 
@@ -381,23 +391,30 @@ def svrg_schedule(n: int, b: int, steps: int, passes: int, variant: str,
     return [torch.randint(0, n, (steps * b,), generator=generator)]
 
 
-def svrg_reference(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None) -> torch.Tensor:
+def svrg_reference(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None,
+                   anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
     r"""SVRG on φ = Σ_j weight f_j + R, in torch, one call per step (the reference of `svrg`):
 
     .. math:: w \leftarrow w - \gamma\Big(\tfrac{n_i}{b}\sum_{j\in B}(\nabla f_j(w) - \nabla f_j(\tilde w))
               + \nabla D_i(\tilde w) + \nabla R(w)\Big)
 
     with the snapshot :math:`\tilde w` the last iterate, taken once per pass (``epochs``) or
-    once at the anchor (``matlab``), the rows B by `svrg_schedule`.
-    """
+    once at the anchor (``matlab``), the rows B by `svrg_schedule`.  The first snapshot is the anchor a: with
+    ``anchor_grad`` = ∇O_i(a) (the round's evaluation there, as `newton` takes it) its full gradient is
+    `Subproblem.data_grad_at_anchor`, no pass; else one pass computes it.  A solve of P passes then costs, in
+    `dane.work`'s passes, P − 1 + 2P b⌊n_i/b⌋/n_i (``epochs``; 3P − 1 where b divides n_i) or 2b⌊P n_i/b⌋/n_i
+    (``matlab``), one more without ``anchor_grad``."""
     shard = sub.shard
     lr, shrink, steps, b, passes = svrg_constants(sub, solver)
     scale = shard.n_local / b
     w = sub.anchor.clone()
-    for order in svrg_schedule(shard.n_local, b, steps, passes, solver.variant, generator):
+    for k, order in enumerate(svrg_schedule(shard.n_local, b, steps, passes, solver.variant, generator)):
         order = order.to(w.device)  # drawn on the host (the same rows on every device), used where the rows are
         snapshot = w.clone()
-        _, full = shard.data_value_grad(snapshot)
+        if k == 0 and anchor_grad is not None:
+            full = sub.data_grad_at_anchor(anchor_grad)  # ∇D_i(a) from the round's evaluation: no second pass
+        else:
+            _, full = shard.data_value_grad(snapshot)
         constant = full - sub.linear - sub.mu * sub.anchor  # ∇D_i(w̃) + ∇R(w) − shrink·w, fixed per snapshot
         for start in range(0, steps * b, b):
             count("local_solver_iters")

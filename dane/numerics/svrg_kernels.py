@@ -11,8 +11,12 @@ takes the steps
           - \gamma\,\frac{n}{b}\,\text{weight}\sum_{j\in B} x_j\,(f'(z_j) - f'(\tilde z_j))
 
 with the rows B in the order given (the caller draws it, so that both paths see the same
-draws).  Dense rows update w directly.  Sparse (CSR) rows keep w = α u − β c, so that a
-step touches only the row's non-zeros: α ← (1 − γs) α, β ← (1 − γs) β + γ,
+draws).  The first snapshot is the anchor, where the caller's round computed ∇D(w̃) already
+(`dane.numerics.local_solvers.Subproblem.data_grad_at_anchor`): given as ``c_first`` = ∇D(w̃) + c_0,
+it is not summed again, and only the snapshot's margins are computed there (the kernel keeps
+f'(z̃_j) in place of each step's second row gradient, which the count, 2b/n a step, counts).
+Dense rows update w directly.  Sparse (CSR) rows keep w = α u − β c, so that a step touches
+only the row's non-zeros: α ← (1 − γs) α, β ← (1 − γs) β + γ,
 u ← u − γ (n/b) weight Σ x_j δ_j / α, and a margin is α ⟨x_j, u⟩ − β ⟨x_j, c⟩ with
 ⟨x_j, c⟩ computed once per snapshot; u is rescaled (α = 1) when α falls below
 `RESCALE_BELOW`.  Same iterates in exact arithmetic; in floating point they agree with
@@ -78,7 +82,7 @@ def _fold(alpha, u, beta, c, out):
 
 
 @numba.njit(cache=True, nogil=True, fastmath=FASTMATH)
-def svrg_dense(X, y, loss, weight, lr, shrink, scale, w, c0, order, steps, b):
+def svrg_dense(X, y, loss, weight, lr, shrink, scale, w, c0, c_first, order, steps, b):
     """SVRG from w (overwritten and returned) on dense rows X (n x d), squared or logistic loss:
     ``len(order) // (steps * b)`` snapshots, each followed by ``steps`` steps of b rows from ``order``."""
     n, d = X.shape
@@ -88,16 +92,18 @@ def svrg_dense(X, y, loss, weight, lr, shrink, scale, w, c0, order, steps, b):
     a = np.empty(b)
     decay, coeff = 1.0 - lr * shrink, lr * scale * weight
     pos = 0
-    for _ in range(snapshots):
-        c[:] = c0
-        for j in range(n):  # the snapshot's f'(z̃_j) and full gradient ∇D(w̃)
+    for s in range(snapshots):
+        given = s == 0 and c_first.shape[0] > 0  # the first snapshot's ∇D(w̃) + c_0, the caller's
+        c[:] = c_first if given else c0
+        for j in range(n):  # the snapshot's f'(z̃_j) and (unless given) full gradient ∇D(w̃)
             z = 0.0
             for f in range(d):
                 z += X[j, f] * w[f]
             g_snap[j] = _dz_scalar(loss, z, y[j])
-            gj = weight * g_snap[j]
-            for f in range(d):
-                c[f] += X[j, f] * gj
+            if not given:
+                gj = weight * g_snap[j]
+                for f in range(d):
+                    c[f] += X[j, f] * gj
         for _ in range(steps):
             for r in range(b):
                 j = order[pos + r]
@@ -120,7 +126,7 @@ def svrg_dense(X, y, loss, weight, lr, shrink, scale, w, c0, order, steps, b):
 
 
 @numba.njit(cache=True, nogil=True)
-def svrg_csr(indptr, indices, data, y, loss, weight, lr, shrink, scale, w, c0, order, steps, b):
+def svrg_csr(indptr, indices, data, y, loss, weight, lr, shrink, scale, w, c0, c_first, order, steps, b):
     """`svrg_dense` on CSR rows, w kept as α u − β c between snapshots (see the module docstring)."""
     n, d = indptr.shape[0] - 1, w.shape[0]
     snapshots = order.shape[0] // (steps * b)
@@ -131,16 +137,18 @@ def svrg_csr(indptr, indices, data, y, loss, weight, lr, shrink, scale, w, c0, o
     u = w  # w's buffer holds u during the steps
     decay, coeff = 1.0 - lr * shrink, lr * scale * weight
     pos = 0
-    for _ in range(snapshots):
-        c[:] = c0
+    for s in range(snapshots):
+        given = s == 0 and c_first.shape[0] > 0
+        c[:] = c_first if given else c0
         for j in range(n):
             z = 0.0
             for p in range(indptr[j], indptr[j + 1]):
                 z += data[p] * w[indices[p]]
             g_snap[j] = _dz_scalar(loss, z, y[j])
-            gj = weight * g_snap[j]
-            for p in range(indptr[j], indptr[j + 1]):
-                c[indices[p]] += data[p] * gj
+            if not given:
+                gj = weight * g_snap[j]
+                for p in range(indptr[j], indptr[j + 1]):
+                    c[indices[p]] += data[p] * gj
         for j in range(n):
             z = 0.0
             for p in range(indptr[j], indptr[j + 1]):
@@ -171,7 +179,7 @@ def svrg_csr(indptr, indices, data, y, loss, weight, lr, shrink, scale, w, c0, o
 
 # ------------------------------------------------------------------------------------- softmax (K classes)
 @numba.njit(cache=True, nogil=True, fastmath=FASTMATH)
-def svrg_dense_softmax(X, y, K, weight, lr, shrink, scale, w, c0, order, steps, b):
+def svrg_dense_softmax(X, y, K, weight, lr, shrink, scale, w, c0, c_first, order, steps, b):
     """`svrg_dense` for softmax: W = w viewed d x K (feature-major), margins z_j = x_jᵀW."""
     n, d = X.shape
     D = d * K
@@ -182,15 +190,17 @@ def svrg_dense_softmax(X, y, K, weight, lr, shrink, scale, w, c0, order, steps, 
     c = np.empty(D)
     decay, coeff = 1.0 - lr * shrink, lr * scale * weight
     pos = 0
-    for _ in range(snapshots):
-        c[:] = c0
+    for s in range(snapshots):
+        given = s == 0 and c_first.shape[0] > 0
+        c[:] = c_first if given else c0
         for j in range(n):
             _dense_margins(X, j, w, K, z)
             _dz_softmax(z, y[j], g_snap[j])
-            for f in range(d):
-                x = X[j, f] * weight
-                for k in range(K):
-                    c[f * K + k] += x * g_snap[j, k]
+            if not given:
+                for f in range(d):
+                    x = X[j, f] * weight
+                    for k in range(K):
+                        c[f * K + k] += x * g_snap[j, k]
         for _ in range(steps):
             for r in range(b):
                 j = order[pos + r]
@@ -229,7 +239,7 @@ def _csr_margins(indptr, indices, data, j, v, K, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def svrg_csr_softmax(indptr, indices, data, y, K, weight, lr, shrink, scale, w, c0, order, steps, b):
+def svrg_csr_softmax(indptr, indices, data, y, K, weight, lr, shrink, scale, w, c0, c_first, order, steps, b):
     """`svrg_csr` for softmax (w = α u − β c between snapshots)."""
     n, D = indptr.shape[0] - 1, w.shape[0]
     snapshots = order.shape[0] // (steps * b)
@@ -241,15 +251,17 @@ def svrg_csr_softmax(indptr, indices, data, y, K, weight, lr, shrink, scale, w, 
     u = w
     decay, coeff = 1.0 - lr * shrink, lr * scale * weight
     pos = 0
-    for _ in range(snapshots):
-        c[:] = c0
+    for s in range(snapshots):
+        given = s == 0 and c_first.shape[0] > 0
+        c[:] = c_first if given else c0
         for j in range(n):
             _csr_margins(indptr, indices, data, j, w, K, z)
             _dz_softmax(z, y[j], g_snap[j])
-            for p in range(indptr[j], indptr[j + 1]):
-                x, f = data[p] * weight, indices[p]
-                for k in range(K):
-                    c[f * K + k] += x * g_snap[j, k]
+            if not given:
+                for p in range(indptr[j], indptr[j + 1]):
+                    x, f = data[p] * weight, indices[p]
+                    for k in range(K):
+                        c[f * K + k] += x * g_snap[j, k]
         for j in range(n):
             _csr_margins(indptr, indices, data, j, c, K, x_c[j])
         alpha, beta = 1.0, 0.0
@@ -279,14 +291,18 @@ def svrg_csr_softmax(indptr, indices, data, y, K, weight, lr, shrink, scale, w, 
     return w
 
 
-def run(rows, *, lr: float, shrink: float, scale: float, w: np.ndarray, c0: np.ndarray, order: np.ndarray,
-        steps: int, b: int) -> np.ndarray:
-    """SVRG on ``rows`` (a `dane.problems.glm.SVRGRows`) from w (a fresh array, overwritten and returned)."""
+def run(rows, *, lr: float, shrink: float, scale: float, w: np.ndarray, c0: np.ndarray, c_first: np.ndarray,
+        order: np.ndarray, steps: int, b: int) -> np.ndarray:
+    """SVRG on ``rows`` (a `dane.problems.glm.SVRGRows`) from w (a fresh array, overwritten and returned); ``c_first``:
+    the first snapshot's ∇D(w̃) + c_0, from the caller's gradient at the anchor, or empty (the kernel computes it)."""
     loss = LOSS_CODES[rows.loss]
-    snapshots = order.shape[0] // (steps * b)  # each a full gradient, then steps corrections of b rows at two points
-    count("local_passes", snapshots * (1 + 2 * steps * b / len(rows.y)))
+    # each snapshot a full gradient (the first one the caller's where given), then steps corrections of b rows at
+    # two points
+    snapshots = order.shape[0] // (steps * b)
+    given = 1 if snapshots and len(c_first) else 0
+    count("local_passes", snapshots * (1 + 2 * steps * b / len(rows.y)) - given)
     count("local_solver_iters", snapshots * steps)
-    args = (rows.weight, lr, shrink, scale, w, c0, order, steps, b)
+    args = (rows.weight, lr, shrink, scale, w, c0, c_first, order, steps, b)
     if loss == SOFTMAX:
         if rows.X is not None:
             return svrg_dense_softmax(rows.X, rows.y, rows.classes, *args)
@@ -306,5 +322,5 @@ def load(rows) -> None:
     arrays of the rows' dtype, int64 ``order``, Python scalars."""
     dtype = rows.X.dtype if rows.X is not None else rows.data.dtype
     empty = np.zeros(0, dtype=dtype)
-    run(rows, lr=0.0, shrink=0.0, scale=1.0, w=empty.copy(), c0=empty, order=np.zeros(0, dtype=np.int64), steps=1,
-        b=1)
+    run(rows, lr=0.0, shrink=0.0, scale=1.0, w=empty.copy(), c0=empty, c_first=empty,
+        order=np.zeros(0, dtype=np.int64), steps=1, b=1)
