@@ -42,10 +42,11 @@ metric, ``downlink_bits`` += 64 (2d + metrics) (the two means, dense: from them 
 
 *The logged point* is y^k, the paper's output sequence (FedNL-Public's curves are f(y^k) too): each round evaluates
 O_i at y^k for the record, and its gradient is ∇O_i(w^{k+1}) when the coin refreshes w.  ``local_passes`` counts the
-method's gradients: ∇O_i(x^k) every round, ∇O_i(y^k) at round 0 (w^0 = y^0) and where the coin refreshes w at k ≥ 1,
-once per point (a refresh at round 0 sets w^1 = y^0 = w^0, whose gradient is counted), 1 + p a round in expectation
-after round 0; the evaluation for the record alone is not counted.  The logged ``grad_norm`` is ‖g^k‖, the
-estimate ADIANA steps with (at x^k).  It runs on the batched simulator as DIANA does.
+method's gradients, once per point: at round 0 one, at y^0 = z^0 = w^0 = x^0 (x^0 is y^0 bit for bit where the
+weighted sum rounds to it, as at w_0 = 0; else ∇O_i(x^0) is a second pass), then ∇O_i(x^k) every round and
+∇O_i(y^k) where the coin refreshes w at k ≥ 1 (a refresh at round 0 sets w^1 = y^0 = w^0, whose gradient is
+counted), 1 + p a round in expectation after round 0; the evaluation for the record alone is not counted.  The
+logged ``grad_norm`` is ‖g^k‖, the estimate ADIANA steps with (at x^k).  It runs on the batched simulator as DIANA does.
 
 Departures: none in the round; as DIANA's, L is a Lanczos estimate of max_i λ_max(H_i) at w_0 and μ̲ a lower
 bound of μ.  The theorem's parameters are taken from the case split the public code implements; the paper's
@@ -102,7 +103,8 @@ class ADIANA(Algorithm):
             self.grad_w = grad_y
             count("local_passes", 1.0)
         x = self.theta1 * self.z + self.theta2 * self.x_w + (1 - self.theta1 - self.theta2) * self.y
-        grad_x, _ = self.problem.evaluate(x)
+        # round 0's x^0 = y^0 (= z^0 = w^0) where the weighted sum rounds to it: the gradient just counted, no second pass
+        grad_x = grad_y if first and torch.equal(x, self.y) else self.problem.evaluate(x)[0]
         delta = compress_each(self.compressor, grad_x - self.h_i, self.generators)          # Q(∇O_i(x^k) − h_i)
         delta_w = compress_each(self.compressor, self.grad_w - self.h_i, self.generators)   # Q(∇O_i(w^k) − h_i)
         self.h_i = self.h_i + self.alpha * delta_w

@@ -200,23 +200,27 @@ def test_an_svrg_solve_takes_its_first_snapshots_gradient_from_the_rounds_evalua
 
 
 def test_adiana_counts_its_gradient_at_y_only_where_the_method_uses_it():
-    """∇O_i(x^k) every round; ∇O_i(y^k) at round 0 (w^0 = y^0) and where the coin refreshes w^{k+1} = y^k; the
-    evaluation at y^k for the record is not work."""
+    """∇O_i(x^k) every round; ∇O_i(y^k) where the coin refreshes w^{k+1} = y^k; at round 0 one gradient, at
+    x^0 = y^0 = z^0 = w^0 = 0 (the weighted sum of three zeros is zero bit for bit: it counted two, ∇O_i(w^0) and
+    ∇O_i(x^0), at the same point); the evaluation at y^k for the record is not work."""
     result = dane.fit(logreg(), "adiana", workers=M, rounds=8, compressor="none", p=0.5)
-    used = [1 + (k == 0 or bool(r["w_refreshed"])) for k, r in enumerate(result.records[:-1])]
-    assert 0 < sum(r["w_refreshed"] for r in result.records[:-1]) < 8
+    used = [1 + (k > 0 and bool(r["w_refreshed"])) for k, r in enumerate(result.records[:-1])]
+    assert 0 < sum(r["w_refreshed"] for r in result.records[1:-1]) < 7
     assert column(result.records, "local_passes") == [M * sum(used[:t]) for t in range(9)]
+    rare = dane.fit(logreg(), "adiana", workers=M, rounds=3, compressor="none", p=1e-9)  # the paper's count: 1 a round
+    assert [r["w_refreshed"] for r in rare.records[:-1]] == [0.0] * 3
+    assert column(rare.records, "local_passes") == [M * t for t in range(4)]
 
 
 def test_adiana_counts_one_pass_for_w_and_y_at_round_zero_when_the_coin_refreshes_there():
-    """At p = 1 the coin refreshes w every round, round 0 included, where w^1 = y^0 = w^0: one gradient at that point,
-    with ∇O_i(x^k), two passes a round from round 0 on, on the per-worker and the batched path."""
+    """At p = 1 the coin refreshes w every round, round 0 included, where w^1 = y^0 = w^0 = x^0: one gradient at that
+    point at round 0, then ∇O_i(x^k) and ∇O_i(y^k), two passes a round, on the per-worker and the batched path."""
     for batched in (False, True):
         keys = dict(compressor="none", p=1.0, alpha=1.0, lr=0.2, theta1=0.2, gamma=0.5, beta=0.9)
         result = fit_batched(logreg(), "adiana", 4, **keys) if batched else \
             dane.fit(logreg(), "adiana", workers=M, rounds=4, **keys)
         assert [r["w_refreshed"] for r in result.records[:-1]] == [1.0] * 4
-        assert column(result.records, "local_passes") == [2 * M * t for t in range(5)]
+        assert column(result.records, "local_passes") == [0, M, 3 * M, 5 * M, 7 * M]
 
 
 @pytest.mark.parametrize("control_variate", [1, 2])
