@@ -199,6 +199,18 @@ def test_an_svrg_solve_takes_its_first_snapshots_gradient_from_the_rounds_evalua
     assert column(result.records, "local_solver_iters_max") == [3 * 60 * t for t in range(4)]  # n_i = 240 / M
 
 
+@pytest.mark.parametrize("safeguard", [True, False])
+def test_giants_round_counts_a_pass_a_candidate_its_cg_and_with_its_safeguard_one_more_hvp(safeguard):
+    """GIANT per worker and round (docs/results.md): the gradient at w_t and the 10 line-search candidates, 11 passes;
+    its CG's iterations, as many HVPs, and with the safeguard (the default) one HVP more, uᵀH_i u."""
+    result = fitted("logreg", "giant", 3, safeguard=safeguard)
+    step = lambda key: [b[key] - a[key] for a, b in zip(result.records, result.records[1:])]  # noqa: E731
+    iters = [M * r["cg_iters"] for r in result.records[:-1]]  # the mean of the workers' CG iterations, times M
+    assert step("local_passes") == [M * (1 + 10)] * 3
+    assert step("local_solver_iters") == iters and min(iters) >= M
+    assert step("local_hvps") == [i + M * safeguard for i in iters]
+
+
 def test_adiana_counts_its_gradient_at_y_only_where_the_method_uses_it():
     """∇O_i(x^k) every round; ∇O_i(y^k) where the coin refreshes w^{k+1} = y^k; at round 0 one gradient, at
     x^0 = y^0 = z^0 = w^0 = 0 (the weighted sum of three zeros is zero bit for bit: it counted two, ∇O_i(w^0) and
