@@ -16,13 +16,18 @@ job once per task), with two changes:
 submitit follows jobs with ``sacct``.  On a cluster without accounting (the test cluster of
 scripts/slurm_cluster.sh) the jobs are followed by their result files and ``squeue``
 instead, so a job that leaves the queue without a result fails the sweep, not hangs it.
+A sweep that cannot submit (no ``sbatch``/``srun`` on PATH, sbatch refusing the job array) stops in one line
+naming the fix, exit status 2 (`submission_refused`), as bad input does.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -38,11 +43,14 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from omegaconf import OmegaConf, open_dict, read_write
 
 from dane.comm import launcher_rank
-from dane.errors import ConfigError
+from dane.errors import ConfigError, UserError, say
 from dane.experiments.launchers import config_search_args
 from dane.records.provenance import RUN_COMMAND_ENV
 
 log = logging.getLogger(__name__)
+
+#: how a user without a Slurm cluster gets one on this machine (docs/launchers.md, "Slurm, through Hydra")
+TEST_CLUSTER = 'scripts/slurm_cluster.sh start; eval "$(scripts/slurm_cluster.sh env)"'
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
@@ -53,7 +61,22 @@ class SlurmLauncher(SubmititSlurmLauncher):
     """
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        try:
+            jobs = self.submit(job_overrides, initial_job_idx)
+        except UserError as exc:  # nothing submitted, or Slurm refused it: one line and status 2, as bad input
+            say(f"error: {exc}")
+            sys.exit(2)
+        if not accounting():
+            wait_without_accounting(jobs)
+        return [job.results()[0] for job in jobs]  # task 0's JobReturn: the one that ran Hydra's job set-up
+
+    def submit(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
+        """Queue the sweep's jobs, one sbatch job array per task count; submitit's jobs, in ``job_overrides``' order.
+
+        Raises `UserError` where Slurm's commands are not on PATH or sbatch refuses a submission (no cluster
+        answers: `submission_refused`), naming the fix, instead of submitit's traceback."""
         import submitit
+        from submitit.core.utils import FailedJobError
 
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -61,6 +84,12 @@ class SlurmLauncher(SubmititSlurmLauncher):
         log.info(f"Slurm sweep output dir: {sweep_dir}")
         self.entry = Path(sys.argv[0]).name  # the program that submitted: each job's command starts with it
         self.job_command([])  # a search path no command can carry stops the sweep here, before any job is queued
+        missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
+        if missing:
+            raise UserError(f"hydra/launcher=slurm submits through Slurm's sbatch and srun, and there is no "
+                            f"{' or '.join(missing)} on PATH here; run the sweep on a Slurm "
+                            f"cluster's login node (naming its partition: hydra.launcher.partition=<name>), or "
+                            f"install and start the test cluster on this machine: {TEST_CLUSTER}")
         groups: dict[int, list[int]] = {}  # task count -> the jobs with it (one executor, one job array each)
         for i, overrides in enumerate(job_overrides):
             groups.setdefault(self.tasks_for(overrides), []).append(i)
@@ -73,11 +102,16 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 idx = initial_job_idx + i
                 log.info(f"\t#{idx} ({tasks} task{'s' * (tasks != 1)}): {' '.join(filter_overrides(job_overrides[i]))}")
                 params.append((list(job_overrides[i]), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
-            for i, job in zip(members, executor.map_array(self, *zip(*params))):
+            said = io.StringIO()  # submitit prints sbatch's stderr before it raises: the line below quotes it
+            try:
+                with contextlib.redirect_stderr(said):
+                    submitted = executor.map_array(self, *zip(*params))
+            except FailedJobError as exc:
+                raise submission_refused(str(exc) or said.getvalue(), [job.job_id for job in jobs if job]) from exc
+            sys.stderr.write(said.getvalue())
+            for i, job in zip(members, submitted):
                 jobs[i] = job
-        if not accounting():
-            wait_without_accounting(jobs)
-        return [job.results()[0] for job in jobs]  # task 0's JobReturn: the one that ran Hydra's job set-up
+        return jobs
 
     def tasks_for(self, overrides: Sequence[str]) -> int:
         """The job's ``workers`` (as its config composes it), else ``tasks_per_node`` x ``nodes``."""
@@ -146,6 +180,19 @@ class SlurmLauncher(SubmititSlurmLauncher):
             value = self.task_function(task_cfg)
         return JobReturn(overrides=list(sweep_overrides), cfg=task_cfg, hydra_cfg=config, _return_value=value,
                          working_dir=os.getcwd(), task_name=str(config.hydra.job.name), status=JobStatus.COMPLETED)
+
+
+def submission_refused(sbatch_stderr: str, queued: Sequence[str]) -> UserError:
+    """The line for an sbatch that refused a job array: the last line of sbatch's stderr (its final verdict, such as
+    ``Unable to contact slurm controller`` or ``Invalid partition name specified``) and the fixes; ``queued``: the
+    Slurm job ids of the arrays this sweep queued before it, which stay queued."""
+    lines = [line.strip() for line in sbatch_stderr.splitlines() if line.strip()]
+    said = lines[-1] if lines else "no message"
+    where = f"; the jobs already queued ({', '.join(queued)}) stay in Slurm's queue (scancel removes them)" if queued \
+        else ""
+    return UserError(f"sbatch could not submit the sweep's jobs ({said}): on this machine start the test cluster and "
+                     f"point sbatch at it ({TEST_CLUSTER}); on a real cluster submit from its login node, check "
+                     f"SLURM_CONF and name its partition (hydra.launcher.partition=<name>){where}")
 
 
 def accounting() -> bool:

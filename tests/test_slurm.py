@@ -165,6 +165,84 @@ def test_a_slurm_jobs_recorded_command_keeps_the_config_folders_its_sweep_search
         f"hydra.searchpath=['file://{tmp_path / 'more'}']"]
 
 
+@pytest.fixture
+def slurm_sweep_launcher(tmp_path, monkeypatch):
+    """hydra/launcher=slurm as a sweep sets it up, each job of 1 task (its config is not composed here)."""
+    from hydra.utils import instantiate
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                      return_hydra_config=True)
+    launcher = instantiate(cfg.hydra.launcher)
+    launcher.setup(hydra_context=None, task_function=None, config=cfg)
+    monkeypatch.setattr(launcher, "tasks_for", lambda overrides: 1)
+    return launcher
+
+
+def slurm_commands_on_path(folder: Path, monkeypatch, commands=("sbatch", "srun")) -> None:
+    """PATH is ``folder`` alone, holding stand-ins (never run) for Slurm's ``commands``."""
+    folder.mkdir()
+    for command in commands:
+        (folder / command).write_text("#!/bin/sh\nexit 1\n")
+        (folder / command).chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+
+
+SBATCH_DOWN = "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
+FIXES = ('on this machine start the test cluster and point sbatch at it (scripts/slurm_cluster.sh start; '
+         'eval "$(scripts/slurm_cluster.sh env)"); on a real cluster submit from its login node, check SLURM_CONF '
+         'and name its partition (hydra.launcher.partition=<name>)')
+
+
+def test_a_slurm_sweep_sbatch_refuses_stops_in_one_line_with_status_2(slurm_sweep_launcher, tmp_path, monkeypatch,
+                                                                       capsys):
+    """sbatch refusing the job array (no controller answers) is one line naming sbatch's verdict and the fixes, status
+    2; it was submitit's FailedJobError, a traceback after sbatch's stderr, status 1."""
+    import submitit
+    from submitit.core.utils import FailedJobError
+
+    class RefusedExecutor:  # what submitit's AutoExecutor does when sbatch exits non-zero
+        def __init__(self, **kwargs):
+            pass
+
+        def update_parameters(self, **kwargs):
+            pass
+
+        def map_array(self, fn, *iterables):
+            stderr = "sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n" + SBATCH_DOWN
+            print(stderr, file=sys.stderr)  # submitit's CommandFunction prints it, then raises
+            raise FailedJobError(stderr)
+
+    slurm_commands_on_path(tmp_path / "bin", monkeypatch)
+    monkeypatch.setattr(submitit, "AutoExecutor", RefusedExecutor)
+    with pytest.raises(SystemExit) as stop:
+        slurm_sweep_launcher.launch([["workers=1"], ["workers=2"]], 0)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == f"error: sbatch could not submit the sweep's jobs ({SBATCH_DOWN}): {FIXES}\n"
+
+
+def test_a_slurm_sweep_without_slurm_on_path_stops_in_one_line_with_status_2(slurm_sweep_launcher, tmp_path,
+                                                                                monkeypatch, capsys):
+    """No srun on PATH (submitit's 'Could not detect "srun"' RuntimeError, a traceback) is one line, status 2."""
+    slurm_commands_on_path(tmp_path / "bin", monkeypatch, commands=("sbatch",))
+    with pytest.raises(SystemExit) as stop:
+        slurm_sweep_launcher.launch([["workers=1"]], 0)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: hydra/launcher=slurm submits through Slurm's sbatch and srun, and there is no srun on PATH here; "
+        "run the sweep on a Slurm cluster's login node (naming its partition: hydra.launcher.partition=<name>), or "
+        'install and start the test cluster on this machine: scripts/slurm_cluster.sh start; '
+        'eval "$(scripts/slurm_cluster.sh env)"\n')
+
+
+def test_an_sbatch_refusal_after_an_earlier_array_names_the_queued_jobs():
+    from dane.experiments.slurm_launcher import submission_refused
+
+    line = str(submission_refused(f"{SBATCH_DOWN}\n", ["4242_0", "4242_1"]))
+    assert line == (f"sbatch could not submit the sweep's jobs ({SBATCH_DOWN}): {FIXES}; the jobs already queued "
+                    "(4242_0, 4242_1) stay in Slurm's queue (scancel removes them)")
+
+
 # --- a real cluster --------------------------------------------------------------------------------------------
 
 SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "rounds=10",
