@@ -115,6 +115,26 @@ def test_the_extending_pages_commands_run(scratch):
     assert summaries[1]["status"] == "converged" and summaries[1]["problem"] == "ridge"
 
 
+def test_own_datas_pooled_synthetic_command_is_the_per_client_one_but_for_its_sharding():
+    """own_data.md: the pooled Synthetic(alpha, beta) rows dealt by their client column give "the same records" as the
+    30 clients (tests/test_synthetic_source.py runs both forms), so the two commands compose the same config but for
+    data.sharding and data.client_column; the pooled one left out algorithm.clients_per_round=10."""
+    from omegaconf import OmegaConf
+
+    runs = [c for b in blocks(DOCS / "own_data.md") if b.lang in SHELL for c in commands(b.code)
+            if "data=synthetic" in c and "workers=30" in c]
+    assert len(runs) == 2
+    configs = []
+    for command in runs:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            args = command.split("dane train ", 1)[1].split()
+            configs.append(OmegaConf.to_container(compose("config", overrides=args)))
+    per_client, pooled = configs
+    assert (pooled["data"].pop("sharding"), pooled["data"].pop("client_column")) == ("column", "client")
+    assert (per_client["data"].pop("sharding"), per_client["data"].pop("client_column")) == (None, None)
+    assert pooled == per_client
+
+
 def test_the_console_examples_print_the_commands_own_lines(scratch):
     """``$ dane train ...`` followed by ``error: ...``: the line the command prints (its ConfigError), word for word."""
     shown = [b for p in pages() for b in blocks(p) if b.lang == "" and b.code.startswith("$ ")]
