@@ -57,9 +57,11 @@ targets' scale) and the damped phase lasts many rounds.
 well conditioned; μ = 0 preconditions with worker 0's Hessian itself, which needs O_0
 strongly convex (ℓ2 weight > 0).  Departures from the paper: the objective is used as
 given (the paper rescales a loss to make it standard self-concordant, which changes δ_t
-and so the damping); the PCG tolerance is the rule above.  On a quadratic the undamped
-Newton step would be exact, but the damping 1/(1 + δ_t) applies all the same, so far from
-the optimum (δ_t ≫ 1) DiSCO spends rounds that GIANT and DANE do not.
+and so the damping); the PCG tolerance is the rule above; with unequal shards ∇²O_i carries its shard's weight
+m n_i / N (`dane.problems.base`), so P is worker 0's weighted Hessian, not its local sample mean (the paper's
+shards are equal, where the two agree).  On a quadratic the default M = 0 takes the plain Newton step;
+``self_concordance=1`` damps it by 1/(1 + δ_t) all the same, and far from the optimum (δ_t ≫ 1) then spends
+rounds that GIANT and DANE do not.
 """
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ On a quadratic, with α = 1 accepted, :math:`w_{t+1} = w_t - \frac1m\sum_i H_i^{
 which is DANE's closed-form round with η = 1 and μ = 0 (docs/design.md, "Counting rounds"): the same
 iterates, at three allreduces per round instead of two.
 
+With unequal shards :math:`H_i = \nabla^2 O_i` carries its shard's weight m n_i / N (`dane.problems.base`), not
+the local sample mean (1/n_i) X_i^T D X_i + λI of the paper, whose shards are equal (where the two agree).
+
 *Monotone globalization* (a departure from the paper, whose method takes some step
 whatever happens: the smallest candidate where none meets the Armijo condition, which ``safeguard=false`` runs,
 with every μ_i at 0 and no round rejected).  When no candidate meets the Armijo condition, the round is rejected:
