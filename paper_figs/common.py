@@ -283,12 +283,30 @@ def figure_provenance(runs: Iterable[str | Path], root: str | Path | None = None
     loads = [e["load_avg"][0] for e in entries if e["load_avg"]]
     return {
         "runs": entries,
-        "commits": sorted({e["git_commit"] for e in entries if e["git_commit"]}),
+        "commits": commit_names(entries),
         "seeds": sorted({e["seed"] for e in entries if e["seed"] is not None}),
         "dates": [dates[0], dates[-1]] if dates else None,
         "load_avg_1min": [min(loads), max(loads)] if loads else None,
         **extra,
     }
+
+
+#: after a commit in a figure's sidecar and caption: a run of it came from a tree with uncommitted changes
+MODIFIED_TREE = "(modified tree)"
+
+
+def commit_names(entries: list[dict]) -> list[str]:
+    """The commits the runs (`_run_entry`) came from, each once, sorted; ``<sha> (modified tree)`` where a run of it
+    records ``git_dirty: true`` (its code was that commit plus changes no commit holds)."""
+    dirty = {e["git_commit"] for e in entries if e["git_dirty"]}
+    commits = sorted({e["git_commit"] for e in entries if e["git_commit"]})
+    return [f"{c} {MODIFIED_TREE}" if c in dirty else c for c in commits]
+
+
+def short_commit(name: str) -> str:
+    """A `commit_names` entry for a caption: the sha's first 10 characters, then its marker if any."""
+    sha, _, marker = name.partition(" ")
+    return " ".join(filter(None, (sha[:10], marker)))
 
 
 class MissingCount(ValueError):
@@ -345,7 +363,7 @@ def caption_line(what: str, provenance: dict) -> str:
     loads = provenance.get("load_avg_1min")
     parts = [what.rstrip("."),
              f"{len(provenance.get('runs', []))} runs",
-             "code " + ", ".join(c[:10] if c != "unknown commit" else c for c in commits),
+             "code " + ", ".join(c if c == "unknown commit" else short_commit(c) for c in commits),
              f"seeds {','.join(map(str, provenance.get('seeds') or ['?']))}"]
     if dates:
         parts.append(f"run {dates[0][:10]}" + (f" to {dates[1][:10]}" if dates[1][:10] != dates[0][:10] else ""))

@@ -15,7 +15,8 @@ from dane.experiments.config import cost_model
 from dane.paper_figs import (convergence, federated_scale, fednl_bits, local_work, make_all, ps_scaling, rounds_table,
                              run_convergence, speedup, staleness)
 from dane.records.provenance import code_version
-from dane.paper_figs.common import EVIDENCE_DIR, FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
+from dane.paper_figs.common import (EVIDENCE_DIR, FIGURE_COST, M_GRID, N_GRID, MissingRuns, caption_line, cost_caption,
+                                   figure_provenance, save)
 from dane.synthetic.sweep import RunIndex, composed_job, job_name
 from helpers import REPO
 
@@ -146,7 +147,8 @@ def test_figures_are_the_same_bytes_when_drawn_twice_and_carry_provenance(result
     assert first == second and set(first) == {"speedup.png", "speedup.pdf", "speedup.md", "speedup.json"}
     sidecar = json.loads(first["speedup.json"])
     assert len(sidecar["runs"]) == len(speedup.jobs()) and sidecar["seeds"] == [0]
-    assert sidecar["commits"] == [code_version()["git_commit"]]  # the fake runs' writer recorded it
+    code = code_version()  # the fake runs' writer recorded it, marked where this checkout has changes
+    assert sidecar["commits"] == [code["git_commit"] + " (modified tree)" * bool(code["git_dirty"])]
     assert sidecar["cost"] == cost_caption() and "α=550 µs" in sidecar["caption"]
     assert first["speedup.md"].decode().splitlines()[0] == sidecar["caption"]
 
@@ -475,3 +477,28 @@ def test_run_convergence_names_a_record_without_its_time(tmp_path, capsys):
     assert exit_.value.code == 2 and capsys.readouterr().err == (
         f"error: {log}: the record of round 2 has no time_s; the file was damaged or not written by a run: restore "
         "it, or rerun the run\n")
+
+
+def _fake_run(folder, commit: str, dirty: bool | None, seed: int = 0):
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"seed: {seed}\n")
+    (folder / "summary.json").write_text(json.dumps({"workers": 2, "status": "converged", "provenance": {
+        "git_commit": commit, "git_dirty": dirty, "started_at": "2026-01-02T03:04:05"}}))
+    return folder
+
+
+def test_a_commit_whose_runs_came_from_a_modified_tree_is_marked_in_caption_heading_and_sidecar(tmp_path):
+    """git_dirty: true in a run's summary marks its commit "(modified tree)" in the sidecar's commits, the caption and
+    the .md's first line; a commit with only clean runs (or git_dirty unknown) is named by its hash alone."""
+    dirty, clean = "cc2e6d29ca" + "1" * 30, "ab12" + "0" * 36
+    runs = [_fake_run(tmp_path / "a", dirty, True), _fake_run(tmp_path / "b", dirty, False, seed=1),
+            _fake_run(tmp_path / "c", clean, False), _fake_run(tmp_path / "d", clean, None)]
+    provenance = figure_provenance(runs, tmp_path)
+    assert provenance["commits"] == [f"{clean}", f"{dirty} (modified tree)"]
+    caption = caption_line("Suboptimality", provenance)
+    assert caption == "Suboptimality; 4 runs; code ab12000000, cc2e6d29ca (modified tree); seeds 0,1; run 2026-01-02."
+    md, sidecar = save(None, tmp_path / "out", "fig", "| x |", caption=caption, provenance=provenance)
+    assert md.read_text().splitlines()[0] == caption
+    assert json.loads(sidecar.read_text())["commits"] == [clean, f"{dirty} (modified tree)"]
+    clean_only = figure_provenance(runs[2:], tmp_path)
+    assert clean_only["commits"] == [clean] and "code ab12000000; " in caption_line("x", clean_only)
