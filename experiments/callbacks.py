@@ -1,9 +1,12 @@
 """Hydra callbacks of the entry points (registered in conf/config.yaml under ``hydra.callbacks``).
 
 `SweepSummary` ends a ``-m`` multirun of `experiments.train` or `experiments.simulate`
-with one line saying where the jobs went and the command that tabulates them:
+with one line saying where the jobs' runs went and the command that tabulates them:
 
     sweep: 12 jobs in results/sweeps/2024-05-01_12-00-00-123456_4242; summary: dane figures summary results/sweeps/...
+
+or, where the jobs set ``out_dir='DIR/${hydra:job.num}'``, ``sweep: 12 jobs in DIR (Hydra's job folders: <sweep
+dir>); summary: dane figures summary DIR`` (`runs_folder`).
 
 It only prints the command (experiments do not import paper_figs).  A job that raises
 stops Hydra's sweep with its traceback before ``on_multirun_end``, so no line then;
@@ -147,6 +150,7 @@ class SweepSummary(Callback):
 
     def __init__(self) -> None:
         self.jobs = 0
+        self.run_dirs: list[Path] = []  # each job's run folder (`job_run_dir`), where on_job_end runs in this process
         self.started = time.time()
         self.sweep_config: bytes | None = None  # the multirun.yaml the sweep's folder held before this sweep
 
@@ -158,7 +162,10 @@ class SweepSummary(Callback):
             self.sweep_config = None
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        self.jobs += 1
+        self.jobs += 1  # Hydra's config of the job is current: out_dir='DIR/${hydra:job.num}' resolves for it
+        job_dir = OmegaConf.select(config, "hydra.runtime.output_dir")
+        if job_dir is not None:
+            self.run_dirs.append(job_run_dir(config, job_dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not rank_zero():  # under a launcher every rank runs Hydra; one line is enough
@@ -176,5 +183,18 @@ class SweepSummary(Callback):
             atomic_write(Path(sweep_dir) / SWEEP_CONFIG_FILE, lambda f: f.write(self.sweep_config))
         note = f" ({len(failed)} failed: {', '.join(str(p) for p in failed[:3])}{', ...' if len(failed) > 3 else ''})" \
             if failed else ""
-        print(f"sweep: {jobs} job{'s' * (jobs != 1)}{note} in {sweep_dir}; "
-              f"summary: dane figures summary {shlex.quote(sweep_dir)}", flush=True)
+        runs = runs_folder(sweep_dir, self.run_dirs)
+        configs = f" (Hydra's job folders: {sweep_dir})" if runs != sweep_dir else ""
+        print(f"sweep: {jobs} job{'s' * (jobs != 1)}{note} in {runs}{configs}; "
+              f"summary: dane figures summary {shlex.quote(runs)}", flush=True)
+
+
+def runs_folder(sweep_dir: str, run_dirs: list[Path]) -> str:
+    """Where a sweep's runs are: its folder, unless a job's run folder (`job_run_dir`) lies outside it (the jobs set
+    ``out_dir='DIR/${hydra:job.num}'``): then the folder that holds every job's run folder (DIR), which
+    ``dane figures summary`` tabulates (a job folder then holds only Hydra's config and log)."""
+    sweep = Path(os.path.abspath(sweep_dir))
+    folders = [Path(os.path.abspath(p)) for p in run_dirs]
+    if all(p.is_relative_to(sweep) for p in folders):
+        return sweep_dir
+    return os.path.commonpath(folders)

@@ -422,3 +422,27 @@ def test_identity_ignores_where_the_data_is():
     other = {**base, "problem": {**base["problem"], "data": {"dataset": "digits", "data_dir": "../shared/data"}}}
     assert identity(base) == identity(moved)
     assert identity(base) != identity(other)
+
+
+def test_the_closing_line_names_the_folder_of_the_jobs_runs_where_they_set_out_dir(tmp_path, monkeypatch, capsys):
+    """With ``out_dir='DIR/${hydra:job.num}'`` a job folder holds only Hydra's config and log: the closing line names
+    DIR, which holds every job's run, and its ``dane figures summary DIR`` lists them; without out_dir, the sweep
+    folder as before."""
+    from dane.experiments.callbacks import SweepSummary
+
+    monkeypatch.setattr(SweepSummary, "failed", [])
+    sweep, runs = tmp_path / "sweepH.hydra", tmp_path / "sweepH"
+    lines = []
+    for out_dir in (None, str(runs / "{k}")):
+        summary = SweepSummary()
+        summary.on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+        for k in range(2):
+            job = {"hydra": {"runtime": {"output_dir": str(sweep / f"{k}_seed={k}")}, "sweep": {"dir": str(sweep)}},
+                   "out_dir": out_dir and out_dir.format(k=k)}
+            write_tree(Path(job["out_dir"] or job["hydra"]["runtime"]["output_dir"]), FINISHED_JOB)
+            summary.on_job_end(OmegaConf.create(job), None)
+        summary.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+        lines.append(capsys.readouterr().out)
+    assert lines == [f"sweep: 2 jobs in {sweep}; summary: dane figures summary {sweep}\n",
+                     f"sweep: 2 jobs in {runs} (Hydra's job folders: {sweep}); summary: dane figures summary {runs}\n"]
+    assert [(row["job"], row["status"]) for row in summarize(runs)] == [("0", "converged"), ("1", "converged")]
