@@ -17,14 +17,14 @@ from pathlib import Path
 import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError
+from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError, OmegaConfBaseException
 
 from . import checks
 from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
 from .api import build, check_target
 from .loop.batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
-from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed, finished, whole_records
+from .loop.checkpoint import CHECKPOINT_DIR, check_resume, committed, config_differences, finished, whole_records
 from .records.results import ROUNDS_FILE, SUMMARY_FILE
 from .loop.elastic import check_elastic
 from .errors import ConfigError
@@ -507,6 +507,31 @@ def refuse_finished(path: Path, rounds: int) -> None:
     extend = f"rounds above {done} extends a run that stopped at its cap, " if status == "max_rounds" else ""
     raise ConfigError(f"resume: {path} holds a finished run ({status} after {done} rounds); there is nothing to "
                       f"continue: {extend}drop resume and set overwrite=true to start it again, or use a new out_dir")
+
+
+#: what may differ between a finished run's config and a sweep job's that finds it done (`finished_run`): how the
+#: run is shown, checkpointed and started; nothing that changes its records or results
+SAME_RUN = ("resume", "out_dir", "quiet", "print_every", "progress", "checkpoint_every", "overwrite", "sim.fail_at")
+
+
+def finished_run(cfg: DictConfig) -> str | None:
+    """``resume=auto`` where ``out_dir`` holds the finished run (its summary written, not ``interrupted``) of this
+    very config (its ``config.yaml``, up to `SAME_RUN`): the line saying so, else None.  A sweep run again with
+    ``resume=auto`` (its restart) counts such a job as finished and leaves its run as it is (experiments.train,
+    experiments.launchers); a single run there is refused (`refuse_finished`), and another config is refused too."""
+    try:
+        if cfg.get("resume") != "auto" or not cfg.get("out_dir"):
+            return None
+        path = Path(str(cfg.out_dir)).expanduser()
+        text = OmegaConf.to_yaml(cfg, resolve=True)
+        held = (path / "config.yaml").read_text()
+    except (OmegaConfBaseException, OSError, UnicodeDecodeError):  # the run refuses a config that does not resolve
+        return None
+    summary = finished(path)
+    if summary is None or config_differences(held, text, may_change=SAME_RUN):
+        return None
+    return (f"resume=auto: {path} holds the finished run of this config ({summary.get('status')} after "
+            f"{summary.get('rounds')} rounds); nothing to do, kept as it was")
 
 
 def keep_unfinished(path: Path, checkpoint_every: int) -> None:

@@ -16,7 +16,9 @@ refused on bad input (or whose worker was lost) leaves its line in ``<job dir>/e
 its folder: each finished job's folder is refused), in ``<sweep dir>/refused/<job dir>.txt``, so
 that a run's folder never holds a later job's refusal.  The sweep goes on; the line then names
 those files, and the sweep exits with status 2 (`failed`, read by ``experiments.train.cli``).  A job
-that finishes in a folder where an earlier job failed removes that job's error.txt (`clear_failure`).
+that finishes in a folder where an earlier job failed removes that job's error.txt (`clear_failure`).  A sweep
+run again with ``resume=auto`` runs no job whose out_dir holds the finished run of its config
+(`dane.run_config.finished_run`): the job is counted as finished (`skip_finished`), not failed.
 
 Such a job's Hydra config goes beside its line too, as ``<sweep dir>/refused/<job dir>.hydra/``
 (``hydra.output_subdir: ${dane.job_config_dir:}`` in conf/config.yaml, `job_config_dir`), so that the
@@ -142,11 +144,27 @@ def clear_failure(job_dir: str | Path) -> None:
     (Path(job_dir) / ERROR_FILE).unlink(missing_ok=True)
 
 
+def skip_finished(job_dir: str | Path, sweep_dir: str | Path) -> None:
+    """A sweep's job that did not run: its out_dir holds the finished run of its config, found by a rerun of the
+    sweep with ``resume=auto`` (`dane.run_config.finished_run`).  The Hydra config `job_config_dir` set beside a
+    refusal goes (the run's config.yaml is the job's), as does an error.txt an earlier job left (`clear_failure`);
+    `SweepSummary` counts the job as finished."""
+    shutil.rmtree(refused_path(job_dir, sweep_dir, JOB_CONFIG_DIR), ignore_errors=True)
+    try:
+        (Path(sweep_dir) / REFUSED_DIR).rmdir()  # where nothing else is in it
+    except OSError:
+        pass
+    clear_failure(job_dir)
+    SweepSummary.kept.append(Path(job_dir))
+
+
 class SweepSummary(Callback):
     """Counts the jobs of a multirun and prints where they are and how to summarize them."""
 
     #: the error.txt and refused/ files of the last sweep's failed jobs (`on_multirun_end`)
     failed: list[Path] = []
+    #: the job folders of this sweep's jobs whose run was already finished (`skip_finished`)
+    kept: list[Path] = []
 
     def __init__(self) -> None:
         self.jobs = 0
@@ -156,6 +174,7 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()
+        SweepSummary.kept = []
         try:  # Hydra's sweeper writes this sweep's multirun.yaml over it next, before any job runs
             self.sweep_config = (Path(str(config.hydra.sweep.dir)) / SWEEP_CONFIG_FILE).read_bytes()
         except OSError:
@@ -181,8 +200,11 @@ class SweepSummary(Callback):
         if self.sweep_config is not None and failed and len(refused) == len(failed) >= jobs:
             # every job refused: the folder holds the earlier sweep's runs alone, and its config with them
             atomic_write(Path(sweep_dir) / SWEEP_CONFIG_FILE, lambda f: f.write(self.sweep_config))
-        note = f" ({len(failed)} failed: {', '.join(str(p) for p in failed[:3])}{', ...' if len(failed) > 3 else ''})" \
-            if failed else ""
+        kept = len(SweepSummary.kept)
+        notes = [f"{kept} already finished, kept as {'it was' if kept == 1 else 'they were'}"] if kept else []
+        if failed:
+            notes.append(f"{len(failed)} failed: {', '.join(str(p) for p in failed[:3])}{', ...' * (len(failed) > 3)}")
+        note = f" ({'; '.join(notes)})" if notes else ""
         runs = runs_folder(sweep_dir, self.run_dirs)
         configs = f" (Hydra's job folders: {sweep_dir})" if runs != sweep_dir else ""
         print(f"sweep: {jobs} job{'s' * (jobs != 1)}{note} in {runs}{configs}; "

@@ -54,7 +54,7 @@ from omegaconf.errors import OmegaConfBaseException
 from dane import checks
 from dane.errors import ConfigError, say
 from dane.experiments.callbacks import (SWEEP_OUT_DIR_ENV, clear_failure, failure_file, job_run_dir, record_failure,
-                                        run_files, settle_job_config)
+                                        run_files, settle_job_config, skip_finished)
 from dane.records.provenance import LAUNCH_COMMAND_ENV
 from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
@@ -115,7 +115,13 @@ class ProcessLauncher(Launcher):
         run_dir = job_run_dir(cfg, job_dir)  # out_dir='DIR/${hydra:job.num}': DIR/<job number>
         job = run_files(run_dir)  # a failure is not written beside a run the job did not write
         env = {}
+        from dane.run_config import finished_run  # imports torch: not at the top (Hydra's --help needs none)
         try:
+            done = finished_run(cfg)  # a sweep rerun with resume=auto: the job's run is there, finished
+            if done:
+                print(done, flush=True)
+                skip_finished(job_dir, hydra.sweep.dir)
+                return 0
             np = 1 if cfg.workers is None else checks.positive_int("workers", cfg.workers)
             overrides = job_overrides(list(hydra.overrides.task), cfg)
             if not cfg.get("out_dir"):

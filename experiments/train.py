@@ -38,7 +38,7 @@ from dane.loop.stopping import MonitorError
 from dane.experiments.cli import freeze_at_exit
 from dane.experiments.config import rank_zero, unique_name
 from dane.experiments.callbacks import (SWEEP_OUT_DIR_ENV, SweepSummary, clear_failure, job_run_dir, record_failure,
-                                        run_files, settle_job_config)
+                                        run_files, settle_job_config, skip_finished)
 from dane.experiments.overrides import check_group_choices, check_keys, check_sweep_out_dir, is_multirun
 
 
@@ -86,13 +86,16 @@ def train(cfg: DictConfig, job: dict, run_at: Path | None = None) -> None:
     # the run's modules import torch: here, not at the top, so that --help (Hydra's, which never calls main) needs none
     from dane.loop.faults import SimulatedFault
     from dane.loop.launch import execute
-    from dane.run_config import check_interpolations, run_spec
+    from dane.run_config import check_interpolations, finished_run, run_spec
 
     try:
         check_interpolations(cfg)  # before cfg.out_dir is read
-        spec = run_spec(cfg, out_dir_key(cfg.out_dir, multirun()))
+        done = finished_run(cfg) if multirun() else None  # a single run there is refused by run_spec
+        spec = None if done else run_spec(cfg, out_dir_key(cfg.out_dir, multirun()))
     except UserError as exc:
         return reject(exc, job, run_at, every_rank=False)  # the config is the same on every rank: rank 0 speaks
+    if done:
+        return already_finished(done)
     out_dir = run_dir(cfg) if rank_zero() else None
     before = listing(out_dir)
     try:
@@ -119,6 +122,15 @@ def finished() -> None:
     """A sweep's job wrote its result: an error.txt an earlier job left in its folder goes (`clear_failure`)."""
     if multirun() and rank_zero():
         clear_failure(HydraConfig.get().runtime.output_dir)
+
+
+def already_finished(line: str) -> None:
+    """A sweep rerun with ``resume=auto`` (its restart) whose job's out_dir holds the finished run of its config
+    (`dane.run_config.finished_run`): one line, the run as it was, and the job counts as finished (`skip_finished`)."""
+    if rank_zero():
+        print(line, flush=True)
+        hydra = HydraConfig.get()
+        skip_finished(hydra.runtime.output_dir, hydra.sweep.dir)
 
 
 def reject(exc: UserError, job: dict, run_at: Path | None = None, *, every_rank: bool = True) -> None:

@@ -446,3 +446,54 @@ def test_the_closing_line_names_the_folder_of_the_jobs_runs_where_they_set_out_d
     assert lines == [f"sweep: 2 jobs in {sweep}; summary: dane figures summary {sweep}\n",
                      f"sweep: 2 jobs in {runs} (Hydra's job folders: {sweep}); summary: dane figures summary {runs}\n"]
     assert [(row["job"], row["status"]) for row in summarize(runs)] == [("0", "converged"), ("1", "converged")]
+
+
+def run_sweep_job(cfg) -> None:
+    """``cfg`` (`sweep_job`) through Hydra's `run_job`, as the basic launcher runs a job of a sweep."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext
+
+    from dane.experiments import train
+
+    run_job(task_function=train.main.__wrapped__, config=cfg, job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir", hydra_context=HydraContext(config_loader=None, callbacks=Callbacks()),
+            configure_logging=False)
+
+
+def test_a_sweep_rerun_with_resume_auto_counts_a_finished_job_as_finished_and_leaves_its_run(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """A sweep run again with ``resume=auto out_dir='DIR/${hydra:job.num}'`` (its restart, docs/faults.md): a job
+    whose out_dir holds the finished run of its config (up to display and checkpoint keys: print_every=2,
+    checkpoint_every=1) does not run; one line says so, the run stays byte for byte, nothing goes to refused/, and
+    `SweepSummary` counts it as finished, not failed.  Another config (problem.lam) is refused as before (a single
+    run there is refused too, as docs/faults.md says: experiments.train asks `finished_run` only in a sweep)."""
+    from dane.experiments.callbacks import SweepSummary
+    from dane.run_config import finished_run
+
+    monkeypatch.setattr(SweepSummary, "kept", [])
+    monkeypatch.setattr(SweepSummary, "failed", [])
+    summary = SweepSummary()
+    sweep, out = tmp_path / "sweep.hydra", tmp_path / "runs" / "0"
+    job = ("workers=2", "rounds=2", "problem.n_samples=60", "problem.dim=3", "resume=auto", f"out_dir={out}", "quiet=true")
+    run_sweep_job(sweep_job(sweep, *job))
+    assert read_summary(out)["status"] == "max_rounds" and capsys.readouterr().err == ""
+    held = tree(out)
+    run_sweep_job(sweep_job(sweep, *job, "print_every=2", "checkpoint_every=1"))
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        f"resume=auto: {out} holds the finished run of this config (max_rounds after 2 rounds); nothing to do, kept as it was"
+    assert tree(out) == held and not (sweep / "refused").exists()
+    [kept] = SweepSummary.kept
+    assert kept.parent == sweep and "checkpoint_every=1" in kept.name  # its job folder
+    run_sweep_job(sweep_job(sweep, *job, "problem.lam=0.5"))
+    assert capsys.readouterr().err == (f"error: out_dir={out} already holds a run (rounds.jsonl, summary.json); choose a "
+                                       "new out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)\n")
+    assert tree(out) == held and len(SweepSummary.kept) == 1
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        again, other = (compose("config", overrides=[*job, *more]) for more in ((), ("problem.lam=0.5",)))
+    assert finished_run(again) is not None and finished_run(other) is None
+    summary.jobs = 3
+    summary.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    [refused] = (sweep / "refused").glob("*.txt")
+    assert capsys.readouterr().out == (f"sweep: 3 jobs (1 already finished, kept as it was; 1 failed: {refused}) in "
+                                       f"{sweep}; summary: dane figures summary {sweep}\n")

@@ -269,14 +269,15 @@ def _check_file(path: Path) -> None:
                           "remove the checkpoint/ folder and start again")
 
 
-def config_differences(old_text: str, new_text: str, limit: int = 4) -> list[str]:
-    """``key: old -> new`` for every dotted key whose value differs between two YAML configs (outside `MAY_CHANGE`).
+def config_differences(old_text: str, new_text: str, limit: int = 4,
+                       may_change: tuple[str, ...] = MAY_CHANGE) -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs between two YAML configs (outside ``may_change``).
     A key the old config lacks and the new one holds as null is no difference: an option added since the checkpoint
     was written, at its off value (``data.client_column``, say), changes nothing that run did."""
     old, new = _flat(yaml.safe_load(old_text) or {}), _flat(yaml.safe_load(new_text) or {})
     keys = sorted((k for k in old.keys() | new.keys() if old.get(k, "<absent>") != new.get(k, "<absent>")
                    and not (k not in old and new[k] is None)
-                   and not any(k == m or k.startswith(m + ".") for m in MAY_CHANGE)),
+                   and not any(k == m or k.startswith(m + ".") for m in may_change)),
                   key=lambda k: (not k.endswith(".name"), k.endswith("_target_"), k))  # algorithm.name says most
     shown = [f"{k}: {old.get(k, '<absent>')} -> {new.get(k, '<absent>')}" for k in keys[:limit]]
     return shown + ([f"and {len(keys) - limit} more"] if len(keys) > limit else [])
