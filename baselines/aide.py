@@ -112,7 +112,7 @@ from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, LocalSolver, load_svrg, \
-    refuse_oversized_svrg
+    refuse_oversized_svrg, row_shard
 from dane.problems import Problem
 
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
@@ -125,7 +125,7 @@ TAU_AUTO = "auto"
 def column_curvature(problem: Problem) -> torch.Tensor:
     """D_i = weight · c_f · Σ_j x_jk² per column k: the diagonal of the curvature bound c_f · weight · X_iᵀX_i
     (the Hessian's diagonal for squared loss; logistic and softmax at margin 0, where their curvature peaks)."""
-    rows = problem.rows if problem.rows is not None else problem
+    rows = row_shard(problem)
     if rows.svrg_rows is None:
         raise ConfigError(f"algorithm.tau=auto needs the worker's rows (the rule compares their column curvature), "
                           f"and {type(problem).__name__} keeps none; set algorithm.tau to a number >= 0")

@@ -45,7 +45,8 @@ from dane.comm import Communicator
 from dane.algorithm import AlgorithmConfig
 from dane.dane import DANE, DANEConfig
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, cg_products, check_passes, svrg_resolved
+from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, cg_products, check_passes, row_shard, \
+    svrg_resolved
 from dane.problems import Problem, ProblemConfig
 
 from .defaults import Resolution
@@ -165,7 +166,7 @@ def noted_solve(problem: Problem, solver: LocalSolver, mu: float, comm: Communic
     resolution = Resolution()
     if solver.method == "cg" and solver.max_iter is None:  # the problem's own Newton systems (not its rows)
         resolution.add("cg_max_iter", cg_products(problem), "cg_products", dim=problem.dim)
-    rows = problem.rows if getattr(problem, "rows", None) is not None else problem  # whose SVRG solves run
+    rows = row_shard(problem)  # whose SVRG solves run
     if getattr(rows, "row_smoothness", None) is None:
         return tuple(resolution.entries)
     found = svrg_resolved(rows, solver, mu)

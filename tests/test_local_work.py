@@ -711,3 +711,21 @@ def test_admm_refresh_counts_the_clients_eigendecomposition():
         range_bounds(problem, LocalCommunicator())
     counts = dict(zip(work.COUNTS, ledger.counts[0]))
     assert (counts["local_hvps"], counts["local_factorizations"]) == (problem.dim + 1, 1)
+
+
+def test_sdane_re_solves_a_ridge_shards_svrg_solve_with_the_passes_of_its_rows():
+    """A ridge shard keeps its rows beside itself (``rows``, `dane.numerics.local_solvers.row_shard`): the passes an
+    SVRG solve ran there (``auto``'s resolved on its rows), which a re-solve doubles, are its rows'.  It raised
+    AttributeError ('RidgeShard' object has no attribute 'l2') at the first failed accuracy test; at 1 pass a solve
+    and λ = 0.01 every solve fails and is re-solved at 2, 4 and 8 passes."""
+    from dane.numerics.local_solvers import LocalSolver, svrg_passes_at
+
+    problem = dane.problems.RidgeSyntheticConfig(n_samples=240, dim=6, lam=1e-3, local_solver="svrg", svrg_passes=1,
+                                                 seed=0)
+    shards = [problem.build(rank, M) for rank in range(M)]
+    auto = LocalSolver("svrg", passes="auto")
+    assert [svrg_passes_at(shard, auto, 1e-2) for shard in shards] == \
+        [svrg_passes_at(shard.rows, auto, 1e-2) for shard in shards]
+    given = spied(shards, "passes")
+    simulate(SDANEConfig(lam=1e-2, local_solver="svrg"), shards, rounds=1)
+    assert given == [[1, 2, 4, 8]] * M

@@ -346,10 +346,18 @@ def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
     return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
 
 
+def row_shard(problem):
+    """The shard whose rows a row-based solve (SVRG) runs on: a problem's ``rows`` where it keeps them beside itself
+    (a ridge shard's linear-model shard of the same rows, `dane.problems.Problem.rows`), else the problem itself."""
+    return problem.rows if getattr(problem, "rows", None) is not None else problem
+
+
 def svrg_passes_at(shard: Shard, solver: LocalSolver, mu: float) -> int:
-    """The passes an SVRG solve by ``solver`` runs on ``shard`` at the proximal weight ``mu``, with the shard's ℓ2
-    term (`prox_solve` with ``with_reg``): ``passes`` as given, or what ``auto`` resolves to there (`svrg_passes`)."""
-    return svrg_constants(Subproblem(shard, anchor=None, linear=None, mu=float(mu), l2=shard.l2), solver)[4]
+    """The passes an SVRG solve by ``solver`` runs on ``shard``'s rows (`row_shard`) at the proximal weight ``mu``, with
+    their ℓ2 term (`prox_solve` with ``with_reg``): ``passes`` as given, or what ``auto`` resolves to there
+    (`svrg_passes`)."""
+    rows = row_shard(shard)
+    return svrg_constants(Subproblem(rows, anchor=None, linear=None, mu=float(mu), l2=rows.l2), solver)[4]
 
 
 def svrg_step(rows: int, row_smoothness: float, shrink: float) -> float:
