@@ -6,7 +6,8 @@ of its adaptations in order, as optax's ``apply_if_finite`` wraps an update: an 
 declare the run finished, and returns what it did as events ``{"key", "from", "to", "trigger"}``, which the round's
 record carries under ``adapted``.  A method's config attaches an adaptation only where it applied before this module
 existed (a weight the user left ``null``, full participation, a convex problem ...), lists them in
-``algorithm.adapt`` (null: every one that applies; ``[]``: none) and attaches none with ``algorithm.paper=true``.
+``algorithm.adapt`` (null: every one that applies; ``[]``: none) and attaches none with ``algorithm.paper=true`` but
+those that keep a condition of the paper's round (`PAPER_CONDITIONS`).
 
 - ``double_weight`` (`WeightDoubling`, `CyclingObjective`): a default proximal weight doubles, up to δ_A, when the
   objective climbs, cycles or the steps settle into an overshoot (full participation, convex);
@@ -15,7 +16,11 @@ existed (a weight the user left ``null``, full participation, a convex problem .
 - ``sampling_floor`` (`FloorStop`, `SamplingFloor`): a sampled run of a method without a fixed point at the optimum
   ends with status ``sampling_floor`` once its objective stops improving;
 - ``client_drift`` (`DriftStop`): a full-participation FedProx run ends with status ``client_drift`` once the
-  clients' moves cancel in the average.
+  clients' moves cancel in the average;
+- ``local_retry`` (`LocalRetry`): S-DANE's and Acc-S-DANE's iterative local solve (cg, svrg, lbfgs) whose x_i fails
+  the paper's accuracy test is solved again with a tighter setting.  It acts inside the round, which the paper states
+  with the test holding (how a solver meets it is this package's rule), so ``algorithm.paper=true`` keeps it
+  (`PAPER_CONDITIONS`); ``algorithm.adapt`` without it leaves a failed solve as it is (the record's ``local_failed``).
 
 The constants are these rules' tuning constants (this package's, chosen on ``make bench``'s ``defaults`` and
 ``federated`` sections and the runs the tests name).
@@ -23,9 +28,11 @@ The constants are these rules' tuning constants (this package's, chosen on ``mak
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
+from dane.numerics.local_solvers import LBFGS_MAX_ITER, PASSES_AUTO, LocalSolver
 from dane.safeguard_rules import accepts, step_ratio_and_cosine
 
 #: `SamplingFloor`: a sampled run whose objective has not improved on its best for this many rounds (and for half the
@@ -42,8 +49,13 @@ ALTERNATING_RATIO = 0.8
 FIXED_POINT = 1e-3
 #: `stalled`: the share of a run's objective decrease its last quarter of rounds may make for it to have stalled
 STALLED = 1e-3
+#: `LocalRetry`: S-DANE's re-solves (`baselines.defaults.tighter`) of an iterative local solve whose result fails the
+#: accuracy test (not swept)
+LOCAL_RETRIES = 3
 #: the names ``algorithm.adapt`` takes
-ADAPTATIONS = ("double_weight", "restart", "sampling_floor", "client_drift")
+ADAPTATIONS = ("double_weight", "restart", "sampling_floor", "client_drift", "local_retry")
+#: the adaptations that keep a condition the paper's round states, attached under ``algorithm.paper=true`` as well
+PAPER_CONDITIONS = ("local_retry",)
 
 
 class SamplingFloor:
@@ -274,6 +286,59 @@ class DriftStop(Adaptation):
         self.finished = None if state.get("stalled") is None else ("client_drift", state["stalled"])
 
 
+class LocalRetry(Adaptation):
+    r"""``local_retry``: a local solve by ``solver`` (cg, svrg or lbfgs) whose x_i fails S-DANE's accuracy test
+    ‖∇F_i(x_i)‖ ≤ (λ/2)‖x_i − centre‖ is solved again with `baselines.defaults.tighter`'s setting, at most ``limit``
+    (`LOCAL_RETRIES`) times (the method's `local_solve` asks `limit`).  Each participant's count of re-solves rides,
+    one-hot in ``limit`` + 2 slots (`slots`; the last: still failing after the last), in the round's second
+    allreduce, counted with it; `after` turns the round's counts (``algo.retry_counts``) into its event
+    (`retry_event`)."""
+
+    name = "local_retry"
+
+    def __init__(self, solver: LocalSolver, limit: int = LOCAL_RETRIES) -> None:
+        self.solver, self.limit = solver, limit
+
+    def slots(self, like: torch.Tensor, resolves: int, failed: bool) -> torch.Tensor:
+        """This participant's slot: its re-solves, or ``limit`` + 1 where the last still failed."""
+        one_hot = like.new_zeros(self.limit + 2)
+        one_hot[self.limit + 1 if failed else resolves] = 1.0
+        return one_hot
+
+    def after(self, algo, out: dict) -> list[dict]:
+        return retry_event(self.solver, algo.retry_counts)
+
+
+def retried_setting(solver: LocalSolver, resolves: int) -> tuple[str, Any, Any]:
+    """(key, given, after ``resolves`` re-solves) of the setting `baselines.defaults.tighter` moves: SVRG's passes,
+    doubled each time (``auto``: "2^k x auto", each worker's own); a fixed count's iterations (tolerance 0: CG's
+    products per system, L-BFGS's iterations, null: `LBFGS_MAX_ITER`), doubled; else the tolerance, divided by 100."""
+    if solver.method == "svrg":
+        if solver.passes == PASSES_AUTO:
+            return "problem.svrg_passes", PASSES_AUTO, f"{2 ** resolves} x {PASSES_AUTO}"
+        return "problem.svrg_passes", int(solver.passes), int(solver.passes) * 2 ** resolves
+    if solver.tol == 0 and solver.method in ("cg", "lbfgs"):
+        given = solver.max_iter or LBFGS_MAX_ITER
+        return "problem.local_max_iter", given, given * 2 ** resolves
+    return "problem.local_tol", solver.tol, solver.tol / 100 ** resolves
+
+
+def retry_event(solver: LocalSolver, counts: list[int]) -> list[dict]:
+    """The round's ``local_retry`` event from ``counts`` (counts[k]: the participants that re-solved k times and then
+    passed, the last slot those still failing after all ``len(counts)`` − 2): the setting the deepest re-solve ran
+    (`retried_setting`), the participants that re-solved (``workers``), the re-solves over them (``resolves``) and
+    those still failing (``failed``); none where no participant re-solved."""
+    limit = len(counts) - 2
+    workers = sum(counts[1:])
+    if not workers:
+        return []
+    deepest = limit if counts[-1] else max(k for k, c in enumerate(counts) if c)
+    key, given, after = retried_setting(solver, deepest)
+    resolves = sum(k * c for k, c in enumerate(counts[:-1])) + limit * counts[-1]
+    return [{"key": key, "from": given, "to": after, "trigger": "accuracy test", "workers": workers,
+             "resolves": resolves, "failed": counts[-1]}]
+
+
 def stalled(objectives: list[float]) -> bool:
     """Whether the last quarter of ``objectives`` moved the objective by at most `STALLED` of the run's whole
     decrease (at least 8 of them; FedProx's round-cap diagnosis)."""
@@ -284,5 +349,6 @@ def stalled(objectives: list[float]) -> bool:
 
 
 def chosen(adapt, paper: bool, name: str) -> bool:
-    """Whether adaptation ``name`` may be attached: ``algorithm.paper`` off, ``algorithm.adapt`` null or naming it."""
-    return not paper and (adapt is None or name in adapt)
+    """Whether adaptation ``name`` may be attached: ``algorithm.adapt`` null or naming it, and ``algorithm.paper`` off
+    or ``name`` one of the `PAPER_CONDITIONS`."""
+    return (adapt is None or name in adapt) and (not paper or name in PAPER_CONDITIONS)

@@ -54,8 +54,6 @@ SAMPLED_PROX_PER_CURVATURE = 0.5
 ACC_SAMPLED_PROX_PER_CURVATURE = 1.0
 #: `scaffold_server_step`'s η_g for an even K at the rule's local step
 SERVER_STEP = 1.5
-#: S-DANE's re-solves (`tighter`) of an iterative local solver whose result fails the accuracy test (not swept)
-LOCAL_RETRIES = 3
 #: `fedred_local_steps`: K under full participation and the least under sampling (not swept) ...
 FEDRED_LOCAL_STEPS = 10
 #: ... and the most under sampling, a bound on a round's local work (1/(γλ_S) grows as 1/q without bound as s nears m;
@@ -251,7 +249,7 @@ def tighter(solver: LocalSolver, passes: int | None = None) -> LocalSolver:
     `dane.numerics.local_solvers.svrg_passes_at`; None: ``solver.passes``, a number), with no cap; a fixed count
     (CG or L-BFGS at ``tol=0``) twice its products per CG system or its iterations (null: `LBFGS_MAX_ITER`); else a
     100 times smaller tolerance.  This package's rule: the paper's test asks for an accuracy, not for a solver's
-    settings."""
+    settings; `baselines.adaptive.LocalRetry` applies it and records each round where it did."""
     if solver.method == "svrg":
         ran = solver.passes if passes is None else passes
         if ran == PASSES_AUTO:

@@ -44,7 +44,7 @@ from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic, sampled_mean
 from dane.work import uncounted
 
-from .adaptive import ADAPTATIONS, Adaptation, SamplingFloor, chosen
+from .adaptive import ADAPTATIONS, PAPER_CONDITIONS, Adaptation, SamplingFloor, chosen
 from .defaults import (GAP_BALANCE, HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Resolution,
                        balanced_prox_weight, local_step, prox_weight)
 from .measure import hessian_dissimilarity, largest_smoothness
@@ -328,6 +328,7 @@ class PolicyKeys:
     """The ``algorithm.*`` keys that say which package rules a federated run may apply (`baselines.adaptive`)."""
 
     paper: bool = False   # true: the paper's method as stated: nulls resolved at the start and frozen, no adaptation
+    #                       but those that keep the paper's conditions (`baselines.adaptive.PAPER_CONDITIONS`)
     adapt: tuple | None = None  # the adaptations that may act (null: each one that applies; []: none)
 
     def check_policy(self) -> None:
@@ -336,9 +337,10 @@ class PolicyKeys:
             object.__setattr__(self, "adapt", tuple(self.adapt))
             for name in self.adapt:
                 checks.one_of("algorithm.adapt[]", name, ADAPTATIONS)
-            if self.paper and self.adapt:
-                raise ConfigError(f"algorithm.paper=true runs no adaptation, got algorithm.adapt={list(self.adapt)}; "
-                                  f"set one of them")
+            extra = [name for name in self.adapt if name not in PAPER_CONDITIONS]
+            if self.paper and extra:
+                raise ConfigError(f"algorithm.paper=true runs no adaptation but {', '.join(PAPER_CONDITIONS)}, got "
+                                  f"algorithm.adapt={list(self.adapt)}; set one of them")
 
     def clients(self, comm: Communicator) -> tuple[int, int]:
         """(s, m): the clients a round draws and all of them."""

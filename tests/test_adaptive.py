@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import dane
-from dane.baselines.adaptive import (CYCLE_ROUNDS, FIXED_POINT, FLOOR_ROUNDS, DriftStop, FloorStop, Restart,
-                                     WeightDoubling)
+from dane.baselines.adaptive import (CYCLE_ROUNDS, FIXED_POINT, FLOOR_ROUNDS, DriftStop, FloorStop, LocalRetry,
+                                     Restart, WeightDoubling, retried_setting, retry_event)
+from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.fedprox import FedProxConfig
 from dane.baselines.fedred import FedRedConfig
@@ -80,6 +81,50 @@ def test_drift_stop_fires_when_the_moves_cancel_to_its_share_of_round_0():
     assert wrap.finished[1].endswith("; knobs")
 
 
+@pytest.mark.parametrize("solver, resolves, setting", [
+    (LocalSolver("svrg", passes=3), 3, ("problem.svrg_passes", 3, 24)),
+    (LocalSolver("svrg", passes="auto"), 2, ("problem.svrg_passes", "auto", "4 x auto")),   # each worker's own a
+    (LocalSolver("cg", tol=1e-6, max_iter=7), 2, ("problem.local_tol", 1e-6, 1e-6 / 100 ** 2)),
+    (LocalSolver("cg", tol=0, max_iter=2), 3, ("problem.local_max_iter", 2, 16)),
+    (LocalSolver("lbfgs", tol=0), 1, ("problem.local_max_iter", LBFGS_MAX_ITER, 2 * LBFGS_MAX_ITER)),
+])
+def test_a_local_retry_names_the_setting_its_deepest_re_solve_ran(solver, resolves, setting):
+    assert retried_setting(solver, resolves) == setting
+
+
+def test_a_local_retry_event_counts_the_participants_that_re_solved_and_those_still_failing():
+    """counts[k]: the participants that passed after k re-solves; the last slot: those failing after all 3."""
+    svrg = LocalSolver("svrg", passes=3)
+    assert retry_event(svrg, [4, 0, 0, 0, 0]) == []                                  # every first solve passed
+    assert retry_event(svrg, [1, 3, 0, 0, 0]) == [{"key": "problem.svrg_passes", "from": 3, "to": 6,
+                                                   "trigger": "accuracy test", "workers": 3, "resolves": 3,
+                                                   "failed": 0}]
+    assert retry_event(svrg, [0, 1, 0, 2, 1])[0] | {} == {"key": "problem.svrg_passes", "from": 3, "to": 24,
+                                                         "trigger": "accuracy test", "workers": 4,
+                                                         "resolves": 1 + 6 + 3, "failed": 1}
+    wrap = LocalRetry(svrg)
+    assert wrap.slots(torch.zeros(1), 2, False).tolist() == [0, 0, 1, 0, 0]
+    assert wrap.slots(torch.zeros(1), 3, True).tolist() == [0, 0, 0, 0, 1]
+
+
+def test_a_local_retry_is_recorded_with_every_participants_count_under_paper_true():
+    """Ridge, 4 clients, SVRG at 1 pass, λ = 1: client 0's first solve passes S-DANE's accuracy test in round 0, the
+    three others' pass at 2 passes.  The round's event counts the three (client 0's record alone would say nothing),
+    the summary lists the wrapper and says a package rule applied; the re-solves' work is in the records (a pass at
+    the centre, 3 a pass of SVRG less the snapshot at the anchor, 1 at the solve's result: 4 a client at 1 pass, 6
+    more for a re-solve at 2).  It ran with nothing recorded: adaptations [], package_rules_applied false."""
+    problem = dane.problems.RidgeSyntheticConfig(n_samples=240, dim=6, lam=1e-3, local_solver="svrg", svrg_passes=1,
+                                                 seed=0)
+    result = dane.fit(problem, "sdane", workers=4, rounds=1, lam=1.0, mu=0.0, local_solver="svrg", paper=True)
+    assert result.summary["adaptations"] == [{"round": 0, "key": "problem.svrg_passes", "from": 1, "to": 2,
+                                              "trigger": "accuracy test", "workers": 3, "resolves": 3, "failed": 0}]
+    assert result.summary["adaptations_attached"] == ["local_retry"] and result.summary["package_rules_applied"]
+    assert result.records[1]["local_passes"] == 4 * 4 + 3 * 6
+    plain = dane.fit(problem, "sdane", workers=4, rounds=1, lam=1.0, mu=0.0, local_solver="svrg", adapt=[])
+    assert plain.summary["adaptations_attached"] == [] and not plain.summary["package_rules_applied"]
+    assert plain.records[1]["local_passes"] == 4 * 4 and plain.records[0]["local_failed"] is False
+
+
 def shard(problem, m=4):
     return problem.build(0, m, torch.float64)
 
@@ -100,6 +145,11 @@ LOGREG = dane.problems.LogReg(np.random.default_rng(0).standard_normal((200, 5))
     (FedProxConfig(), ["client_drift"]),
     (FedProxConfig(adapt=[]), []),
     (AccSDANEConfig(paper=True), []),
+    (SDANEConfig(local_solver="svrg"), ["local_retry", "double_weight"]),
+    (AccSDANEConfig(local_solver="cg", paper=True), ["local_retry"]),    # the paper's round asks for the test
+    (SDANEConfig(local_solver="lbfgs", paper=True, adapt=["local_retry"]), ["local_retry"]),
+    (SDANEConfig(local_solver="svrg", adapt=["double_weight"]), ["double_weight"]),
+    (SDANEConfig(local_solver="steps"), ["double_weight"]),               # steps until the test holds: no re-solve
 ])
 def test_adaptations_are_attached_only_where_they_apply(config, attached):
     algo = config.build(shard(LOGREG, 1), LocalCommunicator())
