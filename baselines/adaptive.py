@@ -17,10 +17,21 @@ those that keep a condition of the paper's round (`PAPER_CONDITIONS`).
   ends with status ``sampling_floor`` once its objective stops improving;
 - ``client_drift`` (`DriftStop`): a full-participation FedProx run ends with status ``client_drift`` once the
   clients' moves cancel in the average;
+- ``rho_refresh`` (`RHO_REFRESH`, `refresh_due`): ADMM re-estimates an estimated ρ of a non-quadratic loss from the
+  local Hessians at z at rounds `REFRESH_FIRST`, 2 `REFRESH_FIRST`, 4 `REFRESH_FIRST` ...; ADMM's residual balancing
+  (`RESIDUAL_BALANCE`, ``algorithm.adaptive_rho``) is Boyd et al.'s (2011, section 3.4.1), the paper's method,
+  named among the attached but not by ``algorithm.adapt``;
+- ``tau_growth`` (`GROW_TAU`, `grown_tau`) and ``momentum_restart`` (`MOMENTUM_RESTART`): AIDE at ``tau=auto``
+  grows τ after a round that failed its subproblem (and restarts the momentum with it), and restarts the momentum
+  (y = w_t) where the objective rose;
 - ``local_retry`` (`LocalRetry`): S-DANE's and Acc-S-DANE's iterative local solve (cg, svrg, lbfgs) whose x_i fails
   the paper's accuracy test is solved again with a tighter setting.  It acts inside the round, which the paper states
   with the test holding (how a solver meets it is this package's rule), so ``algorithm.paper=true`` keeps it
   (`PAPER_CONDITIONS`); ``algorithm.adapt`` without it leaves a failed solve as it is (the record's ``local_failed``).
+
+ADMM's and AIDE's act inside their own ``step`` (a refresh before the round's solve, a growth before the round's
+subproblem), which puts their events in the round's record: the names below (`RHO_REFRESH` ...) are what the method's
+``adaptations`` hold for the summary's ``adaptations_attached``.
 
 The constants are these rules' tuning constants (this package's, chosen on ``make bench``'s ``defaults`` and
 ``federated`` sections and the runs the tests name).
@@ -28,10 +39,13 @@ The constants are these rules' tuning constants (this package's, chosen on ``mak
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from dane import checks
+from dane.errors import ConfigError
 from dane.numerics.local_solvers import LBFGS_MAX_ITER, PASSES_AUTO, LocalSolver
 from dane.safeguard_rules import accepts, step_ratio_and_cosine
 
@@ -52,7 +66,12 @@ STALLED = 1e-3
 #: `LocalRetry`: S-DANE's re-solves (`baselines.defaults.tighter`) of an iterative local solve whose result fails the
 #: accuracy test (not swept)
 LOCAL_RETRIES = 3
-#: the names ``algorithm.adapt`` takes
+#: `refresh_due`: the first round at which ADMM re-estimates an estimated ρ from the local Hessians at z (then 16, 32
+#: ...: re-estimates logarithmic in the run's length, as ADMM's convergence proof wants ρ fixed; not swept)
+REFRESH_FIRST = 8
+#: `grown_tau`: AIDE's τ after a round that failed its subproblem, this times max(τ, λ) (not swept)
+TAU_GROWTH = 4.0
+#: the names ``algorithm.adapt`` takes (the federated methods')
 ADAPTATIONS = ("double_weight", "restart", "sampling_floor", "client_drift", "local_retry")
 #: the adaptations that keep a condition the paper's round states, attached under ``algorithm.paper=true`` as well
 PAPER_CONDITIONS = ("local_retry",)
@@ -339,6 +358,38 @@ def retry_event(solver: LocalSolver, counts: list[int]) -> list[dict]:
              "resolves": resolves, "failed": counts[-1]}]
 
 
+class Named:
+    """An adaptation a method runs inside its own ``step``, which records its events: its name alone."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Named({self.name!r})"
+
+
+#: ADMM's re-estimate of ρ (`refresh_due`), off under ``algorithm.paper=true``
+RHO_REFRESH = Named("rho_refresh")
+#: ADMM's residual balancing (``adaptive_rho``: Boyd et al. 2011, section 3.4.1, the paper's)
+RESIDUAL_BALANCE = Named("residual_balance")
+#: AIDE's τ growth (`grown_tau`) and momentum restart at ``tau=auto``, off under ``algorithm.paper=true``
+GROW_TAU = Named("tau_growth")
+MOMENTUM_RESTART = Named("momentum_restart")
+
+
+def refresh_due(t: int) -> bool:
+    """Whether ADMM's round ``t`` starts with a re-estimate of ρ: t a power of two, at least `REFRESH_FIRST` (8, 16,
+    32, ...).  This package's rule (`baselines.admm` says why)."""
+    return t >= REFRESH_FIRST and t & (t - 1) == 0
+
+
+def grown_tau(tau: float, strong_convexity: float, mean_curvature: float) -> float:
+    """AIDE's τ after a round that failed its subproblem: `TAU_GROWTH` · max(τ, λ), or · the mean column curvature
+    where both are 0: Catalyst's adaptive smoothing (4WD-Catalyst-Automatic, Paquette et al. 2018) with this package's
+    factor."""
+    return TAU_GROWTH * (max(tau, strong_convexity) or mean_curvature)
+
+
 def stalled(objectives: list[float]) -> bool:
     """Whether the last quarter of ``objectives`` moved the objective by at most `STALLED` of the run's whole
     decrease (at least 8 of them; FedProx's round-cap diagnosis)."""
@@ -346,6 +397,32 @@ def stalled(objectives: list[float]) -> bool:
         return False
     total, late = objectives[0] - objectives[-1], objectives[-(len(objectives) // 4) - 1] - objectives[-1]
     return total > 0 and abs(late) <= STALLED * total
+
+
+@dataclass(frozen=True)
+class AdaptKeys:
+    """The ``algorithm.*`` keys that say which adaptations a run may attach: ``paper`` and ``adapt`` (module
+    docstring), ``adapt``'s names one of the config's `adaptation_names`."""
+
+    paper: bool = False   # true: the paper's method as stated: nulls resolved at the start and frozen, no adaptation
+    #                       but those that keep the paper's conditions (`PAPER_CONDITIONS`)
+    adapt: tuple | None = None  # the adaptations that may act (null: each one that applies; []: none)
+    adaptation_names = ADAPTATIONS  # the names ``adapt`` takes
+
+    def check_policy(self) -> None:
+        checks.boolean("algorithm.paper", self.paper)
+        if self.adapt is not None:
+            object.__setattr__(self, "adapt", tuple(self.adapt))
+            for name in self.adapt:
+                checks.one_of("algorithm.adapt[]", name, self.adaptation_names)
+            extra = [name for name in self.adapt if name not in PAPER_CONDITIONS]
+            if self.paper and extra:
+                raise ConfigError(f"algorithm.paper=true runs no adaptation but {', '.join(PAPER_CONDITIONS)}, got "
+                                  f"algorithm.adapt={list(self.adapt)}; set one of them")
+
+    def allows(self, name: str) -> bool:
+        """Whether adaptation ``name`` may be attached (`chosen`)."""
+        return chosen(self.adapt, self.paper, name)
 
 
 def chosen(adapt, paper: bool, name: str) -> bool:

@@ -56,13 +56,15 @@ balancing instead.
 the Hessian at w = 0 and overstates the curvature near the optimum where the data are
 nearly separable: ρ came out an order of magnitude too large, and the run stalled at its
 cap (breast_cancer λ = 1e-5; the collinear table of `tests/test_admm_penalty.py` with
-labels y > median).  At rounds 8, 16, 32, … (``REFRESH_FIRST``, doubling: re-estimates
+labels y > median).  At rounds 8, 16, 32, … (`baselines.adaptive.refresh_due`, doubling: re-estimates
 logarithmic in the run's length, so ρ changes ever more rarely, as ADMM's convergence
 proof wants it fixed) ρ is estimated again as above from the local Hessians at z_t
 (`hessian_vector` at z), one more allreduce each, counted, and the scaled duals are
 rescaled u_i ← u_i ρ_old/ρ_new as in residual balancing.  A heuristic, like the estimate
 itself: ``make bench``, section ``defaults``, measures it.  A quadratic (ridge) has one
-Hessian and is never refreshed.
+Hessian and is never refreshed.  This refresh is the package's adaptation ``rho_refresh``
+(`baselines.adaptive.RHO_REFRESH`): ``algorithm.adapt=[]`` or ``algorithm.paper=true`` keeps the
+estimate of round 0 for the whole run.
 
 ``adaptive_rho`` is residual balancing (Boyd's eq. 3.13): ρ ← τρ when r > μ s, ρ ← ρ/τ
 when s > μ r, and the scaled duals u_i ← u_i ρ_old/ρ_new.  Departure from Boyd: the
@@ -71,7 +73,9 @@ residuals of z_t arrive in round t's allreduce, after x^{t+1} was solved with th
 
 What a null resolved to (ρ with μ̲ and L̄, ``adaptive_rho``) is in the summary's ``defaults``; every change of ρ
 during the run (a refresh, a rebalance) is its round's ``adapted`` event (``trigger``: "refresh" or
-"residual balance"), which the summary lists as ``adaptations``.
+"residual balance"), which the summary lists as ``adaptations``, and ``adaptations_attached`` names what watched:
+``rho_refresh`` and, with ``adaptive_rho``, ``residual_balance`` (Boyd's method, kept under ``algorithm.paper=true``;
+``adaptive_rho=false`` turns it off).
 """
 from __future__ import annotations
 
@@ -89,6 +93,7 @@ from dane.errors import ConfigError, NotPositiveDefinite
 from dane.problems import Problem
 from dane.work import count
 
+from .adaptive import RESIDUAL_BALANCE, RHO_REFRESH, AdaptKeys, refresh_due
 from .defaults import NETWORK_PENALTY, Resolution, admm_penalty, residual_balancing
 from .metrics import global_metrics, local_payload, logs_gradient
 from .spectral import local_spectrum, require_hessian_vector
@@ -96,8 +101,6 @@ from .spectral import local_spectrum, require_hessian_vector
 #: Largest dimension whose local data Hessians are formed (d products) and averaged (d² numbers) for ρ;
 #: beyond it, the extreme Ritz values of ``power_iters`` products
 EXACT_DIM = 256
-#: First round at which an estimated ρ is refreshed from the Hessians at z (then 16, 32, ...; a non-quadratic loss)
-REFRESH_FIRST = 8
 
 
 def spectral_penalty(problem: Problem, comm: Communicator, *, iters: int, seed: int,
@@ -174,6 +177,7 @@ class ADMM(Algorithm):
         self.balance_mu, self.balance_tau = balance_mu, balance_tau
         self.refresh, self.t = refresh, 0
         self.defaults = tuple(defaults)  # ρ's and adaptive_rho's nulls as resolved; ρ's changes are ``adapted``
+        self.adaptations = (RHO_REFRESH,) * (refresh is not None) + (RESIDUAL_BALANCE,) * bool(adaptive_rho)
         self.u = torch.zeros_like(self.w)
         self.with_grad = logs_gradient(problem)
         self._zero = torch.zeros_like(self.w)
@@ -182,7 +186,7 @@ class ADMM(Algorithm):
         self._dual: float | None = None
 
     def step(self) -> dict[str, float]:
-        if self.refresh is not None and self.t >= REFRESH_FIRST and self.t & (self.t - 1) == 0:  # 8, 16, 32, ...
+        if self.refresh is not None and refresh_due(self.t):  # ``rho_refresh``: 8, 16, 32, ...
             # one allreduce: ρ from the local Hessians at z.  Spent inside the rounds, so counted as their work and
             # traffic are (the measurement before round 0 is set-up: `dane.work`)
             rho, _ = self.refresh(at=self.w)
@@ -258,7 +262,7 @@ class ADMM(Algorithm):
 
 
 @dataclass(frozen=True)
-class ADMMConfig(AlgorithmConfig):
+class ADMMConfig(AlgorithmConfig, AdaptKeys):
     rho: float | None = None   # None: sqrt(μ̲ L̄) from the local Hessians' spectra (module docstring)
     adaptive_rho: bool | None = None  # None: residual balancing of a given ρ only (an estimated one stays fixed)
     balance_mu: float = 10.0   # Boyd's μ: rebalance when one residual exceeds μ times the other
@@ -267,6 +271,7 @@ class ADMMConfig(AlgorithmConfig):
     seed: int = 0              # start vector of those products
     name: str = "admm"
     algorithm = ADMM
+    adaptation_names = (RHO_REFRESH.name,)  # residual balancing: ``adaptive_rho``
 
     def __post_init__(self) -> None:
         if self.rho is not None:
@@ -278,11 +283,13 @@ class ADMMConfig(AlgorithmConfig):
         for key in ("balance_mu", "balance_tau"):
             if not checks.positive(f"algorithm.{key}", getattr(self, key)) > 1:
                 raise ConfigError(f"algorithm.{key} must be > 1, got {getattr(self, key)}")
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "ADMM":
         """ρ null: `spectral_penalty` (one allreduce), or 1 for a problem without Hessian-vector products (a network);
         ``adaptive_rho`` null: residual balancing of a given ρ (or a network's 1), none of an estimated one; each
-        null noted in the summary's ``defaults``."""
+        null noted in the summary's ``defaults``.  An estimated ρ of a non-quadratic loss is refreshed where
+        ``rho_refresh`` may act (`baselines.adaptive.AdaptKeys.allows`)."""
         resolution = Resolution()
         given = self.rho is not None or problem.hessian_vector is None  # a network: ρ = 1, balanced
         estimate = partial(spectral_penalty, problem, comm, iters=self.power_iters, seed=self.seed)
@@ -297,5 +304,6 @@ class ADMMConfig(AlgorithmConfig):
         if adaptive is None:
             adaptive = resolution.add("adaptive_rho", residual_balancing(given), "residual_balancing", given=given)
         return ADMM(problem, comm, rho=rho, adaptive_rho=adaptive, balance_mu=self.balance_mu,
-                    balance_tau=self.balance_tau, refresh=None if given or problem.quadratic else estimate,
+                    balance_tau=self.balance_tau,
+                    refresh=None if given or problem.quadratic or not self.allows(RHO_REFRESH.name) else estimate,
                     defaults=resolution.entries)

@@ -66,8 +66,8 @@ already measures (no extra communication):
 * *τ growth* where the last round failed its subproblem (`failed_subproblem`): O rose and
   either that round started from a restart, where y = w and an exact minimizer of the
   augmented problem cannot raise O (O(w⁺) + τ/2‖w⁺ − w‖² ≤ O(w)), or O is no lower than at the
-  last restart (no progress since).  Then τ ← `TAU_GROWTH` · max(τ, λ) = 4 max(τ, λ) (the mean
-  column curvature when both are 0), with the momentum restarted: Catalyst's adaptive
+  last restart (no progress since).  Then τ ← `baselines.adaptive.TAU_GROWTH` · max(τ, λ) = 4 max(τ, λ) (the mean
+  column curvature when both are 0; `baselines.adaptive.grown_tau`), with the momentum restarted: Catalyst's adaptive
   smoothing, which raises its proximal weight when the inner method misses its stopping test
   (4WD-Catalyst-Automatic, Paquette, Lin, Drusvyatskiy, Mairal & Harchaoui, AISTATS 2018).
 
@@ -84,9 +84,13 @@ problem's flattest direction (curvature λ + τ + μ) shrinks by e^{-c} = q per 
 (q = 1) gives InexactDANE's passes; λ = 0 with τ > 0 (q = 0, c = ∞) the cap P_max, as `svrg_passes` takes where
 λ + μ = 0.
 
-Round 0's τ is the summary's resolved ``algorithm.tau`` (``defaults``); each growth (``algorithm.tau``) and
-restart (``alpha``, back to α_0) is its round's ``adapted`` event, which the summary lists as ``adaptations``.
-Resumed runs keep τ, q, α and the restart evidence (they are in the state).  The rule reads
+Both are this package's adaptations, ``tau_growth`` and ``momentum_restart`` (`baselines.adaptive`), each
+switchable on its own (``algorithm.adapt``; without ``momentum_restart`` a growth still restarts the momentum, its
+q being new) and both off under ``algorithm.paper=true``, where round 0's τ holds for the whole run.
+Round 0's τ is the summary's resolved ``algorithm.tau`` (``defaults``); each growth (``algorithm.tau``) and each
+restart that drops an extrapolation (``zeta``: the ζ that made y_t, to 0; none where it was 0, as at τ = 0) is its
+round's ``adapted`` event, which the summary lists as ``adaptations``, and ``adaptations_attached`` names those
+watching.  Resumed runs keep τ, q, α, ζ and the restart evidence (they are in the state).  The rule reads
 the worker's rows: set τ by hand on problems without them.  A number (``tau=0.1``) is used
 as given, with neither restarts nor growth (the paper's method); τ = 0 is InexactDANE.  The
 defaults benchmark (scripts/bench_defaults.py) measures the rule against the grid
@@ -115,6 +119,7 @@ from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, Lo
     refuse_oversized_svrg, row_shard
 from dane.problems import Problem
 
+from .adaptive import GROW_TAU, MOMENTUM_RESTART, AdaptKeys, grown_tau
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
 from .inexact_dane import InexactSolverKeys, noted_solve, require_convex_shard, solve_nulls
 
@@ -136,10 +141,6 @@ def column_curvature(problem: Problem) -> torch.Tensor:
         sq = np.zeros(rows.X.shape[1])
         np.add.at(sq, r.indices, r.data * r.data)
     return torch.from_numpy(r.weight * rows.loss.curvature * sq).to(torch.float64)
-
-
-#: τ=auto: a round that fails its subproblem (see `failed_subproblem`) multiplies τ by this
-TAU_GROWTH = 4.0
 
 
 def catalyst_q(strong_convexity: float, tau: float) -> float:
@@ -187,7 +188,8 @@ class AIDE(Algorithm):
     columns = (Column("tau", "{:>8.3g}"), Column("zeta", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, tau: float | str = TAU_AUTO, eta: float = 1.0,
-                 mu: float = 0.0, local_solver: LocalSolver | None = None, w0: torch.Tensor | None = None):
+                 mu: float = 0.0, local_solver: LocalSolver | None = None, w0: torch.Tensor | None = None,
+                 grows: bool = True, restarts: bool = True):
         require_convex_shard(problem, self.name)
         refuse_oversized_svrg("algorithm.batch_size", local_solver, problem.n_local)  # before any collective
         super().__init__(problem, comm, w0)
@@ -195,12 +197,14 @@ class AIDE(Algorithm):
         self.local_solver = local_solver  # None: the problem's own
         load_svrg(problem, local_solver)  # numba's start-up in the set-up, not in round 0
         self.tau: float | None = None  # auto: agreed in round 0's second allreduce
-        self.adaptive = tau == TAU_AUTO  # τ grows, and the momentum restarts, on the rounds' evidence
+        self.adaptive = tau == TAU_AUTO  # τ agreed in round 0; then, where attached, grown and the momentum restarted
+        self.grows, self.restarts = self.adaptive and grows, self.adaptive and restarts
+        self.adaptations = (GROW_TAU,) * self.grows + (MOMENTUM_RESTART,) * self.restarts
         if not self.adaptive:
             self._set_tau(float(tau))
         else:  # this worker's column curvature, from its own rows (no communication)
             self.local_curvature = column_curvature(problem)
-        self.y = self.w.clone()
+        self.y, self.zeta = self.w.clone(), 0.0  # ζ: the extrapolation weight that made y
         # τ=auto's evidence: O at the last round's start, O at the last restart, whether the last round restarted
         self.previous, self.at_restart, self.restarted = math.inf, math.inf, True
         self.defaults = None if self.adaptive else self.resolved()  # τ=auto: known in round 0 (`resolved`)
@@ -235,23 +239,26 @@ class AIDE(Algorithm):
             resolution.entries += noted_solve(self.problem, solver, self.mu + tau, self.comm)
         return tuple(resolution.entries)
 
-    def _adapt(self, objective: float, w: torch.Tensor) -> list[dict]:
-        """τ=auto, from round 1 on: restart the momentum where O rose (y = w_t), and grow τ where the last round failed
-        its subproblem (`failed_subproblem`).  What it did, as the record's ``adapted`` events (a restart sets α
-        back to α_0 and y to w_t)."""
-        restart, events, tau, alpha = objective > self.previous, [], self.tau, self.alpha
-        if failed_subproblem(objective, self.previous, self.at_restart, self.restarted):
-            scale = max(self.tau, self.problem.strong_convexity) or float(self.mean_curvature.max())
-            self._set_tau(TAU_GROWTH * scale)
+    def _adapt(self, objective: float, w: torch.Tensor) -> tuple[list[dict], bool]:
+        """τ=auto, from round 1 on: grow τ where the last round failed its subproblem (``tau_growth``,
+        `failed_subproblem`, `baselines.adaptive.grown_tau`; the momentum restarts with it) and restart the momentum
+        where O rose (``momentum_restart``: α back to α_0, y = w_t).  The record's ``adapted`` events (a restart's
+        where it dropped an extrapolation, ζ ≠ 0), and whether the momentum restarted."""
+        rose, events, tau = objective > self.previous, [], self.tau
+        grow = self.grows and failed_subproblem(objective, self.previous, self.at_restart, self.restarted)
+        restart = grow or (self.restarts and rose)
+        if grow:
+            self._set_tau(grown_tau(tau, self.problem.strong_convexity, float(self.mean_curvature.max())))
             events.append({"key": "algorithm.tau", "from": tau, "to": self.tau, "trigger": "failed subproblem"})
         elif restart:
             self.alpha = catalyst_alpha0(self.q)
         if restart:
             self.y = w.clone()
             self.at_restart = objective
-            events.append({"key": "alpha", "from": alpha, "to": self.alpha, "trigger": "objective rose"})
+            if self.zeta != 0.0:  # y_t = w_t + ζ (w_t − w_{t−1}) becomes w_t
+                events.append({"key": "zeta", "from": self.zeta, "to": 0.0, "trigger": "objective rose"})
         self.previous, self.restarted = objective, restart
-        return events
+        return events, restart
 
     def step(self) -> dict[str, float]:
         w = self.w
@@ -269,8 +276,7 @@ class AIDE(Algorithm):
             restart, adapted = True, []  # y_0 = w_0
         else:
             g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])   # 1. g = mean ∇O_i(w_t)
-            adapted = self._adapt(float(metrics[0]), w) if self.adaptive else []
-            restart = any(e["key"] == "alpha" for e in adapted)
+            adapted, restart = self._adapt(float(metrics[0]), w) if self.adaptive else ([], False)
         g_aug = g + self.tau * (w - self.y)                                       # g̃ = ∇Õ(w_t)
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g_aug, self.mu + self.tau,  # 2. local solve
                                           anchor_grad=local_grad, **solver_arg(self.solver))
@@ -278,15 +284,15 @@ class AIDE(Algorithm):
         alpha_next = catalyst_alpha(self.alpha, self.q)
         zeta = catalyst_zeta(self.alpha, alpha_next)
         self.y = w_next + zeta * (w_next - w)                                     # Catalyst extrapolation
-        self.w, self.alpha = w_next, alpha_next
+        self.w, self.alpha, self.zeta = w_next, alpha_next, zeta
         return {**self.metrics(g, metrics), "tau": self.tau, "zeta": zeta, "restart": float(restart),
                 **({"adapted": adapted} if adapted else {})}
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "y": self.y.detach().clone()}
         if self.tau is not None:
-            state.update(tau=self.tau, alpha=self.alpha, previous=self.previous, at_restart=self.at_restart,
-                         restarted=self.restarted)
+            state.update(tau=self.tau, alpha=self.alpha, zeta=self.zeta, previous=self.previous,
+                         at_restart=self.at_restart, restarted=self.restarted)
             if self.adaptive:
                 state.update(mean_curvature=self.mean_curvature, first_tau=self.first_tau)
         return state
@@ -296,7 +302,7 @@ class AIDE(Algorithm):
         self.y = state["y"].clone()
         if "tau" in state:
             self._set_tau(state["tau"])
-            self.alpha = state["alpha"]
+            self.alpha, self.zeta = state["alpha"], state.get("zeta", 0.0)  # "zeta": since restarts record it
             self.previous, self.at_restart, self.restarted = state["previous"], state["at_restart"], state["restarted"]
             if "mean_curvature" in state:
                 self.mean_curvature = state["mean_curvature"]
@@ -305,12 +311,13 @@ class AIDE(Algorithm):
 
 
 @dataclass(frozen=True)
-class AIDEConfig(InexactSolverKeys, AlgorithmConfig):
+class AIDEConfig(InexactSolverKeys, AlgorithmConfig, AdaptKeys):
     tau: float | str = TAU_AUTO
     eta: float = 1.0
     mu: float = 0.0
     name: str = "aide"
     algorithm = AIDE
+    adaptation_names = (GROW_TAU.name, MOMENTUM_RESTART.name)
     mu_role = "damping"
 
     def __post_init__(self) -> None:
@@ -321,6 +328,8 @@ class AIDEConfig(InexactSolverKeys, AlgorithmConfig):
         checks.positive("algorithm.eta", self.eta)
         checks.nonnegative("algorithm.mu", self.mu)
         self.solver()  # validates the local-solver keys now
+        self.check_policy()
 
     def build(self, problem: Problem, comm: Communicator) -> "AIDE":
-        return AIDE(problem, comm, tau=self.tau, eta=self.eta, mu=self.mu, local_solver=self.solver())
+        return AIDE(problem, comm, tau=self.tau, eta=self.eta, mu=self.mu, local_solver=self.solver(),
+                    grows=self.allows(GROW_TAU.name), restarts=self.allows(MOMENTUM_RESTART.name))

@@ -44,7 +44,7 @@ from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic, sampled_mean
 from dane.work import uncounted
 
-from .adaptive import ADAPTATIONS, PAPER_CONDITIONS, Adaptation, SamplingFloor, chosen
+from .adaptive import Adaptation, AdaptKeys, SamplingFloor
 from .defaults import (GAP_BALANCE, HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Resolution,
                        balanced_prox_weight, local_step, prox_weight)
 from .measure import hessian_dissimilarity, largest_smoothness
@@ -324,31 +324,12 @@ class Federated(Algorithm):
 
 
 @dataclass(frozen=True)
-class PolicyKeys:
+class PolicyKeys(AdaptKeys):
     """The ``algorithm.*`` keys that say which package rules a federated run may apply (`baselines.adaptive`)."""
-
-    paper: bool = False   # true: the paper's method as stated: nulls resolved at the start and frozen, no adaptation
-    #                       but those that keep the paper's conditions (`baselines.adaptive.PAPER_CONDITIONS`)
-    adapt: tuple | None = None  # the adaptations that may act (null: each one that applies; []: none)
-
-    def check_policy(self) -> None:
-        checks.boolean("algorithm.paper", self.paper)
-        if self.adapt is not None:
-            object.__setattr__(self, "adapt", tuple(self.adapt))
-            for name in self.adapt:
-                checks.one_of("algorithm.adapt[]", name, ADAPTATIONS)
-            extra = [name for name in self.adapt if name not in PAPER_CONDITIONS]
-            if self.paper and extra:
-                raise ConfigError(f"algorithm.paper=true runs no adaptation but {', '.join(PAPER_CONDITIONS)}, got "
-                                  f"algorithm.adapt={list(self.adapt)}; set one of them")
 
     def clients(self, comm: Communicator) -> tuple[int, int]:
         """(s, m): the clients a round draws and all of them."""
         return comm.size if self.clients_per_round is None else int(self.clients_per_round), comm.size
-
-    def allows(self, name: str) -> bool:
-        """Whether adaptation ``name`` may be attached (`baselines.adaptive.chosen`)."""
-        return chosen(self.adapt, self.paper, name)
 
     def measured_smoothness(self, problem: Problem, comm: Communicator, resolution: Resolution) -> float:
         """max_i L_i where the local solve takes gradient steps at ``lr`` null (one allreduce before round 0), else 0;

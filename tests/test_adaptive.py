@@ -10,7 +10,9 @@ import torch
 
 import dane
 from dane.baselines.adaptive import (CYCLE_ROUNDS, FIXED_POINT, FLOOR_ROUNDS, DriftStop, FloorStop, LocalRetry,
-                                     Restart, WeightDoubling, retried_setting, retry_event)
+                                     Restart, WeightDoubling, grown_tau, refresh_due, retried_setting, retry_event)
+from dane.baselines.admm import ADMMConfig
+from dane.baselines.aide import AIDEConfig
 from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.fedprox import FedProxConfig
@@ -154,6 +156,35 @@ LOGREG = dane.problems.LogReg(np.random.default_rng(0).standard_normal((200, 5))
 def test_adaptations_are_attached_only_where_they_apply(config, attached):
     algo = config.build(shard(LOGREG, 1), LocalCommunicator())
     assert [a.name for a in algo.adaptations] == attached
+
+
+def test_admms_refresh_falls_on_the_powers_of_two_from_8_and_aides_tau_grows_4_times_the_larger_weight():
+    assert [t for t in range(100) if refresh_due(t)] == [8, 16, 32, 64]
+    assert (grown_tau(0.0, 0.3, 9.0), grown_tau(0.5, 0.3, 9.0), grown_tau(0.0, 0.0, 2.5)) == (1.2, 2.0, 10.0)
+
+
+@pytest.mark.parametrize("config, attached", [
+    (ADMMConfig(), ["rho_refresh"]),                         # an estimated ρ of a logistic loss
+    (ADMMConfig(paper=True), []),
+    (ADMMConfig(adapt=[]), []),
+    (ADMMConfig(rho=0.1), ["residual_balance"]),             # a given ρ: Boyd's balancing, the paper's
+    (ADMMConfig(rho=0.1, paper=True), ["residual_balance"]),
+    (ADMMConfig(rho=0.1, adaptive_rho=False), []),
+    (AIDEConfig(), ["tau_growth", "momentum_restart"]),
+    (AIDEConfig(adapt=["momentum_restart"]), ["momentum_restart"]),
+    (AIDEConfig(paper=True), []),                            # round 0's τ for the whole run
+    (AIDEConfig(tau=0.1), []),                               # a τ given: the paper's method
+])
+def test_admms_and_aides_adaptations_are_named_and_switchable(config, attached):
+    algo = config.build(shard(LOGREG, 1), LocalCommunicator())
+    assert [a.name for a in algo.adaptations] == attached
+
+
+def test_admm_and_aide_take_only_their_own_adaptations():
+    with pytest.raises(ConfigError, match=r"algorithm.adapt\[\] must be one of rho_refresh, got 'restart'"):
+        ADMMConfig(adapt=["restart"])
+    with pytest.raises(ConfigError, match="algorithm.paper=true runs no adaptation"):
+        AIDEConfig(paper=True, adapt=["tau_growth"])
 
 
 def test_paper_mode_freezes_the_resolved_numbers_and_takes_the_papers_server_step():

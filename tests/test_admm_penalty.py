@@ -128,6 +128,15 @@ def test_the_estimated_rho_is_refreshed_from_the_hessian_at_z_on_nearly_separabl
                if a["rho"] != b["rho"]]
     assert [(e["round"], e["from"], e["to"]) for e in refreshed.summary["adaptations"]] == changes
     assert {e["trigger"] for e in refreshed.summary["adaptations"]} == {"refresh"} and changes[0][0] == 8
+    # the refresh is the adaptation rho_refresh, which the summary names as watching (it named none), and which
+    # algorithm.paper=true and algorithm.adapt=[] leave off: round 0's estimate for the whole run, bit for bit
+    assert refreshed.summary["adaptations_attached"] == ["rho_refresh"]
+    for keys in ({"paper": True}, {"adapt": []}):
+        fixed = dane.fit(problem, "admm", workers=m, rounds=9, tol=None, **keys)
+        assert [r["rho"] for r in fixed.records] == [first] * 10
+        assert fixed.summary["adaptations"] == [] and fixed.summary["adaptations_attached"] == []
+        assert [{k: v for k, v in r.items() if k != "time_s"} for r in fixed.records[:8]] == \
+            [{k: v for k, v in r.items() if k != "time_s"} for r in refreshed.records[:8]]
 
 
 def test_a_given_rho_is_balanced_by_default_and_every_change_is_recorded():

@@ -32,7 +32,7 @@ from dane.problems.ridge import generate, ridge_optimum
 from dane.loop.runner import run
 from dane.loop.stopping import StopRule
 from dane.experiments.config import CONF_DIR, run_spec
-from helpers import ridge_shards, simulate, simulate_stacked
+from helpers import ridge_shards, simulate, simulate_stacked, straight_and_resumed
 from dane.synthetic.defaults_data import make as make_defaults
 
 RIDGE = RidgeSyntheticConfig(n_samples=800, dim=30, covariance="iso", lam=0.005, seed=1)
@@ -411,6 +411,24 @@ def disagreeing_problems(lam: float = 1e-3):
                              weight=2 / 4) for X in rows]
 
 
+def test_aides_tau_growth_and_momentum_restart_are_named_switchable_and_kept_on_resume():
+    """τ=auto's growth and restart are the adaptations ``tau_growth`` and ``momentum_restart``: a run's summary names
+    them as watching (it named none), ``algorithm.paper=true`` keeps round 0's τ (0 on the disagreeing shards, where
+    the paper's AIDE at τ = 0 climbs), and a resumed run records the same events as one that never stopped (ζ, which
+    a restart's event reads, is in the state)."""
+    lam = 0.3
+    X, y = np.array([[1.0, 1.0], [2.0, 2.0], [1.0, -1.0], [2.0, -2.0]]), np.array([1.0, 3.0, 1.0, 3.0])
+    ran = dane.fit(dane.problems.Ridge(X, y, lam=lam), "aide", workers=2, rounds=2)
+    assert ran.summary["adaptations_attached"] == ["tau_growth", "momentum_restart"]
+    (algo, records, _), *_ = simulate(AIDEConfig(paper=True), disagreeing_problems(lam), rounds=6)
+    assert algo.adaptations == () and {r["tau"] for r in records} == {0.0} and len(records) >= 5
+    assert [r["restart"] for r in records[1:]] == [0.0] * (len(records) - 1)  # the objective rose every round
+    assert not any("adapted" in r for r in records) and records[-1]["objective"] > 1e3 * records[0]["objective"]
+    (straight, again, w, w_again), _ = straight_and_resumed(AIDEConfig(), disagreeing_problems(lam), rounds=3)
+    assert again == straight and torch.equal(w, w_again)
+    assert [e["key"] for r in straight for e in r.get("adapted", ())] == ["zeta", "zeta"]  # rounds 3 and 5
+
+
 def test_tau_auto_grows_where_the_column_rule_cannot_see_the_disagreement():
     # The column rule's tau is 0 here (the diagonals agree), where a DANE round overshoots by ~2.5/(lam + tau): the old
     # default (that tau, fixed: the paper's AIDE at tau = 0) diverges.  tau=auto restarts and multiplies tau by 4 on
@@ -430,8 +448,12 @@ def test_tau_auto_grows_where_the_column_rule_cannot_see_the_disagreement():
     assert algo.defaults[0]["key"] == "algorithm.tau" and algo.defaults[0]["value"] == 0.0
     growths = [(r["round"], e["from"], e["to"]) for r in records for e in r.get("adapted", ()) if e["key"] == "algorithm.tau"]
     assert growths == [(1, 0.0, 4 * lam)]
-    assert [r["round"] for r in records if r.get("restart") and r["round"] > 0] == \
-        [r["round"] for r in records if any(e["key"] == "alpha" for e in r.get("adapted", ()))]
+    # each restart that drops an extrapolation (the ζ of the round before, which made y_t) is its round's event; α
+    # stays √q across a restart, and the no-op event {"key": "alpha", "from": α, "to": α} is gone
+    restarts = [(r["round"], records[r["round"] - 1]["zeta"]) for r in records if r.get("restart") and r["round"] > 0]
+    assert [(t, zeta) for t, zeta in restarts if zeta != 0] == \
+        [(r["round"], e["from"]) for r in records for e in r.get("adapted", ()) if e["key"] == "zeta"]
+    assert {e["key"] for r in records for e in r.get("adapted", ())} <= {"algorithm.tau", "zeta"}
     assert records[-1]["objective"] - optimum <= 1e-8 * optimum and len(records) - 1 <= 30  # measured: 22 rounds
     # the solve of the grown tau's subproblem: c = ln(1/q) times InexactDANE's SVRG steps (Catalyst wants it accurate)
     q = lam / (lam + 4 * lam)
