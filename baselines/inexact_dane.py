@@ -78,9 +78,9 @@ def inexact_local_solver(method: str, *, passes: int | str, batch_size: int, lr:
     if method == "cg" and cg_tol == 0 and cg_max_iter is None:
         raise ConfigError("algorithm.local_solver=cg with algorithm.cg_tol=0 needs algorithm.cg_max_iter "
                           "(a fixed number of Hessian-vector products), got None")
-    if method == "svrg":
-        return LocalSolver("svrg", passes=passes, batch_size=batch_size, lr=lr, variant=svrg_variant)
-    return LocalSolver("cg", tol=cg_tol, max_iter=cg_max_iter)
+    if method == "svrg":  # its nulls are algorithm.*, noted by the build (`noted_solve`)
+        return LocalSolver("svrg", passes=passes, batch_size=batch_size, lr=lr, variant=svrg_variant, keys="algorithm")
+    return LocalSolver("cg", tol=cg_tol, max_iter=cg_max_iter, keys="algorithm")
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,12 @@ def current() -> Ledger | None:
     return getattr(_here, "ledger", None)
 
 
+def counting() -> bool:
+    """Whether what runs now is the method's counted work: inside a worker's rounds, outside `uncounted`."""
+    ledger = current()
+    return ledger is not None and not ledger.quiet
+
+
 def count(key: str, amount=1.0) -> None:
     """Add ``amount`` (a number, or one per worker on the batched path) of ``key`` to this worker's ledger."""
     ledger = current()

@@ -132,7 +132,8 @@ def shard(problem, m=4):
 
 
 LOGREG = dane.problems.LogReg(np.random.default_rng(0).standard_normal((200, 5)),
-                              np.where(np.random.default_rng(1).standard_normal(200) > 0, 1.0, -1.0), lam=1e-2)
+                              np.where(np.random.default_rng(1).standard_normal(200) > 0, 1.0, -1.0), lam=1e-2,
+                              local_solver="cholesky")  # given: local_solver=auto's choice is a rule applied
 
 
 @pytest.mark.parametrize("config, attached", [

@@ -275,19 +275,24 @@ def test_the_shown_table_leaves_the_simulated_time_as_it_was(monkeypatch):
     assert run() < quick + 0.02  # 5 lines x 30 ms were charged before
 
 
-@pytest.mark.parametrize("safeguard, lines", [
-    (True, ["default: none (every number given)", "adapting: safeguard (each firing is its round's adapted event)"]),
-    (False, ["default: none (every number given)"]),
+@pytest.mark.parametrize("safeguard, solver, lines", [
+    (True, "cholesky", ["default: none (every number given)",
+                        "adapting: safeguard (each firing is its round's adapted event)"]),
+    (False, "cholesky", ["default: none (every number given)"]),
+    (False, "auto", ["default: none of algorithm.*; problem.local_solver where the rounds' local solves use them"]),
+    (False, "cg", ["default: none of algorithm.*; problem.local_max_iter where the rounds' local solves use them"]),
 ])
-def test_rank_0_shows_the_defaults_and_the_adaptations_attached_before_round_0(safeguard, lines, capfd):
+def test_rank_0_shows_the_defaults_and_the_adaptations_attached_before_round_0(safeguard, solver, lines, capfd):
+    """The problem's solver nulls are noted where a local solve uses them (the summary's ``defaults``): the first
+    lines name them, not "every number given"."""
     from types import SimpleNamespace
 
     from dane.dane import DANE
     from dane.loop.callbacks import Policy
 
-    problem = RidgeSyntheticConfig(n_samples=40, dim=3).build(0, 1)
+    problem = RidgeSyntheticConfig(n_samples=40, dim=3, local_solver=solver).build(0, 1)
     algo = DANE(problem, LocalCommunicator(), safeguard=safeguard)
-    Policy(show=True).on_start(SimpleNamespace(algo=algo, comm=LocalCommunicator()))
+    Policy(show=True).on_start(SimpleNamespace(algo=algo, comm=LocalCommunicator(), problem=problem))
     assert capfd.readouterr().err.splitlines() == lines
 
 

@@ -332,7 +332,8 @@ def test_the_safeguards_moves_of_mu_are_the_summarys_adaptations():
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((400, 8)) * np.logspace(-1, 1, 8)
-    problem = dane.problems.LogReg(X, np.where(rng.standard_normal(400) > 0, 1.0, -1.0), lam=1e-3)
+    problem = dane.problems.LogReg(X, np.where(rng.standard_normal(400) > 0, 1.0, -1.0), lam=1e-3,
+                                   local_solver="cholesky")  # given: local_solver=auto's choice is a rule applied
     result = dane.fit(problem, "dane", workers=8, rounds=12)
     mus = [r["mu"] for r in result.records[:-1]]  # each round's μ (the last record is the final evaluation)
     moves = [(t, mus[t - 1], mus[t]) for t in range(1, len(mus)) if mus[t] != mus[t - 1]]

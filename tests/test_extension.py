@@ -71,8 +71,8 @@ def test_an_outside_algorithm_declares_its_capabilities_and_is_asked_for_them():
 
 
 def test_an_outside_algorithm_through_the_python_api_equals_its_closed_form():
-    result = dane.fit(RidgeSyntheticConfig(n_samples=N, dim=D, lam=LAM), MyFedProxConfig(mu=MU), workers=M,
-                      rounds=ROUNDS)
+    problem = RidgeSyntheticConfig(n_samples=N, dim=D, lam=LAM, local_solver="cholesky")  # auto's choice: a rule
+    result = dane.fit(problem, MyFedProxConfig(mu=MU), workers=M, rounds=ROUNDS)
     assert_closed_form(result.records, result.w)
     # given every number, it says so as the package's methods do: the defaults policy's four keys, no rule applied
     assert {k: result.summary[k] for k in ("defaults", "adaptations", "adaptations_attached",

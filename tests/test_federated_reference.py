@@ -127,8 +127,8 @@ def test_sdane_and_acc_sdane_iterates_equal_the_papers_rounds(setting, method):
     X, y, clients = setting
     lam = 0.05
     reference = reference_sdane(clients, lam, LAM, ROUNDS, accelerated=method == "acc_sdane")
-    result = dane.fit(dane.problems.LogReg(X, y, lam=LAM, local_tol=1e-14), method, workers=M, rounds=ROUNDS,
-                      lam=lam, mu=LAM)
+    result = dane.fit(dane.problems.LogReg(X, y, lam=LAM, local_tol=1e-14, local_solver="cholesky"), method, workers=M,
+                      rounds=ROUNDS, lam=lam, mu=LAM)
     check(result, reference, clients)
     assert not any(r.get("local_failed") for r in result.records[:-1])  # exact solves pass the accuracy test
 
@@ -248,7 +248,8 @@ def reference_feddane(clients, mu, rounds):
 def test_feddane_iterates_equal_the_papers_rounds(setting):
     X, y, clients = setting
     mu = 0.05
-    result = dane.fit(dane.problems.LogReg(X, y, lam=LAM, local_tol=1e-14), "feddane", workers=M, rounds=ROUNDS, mu=mu)
+    result = dane.fit(dane.problems.LogReg(X, y, lam=LAM, local_tol=1e-14, local_solver="cholesky"), "feddane",
+                      workers=M, rounds=ROUNDS, mu=mu)
     check(result, reference_feddane(clients, mu, ROUNDS), clients)
 
 

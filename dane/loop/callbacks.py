@@ -260,10 +260,11 @@ class ProblemFacts(Callback):
 class Policy(Callback):
     """The package's default rules as a run applied them (a method that tracks them sets ``algo.defaults``:
     `dane.algorithm.Rounds.defaults`): rank 0 shows each resolved default and the adaptations attached before round 0,
-    and the summary lists them
-    (``defaults``), every mid-run adaptation its records carry (``adaptations``: round, key, from, to, trigger) and
-    whether any package rule applied (``package_rules_applied``: false for a run given every number), and the
-    adaptations that were watching (``adaptations_attached``, `baselines.adaptive`)."""
+    and the summary lists them (``defaults``; after them the ``problem.*`` solver nulls the rounds' local solves used,
+    each at its first use: `dane.numerics.local_solvers.SolverNotes`, which rank 0 shows at the end), every mid-run
+    adaptation its records carry (``adaptations``: round, key, from, to, trigger) and whether any package rule applied
+    (``package_rules_applied``: false for a run given every number), and the adaptations that were watching
+    (``adaptations_attached``, `baselines.adaptive`)."""
 
     def __init__(self, show: bool):
         self.show = show
@@ -277,11 +278,12 @@ class Policy(Callback):
                 say(f"default: {key} in round 0 ({rule})")
             return
         for entry in defaults:
-            stats = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry["stats"].items())
-            value = f"{entry['value']:.6g}" if isinstance(entry["value"], float) else entry["value"]
-            say(f"default: {entry['key']} = {value} ({entry['rule']}" + (f": {stats})" if stats else ")"))
-        if not defaults:
-            say("default: none (every number given)")
+            show_default(entry)
+        notes = getattr(loop.problem, "solver_notes", None)
+        open_keys = notes.open_keys(loop.problem.solver) if notes is not None else {}
+        if not defaults:  # the problem's nulls are noted where a local solve uses them, and shown at the end
+            say("default: none (every number given)" if not open_keys else
+                f"default: none of algorithm.*; {', '.join(open_keys)} where the rounds' local solves use them")
         attached = [a.name for a in getattr(loop.algo, "adaptations", ())]
         if attached:
             say(f"adapting: {', '.join(attached)} (each firing is its round's adapted event)")
@@ -295,9 +297,21 @@ class Policy(Callback):
                                adaptations=[], package_rules_applied=False, adaptations_attached=[])
             return
         adaptations = [{"round": r["round"], **event} for r in loop.records for event in r.get("adapted", ())]
+        used = list(getattr(getattr(loop.problem, "solver_notes", None), "entries", {}).values())
+        if self.show and loop.comm.rank == 0:
+            for entry in used:
+                show_default(entry)
+        defaults = [*defaults, *used]
         summary.update(defaults=list(defaults), adaptations=adaptations,
                        package_rules_applied=bool(defaults or adaptations),
                        adaptations_attached=[a.name for a in getattr(loop.algo, "adaptations", ())])
+
+
+def show_default(entry: dict) -> None:
+    """One resolved default's line: key = value (rule: the statistics it read)."""
+    stats = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry["stats"].items())
+    value = f"{entry['value']:.6g}" if isinstance(entry["value"], float) else entry["value"]
+    say(f"default: {entry['key']} = {value} ({entry['rule']}" + (f": {stats})" if stats else ")"))
 
 
 class SimulatedCost(Callback):

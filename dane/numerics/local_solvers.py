@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -49,7 +49,7 @@ from ..comm.meters import start_up
 from ..errors import ConfigError
 from .inner import refuse_oversized
 from .linalg import CG_PRODUCTS_PER_DIM
-from ..work import count
+from ..work import count, counting
 
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
 #: ``epochs``: a full-gradient snapshot at the start of every pass (SVRG's outer loop, Johnson & Zhang
@@ -83,6 +83,9 @@ class LocalSolver:
     lr: float | None = None         # svrg: step (None: 1 / L_max)
     variant: str = "epochs"         # svrg: SVRG_VARIANTS
     contraction: float = AUTO_PASSES_CONTRACTION  # svrg, passes=auto: c of `svrg_passes` (the solve contracts by e^-c)
+    #: whose keys set the nulls above: ``problem`` (problem.local_max_iter, svrg_lr, svrg_passes: noted where a solve
+    #: uses them, `SolverNotes`) or ``algorithm`` (a method's own solver, whose build notes them)
+    keys: str = field(default="problem", compare=False)
 
     def __post_init__(self) -> None:
         checks.one_of("problem.local_solver", self.method, LOCAL_SOLVERS)
@@ -104,7 +107,72 @@ class LocalSolver:
         """``auto`` made concrete for this problem."""
         if self.method != "auto":
             return self
-        return replace(self, method="cholesky" if dim <= AUTO_MAX_DIM and not sparse else "cg")
+        return replace(self, method=auto_local_solver(dim, sparse))
+
+
+def auto_local_solver(dim: int, sparse: bool) -> str:
+    """``local_solver=auto``: ``cholesky`` where d ≤ `AUTO_MAX_DIM` and X is dense (a dense d x d factor costs d³/3
+    flops, once per μ on a quadratic), else ``cg`` (Hessian-vector products, no d x d matrix).  This package's rule
+    (not swept)."""
+    return "cholesky" if dim <= AUTO_MAX_DIM and not sparse else "cg"
+
+
+class SolverNotes:
+    """The nulls of a shard's ``problem.*`` solver keys that the run's local solves used, each noted at its first use
+    inside the rounds (`dane.work.counting`: not the reference optimum's solve, nor a measurement), as a method's
+    defaults are ({"key", "value", "rule", "stats"}, `baselines.defaults.Resolution`): what ``local_solver=auto``
+    chose (`auto_local_solver`), ``local_max_iter``'s cap (`cg_products`, `LBFGS_MAX_ITER`), ``svrg_lr``
+    (`svrg_step`) and ``svrg_passes=auto`` (`svrg_passes`).  The last two are this worker's (``worker``: set by the
+    problem's build) at the proximal weight ``mu`` of that first solve; a μ that moves later re-derives them (DANE
+    records each re-derivation as an ``adapted`` event).  A resumed run keeps them (the shard's ``state_dict``)."""
+
+    def __init__(self, asked: LocalSolver):
+        self.auto = asked.method == "auto"
+        self.worker: int | None = None
+        self.entries: dict[str, dict] = {}
+
+    def note(self, key: str, value, rule: str, **stats) -> None:
+        if key not in self.entries and counting():
+            self.entries[key] = {"key": key, "value": value, "rule": rule,
+                                 "stats": {k: v for k, v in stats.items() if v is not None}}
+
+    def own(self, solver: LocalSolver, dim: int, sparse: bool) -> LocalSolver:
+        """The shard's own (resolved) ``solver``, used by a solve: ``auto``'s choice noted."""
+        if self.auto:
+            self.note("problem.local_solver", solver.method, "auto_local_solver", dim=dim, sparse=sparse)
+        return solver
+
+    def open_keys(self, solver: LocalSolver) -> dict[str, str]:
+        """The keys a solve by the shard's own (resolved) ``solver`` notes, key -> rule: what the first lines say
+        before round 0."""
+        keys = {"problem.local_solver": "auto_local_solver"} if self.auto else {}
+        if solver.max_iter is None and solver.method in ("cg", "lbfgs"):
+            keys["problem.local_max_iter"] = "cg_products" if solver.method == "cg" else "LBFGS_MAX_ITER"
+        if solver.method == "svrg":
+            keys.update({SVRG_NULLS["lr"][0]: SVRG_NULLS["lr"][1]} if solver.lr is None else {})
+            keys.update({SVRG_NULLS["passes"][0]: SVRG_NULLS["passes"][1]} if solver.passes == PASSES_AUTO else {})
+        return keys
+
+    def state_dict(self) -> list[dict]:
+        return list(self.entries.values())
+
+    def load_state_dict(self, entries: list[dict]) -> None:
+        self.entries = {entry["key"]: entry for entry in entries}
+
+
+def noted(shard, solver: LocalSolver, key: str, value, rule: str, **stats):
+    """``value``, noted on ``shard``'s `SolverNotes` where ``solver``'s nulls are the problem's keys."""
+    notes = getattr(shard, "solver_notes", None)
+    if notes is not None and solver.keys == "problem":
+        notes.note(key, value, rule, **stats)
+    return value
+
+
+def cg_cap(shard, solver: LocalSolver) -> int:
+    """CG's products per solve: ``solver.max_iter``, or where null `cg_products` (noted, `noted`)."""
+    if solver.max_iter is not None:
+        return solver.max_iter
+    return noted(shard, solver, "problem.local_max_iter", cg_products(shard), "cg_products", dim=shard.dim)
 
 
 def check_passes(key: str, passes) -> int | str:
@@ -174,6 +242,7 @@ def prox_solve(shard: Shard, anchor: torch.Tensor, linear: torch.Tensor, mu: flo
     if solver.method in ("cholesky", "cg"):
         return newton(sub, solver, **known)
     if solver.method == "svrg":
+        note_svrg(sub, solver)
         return svrg(sub, solver, generator, anchor_grad=known.get("anchor_grad"))
     return lbfgs(sub, solver, **known)
 
@@ -374,13 +443,25 @@ def cg_products(shard) -> int:
     return CG_PRODUCTS_PER_DIM * shard.dim
 
 
+def lbfgs_cap(shard, solver: LocalSolver) -> int:
+    """L-BFGS-B's iterations per solve: ``solver.max_iter``, or where null `LBFGS_MAX_ITER` (noted, `noted`)."""
+    if solver.max_iter is not None:
+        return solver.max_iter
+    return noted(shard, solver, "problem.local_max_iter", LBFGS_MAX_ITER, "LBFGS_MAX_ITER")
+
+
 def svrg_resolved(shard: Shard, solver: LocalSolver, mu: float) -> dict:
     """What an SVRG solve's nulls resolve to on ``shard`` at the proximal weight ``mu`` (with the shard's ℓ2 term, as
     DANE's round solves): ``lr`` (`svrg_step`, where ``solver.lr`` is None) and ``passes`` (`svrg_passes`, where
     ``passes=auto``), each with what it read; {} for another solver or where both are given."""
     if solver.method != "svrg":
         return {}
-    sub = Subproblem(shard, anchor=None, linear=None, mu=float(mu), l2=shard.l2)
+    return svrg_nulls(Subproblem(shard, anchor=None, linear=None, mu=float(mu), l2=shard.l2), solver)
+
+
+def svrg_nulls(sub: Subproblem, solver: LocalSolver) -> dict:
+    """`svrg_resolved` of the subproblem ``sub`` (its own ℓ2 term and μ)."""
+    shard = sub.shard
     lr, shrink, _, b, passes = svrg_constants(sub, solver)
     found = {}
     if solver.lr is None:
@@ -389,6 +470,21 @@ def svrg_resolved(shard: Shard, solver: LocalSolver, mu: float) -> dict:
         found["passes"] = {"value": passes, "kappa": 1.0 / (lr * shrink) if shrink > 0 else math.inf,
                            "rows": shard.n_local, "batch_size": b, "contraction": solver.contraction}
     return found
+
+
+#: an SVRG solve's nulls (`svrg_nulls`): the ``problem.*`` key and its rule
+SVRG_NULLS = {"lr": ("problem.svrg_lr", "svrg_step"), "passes": ("problem.svrg_passes", "svrg_passes")}
+
+
+def note_svrg(sub: Subproblem, solver: LocalSolver) -> None:
+    """An SVRG solve's ``problem.svrg_lr`` and ``problem.svrg_passes=auto``, noted at their first solve with the μ
+    and the statistics they read (`SolverNotes`)."""
+    notes = getattr(sub.shard, "solver_notes", None)
+    if notes is None or solver.keys != "problem" or not counting():
+        return
+    for name, found in svrg_nulls(sub, solver).items():
+        key, rule = SVRG_NULLS[name]
+        notes.note(key, found.pop("value"), rule, worker=notes.worker, mu=sub.mu, **found)
 
 
 def svrg_schedule(n: int, b: int, steps: int, passes: int, variant: str,
@@ -475,7 +571,7 @@ def lbfgs(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | N
     _, grad0 = fun(x0)
     gtol = solver.tol * float(np.abs(grad0).max())
     result = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",
-                                     options={"maxiter": solver.max_iter or LBFGS_MAX_ITER, "gtol": gtol, "ftol": 0.0,
+                                     options={"maxiter": lbfgs_cap(sub.shard, solver), "gtol": gtol, "ftol": 0.0,
                                               "maxcor": 20})
     count("local_solver_iters", result.nit)  # its evaluations of φ are counted as passes
     return torch.from_numpy(result.x).to(device, dtype)

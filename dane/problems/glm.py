@@ -42,7 +42,7 @@ import torch
 
 from ..errors import ConfigError, NotPositiveDefinite
 from ..numerics.linalg import cg, cholesky_solve
-from ..numerics.local_solvers import LocalSolver, cg_products, prox_solve, refuse_oversized_svrg
+from ..numerics.local_solvers import LocalSolver, SolverNotes, cg_cap, prox_solve, refuse_oversized_svrg
 from ..losses import Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
@@ -168,6 +168,7 @@ class LinearModelShard(Problem):
         self.quadratic = loss.quadratic
         self.strong_convexity = self.l2
         self.solver = solver.resolve(self.dim, self.sparse)
+        self.solver_notes = SolverNotes(solver)  # the problem.* nulls its solves use, for the summary
         refuse_oversized_svrg("problem.svrg_batch_size", self.solver, X.shape[0])
         self.generator = torch.Generator().manual_seed(seed)
         self.w_star, self.f_star = None if w_star is None else self._here(w_star), f_star
@@ -279,7 +280,7 @@ class LinearModelShard(Problem):
 
         Where the caller gives ``anchor_grad`` and `evaluate` last ran at the anchor (DANE's round), that evaluation's
         O_i(anchor) is the Newton line search's first value (`dane.numerics.local_solvers.newton`): no second pass."""
-        solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
+        solver = self.own_solver() if solver is None else solver.resolve(self.dim, self.sparse)
         where, anchor = anchor.device, self._here(anchor)
         anchor_grad = None if anchor_grad is None else self._here(anchor_grad)
         last = self._last_objective
@@ -296,13 +297,13 @@ class LinearModelShard(Problem):
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor, shift: float, with_reg: bool,
                       solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
         """(∇²D_i(at) [+ λI] + shift I)⁻¹ r, by Cholesky (dense Hessian) or CG on Hessian-vector products."""
-        solver = self.solver if solver is None else solver.resolve(self.dim, self.sparse)
+        solver = self.own_solver() if solver is None else solver.resolve(self.dim, self.sparse)
         shift = shift + (self.l2 if with_reg else 0.0)
         where, r, at = r.device, self._here(r), self._here(at)
         if solver.method == "cholesky":
             return cholesky_solve(self._factor(at, shift), r).to(where)
         result = cg(lambda v: self.hessian_vector(v, at=at, with_reg=False) + shift * v, r,
-                    rtol=solver.tol if rtol is None else rtol, max_iter=solver.max_iter or cg_products(self))
+                    rtol=solver.tol if rtol is None else rtol, max_iter=cg_cap(self, solver))
         return result.x.to(where)
 
     @counted("local_passes", rows_fraction)
@@ -432,8 +433,15 @@ class LinearModelShard(Problem):
         return objective - self.f_star
 
     # ------------------------------------------------------------------ checkpointing
+    def own_solver(self) -> LocalSolver:
+        """The local solver of ``problem.*``, for a solve that is handed none (``auto``'s choice noted)."""
+        return self.solver_notes.own(self.solver, self.dim, self.sparse)
+
     def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state()}
+        """The SVRG solver's generator, and the ``problem.*`` nulls the solves used so far (none: no key)."""
+        notes = self.solver_notes.state_dict()
+        return {"generator": self.generator.get_state(), **({"solver_notes": notes} if notes else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
+        self.solver_notes.load_state_dict(state.get("solver_notes", []))

@@ -389,6 +389,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
                                    classes=classes, solver=self.solver,
                                    seed=worker_seed(self.seed, rank, SOLVER_STREAM), notes=notes,
                                    device=pick_device(self.device, rank))
+        problem.solver_notes.worker = rank  # whose rows its SVRG nulls read
         problem.notes.append(f"local solver: {self.local_solver} -> {problem.solver.method} (d={problem.dim}, "
                              f"{'sparse' if problem.sparse else 'dense'} X, {len(y)} rows on this worker)")
         if self.device != "cpu":  # auto's choice, or the GPU cuda pinned this worker to

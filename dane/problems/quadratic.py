@@ -39,7 +39,7 @@ import torch
 from .. import checks
 from ..errors import ConfigError, NotPositiveDefinite
 from ..numerics.linalg import cg, cholesky_solve
-from ..numerics.local_solvers import LocalSolver, cg_products
+from ..numerics.local_solvers import LocalSolver, cg_cap
 from ..work import count_once, counted
 from .base import Problem
 
@@ -156,7 +156,9 @@ class QuadraticProblem(Problem):
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
                       solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
         """(A_i [+ 2λI] + shift I)⁻¹ r, exactly (``cholesky``: `shifted_solve`) or by CG on Hessian-vector products."""
-        solver = self.solver if solver is None else solver.resolve(self.dim, sparse=False)
+        notes = getattr(self, "solver_notes", None)  # a shard with problem.* solver keys (`dane.problems.ridge`)
+        solver = solver.resolve(self.dim, sparse=False) if solver is not None else \
+            self.solver if notes is None else notes.own(self.solver, self.dim, False)
         if solver.method == "cholesky":
             return self.shifted_solve(r, shift + (2 * self.lam if with_reg else 0.0))
         if solver.method != "cg":
@@ -164,7 +166,7 @@ class QuadraticProblem(Problem):
                               f"{type(self).__name__} has only its Hessian: use cholesky or cg")
         return cg(lambda v: self.hessian_vector(v, with_reg=with_reg) + shift * v, r,
                   rtol=solver.tol if rtol is None else rtol,
-                  max_iter=solver.max_iter or cg_products(self)).x
+                  max_iter=cg_cap(self, solver)).x
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:

@@ -151,6 +151,7 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
         problem = RidgeShard(X.to(dtype), y.to(dtype), self.lam, scale=size / self.n_samples, w_star=w_star,
                              solver=self.solver, seed=worker_seed(self.seed, rank, SOLVER_STREAM),
                              factorization=self.factorization, device=pick_device(self.device, rank))
+        problem.solver_notes.worker = rank  # whose rows its SVRG nulls read
         if self.device != "cpu":  # auto's choice, or the GPU cuda pinned this worker to
             problem.notes = [f"problem.device={self.device} -> {problem.device}"]
         return problem
@@ -361,7 +362,7 @@ class RidgeShard(QuadraticProblem):
             self._A = gram(X).mul_(2 * scale)
         super().__init__(self._A, 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star,
                          factorization=factorization)
-        self.solver = self.rows.solver
+        self.solver, self.solver_notes = self.rows.solver, self.rows.solver_notes  # one set of problem.* keys
         self._row_gram: torch.Tensor | None = None  # X_i X_iᵀ (low rank), made at the first solve
         self._capacitance: OrderedDict[float, torch.Tensor] = OrderedDict()  # shift -> factor, least recent first
 

@@ -1,0 +1,102 @@
+"""The problem's local-solver nulls (``problem.local_solver=auto``, ``local_max_iter``, ``svrg_lr``,
+``svrg_passes=auto``) in the summary's ``defaults`` where the run's local solves used them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dane
+from dane.numerics.local_solvers import LBFGS_MAX_ITER
+from dane.problems import RidgeSyntheticConfig
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((120, 6)) * np.logspace(-1, 1, 6)
+LABELS = np.where(rng.standard_normal(120) > 0, 1.0, -1.0)
+
+
+def logreg(**keys):
+    return dane.problems.LogReg(X, LABELS, lam=1e-3, **keys)
+
+
+def entries(summary: dict) -> dict:
+    return {e["key"]: (e["value"], e["rule"], e["stats"]) for e in summary["defaults"]}
+
+
+def test_a_cg_solves_null_cap_is_the_summarys_cg_products():
+    """The reviewer's case, small: problem.local_solver=cg caps each solve at 10 d products; the summary said
+    ``defaults: []`` and that no package rule applied."""
+    problem = RidgeSyntheticConfig(n_samples=60, dim=7, local_solver="cg", optimum="none")
+    summary = dane.fit(problem, "dane", workers=2, rounds=2, safeguard=False).summary
+    assert summary["defaults"] == [{"key": "problem.local_max_iter", "value": 70, "rule": "cg_products",
+                                    "stats": {"dim": 7}}]
+    assert summary["package_rules_applied"] is True
+    given = dane.fit(RidgeSyntheticConfig(n_samples=60, dim=7, local_solver="cg", local_max_iter=70, optimum="none"),
+                     "dane", workers=2, rounds=2, safeguard=False).summary
+    assert given["defaults"] == [] and given["package_rules_applied"] is False
+
+
+def test_auto_names_the_solver_it_chose_and_lbfgs_its_iteration_cap():
+    auto = dane.fit(logreg(), "dane", workers=2, rounds=2, safeguard=False).summary
+    assert auto["defaults"] == [{"key": "problem.local_solver", "value": "cholesky", "rule": "auto_local_solver",
+                                 "stats": {"dim": 6, "sparse": False}}]
+    lbfgs = dane.fit(logreg(local_solver="lbfgs"), "dane", workers=2, rounds=2, safeguard=False).summary
+    assert lbfgs["defaults"] == [{"key": "problem.local_max_iter", "value": LBFGS_MAX_ITER, "rule": "LBFGS_MAX_ITER",
+                                  "stats": {}}]
+    given = dane.fit(logreg(local_solver="cholesky"), "dane", workers=2, rounds=2, safeguard=False).summary
+    assert given["defaults"] == [] and given["package_rules_applied"] is False
+
+
+def test_svrgs_null_step_is_worker_0s_at_the_first_solves_mu():
+    """γ = 1/(n_0 L_row + λ + μ) on worker 0's 60 rows at μ = 0.05, the solve's proximal weight (algorithm.mu, no
+    safeguard); problem.svrg_passes is a given number (3)."""
+    problem = logreg(local_solver="svrg")
+    summary = dane.fit(problem, "dane", workers=2, rounds=2, safeguard=False, mu=0.05).summary
+    [(key, (value, rule, stats))] = entries(summary).items()
+    shard = problem.build(0, 2)
+    L_row = float((shard.X * shard.X).sum(1).max()) * shard.weight * 0.25  # the logistic loss' curvature ≤ 1/4
+    assert (key, rule, stats["worker"], stats["mu"], stats["rows"]) == ("problem.svrg_lr", "svrg_step", 0, 0.05, 60)
+    assert value == pytest.approx(1 / (60 * L_row + 1e-3 + 0.05), rel=1e-12)
+
+
+def test_only_the_nulls_a_local_solve_used_are_noted():
+    """GD solves nothing locally (its reference optimum's solve is before the rounds); InexactDANE solves by its
+    own algorithm.* solver: neither notes the problem's local_solver=auto."""
+    gd = dane.fit(logreg(optimum="auto"), "gd", workers=2, rounds=2, lr=0.1).summary
+    assert gd["defaults"] == [] and gd["package_rules_applied"] is False
+    inexact = dane.fit(logreg(), "inexact_dane", workers=2, rounds=1, safeguard=False, passes=3, lr=0.01).summary
+    assert inexact["defaults"] == []
+
+
+def test_a_resumed_shard_keeps_the_nulls_its_solves_used():
+    """The notes ride in the shard's state (a checkpoint): a resumed run lists what the uninterrupted one does."""
+    from dane import work
+
+    shard = logreg(local_solver="svrg", svrg_passes="auto").build(0, 2)
+    shard.solver_notes.worker = 0
+    anchor = shard.initial_point()
+    with work.opened(work.ledger_for(dane.comm.LocalCommunicator(), shard)):
+        shard.prox_solve(anchor, anchor * 0, 0.5)
+        shard.prox_solve(anchor, anchor * 0, 2.0)  # a later μ: the first use's stands
+    assert {k: e["stats"]["mu"] for k, e in shard.solver_notes.entries.items()} == \
+        {"problem.svrg_lr": 0.5, "problem.svrg_passes": 0.5}
+    fresh = logreg(local_solver="svrg", svrg_passes="auto").build(0, 2)
+    fresh.load_state_dict(shard.state_dict())
+    assert fresh.solver_notes.entries == shard.solver_notes.entries
+    assert "solver_notes" not in logreg().build(0, 2).state_dict()  # nothing used: the state is as it was
+
+
+def test_every_rule_a_problem_null_names_is_one_of_the_defaults_module():
+    import ast
+    from pathlib import Path
+
+    import baselines.defaults as d
+    import dane.numerics.local_solvers as ls
+
+    rules = {rule for _, rule in ls.SVRG_NULLS.values()}
+    for node in ast.walk(ast.parse(Path(ls.__file__).read_text())):
+        name = getattr(node.func, "attr", getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
+        if name in ("note", "noted"):
+            args = [a for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            rules.update(a.value for a in args if not a.value.startswith("problem."))
+    assert rules >= {"auto_local_solver", "cg_products", "LBFGS_MAX_ITER", "svrg_step", "svrg_passes"}
+    assert {rule for rule in rules if not hasattr(d, rule)} == set()
