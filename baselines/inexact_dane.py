@@ -160,9 +160,10 @@ def solve_nulls(solver: LocalSolver | None) -> dict[str, str]:
 def noted_solve(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
     """The ``defaults`` entries of the local solve's nulls: CG's ``cg_max_iter`` (`cg_products`) and, at the
     proximal weight ``mu``, an SVRG solve's ``lr`` (`dane.numerics.local_solvers.svrg_step`) and ``passes=auto``
-    (`svrg_passes`), this worker's (each worker's from its own rows; a safeguard's larger μ takes a longer step and
-    fewer passes), with what the rules read; none for given numbers, another local solver, or a problem without rows
-    (no SVRG solve runs)."""
+    (`svrg_passes`), this worker's (each worker's from its own rows) at the starting μ (``mu`` among the statistics),
+    with what the rules read; none for given numbers, another local solver, or a problem without rows (no SVRG solve
+    runs).  Where the safeguard moves μ the solve re-derives both (a larger μ: a longer step, fewer passes), and
+    the round's record carries each change as an ``adapted`` event (`dane.dane.DANE.rederived`)."""
     resolution = Resolution()
     if solver.method == "cg" and solver.max_iter is None:  # the problem's own Newton systems (not its rows)
         resolution.add("cg_max_iter", cg_products(problem), "cg_products", dim=problem.dim)
@@ -171,7 +172,8 @@ def noted_solve(problem: Problem, solver: LocalSolver, mu: float, comm: Communic
         return tuple(resolution.entries)
     found = svrg_resolved(rows, solver, mu)
     if "lr" in found:
-        resolution.add("lr", found["lr"].pop("value"), "svrg_step", worker=comm.rank, **found["lr"])
+        resolution.add("lr", found["lr"].pop("value"), "svrg_step", worker=comm.rank, mu=mu, **found["lr"])
     if "passes" in found:
-        resolution.add("passes", found["passes"].pop("value"), "svrg_passes", worker=comm.rank, **found["passes"])
+        resolution.add("passes", found["passes"].pop("value"), "svrg_passes", worker=comm.rank, mu=mu,
+                       **found["passes"])
     return tuple(resolution.entries)

@@ -25,7 +25,7 @@ import torch
 
 from .algorithm import Algorithm, AlgorithmConfig, Column, Finished
 from .comm import Communicator
-from .numerics.local_solvers import LocalSolver, load_svrg, refuse_oversized_svrg
+from .numerics.local_solvers import SVRG_NULLS, LocalSolver, load_svrg, refuse_oversized_svrg, svrg_resolved
 from . import checks
 from .problems import Problem
 from .safeguard import MuSafeguard
@@ -67,6 +67,8 @@ class DANE(Algorithm):
         extra = {}
         if self.guard is not None:
             w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics, stats)
+            if self.guard.mu != self.mu:  # the solve's nulls that read μ follow it
+                extra["adapted"] = [*extra["adapted"], *self.rederived(self.mu, self.guard.mu)]
             self.mu = self.guard.mu
             if self.guard.gave_up is not None:  # μ cannot bring the trials back: no solve, the run ends diverged,
                 self.w = self.described = w      # on the last accepted iterate (the same verdict on every worker)
@@ -77,6 +79,28 @@ class DANE(Algorithm):
         (self.w,) = self.comm.allreduce_mean([w_local], kinds=("iterate",))          # 3. w_{t+1} = mean w_i
         self.described = w if self.guard is not None else None
         return {**self.metrics(g, metrics), "mu": self.mu, **extra}
+
+    def rederived(self, before: float, after: float) -> list[dict]:
+        """The local solve's nulls that read μ, SVRG's step (`svrg_step`) and ``passes=auto`` (`svrg_passes`),
+        re-derived as the safeguard moves μ from ``before`` to ``after``: one ``adapted`` event each whose value
+        changed ({"key", "from", "to", "trigger", "worker"}: this worker's, from its rows, as the summary's
+        ``defaults`` give them at the starting μ), under the key that left it null (``algorithm.*`` where the method
+        chose the solver, else ``problem.*``); none for given numbers or another solver."""
+        own = self.local_solver is None
+        solver = getattr(self.problem, "solver", None) if own else self.local_solver
+        rows = getattr(self.problem, "rows", None)  # whose SVRG solves run: a ridge shard's rows, or the shard
+        rows = self.problem if rows is None else rows
+        if not isinstance(solver, LocalSolver) or solver.method != "svrg" \
+                or getattr(rows, "row_smoothness", None) is None:
+            return []
+        old, new = svrg_resolved(rows, solver, before), svrg_resolved(rows, solver, after)
+        events = []
+        for name, found in new.items():
+            key, rule = SVRG_NULLS[name]
+            if found["value"] != old[name]["value"]:
+                events.append({"key": key if own else f"algorithm.{name}", "from": old[name]["value"],
+                               "to": found["value"], "trigger": f"mu moved ({rule})", "worker": self.comm.rank})
+        return events
 
     def remedy(self) -> str:
         """What to change where the safeguard gave up on trials that are not finite (`MuSafeguard.gave_up`): an SVRG

@@ -1,12 +1,13 @@
 """The problem's local-solver nulls (``problem.local_solver=auto``, ``local_max_iter``, ``svrg_lr``,
-``svrg_passes=auto``) in the summary's ``defaults`` where the run's local solves used them."""
+``svrg_passes=auto``) in the summary's ``defaults`` where the run's local solves used them, and an SVRG solve's
+nulls re-derived as DANE's safeguard moves μ (the records' ``adapted`` events)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import dane
-from dane.numerics.local_solvers import LBFGS_MAX_ITER
+from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver, svrg_resolved
 from dane.problems import RidgeSyntheticConfig
 
 rng = np.random.default_rng(0)
@@ -83,6 +84,46 @@ def test_a_resumed_shard_keeps_the_nulls_its_solves_used():
     fresh.load_state_dict(shard.state_dict())
     assert fresh.solver_notes.entries == shard.solver_notes.entries
     assert "solver_notes" not in logreg().build(0, 2).state_dict()  # nothing used: the state is as it was
+
+
+@pytest.mark.parametrize("key, name", [("algorithm.passes", "passes"), ("algorithm.lr", "lr")])
+def test_each_move_of_mu_rederives_inexact_danes_svrg_nulls_as_an_adapted_event(key, name):
+    """InexactDANE's null step and passes=auto hold at the starting μ (the defaults' ``mu``); each move of μ by the
+    safeguard re-derives them, and the round that moved μ carries each change: from the value at the old μ to the
+    value at the new, worker 0's (the summary said passes = 338, its μ = 0 value, as μ rose and passes fell)."""
+    from sklearn.datasets import load_breast_cancer
+
+    features, labels = load_breast_cancer(return_X_y=True)
+    problem = dane.problems.LogReg((features - features.mean(0)) / features.std(0), np.where(labels > 0, 1.0, -1.0),
+                                   lam=1e-3, fit_intercept=True, local_solver="cholesky")
+    summary = dane.fit(problem, "inexact_dane", workers=2, rounds=4).summary
+    start = entries(summary)[key]
+    assert start[2]["mu"] == 0.0 and start[2]["worker"] == 0
+    moves = [e for e in summary["adaptations"] if e["key"] == "mu"]
+    changes = {e["round"]: e for e in summary["adaptations"] if e["key"] == key}
+    shard, solver = problem.build(0, 2), LocalSolver("svrg", passes="auto")
+    at = {mu: svrg_resolved(shard, solver, mu)[name]["value"] for m in moves for mu in (m["from"], m["to"])}
+    assert start[0] == svrg_resolved(shard, solver, 0.0)[name]["value"]
+    assert len(moves) >= 2 and {t: (e["from"], e["to"]) for t, e in changes.items()} == \
+        {m["round"]: (at[m["from"]], at[m["to"]]) for m in moves if at[m["from"]] != at[m["to"]]}
+    assert all(e["trigger"] == f"mu moved ({'svrg_passes' if name == 'passes' else 'svrg_step'})"
+               and e["worker"] == 0 for e in changes.values())
+    if name == "passes":
+        assert [changes[t]["to"] for t in sorted(changes)] == [200, 33]  # from 338 at mu = 0
+
+
+def test_a_move_of_mu_rederives_the_problems_null_svrg_step():
+    """DANE solving by the problem's SVRG (problem.svrg_lr null, 3 passes given): a move of μ from 0 to 0.5 changes
+    the step 1/(n_0 L_row + λ + μ), under the problem's key; the given passes and another solver give none."""
+    from dane.comm import LocalCommunicator
+    from dane.dane import DANE
+
+    shard = logreg(local_solver="svrg").build(0, 2)
+    nL = 60 * shard.row_smoothness()
+    assert DANE(shard, LocalCommunicator()).rederived(0.0, 0.5) == [
+        {"key": "problem.svrg_lr", "from": 1 / (nL + 1e-3), "to": 1 / (nL + 1e-3 + 0.5),
+         "trigger": "mu moved (svrg_step)", "worker": 0}]
+    assert DANE(logreg().build(0, 2), LocalCommunicator()).rederived(0.0, 0.5) == []
 
 
 def test_every_rule_a_problem_null_names_is_one_of_the_defaults_module():
