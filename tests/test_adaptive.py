@@ -123,7 +123,9 @@ def test_a_local_retry_is_recorded_with_every_participants_count_under_paper_tru
     assert result.summary["adaptations_attached"] == ["local_retry"] and result.summary["package_rules_applied"]
     assert result.records[1]["local_passes"] == 4 * 4 + 3 * 6
     plain = dane.fit(problem, "sdane", workers=4, rounds=1, lam=1.0, mu=0.0, local_solver="svrg", adapt=[])
-    assert plain.summary["adaptations_attached"] == [] and not plain.summary["package_rules_applied"]
+    assert plain.summary["adaptations_attached"] == [] and plain.summary["adaptations"] == []
+    # the one rule applied without the wrapper is problem.svrg_lr's null step, noted where the solves use it
+    assert [(d["key"], d["rule"]) for d in plain.summary["defaults"]] == [("problem.svrg_lr", "svrg_step")]
     assert plain.records[1]["local_passes"] == 4 * 4 and plain.records[0]["local_failed"] is False
 
 
