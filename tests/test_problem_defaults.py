@@ -130,7 +130,7 @@ def test_every_rule_a_problem_null_names_is_one_of_the_defaults_module():
     import ast
     from pathlib import Path
 
-    import baselines.defaults as d
+    import dane.baselines.defaults as d
     import dane.numerics.local_solvers as ls
 
     rules = {rule for _, rule in ls.SVRG_NULLS.values()}
