@@ -131,6 +131,21 @@ def test_an_inner_batch_over_the_shard_is_refused_where_it_is_drawn_not_drawn_as
     assert mlp_problem(inner_batch_size=479).build(0, 3).prox_solve(w, torch.zeros_like(w), 0.0).shape == w.shape
 
 
+def test_a_table_source_given_to_a_network_is_refused_in_one_line():
+    """data@problem.data=noisy_plane (docs/extending.md's function, an `ArraySource`) on problem=digits_mlp: a network
+    reads a data set by name, so the table source is refused naming the key (it crashed reading ``.dataset``)."""
+    from dane import ArraySource
+
+    source = ArraySource(np.eye(4), np.arange(4.0), name="noisy_plane")
+    with pytest.raises(ConfigError) as err:
+        NeuralProblemConfig(data=source)
+    assert str(err.value) == (
+        "problem.data is a table source (ArraySource 'noisy_plane'), which only problem=ridge|logreg|softmax take, "
+        "as data=; a network takes problem.data.dataset=mnist|cifar10|admissions|digits|iris|breast_cancer|"
+        "synthetic_0_0|synthetic_0.5_0.5|synthetic_1_1|synthetic_iid or data@problem.data=mongo")
+    assert NeuralProblemConfig(data=DataConfig(dataset="iris")).data.dataset == "iris"
+
+
 def test_digits_as_images_repeats_each_pixel_in_a_4x4_block():
     flat = NeuralProblemConfig(data=DataConfig(dataset="digits")).dataset()
     images = as_images(flat, 32)

@@ -57,7 +57,7 @@ from typing import Iterator
 import torch
 
 from .. import checks
-from ..data import Dataset, load_dataset, shard_indices
+from ..data import DATASET_NAMES, Dataset, load_dataset, shard_indices
 from ..data.overlap import check_factors, describe, overlap_shards
 from ..data.registry import dataset_stamp
 from ..data.sharding import ShardingKeys
@@ -157,6 +157,18 @@ def layer_widths(hidden) -> tuple[int, ...]:
     return tuple(widths)
 
 
+def check_network_data(data) -> None:
+    """A network reads a data set by name (`DataConfig`) or a store's samples by id (``data@problem.data=mongo``); a
+    table source (`dane.ArraySource`, ``data=csv|libsvm|npz``, a function of one's own) serves the convex problems
+    only, or one line naming the key and what a network takes."""
+    if isinstance(data, DataConfig) or getattr(data, "by_id", False):
+        return
+    given = f"{type(data).__name__} {getattr(data, 'name', '')!r}".replace(" ''", "")
+    raise ConfigError(f"problem.data is a table source ({given}), which only problem=ridge|logreg|softmax take, as "
+                      f"data=; a network takes problem.data.dataset={'|'.join(DATASET_NAMES)} or "
+                      f"data@problem.data=mongo")
+
+
 @dataclass(frozen=True)
 class NeuralProblemConfig(ProblemConfig):
     """A classification problem: data + model + loss weight decay + the inner solver."""
@@ -180,6 +192,7 @@ class NeuralProblemConfig(ProblemConfig):
     name: str = "neural"
 
     def __post_init__(self) -> None:
+        check_network_data(self.data)
         checks.nonnegative("problem.l2", self.l2)
         if self.grad_batches is not None:
             checks.positive_int("problem.grad_batches", self.grad_batches)
