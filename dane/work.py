@@ -357,21 +357,15 @@ def _kind(comm) -> str:
     return "local" if kind == "local" or comm.size == 1 else kind  # one worker makes no collective the board reads
 
 
-@functools.cache  # read twice a round on every worker: the class's answer once
 def _kind_of(cls: type) -> str:
-    from .comm.base import Communicator
-    from .comm.batched import BatchedCommunicator
-    from .comm.threads import ThreadCommunicator
-
-    if not issubclass(cls, Communicator) or issubclass(cls, BatchedCommunicator):
-        return "local"  # every count is this ledger's
-    if issubclass(cls, ThreadCommunicator):
-        return "threads"
-    return "launched"
+    """As the communicator's class declares it (`dane.comm.Communicator.local_work_path`), so that this module,
+    below the communicators, imports none of them."""
+    path = getattr(cls, "local_work_path", "stacked")
+    return "local" if path == "stacked" else path  # stacked, or no communicator: every count is this ledger's
 
 
 def ledger_for(comm, problem) -> Ledger:
-    """A fresh ledger for ``comm``'s workers on ``problem``'s shards."""
-    from .comm.batched import worker_ranks
-
-    return Ledger(worker_ranks(comm), unit_costs(problem))
+    """A fresh ledger for ``comm``'s workers on ``problem``'s shards: every worker's row on the batched simulator
+    (its tensors hold all m), else this worker's alone."""
+    stacked = getattr(type(comm), "local_work_path", None) == "stacked"
+    return Ledger(range(comm.size) if stacked else (comm.rank,), unit_costs(problem))

@@ -18,7 +18,7 @@ ABOVE_DANE = ("baselines", "experiments", "synthetic", "paper_figs", "scripts")
 #: stands for the modules under it; the longest that matches decides).  A module imports only from its layer and
 #: those below; one the page does not name is not checked.
 LAYERS = (
-    ("dane.numerics.linalg", "dane.losses", "dane.checks", "dane.errors", "dane.records.results",
+    ("dane.numerics.linalg", "dane.losses", "dane.checks", "dane.errors", "dane.work", "dane.records.results",
      "dane.records.lock", "dane.records.projection"),
     ("dane.comm",),
     ("dane.data", "dane.problems", "dane.numerics.local_solvers"),
@@ -195,17 +195,24 @@ def test_the_layer_check_finds_an_import_from_above(tmp_path):
     assert upward(edges, layers) == [("low.x", 1, "top", 3)]
 
 
-def layout_list() -> dict[int, list[str]]:
-    """docs/extending.md's "Layout" list: item number -> the paths it names (in backticks, with a / or a .py)."""
-    section = (REPO / "docs" / "extending.md").read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+#: the pages that list the layers: (page, its section)
+LAYER_PAGES = (("extending.md", "Layout"), ("design.md", "Layers"))
+
+
+def layout_list(page: str = "extending.md", heading: str = "Layout") -> dict[int, list[str]]:
+    """A page's numbered list of the layers (docs/extending.md's "Layout", docs/design.md's "Layers"): item number ->
+    the paths it names (in backticks, with a / or a .py)."""
+    section = (REPO / "docs" / page).read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     items = re.findall(r"^(\d+)\. (.*?)(?=^\d+\. |^$)", section, re.M | re.S)
     return {int(n): [p for p in re.findall(r"`([^`]+)`", body) if "/" in p or p.endswith(".py")] for n, body in items}
 
 
-def test_the_layout_list_names_files_that_exist_each_in_its_layer():
-    """Every path the page's layers name exists (it named ``api.py`` under dane/loop/ and ``results.py`` among
-    dane/numerics/), sits in the layer `LAYERS` gives it, and every name of `LAYERS` is on the page in its layer."""
-    named = layout_list()
+@pytest.mark.parametrize("page, heading", LAYER_PAGES, ids=[page for page, _ in LAYER_PAGES])
+def test_the_layout_list_names_files_that_exist_each_in_its_layer(page, heading):
+    """Every path the page's layers name exists (extending.md named ``api.py`` under dane/loop/ and ``results.py``
+    among dane/numerics/), sits in the layer `LAYERS` gives it, and every name of `LAYERS` is on the page in its layer
+    (design.md once put baselines/ and synthetic/ above all of dane/, so that a method could have imported the run)."""
+    named = layout_list(page, heading)
     assert sorted(named) == list(range(1, len(LAYERS) + 1))
     assert [p for paths in named.values() for p in paths if not (REPO / p).exists()] == []
     module = {p: p.removesuffix("/").removesuffix(".py").replace("/", ".") for paths in named.values() for p in paths}

@@ -43,6 +43,10 @@ class Communicator(ABC):
     compression: MessageCompression | None = None
     #: whether `ride_next`'s tensors go with the next allreduce: a backend whose only accounting is this class's
     carries_rides: bool = False
+    #: how the workers' local-work counts reach rank 0's record (`dane.work`): "launched" (each rank's table rides an
+    #: allreduce), "threads" (the thread simulator's board, copied at each collective) or "stacked" (one ledger holds
+    #: every worker's row: the batched simulator)
+    local_work_path: str = "launched"
     #: a profiler's hook around each backend allreduce: ``allreduce_timer(counted)`` is a context manager entered just
     #: before the backend's `_allreduce_mean` and left just after it returns, ``counted`` False for
     #: `uncounted_allreduce_mean` (`synthetic.round_timing.PhaseRecorder`); None: none.  A single worker makes no

@@ -231,6 +231,8 @@ class ThreadGroup(SeededDraws):
 class ThreadCommunicator(PhaseClock, Communicator):
     """One simulated worker's view of a `ThreadGroup`."""
 
+    local_work_path = "threads"  # each worker's local-work snapshot on the group's board (`dane.work.Board`)
+
     def __init__(self, group: ThreadGroup, rank: int):
         self.group = group
         self.rank = rank
