@@ -3,9 +3,9 @@
 Every kind ends in the one run loop (`dane.loop.driver.drive`) on each of its workers; they
 differ in how the workers come to be (threads of the simulator, launched processes, a
 Horovod elastic job, split learning's agents and server, an event-driven asynchronous
-simulation) and in the round object and callbacks they hand the loop.  `start` decides
-which, in plain code, in the order a reader meets them, and calls it; a new kind is a
-function here and one branch in `start`.
+simulation) and in the round object and callbacks they hand the loop.  `kind` decides
+which, in plain code, in the order a reader meets them, and `start` calls it; a new kind is a
+function here, a branch of `kind` and one of `start`.
 """
 from __future__ import annotations
 
