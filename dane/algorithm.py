@@ -149,7 +149,8 @@ class Algorithm(Rounds, ABC):
     #: builds its clients' Hessians or coefficients from their rows: it takes a linear model with one output on rows
     #: (problem=logreg or ridge) and `dane.loop.spec.refuse_rowless` refuses any other problem before its data is read
     needs_rows: bool = False
-    #: the record keys this method adds to the common ones, as rank 0's table shows them, in order
+    #: the keys of this method's records that rank 0's table shows after the common ones, in order; its records may
+    #: carry more (DANE's ``accepted``, GD's ``lr``), which the table leaves out
     columns: ClassVar[tuple[Column, ...]] = ()
     #: the last record's counts that summary.json repeats, where the record has them: traffic by direction
     #: (``comm.compress``'s bits per worker, `dane.comm.compression`; a method adds its own)
