@@ -1,7 +1,8 @@
-"""The evidence is in the repository: docs/design.md names every module of dane/, nothing cites the design brief
-that is not in the repository, every JSON cited as evidence is tracked, and the generated tables of
-docs/benchmarks.md are what their tracked JSON renders to.  Reads files only: the tracked names are listed once a
-session by the shared fresh interpreter (tests/runs.py), which runs the one ``git ls-files``."""
+"""The evidence is in the repository: docs/design.md names every module of dane/ and every key of a run's
+summary.json, nothing cites the design brief that is not in the repository, every JSON cited as evidence is
+tracked, and the generated tables of docs/benchmarks.md are what their tracked JSON renders to.  Reads files only:
+the tracked names are listed once a session by the shared fresh interpreter (tests/runs.py), which runs the one
+``git ls-files``, and the small run whose summary the page must name is a row of the shared batch."""
 from __future__ import annotations
 
 import json
@@ -37,6 +38,9 @@ def git_ls_files(tmp: Path) -> list[str]:
 
 
 TRACKED = runs.job("design_page:tracked", "test_design_page:git_ls_files")
+#: a small simulated run through parameter servers, whose summary.json the page must name key by key
+PS_RUN = runs.command("design_page:ps_run", "workers=2", "sim.topology=ps", "problem.n_samples=200", "problem.dim=5",
+                      "rounds=2", "quiet=true", "out_dir={tmp}/design_page/ps_run")
 LISTED: list[frozenset[str]] = []  # the fresh interpreter's answer, once read (`read_tracked`)
 
 
@@ -90,6 +94,26 @@ def test_the_design_page_names_no_module_that_is_gone():
     named = set(re.findall(r"`(dane/[\w/]+\.py)`", DESIGN_PAGE.read_text()))
     gone = sorted(m for m in named if not (REPO / m).is_file())
     assert gone == [], f"docs/design.md names modules that do not exist: {gone}"
+
+
+def summary_keys_named() -> set[str]:
+    """Every name in backticks in the page's ``summary.json`` list (a backtick may hold several, comma-separated)."""
+    text = DESIGN_PAGE.read_text()
+    section = text.split("**`summary.json`**", 1)[1].split("\n## ", 1)[0]
+    return {name for quoted in re.findall(r"`([^`]+)`", section) for name in re.findall(r"[A-Za-z_]\w*", quoted)}
+
+
+def test_the_design_page_names_every_key_of_a_runs_summary(commands):
+    """The page's summary.json list is the full one: a simulated run's keys are all on it (it once lacked
+    `label`, `time_s_clock`, `simulator_path` and the parameter-server cost model's `topology`, `gamma`, `servers`
+    and `bytes_sent_per_allreduce`)."""
+    from dane.records.results import read_summary
+
+    proc = commands[PS_RUN]
+    assert proc["rc"] == 0, proc["stderr"]
+    summary = read_summary(commands.tmp / "design_page" / "ps_run")
+    assert {"label", "time_s_clock", "simulator_path", "topology", "gamma", "local_work"} <= set(summary)
+    assert sorted(set(summary) - summary_keys_named()) == []
 
 
 # ------------------------------------------------------------------ no citation outside the repository
