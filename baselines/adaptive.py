@@ -28,6 +28,8 @@ those that keep a condition of the paper's round (`PAPER_CONDITIONS`).
   the paper's accuracy test is solved again with a tighter setting.  It acts inside the round, which the paper states
   with the test holding (how a solver meets it is this package's rule), so ``algorithm.paper=true`` keeps it
   (`PAPER_CONDITIONS`); ``algorithm.adapt`` without it leaves a failed solve as it is (the record's ``local_failed``).
+  Its count travels with the local work, outside the method's messages, and its event is read from the next record's
+  work (`read_work`: `dane.algorithm.Rounds.read_work`), which the round loop puts first in that record's ``adapted``.
 
 ADMM's and AIDE's act inside their own ``step`` (a refresh before the round's solve, a growth before the round's
 subproblem), which puts their events in the round's record: the names below (`RHO_REFRESH` ...) are what the method's
@@ -190,6 +192,11 @@ class Adaptation:
         """Act on round ``out`` of ``algo``; the events it fired."""
         raise NotImplementedError
 
+    def read_work(self, t: int, work: dict[str, float]) -> list[dict]:
+        """The events record ``t``'s local work over the workers tells of (`dane.algorithm.Rounds.read_work`); none
+        by default."""
+        return []
+
     def state_dict(self) -> dict:
         return {}
 
@@ -308,24 +315,34 @@ class DriftStop(Adaptation):
 class LocalRetry(Adaptation):
     r"""``local_retry``: a local solve by ``solver`` (cg, svrg or lbfgs) whose x_i fails S-DANE's accuracy test
     ‖∇F_i(x_i)‖ ≤ (λ/2)‖x_i − centre‖ is solved again with `baselines.defaults.tighter`'s setting, at most ``limit``
-    (`LOCAL_RETRIES`) times (the method's `local_solve` asks `limit`).  Each participant's count of re-solves rides,
-    one-hot in ``limit`` + 2 slots (`slots`; the last: still failing after the last), in the round's second
-    allreduce, counted with it; `after` turns the round's counts (``algo.retry_counts``) into its event
-    (`retry_event`)."""
+    (`LOCAL_RETRIES`) times (the method's `local_solve` asks `limit`).
+
+    Each re-solve counts one ``local_resolves`` on its client's ledger (`dane.work`), whose table rides with the next
+    round's first allreduce outside ``bytes_sent``, ``comm_rounds`` and the bits: the method sends what the paper's
+    round sends.  So the re-solves of round t reach rank 0 with record t + 1 (the record whose local work counts
+    them), and `read_work` makes their event there, carrying ``round`` t (`retry_event`).  The sum and the largest
+    per-client total over the run are what that table gives: the event counts the round's re-solves, and does not
+    say how many clients re-solved, how deep the deepest went, or which still failed (each worker's record keeps its
+    own ``local_failed``)."""
 
     name = "local_retry"
 
     def __init__(self, solver: LocalSolver, limit: int = LOCAL_RETRIES) -> None:
         self.solver, self.limit = solver, limit
-
-    def slots(self, like: torch.Tensor, resolves: int, failed: bool) -> torch.Tensor:
-        """This participant's slot: its re-solves, or ``limit`` + 1 where the last still failed."""
-        one_hot = like.new_zeros(self.limit + 2)
-        one_hot[self.limit + 1 if failed else resolves] = 1.0
-        return one_hot
+        self.seen = 0.0  # the re-solves the last record counted (rank 0's)
 
     def after(self, algo, out: dict) -> list[dict]:
-        return retry_event(self.solver, algo.retry_counts)
+        return []  # the round's re-solves come with the next record's local work
+
+    def read_work(self, t: int, work: dict[str, float]) -> list[dict]:
+        resolves, self.seen = work["local_resolves"] - self.seen, work["local_resolves"]
+        return retry_event(self.solver, round(resolves), t - 1)
+
+    def state_dict(self) -> dict:
+        return {"resolves_seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seen = float(state.get("resolves_seen", 0.0))  # checkpoints from before the count: none seen
 
 
 def retried_setting(solver: LocalSolver, resolves: int) -> tuple[str, Any, Any]:
@@ -342,20 +359,15 @@ def retried_setting(solver: LocalSolver, resolves: int) -> tuple[str, Any, Any]:
     return "problem.local_tol", solver.tol, solver.tol / 100 ** resolves
 
 
-def retry_event(solver: LocalSolver, counts: list[int]) -> list[dict]:
-    """The round's ``local_retry`` event from ``counts`` (counts[k]: the participants that re-solved k times and then
-    passed, the last slot those still failing after all ``len(counts)`` − 2): the setting the deepest re-solve ran
-    (`retried_setting`), the participants that re-solved (``workers``), the re-solves over them (``resolves``) and
-    those still failing (``failed``); none where no participant re-solved."""
-    limit = len(counts) - 2
-    workers = sum(counts[1:])
-    if not workers:
+def retry_event(solver: LocalSolver, resolves: int, round_: int) -> list[dict]:
+    """Round ``round_``'s ``local_retry`` event from its ``resolves`` over the clients: the setting every re-solve
+    moved to at least (the first's, `retried_setting`; a client's further re-solves tighten it again) and the
+    re-solves; none where there were none."""
+    if resolves <= 0:
         return []
-    deepest = limit if counts[-1] else max(k for k, c in enumerate(counts) if c)
-    key, given, after = retried_setting(solver, deepest)
-    resolves = sum(k * c for k, c in enumerate(counts[:-1])) + limit * counts[-1]
-    return [{"key": key, "from": given, "to": after, "trigger": "accuracy test", "workers": workers,
-             "resolves": resolves, "failed": counts[-1]}]
+    key, given, after = retried_setting(solver, 1)
+    return [{"round": round_, "key": key, "from": given, "to": after, "trigger": "accuracy test",
+             "resolves": resolves}]
 
 
 class Named:

@@ -187,6 +187,9 @@ class Federated(Algorithm):
         fired = [event for adaptation in self.adaptations for event in adaptation.after(self, out)]
         return {**out, "adapted": fired} if fired else out
 
+    def read_work(self, t: int, work: dict[str, float]) -> list[dict]:
+        return [event for adaptation in self.adaptations for event in adaptation.read_work(t, work)]
+
     @property
     def damps_itself(self) -> bool:
         return any(adaptation.damps for adaptation in self.adaptations)

@@ -25,14 +25,15 @@ to the problem's tolerance on a GLM, the inner torch optimizer on a network), ``
 ``svrg``, ``lbfgs`` (with the problem's ``local_tol``, caps and SVRG keys), or ``steps``: gradient steps on F_i from
 the centre with step 1/(max_i L_i + λ) until the test holds (at most ``local_steps``).  The paper's round asks for the
 test to hold, and how a solver meets it is this package's rule, ``local_retry`` (`baselines.adaptive.LocalRetry`,
-kept under ``algorithm.paper=true``; ``algorithm.adapt`` without it turns it off): a cg, svrg or lbfgs solve that fails
-the test is solved again, up to `baselines.adaptive.LOCAL_RETRIES` = 3 times, with twice the SVRG passes the failed solve ran (``auto``'s
-as resolved), twice a fixed count's products or iterations at ``local_tol=0``, else a 100 times tighter tolerance
-(`baselines.defaults.tighter`).  Each participant's count of re-solves rides in allreduce 2 (5 more numbers a
-worker, counted), and a round where any re-solved records the event (``adapted``: the setting the deepest re-solve
-ran, the participants that re-solved, the re-solves and those still failing); the records' local work counts every
-re-solve.  Records carry ``local_failed``: whether this worker's last solve ended without passing the test
-(``problem`` on a network is not tested).
+kept under ``algorithm.paper=true``; ``algorithm.adapt`` without it turns it off): a cg, svrg or lbfgs solve that
+fails the test is solved again, up to `baselines.adaptive.LOCAL_RETRIES` = 3 times, with twice the SVRG passes the
+failed solve ran (``auto``'s as resolved), twice a fixed count's products or iterations at ``local_tol=0``, else a 100
+times tighter tolerance (`baselines.defaults.tighter`).  Each re-solve counts one ``local_resolves`` in the client's
+local work (`dane.work`), which reaches rank 0 outside the round's messages, so the method sends what the paper's
+round sends.  The record after a round where any client re-solved carries that round's event (``adapted``: the first
+re-solve's setting and the round's re-solves; `baselines.adaptive.LocalRetry` says what it leaves out), and the
+records' local work counts every re-solve's work.  Records carry ``local_failed``: whether this worker's last solve
+ended without passing the test (``problem`` on a network is not tested).
 
 Acc-S-DANE is mlolab/S-DANE's ``SDANE(acceleration=True)`` line by line: a from λa² = (A + a)B with the B before
 the round (its ``update_a``) and the round's λ (after an adaptive halving or doubling), y = (A x + a v)/(A + a)
@@ -76,6 +77,7 @@ from dane.comm import Communicator
 from dane.numerics.local_solvers import svrg_passes_at
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
+from dane.work import count
 
 from .adaptive import Adaptation, FloorStop, LocalRetry, Restart, WeightDoubling
 from .defaults import (ACC_GAP_BALANCE, ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE, GAP_BALANCE,
@@ -109,7 +111,6 @@ class SDANE(Federated):
         self.A, self.B = 0.0, 1.0
         self.local_failed = False
         self.retry = next((a for a in self.adaptations if isinstance(a, LocalRetry)), None)
-        self.resolves, self.retry_counts = 0, []  # this worker's re-solves in the round; the participants' counts
 
     def round(self) -> dict[str, float]:
         lam, mu, x, v, A, B = self.lam, self.mu, self.w, self.v, self.A, self.B
@@ -122,9 +123,7 @@ class SDANE(Federated):
             grad_c, payload = self.local_grad(centre), self.payload(x)
         (g_bar,), reduced = self.average(members, [grad_c], payload, down=[centre])   # 1. mean_S ∇O_j(centre)
         x_i, grad_i = self.local_solve(centre, grad_c - g_bar, grad_c) if inside else (centre, grad_c)  # 2. argmin F_i
-        (x_bar, G), counts = self.average(members, [x_i, grad_i], self.retry_slots(x_i, inside), down=[g_bar],
-                                          metrics=False)                 # 3. x = mean x_i, G = mean ∇O_i(x_i)
-        self.retry_counts = [round(float(c) * self.comm.size) for c in counts[0]] if counts else []
+        (x_bar, G), _ = self.average(members, [x_i, grad_i], down=[g_bar])   # 3. x = mean x_i, G = mean ∇O_i(x_i)
         if not (self.line_search(centre, x_i, grad_i, x_bar, G) if self.adaptive else True):  # adaptive λ
             return {**self.record(reduced, members), "lam": lam, "accepted": False}   # rejected: x, v, A, B stay
         B = B if self.accelerated else 1.0
@@ -133,14 +132,6 @@ class SDANE(Federated):
             self.A, self.B = A + a, B + mu * a
         return {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed,
                 **({"accepted": True} if self.adaptive else {})}
-
-    def retry_slots(self, x_i: torch.Tensor, inside: bool) -> list[torch.Tensor]:
-        """With ``local_retry`` attached, this worker's count of re-solves in the round (`LocalRetry.slots`; zeros
-        outside S), to ride in allreduce 2; else nothing."""
-        if self.retry is None:
-            return []
-        slots = self.retry.slots(x_i, self.resolves, self.local_failed)
-        return [slots if inside else torch.zeros_like(slots)]
 
     def line_search(self, centre, x_i, grad_i, x_bar, G) -> bool:
         """The paper's adaptive λ (``adaptive=true``): `accepts` the round, then λ is halved (accepted) or doubled."""
@@ -181,15 +172,16 @@ class SDANE(Federated):
             return z, grad_z
         z = self.prox(centre, h, lam, anchor_grad=grad_c)
         grad_z = self.local_grad(z)
-        solver, self.resolves = self.solver, 0
-        while self.retry is not None and self.resolves < self.retry.limit and not passes(z, grad_z):
+        solver, resolves = self.solver, 0
+        while self.retry is not None and resolves < self.retry.limit and not passes(z, grad_z):
             # ``local_retry``: twice the passes the failed SVRG solve ran (``auto`` resolved on this shard at λ), twice
             # a fixed count, or a 100 times smaller tolerance (`tighter`)
             ran = svrg_passes_at(self.local_problem, solver, lam) if solver.method == "svrg" else None
             solver = tighter(solver, ran)
             z = self.problem.prox_solve(centre, h, lam, anchor_grad=grad_c, solver=solver)
             grad_z = self.local_grad(z)
-            self.resolves += 1
+            resolves += 1
+            count("local_resolves")  # bookkeeping: with the ledger's table, not in the round's messages
         self.local_failed = self.problem.strong_convexity is not None and not passes(z, grad_z)
         return z, grad_z
 
@@ -260,7 +252,7 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         adaptations += [FloorStop()] * (s < m and self.allows("sampling_floor"))
         solver = self.solver(problem.solver)
         if solver is not None and solver.method in ("cg", "svrg", "lbfgs") and self.allows("local_retry"):
-            adaptations.insert(0, LocalRetry(solver))  # it acts inside the round: its event comes first
+            adaptations.insert(0, LocalRetry(solver))
         return (AccSDANE if self.accelerated else SDANE)(
             problem, comm, lam=lam, mu=mu, accelerated=self.accelerated, adaptive=self.adaptive, sampling=self,
             local=self, seed=self.seed, smoothness=smoothness, adaptations=adaptations, defaults=resolution.entries)

@@ -96,6 +96,13 @@ class Rounds:
         none by default."""
         return {}
 
+    def read_work(self, t: int, work: dict[str, float]) -> list[dict]:
+        """Events read from record ``t``'s local work over the workers (``work``: `dane.work`'s keys, cumulative to
+        w_t, on the rank that writes the records; the round loop puts them first in the record's ``adapted``):
+        bookkeeping that rides with the local work's table, which no counter of the run's traffic counts.  None by
+        default."""
+        return []
+
     def diagnosis(self, records: list[dict]) -> str | None:
         """At the round cap, what this method's own state says about why it is slow, naming the override
         to try (appended to ``stopped_by``); None: nothing to add.  ``records``: the run's, last one last."""

@@ -14,6 +14,9 @@ per-client total (the busiest client):
 - ``local_solver_iters``: iterations of a local solver as run: CG/PCG iterations (operator products),
   SVRG inner steps, L-BFGS iterations;
 - ``local_inner_steps`` and ``local_inner_samples``: the inner torch optimizer's steps and the rows they drew;
+- ``local_resolves``: local solves made again because the first failed the method's accuracy test (S-DANE's and
+  Acc-S-DANE's ``local_retry``, `baselines.adaptive.LocalRetry`; 0 for every other method), each re-solve's own work
+  counted in the keys above;
 - ``local_flops``: the estimate Σ_k count_k · cost_k per client (`unit_costs`), summed or maxed like the rest.
 
 *Where.*  The problems' methods (`counted`: evaluate, the value and gradient, Hessian-vector products, row
@@ -30,7 +33,7 @@ if it was drawn (in any of the round's draws): the others' evaluations only meas
 *Summing over the workers* (`reduce_over_workers`).  On the batched path the ledger holds every worker's row.
 In the thread simulator each worker leaves its snapshot on a board its group shares, which the group's
 reduction copies at every collective (no time, bytes or calls); rank 0 reads the copy after the round.
-Under a launcher every rank sends its snapshot as an m x 16 table with the round's first allreduce, in the same call
+Under a launcher every rank sends its snapshot as an m x 18 table with the round's first allreduce, in the same call
 (`dane.comm.Communicator.ride_next`; a round that makes no allreduce sends it after the round by
 `dane.comm.Communicator.uncounted_allreduce_mean`, as comm=ps always does): not in ``bytes_sent``, ``comm_rounds`` or
 the bit counts (under comm=ps not on the servers' links either).  The table comes back exact, every count as the rank
@@ -49,7 +52,7 @@ import torch
 
 #: the counters, in the ledger's column order
 COUNTS = ("local_passes", "local_hvps", "local_hessians", "local_factorizations", "local_solver_iters",
-          "local_inner_steps", "local_inner_samples")
+          "local_inner_steps", "local_inner_samples", "local_resolves")
 #: each count's column in a ledger's table
 COLUMN = {key: column for column, key in enumerate(COUNTS)}
 FLOPS = "local_flops"
@@ -89,7 +92,7 @@ class Ledger:
         self.drawn = True
 
     def new_round(self) -> np.ndarray:
-        """The counts so far with each row's flops (rows x 8); participation starts afresh."""
+        """The counts so far with each row's flops (rows x 9); participation starts afresh."""
         self.active, self.drawn = np.ones(len(self.ranks)), False
         flops = (self.counts * self.costs).sum(1, keepdims=True)
         return np.concatenate([self.counts, flops], 1)
@@ -103,18 +106,27 @@ class Ledger:
         """Continue from ``state`` (None: a checkpoint written before the counters, from zero).  A rank's own part
         (a checkpoint on disk) gives its counts; rank 0's part on every rank (a Horovod elastic reset) gives each
         rank its row of the table, and after a change of world size rank 0 the old total (the busiest client's
-        count then restarts)."""
+        count then restarts).  A checkpoint's counts from before a counter was added (fewer columns) continue with
+        that counter at 0."""
         if state is None:
             return
-        if list(state.get("ranks", [])) == self.ranks.tolist() and np.shape(state["counts"]) == self.counts.shape:
-            self.counts = np.array(state["counts"], dtype=np.float64)
+        counts = _all_columns(state["counts"])
+        if list(state.get("ranks", [])) == self.ranks.tolist() and counts.shape == self.counts.shape:
+            self.counts = counts
             self.made = {tuple(tag) for tag in state.get("made", [])}
-        table = np.array(state.get("table", np.zeros((0, len(COUNTS)))), dtype=np.float64)
+        table = _all_columns(state.get("table", np.zeros((0, len(COUNTS)))))
         if len(table) == size and len(self.ranks) == 1:
             self.counts = table[self.ranks]
             self.made = {tuple(tag) for tag in state.get("made", [])}  # the same shards: the same factors
         elif len(table) and len(self.ranks) == 1:
             self.counts = table.sum(0, keepdims=True) if self.ranks[0] == 0 else np.zeros_like(self.counts)
+
+
+def _all_columns(counts) -> np.ndarray:
+    """A checkpoint's rows x counters as floats, the counters it predates (the last columns of `COUNTS`) at 0."""
+    counts = np.array(counts, dtype=np.float64)
+    counts = counts if counts.ndim == 2 else counts.reshape(len(counts), 0)  # an empty table: no rows, no columns
+    return np.pad(counts, ((0, 0), (0, len(COUNTS) - counts.shape[1])))
 
 
 def current() -> Ledger | None:
@@ -202,7 +214,8 @@ def unit_costs(problem) -> np.ndarray:
     - a Hessian formed: 2 z d (Xᵀ D X); 0 on a shard given by its Hessian;
     - a factorization: d³/3 (Cholesky);
     - a solver iteration: `SOLVER_ITER_VECTOR_OPS` · d, an inner step: `INNER_STEP_VECTOR_OPS` · d (their
-      products and gradients are counted as hvps and passes); an inner sample: 0 (in the passes).
+      products and gradients are counted as hvps and passes); an inner sample and a re-solve: 0 (in the passes, and
+      a re-solve's work in its own counts).
     """
     d = float(problem.dim)
     nnz, n = problem.row_nonzeros, problem.n_local  # either may be one per worker on a stacked problem
@@ -214,7 +227,7 @@ def unit_costs(problem) -> np.ndarray:
     else:
         product = 6.0 * d * np.asarray(n, dtype=np.float64)
         hessian = np.zeros_like(product)
-    columns = [product, product, hessian, d ** 3 / 3, SOLVER_ITER_VECTOR_OPS * d, INNER_STEP_VECTOR_OPS * d, 0.0]
+    columns = [product, product, hessian, d ** 3 / 3, SOLVER_ITER_VECTOR_OPS * d, INNER_STEP_VECTOR_OPS * d, 0.0, 0.0]
     return np.stack(np.broadcast_arrays(*columns), -1)
 
 
@@ -271,7 +284,7 @@ def board_of(group) -> Board:
 
 
 def post(comm, snapshot: np.ndarray) -> None:
-    """At the round's start: a simulated thread leaves its snapshot (rows x 8) on its group's board; a launched rank
+    """At the round's start: a simulated thread leaves its snapshot (rows x 9) on its group's board; a launched rank
     sends it with the round's first allreduce (`dane.comm.Communicator.ride_next`)."""
     kind = _kind(comm)
     if kind == "threads":
@@ -311,7 +324,7 @@ def checkpoint_state(comm, ledger: Ledger, snapshot: np.ndarray) -> dict:
 
 
 def gathered(comm, snapshot: np.ndarray, ridden: list[torch.Tensor] | None = None) -> np.ndarray:
-    """Every rank's snapshot row (ranks x 8), exactly: from the mean of the table's shares that rode an allreduce
+    """Every rank's snapshot row (ranks x 9), exactly: from the mean of the table's shares that rode an allreduce
     (``ridden``, `post`), else by one `dane.comm.Communicator.uncounted_allreduce_mean`.
 
     A backend's mean is a sum divided by m (torch.distributed, the servers of comm=ps) or multiplied by fl(1/m)
@@ -326,7 +339,7 @@ def gathered(comm, snapshot: np.ndarray, ridden: list[torch.Tensor] | None = Non
 
 
 def _table_row(comm, snapshot: np.ndarray) -> torch.Tensor:
-    """This rank's share of the ranks x 16 table: its snapshot's halves (`_halves`) times m in its row, zeros
+    """This rank's share of the ranks x 18 table: its snapshot's halves (`_halves`) times m in its row, zeros
     elsewhere (`gathered`)."""
     rows = torch.zeros(comm.size, 2 * snapshot.shape[1], dtype=torch.float64)
     rows[comm.rank] = torch.cat(_halves(torch.from_numpy(snapshot[0]).double())) * comm.size
@@ -346,7 +359,7 @@ def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def record_keys(table: np.ndarray) -> dict[str, float]:
-    """{key: sum over the workers, key_max: the largest} of a workers x 8 table."""
+    """{key: sum over the workers, key_max: the largest} of a workers x 9 table."""
     totals, largest = table.sum(0), table.max(0)
     names = (*COUNTS, FLOPS)
     return {**{k: float(v) for k, v in zip(names, totals)}, **{f"{k}_max": float(v) for k, v in zip(names, largest)}}

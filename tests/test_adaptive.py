@@ -94,39 +94,62 @@ def test_a_local_retry_names_the_setting_its_deepest_re_solve_ran(solver, resolv
     assert retried_setting(solver, resolves) == setting
 
 
-def test_a_local_retry_event_counts_the_participants_that_re_solved_and_those_still_failing():
-    """counts[k]: the participants that passed after k re-solves; the last slot: those failing after all 3."""
+def test_a_local_retry_event_counts_the_re_solves_the_next_record_s_local_work_adds():
+    """Record t's ``local_resolves`` (cumulative over the clients) less the last record's are round t − 1's
+    re-solves: the event carries that round, the first re-solve's setting and their number; none where none; a resumed
+    run continues from the count the checkpoint saw."""
     svrg = LocalSolver("svrg", passes=3)
-    assert retry_event(svrg, [4, 0, 0, 0, 0]) == []                                  # every first solve passed
-    assert retry_event(svrg, [1, 3, 0, 0, 0]) == [{"key": "problem.svrg_passes", "from": 3, "to": 6,
-                                                   "trigger": "accuracy test", "workers": 3, "resolves": 3,
-                                                   "failed": 0}]
-    assert retry_event(svrg, [0, 1, 0, 2, 1])[0] | {} == {"key": "problem.svrg_passes", "from": 3, "to": 24,
-                                                         "trigger": "accuracy test", "workers": 4,
-                                                         "resolves": 1 + 6 + 3, "failed": 1}
+    assert retry_event(svrg, 0, 4) == []
+    assert retry_event(svrg, 3, 0) == [{"round": 0, "key": "problem.svrg_passes", "from": 3, "to": 6,
+                                        "trigger": "accuracy test", "resolves": 3}]
     wrap = LocalRetry(svrg)
-    assert wrap.slots(torch.zeros(1), 2, False).tolist() == [0, 0, 1, 0, 0]
-    assert wrap.slots(torch.zeros(1), 3, True).tolist() == [0, 0, 0, 0, 1]
+    assert wrap.after(None, {}) == []                                    # the round's own counts are not sent
+    assert wrap.read_work(0, {"local_resolves": 0.0}) == []
+    assert wrap.read_work(1, {"local_resolves": 3.0}) == retry_event(svrg, 3, 0)
+    assert wrap.read_work(2, {"local_resolves": 3.0}) == []             # round 1: every first solve passed
+    resumed = LocalRetry(svrg)
+    resumed.load_state_dict(wrap.state_dict())
+    assert resumed.read_work(3, {"local_resolves": 10.0}) == retry_event(svrg, 7, 2)
+    LocalRetry.load_state_dict(resumed, {})                              # a checkpoint from before the count
+    assert resumed.seen == 0.0
+
+
+RIDGE_SVRG = dane.problems.RidgeSyntheticConfig(n_samples=240, dim=6, lam=1e-3, local_solver="svrg", svrg_passes=1,
+                                                seed=0)
 
 
 def test_a_local_retry_is_recorded_with_every_participants_count_under_paper_true():
     """Ridge, 4 clients, SVRG at 1 pass, λ = 1: client 0's first solve passes S-DANE's accuracy test in round 0, the
-    three others' pass at 2 passes.  The round's event counts the three (client 0's record alone would say nothing),
-    the summary lists the wrapper and says a package rule applied; the re-solves' work is in the records (a pass at
-    the centre, 3 a pass of SVRG less the snapshot at the anchor, 1 at the solve's result: 4 a client at 1 pass, 6
-    more for a re-solve at 2).  It ran with nothing recorded: adaptations [], package_rules_applied false."""
-    problem = dane.problems.RidgeSyntheticConfig(n_samples=240, dim=6, lam=1e-3, local_solver="svrg", svrg_passes=1,
-                                                 seed=0)
-    result = dane.fit(problem, "sdane", workers=4, rounds=1, lam=1.0, mu=0.0, local_solver="svrg", paper=True)
+    three others' pass at 2 passes.  The next record's local work counts the three re-solves over the clients (client
+    0's record alone would say nothing) and carries round 0's event; the summary lists the wrapper and says a package
+    rule applied; the re-solves' work is in the records (a pass at the centre, 3 a pass of SVRG less the snapshot at
+    the anchor, 1 at the solve's result: 4 a client at 1 pass, 6 more for a re-solve at 2).  It ran with nothing
+    recorded: adaptations [], package_rules_applied false."""
+    result = dane.fit(RIDGE_SVRG, "sdane", workers=4, rounds=1, lam=1.0, mu=0.0, local_solver="svrg", paper=True)
     assert result.summary["adaptations"] == [{"round": 0, "key": "problem.svrg_passes", "from": 1, "to": 2,
-                                              "trigger": "accuracy test", "workers": 3, "resolves": 3, "failed": 0}]
+                                              "trigger": "accuracy test", "resolves": 3}]
     assert result.summary["adaptations_attached"] == ["local_retry"] and result.summary["package_rules_applied"]
     assert result.records[1]["local_passes"] == 4 * 4 + 3 * 6
-    plain = dane.fit(problem, "sdane", workers=4, rounds=1, lam=1.0, mu=0.0, local_solver="svrg", adapt=[])
+    assert [(r["local_resolves"], r["local_resolves_max"]) for r in result.records] == [(0, 0), (3, 1)]
+    plain = dane.fit(RIDGE_SVRG, "sdane", workers=4, rounds=1, lam=1.0, mu=0.0, local_solver="svrg", adapt=[])
     assert plain.summary["adaptations_attached"] == [] and plain.summary["adaptations"] == []
     # the one rule applied without the wrapper is problem.svrg_lr's null step, noted where the solves use it
     assert [(d["key"], d["rule"]) for d in plain.summary["defaults"]] == [("problem.svrg_lr", "svrg_step")]
     assert plain.records[1]["local_passes"] == 4 * 4 and plain.records[0]["local_failed"] is False
+    assert plain.records[1]["local_resolves"] == 0
+
+
+def test_a_local_retry_sends_what_the_paper_s_round_sends():
+    """S-DANE's round sends two allreduces: ∇O_i at the centre with the 2 metrics of x, then x_i and ∇O_i(x_i) (d = 6:
+    20 numbers of 8 bytes, each worker 2(m − 1)/m of them on a ring of m = 4).  The re-solves (3, 4, 3 in rounds 0 to
+    2) reach rank 0 with the local work's table, which no traffic counter counts: the bytes and the communication
+    rounds are those of the run that re-solves nothing."""
+    retried = dane.fit(RIDGE_SVRG, "sdane", workers=4, rounds=3, lam=1.0, mu=0.0, local_solver="svrg", paper=True)
+    plain = dane.fit(RIDGE_SVRG, "sdane", workers=4, rounds=3, lam=1.0, mu=0.0, local_solver="svrg", adapt=[])
+    assert [e["resolves"] for e in retried.summary["adaptations"]] == [3, 4, 3]
+    assert [r["bytes_sent"] for r in retried.records] == [r["bytes_sent"] for r in plain.records] \
+        == [t * 20 * 8 * 2 * 3 / 4 for t in range(4)]
+    assert [r["comm_rounds"] for r in retried.records] == [r["comm_rounds"] for r in plain.records] == [0, 2, 4, 6]
 
 
 def shard(problem, m=4):

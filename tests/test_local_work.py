@@ -420,6 +420,8 @@ def test_sdane_re_solves_a_failed_fixed_count_with_twice_the_products():
     workers = simulate(SDANEConfig(lam=1e-2, local_solver="cg"), shards, rounds=2)
     assert given == [[2, 4, 8, 16] * 2] * M
     assert column(workers[0][1], "local_hvps") == [0, 30 * M, 60 * M]
+    assert column(workers[0][1], "local_resolves") == [0, 3 * M, 6 * M]
+    assert column(workers[0][1], "local_resolves_max") == [0, 3, 6]
     assert [[r["local_failed"] for r in records[:-1]] for _, records, _ in workers] == [[True] * 2] * M
 
 
@@ -492,10 +494,11 @@ def test_measurements_are_not_counted():
 
 
 def test_record_keys_sum_and_max_over_the_workers():
-    snapshot = np.array([[1.0, 0, 0, 0, 0, 0, 0, 10.0], [3.0, 2, 0, 0, 0, 0, 0, 30.0]])
+    snapshot = np.array([[1.0, 0, 0, 0, 0, 0, 0, 0, 10.0], [3.0, 2, 0, 0, 0, 0, 0, 1, 30.0]])
     keys = work.record_keys(snapshot)
     assert keys["local_passes"] == 4.0 and keys["local_passes_max"] == 3.0
     assert keys["local_hvps"] == 2.0 and keys["local_flops"] == 40.0 and keys["local_flops_max"] == 30.0
+    assert keys["local_resolves"] == 1.0 and keys["local_resolves_max"] == 1.0
     assert set(keys) == set(work.KEYS)
 
 
@@ -547,9 +550,9 @@ def test_a_launched_runs_table_is_every_ranks_counts_exactly_whatever_the_backen
     are those of the ranks' own table, bit for bit, on the round's first allreduce and without one.  25 is a count
     whose share 25/3 of the mean, times 3, is 24.999999999999996; 1 + 15/240 passes and a flop count with d^3/3 in it
     are not integers."""
-    snapshots = np.array([[[25.0, 60, 0, 1, 55, 0, 0, 6965875.666666667]],
-                          [[1 + 15 / 240, 59, 1, 0, 54, 3, 96, 2016911.6666666667]],
-                          [[24.0, 58, 0, 1, 53, 0, 0, 4969114.0]]])
+    snapshots = np.array([[[25.0, 60, 0, 1, 55, 0, 0, 2, 6965875.666666667]],
+                          [[1 + 15 / 240, 59, 1, 0, 54, 3, 96, 0, 2016911.6666666667]],
+                          [[24.0, 58, 0, 1, 53, 0, 0, 1, 4969114.0]]])
     assert 25 * (1 / 3) * 3 != 25  # the parent's table under Horovod's mean
 
     def rank(comm):
@@ -562,6 +565,7 @@ def test_a_launched_runs_table_is_every_ranks_counts_exactly_whatever_the_backen
     assert keys[1:] == [None, None]
     assert keys[0] == work.record_keys(snapshots[:, 0])
     assert keys[0]["local_passes_max"] == 25.0 and keys[0]["local_flops_max"] == 6965875.666666667
+    assert keys[0]["local_resolves"] == 3.0 and keys[0]["local_resolves_max"] == 2.0
 
 
 def test_a_resumed_run_continues_the_counts():
@@ -594,7 +598,7 @@ def test_an_elastic_state_gives_each_rank_its_row_of_the_table():
     """Rank 0's committed state on every rank (a Horovod elastic reset): the same world size takes each rank's row;
     a new one gives rank 0 the old total and the others zero."""
     costs = np.ones(len(work.COUNTS))
-    table = np.array([[1.0] + [0] * 7, [3.0] + [0] * 7])
+    table = np.array([[1.0] + [0] * len(work.COUNTS), [3.0] + [0] * len(work.COUNTS)])
     state = work.Ledger((0,), costs).state_dict(table)
     for rank, passes in ((0, 1.0), (1, 3.0)):
         ledger = work.Ledger((rank,), costs)
@@ -604,6 +608,21 @@ def test_an_elastic_state_gives_each_rank_its_row_of_the_table():
     for ledger in grown:
         ledger.load_state_dict(state, size=3)
     assert [ledger.counts[0, 0] for ledger in grown] == [4.0, 0.0, 0.0]
+
+
+def test_a_checkpoint_from_before_a_counter_continues_with_it_at_zero():
+    """A checkpoint written with the seven counters before ``local_resolves``: a rank's own counts, and rank 0's
+    table on every rank, continue with the others as they were and the new one at 0."""
+    costs = np.ones(len(work.COUNTS))
+    old = {"ranks": [1], "counts": [[2.0, 1, 0, 0, 5, 0, 0]], "made": [],
+           "table": [[1.0, 0, 0, 0, 0, 0, 0], [2.0, 1, 0, 0, 5, 0, 0]]}
+    own = work.Ledger((1,), costs)
+    own.load_state_dict({key: old[key] for key in ("ranks", "counts", "made")}, size=2)
+    assert own.counts.tolist() == [[2.0, 1, 0, 0, 5, 0, 0, 0]]
+    for rank, row in ((0, [1.0, 0, 0, 0, 0, 0, 0, 0]), (1, [2.0, 1, 0, 0, 5, 0, 0, 0])):
+        ledger = work.Ledger((rank,), costs)
+        ledger.load_state_dict(old, size=2)
+        assert ledger.counts.tolist() == [row]
 
 
 def test_an_lbfgs_local_solve_evaluates_each_point_once(monkeypatch):

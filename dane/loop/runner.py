@@ -181,6 +181,9 @@ def rounds_from(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] |
             raise NotPositiveDefinite(f"{singular}{getattr(algo, 'singular_remedy', '')}") from None
         done = work.reduce_over_workers(comm, snapshot) if ledger is not None else None
         record = {"round": t, **cost, **metrics, **(done or {}), **spent}
+        read = algo.read_work(t, done) if done is not None else []  # what the work says of the round before
+        if read:
+            record["adapted"] = [*read, *record.get("adapted", ())]
         if keep_records or not records:
             records.append(record)
         else:
