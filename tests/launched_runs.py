@@ -33,7 +33,8 @@ CLI: dict[str, tuple[str, ...]] = {
 LOGREG = ("problem=logreg", "rounds=3", "quiet=true", "save_iterate=true")
 RANDK = "randk:5"  # 5 of 31 coordinates, so that a run draws and its bits are a hand count away from dense
 
-#: name -> overrides of `LOGREG`: the compressed first-order methods, the FedNL line and the compressed downlink
+#: name -> overrides of `LOGREG`: the compressed first-order methods, the FedNL line, the compressed downlink and
+#: S-DANE's re-solves
 RUNS: dict[str, tuple[str, ...]] = {
     "diana": ("algorithm=diana", f"algorithm.compressor={RANDK}"),
     "adiana": ("algorithm=adiana", f"algorithm.compressor={RANDK}"),
@@ -52,6 +53,9 @@ RUNS: dict[str, tuple[str, ...]] = {
     "dane_down": ("algorithm=dane", "comm.compress=none", f"comm.compress_down={RANDK}"),
     "inexact_dane_down": ("algorithm=inexact_dane", "comm.compress=topk:5", "comm.error_feedback=true",
                           "comm.compress_down=natural"),
+    # S-DANE's re-solves after a failed accuracy test (local_retry): counted as local work, which reaches rank 0
+    # outside the method's bytes, and read back into the next record's event
+    "sdane_retry": ("algorithm=sdane", "algorithm.local_solver=svrg", "problem.svrg_passes=1"),
 }
 
 

@@ -2,7 +2,8 @@
 
 No mocks: these start the launchers, which start the backends' process groups.  The fast tests read one launch per
 launcher a session, each running every run of tests/launched_runs.py one after another (DANE through the command
-line, the compressed methods, the FedNL line and the compressed downlink), against the simulator's runs of the same.
+line, the compressed methods, the FedNL line, the compressed downlink and S-DANE's re-solves), against the
+simulator's runs of the same.
 """
 from __future__ import annotations
 
@@ -145,9 +146,10 @@ def same_record(real: dict, sim: dict) -> list[str]:
 @pytest.mark.parametrize("name", list(LAUNCHERS))
 @pytest.mark.parametrize("run", list(launched_runs.RUNS))
 def test_a_method_launched_equals_the_simulator(run, name, simulated, fresh):
-    """Each compressed method, the FedNL line and the compressed downlink under ``name`` (2 ranks, one run after
-    another in one launch: tests/launched_runs.py) against the simulator's 2 workers: every record (bits up and down,
-    bytes, local work, objectives), the resolved defaults and the final iterate."""
+    """Each compressed method, the FedNL line, the compressed downlink and S-DANE's re-solves under ``name`` (2
+    ranks, one run after another in one launch: tests/launched_runs.py) against the simulator's 2 workers: every
+    record (bits up and down, bytes, local work, the adaptations' events, objectives), the resolved defaults and the
+    final iterate."""
     out = launch(name, fresh)
     assert ran(simulated, run, "simulated") == {"rc": 0, "stderr": ""}
     assert [ran(out, run, rank) for rank in (0, 1)] == [{"rc": 0, "stderr": ""}] * 2
