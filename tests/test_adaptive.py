@@ -261,3 +261,29 @@ def test_each_weight_change_of_a_run_is_an_adaptation_in_its_records_and_summary
     assert {e["trigger"] for e in events} == {"climb", "cycle", "overshoot"}
     paper = dane.fit(problem, "sdane", workers=8, rounds=23, paper=True)
     assert paper.summary["adaptations"] == [] and len({r["lam"] for r in paper.records[:-1]}) == 1
+
+
+def test_a_resumed_run_reads_the_same_local_retry_events():
+    """A checkpoint at round 2 keeps the re-solves rank 0 has read (``resolves_seen``): the resumed records 2..4 carry
+    the straight run's events (rounds 1 to 3), each the round's re-solves, not the run's so far."""
+    from dane.api import algorithm_config
+    from dane.comm import ThreadGroup
+    from dane.loop.runner import run
+    from dane.loop.stopping import StopRule
+
+    config = algorithm_config("sdane", lam=1.0, mu=0.0, local_solver="svrg", paper=True)
+
+    def worker(comm):
+        states = []
+        straight, _ = run(config.build(RIDGE_SVRG.build(comm.rank, comm.size), comm), StopRule(rounds=4),
+                          on_checkpoint=states.append, checkpoint_every=2)
+        again, _ = run(config.build(RIDGE_SVRG.build(comm.rank, comm.size), comm), StopRule(rounds=4),
+                       resume=states[0])
+        return straight, again
+
+    RIDGE_SVRG.prepare()
+    straight, again = ThreadGroup(4).run(worker)[0]
+    assert [r["round"] for r in again] == [2, 3, 4]
+    assert [r["adapted"] for r in again] == [r["adapted"] for r in straight[2:]]
+    assert [[e["round"] for e in r["adapted"]] for r in again] == [[1], [2], [3]]
+    assert [e["resolves"] for r in straight[1:] for e in r["adapted"]] == [3, 4, 3, 5]
