@@ -75,6 +75,12 @@ class Compressor:
         """The text `dane.compress.make` builds this compressor from."""
         return self.name
 
+    @property
+    def given_as(self) -> str:
+        """``key=spec`` where the config key is known (``algorithm.compressor=topk:5``), else the spec: what a refusal
+        names."""
+        return f"{self.key}={self.spec}" if self.key else self.spec
+
 
 @dataclass(frozen=True)
 class Identity(Compressor):

@@ -50,8 +50,7 @@ class LowRank(Compressor):
         the config key the spec was made for, `dane.compress.make`): the run would send rank d while its records name
         the spec."""
         if self.r > d:
-            where = f"{self.key}={self.spec}" if self.key else self.spec
-            raise ConfigError(f"{where} keeps rank R = {self.r} of a {d}×{d} matrix; choose R <= {d} "
+            raise ConfigError(f"{self.given_as} keeps rank R = {self.r} of a {d}×{d} matrix; choose R <= {d} "
                               f"(rank:{d} sends the whole matrix)")
         return self.r
 

@@ -34,8 +34,7 @@ class Sparsifier(Compressor):
         if isinstance(self.k, float):
             return min(n, max(1, round(self.k * n)))
         if self.k > n:
-            where = f"{self.key}={self.spec}" if self.key else self.spec
-            raise ConfigError(f"{where} keeps K = {self.k} entries of a message of {n}; choose K <= {n} "
+            raise ConfigError(f"{self.given_as} keeps K = {self.k} entries of a message of {n}; choose K <= {n} "
                               f"({self.name}:{n} keeps them all), or a fraction of each message ({self.name}:0.1)")
         return self.k
 
