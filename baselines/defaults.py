@@ -24,10 +24,12 @@ from typing import Any
 
 # rules of the layers below, named here so that every rule a summary names is found in this module: InexactDANE's and
 # AIDE's SVRG step, passes=auto and CG cap (the local solver's), the problem.* solver nulls a run's local solves used
-# (local_solver=auto's choice, the CG and L-BFGS caps, SVRG's step and passes: `SolverNotes`), split learning's
-# cut=null (the smallest valid bottom); svrg_passes_at: what passes=auto ran, which `tighter` doubles
+# (local_solver=auto's choice, the CG and L-BFGS caps, SVRG's step and passes: `SolverNotes`; ridge_synthetic's
+# factorization=auto), split learning's cut=null (the smallest valid bottom); svrg_passes_at: what passes=auto ran,
+# which `tighter` doubles
 from dane.numerics.local_solvers import (LBFGS_MAX_ITER, PASSES_AUTO, LocalSolver, auto_local_solver, cg_products,
                                          svrg_passes, svrg_passes_at, svrg_step)
+from dane.problems.quadratic import auto_factorization
 from dane.split.cut import cut_model
 
 #: below 2 (a fixed step below 2/L decreases an L-smooth f): room for a Lanczos L short of λ_max, as GD's lr_factor

@@ -290,7 +290,7 @@ def test_rank_0_shows_the_defaults_and_the_adaptations_attached_before_round_0(s
     from dane.dane import DANE
     from dane.loop.callbacks import Policy
 
-    problem = RidgeSyntheticConfig(n_samples=40, dim=3, local_solver=solver).build(0, 1)
+    problem = RidgeSyntheticConfig(n_samples=40, dim=3, local_solver=solver, factorization="cholesky").build(0, 1)
     algo = DANE(problem, LocalCommunicator(), safeguard=safeguard)
     Policy(show=True).on_start(SimpleNamespace(algo=algo, comm=LocalCommunicator(), problem=problem))
     assert capfd.readouterr().err.splitlines() == lines

@@ -71,7 +71,8 @@ def test_an_outside_algorithm_declares_its_capabilities_and_is_asked_for_them():
 
 
 def test_an_outside_algorithm_through_the_python_api_equals_its_closed_form():
-    problem = RidgeSyntheticConfig(n_samples=N, dim=D, lam=LAM, local_solver="cholesky")  # auto's choice: a rule
+    problem = RidgeSyntheticConfig(n_samples=N, dim=D, lam=LAM, local_solver="cholesky",  # auto: a rule
+                                   factorization="cholesky")
     result = dane.fit(problem, MyFedProxConfig(mu=MU), workers=M, rounds=ROUNDS)
     assert_closed_form(result.records, result.w)
     # given every number, it says so as the package's methods do: the defaults policy's four keys, no rule applied

@@ -127,6 +127,8 @@ def test_a_move_of_mu_rederives_the_problems_null_svrg_step():
 
 
 def test_every_rule_a_problem_null_names_is_one_of_the_defaults_module():
+    """Every rule a ``note``/``noted`` call names, and every rule of a {"problem.<key>": rule} table (what the first
+    lines name), in every module of the package."""
     import ast
     from pathlib import Path
 
@@ -134,10 +136,82 @@ def test_every_rule_a_problem_null_names_is_one_of_the_defaults_module():
     import dane.numerics.local_solvers as ls
 
     rules = {rule for _, rule in ls.SVRG_NULLS.values()}
-    for node in ast.walk(ast.parse(Path(ls.__file__).read_text())):
-        name = getattr(node.func, "attr", getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
-        if name in ("note", "noted"):
-            args = [a for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            rules.update(a.value for a in args if not a.value.startswith("problem."))
-    assert rules >= {"auto_local_solver", "cg_products", "LBFGS_MAX_ITER", "svrg_step", "svrg_passes"}
+    for path in Path(dane.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = getattr(node.func, "attr", getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
+            if name in ("note", "noted"):
+                args = [a for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                rules.update(a.value for a in args if not a.value.startswith(("problem.", "algorithm.")))
+            if isinstance(node, ast.Dict):
+                rules.update(v.value for k, v in zip(node.keys, node.values)
+                             if isinstance(k, ast.Constant) and str(k.value).startswith("problem.")
+                             and isinstance(v, ast.Constant) and isinstance(v.value, str))
+    assert rules >= {"auto_local_solver", "cg_products", "LBFGS_MAX_ITER", "svrg_step", "svrg_passes",
+                     "auto_factorization"}
     assert {rule for rule in rules if not hasattr(d, rule)} == set()
+
+
+# ------------------------------------------------------------------ the batched path, factorization, networks
+def summary_of(problem, algorithm: str, workers: int, batched: str, rounds: int = 2, **keys) -> dict:
+    """A local run's summary, with ``sim.batched`` as given (true: the stacked problem; false: one shard a worker)."""
+    from dane.api import algorithm_config
+    from dane.loop.launch import execute
+    from dane.loop.spec import Communication, RunControl, RunSpec
+    from dane.loop.stopping import StopRule
+
+    spec = RunSpec(problem=problem, algorithm=algorithm_config(algorithm, **keys),
+                   comm=Communication(backend="local", workers=workers, batched=batched),
+                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True))
+    collected: dict = {}
+    execute(spec, None, collect=collected)
+    assert collected["summary"]["simulator_path"] == ("batched" if batched == "true" else "threads")
+    return collected["summary"]
+
+
+AUTO = {"key": "problem.local_solver", "value": "cholesky", "rule": "auto_local_solver"}
+
+
+@pytest.mark.parametrize("problem,noted", [
+    # 12 rows a worker < d = 20: Woodbury; 120 ≥ d: the d x d Cholesky, an eigendecomposition from the 17th shift
+    (RidgeSyntheticConfig(n_samples=48, dim=20, optimum="none"),
+     [{**AUTO, "stats": {"dim": 20, "sparse": False}},
+      {"key": "problem.factorization", "value": "woodbury", "rule": "auto_factorization",
+       "stats": {"worker": 0, "rows": 12, "dim": 20}}]),
+    (RidgeSyntheticConfig(n_samples=480, dim=20, optimum="none"),
+     [{**AUTO, "stats": {"dim": 20, "sparse": False}},
+      {"key": "problem.factorization", "value": "cholesky", "rule": "auto_factorization",
+       "stats": {"worker": 0, "rows": 120, "dim": 20, "eigh_after": 16}}]),
+    (RidgeSyntheticConfig(n_samples=48, dim=20, optimum="none", local_solver="cholesky", factorization="woodbury"),
+     []),
+    (dane.problems.LogReg(X, LABELS, lam=1e-3), [{**AUTO, "stats": {"dim": 6, "sparse": False}}]),
+])
+def test_the_batched_path_notes_what_the_thread_path_notes(problem, noted):
+    """sim.batched=true noted none of these: its stacked problems solved by a fixed Cholesky, so a 4-worker run's
+    summary said ``defaults: []`` where the same run on threads listed problem.local_solver=auto's choice."""
+    batched = summary_of(problem, "dane", 4, "true", safeguard=False, mu=0.1)
+    threads = summary_of(problem, "dane", 4, "false", safeguard=False, mu=0.1)
+    assert batched["defaults"] == threads["defaults"] == noted
+    assert batched["package_rules_applied"] is threads["package_rules_applied"] is bool(noted)
+
+
+def test_factorization_auto_is_noted_where_the_exact_solve_uses_it():
+    """ridge_synthetic's factorization=auto chose Woodbury's n_i x n_i factors (n_i < d) unnoted: a run given
+    local_solver=cholesky said no package rule applied.  A CG solve never factors: nothing to note."""
+    asked = RidgeSyntheticConfig(n_samples=60, dim=7, local_solver="cholesky", optimum="none")
+    summary = dane.fit(asked, "dane", workers=2, rounds=2, safeguard=False).summary
+    assert summary["defaults"] == [{"key": "problem.factorization", "value": "cholesky", "rule": "auto_factorization",
+                                    "stats": {"worker": 0, "rows": 30, "dim": 7, "eigh_after": 16}}]
+    assert summary["package_rules_applied"] is True
+    given = RidgeSyntheticConfig(n_samples=60, dim=7, local_solver="cholesky", factorization="eigh", optimum="none")
+    assert dane.fit(given, "dane", workers=2, rounds=2, safeguard=False).summary["package_rules_applied"] is False
+    by_cg = RidgeSyntheticConfig(n_samples=60, dim=7, local_solver="cg", local_max_iter=70, optimum="none")
+    assert dane.fit(by_cg, "dane", workers=2, rounds=2, safeguard=False).summary["defaults"] == []
+
+
+def test_a_stacked_problem_keeps_its_notes_in_its_checkpoint_state():
+    stacked, again = (RidgeSyntheticConfig(n_samples=48, dim=20, optimum="none").build_stacked(4) for _ in range(2))
+    assert stacked.state_dict() == {}  # nothing used yet: no state, as before
+    entry = {"key": "problem.factorization", "value": "woodbury", "rule": "auto_factorization", "stats": {}}
+    stacked.solver_notes.load_state_dict([entry])
+    again.load_state_dict(stacked.state_dict())
+    assert again.solver_notes.entries == {"problem.factorization": entry}

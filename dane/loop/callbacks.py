@@ -280,7 +280,7 @@ class Policy(Callback):
         for entry in defaults:
             show_default(entry)
         notes = getattr(loop.problem, "solver_notes", None)
-        open_keys = notes.open_keys(loop.problem.solver) if notes is not None else {}
+        open_keys = notes.open_keys(getattr(loop.problem, "solver", None)) if notes is not None else {}
         if not defaults:  # the problem's nulls are noted where a local solve uses them, and shown at the end
             say("default: none (every number given)" if not open_keys else
                 f"default: none of algorithm.*; {', '.join(open_keys)} where the rounds' local solves use them")

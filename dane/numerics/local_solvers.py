@@ -124,10 +124,15 @@ class SolverNotes:
     chose (`auto_local_solver`), ``local_max_iter``'s cap (`cg_products`, `LBFGS_MAX_ITER`), ``svrg_lr``
     (`svrg_step`) and ``svrg_passes=auto`` (`svrg_passes`).  The last two are this worker's (``worker``: set by the
     problem's build) at the proximal weight ``mu`` of that first solve; a μ that moves later re-derives them (DANE
-    records each re-derivation as an ``adapted`` event).  A resumed run keeps them (the shard's ``state_dict``)."""
+    records each re-derivation as an ``adapted`` event).  A problem notes its own keys' nulls here too, where its
+    solves use them (``also``: key -> rule, what the first lines name before round 0): ridge_synthetic's
+    ``factorization=auto`` (`dane.problems.quadratic.auto_factorization`).  The batched
+    path's stacked problem notes what worker 0's shard would (``worker`` 0).  A resumed run keeps them (the shard's
+    ``state_dict``)."""
 
-    def __init__(self, asked: LocalSolver):
-        self.auto = asked.method == "auto"
+    def __init__(self, asked: LocalSolver | None = None, also: dict[str, str] | None = None):
+        self.auto = asked is not None and asked.method == "auto"
+        self.also = dict(also or {})
         self.worker: int | None = None
         self.entries: dict[str, dict] = {}
 
@@ -142,22 +147,32 @@ class SolverNotes:
             self.note("problem.local_solver", solver.method, "auto_local_solver", dim=dim, sparse=sparse)
         return solver
 
-    def open_keys(self, solver: LocalSolver) -> dict[str, str]:
-        """The keys a solve by the shard's own (resolved) ``solver`` notes, key -> rule: what the first lines say
-        before round 0."""
+    def open_keys(self, solver: LocalSolver | None) -> dict[str, str]:
+        """The keys a solve by the shard's own (resolved) ``solver`` (None: it has none) notes, key -> rule: what the
+        first lines say before round 0."""
         keys = {"problem.local_solver": "auto_local_solver"} if self.auto else {}
+        if solver is None:
+            return {**keys, **self.also}
         if solver.max_iter is None and solver.method in ("cg", "lbfgs"):
             keys["problem.local_max_iter"] = "cg_products" if solver.method == "cg" else "LBFGS_MAX_ITER"
         if solver.method == "svrg":
             keys.update({SVRG_NULLS["lr"][0]: SVRG_NULLS["lr"][1]} if solver.lr is None else {})
             keys.update({SVRG_NULLS["passes"][0]: SVRG_NULLS["passes"][1]} if solver.passes == PASSES_AUTO else {})
-        return keys
+        return {**keys, **self.also}
 
     def state_dict(self) -> list[dict]:
         return list(self.entries.values())
 
     def load_state_dict(self, entries: list[dict]) -> None:
         self.entries = {entry["key"]: entry for entry in entries}
+
+    def kept(self, state: dict) -> dict:
+        """A problem's checkpoint ``state`` with these notes (``solver_notes``: none noted, no key)."""
+        return {**state, "solver_notes": self.state_dict()} if self.entries else state
+
+    def restore(self, state: dict) -> None:
+        """The notes `kept` put in ``state`` (none there: none)."""
+        self.load_state_dict(state.get("solver_notes", []))
 
 
 def noted(shard, solver: LocalSolver, key: str, value, rule: str, **stats):

@@ -334,7 +334,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             y = torch.as_tensor(table.y[idx], dtype=dtype)
         problem = StackedLinearModel(X, y,
                                      first.loss, l2=first.l2, weight=first.weight, solver=first.solver,
-                                     notes=first.notes, device=first.device)
+                                     notes=first.notes, device=first.device, solver_notes=first.solver_notes)
         problem.target_units, problem.data_info = first.target_units, first.data_info
         return problem
 

@@ -39,7 +39,7 @@ import torch
 from .. import checks
 from ..errors import ConfigError, NotPositiveDefinite
 from ..numerics.linalg import cg, cholesky_solve
-from ..numerics.local_solvers import LocalSolver, cg_cap
+from ..numerics.local_solvers import LocalSolver, SolverNotes, cg_cap
 from ..work import count_once, counted
 from .base import Problem
 
@@ -175,6 +175,23 @@ class QuadraticProblem(Problem):
         if anchor_grad is None:
             anchor_grad = self.grad(anchor, with_reg=with_reg)
         return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg, solver=solver)
+
+
+def auto_factorization(rows: int, dim: int) -> str:
+    """``factorization=auto`` on a shard that keeps its ``rows`` rows (`dane.problems.ridge.RidgeShard`) in
+    d = ``dim``: ``woodbury`` where rows < d (n_i x n_i factors, no d x d matrix), else ``cholesky``, a factor per
+    shift until `EIGH_BREAK_EVEN` shifts, then one eigendecomposition for every later shift (`QuadraticProblem`'s ski
+    rental).  This package's rule (not swept)."""
+    return "woodbury" if rows < dim else "cholesky"
+
+
+def note_factorization(notes: SolverNotes, factorization: str, rows: int, dim: int) -> None:
+    """``factorization=auto``'s choice (`auto_factorization`) on ``notes`` at an exact solve: worker ``notes.worker``'s,
+    from its ``rows``; with ``cholesky``, the shift count from which the eigendecomposition serves (``eigh_after``)."""
+    if factorization == "auto":
+        choice = auto_factorization(rows, dim)
+        notes.note("problem.factorization", choice, "auto_factorization", worker=notes.worker, rows=rows, dim=dim,
+                   eigh_after=EIGH_BREAK_EVEN if choice == "cholesky" else None)
 
 
 def not_positive_definite(shift: float) -> NotPositiveDefinite:

@@ -39,7 +39,7 @@ import torch
 from .. import checks
 from ..errors import ConfigError
 from ..numerics.linalg import capacitance_factor, cg, woodbury_solve
-from ..numerics.local_solvers import AUTO_MAX_DIM, LocalSolver
+from ..numerics.local_solvers import AUTO_MAX_DIM, LocalSolver, SolverNotes
 from ..losses import SQUARED
 from ..numerics.inner import worker_seed
 from ..records.results import atomic_write
@@ -47,7 +47,7 @@ from ..work import count_once, counted, rows_fraction
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions
 from .optimum import OPTIMUM_MODES, cache_dir, check_mode
-from .quadratic import FACTORIZATIONS, QuadraticProblem, not_positive_definite
+from .quadratic import FACTORIZATIONS, QuadraticProblem, auto_factorization, not_positive_definite, note_factorization
 
 COVARIANCES = ("iso", "decay")
 ROW_BLOCK = 256                       # stream positions per seeded block
@@ -138,9 +138,12 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
         rows = torch.stack(shard(self.n_samples, size, self.seed))
         w_star = reference_optimum(*self.data_key, float(self.lam)).to(dtype) if self.optimum == "auto" else None
         n = self.n_samples // size
+        notes = SolverNotes(self.solver, also={"problem.factorization": "auto_factorization"}
+                            if self.factorization == "auto" else {})  # as worker 0's `RidgeShard` (cholesky) notes
+        notes.worker = 0
         return StackedRidge(X[rows].to(dtype), y[rows].to(dtype), self.lam, scale=size / self.n_samples,
                             w_star=w_star, low_rank=uses_woodbury(self.factorization, n, self.dim),
-                            device=pick_device(self.device, 0))
+                            device=pick_device(self.device, 0), solver_notes=notes, factorization=self.factorization)
 
     def build(self, rank: int, size: int, dtype: torch.dtype = torch.float64) -> QuadraticProblem:
         self.check_workers(size)
@@ -312,7 +315,7 @@ def _normal_solve(G: torch.Tensor, Xty: torch.Tensor, n: int, lam: float) -> tor
 
 def uses_woodbury(factorization: str, rows: int, dim: int) -> bool:
     """The low-rank exact solve: asked for, or ``auto`` with fewer rows than columns (`RidgeShard`)."""
-    return factorization == "woodbury" or (factorization == "auto" and rows < dim)
+    return factorization == "woodbury" or (factorization == "auto" and auto_factorization(rows, dim) == "woodbury")
 
 
 def quadratic_shard(X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None) -> "RidgeShard":
@@ -363,6 +366,8 @@ class RidgeShard(QuadraticProblem):
         super().__init__(self._A, 2 * scale * (X.T @ y), scale * float(y @ y), lam, w_star=w_star,
                          factorization=factorization)
         self.solver, self.solver_notes = self.rows.solver, self.rows.solver_notes  # one set of problem.* keys
+        if factorization == "auto" and self.solver.method == "cholesky":  # the exact solve notes auto's choice
+            self.solver_notes.also["problem.factorization"] = "auto_factorization"
         self._row_gram: torch.Tensor | None = None  # X_i X_iᵀ (low rank), made at the first solve
         self._capacitance: OrderedDict[float, torch.Tensor] = OrderedDict()  # shift -> factor, least recent first
 
@@ -401,7 +406,9 @@ class RidgeShard(QuadraticProblem):
                                      rtol=rtol).to(r.device)
 
     def shifted_solve(self, r: torch.Tensor, shift: float) -> torch.Tensor:
-        """(A_i + shift I)⁻¹ r, exactly: by the Woodbury identity when ``low_rank``, else the d x d path."""
+        """(A_i + shift I)⁻¹ r, exactly: by the Woodbury identity when ``low_rank``, else the d x d path
+        (``factorization=auto``'s choice noted: `note_factorization`)."""
+        note_factorization(self.solver_notes, self.factorization, *self.X.shape)
         if not self.low_rank:
             return super().shifted_solve(r, shift)
         return woodbury_solve(self.X, 2 * self.scale, float(shift), self._capacitance_factor(shift), r)

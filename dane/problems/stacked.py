@@ -25,11 +25,11 @@ import copy
 
 import torch
 
-from ..numerics.local_solvers import LocalSolver, flat_slope, round_off_floor
+from ..numerics.local_solvers import LocalSolver, SolverNotes, flat_slope, round_off_floor
 from ..losses import ROW_VALUES, Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
-from .quadratic import not_positive_definite
+from .quadratic import not_positive_definite, note_factorization
 
 FACTORS_KEPT = 8  # shifts whose batched factors are kept: DANE's safeguard visits a handful of μ
 ONE_PASS_FROM = 131_072  # rows of a stack from which `StackedLinearModel.one_pass` reads X once (above the caches)
@@ -124,7 +124,8 @@ class StackedRidge(Problem):
     quadratic = True
 
     def __init__(self, X: torch.Tensor, y: torch.Tensor, lam: float, *, scale: float, w_star=None,
-                 low_rank: bool = False, device: str | torch.device = "cpu"):
+                 low_rank: bool = False, device: str | torch.device = "cpu", solver_notes: SolverNotes | None = None,
+                 factorization: str = "cholesky"):
         self.device = torch.device(device)
         self.X, self.y = X.to(self.device).contiguous(), y.to(self.device)
         self.stacked_workers, self.n_local, self.dim = X.shape
@@ -134,6 +135,9 @@ class StackedRidge(Problem):
         self.strong_convexity = 2 * self.lam
         self.low_rank = low_rank
         self.solver = LocalSolver("cholesky")
+        # the problem.* nulls the solves use, as worker 0's shard notes them (`dane.problems.ridge.RidgeShard`); the
+        # asked ``factorization`` for its note alone (``low_rank`` is what it chose)
+        self.solver_notes, self.factorization = solver_notes or SolverNotes(), factorization
         self.w_star = None if w_star is None else w_star.to(self.device)
         self.metric_names = ("objective", "suboptimality") if w_star is not None else ("objective",)
         self.notes = [f"sim.batched: the {self.stacked_workers} workers ran as one stacked computation, each "
@@ -206,7 +210,9 @@ class StackedRidge(Problem):
 
     # ------------------------------------------------------------------ exact local solves, batched
     def shifted_solve(self, r: torch.Tensor, shift: float) -> torch.Tensor:
-        """(A_i + shift I)⁻¹ r_i for every worker: Cholesky of A_i + sI, or Woodbury's n x n matrices."""
+        """(A_i + shift I)⁻¹ r_i for every worker: Cholesky of A_i + sI, or Woodbury's n x n matrices
+        (``factorization=auto``'s choice noted as a shard notes it: `dane.problems.quadratic.note_factorization`)."""
+        note_factorization(self.solver_notes, self.factorization, self.n_local, self.dim)
         r = rows_of(r, self.stacked_workers)
         if not self.low_rank:
             return cholesky_solve_stacked(self._factor(float(shift)), r)
@@ -255,7 +261,10 @@ class StackedRidge(Problem):
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
                       solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
-        """(A_i [+ 2λI] + shift I)⁻¹ r_i for every worker, exactly."""
+        """(A_i [+ 2λI] + shift I)⁻¹ r_i for every worker, exactly (a solve handed no ``solver`` is by the
+        problem's: ``auto``'s choice noted, as `dane.problems.quadratic.QuadraticProblem.solve_hessian` notes it)."""
+        if solver is None:
+            self.solver_notes.own(self.solver, self.dim, False)
         where, r = r.device, r.to(self.device)
         return self.shifted_solve(r, shift + (2 * self.lam if with_reg else 0.0)).to(where)
 
@@ -265,10 +274,17 @@ class StackedRidge(Problem):
         `dane.problems.quadratic.QuadraticProblem.prox_solve` does."""
         if anchor_grad is None:
             anchor_grad = self.grad(anchor, with_reg=with_reg)
-        return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg)
+        return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg, solver=solver)
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         return (rho / (rho + 2 * self.lam)) * v
+
+    def state_dict(self) -> dict:
+        """The ``problem.*`` nulls the solves used so far (none: no state), as a shard keeps them."""
+        return self.solver_notes.kept({})
+
+    def load_state_dict(self, state: dict) -> None:
+        self.solver_notes.restore(state)
 
 
 
@@ -289,7 +305,8 @@ class StackedLinearModel(Problem):
     convex = True
 
     def __init__(self, X: torch.Tensor, y: torch.Tensor, loss: Loss, *, l2: float, weight: float,
-                 solver: LocalSolver, notes=(), device: str | torch.device = "cpu"):
+                 solver: LocalSolver, notes=(), device: str | torch.device = "cpu",
+                 solver_notes: SolverNotes | None = None):
         self.device = torch.device(device)
         self.X, self.y, self.loss = X.to(self.device), y.to(self.device), loss
         self.row_value = ROW_VALUES[loss.name]
@@ -300,6 +317,7 @@ class StackedLinearModel(Problem):
         self.quadratic = loss.quadratic
         self.strong_convexity = self.l2
         self.solver = solver
+        self.solver_notes = solver_notes or SolverNotes()  # the problem.* nulls the solves use, as worker 0's shard's
         self.metric_names = ("objective",)
         self.notes = [*notes, f"sim.batched: the {self.stacked_workers} workers ran as one stacked computation, "
                               "each charged 1/m of its measured compute (dane/comm/batched.py)"]
@@ -425,7 +443,10 @@ class StackedLinearModel(Problem):
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
                       solver: LocalSolver | None = None, rtol: float | None = None) -> torch.Tensor:
-        """(∇²D_i(at) [+ λI] + shift I)⁻¹ r_i for every worker, by batched Cholesky."""
+        """(∇²D_i(at) [+ λI] + shift I)⁻¹ r_i for every worker, by batched Cholesky (handed no ``solver``: the
+        problem's, ``auto``'s choice noted as `dane.problems.glm.LinearModelShard.solve_hessian` notes it)."""
+        if solver is None:
+            self.solver_notes.own(self.solver, self.dim, False)
         where, r = r.device, r.to(self.device)
         at = torch.zeros(self.dim, dtype=self.dtype, device=self.device) if at is None else at.to(self.device)
         L = self._factor(at, float(shift + (self.l2 if with_reg else 0.0)))
@@ -436,6 +457,8 @@ class StackedLinearModel(Problem):
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
         """≈ argmin_w O_i(w) − <linear_i, w> + (μ/2)‖w − anchor‖² for every worker: `dane.numerics.local_solvers.newton`,
         row by row (class docstring)."""
+        if solver is None:  # the problem's, as `dane.problems.glm.LinearModelShard.prox_solve` notes it
+            self.solver_notes.own(self.solver, self.dim, False)
         where = anchor.device
         anchor, linear = anchor.to(self.device), linear.to(self.device)
         l2 = self.l2 if with_reg else 0.0
@@ -470,7 +493,7 @@ class StackedLinearModel(Problem):
                 break
             self.solving = active.double().numpy()  # a factor made now is made by the active workers only
             try:
-                direction = self.solve_hessian(-grad, at=w, shift=shift, with_reg=False)
+                direction = self.solve_hessian(-grad, at=w, shift=shift, with_reg=False, solver=self.solver)
             finally:
                 self.solving = 1.0
             if self.quadratic:  # φ is quadratic: the Newton step is the minimizer
@@ -499,3 +522,10 @@ class StackedLinearModel(Problem):
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
         return (rho / (rho + self.l2)) * v
+
+    def state_dict(self) -> dict:
+        """The ``problem.*`` nulls the solves used so far (none: no state), as a shard keeps them."""
+        return self.solver_notes.kept({})
+
+    def load_state_dict(self, state: dict) -> None:
+        self.solver_notes.restore(state)
