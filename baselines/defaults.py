@@ -25,8 +25,9 @@ from typing import Any
 # rules of the layers below, named here so that every rule a summary names is found in this module: InexactDANE's and
 # AIDE's SVRG step, passes=auto and CG cap (the local solver's), the problem.* solver nulls a run's local solves used
 # (local_solver=auto's choice, the CG and L-BFGS caps, SVRG's step and passes: `SolverNotes`; ridge_synthetic's
-# factorization=auto), split learning's cut=null (the smallest valid bottom); svrg_passes_at: what passes=auto ran,
-# which `tighter` doubles
+# factorization=auto; a network's inner_steps and inner_batch_size), split learning's cut=null (the smallest valid
+# bottom); svrg_passes_at: what passes=auto ran, which `tighter` doubles
+from dane.numerics.inner import one_pass_steps, whole_shard
 from dane.numerics.local_solvers import (LBFGS_MAX_ITER, PASSES_AUTO, LocalSolver, auto_local_solver, cg_products,
                                          svrg_passes, svrg_passes_at, svrg_step)
 from dane.problems.quadratic import auto_factorization

@@ -147,7 +147,7 @@ def test_every_rule_a_problem_null_names_is_one_of_the_defaults_module():
                              if isinstance(k, ast.Constant) and str(k.value).startswith("problem.")
                              and isinstance(v, ast.Constant) and isinstance(v.value, str))
     assert rules >= {"auto_local_solver", "cg_products", "LBFGS_MAX_ITER", "svrg_step", "svrg_passes",
-                     "auto_factorization"}
+                     "auto_factorization", "one_pass_steps", "whole_shard"}
     assert {rule for rule in rules if not hasattr(d, rule)} == set()
 
 
@@ -208,10 +208,53 @@ def test_factorization_auto_is_noted_where_the_exact_solve_uses_it():
     assert dane.fit(by_cg, "dane", workers=2, rounds=2, safeguard=False).summary["defaults"] == []
 
 
-def test_a_stacked_problem_keeps_its_notes_in_its_checkpoint_state():
+def flat_digits(**keys):
+    """A network on 24 random 5-feature rows of 3 classes (8 a worker at m = 3), an MLP of 4 hidden units."""
+    import torch
+
+    from dane.data import Dataset
+    from dane.problems.neural import ModelConfig, NeuralProblemConfig
+
+    class Flat(NeuralProblemConfig):
+        def dataset(self) -> Dataset:
+            g = torch.Generator().manual_seed(0)
+            return Dataset(torch.randn(24, 5, generator=g), torch.randint(0, 3, (24,), generator=g),
+                           torch.randn(6, 5, generator=g), torch.randint(0, 3, (6,), generator=g), 3, "flat")
+
+    return Flat(model=ModelConfig(name="mlp", hidden=(4,)), dtype="float64", device="cpu", eval_batch_size=8, **keys)
+
+
+def test_a_networks_inner_nulls_are_noted_where_its_solves_read_them_on_either_path():
+    """inner_steps=null (one pass: 8 rows // 4 = 2 steps) and inner_batch_size=null (the whole shard, 8 rows) were
+    resolved unnoted: such a run said ``defaults: []`` and that no package rule applied."""
+    steps = {"key": "problem.inner_steps", "value": 2, "rule": "one_pass_steps",
+             "stats": {"worker": 0, "rows": 8, "batch_size": 4}}
+    for batched in ("true", "false"):
+        summary = summary_of(flat_digits(inner_steps=None, inner_batch_size=4), "dane", 3, batched,
+                             safeguard=False, mu=0.1)
+        assert summary["defaults"] == [steps] and summary["package_rules_applied"] is True
+    whole = summary_of(flat_digits(inner_steps=None, inner_batch_size=None), "dane", 3, "false",
+                       safeguard=False, mu=0.1)
+    assert whole["defaults"] == [{"key": "problem.inner_batch_size", "value": 8, "rule": "whole_shard",
+                                  "stats": {"worker": 0, "rows": 8}},
+                                 {**steps, "value": 1, "stats": {"worker": 0, "rows": 8, "batch_size": 8}}]
+    given = summary_of(flat_digits(inner_steps=2, inner_batch_size=4), "dane", 3, "true", safeguard=False, mu=0.1)
+    assert given["defaults"] == [] and given["package_rules_applied"] is False
+
+
+def test_a_stacked_or_network_problem_keeps_its_notes_in_its_checkpoint_state():
+    from dane import work
+
+    shard = flat_digits(inner_steps=None, inner_batch_size=4).build(0, 3)
+    assert "solver_notes" not in shard.state_dict()
+    w = shard.initial_point()
+    with work.opened(work.ledger_for(dane.comm.LocalCommunicator(), shard)):
+        shard.prox_solve(w, w * 0, 0.1)
+    fresh = flat_digits(inner_steps=None, inner_batch_size=4).build(0, 3)
+    fresh.load_state_dict(shard.state_dict())
+    assert list(fresh.solver_notes.entries) == ["problem.inner_steps"]
     stacked, again = (RidgeSyntheticConfig(n_samples=48, dim=20, optimum="none").build_stacked(4) for _ in range(2))
     assert stacked.state_dict() == {}  # nothing used yet: no state, as before
-    entry = {"key": "problem.factorization", "value": "woodbury", "rule": "auto_factorization", "stats": {}}
-    stacked.solver_notes.load_state_dict([entry])
+    stacked.solver_notes.load_state_dict(shard.state_dict()["solver_notes"])
     again.load_state_dict(stacked.state_dict())
-    assert again.solver_notes.entries == {"problem.factorization": entry}
+    assert again.solver_notes.entries == shard.solver_notes.entries

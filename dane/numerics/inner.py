@@ -78,7 +78,39 @@ def steps_for(solver: InnerSolver, n_local: int) -> int:
     """Inner steps on a shard of ``n_local`` rows: ``solver.steps``, or one pass when it is None."""
     if solver.steps is not None:
         return solver.steps
-    return max(1, n_local // (solver.batch_size or n_local))
+    return one_pass_steps(n_local, solver.batch_size or whole_shard(n_local))
+
+
+def one_pass_steps(n_local: int, batch_size: int) -> int:
+    """``problem.inner_steps=null``: one pass over the shard, n_i // batch steps (at least one), so that a round
+    costs every worker one epoch of its data whatever m is.  This package's rule (not swept)."""
+    return max(1, n_local // batch_size)
+
+
+def whole_shard(n_local: int) -> int:
+    """``problem.inner_batch_size=null``: every step (and each of ``grad_batches``' batches) takes the whole shard,
+    n_i rows.  This package's rule (not swept)."""
+    return n_local
+
+
+def note_inner(notes, solver: InnerSolver, n_local: int, *, steps: bool) -> None:
+    """The inner solver's nulls a use of it reads, noted on the shard's ``notes``
+    (`dane.numerics.local_solvers.SolverNotes`, worker ``notes.worker``'s, from its ``n_local`` rows):
+    ``inner_batch_size`` (`whole_shard`) at every draw, ``inner_steps`` (`one_pass_steps`) where ``steps`` (a
+    local solve's count)."""
+    if solver.batch_size is None:
+        notes.note("problem.inner_batch_size", whole_shard(n_local), "whole_shard", worker=notes.worker, rows=n_local)
+    if steps and solver.steps is None and solver.optimizer != "lbfgs":
+        notes.note("problem.inner_steps", steps_for(solver, n_local), "one_pass_steps", worker=notes.worker,
+                   rows=n_local, batch_size=solver.batch_size or whole_shard(n_local))
+
+
+def inner_keys(solver: InnerSolver) -> dict[str, str]:
+    """The ``problem.*`` keys `note_inner` notes for ``solver``, key -> rule (`SolverNotes`' ``also``)."""
+    keys = {"problem.inner_batch_size": "whole_shard"} if solver.batch_size is None else {}
+    if solver.steps is None and solver.optimizer != "lbfgs":
+        keys["problem.inner_steps"] = "one_pass_steps"
+    return keys
 
 
 def make_optimizer(solver: InnerSolver, params: Sequence[torch.Tensor], mu: float = 0.0) -> torch.optim.Optimizer:

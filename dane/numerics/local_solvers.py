@@ -126,7 +126,8 @@ class SolverNotes:
     problem's build) at the proximal weight ``mu`` of that first solve; a μ that moves later re-derives them (DANE
     records each re-derivation as an ``adapted`` event).  A problem notes its own keys' nulls here too, where its
     solves use them (``also``: key -> rule, what the first lines name before round 0): ridge_synthetic's
-    ``factorization=auto`` (`dane.problems.quadratic.auto_factorization`).  The batched
+    ``factorization=auto`` (`dane.problems.quadratic.auto_factorization`), a network's ``inner_steps`` and
+    ``inner_batch_size`` (`dane.numerics.inner.one_pass_steps`, `dane.numerics.inner.whole_shard`).  The batched
     path's stacked problem notes what worker 0's shard would (``worker`` 0).  A resumed run keeps them (the shard's
     ``state_dict``)."""
 

@@ -310,6 +310,7 @@ class NeuralProblemConfig(ProblemConfig):
             sampler_seed=worker_seed(self.seed, rank, SAMPLER_STREAM), notes=[*data.notes, *overlap_notes],
             augment_seed=worker_seed(self.seed, rank, AUGMENT_STREAM) if self.augment else None,
         )
+        problem.solver_notes.worker = rank  # whose rows its inner nulls read
         problem.data_info = data.info()  # into the run's summary: what the numbers were measured on
         return problem
 

@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from ..data.augment import augment
-from ..numerics.inner import InnerSolver, MinibatchSampler, preload_optimizers, refuse_oversized, solve, steps_for
+from ..numerics.inner import (InnerSolver, MinibatchSampler, inner_keys, note_inner, preload_optimizers,
+                              refuse_oversized, solve, steps_for)
+from ..numerics.local_solvers import SolverNotes
 from ..models import LogisticRegression
 from ..work import counted
 from .base import Problem
@@ -37,6 +39,7 @@ class NeuralProblem(Problem):
         self.num_classes, self.workers = num_classes, workers
         self.inner, self.grad_batches, self.eval_batch_size = inner, grad_batches, eval_batch_size
         self.sampler = MinibatchSampler(self.n_local, inner.batch_size, sampler_seed)
+        self.solver_notes = SolverNotes(also=inner_keys(inner))  # the inner solver's nulls its uses read (`note_inner`)
         # problem.augment: training minibatches (batch_grad, the inner solve) shifted and rotated (dane.data.augment)
         self.augmenter = None if augment_seed is None else torch.Generator().manual_seed(augment_seed)
         self.notes = list(notes)
@@ -94,6 +97,7 @@ class NeuralProblem(Problem):
                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
         r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||², by the inner solver started at the anchor."""
         sampler = self._inner_sampler()
+        note_inner(self.solver_notes, self.inner, self.n_local, steps=True)
         self._load(anchor)
         anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]
         linear_parts = [g.view_as(p) for g, p in zip(linear.to(self.device, self.dtype).split(self._sizes), self.params)]
@@ -107,6 +111,7 @@ class NeuralProblem(Problem):
         the shard: refused at its first use, not at build, since a method that never solves locally (sync_sgd,
         local_sgd, gd) leaves the key unused on shards of any size."""
         refuse_oversized("problem.inner_batch_size", self.inner.batch_size, self.n_local)
+        note_inner(self.solver_notes, self.inner, self.n_local, steps=False)
         return self.sampler
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
@@ -129,13 +134,15 @@ class NeuralProblem(Problem):
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict:
+        """The samplers' generators, and the ``problem.*`` nulls the solves used so far (none: no key)."""
         state = {"sampler": self.sampler.state_dict()}
         if self.augmenter is not None:
             state["augment"] = self.augmenter.get_state()
-        return state
+        return self.solver_notes.kept(state)
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        self.solver_notes.restore(state)
         if self.augmenter is not None and "augment" in state:
             self.augmenter.set_state(state["augment"])
 

@@ -59,7 +59,9 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parameters_to_vector
 
-from ..numerics.inner import InnerSolver, StackedSampler, proximal_step, refuse_oversized, steps_for
+from ..numerics.inner import (InnerSolver, StackedSampler, inner_keys, note_inner, proximal_step, refuse_oversized,
+                              steps_for)
+from ..numerics.local_solvers import SolverNotes
 from ..work import count, counted
 from .base import Problem
 from .stacked import rows_of
@@ -105,6 +107,8 @@ class StackedNeuralProblem(Problem):
         self.num_classes, self.inner = num_classes, inner
         self.grad_batches, self.eval_batch_size = grad_batches, eval_batch_size
         self.sampler = StackedSampler(self.n_local, inner.batch_size, sampler_seeds)
+        self.solver_notes = SolverNotes(also=inner_keys(inner))  # as worker 0's shard notes them (equal shards)
+        self.solver_notes.worker = 0
         how = ("torch.func.vmap" if self.engine == "vmap"
                else "the per-worker kernels one worker after another in one thread")
         self.notes = [*notes, f"sim.batched: the {self.stacked_workers} workers' networks ran as one stacked "
@@ -209,6 +213,7 @@ class StackedNeuralProblem(Problem):
         l2 = self.l2 if with_reg else 0.0
         lr, momentum = proximal_step(self.inner.lr, mu), self.inner.momentum
         W, buf, sampler = A.clone(), None, self._inner_sampler()
+        note_inner(self.solver_notes, self.inner, self.n_local, steps=True)
         for _ in range(steps_for(self.inner, self.n_local)):
             idx = sampler.next()
             count("local_inner_steps")
@@ -225,6 +230,7 @@ class StackedNeuralProblem(Problem):
         """`dane.problems.neural_shard.NeuralProblem._inner_sampler`'s: the samplers, ``problem.inner_batch_size``
         refused at their first use where it exceeds the (equal) shards."""
         refuse_oversized("problem.inner_batch_size", self.inner.batch_size, self.n_local)
+        note_inner(self.solver_notes, self.inner, self.n_local, steps=False)
         return self.sampler
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
@@ -241,10 +247,11 @@ class StackedNeuralProblem(Problem):
         return self.stacked_workers * one_hot.sum(1).cpu().view(-1, C, C)
 
     def state_dict(self) -> dict:
-        return {"sampler": self.sampler.state_dict()}
+        return self.solver_notes.kept({"sampler": self.sampler.state_dict()})
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        self.solver_notes.restore(state)
 
     # ------------------------------------------------------------------ plumbing
     @counted("local_passes", lambda self, W, idx, **kwargs: 1.0 if idx is None else idx.shape[-1] / self.n_local)
