@@ -6,7 +6,8 @@ of its adaptations in order, as optax's ``apply_if_finite`` wraps an update: an 
 declare the run finished, and returns what it did as events ``{"key", "from", "to", "trigger"}``, which the round's
 record carries under ``adapted``.  A method's config attaches an adaptation only where it applied before this module
 existed (a weight the user left ``null``, full participation, a convex problem ...), lists them in
-``algorithm.adapt`` (null: every one that applies; ``[]``: none) and attaches none with ``algorithm.paper=true`` but
+``algorithm.adapt`` (null: every one that applies; ``[]``: none; only the method's own, its config's
+``adaptation_names``) and attaches none with ``algorithm.paper=true`` but
 those that keep a condition of the paper's round (`PAPER_CONDITIONS`).
 
 - ``double_weight`` (`WeightDoubling`, `CyclingObjective`): a default proximal weight doubles, up to δ_A, when the
@@ -419,12 +420,15 @@ class AdaptKeys:
     paper: bool = False   # true: the paper's method as stated: nulls resolved at the start and frozen, no adaptation
     #                       but those that keep the paper's conditions (`PAPER_CONDITIONS`)
     adapt: tuple | None = None  # the adaptations that may act (null: each one that applies; []: none)
-    adaptation_names = ADAPTATIONS  # the names ``adapt`` takes
+    adaptation_names = ADAPTATIONS  # the names ``adapt`` takes: the method's own (those its ``build`` may attach)
 
     def check_policy(self) -> None:
         checks.boolean("algorithm.paper", self.paper)
         if self.adapt is not None:
             object.__setattr__(self, "adapt", tuple(self.adapt))
+            if self.adapt and not self.adaptation_names:
+                raise ConfigError(f"algorithm={self.name} has no adaptation, got algorithm.adapt={list(self.adapt)}; "
+                                  f"set algorithm.adapt=[] or null")
             for name in self.adapt:
                 checks.one_of("algorithm.adapt[]", name, self.adaptation_names)
             extra = [name for name in self.adapt if name not in PAPER_CONDITIONS]

@@ -101,6 +101,7 @@ class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     name: str = "feddane"
     algorithm = FedDANE
     mu_role = "damping"
+    adaptation_names = (WeightDoubling.name, FloorStop.name)
 
     def __post_init__(self) -> None:
         checks.positive("algorithm.eta", self.eta)

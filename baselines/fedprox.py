@@ -105,6 +105,7 @@ class FedProxConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     name: str = "fedprox"
     algorithm = FedProx
     mu_role = "damping"
+    adaptation_names = (DriftStop.name,)
 
     def __post_init__(self) -> None:
         checks.nonnegative("algorithm.mu", self.mu)

@@ -205,6 +205,7 @@ class FedRedConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     seed: int = 0
     name: str = "fedred"
     algorithm = FedRed
+    adaptation_names = (WeightDoubling.name, FloorStop.name)
 
     def __post_init__(self) -> None:
         if self.lam is not None:

@@ -97,6 +97,7 @@ class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     seed: int = 0
     name: str = "scaffnew"
     algorithm = Scaffnew
+    adaptation_names = ()  # none applies
 
     def __post_init__(self) -> None:
         if self.p is not None:

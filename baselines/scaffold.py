@@ -160,6 +160,7 @@ class ScaffoldConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     seed: int = 0
     name: str = "scaffold"
     algorithm = Scaffold
+    adaptation_names = ()  # none applies
 
     def __post_init__(self) -> None:
         if self.server_lr is not None:

@@ -216,6 +216,11 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
     algorithm = SDANE
     mu_role = "strong_convexity"
 
+    @property
+    def adaptation_names(self) -> tuple[str, ...]:
+        """The adaptations `build` may attach: Acc-S-DANE's extrapolation restart besides S-DANE's."""
+        return (WeightDoubling.name, *(Restart.name,) * self.accelerated, FloorStop.name, LocalRetry.name)
+
     def __post_init__(self) -> None:
         if self.lam is not None:
             checks.positive("algorithm.lam", self.lam)

@@ -213,12 +213,31 @@ def test_admm_and_aide_take_only_their_own_adaptations():
         AIDEConfig(paper=True, adapt=["tau_growth"])
 
 
+def test_a_federated_method_takes_only_its_own_adaptations():
+    """``algorithm=fedprox algorithm.adapt=[local_retry]`` ran as if the name were FedProx's (S-DANE's re-solve, never
+    attached): refused, naming the method's own names, as an unknown name is."""
+    with pytest.raises(ConfigError, match=r"^algorithm.adapt\[\] must be one of client_drift, got 'local_retry'$"):
+        FedProxConfig(adapt=["local_retry"])
+    with pytest.raises(ConfigError, match=r"^algorithm.adapt\[\] must be one of double_weight\|sampling_floor\|"
+                                          r"local_retry, got 'restart'$"):
+        SDANEConfig(adapt=["restart"])  # Acc-S-DANE's extrapolation restart
+    with pytest.raises(ConfigError, match=r"^algorithm.adapt\[\] must be one of double_weight\|sampling_floor, "
+                                          r"got 'client_drift'$"):
+        FedDANEConfig(adapt=["client_drift"])
+    with pytest.raises(ConfigError, match=r"^algorithm=scaffold has no adaptation, got algorithm.adapt=\['restart'\]; "
+                                          r"set algorithm.adapt=\[\] or null$"):
+        ScaffoldConfig(adapt=["restart"])
+    assert AccSDANEConfig(adapt=["restart", "local_retry"]).adapt == ("restart", "local_retry")
+    assert FedRedConfig(adapt=["sampling_floor"]).adapt == ("sampling_floor",)
+    assert ScaffoldConfig(adapt=[]).adapt == ()
+
+
 def test_paper_mode_freezes_the_resolved_numbers_and_takes_the_papers_server_step():
     ours = ScaffoldConfig().build(shard(LOGREG, 1), LocalCommunicator())
     paper = ScaffoldConfig(paper=True).build(shard(LOGREG, 1), LocalCommunicator())
     assert (ours.server_lr, paper.server_lr) == (1.5, 1.0) and ours.lr == paper.lr
     with pytest.raises(ConfigError, match="algorithm.paper=true runs no adaptation"):
-        SDANEConfig(paper=True, adapt=["restart"])
+        AccSDANEConfig(paper=True, adapt=["restart"])
     with pytest.raises(ConfigError, match="algorithm.adapt"):
         SDANEConfig(adapt=["nonsense"])
 
