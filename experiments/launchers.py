@@ -128,10 +128,11 @@ class ProcessLauncher(Launcher):
                 overrides.append(f"out_dir={quote(str(job_dir))}")
                 env[SWEEP_OUT_DIR_ENV] = str(job_dir)  # its refusal of the folder names hydra.sweep.dir
             options, searchpath = config_search_args(hydra)  # the launched program composes the job again
+            module = main_module()
         except ConfigError as exc:
             return self._failed(f"error: {exc}", 2, job, run_dir)
         held = run_files(run_dir).get(SUMMARY_FILE)
-        cmd = self.command(main_module(), [*options, *overrides, *searchpath], np)
+        cmd = self.command(module, [*options, *overrides, *searchpath], np)
         logged = launch_log(job_dir, hydra.sweep.dir, job, run_dir)
         try:
             returncode, tail = self._run(cmd, logged, env)

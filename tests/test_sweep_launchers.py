@@ -129,6 +129,27 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
     assert sorted(p.name for p in sweep_dir.rglob("*") if p.is_file()) == ["summary.json"]
 
 
+def test_a_job_whose_program_is_no_module_fails_with_its_line(tmp_path, monkeypatch, capsys):
+    """The program run as a script (``__main__`` without a module spec): `main_module`'s refusal was raised outside
+    `launch_job`'s guarded block, so Hydra showed a traceback; the job fails with its one line (exit 2) and launches
+    nothing."""
+    import types
+
+    from dane.experiments import launchers
+
+    job = tmp_path / "0_workers=2"
+    hydra = OmegaConf.create({"runtime": {"output_dir": str(job)}, "sweep": {"dir": str(tmp_path)},
+                              "overrides": {"task": ["workers=2"]}})
+    monkeypatch.setattr(launchers.HydraConfig, "get", staticmethod(lambda: hydra))
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=None))
+    launcher = launchers.TorchrunLauncher()
+    monkeypatch.setattr(launcher, "_run", lambda cmd, logged, env: pytest.fail(f"launched {cmd}"))
+    assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 2
+    line = ("error: the horovod and torchrun sweep launchers start the program as a module: run it as dane train "
+            "(or dane simulate, python -m experiments.train)")
+    assert capsys.readouterr().err == line + "\n"
+
+
 class Launch:
     """`subprocess.Popen` for `ProcessLauncher._run`, without a process: the launched program writes ``writes``
     (path -> text), prints ``lines`` and exits with ``status``; ``env`` is the environment it was given."""
