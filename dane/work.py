@@ -359,9 +359,13 @@ def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def record_keys(table: np.ndarray) -> dict[str, float]:
-    """{key: sum over the workers, key_max: the largest} of a workers x 9 table."""
-    totals, largest = table.sum(0), table.max(0)
+    """{key: sum over the workers, key_max: the largest} of a workers x 9 table (a column per `COUNTS` name, then
+    `FLOPS`); another shape raises ValueError."""
     names = (*COUNTS, FLOPS)
+    if table.ndim != 2 or table.shape[1] != len(names) or table.shape[0] == 0:
+        raise ValueError(f"the local work table must be workers x {len(names)} ({', '.join(names)}), "
+                         f"got shape {tuple(table.shape)}")
+    totals, largest = table.sum(0), table.max(0)
     return {**{k: float(v) for k, v in zip(names, totals)}, **{f"{k}_max": float(v) for k, v in zip(names, largest)}}
 
 

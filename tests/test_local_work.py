@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import re
 
 import json
 import threading
@@ -500,6 +501,16 @@ def test_record_keys_sum_and_max_over_the_workers():
     assert keys["local_hvps"] == 2.0 and keys["local_flops"] == 40.0 and keys["local_flops_max"] == 30.0
     assert keys["local_resolves"] == 1.0 and keys["local_resolves_max"] == 1.0
     assert set(keys) == set(work.KEYS)
+
+
+def test_record_keys_refuses_a_table_of_another_shape():
+    """zip paired the names with the columns: a table of 8 columns dropped local_flops from the record silently."""
+    with pytest.raises(ValueError, match=r"^the local work table must be workers x 9 \(local_passes, .*, local_flops\), "
+                                         r"got shape \(2, 8\)$"):
+        work.record_keys(np.ones((2, 8)))
+    for shape in ((9,), (0, 9), (2, 10)):
+        with pytest.raises(ValueError, match=re.escape(f"got shape {shape}")):
+            work.record_keys(np.ones(shape))
 
 
 class ReciprocalMean:
