@@ -904,6 +904,39 @@ def test_memory_counts_the_batched_simulators_copies(monkeypatch):
     assert run_spec(threads).comm.batched == "false"  # 0.4 GB of rows: fits
 
 
+def test_memory_counts_a_float32_runs_float64_copy_for_its_reference(monkeypatch):
+    """A float32 run at problem.optimum=auto solves its reference on a float64 copy of its rows
+    (`dane.problems.optimum.attach`): 4 + 8 bytes a value while that solve runs, where the check counted 8."""
+    import numpy as np
+    import torch
+
+    from dane import checks
+    from dane.errors import ConfigError
+    from dane.problems import LogReg
+    from dane.problems.linear_models import check_memory
+
+    monkeypatch.setattr(checks, "available_memory", lambda: 10_000_000_000)
+    monkeypatch.setattr(checks, "address_space_left", lambda: None)
+    X = np.broadcast_to(np.float64(0.0), (100_000, 10_000))  # a shape, no memory
+    check_memory(X, 1, "cg", "big.npz", torch.float32)        # 4.0 GB of rows
+    check_memory(X, 1, "cg", "big.npz", torch.float64)        # 8.0 GB, as before
+    with pytest.raises(ConfigError) as err:
+        check_memory(X, 1, "cg", "big.npz", torch.float32, float64_copy=True)
+    assert str(err.value) == (
+        "data big.npz with d=10000 features needs about 12.0 GB of memory (100000 rows 4.0 GB, their float64 copy for "
+        "the reference optimum 8.0 GB, 16 vectors of d 0.0 GB) but 10.0 GB is available; check the data's feature "
+        "count (data.n_features, a LIBSVM file's largest index, an .npz's X_shape), or problem.optimum=none (no "
+        "float64 copy)")
+    # a 200 x 50 float32 shard: 40,000 bytes of rows, 80,000 of the copy, 6,400 of vectors; 100,000 available
+    monkeypatch.setattr(checks, "available_memory", lambda: 100_000)
+    rows = np.random.default_rng(0).standard_normal((200, 50))
+    labels = np.where(rows[:, 0] > 0, 1.0, -1.0)
+    with pytest.raises(ConfigError, match=r"needs about 0\.0 GB of memory \(200 rows 0\.0 GB, their float64 copy "):
+        LogReg(rows, labels, local_solver="cg", optimum="auto").build(0, 1, torch.float32)
+    assert LogReg(rows, labels, local_solver="cg", optimum="auto").build(0, 1, torch.float64).dim == 50
+    assert LogReg(rows, labels, local_solver="cg").build(0, 1, torch.float32).dim == 50
+
+
 @pytest.mark.parametrize("line", [
     ["+algorithm.extra=1"],                                     # + adds a key: its dataclass refuses it (`build`)
     ["++rounds=4", "++sim.alpha=1e-3"],                         # ++ of a key the config has: an override

@@ -61,23 +61,33 @@ _SHARDS: dict[tuple, Any] = {}  # (data key, loss, workers, seed) -> (source, (e
 VECTORS_PER_WORKER = 16
 
 
-def check_memory(X, classes: int, method: str, source: str) -> None:
+def check_memory(X, classes: int, method: str, source: str, dtype: torch.dtype = torch.float64,
+                 float64_copy: bool = False) -> None:
     """Refuse, before the tensors are made, a worker whose d (from the data: a LIBSVM file's largest index,
-    ``data.n_features``, an .npz's ``X_shape``) cannot fit: its rows as tensors (dense with several classes, twice:
-    `dane.problems.glm.transposed`), `VECTORS_PER_WORKER` vectors of d per class, and a d x d Hessian with its
-    factor for a Cholesky local solve."""
+    ``data.n_features``, an .npz's ``X_shape``) cannot fit: its rows as tensors in ``dtype`` (dense with several
+    classes, twice: `dane.problems.glm.transposed`), with ``float64_copy`` (a float32 run at ``problem.optimum=auto``)
+    their float64 copy, on which the reference optimum is solved (`dane.problems.optimum.attach`), `VECTORS_PER_WORKER`
+    vectors of d per class, and a d x d Hessian with its factor for a Cholesky local solve (float64: the reference's
+    on the copy, or a float64 run's)."""
     n, d = X.shape
     sparse = scipy.sparse.issparse(X)
     twice = classes > 1 and not sparse
-    rows = 16 * X.nnz + 8 * n if sparse else 8 * n * d * (2 if twice else 1)
+
+    def rows_in(value_bytes: int) -> int:  # CSR: a value and an int64 column index a non-zero, an int64 row pointer
+        return (value_bytes + 8) * X.nnz + 8 * n if sparse else value_bytes * n * d * (2 if twice else 1)
+
+    rows = rows_in(dtype.itemsize)
+    copy = rows_in(8) if float64_copy else 0
     vectors = 8 * VECTORS_PER_WORKER * d * classes
     hessian = 8 * 2 * (d * classes) ** 2 if method == "cholesky" else 0
-    parts = f"{n} rows{' and their transpose' if twice else ''} {checks.gigabytes(rows)}, {VECTORS_PER_WORKER} vectors " \
-            f"of d {checks.gigabytes(vectors)}"
+    parts = f"{n} rows{' and their transpose' if twice else ''} {checks.gigabytes(rows)}"
+    parts += f", their float64 copy for the reference optimum {checks.gigabytes(copy)}" if copy else ""
+    parts += f", {VECTORS_PER_WORKER} vectors of d {checks.gigabytes(vectors)}"
     parts += f", a d x d Hessian and its factor {checks.gigabytes(hessian)}" if hessian else ""
-    fix = "use problem.local_solver=cg (no d x d matrix)" if hessian > rows + vectors else \
+    fix = "use problem.local_solver=cg (no d x d matrix)" if hessian > rows + copy + vectors else \
         "check the data's feature count (data.n_features, a LIBSVM file's largest index, an .npz's X_shape)"
-    checks.fits_in_memory(f"data {source} with d={d} features", rows + vectors + hessian, parts, fix)
+    fix += ", or problem.optimum=none (no float64 copy)" if copy else ""
+    checks.fits_in_memory(f"data {source} with d={d} features", rows + copy + vectors + hessian, parts, fix)
 
 
 @dataclass(frozen=True)
@@ -384,7 +394,8 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         if self.loss == "softmax" and len(y) and int(y.max()) >= classes:
             raise ConfigError(f"problem.classes={classes} but the labels go up to {int(y.max())}; raise problem.classes")
         check_memory(X, classes, self.solver.resolve(X.shape[1], scipy.sparse.issparse(X)).method,
-                     getattr(self.source, "path", self.source.name))
+                     getattr(self.source, "path", self.source.name), dtype,
+                     float64_copy=self.optimum == "auto" and dtype != torch.float64)
         problem = LinearModelShard(to_torch(X, dtype), y_t, LOSSES[self.loss], l2=self.lam, weight=size / n_total,
                                    classes=classes, solver=self.solver,
                                    seed=worker_seed(self.seed, rank, SOLVER_STREAM), notes=notes,
