@@ -137,3 +137,18 @@ def convex_rule_holds(records: list[dict], *, monotone_mu: bool = True) -> bool:
     accepted = [r["objective"] for r in records[:-1] if r["accepted"]] + [records[-1]["objective"]]
     monotone = all(b >= a for a, b in zip(mus, mus[1:])) or not monotone_mu
     return on_grid and monotone and all(b <= a + 1e-12 * abs(a) for a, b in zip(accepted, accepted[1:]))
+
+
+def on_path(problem, algorithm: str, workers: int, batched: str, rounds: int = 3, **keys) -> dict:
+    """What a local run of ``algorithm`` (its config's ``keys``) leaves in ``collect`` (records, summary, iterate),
+    with ``sim.batched`` as given: ``true``, the stacked problem; ``false``, one shard a worker."""
+    from dane.api import algorithm_config
+    from dane.loop.launch import execute
+    from dane.loop.spec import Communication, RunControl, RunSpec
+
+    spec = RunSpec(problem=problem, algorithm=algorithm_config(algorithm, **keys),
+                   comm=Communication(backend="local", workers=workers, batched=batched),
+                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True))
+    collected: dict = {}
+    execute(spec, None, collect=collected)
+    return collected

@@ -30,19 +30,13 @@ from dane.problems import RidgeSyntheticConfig
 from dane.problems.arrays import LogReg, Ridge, Softmax
 from dane.loop.runner import run as loop_run
 from dane.loop.stopping import StopRule
-from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.synthetic.sweep import compose_job
+from helpers import on_path
 
 RTOL = 1e-12  # the stacked sums run in another order than the per-worker ones: round-off, not bits
 
 
-def run(problem, algorithm: str, workers: int, batched: str, rounds: int = 3, **keys) -> dict:
-    spec = RunSpec(problem=problem, algorithm=algorithm_config(algorithm, **keys),
-                   comm=Communication(backend="local", workers=workers, batched=batched),
-                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True))
-    collected: dict = {}
-    execute(spec, None, collect=collected)
-    return collected
+run = on_path  # a local run on the path sim.batched names
 
 
 @pytest.mark.parametrize("algorithm,keys", [("dane", {}), ("dane", {"safeguard": False, "mu": 0.3}), ("gd", {})])

@@ -154,16 +154,9 @@ def test_every_rule_a_problem_null_names_is_one_of_the_defaults_module():
 # ------------------------------------------------------------------ the batched path, factorization, networks
 def summary_of(problem, algorithm: str, workers: int, batched: str, rounds: int = 2, **keys) -> dict:
     """A local run's summary, with ``sim.batched`` as given (true: the stacked problem; false: one shard a worker)."""
-    from dane.api import algorithm_config
-    from dane.loop.launch import execute
-    from dane.loop.spec import Communication, RunControl, RunSpec
-    from dane.loop.stopping import StopRule
+    from helpers import on_path
 
-    spec = RunSpec(problem=problem, algorithm=algorithm_config(algorithm, **keys),
-                   comm=Communication(backend="local", workers=workers, batched=batched),
-                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True))
-    collected: dict = {}
-    execute(spec, None, collect=collected)
+    collected = on_path(problem, algorithm, workers, batched, rounds, **keys)
     assert collected["summary"]["simulator_path"] == ("batched" if batched == "true" else "threads")
     return collected["summary"]
 
