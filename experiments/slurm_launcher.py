@@ -17,7 +17,9 @@ submitit follows jobs with ``sacct``.  On a cluster without accounting (the test
 scripts/slurm_cluster.sh) the jobs are followed by their result files and ``squeue``
 instead, so a job that leaves the queue without a result fails the sweep, not hangs it.
 A sweep that cannot submit (no ``sbatch``/``srun`` on PATH, sbatch refusing the job array) stops in one line
-naming the fix, exit status 2 (`submission_refused`), as bad input does.
+naming the fix, exit status 2 (`submission_refused`), as bad input does.  So does a job that fails once
+queued (its program raised, Slurm killed it, its result cannot be read): once every job has ended, one line
+a failed job naming it, the cause and its log (`job_failed`).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,9 +69,21 @@ class SlurmLauncher(SubmititSlurmLauncher):
         except UserError as exc:  # nothing submitted, or Slurm refused it: one line and status 2, as bad input
             say(f"error: {exc}")
             sys.exit(2)
-        if not accounting():
-            wait_without_accounting(jobs)
-        return [job.results()[0] for job in jobs]  # task 0's JobReturn: the one that ran Hydra's job set-up
+        lost = {} if accounting() else wait_without_accounting(jobs)
+        returns, failed = [], []
+        for idx, job in enumerate(jobs, start=initial_job_idx):
+            if job.job_id in lost:
+                failed.append(job_failed(job, idx, LOST, lost[job.job_id]))
+                continue
+            try:
+                returns.append(job.results()[0])  # task 0's JobReturn: the one that ran Hydra's job set-up
+            except Exception as exc:  # submitit's FailedJobError/UncompletedJobError, or a result it cannot unpickle
+                failed.append(job_failed(job, idx, *failure_cause(exc)))
+        if failed:  # every job has ended: one line each, status 2, as bad input
+            for line in failed:
+                say(f"error: {line}")
+            sys.exit(2)
+        return returns
 
     def submit(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
         """Queue the sweep's jobs, one sbatch job array per task count; submitit's jobs, in ``job_overrides``' order.
@@ -203,15 +218,18 @@ def accounting() -> bool:
         return False
 
 
-def wait_without_accounting(jobs: Sequence[Any], *, poll_s: float = 1.0, grace_s: float = 30.0) -> None:
-    """Wait until every task of every job has its result file; a job out of ``squeue`` for ``grace_s``
-    without one (killed, out of memory, a node lost) raises with the place of its log."""
+def wait_without_accounting(jobs: Sequence[Any], *, poll_s: float = 1.0, grace_s: float = 30.0) -> dict[str, int]:
+    """Wait until every task of every job has its result file, or its job has been out of ``squeue`` for ``grace_s``
+    without one (killed, out of memory, a node lost); the jobs so lost: Slurm job id -> the first task without a
+    result."""
     left_queue: dict[str, float] = {}
+    lost: dict[str, int] = {}
     while True:
-        waiting = [job for job in jobs
-                   if not all(job.task(t).paths.result_pickle.exists() for t in range(job.num_tasks))]
+        missing = {job.job_id: [t for t in range(job.num_tasks) if not job.task(t).paths.result_pickle.exists()]
+                   for job in jobs if job.job_id not in lost}
+        waiting = [job for job in jobs if missing.get(job.job_id)]
         if not waiting:
-            return
+            return lost
         queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
         now = time.monotonic()
         for job in waiting:
@@ -219,6 +237,44 @@ def wait_without_accounting(jobs: Sequence[Any], *, poll_s: float = 1.0, grace_s
             if job.job_id in queued or any(q.startswith(f"{array_id}_[") for q in queued):
                 left_queue.pop(job.job_id, None)
             elif now - left_queue.setdefault(job.job_id, now) > grace_s:
-                raise RuntimeError(f"Slurm job {job.job_id} left the queue without a result; "
-                                  f"see {job.paths.stderr} and {job.paths.stdout}")
+                lost[job.job_id] = missing[job.job_id][0]
         time.sleep(poll_s)
+
+
+#: the cause `job_failed` names for a job `wait_without_accounting` lost
+LOST = "left Slurm's queue without a result (killed: out of memory, out of time, its node lost)"
+
+#: how a sweep with failed jobs goes on (`job_failed`; `dane.run_config.finished_run` keeps a finished job's run)
+RERUN = ("then rerun the sweep: the finished jobs' runs are kept, and with out_dir='DIR/${hydra:job.num}' "
+         "resume=auto a rerun runs only the jobs that did not finish")
+
+
+def failure_cause(exc: BaseException) -> tuple[str, int]:
+    """What failed in a job whose ``results()`` raised ``exc``, in a few words, and the task it names.
+
+    submitit's `FailedJobError` holds the task's traceback between dashed lines: its last line (the exception) is
+    the cause.  Its `UncompletedJobError` says the task wrote no result (and Slurm's state); the last line of the
+    task's stderr it quotes (such as slurmstepd's ``oom_kill``) follows.  Another exception is submitit failing to
+    read the result file."""
+    from submitit.core.utils import UncompletedJobError
+
+    text = str(exc)
+    found = re.search(r"\(task[=:] ?(\d+)\)", text)
+    task = int(found.group(1)) if found else 0
+    if not isinstance(exc, UncompletedJobError):
+        return f"wrote a result that cannot be read ({type(exc).__name__}: {text.strip() or 'no message'})", task
+    parts = re.split(r"^-{20,}$", text, flags=re.MULTILINE)
+    if "failed during processing" in parts[0] and len(parts) >= 3:
+        trace = [line for line in parts[1].splitlines() if line.strip() and not line[0].isspace()]
+        return f"raised {trace[-1].strip() if trace else 'an exception'}", task
+    state = re.search(r"has not produced any output \(state: ([^)]*)\)", text)
+    said = [line.strip() for line in "".join(parts[1:]).splitlines() if line.strip()]
+    cause = f"ended without a result (Slurm state: {state.group(1) if state else 'unknown'})"
+    return cause + (f", its stderr ending: {said[-1]}" if said else ""), task
+
+
+def job_failed(job: Any, idx: int, cause: str, task: int = 0) -> str:
+    """The line for the sweep's job ``idx`` (submitit's ``job``, one Slurm array element) that failed: its ids,
+    ``cause``, the stderr log of its failed ``task`` and how to go on (`RERUN`)."""
+    log = job.task(task if 0 <= task < job.num_tasks else 0).paths.stderr
+    return f"sweep job #{idx} (Slurm job {job.job_id}) {cause}; read {log}, {RERUN}"

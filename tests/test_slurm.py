@@ -243,6 +243,107 @@ def test_an_sbatch_refusal_after_an_earlier_array_names_the_queued_jobs():
                     "(4242_0, 4242_1) stay in Slurm's queue (scancel removes them)")
 
 
+
+class QueuedJob:
+    """submitit's SlurmJob as the launcher reads it: ids, tasks, each task's log paths, ``results()``."""
+
+    def __init__(self, job_id: str, folder: Path, num_tasks: int = 1, raises: BaseException | None = None):
+        self.job_id, self.num_tasks, self.raises = job_id, num_tasks, raises
+        self.folder = folder
+
+    def task(self, t: int):
+        paths = type("Paths", (), {"stderr": self.folder / f"{self.job_id}_{t}_log.err",
+                                   "stdout": self.folder / f"{self.job_id}_{t}_log.out",
+                                   "result_pickle": self.folder / f"{self.job_id}_{t}_result.pkl"})
+        return type("Task", (), {"paths": paths})
+
+    @property
+    def paths(self):
+        return self.task(0).paths
+
+    def results(self):
+        if self.raises is not None:
+            raise self.raises
+        return [f"return of {self.job_id}"]
+
+
+def trace_failure(task: int, folder: Path, job_id: str):
+    """submitit's FailedJobError for a task whose program raised, worded as submitit's Job.exception words it."""
+    from submitit.core.utils import FailedJobError
+
+    trace = ('Traceback (most recent call last):\n  File "/repo/experiments/train.py", line 9, in main\n'
+             '    raise ValueError("the shard is empty")\nValueError: the shard is empty')
+    return FailedJobError(f"Job (task={task}) failed during processing with trace:\n----------------------\n{trace}\n"
+                          "----------------------\nYou can check full logs with 'job.stderr(0)' and 'job.stdout(0)'"
+                          f"or at paths:\n  - {folder}/{job_id}_{task}_log.err\n  - {folder}/{job_id}_{task}_log.out")
+
+
+RERUN = ("then rerun the sweep: the finished jobs' runs are kept, and with out_dir='DIR/${hydra:job.num}' resume=auto "
+         "a rerun runs only the jobs that did not finish")
+
+
+def test_slurm_jobs_that_fail_once_queued_end_the_sweep_in_one_line_each_with_status_2(slurm_sweep_launcher, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """A queued job whose program raised (submitit's FailedJobError, task 1 of 2) or that ended without a result
+    (UncompletedJobError, killed for memory) is one line naming the sweep's job number, Slurm's job id, the cause
+    and the failed task's log, status 2, once every job has ended; it was submitit's traceback, status 1."""
+    from submitit.core.utils import UncompletedJobError
+
+    from dane.experiments import slurm_launcher
+
+    logs = tmp_path / "sweep" / ".submitit"
+    killed = UncompletedJobError(
+        f"Job 4242_2 (task: 0) with path {logs}/4242_2_0_result.pkl\nhas not produced any output (state: "
+        "OUT_OF_MEMORY)\nError stream produced:\n----------------------------------------\n"
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=4242_2.0. Some of the step tasks have been "
+        "OOM Killed.\n")
+    jobs = [QueuedJob("4242_0", logs), QueuedJob("4242_1", logs, 2, trace_failure(1, logs, "4242_1")),
+            QueuedJob("4242_2", logs, raises=killed)]
+    monkeypatch.setattr(slurm_sweep_launcher, "submit", lambda overrides, idx: jobs)
+    monkeypatch.setattr(slurm_launcher, "accounting", lambda: True)
+    with pytest.raises(SystemExit) as stop:
+        slurm_sweep_launcher.launch([["workers=1"], ["workers=2"], ["workers=1"]], 5)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: sweep job #6 (Slurm job 4242_1) raised ValueError: the shard is empty; read {logs}/4242_1_1_log.err, "
+        f"{RERUN}",
+        "error: sweep job #7 (Slurm job 4242_2) ended without a result (Slurm state: OUT_OF_MEMORY), its stderr ending: "
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=4242_2.0. Some of the step tasks have been OOM Killed.; "
+        f"read {logs}/4242_2_0_log.err, {RERUN}"]
+
+
+def test_a_slurm_job_whose_result_cannot_be_read_is_one_line():
+    from dane.experiments.slurm_launcher import failure_cause
+
+    assert failure_cause(EOFError("Ran out of input")) == (
+        "wrote a result that cannot be read (EOFError: Ran out of input)", 0)
+
+
+def test_a_slurm_job_that_left_the_queue_without_a_result_is_one_line(slurm_sweep_launcher, tmp_path, monkeypatch,
+                                                                      capsys):
+    """Without accounting, a job out of squeue with no result for its task 1 (the other job finished) is one line
+    naming that task's log, status 2; it was a RuntimeError's traceback."""
+    from dane.experiments import slurm_launcher
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("4243_0_0_result.pkl", "4243_1_0_result.pkl"):
+        (logs / name).write_bytes(b"")
+    jobs = [QueuedJob("4243_0", logs), QueuedJob("4243_1", logs, 2)]
+    squeue = subprocess.CompletedProcess(["squeue"], 0, stdout="", stderr="")
+    monkeypatch.setattr(slurm_launcher.subprocess, "run", lambda *args, **kwargs: squeue)
+    monkeypatch.setattr(slurm_launcher, "accounting", lambda: False)
+    monkeypatch.setattr(slurm_launcher.time, "sleep", lambda s: None)
+    ticks = iter(range(0, 1000, 20))
+    monkeypatch.setattr(slurm_launcher.time, "monotonic", lambda: float(next(ticks)))
+    monkeypatch.setattr(slurm_sweep_launcher, "submit", lambda overrides, idx: jobs)
+    with pytest.raises(SystemExit) as stop:
+        slurm_sweep_launcher.launch([["workers=1"], ["workers=2"]], 0)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: sweep job #1 (Slurm job 4243_1) left Slurm's queue without a result (killed: out of memory, out of "
+        f"time, its node lost); read {logs}/4243_1_1_log.err, {RERUN}\n")
+
 # --- a real cluster --------------------------------------------------------------------------------------------
 
 SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "rounds=10",
