@@ -282,7 +282,8 @@ def run_spec(cfg: DictConfig, out_dir_key: str = "out_dir") -> RunSpec:
                    comm=communication(cfg, backend, workers, servers, stale, problem, algorithm, seed),
                    control=run_control(cfg, backend, workers, seed, tol, out_dir_key))
     check_memory(problem, workers, simulated=backend == "local",
-                 batched=backend == "local" and isinstance(problem, RidgeSyntheticConfig) and batched_path(spec)[0])
+                 batched=backend == "local" and isinstance(problem, RidgeSyntheticConfig) and batched_path(spec)[0],
+                 dtype=DTYPES[cfg.dtype])
     return spec
 
 
@@ -402,15 +403,19 @@ def torch_backend(value) -> str | None:
     return value
 
 
-def check_memory(problem, workers: int, simulated: bool, batched: bool = False) -> None:
+def check_memory(problem, workers: int, simulated: bool, batched: bool = False,
+                 dtype: torch.dtype = torch.float64) -> None:
     """Refuse, with the numbers, a synthetic ridge problem whose arrays cannot fit in this machine's memory.
 
-    Counted (float64): the rows this process holds (all N in the simulator, N/m under a
-    launcher), each of its workers' d x d Hessian and one factor when the local solve is
+    Counted: the rows this process holds (all N in the simulator, N/m under a launcher) in the run's
+    ``dtype`` and, where that is not float64, the float64 rows of the shard being built (drawn in float64,
+    then converted, a shard at a time: `dane.problems.ridge.RidgeSyntheticConfig.build`); at 8 bytes a value
+    whatever the run's dtype, each of its workers' d x d Hessian and one factor when the local solve is
     Cholesky on the d x d path (a shard with n_i < d rows has none: Woodbury's), and the
     reference optimum's transient (the whole N x d data set, or the d x d Gram matrix),
     whichever peak is larger.  The batched simulator (``batched``, `dane.problems.stacked.StackedRidge`)
-    holds the rows twice (the data and its stacked copy) and, on the d x d path, the m Hessians with
+    holds the rows twice in float64 (the data and its stacked copy), plus that copy in ``dtype`` where it is
+    not float64, and, on the d x d path, the m Hessians with
     up to `FACTORS_KEPT` factors each, or on Woodbury's the m row Gram matrices and their eigenvectors.
     """
     if not isinstance(problem, RidgeSyntheticConfig):
@@ -418,12 +423,22 @@ def check_memory(problem, workers: int, simulated: bool, batched: bool = False) 
     n, d = problem.n_samples, problem.dim
     here = workers if simulated else 1
     rows = n if simulated else -(-n // workers)
-    data = 8 * rows * d * (2 if batched else 1)
+    converted = dtype != torch.float64  # the rows are drawn in float64: a float32 run holds both while converting
+    if batched:  # the data set and its stacked copy, in float64, and that copy in the run's dtype
+        data = 8 * 2 * n * d + (dtype.itemsize * n * d if converted else 0)
+    else:  # every shard of this process in the run's dtype, and the largest one's float64 rows it was drawn in
+        data = dtype.itemsize * rows * d + (8 * -(-n // workers) * d if converted else 0)
     cholesky = problem.solver.resolve(d, sparse=False).method == "cholesky" and not problem.low_rank(workers)
     factors = 1 + FACTORS_KEPT if batched else 2
     hessians = 8 * factors * d * d * here if cholesky else 8 * 2 * n * (n // workers) if batched else 0
     optimum = 0 if problem.optimum == "none" else 8 * n * d if d > AUTO_MAX_DIM else 8 * 2 * d * d
-    parts = f"the {rows} x {d} data {checks.gigabytes(data)}" + (" (held twice: stacked for sim.batched)" if batched else "")
+    name = str(dtype).removeprefix("torch.")
+    if batched:
+        held = f" (held twice in float64: stacked for sim.batched, then in {name})" if converted else \
+            " (held twice: stacked for sim.batched)"
+    else:
+        held = f" (in {name}, with a shard's float64 rows while it is converted)" if converted else ""
+    parts = f"the {rows} x {d} data {checks.gigabytes(data)}{held}"
     if cholesky:
         kept = f"up to {FACTORS_KEPT} factors" if batched else "a factor"
         parts += f", {here} local {d} x {d} Hessian(s) with {kept} each {checks.gigabytes(hessians)}"

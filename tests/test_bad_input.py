@@ -904,6 +904,46 @@ def test_memory_counts_the_batched_simulators_copies(monkeypatch):
     assert run_spec(threads).comm.batched == "false"  # 0.4 GB of rows: fits
 
 
+def test_memory_counts_a_float32_synthetic_runs_rows_in_float32_and_the_float64_rows_they_are_drawn_in(monkeypatch):
+    """ridge_synthetic draws its rows in float64 and converts them: a float32 run holds its rows at 4 bytes a value,
+    and the shard being converted at 8 more (the batched simulator: the data set and its stacked copy in float64,
+    then that copy in float32), where the check counted 8 bytes a value whatever the dtype."""
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from dane import checks
+    from dane.errors import ConfigError
+    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.run_config import check_memory
+
+    threads = ["problem.dim=30000", "workers=8", "problem.optimum=none", "dtype=float32"]
+    batched = ["problem.dim=1500", "problem.n_samples=32000", "workers=32", "dtype=float32"]  # Woodbury, stacked
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        threads, batched = compose("config", threads), compose("config", batched)
+    monkeypatch.setattr(checks, "address_space_left", lambda: None)
+    monkeypatch.setattr(checks, "available_memory", lambda: 3_000_000_000)
+    spec = run_spec(threads)  # 4 x 18000 x 30000 + 8 x 2250 x 30000 bytes: 2.7 GB (it counted 4.3 GB: refused)
+    monkeypatch.setattr(checks, "available_memory", lambda: 2_000_000_000)
+    with pytest.raises(ConfigError) as err:
+        run_spec(threads)
+    assert str(err.value) == (
+        "problem.dim=30000 with problem.n_samples=18000 and 8 workers needs about 2.7 GB of memory (the 18000 x 30000 "
+        "data 2.7 GB (in float32, with a shard's float64 rows while it is converted)) but 2.0 GB is available; lower "
+        "problem.dim or problem.n_samples")
+    # under a launcher, one worker's 2250 rows: 4 + 8 bytes a value, 0.8 GB (it counted 0.5 GB)
+    monkeypatch.setattr(checks, "available_memory", lambda: 700_000_000)
+    with pytest.raises(ConfigError, match=r"needs about 0\.8 GB of memory \(the 2250 x 30000 data 0\.8 GB \(in float32"):
+        check_memory(spec.problem, 8, simulated=False, dtype=torch.float32)
+    check_memory(spec.problem, 8, simulated=False)  # float64: 0.5 GB, as before
+    monkeypatch.setattr(checks, "available_memory", lambda: 1_400_000_000)
+    with pytest.raises(ConfigError) as err:  # (8 + 8 + 4) x 32000 x 1500 bytes of rows (it counted 16: 1.3 GB, passed)
+        run_spec(batched)
+    assert str(err.value) == (
+        "problem.dim=1500 with problem.n_samples=32000 and 32 workers needs about 1.5 GB of memory (the 32000 x 1500 "
+        "data 1.0 GB (held twice in float64: stacked for sim.batched, then in float32), 32 row Gram matrices with "
+        "their eigenvectors 0.5 GB) but 1.4 GB is available; use sim.batched=false (one thread a worker, one copy of "
+        "the rows), lower problem.dim or problem.n_samples")
+
 def test_memory_counts_a_float32_runs_float64_copy_for_its_reference(monkeypatch):
     """A float32 run at problem.optimum=auto solves its reference on a float64 copy of its rows
     (`dane.problems.optimum.attach`): 4 + 8 bytes a value while that solve runs, where the check counted 8."""
