@@ -403,13 +403,13 @@ CASES = [
     case("npz_header_beyond_its_bytes", *LOGREG, "data=npz", "data.path={tmp}/huge_header.npz",
          expected="{tmp}/huge_header.npz: 'X' declares 1000000 x 100000 float64 (800.0 GB) but the archive holds "),
     case("npz_sparse_shape_1e10", *LOGREG, "data=npz", "data.path={tmp}/sparse_1e10.npz",
-         expected="data {tmp}/sparse_1e10.npz with d=10000000001 features needs about 1280.0 GB of memory (2 rows "),
+         expected="data {tmp}/sparse_1e10.npz with d=10000000001 features needs about 1360.0 GB of memory (2 rows "),
     case("libsvm_index_2e9", *LOGREG, "data=libsvm", "data.path={tmp}/index_2e9.svm",
-         expected="data {tmp}/index_2e9.svm with d=2000000001 features needs about 256.0 GB of memory"),
+         expected="data {tmp}/index_2e9.svm with d=2000000001 features needs about 272.0 GB of memory"),
     case("libsvm_n_features_under_ulimit_v", *LOGREG, "data=libsvm", "data.path={tmp}/small.svm",
          "data.n_features=1000000000", around="address_space_limit",
-         expected="data {tmp}/small.svm with d=1000000001 features needs about 128.0 GB of memory (12 rows 0.0 GB, "
-                  "16 vectors of d 128.0 GB) but the process limit (ulimit -v) leaves "),
+         expected="data {tmp}/small.svm with d=1000000001 features needs about 136.0 GB of memory (12 rows and "
+                  "their transpose 8.0 GB, 16 vectors of d 128.0 GB) but the process limit (ulimit -v) leaves "),
     case("cholesky_under_ulimit_v", *SMALL, "problem.dim=30000", "problem.local_solver=cholesky",
          "problem.factorization=cholesky", around="address_space_limit",
          expected="problem.dim=30000 with problem.n_samples=600 needs about 14.5 GB of memory (the 600 x 30000 data "
@@ -903,6 +903,33 @@ def test_memory_counts_the_batched_simulators_copies(monkeypatch):
         "problem.n_samples")
     assert run_spec(threads).comm.batched == "false"  # 0.4 GB of rows: fits
 
+
+def test_memory_counts_a_sparse_shards_transpose(monkeypatch):
+    """A sparse shard builds its transpose (`LinearModelShard.XT`: a CSR of d rows over the same non-zeros), so its
+    rows count twice plus a row pointer of d; the check counted the n-row CSR alone."""
+    import numpy as np
+    import scipy.sparse
+    import torch
+
+    from dane import checks
+    from dane.errors import ConfigError
+    from dane.problems.linear_models import check_memory
+
+    monkeypatch.setattr(checks, "address_space_left", lambda: None)
+    monkeypatch.setattr(checks, "available_memory", lambda: 130_000_000_000)
+    wide = scipy.sparse.csr_matrix((np.ones(2), np.array([0, 5]), np.array([0, 1, 2])), shape=(2, 10**9))
+    with pytest.raises(ConfigError) as err:  # 8 x 10^9 bytes of the transpose's row pointer, 128 GB of vectors
+        check_memory(wide, 1, "cg", "wide.svm", torch.float64)
+    assert str(err.value).startswith(
+        "data wide.svm with d=1000000000 features needs about 136.0 GB of memory (2 rows and their transpose 8.0 GB, "
+        "16 vectors of d 128.0 GB) but 130.0 GB is available; ")
+    # 1000 x 1000 at half density: (8 + 8) x 500,000 bytes a CSR, twice, where 8.0 MB were counted
+    full = scipy.sparse.random(1000, 1000, density=0.5, format="csr", random_state=0)
+    monkeypatch.setattr(checks, "available_memory", lambda: 12_000_000)
+    with pytest.raises(ConfigError, match=r"\(1000 rows and their transpose 0\.0 GB, 16 vectors of d 0\.0 GB\)"):
+        check_memory(full, 1, "cg", "half.svm", torch.float64)
+    monkeypatch.setattr(checks, "available_memory", lambda: 16_200_000)
+    check_memory(full, 1, "cg", "half.svm", torch.float64)  # 16,016,000 + 128,000 bytes: fits
 
 def test_memory_counts_a_float32_synthetic_runs_rows_in_float32_and_the_float64_rows_they_are_drawn_in(monkeypatch):
     """ridge_synthetic draws its rows in float64 and converts them: a float32 run holds its rows at 4 bytes a value,

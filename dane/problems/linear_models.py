@@ -64,17 +64,20 @@ VECTORS_PER_WORKER = 16
 def check_memory(X, classes: int, method: str, source: str, dtype: torch.dtype = torch.float64,
                  float64_copy: bool = False) -> None:
     """Refuse, before the tensors are made, a worker whose d (from the data: a LIBSVM file's largest index,
-    ``data.n_features``, an .npz's ``X_shape``) cannot fit: its rows as tensors in ``dtype`` (dense with several
-    classes, twice: `dane.problems.glm.transposed`), with ``float64_copy`` (a float32 run at ``problem.optimum=auto``)
-    their float64 copy, on which the reference optimum is solved (`dane.problems.optimum.attach`), `VECTORS_PER_WORKER`
-    vectors of d per class, and a d x d Hessian with its factor for a Cholesky local solve (float64: the reference's
-    on the copy, or a float64 run's)."""
+    ``data.n_features``, an .npz's ``X_shape``) cannot fit: its rows as tensors in ``dtype`` and their transpose where
+    the shard builds one (sparse rows: a CSR of d rows over the same non-zeros, `dane.problems.glm.LinearModelShard`;
+    dense with several classes: a copy, `dane.problems.glm.transposed`), with ``float64_copy`` (a float32 run at
+    ``problem.optimum=auto``) their float64 copy and its transpose, on which the reference optimum is solved
+    (`dane.problems.optimum.attach`), `VECTORS_PER_WORKER` vectors of d per class, and a d x d Hessian with its factor
+    for a Cholesky local solve (float64: the reference's on the copy, or a float64 run's)."""
     n, d = X.shape
     sparse = scipy.sparse.issparse(X)
-    twice = classes > 1 and not sparse
+    twice = sparse or classes > 1  # the shard's transpose is a second copy of its rows
 
     def rows_in(value_bytes: int) -> int:  # CSR: a value and an int64 column index a non-zero, an int64 row pointer
-        return (value_bytes + 8) * X.nnz + 8 * n if sparse else value_bytes * n * d * (2 if twice else 1)
+        if sparse:  # the n-row CSR and its d-row transpose
+            return 2 * (value_bytes + 8) * X.nnz + 8 * (n + d)
+        return value_bytes * n * d * (2 if twice else 1)
 
     rows = rows_in(dtype.itemsize)
     copy = rows_in(8) if float64_copy else 0
