@@ -931,6 +931,7 @@ def test_memory_counts_a_sparse_shards_transpose(monkeypatch):
     monkeypatch.setattr(checks, "available_memory", lambda: 16_200_000)
     check_memory(full, 1, "cg", "half.svm", torch.float64)  # 16,016,000 + 128,000 bytes: fits
 
+
 def test_memory_counts_a_float32_synthetic_runs_rows_in_float32_and_the_float64_rows_they_are_drawn_in(monkeypatch):
     """ridge_synthetic draws its rows in float64 and converts them: a float32 run holds its rows at 4 bytes a value,
     and the shard being converted at 8 more (the batched simulator: the data set and its stacked copy in float64,
