@@ -248,6 +248,6 @@ def test_a_stacked_or_network_problem_keeps_its_notes_in_its_checkpoint_state():
     assert list(fresh.solver_notes.entries) == ["problem.inner_steps"]
     stacked, again = (RidgeSyntheticConfig(n_samples=48, dim=20, optimum="none").build_stacked(4) for _ in range(2))
     assert stacked.state_dict() == {}  # nothing used yet: no state, as before
-    stacked.solver_notes.load_state_dict(shard.state_dict()["solver_notes"])
+    stacked.solver_notes.restore(shard.state_dict())
     again.load_state_dict(stacked.state_dict())
     assert again.solver_notes.entries == shard.solver_notes.entries

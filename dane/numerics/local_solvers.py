@@ -161,19 +161,13 @@ class SolverNotes:
             keys.update({SVRG_NULLS["passes"][0]: SVRG_NULLS["passes"][1]} if solver.passes == PASSES_AUTO else {})
         return {**keys, **self.also}
 
-    def state_dict(self) -> list[dict]:
-        return list(self.entries.values())
-
-    def load_state_dict(self, entries: list[dict]) -> None:
-        self.entries = {entry["key"]: entry for entry in entries}
-
     def kept(self, state: dict) -> dict:
         """A problem's checkpoint ``state`` with these notes (``solver_notes``: none noted, no key)."""
-        return {**state, "solver_notes": self.state_dict()} if self.entries else state
+        return {**state, "solver_notes": list(self.entries.values())} if self.entries else state
 
     def restore(self, state: dict) -> None:
         """The notes `kept` put in ``state`` (none there: none)."""
-        self.load_state_dict(state.get("solver_notes", []))
+        self.entries = {entry["key"]: entry for entry in state.get("solver_notes", [])}
 
 
 def noted(shard, solver: LocalSolver, key: str, value, rule: str, **stats):

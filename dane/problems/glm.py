@@ -439,9 +439,8 @@ class LinearModelShard(Problem):
 
     def state_dict(self) -> dict:
         """The SVRG solver's generator, and the ``problem.*`` nulls the solves used so far (none: no key)."""
-        notes = self.solver_notes.state_dict()
-        return {"generator": self.generator.get_state(), **({"solver_notes": notes} if notes else {})}
+        return self.solver_notes.kept({"generator": self.generator.get_state()})
 
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
-        self.solver_notes.load_state_dict(state.get("solver_notes", []))
+        self.solver_notes.restore(state)
