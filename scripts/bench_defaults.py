@@ -10,8 +10,7 @@ import numpy as np
 from dane.problems import LogReg, Ridge
 from dane.records.provenance import code_version
 from dane.synthetic.defaults_data import FAMILIES, make
-from scripts.harness import (Bench, Run, default_and_grid, first_at, fit_setting, kept, local_work_to, optimum_of,
-                             option, relative)
+from scripts.harness import Bench, Run, default_and_grid, first_at, kept, local_work_to, optimum_of, option, relative
 
 REL_TOL = 1e-8
 MU_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0)
@@ -79,18 +78,16 @@ def to_target(records: list[dict]) -> dict:
 
 def run_method(problem, method: str, workers: int, L: float, cap: int) -> tuple[dict, list[dict]]:
     """The method's default run (``first_record``: what it chose, which its grid's ``X_times_default`` multiplies)
-    and a run per setting of its grid (`scripts.harness.fit_setting`)."""
+    and a run per setting of its grid (`scripts.harness.default_and_grid`)."""
     algorithm, default_keys, grid, _ = METHODS[method]
 
     def measure(result, settings: dict, keys: dict) -> dict:  # stopped_by: why a run ended short (its diagnosis)
         return {"status": result.status, "stopped_by": result.summary.get("stopped_by"), **to_target(result.records),
                 **({"keys": keys} if keys != settings else {})}
 
-    def run(settings: dict, chosen: dict | None) -> tuple[dict, dict | None]:
-        return fit_setting(problem, algorithm, settings, measure, {"reached": False}, given={"L": L, "chosen": chosen},
-                           extra={}, digits=3, workers=workers, rounds=cap, tol=REL_TOL)
-
-    default, runs, chosen = default_and_grid(run, default_keys, grid)
+    default, runs, chosen = default_and_grid(problem, algorithm, default_keys, grid, measure, {"reached": False},
+                                             given={"L": L}, extra={}, digits=3, workers=workers, rounds=cap,
+                                             tol=REL_TOL)
     if chosen is not None:
         default["first_record"] = chosen
     return default, runs

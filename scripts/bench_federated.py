@@ -19,7 +19,7 @@ from dane.problems.linear_models import LinearModelConfig
 from dane.records.provenance import code_version
 from dane.synthetic.bench_file import read_bench
 from scripts.bench_defaults import SCAFFOLD_GRID
-from scripts.harness import (Bench, Run, count, data_dir, default_and_grid, first_at, fit_setting, load,
+from scripts.harness import (Bench, Run, count, data_dir, default_and_grid, first_at, load,
                              local_work_to, now, optimum_of, option, relative)
 
 KEY = "federated"
@@ -120,15 +120,10 @@ def run_method(config, method: str, s: int, args, similarity: dict, grid: list[d
         return {"keys": keys, "status": result.status, "round_cap": cap, "prox_weight": prox_weight(result.records),
                 **({"lr": chosen} if chosen is not None else {}), **at_targets(result.records)}
 
-    def run(settings: dict, chosen: dict | None) -> tuple[dict, dict | None]:
-        given = {"delta_a": similarity["delta_mean_square"], "L": similarity["hessian_norm"] + args.lam,
-                 "chosen": chosen}
-        return fit_setting(config, algorithm, settings, measure_run, {"targets": {}, "best_rel_suboptimality": None},
-                           given=given, extra={"clients_per_round": s} if samples and s < args.workers else {},
-                           digits=2, workers=args.workers, rounds=cap, tol=TARGETS[-1], seed=args.seed)
-
-    default, runs, _ = default_and_grid(run, {}, grid)
-    return default, runs
+    given = {"delta_a": similarity["delta_mean_square"], "L": similarity["hessian_norm"] + args.lam}
+    return default_and_grid(config, algorithm, {}, grid, measure_run, {"targets": {}, "best_rel_suboptimality": None},
+                            given=given, extra={"clients_per_round": s} if samples and s < args.workers else {},
+                            digits=2, workers=args.workers, rounds=cap, tol=TARGETS[-1], seed=args.seed)[:2]
 
 
 def rounds_to(run: dict, target: float = TARGETS[-1]) -> int | None:

@@ -420,14 +420,15 @@ def fit_setting(problem, algorithm: str, settings: dict, measure: Callable, fail
     return {"settings": settings, **measure(result, settings, keys), "wall_s": wall}, (result.records or [None])[0]
 
 
-def default_and_grid(run: Callable[[dict, dict | None], tuple[dict, dict | None]], default: dict, grid: list[dict]
-                     ) -> tuple[dict, list[dict], dict | None]:
-    """A method's default run and one run per setting of its grid, each given what the default chose (`CHOSEN` of
-    its first record, for ``X_times_default``; None where it made none): ``run(settings, chosen) -> (row, first
-    record)``.  Returns the rows and what the default chose."""
-    row, first = run(default, None)
+def default_and_grid(problem, algorithm: str, default: dict, grid: list[dict], measure: Callable, failed: dict, *,
+                     given: dict, **fit) -> tuple[dict, list[dict], dict | None]:
+    """``algorithm``'s default run (settings ``default``) and one run per setting of its ``grid``, each a `fit_setting`
+    (``measure``, ``failed``, ``fit``: its own) whose `resolve` gets ``given`` and what the default chose (`CHOSEN`
+    of its first record, for ``X_times_default``; None where it made none).  Returns the rows and what it chose."""
+    row, first = fit_setting(problem, algorithm, default, measure, failed, given={**given, "chosen": None}, **fit)
     chosen = None if first is None else {k: v for k, v in first.items() if k in CHOSEN}
-    return row, [run(settings, chosen)[0] for settings in grid], chosen
+    return row, [fit_setting(problem, algorithm, settings, measure, failed, given={**given, "chosen": chosen}, **fit)[0]
+                 for settings in grid], chosen
 
 
 def in_process(job, *, write: bool = False) -> tuple[dict, list[dict], float, float]:

@@ -1114,20 +1114,26 @@ def test_a_rerun_of_some_rows_keeps_the_others_in_order():
     assert bench.with_earlier(new, earlier, argparse.Namespace(only=None)) is new
 
 
-def test_the_grid_runner_gives_each_setting_what_the_default_chose():
+def test_the_grid_runner_gives_each_setting_what_the_default_chose(monkeypatch):
     """`harness.default_and_grid`: every grid setting gets `harness.CHOSEN` of the default's first record (None where
-    it made none); `harness.fit_setting`: a setting that does not resolve, or whose run raises, is an error row of
-    one line (the grid goes on), and a run's row is its settings, the section's measure and its wall seconds."""
-    seen = []
+    it made none) beside the given keys; `harness.fit_setting`: a setting that does not resolve, or whose run raises,
+    is an error row of one line (the grid goes on), and a run's row is its settings, the section's measure and its
+    wall seconds."""
+    seen, first = [], {"round": 0, "objective": 1.0, "lr": 0.5, "lam": 0.25}
 
-    def run(settings, chosen):
-        seen.append(chosen)
-        return {"settings": settings}, {"round": 0, "objective": 1.0, "lr": 0.5, "lam": 0.25}
+    def fit_setting(problem, algorithm, settings, measure, failed, *, given, **fit):
+        seen.append((problem, algorithm, given, fit))
+        return {"settings": settings}, first
 
-    default, grid, chosen = harness.default_and_grid(run, {"k": 1}, [{"a": 1}, {"a": 2}])
-    assert chosen == {"lr": 0.5, "lam": 0.25} and seen == [None, chosen, chosen]
+    monkeypatch.setattr(harness, "fit_setting", fit_setting)
+    default, grid, chosen = harness.default_and_grid("P", "gd", {"k": 1}, [{"a": 1}, {"a": 2}], None, {},
+                                                     given={"L": 2.0}, digits=3, rounds=5)
+    assert chosen == {"lr": 0.5, "lam": 0.25}
+    assert seen == [("P", "gd", {"L": 2.0, "chosen": c}, {"digits": 3, "rounds": 5}) for c in (None, chosen, chosen)]
     assert default == {"settings": {"k": 1}} and grid == [{"settings": {"a": 1}}, {"settings": {"a": 2}}]
-    assert harness.default_and_grid(lambda settings, chosen: ({}, None), {}, [{}])[2] is None
+    first = None
+    assert harness.default_and_grid("P", "gd", {}, [{}], None, {}, given={})[2] is None
+    monkeypatch.undo()
     from dane.problems import Ridge
 
     problem = Ridge(np.eye(4), np.ones(4), lam=0.1)
