@@ -11,8 +11,8 @@ from dane.experiments.config import run_spec
 from dane.problems.stacked_net import ENGINES, default_engine
 from dane.synthetic.sweep import compose_job
 from scripts.bench_batched import gpu
-from scripts.harness import (Bench, best_of, count, grid, interleave, load, mnist_missing, option, paired, spread,
-                             timed_run)
+from scripts.harness import (SKIP_WITHOUT_DATA, Bench, best_of, counts, grid, interleave, load, mnist_missing, paired,
+                             spread, timed_run)
 
 LR = 0.05
 
@@ -136,7 +136,4 @@ def skipped(args) -> str | None:
 BENCH = Bench("batched_net", grid(cells, skip=skipped, optional=("cuda",)),
               "MNIST LeNet-5 at m = 64: the per-worker path against the stacked one, and its roofline", threads=None,
               only=("roofline", "speedup", "cuda"), resumable=True, options=(
-                  option("--workers", type=count, default=64), option("--local-steps", type=count, default=10),
-                  option("--batch-size", type=count, default=32), option("--rounds", type=count, default=2),
-                  option("--repeats", type=count, default=2),
-                  option("--skip-without-data", action="store_true", help="write the reason and stop without MNIST")))
+                  *counts(workers=64, local_steps=10, batch_size=32, rounds=2, repeats=2), SKIP_WITHOUT_DATA))

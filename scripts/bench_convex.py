@@ -20,7 +20,7 @@ from dane.errors import UserError
 from dane.loop.reference import attach_all
 from dane.problems.linear_models import LinearModelConfig
 from dane.synthetic.sparse_data import write_sparse_libsvm
-from scripts.harness import Bench, count, data_dir, first_at, folder, grid, option, relative
+from scripts.harness import Bench, counts, data_dir, first_at, folder, grid, option, relative
 
 KEY = "convex_newton_family"
 REL_TOL = 1e-8
@@ -247,5 +247,4 @@ BENCH = Bench(KEY, grid(lambda run: {case.name: case for case in problems(run.ar
                               choices=list(NEWTON + BASELINES)),
                        option("--data-dir", type=folder, default=data_dir(),
                               help="MNIST's folder (relative: from the repository root)"),
-                       option("--svm-rows", type=count, default=5000),
-                       option("--svm-features", type=count, default=20000)))
+                       *counts(svm_rows=5000, svm_features=20000)))

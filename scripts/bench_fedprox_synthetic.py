@@ -8,7 +8,7 @@ import time
 from dane.api import fit
 from dane.data.synthetic_source import PAPER_SETS, SyntheticSource
 from dane.problems.linear_models import LinearModelConfig
-from scripts.harness import Bench, Run, count, kept, option
+from scripts.harness import Bench, Run, counts, kept, option
 
 KEY = "fedprox_synthetic"
 SETTINGS = ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")
@@ -52,7 +52,6 @@ def run(bench: Run) -> dict:
 
 BENCH = Bench(KEY, run, "the FedProx paper's Synthetic(a,b) comparison: FedAvg, FedProx mu=1, FedDANE, S-DANE, "
               "SCAFFOLD, training loss per round (issue 47 item 2)", only=tuple(METHODS),
-              options=(option("--rounds", type=count, default=200), option("--clients", type=count, default=10),
+              options=(*counts(rounds=200, clients=10, local_steps=LOCAL["local_steps"]),
                        option("--seed", type=int, default=0),
-                       option("--local-steps", type=count, default=LOCAL["local_steps"]),
                        option("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))))

@@ -15,7 +15,7 @@ from dane.records.results import read_rounds
 from dane.synthetic.calibrate import calibrate, calibrate_ps, calibrate_tail
 from dane.synthetic.launchers import horovodrun, torchrun
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, Run, count, interleave, load, need_horovod, now, option, steady
+from scripts.harness import Bench, Run, count, counts, interleave, load, need_horovod, now, option, steady
 
 SECTIONS = ("dane_round_overhead", "allreduce_latency_ratio", "simulator_error", "ps_simulator_error")
 TAIL_HOW = ("error_with_tail: calibration k is `dane calibrate --tail`'s (its alpha-beta launch, then a launch of "
@@ -226,10 +226,9 @@ def run(bench: Run) -> None:
 
 BENCH = Bench("synthetic_bench", run, "the Horovod path and the simulator: round overhead, latency, simulator error",
               only=SECTIONS, options=(
-                  option("--blocks", type=count, default=12),
+                  *counts(blocks=12, rounds=10),
                   option("--launches", type=count, default=5, help="horovodrun launches for the round overhead, and "
                          "calibration launches for simulator_error"),
-                  option("--rounds", type=count, default=10),
                   option("--ps-rounds", type=count, default=60, help="rounds of each ps_simulator_error launch"),
                   option("--pairs", type=count, default=3, help="interleaved horovodrun/torchrun launches each"),
                   option("--reps", type=count, default=300, help="4 KB allreduces in each latency launch")))

@@ -15,7 +15,7 @@ from dane.paper_figs.common import retime
 from dane.paper_figs.target_table import TARGETS, job_cost
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, Run, count, grid, option, timer
+from scripts.harness import SKIP_WITHOUT_DATA, Bench, Run, count, grid, option, timer
 
 TARGET = TARGETS[0]
 #: a row's costs to the target, each the fewest of which algorithm (`winners`), beside the simulated times
@@ -93,5 +93,4 @@ BENCH = Bench("mnist_lenet5_to_97", grid(lambda run: {name: name for name in TAR
                   option("--runs", default="results/bench_nn", help="where the runs' directories go"),
                   option("--rounds", type=count, default=40, help="round budget per algorithm"),
                   option("--target", type=float, default=None, help="test accuracy (default: the target table's)"),
-                  option("--skip-without-data", action="store_true",
-                         help="exit 0 with a note (not an error) when MNIST is absent; `make bench` uses it")))
+                  SKIP_WITHOUT_DATA))

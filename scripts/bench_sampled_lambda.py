@@ -9,7 +9,7 @@ from functools import partial
 from dane.experiments.config import run_spec
 from dane.loop.launch import execute
 from dane.synthetic.sweep import compose_job
-from scripts.harness import Bench, count, data_dir, first_at, grid, option
+from scripts.harness import SKIP_WITHOUT_DATA, Bench, counts, data_dir, first_at, grid, option
 
 TARGETS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 GRID = (0.25, 0.5, 2.0, 4.0)
@@ -125,10 +125,7 @@ BENCH = Bench("sampled_lambda", grid(cells, optional=("acc", "fedred"), skip=mis
               out="results/sampled_lambda.json", only=("sdane", "acc", "fedred"), resumable=True,
               options=(option("--tables", nargs="+", default=["phishing", "a9a"]),
                        option("--shardings", nargs="+", default=["iid", "dirichlet"]),
-                       option("--workers", type=count, default=80),
+                       *counts(workers=80, rounds=300), SKIP_WITHOUT_DATA,
                        option("--fraction", type=float, default=0.1, help="s = fraction · m clients a round"),
-                       option("--rounds", type=count, default=300),
                        option("--target", type=float, default=1e-3,
-                              help="relative suboptimality of the rounds-to-target"),
-                       option("--skip-without-data", action="store_true",
-                              help="exit 0 where the tables are missing (the section then says so)")))
+                              help="relative suboptimality of the rounds-to-target")))

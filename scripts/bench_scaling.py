@@ -18,8 +18,8 @@ from dane.problems.quadratic import EIGH_BREAK_EVEN
 from dane.problems.ridge import gram, optimum_cache_path, shard_positions, synthesize
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.launchers import horovodrun, horovodrun_side_by_side
-from scripts.harness import (Bench, Run, best_of, count, interleave, load, matching, mnist_missing, need_horovod, now,
-                             option, over, spread, spreads, steady, timer, trained)
+from scripts.harness import (Bench, Run, best_of, counts, interleave, load, matching, mnist_missing, need_horovod, now,
+                             over, spread, spreads, steady, timer, trained)
 
 KEY = "strong_scaling"
 RIDGE = ("algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=18000", "problem.dim=2000", "tol=1e-8",
@@ -246,5 +246,4 @@ def run(bench: Run) -> None:
 
 
 BENCH = Bench(KEY, run, "strong scaling under horovodrun -np 2 over -np 1: ridge, MNIST LeNet-5, Horovod's loop",
-              threads=None, only=SECTIONS, options=(option("--repeats", type=count, default=3),
-                                                    option("--mnist-rounds", type=count, default=3)))
+              threads=None, only=SECTIONS, options=counts(repeats=3, mnist_rounds=3))

@@ -47,6 +47,13 @@ def option(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict]:
 count = checks.positive_int_argument
 #: the ``type`` of one that is an amount (seconds, GiB): a finite number > 0
 amount = checks.positive_number_argument
+#: the flag of a section whose `grid` may ``skip`` (no data, no device): exit 0, not 2, once the section says why
+SKIP_WITHOUT_DATA = option("--skip-without-data", action="store_true", help="exit 0 where the section skips (it says why)")
+
+
+def counts(**defaults: int) -> tuple[tuple[tuple[str, ...], dict], ...]:
+    """A section's `count` flags, ``--NAME`` (its underscores as dashes) defaulting to each value given."""
+    return tuple(option(f"--{name.replace('_', '-')}", type=count, default=value) for name, value in defaults.items())
 
 
 def folder(text: str) -> Path:

@@ -1607,6 +1607,18 @@ def test_pair_k_draws_calibration_ks_tail(tmp_path):
     assert pair0["tail_samples"] == pair1["tail_samples"] == n
 
 
+def test_counts_declare_the_count_flags_a_section_spelled_out():
+    """`harness.counts`: ``--NAME`` (dashes for underscores), `harness.count`'s type and the default, in order; the
+    parser then refuses 0 as it did (exit 2)."""
+    assert harness.counts(rounds=10, local_steps=3) == (harness.option("--rounds", type=harness.count, default=10),
+                                                        harness.option("--local-steps", type=harness.count, default=3))
+    toy = {"toy": harness.Bench("toy", lambda run: {}, "a toy", options=harness.counts(batch_size=32))}
+    assert harness.parser(toy).parse_args(["toy"]).batch_size == 32
+    with pytest.raises(SystemExit) as exit_:
+        harness.parser(toy).parse_args(["toy", "--batch-size", "0"])
+    assert exit_.value.code == 2
+
+
 def test_steady_rounds_leave_out_rounds_zero_and_one():
     records = [{"time_s": t} for t in (0.0, 5.0, 6.0, 7.5, 8.5)]  # round 1 factors: 5 s; then 1, 1.5, 1
     assert harness.steady(records) == [1.0, 1.5, 1.0]
