@@ -28,7 +28,7 @@ def points(tmp: Path, label: str, ks: list[int], rounds: int, timeout: float, la
         t = trained(tmp / f"{label}{k}", (*(job(k) if job else RUN), f"workers={k}", f"rounds={rounds}"),
                     np=k if launched else None, env={}, timeout=timeout)
         times = [r["time_s"] for r in t["records"]]
-        steps = steady(t["records"]) or [b - a for a, b in zip(times, times[1:])]  # too few rounds: from round 0
+        steps = steady(t["records"]) or steady(t["records"], 0)  # too few rounds: from round 0
         point = {"exit_status": t["exit_status"], "finished": t["exit_status"] == 0,
                  **{key: t[key] for key in ("timed_out", "wall_s", "peak_rss_gib", "load_before", "load_after")},
                  **({"stderr_tail": t["error"].splitlines()[-5:]} if "error" in t else {}),

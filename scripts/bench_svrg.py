@@ -23,7 +23,8 @@ from dane.numerics.local_solvers import LocalSolver, Subproblem, svrg, svrg_refe
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.records.results import read_rounds
 from dane.synthetic.sparse_data import rcv1_like, write_sparse_libsvm
-from scripts.harness import Bench, count, grid, in_fresh_process, interleave, launch, option, spread, timer, trained
+from scripts.harness import (Bench, count, grid, in_fresh_process, interleave, launch, option, spread, steady, timer,
+                             trained)
 
 KEY = "svrg_local_solver"
 REFERENCE_ROUND_S = 0.017  # the public Octave + mex InexactDANE, 4 workers x 5,160 rows, d=14, 3 passes
@@ -130,7 +131,7 @@ def sparse_launch(quick: bool) -> dict:
              "problem.lam=1e-4", "problem.fit_intercept=false", "algorithm=inexact_dane", "workers=2",
              f"rounds={rounds}", f"out_dir={run_dir}", "quiet=true"], env={"OMP_NUM_THREADS": "1"})}
         if out["exit_status"] == 0:
-            out["round_time"] = spread(np.diff([r["time_s"] for r in read_rounds(run_dir)]).tolist())
+            out["round_time"] = spread(steady(read_rounds(run_dir), 0))
     return out
 
 
@@ -144,7 +145,7 @@ def first_round(repeats: int, quick: bool) -> dict:
                           "quiet=true"], env={"NUMBA_CACHE_DIR": str(cache)})
         if t["summary"] is None:
             return {"error": t["error"]}
-        steps = np.diff([r["time_s"] for r in t["records"]])[:-1]  # the last record is the final evaluation
+        steps = steady(t["records"], 0)[:-1]  # the last record is the final evaluation
         timeline = t["summary"]["timeline"]
         return {"first_round_s": float(steps[0]), "later_round_s": float(np.median(steps[1:])),
                 "start_up_left_out_s": t["summary"]["simulated_start_up_s"],

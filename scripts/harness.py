@@ -591,10 +591,10 @@ def spreads(runs: list[dict], keys) -> dict:
 
 
 # ------------------------------------------------------------- the launch sections' pieces (horovod, scaling, cuda)
-def steady(records: list[dict]) -> list[float]:
-    """The seconds of each round after round 1 (differences of the records' ``time_s``): round 0 is the first
-    evaluation and round 1 factors the shards or warms up, so these are the rounds a longer run repeats."""
-    times = [r["time_s"] for r in records[1:]]
+def steady(records: list[dict], since: int = 1) -> list[float]:
+    """The seconds of each round after round ``since`` (differences of the records' ``time_s``): round 0 is the first
+    evaluation and round 1 factors the shards or warms up, so those after 1 are the rounds a longer run repeats."""
+    times = [r["time_s"] for r in records[since:]]
     return [b - a for a, b in zip(times, times[1:])]
 
 

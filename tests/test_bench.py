@@ -1622,6 +1622,8 @@ def test_counts_declare_the_count_flags_a_section_spelled_out():
 def test_steady_rounds_leave_out_rounds_zero_and_one():
     records = [{"time_s": t} for t in (0.0, 5.0, 6.0, 7.5, 8.5)]  # round 1 factors: 5 s; then 1, 1.5, 1
     assert harness.steady(records) == [1.0, 1.5, 1.0]
+    assert harness.steady(records, 0) == [5.0, 1.0, 1.5, 1.0]  # every round (bench_load's short runs, bench_svrg's)
+    assert harness.steady(records[:2]) == [] and harness.steady(records[:2], 0) == [5.0]
 
 
 def test_np1_over_np2_is_the_ratio_of_medians_and_of_each_repeats_pair():
