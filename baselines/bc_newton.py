@@ -50,13 +50,14 @@ from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.problems.stacked_hessians import unpack
 from dane.sampling import SamplingKeys, sampled_mean
+from dane.seeds import STREAMS
 
 from .defaults import Resolution, model_learning_rate
 from .federated import Federated
 from .fednl import VALUE_BITS, FedNL, FedNLConfig, uplink_bits
 from .fednl_server import newton_direction
 
-COIN_STREAM = 14  # seed stream of FedNL-BC's shared coin (11, 12: compression; 13: MARINA's coin)
+COIN_STREAM = STREAMS["fednl_bc_coin"].number  # FedNL-BC's shared coin
 
 
 def model_step(compressor: Compressor, d: int, eta: float | None) -> float:

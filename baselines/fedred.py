@@ -71,7 +71,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from dane import checks
@@ -80,6 +79,7 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem, ProblemConfig
 from dane.sampling import SamplingKeys
+from dane.seeds import STREAMS, shared_seed
 
 from .adaptive import FloorStop, WeightDoubling
 from .defaults import FEDRED_LOCAL_STEPS, Resolution, fedred_cv_weight, fedred_local_steps, local_step, prox_weight
@@ -87,7 +87,7 @@ from .federated import Federated, LocalSolveKeys, PolicyKeys
 from .measure import hessian_dissimilarity
 
 AVERAGING = ("mean", "random")
-COIN_STREAM = 13  # seed stream of the shared generator of local-step counts and random averaging
+COIN_STREAM = STREAMS["fedred_coin"].number  # the shared generator of local-step counts and random averaging
 
 
 class FedRed(Federated):
@@ -106,8 +106,7 @@ class FedRed(Federated):
         super().__init__(problem, comm, seed=seed, **kwargs)
         self.lam, self.local_steps, self.cv_weight, self.gamma = lam, local_steps, cv_weight, gamma
         self.control_variate, self.averaging, self.p, self.server_lr = control_variate, averaging, p, server_lr
-        seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
-        self.coin = torch.Generator().manual_seed(int(seq))
+        self.coin = torch.Generator().manual_seed(shared_seed(seed, COIN_STREAM))
         self.h = self.client_state(torch.zeros_like(self.w))  # type 2 outside S_0: h_i = 0 keeps Σ_i h_i = 0
         self.first = True  # round 0, whose h_i are of type 1 under either type (module docstring)
 

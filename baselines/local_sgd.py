@@ -50,6 +50,7 @@ from dane.comm.batched import per_worker, stacked, worker_ranks
 from dane.errors import ConfigError
 from dane.numerics.inner import refuse_oversized, worker_samplers
 from dane.problems import Problem, ProblemConfig
+from dane.seeds import STREAMS
 
 from .defaults import Resolution, local_step
 from .metrics import global_metrics, local_payload, logs_gradient
@@ -57,7 +58,7 @@ from .measure import largest_smoothness
 from .spectral import one_hot
 
 AGGREGATES = ("mean", "weighted", "best")
-SAMPLER_STREAM = 3  # worker_seed stream of this algorithm's minibatch generator
+SAMPLER_STREAM = STREAMS["local_sgd_minibatch"].number  # this algorithm's minibatch generator
 
 
 def local_steps(w: torch.Tensor, gradient: Callable[[torch.Tensor], torch.Tensor], *, lr: float,

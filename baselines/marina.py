@@ -77,13 +77,14 @@ from dane.compress import Compressor, Sparsifier
 from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import ClientSampler, SamplingKeys, Traffic
+from dane.seeds import STREAMS
 from dane.work import count, uncounted
 
 from .defaults import Resolution, marina_probability, marina_step, pp_marina_probability, pp_marina_step
 from .diana import (SENT, CompressedKeys, compress_each, load_streams, own_compression, streams_state,
                     unbiased_compressor, worker_streams)
 
-COIN_STREAM = 13  # seed stream of the shared coin (`dane.comm.compression` uses 11 for the workers' draws)
+COIN_STREAM = STREAMS["marina_coin"].number  # the shared coin
 
 
 def coin_generator(seed: int) -> np.random.Generator:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from dane import checks
@@ -36,13 +35,14 @@ from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.sampling import SamplingKeys
+from dane.seeds import STREAMS, shared_seed
 
 from .defaults import (Resolution, lanczos_is_exact, lanczos_iters, local_step, scaffnew_probability,
                        strong_convexity_bound)
 from .federated import Federated, LocalSolveKeys, PolicyKeys
 from .measure import mean_lowest
 
-COIN_STREAM = 11  # seed stream of the shared communication coin
+COIN_STREAM = STREAMS["scaffnew_coin"].number  # the shared communication coin
 
 
 class Scaffnew(Federated):
@@ -57,8 +57,7 @@ class Scaffnew(Federated):
                  max_local_steps: int = 100_000, seed: int = 0, **kwargs):
         super().__init__(problem, comm, seed=seed, **kwargs)
         self.gamma, self.p, self.max_local_steps = gamma, p, max_local_steps
-        seq = np.random.SeedSequence([seed, COIN_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
-        self.coin = torch.Generator().manual_seed(int(seq))
+        self.coin = torch.Generator().manual_seed(shared_seed(seed, COIN_STREAM))
         self.h = self.client_state(torch.zeros_like(self.w))  # this client's (on the batched path, every one's)
 
     def communicates(self) -> bool:

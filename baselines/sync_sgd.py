@@ -32,13 +32,14 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.numerics.inner import MinibatchSampler, preload_optimizers, refuse_oversized, worker_seed
+from dane.numerics.inner import MinibatchSampler, preload_optimizers, refuse_oversized
+from dane.seeds import STREAMS, worker_seed
 from dane.problems import Problem
 
 from .defaults import Resolution, sgd_steps_per_round
 
 OPTIMIZERS = ("sgd", "adam")
-SAMPLER_STREAM = 2  # worker_seed stream of this algorithm's minibatch generator
+SAMPLER_STREAM = STREAMS["sync_sgd_minibatch"].number  # this algorithm's minibatch generator
 
 
 def make_optimizer(name: str, w: torch.Tensor, *, lr: float, momentum: float) -> torch.optim.Optimizer:

@@ -45,14 +45,15 @@ from . import checks, work
 from .comm import Communicator
 from .comm.batched import per_worker, stacked
 from .errors import ConfigError
+from .seeds import STREAMS, shared_seed
 
 SAMPLINGS = ("uniform", "size")
-SAMPLER_STREAM = 7  # seed stream of the shared client sampler (`sampler_seed`)
+SAMPLER_STREAM = STREAMS["client_sampler"].number  # the shared client sampler (`sampler_seed`)
 
 
 def sampler_seed(seed: int) -> int:
     """The shared sampler's 63-bit seed: from the run's seed alone, so that every rank draws the same sets."""
-    return int(np.random.SeedSequence([seed, SAMPLER_STREAM]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+    return shared_seed(seed, SAMPLER_STREAM)
 
 
 @dataclass(frozen=True)

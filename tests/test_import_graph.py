@@ -18,8 +18,8 @@ ABOVE_DANE = ("baselines", "experiments", "synthetic", "paper_figs", "scripts")
 #: stands for the modules under it; the longest that matches decides).  A module imports only from its layer and
 #: those below; one the page does not name is not checked.
 LAYERS = (
-    ("dane.numerics.linalg", "dane.losses", "dane.checks", "dane.errors", "dane.work", "dane.records.results",
-     "dane.records.lock", "dane.records.projection"),
+    ("dane.numerics.linalg", "dane.losses", "dane.checks", "dane.errors", "dane.seeds", "dane.work",
+     "dane.records.results", "dane.records.lock", "dane.records.projection"),
     ("dane.comm",),
     ("dane.data", "dane.problems", "dane.numerics.local_solvers"),
     ("dane.dane", "baselines"),

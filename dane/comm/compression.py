@@ -57,25 +57,25 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from ..compress import Compressor, ErrorFeedback
+from ..seeds import STREAMS, keyed_seed, shared_seed
 
-COMPRESS_STREAM = 11  # seed stream of the workers' compression generators (`compression_seed`)
-DOWNLINK_STREAM = 12  # seed stream of the server's downlink generator (`downlink_seed`)
+COMPRESS_STREAM = STREAMS["compression"].number  # the workers' compression generators (`compression_seed`)
+DOWNLINK_STREAM = STREAMS["downlink"].number  # the server's downlink generator (`downlink_seed`)
 
 
 def compression_seed(seed: int, rank: int) -> int:
-    """Worker ``rank``'s 63-bit compression seed, from the run's seed and the rank alone."""
-    state = np.random.SeedSequence([seed, COMPRESS_STREAM, rank]).generate_state(1, dtype=np.uint64)[0]
-    return int(state >> np.uint64(1))
+    """Worker ``rank``'s 63-bit compression seed, from the run's seed and the rank alone (`dane.seeds.keyed_seed`: as a
+    list, ``[seed, 11, rank]`` was worker 11's seed of worker stream ``rank``, so worker 11's SVRG drew worker 5's
+    compressor's numbers)."""
+    return keyed_seed(seed, COMPRESS_STREAM, rank)
 
 
 def downlink_seed(seed: int) -> int:
     """The server's 63-bit downlink compression seed, from the run's seed alone (every worker holds a copy)."""
-    state = np.random.SeedSequence([seed, DOWNLINK_STREAM]).generate_state(1, dtype=np.uint64)[0]
-    return int(state >> np.uint64(1))
+    return shared_seed(seed, DOWNLINK_STREAM)
 
 
 def message_bits(tensors: Sequence[torch.Tensor]) -> int:

@@ -28,6 +28,7 @@ import torch
 from .. import checks
 from ..comm.meters import start_up
 from ..errors import ConfigError
+from ..seeds import worker_seed
 from ..work import count
 
 INNER_OPTIMIZERS = ("sgd", "adam", "lbfgs")
@@ -286,6 +287,3 @@ def worker_samplers(n: int, batch_size: int | None, seed: int, stream: int, rank
     return StackedSampler(n, batch_size, seeds) if stacked else MinibatchSampler(n, batch_size, seeds[0])
 
 
-def worker_seed(seed: int, rank: int, stream: int) -> int:
-    """A 63-bit seed for (run seed, worker, component), independent across the three."""
-    return int(np.random.SeedSequence([seed, rank, stream]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))

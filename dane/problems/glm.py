@@ -44,12 +44,13 @@ from ..errors import ConfigError, NotPositiveDefinite
 from ..numerics.linalg import cg, cholesky_solve
 from ..numerics.local_solvers import LocalSolver, SolverNotes, cg_cap, prox_solve, refuse_oversized_svrg
 from ..losses import Loss
+from ..seeds import STREAMS
 from ..work import count, count_once, counted, rows_fraction, uncounted
 from .base import Problem
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
-SOLVER_STREAM = 5  # worker_seed stream of the SVRG local solver's generator
+SOLVER_STREAM = STREAMS["svrg"].number  # the SVRG local solver's generator
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ import torch
 
 from .. import checks
 from ..errors import ConfigError
-from ..numerics.inner import worker_seed
+from ..seeds import worker_seed
 from ..losses import LOSSES
 from .base import ProblemConfig
 from .glm import SOLVER_STREAM, LinearModelShard, SolverOptions, add_intercept, to_torch

@@ -62,7 +62,8 @@ from ..data.overlap import check_factors, describe, overlap_shards
 from ..data.registry import dataset_stamp
 from ..data.sharding import ShardingKeys
 from ..errors import ConfigError
-from ..numerics.inner import InnerSolver, worker_seed
+from ..numerics.inner import InnerSolver
+from ..seeds import STREAMS, worker_seed
 from ..models import MODEL_NAMES, build_model
 from .base import ProblemConfig
 from .neural_shard import NeuralProblem
@@ -70,8 +71,8 @@ from .stacked_net import StackedNeuralProblem
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-SAMPLER_STREAM = 1  # worker_seed stream of the problem's minibatch generator
-AUGMENT_STREAM = 4  # worker_seed stream of the problem's augmentation generator (problem.augment)
+SAMPLER_STREAM = STREAMS["network_minibatch"].number  # the problem's minibatch generator
+AUGMENT_STREAM = STREAMS["augmentation"].number  # the augmentation generator (problem.augment)
 #: torch intra-op threads of every worker of a network run: every rank of a launched run, and
 #: each simulated worker (`dane.comm.ThreadGroup` holds each of its threads to one as well)
 INTRA_OP_THREADS = 1

@@ -41,7 +41,7 @@ from ..errors import ConfigError
 from ..numerics.linalg import capacitance_factor, cg, woodbury_solve
 from ..numerics.local_solvers import AUTO_MAX_DIM, LocalSolver, SolverNotes
 from ..losses import SQUARED
-from ..numerics.inner import worker_seed
+from ..seeds import worker_seed
 from ..records.results import atomic_write
 from ..work import count_once, counted, rows_fraction
 from .base import ProblemConfig

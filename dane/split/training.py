@@ -21,14 +21,14 @@ from torch import nn
 
 from ..algorithm import Rounds
 from ..errors import ConfigError
-from ..numerics.inner import worker_seed
+from ..seeds import STREAMS, worker_seed
 from ..models import build_model
 from .cut import cut_choices, cut_model
 from .links import KINDS, TIME_OF, Counters
 from .parties import Agent, Server
 from .protocol import EpochProtocol
 
-SAMPLER_STREAM = 3  # worker_seed stream of an agent's batch order
+SAMPLER_STREAM = STREAMS["split_batch_order"].number  # an agent's batch order
 STOP, EPOCH, CHECKPOINT, STATE = 0, 1, 2, 3
 
 
