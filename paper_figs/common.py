@@ -218,9 +218,9 @@ def setting_text(run_dirs: Iterable[str | Path]) -> str:
 
 def wrapped(text: str, width_in: float, fontsize: float = 10) -> str:
     """``text`` broken into lines that fit a title ``width_in`` inches wide at ``fontsize`` points (its own line
-    breaks kept)."""
+    breaks kept, a hyphenated word never split: "full-gradient" stays one word)."""
     chars = max(20, int(width_in * 72 / (0.55 * fontsize)))
-    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
+    return "\n".join(textwrap.fill(line, chars, break_on_hyphens=False) for line in text.split("\n"))
 
 
 def data_text(info: dict) -> str:

@@ -9,8 +9,11 @@ objective at every round; it never trains) and draws one panel per setting (Synt
 table, written between docs/benchmarks.md's ``<!-- fedprox-synthetic-table:begin -->`` and ``...:end -->``
 lines (``--block long``: ``fedprox-synthetic-long-table``, a run with more local steps; ``--print``: to
 stdout), gives per setting and method the last training objective and its rises (the sum of the round-to-round
-increases, `rises`: 0 for a loss that never goes up), then the paper's claims (`CLAIMS`), each judged from the
-numbers.  No number is typed by hand: rerun the benchmark, then this.  Beside the figure (``fedprox_synthetic``,
+increases, `rises`: 0 for a loss that never goes up), then what each run spent by its last round (`spent`: the
+sampled clients' uplink and downlink bits, local passes, HVPs, Hessians, factorizations; a count the JSON's run
+lacks is "not recorded in this evidence"), then the paper's claims (`CLAIMS`), each judged from the
+numbers.  The caption and the figure's title give K as the most local steps a solve takes (S-DANE's stops once its
+accuracy test holds) and the local passes per sampled client and round each run made (`passes_text`).  No number is typed by hand: rerun the benchmark, then this.  Beside the figure (``fedprox_synthetic``,
 ``--block long``: ``fedprox_synthetic_long``), NAME.md holds the table and NAME.json the sidecar naming the JSON
 read (`figure`: what `make_all` draws from paper_figs/evidence/, the page untouched).
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dane.paper_figs.blocks import method_label, publish
+from dane.paper_figs.blocks import SECOND_ORDER, count, method_label, publish
 from dane.paper_figs.common import bench_figure, bench_parser, bench_section
 
 KEY = "fedprox_synthetic"
@@ -30,6 +33,11 @@ PAGE = Path("docs") / "benchmarks.md"
 TITLES = {"synthetic_iid": "Synthetic-IID", "synthetic_0_0": "Synthetic(0,0)",
           "synthetic_0.5_0.5": "Synthetic(0.5,0.5)", "synthetic_1_1": "Synthetic(1,1)"}
 SIMILAR = 0.1  # "similar" final losses: within 10% of the larger
+#: a count a run of the JSON does not hold (it predates the key)
+UNRECORDED = "not recorded in this evidence"
+#: what `spent` shows beside the rounds: the run's key -> its column (bytes shown as bits)
+SPENT = {"uplink_bytes": "uplink bits", "downlink_bytes": "downlink bits", "local_passes": "local passes",
+         **SECOND_ORDER}
 
 
 def num(x: float, digits: int = 4) -> str:
@@ -105,34 +113,92 @@ def cell(run: dict) -> str:
     return text if run["status"] == "max_rounds" else f"{text}, {run['status']} at round {run['rounds']}"
 
 
+def per_round(run: dict) -> float | None:
+    """The run's local passes per sampled client and round: ``local_passes`` (summed over the clients, to its last
+    record) / (rounds x clients sampled a round); None where the JSON holds no passes or no round ran."""
+    passes, rounds = run.get("local_passes"), run["rounds"]
+    return None if passes is None or not rounds else passes / (rounds * run["keys"]["clients_per_round"])
+
+
+def passes_text(section: dict) -> str:
+    """The local passes per sampled client and round (`per_round`), as the JSON's runs made them: one number for the
+    methods that made the same in every setting, a method's own per setting where they differ."""
+    settings = by_setting(section)
+    made: dict[str, dict[str, float | None]] = {}
+    for setting, runs in settings.items():
+        for method, run in runs.items():
+            made.setdefault(label(run), {})[setting] = per_round(run)
+    same: dict[str, list[str]] = {}
+    parts = []
+    for name, values in made.items():
+        if len(set(values.values())) == 1:
+            same.setdefault(UNRECORDED if None in values.values() else f"{next(iter(values.values())):.3g}",
+                            []).append(name)
+        else:
+            parts.append(f"{name} " + ", ".join(f"{UNRECORDED if v is None else f'{v:.3g}'} on {TITLES[s]}"
+                                               for s, v in values.items()))
+    return "; ".join([*(f"{', '.join(names)} {value}" for value, names in same.items()), *parts])
+
+
+def what_ran(section: dict) -> str:
+    """The local solve as it ran: at most K full-gradient steps (S-DANE's stopping once its accuracy test holds),
+    then the passes per sampled client and round the JSON records (`passes_text`)."""
+    local, methods = section["local"], {run["method"] for run in section["runs"]}
+    stops = " (S-DANE's stopping once its accuracy test holds)" if "sdane" in methods else ""
+    return (f"every local solve at most K = {local['local_steps']} full-gradient steps at lr {local['lr']:g}{stops}; "
+            f"local passes (full local gradients: the steps' and any other the round takes) per sampled client and "
+            f"round: {passes_text(section)}")
+
+
+def spent(settings: dict[str, dict[str, dict]]) -> list[str]:
+    """Per setting and method, what the run spent by its last record (summed over the sampled clients): the rounds,
+    each count of `SPENT` (bytes as bits), and the passes per client and round; a count the run lacks is
+    `UNRECORDED`, a column no run holds left out and named below the table."""
+    runs = [run for by_method in settings.values() for run in by_method.values()]
+    held = [key for key in SPENT if any(run.get(key) is not None for run in runs)]
+
+    def shown(run: dict, key: str) -> str:
+        value = run.get(key)
+        return UNRECORDED if value is None else count(8 * value if key.endswith("_bytes") else value, ".4g")
+
+    per = [UNRECORDED if per_round(run) is None else f"{per_round(run):.3g}" for run in runs]
+    lines = ["| setting | method | rounds | " + " | ".join(SPENT[k] for k in held) + " | local passes per client "
+             "and round |", "|---|---|---|" + "---|" * len(held) + "---|"]
+    lines += [f"| {TITLES[run['setting']]} | {label(run)} | {run['rounds']} | " +
+              " | ".join(shown(run, key) for key in held) + f" | {p} |" for run, p in zip(runs, per)]
+    missing = ", ".join(SPENT[key] for key in SPENT if key not in held)
+    return [*lines, *(["", f"{missing[:1].upper()}{missing[1:]}: {UNRECORDED} (its runs predate these counts; the "
+                       "benchmark records them now)."] if missing else [])]
+
+
 def render(section: dict, source: str) -> str:
     settings = by_setting(section)
     methods = list(dict.fromkeys(run["method"] for runs in settings.values() for run in runs.values()))
     labels = {m: next(label(r[m]) for r in settings.values() if m in r) for m in methods}
-    local = section["local"]
     lines = [f"Generated by `dane figures fedprox_synthetic` from scripts/bench_fedprox_synthetic.py's JSON {source} "
              f"({section['started_at']}, load average {section['machine']['load_avg']}). Softmax regression "
              f"(lam={section['lam']:g}, intercept) on the seeded Synthetic sets (seed {section['seed']}), "
              f"{section['workers']} clients, {section['clients_per_round']} sampled a round, {section['rounds']} "
-             f"rounds; every local solve {local['local_steps']} full-gradient steps at lr {local['lr']:g}. Per cell: "
-             "the last training objective (its rises, the sum of its round-to-round increases), and how a run that "
-             "stopped early ended.", "",
+             f"rounds; {what_ran(section)}. Per cell: the last training objective (its rises, the sum of its "
+             "round-to-round increases), and how a run that stopped early ended. The second table: what each run "
+             "spent by its last round, summed over the sampled clients (HVPs, Hessians, factorizations: the "
+             "Hessian-vector products, Hessians formed and factorizations, counted as the passes are by "
+             "`dane.work`); the first ranks losses at equal rounds, not at equal cost.", "",
              "| setting | " + " | ".join(labels[m] for m in methods) + " |", "|---|" + "---|" * len(methods)]
     for setting, runs in settings.items():
         cells = [cell(runs[m]) if m in runs else "—" for m in methods]
         lines.append(f"| {TITLES[setting]} | " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", *claims(settings)])
+    return "\n".join([*lines, "", *spent(settings), "", *claims(settings)])
 
 
 def title(section: dict) -> str:
     """The figure's title, from ``section``: the settings drawn, the model and λ, the clients (and those sampled a
-    round), the local steps K a round and their step size, the rounds and the seed."""
-    local = section["local"]
+    round), the rounds and the seed, then the local solve as it ran (`what_ran`: at most K steps, their step size,
+    the passes per sampled client and round)."""
     sets = ", ".join(TITLES[s] for s in by_setting(section))
     return (f"FedProx's Synthetic(α, β) data, {sets}: softmax regression (λ = {section['lam']:g}, intercept), "
             f"seed {section['seed']}\n{section['workers']} clients, {section['clients_per_round']} sampled a round, "
-            f"K = {local['local_steps']} local full-gradient steps (lr {local['lr']:g}) a round, {section['rounds']} "
-            "rounds")
+            f"{section['rounds']} rounds; {what_ran(section)}")
 
 
 def draw(section: dict):

@@ -8,7 +8,7 @@ import time
 from dane.api import fit
 from dane.data.synthetic_source import PAPER_SETS, SyntheticSource
 from dane.problems.linear_models import LinearModelConfig
-from scripts.harness import Bench, Run, counts, kept, option
+from scripts.harness import Bench, Run, counts, kept, local_work_to, option
 
 KEY = "fedprox_synthetic"
 SETTINGS = ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")
@@ -21,17 +21,21 @@ LAM = 1e-3  # the paper's model declares l2_regularizer(0.001) (its TF code neve
 
 
 def one(setting: str, method: str, rounds: int, clients: int, seed: int, local: dict) -> dict:
-    """One `dane.api.fit` of ``method`` on the paper's softmax model of ``setting``: its keys, status and objectives."""
+    """One `dane.api.fit` of ``method`` on the paper's softmax model of ``setting``: its keys, status and objectives,
+    and what its rounds cost to the last record: the sampled clients' ``uplink_bytes`` and ``downlink_bytes`` and
+    each count of `scripts.harness.LOCAL_WORK` (summed over the clients; a count the records lack left out)."""
     (algorithm, keys), (alpha, beta, iid) = METHODS[method], PAPER_SETS[setting]
     keys = {**local, **keys, "clients_per_round": clients, "paper": True}
     problem = LinearModelConfig(name="softmax", loss="softmax", classes=10, lam=LAM, seed=seed,
                                 data=SyntheticSource(alpha=alpha, beta=beta, iid=iid, seed=seed))
     start = time.perf_counter()
     result = fit(problem, algorithm, workers=30, rounds=rounds, seed=seed, **keys)
-    objective = [float(f"{r['objective']:.8g}") for r in result.records]
+    objective, last = [float(f"{r['objective']:.8g}") for r in result.records], result.records[-1]
     return {"setting": setting, "method": method, "algorithm": algorithm, "keys": keys, "status": result.status,
-            "rounds": result.records[-1]["round"], "objective": objective,
-            "local_passes": result.records[-1].get("local_passes"), "wall_s": round(time.perf_counter() - start, 1)}
+            "rounds": last["round"], "objective": objective, "local_passes": last.get("local_passes"),
+            **local_work_to(result.records, len(result.records) - 1),
+            **{key: last[key] for key in ("uplink_bytes", "downlink_bytes") if last.get(key) is not None},
+            "wall_s": round(time.perf_counter() - start, 1)}
 
 
 def run(bench: Run) -> dict:

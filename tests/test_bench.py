@@ -1427,6 +1427,13 @@ def test_a_time_vs_workers_quick_run_is_kept_and_drawn(tmp_path):
     paths = fig.main(tmp_path / "results", tmp_path / "figures")
     assert (tmp_path / "figures" / "time_vs_workers.png").stat().st_size > 10_000 and len(paths) == 4
 # ------------------------------------------------------------------ fedprox_synthetic (issue 47 item 2)
+#: method -> the vectors a sampled client sends up and receives a round: FedAvg and FedProx their model each way,
+#: SCAFFOLD and FedDANE two (with the control variate; the gradient round), S-DANE three up (x_i, its gradient,
+#: the test's inner product's vector) and two down
+FEDPROX_SYNTHETIC_MESSAGES = {"fedavg": (1, 1), "fedprox": (1, 1), "scaffold": (2, 2), "feddane": (2, 2),
+                              "sdane": (3, 2)}
+
+
 def fedprox_synthetic_arithmetic(section: dict) -> None:
     """Every run logs w_0 .. w_T, from log 10 (w = 0: every row's cross-entropy is log 10); the methods of fixed
     local work count rounds x sampled clients x local steps gradient passes."""
@@ -1439,6 +1446,10 @@ def fedprox_synthetic_arithmetic(section: dict) -> None:
         if run["method"] in ("fedavg", "fedprox", "scaffold"):
             steps = section["local"]["local_steps"]
             assert run["local_passes"] == section["rounds"] * section["clients_per_round"] * steps
+        up, down = FEDPROX_SYNTHETIC_MESSAGES[run["method"]]  # vectors of d = 10 x 60 float64 values a client
+        sent = section["rounds"] * section["clients_per_round"] * 8 * 600
+        assert (run["uplink_bytes"], run["downlink_bytes"]) == (up * sent, down * sent)
+        assert run["local_hvps"] == run["local_hessians"] == run["local_factorizations"] == 0
 
 
 SECTIONS["fedprox_synthetic"] = (
@@ -1469,6 +1480,52 @@ def test_the_fedprox_synthetic_table_judges_the_papers_claims_from_the_numbers()
     assert "(ends no higher). Here: does not agree;" in fig.render(flipped, "x.json")
 
 
+def test_a_fedprox_synthetic_run_records_its_bytes_and_every_local_work_count():
+    """`one` keeps the last record's totals: the sampled clients' bytes (2 rounds x 10 clients x a 600-value float64
+    vector, once each way for FedAvg, twice for SCAFFOLD) and each `scripts.harness.LOCAL_WORK` count (20 passes a
+    client a round, no second-order work)."""
+    from scripts.bench_fedprox_synthetic import LOCAL, one
+
+    for method, vectors in (("fedavg", 1), ("scaffold", 2)):
+        run = one("synthetic_1_1", method, 2, 10, 0, LOCAL)
+        assert (run["uplink_bytes"], run["downlink_bytes"]) == (vectors * 2 * 10 * 4800, vectors * 2 * 10 * 4800)
+        assert {key: run[key] for key in harness.LOCAL_WORK} == {"local_passes": 400.0, "local_hvps": 0.0,
+                                                          "local_hessians": 0.0, "local_factorizations": 0.0}
+
+
+def test_the_fedprox_synthetic_caption_says_what_ran_and_the_second_table_what_it_cost():
+    """K is the most local steps a solve takes (S-DANE's stops at its accuracy test) and the passes per sampled
+    client and round are the JSON's (S-DANE's 1123 over 10 rounds x 10 clients: 11.2, the others' 20); the second
+    table gives each run's bits (8 x bytes) and local work; a file that predates the counts says so, a run that
+    lacks one in a file that has it says so in its cell."""
+    from dane.paper_figs import fedprox_synthetic as fig
+
+    section = canned("fedprox_synthetic")["fedprox_synthetic"]
+    text = fig.render(section, "tests/data/bench/fedprox_synthetic.json")
+    assert ("every local solve at most K = 20 full-gradient steps at lr 0.01 (S-DANE's stopping once its accuracy "
+            "test holds); local passes (full local gradients: the steps' and any other the round takes) per sampled "
+            "client and round: FedAvg, FedProx μ=1, FedDANE, SCAFFOLD 20; S-DANE 11.2.") in text
+    assert "every local solve 20 full-gradient steps" not in text
+    assert ("| setting | method | rounds | uplink bits | downlink bits | local passes | HVPs | Hessians | "
+            "factorizations | local passes per client and round |") in text
+    assert "| Synthetic(1,1) | FedAvg | 10 | 3840000 | 3840000 | 2000 | 0 | 0 | 0 | 20 |" in text
+    assert "| Synthetic(1,1) | S-DANE | 10 | 11520000 | 7680000 | 1123 | 0 | 0 | 0 | 11.2 |" in text
+    assert fig.UNRECORDED not in text
+    old = {**section, "runs": [{k: v for k, v in r.items() if k in ("setting", "method", "algorithm", "keys", "status",
+                                                                      "rounds", "objective", "local_passes")}
+                               for r in section["runs"]]}
+    text = fig.render(old, "x.json")
+    assert "| Synthetic(1,1) | FedAvg | 10 | 2000 | 20 |" in text
+    assert ("Uplink bits, downlink bits, HVPs, Hessians, factorizations: not recorded in this evidence (its runs "
+            "predate these counts; the benchmark records them now).") in text
+    mixed = {**section, "runs": [*old["runs"][:1], *section["runs"][1:]]}  # a kept run of an older file
+    assert "| Synthetic(1,1) | FedAvg | 10 | " + " | ".join([fig.UNRECORDED] * 2) + " | 2000 | " + \
+        " | ".join([fig.UNRECORDED] * 3) + " | 20 |" in fig.render(mixed, "x.json")
+    bare = {**old, "runs": [{**r, "local_passes": None} for r in old["runs"]]}
+    assert f"per sampled client and round: FedAvg, FedProx μ=1, FedDANE, S-DANE, SCAFFOLD {fig.UNRECORDED}." in \
+        fig.render(bare, "x.json")
+
+
 def test_the_fedprox_synthetic_figure_names_its_setting_from_the_json():
     """The suptitle is the section's setting (the settings drawn, λ, clients and those sampled, K local steps, rounds),
     so the 20-step and the 322-step figures differ on the image, not only by their x axis."""
@@ -1479,12 +1536,15 @@ def test_the_fedprox_synthetic_figure_names_its_setting_from_the_json():
     section = canned("fedprox_synthetic")["fedprox_synthetic"]
     drawn = fig.draw(section)
     heading = ("FedProx's Synthetic(α, β) data, Synthetic(1,1): softmax regression (λ = 0.001, intercept), seed 0 "
-               "30 clients, 10 sampled a round, K = 20 local full-gradient steps (lr 0.01) a round, 10 rounds")
+               "30 clients, 10 sampled a round, 10 rounds; every local solve at most K = 20 full-gradient steps at lr "
+               "0.01 (S-DANE's stopping once its accuracy test holds); local passes (full local gradients: the steps' "
+               "and any other the round takes) per sampled client and round: FedAvg, FedProx μ=1, FedDANE, SCAFFOLD "
+               "20; S-DANE 11.2")
     assert " ".join(drawn.get_suptitle().split()) == heading == " ".join(fig.title(section).split())
     longer = {**section, "local": {**section["local"], "local_steps": 322}, "rounds": 100}
     long_figure = fig.draw(longer)
     long_title = " ".join(long_figure.get_suptitle().split())
-    assert "K = 322 local full-gradient steps (lr 0.01) a round, 100 rounds" in long_title
+    assert "100 rounds; every local solve at most K = 322 full-gradient steps at lr 0.01" in long_title
     plt.close(drawn)
     plt.close(long_figure)
 
