@@ -5,9 +5,10 @@
 Reads the section ``compressed`` of scripts/bench_compressed.py's JSON (each cell's thinned curves; it never
 trains) and draws one row of four panels per dataset, as the FedNL paper's figures (Safaryan et al. 2022): relative
 suboptimality (O(w) − O*)/|O*|, log y, against the uplink bits per node, the total bits per node (up and down), the
-rounds and the local passes per node.  The table, between docs/benchmarks.md's ``<!-- compressed-table:begin -->``
+rounds and the local passes per node (gradient passes only: the title and caption say so, `PASSES_ONLY`, and point
+to the table's HVPs, Hessians and factorizations).  The table, between docs/benchmarks.md's ``<!-- compressed-table:begin -->``
 and ``...:end -->`` lines (``--print``: to stdout), gives per dataset and method what reaching 1e-12 cost (rounds,
-bits, and the local work per node: passes, HVPs, Hessians formed, factorizations), or the best reached and the factor
+bits, and the local work per node: passes, HVPs, Hessians formed, factorizations; rounds as whole numbers), or the best reached and the factor
 missed by; then the claims the section measured.  No number is typed by hand.
 Beside the figure, ``compressed.md`` holds the table and ``compressed.json`` the sidecar naming the JSON read
 (`figure`: what `make_all` draws from paper_figs/evidence/compressed.json, the page untouched).
@@ -26,6 +27,9 @@ PAGE = Path("docs") / "benchmarks.md"
 AXES = (("uplink_bits", "uplink bits per node"), ("total_bits", "total bits per node (up + down)"),
         ("round", "rounds"), ("local_passes", "local passes per node"))
 COMPRESSORS = {"topk": "TopK", "randk": "RandK", "rank": "rank-"}
+#: what the last panel leaves out, on the image and in the caption: no method is ranked on its passes alone
+PASSES_ONLY = ("the local-passes panel counts gradient passes only: the table beside it has the HVPs, Hessians and "
+               "factorizations per node")
 
 
 def label(cell: dict) -> str:
@@ -49,8 +53,9 @@ def num(x: float | None) -> str:
 
 
 def row(cell: dict) -> str:
-    """A cell's rounds, bits and local work per node to the target (a second-order count it did not record: —)."""
-    work = [num(cell[k]) for k in ("rounds", "uplink_bits", "total_bits", "local_passes")] + \
+    """A cell's rounds (a whole number), bits and local work per node to the target (a second-order count it did not
+    record: —)."""
+    work = [count(cell["rounds"]), *(num(cell[k]) for k in ("uplink_bits", "total_bits", "local_passes"))] + \
         [count(cell.get(k), ".3g") for k in SECOND_ORDER]
     if cell["reached"]:
         return f"| {label(cell)} | " + " | ".join(work) + " | |"
@@ -97,7 +102,7 @@ def render(section: dict, source: str) -> str:
 def draw(section: dict):
     """One row of the four panels per dataset, one colour a method; one legend below them all (outside the axes),
     and a title naming the problem, λ, the datasets with their clients m, and the target (the dashed line), all
-    from ``section``."""
+    from ``section``, and that the last panel counts passes only (`PASSES_ONLY`)."""
     import matplotlib.pyplot as plt
 
     from dane.paper_figs.common import wrapped
@@ -134,7 +139,7 @@ def draw(section: dict):
                      else dataset for dataset in data)
     fig.suptitle(wrapped(f"Logistic regression (λ = {section['lam']:g}, intercept) on {sets}: relative suboptimality "
                          f"(O(w) − O*)/|O*| against bits, rounds and local passes per node, log scales; the dashed "
-                         f"line: the target {section['target']:g}", width), fontsize=10)
+                         f"line: the target {section['target']:g}; {PASSES_ONLY}", width), fontsize=10)
     return fig
 
 
@@ -142,7 +147,7 @@ def figure(sources: list[str | Path], out: str | Path, name: str = KEY) -> list[
     """The figure ``name`` from the one JSON in ``sources``, its table as ``name``.md and its sidecar; no page."""
     (source,) = sources
     return bench_figure(source, KEY, out, name, draw=draw, render=render, command="python -m scripts.bench compressed",
-                        what=__doc__.splitlines()[0].replace("Figure and table: the", "The"))
+                        what=f"{__doc__.splitlines()[0].replace('Figure and table: the', 'The')[:-1]}; {PASSES_ONLY}")
 
 
 def main(argv: list[str] | None = None) -> list[Path]:

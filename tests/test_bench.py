@@ -1958,6 +1958,10 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
             f"{gd['local_passes']:.3g} | — | — | — | best {gd['best_rel']:.2g} ({gd['missed_by']:.2g}x the target) at "
             "the cap |" in text)  # the canned run predates the second-order counts
     assert "| FedNL (TopK) | " in text and "| DIANA | " in text and text.endswith("Not run: phishing nl1 absent.")
+    # rounds are whole numbers, never e-notation: 1964 rounds to the target, > 3000 at a cap of 3000
+    cells = section["cells"]["phishing"]
+    reached, missed = {**cells["fednl_topk"], "reached": True, "rounds": 1964}, {**gd, "rounds": 3000}
+    assert fig.row(reached).startswith("| FedNL (TopK) | 1964 | ") and fig.row(missed).startswith("| GD | > 3000 | ")
     assert "round caps 30 (FedNL (TopK), FedNL-BC, DIANA, GD)." in text and "(1 run from " in text
     assert fig.label({"algorithm": "fednl", "keys": {"compressor": "rank:1"}}) == "FedNL (rank-1)"
     assert fig.label({"algorithm": "newton_3pc", "keys": {"mechanism": "bag", "p": 0.25}}) == "Newton-3PC (bag, p = 0.25)"
@@ -1969,6 +1973,8 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
     sidecar = json.loads((tmp_path / "compressed.json").read_text())  # the JSON it was drawn from, as the repo names it
     assert sidecar["json"] == ["tests/data/bench/compressed.json"] and "tests/data/bench/compressed.json (" in \
         sidecar["caption"]
+    assert sidecar["caption"].startswith("The FedNL paper's comparison, relative suboptimality against bits, rounds "
+                                         f"and local passes; {fig.PASSES_ONLY}; from ")
     assert fig.render(canned("compressed")["compressed"], str(DATA / "compressed.json")) in page.read_text()
 
 
@@ -2028,7 +2034,8 @@ def test_the_compressed_figure_has_one_legend_below_the_panels_and_a_title_from_
     assert " ".join(drawn.get_suptitle().split()) == (
         "Logistic regression (λ = 0.001, intercept) on phishing (m = 100 clients): relative suboptimality "
         "(O(w) − O*)/|O*| against bits, rounds and local passes per node, log scales; the dashed line: the target "
-        "1e-12")
+        "1e-12; the local-passes panel counts gradient passes only: the table beside it has the HVPs, Hessians and "
+        "factorizations per node")
     assert axes[0].get_ylabel() == "phishing (m = 100): (O(w) − O*)/|O*|"
     plt.close(drawn)
 
