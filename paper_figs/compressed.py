@@ -5,12 +5,12 @@
 Reads the section ``compressed`` of scripts/bench_compressed.py's JSON (each cell's thinned curves; it never
 trains) and draws one row of four panels per dataset, as the FedNL paper's figures (Safaryan et al. 2022): relative
 suboptimality (O(w) − O*)/|O*|, log y, against the uplink bits per node, the total bits per node (up and down), the
-rounds and the local passes per node (gradient passes only: the title and caption say so, `PASSES_ONLY`, and point
-to the table's HVPs, Hessians and factorizations).  The table, between docs/benchmarks.md's ``<!-- compressed-table:begin -->``
-and ``...:end -->`` lines (``--print``: to stdout), gives per dataset and method what reaching 1e-12 cost (rounds,
-bits, and the local work per node: passes, HVPs, Hessians formed, factorizations; rounds as whole numbers), or the best reached and the factor
-missed by; then the claims the section measured.  No number is typed by hand.
-Beside the figure, ``compressed.md`` holds the table and ``compressed.json`` the sidecar naming the JSON read
+rounds and the local passes per node (gradient passes only: the title and caption say so, `PASSES_ONLY`, and
+point to the table's HVPs, Hessians and factorizations).  The table, between docs/benchmarks.md's
+``<!-- compressed-table:begin -->`` and ``...:end -->`` lines (``--print``: to stdout), gives per dataset and method
+what reaching 1e-12 cost (rounds, as whole numbers; bits; the local work per node: passes, HVPs, Hessians formed,
+factorizations), or the best reached and the factor missed by; then the claims the section measured.  No number
+is typed by hand.  Beside the figure, ``compressed.md`` holds the table and ``compressed.json`` the sidecar naming the JSON read
 (`figure`: what `make_all` draws from paper_figs/evidence/compressed.json, the page untouched).
 """
 from __future__ import annotations

@@ -11,9 +11,10 @@ lines (``--block long``: ``fedprox-synthetic-long-table``, a run with more local
 stdout), gives per setting and method the last training objective and its rises (the sum of the round-to-round
 increases, `rises`: 0 for a loss that never goes up), then what each run spent by its last round (`spent`: the
 sampled clients' uplink and downlink bits, local passes, HVPs, Hessians, factorizations; a count the JSON's run
-lacks is "not recorded in this evidence"), then the paper's claims (`CLAIMS`), each judged from the
-numbers.  The caption and the figure's title give K as the most local steps a solve takes (S-DANE's stops once its
-accuracy test holds) and the local passes per sampled client and round each run made (`passes_text`).  No number is typed by hand: rerun the benchmark, then this.  Beside the figure (``fedprox_synthetic``,
+lacks is "not recorded in this evidence"), then the paper's claims (`CLAIMS`), each judged from the numbers.  The
+caption and the figure's title give K as the most local steps a solve takes (S-DANE's stops once its accuracy test
+holds) and the local passes per sampled client and round each run made (`passes_text`).  No number is typed by
+hand: rerun the benchmark, then this.  Beside the figure (``fedprox_synthetic``,
 ``--block long``: ``fedprox_synthetic_long``), NAME.md holds the table and NAME.json the sidecar naming the JSON
 read (`figure`: what `make_all` draws from paper_figs/evidence/, the page untouched).
 """
