@@ -326,11 +326,28 @@ def uplink_bits_per_client(records: list[dict], workers: int) -> list[float]:
     raise MissingCount("its records count no uplink traffic; run it with comm.compress=none")
 
 
+def downlink_bits_per_client(records: list[dict], workers: int) -> list[float] | None:
+    """Each record's downlink bits per client so far, from the same sources as `uplink_bits_per_client`: FedNL-BC's
+    exact ``clients_downlink_bits``, a federated method's participants' ``downlink_bytes``, or ``comm.compress``'s
+    per-worker ``downlink_bits``; None where the records count none."""
+    first = records[0]
+    if "clients_downlink_bits" in first:
+        return [r["clients_downlink_bits"] / workers for r in records]
+    if "downlink_bytes" in first:
+        return [8 * r["downlink_bytes"] / workers for r in records]
+    if "downlink_bits" in first:
+        return [float(r["downlink_bits"]) for r in records]
+    return None
+
+
 def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[MissingCount] = MissingCount) -> dict:
     """One run's ``rounds``, uplink ``bits`` per client (`uplink_bits_per_client`) and ``relative`` suboptimality
     (O(w) − O*)/|O*| (O* from its first record), under ``label``; with ``passes`` also its local gradient passes per
-    client.  A count its records lack is ``error`` (a `MissingCount`), naming the run and how to make one that has it."""
-    records, workers = read_rounds(run_dir), read_summary(run_dir)["workers"]
+    client, its ``downlink`` bits per client (`downlink_bits_per_client`, None where uncounted), each count of
+    `paper_figs.blocks.SECOND_ORDER` per client (None where uncounted) and the run's ``status`` from its summary.
+    A count its records lack is ``error`` (a `MissingCount`), naming the run and how to make one that has it."""
+    records, summary = read_rounds(run_dir), read_summary(run_dir)
+    workers = summary["workers"]
     if not records or "suboptimality" not in records[0]:
         raise error(f"{run_dir}: its records have no suboptimality; run it with problem.optimum=auto")
     if passes and "local_passes" not in records[0]:
@@ -342,7 +359,13 @@ def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[Mi
     optimum = abs(records[0]["objective"] - records[0]["suboptimality"])
     out = {"label": label, "rounds": [r["round"] for r in records], "bits": bits}
     if passes:
+        from dane.paper_figs.blocks import SECOND_ORDER
+
         out["passes"] = [r["local_passes"] / workers for r in records]
+        out["downlink"] = downlink_bits_per_client(records, workers)
+        out.update({key: None if records[0].get(key) is None else [r[key] / workers for r in records]
+                    for key in SECOND_ORDER})
+        out["status"] = summary.get("status")
     return {**out, "relative": [r["suboptimality"] / optimum for r in records]}
 
 

@@ -1,15 +1,19 @@
-"""Figure: relative suboptimality against rounds, uplink bits per client and local passes per client, side by side.
+"""Figure: relative suboptimality against rounds, uplink and downlink bits per client and local passes per client.
 
-The three costs a federated comparison weighs (issue 45: rounds alone favour the methods that compute most
-per round): each run's relative suboptimality (O(w) − O*) / |O*|, log y, against the round (left), the bits one
-client has sent up so far (middle) and the gradient passes one client has made so far (right: the records'
-``local_passes``, summed over the clients, `dane.work`, over the workers).  The table beside it gives each run's
-rounds, bits and passes to `TARGET`.  Reads only logged runs, one directory per run under ``--results`` (each
+The costs a federated comparison weighs (issue 45: rounds alone favour the methods that compute most per round):
+each run's relative suboptimality (O(w) − O*) / |O*|, log y, against the round, the bits one client has sent up
+so far, the bits it has received so far, and the gradient passes one client has made so far (the records'
+``local_passes``, summed over the clients, `dane.work`, over the workers).  The passes panel counts gradient passes
+only; the table beside it gives each run's rounds, bits up and down, passes and second-order work (HVPs, Hessians,
+factorizations per client: `paper_figs.blocks.SECOND_ORDER`) to `TARGET`, so that no method is ranked on its passes
+alone, and for a run that never reached it, why its cells are — (`why_not`: its status and the round it stopped
+at, the round cap where it ran to it).  Reads only logged runs, one directory per run under ``--results`` (each
 with ``rounds.jsonl`` and ``summary.json``); it never trains.
 
 Bits per client: FedNL's ``clients_uplink_bits``; a federated method's ``uplink_bytes`` (its participants'
 uploads) times 8; else ``comm.compress``'s per-worker ``uplink_bits`` (run the method with
-``comm.compress=none``); each summed count over the workers.
+``comm.compress=none``); each summed count over the workers.  Downlink the same way (FedNL-BC's
+``clients_downlink_bits``, ``downlink_bytes``, ``downlink_bits``); a run that counts none draws no downlink line.
 
 ``make figures`` (`dane.paper_figs.make_all`) makes the runs `jobs` names where results/ lacks them (``TIMED =
 False``): logistic regression (λ = 1e-3, an intercept) on the built-in breast_cancer table over `WORKERS`
@@ -26,6 +30,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count
 from dane.paper_figs.common import MissingCount  # noqa: F401  what `curve` raises (`run_curve`), named here too
 from dane.paper_figs.common import (FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, run_curve,
                                     run_dirs_under, save, setting_text, wrapped)
@@ -64,15 +69,28 @@ def curve(run_dir: Path) -> dict:
     return run_curve(run_dir, label(run_dir), passes=True)
 
 
+def first_within(c: dict, target: float = TARGET) -> int | None:
+    """The index of the first record within ``target``; None if none is."""
+    return next((k for k, value in enumerate(c["relative"]) if value <= target), None)
+
+
 def to_target(c: dict, target: float = TARGET) -> tuple[int, float, float] | None:
     """(rounds, bits per client, passes per client) at the first record within ``target``; None if none is."""
-    for k, value in enumerate(c["relative"]):
-        if value <= target:
-            return c["rounds"][k], c["bits"][k], c["passes"][k]
-    return None
+    k = first_within(c, target)
+    return None if k is None else (c["rounds"][k], c["bits"][k], c["passes"][k])
 
 
-WHAT = "Relative suboptimality against rounds, uplink bits per client and local gradient passes per client"
+def why_not(c: dict, target: float = TARGET) -> str:
+    """Why a run's cells are —: it stopped (its summary's status; ``max_rounds``: the round cap it ran to) at its last
+    record's round without a record within ``target``."""
+    status, last = c.get("status"), c["rounds"][-1]
+    if status == "max_rounds":
+        return f"not within {target:g} by its round cap, {last}"
+    return f"not within {target:g}: stopped at round {last} ({status or 'status not recorded'})"
+
+
+WHAT = ("Relative suboptimality against rounds, uplink and downlink bits per client and local gradient passes per "
+        "client (passes only: the table has the HVPs, Hessians and factorizations)")
 
 
 def title(run_dirs: list[Path], target: float = TARGET) -> str:
@@ -81,31 +99,48 @@ def title(run_dirs: list[Path], target: float = TARGET) -> str:
     return f"{WHAT}\n{setting_text(run_dirs)}; the table: cost to {target:g} relative"
 
 
+#: the panels: the curve's key and its axis label
+PANELS = (("rounds", "round"), ("bits", "uplink bits per client"), ("downlink", "downlink bits per client"),
+          ("passes", "local gradient passes per client (passes only)"))
+
+
 def draw(curves: list[dict], heading: str | None = None):
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4), sharey=True)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(18, 4.4), sharey=True)
     if heading:
-        fig.suptitle(wrapped(heading, 14), fontsize=10)
+        fig.suptitle(wrapped(heading, 18), fontsize=10)
     for c in curves:
-        for ax, x in zip(axes, ("rounds", "bits", "passes")):
-            ax.plot(c[x], positive(c["relative"]), label=c["label"])
-    for ax, text in zip(axes, ("round", "uplink bits per client", "local gradient passes per client")):
+        for ax, (x, _) in zip(axes, PANELS):
+            if c.get(x) is not None:  # a run that counts no downlink draws no line there
+                ax.plot(c[x], positive(c["relative"]), label=c["label"])
+    for ax, (_, text) in zip(axes, PANELS):
         ax.set_xlabel(text)
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
-    axes[1].set_xscale("symlog", linthresh=1.0)  # round 0 sends nothing: 0 on the axis, then decades
-    axes[1].set_xlim(left=0)
+    for ax in axes[1:3]:
+        ax.set_xscale("symlog", linthresh=1.0)  # round 0 sends nothing: 0 on the axis, then decades
+        ax.set_xlim(left=0)
     axes[0].set_ylabel("relative suboptimality (O(w) − O*) / |O*|")
-    axes[2].legend(fontsize=8)
+    axes[-1].legend(fontsize=8)
     return fig
 
 
 def table(curves: list[dict], target: float = TARGET) -> str:
-    rows = [f"| run | rounds to {target:g} | uplink bits per client to {target:g} | local passes per client to "
-            f"{target:g} | last relative suboptimality |", "|---|---|---|---|---|"]
+    """Per run, its rounds, bits up and down, passes and `SECOND_ORDER` work per client to ``target`` (a count its
+    records lack: —, `NOT_RECORDED`), its last relative suboptimality, and for a run that never reached ``target``
+    why its cells are — (`why_not`)."""
+    names = ("rounds", "uplink bits", "downlink bits", "local passes", *SECOND_ORDER.values())
+    rows = [f"{SECOND_ORDER_NOTE}, per client; —: {NOT_RECORDED}, or the run never reached {target:g} (its last "
+            "column says why).", "",
+            "| run | " + " | ".join(f"{name} to {target:g}" for name in names) + " | last relative suboptimality | "
+            "— because |", "|---|" + "---|" * (len(names) + 2)]
     for c in curves:
-        reached = to_target(c, target)
-        cells = ("—", "—", "—") if reached is None else (f"{reached[0]}", f"{reached[1]:.4g}", f"{reached[2]:.4g}")
-        rows.append(f"| {c['label']} | {' | '.join(cells)} | {c['relative'][-1]:.3g} |")
+        k = first_within(c, target)
+        if k is None:
+            cells, why = ["—"] * len(names), why_not(c, target)
+        else:
+            counts = [c["bits"], c.get("downlink"), c["passes"], *(c.get(key) for key in SECOND_ORDER)]
+            cells, why = [str(c["rounds"][k]), *(count(None if x is None else x[k], ".4g") for x in counts)], ""
+        rows.append(f"| {c['label']} | {' | '.join(cells)} | {c['relative'][-1]:.3g} | {why} |")
     return "\n".join(rows) + "\n"
 
 

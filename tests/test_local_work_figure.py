@@ -15,10 +15,10 @@ SETTING = {"problem": "logreg", "stop_rule": "suboptimality <= 1e-10 x |O*|",
            "notes": ["scikit-learn's bundled breast_cancer data: 569 rows x 30 features"]}
 
 
-def write_run(folder, records: list[dict], workers: int = 4, setting: bool = False) -> None:
+def write_run(folder, records: list[dict], workers: int = 4, setting: bool = False, status: str = "converged") -> None:
     folder.mkdir(parents=True)
     (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (folder / "summary.json").write_text(json.dumps({"workers": workers, "status": "converged",
+    (folder / "summary.json").write_text(json.dumps({"workers": workers, "status": status,
                                                      **(SETTING if setting else {})}))
     if setting:
         (folder / "config.yaml").write_text(json.dumps(CONFIG))  # JSON is YAML
@@ -31,10 +31,12 @@ def record(t: int, suboptimality: float, passes: float, **traffic) -> dict:
 
 @pytest.fixture
 def runs(tmp_path):
-    """Two canned runs of 4 clients, O* = 2: a federated one counting its participants' bytes (2 passes a client
-    a round) and one counting comm.compress's per-worker bits (1 pass a client a round)."""
-    write_run(tmp_path / "fed", [record(t, 10.0 ** (-4 * t), 8.0 * t, uplink_bytes=400 * t) for t in range(4)],
-              setting=True)
+    """Two canned runs of 4 clients, O* = 2: a federated one counting its participants' bytes (2 passes and 1 HVP a
+    client a round, half the bytes down as up) and one counting comm.compress's per-worker uplink bits alone (1 pass
+    a client a round, no second-order counts)."""
+    write_run(tmp_path / "fed", [record(t, 10.0 ** (-4 * t), 8.0 * t, uplink_bytes=400 * t, downlink_bytes=200 * t,
+                                        local_hvps=4.0 * t, local_hessians=0.0, local_factorizations=0.0)
+                                 for t in range(4)], setting=True)
     write_run(tmp_path / "gd", [record(t, 10.0 ** (-2 * t), 4.0 * t, uplink_bits=64 * t) for t in range(6)],
               setting=True)
     return tmp_path
@@ -58,8 +60,30 @@ def test_the_figure_and_its_table_are_written(runs, tmp_path_factory):
     paths = main(runs, out)
     assert {p.name for p in paths} == {"local_work.png", "local_work.pdf", "local_work.md", "local_work.json"}
     table = (out / "local_work.md").read_text()
-    assert "| fed | 2 | 1600 | 4 | 5e-13 |" in table and "| gd | 4 | 256 | 4 | 5e-11 |" in table
+    # fed at round 2: 8 x 800 / 4 bits up, 8 x 400 / 4 down, 16 / 4 passes, 8 / 4 HVPs; gd counts no downlink and no
+    # second-order work: —
+    assert "| fed | 2 | 1600 | 800 | 4 | 2 | 0 | 0 | 5e-13 |  |" in table
+    assert "| gd | 4 | 256 | — | 4 | — | — | — | 5e-11 |  |" in table
+    assert ("| run | rounds to 1e-08 | uplink bits to 1e-08 | downlink bits to 1e-08 | local passes to 1e-08 | HVPs "
+            "to 1e-08 | Hessians to 1e-08 | factorizations to 1e-08 | last relative suboptimality | — because |") in \
+        table
     assert len(json.loads((out / "local_work.json").read_text())["runs"]) == 2
+
+
+def test_a_run_that_never_reached_the_target_says_why_its_cells_are_dashes(tmp_path):
+    """A run that ran to its round cap names the cap (its last round), one that stopped otherwise its summary's
+    status and round; the downlink curve is the federated bytes' (8 x 200 t / 4 bits a client)."""
+    write_run(tmp_path / "capped", [record(t, 1.0, 8.0 * t, uplink_bytes=400 * t, downlink_bytes=200 * t)
+                                    for t in range(3)], status="max_rounds")
+    write_run(tmp_path / "blown", [record(t, 1.0 + t, 4.0 * t, uplink_bits=64 * t) for t in range(2)],
+              status="diverged")
+    capped = curve(tmp_path / "capped")
+    assert capped["downlink"] == [0.0, 400.0, 800.0] and capped["status"] == "max_rounds"
+    assert capped["local_hvps"] is None and curve(tmp_path / "blown")["downlink"] is None
+    table = local_work.table([capped, curve(tmp_path / "blown")])
+    dashes = " | ".join(["—"] * 7)
+    assert f"| capped | {dashes} | 0.5 | not within 1e-08 by its round cap, 2 |" in table
+    assert f"| blown | {dashes} | 1 | not within 1e-08: stopped at round 1 (diverged) |" in table
 
 
 def test_the_title_and_caption_name_the_runs_data_and_settings(runs, tmp_path_factory, monkeypatch):
