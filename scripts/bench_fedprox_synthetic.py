@@ -18,6 +18,7 @@ METHODS = {"fedavg": ("fedavg", {}), "fedprox": ("fedprox", {"mu": 1.0}),
            "feddane": ("feddane", {"local_solver": "steps"}), "sdane": ("sdane", {"local_solver": "steps"}),
            "scaffold": ("scaffold", {})}
 LAM = 1e-3  # the paper's model declares l2_regularizer(0.001) (its TF code never adds it to the loss it minimizes)
+INTERCEPT = True  # the paper's model: a dense layer, weights and a bias per class
 
 
 def one(setting: str, method: str, rounds: int, clients: int, seed: int, local: dict) -> dict:
@@ -26,8 +27,8 @@ def one(setting: str, method: str, rounds: int, clients: int, seed: int, local: 
     each count of `scripts.harness.LOCAL_WORK` (summed over the clients; a count the records lack left out)."""
     (algorithm, keys), (alpha, beta, iid) = METHODS[method], PAPER_SETS[setting]
     keys = {**local, **keys, "clients_per_round": clients, "paper": True}
-    problem = LinearModelConfig(name="softmax", loss="softmax", classes=10, lam=LAM, seed=seed,
-                                data=SyntheticSource(alpha=alpha, beta=beta, iid=iid, seed=seed))
+    problem = LinearModelConfig(name="softmax", loss="softmax", classes=10, lam=LAM, fit_intercept=INTERCEPT,
+                                seed=seed, data=SyntheticSource(alpha=alpha, beta=beta, iid=iid, seed=seed))
     start = time.perf_counter()
     result = fit(problem, algorithm, workers=30, rounds=rounds, seed=seed, **keys)
     objective, last = [float(f"{r['objective']:.8g}") for r in result.records], result.records[-1]
@@ -44,7 +45,7 @@ def run(bench: Run) -> dict:
     rounds, local = 10 if args.quick else args.rounds, {**LOCAL, "local_steps": args.local_steps}
     runs = {f"{r['setting']}/{r['method']}": r for r in kept(bench).get("runs", [])}  # those at the same --quick
     section = {**bench.header(), "quick": args.quick, "workers": 30, "clients_per_round": args.clients,
-               "rounds": rounds, "seed": args.seed, "lam": LAM, "local": local, "runs": []}
+               "rounds": rounds, "seed": args.seed, "lam": LAM, "fit_intercept": INTERCEPT, "local": local, "runs": []}
     for setting in SETTINGS[-1:] if args.quick else args.settings:
         for method in args.only or list(METHODS):
             bench.log(f"{setting} {method}")

@@ -1446,15 +1446,15 @@ def fedprox_synthetic_arithmetic(section: dict) -> None:
         if run["method"] in ("fedavg", "fedprox", "scaffold"):
             steps = section["local"]["local_steps"]
             assert run["local_passes"] == section["rounds"] * section["clients_per_round"] * steps
-        up, down = FEDPROX_SYNTHETIC_MESSAGES[run["method"]]  # vectors of d = 10 x 60 float64 values a client
-        sent = section["rounds"] * section["clients_per_round"] * 8 * 600
+        up, down = FEDPROX_SYNTHETIC_MESSAGES[run["method"]]  # vectors of d = 10 x (60 + 1) float64 values a client
+        sent = section["rounds"] * section["clients_per_round"] * 8 * 610
         assert (run["uplink_bytes"], run["downlink_bytes"]) == (up * sent, down * sent)
         assert run["local_hvps"] == run["local_hessians"] == run["local_factorizations"] == 0
 
 
 SECTIONS["fedprox_synthetic"] = (
     "fedprox_synthetic", {"started_at", "machine", "quick", "workers", "clients_per_round", "rounds", "seed", "lam",
-                          "local", "runs", "load_avg_after", "wall_s"}, fedprox_synthetic_arithmetic)
+                          "fit_intercept", "local", "runs", "load_avg_after", "wall_s"}, fedprox_synthetic_arithmetic)
 
 
 def test_the_fedprox_synthetic_table_judges_the_papers_claims_from_the_numbers():
@@ -1481,14 +1481,14 @@ def test_the_fedprox_synthetic_table_judges_the_papers_claims_from_the_numbers()
 
 
 def test_a_fedprox_synthetic_run_records_its_bytes_and_every_local_work_count():
-    """`one` keeps the last record's totals: the sampled clients' bytes (2 rounds x 10 clients x a 600-value float64
+    """`one` keeps the last record's totals: the sampled clients' bytes (2 rounds x 10 clients x a 610-value float64
     vector, once each way for FedAvg, twice for SCAFFOLD) and each `scripts.harness.LOCAL_WORK` count (20 passes a
     client a round, no second-order work)."""
     from scripts.bench_fedprox_synthetic import LOCAL, one
 
     for method, vectors in (("fedavg", 1), ("scaffold", 2)):
         run = one("synthetic_1_1", method, 2, 10, 0, LOCAL)
-        assert (run["uplink_bytes"], run["downlink_bytes"]) == (vectors * 2 * 10 * 4800, vectors * 2 * 10 * 4800)
+        assert (run["uplink_bytes"], run["downlink_bytes"]) == (vectors * 2 * 10 * 4880, vectors * 2 * 10 * 4880)
         assert {key: run[key] for key in harness.LOCAL_WORK} == {"local_passes": 400.0, "local_hvps": 0.0,
                                                           "local_hessians": 0.0, "local_factorizations": 0.0}
 
@@ -1508,8 +1508,8 @@ def test_the_fedprox_synthetic_caption_says_what_ran_and_the_second_table_what_i
     assert "every local solve 20 full-gradient steps" not in text
     assert ("| setting | method | rounds | uplink bits | downlink bits | local passes | HVPs | Hessians | "
             "factorizations | local passes per client and round |") in text
-    assert "| Synthetic(1,1) | FedAvg | 10 | 3840000 | 3840000 | 2000 | 0 | 0 | 0 | 20 |" in text
-    assert "| Synthetic(1,1) | S-DANE | 10 | 11520000 | 7680000 | 1123 | 0 | 0 | 0 | 11.2 |" in text
+    assert "| Synthetic(1,1) | FedAvg | 10 | 3904000 | 3904000 | 2000 | 0 | 0 | 0 | 20 |" in text
+    assert "| Synthetic(1,1) | S-DANE | 10 | 11712000 | 7808000 | 1123 | 0 | 0 | 0 | 11.2 |" in text
     assert fig.UNRECORDED not in text
     old = {**section, "runs": [{k: v for k, v in r.items() if k in ("setting", "method", "algorithm", "keys", "status",
                                                                       "rounds", "objective", "local_passes")}
