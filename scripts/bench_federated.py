@@ -168,7 +168,8 @@ def dissimilarity(config, m: int) -> dict:
 
 def with_earlier(report: dict, earlier: dict, args) -> dict:
     """With ``--only``, this run's rows over the section's earlier ones (a row of both: this run's), in the order
-    of s, then of `METHODS`; the header names each run's start (federated_table).  Else the report itself."""
+    of s, then of `METHODS`; each row keeps the ``code`` it was measured with, and ``runs`` names each run's start,
+    load and code (federated_table's header).  Else the report itself."""
     if not (earlier and args.only):
         return report
     clients = list(dict.fromkeys([*earlier.get("clients", []), *report["clients"]]))
@@ -179,7 +180,8 @@ def with_earlier(report: dict, earlier: dict, args) -> dict:
         return (clients.index(int(s)) if int(s) in clients else len(clients), list(METHODS).index(method))
 
     def stamp(run: dict) -> dict:
-        return {"started_at": run.get("started_at", "?"), "load_avg": run.get("machine", {}).get("load_avg")}
+        return {"started_at": run.get("started_at", "?"), "load_avg": run.get("machine", {}).get("load_avg"),
+                "code": run.get("code")}
 
     return {**report, "clients": clients, "rows": {k: rows[k] for k in sorted(rows, key=order)},
             "methods": {**earlier.get("methods", {}), **report.get("methods", {})},
@@ -225,7 +227,7 @@ def run_setting_rows(args, bench: Run) -> dict:
                 default, runs = run_method(config, method, s, args, similarity,
                                            [] if args.defaults_only else grid_of(args, method))
                 row = report["rows"][key] = {"clients": s, "method": method, "default": default, "grid": runs,
-                                             **judge(default, runs)}
+                                             **judge(default, runs), "code": report["code"]}
                 if args.repeats > 1:
                     again = [run_method(config, method, s, args, similarity, [])[0] for _ in range(args.repeats - 1)]
                     row["time_s_at_defaults"] = time_spread([default, *again])

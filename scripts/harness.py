@@ -100,8 +100,11 @@ class Run:
         self.started_at, self.machine = now(), machine()
 
     def header(self) -> dict:
-        """The record a section starts with: when and on what (the load average before, in ``machine``)."""
-        return {"started_at": self.started_at, "machine": self.machine}
+        """The record a section starts with: when, on what (the load average before, in ``machine``) and with which
+        code (`dane.records.provenance.code_version`)."""
+        from dane.records.provenance import code_version
+
+        return {"started_at": self.started_at, "machine": self.machine, "code": code_version()}
 
     def save(self, section: dict, key: str | None = None) -> None:
         """Merge ``section`` into ``--out`` under ``key`` (the bench's), other keys kept."""
@@ -110,9 +113,10 @@ class Run:
         merge_section(self.path, key or self.bench.key, section)
 
     def finish(self, section: dict, key: str | None = None) -> dict:
-        """The last save: the load average after and the wall seconds added, then the goals table."""
-        section.update(load_avg_after=load(),
-                       wall_s=round(time.perf_counter() - self.start, 1))
+        """The last save: the load average after, the wall seconds and the code (a section that builds its own record
+        has it too) added, then the goals table."""
+        section.update(load_avg_after=load(), wall_s=round(time.perf_counter() - self.start, 1),
+                       code=self.header()["code"])
         self.save(section, key)
         from dane.synthetic.bench_file import read_bench
 

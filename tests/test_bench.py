@@ -223,8 +223,12 @@ def test_every_section_has_one_command_line():
 
 
 def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
-    """`harness.Run.finish` merges the section beside the others, adds the load after and the wall seconds, and
-    writes the goals table of the whole file: a headline against its goal, a section's misses."""
+    """`harness.Run.finish` merges the section beside the others, adds the load after, the wall seconds and the
+    code, and writes the goals table of the whole file: a headline against its goal, a section's misses.  A section
+    that builds its own record, without `harness.Run.header` (fednl, horovod, wallclock), names its code too: the
+    horovod, fednl, svrg and wallclock evidence named none."""
+    from dane.records.provenance import code_version
+
     out = tmp_path / "bench.json"
     out.write_text(json.dumps({"other": {"ratio": 1.3, "goal": 1.25}, "defaults": canned("defaults")["defaults"],
                                "named": {"error": 0.4, "error_with_tail": 0.1, "goal": 0.25,
@@ -233,13 +237,16 @@ def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
     run = harness.Run(bench, argparse.Namespace(out=str(out)))
     run.finish({**run.header(), "error": 0.1, "goal": 0.25})
     whole = json.loads(out.read_text())
-    assert set(whole["mine"]) == {"started_at", "machine", "error", "goal", "load_avg_after", "wall_s"}
+    assert set(whole["mine"]) == {"started_at", "machine", "code", "error", "goal", "load_avg_after", "wall_s"}
+    assert whole["mine"]["code"] == run.header()["code"] == code_version()
     table = whole["goals_table"]
     assert table["mine"] == {"headline": "error", "value": 0.1, "goal": 0.25, "met": True}
     assert table["other"] == {"headline": "ratio", "value": 1.3, "goal": 1.25, "met": False}
     assert table["named"] == {"headline": "error_with_tail", "value": 0.1, "goal": 0.25, "met": True}  # its own
     misses = whole["defaults"]["misses"]
     assert table["defaults"] == {"misses": len(misses), "met": not misses, "lines": misses}
+    run.finish({"error": 0.1}, "own")
+    assert json.loads(out.read_text())["own"]["code"] == code_version()
 
 
 def test_the_cell_loop_runs_only_resume_optional_skip_and_after(tmp_path):
@@ -1108,10 +1115,36 @@ def test_a_rerun_of_some_rows_keeps_the_others_in_order():
     merged = bench.with_earlier(new, earlier, args)
     assert merged["clients"] == [100, 10]
     assert list(merged["rows"].items()) == [("s=100/gd", 1), ("s=10/sdane", 2), ("s=10/fedprox", 5), ("s=10/fedavg", 4)]
-    assert merged["runs"] == [{"started_at": "A", "load_avg": [1]}, {"started_at": "B", "load_avg": [2]}]
+    assert merged["runs"] == [{"started_at": "A", "load_avg": [1], "code": None},
+                              {"started_at": "B", "load_avg": [2], "code": None}]
     earlier["methods"], new["methods"] = {"gd": 1, "fedavg": 2}, {"fedavg": 3, "fedprox": 4}
     assert bench.with_earlier(new, earlier, args)["methods"] == {"gd": 1, "fedavg": 3, "fedprox": 4}
     assert bench.with_earlier(new, earlier, argparse.Namespace(only=None)) is new
+
+
+def test_each_federated_row_keeps_the_code_it_was_measured_with(tmp_path, monkeypatch):
+    """A ``--only gd`` rerun over a section whose rows came from commit a: the new row names commit b, the kept row
+    still names a, and ``runs`` names each run's code (the section's own ``code`` is the last run's, as before);
+    it was one ``code`` for the section, so a file of 7 runs named 1 commit."""
+    from scripts import bench_federated as bench
+
+    a, b = {"git_commit": "a" * 40, "git_dirty": True}, {"git_commit": "b" * 40, "git_dirty": False}
+    out = tmp_path / "bench.json"
+    out.write_text(json.dumps({"federated": {"started_at": "A", "machine": {"load_avg": [1]}, "code": a,
+                                             "clients": [4], "rows": {"s=4/sdane": {"method": "sdane", "code": a}}}}))
+    monkeypatch.setattr(bench, "code_version", lambda: b)
+    monkeypatch.setattr(bench, "problem_config", lambda args, folder: argparse.Namespace(release=lambda: None))
+    monkeypatch.setattr(bench, "dissimilarity", lambda config, m: {"delta_mean_square": 1.0})
+    monkeypatch.setattr(bench, "run_method", lambda *a: ({"status": "converged", "targets": {}}, []))
+    saved = []
+    runner = argparse.Namespace(path=out, machine={"load_avg": [2]}, log=lambda line: None,
+                                save=lambda section, key: saved.append(section), finish=lambda section, key: section)
+    args = argparse.Namespace(iid=False, dataset="phishing", quick=False, only=["gd"], workers=4, clients=[4],
+                              setting="hard", alpha=0.5, lam=1e-3, seed=0, caps=[60, 200], defaults_only=True,
+                              repeats=1, key="federated")
+    section = bench.run_setting_rows(args, runner)
+    assert section["rows"]["s=4/sdane"]["code"] == a and section["rows"]["s=4/gd"]["code"] == b
+    assert [run["code"] for run in section["runs"]] == [a, b] and section["code"] == b and saved[-1] == section
 
 
 def test_the_grid_runner_gives_each_setting_what_the_default_chose(monkeypatch):
