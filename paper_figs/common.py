@@ -309,6 +309,27 @@ def short_commit(name: str) -> str:
     return " ".join(filter(None, (sha[:10], marker)))
 
 
+def row_commits(codes: Sequence[dict | None]) -> dict:
+    """The commits of a table's rows from each row's code record (`dane.records.provenance.code_version`:
+    ``git_commit``, ``git_dirty``; None where the row records none): ``commits`` (`commit_names`, `MODIFIED_TREE`
+    where a record says ``git_dirty``), ``rows`` and ``rows_without_commit``: what an evidence figure's sidecar
+    holds."""
+    recorded = [c for c in codes if c and c.get("git_commit")]
+    return {"commits": commit_names(recorded), "rows": len(codes), "rows_without_commit": len(codes) - len(recorded)}
+
+
+def commits_text(codes: Sequence[dict | None] | dict) -> str:
+    """What a generated table's header says of the code its rows were measured with (`row_commits`, or its answer):
+    ``Measured at commit <sha>.`` (`short_commit`), ``... at commits <a>, <b>.`` where rows differ, ``...; commit
+    not recorded for k of n rows.`` where some record none, and ``Commit not recorded.`` where none does."""
+    found = codes if isinstance(codes, dict) else row_commits(codes)
+    names, missing = [short_commit(name) for name in found["commits"]], found["rows_without_commit"]
+    if not names:
+        return "Commit not recorded."
+    return (f"Measured at commit{'s' * (len(names) > 1)} {', '.join(names)}" +
+            (f"; commit not recorded for {missing} of {found['rows']} rows." if missing else "."))
+
+
 class MissingCount(ValueError):
     """A run whose records lack a count a figure plots (suboptimality, uplink traffic, local passes)."""
 
@@ -519,9 +540,10 @@ def evidence_command(path: str | Path) -> str | None:
     return None
 
 
-def bench_run(path: str | Path, section: dict, command: str) -> dict:
+def bench_run(path: str | Path, section: dict, command: str, codes=None) -> dict:
     """What the run(s) that wrote benchmark ``section`` (the JSON at ``path``) record (`BENCH_RUN_KEYS`), with the
-    commands that made it (``commands``, and where they were read: ``commands_from``).
+    commands that made it (``commands``, and where they were read: ``commands_from``) and, where ``codes(section)``
+    gives its rows' code records, the commit(s) they were measured at (`row_commits`).
 
     A section written in ``parts`` (`scripts/bench_compressed.py`: each run's command line, start, loads and wall
     seconds) gives its parts' commands and is dated by the range of their starts (``dates``: first, last), its load by
@@ -529,7 +551,7 @@ def bench_run(path: str | Path, section: dict, command: str) -> dict:
     ``started_at``, ``wall_s``, ``load_avg_after`` and ``machine``'s load are the last part's (each run's save
     overwrites them), so they are not repeated.  Another section's command is docs/design.md's for a tracked file
     (`evidence_command`), else ``command`` (the section's, without the options the file does not record)."""
-    entry = {"json": repo_path(path)}
+    entry = {"json": repo_path(path), **(row_commits(codes(section)) if codes else {})}
     parts = section.get("parts")
     if parts:
         starts = sorted(p["started_at"] for p in parts)
@@ -546,36 +568,42 @@ def bench_run(path: str | Path, section: dict, command: str) -> dict:
     return {**entry, **{k: section[k] for k in BENCH_RUN_KEYS if k in section}}
 
 
-def bench_provenance(sources: Sequence[str | Path], sections: Sequence[dict], command: str, **extra) -> dict:
+def bench_provenance(sources: Sequence[str | Path], sections: Sequence[dict], command: str, codes=None,
+                     **extra) -> dict:
     """The sidecar of a figure drawn from benchmark JSON, not from runs: the files read (``json``, `repo_path`), the
-    commands that made them (``commands``) and per file what its run(s) recorded (`bench_run`; ``command`` is the
-    benchmark section's, for a file that records no command of its own); ``extra`` is the figure's own."""
-    runs = [bench_run(p, s, command) for p, s in zip(sources, sections)]
+    commands that made them (``commands``), the commit(s) of the rows shown (`row_commits` of ``codes(section)``
+    over the files; none recorded without ``codes``) and per file what its run(s)
+    recorded (`bench_run`; ``command`` is the benchmark section's, for a file that records no command of its own);
+    ``extra`` is the figure's own."""
+    runs = [bench_run(p, s, command, codes) for p, s in zip(sources, sections)]
     return {"json": [repo_path(p) for p in sources], "commands": [c for run in runs for c in run["commands"]],
+            **row_commits([c for s in sections for c in codes(s)] if codes else []),
             "benchmarks": runs, **extra}
 
 
 def bench_caption(what: str, provenance: dict) -> str:
     """One line: what the figure shows, then the JSON it was drawn from, each with its run's start and load (a file
-    written in parts: how many, the range of their starts and of their loads)."""
+    written in parts: how many, the range of their starts and of their loads) and its rows' commit(s)."""
     def when(b: dict) -> str:
+        text = commits_text(b) if "commits" in b else ""
+        commits = f"; {text[:1].lower()}{text[1:].rstrip('.')}" if text else ""
         if "dates" not in b:
-            return f"started {b.get('started_at')}, load avg {b.get('machine', {}).get('load_avg')}"
+            return f"started {b.get('started_at')}, load avg {b.get('machine', {}).get('load_avg')}{commits}"
         load = b.get("load_avg_1min")
         return (f"{len(b['parts'])} runs started {b['dates'][0]} to {b['dates'][1]}" +
-                (f", load avg {load[0]:g}-{load[1]:g}" if load else ""))
+                (f", load avg {load[0]:g}-{load[1]:g}" if load else "") + commits)
 
     runs = [f"{b['json']} ({when(b)})" for b in provenance["benchmarks"]]
     return f"{what.rstrip('.')}; from {', '.join(runs)}."
 
 
 def bench_figure(source: str | Path, key: str, out: str | Path, name: str, *, draw, render, command: str,
-                 what: str) -> list[Path]:
+                 what: str, codes=None) -> list[Path]:
     """The figure ``name`` of section ``key`` of the one JSON ``source``: ``draw(section)``, its table
-    ``render(section, source)`` as ``name``.md, and the sidecar (`bench_provenance`) and caption (`bench_caption`,
-    ``what`` first) naming the file; no page is written."""
+    ``render(section, source)`` as ``name``.md, and the sidecar (`bench_provenance`, the commits of ``codes``) and
+    caption (`bench_caption`, ``what`` first) naming the file; no page is written."""
     section = bench_section(source, key)
-    sidecar = bench_provenance([source], [section], command)
+    sidecar = bench_provenance([source], [section], command, codes)
     return save(draw(section), out, name, render(section, repo_path(source)), provenance=sidecar,
                 caption=bench_caption(what, sidecar))
 

@@ -122,12 +122,22 @@ def markdown(section: dict, sources: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def codes(section: dict) -> list[dict | None]:
+    """Each setting's code record: the section's ``code``, else (a run of old) dane's row's ``version``, the commit
+    alone (whether its tree was modified not recorded); None where neither is."""
+    def one(setting: dict) -> dict | None:
+        commit = setting["frameworks"].get("dane", {}).get("version")
+        return section.get("code") or ({"git_commit": commit, "git_dirty": None} if commit else None)
+
+    return [one(setting) for setting in section["settings"].values()]
+
+
 def provenance(sources: Sequence[str | Path], sections: Sequence[dict]) -> dict:
     """The sidecar: the JSON read, each run's time, machine, load and peers and the commands that made the files (`bench_provenance`)."""
     section = combine(sections)
     loads = [x for s in section["settings"].values() for r in s["frameworks"].values() for run in r["runs"]
              for x in (run["load_before"][0], run["load_after"][0])]
-    return bench_provenance(sources, sections, "python -m scripts.bench federated_scale",
+    return bench_provenance(sources, sections, "python -m scripts.bench federated_scale", codes,
                             workload=section["workload"], rounds=rounds(section),
                             load_avg_1min=[min(loads), max(loads)] if loads else None)
 

@@ -173,7 +173,7 @@ def run(bench: Run) -> dict:
                "clients": DATASETS}
     runs = {(d, m) for d in datasets for m in methods}
     part = {"command": command(args), "datasets": datasets, "methods": methods, "started_at": bench.started_at,
-            "load_avg_before": bench.machine["load_avg"], "finished": False}
+            "load_avg_before": bench.machine["load_avg"], "code": section["code"], "finished": False}
     section["parts"] = [p for p in section.get("parts", []) if not  # a part whose cells this run replaces all of
                         {(d, m) for d in p.get("datasets", ()) for m in p.get("methods", ())} <= runs] + [part]
     cells = section.setdefault("cells", {})

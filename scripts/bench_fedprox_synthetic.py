@@ -49,7 +49,8 @@ def run(bench: Run) -> dict:
     for setting in SETTINGS[-1:] if args.quick else args.settings:
         for method in args.only or list(METHODS):
             bench.log(f"{setting} {method}")
-            runs[f"{setting}/{method}"] = one(setting, method, rounds, args.clients, args.seed, local)
+            runs[f"{setting}/{method}"] = {**one(setting, method, rounds, args.clients, args.seed, local),
+                                           "code": section["code"]}  # kept runs keep their own
             section["runs"] = list(runs.values())
             bench.save(section)
     return bench.finish(section)

@@ -2033,6 +2033,10 @@ def test_an_evidence_figures_sidecar_names_the_commands_that_made_its_json_and_t
     assert run["wall_s"] == round(sum(part["wall_s"] for part in parts), 1)
     assert bench_caption("x", sidecar) == (f"x; from paper_figs/evidence/compressed.json ({len(parts)} runs started "
                                            f"{first} to {last}, load avg {min(loads):g}-{max(loads):g}).")
+    sidecar = bench_provenance([evidence / "compressed.json"], [compressed], "python -m scripts.bench compressed",
+                               codes=lambda section: [None])  # a figure names its rows' commits: here none recorded
+    assert sidecar["commits"] == sidecar["benchmarks"][0]["commits"] == [] and sidecar["rows_without_commit"] == 1
+    assert bench_caption("x", sidecar).endswith(f"load avg {min(loads):g}-{max(loads):g}; commit not recorded).")
 
     written = fedprox_synthetic.figure([evidence / "fedprox_synthetic_k322.json"], tmp_path, "fedprox_synthetic_long")
     long = json.loads((tmp_path / "fedprox_synthetic_long.json").read_text())
@@ -2040,12 +2044,61 @@ def test_an_evidence_figures_sidecar_names_the_commands_that_made_its_json_and_t
     assert long["commands"] == ["scripts/bench_fedprox_synthetic.py --settings synthetic_1_1 --only fedavg fedprox "
                                 "--local-steps 322 --rounds 100"]
     assert long["benchmarks"][0]["commands_from"] == "docs/design.md, Evidence"
-    assert "(started 2026-11-29T04:23:23+0000, load avg [13.2, 16.57, 16.35])" in long["caption"]
+    assert "(started 2026-11-29T04:23:23+0000, load avg [13.2, 16.57, 16.35]; commit not recorded)" in long["caption"]
+    assert long["commits"] == [] and long["rows_without_commit"] == long["rows"] == 2
 
     elsewhere = tmp_path / "bench.json"  # a make bench file: no parts, no row; its options are not claimed
     elsewhere.write_text((evidence / "fedprox_synthetic_k322.json").read_text())
     made = bench_provenance([elsewhere], [bench_section(elsewhere, "fedprox_synthetic")], "python -m scripts.bench x")
     assert made["commands"] == [f"python -m scripts.bench x (its options are not recorded in {elsewhere})"]
+
+
+def test_a_generated_header_names_the_commits_of_the_rows_it_shows():
+    """Each generated table's header and each evidence figure's sidecar name the commit(s) of the rows shown: one,
+    the distinct ones where rows differ ("(modified tree)" where a record says git_dirty), "not recorded" where rows
+    record none.  federated_hard.json holds rows of 7 --only runs under the last run's section ``code``: its header
+    named no commit, and a section-level commit would have named 1 for the rows of 7."""
+    from dane.paper_figs import compressed, defaults_table, federated_scale, federated_table, fedprox_synthetic
+    from dane.paper_figs.common import commits_text
+
+    a, b = {"git_commit": "a" * 40, "git_dirty": True}, {"git_commit": "b" * 40, "git_dirty": False}
+    assert commits_text([a, a]) == "Measured at commit aaaaaaaaaa (modified tree)."
+    assert commits_text([b, a, None]) == ("Measured at commits aaaaaaaaaa (modified tree), bbbbbbbbbb; commit not "
+                                          "recorded for 1 of 3 rows.")
+    assert commits_text([None, {"git_commit": None, "git_dirty": None}]) == commits_text([]) == "Commit not recorded."
+
+    evidence = REPO / "paper_figs" / "evidence"
+    hard = json.loads((evidence / "federated_hard.json").read_text())["federated"]
+    shown = [k for k, row in hard["rows"].items() if "default" in row]
+    assert len(hard["runs"]) == 7 and hard["code"]["git_commit"].startswith("385b3e9")
+    assert "). Commit not recorded. Setting hard" in federated_table.render(hard)
+    alone = {**hard, "runs": hard["runs"][:1]}  # one run's section: its code is every row's
+    assert "). Measured at commit 385b3e9627 (modified tree). Setting" in federated_table.render(alone)
+    hard["rows"][shown[0]]["code"] = b  # a row of a new run names its own
+    assert (f"). Measured at commit bbbbbbbbbb; commit not recorded for {len(shown) - 1} of {len(shown)} rows. "
+            "Setting") in federated_table.render(federated_table.combine([hard]))
+
+    defaults = json.loads((evidence / "defaults.json").read_text())["defaults"]  # a code on every method's row
+    rows = [row["code"] for cell in defaults["cells"].values() for row in cell["methods"].values()]
+    dirty = {c["git_commit"] for c in rows if c["git_dirty"]}
+    names = [f"{c[:10]} (modified tree)" if c in dirty else c[:10] for c in sorted({c["git_commit"] for c in rows})]
+    assert len(names) == 4 and f"). Measured at commits {', '.join(names)}. Target" in defaults_table.render(defaults)
+
+    section = json.loads((evidence / "compressed.json").read_text())["compressed"]
+    section["parts"] = [*section["parts"], {"datasets": ["w8a"], "methods": ["gd"], "code": b}]
+    cells = sum(len(c) for c in section["cells"].values())
+    assert compressed.codes(section).count(b) == 1 and len(compressed.codes(section)) == cells
+    runs = json.loads((evidence / "fedprox_synthetic.json").read_text())["fedprox_synthetic"]["runs"]
+    assert fedprox_synthetic.codes({"runs": [*runs, {"code": a}]}) == [None] * len(runs) + [a]
+    scale = [json.loads((evidence / f"federated_scale_{n}.json").read_text())["federated_scale"]
+             for n in ("phishing", "synthetic")]
+    sidecar = federated_scale.provenance(["p.json", "s.json"], scale)  # dane's rows name the commit they ran
+    phishing, synthetic = (s["settings"][k]["frameworks"]["dane"]["version"] for s, k in
+                           zip(scale, ("phishing_100", "synthetic_10k")))
+    assert sidecar["commits"] == [phishing, synthetic] and sidecar["rows_without_commit"] == 0
+    assert [run["commits"] for run in sidecar["benchmarks"]] == [[phishing], [synthetic]]
+    assert phishing.startswith("44ddc6d572") and "; measured at commit 4919ac76f5)" in federated_scale.bench_caption(
+        "x", sidecar)
 
 
 def test_the_compressed_figure_has_one_legend_below_the_panels_and_a_title_from_the_json():
