@@ -132,7 +132,9 @@ def render(report: dict, group: tuple[str, ...] | None = None, sources: list[str
         f"{NOT_RECORDED}).",
         "", *method_rows(report, group), "",
         "Allreduces to the target at defaults (best grid setting in parentheses); div: diverged, floor: ended early "
-        "at its client-drift fixed point, —: not reached within the cap.", "", *cell_rows(report, group)])
+        "at its client-drift fixed point, —: not reached within the cap" +
+        ("; blank: not run on this cell." if any(m not in cell["methods"] for cell in report["cells"].values()
+                                                   for m in methods) else "."), "", *cell_rows(report, group)])
 
 
 def main(argv: list[str] | None = None) -> None:

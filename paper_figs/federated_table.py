@@ -8,10 +8,11 @@ fewer clients, a larger α; ``federated_quadratic``: the S-DANE paper's quadrati
 docs/benchmarks.md's ``<!-- federated-table:begin -->`` and ``<!-- federated-table:end -->`` lines (the others':
 ``federated-mild-table``, ``federated-quadratic-table``; ``--print``: to stdout instead): per number of sampled
 clients s and method, the rounds to each target at its defaults with the fewest of its grid in parentheses, the
-participants' uplink bytes and the clients' local work to the last target at defaults (gradient passes,
+participants' uplink and downlink bytes and the clients' local work to the last target at defaults (gradient passes,
 ``local_passes``, and beside them the Hessian-vector products, Hessians formed and factorizations), the best
-relative suboptimality the defaults reached and how the default run ended, then which default reaches the last
-target with the fewest rounds, uplink bits and local passes, the passes ranked only among rows of one kind (`fewest`);
+relative suboptimality the defaults reached and how the default run ended, the round caps, then each axis's leader
+to the last target (fewest rounds, uplink bits, downlink bits, local passes, the passes ranked only among rows of one
+kind: `fewest`), no method ranked on one axis alone;
 a provenance line names the JSON file(s) as given to ``--json`` (give
 them relative to the checkout's root), each run's start and load average, the commit(s) of the rows, the data, the sharding and the
 measured Hessian dissimilarity.  The quadratic's block adds the rounds of DANE, S-DANE and Acc-S-DANE at each
@@ -55,6 +56,16 @@ def megabytes(run: dict, target: str) -> str:
     return mb(uplink) if uplink is not None else f"{mb(hit['bytes_sent'])}*"
 
 
+def downlink_megabytes(run: dict, target: str) -> str:
+    """Downlink MB (what the server sent the sampled clients, summed over them); * for GD and DANE, whose ring
+    bytes are the uplink column's (no server, no downlink of its own); — where it was not reached or not counted."""
+    hit = run.get("targets", {}).get(target)
+    if hit is None:
+        return "—"
+    downlink = hit.get("downlink_bytes")
+    return mb(downlink) if downlink is not None else "*" if hit.get("uplink_bytes") is None else "—"
+
+
 def mb(nbytes: int) -> str:
     """Megabytes, two decimals (never three digits after a 9: tests/doc_blocks.py reads those as accuracies)."""
     return f"{nbytes / 1e6:.2f}" if nbytes >= 1e4 else f"{nbytes / 1e6:.1e}"
@@ -68,14 +79,16 @@ def passes(run: dict, target: str) -> str:
 
 
 def fewest(rows: list[dict], target: str) -> str:
-    """Which default reaches ``target`` with the fewest rounds, clients' uplink bits and local passes, each with its
-    number; ties named together, a count no row holds: —.  Uplink bits rank only the methods with a server (their
-    records' ``uplink_bytes``, summed over the participants): GD's and DANE's communicator bytes are one worker's
+    """Each axis's leader among the defaults that reach ``target``, no method ranked on one axis alone: the fewest
+    rounds, clients' uplink bits, downlink bits and local passes, each with its number; ties named together, a count
+    no row holds: —.  Uplink and downlink bits rank only the methods with a server (their records' ``uplink_bytes``
+    and ``downlink_bytes``, summed over the participants): GD's and DANE's communicator bytes are one worker's
     share of a ring, another unit.  Local passes rank only among rows of one `kind`: the first-order rows, and
     apart from them the rows with second-order work, whose winner's HVPs, Hessians and factorizations are named
     beside its passes; a row that did not record those counts is named, not ranked."""
     measures = {"rounds": lambda hit: hit["rounds"],
-                "clients' uplink bits": lambda hit: None if hit.get("uplink_bytes") is None else 8 * hit["uplink_bytes"]}
+                "clients' uplink bits": lambda hit: None if hit.get("uplink_bytes") is None else 8 * hit["uplink_bytes"],
+                "downlink bits": lambda hit: None if hit.get("downlink_bytes") is None else 8 * hit["downlink_bytes"]}
     hits = [(row["method"], row["default"].get("targets", {}).get(target)) for row in rows]
     hits = [(method, hit) for method, hit in hits if hit is not None]
     parts = []
@@ -87,7 +100,7 @@ def fewest(rows: list[dict], target: str) -> str:
         low = min(values.values())
         winners = " and ".join(method_label(m) for m, v in values.items() if v == low)
         parts.append(f"fewest {name}: {winners} ({count(low)})")
-    return f"To {target} at defaults: " + "; ".join(parts + [fewest_passes(hits)]) + "."
+    return f"To {target} at defaults, each axis's leader: " + "; ".join(parts + [fewest_passes(hits)]) + "."
 
 
 def fewest_passes(hits: list[tuple[str, dict]]) -> str:
@@ -135,7 +148,8 @@ def method_row(row: dict, targets: list[str]) -> str:
     else:
         setting = "—"
     return (f"| {method_label(row['method'])} | " + " | ".join(cells) +
-            f" | {megabytes(default, targets[-1])} | {passes(default, targets[-1])} | "
+            f" | {megabytes(default, targets[-1])} | {downlink_megabytes(default, targets[-1])} | "
+            f"{passes(default, targets[-1])} | "
             + " | ".join(second_order_cells(default.get("targets", {}).get(targets[-1]))) +
             f" | {rel_text} | {default['status']} | {setting} |")
 
@@ -208,15 +222,32 @@ def grid_note(report: dict) -> str:
     return f"; no grid run for {named}: the default alone"
 
 
+def caps_text(report: dict) -> str:
+    """The round caps, each with the methods that ran under it (the rows' ``round_cap``), else the report's
+    ``round_caps`` as recorded; "" where it records neither."""
+    per: dict[int, list[str]] = {}
+    for row in sorted((r for r in report["rows"].values() if "default" in r),
+                      key=lambda r: ORDER.get(r["method"], len(ORDER))):
+        if row["default"].get("round_cap") is not None:
+            per.setdefault(row["default"]["round_cap"], []).append(method_label(row["method"]))
+    if per:
+        return " Round caps: " + "; ".join(f"{cap} rounds ({', '.join(dict.fromkeys(names))})"
+                                           for cap, names in sorted(per.items())) + "."
+    caps = report.get("round_caps")
+    return " Round caps: " + ", ".join(f"{k} {v}" for k, v in caps.items()) + "." if caps else ""
+
+
 def render(report: dict, sources: list[str] = ()) -> str:
     """The section's block: the caption, a table per s and, for the quadratic, the prox-weight table."""
     targets = report["targets"]
     setting = f"Setting {report['setting']}: " if report.get("setting") else ""
     grids = grid_note(report)
     lines = [f"{provenance(report, sources)} {setting}{problem_text(report)} Target: {report['target']}. Rounds at defaults "
-             f"(the fewest of its grid, the default included, in parentheses{grids}; —: not reached within the round cap); uplink: the sampled "
-             f"clients' bytes to the last target at defaults, summed over them (*: GD and DANE have no server: one "
-             f"worker's bytes under the ring's count, not comparable with a sum over the clients, and not ranked); "
+             f"(the fewest of its grid, the default included, in parentheses{grids}; —: not reached within the round cap).{caps_text(report)} "
+             f"Uplink: the sampled clients' bytes to the last target at defaults, summed over them (*: GD and DANE have "
+             f"no server: one worker's bytes under the ring's count, not comparable with a sum over the clients, and "
+             f"not ranked); downlink: the server's bytes to the sampled clients, summed over them (*: GD and DANE, "
+             f"their ring's bytes are in the uplink column); "
              f"local passes: the clients' local gradient passes to it, summed (—: not recorded); "
              f"{SECOND_ORDER_NOTE} (—: not reached, or {NOT_RECORDED}). The fewest local passes are ranked only "
              f"among rows of one kind, the first-order rows (no HVP, Hessian or factorization counted) apart from the "
@@ -229,9 +260,9 @@ def render(report: dict, sources: list[str] = ()) -> str:
             continue
         lines += ["", f"**s = {s} of {report['workers']} clients per round**", "",
                   "| method | " + " | ".join(f"rounds to {t}" for t in targets) +
-                  f" | uplink MB to {targets[-1]} | local passes to {targets[-1]} | " +
+                  f" | uplink MB to {targets[-1]} | downlink MB to {targets[-1]} | local passes to {targets[-1]} | " +
                   " | ".join(SECOND_ORDER.values()) + " | best rel. suboptimality | default ended | best setting |",
-                  "|---|" + "---|" * (len(targets) + 5 + len(SECOND_ORDER))]
+                  "|---|" + "---|" * (len(targets) + 6 + len(SECOND_ORDER))]
         lines += [method_row(row, targets) for row in rows]
         lines += ["", fewest(rows, targets[-1])]
     skipped = sorted({key.split("/", 1)[1] for key, row in report["rows"].items() if "skipped" in row} |

@@ -31,7 +31,7 @@ QUADRATIC_GRIDS = {"dane": [{"safeguard": False, "mu": 0.0},
                    "sdane": [{"lam_per_delta": c} for c in QUADRATIC_PROX],
                    "acc_sdane": [{"lam_per_delta": c} for c in QUADRATIC_PROX]}
 #: the settings: ``hard`` is the S-DANE paper's (m = 100 under Dirichlet 0.5, where few methods reach 1e-8 within
-#: the caps); ``mild`` has fewer clients and a larger α, where they do and can be ranked by rounds and uplink bytes;
+#: the caps); ``mild`` has fewer clients and a larger α, where more of them do (the table names each axis's leader);
 #: ``quadratic`` (any run on it) runs DANE, S-DANE and Acc-S-DANE, on its own grids
 SETTINGS = {"hard": {"dataset": "phishing", "workers": 100, "clients": [100, 10], "alpha": 0.5, "key": KEY,
                      "lam": 1e-3},

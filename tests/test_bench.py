@@ -318,7 +318,7 @@ def test_the_tables_render_the_canned_json_with_local_passes():
     text = federated_table.render(section)
     assert "| local passes to 1e-08 |" in text
     for s in section["clients"]:
-        assert text.count("To 1e-08 at defaults: fewest rounds: ") == len(section["clients"])
+        assert text.count("To 1e-08 at defaults, each axis's leader: fewest rounds: ") == len(section["clients"])
     row = section["rows"]["s=8/sdane"]
     hit = dict(row["default"]["targets"]["1e-08"], local_passes=120)
     # DANE has no server: its communicator's bytes (one worker's share of a ring) are not ranked with clients' uplink
@@ -326,8 +326,9 @@ def test_the_tables_render_the_canned_json_with_local_passes():
     line = federated_table.fewest([{**row, "default": {**row["default"], "targets": {"1e-08": hit}}},
                                    {"method": "dane", "default": {"targets": {"1e-08": ring}}}], "1e-08")
     # the canned run predates the second-order counts: its passes are named, not ranked
-    assert line == (f"To 1e-08 at defaults: fewest rounds: S-DANE ({hit['rounds']}); fewest clients' uplink bits: "
-                    f"S-DANE ({8 * hit['uplink_bytes']}); local passes not ranked (HVPs, Hessians, factorizations not "
+    assert line == (f"To 1e-08 at defaults, each axis's leader: fewest rounds: S-DANE ({hit['rounds']}); fewest "
+                    f"clients' uplink bits: S-DANE ({8 * hit['uplink_bytes']}); fewest downlink bits: S-DANE "
+                    f"({8 * hit['downlink_bytes']}); local passes not ranked (HVPs, Hessians, factorizations not "
                     f"recorded): S-DANE (120).")
 
 
@@ -345,7 +346,7 @@ def test_local_passes_rank_only_among_rows_of_one_kind():
     first = {"local_hvps": 0, "local_hessians": 0, "local_factorizations": 0}
     rows = [row("dane", 22801, **second), row("scaffnew", 989900, **first), row("scaffold", 34800, **first),
             row("sdane", 4765, local_hvps=1200, local_hessians=0, local_factorizations=0), row("fedavg", 500)]
-    assert fewest(rows, "1e-08").split("; ", 2)[2] == (
+    assert fewest(rows, "1e-08").split("; ", 3)[3] == (
         "fewest local passes among first-order rows: SCAFFOLD (34800); fewest local passes among rows with "
         "second-order work: S-DANE (4765 passes; 1200 HVPs); local passes not ranked (HVPs, Hessians, factorizations "
         "not recorded): FedAvg (500).")
@@ -924,11 +925,12 @@ def test_the_table_shows_defaults_beside_the_best_setting():
                        "grid": [run({"lr_factor": 1.0}, hit(8, None), None, 4e-6, "max_rounds")]},
             "s=2/gd": {"skipped": "gd has no client sampling; run at s=m only"}}
     text = render(report(rows))
-    assert "| SCAFFOLD | 5 (4) | 20 (11) | 2.50 | — | — | — | — | 9.0e-09 | converged | {\"local_steps\": 5} |" in text
-    assert "| GD | 9 (8) | — (—) | — | — | — | — | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" in text
+    assert "| SCAFFOLD | 5 (4) | 20 (11) | 2.50 | — | — | — | — | — | 9.0e-09 | converged | {\"local_steps\": 5} |" in text
+    assert "| GD | 9 (8) | — (—) | — | — | — | — | — | — | 3.0e-06 | max_rounds | {\"lr_factor\": 1.0} (to 0.0001) |" \
+        in text
     assert "| local passes to 1e-08 | HVPs | Hessians | factorizations | best rel. suboptimality |" in text
-    assert "To 1e-08 at defaults: fewest rounds: SCAFFOLD (20); fewest clients' uplink bits: SCAFFOLD (20000000); fewest " \
-           "local passes: —." in text  # GD reached 1e-4 only; no record of these counts local passes
+    assert "To 1e-08 at defaults, each axis's leader: fewest rounds: SCAFFOLD (20); fewest clients' uplink bits: " \
+           "SCAFFOLD (20000000); fewest downlink bits: —; fewest local passes: —." in text  # GD reached 1e-4 only; no record of these counts local passes
     assert "delta = 1.50e+00, delta_A = 5.00e-01, ||H|| = 2.50e-01" in text
     assert "**s = 2 of 4" not in text and "At s < m: GD not run (no client sampling)." in text
     assert "Not in this JSON" not in text  # no methods listed: nothing to miss
@@ -944,6 +946,47 @@ def test_the_table_shows_defaults_beside_the_best_setting():
            "scaffold adds them)." in text and "Not in this JSON at s = 4" not in text
     del rows["s=2/gd"]  # a method without client sampling is named as such at s < m from the run's methods alone
     assert "At s < m: GD not run (no client sampling)." in render(report(rows, methods=methods))
+
+
+def test_each_axis_has_its_leader_and_the_legend_states_the_round_caps():
+    """Uplink and downlink differ (S-DANE sends its λ-step and its gradient up, one model down: in the mild setting
+    1.06 MB up, 0.71 MB down): the table shows both, the summary names the leader of each axis (rounds, uplink,
+    downlink, local passes) and no overall winner, and the legend states the round caps the rows ran under; the
+    summary ranked by uplink bits alone and the table had no downlink column though the JSON records it."""
+    from dane.paper_figs.federated_table import render
+
+    def row(method, rounds, up, down, passes, cap):
+        hit = {"rounds": rounds, "uplink_bytes": up, "downlink_bytes": down, "bytes_sent": 70_000,
+               "local_passes": passes, "local_hvps": 0, "local_hessians": 0, "local_factorizations": 0}
+        return {"method": method, "default": {"settings": {}, "targets": {"0.0001": hit, "1e-08": hit}, "round_cap": cap,
+                                              "best_rel_suboptimality": 5e-9, "status": "converged"}, "grid": []}
+
+    rows = {"s=4/sdane": row("sdane", 30, 1_500_000, 1_000_000, 900, 60),
+            "s=4/scaffold": row("scaffold", 90, 1_200_000, 1_200_000, 700, 200),
+            "s=4/dane": row("dane", 20, None, None, 800, 60)}
+    text = render(report(rows, clients=[4]))
+    assert "| uplink MB to 1e-08 | downlink MB to 1e-08 | local passes to 1e-08 |" in text
+    assert "| S-DANE | 30 (30) | 30 (30) | 1.50 | 1.00 | 900 |" in text and "| SCAFFOLD | 90 (90) | 90 (90) | 1.20 | 1.20 |" \
+        in text and "| DANE (safeguarded) | 20 (20) | 20 (20) | 0.07* | * | 800 |" in text
+    assert ("To 1e-08 at defaults, each axis's leader: fewest rounds: DANE (safeguarded) (20); fewest clients' uplink "
+            "bits: SCAFFOLD (9600000); fewest downlink bits: S-DANE (8000000); fewest local passes among first-order "
+            "rows: SCAFFOLD (700).") in text
+    assert " Round caps: 60 rounds (S-DANE, DANE (safeguarded)); 200 rounds (SCAFFOLD). Uplink: " in text.splitlines()[0]
+
+
+def test_a_defaults_table_with_blank_cells_says_what_a_blank_is():
+    """The federated line's first-order methods ran on 4 of the 20 cells: their 16 blank cells each are legend's
+    "blank: not run on this cell"; a table with every method on every cell has no such entry."""
+    from dane.paper_figs.defaults_table import FEDERATED, combine, render
+
+    evidence = REPO / "paper_figs" / "evidence"
+    reports = [json.loads((evidence / f"defaults_federated_{n}.json").read_text())["defaults"]
+               for n in ("newton", "first_order")]
+    text = render(combine(reports), FEDERATED)
+    rows = [line for line in text.splitlines() if line.startswith("| rare_onehot/ridge/lam=0.001/m=4 |")]
+    assert [c.strip() for c in rows[0].strip("|").split("|")].count("") == 8 and "—: not reached within the cap; blank: not run on this cell." in text
+    alone = render(json.loads((evidence / "defaults.json").read_text())["defaults"])
+    assert "blank" not in alone and "—: not reached within the cap.\n" in alone
 
 
 def test_a_row_shows_its_second_order_work_beside_its_passes():
@@ -964,10 +1007,10 @@ def test_a_row_shows_its_second_order_work_beside_its_passes():
             "s=4/gd": {"method": "gd", "default": run({**hit, "local_passes": 480.0}), "grid": []},
             "s=4/fedavg": {"method": "fedavg", "default": run(None), "grid": []}}
     text = render(report(rows, clients=[4]))
-    assert "| DANE (safeguarded) | 3 (3) | 30 (30) | 0.07* | 22801 | 0 | 3000 | 3000 | 5.0e-09 | converged |" in text
-    assert "| Scaffnew | 3 (3) | 30 (30) | 10.00 | 989900 | 0 | 0 | 0 | 5.0e-09 | converged |" in text
-    assert "| GD | 3 (3) | 30 (30) | 0.07* | 480 | — | — | — | 5.0e-09 | converged |" in text
-    assert "| FedAvg | 3 (3) | — (—) | — | — | — | — | — | 5.0e-09 | converged |" in text
+    assert "| DANE (safeguarded) | 3 (3) | 30 (30) | 0.07* | * | 22801 | 0 | 3000 | 3000 | 5.0e-09 | converged |" in text
+    assert "| Scaffnew | 3 (3) | 30 (30) | 10.00 | — | 989900 | 0 | 0 | 0 | 5.0e-09 | converged |" in text
+    assert "| GD | 3 (3) | 30 (30) | 0.07* | * | 480 | — | — | — | 5.0e-09 | converged |" in text
+    assert "| FedAvg | 3 (3) | — (—) | — | — | — | — | — | — | 5.0e-09 | converged |" in text
     assert "fewest local passes among first-order rows: Scaffnew (989900); fewest local passes among rows with " \
            "second-order work: DANE (safeguarded) (22801 passes; 3000 Hessians, 3000 factorizations); local passes " \
            "not ranked (HVPs, Hessians, factorizations not recorded): GD (480)." in text
