@@ -7,7 +7,8 @@ Writes two markdown tables between docs/benchmarks.md's ``<!-- defaults-table:be
 between ``<!-- defaults-federated-table:begin -->`` and ``...:end -->`` for the federated DANE line
 (`FEDERATED`), each only when the JSON holds its methods (``--print``: to stdout instead): per method, how
 many cells converge at its defaults and how far its defaults are from its own best grid
-setting, and its median local work to the target (passes, HVPs, Hessians formed, factorizations); per cell, each
+setting, its median bytes to the target where the JSON records them (else the legend says the allreduces' sizes
+differ by method), and its median local work to the target (passes, HVPs, Hessians formed, factorizations); per cell, each
 method's allreduces to relative 1e-8 at its defaults, with its
 best on the grid in parentheses.  No number is typed by hand: rerun the benchmark, then
 this.  Several ``--json`` files are runs of the same cells split by ``--only`` (say, the federated line's
@@ -30,6 +31,15 @@ FEDERATED = ("sdane", "acc_sdane", "feddane", "fedred", "fedprox", "fedavg", "sc
 
 
 
+#: the legend of the bytes column, where the JSON records them
+BYTES_NOTE = ("MB sent: the median over the same cells of the communicator's bytes to the target (`bytes_sent`, one "
+              "worker's under the ring's count; —: not recorded): an allreduce's size differs by method.")
+#: the legend where it does not: what the allreduce columns then leave out
+NO_BYTES_NOTE = ("Allreduces are counted, not their bytes, whose sizes differ by method (GIANT's line-search "
+                 "allreduce carries its K trial objectives, a gradient's d numbers): this JSON records no bytes to "
+                 "the target.")
+
+
 def methods_of(report: dict, group: tuple[str, ...] | None) -> list[str]:
     """The report's methods in ``group`` (None: those in no group, the older families)."""
     found = dict.fromkeys(m for cell in report["cells"].values() for m in cell["methods"])
@@ -41,10 +51,11 @@ def method_rows(report: dict, group: tuple[str, ...] | None = None) -> list[str]
     over cells of the clients' local work to the target at defaults: gradient passes (the records' ``local_passes``)
     and, beside them, `SECOND_ORDER`'s counts, each over the cells that recorded it."""
     methods = methods_of(report, group)
+    sent = has_bytes(report, group)
     lines = ["| method | converged at defaults | diverged at defaults | within goal of own best | goal | "
-             "median ratio | worst ratio (cell) | median local passes to target | " +
-             " | ".join(f"median {name}" for name in SECOND_ORDER.values()) + " |",
-             "|---|---|---|---|---|---|---|---|" + "---|" * len(SECOND_ORDER)]
+             "median ratio | worst ratio (cell) | " + "median MB sent to target | " * sent +
+             "median local passes to target | " + " | ".join(f"median {name}" for name in SECOND_ORDER.values()) + " |",
+             "|---|---|---|---|---|---|---|---|" + "---|" * (len(SECOND_ORDER) + sent)]
     for method in methods:
         rows = {key: cell["methods"][method] for key, cell in report["cells"].items() if method in cell["methods"]}
         converged = sum(r["default"]["reached"] for r in rows.values())
@@ -60,10 +71,25 @@ def method_rows(report: dict, group: tuple[str, ...] | None = None) -> list[str]
         shown = f"{converged}/{len(rows)}" + (f" (+{floors} at its drift floor)" if floors else "")
         passes = [r["default"]["local_passes"] for r in rows.values() if r["default"].get("local_passes") is not None]
         passes_text = f"{statistics.median(passes):g}" if passes else "—"  # — : records of old count none
+        sent_text = f"{megabytes(rows.values())} | " if sent else ""
         lines.append(f"| {method_label(method)} | {shown} | {diverged} | {within}/{len(judged)} "
-                     f"| {factor:g}x | {median} | {worst_text} | {passes_text} | " +
+                     f"| {factor:g}x | {median} | {worst_text} | {sent_text}{passes_text} | " +
                      " | ".join(median_of(rows.values(), key) for key in SECOND_ORDER) + " |")
     return lines
+
+
+def has_bytes(report: dict, group: tuple[str, ...] | None) -> bool:
+    """Whether a row of ``group`` recorded its bytes to the target (``bytes_sent``: runs since the benchmark kept it)."""
+    methods = methods_of(report, group)
+    return any(row["default"].get("bytes_sent") is not None for cell in report["cells"].values()
+               for m, row in cell["methods"].items() if m in methods)
+
+
+def megabytes(rows) -> str:
+    """The median over the rows' defaults of the communicator's bytes to the target (``bytes_sent``), in MB, over
+    those that recorded it (—: none did)."""
+    values = [r["default"]["bytes_sent"] for r in rows if r["default"].get("bytes_sent") is not None]
+    return "—" if not values else f"{statistics.median(values) / 1e6:.2g}"
 
 
 def median_of(rows, key: str) -> str:
@@ -129,7 +155,7 @@ def render(report: dict, group: tuple[str, ...] | None = None, sources: list[str
         f"Target: {report['target']}. Ratio: allreduces at defaults / the best grid setting's. Local work: per "
         f"method, the median over the cells that reached the target at defaults of each count to it, summed over the "
         f"clients: local gradient passes (—: not recorded); {SECOND_ORDER_NOTE} (—: no cell reached the target, or "
-        f"{NOT_RECORDED}).",
+        f"{NOT_RECORDED}). " + (BYTES_NOTE if has_bytes(report, group) else NO_BYTES_NOTE),
         "", *method_rows(report, group), "",
         "Allreduces to the target at defaults (best grid setting in parentheses); div: diverged, floor: ended early "
         "at its client-drift fixed point, —: not reached within the cap" +

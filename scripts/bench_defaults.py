@@ -61,15 +61,17 @@ def smoothness(X: np.ndarray, loss: str, lam: float, fit_intercept: bool) -> flo
 
 
 def to_target(records: list[dict]) -> dict:
-    """Rounds and allreduces to the first record at relative suboptimality REL_TOL, the best reached, and for a run
-    that got there ``peak_rise`` and the clients' local work to it (`local_work_to`)."""
+    """Rounds, allreduces and bytes (``bytes_sent``, and ``uplink_bytes``, ``downlink_bytes`` where the method counts
+    them: an allreduce's size differs by method) to the first record at relative suboptimality REL_TOL, the best
+    reached, and for a run that got there ``peak_rise`` and the clients' local work to it (`local_work_to`)."""
     star = optimum_of(records)
     rel = [] if star is None else relative(records, star)
     hit = first_at(rel, REL_TOL)
     row = {"reached": hit is not None, "rounds": None, "comm_rounds": None,
            "best_rel_suboptimality": min(rel, default=None)}
     if hit is not None:
-        row.update(rounds=records[hit]["round"], comm_rounds=records[hit]["comm_rounds"])
+        row.update(rounds=records[hit]["round"], comm_rounds=records[hit]["comm_rounds"], **{  # bytes: sizes differ
+            k: records[hit][k] for k in ("bytes_sent", "uplink_bytes", "downlink_bytes") if k in records[hit]})
         if rel[0] > 0:
             row["peak_rise"] = max(rel[: hit + 1]) / rel[0]
         row.update(local_work_to(records, hit))

@@ -730,6 +730,33 @@ def test_the_defaults_row_keeps_each_local_work_count_to_the_target():
     assert "local_passes" not in to_target(runs[:2])  # not reached
 
 
+def test_the_defaults_row_keeps_its_bytes_to_the_target_and_the_table_shows_them():
+    """An allreduce's size differs by method, so the row keeps round 2's bytes (100 a round sent, 10 up, 20 down:
+    200, 20, 40) beside its allreduces, and the table shows their median in MB where the JSON has them; a JSON of
+    old, which has none, says in its legend that its columns count allreduces of sizes that differ by method."""
+    from dane.paper_figs.defaults_table import NO_BYTES_NOTE, render
+    from scripts.bench_defaults import to_target
+
+    subs = [1.0, 1e-3, 1e-9, 1e-12]
+    row = to_target([record(k, s) for k, s in enumerate(subs)])
+    assert (row["comm_rounds"], row["bytes_sent"], row["uplink_bytes"], row["downlink_bytes"]) == (5, 200, 20, 40)
+    assert "bytes_sent" not in to_target([record(k, s) for k, s in enumerate(subs[:2])])  # not reached
+
+    def method(sent):
+        return {"default": {"status": "converged", "reached": True, "comm_rounds": 10,
+                            **({"bytes_sent": sent} if sent else {})},
+                "best": {"comm_rounds": 10}, "ratio": 1.0, "factor": 2.0, "no_divergence": True, "within_factor": True}
+
+    report = {"started_at": "t", "machine": {"load_avg": [1.0]}, "target": "relative 1e-8",
+              "cells": {k: {"methods": {"giant": method(sent)}} for k, sent in (("a", 1_000_000), ("b", 3_000_000))}}
+    text = render(report)
+    assert "| worst ratio (cell) | median MB sent to target | median local passes to target |" in text
+    assert "| GIANT | 2/2 | 0 | 2/2 | 2x | 1.00 | 1.00 (a) | 2 | — |" in text and NO_BYTES_NOTE not in text
+    report["cells"] = {k: {"methods": {"giant": method(None)}} for k in "ab"}
+    text = render(report)
+    assert "MB sent" not in text and NO_BYTES_NOTE in text and "differ by method" in NO_BYTES_NOTE
+
+
 def test_the_defaults_table_gives_the_median_of_each_local_work_count():
     """Per method the median over cells of passes, HVPs, Hessians and factorizations to the target at defaults, each
     over the cells that recorded it (— where none did)."""
