@@ -44,8 +44,9 @@ DISSIMILARITY_FLOOR = 1e-6
 GAP_BALANCE = 1.0
 #: ... for Acc-S-DANE, whose extrapolation climbed at S-DANE's balance on the rare one-hot logistic cells (``defaults``)
 ACC_GAP_BALANCE = 2.0
-#: `prox_per_dissimilarity`'s floor of λ/δ_A (``defaults``: the theory's λ = δ_A took several times the rounds of the
-#: best λ, and δ_A/128 still more than twice those of a quarter of it)
+#: `prox_per_dissimilarity`'s floor of λ/δ_A, below the theory's λ = δ_A: the rounds at δ_A, δ_A/8, δ_A/32 and this
+#: floor are the prox-weight table of paper_figs/evidence/federated_quadratic.json (docs/benchmarks.md), and the
+#: default's against multiples of its own λ the federated line's defaults table (``defaults``)
 PROX_PER_DISSIMILARITY = 1 / 512
 #: `prox_per_dissimilarity`'s heterogeneity divisor for S-DANE, FedDANE, FedRed (``federated``: label skew over many
 #: small clients, δ_A ≈ ‖H‖, diverged at δ_A/128 and δ_A/32)

@@ -21,18 +21,15 @@ from dane.data.files import LibSVMSource  # noqa: E402
 from dane.problems.linear_models import LinearModelConfig  # noqa: E402
 from dane.problems.stacked_hessians import CompactHessians  # noqa: E402
 from dane.problems.stacked_rows import StackedRows  # noqa: E402
+from dane.synthetic.bench_file import external_reference  # noqa: E402
 from scripts.harness import (Bench, Run, count, data_dir, folder, in_fresh_process, in_process, load,  # noqa: E402
                              option, peak_rss_kb)
 
 LAM = 1e-3
 OPTION = 2  # FedNL's H + l I, the globally safe one from x⁰ = 0 (option 1 rests on FedNL's local theory)
 #: u-FedNL's seconds per round (FedNL-PP: on the w8a-sized synthetic table), 1000 rounds, both cores of a 2-core AMD
-#: EPYC VM: the C++ build's figures this section is held to (docs/design.md, "Public reference implementations")
-UFEDNL_S_PER_ROUND = {
-    ("a9a", "topk"): 0.0216, ("a9a", "randk"): 0.0221, ("a9a", "none"): 0.0195,
-    ("w8a", "topk"): 0.1363, ("w8a", "randk"): 0.1478, ("w8a", "none"): 0.1441,
-    ("w8a_pp", "topk"): 0.0195, ("w8a_pp", "randk"): 0.0215,
-}
+#: EPYC VM: the C++ build's figures this section is held to (paper_figs/evidence/external_references.json, ``ufednl``)
+UFEDNL_S_PER_ROUND = {(r["table"], r["compressor"]): r["s"] for r in external_reference("ufednl")["s_per_round"]}
 TABLES = {"a9a": ("a9a", 80, None), "w8a": ("w8a", 142, None), "w8a_pp": ("w8a", 142, 12)}  # (file, m, PP's s)
 MEMORY_LIMIT_GIB = 24  # these machines' memory (docs/design.md, "The machines")
 MEMORY_ROUNDS = 2

@@ -22,6 +22,16 @@ def elapsed_logger(start: float):
     return log
 
 
+#: the public programs' own measurements, run by hand beside the package, that benchmark sections are held to
+EXTERNAL_REFERENCES = Path(__file__).resolve().parents[1] / "paper_figs" / "evidence" / "external_references.json"
+
+
+def external_reference(name: str) -> dict:
+    """Entry ``name`` of `EXTERNAL_REFERENCES` (``inexact_dane_octave``, ``ufednl``): the program, what the repository
+    knows of its run (repository, commit, command, machine, date, source) and its numbers."""
+    return json.loads(EXTERNAL_REFERENCES.read_text())[name]
+
+
 def read_bench(path: Path) -> dict:
     """The sections of the benchmark JSON at ``path`` (``--out``; {} where there is no file yet).  A file that cannot
     be read, or is not a JSON object, is a `dane.errors.ConfigError` naming ``--out`` and the fix."""

@@ -222,6 +222,34 @@ def test_every_section_has_one_command_line():
         harness.parser(benches).parse_args(["local_solve", "--only", "gd"])  # local_solve has no --only
 
 
+def test_the_public_programs_numbers_are_read_from_their_evidence_file(tmp_path, monkeypatch):
+    """The svrg and fednl goals are the public programs' numbers in paper_figs/evidence/external_references.json
+    (each with its program, workload, machine, date and source): a file holding others gives the sections those
+    (they were constants typed into the scripts, 0.017 s and eight u-FedNL figures, with no record of their runs)."""
+    import importlib
+
+    from dane.synthetic import bench_file
+    from scripts import bench_fednl, bench_svrg
+
+    tracked = json.loads((REPO / "paper_figs" / "evidence" / "external_references.json").read_text())
+    assert bench_file.EXTERNAL_REFERENCES == REPO / "paper_figs" / "evidence" / "external_references.json"
+    for entry in (tracked["inexact_dane_octave"], tracked["ufednl"]):
+        assert {"program", "repository", "commit", "command", "workload", "machine", "date", "source"} <= set(entry)
+    assert bench_svrg.REFERENCE_ROUND_S == tracked["inexact_dane_octave"]["round_s"]
+    assert bench_fednl.UFEDNL_S_PER_ROUND == {(r["table"], r["compressor"]): r["s"]
+                                              for r in tracked["ufednl"]["s_per_round"]}
+    other = {"inexact_dane_octave": {"round_s": 2.5},
+             "ufednl": {"s_per_round": [{"table": "a9a", "compressor": "topk", "s": 3.5}]}}
+    (tmp_path / "refs.json").write_text(json.dumps(other))
+    monkeypatch.setattr(bench_file, "EXTERNAL_REFERENCES", tmp_path / "refs.json")
+    try:
+        assert importlib.reload(bench_svrg).REFERENCE_ROUND_S == 2.5
+        assert importlib.reload(bench_fednl).UFEDNL_S_PER_ROUND == {("a9a", "topk"): 3.5}
+    finally:
+        monkeypatch.undo()
+        importlib.reload(bench_svrg), importlib.reload(bench_fednl)
+
+
 def test_the_runner_merges_and_writes_the_goals_table(tmp_path):
     """`harness.Run.finish` merges the section beside the others, adds the load after, the wall seconds and the
     code, and writes the goals table of the whole file: a headline against its goal, a section's misses.  A section
