@@ -3,7 +3,7 @@ r"""What adapts during a federated run: wrappers around a round, each switchable
 A `baselines.federated.Federated` method's ``round`` is its paper's round.  Its ``step`` runs the round, then each
 of its adaptations in order, as optax's ``apply_if_finite`` wraps an update: an adaptation reads the round's record
 (and the method's state), may change a number the method holds (a proximal weight, the extrapolation's A, B, v) or
-declare the run finished, and returns what it did as events ``{"key", "from", "to", "trigger"}``, which the round's
+declare the run finished, and returns what it did as events (`dane.records.results.adaptation`), which the round's
 record carries under ``adapted``.  A method's config attaches an adaptation only where it applied before this module
 existed (a weight the user left ``null``, full participation, a convex problem ...), lists them in
 ``algorithm.adapt`` (null: every one that applies; ``[]``: none; only the method's own, its config's
@@ -50,6 +50,7 @@ import torch
 from dane import checks
 from dane.errors import ConfigError
 from dane.numerics.local_solvers import LBFGS_MAX_ITER, PASSES_AUTO, LocalSolver
+from dane.records.results import adaptation
 from dane.safeguard_rules import accepts, step_ratio_and_cosine
 
 #: `SamplingFloor`: a sampled run whose objective has not improved on its best for this many rounds (and for half the
@@ -220,7 +221,7 @@ class WeightDoubling(Adaptation):
         if after == before:
             return []
         setattr(algo, self.attr, after)
-        return [{"key": f"algorithm.{self.attr}", "from": before, "to": after, "trigger": self.rule.trigger}]
+        return [adaptation(f"algorithm.{self.attr}", before, after, self.rule.trigger)]
 
     def state_dict(self) -> dict:
         return {"cycling": self.rule.state_dict()}
@@ -243,7 +244,7 @@ class Restart(Adaptation):
         objective, events = out["objective"], []
         rose = self.last_objective is not None and objective > self.last_objective
         if rose or algo.lam != out["lam"]:
-            events = [{"key": "A", "from": algo.A, "to": 0.0, "trigger": "objective rose" if rose else "lam changed"}]
+            events = [adaptation("algorithm.A", algo.A, 0.0, "objective rose" if rose else "lam changed")]
             algo.A, algo.B, algo.v = 0.0, 1.0, algo.w.clone()
         self.last_objective = objective
         return events
@@ -267,7 +268,7 @@ class FloorStop(Adaptation):
     def after(self, algo, out: dict) -> list[dict]:
         if self.finished is None and self.floor.update(out["objective"]):
             self.finished = ("sampling_floor", algo.floor_diagnosis(self.floor))
-            return [{"key": "status", "from": "running", "to": "sampling_floor", "trigger": "no progress"}]
+            return [adaptation("status", "running", "sampling_floor", "no progress")]
         return []
 
     def state_dict(self) -> dict:
@@ -303,7 +304,7 @@ class DriftStop(Adaptation):
         self.finished = ("client_drift", f"client drift: the clients' local moves cancel in the average "
                                          f"({ratio / self.first_ratio:.1e} of round 0's share), so w no longer moves "
                                          f"although no client is at its optimum; {algo.fixed_point()}")
-        return [{"key": "status", "from": "running", "to": "client_drift", "trigger": "moves cancel"}]
+        return [adaptation("status", "running", "client_drift", "moves cancel")]
 
     def state_dict(self) -> dict:
         return {"first_ratio": self.first_ratio, "stalled": None if self.finished is None else self.finished[1]}
@@ -367,8 +368,7 @@ def retry_event(solver: LocalSolver, resolves: int, round_: int) -> list[dict]:
     if resolves <= 0:
         return []
     key, given, after = retried_setting(solver, 1)
-    return [{"round": round_, "key": key, "from": given, "to": after, "trigger": "accuracy test",
-             "resolves": resolves}]
+    return [adaptation(key, given, after, "accuracy test", round=round_, resolves=resolves)]
 
 
 class Named:

@@ -91,6 +91,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError, NotPositiveDefinite
 from dane.problems import Problem
+from dane.records.results import adaptation
 from dane.work import count
 
 from .adaptive import RESIDUAL_BALANCE, RHO_REFRESH, AdaptKeys, refresh_due
@@ -190,7 +191,7 @@ class ADMM(Algorithm):
             # one allreduce: ρ from the local Hessians at z.  Spent inside the rounds, so counted as their work and
             # traffic are (the measurement before round 0 is set-up: `dane.work`)
             rho, _ = self.refresh(at=self.w)
-            adapted = [{"key": "algorithm.rho", "from": self.rho, "to": rho, "trigger": "refresh"}]
+            adapted = [adaptation("algorithm.rho", self.rho, rho, "refresh")]
             self.u, self.rho = self.u * (self.rho / rho), rho
         else:
             adapted = []
@@ -210,7 +211,7 @@ class ADMM(Algorithm):
                                         mu=self.balance_mu, tau=self.balance_tau)
             self.u = self.u * (rho / self.rho)
             if self.rho != rho:
-                adapted.append({"key": "algorithm.rho", "from": rho, "to": self.rho, "trigger": "residual balance"})
+                adapted.append(adaptation("algorithm.rho", rho, self.rho, "residual balance"))
         return {**record, "adapted": adapted} if adapted else record
 
     def evaluate(self) -> dict[str, float]:

@@ -88,9 +88,9 @@ Both are this package's adaptations, ``tau_growth`` and ``momentum_restart`` (`b
 switchable on its own (``algorithm.adapt``; without ``momentum_restart`` a growth still restarts the momentum, its
 q being new) and both off under ``algorithm.paper=true``, where round 0's τ holds for the whole run.
 Round 0's τ is the summary's resolved ``algorithm.tau`` (``defaults``); each growth (``algorithm.tau``) and each
-restart that drops an extrapolation (``zeta``: the ζ that made y_t, to 0; none where it was 0, as at τ = 0) is its
-round's ``adapted`` event, which the summary lists as ``adaptations``, and ``adaptations_attached`` names those
-watching.  Resumed runs keep τ, q, α, ζ and the restart evidence (they are in the state).  The rule reads
+restart that drops an extrapolation (``algorithm.zeta``: the ζ that made y_t, to 0; none where it was 0, as at
+τ = 0) is its round's ``adapted`` event, which the summary lists as ``adaptations``, and ``adaptations_attached``
+names those watching.  Resumed runs keep τ, q, α, ζ and the restart evidence (they are in the state).  The rule reads
 the worker's rows: set τ by hand on problems without them.  A number (``tau=0.1``) is used
 as given, with neither restarts nor growth (the paper's method); τ = 0 is InexactDANE.  The
 defaults benchmark (scripts/bench_defaults.py) measures the rule against the grid
@@ -118,6 +118,7 @@ from dane.errors import ConfigError
 from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, LocalSolver, load_svrg, \
     refuse_oversized_svrg, row_shard
 from dane.problems import Problem
+from dane.records.results import adaptation
 
 from .adaptive import GROW_TAU, MOMENTUM_RESTART, AdaptKeys, grown_tau
 from .defaults import COLUMN_CONTRACTION, Resolution, spread_tau
@@ -249,14 +250,14 @@ class AIDE(Algorithm):
         restart = grow or (self.restarts and rose)
         if grow:
             self._set_tau(grown_tau(tau, self.problem.strong_convexity, float(self.mean_curvature.max())))
-            events.append({"key": "algorithm.tau", "from": tau, "to": self.tau, "trigger": "failed subproblem"})
+            events.append(adaptation("algorithm.tau", tau, self.tau, "failed subproblem"))
         elif restart:
             self.alpha = catalyst_alpha0(self.q)
         if restart:
             self.y = w.clone()
             self.at_restart = objective
             if self.zeta != 0.0:  # y_t = w_t + ζ (w_t − w_{t−1}) becomes w_t
-                events.append({"key": "zeta", "from": self.zeta, "to": 0.0, "trigger": "objective rose"})
+                events.append(adaptation("algorithm.zeta", self.zeta, 0.0, "objective rose"))
         self.previous, self.restarted = objective, restart
         return events, restart
 

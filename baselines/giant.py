@@ -86,9 +86,9 @@ beyond that round-off.
 Records carry ``step_size`` (α_{k*}; 0 on a rejected round), ``accepted``, ``mu`` (the
 largest μ_i of the round), ``armijo_met``, ``cg_iters`` (the mean over workers of the local
 CG products; it rides in allreduce 2) and ``p_norm``; a round that changes any μ_i also carries
-``adapted`` ({"key": "mu", "from", "to": the largest μ_i before and after, "trigger": "full step", "flatter than
-objective", "step cut back" or "rejected", the cases above, "workers": [i, from, to] for each μ_i that moved}),
-which the summary lists as ``adaptations``.
+``adapted`` ({"key": "algorithm.mu", "from", "to": the largest μ_i before and after, "trigger": "full step",
+"flatter than objective", "step cut back" or "rejected", the cases above, "workers": [i, from, to] for each μ_i that
+moved}), which the summary lists as ``adaptations``.
 
 The curvature gᵀp/‖p‖² and the return to μ = 0 are DANE's safeguard's rules
 (`dane.safeguard.model_curvature`, `dane.safeguard.to_floor`), GIANT's direction p being
@@ -113,6 +113,7 @@ from dane.errors import ConfigError
 from dane.numerics.linalg import cg
 from dane.numerics.local_solvers import cg_products
 from dane.problems import Problem
+from dane.records.results import adaptation
 from dane.safeguard_rules import model_curvature, to_floor
 
 from .defaults import Resolution
@@ -218,7 +219,7 @@ class GIANT(Algorithm):
         used = max(before)
         trigger = self.update_mus(accepted, k, curvatures, slope=slope, p=p, g=g) if self.safeguard else None
         moved = [[i, a, b] for i, (a, b) in enumerate(zip(before, self.mus)) if a != b]  # [worker, from, to]
-        adapted = [{"key": "mu", "from": used, "to": max(self.mus), "trigger": trigger, "workers": moved}] * bool(moved)
+        adapted = [adaptation("algorithm.mu", used, max(self.mus), trigger, workers=moved)] * bool(moved)
         return {**self.metrics(g, metrics), "step_size": float(steps[k]) if accepted else 0.0, "accepted": accepted,
                 "mu": used, "armijo_met": met, "cg_iters": float(cg_iters),
                 "p_norm": float(torch.linalg.vector_norm(p)), **({"adapted": adapted} if adapted else {})}

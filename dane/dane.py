@@ -28,6 +28,7 @@ from .comm import Communicator
 from .numerics.local_solvers import SVRG_NULLS, LocalSolver, load_svrg, refuse_oversized_svrg, svrg_resolved
 from . import checks
 from .problems import Problem
+from .records.results import adaptation
 from .safeguard import MuSafeguard
 # the safeguard's rules lived here before dane.safeguard; their old import path still works
 from .safeguard import ROUND_OFF_STEP, balanced_damping, round_off_sq, shortening_mu, snap  # noqa: F401
@@ -83,9 +84,9 @@ class DANE(Algorithm):
     def rederived(self, before: float, after: float) -> list[dict]:
         """The local solve's nulls that read μ, SVRG's step (`svrg_step`) and ``passes=auto`` (`svrg_passes`),
         re-derived as the safeguard moves μ from ``before`` to ``after``: one ``adapted`` event each whose value
-        changed ({"key", "from", "to", "trigger", "worker"}: this worker's, from its rows, as the summary's
-        ``defaults`` give them at the starting μ), under the key that left it null (``algorithm.*`` where the method
-        chose the solver, else ``problem.*``); none for given numbers or another solver."""
+        changed (`dane.records.results.adaptation`; ``workers``: this worker's ``[rank, from, to]``, from its rows,
+        as the summary's ``defaults`` give them at the starting μ), under the key that left it null (``algorithm.*``
+        where the method chose the solver, else ``problem.*``); none for given numbers or another solver."""
         own = self.local_solver is None
         solver = getattr(self.problem, "solver", None) if own else self.local_solver
         rows = getattr(self.problem, "rows", None)  # whose SVRG solves run: a ridge shard's rows, or the shard
@@ -98,8 +99,9 @@ class DANE(Algorithm):
         for name, found in new.items():
             key, rule = SVRG_NULLS[name]
             if found["value"] != old[name]["value"]:
-                events.append({"key": key if own else f"algorithm.{name}", "from": old[name]["value"],
-                               "to": found["value"], "trigger": f"mu moved ({rule})", "worker": self.comm.rank})
+                before, after = old[name]["value"], found["value"]
+                events.append(adaptation(key if own else f"algorithm.{name}", before, after, f"mu moved ({rule})",
+                                         workers=[[self.comm.rank, before, after]]))
         return events
 
     def remedy(self) -> str:

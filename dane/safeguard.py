@@ -82,6 +82,7 @@ import math
 
 import torch
 
+from .records.results import adaptation
 from .safeguard_rules import (FAST, NON_FINITE_TRIALS, OVERSHOOT, ROUND_OFF_STEP, UNDERSHOOT, UNRESOLVED, accepts,
                               after_rejection, balanced_damping, curvature_scale_mu, delta_rule, finite_trial,
                               gives_up, halfway_mu, mode, model_curvature, moved_mu, next_boost, remembered_spread,
@@ -116,9 +117,9 @@ class MuSafeguard:
     5. a rejection that left μ = 0: `curvature_scale_mu`;
     6. trials not finite: `gives_up` sets ``gave_up`` (why), and the run stops.
 
-    A round whose μ differs from the last round's carries the change as its ``adapted`` event (key ``mu``, from, to,
-    and the trigger in words: the rejection, the steps' reading, or the δ rule), which the summary lists with every
-    other method's adaptations (`dane.loop.callbacks.Policy`).
+    A round whose μ differs from the last round's carries the change as its ``adapted`` event (key ``algorithm.mu``,
+    from, to, and the trigger in words: the rejection, the steps' reading, or the δ rule), which the summary lists
+    with every other method's adaptations (`dane.loop.callbacks.Policy`).
 
     ``forget`` (default: not convex; DANE sets it for every non-quadratic problem) makes the
     spread decay and the memory of rejected μ fade, as the Hessians move with w.
@@ -206,7 +207,7 @@ class MuSafeguard:
                              "mu does not bring them back"))
         extra = {"accepted": accepted, "spread": self.spread}
         if self.mu != mu_used:
-            extra["adapted"] = [{"key": "mu", "from": mu_used, "to": self.mu, "trigger": self.trigger(accepted)}]
+            extra["adapted"] = [adaptation("algorithm.mu", mu_used, self.mu, self.trigger(accepted))]
         return (*self.accepted, extra)
 
     def trigger(self, accepted: bool) -> str:

@@ -52,7 +52,7 @@ def test_restart_resets_the_extrapolation_when_the_objective_rises_or_the_weight
     wrap = Restart()
     assert wrap.after(algo, {"objective": 1.0, "lam": 0.1}) == [] and algo.A == 3.0
     assert wrap.after(algo, {"objective": 0.8, "lam": 0.1}) == []
-    assert wrap.after(algo, {"objective": 0.9, "lam": 0.1}) == [{"key": "A", "from": 3.0, "to": 0.0,
+    assert wrap.after(algo, {"objective": 0.9, "lam": 0.1}) == [{"key": "algorithm.A", "from": 3.0, "to": 0.0,
                                                                  "trigger": "objective rose"}]
     assert (algo.A, algo.B) == (0.0, 1.0) and torch.equal(algo.v, algo.w)
     algo.A, algo.lam = 5.0, 0.2  # the round ran at 0.1; the weight doubled after it

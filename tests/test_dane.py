@@ -339,7 +339,7 @@ def test_the_safeguards_moves_of_mu_are_the_summarys_adaptations():
     moves = [(t, mus[t - 1], mus[t]) for t in range(1, len(mus)) if mus[t] != mus[t - 1]]
     events = result.summary["adaptations"]
     assert len(moves) >= 2 and [(e["round"], e["from"], e["to"]) for e in events] == moves
-    assert {e["key"] for e in events} == {"mu"} and all(e["trigger"] for e in events)
+    assert {e["key"] for e in events} == {"algorithm.mu"} and all(e["trigger"] for e in events)
     assert result.summary["adaptations_attached"] == ["safeguard"] and result.summary["package_rules_applied"]
     plain = dane.fit(problem, "dane", workers=8, rounds=3, safeguard=False)
     assert plain.summary["adaptations"] == [] and plain.summary["package_rules_applied"] is False

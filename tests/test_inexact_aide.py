@@ -426,7 +426,7 @@ def test_aides_tau_growth_and_momentum_restart_are_named_switchable_and_kept_on_
     assert not any("adapted" in r for r in records) and records[-1]["objective"] > 1e3 * records[0]["objective"]
     (straight, again, w, w_again), _ = straight_and_resumed(AIDEConfig(), disagreeing_problems(lam), rounds=3)
     assert again == straight and torch.equal(w, w_again)
-    assert [e["key"] for r in straight for e in r.get("adapted", ())] == ["zeta", "zeta"]  # rounds 3 and 5
+    assert [e["key"] for r in straight for e in r.get("adapted", ())] == ["algorithm.zeta"] * 2  # rounds 3 and 5
 
 
 def test_tau_auto_grows_where_the_column_rule_cannot_see_the_disagreement():
@@ -452,8 +452,8 @@ def test_tau_auto_grows_where_the_column_rule_cannot_see_the_disagreement():
     # stays √q across a restart, and the no-op event {"key": "alpha", "from": α, "to": α} is gone
     restarts = [(r["round"], records[r["round"] - 1]["zeta"]) for r in records if r.get("restart") and r["round"] > 0]
     assert [(t, zeta) for t, zeta in restarts if zeta != 0] == \
-        [(r["round"], e["from"]) for r in records for e in r.get("adapted", ()) if e["key"] == "zeta"]
-    assert {e["key"] for r in records for e in r.get("adapted", ())} <= {"algorithm.tau", "zeta"}
+        [(r["round"], e["from"]) for r in records for e in r.get("adapted", ()) if e["key"] == "algorithm.zeta"]
+    assert {e["key"] for r in records for e in r.get("adapted", ())} <= {"algorithm.tau", "algorithm.zeta"}
     assert records[-1]["objective"] - optimum <= 1e-8 * optimum and len(records) - 1 <= 30  # measured: 22 rounds
     # the solve of the grown tau's subproblem: c = ln(1/q) times InexactDANE's SVRG steps (Catalyst wants it accurate)
     q = lam / (lam + 4 * lam)

@@ -99,7 +99,7 @@ def test_each_move_of_mu_rederives_inexact_danes_svrg_nulls_as_an_adapted_event(
     summary = dane.fit(problem, "inexact_dane", workers=2, rounds=4).summary
     start = entries(summary)[key]
     assert start[2]["mu"] == 0.0 and start[2]["worker"] == 0
-    moves = [e for e in summary["adaptations"] if e["key"] == "mu"]
+    moves = [e for e in summary["adaptations"] if e["key"] == "algorithm.mu"]
     changes = {e["round"]: e for e in summary["adaptations"] if e["key"] == key}
     shard, solver = problem.build(0, 2), LocalSolver("svrg", passes="auto")
     at = {mu: svrg_resolved(shard, solver, mu)[name]["value"] for m in moves for mu in (m["from"], m["to"])}
@@ -107,7 +107,7 @@ def test_each_move_of_mu_rederives_inexact_danes_svrg_nulls_as_an_adapted_event(
     assert len(moves) >= 2 and {t: (e["from"], e["to"]) for t, e in changes.items()} == \
         {m["round"]: (at[m["from"]], at[m["to"]]) for m in moves if at[m["from"]] != at[m["to"]]}
     assert all(e["trigger"] == f"mu moved ({'svrg_passes' if name == 'passes' else 'svrg_step'})"
-               and e["worker"] == 0 for e in changes.values())
+               and e["workers"] == [[0, e["from"], e["to"]]] for e in changes.values())
     if name == "passes":
         assert [changes[t]["to"] for t in sorted(changes)] == [200, 33]  # from 338 at mu = 0
 
@@ -122,7 +122,7 @@ def test_a_move_of_mu_rederives_the_problems_null_svrg_step():
     nL = 60 * shard.row_smoothness()
     assert DANE(shard, LocalCommunicator()).rederived(0.0, 0.5) == [
         {"key": "problem.svrg_lr", "from": 1 / (nL + 1e-3), "to": 1 / (nL + 1e-3 + 0.5),
-         "trigger": "mu moved (svrg_step)", "worker": 0}]
+         "trigger": "mu moved (svrg_step)", "workers": [[0, 1 / (nL + 1e-3), 1 / (nL + 1e-3 + 0.5)]]}]
     assert DANE(logreg().build(0, 2), LocalCommunicator()).rederived(0.0, 0.5) == []
 
 

@@ -261,13 +261,35 @@ def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_jso
         return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
 
     writer = RunWriter(tmp_path / "run")
-    writer.write_round({"round": 0, "objective": math.inf, "adapted": [{"key": "mu", "from": 0.0, "to": math.nan}]})
+    writer.write_round({"round": 0, "objective": math.inf,
+                        "adapted": [{"key": "algorithm.mu", "from": 0.0, "to": math.nan}]})
     writer.write_summary({"status": "diverged", "defaults": [{"stats": {"kappa": math.inf, "rows": 3}}]})
     writer.close()
     record = strict((tmp_path / "run" / results.ROUNDS_FILE).read_text())
     summary = strict((tmp_path / "run" / results.SUMMARY_FILE).read_text())
-    assert record == {"round": 0, "objective": "inf", "adapted": [{"key": "mu", "from": 0.0, "to": "nan"}]}
+    assert record == {"round": 0, "objective": "inf", "adapted": [{"key": "algorithm.mu", "from": 0.0, "to": "nan"}]}
     assert summary["defaults"] == [{"stats": {"kappa": "inf", "rows": 3}}]
+
+
+def test_every_adapted_event_has_one_form_keyed_by_where_its_number_lives():
+    """`results.adaptation`, the one constructor of an ``adapted`` event: key, from, to, trigger, then the round
+    (first: as the summary puts it), the workers' own moves and the re-solves where given; a key outside
+    ``algorithm.*``, ``problem.*`` and ``status`` (the safeguard's and GIANT's bare ``mu`` once) is refused."""
+    event = results.adaptation
+    assert event("algorithm.mu", 0.0, 1.5, "objective rose (round redone)") == \
+        {"key": "algorithm.mu", "from": 0.0, "to": 1.5, "trigger": "objective rose (round redone)"}
+    assert event("algorithm.mu", 0.0, 1.0, "flatter than objective", workers=[[0, 0.0, 1.0], [2, 0.0, 0.5]]) == \
+        {"key": "algorithm.mu", "from": 0.0, "to": 1.0, "trigger": "flatter than objective",
+         "workers": [[0, 0.0, 1.0], [2, 0.0, 0.5]]}
+    retry = event("problem.svrg_passes", 1, 2, "accuracy test", round=3, resolves=4)
+    assert retry == {"round": 3, "key": "problem.svrg_passes", "from": 1, "to": 2, "trigger": "accuracy test",
+                     "resolves": 4} and list(retry)[0] == "round"
+    assert event("status", "running", "client_drift", "moves cancel") == \
+        {"key": "status", "from": "running", "to": "client_drift", "trigger": "moves cancel"}
+    for bare in ("mu", "zeta", "A", "algorithm", "statuses"):
+        with pytest.raises(ValueError, match=f"^adapted event key '{bare}' says not whose number moved; "
+                                             f"name it algorithm.{bare}, problem.{bare} or status$"):
+            event(bare, 0.0, 1.0, "rule")
 
 
 def test_a_run_folder_is_read_back_through_public_names(tmp_path):

@@ -281,7 +281,7 @@ def test_review_applies_the_rules_in_order_on_a_rejected_plain_dane_step():
     *back, extras = guard.review(w1, grad1, g1, metrics1, guard.local_stats(w1, grad1))
     assert guard.mu == snap(h - k) and guard.rejected_mu == 0.0
     assert extras == {"accepted": False, "spread": 0.0,  # one worker: no spread; μ's move is the round's event
-                      "adapted": [{"key": "mu", "from": 0.0, "to": guard.mu, "trigger": "objective rose (round redone)"}]}
+                      "adapted": [{"key": "algorithm.mu", "from": 0.0, "to": guard.mu, "trigger": "objective rose (round redone)"}]}
     assert back[0] is w0  # the worker solves again from the last accepted point
     # the next step, at μ = h - k, is the exact minimizer and accepted
     w2, grad2, g2, metrics2 = at(-float(g0[0]) / (k + guard.mu))

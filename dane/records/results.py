@@ -2,7 +2,8 @@
 
 Every record has ``round, time_s, bytes_sent, comm_rounds, objective`` and, where the
 problem knows them, ``suboptimality`` and ``grad_norm``; algorithms add their own keys
-(``mu``, ``accepted``, ``primal_residual``, ...).  ``time_s`` is wall time under a
+(``mu``, ``accepted``, ``primal_residual``, ...), and a round where a rule moved a number carries the moves as
+``adapted``, each event made by `adaptation`.  ``time_s`` is wall time under a
 launcher and simulated parallel time in the in-process simulator; ``bytes_sent`` is what
 rank 0 sent.  Figures read these files and nothing else.
 """
@@ -116,6 +117,32 @@ def line(record: dict) -> str:
         return json.dumps(record, allow_nan=False)
     except ValueError:  # an inf or a nan somewhere in it
         return json.dumps({k: json_safe(v) for k, v in record.items()})
+
+
+#: the prefixes of an ``adapted`` event's key (`adaptation`): the method's numbers and the problem's; ``status`` is the
+#: one other key, the run's status a rule changed
+ADAPTED_GROUPS = ("algorithm.", "problem.")
+
+
+def adaptation(key: str, before, after, trigger: str, *, round: int | None = None,
+               workers: list[list] | None = None, resolves: int | None = None) -> dict:
+    """One ``adapted`` event, the one form of every mid-run move a record carries (the summary lists them, each with
+    its round, as ``adaptations``): ``{"key", "from": before, "to": after, "trigger"}``, then what is given of
+    ``round`` (the round the event belongs to, where a later record carries it: S-DANE's re-solves, read from the
+    next record's local work; it comes first, as the summary puts every event's round), ``workers`` (``[i, from,
+    to]`` for each worker whose own value moved, as far as the recording rank knows: GIANT's μ_i, the rank's
+    re-derived SVRG setting) and ``resolves`` (the local solves made again).
+
+    ``key`` names where the value lives, as the run's config and the records name it: ``algorithm.<name>``, the
+    method's config key where the number is one (``algorithm.mu``, ``algorithm.rho``, ``algorithm.lam``), else its
+    record key (GIANT's ``algorithm.mu``, AIDE's ``algorithm.zeta``, Acc-S-DANE's ``algorithm.A``);
+    ``problem.<name>`` for the problem's local-solve settings; ``status`` where a rule ended the run."""
+    if key != "status" and not key.startswith(ADAPTED_GROUPS):
+        raise ValueError(f"adapted event key {key!r} says not whose number moved; name it algorithm.{key}, "
+                         f"problem.{key} or status")
+    return {**({"round": round} if round is not None else {}), "key": key, "from": before, "to": after,
+            "trigger": trigger, **({"workers": workers} if workers is not None else {}),
+            **({"resolves": resolves} if resolves is not None else {})}
 
 
 #: the other files and folders a run writes into its directory beside its records (the command line's config, the
