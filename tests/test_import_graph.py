@@ -261,6 +261,18 @@ def private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def defined_in(node: ast.ClassDef) -> set[str]:
+    """The names a class's body defines: its methods, inner classes and class attributes."""
+    names = set()
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(item.name)
+        targets = item.targets if isinstance(item, ast.Assign) else [item.target] \
+            if isinstance(item, ast.AnnAssign) else []
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
 def own_private(tree: ast.Module) -> set[str]:
     """The private attributes a module defines: set on ``self`` or ``cls``, or named in a class's body."""
     own = set()
@@ -269,45 +281,59 @@ def own_private(tree: ast.Module) -> set[str]:
                 and node.value.id in ("self", "cls"):
             own.add(node.attr)
         elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    own.add(item.name)
-                targets = item.targets if isinstance(item, ast.Assign) else [item.target] \
-                    if isinstance(item, ast.AnnAssign) else []
-                own.update(t.id for t in targets if isinstance(t, ast.Name))
+            own.update(defined_in(node))
     return {name for name in own if private(name)}
 
 
+def on_super(node: ast.Attribute) -> bool:
+    """Whether ``node`` is ``super()._name``."""
+    return isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"
+
+
 def private_attributes(path: Path) -> list[tuple[int, str]]:
-    """(line, ``X._name``) for each private attribute, read or set, of an object X other than ``self`` or ``cls``
-    that the module does not define itself (`own_private`): another module's private part."""
+    """(line, ``X._name``) for each private attribute, read or set, that is another module's private part: of an
+    object X other than ``self`` or ``cls`` that the module does not define itself (`own_private`); of ``self`` or
+    ``cls`` that it neither sets nor defines (a base class's elsewhere); ``super()._name`` that no other class of the
+    module defines, even where this class overrides it.  A hook that a subclass in another module calls is public,
+    named as a hook in its base's docstring (`dane.comm.base.Communicator.count_allreduce`)."""
     tree = ast.parse(path.read_text())
-    own, found = own_private(tree), []
+    own, found = own_private(tree), set()
+    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    for cls in classes:
+        others = set().union(*(defined_in(c) for c in classes if c is not cls))
+        found.update((node.lineno, ast.unparse(node)) for node in ast.walk(cls) if isinstance(node, ast.Attribute)
+                     and on_super(node) and private(node.attr) and node.attr not in others | FOREIGN_PRIVATE)
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute) or not private(node.attr) or node.attr in own | FOREIGN_PRIVATE:
+        if not isinstance(node, ast.Attribute) or not private(node.attr) or on_super(node) \
+                or node.attr in own | FOREIGN_PRIVATE:
             continue
         root = node.value
         while isinstance(root, ast.Attribute):
             root = root.value
-        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
-            continue
         if isinstance(root, ast.Name) and root.id in FOREIGN_ROOTS:
             continue
-        found.append((node.lineno, ast.unparse(node)))
-    return found
+        found.add((node.lineno, ast.unparse(node)))
+    return sorted(found)
 
 
 def test_the_private_attribute_check_finds_another_modules_private_part(tmp_path):
+    """Another object's private part, and a base class's private hook from another module called by a subclass
+    (``self._count_allreduce`` and ``super()._counted`` once, in the simulators and the parameter server)."""
     path = tmp_path / "m.py"
     path.write_text("class A:\n    _kept = 1\n    def __init__(self):\n        self._own = 0\n"
                     "    def f(self, other, comm):\n        other._own, other._kept = self._own, torch._foreach_add\n"
                     "        comm._allreduce_mean = self._x\n        return comm._inner(), t._nnz(), cls._y\n")
-    assert private_attributes(path) == [(7, "comm._allreduce_mean"), (8, "comm._inner")]
+    assert private_attributes(path) == [(7, "comm._allreduce_mean"), (7, "self._x"), (8, "cls._y"), (8, "comm._inner")]
+    path.write_text("class Sub(Base):\n    def _counted(self):\n        return super()._counted(), self._count(1)\n"
+                    "class Local:\n    def _saved(self):\n        return self._counted()\n"
+                    "class Child(Local):\n    def _saved(self):\n        return super()._saved(), super()._hook()\n")
+    assert private_attributes(path) == [(3, "self._count"), (3, "super()._counted"), (9, "super()._hook")]
 
 
 def test_no_private_attribute_of_another_module_is_used():
-    """Outside tests/, no module reaches into another's private part through an object (``comm._allreduce_mean``):
-    what it needs is a public name or hook there (`dane.comm.base.Communicator.allreduce_timer`)."""
+    """Outside tests/, no module reaches into another's private part through an object (``comm._allreduce_mean``) or
+    calls a private hook a base class in another module defines (``self._check_path``, ``super()._counted``): what
+    it needs is a public name or hook there (`dane.comm.base.Communicator.allreduce_timer`)."""
     scripts = {f"scripts.{p.stem}": p for p in (REPO / "scripts").rglob("*.py")}
     used = sorted((name, line, text) for name, path in {**modules(), **scripts}.items()
                   for line, text in private_attributes(path))

@@ -34,6 +34,11 @@ class Communicator(ABC):
     ``bytes_sent`` counts what this worker sends as ``traffic`` says: by default the ring-allreduce model (each
     worker sends 2(m-1)/m of the message, and a broadcast's root its payload times (m-1)); ``calls`` counts
     communication rounds (one grouped allreduce or one broadcast is one round).
+
+    A backend implements `_allreduce_mean`, `_broadcast` and `barrier`, and may use these hooks: `count_allreduce`
+    (a backend whose collectives are its own counts one allreduce as `allreduce_mean` would: the simulators) and
+    `saved_counts` with `restore_counts` (what `uncounted` saves and puts back; a backend that counts more, the
+    parameter server's links, extends both and calls the base's).
     """
 
     rank: int = 0
@@ -111,8 +116,9 @@ class Communicator(ABC):
         block_mean, *means = self.allreduce_mean([block, *rides])
         return block_mean * self.size, means
 
-    def _count_allreduce(self, nbytes: int) -> None:
-        """Count one uncompressed allreduce of an ``nbytes`` message, as `allreduce_mean` does."""
+    def count_allreduce(self, nbytes: int) -> None:
+        """Count one uncompressed allreduce of an ``nbytes`` message, as `allreduce_mean` does (a hook for a backend
+        whose collectives are its own)."""
         self.message_bytes = nbytes
         self.bytes_sent += self.traffic.allreduce_sent(nbytes, self.size)
         self.calls += 1
@@ -173,15 +179,16 @@ class Communicator(ABC):
         backend counts beside it (comm=ps: both ends of every link, and the servers' operations and busy time) is as it
         was when the block began.  Inside, they count as ever (a caller may read what its block cost).  Every rank
         enters and leaves the block together; a block left by an exception restores nothing (the run ends)."""
-        saved = self._counted()
+        saved = self.saved_counts()
         yield
-        self._restore_counted(saved)
+        self.restore_counts(saved)
 
-    def _counted(self) -> Any:
-        """What `uncounted` puts back: this worker's counters (a backend that counts more keeps that too)."""
+    def saved_counts(self) -> Any:
+        """What `uncounted` puts back: this worker's counters (a backend that counts more keeps that too, a hook)."""
         return self.bytes_sent, self.calls, traffic_bits(self)
 
-    def _restore_counted(self, saved: Any) -> None:
+    def restore_counts(self, saved: Any) -> None:
+        """Put back `saved_counts`'s ``saved`` (a hook, extended with it)."""
         self.bytes_sent, self.calls, bits = saved
         restore_traffic_bits(self, bits)
 

@@ -154,7 +154,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
 
     def elapsed(self) -> float:
         """Simulated parallel time: the clock plus rank 0's share of the compute since the last collective."""
-        pending = self.group.meter.read(self._mark) if self._computing else 0.0
+        pending = self.phase_compute()
         return self.group.clock + self.group.stragglers.factor(0) * pending / self.size
 
     # ------------------------------------------------------------------ the collectives
@@ -177,7 +177,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
             _, nbytes = self.compression.encode([t[0] for t in tensors], kinds)
         else:
             nbytes = sum(t.numel() // self.size * t.element_size() for t in tensors)
-        self._count_allreduce(nbytes)
+        self.count_allreduce(nbytes)
         self._phase("allreduce", nbytes)
         # rows summed in rank order then divided by m, as `ThreadGroup._reduce` does
         return [t.sum(0) / self.size for t in tensors]
@@ -196,7 +196,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
         else:
             nbytes = values.numel() * values.element_size() + sum(t.numel() // self.size * t.element_size()
                                                                    for t in rides)
-        self._count_allreduce(nbytes)
+        self.count_allreduce(nbytes)
         self._phase("allreduce", nbytes)
         return one_hot_rows(values, self.size), [t.sum(0) / self.size for t in rides]
 
@@ -216,7 +216,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
     def barrier(self) -> None:
         """A collective phase; off the clock (`PhaseClock.off_the_clock`) nothing: one process waits for nobody, and
         the clock does not move (the per-worker path's `dane.comm.threads.ThreadCommunicator.barrier`)."""
-        if self._computing:
+        if self.computing:
             self._phase("barrier")
 
     def _allreduce_mean(self, tensors):  # pragma: no cover - allreduce_mean is overridden whole

@@ -198,16 +198,20 @@ def meter_for(devices) -> Meter:
 class PhaseClock:
     """The compute phases of a simulated communicator, from one collective to the next, read by its group's
     ``meter`` (`Meter`): a thread's own work (`ThreadCommunicator`) or all m workers' stacked work
-    (`dane.comm.batched.BatchedCommunicator`)."""
+    (`dane.comm.batched.BatchedCommunicator`).
+
+    The hooks a simulated communicator uses: `begin` and `end` around each compute phase, `off_the_clock` around a
+    wait that is no compute, ``computing`` (whether a phase is open: a barrier off the clock only waits) and
+    `phase_compute` (the open phase's compute so far: the simulated clock read between collectives)."""
 
     group: "ThreadGroup"  # `dane.comm.threads`'s, or a `dane.comm.batched.BatchedGroup`: what it needs is the meter
     _mark: float = 0.0
-    _computing: bool = False  # whether a compute phase is open (on a GPU: holds its `DeviceTurns` turn)
+    computing: bool = False  # whether a compute phase is open (on a GPU: holds its `DeviceTurns` turn)
 
     def begin(self) -> None:
         """A compute phase starts (the run's, or the one after a collective)."""
         self._mark = self.group.meter.start()
-        self._computing = True
+        self.computing = True
 
     @contextmanager
     def off_the_clock(self):
@@ -222,13 +226,17 @@ class PhaseClock:
             self.begin()
             self._mark -= pending
 
+    def phase_compute(self) -> float:
+        """The compute measured so far in the open phase, which goes on; 0.0 where none is open."""
+        return self.group.meter.read(self._mark) if self.computing else 0.0
+
     def end(self) -> float:
         """The compute phase ends (at a collective, or the run's end): its measured time."""
-        if not self._computing:
+        if not self.computing:
             return 0.0
         try:
             return self.group.meter.read(self._mark)
         finally:  # the turn is given back even when the device reports an error
-            self._computing = False
+            self.computing = False
             self.group.meter.stop()
 

@@ -180,15 +180,15 @@ class PSCommunicator(Communicator):
         self._complete()
         self.comm_s += time.perf_counter() - start
 
-    def _counted(self) -> Any:
+    def saved_counts(self) -> Any:
         """The base's counters, this worker's end of each link and ``comm_s``; the servers keep theirs (SAVE)."""
         self._header(SAVE, ())
         self._complete()
-        return super()._counted(), {s: replace(link) for s, link in self.links.items()}, self.comm_s
+        return super().saved_counts(), {s: replace(link) for s, link in self.links.items()}, self.comm_s
 
-    def _restore_counted(self, saved: Any) -> None:
+    def restore_counts(self, saved: Any) -> None:
         base, self.links, self.comm_s = saved
-        super()._restore_counted(base)
+        super().restore_counts(base)
         self._header(RESTORE, ())
         self._complete()
 

@@ -320,7 +320,7 @@ class ThreadCommunicator(PhaseClock, Communicator):
         values again."""
         if self.compression is not None or self.size == 1:
             return super().gather(values, rides)
-        self._count_allreduce(sum(t.numel() * t.element_size() for t in rides)
+        self.count_allreduce(sum(t.numel() * t.element_size() for t in rides)
                               + self.size * values.numel() * values.element_size())
         rows, *means = self._collective("gather", [values, *rides], self.message_bytes)
         return rows, [t.clone() for t in means]
@@ -341,9 +341,9 @@ class ThreadCommunicator(PhaseClock, Communicator):
         """A collective phase like any other; entered off the clock (`PhaseClock.off_the_clock`: a checkpoint's, whose
         parts must all be on disk before rank 0 commits, `dane.loop.callbacks.Checkpoints`) it only waits for the
         others: no phase ends, no straggler delay is drawn, the clock does not move."""
-        self._collective("barrier" if self._computing else "wait", None)
+        self._collective("barrier" if self.computing else "wait", None)
 
     def elapsed(self) -> float:
         """Simulated parallel time: the group's clock plus this worker's compute since the last collective."""
-        pending = self.group.meter.read(self._mark) if self._computing else 0.0
+        pending = self.phase_compute()
         return self.group.clock + self.group.stragglers.factor(self.rank) * pending

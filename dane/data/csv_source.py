@@ -55,7 +55,7 @@ class CSVSource(FileSource, ShardingKeys):
     name: str = "csv"
 
     def __post_init__(self) -> None:
-        self._check_path(columns="a column of the header")
+        self.check_path(columns="a column of the header")
         if not isinstance(self.target, str) or not self.target:
             raise ConfigError(f"data.target must name the label column, got {self.target!r}")
         columns = (self.categorical,) if isinstance(self.categorical, str) else self.categorical
@@ -71,7 +71,7 @@ class CSVSource(FileSource, ShardingKeys):
         if self.client_column in self.categorical:
             raise ConfigError(f"data.client_column={self.client_column} is also in data.categorical; the client "
                               "column is not a feature, remove it from data.categorical")
-        self._check_standardize()
+        self.check_standardize()
         checks.one_of("data.impute", self.impute, IMPUTE)
         if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
             raise ConfigError(f"data.delimiter must be one character (e.g. ';'), got {self.delimiter!r}")

@@ -57,11 +57,11 @@ class LibSVMSource(FileSource, ShardingKeys):
     standardize: str = "none"
 
     def __post_init__(self) -> None:
-        self._check_path(columns="which for LIBSVM is qid (the qid:<n> field of each line)")
+        self.check_path(columns="which for LIBSVM is qid (the qid:<n> field of each line)")
         if self.client_column not in (None, QID):
             raise ConfigError(f"data.client_column={self.client_column}: a LIBSVM line's only client field is "
                               "qid:<n>; set data.client_column=qid (or use data=csv|npz for a named column)")
-        self._check_standardize()
+        self.check_standardize()
         if self.n_features is not None:
             checks.positive_int("data.n_features", self.n_features)
         if not (self.zero_based == "auto" or isinstance(self.zero_based, bool)):

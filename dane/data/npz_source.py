@@ -55,8 +55,8 @@ class NPZSource(FileSource, ShardingKeys):
     standardize: str = "none"
 
     def __post_init__(self) -> None:
-        self._check_path(columns="a key of the archive holding one value per row")
-        self._check_standardize()
+        self.check_path(columns="a key of the archive holding one value per row")
+        self.check_standardize()
         for key in ("x_key", "y_key"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ConfigError(f"data.{key} must name an array in the archive, got {getattr(self, key)!r}")

@@ -95,13 +95,14 @@ class FileSource:
     Subclasses are frozen dataclasses with ``path``, ``data_dir`` and ``name`` fields and
     implement ``_read(file) -> Table``, ``_count_rows(file) -> int`` (cheap) and
     ``_width(file) -> int | None`` (cheap; ``None`` when every part has a fixed width);
-    ``_header(file)`` returns the column names where the format has them.
+    ``_header(file)`` returns the column names where the format has them.  Their ``__post_init__`` calls the
+    hooks `check_path` (the path and the sharding keys) and `check_standardize` (``data.standardize``).
     """
 
     path: str
     data_dir: str | None
     name: str
-    standardize: str  # numeric | all | none: `_check_standardize`
+    standardize: str  # numeric | all | none: `check_standardize`
     # and the `dane.data.sharding.ShardingKeys` (data.sharding, data.alpha, ...): a subclass is one too
 
     @property
@@ -109,7 +110,7 @@ class FileSource:
         """Whether ``path`` names one file per worker (it contains ``{rank}``)."""
         return is_presharded(self.path)
 
-    def _check_path(self, columns: str | None = None) -> None:
+    def check_path(self, columns: str | None = None) -> None:
         """Config checks shared by every file source, for ``__post_init__``: the path, and the sharding keys
         (`dane.data.sharding.ShardingKeys`; per-worker parts are the partition, so only iid with them);
         ``columns`` says what names this source's client column (``data.sharding=column``)."""
@@ -128,7 +129,7 @@ class FileSource:
         if self.presharded:
             self.check_parts(self.path)
 
-    def _check_standardize(self) -> None:
+    def check_standardize(self) -> None:
         """``data.standardize``: the boolean aliases resolved, one of numeric|all|none, and none with parts
         (each part's own statistics would scale each worker's rows differently)."""
         object.__setattr__(self, "standardize", standardize_mode(self.standardize))
