@@ -298,14 +298,17 @@ def private_attributes(path: Path) -> list[tuple[int, str]]:
     named as a hook in its base's docstring (`dane.comm.base.Communicator.count_allreduce`)."""
     tree = ast.parse(path.read_text())
     own, found = own_private(tree), set()
-    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
-    for cls in classes:
-        others = set().union(*(defined_in(c) for c in classes if c is not cls))
-        found.update((node.lineno, ast.unparse(node)) for node in ast.walk(cls) if isinstance(node, ast.Attribute)
-                     and on_super(node) and private(node.attr) and node.attr not in others | FOREIGN_PRIVATE)
+    classes = [(node.lineno, node.end_lineno, defined_in(node)) for node in ast.walk(tree)
+               if isinstance(node, ast.ClassDef)]
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute) or not private(node.attr) or on_super(node) \
-                or node.attr in own | FOREIGN_PRIVATE:
+        if not isinstance(node, ast.Attribute) or not private(node.attr) or node.attr in FOREIGN_PRIVATE:
+            continue
+        if on_super(node):  # defined by another class of this module (the innermost around it is its own)?
+            here = max((c for c in classes if c[0] <= node.lineno <= c[1]), key=lambda c: c[0], default=None)
+            if not any(node.attr in c[2] for c in classes if c is not here):
+                found.add((node.lineno, ast.unparse(node)))
+            continue
+        if node.attr in own:
             continue
         root = node.value
         while isinstance(root, ast.Attribute):
