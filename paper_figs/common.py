@@ -334,37 +334,24 @@ class MissingCount(ValueError):
     """A run whose records lack a count a figure plots (suboptimality, uplink traffic, local passes)."""
 
 
-def uplink_bits_per_client(records: list[dict], workers: int) -> list[float]:
-    """Each record's uplink bits per client so far: FedNL's own exact count, a federated method's participants'
-    bytes, or ``comm.compress``'s bits (a worker's own); `MissingCount` where the records count none."""
+def bits_per_client(records: list[dict], workers: int, way: str = "uplink") -> list[float] | None:
+    """Each record's ``way`` (``uplink`` or ``downlink``) bits per client so far: FedNL's and FedNL-BC's exact
+    ``clients_<way>_bits``, a federated method's participants' ``<way>_bytes``, or ``comm.compress``'s per-worker
+    ``<way>_bits``; None where the records count none."""
     first = records[0]
-    if "clients_uplink_bits" in first:
-        return [r["clients_uplink_bits"] / workers for r in records]
-    if "uplink_bytes" in first:
-        return [8 * r["uplink_bytes"] / workers for r in records]
-    if "uplink_bits" in first:
-        return [float(r["uplink_bits"]) for r in records]
-    raise MissingCount("its records count no uplink traffic; run it with comm.compress=none")
-
-
-def downlink_bits_per_client(records: list[dict], workers: int) -> list[float] | None:
-    """Each record's downlink bits per client so far, from the same sources as `uplink_bits_per_client`: FedNL-BC's
-    exact ``clients_downlink_bits``, a federated method's participants' ``downlink_bytes``, or ``comm.compress``'s
-    per-worker ``downlink_bits``; None where the records count none."""
-    first = records[0]
-    if "clients_downlink_bits" in first:
-        return [r["clients_downlink_bits"] / workers for r in records]
-    if "downlink_bytes" in first:
-        return [8 * r["downlink_bytes"] / workers for r in records]
-    if "downlink_bits" in first:
-        return [float(r["downlink_bits"]) for r in records]
+    if f"clients_{way}_bits" in first:
+        return [r[f"clients_{way}_bits"] / workers for r in records]
+    if f"{way}_bytes" in first:
+        return [8 * r[f"{way}_bytes"] / workers for r in records]
+    if f"{way}_bits" in first:
+        return [float(r[f"{way}_bits"]) for r in records]
     return None
 
 
 def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[MissingCount] = MissingCount) -> dict:
-    """One run's ``rounds``, uplink ``bits`` per client (`uplink_bits_per_client`) and ``relative`` suboptimality
+    """One run's ``rounds``, uplink ``bits`` per client (`bits_per_client`) and ``relative`` suboptimality
     (O(w) − O*)/|O*| (O* from its first record), under ``label``; with ``passes`` also its local gradient passes per
-    client, its ``downlink`` bits per client (`downlink_bits_per_client`, None where uncounted), each count of
+    client, its ``downlink`` bits per client (`bits_per_client`, None where uncounted), each count of
     `paper_figs.blocks.SECOND_ORDER` per client (None where uncounted) and the run's ``status`` from its summary.
     A count its records lack is ``error`` (a `MissingCount`), naming the run and how to make one that has it."""
     records, summary = read_rounds(run_dir), read_summary(run_dir)
@@ -373,17 +360,16 @@ def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[Mi
         raise error(f"{run_dir}: its records have no suboptimality; run it with problem.optimum=auto")
     if passes and "local_passes" not in records[0]:
         raise error(f"{run_dir}: its records count no local work (written before dane.work); run it again")
-    try:
-        bits = uplink_bits_per_client(records, workers)
-    except MissingCount as exc:
-        raise error(f"{run_dir}: {exc}") from None
+    bits = bits_per_client(records, workers)
+    if bits is None:
+        raise error(f"{run_dir}: its records count no uplink traffic; run it with comm.compress=none")
     optimum = abs(records[0]["objective"] - records[0]["suboptimality"])
     out = {"label": label, "rounds": [r["round"] for r in records], "bits": bits}
     if passes:
         from dane.paper_figs.blocks import SECOND_ORDER
 
         out["passes"] = [r["local_passes"] / workers for r in records]
-        out["downlink"] = downlink_bits_per_client(records, workers)
+        out["downlink"] = bits_per_client(records, workers, "downlink")
         out.update({key: None if records[0].get(key) is None else [r[key] / workers for r in records]
                     for key in SECOND_ORDER})
         out["status"] = summary.get("status")
