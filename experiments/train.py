@@ -146,8 +146,11 @@ def reject(exc: UserError, job: dict, run_at: Path | None = None, *, every_rank:
 
 
 #: how long a silent rank waits before its exit: a launcher ends the whole job at the first non-zero exit, and
-#: rank 0 must have printed the line by then (seen: horovodrun killed rank 0 before it spoke)
-SILENT_EXIT_DELAY_S = 2.0
+#: rank 0 must have printed the line by then (seen: horovodrun killed rank 0 before it spoke; and with 2 s, a
+#: parameter server's rank under torchrun on a loaded machine ended the job before rank 0 had composed its config,
+#: and no line was printed).  Rank 0's own exit ends the wait (the launcher stops the others), so it costs nothing
+#: where rank 0 speaks first
+SILENT_EXIT_DELAY_S = 30.0
 
 
 def fail(exc: UserError, *, speak: bool = True) -> None:
