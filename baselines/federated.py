@@ -145,7 +145,6 @@ class Federated(Algorithm):
     carries what they changed (``adapted``).  Every number arrives resolved (`baselines.defaults`); ``defaults``
     lists the package rules that resolved them."""
 
-    client_sampling = True  # algorithm.clients_per_round (dane.sampling)
     #: the `state_dict` keys that are the client's own, where the thread simulator may let the clients outside S_t
     #: sleep through the round (`dane.comm.roster`; the rest of the state every worker holds alike); None: it may
     #: not (a round that draws more than once, or changes state, or communicates, before its draw)

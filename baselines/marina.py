@@ -103,7 +103,6 @@ class MARINA(Algorithm):
     compressed_messages = True  # its own Q, its bits counted in the communicator (module docstring)
     synchronous_because = "MARINA's server averages every worker's message at the same iterate"
     columns = (Column("full_round", "{:>5.0f}"),)
-    client_sampling = True  # PP-MARINA: algorithm.clients_per_round (module docstring)
     summary_keys = (*Algorithm.summary_keys, "clients_uplink_bits", "uplink_bytes", "downlink_bytes")  # PP-MARINA's
     batchable = True  # its round reads the same on stacked tensors, each worker's Q from its own stream
 

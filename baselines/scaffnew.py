@@ -48,7 +48,6 @@ COIN_STREAM = STREAMS["scaffnew_coin"].number  # the shared communication coin
 class Scaffnew(Federated):
     name = "scaffnew"
     label = "Scaffnew"
-    client_sampling = False  # ProxSkip's h_i need every client at each communication (refused in the config)
     batchable = True  # its round reads the same on stacked tensors (`dane.comm.batched`)
     stacked_needs = "gradients"
     columns = (Column("local_steps", "{:>6d}"), Column("p", "{:>8.3g}"))

@@ -132,8 +132,6 @@ class Algorithm(Rounds, ABC):
     #: why the method needs every worker at the same iterate: the refusal of ``comm.staleness > 0`` says it
     #: ("": "<name> has no asynchronous form")
     synchronous_because: ClassVar[str] = ""
-    #: draws the clients S_t of each round (``algorithm.clients_per_round``, `dane.sampling`)
-    client_sampling: ClassVar[bool] = False
     #: compresses its own messages with its own compressor and has the communicator count them at their compressed
     #: size (`dane.comm.compression`, ``precompressed``: DIANA, MARINA, EF21); ``comm.compress`` is then refused,
     #: as it would compress them twice (`dane.loop.spec.refuse_compression`)

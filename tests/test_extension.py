@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 import dane
+from dane.api import build
 from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
 from dane.records.results import read_rounds
@@ -60,7 +61,12 @@ def assert_closed_form(records: list[dict], final: torch.Tensor) -> None:
 def test_an_outside_algorithm_declares_its_capabilities_and_is_asked_for_them():
     node = OmegaConf.create({"_target_": "my_fedprox.MyFedProxConfig", "name": "my_fedprox", "mu": MU})
     assert algorithm_class(node) is MyFedProx and MyFedProxConfig.algorithm is MyFedProx
-    assert not MyFedProx.elastic and not MyFedProx.asynchronous and not MyFedProx.client_sampling
+    assert not MyFedProx.elastic and not MyFedProx.asynchronous
+    # client sampling is a config's keys (`dane.sampling.SamplingKeys`), not a flag: a config without them refuses
+    # algorithm.clients_per_round in one line naming the keys it takes
+    with pytest.raises(ConfigError, match=r"^algorithm.clients_per_round is not a key of algorithm=my_fedprox; its "
+                                          r"keys: mu, name$"):
+        build(OmegaConf.create({"algorithm": {**node, "clients_per_round": 2}}), "algorithm")
     cfg = OmegaConf.create({"comm": {"staleness": 1}, "algorithm": node, "sim": {"topology": "ps"}})
     with pytest.raises(ConfigError, match=r"^comm.staleness=1 with algorithm=my_fedprox: my_fedprox averages local "
                                           r"solves that all start from w_t; set comm.staleness=0 \(only local_sgd and "
