@@ -207,6 +207,17 @@ def refuse_oversized(key: str, batch_size: int | None, n: int, *, null: bool = T
         raise ConfigError(f"{key}={batch_size} exceeds this worker's {n} samples; use {fix}")
 
 
+def inner_sampler(shard):
+    """A network shard's ``sampler`` (`MinibatchSampler`, or `StackedSampler` on its stacked form) at a use by its
+    inner solve or its ``grad_batches``: ``problem.inner_batch_size`` (``shard.inner.batch_size``) refused in one line
+    where it exceeds the shard's ``n_local`` rows (`refuse_oversized`), and its null noted on ``shard.solver_notes``
+    (`note_inner`).  Refused at its first use, not at build, since a method that never solves locally (sync_sgd,
+    local_sgd, gd) leaves the key unused on shards of any size."""
+    refuse_oversized("problem.inner_batch_size", shard.inner.batch_size, shard.n_local)
+    note_inner(shard.solver_notes, shard.inner, shard.n_local, steps=False)
+    return shard.sampler
+
+
 class MinibatchSampler:
     """Epoch-shuffled minibatches of ``range(n)`` from a private seeded `torch.Generator`.
 

@@ -146,6 +146,18 @@ class Problem:
         """Restore what `state_dict` returned."""
 
 
+class SharedL2:
+    """A shard whose workers share the regularizer (l2/2)‖w‖² of weight ``l2`` (a linear model's λ, a network's
+    ``problem.l2``; on a stacked problem the same for every worker): that regularizer's prox.  Listed before
+    `Problem` among the bases, whose ``prox_regularizer`` is None (not offered)."""
+
+    l2: float
+
+    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
+        r"""argmin_z (l2/2)‖z‖² + (ρ/2)‖z − v‖² = ρ v / (ρ + l2): ADMM's z-step."""
+        return (rho / (rho + self.l2)) * v
+
+
 class ProblemConfig:
     """What builds the shards (``conf/problem/<name>.yaml``, a frozen dataclass subclassing this).
 

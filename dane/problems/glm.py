@@ -46,7 +46,7 @@ from ..numerics.local_solvers import LocalSolver, SolverNotes, cg_cap, prox_solv
 from ..losses import Loss
 from ..seeds import STREAMS
 from ..work import count, count_once, counted, rows_fraction, uncounted
-from .base import Problem
+from .base import Problem, SharedL2
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
@@ -145,7 +145,7 @@ def transposed_product(X: torch.Tensor, u: torch.Tensor, *, scatter: bool | None
     return out.reshape(X.shape[1], *u.shape[1:])
 
 
-class LinearModelShard(Problem):
+class LinearModelShard(SharedL2, Problem):
     """Worker i's rows of a linear model; see the module docstring for O_i and its derivatives.
 
     ``device``: where X_i, y_i and the local solves live (module docstring, *Device*).
@@ -289,10 +289,6 @@ class LinearModelShard(Problem):
         return prox_solve(self, anchor, self._here(linear), mu, with_reg=with_reg, solver=solver,
                           generator=self.generator, anchor_grad=anchor_grad,
                           anchor_value=last[1] if known else None).to(where)
-
-    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
-        r"""argmin_z (λ/2)||z||² + (ρ/2)||z − v||² = ρ v / (ρ + λ): the shared regularizer's prox (ADMM's z-step)."""
-        return (rho / (rho + self.l2)) * v
 
     # ------------------------------------------------------------------ what the local solvers use
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor, shift: float, with_reg: bool,

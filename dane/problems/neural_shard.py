@@ -10,15 +10,15 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from ..data.augment import augment
-from ..numerics.inner import (InnerSolver, MinibatchSampler, inner_keys, note_inner, preload_optimizers,
-                              refuse_oversized, solve, steps_for)
+from ..numerics.inner import (InnerSolver, MinibatchSampler, inner_keys, inner_sampler, note_inner,
+                              preload_optimizers, solve, steps_for)
 from ..numerics.local_solvers import SolverNotes
 from ..models import LogisticRegression
 from ..work import counted
-from .base import Problem
+from .base import Problem, SharedL2
 
 
-class NeuralProblem(Problem):
+class NeuralProblem(SharedL2, Problem):
     """Worker i's shard and model; see `dane.problems.neural`'s module docstring for O_i and the metrics."""
 
     metric_names = ("objective", "test_loss", "test_accuracy")
@@ -60,7 +60,7 @@ class NeuralProblem(Problem):
             data_loss = self._data_loss(torch.arange(self.n_local, device=self.device))
         else:
             self._zero_grad()
-            sampler = self._inner_sampler()
+            sampler = inner_sampler(self)
             for _ in range(self.grad_batches):  # gradient estimated on minibatches, objective still exact
                 self._data_loss(sampler.next_on(self.device), scale=1 / self.grad_batches, zero=False)
             data_loss = self._train_loss()
@@ -96,7 +96,7 @@ class NeuralProblem(Problem):
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
         r"""≈ argmin_w O_i(w) − <linear, w> + (μ/2)||w − anchor||², by the inner solver started at the anchor."""
-        sampler = self._inner_sampler()
+        sampler = inner_sampler(self)
         note_inner(self.solver_notes, self.inner, self.n_local, steps=True)
         self._load(anchor)
         anchor_parts = [a.view_as(p) for a, p in zip(anchor.to(self.device, self.dtype).split(self._sizes), self.params)]
@@ -105,18 +105,6 @@ class NeuralProblem(Problem):
               lambda: sampler.next_on(self.device),
               anchor_parts, linear_parts, mu, self.l2 if with_reg else 0.0, steps_for(self.inner, self.n_local))
         return self._flat_params().to(anchor.dtype)
-
-    def _inner_sampler(self) -> MinibatchSampler:
-        """The sampler of the inner solve and of ``grad_batches``, once ``problem.inner_batch_size`` is known to fit
-        the shard: refused at its first use, not at build, since a method that never solves locally (sync_sgd,
-        local_sgd, gd) leaves the key unused on shards of any size."""
-        refuse_oversized("problem.inner_batch_size", self.inner.batch_size, self.n_local)
-        note_inner(self.solver_notes, self.inner, self.n_local, steps=False)
-        return self.sampler
-
-    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
-        r"""argmin_z (l2/2)||z||² + (ρ/2)||z − v||² = ρ v / (ρ + l2): the shared regulariser's prox (ADMM's z-step)."""
-        return (rho / (rho + self.l2)) * v
 
     def confusion_matrix(self, w: torch.Tensor) -> torch.Tensor:
         """This worker's share of the global test confusion matrix [true, predicted], as float64.

@@ -150,7 +150,8 @@ class QuadraticProblem(Problem):
         return Q @ ((Q.T @ r) / shifted)
 
     def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
-        r"""argmin_z λ||z||^2 + (ρ/2)||z - v||^2 = ρ v / (ρ + 2λ): the prox of the shared regulariser (ADMM's z-step)."""
+        r"""argmin_z λ||z||^2 + (ρ/2)||z - v||^2 = ρ v / (ρ + 2λ): the prox of the shared regulariser (ADMM's z-step);
+        `dane.problems.stacked.StackedRidge`'s too."""
         return (rho / (rho + 2 * self.lam)) * v
 
     def solve_hessian(self, r: torch.Tensor, *, at: torch.Tensor | None = None, shift: float, with_reg: bool,
@@ -170,8 +171,9 @@ class QuadraticProblem(Problem):
 
     def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
                    anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
-        # Stationarity: (H_i + μI)(w - anchor) = linear - ∇O_i(anchor); solving for the step
-        # rather than for w keeps the result accurate when the step is tiny.
+        """argmin_w O_i(w) − <linear, w> + (μ/2)‖w − anchor‖², from stationarity (H_i + μI)(w − anchor) = linear −
+        ∇O_i(anchor): solved for the step rather than for w, which keeps w accurate when the step is tiny;
+        `dane.problems.stacked.StackedRidge`'s too, every worker at once."""
         if anchor_grad is None:
             anchor_grad = self.grad(anchor, with_reg=with_reg)
         return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg, solver=solver)

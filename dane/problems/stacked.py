@@ -28,8 +28,8 @@ import torch
 from ..numerics.local_solvers import LocalSolver, SolverNotes, flat_slope, round_off_floor
 from ..losses import ROW_VALUES, Loss
 from ..work import count, count_once, counted, rows_fraction, uncounted
-from .base import Problem
-from .quadratic import not_positive_definite, note_factorization
+from .base import Problem, SharedL2
+from .quadratic import QuadraticProblem, not_positive_definite, note_factorization
 
 FACTORS_KEPT = 8  # shifts whose batched factors are kept: DANE's safeguard visits a handful of μ
 ONE_PASS_FROM = 131_072  # rows of a stack from which `StackedLinearModel.one_pass` reads X once (above the caches)
@@ -268,16 +268,10 @@ class StackedRidge(Problem):
         where, r = r.device, r.to(self.device)
         return self.shifted_solve(r, shift + (2 * self.lam if with_reg else 0.0)).to(where)
 
-    def prox_solve(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *, with_reg: bool = True,
-                   anchor_grad: torch.Tensor | None = None, solver: LocalSolver | None = None) -> torch.Tensor:
-        """argmin_w O_i(w) − <linear_i, w> + (μ/2)‖w − anchor‖² for every worker, solved for the step as
-        `dane.problems.quadratic.QuadraticProblem.prox_solve` does."""
-        if anchor_grad is None:
-            anchor_grad = self.grad(anchor, with_reg=with_reg)
-        return anchor + self.solve_hessian(linear - anchor_grad, shift=mu, with_reg=with_reg, solver=solver)
-
-    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
-        return (rho / (rho + 2 * self.lam)) * v
+    #: `dane.problems.quadratic.QuadraticProblem`'s, for every worker at once: the step solved for by `solve_hessian`,
+    #: and the prox of λ‖z‖²
+    prox_solve = QuadraticProblem.prox_solve
+    prox_regularizer = QuadraticProblem.prox_regularizer
 
     def state_dict(self) -> dict:
         """The ``problem.*`` nulls the solves used so far (none: no state), as a shard keeps them."""
@@ -288,7 +282,7 @@ class StackedRidge(Problem):
 
 
 
-class StackedLinearModel(Problem):
+class StackedLinearModel(SharedL2, Problem):
     r"""m equal shards of a linear model with one output stacked: the batched form of
     `dane.problems.glm.LinearModelShard` (``problem=ridge`` and ``logreg``),
 
@@ -519,9 +513,6 @@ class StackedLinearModel(Problem):
                 active &= ~(t < 1e-10)  # float32: at the dtype's round-off (the per-worker solve stops there)
             w, value, grad = new_w, new_value, new_grad
         return w.to(where)
-
-    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
-        return (rho / (rho + self.l2)) * v
 
     def state_dict(self) -> dict:
         """The ``problem.*`` nulls the solves used so far (none: no state), as a shard keeps them."""

@@ -59,11 +59,11 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parameters_to_vector
 
-from ..numerics.inner import (InnerSolver, StackedSampler, inner_keys, note_inner, proximal_step, refuse_oversized,
+from ..numerics.inner import (InnerSolver, StackedSampler, inner_keys, inner_sampler, note_inner, proximal_step,
                               steps_for)
 from ..numerics.local_solvers import SolverNotes
 from ..work import count, counted
-from .base import Problem
+from .base import Problem, SharedL2
 from .stacked import rows_of
 
 ENGINES = ("loop", "vmap")
@@ -74,7 +74,7 @@ def default_engine(device: torch.device) -> str:
     return "loop" if torch.device(device).type == "cpu" else "vmap"
 
 
-class StackedNeuralProblem(Problem):
+class StackedNeuralProblem(SharedL2, Problem):
     """m equal network shards stacked (module docstring); the batched form of `NeuralProblem`.
 
     ``engine`` (``loop`` or ``vmap``; None: `default_engine` of the device) may also be set between calls.
@@ -173,7 +173,7 @@ class StackedNeuralProblem(Problem):
         if self.grad_batches is None:
             grads, data_loss = self._data_loss(W, None)
         else:  # gradient estimated on minibatches, objective still exact
-            sampler = self._inner_sampler()
+            sampler = inner_sampler(self)
             grads = sum(self._data_loss(W, sampler.next(), scale=1 / self.grad_batches)[0]
                         for _ in range(self.grad_batches))
             data_loss = self._train_loss(W)
@@ -212,7 +212,7 @@ class StackedNeuralProblem(Problem):
         lin = rows_of(linear.to(self.device, self.dtype), m)
         l2 = self.l2 if with_reg else 0.0
         lr, momentum = proximal_step(self.inner.lr, mu), self.inner.momentum
-        W, buf, sampler = A.clone(), None, self._inner_sampler()
+        W, buf, sampler = A.clone(), None, inner_sampler(self)
         note_inner(self.solver_notes, self.inner, self.n_local, steps=True)
         for _ in range(steps_for(self.inner, self.n_local)):
             idx = sampler.next()
@@ -225,16 +225,6 @@ class StackedNeuralProblem(Problem):
                 step = buf
             W.add_(step, alpha=-lr)
         return W.to(where, anchor.dtype)
-
-    def _inner_sampler(self) -> StackedSampler:
-        """`dane.problems.neural_shard.NeuralProblem._inner_sampler`'s: the samplers, ``problem.inner_batch_size``
-        refused at their first use where it exceeds the (equal) shards."""
-        refuse_oversized("problem.inner_batch_size", self.inner.batch_size, self.n_local)
-        note_inner(self.solver_notes, self.inner, self.n_local, steps=False)
-        return self.sampler
-
-    def prox_regularizer(self, v: torch.Tensor, rho: float) -> torch.Tensor:
-        return (rho / (rho + self.l2)) * v
 
     def confusion_matrix(self, w: torch.Tensor) -> torch.Tensor:
         """Each worker's share of the test confusion matrix [true, predicted], m times its slice's counts: (m, C, C)."""
