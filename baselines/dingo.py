@@ -48,7 +48,6 @@ import torch
 from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
-from dane.comm.batched import stacked
 from dane.errors import ConfigError, NotPositiveDefinite
 from dane.problems import Problem
 from dane.problems.stacked_hessians import unpack
@@ -99,10 +98,6 @@ class DINGO(ClientBits, Federated):
         self.clients = linear_rows(problem, comm, self.name)
         self.d, self.theta, self.phi, self.rho = self.clients.d, theta, phi, rho
         self.uplink_bits = 0
-
-    def own(self, rows: np.ndarray) -> torch.Tensor:
-        """This worker's clients' rows as its communicator takes them: stacked, or the one client's row."""
-        return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
 
     def mean_gradient(self, w: torch.Tensor) -> np.ndarray:
         """∇O(w): one allreduce of the clients' gradients (a line-search trial)."""

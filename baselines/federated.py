@@ -31,6 +31,7 @@ import math
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from dane import checks
@@ -115,9 +116,15 @@ class ClientBits:
     """For a method that counts its clients' messages itself, exactly (FedNL's line): ``uplink_bits``, the record's
     ``clients_uplink_bits`` (cumulative, summed over the round's clients), in the records, the last evaluation and
     the checkpoints (``bits``), and the participants' traffic (`dane.sampling.Traffic`): ⌈bits/8⌉ bytes up and
-    ``down`` values of `VALUE_BITS` down per client.  Listed before `Federated` among the bases."""
+    ``down`` values of `VALUE_BITS` down per client; and `own`, its clients' rows as its communicator takes them.
+    Listed before `Federated` among the bases."""
 
     uplink_bits: int = 0
+
+    def own(self, rows: np.ndarray) -> torch.Tensor:
+        """This worker's clients' values (one row per client) as its communicator takes them: the stack on a batched
+        one (`dane.comm.batched`), else the one client's row."""
+        return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
 
     def count(self, clients: int, bits: int, *, down: int) -> None:
         """``clients`` clients each sent ``bits`` and received ``down`` values."""

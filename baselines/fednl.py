@@ -281,11 +281,6 @@ class FedNL(ClientBits, Federated):
         """The server's running sums (module docstring): H, l, and FedNL-PP's g."""
         return {"H": self.H, "l": self.l} if self.g is None else {"H": self.H, "l": self.l, "g": self.g}
 
-    def own(self, rows: np.ndarray) -> torch.Tensor:
-        """This worker's clients' values (one row per client) as its communicator takes them: stacked on a batched
-        one, else the one client's row."""
-        return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
-
     def held(self, members: torch.Tensor) -> np.ndarray:
         """The rows, in this worker's stack of clients, of those in ``members``, in order."""
         if stacked(self.comm):  # the stack holds clients 0..m-1 in order (`StackedRows`)

@@ -100,9 +100,6 @@ class Newton3PC(ClientBits, Federated):
         clients = self.client.clients
         return PackedRows(clients, compact) if stacked(self.comm) else torch.from_numpy(clients.expand(compact)[0])
 
-    def own(self, rows: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
-
     def fires(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which clients send this round, the Hessians X they hold, and every client's gradient, one pass each:
         under ``lag``/``clag`` every client's ∇O_i(x) and ∇²O_i(x) from one pass, and the trigger on it; under

@@ -81,10 +81,6 @@ class NL1(ClientBits, Federated):
         A = self.rows.X[self.rows.start[c] + local]
         return pack((A.T @ A.multiply(self.rows.weight * coefficients[:, None])).toarray())
 
-    def own(self, rows: np.ndarray) -> torch.Tensor:
-        """This worker's clients' rows as its communicator takes them: stacked, or the one client's row."""
-        return torch.from_numpy(rows) if stacked(self.comm) else torch.from_numpy(rows[0])
-
     def round(self) -> dict[str, float]:
         x = self.w.numpy()
         members = self.sampler.draw_all()
