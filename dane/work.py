@@ -379,10 +379,3 @@ def _kind_of(cls: type) -> str:
     below the communicators, imports none of them."""
     path = getattr(cls, "local_work_path", "stacked")
     return "local" if path == "stacked" else path  # stacked, or no communicator: every count is this ledger's
-
-
-def ledger_for(comm, problem) -> Ledger:
-    """A fresh ledger for ``comm``'s workers on ``problem``'s shards: every worker's row on the batched simulator
-    (its tensors hold all m), else this worker's alone."""
-    stacked = getattr(type(comm), "local_work_path", None) == "stacked"
-    return Ledger(range(comm.size) if stacked else (comm.rank,), unit_costs(problem))

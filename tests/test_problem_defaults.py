@@ -75,7 +75,7 @@ def test_a_resumed_shard_keeps_the_nulls_its_solves_used():
     shard = logreg(local_solver="svrg", svrg_passes="auto").build(0, 2)
     shard.solver_notes.worker = 0
     anchor = shard.initial_point()
-    with work.opened(work.ledger_for(dane.comm.LocalCommunicator(), shard)):
+    with work.opened(work.Ledger((0,), work.unit_costs(shard))):
         shard.prox_solve(anchor, anchor * 0, 0.5)
         shard.prox_solve(anchor, anchor * 0, 2.0)  # a later μ: the first use's stands
     assert {k: e["stats"]["mu"] for k, e in shard.solver_notes.entries.items()} == \
@@ -241,7 +241,7 @@ def test_a_stacked_or_network_problem_keeps_its_notes_in_its_checkpoint_state():
     shard = flat_digits(inner_steps=None, inner_batch_size=4).build(0, 3)
     assert "solver_notes" not in shard.state_dict()
     w = shard.initial_point()
-    with work.opened(work.ledger_for(dane.comm.LocalCommunicator(), shard)):
+    with work.opened(work.Ledger((0,), work.unit_costs(shard))):
         shard.prox_solve(w, w * 0, 0.1)
     fresh = flat_digits(inner_steps=None, inner_batch_size=4).build(0, 3)
     fresh.load_state_dict(shard.state_dict())

@@ -9,6 +9,7 @@ import torch
 from .. import work
 from ..algorithm import Algorithm, Finished, Rounds
 from ..comm.base import restore_traffic_bits, traffic_bits
+from ..comm.batched import worker_ranks
 from ..errors import NotPositiveDefinite
 from .parking import Parked, Parking, Woken, first_wake
 from .stopping import DivergenceWatch, EarlyStopping, StopRule
@@ -118,8 +119,10 @@ def run(algo: Rounds, stop: StopRule, on_round: Callable[[dict], None] | None = 
     # an algorithm's rounds count its local work (`dane.work`); a split or asynchronous run's do not
     if woken is not None and woken.ledger is not None:
         ledger = woken.ledger
+    elif isinstance(algo, Algorithm):  # a fresh one: every worker's row on the batched simulator, else this worker's
+        ledger = work.Ledger(worker_ranks(comm), work.unit_costs(algo.problem))
     else:
-        ledger = work.ledger_for(comm, algo.problem) if isinstance(algo, Algorithm) else None
+        ledger = None
     with work.opened(ledger):
         try:
             return rounds_of(algo, stop, on_round, ledger, resume=resume, on_checkpoint=on_checkpoint,
