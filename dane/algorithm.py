@@ -310,11 +310,18 @@ def known_algorithms() -> dict[str, type[Algorithm]]:
 def algorithm_of(path) -> type[Algorithm] | None:
     """The `Algorithm` class the config file ``path`` builds (its ``_target_``), None where it builds no
     `AlgorithmConfig`."""
-    from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    config = get_class(OmegaConf.load(path)["_target_"])
-    return config.algorithm if issubclass(config, AlgorithmConfig) else None
+    return algorithm_built_by(OmegaConf.load(path)["_target_"])
+
+
+def algorithm_built_by(target: str) -> type[Algorithm] | None:
+    """The `Algorithm` class the config class ``target`` (a dotted name, an ``algorithm`` group's ``_target_``)
+    builds, its ``algorithm``; None where ``target`` is not an `AlgorithmConfig` subclass."""
+    from hydra.utils import get_class
+
+    config = get_class(target)
+    return config.algorithm if isinstance(config, type) and issubclass(config, AlgorithmConfig) else None
 
 
 @functools.cache

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError, OmegaConfBaseException
 
 from . import checks
-from .algorithm import Algorithm, AlgorithmConfig, known_algorithms
+from .algorithm import Algorithm, algorithm_built_by, known_algorithms
 from .api import build, check_target
 from .loop.batching import batched_path
 from .comm import AlphaBeta, ParameterServerCost, Stragglers, detect_launcher, resolve_backend
@@ -61,16 +61,17 @@ def workers_for(backend: str, workers, servers: int = 1) -> int:
 
 
 def algorithm_class(node: DictConfig) -> type[Algorithm]:
-    """The `Algorithm` class the ``algorithm`` group's config (its ``_target_``) builds, so that its capabilities
-    are asked before anything is built."""
+    """The `Algorithm` class the ``algorithm`` group's config (its ``_target_``) builds
+    (`dane.algorithm.algorithm_built_by`), so that its capabilities are asked before anything is built; one line
+    where it names no `dane.algorithm.AlgorithmConfig`."""
     target = node.get("_target_")
     if isinstance(target, str):
         check_target(node, "algorithm")
-    config = get_class(target) if isinstance(target, str) else None
-    if not (isinstance(config, type) and issubclass(config, AlgorithmConfig)):
+    built = algorithm_built_by(target) if isinstance(target, str) else None
+    if built is None:
         raise ConfigError(f"algorithm._target_={target} is not a dane.algorithm.AlgorithmConfig; subclass it and set "
                           "its algorithm = <your Algorithm class>")
-    return config.algorithm
+    return built
 
 
 def staleness(cfg: DictConfig, backend: str) -> float:
