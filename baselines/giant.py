@@ -111,7 +111,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.numerics.linalg import cg
-from dane.numerics.local_solvers import cg_products
+from dane.numerics.local_solvers import FLAT_SLOPE, cg_products
 from dane.problems import Problem
 from dane.records.results import adaptation
 from dane.safeguard_rules import model_curvature, to_floor
@@ -207,8 +207,8 @@ class GIANT(Algorithm):
         values, curvatures = values[:len(steps)], (values[len(steps):] * m).tolist()
         objective, slope = float(metrics[0]), float(g @ p)
         k, met = armijo_step(objective, slope, steps, values, armijo=self.armijo)
-        flat = abs(slope) <= 1e-12 * max(1.0, abs(objective))  # gᵀp below O's round-off: Armijo cannot tell
-        accepted = met or (flat and float(values[0]) <= objective + 1e-12 * max(1.0, abs(objective)))
+        flat = abs(slope) <= FLAT_SLOPE * max(1.0, abs(objective))  # gᵀp below O's round-off: Armijo cannot tell
+        accepted = met or (flat and float(values[0]) <= objective + FLAT_SLOPE * max(1.0, abs(objective)))
         if not self.safeguard:  # the paper's round: the first candidate that meets Armijo, else the smallest
             accepted = True
         elif accepted:

@@ -305,7 +305,9 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
     return w
 
 
-#: |predicted decrease| / max(1, |φ|) below which float64's Armijo test cannot tell steps apart (`newton`)
+#: |predicted decrease| / max(1, |φ|) below which float64's Armijo test cannot tell steps apart (`newton`), and a
+#: rise of φ within its round-off; GIANT's line search (`baselines.giant`) and the reference optimum's
+#: (`dane.problems.optimum`) take this value in any dtype, `flat_slope` scales it to the dtype's
 FLAT_SLOPE = 1e-12
 #: ‖∇φ‖ at most this many machine epsilons of the size of its terms is round-off (`round_off_floor`)
 ROUND_OFF_GRADIENT = 16

@@ -57,6 +57,7 @@ import torch
 from ..comm.threads import ThreadGroup
 from ..errors import ConfigError
 from ..numerics.linalg import cg
+from ..numerics.local_solvers import FLAT_SLOPE
 from ..records.results import atomic_write
 
 OPTIMUM_MODES = ("auto", "none")
@@ -243,7 +244,7 @@ def _line_search(problem, comm, w, value, g, step):
     round-off of O, the full step is taken; the caller keeps the best iterate by gradient norm.
     """
     slope = float(g @ step)
-    if problem.quadratic or abs(slope) <= 1e-12 * max(1.0, abs(value)):
+    if problem.quadratic or abs(slope) <= FLAT_SLOPE * max(1.0, abs(value)):
         t = 1.0
     else:
         ts = [0.5 ** k for k in range(LINE_SEARCH_STEPS)]
