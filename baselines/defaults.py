@@ -355,8 +355,9 @@ def hessian_learning_rate(omega: float | None) -> float:
 def model_learning_rate(omega: float | None) -> float:
     r"""FedNL-BC's η, the step of the clients' model toward the server's compressed shift (w ← w + η C_M(x − w)):
     1 for a contractive C_M (``omega`` None), 1/(ω + 1) for an unbiased one.  Source: Safaryan et al. 2022, FedNL-BC
-    (FedNL-Public's ``iter_upd_rule`` 2 and 3; its rule 1, 1 − sqrt(1 − δ), is as small as FedNL's α of that form)."""
-    return 1.0 if omega is None else 1.0 / (omega + 1.0)
+    (FedNL-Public's ``iter_upd_rule`` 2 and 3; its rule 1, 1 − sqrt(1 − δ), is as small as FedNL's α of that form).
+    The same numbers as FedNL's α (`hessian_learning_rate`), named apart as the summary records each rule."""
+    return hessian_learning_rate(omega)
 
 
 def adiana_probability(omega: float, workers: int) -> float:
