@@ -32,13 +32,12 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.numerics.inner import MinibatchSampler, preload_optimizers, refuse_oversized
+from dane.numerics.inner import STEP_OPTIMIZERS, MinibatchSampler, preload_optimizers, refuse_oversized
 from dane.seeds import STREAMS, worker_seed
 from dane.problems import Problem
 
 from .defaults import Resolution, sgd_steps_per_round
 
-OPTIMIZERS = ("sgd", "adam")
 SAMPLER_STREAM = STREAMS["sync_sgd_minibatch"].number  # this algorithm's minibatch generator
 
 
@@ -138,7 +137,7 @@ class SyncSGDConfig(AlgorithmConfig):
 
     def __post_init__(self) -> None:
         checks.positive("algorithm.lr", self.lr)
-        checks.one_of("algorithm.optimizer", self.optimizer, OPTIMIZERS)
+        checks.one_of("algorithm.optimizer", self.optimizer, STEP_OPTIMIZERS)
         if not 0 <= checks.nonnegative("algorithm.momentum", self.momentum) < 1:
             raise ConfigError(f"algorithm.momentum must be in [0, 1), got {self.momentum}")
         checks.positive_int("algorithm.batch_size", self.batch_size)

@@ -25,6 +25,8 @@ from dane.synthetic.sweep import Job, RunIndex
 
 N, M = 18000, 8
 TOL = 1e-8  # the table's target: the speedup figure's
+#: the figure's rows, top to bottom: every ``problem.covariance`` (`dane.problems.ridge.COVARIANCES`, restated: that
+#: module imports torch, which a figure's ``--help`` does not load; `tests/test_figures.py` holds the two equal)
 COVARIANCES = ("iso", "decay")
 #: label -> overrides; plain DANE keeps μ fixed, the safeguard adapts it
 METHODS: dict[str, tuple[str, ...]] = {

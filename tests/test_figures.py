@@ -15,6 +15,7 @@ from dane.experiments.config import cost_model
 from dane.paper_figs import (convergence, federated_scale, fednl_bits, local_work, make_all, ps_scaling, rounds_table,
                              run_convergence, speedup, staleness)
 from dane.records.provenance import code_version
+from dane.problems import ridge
 from dane.paper_figs.common import (EVIDENCE_DIR, FIGURE_COST, M_GRID, N_GRID, MissingRuns, caption_line, cost_caption,
                                    figure_provenance, save)
 from dane.synthetic.sweep import RunIndex, composed_job, job_name
@@ -193,6 +194,7 @@ def test_rounds_table_marks_divergence_and_best_mu(rounds_runs, tmp_path):
 
 
 def test_convergence_reads_all_panels(convergence_runs, tmp_path):
+    assert convergence.COVARIANCES == ridge.COVARIANCES  # a row for every problem.covariance (restated there)
     data = convergence.curves(RunIndex(convergence_runs))
     assert len(data) == 10
     assert data["iso", "DANE (safeguarded)"]["suboptimality"] == [1, 1e-3, 1e-6, 1e-9, 1e-12]

@@ -31,7 +31,10 @@ from ..errors import ConfigError
 from ..seeds import worker_seed
 from ..work import count
 
-INNER_OPTIMIZERS = ("sgd", "adam", "lbfgs")
+#: the torch optimizers that take one step per minibatch, which a network's inner solve, each side of split learning
+#: (`dane.split`) and synchronous SGD (`baselines.sync_sgd`) take; the inner solve takes L-BFGS besides
+STEP_OPTIMIZERS = ("sgd", "adam")
+INNER_OPTIMIZERS = (*STEP_OPTIMIZERS, "lbfgs")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ import threading
 
 from ..comm.meters import start_up, start_up_begin, start_up_end
 
+#: ``fastmath`` of the kernels that take it: sums may be reassociated (a dot product then vectorizes) and a*b+c fused;
+#: no assumption about inf or nan
+FASTMATH = {"reassoc", "contract"}
+
 _loaded: list = []  # the numba module, once imported with its listener
 _loading = threading.Lock()
 

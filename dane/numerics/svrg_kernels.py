@@ -34,14 +34,12 @@ import numpy as np
 
 from ..work import count
 from . import jit
+from .jit import FASTMATH  # the dense rows' kernels only: the CSR kernels compile without it
 
 numba = jit.numba()  # with its compiles marked as start-up (`dane.numerics.jit`)
 
 SQUARED, LOGISTIC, SOFTMAX = 0, 1, 2
 LOSS_CODES = {"squared": SQUARED, "logistic": LOGISTIC, "softmax": SOFTMAX}
-#: dense rows: sums may be reassociated (a dot product then vectorizes) and a*b+c fused; no assumption
-#: about inf or nan.  Not on CSR rows, where the gathers ran slower with it
-FASTMATH = {"reassoc", "contract"}
 RESCALE_BELOW = 1e-3  # sparse path: fold α into u below this, so that u's updates stay within 1e3 x w's scale
 
 

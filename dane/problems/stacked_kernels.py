@@ -35,11 +35,10 @@ import numpy as np
 import torch
 
 from ..numerics import jit
+from ..numerics.jit import FASTMATH
 
 numba = jit.numba()  # with its compiles marked as start-up (`dane.numerics.jit`)
 
-#: sums may be reassociated (a dot product then vectorizes) and a*b+c fused; no assumption about inf or nan
-FASTMATH = {"reassoc", "contract"}
 
 
 @numba.njit(cache=True, nogil=True, fastmath=FASTMATH)

@@ -6,11 +6,10 @@ from dataclasses import dataclass
 from .. import checks
 from ..algorithm import AlgorithmConfig
 from ..errors import ConfigError
-from ..numerics.inner import InnerSolver
+from ..numerics.inner import STEP_OPTIMIZERS, InnerSolver
 
 SCHEDULES = ("sequential", "splitfed")
 LABELS = ("server", "agent")
-OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class SplitConfig(AlgorithmConfig):
         checks.one_of("algorithm.labels", self.labels, LABELS)
         checks.positive_int("algorithm.batch_size", self.batch_size)
         for side in ("agent", "server"):
-            checks.one_of(f"algorithm.{side}_optimizer", getattr(self, f"{side}_optimizer"), OPTIMIZERS)
+            checks.one_of(f"algorithm.{side}_optimizer", getattr(self, f"{side}_optimizer"), STEP_OPTIMIZERS)
             checks.positive(f"algorithm.{side}_lr", getattr(self, f"{side}_lr"))
             momentum = checks.nonnegative(f"algorithm.{side}_momentum", getattr(self, f"{side}_momentum"))
             if momentum >= 1:
