@@ -39,9 +39,9 @@ JMLR 2018) picks its extra proximal weight for an incremental inner method on n 
 κ = L/(n + 1) − λ, balancing the inner method's gradient evaluations against the outer
 loop's factor √((λ + κ)/λ).  AIDE counts communication rounds instead, and each outer step
 is one InexactDANE round: what τ must buy is that this one round solves the τ-augmented
-problem well, and anything more only slows the outer loop.  With Catalyst's rule the outer
-loop was far slower than needed (κ/λ in the thousands at λ = 1e-5) and missed the target on
-the defaults benchmark's rare one-hot logistic cell where τ = 0 reached it.  A DANE round
+problem well, and anything more only slows the outer loop.  Catalyst's rule buys more (κ/λ in the
+thousands at λ = 1e-5): on the rare one-hot logistic cell of ``make bench`` section ``defaults`` AIDE
+with it missed the target where τ = 0 reached it.  A DANE round
 on a quadratic contracts the error by I − (H_i + τI)⁻¹(H + τI) (Shamir et al. 2014); on
 the diagonal, by |D_k − D_ik| / (D_ik + λ + τ) per column k.  Here worker i measures its column curvature
 D_ik = weight · c_f · Σ_j x_jk² (the diagonal of its curvature bound, `column_curvature`),

@@ -16,7 +16,7 @@ K = ``local_steps``, η_l = ``lr`` (null: min(2/(L + μ̲), lr_factor/L, 1/(K μ
 With K = 1 and η_g = 1 every round is a step of distributed gradient descent with step η_l, under either
 option (for K = 1 they give the same c_i⁺).
 
-*Option II by default*, as the issue that asked for SCAFFOLD states it and as the paper's experiments and most
+*Option II by default*, as the paper's experiments and most
 public implementations run it (so that iterates compare with theirs at the defaults).  The paper gives both:
 option I takes the local gradient at the server's w_t, "an additional pass over the local data", option II
 reuses the K steps' gradients (their mean), which is cheaper with minibatches; option I "can be more stable".

@@ -25,7 +25,8 @@ from dane.paper_figs.common import bench_parser, bench_section, commits_text
 BEGIN, END = "<!-- defaults-table:begin -->", "<!-- defaults-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs
 FEDERATED_BEGIN, FEDERATED_END = "<!-- defaults-federated-table:begin -->", "<!-- defaults-federated-table:end -->"
-#: the federated DANE line's methods (issue 33), whose tables have their own block
+#: the federated DANE line's methods (``make bench`` section ``defaults`` runs them on the same cells as the others),
+#: whose tables have their own block
 FEDERATED = ("sdane", "acc_sdane", "feddane", "fedred", "fedprox", "fedavg", "scaffold", "scaffnew",
              "scaffold_option1", "scaffold_k3", "scaffold_k30")
 

@@ -1,6 +1,6 @@
 """Figure: relative suboptimality against rounds, uplink and downlink bits per client and local passes per client.
 
-The costs a federated comparison weighs (issue 45: rounds alone favour the methods that compute most per round):
+The costs a federated comparison weighs (rounds alone favour the methods that compute most per round):
 each run's relative suboptimality (O(w) − O*) / |O*|, log y, against the round, the bits one client has sent up
 so far, the bits it has received so far, and the gradient passes one client has made so far (the records'
 ``local_passes``, summed over the clients, `dane.work`, over the workers).  The passes panel counts gradient passes

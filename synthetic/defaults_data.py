@@ -1,4 +1,4 @@
-"""The defaults benchmark's data (issue 23, item 7): three families where a method's defaults can fail.
+"""The defaults benchmark's data (``make bench`` section ``defaults``): three families where defaults can fail.
 
 Each generator returns ``(X, y, fit_intercept)`` for one loss (``squared`` or ``logistic``),
 float64, seeded.  Logistic labels are 0/1 from the sign of the same linear model plus noise.

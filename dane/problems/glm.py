@@ -98,9 +98,9 @@ def to_torch(X, dtype: torch.dtype = torch.float64):
 
 def transposed(X: torch.Tensor, classes: int) -> torch.Tensor:
     """Xᵀ for the products Xᵀ u (gradients, Hessian-vector products) of a dense shard: a view, except with several
-    classes on the CPU, where it is a contiguous copy, for the memory of a second X.  There a transposed view times
-    a matrix u (one column a class) runs several times slower than the copy times u, with the same product to
-    round-off (most shapes bit for bit); a vector u (one class) and a GPU's products run as fast on the view."""
+    classes on the CPU, where it is a contiguous copy, for the memory of a second X, so that Xᵀ times a matrix u (one
+    column a class) reads its rows in memory order rather than strided; the product is the same to round-off (most
+    shapes bit for bit).  A vector u (one class) and a GPU's products take the view."""
     if classes > 1 and X.device.type == "cpu":
         return X.T.contiguous()
     return X.T

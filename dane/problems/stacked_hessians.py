@@ -94,8 +94,9 @@ def triangle_weights(d: int) -> np.ndarray:
 
 
 def sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of a and b (``numpy.union1d``'s), by a sort: on w8a's millions of product keys
-    NumPy 2's hash-based ``unique`` (which ``union1d`` calls) took most of the clients' set-up, a sort a small part."""
+    """The sorted distinct values of a and b (``numpy.union1d``'s), by one sort of both, not by NumPy 2's hash-based
+    ``unique`` that ``union1d`` calls: the clients' set-up that runs it is ``setup_s`` of ``make bench`` section
+    ``fednl``."""
     both = np.concatenate([a, b])
     both.sort()
     return both[np.concatenate([[True], both[1:] != both[:-1]])] if len(both) else both

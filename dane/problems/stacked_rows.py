@@ -28,14 +28,13 @@ supports, are `dane.problems.stacked_hessians.CompactHessians` over these rows.
 (a few workers' rows: the same loop, compiled, on their row ranges), f, f' and f'' by the loss's own torch
 functions (`dane.losses`, and `dane.losses.ROW_VALUES` for f; on a few workers' rows worker by
 worker, as each worker alone computes them), and the sums v_c and g_c by one compiled loop (numba) that
-scatters each row into its worker's gradient row.  The former pass multiplied an (m·d) x N operator (row (c, a):
-worker c's entries of feature a) by f', which read twice the memory of X and cost about as much as the rest of
-the record; `block_products` is the compact Hessians' product P h, all workers' or a few's.
+scatters each row into its worker's gradient row, reading X once; `block_products` is the compact Hessians'
+product P h, all workers' or a few's.
 
-Every sum runs in the order of the products it replaces (row by row; within a worker, the rows in order;
-the weights w·x_ja as that operator stored them; v_c as ``numpy.bincount`` adds), so the results are
-bit for bit the former ones.  The loops index through unsigned views of the CSR arrays (`unsigned`):
-with signed indices numba tests each for a negative value, which made its CSR loop slower than SciPy's.
+Every sum runs in one fixed order: row by row, within a worker the rows in order; a term of g_c is the weight
+w·x_ja, rounded, times f'(z_j); v_c adds as ``numpy.bincount`` adds.  The loops index through unsigned views of
+the CSR arrays (`unsigned`), so that numba tests no index for a negative value.  What the passes cost a round is
+``phase_s_per_round`` (``oracles``) of ``make bench`` section ``fednl``.
 """
 from __future__ import annotations
 
