@@ -87,7 +87,7 @@ MODELS = {"ring allreduce": AlphaBeta(), "1 parameter server": ParameterServerCo
           "4 parameter servers": ParameterServerCost(servers=4)}
 
 
-def draw(per_round: dict, comm: dict, real: dict):
+def draw(per_round: dict, real: dict):
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     for k, topology in enumerate(TOPOLOGIES):
         left.plot(WORKERS, per_round[topology], "o-", color=f"C{k}", label=f"{topology} (simulated)")
@@ -129,7 +129,7 @@ def main(results: str | Path = "results", out: str | Path = FIG_DIR) -> list[Pat
     caption = caption_line("Safeguarded DANE on the synthetic ridge: time per round against workers, ring "
                            "allreduce against 1 and 4 parameter servers (simulated; real points at m=2 where made)",
                            provenance)
-    return save(draw(per_round, comm, real), out, "ps_scaling", markdown(per_round, comm, real), caption=caption,
+    return save(draw(per_round, real), out, "ps_scaling", markdown(per_round, comm, real), caption=caption,
                 provenance=provenance)
 
 
