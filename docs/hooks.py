@@ -10,9 +10,10 @@ methods table against the same rows.
 """
 from __future__ import annotations
 
-import importlib
 import re
 from pathlib import Path
+
+from dane.algorithm import algorithm_built_by
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm"
 MARKER = re.compile(r"^<!-- methods-table(?::\s*(\w+))? -->$", re.M)
@@ -49,19 +50,12 @@ def target(path: Path) -> str:
     return found.group(1)
 
 
-def algorithm_class(dotted: str):
-    """The `Algorithm` class a config class builds (its ``algorithm`` class attribute; None: not declared, so the
-    base's capabilities, all "no")."""
-    module, _, name = dotted.rpartition(".")
-    return getattr(getattr(importlib.import_module(module), name), "algorithm", None)
-
-
 def registry(conf: Path = CONF) -> list[dict]:
     """One entry per ``conf/algorithm/<name>.yaml``, sorted by name: name, summary, target, its keys (with their
     comments) and the `CAPABILITIES` its class declares."""
     rows = []
     for path in sorted(conf.glob("*.yaml")):
-        cls = algorithm_class(target(path))
+        cls = algorithm_built_by(target(path))
         rows.append({"name": path.stem, "summary": summary(path), "target": target(path),
                      "keys": keys(path),
                      **{cap: bool(getattr(cls, cap, False)) for cap in CAPABILITIES},

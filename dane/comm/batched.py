@@ -130,7 +130,7 @@ class BatchedCommunicator(PhaseClock, Communicator):
     (every worker's message of a kind has the same size).
     """
 
-    local_work_path = "stacked"  # one local-work ledger with every worker's row (`dane.work.ledger_for`)
+    local_work_path = "stacked"  # one local-work ledger with every worker's row (`dane.work`)
 
     def __init__(self, group: BatchedGroup):
         self.group = group

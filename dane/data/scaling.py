@@ -45,7 +45,7 @@ import scipy.sparse as sp
 from dane.data.table import standardize_columns
 
 STANDARDIZE = ("numeric", "all", "none")
-STANDARDIZE_ALIASES = {True: "numeric", False: "none"}  # the boolean the option was before issue 23
+STANDARDIZE_ALIASES = {True: "numeric", False: "none"}  # the option's earlier boolean form
 SHOWN = 8  # columns named in a note before "..."
 
 
