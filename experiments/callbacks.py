@@ -18,7 +18,7 @@ that a run's folder never holds a later job's refusal.  The sweep goes on; the l
 those files, and the sweep exits with status 2 (`failed`, read by ``experiments.train.cli``).  A job
 that finishes in a folder where an earlier job failed removes that job's error.txt (`clear_failure`).  A sweep
 run again with ``resume=auto`` runs no job whose out_dir holds the finished run of its config
-(`dane.run_config.finished_run`): the job is counted as finished (`skip_finished`), not failed.
+(`dane.loop.resume.finished_run`): the job is counted as finished (`skip_finished`), not failed.
 
 Such a job's Hydra config goes beside its line too, as ``<sweep dir>/refused/<job dir>.hydra/``
 (``hydra.output_subdir: ${dane.job_config_dir:}`` in conf/config.yaml, `job_config_dir`), so that the
@@ -146,7 +146,7 @@ def clear_failure(job_dir: str | Path) -> None:
 
 def skip_finished(job_dir: str | Path, sweep_dir: str | Path) -> None:
     """A sweep's job that did not run: its out_dir holds the finished run of its config, found by a rerun of the
-    sweep with ``resume=auto`` (`dane.run_config.finished_run`).  The Hydra config `job_config_dir` set beside a
+    sweep with ``resume=auto`` (`dane.loop.resume.finished_run`).  The Hydra config `job_config_dir` set beside a
     refusal goes (the run's config.yaml is the job's), as does an error.txt an earlier job left (`clear_failure`);
     `SweepSummary` counts the job as finished."""
     shutil.rmtree(refused_path(job_dir, sweep_dir, JOB_CONFIG_DIR), ignore_errors=True)

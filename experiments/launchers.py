@@ -115,7 +115,7 @@ class ProcessLauncher(Launcher):
         run_dir = job_run_dir(cfg, job_dir)  # out_dir='DIR/${hydra:job.num}': DIR/<job number>
         job = run_files(run_dir)  # a failure is not written beside a run the job did not write
         env = {}
-        from dane.run_config import finished_run  # imports torch: not at the top (Hydra's --help needs none)
+        from dane.loop.resume import finished_run  # imports torch: not at the top (Hydra's --help needs none)
         try:
             done = finished_run(cfg)  # a sweep rerun with resume=auto: the job's run is there, finished
             if done:

@@ -244,7 +244,7 @@ def wait_without_accounting(jobs: Sequence[Any], *, poll_s: float = 1.0, grace_s
 #: the cause `job_failed` names for a job `wait_without_accounting` lost
 LOST = "left Slurm's queue without a result (killed: out of memory, out of time, its node lost)"
 
-#: how a sweep with failed jobs goes on (`job_failed`; `dane.run_config.finished_run` keeps a finished job's run)
+#: how a sweep with failed jobs goes on (`job_failed`; `dane.loop.resume.finished_run` keeps a finished job's run)
 RERUN = ("then rerun the sweep: the finished jobs' runs are kept, and with out_dir='DIR/${hydra:job.num}' "
          "resume=auto a rerun runs only the jobs that did not finish")
 

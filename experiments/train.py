@@ -86,7 +86,8 @@ def train(cfg: DictConfig, job: dict, run_at: Path | None = None) -> None:
     # the run's modules import torch: here, not at the top, so that --help (Hydra's, which never calls main) needs none
     from dane.loop.faults import SimulatedFault
     from dane.loop.launch import execute
-    from dane.run_config import check_interpolations, finished_run, run_spec
+    from dane.loop.resume import finished_run
+    from dane.run_config import check_interpolations, run_spec
 
     try:
         check_interpolations(cfg)  # before cfg.out_dir is read
@@ -126,7 +127,7 @@ def finished() -> None:
 
 def already_finished(line: str) -> None:
     """A sweep rerun with ``resume=auto`` (its restart) whose job's out_dir holds the finished run of its config
-    (`dane.run_config.finished_run`): one line, the run as it was, and the job counts as finished (`skip_finished`)."""
+    (`dane.loop.resume.finished_run`): one line, the run as it was, and the job counts as finished (`skip_finished`)."""
     if rank_zero():
         print(line, flush=True)
         hydra = HydraConfig.get()

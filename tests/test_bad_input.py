@@ -1082,7 +1082,7 @@ def test_resume_with_another_out_dir_is_refused(tmp_path):
     from omegaconf import OmegaConf
 
     from dane.errors import ConfigError
-    from dane.run_config import resume_dir
+    from dane.loop.resume import resume_dir
 
     (tmp_path / "ck" / "checkpoint").mkdir(parents=True)
     cfg = OmegaConf.create({"resume": str(tmp_path / "ck"), "out_dir": str(tmp_path / "other"), "rounds": 8})

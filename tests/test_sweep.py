@@ -469,7 +469,7 @@ def test_a_sweep_rerun_with_resume_auto_counts_a_finished_job_as_finished_and_le
     `SweepSummary` counts it as finished, not failed.  Another config (problem.lam) is refused as before (a single
     run there is refused too, as docs/faults.md says: experiments.train asks `finished_run` only in a sweep)."""
     from dane.experiments.callbacks import SweepSummary
-    from dane.run_config import finished_run
+    from dane.loop.resume import finished_run
 
     monkeypatch.setattr(SweepSummary, "kept", [])
     monkeypatch.setattr(SweepSummary, "failed", [])

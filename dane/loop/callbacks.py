@@ -122,7 +122,7 @@ class Checkpoints(Callback):
 
 def replaces(control, out_dir: str) -> bool:
     """Whether the run replaces a run ``out_dir`` holds: ``overwrite``, or ``resume=auto`` that found no checkpoint
-    to continue and no summary (an unfinished run's records, `dane.run_config.keep_unfinished`)."""
+    to continue and no summary (an unfinished run's records, `dane.loop.resume.keep_unfinished`)."""
     return control.overwrite or (control.restart_unfinished and not os.path.exists(os.path.join(out_dir, SUMMARY_FILE)))
 
 

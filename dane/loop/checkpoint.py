@@ -102,7 +102,7 @@ def committed(run_dir: str | Path) -> dict | None:
 def finished(run_dir: str | Path) -> dict | None:
     """The summary of a run that ended in ``run_dir`` (written, readable, not ``interrupted``); None where the run
     can go on from its checkpoint: no summary (a killed run), an interrupted one's, or a damaged one (the checkpoint
-    is then what is left).  What ``resume`` refuses (`dane.run_config.refuse_finished`) and what an occupied run
+    is then what is left).  What ``resume`` refuses (`dane.loop.resume.refuse_finished`) and what an occupied run
     directory's refusal offers (`dane.loop.callbacks.Records`) both read this."""
     try:
         summary = read_summary(run_dir)
