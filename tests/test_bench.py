@@ -2121,11 +2121,11 @@ def test_an_evidence_figures_sidecar_names_the_commands_that_made_its_json_and_t
     sidecar = bench_provenance([evidence / "compressed.json"], [compressed], "python -m scripts.bench compressed")
     (run,) = sidecar["benchmarks"]
     parts = compressed["parts"]  # the tracked file grows a part at each rerun: its numbers are read from it here
-    assert len(parts) >= 15 and sidecar["commands"] == run["commands"] == [part["command"] for part in parts]
-    assert run["commands"][0] == "python -m scripts.bench compressed --out paper_figs/evidence/compressed.json " \
-        "--datasets phishing"
+    assert len(parts) >= 3 and sidecar["commands"] == run["commands"] == [part["command"] for part in parts]
+    assert all(command.startswith("python -m scripts.bench compressed --out paper_figs/evidence/compressed.json "
+                                  "--datasets ") for command in run["commands"])
     first, last = parts[0]["started_at"], parts[-1]["started_at"]
-    assert first == "2026-11-29T12:06:11+0000" and run["dates"] == [first, last] and "started_at" not in run
+    assert first != last and run["dates"] == [first, last] and "started_at" not in run
     loads = [load for part in parts for load in (part["load_avg_before"][0], part["load_avg_after"][0])]
     assert run["load_avg_1min"] == [min(loads), max(loads)]
     assert run["wall_s"] == round(sum(part["wall_s"] for part in parts), 1)
@@ -2142,8 +2142,11 @@ def test_an_evidence_figures_sidecar_names_the_commands_that_made_its_json_and_t
     assert long["commands"] == ["scripts/bench_fedprox_synthetic.py --settings synthetic_1_1 --only fedavg fedprox "
                                 "--local-steps 322 --rounds 100"]
     assert long["benchmarks"][0]["commands_from"] == "docs/design.md, Evidence"
-    assert "(started 2026-11-29T04:23:23+0000, load avg [13.2, 16.57, 16.35]; commit not recorded)" in long["caption"]
-    assert long["commits"] == [] and long["rows_without_commit"] == long["rows"] == 2
+    k322 = bench_section(evidence / "fedprox_synthetic_k322.json", "fedprox_synthetic")
+    (commit,) = {run["code"]["git_commit"] for run in k322["runs"]}  # its two runs, one commit
+    assert (f"(started {k322['started_at']}, load avg {k322['machine']['load_avg']}; measured at commit "
+            f"{commit[:10]} (modified tree))") in long["caption"]
+    assert long["commits"] == [f"{commit} (modified tree)"] and long["rows_without_commit"] == 0 and long["rows"] == 2
 
     elsewhere = tmp_path / "bench.json"  # a make bench file: no parts, no row; its options are not claimed
     elsewhere.write_text((evidence / "fedprox_synthetic_k322.json").read_text())
@@ -2187,7 +2190,9 @@ def test_a_generated_header_names_the_commits_of_the_rows_it_shows():
     cells = sum(len(c) for c in section["cells"].values())
     assert compressed.codes(section).count(b) == 1 and len(compressed.codes(section)) == cells
     runs = json.loads((evidence / "fedprox_synthetic.json").read_text())["fedprox_synthetic"]["runs"]
-    assert fedprox_synthetic.codes({"runs": [*runs, {"code": a}]}) == [None] * len(runs) + [a]
+    assert fedprox_synthetic.codes({"runs": [*runs, {"code": a}]}) == [run.get("code") for run in runs] + [a]
+    old = [{k: v for k, v in run.items() if k != "code"} for run in runs]  # a file of runs that recorded none
+    assert fedprox_synthetic.codes({"runs": old}) == [None] * len(runs)
     scale = [json.loads((evidence / f"federated_scale_{n}.json").read_text())["federated_scale"]
              for n in ("phishing", "synthetic")]
     sidecar = federated_scale.provenance(["p.json", "s.json"], scale)  # dane's rows name the commit they ran
