@@ -113,6 +113,11 @@ class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         checks.seed("algorithm.seed", self.seed)
         self.check_policy()
 
+    def recovery(self) -> list[str]:
+        """An η above the paper's 1, which scales the local solves' linear term η g (at 1e308 it overflows and the
+        solves are not finite): the divergence line's first hint (`dane.loop.launch.recovery_overrides`)."""
+        return ["algorithm.eta=1 (the paper's)"] if self.eta > 1 else []
+
     def build(self, problem: Problem, comm: Communicator) -> "FedDANE":
         """The nulls resolved (`baselines.defaults`), the adaptations that apply attached (`baselines.adaptive`)."""
         resolution, adaptations = Resolution(), []

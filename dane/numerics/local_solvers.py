@@ -263,7 +263,12 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
 
     ``anchor_grad`` = ∇O_i(a) and ``anchor_value`` = O_i(a), where the caller has them (DANE's round evaluated them),
     give φ and ∇φ at the anchor without a pass (`Subproblem.at_anchor`); without the value, the first line search
-    evaluates φ(a)."""
+    evaluates φ(a).
+
+    A gradient or direction that is not finite (a linear term η g that overflowed, an anchor that is not finite) ends
+    the solve at a point that is not finite, with no factorization there (which would fail as if the local Hessian
+    were singular): the method's round sees it, DANE's safeguard rejecting the trial and naming η
+    (`dane.dane.DANE.remedy`), a method without one diverging on its next objective."""
     w = sub.anchor
     value, grad = sub.value_grad(w) if anchor_grad is None else sub.at_anchor(anchor_grad, anchor_value)
     grad0 = float(torch.linalg.vector_norm(grad))
@@ -279,9 +284,13 @@ def newton(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | 
         # forcing term of an inexact Newton method: loose far from the solution, tight close to it; tol = 0 asks a
         # fixed count of products per system (cg's max_iter), which no forcing term may cut short
         rtol = solver.tol if sub.shard.quadratic or solver.tol == 0 else min(0.5, rel ** 0.5)
+        if not sub.shard.quadratic and not bool(torch.isfinite(grad).all()):
+            return torch.full_like(w, math.nan)  # no Hessian at w to step by: the solve has no finite answer
         direction = sub.shard.solve_hessian(-grad, at=w, shift=shift, with_reg=False, solver=solver, rtol=rtol)
         if sub.shard.quadratic:
             return w + direction  # φ is quadratic: the Newton step is the minimizer (to the solve's accuracy)
+        if not bool(torch.isfinite(direction).all()):
+            return w + direction  # no step along it is finite: the line search would end at t = 1e-10 there
         if value is None:
             value, _ = sub.value_grad(w)
         slope = float(grad @ direction)

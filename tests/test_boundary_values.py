@@ -1,0 +1,47 @@
+"""Boundary values of the algorithms' keys (1e308, 0, null where a number is taken): each ends in one line that names
+the key, a refusal at set-up where a bound can be stated, else the run ended as diverged with its records and summary
+kept (exit 3, `dane.errors.DivergenceError`), never a traceback nor a line that names another cause."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dane.dane import DANEConfig
+from dane.baselines.feddane import FedDANEConfig
+from dane.baselines.sdane import SDANEConfig
+from dane.errors import DivergenceError
+from dane.loop.launch import execute
+from dane.loop.spec import Communication, RunControl, RunSpec
+from dane.loop.stopping import StopRule
+from dane.problems.linear_models import LinearModelConfig
+from dane.problems.neural import DataConfig
+
+LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-3, seed=0)
+
+
+def diverged(algorithm, out_dir, problem=LOGREG, rounds: int = 3) -> tuple[str, list[dict], dict]:
+    """The divergence line of ``algorithm`` on 2 simulated workers, with the records and summary it kept."""
+    spec = RunSpec(problem=problem, algorithm=algorithm, comm=Communication(backend="local", workers=2),
+                   control=RunControl(stop=StopRule(rounds=rounds), quiet=True, progress="none"))
+    with pytest.raises(DivergenceError) as raised:
+        execute(spec, str(out_dir))
+    records = [json.loads(line) for line in (out_dir / "rounds.jsonl").read_text().splitlines()]
+    return str(raised.value), records, json.loads((out_dir / "summary.json").read_text())
+
+
+def test_overflowing_linear_term_names_eta_not_a_singular_hessian(tmp_path):
+    """η = 1e308 overflows DANE's local solve (its Newton direction is not finite): the solve ends there, the
+    safeguard rejects the trial and names η; before, the next Newton step factored the Hessian at that point and the
+    run stopped with exit 2 on "the local Hessian plus 0.001 I is not positive definite"."""
+    line, records, summary = diverged(DANEConfig(eta=1e308), tmp_path / "dane")
+    assert line.endswith("set algorithm.eta below 1e+308 (the paper's is 1)")
+    assert summary["status"] == "diverged" and summary["remedy"] == "set algorithm.eta below 1e+308 (the paper's is 1)"
+    assert [r["accepted"] for r in records] == [True, False] and records[1]["objective"] == records[0]["objective"]
+    line, records, summary = diverged(FedDANEConfig(eta=1e308), tmp_path / "feddane")
+    assert "diverged at round 1 (objective nan)" in line and "; try algorithm.eta=1 (the paper's) or " in line
+    assert [r["round"] for r in records] == [0, 1] and summary["status"] == "diverged"
+    # S-DANE's v-update (B v + aμ x − a G)/(B + aμ) is inf/inf at μ = 1e308: v is not finite, the solve from it too
+    line, records, summary = diverged(SDANEConfig(mu=1e308), tmp_path / "sdane")
+    assert "diverged at round 2 (objective nan)" in line and "try algorithm.mu=null (the default" in line
+    assert records[1]["objective"] < records[0]["objective"]  # x_1 is the mean of finite solves
