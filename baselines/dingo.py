@@ -15,8 +15,9 @@ and with h = mean_i H_i g (= ∇²O(x_k) g) the server picks the first direction
    p_i = −H̃_i†g̃ − λ_i (H̃_iᵀH̃_i)⁻¹h with λ_i = (θ‖g‖² − ⟨H̃_i†g̃, h⟩)/⟨h, (H̃_iᵀH̃_i)⁻¹h⟩ (so ⟨p_i, h⟩ = −θ‖g‖²).
 
 Then x_{k+1} = x_k + a p, a the first of 1, 1/2, 1/4, … with ‖∇O(x_k + a p)‖² ≤ ‖g‖² + 2aρ⟨p, h⟩ (one allreduce of
-gradients a trial; at most `LS_TRIALS`, after which the round keeps x_k, a = 0).  θ = ``theta``, φ = ``phi``,
-ρ = ``rho``: the paper's and FedNL-Public's 1e-4, 1e-6, 1e-4.  The paper takes θ, φ > 0 and ρ ∈ (0, 1), as any
+gradients a trial; at most `LS_TRIALS`, after which the round keeps x_k, a = 0; a direction that is not finite, case
+3's λ_i overflowing at a huge θ‖g‖², keeps x_k with no trial and ends the run diverged, naming θ: `DINGO.not_finite`).
+θ = ``theta``, φ = ``phi``, ρ = ``rho``: the paper's and FedNL-Public's 1e-4, 1e-6, 1e-4.  The paper takes θ, φ > 0 and ρ ∈ (0, 1), as any
 Armijo condition must: on a quadratic ‖∇O(x_k + a p)‖² = ‖g‖² + 2a⟨p, h⟩ + a²‖∇²O p‖², so where ⟨p, h⟩ < 0 no
 a > 0 passes with ρ ≥ 1 and every round would spend its `LS_TRIALS` trials to keep x_k.  H_i includes the ℓ2 term λI; where λ > 0 it is
 positive definite and H_i† is its inverse (a Cholesky solve).  Departure from the paper: H_i† is that inverse only, not
@@ -46,7 +47,7 @@ import scipy.linalg
 import torch
 
 from dane import checks
-from dane.algorithm import AlgorithmConfig, Column
+from dane.algorithm import AlgorithmConfig, Column, Finished
 from dane.comm import Communicator
 from dane.errors import ConfigError, NotPositiveDefinite
 from dane.problems import Problem
@@ -126,19 +127,31 @@ class DINGO(ClientBits, Federated):
             count("local_factorizations", 1.0)  # per client: H_i² + φ²I's LU again, for h
             (p,) = self.comm.allreduce_mean([self.own(mine)])
             p = p.numpy()
-        a, trials, slope = 1.0, 0, 2 * self.rho * float(p @ h)
-        for trials in range(1, LS_TRIALS + 1):                                        # on ‖∇O‖²
-            trial = self.mean_gradient(self.w + torch.from_numpy(a * p).to(self.w.dtype))
-            if trial @ trial <= g @ g + a * slope:
-                break
-            a *= 0.5
+        a, trials = 0.0, 0
+        if np.isfinite(p).all():  # else no trial is finite: the round keeps x_k and the run ends (`not_finite`)
+            a, slope = 1.0, 2 * self.rho * float(p @ h)
+            for trials in range(1, LS_TRIALS + 1):                                    # on ‖∇O‖²
+                trial = self.mean_gradient(self.w + torch.from_numpy(a * p).to(self.w.dtype))
+                if trial @ trial <= g @ g + a * slope:
+                    break
+                a *= 0.5
+            else:
+                a = 0.0
         else:
-            a = 0.0
-        self.w = self.w + torch.from_numpy(a * p).to(self.w.dtype)
+            self.ended = self.not_finite(case, floor)
+        if a > 0:  # a = 0 keeps x_k
+            self.w = self.w + torch.from_numpy(a * p).to(self.w.dtype)
         self.count(len(members), VALUE_BITS * (sent + trials * d), down=(2 + trials + (case == 3)) * d)
         return {**self.record(reduced, members), "step_size": a, "case": case,
                 "clients_uplink_bits": self.uplink_bits}
 
+    def not_finite(self, case: int, floor: float) -> Finished:
+        """The run's end where the round's direction p is not finite (the same p, so the same verdict, on every
+        worker): case 3's λ_i = (θ‖g‖² − ⟨H̃_i†g̃, h⟩)/⟨h, (H̃_iᵀH̃_i)⁻¹h⟩ overflows at a θ‖g‖² that is not finite or
+        huge; the remedy names θ where it is above the paper's 1e-4, else none (the divergence line's guesses)."""
+        why = f"DINGO's direction p is not finite (case {case}, θ‖g‖² = {floor:.3g}); the round kept x_k"
+        remedy = f"set algorithm.theta below {self.theta:g} (the paper's is 1e-4)" if self.theta > 1e-4 else None
+        return Finished("diverged", why, remedy)
 
 
 @dataclass(frozen=True)

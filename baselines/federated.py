@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm, Column, evaluation
+from dane.algorithm import Algorithm, Column, Finished, evaluation
 from dane.comm import Communicator
 from dane.comm.batched import per_worker, stacked
 from dane.errors import ConfigError
@@ -296,10 +296,15 @@ class Federated(Algorithm):
                 f"optimum when the shards differ, so {self.name} stalls at a floor; algorithm.clients_per_round=null "
                 f"(all clients) removes it")
 
+    #: where the paper's round itself cannot go on (DINGO's direction, NL1's learned coefficients, not finite): the
+    #: run ends diverged on that round's record, with the key to change (`dane.algorithm.Finished`)
+    ended: Finished | None = None
+
     @property
-    def finished(self) -> tuple[str, str] | None:
-        """The first adaptation's (status, why) that ended the run (`baselines.adaptive`)."""
-        return next(filter(None, (a.finished for a in self.adaptations)), None)
+    def finished(self) -> tuple[str, str] | Finished | None:
+        """The round's own ending (``ended``), else the first adaptation's (status, why) that ended the run
+        (`baselines.adaptive`)."""
+        return self.ended or next(filter(None, (a.finished for a in self.adaptations)), None)
 
     def local_grad(self, w: torch.Tensor) -> torch.Tensor:
         """∇O_i(w) for the round's participants (`members`)."""

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from dane.dane import DANEConfig
+from dane.baselines.dingo import DINGOConfig
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.sdane import SDANEConfig
 from dane.errors import DivergenceError
@@ -20,14 +21,30 @@ from dane.problems.neural import DataConfig
 LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-3, seed=0)
 
 
-def diverged(algorithm, out_dir, problem=LOGREG, rounds: int = 3) -> tuple[str, list[dict], dict]:
+def diverged(algorithm, out_dir, problem=LOGREG, rounds: int = 3, collect: dict | None = None,
+             batched: str = "auto") -> tuple[str, list[dict], dict]:
     """The divergence line of ``algorithm`` on 2 simulated workers, with the records and summary it kept."""
-    spec = RunSpec(problem=problem, algorithm=algorithm, comm=Communication(backend="local", workers=2),
+    spec = RunSpec(problem=problem, algorithm=algorithm, comm=Communication(backend="local", workers=2,
+                                                                            batched=batched),
                    control=RunControl(stop=StopRule(rounds=rounds), quiet=True, progress="none"))
     with pytest.raises(DivergenceError) as raised:
-        execute(spec, str(out_dir))
+        execute(spec, str(out_dir), collect=collect)
     records = [json.loads(line) for line in (out_dir / "rounds.jsonl").read_text().splitlines()]
     return str(raised.value), records, json.loads((out_dir / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("batched", ["false", "true"])
+def test_dingo_direction_not_finite_keeps_x_and_names_theta(tmp_path, batched):
+    """θ = 1e308: θ‖g‖² = inf, case 3's p is not finite; the round keeps x_0 = 0 with no line-search trial and the
+    run ends diverged on round 0's record, naming θ.  Before, x_1 = x_0 + 0·p was NaN and round 1's Cholesky
+    factorization raised a traceback, no summary written."""
+    collected: dict = {}
+    line, records, summary = diverged(DINGOConfig(theta=1e308), tmp_path, collect=collected, batched=batched)
+    assert line == (f"dingo diverged at round 0 (objective 0.693); results so far are in {tmp_path}; "
+                    "set algorithm.theta below 1e+308 (the paper's is 1e-4)")
+    assert summary["stopped_by"].startswith("DINGO's direction p is not finite (case 3, θ‖g‖² = inf); the round kept")
+    assert [(r["round"], r["step_size"], r["case"], r["clients_uplink_bits"]) for r in records] == [(0, 0.0, 3, 0)]
+    assert collected["w"].abs().max() == 0  # x_0, not NaN
 
 
 def test_overflowing_linear_term_names_eta_not_a_singular_hessian(tmp_path):
