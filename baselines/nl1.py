@@ -21,7 +21,8 @@ its B_i⁰ as a packed triangle, 64·d(d+1)/2 bits; each round 64·d (its gradie
 (the changes) bits.  FedNL-Public's ``NL1`` counts the same messages at 32-bit values (32·d + 32·K·d + 32·K a round,
 32·d(d+1)/2 once).
 
-Departures: none in the round (FedNL-Public's line search, off by default there, is not offered).  The server's B is
+Departures: none in the round (FedNL-Public's line search, off by default there, is not offered).  A given η at which
+the changes are not finite (1e308) ends the run diverged on that round's record, x_k kept, naming η (`NL1.not_finite`).  The server's B is
 the running sum of the changes the clients send, as the protocol has it.
 
 Linear models with one output on rows (``problem=logreg``, or ``problem=ridge`` with data, where α is constant and
@@ -36,7 +37,7 @@ import scipy.linalg
 import torch
 
 from dane import checks
-from dane.algorithm import AlgorithmConfig, Column
+from dane.algorithm import AlgorithmConfig, Column, Finished
 from dane.comm import Communicator
 from dane.comm.batched import stacked
 from dane.problems import Problem
@@ -68,6 +69,7 @@ class NL1(ClientBits, Federated):
         self.d, self.k, self.seed, self.draws = self.rows.dim, k, seed, 0
         sizes = np.diff(self.rows.start)
         self.eta = np.array([nl1_step(min(k, n), n) if eta is None else eta for n in sizes])
+        self.given_eta = eta
         self.h = self.rows.rows_at(self.w.numpy(), curvature=True).curv.copy()     # h_i⁰ = α_i(x⁰)
         first = [self.coefficient_matrix(c, np.arange(n), self.h[self.rows.start[c]:self.rows.start[c + 1]])
                  for c, n in enumerate(sizes)]
@@ -92,20 +94,33 @@ class NL1(ClientBits, Federated):
             n, kept = hi - lo, min(self.k, hi - lo)
             picked = randk_indices(self.seed, np.array([client]), self.draws, n, kept)[0]
             old = self.h[lo + picked]
-            new = np.maximum(old + self.eta[c] * (n / kept) * (alpha[lo + picked] - old), 0.0)
+            with np.errstate(over="ignore", invalid="ignore"):  # an η that overflows them ends the run (`not_finite`)
+                new = np.maximum(old + self.eta[c] * (n / kept) * (alpha[lo + picked] - old), 0.0)
             self.h[lo + picked] = new
             changes.append(self.coefficient_matrix(c, picked, new - old))
         (g, dB), reduced = sampled_mean(self.comm, members, [grad, self.own(np.stack(changes))], payload)
+        sent = max(min(self.k, int(n)) for n in np.diff(self.rows.start))
+        if not np.isfinite(dB.numpy()).all():  # B_{k+1} would not be finite: the round keeps x_k and the run ends
+            self.ended = self.not_finite()
+            self.count(len(members), VALUE_BITS * (self.d + sent * self.d + sent), down=0)
+            return {**self.record(reduced, members), "clients_uplink_bits": self.uplink_bits}
         H = unpack(self.B, self.d)
         H.flat[::self.d + 1] += self.rows.l2
         step = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H, lower=True), g.to(torch.float64).numpy())
         self.w = self.w - torch.from_numpy(step).to(self.w.dtype)                   # server, with B_k
         self.B += dB.numpy()
         self.draws += 1
-        sent = max(min(self.k, int(n)) for n in np.diff(self.rows.start))
         self.count(len(members), VALUE_BITS * (self.d + sent * self.d + sent), down=self.d)
         return {**self.record(reduced, members), "clients_uplink_bits": self.uplink_bits}
 
+    def not_finite(self) -> Finished:
+        """The run's end where the clients' changes of B are not finite (the same mean, so the same verdict, on every
+        worker): a given η scales each change η n_i/K (α_j − h_j), which overflows at a huge η; the remedy names η
+        where it was given, else none (the divergence line's guesses)."""
+        why = "NL1's learned Hessian coefficients are not finite (each change is η n_i/K (α_j − h_j)); the round kept x_k"
+        remedy = None if self.given_eta is None else \
+            f"set algorithm.eta below {self.given_eta:g}, or null (K/n_i, at which a kept h_j becomes α_j)"
+        return Finished("diverged", why, remedy)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "h": torch.from_numpy(self.h.copy()), "B": torch.from_numpy(self.B.copy()),

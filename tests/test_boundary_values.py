@@ -10,6 +10,7 @@ import pytest
 from dane.dane import DANEConfig
 from dane.baselines.dingo import DINGOConfig
 from dane.baselines.feddane import FedDANEConfig
+from dane.baselines.nl1 import NL1Config
 from dane.baselines.sdane import SDANEConfig
 from dane.errors import DivergenceError
 from dane.loop.launch import execute
@@ -62,3 +63,15 @@ def test_overflowing_linear_term_names_eta_not_a_singular_hessian(tmp_path):
     line, records, summary = diverged(SDANEConfig(mu=1e308), tmp_path / "sdane")
     assert "diverged at round 2 (objective nan)" in line and "try algorithm.mu=null (the default" in line
     assert records[1]["objective"] < records[0]["objective"]  # x_1 is the mean of finite solves
+
+
+@pytest.mark.parametrize("batched", ["false", "true"])
+def test_nl1_coefficients_not_finite_keep_x_and_name_eta(tmp_path, batched):
+    """η = 1e308 overflows the clients' changes η n_i/K (α_j − h_j) of B: round 0 keeps x_0 = 0 and the run ends on
+    its record, naming η.  Before, B_1 was not finite and round 1's cho_factor raised a traceback, no summary."""
+    collected: dict = {}
+    line, records, summary = diverged(NL1Config(eta=1e308), tmp_path, collect=collected, batched=batched)
+    assert line.endswith("; set algorithm.eta below 1e+308, or null (K/n_i, at which a kept h_j becomes α_j)")
+    assert line.startswith("nl1 diverged at round 0 (objective 0.693)") and summary["status"] == "diverged"
+    assert summary["stopped_by"].startswith("NL1's learned Hessian coefficients are not finite")
+    assert [r["round"] for r in records] == [0] and collected["w"].abs().max() == 0
