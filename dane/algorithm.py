@@ -286,6 +286,11 @@ class AlgorithmConfig:
             return build_rows(problem, size, dtype)
         return problem.build_stacked(size, dtype)
 
+    def check_run(self, problem: ProblemConfig, dtype: torch.dtype) -> None:
+        """The method's keys against the run's ``problem`` and its top-level ``dtype``, with the run's spec, before any
+        worker starts (`dane.loop.spec.RunSpec`): one line naming the key (split learning's steps in the model's dtype,
+        `dane.split.config.SplitConfig.check_run`).  Nothing by default."""
+
     def recovery(self) -> list[str]:
         """Overrides of this method's own that make a diverging run of it safer, each with its reason in brackets
         (`dane.loop.launch.recovery_overrides` puts them before the generic ones: a safeguard, a larger μ, a smaller

@@ -6,18 +6,20 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from dane.dane import DANEConfig
 from dane.baselines.dingo import DINGOConfig
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.nl1 import NL1Config
 from dane.baselines.sdane import SDANEConfig
-from dane.errors import DivergenceError
+from dane.errors import ConfigError, DivergenceError
 from dane.loop.launch import execute
 from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.loop.stopping import StopRule
 from dane.problems.linear_models import LinearModelConfig
-from dane.problems.neural import DataConfig
+from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
+from dane.split.config import SplitConfig
 
 LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-3, seed=0)
 
@@ -75,3 +77,21 @@ def test_nl1_coefficients_not_finite_keep_x_and_name_eta(tmp_path, batched):
     assert line.startswith("nl1 diverged at round 0 (objective 0.693)") and summary["status"] == "diverged"
     assert summary["stopped_by"].startswith("NL1's learned Hessian coefficients are not finite")
     assert [r["round"] for r in records] == [0] and collected["w"].abs().max() == 0
+
+
+def test_split_step_above_the_model_dtype_is_refused_at_set_up():
+    """torch's SGD and Adam take the step in the parameters' dtype: 1e308 > float32's 3.403e38 stopped the first step
+    with "value cannot be converted to type float without overflow" (a traceback); now the spec refuses it, naming
+    the key, and takes it where the model is float64 (problem.dtype=null: the run's dtype)."""
+    def spec(dtype, **keys):
+        network = NeuralProblemConfig(data=DataConfig(dataset="digits"), model=ModelConfig(name="mlp"), dtype=dtype,
+                                      device="cpu", seed=0)
+        return RunSpec(problem=network, algorithm=SplitConfig(**keys), comm=Communication(backend="local", workers=2),
+                       control=RunControl(dtype=torch.float64))
+    with pytest.raises(ConfigError) as raised:
+        spec("float32", agent_lr=1e308)
+    assert str(raised.value) == ("algorithm.agent_lr=1e+308 exceeds the largest float32 (3.403e+38), the model's dtype "
+                                 "(problem.dtype), in which the optimizer takes its step; the default is 0.05")
+    with pytest.raises(ConfigError, match=r"^algorithm.server_lr=3.5e\+38 exceeds the largest float32"):
+        spec("float32", server_optimizer="adam", server_lr=3.5e38)
+    assert spec(None, agent_lr=1e308).algorithm.agent_lr == 1e308 and spec("float32", agent_lr=3.4e38)

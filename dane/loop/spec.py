@@ -150,6 +150,8 @@ class RunSpec:
         refuse_unfinished(self.algorithm)
         refuse_compression(self.algorithm, self.comm)
         refuse_rowless(self.algorithm, self.problem)
+        if hasattr(self.algorithm, "check_run"):  # an `AlgorithmConfig`'s keys against the problem and the dtype
+            self.algorithm.check_run(self.problem, self.control.dtype)
         check_batched(self)
         for r, w in self.control.faults:  # lost workers must exist
             if r < 0 or not 0 <= w < self.comm.workers:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from .. import checks
 from ..algorithm import AlgorithmConfig
 from ..errors import ConfigError
@@ -48,6 +50,22 @@ class SplitConfig(AlgorithmConfig):
             momentum = checks.nonnegative(f"algorithm.{side}_momentum", getattr(self, f"{side}_momentum"))
             if momentum >= 1:
                 raise ConfigError(f"algorithm.{side}_momentum must be < 1, got {momentum}")
+
+    def check_run(self, problem, dtype) -> None:
+        """Each side's step within the model's dtype (``problem.dtype``, null: the run's ``dtype``): torch's SGD and
+        Adam convert it to the parameters' dtype, and one above its largest value (1e308 against float32's 3.4e38)
+        stopped the first step with a traceback."""
+        from ..problems.neural import DTYPES
+
+        named = getattr(problem, "dtype", None)
+        dtype = DTYPES[named] if named in DTYPES else dtype
+        largest = torch.finfo(dtype).max
+        for side in ("agent", "server"):
+            lr = getattr(self, f"{side}_lr")
+            if lr > largest:
+                raise ConfigError(f"algorithm.{side}_lr={lr:g} exceeds the largest {str(dtype).removeprefix('torch.')} "
+                                  f"({largest:.4g}), the model's dtype (problem.dtype), in which the optimizer takes "
+                                  f"its step; the default is 0.05")
 
     @property
     def u_shaped(self) -> bool:
