@@ -17,6 +17,8 @@ from dane.errors import ConfigError, DivergenceError
 from dane.loop.launch import execute
 from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.loop.stopping import StopRule
+from dane.numerics.local_solvers import LocalSolver
+from dane.problems.controlled_quadratic import ControlledQuadratic
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
 from dane.split.config import SplitConfig
@@ -95,3 +97,17 @@ def test_split_step_above_the_model_dtype_is_refused_at_set_up():
     with pytest.raises(ConfigError, match=r"^algorithm.server_lr=3.5e\+38 exceeds the largest float32"):
         spec("float32", server_optimizer="adam", server_lr=3.5e38)
     assert spec(None, agent_lr=1e308).algorithm.agent_lr == 1e308 and spec("float32", agent_lr=3.4e38)
+
+
+def test_rowless_quadratic_names_the_key_that_chose_the_solver():
+    """InexactDANE's SVRG is its own key (a `LocalSolver` with keys="algorithm"): the refusal on a problem without
+    rows named problem.local_solver, which controlled_quadratic does not even have."""
+    shard = ControlledQuadratic(dim=20).build(0, 2)
+    r = torch.ones(20, dtype=torch.float64)
+    with pytest.raises(ConfigError) as raised:
+        shard.solve_hessian(r, shift=1.0, with_reg=True, solver=LocalSolver(method="svrg", keys="algorithm"))
+    assert str(raised.value) == ("algorithm.local_solver=svrg needs the shard's rows; QuadraticProblem has only its "
+                                 "Hessian: use algorithm.local_solver=cholesky or cg")
+    with pytest.raises(ConfigError, match=r"^problem.local_solver=lbfgs needs the shard's rows; .*: use "
+                                          r"problem.local_solver=cholesky or cg$"):
+        shard.solve_hessian(r, shift=1.0, with_reg=True, solver=LocalSolver(method="lbfgs"))

@@ -162,9 +162,10 @@ class QuadraticProblem(Problem):
             self.solver if notes is None else notes.own(self.solver, self.dim, False)
         if solver.method == "cholesky":
             return self.shifted_solve(r, shift + (2 * self.lam if with_reg else 0.0))
-        if solver.method != "cg":
-            raise ConfigError(f"problem.local_solver={solver.method} needs the shard's rows; "
-                              f"{type(self).__name__} has only its Hessian: use cholesky or cg")
+        if solver.method != "cg":  # the key that chose it: the problem's, or a method's own (InexactDANE's svrg)
+            raise ConfigError(f"{solver.keys}.local_solver={solver.method} needs the shard's rows; "
+                              f"{type(self).__name__} has only its Hessian: use {solver.keys}.local_solver=cholesky "
+                              f"or cg")
         return cg(lambda v: self.hessian_vector(v, with_reg=with_reg) + shift * v, r,
                   rtol=solver.tol if rtol is None else rtol,
                   max_iter=cg_cap(self, solver)).x
