@@ -42,6 +42,7 @@ The constants are these rules' tuning constants (this package's, chosen on ``mak
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -425,6 +426,10 @@ class AdaptKeys:
     def check_policy(self) -> None:
         checks.boolean("algorithm.paper", self.paper)
         if self.adapt is not None:
+            if isinstance(self.adapt, str) or not isinstance(self.adapt, Sequence):  # 0, 1e308, one bare name
+                names = f"[{', '.join(self.adaptation_names)}] or some of them, " if self.adaptation_names else ""
+                raise ConfigError(f"algorithm.adapt must be a list of algorithm={self.name}'s adaptation names ({names}"
+                                  f"[] for none, null for each that applies), got {self.adapt!r}")
             object.__setattr__(self, "adapt", tuple(self.adapt))
             if self.adapt and not self.adaptation_names:
                 raise ConfigError(f"algorithm={self.name} has no adaptation, got algorithm.adapt={list(self.adapt)}; "

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dane.dane import DANEConfig
+from dane.baselines.admm import ADMMConfig
 from dane.baselines.dingo import DINGOConfig
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.nl1 import NL1Config
@@ -111,3 +112,18 @@ def test_rowless_quadratic_names_the_key_that_chose_the_solver():
     with pytest.raises(ConfigError, match=r"^problem.local_solver=lbfgs needs the shard's rows; .*: use "
                                           r"problem.local_solver=cholesky or cg$"):
         shard.solve_hessian(r, shift=1.0, with_reg=True, solver=LocalSolver(method="lbfgs"))
+
+
+@pytest.mark.parametrize("value", [0, -1, 1e308, "local_retry"])
+def test_adapt_that_is_no_list_is_refused_naming_the_key(value):
+    """``algorithm.adapt=0`` was "algorithm: TypeError("'int' object is not iterable")" (``tuple(0)``), and a bare
+    name was taken letter by letter ("must be one of ..., got l")."""
+    with pytest.raises(ConfigError) as raised:
+        SDANEConfig(adapt=value)
+    assert str(raised.value) == ("algorithm.adapt must be a list of algorithm=sdane's adaptation names ([double_weight, "
+                                 "sampling_floor, local_retry] or some of them, [] for none, null for each that "
+                                 f"applies), got {value!r}")
+    with pytest.raises(ConfigError, match=r"^algorithm.adapt must be a list of algorithm=admm's adaptation names "
+                                          r"\(\[rho_refresh\] or some"):
+        ADMMConfig(adapt=value)
+    assert SDANEConfig(adapt=["local_retry"]).adapt == ("local_retry",)
