@@ -464,9 +464,9 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         if self.mu is not None:
             checks.nonnegative("algorithm.mu", self.mu)
         checks.one_of("algorithm.variant", self.variant, VARIANTS)
-        if not 0 < self.ls_c <= 0.5:
+        if not 0 < checks.number("algorithm.ls_c", self.ls_c) <= 0.5:  # null: "must be a number", not a TypeError
             raise ConfigError(f"algorithm.ls_c must be in (0, 0.5], got {self.ls_c}")
-        if not 0 < self.ls_gamma < 1:
+        if not 0 < checks.number("algorithm.ls_gamma", self.ls_gamma) < 1:
             raise ConfigError(f"algorithm.ls_gamma must be in (0, 1), got {self.ls_gamma}")
         self.check_sampling()
         if self.variant != "pp":

@@ -11,7 +11,9 @@ import torch
 from dane.dane import DANEConfig
 from dane.baselines.admm import ADMMConfig
 from dane.baselines.dingo import DINGOConfig
+from dane.baselines.bc_newton import FedNLBCConfig
 from dane.baselines.feddane import FedDANEConfig
+from dane.baselines.fednl import FedNLConfig
 from dane.baselines.nl1 import NL1Config
 from dane.baselines.sdane import SDANEConfig
 from dane.errors import ConfigError, DivergenceError
@@ -127,3 +129,16 @@ def test_adapt_that_is_no_list_is_refused_naming_the_key(value):
                                           r"\(\[rho_refresh\] or some"):
         ADMMConfig(adapt=value)
     assert SDANEConfig(adapt=["local_retry"]).adapt == ("local_retry",)
+
+
+@pytest.mark.parametrize("config", [FedNLConfig, FedNLBCConfig])
+@pytest.mark.parametrize("key", ["ls_c", "ls_gamma"])
+def test_line_search_constant_null_is_refused_naming_the_key(config, key):
+    """``algorithm.ls_c=null`` was "algorithm: TypeError("'<' not supported between instances of 'int' and
+    'NoneType'")"; a number outside the range keeps its line."""
+    with pytest.raises(ConfigError) as raised:
+        config(**{key: None})
+    assert str(raised.value) == f"algorithm.{key} must be a number, got None"
+    with pytest.raises(ConfigError) as raised:
+        config(**{key: 0})
+    assert str(raised.value) == f"algorithm.{key} must be in {dict(ls_c='(0, 0.5]', ls_gamma='(0, 1)')[key]}, got 0"
