@@ -17,7 +17,8 @@ from dane.baselines.fednl import FedNLConfig
 from dane.baselines.nl1 import NL1Config
 from dane.baselines.sdane import SDANEConfig
 from dane.errors import ConfigError, DivergenceError
-from dane.loop.launch import execute
+from dane.api import algorithm_config
+from dane.loop.launch import execute, recovery_overrides
 from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.loop.stopping import StopRule
 from dane.numerics.local_solvers import LocalSolver
@@ -142,3 +143,14 @@ def test_line_search_constant_null_is_refused_naming_the_key(config, key):
     with pytest.raises(ConfigError) as raised:
         config(**{key: 0})
     assert str(raised.value) == f"algorithm.{key} must be in {dict(ls_c='(0, 0.5]', ls_gamma='(0, 1)')[key]}, got 0"
+
+
+def test_a_given_step_goes_back_to_the_rule_where_the_default_is_null():
+    """GD's lr=1e308 was told algorithm.lr=1e+307, which diverges too, and ADIANA's gamma=1e308 nothing: where the
+    config's default is null (a rule of the package picks the step) the hint is that null; synchronous SGD's lr
+    (default 0.05, no rule) still gets a tenth."""
+    rule = "=null (the default, which the package's rule picks)"
+    assert recovery_overrides(algorithm_config("gd", lr=1e308)) == [f"algorithm.lr{rule}", "algorithm=dane (safeguarded)"]
+    assert recovery_overrides(algorithm_config("adiana", gamma=1e308))[0] == f"algorithm.gamma{rule}"
+    assert recovery_overrides(algorithm_config("sync_sgd", lr=1e308))[0] == "algorithm.lr=1e+307"
+    assert not any(h.startswith("algorithm.lr") for h in recovery_overrides(algorithm_config("gd")))  # null: none

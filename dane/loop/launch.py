@@ -71,10 +71,17 @@ def execute(spec: RunSpec, out_dir: str | None, *, collect: dict | None = None) 
     return summary
 
 
+#: the keys of a method's step sizes that the divergence hint shrinks, or hands back to the package's rule
+STEP_KEYS = ("lr", "gamma")
+
+
 def recovery_overrides(algorithm) -> list[str]:
-    """Overrides that make a diverging ``algorithm`` safer, each a key its config has (`DivergenceError`'s hint)."""
-    keys = {f.name: getattr(algorithm, f.name) for f in dataclasses.fields(algorithm)} \
-        if dataclasses.is_dataclass(algorithm) else {}
+    """Overrides that make a diverging ``algorithm`` safer, each a key its config has (`DivergenceError`'s hint): a
+    given step (`STEP_KEYS`) back to null where that is the config's default (a rule of the package picks it: GD's
+    lr, ADIANA's γ), else a tenth of it (synchronous SGD's lr)."""
+    fields = dataclasses.fields(algorithm) if dataclasses.is_dataclass(algorithm) else ()
+    keys = {f.name: getattr(algorithm, f.name) for f in fields}
+    defaults = {f.name: f.default for f in fields}  # dataclasses.MISSING where a key has none
     out = list(algorithm.recovery()) if hasattr(algorithm, "recovery") else []
     if keys.get("safeguard") is False:
         out.append("algorithm.safeguard=true")
@@ -87,10 +94,16 @@ def recovery_overrides(algorithm) -> list[str]:
                        "convexity overstates it)")
     if keys.get("adaptive_rho") is False:
         out.append("algorithm.adaptive_rho=true")
-    lr = keys.get("lr")
-    # a smaller step; a step <= 0 is no step to shrink, and an infinite one (lr=1e400, read as inf) has no tenth
-    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < float(lr) / 10 < math.inf:
-        out.append(f"algorithm.lr={float(lr) / 10:g}")
+    for key in STEP_KEYS:
+        step = keys.get(key)
+        if not isinstance(step, (int, float)) or isinstance(step, bool):
+            continue
+        # a given step where the config's default is null: back to the package's rule (a tenth of 1e308 diverges
+        # too); else a smaller step, where a step <= 0 is none to shrink and an infinite one (1e400) has no tenth
+        if defaults.get(key, 0) is None:
+            out.append(f"algorithm.{key}=null (the default, which the package's rule picks)")
+        elif 0 < float(step) / 10 < math.inf:
+            out.append(f"algorithm.{key}={float(step) / 10:g}")
     if getattr(algorithm, "name", None) != "dane":
         out.append("algorithm=dane (safeguarded)")
     return out
