@@ -17,7 +17,8 @@ and with h = mean_i H_i g (= ∇²O(x_k) g) the server picks the first direction
 Then x_{k+1} = x_k + a p, a the first of 1, 1/2, 1/4, … with ‖∇O(x_k + a p)‖² ≤ ‖g‖² + 2aρ⟨p, h⟩ (one allreduce of
 gradients a trial; at most `LS_TRIALS`, after which the round keeps x_k, a = 0; a direction that is not finite, case
 3's λ_i overflowing at a huge θ‖g‖², keeps x_k with no trial and ends the run diverged, naming θ: `DINGO.not_finite`).
-θ = ``theta``, φ = ``phi``, ρ = ``rho``: the paper's and FedNL-Public's 1e-4, 1e-6, 1e-4.  The paper takes θ, φ > 0 and ρ ∈ (0, 1), as any
+θ = ``theta``, φ = ``phi``, ρ = ``rho``: the paper's and FedNL-Public's 1e-4, 1e-6, 1e-4.  The paper takes θ, φ > 0 (φ here at most `PHI_MAX`,
+so that φ² is a finite float) and ρ ∈ (0, 1), as any
 Armijo condition must: on a quadratic ‖∇O(x_k + a p)‖² = ‖g‖² + 2a⟨p, h⟩ + a²‖∇²O p‖², so where ⟨p, h⟩ < 0 no
 a > 0 passes with ρ ≥ 1 and every round would spend its `LS_TRIALS` trials to keep x_k.  H_i includes the ℓ2 term λI; where λ > 0 it is
 positive definite and H_i† is its inverse (a Cholesky solve).  Departure from the paper: H_i† is that inverse only, not
@@ -40,6 +41,8 @@ Linear models with one output on rows (as FedNL), one client per worker or all m
 """
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +61,9 @@ from dane.work import count
 from .federated import ClientBits, Federated
 from .fednl_server import LS_TRIALS
 from .newton_star import VALUE_BITS, linear_rows
+
+#: the largest φ whose square is a finite float64 (√ of its largest value): φ² I enters H_i² + φ²I
+PHI_MAX = math.sqrt(sys.float_info.max)
 
 
 def client_vectors(H: np.ndarray, g: np.ndarray, phi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,7 +171,9 @@ class DINGOConfig(AlgorithmConfig, SamplingKeys):
 
     def __post_init__(self) -> None:
         checks.positive("algorithm.theta", self.theta)
-        checks.positive("algorithm.phi", self.phi)
+        if checks.positive("algorithm.phi", self.phi) > PHI_MAX:
+            raise ConfigError(f"algorithm.phi must be at most {PHI_MAX:.4g}, got {self.phi}: φ² enters H_i² + φ²I and "
+                              f"must be a finite float; the paper's is 1e-6")
         if not 0 < checks.positive("algorithm.rho", self.rho) < 1:
             raise ConfigError(f"algorithm.rho must be in (0, 1), got {self.rho}: DINGO's Armijo constant (Crane & "
                               f"Roosta 2019 take ρ ∈ (0, 1); from 1 on no step passes on a quadratic, and each round "

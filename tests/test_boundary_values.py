@@ -4,20 +4,22 @@ kept (exit 3, `dane.errors.DivergenceError`), never a traceback nor a line that 
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
 
-from dane.dane import DANEConfig
+from dane.api import algorithm_config
 from dane.baselines.admm import ADMMConfig
-from dane.baselines.dingo import DINGOConfig
 from dane.baselines.bc_newton import FedNLBCConfig
+from dane.baselines.dingo import DINGOConfig
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.fednl import FedNLConfig
+from dane.baselines.newton_3pc import Newton3PCConfig
 from dane.baselines.nl1 import NL1Config
 from dane.baselines.sdane import SDANEConfig
+from dane.dane import DANEConfig
 from dane.errors import ConfigError, DivergenceError
-from dane.api import algorithm_config
 from dane.loop.launch import execute, recovery_overrides
 from dane.loop.spec import Communication, RunControl, RunSpec
 from dane.loop.stopping import StopRule
@@ -154,3 +156,26 @@ def test_a_given_step_goes_back_to_the_rule_where_the_default_is_null():
     assert recovery_overrides(algorithm_config("adiana", gamma=1e308))[0] == f"algorithm.gamma{rule}"
     assert recovery_overrides(algorithm_config("sync_sgd", lr=1e308))[0] == "algorithm.lr=1e+307"
     assert not any(h.startswith("algorithm.lr") for h in recovery_overrides(algorithm_config("gd")))  # null: none
+
+
+def test_dingo_phi_whose_square_overflows_is_refused():
+    """φ = 1e308: φ² = inf in H_i² + φ²I, a RuntimeWarning on stderr of a run that finished; now refused at set-up."""
+    with pytest.raises(ConfigError) as raised:
+        DINGOConfig(phi=1e308)
+    assert str(raised.value) == ("algorithm.phi must be at most 1.341e+154, got 1e+308: φ² enters H_i² + φ²I and must "
+                                 "be a finite float; the paper's is 1e-6")
+    assert 1.34e154 ** 2 < float("inf") and DINGOConfig(phi=1.34e154).phi == 1.34e154
+
+
+def test_newton_3pc_trigger_past_the_largest_float_is_quiet():
+    """LAG's trigger ‖X − H_i‖² > ζ‖X − Y_i‖² at ζ = 1e308 overflows to inf, which no finite left side exceeds: the
+    records are those of ζ = 1e100 (neither fires after round 0), with no RuntimeWarning (there was one on stderr)."""
+    def records(zeta):
+        spec = RunSpec(problem=LOGREG, algorithm=Newton3PCConfig(zeta=zeta), comm=Communication(workers=2),
+                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
+        collected: dict = {}
+        execute(spec, None, collect=collected)
+        return [(r["objective"], r["clients_uplink_bits"]) for r in collected["records"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert records(1e308) == records(1e100)
