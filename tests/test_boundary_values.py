@@ -4,6 +4,7 @@ kept (exit 3, `dane.errors.DivergenceError`), never a traceback nor a line that 
 from __future__ import annotations
 
 import json
+import math
 import warnings
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 from dane.api import algorithm_config
 from dane.baselines.admm import ADMMConfig
 from dane.baselines.bc_newton import FedNLBCConfig
-from dane.baselines.dingo import DINGOConfig
+from dane.baselines.dingo import PHI_MAX, DINGOConfig
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.fednl import FedNLConfig
 from dane.baselines.newton_3pc import Newton3PCConfig
@@ -91,11 +92,11 @@ def test_split_step_above_the_model_dtype_is_refused_at_set_up():
     """torch's SGD and Adam take the step in the parameters' dtype: 1e308 > float32's 3.403e38 stopped the first step
     with "value cannot be converted to type float without overflow" (a traceback); now the spec refuses it, naming
     the key, and takes it where the model is float64 (problem.dtype=null: the run's dtype)."""
-    def spec(dtype, **keys):
+    def spec(dtype, run_dtype=torch.float64, **keys):
         network = NeuralProblemConfig(data=DataConfig(dataset="digits"), model=ModelConfig(name="mlp"), dtype=dtype,
                                       device="cpu", seed=0)
         return RunSpec(problem=network, algorithm=SplitConfig(**keys), comm=Communication(backend="local", workers=2),
-                       control=RunControl(dtype=torch.float64))
+                       control=RunControl(dtype=run_dtype))
     with pytest.raises(ConfigError) as raised:
         spec("float32", agent_lr=1e308)
     assert str(raised.value) == ("algorithm.agent_lr=1e+308 exceeds the largest float32 (3.403e+38), the model's dtype "
@@ -103,6 +104,9 @@ def test_split_step_above_the_model_dtype_is_refused_at_set_up():
     with pytest.raises(ConfigError, match=r"^algorithm.server_lr=3.5e\+38 exceeds the largest float32"):
         spec("float32", server_optimizer="adam", server_lr=3.5e38)
     assert spec(None, agent_lr=1e308).algorithm.agent_lr == 1e308 and spec("float32", agent_lr=3.4e38)
+    with pytest.raises(ConfigError) as raised:  # problem.dtype=null: the run's dtype= is the key that made it float32
+        spec(None, torch.float32, agent_lr=1e308)
+    assert "the model's dtype (dtype), in which" in str(raised.value)
 
 
 def test_rowless_quadratic_names_the_key_that_chose_the_solver():
@@ -164,7 +168,9 @@ def test_dingo_phi_whose_square_overflows_is_refused():
         DINGOConfig(phi=1e308)
     assert str(raised.value) == ("algorithm.phi must be at most 1.341e+154, got 1e+308: φ² enters H_i² + φ²I and must "
                                  "be a finite float; the paper's is 1e-6")
-    assert 1.34e154 ** 2 < float("inf") and DINGOConfig(phi=1.34e154).phi == 1.34e154
+    assert math.isfinite(PHI_MAX ** 2) and DINGOConfig(phi=PHI_MAX).phi == PHI_MAX  # the bound itself is taken
+    with pytest.raises(ConfigError):
+        DINGOConfig(phi=math.nextafter(PHI_MAX, math.inf))
 
 
 def test_newton_3pc_trigger_past_the_largest_float_is_quiet():

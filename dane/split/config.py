@@ -58,13 +58,13 @@ class SplitConfig(AlgorithmConfig):
         from ..problems.neural import DTYPES
 
         named = getattr(problem, "dtype", None)
-        dtype = DTYPES[named] if named in DTYPES else dtype
+        dtype, key = (DTYPES[named], "problem.dtype") if named in DTYPES else (dtype, "dtype")
         largest = torch.finfo(dtype).max
         for side in ("agent", "server"):
             lr = getattr(self, f"{side}_lr")
             if lr > largest:
                 raise ConfigError(f"algorithm.{side}_lr={lr:g} exceeds the largest {str(dtype).removeprefix('torch.')} "
-                                  f"({largest:.4g}), the model's dtype (problem.dtype), in which the optimizer takes "
+                                  f"({largest:.4g}), the model's dtype ({key}), in which the optimizer takes "
                                   f"its step; the default is 0.05")
 
     @property
