@@ -1,5 +1,5 @@
-"""Seeds: every generator the package seeds from a run's seed gets its 63-bit seed from `stream_seed`, under one
-registered layout per stream (`STREAMS`), so that no two streams of a run can draw the same numbers."""
+"""Seeds: the run's random streams, each seeded from the run's seed by `stream_seed` under one registered layout
+(`STREAMS`), so that no two streams one run holds draw the same numbers."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -13,20 +13,24 @@ class Stream(NamedTuple):
 
 
 #: stream -> (its number, its layout).  ``worker``: ``[seed, rank, number]``, one generator per worker
-#: (`dane.numerics.inner.worker_seed`); ``shared``: ``[seed, number]``, one generator every rank holds a copy of
-#: (a run's coins, its client sampler, its downlink); ``keyed``: ``[seed]`` with spawn key ``(number, rank)``, a
-#: per-worker stream kept apart from the worker layout (a list ``[seed, 11, r]`` is worker 11's stream r there);
-#: ``numpy``: a NumPy generator on ``SeedSequence([seed, number])`` itself (no 63-bit seed: another generator than
-#: a torch one seeded by `shared_seed` of the same number).  A number repeats only between streams no run holds
-#: together (``worker`` 3: local SGD and split learning; 13: FedRed and MARINA); tests/test_seeds.py checks that
-#: the 63-bit seeds of the streams one run can hold never meet.  Outside this table: the data generators' own
-#: NumPy streams (`dane.problems.ridge`), Newton-3PC's per-client draws and the simulator's drawn tail costs.
+#: (`worker_seed`); ``shared``: ``[seed, number]``, one generator every rank holds a copy of (a run's coins, its
+#: client sampler, its downlink); ``keyed``: ``[seed]`` with spawn key ``(number, rank)``, a per-worker stream kept
+#: apart from the worker layout (a list ``[seed, 11, r]`` is worker 11's stream r there); ``numpy``: a NumPy
+#: generator on ``SeedSequence([seed, number])`` itself (no 63-bit seed: another generator than a torch one seeded
+#: by `shared_seed` of the same number).  A number repeats only between streams no run holds together (``worker``
+#: 3: local SGD and split learning; 13: FedRed and MARINA); tests/test_seeds.py checks that the 63-bit seeds of the
+#: streams one run can hold never meet.  Seeded outside this table, each a stream of its own family: the data
+#: generators' NumPy streams (`dane.problems.ridge`), Newton-3PC's per-client draws, RandK's counter-based keys
+#: (`dane.problems.stacked_compress`), FedNL's per-client generators of natural and dithering compression
+#: (``seed * 1_000_003 + client``), the spectral estimates' start vector (``manual_seed(seed)``, read by the
+#: default rules of GD, DIANA, ADMM, Scaffnew and SCAFFOLD, none of which holds FedNL's generators) and the
+#: simulator's drawn tail costs.
 STREAMS = {
-    "network_minibatch": Stream(1, "worker"), "sync_sgd_minibatch": Stream(2, "worker"), "local_sgd_minibatch": Stream(3, "worker"),
-    "split_batch_order": Stream(3, "worker"), "augmentation": Stream(4, "worker"), "svrg": Stream(5, "worker"),
-    "client_sampler": Stream(7, "shared"), "scaffnew_coin": Stream(11, "shared"), "downlink": Stream(12, "shared"),
-    "fedred_coin": Stream(13, "shared"), "marina_coin": Stream(13, "numpy"), "fednl_bc_coin": Stream(14, "numpy"),
-    "compression": Stream(11, "keyed"),
+    "network_minibatch": Stream(1, "worker"), "sync_sgd_minibatch": Stream(2, "worker"),
+    "local_sgd_minibatch": Stream(3, "worker"), "split_batch_order": Stream(3, "worker"),
+    "augmentation": Stream(4, "worker"), "svrg": Stream(5, "worker"), "client_sampler": Stream(7, "shared"),
+    "scaffnew_coin": Stream(11, "shared"), "downlink": Stream(12, "shared"), "fedred_coin": Stream(13, "shared"),
+    "marina_coin": Stream(13, "numpy"), "fednl_bc_coin": Stream(14, "numpy"), "compression": Stream(11, "keyed"),
 }
 
 
