@@ -50,7 +50,8 @@ import torch
 
 from dane import checks
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import LBFGS_MAX_ITER, PASSES_AUTO, LocalSolver
+from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver
+from dane.numerics.svrg import PASSES_AUTO
 from dane.records.results import adaptation
 from dane.safeguard_rules import accepts, step_ratio_and_cosine
 

@@ -115,8 +115,8 @@ from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, PASSES_AUTO, LocalSolver, load_svrg, \
-    refuse_oversized_svrg, row_shard
+from dane.numerics.local_solvers import LocalSolver, refuse_oversized_svrg
+from dane.numerics.svrg import AUTO_PASSES_CONTRACTION, PASSES_AUTO, load_svrg, row_shard
 from dane.problems import Problem
 from dane.records.results import adaptation
 

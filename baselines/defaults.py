@@ -28,8 +28,8 @@ from typing import Any
 # factorization=auto; a network's inner_steps and inner_batch_size), split learning's cut=null (the smallest valid
 # bottom); svrg_passes_at: what passes=auto ran, which `tighter` doubles
 from dane.numerics.inner import one_pass_steps, whole_shard
-from dane.numerics.local_solvers import (LBFGS_MAX_ITER, PASSES_AUTO, LocalSolver, auto_local_solver, cg_products,
-                                         svrg_passes, svrg_passes_at, svrg_step)
+from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver, auto_local_solver, cg_products, svrg_passes_at
+from dane.numerics.svrg import PASSES_AUTO, svrg_passes, svrg_step
 from dane.problems.quadratic import auto_factorization
 from dane.split.cut import cut_model
 

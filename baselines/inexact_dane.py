@@ -10,11 +10,11 @@ two allreduces:
     w_{t+1} &= \frac1m \sum_i w_i                                          &&\text{(allreduce 2)}
 
 The local solve is the paper's: ``passes`` epochs of SVRG on the worker's rows, started
-at w_t, step 1/L_max of the row terms unless ``lr`` is given (`dane.numerics.local_solvers.svrg`,
+at w_t, step 1/L_max of the row terms unless ``lr`` is given (`dane.numerics.svrg.svrg`,
 compiled by numba).  ``passes="auto"`` (the default) takes enough passes that one solve
 contracts its error by a fixed factor whatever the conditioning,
 ceil(c L_max / ((λ + μ) n_i)) with c = 1, at least the paper's 3 and at most 1000
-(`dane.numerics.local_solvers.svrg_passes`); ``passes=3`` is the paper's setting, which leaves the
+(`dane.numerics.svrg.svrg_passes`); ``passes=3`` is the paper's setting, which leaves the
 solve rough where L_max/λ is far above 3 n_i, so that the rounds run into the hundreds.
 Local passes are cheap (compiled); rounds are what the method is there to save.
 ``local_solver="cg"`` instead runs Newton-CG to the loose relative residual ``cg_tol``,
@@ -33,7 +33,7 @@ AIDE SVRG draws the rows with replacement instead); here, by default
 (``svrg_variant="epochs"``), the snapshot is refreshed at the start of every pass and each
 pass visits the rows in a fresh random order (SVRG's outer loop, Johnson & Zhang 2013).
 ``svrg_variant="matlab"`` is the reference's AIDE sampling, one snapshot and rows with
-replacement (`dane.numerics.local_solvers.SVRG_VARIANTS`); the InexactDANE solver's one
+replacement (`dane.numerics.svrg.SVRG_VARIANTS`); the InexactDANE solver's one
 snapshot with per-pass permutations is neither variant.
 """
 from __future__ import annotations
@@ -45,8 +45,8 @@ from dane.comm import Communicator
 from dane.algorithm import AlgorithmConfig
 from dane.dane import DANE, DANEConfig
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import PASSES_AUTO, SVRG_VARIANTS, LocalSolver, cg_products, check_passes, row_shard, \
-    svrg_resolved
+from dane.numerics.local_solvers import LocalSolver, cg_products, svrg_resolved
+from dane.numerics.svrg import PASSES_AUTO, SVRG_VARIANTS, check_passes, row_shard
 from dane.problems import Problem, ProblemConfig
 
 from .defaults import Resolution
@@ -159,7 +159,7 @@ def solve_nulls(solver: LocalSolver | None) -> dict[str, str]:
 
 def noted_solve(problem: Problem, solver: LocalSolver, mu: float, comm: Communicator) -> tuple[dict, ...]:
     """The ``defaults`` entries of the local solve's nulls: CG's ``cg_max_iter`` (`cg_products`) and, at the
-    proximal weight ``mu``, an SVRG solve's ``lr`` (`dane.numerics.local_solvers.svrg_step`) and ``passes=auto``
+    proximal weight ``mu``, an SVRG solve's ``lr`` (`dane.numerics.svrg.svrg_step`) and ``passes=auto``
     (`svrg_passes`), this worker's (each worker's from its own rows) at the starting μ (``mu`` among the statistics),
     with what the rules read; none for given numbers, another local solver, or a problem without rows (no SVRG solve
     runs).  Where the safeguard moves μ the solve re-derives both (a larger μ: a longer step, fewer passes), and

@@ -25,7 +25,8 @@ import torch
 
 from .algorithm import Algorithm, AlgorithmConfig, Column, Finished
 from .comm import Communicator
-from .numerics.local_solvers import SVRG_NULLS, LocalSolver, load_svrg, refuse_oversized_svrg, svrg_resolved
+from .numerics.local_solvers import LocalSolver, refuse_oversized_svrg, svrg_resolved
+from .numerics.svrg import SVRG_NULLS, load_svrg
 from . import checks
 from .problems import Problem
 from .records.results import adaptation

@@ -19,7 +19,8 @@ from dane.comm import ThreadGroup
 from dane.loop.runner import run as run_rounds
 from dane.loop.stopping import StopRule
 from dane.losses import LOSSES
-from dane.numerics.local_solvers import LocalSolver, Subproblem, svrg, svrg_reference
+from dane.numerics.local_solvers import LocalSolver, Subproblem
+from dane.numerics.svrg import svrg, svrg_reference
 from dane.problems.glm import LinearModelShard, to_torch
 from dane.records.results import read_rounds
 from dane.synthetic.bench_file import external_reference

@@ -24,7 +24,8 @@ from dane.comm import ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.loop.launch import execute
-from dane.numerics.local_solvers import AUTO_PASSES_CONTRACTION, AUTO_PASSES_MAX, LocalSolver
+from dane.numerics.local_solvers import LocalSolver
+from dane.numerics.svrg import AUTO_PASSES_CONTRACTION, AUTO_PASSES_MAX
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems import LogReg, Problem, RidgeSyntheticConfig
 from dane.problems.glm import LinearModelShard

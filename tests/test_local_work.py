@@ -428,7 +428,7 @@ def test_sdane_re_solves_a_failed_fixed_count_with_twice_the_products():
 
 def test_sdane_re_solves_an_automatic_svrg_solve_with_twice_the_passes_it_ran():
     """SVRG at ``passes=auto`` runs a = clip(⌈b/(γ(λ + l2) n_i)⌉, 3, 1000) passes, γ = 1/(n_i L_row + λ + l2)
-    (`dane.numerics.local_solvers.svrg_passes`, by hand, b = 1); each re-solve after a failed accuracy test runs
+    (`dane.numerics.svrg.svrg_passes`, by hand, b = 1); each re-solve after a failed accuracy test runs
     twice the passes of the solve it follows: 2a, 4a, ... (it was 6, then 12, 24: twice the 3 of the paper's
     setting, whatever a), and the records' SVRG steps are n_i a pass."""
     lam, (X, y) = 1e-4, table()
@@ -744,7 +744,7 @@ def test_admm_refresh_counts_the_clients_eigendecomposition():
 
 
 def test_sdane_re_solves_a_ridge_shards_svrg_solve_with_the_passes_of_its_rows():
-    """A ridge shard keeps its rows beside itself (``rows``, `dane.numerics.local_solvers.row_shard`): the passes an
+    """A ridge shard keeps its rows beside itself (``rows``, `dane.numerics.svrg.row_shard`): the passes an
     SVRG solve ran there (``auto``'s resolved on its rows), which a re-solve doubles, are its rows'.  It raised
     AttributeError ('RidgeShard' object has no attribute 'l2') at the first failed accuracy test; at 1 pass a solve
     and λ = 0.01 every solve fails and is re-solved at 2, 4 and 8 passes."""

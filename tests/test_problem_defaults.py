@@ -133,9 +133,9 @@ def test_every_rule_a_problem_null_names_is_one_of_the_defaults_module():
     from pathlib import Path
 
     import dane.baselines.defaults as d
-    import dane.numerics.local_solvers as ls
+    from dane.numerics.svrg import SVRG_NULLS
 
-    rules = {rule for _, rule in ls.SVRG_NULLS.values()}
+    rules = {rule for _, rule in SVRG_NULLS.values()}
     for path in Path(dane.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             name = getattr(node.func, "attr", getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None

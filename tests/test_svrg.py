@@ -13,8 +13,9 @@ import scipy.sparse
 import torch
 
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import (AUTO_PASSES_CONTRACTION, AUTO_PASSES_MAX, AUTO_PASSES_MIN, LocalSolver, Subproblem,
-                                svrg, svrg_constants, svrg_passes, svrg_reference)
+from dane.numerics.local_solvers import LocalSolver, Subproblem
+from dane.numerics.svrg import (AUTO_PASSES_CONTRACTION, AUTO_PASSES_MAX, AUTO_PASSES_MIN, svrg, svrg_constants, svrg_passes,
+                                svrg_reference)
 from dane.losses import LOGISTIC, SOFTMAX, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
 import runs

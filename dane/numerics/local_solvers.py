@@ -13,15 +13,8 @@ subproblem without the shared regularizer).  The methods (``problem.local_solver
   (or a fixed ``max_iter`` products with ``tol=0``); no d x d matrix is formed, so sparse
   X stays sparse.  On a quadratic: one CG solve.
 - ``svrg``: the local solver of InexactDANE (Reddi et al. 2016): ``passes`` epochs of
-  SVRG on the worker's rows, started at the anchor (``passes="auto"``: `svrg_passes`).  The ℓ2, linear and proximal terms
-  are deterministic and enter exactly; only the data term is sampled.  The step is
-  1 / L_max of the per-row components unless ``lr`` is given.  ``variant`` (see
-  `SVRG_VARIANTS`) says when the snapshot is taken and how rows are drawn.  Compiled
-  (`dane.numerics.svrg_kernels`) on the rows of a linear model; `svrg_reference` is the same
-  method in torch, one call per step, and the fast path is tested against it.  On a GPU
-  shard (``problem.device=cuda``) SVRG is `svrg_reference` on the device: the compiled
-  kernels run on host arrays only.  The same row draws, so the same iterates to round-off,
-  but one step is a few small kernel launches: slow where n_i is large.
+  SVRG on the worker's rows, started at the anchor, compiled where the shard gives its rows
+  (`dane.numerics.svrg`: the solver, its options and the nulls it resolves).
 - ``lbfgs``: scipy's L-BFGS-B on φ, to ``tol`` times the anchor's gradient (max norm), or until φ's value
   stops decreasing in floating point, whichever comes first (see `lbfgs`).
 - ``auto``: ``cholesky`` when the dimension is at most `AUTO_MAX_DIM` and X is dense,
@@ -37,7 +30,6 @@ Every solver runs on the device of the anchor it is given (the shard's, `dane.pr
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
@@ -49,21 +41,11 @@ from ..comm.meters import start_up
 from ..errors import ConfigError
 from .inner import refuse_oversized
 from .linalg import CG_PRODUCTS_PER_DIM
+from .svrg import (AUTO_PASSES_CONTRACTION, PASSES_AUTO, SVRG_NULLS, SVRG_VARIANTS, check_passes, note_svrg, row_shard,
+                   svrg, svrg_constants, svrg_nulls)
 from ..work import count, counting
 
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
-#: ``epochs``: a full-gradient snapshot at the start of every pass (SVRG's outer loop, Johnson & Zhang
-#: 2013, option I), then n_i / b steps on a fresh random permutation of the rows (every row once per pass).
-#: ``matlab``: the public MATLAB/Octave reference's AIDE solver's (``AIDELinSVRG.m``): one snapshot (at the anchor)
-#: per solve, then passes * n_i / b steps on rows drawn uniformly with replacement.  Its InexactDANE solver
-#: (``InexactDANELinSVRG.m``) takes the same one snapshot but visits the rows in a fresh permutation each pass:
-#: neither variant here.
-SVRG_VARIANTS = ("epochs", "matlab")
-PASSES_AUTO = "auto"
-#: passes=auto (`svrg_passes`): SVRG steps per solve = AUTO_PASSES_CONTRACTION x κ, κ = 1 / (γ (λ + μ))
-AUTO_PASSES_CONTRACTION = 1.0
-AUTO_PASSES_MIN = 3      # the paper's (and the public MATLAB reference's) passes: auto never takes fewer
-AUTO_PASSES_MAX = 1000   # a cap on one solve's cost where κ is far above n_i (ill-conditioned data, tiny λ + μ)
 #: L-BFGS-B's iterations per solve where ``max_iter`` is null
 LBFGS_MAX_ITER = 1000
 AUTO_MAX_DIM = 2000  # a dense d x d Cholesky costs d^3/3 flops: ~3 Gflop at 2000, once per mu
@@ -78,11 +60,12 @@ class LocalSolver:
     max_iter: int | None = None     # cg: products per linear solve (None: `cg_products`); lbfgs: iterations
                                     # (None: `LBFGS_MAX_ITER`)
     newton_steps: int = 50          # Newton iterations at most (non-quadratic losses)
-    passes: int | str = 3           # svrg: epochs per solve, or "auto" (`svrg_passes`)
+    passes: int | str = 3           # svrg: epochs per solve, or "auto" (`dane.numerics.svrg.svrg_passes`)
     batch_size: int = 1             # svrg: rows per step
     lr: float | None = None         # svrg: step (None: 1 / L_max)
     variant: str = "epochs"         # svrg: SVRG_VARIANTS
-    contraction: float = AUTO_PASSES_CONTRACTION  # svrg, passes=auto: c of `svrg_passes` (the solve contracts by e^-c)
+    contraction: float = AUTO_PASSES_CONTRACTION  # svrg, passes=auto: c of `dane.numerics.svrg.svrg_passes` (the
+                                                  # solve contracts by e^-c)
     #: whose keys set the nulls above: ``problem`` (problem.local_max_iter, svrg_lr, svrg_passes: noted where a solve
     #: uses them, `SolverNotes`) or ``algorithm`` (a method's own solver, whose build notes them)
     keys: str = field(default="problem", compare=False)
@@ -120,14 +103,14 @@ def auto_local_solver(dim: int, sparse: bool) -> str:
 class SolverNotes:
     """The nulls of a shard's ``problem.*`` solver keys that the run's local solves used, each noted at its first use
     inside the rounds (`dane.work.counting`: not the reference optimum's solve, nor a measurement), as a method's
-    defaults are ({"key", "value", "rule", "stats"}, `baselines.defaults.Resolution`): what ``local_solver=auto``
-    chose (`auto_local_solver`), ``local_max_iter``'s cap (`cg_products`, `LBFGS_MAX_ITER`), ``svrg_lr``
-    (`svrg_step`) and ``svrg_passes=auto`` (`svrg_passes`).  The last two are this worker's (``worker``: set by the
-    problem's build) at the proximal weight ``mu`` of that first solve; a μ that moves later re-derives them (DANE
-    records each re-derivation as an ``adapted`` event).  A problem notes its own keys' nulls here too, where its
-    solves use them (``also``: key -> rule, what the first lines name before round 0): ridge_synthetic's
-    ``factorization=auto`` (`dane.problems.quadratic.auto_factorization`), a network's ``inner_steps`` and
-    ``inner_batch_size`` (`dane.numerics.inner.one_pass_steps`, `dane.numerics.inner.whole_shard`).  The batched
+    defaults are ({"key", "value", "rule", "stats"}, `baselines.defaults.Resolution`): what ``local_solver=auto`` chose
+    (`auto_local_solver`), ``local_max_iter``'s cap (`cg_products`, `LBFGS_MAX_ITER`), ``svrg_lr``
+    (`dane.numerics.svrg.svrg_step`) and ``svrg_passes=auto`` (`dane.numerics.svrg.svrg_passes`).  The last two are this
+    worker's (``worker``: set by the problem's build) at the proximal weight ``mu`` of that first solve; a μ that moves
+    later re-derives them (DANE records each re-derivation as an ``adapted`` event).  A problem notes its own keys'
+    nulls here too, where its solves use them (``also``: key -> rule, what the first lines name before round 0):
+    ridge_synthetic's ``factorization=auto`` (`dane.problems.quadratic.auto_factorization`), a network's ``inner_steps``
+    and ``inner_batch_size`` (`dane.numerics.inner.one_pass_steps`, `dane.numerics.inner.whole_shard`).  The batched
     path's stacked problem notes what worker 0's shard would (``worker`` 0).  A resumed run keeps them (the shard's
     ``state_dict``)."""
 
@@ -185,15 +168,6 @@ def cg_cap(shard, solver: LocalSolver) -> int:
     return noted(shard, solver, "problem.local_max_iter", cg_products(shard), "cg_products", dim=shard.dim)
 
 
-def check_passes(key: str, passes) -> int | str:
-    """SVRG's passes: a positive integer or ``auto``; else one line naming the key and the value."""
-    if passes == PASSES_AUTO:
-        return passes
-    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-        raise ConfigError(f"{key} must be a positive integer or {PASSES_AUTO}, got {passes!r}")
-    return passes
-
-
 class Shard(Protocol):
     """What the solvers need from a worker's convex shard."""
 
@@ -246,7 +220,7 @@ def prox_solve(shard: Shard, anchor: torch.Tensor, linear: torch.Tensor, mu: flo
                anchor_grad: torch.Tensor | None = None, anchor_value=None) -> torch.Tensor:
     """≈ argmin_w φ(w) by ``solver`` (already resolved), started at the anchor; ``anchor_grad`` and ``anchor_value``:
     ∇O_i(anchor) and O_i(anchor) where the caller has them (`newton`, `lbfgs`; SVRG's first snapshot takes
-    ``anchor_grad``, `svrg_reference`)."""
+    ``anchor_grad``, `dane.numerics.svrg.svrg_reference`)."""
     sub = Subproblem(shard, anchor, linear, float(mu), shard.l2 if with_reg else 0.0)
     known = dict(anchor_grad=anchor_grad, anchor_value=anchor_value) if with_reg else {}
     if solver.method in ("cholesky", "cg"):
@@ -341,51 +315,6 @@ def flat_slope(dtype: torch.dtype) -> float:
     return FLAT_SLOPE * torch.finfo(dtype).eps / torch.finfo(torch.float64).eps
 
 
-def svrg(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None,
-         anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
-    """`svrg_reference`'s iterate, compiled (`dane.numerics.svrg_kernels`) where the shard gives its rows.
-
-    The same draws from ``generator`` as the reference, and the same first snapshot's gradient (``anchor_grad``);
-    without numba installed, the reference itself (with a warning, once); on a GPU, the reference on the device.
-    """
-    if sub.anchor.device.type != "cpu":  # the compiled kernels read host arrays: torch SVRG where the rows are
-        return svrg_reference(sub, solver, generator, anchor_grad)
-    rows = sub.shard.svrg_rows() if sub.shard.svrg_rows is not None else None
-    if rows is None:
-        return svrg_reference(sub, solver, generator, anchor_grad)
-    try:
-        from . import svrg_kernels  # numba: imported on the first SVRG solve, never at ``import dane``
-    except ImportError as exc:
-        _warn_once(f"numba is not importable ({exc}); SVRG runs its torch reference, one call per step "
-                   "(slow): pip install numba")
-        return svrg_reference(sub, solver, generator, anchor_grad)
-    lr, shrink, steps, b, passes = svrg_constants(sub, solver)
-    order = torch.cat(svrg_schedule(sub.shard.n_local, b, steps, passes, solver.variant, generator))
-    if steps == 0:  # no rows
-        return sub.anchor.clone()
-    w = sub.anchor.to(rows.dtype).numpy().copy()
-    c0 = -sub.linear - sub.mu * sub.anchor
-    # the first snapshot's c = ∇D_i(a) + c0 from the round's gradient; empty: the kernel computes it
-    c_first = c0.new_empty(0) if anchor_grad is None else sub.data_grad_at_anchor(anchor_grad) + c0
-    w = svrg_kernels.run(rows, lr=lr, shrink=shrink, scale=sub.shard.n_local / b, w=w,
-                         c0=c0.to(rows.dtype).numpy(), c_first=c_first.to(rows.dtype).numpy(),
-                         order=order.numpy(), steps=steps, b=b)
-    return torch.from_numpy(w).to(sub.anchor.dtype)
-
-
-def load_svrg(problem, solver: LocalSolver | None) -> None:
-    """At set-up: the compiled SVRG kernel ``problem``'s solves will run, loaded or compiled (`dane.numerics.svrg_kernels.load`),
-    where `svrg` would take it (an SVRG solver, the shard's rows, on the CPU, numba importable)."""
-    if solver is None or solver.method != "svrg" or getattr(problem, "svrg_rows", None) is None \
-            or problem.initial_point().device.type != "cpu":
-        return
-    try:
-        from . import svrg_kernels
-    except ImportError:  # `svrg` warns at the first solve
-        return
-    svrg_kernels.load(problem.svrg_rows())
-
-
 def refuse_oversized_svrg(key: str, solver: LocalSolver | None, n: int) -> None:
     """An SVRG solver's rows per step (``key``) beyond this worker's ``n`` rows: refused in one line, as sync_sgd's and
     local_sgd's batches are (`dane.numerics.inner.refuse_oversized`), not cut to the shard, a smaller batch than the
@@ -394,67 +323,12 @@ def refuse_oversized_svrg(key: str, solver: LocalSolver | None, n: int) -> None:
         refuse_oversized(key, solver.batch_size, n, null=False)
 
 
-def svrg_constants(sub: Subproblem, solver: LocalSolver) -> tuple[float, float, int, int, int]:
-    """(step γ, deterministic curvature λ + μ, steps per snapshot, rows per step, passes) of an SVRG solve."""
-    shard = sub.shard
-    n, b = shard.n_local, min(solver.batch_size, shard.n_local)  # the min: an empty shard (`refuse_oversized_svrg`)
-    shrink = sub.l2 + sub.mu  # the deterministic part's curvature: ∇R(w) = shrink·w − linear − μ·anchor
-    lr = solver.lr if solver.lr is not None else svrg_step(n, shard.row_smoothness(), shrink)
-    passes = svrg_passes(solver.passes, lr=lr, shrink=shrink, n=n, b=b, contraction=solver.contraction)
-    steps = n // b if solver.variant == "epochs" else passes * n // b
-    return lr, shrink, steps, b, passes
-
-
-def svrg_passes(passes: int | str, *, lr: float, shrink: float, n: int, b: int,
-                contraction: float = AUTO_PASSES_CONTRACTION) -> int:
-    r"""The passes of one SVRG solve: ``passes`` as given, or for ``auto``
-
-    .. math:: \text{passes} = \operatorname{clip}\Big(\Big\lceil c\,\kappa\,\frac{b}{n}\Big\rceil,
-              P_{\min}, P_{\max}\Big),\qquad \kappa = \frac{1}{\gamma(\lambda + \mu)}
-
-    (c = `AUTO_PASSES_CONTRACTION`, P_min = `AUTO_PASSES_MIN`, the paper's 3, P_max = `AUTO_PASSES_MAX`).
-    With γ = 1/L_max (the default step), κ = L_max/(λ + μ) is the subproblem's condition number as
-    SVRG sees it: a step shrinks the error along the flattest direction (curvature λ + μ) by
-    1 − γ(λ + μ) at best, so c κ steps contract it by about e^{-c}, and a solve is equally accurate
-    whatever κ/n_i.  SVRG's theory sets its inner loop in proportion to κ (Johnson & Zhang 2013,
-    Theorem 1: m ∝ L/μ for a fixed rate); the paper's fixed 3 passes (Reddi et al. 2016, and their
-    MATLAB reference) is this rule where κ ≤ 3 n_i/c.  With λ + μ = 0, or c = ∞, there is no such bound: P_max.
-    ``contraction`` is c (a caller that needs a more accurate solve, AIDE's Catalyst loop, raises it).
-    A step γ that is not a finite positive number, or a λ + μ of nan, is a caller's bug (a μ the caller failed to
-    check): a ValueError that names it, not a κ of nan.
-    """
-    if passes != PASSES_AUTO:
-        return int(passes)
-    if n == 0:
-        return AUTO_PASSES_MIN
-    if not (0 < lr < math.inf) or math.isnan(shrink):
-        raise ValueError(f"svrg_passes: passes=auto needs a finite step lr > 0 and a curvature shrink = lambda + mu "
-                         f"that is a number, got lr={lr!r}, shrink={shrink!r}")
-    if shrink <= 0 or contraction == math.inf:
-        return AUTO_PASSES_MAX
-    wanted = math.ceil(contraction * b / (lr * shrink * n))
-    return min(max(wanted, AUTO_PASSES_MIN), AUTO_PASSES_MAX)
-
-
-def row_shard(problem):
-    """The shard whose rows a row-based solve (SVRG) runs on: a problem's ``rows`` where it keeps them beside itself
-    (a ridge shard's linear-model shard of the same rows, `dane.problems.Problem.rows`), else the problem itself."""
-    return problem.rows if getattr(problem, "rows", None) is not None else problem
-
-
 def svrg_passes_at(shard: Shard, solver: LocalSolver, mu: float) -> int:
     """The passes an SVRG solve by ``solver`` runs on ``shard``'s rows (`row_shard`) at the proximal weight ``mu``, with
     their ℓ2 term (`prox_solve` with ``with_reg``): ``passes`` as given, or what ``auto`` resolves to there
-    (`svrg_passes`)."""
+    (`dane.numerics.svrg.svrg_passes`)."""
     rows = row_shard(shard)
     return svrg_constants(Subproblem(rows, anchor=None, linear=None, mu=float(mu), l2=rows.l2), solver)[4]
-
-
-def svrg_step(rows: int, row_smoothness: float, shrink: float) -> float:
-    """SVRG's step where ``lr`` is null: γ = 1/L_max = 1/(n_i L_row + λ + μ), the inverse of the largest smoothness of
-    the row terms n_i f_j + ((λ + μ)/2)‖·‖² whose mean the solve minimizes (the step of SAG's and SVRG's practice;
-    Johnson & Zhang 2013's theorem asks γ < 1/(4 L_max) for its rate)."""
-    return 1.0 / (rows * row_smoothness + shrink)
 
 
 def cg_products(shard) -> int:
@@ -473,88 +347,12 @@ def lbfgs_cap(shard, solver: LocalSolver) -> int:
 
 def svrg_resolved(shard: Shard, solver: LocalSolver, mu: float) -> dict:
     """What an SVRG solve's nulls resolve to on ``shard`` at the proximal weight ``mu`` (with the shard's ℓ2 term, as
-    DANE's round solves): ``lr`` (`svrg_step`, where ``solver.lr`` is None) and ``passes`` (`svrg_passes`, where
-    ``passes=auto``), each with what it read; {} for another solver or where both are given."""
+    DANE's round solves): ``lr`` (`dane.numerics.svrg.svrg_step`, where ``solver.lr`` is None) and ``passes``
+    (`dane.numerics.svrg.svrg_passes`, where ``passes=auto``), each with what it read; {} for another solver or where
+    both are given."""
     if solver.method != "svrg":
         return {}
     return svrg_nulls(Subproblem(shard, anchor=None, linear=None, mu=float(mu), l2=shard.l2), solver)
-
-
-def svrg_nulls(sub: Subproblem, solver: LocalSolver) -> dict:
-    """`svrg_resolved` of the subproblem ``sub`` (its own ℓ2 term and μ)."""
-    shard = sub.shard
-    lr, shrink, _, b, passes = svrg_constants(sub, solver)
-    found = {}
-    if solver.lr is None:
-        found["lr"] = {"value": lr, "rows": shard.n_local, "row_smoothness": shard.row_smoothness(), "shrink": shrink}
-    if solver.passes == PASSES_AUTO:
-        found["passes"] = {"value": passes, "kappa": 1.0 / (lr * shrink) if shrink > 0 else math.inf,
-                           "rows": shard.n_local, "batch_size": b, "contraction": solver.contraction}
-    return found
-
-
-#: an SVRG solve's nulls (`svrg_nulls`): the ``problem.*`` key and its rule
-SVRG_NULLS = {"lr": ("problem.svrg_lr", "svrg_step"), "passes": ("problem.svrg_passes", "svrg_passes")}
-
-
-def note_svrg(sub: Subproblem, solver: LocalSolver) -> None:
-    """An SVRG solve's ``problem.svrg_lr`` and ``problem.svrg_passes=auto``, noted at their first solve with the μ
-    and the statistics they read (`SolverNotes`)."""
-    notes = getattr(sub.shard, "solver_notes", None)
-    if notes is None or solver.keys != "problem" or not counting():
-        return
-    for name, found in svrg_nulls(sub, solver).items():
-        key, rule = SVRG_NULLS[name]
-        notes.note(key, found.pop("value"), rule, worker=notes.worker, mu=sub.mu, **found)
-
-
-def svrg_schedule(n: int, b: int, steps: int, passes: int, variant: str,
-                  generator: torch.Generator | None) -> list[torch.Tensor]:
-    """The rows of every step, one tensor per snapshot (``steps`` x b rows each); see `SVRG_VARIANTS`."""
-    if variant == "epochs":
-        return [torch.randperm(n, generator=generator)[:steps * b] for _ in range(passes)]
-    return [torch.randint(0, n, (steps * b,), generator=generator)]
-
-
-def svrg_reference(sub: Subproblem, solver: LocalSolver, generator: torch.Generator | None,
-                   anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
-    r"""SVRG on φ = Σ_j weight f_j + R, in torch, one call per step (the reference of `svrg`):
-
-    .. math:: w \leftarrow w - \gamma\Big(\tfrac{n_i}{b}\sum_{j\in B}(\nabla f_j(w) - \nabla f_j(\tilde w))
-              + \nabla D_i(\tilde w) + \nabla R(w)\Big)
-
-    with the snapshot :math:`\tilde w` the last iterate, taken once per pass (``epochs``) or
-    once at the anchor (``matlab``), the rows B by `svrg_schedule`.  The first snapshot is the anchor a: with
-    ``anchor_grad`` = ∇O_i(a) (the round's evaluation there, as `newton` takes it) its full gradient is
-    `Subproblem.data_grad_at_anchor`, no pass; else one pass computes it.  A solve of P passes then costs, in
-    `dane.work`'s passes, P − 1 + 2P b⌊n_i/b⌋/n_i (``epochs``; 3P − 1 where b divides n_i) or 2b⌊P n_i/b⌋/n_i
-    (``matlab``), one more without ``anchor_grad``."""
-    shard = sub.shard
-    lr, shrink, steps, b, passes = svrg_constants(sub, solver)
-    scale = shard.n_local / b
-    w = sub.anchor.clone()
-    for k, order in enumerate(svrg_schedule(shard.n_local, b, steps, passes, solver.variant, generator)):
-        order = order.to(w.device)  # drawn on the host (the same rows on every device), used where the rows are
-        snapshot = w.clone()
-        if k == 0 and anchor_grad is not None:
-            full = sub.data_grad_at_anchor(anchor_grad)  # ∇D_i(a) from the round's evaluation: no second pass
-        else:
-            _, full = shard.data_value_grad(snapshot)
-        constant = full - sub.linear - sub.mu * sub.anchor  # ∇D_i(w̃) + ∇R(w) − shrink·w, fixed per snapshot
-        for start in range(0, steps * b, b):
-            count("local_solver_iters")
-            correction = shard.rows_grad_diff(w, snapshot, order[start:start + b])
-            w = (1 - lr * shrink) * w - lr * (scale * correction + constant)
-    return w
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def lbfgs(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | None = None,

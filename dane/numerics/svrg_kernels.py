@@ -1,6 +1,6 @@
-r"""SVRG's inner loop compiled by numba: the fast path of `dane.numerics.local_solvers.svrg`.
+r"""SVRG's inner loop compiled by numba: the fast path of `dane.numerics.svrg.svrg`.
 
-The math is `dane.numerics.local_solvers.svrg_reference`'s, on the rows of a linear model
+The math is `dane.numerics.svrg.svrg_reference`'s, on the rows of a linear model
 (`dane.problems.glm.LinearModelShard.svrg_rows`): φ(w) = D(w) + (s/2)‖w‖² + ⟨c_0, w⟩ with
 :math:`D(w) = \text{weight}\sum_j f(x_j^\top W, y_j)`, s = λ + μ and c_0 = −linear − μ·anchor
 (so that ∇φ(w) = ∇D(w) + s w + c_0).  Per snapshot :math:`\tilde w` the kernel computes the
@@ -314,7 +314,7 @@ def load(rows) -> None:
     """Dispatch the kernel `run` takes for ``rows``, with no rows to visit: numba loads its machine code from the cache
     (or compiles it, on a machine whose cache is empty) now, not in the first solve.
 
-    `dane.numerics.local_solvers.load_svrg` calls it as a method is built, so that numba's start in a process (its
+    `dane.numerics.svrg.load_svrg` calls it as a method is built, so that numba's start in a process (its
     import, LLVM's set-up and the cached code, or a compile where the cache is empty: ``make bench`` section ``svrg``,
     cell ``first_round``) falls in the run's set-up, not in its first round.  Same argument types as a solve's: 1-d
     arrays of the rows' dtype, int64 ``order``, Python scalars."""
