@@ -22,6 +22,7 @@ eigendecomposition after many shifts) served by Cholesky on the d x d path.
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 import torch
 
@@ -100,6 +101,32 @@ def stacked_cholesky(M: torch.Tensor, shift: float) -> torch.Tensor:
     if bool((info != 0).any()):
         raise not_positive_definite(shift)
     return L
+
+
+def backtrack(value_grad: Callable, w: torch.Tensor, value: torch.Tensor, grad: torch.Tensor, direction: torch.Tensor,
+              active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each ``active`` worker's backtracking (Armijo) line search along its row of ``direction`` from its row of w, as
+    `dane.numerics.local_solvers.newton` searches: t halved from 1 until
+    φ_i(w_i + t d_i) ≤ φ_i(w_i) + 1e-4 t ⟨∇φ_i, d_i⟩, or t < 1e-10, or, where the predicted decrease is within φ_i's
+    round-off (`dane.numerics.local_solvers.flat_slope`), until ‖∇φ_i‖ falls.  ``value_grad(points, rows)`` gives φ and
+    ∇φ of every row, counting a pass over the ``rows`` (a mask) of the workers still searching.  (w, φ, ∇φ, t) after
+    the search, an inactive worker's row as it was, its t 1."""
+    slope = (grad * direction).sum(-1)
+    flat = slope.abs() <= flat_slope(w.dtype) * value.abs().clamp(min=1.0)
+    gnorm = torch.linalg.vector_norm(grad, dim=-1)
+    t = torch.ones(w.shape[0], dtype=w.dtype, device=w.device)
+    searching = active.clone()
+    new_w, new_value, new_grad = w.clone(), value.clone(), grad.clone()
+    while bool(searching.any()):
+        candidate = w + t.unsqueeze(-1) * direction
+        cand_value, cand_grad = value_grad(candidate, searching.double().numpy())
+        accept = searching & ((cand_value <= value + 1e-4 * t * slope) | (t < 1e-10)
+                              | (flat & (torch.linalg.vector_norm(cand_grad, dim=-1) < gnorm)))
+        new_w[accept], new_value[accept] = candidate[accept], cand_value[accept]
+        new_grad[accept] = cand_grad[accept]
+        searching &= ~accept
+        t = torch.where(searching, 0.5 * t, t)
+    return new_w, new_value, new_grad, t
 
 
 def participants_of(problem: Problem, idx: torch.Tensor, stacked: tuple[str, ...], caches: dict) -> Problem:
@@ -290,7 +317,7 @@ class StackedLinearModel(SharedL2, Problem):
 
     X of shape (m, n, d), dense.  The exact local solve is `dane.numerics.local_solvers.newton` for all
     m workers at once: each Newton direction from one batched Cholesky of the (m, d, d)
-    Hessians plus shift, then each worker's own Armijo backtracking, and each worker stops
+    Hessians plus shift, then each worker's own Armijo backtracking (`backtrack`), and each worker stops
     where the per-worker solve stops (its relative gradient norm, or the step cap); a worker
     that has stopped keeps its point while the others go on.  A quadratic f (the squared
     loss) takes one step, the minimizer, and factors its constant Hessians once per shift.
@@ -494,24 +521,9 @@ class StackedLinearModel(SharedL2, Problem):
                 return torch.where(active.unsqueeze(-1), w + direction, w).to(where)
             if value is None:
                 value, _ = value_grad(w, active.double().numpy())
-            slope = (grad * direction).sum(-1)
-            flat = slope.abs() <= flat_slope(w.dtype) * value.abs().clamp(min=1.0)
-            gnorm = torch.linalg.vector_norm(grad, dim=-1)
-            t = torch.ones(m, dtype=w.dtype, device=w.device)
-            searching = active.clone()
-            new_w, new_value, new_grad = w.clone(), value.clone(), grad.clone()
-            while bool(searching.any()):
-                candidate = w + t.unsqueeze(-1) * direction
-                cand_value, cand_grad = value_grad(candidate, searching.double().numpy())
-                accept = searching & ((cand_value <= value + 1e-4 * t * slope) | (t < 1e-10)
-                                      | (flat & (torch.linalg.vector_norm(cand_grad, dim=-1) < gnorm)))
-                new_w[accept], new_value[accept] = candidate[accept], cand_value[accept]
-                new_grad[accept] = cand_grad[accept]
-                searching &= ~accept
-                t = torch.where(searching, 0.5 * t, t)
+            w, value, grad, t = backtrack(value_grad, w, value, grad, direction, active)
             if w.dtype != torch.float64:
                 active &= ~(t < 1e-10)  # float32: at the dtype's round-off (the per-worker solve stops there)
-            w, value, grad = new_w, new_value, new_grad
         return w.to(where)
 
     def state_dict(self) -> dict:
