@@ -20,7 +20,8 @@ from pathlib import Path
 
 from dane.errors import UserError
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, run_config, save
+from dane.paper_figs.common import FIG_DIR, cli, data_text, save
+from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
 from dane.synthetic.sweep import Job, RunIndex, composed_job, compose_job, identity
 
 WORKERS = (2, 4, 6, 8)

@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count, publish
-from dane.paper_figs.common import bench_figure, bench_parser, bench_section, commits_text
+from dane.paper_figs.common import bench_figure, bench_parser
+from dane.paper_figs.provenance import bench_section, commits_text
 
 KEY = "compressed"
 BEGIN, END = "<!-- compressed-table:begin -->", "<!-- compressed-table:end -->"

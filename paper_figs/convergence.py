@@ -18,9 +18,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import (FIG_DIR, FIGURE_COST, alpha_beta_text, caption_line, cli, cost_caption,
-                                    figure_provenance, first_reaching, locate, positive, retime, save, setting_text,
-                                    wrapped)
+from dane.paper_figs.common import (FIG_DIR, FIGURE_COST, alpha_beta_text, cli, cost_caption, first_reaching, locate,
+                                    positive, retime, save, setting_text, wrapped)
+from dane.paper_figs.provenance import caption_line, figure_provenance
 from dane.synthetic.sweep import Job, RunIndex
 
 N, M = 18000, 8

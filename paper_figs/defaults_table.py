@@ -20,7 +20,8 @@ import statistics
 from pathlib import Path
 
 from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count, method_label, publish
-from dane.paper_figs.common import bench_parser, bench_section, commits_text
+from dane.paper_figs.common import bench_parser
+from dane.paper_figs.provenance import bench_section, commits_text
 
 BEGIN, END = "<!-- defaults-table:begin -->", "<!-- defaults-table:end -->"
 PAGE = Path("docs") / "benchmarks.md"  # relative to the checkout's root, where `make bench` runs

@@ -26,7 +26,8 @@ from typing import Sequence
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import bench_caption, bench_parser, bench_provenance, save
+from dane.paper_figs.common import bench_parser, save
+from dane.paper_figs.provenance import bench_caption, bench_provenance
 
 KEY = "federated_scale"
 FRAMEWORKS = ("dane", "flower", "pfl", "numpy")

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from dane.paper_figs.blocks import (NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count, kind, method_label, publish,
                                     second_order_cells, second_order_text)
-from dane.paper_figs.common import bench_parser, commits_text
+from dane.paper_figs.common import bench_parser
+from dane.paper_figs.provenance import commits_text
 
 BEGIN, END = "<!-- federated-table:begin -->", "<!-- federated-table:end -->"
 #: JSON section -> the page's markers of its table
@@ -182,7 +183,7 @@ def row_code(report: dict, row: dict) -> dict | None:
 
 def provenance(report: dict, sources: list[str]) -> str:
     """The caption's first sentences: the JSON file(s), each run's start and load average, and the commit(s) of the
-    rows shown (`row_code`, `dane.paper_figs.common.commits_text`)."""
+    rows shown (`row_code`, `dane.paper_figs.provenance.commits_text`)."""
     runs = report.get("runs") or [{"started_at": report.get("started_at", "?"), "load_avg": report["machine"].get("load_avg")}]
     run = "; ".join(f"{r['started_at']}, load average {r['load_avg']}" for r in runs) + \
         (" (--quick)" if report.get("quick") else "")

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import (FIG_DIR, MissingCount, caption_line, cli, figure_provenance, positive, run_config,
-                                    run_curve, run_dirs_under, save, setting_text, wrapped)
+from dane.paper_figs.common import (FIG_DIR, MissingCount, cli, positive, run_curve, run_dirs_under, save, setting_text,
+                                    wrapped)
+from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
 from dane.records.results import read_summary
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 

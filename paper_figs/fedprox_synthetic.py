@@ -23,7 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dane.paper_figs.blocks import SECOND_ORDER, count, method_label, publish
-from dane.paper_figs.common import bench_figure, bench_parser, bench_section, commits_text
+from dane.paper_figs.common import bench_figure, bench_parser
+from dane.paper_figs.provenance import bench_section, commits_text
 
 KEY = "fedprox_synthetic"
 BEGIN, END = "<!-- fedprox-synthetic-table:begin -->", "<!-- fedprox-synthetic-table:end -->"

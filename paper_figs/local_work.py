@@ -32,8 +32,8 @@ import matplotlib.pyplot as plt
 
 from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count
 from dane.paper_figs.common import MissingCount  # noqa: F401  what `curve` raises (`run_curve`), named here too
-from dane.paper_figs.common import (FIG_DIR, caption_line, cli, figure_provenance, positive, run_config, run_curve,
-                                    run_dirs_under, save, setting_text, wrapped)
+from dane.paper_figs.common import FIG_DIR, cli, positive, run_curve, run_dirs_under, save, setting_text, wrapped
+from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
 from dane.records.results import read_summary
 from dane.synthetic.sweep import Job, RunIndex
 

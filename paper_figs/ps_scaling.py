@@ -30,7 +30,8 @@ import matplotlib.pyplot as plt
 
 from dane.comm import AlphaBeta, ParameterServerCost
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, locate, save
+from dane.paper_figs.common import FIG_DIR, cli, locate, save
+from dane.paper_figs.provenance import caption_line, figure_provenance
 from dane.synthetic.sweep import Job, RunIndex
 
 WORKERS = (2, 4, 8, 16, 32, 64)

@@ -16,8 +16,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from dane.paper_figs.common import (FIG_DIR, M_GRID, N_GRID, caption_line, cli, figure_provenance, locate, outcome, save,
-                                    setting_text, wrapped)
+from dane.paper_figs.common import FIG_DIR, M_GRID, N_GRID, cli, locate, outcome, save, setting_text, wrapped
+from dane.paper_figs.provenance import caption_line, figure_provenance
 from dane.synthetic.sweep import Job, RunIndex
 
 TOL = 1e-10

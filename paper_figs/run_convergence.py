@@ -17,7 +17,8 @@ import matplotlib.pyplot as plt
 
 from dane.errors import DataError, UserError, say
 from dane.records.results import ROUNDS_FILE, read_rounds, read_summary
-from dane.paper_figs.common import alpha_beta_text, positive, run_config, run_cost_text, save, wrapped
+from dane.paper_figs.common import alpha_beta_text, positive, run_cost_text, save, wrapped
+from dane.paper_figs.provenance import run_config
 from dane.records.provenance import command_name
 
 METRICS = ("suboptimality", "grad_norm", "objective")

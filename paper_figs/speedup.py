@@ -30,9 +30,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import (FIG_DIR, FIGURE_COST, M_GRID, N_GRID, caption_line, cli, cost_caption, first_reaching,
-                                    figure_provenance, locate, positive, retime, run_setting, save, setting_text,
-                                    setting_value, wrapped)
+from dane.paper_figs.common import (FIG_DIR, FIGURE_COST, M_GRID, N_GRID, cli, cost_caption, first_reaching, locate,
+                                    positive, retime, run_setting, save, setting_text, setting_value, wrapped)
+from dane.paper_figs.provenance import caption_line, figure_provenance
 from dane.synthetic.sweep import Job, RunIndex
 
 TOL = 1e-8

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import FIG_DIR, caption_line, checked_out, data_text, figure_provenance, locate, save
+from dane.paper_figs.common import FIG_DIR, checked_out, data_text, locate, save
+from dane.paper_figs.provenance import caption_line, figure_provenance
 from dane.records.results import read_rounds, read_summary
 from dane.synthetic.sweep import Job, RunIndex, ensure
 from dane.records.provenance import command_name

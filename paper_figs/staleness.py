@@ -45,7 +45,8 @@ import matplotlib.pyplot as plt
 
 from dane.comm import ParameterServerCost
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import FIG_DIR, caption_line, cli, data_text, figure_provenance, locate, run_config, save
+from dane.paper_figs.common import FIG_DIR, cli, data_text, locate, save
+from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 WORKERS = 3

@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 from dane.comm import AlphaBeta
 from dane.records.results import read_rounds, read_summary
 from dane.paper_figs.accuracy_table import Row, data_caption, find_run, has_data
-from dane.paper_figs.common import FIG_DIR, caption_line, cli, figure_provenance, retime, save
+from dane.paper_figs.common import FIG_DIR, cli, retime, save
+from dane.paper_figs.provenance import caption_line, figure_provenance
 from dane.synthetic.sweep import Job, RunIndex, composed_job
 
 

@@ -45,8 +45,8 @@ import yaml
 
 from dane.comm import AlphaBeta
 from dane.records.results import find_runs, read_rounds, read_summary
-from dane.paper_figs.common import (FIG_DIR, caption_line, cli, cost_caption, data_text, figure_provenance, retime,
-                               save)
+from dane.paper_figs.common import FIG_DIR, cli, cost_caption, data_text, retime, save
+from dane.paper_figs.provenance import caption_line, figure_provenance
 
 FOLDER = "time_vs_workers"
 MAKE_RUNS = "python -m scripts.bench time_vs_workers (or: make time-vs-workers)"

@@ -2114,7 +2114,7 @@ def test_an_evidence_figures_sidecar_names_the_commands_that_made_its_json_and_t
     k322 run's row of docs/design.md's Evidence table (a file that records none), the section's bare command for a
     file of neither; a file written in parts is dated by its first and last part, not by the last part's start."""
     from dane.paper_figs import fedprox_synthetic
-    from dane.paper_figs.common import bench_caption, bench_provenance, bench_section
+    from dane.paper_figs.provenance import bench_caption, bench_provenance, bench_section
 
     evidence = REPO / "paper_figs" / "evidence"
     compressed = bench_section(evidence / "compressed.json", "compressed")
@@ -2160,7 +2160,7 @@ def test_a_generated_header_names_the_commits_of_the_rows_it_shows():
     record none.  federated_hard.json holds rows of 7 --only runs under the last run's section ``code``: its header
     named no commit, and a section-level commit would have named 1 for the rows of 7."""
     from dane.paper_figs import compressed, defaults_table, federated_scale, federated_table, fedprox_synthetic
-    from dane.paper_figs.common import commits_text
+    from dane.paper_figs.provenance import commits_text
 
     a, b = {"git_commit": "a" * 40, "git_dirty": True}, {"git_commit": "b" * 40, "git_dirty": False}
     assert commits_text([a, a]) == "Measured at commit aaaaaaaaaa (modified tree)."

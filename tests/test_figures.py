@@ -16,8 +16,8 @@ from dane.paper_figs import (convergence, federated_scale, fednl_bits, local_wor
                              run_convergence, speedup, staleness)
 from dane.records.provenance import code_version
 from dane.problems import ridge
-from dane.paper_figs.common import (EVIDENCE_DIR, FIGURE_COST, M_GRID, N_GRID, MissingRuns, caption_line, cost_caption,
-                                   figure_provenance, save)
+from dane.paper_figs.common import EVIDENCE_DIR, FIGURE_COST, M_GRID, N_GRID, MissingRuns, cost_caption, save
+from dane.paper_figs.provenance import caption_line, figure_provenance
 from dane.synthetic.sweep import RunIndex, composed_job, job_name
 from helpers import REPO
 
