@@ -329,7 +329,7 @@ def test_figures_help_names_the_command_and_every_figure(capsys, monkeypatch):
     monkeypatch.setattr("dane.records.provenance._entry_command", None)
     monkeypatch.setattr("dane.records.provenance._entry_prog", None)
     names = figure_names()
-    assert {"summary", "accuracy_table", "plot_runs"} <= set(names) and not {"blocks", "common"} & set(names)
+    assert {"summary", "accuracy_table", "plot_runs"} <= set(names) and not {"blocks", "common", "provenance"} & set(names)
     with pytest.raises(SystemExit) as done:
         cli.main(["figures", "--help"])
     out = capsys.readouterr().out
