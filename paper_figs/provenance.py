@@ -185,8 +185,8 @@ def bench_run(path: str | Path, section: dict, command: str, codes=None) -> dict
     if parts:
         starts = sorted(p["started_at"] for p in parts)
         loads = [p[k][0] for p in parts for k in ("load_avg_before", "load_avg_after") if k in p]
-        entry.update(commands=[p["command"] for p in parts], commands_from="the file's parts", dates=[starts[0], starts[-1]],
-                     load_avg_1min=[min(loads), max(loads)] if loads else None,
+        entry.update(commands=[p["command"] for p in parts], commands_from="the file's parts",
+                     dates=[starts[0], starts[-1]], load_avg_1min=[min(loads), max(loads)] if loads else None,
                      wall_s=round(sum(p.get("wall_s", 0.0) for p in parts), 1))
         if "machine" in section:
             entry["machine"] = {k: v for k, v in section["machine"].items() if k != "load_avg"}
@@ -227,7 +227,8 @@ def bench_caption(what: str, provenance: dict) -> str:
 
 
 def bench_section(path: str | Path, key: str) -> dict:
-    """Section ``key`` of the benchmark JSON at ``path``; a JSON without it is one line naming the run that writes it."""
+    """Section ``key`` of the benchmark JSON at ``path``; a JSON without it is one line naming the run that writes
+    it."""
     bench = json.loads(Path(path).read_text())
     if key not in bench:
         raise SystemExit(f"error: {path} holds no {key} section; run python -m scripts.bench {key} first")
