@@ -329,6 +329,11 @@ def algorithm_built_by(target: str) -> type[Algorithm] | None:
     return config.algorithm if isinstance(config, type) and issubclass(config, AlgorithmConfig) else None
 
 
+#: the package's configs that run another method's class under a name of their own: name -> display name
+#: (conf/algorithm/fedavg.yaml runs FedProx's class at mu = 0, which is FedAvg)
+NAMED_FORMS = {"fedavg": "FedAvg"}
+
+
 @functools.cache
 def label_of(name: str) -> str:
     """The display name of the package's ``algorithm=<name>``: its class's `Algorithm.label` (``name`` itself where
@@ -339,14 +344,18 @@ def label_of(name: str) -> str:
 
     path = CONF_DIR / "algorithm" / f"{name}.yaml"
     cls = algorithm_of(path) if path.is_file() else None
-    return (cls.label if cls is not None else "") or name
+    return NAMED_FORMS.get(name) if cls is not None and name in NAMED_FORMS else \
+        (cls.label if cls is not None else "") or name
 
 
 def recorded_label(config: AlgorithmConfig, algo) -> str:
     """What a run's summary.json records as its ``label``: the `Algorithm.label` of the class that ran (the round
     object built, else the config's ``algorithm`` where the round object is a split or asynchronous run's), else
-    the config's ``name``."""
+    the config's ``name``; a package config of `NAMED_FORMS` (its config class the package's) records its own name
+    (FedAvg, not the FedProx class it runs)."""
     cls = type(algo) if isinstance(algo, Algorithm) else getattr(config, "algorithm", Algorithm)
+    if config.name in NAMED_FORMS and type(config).__module__.startswith("dane."):
+        return NAMED_FORMS[config.name]
     return getattr(cls, "label", "") or config.name
 
 

@@ -30,8 +30,7 @@ def publish(block: str, page: str | Path, begin: str, end: str, print_only: bool
 #: a benchmark's rows that are not an algorithm's defaults: row name -> (algorithm, its label with {} for the class's)
 VARIANTS = {"dane": ("dane", "{} (safeguarded)"), "dane_mu0": ("dane", "{} μ=0"),
             "scaffold_option1": ("scaffold", "{} opt. I"), "scaffold_k3": ("scaffold", "{} K=3"),
-            "scaffold_k30": ("scaffold", "{} K=30"),
-            "fedavg": ("fedavg", "FedAvg")}  # FedProx's class at mu = 0 (conf/algorithm/fedavg.yaml)
+            "scaffold_k30": ("scaffold", "{} K=30")}
 
 
 @functools.cache

@@ -335,6 +335,24 @@ def test_the_labels_are_the_algorithm_classes():
         [name for name, cls in classes.items() if not cls.label]
 
 
+def test_fedavg_is_named_fedavg_where_a_run_records_its_label():
+    """conf/algorithm/fedavg.yaml runs FedProx's class at mu = 0: a run of it recorded the label "FedProx", so
+    `dane figures local_work` named a FedAvg run FedProx; the package's config records its own name, a config class
+    of one's own named fedavg keeps its class's label."""
+    import dataclasses
+
+    from dane.algorithm import label_of, label_of_run, recorded_label
+    from dane.api import algorithm_config
+    from dane.baselines.fedprox import FedProx, FedProxConfig
+
+    assert recorded_label(algorithm_config("fedavg"), None) == label_of("fedavg") == "FedAvg"
+    assert recorded_label(algorithm_config("fedprox"), None) == label_of("fedprox") == "FedProx"
+    own = dataclasses.make_dataclass("MyConfig", [], bases=(FedProxConfig,), frozen=True,
+                                     namespace={"__module__": "my_methods"})
+    assert recorded_label(own(name="fedavg"), None) == FedProx.label == "FedProx"
+    assert label_of_run({"label": "FedAvg"}, "fedavg") == "FedAvg"
+
+
 def test_the_tables_render_the_canned_json_with_local_passes():
     """The defaults and federated tables read the runner's JSON; a record without ``local_passes`` shows —, and each
     federated table names the fewest rounds, clients' uplink bits and local passes to its last target."""
