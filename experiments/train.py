@@ -146,20 +146,13 @@ def reject(exc: UserError, job: dict, run_at: Path | None = None, *, every_rank:
     fail(exc, speak=every_rank or rank_zero())
 
 
-#: how long a silent rank waits before its exit, under a launcher that stops every rank at the first non-zero exit
-#: (torchrun, horovodrun) and under one that does not (a plain srun step: a wait there holds the allocation).  Rank
-#: 0 must have printed its line before the launcher ends the job (seen: horovodrun killed rank 0 before it spoke;
-#: with 2 s, a parameter server's rank under torchrun on a loaded machine ended the job before rank 0 had composed
-#: its config, and no line was printed); where the launcher stops the others, rank 0's exit ends the wait, so a
-#: long one costs nothing
-SILENT_EXIT_DELAY_S = {"stopping": 30.0, "srun": 2.0}
-
-
-def silent_exit_delay() -> float:
-    """`SILENT_EXIT_DELAY_S` for this process's launcher: torchrun (``TORCHELASTIC_RUN_ID``) and horovodrun
-    (``HOROVOD_RANK``) stop the other ranks, anything else (srun) does not."""
-    stopping = "TORCHELASTIC_RUN_ID" in os.environ or "HOROVOD_RANK" in os.environ
-    return SILENT_EXIT_DELAY_S["stopping" if stopping else "srun"]
+#: how long a silent rank waits before its exit: a launcher that stops every rank at the first non-zero exit
+#: (torchrun, horovodrun, srun with --kill-on-bad-exit or KillOnBadExit=1, as scripts/slurm_cluster.sh sets) must
+#: not stop rank 0 before it has printed its line (seen: horovodrun killed rank 0 before it spoke; with 2 s, a
+#: parameter server's rank under torchrun on a loaded machine, and srun tasks whose rank 0 started 3 s late, ended
+#: the job with no line at all).  Under such a launcher rank 0's exit ends the wait; a plain srun step, which stops
+#: no task, holds the refused step this long after rank 0's line (docs/faults.md)
+SILENT_EXIT_DELAY_S = 30.0
 
 
 def fail(exc: UserError, *, speak: bool = True) -> None:
@@ -167,7 +160,7 @@ def fail(exc: UserError, *, speak: bool = True) -> None:
         say(f"error: {exc}")
     else:
         try:
-            time.sleep(silent_exit_delay())  # rank 0's exit ends this rank sooner where the launcher stops it
+            time.sleep(SILENT_EXIT_DELAY_S)  # rank 0's exit ends this rank sooner where the launcher stops it
         except LauncherTerminated:  # torchrun's SIGTERM once rank 0 has exited: the silent exit it was waiting for
             pass
     sys.exit(2)

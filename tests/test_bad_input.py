@@ -1090,19 +1090,3 @@ def test_resume_with_another_out_dir_is_refused(tmp_path):
                                           rf"out_dir={tmp_path}/other names another; drop out_dir"):
         resume_dir(cfg, 2)
 
-
-def test_a_silent_rank_waits_long_only_where_the_launcher_stops_it(monkeypatch):
-    """torchrun and horovodrun stop every rank at the first non-zero exit, so a silent rank may wait long for rank 0's
-    line (30 s: rank 0's exit ends it); a plain srun step stops no task, so its silent ranks keep the short wait (a
-    30 s wait there held the allocation 33.5 s for a refusal rank 0 had printed in 3.7 s)."""
-    from dane.experiments.train import silent_exit_delay
-
-    for key in ("TORCHELASTIC_RUN_ID", "HOROVOD_RANK", "SLURM_STEP_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("SLURM_STEP_ID", "0")
-    assert silent_exit_delay() == 2.0
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
-    assert silent_exit_delay() == 30.0
-    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
-    monkeypatch.setenv("HOROVOD_RANK", "1")
-    assert silent_exit_delay() == 30.0
