@@ -1,4 +1,4 @@
-"""The FedNL paper's comparison (issue 49 item 4): JSON section ``compressed``, per dataset and row of `METHODS`
+"""The FedNL paper's comparison: JSON section ``compressed``, per dataset and row of `METHODS`
 the work per node to relative suboptimality `TARGET`, then the paper's `CLAIMS`; docs/benchmarks.md, section
 `compressed`."""
 from __future__ import annotations
@@ -194,7 +194,7 @@ def run(bench: Run) -> dict:
     return bench.finish(section)
 
 
-BENCH = Bench("compressed", run, "the FedNL paper's comparison: bits, rounds and passes to 1e-12 (issue 49 item 4)",
+BENCH = Bench("compressed", run, "the FedNL paper's comparison: bits, rounds and passes to 1e-12",
               only=tuple(METHODS),
               options=(option("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS)),
                        option("--cap", type=count, default=None, help="every row's round cap (default: its own)"),

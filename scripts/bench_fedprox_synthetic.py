@@ -1,4 +1,4 @@
-"""The FedProx paper's Synthetic comparison (issue 47 item 2): JSON section ``fedprox_synthetic``, per setting and
+"""The FedProx paper's Synthetic comparison: JSON section ``fedprox_synthetic``, per setting and
 method the objective every round (``dane figures fedprox_synthetic`` draws it); docs/benchmarks.md, section
 `fedprox_synthetic`."""
 from __future__ import annotations
@@ -57,7 +57,7 @@ def run(bench: Run) -> dict:
 
 
 BENCH = Bench(KEY, run, "the FedProx paper's Synthetic(a,b) comparison: FedAvg, FedProx mu=1, FedDANE, S-DANE, "
-              "SCAFFOLD, training loss per round (issue 47 item 2)", only=tuple(METHODS),
+              "SCAFFOLD, training loss per round", only=tuple(METHODS),
               options=(*counts(rounds=200, clients=10, local_steps=LOCAL["local_steps"]),
                        option("--seed", type=int, default=0),
                        option("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))))
