@@ -794,10 +794,11 @@ def test_the_defaults_row_keeps_its_bytes_to_the_target_and_the_table_shows_them
                 "best": {"comm_rounds": 10}, "ratio": 1.0, "factor": 2.0, "no_divergence": True, "within_factor": True}
 
     report = {"started_at": "t", "machine": {"load_avg": [1.0]}, "target": "relative 1e-8",
-              "cells": {k: {"methods": {"giant": method(sent)}} for k, sent in (("a", 1_000_000), ("b", 3_000_000))}}
+              "cells": {k: {"methods": {"giant": method(sent)}}
+                        for k, sent in (("a", 1_000_000), ("b", 2_000_000), ("c", 9_000_000))}}  # mean 4, median 2
     text = render(report)
     assert "| worst ratio (cell) | median MB sent to target | median local passes to target |" in text
-    assert "| GIANT | 2/2 | 0 | 2/2 | 2x | 1.00 | 1.00 (a) | 2 | — |" in text and NO_BYTES_NOTE not in text
+    assert "| GIANT | 3/3 | 0 | 3/3 | 2x | 1.00 | 1.00 (a) | 2 | — |" in text and NO_BYTES_NOTE not in text
     report["cells"] = {k: {"methods": {"giant": method(None)}} for k in "ab"}
     text = render(report)
     assert "MB sent" not in text and NO_BYTES_NOTE in text and "differ by method" in NO_BYTES_NOTE

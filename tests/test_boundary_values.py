@@ -149,6 +149,10 @@ def test_line_search_constant_null_is_refused_naming_the_key(config, key):
     with pytest.raises(ConfigError) as raised:
         config(**{key: 0})
     assert str(raised.value) == f"algorithm.{key} must be in {dict(ls_c='(0, 0.5]', ls_gamma='(0, 1)')[key]}, got 0"
+    top = {"ls_c": 0.5, "ls_gamma": math.nextafter(1.0, 0.0)}[key]  # the range's top is taken, the next float is not
+    assert getattr(config(**{key: top}), key) == top
+    with pytest.raises(ConfigError, match=rf"^algorithm.{key} must be in "):
+        config(**{key: math.nextafter(top, 2.0)})
 
 
 def test_a_given_step_goes_back_to_the_rule_where_the_default_is_null():

@@ -205,3 +205,15 @@ def test_a_class_of_ones_own_is_named_by_its_label_in_its_summary_and_the_figure
     assert fednl_bits.label(runs / "mine") == "My GD (fixed step)"  # the other figure that names runs by method
     table = (main(runs, tmp_path / "figures")[0].parent / "local_work.md").read_text()
     assert all(f"\n| {label} | " in table for label in labels.values())
+
+
+def test_bits_per_client_divides_a_count_summed_over_the_clients_only():
+    """FedNL's line records ``clients_<way>_bits`` summed over the clients (÷ m per client), a federated method its
+    participants' ``<way>_bytes`` (× 8 ÷ m), ``comm.compress`` a worker's own ``<way>_bits`` (as it is); none: None."""
+    from dane.paper_figs.common import bits_per_client
+
+    assert bits_per_client([{"clients_uplink_bits": 800}, {"clients_uplink_bits": 1600}], 4) == [200.0, 400.0]
+    assert bits_per_client([{"clients_downlink_bits": 800}], 4, "downlink") == [200.0]
+    assert bits_per_client([{"uplink_bytes": 100}], 4) == [200.0]
+    assert bits_per_client([{"downlink_bits": 96}], 4, "downlink") == [96.0]
+    assert bits_per_client([{"uplink_bits": 96}], 4, "downlink") is None

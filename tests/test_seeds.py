@@ -61,3 +61,19 @@ def test_numbers_repeat_only_between_streams_of_different_runs():
         frozenset({"fedred_coin", "marina_coin"})}
     assert not any(a.layout == b.layout == "shared" and a.number == b.number
                    for a, b in itertools.combinations(STREAMS.values(), 2))
+
+
+def test_the_modules_seed_their_generators_as_the_table_says():
+    """The generators as the modules build them (not recomputed from the table): a network shard's minibatch and
+    augmentation generators and the SVRG solver's, each the seed of its own stream (the shared coins are checked
+    against transcriptions of their draws: tests/test_fedred_type2.py, test_federated_reference.py)."""
+    from dane.problems import LogReg
+    from dane.problems.neural import DataConfig, ModelConfig, NeuralProblemConfig
+
+    network = NeuralProblemConfig(data=DataConfig(dataset="digits", image_size=8), model=ModelConfig(name="mlp"),
+                                  augment=True, device="cpu", seed=3).build(1, 2)
+    assert network.sampler.generator.initial_seed() == worker_seed(3, 1, STREAMS["network_minibatch"].number)
+    assert network.augmenter.initial_seed() == worker_seed(3, 1, STREAMS["augmentation"].number)
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    shard = LogReg(X, (X[:, 0] > 0).astype(float), lam=1e-2, seed=3).build(1, 2)
+    assert shard.generator.initial_seed() == worker_seed(3, 1, STREAMS["svrg"].number)
