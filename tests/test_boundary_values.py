@@ -189,3 +189,11 @@ def test_newton_3pc_trigger_past_the_largest_float_is_quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert records(1e308) == records(1e100)
+
+
+def test_feddane_hands_back_the_papers_eta_from_any_eta_above_it():
+    """FedDANE's first divergence hint is the paper's η = 1 for any η above it (the matrix's 1e308, and 10 alike),
+    none at or below it."""
+    hint = ["algorithm.eta=1 (the paper's)"]
+    assert FedDANEConfig(eta=10.0).recovery() == FedDANEConfig(eta=1e308).recovery() == hint
+    assert FedDANEConfig(eta=1.0).recovery() == FedDANEConfig(eta=0.5).recovery() == []

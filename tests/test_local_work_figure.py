@@ -217,3 +217,11 @@ def test_bits_per_client_divides_a_count_summed_over_the_clients_only():
     assert bits_per_client([{"uplink_bytes": 100}], 4) == [200.0]
     assert bits_per_client([{"downlink_bits": 96}], 4, "downlink") == [96.0]
     assert bits_per_client([{"uplink_bits": 96}], 4, "downlink") is None
+
+
+def test_a_record_at_the_target_is_within_it():
+    """`first_within` takes the first record at or below the target (≤, as `dane.fit`'s tol), not strictly below."""
+    from dane.paper_figs.local_work import first_within
+
+    assert first_within({"relative": [1.0, 1e-8, 1e-9]}, 1e-8) == 1
+    assert first_within({"relative": [1.0, 2e-8]}, 1e-8) is None
