@@ -853,18 +853,25 @@ def test_horovodrun_prints_the_workers_line_once():
     assert "exit with status code 2." in proc.stdout  # the first rank to end; horovodrun then stops the other
 
 
-def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
-    """problem.dim=30000 (7.2 GB per d x d Hessian) is refused with the numbers, against the memory available."""
+def composed(*overrides: list[str]) -> list:
+    """The package's config (conf/config.yaml) under each list of ``overrides``, as the command composes it."""
     from hydra import compose, initialize_config_dir
 
-    from dane import checks
-    from dane.errors import ConfigError
-    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.experiments.config import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        default = compose("config", ["problem.dim=30000", "workers=8"])
-        cholesky = compose("config", ["problem.dim=30000", "workers=8", "problem.local_solver=cholesky",
-                                      "problem.factorization=cholesky"])  # d x d, not Woodbury's n_i x n_i
+        return [compose("config", list(given)) for given in overrides]
+
+
+def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
+    """problem.dim=30000 (7.2 GB per d x d Hessian) is refused with the numbers, against the memory available."""
+    from dane import checks
+    from dane.errors import ConfigError
+    from dane.experiments.config import run_spec
+
+    default, cholesky = composed(["problem.dim=30000", "workers=8"],
+                                 ["problem.dim=30000", "workers=8", "problem.local_solver=cholesky",
+                                  "problem.factorization=cholesky"])  # d x d, not Woodbury's n_i x n_i
     monkeypatch.setattr(checks, "available_memory", lambda: 2_000_000_000)
     with pytest.raises(ConfigError) as err:
         run_spec(default)  # cg (d > 2000): no d x d matrix, but the 18000 x 30000 data
@@ -884,15 +891,12 @@ def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
 def test_memory_counts_the_batched_simulators_copies(monkeypatch):
     """From 32 workers the simulator stacks the shards (sim.batched=auto): the rows twice, and Woodbury's row
     Gram matrices with their eigenvectors (2 x 8 x N x n_i bytes), where one thread a worker holds the rows once."""
-    from hydra import compose, initialize_config_dir
-
     from dane import checks
     from dane.errors import ConfigError
-    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.experiments.config import run_spec
 
     overrides = ["problem.dim=1500", "problem.n_samples=32000", "workers=32"]  # n_i = 1000 < d: Woodbury
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        batched, threads = compose("config", overrides), compose("config", [*overrides, "sim.batched=false"])
+    batched, threads = composed(overrides, [*overrides, "sim.batched=false"])
     monkeypatch.setattr(checks, "available_memory", lambda: 1_000_000_000)
     with pytest.raises(ConfigError) as err:
         run_spec(batched)
@@ -937,17 +941,15 @@ def test_memory_counts_a_float32_synthetic_runs_rows_in_float32_and_the_float64_
     and the shard being converted at 8 more (the batched simulator: the data set and its stacked copy in float64,
     then that copy in float32), where the check counted 8 bytes a value whatever the dtype."""
     import torch
-    from hydra import compose, initialize_config_dir
 
     from dane import checks
     from dane.errors import ConfigError
-    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.experiments.config import run_spec
     from dane.run_config import check_memory
 
-    threads = ["problem.dim=30000", "workers=8", "problem.optimum=none", "dtype=float32"]
-    batched = ["problem.dim=1500", "problem.n_samples=32000", "workers=32", "dtype=float32"]  # Woodbury, stacked
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        threads, batched = compose("config", threads), compose("config", batched)
+    threads, batched = composed(["problem.dim=30000", "workers=8", "problem.optimum=none", "dtype=float32"],
+                                ["problem.dim=1500", "problem.n_samples=32000", "workers=32",
+                                 "dtype=float32"])  # the second: Woodbury, stacked
     monkeypatch.setattr(checks, "address_space_left", lambda: None)
     monkeypatch.setattr(checks, "available_memory", lambda: 3_000_000_000)
     spec = run_spec(threads)  # 4 x 18000 x 30000 + 8 x 2250 x 30000 bytes: 2.7 GB (it counted 4.3 GB: refused)
