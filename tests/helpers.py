@@ -85,6 +85,17 @@ def straight_and_resumed(config, shards, rounds: int = 3) -> list[tuple]:
     return [run_batched(BatchedGroup(shards.stacked_workers), run)]
 
 
+def composed(*overrides: str, name: str = "config", hydra: bool = False):
+    """conf/<name>.yaml under ``overrides``, composed as the entry point composes it (``hydra``: with its ``hydra``
+    node, as a launcher or a sweep's job sees it)."""
+    from hydra import compose, initialize_config_dir
+
+    from dane.layout import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(name, overrides=list(overrides), return_hydra_config=hydra)
+
+
 def unused_pid() -> int:
     """A pid no process has now (no /proc entry): a process that has exited, as a stale lock's owner is,
     without starting and reaping one.  Counted down from the kernel's pid_max, which pids reach last."""

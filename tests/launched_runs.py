@@ -62,12 +62,11 @@ RUNS: dict[str, tuple[str, ...]] = {
 def run_all(folder: Path, simulate: bool) -> dict[str, dict]:
     """`CLI`, then `RUNS`, each into ``folder/<name>`` (rank 0's, or the simulator's): {name: {rc, stderr}}, and for
     `CLI`'s runs ``uncounted``, how many uncounted allreduces this rank made (`counting_uncounted`)."""
-    from hydra import compose, initialize_config_dir
-
     import runs
     from dane.errors import UserError
     from dane.experiments.config import CONF_DIR, rank_zero, run_spec
     from dane.loop.launch import execute
+    from helpers import composed
 
     workers = ["workers=2"] if simulate else []
     uncounted, done = counting_uncounted(), {}
@@ -76,8 +75,7 @@ def run_all(folder: Path, simulate: bool) -> dict[str, dict]:
         row = {"module": "experiments.train", "args": [*args, *workers, f"out_dir={folder / name}"], "env": {},
                "cwd": str(runs.REPO)}
         done[name] = {**runs.run_row(row, folder), "uncounted": uncounted[0] - before}
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        base = compose("config", overrides=[*LOGREG, *workers])
+    base = composed(*LOGREG, *workers)
     for name, overrides in RUNS.items():
         out = folder / name
         try:

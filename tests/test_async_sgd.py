@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from dane.loop.asynchronous.simulator import EventSimulator
 from dane.comm import ParameterServerCost, Stragglers
@@ -25,7 +24,8 @@ from dane.records.confusion import JSON_FILE
 from dane.loop.launch import execute
 from dane.numerics.inner import preload_optimizers
 from dane.records.results import read_rounds, read_summary
-from dane.experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import run_spec
+from helpers import composed
 
 LOGREG = ("problem=logreg", "problem.optimum=auto", "algorithm=sync_sgd", "algorithm.batch_size=20", "algorithm.lr=0.05",
           "algorithm.steps_per_round=4", "quiet=true")
@@ -37,14 +37,10 @@ FAST_LINK = ("sim.alpha=0", "sim.beta=1e12", "sim.gamma=1e12")  # messages take 
 preload_optimizers()
 
 
-def config(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
 
 def run(*overrides: str, out_dir: Path | None = None) -> tuple[dict, dict]:
     collect: dict = {}
-    summary = execute(run_spec(config(*overrides)), str(out_dir) if out_dir else None, collect=collect)
+    summary = execute(run_spec(composed(*overrides)), str(out_dir) if out_dir else None, collect=collect)
     return summary, collect
 
 

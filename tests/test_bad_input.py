@@ -34,7 +34,7 @@ import scipy.sparse
 
 from dane.data.files import save_npz
 import runs
-from helpers import REPO, horovodrun, torchrun, train
+from helpers import REPO, composed, horovodrun, torchrun, train
 
 SMALL = ("problem.n_samples=600", "problem.dim=20", "rounds=3", "quiet=true")
 LOGREG = ("problem=logreg", "rounds=3", "quiet=true")
@@ -853,25 +853,15 @@ def test_horovodrun_prints_the_workers_line_once():
     assert "exit with status code 2." in proc.stdout  # the first rank to end; horovodrun then stops the other
 
 
-def composed(*overrides: list[str]) -> list:
-    """The package's config (conf/config.yaml) under each list of ``overrides``, as the command composes it."""
-    from hydra import compose, initialize_config_dir
-
-    from dane.experiments.config import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return [compose("config", list(given)) for given in overrides]
-
-
 def test_memory_is_estimated_before_anything_is_allocated(monkeypatch):
     """problem.dim=30000 (7.2 GB per d x d Hessian) is refused with the numbers, against the memory available."""
     from dane import checks
     from dane.errors import ConfigError
     from dane.experiments.config import run_spec
 
-    default, cholesky = composed(["problem.dim=30000", "workers=8"],
-                                 ["problem.dim=30000", "workers=8", "problem.local_solver=cholesky",
-                                  "problem.factorization=cholesky"])  # d x d, not Woodbury's n_i x n_i
+    default, cholesky = (composed("problem.dim=30000", "workers=8"),
+                         composed("problem.dim=30000", "workers=8", "problem.local_solver=cholesky",
+                                  "problem.factorization=cholesky"))  # d x d, not Woodbury's n_i x n_i
     monkeypatch.setattr(checks, "available_memory", lambda: 2_000_000_000)
     with pytest.raises(ConfigError) as err:
         run_spec(default)  # cg (d > 2000): no d x d matrix, but the 18000 x 30000 data
@@ -896,7 +886,7 @@ def test_memory_counts_the_batched_simulators_copies(monkeypatch):
     from dane.experiments.config import run_spec
 
     overrides = ["problem.dim=1500", "problem.n_samples=32000", "workers=32"]  # n_i = 1000 < d: Woodbury
-    batched, threads = composed(overrides, [*overrides, "sim.batched=false"])
+    batched, threads = composed(*overrides), composed(*overrides, "sim.batched=false")
     monkeypatch.setattr(checks, "available_memory", lambda: 1_000_000_000)
     with pytest.raises(ConfigError) as err:
         run_spec(batched)
@@ -947,9 +937,9 @@ def test_memory_counts_a_float32_synthetic_runs_rows_in_float32_and_the_float64_
     from dane.experiments.config import run_spec
     from dane.run_config import check_memory
 
-    threads, batched = composed(["problem.dim=30000", "workers=8", "problem.optimum=none", "dtype=float32"],
-                                ["problem.dim=1500", "problem.n_samples=32000", "workers=32",
-                                 "dtype=float32"])  # the second: Woodbury, stacked
+    threads, batched = (composed("problem.dim=30000", "workers=8", "problem.optimum=none", "dtype=float32"),
+                        composed("problem.dim=1500", "problem.n_samples=32000", "workers=32",
+                                 "dtype=float32"))  # the second: Woodbury, stacked
     monkeypatch.setattr(checks, "address_space_left", lambda: None)
     monkeypatch.setattr(checks, "available_memory", lambda: 3_000_000_000)
     spec = run_spec(threads)  # 4 x 18000 x 30000 + 8 x 2250 x 30000 bytes: 2.7 GB (it counted 4.3 GB: refused)

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 import dane
 from dane.baselines import (ADMM, ADMMConfig, GDConfig, LocalSGDConfig, OSAConfig, lanczos_max_eig, local_steps,
@@ -18,14 +17,14 @@ from dane.comm import ThreadGroup, ring_allreduce_bytes
 from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.problems import QuadraticProblem, RidgeSyntheticConfig
-from dane.problems.ridge import generate, quadratic_shard, ridge_optimum
+from dane.problems.ridge import generate, quadratic_shard
 from dane.records.results import read_rounds, read_summary
 from dane.loop.runner import run
 from dane.loop.stopping import StopRule
 from dane.synthetic.defaults_data import rare_onehot
-from dane.experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import run_spec
 import helpers
-from helpers import simulate, simulate_stacked
+from helpers import composed, simulate, simulate_stacked
 
 RIDGE = RidgeSyntheticConfig(n_samples=2000, dim=50)
 M = 4
@@ -439,9 +438,8 @@ def test_a_batch_larger_than_the_shard_is_rejected():
     ("local_sgd", ["algorithm.local_steps=1", "algorithm.aggregate=weighted"], lambda s: s["status"] == "converged"),
 ])
 def test_hydra_entry_point_runs_each_baseline(tmp_path, algorithm, overrides, check):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"algorithm={algorithm}", "workers=4", "rounds=60", "tol=1e-8",
-                                           "problem.n_samples=2000", "problem.dim=50", "quiet=true", *overrides])
+    cfg = composed(f"algorithm={algorithm}", "workers=4", "rounds=60", "tol=1e-8", "problem.n_samples=2000",
+                   "problem.dim=50", "quiet=true", *overrides)
     summary = execute(run_spec(cfg), str(tmp_path))
     written = read_summary(tmp_path)
     assert written.pop("provenance")["command"]  # the file also says where the run came from

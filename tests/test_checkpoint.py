@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from dane.loop import kinds
 from dane.loop.faults import SimulatedFault
@@ -24,19 +23,16 @@ from dane.comm.meters import StartUpLeftOut
 from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.records.results import read_rounds, read_summary
-from dane.experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import run_spec
+from helpers import composed
 
 SMALL_MLP = ("problem=digits_mlp", "problem.model.hidden=[16]", "problem.inner_steps=5", "workers=2", "quiet=true")
 SMALL_RIDGE = ("problem=ridge_synthetic", "problem.n_samples=400", "problem.dim=20", "workers=4", "quiet=true")
 
 
-def config(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
 
 def execute_with(out_dir, *overrides: str) -> dict:
-    return execute(run_spec(config(*overrides)), str(out_dir))
+    return execute(run_spec(composed(*overrides)), str(out_dir))
 
 
 def without_time(records: list[dict]) -> list[dict]:
@@ -115,9 +111,9 @@ def test_resume_needs_enough_rounds_and_a_checkpoint(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ConfigError, match="has no checkpoint/ folder"):
-        run_spec(config(*SMALL_RIDGE, f"resume={empty}"))
+        run_spec(composed(*SMALL_RIDGE, f"resume={empty}"))
     with pytest.raises(ConfigError, match="checkpoint_every must be an integer >= 0"):
-        run_spec(config(*SMALL_RIDGE, "checkpoint_every=-1"))
+        run_spec(composed(*SMALL_RIDGE, "checkpoint_every=-1"))
 
 
 # --- a checkpoint is one consistent unit across ranks ---------------------------------------------------------
@@ -166,9 +162,9 @@ def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_chang
         part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     rounds_before = (run_dir / "rounds.jsonl").read_bytes()
     with pytest.raises(ConfigError, match=message):
-        run_spec(config(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
+        run_spec(composed(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
     with pytest.raises(ConfigError, match=message):  # the Python API path checks too
-        spec = run_spec(config(*SMALL_RIDGE, "rounds=6"))
+        spec = run_spec(composed(*SMALL_RIDGE, "rounds=6"))
         execute(replace(spec, control=replace(spec.control, resume=str(run_dir))), None)
     assert (run_dir / "rounds.jsonl").read_bytes() == rounds_before
 
@@ -187,7 +183,7 @@ def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path, 
         load_checkpoint(run_dir, 1, meta)
     (run_dir / "checkpoint" / "COMMITTED").write_text("{\"round\": 3")
     with pytest.raises(ConfigError, match=r"COMMITTED is not a checkpoint commit marker"):
-        run_spec(config(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
+        run_spec(composed(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
 
 
 def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path, ran):
@@ -209,10 +205,10 @@ def test_resume_with_another_config_is_refused_before_records_are_cut(tmp_path, 
     run_dir = cut_run(ran, tmp_path)
     before = {name: (run_dir / name).read_bytes() for name in ("rounds.jsonl", "config.yaml", "summary.json")}
     with pytest.raises(ConfigError, match=f"was run with another config: {key}"):
-        run_spec(config(*SMALL_RIDGE, change, "rounds=6", f"resume={run_dir}"))
+        run_spec(composed(*SMALL_RIDGE, change, "rounds=6", f"resume={run_dir}"))
     assert {name: (run_dir / name).read_bytes() for name in before} == before
     # what may change: rounds, checkpoint_every, display and output settings
-    run_spec(config(*SMALL_RIDGE, "rounds=9", "checkpoint_every=1", "print_every=2", "progress=none",
+    run_spec(composed(*SMALL_RIDGE, "rounds=9", "checkpoint_every=1", "print_every=2", "progress=none",
                     "save_iterate=true", "quiet=false", f"resume={run_dir}"))
 
 
@@ -276,7 +272,7 @@ def test_a_checkpoint_resumes_only_on_the_path_that_wrote_it(tmp_path):
         with pytest.raises(ConfigError, match=message) as err:
             execute_with(run_dir, *BATCHED, *args, "rounds=4", f"sim.batched={mode}", f"resume={run_dir}")
         assert "\n" not in str(err.value)
-        spec = run_spec(config(*BATCHED, *args, "rounds=4", f"sim.batched={mode}"))
+        spec = run_spec(composed(*BATCHED, *args, "rounds=4", f"sim.batched={mode}"))
         with pytest.raises(ConfigError, match=message):
             execute(replace(spec, control=replace(spec.control, resume=str(run_dir))), None)
     assert {run_dir: (run_dir / "rounds.jsonl").read_bytes() for run_dir in (batched, threads)} == before
@@ -290,7 +286,7 @@ def test_a_batched_checkpoint_lacking_its_part_is_one_line(tmp_path):
     checkpoint_path(tmp_path, 0, 2).unlink()
     with pytest.raises(ConfigError, match=r"round2 lacks rank0.pt for workers=6 \(batched: one part holds every "
                                           r"worker\); the checkpoint is inconsistent"):
-        run_spec(config(*BATCHED, "rounds=4", f"resume={tmp_path}"))
+        run_spec(composed(*BATCHED, "rounds=4", f"resume={tmp_path}"))
 
 
 # --- the simulated clock across checkpoints and resumes -----------------------------------------------------------

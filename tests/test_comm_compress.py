@@ -202,15 +202,13 @@ def test_the_docs_table_lists_the_methods_that_declare_compressible_messages():
 
 def test_a_resumed_compressed_run_equals_the_uninterrupted_one(tmp_path):
     """The workers' generators and EF21 estimates are in the checkpoint, and the bit counters in its cost."""
-    from hydra import compose, initialize_config_dir
+    from helpers import composed
 
-    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.experiments.config import run_spec
     from dane.records.results import read_rounds
 
     def execute_with(out_dir, *overrides):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[*LAUNCHED, "workers=3", "save_iterate=false", *overrides])
-        return execute(run_spec(cfg), str(out_dir))
+        return execute(run_spec(composed(*LAUNCHED, "workers=3", "save_iterate=false", *overrides)), str(out_dir))
 
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     execute_with(whole, "rounds=6", "checkpoint_every=3")

@@ -10,12 +10,11 @@ import json
 import re
 import statistics
 import sys
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from doc_blocks import DOCS, REPO, blocks, check_command, commands, pages, quoted_measurements
+from helpers import composed
 from dane.api import algorithm_config
 from dane.errors import ConfigError
 from dane.experiments.config import CONF_DIR, run_spec
@@ -106,11 +105,9 @@ def test_the_extending_pages_commands_run(scratch):
         folder = args[args.index("--config-dir") + 1]
         overrides = [a for a in args if "=" in a] + [f"hydra.searchpath=[file://{scratch / folder}]",
                                                      "quiet=true", f"out_dir={scratch / f'run{k}'}"]
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=overrides)
         from dane.loop.launch import execute
 
-        summaries.append(execute(run_spec(cfg), str(scratch / f"run{k}")))
+        summaries.append(execute(run_spec(composed(*overrides)), str(scratch / f"run{k}")))
     assert summaries[0]["rounds"] == 10 and summaries[0]["algorithm"] == "fixed_step_gd"
     assert summaries[1]["status"] == "converged" and summaries[1]["problem"] == "ridge"
 
@@ -126,9 +123,8 @@ def test_own_datas_pooled_synthetic_command_is_the_per_client_one_but_for_its_sh
     assert len(runs) == 2
     configs = []
     for command in runs:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            args = command.split("dane train ", 1)[1].split()
-            configs.append(OmegaConf.to_container(compose("config", overrides=args)))
+        args = command.split("dane train ", 1)[1].split()
+        configs.append(OmegaConf.to_container(composed(*args)))
     per_client, pooled = configs
     assert (pooled["data"].pop("sharding"), pooled["data"].pop("client_column")) == ("column", "client")
     assert (per_client["data"].pop("sharding"), per_client["data"].pop("client_column")) == (None, None)
@@ -145,8 +141,7 @@ def test_the_console_examples_print_the_commands_own_lines(scratch):
         with pytest.raises(ConfigError) as caught:  # what experiments/train.py checks, in its order
             check_group_choices(args)
             check_keys(args, "config")
-            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-                run_spec(compose("config", overrides=args))
+            run_spec(composed(*args))
         assert f"error: {caught.value}" == expected
 
 

@@ -15,7 +15,6 @@ import scipy.optimize
 import scipy.special
 import scipy.sparse
 import torch
-from hydra import compose, initialize_config_dir
 
 from dane.baselines import DiSCOConfig, GIANTConfig, distributed_pcg
 from dane.baselines.giant import armijo_step
@@ -34,9 +33,9 @@ from dane.problems.optimum import solve as solve_reference
 from dane.records.results import read_rounds, read_summary
 from dane.loop.runner import run
 from dane.loop.stopping import StopRule
-from dane.experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import run_spec
 import helpers
-from helpers import simulate, simulate_stacked
+from helpers import composed, simulate, simulate_stacked
 
 N, D, M, LAM = 600, 20, 3, 1e-3
 LOSSES = {"ridge": SQUARED, "logistic": LOGISTIC}
@@ -348,9 +347,8 @@ def test_a_problem_without_hessian_products_is_rejected_at_build(algorithm):
 
 @pytest.mark.parametrize("algorithm", ["giant", "disco"])
 def test_hydra_entry_point_runs_each_method(tmp_path, algorithm):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"algorithm={algorithm}", "workers=4", "rounds=30", "tol=1e-8",
-                                           "problem.n_samples=2000", "problem.dim=50", "quiet=true"])
+    cfg = composed(f"algorithm={algorithm}", "workers=4", "rounds=30", "tol=1e-8", "problem.n_samples=2000",
+                   "problem.dim=50", "quiet=true")
     summary = execute(run_spec(cfg), str(tmp_path))
     written = read_summary(tmp_path)
     assert written.pop("provenance")["command"]  # the file also says where the run came from

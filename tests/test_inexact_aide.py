@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import scipy.optimize
 import torch
-from hydra import compose, initialize_config_dir
 
 from dane.baselines import AIDEConfig, InexactDANEConfig
 import dane
@@ -32,8 +31,8 @@ from dane.problems.glm import LinearModelShard
 from dane.problems.ridge import generate, ridge_optimum
 from dane.loop.runner import run
 from dane.loop.stopping import StopRule
-from dane.experiments.config import CONF_DIR, run_spec
-from helpers import ridge_shards, simulate, simulate_stacked, straight_and_resumed
+from dane.experiments.config import run_spec
+from helpers import composed, ridge_shards, simulate, simulate_stacked, straight_and_resumed
 from dane.synthetic.defaults_data import make as make_defaults
 
 RIDGE = RidgeSyntheticConfig(n_samples=800, dim=30, covariance="iso", lam=0.005, seed=1)
@@ -373,9 +372,8 @@ def test_a_problem_without_the_convex_local_solvers_is_refused(config):
 
 @pytest.mark.parametrize("algorithm,default", [("inexact_dane", InexactDANEConfig()), ("aide", AIDEConfig())])
 def test_hydra_entry_point_runs_the_yaml_defaults(tmp_path, algorithm, default):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"algorithm={algorithm}", "workers=4", "rounds=30", "tol=1e-8",
-                                           "problem.n_samples=400", "problem.dim=10", "quiet=true"])
+    cfg = composed(f"algorithm={algorithm}", "workers=4", "rounds=30", "tol=1e-8", "problem.n_samples=400",
+                   "problem.dim=10", "quiet=true")
     spec = run_spec(cfg)
     assert spec.algorithm == default  # every yaml key is the dataclass default
     summary = execute(spec, str(tmp_path))

@@ -168,13 +168,12 @@ def test_fit_rejects_bad_input_with_one_line():
 @pytest.mark.parametrize("name, data, dim", [("ridge", "diabetes", 11), ("logreg", "breast_cancer", 31),
                                              ("softmax", "digits", 650)])
 def test_every_linear_model_config_builds_with_its_default_data(name, data, dim):
-    from hydra import compose, initialize_config_dir
+    from helpers import composed
 
     from dane.api import build
     from dane.problems.linear_models import LinearModelConfig
 
-    with initialize_config_dir(str(dane.api.CONF_DIR), version_base="1.3"):
-        cfg = compose("config", [f"problem={name}", "problem.optimum=auto"])
+    cfg = composed(f"problem={name}", "problem.optimum=auto")
     assert cfg.data.get("name") == data or cfg.data.get("dataset") == data
     problem = build(cfg, "problem")
     assert isinstance(problem, LinearModelConfig) and problem.name == name

@@ -28,7 +28,7 @@ from dane.data.mongo_store import CHUNK_SIZE, Store, connect, server_database  #
 from dane.errors import ConfigError, DataError  # noqa: E402
 from dane.experiments.data import parser, push  # noqa: E402
 import runs  # noqa: E402
-from helpers import REPO, env  # noqa: E402
+from helpers import REPO, composed, env  # noqa: E402
 
 
 def push_args(*argv: str) -> Namespace:
@@ -391,15 +391,12 @@ def test_server_path_without_a_server(files, tmp_path):
 
 def image_spec(files: Path, uri: Path, *overrides: str):
     """The run spec of a network on the pushed image folder ``files/img`` (5 images, 2 labels)."""
-    from hydra import compose, initialize_config_dir
-
-    from dane.experiments.config import CONF_DIR, run_spec
+    
+    from dane.experiments.config import run_spec
 
     push(push_args(str(files / "img"), "--uri", str(uri), "--collection", "shapes"))
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", ["problem=digits_mlp", "data@problem.data=mongo", f"problem.data.uri={uri}",
-                                 "problem.data.collection=shapes", "problem.data.test_fraction=0.4", *overrides])
-    return run_spec(cfg)
+    return run_spec(composed("problem=digits_mlp", "data@problem.data=mongo", f"problem.data.uri={uri}",
+                             "problem.data.collection=shapes", "problem.data.test_fraction=0.4", *overrides))
 
 
 @pytest.fixture

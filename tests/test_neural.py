@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
@@ -26,7 +25,7 @@ from dane.records.results import read_rounds, read_summary
 from dane.loop.stopping import EarlyStopping, MonitorError, StopRule
 from dane.experiments.config import CONF_DIR, build, run_spec
 import runs
-from helpers import convex_rule_holds
+from helpers import composed, convex_rule_holds
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DANE_DATA_DIR", ROOT.parent / "shared" / "data"))
@@ -34,13 +33,9 @@ PYTHON = sys.executable
 SMALL_MLP = ("problem=digits_mlp", "problem.model.hidden=[32]", "problem.inner_steps=10", "quiet=true")
 
 
-def config(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
 
 def run(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
-    summary = execute(run_spec(config(*overrides)), str(tmp_path))
+    summary = execute(run_spec(composed(*overrides)), str(tmp_path))
     return summary, read_rounds(tmp_path)
 
 
@@ -182,7 +177,7 @@ def test_inexact_dane_reaches_the_lbfgs_optimum_of_multinomial_logistic_regressi
     # 20 rounds: safeguarded DANE converges linearly here at about 0.65 per round (one
     # rejection at round 3); the gap measured 1.4e-5 after 14 rounds and 1.7e-6 after 20.
     summary, rounds = run(tmp_path, "problem=logreg_digits", "workers=2", "rounds=20", "algorithm.mu=0.01", "quiet=true")
-    data = build(config("problem=logreg_digits"), "problem").dataset()
+    data = build(composed("problem=logreg_digits"), "problem").dataset()
     best = logreg_optimum(data.train_x.double().numpy(), data.train_y.numpy(), data.num_classes, 0.01)
     gaps = [r["objective"] - best for r in rounds]
     assert min(gaps) > -1e-9  # nobody beats the optimum
@@ -257,7 +252,7 @@ def test_sync_sgd_with_whole_shard_batches_is_gradient_descent(tmp_path):
     summary, rounds = run(tmp_path, *SMALL_MLP, "algorithm=sync_sgd", "workers=3", "rounds=2", "problem.dtype=float64",
                           f"algorithm.lr={lr}", "algorithm.momentum=0", "algorithm.batch_size=479",
                           f"algorithm.steps_per_round={steps}", "save_iterate=true")
-    problem = build(config(*SMALL_MLP, "problem.dtype=float64"), "problem").build(0, 1)
+    problem = build(composed(*SMALL_MLP, "problem.dtype=float64"), "problem").build(0, 1)
     w = problem.initial_point()
     objectives = []
     for t in range(2 * steps):
@@ -325,7 +320,7 @@ PROBLEMS = sorted(p.stem for p in (CONF_DIR / "problem").glob("*.yaml")
 
 @pytest.mark.parametrize("name", PROBLEMS)
 def test_every_problem_config_builds_and_validates(name):
-    problem = build(config(f"problem={name}", f"problem.data.data_dir={SHARED_DATA}"), "problem")
+    problem = build(composed(f"problem={name}", f"problem.data.data_dir={SHARED_DATA}"), "problem")
     assert isinstance(problem, NeuralProblemConfig) and problem.name == name
     try:
         problem.check_workers(2)
@@ -345,7 +340,7 @@ def test_every_problem_config_builds_and_validates(name):
 ])
 def test_bad_problem_values_are_one_line_config_errors(override, message):
     with pytest.raises(ConfigError, match=message.replace("|", r"\|")):
-        build(config("problem=digits_mlp", override), "problem")
+        build(composed("problem=digits_mlp", override), "problem")
 
 
 BAD_DATA_DIR = runs.command("neural:bad_data_dir", "problem=mnist_lenet5", "problem.data.data_dir={tmp}/neural/no_such_dir",
@@ -382,7 +377,7 @@ def test_horovodrun_two_ranks_match_the_simulator(tmp_path):
                            f"out_dir={tmp_path / 'hvd'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    execute(run_spec(config(*overrides, "workers=2")), str(tmp_path / "sim"))
+    execute(run_spec(composed(*overrides, "workers=2")), str(tmp_path / "sim"))
     real, sim = read_rounds(tmp_path / "hvd"), read_rounds(tmp_path / "sim")
     assert read_summary(tmp_path / "hvd")["backend"] == "horovod"
     assert len(real) == len(sim) == 3

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from dane.comm import AlphaBeta
 from dane.errors import DataError
@@ -14,19 +13,16 @@ from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import CONF_DIR, build, run_spec
 from dane.paper_figs import accuracy_table, common, target_table
 from dane.synthetic.sweep import RunIndex, ensure
+from helpers import composed
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("t*_*.yaml")
                      if p.stem.startswith(("table_", "target_")))
 
 
-def compose_simulate(overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("simulate", overrides=list(overrides))
-
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_table_experiment_composes_and_validates(name):
-    cfg = compose_simulate([f"experiment={name}", "workers=8"])
+    cfg = composed(f"experiment={name}", "workers=8", name="simulate")
     assert cfg.problem.name == name.split("_", 1)[1] and cfg.tol is None
     assert (cfg.sim.alpha, cfg.sim.beta) == (5.5e-4, 4.0e8)  # pinned: the runs outlive a re-calibration
     try:
@@ -88,7 +84,7 @@ def test_retiming_swaps_the_allreduce_model_exactly(tmp_path):
     # The model retime relies on: the clock's allreduce part is bytes/β + allreduces·2(m-1)α.  The
     # summary's comm time also holds the last record's own evaluation, one allreduce of the
     # float32 gradient and the 3 metrics, made after that record's counters were read.
-    dim = build(compose_simulate(accuracy_table.job(row, 4)), "problem").build(0, 4).dim
+    dim = build(composed(*accuracy_table.job(row, 4), name="simulate"), "problem").build(0, 4).dim
     bytes_total = records[-1]["bytes_sent"] + 2 * 3 * 4 * (dim + 3) // 4
     calls = records[-1]["comm_rounds"] + 1
     assert summary["simulated_comm_s"] == pytest.approx(bytes_total / 4.0e8 + calls * 6 * 5.5e-4, rel=1e-9)

@@ -157,15 +157,14 @@ def test_after_the_rounds_a_parked_clients_part_is_filled_in(monkeypatch, tmp_pa
     """A network's test confusion matrix (one allreduce after the rounds) is the same, file for file, whether the
     clients outside the last round sleep through it (their counts filled in from their shards) or take part; no
     thread is started for a parked client once the rounds are over."""
-    from hydra import compose, initialize_config_dir
+    from helpers import composed
 
-    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.experiments.config import run_spec
     from dane.loop.launch import execute
 
     overrides = ["problem=digits_mlp", "problem.model.hidden=[8]", "algorithm=fedavg", "algorithm.lr=0.05",
                  "algorithm.clients_per_round=2", "workers=6", "rounds=2", "sim.batched=false", "progress=none"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        spec = run_spec(compose(config_name="config", overrides=overrides))
+    spec = run_spec(composed(*overrides))
     starts, files = Counter(), {}
     start = worker_threads.WorkerThreads.start_thread
 

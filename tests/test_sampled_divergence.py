@@ -117,16 +117,15 @@ def test_the_phishing_false_positive_itself_runs_on():
     kept), the full-participation rule would have stopped it at round 7, and the sampled rule lets it run."""
     if not (SHARED_DATA / "libsvm" / "phishing").is_file():
         pytest.skip(f"{SHARED_DATA / 'libsvm' / 'phishing'} is absent")
-    from hydra import compose, initialize_config_dir
+    from helpers import composed
 
-    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.experiments.config import run_spec
     from dane.loop.launch import execute
 
     job = ["algorithm=sdane", "problem=logreg", "data=libsvm", "data.path=libsvm/phishing", "workers=80",
            "data.sharding=dirichlet", "data.alpha=0.5", "rounds=11", "quiet=true", f"data_dir={SHARED_DATA}",
            "algorithm.clients_per_round=8", "algorithm.lam=0.2610771413870375"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", job)
+    cfg = composed(*job)
     collected = {}
     assert execute(run_spec(cfg), None, collect=collected)["status"] == "max_rounds"
     objectives = [r["objective"] for r in collected["records"]]

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from sklearn.datasets import dump_svmlight_file
 
@@ -12,9 +11,9 @@ from dane.api import shards as iid_rows
 from dane.data.files import BuiltinSource, CSVSource, LibSVMSource, NPZSource, save_npz
 from dane.data.sharding import ShardingKeys, power_law_sizes, quantile_bins, shard_indices
 from dane.errors import ConfigError
-from dane.layout import CONF_DIR
 from dane.problems.linear_models import LinearModelConfig
 from dane.problems.neural import DataConfig
+from helpers import composed
 
 N, D, M = 300, 4, 5
 
@@ -110,14 +109,13 @@ def test_builtin_set_shards_and_notes_give_each_worker_its_size_and_histogram():
 def test_data_sharding_is_a_key_of_every_data_config(tmp_path):
     X, y = table()
     save_npz(tmp_path / "t.npz", X, (y > 0).astype(float))
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        for data in ("data=npz", "data=builtin", "data=diabetes", "data=iris"):
-            extra = [f"data.path={tmp_path / 't.npz'}"] if data == "data=npz" else []
-            problem = "problem=ridge" if data == "data=diabetes" else "problem=logreg"
-            cfg = compose("config", [problem, data, *extra, "data.sharding=quantity", "data.exponent=0.5",
-                                     "data.skew_on=0", "data.bins=4", "data.classes_per_worker=1"])
-            source = instantiate(cfg.data)
-            assert (source.sharding, source.exponent, source.skew_on, source.bins) == ("quantity", 0.5, 0, 4)
+    for data in ("data=npz", "data=builtin", "data=diabetes", "data=iris"):
+        extra = [f"data.path={tmp_path / 't.npz'}"] if data == "data=npz" else []
+        problem = "problem=ridge" if data == "data=diabetes" else "problem=logreg"
+        cfg = composed(problem, data, *extra, "data.sharding=quantity", "data.exponent=0.5", "data.skew_on=0",
+                       "data.bins=4", "data.classes_per_worker=1")
+        source = instantiate(cfg.data)
+        assert (source.sharding, source.exponent, source.skew_on, source.bins) == ("quantity", 0.5, 0, 4)
 
 
 # ---------------------------------------------------------------- the schemes' laws

@@ -149,15 +149,14 @@ def test_similarity_true_puts_delta_at_the_start_and_end_into_the_summary_and_ch
     records (time aside) are those of the same run without it."""
     from dataclasses import replace
 
-    from hydra import compose, initialize_config_dir
+    from helpers import composed
 
-    from dane.experiments.config import CONF_DIR, run_spec
+    from dane.experiments.config import run_spec
     from dane.loop.launch import execute
     from dane.records.results import read_rounds
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=["problem=ridge_synthetic", "problem.n_samples=600", "problem.dim=12",
-                                           "workers=3", "rounds=4", "tol=null", "quiet=true", "similarity=true"])
+    cfg = composed("problem=ridge_synthetic", "problem.n_samples=600", "problem.dim=12", "workers=3", "rounds=4",
+                   "tol=null", "quiet=true", "similarity=true")
     spec = run_spec(cfg)
     summary = execute(spec, str(tmp_path / "on"))
     plain = execute(replace(spec, control=replace(spec.control, similarity=False)), str(tmp_path / "off"))

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from dane.comm import detect_launcher, launcher_rank, resolve_backend
 from dane.comm.slurm import PORT_BASE, first_host, slurm_task
 from dane.errors import ConfigError
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import CONF_DIR, rank_zero, workers_for
-from helpers import REPO, env, train
+from helpers import REPO, composed, env, train
 
 SRUN_TASK_1_OF_4 = {  # what srun -N 2 -n 4 sets for the second task (as printed by `srun env` on the test cluster)
     "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
@@ -124,8 +123,7 @@ def test_provenance_under_srun_records_the_step_and_the_jobs_command(srun_env, m
 
 
 def test_slurm_launcher_config_composes():
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["hydra/launcher=slurm", "workers=2"], return_hydra_config=True)
+    cfg = composed("hydra/launcher=slurm", "workers=2", hydra=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_ == "hydra_plugins.dane_slurm_launcher.SlurmLauncher"
     assert (launcher.nodes, launcher.cpus_per_task, launcher.partition) == (1, 1, None)
@@ -170,9 +168,7 @@ def slurm_sweep_launcher(tmp_path, monkeypatch):
     """hydra/launcher=slurm as a sweep sets it up, each job of 1 task (its config is not composed here)."""
     from hydra.utils import instantiate
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                      return_hydra_config=True)
+    cfg = composed("hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}", hydra=True)
     launcher = instantiate(cfg.hydra.launcher)
     launcher.setup(hydra_context=None, task_function=None, config=cfg)
     monkeypatch.setattr(launcher, "tasks_for", lambda overrides: 1)

@@ -4,18 +4,14 @@ server, said in the run's notes; what cannot run is refused before any process g
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from dane.errors import ConfigError
-from dane.experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import run_spec
+from helpers import composed
 
 SPLIT = ("algorithm=split", "problem=digits_mlp")
 NOTE = "comm=ps, chosen for algorithm=split under torchrun: the last rank is the split server, the others are agents"
 
-
-def config(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", list(overrides))
 
 
 @pytest.fixture
@@ -27,26 +23,26 @@ def torchrun_3(monkeypatch):
 
 @pytest.mark.parametrize("comm", ["auto", "torch"])
 def test_split_under_torchrun_runs_through_comm_ps_and_says_so(comm, torchrun_3):
-    spec = run_spec(config(*SPLIT, f"comm={comm}"))
+    spec = run_spec(composed(*SPLIT, f"comm={comm}"))
     assert (spec.comm.backend, spec.comm.workers, spec.comm.servers) == ("ps", 2, 1)  # 2 agents + the server
     assert spec.algorithm.notes == (NOTE,)
 
 
 def test_split_with_comm_ps_and_other_algorithms_keep_their_backend(torchrun_3):
-    spec = run_spec(config(*SPLIT, "comm=ps"))
+    spec = run_spec(composed(*SPLIT, "comm=ps"))
     assert (spec.comm.backend, spec.comm.workers, spec.algorithm.notes) == ("ps", 2, ())
-    spec = run_spec(config("problem=digits_mlp", "comm=torch"))
+    spec = run_spec(composed("problem=digits_mlp", "comm=torch"))
     assert (spec.comm.backend, spec.comm.workers) == ("torch", 3)
 
 
 def test_split_without_a_launcher_keeps_the_simulator():
-    spec = run_spec(config(*SPLIT, "workers=2"))
+    spec = run_spec(composed(*SPLIT, "workers=2"))
     assert (spec.comm.backend, spec.comm.workers, spec.algorithm.notes) == ("local", 2, ())
 
 
 def test_split_with_two_servers_is_refused_before_any_process_group(torchrun_3):
     with pytest.raises(ConfigError) as err:
-        run_spec(config(*SPLIT, "comm=ps", "comm.servers=2"))
+        run_spec(composed(*SPLIT, "comm=ps", "comm.servers=2"))
     assert str(err.value) == ("algorithm=split runs in the simulator (workers=<m>, plain python) or under torchrun "
                               "with comm=ps and one server (torchrun --nproc_per_node <m+1> ... comm=ps), not comm=ps "
                               "with comm.servers=2")

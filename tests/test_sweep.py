@@ -23,6 +23,7 @@ from dane.records.provenance import run_command
 from dane.synthetic.sweep import (RunIndex, answers, compose_job, composed_job, ensure, grid, identity, job_name,
                                   run_job)
 
+from helpers import composed
 from runs import command, prepare
 
 TINY = ("problem.n_samples=600", "problem.dim=20")
@@ -180,8 +181,7 @@ def tree(folder: Path) -> dict[str, str]:
 
 def sweep_job(sweep: Path, *overrides: str):
     """Job 0 of ``-m <overrides> hydra.sweep.dir=<sweep>`` as a launcher hands it to Hydra's `run_job`."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[*overrides, f"hydra.sweep.dir={sweep}"], return_hydra_config=True)
+    cfg = composed(*overrides, f"hydra.sweep.dir={sweep}", hydra=True)
     with read_write(cfg), open_dict(cfg):
         cfg.hydra.mode, cfg.hydra.job.num, cfg.hydra.job.id = RunMode.MULTIRUN, 0, "0"
     return cfg
@@ -274,8 +274,7 @@ def test_a_sweep_whose_every_job_was_refused_puts_back_the_sweep_config_its_fold
 
 def sweeper_params(name: str) -> dict[str, list[str]]:
     """What ``python -m experiments.simulate -m experiment=NAME`` sweeps over."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="simulate", overrides=[f"experiment={name}"], return_hydra_config=True)
+    cfg = composed(f"experiment={name}", name="simulate", hydra=True)
     return {key: str(values).split(",") for key, values in (cfg.hydra.sweeper.params or {}).items()}
 
 
@@ -489,8 +488,7 @@ def test_a_sweep_rerun_with_resume_auto_counts_a_finished_job_as_finished_and_le
     assert capsys.readouterr().err == (f"error: out_dir={out} already holds a run (rounds.jsonl, summary.json); choose a "
                                        "new out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)\n")
     assert tree(out) == held and len(SweepSummary.kept) == 1
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        again, other = (compose("config", overrides=[*job, *more]) for more in ((), ("problem.lam=0.5",)))
+    again, other = composed(*job), composed(*job, "problem.lam=0.5")
     assert finished_run(again) is not None and finished_run(other) is None
     summary.jobs = 3
     summary.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))

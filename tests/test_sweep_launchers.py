@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
@@ -24,7 +23,7 @@ from omegaconf import OmegaConf
 from dane.records.results import find_runs, read_rounds, read_summary
 from dane.experiments.config import CONF_DIR
 from dane.experiments.launchers import ERROR_LINE, quote
-from helpers import REPO, env, horovodrun, torchrun, train
+from helpers import REPO, composed, env, horovodrun, torchrun, train
 import runs
 
 SMALL = ["algorithm=dane", "problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "rounds=5"]
@@ -35,8 +34,7 @@ def test_the_launchers_are_hydra_plugins_and_compose():
     found = {f"{c.__module__}.{c.__name__}" for c in Plugins.instance().discover(Launcher)}
     assert {"hydra_plugins.dane_launchers.HorovodLauncher", "hydra_plugins.dane_launchers.TorchrunLauncher"} <= found
     for name, cls in (("horovod", "HorovodLauncher"), ("torchrun", "TorchrunLauncher")):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
+        cfg = composed(f"hydra/launcher={name}", hydra=True)
         assert cfg.hydra.launcher._target_ == f"hydra_plugins.dane_launchers.{cls}"
         assert list(cfg.hydra.launcher.extra_args) == [] and cfg.hydra.launcher.timeout_s is None
 

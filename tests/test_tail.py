@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from dane.comm import AlphaBeta, ThreadGroup
@@ -19,9 +18,10 @@ from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
 from dane.loop.launch import execute
 from dane.records.results import read_rounds
-from dane.run_config import CONF_DIR, cost_model, run_spec
+from dane.run_config import cost_model, run_spec
 from dane.synthetic.round_timing import PhaseRecorder
 from dane.synthetic.sweep import answers
+from helpers import composed
 
 CANNED = Path(__file__).parent / "data" / "calibration_tail.json"
 
@@ -70,9 +70,7 @@ def test_draws_are_seeded_per_run():
 
 
 def simulate(tmp_path: Path, name: str, *overrides: str) -> tuple[dict, list[dict]]:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["workers=2", "rounds=6", "tol=null", "tol_abs=null",
-                                                       "quiet=true", *overrides])
+    cfg = composed("workers=2", "rounds=6", "tol=null", "tol_abs=null", "quiet=true", *overrides)
     out = tmp_path / name
     summary = execute(run_spec(cfg), str(out))
     return summary, read_rounds(out)

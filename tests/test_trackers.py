@@ -10,13 +10,13 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from dane.errors import ConfigError
-from dane.experiments.config import CONF_DIR, run_spec
+from dane.experiments.config import run_spec
 from dane.loop.launch import execute
 from dane.loop.progress import RoundBar
 from dane.records.results import RunWriter, read_rounds, read_summary
+from helpers import composed
 from dane.records.trackers import Trackers, check_loggers, metrics
 import runs
 
@@ -45,8 +45,8 @@ def mlflow_run(run_dir, monkeypatch):
 @pytest.mark.needs_mlflow
 @pytest.mark.needs_tensorboard
 def test_every_tracked_metric_equals_the_jsonl_record(tmp_path, monkeypatch):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):  # in this process: no second start-up
-        cfg = compose("config", overrides=[*SMALL, "logger=[jsonl,tensorboard,mlflow]", f"out_dir={tmp_path}"])
+    # composed in this process: no second start-up
+    cfg = composed(*SMALL, "logger=[jsonl,tensorboard,mlflow]", f"out_dir={tmp_path}")
     execute(run_spec(cfg), str(tmp_path))
     records, summary = read_rounds(tmp_path), read_summary(tmp_path)
     assert [r["round"] for r in records] == list(range(len(records))) and len(records) >= 3
