@@ -75,8 +75,8 @@ Both forms share one client side, `FedNLClients`, over the package's stacked eng
 thread of the per-worker simulator), the means by allreduce, and on the batched simulator (``sim.batched``,
 `dane.comm.batched`) all m clients at once, on the stacked rows (sparse rows and unequal shards stack alike: FedNL
 asks its problem for values, gradients and Hessians only, ``stacked_needs = "oracles"``), its messages stacked;
-`StackedFedNL` runs the same rounds with no communicator, the mean over clients a sum over the stack (``make bench``
-section ``fednl`` times it beside the simulator's).  Their iterates agree to round-off, for every compressor: RandK
+`batched` builds that form outside a run, for a caller that steps it itself (``make bench`` section ``fednl`` times
+its rounds beside the simulator's).  Their iterates agree to round-off, for every compressor: RandK
 draws each client's indices from that client's own stream (`dane.problems.stacked_compress.randk_indices`), natural
 and dithering from a generator per client.  The clients keep H_i on its support only
 (`dane.problems.stacked_hessians`), which changes no iterate.
@@ -94,7 +94,7 @@ import torch
 from dane import checks
 from dane.algorithm import AlgorithmConfig, Column
 from dane.comm import Communicator
-from dane.comm.batched import stacked
+from dane.comm.batched import BatchedCommunicator, BatchedGroup, stacked
 from dane.compress import Compressor, RandK, TopK, make
 from dane.errors import ConfigError
 from dane.problems import Problem, ProblemConfig
@@ -110,8 +110,9 @@ from .newton_star import require_rows
 from .fednl_server import armijo_backtrack, newton_direction, shifted_newton
 
 VARIANTS = ("plain", "ls", "pp", "cr")
-#: the phases of a round `StackedFedNL.seconds` times: the clients' gradients and Hessians, the compression of the
-#: Hessian differences, the clients' and server's updates of H_i and H, the server's Newton step (line search included)
+#: the phases of a round `FedNL` times into its clients' ``seconds`` (`FedNLClients`): the clients' gradients and
+#: Hessians (and the record's metrics), the compression of the Hessian differences, the clients' and server's updates
+#: of H_i and H (the means over the clients included), the server's Newton step (line search included)
 PHASES = ("oracles", "compress", "update", "newton")
 
 
@@ -150,13 +151,14 @@ def uplink_bits(compressor: Compressor, d: int, *, variant: str, option: int) ->
 
 
 class FedNLClients:
-    """The client side of FedNL for the clients of ``clients`` (all m in `StackedFedNL`, one in a worker's `FedNL`).
+    """The client side of FedNL for the clients of ``clients`` (all m in `FedNL` on a batched communicator, one in a
+    worker's).
 
     State, one row per client, Hessians compact (`dane.problems.stacked_hessians`): H_i, and for FedNL-PP l_i and
     g_i.
     The random compressors other than RandK (natural, dithering) draw from a generator per client, seeded by
     the client's id, so that a client draws alike alone or in the stack.
-    ``seconds`` accumulates the wall time of the phases ``oracles``, ``compress`` and ``update``.  ``threads``: the
+    ``seconds`` accumulates the wall time of the phases (`PHASES`; `FedNL` adds the server's).  ``threads``: the
     Hessians' product and TopK's selection split over that many threads by clients, the same numbers (1 where a
     simulated worker holds the clients: the simulator's clock reads its thread's CPU time)."""
 
@@ -240,7 +242,9 @@ class FedNL(ClientBits, Federated):
     """FedNL on one worker = one client (module docstring); the server's H, l, g are kept on every worker.
 
     On the batched simulator's communicator (`dane.comm.batched`) the one worker holds all m clients, on their
-    stacked rows (`dane.problems.stacked_rows.StackedRows`): the same round, its messages stacked."""
+    stacked rows (`dane.problems.stacked_rows.StackedRows`): the same round, its messages stacked (`batched` builds
+    it outside a run).  A round's wall time is clocked by phase (`PHASES`) into ``client.seconds``; on a per-worker
+    communicator its ``update`` holds the allreduce's wait.  ``threads``: the clients' (`FedNLClients`)."""
 
     name = "fednl"
     needs_rows = True  # its clients' rows (`require_rows`)
@@ -253,7 +257,7 @@ class FedNL(ClientBits, Federated):
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", alpha: float | None = None,
                  option: int = 1, mu: float | None = None, variant: str = "plain", ls_c: float = 0.5,
                  ls_gamma: float = 0.5, sampling: SamplingKeys, seed: int = 0, cubic: float = 0.0,
-                 defaults: tuple[dict, ...] = ()):
+                 defaults: tuple[dict, ...] = (), threads: int = 1):
         super().__init__(problem, comm, sampling=sampling, seed=seed, defaults=defaults)
         self.cubic = cubic  # FedNL-CR's M (0: no cubic term)
         require_rows(problem, comm, "fednl")
@@ -268,7 +272,7 @@ class FedNL(ClientBits, Federated):
         self.option, self.variant, self.ls_c, self.ls_gamma = option, variant, ls_c, ls_gamma
         self.mu = float(problem.strong_convexity or 0.0) if mu is None else mu
         self.client = FedNLClients(clients, self.w.numpy(), compressor=self.compressor, alpha=self.alpha,
-                                   option=option, variant=variant, seed=seed)
+                                   option=option, variant=variant, seed=seed, threads=threads)
         self.uplink_bits, self.step_size, self.rounds = 0, 1.0, 0
         sent = [self.packed(self.client.H_i)] + ([self.own(self.client.g_i)] if variant == "pp" else [])
         reduced, _ = sampled_mean(comm, self.sampler.draw_all(), sent)                 # H_i⁰ (and g_i⁰) up, once
@@ -306,9 +310,12 @@ class FedNL(ClientBits, Federated):
         x = self.w.numpy()
         members = self.sampler.draw_all()
         grads, S, l_i = self.client.round(x, self.rounds)                              # client: ∇O_i, α S_i
+        now = time.perf_counter()
         payload = self.payload(self.w)
+        now = self.client.clock("oracles", now)
         sent = [self.own(grads), self.packed(S), self.own(l_i[:, None])]
         (g, S_mean, l), reduced = sampled_mean(self.comm, members, sent, payload)       # uplink
+        now = self.client.clock("update", now)
         g = g.numpy()
         direction = newton_direction(self.H, g, float(l), option=self.option, mu=self.mu,  # server, with H_k
                                      cubic=self.cubic)
@@ -317,14 +324,18 @@ class FedNL(ClientBits, Federated):
             self.step_size, trials = armijo_backtrack(self.global_objective, x, float(reduced[0][0]), g, direction,
                                                       c=self.ls_c, gamma=self.ls_gamma)
         self.w = torch.from_numpy(x + self.step_size * direction).to(self.w.dtype)  # the server's float64, cast back
+        now = self.client.clock("newton", now)
         self.H += S_mean.numpy()                                                        # H ← H + α mean S_i
+        self.client.clock("update", now)
         self.count(len(members), uplink_bits(self.compressor, self.d, variant=self.variant, option=self.option)
                    + VALUE_BITS * trials, down=self.d * (1 + trials))
         return {**self.record(reduced, members), "step_size": self.step_size,
                 "clients_uplink_bits": self.uplink_bits}
 
     def step_pp(self) -> dict[str, float]:
+        now = time.perf_counter()
         x_next = shifted_newton(unpack(self.H, self.d), self.g, float(self.l[0]))      # server: (H + lI)⁻¹ g
+        self.client.clock("newton", now)
         members = self.sampler.draw()                                                  # S_k
         rows = self.held(members)
         n = self.client.clients.m
@@ -334,9 +345,13 @@ class FedNL(ClientBits, Federated):
         sent = [self.packed(S, rows), self.own(dl), self.own(dg)]                      # zero outside S_k
         if len(members) < self.comm.size:
             self.comm.next_participants(members.tolist())  # the simulator charges the participants only
-        S_mean, l, g, *reduced = self.comm.allreduce_mean(sent + self.payload(self.w))  # uplink: (1/m) Σ_{S_k}
+        now = time.perf_counter()
+        payload = self.payload(self.w)
+        now = self.client.clock("oracles", now)
+        S_mean, l, g, *reduced = self.comm.allreduce_mean(sent + payload)              # uplink: (1/m) Σ_{S_k}
         for key, delta in (("H", S_mean), ("l", l), ("g", g)):
             getattr(self, key)[...] += delta.numpy()
+        self.client.clock("update", now)
         self.w = torch.from_numpy(x_next).to(self.w.dtype)
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
         return {**self.record(reduced, members), "step_size": 1.0, "clients_uplink_bits": self.uplink_bits}
@@ -532,8 +547,9 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
         CompactHessians.kept(rows, whole=make(self.compressor).matrices)
         return rows
 
-    def build(self, problem: Problem, comm: Communicator) -> FedNL:
-        """FedNL-CR's M null resolved first (`baselines.defaults.cubic_constant`, one allreduce)."""
+    def build(self, problem: Problem, comm: Communicator, *, threads: int = 1) -> FedNL:
+        """FedNL-CR's M null resolved first (`baselines.defaults.cubic_constant`, one allreduce).  ``threads``: the
+        clients' (`FedNLClients`; a run's are 1)."""
         resolution, cubic = Resolution(), self.cubic or 0.0
         if self.variant == "cr" and self.cubic is None:
             require_rows(problem, comm, self.name)  # before its rows' loss is read
@@ -546,4 +562,14 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
                                    mean_row_cubes=cubes)
         return FedNL(problem, comm, compressor=self.compressor, **self.numbers(problem, resolution),
                      variant=self.variant, ls_c=self.ls_c, ls_gamma=self.ls_gamma, sampling=self, seed=self.seed,
-                     cubic=cubic, defaults=resolution.entries)
+                     cubic=cubic, defaults=resolution.entries, threads=threads)
+
+
+def batched(rows: StackedRows, *, threads: int = 1, **keys) -> FedNL:
+    """`FedNL` with all m clients of ``rows`` in this process, for a caller that steps it itself: `FedNLConfig` of
+    ``keys`` (its fields; each null resolved as in a run, `FedNLConfig.numbers`) built on a batched communicator of m
+    workers (`dane.comm.batched`), as the batched simulator builds it.  ``threads``: the clients' (`FedNLClients`),
+    which change no iterate."""
+    comm = BatchedCommunicator(BatchedGroup(rows.stacked_workers))
+    comm.begin()  # compute phases metered from here, as `dane.comm.batched.run_batched` meters a run's
+    return FedNLConfig(**keys).build(rows, comm, threads=threads)

@@ -2,13 +2,15 @@
 Hessians, Newton's method and the optimum of a small logistic regression."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import scipy.optimize
 import scipy.sparse
 import torch
 
-from dane.baselines.fednl import FedNLConfig, StackedFedNL, hessian_step, theoretical_alpha, uplink_bits
+from dane.baselines.fednl import PHASES, FedNLConfig, batched, hessian_step, theoretical_alpha, uplink_bits
 from dane.problems.stacked_compress import compress_rows, randk_indices, randk_reference
 from dane.problems.stacked_hessians import CompactHessians, frobenius_norms, pack, triangle_weights, unpack
 from dane.problems.stacked_rows import StackedRows
@@ -106,15 +108,15 @@ def test_packing_and_frobenius():
 
 def test_identity_first_step_is_newton_and_converges(problem):
     X, y, w_star, (value, grad, hess) = problem
-    run = StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="none")
+    run = batched(StackedRows(shards_of(X, y, 4)), compressor="none", option=1)
     assert run.alpha == 1.0
     run.step()
-    np.testing.assert_allclose(run.x, -np.linalg.solve(hess(np.zeros(len(w_star))), grad(np.zeros(len(w_star)))),
-                               rtol=0, atol=1e-13)
-    errors = [np.linalg.norm(run.x - w_star)]
+    np.testing.assert_allclose(run.w.numpy(), -np.linalg.solve(hess(np.zeros(len(w_star))),
+                                                                grad(np.zeros(len(w_star)))), rtol=0, atol=1e-13)
+    errors = [np.linalg.norm(run.w.numpy() - w_star)]
     for _ in range(12):
         run.step()
-        errors.append(np.linalg.norm(run.x - w_star))
+        errors.append(np.linalg.norm(run.w.numpy() - w_star))
     assert errors[-1] < 1e-13
     # superlinear: the lagged Hessian (Newton with H from the previous point) contracts faster every round
     fast = [e for e in errors if e > 1e-11]
@@ -127,43 +129,41 @@ def test_identity_first_step_is_newton_and_converges(problem):
 def test_compressed_converges_to_optimum(problem, spec, alpha, variant):
     """From x0 = 0 (far from w*: FedNL's theory is local), RandK's noisy H needs FedNL-LS's line search here."""
     X, y, w_star, (value, grad, _) = problem
-    run = StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor=spec, alpha=alpha, seed=3, variant=variant)
+    run = batched(StackedRows(shards_of(X, y, 4)), compressor=spec, alpha=alpha, seed=3, variant=variant, option=1)
     for _ in range(300):
         run.step()
-        if np.linalg.norm(run.x - w_star) < 1e-10:
+        if np.linalg.norm(run.w.numpy() - w_star) < 1e-10:
             break
-    assert np.linalg.norm(run.x - w_star) < 1e-10, spec
-    assert np.linalg.norm(grad(run.x)) < 1e-10
+    assert np.linalg.norm(run.w.numpy() - w_star) < 1e-10, spec
+    assert np.linalg.norm(grad(run.w.numpy())) < 1e-10
 
 
 @pytest.mark.parametrize("option, variant", [(2, "plain"), (1, "ls")])
 def test_option2_and_line_search_converge(problem, option, variant):
     X, y, w_star, (value, grad, _) = problem
-    run = StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="topk:10", alpha=1.0, option=option,
-                       variant=variant)
+    run = batched(StackedRows(shards_of(X, y, 4)), compressor="topk:10", alpha=1.0, option=option, variant=variant)
     for _ in range(300):
         run.step()
-    assert np.linalg.norm(run.x - w_star) < 1e-9
+    assert np.linalg.norm(run.w.numpy() - w_star) < 1e-9
 
 
 def test_pp_with_every_client_and_identity_is_newton(problem):
     X, y, w_star, (value, grad, hess) = problem
-    run = StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="none", option=2, variant="pp",
-                       clients_per_round=4)
+    run = batched(StackedRows(shards_of(X, y, 4)), compressor="none", option=2, variant="pp", clients_per_round=4)
     w = np.zeros(len(w_star))
     for _ in range(6):
         run.step()
         w = w - np.linalg.solve(hess(w), grad(w))
-        np.testing.assert_allclose(run.x, w, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(run.w.numpy(), w, rtol=0, atol=1e-12)
 
 
 def test_pp_samples_converge(problem):
     X, y, w_star, _ = problem
-    run = StackedFedNL(StackedRows(shards_of(X, y, 6)), compressor="topk:20", option=2, variant="pp",
-                       clients_per_round=2, seed=5)
+    run = batched(StackedRows(shards_of(X, y, 6)), compressor="topk:20", option=2, variant="pp", clients_per_round=2,
+                  seed=5)
     for _ in range(400):
         run.step()
-    assert np.linalg.norm(run.x - w_star) < 1e-9
+    assert np.linalg.norm(run.w.numpy() - w_star) < 1e-9
 
 
 @pytest.mark.parametrize("spec", ["none", "topk:7", "randk:7", "natural", "rank:2"])
@@ -171,16 +171,17 @@ def test_bits_are_rounds_times_closed_form(problem, spec):
     X, y, _, _ = problem
     m, d = 4, X.shape[1]
     T = d * (d + 1) // 2
-    run = StackedFedNL(StackedRows(shards_of(X, y, m)), compressor=spec)
+    run = batched(StackedRows(shards_of(X, y, m)), compressor=spec, option=1)
     for _ in range(3):
-        record = run.step()
+        spent = run.spent()  # what the round loop writes into the round's record (`dane.algorithm.Rounds.spent`)
+        run.step()
     hessian = {"none": 64 * T, "topk:7": 7 * (64 + (T - 1).bit_length()), "randk:7": 7 * 64, "natural": 12 * T,
                "rank:2": 2 * (d + 1) * 64}[spec]
     assert uplink_bits(make(spec), d, variant="plain", option=1) == hessian + 64 * d
     # FedNL-LS also sends f_i(x_k), the value its search starts from (its trials are counted apart); option 2 its l_i
     assert uplink_bits(make(spec), d, variant="ls", option=1) == hessian + 64 * d + 64
     assert uplink_bits(make(spec), d, variant="ls", option=2) == hessian + 64 * d + 128
-    assert record["clients_uplink_bits"] == m * 64 * T + 2 * m * (hessian + 64 * d)  # to reach x_2, round 2's own
+    assert spent["clients_uplink_bits"] == m * 64 * T + 2 * m * (hessian + 64 * d)  # to reach x_2, round 2's own
     assert run.uplink_bits == m * 64 * T + 3 * m * (hessian + 64 * d)
 
 
@@ -199,24 +200,70 @@ def test_threads_change_no_iterate(problem, spec, variant):
     X, y, _, _ = problem
     options = dict(variant="pp", clients_per_round=3) if variant == "pp" else {}
     rows = StackedRows(shards_of(X, y, 5))
-    runs = [StackedFedNL(rows, compressor=spec, seed=2, threads=threads, **options) for threads in (1, 2, 3)]
+    runs = [batched(rows, compressor=spec, seed=2, threads=threads, option=1 if variant == "plain" else 2, **options)
+            for threads in (1, 2, 3)]
     for _ in range(4):
         for run in runs:
             run.step()
     for run in runs[1:]:
-        np.testing.assert_array_equal(run.x, runs[0].x)
+        np.testing.assert_array_equal(run.w.numpy(), runs[0].w.numpy())
         np.testing.assert_array_equal(run.client.H_i, runs[0].client.H_i)
         np.testing.assert_array_equal(run.H, runs[0].H)
 
 
+@pytest.mark.parametrize("keys, slowed", [({"variant": "ls"}, 2), ({}, 1), ({"variant": "pp", "clients_per_round": 2}, 1)])
+def test_the_server_step_is_clocked_as_newton(problem, monkeypatch, keys, slowed):
+    """`FedNL.step` clocks its round by phase (`PHASES`) into ``client.seconds``: the server's step (Newton's direction
+    and FedNL-LS's search; FedNL-PP's (H + lI)⁻¹g), each slowed here by ``delay``, in ``newton`` alone."""
+    import dane.baselines.fednl as fednl
+
+    delay, rounds = 0.1, 3
+
+    def slow(inner):
+        def slowed_down(*args, **kwargs):
+            time.sleep(delay)
+            return inner(*args, **kwargs)
+        return slowed_down
+
+    for name in ("newton_direction", "armijo_backtrack", "shifted_newton"):
+        monkeypatch.setattr(fednl, name, slow(getattr(fednl, name)))
+    X, y, _, _ = problem
+    run = batched(StackedRows(shards_of(X, y, 4)), compressor="topk:10", **keys)
+    for _ in range(rounds):
+        run.step()
+    seconds = run.client.seconds
+    assert tuple(seconds) == PHASES == ("oracles", "compress", "update", "newton")
+    assert seconds["newton"] >= rounds * slowed * delay
+    assert all(0 < seconds[phase] < rounds * delay for phase in PHASES[:3])  # the sleeps in none of the others
+
+
+def test_the_benchmarks_stacked_run_steps_fednl_on_the_batched_communicator():
+    """scripts/bench_fednl.py's stacked timing (`stacked_run`) is `batched`'s rounds: its gradient norm that of the
+    iterate the same rounds reach, its bits a client's closed form (`uplink_bits`), every phase timed."""
+    from scripts.bench_fednl import OPTION, stacked_run, synthetic_clients
+
+    rows = synthetic_clients(4, 20)
+    for spec, pp in (("topk:84", None), ("randk:84", 2)):
+        out = stacked_run(rows, spec, 3, pp, 1, None)
+        run = batched(rows, compressor=spec, seed=1, option=OPTION,
+                      **({"variant": "pp", "clients_per_round": pp} if pp else {}))
+        for _ in range(3):
+            run.step()
+        assert out["grad_norm"] == float(np.linalg.norm(rows.mean_gradient(run.w.numpy())))
+        assert out["uplink_bits_per_client_round"] == uplink_bits(make(spec), 21, variant="pp" if pp else "plain",
+                                                                  option=OPTION)
+        assert out["alpha"] == (1.0 if pp is None else 84 / 231)
+        assert set(out["phase_s_per_round"]) == set(PHASES) and all(s > 0 for s in out["phase_s_per_round"].values())
+
+
 def test_same_seed_same_iterates(problem):
     X, y, _, _ = problem
-    runs = [StackedFedNL(StackedRows(shards_of(X, y, 4)), compressor="randk:9", seed=s) for s in (7, 7, 8)]
+    runs = [batched(StackedRows(shards_of(X, y, 4)), compressor="randk:9", seed=s, option=1) for s in (7, 7, 8)]
     for run in runs:
         for _ in range(5):
             run.step()
-    np.testing.assert_array_equal(runs[0].x, runs[1].x)
-    assert not np.array_equal(runs[0].x, runs[2].x)
+    np.testing.assert_array_equal(runs[0].w.numpy(), runs[1].w.numpy())
+    assert not np.array_equal(runs[0].w.numpy(), runs[2].w.numpy())
 
 
 @pytest.mark.parametrize("spec, expected", [
@@ -236,7 +283,7 @@ def test_a_compressor_beyond_the_message_is_refused_as_the_clients_are_built(pro
 
     monkeypatch.setattr(CompactHessians, "gradients_hessians", no_hessians)
     with pytest.raises(ConfigError) as error:
-        StackedFedNL(rows, compressor=spec)
+        batched(rows, compressor=spec, option=1)
     assert str(error.value) == expected
 
 
@@ -301,10 +348,10 @@ def test_worker_level_equals_stacked(overrides):
     m, rounds = 4, 6
     config = FedNLConfig(**overrides)
     out = simulate(config, shards_of(X, y, m), rounds)
-    stacked = StackedFedNL(StackedRows(shards_of(X, y, m)), **{**overrides, "option": config.chosen_option})  # null resolved
+    stacked = batched(StackedRows(shards_of(X, y, m)), **overrides)  # all m clients on one batched communicator
     records = out[0][1]
     for t, w in enumerate(out[0][2]):
-        np.testing.assert_allclose(w.numpy(), stacked.x, rtol=0, atol=1e-12, err_msg=f"round {t}")
+        np.testing.assert_allclose(w.numpy(), stacked.w.numpy(), rtol=0, atol=1e-12, err_msg=f"round {t}")
         assert records[t]["clients_uplink_bits"] == stacked.uplink_bits  # cumulative to reach x_t, H_i^0 included
         if t < len(records) - 1:  # the last record is the final iterate's evaluation, after the last round
             stacked.step()

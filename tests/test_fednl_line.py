@@ -185,22 +185,23 @@ def test_randseqk_by_hand():
 @pytest.mark.parametrize("spec, variant", [("toplek:8", "plain"), ("randseqk:8", "ls")])
 def test_fednl_with_toplek_and_randseqk(logistic, spec, variant):
     """FedNL takes both on the packed triangle (T = 21 at d = 6): α = 1 for TopLEK, k/T for RandSeqK; it converges,
-    and the stacked clients (`StackedFedNL`) and one client per worker give the same iterates."""
-    from dane.baselines.fednl import FedNLConfig, StackedFedNL
+    and the stacked clients (`dane.baselines.fednl.batched`: all on one batched communicator) and one client per
+    worker give the same iterates."""
+    from dane.baselines.fednl import FedNLConfig, batched
     from dane.problems.stacked_rows import StackedRows
 
     X, y, grad, _, w_star = logistic
     option = 1 if variant == "ls" else 2
-    stacked_run = StackedFedNL(StackedRows(shards(X, y, "logistic")), compressor=spec, variant=variant, seed=2,
-                               option=option)
+    stacked_run = batched(StackedRows(shards(X, y, "logistic")), compressor=spec, variant=variant, seed=2,
+                          option=option)
     assert stacked_run.alpha == (1.0 if spec.startswith("toplek") else 8 / 21)
     _, _, ws = simulate(FedNLConfig(compressor=spec, variant=variant, seed=2, option=option), shards(X, y, "logistic"), 4)[0]
     for w in ws[1:]:
         stacked_run.step()
-        np.testing.assert_allclose(w.numpy(), stacked_run.x, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(w.numpy(), stacked_run.w.numpy(), rtol=0, atol=1e-12)
     for _ in range(200):
         stacked_run.step()
-    assert np.linalg.norm(stacked_run.x - w_star) < 1e-10
+    assert np.linalg.norm(stacked_run.w.numpy() - w_star) < 1e-10
 
 
 # ------------------------------------------------------------------ FedNL-CR (baselines/fednl.py, variant=cr)
