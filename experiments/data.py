@@ -10,7 +10,8 @@
 The format is the file's suffix (``.csv``, ``.npz``, anything else LIBSVM) or a folder of images. A
 table is read by the source ``data=csv|libsvm|npz`` would use, with the options given here, so a
 ``data=mongo`` run sees the rows such a run sees (``--standardize``: none by default, the rows as in
-the file). ``--uri``: a ``mongodb://`` server, or a folder for an embedded store (made if absent).
+the file; ``--drop``: CSV columns left out, as ``data.drop``). ``--uri``: a ``mongodb://`` server, or a folder
+for an embedded store (made if absent).
 The push is idempotent and completes an interrupted one (`dane.data.mongo_push`).
 ``--client-column NAME`` (a CSV header, an ``.npz`` key, ``qid`` for LIBSVM) reads that column as
 ``data.sharding=column data.client_column=NAME`` does: each row's value is stored in the field
@@ -38,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--collection", required=True, help="the data set's name in the store")
     push.add_argument("--target", help="CSV: the label column")
     push.add_argument("--categorical", nargs="*", default=[], help="CSV: columns to one-hot encode")
+    push.add_argument("--drop", nargs="*", default=[], help="CSV: columns left out (an ID, a name), as data.drop")
     push.add_argument("--delimiter", default=",", help="CSV: one character")
     push.add_argument("--client-column", help="a table's client column (a CSV header, an .npz key, qid for "
                       "LIBSVM), stored per row, not a feature: for data.sharding=column")
@@ -62,6 +64,9 @@ def read_table(args):
         options["client_column"] = args.client_column
     keys = {"sharding": "column"} if args.client_column is not None else {}
     arrays = {k: v for k, v in (("x_key", args.x_key), ("y_key", args.y_key)) if v is not None}
+    if args.drop and path.suffix.lower() != ".csv":
+        raise UserError(f"dane data push {args.source}: --drop names columns of a CSV; this is not one (push it "
+                        "without it)")
     if arrays and path.suffix.lower() != ".npz":
         raise UserError(f"dane data push {args.source}: --{next(iter(arrays)).replace('_', '-')} names an array of an "
                         ".npz archive; this is not one (push it without it)")
@@ -70,6 +75,8 @@ def read_table(args):
         if not args.target:
             raise UserError(f"dane data push {args.source}: a CSV needs --target COLUMN (the label column)")
         options.update(target=args.target, categorical=tuple(args.categorical), delimiter=args.delimiter)
+        if args.drop:  # only when given: the fingerprints of pushes without it stay as they were
+            options["drop"] = tuple(args.drop)
         source = CSVSource(str(path), **options, **keys)
     elif path.suffix.lower() == ".npz":
         source = NPZSource(str(path), **options, **keys)
@@ -118,8 +125,9 @@ def push(args) -> str:
 
 
 #: the data keys a source's message names, as this command's flags (a source's checks speak of a run's config)
-FLAGS = ((re.compile(r"data\.categorical=\[([^\]]*)\]"), lambda m: "--categorical " + m[1].replace(",", " ")),
-         (re.compile(r"\bdata\.(target|categorical|delimiter|standardize|client_column|uri|collection|x_key|y_key)\b"),
+FLAGS = ((re.compile(r"data\.(categorical|drop)=\[([^\]]*)\]"), lambda m: f"--{m[1]} " + m[2].replace(",", " ")),
+         (re.compile(r"\bdata\.(target|categorical|drop|delimiter|standardize|client_column|uri|collection|x_key|"
+                     r"y_key)\b"),
           lambda m: "--" + m[1].replace("_", "-")),
          (re.compile(r"\bdata\.path\b"), lambda m: "the path given"))
 

@@ -6,6 +6,7 @@ shared data folder, and it skips cleanly when the file is absent.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -260,7 +261,8 @@ def test_relative_paths_resolve_from_data_dir_then_cwd(tmp_path, monkeypatch):
         ("y,a\n1,2\n", {"target": "y", "categorical": ["c"]}, "has no column 'c'; its columns are: y, a"),
         ("y;a\n1;2\n", {"target": "a"}, "its columns are: y;a (one column: is data.delimiter=',' right?)"),
         ("y,a\n1,2\n0,3\n1,abc\n", {"target": "y"}, "line 4, column 'a': 'abc' is not a number; list it under "
-                                                    "data.categorical=[a] to one-hot encode it, or clean the file"),
+                                                    "data.categorical=[a] to one-hot encode it, or leave it out "
+                                                    "with data.drop=[a] (an ID, a name), or clean the file"),
         ("y,a\n1,2\n,3\n", {"target": "y"}, "line 3: the label (column 'y') is missing"),
         ("y,a\nyes,2\n", {"target": "y"}, "line 2, the label column 'y': 'yes' is not a number"),
         ("y,a\n1,2\n1,\n", {"target": "y", "impute": "error"},
@@ -461,6 +463,93 @@ def test_shared_admissions_csv_matches_the_builtin_reader(monkeypatch, tmp_path)
     np.testing.assert_array_equal(table.X[:, 2:].sum(axis=1), np.ones(400))
     np.testing.assert_array_equal(table.y, builtin.y)
     np.testing.assert_array_equal(check_labels(table.y, "logistic", table.name), 2 * builtin.y - 1)
+
+
+# ---------------------------------------------------------------- CSV: columns left out (data.drop)
+ID_CSV = "student_id,y,a,kind\nS0000,1,1.0,p\nS0001,0,2.0,q\nS0002,1,4.0,p\nS0003,0,8.0,q\n"
+
+
+def test_csv_with_a_text_id_column_names_data_drop_and_drop_leaves_it_out(tmp_path):
+    """A text ID column was refused with data.categorical=[student_id] as the only fix (one feature per row); now
+    the line offers data.drop, which leaves the column out of X, its notes and its width."""
+    path = write(tmp_path, "ids.csv", ID_CSV)
+    with pytest.raises(DataError) as err:
+        CSVSource(str(path), target="y", categorical=("kind",)).load()
+    assert one_line(err) == (f"{path} line 2, column 'student_id': 'S0000' is not a number; list it under "
+                             "data.categorical=[student_id] to one-hot encode it, or leave it out with "
+                             "data.drop=[student_id] (an ID, a name), or clean the file")
+    table = CSVSource(str(path), target="y", categorical=("kind",), drop=("student_id",), standardize=False).load()
+    assert table.feature_names == ["a", "kind=p", "kind=q"]
+    np.testing.assert_array_equal(table.X, [[1, 1, 0], [2, 0, 1], [4, 1, 0], [8, 0, 1]])
+    np.testing.assert_array_equal(table.y, [1, 0, 1, 0])
+    assert table.notes[:2] == [f"read 4 rows x 3 features from {path}", "left out column(s) student_id (data.drop)"]
+    numeric = write(tmp_path, "numeric_ids.csv", "id,y,a\n1000,1,1\n1001,0,3\n")  # read as a feature unless dropped
+    assert CSVSource(str(numeric), target="y").load().feature_names == ["id", "a"]
+    kept = CSVSource(str(numeric), target="y", drop="id").load()  # one name, as a string
+    assert kept.feature_names == ["a"] and kept.X[:, 0].tolist() == [-1.0, 1.0]
+    for r in range(2):
+        write(tmp_path, f"part-{r}.csv", f"id,y,a,b\n{r},1,{r},2\n")
+    assert CSVSource(str(tmp_path / "part-{rank}.csv"), target="y", standardize=False,
+                     drop=["id"])._width(tmp_path / "part-0.csv") == 2
+
+
+def test_csv_drop_is_checked_in_one_line(tmp_path):
+    path = write(tmp_path, "ids.csv", ID_CSV)
+    with pytest.raises(DataError) as err:
+        CSVSource(str(path), target="y", categorical=("kind",), drop=("studentid",)).load()
+    assert one_line(err) == (f"{path} has no column 'studentid'; its columns are: student_id, y, a, kind; "
+                             "set data.drop to one of them")
+    refused = {
+        "data.target=y is also in data.drop; the label cannot be left out, remove it from data.drop":
+            dict(drop=("student_id", "y")),
+        "data.client_column=kind is also in data.drop; the clients' column cannot be left out, remove it from "
+        "data.drop": dict(drop=("kind",), sharding="column", client_column="kind"),
+        "data.categorical and data.drop both name kind; a column is either one-hot encoded or left out, remove it "
+        "from one of them": dict(drop=("kind",), categorical=("kind",)),
+    }
+    for line, keys in refused.items():
+        with pytest.raises(ConfigError) as err:
+            CSVSource(str(path), target="y", **keys)
+        assert one_line(err) == line
+    with pytest.raises(DataError) as err:
+        CSVSource(str(path), target="y", drop=("student_id", "a", "kind")).load()
+    assert one_line(err) == (f"{path} has only the label column 'y' besides the columns of data.drop (student_id, a, "
+                             "kind); add at least one feature column or leave fewer out")
+
+
+def test_csv_clients_from_a_column_with_an_id_column_left_out(tmp_path):
+    """data.sharding=column reads its column as before when another column is dropped: each client's rows, and
+    the features without the ID."""
+    path = write(tmp_path, "ids.csv", ID_CSV)
+    source = CSVSource(str(path), target="y", drop=("student_id",), sharding="column", client_column="kind",
+                       standardize=False)
+    table = source.load()
+    assert table.feature_names == ["a"] and table.X[:, 0].tolist() == [1.0, 2.0, 4.0, 8.0]
+    assert table.clients.tolist() == ["p", "q", "p", "q"]
+    shards, notes = source.deal(table.y, 2, seed=0, clients=table.clients)
+    assert [s.tolist() for s in shards] == [[0, 2], [1, 3]]
+    assert notes[1:] == ["worker 0 (kind=p): 2 rows; 1: 2", "worker 1 (kind=q): 2 rows; 0: 2"]
+
+
+def test_shared_admissions_with_an_id_column_left_out_is_the_file_without_it(tmp_path):
+    """The reviewer's file: admissions.csv with a text student_id column first (a copy in tmp_path)."""
+    shared = Path(os.environ.get("DANE_DATA_DIR") or SHARED_DATA) / "admissions.csv"
+    if not shared.is_file():
+        pytest.skip(f"{shared} is absent")
+    lines = shared.read_text().splitlines()
+    rows = [line for line in lines[1:] if line.strip()]
+    path = write(tmp_path, "ids.csv", "student_id," + lines[0] + "\n"
+                 + "".join(f"S{i:04d},{row}\n" for i, row in enumerate(rows)))
+    plain = CSVSource(str(shared), target="admit", categorical=("rank",)).load()
+    dropped = CSVSource(str(path), target="admit", categorical=("rank",), drop=("student_id",)).load()
+    assert dropped.X.shape == (400, 6) and dropped.feature_names == plain.feature_names
+    np.testing.assert_array_equal(dropped.X, plain.X)
+    np.testing.assert_array_equal(dropped.y, plain.y)
+    with pytest.raises(DataError) as err:
+        CSVSource(str(path), target="admit", categorical=("rank",)).load()
+    assert one_line(err).endswith("'S0000' is not a number; list it under data.categorical=[student_id] to one-hot "
+                                  "encode it, or leave it out with data.drop=[student_id] (an ID, a name), or clean "
+                                  "the file")
 
 
 # ---------------------------------------------------------------- the Python API on a file

@@ -469,7 +469,32 @@ def test_a_push_error_names_the_commands_flags(tmp_path, capsys):
         main(["push", str(text), "--target", "admit", "--uri", str(tmp_path / "store"), "--collection", "t"])
     assert stopped.value.code == 2
     assert capsys.readouterr().err == (f"error: {text} line 3, column 'gre': 'abc' is not a number; list it under "
-                                       "--categorical gre to one-hot encode it, or clean the file\n")
+                                       "--categorical gre to one-hot encode it, or leave it out with --drop gre (an "
+                                       "ID, a name), or clean the file\n")
+
+
+def test_a_push_leaves_out_the_columns_of_drop_as_a_run_does(files, tmp_path, capsys):
+    """--drop is data.drop: the stored rows are the CSV source's with the column left out; a wrong name is the
+    source's line in the command's flags, and --drop on a file that is no CSV is refused."""
+    from dane.experiments.data import main
+
+    table = tmp_path / "ids.csv"
+    table.write_text("student_id,y,a,kind\nS0,1,1.5,p\nS1,0,2.5,q\nS2,1,4.5,p\n")
+    uri = str(tmp_path / "store")
+    line = push(push_args(str(table), "--target", "y", "--categorical", "kind", "--drop", "student_id", "--uri", uri,
+                          "--collection", "ids"))
+    assert line == f"uploaded 3 samples into collection ids of {uri}"
+    stored = MongoSource(uri=uri, collection="ids").load()
+    assert stored.feature_names == ["a", "kind=p", "kind=q"]
+    np.testing.assert_array_equal(stored.X, [[1.5, 1, 0], [2.5, 0, 1], [4.5, 1, 0]])
+    with pytest.raises(SystemExit):
+        main(["push", str(table), "--target", "y", "--drop", "id", "--uri", uri, "--collection", "t"])
+    assert capsys.readouterr().err == (f"error: {table} has no column 'id'; its columns are: student_id, y, a, kind; "
+                                       "set --drop to one of them\n")
+    with pytest.raises(SystemExit):
+        main(["push", str(files / "t.npz"), "--drop", "a", "--uri", uri, "--collection", "t"])
+    assert capsys.readouterr().err == (f"error: dane data push {files / 't.npz'}: --drop names columns of a CSV; this "
+                                       "is not one (push it without it)\n")
 
 
 def test_a_push_to_a_uri_that_is_a_file_is_one_line(tmp_path, capsys):

@@ -9,7 +9,9 @@ one-hot row; a missing label is always an error. Then, by default, every numeric
 feature column is standardized over all rows (``standardize=numeric``; ``all`` also the
 one-hot columns, ``none`` nothing). Each of these steps is stated in ``Table.notes``.
 With ``sharding=column``, the column ``client_column`` names each row's client: it is read
-as text (stripped), is no feature, and a row without a value is refused.
+as text (stripped), is no feature, and a row without a value is refused. Columns named in
+``drop`` (an ID, a name, a free-text comment) are left out unread: neither feature, label nor
+client, whatever they hold.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class CSVSource(FileSource, ShardingKeys):
     misjudge the global Hessian: docs/design.md, "A rare feature"); ``none`` (false). Only ``none``
     is allowed with parts, whose statistics would differ. ``impute``: mean | median | error.
     ``delimiter``: one character. ``data_dir``: where relative paths are looked up first.
+    ``drop``: columns left out (an ID column, a name): read for no purpose, each one a column of the header.
     """
 
     path: str
@@ -53,6 +56,7 @@ class CSVSource(FileSource, ShardingKeys):
     delimiter: str = ","
     data_dir: str | None = None
     name: str = "csv"
+    drop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.check_path(columns="a column of the header")
@@ -60,6 +64,17 @@ class CSVSource(FileSource, ShardingKeys):
             raise ConfigError(f"data.target must name the label column, got {self.target!r}")
         columns = (self.categorical,) if isinstance(self.categorical, str) else self.categorical
         object.__setattr__(self, "categorical", tuple(str(c) for c in columns))
+        dropped = (self.drop,) if isinstance(self.drop, str) else self.drop
+        object.__setattr__(self, "drop", tuple(dict.fromkeys(str(c) for c in dropped)))
+        for column, key, what in ((self.target, "data.target", "the label"),
+                                  (self.client_column, "data.client_column", "the clients' column")):
+            if column in self.drop:
+                raise ConfigError(f"{key}={column} is also in data.drop; {what} cannot be left out, remove it from "
+                                  "data.drop")
+        both = [c for c in self.categorical if c in self.drop]
+        if both:
+            raise ConfigError(f"data.categorical and data.drop both name {', '.join(both)}; a column is either "
+                              "one-hot encoded or left out, remove it from one of them")
         if self.target in self.categorical:
             raise ConfigError(
                 f"data.target={self.target} is also in data.categorical; the label is not a feature, "
@@ -86,6 +101,9 @@ class CSVSource(FileSource, ShardingKeys):
         for column in (self.target, *self.categorical):
             if column not in header:
                 raise DataError(_no_column(file, column, header, self.delimiter))
+        for column in self.drop:
+            if column not in header:
+                raise DataError(_no_column(file, column, header, self.delimiter, "data.drop"))
         clients = self.client_column is not None
         if clients and self.client_column not in header:
             raise DataError(_no_column(file, self.client_column, header, self.delimiter, "data.client_column"))
@@ -102,7 +120,7 @@ class CSVSource(FileSource, ShardingKeys):
             )
         blocks, names, numeric, notes = [], [], [], []
         for column in header:
-            if column == self.target or column == self.client_column:
+            if column == self.target or column == self.client_column or column in self.drop:
                 continue
             if column in self.categorical:
                 block, values, note = _one_hot(cells[column], file, column, lines, self.impute)
@@ -114,9 +132,13 @@ class CSVSource(FileSource, ShardingKeys):
             blocks.append(block)
             notes += [note] if note else []
         if not blocks:
-            raise DataError(f"{file} has only the label column '{self.target}'; add at least one feature column")
+            others = f" besides the columns of data.drop ({', '.join(self.drop)})" if self.drop else ""
+            raise DataError(f"{file} has only the label column '{self.target}'{others}; add at least one feature "
+                            "column" + (" or leave fewer out" if self.drop else ""))
         X = np.column_stack(blocks)
         notes.insert(0, f"read {X.shape[0]} rows x {X.shape[1]} features from {file}")
+        if self.drop:
+            notes.insert(1, f"left out column(s) {', '.join(self.drop)} (data.drop)")
         columns = list(range(X.shape[1])) if self.standardize == "all" else numeric if self.standardize == "numeric" else []
         if columns:
             notes.append(_standardized(X, columns, names, "" if self.standardize == "all" else "numeric "))
@@ -126,8 +148,9 @@ class CSVSource(FileSource, ShardingKeys):
     def _count_rows(self, file: Path) -> int:
         return max(count_lines(file) - 1, 0)  # less the header
 
-    def _width(self, file: Path) -> int | None:
-        return len(self._header(file)) - 1  # less the label; parts have no categorical columns
+    def _width(self, file: Path) -> int | None:  # less the label and the columns left out; no categorical in parts
+        header = self._header(file)
+        return len(header) - 1 - sum(column in header for column in self.drop)
 
     def _header(self, file: Path) -> list[str]:
         return _read_cells(file, self.delimiter, header_only=True)[0]
@@ -222,7 +245,8 @@ def _numbers(cells: tuple[str, ...], file: Path, column: str, lines: list[int], 
             else:
                 fix = (
                     "write the labels as numbers (0/1 for logreg, 0..K-1 for softmax) or clean the file"
-                    if label else f"list it under data.categorical=[{column}] to one-hot encode it, or clean the file"
+                    if label else f"list it under data.categorical=[{column}] to one-hot encode it, or leave it out "
+                                  f"with data.drop=[{column}] (an ID, a name), or clean the file"
                 )
                 kind = "the label column" if label else "column"
                 raise DataError(f"{file} line {lines[i]}, {kind} '{column}': {token[:40]!r} is not a number; {fix}")
