@@ -34,6 +34,8 @@ _PUBLIC = {
     "CSVSource": "data.csv_source", "LibSVMSource": "data.libsvm_source", "NPZSource": "data.npz_source",
     "save_npz": "data.npz_source",
     "Table": "data.table",  # what a data source of one's own returns from load() (docs/extending.md)
+    # a problem of one's own that deals its rows as data.sharding does (docs/own_data.md, "Heterogeneous shards")
+    "ShardingKeys": "data.sharding", "column_shards": "data.sharding",
     "read_rounds": "records.results", "read_summary": "records.results",  # a run folder read back (docs/results.md)
 }
 __all__ = sorted([*_PUBLIC, "problems"])
@@ -49,4 +51,6 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    """The public names and the module's dunders: not this module's own imports (``importlib``, ``CHECKOUT``, ...),
+    nor a second copy of a name `__getattr__` has already put into its globals."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

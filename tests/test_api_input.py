@@ -380,6 +380,38 @@ def test_every_public_name_is_there():
     assert dane.LocalSolver.__module__ == "dane.numerics.local_solvers" and "svrg" in dane.LOCAL_SOLVERS
 
 
+def test_dir_lists_each_public_name_once_and_no_internals():
+    """dir(dane) listed Algorithm and Problem twice once read (globals() and __all__), and the module's own imports
+    (CHECKOUT, importlib, lazy_names)."""
+    dane.Algorithm, dane.Problem, dane.fit  # noqa: B018 (read: each is now in the module's globals too)
+    listed = dir(dane)
+    assert len(listed) == len(set(listed))
+    assert [name for name in listed if not name.startswith("__")] == sorted(dane.__all__)
+    assert not {"CHECKOUT", "importlib", "lazy_names", "layout", "annotations", "_PUBLIC", "_public"} & set(listed)
+
+
+def test_a_problem_of_ones_own_deals_its_rows_by_the_public_names():
+    """Only dane.shards (iid) was public; docs/own_data.md sent other sources to dane.data.sharding.column_shards.
+    dane.ShardingKeys deals by any data.sharding scheme, dane.column_shards by a client column, as the sources do."""
+    from dane.data import sharding
+
+    assert dane.ShardingKeys is sharding.ShardingKeys and dane.column_shards is sharding.column_shards
+    y = np.array([0, 1, 0, 1, 1, 0, 1, 0, 1, 1], dtype=float)
+    site = np.array(["b", "a", "b", "c", "a", "c", "b", "a", "c", "b"])
+    keys = dane.ShardingKeys(sharding="column", client_column="site")
+    keys.check_sharding(columns="a column of my data")
+    rows, notes = keys.deal(y, 3, seed=0, clients=site)
+    assert [r.tolist() for r in rows] == [[1, 4, 7], [0, 2, 6, 9], [3, 5, 8]]
+    assert notes[1:] == ["worker 0 (site=a): 3 rows; 0: 1, 1: 2", "worker 1 (site=b): 4 rows; 0: 2, 1: 2",
+                         "worker 2 (site=c): 3 rows; 0: 1, 1: 2"]
+    shards, values = dane.column_shards(site, 3, name="site")
+    assert [r.tolist() for r in shards] == [r.tolist() for r in rows] and values == ["a", "b", "c"]
+    rows, notes = dane.ShardingKeys(sharding="dirichlet", alpha=0.3).deal(y, 2, seed=0)
+    assert [r.tolist() for r in rows] == [[1, 4, 6, 9], [0, 2, 3, 5, 7, 8]]
+    assert notes == ["sharding: dirichlet (alpha=0.3) on labels, seed 0: 2 workers, rows 4, 6", "worker 0: 4 rows; 1: 4",
+                     "worker 1: 6 rows; 0: 4, 1: 2"]
+
+
 @pytest.mark.parametrize("config", ["DANEConfig", "InexactDANEConfig"])
 def test_a_safeguard_that_is_no_boolean_is_refused_by_the_config_object(config):
     """The config object checks ``safeguard`` as the command line does: a string 'off' ran with it on."""
