@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
 import dane
@@ -76,6 +77,49 @@ def test_npz_clients_from_a_key_of_the_archive_numbers_in_numeric_order(tmp_path
     np.savez(tmp_path / "s.npz", X=X, y=np.array(LABELS, dtype=float), site=np.array(COUNTRIES))
     rows, _ = dealt(NPZSource(str(tmp_path / "s.npz"), sharding="column", client_column="site"), 3)
     assert [r.tolist() for r in rows] == list(ROWS.values())
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_save_npz_writes_the_client_column_data_npz_reads(tmp_path, sparse):
+    """save_npz took X and y only, so the page's data=npz ... data.client_column=groups needed np.savez by hand;
+    ``columns=`` stores more arrays as given, read back as data.client_column reads them."""
+    X = np.arange(20.0).reshape(10, 2)
+    groups = np.array([10, 2, 10, 2, 7, 7, 7, 10, 2, 2])
+    path = dane.save_npz(tmp_path / "g", sp.csr_matrix(X) if sparse else X, LABELS,
+                         columns={"groups": groups, "site": COUNTRIES})
+    with np.load(path) as archive:
+        assert archive["groups"].dtype == groups.dtype and archive["groups"].tolist() == groups.tolist()
+        assert archive["site"].tolist() == COUNTRIES
+    rows, notes = dealt(NPZSource(str(path), sharding="column", client_column="groups"), 3)
+    assert [r.tolist() for r in rows] == [[1, 3, 8, 9], [4, 5, 6], [0, 2, 7]]
+    assert notes[1] == "worker 0 (groups=2): 4 rows; -1: 3, 1: 1"
+    rows, _ = dealt(NPZSource(str(path), sharding="column", client_column="site"), 3)
+    assert [r.tolist() for r in rows] == list(ROWS.values())
+    table = NPZSource(str(path)).load()
+    assert (table.X.toarray() if sparse else table.X).tolist() == X.tolist()
+
+
+def test_save_npz_refuses_a_column_it_cannot_store_as_named(tmp_path):
+    keys = "X_data, X_indices, X_indptr, X_shape, y"
+    lines = {
+        "y": "save_npz: column 'y' is a key X or y is stored under (X, y); give the column another name (or X and y "
+             "other keys: x_key=, y_key=)",
+        "X": "save_npz: column 'X' is a key X or y is stored under (X, y); give the column another name (or X and y "
+             "other keys: x_key=, y_key=)",
+        "short": "save_npz: column 'short' has shape (3,); it must hold one value per row, 4 values",
+        "objects": "save_npz: column 'objects' has dtype object; give integers, reals or strings (an object array is "
+                   "not stored: the archive is read without pickle)",
+    }
+    values = {"y": [0, 1, 0, 1], "X": [0, 1, 0, 1], "short": [0, 1, 0], "objects": np.array([None, 1, "a", 2.0])}
+    for name, line in lines.items():
+        with pytest.raises(DataError) as refused:
+            save_npz(tmp_path / "r.npz", np.eye(4), [0, 1, 0, 1], columns={name: values[name]})
+        assert str(refused.value) == line
+    with pytest.raises(DataError) as refused:  # sparse X: its four arrays' keys are taken too
+        save_npz(tmp_path / "r.npz", sp.eye(4), [0, 1, 0, 1], columns={"X_indptr": [0, 1, 0, 1]})
+    assert str(refused.value) == (f"save_npz: column 'X_indptr' is a key X or y is stored under ({keys}); give the "
+                                  "column another name (or X and y other keys: x_key=, y_key=)")
+    assert not (tmp_path / "r.npz").exists()
 
 
 def test_libsvm_clients_are_the_qids_which_are_no_feature(tmp_path):
@@ -160,7 +204,7 @@ def test_the_keys_are_checked_where_they_are_read(tmp_path):
     save_npz(tmp_path / "two.npz", np.eye(2), [0.0, 1.0])
     with pytest.raises(DataError, match="has no array 'site' \\(data.client_column\\); its keys are: X, y; set "
                                         "data.client_column to one of them, or add the clients' array to the archive "
-                                        "\\(np.savez\\(path, ..., site=clients\\)\\)"):
+                                        "\\(dane.save_npz\\(path, X, y, columns=\\{'site': clients\\}\\)\\)$"):
         NPZSource(str(tmp_path / "two.npz"), sharding="column", client_column="site").load()
 
 

@@ -9,8 +9,8 @@ Layout (keys shown for the defaults ``x_key="X"``, ``y_key="y"``):
 
 The archive is opened with ``allow_pickle=False``, so object arrays are refused.
 With ``sharding=column``, ``client_column`` names one more array of the archive holding each
-row's client (integers, or strings saved as a NumPy string array, e.g. ``groups``); it is not
-part of X. A row without a client (NaN or inf, or a text the CSV reader reads as missing: empty,
+row's client (integers, or strings saved as a NumPy string array, e.g. ``groups``, which
+``save_npz(path, X, y, columns={"groups": g})`` writes); it is not part of X. A row without a client (NaN or inf, or a text the CSV reader reads as missing: empty,
 ``NA``, ``NaN``, ``?``) is refused in one line, as the CSV reader refuses it.
 """
 
@@ -95,7 +95,8 @@ class NPZSource(FileSource, ShardingKeys):
                 raise DataError(
                     f"{file} has no array '{key}' (data.{setting}); its keys are: {', '.join(keys) or 'none'}; "
                     f"set data.{setting} to one of them, or "
-                    + (f"add the clients' array to the archive (np.savez(path, ..., {key}=clients))"
+                    + (f"add the clients' array to the archive (dane.save_npz(path, X, y, columns={{{key!r}: "
+                       "clients}))"
                        if setting == "client_column" else FIX)
                 )
         return sparse
@@ -255,11 +256,13 @@ def _member_shape(file: Path, key: str) -> tuple[int, ...]:
         raise DataError(f"{file} is not a readable .npz archive ({_short(err)}); {FIX}") from None
 
 
-def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y") -> Path:
+def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y", columns: dict | None = None) -> Path:
     """Write ``X`` (a dense array, or any scipy sparse matrix, stored as CSR) and ``y`` for `NPZSource`.
 
     Both are stored as float64, uncompressed (so a part's row count can be read from its
-    header). Returns the path written; NumPy adds ``.npz`` when ``path`` lacks it.
+    header). ``columns``: more arrays of one value per row, by name, stored as given (integers or
+    strings), e.g. ``columns={"groups": g}`` for ``data.sharding=column data.client_column=groups``; a name
+    that is X's or y's key is refused. Returns the path written; NumPy adds ``.npz`` when ``path`` lacks it.
     """
     y = np.asarray(y, dtype=np.float64)
     if sp.issparse(X):
@@ -270,9 +273,30 @@ def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y") -> P
         arrays = {x_key: X}
     if X.ndim != 2 or y.shape != (X.shape[0],):
         raise DataError(f"save_npz needs X of n x d and y of n, got X {X.shape} and y {y.shape}")
+    arrays[y_key] = y
+    for name, values in (columns or {}).items():
+        arrays[name] = _column(name, values, arrays, X.shape[0])
     path = Path(path)
-    np.savez(path, **arrays, **{y_key: y})
+    np.savez(path, **arrays)
     return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
+def _column(name, values, arrays: dict, n: int) -> np.ndarray:
+    """One of `save_npz`'s ``columns`` as the array stored, or one line: a name that X or y already takes (or
+    none), a length other than the rows', or values that are not integers, reals or strings."""
+    if not isinstance(name, str) or not name:
+        raise DataError(f"save_npz: a column's name must be a non-empty string, got {name!r}")
+    if name in arrays:
+        raise DataError(f"save_npz: column {name!r} is a key X or y is stored under ({', '.join(arrays)}); give the "
+                        "column another name (or X and y other keys: x_key=, y_key=)")
+    column = np.asarray(values)
+    if column.shape != (n,):
+        raise DataError(f"save_npz: column {name!r} has shape {column.shape}; it must hold one value per row, {n} "
+                        "values")
+    if column.dtype.kind not in "biufUS":
+        raise DataError(f"save_npz: column {name!r} has dtype {column.dtype}; give integers, reals or strings (an "
+                        "object array is not stored: the archive is read without pickle)")
+    return column
 
 
 def _short(err: Exception) -> str:
