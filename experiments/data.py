@@ -11,7 +11,8 @@ The format is the file's suffix (``.csv``, ``.npz``, anything else LIBSVM) or a 
 table is read by the source ``data=csv|libsvm|npz`` would use, with the options given here, so a
 ``data=mongo`` run sees the rows such a run sees (``--standardize``: none by default, the rows as in
 the file; ``--drop``: CSV columns left out, as ``data.drop``). ``--uri``: a ``mongodb://`` server, or a folder
-for an embedded store (made if absent).
+for an embedded store (made if absent; relative: from the working folder, where a run started with the same
+``data.uri`` finds it).
 The push is idempotent and completes an interrupted one (`dane.data.mongo_push`).
 ``--client-column NAME`` (a CSV header, an ``.npz`` key, ``qid`` for LIBSVM) reads that column as
 ``data.sharding=column data.client_column=NAME`` does: each row's value is stored in the field
@@ -35,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     push = sub.add_parser("push", help="a CSV, LIBSVM or NPZ table, or a folder of labelled images")
     push.add_argument("source", help="the file, or a folder FOLDER/<label>/<image>")
-    push.add_argument("--uri", required=True, help="mongodb://HOST[:PORT]/DATABASE, or a folder (embedded store)")
+    push.add_argument("--uri", required=True, help="mongodb://HOST[:PORT]/DATABASE, or a folder (embedded store; "
+                      "relative: from the working folder, as a run's data.uri)")
     push.add_argument("--collection", required=True, help="the data set's name in the store")
     push.add_argument("--target", help="CSV: the label column")
     push.add_argument("--categorical", nargs="*", default=[], help="CSV: columns to one-hot encode")
@@ -87,7 +89,8 @@ def read_table(args):
 
 def push(args) -> str:
     from dane.data.mongo_push import push_images, push_table
-    from dane.data.mongo_store import EMBEDDED_NAME_MAX, MANIFEST, connect, fingerprint, is_server, name_problem
+    from dane.data.mongo_store import (EMBEDDED_NAME_MAX, MANIFEST, connect, fingerprint, is_server, location,
+                                       name_problem)
     from dane.data.mongo_source import MongoSource
     from dane.data.table import resolve_dir
 
@@ -105,7 +108,7 @@ def push(args) -> str:
         raise UserError(f"dane data push: {args.source} not found (tried {', '.join(map(str, tried))}); give a CSV, "
                         "LIBSVM or NPZ file, or a folder of images FOLDER/<label>/<image>, or --data-dir FOLDER")
     args.source = str(path)  # `read_table` reads what was found
-    uri = args.uri if args.uri.startswith("mongodb") else str(resolve_dir(args.uri))
+    uri = location(args.uri)  # a relative folder from the working folder, as a run's data.uri
     if path.is_dir():
         from dane.data.mongo_push import check_images
 

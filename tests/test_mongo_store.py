@@ -497,6 +497,28 @@ def test_a_push_leaves_out_the_columns_of_drop_as_a_run_does(files, tmp_path, ca
                                        "is not one (push it without it)\n")
 
 
+def test_a_relative_store_is_the_working_folders_for_the_push_and_the_run(files, tmp_path, monkeypatch):
+    """--uri stores/demo run in a folder went to the checkout's stores/demo (resolve_dir, data_dir's rule) while the
+    run's results/ went to the working folder; now the push and a run given the same data.uri both use the working
+    folder's, in a checkout as installed."""
+    monkeypatch.chdir(tmp_path)
+    args = push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", "stores/demo",
+                     "--collection", "t")
+    assert push(args) == f"uploaded 57 samples into collection t of {tmp_path / 'stores' / 'demo'}"
+    source = MongoSource(uri="stores/demo", collection="t")
+    assert source.location == str(tmp_path / "stores" / "demo")
+    expected = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none").load()
+    got = source.load()
+    assert np.array_equal(got.X, expected.X) and np.array_equal(got.y, expected.y)
+    assert MongoSource(uri=str(tmp_path / "stores" / "demo"), collection="t").location == source.location
+    monkeypatch.chdir(tmp_path / "stores")  # elsewhere, the same relative uri is another folder: none there
+    with pytest.raises(DataError) as raised:
+        MongoSource(uri="stores/demo", collection="t").load()
+    assert str(raised.value) == (f"data.uri={tmp_path / 'stores' / 'stores' / 'demo'}: no store there "
+                                 f"({tmp_path / 'stores' / 'stores' / 'demo'} is not a folder); push one first: "
+                                 f"dane data push FILE --uri {tmp_path / 'stores' / 'stores' / 'demo'} --collection NAME")
+
+
 def test_a_push_to_a_uri_that_is_a_file_is_one_line(tmp_path, capsys):
     """--uri naming a file (the data file itself, say) is no store's folder: one line, nothing written (was mongita's
     FileExistsError traceback)."""

@@ -30,9 +30,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from dane.data.mongo_store import CLIENT, Store, connect, is_server, name_problem, unreadable
+from dane.data.mongo_store import CLIENT, Store, connect, location, name_problem, unreadable
 from dane.data.sharding import COLUMN, ShardingKeys
-from dane.data.table import Table, missing_rows, resolve_dir
+from dane.data.table import Table, missing_rows
 from dane.errors import ConfigError, DataError
 
 _STORES: dict[str, Store] = {}
@@ -59,7 +59,8 @@ def reads_the_store(method):
 @dataclass(frozen=True)
 class MongoSource(ShardingKeys):
     """Data set ``collection`` of the store ``uri`` (``conf/data/mongo.yaml``): a ``mongodb://`` server, or
-    the folder of an embedded store (relative: from the repository root, as ``data_dir``)."""
+    the folder of an embedded store (relative: from the working folder, as ``dane data push --uri`` takes it:
+    `dane.data.mongo_store.location`)."""
 
     uri: str = ""
     collection: str = ""
@@ -84,7 +85,7 @@ class MongoSource(ShardingKeys):
     @property
     def location(self) -> str:
         """The server URI, or the embedded store's absolute folder."""
-        return self.uri if is_server(self.uri) else str(resolve_dir(self.uri))
+        return location(self.uri)
 
     def store(self) -> Store:
         if self.location not in _STORES:

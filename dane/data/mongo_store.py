@@ -69,6 +69,15 @@ def is_server(uri: str) -> bool:
     return str(uri).startswith(SERVER_SCHEMES)
 
 
+def location(uri: str) -> str:
+    """The store ``uri`` names: a server's URI as given, or an embedded store's folder as an absolute path, a
+    relative one taken from the working folder, as a command line's relative paths are (a run's ``results/``, a
+    data file, ``--config-dir``), in a checkout as in an installed package; ``dane data push --uri DIR`` and a run's
+    ``data.uri=DIR`` started in the same folder name the same store.  (Not `dane.data.table.resolve_dir`'s rule
+    for ``data_dir``, whose default ``../shared/data`` is the checkout's: a store is the user's own folder.)"""
+    return uri if is_server(uri) else str((Path.cwd() / Path(uri).expanduser()).resolve())
+
+
 #: the characters of a data set's name the embedded engine keeps as they are (mongita refuses some others and drops
 #: the rest from the collection's folder name, where two names could then share one folder)
 EMBEDDED_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
