@@ -154,9 +154,9 @@ def test_a_run_directory_in_use_is_refused_and_a_dead_runs_lock_is_taken_over(tm
 ])
 def test_horovod_cycle_time_auto_is_short_for_convex_problems_and_long_for_networks(overrides, cycle_ms):
     from dane.experiments.config import run_spec
-    from test_checkpoint import config
+    from helpers import composed
 
-    assert run_spec(config(*overrides)).comm.horovod.cycle_time_ms == cycle_ms
+    assert run_spec(composed(*overrides)).comm.horovod.cycle_time_ms == cycle_ms
 
 
 def test_a_run_holds_its_directory_until_its_summary_is_written(tmp_path, monkeypatch):

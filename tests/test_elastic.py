@@ -11,7 +11,6 @@ import copy
 import json
 import math
 import subprocess
-import time
 
 import pytest
 import torch
@@ -23,8 +22,8 @@ from dane.loop.faults import SimulatedFault
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 import runs
-from helpers import BIN, REPO, env
-from test_checkpoint import Ran, config, execute_with, without_time
+from helpers import BIN, REPO, composed, env
+from test_checkpoint import Ran, execute_with, without_time
 
 RIDGE = ("problem=ridge_synthetic", "problem.n_samples=4000", "problem.dim=50", "quiet=true", "save_iterate=true")
 ROUNDS = 12
@@ -63,7 +62,7 @@ def attempt(spec, sessions, out_dir, size: int) -> dict:
 
 def lose_worker_1(out_dir, fail_at: int, checkpoint_every: int, *overrides: str) -> list[ElasticSession]:
     """Two workers until worker 1 is lost at ``fail_at``; then, as Horovod does, every session restores its commit."""
-    spec = run_spec(config(*RIDGE, "workers=2", f"rounds={ROUNDS}", f"checkpoint_every={checkpoint_every}",
+    spec = run_spec(composed(*RIDGE, "workers=2", f"rounds={ROUNDS}", f"checkpoint_every={checkpoint_every}",
                            f"sim.fail_at=[[{fail_at},1]]", *overrides))
     sessions = [ElasticSession(FakeHorovod(rank), None) for rank in range(2)]
     for session in sessions:
@@ -91,7 +90,7 @@ def optimum(spec) -> torch.Tensor:
 
 def test_every_row_is_in_one_shard_whatever_the_world_size_and_a_rebuilt_shard_is_the_fresh_one():
     """What a reset relies on: O is the same function for every m, and shard (r, m) is a function of (r, m)."""
-    problem = run_spec(config(*RIDGE)).problem
+    problem = run_spec(composed(*RIDGE)).problem
     whole_rows = problem.build(0, 1).X
     for m in (2, 3):
         shards = [problem.build(r, m) for r in range(m)]
@@ -114,7 +113,7 @@ def test_a_reset_to_the_same_world_size_continues_exactly_as_the_uninterrupted_r
     ran(whole, *RIDGE, f"algorithm={algorithm}", "workers=2", f"rounds={ROUNDS}")
     sessions = lose_worker_1(run_dir, 7, 3, f"algorithm={algorithm}")
     assert sessions[0].state.progress["round"] == 6 and sessions[0].state.progress["workers"] == 2
-    spec = run_spec(config(*RIDGE, f"algorithm={algorithm}", "workers=2", f"rounds={ROUNDS}", "checkpoint_every=3",
+    spec = run_spec(composed(*RIDGE, f"algorithm={algorithm}", "workers=2", f"rounds={ROUNDS}", "checkpoint_every=3",
                            "sim.fail_at=[[7,1]]"))
     summary = attempt(spec, sessions, run_dir, 2)
     records = read_rounds(run_dir)
@@ -132,7 +131,7 @@ def test_an_elastic_run_continues_a_checkpoint_on_disk(tmp_path, ran):
     whole, run_dir = tmp_path / "whole", tmp_path / "run"
     ran(whole, *RIDGE, "algorithm=dane", "workers=2", f"rounds={ROUNDS}")  # the reset test's uninterrupted DANE run
     execute_with(run_dir, *RIDGE, "workers=2", "rounds=5", "checkpoint_every=2", f"out_dir={run_dir}")
-    spec = run_spec(config(*RIDGE, "workers=2", f"rounds={ROUNDS}", "checkpoint_every=2", f"resume={run_dir}"))
+    spec = run_spec(composed(*RIDGE, "workers=2", f"rounds={ROUNDS}", "checkpoint_every=2", f"resume={run_dir}"))
     sessions = [ElasticSession(FakeHorovod(rank), str(run_dir), disk_progress(spec, 2) if rank == 0 else None)
                 for rank in range(2)]
     reset(sessions)
@@ -151,7 +150,7 @@ def test_a_lost_worker_leaves_one_that_redoes_the_uncommitted_rounds_once_and_re
     sessions = lose_worker_1(run_dir, fail_at=7, checkpoint_every=3)
     logged = [r["round"] for r in read_rounds(run_dir)]
     assert logged[:7] == list(range(7)) and logged[-1] in (6, 7)  # rank 0 logged round 7 unless stopped first
-    spec = run_spec(config(*RIDGE, f"rounds={ROUNDS}", "checkpoint_every=3"))
+    spec = run_spec(composed(*RIDGE, f"rounds={ROUNDS}", "checkpoint_every=3"))
     summary = attempt(spec, sessions[:1], run_dir, 1)
     records = read_rounds(run_dir)
     assert [r["round"] for r in records] == list(range(ROUNDS + 1))  # rounds 6.. done again, each logged once
@@ -172,9 +171,9 @@ def test_a_lost_worker_leaves_one_that_redoes_the_uncommitted_rounds_once_and_re
 
 def test_elastic_is_checked_before_any_process_group(monkeypatch):
     with pytest.raises(ConfigError, match=r"comm.elastic=true needs horovodrun in elastic mode \(--min-np/--max-np"):
-        run_spec(config(*RIDGE, "comm.elastic=true"))
+        run_spec(composed(*RIDGE, "comm.elastic=true"))
     with pytest.raises(ConfigError, match="comm.elastic must be true or false"):
-        run_spec(config(*RIDGE, "comm.elastic=maybe"))
+        run_spec(composed(*RIDGE, "comm.elastic=maybe"))
 
 
 @pytest.mark.needs_horovod  # without Horovod, a launch under horovodrun is refused for that first
@@ -182,11 +181,11 @@ def test_elastic_under_horovodrun_needs_its_elastic_mode_and_an_elastic_algorith
     monkeypatch.setenv("HOROVOD_RANK", "0")
     monkeypatch.setenv("HOROVOD_SIZE", "2")
     with pytest.raises(ConfigError, match="comm.elastic=true needs horovodrun in elastic mode"):
-        run_spec(config(*RIDGE, "comm.elastic=true"))  # horovodrun, but not elastic
+        run_spec(composed(*RIDGE, "comm.elastic=true"))  # horovodrun, but not elastic
     monkeypatch.setenv("HOROVOD_ELASTIC", "1")
     with pytest.raises(ConfigError, match="supports algorithm=dane[|]disco[|]gd[|]giant, got admm"):
-        run_spec(config(*RIDGE, "algorithm=admm", "comm.elastic=true"))
-    assert run_spec(config(*RIDGE, "comm.elastic=true")).comm.elastic
+        run_spec(composed(*RIDGE, "algorithm=admm", "comm.elastic=true"))
+    assert run_spec(composed(*RIDGE, "comm.elastic=true")).comm.elastic
 
 
 WITHOUT_HOROVODRUN = runs.command("elastic:without_horovodrun", *RIDGE, "comm.elastic=true",
@@ -245,13 +244,13 @@ def test_horovodrun_elastic_goes_on_when_rank_1_is_killed_as_the_simulator_does(
     assert summary["world_size_changes"] == [{"round": 3, "from": 2, "to": 1, "records_dropped": 2}]
     assert summary["workers"] == 1 and summary["backend"] == "horovod" and summary["status"] == "max_rounds"
     assert summary["final_suboptimality"] <= 1e-12
-    spec = run_spec(config(*RIDGE, f"rounds={ROUNDS}"))
+    spec = run_spec(composed(*RIDGE, f"rounds={ROUNDS}"))
     w = torch.load(run_dir / "iterate.pt")
     assert float(torch.linalg.vector_norm(w - optimum(spec))) <= 1e-10
     # the same loss in the simulator: the records agree round by round
     sim_dir = tmp_path / "sim"
     sessions = lose_worker_1(sim_dir, fail_at=4, checkpoint_every=3)
-    attempt(run_spec(config(*RIDGE, f"rounds={ROUNDS}", "checkpoint_every=3")), sessions[:1], sim_dir, 1)
+    attempt(run_spec(composed(*RIDGE, f"rounds={ROUNDS}", "checkpoint_every=3")), sessions[:1], sim_dir, 1)
     simulated = read_rounds(sim_dir)
     for real, sim in zip(records, simulated):
         assert real.keys() == sim.keys()
@@ -276,5 +275,5 @@ def test_horovodrun_elastic_goes_on_when_rank_0_the_writer_is_killed(tmp_path):
     assert summary["final_suboptimality"] <= 1e-12
     assert not (run_dir / ".lock").exists()
     w = torch.load(run_dir / "iterate.pt")
-    assert float(torch.linalg.vector_norm(w - optimum(run_spec(config(*RIDGE))))) <= 1e-10
+    assert float(torch.linalg.vector_norm(w - optimum(run_spec(composed(*RIDGE))))) <= 1e-10
     assert json.loads((run_dir / "summary.json").read_text())["provenance"]

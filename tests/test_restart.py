@@ -4,7 +4,6 @@ within a round and keeps its records.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -24,8 +23,8 @@ from dane.loop.faults import SimulatedFault
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 import runs
-from helpers import REPO, env, horovodrun, torchrun, train, unused_pid
-from test_checkpoint import config, execute_with, without_time
+from helpers import REPO, composed, env, horovodrun, torchrun, train, unused_pid
+from test_checkpoint import execute_with, without_time
 
 RIDGE = ("problem=ridge_synthetic", "problem.n_samples=2000", "problem.dim=50", "quiet=true", "save_iterate=true")
 
@@ -63,7 +62,7 @@ def test_resume_auto_starts_then_continues(tmp_path, whole):
                      "resume=auto")
     assert ((run_dir / "rounds.jsonl").read_bytes(), (run_dir / "summary.json").read_bytes()) == kept
     with pytest.raises(ConfigError, match="resume=auto continues the run in out_dir; set out_dir"):
-        run_spec(config(*RIDGE, "workers=2", "resume=auto"))
+        run_spec(composed(*RIDGE, "workers=2", "resume=auto"))
 
 
 def test_resume_auto_restarts_a_run_that_crashed_before_its_first_checkpoint(tmp_path, whole):
@@ -157,11 +156,11 @@ def test_a_killed_batched_run_and_the_same_command_rerun_finish_like_the_uninter
 
 def test_fail_at_is_checked(tmp_path):
     with pytest.raises(ConfigError, match=r"sim.fail_at must be a list of \[round, worker\] pairs"):
-        run_spec(config(*RIDGE, "workers=2", "sim.fail_at=[3,1]"))
+        run_spec(composed(*RIDGE, "workers=2", "sim.fail_at=[3,1]"))
     with pytest.raises(ConfigError, match=r"sim.fail_at entry \[3,2\] needs round >= 0 and 0 <= worker < 2"):
-        run_spec(config(*RIDGE, "workers=2", "sim.fail_at=[[3,2]]"))
+        run_spec(composed(*RIDGE, "workers=2", "sim.fail_at=[[3,2]]"))
     with pytest.raises(ConfigError, match="sim.fail_at loses a simulated worker; it needs workers > 1"):
-        run_spec(config(*RIDGE, "sim.fail_at=[[3,0]]"))
+        run_spec(composed(*RIDGE, "sim.fail_at=[[3,0]]"))
 
 
 def default_sigint() -> None:
