@@ -244,6 +244,20 @@ def bits_per_client(records: list[dict], workers: int, way: str = "uplink") -> l
     return None
 
 
+def reference_fix(run_dir: Path) -> str:
+    """How to make a run whose records carry suboptimality, as one that exists for the run: ``problem.optimum=auto``
+    where its config.yaml's problem has that key; for a problem without it (one's own), a problem reporting its
+    optimum, or the gradient norm drawn by plot_runs; a run without a config.yaml (`dane.fit`) is told both."""
+    problem = run_config(run_dir).get("problem")
+    own = ('a problem whose optimum is known reports it as a "suboptimality" metric (docs/extending.md); '
+           "dane figures plot_runs --y grad_norm draws runs without one")
+    if not isinstance(problem, dict):
+        return f"run it with problem.optimum=auto where its problem has that key; else {own}"
+    if "optimum" in problem:
+        return "run it with problem.optimum=auto"
+    return f"problem={problem.get('name', '?')} has no problem.optimum key to compute one: {own}"
+
+
 def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[MissingCount] = MissingCount) -> dict:
     """One run's ``rounds``, uplink ``bits`` per client (`bits_per_client`) and ``relative`` suboptimality
     (O(w) − O*)/|O*| (O* from its first record), under ``label``; with ``passes`` also its local gradient passes per
@@ -253,7 +267,7 @@ def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[Mi
     records, summary = read_rounds(run_dir), read_summary(run_dir)
     workers = summary["workers"]
     if not records or "suboptimality" not in records[0]:
-        raise error(f"{run_dir}: its records have no suboptimality; run it with problem.optimum=auto")
+        raise error(f"{run_dir}: its records have no suboptimality; {reference_fix(run_dir)}")
     if passes and "local_passes" not in records[0]:
         raise error(f"{run_dir}: its records count no local work (written before dane.work); run it again")
     bits = bits_per_client(records, workers)

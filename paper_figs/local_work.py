@@ -20,7 +20,8 @@ False``): logistic regression (λ = 1e-3, an intercept) on the built-in breast_c
 clients, every client each round, the methods of `METHODS` at their defaults.  `main` draws those runs when
 ``--results`` holds them (a results root), else every run directory under ``--results``.  The title and the
 caption name the problem, data set (rows x features), m, λ and stop rule of the runs drawn, as their config.yaml and
-summary.json record them (`paper_figs.common.setting_text`), and the table's target.
+summary.json record them (`paper_figs.common.setting_text`), and the table's target.  A row and its legend entry
+are the run's method (`label`); runs of one method add what differs between their configs (`labels`).
 
     dane figures local_work [--results results/local_work] [--out results/figures]
 """
@@ -33,6 +34,7 @@ import matplotlib.pyplot as plt
 from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count
 from dane.paper_figs.common import MissingCount  # noqa: F401  what `curve` raises (`run_curve`), named here too
 from dane.paper_figs.common import FIG_DIR, cli, positive, run_curve, run_dirs_under, save, setting_text, wrapped
+from dane.paper_figs.plot_runs import labels_for
 from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
 from dane.records.results import read_summary
 from dane.synthetic.sweep import Job, RunIndex
@@ -64,9 +66,24 @@ def label(run_dir: Path) -> str:
     return label_of_run(read_summary(run_dir), algorithm["name"]) if algorithm else run_dir.name
 
 
-def curve(run_dir: Path) -> dict:
-    """rounds, uplink bits and local passes per client, and relative suboptimality, of one run (`run_curve`)."""
-    return run_curve(run_dir, label(run_dir), passes=True)
+def labels(run_dirs: list[Path]) -> list[str]:
+    """Each run's `label`; runs that share one (a sweep of one method) add what differs between their configs, as
+    `dane figures plot_runs` names runs (`paper_figs.plot_runs.labels_for`: "GD (algorithm.lr=0.5, workers=2)")."""
+    names = [label(d) for d in run_dirs]
+    out = list(names)
+    for name in set(names):
+        shared = [k for k, other in enumerate(names) if other == name]
+        if len(shared) > 1:
+            group = [run_dirs[k] for k in shared]
+            for k, differs in zip(shared, labels_for(group, [run_config(d) for d in group])):
+                out[k] = f"{name} ({differs})"
+    return out
+
+
+def curve(run_dir: Path, name: str | None = None) -> dict:
+    """rounds, uplink bits and local passes per client, and relative suboptimality, of one run (`run_curve`), under
+    ``name`` (default its `label`)."""
+    return run_curve(run_dir, label(run_dir) if name is None else name, passes=True)
 
 
 def first_within(c: dict, target: float = TARGET) -> int | None:
@@ -149,7 +166,7 @@ def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]
     found = index.find_all(jobs(), timed=False)
     run_dirs = found if found else run_dirs_under(
         results, f"make them with dane figures make_all or `dane train ... out_dir={results}/NAME` (problem.optimum=auto)")
-    curves = [curve(d) for d in run_dirs]
+    curves = [curve(d, name) for d, name in zip(run_dirs, labels(run_dirs))]
     provenance = figure_provenance(run_dirs, results)
     heading = title(run_dirs)
     caption = caption_line(heading.replace("\n", "; "), provenance)

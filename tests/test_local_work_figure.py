@@ -225,3 +225,50 @@ def test_a_record_at_the_target_is_within_it():
 
     assert first_within({"relative": [1.0, 1e-8, 1e-9]}, 1e-8) == 1
     assert first_within({"relative": [1.0, 2e-8]}, 1e-8) is None
+
+
+def test_runs_of_one_method_are_told_apart_by_what_differs_between_their_configs(tmp_path, monkeypatch):
+    """A sweep of one method (GD at two step sizes and two m): the table's rows and the legend add, to the method's
+    label, the config keys that differ between its runs, as `dane figures plot_runs` names runs; a method with one
+    run keeps its label alone.  Each GD run: suboptimality 10^-t (O* = 2) at 1 pass and 64 bits a round."""
+    for folder, algorithm, workers in (("a", {"name": "gd", "lr": 0.5}, 2), ("b", {"name": "gd", "lr": 0.5}, 4),
+                                       ("c", {"name": "gd", "lr": 1.0}, 2), ("d", {"name": "dane", "mu": 0.0}, 2)):
+        write_run(tmp_path / "runs" / folder, [record(t, 10.0 ** -t, 1.0 * workers * t, uplink_bits=64 * t)
+                                               for t in range(3)], workers=workers)
+        (tmp_path / "runs" / folder / "config.yaml").write_text(json.dumps({**CONFIG, "algorithm": algorithm,
+                                                                             "workers": workers}))
+    drawn = []
+    real = local_work.save
+    monkeypatch.setattr(local_work, "save", lambda fig, *a, **k: drawn.append(fig) or real(fig, *a, **k))
+    main(tmp_path / "runs", tmp_path / "figures")
+    rows = (tmp_path / "figures" / "local_work.md").read_text().splitlines()[-4:]
+    assert [row.split(" | ")[0] for row in rows] == ["| GD (algorithm.lr=0.5, workers=2)",
+                                                     "| GD (algorithm.lr=0.5, workers=4)",
+                                                     "| GD (algorithm.lr=1.0, workers=2)", "| DANE"]
+    assert rows[0] == (f"| GD (algorithm.lr=0.5, workers=2) | {' | '.join(['—'] * 7)} | 0.005 | not within 1e-08: "
+                       "stopped at round 2 (converged) |")
+    assert [text.get_text() for text in drawn[0].axes[-1].get_legend().get_texts()] == \
+        [row.split(" | ")[0][2:] for row in rows]
+
+
+def test_a_run_without_suboptimality_is_told_a_fix_its_problem_has(tmp_path):
+    """`problem.optimum=auto` only where the run's config.yaml has that key (a package problem); a problem of one's
+    own without it (docs/extending.md's kind) is told to report its optimum, or to draw the gradient norm; a run
+    without a config.yaml (`dane.fit`) both."""
+    no_sub = [{"round": t, "objective": 1.0, "grad_norm": 0.5 ** t, "local_passes": t, "uplink_bits": 64 * t}
+              for t in range(2)]
+    own = ('a problem whose optimum is known reports it as a "suboptimality" metric (docs/extending.md); dane figures '
+           "plot_runs --y grad_norm draws runs without one")
+    for folder, problem in (("logreg", {"name": "logreg", "optimum": "none"}), ("centers", {"name": "centers"}),
+                            ("fit", None)):
+        write_run(tmp_path / folder, no_sub)
+        if problem is not None:
+            (tmp_path / folder / "config.yaml").write_text(json.dumps({"problem": problem}))
+    fixes = {}
+    for folder in ("logreg", "centers", "fit"):
+        with pytest.raises(MissingCount) as caught:
+            curve(tmp_path / folder)
+        fixes[folder] = str(caught.value).removeprefix(f"{tmp_path / folder}: its records have no suboptimality; ")
+    assert fixes == {"logreg": "run it with problem.optimum=auto",
+                     "centers": f"problem=centers has no problem.optimum key to compute one: {own}",
+                     "fit": f"run it with problem.optimum=auto where its problem has that key; else {own}"}
