@@ -7,7 +7,9 @@ A job is a directory under the folder that holds ``rounds.jsonl`` or ``summary.j
 stopped before its first record).  Its status is the summary's; with records but no
 summary it is ``running or crashed``, with an error file or nothing at all ``failed``.
 "To tol" is the round and the allreduce count (``comm_rounds``) of the first record whose
-``--key`` is at most ``--tol``, ``-`` if none is.  Final values come from ``summary.json``
+``--key`` is at most ``--tol`` (absolute, not the run's own ``tol``, which is relative), ``-`` if none is; without
+``--key``, the key is ``suboptimality``, or ``grad_norm`` for a run whose records carry no suboptimality (no
+reference optimum), and the column's header names the key of each row.  Final values come from ``summary.json``
 when there is one, else from the last complete record.  Prints a markdown table, or
 with ``--json`` a list of objects (non-finite numbers as the strings "inf", "nan").
 
@@ -133,7 +135,21 @@ def records_problem(run_dir: Path, problem: str | None, line: str | None, finish
             f"damaged after the run; restore it, or rerun the run (out_dir={run_dir} overwrite=true replaces it)")
 
 
-def row(run_dir: Path, root: Path, tol: float, key: str, notes: list[str] | None = None) -> dict:
+#: the key "to tol" compares with ``--tol`` where none is given, and the one for a run without it (`key_of`)
+KEY, FALLBACK = "suboptimality", "grad_norm"
+
+
+def key_of(records: list[dict], key: str | None) -> str | None:
+    """The record key a job's "to tol" compares: ``key`` where given, else `KEY`, or `FALLBACK` where its records
+    carry no `KEY` (a run without a reference optimum); None for a job with no records."""
+    if key is not None:
+        return key
+    if not records:
+        return None
+    return KEY if any(r.get(KEY) is not None for r in records) else FALLBACK
+
+
+def row(run_dir: Path, root: Path, tol: float, key: str | None, notes: list[str] | None = None) -> dict:
     """One job's line of the table, as plain values (None where unknown).  A damaged summary.json or rounds.jsonl
     is in the status (``max_rounds; rounds.jsonl damaged (line 3)``), and ``notes`` gets a line naming the file and
     the fix; the rounds then come from the summary, and "to tol" only from the records before the damage."""
@@ -148,7 +164,8 @@ def row(run_dir: Path, root: Path, tol: float, key: str, notes: list[str] | None
         if notes is not None:
             notes.append(note)
     last = records[-1] if records else {}
-    hit = first_reaching(records, tol, key)
+    key = key_of(records, key)
+    hit = first_reaching(records, tol, key) if key else None
     algorithm = config.get("algorithm")
     name = run_dir.relative_to(root).as_posix()
     return {
@@ -157,6 +174,7 @@ def row(run_dir: Path, root: Path, tol: float, key: str, notes: list[str] | None
         "algorithm": summary.get("algorithm") or (algorithm.get("name") if isinstance(algorithm, dict) else None),
         "workers": summary.get("workers") or config.get("workers"),
         "rounds": summary.get("rounds", last.get("round")) if note else last.get("round", summary.get("rounds")),
+        "key": key,
         "rounds_to_tol": hit["round"] if hit else None,
         "comm_rounds_to_tol": hit.get("comm_rounds") if hit else None,
         "final_objective": summary.get("final_objective", last.get("objective")),
@@ -166,9 +184,10 @@ def row(run_dir: Path, root: Path, tol: float, key: str, notes: list[str] | None
     }
 
 
-def summarize(root: str | Path, tol: float = 1e-8, key: str = "suboptimality",
+def summarize(root: str | Path, tol: float = 1e-8, key: str | None = None,
               notes: list[str] | None = None) -> list[dict]:
-    """The rows of every job under ``root``; ``notes`` (when given) gets one line per damaged file (`row`)."""
+    """The rows of every job under ``root``, each with the ``key`` its "to tol" compared (`key_of`: ``key``, else
+    suboptimality, or grad_norm for a run without it); ``notes`` (when given) gets one line per damaged file (`row`)."""
     root = Path(root)
     return [row(run_dir, root, tol, key, notes) for run_dir in job_dirs(root)]
 
@@ -181,14 +200,25 @@ def _cell(value, fmt: str = "") -> str:
     return str(value)
 
 
-def markdown(rows: list[dict], tol: float, key: str) -> str:
+def tol_header(rows: list[dict], tol: float) -> tuple[str, str | None]:
+    """The "to tol" column's header, naming the key its rows compared with ``tol``, and where they compared both
+    (`key_of`: no --key, and some runs without suboptimality) `FALLBACK`, whose cells are marked; else None."""
+    keys = {r["key"] for r in rows if r["key"] is not None} or {KEY}
+    if len(keys) == 1:
+        return f"rounds/comm to {keys.pop()} <= {tol:g}", None
+    return f"rounds/comm to {KEY} <= {tol:g} (* {FALLBACK} <= {tol:g}: a run without {KEY})", FALLBACK
+
+
+def markdown(rows: list[dict], tol: float) -> str:
     accuracy = any(r["final_test_accuracy"] is not None for r in rows)
-    head = ["job", "status", "algorithm", "workers", "rounds", f"rounds/comm to {key} <= {tol:g}",
+    to, marked = tol_header(rows, tol)
+    head = ["job", "status", "algorithm", "workers", "rounds", to,
             "final objective", "final suboptimality", *(["final test accuracy"] if accuracy else []), "time_s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         unknown = "?" if ROUNDS_FILE in r["status"] else "-"  # the records before the damage did not reach it
         to_tol = unknown if r["rounds_to_tol"] is None else f"{r['rounds_to_tol']}/{_cell(r['comm_rounds_to_tol'])}"
+        to_tol += " *" if marked is not None and r["key"] == marked else ""
         cells = [r["job"], r["status"], _cell(r["algorithm"]), _cell(r["workers"]), _cell(r["rounds"]), to_tol,
                  _cell(r["final_objective"], ".10g"), _cell(r["final_suboptimality"], ".3e"),
                  *([_cell(r["final_test_accuracy"], ".4f")] if accuracy else []), _cell(r["time_s"], ".4g")]
@@ -205,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", help="a sweep directory, or any folder holding run directories")
     parser.add_argument("--tol", type=float, default=1e-8, help="the tolerance of the 'to tol' column (default 1e-8)")
-    parser.add_argument("--key", default="suboptimality", help="the record key compared with --tol "
-                                                                "(grad_norm for a run without a reference optimum)")
+    parser.add_argument("--key", help=f"the record key compared with --tol (default {KEY}, or {FALLBACK} for a run "
+                                       "whose records carry no suboptimality: no reference optimum)")
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of the markdown table")
     args = parser.parse_args(argv)
     if not Path(args.sweep_dir).is_dir():
@@ -221,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps([{k: _finite(v) for k, v in r.items()} for r in rows], indent=2))
     else:
-        print(markdown(rows, args.tol, args.key))
+        print(markdown(rows, args.tol))
     for note in notes:  # after the table, whose rows say which jobs: one line per damaged file, and status 2
         say(f"error: {' '.join(note.split())}")
     return 2 if notes else 0

@@ -426,6 +426,36 @@ def test_the_summary_table_names_a_missing_or_damaged_log_in_its_row_and_one_lin
     assert [r["status"] for r in summary.summarize(tmp_path, tol=1e-3)] == [f"converged; {problem}", "converged"]
 
 
+def test_the_summary_compares_grad_norm_for_a_run_without_a_reference_optimum(tmp_path, capsys):
+    """Without --key, a run whose records carry no suboptimality (its problem has no reference optimum) is compared
+    by its grad_norm, absolute, and the column's header names it; beside a run with suboptimality the header names
+    both and marks the other's cells; --key suboptimality asks for that key alone (every cell of such a run: -).
+    The run: grad_norm 4^-t, first <= 1e-2 at round 4 (8 allreduces); the other's suboptimality 10^-t at round 2."""
+    from dane.paper_figs import summary
+
+    writer = RunWriter(tmp_path / "own" / "0_own")
+    for t in range(6):
+        writer.write_round({"round": t, "comm_rounds": 2 * t, "objective": 1.0 + 4.0 ** -t, "grad_norm": 4.0 ** -t})
+    writer.write_summary({"algorithm": "dane", "workers": 2, "status": "max_rounds", "rounds": 5,
+                          "final_objective": 1.0 + 4.0 ** -5, "time_s": 0.5})
+    writer.close()
+    head = "| job | status | algorithm | workers | rounds | {} | final objective | final suboptimality | time_s |"
+    own = "| 0_own | max_rounds | dane | 2 | 5 | {} | 1.000976562 | - | 0.5 |"
+    assert summary.main([str(tmp_path / "own"), "--tol", "1e-2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [lines[0], lines[2]] == [head.format("rounds/comm to grad_norm <= 0.01"), own.format("4/8")]
+    assert summary.main([str(tmp_path / "own"), "--tol", "1e-2", "--key", "suboptimality"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [lines[0], lines[2]] == [head.format("rounds/comm to suboptimality <= 0.01"), own.format("-")]
+    logged_run(tmp_path / "own", "1_job")
+    assert summary.main([str(tmp_path / "own"), "--tol", "1e-2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == head.format("rounds/comm to suboptimality <= 0.01 (* grad_norm <= 0.01: a run without "
+                                   "suboptimality)")
+    assert [line.split(" | ")[5] for line in lines[2:]] == ["4/8 *", "2/2"]
+    assert [r["key"] for r in summary.summarize(tmp_path / "own", tol=1e-2)] == ["grad_norm", "suboptimality"]
+
+
 def test_a_running_job_and_a_failed_one_are_no_damage(tmp_path, capsys):
     """A job still writing (a torn last line, no summary) or one that never logged is what a sweep leaves: its
     row as before, no line, status 0."""
