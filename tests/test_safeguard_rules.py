@@ -298,3 +298,72 @@ def test_state_dict_keeps_the_checkpoint_keys():
     guard.load_state_dict(old)
     assert (guard.mu, guard.boost, guard.best, guard.rejected_mu, guard.octaves) == (0.5, 4.0, math.inf, -1.0, 2.0)
     assert guard.non_finite == 0
+
+
+def review_at(guard: MuSafeguard, w: float, objective: float, *, g: float = 0.0, local_sq: float = 0.0) -> bool:
+    """One round of one dimension: iterate w, global (= local) gradient g, objective, and ``local_sq`` as the
+    allreduced mean_i ‖y_i‖² (`MuSafeguard.local_stats`), given by hand; whether the guard accepted it."""
+    x, grad = torch.tensor([w], dtype=torch.float64), torch.tensor([g], dtype=torch.float64)
+    *_, extras = guard.review(x, grad, grad.clone(), torch.tensor([objective], dtype=torch.float64),
+                              torch.tensor([local_sq], dtype=torch.float64))
+    return extras["accepted"]
+
+
+@pytest.mark.parametrize("forget", [True, False])
+def test_a_rejected_mu_fades_by_grow_each_accepted_round_only_where_the_rules_forget(forget):
+    # O(w) = (w - 10)²/2 from w0 = 0.  A step to w = 30 at μ = 1 rises and is rejected: μ moves up 2 octaves to 4
+    # (its shortening μ, snap(1 + (1/3)(3 - 1)) = 2^0.75, is smaller).  Then steps of ratio 0.9 towards 10 undershoot;
+    # μ moves down by the Rprop move (a reversal: 1 octave, to 2; the same way again: 2 octaves, to 1/2) once two
+    # steps at one μ read it.  Forgetting, the rejected μ is 1/4^k after k accepted rounds, and μ comes down to 1/2,
+    # below the μ = 1 that failed; otherwise μ never comes down to a rejected value again and stays at 2.
+    guard = MuSafeguard(0.0, forget=forget)
+    assert review_at(guard, 0.0, 50.0, g=-10.0)
+    guard.mu = 1.0
+    assert not review_at(guard, 30.0, 200.0, g=20.0)
+    assert guard.rejected_mu == 1.0 and guard.mu == 4.0
+    w, step, mus = 0.0, 1.0, []
+    for k in range(1, 5):
+        w += step
+        assert review_at(guard, w, (w - 10) ** 2 / 2, g=w - 10)
+        assert guard.rejected_mu == (1.0 / guard.grow ** k if forget else 1.0)
+        mus.append(guard.mu)
+        step *= 0.9
+    assert mus == ([4.0, 2.0, 2.0, 0.5] if forget else [4.0, 2.0, 2.0, 2.0])
+
+
+@pytest.mark.parametrize("convex, spreads", [(False, [2.0, 1.0, 0.5]), (True, [2.0, 2.0, 2.0])])
+def test_a_forgetting_spread_decays_by_decay_a_round_and_a_convex_one_keeps_its_maximum(convex, spreads):
+    # Steps of 1 with no global gradient change (curvature 0: δ² = mean_i ‖y_i‖²/‖s‖², undamped), local spreads
+    # δ = 2, 1/2, 0: the non-convex spread is max(0.5 · spread, δ), the convex one max(spread, δ); μ (non-convex)
+    # follows the δ rule, snap(0.4 · spread).
+    guard = MuSafeguard(0.0, convex=convex)
+    review_at(guard, 0.0, 1.0)
+    seen = []
+    for t, delta in enumerate([2.0, 0.5, 0.0], start=1):
+        assert review_at(guard, float(t), 1.0 - 0.1 * t, local_sq=delta ** 2)
+        seen.append(guard.spread)
+        if not convex:
+            assert guard.mu == snap(0.4 * guard.spread)
+    assert seen == spreads
+
+
+def test_a_rejection_at_the_delta_rules_own_mu_grows_boost_and_the_retry_takes_a_larger_mu():
+    # Non-convex: a spread of 2 makes μ = snap(0.4 · 2) = 2^-0.25 (the rule's μ, on the grid).  The trial at that
+    # μ rises past 1.25 x the best objective and measures δ = 2 again, so the rule still gives 2^-0.25 = the μ used:
+    # the rule failed, boost goes x4 and the retry's μ is snap(4 · 0.8) = 2^1.75, not the μ that just failed.
+    guard = MuSafeguard(0.0, convex=False)
+    review_at(guard, 0.0, 1.0)
+    assert review_at(guard, 1.0, 0.9, local_sq=4.0)
+    assert guard.mu == snap(0.8) == 2.0 ** -0.25 and guard.boost == 1.0
+    assert not review_at(guard, 2.0, 5.0, local_sq=4.0)
+    assert guard.spread == 2.0 and guard.boost == guard.grow == 4.0 and guard.mu == 2.0 ** 1.75
+
+
+def test_the_non_convex_guard_compares_with_the_lowest_accepted_objective_not_the_last():
+    # Objectives 1.0 then 1.2 are accepted (1.2 <= 1.25 x 1.0); 1.3 is within 1.25 x the last (1.5) but not of the
+    # lowest (1.25): rejected, while 1.25 itself is accepted.
+    guard = MuSafeguard(0.0, convex=False)
+    review_at(guard, 0.0, 1.0)
+    assert review_at(guard, 1.0, 1.2)
+    assert not guard.would_accept(1.3) and guard.would_accept(1.25)
+    assert not review_at(guard, 2.0, 1.3)
