@@ -759,3 +759,48 @@ def test_sdane_re_solves_a_ridge_shards_svrg_solve_with_the_passes_of_its_rows()
     given = spied(shards, "passes")
     simulate(SDANEConfig(lam=1e-2, local_solver="svrg"), shards, rounds=1)
     assert given == [[1, 2, 4, 8]] * M
+
+
+def test_unit_costs_are_the_documented_flops_of_each_kind_of_shard():
+    """`work.unit_costs`: a pass and an hvp 4z, a Hessian 2zd, a factorization d³/3, a solver iteration 10d, an inner
+    step 4d on a shard with rows (z = 50 nonzeros, d = 3); 2d² and no Hessian on a quadratic given by its Hessian;
+    6dn on a network (n = 20 rows); a stacked shard's one row per worker."""
+    rows = work.unit_costs(SimpleNamespace(dim=3, row_nonzeros=50, n_local=20))
+    assert rows.tolist() == [200.0, 200.0, 300.0, 9.0, 30.0, 12.0, 0.0, 0.0]
+    hessian_only = work.unit_costs(SimpleNamespace(dim=3, row_nonzeros=None, n_local=None))
+    assert hessian_only.tolist() == [18.0, 18.0, 0.0, 9.0, 30.0, 12.0, 0.0, 0.0]
+    network = work.unit_costs(SimpleNamespace(dim=3, row_nonzeros=None, n_local=20))
+    assert network.tolist() == [360.0, 360.0, 0.0, 9.0, 30.0, 12.0, 0.0, 0.0]
+    stacked = work.unit_costs(SimpleNamespace(dim=3, row_nonzeros=np.array([50, 10]), n_local=np.array([20, 4])))
+    assert stacked.tolist() == [rows.tolist(), [40.0, 40.0, 60.0, 9.0, 30.0, 12.0, 0.0, 0.0]]
+
+
+def test_a_dane_ridge_runs_flops_are_its_counts_times_the_hand_unit_costs():
+    """Every record's local_flops is Σ_k count_k · cost_k, with the costs of a 60 x 6 dense shard by hand (z = 360,
+    d = 6: passes 4z, Hessians 2zd, factorizations d³/3): equal shards, so the sum over the workers factors out."""
+    z, d = 60 * 6, 6
+    costs = {"local_passes": 4 * z, "local_hvps": 4 * z, "local_hessians": 2 * z * d, "local_factorizations": d ** 3 / 3,
+             "local_solver_iters": 10 * d, "local_inner_steps": 4 * d, "local_inner_samples": 0, "local_resolves": 0}
+    records = fitted("ridge", "dane", 3, problem_keys={"local_solver": "cholesky"}).records
+    assert records[-1]["local_hessians"] > 0 and records[-1]["local_factorizations"] > 0
+    for record in records:
+        assert record["local_flops"] == sum(record[key] * cost for key, cost in costs.items())
+
+
+def test_a_clients_counts_stand_if_any_of_the_rounds_draws_took_it():
+    """Two draws in one round (MARINA's): after the second, the first draw's clients still count, with the new ones;
+    the next round starts with every client counting again."""
+    ledger = work.Ledger(range(4), np.ones(len(work.COUNTS)))
+    ledger.take_part(torch.tensor([0, 1]))
+    ledger.add("local_passes", 1.0)
+    ledger.take_part(torch.tensor([2]))
+    ledger.add("local_passes", 1.0)
+    assert ledger.counts[:, work.COLUMN["local_passes"]].tolist() == [2.0, 2.0, 1.0, 0.0]
+    ledger.new_round()
+    ledger.add("local_passes", 1.0)
+    assert ledger.counts[:, work.COLUMN["local_passes"]].tolist() == [3.0, 3.0, 2.0, 1.0]
+
+
+def test_a_stacked_minibatchs_passes_are_its_rows_per_worker_over_n_i():
+    """Two workers' draws of 5 rows each (workers x rows): 5/n_i passes each, not 2/n_i."""
+    assert work.rows_fraction(SimpleNamespace(n_local=40), None, torch.zeros(2, 5, dtype=torch.long)) == 5 / 40
