@@ -394,6 +394,40 @@ def test_adaptive_lambda_halves_after_accepted_rounds_and_converges():
         SDANEConfig(adaptive=True, clients_per_round=2)
 
 
+def test_adaptive_lambda_doubles_on_a_rejection_by_its_numpy_transcription():
+    """`SDANE.accepts` and `SDANE.line_search` (adaptive=true, μ = 0, exact solves on 4 ridge shards) against their
+    transcription: per round h_i = ∇O_i(v) − ḡ, x_i = (H_i + λI)⁻¹(b_i + h_i + λv), x̄ = mean x_i, G = mean ∇O_i(x_i);
+    accepted iff mean_i⟨∇O_i(x_i) − ∇O_i(x̄), v − x_i⟩ + ⟨mean_j ∇O_j(x̄), v − x̄⟩ ≥ ‖G‖²/(2λ), then v = v − G/λ and
+    λ/2, else v stays and 2λ.  The rounds straddle the boundary: rejected at ratios lhs/rhs of 0.53 and 0.99 (the
+    first below 1 but above 1/2), accepted at 1.01."""
+    lam, rounds, m = 0.16, 7, 4
+    w, records = iterates(SDANEConfig(lam=lam, adaptive=True, mu=0.0), m=m, rounds=rounds)
+    shards = ridge_shards(m, SMALL)
+    eye = torch.eye(SMALL.dim, dtype=torch.float64)
+    H = [shard.A + 2 * shard.lam * eye for shard in shards]
+
+    def grad(i, x):
+        return H[i] @ x - shards[i].b
+
+    v, ratios = torch.zeros(SMALL.dim, dtype=torch.float64), []
+    for t in range(rounds):
+        g_bar = sum(grad(i, v) for i in range(m)) / m
+        x_i = [torch.linalg.solve(H[i] + lam * eye, shards[i].b + grad(i, v) - g_bar + lam * v) for i in range(m)]
+        x_bar = sum(x_i) / m
+        G = sum(grad(i, x) for i, x in enumerate(x_i)) / m
+        lhs = (sum(float((grad(i, x) - grad(i, x_bar)) @ (v - x)) for i, x in enumerate(x_i)) / m
+               + float(sum(grad(j, x_bar) for j in range(m)) / m @ (v - x_bar)))
+        ratios.append(lhs / (float(G @ G) / (2 * lam)))
+        accepted = ratios[-1] >= 1
+        assert (records[t]["lam"], records[t]["accepted"]) == (lam, accepted)
+        if accepted:
+            v = v - G / lam
+            torch.testing.assert_close(w[t + 1], x_bar, rtol=0, atol=1e-10)
+        lam = lam / 2 if accepted else 2 * lam
+    assert [r >= 1 for r in ratios] == [False, False, True, False, True, True, True]
+    assert 0.5 < ratios[1] < 0.6 and 0.98 < ratios[3] < 1 < ratios[6] < 1.02
+
+
 def test_fedprox_stops_at_its_fixed_point_and_says_why():
     """With exact local solves FedProx's round is the affine map T(w) = M w + c, M = μ mean_i (H_i + μI)⁻¹, whose
     fixed point w̃ is not w* (a linear system here).  Under full participation the run ends early with status
