@@ -13,7 +13,7 @@ import torch
 import dane
 from dane.algorithm import Rounds
 from dane.loop.runner import run
-from dane.loop.stopping import DivergenceWatch, StopRule
+from dane.loop.stopping import DivergenceWatch, EarlyStopping, StopRule
 
 
 class Scripted(Rounds):
@@ -106,6 +106,43 @@ def test_a_rise_past_blowup_or_a_non_finite_objective_stops_at_once():
     assert result.stopped_by == "|objective| > 10000 x max(1, |objective at round 0|)"
     records, status = result = run(Scripted([2.0, math.nan]), StopRule(rounds=10))
     assert status == "diverged" and records[-1]["round"] == 1 and result.stopped_by == "objective not finite"
+
+
+def test_a_record_exactly_at_the_tolerance_is_converged():
+    """``suboptimality <= max(tol · |O*|, tol_abs)`` and ``grad_norm <= tol · grad_norm_0``, equality included (binary
+    fractions: O* = 2.5 - 0.5 = 2, 0.25 · 2 = 0.5 exactly)."""
+    record = {"objective": 2.5, "suboptimality": 0.5}
+    assert StopRule(tol=0.25).status(record, record) == "converged"
+    assert StopRule(tol_abs=0.5).status(record, record) == "converged"
+    assert StopRule(tol_abs=0.25).status(record, record) is None
+    first = {"objective": 3.0, "grad_norm": 4.0}
+    assert StopRule(tol=0.25).status({"objective": 2.0, "grad_norm": 1.0}, first) == "converged"
+
+
+def test_blowup_is_relative_to_at_least_one_so_a_tiny_start_is_not_a_tiny_bound():
+    """Past ``blowup`` x max(1, |O(w_0)|): from O(w_0) = 1e-3 the bound is 1e4, not 10."""
+    first = {"objective": 1e-3}
+    assert StopRule(blowup=1e4).status({"objective": 20.0}, first) is None
+    assert StopRule(blowup=1e4).status({"objective": 1e4}, first) is None
+    assert StopRule(blowup=1e4).status({"objective": -1.5e4}, first) == "diverged"
+
+
+def test_the_patient_window_rule_wants_a_rise_so_a_plateau_above_the_start_is_not_divergence():
+    """Above round 0 in each of the last 2 · diverge_after rounds *and* the newer half's sum above the older half's:
+    a flat run at 2 (sums 4 = 4) goes on; one that ends at 3 diverges."""
+    first = {"objective": 1.0}
+    plateau = DivergenceWatch(StopRule(diverge_after=2), patient=True)
+    assert [plateau.update({"objective": 2.0}, first) for _ in range(5)] == [None] * 5
+    rising = DivergenceWatch(StopRule(diverge_after=2), patient=True)
+    assert [rising.update({"objective": v}, first) for v in (2.0, 2.0, 2.0, 3.0)] == [None, None, None, "diverged"]
+
+
+def test_early_stopping_with_min_delta_0_stops_patience_rounds_into_an_exact_plateau():
+    """An equal value is no improvement (it must beat the best by more than min_delta = 0): the best stays at round 1,
+    and round 1 + patience stops the run."""
+    watch = EarlyStopping(StopRule(patience=2))
+    verdicts = [watch.update({"round": t, "test_accuracy": a}) for t, a in enumerate([0.5, 0.75, 0.75, 0.75])]
+    assert verdicts == [None, None, None, "early_stopped"] and watch.best_round == 1
 
 
 def test_the_divergence_count_survives_a_checkpoint():
