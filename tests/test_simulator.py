@@ -224,6 +224,29 @@ def test_stragglers_slow_time_by_their_factor():
     assert slow.clock / plain.clock == pytest.approx(4.0, rel=0.1)
 
 
+def test_a_workers_elapsed_time_slows_its_open_phase_by_its_factor():
+    """`ThreadCommunicator.elapsed` = the group's clock + slowdown(rank) x the compute of the open phase (a meter
+    reading 0.5 s): 2 + 0.5 on the plain rank, 2 + 3 x 0.5 on the straggler."""
+    class HalfSecond:
+        name = "fixed"
+
+        def start(self):
+            return 0.0
+
+        def read(self, mark):
+            return 0.5
+
+        def stop(self):
+            pass
+
+    group = ThreadGroup(2, AlphaBeta(), Stragglers(slowdown=(1.0, 3.0)), HalfSecond())
+    group.clock = 2.0
+    comms = group.communicators()
+    for comm in comms:
+        comm.begin()
+    assert [comm.elapsed() for comm in comms] == [2.5, 3.5]
+
+
 def test_seeded_delays_add_the_drawn_maxima():
     m, phases, mean = 4, 200, 1e-3
     group = ThreadGroup(m, AlphaBeta(alpha=0.0, beta=1e30), Stragglers(delay_mean=mean, seed=7))
