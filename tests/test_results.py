@@ -271,6 +271,24 @@ def test_non_finite_numbers_are_strings_at_any_depth_so_the_files_are_strict_jso
     assert summary["defaults"] == [{"stats": {"kappa": "inf", "rows": 3}}]
 
 
+def test_a_records_and_a_summarys_inf_minus_inf_and_nan_read_back_as_floats(tmp_path):
+    """Written as "inf", "-inf" and "nan" (`json_safe`), a record's and a summary's top-level values read back as the
+    floats they were (`read_rounds`, `read_summary`); a string that only looks alike stays a string."""
+    import math
+
+    writer = RunWriter(tmp_path / "run")
+    for t, value in enumerate((math.inf, -math.inf, math.nan)):
+        writer.write_round({"round": t, "objective": value, "note": "Infinity"})
+    writer.write_summary({"status": "diverged", "best": -math.inf, "worst": math.inf, "rate": math.nan})
+    writer.close()
+    objectives = [record["objective"] for record in results.read_rounds(tmp_path / "run")]
+    assert all(isinstance(v, float) for v in objectives)
+    assert objectives[:2] == [math.inf, -math.inf] and math.isnan(objectives[2])
+    assert {record["note"] for record in results.read_rounds(tmp_path / "run")} == {"Infinity"}
+    summary = results.read_summary(tmp_path / "run")
+    assert (summary["best"], summary["worst"]) == (-math.inf, math.inf) and math.isnan(summary["rate"])
+
+
 def test_every_adapted_event_has_one_form_keyed_by_where_its_number_lives():
     """`results.adaptation`, the one constructor of an ``adapted`` event: key, from, to, trigger, then the round
     (first: as the summary puts it), the workers' own moves and the re-solves where given; a key outside
