@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse.linalg
 import torch
 
+from dane.comm import LocalCommunicator
 from dane.dane import DANEConfig
 from dane.problems import RidgeSyntheticConfig
 from dane.problems.ridge import generate, ridge_optimum
@@ -405,3 +406,13 @@ def test_an_eta_that_overflows_the_step_names_algorithm_eta(tmp_path):
     assert summary["stopped_by"].startswith("the trial at mu = 0 not finite (a local solve diverged or overflowed); "
                                             "nothing measured to raise mu by: set algorithm.eta below 1e+300")
     assert summary["remedy"] == "set algorithm.eta below 1e+300 (the paper's is 1)"
+
+
+@pytest.mark.parametrize("eta, remedy", [
+    (1.0, "set algorithm.mu > 0 (a floor on mu: the local models may be singular at mu = 0)"),  # the paper's η
+    (1.5, "set algorithm.eta below 1.5 (the paper's is 1)"),
+])
+def test_the_remedy_names_eta_only_above_the_papers_1(eta, remedy):
+    """`DANE.remedy` on an exact solve: η = 1 is the paper's, nothing to lower; the μ floor is what is left."""
+    (shard,) = ridge_shards(1, RidgeSyntheticConfig(n_samples=60, dim=4))
+    assert DANEConfig(eta=eta).build(shard, LocalCommunicator()).remedy() == remedy
