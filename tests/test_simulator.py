@@ -35,6 +35,7 @@ import dane.synthetic.calibrate as calibrate_module
 from dane.synthetic.calibrate import fit_alpha_beta, fit_parameter_server, relative_errors
 from dane.synthetic.launchers import have_horovod, horovodrun
 from dane.synthetic.sweep import compose_job
+from test_batched import FixedMeter
 
 SMALL = ["problem.n_samples=600", "problem.dim=20", "rounds=8", "tol=null", "tol_abs=null"]  # 8 rounds whatever the stop rule
 
@@ -227,19 +228,7 @@ def test_stragglers_slow_time_by_their_factor():
 def test_a_workers_elapsed_time_slows_its_open_phase_by_its_factor():
     """`ThreadCommunicator.elapsed` = the group's clock + slowdown(rank) x the compute of the open phase (a meter
     reading 0.5 s): 2 + 0.5 on the plain rank, 2 + 3 x 0.5 on the straggler."""
-    class HalfSecond:
-        name = "fixed"
-
-        def start(self):
-            return 0.0
-
-        def read(self, mark):
-            return 0.5
-
-        def stop(self):
-            pass
-
-    group = ThreadGroup(2, AlphaBeta(), Stragglers(slowdown=(1.0, 3.0)), HalfSecond())
+    group = ThreadGroup(2, AlphaBeta(), Stragglers(slowdown=(1.0, 3.0)), FixedMeter(0.5))
     group.clock = 2.0
     comms = group.communicators()
     for comm in comms:
