@@ -367,3 +367,31 @@ def test_the_non_convex_guard_compares_with_the_lowest_accepted_objective_not_th
     assert review_at(guard, 1.0, 1.2)
     assert not guard.would_accept(1.3) and guard.would_accept(1.25)
     assert not review_at(guard, 2.0, 1.3)
+
+
+def test_a_settled_undershoot_does_not_come_down_onto_a_rejected_mu():
+    # O(w) = 6(w - 1.25)² from w0 = 0.  A step away from the minimum at μ = 1 is rejected (no descent slope: no
+    # shortening μ), and μ moves up 2 octaves to 4.  Steps of ratio 0.2 at μ = 4: the first ratio is fast (below
+    # 0.25), the second settled (slow above 0.1) and undershooting, and `undamp` gives snap(4 - 12 · 0.2/0.8) = 1,
+    # the rejected μ itself: μ stays at 4.
+    guard = MuSafeguard(0.0)
+    assert review_at(guard, 0.0, 9.375, g=-15.0)
+    guard.mu = 1.0
+    assert not review_at(guard, -1.0, 6 * 2.25 ** 2, g=-27.0)
+    assert (guard.rejected_mu, guard.mu) == (1.0, 4.0)
+    mus = []
+    for w in (1.0, 1.2, 1.24):
+        assert review_at(guard, w, 6 * (w - 1.25) ** 2, g=12 * (w - 1.25))
+        mus.append(guard.mu)
+    assert sg.undamp(4.0, 0.2, 12.0, 0.0) == 1.0 and guard.reading == sg.UNDERSHOOT and mus == [4.0, 4.0, 4.0]
+
+
+def test_an_overshoot_along_negative_curvature_starts_mu_from_the_delta_rule():
+    # Plain DANE (μ = 0) overshoots: steps +1 then -0.5 (ratio 0.5, cosine -1), the second along a curvature of -2
+    # (the gradient rose as w fell).  Balanced damping has no scale there (max(κ, 0) = 0), so μ starts from the δ
+    # rule: spread 4 (δ² = (5 - 1)/0.25, no δ/κ factor at κ < 0), snap(0.4 · 4) = 2^0.75.
+    guard = MuSafeguard(0.0)
+    assert review_at(guard, 0.0, 1.0, g=0.0)
+    assert review_at(guard, 1.0, 0.9, g=0.0)
+    assert review_at(guard, 0.5, 0.8, g=1.0, local_sq=5.0)
+    assert guard.reading == sg.OVERSHOOT and guard.spread == 4.0 and guard.mu == snap(1.6) == 2.0 ** 0.75
