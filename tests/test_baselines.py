@@ -193,6 +193,8 @@ def test_residual_balance_is_boyds_rule():
     assert residual_balance(1.0, primal=1.0, dual=11.0) == 0.5
     assert residual_balance(1.0, primal=9.0, dual=1.0) == 1.0
     assert residual_balance(3.0, primal=100.0, dual=1.0, mu=50, tau=3) == 9.0
+    # eq. 3.13's inequalities are strict: a ratio of exactly mu either way leaves rho
+    assert residual_balance(1.0, primal=10.0, dual=1.0) == residual_balance(1.0, primal=1.0, dual=10.0) == 1.0
 
 
 # --- GD ---------------------------------------------------------------------------------------------
