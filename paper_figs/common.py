@@ -286,11 +286,17 @@ def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[Mi
     return {**out, "relative": [r["suboptimality"] / optimum for r in records]}
 
 
+def natural_key(path: Path) -> list:
+    """Sort ``2_...`` before ``10_...`` (Hydra numbers the jobs of a sweep): the job order of every folder of runs
+    (`paper_figs.summary.job_dirs`, `run_dirs_under`)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
 def run_dirs_under(results: str | Path, how_to_make: str) -> list[Path]:
-    """Every run directory directly under ``results`` (one holding rounds.jsonl), sorted; none is one line naming
-    ``how_to_make`` them."""
+    """Every run directory directly under ``results`` (one holding rounds.jsonl), in job order (`natural_key`: ``2_``
+    before ``10_``); none is one line naming ``how_to_make`` them."""
     root = Path(results)
-    found = sorted(p.parent for p in root.glob("*/rounds.jsonl"))
+    found = sorted((p.parent for p in root.glob("*/rounds.jsonl")), key=natural_key)
     if not found:
         raise FileNotFoundError(f"no runs under {root}; {how_to_make}")
     return found

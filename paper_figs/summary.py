@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
@@ -35,7 +34,7 @@ import yaml
 
 from dane.errors import DataError, say
 from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, RoundsUnreadable, read_summary, scan_rounds
-from dane.paper_figs.common import first_reaching
+from dane.paper_figs.common import first_reaching, natural_key
 from dane.records.provenance import command_name
 
 CONFIG_FILE = "config.yaml"
@@ -44,11 +43,6 @@ ERROR_FILES = ("error", "error.txt", "error.log", "*.err")
 RUNNING = "running or crashed"
 FAILED = "failed"
 DAMAGED = "damaged summary.json"
-
-
-def natural_key(path: Path) -> list:
-    """Sort ``2_...`` before ``10_...`` (Hydra numbers the jobs of a sweep)."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
 def has_error_file(files) -> bool:

@@ -251,6 +251,23 @@ def test_runs_of_one_method_are_told_apart_by_what_differs_between_their_configs
         [row.split(" | ")[0][2:] for row in rows]
 
 
+def test_a_folder_of_runs_is_drawn_in_job_order(tmp_path, monkeypatch):
+    """Sweep jobs 2_ and 10_: the table's rows and the legend in job order, 2_ before 10_, the order of `dane figures
+    summary` (`paper_figs.common.natural_key`), not the strings' (10_ first)."""
+    from dane.paper_figs import summary
+
+    for name in ("10_gd", "2_gd"):
+        write_run(tmp_path / "runs" / name, [record(t, 10.0 ** -t, 1.0 * t, uplink_bits=64 * t) for t in range(3)])
+    drawn = []
+    real = local_work.save
+    monkeypatch.setattr(local_work, "save", lambda fig, *a, **k: drawn.append(fig) or real(fig, *a, **k))
+    main(tmp_path / "runs", tmp_path / "figures")
+    rows = (tmp_path / "figures" / "local_work.md").read_text().splitlines()[-2:]
+    assert [row.split(" | ")[0] for row in rows] == ["| 2_gd", "| 10_gd"]
+    assert [text.get_text() for text in drawn[0].axes[-1].get_legend().get_texts()] == ["2_gd", "10_gd"]
+    assert [row["job"] for row in summary.summarize(tmp_path / "runs")] == ["2_gd", "10_gd"]
+
+
 def test_a_run_without_suboptimality_is_told_a_fix_its_problem_has(tmp_path):
     """`problem.optimum=auto` only where the run's config.yaml has that key (a package problem); a problem of one's
     own without it (docs/extending.md's kind) is told to report its optimum, or to draw the gradient norm; a run
