@@ -36,6 +36,7 @@ from dane.paper_figs.common import MissingCount  # noqa: F401  what `curve` rais
 from dane.paper_figs.common import FIG_DIR, cli, positive, run_curve, run_dirs_under, save, setting_text, wrapped
 from dane.paper_figs.plot_runs import labels_for
 from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
+from dane.paper_figs.summary import stopped_at
 from dane.records.results import read_summary
 from dane.synthetic.sweep import Job, RunIndex
 
@@ -103,7 +104,7 @@ def why_not(c: dict, target: float = TARGET) -> str:
     status, last = c.get("status"), c["rounds"][-1]
     if status == "max_rounds":
         return f"not within {target:g} by its round cap, {last}"
-    return f"not within {target:g}: stopped at round {last} ({status or 'status not recorded'})"
+    return f"not within {target:g}: {stopped_at(last, status)}"
 
 
 WHAT = ("Relative suboptimality against rounds, uplink and downlink bits per client and local gradient passes per "

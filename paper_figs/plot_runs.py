@@ -7,11 +7,14 @@ A DIR is a run directory (``rounds.jsonl``, ``summary.json``, ``config.yaml`` as
 `dane.records.results` writes them) or a folder holding run directories (a sweep: all its runs,
 in job order).  Legend labels are what differs between the runs' saved configs
 ("algorithm=admm, workers=4"), else the directory names; ``--labels`` names the runs
-in the order found.  Suboptimality and gradient norm are drawn on a log axis.  A run whose
-``rounds.jsonl`` is missing, torn, damaged or unreadable, or lacks the key, is named in one line
-(a damaged or unreadable file with the fix) and skipped;
-with no run found the script says so and exits with status 2.  Writes FILE.png and
-FILE.pdf (default ``results/figures/plot_runs``) and prints their paths.
+in the order found.  A run with records but no summary.json (still running, or killed) is drawn as far as its
+records go, "— no summary: running or crashed" after its label and one line on stderr naming it; one that stopped
+otherwise than its stop rule said (interrupted, diverged) has "— stopped at round 168 (interrupted)" after its
+label (`paper_figs.summary.ending`, the words of ``dane figures summary`` and ``local_work``).  Suboptimality and
+gradient norm are drawn on a log axis.  A run whose ``rounds.jsonl`` is missing, torn, damaged or unreadable, or
+lacks the key, is named in one line (a damaged or unreadable file with the fix) and skipped; with no run found the
+script says so and exits with status 2.  Writes FILE.png and FILE.pdf (default ``results/figures/plot_runs``) and
+prints their paths.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import matplotlib.pyplot as plt
 
 from dane.errors import say
 from dane.paper_figs.common import checked_out, positive, save
-from dane.paper_figs.summary import UNFINISHED, job_dirs, read_config, records_of
+from dane.paper_figs.summary import UNFINISHED, ending, job_dirs, read_config, records_of
 from dane.records.provenance import command_name
 
 Y_AXES = {  # record key -> (axis label, log scale)
@@ -114,9 +117,11 @@ def curves(runs: Sequence[Path], x: str, y: str, labels: Sequence[str] | None = 
            log=None) -> list[Curve]:
     """One curve per readable run, labelled by ``labels`` (one per run) or else by what differs
     between the plotted runs' configs; each unreadable run is named in one line on ``log``
-    (default stderr) and skipped."""
+    (default stderr) and skipped.  A run that did not stop where its stop rule said has it after its label
+    (`paper_figs.summary.ending`: "— no summary: running or crashed", "— stopped at round 168 (interrupted)"),
+    and one without a readable summary.json a line on ``log`` too."""
     log = log or sys.stderr
-    out = []
+    out, notes = [], []
     for k, run in enumerate(runs):
         records, problem, line = records_of(run)
         if line is not None and not problem.startswith(UNFINISHED):  # damaged or unreadable: the file and the fix
@@ -130,10 +135,14 @@ def curves(runs: Sequence[Path], x: str, y: str, labels: Sequence[str] | None = 
             print(f"skipped {run}: {problem}", file=log)
             continue
         out.append(Curve(labels[k] if labels else run.name, [r[x] for r in records], [r.get(y) for r in records], run))
-    if labels:
-        return out
-    return [curve._replace(label=label) for curve, label in
-            zip(out, labels_for([c.run for c in out], [read_config(c.run) for c in out]))]
+        said = ending(run, records[-1].get("round"))
+        if said is not None and said.line is not None:
+            print(f"{said.line}, marked in the legend", file=log)
+        notes.append(None if said is None else said.note)
+    if not labels:
+        out = [curve._replace(label=label) for curve, label in
+               zip(out, labels_for([c.run for c in out], [read_config(c.run) for c in out]))]
+    return [c if note is None else c._replace(label=f"{c.label} — {note}") for c, note in zip(out, notes)]
 
 
 def draw(data: Sequence[Curve], x: str = "round", y: str = "suboptimality", title: str | None = None):

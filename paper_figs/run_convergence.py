@@ -5,7 +5,10 @@
 Plots the suboptimality when the problem knows its optimum, otherwise the gradient
 norm (or, failing that, the objective), against the round and against the run's time.  The time axis says
 which clock it is: a simulated run's (the cost model it was charged under, α and β and whether calibrated, from
-its summary.json: `paper_figs.common.run_cost_text`) or a launched run's wall clock.
+its summary.json: `paper_figs.common.run_cost_text`) or a launched run's wall clock.  The title ends with the run's
+status, or where it did not stop as its stop rule said, how it ended (`paper_figs.summary.ending`, the words of
+``dane figures summary`` and ``plot_runs``): "stopped at round 168 (interrupted)", or for records without a
+summary.json (a run still writing, or killed) "no summary: running or crashed", also said in one line on stderr.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from dane.errors import DataError, UserError, say
 from dane.records.results import ROUNDS_FILE, read_rounds, read_summary
 from dane.paper_figs.common import alpha_beta_text, positive, run_cost_text, save, wrapped
 from dane.paper_figs.provenance import run_config
+from dane.paper_figs.summary import ending
 from dane.records.provenance import command_name
 
 METRICS = ("suboptimality", "grad_norm", "objective")
@@ -68,12 +72,18 @@ def draw(run_dir: str | Path):
             ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
     title = " ".join(str(summary[k]) for k in ("algorithm", "problem") if k in summary)
+    said = ending(Path(run_dir), records[-1]["round"])  # a run that did not stop as asked, or has no summary: said
     if summary:
-        title += f", {summary.get('workers', '?')} worker(s), {summary.get('backend', '')}: {summary.get('status', '')}"
+        title += (f", {summary.get('workers', '?')} worker(s), {summary.get('backend', '')}: "
+                  f"{summary.get('status', '') if said is None else said.note}")
+    else:
+        title = f"{run_dir}: {said.note}"
+    if said is not None and said.line is not None:
+        say(f"{said.line}, marked in the title")
     cost = run_cost_text(summary, run_config(run_dir)) if simulated(summary) else None
     if cost:  # the cost model the simulated times were charged under, and whether it was calibrated
         title += f"\nsimulated time: {cost}"
-    fig.suptitle(wrapped(title or str(run_dir), 9), fontsize=10)
+    fig.suptitle(wrapped(title, 9), fontsize=10)
     return fig
 
 

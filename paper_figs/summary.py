@@ -29,6 +29,7 @@ import os
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -109,6 +110,36 @@ def status_of(run_dir: Path, summary: dict | None) -> str:
     if has_error_file(os.listdir(run_dir)):
         return FAILED
     return RUNNING if (run_dir / ROUNDS_FILE).exists() else FAILED
+
+
+#: the statuses of a run that stopped where its stop rule said: a figure names any other (`ending`)
+STOPPED_AS_ASKED = ("converged", "max_rounds", "target_reached", "early_stopped")
+
+
+def stopped_at(last_round, status: str | None) -> str:
+    """"stopped at round 168 (interrupted)": where a run's records end and the status its summary gives."""
+    return f"stopped at round {last_round} ({status or 'status not recorded'})"
+
+
+class Ending(NamedTuple):
+    """What a figure says of a run that did not stop where its stop rule said (`ending`): the ``note`` its legend
+    entry or title carries, and for a run without a (readable) summary.json the ``line`` naming it on stderr."""
+    note: str
+    line: str | None = None
+
+
+def ending(run_dir: Path, last_round) -> Ending | None:
+    """How a drawn run ended, where a figure should say it (None where it stopped as asked, `STOPPED_AS_ASKED`):
+    "no summary: running or crashed" (`status_of`) for records without a summary.json (a run still writing, or
+    killed), its summary's damage, or `stopped_at` its last record's round for a summary's other status
+    ("stopped at round 168 (interrupted)", diverged); ``last_round`` is the round of its last record drawn."""
+    summary = summary_of(run_dir)
+    if summary and summary.get("status") in STOPPED_AS_ASKED:
+        return None
+    if summary:
+        return Ending(stopped_at(last_round, summary.get("status")))
+    note = DAMAGED if summary is None else f"no summary: {status_of(run_dir, summary)}"
+    return Ending(note, f"{run_dir}: {note}; drawn up to its last record, round {last_round}")
 
 
 #: what `records_of` says of a job that has not logged (yet) or was cut short mid-line: a row of its own only

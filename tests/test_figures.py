@@ -511,6 +511,41 @@ def test_run_convergence_names_a_record_without_its_time(tmp_path, capsys):
         "it, or rerun the run\n")
 
 
+def test_plot_runs_and_run_convergence_say_a_run_ended_without_a_summary_or_interrupted(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """A folder holding a run killed mid-way (records, no summary.json), a finished one and an interrupted one:
+    `dane figures plot_runs` draws the three, the killed one's legend entry saying "no summary: running or crashed"
+    (`dane figures summary`'s words) and one line on stderr naming it, the interrupted one's "stopped at round 5
+    (interrupted)" (local_work's); `dane figures run_convergence` on the killed run says it in its title and one
+    line, on the interrupted one in its title."""
+    import matplotlib.pyplot as plt
+
+    from dane.paper_figs import plot_runs
+
+    crashed = logged_run(tmp_path / "mixed", "run_a")
+    (crashed / "summary.json").unlink()  # SIGKILLed: its records, no summary
+    logged_run(tmp_path / "mixed", "run_b")
+    interrupted = logged_run(tmp_path / "mixed", "run_c")
+    summary = json.loads((interrupted / "summary.json").read_text())
+    (interrupted / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
+    legends, save = [], plot_runs.save
+    monkeypatch.setattr(plot_runs, "save", lambda fig, *a: legends.append(
+        [t.get_text() for t in fig.axes[0].get_legend().get_texts()]) or save(fig, *a))
+    assert plot_runs.main([str(tmp_path / "mixed"), "--out", str(tmp_path / "x.png")]) == 0
+    out, err = capsys.readouterr()
+    assert legends == [["run_a — no summary: running or crashed", "run_b",
+                        "run_c — stopped at round 5 (interrupted)"]]
+    line = f"{crashed}: no summary: running or crashed; drawn up to its last record, round 5"
+    assert err.splitlines() == [f"{line}, marked in the legend"] and len(out.split()) == 2
+    assert [p.name for p in run_convergence.main([str(crashed)])] == ["convergence.png", "convergence.pdf"]
+    assert capsys.readouterr().err.splitlines() == [f"{line}, marked in the title"]
+    for run, title in ((crashed, f"{crashed}: no summary: running or crashed"),
+                       (interrupted, "gd, 1 worker(s), : stopped at round 5 (interrupted)")):
+        fig = run_convergence.draw(run)
+        assert " ".join(fig.get_suptitle().split("\n")) == title
+        plt.close(fig)
+
+
 def _fake_run(folder, commit: str, dirty: bool | None, seed: int = 0):
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(f"seed: {seed}\n")
