@@ -289,6 +289,25 @@ def test_a_records_and_a_summarys_inf_minus_inf_and_nan_read_back_as_floats(tmp_
     assert (summary["best"], summary["worst"]) == (-math.inf, math.inf) and math.isnan(summary["rate"])
 
 
+def test_nested_inf_and_nan_read_back_as_floats_too(tmp_path):
+    """An ``adapted`` event's numbers and a default's statistics sit inside lists and dicts: they read back as floats
+    as a top-level value does (`results.read_safe`, `json_safe`'s inverse), and a look-alike string stays a string."""
+    import math
+
+    event = results.adaptation("algorithm.mu", 1.0, math.inf, "trial not finite")
+    writer = RunWriter(tmp_path / "run")
+    writer.write_round({"round": 0, "objective": 1.0, "adapted": [event]})
+    writer.write_summary({"status": "diverged", "defaults": [{"key": "algorithm.mu", "stats": {"kappa": -math.inf,
+                                                                                                "spread": math.nan}}],
+                          "notes": ["Infinity", "nan-free"]})
+    writer.close()
+    [record] = results.read_rounds(tmp_path / "run")
+    assert record["adapted"][0]["to"] == math.inf and record["adapted"][0]["from"] == 1.0
+    summary = results.read_summary(tmp_path / "run")
+    stats = summary["defaults"][0]["stats"]
+    assert stats["kappa"] == -math.inf and math.isnan(stats["spread"]) and summary["notes"] == ["Infinity", "nan-free"]
+
+
 def test_every_adapted_event_has_one_form_keyed_by_where_its_number_lives():
     """`results.adaptation`, the one constructor of an ``adapted`` event: key, from, to, trigger, then the round
     (first: as the summary puts it), the workers' own moves and the re-solves where given; a key outside

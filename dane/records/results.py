@@ -289,8 +289,16 @@ class RunWriter:
                 return
 
 
-def _number(value):
-    return float(value) if isinstance(value, str) and value in ("inf", "-inf", "nan") else value
+def read_safe(value):
+    """`json_safe`'s inverse: the strings "inf", "-inf" and "nan" back to the floats they were, in dicts and lists
+    too (an ``adapted`` event's numbers, a default's statistics), every other value as read."""
+    if isinstance(value, str):
+        return float(value) if value in ("inf", "-inf", "nan") else value
+    if isinstance(value, dict):
+        return {k: read_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [read_safe(v) for v in value]
+    return value
 
 
 #: the keys a reader may index in every record (the module docstring lists what a run writes)
@@ -345,7 +353,7 @@ def scan_rounds(run_dir: str | Path) -> tuple[list[dict], int | None]:
                 return records, number
             raise RoundsUnreadable(f"{path}, line {number}, is not a record ({exc}); {_fix(run_dir)}",
                                    f"{ROUNDS_FILE} damaged (line {number})", records) from None
-        records.append({k: _number(v) for k, v in record.items()})
+        records.append(read_safe(record))
     return records, None
 
 
@@ -369,7 +377,7 @@ def read_summary(run_dir: str | Path) -> dict:
     if not isinstance(loaded, dict):
         raise DataError(f"{path} is damaged (a JSON {type(loaded).__name__}, not an object); rerun the job, or "
                         "remove its folder")
-    return {k: _number(v) for k, v in loaded.items()}
+    return read_safe(loaded)
 
 
 def find_runs(root: str | Path) -> list[Path]:
