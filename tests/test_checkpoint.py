@@ -8,7 +8,9 @@ uninterrupted one, record for record and in its clock's split, and a checkpoint 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import zipfile
 from dataclasses import replace
 
@@ -22,6 +24,7 @@ from dane.comm import AlphaBeta
 from dane.comm.meters import StartUpLeftOut
 from dane.errors import ConfigError
 from dane.loop.launch import execute
+from dane.records.lock import take_lock
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 from helpers import composed
@@ -197,6 +200,28 @@ def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path, ran):
     (run_dir / "rounds.jsonl").write_text("".join(lines[:2] + ["garbage\n"] + lines[2:]))
     with pytest.raises(ConfigError, match=r"rounds.jsonl line 3 is not a round record"):
         truncate_rounds(run_dir, 3)
+
+
+def snapshot(folder) -> dict:
+    """Every file under ``folder``: its bytes and its inode (a file replaced by an equal one is not as it was)."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_ino) for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("resume", ["dir", "auto"])
+def test_a_resume_into_a_directory_a_live_run_holds_leaves_it_byte_for_byte(tmp_path, resume, ran):
+    """The lock is taken before the records are cut: a live run keeps appending to its own rounds.jsonl."""
+    run_dir = cut_run(ran, tmp_path)
+    lock = take_lock(run_dir)  # as the live run holds it: this process, alive
+    before = snapshot(run_dir)
+    again = (f"resume={run_dir}",) if resume == "dir" else (f"out_dir={run_dir}", "resume=auto")
+    with pytest.raises(ConfigError) as err:
+        execute_with(run_dir, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3", *again)
+    assert str(err.value) == (f"out_dir={run_dir} is in use by another run ({socket.gethostname()} pid "
+                              f"{os.getpid()}); choose another out_dir, or wait for that run to end (remove {lock} if "
+                              "no run uses the directory)")
+    assert snapshot(run_dir) == before
+    assert [r["round"] for r in read_rounds(run_dir)] == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("change, key", [("problem.dim=21", "problem.dim: 20 -> 21"), ("seed=1", "problem.seed: 0 -> 1; seed: 0 -> 1"),

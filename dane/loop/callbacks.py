@@ -95,12 +95,15 @@ class Checkpoints(Callback):
             return
         loop.resume = load_checkpoint(self.control.resume, loop.comm.rank, self.meta(loop, loop.comm.rank))
         loop.continuing, loop.resumed_from = True, loop.resume["round"]
-        if loop.comm.rank == 0:
-            truncate_rounds(self.control.resume, loop.resume["round"])  # rank 0 cuts the records back to it
-            # and goes on with them in hand, so that what reads the whole run (the stop line's trend, a method's
-            # diagnosis, the summary's adaptations) reads the same as in a run that never stopped
-            loop.resume["history"] = [in_target_units(r, loop.units, back=True)
-                                      for r in read_rounds(self.control.resume)]
+        if loop.comm.rank == 0:  # once `Records` holds the directory's lock: a live run's records are not ours to cut
+            loop.when_locked.append(lambda: self.cut_records(loop))
+
+    def cut_records(self, loop) -> None:
+        """Rank 0, holding the run directory's lock: the records cut back to the checkpoint, and the run goes on
+        with them in hand, so that what reads the whole run (the stop line's trend, a method's diagnosis, the
+        summary's adaptations) reads the same as in a run that never stopped."""
+        truncate_rounds(self.control.resume, loop.resume["round"])
+        loop.resume["history"] = [in_target_units(r, loop.units, back=True) for r in read_rounds(self.control.resume)]
 
     def on_checkpoint(self, loop, state: dict) -> None:
         if loop.out_dir and self.control.checkpoint_every:
@@ -151,8 +154,8 @@ class Records(Callback):
     def open(self, loop) -> None:
         control = self.control
         loop.writer = RunWriter(loop.out_dir, resume=loop.continuing, overwrite=replaces(control, loop.out_dir),
-                                resume_offer=resume_offer(loop.out_dir),
-                                out_dir_key=control.out_dir_key)  # on_close releases it
+                                resume_offer=resume_offer(loop.out_dir), out_dir_key=control.out_dir_key,
+                                prepare=lambda: [step() for step in loop.when_locked])  # on_close releases it
         if control.overwrite and not loop.continuing:  # the replaced run's checkpoints: no later resume may find them
             shutil.rmtree(os.path.join(loop.out_dir, CHECKPOINT_DIR), ignore_errors=True)
         if control.config_text:

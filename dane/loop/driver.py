@@ -33,7 +33,8 @@ class Loop:
     ``algo`` is the round object `dane.loop.runner.run` drives (an `Algorithm`, or a split or
     asynchronous run behind the same interface) and ``comm`` its communicator.  The
     callbacks set ``resume`` (the state the rounds continue from), ``continuing`` (the run
-    directory continues earlier records), ``resumed_from`` and ``writer``; the loop keeps
+    directory continues earlier records), ``resumed_from``, ``writer`` and ``when_locked`` (what rank 0 changes in
+    the run directory once `dane.loop.callbacks.Records` holds its lock: a resume's cut of the records); the loop keeps
     ``seen`` (this call's raw records, for an interrupted run; the last one only where ``keep_records`` is False)
     and ``result``.
     """
@@ -51,6 +52,7 @@ class Loop:
     continuing: bool = False
     resumed_from: int | None = None
     writer: Any = None
+    when_locked: list[Callable[[], None]] = field(default_factory=list)  # rank 0's steps once it holds out_dir's lock
     seen: list[dict] = field(default_factory=list)
     result: RunResult | None = None
     keep_records: bool = True  # False: only the last record (a simulated worker other than rank 0: `dane.loop.runner.run`)

@@ -61,6 +61,7 @@ belong to one worker's rows and would be lost with it.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import socket
@@ -69,12 +70,13 @@ from pathlib import Path
 
 from ..algorithm import AlgorithmConfig, known_algorithms
 from .callbacks import Callback, Checkpoints, worker_callbacks
-from .checkpoint import truncate_rounds
+from .checkpoint import kept_rounds, truncate_rounds
 from ..comm import Communicator
 from .driver import Loop, drive
 from ..errors import ConfigError, say
 from .reference import attach_one
 from ..records.lock import LOCK_FILE
+from ..records.results import ROUNDS_FILE
 
 
 def elastic_algorithms() -> list[str]:
@@ -142,12 +144,13 @@ class ElasticSession:
     def out_dir(self) -> str | None:
         return self.state.out_dir or None
 
-    def prepare(self, comm: Communicator) -> bool:
+    def prepare(self, comm: Communicator, when_locked: list) -> bool:
         """At the start of an attempt, before rank 0 opens the run directory: True if the run continues there.
 
-        Rank 0 takes over the lock of the lost writer and cuts the records back to the
-        committed round; every worker learns the new writer and how many records were
-        dropped (one broadcast), and a change of world size is recorded.
+        Rank 0 takes over the lock of the lost writer, counts the records after the committed round and
+        leaves their cut in ``when_locked`` (`dane.loop.driver.Loop.when_locked`: done once it holds the lock); every
+        worker learns the new writer and how many records are dropped (one broadcast), and a change of world size
+        is recorded.
         """
         self.attempts += 1
         st, progress = self.state, self.state.progress
@@ -157,7 +160,9 @@ class ElasticSession:
             lock = Path(self.out_dir) / LOCK_FILE
             if st.writer and st.writer != me and lock.is_file() and lock.read_text().strip() == st.writer:
                 lock.unlink(missing_ok=True)  # left by the rank 0 this job lost
-            dropped = truncate_rounds(self.out_dir, progress["round"])
+            rounds_file = Path(self.out_dir) / ROUNDS_FILE
+            dropped = kept_rounds(rounds_file, progress["round"])[1] if rounds_file.is_file() else 0
+            when_locked.append(functools.partial(truncate_rounds, self.out_dir, progress["round"]))
         told = json.loads(comm.broadcast_object(json.dumps([me, dropped]) if comm.rank == 0 else "", root=0))
         st.writer, dropped = told
         if progress is None:
@@ -229,7 +234,7 @@ class ElasticCommit(Callback):
         self.session = session
 
     def on_open(self, loop) -> None:
-        loop.continuing = self.session.prepare(loop.comm)  # rank 0 cuts the records back to the committed round
+        loop.continuing = self.session.prepare(loop.comm, loop.when_locked)  # the records cut back to the commit
 
     def on_start(self, loop) -> None:
         loop.resume = self.session.resume(loop.algo, loop.spec.control.stop, loop.comm)  # may commit round 0: reset

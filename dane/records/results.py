@@ -16,6 +16,7 @@ import re
 import shutil
 import threading
 from pathlib import Path
+from typing import Callable
 
 from ..errors import ConfigError, DataError
 from .lock import take_lock
@@ -175,17 +176,19 @@ class RunWriter:
     A run owns its directory: the writer takes ``<out_dir>/.lock`` (`dane.records.lock.take_lock`: created
     exclusively, holding host and pid; released by `close`, after the summary), so a second run into the same
     directory stops with one line.  A run that ends before its first record leaves the directory as it was
-    (`close`).  A directory that already holds a run's records is refused unless ``resume`` (the run continues there: its records were cut back to the
-    checkpoint) or ``overwrite`` (the old records are removed first); the refusal offers ``resume_offer``, the
-    caller's clause for continuing it (`dane.loop.checkpoint.resume_offer`: none where no checkpoint can), and names
-    ``out_dir_key`` as the setting to change (`occupied`).
+    (`close`).  A directory that already holds a run's records is refused unless ``resume`` (the run continues
+    there: ``prepare`` cuts its records back to the checkpoint) or ``overwrite`` (the old records are removed
+    first); the refusal offers ``resume_offer``, the caller's clause for continuing it
+    (`dane.loop.checkpoint.resume_offer`: none where no checkpoint can), and names ``out_dir_key`` as the setting to
+    change (`occupied`).  ``prepare`` is called once the lock is held, before anything else in the directory is
+    touched: a resume refused by a live run's lock leaves that run's files as they were.
 
     ``trackers`` (`dane.records.trackers.Trackers`, set by `attach`) get each record and the summary after they are
     on disk, so a tracker that fails loses none of them.
     """
 
     def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
-                 resume_offer: str = "", out_dir_key: str = "out_dir"):
+                 resume_offer: str = "", out_dir_key: str = "out_dir", prepare: Callable[[], object] | None = None):
         self.out_dir = Path(out_dir)
         self.trackers = None
         self._wrote = 0  # records and the summary written: close keeps a directory that has any
@@ -206,6 +209,8 @@ class RunWriter:
             self._remove_made_dirs()
             raise
         try:
+            if prepare is not None:
+                prepare()
             old = held_run(self.out_dir)
             if old and not resume:
                 if not overwrite:
