@@ -7,12 +7,14 @@ uninterrupted one, record for record and in its clock's split, and a checkpoint 
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import socket
 import zipfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,9 +24,10 @@ from dane.loop.faults import SimulatedFault
 from dane.loop.checkpoint import checkpoint_path, committed, config_differences, load_checkpoint, truncate_rounds
 from dane.comm import AlphaBeta
 from dane.comm.meters import StartUpLeftOut
-from dane.errors import ConfigError
+from dane.errors import ConfigError, OutputError
 from dane.loop.launch import execute
 from dane.records.lock import take_lock
+from dane.records import results
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 from helpers import composed
@@ -200,6 +203,58 @@ def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path, ran):
     (run_dir / "rounds.jsonl").write_text("".join(lines[:2] + ["garbage\n"] + lines[2:]))
     with pytest.raises(ConfigError, match=r"rounds.jsonl line 3 is not a round record"):
         truncate_rounds(run_dir, 3)
+
+
+class FullDisk:
+    """A file on a file system with ``room`` bytes free: the write that does not fit fails (ENOSPC), as every later
+    one (torch.save's own writes then end in its RuntimeError, "unexpected pos", as on a full tmpfs)."""
+
+    def __init__(self, file, room: int = 1000):
+        self.file, self.room = file, room
+
+    def write(self, data):
+        size = memoryview(data).nbytes
+        if size > self.room:
+            self.room = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= size
+        return self.file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+def test_a_full_disk_while_a_part_is_written_is_one_line_keeping_the_records_and_the_last_checkpoint(
+        tmp_path, monkeypatch, ran):
+    """torch.save into the file turned the OSError into a RuntimeError ("unexpected pos"): a traceback, exit 1.  The
+    part is serialized in memory and written by Python, so the run ends with `unwritable`'s line (exit 2)."""
+    whole = ran(tmp_path / "whole", *SMALL_RIDGE, "rounds=6", "checkpoint_every=2")
+    run_dir = tmp_path / "run"
+
+    def full_at_round_4(path, *args, **kwargs):
+        file = open(path, *args, **kwargs)
+        return FullDisk(file) if Path(path).parent.name == "round4" and ".rank0.pt." in Path(path).name else file
+
+    monkeypatch.setattr(results, "open", full_at_round_4, raising=False)  # `atomic_write`'s open
+    again = (*SMALL_RIDGE, "rounds=6", "checkpoint_every=2", f"out_dir={run_dir}", "resume=auto")
+    with pytest.raises(OutputError) as err:
+        execute_with(run_dir, *again)
+    monkeypatch.undo()
+    assert str(err.value) == (f"out_dir={run_dir} cannot be written (No space left on device: "
+                              "checkpoint/round4/rank0.pt); kept: rounds 0-3 in rounds.jsonl and the checkpoint of "
+                              f"round 2; free space or make it writable, then rerun with resume=auto out_dir={run_dir} "
+                              "to continue from round 2")
+    assert committed(run_dir)["round"] == 2
+    # no part of rank 0 and no temporary file in the round never committed (the other ranks' parts are ignored)
+    assert {p.name for p in (run_dir / "checkpoint" / "round4").iterdir()} <= {"rank1.pt", "rank2.pt", "rank3.pt"}
+    assert execute_with(run_dir, *again)["resumed_from_round"] == 2
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
 
 
 def snapshot(folder) -> dict:

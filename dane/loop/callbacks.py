@@ -30,13 +30,13 @@ from ..algorithm import Algorithm
 from ..comm.batched import stacked, worker_ranks
 from ..comm.tail import ALPHA_BETA_ONLY
 from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, load_checkpoint, part_meta, resume_offer,
-                         save_checkpoint, truncate_rounds)
+                         save_checkpoint, truncate_rounds, write_torch)
 from ..records.confusion import write_confusion
 from ..errors import ConfigError, say
 from .faults import inject_faults
 from ..comm.roster import fill_parked
 from .progress import RoundBar, RoundTable
-from ..records.results import (SUMMARY_FILE, RunWriter, atomic_write, held_run, in_target_units, occupied,
+from ..records.results import (SUMMARY_FILE, RunWriter, held_run, in_target_units, occupied,
                                read_rounds)
 from ..numerics.similarity import hessian_dissimilarity, offered
 from ..records.trackers import open_trackers
@@ -369,8 +369,7 @@ class FinalState(Callback):
 def save_iterate(out_dir: str, iterate: torch.Tensor) -> None:
     """``out_dir``/iterate.pt, the last record's iterate, written atomically (an OSError when the disk is full); a CPU
     tensor whatever device the run used, so that it loads on a machine without that device."""
-    iterate = iterate.detach().to("cpu", copy=True)
-    atomic_write(os.path.join(out_dir, "iterate.pt"), lambda f: torch.save(iterate, f))
+    write_torch(os.path.join(out_dir, "iterate.pt"), iterate.detach().to("cpu", copy=True))
 
 
 class Similarity(Callback):

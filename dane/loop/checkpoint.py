@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import io
 import json
 import shutil
 import zipfile
@@ -71,7 +72,17 @@ def part_meta(spec, rank: int, size: int) -> dict:
 
 def save_checkpoint(run_dir: str | Path, rank: int, state: dict, meta: dict) -> None:
     """This rank's part of the checkpoint of round ``state["round"]`` (not yet committed: see `commit_checkpoint`)."""
-    atomic_write(checkpoint_path(run_dir, rank, state["round"]), lambda f: torch.save(_plain({**state, "meta": meta}), f))
+    write_torch(checkpoint_path(run_dir, rank, state["round"]), _plain({**state, "meta": meta}))
+
+
+def write_torch(path: str | Path, value) -> None:
+    """``torch.save(value)`` at ``path``, atomically (`atomic_write`).  Serialized in memory first and written with
+    Python's own file I/O: torch.save into a file turns the OSError of a full disk into a RuntimeError ("unexpected
+    pos"), which would end the run with a traceback instead of `unwritable`'s one line."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    data = buffer.getbuffer()
+    atomic_write(path, lambda f: f.write(data))
 
 
 def commit_checkpoint(run_dir: str | Path, round_: int, workers: int, config_text: str, *,
