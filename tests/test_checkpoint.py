@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -129,6 +130,12 @@ def cut_run(ran: Ran, tmp_path):
     return ran(tmp_path, *SMALL_RIDGE, "rounds=4", "checkpoint_every=3")
 
 
+def snapshot(folder) -> dict:
+    """Every file under ``folder``: its bytes and its inode (a file replaced by an equal one is not as it was)."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_ino) for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
 def test_a_round_is_committed_once_every_part_is_written(tmp_path, ran):
     run_dir = cut_run(ran, tmp_path)
     marker = committed(run_dir)
@@ -173,6 +180,36 @@ def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_chang
         spec = run_spec(composed(*SMALL_RIDGE, "rounds=6"))
         execute(replace(spec, control=replace(spec.control, resume=str(run_dir))), None)
     assert (run_dir / "rounds.jsonl").read_bytes() == rounds_before
+
+
+@pytest.mark.parametrize("damage, what", [("value", "fails its CRC-32 check"),
+                                          ("folder", "is marked a folder in its zip directory")])
+def test_a_part_damaged_inside_is_one_line_before_anything_changes(tmp_path, damage, what, ran):
+    """One bit flipped: of a tensor's value, or of its entry's attributes in the zip directory (MS-DOS's folder bit,
+    outside any CRC, makes torch read that tensor from uninitialized memory).  The part is a whole zip that torch
+    loads, and the run would go on with other numbers; the check refuses it."""
+    run_dir = cut_run(ran, tmp_path)
+    part = checkpoint_path(run_dir, 1, 3)
+    with zipfile.ZipFile(part) as archive:
+        entry = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+        directory = archive.start_dir
+    data = bytearray(part.read_bytes())
+    if damage == "value":
+        name, extra = struct.unpack("<HH", data[entry.header_offset + 26:entry.header_offset + 30])  # local header
+        data[entry.header_offset + 30 + name + extra + entry.file_size // 2] ^= 0x10
+    else:
+        at = data.find(b"PK\x01\x02", directory)  # the central directory's entries: the name at 46, attributes at 38
+        while data[at + 46:at + 46 + len(entry.filename)] != entry.filename.encode():
+            at = data.find(b"PK\x01\x02", at + 1)
+        data[at + 38] ^= 0x10
+    part.write_bytes(bytes(data))
+    torch.load(part, weights_only=True)  # nothing torch sees
+    before = snapshot(run_dir)
+    with pytest.raises(ConfigError) as err:
+        run_spec(composed(*SMALL_RIDGE, "rounds=6", f"out_dir={run_dir}", "resume=auto"))
+    assert str(err.value) == (f"checkpoint file {part} is damaged ({entry.filename} {what}); remove the checkpoint/ "
+                              "folder and start again")
+    assert snapshot(run_dir) == before
 
 
 def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path, ran):
@@ -255,12 +292,6 @@ def test_a_full_disk_while_a_part_is_written_is_one_line_keeping_the_records_and
     assert {p.name for p in (run_dir / "checkpoint" / "round4").iterdir()} <= {"rank1.pt", "rank2.pt", "rank3.pt"}
     assert execute_with(run_dir, *again)["resumed_from_round"] == 2
     assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
-
-
-def snapshot(folder) -> dict:
-    """Every file under ``folder``: its bytes and its inode (a file replaced by an equal one is not as it was)."""
-    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_ino) for p in sorted(folder.rglob("*"))
-            if p.is_file()}
 
 
 @pytest.mark.parametrize("resume", ["dir", "auto"])

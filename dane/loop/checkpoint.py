@@ -16,11 +16,11 @@ batched commit and m of any other, and refuses in one line a batched checkpoint 
 launched processes) or a per-worker one on the batched path, naming the ``sim.batched`` that resumes it.
 
 Resuming first checks the committed round against this run (`check_resume`: world
-size, the path, every part present and not truncated, the same config up to `MAY_CHANGE`), before
-anything in the run directory changes; then each rank loads its own part and rank 0
-cuts ``rounds.jsonl`` back to the rounds before the checkpoint (dropping a line torn by
-a crash), so that the finished run directory reads exactly like one uninterrupted run.
-All ranks must see the run directory (one machine, or a shared file system).
+size, the path, every part present and whole (its zip entries' CRC-32s), the same config
+up to `MAY_CHANGE`), before anything in the run directory changes; then each rank loads its
+own part and rank 0, once it holds the directory's lock, cuts ``rounds.jsonl`` back to the
+rounds before the checkpoint (dropping a line torn by a crash), so that the finished run
+directory reads exactly like one uninterrupted run.  All ranks must see the run directory (one machine, or a shared file system).
 
 Every file here is written to a temporary name, flushed to disk and renamed over the
 old one (``os.replace``), so a crash leaves the old file or the new one, never half of one.
@@ -217,8 +217,8 @@ def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: st
 
     Refused, with one line, before anything changes: no committed round, another world
     size, a checkpoint of the other simulator path (``batched``: whether this run takes the batched path; None:
-    not known yet, not checked), a missing, empty or truncated part, fewer ``rounds`` than done, or a config
-    that differs in anything but `MAY_CHANGE` (skipped when ``config_text`` is empty).
+    not known yet, not checked), a missing, empty, truncated or damaged part (`_check_file`), fewer ``rounds``
+    than done, or a config that differs in anything but `MAY_CHANGE` (skipped when ``config_text`` is empty).
     """
     marker = committed(run_dir)
     if marker is None:
@@ -269,15 +269,39 @@ def check_path(run_dir: str | Path, marker: dict, batched: bool) -> None:
 
 
 def _check_file(path: Path) -> None:
-    """An empty or truncated part (torch.save writes a zip archive, whose directory is at its end)."""
+    """An empty, truncated or damaged part: torch.save writes a zip archive, whose directory is at its end and
+    whose every entry (the pickled state, each tensor's bytes) carries a CRC-32 of its data, read back here."""
     try:
-        ok = path.stat().st_size > 0 and zipfile.is_zipfile(path)
+        empty = path.stat().st_size == 0
+        damage = None if empty else _damage(path)
     except OSError as err:
         raise ConfigError(f"checkpoint file {path} cannot be read ({err.strerror}); remove the checkpoint/ folder "
                           "and start again") from None
-    if not ok:
-        raise ConfigError(f"checkpoint file {path} is {'empty' if path.stat().st_size == 0 else 'truncated or corrupt'}; "
-                          "remove the checkpoint/ folder and start again")
+    if empty or damage:
+        raise ConfigError(f"checkpoint file {path} is {'empty' if empty else damage}; remove the checkpoint/ folder "
+                          "and start again")
+
+
+def _damage(path: Path) -> str | None:
+    """What is wrong with the zip archive at ``path``: no zip directory at its end (truncated), a directory that does
+    not read, an entry whose data no longer matches its CRC-32; None where every entry reads back whole."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return "truncated or corrupt"
+        with zipfile.ZipFile(path) as archive:
+            name = archive.testzip()
+            # torch writes no folder: an entry marked one (MS-DOS attribute 0x10, a bit of the directory outside any
+            # CRC) is read by torch as empty, its tensor then uninitialized memory
+            folder = next((i.filename for i in archive.infolist() if i.external_attr & 0x10 or i.is_dir()), None)
+    except OSError as err:
+        if err.errno != errno.EINVAL:  # a file that cannot be read; EINVAL: a seek to where a damaged directory points
+            raise
+        return f"damaged (its zip directory does not read: {type(err).__name__})"
+    except Exception as err:  # noqa: BLE001 - a damaged zip directory fails in many ways (BadZipFile, a method, ...)
+        return f"damaged (its zip directory does not read: {type(err).__name__})"
+    if name is not None:
+        return f"damaged ({name} fails its CRC-32 check)"
+    return None if folder is None else f"damaged ({folder} is marked a folder in its zip directory)"
 
 
 def config_differences(old_text: str, new_text: str, limit: int = 4,
