@@ -10,7 +10,10 @@ import contextlib
 import dataclasses
 import io
 import json
+import os
 import re
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -219,11 +222,11 @@ def test_the_summary_names_its_clock(problem):
 
 
 # ------------------------------------------------------------------ Ctrl-C
-def interrupted_line(run) -> tuple[str, str]:
+def interrupted_line(run, code: int = 130) -> tuple[str, str]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), pytest.raises(RunInterrupted) as stopped:
         run()
-    assert stopped.value.code == 130
+    assert stopped.value.code == code
     return str(stopped.value), err.getvalue()
 
 
@@ -276,6 +279,45 @@ def test_ctrl_c_in_one_process_is_one_line_and_keeps_the_records(problem, monkey
     assert line == f"interrupted after round 1; records so far are in {out}" and err == line + "\n"
     assert len((out / "rounds.jsonl").read_text().splitlines()) == 2  # rounds 0 and 1, as the simulator's above
     assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("workers", [2, 1])
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_names_the_signal(problem, monkeypatch, tmp_path, workers):
+    """A scheduler's time limit or a kill (SIGTERM) in round 2, in the simulator (the signal reaches the main thread
+    while the worker threads run) or in one process: the records kept, the summary interrupted and naming the
+    signal, one line and exit status 143 (Python's default ended the process silently, with no summary)."""
+    def not_taken(signum, frame):
+        raise AssertionError("the run did not take SIGTERM")
+
+    monkeypatch.setattr(signal, "signal", signal.signal)  # put back whatever the test leaves
+    previous = signal.signal(signal.SIGTERM, not_taken)  # not Python's default: that would end pytest
+    step, calls = DANE.step, []
+
+    def sigterm_in_round_2(self):
+        if self.comm.rank == 0:
+            calls.append(1)
+            if len(calls) == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+                # the handler runs in the main thread: in one process here, in the simulator while it waits for the
+                # worker threads, which stop at their next collective once it has run
+                group, deadline = getattr(self.comm, "group", None), time.monotonic() + 10
+                while time.monotonic() < deadline and not (group is not None and group.interrupted):
+                    time.sleep(0.01)
+        return step(self)
+
+    monkeypatch.setattr(DANE, "step", sigterm_in_round_2)
+    out = tmp_path / "run"
+    try:
+        line, err = interrupted_line(lambda: dane.fit(problem, "dane", workers=workers, rounds=5, out_dir=str(out)),
+                                     code=143)
+        assert signal.getsignal(signal.SIGTERM) is not_taken  # put back after the run
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert line == f"interrupted by SIGTERM after round 1; records so far are in {out}" and err == line + "\n"
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["status"], summary["stopped_by"], summary["rounds"]) == ("interrupted", "SIGTERM", 1)
+    assert [r["round"] for r in read_rounds(out)] == [0, 1]
+    assert not (out / ".lock").exists()
 
 
 @pytest.mark.parametrize("where", ["stacked problem", "algorithm"])

@@ -18,7 +18,7 @@ import torch
 from ..algorithm import Algorithm, recorded_label
 from .checkpoint import keeps_what_was_written
 from ..comm.rendezvous import Interrupted
-from .faults import RunInterrupted
+from .faults import RunInterrupted, interrupted_by
 from ..records.results import in_target_units
 from .parking import Parked
 from .runner import RunResult, run
@@ -145,7 +145,7 @@ def rounds(loop: Loop, callbacks: list, resumed: Callable[[], RunResult] | None 
         taken = isinstance(exc, Interrupted) or (one_process and not isinstance(exc, RunInterrupted))
         if not (taken and loop.seen):
             raise
-        loop.result = RunResult(loop.seen, "interrupted", loop.algo.described_iterate(None), "interrupted")
+        loop.result = RunResult(loop.seen, "interrupted", loop.algo.described_iterate(None), interrupted_by()[0])
     except Parked as exc:  # its rounds go on in another thread: ``resume`` comes back here (`drive`)
         parked, inner = True, exc.resume
         exc.resume = lambda handoff: rounds(loop, callbacks, lambda: inner(handoff))

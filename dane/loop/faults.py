@@ -1,16 +1,18 @@
 """Losing a worker, on purpose or not, and stopping a simulated run by Ctrl-C.
 
 ``sim.fail_at`` loses a simulated worker at a given round (`SimulatedFault`); the
-test-only `TEST_KILL_ENV` makes a real worker SIGKILL itself there; a Ctrl-C stops every
-simulated worker at its next collective (`RunInterrupted`).  Each planned fault fires
+test-only `TEST_KILL_ENV` makes a real worker SIGKILL itself there; a Ctrl-C (or a SIGTERM:
+`sigterm_as_ctrl_c`) stops every simulated worker at its next collective (`RunInterrupted`).  Each planned fault fires
 once per run directory, so a run restarted from its checkpoint gets past it.  A worker
 that really is lost leaves its peers a one-line `WorkerLost` (`worker_lost`) instead of
 a backend's traceback.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 
 from .checkpoint import CHECKPOINT_DIR
 from ..comm.launcher_signals import LauncherTerminated, exited_peers, stand_down
@@ -23,18 +25,58 @@ TEST_KILL_RANK_ENV = "DANE_TEST_KILL_RANK"
 
 
 class RunInterrupted(SystemExit, KeyboardInterrupt):
-    """A simulated run stopped by Ctrl-C after writing its summary (``status: interrupted``).
+    """A simulated run stopped by Ctrl-C (or SIGTERM: `sigterm_as_ctrl_c`) after writing its summary
+    (``status: interrupted``).
 
     A `KeyboardInterrupt` to a caller that catches one, and a `SystemExit` with status 130
-    (the shell's code for Ctrl-C) when nothing does, so the program ends without a traceback.
+    (the shell's code for Ctrl-C; 143 for SIGTERM) when nothing does, so the program ends without a traceback.
     """
 
-    def __init__(self, message: str):
-        super().__init__(130)
+    def __init__(self, message: str, code: int = 130):
+        super().__init__(code)
         self.message = message
 
     def __str__(self) -> str:
         return self.message
+
+
+class _Signal:
+    taken: int | None = None  # the SIGTERM `sigterm_as_ctrl_c` took since the run started, else None
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c():
+    """In one process (the simulator, a run without workers=) a SIGTERM stops the run as a Ctrl-C does: a scheduler's
+    time limit (Slurm's, say, SIGKILL following after a grace period) or a ``kill`` gets the interrupted summary, the
+    records kept and one line, where Python's default ended the process silently.  The signal goes to whatever takes
+    a Ctrl-C at that moment (`dane.comm.rendezvous.ctrl_c_held`, `dane.comm.batched.ctrl_c_stops`, Python's
+    KeyboardInterrupt), and `interrupted_by` names it.  Only the main thread can set a signal handler; elsewhere,
+    and where SIGTERM is ignored or its handler was set outside Python, the block runs as it is."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or previous in (None, signal.SIG_IGN):
+        yield
+        return
+
+    def as_ctrl_c(signum, frame):
+        _Signal.taken = signum
+        ctrl_c = signal.getsignal(signal.SIGINT)
+        (ctrl_c if callable(ctrl_c) else signal.default_int_handler)(signal.SIGINT, frame)
+
+    _Signal.taken = None
+    signal.signal(signal.SIGTERM, as_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _Signal.taken = None
+
+
+def interrupted_by() -> tuple[str, int]:
+    """What stopped this process's run, as its summary's ``stopped_by`` says it, and the exit status it ends with:
+    ("interrupted", 130) for a Ctrl-C, ("SIGTERM", 143) for a SIGTERM (`sigterm_as_ctrl_c`)."""
+    if _Signal.taken is None:
+        return "interrupted", 130
+    return signal.Signals(_Signal.taken).name, 128 + _Signal.taken
 
 
 class SimulatedFault(RuntimeError):

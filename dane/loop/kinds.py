@@ -5,7 +5,7 @@ differ in how the workers come to be (threads of the simulator, launched process
 Horovod elastic job, split learning's agents and server, an event-driven asynchronous
 simulation) and in the round object and callbacks they hand the loop.  `kind` decides
 which, in plain code, in the order a reader meets them, and `start` calls it; a new kind is a
-function here, a branch of `kind` and one of `start`.
+function here, a branch of `kind` and one of `started`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ..comm.tail import drawing
 from ..comm.meters import meter_for
 from ..comm.rendezvous import Interrupted
 from ..errors import SharedRefusal, say
-from .faults import RunInterrupted, worker_lost
+from .faults import RunInterrupted, interrupted_by, sigterm_as_ctrl_c, worker_lost
 from .parking import parks
 from ..comm.roster import Roster
 from ..problems.optimum import asks_reference
@@ -57,8 +57,16 @@ def kind(spec: RunSpec) -> str:
 
 
 def start(spec: RunSpec, out_dir: str | None, collect: dict | None) -> dict:
-    """Start the `kind` of run ``spec`` is; its summary (on every rank)."""
+    """Start the `kind` of run ``spec`` is; its summary (on every rank).  The simulator and a one-process run take a
+    SIGTERM as a Ctrl-C (`sigterm_as_ctrl_c`)."""
     chosen = kind(spec)
+    one_process = spec.comm.backend == "local" and chosen in ("simulator", "batched simulator", "launched")
+    with sigterm_as_ctrl_c() if one_process else contextlib.nullcontext():
+        return started(spec, out_dir, collect, chosen)
+
+
+def started(spec: RunSpec, out_dir: str | None, collect: dict | None, chosen: str) -> dict:
+    """The run of the kind ``chosen``."""
     if chosen == "own driver":
         return own_driver(spec, out_dir, collect)
     if chosen == "asynchronous simulator":
@@ -156,8 +164,12 @@ def set_up():
 
 
 def interrupted(message: str) -> RunInterrupted:
-    """The `RunInterrupted` a Ctrl-C in the simulator ends with, its one line already said (exit status 130)."""
-    error = RunInterrupted(message)
+    """The `RunInterrupted` a Ctrl-C in the simulator ends with, its one line already said (exit status 130); after a
+    SIGTERM (`sigterm_as_ctrl_c`) the line says "interrupted by SIGTERM" and the status is 143."""
+    by, code = interrupted_by()
+    if by != "interrupted":
+        message = message.replace("interrupted", f"interrupted by {by}", 1)
+    error = RunInterrupted(message, code)
     say(error)
     return error
 
