@@ -20,7 +20,8 @@ size, the path, every part present and whole (its zip entries' CRC-32s), the sam
 up to `MAY_CHANGE`), before anything in the run directory changes; then each rank loads its
 own part and rank 0, once it holds the directory's lock, cuts ``rounds.jsonl`` back to the
 rounds before the checkpoint (dropping a line torn by a crash), so that the finished run
-directory reads exactly like one uninterrupted run.  All ranks must see the run directory (one machine, or a shared file system).
+directory reads exactly like one uninterrupted run.  All ranks must see the run directory
+(one machine, or a shared file system).
 
 Every file here is written to a temporary name, flushed to disk and renamed over the
 old one (``os.replace``), so a crash leaves the old file or the new one, never half of one.

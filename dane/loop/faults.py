@@ -2,8 +2,8 @@
 
 ``sim.fail_at`` loses a simulated worker at a given round (`SimulatedFault`); the
 test-only `TEST_KILL_ENV` makes a real worker SIGKILL itself there; a Ctrl-C (or a SIGTERM:
-`sigterm_as_ctrl_c`) stops every simulated worker at its next collective (`RunInterrupted`).  Each planned fault fires
-once per run directory, so a run restarted from its checkpoint gets past it.  A worker
+`sigterm_as_ctrl_c`) stops every simulated worker at its next collective (`RunInterrupted`).
+Each planned fault fires once per run directory, so a run restarted from its checkpoint gets past it.  A worker
 that really is lost leaves its peers a one-line `WorkerLost` (`worker_lost`) instead of
 a backend's traceback.
 """
