@@ -307,6 +307,42 @@ def test_without_a_reference_the_projection_reads_the_gradient_norm():
                                       "where the problem can solve for it")
 
 
+def test_a_network_whose_loss_falls_is_not_called_stalled_for_its_gradient_norm():
+    """A network's gradient norm is not monotone: ADMM on digits_mlp kept it at 1.0x its round-0 value while its
+    objective fell 2.333 -> 1.370 and its test accuracy rose 0.142 -> 0.797, and the line read "stalled (no progress
+    over the last 2 rounds)"; DANE on mnist_lenet5 "not contracting" as its accuracy rose.  The line now says what
+    improved over the fitted rounds first and the gradient norm's fit as a separate fact; a run where nothing
+    improved, or whose gradient norm shrinks, reads as before."""
+    def records(objective, grads, **tests):
+        return [{"round": t, "objective": o, "grad_norm": g, **{k: v[t] for k, v in tests.items()}}
+                for t, (o, g) in enumerate(zip(objective, grads))]
+
+    def line(rows, **stop):
+        return StopRule(rounds=len(rows) - 1, **stop).stopped_by("max_rounds", rows[-1], rows[0], rows)
+
+    admm = records([2.33263373, 1.84391522, 1.37048697], [0.7105, 0.7572, 0.7169],
+                   test_loss=[2.3160, 1.8367, 1.3775], test_accuracy=[0.1417, 0.5639, 0.7972])
+    assert line(admm) == ("rounds = 2; objective 2.333 -> 1.370 and test accuracy 0.142 -> 0.797 over the last 2 "
+                          "rounds; grad_norm 1.0e+00 x its round-0 value, flat")
+    growing = records([2.30468512, 2.20588279, 1.98477054], [0.04782, 0.2673, 1.052])
+    assert line(growing, tol=1e-6) == ("rounds = 2; objective 2.305 -> 1.985 over the last 2 rounds; grad_norm "
+                                       "2.2e+01 x its round-0 value, growing 4.69x per round")
+    # the objective flat (a training loss at its floor) but the test loss falling: that, and not the objective
+    held = records([0.5, 0.5, 0.5], [1.0, 1.5, 2.25], test_loss=[0.9, 0.8, 0.7])
+    assert line(held) == ("rounds = 2; test loss 0.9000 -> 0.7000 over the last 2 rounds; grad_norm 2.2e+00 x its "
+                          "round-0 value, growing 1.50x per round")
+    # nothing improved by FELL (a convex run at its floor): the verdict stands
+    flat = records([1.0, 1.0 - 1e-5, 1.0 - 2e-5], [1.0, 1.0, 1.0], test_accuracy=[0.9, 0.9, 0.9])
+    assert line(flat) == "rounds = 2; grad_norm 1.0e+00 x its round-0 value, stalled (no progress over the last 2 rounds)"
+    worse = records([1.0, 1.1, 1.2], [1.0, 2.0, 4.0])
+    assert line(worse) == ("rounds = 2; grad_norm 4.0e+00 x its round-0 value, not contracting (growing 2.00x per "
+                           "round over the last 2 rounds)")
+    # a shrinking gradient norm is progress already: the line is unchanged
+    shrinking = records([2.0, 1.5, 1.0], [1.0, 0.5, 0.25])
+    assert line(shrinking) == "rounds = 2; grad_norm 2.5e-01 x its round-0 value, shrinking 0.50x per round over the " \
+                              "last 2 rounds"
+
+
 def test_gd_stopped_at_its_cap_converges_where_the_projection_said():
     """Gradient descent on a ridge contracts at a fixed rate once its fast modes are gone: the projection from a
     run capped at 40 rounds names the round at which the uncapped run converges, within two rounds."""

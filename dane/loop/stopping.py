@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..records.projection import ROUND_OFF, Trend, fit
+from ..records.projection import ROUND_OFF, Trend, fit, improved
 
 #: what ``rounds=0`` runs: round 0's record of w_0 and no step
 ROUNDS_ZERO = "only evaluate w_0"
@@ -113,7 +113,9 @@ class StopRule:
 
         At the round cap, with ``records`` (the run's, ``record`` last), it adds where the run was heading
         (`trend`): "rounds = 3700; suboptimality 2.1e-06 x |O*|, shrinking 0.9960x per round over the last 20
-        rounds: about 1,300 more rounds to tol 1e-08 (try rounds=5100)", or "stalled", or "not contracting".
+        rounds: about 1,300 more rounds to tol 1e-08 (try rounds=5100)", or "stalled", or "not contracting"; a
+        gradient norm that is flat or growing while the objective or a test metric improved: those changes first
+        ("objective 2.333 -> 1.370 ... over the last 2 rounds; grad_norm 1.0e+00 x its round-0 value, flat").
         """
         if status == "converged":
             return self.rule(record) or "converged"
@@ -167,8 +169,10 @@ class StopRule:
             floor, whose = ROUND_OFF * abs(records[-1]["objective"]), "the objective's"
         else:  # the gradient norm, whose terms at round 0 set its scale
             floor, whose = ROUND_OFF * (first.get("grad_norm") or 0.0), "the gradient's"
+        # a gradient norm is no progress measure on its own (a network's rises as its loss falls): what else moved
+        progress = improved(records, span) if measure.key == "grad_norm" else ""
         return Trend(str(measure), value, rate, span, measure.target, measure.target_label,
-                     whose if value <= floor else "")
+                     whose if value <= floor else "", progress)
 
 
 @dataclass(frozen=True)
