@@ -87,9 +87,10 @@ def jobs(rows=ROWS, seeds=SEEDS) -> list[Job]:
 
 
 def collect(index: RunIndex, rows=ROWS, seeds=SEEDS) -> dict[str, dict]:
-    """{row label: {"cells": [{"mean", "spread", "values", "runs"} per m], "rounds": budget, "data": [...], ...}}.
+    """{row label: {"cells": [{"mean", "spread", "values", "runs", "seeds"} per m], "rounds": budget, "data": [...],
+    ...}}.
 
-    A cell's ``values`` are the seeds' accuracies that have a run; ``mean`` and
+    A cell's ``values`` are the seeds' accuracies that have a run (``seeds`` those seeds); ``mean`` and
     ``spread`` (half the range) are None without any.
     """
     out = {}
@@ -97,7 +98,7 @@ def collect(index: RunIndex, rows=ROWS, seeds=SEEDS) -> dict[str, dict]:
         cells, notes, data, runs, rounds = [], [], [], [], compose_job(job(row, WORKERS[0]))["rounds"]
         batch = None
         for m in WORKERS:
-            values, cell_runs = [], []
+            values, cell_runs, cell_seeds = [], [], []
             for seed in seeds:
                 path = find_run(index, job(row, m, seed))
                 if path is None:
@@ -111,8 +112,9 @@ def collect(index: RunIndex, rows=ROWS, seeds=SEEDS) -> dict[str, dict]:
                 if value is not None:
                     values.append(value)
                     cell_runs.append(str(path))
+                    cell_seeds.append(seed)
             runs += cell_runs
-            cells.append({"values": values, "runs": cell_runs,
+            cells.append({"values": values, "runs": cell_runs, "seeds": cell_seeds,
                           "mean": statistics.fmean(values) if values else None,
                           "spread": (max(values) - min(values)) / 2 if values else None})
         out[row.label] = {"cells": cells, "ours": [c["mean"] for c in cells], "rounds": rounds, "notes": notes,
@@ -151,8 +153,21 @@ def what(data: dict[str, dict]) -> str:
     sizes = data_caption(data) or "no runs yet"
     return (f"Test accuracy of DANE (η=1, μ=0, simulated workers) after {'/'.join(map(str, rounds))} rounds "
             "(each round one pass of inner SGD over every worker's shard, so as many epochs; batch per row), "
-            f"mean ± half-range over seeds {','.join(map(str, SEEDS))}; ours on {sizes}; {PAPER_SETTING}. "
+            f"{over_seeds(data)}; ours on {sizes}; {PAPER_SETTING}. "
             "Rows on fewer training images than the paper's are not comparable with its numbers")
+
+
+def over_seeds(data: dict[str, dict]) -> str:
+    """What a cell averages, naming the seeds read (a cell short of some says "(n=k)"): "mean ± half-range over
+    seeds 0,1,2" where every one of `SEEDS` has a run (or none has), else those read and those not run."""
+    read = sorted({seed for row in data.values() for cell in row["cells"] for seed in cell.get("seeds", ())})
+    if not read or read == sorted(SEEDS):
+        return f"mean ± half-range over seeds {','.join(map(str, SEEDS))}"
+    missing = [str(seed) for seed in SEEDS if seed not in read]
+    not_run = f" (seed{'s' if len(missing) > 1 else ''} {','.join(missing)} not run)" if missing else ""
+    if len(read) == 1:
+        return f"seed {read[0]} alone, no spread{not_run}"
+    return f"mean ± half-range over seeds {','.join(map(str, read))}{not_run}"
 
 
 def markdown(data: dict[str, dict]) -> str:

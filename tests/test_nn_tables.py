@@ -56,12 +56,30 @@ def test_accuracy_table_reports_mean_and_spread_over_seeds_beside_the_paper(tmp_
         f"{cell['spread']:.4f}".replace("0.", ".", 1) + " (n=2)"
     assert "|  | paper | .9831 | .9816 | .9813 | .9810 |" in text
     assert "digits-MLP: 1,437 train / 360 test (360 of 1797 rows held out" in accuracy_table.what(data)
+    assert "mean ± half-range over seeds 0,1 (seed 2 not run); ours" in accuracy_table.what(data)
     assert r"MNIST-LeNet5 & ours (20 rounds) & -- & -- & -- & -- \\" in accuracy_table.latex(data)
     written = accuracy_table.main(tmp_path, tmp_path / "figures")
     sidecar = json.loads((tmp_path / "figures" / "accuracy_table.json").read_text())
     assert sorted(sidecar["seeds"]) == [0, 1] and len(sidecar["runs"]) == 2
     assert (tmp_path / "figures" / "accuracy_table.md").read_text().startswith(sidecar["caption"] + "\n")
     assert {p.name for p in written} == {"accuracy_table.md", "accuracy_table.json", "accuracy_table.tex"}
+
+
+def test_the_accuracy_table_caption_names_the_seeds_it_read():
+    """Canned cells: the caption said "over seeds 0,1,2" after seed 0 alone had run (its cells "(n=1)"); it names
+    the seeds that have a run, and reads as before where all three have."""
+    def data(*cells):
+        return {"digits-MLP": {"cells": [{"values": [0.9] * len(seeds), "seeds": list(seeds), "runs": [],
+                                          "mean": 0.9, "spread": 0.0} for seeds in cells],
+                               "rounds": 20, "data": [], "notes": [], "paper": None}}
+
+    def seeds_said(caption):
+        return caption.split("batch per row), ")[1].split("; ours on")[0]
+
+    assert seeds_said(accuracy_table.what(data((0,)))) == "seed 0 alone, no spread (seeds 1,2 not run)"
+    assert seeds_said(accuracy_table.what(data((0, 1), (0,)))) == "mean ± half-range over seeds 0,1 (seed 2 not run)"
+    assert seeds_said(accuracy_table.what(data((0, 1, 2), (1,)))) == "mean ± half-range over seeds 0,1,2"
+    assert seeds_said(accuracy_table.what(data((2, 0, 1)))) == "mean ± half-range over seeds 0,1,2"
 
 
 def test_target_table_reads_the_first_record_at_the_target(tmp_path):
