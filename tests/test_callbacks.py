@@ -11,7 +11,7 @@ import torch
 
 from dane.baselines import GDConfig
 from dane.loop.callbacks import (NOTE_CHARS, SHOWN_NOTES, Callback, Checkpoints, ClosingLine, Collect, Display, Records,
-                                 shown_notes)
+                                 problem_ran, shown_notes)
 from dane.comm import LocalCommunicator
 from dane.loop.driver import Loop, drive
 from dane.problems import RidgeSyntheticConfig
@@ -338,3 +338,27 @@ def test_a_parameter_servers_counters_say_from_which_round_they_count(resumed_fr
     loop.comm = LocalCommunicator()  # any other backend's entries as they are
     CommEntries().on_end(loop, summary := {})
     assert summary == {}
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (("problem=mnist_lenet5", "model@problem.model=mlp", "data@problem.data=digits"), "mnist_lenet5 (model=mlp, data=digits)"),
+    (("problem=mnist_lenet5", "model@problem.model=lenet3"), "mnist_lenet5 (model=lenet3)"),
+    (("problem=logreg_breast_cancer", "data@problem.data=iris"), "logreg_breast_cancer (data=iris)"),
+    (("problem=digits_mlp", "problem.data.sharding=classes"), "digits_mlp"),  # the preset's data, sharded otherwise
+])
+def test_the_closing_line_names_the_model_and_data_that_replaced_the_presets(overrides, said):
+    """problem=mnist_lenet5 model@problem.model=mlp data@problem.data=digits ran an MLP on digits, and the closing line
+    said "dane on mnist_lenet5"; it names what was swapped (the summary's ``problem`` stays the preset's)."""
+    from dane.api import build
+    from helpers import composed
+
+    assert problem_ran(build(composed(*overrides, name="config"), "problem")) == said
+
+
+def test_an_unswapped_preset_is_named_as_before():
+    from dane.api import build
+    from dane.layout import CONF_DIR
+    from helpers import composed
+
+    for preset in sorted(p.stem for p in (CONF_DIR / "problem").glob("*.yaml")):
+        assert problem_ran(build(composed(f"problem={preset}", name="config"), "problem")) == preset

@@ -33,6 +33,7 @@ from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, load_checkpoint, par
                          save_checkpoint, truncate_rounds, write_torch)
 from ..records.confusion import write_confusion
 from ..errors import ConfigError, say
+from ..layout import CONF_DIR
 from .faults import inject_faults
 from ..comm.roster import fill_parked
 from .progress import RoundBar, RoundTable
@@ -360,7 +361,7 @@ class FinalState(Callback):
             fill_parked(comm, lambda problem: [problem.confusion_matrix(iterate)])  # a client the simulator parked
             (counts,) = comm.allreduce_mean([loop.problem.confusion_matrix(iterate)])
             if out_dir is not None:
-                write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {spec.problem.name}, "
+                write_confusion(out_dir, counts.numpy(), f"{spec.algorithm.name} on {problem_ran(spec.problem)}, "
                                                          f"{comm.size} worker(s), round {loop.records[-1]['round']}")
         if out_dir is not None and spec.control.save_iterate and loop.status != "interrupted":
             save_iterate(out_dir, loop.iterate)
@@ -426,13 +427,39 @@ class ClosingLine(Callback):
             tail += f" ({relative:.1e} x |O*|)"
         if "final_test_accuracy" in summary:
             tail += f", test accuracy {summary['final_test_accuracy']:.4f}"
-        print(f"{summary['algorithm']} on {summary['problem']}, {loop.comm.size} worker(s), {summary['backend']}: "
+        print(f"{summary['algorithm']} on {problem_ran(loop.spec.problem)}, {loop.comm.size} worker(s), "
+              f"{summary['backend']}: "
               f"{summary['status']}"
               + (f" ({summary['stopped_by']})" if summary["stopped_by"] != summary["status"] else "")
               + f" after {summary['rounds']} rounds, {tail}, "
               f"{summary['total_bytes']} bytes sent, {summary['time_s']:.3f} s"
               + (" simulated" if loop.spec.comm.simulated else "")
               + (f" -> {loop.out_dir}" if loop.out_dir else ""), flush=True)
+
+
+def problem_ran(problem) -> str:
+    """``problem``'s name, and the model and data that ran where they are not its preset's (conf/problem/<name>.yaml's
+    defaults, swapped by ``model@problem.model=mlp`` or ``data@problem.data=digits``): "mnist_lenet5 (model=mlp,
+    data=digits)".  A data config is named by its ``dataset`` (else its ``name``); the summary's ``problem`` stays
+    the preset's name, which figures find runs by."""
+    preset = CONF_DIR / "problem" / f"{problem.name}.yaml"
+    if not preset.is_file():
+        return problem.name
+    chosen = {}
+    for entry in yaml.safe_load(preset.read_text()).get("defaults") or []:
+        if isinstance(entry, dict):
+            chosen.update({key.lstrip("/").split("@")[0]: value for key, value in entry.items()})
+    swaps = []
+    if "model" in chosen and getattr(getattr(problem, "model", None), "name", chosen["model"]) != chosen["model"]:
+        swaps.append(f"model={problem.model.name}")
+    data = getattr(problem, "data", None)
+    default = CONF_DIR / "data" / f"{chosen.get('data')}.yaml"
+    if data is not None and "data" in chosen and default.is_file():
+        which = lambda source: source.get("dataset") or source.get("name")  # noqa: E731
+        ran = which({"dataset": getattr(data, "dataset", None), "name": getattr(data, "name", None)})
+        if ran and ran != which(yaml.safe_load(default.read_text())):
+            swaps.append(f"data={ran}")
+    return f"{problem.name} ({', '.join(swaps)})" if swaps else problem.name
 
 
 def worker_callbacks(spec, loop, collect: dict | None = None, *, start: list[Callback] | None = None,
