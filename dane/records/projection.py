@@ -41,11 +41,14 @@ FELL = 1e-3
 
 def geometric_rate(rounds: list[int], values: list[float]) -> float:
     """exp of the least-squares slope of log(values) on rounds: r with values ≈ c · r^round (all values > 0)."""
-    mean_t = sum(rounds) / len(rounds)
-    logs = [math.log(v) for v in values]
-    mean_y = sum(logs) / len(logs)
+    return math.exp(slope(rounds, [math.log(v) for v in values]))
+
+
+def slope(rounds: list[int], values: list[float]) -> float:
+    """The least-squares slope of ``values`` on ``rounds`` (at least two distinct rounds)."""
+    mean_t, mean_y = sum(rounds) / len(rounds), sum(values) / len(values)
     spread = sum((t - mean_t) ** 2 for t in rounds)
-    return math.exp(sum((t - mean_t) * (y - mean_y) for t, y in zip(rounds, logs)) / spread)
+    return sum((t - mean_t) * (y - mean_y) for t, y in zip(rounds, values)) / spread
 
 
 @dataclass(frozen=True)
@@ -142,15 +145,10 @@ def shown(value: float, key: str) -> str:
 def fitted_change(tail: list[dict], key: str) -> float | None:
     """The least-squares slope of ``key`` on the round over ``tail`` times the rounds it spans; None where a record
     lacks a finite value of it or the tail spans no round."""
-    values = [r.get(key) for r in tail]
-    if len(tail) < 2 or any(v is None or not math.isfinite(v) for v in values):
+    values, rounds = [r.get(key) for r in tail], [r["round"] for r in tail]
+    if rounds[-1] == rounds[0] or any(v is None or not math.isfinite(v) for v in values):
         return None
-    rounds = [r["round"] for r in tail]
-    mean_t, mean_v = sum(rounds) / len(rounds), sum(values) / len(values)
-    spread = sum((t - mean_t) ** 2 for t in rounds)
-    if spread == 0:
-        return None
-    return sum((t - mean_t) * (v - mean_v) for t, v in zip(rounds, values)) / spread * (rounds[-1] - rounds[0])
+    return slope(rounds, values) * (rounds[-1] - rounds[0])
 
 
 def log_change(rate: float, span: int) -> float:
