@@ -10,8 +10,9 @@ Layout (keys shown for the defaults ``x_key="X"``, ``y_key="y"``):
 The archive is opened with ``allow_pickle=False``, so object arrays are refused.
 With ``sharding=column``, ``client_column`` names one more array of the archive holding each
 row's client (integers, or strings saved as a NumPy string array, e.g. ``groups``, which
-``save_npz(path, X, y, columns={"groups": g})`` writes); it is not part of X. A row without a client (NaN or inf, or a text the CSV reader reads as missing: empty,
-``NA``, ``NaN``, ``?``) is refused in one line, as the CSV reader refuses it.
+``save_npz(path, X, y, columns={"groups": g})`` writes); it is not part of X. A row without a client
+(NaN or inf, or a text the CSV reader reads as missing: empty, ``NA``, ``NaN``, ``?``) is refused in
+one line, as the CSV reader refuses it.
 """
 
 from __future__ import annotations

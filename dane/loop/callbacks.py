@@ -455,9 +455,9 @@ def problem_ran(problem) -> str:
     data = getattr(problem, "data", None)
     default = CONF_DIR / "data" / f"{chosen.get('data')}.yaml"
     if data is not None and "data" in chosen and default.is_file():
-        which = lambda source: source.get("dataset") or source.get("name")  # noqa: E731
-        ran = which({"dataset": getattr(data, "dataset", None), "name": getattr(data, "name", None)})
-        if ran and ran != which(yaml.safe_load(default.read_text())):
+        ran = getattr(data, "dataset", None) or getattr(data, "name", None)
+        preset_data = yaml.safe_load(default.read_text())
+        if ran and ran != (preset_data.get("dataset") or preset_data.get("name")):
             swaps.append(f"data={ran}")
     return f"{problem.name} ({', '.join(swaps)})" if swaps else problem.name
 

@@ -294,11 +294,9 @@ def _damage(path: Path) -> str | None:
             # torch writes no folder: an entry marked one (MS-DOS attribute 0x10, a bit of the directory outside any
             # CRC) is read by torch as empty, its tensor then uninitialized memory
             folder = next((i.filename for i in archive.infolist() if i.external_attr & 0x10 or i.is_dir()), None)
-    except OSError as err:
-        if err.errno != errno.EINVAL:  # a file that cannot be read; EINVAL: a seek to where a damaged directory points
-            raise
-        return f"damaged (its zip directory does not read: {type(err).__name__})"
     except Exception as err:  # noqa: BLE001 - a damaged zip directory fails in many ways (BadZipFile, a method, ...)
+        if isinstance(err, OSError) and err.errno != errno.EINVAL:  # a file that cannot be read (EINVAL: a seek to
+            raise  # where a damaged directory points)
         return f"damaged (its zip directory does not read: {type(err).__name__})"
     if name is not None:
         return f"damaged ({name} fails its CRC-32 check)"
