@@ -49,9 +49,9 @@ def shards(n_rows: int, workers: int, seed: int = 0) -> list[np.ndarray]:
     ``workers``-worker run of ridge, logreg or softmax (single file or arrays) holds
     ``X[shards(N, workers, seed)[r]]``.
     """
-    from .problems.ridge import shard
+    from .data.sharding import iid_shards
 
-    return [rows.numpy() for rows in shard(n_rows, workers, seed)]
+    return [rows.numpy() for rows in iid_shards(n_rows, workers, seed)]
 
 
 def algorithm_config(name: str, *, seed: int = 0, **overrides):

@@ -454,6 +454,16 @@ def test_a_problem_of_ones_own_deals_its_rows_by_the_public_names():
                      "worker 1: 6 rows; 0: 4, 1: 2"]
 
 
+@pytest.mark.parametrize("n, workers, seed", [(10, 3, 0), (12, 4, 5), (101, 7, 3), (5, 5, 1), (9, 1, 2)])
+def test_deal_iid_gives_the_rows_a_run_gives_each_worker(n, workers, seed):
+    """ShardingKeys().deal's iid dealt rows by a permutation of its own (shard_indices'), other rows than
+    dane.shards, the rows a run of a linear model gives each worker for the same seed."""
+    rows, notes = dane.ShardingKeys().deal(np.zeros(n), workers, seed=seed)
+    assert [r.tolist() for r in rows] == [r.tolist() for r in dane.shards(n, workers, seed)] and notes == []
+    with pytest.raises(ConfigError, match=r"^workers=6 exceeds the 5 training samples"):
+        dane.ShardingKeys().deal(np.zeros(5), 6, seed=seed)
+
+
 @pytest.mark.parametrize("config", ["DANEConfig", "InexactDANEConfig"])
 def test_a_safeguard_that_is_no_boolean_is_refused_by_the_config_object(config):
     """The config object checks ``safeguard`` as the command line does: a string 'off' ran with it on."""

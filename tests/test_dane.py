@@ -59,8 +59,8 @@ def test_closed_form_local_solve_equals_conjugate_gradient_on_the_subproblem():
     w = problem.prox_solve(anchor, linear, mu)
     # CG on the stationarity condition (H_i + mu I) w = b_i + linear + mu * anchor, built from the raw rows.
     X, y = generate(600, 40, "decay", 1.0, 2)
-    from dane.problems.ridge import shard
-    idx = shard(600, 3, 2)[1]
+    from dane.data.sharding import iid_shards
+    idx = iid_shards(600, 3, 2)[1]
     Xi, yi = X[idx].numpy(), y[idx].numpy()
     H = 2 * 3 / 600 * Xi.T @ Xi + (2 * 0.005 + mu) * np.eye(40)
     rhs = 2 * 3 / 600 * Xi.T @ yi + linear.numpy() + mu * anchor.numpy()

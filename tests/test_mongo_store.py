@@ -291,7 +291,7 @@ def test_a_run_on_a_store_the_engine_cannot_read_is_one_line(files, tmp_path, cu
 
 
 def test_each_worker_fetches_exactly_its_shard(files, tmp_path, monkeypatch):
-    """A linear model on data=mongo: worker r's fetched ids are its shard (iid: ridge.shard; dirichlet and classes,
+    """A linear model on data=mongo: worker r's fetched ids are its shard (iid: iid_shards; dirichlet and classes,
     on the labels or on a feature's bins read as a projection: the file source's deal) plus one, the shards are disjoint and cover 1..n, and the built rows equal data=csv's."""
     from dane.data.mongo_store import Store as StoreClass
     from dane.problems.linear_models import LinearModelConfig

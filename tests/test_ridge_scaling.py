@@ -9,11 +9,12 @@ import scipy.linalg
 import torch
 
 from dane.dane import DANEConfig
+from dane.data.sharding import iid_shards
 from dane.errors import ConfigError
 from dane.numerics.linalg import cholesky_solve
 from dane.problems import RidgeSyntheticConfig
 from dane.problems import quadratic, ridge
-from dane.problems.ridge import generate, gram, reference_optimum, shard, shard_positions, synthesize
+from dane.problems.ridge import generate, gram, reference_optimum, shard_positions, synthesize
 from helpers import ridge_shards, simulate
 
 
@@ -34,7 +35,7 @@ def test_each_worker_makes_exactly_its_rows_of_the_full_data_set(n_samples, dim,
     for m in (1, 2, 3, 7):
         for rank in range(m):
             X_r, y_r = synthesize(n_samples, dim, cov, 1.0, seed, *shard_positions(n_samples, m, rank))
-            idx = shard(n_samples, m, seed)[rank]
+            idx = iid_shards(n_samples, m, seed)[rank]
             assert torch.equal(X_r, X[idx]) and torch.equal(y_r, y[idx]), (m, rank)
 
 
@@ -43,7 +44,7 @@ def test_shard_positions_are_the_parts_that_shard_deals():
         parts = [shard_positions(n_samples, m, r) for r in range(m)]
         assert parts[0][0] == 0 and parts[-1][1] == n_samples
         assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
-        assert [stop - start for start, stop in parts] == [len(s) for s in shard(n_samples, m, 0)]
+        assert [stop - start for start, stop in parts] == [len(s) for s in iid_shards(n_samples, m, 0)]
 
 
 def test_a_built_shard_holds_its_rows_and_the_full_hessian_piece():
@@ -51,7 +52,7 @@ def test_a_built_shard_holds_its_rows_and_the_full_hessian_piece():
     X, y = generate(900, 30, "decay", 1.0, 4)
     problems = ridge_shards(3, config)
     for rank, problem in enumerate(problems):
-        idx = shard(900, 3, 4)[rank]
+        idx = iid_shards(900, 3, 4)[rank]
         assert torch.equal(problem.X, X[idx]) and torch.equal(problem.y, y[idx])
         torch.testing.assert_close(problem.A, (2 * 3 / 900) * (X[idx].T @ X[idx]), rtol=1e-13, atol=1e-13)
     # the mean of the local Hessians is the global one

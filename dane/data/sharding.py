@@ -5,7 +5,9 @@ that on purpose to study heterogeneous shards. Every source takes the same keys
 (`ShardingKeys`: the CSV, LIBSVM and NPZ files, the built-in sets, and the neural
 problems' data sets), and this module is the one place that deals rows:
 
-- ``iid``: a seeded permutation cut into pieces whose sizes differ by at most one.
+- ``iid``: a seeded permutation cut into pieces whose sizes differ by at most one. The linear
+  models deal by `iid_shards` (the rows ``dane.shards`` gives); the neural problems by
+  `shard_indices`, whose permutation is drawn from another generator.
 - ``dirichlet`` (Hsu, Qi and Brown, 2019): for each group c, proportions
   p_c ~ Dir(α·1_m) divide c's rows among the m workers; small α gives each worker
   few groups, large α tends to IID.
@@ -38,6 +40,7 @@ in ``data.path``) are natural partitions: only ``iid`` (read: as written) applie
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -52,6 +55,37 @@ SHARDINGS = (*SCHEMES, COLUMN)
 COLUMN_SOURCES = "data=csv|npz|libsvm|mongo"  # the sources a client column is read from (data.client_column)
 GROUPED = ("dirichlet", "classes")  # the schemes that deal by group (label or quantile bin)
 SKEW_ON_Y = "y"
+#: the stream of `iid_permutation`'s generator, ``numpy.random.default_rng([seed, PERMUTATION_STREAM])``
+PERMUTATION_STREAM = 1
+
+
+@lru_cache(maxsize=16)
+def iid_permutation(n_rows: int, seed: int) -> np.ndarray:
+    """The order in which `iid_shards` deals ``n_rows`` rows for ``seed``: a permutation of 0..n_rows-1.
+
+    Cached and shared between calls (each rank of a synthetic ridge run reads it): read it, do not change it.
+    """
+    return np.random.default_rng([seed, PERMUTATION_STREAM]).permutation(n_rows)
+
+
+@lru_cache(maxsize=16)
+def iid_shards(n_rows: int, workers: int, seed: int) -> list[torch.Tensor]:
+    """The rows (sorted int64) each of ``workers`` workers holds under ``iid`` in a linear model's run (any backend).
+
+    Worker r holds the r-th of ``workers`` contiguous parts of `iid_permutation` (``numpy.array_split``: sizes that
+    differ by at most one). The list is cached and shared between calls: read it, do not change it.
+    """
+    return [torch.from_numpy(np.sort(part)) for part in np.array_split(iid_permutation(n_rows, seed), workers)]
+
+
+def check_workers(n_rows: int, workers: int) -> None:
+    """``workers`` is at least 1 and at most ``n_rows`` (one line each), so that no worker is left without rows."""
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+    if workers > n_rows:
+        raise ConfigError(
+            f"workers={workers} exceeds the {n_rows} training samples; use fewer workers or more data"
+        )
 
 
 def shard_indices(
@@ -68,12 +102,7 @@ def shard_indices(
     n = len(labels)
     if scheme not in SCHEMES:
         raise ConfigError(f"unknown sharding scheme '{scheme}'; use one of: {', '.join(SCHEMES)}")
-    if workers < 1:
-        raise ConfigError(f"workers must be >= 1, got {workers}")
-    if workers > n:
-        raise ConfigError(
-            f"workers={workers} exceeds the {n} training samples; use fewer workers or more data"
-        )
+    check_workers(n, workers)
     if scheme == "dirichlet" and not alpha > 0:
         raise ConfigError(f"data.alpha must be > 0 for dirichlet sharding, got {alpha}")
     rng = np.random.default_rng(seed)
@@ -295,12 +324,16 @@ class ShardingKeys:
              regression: bool = False, clients=None) -> tuple[list[np.ndarray], list[str]]:
         """Every worker's rows (sorted indices into ``y``) and, but for ``iid``, the notes that describe them:
         the scheme, then each worker's size and group histogram. ``clients``: each row's value of
-        ``client_column`` (`dane.data.table.Table.clients`), which ``column`` deals by."""
+        ``client_column`` (`dane.data.table.Table.clients`), which ``column`` deals by. ``iid`` gives the rows a
+        linear model's run deals for ``seed``: `iid_shards`, the rows of ``dane.shards(len(y), workers, seed)``."""
         if self.sharding == COLUMN:
             if clients is None:  # a source that took the keys but did not read the column: a bug, not a user error
                 raise AssertionError(f"data.client_column={self.client_column}: the source gave no client values")
             shards, labels = column_shards(clients, workers, name=f"data.client_column={self.client_column}")
             return shards, self.describe(shards, *self._label_groups(y, regression), seed, clients=labels)
+        if self.sharding == "iid":
+            check_workers(len(y), workers)
+            return [rows.numpy() for rows in iid_shards(len(y), workers, seed)], []
         options = {"scheme": self.sharding, "alpha": self.alpha, "classes_per_worker": self.classes_per_worker,
                    "exponent": self.exponent}
         if self.sharding in GROUPED:
@@ -308,7 +341,7 @@ class ShardingKeys:
         else:
             groups, what = np.zeros(len(y), dtype=np.int64), ""
         shards = [s.numpy() for s in shard_indices(groups, workers, seed=seed, **options)]
-        return shards, ([] if self.sharding == "iid" else self.describe(shards, groups, what, seed))
+        return shards, self.describe(shards, groups, what, seed)
 
     def describe(self, shards: list[np.ndarray], groups: np.ndarray, what: str, seed: int, *,
                  clients: list[str] | None = None) -> list[str]:

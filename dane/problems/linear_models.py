@@ -254,15 +254,14 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
 
     def worker_rows(self, rank: int, size: int) -> tuple[np.ndarray, list[str]]:
         """Worker ``rank``'s rows of the whole table (``data.sharding``: `dane.data.sharding`), and on rank 0 the
-        notes that give every worker's size and histogram.  ``iid`` deals by `ridge.shard`'s permutation, as
+        notes that give every worker's size and histogram.  ``iid`` deals by `iid_shards`' permutation, as
         ever; the other schemes are dealt once per process and kept for the other ranks it builds."""
-        from ..data.sharding import sharding_keys
-        from .ridge import shard
+        from ..data.sharding import iid_shards, sharding_keys
 
         keys = sharding_keys(self.source)
         y = self.labels()
         if keys["sharding"] == "iid":
-            return shard(len(y), size, self.seed)[rank].numpy(), []
+            return iid_shards(len(y), size, self.seed)[rank].numpy(), []
         shards, notes = self._dealt(size, keys, y)
         return shards[rank], notes if rank == 0 else []
 
@@ -293,12 +292,11 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
     def all_worker_rows(self, size: int) -> list[np.ndarray]:
         """`worker_rows`' rows for ranks 0 .. size − 1, dealt once (not once per rank: ``iid`` draws its
         permutation per call, and each call re-reads the sharding keys)."""
-        from ..data.sharding import sharding_keys
-        from .ridge import shard
+        from ..data.sharding import iid_shards, sharding_keys
 
         keys, y = sharding_keys(self.source), self.labels()
         if keys["sharding"] == "iid":
-            return [part.numpy() for part in shard(len(y), size, self.seed)]
+            return [part.numpy() for part in iid_shards(len(y), size, self.seed)]
         return list(self._dealt(size, keys, y)[0])
 
     # ------------------------------------------------------------------ all workers stacked (sim.batched)

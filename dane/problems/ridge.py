@@ -6,9 +6,9 @@ Worker i's shard S_i enters its local objective with weight m/N,
 :math:`O_i(w) = \frac{m}{N}\sum_{j\in S_i}(\langle x_j, w\rangle - y_j)^2 + \lambda\|w\|^2`,
 so that the mean of the O_i is exactly O even when N is not a multiple of m.
 
-*Synthetic rows, made by the worker that holds them.*  `shard` deals the rows by a
-seeded permutation π: worker r of m holds π[k] for the positions k of the r-th of m
-contiguous parts of 0..N-1.  Row π[k] of the data set is position k of a stream cut into
+*Synthetic rows, made by the worker that holds them.*  `dane.data.sharding.iid_shards` deals the rows
+by a seeded permutation π (`dane.data.sharding.iid_permutation`): worker r of m holds π[k] for the
+positions k of the r-th of m contiguous parts of 0..N-1.  Row π[k] of the data set is position k of a stream cut into
 blocks of `ROW_BLOCK` positions; block b draws the x's of its positions (d standard
 normals each, then scaled for ``decay``) and their noises from two generators of its own,
 seeded (seed, `X_STREAM`, b) and (seed, `NOISE_STREAM`, b).  So the data set is a function of (N, d, covariance,
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from .. import checks
+from ..data.sharding import iid_permutation, iid_shards
 from ..errors import ConfigError
 from ..numerics.linalg import capacitance_factor, cg, woodbury_solve
 from ..numerics.local_solvers import AUTO_MAX_DIM, LocalSolver, SolverNotes
@@ -51,7 +52,7 @@ from .quadratic import FACTORIZATIONS, QuadraticProblem, auto_factorization, not
 
 COVARIANCES = ("iso", "decay")
 ROW_BLOCK = 256                       # stream positions per seeded block
-PERMUTATION_STREAM, X_STREAM, NOISE_STREAM = 1, 2, 3
+X_STREAM, NOISE_STREAM = 2, 3         # after the permutation's, `dane.data.sharding.PERMUTATION_STREAM`
 OPTIMUM_CHUNK = 16 * ROW_BLOCK        # rows per chunk when the optimum's Gram matrix is accumulated
 DISK_CACHE_MIN_WORK = 1e9             # N d^2 below this: recomputing the optimum is cheap, no file is written
 GRAM_BLOCK = 256                      # columns per panel of `gram`
@@ -134,8 +135,8 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
         from .stacked import StackedRidge
 
         self.check_workers(size)
-        X, y = synthesize(*self.data_key)  # all rows in row order; shard r is rows shard(...)[r], as `build` draws
-        rows = torch.stack(shard(self.n_samples, size, self.seed))
+        X, y = synthesize(*self.data_key)  # all rows in row order; shard r is rows iid_shards(...)[r], as `build` has
+        rows = torch.stack(iid_shards(self.n_samples, size, self.seed))
         w_star = reference_optimum(*self.data_key, float(self.lam)).to(dtype) if self.optimum == "auto" else None
         n = self.n_samples // size
         notes = SolverNotes(self.solver, also={"problem.factorization": "auto_factorization"}
@@ -161,17 +162,6 @@ class RidgeSyntheticConfig(SolverOptions, ProblemConfig):
 
 
 # ---------------------------------------------------------------------- shards and synthetic rows
-@lru_cache(maxsize=16)
-def _permutation(n_samples: int, seed: int) -> np.ndarray:
-    return np.random.default_rng([seed, PERMUTATION_STREAM]).permutation(n_samples)
-
-
-@lru_cache(maxsize=16)
-def shard(n_samples: int, size: int, seed: int) -> list[torch.Tensor]:
-    """Equal random shards (sizes differ by at most one), the same on every backend."""
-    return [torch.from_numpy(np.sort(p)) for p in np.array_split(_permutation(n_samples, seed), size)]
-
-
 def shard_positions(n_samples: int, size: int, rank: int) -> tuple[int, int]:
     """The positions [start, stop) of the permutation that worker ``rank`` of ``size`` holds (as np.array_split)."""
     base, extra = divmod(n_samples, size)
@@ -184,10 +174,10 @@ def synthesize(n_samples: int, dim: int, covariance: str, noise_std: float, seed
     """Rows π[start:stop] of the synthetic data set, in increasing row order (float64; module docstring).
 
     With the default range, the whole data set; with a shard's `shard_positions`, exactly
-    the rows ``shard(...)[rank]`` of it.
+    the rows ``iid_shards(...)[rank]`` of it.
     """
     stop = n_samples if stop is None else stop
-    rows = _permutation(n_samples, seed)[start:stop]
+    rows = iid_permutation(n_samples, seed)[start:stop]
     dest = np.empty(len(rows), dtype=np.int64)
     dest[np.argsort(rows)] = np.arange(len(rows))  # position k goes to the rank of its row among `rows`
     X, noise = np.empty((len(rows), dim)), np.empty(len(rows))
