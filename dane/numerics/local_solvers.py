@@ -46,6 +46,7 @@ from .svrg import (AUTO_PASSES_CONTRACTION, PASSES_AUTO, SVRG_NULLS, SVRG_VARIAN
 from ..work import count, counting
 
 LOCAL_SOLVERS = ("auto", "cholesky", "cg", "svrg", "lbfgs")
+"""The values ``problem.local_solver`` takes (`LocalSolver`'s ``method``), each described in the module docstring."""
 #: L-BFGS-B's iterations per solve where ``max_iter`` is null
 LBFGS_MAX_ITER = 1000
 AUTO_MAX_DIM = 2000  # a dense d x d Cholesky costs d^3/3 flops: ~3 Gflop at 2000, once per mu
