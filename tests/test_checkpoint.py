@@ -212,6 +212,27 @@ def test_a_part_damaged_inside_is_one_line_before_anything_changes(tmp_path, dam
     assert snapshot(run_dir) == before
 
 
+def test_a_resume_reads_each_part_whole_once(tmp_path, ran, monkeypatch):
+    """The config's resolution and the launch both check the checkpoint; each part's CRC-32s are read once."""
+    run_dir = cut_run(ran, tmp_path)
+    checked = []
+    testzip = zipfile.ZipFile.testzip
+    monkeypatch.setattr(zipfile.ZipFile, "testzip", lambda archive: checked.append(archive.filename) or testzip(archive))
+    execute_with(run_dir, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3", f"resume={run_dir}")
+    assert sorted(checked) == [str(checkpoint_path(run_dir, r, 3)) for r in range(4)]
+
+
+def test_a_part_damaged_after_its_check_is_checked_again(tmp_path, ran):
+    run_dir = cut_run(ran, tmp_path)
+    run_spec(composed(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
+    part = checkpoint_path(run_dir, 1, 3)
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0x10  # in place: the same size and inode
+    part.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=r"rank1.pt is damaged"):
+        run_spec(composed(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
+
+
 def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path, ran):
     run_dir = cut_run(ran, tmp_path)
     part = checkpoint_path(run_dir, 1, 3)

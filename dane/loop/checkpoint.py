@@ -271,10 +271,12 @@ def check_path(run_dir: str | Path, marker: dict, batched: bool) -> None:
 
 def _check_file(path: Path) -> None:
     """An empty, truncated or damaged part: torch.save writes a zip archive, whose directory is at its end and
-    whose every entry (the pickled state, each tensor's bytes) carries a CRC-32 of its data, read back here."""
+    whose every entry (the pickled state, each tensor's bytes) carries a CRC-32 of its data, read back here once a
+    process for each version of the file (`_damage`)."""
     try:
-        empty = path.stat().st_size == 0
-        damage = None if empty else _damage(path)
+        stat = path.stat()
+        empty = stat.st_size == 0
+        damage = None if empty else _damage(path, stat.st_size, stat.st_mtime_ns, stat.st_ino)
     except OSError as err:
         raise ConfigError(f"checkpoint file {path} cannot be read ({err.strerror}); remove the checkpoint/ folder "
                           "and start again") from None
@@ -283,9 +285,13 @@ def _check_file(path: Path) -> None:
                           "and start again")
 
 
-def _damage(path: Path) -> str | None:
+@functools.cache
+def _damage(path: Path, size: int, mtime_ns: int, inode: int) -> str | None:
     """What is wrong with the zip archive at ``path``: no zip directory at its end (truncated), a directory that does
-    not read, an entry whose data no longer matches its CRC-32; None where every entry reads back whole."""
+    not read, an entry whose data no longer matches its CRC-32; None where every entry reads back whole.
+
+    The verdict is kept for the file's ``size``, ``mtime_ns`` and ``inode`` (its stat): a resume checks when its config
+    is resolved and again at launch, and reads each part once; a part rewritten in between is read again."""
     try:
         if not zipfile.is_zipfile(path):
             return "truncated or corrupt"
