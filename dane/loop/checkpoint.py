@@ -376,8 +376,13 @@ def truncate_rounds(run_dir: str | Path, next_round: int) -> int:
     if not path.is_file():
         return 0
     kept, dropped = kept_rounds(path, next_round)
-    atomic_write(path, lambda f: f.write("".join(kept).encode()))
+    keep_rounds(path, kept)
     return dropped
+
+
+def keep_rounds(path: Path, kept: list[str]) -> None:
+    """``path`` (a ``rounds.jsonl``) replaced by the lines ``kept`` (`kept_rounds`)."""
+    atomic_write(path, lambda f: f.write("".join(kept).encode()))
 
 
 def kept_rounds(path: Path, next_round: int) -> tuple[list[str], int]:

@@ -21,7 +21,7 @@ the run loop starts again from it:
 - the algorithm is built on the new shard and continues from the committed state
   (`dane.algorithm.Algorithm.load_elastic_state`);
 - rank 0 cuts ``rounds.jsonl`` back to the committed round
-  (`dane.loop.checkpoint.truncate_rounds`): the rounds run since the last commit are done
+  (`dane.loop.checkpoint.kept_rounds`, read once): the rounds run since the last commit are done
   again and logged once, so round numbers continue with no gap and no repeat.  Every
   record carries ``workers``, the world size of the round that produced it, and the
   summary lists every change, ``world_size_changes: [{round, from, to, records_dropped}]``
@@ -70,7 +70,7 @@ from pathlib import Path
 
 from ..algorithm import AlgorithmConfig, known_algorithms
 from .callbacks import Callback, Checkpoints, worker_callbacks
-from .checkpoint import kept_rounds, truncate_rounds
+from .checkpoint import keep_rounds, kept_rounds
 from ..comm import Communicator
 from .driver import Loop, drive
 from ..errors import ConfigError, say
@@ -161,8 +161,9 @@ class ElasticSession:
             if st.writer and st.writer != me and lock.is_file() and lock.read_text().strip() == st.writer:
                 lock.unlink(missing_ok=True)  # left by the rank 0 this job lost
             rounds_file = Path(self.out_dir) / ROUNDS_FILE
-            dropped = kept_rounds(rounds_file, progress["round"])[1] if rounds_file.is_file() else 0
-            when_locked.append(functools.partial(truncate_rounds, self.out_dir, progress["round"]))
+            if rounds_file.is_file():  # read once: the lines kept are written back once rank 0 holds the lock
+                kept, dropped = kept_rounds(rounds_file, progress["round"])
+                when_locked.append(functools.partial(keep_rounds, rounds_file, kept))
         told = json.loads(comm.broadcast_object(json.dumps([me, dropped]) if comm.rank == 0 else "", root=0))
         st.writer, dropped = told
         if progress is None:
