@@ -94,6 +94,31 @@ def test_distinct_magnitudes_keep_the_k_largest():
         assert ((kept - row) ** 2).sum() <= (1 - 25 / 500) * (row ** 2).sum()
 
 
+def test_compact_rows_on_every_bit_of_the_magnitudes():
+    """The selection reads the magnitudes' bits a digit at a time: on magnitudes from subnormals to 1e300, and on
+    neighbours one ulp apart (they differ in the last digit alone), it keeps what a stable sort keeps."""
+    rng = np.random.default_rng(5)
+    wide = rng.normal(size=(10, 300)) * 10.0 ** rng.integers(-300, 300, size=(10, 300))
+    wide[:, :5] = 5e-324
+    steps = (1.5 + np.arange(8) * np.spacing(1.5))[rng.integers(0, 8, size=(10, 300))]  # 1.5 and 7 ulps above
+    ulps = steps * rng.choice([-1.0, 1.0], size=(10, 300))
+    assert len(np.unique(np.abs(ulps))) == 8
+    for x in (wide, ulps, ulps.astype(np.float32)):
+        for k in (1, 17, 150, 299):
+            compact = np.zeros_like(x)
+            top_k_rows()(x, k, compact)
+            np.testing.assert_array_equal(compact, top_k_reference(x, k))
+
+
+@pytest.mark.parametrize("k, kept", [(1, [1]), (2, [1, 3]), (3, [1, 3, 5]), (4, [1, 2, 3, 5])])
+def test_compact_rows_keep_nan_and_inf_first(k, kept):
+    """A NaN ranks above ±inf (its bits are above inf's), as in torch's topk: a diverged client's row keeps them."""
+    x = np.array([[1.0, np.nan, -3.0, np.inf, 2.0, -np.inf, 0.5]])
+    compact = np.zeros_like(x)
+    top_k_rows()(x, k, compact)
+    np.testing.assert_array_equal(compact[0], expected(x[0], kept))
+
+
 def test_topk_bits_are_unchanged():
     assert TopK(k=10).bits(45451) == 10 * (64 + 16) and TopK(k=0.01).bits(1000, 32) == 10 * (32 + 10)
 

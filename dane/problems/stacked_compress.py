@@ -129,66 +129,57 @@ def top_k_rows():
     by numba on first use (``cache=True``: once per machine).
 
     A row's non-zeros alone (a converged FedNL's rows are mostly exact zeros): with at most k of them, all; else τ,
-    the k-th largest of their magnitudes, by a three-way quickselect (ties are many: one pass settles a pivot's
-    copies at once), then in index order every |x| > τ and the first k − #{|x| > τ} of the |x| = τ."""
+    the k-th largest of their magnitudes, by a radix select on the magnitudes' float64 bits (for non-negative floats
+    the bits' order is the values', NaN above inf): 11 bits a pass from the top, each pass keeping the keys whose
+    digit holds τ's rank; then in index order every |x| > τ and the first k − #{|x| > τ} of the |x| = τ.  The loops
+    that gather and keep are branch-free (a write, then a count by the condition): the kept share of a pass is
+    unpredictable."""
     numba = jit.numba()
 
     @numba.njit(cache=True, nogil=True)  # one function: numba's cache misses a kernel that calls another closure
     def top_k_rows_(diff, k, out):
         n = diff.shape[1]
-        a = np.empty(n, dtype=diff.dtype)  # a row's non-zero magnitudes
-        where = np.empty(n, dtype=np.int64)  # and their indices
+        magnitude = np.empty(n, dtype=np.float64)  # a row's non-zero magnitudes (float64: exact for float32 too)
+        key = magnitude.view(np.uint64)            # their bits
+        kept = np.empty(n, dtype=np.uint64)        # the keys still in the running for τ
+        where = np.empty(n, dtype=np.int64)        # the non-zeros' indices
+        count = np.empty(2048, dtype=np.int64)
         for r in range(diff.shape[0]):
             nnz = 0
             for j in range(n):
-                if diff[r, j] != 0:
-                    where[nnz] = j
-                    a[nnz] = abs(diff[r, j])
-                    nnz += 1
+                where[nnz] = j
+                magnitude[nnz] = abs(diff[r, j])
+                nnz += diff[r, j] != 0
             if nnz <= k:
                 for i in range(nnz):
                     out[r, where[i]] = diff[r, where[i]]
                 continue
-            lo, hi, t, tau = 0, nnz, nnz - k, -1.0  # τ, of ascending rank t, lies in a[lo:hi]
-            for _ in range(64):
-                if hi - lo <= 1:
-                    break
-                mid = (lo + hi) // 2  # pivot: the median of three
-                p, q, s = a[lo], a[mid], a[hi - 1]
-                pivot = max(min(p, q), min(max(p, q), s))
-                lt, i, gt = lo, lo, hi  # a[lo:lt] < pivot, a[lt:i] == pivot, a[gt:hi] > pivot
-                while i < gt:
-                    v = a[i]
-                    if v < pivot:
-                        a[i], a[lt] = a[lt], v
-                        lt += 1
-                        i += 1
-                    elif v > pivot:
-                        gt -= 1
-                        a[i], a[gt] = a[gt], v
-                    else:
-                        i += 1
-                if t < lt:
-                    hi = lt
-                elif t >= gt:
-                    lo = gt
-                else:
-                    tau = pivot
-                    break
-            if tau < 0:  # a[lo:hi] down to one value, or 64 rounds without τ (adversarial data): sort what is left
-                a[lo:hi].sort()
-                tau = a[t]
+            rank, source, size, shift = nnz - k, key, nnz, 64  # τ: the key of ascending rank `rank` in source
+            while size > 1 and shift > 0:
+                width = min(11, shift)
+                shift -= width
+                mask = (1 << width) - 1
+                count[:mask + 1] = 0
+                for i in range(size):
+                    count[(source[i] >> shift) & mask] += 1
+                digit = 0
+                while count[digit] <= rank:
+                    rank -= count[digit]
+                    digit += 1
+                if count[digit] < size:
+                    kept_size = 0
+                    for i in range(size):
+                        kept[kept_size] = source[i]
+                        kept_size += (source[i] >> shift) & mask == digit
+                    source, size = kept, kept_size
+            tau = source[rank]
             room = k
             for i in range(nnz):
-                if not a[i] <= tau:  # a NaN too
-                    room -= 1
+                room -= key[i] > tau
             for i in range(nnz):
-                v = abs(diff[r, where[i]])
-                if not v <= tau:
+                if key[i] > tau or (key[i] == tau and room > 0):
                     out[r, where[i]] = diff[r, where[i]]
-                elif v == tau and room > 0:
-                    out[r, where[i]] = diff[r, where[i]]
-                    room -= 1
+                    room -= key[i] == tau
 
     return top_k_rows_
 

@@ -247,15 +247,11 @@ class CompactHessians:
                            minlength=self.T + 1)[:self.T]
 
     def matvec(self, compact: np.ndarray, x: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
-        """M_c x for the symmetric M_c of each compact row, (s, d)."""
-        rows = self.rows_of(clients)
-        a, b = self.slot_a[rows], self.slot_b[rows]
-        offset = np.arange(len(compact))[:, None] * self.d
-        size = len(compact) * self.d
-        upper = np.bincount((offset + a).ravel(), weights=(compact * x[b]).ravel(), minlength=size)
-        lower = np.bincount((offset + b).ravel(), weights=(np.where(a == b, 0.0, compact) * x[a]).ravel(),
-                            minlength=size)
-        return (upper + lower).reshape(len(compact), self.d)
+        """M_c x for the symmetric M_c of each compact row, (s, d) (`symmetric_products`)."""
+        out = np.empty((len(compact), self.d))
+        rows = np.arange(self.m) if clients is None else np.asarray(clients, dtype=np.int64)
+        symmetric_products()(compact, self.slot_a, self.slot_b, rows, x, out)
+        return out
 
     def slots_of(self, positions: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
         """The slot of each packed position (s, k) in its client's compact row; -1 off the support."""
@@ -311,3 +307,34 @@ def find_slots():
                 slot_of[row[s]] = -1
 
     return find_slots_
+
+
+@functools.cache
+def symmetric_products():
+    """`CompactHessians.matvec`'s loop, compiled by numba on first use (``cache=True``: once per machine):
+    ``out[c] = M x`` for the symmetric M of compact row c, client ``rows[c]``: for each slot (a, b) in order,
+    v·x_b added to entry a and, off the diagonal, v·x_a to entry b, into two sums (the upper and the mirrored
+    entries) added at the end.  The upper sum is kept in a register while the slots stay in one row a of the
+    triangle (a support is sorted), in the same order of additions."""
+    numba = jit.numba()
+
+    @numba.njit(cache=True, nogil=True)
+    def symmetric_products_(compact, slot_a, slot_b, rows, x, out):
+        upper = np.empty(out.shape[1])
+        lower = np.empty(out.shape[1])
+        for c in range(compact.shape[0]):
+            upper[:] = 0.0
+            lower[:] = 0.0
+            a_of, b_of = slot_a[rows[c]], slot_b[rows[c]]
+            row, total = 0, 0.0  # upper[row], while its slots run
+            for s in range(compact.shape[1]):
+                a, b, v = a_of[s], b_of[s], compact[c, s]
+                if a != row:
+                    upper[row], row = total, a
+                    total = upper[a]
+                total += v * x[b]
+                lower[b] += (0.0 if a == b else v) * x[a]
+            upper[row] = total
+            out[c] = upper + lower
+
+    return symmetric_products_
