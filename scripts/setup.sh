@@ -122,6 +122,8 @@ for rows in (X, scipy.sparse.csr_matrix(np.where(np.abs(X) > 1, X, 0.0))):  # de
             dane.fit(problem, "inexact_dane", workers=1, rounds=1, dtype=dtype)
     for compressor in ("randk:5", "topk:5"):  # FedNL: TopK copies its kept entries with a kernel of its own
         dane.fit(dane.problems.LogReg(rows, binary, lam=1e-2), "fednl", workers=2, rounds=1, compressor=compressor)
+    dane.fit(dane.problems.LogReg(rows, binary, lam=1e-2), "fednl", workers=2, rounds=1, compressor="topk:5",
+             variant="pp", clients_per_round=1)  # FedNL-PP: its clients' H_i x, by a kernel of its own
 for dtype in ("float64", "float32"):  # the low-rank stacked ridge (n_i < d): its Gram and Woodbury products
     execute(run_spec(compose_job(("problem=ridge_synthetic", "problem.n_samples=64", "problem.dim=8", "workers=32",
                                   "sim.batched=true", "rounds=2", "quiet=true", f"dtype={dtype}"))), None)
