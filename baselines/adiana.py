@@ -79,6 +79,7 @@ class ADIANA(Algorithm):
     synchronous_because = "ADIANA's server averages every worker's compressed differences at the same point"
     columns = (Column("w_refreshed", "{:>5.0f}"),)
     batchable = True  # its round reads the same on stacked tensors, each worker's Q from its own stream
+    stacked_needs = "gradients"  # gradients at the iterate (and the defaults' Hessian products): any rows stack
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", lr: float, p: float,
                  alpha: float, theta1: float, gamma: float, beta: float, theta2: float = ADIANA_THETA2,

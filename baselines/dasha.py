@@ -53,6 +53,7 @@ class DASHA(Algorithm):
     compressed_messages = True  # its own Q, its bits counted in the communicator (module docstring)
     synchronous_because = "DASHA's server averages every worker's compressed message at the same iterate"
     batchable = True  # its round reads the same on stacked tensors, each worker's Q from its own stream
+    stacked_needs = "gradients"  # gradients at the iterate (and the defaults' Hessian products): any rows stack
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", lr: float,
                  momentum: float, seed: int = 0, defaults: tuple[dict, ...] = ()):

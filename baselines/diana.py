@@ -115,6 +115,7 @@ class DIANA(Algorithm):
     compressed_messages = True  # its own Q, its bits counted in the communicator (module docstring)
     synchronous_because = "DIANA's server averages every worker's compressed difference at the same iterate"
     batchable = True  # its round reads the same on stacked tensors, each worker's Q from its own stream
+    stacked_needs = "gradients"  # gradients at the iterate (and the defaults' Hessian products): any rows stack
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", lr: float, alpha: float,
                  seed: int = 0, defaults: tuple[dict, ...] = ()):

@@ -54,6 +54,7 @@ class GD(Algorithm):
     columns = (Column("L_est", "{:>8.4g}"),)
     compressible = ("gradient",)  # a compressed mean gradient is a (biased or unbiased) gradient step
     batchable = True  # its step reads the same on stacked tensors; the spectra are stacked by `local_spectra`
+    stacked_needs = "gradients"  # gradients, and lr null's Lanczos (the majorant's Hessian products): any rows stack
 
     def __init__(self, problem: Problem, comm: Communicator, *, lr: float | None = None,
                  lr_factor: float = LANCZOS_STEP_FACTOR, power_iters: int = 20, seed: int = 0,

@@ -105,6 +105,7 @@ class MARINA(Algorithm):
     columns = (Column("full_round", "{:>5.0f}"),)
     summary_keys = (*Algorithm.summary_keys, "clients_uplink_bits", "uplink_bytes", "downlink_bytes")  # PP-MARINA's
     batchable = True  # its round reads the same on stacked tensors, each worker's Q from its own stream
+    stacked_needs = "gradients"  # gradients at the iterate (and the defaults' Hessian products): any rows stack
 
     def __init__(self, problem: Problem, comm: Communicator, *, compressor: str = "none", lr: float, p: float,
                  seed: int = 0, sampling: SamplingKeys | None = None, defaults: tuple[dict, ...] = ()):

@@ -45,20 +45,24 @@ def test_the_linear_models_own_stacked_form_refuses_these_rows(logreg):
 
 
 def test_the_stacked_form_is_the_one_the_class_declares_it_needs(logreg):
-    """``stacked_needs``: GD (local solves and Hessian products, the default) gets the problem's own stacked form,
-    which refuses these rows; FedNL ("oracles") gets the rows stacked, 203 rows over 5 workers, and a problem that is
-    not a linear model with one output is refused in one clause."""
+    """``stacked_needs``: DANE (local solves, the default) gets the problem's own stacked form, which refuses these
+    rows; FedNL ("oracles") gets the rows stacked, 203 rows over 5 workers, and a problem that is not a linear model
+    with one output is refused in one clause; GD ("gradients") the rows stacked here too, and on dense equal shards
+    the problem's own form."""
     from dane.api import algorithm_config
     from dane.problems import RidgeSyntheticConfig
 
-    gd, fednl = algorithm_config("gd"), algorithm_config("fednl")
-    assert (gd.algorithm.stacked_needs, fednl.algorithm.stacked_needs) == ("solves", "oracles")
-    assert gd.stacked_form(logreg, 5) == logreg.stacked_form(5) is not None
-    assert fednl.stacked_form(logreg, 5) is None
-    stacked = fednl.build_stacked(logreg, 5, torch.float64)
-    assert isinstance(stacked, StackedRows) and stacked.stacked_workers == 5
-    assert stacked.X.shape[0] == 203 and list(np.diff(stacked.start)) == [41, 41, 41, 40, 40]
-    assert "linear models with one output" in fednl.stacked_form(RidgeSyntheticConfig(n_samples=40, dim=4), 5)
+    dane, gd, fednl = algorithm_config("dane"), algorithm_config("gd"), algorithm_config("fednl")
+    assert [c.algorithm.stacked_needs for c in (dane, gd, fednl)] == ["solves", "gradients", "oracles"]
+    assert dane.stacked_form(logreg, 5) == logreg.stacked_form(5) is not None
+    assert fednl.stacked_form(logreg, 5) is None and gd.stacked_form(logreg, 5) is None
+    for config in (fednl, gd):
+        stacked = config.build_stacked(logreg, 5, torch.float64)
+        assert isinstance(stacked, StackedRows) and stacked.stacked_workers == 5
+        assert stacked.X.shape[0] == 203 and list(np.diff(stacked.start)) == [41, 41, 41, 40, 40]
+    ridge = RidgeSyntheticConfig(n_samples=40, dim=4)
+    assert "linear models with one output" in fednl.stacked_form(ridge, 5)
+    assert gd.stacked_form(ridge, 5) is None and not isinstance(gd.build_stacked(ridge, 5, torch.float64), StackedRows)
 
 
 @pytest.mark.parametrize("keys", [
