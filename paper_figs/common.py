@@ -328,9 +328,58 @@ def save(fig, out_dir: str | Path, name: str, markdown: str | None = None, *, ca
     return paths
 
 
-def positive(values: Sequence[float], floor: float = 1e-16) -> list[float]:
-    """Values for a log axis: non-finite ones become nan (a gap), tiny ones the floor."""
+#: the smallest value a log axis draws (`positive`): one below it is drawn there, and the axes say so (`mark_floor`)
+FLOOR = 1e-16
+#: the artist id of the note `mark_floor` puts on the axes, once
+FLOOR_NOTE = "floored"
+
+
+def positive(values: Sequence[float], floor: float = FLOOR, ax=None) -> list[float]:
+    """Values for a log axis: non-finite ones become nan (a gap), those below ``floor`` (0 too) the floor.  With
+    ``ax``, the axes they are drawn on, a value floored is said on them (`mark_floor`), never silently."""
+    if ax is not None and floored(values, floor):
+        mark_floor(ax, floor)
     return [max(float(v), floor) if v is not None and math.isfinite(float(v)) else math.nan for v in values]
+
+
+def floored(values: Sequence[float], floor: float = FLOOR) -> bool:
+    """Whether `positive` draws one of ``values`` at ``floor``: a finite one below it."""
+    return any(v is not None and math.isfinite(float(v)) and float(v) < floor for v in values)
+
+
+def mark_floor(ax, floor: float = FLOOR) -> None:
+    """Say on ``ax`` that some values below ``floor`` are drawn at it: one note under its x-axis label ("values below
+    1e-16 drawn at 1e-16"), outside the data and the legend, once however many curves were floored; no line is added
+    (``ax.lines`` stays one a curve)."""
+    if any(text.get_gid() == FLOOR_NOTE for text in ax.texts):
+        return
+    ax.annotate(f"values below {floor:g} drawn at {floor:g}", xy=(0.5, 0), xycoords=ax.xaxis.label,
+                xytext=(0, -2), textcoords="offset points", ha="center", va="top", fontsize=7, color="dimgrey",
+                gid=FLOOR_NOTE)
+
+
+#: colours (tab10), then markers, then line styles: the product of the three, colour fastest, is `curve_style`'s
+#: cycle, so that no two of the first 400 curves of a figure look alike (the first 10 as matplotlib's defaults
+#: with round markers; 100 with solid lines)
+CURVE_COLOURS = tuple(matplotlib.colors.to_hex(c) for c in matplotlib.colormaps["tab10"].colors)
+CURVE_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
+CURVE_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def curve_styles():
+    """The cycler `curve_style` walks: line style x marker x colour (`CURVE_COLOURS` fastest)."""
+    from cycler import cycler
+
+    return (cycler(linestyle=list(CURVE_LINESTYLES)) * cycler(marker=list(CURVE_MARKERS))
+            * cycler(color=list(CURVE_COLOURS)))
+
+
+def curve_style(k: int) -> dict:
+    """The ``k``-th curve's colour, marker and line style (``ax.plot(x, y, **curve_style(k))``), distinct from every
+    other of a figure's first `len(curve_styles())` (400) curves; after those they come round again.  Every figure
+    that draws one curve per run takes its looks from here."""
+    styles = list(curve_styles())
+    return dict(styles[k % len(styles)])
 
 
 def checked_out(out: str | Path, file: str | None = None) -> Path:

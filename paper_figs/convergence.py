@@ -78,7 +78,7 @@ def draw(data: dict[tuple[str, str], dict[str, list[float]]]):
                 if (cov, label) not in data:
                     continue
                 curve = data[cov, label]
-                ax.plot(curve[xkey], positive(curve["suboptimality"]), STYLE[label], markersize=3, label=label)
+                ax.plot(curve[xkey], positive(curve["suboptimality"], ax=ax), STYLE[label], markersize=3, label=label)
             ax.set_yscale("log")
             dane_end = max(max(data[cov, k][xkey]) for k in METHODS if k.startswith("DANE") and (cov, k) in data)
             end = max(max(data[cov, k][xkey]) for k in METHODS if (cov, k) in data)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dane.paper_figs.common import (FIG_DIR, MissingCount, cli, positive, run_curve, run_dirs_under, save, setting_text,
-                                    wrapped)
+from dane.paper_figs.common import (FIG_DIR, MissingCount, cli, curve_style, positive, run_curve, run_dirs_under, save,
+                                    setting_text, wrapped)
 from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
 from dane.records.results import read_summary
 from dane.synthetic.sweep import Job, RunIndex, compose_job
@@ -95,10 +95,11 @@ def draw(curves: list[dict], heading: str | None = None):
     fig, (by_round, by_bits) = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True)
     if heading:
         fig.suptitle(wrapped(heading, 10), fontsize=10)
-    for c in curves:
-        style = "-" if c["label"].startswith("FedNL") else "--"
-        by_round.plot(c["rounds"], positive(c["relative"]), style, label=c["label"])
-        by_bits.plot(c["bits"], positive(c["relative"]), style, label=c["label"])
+    for k, c in enumerate(curves):  # each run its colour and marker (`curve_style`); FedNL solid, the others dashed
+        style = {**curve_style(k), "linestyle": "-" if c["label"].startswith("FedNL") else "--", "markersize": 3,
+                 "markevery": max(1, len(c["rounds"]) // 25), "label": c["label"]}
+        by_round.plot(c["rounds"], positive(c["relative"], ax=by_round), **style)
+        by_bits.plot(c["bits"], positive(c["relative"], ax=by_bits), **style)
     by_round.set_xlabel("round")
     by_bits.set_xlabel("uplink bits per client")
     by_bits.set_xscale("log")

@@ -5,9 +5,10 @@ each run's relative suboptimality (O(w) − O*) / |O*|, log y, against the round
 so far, the bits it has received so far, and the gradient passes one client has made so far (the records'
 ``local_passes``, summed over the clients, `dane.work`, over the workers).  The passes panel counts gradient passes
 only; the table beside it gives each run's rounds, bits up and down, passes and second-order work (HVPs, Hessians,
-factorizations per client: `paper_figs.blocks.SECOND_ORDER`) to `TARGET`, so that no method is ranked on its passes
-alone, and for a run that never reached it, why its cells are — (`why_not`: its status and the round it stopped
-at, the round cap where it ran to it).  Reads only logged runs, one directory per run under ``--results`` (each
+factorizations per client: `paper_figs.blocks.SECOND_ORDER`) to `TARGET` relative suboptimality, as its headers say
+(``dane figures summary``'s ``--tol`` is absolute), so that no method is ranked on its passes alone, and for a run
+that never reached it, why its cells are — (`why_not`: its status and the round it stopped at, the round cap where it
+ran to it).  Reads only logged runs, one directory per run under ``--results`` (each
 with ``rounds.jsonl`` and ``summary.json``); it never trains.
 
 Bits per client: FedNL's ``clients_uplink_bits``; a federated method's ``uplink_bytes`` (its participants'
@@ -33,7 +34,8 @@ import matplotlib.pyplot as plt
 
 from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count
 from dane.paper_figs.common import MissingCount  # noqa: F401  what `curve` raises (`run_curve`), named here too
-from dane.paper_figs.common import FIG_DIR, cli, positive, run_curve, run_dirs_under, save, setting_text, wrapped
+from dane.paper_figs.common import (FIG_DIR, cli, curve_style, positive, run_curve, run_dirs_under, save, setting_text,
+                                    wrapped)
 from dane.paper_figs.plot_runs import labels_for
 from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
 from dane.paper_figs.summary import stopped_at
@@ -103,8 +105,8 @@ def why_not(c: dict, target: float = TARGET) -> str:
     record's round without a record within ``target``."""
     status, last = c.get("status"), c["rounds"][-1]
     if status == "max_rounds":
-        return f"not within {target:g} by its round cap, {last}"
-    return f"not within {target:g}: {stopped_at(last, status)}"
+        return f"not within {target:g} relative by its round cap, {last}"
+    return f"not within {target:g} relative: {stopped_at(last, status)}"
 
 
 WHAT = ("Relative suboptimality against rounds, uplink and downlink bits per client and local gradient passes per "
@@ -126,10 +128,11 @@ def draw(curves: list[dict], heading: str | None = None):
     fig, axes = plt.subplots(1, len(PANELS), figsize=(18, 4.4), sharey=True)
     if heading:
         fig.suptitle(wrapped(heading, 18), fontsize=10)
-    for c in curves:
+    for k, c in enumerate(curves):
         for ax, (x, _) in zip(axes, PANELS):
             if c.get(x) is not None:  # a run that counts no downlink draws no line there
-                ax.plot(c[x], positive(c["relative"]), label=c["label"])
+                ax.plot(c[x], positive(c["relative"], ax=ax), label=c["label"], markersize=3,
+                        markevery=max(1, len(c[x]) // 25), **curve_style(k))
     for ax, (_, text) in zip(axes, PANELS):
         ax.set_xlabel(text)
         ax.set_yscale("log")
@@ -145,12 +148,13 @@ def draw(curves: list[dict], heading: str | None = None):
 def table(curves: list[dict], target: float = TARGET) -> str:
     """Per run, its rounds, bits up and down, passes and `SECOND_ORDER` work per client to ``target`` (a count its
     records lack: —, `NOT_RECORDED`), its last relative suboptimality, and for a run that never reached ``target``
-    why its cells are — (`why_not`)."""
+    why its cells are — (`why_not`).  ``target`` is relative suboptimality (O(w) − O*) / |O*|, as every header says
+    ("rounds to 1e-08 relative"): `dane figures summary`'s ``--tol`` is absolute."""
     names = ("rounds", "uplink bits", "downlink bits", "local passes", *SECOND_ORDER.values())
-    rows = [f"{SECOND_ORDER_NOTE}, per client; —: {NOT_RECORDED}, or the run never reached {target:g} (its last "
-            "column says why).", "",
-            "| run | " + " | ".join(f"{name} to {target:g}" for name in names) + " | last relative suboptimality | "
-            "— because |", "|---|" + "---|" * (len(names) + 2)]
+    rows = [f"{SECOND_ORDER_NOTE}, per client; —: {NOT_RECORDED}, or the run never reached {target:g} relative "
+            "suboptimality (O(w) − O*) / |O*| (its last column says why).", "",
+            "| run | " + " | ".join(f"{name} to {target:g} relative" for name in names)
+            + " | last relative suboptimality | — because |", "|---|" + "---|" * (len(names) + 2)]
     for c in curves:
         k = first_within(c, target)
         if k is None:

@@ -84,7 +84,7 @@ def draw(data: list[dict]):
         curves = panel["curves"]
         for name, (_, style, colour) in ALGORITHMS.items():
             if name in curves:
-                ax.plot(curves[name]["comm_rounds"], positive(curves[name]["rel"]), style, color=colour,
+                ax.plot(curves[name]["comm_rounds"], positive(curves[name]["rel"], ax=ax), style, color=colour,
                         markersize=3, markevery=max(1, len(curves[name]["rel"]) // 25), label=label(name))
         ax.axhline(TARGET, color="grey", linestyle=":", linewidth=1)
         ax.set_yscale("log")

@@ -12,9 +12,11 @@ records go, "— no summary: running or crashed" after its label and one line on
 otherwise than its stop rule said (interrupted, diverged) has "— stopped at round 168 (interrupted)" after its
 label (`paper_figs.summary.ending`, the words of ``dane figures summary`` and ``local_work``).  Suboptimality and
 gradient norm are drawn on a log axis.  A run whose ``rounds.jsonl`` is missing, torn, damaged or unreadable, or
-lacks the key, is named in one line (a damaged or unreadable file with the fix) and skipped; with no run found the
-script says so and exits with status 2.  Writes FILE.png and FILE.pdf (default ``results/figures/plot_runs``) and
-prints their paths.
+lacks the key, is named in one line (a damaged or unreadable file with the fix) and skipped, a failed job's with the
+first line of its error.txt (`paper_figs.summary.failure_reason`); with no run found the script says so and exits with
+status 2.  Each curve has its own colour, marker and line style (`paper_figs.common.curve_style`: no two alike among
+the first 400), and a value below the log axis's floor (1e-16) is said on the axes.  Writes FILE.png and FILE.pdf
+(default ``results/figures/plot_runs``) and prints their paths.
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ from typing import NamedTuple, Sequence
 import matplotlib.pyplot as plt
 
 from dane.errors import say
-from dane.paper_figs.common import checked_out, positive, save
-from dane.paper_figs.summary import UNFINISHED, ending, job_dirs, read_config, records_of
+from dane.paper_figs.common import checked_out, curve_style, positive, save
+from dane.paper_figs.summary import UNFINISHED, ending, failure_reason, job_dirs, read_config, records_of
 from dane.records.provenance import command_name
 
 Y_AXES = {  # record key -> (axis label, log scale)
@@ -132,7 +134,8 @@ def curves(runs: Sequence[Path], x: str, y: str, labels: Sequence[str] | None = 
         if problem is None and not all(x in r for r in records):
             problem = f"no '{x}' in its records"
         if problem is not None:
-            print(f"skipped {run}: {problem}", file=log)
+            reason = failure_reason(run)  # a failed job's one line (its error.txt): why it has no records
+            print(f"skipped {run}: {problem}" + (f"; failed: {reason}" if reason else ""), file=log)
             continue
         out.append(Curve(labels[k] if labels else run.name, [r[x] for r in records], [r.get(y) for r in records], run))
         said = ending(run, records[-1].get("round"))
@@ -146,12 +149,14 @@ def curves(runs: Sequence[Path], x: str, y: str, labels: Sequence[str] | None = 
 
 
 def draw(data: Sequence[Curve], x: str = "round", y: str = "suboptimality", title: str | None = None):
-    """The overlay, one line per curve in order (``ax.lines[i]`` is ``data[i]``); returns the figure."""
+    """The overlay, one line per curve in order (``ax.lines[i]`` is ``data[i]``), each its own colour, marker and line
+    style (`paper_figs.common.curve_style`); a value below the log axis's floor is said on it; returns the
+    figure."""
     ylabel, log_y = Y_AXES[y]
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    for curve in data:
-        ys = positive(curve.y) if log_y else [float("nan") if v is None else v for v in curve.y]
-        ax.plot(curve.x, ys, "o-", markersize=3, markevery=max(1, len(ys) // 25), label=curve.label)
+    for k, curve in enumerate(data):
+        ys = positive(curve.y, ax=ax) if log_y else [float("nan") if v is None else v for v in curve.y]
+        ax.plot(curve.x, ys, markersize=3, markevery=max(1, len(ys) // 25), label=curve.label, **curve_style(k))
     if log_y:
         ax.set_yscale("log")
     ax.set_xlabel(X_AXES[x][0])

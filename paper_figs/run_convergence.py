@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 
 from dane.errors import DataError, UserError, say
 from dane.records.results import ROUNDS_FILE, read_rounds, read_summary
-from dane.paper_figs.common import alpha_beta_text, positive, run_cost_text, save, wrapped
+from dane.paper_figs.common import alpha_beta_text, floored, mark_floor, positive, run_cost_text, save, wrapped
 from dane.paper_figs.provenance import run_config
 from dane.paper_figs.summary import ending
 from dane.records.provenance import command_name
@@ -70,6 +70,8 @@ def draw(run_dir: str | Path):
     for ax in (left, right):
         if key != "objective" or min(v for v in values if v == v) > 0:
             ax.set_yscale("log")
+            if floored([r[key] for r in records]):
+                mark_floor(ax)
         ax.grid(True, which="both", alpha=0.3)
     title = " ".join(str(summary[k]) for k in ("algorithm", "problem") if k in summary)
     said = ending(Path(run_dir), records[-1]["round"])  # a run that did not stop as asked, or has no summary: said

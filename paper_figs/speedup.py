@@ -115,7 +115,7 @@ def draw(times: Table):
         ax = axes[0, col]
         for k, (n, row) in enumerate(sorted(panel.items())):
             totals = [p.total for p in row]
-            ax.plot(ms, positive(totals), "o-", color=f"C{k}", label=f"N = {n}")
+            ax.plot(ms, positive(totals, ax=ax), "o-", color=f"C{k}", label=f"N = {n}")
             if math.isfinite(totals[0]):
                 ax.plot(ms, [totals[0] / m for m in ms], ":", color=f"C{k}", linewidth=1)
         ax.plot([], [], "k:", linewidth=1, label="ideal T(1)/m")

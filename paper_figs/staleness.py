@@ -45,7 +45,7 @@ import matplotlib.pyplot as plt
 
 from dane.comm import ParameterServerCost
 from dane.records.results import read_rounds, read_summary
-from dane.paper_figs.common import FIG_DIR, cli, data_text, locate, save
+from dane.paper_figs.common import FIG_DIR, cli, curve_style, data_text, locate, save
 from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 
@@ -165,7 +165,7 @@ def model_line(curves: dict[str, Curve]) -> str:
 def draw(curves: dict[str, Curve], title: str):
     fig, (by_time, by_work) = plt.subplots(1, 2, figsize=(11, 4.4))
     for k, c in enumerate(curves.values()):
-        style = dict(color=f"C{k}", marker="o", markersize=3, label=c.variant)
+        style = dict(curve_style(k), markersize=3, label=c.variant)
         by_time.plot(c.time_s, c.accuracy, **style)
         by_work.plot(c.gradients, c.accuracy, **style)
     by_time.set_xlabel("simulated time (s), one time model")

@@ -5,9 +5,12 @@
 A job is a directory under the folder that holds ``rounds.jsonl`` or ``summary.json``
 (as `dane.records.results` writes them), an error file, or Hydra's ``.hydra/`` (a job that
 stopped before its first record).  Its status is the summary's; with records but no
-summary it is ``running or crashed``, with an error file or nothing at all ``failed``.
+summary it is ``running or crashed``, with an error file or nothing at all ``failed``, followed by why where the
+error file says it (its first line, `failure_reason`: ``failed: algorithm.lr must be > 0, got -1``; with ``--json``
+the row's ``reason``).
 "To tol" is the round and the allreduce count (``comm_rounds``) of the first record whose
-``--key`` is at most ``--tol`` (absolute, not the run's own ``tol``, which is relative), ``-`` if none is; without
+``--key`` is at most ``--tol`` (absolute, not the run's own ``tol``, which is relative, nor ``dane figures
+local_work``'s target, relative too), ``-`` if none is; the column's header says "(absolute)".  Without
 ``--key``, the key is ``suboptimality``, or ``grad_norm`` for a run whose records carry no suboptimality (no
 reference optimum), and the column's header names the key of each row.  Final values come from ``summary.json``
 when there is one, else from the last complete record.  Prints a markdown table, or
@@ -48,6 +51,34 @@ DAMAGED = "damaged summary.json"
 
 def has_error_file(files) -> bool:
     return any(fnmatch(name, pattern) for name in files for pattern in ERROR_FILES)
+
+
+def error_file(run_dir: str | Path) -> Path | None:
+    """The job's error file (`ERROR_FILES`, the first of their order there), or None."""
+    try:
+        names = sorted(os.listdir(run_dir))
+    except OSError:
+        return None
+    return next((Path(run_dir) / name for pattern in ERROR_FILES for name in names
+                 if fnmatch(name, pattern) and (Path(run_dir) / name).is_file()), None)
+
+
+def failure_reason(run_dir: str | Path) -> str | None:
+    """Why a failed job failed, in one line: the first line of its error file (`error_file`: a sweep's job leaves
+    its one-line refusal in ``error.txt``), its ``error: `` dropped ("algorithm.lr must be > 0, got -1"); for a
+    traceback, its last line (the exception); None where the job has no error file or it says nothing."""
+    path = error_file(run_dir)
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f.read(1 << 16).splitlines() if line.strip()]
+    except OSError:
+        return None
+    if not lines:
+        return None
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return line.removeprefix("error: ")
 
 
 def job_dirs(root: str | Path) -> list[Path]:
@@ -139,7 +170,9 @@ def ending(run_dir: Path, last_round) -> Ending | None:
     if summary:
         return Ending(stopped_at(last_round, summary.get("status")))
     note = DAMAGED if summary is None else f"no summary: {status_of(run_dir, summary)}"
-    return Ending(note, f"{run_dir}: {note}; drawn up to its last record, round {last_round}")
+    reason = failure_reason(run_dir) if note.endswith(FAILED) else None  # its error file's line: on stderr
+    return Ending(note, f"{run_dir}: {note}{f' ({reason})' if reason else ''}; drawn up to its last record, round "
+                        f"{last_round}")
 
 
 #: what `records_of` says of a job that has not logged (yet) or was cut short mid-line: a row of its own only
@@ -196,6 +229,7 @@ def row(run_dir: Path, root: Path, tol: float, key: str | None, notes: list[str]
     return {
         "job": run_dir.name if name == "." else name,
         "status": status,
+        "reason": failure_reason(run_dir) if status == FAILED else None,
         "algorithm": summary.get("algorithm") or (algorithm.get("name") if isinstance(algorithm, dict) else None),
         "workers": summary.get("workers") or config.get("workers"),
         "rounds": summary.get("rounds", last.get("round")) if note else last.get("round", summary.get("rounds")),
@@ -226,12 +260,14 @@ def _cell(value, fmt: str = "") -> str:
 
 
 def tol_header(rows: list[dict], tol: float) -> tuple[str, str | None]:
-    """The "to tol" column's header, naming the key its rows compared with ``tol``, and where they compared both
-    (`key_of`: no --key, and some runs without suboptimality) `FALLBACK`, whose cells are marked; else None."""
+    """The "to tol" column's header, naming the key its rows compared with ``tol`` and that ``tol`` is absolute (the
+    record's value itself, not relative to |O*| as the run's own ``tol`` and `dane figures local_work`'s target
+    are), and where they compared both (`key_of`: no --key, and some runs without suboptimality) `FALLBACK`, whose
+    cells are marked; else None."""
     keys = {r["key"] for r in rows if r["key"] is not None} or {KEY}
     if len(keys) == 1:
-        return f"rounds/comm to {keys.pop()} <= {tol:g}", None
-    return f"rounds/comm to {KEY} <= {tol:g} (* {FALLBACK} <= {tol:g}: a run without {KEY})", FALLBACK
+        return f"rounds/comm to {keys.pop()} <= {tol:g} (absolute)", None
+    return f"rounds/comm to {KEY} <= {tol:g} (absolute; * {FALLBACK} <= {tol:g}: a run without {KEY})", FALLBACK
 
 
 def markdown(rows: list[dict], tol: float) -> str:
@@ -244,8 +280,9 @@ def markdown(rows: list[dict], tol: float) -> str:
         unknown = "?" if ROUNDS_FILE in r["status"] else "-"  # the records before the damage did not reach it
         to_tol = unknown if r["rounds_to_tol"] is None else f"{r['rounds_to_tol']}/{_cell(r['comm_rounds_to_tol'])}"
         to_tol += " *" if marked is not None and r["key"] == marked else ""
-        cells = [r["job"], r["status"], _cell(r["algorithm"]), _cell(r["workers"]), _cell(r["rounds"]), to_tol,
-                 _cell(r["final_objective"], ".10g"), _cell(r["final_suboptimality"], ".3e"),
+        status = r["status"] if r.get("reason") is None else f"{r['status']}: {r['reason']}"
+        cells = [r["job"], status.replace("|", "\\|"), _cell(r["algorithm"]), _cell(r["workers"]), _cell(r["rounds"]),
+                 to_tol, _cell(r["final_objective"], ".10g"), _cell(r["final_suboptimality"], ".3e"),
                  *([_cell(r["final_test_accuracy"], ".4f")] if accuracy else []), _cell(r["time_s"], ".4g")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -259,7 +296,9 @@ def _finite(value):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=command_name(), description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", help="a sweep directory, or any folder holding run directories")
-    parser.add_argument("--tol", type=float, default=1e-8, help="the tolerance of the 'to tol' column (default 1e-8)")
+    parser.add_argument("--tol", type=float, default=1e-8,
+                        help="the absolute tolerance of the 'to tol' column (default 1e-8): the record's value itself, "
+                             "not relative to |O*| as the run's own tol")
     parser.add_argument("--key", help=f"the record key compared with --tol (default {KEY}, or {FALLBACK} for a run "
                                        "whose records carry no suboptimality: no reference optimum)")
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of the markdown table")

@@ -443,15 +443,15 @@ def test_the_summary_compares_grad_norm_for_a_run_without_a_reference_optimum(tm
     own = "| 0_own | max_rounds | dane | 2 | 5 | {} | 1.000976562 | - | 0.5 |"
     assert summary.main([str(tmp_path / "own"), "--tol", "1e-2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [lines[0], lines[2]] == [head.format("rounds/comm to grad_norm <= 0.01"), own.format("4/8")]
+    assert [lines[0], lines[2]] == [head.format("rounds/comm to grad_norm <= 0.01 (absolute)"), own.format("4/8")]
     assert summary.main([str(tmp_path / "own"), "--tol", "1e-2", "--key", "suboptimality"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [lines[0], lines[2]] == [head.format("rounds/comm to suboptimality <= 0.01"), own.format("-")]
+    assert [lines[0], lines[2]] == [head.format("rounds/comm to suboptimality <= 0.01 (absolute)"), own.format("-")]
     logged_run(tmp_path / "own", "1_job")
     assert summary.main([str(tmp_path / "own"), "--tol", "1e-2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == head.format("rounds/comm to suboptimality <= 0.01 (* grad_norm <= 0.01: a run without "
-                                   "suboptimality)")
+    assert lines[0] == head.format("rounds/comm to suboptimality <= 0.01 (absolute; * grad_norm <= 0.01: a run "
+                                   "without suboptimality)")
     assert [line.split(" | ")[5] for line in lines[2:]] == ["4/8 *", "2/2"]
     assert [r["key"] for r in summary.summarize(tmp_path / "own", tol=1e-2)] == ["grad_norm", "suboptimality"]
 

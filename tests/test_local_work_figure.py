@@ -64,8 +64,9 @@ def test_the_figure_and_its_table_are_written(runs, tmp_path_factory):
     # second-order work: —
     assert "| fed | 2 | 1600 | 800 | 4 | 2 | 0 | 0 | 5e-13 |  |" in table
     assert "| gd | 4 | 256 | — | 4 | — | — | — | 5e-11 |  |" in table
-    assert ("| run | rounds to 1e-08 | uplink bits to 1e-08 | downlink bits to 1e-08 | local passes to 1e-08 | HVPs "
-            "to 1e-08 | Hessians to 1e-08 | factorizations to 1e-08 | last relative suboptimality | — because |") in \
+    assert ("| run | rounds to 1e-08 relative | uplink bits to 1e-08 relative | downlink bits to 1e-08 relative | "
+            "local passes to 1e-08 relative | HVPs to 1e-08 relative | Hessians to 1e-08 relative | factorizations to "
+            "1e-08 relative | last relative suboptimality | — because |") in \
         table
     assert len(json.loads((out / "local_work.json").read_text())["runs"]) == 2
 
@@ -82,8 +83,8 @@ def test_a_run_that_never_reached_the_target_says_why_its_cells_are_dashes(tmp_p
     assert capped["local_hvps"] is None and curve(tmp_path / "blown")["downlink"] is None
     table = local_work.table([capped, curve(tmp_path / "blown")])
     dashes = " | ".join(["—"] * 7)
-    assert f"| capped | {dashes} | 0.5 | not within 1e-08 by its round cap, 2 |" in table
-    assert f"| blown | {dashes} | 1 | not within 1e-08: stopped at round 1 (diverged) |" in table
+    assert f"| capped | {dashes} | 0.5 | not within 1e-08 relative by its round cap, 2 |" in table
+    assert f"| blown | {dashes} | 1 | not within 1e-08 relative: stopped at round 1 (diverged) |" in table
 
 
 def test_the_title_and_caption_name_the_runs_data_and_settings(runs, tmp_path_factory, monkeypatch):
@@ -245,8 +246,8 @@ def test_runs_of_one_method_are_told_apart_by_what_differs_between_their_configs
     assert [row.split(" | ")[0] for row in rows] == ["| GD (algorithm.lr=0.5, workers=2)",
                                                      "| GD (algorithm.lr=0.5, workers=4)",
                                                      "| GD (algorithm.lr=1.0, workers=2)", "| DANE"]
-    assert rows[0] == (f"| GD (algorithm.lr=0.5, workers=2) | {' | '.join(['—'] * 7)} | 0.005 | not within 1e-08: "
-                       "stopped at round 2 (converged) |")
+    assert rows[0] == (f"| GD (algorithm.lr=0.5, workers=2) | {' | '.join(['—'] * 7)} | 0.005 | not within 1e-08 "
+                       "relative: stopped at round 2 (converged) |")
     assert [text.get_text() for text in drawn[0].axes[-1].get_legend().get_texts()] == \
         [row.split(" | ")[0][2:] for row in rows]
 

@@ -44,7 +44,8 @@ def sweep(tmp_path_factory):
     (killed / "rounds.jsonl").write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2])  # torn last line
     (root / "3_no_records" / ".hydra").mkdir(parents=True)  # Hydra made the job directory, the job never logged
     (root / "10_error").mkdir()
-    (root / "10_error" / "error.txt").write_text("Traceback ...\n")
+    (root / "10_error" / "error.txt").write_text(  # a crash's traceback: its last line says why
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nValueError: boom\n')
     return root
 
 
@@ -76,6 +77,7 @@ def test_summary_rows_are_the_logs_numbers(sweep):
     assert (killed["status"], killed["algorithm"], killed["rounds"]) == ("running or crashed", "dane", 2)
     assert killed["final_suboptimality"] == dane_records[2]["suboptimality"]
     assert rows["3_no_records"]["status"] == rows["10_error"]["status"] == "failed"
+    assert (rows["3_no_records"]["reason"], rows["10_error"]["reason"]) == (None, "ValueError: boom")
 
 
 def test_a_damaged_summary_is_a_row_that_says_so(sweep, tmp_path):
@@ -94,7 +96,7 @@ def test_a_damaged_summary_is_a_row_that_says_so(sweep, tmp_path):
 def test_summary_cli_markdown_and_json(sweep, capsys):
     assert summary.main([str(sweep), "--tol", str(TOL)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert len(table) == 2 + 5 and "rounds/comm to suboptimality <= 1e-06" in table[0]
+    assert len(table) == 2 + 5 and "rounds/comm to suboptimality <= 1e-06 (absolute)" in table[0]
     k = first_below(read_rounds(sweep / "0_dane"), TOL)
     assert table[2].startswith(f"| 0_dane | converged | dane | 2 | ") and f"| {k}/{2 * k} |" in table[2]
     assert "| 1_admm | max_rounds | admm | 2 | 6 | - |" in table[3]
@@ -107,7 +109,7 @@ def test_plot_lines_are_the_records(sweep, capsys):
     skipped = capsys.readouterr().err.splitlines()
     assert skipped == [f"skipped {sweep / '2_killed'}: rounds.jsonl has a torn last line (line 4 of 4)",
                        f"skipped {sweep / '3_no_records'}: no rounds.jsonl",
-                       f"skipped {sweep / '10_error'}: no rounds.jsonl"]
+                       f"skipped {sweep / '10_error'}: no rounds.jsonl; failed: ValueError: boom"]
     assert [c.label for c in curves] == ["algorithm=dane, rounds=30", "algorithm=admm, rounds=6"]  # what differs
     named = plot_runs.curves(plot_runs.find([sweep]), "round", "objective", labels="ABCDE")
     assert [(c.label, c.run.name) for c in named] == [("A", "0_dane"), ("B", "1_admm")]  # a label stays with its run
