@@ -244,6 +244,56 @@ def test_local_metrics_are_evaluates_metrics_bit_for_bit(loss, labels, classes, 
         assert passes == len(points) and ledger.counts.sum() == len(points)  # evaluate's passes alone
 
 
+
+def _bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit (torch.equal takes −0 for 0)."""
+    return a.shape == b.shape and torch.equal(a.view(torch.int64), b.view(torch.int64))
+
+
+def _uncached_product(p: LinearModelShard, v: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """∇²D_i(at) v by the loss's ``hess`` at margins made afresh: `hessian_vector`'s formula before its curvature cache."""
+    return p.weight * (p.XT @ p.loss.hess(p.margins(at), p.y, p.margins(v))).reshape(-1)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("loss, labels, classes", CASES, ids=lambda c: getattr(c, "name", None))
+def test_hessian_products_from_the_cached_curvature_are_the_uncached_formulas_bits(loss, labels, classes, sparse):
+    """`hessian_vector` at a point keeps f'' there (the loss's ``second_derivative``; softmax: the margins, for
+    ``hess``) for the products after the first: each is the uncached formula's result bit for bit, and f'' dz is
+    ``hess(z, y, dz)`` bit for bit (σ(z)σ(−z)dz is evaluated (σ(z)σ(−z))dz either way)."""
+    X, y = data(classes=labels, sparse=sparse)
+    p = shard(X, y, loss, classes=classes)
+    gen = torch.Generator().manual_seed(4)
+    at = torch.randn(p.dim, generator=gen, dtype=torch.float64)
+    for _ in range(4):  # the first product fills the cache, the others read it
+        v = torch.randn(p.dim, generator=gen, dtype=torch.float64)
+        assert _bits(p.hessian_vector(v, at=at, with_reg=False), _uncached_product(p, v, at))
+        assert _bits(p.hessian_vector(v, at=at), _uncached_product(p, v, at) + p.l2 * v)
+    assert (loss.second_derivative is None) == (loss is SOFTMAX)
+    if loss.second_derivative is not None:
+        z, dz = p.margins(at), p.margins(torch.randn(p.dim, generator=gen, dtype=torch.float64))
+        assert _bits(loss.second_derivative(z, p.y) * dz, loss.hess(z, p.y, dz))
+
+
+@pytest.mark.parametrize("loss, labels, classes", CASES, ids=lambda c: getattr(c, "name", None))
+def test_a_hessian_product_at_a_new_point_takes_the_new_points_curvature(loss, labels, classes):
+    """The curvature cache is keyed by the point's value: a product at another point, at the first point again, or at
+    the caller's own tensor changed in place after a product, is made with the curvature there, not the one kept."""
+    X, y = data(classes=labels)
+    p = shard(X, y, loss, classes=classes)
+    gen = torch.Generator().manual_seed(5)
+    w1, w2, v = (torch.randn(p.dim, generator=gen, dtype=torch.float64) for _ in range(3))
+    for point in (w1, w2, w1):
+        assert _bits(p.hessian_vector(v, at=point, with_reg=False), _uncached_product(p, v, point))
+    at = w2.clone()
+    p.hessian_vector(v, at=at, with_reg=False)  # the cache now at this tensor's point (w2)
+    at.copy_(w1)  # the same tensor, now another point
+    got = p.hessian_vector(v, at=at, with_reg=False)
+    assert _bits(got, _uncached_product(p, v, w1))
+    if loss is not SQUARED:  # its curvature is the same everywhere: a stale one would go unseen
+        assert not torch.equal(got, _uncached_product(p, v, w2))
+
+
 def _ridge_closed_form(X, y, lam):
     """w* and O* of ridge with an intercept column (penalized, as `LinearModelConfig` fits it), in float64."""
     A = np.hstack([X, np.ones((len(y), 1))])

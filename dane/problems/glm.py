@@ -179,7 +179,7 @@ class LinearModelShard(SharedL2, Problem):
         self._hessian: torch.Tensor | None = None  # quadratic: ∇²D_i, formed at the first factor
         self._last_factor: tuple[float, torch.Tensor, torch.Tensor] | None = None  # (shift, point, factor)
         self._row_smoothness: float | None = None
-        self._last_margins: tuple[torch.Tensor, torch.Tensor] | None = None  # (point, X_i point): `_margins_at`
+        self._last_curvature: tuple | None = None  # (point, X_i point, f'' there or None): `_curvature_at`
         self._last_objective: tuple[torch.Tensor, torch.Tensor] | None = None  # (point, O_i(point)) of `evaluate`
         self._svrg_rows: SVRGRows | None = None
 
@@ -256,16 +256,21 @@ class LinearModelShard(SharedL2, Problem):
         if at is None:
             curv = self.loss.curvature * xv
         else:
-            curv = self.loss.hess(self._margins_at(self._here(at)), self.y, xv)
+            z, d2 = self._curvature_at(self._here(at))
+            curv = d2 * xv if d2 is not None else self.loss.hess(z, self.y, xv)
         Hv = self.weight * (self.XT @ curv).reshape(-1)
         return (Hv + self.l2 * v if with_reg else Hv).to(where)
 
-    def _margins_at(self, at: torch.Tensor) -> torch.Tensor:
-        """X_i at, kept for the point of the last call: CG makes many Hessian products at one point."""
-        cached = self._last_margins
+    def _curvature_at(self, at: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(X_i at, f'' row by row there), kept for the point of the last call: CG makes many Hessian products at one
+        point.  f'' is the loss's ``second_derivative`` (None for softmax, whose products apply ``hess`` to the
+        margins); d2 * xv is ``hess(z, y, xv)`` bit for bit (`dane.losses`)."""
+        cached = self._last_curvature
         if cached is None or cached[0].shape != at.shape or not torch.equal(cached[0], at):
-            cached = self._last_margins = (at.detach().clone(), self.margins(at))
-        return cached[1]
+            z = self.margins(at)
+            d2 = None if self.loss.second_derivative is None else self.loss.second_derivative(z, self.y)
+            cached = self._last_curvature = (at.detach().clone(), z, d2)
+        return cached[1], cached[2]
 
     def grad(self, w: torch.Tensor, *, with_reg: bool = True) -> torch.Tensor:
         _, grad = self.data_value_grad(w)  # on w's device
