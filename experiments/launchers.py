@@ -160,7 +160,8 @@ class ProcessLauncher(Launcher):
         ``logged`` (`launch_log`); (status, last lines).
 
         The launch command reaches the run's provenance through `LAUNCH_COMMAND_ENV`.  On a
-        timeout or an interrupt the whole group goes (horovodrun leaves its workers otherwise).
+        timeout or an interrupt the launch is stopped (`_stop`): the launcher first, which stops its workers, then
+        whatever is left of its process group.
         """
         tail: collections.deque[str] = collections.deque(maxlen=200)
         logged.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +178,7 @@ class ProcessLauncher(Launcher):
 
             def stop() -> None:
                 timed_out.set()
-                _kill_group(proc)
+                _stop(proc)
 
             timer = threading.Timer(self.timeout_s, stop) if self.timeout_s is not None else None
             try:
@@ -191,8 +192,11 @@ class ProcessLauncher(Launcher):
                     tail.append(line.rstrip("\n"))
                     said = said or ERROR_LINE.match(tail[-1]) is not None
                 returncode = proc.wait()
-            except BaseException:  # Ctrl-C: stop the launch too
-                _kill_group(proc)
+            except BaseException:  # Ctrl-C: stop the launch too, its output after that into launch.log only
+                drain = threading.Thread(target=_copy_rest, args=(proc, logfile), daemon=True)
+                drain.start()
+                _stop(proc)
+                drain.join(timeout=1.0)
                 raise
             finally:
                 if timer is not None:
@@ -244,12 +248,43 @@ def settle(logged: Path, place: Path) -> Path:
     return place
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+#: how long a launcher given SIGTERM has to stop its workers and exit before its process group is killed (`_stop`)
+STOP_GRACE_S = 10.0
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a launch (``proc``, the launcher, leader of its own process group): SIGTERM to the launcher, up to
+    ``grace_s`` for it to stop its workers and exit, then SIGKILL to whatever is left of its group.
+
+    torchrun's agent starts each worker in a session of its own (``start_new_session``), out of the launcher's
+    group: a SIGKILLed torchrun leaves them running (and holding the run's folder), where a SIGTERMed one stops them
+    (SIGTERM, then SIGKILL after its own 30 s) before it exits.  horovodrun on SIGTERM stops its workers the same
+    way (its per-worker middlemen, in sessions of their own too, also end them once horovodrun is gone).  A second
+    Ctrl-C during the wait goes straight to the SIGKILL."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # the group is gone (its leader's pid alone names it)
+            pass
+        proc.wait()
+
+
+def _copy_rest(proc: subprocess.Popen, logfile) -> None:
+    """The rest of a stopped launch's output (its launcher's and workers' last lines) into its launch.log."""
+    try:
+        for line in proc.stdout:
+            logfile.write(line)
+    except (OSError, ValueError):  # the pipe or the log closed under it
         pass
-    proc.wait()
 
 
 def main_module() -> str:

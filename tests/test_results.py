@@ -114,6 +114,30 @@ def test_a_lock_of_another_host_is_refused_with_the_fix(tmp_path):
     assert lock.read_text() == "elsewhere 12345"
 
 
+def test_a_launched_jobs_rank_0_finds_another_runs_lock_before_the_first_collective(tmp_path):
+    """`refusal`, which a launched job's rank 0 sends every rank before their first collective: a folder whose lock
+    a live run holds is refused there, under resume=auto and overwrite=true too, so that every rank stops and rank
+    0 alone says why.  It was found only when rank 0 took the lock, after the others had entered a collective, and
+    they said a peer was lost (docs/faults.md: the other ranks say nothing).  A dead run's lock is no refusal."""
+    from types import SimpleNamespace
+
+    from dane.loop.callbacks import refusal
+    from helpers import unused_pid
+
+    lock = tmp_path / LOCK_FILE
+    lock.write_text(f"{socket.gethostname()} {os.getpid()}")
+    line = (f"out_dir={tmp_path} is in use by another run ({socket.gethostname()} pid {os.getpid()}); choose another "
+            f"out_dir, or wait for that run to end (remove {lock} if no run uses the directory)")
+    for resume, overwrite in ((None, False), ("auto", False), (None, True)):
+        control = SimpleNamespace(resume=resume, overwrite=overwrite, restart_unfinished=False, out_dir_key="out_dir")
+        assert refusal(control, str(tmp_path)) == line
+        with pytest.raises(ConfigError) as err:
+            take_lock(tmp_path)
+        assert str(err.value) == line  # the same line as the lock's own refusal
+    lock.write_text(f"{socket.gethostname()} {unused_pid()}")
+    assert refusal(control, str(tmp_path)) is None
+
+
 def test_a_run_without_records_leaves_the_folder_as_it_was(tmp_path):
     """config.yaml and an empty rounds.jsonl made by a run that ends before its first record are removed."""
     run = tmp_path / "a" / "b"

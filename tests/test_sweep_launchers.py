@@ -8,10 +8,13 @@ recorded as failed while the sweep goes on.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -164,6 +167,65 @@ class Launch:
 
     def wait(self) -> int:
         return self.status
+
+
+class Stopping(Launch):
+    """`Launch` whose launcher runs until it is signalled (its output then ends, as a launcher that stops its
+    workers and exits), or whose output reading raises KeyboardInterrupt (``interrupt``: Ctrl-C in the sweep);
+    ``events`` is what `ProcessLauncher._run` did to it, with ``os.killpg`` (patched by ``watch``) in order."""
+
+    pid = 4242
+
+    def __init__(self, interrupt: bool = False):
+        super().__init__([], -15)
+        self.interrupt, self.events, self.signalled = interrupt, [], threading.Event()
+
+    def __call__(self, cmd, *, env, **kwargs):
+        super().__call__(cmd, env=env, **kwargs)
+        self.stdout = self.output()
+        return self
+
+    def output(self):
+        yield "started\n"
+        if self.interrupt:
+            raise KeyboardInterrupt
+        self.signalled.wait(timeout=30)
+
+    def send_signal(self, sig) -> None:
+        self.events.append(("signal", sig))
+        self.signalled.set()
+
+    def wait(self, timeout=None) -> int:
+        self.events.append(("wait", timeout))
+        return self.status
+
+    def watch(self, monkeypatch, launchers) -> None:
+        monkeypatch.setattr(launchers.subprocess, "Popen", self)
+        monkeypatch.setattr(launchers.os, "killpg", lambda pid, sig: self.events.append(("killpg", pid, sig)))
+
+
+@pytest.mark.parametrize("how", ["interrupt", "timeout"])
+def test_a_stopped_launch_is_sent_sigterm_then_its_group_sigkill(how, tmp_path, monkeypatch):
+    """On Ctrl-C in the sweep, or past hydra.launcher.timeout_s, the launcher gets SIGTERM first and up to
+    `STOP_GRACE_S` to exit, then its process group SIGKILL.  torchrun's agent starts each worker in a session of
+    its own: SIGKILLed at once, as before, torchrun left its workers running, writing the job's run to the end and
+    holding its folder, where on SIGTERM it stops them before it exits."""
+    import signal
+
+    from dane.experiments import launchers
+
+    launch = Stopping(interrupt=how == "interrupt")
+    launch.watch(monkeypatch, launchers)
+    launcher = launchers.TorchrunLauncher(timeout_s=0.05 if how == "timeout" else None)
+    if how == "interrupt":
+        with pytest.raises(KeyboardInterrupt):
+            launcher._run(["torchrun"], tmp_path / "launch.log")
+    else:
+        assert launcher._run(["torchrun"], tmp_path / "launch.log")[0] == launchers.TIMED_OUT
+    stop = launch.events.index(("signal", signal.SIGTERM))
+    assert launch.events[stop:stop + 3] == [("signal", signal.SIGTERM), ("wait", launchers.STOP_GRACE_S),
+                                            ("killpg", Stopping.pid, signal.SIGKILL)]
+    assert (tmp_path / "launch.log").read_text().splitlines() == ["torchrun", "started"]
 
 
 def launched_job(monkeypatch, job: Path, files: dict[str, str], overrides: list[str]):
@@ -413,3 +475,55 @@ def test_a_failed_job_is_recorded_and_the_sweep_goes_on(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert table.returncode == 0, table.stderr
     assert [row["status"] for row in json.loads(table.stdout)] == ["failed", "failed", "failed", "diverged"]
+
+
+def processes_naming(text: str) -> list[int]:
+    """The pids of this machine's processes whose command line holds ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "horovod"])
+def test_an_interrupted_launched_sweep_leaves_no_worker_and_its_rerun_continues(launcher, tmp_path):
+    """Ctrl-C on a sweep while a launched job runs: the sweep exits 130, and no worker of the job is left (torchrun's
+    agent starts its workers in sessions of their own: a SIGKILLed torchrun left them running to the end, holding the
+    job's folder, so that the rerun was refused as in use by another run); the same sweep again with resume=auto
+    continues the job from its checkpoint."""
+    import signal
+
+    LAUNCHERS[launcher][2]()  # skips when the launcher is not installed
+    out = tmp_path / "runs"
+    args = ["algorithm=gd", "workers=2", "problem.n_samples=6000", "problem.dim=200", "progress=none",
+            f"out_dir={out}/${{hydra:job.num}}", "resume=auto", "checkpoint_every=100"]
+    cmd = [sys.executable, "-m", "experiments.cli", "train", "-m", f"hydra/launcher={launcher}", *args,
+           f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.Popen([*cmd, "rounds=100000"], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "0" / "checkpoint" / "COMMITTED").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint after 300 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        said, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, said[-3000:]
+    assert said.splitlines()[-1] == "dane train: interrupted", said[-3000:]
+    deadline = time.monotonic() + 30  # a worker stopped by its launcher says its line and exits
+    while processes_naming(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_naming(str(out)) == [], "a worker of the interrupted job is still running"
+    assert not (out / "0" / "summary.json").exists()  # stopped, not run to its end
+    again = subprocess.run([*cmd, "rounds=300"], cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    summary = read_summary(out / "0")
+    assert summary["rounds"] == 300 and summary["resumed_from_round"] >= 100

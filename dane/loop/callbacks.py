@@ -32,6 +32,7 @@ from ..comm.tail import ALPHA_BETA_ONLY
 from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, load_checkpoint, part_meta, resume_offer,
                          save_checkpoint, truncate_rounds, write_torch)
 from ..records.confusion import write_confusion
+from ..records.lock import lock_refusal
 from ..errors import ConfigError, say
 from ..layout import CONF_DIR
 from .faults import inject_faults
@@ -131,10 +132,16 @@ def replaces(control, out_dir: str) -> bool:
 
 
 def refusal(control, out_dir: str | None) -> str | None:
-    """What `Records` will refuse ``out_dir`` with (a run there, neither continued nor replaced), or None: a launched
-    job's rank 0 finds it before any collective and sends it to every rank (`dane.loop.kinds.launched`), so that the
-    others stop with it instead of waiting in a collective for a rank 0 that has gone."""
-    if out_dir is None or control.resume is not None or replaces(control, out_dir):
+    """What `Records` will refuse ``out_dir`` with (another run's lock on it, `dane.records.lock.lock_refusal`; a run
+    there, neither continued nor replaced), or None: a launched job's rank 0 finds it before any collective and sends
+    it to every rank (`dane.loop.kinds.launched`), so that the others stop with it instead of waiting in a collective
+    for a rank 0 that has gone."""
+    if out_dir is None:
+        return None
+    locked = lock_refusal(out_dir)  # resume and overwrite too: a directory another run writes is refused to both
+    if locked is not None:
+        return locked
+    if control.resume is not None or replaces(control, out_dir):
         return None
     held = held_run(out_dir)
     return occupied(out_dir, held, resume_offer(out_dir), control.out_dir_key) if held else None

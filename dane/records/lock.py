@@ -43,18 +43,31 @@ def take_lock(run_dir: Path) -> Path:
             except FileExistsError:
                 if _stale(path) and _removed(path):
                     continue
-                owner = _owner(path)
-                if owner is None:
-                    raise ConfigError(f"out_dir={run_dir} is locked by {path}, which names no run; remove {path} "
-                                      "if no run uses the directory") from None
-                raise ConfigError(f"out_dir={run_dir} is in use by another run ({' pid '.join(owner)}); choose "
-                                  f"another out_dir, or wait for that run to end (remove {path} if no run uses the "
-                                  "directory)") from None
+                raise ConfigError(_held(run_dir, path)) from None
             except OSError as err:
                 raise _not_writable(run_dir, err) from None
     finally:
         tmp.unlink(missing_ok=True)
     raise ConfigError(f"out_dir={run_dir}: could not take {path}; remove it if no run uses the directory")
+
+
+def lock_refusal(run_dir: str | Path) -> str | None:
+    """What `take_lock` would refuse ``run_dir`` with now because another run holds its lock (one not `_stale`), or
+    None: a launched job's rank 0 asks before its ranks' first collective (`dane.loop.callbacks.refusal`), so that
+    every rank stops with the line instead of the others reporting a lost peer when rank 0 is refused later."""
+    path = Path(run_dir) / LOCK_FILE
+    if not path.exists() or _stale(path):
+        return None
+    return _held(Path(run_dir), path)
+
+
+def _held(run_dir: Path, path: Path) -> str:
+    """The refusal of ``run_dir`` whose lock ``path`` another run holds."""
+    owner = _owner(path)
+    if owner is None:
+        return f"out_dir={run_dir} is locked by {path}, which names no run; remove {path} if no run uses the directory"
+    return (f"out_dir={run_dir} is in use by another run ({' pid '.join(owner)}); choose another out_dir, or wait for "
+            f"that run to end (remove {path} if no run uses the directory)")
 
 
 def _not_writable(run_dir: Path, err: OSError) -> ConfigError:
