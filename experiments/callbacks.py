@@ -6,7 +6,7 @@ with one line saying where the jobs' runs went and the command that tabulates th
     sweep: 12 jobs in results/sweeps/2024-05-01_12-00-00-123456_4242; summary: dane figures summary results/sweeps/...
 
 or, where the jobs set ``out_dir='DIR/${hydra:job.num}'``, ``sweep: 12 jobs in DIR (Hydra's job folders: <sweep
-dir>); summary: dane figures summary DIR`` (`runs_folder`).
+dir>); summary: dane figures summary DIR`` (`runs_folder`; a sweep of one job too: `runs_root`).
 
 It only prints the command (experiments do not import paper_figs).  A job that raises
 stops Hydra's sweep with its traceback before ``on_multirun_end``, so no line then;
@@ -15,7 +15,9 @@ refused on bad input (or whose worker was lost) leaves its line in ``<job dir>/e
 (`failure_file`), or, where its folder holds a run the job did not write (a sweep run again into
 its folder: each finished job's folder is refused), in ``<sweep dir>/refused/<job dir>.txt``, so
 that a run's folder never holds a later job's refusal.  The sweep goes on; the line then names
-those files, and the sweep exits with status 2 (`failed`, read by ``experiments.train.cli``).  A job
+those files (``k refused, their folders kept as they were: ...`` for those in refused/, whose folders hold the run
+they held: nothing failed there; ``k failed: ...`` for the error.txt files), and the sweep exits with status 2, as a
+refused single run does (`failed`, read by ``experiments.train.cli``).  A job
 that finishes in a folder where an earlier job failed removes that job's error.txt (`clear_failure`).  A sweep
 run again with ``resume=auto`` runs no job whose out_dir holds the finished run of its config
 (`dane.loop.resume.finished_run`): the job is counted as finished (`skip_finished`), not failed.
@@ -78,6 +80,27 @@ def job_run_dir(cfg: DictConfig, job_dir: str | Path) -> Path:
     return Path(str(out_dir)) if out_dir else Path(job_dir)
 
 
+#: where an out_dir's path names the job (``out_dir='DIR/${hydra:job.num}'``): the path is the job's from there on
+JOB_INTERPOLATION = "${hydra:job."
+
+
+def runs_root(cfg: DictConfig, job_dir: str | Path) -> Path:
+    """The folder that holds a job's run folder (`job_run_dir`) and those of the sweep's other jobs: where its out_dir
+    names the job (``out_dir='DIR/${hydra:job.num}'``, or ``DIR/run_${hydra:job.num}/x``: `JOB_INTERPOLATION`), the
+    run folder less the parts from that one on, ``DIR``, however many jobs the sweep has; the run folder itself
+    else (`runs_folder` takes the folder common to every job's)."""
+    run = job_run_dir(cfg, job_dir)
+    try:
+        typed = OmegaConf.to_container(cfg, resolve=False).get("out_dir") if isinstance(cfg, DictConfig) else None
+    except (OmegaConfBaseException, AttributeError):
+        typed = None
+    if not isinstance(typed, str) or JOB_INTERPOLATION not in typed:
+        return run
+    typed = typed.rstrip("/")
+    job_parts = typed[typed.index(JOB_INTERPOLATION):].count("/") + 1  # the part that names the job, and those after it
+    return run.parents[job_parts - 1] if len(run.parts) > job_parts else run
+
+
 def refused_path(job_dir: str | Path, sweep_dir: str | Path, suffix: str) -> Path:
     """``<sweep dir>/refused/<job dir><suffix>``: a refused job's file, beside the folder it was refused."""
     return Path(sweep_dir) / REFUSED_DIR / f"{os.path.relpath(job_dir, sweep_dir)}{suffix}"
@@ -135,6 +158,15 @@ def settle_job_config(job_dir: str | Path, sweep_dir: str | Path, before: dict[s
     target = Path(job_dir) / JOB_CONFIG_DIR
     shutil.rmtree(target, ignore_errors=True)
     shutil.move(staged, target)
+    drop_refused_dir(sweep_dir)
+
+
+def drop_refused_dir(sweep_dir: str | Path) -> None:
+    """``<sweep dir>/refused/`` removed where nothing is left in it (its last staged config moved in or dropped)."""
+    try:
+        (Path(sweep_dir) / REFUSED_DIR).rmdir()
+    except OSError:
+        pass
 
 
 def clear_failure(job_dir: str | Path) -> None:
@@ -150,10 +182,7 @@ def skip_finished(job_dir: str | Path, sweep_dir: str | Path) -> None:
     refusal goes (the run's config.yaml is the job's), as does an error.txt an earlier job left (`clear_failure`);
     `SweepSummary` counts the job as finished."""
     shutil.rmtree(refused_path(job_dir, sweep_dir, JOB_CONFIG_DIR), ignore_errors=True)
-    try:
-        (Path(sweep_dir) / REFUSED_DIR).rmdir()  # where nothing else is in it
-    except OSError:
-        pass
+    drop_refused_dir(sweep_dir)
     clear_failure(job_dir)
     SweepSummary.kept.append(Path(job_dir))
 
@@ -161,7 +190,7 @@ def skip_finished(job_dir: str | Path, sweep_dir: str | Path) -> None:
 class SweepSummary(Callback):
     """Counts the jobs of a multirun and prints where they are and how to summarize them."""
 
-    #: the error.txt and refused/ files of the last sweep's failed jobs (`on_multirun_end`)
+    #: the error.txt and refused/ files of the last sweep's failed or refused jobs (`on_multirun_end`)
     failed: list[Path] = []
     #: the job folders of this sweep's jobs whose run was already finished (`skip_finished`)
     kept: list[Path] = []
@@ -169,6 +198,7 @@ class SweepSummary(Callback):
     def __init__(self) -> None:
         self.jobs = 0
         self.run_dirs: list[Path] = []  # each job's run folder (`job_run_dir`), where on_job_end runs in this process
+        self.roots: list[Path] = []  # the folder that holds each job's run folder (`runs_root`)
         self.started = time.time()
         self.sweep_config: bytes | None = None  # the multirun.yaml the sweep's folder held before this sweep
 
@@ -185,6 +215,7 @@ class SweepSummary(Callback):
         job_dir = OmegaConf.select(config, "hydra.runtime.output_dir")
         if job_dir is not None:
             self.run_dirs.append(job_run_dir(config, job_dir))
+            self.roots.append(runs_root(config, job_dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not rank_zero():  # under a launcher every rank runs Hydra; one line is enough
@@ -202,21 +233,30 @@ class SweepSummary(Callback):
             atomic_write(Path(sweep_dir) / SWEEP_CONFIG_FILE, lambda f: f.write(self.sweep_config))
         kept = len(SweepSummary.kept)
         notes = [f"{kept} already finished, kept as {'it was' if kept == 1 else 'they were'}"] if kept else []
-        if failed:
-            notes.append(f"{len(failed)} failed: {', '.join(str(p) for p in failed[:3])}{', ...' * (len(failed) > 3)}")
+        if refused:  # their folders held a run the job did not write: as they were, and the line says why
+            notes.append(f"{len(refused)} refused, {'its folder' if len(refused) == 1 else 'their folders'} kept as "
+                         f"{'it was' if len(refused) == 1 else 'they were'}: {files(refused)}")
+        if len(failed) > len(refused):
+            notes.append(f"{len(failed) - len(refused)} failed: {files([p for p in failed if p not in refused])}")
         note = f" ({'; '.join(notes)})" if notes else ""
-        runs = runs_folder(sweep_dir, self.run_dirs)
+        runs = runs_folder(sweep_dir, self.run_dirs, self.roots)
         configs = f" (Hydra's job folders: {sweep_dir})" if runs != sweep_dir else ""
         print(f"sweep: {jobs} job{'s' * (jobs != 1)}{note} in {runs}{configs}; "
               f"summary: dane figures summary {shlex.quote(runs)}", flush=True)
 
 
-def runs_folder(sweep_dir: str, run_dirs: list[Path]) -> str:
+def files(paths: list[Path], shown: int = 3) -> str:
+    """The first ``shown`` of ``paths``, and ``...`` where there are more."""
+    return f"{', '.join(str(p) for p in paths[:shown])}{', ...' * (len(paths) > shown)}"
+
+
+def runs_folder(sweep_dir: str, run_dirs: list[Path], roots: list[Path] | None = None) -> str:
     """Where a sweep's runs are: its folder, unless a job's run folder (`job_run_dir`) lies outside it (the jobs set
-    ``out_dir='DIR/${hydra:job.num}'``): then the folder that holds every job's run folder (DIR), which
-    ``dane figures summary`` tabulates (a job folder then holds only Hydra's config and log)."""
+    ``out_dir='DIR/${hydra:job.num}'``): then the folder that holds every job's run folder (DIR: common to the
+    jobs' ``roots``, `runs_root`, also where one job alone ran), which ``dane figures summary`` tabulates (a job
+    folder then holds only Hydra's config and log)."""
     sweep = Path(os.path.abspath(sweep_dir))
     folders = [Path(os.path.abspath(p)) for p in run_dirs]
     if all(p.is_relative_to(sweep) for p in folders):
         return sweep_dir
-    return os.path.commonpath(folders)
+    return os.path.commonpath([Path(os.path.abspath(p)) for p in roots or run_dirs])

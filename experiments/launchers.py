@@ -21,7 +21,8 @@ config beside it, as ``<job dir>.log`` and ``<job dir>.hydra/``: `launch_log`,
 exit is that job's failure, and the sweep goes on, as with the basic launcher.  A run that diverged wrote its
 summary (status: diverged): that is a result.  A job with a result removes an earlier job's error.txt from its
 folder (`experiments.callbacks.clear_failure`).  The launch command is in the run's ``summary.json``
-(``provenance.launch.command``); the launched run's refusal of an occupied job folder names hydra.sweep.dir
+(``provenance.launch.command``), the sweep's in ``provenance.sweep_command`` (`SWEEP_COMMAND_ENV`); the launched run's
+refusal of an occupied job folder names hydra.sweep.dir
 (`experiments.callbacks.SWEEP_OUT_DIR_ENV`).
 
 Hydra instantiates launchers only from the ``hydra_plugins`` package: these classes are
@@ -55,7 +56,7 @@ from dane import checks
 from dane.errors import ConfigError, say
 from dane.experiments.callbacks import (SWEEP_OUT_DIR_ENV, clear_failure, failure_file, job_run_dir, record_failure,
                                         run_files, settle_job_config, skip_finished)
-from dane.records.provenance import LAUNCH_COMMAND_ENV
+from dane.records.provenance import LAUNCH_COMMAND_ENV, SWEEP_COMMAND_ENV, run_command
 from dane.records.results import SUMMARY_FILE
 from dane.synthetic.launchers import launch_env, horovodrun_command, torchrun_command
 
@@ -123,16 +124,15 @@ class ProcessLauncher(Launcher):
                 skip_finished(job_dir, hydra.sweep.dir)
                 return 0
             np = 1 if cfg.workers is None else checks.positive_int("workers", cfg.workers)
-            overrides = job_overrides(list(hydra.overrides.task), cfg)
+            args = job_args(hydra, cfg)  # the launched program composes the job again
             if not cfg.get("out_dir"):
-                overrides.append(f"out_dir={quote(str(job_dir))}")
                 env[SWEEP_OUT_DIR_ENV] = str(job_dir)  # its refusal of the folder names hydra.sweep.dir
-            options, searchpath = config_search_args(hydra)  # the launched program composes the job again
+            env[SWEEP_COMMAND_ENV] = json.dumps(run_command())  # its provenance.sweep_command
             module = main_module()
         except ConfigError as exc:
             return self._failed(f"error: {exc}", 2, job, run_dir)
         held = run_files(run_dir).get(SUMMARY_FILE)
-        cmd = self.command(module, [*options, *overrides, *searchpath], np)
+        cmd = self.command(module, args, np)
         logged = launch_log(job_dir, hydra.sweep.dir, job, run_dir)
         try:
             returncode, tail = self._run(cmd, logged, env)
@@ -314,6 +314,19 @@ def config_search_args(hydra: DictConfig) -> tuple[list[str], list[str]]:
             searchpath.append(_quoted(f"{source.schema}://{path}", "the config search path entry",
                                       "choose a plainer folder for it"))
     return options, ([f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else [])
+
+
+def job_args(hydra: DictConfig, cfg: DictConfig) -> list[str]:
+    """The arguments that run a sweep's job (``cfg``; ``hydra``, its Hydra config) as a command of its own: the
+    config folders the sweep's command line added (`config_search_args`), the job's overrides with their
+    interpolations resolved for the job (`job_overrides`), and ``out_dir=<its job folder>`` where it sets none
+    (`quote`).  A process launcher launches the job's program with them; an in-process job records them as its
+    command (`experiments.train.job_command`).  Raises `ConfigError` where a path cannot be one override value."""
+    overrides = job_overrides(list(hydra.overrides.task), cfg)
+    if not cfg.get("out_dir"):
+        overrides.append(f"out_dir={quote(str(hydra.runtime.output_dir))}")
+    options, searchpath = config_search_args(hydra)
+    return [*options, *overrides, *searchpath]
 
 
 def job_overrides(overrides: list[str], cfg: DictConfig) -> list[str]:

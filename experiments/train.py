@@ -76,9 +76,32 @@ def main(cfg: DictConfig) -> None:
     run_at = job_run_dir(cfg, hydra.runtime.output_dir)
     job = run_files(run_at)
     try:
-        train(cfg, job, run_at)
+        with job_command(hydra, cfg):
+            train(cfg, job, run_at)
     finally:
         settle_job_config(hydra.runtime.output_dir, hydra.sweep.dir, job, run_at)
+
+
+def job_command(hydra: DictConfig, cfg: DictConfig):
+    """Around a job of an in-process sweep: its run's ``provenance.command`` is the job's own command (the program,
+    `experiments.launchers.job_args`: its overrides as a launched job's are, ``out_dir`` its job folder where it
+    sets none), not the sweep's ``-m`` line, which goes to ``provenance.sweep_command``
+    (`dane.records.provenance.command_of_run`).  Where a launcher named the job's command already (Slurm's,
+    `RUN_COMMAND_ENV`), or the job cannot be one command (refused by the run itself), as it was."""
+    from contextlib import nullcontext
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    from dane.experiments.launchers import job_args
+    from dane.records.provenance import RUN_COMMAND_ENV, command_of_run, entry_program, run_command
+
+    if RUN_COMMAND_ENV in os.environ:
+        return nullcontext()
+    try:
+        args = job_args(hydra, cfg)
+    except (UserError, OmegaConfBaseException):  # an out_dir that does not resolve: the run's check says so
+        return nullcontext()
+    return command_of_run([*entry_program(), *args], sweep=run_command())
 
 
 def train(cfg: DictConfig, job: dict, run_at: Path | None = None) -> None:

@@ -52,6 +52,24 @@ LAUNCHED_AGAIN = command("sweep:launched-again", "workers=1", *TINY, "rounds=2",
                         f"out_dir='{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}'", module="experiments.simulate",
                         env={SWEEP_OUT_DIR_ENV: f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}"},
                         watch=f"{{tmp}}/sweep/rerun/{RERUN_JOBS[0]}")
+#: a sweep, then the same again with overwrite=true and keys that change no run's result (no part of a job's name:
+#: conf/config.yaml, exclude_keys), then again with resume=auto: the second replaces the first's runs in their folders,
+#: a sweep into out_dir='DIR/${hydra:job.num}', then again with resume=auto: the second keeps the first's runs, and
+#: neither makes folders of its own
+REPLACE_ARGS = ("-m", "workers=1,2", *TINY, "rounds=2", "hydra.sweep.dir={tmp}/sweep/replace")
+REPLACE_FIRST = command("sweep:replace-first", *REPLACE_ARGS, module="experiments.simulate")
+REPLACED = command("sweep:replaced", *REPLACE_ARGS, "overwrite=true", "progress=none", "checkpoint_every=1",
+                   "quiet=true", "print_every=2", module="experiments.simulate")
+RESUME_ARGS = ("-m", "workers=1,2", *TINY, "rounds=2", "quiet=true", "out_dir={tmp}/sweep/resume/${hydra:job.num}",
+               "hydra.sweep.dir={tmp}/sweep/resume.hydra")
+RESUME_FIRST = command("sweep:resume-first", *RESUME_ARGS, module="experiments.simulate")
+RESUMED = command("sweep:resumed", *RESUME_ARGS, "resume=auto", "checkpoint_every=1", "progress=none",
+                  module="experiments.simulate")
+REPLACE_JOBS = [f"{k}_problem.dim=20,problem.n_samples=600,rounds=2,workers={k + 1}" for k in range(2)]
+#: a sweep of one job into out_dir='DIR/${hydra:job.num}'
+ONE_JOB = command("sweep:one-job", "-m", "workers=2", *TINY, "rounds=2", "quiet=true",
+                  "out_dir={tmp}/sweep/one/${hydra:job.num}", "hydra.sweep.dir={tmp}/sweep/one.hydra",
+                  module="experiments.simulate")
 #: before the first sweep, job 1's folder holds the line of an earlier job refused on bad input (logger is no part
 #: of the job's name: a fixed logger=... runs in the same folder)
 STALE_ERROR = "error: logger must be a list of jsonl, tensorboard, mlflow (e.g. logger=[jsonl,tensorboard]), got 'x'\n"
@@ -101,7 +119,8 @@ def test_a_sweep_run_again_into_its_folder_leaves_each_finished_run_as_it_was(co
     """Each job of the second sweep is refused (its folder holds a finished run) and says so on stderr; the line
     goes to ``<sweep dir>/refused/<job>.txt``, and the job's Hydra config to ``<sweep dir>/refused/<job>.hydra/``,
     not into the finished run's folder, which stays byte for byte (its .hydra/ too, though the refused config
-    differs: print_every=2); the sweep names those files and exits with status 2."""
+    differs: print_every=2); the sweep names those files as refused, the folders kept (it said "2 failed",
+    though nothing failed), and exits with status 2, as a refused single run does (docs/configuration.md)."""
     first, again, sweep = commands[FIRST_SWEEP], commands[SWEEP_AGAIN], commands.tmp / "sweep" / "rerun"
     assert first["rc"] == 0, first["stderr"][-2000:]
     refusals = [f"error: out_dir={sweep / job} already holds a run (rounds.jsonl, summary.json); choose a new "
@@ -117,11 +136,52 @@ def test_a_sweep_run_again_into_its_folder_leaves_each_finished_run_as_it_was(co
         sorted(f"refused/{job}{name}" for job in RERUN_JOBS for name in (
             ".txt", ".hydra", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"))
     assert [p.read_text() for p in written] == [line + "\n" for line in refusals]
-    assert f"sweep: 2 jobs (2 failed: {written[0]}, {written[1]}) in {sweep};" in again["stdout"]
+    assert f"sweep: 2 jobs (2 refused, their folders kept as they were: {written[0]}, {written[1]}) in {sweep};" \
+        in again["stdout"]
     assert [p.name for p in job_dirs(sweep)] == RERUN_JOBS  # `dane figures summary`: refused/ is no job of its own
     launched = commands[LAUNCHED_AGAIN]  # under a process launcher the refusal names the sweep's setting too
     assert launched["rc"] == 2 and launched["stderr"].splitlines() == refusals[:1]
     assert launched["existed"] and launched["unchanged"]
+
+
+def test_a_sweep_run_again_with_overwrite_replaces_its_runs_in_their_folders(commands):
+    """docs/configuration.md: a sweep run again into its folder is refused, and adding overwrite=true replaces the
+    runs.  overwrite (and progress, checkpoint_every, quiet, print_every) was part of a job folder's name, so the
+    sweep made new folders beside the first's (``0_overwrite=True,...``), which `dane figures plot_runs` then
+    labelled by it as if it were a hyperparameter; now the jobs replace the runs in the first's folders.  A sweep
+    into out_dir='DIR/${hydra:job.num}' run again with resume=auto (and checkpoint_every, progress) runs no job, each
+    run being finished, and makes no Hydra job folders beside the first's."""
+    sweep, resume = commands.tmp / "sweep" / "replace", commands.tmp / "sweep" / "resume"
+    runs = [commands[name] for name in (REPLACE_FIRST, REPLACED, RESUME_FIRST, RESUMED)]
+    assert [run["rc"] for run in runs] == [0] * 4, "".join(run["stderr"] for run in runs)[-2000:]
+    assert f"sweep: 2 jobs in {sweep};" in runs[1]["stdout"]
+    assert sorted(p.name for p in sweep.iterdir()) == [*REPLACE_JOBS, "multirun.yaml"]
+    assert f"sweep: 2 jobs (2 already finished, kept as they were) in {resume} " in runs[3]["stdout"]
+    assert sorted(p.name for p in Path(f"{resume}.hydra").iterdir()) == [*REPLACE_JOBS, "multirun.yaml"]
+    for job in REPLACE_JOBS:
+        provenance = read_summary(sweep / job)["provenance"]
+        overrides = yaml.safe_load((sweep / job / ".hydra" / "overrides.yaml").read_text())
+        assert "overwrite=True" in overrides  # the replacing job's config, taken into the folder's .hydra/
+        assert provenance["command"] == [provenance["command"][0], *overrides, f"out_dir='{sweep / job}'"]
+        assert provenance["sweep_command"][1:] == [a.replace("{tmp}", str(commands.tmp)) for a in REPLACE_ARGS] + [
+            "overwrite=true", "progress=none", "checkpoint_every=1", "quiet=true", "print_every=2"]
+
+
+def test_an_in_process_sweep_job_records_its_own_command_and_the_sweeps_beside_it(commands):
+    """A job of an in-process sweep recorded the sweep's whole ``-m`` line as its ``provenance.command``, so that a
+    cell's own overrides were not there (a torchrun job records its own): now the job's overrides, as its
+    .hydra/overrides.yaml has them with out_dir resolved for the job (`experiments.launchers.job_args`, as a
+    launched job is given them), and the sweep's line in ``provenance.sweep_command``.  With one job and
+    ``out_dir='DIR/${hydra:job.num}'`` the closing line names DIR, as docs/configuration.md says (it named DIR/0)."""
+    proc, one = commands[ONE_JOB], commands.tmp / "sweep" / "one"
+    assert proc["rc"] == 0, proc["stderr"][-2000:]
+    assert proc["stdout"].splitlines()[-1] == (f"sweep: 1 job in {one} (Hydra's job folders: {one}.hydra); "
+                                               f"summary: dane figures summary {one}")
+    provenance = read_summary(one / "0")["provenance"]
+    job = ["workers=2", *TINY, "rounds=2", "quiet=True"]
+    assert provenance["command"] == [provenance["command"][0], *job, f"out_dir='{one / '0'}'"]
+    assert "-m" not in provenance["command"] and provenance["sweep_command"][1] == "-m"
+    assert provenance["sweep_command"][-2:] == [f"out_dir={one}/${{hydra:job.num}}", f"hydra.sweep.dir={one}.hydra"]
 
 
 def test_a_job_that_finishes_removes_the_error_file_an_earlier_job_left_in_its_folder(commands):
@@ -245,7 +305,7 @@ def test_a_jobs_hydra_config_goes_beside_its_refusal_and_in_once_it_writes_its_r
     settle_job_config(job, sweep, before)
     assert tree(job) == {"rounds.jsonl": '{"round": 0}\n{"round": 1}\n', "summary.json": FINISHED_JOB["summary.json"],
                          ".hydra/overrides.yaml": "- workers=2\n- overwrite=true\n"}
-    assert not staged.exists()
+    assert not staged.exists() and not staged.parent.exists()  # no empty refused/ left in the sweep's folder
 
 
 def test_a_sweep_whose_every_job_was_refused_puts_back_the_sweep_config_its_folder_held(tmp_path, monkeypatch):
@@ -483,7 +543,8 @@ def test_a_sweep_rerun_with_resume_auto_counts_a_finished_job_as_finished_and_le
         f"resume=auto: {out} holds the finished run of this config (max_rounds after 2 rounds); nothing to do, kept as it was"
     assert tree(out) == held and not (sweep / "refused").exists()
     [kept] = SweepSummary.kept
-    assert kept.parent == sweep and "checkpoint_every=1" in kept.name  # its job folder
+    assert kept == sweep / "0_problem.dim=3,problem.n_samples=60,rounds=2,workers=2"  # the first's job folder: the
+    # keys that change no result (resume, out_dir, quiet, print_every, checkpoint_every) are no part of its name
     run_sweep_job(sweep_job(sweep, *job, "problem.lam=0.5"))
     assert capsys.readouterr().err == (f"error: out_dir={out} already holds a run (rounds.jsonl, summary.json); choose a "
                                        "new out_dir, or replace it with overwrite=true (dane.fit: overwrite=True)\n")
@@ -493,5 +554,5 @@ def test_a_sweep_rerun_with_resume_auto_counts_a_finished_job_as_finished_and_le
     summary.jobs = 3
     summary.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
     [refused] = (sweep / "refused").glob("*.txt")
-    assert capsys.readouterr().out == (f"sweep: 3 jobs (1 already finished, kept as it was; 1 failed: {refused}) in "
-                                       f"{sweep}; summary: dane figures summary {sweep}\n")
+    assert capsys.readouterr().out == (f"sweep: 3 jobs (1 already finished, kept as it was; 1 refused, its folder kept "
+                                       f"as it was: {refused}) in {sweep}; summary: dane figures summary {sweep}\n")

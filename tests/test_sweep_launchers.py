@@ -101,6 +101,7 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
     result, as before."""
     from dane.experiments import launchers
     from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV
+    from dane.records.provenance import SWEEP_COMMAND_ENV, run_command
 
     sweep_dir, job = tmp_path, tmp_path / "0_workers=2"
     job.mkdir()
@@ -114,7 +115,8 @@ def test_a_launched_job_refused_for_its_finished_run_leaves_the_run_as_it_was(tm
     given = {}
     monkeypatch.setattr(launcher, "_run", lambda cmd, logged, env: (given.update(env), (2, [line]))[1])
     assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 2
-    assert given == {SWEEP_OUT_DIR_ENV: str(job)}  # the launched run's refusal names hydra.sweep.dir
+    assert given.pop(SWEEP_OUT_DIR_ENV) == str(job)  # the launched run's refusal names hydra.sweep.dir
+    assert given == {SWEEP_COMMAND_ENV: json.dumps(run_command())}  # the sweep's command, its provenance.sweep_command
     assert capsys.readouterr().err == line + "\n"
     assert sorted(p.relative_to(sweep_dir).as_posix() for p in sweep_dir.rglob("*") if p.is_file()) == \
         ["0_workers=2/summary.json", "refused/0_workers=2.txt"]

@@ -23,6 +23,8 @@ LAUNCH_COMMAND_ENV = "DANE_LAUNCH_COMMAND"
 #: set where the process's own command line is a launcher's, not the run's (submitit's ``_submit.py`` in a
 #: Slurm job, `experiments.slurm_launcher`): the run's command line as a user would type it, as JSON
 RUN_COMMAND_ENV = "DANE_RUN_COMMAND"
+#: set by a sweep's process launcher (experiments.launchers) for a job it starts: the sweep's command line, as JSON
+SWEEP_COMMAND_ENV = "DANE_SWEEP_COMMAND"
 
 
 @lru_cache(maxsize=1)
@@ -121,18 +123,27 @@ def set_entry_command(argv: list[str], prog: str | None = None) -> None:
 
 
 _made_for: list[str] | None = None  # the command of the run this process makes for a caller (`command_of_run`)
+_sweep: list[str] | None = None  # the command of the sweep whose job that run is (`command_of_run`)
+
+
+def entry_program() -> list[str]:
+    """The words of this process's command before its arguments: ``dane train`` where the ``dane`` command started
+    it (`set_entry_command`), else the program's file name, as `run_command` names it."""
+    return _entry_prog.split() if _entry_prog is not None else [Path(sys.argv[0]).name]
 
 
 @contextmanager
-def command_of_run(argv: list[str]):
+def command_of_run(argv: list[str], sweep: list[str] | None = None):
     """Within: `run_command` is ``argv``, the command line that makes the run this process is making on a caller's
-    behalf (`synthetic.sweep.run_job`: ``dane simulate <its overrides>``), not the caller's own (``dane figures``)."""
-    global _made_for
-    before, _made_for = _made_for, list(argv)
+    behalf (`synthetic.sweep.run_job`: ``dane simulate <its overrides>``; a job of an in-process ``-m`` sweep:
+    its own overrides, `experiments.train.job_command`), not the caller's own (``dane figures``, the sweep's
+    ``-m`` line, which ``sweep`` names: `run_provenance` records it as ``sweep_command``)."""
+    global _made_for, _sweep
+    before, _made_for, _sweep = (_made_for, _sweep), list(argv), None if sweep is None else list(sweep)
     try:
         yield
     finally:
-        _made_for = before
+        _made_for, _sweep = before
 
 
 def run_command() -> list[str]:
@@ -151,12 +162,27 @@ def run_command() -> list[str]:
     return [Path(sys.argv[0]).name, *sys.argv[1:]]
 
 
+def sweep_command() -> list[str] | None:
+    """The ``-m`` command line of the sweep whose job this run is: `command_of_run`'s ``sweep`` in the sweep's own
+    process, `SWEEP_COMMAND_ENV` in a process a sweep's launcher started; None outside a sweep."""
+    if _sweep is not None:
+        return list(_sweep)
+    try:
+        told = json.loads(os.environ[SWEEP_COMMAND_ENV]) if SWEEP_COMMAND_ENV in os.environ else None
+    except json.JSONDecodeError:
+        return None
+    return list(told) if isinstance(told, list) else None
+
+
 def run_provenance() -> dict:
-    """What a run's summary records about its origin: code, command line, start time, host, load, numerics,
-    and the launcher's process layout (`launch_layout`) when one started it."""
+    """What a run's summary records about its origin: code, command line (a sweep's job: its own, the sweep's in
+    ``sweep_command``), start time, host, load, numerics, and the launcher's process layout (`launch_layout`)
+    when one started it."""
+    sweep = sweep_command()
     provenance = {
         **code_version(),
         "command": run_command(),
+        **({"sweep_command": sweep} if sweep is not None else {}),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": socket.gethostname(),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
