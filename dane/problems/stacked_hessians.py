@@ -249,8 +249,7 @@ class CompactHessians:
     def matvec(self, compact: np.ndarray, x: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
         """M_c x for the symmetric M_c of each compact row, (s, d) (`symmetric_products`)."""
         out = np.empty((len(compact), self.d))
-        rows = np.arange(self.m) if clients is None else np.asarray(clients, dtype=np.int64)
-        symmetric_products()(compact, self.slot_a, self.slot_b, rows, x, out)
+        symmetric_products()(compact, self.slot_a, self.slot_b, np.arange(self.m)[self.rows_of(clients)], x, out)
         return out
 
     def slots_of(self, positions: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
