@@ -18,7 +18,9 @@ that a run's folder never holds a later job's refusal.  The sweep goes on; the l
 those files (``k refused, their folders kept as they were: ...`` for those in refused/, whose folders hold the run
 they held: nothing failed there; ``k failed: ...`` for the error.txt files), and the sweep exits with status 2, as a
 refused single run does (`failed`, read by ``experiments.train.cli``).  A job
-that finishes in a folder where an earlier job failed removes that job's error.txt (`clear_failure`).  A sweep
+that finishes in a folder where an earlier job failed removes that job's error.txt, and a job that runs removes an
+earlier sweep's refusal of it from refused/ (`clear_failure`, `clear_refusal`: a plain rerun refused, then run again
+with ``overwrite=true``).  A sweep
 run again with ``resume=auto`` runs no job whose out_dir holds the finished run of its config
 (`dane.loop.resume.finished_run`): the job is counted as finished (`skip_finished`), not failed.
 
@@ -122,10 +124,15 @@ def failure_file(job_dir: str | Path, sweep_dir: str | Path, before: dict[str, t
 
 
 def record_failure(line: str, before: dict[str, tuple[int, int]], run_dir: str | Path | None = None) -> Path:
-    """Write ``line`` to the current Hydra job's `failure_file`; where it went."""
+    """Write ``line`` to the current Hydra job's `failure_file`; where it went.  A job whose line goes into its own
+    folder (it ran there, or the folder held no run) was not refused: an earlier sweep's refusal of it goes
+    (`clear_refusal`)."""
     hydra = HydraConfig.get()
-    path = failure_file(hydra.runtime.output_dir, hydra.sweep.dir, before, run_dir)
+    job_dir, sweep_dir = Path(hydra.runtime.output_dir), hydra.sweep.dir
+    path = failure_file(job_dir, sweep_dir, before, run_dir)
     atomic_write_text(path, line + "\n")
+    if path.parent == job_dir:
+        clear_refusal(job_dir, sweep_dir)
     return path
 
 
@@ -169,21 +176,36 @@ def drop_refused_dir(sweep_dir: str | Path) -> None:
         pass
 
 
-def clear_failure(job_dir: str | Path) -> None:
+def clear_failure(job_dir: str | Path, sweep_dir: str | Path) -> None:
     """A sweep's job that finished (its summary written) removes the ``error.txt`` an earlier job left in its folder
-    (refused on bad input, then run again once the input was fixed): the folder holds this job's result, not a
-    failure it no longer has."""
+    (refused on bad input, then run again once the input was fixed), and an earlier sweep's refusal of it
+    (`clear_refusal`: a plain rerun refused, then the run replaced with ``overwrite=true``): the folder holds this
+    job's result, not a failure or a refusal it no longer has."""
     (Path(job_dir) / ERROR_FILE).unlink(missing_ok=True)
+    clear_refusal(job_dir, sweep_dir)
+
+
+#: what a refused job leaves beside its line in ``<sweep dir>/refused/``: the line itself, and a launched job's output
+#: (experiments.launchers.launch_log); its Hydra config, ``<job dir>.hydra``, is `settle_job_config`'s
+REFUSAL_SUFFIXES = (".txt", ".log")
+
+
+def clear_refusal(job_dir: str | Path, sweep_dir: str | Path) -> None:
+    """The job's files of an earlier refusal (`REFUSAL_SUFFIXES`) removed from ``<sweep dir>/refused/``, and the
+    folder where nothing is left in it: a job that ran in its folder, or whose run is the finished one of its
+    config, was not refused, and the sweep's folder says no more that it was."""
+    for suffix in REFUSAL_SUFFIXES:
+        refused_path(job_dir, sweep_dir, suffix).unlink(missing_ok=True)
+    drop_refused_dir(sweep_dir)
 
 
 def skip_finished(job_dir: str | Path, sweep_dir: str | Path) -> None:
     """A sweep's job that did not run: its out_dir holds the finished run of its config, found by a rerun of the
     sweep with ``resume=auto`` (`dane.loop.resume.finished_run`).  The Hydra config `job_config_dir` set beside a
-    refusal goes (the run's config.yaml is the job's), as does an error.txt an earlier job left (`clear_failure`);
-    `SweepSummary` counts the job as finished."""
+    refusal goes (the run's config.yaml is the job's), as do an error.txt an earlier job left and an earlier sweep's
+    refusal of it (`clear_failure`); `SweepSummary` counts the job as finished."""
     shutil.rmtree(refused_path(job_dir, sweep_dir, JOB_CONFIG_DIR), ignore_errors=True)
-    drop_refused_dir(sweep_dir)
-    clear_failure(job_dir)
+    clear_failure(job_dir, sweep_dir)
     SweepSummary.kept.append(Path(job_dir))
 
 

@@ -20,10 +20,10 @@ config beside it, as ``<job dir>.log`` and ``<job dir>.hydra/``: `launch_log`,
 `experiments.callbacks.job_config_dir`): a non-zero
 exit is that job's failure, and the sweep goes on, as with the basic launcher.  A run that diverged wrote its
 summary (status: diverged): that is a result.  A job with a result removes an earlier job's error.txt from its
-folder (`experiments.callbacks.clear_failure`).  The launch command is in the run's ``summary.json``
-(``provenance.launch.command``), the sweep's in ``provenance.sweep_command`` (`SWEEP_COMMAND_ENV`); the launched run's
-refusal of an occupied job folder names hydra.sweep.dir
-(`experiments.callbacks.SWEEP_OUT_DIR_ENV`).
+folder, and an earlier sweep's refusal of it from ``<sweep dir>/refused/`` (`experiments.callbacks.clear_failure`).
+The launch command is in the run's ``summary.json`` (``provenance.launch.command``), the sweep's in
+``provenance.sweep_command`` (`SWEEP_COMMAND_ENV`); the launched run's refusal of an occupied job folder names
+hydra.sweep.dir (`experiments.callbacks.SWEEP_OUT_DIR_ENV`).
 
 Hydra instantiates launchers only from the ``hydra_plugins`` package: these classes are
 found as ``hydra_plugins.dane_launchers`` (a shim in hydra_plugins/, which ``pip install -e .``
@@ -140,7 +140,7 @@ class ProcessLauncher(Launcher):
             logged = settle(logged, launch_log(job_dir, hydra.sweep.dir, job, run_dir))
             settle_job_config(job_dir, hydra.sweep.dir, job, run_dir)
         if returncode == 0:
-            clear_failure(job_dir)
+            clear_failure(job_dir, hydra.sweep.dir)
             return 0
         if returncode == TIMED_OUT:
             return self._failed(f"error: the job ran past hydra.launcher.timeout_s={self.timeout_s} and was "
@@ -148,7 +148,7 @@ class ProcessLauncher(Launcher):
         if run_files(run_dir).get(SUMMARY_FILE) not in (None, held):  # a diverged run wrote its result (status 3)
             status = json.loads((run_dir / SUMMARY_FILE).read_text()).get("status")
             log.info(f"job {job_dir.name}: {status} (exit status {returncode})")
-            clear_failure(job_dir)
+            clear_failure(job_dir, hydra.sweep.dir)
             return returncode
         errors = [m.group(1) for line in tail if (m := ERROR_LINE.match(line))]
         message = errors[-1] if errors else (f"error: {cmd[0]} exited with status {returncode}; "

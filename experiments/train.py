@@ -143,9 +143,11 @@ def train(cfg: DictConfig, job: dict, run_at: Path | None = None) -> None:
 
 
 def finished() -> None:
-    """A sweep's job wrote its result: an error.txt an earlier job left in its folder goes (`clear_failure`)."""
+    """A sweep's job wrote its result: an error.txt an earlier job left in its folder, and an earlier sweep's refusal
+    of it in refused/, go (`clear_failure`)."""
     if multirun() and rank_zero():
-        clear_failure(HydraConfig.get().runtime.output_dir)
+        hydra = HydraConfig.get()
+        clear_failure(hydra.runtime.output_dir, hydra.sweep.dir)
 
 
 def already_finished(line: str) -> None:

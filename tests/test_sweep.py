@@ -308,6 +308,50 @@ def test_a_jobs_hydra_config_goes_beside_its_refusal_and_in_once_it_writes_its_r
     assert not staged.exists() and not staged.parent.exists()  # no empty refused/ left in the sweep's folder
 
 
+def test_a_job_that_runs_removes_an_earlier_sweeps_refusal_of_it_and_a_refused_one_keeps_it(tmp_path, capsys):
+    """A sweep run again into its folder is refused (``refused/<job>.txt``); run again with ``overwrite=true`` it
+    replaced the runs, but the refusal's line stayed, so the folder said the job was refused though it ran.  Now a job
+    that finishes in its folder removes it (`clear_failure`), and ``refused/`` with it; a rerun refused again keeps
+    its line."""
+    sweep, name = tmp_path / "sweep", "0_problem.dim=3,problem.n_samples=60,rounds=2,workers=2"
+    job = ("workers=2", "rounds=2", "problem.n_samples=60", "problem.dim=3", "quiet=true")
+    line = (f"error: out_dir={sweep / name} already holds a run (rounds.jsonl, summary.json); choose a new "
+            "hydra.sweep.dir, or replace it with overwrite=true (dane.fit: overwrite=True)\n")
+    run_sweep_job(sweep_job(sweep, *job))
+    refusals = []
+    for _ in range(2):  # refused, then refused again
+        run_sweep_job(sweep_job(sweep, *job, "print_every=2"))
+        refusals.append({key: text for key, text in tree(sweep / "refused").items() if key.endswith(".txt")})
+    assert refusals == [{f"{name}.txt": line}] * 2 and capsys.readouterr().err == line * 2
+    run_sweep_job(sweep_job(sweep, *job, "overwrite=true"))
+    assert sorted(p.name for p in sweep.iterdir()) == [name]  # no refused/ left
+    assert sorted(tree(sweep / name)) == [".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
+                                          "config.yaml", "rounds.jsonl", "summary.json"]
+    assert "overwrite=true" in yaml.safe_load((sweep / name / ".hydra" / "overrides.yaml").read_text())
+
+
+def test_a_jobs_failure_in_its_own_folder_removes_an_earlier_sweeps_refusal_of_it(tmp_path, monkeypatch):
+    """`record_failure`: a job whose line goes into its own folder (the folder held no run, or the job wrote its
+    records there and then failed) was not refused, and the line and launch log an earlier sweep's refusal left in
+    ``refused/`` go; a job refused again (its folder's run not its own) writes its line there, the log kept."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from dane.experiments.callbacks import record_failure
+
+    sweep, job = tmp_path / "sweep", tmp_path / "sweep" / "0_workers=2"
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: OmegaConf.create(
+        {"runtime": {"output_dir": str(job)}, "sweep": {"dir": str(sweep)}})))
+    stale = {"0_workers=2.txt": "error: refused\n", "0_workers=2.log": "launch\n"}
+    write_tree(sweep / "refused", stale)
+    write_tree(job, FINISHED_JOB)
+    before = run_files(job)
+    assert record_failure("error: again", before) == sweep / "refused" / "0_workers=2.txt"
+    assert tree(sweep / "refused") == {**stale, "0_workers=2.txt": "error: again\n"}
+    (job / "rounds.jsonl").write_text('{"round": 0}\n{"round": 1}\n')  # overwrite=true: its own records, then a loss
+    assert record_failure("error: worker lost", before) == job / "error.txt"
+    assert not (sweep / "refused").exists() and (job / "error.txt").read_text() == "error: worker lost\n"
+
+
 def test_a_sweep_whose_every_job_was_refused_puts_back_the_sweep_config_its_folder_held(tmp_path, monkeypatch):
     """Hydra's sweeper writes its multirun.yaml into the sweep folder before any job runs.  Where every job of the
     sweep was then refused (each folder held a finished run), `SweepSummary` puts back the multirun.yaml the folder

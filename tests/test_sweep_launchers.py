@@ -258,7 +258,7 @@ def test_a_refused_launch_leaves_the_finished_runs_launch_log_and_writes_its_own
     its launch.log.  The refused launch's output goes to ``<sweep>/refused/<job>.log``, beside its line, and the
     folder stays byte for byte; the launched run is told that the sweep chose its out_dir (its refusal then names
     hydra.sweep.dir).  With overwrite=true the launch writes its records into the folder, and its output is then
-    the folder's launch.log."""
+    the folder's launch.log; the refusal's line leaves refused/, the job having run."""
     from dane.experiments import launchers
     from dane.experiments.callbacks import SWEEP_OUT_DIR_ENV
 
@@ -281,7 +281,7 @@ def test_a_refused_launch_leaves_the_finished_runs_launch_log_and_writes_its_own
     monkeypatch.setattr(launchers.subprocess, "Popen", launch)
     assert launcher.launch_job(OmegaConf.create({"workers": 2, "out_dir": None})) == 0
     assert tree(job) == {**finished, **replaced, "launch.log": f"{cmd}\nround 1\n"}
-    assert tree(sweep_dir / "refused") == {"0_workers=2.txt": f"{line}\n"}  # the first launch's line
+    assert not (sweep_dir / "refused").exists()  # the first launch's refusal of it went (its line stayed)
 
 
 def test_a_job_that_names_its_number_in_out_dir_launches_there_and_a_refused_launch_leaves_the_finished_job(
