@@ -48,7 +48,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 from dane.comm import launcher_rank
 from dane.errors import ConfigError, UserError, say
 from dane.experiments.launchers import config_search_args
-from dane.records.provenance import RUN_COMMAND_ENV
+from dane.records.provenance import RUN_COMMAND_ENV, SWEEP_COMMAND_ENV, run_command
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info(f"Slurm sweep output dir: {sweep_dir}")
         self.entry = Path(sys.argv[0]).name  # the program that submitted: each job's command starts with it
+        self.sweep_command = run_command()  # the sweep's -m line: each job's provenance.sweep_command
         self.job_command([])  # a search path no command can carry stops the sweep here, before any job is queued
         missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
         if missing:
@@ -170,8 +171,12 @@ class SlurmLauncher(SubmititSlurmLauncher):
                  singleton_state: dict[type, Singleton]) -> JobReturn:
         """One task of a job: rank 0 through Hydra's `run_job` (which writes the job directory); the others
         with the same Hydra config and task config, writing nothing.  The run's provenance records the job's
-        command line (`RUN_COMMAND_ENV`), not submitit's ``_submit.py``."""
+        command line (`RUN_COMMAND_ENV`), not submitit's ``_submit.py``, and the sweep's ``-m`` line, kept where the
+        sweep submitted (`submit`), as its ``sweep_command`` (`SWEEP_COMMAND_ENV`), as a torchrun or horovodrun
+        job's (`experiments.launchers`)."""
         os.environ[RUN_COMMAND_ENV] = json.dumps(self.job_command(sweep_overrides))
+        if getattr(self, "sweep_command", None) is not None:
+            os.environ[SWEEP_COMMAND_ENV] = json.dumps(self.sweep_command)
         if launcher_rank() == 0:
             return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
         import submitit

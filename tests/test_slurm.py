@@ -231,6 +231,48 @@ def test_a_slurm_sweep_without_slurm_on_path_stops_in_one_line_with_status_2(slu
         'eval "$(scripts/slurm_cluster.sh env)"\n')
 
 
+def test_a_slurm_jobs_run_records_the_sweeps_command_as_a_launched_job_does(slurm_sweep_launcher, tmp_path,
+                                                                            monkeypatch):
+    """A job of an in-process sweep records the sweep's ``-m`` line in ``provenance.sweep_command``, and a torchrun
+    or horovodrun job is given it (`SWEEP_COMMAND_ENV`); a Slurm job had none (its process's argv is submitit's
+    ``_submit.py``).  The launcher keeps the sweep's command where the sweep submits, and each task of the job
+    (the launcher, pickled by submitit, run there) puts it in its environment beside the job's own command."""
+    import cloudpickle
+    import submitit
+
+    from dane.experiments import slurm_launcher
+    from dane.records.provenance import RUN_COMMAND_ENV, SWEEP_COMMAND_ENV, run_provenance
+
+    queued = []
+
+    class QueuingExecutor:  # submitit's AutoExecutor up to sbatch: what it pickles for the job array's tasks
+        def __init__(self, **kwargs):
+            pass
+
+        def update_parameters(self, **kwargs):
+            pass
+
+        def map_array(self, fn, *iterables):
+            queued.extend((cloudpickle.dumps(fn), args) for args in zip(*iterables))
+            return [QueuedJob(f"4242_{k}", tmp_path) for k in range(len(iterables[0]))]
+
+    sweep = ["train.py", "-m", "hydra/launcher=slurm", "workers=1,2", "algorithm.mu=0,0.1"]
+    slurm_commands_on_path(tmp_path / "bin", monkeypatch)
+    monkeypatch.setattr(submitit, "AutoExecutor", QueuingExecutor)
+    monkeypatch.setattr(sys, "argv", sweep)
+    slurm_sweep_launcher.submit([["workers=1", "algorithm.mu=0"], ["workers=2", "algorithm.mu=0.1"]], 0)
+    monkeypatch.setattr(sys, "argv", ["/spool/_submit.py", f"{tmp_path}/.submitit/%j"])  # in the job's task 0
+    monkeypatch.setattr(slurm_launcher, "launcher_rank", lambda: 0)
+    monkeypatch.setattr(slurm_launcher.SubmititSlurmLauncher, "__call__", lambda self, *args: None)
+    for key in (RUN_COMMAND_ENV, SWEEP_COMMAND_ENV):
+        monkeypatch.setenv(key, "")  # restored after
+    pickled, args = queued[1]
+    cloudpickle.loads(pickled)(*args)
+    provenance = run_provenance()
+    assert (provenance["command"], provenance["sweep_command"]) == (
+        ["train.py", "workers=2", "algorithm.mu=0.1"], sweep)
+
+
 def test_an_sbatch_refusal_after_an_earlier_array_names_the_queued_jobs():
     from dane.experiments.slurm_launcher import submission_refused
 
