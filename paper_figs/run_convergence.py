@@ -3,7 +3,9 @@
     dane figures run_convergence results/main      # writes convergence.png and .pdf there
 
 Plots the suboptimality when the problem knows its optimum, otherwise the gradient
-norm (or, failing that, the objective), against the round and against the run's time.  The time axis says
+norm (or, failing that, the objective), against the round and against the run's time, on a log axis (a value
+below its floor, 1e-16, drawn there and said on the axes), or a linear one for an objective not above 0 throughout
+(`log_axis`).  The time axis says
 which clock it is: a simulated run's (the cost model it was charged under, α and β and whether calibrated, from
 its summary.json: `paper_figs.common.run_cost_text`) or a launched run's wall clock.  The title ends with the run's
 status, or where it did not stop as its stop rule said, how it ended (`paper_figs.summary.ending`, the words of
@@ -13,6 +15,7 @@ summary.json (a run still writing, or killed) "no summary: running or crashed", 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -31,6 +34,17 @@ METRICS = ("suboptimality", "grad_norm", "objective")
 def metric_of(records: list[dict]) -> str | None:
     """The first of suboptimality, grad_norm, objective that every record has (None: none of them)."""
     return next((key for key in METRICS if all(key in r for r in records)), None)
+
+
+def log_axis(key: str, values: list[float]) -> bool:
+    """Whether ``key``'s ``values`` are drawn on a log axis: a suboptimality or gradient norm always (one below the
+    floor, 0 or below, is drawn at it and said: `paper_figs.common.mark_floor`); an objective where every finite
+    value is above 0, read before any floor is applied (else a linear axis draws it as it is)."""
+    return key != "objective" or all(float(v) > 0 for v in values if finite(v))
+
+
+def finite(value) -> bool:
+    return value is not None and math.isfinite(float(value))
 
 
 def simulated(summary: dict) -> bool:
@@ -60,7 +74,9 @@ def draw(run_dir: str | Path):
                         "written by a run: restore it, or rerun the run")
     summary_file = Path(run_dir) / "summary.json"
     summary = read_summary(run_dir) if summary_file.exists() else {}
-    values = positive([r[key] for r in records])
+    raw = [r[key] for r in records]
+    log_y = log_axis(key, raw)
+    values = positive(raw) if log_y else [float(v) if finite(v) else math.nan for v in raw]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4), sharey=True)
     left.plot([r["round"] for r in records], values, "o-", markersize=3)
     right.plot([r["time_s"] for r in records], values, "o-", markersize=3)
@@ -68,9 +84,9 @@ def draw(run_dir: str | Path):
     right.set_xlabel(time_label(summary))
     left.set_ylabel(key.replace("_", " "))
     for ax in (left, right):
-        if key != "objective" or min(v for v in values if v == v) > 0:
+        if log_y:
             ax.set_yscale("log")
-            if floored([r[key] for r in records]):
+            if floored(raw):  # a suboptimality or gradient norm below the floor (0, or below 0) is said on the axes
                 mark_floor(ax)
         ax.grid(True, which="both", alpha=0.3)
     title = " ".join(str(summary[k]) for k in ("algorithm", "problem") if k in summary)

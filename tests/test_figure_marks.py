@@ -158,3 +158,30 @@ def test_a_value_below_the_floor_is_said_on_the_figure_and_only_then(tmp_path):
     fig = run_convergence.draw(run)
     assert [floor_notes(ax) for ax in fig.axes] == [["values below 1e-16 drawn at 1e-16"]] * 2
     plt.close(fig)
+
+
+def objective_run(folder, objectives):
+    """A run directory whose records have an objective alone (no optimum known, no gradient norm recorded)."""
+    writer = RunWriter(folder)
+    for t, value in enumerate(objectives):
+        writer.write_round({"round": t, "time_s": 0.01 * t, "bytes_sent": 0, "comm_rounds": 2 * t, "objective": value})
+    writer.close()
+    return folder
+
+
+def test_run_convergence_reads_the_objectives_sign_before_the_floor(tmp_path):
+    """An objective that goes below 0 was floored at 1e-16 before the check that chooses a log axis only for an
+    objective above 0 throughout, so that it was drawn at 1e-16 on a log axis; the check reads the values as recorded:
+    a linear axis draws them as they are.  An objective above 0 throughout keeps its log axis (a value below the floor
+    said there), and a negative suboptimality is drawn at the floor and said, as a value below the floor is."""
+    cases = {"negative objective": (objective_run(tmp_path / "a", [0.5, -0.2, -0.3]), "linear", [0.5, -0.2, -0.3], []),
+             "tiny objective": (objective_run(tmp_path / "b", [0.5, 1e-3, 1e-20]), "log", [0.5, 1e-3, 1e-16],
+                                ["values below 1e-16 drawn at 1e-16"]),
+             "negative suboptimality": (write_run(tmp_path / "c", [1.0, 1e-3, -1e-9]), "log", [1.0, 1e-3, 1e-16],
+                                        ["values below 1e-16 drawn at 1e-16"])}
+    drawn = {}
+    for name, (run, *_) in cases.items():
+        fig = run_convergence.draw(run)
+        drawn[name] = [(ax.get_yscale(), [float(y) for y in ax.lines[0].get_ydata()], floor_notes(ax)) for ax in fig.axes]
+        plt.close(fig)
+    assert drawn == {name: [tuple(expected)] * 2 for name, (_, *expected) in cases.items()}
