@@ -30,6 +30,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterable
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import NamedTuple
@@ -49,18 +50,20 @@ FAILED = "failed"
 DAMAGED = "damaged summary.json"
 
 
-def has_error_file(files) -> bool:
-    return any(fnmatch(name, pattern) for name in files for pattern in ERROR_FILES)
+def error_names(names: Iterable[str]) -> list[str]:
+    """Those of ``names`` (a folder's) that name an error file (`ERROR_FILES`), in the order of the patterns there,
+    each pattern's in sorted order: a job is one where there is any (`job_dirs`), and `error_file` is the first."""
+    names = sorted(names)
+    return [name for pattern in ERROR_FILES for name in names if fnmatch(name, pattern)]
 
 
 def error_file(run_dir: str | Path) -> Path | None:
-    """The job's error file (`ERROR_FILES`, the first of their order there), or None."""
+    """The job's error file (`error_names`: the first of the order there that is a file), or None."""
     try:
-        names = sorted(os.listdir(run_dir))
+        names = os.listdir(run_dir)
     except OSError:
         return None
-    return next((Path(run_dir) / name for pattern in ERROR_FILES for name in names
-                 if fnmatch(name, pattern) and (Path(run_dir) / name).is_file()), None)
+    return next((path for name in error_names(names) if (path := Path(run_dir) / name).is_file()), None)
 
 
 def failure_reason(run_dir: str | Path) -> str | None:
@@ -85,7 +88,7 @@ def job_dirs(root: str | Path) -> list[Path]:
     """Every job directory under ``root`` (``root`` itself when it is one), in job order."""
     found = []
     for here, subdirs, files in os.walk(root):
-        if ROUNDS_FILE in files or SUMMARY_FILE in files or ".hydra" in subdirs or has_error_file(files):
+        if ROUNDS_FILE in files or SUMMARY_FILE in files or ".hydra" in subdirs or error_names(files):
             found.append(Path(here))
         subdirs[:] = [d for d in subdirs if not d.startswith(".")]
     return sorted(found, key=natural_key)
@@ -138,7 +141,7 @@ def status_of(run_dir: Path, summary: dict | None) -> str:
         return DAMAGED
     if summary:
         return str(summary.get("status", "-"))
-    if has_error_file(os.listdir(run_dir)):
+    if error_names(os.listdir(run_dir)):
         return FAILED
     return RUNNING if (run_dir / ROUNDS_FILE).exists() else FAILED
 
