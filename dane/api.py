@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse
 import torch
+import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
@@ -275,6 +277,76 @@ def kind(value) -> str:
     return repr(value) if isinstance(value, (str, int, float)) else f"a {type(value).__name__}"
 
 
+def recorded_config(spec: RunSpec) -> dict:
+    """What ``fit``'s run directory records of ``spec`` in its ``config.yaml``, under the key paths of a command-line
+    run's (conf/config.yaml), so that the figures and tables that read one (`paper_figs.plot_runs`, ``local_work``,
+    ``summary``) label and tell apart API runs as they do command-line runs: ``algorithm`` and ``problem`` as their
+    config dataclasses' fields (`config_value`: an in-memory problem's arrays by their shape and its data's
+    ``fingerprint``, never their entries), ``comm``'s keys the spec holds, the stop rule's ``rounds``, ``tol``,
+    ``tol_abs``, ``diverge_after`` and ``early_stop``, the control's top-level keys, and ``sim``'s: ``sim.alpha`` and
+    ``sim.beta`` where the cost model's are not the package's (`AlphaBeta`), else null as on the command line.  Only
+    what the spec holds: the command line's file is Hydra's whole composed config (``data_dir``, the ``data`` group
+    beside ``problem.data``, ``out_dir``); this one leaves out the folder it lies in, so that one config run into two
+    folders records the same file."""
+    control, stop, comm = spec.control, spec.control.stop, spec.comm
+    default = AlphaBeta()
+    alpha, beta = comm.cost.alpha, comm.cost.beta
+    return {
+        "algorithm": config_value(spec.algorithm),
+        "problem": config_value(spec.problem),
+        "comm": {"backend": comm.backend, "torch_backend": comm.torch_backend, "elastic": comm.elastic,
+                 "staleness": comm.staleness, "compress": comm.compress,
+                 "error_feedback": comm.error_feedback, "compress_down": comm.compress_down},
+        "workers": comm.workers, "rounds": stop.rounds, "tol": stop.tol, "tol_abs": stop.tol_abs,
+        "diverge_after": stop.diverge_after, "dtype": config_value(control.dtype), "seed": control.seed,
+        "overwrite": control.overwrite, "print_every": control.print_every,
+        "quiet": control.quiet, "progress": control.progress, "logger": list(control.logger),
+        "mlflow_uri": control.mlflow_uri, "checkpoint_every": control.checkpoint_every, "resume": control.resume,
+        "early_stop": {"monitor": stop.monitor, "mode": stop.mode, "patience": stop.patience,
+                       "min_delta": stop.min_delta, "target": stop.target},
+        "save_iterate": control.save_iterate, "similarity": control.similarity,
+        "sim": {"alpha": None if alpha == default.alpha else alpha, "beta": None if beta == default.beta else beta,
+                "slowdown": list(comm.stragglers.slowdown), "delay_mean": comm.stragglers.delay_mean,
+                "step_time": comm.step_time, "seed": comm.stragglers.seed, "batched": comm.batched,
+                "single_worker": comm.simulate_single, "fail_at": [list(fault) for fault in control.faults]},
+    }
+
+
+def config_value(value):
+    """``value`` as a run's ``config.yaml`` holds it, in YAML's plain kinds: a config dataclass as ``_target_`` (its
+    class, as a command-line run's yaml names it) and its fields, each converted so; a tuple as a list; a NumPy scalar
+    as its number; a torch dtype by its name (``float64``); a path as text; an array (anything with a ``shape`` and a
+    ``dtype``: NumPy, SciPy sparse, torch) as its ``shape``, ``dtype`` and whether it is sparse, never its entries
+    (`dane.problems.ArraySource` records its content as its ``fingerprint``); a class or function by its dotted
+    name; anything else by its type's dotted name in angle brackets."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return dotted_name(value)
+    if dataclasses.is_dataclass(value):
+        return {"_target_": dotted_name(type(value)),
+                **{f.name: config_value(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, dict):
+        return {str(key): config_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [config_value(item) for item in value]
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return {"shape": [int(n) for n in value.shape], "dtype": str(value.dtype).removeprefix("torch."),
+                "sparse": bool(scipy.sparse.issparse(value) or getattr(value, "is_sparse", False))}
+    return f"<{dotted_name(type(value))}>"
+
+
+def dotted_name(obj) -> str:
+    """``module.qualname`` of a class or function (``dane.baselines.fednl.FedNLConfig``)."""
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+
+
 @dataclass
 class Result:
     """What ``fit`` returns: one record per round (the rounds.jsonl schema), the summary and the final iterate."""
@@ -308,8 +380,9 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     client draws, compressors); the data's draws and shards are the problem's ``seed`` (``Ridge(X, y, seed=s)``,
     ``RidgeSyntheticConfig(seed=s)``), which the command line's ``seed=`` sets too: a sweep over seeds for error
     bars sets both.  ``out_dir``
-    also writes the usual rounds.jsonl, summary.json and iterate.pt there (a folder that holds a run's: refused,
-    unless ``overwrite``, which replaces it), and ``logger``
+    also writes the usual rounds.jsonl, summary.json and iterate.pt there, and config.yaml, the settings that ran at
+    a command-line run's key paths (`recorded_config`), for the figures that label runs by it (a folder that holds a
+    run's: refused, unless ``overwrite``, which replaces it), and ``logger``
     (``["tensorboard", "mlflow"]``, `dane.records.trackers`) sends the records to those trackers too.  ``sim_alpha``
     (seconds) and ``sim_beta`` (bytes/s) set the simulator's allreduce cost model, ``sim.alpha`` and ``sim.beta``
     on the command line (default: the package's); ``alpha=`` is an algorithm's key (FedNL's α), refused for an
@@ -360,6 +433,9 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
                    control=RunControl(stop=StopRule(rounds=rounds, tol=tol, tol_abs=tol_abs), dtype=dtype, seed=seed, quiet=quiet,
                                       save_iterate=out_dir is not None, logger=logger,
                                       overwrite=checks.boolean("overwrite", overwrite)))
+    if out_dir is not None:  # the folder's config.yaml (written by `dane.loop.callbacks.Records`, as a command's)
+        text = yaml.safe_dump(recorded_config(spec), sort_keys=False, allow_unicode=True)
+        spec = dataclasses.replace(spec, control=dataclasses.replace(spec.control, config_text=text))
     collected: dict = {}
     try:
         summary = execute(spec, out_dir, collect=collected)

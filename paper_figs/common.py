@@ -154,10 +154,11 @@ _SHAPE = re.compile(r"(\d+) rows x (\d+) (features|pixels)")
 
 
 def run_setting(run_dir: str | Path) -> dict[str, str | None]:
-    """What a logged run was, from its ``summary.json`` and ``config.yaml`` (None where neither records it: a run
-    made by `dane.fit` has no config): the problem, the data set, its rows x features (the data source's note in
-    the summary), the rows N and features d of a generated data set (its config's ``n_samples`` and ``dim``: the
-    synthetic ridge, its data named by its covariance), the workers m, λ and the stop rule."""
+    """What a logged run was, from its ``summary.json`` and ``config.yaml`` (None where neither records it: the size
+    of a `dane.fit` run's arrays, which its config names as their shape): the problem, the data set, its rows x
+    features (the data source's note in the summary), the rows N and features d of a generated data set (its
+    config's ``n_samples`` and ``dim``: the synthetic ridge, its data named by its covariance), the workers m, λ and
+    the stop rule."""
     summary, cfg = read_summary(run_dir), run_config(run_dir)
     problem = cfg.get("problem") or {}
     data = problem.get("data") or {}
@@ -247,7 +248,7 @@ def bits_per_client(records: list[dict], workers: int, way: str = "uplink") -> l
 def reference_fix(run_dir: Path) -> str:
     """How to make a run whose records carry suboptimality, as one that exists for the run: ``problem.optimum=auto``
     where its config.yaml's problem has that key; for a problem without it (one's own), a problem reporting its
-    optimum, or the gradient norm drawn by plot_runs; a run without a config.yaml (`dane.fit`) is told both."""
+    optimum, or the gradient norm drawn by plot_runs; a run without a config.yaml is told both."""
     problem = run_config(run_dir).get("problem")
     own = ('a problem whose optimum is known reports it as a "suboptimality" metric (docs/extending.md); '
            "dane figures plot_runs --y grad_norm draws runs without one")

@@ -69,7 +69,7 @@ class NoBits(MissingCount):
 def label(run_dir: Path) -> str:
     """The legend entry: the algorithm the run's ``config.yaml`` names, FedNL with its compressor and another by
     the display name its summary.json records (`dane.algorithm.label_of_run`: its class's ``label``, one's own
-    class's too); a run without a config (made by `dane.fit`) goes by its directory's name."""
+    class's too), a command's or `dane.fit`'s; a run without a config.yaml goes by its directory's name."""
     from dane.algorithm import label_of_run  # imported here, not for --help: the classes import torch
 
     algorithm = run_config(run_dir).get("algorithm")

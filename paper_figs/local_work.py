@@ -61,8 +61,8 @@ def jobs() -> list[Job]:
 
 def label(run_dir: Path) -> str:
     """The display name of the algorithm the run's ``config.yaml`` names, as its summary.json records it
-    (`dane.algorithm.label_of_run`: its class's ``label``, one's own class's too); a run without a config (`dane.fit`)
-    goes by its directory."""
+    (`dane.algorithm.label_of_run`: its class's ``label``, one's own class's too), a command's or `dane.fit`'s; a run
+    without a config.yaml goes by its directory."""
     from dane.algorithm import label_of_run  # imported here, not for --help: the classes import torch
 
     algorithm = run_config(run_dir).get("algorithm")

@@ -31,7 +31,7 @@ def test_bits_per_client_and_relative_suboptimality_are_the_records(runs):
     fednl, gd = read_rounds(runs / "fednl_topk"), read_rounds(runs / "gd")
     optimum = fednl[0]["objective"] - fednl[0]["suboptimality"]
     got = curve(runs / "fednl_topk")
-    assert got["label"] == "fednl_topk" and got["rounds"] == [r["round"] for r in fednl]
+    assert got["label"] == "FedNL (topk:5)" and got["rounds"] == [r["round"] for r in fednl]
     assert got["bits"] == [r["clients_uplink_bits"] / 4 for r in fednl]  # FedNL's count sums the 4 clients
     assert got["relative"] == pytest.approx([r["suboptimality"] / abs(optimum) for r in fednl], rel=1e-15)
     # d = 6: round 0's record holds H_i^0 whole (21 packed values at 64 bits), what reaching x_0 cost; record 1 adds
@@ -48,20 +48,21 @@ def test_the_figure_and_its_table_are_written(runs, tmp_path):
     paths = main(runs, tmp_path)
     assert {p.name for p in paths} == {"fednl_bits.png", "fednl_bits.pdf", "fednl_bits.md", "fednl_bits.json"}
     table = (tmp_path / "fednl_bits.md").read_text()
-    assert "| fednl_topk | 6 |" in table and "| gd | 6 |" in table
+    assert "| FedNL (topk:5) | 6 |" in table and "| GD | 6 |" in table  # by the config.yaml dane.fit wrote
     assert len(json.loads((tmp_path / "fednl_bits.json").read_text())["runs"]) == 2
 
 
 def test_the_title_names_what_the_runs_record(runs, tmp_path, monkeypatch):
-    """The suptitle and the caption are the runs' own setting: runs made by dane.fit record the problem and m, not
-    the data, λ or a stop rule, and the title says so rather than the module's a9a/breast_cancer."""
+    """The suptitle and the caption are the runs' own setting: runs made by dane.fit record the problem, its
+    arrays, m and λ (their config.yaml), not a stop rule, and the title says so rather than the module's
+    a9a/breast_cancer."""
     from dane.paper_figs import fednl_bits
 
     drawn = []
     real = fednl_bits.save
     monkeypatch.setattr(fednl_bits, "save", lambda fig, *a, **k: drawn.append(fig) or real(fig, *a, **k))
     main(runs, tmp_path)
-    setting = "logreg, m = 4, data set, λ, stop rule not recorded"
+    setting = "logreg on arrays, m = 4, λ = 0.01, stop rule not recorded"
     assert " ".join(drawn[0].get_suptitle().split()) == f"{fednl_bits.WHAT} {setting}"
     caption = json.loads((tmp_path / "fednl_bits.json").read_text())["caption"]
     assert caption.startswith(f"{fednl_bits.WHAT}; {setting}; 2 runs;")

@@ -151,8 +151,8 @@ def test_a_class_of_ones_own_is_named_by_its_label_in_its_summary_and_the_figure
     package's `label_of` reads the package's conf/ only, and the figures named a command-line run of a
     ``--config-dir`` algorithm by its name), and local_work and fednl_bits name a run whose config.yaml names the
     algorithm by it; a class without one is named by its config's name, and a package algorithm by its class's
-    label, as `label_of` gives it.  The runs are `dane.fit`'s, each given the config.yaml a command-line run
-    writes (``algorithm.name``): the summary is written by the same code."""
+    label, as `label_of` gives it.  The runs are `dane.fit`'s, whose config.yaml names the algorithm as a
+    command-line run's does (``algorithm.name``): the summary is written by the same code."""
     from dataclasses import dataclass
 
     import numpy as np
@@ -197,8 +197,6 @@ def test_a_class_of_ones_own_is_named_by_its_label_in_its_summary_and_the_figure
     runs = tmp_path / "runs"
     for folder, algorithm in (("mine", LabelledConfig()), ("plain", PlainConfig()), ("package", "gd")):
         dane.fit(problem, algorithm, workers=2, rounds=3, compress="none", out_dir=str(runs / folder))
-        name = algorithm if isinstance(algorithm, str) else algorithm.name
-        (runs / folder / "config.yaml").write_text(json.dumps({"algorithm": {"name": name}}))  # JSON is YAML
     labels = {folder: dane.read_summary(runs / folder)["label"] for folder in ("mine", "plain", "package")}
     assert labels == {"mine": "My GD (fixed step)", "plain": "plain_gd", "package": label_of("gd")}
     assert label_of("gd") != "gd"  # the package's gd declares a label: the case above is not the name's fallback
@@ -272,7 +270,7 @@ def test_a_folder_of_runs_is_drawn_in_job_order(tmp_path, monkeypatch):
 def test_a_run_without_suboptimality_is_told_a_fix_its_problem_has(tmp_path):
     """`problem.optimum=auto` only where the run's config.yaml has that key (a package problem); a problem of one's
     own without it (docs/extending.md's kind) is told to report its optimum, or to draw the gradient norm; a run
-    without a config.yaml (`dane.fit`) both."""
+    without a config.yaml both."""
     no_sub = [{"round": t, "objective": 1.0, "grad_norm": 0.5 ** t, "local_passes": t, "uplink_bits": 64 * t}
               for t in range(2)]
     own = ('a problem whose optimum is known reports it as a "suboptimality" metric (docs/extending.md); dane figures '

@@ -244,9 +244,8 @@ def test_a_run_directory_names_resume_only_where_a_checkpoint_can_continue_it(tm
 
 def test_overwrite_removes_the_replaced_runs_own_files_and_keeps_the_users(tmp_path):
     """overwrite=true replaces a run: its config.yaml, iterate.pt, confusion matrix and plot, update log and
-    TensorBoard events go with its records (a dane.fit
-    run that writes no config.yaml left the command line's beside its summary, naming another method); a file the
-    user put there stays."""
+    TensorBoard events go with its records (a run that writes no config.yaml left the command line's beside its
+    summary, naming another method); a file the user put there stays."""
     for name in ("rounds.jsonl", "summary.json", "config.yaml", "iterate.pt", "confusion.json", "confusion.png",
                  "updates.jsonl", "notes.txt"):
         (tmp_path / name).write_text("old")

@@ -1,0 +1,93 @@
+"""A run folder written by `dane.fit` records which settings ran in its ``config.yaml``, at a command-line run's key
+paths (`dane.api.recorded_config`), so that the figures and tables that read one tell API runs apart as they tell
+command-line runs apart; an in-memory problem's arrays by their shape and content fingerprint, never their entries."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse
+import yaml
+from hydra.utils import get_class
+
+import dane
+from dane.errors import ConfigError
+from dane.paper_figs import fednl_bits, local_work
+from dane.paper_figs.plot_runs import flatten, labels_for
+from dane.paper_figs.summary import read_config
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 4))
+    return dane.problems.LogReg(X, (X[:, 0] + 0.3 * rng.standard_normal(40) > 0).astype(float), lam=0.1)
+
+
+def test_two_fednl_runs_differ_in_their_compressor_alone_and_the_figures_label_them_by_it(problem, tmp_path):
+    """Two API runs of FedNL with TopK and RandK: their config.yaml differ in ``algorithm.compressor`` and nothing
+    else, and plot_runs, local_work and fednl_bits label each by its compressor (they went by the folders' names,
+    which the folders had no config to say more than)."""
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run, compressor in zip(runs, ("topk:4", "randk:4")):
+        dane.fit(problem, "fednl", compressor=compressor, workers=2, rounds=2, seed=1, out_dir=run)
+    first, second = (flatten(read_config(run)) for run in runs)
+    assert first.keys() == second.keys()
+    assert {key: (first[key], second[key]) for key in first if first[key] != second[key]} == \
+        {"algorithm.compressor": ("topk:4", "randk:4")}
+    assert labels_for(runs, [read_config(run) for run in runs]) == ["algorithm.compressor=topk:4",
+                                                                     "algorithm.compressor=randk:4"]
+    assert local_work.labels(runs) == ["FedNL (algorithm.compressor=topk:4)", "FedNL (algorithm.compressor=randk:4)"]
+    assert [fednl_bits.label(run) for run in runs] == ["FedNL (topk:4)", "FedNL (randk:4)"]
+
+
+@pytest.mark.parametrize("name, keys", [("fednl", {"compressor": "randk:3", "option": 2, "alpha": 0.25}),
+                                        ("newton_3pc", {"mechanism": "cbag", "p": 0.25, "compressor": "topk:3"}),
+                                        ("dane", {"mu": 0.1})])
+def test_the_recorded_algorithm_rebuilds_the_config_the_run_used(problem, tmp_path, name, keys):
+    """The file's ``algorithm`` keys are the config's fields: read back, they rebuild an equal config both through
+    `dane.algorithm_config` (by the method's name) and through the class ``_target_`` names; the run's ``seed`` is
+    the algorithm's, the run's top-level keys are at the command line's paths."""
+    dane.fit(problem, name, workers=2, rounds=1, seed=3, out_dir=tmp_path, **keys)
+    recorded = read_config(tmp_path)
+    used = dane.algorithm_config(name, seed=3, **keys)
+    fields = {key: value for key, value in recorded["algorithm"].items() if key != "_target_"}
+    assert dane.algorithm_config(fields.pop("name"), **fields) == used
+    assert get_class(recorded["algorithm"]["_target_"])(**{k: v for k, v in recorded["algorithm"].items()
+                                                           if k != "_target_"}) == used
+    assert {key: recorded[key] for key in ("workers", "rounds", "tol", "seed", "dtype")} == \
+        {"workers": 2, "rounds": 1, "tol": None, "seed": 3, "dtype": "float64"}
+    assert recorded["comm"]["compress"] is None and recorded["problem"]["lam"] == 0.1
+
+
+def test_an_array_problem_is_recorded_by_its_shape_and_fingerprint_not_its_entries(tmp_path):
+    """X of 400 x 20 (64,000 bytes of float64) and a sparse X: the file names their shapes, whether sparse, and the
+    data's fingerprint (`dane.problems.ArraySource`), and stays a few kilobytes; ``comm.compress`` is recorded."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((400, 20))
+    y = X @ rng.standard_normal(20)
+    dense = dane.problems.Ridge(X, y, lam=0.1)
+    dane.fit(dense, "gd", workers=2, rounds=1, compress="topk:5", out_dir=tmp_path / "dense")
+    text = (tmp_path / "dense" / "config.yaml").read_text()
+    data = yaml.safe_load(text)["problem"]["data"]
+    assert len(text) < 4000
+    assert data == {"_target_": "dane.problems.arrays.ArraySource", "name": "arrays",
+                    "X": {"shape": [400, 20], "dtype": "float64", "sparse": False},
+                    "y": {"shape": [400], "dtype": "float64", "sparse": False}, "fingerprint": dense.data.fingerprint}
+    assert yaml.safe_load(text)["comm"]["compress"] == "topk:5"
+    sparse = dane.problems.Ridge(scipy.sparse.random(400, 20, density=0.1, random_state=2, format="csr"), y, lam=0.1)
+    dane.fit(sparse, "gd", workers=2, rounds=1, out_dir=tmp_path / "sparse")
+    assert read_config(tmp_path / "sparse")["problem"]["data"]["X"] == {"shape": [400, 20], "dtype": "float64",
+                                                                         "sparse": True}
+
+
+def test_a_refused_run_keeps_the_config_and_overwrite_replaces_it(problem, tmp_path):
+    """A run into a folder holding one is refused before it writes (the first run's config.yaml stays byte for byte);
+    ``overwrite`` replaces it with the new run's."""
+    dane.fit(problem, "fednl", compressor="topk:4", workers=2, rounds=2, out_dir=tmp_path)
+    before = (tmp_path / "config.yaml").read_bytes()
+    with pytest.raises(ConfigError, match=r"already holds a run"):
+        dane.fit(problem, "fednl", compressor="randk:4", workers=2, rounds=1, out_dir=tmp_path)
+    assert (tmp_path / "config.yaml").read_bytes() == before
+    dane.fit(problem, "fednl", compressor="randk:4", workers=2, rounds=1, out_dir=tmp_path, overwrite=True)
+    replaced = read_config(tmp_path)
+    assert (replaced["algorithm"]["compressor"], replaced["rounds"], replaced["overwrite"]) == ("randk:4", 1, True)
