@@ -48,8 +48,8 @@ X_AXES = {  # record key -> (axis label, name in the title)
 }
 DEFAULT_OUT = Path("results") / "figures" / "plot_runs.png"
 #: config keys that do not change what a run computes: never a label
-NOT_LABELS = ("out_dir", "quiet", "print_every", "progress", "data_dir", "checkpoint_every", "resume", "save_iterate",
-              "sim.calibration", "logger", "mlflow_uri")
+NOT_LABELS = ("out_dir", "overwrite", "quiet", "print_every", "progress", "data_dir", "checkpoint_every", "resume",
+              "save_iterate", "sim.calibration", "logger", "mlflow_uri")
 
 
 class Curve(NamedTuple):

@@ -128,6 +128,8 @@ def test_labels_fall_back_to_directory_names(sweep):
     assert plot_runs.labels_for(runs, [{}, {}]) == ["0_dane", "1_admm"]
     same = summary.read_config(runs[0])
     assert plot_runs.labels_for(runs, [same, same]) == ["0_dane", "1_admm"]  # nothing differs
+    # a rerun with overwrite=true changes no result: not a label (as conf/config.yaml's exclude_keys leave it out)
+    assert plot_runs.labels_for(runs, [{**same, "overwrite": False}, {**same, "overwrite": True}]) == ["0_dane", "1_admm"]
 
 
 def test_plot_cli_writes_png_and_pdf_under_results(sweep, tmp_path, monkeypatch, capsys):
