@@ -37,8 +37,9 @@ L and μ̲ come from GD's local Lanczos and one allreduce before round 0 (`basel
 counted in round 0's ``comm_rounds`` and ``bytes_sent``), only where a null needs them.
 
 *Messages and bits* as DIANA's (`baselines.diana`: its own compressor, ``comm.compress`` refused, the communicator
-counting the already compressed message): per worker a round ``uplink_bits`` += 2 bits(Q on d entries) + 64 per
-metric, ``downlink_bits`` += 64 (2d + metrics) (the two means, dense: from them every worker forms g^k and h).
+counting the already compressed message): per worker a round ``uplink_bits`` += 2 bits(Q on d entries),
+``downlink_bits`` += 64 · 2d (the two means, dense: from them every worker forms g^k and h); the logged metrics ride
+along uncounted (`dane.comm.compression.METRICS`).
 
 *The logged point* is y^k, the paper's output sequence (FedNL-Public's curves are f(y^k) too): each round evaluates
 O_i at y^k for the record, and its gradient is ∇O_i(w^{k+1}) when the coin refreshes w.  ``local_passes`` counts the
@@ -61,6 +62,7 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
+from dane.comm.compression import METRICS
 from dane.errors import ConfigError
 from dane.problems import Problem
 from dane.work import count, uncounted
@@ -109,7 +111,7 @@ class ADIANA(Algorithm):
         delta = compress_each(self.compressor, grad_x - self.h_i, self.generators)          # Q(∇O_i(x^k) − h_i)
         delta_w = compress_each(self.compressor, self.grad_w - self.h_i, self.generators)   # Q(∇O_i(w^k) − h_i)
         self.h_i = self.h_i + self.alpha * delta_w
-        mean, mean_w, metrics = self.comm.allreduce_mean([delta, delta_w, metrics], kinds=(SENT, SENT))
+        mean, mean_w, metrics = self.comm.allreduce_mean([delta, delta_w, metrics], kinds=(SENT, SENT, METRICS))
         g = self.h + mean
         self.h = self.h + self.alpha * mean_w
         y_next = x - self.lr * g

@@ -96,7 +96,7 @@ from dane.work import count
 
 from .adaptive import RESIDUAL_BALANCE, RHO_REFRESH, AdaptKeys, refresh_due
 from .defaults import NETWORK_PENALTY, Resolution, admm_penalty, residual_balancing
-from .metrics import global_metrics, local_payload, logs_gradient
+from .metrics import global_metrics, local_payload, logs_gradient, payload_kinds
 from .spectral import local_spectrum, require_hessian_vector
 
 #: Largest dimension whose local data Hessians are formed (d products) and averaged (d² numbers) for ρ;
@@ -198,8 +198,9 @@ class ADMM(Algorithm):
         self.t += 1
         z, u, rho = self.w, self.u, self.rho
         x = self.local_solve(z - u, rho)                                                      # x-update (local solve)
-        payload = [self._pending_primal_sq(), *local_payload(self.problem, z, with_grad=self.with_grad)]
-        v, primal_sq, *reduced = self.comm.allreduce_mean([x + u, *payload])                  # the one allreduce
+        payload = local_payload(self.problem, z, with_grad=self.with_grad)  # the residual is ADMM's, the rest measured
+        v, primal_sq, *reduced = self.comm.allreduce_mean([x + u, self._pending_primal_sq(), *payload],  # the one
+                                                          kinds=(None, None, *payload_kinds(payload)))  # allreduce
         z_next = self.problem.prox_regularizer(v, rho)                                        # z-update
         self.u = u + x - z_next                                                                # u-update
         record = {**global_metrics(self, reduced), "rho": rho, **self._residuals(primal_sq)}
@@ -215,8 +216,9 @@ class ADMM(Algorithm):
         return {**record, "adapted": adapted} if adapted else record
 
     def evaluate(self) -> dict[str, float]:
-        primal_sq, *reduced = self.comm.allreduce_mean(
-            [self._pending_primal_sq(), *local_payload(self.problem, self.w, with_grad=self.with_grad)])
+        payload = local_payload(self.problem, self.w, with_grad=self.with_grad)
+        primal_sq, *reduced = self.comm.allreduce_mean([self._pending_primal_sq(), *payload],
+                                                       kinds=(None, *payload_kinds(payload)))
         return {**global_metrics(self, reduced), "rho": self.rho, **self._residuals(primal_sq)}
 
     def diagnosis(self, records: list[dict]) -> str | None:

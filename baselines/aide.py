@@ -111,7 +111,7 @@ import numpy as np
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm, AlgorithmConfig, Column
+from dane.algorithm import Algorithm, AlgorithmConfig, Column, metrics_message, metrics_received
 from dane.dane import solver_arg
 from dane.comm import Communicator
 from dane.errors import ConfigError
@@ -264,9 +264,13 @@ class AIDE(Algorithm):
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
+        reads = self.grows or self.restarts  # τ's growth and the momentum restart read O(w_t): AIDE's message
+        parts, kinds = metrics_message(local_metrics, reads_objective=reads)
         if self.tau is None:  # tau=auto, round 0: the column curvature D = mean D_i rides with g
             curvature = self.local_curvature.to(local_grad.dtype)
-            g, metrics, mean_curvature = self.comm.allreduce_mean([local_grad, local_metrics, curvature])  # 1. g, D
+            g, mean_curvature, *means = self.comm.allreduce_mean([local_grad, curvature, *parts],  # 1. g, D
+                                                                 kinds=(None, None, *kinds))
+            metrics, _ = metrics_received(means, reads_objective=reads)
             local_tau = spread_tau(curvature, mean_curvature, self.problem.strong_convexity)  # this worker's τ_i
             (tau,) = self.comm.allreduce_mean([torch.tensor([local_tau], dtype=local_grad.dtype)])  # round 0 only
             self._set_tau(float(tau))  # every worker's subproblem takes the same τ = mean τ_i
@@ -276,7 +280,8 @@ class AIDE(Algorithm):
             self.defaults = self.resolved()
             restart, adapted = True, []  # y_0 = w_0
         else:
-            g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])   # 1. g = mean ∇O_i(w_t)
+            g, *means = self.comm.allreduce_mean([local_grad, *parts], kinds=(None, *kinds))  # 1. g = mean ∇O_i(w_t)
+            metrics, _ = metrics_received(means, reads_objective=reads)
             adapted, restart = self._adapt(float(metrics[0]), w) if self.adaptive else ([], False)
         g_aug = g + self.tau * (w - self.y)                                       # g̃ = ∇Õ(w_t)
         w_local = self.problem.prox_solve(w, local_grad - self.eta * g_aug, self.mu + self.tau,  # 2. local solve

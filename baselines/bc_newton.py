@@ -112,7 +112,7 @@ class FedNLBC(FedNL):
         members, full = self.sampler.draw_all(), self.full
         grads, S, l_i = self.client.round(w, self.rounds)                              # clients, at w_k
         sent = ([self.own(grads)] if full else []) + [self.packed(S), self.own(l_i[:, None])]
-        means, reduced = sampled_mean(self.comm, members, sent, self.payload(self.w))  # uplink
+        means, reduced = sampled_mean(self.comm, members, sent, self.payload(self.w), ride_kinds=self.ride_kinds())
         S_mean, l = means[-2], float(means[-1])
         if full:
             self.z, self.G = w.copy(), means[0].numpy().copy()                        # z ← w_k, G = ∇O(w_k)

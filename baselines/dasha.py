@@ -24,8 +24,9 @@ one allreduce, every message compressed:
   (`baselines.measure.smoothness_moments`).
 
 *Messages and bits* as MARINA's: DASHA draws Q itself (its own compressor, ``comm.compress`` refused) and the
-communicator counts the message (`dane.comm.compression`, ``precompressed``): round 0 64 (d + metrics) per worker,
-every later round bits(Q) + 64 per metric; the downlink, g_k, dense.  The logged ``grad_norm`` is ‖g_k‖.  It runs on
+communicator counts the message (`dane.comm.compression`, ``precompressed``): round 0 64 d per worker, every later
+round bits(Q); the downlink, g_k, dense, 64 d (the logged metrics ride along uncounted:
+`dane.comm.compression.METRICS`).  The logged ``grad_norm`` is ‖g_k‖.  It runs on
 the batched simulator as DIANA does.
 
 Departure: the theorem is for non-convex f (DASHA's setting); the package runs it on every problem with
@@ -40,6 +41,7 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
+from dane.comm.compression import METRICS
 from dane.problems import Problem
 
 from .defaults import Resolution, dasha_momentum, dasha_step
@@ -70,13 +72,13 @@ class DASHA(Algorithm):
         grad, metrics = self.problem.evaluate(self.w)
         if self.g is None:                                           # round 0: g_i = h_i = ∇O_i(x_0), sent whole
             self.g_i = grad
-            mean, metrics = self.comm.allreduce_mean([grad, metrics], kinds=(None,))
+            mean, metrics = self.comm.allreduce_mean([grad, metrics], kinds=(None, METRICS))
             self.g = mean
         else:
             sent = compress_each(self.compressor, grad - self.h_i - self.momentum * (self.g_i - self.h_i),
                                  self.generators)
             self.g_i = self.g_i + sent
-            mean, metrics = self.comm.allreduce_mean([sent, metrics], kinds=(SENT,))
+            mean, metrics = self.comm.allreduce_mean([sent, metrics], kinds=(SENT, METRICS))
             self.g = self.g + mean
         self.h_i = grad
         self.w = self.w - self.lr * self.g

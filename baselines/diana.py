@@ -28,10 +28,12 @@ each worker draws Q itself, because h_i ← h_i + αΔ_i needs the Δ_i the serv
 through the backend's dense allreduce (the iterates of a server that decodes each worker's message and averages,
 identical on every backend).  The communicator counts it as ``comm.compress`` counts a compressed message
 (`dane.comm.compression.MessageCompression` with ``precompressed=True``: counted at `Compressor.bits`, not
-compressed again): per worker a round, ``uplink_bits`` += bits(Q on d entries) + 64 per logged metric (RandK:
-64 K, its indices drawn from the worker's seeded stream, which the server knows; natural: 12 d), ``downlink_bits``
-+= 64 (d + metrics) (the server's ĝ goes down dense).  Q draws from the worker's generator of that counter
-(`dane.comm.compression.compression_seed`: the run's seed and the rank), checkpointed with the algorithm.
+compressed again): per worker a round, ``uplink_bits`` += bits(Q on d entries) (RandK: 64 K, its indices drawn
+from the worker's seeded stream, which the server knows; natural: 12 d), ``downlink_bits`` += 64 d (the server's
+ĝ goes down dense): the paper's Δ_i and ĝ alone.  The logged metrics ride the same allreduce, in ``bytes_sent`` and
+not in the bits (`dane.comm.compression.METRICS`: the run's measurement, not DIANA's message).  Q draws from the
+worker's generator of that counter (`dane.comm.compression.compression_seed`: the run's seed and the rank),
+checkpointed with the algorithm.
 The logged ``grad_norm`` is ‖ĝ‖, the estimate DIANA steps with (as under ``comm.compress``).  On the batched
 simulator (``sim.batched``, `dane.comm.batched`) the round runs on the stacked rows, each worker's Q drawn from a
 generator seeded as that worker's (`worker_streams`, each checkpointed: `streams_state`), and the communicator
@@ -50,7 +52,7 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.comm.batched import stacked
-from dane.comm.compression import MessageCompression, compression_seed
+from dane.comm.compression import METRICS, MessageCompression, compression_seed
 from dane.compress import Compressor, make
 from dane.errors import ConfigError
 from dane.problems import Problem
@@ -131,7 +133,7 @@ class DIANA(Algorithm):
         grad, metrics = self.problem.evaluate(self.w)
         delta = compress_each(self.compressor, grad - self.h_i, self.generators)  # Δ_i = Q(∇O_i(x) − h_i)
         self.h_i = self.h_i + self.alpha * delta
-        mean_delta, metrics = self.comm.allreduce_mean([delta, metrics], kinds=(SENT,))
+        mean_delta, metrics = self.comm.allreduce_mean([delta, metrics], kinds=(SENT, METRICS))
         g = self.h + mean_delta                                                    # ĝ = h + mean Δ_i
         self.h = self.h + self.alpha * mean_delta
         self.w = self.w - self.lr * g

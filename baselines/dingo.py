@@ -115,7 +115,8 @@ class DINGO(ClientBits, Federated):
         x, d = self.w.numpy(), self.d
         members = self.sampler.draw_all()
         grads, compact = self.clients.gradients_hessians(x)                              # ∇O_i, ∇²O_i: one pass
-        (g,), reduced = sampled_mean(self.comm, members, [self.own(grads)], self.payload(self.w))  # g = ∇O(x_k)
+        (g,), reduced = sampled_mean(self.comm, members, [self.own(grads)], self.payload(self.w),  # g = ∇O(x_k)
+                                     ride_kinds=self.ride_kinds())
         g = g.to(torch.float64).numpy()
         hessians = unpack(self.clients.expand(compact), d)                               # H_i, (clients, d, d)
         vectors = np.stack([np.concatenate(client_vectors(H, g, self.phi)) for H in hessians])

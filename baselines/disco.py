@@ -74,6 +74,7 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
+from dane.comm.compression import METRICS
 from dane.errors import ConfigError
 from dane.numerics.local_solvers import cg_products
 from dane.problems import Problem
@@ -156,7 +157,7 @@ class DiSCO(Algorithm):
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
-        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])  # g = mean ∇O_i(w_t)
+        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics], kinds=(None, METRICS))  # g = mean ∇O_i
         grad_norm = float(torch.linalg.vector_norm(g))
         if self.first_grad_norm is None:
             self.first_grad_norm = grad_norm

@@ -22,7 +22,8 @@ comm.compress=C comm.error_feedback=true`` (tests/test_compressed_methods.py).  
   from GD's local Lanczos and one allreduce before round 0 (`baselines.measure.smoothness_moments`), resolved by the
   config's ``build`` and listed in the summary's ``defaults``.  With ``none`` (δ = 1) it is 1/L̄.
 
-Bits per worker a round: bits(C on d entries) + 64 per metric up (TopK: K (64 + ⌈log₂ d⌉)), 64 (d + metrics) down.
+Bits per worker a round: bits(C on d entries) up (TopK: K (64 + ⌈log₂ d⌉)), 64 d down; the logged metrics ride
+along uncounted (`dane.comm.compression.METRICS`).
 The logged ``grad_norm`` is ‖g‖, the estimate EF21 steps with.
 """
 from __future__ import annotations

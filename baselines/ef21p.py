@@ -29,8 +29,9 @@ h^t + mean_i m_i/(ω + 1), not with the unbiased h^t + mean_i m_i.  No theorem o
 *Messages.*  The uplink goes through the package's EF21 counter (as `baselines.ef21`: ``comm.compress=C
 comm.error_feedback=true`` installed by the method), the downlink is drawn here from the server's generator of that
 counter (`dane.comm.compression.downlink_seed`: the run's seed alone, so every worker computes the same s_k from
-the same g).  Bits per worker a round: up bits(C on d) + 64 per metric, down bits(C_P on d) + 64 per metric
-(TopK: K (64 + ⌈log₂ d⌉)); the α-β cost model charges each direction at its size (`dane.comm.cost`).
+the same g).  Bits per worker a round: up bits(C on d), down bits(C_P on d) (TopK: K (64 + ⌈log₂ d⌉)); the logged
+metrics ride along uncounted (`dane.comm.compression.METRICS`, in ``bytes_sent``); the α-β cost model charges each
+direction at its size (`dane.comm.cost`).
 
 *Default.*  γ = ``lr`` null: `baselines.defaults.ef21p_step`, min(1/(L̄ + L̃ sqrt(β/θ)), δ_P/(16 L̄)) with
 θ = 1 − sqrt(1 − δ), β = (1 − δ)/θ: EF21's Theorem 1 step for the uplink and the paper's Theorem D.1 step α/(16L)
@@ -52,7 +53,7 @@ import torch
 
 from dane.algorithm import AlgorithmConfig
 from dane.comm import Communicator
-from dane.comm.compression import MessageCompression
+from dane.comm.compression import METRICS, MessageCompression
 from dane.compress import ErrorFeedback, make
 from dane.errors import ConfigError
 from dane.problems import Problem
@@ -85,7 +86,7 @@ class EF21P(GD):
 
     def step(self) -> dict[str, float]:
         local_grad, local_metrics = self.problem.evaluate(self.w)                     # at w_k
-        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics], kinds=("gradient",))  # g = mean g_i
+        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics], kinds=("gradient", METRICS))  # g = mean g_i
         self.x = self.x - self.lr * g                                                  # server: x_{k+1}
         self.w = self.primal(self.x, self.counter.server_generator).clone()            # w_{k+1} = w_k + C_P(x − w)
         return {**self.metrics(g, metrics), "lr": self.lr}

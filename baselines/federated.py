@@ -49,7 +49,7 @@ from .adaptive import Adaptation, AdaptKeys, SamplingFloor
 from .defaults import (GAP_BALANCE, HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Resolution,
                        balanced_prox_weight, local_step, prox_weight)
 from .measure import hessian_dissimilarity, largest_smoothness
-from .metrics import global_metrics, local_payload, logs_gradient
+from .metrics import global_metrics, local_payload, logs_gradient, payload_kinds
 
 FED_SOLVERS = ("problem", "steps", "cholesky", "cg", "svrg", "lbfgs")
 
@@ -248,11 +248,18 @@ class Federated(Algorithm):
                 *, down: list[torch.Tensor] = (), metrics: bool = True) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Means over S_t of ``sampled`` (and over all of ``rides``); counts ``sampled`` up and ``down`` down.
         On the batched path ``sampled`` holds the participants' rows, and a client's message is one row.
-        ``metrics``: ``rides`` start with ``payload(self.w)`` (where there are rides), else they are all zero outside
-        S_t (`absent_message`)."""
+        ``metrics``: ``rides`` start with ``payload(self.w)`` (where there are rides; the run's measurement,
+        `ride_kinds`), else they are all zero outside S_t (`absent_message`)."""
         up = [t[0] for t in sampled] if stacked(self.comm) else sampled
         self.traffic.add(len(members), up=up, down=down)
-        return sampled_mean(self.comm, members, sampled, rides, self.absent_message(sampled, rides, metrics))
+        kinds = self.ride_kinds() if metrics and rides else ()
+        return sampled_mean(self.comm, members, sampled, rides, self.absent_message(sampled, rides, metrics), kinds)
+
+    def ride_kinds(self) -> tuple[str | None, ...]:
+        """The kinds of `payload`'s tensors where they ride: the run's measurement (`payload_kinds`), left out of
+        ``comm.compress``'s bit counts, as the participants' traffic leaves them out.  An adaptation that reads the
+        round's objective reads it from the record, after the paper's round (`baselines.adaptive`)."""
+        return payload_kinds([self.w] * (1 + self.with_grad))
 
     def absent_message(self, sampled: list[torch.Tensor], rides: list[torch.Tensor], metrics: bool = True):
         """What a client outside S_t would send, from its shard, where the simulator parks it (`own_state`):

@@ -313,7 +313,7 @@ class FedNL(ClientBits, Federated):
         payload = self.payload(self.w)
         now = self.client.clock("oracles", now)
         sent = [self.own(grads), self.packed(S), self.own(l_i[:, None])]
-        (g, S_mean, l), reduced = sampled_mean(self.comm, members, sent, payload)       # uplink
+        (g, S_mean, l), reduced = sampled_mean(self.comm, members, sent, payload, ride_kinds=self.ride_kinds())
         now = self.client.clock("update", now)
         g = g.numpy()
         direction = newton_direction(self.H, g, float(l), option=self.option, mu=self.mu,  # server, with H_k
@@ -347,7 +347,8 @@ class FedNL(ClientBits, Federated):
         now = time.perf_counter()
         payload = self.payload(self.w)
         now = self.client.clock("oracles", now)
-        S_mean, l, g, *reduced = self.comm.allreduce_mean(sent + payload)              # uplink: (1/m) Σ_{S_k}
+        S_mean, l, g, *reduced = self.comm.allreduce_mean(sent + payload,              # uplink: (1/m) Σ_{S_k}
+                                                          kinds=(None, None, None, *self.ride_kinds()))
         for key, delta in (("H", S_mean), ("l", l), ("g", g)):
             getattr(self, key)[...] += delta.numpy()
         self.client.clock("update", now)
@@ -355,6 +356,12 @@ class FedNL(ClientBits, Federated):
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
         return {**self.record(reduced, members), "step_size": 1.0, "clients_uplink_bits": self.uplink_bits}
 
+
+    def ride_kinds(self) -> tuple[str | None, ...]:
+        """FedNL-LS's search starts from O(x_k), read from the metrics that ride: that tensor is its message (counted,
+        as its own count holds 64 bits for f_i(x_k)); the rest is the run's measurement (`Federated.ride_kinds`)."""
+        kinds = super().ride_kinds()
+        return (None, *kinds[1:]) if self.variant == "ls" else kinds
 
     def global_objective(self, x: np.ndarray) -> float:
         """O(x): one allreduce of the clients' O_i(x) (FedNL-LS's trials)."""

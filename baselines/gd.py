@@ -38,6 +38,7 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
+from dane.comm.compression import METRICS
 from dane.errors import ConfigError
 from dane.problems import Problem
 
@@ -73,7 +74,8 @@ class GD(Algorithm):
         pending = self.lr is None  # round 0 of lr=None: (μ_i, L_i) ride along with the gradient
         spectrum = [torch.as_tensor(self.spectrum, dtype=self.w.dtype)] if pending else []  # (2,), or (m, 2) stacked
         payload = [local_grad, local_metrics] + spectrum
-        g, metrics, *spectrum = self.comm.allreduce_mean(payload, kinds=("gradient",))  # g = mean ∇O_i(w_t) (and (μ̲, L̄))
+        # g = mean ∇O_i(w_t) (and (μ̲, L̄)); the metrics only logged
+        g, metrics, *spectrum = self.comm.allreduce_mean(payload, kinds=("gradient", METRICS))
         if pending:
             self.mu_est, self.L_est = max(float(spectrum[0][0]), 0.0), float(spectrum[0][1])
             self.lr = gd_step(self.L_est, self.mu_est, self.lr_factor)

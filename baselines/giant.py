@@ -107,7 +107,7 @@ from types import SimpleNamespace
 import torch
 
 from dane import checks
-from dane.algorithm import Algorithm, AlgorithmConfig, Column
+from dane.algorithm import Algorithm, AlgorithmConfig, Column, metrics_message, metrics_received
 from dane.comm import Communicator
 from dane.errors import ConfigError
 from dane.numerics.linalg import cg
@@ -190,7 +190,9 @@ class GIANT(Algorithm):
         if len(self.mus) != m:  # a new world size (elastic reset): every worker starts from the largest shift
             self.mus = [max(self.mus)] * m
         local_grad, local_metrics = self.problem.evaluate(w)
-        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])              # 1. g = mean ∇O_i(w_t)
+        parts, kinds = metrics_message(local_metrics, reads_objective=True)  # the line search starts from O(w_t)
+        g, *means = self.comm.allreduce_mean([local_grad, *parts], kinds=(None, *kinds))  # 1. g = mean ∇O_i(w_t)
+        metrics, _ = metrics_received(means, reads_objective=True)
         mu = self.mus[self.comm.rank]
         local = cg(lambda v: self.problem.hessian_vector(v, at=w) + mu * v, g,         # local: (H_i + μ_i I) p_i = g
                    rtol=self.cg_tol, max_iter=self.cg_max_iter)

@@ -53,7 +53,7 @@ from dane.problems import Problem, ProblemConfig
 from dane.seeds import STREAMS
 
 from .defaults import Resolution, local_step
-from .metrics import global_metrics, local_payload, logs_gradient
+from .metrics import global_metrics, local_payload, logs_gradient, payload_kinds
 from .measure import largest_smoothness
 from .spectral import one_hot
 
@@ -107,16 +107,17 @@ class LocalSGD(Algorithm):
         payload = local_payload(self.problem, self.w, with_grad=self.with_grad)  # w_t's metrics ride along
         w_local = local_steps(self.w, self.gradient, lr=self.local_lr, steps=self.local_steps)
         if self.aggregate == "mean":
-            self.w, *reduced = self.comm.allreduce_mean([w_local, *payload])
+            self.w, *reduced = self.comm.allreduce_mean([w_local, *payload], kinds=(None, *payload_kinds(payload)))
             extra = {}
         elif self.aggregate == "weighted":
-            nw, *reduced = self.comm.allreduce_mean([self.shard_size * w_local, *payload])
+            nw, *reduced = self.comm.allreduce_mean([self.shard_size * w_local, *payload],
+                                                    kinds=(None, *payload_kinds(payload)))
             self.w = nw / self.mean_shard_size  # Σ n_i w_i / Σ n_i, n̄ from before round 0
             extra = {}
         else:
             own = dict(zip(worker_ranks(self.comm), self.score(w_local)))  # this worker's score (each one's, stacked)
             votes = per_worker(self.comm, lambda rank: one_hot(own[rank], rank, self.comm.size, self.w.dtype))
-            scores, *reduced = self.comm.allreduce_mean([votes, *payload])
+            scores, *reduced = self.comm.allreduce_mean([votes, *payload], kinds=(None, *payload_kinds(payload)))
             elected = int(torch.nan_to_num(scores, nan=torch.inf).argmin())
             (self.w,) = self.comm.broadcast([w_local], root=elected)
             extra = {"elected": elected}
@@ -135,7 +136,8 @@ class LocalSGD(Algorithm):
         return torch.as_tensor(self.problem.validation_objective(w)).reshape(-1).tolist()
 
     def evaluate(self) -> dict[str, float]:
-        reduced = self.comm.allreduce_mean(local_payload(self.problem, self.w, with_grad=self.with_grad))
+        payload = local_payload(self.problem, self.w, with_grad=self.with_grad)
+        reduced = self.comm.allreduce_mean(payload, kinds=payload_kinds(payload))
         return {**global_metrics(self, reduced), **self.extra()}
 
     def state_dict(self) -> dict:

@@ -23,8 +23,9 @@ carry ``full_round`` (1 where c_k = 1 or k = 0).
   before round 0 (`baselines.measure.smoothness_moments`).
 
 *Messages and bits* as DIANA's: MARINA draws Q itself (its own compressor, ``comm.compress`` refused) and the
-communicator counts the message (`dane.comm.compression`, ``precompressed``): a compressed round bits(Q) + 64 per
-metric per worker, a full round 64 (d + metrics); the downlink, g_k, dense.  The logged ``grad_norm`` is ‖g_k‖.
+communicator counts the message (`dane.comm.compression`, ``precompressed``): a compressed round bits(Q) per
+worker, a full round 64 d; the downlink, g_k, dense, 64 d (the logged metrics, riding along, are not counted:
+`dane.comm.compression.METRICS`).  The logged ``grad_norm`` is ‖g_k‖.
 It runs on the batched simulator as DIANA does.
 
 *PP-MARINA* (their Algorithm 4, partial participation: ``clients_per_round=r``; null, the default: MARINA above,
@@ -73,6 +74,7 @@ from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig, Column
 from dane.comm import Communicator
 from dane.comm.batched import stacked
+from dane.comm.compression import METRICS
 from dane.compress import Compressor, Sparsifier
 from dane.errors import ConfigError
 from dane.problems import Problem
@@ -140,7 +142,7 @@ class MARINA(Algorithm):
             if len(members) < self.comm.size:
                 self.comm.next_participants(members.tolist())  # the simulator charges the drawn clients only
         self.last_grad = grad
-        mean, metrics = self.comm.allreduce_mean([sent, metrics], kinds=kinds)
+        mean, metrics = self.comm.allreduce_mean([sent, metrics], kinds=(*kinds, METRICS))
         if members is not None:
             mean = mean * (self.comm.size / self.sampler.s)           # (1/m) Σ_i Σ_l Q_i^l into (1/r) Σ_j Q_j
         self.g = mean if full else self.g + mean

@@ -137,7 +137,7 @@ class Newton3PC(ClientBits, Federated):
             self.client.H_i[fired] = X[fired]  # ‖X' − H_i‖ = ‖X' − Y_i‖ exactly, not at round-off that paths differ in
         self.Y = X
         sent = [grad, self.packed(change), self.own(fired[:, None].astype(np.float64))]
-        (g, dH, share), reduced = sampled_mean(self.comm, members, sent, payload)
+        (g, dH, share), reduced = sampled_mean(self.comm, members, sent, payload, ride_kinds=self.ride_kinds())
         self.H += dH.numpy()
         direction = newton_direction(self.H, g.to(torch.float64).numpy(), 0.0, option=1, mu=self.mu)
         self.w = self.w + torch.from_numpy(direction).to(self.w.dtype)

@@ -103,7 +103,8 @@ class NewtonStar(ClientBits, Federated):
     def round(self) -> dict[str, float]:
         members = self.sampler.draw_all()
         grad, payload = self.grad_and_payload(self.w)
-        (g,), reduced = sampled_mean(self.comm, members, [grad], payload)           # uplink: ∇O_i(x_k)
+        (g,), reduced = sampled_mean(self.comm, members, [grad], payload,           # uplink: ∇O_i(x_k)
+                                     ride_kinds=self.ride_kinds())
         step = scipy.linalg.cho_solve(self.factor, g.to(torch.float64).numpy())       # H_*⁻¹ ∇O(x_k)
         self.w = self.w - torch.from_numpy(step).to(self.w.dtype)
         self.count(len(members), VALUE_BITS * self.d, down=self.d)

@@ -98,7 +98,8 @@ class NL1(ClientBits, Federated):
                 new = np.maximum(old + self.eta[c] * (n / kept) * (alpha[lo + picked] - old), 0.0)
             self.h[lo + picked] = new
             changes.append(self.coefficient_matrix(c, picked, new - old))
-        (g, dB), reduced = sampled_mean(self.comm, members, [grad, self.own(np.stack(changes))], payload)
+        (g, dB), reduced = sampled_mean(self.comm, members, [grad, self.own(np.stack(changes))], payload,
+                                        ride_kinds=self.ride_kinds())
         sent = max(min(self.k, int(n)) for n in np.diff(self.rows.start))
         if not np.isfinite(dB.numpy()).all():  # B_{k+1} would not be finite: the round keeps x_k and the run ends
             self.ended = self.not_finite()

@@ -20,7 +20,7 @@ from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
 from dane.problems import Problem
 
-from .metrics import global_metrics, local_payload, logs_gradient
+from .metrics import global_metrics, local_payload, logs_gradient, payload_kinds
 
 
 class OneShotAveraging(Algorithm):
@@ -39,8 +39,9 @@ class OneShotAveraging(Algorithm):
         if self.averaged:
             return self.evaluate()
         w_local = self.problem.prox_solve(self.w, torch.zeros_like(self.w), 0.0)             # argmin O_i, exactly
-        self.w, *reduced = self.comm.allreduce_mean(                                          # the one average
-            [w_local, *local_payload(self.problem, self.w, with_grad=self.with_grad)])
+        payload = local_payload(self.problem, self.w, with_grad=self.with_grad)
+        self.w, *reduced = self.comm.allreduce_mean([w_local, *payload],                      # the one average
+                                                    kinds=(None, *payload_kinds(payload)))
         self.averaged = True
         return global_metrics(self, reduced)
 
@@ -52,8 +53,8 @@ class OneShotAveraging(Algorithm):
     def evaluate(self) -> dict[str, float]:
         if self._final is not None:
             return dict(self._final)
-        reduced = self.comm.allreduce_mean(local_payload(self.problem, self.w, with_grad=self.with_grad))
-        metrics = global_metrics(self, reduced)
+        payload = local_payload(self.problem, self.w, with_grad=self.with_grad)
+        metrics = global_metrics(self, self.comm.allreduce_mean(payload, kinds=payload_kinds(payload)))
         if self.averaged:
             self._final = metrics
         return dict(metrics)

@@ -31,6 +31,7 @@ import torch
 from dane import checks
 from dane.algorithm import Algorithm, AlgorithmConfig
 from dane.comm import Communicator
+from dane.comm.compression import METRICS
 from dane.errors import ConfigError
 from dane.numerics.inner import STEP_OPTIMIZERS, MinibatchSampler, preload_optimizers, refuse_oversized
 from dane.seeds import STREAMS, worker_seed
@@ -81,7 +82,8 @@ class SyncSGD(Algorithm):
             grad = self.problem.batch_grad(self.w.detach(), self.sampler.next())
             if s == 0:
                 rows = [grad.new_tensor([float(self.problem.n_local)])] if self.agree else []
-                g, metrics, *rows = self.comm.allreduce_mean([grad, metrics, *rows])  # w_t's metrics ride along
+                g, metrics, *rows = self.comm.allreduce_mean([grad, metrics, *rows],  # w_t's metrics ride along
+                                                             kinds=(None, METRICS))
                 if rows:  # round 0 of steps_per_round=null: n̄ rode along too
                     self.agreed(float(rows[0][0]))
             else:
@@ -109,7 +111,7 @@ class SyncSGD(Algorithm):
         return [self.problem.batch_grad(w, self.sampler.next())]
 
     def evaluate(self) -> dict[str, float]:
-        (metrics,) = self.comm.allreduce_mean([self.local_metrics()])
+        (metrics,) = self.comm.allreduce_mean([self.local_metrics()], kinds=(METRICS,))
         return self.metrics(None, metrics)
 
     def state_dict(self) -> dict:

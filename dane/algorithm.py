@@ -4,7 +4,9 @@ An `Algorithm` holds one worker's state and runs one round per `step`.  The same
 runs under horovodrun, torchrun, or as one thread of the in-process simulator; only the
 `Communicator` differs.  Every round evaluates the iterate it starts from inside its
 first grouped allreduce (the local metrics ride along with the gradient or iterate), so
-logging costs no extra communication round.
+logging costs no extra communication round.  Those metrics are the run's measurement (kind
+`dane.comm.compression.METRICS`): the bit counts leave them out, unless the method's round reads the objective
+among them (`metrics_message`).
 
 What a method supports (elastic resets, asynchronous updates, client sampling,
 compressed messages, a batched simulation) and the metrics it adds to the records are declared on its class,
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import torch
 
 from .comm import Communicator
+from .comm.compression import METRICS
 from .errors import ConfigError, MissingMethod
 from .problems import Problem
 
@@ -35,6 +38,29 @@ if TYPE_CHECKING:
 def evaluation(problem: Problem, w: torch.Tensor) -> list[torch.Tensor]:
     """A worker's message in `Algorithm.evaluate`: [∇O_i(w), its local metrics of w]."""
     return list(problem.evaluate(w))
+
+
+def metrics_message(local_metrics: torch.Tensor, *, reads_objective: bool,
+                    beside: torch.Tensor | None = None) -> tuple[list[torch.Tensor], tuple[str | None, ...]]:
+    """(the tensors, their kinds) that carry a round's local metrics in its allreduce.  A round that only logs them
+    sends them whole as the run's measurement (`METRICS`: left out of the bit counts).  A round that reads the
+    objective, the first metric (a safeguard's test, a line search's start), sends [O_i(w), then ``beside``] as its
+    own message (kind None, counted) and the other metrics as `METRICS`, where there are any (no empty tensor goes
+    to a backend); `metrics_received` puts them together again.  A mean is taken entry by entry, so the split
+    changes no value."""
+    if not reads_objective:
+        return [local_metrics], (METRICS,)
+    objective, measured = local_metrics[..., :1], local_metrics[..., 1:]
+    read = objective if beside is None else torch.cat([objective, beside], -1)  # over the last axis: also stacked
+    return ([read, measured], (None, METRICS)) if measured.shape[-1] else ([read], (None,))
+
+
+def metrics_received(means: Sequence[torch.Tensor], *, reads_objective: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the global metrics, the mean of ``beside``) from the means of `metrics_message`'s tensors, in its order."""
+    if not reads_objective:
+        return means[0], means[0][:0]
+    read, *measured = means
+    return torch.cat([read[:1], *measured]), read[1:]
 
 
 class Column(NamedTuple):
@@ -177,7 +203,8 @@ class Algorithm(Rounds, ABC):
 
     def evaluate(self) -> dict[str, float]:
         """Global metrics of the current iterate, in one grouped allreduce."""
-        global_grad, metrics = self.comm.allreduce_mean(evaluation(self.problem, self.w))
+        # the record's measurement alone, the gradient sent for its logged norm (`METRICS`: no bits)
+        global_grad, metrics = self.comm.allreduce_mean(evaluation(self.problem, self.w), kinds=(METRICS, METRICS))
         return self.metrics(global_grad, metrics)
 
     def metrics(self, global_grad: torch.Tensor | None, metrics: torch.Tensor) -> dict[str, float]:

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .algorithm import Algorithm, AlgorithmConfig, Column, Finished
+from .algorithm import Algorithm, AlgorithmConfig, Column, Finished, metrics_message, metrics_received
 from .comm import Communicator
+from .comm.compression import METRICS
 from .numerics.local_solvers import LocalSolver, refuse_oversized_svrg, svrg_resolved
 from .numerics.svrg import SVRG_NULLS, load_svrg
 from . import checks
@@ -61,11 +62,11 @@ class DANE(Algorithm):
     def step(self) -> dict[str, float]:
         w = self.w
         local_grad, local_metrics = self.problem.evaluate(w)
-        stats = self.guard.local_stats(w, local_grad) if self.guard else local_metrics[..., :0]
-        fused_local = torch.cat([local_metrics, stats], -1)  # over the trailing axis: also for stacked workers
-        g, fused = self.comm.allreduce_mean([local_grad, fused_local], kinds=("gradient",))  # 1. g = mean ∇O_i(w_t)
-        k = local_metrics.shape[-1]
-        metrics, stats = fused[:k], fused[k:]
+        reads = self.guard is not None  # the safeguard reads O(w_t) and its statistics: the method's message
+        parts, kinds = metrics_message(local_metrics, reads_objective=reads,
+                                       beside=self.guard.local_stats(w, local_grad) if reads else None)
+        g, *means = self.comm.allreduce_mean([local_grad, *parts], kinds=("gradient", *kinds))  # 1. g = mean ∇O_i
+        metrics, stats = metrics_received(means, reads_objective=reads)
         extra = {}
         if self.guard is not None:
             w, local_grad, g, metrics, extra = self.guard.review(w, local_grad, g, metrics, stats)
@@ -131,7 +132,7 @@ class DANE(Algorithm):
         if self.guard is None:
             return super().evaluate()
         local_grad, local_metrics = self.problem.evaluate(self.w)
-        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics])
+        g, metrics = self.comm.allreduce_mean([local_grad, local_metrics], kinds=(METRICS, METRICS))  # the record's
         if self.guard.would_accept(float(metrics[0])):
             self.described = self.w
             return self.metrics(g, metrics)

@@ -135,9 +135,12 @@ class ClientSampler:
 
 
 def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.Tensor],
-                 rides: list[torch.Tensor] = (), absent=None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+                 rides: list[torch.Tensor] = (), absent=None,
+                 ride_kinds: tuple[str | None, ...] = ()) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(mean over ``members`` of each of ``sampled``, mean over all workers of each of ``rides``), in one
-    grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``.  On a batched
+    grouped allreduce; a worker outside ``members`` sends zeros in place of its ``sampled``.  ``ride_kinds``: the
+    kinds of the first rides (`Communicator.allreduce_mean`; the round's logged metrics are
+    `dane.comm.compression.METRICS`), the others none.  On a batched
     communicator (`dane.comm.batched`) ``sampled`` holds the members' rows alone, (|S|, ...) in their order, and the
     others' rows are those zeros.  ``absent(problem)``: a worker's whole message from its shard, for a simulator whose
     non-participants sleep (`dane.comm.roster`)."""
@@ -153,7 +156,7 @@ def sampled_mean(comm: Communicator, members: torch.Tensor, sampled: list[torch.
     try:
         if len(members) < comm.size:  # the simulator charges the participants only
             comm.next_participants(members.tolist(), **({} if absent is None else {"absent": absent}))
-        reduced = comm.allreduce_mean(payload)
+        reduced = comm.allreduce_mean(payload, kinds=(*(None for _ in sampled), *ride_kinds))
     finally:
         for t in payload[: len(sampled)] if padded else ():
             t.index_fill_(0, members.to(t.device), 0.0)  # zeros again for the next round

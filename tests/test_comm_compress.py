@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,13 +15,15 @@ from dane.dane import DANEConfig
 from dane.errors import ConfigError
 from dane.loop.launch import execute
 from dane.problems import RidgeSyntheticConfig
+from dane.problems.linear_models import LinearModelConfig
+from dane.problems.neural import DataConfig
 from dane.loop.stopping import StopRule
 from dane.loop.spec import Communication, RunControl, RunSpec
 
 M = 4
 PROBLEM = RidgeSyntheticConfig(n_samples=800, dim=40, lam=0.05)
 D = PROBLEM.dim
-METRICS = 2  # objective and suboptimality ride with the gradient (float64 each)
+METRICS = 2  # objective and suboptimality ride with the gradient (float64 each): in the bytes, not in the bits
 
 
 def fit(algorithm, rounds: int, compress: str | None = None, error_feedback: bool = False, tol: float | None = None,
@@ -44,7 +47,7 @@ def test_compress_none_is_the_uncompressed_run_with_dense_bit_counts():
     counted, summary = fit(gd, 6, compress="none")
     assert without_clock(counted, "uplink_bits", "downlink_bits") == without_clock(plain)
     assert "uplink_bits" not in plain[0]
-    per_round = (D + METRICS) * 64  # the dense gradient and the metrics, both ways
+    per_round = D * 64  # the dense gradient both ways; the metrics that ride along are the run's, not counted
     assert [r["uplink_bits"] for r in counted] == [t * per_round for t in range(7)]
     assert [r["downlink_bits"] for r in counted] == [t * per_round for t in range(7)]
     assert summary["compression"] == {"compress": "none", "error_feedback": False, "compressed_messages": ["gradient"]}
@@ -55,9 +58,9 @@ def test_gd_topk_with_ef21_converges_and_its_bits_are_rounds_times_the_closed_fo
     k = 8
     records, summary = fit(GDConfig(lr=0.2), 300, compress=f"topk:{k}", error_feedback=True, tol=1e-10)
     assert records[-1]["suboptimality"] <= 1e-10
-    up = k * (64 + math.ceil(math.log2(D))) + METRICS * 64  # k (index, value) pairs, then the metrics dense
+    up = k * (64 + math.ceil(math.log2(D)))  # k (index, value) pairs; the metrics ride along uncounted
     assert all(r["uplink_bits"] == r["round"] * up for r in records)
-    assert all(r["downlink_bits"] == r["round"] * (D + METRICS) * 64 for r in records)  # the mean comes back dense
+    assert all(r["downlink_bits"] == r["round"] * D * 64 for r in records)  # the mean comes back dense
     assert summary["uplink_bits"] == records[-1]["round"] * up
     # bytes_sent and the cost model price the compressed message: ring share of ⌈bits/8⌉ bytes
     assert records[1]["bytes_sent"] == 2 * (M - 1) * (math.ceil(k * (64 + 6) / 8) + METRICS * 8) // M
@@ -67,7 +70,7 @@ def test_unbiased_compression_without_error_feedback_converges_where_the_local_g
     # one worker: ∇O_1(w*) = ∇O(w*) = 0, so RandK's variance ω‖∇O_1(w)‖² vanishes at w* and GD converges exactly
     records, _ = fit(GDConfig(lr=0.05), 600, compress="randk:8", tol=1e-10, workers=1)
     assert records[-1]["suboptimality"] <= 1e-10
-    assert records[-1]["uplink_bits"] == records[-1]["round"] * (8 * 64 + METRICS * 64)
+    assert records[-1]["uplink_bits"] == records[-1]["round"] * 8 * 64  # RandK's values (the metrics uncounted)
 
 
 def test_compression_without_error_feedback_stalls_where_shards_differ():
@@ -82,7 +85,7 @@ def test_gd_randk_converges_with_ef21_and_its_bits_carry_no_indices():
     k = 8
     records, _ = fit(GDConfig(lr=0.2), 600, compress=f"randk:{k}", error_feedback=True, tol=1e-10)
     assert records[-1]["suboptimality"] <= 1e-10
-    assert all(r["uplink_bits"] == r["round"] * (k * 64 + METRICS * 64) for r in records)
+    assert all(r["uplink_bits"] == r["round"] * k * 64 for r in records)  # values only: no indices, no metrics
 
 
 def test_cost_model_prices_the_compressed_message():
@@ -215,5 +218,61 @@ def test_a_resumed_compressed_run_equals_the_uninterrupted_one(tmp_path):
     execute_with(cut, "rounds=4", "checkpoint_every=3")  # "crashes" one round past the checkpoint
     execute_with(cut, "rounds=6", "checkpoint_every=3", f"resume={cut}")
     got, expected = read_rounds(cut), read_rounds(whole)
-    assert [r["round"] for r in got] == list(range(7)) and got[-1]["uplink_bits"] == 6 * (5 * 64 + METRICS * 64)
+    assert [r["round"] for r in got] == list(range(7)) and got[-1]["uplink_bits"] == 6 * 5 * 64  # metrics uncounted
     assert without_clock(got) == without_clock(expected)  # exact
+
+
+# ------------------------------------------------------------------ the run's measurements are not the method's bits
+#: breast cancer's logistic regression, d = 30, without and with a reference optimum (one logged metric more)
+MEASURED = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-2)
+#: every method whose round allreduces the logged metrics, by `fit`'s ``compress=none`` counter: GD's and DiSCO's
+#: gradient, local SGD's, one-shot averaging's and ADMM's metrics (and the gradient for grad_norm without an
+#: optimum) only logged; DANE's safeguard, GIANT's line search and AIDE's τ rules read the objective (counted) and
+#: not the suboptimality; the federated line's and FedNL's metrics ride the sampled allreduce
+MEASURING = {"gd": {"lr": 0.2}, "disco": {}, "local_sgd": {}, "osa": {}, "admm": {},
+             "sync_sgd": {"batch_size": 50, "steps_per_round": 1}, "dane": {},
+             "dane_paper": {"safeguard": False, "mu": 0.1}, "giant": {}, "aide": {"local_solver": "cg"},
+             "fedprox": {}, "scaffold": {}, "sdane": {}, "fednl": {"compressor": "topk:30"}}
+
+
+@pytest.mark.parametrize("name", MEASURING)
+def test_a_reference_optimum_changes_no_method_bits_and_adds_its_bytes(name):
+    """The logged metrics ride the round's allreduce but are the run's measurement (`METRICS`): the records with
+    suboptimality carry the same ``uplink_bits`` and ``downlink_bits`` as those without, round by round, while
+    ``bytes_sent`` prices the metrics on the wire (more with the optimum's, fewer where no gradient then rides for
+    grad_norm).  Before, each logged metric added 64 bits each way a round."""
+    from dane.api import algorithm_config
+
+    config = algorithm_config(name.removesuffix("_paper"), **MEASURING[name])
+
+    def records(optimum):
+        spec = RunSpec(problem=replace(MEASURED, optimum=optimum), algorithm=config,
+                       comm=Communication(backend="local", workers=M, compress="none"),
+                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
+        collected: dict = {}
+        execute(spec, None, collect=collected)
+        return collected["records"]
+
+    plain, measured = records("none"), records("auto")
+    assert "suboptimality" in measured[-1] and "suboptimality" not in plain[-1]
+    assert len(plain) == len(measured) >= 2
+    for key in ("uplink_bits", "downlink_bits"):
+        assert [r[key] for r in measured] == [r[key] for r in plain], key
+    assert plain[-1]["uplink_bits"] > 0
+    assert measured[-1]["bytes_sent"] != plain[-1]["bytes_sent"]  # the metrics are on the wire
+
+
+def test_dane_charges_its_gradient_iterate_and_what_its_safeguard_reads():
+    """DANE's round per worker, ``comm.compress=none``, d = 30: the gradient and the averaged iterate, 64 · 2d each
+    way; with the safeguard also the objective and its one statistic it reads, 64 · 2 (and not the suboptimality)."""
+    from dane.api import algorithm_config
+
+    d = 30
+    for keys, per_round in (({"safeguard": False, "mu": 0.1}, 64 * 2 * d), ({}, 64 * (2 * d + 2))):
+        spec = RunSpec(problem=replace(MEASURED, optimum="auto"), algorithm=algorithm_config("dane", **keys),
+                       comm=Communication(backend="local", workers=M, compress="none"),
+                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
+        collected: dict = {}
+        execute(spec, None, collect=collected)
+        for key in ("uplink_bits", "downlink_bits"):
+            assert [r[key] for r in collected["records"]] == [t * per_round for t in range(4)], (keys, key)

@@ -7,6 +7,8 @@ rules by hand: test_default_rules.py), and comm.compress is
 refused beside its own compressor."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,7 @@ from dane.baselines.defaults import (adiana_beta, adiana_gamma, adiana_probabili
                                      dasha_momentum, dasha_step, diana_shift_step, diana_step)
 from dane.baselines.diana import DIANAConfig
 from dane.baselines.ef21 import EF21Config
+from dane.baselines.ef21p import EF21PConfig
 from dane.baselines.gd import GDConfig
 from dane.baselines.marina import COIN_STREAM, MARINAConfig
 from dane.comm.compression import compression_seed
@@ -37,7 +40,8 @@ M, ROUNDS, SEED = 4, 5, 3
 LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-2, seed=0)
 D = 30  # breast_cancer's features, no intercept
 RIDGE = RidgeSyntheticConfig(n_samples=400, dim=20, lam=0.05)  # equal shards: a stacked form
-METRICS = 1  # the objective rides with each message (float64)
+LOGREG_OPTIMUM = replace(LOGREG, optimum="auto")  # the same shards, with a reference optimum: suboptimality logged
+METRICS = 1  # the objective rides with each message (float64): in bytes_sent, not in the bits (the run's measurement)
 
 
 @pytest.fixture(scope="module")
@@ -276,29 +280,71 @@ def test_checkpointed_diana_and_marina_go_on_as_if_never_stopped(path, shards, s
 
 # ------------------------------------------------------------------ bits, by hand
 def test_bits_per_message_are_the_hand_counts():
+    """The papers' counts: each method's message alone.  The logged objective rides the same allreduce but is the
+    run's measurement (`dane.comm.compression.METRICS`), in no bit count (it was, 64 bits a metric, before)."""
     k = 5
-    per_metric, down = 64 * METRICS, 64 * (D + METRICS)
+    down = 64 * D  # a dense d-vector
     records, summary = fit(DIANAConfig(compressor=f"randk:{k}", lr=0.2))
-    assert [r["uplink_bits"] for r in records] == [t * (64 * k + per_metric) for t in range(ROUNDS + 1)]  # values only
-    assert [r["downlink_bits"] for r in records] == [t * down for t in range(ROUNDS + 1)]                # ĝ dense
-    assert summary["uplink_bits"] == ROUNDS * (64 * k + per_metric)
+    assert [r["uplink_bits"] for r in records] == [t * 64 * k for t in range(ROUNDS + 1)]  # Δ_i's values only
+    assert [r["downlink_bits"] for r in records] == [t * down for t in range(ROUNDS + 1)]  # ĝ dense
+    assert summary["uplink_bits"] == ROUNDS * 64 * k
+    # bytes_sent still prices the metric (it is on the wire): the ring's share of ⌈64k/8⌉ + 8 bytes
+    assert records[1]["bytes_sent"] == 2 * (M - 1) * (8 * k + 8 * METRICS) // M
     records, _ = fit(EF21Config(compressor=f"topk:{k}", lr=0.2))
-    up = k * (64 + 5) + per_metric  # k (value, index) pairs, ⌈log₂ 30⌉ = 5 bits an index
+    up = k * (64 + 5)  # k (value, index) pairs, ⌈log₂ 30⌉ = 5 bits an index
     assert [r["uplink_bits"] for r in records] == [t * up for t in range(ROUNDS + 1)]
     records, _ = fit(MARINAConfig(compressor=f"randk:{k}", lr=0.2, p=0.4, seed=0), rounds=8)
     flags = [r["full_round"] for r in records[:-1]]
     assert 0 < sum(flags[1:]) < 7 and flags[0] == 1.0  # round 0 is full; later ones by the coin
-    sent = np.cumsum([0] + [64 * D + per_metric if full else 64 * k + per_metric for full in flags])
+    sent = np.cumsum([0] + [64 * D if full else 64 * k for full in flags])
     assert [r["uplink_bits"] for r in records] == sent.tolist()
     records, _ = fit(ADIANAConfig(compressor=f"randk:{k}", p=0.4, **ADIANA_GIVEN))
-    assert [r["uplink_bits"] for r in records] == [t * (2 * 64 * k + per_metric) for t in range(ROUNDS + 1)]
-    assert [r["downlink_bits"] for r in records] == [t * 64 * (2 * D + METRICS) for t in range(ROUNDS + 1)]
+    assert [r["uplink_bits"] for r in records] == [t * 2 * 64 * k for t in range(ROUNDS + 1)]
+    assert [r["downlink_bits"] for r in records] == [t * 64 * 2 * D for t in range(ROUNDS + 1)]
     records, _ = fit(DASHAConfig(compressor=f"randk:{k}", lr=0.2))
-    first = 64 * D + per_metric                                   # round 0: the full gradient
-    assert [r["uplink_bits"] for r in records] == [0] + [first + t * (64 * k + per_metric) for t in range(ROUNDS)]
+    first = 64 * D                                                # round 0: the full gradient
+    assert [r["uplink_bits"] for r in records] == [0] + [first + t * 64 * k for t in range(ROUNDS)]
     assert [r["downlink_bits"] for r in records] == [t * down for t in range(ROUNDS + 1)]
     records, _ = fit(DIANAConfig(compressor="natural", lr=0.2), rounds=2)
-    assert records[-1]["uplink_bits"] == 2 * (12 * D + per_metric)  # sign and 11 exponent bits an entry
+    assert records[-1]["uplink_bits"] == 2 * 12 * D  # sign and 11 exponent bits an entry
+
+
+#: each method uncompressed, with its bits a round per worker, up and down, as docs/federated.md states them
+#: ("Compressed first-order methods"): one dense d-vector each way, two for ADIANA
+UNCOMPRESSED = {
+    "diana": (DIANAConfig(compressor="none", lr=0.2), {}, 64 * D, 64 * D),
+    "adiana": (ADIANAConfig(compressor="none", p=0.4, **ADIANA_GIVEN), {}, 2 * 64 * D, 2 * 64 * D),
+    "marina": (MARINAConfig(compressor="none", lr=0.2, p=0.4), {}, 64 * D, 64 * D),
+    "dasha": (DASHAConfig(compressor="none", lr=0.2), {}, 64 * D, 64 * D),
+    "ef21p": (EF21PConfig(compressor="none", compressor_down="none", lr=0.2), {}, 64 * D, 64 * D),
+    "gd": (GDConfig(lr=0.2), {"compress": "none"}, 64 * D, 64 * D),
+}
+
+
+@pytest.mark.parametrize("name", UNCOMPRESSED)
+def test_uncompressed_bits_are_the_closed_forms_and_measuring_changes_none(name):
+    """Per round per worker the method's message alone; the same records with a reference optimum (one logged metric
+    more, suboptimality) as without: what a run measures does not change what its method is charged."""
+    config, keys, up, down = UNCOMPRESSED[name]
+    records, _ = fit(config, rounds=3, **keys)
+    measured, _ = fit(config, rounds=3, problem=LOGREG_OPTIMUM, **keys)
+    assert "suboptimality" in measured[0] and "suboptimality" not in records[0]
+    assert [r["uplink_bits"] for r in records] == [t * up for t in range(4)]
+    assert [r["downlink_bits"] for r in records] == [t * down for t in range(4)]
+    for key in ("uplink_bits", "downlink_bits"):
+        assert [r[key] for r in measured] == [r[key] for r in records]
+    # the metrics are on the wire: bytes_sent carries the second one, 8 bytes a round at the ring's share each way
+    assert measured[1]["bytes_sent"] - records[1]["bytes_sent"] == 2 * (M - 1) * 8 // M
+
+
+def test_diana_charges_its_compressed_difference_alone_with_or_without_a_reference_optimum():
+    """The reviewer's case: DIANA randk:K sends Q(∇O_i − h_i), 64 K bits a round, and the server ĝ, 64 d, whether
+    the records carry suboptimality or not (before, 64 bits more per logged metric each way)."""
+    k = 3
+    for problem in (LOGREG, LOGREG_OPTIMUM):
+        records, _ = fit(DIANAConfig(compressor=f"randk:{k}", lr=0.2), rounds=3, problem=problem)
+        assert [r["uplink_bits"] for r in records] == [t * 64 * k for t in range(4)]
+        assert [r["downlink_bits"] for r in records] == [t * 64 * D for t in range(4)]
 
 
 # ------------------------------------------------------------------ the defaults a run resolved (rules: test_default_rules.py)

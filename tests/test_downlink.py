@@ -28,7 +28,7 @@ from dane.loop.spec import Communication, RunControl, RunSpec
 M, ROUNDS, SEED = 4, 5, 3
 LOGREG = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="logistic", name="logreg", lam=1e-2, seed=0)
 D = 30  # breast_cancer's features, no intercept
-METRICS = 1  # the objective rides with the gradient (float64)
+METRICS = 1  # the objective rides with the gradient (float64): in the bytes, not in the bits (the run's measurement)
 COST = AlphaBeta(alpha=1e-4, beta=1e8)
 
 
@@ -76,7 +76,7 @@ def test_the_identity_downlink_is_the_dense_reply_and_prices_it_as_before():
     plain, plain_summary = fit(GDConfig(lr=0.3), compress="none")
     down, summary = fit(GDConfig(lr=0.3), compress="none", compress_down="none")
     assert without(down, "time_s") == without(plain, "time_s")  # bits, bytes, iterates: all the same
-    per_round = 64 * (D + METRICS)
+    per_round = 64 * D  # the mean gradient; the objective riding along is not counted
     assert [r["downlink_bits"] for r in down] == [t * per_round for t in range(ROUNDS + 1)]
     assert summary["compression"] == {**plain_summary["compression"], "compress_down": "none"}
     # the two-halves charge of equal halves is the ring's charge of one message (to round-off)
@@ -102,7 +102,7 @@ def test_the_cost_models_charge_each_direction_at_its_size():
 def test_downlink_bits_bytes_and_time_are_the_hand_counts():
     k = 4
     records, summary = fit(GDConfig(lr=0.3), compress="none", compress_down=f"topk:{k}")
-    up, down = 64 * (D + METRICS), k * (64 + 5) + 64 * METRICS  # TopK: k (value, index) pairs, ⌈log₂ 30⌉ = 5
+    up, down = 64 * D, k * (64 + 5)  # TopK: k (value, index) pairs, ⌈log₂ 30⌉ = 5; the metrics uncounted
     assert [r["uplink_bits"] for r in records] == [t * up for t in range(ROUNDS + 1)]
     assert [r["downlink_bits"] for r in records] == [t * down for t in range(ROUNDS + 1)]
     assert summary["uplink_bits"] == ROUNDS * up and summary["downlink_bits"] == ROUNDS * down
@@ -113,14 +113,14 @@ def test_downlink_bits_bytes_and_time_are_the_hand_counts():
                                                         rel=1e-12)
     assert summary["compression"]["compress_down"] == f"topk:{k}"
     records, _ = fit(GDConfig(lr=0.3), compress="randk:3", compress_down="natural", rounds=2)
-    assert records[-1]["uplink_bits"] == 2 * (64 * 3 + 64 * METRICS)      # RandK: values only
-    assert records[-1]["downlink_bits"] == 2 * (12 * D + 64 * METRICS)    # sign and 11 exponent bits an entry
+    assert records[-1]["uplink_bits"] == 2 * 64 * 3      # RandK: values only
+    assert records[-1]["downlink_bits"] == 2 * 12 * D    # sign and 11 exponent bits an entry
 
 
 def test_dane_compresses_the_mean_gradient_down_and_sends_the_averaged_iterate_exactly():
     k = 6
     records, _ = fit(DANEConfig(mu=0.0), rounds=2, compress="none", compress_down=f"topk:{k}")
-    # round 1: the gradient with the fused metrics (METRICS + 1 local-work entries: see DANE.step) down as topk;
+    # round 1: the gradient down as topk, beside the safeguard's objective and statistic (DANE reads them: counted);
     # round 2: the averaged iterate dense.  Count each round's reply against the uplink's dense size.
     per_round_up = records[1]["uplink_bits"]
     per_round_down = records[1]["downlink_bits"]

@@ -82,7 +82,8 @@ class Communicator(ABC):
 
         ``kinds`` names what each tensor is (``"gradient"``; None or left off: not compressible): under
         ``comm.compress`` a tensor of a kind the algorithm declares compressible is averaged as the
-        server decodes it (`dane.comm.compression`)."""
+        server decodes it, and one of kind ``METRICS`` (the run's logged measurement) is left out of the bit
+        counts (`dane.comm.compression`)."""
         if not isinstance(tensors, (list, tuple)) or not tensors:
             raise TypeError("allreduce_mean takes a non-empty list of tensors")
         if self.compression is not None:

@@ -25,6 +25,15 @@ communicator's ``bytes_sent`` and the simulator's α-β cost price the message a
 size, ⌈bits/8⌉ bytes per compressed tensor, as if it were reduced at that size: optimistic for
 a sparse message, whose ring reduction densifies, and, without a downlink compressor, for the dense downlink.
 
+*The run's measurements are not the method's bits.*  A tensor of kind `METRICS` is the run's measurement of the
+iterate, only logged: the objective, suboptimality and test metrics of `dane.problems.Problem.evaluate` (and a
+gradient sent only for its logged norm) that ride a round's allreduce to save a latency.  It goes up and comes back
+dense, and ``bytes_sent`` and the α-β cost price it as every other tensor (it is on the wire), but neither
+``uplink_bits`` nor ``downlink_bits`` counts it: they count the method's messages as its paper counts them, so that
+a run with a reference optimum (one metric more) is charged what the same run without one is.  A value the method's
+round itself reads (DANE's safeguard reads the objective, GIANT's line search too) is its message, sent as another
+kind, and counted.
+
 *The downlink* (``comm.compress_down=<spec>``, the same grammar; it needs ``comm.compress``, ``none`` for an
 uncompressed uplink).  The server compresses its reply too: each averaged tensor of a compressible kind goes
 down as D(mean) (with ``comm.error_feedback=true``, EF21 at the server: its estimate v ← v + D'(mean − v), every
@@ -40,7 +49,7 @@ A method that compresses its own reply (EF21-P: the model's shift, `baselines.ef
 its downlink compressor and ``own_downlink=True``: the reply is counted at D's bits and passed on as it is.
 
 A compressed round's logged ``grad_norm`` is that of the decoded mean gradient, the one the method
-steps with; the objective and suboptimality ride uncompressed.
+steps with; the objective and suboptimality ride uncompressed, and uncounted (`METRICS`).
 
 *A method that owns its compressor* (``algorithm=diana``, ``adiana``, ``marina``, ``dasha``, ``ef21``:
 `dane.algorithm.Algorithm`'s ``compressed_messages``) installs this counter itself, with ``precompressed=True``
@@ -64,6 +73,9 @@ from ..seeds import STREAMS, keyed_seed, shared_seed
 
 COMPRESS_STREAM = STREAMS["compression"].number  # the workers' compression generators (`compression_seed`)
 DOWNLINK_STREAM = STREAMS["downlink"].number  # the server's downlink generator (`downlink_seed`)
+#: the kind of a tensor that is the run's measurement, only logged (module docstring): sent dense, priced in
+#: ``bytes_sent`` and the cost model, left out of ``uplink_bits`` and ``downlink_bits``
+METRICS = "metrics"
 
 
 def compression_seed(seed: int, rank: int) -> int:
@@ -106,7 +118,7 @@ class MessageCompression:
 
     def encode(self, tensors: list[torch.Tensor], kinds: Sequence[str | None]) -> tuple[list[torch.Tensor], int]:
         """(what the server decodes of each tensor, the message's bytes at its compressed size); counts the bits
-        of one allreduce: the message up, the dense mean down."""
+        of one allreduce: the message up, the dense mean down, a `METRICS` tensor in the bytes and not the bits."""
         decoded, bits, nbytes = [], 0, 0
         kinds = list(kinds) + [None] * (len(tensors) - len(kinds))
         seen: dict[str, int] = {}
@@ -120,24 +132,26 @@ class MessageCompression:
                 bits, nbytes = bits + sent, nbytes + math.ceil(sent / 8)
             else:
                 decoded.append(tensor)
-                bits, nbytes = bits + tensor.numel() * width, nbytes + tensor.numel() * tensor.element_size()
+                bits += 0 if kind == METRICS else tensor.numel() * width
+                nbytes += tensor.numel() * tensor.element_size()
         self.uplink_bits += bits
         if self.downlink is None:
-            self.downlink_bits += message_bits(tensors)
+            self.downlink_bits += message_bits([t for t, kind in zip(tensors, kinds) if kind != METRICS])
         else:
             self.count_down(tensors, kinds)
         return decoded, nbytes
 
     def count_down(self, tensors: list[torch.Tensor], kinds: Sequence[str | None]) -> None:
         """The server's reply of an allreduce: the means of the compressible kinds at the downlink compressor's
-        bits, the rest dense; sets `down_bytes`."""
+        bits, the rest dense (a `METRICS` tensor in `down_bytes` and not the bits); sets `down_bytes`."""
         bits, nbytes = 0, 0
         for tensor, kind in zip(tensors, kinds):
             if kind is not None and kind in self.kinds and tensor.numel() > 0:
                 sent = self.downlink.bits(tensor.numel(), tensor.element_size() * 8)
                 bits, nbytes = bits + sent, nbytes + math.ceil(sent / 8)
             else:
-                bits, nbytes = bits + message_bits([tensor]), nbytes + tensor.numel() * tensor.element_size()
+                bits += 0 if kind == METRICS else message_bits([tensor])
+                nbytes += tensor.numel() * tensor.element_size()
         self.downlink_bits += bits
         self.down_bytes = nbytes
 

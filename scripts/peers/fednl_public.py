@@ -22,7 +22,8 @@ package's TopK on the packed triangle, which keeps the lower (`dane.compress.Top
 *Isolating runs*: FedNL-CR on one client (its H_i update's departure moot) and with M = 0 (``get_M`` overridden:
 no cubic solve); DINGO's round from each of the reference's iterates.  tol = −inf: both run ``--rounds`` rounds.
 *Bits*: the reference counts one node's, 32 bits a value, from a leading 1 (dropped here); the package 64 a value,
-DIANA/ADIANA's ``uplink_bits`` per worker (+ 64 a logged metric), the others' ``clients_uplink_bits`` summed over
+DIANA/ADIANA's ``uplink_bits`` per worker (the logged metrics riding along not counted:
+`dane.comm.compression.METRICS`), the others' ``clients_uplink_bits`` summed over
 the clients: a value the reference counts as 32 bits is 64 in the package (``NOTES`` says where the messages
 counted differ).
 """
@@ -63,7 +64,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LABELS = {"phishing": ["1", "0"]}  # read_data's (positive, negative) label strings; the others' are +1/-1
 SEED = 0
 NOTES = {  # why the iterates or the bits differ, where they do
-    "diana": "bits: the reference 32 a value; uplink_bits one worker's, 64 a value + 64 for the logged objective",
+    "diana": "bits: the reference 32 a value; uplink_bits one worker's, 64 a value (the logged objective not "
+             "counted since the run's measurements left the bits)",
     "adiana": "bits as DIANA's, but the reference counts one compressed vector a round (compute_bit once) where "
               "two go up (Q at x^k and at w^k); the package counts both",
     "fednl_cr": "the reference departs from its paper twice: its H_i update runs after the loop over the clients "
