@@ -170,6 +170,7 @@ class Federated(Algorithm):
                  local: LocalSolveKeys | None = None, w0: torch.Tensor | None = None, smoothness: float = 0.0,
                  adaptations: tuple[Adaptation, ...] = (), defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, w0)
+        sampling.check_draw(comm.size)  # sampling=size (`dane.sampling`): refused by a run's spec first, here bare
         self.sampler = ClientSampler(comm, sampling.clients_per_round, sampling=sampling.sampling, seed=seed,
                                      n_local=problem.n_local)
         self.traffic = Traffic()

@@ -38,8 +38,10 @@ follow: its update of the H_i runs outside the loop over the clients (only the l
 subproblem solver pairs the shift M t/2 in its equation for t with M√t/2 in its step, and rotates g by U, not Uᵀ.
 
 ``variant=pp`` (FedNL-PP, Algorithm 3): s = ``clients_per_round`` clients a round
-(`dane.sampling`).  Client i keeps w_i, H_i, l_i = ‖H_i − ∇²O_i(w_i)‖_F and
-g_i = (H_i + l_i I) w_i − ∇O_i(w_i); the server keeps their means H, l, g and steps first:
+(`dane.sampling`; the paper draws them uniformly, and ``sampling=size`` is kept: the step below reads every client's
+stored state, so a draw by size changes only how often each client refreshes it).  Client i keeps w_i, H_i,
+l_i = ‖H_i − ∇²O_i(w_i)‖_F and g_i = (H_i + l_i I) w_i − ∇O_i(w_i); the server keeps their means H, l, g and steps
+first:
 
 .. math::
     x_{k+1} &= (H + l I)^{-1} g;\qquad i\in S_k:\ w_i = x_{k+1},\
@@ -395,6 +397,10 @@ class FedNLConfig(AlgorithmConfig, SamplingKeys):
     name: str = "fednl"
     algorithm = FedNL
     mu_role = "damping"
+    #: FedNL-PP's step (H + lI)⁻¹g reads every client's stored H_i, l_i, g_i through the server's means over all m
+    #: clients, and the draw decides only which clients refresh theirs: a draw by size changes how often each client
+    #: refreshes, not the point the step aims at (`dane.sampling`; the other variants refuse sampling)
+    size_sampling = True
 
     def __post_init__(self) -> None:
         make(self.compressor, "algorithm.compressor")  # a bad spec is one line now

@@ -6,6 +6,25 @@ Round t draws a set S_t of s of the m clients (``algorithm.clients_per_round=s``
 - ``sampling=size``: s distinct clients drawn one after another with probability proportional
   to the shard sizes n_i among those not yet drawn (``torch.multinomial`` without replacement).
 
+*Sampling by size, and the methods that refuse it.*  A client's objective O_i already carries its shard's weight
+m·n_i/N (`dane.problems`), so that O = (1/m) Σ_i O_i is the loss over all N rows.  A round that averages its
+participants' messages x_i over S_t (a plain mean, `sampled_mean`) has, at s = 1 drawn with P(i) = n_i/N,
+
+.. math:: \mathbb E\,x_{i_t} = \sum_i \frac{n_i}{N}\,x_i \quad\text{where the full round takes}\quad
+    \frac1m\sum_i x_i ,
+
+and for gradients E ∇O_{i_t} = Σ_i (n_i/N)(m n_i/N) ∇F_i (F_i the shard's mean loss), which weights the clients
+by n_i², not ∇O = Σ_i (n_i/N) ∇F_i; for s > 1 the inclusion probabilities still grow with n_i.  Size sampling with
+a plain mean is the weighting of papers whose local objective is F_i unweighted; here it counts a client's size
+twice.  So a method declares whether a draw by size keeps its full-participation target
+(`SamplingKeys.size_sampling`), and one that does not refuses ``sampling=size`` where a round draws (s < m; at s = m
+there is no draw) in one line, when the run's spec is checked (`SamplingKeys.check_draw`).  Every method whose round
+averages over S_t refuses it: FedAvg and FedProx, SCAFFOLD, FedDANE, S-DANE and Acc-S-DANE, FedRed (SCAFFOLD's and
+FedRed type 2's control variates keep the optimum a fixed point under any draw, but their rounds' expected steps are
+weighted so all the same).  The one that keeps it is FedNL-PP, whose server step reads every client's stored state
+through means over all m clients, the draw deciding only which clients refresh theirs (`baselines.fednl`).
+PP-MARINA refuses it for its own reason (its paper draws uniformly, `baselines.marina`).
+
 Every worker holds the same `ClientSampler` (one `torch.Generator` seeded from the run's seed,
 not the rank) and draws the same sets in the same order, so horovodrun, torchrun and the
 simulator agree without a broadcast; its generator is in the algorithm's state_dict, so a
@@ -37,6 +56,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -48,6 +68,9 @@ from .errors import ConfigError
 from .seeds import STREAMS, shared_seed
 
 SAMPLINGS = ("uniform", "size")
+#: why a method whose round averages over S_t refuses ``sampling=size`` (module docstring)
+SIZE_COUNTED_TWICE = ("algorithm.sampling=size draws clients by shard size, and each client's objective already "
+                      "carries its size (m·n_i/N), so the mean over the sampled clients would weight clients by n_i²")
 SAMPLER_STREAM = STREAMS["client_sampler"].number  # the shared client sampler (`sampler_seed`)
 
 
@@ -62,11 +85,23 @@ class SamplingKeys:
 
     clients_per_round: int | None = None  # s; None: every client every round
     sampling: str = "uniform"             # uniform | size (probability proportional to the shard size)
+    #: whether a draw by size keeps the method's full-participation target (module docstring): False where a round
+    #: averages its participants' messages over S_t; True where the update reads every client's stored state and the
+    #: draw decides only which clients refresh theirs (FedNL-PP)
+    size_sampling: ClassVar[bool] = False
 
     def check_sampling(self) -> None:
         if self.clients_per_round is not None:
             checks.positive_int("algorithm.clients_per_round", self.clients_per_round)
         checks.one_of("algorithm.sampling", self.sampling, SAMPLINGS)
+
+    def check_draw(self, clients: int) -> None:
+        """``sampling=size`` against the run's ``clients`` (m): one line where a round draws (s < m) and the method's
+        round averages over S_t (`size_sampling` false); at s = m nothing is drawn, and size is accepted."""
+        s = self.clients_per_round
+        if self.sampling == "size" and not self.size_sampling and s is not None and s < clients:
+            raise ConfigError(f"algorithm={getattr(self, 'name', 'this method')} with algorithm.clients_per_round={s} "
+                              f"of {clients} clients: {SIZE_COUNTED_TWICE}; set algorithm.sampling=uniform")
 
     def refuse_sampling(self, algorithm: str, why: str) -> None:
         """One line for a method whose update is undefined under partial participation."""

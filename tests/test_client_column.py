@@ -177,7 +177,8 @@ def test_client_sampling_draws_among_the_column_clients_with_their_sizes(tmp_pat
     source = CSVSource(str(csv_file(tmp_path)), target="income", categorical=("edu",), sharding="column",
                        client_column="country")
     problem = dane.problems.LogReg(data=source, lam=1e-2)
-    result = dane.fit(problem, "fedavg", workers=3, rounds=6, clients_per_round=2, sampling="size", seed=1)
+    result = dane.fit(problem, "fednl", variant="pp", workers=3, rounds=6, clients_per_round=2, sampling="size",
+                      seed=1)  # FedNL-PP: the method that keeps sampling=size (`dane.sampling`)
     assert [r["clients"] for r in result.records] == [2] * 7
     assert weights == [[2.0, 3.0, 5.0]] * 18  # the clients' sizes (India, Peru, US), as each of the 3 workers holds
     rounds = drawn[::3]  # each round every worker draws the same set from the shared generator

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from dane.baselines import (AccSDANEConfig, FedDANEConfig, FedProxConfig, FedRedConfig, GDConfig, LocalSGDConfig,
-                       SDANEConfig, ScaffnewConfig, ScaffoldConfig)
+from dane.baselines import (AccSDANEConfig, FedDANEConfig, FedNLConfig, FedProxConfig, FedRedConfig, GDConfig,
+                            LocalSGDConfig, SDANEConfig, ScaffnewConfig, ScaffoldConfig)
 from dane.baselines.sdane import extrapolation
 from dane.comm import LocalCommunicator, ThreadGroup
 from dane.dane import DANEConfig
 from dane.errors import ConfigError
+from dane.experiments.config import run_spec
+from dane.loop.spec import Communication, RunSpec
 from dane.problems import RidgeSyntheticConfig
+from dane.problems.arrays import LogReg
 from dane.sampling import ClientSampler, sampled_mean
-from helpers import ridge_shards, simulate, simulate_stacked, straight_and_resumed
+from helpers import composed, ridge_shards, simulate, simulate_stacked, straight_and_resumed
 
 SMALL = RidgeSyntheticConfig(n_samples=240, dim=12, lam=0.01, noise_std=0.5)
 
@@ -301,8 +305,51 @@ def test_scaffnew_refuses_client_sampling_in_one_line():
         ScaffnewConfig(clients_per_round=2)
 
 
+def size_sampled_spec(*overrides: str):
+    """The run spec of ``overrides`` over 4 workers with algorithm.sampling=size, as ``dane train`` checks it."""
+    return run_spec(composed("problem.n_samples=240", "problem.dim=12", "workers=4", "algorithm.sampling=size",
+                             *overrides))
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "scaffold", "feddane", "sdane", "acc_sdane", "fedred"])
+def test_an_averaging_method_refuses_sampling_by_size_where_a_round_draws(name):
+    """Each O_i carries m·n_i/N, so a mean over clients drawn by size would weight them by n_i² (`dane.sampling`):
+    refused when the spec is checked, before any worker starts."""
+    with pytest.raises(ConfigError) as refused:
+        size_sampled_spec(f"algorithm={name}", "algorithm.clients_per_round=2")
+    assert str(refused.value) == (
+        f"algorithm={name} with algorithm.clients_per_round=2 of 4 clients: algorithm.sampling=size draws clients by "
+        f"shard size, and each client's objective already carries its size (m·n_i/N), so the mean over the sampled "
+        f"clients would weight clients by n_i²; set algorithm.sampling=uniform")
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox"])
+def test_sampling_by_size_is_accepted_where_no_round_draws(name):
+    """s = m: every client every round, no draw, so nothing is weighted twice."""
+    spec = size_sampled_spec(f"algorithm={name}", "algorithm.clients_per_round=4")
+    assert (spec.algorithm.name, spec.algorithm.sampling, spec.algorithm.clients_per_round) == (name, "size", 4)
+
+
+def test_fednl_pp_keeps_sampling_by_size():
+    """FedNL-PP's step reads every client's stored state through means over all m clients: a draw by size decides
+    only who refreshes it (`baselines.fednl.FedNLConfig.size_sampling`)."""
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    spec = RunSpec(problem=LogReg(X, (X[:, 0] > 0).astype(float), lam=1e-2), comm=Communication(workers=4),
+                   algorithm=FedNLConfig(variant="pp", clients_per_round=2, sampling="size"))
+    assert (spec.algorithm.variant, spec.algorithm.sampling, spec.algorithm.clients_per_round) == ("pp", "size", 2)
+
+
+def test_a_build_outside_a_run_refuses_sampling_by_size_too():
+    """`baselines.federated.Federated` checks what a run's spec checks first, for a config built by hand."""
+    config = FedProxConfig(name="fedavg", mu=0.0, clients_per_round=1, sampling="size")
+    with pytest.raises(ConfigError, match=r"^algorithm=fedavg with algorithm.clients_per_round=1 of 2 clients: "
+                                          r"algorithm.sampling=size draws clients by shard size, .* set "
+                                          r"algorithm.sampling=uniform$"):
+        ThreadGroup(2).run(lambda comm: config.build(ridge_shards(2, SMALL)[comm.rank], comm))
+
+
 @pytest.mark.parametrize("config", [
-    ScaffoldConfig(clients_per_round=2, sampling="size"), AccSDANEConfig(lam=0.05, clients_per_round=3),
+    ScaffoldConfig(clients_per_round=2), AccSDANEConfig(lam=0.05, clients_per_round=3),
     SDANEConfig(lam=0.5, adaptive=True),
     FedRedConfig(control_variate=2, averaging="random", p=0.3, clients_per_round=2), ScaffnewConfig(p=0.4),
     FedDANEConfig(clients_per_round=2), FedProxConfig(clients_per_round=3)], ids=lambda c: c.name)

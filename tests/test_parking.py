@@ -49,8 +49,8 @@ def many_clients(monkeypatch, m: int, *, rows: int, data_seed: int, rounds: int,
     rng = np.random.default_rng(data_seed)
     X = rng.standard_normal((rows, 4))
     problem = dane.problems.Ridge(X, X @ np.ones(4), lam=1e-2)
-    return dane.fit(problem, "scaffold", workers=m, seed=SEED, clients_per_round=S, rounds=rounds, local_steps=K,
-                    lr=0.05, **keys)
+    return dane.fit(problem, "scaffold", workers=m, seed=SEED, clients_per_round=S, rounds=rounds,
+                    **{"local_steps": K, "lr": 0.05, **keys})
 
 
 def untimed(record: dict) -> dict:
@@ -58,12 +58,12 @@ def untimed(record: dict) -> dict:
 
 
 @pytest.mark.parametrize("keys", [
-    dict(rounds=7), dict(rounds=40, tol=0.05), dict(rounds=5, sampling="size"), dict(algorithm="fedprox", rounds=5),
+    dict(rounds=7), dict(rounds=40, tol=0.05), dict(algorithm="fedprox", rounds=5),
     dict(algorithm="fedavg", rounds=5), dict(algorithm="feddane", rounds=5),
     dict(algorithm="sdane", rounds=5), dict(algorithm="sdane", accelerated=True, rounds=5),
     dict(algorithm="fedred", rounds=5), dict(algorithm="fedred", control_variate=2, rounds=6),
     dict(algorithm="fedred", control_variate=2, averaging="random", rounds=6)],
-    ids=["cap", "tol", "size", "fedprox", "fedavg", "feddane", "sdane", "acc-sdane", "fedred", "fedred-type2",
+    ids=["cap", "tol", "fedprox", "fedavg", "feddane", "sdane", "acc-sdane", "fedred", "fedred-type2",
          "fedred-type2-random"])
 def test_parked_clients_change_no_record(monkeypatch, keys):
     asleep, awake = fit(monkeypatch, True, **keys), fit(monkeypatch, False, **keys)
@@ -217,10 +217,10 @@ def test_a_collective_of_every_worker_charges_each_fill_as_its_compute():
         group._fill(None, lambda shard: [torch.zeros(2)])
 
 
-@pytest.mark.parametrize("sampling", ["uniform", "size"])
-def test_a_client_never_drawn_never_has_a_thread(monkeypatch, sampling):
+@pytest.mark.parametrize("lr", [0.05, None], ids=["given", "measured"])
+def test_a_client_never_drawn_never_has_a_thread(monkeypatch, lr):
     """Rank 0 starts alone: at its first draw S_0's clients start from the beginning, the others park without a
-    thread, and a client no draw takes never has one.  With ``sampling=size`` a gather of the shard sizes comes
+    thread, and a client no draw takes never has one.  With ``lr`` null the gather of the L_i that sets it comes
     before the first draw, and every worker starts there, as without parking."""
     m, rounds, started = 60, 4, Counter()
     start = worker_threads.WorkerThreads.start_thread
@@ -231,9 +231,9 @@ def test_a_client_never_drawn_never_has_a_thread(monkeypatch, sampling):
         return start(self, comm, body, fresh)
 
     monkeypatch.setattr(worker_threads.WorkerThreads, "start_thread", counted_start)
-    many_clients(monkeypatch, m, rows=600, data_seed=2, rounds=rounds, sampling=sampling)
+    many_clients(monkeypatch, m, rows=600, data_seed=2, rounds=rounds, lr=lr)
     fresh = {rank for (rank, first), n in started.items() if first}
-    if sampling == "size":
+    if lr is None:
         assert fresh == set(range(m))
         return
     sampler = ClientSampler(SimpleNamespace(size=m, rank=0), S, seed=SEED)

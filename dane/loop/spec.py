@@ -34,6 +34,7 @@ from ..problems import ProblemConfig
 from ..problems.stacked_rows import rows_form, rows_refusal
 from .stopping import StopRule
 from ..records.trackers import check_loggers
+from ..sampling import SamplingKeys
 
 __all__ = ["AlgorithmConfig", "Communication", "ProblemConfig", "RunControl", "RunSpec"]
 
@@ -152,6 +153,8 @@ class RunSpec:
         refuse_rowless(self.algorithm, self.problem)
         if hasattr(self.algorithm, "check_run"):  # an `AlgorithmConfig`'s keys against the problem and the dtype
             self.algorithm.check_run(self.problem, self.control.dtype)
+        if isinstance(self.algorithm, SamplingKeys):  # sampling=size where the method averages over S_t
+            self.algorithm.check_draw(self.comm.workers)
         check_batched(self)
         for r, w in self.control.faults:  # lost workers must exist
             if r < 0 or not 0 <= w < self.comm.workers:
