@@ -22,6 +22,24 @@ at the round cap instead.
 
 Departure from the paper: full local gradients (the paper takes minibatch SGD epochs), so that
 runs are deterministic; the paper's tuned μ ∈ {0.001, 0.01, 0.1, 1}, 0.01 by default here.
+
+Departure on unequal shards, FedAvg's and FedProx's alike.  Client k's objective is
+O_k = s_k F_k + R with s_k = m n_k/N (F_k its mean loss per row, R the regularizer: `dane.problems`), so that
+O = (1/m) Σ_k O_k, and the server takes the plain mean; the papers' client steps on F_k + R (McMahan et al. 2017 at
+one lr for every client) and their server weights the clients by n_k/N (FedAvg's average, FedProx's draw ∝ n_k).
+Divided by s_k, client k's problem here is the paper's at a proximal weight μ_k of its own, with R divided by s_k:
+
+.. math:: O_k(w) + \frac{\mu}{2}\|w - w_t\|^2
+    = s_k\Big(F_k(w) + \frac{R(w)}{s_k} + \frac{\mu_k}{2}\|w - w_t\|^2\Big), \qquad \mu_k = \frac{\mu N}{m n_k},
+
+and ``steps`` takes the paper's steps at s_k·lr.  With ``steps`` at K = 1 a round is the paper's, w_t − lr ∇O(w_t)
+(the plain mean of the s_k-scaled steps is the n_k-weighted mean of the paper's), and on equal shards (s_k = 1) every
+round is; for K > 1 a client's steps scale with m n_k/N (a large shard moves further than the paper's, a small one
+less; ``lr`` null reads the L_k of the O_k, which carry s_k), and an exact solve's μ_k grows as n_k falls.
+McMahan's weighting is ``algorithm=local_sgd algorithm.aggregate=weighted`` (steps on O_k/s_k at lr, the mean weighted
+by n_k), but for R, which it carries at R/s_k where the paper's clients carry it whole (`baselines.local_sgd`: the
+same where R = 0 or the shards are equal), and without client sampling.  ``sampling=size`` is refused: each O_k
+already carries s_k (`dane.sampling`).
 """
 from __future__ import annotations
 

@@ -3,8 +3,9 @@
 Closed forms and invariants: SCAFFOLD with one local step and η_g = 1 is GD; Scaffnew with p = 1 is GD
 with a fixed step; S-DANE with one client and an exact solve is the proximal point method; FedProx with
 one client solves the proximal step exactly; FedAvg is local SGD with a mean; FedDANE and DANE+ without
-sampling are DANE; sampled sets agree across ranks and across a resume; SCAFFOLD's control variates
-under sampling match a hand computation.
+sampling are DANE; on unequal shards FedAvg is McMahan et al.'s round at one local step and the paper's steps at
+s_k·lr after; sampled sets agree across ranks and across a resume; SCAFFOLD's control variates under sampling match a
+hand computation; the averaging methods refuse sampling by size where a round draws, FedNL-PP keeps it.
 """
 from __future__ import annotations
 
@@ -93,6 +94,50 @@ def test_fedavg_is_local_sgd_with_a_mean():
     w_local, _ = stacked_iterates(LocalSGDConfig(aggregate="mean"))
     assert 2 <= len(w_fedavg) <= len(w_local)  # FedAvg may end early at its drift floor (FedProx.finished)
     assert_same_iterates(w_fedavg, w_local[: len(w_fedavg)], atol=0)
+
+
+def test_fedavg_on_unequal_shards_departs_from_mcmahans_round_after_one_step():
+    """Shards of 8, 8, 7 and 7 rows (`baselines.fedprox`, departure on unequal shards): client k steps on
+    O_k = s_k F_k + (λ/2)‖w‖², s_k = m n_k/N, and the server takes the plain mean.  At K = 1 that is McMahan et al.'s
+    round (steps on F_k + (λ/2)‖w‖² at one lr, the mean weighted by n_k/N); at K = 3 it is the paper's steps at s_k·lr,
+    not the paper's round.  Local SGD's weighted mean is McMahan's round with the ℓ2 term at λ/s_k on client k."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 3))
+    lam, lr, m = 0.05, 0.5, 4
+    shards = [LogReg(X, (X @ [1.0, -2.0, 0.5] + rng.standard_normal(30) > 0).astype(float), lam=lam).build(
+        rank, m, torch.float64) for rank in range(m)]
+    rows = [(shard.X.numpy(), shard.y.numpy()) for shard in shards]
+    n = np.array([len(y) for _, y in rows])
+    assert n.tolist() == [8, 8, 7, 7]
+    scale = m * n / n.sum()  # s_k
+
+    def mean_loss_grad(k, w):  # ∇F_k: the mean logistic loss over client k's rows
+        A, y = rows[k]
+        return -(A * (y / (1 + np.exp(y * (A @ w))))[:, None]).mean(0)
+
+    def one_round(steps, local, weights):  # K local steps of w ← w − lr·local(k, w) from 0, then the weighted mean
+        ends = []
+        for k in range(m):
+            w = np.zeros(3)
+            for _ in range(steps):
+                w = w - lr * local(k, w)
+            ends.append(w)
+        return sum(c * w for c, w in zip(weights, ends))
+
+    def mcmahan(steps, l2=np.full(m, lam)):
+        return one_round(steps, lambda k, w: mean_loss_grad(k, w) + l2[k] * w, n / n.sum())
+
+    def fitted(config):
+        return simulate(config, shards, rounds=1)[0][2][1].numpy()
+
+    fedavg = [fitted(FedProxConfig(name="fedavg", mu=0.0, local_steps=K, lr=lr)) for K in (1, 3)]
+    here = one_round(3, lambda k, w: scale[k] * mean_loss_grad(k, w) + lam * w, np.full(m, 1 / m))
+    np.testing.assert_allclose(fedavg[0], mcmahan(1), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(fedavg[1], here, rtol=0, atol=1e-15)
+    assert np.abs(fedavg[1] - mcmahan(3)).max() > 5e-4  # the steps' scale, far above round-off
+    weighted = fitted(LocalSGDConfig(aggregate="weighted", local_steps=3, lr=lr))
+    np.testing.assert_allclose(weighted, mcmahan(3, l2=lam / scale), rtol=0, atol=1e-15)
+    assert np.abs(weighted - mcmahan(3)).max() > 5e-5  # the ℓ2 term's weight, far above round-off
 
 
 def test_feddane_and_dane_plus_without_sampling_are_dane():
