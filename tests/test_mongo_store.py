@@ -690,3 +690,45 @@ def test_a_complete_upload_not_marked_finished_is_named_by_its_state(files, tmp_
     assert push(args) == (f"completed (found 56 of 57 samples from an interrupted push) 57 samples into collection t "
                           f"of {uri}")
     assert as_a_new_run(uri).manifest()["state"] == "complete"
+
+
+def test_a_push_into_a_store_another_push_writes_is_refused_and_a_dead_ones_lock_taken_over(files, tmp_path, capsys):
+    """Two pushes into one embedded store at once: the second dropped the first's data set in flight as unreadable
+    ("cannot be read back (InvalidBSON); dropping it"), crashed in mongita (FileNotFoundError), or "completed" what
+    nothing had interrupted, and a run then read a store cut mid-write.  Now a push holds the store's lock throughout:
+    another push into it (into any data set) is refused in one line naming the holder, exit 2, nothing written, and a
+    run on it says to wait for that push (not "push it again", though the data set is short while that push writes);
+    a dead push's lock is taken over."""
+    import socket
+
+    from dane.experiments.data import main
+    from dane.records.lock import LOCK_FILE, take_lock
+    from helpers import unused_pid
+
+    uri = str(tmp_path)
+    push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t"))
+    lock = take_lock(tmp_path, mongo_store.PUSHING)  # as a push in flight holds it: this process, alive
+    holder = f"{socket.gethostname()} pid {os.getpid()}"
+    with pytest.raises(SystemExit) as stopped:
+        main(["push", str(files / "t.npz"), "--uri", uri, "--collection", "other"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (f"error: store {uri} is being written by another push ({holder}); wait for "
+                                       f"that push to end, then push again (nothing was written; remove {lock} if no "
+                                       "push uses the store)\n")
+    assert [doc["_id"] for doc in connect(uri).find("dane_manifest", {}, ["_id"])] == ["t"]
+    waiting = (f"store {uri} is being written by a push ({holder}); wait for that push to end, then run again (remove "
+               f"{lock} if no push uses the store)")
+    with pytest.raises(DataError) as refused:
+        as_a_new_run(uri).labels()
+    assert str(refused.value) == waiting
+    connect(uri).db["t"].delete_one({"id": 57})  # short, as while a push writes it
+    connect(uri).db["dane_manifest"].update_one({"_id": "t"}, {"$set": {"state": "uploading"}})
+    with pytest.raises(DataError) as refused:
+        as_a_new_run(uri).manifest()
+    assert str(refused.value) == waiting
+
+    lock.write_text(f"{socket.gethostname()} {unused_pid()}")  # its push was killed
+    assert push(push_args(str(files / "t.npz"), "--uri", uri, "--collection", "other")) == \
+        f"uploaded 33 samples into collection other of {uri}"
+    assert not (tmp_path / LOCK_FILE).exists()  # released when the push ended
+    assert np.array_equal(as_a_new_run(uri, "other").load().X, NPZSource(str(files / "t.npz")).load().X)

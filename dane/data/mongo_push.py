@@ -6,8 +6,10 @@ under ``_id`` ``"i"`` for i = 1..n) changes nothing; into a data set left ``uplo
 it completes it; into one that holds other documents too (a duplicate, a changed ``id``), those are
 dropped and the missing samples uploaded again; a different source into a used name is refused
 unless ``replace``, which drops the data set stored under the name, whatever it holds, and uploads
-this one. The table is read by the file sources (`dane.data.files`) exactly as ``data=csv``
-(or libsvm, npz) reads it with the same options, so a run on the store sees the rows such a run sees.
+this one. A push into an embedded store holds its lock until it ends (`dane.data.mongo_store.pushing`):
+another push into the store meanwhile is refused in one line. The table is read by the file sources
+(`dane.data.files`) exactly as ``data=csv`` (or libsvm, npz) reads it with the same options, so a run on
+the store sees the rows such a run sees.
 
 A table read with a client column (``--client-column``: ``Table.clients``, one value per row, not a
 feature) stores each row's value in the field ``client`` and the column's name in the manifest
@@ -30,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from dane.data.mongo_store import (BATCH, CLIENT, IN_BATCH, MANIFEST, Store, column_fields, drop, drop_embedded_files,
-                                   gridfs_documents, row_documents)
+                                   gridfs_documents, pushing, row_documents)
 from dane.errors import DataError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".ppm", ".tif", ".tiff")
@@ -123,6 +125,13 @@ def push_images(store: Store, name: str, folder: Path, *, print_fn: Callable[[st
 
 
 def _push(store: Store, name: str, manifest: dict, write, *, print_fn, replace: bool) -> str:
+    """`_upload`, holding an embedded store's lock throughout (`dane.data.mongo_store.pushing`): a second push into
+    the store meanwhile is refused in one line, before it reads or writes anything."""
+    with pushing(store):
+        return _upload(store, name, manifest, write, print_fn=print_fn, replace=replace)
+
+
+def _upload(store: Store, name: str, manifest: dict, write, *, print_fn, replace: bool) -> str:
     """The protocol of `dane.data.mongo_store`: fresh, already complete, resumed, or redone."""
     n = manifest["n"]
     try:

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from dane.data.mongo_store import CLIENT, Store, connect, location, name_problem, unreadable
+from dane.data.mongo_store import CLIENT, Store, connect, location, name_problem, push_refusal, unreadable
 from dane.data.sharding import COLUMN, ShardingKeys
 from dane.data.table import Table, missing_rows
 from dane.errors import ConfigError, DataError
@@ -41,12 +41,19 @@ _LABELS: dict[tuple[str, str, str | None], tuple[np.ndarray, np.ndarray, dict]] 
 
 def reads_the_store(method):
     """``method`` of `MongoSource`, with what a damaged store raises when read (`unreadable`) as one line that
-    names the data set and the push that uploads it again (the push drops what it cannot read)."""
+    names the data set and the push that uploads it again (the push drops what it cannot read); where a push is
+    writing the store (`dane.data.mongo_store.push_refusal`), that, or a refusal of what it has not finished (a
+    short data set, one not yet there), is the line that says to wait for that push instead."""
     @functools.wraps(method)
     def reading(self, *args):
         try:
             return method(self, *args)
         except Exception as err:
+            if not (unreadable(err) or isinstance(err, DataError)):
+                raise
+            busy = push_refusal(self.location)
+            if busy:
+                raise DataError(busy) from None
             if not unreadable(err):
                 raise
             detail = " ".join(str(err).split())[:100]
@@ -120,7 +127,10 @@ class MongoSource(ShardingKeys):
     def labels(self) -> tuple[np.ndarray, np.ndarray, dict]:
         """Every sample's id and label, in id order, read as the projection ``(id, y)``, and the manifest:
         `held_labels` with the store's manifest read as it is now (embedded: what the engine cached is released
-        first, since another process may have pushed the data set again)."""
+        first, since another process may have pushed the data set again); one line while a push writes the store."""
+        busy = push_refusal(self.location)
+        if busy:
+            raise DataError(busy)
         self.store().release()
         return self.held_labels()
 

@@ -30,6 +30,12 @@ never stored twice); a store the engine cannot read back (a write cut mid-file) 
 again. A reader refuses any data set whose manifest is not ``complete`` or whose count is not ``n``, and
 one the engine cannot decode (`unreadable`), in one line that gives the push to make.
 
+One writer (`pushing`): a push into an embedded store holds the folder's lock (`dane.records.lock.take_lock`) from
+before its first read to its end, so that a second push into the store is refused, not run beside it (mongita keeps
+no lock of its own: two processes rewriting one collection's files leave files neither can read), and a run that
+starts meanwhile is told to wait (`push_refusal`). Nothing here locks a server: two pushes into one data set at
+once are not guarded there.
+
 Engines (`connect`): a ``mongodb://`` or ``mongodb+srv://`` URI is a server, through PyMongo; any other
 ``uri`` is a folder holding an embedded store, mongita's disk engine (PyMongo's API over BSON files:
 one data file, a location index and the indexes' metadata per collection). What differs, all inside
@@ -42,6 +48,7 @@ collection name (`Store.bucket`); mongita caches every document it decodes until
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import shutil
@@ -52,6 +59,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from dane.errors import ConfigError, DataError
+from dane.records.lock import Refusals, lock_refusal, take_lock
 
 DATABASE = "dane"            # the database of an embedded store, and of a server URI that names none
 MANIFEST = "dane_manifest"
@@ -219,6 +227,46 @@ def connect(uri: str, *, create: bool = False) -> Store:
     # on this folder one engine, so what one writes (a push) the others read, and a new handle clears the cache
     client = MongitaClientDisk(str(folder.resolve()))
     return Store(client[DATABASE], str(folder), embedded=True, client=client)
+
+
+#: a push's refusal of an embedded store another push is writing (`pushing`)
+PUSHING = Refusals(
+    held="store {folder} is being written by another push ({owner}); wait for that push to end, then push again "
+         "(nothing was written; remove {path} if no push uses the store)",
+    ownerless="store {folder} is locked by {path}, which names no push; remove {path} if no push uses the store, "
+              "then push again (nothing was written)",
+    subject="store {folder}",
+    elsewhere="push into another store (--uri)",
+    stuck="store {folder}: could not take {path}; remove it if no push uses the store, then push again")
+
+#: a run's refusal of an embedded store a push is writing (`push_refusal`)
+READING = Refusals(
+    held="store {folder} is being written by a push ({owner}); wait for that push to end, then run again (remove "
+         "{path} if no push uses the store)",
+    ownerless="store {folder} is locked by {path}, which names no push; remove {path} if no push uses the store",
+    subject="store {folder}", elsewhere="", stuck="")
+
+
+@contextlib.contextmanager
+def pushing(store: Store) -> Iterator[None]:
+    """A push's hold on an embedded store: the folder's lock (`dane.records.lock.take_lock`) from before the push
+    reads the store until it ends, so that a second push into the store, into any data set of it, is refused in one
+    line naming the first (mongita's files take one writing process, and no reader while it writes); a dead push's
+    lock is taken over.  A server: nothing held (concurrent pushes into one data set there are not guarded)."""
+    if not store.embedded:
+        yield
+        return
+    lock = take_lock(Path(store.uri), PUSHING)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def push_refusal(uri: str) -> str | None:
+    """The line refusing a run on the store ``uri`` while a push writes it (its lock held by a live process, as
+    `pushing` takes it), or None; a server: None."""
+    return None if is_server(uri) else lock_refusal(Path(uri), READING)
 
 
 def fingerprint(paths: list[Path], options: dict) -> str:

@@ -1,5 +1,6 @@
-"""A run directory's lock, ``<out_dir>/.lock`` (`take_lock`): one run writes into a directory at a time
-(`dane.records.results.RunWriter` takes it when it opens and releases it when it closes)."""
+"""A folder's lock, ``<folder>/.lock`` (`take_lock`): one process writes into the folder at a time.  A run directory's
+(`dane.records.results.RunWriter` takes it when it opens and releases it when it closes; `RUN_DIR` words its
+refusals), and an embedded data store's while a push writes it (`dane.data.mongo_store.pushing`)."""
 from __future__ import annotations
 
 import errno
@@ -7,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -18,8 +20,30 @@ LOCK_FILE = ".lock"
 OWNERLESS_STALE_S = 60.0
 
 
-def take_lock(run_dir: Path) -> Path:
-    """Take ``run_dir/.lock``, holding ``<host> <pid>``; one line naming the problem and the fix where it cannot.
+@dataclass(frozen=True)
+class Refusals:
+    """How a lock's refusals name the folder it guards and its fix: templates of ``{folder}`` and ``{path}`` (the
+    lock), and in ``held`` of ``{owner}`` (``<host> pid <pid>``)."""
+
+    held: str        #: another live process holds the lock
+    ownerless: str   #: a lock naming no owner, younger than `OWNERLESS_STALE_S`
+    subject: str     #: the folder, as a line that it is not writable names it
+    elsewhere: str   #: the fix where it is not writable: where else to write
+    stuck: str       #: a stale lock that came back after it was removed, twice
+
+
+RUN_DIR = Refusals(
+    held="out_dir={folder} is in use by another run ({owner}); choose another out_dir, or wait for that run to end "
+         "(remove {path} if no run uses the directory)",
+    ownerless="out_dir={folder} is locked by {path}, which names no run; remove {path} if no run uses the directory",
+    subject="out_dir={folder}",
+    elsewhere="choose another out_dir",
+    stuck="out_dir={folder}: could not take {path}; remove it if no run uses the directory")
+
+
+def take_lock(run_dir: Path, refusals: Refusals = RUN_DIR) -> Path:
+    """Take ``run_dir/.lock``, holding ``<host> <pid>``; one line naming the problem and the fix where it cannot
+    (``refusals``: how the line names the folder; a run directory's by default).
 
     The owner is written to a temporary file first and hard-linked to ``.lock`` (``os.link`` fails if it
     exists), so a lock is never empty and a failed write (a full disk) leaves no lock behind.  A lock left
@@ -34,7 +58,7 @@ def take_lock(run_dir: Path) -> Path:
         tmp.write_text(me)
     except OSError as err:  # permission denied, a read-only or a full file system
         tmp.unlink(missing_ok=True)
-        raise _not_writable(run_dir, err) from None
+        raise _not_writable(run_dir, err, refusals) from None
     try:
         for _ in range(2):
             try:
@@ -43,37 +67,39 @@ def take_lock(run_dir: Path) -> Path:
             except FileExistsError:
                 if _stale(path) and _removed(path):
                     continue
-                raise ConfigError(_held(run_dir, path)) from None
+                raise ConfigError(_held(run_dir, path, refusals)) from None
             except OSError as err:
-                raise _not_writable(run_dir, err) from None
+                raise _not_writable(run_dir, err, refusals) from None
     finally:
         tmp.unlink(missing_ok=True)
-    raise ConfigError(f"out_dir={run_dir}: could not take {path}; remove it if no run uses the directory")
+    raise ConfigError(refusals.stuck.format(folder=run_dir, path=path))
 
 
-def lock_refusal(run_dir: str | Path) -> str | None:
-    """What `take_lock` would refuse ``run_dir`` with now because another run holds its lock (one not `_stale`), or
-    None: a launched job's rank 0 asks before its ranks' first collective (`dane.loop.callbacks.refusal`), so that
-    every rank stops with the line instead of the others reporting a lost peer when rank 0 is refused later."""
+def lock_refusal(run_dir: str | Path, refusals: Refusals = RUN_DIR) -> str | None:
+    """What `take_lock` would refuse ``run_dir`` with now because another process holds its lock (one not `_stale`),
+    worded by ``refusals``, or None: a launched job's rank 0 asks before its ranks' first collective
+    (`dane.loop.callbacks.refusal`), so that every rank stops with the line instead of the others reporting a lost
+    peer when rank 0 is refused later; a run on an embedded store asks whether a push is writing it
+    (`dane.data.mongo_store.push_refusal`)."""
     path = Path(run_dir) / LOCK_FILE
     if not path.exists() or _stale(path):
         return None
-    return _held(Path(run_dir), path)
+    return _held(Path(run_dir), path, refusals)
 
 
-def _held(run_dir: Path, path: Path) -> str:
-    """The refusal of ``run_dir`` whose lock ``path`` another run holds."""
+def _held(run_dir: Path, path: Path, refusals: Refusals) -> str:
+    """The refusal of ``run_dir`` whose lock ``path`` another process holds."""
     owner = _owner(path)
     if owner is None:
-        return f"out_dir={run_dir} is locked by {path}, which names no run; remove {path} if no run uses the directory"
-    return (f"out_dir={run_dir} is in use by another run ({' pid '.join(owner)}); choose another out_dir, or wait for "
-            f"that run to end (remove {path} if no run uses the directory)")
+        return refusals.ownerless.format(folder=run_dir, path=path)
+    return refusals.held.format(folder=run_dir, path=path, owner=" pid ".join(owner))
 
 
-def _not_writable(run_dir: Path, err: OSError) -> ConfigError:
-    fix = "free space there or choose another out_dir" if err.errno in (errno.ENOSPC, errno.EDQUOT) else \
-        "choose another out_dir"
-    return ConfigError(f"out_dir={run_dir} is not writable ({(err.strerror or str(err)).lower()}); {fix}")
+def _not_writable(run_dir: Path, err: OSError, refusals: Refusals) -> ConfigError:
+    fix = f"free space there or {refusals.elsewhere}" if err.errno in (errno.ENOSPC, errno.EDQUOT) else \
+        refusals.elsewhere
+    subject = refusals.subject.format(folder=run_dir)
+    return ConfigError(f"{subject} is not writable ({(err.strerror or str(err)).lower()}); {fix}")
 
 
 def _link_or_create(tmp: Path, path: Path, owner: str) -> None:
