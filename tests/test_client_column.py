@@ -138,6 +138,22 @@ def test_libsvm_clients_are_the_qids_which_are_no_feature(tmp_path):
     assert LibSVMSource(str(path)).load().clients is None
 
 
+@pytest.mark.parametrize("qid, why", [("abc", "qid:abc is not an integer"), ("nan", "qid:nan is not an integer"),
+                                      ("1.5", "qid:1.5 is not an integer"), ("", "qid: has no value")])
+def test_a_qid_that_is_no_integer_is_named_with_its_line(tmp_path, qid, why):
+    """scikit-learn reads qid:<n> as an integer: qid:abc was "... is not a LIBSVM file (invalid literal for int() with
+    base 10: b'abc'); each line is '<label> <index>:<value> ...'", no line, nor that qid takes an integer.  The line
+    is named, with the format qid needs; read without qid (iid sharding), the file is read as before."""
+    path = tmp_path / "q.svm"
+    path.write_text(f"1 qid:4 1:0.5\n-1 qid:{qid} 2:0.25\n1 qid:zz 1:2\n")
+    with pytest.raises(DataError) as refused:
+        LibSVMSource(str(path), sharding="column", client_column="qid").load()
+    assert str(refused.value) == (f"{path} line 2 is not LIBSVM ({why}: '-1 qid:{qid} 2:0.25'); with "
+                                  "data.client_column=qid each line is '<label> qid:<n> <index>:<value> ...', <n> an "
+                                  "integer (the line's client); fix the line")
+    assert LibSVMSource(str(path)).load().n == 3
+
+
 def test_a_regression_target_gets_its_quantile_bins_per_client(tmp_path):
     path = csv_file(tmp_path)
     source = CSVSource(str(path), target="age", categorical=("edu",), sharding="column", client_column="country",

@@ -2,8 +2,8 @@
 
 Each line is ``<label> <index>:<value> <index>:<value> ...`` with increasing indices
 (``#`` starts a comment; ``qid:`` entries are ignored, except that ``sharding=column`` with
-``client_column=qid`` makes each line's ``qid:`` its client: then every line needs one). The
-file is read by scikit-learn's ``load_svmlight_file``; ``X`` stays a ``scipy.sparse.csr_matrix``.
+``client_column=qid`` makes each line's ``qid:<n>`` its client: then every line needs one, ``<n>`` an
+integer). The file is read by scikit-learn's ``load_svmlight_file``; ``X`` stays a ``scipy.sparse.csr_matrix``.
 Per-worker parts (``{rank}`` in ``path``) need ``n_features``, because one part alone
 cannot know d: its largest index may be smaller than another part's.
 """
@@ -30,6 +30,8 @@ from dane.errors import ConfigError, DataError
 
 FORMAT = "each line is '<label> <index>:<value> ...' with increasing indices"
 QID = "qid"  # the one client column a LIBSVM line has: its qid:<n> field
+QID_FORMAT = ("with data.client_column=qid each line is '<label> qid:<n> <index>:<value> ...', <n> an integer (the "
+              "line's client)")
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class LibSVMSource(FileSource, ShardingKeys):
             X, y, *qid = load_svmlight_file(str(file), dtype=np.float64, zero_based=self.zero_based,
                                             query_id=self.client_column == QID)
         except (ValueError, TypeError, OverflowError) as err:
-            raise DataError(_explain(file, err, self.zero_based)) from None
+            raise DataError(_explain(file, err, self.zero_based, qid=self.client_column == QID)) from None
         except (OSError, EOFError, zlib.error) as err:  # a damaged .gz/.bz2 stream (BadGzipFile is an OSError)
             raise DataError(f"{file} cannot be read ({' '.join(str(err).split())[:80] or type(err).__name__}); "
                             "is the compressed file complete? re-download it or give the uncompressed file") from None
@@ -120,15 +122,16 @@ def _every_line_has_a_qid(file: Path, qid: np.ndarray, n: int) -> np.ndarray:
                     "data.client_column=qid every line is '<label> qid:<n> <index>:<value> ...'")
 
 
-def _explain(file: Path, err: Exception, zero_based: bool | str) -> str:
-    """One line for a file scikit-learn could not parse: the first bad line, when we can find it."""
+def _explain(file: Path, err: Exception, zero_based: bool | str, *, qid: bool = False) -> str:
+    """One line for a file scikit-learn could not parse: the first bad line, when we can find it (``qid``: read with
+    its qid fields, which scikit-learn parses as integers)."""
     try:
-        found = _first_bad_line(file)
+        found = _first_bad_line(file, qid=qid)
     except (OSError, EOFError, zlib.error):  # a damaged compressed stream: say what the parser said
         found = None
     if found is not None:
-        line, text, why = found
-        return f"{file} line {line} is not LIBSVM ({why}: {text[:60]!r}); {FORMAT}; fix the line"
+        line, text, why, form = found
+        return f"{file} line {line} is not LIBSVM ({why}: {text[:60]!r}); {form}; fix the line"
     reason = " ".join(str(err).split())[:120]
     if "Invalid index 0" in reason and zero_based is False:
         return f"{file} has feature index 0 but data.zero_based=false; set data.zero_based=true"
@@ -174,8 +177,9 @@ def _data_lines(file: Path):
                 yield number, text
 
 
-def _first_bad_line(file: Path) -> tuple[int, str, str] | None:
-    """(line number, its text, why) of the first line that breaks the format, or None."""
+def _first_bad_line(file: Path, *, qid: bool = False) -> tuple[int, str, str, str] | None:
+    """(line number, its text, why, the format it breaks) of the first line that breaks the format, or None;
+    ``qid``: a ``qid:`` value must be an integer, as scikit-learn reads it (``int``), else it is skipped."""
     with _open(file) as f:
         for number, raw in enumerate(f, start=1):
             text = raw.decode("utf-8", "replace").split("#", 1)[0].strip()
@@ -183,10 +187,14 @@ def _first_bad_line(file: Path) -> tuple[int, str, str] | None:
                 continue
             label, *pairs = text.split()
             why = None if is_number(label) else "the label is not a number"
+            form = FORMAT
             last = -1
             for pair in pairs:
                 index, _, value = pair.partition(":")
                 if index == "qid":
+                    if qid and why is None and not _integer(value):
+                        why = f"qid:{value} is not an integer" if value else "qid: has no value"
+                        form = QID_FORMAT
                     continue
                 if not (index.isdigit() and is_number(value)):
                     why = why or f"{pair[:20]!r} is not index:value"
@@ -195,5 +203,13 @@ def _first_bad_line(file: Path) -> tuple[int, str, str] | None:
                 else:
                     last = int(index)
             if why:
-                return number, raw.decode("utf-8", "replace").strip(), why
+                return number, raw.decode("utf-8", "replace").strip(), why, form
     return None
+
+
+def _integer(token: str) -> bool:
+    try:
+        int(token)
+    except ValueError:
+        return False
+    return True
