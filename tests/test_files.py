@@ -351,6 +351,28 @@ def test_bad_npz(tmp_path):
         NPZSource(str(tmp_path / "bytes.npz")).load()
 
 
+
+def test_text_labels_are_one_line_with_the_fix_when_saved_and_when_read(tmp_path):
+    """save_npz(path, X, ["yes", "no", ...]) raised NumPy's bare "could not convert string to float", and a run on an
+    archive holding them said "'y' has dtype <U3; it must be real numbers", without a fix: both name the labels and
+    the fix (numbers, e.g. 0/1), and save_npz writes nothing; so does text in X."""
+    labels = ["yes", "no", "yes", "maybe", "no"]
+    fix = "map them to numbers, e.g. 0/1 (0..K-1 for K classes: np.unique(y, return_inverse=True)[1])"
+    with pytest.raises(DataError) as err:
+        save_npz(tmp_path / "t.npz", np.ones((5, 2)), labels)
+    assert str(err.value) == f"save_npz: y holds labels that are not numbers ('maybe', 'no', 'yes'); {fix}, before saving"
+    with pytest.raises(DataError) as err:
+        save_npz(tmp_path / "t.npz", np.array([["a", "1"], ["b", "2"]]), [0, 1])
+    assert str(err.value) == ("save_npz: X holds values that are not numbers ('a', 'b'); encode them as numbers (a text "
+                              "column one-hot, e.g. pandas.get_dummies) before saving")
+    assert list(tmp_path.iterdir()) == []
+    np.savez(tmp_path / "t.npz", X=np.ones((5, 2)), y=np.array(labels))
+    with pytest.raises(DataError) as err:
+        NPZSource(str(tmp_path / "t.npz")).load()
+    assert str(err.value) == (f"{tmp_path / 't.npz'}: 'y' holds labels that are not numbers ('maybe', 'no', 'yes'); "
+                              f"{fix}, and save the archive again (dane.save_npz(path, X, y))")
+
+
 # ---------------------------------------------------------------- labels
 def test_check_labels_codes_each_loss():
     y = np.array([0.0, 1.0, 1.0, 0.0])

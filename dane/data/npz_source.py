@@ -28,11 +28,13 @@ from dane import checks
 from dane.data.parts import FileSource
 from dane.data.scaling import standardize_matrix
 from dane.data.sharding import ShardingKeys
-from dane.data.table import Table, missing_rows
+from dane.data.table import Table, is_number, missing_rows
 from dane.errors import ConfigError, DataError, UserError
 
 SPARSE_SUFFIXES = ("_data", "_indices", "_indptr", "_shape")
 FIX = "write it with dane.data.files.save_npz(path, X, y)"
+#: the fix for labels that are not numbers (text: 'yes', 'no'), which a model's loss cannot read
+LABELS_AS_NUMBERS = "map them to numbers, e.g. 0/1 (0..K-1 for K classes: np.unique(y, return_inverse=True)[1])"
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,9 @@ def _checked(file: Path, X, y: np.ndarray, x_key: str, y_key: str) -> tuple:
         y = y[:, 0]
     if y.ndim != 1:
         raise DataError(f"{file}: '{y_key}' has shape {y.shape}; it must hold one label per row")
+    if y.dtype.kind in "US":
+        raise DataError(f"{file}: '{y_key}' holds labels that are not numbers ({shown_values(y)}); "
+                        f"{LABELS_AS_NUMBERS}, and save the archive again (dane.save_npz(path, X, y))")
     for key, array in ((x_key, X), (y_key, y)):
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.iscomplexobj(array):
             raise DataError(f"{file}: '{key}' has dtype {array.dtype}; it must be real numbers")
@@ -261,17 +266,25 @@ def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y", colu
     """Write ``X`` (a dense array, or any scipy sparse matrix, stored as CSR) and ``y`` for `NPZSource`.
 
     Both are stored as float64, uncompressed (so a part's row count can be read from its
-    header). ``columns``: more arrays of one value per row, by name, stored as given (integers or
+    header): labels or features that are not numbers (text) are refused in one line with the fix. ``columns``: more arrays of one value per row, by name, stored as given (integers or
     strings), e.g. ``columns={"groups": g}`` for ``data.sharding=column data.client_column=groups``; a name
     that is X's or y's key is refused. Returns the path written; NumPy adds ``.npz`` when ``path`` lacks it.
     """
-    y = np.asarray(y, dtype=np.float64)
-    if sp.issparse(X):
-        X = sp.csr_matrix(X, dtype=np.float64)
-        arrays = dict(zip((x_key + s for s in SPARSE_SUFFIXES), (X.data, X.indices, X.indptr, np.array(X.shape))))
-    else:
-        X = np.asarray(X, dtype=np.float64)
-        arrays = {x_key: X}
+    try:
+        y = np.asarray(y, dtype=np.float64)
+    except (ValueError, TypeError):  # text labels: NumPy's bare "could not convert string to float"
+        raise DataError(f"save_npz: y holds labels that are not numbers ({shown_values(y)}); {LABELS_AS_NUMBERS}, "
+                        "before saving") from None
+    try:
+        if sp.issparse(X):
+            X = sp.csr_matrix(X, dtype=np.float64)
+            arrays = dict(zip((x_key + s for s in SPARSE_SUFFIXES), (X.data, X.indices, X.indptr, np.array(X.shape))))
+        else:
+            X = np.asarray(X, dtype=np.float64)
+            arrays = {x_key: X}
+    except (ValueError, TypeError):
+        raise DataError(f"save_npz: X holds values that are not numbers ({shown_values(X)}); encode them as numbers "
+                        "(a text column one-hot, e.g. pandas.get_dummies) before saving") from None
     if X.ndim != 2 or y.shape != (X.shape[0],):
         raise DataError(f"save_npz needs X of n x d and y of n, got X {X.shape} and y {y.shape}")
     arrays[y_key] = y
@@ -280,6 +293,14 @@ def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y", colu
     path = Path(path)
     np.savez(path, **arrays)
     return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
+def shown_values(values, most: int = 3) -> str:
+    """The first ``most`` of the distinct values of ``values`` that ``float`` does not read, in sorted order, as a line
+    shows them (``'no', 'yes'``)."""
+    flat = np.asarray(values.data if sp.issparse(values) else values, dtype=object).ravel().tolist()
+    distinct = sorted({str(v) for v in flat} - {str(v) for v in flat if is_number(str(v))})
+    return ", ".join(map(repr, distinct[:most])) + (", ..." if len(distinct) > most else "")
 
 
 def _column(name, values, arrays: dict, n: int) -> np.ndarray:
