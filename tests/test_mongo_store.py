@@ -732,3 +732,22 @@ def test_a_push_into_a_store_another_push_writes_is_refused_and_a_dead_ones_lock
         f"uploaded 33 samples into collection other of {uri}"
     assert not (tmp_path / LOCK_FILE).exists()  # released when the push ended
     assert np.array_equal(as_a_new_run(uri, "other").load().X, NPZSource(str(files / "t.npz")).load().X)
+
+
+def test_a_runs_collection_name_is_refused_by_the_pushs_rule(files, tmp_path, capsys):
+    """data.collection=a.b on an embedded store was looked up and refused with "push it first: dane data push ...
+    --collection a.b", a push that push itself refuses ('.' is not allowed there).  The run now checks the name by the
+    push's rule for the store (`name_problem`): refused before the store is read; a server's MongoDB names pass."""
+    from dane.experiments.data import main
+
+    uri = str(tmp_path / "store")
+    with pytest.raises(ConfigError) as raised:
+        MongoSource(uri=uri, collection="a.b")
+    problem = "'.' (character 2) is not allowed in an embedded store's collection name"
+    assert str(raised.value) == (f"data.collection='a.b': {problem}; give the name of a data set pushed with dane data "
+                                 "push ... --collection NAME")
+    with pytest.raises(SystemExit):
+        main(["push", str(files / "t.npz"), "--uri", uri, "--collection", "a.b"])
+    assert capsys.readouterr().err.startswith(f"error: --collection 'a.b': {problem}; ")
+    assert MongoSource(uri="mongodb://localhost/dane", collection="a.b").collection == "a.b"
+    assert not (tmp_path / "store").exists()

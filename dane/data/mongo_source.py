@@ -30,7 +30,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from dane.data.mongo_store import CLIENT, Store, connect, location, name_problem, push_refusal, unreadable
+from dane.data.mongo_store import (CLIENT, Store, connect, is_server, location, name_problem, push_refusal,
+                                   unreadable)
 from dane.data.sharding import COLUMN, ShardingKeys
 from dane.data.table import Table, missing_rows
 from dane.errors import ConfigError, DataError
@@ -81,7 +82,8 @@ class MongoSource(ShardingKeys):
     def __post_init__(self) -> None:
         if not isinstance(self.uri, str) or not self.uri:
             raise ConfigError("data.uri is empty; set data.uri=mongodb://HOST/DATABASE or data.uri=/folder/of/store")
-        problem = name_problem(self.collection, embedded=False)  # any store's rules: a run reads what a push wrote
+        # the push's rule for this store (an embedded one's is stricter): a name no push can write has no data set
+        problem = name_problem(self.collection, embedded=not is_server(self.uri))
         if problem:
             raise ConfigError(f"data.collection={self.collection!r}: {problem}; give the name of a data set pushed "
                               "with dane data push ... --collection NAME")

@@ -95,7 +95,7 @@ EMBEDDED_NAME_MAX = 64 - len("_chunks")  # mongita's longest collection name, le
 def name_problem(name: str, *, embedded: bool) -> str | None:
     """Why ``name`` cannot name a data set in a store, in a few words naming the bad character (None: it can).
     Any store: MongoDB's rules (no ``$`` or NUL, not empty, no leading ``.`` or ``system.``); the embedded engine
-    (``embedded``, for a push): letters, digits, ``_`` and ``-`` only, no ``_`` first or last, at most
+    (``embedded``, for a push and for a run reading what a push wrote): letters, digits, ``_`` and ``-`` only, no ``_`` first or last, at most
     `EMBEDDED_NAME_MAX` characters, and not the manifest's own collection."""
     if not isinstance(name, str) or not name:
         return "the name is empty"
