@@ -160,3 +160,18 @@ def test_pooled_sharding_lines():
     column = LinearModelConfig(name="softmax", loss="softmax", classes=10, data=SyntheticSource(**POOLED))
     with pytest.raises(ConfigError, match="data.client_column=client has 30 distinct values .* but workers=8"):
         column.check_workers(8)
+
+
+def test_logreg_on_the_ten_classes_names_softmax():
+    """problem=logreg data=synthetic workers=30 said "... on per-worker parts needs labels 0/1 or -1/+1, found {1, 6};
+    ... map them in the parts, or read the whole file" (client 0's part holds two of the ten classes): neither is the
+    fix for a generated 10-class set.  The source says how many classes its labels take, and logreg on it is refused
+    before any row is drawn, naming problem=softmax problem.classes=10, on the natural partition and pooled."""
+    from dane.problems.linear_models import LinearModelConfig
+
+    for keys in ({}, POOLED, {"sharding": "iid"}):
+        with pytest.raises(ConfigError) as refused:
+            LinearModelConfig(name="logreg", loss="logistic", data=SyntheticSource(**keys))
+        assert str(refused.value) == ("problem=logreg fits two classes, but synthetic(0,0) has 10 (labels 0..9); use "
+                                      "problem=softmax problem.classes=10")
+    assert LinearModelConfig(name="ridge", loss="squared", data=SyntheticSource()).loss == "squared"

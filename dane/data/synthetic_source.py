@@ -132,7 +132,9 @@ class SyntheticSource:
     ``client`` (each row's client index): the rows pooled into one table, dealt as a file source's are; no other
     sharding key: ``alpha`` here is the paper's α, not ``data.sharding``'s Dirichlet concentration.  The
     defaults are null so that a checkpoint written before these keys existed resumes.  ``name`` defaults to
-    ``synthetic(α,β)``.
+    ``synthetic(α,β)``.  Its labels are ``label_classes`` (10) classes: a linear model fits them with the softmax
+    loss (``problem=softmax problem.classes=10``); the logistic loss is refused
+    (`dane.problems.linear_models.LinearModelConfig` reads ``label_classes``).
     """
 
     alpha: float = 0.0
@@ -144,6 +146,8 @@ class SyntheticSource:
     sharding: str | None = None
     client_column: str | None = None
     name: str = ""
+
+    label_classes = CLASSES  # the classes its labels take, known before any row is drawn (a part may hold fewer)
 
     def __post_init__(self) -> None:
         check_synthetic(self.alpha, self.beta, self.iid, self.clients, self.seed)

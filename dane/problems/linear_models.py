@@ -120,6 +120,10 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             raise ConfigError(f"problem={self.name} needs data: data=csv data.path=... data.target=..., "
                               "data=libsvm data.path=..., data=npz data.path=..., or data=builtin data.dataset=...")
         self.solver  # validates the local-solver keys now
+        classes = getattr(self.source, "label_classes", None)  # a source that knows its labels' classes unread
+        if self.loss == "logistic" and classes is not None and classes > 2:
+            raise ConfigError(f"problem={self.name} fits two classes, but {self.source.name} has {classes} (labels "
+                              f"0..{classes - 1}); use problem=softmax problem.classes={classes}")
         if self.loss != "squared" and self.lam == 0:
             raise ConfigError(f"problem.lam must be > 0 for problem={self.name} (the {self.loss} loss alone may "
                               "have no minimizer, e.g. on separable data), got 0")
