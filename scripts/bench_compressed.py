@@ -26,7 +26,7 @@ METHODS = {
     "newton_3pc": ("newton_3pc", {"mechanism": "lag"}, 300),
     "newton_3pc_bag": ("newton_3pc", {"mechanism": "bag", "p": QUARTER}, 300),
     "nl1": ("nl1", {}, 300), "dingo": ("dingo", {}, 300), "newton_star": ("newton_star", {}, 300),
-    "diana": ("diana", {"compressor": "dither:{s}"}, 3000),
+    "diana": ("diana", {"compressor": "dither:{s}"}, 4000),
     "adiana": ("adiana", {"compressor": "dither:{s}"}, 2000),
     "marina": ("marina", {}, 200), "dasha": ("dasha", {}, 200), "ef21": ("ef21", {}, 200), "ef21p": ("ef21p", {}, 200),
     "gd": ("gd", {"compress": "none"}, 200),
