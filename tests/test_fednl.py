@@ -360,7 +360,9 @@ def test_worker_level_equals_stacked(overrides):
 
 
 @pytest.mark.parametrize("overrides", [{"compressor": "randk:9"}, {"compressor": "randk:9", "variant": "pp", "option": 2,
-                                                                    "clients_per_round": 2}])
+                                                                    "clients_per_round": 2},
+                                       {"compressor": "randk:9", "variant": "pp", "option": 2, "clients_per_round": 2,
+                                        "sampling": "size"}])  # FedNL-PP keeps sampling=size (`dane.sampling`)
 def test_a_resumed_run_continues_exactly(overrides):
     X, y = sparse_logistic(ones=0.0)
     for straight, again, w1, w2 in straight_and_resumed(FedNLConfig(**overrides), shards_of(X, y, 4)):

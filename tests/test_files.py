@@ -595,3 +595,6 @@ def test_a_file_source_passed_to_the_api_is_the_arrays_it_reads_with_an_intercep
         runs[1].records[0]["objective"] - runs[1].records[0]["suboptimality"], rel=1e-12)  # the same O*
     with pytest.raises(ConfigError, match="takes arrays X and y, or data= a file source"):
         dane.problems.Ridge(table.X, table.y, data=source)
+    with pytest.raises(ConfigError, match=r"^dane.problems.LogReg got data= a tuple, not a data source; pass arrays "
+                                          r"as LogReg\(X, y\)"):
+        dane.problems.LogReg(data=(table.X, table.y))  # was an AttributeError from the run, on `presharded`

@@ -74,6 +74,9 @@ def _linear(loss: str, name: str, public: str):
         if not (arrays and data is None or data is not None and X is None and y is None):
             raise ConfigError(f"dane.problems.{public} takes arrays X and y, or data= a file source "
                               "(dane.data.files.CSVSource, NPZSource, LibSVMSource), not both or neither")
+        if data is not None and not callable(getattr(data, "load", None)):  # a tuple of arrays, a path: no source
+            raise ConfigError(f"dane.problems.{public} got data= a {type(data).__name__}, not a data source; pass "
+                              f"arrays as {public}(X, y), or data= a file source (dane.data.files.CSVSource, ...)")
         source = ArraySource(X, y) if data is None else data
         intercept = not isinstance(source, ArraySource) if fit_intercept is None else fit_intercept
         return LinearModelConfig(data=source, loss=loss, lam=lam, fit_intercept=intercept,
