@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+import scipy.sparse
 import torch
 from sklearn.datasets import load_breast_cancer
 
@@ -82,6 +83,38 @@ def test_arrays_are_the_problems_own_copy_and_default_to_no_intercept():
     assert dane.problems.Ridge(data=dane.ArraySource(X, y)).fit_intercept is False
     with pytest.raises(ConfigError, match=r"^X and y must hold numbers \(could not convert string to float"):
         dane.problems.LogReg(X, np.where(y > 0, "yes", "no"))
+
+
+
+ARRAYS = np.random.default_rng(0).standard_normal((40, 3)), np.arange(40.0)
+
+
+@pytest.mark.parametrize("make, line", [
+    (lambda X, y: dane.problems.Ridge(X + 1j, y),
+     "X must hold real numbers, got complex ones; pass X.real or abs(X) as the model needs"),
+    (lambda X, y: dane.problems.Ridge(scipy.sparse.csr_matrix(X) * 1j, y),
+     "X must hold real numbers, got complex ones; pass X.real or abs(X) as the model needs"),
+    (lambda X, y: dane.problems.Ridge(X, y * 1j),
+     "y must hold real numbers, got complex ones; pass y.real or abs(y) as the model needs"),
+    (lambda X, y: dane.problems.Ridge(X[:0], y[:0]), "X has no rows (shape (0, 3)); give at least one row"),
+    (lambda X, y: dane.problems.Ridge(X[:, :0], y), "X has no columns (shape (40, 0)); give at least one feature"),
+    (lambda X, y: dane.problems.Ridge(X, y, lamda=0.1),
+     "dane.problems.Ridge has no keyword lamda; its keywords: X, y, data, classes, device, dtype, fit_intercept, lam, "
+     "local_max_iter, local_solver, local_tol, newton_steps, optimum, seed, standardize_target, svrg_batch_size, "
+     "svrg_lr, svrg_passes, svrg_variant"),
+    (lambda X, y: dane.problems.LogReg(X, y > 20, loss="softmax"),
+     "dane.problems.LogReg takes no loss=: it is problem=logreg, the logistic loss; for another use "
+     "dane.problems.Ridge, LogReg or Softmax"),
+    (lambda X, y: dane.problems.Softmax(X, y % 3, name="mine"),
+     "dane.problems.Softmax takes no name=: it is problem=softmax, the softmax loss; for another use "
+     "dane.problems.Ridge, LogReg or Softmax"),
+], ids=["complex_X", "complex_sparse_X", "complex_y", "no_rows", "no_columns", "unknown_keyword", "loss", "name"])
+def test_arrays_or_keywords_a_problem_cannot_take_are_one_line(make, line):
+    """Complex X or y ran on their real parts (NumPy's ComplexWarning); X of no rows was refused by fit as "workers=1
+    exceeds the 0 rows of arrays; use fewer workers", of no columns ran a model of no weights; a misspelt keyword, or
+    loss= or name=, was a TypeError from LinearModelConfig."""
+    with pytest.raises(ConfigError, match=f"^{re.escape(line)}$"):
+        make(*ARRAYS)
 
 
 def test_zero_rounds_evaluate_w0_alone_in_the_api_and_on_the_command_line(problem):

@@ -15,7 +15,7 @@ source from `dane.data.files` (the command line's ``data=csv|npz|libsvm``)::
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import scipy.sparse
@@ -37,6 +37,10 @@ class ArraySource:
     def __post_init__(self) -> None:
         # copies: the problem holds the rows it was given (a caller's later change of its array would reach some
         # runs of it and not others, the table being cached by this fingerprint)
+        for key, array in (("X", self.X), ("y", self.y)):  # NumPy would drop the imaginary part with a warning
+            if np.iscomplexobj(array.data if scipy.sparse.issparse(array) else array):
+                raise ConfigError(f"{key} must hold real numbers, got complex ones; pass {key}.real or abs({key}) "
+                                  "as the model needs")
         try:
             X = scipy.sparse.csr_matrix(self.X, dtype=np.float64, copy=True) if scipy.sparse.issparse(self.X) else \
                 np.array(self.X, dtype=np.float64, copy=True)
@@ -46,6 +50,9 @@ class ArraySource:
                               "numbers first (for example with numpy.unique(y, return_inverse=True))") from None
         if X.ndim != 2:
             raise ConfigError(f"X must be a 2-D array (rows x features), got shape {X.shape}")
+        for axis, what, fix in ((0, "rows", "row"), (1, "columns", "feature")):  # a run of no rows, or of no features
+            if X.shape[axis] == 0:
+                raise ConfigError(f"X has no {what} (shape {X.shape}); give at least one {fix}")
         if X.shape[0] != y.shape[0]:
             raise ConfigError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries; give one label per row")
         data = X.data if scipy.sparse.issparse(X) else X
@@ -77,6 +84,13 @@ def _linear(loss: str, name: str, public: str):
         if data is not None and not callable(getattr(data, "load", None)):  # a tuple of arrays, a path: no source
             raise ConfigError(f"dane.problems.{public} got data= a {type(data).__name__}, not a data source; pass "
                               f"arrays as {public}(X, y), or data= a file source (dane.data.files.CSVSource, ...)")
+        bad = next((key for key in solver_keys if key not in KEYWORDS), None)
+        if bad in ("loss", "name"):
+            raise ConfigError(f"dane.problems.{public} takes no {bad}=: it is problem={name}, the {loss} loss; for "
+                              "another use dane.problems.Ridge, LogReg or Softmax")
+        if bad is not None:
+            raise ConfigError(f"dane.problems.{public} has no keyword {bad}; its keywords: X, y, data, "
+                              f"{', '.join(sorted(KEYWORDS))}")
         source = ArraySource(X, y) if data is None else data
         intercept = not isinstance(source, ArraySource) if fit_intercept is None else fit_intercept
         return LinearModelConfig(data=source, loss=loss, lam=lam, fit_intercept=intercept,
@@ -88,6 +102,9 @@ def _linear(loss: str, name: str, public: str):
                     "for suboptimality; fit_intercept: false on arrays, true on a file source, unless given).")
     return make
 
+
+#: the keywords of `LinearModelConfig` that ``Ridge``, ``LogReg`` and ``Softmax`` pass on (not data, loss or name)
+KEYWORDS = frozenset(f.name for f in fields(LinearModelConfig)) - {"data", "loss", "name"}
 
 Ridge = _linear("squared", "ridge", "Ridge")
 LogReg = _linear("logistic", "logreg", "LogReg")
