@@ -30,6 +30,7 @@ import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
+from omegaconf.errors import UnsupportedValueType
 
 from . import checks
 from .algorithm import AlgorithmConfig
@@ -51,18 +52,22 @@ def shards(n_rows: int, workers: int, seed: int = 0) -> list[np.ndarray]:
     ``workers``-worker run of ridge, logreg or softmax (single file or arrays) holds
     ``X[shards(N, workers, seed)[r]]``.
     """
-    from .data.sharding import iid_shards
+    from .data.sharding import check_workers, iid_shards
 
+    n_rows, workers, seed = plain("n_rows", n_rows), plain("workers", workers), plain("seed", seed)
+    checks.positive_int("n_rows", n_rows)
+    checks.positive_int("workers", workers)
+    checks.seed("seed", seed)
+    check_workers(n_rows, workers)
     return [rows.numpy() for rows in iid_shards(n_rows, workers, seed)]
 
 
 def algorithm_config(name: str, *, seed: int = 0, **overrides):
     """The algorithm of ``conf/algorithm/<name>.yaml`` with ``overrides``, built and validated."""
-    path = CONF_DIR / "algorithm" / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
-        raise ConfigError(f"algorithm {name!r} is unknown; choose one of: {known}")
-    node = OmegaConf.load(path)
+    known = sorted(p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml"))
+    if name not in known:  # not a path either: '../config' would read conf/config.yaml as an algorithm
+        raise ConfigError(f"algorithm {name!r} is unknown; choose one of: {', '.join(known)}")
+    node = OmegaConf.load(CONF_DIR / "algorithm" / f"{name}.yaml")
     unknown = sorted(set(overrides) - set(node.keys()))
     if unknown:
         simulator = ", ".join(f"sim_{key}=" for key in unknown if key in SIMULATOR_KEYS)
@@ -71,8 +76,14 @@ def algorithm_config(name: str, *, seed: int = 0, **overrides):
         takes = f"its keys: {', '.join(keys)}" if keys else "it takes none"
         raise ConfigError(f"algorithm {name} has no key(s) {', '.join(unknown)}; {takes}{hint}")
     root = OmegaConf.create({"seed": seed, "algorithm": node})
-    root.algorithm = OmegaConf.merge(root.algorithm, {key: plain(f"algorithm.{key}", value)
-                                                        for key, value in overrides.items()})
+    values = {key: plain(f"algorithm.{key}", value) for key, value in overrides.items()}
+    for key, value in values.items():
+        try:
+            OmegaConf.create({key: value})
+        except UnsupportedValueType:  # a torch tensor, an object: OmegaConf's traceback of several lines
+            raise ConfigError(f"algorithm.{key} must be a number, a string, true or false, got {kind(value)}; pass "
+                              "the Python value (tensor.item() for a tensor)") from None
+    root.algorithm = OmegaConf.merge(root.algorithm, values)
     return build(root, "algorithm")
 
 
@@ -400,7 +411,7 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     if not isinstance(algorithm, (str, AlgorithmConfig)):
         raise ConfigError(f"algorithm must be a method's name, such as 'dane' (conf/algorithm/ lists them), or its "
                           f"config, such as dane.algorithm_config('dane', mu=0.1), got {kind(algorithm)}")
-    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+    if out_dir is not None and (not isinstance(out_dir, (str, os.PathLike)) or out_dir == ""):  # "": no folder
         raise ConfigError(f"out_dir must be a folder's path (a str or a pathlib.Path), or None to write no "
                           f"folder, got {kind(out_dir)}")
     if isinstance(algorithm, str):

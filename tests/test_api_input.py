@@ -172,7 +172,14 @@ def test_an_overwrite_that_is_no_boolean_leaves_the_finished_run(problem, tmp_pa
     # a config built in Python, whose own class leaves its seed to the run's checks
     (lambda p: dane.fit(p, dataclasses.replace(algorithm_config("sync_sgd"), seed=1.5), workers=2, rounds=2),
      "algorithm.seed must be an integer in [0, 2**32 - 1], got 1.5"),
-], ids=["algorithm_int", "algorithm_class", "out_dir_int", "seed", "config_seed"])
+    # "" wrote no folder, silently, though one was asked for
+    (lambda p: dane.fit(p, "gd", workers=2, rounds=2, out_dir=""),
+     "out_dir must be a folder's path (a str or a pathlib.Path), or None to write no folder, got ''"),
+    # OmegaConf's UnsupportedValueType, a traceback of several lines
+    (lambda p: dane.fit(p, "dane", workers=2, rounds=2, mu=torch.tensor(0.1)),
+     "algorithm.mu must be a number, a string, true or false, got a Tensor; pass the Python value (tensor.item() for "
+     "a tensor)"),
+], ids=["algorithm_int", "algorithm_class", "out_dir_int", "seed", "config_seed", "out_dir_empty", "tensor_key"])
 def test_a_wrong_argument_of_fit_is_one_line(problem, call, expected):
     """Each was a traceback from deep inside the run (an AttributeError in the loop, a TypeError in the checkpoint
     code); now one line naming the argument, as the command line's."""
@@ -485,6 +492,41 @@ def test_a_problem_of_ones_own_deals_its_rows_by_the_public_names():
     assert [r.tolist() for r in rows] == [[1, 4, 6, 9], [0, 2, 3, 5, 7, 8]]
     assert notes == ["sharding: dirichlet (alpha=0.3) on labels, seed 0: 2 workers, rows 4, 6", "worker 0: 4 rows; 1: 4",
                      "worker 1: 6 rows; 0: 4, 1: 2"]
+
+
+@pytest.mark.parametrize("name", ["../config", "../problem/ridge"])
+def test_an_algorithm_name_is_no_path_into_the_configs(problem, name):
+    """'../config' read conf/config.yaml as an algorithm and was refused as a yaml that "names no _target_"."""
+    with pytest.raises(ConfigError, match=f"^algorithm {re.escape(repr(name))} is unknown; choose one of: acc_sdane, "):
+        dane.fit(problem, name, workers=2, rounds=1)
+
+
+@pytest.mark.parametrize("call, line", [
+    (lambda: dane.shards(10, 0), "workers must be a positive integer, got 0"),  # numpy's ValueError
+    (lambda: dane.shards(10, "2"), "workers must be a positive integer, got '2'"),  # a TypeError
+    (lambda: dane.shards(10, 2.0), "workers must be a positive integer, got 2.0"),  # dealt, as fit refuses
+    (lambda: dane.shards(3, 5), "workers=5 exceeds the 3 training samples; use fewer workers or more data"),  # empty
+    (lambda: dane.shards("10", 2), "n_rows must be a positive integer, got '10'"),  # numpy's AxisError
+    (lambda: dane.shards(np.arange(10), 2), "n_rows must be a number, got an array of shape (10,)"),  # unhashable
+    (lambda: dane.shards(10, 2, -1), "seed must be an integer in [0, 2**32 - 1], got -1"),  # numpy's ValueError
+    (lambda: dane.shards(10, 2, 1.5), "seed must be an integer in [0, 2**32 - 1], got 1.5"),  # numpy's TypeError
+    (lambda: dane.ShardingKeys(sharding="dirichlet").deal(np.zeros(10), 2.0, seed=0),
+     "workers must be a positive integer, got 2.0"),  # a TypeError from the Dirichlet draw
+    (lambda: dane.ShardingKeys().deal(np.zeros(10), 2, seed=-1), "seed must be an integer in [0, 2**32 - 1], got -1"),
+    (lambda: dane.ShardingKeys(sharding="dirichlet", alpha="x").deal(np.zeros(10), 2, seed=0),
+     "data.alpha must be a number, got 'x'"),  # a TypeError comparing it
+    (lambda: dane.ShardingKeys(sharding="column", client_column="site").deal(np.zeros(10), 2, seed=0),
+     "data.sharding=column deals by each row's client: pass deal(..., clients=) the values of "
+     "data.client_column=site, one per row"),  # an AssertionError
+    (lambda: dane.column_shards(["a", "b", "a"], "2"),
+     "workers must be a positive integer, got '2'"),  # "has 2 distinct values ... but workers=2; set workers=2"
+], ids=["shards_zero", "shards_text", "shards_float", "shards_too_many", "shards_rows_text", "shards_rows_array",
+        "shards_seed_negative", "shards_seed_fraction", "deal_float", "deal_seed", "deal_alpha", "deal_no_clients",
+        "column_shards_text"])
+def test_a_wrong_argument_of_the_public_dealers_is_one_line(call, line):
+    """Each was a traceback from NumPy or the dealer (or, for 2.0 workers and 5 workers of 3 rows, shards dealt)."""
+    with pytest.raises(ConfigError, match=f"^{re.escape(line)}$"):
+        call()
 
 
 @pytest.mark.parametrize("n, workers, seed", [(10, 3, 0), (12, 4, 5), (101, 7, 3), (5, 5, 1), (9, 1, 2)])

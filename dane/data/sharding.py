@@ -175,6 +175,7 @@ def column_shards(values, workers: int, *, name: str = "the client column"
     ``name`` (the setting that chose the column, e.g. ``data.client_column=country``) and the worker
     count to use.
     """
+    checks.positive_int("workers", workers)
     column = np.asarray(values)
     if column.ndim != 1:
         raise DataError(f"{name} must hold one value per row, got shape {column.shape}")
@@ -326,9 +327,14 @@ class ShardingKeys:
         the scheme, then each worker's size and group histogram. ``clients``: each row's value of
         ``client_column`` (`dane.data.table.Table.clients`), which ``column`` deals by. ``iid`` gives the rows a
         linear model's run deals for ``seed``: `iid_shards`, the rows of ``dane.shards(len(y), workers, seed)``."""
+        checks.positive_int("workers", workers)
+        checks.seed("seed", seed)
+        if self.sharding == "dirichlet":  # data.alpha='x': a TypeError comparing it (checked here, as only dirichlet
+            checks.positive("data.alpha", self.alpha)  # reads it: data=synthetic's alpha is the paper's, 0 allowed)
         if self.sharding == COLUMN:
-            if clients is None:  # a source that took the keys but did not read the column: a bug, not a user error
-                raise AssertionError(f"data.client_column={self.client_column}: the source gave no client values")
+            if clients is None:  # dane.ShardingKeys(sharding="column", ...).deal(y, m, seed=s) of one's own
+                raise ConfigError(f"data.sharding=column deals by each row's client: pass deal(..., clients=) the "
+                                  f"values of data.client_column={self.client_column}, one per row")
             shards, labels = column_shards(clients, workers, name=f"data.client_column={self.client_column}")
             return shards, self.describe(shards, *self._label_groups(y, regression), seed, clients=labels)
         if self.sharding == "iid":
